@@ -1,0 +1,1 @@
+"""impl: the implementations measured by the suite."""

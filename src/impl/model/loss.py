@@ -1,0 +1,19 @@
+import torch
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean over all positions of -log softmax(logits)[target].
+
+    logits (..., vocab), targets (...) integer. Computed through logsumexp with the row max
+    subtracted, so large logits neither overflow nor lose the target's contribution."""
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError(f"cross_entropy: logits {tuple(logits.shape)} and targets {tuple(targets.shape)} "
+                         "must agree on every dim but the last")
+    if targets.dtype.is_floating_point or targets.dtype == torch.bool:
+        raise ValueError(f"cross_entropy: targets must be integer class ids, got {targets.dtype}")
+    logits = logits.float()
+    row_max = logits.amax(dim=-1, keepdim=True).detach()
+    shifted = logits - row_max
+    log_norm = shifted.exp().sum(dim=-1).log()
+    target_logit = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return (log_norm - target_logit).mean()

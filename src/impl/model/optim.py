@@ -1,0 +1,67 @@
+import math
+
+import torch
+
+
+class AdamW(torch.optim.Optimizer):
+    """AdamW with the update of torch.optim.AdamW (decoupled weight decay, bias-corrected moments).
+
+    The update is written with torch._foreach_* ops over each group's parameters, so a step costs
+    a handful of multi-tensor kernels instead of ~8 small launches per parameter.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01):
+        if lr < 0:
+            raise ValueError(f"AdamW: invalid learning rate {lr}")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"AdamW: invalid betas {betas}")
+        if eps < 0:
+            raise ValueError(f"AdamW: invalid eps {eps}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            grads, exp_avgs, exp_avg_sqs = [], [], []
+            for p in params:
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdamW does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                grads.append(p.grad)
+                exp_avgs.append(state["exp_avg"])
+                exp_avg_sqs.append(state["exp_avg_sq"])
+            # All parameters of a group advance together, so they share one step count, except
+            # after add_param_group or for parameters whose grads appear late: group by step.
+            by_step: dict[int, list[int]] = {}
+            for i, p in enumerate(params):
+                by_step.setdefault(self.state[p]["step"], []).append(i)
+            for step, idx in by_step.items():
+                ps = [params[i] for i in idx]
+                gs = [grads[i] for i in idx]
+                ms = [exp_avgs[i] for i in idx]
+                vs = [exp_avg_sqs[i] for i in idx]
+                if wd != 0:
+                    torch._foreach_mul_(ps, 1 - lr * wd)
+                torch._foreach_lerp_(ms, gs, 1 - beta1)
+                torch._foreach_mul_(vs, beta2)
+                torch._foreach_addcmul_(vs, gs, gs, value=1 - beta2)
+                bias1 = 1 - beta1 ** step
+                bias2 = 1 - beta2 ** step
+                denom = torch._foreach_sqrt(vs)
+                torch._foreach_div_(denom, math.sqrt(bias2))
+                torch._foreach_add_(denom, eps)
+                torch._foreach_addcdiv_(ps, ms, denom, value=-lr / bias1)
+        return loss

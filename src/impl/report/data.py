@@ -1,0 +1,45 @@
+"""Loads reports/data/<device>/*.json (saved pytest-benchmark JSON) into one flat table.
+
+One row per benchmark; columns: device (folder), section (file stem), name, group, problem,
+oom, the timing stats in seconds (mean, stddev, median, min, max, rounds), `data` (the raw
+round times), every config key as `cfg.<key>`, every metric as `m.<key>`, and `info` (the whole
+extra_info dict) for sections that need more.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+STAT_KEYS = ("mean", "stddev", "median", "min", "max", "rounds")
+
+
+def load_file(path: Path) -> list[dict]:
+    doc = json.loads(path.read_text())
+    rows = []
+    for bench in doc.get("benchmarks", []):
+        info = bench.get("extra_info", {})
+        stats = bench.get("stats", {})
+        row = dict(device=path.parent.name, section=path.stem, name=bench["name"], group=bench.get("group"),
+                   problem=info.get("problem", bench.get("group")), oom=bool(info.get("oom", False)),
+                   data=stats.get("data"), info=info,
+                   peak_alloc=info.get("peak_memory_allocated_bytes"))
+        for k in STAT_KEYS:
+            row[k] = stats.get(k)
+        if row["oom"]:  # an OOM row's timings time nothing
+            for k in STAT_KEYS[:-1]:
+                row[k] = None
+        for k, v in (info.get("config") or {}).items():
+            row[f"cfg.{k}"] = v
+        for k, v in (info.get("metrics") or {}).items():
+            row[f"m.{k}"] = v
+        rows.append(row)
+    return rows
+
+
+def load(data_dir: Path) -> pd.DataFrame:
+    rows = []
+    for path in sorted(data_dir.glob("*/*.json")):
+        rows.extend(load_file(path))
+    return pd.DataFrame(rows)

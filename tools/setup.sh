@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Prints the python interpreter the suite should use, setting it up first if needed.
+#  - If python3 already has torch and the test stack (the GPU box: no network), use it as is.
+#  - Otherwise make .venv with the CPU build torch==2.13.0 (never an unpinned torch: that pulls a
+#    multi-GB CUDA build) and the rest of the dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+probe='import torch, pytest, pytest_benchmark, hypothesis, pandas, matplotlib'
+if [[ -x .venv/bin/python ]] && .venv/bin/python -c "$probe" 2>/dev/null; then
+  echo "$PWD/.venv/bin/python"; exit 0
+fi
+if python3 -c "$probe" 2>/dev/null; then
+  command -v python3; exit 0
+fi
+{
+  echo "setting up .venv (CPU torch 2.13.0) ..."
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q "torch==2.13.0"
+  .venv/bin/pip install -q "triton==3.6.0" "numpy<2.4" "pytest>=8" "pytest-benchmark>=5" "pytest-xdist>=3" \
+    "pytest-timeout>=2" "hypothesis>=6" "pandas>=2" "matplotlib>=3.8"
+} 1>&2
+echo "$PWD/.venv/bin/python"
