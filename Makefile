@@ -10,7 +10,7 @@ SLUG = $(shell $(PY) -m impl.runtime slug)
 SECTIONS ?= $(patsubst perf/test_%.py,%,$(wildcard perf/test_*.py))
 OUT ?= out
 PYTEST = PYTHONPATH=src $(PY) -m pytest
-BENCH_CLI = $(PY) -c "import sys; from pytest_benchmark.cli import main; sys.exit(main())"
+BENCH_CLI = PYTHONPATH=src $(PY) -c "import sys; from pytest_benchmark.cli import main; sys.exit(main())"
 
 .PHONY: install test correctness smoke perf report compare clean
 

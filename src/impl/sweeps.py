@@ -28,7 +28,136 @@ GRIDS = {
         "smoke": dict(sizes=["tiny"], contexts=[32], modes=["forward", "train_step"], dtypes=["fp32"],
                       warmups=[0, 1, 2, 5], batch=2, rounds=3, left_out="smoke profile"),
     },
+    # nsys_profile: kernel tables per phase from torch.profiler (issue 4); few profiled steps per config.
+    "nsys_profile": {
+        "full": dict(sizes=list(MODEL_SIZES), contexts=[128, 256, 512, 1024], dtype="fp32", batch=4,
+                     timer_warmup=2, timer_rounds=5, prof_warmup=2, prof_steps=3, top=15,
+                     trace=("small", 256), budget_s=150),
+        "smoke": dict(sizes=["tiny"], contexts=[32, 64], dtype="fp32", batch=2,
+                      timer_warmup=1, timer_rounds=3, prof_warmup=1, prof_steps=2, top=15,
+                      trace=("tiny", 32), budget_s=300),
+    },
+    # mixed_precision_accumulation / benchmarking_mixed_precision (a): same in both profiles.
+    "mixed_precision": {
+        "full": dict(steps=1000, autocast_dtypes=["fp16", "bf16"]),
+        "smoke": dict(steps=1000, autocast_dtypes=["fp16", "bf16"]),
+    },
+    # memory_profiling: 2.7B × contexts × dtypes × modes; allocator history for `snapshot` configs.
+    "memory_profiling": {
+        "full": dict(sizes=["2.7B"], contexts=[128, 256, 512], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
+                     batch=4, warmup=1, rounds=3, snapshot_dtypes=["fp32", "bf16"], max_points=800,
+                     artifact=("2.7B", 256, "fp32", "train_step")),
+        "smoke": dict(sizes=["tiny"], contexts=[32], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
+                      batch=2, warmup=1, rounds=3, snapshot_dtypes=["fp32", "bf16"], max_points=800,
+                      artifact=("tiny", 32, "fp32", "train_step")),
+    },
+    # torch_compile (b): eager vs compiled whole model. Compilation (static shapes: one compile per
+    # size × context × graph) is the cost; configs left when `budget_s` is spent are recorded as
+    # left out, never silently dropped.
+    "torch_compile_model": {
+        "full": dict(sizes=list(MODEL_SIZES), contexts=[128, 256, 512, 1024],
+                     modes=["forward", "forward_backward", "train_step"], dtype="fp32", batch=4,
+                     warmup=2, rounds=5, budget_s=120),
+        "smoke": dict(sizes=["tiny"], contexts=[32], modes=["forward", "forward_backward", "train_step"],
+                      dtype="fp32", batch=2, warmup=1, rounds=3, budget_s=300),
+    },
 }
+
+# Closed-form models (impl.accounting): cheap, so both profiles compute the same tables.
+# bucket_o_s / bucket_w_Bps are PLACEHOLDER inputs, not measurements, for the bucket-model example;
+# the distributed section substitutes the values fitted to its all-reduce timings.
+_COMM_ACCOUNTING = dict(fsdp_tokens=[0, 512, 1024, 2048, 4096, 8192], bucket_model_size="xl",
+                        bucket_sizes_mb=[1, 10, 100, 1000], bucket_o_s=50e-6, bucket_w_Bps=50e9,
+                        world_sizes=[2, 4, 8], rounds=5)
+_MEMORY_ACCOUNTING = dict(sizes=list(MODEL_SIZES), batch=4, contexts=[128, 256, 512], world_size=2, rounds=5)
+GRIDS["communication_accounting"] = {"full": _COMM_ACCOUNTING, "smoke": _COMM_ACCOUNTING}
+GRIDS["memory_accounting"] = {"full": _MEMORY_ACCOUNTING, "smoke": _MEMORY_ACCOUNTING}
+# 1.2-1.3 attention (issue 3).
+GRIDS.update({
+    # pytorch_attention: naive attention, batch 8, no heads, fp32, non-causal; 100 timed passes.
+    "pytorch_attention": {
+        "full": dict(batch=8, dims=[16, 32, 64, 128], seqs=[256, 1024, 4096, 8192, 16384], dtype="fp32",
+                     warmup=5, rounds=100, budget_s=150),
+        "smoke": dict(batch=2, dims=[16, 32], seqs=[32, 64], dtype="fp32", warmup=1, rounds=5, budget_s=60),
+    },
+    # torch_compile (a): the pytorch_attention grid, compiled vs eager. The CPU smoke compiles with
+    # aot_eager (dynamo + AOTAutograd, no C++ code generation) to stay fast.
+    "torch_compile_attention": {
+        "full": dict(batch=8, dims=[16, 32, 64, 128], seqs=[256, 1024, 4096, 8192, 16384], dtype="fp32",
+                     warmup=5, rounds=100, backend="inductor", budget_s=100),
+        "smoke": dict(batch=2, dims=[16], seqs=[32], dtype="fp32", warmup=1, rounds=3, backend="aot_eager",
+                      budget_s=60),
+    },
+    # flash_benchmarking: do_bench, batch 1, causal. On the GPU: two commands (-k bf16, -k fp32), each
+    # ending within budget_s (later rows recorded as left out; impls run in the listed order, the
+    # assignment's two first). Autotuning every kernel for every (seq, d, dtype) is most of the cost.
+    # naive beyond naive_max_seq is left out (time; the row's text carries its derived memory); the
+    # compiled backward (one torch.compile per shape) only for compiled_bwd_dims; the SDPA anchors
+    # reject fp32 (recorded unsupported).
+    "flash_benchmarking": {
+        "full": dict(batch=1, seqs=[2 ** i for i in range(7, 17)], dims=[16, 32, 64, 128], dtypes=["bf16", "fp32"],
+                     modes=["fwd", "bwd", "fwd_bwd"],
+                     impls=["flash_triton", "naive", "sdpa_flash", "sdpa_cudnn", "flash_triton_compiled_bwd"],
+                     naive_max_seq=32768, compiled_bwd_dims=[64], autotune=True,
+                     warmup_ms=5, rep_ms=25, cpu_repeats=3, budget_s=240),
+        "smoke": dict(batch=1, seqs=[16, 32], dims=[16], dtypes=["fp32"], modes=["fwd", "bwd", "fwd_bwd"],
+                      impls=["flash_triton", "naive", "sdpa_flash", "sdpa_cudnn", "flash_triton_compiled_bwd"],
+                      naive_max_seq=16, compiled_bwd_dims=[16], autotune=True,
+                      warmup_ms=10, rep_ms=40, cpu_repeats=3, budget_s=90),
+    },
+    # leaderboard: torch.compile(FlashAttentionTriton.apply), bf16 causal 1 x 16 heads x 16384 x 64, with
+    # SDPA anchors; tolerances are relative errors against an fp32 SDPA reference (fp64 on the CPU).
+    "leaderboard": {
+        "full": dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", compile=True, warmup_ms=25, rep_ms=100,
+                     cpu_repeats=3, tol=dict(out=1e-2, grad=2e-2)),
+        "smoke": dict(batch=1, heads=2, seq=32, d=16, dtype="fp32", compile=False, warmup_ms=25, rep_ms=100,
+                      cpu_repeats=3, tol=dict(out=1e-4, grad=1e-4)),
+    },
+})
+# 2-3 distributed (issues 5, 6). MB = 2**20 bytes (as DDPBucketed's bucket_size_mb). budget_s is per
+# perf file, counted from its first test; the three files together must end within 9 minutes on
+# the 2-GPU machine. `runs` lists (backend, processes); NCCL runs beyond the machine's GPU count
+# are recorded as not run. `inner_bytes`: each timed command repeats the all-reduce until about
+# this many bytes went through (at least once), so the IPC round trip is small against it.
+GRIDS.update({
+    "distributed_communication_single_node": {
+        "full": dict(sizes_mb=[1, 10, 100, 1000],
+                     runs=[["gloo", 2], ["gloo", 4], ["gloo", 6], ["nccl", 2], ["nccl", 4], ["nccl", 6]],
+                     inner_bytes={"gloo": 2 ** 28, "nccl": 2 ** 32}, max_inner=1000, warmup=1, rounds=5,
+                     budget_s=150, timeout_s=300),
+        "smoke": dict(sizes_mb=[1, 10], runs=[["gloo", 2], ["nccl", 2]],
+                      inner_bytes={"gloo": 2 ** 24, "nccl": 2 ** 30}, max_inner=20, warmup=1, rounds=3,
+                      budget_s=60, timeout_s=120,
+                      left_out="smoke profile: 100 MB and 1 GB, gloo at 4 and 6 processes"),
+    },
+    # naive / flat / individual / bucketed DDP, torch DDP (default bucket_cap_mb 25) and the
+    # single-GPU floor (rank 0, no wrapper) at the same per-rank batch. (context, per-rank batch):
+    # batch 2 at 128 leaves compute short against the 8 GB gradient all-reduce (communication
+    # bound); batch 4 at 512 is 8x the tokens (compute bound).
+    "ddp_benchmarking": {
+        "full": dict(size="xl", world_size=2, configs=[[128, 2], [512, 4]], bucket_mb=[1, 10, 100, 1000],
+                     variants=["single", "naive", "flat", "individual", "bucketed", "torch_ddp"],
+                     warmup=2, rounds=5, trace=dict(context=128, variants=[["naive", None], ["bucketed", 100]],
+                                                    warmup=1, steps=2, max_intervals=1500),
+                     budget_s=300, timeout_s=300),
+        "smoke": dict(size="tiny", world_size=2, configs=[[32, 2], [64, 2]], bucket_mb=[1, 10, 100, 1000],
+                      variants=["single", "naive", "flat", "individual", "bucketed", "torch_ddp"],
+                      warmup=1, rounds=2, trace=dict(context=32, variants=[["naive", None], ["bucketed", 100]],
+                                                     warmup=1, steps=2, max_intervals=1500),
+                      budget_s=90, timeout_s=120),
+    },
+    # none = our DDP (per-parameter overlap) + AdamW; sharded = ShardedOptimizer(AdamW);
+    # zero1 = ZeRO1Optimizer(AdamW) behind a DDP that does not reduce; torch_zero =
+    # ZeroRedundancyOptimizer(torch.optim.AdamW). A fresh model per config.
+    "optimizer_state_sharding_accounting": {
+        "full": dict(size="xl", world_size=2, context=512, batch=4,
+                     variants=["none", "sharded", "zero1", "torch_zero"], warmup=1, rounds=3,
+                     budget_s=150, timeout_s=300),
+        "smoke": dict(size="tiny", world_size=2, context=32, batch=2,
+                      variants=["none", "sharded", "zero1", "torch_zero"], warmup=1, rounds=2,
+                      budget_s=60, timeout_s=120),
+    },
+})
 
 
 def grid(problem: str, profile: str) -> dict:

@@ -1,4 +1,6 @@
 """The report's sections in order; each is render(df_of_one_device, device, fig_dir, fig_rel) -> str | None."""
-from impl.report import benchmarking
+from impl.report import accounting, benchmarking
+from impl.report import attention as attention_report
+from impl.report import profiling as profiling_report
 
-ALL = [benchmarking.render]
+ALL = [benchmarking.render, profiling_report.render, attention_report.render, accounting.render]

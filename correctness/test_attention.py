@@ -1,0 +1,456 @@
+"""Attention implementations against float64 references (naive math on upcast inputs, gradients
+via autograd in float64 on the CPU): FlashAttentionTorch, FlashAttentionTriton (through the Triton
+interpreter on a CPU), naive attention vs SDPA, input validation, the backward selection, FLOPs and
+the profiler annotations.
+
+Causal masking is top-left aligned (query i sees keys j <= i), like SDPA's is_causal.
+"""
+import math
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    # The Triton kernels run on the CPU through the interpreter; must be set before triton is imported.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from impl.attention import (FlashAttentionTorch, FlashAttentionTriton, attention_by_name,  # noqa: E402
+                            attention_flops, naive_attention, set_flash_backward)
+from impl.attention import flash_triton  # noqa: E402
+from impl.profiling.annotate import annotate  # noqa: E402
+
+pytestmark = [
+    # The Triton interpreter's own numpy deprecation noise, and overflow in rows that are never stored.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:triton.*"),
+    pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
+]
+
+HAS_CUDA = torch.cuda.is_available()
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+# Triton on CPU only works if the kernels were defined under the interpreter.
+TRITON_OK = HAS_CUDA or INTERPRET
+needs_triton = pytest.mark.skipif(not TRITON_OK, reason="no CUDA and TRITON_INTERPRET != 1")
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+TRITON_DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+HEAD_DIMS = [16, 24, 32, 48, 64, 80, 128]
+BF16_INTERPRETER_REASON = ("the Triton interpreter's bf16 tl.dot gives wrong results on the CPU "
+                           "(errors ~1e9); bf16 is tested on the GPU")
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fixed_triton_configs():
+    """On the GPU, run with one fixed config per kernel: autotuning every config for every
+    (shape, head dim, dtype) drawn here would dominate the runtime.  The autotuned path has its
+    own test below.  (Under the interpreter there is a single config anyway.)"""
+    flash_triton.set_autotune(False)
+    yield
+    flash_triton.set_autotune(True)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def rel_err(out, ref):
+    """||out - ref|| / max(||ref||, 0.1 * sqrt(numel)).
+
+    Inputs are unit normal, so an RMS of 0.1 is well below the natural scale of every output; the
+    floor only matters for (near-)zero references, e.g. dQ/dK when a row attends to one or two
+    keys, where the unavoidable fp16 rounding of O in D = rowsum(O * dO) would otherwise show up
+    as a huge *relative* error."""
+    ref = ref.double().cpu()
+    floor = 0.1 * math.sqrt(max(ref.numel(), 1))
+    return ((out.double().cpu() - ref).norm() / max(ref.norm().item(), floor)).item()
+
+
+def tolerance(dtype, device):
+    if dtype == torch.float32:
+        # Triton's fp32 tl.dot uses TF32 on the GPU.
+        return 5e-3 if str(device).startswith("cuda") else 1e-3
+    if dtype == torch.float16:
+        return 5e-3
+    return 2e-2  # bfloat16
+
+
+def reference(q, k, v, is_causal, do):
+    """float64 CPU reference: (o, lse, dq, dk, dv)."""
+    q64, k64, v64 = (x.detach().cpu().double().requires_grad_(True) for x in (q, k, v))
+    s = q64 @ k64.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.softmax(s, dim=-1) @ v64
+    o.backward(do.detach().cpu().double())
+    return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
+
+
+def run_flash(cls, q, k, v, is_causal, do):
+    """Forward + backward through `cls`; returns (o, lse, dq, dk, dv, saved_tensors_shapes)."""
+    q, k, v = (x.detach().requires_grad_(True) for x in (q, k, v))
+    o = cls.apply(q, k, v, is_causal)
+    saved = o.grad_fn.saved_tensors
+    lse_candidates = [t for t in saved if t.shape == q.shape[:-1]]
+    assert len(lse_candidates) == 1, [tuple(t.shape) for t in saved]
+    lse = lse_candidates[0]
+    assert lse.dtype == torch.float32
+    o.backward(do)
+    return o.detach(), lse.detach(), q.grad, k.grad, v.grad
+
+
+def make_inputs(shape_q, shape_k, dtype, device, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    q = (torch.randn(shape_q, generator=g) * scale).to(dtype=dtype, device=device)
+    k = (torch.randn(shape_k, generator=g) * scale).to(dtype=dtype, device=device)
+    v = torch.randn(shape_k, generator=g).to(dtype=dtype, device=device)
+    do = torch.randn(shape_q, generator=g).to(dtype=dtype, device=device)
+    return q, k, v, do
+
+
+def check_against_reference(cls, q, k, v, do, is_causal, tol=None):
+    tol = tol if tol is not None else tolerance(q.dtype, q.device)
+    o, lse, dq, dk, dv = run_flash(cls, q, k, v, is_causal, do)
+    assert o.dtype == q.dtype and o.shape == q.shape and o.device == q.device
+    assert dq.dtype == q.dtype and dk.dtype == k.dtype and dv.dtype == v.dtype
+    for t in (o, lse, dq, dk, dv):
+        assert torch.isfinite(t).all()
+    r_o, r_lse, r_dq, r_dk, r_dv = reference(q, k, v, is_causal, do)
+    errs = {"o": rel_err(o, r_o), "L": rel_err(lse, r_lse), "dq": rel_err(dq, r_dq),
+            "dk": rel_err(dk, r_dk), "dv": rel_err(dv, r_dv)}
+    bad = {n: e for n, e in errs.items() if not e < tol}
+    assert not bad, f"rel errors above {tol}: {bad} (all: {errs})"
+    return errs
+
+
+def _impl_params():
+    return [
+        pytest.param(FlashAttentionTorch, "cpu", id="torch"),
+        pytest.param(FlashAttentionTriton, TRITON_DEVICE, id="triton", marks=needs_triton),
+    ]
+
+
+# ----------------------------------------------------------------------------- fixed shapes
+
+@pytest.mark.parametrize("cls,device", _impl_params())
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("layout", ["3d", "4d"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+def test_flash_matches_reference(cls, device, is_causal, layout, dtype):
+    if cls is FlashAttentionTriton and dtype == torch.bfloat16 and device == "cpu":
+        pytest.skip(BF16_INTERPRETER_REASON)
+    if layout == "3d":
+        sq, sk = (2, 45, 32), (2, 45, 32)
+    else:
+        sq, sk = (1, 2, 70, 64), (1, 2, 70, 64)
+    q, k, v, do = make_inputs(sq, sk, dtype, device)
+    check_against_reference(cls, q, k, v, do, is_causal)
+
+
+@pytest.mark.parametrize("cls,device", _impl_params())
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q,n_k", [(40, 19), (17, 50)])
+def test_flash_unequal_lengths(cls, device, is_causal, n_q, n_k):
+    # Causal with n_q != n_k is top-left aligned, as in SDPA.
+    q, k, v, do = make_inputs((1, 2, n_q, 48), (1, 2, n_k, 48), torch.float32, device)
+    check_against_reference(cls, q, k, v, do, is_causal)
+
+
+@pytest.mark.parametrize("cls,device", _impl_params())
+def test_flash_large_scores_are_finite(cls, device):
+    # Large logits stress the online softmax (no overflow / NaN; masked rows handled).
+    q, k, v, do = make_inputs((1, 2, 50, 32), (1, 2, 50, 32), torch.float32, device, scale=6.0)
+    check_against_reference(cls, q, k, v, do, True)
+
+
+@pytest.mark.parametrize("cls,device", _impl_params())
+def test_flash_single_token(cls, device):
+    q, k, v, do = make_inputs((2, 1, 16), (2, 1, 16), torch.float32, device)
+    check_against_reference(cls, q, k, v, do, True)
+
+
+# ----------------------------------------------------------------------------- hypothesis
+
+@st.composite
+def attention_case(draw, head_dims=tuple(HEAD_DIMS), max_seq=80):
+    is_causal = draw(st.booleans())
+    n_q = draw(st.integers(1, max_seq))
+    n_k = draw(st.integers(1, max_seq))
+    d = draw(st.sampled_from(head_dims))
+    four_d = draw(st.booleans())
+    lead = (1, draw(st.integers(1, 2))) if four_d else (draw(st.integers(1, 2)),)
+    seed = draw(st.integers(0, 2**16))
+    return is_causal, n_q, n_k, d, lead, seed
+
+
+@needs_triton
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=attention_case(), dtype=st.sampled_from([torch.float32, torch.float16]))
+def test_triton_hypothesis(case, dtype):
+    is_causal, n_q, n_k, d, lead, seed = case
+    q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, TRITON_DEVICE, seed=seed)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=attention_case(head_dims=(1, 3, 8) + tuple(HEAD_DIMS), max_seq=96),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+def test_torch_hypothesis(case, dtype):
+    is_causal, n_q, n_k, d, lead, seed = case
+    q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, "cpu", seed=seed)
+    check_against_reference(FlashAttentionTorch, q, k, v, do, is_causal)
+
+
+# ----------------------------------------------------------------------------- layouts, saved state, poison
+
+@pytest.mark.parametrize("cls,device", _impl_params())
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_flash_non_contiguous_inputs(cls, device, is_causal):
+    B, S, H, d = 1, 37, 2, 32
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(B, S, H, d, generator=g).to(device).transpose(1, 2) for _ in range(4))
+    assert not q.is_contiguous()
+    check_against_reference(cls, q, k, v, do, is_causal)
+
+
+@pytest.mark.parametrize("cls,device", _impl_params())
+def test_flash_saves_exactly_one_lse(cls, device):
+    q, k, v, _ = make_inputs((1, 2, 20, 16), (1, 2, 20, 16), torch.float32, device)
+    q.requires_grad_(True)
+    o = cls.apply(q, k, v, True)
+    saved = o.grad_fn.saved_tensors
+    assert len(saved) == 5  # L, q, k, v, o
+    assert sum(t.shape == q.shape[:-1] for t in saved) == 1
+
+
+@pytest.mark.parametrize("cls,device", _impl_params())
+def test_flash_outputs_do_not_depend_on_uninitialised_memory(cls, device, monkeypatch):
+    """Every torch.empty is NaN-poisoned: any element the kernels fail to write shows up."""
+    q, k, v, do = make_inputs((1, 2, 33, 80), (1, 2, 21, 80), torch.float32, device)
+    r_o, r_lse, r_dq, r_dk, r_dv = reference(q, k, v, False, do)
+    orig_empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):
+        t = orig_empty(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    o, lse, dq, dk, dv = run_flash(cls, q, k, v, False, do)
+    monkeypatch.undo()
+    for t in (o, lse, dq, dk, dv):
+        assert not torch.isnan(t).any()
+    tol = tolerance(torch.float32, device)
+    for out, ref in ((o, r_o), (lse, r_lse), (dq, r_dq), (dk, r_dk), (dv, r_dv)):
+        assert rel_err(out, ref) < tol
+
+
+@needs_triton
+def test_triton_under_torch_compile():
+    """torch.compile(FlashAttentionTriton.apply) works (the kernel launchers run outside the graph)."""
+    q, k, v, do = make_inputs((1, 2, 40, 32), (1, 2, 40, 32), torch.float32, TRITON_DEVICE)
+    f = torch.compile(FlashAttentionTriton.apply, backend="aot_eager")
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    out = f(qg, kg, vg, True)
+    out.backward(do)
+    r_o, _, r_dq, r_dk, r_dv = reference(q, k, v, True, do)
+    tol = tolerance(torch.float32, TRITON_DEVICE)
+    for a, b in ((out, r_o), (qg.grad, r_dq), (kg.grad, r_dk), (vg.grad, r_dv)):
+        assert rel_err(a, b) < tol
+
+
+# ----------------------------------------------------------------------------- backward selection
+
+@needs_triton
+@pytest.mark.parametrize("kind", ["triton", "compiled"])
+def test_triton_backward_selection(kind):
+    q, k, v, do = make_inputs((1, 2, 30, 32), (1, 2, 30, 32), torch.float32, TRITON_DEVICE)
+    previous = flash_triton.BACKWARD
+    try:
+        set_flash_backward(kind)
+        assert flash_triton.BACKWARD == kind
+        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
+    finally:
+        set_flash_backward(previous)
+
+
+def test_set_flash_backward_rejects_unknown():
+    with pytest.raises(ValueError, match="unknown flash backward"):
+        set_flash_backward("cuda-magic")
+    assert flash_triton.BACKWARD in ("triton", "compiled")
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _t(*shape, dtype=torch.float32, device="cpu"):
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+BAD_INPUTS = [
+    pytest.param(lambda: (_t(8, 16), _t(8, 16), _t(8, 16), False), "at least 3 dims", id="2d"),
+    pytest.param(lambda: (_t(1, 8, 16), _t(1, 1, 8, 16), _t(1, 1, 8, 16), False), "rank", id="rank"),
+    pytest.param(lambda: (_t(2, 8, 16), _t(3, 8, 16), _t(3, 8, 16), False), "batch dims", id="batch"),
+    pytest.param(lambda: (_t(1, 8, 16), _t(1, 8, 32), _t(1, 8, 32), False), "head dim mismatch", id="headdim"),
+    pytest.param(lambda: (_t(1, 8, 16), _t(1, 8, 16), _t(1, 9, 16), False), "seq length mismatch", id="kvseq"),
+    pytest.param(lambda: (_t(1, 8, 16), _t(1, 8, 16, dtype=torch.float16), _t(1, 8, 16), False),
+                 "dtype mismatch", id="dtype-mismatch"),
+    pytest.param(lambda: (_t(1, 8, 16, dtype=torch.float64), _t(1, 8, 16, dtype=torch.float64),
+                          _t(1, 8, 16, dtype=torch.float64), False), "unsupported dtype", id="float64"),
+    pytest.param(lambda: (_t(1, 8, 16), _t(1, 8, 16, device="meta"), _t(1, 8, 16), False),
+                 "device mismatch", id="device"),
+    pytest.param(lambda: (_t(1, 0, 16), _t(1, 8, 16), _t(1, 8, 16), False), "seq lengths", id="empty"),
+]
+
+
+@pytest.mark.parametrize("cls", [FlashAttentionTorch, FlashAttentionTriton], ids=["torch", "triton"])
+@pytest.mark.parametrize("make,match", BAD_INPUTS)
+def test_flash_rejects_bad_inputs(cls, make, match):
+    with pytest.raises(ValueError, match=match):
+        cls.apply(*make())
+
+
+@pytest.mark.parametrize("d", [8, 129, 256])
+def test_triton_rejects_unsupported_head_dim(d):
+    q = _t(1, 8, d)
+    with pytest.raises(ValueError, match="head dim"):
+        FlashAttentionTriton.apply(q, q, q, False)
+
+
+def test_torch_accepts_any_head_dim():
+    q, k, v, do = make_inputs((1, 9, 3), (1, 9, 3), torch.float32, "cpu")
+    check_against_reference(FlashAttentionTorch, q, k, v, do, True)
+
+
+def test_triton_rejects_cpu_tensors_without_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q = _t(1, 8, 16)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        FlashAttentionTriton.apply(q, q, q, False)
+
+
+# ----------------------------------------------------------------------------- naive / sdpa / registry
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q,n_k", [(33, 33), (20, 41), (41, 20)])
+def test_naive_matches_sdpa(is_causal, n_q, n_k):
+    q, k, v, _ = make_inputs((2, 3, n_q, 24), (2, 3, n_k, 24), torch.float64, "cpu")
+    out = naive_attention(q, k, v, is_causal)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    torch.testing.assert_close(out, ref)
+
+
+def test_naive_gradients_match_reference():
+    q, k, v, do = make_inputs((1, 2, 19, 16), (1, 2, 19, 16), torch.float32, "cpu")
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    out = naive_attention(qg, kg, vg, True)
+    out.backward(do)
+    r_o, _, r_dq, r_dk, r_dv = reference(q, k, v, True, do)
+    for a, b in ((out, r_o), (qg.grad, r_dq), (kg.grad, r_dk), (vg.grad, r_dv)):
+        assert rel_err(a, b) < 1e-5
+
+
+def test_naive_annotations_recorded():
+    q, k, v, _ = make_inputs((1, 16, 8), (1, 16, 8), torch.float32, "cpu")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        naive_attention(q, k, v, True)
+    names = {e.name for e in prof.events()}
+    for name in ("computing attention scores", "computing softmax", "final matmul"):
+        assert name in names, names
+
+
+def test_annotate_is_a_plain_context_manager():
+    with annotate("some region"):
+        x = torch.ones(2) + 1
+    assert x.sum().item() == 4
+
+
+@pytest.mark.parametrize("name", ["naive", "flash_torch", "flash_triton", "sdpa"])
+def test_attention_by_name(name):
+    if name == "flash_triton" and not TRITON_OK:
+        pytest.skip("no CUDA and TRITON_INTERPRET != 1")
+    device = TRITON_DEVICE if name == "flash_triton" else "cpu"
+    q, k, v, _ = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, device)
+    f = attention_by_name(name)
+    out = f(q, k, v, True)
+    r_o = reference(q, k, v, True, torch.zeros_like(q))[0]
+    assert rel_err(out, r_o) < tolerance(torch.float32, device)
+
+
+def test_attention_by_name_unknown():
+    with pytest.raises(ValueError, match="unknown attention"):
+        attention_by_name("flash_cuda")
+
+
+def test_attention_flops():
+    fwd = 4 * 8 * 128 * 256 * 64
+    assert attention_flops(8, 128, 256, 64, False, "fwd") == fwd
+    assert attention_flops(8, 128, 256, 64, True, "fwd") == fwd / 2
+    assert attention_flops(8, 128, 256, 64, False, "bwd") == 2.5 * fwd
+    assert attention_flops(8, 128, 256, 64, True, "fwd_bwd") == 3.5 * fwd / 2
+    with pytest.raises(ValueError):
+        attention_flops(8, 128, 256, 64, False, "sideways")
+
+
+# ----------------------------------------------------------------------------- GPU only
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q,n_k,d", [(256, 256, 64), (333, 333, 80), (200, 517, 128), (1024, 1024, 64)])
+def test_triton_gpu_matches_reference(dtype, is_causal, n_q, n_k, d):
+    q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+
+
+@gpu
+@needs_cuda
+@settings(max_examples=15, deadline=None)
+@given(case=attention_case(max_seq=300), dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]))
+def test_triton_gpu_hypothesis(case, dtype):
+    is_causal, n_q, n_k, d, lead, seed = case
+    q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, "cuda", seed=seed)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("kind", ["triton", "compiled"])
+def test_triton_gpu_backward_selection(kind):
+    q, k, v, do = make_inputs((1, 4, 300, 64), (1, 4, 300, 64), torch.bfloat16, "cuda")
+    previous = flash_triton.BACKWARD
+    try:
+        set_flash_backward(kind)
+        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
+    finally:
+        set_flash_backward(previous)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_triton_gpu_matches_sdpa_bf16(is_causal):
+    q, k, v, _ = make_inputs((1, 8, 2048, 64), (1, 8, 2048, 64), torch.bfloat16, "cuda")
+    out = FlashAttentionTriton.apply(q, k, v, is_causal)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=is_causal)
+    assert rel_err(out, ref) < 2e-2
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_triton_gpu_autotuned_configs(dtype):
+    """The autotuned path (all configs benchmarked, the best one used) is correct too."""
+    flash_triton.set_autotune(True)
+    try:
+        q, k, v, do = make_inputs((1, 4, 1000, 64), (1, 4, 1000, 64), dtype, "cuda")
+        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
+        assert flash_triton.autotune_enabled()
+    finally:
+        flash_triton.set_autotune(False)

@@ -1,0 +1,139 @@
+"""Launcher, bandwidth formula and DDP variants, on 2 ranks.
+
+Runs on gloo/CPU, and on NCCL automatically when >= 2 GPUs exist (the
+launcher picks the backend). Process start-up costs seconds, so each heavy
+worker runs once per module (fixtures) and many small tests read its results.
+Worker functions live in impl.distributed._testing (spawn must import them).
+"""
+
+import time
+
+import pytest
+import torch
+
+from impl.distributed import _testing as T
+from impl.distributed import bus_bandwidth, launch
+from impl.distributed.collectives import algorithm_bandwidth
+
+WORLD_SIZE = 2
+MODEL_KINDS = ["mlp", "tied", "frozen"]
+VARIANTS = ["naive", "flat", "individual", "bucketed_per_param", "bucketed_few", "bucketed_one"]
+OPTIMIZERS = ["sgd", "adamw"]
+STEPS, REPS = 4, 5
+TOL = 1e-5
+
+
+# ---------------------------------------------------------------- launcher --
+
+@pytest.fixture(scope="module")
+def smoke_results():
+    return launch(T.report_rank, WORLD_SIZE, args=("hello",), timeout_s=120)
+
+
+def test_launch_returns_results_ordered_by_rank(smoke_results):
+    assert [r["rank"] for r in smoke_results] == list(range(WORLD_SIZE))
+    for r in smoke_results:
+        assert r["world_size"] == WORLD_SIZE
+        assert r["payload"] == "hello"
+        assert r["rank_sum"] == sum(range(WORLD_SIZE))  # the group really communicates
+    expected = "nccl" if torch.cuda.device_count() >= WORLD_SIZE else "gloo"
+    assert smoke_results[0]["backend"] == expected
+
+
+def test_allreduce_benchmark_reports_consistent_numbers(smoke_results):
+    bench = smoke_results[0]["bench"]
+    assert [b["bytes"] for b in bench] == [64, 4096]
+    for b in bench:
+        assert b["median_s"] > 0 and b["mean_s"] > 0
+        assert b["algbw_GBps"] == pytest.approx(b["bytes"] / b["median_s"] / 1e9)
+        assert b["busbw_GBps"] == pytest.approx(b["algbw_GBps"] * 2 * (WORLD_SIZE - 1) / WORLD_SIZE)
+    # max over ranks per iteration: every rank reports the same numbers
+    assert smoke_results[1]["bench"] == bench
+
+
+def test_failing_rank_raises_runtime_error_naming_it():
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as err:
+        launch(T.fail_on_rank, WORLD_SIZE, args=(1,), timeout_s=60)
+    msg = str(err.value)
+    assert "rank 1" in msg
+    assert "deliberate failure" in msg and "Traceback" in msg
+    # the healthy rank was blocked in a barrier; we must not have waited for it
+    assert time.monotonic() - t0 < 60
+
+
+def test_hanging_rank_raises_timeout_error_naming_it():
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError) as err:
+        launch(T.hang_on_rank, WORLD_SIZE, args=(1,), timeout_s=15)
+    assert time.monotonic() - t0 < 30
+    msg = str(err.value)
+    assert "1]" in msg  # "ranks [1] ... did not finish" (rank 0 may be listed if start-up was slow)
+
+
+def test_bad_world_size_is_rejected():
+    with pytest.raises(ValueError, match="world_size"):
+        launch(T.report_rank, 0)
+    too_many = torch.cuda.device_count() + 1
+    with pytest.raises(ValueError, match=rf"world_size={too_many}.*{too_many - 1} GPU"):
+        launch(T.report_rank, too_many, backend="nccl")
+
+
+def test_bus_bandwidth_formula():
+    # nccl-tests: busbw = algbw * 2(n-1)/n
+    assert algorithm_bandwidth(1e9, 0.5) == 2e9
+    assert bus_bandwidth(1e9, 0.5, 1) == 0.0
+    assert bus_bandwidth(1e9, 0.5, 2) == pytest.approx(2e9)
+    assert bus_bandwidth(1e9, 0.5, 4) == pytest.approx(3e9)
+    assert bus_bandwidth(1e9, 0.5, 8) == pytest.approx(3.5e9)
+    with pytest.raises(ValueError):
+        bus_bandwidth(1.0, 1.0, 0)
+
+
+# --------------------------------------------------------------------- DDP --
+
+@pytest.fixture(scope="module")
+def ddp_results():
+    # One launch for all models x variants x optimizers x repetitions.
+    results = launch(
+        T.ddp_equivalence, WORLD_SIZE, args=(MODEL_KINDS, OPTIMIZERS, STEPS, REPS), timeout_s=240
+    )
+    return results
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_ddp_matches_single_process(ddp_results, kind, variant, opt_name):
+    for rank, per_rank in enumerate(ddp_results):
+        r = per_rank[(kind, variant, opt_name)]
+        assert r["moved"] > 1e-3, "training did not change the parameters"
+        assert r["max_diff"] < TOL, f"rank {rank}: max |param - reference| = {r['max_diff']}"
+        assert r["buffers_equal"], "buffers were not broadcast from rank 0"
+        assert r["bytes"] > 0
+        assert r["comm_time_s"] >= 0
+
+
+def test_ddp_leaves_unused_and_frozen_grads_none(ddp_results):
+    for variant in VARIANTS:
+        r = ddp_results[0][("frozen", variant, "sgd")]
+        assert sorted(r["unused_grad_none"]) == ["fc1.weight", "unused"]
+        r = ddp_results[0][("mlp", variant, "sgd")]
+        assert r["unused_grad_none"] == []
+
+
+def test_ddp_counts_each_tied_parameter_once(ddp_results):
+    r = ddp_results[0][("tied", "flat", "sgd")]
+    embed, mix_w, mix_b = 11 * 8, 8 * 8, 8
+    assert r["num_trainable"] == 3
+    assert r["bytes"] == 4 * (embed + mix_w + mix_b)
+
+
+def test_bucket_layouts(ddp_results):
+    for kind in MODEL_KINDS:
+        per_param = ddp_results[0][(kind, "bucketed_per_param", "sgd")]
+        few = ddp_results[0][(kind, "bucketed_few", "sgd")]
+        one = ddp_results[0][(kind, "bucketed_one", "sgd")]
+        assert per_param["num_buckets"] == per_param["num_trainable"]
+        assert 1 < few["num_buckets"] <= few["num_trainable"]
+        assert one["num_buckets"] == 1

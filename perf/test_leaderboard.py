@@ -1,0 +1,134 @@
+"""1.3 leaderboard: forward+backward of `torch.compile(FlashAttentionTriton.apply)`, bf16, causal,
+batch 1 × 16 heads × seq 16384 × d 64, timed with triton.testing.do_bench (median), next to the
+anchors run in the same process: scaled_dot_product_attention restricted to the flash and to the
+cuDNN backend (forward+backward and forward alone), and the forward alone of ours.
+
+Every row checks its output and input gradients against an SDPA reference computed in higher
+precision from the same inputs (fp32 on the GPU, fp64 on the CPU): ours must stay within the
+dtype's relative-error tolerances (impl.sweeps), so a fast wrong kernel fails here; the anchors'
+errors are recorded beside ours. TFLOP/s count causal FLOPs as half (attention_flops); the share
+of the measured matmul peak (matmul_peak fixture) is `mfu`. The CPU smoke runs tiny shapes through
+the Triton interpreter without torch.compile (extra_info["compiled"] says which)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
+from impl.profiling.attention_bench import kernel_time_ms, record_not_run
+from impl.profiling.harness import record_oom, run_benchmark, time_once
+from impl.runtime import free_memory, is_oom, profile_name
+from impl.sweeps import grid
+
+PROBLEM = "leaderboard"
+PROFILE = profile_name()
+G = grid(PROBLEM, PROFILE)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+# Ours first (its fwd+bwd row also pays compilation), then the anchors.
+CASES = [("flash_triton", "fwd_bwd"), ("flash_triton", "fwd"), ("sdpa_flash", "fwd_bwd"), ("sdpa_flash", "fwd"),
+         ("sdpa_cudnn", "fwd_bwd"), ("sdpa_cudnn", "fwd")]
+_STATE: dict = {}  # the compiled function and the reference, built once per process
+
+
+def ours(device):
+    """torch.compile(FlashAttentionTriton.apply) on the GPU; the plain Function on the CPU smoke
+    (compiling a Triton-interpreter kernel there would time the interpreter, not the kernel)."""
+    if "ours" not in _STATE:
+        set_flash_backward("triton")
+        set_flash_autotune(True)
+        compile_ = G["compile"] and device.type == "cuda"
+        _STATE["ours"] = (torch.compile(FlashAttentionTriton.apply) if compile_ else FlashAttentionTriton.apply,
+                          compile_)
+    return _STATE["ours"]
+
+
+def inputs(device):
+    shape = (G["batch"], G["heads"], G["seq"], G["d"])
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v, do = (torch.randn(shape, device=device, dtype=DTYPES[G["dtype"]], generator=g) for _ in range(4))
+    return [t.requires_grad_() for t in (q, k, v)] + [do]
+
+
+def reference(q, k, v, do, device):
+    """SDPA in fp32 (GPU; the default backend choice) or fp64 math (CPU) on the same inputs."""
+    if "ref" not in _STATE:
+        hi = torch.float32 if device.type == "cuda" else torch.float64
+        qh, kh, vh = (t.detach().to(hi).requires_grad_() for t in (q, k, v))
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+        out.backward(do.to(hi))
+        _STATE["ref"] = [t.detach() for t in (out, qh.grad, kh.grad, vh.grad)]
+    return _STATE["ref"]
+
+
+def rel_err(x, ref) -> float:
+    x = x.detach().to(ref.dtype)
+    return float((x - ref).norm() / ref.norm())
+
+
+def attention_fn(impl, device):
+    if impl == "flash_triton":
+        fn, _ = ours(device)
+        return lambda q, k, v: fn(q, k, v, True)
+    backend = BACKENDS[impl]
+
+    def sdpa(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return sdpa
+
+
+@pytest.mark.parametrize("impl,mode", CASES, ids=[f"{i}-{m}" for i, m in CASES])
+def test_leaderboard(benchmark, device, matmul_peak, impl, mode):
+    config = dict(impl=impl, mode=mode, batch=G["batch"], heads=G["heads"], seq=G["seq"], d=G["d"],
+                  dtype=G["dtype"], causal=True)
+    extra = dict(compiled=impl == "flash_triton" and ours(device)[1], tol=G["tol"], **matmul_peak)
+    if impl == "flash_triton" and not extra["compiled"]:
+        extra["note"] = "CPU smoke: FlashAttentionTriton.apply through the Triton interpreter, not compiled"
+    free_memory()
+    attn = attention_fn(impl, device)
+    try:
+        q, k, v, do = inputs(device)
+        ref = reference(q, k, v, do, device)
+        # First call: compilation (ours, fwd+bwd row) and autotuning; its time is recorded, and its
+        # results are what the correctness check reads.
+        res = {}
+
+        def first():
+            res["out"] = attn(q, k, v)
+            res["out"].backward(do)
+        extra["first_call_s"] = time_once(first, device)
+    except Exception as exc:
+        if is_oom(exc):
+            record_oom(benchmark, problem=PROBLEM, config=config, device=device, message=str(exc), extra=extra)
+            return
+        if impl != "flash_triton" and isinstance(exc, RuntimeError):  # an anchor rejects this config
+            record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="unsupported",
+                           reason=str(exc).strip().splitlines()[0][:300], extra=extra)
+            return
+        raise
+    errors = dict(zip(("out", "dq", "dk", "dv"), (rel_err(x, r) for x, r in zip(
+        (res.pop("out"), q.grad, k.grad, v.grad), ref))))
+    extra["rel_err"] = errors
+    if impl == "flash_triton" and mode == "fwd_bwd":
+        extra["graph_breaks"] = sum(torch._dynamo.utils.counters["graph_break"].values())
+
+    fn = (lambda: attn(q, k, v)) if mode == "fwd" else (lambda: attn(q, k, v).backward(do))
+    grads = None if mode == "fwd" else [q, k, v]
+    result = run_benchmark(benchmark, problem=PROBLEM, config=config, fn=fn, device=device, warmup=0, rounds=1,
+                           extra=extra)
+    if result.oom:
+        return
+    ms, timer = kernel_time_ms(fn, device, warmup_ms=G["warmup_ms"], rep_ms=G["rep_ms"], grad_to_none=grads,
+                               cpu_repeats=G["cpu_repeats"])
+    flops = attention_flops(G["batch"] * G["heads"], G["seq"], G["seq"], G["d"], is_causal=True, mode=mode)
+    tflops = flops / (ms * 1e-3) / 1e12
+    info = benchmark.extra_info
+    info.update(do_bench_ms=ms, timer=timer)
+    info.setdefault("metrics", {}).update(do_bench_ms=ms, flops=flops, tflops=tflops,
+                                          mfu=tflops * 1e12 / matmul_peak["peak_flops"])
+    if impl == "flash_triton":
+        tol = G["tol"]
+        assert errors["out"] <= tol["out"], f"output relative error {errors['out']:.2e} > {tol['out']:.0e}"
+        for name in ("dq", "dk", "dv"):
+            assert errors[name] <= tol["grad"], f"{name} relative error {errors[name]:.2e} > {tol['grad']:.0e}"

@@ -1,0 +1,86 @@
+"""1.1 memory_profiling (a)-(e): the 2.7B model at each context, fp32 and bf16 autocast, inference
+forward and a full training step. The benchmark row carries the peaks (b)/(c); configs in
+`snapshot_dtypes` also record one step's allocator history (a second, untimed step: recording
+slows allocation), stored downsampled for the report's timeline figure (a), with the residual-
+stream check (d) and the largest allocations (e). One raw snapshot is saved as an artifact."""
+import os
+from pathlib import Path
+
+import pytest
+
+from impl.model import AdamW
+from impl.profiling.harness import record_oom, run_benchmark
+from impl.profiling.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
+                                   residual_stream_bytes, timeline_data)
+from impl.profiling.steps import ModelCache, make_step, random_batch
+from impl.runtime import free_memory, is_oom, profile_name
+from impl.sweeps import ALL_SIZES, grid
+
+G = grid("memory_profiling", profile_name())
+MODELS = ModelCache()
+ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
+
+
+def _record(model, x, y, dtype, mode, optimizer, device, config, artifact):
+    """Allocator history of one step (after the timed ones, so optimizer state already exists)."""
+    d_model = ALL_SIZES[config["size"]]["d_model"]
+    with MemoryRecorder(device) as rec:
+        phased_step(model, x, y, dtype, mode, optimizer, rec.mark)
+    snap = rec.snapshot
+    out = dict(timeline=timeline_data(snap, rec.marks, G["max_points"]), largest=largest_allocations(snap, top=10))
+    # (d) the residual stream stays in the parameters' dtype (fp32) even under autocast: the
+    # embedding output is fp32 and `x + block(x)` promotes; half-size (batch, seq, d_model) tensors
+    # are the autocast matmul outputs feeding it. Both sizes are looked up.
+    out["residual"] = {str(b): match_allocation(snap, residual_stream_bytes(config["batch"], config["context"], d_model, b))
+                       for b in (4, 2)}
+    if artifact:
+        path = ARTIFACTS / "memory_profiling_{size}_ctx{context}_{dtype}_{mode}.pickle".format(**config)
+        rec.dump(path)
+        out["artifact"] = path.name
+    return out
+
+
+CASES = [(s, c, d, m) for s in G["sizes"] for c in G["contexts"] for d in G["dtypes"] for m in G["modes"]]
+
+
+@pytest.mark.parametrize("size,context,dtype,mode", CASES)
+def test_memory_profiling(benchmark, device, size, context, dtype, mode):
+    batch = G["batch"]
+    config = dict(size=size, context=context, dtype=dtype, mode=mode, batch=batch)
+    try:
+        model = MODELS.get(size, max(G["contexts"]), device)
+        x, y = random_batch(model, batch, context, device)
+    except Exception as exc:  # noqa: BLE001
+        if not is_oom(exc):
+            raise
+        MODELS.clear()
+        record_oom(benchmark, problem="memory_profiling", config=config, device=device, message=str(exc))
+        return
+    optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01) if mode == "train_step" else None
+    fn, setup = make_step(mode, model, x, y, dtype, optimizer)
+    res = run_benchmark(benchmark, problem="memory_profiling", config=config, fn=fn, setup=setup, device=device,
+                        warmup=G["warmup"], rounds=G["rounds"])
+    info = benchmark.extra_info
+    info["residual_bytes"] = {str(b): residual_stream_bytes(batch, context, ALL_SIZES[size]["d_model"], b) for b in (4, 2)}
+    if res.oom:
+        info["snapshot"] = None
+    elif device.type != "cuda":
+        info["snapshot"] = None
+        info["snapshot_skipped"] = "CUDA allocator history needs a GPU (the analysis code is tested on synthetic snapshots)"
+    elif dtype in G["snapshot_dtypes"]:
+        try:
+            info["snapshot"] = _record(model, x, y, dtype, mode, optimizer, device, config,
+                                       artifact=(size, context, dtype, mode) == tuple(G["artifact"]))
+        except Exception as exc:  # noqa: BLE001 - history recording itself can tip a config over
+            if not is_oom(exc):
+                raise
+            info["snapshot"] = None
+            info["snapshot_skipped"] = "out of memory while recording: " + str(exc).splitlines()[0][:200]
+    del fn, setup, optimizer
+    model.zero_grad(set_to_none=True)
+    free_memory()
+    if device.type == "cuda" and not res.oom:
+        assert info["peak_memory_allocated_bytes"] > 0
+        snap = info.get("snapshot")
+        if snap:
+            assert snap["timeline"]["markers_found"] == snap["timeline"]["markers_expected"]

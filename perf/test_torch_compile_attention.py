@@ -1,0 +1,75 @@
+"""1.3 torch_compile (a): `torch.compile(naive_attention)` on the pytorch_attention grid, forward and
+backward timed the same way (impl.profiling.attention_bench.run_attention_passes). The eager side
+of the comparison is the pytorch_attention rows of the same device (same grid, same timer), so the
+GPU time is not spent twice.
+
+Each (d, seq) compiles afresh (dynamo reset, static shapes): the first forward and the first
+backward, which is when AOTAutograd/Inductor compile, are timed once (time_once) and recorded as
+compile_forward_s / compile_backward_s, outside the benchmarked rounds."""
+import pytest
+import torch
+
+from impl.attention import attention_flops, naive_attention
+from impl.attention.memory import naive_attention_memory
+from impl.profiling.attention_bench import Budget, allocated_bytes, record_not_run, run_attention_passes
+from impl.profiling.harness import record_oom, time_once
+from impl.runtime import free_memory, is_oom, profile_name
+from impl.sweeps import grid
+
+PROFILE = profile_name()
+G = grid("torch_compile_attention", PROFILE)
+BUDGET = Budget(G["budget_s"])
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+CASES = [(d, s, m) for d in G["dims"] for s in G["seqs"] for m in ("forward", "backward")]
+_COMPILED: dict = {}  # (d, seq) -> (compiled fn, compile times): one fresh compile per shape
+
+
+def attention_inputs(batch, seq, d, dtype, device, seed=0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    q, k, v, do = (torch.randn(batch, seq, d, device=device, dtype=DTYPES[dtype], generator=g) for _ in range(4))
+    return [t.requires_grad_() for t in (q, k, v)] + [do]
+
+
+def compiled_attention(key, q, k, v, do, device):
+    """Compile for this shape; the first forward and backward calls are the compile costs."""
+    if key not in _COMPILED:
+        _COMPILED.clear()
+        torch._dynamo.reset()
+        fn = torch.compile(lambda a, b, c: naive_attention(a, b, c, is_causal=False), backend=G["backend"],
+                           dynamic=False)
+        holder = []
+        fwd_s = time_once(lambda: holder.append(fn(q, k, v)), device)
+        bwd_s = time_once(lambda: holder.pop().backward(do), device)
+        for t in (q, k, v):
+            t.grad = None
+        _COMPILED[key] = (fn, dict(compile_forward_s=fwd_s, compile_backward_s=bwd_s))
+    return _COMPILED[key]
+
+
+@pytest.mark.parametrize("d_model,seq,mode", CASES, ids=[f"d{d}-seq{s}-{m}" for d, s, m in CASES])
+def test_torch_compile_attention(benchmark, device, d_model, seq, mode):
+    batch, dtype = G["batch"], G["dtype"]
+    config = dict(batch=batch, d_model=d_model, seq=seq, mode=mode, dtype=dtype, causal=False,
+                  impl="compiled", backend=G["backend"])
+    extra = dict(study="attention", derived_memory=naive_attention_memory(batch, seq, d_model, dtype).as_dict(),
+                 eager_rows="pytorch_attention")
+    if BUDGET.exhausted():
+        record_not_run(benchmark, problem="torch_compile", config=config, device=device, kind="left_out",
+                       reason=BUDGET.reason(), extra=extra)
+        return
+    free_memory()
+    baseline = allocated_bytes(device)
+    try:
+        q, k, v, do = attention_inputs(batch, seq, d_model, dtype, device)
+        fn, compile_times = compiled_attention((d_model, seq), q, k, v, do, device)
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        _COMPILED.clear()
+        record_oom(benchmark, problem="torch_compile", config=config, device=device, message=str(exc), extra=extra)
+        return
+    extra.update(compile_times)
+    flops = attention_flops(batch, seq, seq, d_model, is_causal=False, mode="fwd" if mode == "forward" else "bwd")
+    run_attention_passes(benchmark, problem="torch_compile", config=config, attn=fn, q=q, k=k, v=v, grad_out=do,
+                         mode=mode, device=device, warmup=G["warmup"], rounds=G["rounds"], flops=flops,
+                         baseline=baseline, extra=extra)

@@ -1,0 +1,352 @@
+"""Closed-form memory and communication models (pure Python, no torch), tested in
+correctness/test_accounting.py and printed by the report through perf/test_communication_accounting.py.
+
+Units: bytes, seconds, FLOP. Decimal GB (1e9 bytes) where a device capacity is quoted ("H100 80GB",
+"v5p 95GB"), since that is how the assignment states capacities. Every constant of the assignment is
+a named parameter whose default is the assignment's value.
+
+Sections:
+  1. model memory: parameters, gradients, AdamW state, activations autograd saves (basics LM)
+  2. communication_accounting (assignment 2.4): the XXL FFN stack, FSDP sharding, TPU v5p batch
+  3. ddp_overlap_bucketed (b): bucket overhead model, and the latency/bandwidth fit for all-reduce
+  4. per-rank communication volumes of DDP, the simple sharded optimizer, ZeRO-1 and FSDP
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+FP32, BF16 = 4, 2
+
+# ----------------------------------------------------------------------------------------------
+# 1. Model memory
+
+
+def param_bytes(n_params: int, bytes_per: int = FP32) -> int:
+    return n_params * bytes_per
+
+
+def grad_bytes(n_params: int, bytes_per: int = FP32) -> int:
+    """Gradients have the parameters' dtype (fp32 master weights → fp32 grads, also under autocast)."""
+    return n_params * bytes_per
+
+
+def adam_state_bytes(n_params: int, bytes_per: int = FP32) -> int:
+    """AdamW keeps two moments (m, v) per parameter in fp32; the step counter is a scalar and ignored."""
+    return 2 * n_params * bytes_per
+
+
+def training_state_bytes(n_params: int, bytes_per: int = FP32) -> int:
+    """Parameters + gradients + AdamW moments, all fp32: 16 bytes per parameter."""
+    return param_bytes(n_params, bytes_per) + grad_bytes(n_params, bytes_per) + adam_state_bytes(n_params, bytes_per)
+
+
+def residual_stream_bytes(batch: int, seq: int, d_model: int, bytes_per_elem: int = FP32) -> int:
+    """One (batch, seq, d_model) activation tensor, e.g. the input of one Transformer block."""
+    return batch * seq * d_model * bytes_per_elem
+
+
+def activation_breakdown(batch: int, seq: int, d_model: int, d_ff: int, num_heads: int, num_layers: int,
+                         vocab: int = 10_000, bytes_per: int = FP32) -> dict[str, int]:
+    """Bytes that autograd keeps alive from the end of the forward pass into backward, for the basics
+    Transformer LM (impl.model) with naive attention and our cross-entropy, in fp32 without autocast.
+
+    Counted per block (b=batch, s=seq, d=d_model, f=d_ff, h=num_heads, hd=d/h), from what each op's
+    backward needs:
+      RMSNorm ×2   input x (bsd), rsqrt result (bs), x·rms (bsd)           pow, rsqrt, the two muls
+      norm outputs ×2  (bsd): inputs of q/k/v projections and of w1/w3
+      RoPE tables  cos/sin gathered at the positions, per call (q and k): 2·s·hd
+                   (mul by a constant table saves the table, not the rotated input)
+      q, k after RoPE (2·bsd): inputs of QK^T;  v as a contiguous copy (bsd): input of PV
+      causal mask  (s·s bools, 1 byte each): kept by masked_fill
+      softmax probs (b·h·s·s): kept by softmax and by PV. The raw and masked scores are NOT kept:
+                   division by a constant and masked_fill need no input for their gradient
+      attention output, heads merged (bsd): input of the output projection
+      SwiGLU       w1x, sigmoid(w1x), silu(w1x), w3x, silu·w3x (5·bsf)
+    Outside the blocks: final RMSNorm (2·bsd + bs), its output (bsd, LM-head input), and in
+    cross-entropy the shifted logits (logits − max, bsV: gather's backward keeps its whole input,
+    though it needs only the shape), their exp (bsV) and its row sums (bs). The raw logits are freed.
+    Not counted: parameters, buffers, token ids and targets (the caller's inputs).
+    Under bf16 autocast the mix changes (bf16 copies for matmuls, fp32 norms); `bytes_per` then only
+    gives a uniform-size estimate."""
+    b, s, d, f, h = batch, seq, d_model, d_ff, num_heads
+    hd = d // h
+    bsd = b * s * d
+    per_block = {
+        "rmsnorm (x, rms, x*rms) x2": 2 * (2 * bsd + b * s) * bytes_per,
+        "norm outputs (matmul inputs) x2": 2 * bsd * bytes_per,
+        "rope cos/sin tables": 2 * s * hd * bytes_per,
+        "q, k after rope": 2 * bsd * bytes_per,
+        "v (contiguous copy)": bsd * bytes_per,
+        "causal mask (bool)": s * s,
+        "softmax probs (b,h,s,s)": b * h * s * s * bytes_per,
+        "attention output (merged heads)": bsd * bytes_per,
+        "swiglu w1x, sigmoid, silu, w3x, product": 5 * b * s * f * bytes_per,
+    }
+    out = {f"blocks: {k}": num_layers * v for k, v in per_block.items()}
+    out["final rmsnorm + lm-head input"] = (3 * bsd + b * s) * bytes_per
+    out["cross-entropy shifted logits, exp, row sums"] = (2 * b * s * vocab + b * s) * bytes_per
+    return out
+
+
+def activation_bytes(batch: int, seq: int, d_model: int, d_ff: int, num_heads: int, num_layers: int,
+                     vocab: int = 10_000, bytes_per: int = FP32) -> int:
+    """Total of activation_breakdown (see there for exactly which tensors are counted)."""
+    return sum(activation_breakdown(batch, seq, d_model, d_ff, num_heads, num_layers, vocab, bytes_per).values())
+
+
+def attention_scores_bytes(batch: int, seq: int, num_heads: int, bytes_per: int = FP32) -> int:
+    """One (b, h, s, s) score/probability matrix: the term that makes naive attention quadratic."""
+    return batch * num_heads * seq * seq * bytes_per
+
+
+ZERO_STAGES = {0: "DDP (replicated)", 1: "optimizer state sharded (simple sharded optimizer / ZeRO-1)",
+               2: "+ gradients sharded (ZeRO-2)", 3: "+ parameters sharded (ZeRO-3 / FSDP)"}
+
+
+def memory_breakdown(n_params: int, world_size: int = 1, zero_stage: int = 0, activations: int = 0,
+                     bytes_per: int = FP32) -> dict[str, float]:
+    """Per-rank bytes of parameters, gradients and AdamW state (all fp32 by default), plus the
+    caller's activation bytes (never sharded here: each rank holds those of its own micro-batch).
+
+    zero_stage 0 = plain DDP; 1 = optimizer state ÷ world (what both the simple sharded optimizer and
+    ZeRO-1 do: they differ in communication, not memory); 2 also shards gradients; 3 also parameters.
+    Sharding is taken as ideal (÷ world); a by-parameter balance leaves the largest shard slightly
+    above that."""
+    if zero_stage not in ZERO_STAGES:
+        raise ValueError(f"zero_stage must be one of {sorted(ZERO_STAGES)}, got {zero_stage}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    n = world_size
+    out = {
+        "parameters": param_bytes(n_params, bytes_per) / (n if zero_stage >= 3 else 1),
+        "gradients": grad_bytes(n_params, bytes_per) / (n if zero_stage >= 2 else 1),
+        "optimizer_state": adam_state_bytes(n_params, bytes_per) / (n if zero_stage >= 1 else 1),
+        "activations": float(activations),
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. communication_accounting: the XXL model (126 blocks of two linears, no attention/embeddings)
+
+XXL = dict(d_model=16384, d_ff=53248, num_blocks=126)
+H100_BYTES = 80e9   # "H100 80GB"
+V5P_BYTES = 95e9    # "1 v5p TPU (95GB per device)"
+
+
+def xxl_params(d_model: int = XXL["d_model"], d_ff: int = XXL["d_ff"], num_blocks: int = XXL["num_blocks"]) -> int:
+    """Each block: d_model→d_ff and d_ff→d_model, no biases."""
+    return num_blocks * 2 * d_model * d_ff
+
+
+def xxl_state_bytes(d_model: int = XXL["d_model"], d_ff: int = XXL["d_ff"], num_blocks: int = XXL["num_blocks"],
+                    bytes_per: int = FP32) -> dict[str, int]:
+    """(a) fp32 master weights, accumulated gradients and AdamW state (m, v)."""
+    p = xxl_params(d_model, d_ff, num_blocks)
+    out = {"master_weights": param_bytes(p, bytes_per), "gradients": grad_bytes(p, bytes_per),
+           "optimizer_state": adam_state_bytes(p, bytes_per)}
+    out["total"] = sum(out.values())
+    return out
+
+
+def xxl_activation_bytes(tokens: int, d_model: int = XXL["d_model"], d_ff: int = XXL["d_ff"],
+                         num_blocks: int = XXL["num_blocks"], act_bytes: int = BF16) -> int:
+    """(a) activations saved for backward in bf16: per block and token, the input of each linear
+    (d_model for the first, d_ff for the second); a linear's weight gradient needs its input and
+    nothing else. (Any nonlinearity between the two linears would add its own input; the model
+    as stated has none.)"""
+    return tokens * num_blocks * (d_model + d_ff) * act_bytes
+
+
+def devices_needed(nbytes: float, device_bytes: float = H100_BYTES) -> int:
+    return math.ceil(nbytes / device_bytes)
+
+
+def fsdp_bytes_per_device(n_fsdp: int, tokens: int = 0, activation_shared_fraction: float = 0.5,
+                          **xxl) -> float:
+    """(b) Per-device bytes when master weights, gradients, optimizer state and half of the
+    activations (every second layer's) are sharded over N_FSDP devices:
+
+        M(N) = S / N + A·φ / N + A·(1−φ),   S = 16·P (fp32 state),  A = activations of `tokens`, φ = 0.5
+
+    `tokens` is the batch whose activations A are counted (the (a) quantity); the unsharded half
+    stays whole on every device."""
+    s = xxl_state_bytes(**xxl)["total"]
+    a = xxl_activation_bytes(tokens, **xxl)
+    phi = activation_shared_fraction
+    return s / n_fsdp + a * phi / n_fsdp + a * (1 - phi)
+
+
+def min_fsdp_devices(tokens: int = 0, device_bytes: float = V5P_BYTES, activation_shared_fraction: float = 0.5,
+                     **xxl) -> int | None:
+    """(b) Smallest N_FSDP with M(N) < device_bytes; None when the unsharded activations alone do not
+    fit (then no N helps). Solves (S + A·φ) / N < cap − A·(1−φ) for N."""
+    s = xxl_state_bytes(**xxl)["total"]
+    a = xxl_activation_bytes(tokens, **xxl)
+    phi = activation_shared_fraction
+    room = device_bytes - a * (1 - phi)
+    if room <= 0:
+        return None
+    n = math.floor((s + a * phi) / room) + 1  # strict "<": the smallest integer above the ratio
+    assert fsdp_bytes_per_device(n, tokens, phi, **xxl) < device_bytes
+    return n
+
+
+TPU_V5P = dict(w_ici=2 * 9e10, c=4.6e14, m_x=2, m_y=1, x=16, y=4)
+
+
+def fsdp_tp_forward_times(tokens: float, d_model: int = XXL["d_model"], d_ff: int = XXL["d_ff"],
+                          w_ici: float = TPU_V5P["w_ici"], c: float = TPU_V5P["c"], m_x: int = TPU_V5P["m_x"],
+                          m_y: int = TPU_V5P["m_y"], x: int = TPU_V5P["x"], y: int = TPU_V5P["y"],
+                          comm_bytes: int = BF16) -> dict[str, float]:
+    """(c) Forward time of one block (two linears) on an X (FSDP) × Y (TP) mesh, following the
+    Scaling Book's FSDP + tensor-parallel analysis. `tokens` = global batch B in tokens, N = X·Y chips:
+
+      T_math = 2 matmuls · 2·B·D·F FLOP / (N·C)
+      T_FSDP = all-gather over X of both weight matrices' TP slice, bf16: 2·(D·F/Y)·2 bytes
+               at M_X·W_ici (all-gather cost ≈ bytes / bandwidth of the links used; (X−1)/X ≈ 1)
+      T_TP   = all-gather of the input activations and reduce-scatter of the output over Y,
+               each (B/X)·D bf16 values, at M_Y·W_ici
+    """
+    n = x * y
+    t_math = 2 * 2 * tokens * d_model * d_ff / (n * c)
+    t_fsdp = 2 * comm_bytes * d_model * d_ff / y / (w_ici * m_x)
+    t_tp = 2 * comm_bytes * tokens * d_model / x / (w_ici * m_y)
+    return {"t_math": t_math, "t_fsdp": t_fsdp, "t_tp": t_tp}
+
+
+def compute_bound_batch(d_model: int = XXL["d_model"], d_ff: int = XXL["d_ff"], w_ici: float = TPU_V5P["w_ici"],
+                        c: float = TPU_V5P["c"], m_x: int = TPU_V5P["m_x"], m_y: int = TPU_V5P["m_y"],
+                        x: int = TPU_V5P["x"], y: int = TPU_V5P["y"], comm_bytes: int = BF16) -> dict[str, float]:
+    """(c) Per-device token batch b = B/N at which the forward is compute bound on the fixed X×Y mesh.
+
+    With α = C / W_ici and communication overlapped with compute (the two collectives use different
+    mesh axes, so they also overlap each other): T_math ≥ max(T_FSDP, T_TP).
+      T_math ≥ T_FSDP  ⇔  b ≥ α / (M_X · Y)            (weights gathered once, amortised over b)
+      T_math ≥ T_TP    ⇔  F ≥ α · Y / M_Y              (independent of the batch: a check, not a bound)
+    Also returned: the bound if the two collectives serialise (T_math ≥ T_FSDP + T_TP), and the Scaling
+    Book's closed form α² / (M_X·M_Y·F), which holds when X is chosen optimally for the batch
+    (X_opt = sqrt(B·M_X·N / (F·M_Y))) rather than fixed; that X is reported too."""
+    n = x * y
+    alpha = c / w_ici
+    # comm_bytes / 2 rescales the bf16 (2-byte) derivation to another wire dtype.
+    k = comm_bytes / 2
+    b_fsdp = k * alpha / (m_x * y)
+    tp_ok = d_ff >= k * alpha * y / m_y
+    denom = 1 - k * alpha * y / (m_y * d_ff)
+    b_serial = b_fsdp / denom if denom > 0 else math.inf
+    b_book = (k * alpha) ** 2 / (m_x * m_y * d_ff)
+    per_device = math.ceil(b_fsdp)
+    return {
+        "alpha": alpha, "n_chips": n,
+        "per_device_tokens": b_fsdp, "per_device_tokens_int": per_device, "global_tokens": b_fsdp * n,
+        "global_tokens_int": per_device * n, "tp_compute_bound": tp_ok,
+        "per_device_tokens_serialised": b_serial, "global_tokens_serialised": b_serial * n,
+        "book_optimal_x_per_device_tokens": b_book,
+        "book_optimal_x": math.sqrt(b_book * n * n * m_x / (d_ff * m_y)),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. ddp_overlap_bucketed (b): bucket overhead model; latency/bandwidth fit of all-reduce timings
+
+
+def bucketed_overhead(total_bytes: float, n_buckets: float, per_call_overhead: float, bandwidth: float) -> float:
+    """Time left after backward ends, T(n_b) = n_b·o + s / (n_b·w).
+
+    Assumptions (the assignment's): n_b equal buckets of s/n_b bytes; computing a bucket's gradients
+    takes as long as communicating it, so every bucket but the last is hidden behind backward and
+    the last one's transfer, s/(n_b·w), is exposed; each all-reduce call costs a fixed o that does
+    not overlap (launch/synchronisation). w is the all-reduce *algorithm* bandwidth (bytes per rank
+    ÷ time), as the assignment defines it."""
+    if n_buckets <= 0:
+        raise ValueError("n_buckets must be positive")
+    return n_buckets * per_call_overhead + total_bytes / (n_buckets * bandwidth)
+
+
+def optimal_n_buckets(total_bytes: float, per_call_overhead: float, bandwidth: float) -> float:
+    """dT/dn_b = o − s/(n_b²·w) = 0  ⇒  n_b* = sqrt(s / (o·w))."""
+    return math.sqrt(total_bytes / (per_call_overhead * bandwidth))
+
+
+def optimal_bucket_bytes(total_bytes: float, per_call_overhead: float, bandwidth: float) -> float:
+    """s / n_b* = sqrt(s·o·w)."""
+    return math.sqrt(total_bytes * per_call_overhead * bandwidth)
+
+
+def min_bucketed_overhead(total_bytes: float, per_call_overhead: float, bandwidth: float) -> float:
+    """T(n_b*) = 2·sqrt(s·o / w): both terms equal at the optimum."""
+    return 2 * math.sqrt(total_bytes * per_call_overhead / bandwidth)
+
+
+def overhead_for_bucket_size(total_bytes: float, bucket_bytes: float, per_call_overhead: float,
+                             bandwidth: float) -> float:
+    """T at n_b = max(1, s / bucket_bytes) (a bucket larger than the model is one bucket)."""
+    return bucketed_overhead(total_bytes, max(1.0, total_bytes / bucket_bytes), per_call_overhead, bandwidth)
+
+
+def fit_latency_bandwidth(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> tuple[float, float]:
+    """Least-squares fit of t = o + S/w to all-reduce timings; returns (o seconds, w bytes/s).
+
+    S must be each rank's buffer size, so w is the algorithm bandwidth (nccl-tests `algbw` = S/t at
+    large S), the w of bucketed_overhead; bus bandwidth is bus_bandwidth(w, n). Needs ≥ 2 distinct
+    sizes; a fitted intercept below zero (noise at tiny sizes) is returned as is, for the caller to see."""
+    xs, ys = [float(v) for v in sizes_bytes], [float(v) for v in times_s]
+    if len(xs) != len(ys) or len(set(xs)) < 2:
+        raise ValueError("need matching lists with at least two distinct sizes")
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((a - mx) ** 2 for a in xs)
+    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sxx
+    if slope <= 0:
+        raise ValueError("time does not grow with size: no bandwidth can be fitted")
+    return my - slope * mx, 1.0 / slope
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """nccl-tests algorithm bandwidth: bytes per rank ÷ time."""
+    return nbytes / seconds
+
+
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+
+
+def bus_bandwidth(alg_bandwidth: float, world_size: int, op: str = "all_reduce") -> float:
+    """nccl-tests bus bandwidth: algbw × the op's factor (all-reduce 2(n−1)/n), comparable to link
+    bandwidth whatever n is."""
+    return alg_bandwidth * BUS_FACTOR[op](world_size)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Per-rank communication volume per training step (bytes each rank sends, = bytes it receives
+#    for these ring algorithms). Ψ = bytes of the full gradient (= of the parameters, same dtype).
+
+
+def ring_all_reduce_bytes(psi: float, n: int) -> float:
+    """Ring all-reduce = reduce-scatter + all-gather: 2·(n−1)/n·Ψ per rank."""
+    return 2 * (n - 1) / n * psi
+
+
+def ring_reduce_scatter_bytes(psi: float, n: int) -> float:
+    return (n - 1) / n * psi
+
+
+def ring_all_gather_bytes(psi: float, n: int) -> float:
+    return (n - 1) / n * psi
+
+
+def comm_volume_per_rank(psi: float, n: int) -> dict[str, float]:
+    """Per-rank bytes per step:
+      ddp             all-reduce of the gradients                         2(n−1)/n·Ψ
+      sharded_simple  all-reduce of gradients, then each owner broadcasts its updated shard
+                      (n broadcasts of Ψ/n; a rank receives all shards but its own)  3(n−1)/n·Ψ
+      zero1           reduce-scatter of gradients to the shard owners, all-gather of the updated
+                      parameters                                           2(n−1)/n·Ψ (= DDP)
+      fsdp            all-gather of parameters in forward and again in backward, reduce-scatter of
+                      gradients                                             3(n−1)/n·Ψ
+    With n = 1 every volume is zero."""
+    ar, rs, ag = ring_all_reduce_bytes(psi, n), ring_reduce_scatter_bytes(psi, n), ring_all_gather_bytes(psi, n)
+    return {"ddp": ar, "sharded_simple": ar + ag, "zero1": rs + ag, "fsdp": 2 * ag + rs}

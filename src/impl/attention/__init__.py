@@ -1,0 +1,121 @@
+"""Attention implementations: naive, FlashAttention-2 in PyTorch and in Triton.
+
+Causal masking everywhere is top-left aligned (query ``i`` attends to keys
+``j <= i``), matching ``torch.nn.functional.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .flash_backward import compiled_flash_backward, flash_backward
+from .flash_torch import FlashAttentionTorch, validate_inputs
+from .naive import naive_attention
+
+try:
+    from . import flash_triton
+    from .flash_triton import FlashAttentionTriton
+except ImportError as _triton_import_error:  # triton is only a dependency on Linux
+    flash_triton = None
+    _TRITON_ERROR = repr(_triton_import_error)
+
+    class FlashAttentionTriton:  # type: ignore[no-redef]
+        """Placeholder used when triton cannot be imported."""
+
+        @staticmethod
+        def apply(*args, **kwargs):
+            raise ImportError(f"FlashAttentionTriton needs triton, which failed to import: {_TRITON_ERROR}")
+
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
+
+ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "sdpa")
+
+
+def _naive(q, k, v, is_causal=False):
+    return naive_attention(q, k, v, is_causal)
+
+
+def _flash_torch(q, k, v, is_causal=False):
+    return FlashAttentionTorch.apply(q, k, v, is_causal)
+
+
+def _flash_triton(q, k, v, is_causal=False):
+    return FlashAttentionTriton.apply(q, k, v, is_causal)
+
+
+def _sdpa(q, k, v, is_causal=False):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+
+_BY_NAME = {"naive": _naive, "flash_torch": _flash_torch, "flash_triton": _flash_triton, "sdpa": _sdpa}
+
+
+def attention_by_name(name: str) -> AttentionFn:
+    """Return ``f(q, k, v, is_causal) -> o`` for "naive", "flash_torch", "flash_triton", "sdpa"."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown attention implementation {name!r}; expected one of {ATTENTION_NAMES}") from None
+
+
+_BACKWARD_KINDS = ("triton", "compiled")
+
+
+def set_flash_backward(kind: str) -> None:
+    """Select FlashAttentionTriton's backward: "triton" (default) or "compiled".
+
+    Same as setting ``impl.attention.flash_triton.BACKWARD``.
+    """
+    if kind not in _BACKWARD_KINDS:
+        raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
+    if flash_triton is not None:
+        flash_triton.set_backward(kind)
+
+
+def get_flash_backward() -> str:
+    return flash_triton.BACKWARD if flash_triton is not None else "triton"
+
+
+def set_flash_autotune(enabled: bool) -> None:
+    """Autotune the Triton kernels (default) or use one fixed config per kernel (faster tests)."""
+    if flash_triton is not None:
+        flash_triton.set_autotune(enabled)
+
+
+def attention_flops(batch_heads: int, seq_q: int, seq_k: int, d: int, is_causal: bool = False,
+                    mode: str = "fwd") -> float:
+    """Matmul FLOPs of attention.
+
+    Forward = 4 * B * Sq * Sk * d (QK^T and PV, 2 FLOPs per MAC), halved when
+    causal; backward = 2.5x forward; "fwd_bwd" = 3.5x forward.
+    """
+    fwd = 4.0 * batch_heads * seq_q * seq_k * d
+    if is_causal:
+        fwd /= 2.0
+    mode_l = mode.lower()
+    if mode_l in ("fwd", "forward"):
+        return fwd
+    if mode_l in ("bwd", "backward"):
+        return 2.5 * fwd
+    if mode_l in ("fwd_bwd", "fwd+bwd", "forward_backward", "both"):
+        return 3.5 * fwd
+    raise ValueError(f"unknown mode {mode!r}; expected 'fwd', 'bwd' or 'fwd_bwd'")
+
+
+__all__ = [
+    "ATTENTION_NAMES",
+    "FlashAttentionTorch",
+    "FlashAttentionTriton",
+    "attention_by_name",
+    "attention_flops",
+    "compiled_flash_backward",
+    "flash_backward",
+    "get_flash_backward",
+    "naive_attention",
+    "set_flash_autotune",
+    "set_flash_backward",
+    "validate_inputs",
+]

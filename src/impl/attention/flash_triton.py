@@ -1,0 +1,599 @@
+"""FlashAttention-2 in Triton: forward and backward kernels + autograd Function.
+
+Layout / conventions
+--------------------
+* Inputs are ``(batch, seq, d)`` or ``(batch, heads, seq, d)`` (more leading
+  dims are flattened).  Kernels take explicit strides of a 4-D
+  ``(B, H, S, d)`` view, so non-contiguous inputs (e.g. ``x.transpose(1, 2)`` of a
+  ``(B, S, H, d)`` tensor) are used without copies.
+* Causal masking is **top-left aligned**, exactly like PyTorch's
+  ``scaled_dot_product_attention(is_causal=True)``: query ``i`` attends to keys
+  ``j <= i``.  ``seq_q != seq_k`` is allowed with and without masking.
+* The head dim (16..128, any value, e.g. 80) is padded to the next power of two
+  (``BLOCK_D``) with masked loads/stores; sequence lengths need not be tile
+  multiples.
+* Softmax uses base-2 exponentials with ``scale * log2(e)`` folded into the
+  scores; the saved ``L`` is the natural-log logsumexp in float32 with shape
+  ``q.shape[:-1]``.
+* The forward kernel splits the key loop in two: tiles entirely below the
+  causal diagonal and inside ``seq_k`` run without any masking, only the
+  diagonal / ragged-tail tiles apply masks (causal masked scores use -1e6).
+  Key tiles entirely above the diagonal are skipped via the loop bound.
+* Backward: a preprocessing kernel computes ``D = rowsum(O * dO)``; one kernel
+  computes dK, dV (grid over key tiles, looping over query tiles starting at
+  the diagonal for causal); one kernel computes dQ (grid over query tiles,
+  looping over key tiles up to the diagonal).  No atomics.  fp32 accumulation,
+  outputs in the input dtype.
+* The backward implementation is chosen by the module-level ``BACKWARD``
+  (``"triton"``, the default, or ``"compiled"`` for the ``torch.compile``'d
+  PyTorch backward of :mod:`impl.attention.flash_backward`).
+
+Autotuning: configs come from functions that check
+``os.environ.get("TRITON_INTERPRET") == "1"`` at import time; under the
+interpreter a single small config is used (autotuning there would run every
+config through the slow interpreter, and GPU-sized tiles are slow to emulate).
+
+Importing this module never touches CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from typing import List, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from .flash_backward import compiled_flash_backward
+from .flash_torch import validate_inputs
+
+Tensor = torch.Tensor
+
+#: Backward implementation used by FlashAttentionTriton: "triton" or "compiled".
+BACKWARD = "triton"
+_BACKWARD_KINDS = ("triton", "compiled")
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+# triton.jit decides at decoration time whether kernels run in the interpreter.
+_INTERPRETED = _interpreting()
+
+
+# ---------------------------------------------------------------------------
+# Autotune configs
+# ---------------------------------------------------------------------------
+
+# Keyed on a power-of-two bucket of the sequence length, capped: past a few thousand keys the
+# best tile no longer changes, and exact lengths would re-tune (and re-benchmark ~20 configs) for
+# every new shape of a sweep. Triton adds the tensor dtypes to the key itself.
+_AUTOTUNE_KEY = ["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"]
+_SEQ_BUCKET_CAP = 4096
+
+
+def _seq_bucket(n_q: int, n_k: int) -> int:
+    return min(max(16, triton.next_power_of_2(max(n_q, n_k))), _SEQ_BUCKET_CAP)
+
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) that fit in shared memory for every supported
+# dtype and head dim (fp32 with d=128 included); used when autotuning is switched off.
+_FWD_SAFE = (64, 64, 4, 2)
+_BWD_KV_SAFE = (32, 64, 4, 2)
+_BWD_Q_SAFE = (64, 32, 4, 2)
+
+
+def _config(shape) -> triton.Config:
+    m, n, w, s = shape
+    return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+
+
+def _fwd_configs() -> List[triton.Config]:
+    if _interpreting():
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    shapes = [
+        (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 32, 4, 4),
+        (64, 64, 4, 3), (64, 32, 4, 4), _FWD_SAFE,
+    ]
+    return [_config(shape) for shape in shapes]
+
+
+def _bwd_kv_configs() -> List[triton.Config]:
+    # BLOCK_N: key tile held by the program; BLOCK_M: query tile of the loop.
+    if _interpreting():
+        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
+    shapes = [
+        (32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 3), _BWD_KV_SAFE,
+    ]
+    return [_config(shape) for shape in shapes]
+
+
+def _bwd_q_configs() -> List[triton.Config]:
+    # BLOCK_M: query tile held by the program; BLOCK_N: key tile of the loop.
+    if _interpreting():
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    shapes = [
+        (128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 3), _BWD_Q_SAFE,
+    ]
+    return [_config(shape) for shape in shapes]
+
+
+_PRE_BLOCK_M = 32 if _interpreting() else 64
+
+
+# ---------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------
+
+@triton.jit
+def _load_tile(ptrs, offs_r, n_r, offs_d, CHECK_R: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Load a (rows, BLOCK_D) tile; rows masked when CHECK_R, d masked when padded."""
+    if CHECK_R:
+        if BLOCK_D == HEAD_DIM:
+            x = tl.load(ptrs, mask=offs_r[:, None] < n_r, other=0.0)
+        else:
+            x = tl.load(ptrs, mask=(offs_r[:, None] < n_r) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    else:
+        if BLOCK_D == HEAD_DIM:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    return x
+
+
+@triton.jit
+def _store_tile(ptrs, x, offs_r, n_r, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    if BLOCK_D == HEAD_DIM:
+        tl.store(ptrs, x, mask=offs_r[:, None] < n_r)
+    else:
+        tl.store(ptrs, x, mask=(offs_r[:, None] < n_r) & (offs_d[None, :] < HEAD_DIM))
+
+
+# ---------------------------------------------------------------------------
+# Forward
+# ---------------------------------------------------------------------------
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                    offs_m, offs_d, lo, hi, N_K, qk_scale,
+                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                    MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """Online-softmax loop over key tiles [lo, hi).  MASKED: apply bounds/causal masks."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + offs_n0
+        k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                       offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
+        qk = tl.dot(q, tl.trans(k)) * qk_scale  # base-2 scaled scores
+        if MASKED:
+            valid = offs_n[None, :] < N_K
+            if IS_CAUSAL:
+                valid = valid & (offs_m[:, None] >= offs_n[None, :])
+            qk = tl.where(valid, qk, -1.0e6)
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                       offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.autotune(configs=_fwd_configs(), key=_AUTOTUNE_KEY)
+@triton.jit
+def _attn_fwd(Q, K, V, O, L,
+              stride_qb, stride_qh, stride_qs, stride_qd,
+              stride_kb, stride_kh, stride_ks, stride_kd,
+              stride_vb, stride_vh, stride_vs, stride_vd,
+              stride_ob, stride_oh, stride_os, stride_od,
+              H, N_Q, N_K, SEQ_BUCKET, qk_scale,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    if IS_CAUSAL:
+        # Causal work grows with the query tile index: launch the heaviest tiles first.
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    q_base = Q + b * stride_qb + h * stride_qh
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    o_base = O + b * stride_ob + h * stride_oh
+
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
+                   offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Key tiles [0, mid) are full and (for causal) entirely below the diagonal:
+    # no masks.  Tiles [mid, hi) hold the diagonal and/or the ragged tail.
+    n_full = (N_K // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        mid = tl.minimum((start_m // BLOCK_N) * BLOCK_N, n_full)
+        hi = tl.minimum(start_m + BLOCK_M, N_K)  # skip tiles above the diagonal
+    else:
+        mid = n_full
+        hi = N_K
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+                                    offs_m, offs_d, 0, mid, N_K, qk_scale,
+                                    BLOCK_N, HEAD_DIM, BLOCK_D, False, IS_CAUSAL)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+                                    offs_m, offs_d, mid, hi, N_K, qk_scale,
+                                    BLOCK_N, HEAD_DIM, BLOCK_D, True, IS_CAUSAL)
+
+    acc = acc / l_i[:, None]
+    _store_tile(o_base + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
+                acc.to(O.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, BLOCK_D)
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
+    tl.store(L + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+
+
+# ---------------------------------------------------------------------------
+# Backward
+# ---------------------------------------------------------------------------
+
+@triton.jit
+def _attn_bwd_preprocess(O, DO, Delta,
+                         stride_ob, stride_oh, stride_os, stride_od,
+                         stride_dob, stride_doh, stride_dos, stride_dod,
+                         H, N_Q,
+                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Delta = rowsum(O * dO) in fp32, shape (B*H, N_Q)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    o = _load_tile(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
+                   offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+    do = _load_tile(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod,
+                    offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+
+
+@triton.jit
+def _attn_bwd_kv_inner(dk, dv, k, v, q_base, do_base, l_base, d_base,
+                       stride_qs, stride_qd, stride_dos, stride_dod,
+                       offs_n, offs_d, lo, hi, N_Q, qk_scale,
+                       BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                       MASKED: tl.constexpr):
+    """Accumulate dK, dV of one key tile over query tiles [lo, hi).
+
+    Works on transposed scores (keys x queries).  Out-of-range query rows are
+    loaded as zeros (Q, dO, L, Delta), which makes their contribution exactly 0.
+    Out-of-range key rows (K = V = 0) may produce large/inf values, but only in
+    their own rows of dK/dV, which are never stored.
+    MASKED applies the causal mask (the diagonal tiles).
+    """
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + offs_m0
+        q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
+                       offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+        do = _load_tile(do_base + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod,
+                        offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+        m_mask = offs_m < N_Q
+        lse2 = tl.load(l_base + offs_m, mask=m_mask, other=0.0) * 1.4426950408889634
+        delta = tl.load(d_base + offs_m, mask=m_mask, other=0.0)
+        qkT = tl.dot(k, tl.trans(q)) * qk_scale
+        pT = tl.math.exp2(qkT - lse2[None, :])
+        if MASKED:
+            pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        dv += tl.dot(pT.to(do.dtype), do)
+        dpT = tl.dot(v, tl.trans(do))
+        dsT = pT * (dpT - delta[None, :])
+        dk += tl.dot(dsT.to(q.dtype), q)
+    return dk, dv
+
+
+@triton.autotune(configs=_bwd_kv_configs(), key=_AUTOTUNE_KEY)
+@triton.jit
+def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
+                   stride_qb, stride_qh, stride_qs, stride_qd,
+                   stride_kb, stride_kh, stride_ks, stride_kd,
+                   stride_vb, stride_vh, stride_vs, stride_vd,
+                   stride_dob, stride_doh, stride_dos, stride_dod,
+                   stride_dkb, stride_dkh, stride_dks, stride_dkd,
+                   stride_dvb, stride_dvh, stride_dvs, stride_dvd,
+                   H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    q_base = Q + b * stride_qb + h * stride_qh
+    do_base = DO + b * stride_dob + h * stride_doh
+    l_base = L + pid_bh.to(tl.int64) * N_Q
+    d_base = Delta + pid_bh.to(tl.int64) * N_Q
+
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    k = _load_tile(K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd,
+                   offs_n, N_K, offs_d, True, HEAD_DIM, BLOCK_D)
+    v = _load_tile(V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
+                   offs_n, N_K, offs_d, True, HEAD_DIM, BLOCK_D)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    if IS_CAUSAL:
+        # Query tiles before the one containing query `start_n` see none of
+        # these keys: skip them.  Tiles [lo, mid) straddle the diagonal
+        # (masked); tiles from mid on have every query >= every key (unmasked).
+        lo = (start_n // BLOCK_M) * BLOCK_M
+        mid = tl.minimum(tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M, N_Q)
+        dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_base, do_base, l_base, d_base,
+                                    stride_qs, stride_qd, stride_dos, stride_dod,
+                                    offs_n, offs_d, lo, mid, N_Q, qk_scale,
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, True)
+    else:
+        mid = 0
+    dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_base, do_base, l_base, d_base,
+                                stride_qs, stride_qd, stride_dos, stride_dod,
+                                offs_n, offs_d, mid, N_Q, N_Q, qk_scale,
+                                BLOCK_M, HEAD_DIM, BLOCK_D, False)
+
+    dk = dk * sm_scale
+    _store_tile(DK + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :] * stride_dkd,
+                dk.to(DK.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, BLOCK_D)
+    _store_tile(DV + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :] * stride_dvd,
+                dv.to(DV.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, BLOCK_D)
+
+
+@triton.jit
+def _attn_bwd_q_inner(dq, q, do, lse2, delta, k_base, v_base,
+                      stride_ks, stride_kd, stride_vs, stride_vd,
+                      offs_m, offs_d, lo, hi, N_K, qk_scale,
+                      BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                      MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """Accumulate dQ of one query tile over key tiles [lo, hi)."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + offs_n0
+        k = _load_tile(k_base + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd,
+                       offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
+        v = _load_tile(v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
+                       offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
+        qk = tl.dot(q, tl.trans(k)) * qk_scale
+        p = tl.math.exp2(qk - lse2[:, None])
+        if MASKED:
+            valid = offs_n[None, :] < N_K
+            if IS_CAUSAL:
+                valid = valid & (offs_m[:, None] >= offs_n[None, :])
+            p = tl.where(valid, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k)
+    return dq
+
+
+@triton.autotune(configs=_bwd_q_configs(), key=_AUTOTUNE_KEY)
+@triton.jit
+def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
+                 stride_qb, stride_qh, stride_qs, stride_qd,
+                 stride_kb, stride_kh, stride_ks, stride_kd,
+                 stride_vb, stride_vh, stride_vs, stride_vd,
+                 stride_dob, stride_doh, stride_dos, stride_dod,
+                 stride_dqb, stride_dqh, stride_dqs, stride_dqd,
+                 H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    if IS_CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest query tiles first
+    else:
+        pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_mask = offs_m < N_Q
+    q = _load_tile(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
+                   offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+    do = _load_tile(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod,
+                    offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+    lse2 = tl.load(L + pid_bh.to(tl.int64) * N_Q + offs_m, mask=m_mask, other=0.0) * 1.4426950408889634
+    delta = tl.load(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, mask=m_mask, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    n_full = (N_K // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        mid = tl.minimum((start_m // BLOCK_N) * BLOCK_N, n_full)
+        hi = tl.minimum(start_m + BLOCK_M, N_K)
+    else:
+        mid = n_full
+        hi = N_K
+    dq = _attn_bwd_q_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+                           offs_m, offs_d, 0, mid, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, False, IS_CAUSAL)
+    dq = _attn_bwd_q_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+                           offs_m, offs_d, mid, hi, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, True, IS_CAUSAL)
+    dq = dq * sm_scale
+    _store_tile(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd,
+                dq.to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, BLOCK_D)
+
+
+# ---------------------------------------------------------------------------
+# Python wrappers
+# ---------------------------------------------------------------------------
+
+# The two launchers below are excluded from torch.compile tracing (``torch.compiler.disable``):
+# Dynamo cannot trace kernels run by the Triton interpreter, and on the GPU tracing the autotuned
+# launches buys nothing (the kernels are already fused); under torch.compile(FlashAttentionTriton.apply)
+# the Function then runs eagerly around the compiled graph, with the same kernels.
+
+
+def _as_4d(x: Tensor) -> Tensor:
+    """(B, S, d) -> (B, 1, S, d) view; (B, H, S, d) as is; more dims flattened."""
+    if x.dim() == 3:
+        return x.unsqueeze(1)
+    if x.dim() == 4:
+        return x
+    return x.reshape(-1, x.shape[-2], x.shape[-1]).unsqueeze(1)
+
+
+def _device_ctx(x: Tensor):
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
+def _block_d(d: int) -> int:
+    return max(16, triton.next_power_of_2(d))
+
+
+@torch.compiler.disable
+def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tuple[Tensor, Tensor]:
+    """Run the forward kernel. Returns ``(o, lse)`` with ``lse`` of shape q.shape[:-1], fp32."""
+    q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    o4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    sm_scale = 1.0 / math.sqrt(d)
+
+    def grid(meta):
+        return (triton.cdiv(n_q, meta["BLOCK_M"]), B * H)
+
+    with _device_ctx(q):
+        _attn_fwd[grid](q4, k4, v4, o4, lse,
+                        *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
+                        H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
+                        HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=bool(is_causal))
+    return o4.reshape(q.shape), lse.reshape(q.shape[:-1])
+
+
+@torch.compiler.disable
+def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                                    is_causal: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    """Run the backward kernels. Returns ``(dq, dk, dv)`` in the input dtypes."""
+    q4, k4, v4, o4, do4 = (_as_4d(t) for t in (q, k, v, o, do))
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    lse3 = lse.reshape(B, H, n_q).contiguous()
+    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    dq4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    dk4 = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
+    dv4 = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
+    sm_scale = 1.0 / math.sqrt(d)
+    block_d = _block_d(d)
+    causal = bool(is_causal)
+
+    with _device_ctx(q):
+        _attn_bwd_preprocess[(triton.cdiv(n_q, _PRE_BLOCK_M), B * H)](
+            o4, do4, delta, *o4.stride(), *do4.stride(), H, n_q,
+            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=_PRE_BLOCK_M)
+
+        def grid_kv(meta):
+            return (triton.cdiv(n_k, meta["BLOCK_N"]), B * H)
+
+        _attn_bwd_dkdv[grid_kv](
+            q4, k4, v4, do4, dk4, dv4, lse3, delta,
+            *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dk4.stride(), *dv4.stride(),
+            H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
+            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal)
+
+        def grid_q(meta):
+            return (triton.cdiv(n_q, meta["BLOCK_M"]), B * H)
+
+        _attn_bwd_dq[grid_q](
+            q4, k4, v4, do4, dq4, lse3, delta,
+            *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dq4.stride(),
+            H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
+            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal)
+    return dq4.reshape(q.shape), dk4.reshape(k.shape), dv4.reshape(v.shape)
+
+
+def set_backward(kind: str) -> None:
+    """Select the backward used by FlashAttentionTriton: "triton" or "compiled"."""
+    global BACKWARD
+    if kind not in _BACKWARD_KINDS:
+        raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
+    BACKWARD = kind
+
+
+def set_autotune(enabled: bool) -> None:
+    """Switch autotuning on (default) or off.
+
+    Off, every kernel uses one shared-memory-safe config: this keeps test suites that launch
+    many different shapes / head dims / dtypes from compiling and benchmarking every config for
+    each.  Under the interpreter there is only one config either way.
+    """
+    if _INTERPRETED:
+        return
+    for kernel, full, safe in ((_attn_fwd, _FULL_CONFIGS["fwd"], _FWD_SAFE),
+                               (_attn_bwd_dkdv, _FULL_CONFIGS["kv"], _BWD_KV_SAFE),
+                               (_attn_bwd_dq, _FULL_CONFIGS["q"], _BWD_Q_SAFE)):
+        kernel.configs = list(full) if enabled else [_config(safe)]
+        kernel.cache.clear()
+
+
+def autotune_enabled() -> bool:
+    return _INTERPRETED or len(_attn_fwd.configs) > 1
+
+
+_FULL_CONFIGS = {"fwd": list(_attn_fwd.configs), "kv": list(_attn_bwd_dkdv.configs), "q": list(_attn_bwd_dq.configs)}
+
+
+class FlashAttentionTriton(torch.autograd.Function):
+    """FlashAttention-2 with Triton forward and (by default) Triton backward."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:
+        validate_inputs(q, k, v, is_causal, for_triton=True)
+        if not q.is_cuda and not _INTERPRETED:
+            raise ValueError(
+                "Triton FlashAttention got CPU tensors but its kernels were compiled for the GPU: "
+                "set TRITON_INTERPRET=1 before impl.attention.flash_triton is first imported to run on CPU"
+            )
+        is_causal = bool(is_causal)
+        o, lse = flash_attention_triton_forward(q, k, v, is_causal)
+        ctx.save_for_backward(lse, q, k, v, o)
+        ctx.is_causal = is_causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do: Tensor):
+        lse, q, k, v, o = ctx.saved_tensors
+        kind = BACKWARD
+        if kind == "triton":
+            dq, dk, dv = flash_attention_triton_backward(q, k, v, o, do, lse, ctx.is_causal)
+        elif kind == "compiled":
+            dq, dk, dv = compiled_flash_backward(q, k, v, o, do, lse, ctx.is_causal)
+        else:
+            raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
+        return dq, dk, dv, None
+
+
+__all__ = [
+    "BACKWARD",
+    "FlashAttentionTriton",
+    "flash_attention_triton_backward",
+    "flash_attention_triton_forward",
+    "autotune_enabled",
+    "set_autotune",
+    "set_backward",
+]

@@ -1,0 +1,342 @@
+"""Worker functions and toy models for the distributed correctness tests.
+
+They live in the package (not in correctness/) because ``spawn`` pickles a
+worker by its qualified name and the child must be able to import it
+regardless of how pytest put the test module on ``sys.path``.
+
+Every equivalence worker follows the same recipe: rank r builds its model
+from a rank-dependent seed (so the DDP broadcast matters), the reference model
+is built from rank 0's seed and trained single-process on the full batch, and
+the distributed copy trains on this rank's contiguous slice of the same batch.
+Workers return plain dicts of max parameter differences; the tests assert.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from impl.distributed.collectives import allreduce_benchmark
+from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
+from impl.distributed.launcher import device_for
+from impl.distributed.sharded_optimizer import ShardedOptimizer, ZeRO1Optimizer
+
+PER_RANK_BATCH = 4
+VOCAB, SEQ = 11, 3
+
+
+# ---------------------------------------------------------------- launcher --
+
+def report_rank(rank, world_size, payload):
+    t = torch.tensor([float(rank)], device=_device(rank))
+    dist.all_reduce(t)
+    return {
+        "rank": rank,
+        "world_size": world_size,
+        "payload": payload,
+        "rank_sum": t.item(),
+        "backend": dist.get_backend(),
+        "bench": allreduce_benchmark(rank, world_size, [64, 4096], 1, 3, _device(rank).type),
+    }
+
+
+def fail_on_rank(rank, world_size, bad_rank):
+    if rank == bad_rank:
+        raise ValueError(f"deliberate failure on rank {rank}")
+    dist.barrier()  # the healthy ranks block here until the parent kills them
+    return rank
+
+
+def hang_on_rank(rank, world_size, bad_rank):
+    if rank == bad_rank:
+        time.sleep(3600)
+    return rank
+
+
+# ------------------------------------------------------------------ models --
+
+class MLP(nn.Module):
+    def __init__(self, frozen=False, unused=False):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 16)
+        self.fc3 = nn.Linear(16, 4)
+        # A buffer, to check it is broadcast from rank 0 like the parameters.
+        self.register_buffer("scale", torch.rand(4) + 0.5)
+        if frozen:
+            self.fc1.weight.requires_grad_(False)
+        # Registered but never used in forward: its grad stays None.
+        self.unused = nn.Parameter(torch.randn(5)) if unused else None
+
+    def forward(self, x):
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x))))) * self.scale
+
+    def loss(self, batch):
+        x, y = batch
+        return F.mse_loss(self(x), y)
+
+
+class TiedLM(nn.Module):
+    """Embedding and output head share one Parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 8)
+        self.mix = nn.Linear(8, 8)
+        self.head = nn.Linear(8, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.mix(self.embed(tokens))))
+
+    def loss(self, batch):
+        tokens, targets = batch
+        return F.cross_entropy(self(tokens).flatten(0, 1), targets.flatten())
+
+
+def make_model(kind: str, seed: int, device, unused=True) -> nn.Module:
+    torch.manual_seed(seed)
+    if kind == "mlp":
+        model = MLP()
+    elif kind == "tied":
+        model = TiedLM()
+    elif kind == "frozen":
+        model = MLP(frozen=True, unused=unused)
+    else:
+        raise ValueError(kind)
+    return model.to(device)
+
+
+def make_batch(kind: str, step: int, batch: int, device):
+    g = torch.Generator().manual_seed(10_000 + step)
+    if kind == "tied":
+        data = (torch.randint(0, VOCAB, (batch, SEQ), generator=g), torch.randint(0, VOCAB, (batch, SEQ), generator=g))
+    else:
+        data = (torch.randn(batch, 8, generator=g), torch.randn(batch, 4, generator=g))
+    return tuple(t.to(device) for t in data)
+
+
+def local_slice(batch, rank, world_size):
+    n = batch[0].shape[0] // world_size
+    return tuple(t[rank * n : (rank + 1) * n] for t in batch)
+
+
+def max_param_diff(a: nn.Module, b: nn.Module) -> float:
+    return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters()))
+
+
+def _moved(init, model) -> float:
+    """How far training moved the parameters: guards against a test that
+    passes because nothing changed."""
+    return max((p - p0).abs().max().item() for p0, p in zip(init, model.parameters()))
+
+
+def _device(rank):
+    # Called first by every worker: with 2 ranks on a small CPU host, intra-op
+    # threads of both processes would fight over the same cores.
+    backend = dist.get_backend()
+    if backend == "gloo":
+        torch.set_num_threads(1)
+    return device_for(backend, rank)
+
+
+def _seeds(rank, rep):
+    # rank-dependent seed for the replica, rank 0's seed for the reference
+    return 100 * rep + rank, 100 * rep
+
+
+# --------------------------------------------------------------------- DDP --
+
+OPTIMIZERS = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.1),
+    "sgd_momentum": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
+    "adam": lambda params: torch.optim.Adam(params, lr=1e-2),
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1),
+}
+
+
+def _ddp_factories(model_bytes):
+    # Bucket caps: smaller than any parameter (one bucket each), a third of
+    # the model (a few buckets), and far larger than the model (one bucket).
+    mb = model_bytes / 2**20
+    return {
+        "naive": DDPNaive,
+        "flat": DDPFlat,
+        "individual": DDPIndividualParameters,
+        "bucketed_per_param": lambda m: DDPBucketed(m, bucket_size_mb=1e-9),
+        "bucketed_few": lambda m: DDPBucketed(m, bucket_size_mb=mb / 3),
+        "bucketed_one": lambda m: DDPBucketed(m, bucket_size_mb=1000.0),
+    }
+
+
+def ddp_equivalence(rank, world_size, model_kinds, opt_names, steps, reps):
+    """For every (model, ddp variant, optimizer): max over reps and steps of
+    the parameter difference to single-process full-batch training."""
+    device = _device(rank)
+    out = {}
+    for kind in model_kinds:
+        probe = make_model(kind, 0, device)
+        model_bytes = sum(p.numel() * p.element_size() for p in probe.parameters() if p.requires_grad)
+        for variant, factory in _ddp_factories(model_bytes).items():
+            for opt_name in opt_names:
+                worst, info = 0.0, {}
+                for rep in range(reps):
+                    seed, ref_seed = _seeds(rank, rep)
+                    ref = make_model(kind, ref_seed, device)
+                    ddp = factory(make_model(kind, seed, device))
+                    worst = max(worst, max_param_diff(ref, ddp.module))
+                    buffers_equal = all(torch.equal(a, b) for a, b in zip(ref.buffers(), ddp.module.buffers()))
+                    init = [p.detach().clone() for p in ref.parameters()]
+                    ref_opt = OPTIMIZERS[opt_name](ref.parameters())
+                    opt = OPTIMIZERS[opt_name](ddp.parameters())
+                    for step in range(steps):
+                        batch = make_batch(kind, 1000 * rep + step, PER_RANK_BATCH * world_size, device)
+                        ref_opt.zero_grad()
+                        ref.loss(batch).backward()
+                        ref_opt.step()
+
+                        opt.zero_grad()
+                        ddp.module.loss(local_slice(batch, rank, world_size)).backward()
+                        ddp.finish_gradient_synchronization()
+                        opt.step()
+                        worst = max(worst, max_param_diff(ref, ddp.module))
+                    info = {
+                        "moved": _moved(init, ref),
+                        "buffers_equal": buffers_equal,
+                        "bytes": ddp.bytes_communicated_last_step,
+                        "comm_time_s": ddp.comm_time_s,
+                        "unused_grad_none": [n for n, p in ddp.module.named_parameters() if p.grad is None],
+                        "num_buckets": len(getattr(ddp, "buckets", [])),
+                        "num_trainable": len(ddp.trainable),
+                    }
+                out[(kind, variant, opt_name)] = {"max_diff": worst, **info}
+    return out
+
+
+# ------------------------------------------------------ sharded optimizers --
+
+OPT_CLASSES = {
+    "sgd_momentum": (torch.optim.SGD, dict(lr=0.05, momentum=0.9)),
+    "adam": (torch.optim.Adam, dict(lr=1e-2)),
+    "adamw": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+}
+
+
+def _split_groups(model, lr):
+    """Two groups with different lrs: first half of the parameters, the rest."""
+    params = list(model.parameters())
+    half = len(params) // 2
+    return [{"params": params[:half], "lr": lr}, {"params": params[half:], "lr": lr * 0.5}]
+
+
+def _make_sharded(sharded_name, model, cls, kwargs, groups):
+    if sharded_name == "zero1":
+        return DDPNaive(model, reduce_gradients=False), ZeRO1Optimizer(groups, cls, **kwargs)
+    return DDPFlat(model), ShardedOptimizer(groups, cls, **kwargs)
+
+
+def _train_step(kind, step, world_size, rank, device, model, opt, ddp=None):
+    batch = make_batch(kind, step, PER_RANK_BATCH * world_size, device)
+    if ddp is not None:
+        batch = local_slice(batch, rank, world_size)
+    opt.zero_grad()
+    model.loss(batch).backward()
+    if ddp is not None:
+        ddp.finish_gradient_synchronization()
+    opt.step()
+
+
+def sharded_equivalence(rank, world_size, sharded_names, model_kinds, opt_names, steps, add_group_at):
+    """Sharded vs. plain optimizer, two layouts: two groups from the start,
+    and one group with the second added after ``add_group_at`` steps."""
+    device = _device(rank)
+    out = {}
+    for name in sharded_names:
+        for kind in model_kinds:
+            for opt_name in opt_names:
+                cls, kwargs = OPT_CLASSES[opt_name]
+                for layout in ("two_groups", "added_later"):
+                    seed, ref_seed = _seeds(rank, 0)
+                    # ZeRO-1 steps a trainable-but-unused param with a zero
+                    # grad (documented), so leave that one out for it.
+                    unused = name != "zero1"
+                    ref = make_model(kind, ref_seed, device, unused=unused)
+                    model = make_model(kind, seed, device, unused=unused)
+                    ref_groups, groups = _split_groups(ref, kwargs["lr"]), _split_groups(model, kwargs["lr"])
+                    if kind == "tied":
+                        # The tied Parameter listed twice must be deduplicated.
+                        groups[0]["params"] = groups[0]["params"] + [model.head.weight]
+                    if layout == "added_later":
+                        ref_later, later = ref_groups.pop(), groups.pop()
+                    init = [p.detach().clone() for p in ref.parameters()]
+                    ref_opt = cls(ref_groups, **kwargs)
+                    ddp, opt = _make_sharded(name, model, cls, kwargs, groups)
+                    worst = 0.0
+                    for step in range(steps):
+                        if layout == "added_later" and step == add_group_at:
+                            ref_opt.add_param_group(ref_later)
+                            opt.add_param_group(later)
+                        _train_step(kind, step, world_size, rank, device, ref, ref_opt)
+                        _train_step(kind, step, world_size, rank, device, model, opt, ddp)
+                        worst = max(worst, max_param_diff(ref, model))
+                    out[(name, kind, opt_name, layout)] = {
+                        "max_diff": worst,
+                        "moved": _moved(init, ref),
+                        "bytes": opt.bytes_communicated_last_step,
+                        "is_optimizer": isinstance(opt, torch.optim.Optimizer),
+                    }
+    return out
+
+
+def sharded_resume(rank, world_size, sharded_names, opt_names, steps_before, steps_after):
+    """Save per-rank optimizer shard + model mid-run, load into fresh objects,
+    and check the continuation matches the uninterrupted run exactly."""
+    device = _device(rank)
+    kind = "mlp"
+    out = {}
+    for name in sharded_names:
+        for opt_name in opt_names:
+            cls, kwargs = OPT_CLASSES[opt_name]
+            model = make_model(kind, rank, device)
+            ddp, opt = _make_sharded(name, model, cls, kwargs, _split_groups(model, kwargs["lr"]))
+            for step in range(steps_before):
+                _train_step(kind, step, world_size, rank, device, model, opt, ddp)
+            buf = io.BytesIO()
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buf)
+            for step in range(steps_before, steps_before + steps_after):
+                _train_step(kind, step, world_size, rank, device, model, opt, ddp)
+
+            buf.seek(0)
+            saved = torch.load(buf, weights_only=False)
+            fresh = make_model(kind, 999 + rank, device)
+            ddp2, opt2 = _make_sharded(name, fresh, cls, kwargs, _split_groups(fresh, kwargs["lr"]))
+            fresh.load_state_dict(saved["model"])
+            opt2.load_state_dict(saved["opt"])
+            for step in range(steps_before, steps_before + steps_after):
+                _train_step(kind, step, world_size, rank, device, fresh, opt2, ddp2)
+            out[(name, opt_name)] = max_param_diff(model, fresh)
+    return out
+
+
+def sharded_balance(rank, world_size, sizes):
+    """Ownership of parameters with the given numels, as seen by this rank."""
+    params = [nn.Parameter(torch.zeros(n, device=_device(rank))) for n in sizes]
+    opt = ShardedOptimizer(params, torch.optim.SGD, lr=0.1)
+    return {
+        "owners": [opt.owner[id(p)] for p in params],
+        "rank_numel": list(opt.rank_numel),
+        "local_numel": sum(p.numel() for g in opt.local_optimizer.param_groups for p in g["params"]),
+    }
+
+
+def sharded_resume_and_balance(rank, world_size, sharded_names, opt_names, sizes):
+    """Both cheap checks in one launch (process start-up dominates)."""
+    return {
+        "resume": sharded_resume(rank, world_size, sharded_names, opt_names, 5, 5),
+        "balance": sharded_balance(rank, world_size, sizes),
+    }

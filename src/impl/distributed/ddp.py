@@ -1,0 +1,255 @@
+"""Data-parallel wrappers, from simplest to most overlapped.
+
+All variants share one contract (as torch DDP): every rank holds a full model
+replica, rank 0's parameters and buffers are broadcast at construction, each
+rank runs forward/backward on its own slice of the batch, and after
+``finish_gradient_synchronization()`` every ``.grad`` holds the average over
+ranks — so with a mean loss over equal shards it equals the full-batch gradient.
+
+Usage per step::
+
+    loss = loss_fn(ddp(x_local), y_local)
+    loss.backward()
+    ddp.finish_gradient_synchronization()
+    opt.step()
+
+Parameters that receive no gradient in a step (requires_grad=False, or unused
+in the forward) keep ``grad is None``, like single-process training. The set of
+such parameters must be the same on all ranks in a step (true when every rank
+runs the same code path), otherwise ranks would issue different collectives.
+
+Shared (tied) parameters are deduplicated by identity, which
+``nn.Module.parameters()`` already does; autograd accumulates both uses into
+the one ``.grad`` before its post-accumulate hook fires.
+
+Instrumentation: ``comm_time_s`` is the host time the last
+``finish_gradient_synchronization`` spent on communication that was not
+hidden behind backward (device synchronised); ``bytes_communicated_last_step``
+is the payload handed to collectives in the last step (buffer sizes, not
+multiplied by any algorithm factor).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+
+def _sync_device(tensors) -> None:
+    for t in tensors:
+        if t.is_cuda:
+            torch.cuda.synchronize(t.device)
+            return
+
+
+def _group_by_dtype_device(tensors):
+    """Flattening needs one dtype and device per buffer."""
+    groups: dict = {}
+    for t in tensors:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    return list(groups.values())
+
+
+class _DataParallelBase(nn.Module):
+    def __init__(self, module: nn.Module, reduce_gradients: bool = True):
+        super().__init__()
+        self.module = module
+        self.world_size = dist.get_world_size()
+        self.reduce_gradients = reduce_gradients
+        self.comm_time_s = 0.0
+        self.bytes_communicated_last_step = 0
+        # parameters() dedupes tied weights by identity; frozen params never sync.
+        self.trainable = [p for p in module.parameters() if p.requires_grad]
+        self._broadcast_from_rank0()
+
+    @torch.no_grad()
+    def _broadcast_from_rank0(self) -> None:
+        # One coalesced broadcast per dtype/device instead of one per tensor.
+        tensors = list(self.module.parameters()) + list(self.module.buffers())
+        for group in _group_by_dtype_device(tensors):
+            flat = _flatten_dense_tensors(group)
+            dist.broadcast(flat, src=0)
+            for t, synced in zip(group, _unflatten_dense_tensors(flat, group)):
+                t.copy_(synced)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def finish_gradient_synchronization(self) -> None:
+        if not self.reduce_gradients:
+            self.comm_time_s = 0.0
+            self.bytes_communicated_last_step = 0
+            return
+        t0 = time.perf_counter()
+        self.bytes_communicated_last_step = self._finish()
+        _sync_device(self.trainable)
+        self.comm_time_s = time.perf_counter() - t0
+
+    def _finish(self) -> int:
+        raise NotImplementedError
+
+
+class DDPNaive(_DataParallelBase):
+    """One blocking all-reduce per parameter, after backward."""
+
+    def _finish(self) -> int:
+        nbytes = 0
+        for p in self.trainable:
+            if p.grad is None:
+                continue
+            dist.all_reduce(p.grad)
+            p.grad.div_(self.world_size)
+            nbytes += p.grad.numel() * p.grad.element_size()
+        return nbytes
+
+
+class DDPFlat(_DataParallelBase):
+    """One all-reduce of all gradients flattened together, after backward.
+
+    Fewer, larger messages than DDPNaive (latency paid once), at the cost of a
+    copy in and out of the flat buffer and no overlap with backward.
+    """
+
+    def _finish(self) -> int:
+        grads = [p.grad for p in self.trainable if p.grad is not None]
+        nbytes = 0
+        for group in _group_by_dtype_device(grads):
+            flat = _flatten_dense_tensors(group)
+            flat.div_(self.world_size)
+            dist.all_reduce(flat)
+            for g, reduced in zip(group, _unflatten_dense_tensors(flat, group)):
+                g.copy_(reduced)
+            nbytes += flat.numel() * flat.element_size()
+        return nbytes
+
+
+class DDPIndividualParameters(_DataParallelBase):
+    """Async all-reduce per parameter, launched as soon as its grad is final.
+
+    Communication overlaps the rest of backward; finish only waits.
+    """
+
+    def __init__(self, module: nn.Module, reduce_gradients: bool = True):
+        super().__init__(module, reduce_gradients)
+        self._pending: list = []
+        if reduce_gradients:
+            for p in self.trainable:
+                p.register_post_accumulate_grad_hook(self._on_grad_ready)
+
+    def _on_grad_ready(self, p: torch.Tensor) -> None:
+        # Pre-divide so the summed result is already the mean.
+        p.grad.div_(self.world_size)
+        handle = dist.all_reduce(p.grad, async_op=True)
+        self._pending.append((handle, p.grad.numel() * p.grad.element_size()))
+
+    def _finish(self) -> int:
+        nbytes = 0
+        for handle, size in self._pending:
+            handle.wait()
+            nbytes += size
+        self._pending.clear()
+        return nbytes
+
+
+class _Bucket:
+    """A fixed set of parameters whose grads are reduced as one flat buffer."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self.params = params
+        self.offsets = []
+        offset = 0
+        for p in params:
+            self.offsets.append(offset)
+            offset += p.numel()
+        self.buffer = torch.zeros(offset, dtype=params[0].dtype, device=params[0].device)
+        self.index = {id(p): i for i, p in enumerate(params)}
+        self.reset()
+
+    def reset(self) -> None:
+        self.ready = [False] * len(self.params)
+        self.num_ready = 0
+        self.handle = None
+
+    def slice(self, i: int) -> torch.Tensor:
+        return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.numel() * self.buffer.element_size()
+
+
+class DDPBucketed(_DataParallelBase):
+    """Gradients packed into buckets of at most ``bucket_size_mb``; each bucket
+    is all-reduced asynchronously as soon as all of its grads are ready.
+
+    Buckets are filled in reverse parameter order, roughly the order backward
+    produces grads, so the first buckets complete (and start communicating)
+    early. A parameter larger than the cap gets a bucket of its own.
+    Expects one backward per ``finish_gradient_synchronization`` (no
+    gradient accumulation across backward calls without a sync).
+    """
+
+    def __init__(self, module: nn.Module, bucket_size_mb: float, reduce_gradients: bool = True):
+        super().__init__(module, reduce_gradients)
+        self.bucket_size_bytes = bucket_size_mb * 1024 * 1024
+        self.buckets = self._build_buckets()
+        self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        if reduce_gradients:
+            for p in self.trainable:
+                p.register_post_accumulate_grad_hook(self._on_grad_ready)
+
+    def _build_buckets(self) -> list[_Bucket]:
+        buckets, current, current_bytes = [], [], 0
+        for p in reversed(self.trainable):
+            size = p.numel() * p.element_size()
+            same_kind = not current or (p.dtype, p.device) == (current[0].dtype, current[0].device)
+            if current and (current_bytes + size > self.bucket_size_bytes or not same_kind):
+                buckets.append(_Bucket(current))
+                current, current_bytes = [], 0
+            current.append(p)
+            current_bytes += size
+        if current:
+            buckets.append(_Bucket(current))
+        return buckets
+
+    def _launch(self, bucket: _Bucket) -> None:
+        bucket.buffer.div_(self.world_size)
+        bucket.handle = dist.all_reduce(bucket.buffer, async_op=True)
+
+    def _on_grad_ready(self, p: torch.Tensor) -> None:
+        bucket = self._bucket_of[id(p)]
+        i = bucket.index[id(p)]
+        bucket.slice(i).copy_(p.grad.reshape(-1))
+        if not bucket.ready[i]:
+            bucket.ready[i] = True
+            bucket.num_ready += 1
+        if bucket.num_ready == len(bucket.params):
+            self._launch(bucket)
+
+    def _finish(self) -> int:
+        nbytes = 0
+        # Buckets with an unused parameter never filled up during backward:
+        # zero the missing slices (stale data from the last step) and send
+        # them now. Same buckets on every rank, so collectives still match.
+        # A bucket with no grads at all (all its params unused) is skipped.
+        for bucket in self.buckets:
+            if bucket.handle is None and bucket.num_ready > 0:
+                for i, ready in enumerate(bucket.ready):
+                    if not ready:
+                        bucket.slice(i).zero_()
+                self._launch(bucket)
+        for bucket in self.buckets:
+            if bucket.handle is None:
+                continue
+            bucket.handle.wait()
+            nbytes += bucket.nbytes
+            for i, p in enumerate(bucket.params):
+                if bucket.ready[i]:
+                    p.grad.copy_(bucket.slice(i).view_as(p.grad))
+        for bucket in self.buckets:
+            bucket.reset()
+        return nbytes

@@ -1,0 +1,270 @@
+"""Kernel tables per annotated phase, from torch.profiler: nsys_profile's questions answered by the
+suite itself (nsys is not needed; the same NVTX ranges make an `nsys profile` run readable too).
+
+How kernels are assigned to phases (forward, backward, optimizer step, the attention parts):
+every GPU kernel is linked by the profiler (CUPTI correlation id) to the CPU op that launched it
+(`FunctionEvent.kernels`), and that op is assigned to every annotation range whose CPU-side time
+interval contains the op's start. We attribute by *launch* time, not execution time, because GPU
+execution is asynchronous (a forward's kernels may still run after its Python range closed), and
+launch times and ranges are on the same CPU clock, so no GPU/CPU clock alignment is needed. Ranges
+are matched by time rather than by parent links because backward ops run on the autograd engine's
+thread, outside the tree of the main thread's "backward" range. Warm-up steps run inside the
+profiler under their own "warm-up" range and are simply not reported.
+
+On the CPU there are no kernels: CPU ops' *self* time stands in for kernel time (self time, so a
+nested aten::matmul → aten::mm is counted once), which keeps the code path exercised in smoke.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from impl.model import AdamW, cross_entropy
+from impl.profiling.annotate import annotate
+from impl.profiling.steps import autocast_ctx
+from impl.runtime import synchronize
+
+CATEGORIES = ("matmul", "elementwise", "reduction", "softmax", "copy", "communication", "other")
+PHASES = ("forward", "backward", "optimizer step")
+ATTENTION_PARTS = ("computing attention scores", "computing softmax", "final matmul")
+WARMUP = "warm-up"
+ANNOTATIONS = (WARMUP, *PHASES, *ATTENTION_PARTS)
+
+# Order matters: the first rule that matches wins (a "triton_red_fused_softmax" is a softmax, a
+# cutlass "..._gemm_..._reduce" epilogue is still a matmul).
+_RULES = [
+    ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|broadcast|c10d::|gloo"),
+    ("copy", r"memcpy|memset|\bcopy_|aten::copy_|aten::to\b|aten::_to_copy|aten::contiguous|aten::clone|"
+             r"dtoh|htod|dtod|cat_?array|catarraybatched|aten::cat\b|aten::stack\b"),
+    ("matmul", r"gemm|gemv|sgemm|hgemm|cutlass|xmma|wgmma|cublas|\bmatmul\b|aten::mm\b|aten::addmm\b|aten::bmm\b|"
+               r"aten::baddbmm\b|aten::linear\b|aten::matmul\b|aten::_?scaled_mm\b|aten::einsum\b|"
+               r"triton_(?:tem|mm|bmm)_|\bmm_|_mm\b|\bbmm\b|splitk|s\d{3,4}gemm|nvjet"),
+    ("softmax", r"softmax"),
+    ("reduction", r"reduce|reduction|aten::sum\b|aten::mean\b|aten::amax\b|aten::max\b|aten::norm\b|"
+                  r"aten::aminmax\b|aten::var\b|triton_(?:red|per)_|layer_?norm|rms_?norm|logsumexp|"
+                  r"aten::_foreach_norm|multi_tensor_apply.*norm"),
+    ("elementwise", r"elementwise|vectorized|unrolled_elementwise|aten::(?:add|sub|mul|div|pow|rsqrt|sqrt|exp|"
+                    r"sigmoid|silu|neg|where|masked_fill|tril|fill_|zero_|lerp|addcmul|addcdiv|abs|cos|sin|"
+                    r"relu|gelu)_?\b|triton_poi_|pointwise|_foreach_|multi_tensor_apply|fill_kernel|"
+                    r"index_select|indexing|gather|scatter|embedding"),
+]
+_COMPILED = [(cat, re.compile(rx, re.IGNORECASE)) for cat, rx in _RULES]
+
+
+def classify_kernel(name: str) -> str:
+    """One of CATEGORIES for a CUDA kernel name (cuBLAS, CUTLASS, Triton, ATen kernels) or, on
+    the CPU, an ATen op name."""
+    for cat, rx in _COMPILED:
+        if rx.search(name):
+            return cat
+    return "other"
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs of the attention parts, for (e): the two matmuls do 2·d FLOPs per score, softmax a
+# handful per score (max, subtract, exp, sum, divide).
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+
+
+def attention_part_flops(batch: int, heads: int, seq: int, head_dim: int) -> dict:
+    scores = batch * heads * seq * seq
+    return {"computing attention scores": 2.0 * scores * head_dim,
+            "computing softmax": float(SOFTMAX_FLOPS_PER_ELEMENT * scores),
+            "final matmul": 2.0 * scores * head_dim}
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class PhaseProfile:
+    """Result of profile_steps: per-range kernel totals plus the range wall times."""
+    steps: int
+    device_type: str
+    kernels: dict = field(default_factory=dict)      # range name -> {kernel name: [time_us, calls]}
+    range_wall_us: dict = field(default_factory=dict)  # range name -> list of wall durations (us)
+
+    def table(self, phases, top: int | None = None) -> list[dict]:
+        """Kernel table over the union of `phases`: name, category, total time (us), calls, share."""
+        merged: dict[str, list] = defaultdict(lambda: [0.0, 0])
+        for ph in phases:
+            for name, (t, n) in self.kernels.get(ph, {}).items():
+                merged[name][0] += t
+                merged[name][1] += n
+        total = sum(t for t, _ in merged.values()) or 1.0
+        rows = [dict(name=name, category=classify_kernel(name), time_us=t, calls=n, share=t / total)
+                for name, (t, n) in merged.items()]
+        rows.sort(key=lambda r: -r["time_us"])
+        return rows[:top] if top else rows
+
+    def total_us(self, phases) -> float:
+        return sum(t for ph in phases for t, _ in self.kernels.get(ph, {}).values())
+
+    def category_shares(self, phases) -> dict:
+        by = defaultdict(float)
+        for r in self.table(phases):
+            by[r["category"]] += r["time_us"]
+        total = sum(by.values()) or 1.0
+        return {c: by.get(c, 0.0) / total for c in CATEGORIES}
+
+
+def _is_annotation(evt) -> bool:
+    return evt.name in ANNOTATIONS or evt.name.startswith("ProfilerStep")
+
+
+def _intervals(events) -> dict:
+    out = defaultdict(list)
+    for e in events:
+        if e.name in ANNOTATIONS and getattr(e.device_type, "name", str(e.device_type)).endswith("CPU"):
+            out[e.name].append((e.time_range.start, e.time_range.end))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _containing(intervals: list, t: float) -> bool:
+    i = bisect.bisect_right(intervals, (t, float("inf"))) - 1
+    return i >= 0 and intervals[i][0] <= t <= intervals[i][1]
+
+
+def kernel_samples(events, device_type: str):
+    """(start_us, kernel name, duration_us) for every kernel (GPU) or CPU op self time (CPU)."""
+    for e in events:
+        if _is_annotation(e) or getattr(e, "is_async", False):
+            continue
+        if not getattr(e.device_type, "name", str(e.device_type)).endswith("CPU"):
+            continue  # device-side events are reached through the CPU op that launched them
+        if device_type == "cuda":
+            for k in e.kernels:
+                yield e.time_range.start, k.name, float(k.duration)
+        elif e.self_cpu_time_total > 0:
+            yield e.time_range.start, e.name, float(e.self_cpu_time_total)
+
+
+def build_phase_profile(events, steps: int, device_type: str) -> PhaseProfile:
+    """Assigns kernels to annotation ranges by the launch time of their CPU op (see module doc);
+    anything inside a warm-up range (whose phases are nested in it) is left out."""
+    intervals = _intervals(events)
+    warm = intervals.pop(WARMUP, [])
+    # phase ranges nested in a warm-up range are warm-up too
+    intervals = {k: [iv for iv in v if not _containing(warm, iv[0])] for k, v in intervals.items()}
+    intervals = {k: v for k, v in intervals.items() if v}
+    prof = PhaseProfile(steps=steps, device_type=device_type)
+    prof.range_wall_us = {k: [b - a for a, b in v] for k, v in intervals.items()}
+    names = [n for n in ANNOTATIONS if n in intervals]
+    for start, kname, dur in kernel_samples(events, device_type):
+        if _containing(warm, start):
+            continue
+        for rng in names:
+            if _containing(intervals[rng], start):
+                slot = prof.kernels.setdefault(rng, {}).setdefault(kname, [0.0, 0])
+                slot[0] += dur
+                slot[1] += 1
+    return prof
+
+
+# ---------------------------------------------------------------------------------------------
+def forward_loss(model, x, y, dtype: str = "fp32"):
+    """The training forward (autograd recording, loss included): what the "forward" range holds
+    and what nsys_profile (a) times with the Python timer."""
+    with autocast_ctx(dtype, x.device):
+        return cross_entropy(model(x), y)
+
+
+def annotated_train_step(model, x, y, dtype: str, optimizer, forward_only: bool = False) -> None:
+    """One training step with each phase in its own range; each phase ends in a device sync
+    inside its range, so a range's wall time is the time its GPU work took (as the Python timer
+    measures it). forward_only stops after the forward (for configs whose training step OOMs)."""
+    device = x.device
+    optimizer.zero_grad(set_to_none=True)
+    with annotate("forward"):
+        loss = forward_loss(model, x, y, dtype)
+        synchronize(device)
+    if forward_only:
+        return
+    with annotate("backward"):
+        loss.backward()
+        synchronize(device)
+    with annotate("optimizer step"):
+        optimizer.step()
+        synchronize(device)
+
+
+def profile_steps(model, x, y, dtype: str = "fp32", warmup: int = 2, steps: int = 3, trace_path=None,
+                  forward_only: bool = False) -> tuple[PhaseProfile, float]:
+    """Profiles `warmup` + `steps` annotated training steps; returns the phase profile of the
+    non-warm-up steps and the seconds spent parsing the profile (overhead, kept visible)."""
+    device = x.device
+    optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(warmup):
+            with annotate(WARMUP):
+                annotated_train_step(model, x, y, dtype, optimizer, forward_only)
+        for _ in range(steps):
+            annotated_train_step(model, x, y, dtype, optimizer, forward_only)
+    t0 = time.perf_counter()
+    result = build_phase_profile(prof.events(), steps, device.type)
+    parse_s = time.perf_counter() - t0
+    if trace_path is not None:
+        prof.export_chrome_trace(str(trace_path))
+    optimizer.zero_grad(set_to_none=True)
+    return result, parse_s
+
+
+# ---------------------------------------------------------------------------------------------
+def _compact(rows: list[dict]) -> list[dict]:
+    return [dict(name=r["name"][:160], category=r["category"], time_us=round(r["time_us"], 3),
+                 calls=r["calls"], share=round(r["share"], 5)) for r in rows]
+
+
+def nsys_answers(p: PhaseProfile, *, batch: int, heads: int, seq: int, head_dim: int, layers: int, top: int = 15,
+                 nontrivial: float = 0.01) -> dict:
+    """Everything nsys_profile (a)-(e) needs, as JSON-ready data."""
+    fwd, fwd_bwd, train = ("forward",), ("forward", "backward"), PHASES
+    steps = p.steps
+    out: dict = {"steps_profiled": steps, "timing_source": "kernels" if p.device_type == "cuda" else "cpu_op_self_time"}
+    out["tables"] = {"forward": _compact(p.table(fwd, top)), "backward": _compact(p.table(("backward",), top)),
+                     "optimizer step": _compact(p.table(("optimizer step",), top)),
+                     "forward+backward": _compact(p.table(fwd_bwd, top)),
+                     "train step": _compact(p.table(train, top))}
+    # (a) profiled forward: the range's wall time (ends in a sync) and the summed kernel time
+    walls = p.range_wall_us.get("forward", [])
+    out["forward_range_ms"] = sum(walls) / len(walls) / 1e3 if walls else None
+    out["forward_kernel_ms"] = p.total_us(fwd) / steps / 1e3
+    out["phase_kernel_ms"] = {ph: p.total_us((ph,)) / steps / 1e3 for ph in PHASES}
+    out["phase_range_ms"] = {ph: (sum(v) / len(v) / 1e3 if v else None)
+                             for ph, v in ((ph, p.range_wall_us.get(ph, [])) for ph in PHASES)}
+    # (b) top kernel in forward, its calls per forward pass, and whether it tops forward+backward
+    tf, tfb = p.table(fwd, 1), p.table(fwd_bwd, 1)
+    if tf:
+        out["top_forward"] = dict(name=tf[0]["name"], category=tf[0]["category"],
+                                  calls_per_pass=tf[0]["calls"] / steps, share=tf[0]["share"])
+        out["top_forward_backward"] = dict(name=tfb[0]["name"], category=tfb[0]["category"], share=tfb[0]["share"])
+        out["top_stays_on_top"] = tf[0]["name"] == tfb[0]["name"]
+    # (c) non-matmul kernels with more than `nontrivial` of forward+backward time
+    out["nontrivial_threshold"] = nontrivial
+    out["non_matmul_nontrivial"] = _compact([r for r in p.table(fwd_bwd)
+                                             if r["category"] != "matmul" and r["share"] > nontrivial][:top])
+    # (d) matmul share: inference (forward) vs a full training step
+    out["category_share"] = {"forward": p.category_shares(fwd), "train step": p.category_shares(train)}
+    out["matmul_share_forward"] = out["category_share"]["forward"]["matmul"]
+    out["matmul_share_train_step"] = out["category_share"]["train step"]["matmul"]
+    # (e) softmax vs the two attention matmuls, time (per forward pass) and FLOPs
+    flops = {k: layers * v for k, v in attention_part_flops(batch, heads, seq, head_dim).items()}  # per pass
+    parts = {}
+    for part in ATTENTION_PARTS:
+        rows = p.table((part,))
+        parts[part] = dict(time_ms=sum(r["time_us"] for r in rows) / steps / 1e3,
+                           matmul_time_ms=sum(r["time_us"] for r in rows if r["category"] == "matmul") / steps / 1e3,
+                           flops=flops[part])
+    out["attention_parts"] = parts
+    soft = parts["computing softmax"]
+    mm_t = parts["computing attention scores"]["time_ms"] + parts["final matmul"]["time_ms"]
+    mm_f = flops["computing attention scores"] + flops["final matmul"]
+    out["softmax_to_matmuls_time_ratio"] = soft["time_ms"] / mm_t if mm_t else None
+    out["softmax_to_matmuls_flop_ratio"] = soft["flops"] / mm_f
+    return out

@@ -1,0 +1,349 @@
+"""Report sections for 1.2–1.3 attention: pytorch_attention (+ memory accounting), torch_compile (a),
+flash_benchmarking (tables, longest sequence reached, TFLOP/s plot) and leaderboard.
+
+Kernel-level rows (flash_benchmarking, leaderboard) are read from extra_info["do_bench_ms"], the
+triton.testing.do_bench median; their pytest-benchmark stats (one call) are not used here."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from impl.attention.memory import flash_saved_for_backward, naive_attention_memory
+from impl.report import figures
+from impl.report.markdown import gib, missing, ms, num, pct, table
+
+IMPL_LABELS = {
+    "flash_triton": "ours (Triton fwd + Triton bwd)",
+    "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
+    "naive": "naive PyTorch",
+    "sdpa_flash": "SDPA flash backend",
+    "sdpa_cudnn": "SDPA cuDNN backend",
+}
+IMPL_ORDER = list(IMPL_LABELS)
+MODE_LABELS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
+DTYPE_ORDER = ["bf16", "fp16", "fp32"]
+
+
+def _info(r, key, default=None):
+    return (r["info"] or {}).get(key, default)
+
+
+def status(r) -> str | None:
+    """Cell text for a row that has no timing: OOM, unsupported, left out; None if it ran."""
+    if r.oom:
+        return "OOM"
+    kind = _info(r, "not_run")
+    return {"unsupported": "unsupported", "left_out": "left out"}.get(kind, kind)
+
+
+def ran(r) -> bool:
+    return status(r) is None
+
+
+def _problem(df, problem, study=None) -> pd.DataFrame:
+    d = df[df.problem == problem]
+    if study is not None and not d.empty:
+        d = d[d["info"].map(lambda i: (i or {}).get("study")) == study]
+    return d
+
+
+def _reasons(d: pd.DataFrame) -> str:
+    """The distinct reasons rows were not run, listed once each."""
+    seen = []
+    for _, r in d.iterrows():
+        reason = _info(r, "not_run_reason")
+        if reason and status(r) and (status(r), reason) not in seen:
+            seen.append((status(r), reason))
+    return "\n".join(f"- {s}: {reason}" for s, reason in seen)
+
+
+# --- pytorch_attention -------------------------------------------------------------------------
+
+def _rel(r, key):
+    v, base = _info(r, key), _info(r, "baseline_bytes")
+    return None if v is None or base is None else v - base
+
+
+def pytorch_attention_table(d: pd.DataFrame) -> str:
+    rows = []
+    for (dm, seq), g in d.groupby(["cfg.d_model", "cfg.seq"]):
+        by = {r["cfg.mode"]: r for _, r in g.iterrows()}
+        f, b = by.get("forward"), by.get("backward")
+        cell = lambda r: "–" if r is None else (status(r) or ms(r["mean"], r["stddev"]))  # noqa: E731
+        mem = "–" if b is None else (status(b) or gib(_rel(b, "memory_before_backward_bytes")))
+        peak = "–" if b is None or not ran(b) or b["peak_alloc"] is None else gib(b["peak_alloc"] - _info(b, "baseline_bytes"))
+        derived = naive_attention_memory(int(g["cfg.batch"].iloc[0]), int(seq), int(dm), g["cfg.dtype"].iloc[0])
+        rows.append([int(dm), int(seq), cell(f), cell(b),
+                     "–" if f is None or not ran(f) else num(f.get("m.tflops"), 2),
+                     mem, gib(derived.before_backward), peak, gib(derived.backward_peak)])
+    return table(["d", "seq", "forward (ms)", "backward (ms)", "forward TFLOP/s", "in use before backward (GiB)",
+                  "derived (GiB)", "backward peak (GiB)", "derived peak (GiB)"], rows)
+
+
+def accounting_case(d: pd.DataFrame):
+    """The smallest OOM case, else the largest case that ran (by seq, then d)."""
+    ooms = d[d.oom]
+    if not ooms.empty:
+        r = ooms.sort_values(["cfg.seq", "cfg.d_model"]).iloc[0]
+        return int(r["cfg.d_model"]), int(r["cfg.seq"]), True
+    ok = d[d.apply(ran, axis=1)]
+    if ok.empty:
+        return None
+    r = ok.sort_values(["cfg.seq", "cfg.d_model"]).iloc[-1]
+    return int(r["cfg.d_model"]), int(r["cfg.seq"]), False
+
+
+def memory_accounting(d: pd.DataFrame) -> str | None:
+    case = accounting_case(d)
+    if case is None:
+        return None
+    dm, seq, is_oom = case
+    batch, dtype = int(d["cfg.batch"].iloc[0]), d["cfg.dtype"].iloc[0]
+    m = naive_attention_memory(batch, seq, dm, dtype)
+    sel = d[(d["cfg.d_model"] == dm) & (d["cfg.seq"] == seq)]
+    by = {r["cfg.mode"]: r for _, r in sel.iterrows()}
+    b, f = by.get("backward"), by.get("forward")
+
+    def measured(r, key, minus=0):
+        if r is None:
+            return "–"
+        if not ran(r):
+            return status(r)
+        v = r["peak_alloc"] if key == "peak" else _info(r, key)
+        base = _info(r, "baseline_bytes")
+        return "–" if v is None or base is None else gib(v - base - minus)
+
+    rows = [
+        ["Q, K, V (3 · b·s·d)", gib(m.qkv), ""],
+        ["output O and its gradient dO (2 · b·s·d)", gib(m.output + m.grad_output), ""],
+        ["softmax probabilities P (b·s·s), the one score-sized tensor saved", gib(m.scores_matrix), ""],
+        ["saved for backward (Q, K, V, P)", gib(m.saved_for_backward), ""],
+        ["**in use before backward** (saved + O + dO)", gib(m.before_backward),
+         measured(b, "memory_before_backward_bytes")],
+        ["forward peak (+ dO): scaled scores and P alive together", gib(m.forward_peak + m.grad_output),
+         measured(f, "peak")],
+        ["backward peak: P, dP, dS alive together, + dV", gib(m.backward_peak), measured(b, "peak")],
+    ]
+    share = m.scores_matrix / m.before_backward
+    flash = flash_saved_for_backward(batch, seq, dm, dtype)
+    env = _info(d.iloc[0], "env", {}) or {}
+    total = env.get("gpu_memory_bytes")
+    head = (f"### Memory accounting: d {dm}, seq {seq} "
+            f"({'the smallest case that ran out of memory' if is_oom else 'the largest case; none ran out of memory'})")
+    prose = (f"Derived by `impl.attention.memory.naive_attention_memory` from the autograd graph (batch {batch}, "
+             f"{dtype}); measured = `torch.cuda.memory_allocated` / peak minus what was allocated before the inputs. "
+             f"The one (b, s, s) matrix is {pct(share)} of the memory in use before backward and grows with s²; "
+             f"the backward peak holds three of them. FlashAttention-2 keeps Q, K, V, O and the logsumexp "
+             f"instead: {gib(flash)} GiB for this case, linear in s. "
+             + (f"Device memory: {gib(total)} GiB." if total else ""))
+    return "\n\n".join([head, prose, table(["component", "derived (GiB)", "measured (GiB)"], rows)])
+
+
+# --- torch_compile (a) ---------------------------------------------------------------------------
+
+def torch_compile_table(comp: pd.DataFrame, eager: pd.DataFrame) -> str:
+    rows = []
+    for (dm, seq), g in comp.groupby(["cfg.d_model", "cfg.seq"]):
+        row = [int(dm), int(seq)]
+        cby = {r["cfg.mode"]: r for _, r in g.iterrows()}
+        e = eager[(eager["cfg.d_model"] == dm) & (eager["cfg.seq"] == seq)]
+        eby = {r["cfg.mode"]: r for _, r in e.iterrows()}
+        for mode in ("forward", "backward"):
+            er, cr = eby.get(mode), cby.get(mode)
+            cells = ["–" if x is None else (status(x) or ms(x["mean"], x["stddev"])) for x in (er, cr)]
+            speed = ("–" if er is None or cr is None or not ran(er) or not ran(cr)
+                     else f"{er['mean'] / cr['mean']:.2f}×")
+            row += cells + [speed]
+        anyc = next(iter(cby.values()))
+        row += [num(_info(anyc, "compile_forward_s"), 1), num(_info(anyc, "compile_backward_s"), 1)]
+        cb, eb = cby.get("backward"), eby.get("backward")
+        row += ["–" if x is None or not ran(x) or _rel(x, "memory_before_backward_bytes") is None
+                else gib(_rel(x, "memory_before_backward_bytes")) for x in (eb, cb)]
+        rows.append(row)
+    return table(["d", "seq", "forward eager (ms)", "forward compiled (ms)", "speed-up", "backward eager (ms)",
+                  "backward compiled (ms)", "speed-up", "compile: 1st forward (s)", "compile: 1st backward (s)",
+                  "before backward eager (GiB)", "compiled (GiB)"], rows)
+
+
+# --- flash_benchmarking -------------------------------------------------------------------------------
+
+def _impls(d):
+    return [i for i in IMPL_ORDER if i in set(d["cfg.impl"])]
+
+
+def _kernel_cell(r) -> str:
+    s = status(r)
+    if s:
+        return s
+    return f"{_info(r, 'do_bench_ms'):.3f} ({num(r.get('m.tflops'), 1)})"
+
+
+def flash_tables(d: pd.DataFrame) -> str:
+    out = []
+    impls = _impls(d)
+    for dtype in sorted(d["cfg.dtype"].unique(), key=DTYPE_ORDER.index):
+        for mode in ("fwd_bwd", "fwd", "bwd"):
+            dd = d[(d["cfg.dtype"] == dtype) & (d["cfg.mode"] == mode)]
+            if dd.empty:
+                continue
+            cols = [i for i in impls if i in set(dd["cfg.impl"])]
+            rows = []
+            for (dim, seq), g in dd.groupby(["cfg.d", "cfg.seq"]):
+                by = {r["cfg.impl"]: r for _, r in g.iterrows()}
+                rows.append([int(dim), int(seq)] + [_kernel_cell(by[i]) if i in by else "–" for i in cols])
+            out.append(f"**{dtype}, {MODE_LABELS[mode]}**: ms (TFLOP/s)\n\n"
+                       + table(["d", "seq"] + [IMPL_LABELS[i] for i in cols], rows))
+    return "\n\n".join(out)
+
+
+def longest_sequence(d: pd.DataFrame) -> str:
+    """Per implementation, dtype and d: the longest sequence whose forward+backward ran, and what
+    stopped the next one (OOM, unsupported, left out) when something did."""
+    e2e = d[d["cfg.mode"] == "fwd_bwd"]
+    dims = sorted(e2e["cfg.d"].unique())
+    rows = []
+    for impl in _impls(e2e):
+        for dtype in sorted(e2e["cfg.dtype"].unique(), key=DTYPE_ORDER.index):
+            row = [IMPL_LABELS[impl], dtype]
+            for dim in dims:
+                g = e2e[(e2e["cfg.impl"] == impl) & (e2e["cfg.dtype"] == dtype) & (e2e["cfg.d"] == dim)]
+                g = g.sort_values("cfg.seq")
+                ok = [int(r["cfg.seq"]) for _, r in g.iterrows() if ran(r)]
+                stop = [(int(r["cfg.seq"]), status(r)) for _, r in g.iterrows() if not ran(r)]
+                best = str(max(ok)) if ok else "none"
+                if stop and (not ok or stop[-1][0] > max(ok)):
+                    first = next(s for s in stop if not ok or s[0] > max(ok))
+                    best += f" ({first[1]} at {first[0]})"
+                row.append(best if len(g) else "–")
+            rows.append(row)
+    return table(["implementation", "dtype"] + [f"d {int(x)}" for x in dims], rows)
+
+
+def flash_plot(d: pd.DataFrame, path: Path) -> str | None:
+    e2e = d[(d["cfg.mode"] == "fwd_bwd") & d.apply(ran, axis=1)]
+    if e2e.empty:
+        return None
+    dtype = "bf16" if "bf16" in set(e2e["cfg.dtype"]) else sorted(e2e["cfg.dtype"].unique())[0]
+    e2e = e2e[e2e["cfg.dtype"] == dtype]
+    dims = sorted(e2e["cfg.d"].unique())
+    fig, axes = figures.new(figsize=(10, 7) if len(dims) > 1 else (7, 4.2))
+    fig.clf()
+    n = len(dims)
+    ncol = 2 if n > 1 else 1
+    nrow = (n + ncol - 1) // ncol
+    for idx, dim in enumerate(dims):
+        ax = fig.add_subplot(nrow, ncol, idx + 1)
+        for impl in _impls(e2e):
+            sel = e2e[(e2e["cfg.impl"] == impl) & (e2e["cfg.d"] == dim)].sort_values("cfg.seq")
+            if not sel.empty:
+                style = "-o" if impl.startswith("flash_triton") else "--s"  # ours solid, others dashed
+                ax.plot(sel["cfg.seq"], sel["m.tflops"], style, ms=3, label=IMPL_LABELS[impl])
+        ax.set(xscale="log", xlabel="sequence length", ylabel="TFLOP/s", title=f"d = {int(dim)}")
+        ax.set_xscale("log", base=2)
+        if idx == 0:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"flash_benchmarking: {dtype}, causal, forward+backward (median times)")
+    figures.save(fig, path)
+    return dtype
+
+
+# --- leaderboard -------------------------------------------------------------------------------------
+
+def leaderboard_table(d: pd.DataFrame) -> str:
+    rows = []
+    for _, r in d.iterrows():
+        err = _info(r, "rel_err") or {}
+        impl = r["cfg.impl"]
+        label = IMPL_LABELS.get(impl, impl)
+        if impl == "flash_triton":
+            label = ("torch.compile(FlashAttentionTriton.apply)" if _info(r, "compiled")
+                     else "FlashAttentionTriton.apply (not compiled)")
+        s = status(r)
+        rows.append([label, MODE_LABELS[r["cfg.mode"]],
+                     s or f"{_info(r, 'do_bench_ms'):.3f}", "–" if s else num(r.get("m.tflops"), 1),
+                     "–" if s else pct(r.get("m.mfu")),
+                     *[("–" if missing(err.get(k)) else f"{err[k]:.1e}") for k in ("out", "dq", "dk", "dv")]])
+    return table(["implementation", "pass", "ms (do_bench median)", "TFLOP/s", "of matmul peak", "rel. err O",
+                  "dQ", "dK", "dV"], rows)
+
+
+def leaderboard_summary(d: pd.DataFrame) -> str:
+    e2e = d[(d["cfg.mode"] == "fwd_bwd") & d.apply(ran, axis=1)]
+    ours = e2e[e2e["cfg.impl"] == "flash_triton"]
+    anchors = e2e[e2e["cfg.impl"] != "flash_triton"]
+    if ours.empty or anchors.empty:
+        return ""
+    o = ours.iloc[0]
+    best = anchors.loc[anchors["m.tflops"].idxmax()]
+    ratio = _info(o, "do_bench_ms") / _info(best, "do_bench_ms")
+    tol = _info(o, "tol") or {}
+    breaks = f"Graph breaks under torch.compile: {_info(o, 'graph_breaks')}. " if _info(o, "compiled") else ""
+    return (f"Ours (forward+backward) takes {_info(o, 'do_bench_ms'):.3f} ms, {ratio:.2f}× the time of the "
+            f"fastest anchor ({IMPL_LABELS[best['cfg.impl']]}, {_info(best, 'do_bench_ms'):.3f} ms). "
+            f"Relative errors are against SDPA in higher precision on the same inputs; ours must stay within "
+            f"{tol.get('out', float('nan')):.0e} (O) and {tol.get('grad', float('nan')):.0e} (gradients) or the "
+            f"test fails. {breaks}Matmul peak: "
+            f"{num(_info(o, 'peak_flops', float('nan')) / 1e12, 1)} TFLOP/s ({_info(o, 'peak_dtype')}, measured "
+            f"in the same run).")
+
+
+# --- render ---------------------------------------------------------------------------------------------
+
+def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
+    pa = _problem(df, "pytorch_attention")
+    tc = _problem(df, "torch_compile", "attention")
+    fb = _problem(df, "flash_benchmarking")
+    lb = _problem(df, "leaderboard")
+    if pa.empty and tc.empty and fb.empty and lb.empty:
+        return None
+    parts = []
+    if not pa.empty:
+        r0 = pa.iloc[0]
+        parts.append("## pytorch_attention")
+        parts.append(f"Naive attention, batch {int(r0['cfg.batch'])}, no head dimension, {r0['cfg.dtype']}, "
+                     f"non-causal; {_info(r0, 'rounds')} timed forward passes and {_info(r0, 'rounds')} timed "
+                     f"backward passes (mean ± std, each synchronised; a backward's forward runs untimed). Memory "
+                     f"is what the benchmark allocated (inputs onward); derived = impl.attention.memory.")
+        parts.append(pytorch_attention_table(pa))
+        if _reasons(pa):
+            parts.append("Not run:\n" + _reasons(pa))
+        acc = memory_accounting(pa)
+        if acc:
+            parts.append(acc)
+    if not tc.empty:
+        r0 = tc.iloc[0]
+        parts.append("## torch_compile (a): compiled vs eager attention")
+        parts.append(f"`torch.compile(naive_attention)` (backend `{r0['cfg.backend']}`, static shapes, one "
+                     f"fresh compile per shape); eager = the pytorch_attention rows of this device. Compile "
+                     f"time = the first call, timed once outside the benchmark.")
+        parts.append(torch_compile_table(tc, pa))
+        if _reasons(tc):
+            parts.append("Not run:\n" + _reasons(tc))
+    if not fb.empty:
+        timers = sorted({_info(r, "timer") for _, r in fb.iterrows() if _info(r, "timer")})
+        parts.append("## flash_benchmarking")
+        parts.append(f"Batch 1, causal; TFLOP/s count causal FLOPs as half. Timer: {', '.join(timers) or '–'}. "
+                     f"Autotuning of our kernels: {'on' if _info(fb.iloc[0], 'autotune') else 'off'}. "
+                     f"Left out by design: {_info(fb.iloc[0], 'left_out', '–')}.")
+        name = f"{device}-flash_benchmarking.png"
+        dtype = flash_plot(fb, fig_dir / name)
+        if dtype:
+            parts.append(f"![TFLOP/s vs sequence length, {dtype} forward+backward]({fig_rel}/{name})")
+        parts.append("### Longest sequence reached (forward+backward)\n\n" + longest_sequence(fb))
+        parts.append(flash_tables(fb))
+        if _reasons(fb):
+            parts.append("Cells not run:\n" + _reasons(fb))
+    if not lb.empty:
+        r0 = lb.iloc[0]
+        parts.append("## leaderboard")
+        parts.append(f"{r0['cfg.dtype']}, causal, batch {int(r0['cfg.batch'])} × {int(r0['cfg.heads'])} heads × "
+                     f"seq {int(r0['cfg.seq'])} × d {int(r0['cfg.d'])}; do_bench median.")
+        parts.append(leaderboard_table(lb))
+        summary = leaderboard_summary(lb)
+        if summary:
+            parts.append(summary)
+        notes = sorted({_info(r, "note") for _, r in lb.iterrows() if _info(r, "note")})
+        if notes:
+            parts.append("Note: " + "; ".join(notes))
+    return "\n\n".join(parts)

@@ -1,0 +1,247 @@
+"""Report sections of issue 4: nsys_profile, mixed_precision_accumulation, benchmarking_mixed_precision
+(a)/(b), memory_profiling and torch_compile (b). Everything is read from the saved JSON."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from impl.report.markdown import gib, ms, num, pct, table
+from impl.sweeps import ALL_SIZES
+
+SIZE_ORDER = list(ALL_SIZES)
+
+
+def _p(df, problem):
+    return df[df.problem == problem] if not df.empty else df
+
+
+def _i(x):
+    """Config integers come back as floats when a column has gaps."""
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return x
+
+
+def _sorted(d, *keys):
+    if "cfg.size" in d:
+        d = d.assign(_s=d["cfg.size"].map(lambda s: SIZE_ORDER.index(s) if s in SIZE_ORDER else 99))
+        return d.sort_values(["_s", *keys])
+    return d
+
+
+# ------------------------------------------------------------------------------------------ nsys
+def _kernel_rows(rows, n=8):
+    return [[r["name"][:90].replace("|", "/"), r["category"], num(r["time_us"] / 1e3, 3), r["calls"], pct(r["share"])]
+            for r in rows[:n]]
+
+
+def nsys_section(df: pd.DataFrame) -> str | None:
+    d = _p(df, "nsys_profile")
+    if d.empty:
+        return None
+    d = _sorted(d, "cfg.context")
+    src = next((i["nsys"]["timing_source"] for i in d["info"] if i.get("nsys")), "kernels")
+    unit = "GPU kernels" if src == "kernels" else "CPU ops' self time (no GPU: ops stand in for kernels)"
+    parts = ["## nsys_profile",
+             f"torch.profiler over annotated training steps (warm-up excluded); times are {unit}, attributed "
+             "to a phase by the launch time of the op that issued them. Forward = the training forward "
+             "(loss included); rows marked *fwd only* ran out of memory in the training step."]
+    rows = []
+    for _, r in d.iterrows():
+        n = r["info"].get("nsys")
+        if r["info"].get("not_run"):
+            rows.append([r["cfg.size"], _i(r["cfg.context"]), "left out"] + ["–"] * 9)
+            continue
+        if r.oom or not n:
+            rows.append([r["cfg.size"], _i(r["cfg.context"]), "OOM"] + ["–"] * 9)
+            continue
+        top = n.get("top_forward", {})
+        rows.append([r["cfg.size"], _i(r["cfg.context"]), ms(r["mean"], r["stddev"]), num(n["forward_range_ms"], 2),
+                     num(n["forward_kernel_ms"], 2), top.get("name", "–")[:60].replace("|", "/"),
+                     num(top.get("calls_per_pass"), 0), "yes" if n.get("top_stays_on_top") else "no",
+                     pct(n["matmul_share_forward"]),
+                     "fwd only" if n.get("train_oom") else pct(n["matmul_share_train_step"]),
+                     num(n["softmax_to_matmuls_time_ratio"], 2), num(n["softmax_to_matmuls_flop_ratio"], 3)])
+    parts.append("(a)–(e) per config. *Python timer* = pytest-benchmark mean ± std of the same forward; "
+                 "*profiled range* = the annotated forward range (ends in a sync); *kernel sum* = summed "
+                 "kernel time in it. Softmax ratios: softmax ÷ (scores matmul + final matmul) in time and in "
+                 "FLOPs (5 FLOPs per score for softmax, 2·d per score per matmul).\n\n" + table(
+                     ["size", "context", "Python timer (ms)", "profiled range (ms)", "kernel sum (ms)",
+                      "(b) top forward kernel", "calls / pass", "top in fwd+bwd too", "(d) matmul share fwd",
+                      "matmul share train", "(e) softmax/matmul time", "softmax/matmul FLOPs"], rows))
+    ok = d[d["info"].map(lambda i: bool(i.get("nsys")))]
+    if not ok.empty:
+        r = ok.iloc[len(ok) // 2]
+        n = r["info"]["nsys"]
+        cfg = f"{r['cfg.size']}, context {_i(r['cfg.context'])}"
+        parts.append(f"### Kernel tables for {cfg} (top rows; all tables are in the JSON)")
+        for phase in ("forward", "forward+backward", "optimizer step"):
+            rows_ = n["tables"].get(phase) or []
+            if rows_:
+                parts.append(f"**{phase}** ({n['steps_profiled']} steps)\n\n" + table(
+                    ["kernel", "category", "total (ms)", "calls", "share"], _kernel_rows(rows_)))
+        nm = n.get("non_matmul_nontrivial") or []
+        parts.append(f"(c) non-matmul kernels above {pct(n['nontrivial_threshold'])} of forward+backward time: "
+                     + (", ".join(f"`{x['name'][:60]}` ({x['category']}, {pct(x['share'])})" for x in nm[:8]) or "none"))
+        cs = n["category_share"]
+        parts.append("(d) time share by category, forward vs full training step:\n\n" + table(
+            ["category", "forward", "train step"], [[c, pct(cs["forward"][c]), pct(cs["train step"][c])] for c in cs["forward"]]))
+    art = [i.get("artifact") for i in d["info"] if i.get("artifact")]
+    if art:
+        parts.append(f"Chrome trace saved as artifact `{art[0]}` (open in chrome://tracing or ui.perfetto.dev).")
+    return "\n\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------- mixed precision
+def mixed_precision_section(df: pd.DataFrame) -> str | None:
+    acc, mp = _p(df, "mixed_precision_accumulation"), _p(df, "benchmarking_mixed_precision")
+    if acc.empty and mp.empty:
+        return None
+    parts = []
+    if not acc.empty:
+        i = acc["info"].iloc[0]
+        rows = [[k, f"{v:.10g}", f"{i['errors'][k]:.3g}"] for k, v in i["values"].items()]
+        order = sorted(i["errors"], key=i["errors"].get)
+        parts += ["## mixed_precision_accumulation",
+                  f"Adding 0.01 {i['config']['steps']} times (exact sum {i['exact']}):\n\n"
+                  + table(["loop", "result", "|error|"], rows),
+                  "Error ordering observed (smallest first, asserted by the test): " + " ≤ ".join(f"`{k}`" for k in order)
+                  + ". 0.01 is not representable in binary; in fp16 it is rounded coarsely and, worse, an fp16 "
+                    "accumulator near 10 has a spacing comparable to the addend, so each add rounds. "
+                    "Accumulating in fp32 keeps only the addend's rounding error; the implicit promotion of "
+                    "`fp32 += fp16` equals the explicit cast."]
+    if not mp.empty:
+        parts.append("## benchmarking_mixed_precision (a), (b)")
+        rows, facts = [], None
+        for _, r in mp.iterrows():
+            dt = r["info"]["dtypes"]
+            facts = r["info"].get("formats", facts)
+            rows.append([f"{dt['device_type']} autocast {dt['autocast_dtype']}", ", ".join(dt["parameters"]),
+                         dt["fc1 output"], dt["layernorm output"], dt["logits"], dt["loss"], ", ".join(dt["gradients"])])
+        parts.append("(a) dtypes observed with forward hooks on the toy model (fc1 → ReLU → LayerNorm → fc2):\n\n"
+                     + table(["run", "parameters", "fc1 output", "LayerNorm output", "logits", "loss", "gradients"], rows))
+        if facts:
+            parts.append("(b) Format facts (torch.finfo):\n\n" + table(
+                ["type", "max finite", "smallest normal", "epsilon", "mantissa bits"],
+                [[k, f"{v['max']:.4g}", f"{v['tiny']:.3g}", f"{v['eps']:.3g}", v["mantissa_bits"]] for k, v in facts.items()]))
+            seen = "; ".join(f"{r[0]}: LayerNorm output {r[3]}" for r in rows)
+            parts.append(
+                f"Observed LayerNorm output dtypes ({seen}). CUDA autocast keeps LayerNorm in fp32 because it "
+                f"computes a mean and a variance over the features: sums of squares overflow fp16's max of "
+                f"{facts['fp16']['max']:.0f} easily, and normalising divides small differences, where fp16's epsilon "
+                f"({facts['fp16']['eps']:.3g}) loses the precision the statistics need. bf16 removes the overflow "
+                f"risk (max {facts['bf16']['max']:.3g}, fp32's exponent range) but its epsilon is "
+                f"{facts['bf16']['eps'] / facts['fp16']['eps']:.0f}x fp16's, so the reductions still want fp32 "
+                f"accumulation; CPU autocast (rows above, where present) puts layer_norm on its lower-precision "
+                f"list, relying on the kernel's internal fp32 accumulation. bf16 needs no loss scaling; fp16 "
+                f"usually does.")
+    return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------- memory
+def memory_section(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
+    d = _p(df, "memory_profiling")
+    if d.empty:
+        return None
+    from impl.profiling.memory import render_timeline
+
+    d = _sorted(d, "cfg.context", "cfg.dtype", "cfg.mode")
+    parts = ["## memory_profiling"]
+    rows = []
+    for (size, ctx), g in d.groupby(["cfg.size", "cfg.context"], sort=False):
+        row = [size, _i(ctx)]
+        for dtype in ("fp32", "bf16"):
+            for mode in ("forward", "train_step"):
+                sel = g[(g["cfg.dtype"] == dtype) & (g["cfg.mode"] == mode)]
+                if sel.empty:
+                    row.append("–")
+                    continue
+                r = sel.iloc[0]
+                row.append("OOM" if r.oom else f"{gib(r['peak_alloc'])} / {gib(r['info'].get('peak_memory_reserved_bytes'))}")
+        rows.append(row)
+    parts.append("(b), (c) peak memory, allocated / reserved GiB (train step = forward, backward, AdamW step, "
+                 "optimizer state included):\n\n" + table(
+                     ["size", "context", "fp32 forward", "fp32 train step", "bf16 forward", "bf16 train step"], rows))
+    skipped = {i.get("snapshot_skipped") for i in d["info"] if i.get("snapshot_skipped")}
+    if skipped:
+        parts.append("Timelines not recorded here: " + "; ".join(sorted(skipped)) + ".")
+    figs, res_rows, largest = [], [], None
+    for _, r in d.iterrows():
+        snap = r["info"].get("snapshot")
+        if not snap:
+            continue
+        cfg = f"{r['cfg.size']}_ctx{_i(r['cfg.context'])}_{r['cfg.dtype']}_{r['cfg.mode']}"
+        name = f"{device}-memory_profiling-{cfg}.png"
+        render_timeline(snap["timeline"], fig_dir / name,
+                        f"{r['cfg.size']} ctx {_i(r['cfg.context'])} {r['cfg.dtype']} {r['cfg.mode']}: active memory")
+        figs.append(f"![{cfg}]({fig_rel}/{name})")
+        for b, m in snap["residual"].items():
+            res_rows.append([r["cfg.size"], _i(r["cfg.context"]), r["cfg.dtype"], r["cfg.mode"], f"{b} B/elem",
+                             f"{m['bytes'] / 2**20:.2f}", "yes" if m["found"] else "no", m["count"],
+                             (m["frames"] or ["–"])[0]])
+        if largest is None:
+            largest = (cfg, snap["largest"])
+    if figs:
+        parts.append("(a) active memory over one recorded step (x = allocator event index; shaded = phases "
+                     "marked by the suite), rebuilt from the downsampled timeline in the JSON:\n\n" + "\n".join(figs))
+        parts.append("(d) residual stream: batch · context · d_model · bytes per element, looked up as an exact "
+                     "allocation size in the recorded trace (4 bytes: the fp32 residual stream, also under "
+                     "autocast; 2 bytes: half-precision outputs of the same shape):\n\n" + table(
+                         ["size", "context", "dtype", "mode", "element", "MiB", "found", "allocations", "first made at"],
+                         res_rows))
+    if largest:
+        cfg, big = largest
+        parts.append(f"(e) largest allocations in `{cfg}`:\n\n" + table(
+            ["size (MiB)", "count", "made at (innermost impl/ or torch.nn frames)"],
+            [[f"{b['size'] / 2**20:.1f}", b["count"], " ← ".join(b["frames"]) or "–"] for b in big]))
+    art = [i["snapshot"]["artifact"] for i in d["info"] if i.get("snapshot") and i["snapshot"].get("artifact")]
+    if art:
+        parts.append(f"Raw snapshot saved as artifact `{art[0]}` (drag onto pytorch.org/memory_viz).")
+    return "\n\n".join(parts)
+
+
+# ------------------------------------------------------------------------------- torch_compile (b)
+def compile_section(df: pd.DataFrame) -> str | None:
+    d = _p(df, "torch_compile")
+    if d.empty:
+        return None
+    d = d[d["info"].map(lambda i: (i or {}).get("study")) == "model"]  # (a), attention, is another section
+    if d.empty:
+        return None
+    d = _sorted(d, "cfg.context")
+    left = d[d["info"].map(lambda i: i.get("not_run") == "left_out")]
+    run = d[~d.index.isin(left.index)]
+    modes = [m for m in ("forward", "forward_backward", "train_step") if m in set(run["cfg.mode"])]
+    rows = []
+    for (size, ctx), g in run.groupby(["cfg.size", "cfg.context"], sort=False):
+        row = [size, _i(ctx)]
+        for mode in modes:
+            sel = {r["cfg.impl"]: r for _, r in g[g["cfg.mode"] == mode].iterrows()}
+            e, c = sel.get("eager"), sel.get("compiled")
+            cell = lambda x: "–" if x is None else ("OOM" if x.oom else ms(x["mean"]))  # noqa: E731
+            sp = "–" if e is None or c is None or e.oom or c.oom else f"{e['mean'] / c['mean']:.2f}×"
+            row += [cell(e), cell(c), sp]
+        rows.append(row)
+    header = ["size", "context"] + [h for m in modes for h in (f"{m} eager (ms)", f"{m} compiled (ms)", "speed-up")]
+    comp = run[(run["cfg.impl"] == "compiled") & run["info"].map(lambda i: bool(i.get("compiled_now")))]
+    crow = [[r["cfg.size"], _i(r["cfg.context"]), r["cfg.mode"], num(r["info"].get("first_call_s"), 1),
+             r["info"].get("graph_breaks", "–")] for _, r in comp.iterrows()]
+    parts = ["## torch_compile (b): whole model",
+             "Eager vs `torch.compile(model, dynamic=True)` (one compilation per size serves every context); "
+             "fp32; the optimizer (our AdamW) stays eager in the train step.\n\n" + table(header, rows)]
+    if crow:
+        parts.append("First call (includes compilation) of each compiled graph, and the graph breaks dynamo "
+                     "counted so far:\n\n" + table(["size", "context", "graph", "first call (s)", "graph breaks"], crow))
+    if not left.empty:
+        reason = left["info"].iloc[0]["not_run_reason"]
+        cfgs = sorted({f"{r['cfg.size']}@{_i(r['cfg.context'])}" for _, r in left.iterrows()})
+        parts.append(f"Left out ({reason}): " + ", ".join(cfgs) + ".")
+    return "\n\n".join(parts)
+
+
+def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
+    parts = [s for s in (nsys_section(df), mixed_precision_section(df), memory_section(df, device, fig_dir, fig_rel),
+                         compile_section(df)) if s]
+    return "\n\n".join(parts) if parts else None
