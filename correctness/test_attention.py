@@ -71,8 +71,8 @@ def rel_err(out, ref):
 
 def tolerance(dtype, device):
     if dtype == torch.float32:
-        # Triton's fp32 tl.dot uses TF32 on the GPU.
-        return 5e-3 if str(device).startswith("cuda") else 1e-3
+        # fp32 tiles use three TF32 passes (tf32x3) on the GPU: close to fp32.
+        return 1e-3
     if dtype == torch.float16:
         return 5e-3
     return 2e-2  # bfloat16

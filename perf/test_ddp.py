@@ -18,7 +18,7 @@ import torch
 from impl.distributed.bench import WorkerGroup, mean, slowest, timed_command
 from impl.profiling.attention_bench import Budget, record_not_run
 from impl.profiling.harness import run_benchmark
-from impl.runtime import env_info, profile_name
+from impl.runtime import profile_name
 from impl.sweeps import grid
 
 PROFILE = profile_name()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine (the `device` tool): chosen perf sections in the full profile and,
-# optionally, the correctness tests; everything lands in one archive under $OUT.
-#   [CORRECTNESS="correctness/test_x.py ..."] [SECTION_TIMEOUT=540] tools/gpu_run.sh SECTION[:PYTEST_K_EXPR] ...
+# optionally, the correctness tests. Each section's JSON lands in $OUT/data as soon as it ends, so a
+# command stopped at the device's time limit still returns what finished (at most 8 files come back).
+#   [CORRECTNESS="correctness/test_x.py ..."] [SECTION_TIMEOUT=540] tools/gpu_run.sh SECTION[:PYTEST_K_EXPR]|correctness ...
 # SECTION_TIMEOUT stops a section between tests (pytest-timeout's session timeout), so its JSON is
 # still written when the grid runs long; the missing rows then show as absent in the report.
 set -uo pipefail
@@ -12,17 +13,18 @@ export SUITE_PROFILE=full SUITE_ARTIFACTS_DIR="$OUT/artifacts" PYTHONUNBUFFERED=
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=$(tools/setup.sh)
 slug=$(PYTHONPATH=src $PY -m impl.runtime slug)
+echo "device slug: $slug"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/nvidia-smi.txt"
-if [[ -n "${CORRECTNESS:-}" ]]; then
+# The word `correctness` among the sections runs the files in $CORRECTNESS at that point.
+run_correctness() {
   PYTHONPATH=src $PY -m pytest $CORRECTNESS -q -p no:cacheprovider --timeout=300 2>&1 | tail -25 | tee "$OUT/correctness.txt"
-fi
+}
 for spec in "$@"; do
+  [[ "$spec" == correctness ]] && { run_correctness; continue; }
   section=${spec%%:*}; kexpr=""; [[ "$spec" == *:* ]] && kexpr=${spec#*:}
   tag=$section${kexpr:+-$(printf %s "$kexpr" | tr -c "a-zA-Z0-9_" "_")}
   echo "=== $tag ($(date +%T))"
   PYTHONPATH=src $PY -m pytest "perf/test_$section.py" ${kexpr:+-k "$kexpr"} -q -p no:cacheprovider --timeout=900 --session-timeout="${SECTION_TIMEOUT:-540}" \
     --benchmark-json="$OUT/data/$tag.json" --benchmark-columns=mean,stddev,rounds 2>&1 | tail -8
 done
-tar -czf "$OUT/results-$slug.tar.gz" -C "$OUT" data artifacts nvidia-smi.txt $( [[ -f $OUT/correctness.txt ]] && echo correctness.txt)
-rm -rf "$OUT/data" "$OUT/artifacts"
-ls -la "$OUT"
+ls -laR "$OUT"

@@ -133,6 +133,17 @@ _PRE_BLOCK_M = 32 if _interpreting() else 64
 # ---------------------------------------------------------------------------
 
 @triton.jit
+def _dot(a, b):
+    """Tile product with fp32 accumulation. fp32 operands take three TF32 passes (close to fp32
+    accuracy): Triton's default for an fp32 dot is one TF32 pass, whose ~1e-3 relative error on
+    the scores is far outside fp32 tolerances (seen on the H100: large scores, a single key)."""
+    if a.dtype == tl.float32:
+        return tl.dot(a, b, input_precision="tf32x3")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
 def _load_tile(ptrs, offs_r, n_r, offs_d, CHECK_R: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
     """Load a (rows, BLOCK_D) tile; rows masked when CHECK_R, d masked when padded."""
     if CHECK_R:
@@ -172,7 +183,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stri
         offs_n = start_n + offs_n0
         k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
                        offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
-        qk = tl.dot(q, tl.trans(k)) * qk_scale  # base-2 scaled scores
+        qk = _dot(q, tl.trans(k)) * qk_scale  # base-2 scaled scores
         if MASKED:
             valid = offs_n[None, :] < N_K
             if IS_CAUSAL:
@@ -184,7 +195,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stri
         l_i = l_i * alpha + tl.sum(p, 1)
         v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                        offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v)
         m_i = m_new
     return acc, l_i, m_i
 
@@ -295,14 +306,14 @@ def _attn_bwd_kv_inner(dk, dv, k, v, q_base, do_base, l_base, d_base,
         m_mask = offs_m < N_Q
         lse2 = tl.load(l_base + offs_m, mask=m_mask, other=0.0) * 1.4426950408889634
         delta = tl.load(d_base + offs_m, mask=m_mask, other=0.0)
-        qkT = tl.dot(k, tl.trans(q)) * qk_scale
+        qkT = _dot(k, tl.trans(q)) * qk_scale
         pT = tl.math.exp2(qkT - lse2[None, :])
         if MASKED:
             pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
-        dv += tl.dot(pT.to(do.dtype), do)
-        dpT = tl.dot(v, tl.trans(do))
+        dv += _dot(pT.to(do.dtype), do)
+        dpT = _dot(v, tl.trans(do))
         dsT = pT * (dpT - delta[None, :])
-        dk += tl.dot(dsT.to(q.dtype), q)
+        dk += _dot(dsT.to(q.dtype), q)
     return dk, dv
 
 
@@ -376,16 +387,16 @@ def _attn_bwd_q_inner(dq, q, do, lse2, delta, k_base, v_base,
                        offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
         v = _load_tile(v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
                        offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
-        qk = tl.dot(q, tl.trans(k)) * qk_scale
+        qk = _dot(q, tl.trans(k)) * qk_scale
         p = tl.math.exp2(qk - lse2[:, None])
         if MASKED:
             valid = offs_n[None, :] < N_K
             if IS_CAUSAL:
                 valid = valid & (offs_m[:, None] >= offs_n[None, :])
             p = tl.where(valid, p, 0.0)
-        dp = tl.dot(do, tl.trans(v))
+        dp = _dot(do, tl.trans(v))
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k)
+        dq += _dot(ds.to(k.dtype), k)
     return dq
 
 

@@ -1,0 +1,338 @@
+"""Report sections 2-3: distributed_communication_single_node (table, bus-bandwidth plot, o/w fit),
+the DDP benchmarks (step time, communication share, overhead against the single-GPU floor and
+torch DDP), the bucket model checked against the measured bucket sizes, the profiler timeline of
+naive vs bucketed DDP, and optimizer_state_sharding_accounting (memory breakdown with the
+closed-form prediction, ZeRO-1 vs the simple sharded optimizer). Every number is read from the
+rows of perf/test_distributed_communication.py, perf/test_ddp.py, perf/test_optimizer_sharding.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from impl import accounting as acc
+from impl.report import figures
+from impl.report.markdown import gib, missing, ms, num, pct, table
+
+COMM = "distributed_communication_single_node"
+DDP_PROBLEMS = ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
+                "ddp_overlap_individual_parameters_benchmarking", "ddp_overlap_bucketed_benchmarking"]
+SHARD = "optimizer_state_sharding_accounting"
+VARIANT_LABEL = dict(single="single GPU (floor, no wrapper)", naive="naive (per-parameter, after backward)",
+                     flat="flat (one all-reduce)", individual="individual parameters (overlapped)",
+                     bucketed="bucketed", torch_ddp="torch DDP (bucket_cap_mb 25)")
+VARIANT_ORDER = list(VARIANT_LABEL)
+SHARD_LABEL = dict(none="no sharding (DDP + AdamW)", sharded="ShardedOptimizer(AdamW)",
+                   zero1="ZeRO1Optimizer(AdamW)", torch_zero="torch ZeroRedundancyOptimizer(AdamW)")
+# comm_volume_per_rank keys for each sharding variant's schedule
+SHARD_VOLUME = dict(none="ddp", sharded="sharded_simple", zero1="zero1", torch_zero="sharded_simple")
+
+
+def _info(r, key, default=None):
+    return r["info"].get(key, default)
+
+
+def _not_run(r) -> str | None:
+    kind = _info(r, "not_run")
+    return f"not run ({kind}: {_info(r, 'not_run_reason')})" if kind else None
+
+
+def _metric(r, key):
+    return (_info(r, "metrics") or {}).get(key)
+
+
+def _mb(nbytes) -> str:
+    return "–" if missing(nbytes) else f"{nbytes / 2**20:,.0f}"
+
+
+def _gb(nbytes, digits=2) -> str:
+    return "–" if missing(nbytes) else f"{nbytes / 1e9:,.{digits}f}"
+
+
+class _Unit:
+    """GiB / GB for the real model sizes, MiB / MB for the smoke model (else every cell reads 0.01)."""
+
+    def __init__(self, typical_bytes):
+        big = not missing(typical_bytes) and typical_bytes >= 2**30
+        self.bin, self.bin_name = (2**30, "GiB") if big else (2**20, "MiB")
+        self.dec, self.dec_name = (1e9, "GB") if big else (1e6, "MB")
+
+    def b(self, nbytes) -> str:
+        return "–" if missing(nbytes) else f"{nbytes / self.bin:,.2f}"
+
+    def d(self, nbytes) -> str:
+        return "–" if missing(nbytes) else f"{nbytes / self.dec:,.2f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# all-reduce
+
+
+def _comm_rows(d: pd.DataFrame) -> pd.DataFrame:
+    return d[d["info"].map(lambda i: i.get("config", {}).get("kind") != "fit")]
+
+
+def _fits(d: pd.DataFrame) -> dict:
+    out = {}
+    for _, r in d.iterrows():
+        cfg = _info(r, "config")
+        if cfg.get("kind") == "fit" and not _info(r, "not_run"):
+            out[(cfg["backend"], cfg["world_size"])] = _info(r, "results")
+    return out
+
+
+def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str:
+    rows, series = [], {}
+    runs = _comm_rows(d).sort_values(["cfg.backend", "cfg.world_size", "cfg.bytes"])
+    for _, r in runs.iterrows():
+        key = (r["cfg.backend"], int(r["cfg.world_size"]))
+        nr = _not_run(r)
+        head = [key[0], key[1], _mb(r["cfg.bytes"])]
+        if nr:
+            rows.append(head + [nr, "", "", "", ""])
+            continue
+        t = _metric(r, "time_s")
+        rows.append(head + [ms(t, digits=3), num(_metric(r, "algbw_GBps"), 2), num(_metric(r, "busbw_GBps"), 2),
+                            num(_metric(r, "worker_busbw_GBps"), 2), _info(r, "inner")])
+        series.setdefault(key, []).append((r["cfg.bytes"], _metric(r, "busbw_GBps")))
+    left_out = {x for x in runs["info"].map(lambda i: i.get("left_out")) if x}
+    out = ["## distributed_communication_single_node",
+           "All-reduce (sum) of float32 buffers, MB = 2^20 bytes. Time per all-reduce = (pytest-benchmark median of "
+           "one command in which every rank runs `inner` back-to-back all-reduces − the IPC round trip of a no-op "
+           "command) / inner. algbw = bytes / time; busbw = algbw · 2(n−1)/n (nccl-tests), comparable across "
+           "process counts. The last bandwidth column uses the ranks' own clocks (slowest rank, barrier-aligned, "
+           "device synchronised), a cross-check without IPC.",
+           table(["backend", "processes", "size (MB)", "time (ms)", "algbw (GB/s)", "busbw (GB/s)",
+                  "busbw, ranks' clock (GB/s)", "inner"], rows)]
+    if left_out:
+        out.append("Left out: " + "; ".join(sorted(left_out)) + ".")
+    if series:
+        fig, ax = figures.new()
+        for (backend, n), pts in sorted(series.items()):
+            xs, ys = zip(*sorted(pts))
+            ax.plot([x / 2**20 for x in xs], ys, marker="o", ls="-" if backend == "nccl" else "--",
+                    label=f"{backend}, {n} processes")
+        ax.set(xscale="log", yscale="log", xlabel="buffer size (MB)", ylabel="bus bandwidth (GB/s)",
+               title="all-reduce bus bandwidth")
+        ax.legend(fontsize=8)
+        name = f"{device}_allreduce_busbw.png"
+        figures.save(fig, fig_dir / name)
+        out.append(f"![all-reduce bus bandwidth]({fig_rel}/{name})")
+    fits = _fits(d)
+    if fits:
+        out.append("Least-squares fit t = o + S/w over the timed sizes (S = bytes per rank, so w is an algorithm "
+                   "bandwidth); the bucket model below uses the fit of the DDP runs' backend and process count.")
+        out.append(table(["backend", "processes", "o (µs)", "w (GB/s)"],
+                         [[b, n, num(f["o_s"] * 1e6, 1), num(f["w_Bps"] / 1e9, 2)] for (b, n), f in sorted(fits.items())]))
+    return "\n\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# DDP
+
+
+def _ddp_label(r) -> str:
+    v = r["cfg.variant"]
+    return f"bucketed {r['cfg.bucket_mb']:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
+
+
+def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
+    """The DDP tables; returns also {context: {bucket_mb: (step_s, comm_s)}} and the gradient bytes."""
+    bench = d[d["info"].map(lambda i: i.get("config", {}).get("kind") != "trace")]
+    out, buckets = ["## DDP benchmarking: naive_ddp_benchmarking, minimal_ddp_flat_benchmarking, "
+                    "ddp_overlap_individual_parameters_benchmarking, ddp_overlap_bucketed_benchmarking"], {}
+    first = bench.iloc[0]
+    out.append(f"{first['cfg.size']}, fp32, AdamW, {int(first['cfg.world_size'])} ranks over "
+               f"{first['cfg.backend']}; each rank trains on its own micro-batch. Step = pytest-benchmark mean ± std "
+               "in the parent of one step command to every rank until all replied (slowest rank + IPC round trip "
+               f"≈ {ms(_info(first, 'ipc_s'), digits=3)} ms). Slowest-rank step and exposed communication are the "
+               "ranks' own clocks: communication = time finish_gradient_synchronization waits after backward's "
+               "compute finished (naive / flat: all of it; overlapped variants: the part not hidden behind "
+               "backward). torch DDP waits inside backward, so only its total is known. Overheads are step-time "
+               "ratios to the single-GPU step at the same per-rank batch and to torch DDP.")
+    grad_bytes = None
+    for (ctx, batch), g in bench.groupby(["cfg.context", "cfg.batch_per_rank"]):
+        ctx, batch = int(ctx), int(batch)
+        by = {}
+        for _, r in g.iterrows():
+            by[(r["cfg.variant"], r["cfg.bucket_mb"] if r["cfg.variant"] == "bucketed" else None)] = r
+        floor, anchor = by.get(("single", None)), by.get(("torch_ddp", None))
+        rows = []
+        keys = sorted(by, key=lambda k: (VARIANT_ORDER.index(k[0]) if k[0] in VARIANT_ORDER else 99, k[1] or 0))
+        for k in keys:
+            r = by[k]
+            nr = _not_run(r)
+            if nr:
+                rows.append([_ddp_label(r), nr, "", "", "", "", ""])
+                continue
+            grad_bytes = grad_bytes or _info(r, "grad_bytes")
+            ratio = lambda ref: "–" if ref is None or _not_run(ref) or missing(ref["mean"]) else f"{r['mean'] / ref['mean']:.2f}×"
+            rows.append([_ddp_label(r), ms(r["mean"], r["stddev"]), ms(_metric(r, "worker_step_s")),
+                         ms(_metric(r, "comm_s")), pct(_metric(r, "comm_share")), ratio(floor), ratio(anchor)])
+            if k[0] == "bucketed":
+                buckets.setdefault(ctx, {})[k[1]] = (r["mean"], _metric(r, "comm_s"))
+        out.append(f"**context {ctx}, per-rank batch {batch}**\n\n" + table(
+            ["variant", "step (ms)", "slowest rank step (ms)", "exposed comm (ms)", "comm share",
+             "vs single GPU", "vs torch DDP"], rows))
+    return "\n\n".join(out), dict(buckets=buckets, grad_bytes=grad_bytes,
+                                  backend=first["cfg.backend"], world_size=int(first["cfg.world_size"]))
+
+
+def bucket_model_section(fits: dict, ddp: dict) -> str | None:
+    fit = fits.get((ddp["backend"], ddp["world_size"]))
+    s = ddp["grad_bytes"]
+    if not ddp["buckets"] or s is None:
+        return None
+    u = _Unit(s)
+    out = ["### ddp_overlap_bucketed (b): the bucket model against the measurements",
+           "T(n_b) = n_b·o + s/(n_b·w) is the communication left after backward (see the accounting section); "
+           f"s = {u.d(s)} {u.dec_name} of fp32 gradients"]
+    if fit is None:
+        out[-1] += f"; no all-reduce fit for {ddp['backend']} at {ddp['world_size']} processes in this data."
+        return "\n\n".join(out)
+    o, w = fit["o_s"], fit["w_Bps"]
+    out[-1] += (f", o = {o * 1e6:.1f} µs and w = {w / 1e9:.2f} GB/s fitted to the {ddp['backend']} all-reduce "
+                f"timings at {ddp['world_size']} processes.")
+    if o <= 0:
+        out.append("The fitted per-call overhead is not positive (the small sizes do not resolve a latency), so "
+                   "the model has no finite optimum here: it predicts one bucket.")
+        best_pred = None
+    else:
+        best_pred = acc.optimal_bucket_bytes(s, o, w)
+        out.append(f"Predicted optimal bucket √(s·o·w) = {best_pred / 2**20:,.1f} MB "
+                   f"(n_b* = {acc.optimal_n_buckets(s, o, w):.1f}), T* = {acc.min_bucketed_overhead(s, o, w) * 1e3:.2f} ms.")
+    for ctx, b in sorted(ddp["buckets"].items()):
+        rows = [[f"{mb:g}", f"{acc.overhead_for_bucket_size(s, mb * 2**20, max(o, 0.0), w) * 1e3:.2f}",
+                 ms(comm), ms(step)] for mb, (step, comm) in sorted(b.items())]
+        measured = min(b, key=lambda mb: b[mb][0])
+        verdict = "" if best_pred is None else (
+            f" The model's optimum ({best_pred / 2**20:,.1f} MB) is closest to the grid's "
+            f"{min(b, key=lambda mb: abs(mb * 2**20 - best_pred)):g} MB.")
+        out.append(f"**context {ctx}**: fastest measured bucket size {measured:g} MB.{verdict}\n\n"
+                   + table(["bucket (MB)", "modelled T (ms)", "measured exposed comm (ms)", "measured step (ms)"], rows))
+    return "\n\n".join(out)
+
+
+def _render_timeline(rows: list, path: Path) -> None:
+    fig, axes = figures.plt.subplots(len(rows), 1, figsize=(8, 1.9 * len(rows) + 0.6), squeeze=False)
+    for ax, (label, tl) in zip(axes[:, 0], rows):
+        for y, lane, color in ((1, "compute", "C0"), (0, "communication", "C3")):
+            ax.broken_barh([(s / 1e3, max(dur / 1e3, 1e-3)) for s, dur in tl["lanes"][lane]], (y - 0.35, 0.7),
+                           color=color)
+        for k, p in enumerate(tl["phases"]):
+            ax.axvspan(p["start_us"] / 1e3, (p["start_us"] + p["dur_us"]) / 1e3, color=f"C{k + 4}", alpha=0.12,
+                       label=p["name"])
+        ax.set(yticks=[0, 1], yticklabels=["communication", "compute"], title=label, xlabel="ms from step start")
+        ax.legend(fontsize=6, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4, frameon=False)
+    figures.save(fig, path)
+
+
+def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
+    tr = d[d["info"].map(lambda i: i.get("config", {}).get("kind") == "trace" and "timeline" in i)]
+    if tr.empty:
+        return None
+    rows, stats = [], []
+    for _, r in tr.iterrows():
+        tl = _info(r, "timeline")
+        label = _ddp_label(r)
+        rows.append((label, tl))
+        busy = tl["busy_us"]
+        stats.append([label, ms(tl["span_us"] / 1e6), ms(busy["compute"] / 1e6), ms(busy["communication"] / 1e6),
+                      ms(tl["overlap_us"] / 1e6),
+                      pct(tl["overlap_us"] / busy["communication"]) if busy["communication"] else "–"])
+    name = f"{device}_ddp_timeline.png"
+    _render_timeline(rows, fig_dir / name)
+    src = rows[0][1]["source"]
+    cfg = _info(tr.iloc[0], "config")
+    return "\n\n".join([
+        "### ddp_overlap_individual_parameters (b): profiler timeline",
+        f"One step on rank 0 (torch.profiler, {src}), context {cfg['context']}, per-rank batch "
+        f"{cfg['batch_per_rank']}; intervals merged for size, shaded bands are the annotated phases. "
+        "Naive DDP communicates only after backward; the bucketed DDP's all-reduces run beside backward compute.",
+        f"![DDP timeline]({fig_rel}/{name})",
+        table(["variant", "step span (ms)", "compute busy (ms)", "communication busy (ms)",
+               "communication overlapping compute (ms)", "share of communication overlapped"], stats)])
+
+
+# ---------------------------------------------------------------------------------------------
+# optimizer state sharding
+
+
+def sharding_section(d: pd.DataFrame) -> str | None:
+    if d.empty:
+        return None
+    first = d.iloc[0]
+    u = _Unit(_info(first, "n_params", 0) * 4)
+    gib, _gb = u.b, u.d  # noqa: N806 - the unit follows the model size
+    mem_rows, cmp_rows = [], []
+    for _, r in d.iterrows():
+        v = r["cfg.variant"]
+        label = SHARD_LABEL.get(v, v)
+        nr = _not_run(r)
+        if nr:
+            mem_rows.append([label, "", nr] + [""] * 10)
+            continue
+        pred = _info(r, "predicted")
+        for k, m in enumerate(_info(r, "ranks")):
+            nb = m["named_before"]
+            mem_rows.append([label if k == 0 else "", k, gib(m["init_peak"]), gib(m["before_peak"]),
+                             gib(m["after_peak"]), gib(nb["parameters"]), gib(nb["gradients"]),
+                             gib(m["named_after"]["optimizer_state"]), gib(nb["buffers"]), gib(m.get("activations")),
+                             gib(m.get("other_before")),
+                             f"{gib(pred['parameters'])} / {gib(pred['gradients'])} / {gib(pred['optimizer_state'])}",
+                             gib(pred["activations"])])
+        states = [m["named_after"]["optimizer_state"] for m in _info(r, "ranks")]
+        vol = _info(r, "predicted_ring_bytes_per_rank")[SHARD_VOLUME.get(v, "ddp")]
+        cmp_rows.append([label, ms(r["mean"], r["stddev"]), ms(_metric(r, "opt_step_s")), gib(max(states)),
+                         gib(max(m["after_peak"] for m in _info(r, "ranks")) if _info(r, "ranks")[0]["after_peak"] is not None else None),
+                         _gb(_info(r, "comm_bytes_per_step")), _info(r, "comm_bytes_source"), _gb(vol)])
+    return "\n\n".join([
+        "## optimizer_state_sharding_accounting",
+        f"{first['cfg.size']}, fp32, per-rank batch {int(first['cfg.batch_per_rank'])} at context {int(first['cfg.context'])}, "
+        f"{int(first['cfg.world_size'])} ranks over {first['cfg.backend']}. Peaks (CUDA allocator): after model, "
+        "wrapper and optimizer are built; of forward + backward + gradient sync (\"before step\"); during the "
+        "optimizer step (\"after step\"). Breakdown from the tensors on the rank directly before the step "
+        "(optimizer state directly after it): parameters (distinct storages), gradients, optimizer state, buffers "
+        "(ZeRO-1 flat gradient and shard copies), activations = peak before the step − allocated directly before "
+        "it (what forward/backward add on top of the resident state), other = allocated before the step − the named "
+        "tensors. Prediction: impl.accounting.memory_breakdown (ZeRO stage 0 / 1) with activation_bytes "
+        "(the tensors autograd saves; the measured transient also holds gradients being produced and "
+        "temporaries, and misses activations freed before the peak).",
+        table(["configuration", "rank", f"peak after init ({u.bin_name})", f"peak before step ({u.bin_name})", f"peak after step ({u.bin_name})",
+               f"params ({u.bin_name})", f"grads ({u.bin_name})", f"optimizer state ({u.bin_name})", f"buffers ({u.bin_name})", f"activations ({u.bin_name})",
+               f"other ({u.bin_name})", f"predicted params / grads / state ({u.bin_name})", f"predicted activations ({u.bin_name})"], mem_rows),
+        "**ZeRO-1 vs the simple sharded optimizer** (and the unsharded and torch baselines): the same optimizer "
+        "state per rank; the simple version all-reduces gradients and then broadcasts every owner's updated "
+        "parameters (payload 2Ψ handed to collectives, ring volume 3(n−1)/n·Ψ per rank), ZeRO-1 reduce-scatters "
+        "gradients and all-gathers parameters (payload 2Ψ over the whole buffer, ring volume 2(n−1)/n·Ψ, as DDP). "
+        "Payload = buffer bytes handed to collectives per step (for DDP: Ψ, one all-reduce of all gradients).",
+        table(["configuration", "step (ms)", "optimizer step, slowest rank (ms)", f"optimizer state, max rank ({u.bin_name})",
+               f"peak after step, max rank ({u.bin_name})", f"payload per step ({u.dec_name})", "payload source",
+               f"predicted ring volume per rank ({u.dec_name})"], cmp_rows)])
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
+    if "problem" not in df:
+        return None
+    parts = []
+    comm = df[df.problem == COMM]
+    fits = _fits(comm) if not comm.empty else {}
+    if not comm.empty:
+        parts.append(allreduce_section(comm, device, fig_dir, fig_rel))
+    ddp = df[df.problem.isin(DDP_PROBLEMS)]
+    if not ddp.empty:
+        text, data = ddp_section(ddp)
+        parts.append(text)
+        bucket = bucket_model_section(fits, data)
+        if bucket:
+            parts.append(bucket)
+        tl = timeline_section(ddp, device, fig_dir, fig_rel)
+        if tl:
+            parts.append(tl)
+    shard = sharding_section(df[df.problem == SHARD])
+    if shard:
+        parts.append(shard)
+    return "\n\n".join(parts) if parts else None
