@@ -32,7 +32,7 @@ GRIDS = {
     "nsys_profile": {
         "full": dict(sizes=list(MODEL_SIZES), contexts=[128, 256, 512, 1024], dtype="fp32", batch=4,
                      timer_warmup=2, timer_rounds=5, prof_warmup=2, prof_steps=3, top=15,
-                     trace=("small", 256), budget_s=150),
+                     trace=("small", 256), budget_s=100),
         "smoke": dict(sizes=["tiny"], contexts=[32, 64], dtype="fp32", batch=2,
                       timer_warmup=1, timer_rounds=3, prof_warmup=1, prof_steps=2, top=15,
                       trace=("tiny", 32), budget_s=300),
@@ -57,7 +57,7 @@ GRIDS = {
     "torch_compile_model": {
         "full": dict(sizes=list(MODEL_SIZES), contexts=[128, 256, 512, 1024],
                      modes=["forward", "forward_backward", "train_step"], dtype="fp32", batch=4,
-                     warmup=2, rounds=5, budget_s=120),
+                     warmup=2, rounds=5, budget_s=90),
         "smoke": dict(sizes=["tiny"], contexts=[32], modes=["forward", "forward_backward", "train_step"],
                       dtype="fp32", batch=2, warmup=1, rounds=3, budget_s=300),
     },
@@ -84,7 +84,7 @@ GRIDS.update({
     # aot_eager (dynamo + AOTAutograd, no C++ code generation) to stay fast.
     "torch_compile_attention": {
         "full": dict(batch=8, dims=[16, 32, 64, 128], seqs=[256, 1024, 4096, 8192, 16384], dtype="fp32",
-                     warmup=5, rounds=100, backend="inductor", budget_s=100),
+                     warmup=5, rounds=100, backend="inductor", budget_s=60),
         "smoke": dict(batch=2, dims=[16], seqs=[32], dtype="fp32", warmup=1, rounds=3, backend="aot_eager",
                       budget_s=60),
     },
