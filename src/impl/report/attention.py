@@ -72,7 +72,7 @@ def pytorch_attention_table(d: pd.DataFrame) -> str:
         f, b = by.get("forward"), by.get("backward")
         cell = lambda r: "–" if r is None else (status(r) or ms(r["mean"], r["stddev"]))  # noqa: E731
         mem = "–" if b is None else (status(b) or gib(_rel(b, "memory_before_backward_bytes")))
-        peak = "–" if b is None or not ran(b) or b["peak_alloc"] is None else gib(b["peak_alloc"] - _info(b, "baseline_bytes"))
+        peak = "–" if b is None or not ran(b) or missing(b["peak_alloc"]) or _info(b, "baseline_bytes") is None else gib(b["peak_alloc"] - _info(b, "baseline_bytes"))
         derived = naive_attention_memory(int(g["cfg.batch"].iloc[0]), int(seq), int(dm), g["cfg.dtype"].iloc[0])
         rows.append([int(dm), int(seq), cell(f), cell(b),
                      "–" if f is None or not ran(f) else num(f.get("m.tflops"), 2),
