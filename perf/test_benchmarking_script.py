@@ -5,7 +5,7 @@ import pytest
 
 from impl.model import mode_flops
 from impl.profiling.harness import record_oom, run_benchmark
-from impl.profiling.steps import ModelCache, build_model, make_step, random_batch
+from impl.profiling.steps import ModelCache, build_model, make_step, model_and_batch, random_batch
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import ALL_SIZES, grid
 
@@ -53,15 +53,11 @@ def test_benchmarking_script(benchmark, device, matmul_peak, size, context, dtyp
     batch = MAIN["batch"]
     config = dict(size=size, context=context, dtype=dtype, mode=mode, batch=batch)
     extra = dict(study="main")
-    try:
-        model = MODELS.get(size, max(MAIN["contexts"]), device)
-        x, y = random_batch(model, batch, context, device)
-    except Exception as exc:
-        if not is_oom(exc):
-            raise
-        MODELS.clear()
-        record_oom(benchmark, problem="benchmarking_script", config=config, device=device, message=str(exc), extra=extra)
+    got = model_and_batch(benchmark, MODELS, problem="benchmarking_script", config=config, device=device, size=size,
+                          context_length=max(MAIN["contexts"]), batch=batch, context=context, extra=extra)
+    if got is None:
         return
+    model, x, y = got
     fn, setup = make_step(mode, model, x, y, dtype)
     run_benchmark(benchmark, problem="benchmarking_script", config=config, fn=fn, setup=setup, device=device,
                   warmup=MAIN["warmup"], rounds=MAIN["rounds"], flops=_flops(size, mode, batch, context),

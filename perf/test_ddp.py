@@ -15,8 +15,8 @@ context), re-wrapped per variant."""
 import pytest
 import torch
 
-from impl.distributed.bench import WorkerGroup, mean, slowest, timed_command
-from impl.profiling.attention_bench import Budget, record_not_run
+from impl.distributed.bench import LazyWorkerGroup, mean, slowest, timed_command
+from impl.profiling.attention_bench import record_not_run
 from impl.profiling.harness import run_benchmark
 from impl.runtime import profile_name
 from impl.sweeps import grid
@@ -41,25 +41,11 @@ def _unsupported() -> str | None:
     return None
 
 
-class _Group:
-    def __init__(self):
-        self.group, self.ipc, self.env = None, None, None
-        self.budget = Budget(G["budget_s"])  # created by the file's first test
-
-    def get(self) -> WorkerGroup:
-        if self.group is None or self.group.dead:
-            self.group = WorkerGroup(WS, BACKEND, command_timeout_s=G["timeout_s"])
-            self.ipc = self.group.ping()
-            self.env = self.group.call("env")[0]
-        return self.group
-
-
 @pytest.fixture(scope="module")
 def workers():
-    g = _Group()
+    g = LazyWorkerGroup(WS, BACKEND, G["budget_s"], G["timeout_s"])
     yield g
-    if g.group is not None:
-        g.group.close()
+    g.close()
 
 
 def _config(context, batch, variant, bucket_mb):

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from impl.model import AdamW
-from impl.profiling.harness import record_oom, run_benchmark
+from impl.profiling.harness import run_benchmark
 from impl.profiling.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
                                    residual_stream_bytes, timeline_data)
-from impl.profiling.steps import ModelCache, make_step, random_batch
+from impl.profiling.steps import ModelCache, make_step, model_and_batch
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import ALL_SIZES, grid
 
@@ -47,15 +47,11 @@ CASES = [(s, c, d, m) for s in G["sizes"] for c in G["contexts"] for d in G["dty
 def test_memory_profiling(benchmark, device, size, context, dtype, mode):
     batch = G["batch"]
     config = dict(size=size, context=context, dtype=dtype, mode=mode, batch=batch)
-    try:
-        model = MODELS.get(size, max(G["contexts"]), device)
-        x, y = random_batch(model, batch, context, device)
-    except Exception as exc:  # noqa: BLE001
-        if not is_oom(exc):
-            raise
-        MODELS.clear()
-        record_oom(benchmark, problem="memory_profiling", config=config, device=device, message=str(exc))
+    got = model_and_batch(benchmark, MODELS, problem="memory_profiling", config=config, device=device, size=size,
+                          context_length=max(G["contexts"]), batch=batch, context=context)
+    if got is None:
         return
+    model, x, y = got
     optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01) if mode == "train_step" else None
     fn, setup = make_step(mode, model, x, y, dtype, optimizer)
     res = run_benchmark(benchmark, problem="memory_profiling", config=config, fn=fn, setup=setup, device=device,

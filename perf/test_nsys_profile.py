@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from impl.profiling.attention_bench import Budget, record_not_run
-from impl.profiling.harness import record_oom, run_benchmark
+from impl.profiling.harness import run_benchmark
 from impl.profiling.kernels import forward_loss, nsys_answers, profile_steps
-from impl.profiling.steps import ModelCache, random_batch
+from impl.profiling.steps import ModelCache, model_and_batch
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import ALL_SIZES, grid
 
@@ -45,15 +45,11 @@ def test_nsys_profile(benchmark, device, size, context):
         record_not_run(benchmark, problem="nsys_profile", config=config, device=device, kind="left_out",
                        reason=BUDGET.reason())
         return
-    try:
-        model = MODELS.get(size, max(G["contexts"]), device)
-        x, y = random_batch(model, batch, context, device)
-    except Exception as exc:  # noqa: BLE001
-        if not is_oom(exc):
-            raise
-        MODELS.clear()
-        record_oom(benchmark, problem="nsys_profile", config=config, device=device, message=str(exc))
+    got = model_and_batch(benchmark, MODELS, problem="nsys_profile", config=config, device=device, size=size,
+                          context_length=max(G["contexts"]), batch=batch, context=context)
+    if got is None:
         return
+    model, x, y = got
     # (a) the Python timer on the same forward the profile's "forward" range holds
     res = run_benchmark(benchmark, problem="nsys_profile", config=config, fn=lambda: forward_loss(model, x, y, dtype),
                         device=device, warmup=G["timer_warmup"], rounds=G["timer_rounds"])

@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from impl import accounting as acc
-from impl.distributed.bench import WorkerGroup, mean, slowest, timed_command
+from impl.distributed.bench import LazyWorkerGroup, mean, slowest, timed_command
 from impl.model import param_count
-from impl.profiling.attention_bench import Budget, record_not_run
+from impl.profiling.attention_bench import record_not_run
 from impl.profiling.harness import run_benchmark
 from impl.runtime import profile_name
 from impl.sweeps import ALL_SIZES, grid
@@ -43,25 +43,11 @@ CPU = torch.device("cpu")
 ZERO_STAGE = dict(none=0, sharded=1, zero1=1, torch_zero=1)
 
 
-class _Group:
-    def __init__(self):
-        self.group, self.ipc, self.env = None, None, None
-        self.budget = Budget(G["budget_s"])
-
-    def get(self) -> WorkerGroup:
-        if self.group is None or self.group.dead:
-            self.group = WorkerGroup(WS, BACKEND, command_timeout_s=G["timeout_s"])
-            self.ipc = self.group.ping()
-            self.env = self.group.call("env")[0]
-        return self.group
-
-
 @pytest.fixture(scope="module")
 def workers():
-    g = _Group()
+    g = LazyWorkerGroup(WS, BACKEND, G["budget_s"], G["timeout_s"])
     yield g
-    if g.group is not None:
-        g.group.close()
+    g.close()
 
 
 def _comm_bytes(variant: str, step: dict, param_bytes: int) -> tuple[int, str]:

@@ -530,7 +530,7 @@ def cmd_shard_step(state: dict) -> dict:
     the step; peak during the step and allocated right after it."""
     from impl.model import cross_entropy
 
-    dev, model, wrapper, opt = state["device"], state["model"], state["wrapper"], state["optimizer"]
+    dev, wrapper, opt = state["device"], state["wrapper"], state["optimizer"]
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
     _reset_peak(dev)
@@ -598,3 +598,27 @@ def slowest(replies: list[dict | None], key: str) -> float | None:
 def mean(xs) -> float | None:
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
+
+
+class LazyWorkerGroup:
+    """A perf file's worker group, started by the first test that needs it (so a file whose rows
+    are all not-run starts no processes) and restarted if a rank died; `budget` is the file's
+    time budget, counted from its first test."""
+
+    def __init__(self, world_size: int, backend: str, budget_s: float, command_timeout_s: float):
+        from impl.profiling.attention_bench import Budget
+
+        self.world_size, self.backend, self.command_timeout_s = world_size, backend, command_timeout_s
+        self.group, self.ipc, self.env = None, None, None
+        self.budget = Budget(budget_s)
+
+    def get(self) -> "WorkerGroup":
+        if self.group is None or self.group.dead:
+            self.group = WorkerGroup(self.world_size, self.backend, command_timeout_s=self.command_timeout_s)
+            self.ipc = self.group.ping()
+            self.env = self.group.call("env")[0]
+        return self.group
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()

@@ -92,3 +92,21 @@ class ModelCache:
 
         self.key, self.model = None, None
         free_memory()
+
+
+def model_and_batch(benchmark, models: ModelCache, *, problem: str, config: dict, device: torch.device, size: str,
+                    context_length: int, batch: int, context: int, extra: dict | None = None):
+    """(model, x, y) from the cache, or None after recording the config as an OOM row: building a
+    large model can itself run out of memory, and that is a result, not a crash."""
+    from impl.profiling.harness import record_oom
+    from impl.runtime import is_oom
+
+    try:
+        model = models.get(size, context_length, device)
+        return (model, *random_batch(model, batch, context, device))
+    except Exception as exc:  # noqa: BLE001 - only OOM is turned into a row
+        if not is_oom(exc):
+            raise
+        models.clear()
+        record_oom(benchmark, problem=problem, config=config, device=device, message=str(exc), extra=extra)
+        return None

@@ -12,7 +12,7 @@ import pandas as pd
 
 from impl import accounting as acc
 from impl.report import figures
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import missing, ms, num, pct, table
 
 COMM = "distributed_communication_single_node"
 DDP_PROBLEMS = ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
@@ -136,6 +136,30 @@ def _ddp_label(r) -> str:
     return f"bucketed {r['cfg.bucket_mb']:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
 
 
+def _gap_text(by: dict, floor, anchor) -> str | None:
+    """Where the best DDP's time over the single-GPU floor goes: the exposed communication the
+    ranks measured, and the rest (hooks, flattening copies, launch and sync gaps)."""
+    ours = [r for (v, _), r in by.items() if v not in ("single", "torch_ddp") and not _not_run(r) and not missing(r["mean"])]
+    if not ours or floor is None or _not_run(floor) or missing(floor["mean"]):
+        return None
+    best = min(ours, key=lambda r: r["mean"])
+    gap = best["mean"] - floor["mean"]
+    comm = _metric(best, "comm_s")
+    text = (f"Best of ours: {_ddp_label(best)}, {ms(best['mean'])} ms, {pct(gap / floor['mean'])} over the "
+            f"single-GPU floor ({ms(gap)} ms)")
+    if not missing(comm) and gap - comm >= 0:
+        text += (f"; of that gap, {ms(comm)} ms is communication the ranks waited for after backward, the "
+                 f"remaining {ms(gap - comm)} ms is time the wrapper adds elsewhere (hooks, bucket copies, "
+                 "launches)")
+    elif not missing(comm):
+        text += (f"; the exposed communication the ranks measured ({ms(comm)} ms) exceeds that gap, so with "
+                 f"step-time spreads of ± {ms(best['stddev'])} (ours) and ± {ms(floor['stddev'])} ms (floor) the "
+                 "split of the gap is within noise at this size")
+    if anchor is not None and not _not_run(anchor) and not missing(anchor["mean"]):
+        text += f"; torch DDP in the same run: {ms(anchor['mean'])} ms ({pct(anchor['mean'] / floor['mean'] - 1)} over)"
+    return text + "."
+
+
 def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
     """The DDP tables; returns also {context: {bucket_mb: (step_s, comm_s)}} and the gradient bytes."""
     bench = d[d["info"].map(lambda i: i.get("config", {}).get("kind") != "trace")]
@@ -174,6 +198,9 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
         out.append(f"**context {ctx}, per-rank batch {batch}**\n\n" + table(
             ["variant", "step (ms)", "slowest rank step (ms)", "exposed comm (ms)", "comm share",
              "vs single GPU", "vs torch DDP"], rows))
+        gap = _gap_text(by, floor, anchor)
+        if gap:
+            out.append(gap)
     return "\n\n".join(out), dict(buckets=buckets, grad_bytes=grad_bytes,
                                   backend=first["cfg.backend"], world_size=int(first["cfg.world_size"]))
 
