@@ -37,7 +37,7 @@ def timing_tables(d: pd.DataFrame) -> str:
             for ctx in sorted(dd[dd["cfg.size"] == size]["cfg.context"].unique()):
                 sel = dd[(dd["cfg.size"] == size) & (dd["cfg.context"] == ctx)].set_index("cfg.mode")
                 train = sel.loc["train_step"] if "train_step" in sel.index else None
-                rows.append([size, ctx] + [_cell(sel.loc[m]) if m in sel.index else "–" for m in modes] + [
+                rows.append([size, int(ctx)] + [_cell(sel.loc[m]) if m in sel.index else "–" for m in modes] + [
                     "–" if train is None or train.oom else num(train["m.tokens_per_s"], 0),
                     "–" if train is None or train.oom else pct(train.get("m.mfu")),
                     "–" if train is None else ("OOM" if train.oom else gib(train["peak_alloc"]))])
@@ -52,7 +52,7 @@ def warmup_table(d: pd.DataFrame) -> str:
     for (size, ctx, dtype, mode), g in d.groupby(["cfg.size", "cfg.context", "cfg.dtype", "cfg.mode"], sort=False):
         for _, r in g.sort_values("cfg.warmup").iterrows():
             first = "–" if r.oom or not r["data"] else ms(r["data"][0])
-            rows.append([size, ctx, dtype, mode, int(r["cfg.warmup"]), _cell(r), first,
+            rows.append([size, int(ctx), dtype, mode, int(r["cfg.warmup"]), _cell(r), first,
                          "–" if r.oom else ms(r["max"])])
     left_out = d["info"].iloc[0].get("left_out", "")
     return (table(["size", "context", "dtype", "mode", "warm-up steps", "mean ± std (ms)", "first timed step (ms)",
@@ -65,7 +65,7 @@ def mixed_precision_table(d: pd.DataFrame) -> str | None:
     rows = []
     for size in _sizes(d):
         for ctx in sorted(d[d["cfg.size"] == size]["cfg.context"].unique()):
-            row = [size, ctx]
+            row = [size, int(ctx)]
             for mode in ("forward", "train_step"):
                 sel = d[(d["cfg.size"] == size) & (d["cfg.context"] == ctx) & (d["cfg.mode"] == mode)]
                 by = {r["cfg.dtype"]: r for _, r in sel.iterrows()}
