@@ -2,7 +2,6 @@
 count checked against what autograd really keeps alive after a forward pass."""
 import math
 import random
-import weakref
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 
 from impl import accounting as acc
 from impl.model import MODEL_SIZES, TransformerLM, cross_entropy, param_count
+from impl.profiling.saved import saved_tensor_bytes
 
 
 # --- 1. model memory ---------------------------------------------------------------------------
@@ -54,38 +54,12 @@ def test_activation_scaling(b, s, layers):
     assert one["blocks: softmax probs (b,h,s,s)"] == layers * acc.attention_scores_bytes(1, s, 4)
 
 
-class _Held:
-    """What the pack hook hands autograd: alive exactly as long as the graph keeps the tensor."""
-
-    def __init__(self, t):
-        self.t = t
-
-
 def _saved_bytes_alive(model, x, y):
-    refs = []
-
-    def pack(t):
-        # detach: holding a saved *output* with its grad_fn would keep its node alive through a
-        # cycle (node -> hook object -> tensor -> node) and count tensors autograd itself frees
-        h = _Held(t.detach())
-        refs.append(weakref.ref(h))
-        return h
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda h: h.t):
-        loss = cross_entropy(model(x), y)
-    exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    exclude |= {b.untyped_storage().data_ptr() for b in model.buffers()}
-    exclude |= {x.untyped_storage().data_ptr(), y.untyped_storage().data_ptr()}
-    storages = {}
-    for r in refs:
-        h = r()
-        if h is None:
-            continue
-        st_ = h.t.untyped_storage()
-        if st_.data_ptr() not in exclude:
-            storages[st_.data_ptr()] = st_.nbytes()
+    """Bytes autograd keeps after forward + loss (parameters, buffers and inputs excluded)."""
+    exclude = [*model.parameters(), *model.buffers(), x, y]
+    loss, nbytes = saved_tensor_bytes(lambda: cross_entropy(model(x), y), exclude)
     del loss
-    return sum(storages.values())
+    return nbytes
 
 
 @pytest.mark.parametrize("b,s,d,f,h,layers,V", [(2, 16, 32, 48, 4, 2, 50), (1, 24, 48, 96, 3, 3, 37)])

@@ -14,7 +14,7 @@ of the last timed step: the peak of forward+backward+gradient sync (reset at the
 and the allocated bytes directly before the step; the peak during the step and the allocated
 bytes directly after it. Breakdown, computed from the tensors on this rank at those two points:
 parameters (distinct storages of the model's parameters), gradients, optimizer state (tensors in
-this rank's optimizer state), buffers (DDP buckets, ZeRO-1 flat gradient / shard copies),
+this rank's optimizer state), buffers (storages not counted as parameters or gradients: DDP buckets, ZeRO-1 flat buffers),
 other = allocated − those, and activations = peak before the step − allocated before the step
 (the transient of forward/backward on top of what stays). The prediction next to it is
 impl.accounting.memory_breakdown (ZeRO stage 0 or 1) with activation_bytes for the activations.

@@ -350,3 +350,141 @@ def comm_volume_per_rank(psi: float, n: int) -> dict[str, float]:
     With n = 1 every volume is zero."""
     ar, rs, ag = ring_all_reduce_bytes(psi, n), ring_reduce_scatter_bytes(psi, n), ring_all_gather_bytes(psi, n)
     return {"ddp": ar, "sharded_simple": ar + ag, "zero1": rs + ag, "fsdp": 2 * ag + rs}
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. gradient_checkpointing: peak activation memory and recomputation per policy (impl.checkpointing)
+#
+# L blocks; B = bytes one block saves for backward; R = one residual-stream tensor (a checkpoint
+# boundary). Gradient buffers in flight (a few R) and the parts outside the blocks (embedding
+# output, final norm, logits, loss) are not in these block-stack figures; the caller adds them.
+
+CHECKPOINT_POLICIES = ("none", "every_k", "nested")
+
+
+def checkpoint_terms(batch: int, seq: int, d_model: int, d_ff: int, num_heads: int, vocab: int = 10_000,
+                     bytes_per: int = FP32) -> dict[str, int]:
+    """B (a_block), R (a_resid) and the outside-the-blocks bytes (a_outside), from
+    activation_breakdown: B = activations(L=1) − activations(L=0)."""
+    one = activation_bytes(batch, seq, d_model, d_ff, num_heads, 1, vocab, bytes_per)
+    zero = activation_bytes(batch, seq, d_model, d_ff, num_heads, 0, vocab, bytes_per)
+    return dict(a_block=one - zero, a_resid=residual_stream_bytes(batch, seq, d_model, bytes_per), a_outside=zero)
+
+
+def _segments(num_layers: int, k: int) -> list[int]:
+    return [min(k, num_layers - lo) for lo in range(0, num_layers, k)]
+
+
+def nested_first_half(n: int) -> int:
+    """Same split as impl.checkpointing.nested_split (kept torch-free here; a test ties the two)."""
+    return n // 2
+
+
+def _nested_peak(n: int, a_block: float, a_resid: float) -> float:
+    """P(n): peak bytes of an n-block segment, its own input included (a plain block's B already
+    holds its input: RMSNorm saves it). Forward keeps the segment's input (R, saved by the first
+    half's checkpoint) while the second half recurses; backward then recomputes the first half
+    under the same scheme: P(n) = max(R + P(n − h), P(h)), P(1) = B, so P(L) = ceil(log2 L)·R + B."""
+    if n <= 1:
+        return a_block * n
+    h = nested_first_half(n)
+    return max(a_resid + _nested_peak(n - h, a_block, a_resid), _nested_peak(h, a_block, a_resid))
+
+
+def _nested_recompute(n: int) -> int:
+    """Rc(n) = Rc(n − h) + h + Rc(h), Rc(1) = 0: the first half is run once more in backward, and
+    that rerun's own backward recomputes its first half, and so on."""
+    if n <= 1:
+        return 0
+    h = nested_first_half(n)
+    return _nested_recompute(n - h) + h + _nested_recompute(h)
+
+
+def checkpoint_peak_activation_bytes(policy: str, num_layers: int, a_block: float, a_resid: float,
+                                     k: int | None = None) -> float:
+    """Peak bytes the block stack keeps for backward under a policy (see impl.checkpointing). A
+    boundary is one R; a plain block's B already includes its own input (RMSNorm saves it).
+      none     L·B
+      every_k  n_seg segments of k (the last k_last), all but the last checkpointed. End of forward:
+               (n_seg − 1)·R + k_last·B. Backward of segment j: the inputs of segments 0..j−1 plus
+               the recomputed k·B (which holds segment j's input): (n_seg − 2)·R + k·B at most.
+               Peak = the larger, ≈ (L/k)·R + k·B
+      nested   P(L) = ceil(log2 L)·R + B (see _nested_peak): O(log L) boundaries, one block."""
+    L = num_layers
+    if policy == "none":
+        return L * a_block
+    if policy == "every_k":
+        if k is None or k < 1:
+            raise ValueError(f"every_k needs k >= 1, got {k!r}")
+        seg = _segments(L, k)
+        if len(seg) == 1:
+            return L * a_block
+        n = len(seg)
+        return max((n - 1) * a_resid + seg[-1] * a_block, (n - 2) * a_resid + max(seg) * a_block)
+    if policy == "nested":
+        return _nested_peak(L, a_block, a_resid)
+    raise ValueError(f"unknown policy {policy!r}; expected one of {CHECKPOINT_POLICIES}")
+
+
+def checkpoint_block_forwards(policy: str, num_layers: int, k: int | None = None) -> int:
+    """Block forward calls per training step (forward + backward), recomputation included:
+    none L; every_k L + (L − k_last) (every checkpointed block once more); nested L + Rc(L),
+    = L + (L/2)·log2 L for L a power of two."""
+    L = num_layers
+    if policy == "none":
+        return L
+    if policy == "every_k":
+        return L + L - _segments(L, k)[-1]
+    if policy == "nested":
+        return L + _nested_recompute(L)
+    raise ValueError(f"unknown policy {policy!r}; expected one of {CHECKPOINT_POLICIES}")
+
+
+def checkpoint_recompute_flops(policy: str, num_layers: int, block_forward_flops: float, k: int | None = None) -> float:
+    """FLOPs spent recomputing: (block forwards − L) × one block's forward FLOPs."""
+    return (checkpoint_block_forwards(policy, num_layers, k) - num_layers) * block_forward_flops
+
+
+def best_every_k(num_layers: int, a_block: float, a_resid: float) -> int:
+    """The k in 1..L minimising checkpoint_peak_activation_bytes("every_k"); ties go to the larger
+    k (fewer segments, the same recomputation). Minimising (L/k)·R + k·B over real k gives
+    k ≈ sqrt(L·R / B): when a block saves many residual-streams' worth (B ≫ R, long sequences with
+    naive attention) the best k is small."""
+    peaks = {k: checkpoint_peak_activation_bytes("every_k", num_layers, a_block, a_resid, k)
+             for k in range(1, num_layers + 1)}
+    low = min(peaks.values())
+    return max(k for k, v in peaks.items() if v == low)
+
+
+def every_k_neighbours(k: int, num_layers: int) -> list[int]:
+    """k with k/2, k±1, 2k, and round(sqrt(L)) (the textbook choice, as a reference), in 1..L."""
+    cand = {max(1, k // 2), k - 1, k, k + 1, 2 * k, max(1, round(math.sqrt(num_layers)))}
+    return sorted(c for c in cand if 1 <= c <= num_layers)
+
+
+def checkpoint_forward_end_bytes(policy: str, num_layers: int, a_block: float, a_resid: float,
+                                 k: int | None = None) -> float:
+    """Block-stack bytes kept at the end of forward (before any recomputation): none L·B; every_k
+    (n_seg − 1)·R + k_last·B; nested its peak P(L) (reached there). Forward's end is where the
+    loss' tensors and, under autocast, the cast-weight cache also live, so a step's peak is the
+    larger of this phase and backward's (checkpoint_peak_activation_bytes plus the gradients)."""
+    if policy == "every_k":
+        seg = _segments(num_layers, k)
+        return (len(seg) - 1) * a_resid + seg[-1] * a_block
+    return checkpoint_peak_activation_bytes(policy, num_layers, a_block, a_resid, k)
+
+
+def checkpoint_step_peak_bytes(policy: str, num_layers: int, a_block: float, a_resid: float, a_outside: float,
+                               param_bytes_: float, grad_bytes_: float, cast_cache_bytes: float = 0.0,
+                               k: int | None = None) -> dict[str, float]:
+    """Peak of one forward+backward step (gradients set to None before it, no optimizer state):
+      forward end  parameters + autocast's cast-weight cache (kept until autocast exits, i.e. the
+                   end of forward; 0 without autocast) + block stack at forward end + a_outside
+      backward     parameters + gradients + the block stack's peak (the head's tensors are freed
+                   in its backward, before the stack's; at that point few gradients exist, so all
+                   gradients is an upper estimate)
+    Returns both phases and their maximum ("peak")."""
+    fwd = (param_bytes_ + cast_cache_bytes + a_outside
+           + checkpoint_forward_end_bytes(policy, num_layers, a_block, a_resid, k))
+    bwd = param_bytes_ + grad_bytes_ + checkpoint_peak_activation_bytes(policy, num_layers, a_block, a_resid, k)
+    return dict(forward_end=fwd, backward=bwd, peak=max(fwd, bwd))

@@ -159,6 +159,31 @@ GRIDS.update({
                       budget_s=60, timeout_s=120),
     },
 })
+# fsdp (beyond the assignment): our FSDP in fp32 and with bf16 compute, next to our DDP
+# (DDPBucketed, 100 MB buckets) and torch.distributed.fsdp.fully_shard (fp32 / bf16 params) in the
+# same run; a fresh model per variant. Peak memory per rank vs impl.accounting ZeRO-3 / DDP.
+GRIDS["fsdp"] = {
+    "full": dict(size="xl", world_size=2, context=512, batch=4,
+                 variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=2, rounds=5,
+                 budget_s=300, timeout_s=300),
+    "smoke": dict(size="tiny", world_size=2, context=32, batch=2,
+                  variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=1, rounds=2,
+                  budget_s=40, timeout_s=120),
+}
+
+# gradient_checkpointing (issue 7, beyond): policies × dtypes on one shape, then nested vs none over
+# depths of xl width. The every_k values are not listed: the perf test derives the best k and its
+# neighbours from impl.accounting at this shape. One H100, forward+backward steps.
+GRIDS["gradient_checkpointing"] = {
+    "full": dict(size="xl", batch=4, context=2048, dtypes=["bf16", "fp32"], warmup=1, rounds=3,
+                 depth=dict(width="xl", layers=[8, 16, 32, 48], batch=1, context=2048, dtype="bf16",
+                            policies=["none", "nested"]),
+                 budget_s=480),
+    "smoke": dict(size="tiny", batch=2, context=32, dtypes=["bf16", "fp32"], warmup=1, rounds=3,
+                  depth=dict(width="tiny", layers=[2, 4, 8], batch=2, context=32, dtype="fp32",
+                             policies=["none", "nested"]),
+                  budget_s=60),
+}
 
 
 def grid(problem: str, profile: str) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -340,3 +341,117 @@ def sharded_resume_and_balance(rank, world_size, sharded_names, opt_names, sizes
         "resume": sharded_resume(rank, world_size, sharded_names, opt_names, 5, 5),
         "balance": sharded_balance(rank, world_size, sizes),
     }
+
+
+# ------------------------------------------------------- ZeRO-1 memory --
+
+def _reachable_tensors(*roots) -> list:
+    """Tensors reachable from ``roots`` through containers and object
+    attributes (plus each tensor's ``.grad``). Modules, classes, functions and
+    weak references are not followed: they lead to globals, and a weak
+    reference does not keep memory alive."""
+    import gc
+    import types
+
+    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, weakref.ReferenceType)
+    seen, tensors, todo = set(), [], list(roots)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, skip) or isinstance(obj, (str, bytes, int, float)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            tensors.append(obj)
+            if obj.grad is not None:
+                todo.append(obj.grad)
+        todo.extend(gc.get_referents(obj))
+    return tensors
+
+
+def _distinct_storage_bytes(tensors) -> int:
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
+
+
+def _inside(t: torch.Tensor, buf: torch.Tensor) -> bool:
+    lo = buf.data_ptr()
+    hi = lo + buf.numel() * buf.element_size()
+    return t.numel() == 0 or lo <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= hi
+
+
+class _WideMLP(nn.Module):
+    """Big enough that the optimizer's bookkeeping is small next to the
+    buffers; one frozen parameter (no grad, no state) and one tied pair."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 256)
+        self.fc2 = nn.Linear(256, 256)
+        self.fc3 = nn.Linear(256, 256)
+        self.fc3.weight = self.fc2.weight
+        self.out = nn.Linear(256, 4)
+        self.out.bias.requires_grad_(False)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))))
+
+
+def zero1_memory_structure(rank, world_size, steps, chunk_numel):
+    """What a ZeRO-1 rank keeps alive, measured from the objects (no device
+    allocator needed): distinct storages reachable from the model and the
+    optimizer after construction and after ``steps`` Adam steps, whether the
+    pre-flattening parameter storages were released, whether params / grads /
+    local optimizer params alias the flat buffers, and the max difference to
+    plain single-process Adam (small ``chunk_numel`` gives many chunks)."""
+    import gc
+
+    device = _device(rank)
+    torch.manual_seed(rank)  # different replicas: the DDP broadcast matters
+    model = _WideMLP().to(device)
+    torch.manual_seed(0)
+    ref = _WideMLP().to(device)
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    param_bytes = _distinct_storage_bytes(_reachable_tensors(model))
+    grad_bytes = sum(p.numel() * p.element_size() for p in trainable)
+    old_storages = [weakref.ref(p.untyped_storage()) for p in trainable]
+
+    ddp = DDPNaive(model, reduce_gradients=False)
+    opt = ZeRO1Optimizer(model.parameters(), torch.optim.Adam, chunk_numel=chunk_numel, lr=1e-2)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    gc.collect()
+    out = {
+        "P": param_bytes,
+        "G": grad_bytes,
+        "S": 2 * grad_bytes,  # Adam: exp_avg + exp_avg_sq
+        "old_storages_alive": sum(r() is not None for r in old_storages),
+        "init_bytes": _distinct_storage_bytes(_reachable_tensors(model, opt)),
+        "chunks": sum(len(fg.chunks) for fg in opt.flat_groups),
+    }
+    worst = 0.0
+    for step in range(steps):
+        g = torch.Generator().manual_seed(step)
+        x = torch.randn(4 * world_size, 32, generator=g).to(device)
+        y = torch.randn(4 * world_size, 4, generator=g).to(device)
+        for m, o, xs, ys in ((ref, ref_opt, x, y), (model, opt, *local_slice((x, y), rank, world_size))):
+            o.zero_grad()
+            F.mse_loss(m(xs), ys).backward()
+            if m is model:
+                ddp.finish_gradient_synchronization()
+            o.step()
+        worst = max(worst, max_param_diff(ref, model))
+    gc.collect()
+    (fg,) = opt.flat_groups
+    local = [p for grp in opt.local_optimizer.param_groups for p in grp["params"]]
+    state = [v for s in opt.local_optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    out.update(
+        step_bytes=_distinct_storage_bytes(_reachable_tensors(model, opt)),
+        state_bytes=sum(t.numel() * t.element_size() for t in state),
+        params_in_flat=all(_inside(p, fg.flat_param) for p in trainable),
+        grads_in_flat=all(p.grad is not None and _inside(p.grad, fg.flat_grad) for p in trainable),
+        local_in_shard=all(_inside(p, fg.my_slice(fg.flat_param)) and _inside(p.grad, fg.my_slice(fg.flat_grad))
+                           for p in local),
+        old_storages_alive_after=sum(r() is not None for r in old_storages),
+        max_diff=worst,
+    )
+    return out

@@ -146,7 +146,21 @@ def _sync_compute(device: torch.device) -> None:
         torch.cuda.current_stream(device).synchronize()
 
 
+def _drop_grad_hooks(model: torch.nn.Module) -> None:
+    """Remove the post-accumulate-grad hooks the wrappers registered (our DDPs hold bound
+    methods there: param -> hook -> wrapper -> model -> param). That cycle runs through the
+    autograd engine's C++ side, which gc cannot traverse, so without this a dropped model and
+    its parameters stayed allocated for the rest of the process ("other" memory in later
+    configurations)."""
+    for p in model.parameters():
+        hooks = getattr(p, "_post_accumulate_grad_hooks", None)
+        if hooks:
+            hooks.clear()
+
+
 def _free(state: dict, *keys: str) -> None:
+    if state.get("model") is not None and ({"model", "wrapper", "optimizer"} & set(keys)):
+        _drop_grad_hooks(state["model"])
     for k in keys:
         state.pop(k, None)
     gc.collect()
@@ -454,21 +468,25 @@ def _state_tensors(opt) -> list[torch.Tensor]:
     return [v for s in inner.state.values() for v in s.values() if torch.is_tensor(v)]
 
 
-def _buffer_tensors(wrapper, opt) -> list[torch.Tensor]:
-    """Communication / staging buffers the wrappers own (DDP buckets, ZeRO-1 flat grads and the
-    fp32 shard copy that the local optimizer steps)."""
+def _buffer_tensors(wrapper, opt, counted: set) -> list[torch.Tensor]:
+    """Communication / staging buffers the wrappers own (DDP buckets; ZeRO-1's flat buffers)
+    whose storage is not already counted as parameters or gradients (`counted`: storage
+    pointers). ZeRO-1's params and grads are views of its flat buffers, so its flat gradient
+    shows here only while no param has a grad (before the first backward)."""
     out = [b.buffer for b in getattr(wrapper, "buckets", []) or []]
-    for fg in getattr(opt, "flat_groups", []) or []:
-        if fg.shard is not None:
-            out += [fg.flat_grad, fg.shard.detach(), fg.shard_grad]
-    return out
+    if hasattr(opt, "flat_buffers"):
+        out += opt.flat_buffers()
+    return [t for t in out if t.untyped_storage().data_ptr() not in counted]
 
 
 def _named_bytes(state: dict) -> dict:
     model, opt, wrapper = state["model"], state["optimizer"], state["wrapper"]
     params = list(model.parameters())
-    return dict(parameters=_unique_bytes(params), gradients=_unique_bytes([p.grad for p in params]),
-                optimizer_state=_unique_bytes(_state_tensors(opt)), buffers=_unique_bytes(_buffer_tensors(wrapper, opt)))
+    grads = [p.grad for p in params]
+    counted = {t.untyped_storage().data_ptr() for t in params + grads if t is not None}
+    return dict(parameters=_unique_bytes(params), gradients=_unique_bytes(grads),
+                optimizer_state=_unique_bytes(_state_tensors(opt)),
+                buffers=_unique_bytes(_buffer_tensors(wrapper, opt, counted)))
 
 
 def _mem(device) -> tuple[int | None, int | None]:

@@ -11,6 +11,9 @@ local gradients (so it replaces DDP's all-reduce: wrap the model with
 flat shard, and all-gathers the updated shards back into the flat buffer,
 which the model parameters are views of. Same traffic as one all-reduce
 (reduce-scatter + all-gather), with 1/world_size of the optimizer state.
+Per rank it keeps one copy of the parameters (the flat buffer), one of the
+gradients (a flat buffer the params' ``.grad`` are views of) and the state of
+its shard: the local optimizer steps views of the buffers, no shard copies.
 
 Both are real ``torch.optim.Optimizer`` subclasses wrapping any torch.optim
 class (SGD, Adam, AdamW, ...). Hyperparameters edited in ``param_groups``
@@ -25,6 +28,8 @@ buffer sizes handed to collectives in the last ``step``.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from typing import Any, Iterable
 
 import torch
@@ -70,19 +75,29 @@ class _ShardedBase(Optimizer):
         self.optimizer_cls = optimizer_cls
         self.local_optimizer: Optimizer | None = None
         self.bytes_communicated_last_step = 0
+        # local_owner[j]: index of the group that local group j belongs to
+        # (a group may map to several local groups, see ZeRO1Optimizer).
+        self.local_owner: list[int] = []
         super().__init__(params, defaults=kwargs)
-        local_groups = [self._local_group(i) for i in range(len(self.param_groups))]
+        local_groups = []
+        for i in range(len(self.param_groups)):
+            local = self._local_groups(i)
+            local_groups += local
+            self.local_owner += [i] * len(local)
         self.local_optimizer = optimizer_cls(local_groups, **kwargs)
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(_normalize_group(param_group))
         self._register_group(self.param_groups[-1])
         if self.local_optimizer is not None:
-            self.local_optimizer.add_param_group(self._local_group(len(self.param_groups) - 1))
+            index = len(self.param_groups) - 1
+            for local in self._local_groups(index):
+                self.local_optimizer.add_param_group(local)
+                self.local_owner.append(index)
 
     def _sync_hyperparams(self) -> None:
-        for group, local in zip(self.param_groups, self.local_optimizer.param_groups):
-            local.update(_hyperparams(group))
+        for index, local in zip(self.local_owner, self.local_optimizer.param_groups):
+            local.update(_hyperparams(self.param_groups[index]))
 
     # The base class's state_dict would describe all parameters; ours is
     # deliberately per-rank.
@@ -109,7 +124,7 @@ class _ShardedBase(Optimizer):
     def _register_group(self, group: dict) -> None:
         raise NotImplementedError
 
-    def _local_group(self, index: int) -> dict:
+    def _local_groups(self, index: int) -> list[dict]:
         raise NotImplementedError
 
 
@@ -135,10 +150,10 @@ class ShardedOptimizer(_ShardedBase):
             self.owner[id(p)] = target
             self.rank_numel[target] += p.numel()
 
-    def _local_group(self, index: int) -> dict:
+    def _local_groups(self, index: int) -> list[dict]:
         group = self.param_groups[index]
         mine = [p for p in group["params"] if self.owner[id(p)] == self.rank]
-        return {**_hyperparams(group), "params": mine}
+        return [{**_hyperparams(group), "params": mine}]
 
     def owned_params(self, rank: int | None = None) -> list[torch.Tensor]:
         rank = self.rank if rank is None else rank
@@ -180,19 +195,33 @@ class ShardedOptimizer(_ShardedBase):
 
 
 class _FlatGroup:
-    """One param group's trainable params packed into a padded flat buffer.
+    """One param group's trainable params packed into padded flat buffers.
 
-    After construction the params' ``.data`` are views into ``flat_param``,
-    so writing the buffer updates the model with no copy back.
+    Per rank this holds exactly one full copy of the parameters and one of the
+    gradients, nothing else:
+
+    * ``flat_param``: the params' ``.data`` are views into it (their original
+      storages are released), so the all-gather writing it updates the model.
+    * ``flat_grad``: each param's ``.grad`` is re-pointed to its view of it as
+      soon as autograd has accumulated the grad (post-accumulate-grad hook), so
+      the separate grad autograd allocated is freed during backward; a later
+      backward without ``zero_grad`` accumulates straight into the view.
+    * ``chunks``: this rank's shard of ``flat_param`` cut into views of at most
+      ``chunk_numel`` elements, each an ``nn.Parameter`` aliasing the buffer
+      with ``.grad`` the matching view of ``flat_grad``. The local optimizer
+      steps these in place: no shard copy, no separate shard gradient. One
+      local param group per chunk because optimizers such as AdamW allocate a
+      temporary the size of a whole group (``sqrt(v)``); per chunk, that
+      transient stays small instead of the size of the shard.
     """
 
-    def __init__(self, params: list[torch.Tensor], rank: int, world_size: int):
+    def __init__(self, params: list[torch.Tensor], rank: int, world_size: int, chunk_numel: int):
         # Frozen params are left out: in a flat shard they would be stepped
         # with a zero grad (weight decay, momentum) unlike torch.optim.
         self.params = [p for p in params if p.requires_grad]
         self.rank, self.world_size = rank, world_size
         self.numel = sum(p.numel() for p in self.params)
-        self.shard: nn.Parameter | None = None
+        self.chunks: list[nn.Parameter] = []
         if not self.params:
             return
         kinds = {(p.dtype, p.device) for p in self.params}
@@ -203,21 +232,33 @@ class _FlatGroup:
         padded = -(-self.numel // world_size) * world_size
         self.shard_numel = padded // world_size
         self.flat_param = torch.zeros(padded, dtype=dtype, device=device)
-        self.flat_grad = torch.zeros(padded, dtype=dtype, device=device)
-        self.offsets = []
+        self.offsets, self.param_views = [], []
         offset = 0
         with torch.no_grad():
             for p in self.params:
                 view = self.flat_param[offset : offset + p.numel()].view_as(p)
                 view.copy_(p)
+                # Replacing .data drops the param's reference to its old
+                # storage, which is freed here unless the caller holds it.
                 p.data = view
                 self.offsets.append(offset)
                 offset += p.numel()
-        # A separate copy of our shard is what the local optimizer steps; it
-        # is refreshed from flat_param every step, so external writes to the
-        # model params (load_state_dict, broadcast) are picked up.
-        self.shard = nn.Parameter(self.my_slice(self.flat_param).clone())
-        self.shard_grad = torch.zeros_like(self.shard)
+        # Allocated after the old parameter storages are gone, so the
+        # construction peak is two copies of the params, not three.
+        self.flat_grad = torch.zeros_like(self.flat_param)
+        self.grad_views = [self.flat_grad[o : o + p.numel()].view_as(p) for p, o in zip(self.params, self.offsets)]
+        param_shard, grad_shard = self.my_slice(self.flat_param), self.my_slice(self.flat_grad)
+        for start in range(0, self.shard_numel, chunk_numel):
+            end = min(start + chunk_numel, self.shard_numel)
+            chunk = nn.Parameter(param_shard[start:end])  # aliases flat_param
+            chunk.grad = grad_shard[start:end]
+            self.chunks.append(chunk)
+        # The hook holds the group only weakly: a strong reference from the
+        # params back to the optimizer would be a cycle through a C++ hook
+        # that gc cannot see, keeping the model and buffers alive forever.
+        me = weakref.ref(self)
+        self.hook_handles = [p.register_post_accumulate_grad_hook(functools.partial(_grad_ready, me, i))
+                             for i, p in enumerate(self.params)]
 
     def my_slice(self, flat: torch.Tensor) -> torch.Tensor:
         start = self.rank * self.shard_numel
@@ -227,15 +268,29 @@ class _FlatGroup:
     def nbytes(self) -> int:
         return self.flat_param.numel() * self.flat_param.element_size()
 
+    def adopt_grad(self, i: int) -> None:
+        """Make param i's ``.grad`` its view of ``flat_grad``: a grad that is
+        elsewhere (fresh from autograd, or set by the user) is copied in and
+        released; no grad this step means zeros (unlike torch.optim, which
+        would skip it; a flat shard cannot skip a slice)."""
+        p, view = self.params[i], self.grad_views[i]
+        g = p.grad
+        if g is None:
+            view.zero_()
+        elif g.data_ptr() != view.data_ptr():
+            view.copy_(g)
+            p.grad = view
+
     def pack_grads(self) -> None:
-        # A trainable param without grad this step contributes zeros (unlike
-        # torch.optim, which would skip it; a flat shard cannot skip a slice).
-        for p, offset in zip(self.params, self.offsets):
-            dst = self.flat_grad[offset : offset + p.numel()]
-            if p.grad is None:
-                dst.zero_()
-            else:
-                dst.copy_(p.grad.reshape(-1))
+        for i in range(len(self.params)):
+            self.adopt_grad(i)
+
+
+@torch.no_grad()
+def _grad_ready(group_ref, index: int, param: torch.Tensor) -> None:
+    fg = group_ref()
+    if fg is not None and param.grad is not None:
+        fg.adopt_grad(index)
 
 
 class ZeRO1Optimizer(_ShardedBase):
@@ -244,33 +299,66 @@ class ZeRO1Optimizer(_ShardedBase):
     Reads each parameter's *local, unreduced* ``.grad``: do not average grads
     beforehand (``DDPNaive(model, reduce_gradients=False)``). One flat buffer
     per param group, so groups keep their own hyperparameters.
+
+    The step reduce-scatters in place: afterwards this rank's slice of the
+    flat gradient (seen through the params' ``.grad`` views) holds the
+    averaged gradient and the rest the local one, so call ``zero_grad``
+    before the next backward (as every training loop does).
+
+    ``chunk_numel`` bounds the local optimizer's per-group temporaries (see
+    ``_FlatGroup``). ``in_place`` (default: only on NCCL, which documents
+    in-place reduce-scatter / all-gather with this rank's slice of the full
+    buffer as output / input) runs both collectives without a staging
+    tensor; otherwise a shard-sized temporary is used instead of relying on
+    aliasing. Every other keyword goes to ``optimizer_cls``.
     """
 
-    def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], **kwargs: Any):
+    def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], chunk_numel: int = 2**25,
+                 in_place: bool | None = None, **kwargs: Any):
         self.flat_groups: list[_FlatGroup] = []
+        self.chunk_numel = chunk_numel
+        self._in_place = dist.get_backend() == "nccl" if in_place is None else in_place
         self._use_reduce_scatter = True
         super().__init__(params, optimizer_cls, **kwargs)
 
     def _register_group(self, group: dict) -> None:
-        self.flat_groups.append(_FlatGroup(group["params"], self.rank, self.world_size))
+        self.flat_groups.append(_FlatGroup(group["params"], self.rank, self.world_size, self.chunk_numel))
 
-    def _local_group(self, index: int) -> dict:
-        fg = self.flat_groups[index]
-        return {**_hyperparams(self.param_groups[index]), "params": [] if fg.shard is None else [fg.shard]}
+    def _local_groups(self, index: int) -> list[dict]:
+        # At least one (possibly empty) local group per group keeps the
+        # mapping simple when a group has no trainable params.
+        chunks = self.flat_groups[index].chunks or [None]
+        return [{**_hyperparams(self.param_groups[index]), "params": [] if c is None else [c]} for c in chunks]
 
     def _reduce_scatter_mean(self, fg: _FlatGroup) -> int:
+        shard = fg.my_slice(fg.flat_grad)
         if self._use_reduce_scatter:
             try:
-                reduce_scatter_single(fg.shard_grad, fg.flat_grad)
-                fg.shard_grad.div_(self.world_size)
+                if self._in_place:
+                    reduce_scatter_single(shard, fg.flat_grad)
+                else:
+                    out = torch.empty_like(shard)
+                    reduce_scatter_single(out, fg.flat_grad)
+                    shard.copy_(out)
+                shard.div_(self.world_size)
                 return fg.nbytes
             except (RuntimeError, NotImplementedError):
                 # Older gloo builds lack reduce_scatter; torch 2.13's gloo has
                 # it. Every rank fails identically, so they switch together.
                 self._use_reduce_scatter = False
         dist.all_reduce(fg.flat_grad)
-        fg.shard_grad.copy_(fg.my_slice(fg.flat_grad)).div_(self.world_size)
+        shard.div_(self.world_size)
         return fg.nbytes
+
+    def _all_gather(self, fg: _FlatGroup) -> int:
+        shard = fg.my_slice(fg.flat_param)
+        all_gather_single(fg.flat_param, shard if self._in_place else shard.clone())
+        return fg.nbytes
+
+    def flat_buffers(self) -> list[torch.Tensor]:
+        """Every tensor this optimizer allocated (flat params and grads; the
+        local optimizer's params and grads are views of these)."""
+        return [t for fg in self.flat_groups if fg.chunks for t in (fg.flat_param, fg.flat_grad)]
 
     @torch.no_grad()
     def step(self, closure=None, **kwargs):
@@ -280,15 +368,12 @@ class ZeRO1Optimizer(_ShardedBase):
                 loss = closure()
         self._sync_hyperparams()
         nbytes = 0
-        active = [fg for fg in self.flat_groups if fg.shard is not None]
+        active = [fg for fg in self.flat_groups if fg.chunks]
         for fg in active:
             fg.pack_grads()
             nbytes += self._reduce_scatter_mean(fg)
-            fg.shard.copy_(fg.my_slice(fg.flat_param))
-            fg.shard.grad = fg.shard_grad
         self.local_optimizer.step(**kwargs)
         for fg in active:
-            all_gather_single(fg.flat_param, fg.shard.detach())
-            nbytes += fg.nbytes
+            nbytes += self._all_gather(fg)
         self.bytes_communicated_last_step = nbytes
         return loss

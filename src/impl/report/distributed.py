@@ -320,7 +320,7 @@ def sharding_section(d: pd.DataFrame) -> str | None:
         "wrapper and optimizer are built; of forward + backward + gradient sync (\"before step\"); during the "
         "optimizer step (\"after step\"). Breakdown from the tensors on the rank directly before the step "
         "(optimizer state directly after it): parameters (distinct storages), gradients, optimizer state, buffers "
-        "(ZeRO-1 flat gradient and shard copies), activations = peak before the step − allocated directly before "
+        "(storages not counted as parameters or gradients: DDP buckets, ZeRO-1 flat buffers), activations = peak before the step − allocated directly before "
         "it (what forward/backward add on top of the resident state), other = allocated before the step − the named "
         "tensors. Prediction: impl.accounting.memory_breakdown (ZeRO stage 0 / 1) with activation_bytes "
         "(the tensors autograd saves; the measured transient also holds gradients being produced and "

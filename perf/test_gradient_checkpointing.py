@@ -1,0 +1,155 @@
+"""gradient_checkpointing (beyond the assignment): forward+backward steps of one model under each
+checkpointing policy of impl.checkpointing — none, nested (memory-optimal recursion) and every_k
+at the best single-level k from impl.accounting for this shape with its neighbours — timed with
+the CUDA peak recorded by run_benchmark (no peak counter on the CPU: None there). Then nested vs
+none over depths of one width.
+
+Every row carries its predictions: the fp32 closed form (impl.accounting.checkpoint_terms) and the
+same model fed with B, R and the head's bytes measured by saved-tensor hooks at the row's dtype
+(impl.checkpointing.measured_terms: one block, so it fits where the whole model does not), plus
+the block forwards per step, counted with forward pre-hooks against the closed form."""
+import pytest
+import torch
+
+from impl import accounting as acc
+from impl.checkpointing import BlockCallCounter, apply_checkpointing, measured_terms
+from impl.model import Linear, TransformerLM, forward_flops, mode_flops
+from impl.profiling.attention_bench import Budget, record_not_run
+from impl.profiling.harness import record_oom, run_benchmark
+from impl.profiling.steps import DTYPES, ModelCache, autocast_ctx, make_step, model_and_batch, random_batch
+from impl.runtime import free_memory, is_oom, profile_name
+from impl.sweeps import ALL_SIZES, grid
+
+PROBLEM = "gradient_checkpointing"
+G = grid(PROBLEM, profile_name())
+D = G["depth"]
+MODELS = ModelCache()
+BUDGET = Budget(G["budget_s"])
+SHAPE = ALL_SIZES[G["size"]]
+L = SHAPE["num_layers"]
+# B and R of the fp32 closed form at the grid's shape choose k; the bf16 rows use the same ks.
+TERMS = acc.checkpoint_terms(G["batch"], G["context"], SHAPE["d_model"], SHAPE["d_ff"], SHAPE["num_heads"])
+BEST_K = acc.best_every_k(L, TERMS["a_block"], TERMS["a_resid"])
+KS = acc.every_k_neighbours(BEST_K, L)
+POLICIES = [("none", None), ("nested", None)] + [("every_k", k) for k in KS]
+CASES = [(d, p, k) for d in G["dtypes"] for p, k in POLICIES]
+
+
+def _shape(model) -> dict:
+    c = model.config
+    return dict(d_model=c["d_model"], d_ff=c["d_ff"], num_layers=c["num_layers"], num_heads=c["num_heads"])
+
+
+def _predictions(model, policy, k, dtype, batch, seq, device) -> dict:
+    """The row's predicted peaks (fp32 closed form and hook-measured terms) and recomputation."""
+    s = _shape(model)
+    n_layers = s["num_layers"]
+    state = sum(p.numel() * p.element_size() for p in model.parameters())
+    # autocast casts each Linear weight once per forward and caches the copy until forward ends
+    cast = 0 if dtype == "fp32" else sum(
+        m.weight.numel() * DTYPES[dtype].itemsize
+        for m in model.modules() if isinstance(m, Linear))
+    closed = acc.checkpoint_terms(batch, seq, s["d_model"], s["d_ff"], s["num_heads"], model.vocab_size)
+    hooked = measured_terms(model, batch, seq, autocast_ctx(dtype, device))
+    free_memory()
+    pred = {}
+    for name, t, cache in (("closed_form_fp32", closed, 0), ("hook_terms", hooked, cast)):
+        pred[name] = acc.checkpoint_step_peak_bytes(policy, n_layers, t["a_block"], t["a_resid"], t["a_outside"],
+                                                    state, state, cache, k)
+        pred[name]["activations"] = acc.checkpoint_peak_activation_bytes(policy, n_layers, t["a_block"],
+                                                                         t["a_resid"], k)
+    block_flops = forward_flops(**{**s, "num_layers": 1}, batch=batch, seq=seq) - forward_flops(
+        **{**s, "num_layers": 0}, batch=batch, seq=seq)
+    return dict(predicted=pred, terms=dict(closed_form_fp32=closed, hook_terms=hooked), state_bytes=state,
+                cast_cache_bytes=cast, predicted_block_forwards=acc.checkpoint_block_forwards(policy, n_layers, k),
+                recompute_flops=acc.checkpoint_recompute_flops(policy, n_layers, block_flops, k))
+
+
+def _time_policy(benchmark, device, matmul_peak, model, x, y, *, config, policy, k, dtype, warmup, rounds, extra):
+    batch, seq = x.shape
+    extra = {**extra, **_predictions(model, policy, k, dtype, batch, seq, device), **matmul_peak}
+    apply_checkpointing(model, policy, k)
+    counter = BlockCallCounter(model)
+    step, _ = make_step("forward_backward", model, x, y, dtype)
+    steps = [0]
+
+    def fn():
+        steps[0] += 1
+        step()
+
+    try:
+        res = run_benchmark(benchmark, problem=PROBLEM, config=config, fn=fn, device=device, warmup=warmup,
+                            rounds=rounds, flops=mode_flops("forward_backward", **_shape(model), batch=batch, seq=seq),
+                            tokens=batch * seq, peak_flops=matmul_peak["peak_flops"], extra=extra)
+    finally:
+        counter.remove()
+        apply_checkpointing(model, "none")
+        model.zero_grad(set_to_none=True)
+        free_memory()
+    if not res.oom and steps[0]:
+        per_step = counter.calls / steps[0]
+        res.info["measured_block_forwards"] = per_step
+        assert per_step == extra["predicted_block_forwards"]
+        if res.mean_s:
+            # hardware FLOP rate, recomputation included
+            res.info["metrics"]["hardware_tflops"] = (res.info["metrics"]["flops"] + extra["recompute_flops"]) / res.mean_s / 1e12
+    return res
+
+
+@pytest.mark.parametrize("dtype,policy,k", CASES)
+def test_gradient_checkpointing(benchmark, device, matmul_peak, dtype, policy, k):
+    batch, context = G["batch"], G["context"]
+    config = dict(size=G["size"], batch=batch, context=context, dtype=dtype, policy=policy, k=k, mode="forward_backward")
+    extra = dict(study="policies", best_k=BEST_K, ks=KS, best_k_rule="argmin of accounting.checkpoint_peak_activation_bytes"
+                 " over k (fp32 closed form at this shape)")
+    if BUDGET.exhausted():
+        record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="left_out", reason=BUDGET.reason(),
+                       extra=extra)
+        return
+    got = model_and_batch(benchmark, MODELS, problem=PROBLEM, config=config, device=device, size=G["size"],
+                          context_length=context, batch=batch, context=context, extra=extra)
+    if got is None:
+        return
+    model, x, y = got
+    _time_policy(benchmark, device, matmul_peak, model, x, y, config=config, policy=policy, k=k, dtype=dtype,
+                 warmup=G["warmup"], rounds=G["rounds"], extra=extra)
+
+
+DEPTH = dict(layers=None, model=None)
+
+
+def _depth_model(layers, device):
+    """xl width (or the smoke width) at `layers` blocks; one at a time on the device."""
+    if DEPTH["layers"] != layers:
+        DEPTH.update(layers=None, model=None)
+        MODELS.clear()
+        torch.manual_seed(0)
+        DEPTH.update(model=TransformerLM(**{**ALL_SIZES[D["width"]], "num_layers": layers}, context_length=D["context"],
+                                         device=device), layers=layers)
+    return DEPTH["model"]
+
+
+@pytest.mark.parametrize("layers,policy", [(n, p) for n in D["layers"] for p in D["policies"]])
+def test_gradient_checkpointing_depth(benchmark, device, matmul_peak, layers, policy):
+    """(a) Nested vs none as depth grows: the measured peak grows like log2(L)·R + B vs L·B."""
+    config = dict(width=D["width"], layers=layers, batch=D["batch"], context=D["context"], dtype=D["dtype"],
+                  policy=policy, k=None, mode="forward_backward")
+    extra = dict(study="depth")
+    if BUDGET.exhausted():
+        record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="left_out", reason=BUDGET.reason(),
+                       extra=extra)
+        return
+    try:
+        model = _depth_model(layers, device)
+        x, y = random_batch(model, D["batch"], D["context"], device)
+    except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
+        if not is_oom(exc):
+            raise
+        DEPTH.update(layers=None, model=None)
+        record_oom(benchmark, problem=PROBLEM, config=config, device=device, message=str(exc), extra=extra)
+        return
+    _time_policy(benchmark, device, matmul_peak, model, x, y, config=config, policy=policy, k=None, dtype=D["dtype"],
+                 warmup=G["warmup"], rounds=G["rounds"], extra=extra)
+    if (layers, policy) == (D["layers"][-1], D["policies"][-1]):
+        DEPTH.update(layers=None, model=None)
+        free_memory()

@@ -1,0 +1,289 @@
+"""Workers for correctness/test_fsdp.py and worker commands for perf/test_fsdp.py.
+
+Correctness: every rank builds the same reference model (rank 0's seed) and trains it in one
+process on the full batch; the FSDP copy starts from a rank-dependent seed (FSDP broadcasts rank
+0's weights) and trains on this rank's slice. With a compute dtype the reference applies the same
+casts (a parametrization casts each Linear/Embedding weight, a pre-hook casts the layer's float
+inputs) over fp32 master weights. Workers return plain numbers; the tests assert.
+
+Perf: the commands are registered into impl.distributed.bench.COMMANDS when this module is
+imported. Worker processes import it when they unpickle a command whose name is one of these
+functions (the perf file passes the function itself as the command name), so bench.py needs no
+entry for them.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import parametrize
+
+from impl.distributed import bench
+from impl.distributed.fsdp import FSDP
+from impl.model import AdamW, Embedding, Linear, RMSNorm, TransformerLM, cross_entropy
+from impl.sweeps import SMOKE_SIZES
+
+VOCAB, SEQ, PER_RANK_BATCH = 97, 8, 3
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class ToyLM(nn.Module):
+    """Embedding -> Linear -> RMSNorm -> Linear head (odd sizes: shards need padding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = Embedding(VOCAB, 13)
+        self.up = Linear(13, 29)
+        self.norm = RMSNorm(29)
+        self.head = Linear(29, VOCAB)
+
+    def forward(self, tokens):
+        return self.head(self.norm(torch.tanh(self.up(self.embed(tokens)))))
+
+
+def build(kind: str, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    if kind == "toy":
+        return ToyLM()
+    if kind == "tiny_lm":
+        return TransformerLM(**SMOKE_SIZES["tiny"], vocab_size=VOCAB, context_length=SEQ)
+    raise ValueError(kind)
+
+
+class _Cast(nn.Module):
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, w):
+        return w.to(self.dtype)
+
+
+def cast_reference(model: nn.Module, dtype) -> nn.Module:
+    """The single-process model with FSDP's casts: weights of Linear/Embedding layers and their
+    float inputs in `dtype`, master weights fp32."""
+    if dtype is None:
+        return model
+    for m in list(model.modules()):
+        if isinstance(m, (Linear, Embedding)):
+            parametrize.register_parametrization(m, "weight", _Cast(dtype), unsafe=True)
+            m.register_forward_pre_hook(
+                lambda mod, args: tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a
+                                        for a in args))
+    return model
+
+
+def ref_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k.replace("parametrizations.weight.original", "weight"): v
+            for k, v in model.state_dict().items()}
+
+
+OPTIMIZERS = {
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.2),
+    "adamw_impl": lambda ps: AdamW(ps, lr=1e-2, weight_decay=0.1),
+    "adamw_torch": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+}
+
+
+def batch(step: int, n: int):
+    g = torch.Generator().manual_seed(500 + step)
+    tokens = torch.randint(0, VOCAB, (n, SEQ + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _loss(model, x, y):
+    return cross_entropy(model(x).float(), y)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert list(a) == list(b), (list(a), list(b))
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def equivalence(rank, world_size, cases, steps):
+    """cases: [(model kind, dtype name, optimizer name, prefetch)]. Per case the max over steps of the
+    parameter difference (gather_full_params vs the reference), loss difference, and checks of
+    the sharded layout."""
+    torch.set_num_threads(1)  # two ranks share a small CPU host
+    out = {}
+    for kind, dtype_name, opt_name, prefetch in cases:
+        dtype = DTYPES[dtype_name]
+        ref = cast_reference(build(kind, 0), dtype)
+        fsdp = FSDP(build(kind, 7 * rank), compute_dtype=dtype, prefetch=prefetch)  # rank 0 = the reference seed
+        init = {k: v.clone() for k, v in ref_state(ref).items()}
+        res = dict(init_diff=_max_diff(ref_state(ref), fsdp.gather_full_params()), max_diff=0.0, loss_diff=0.0)
+        ref_opt, opt = OPTIMIZERS[opt_name](ref.parameters()), OPTIMIZERS[opt_name](fsdp.parameters())
+        n = PER_RANK_BATCH
+        for step in range(steps):
+            x, y = batch(step, n * world_size)
+            ref_opt.zero_grad()
+            ref_loss = _loss(ref, x, y)
+            ref_loss.backward()
+            ref_opt.step()
+
+            opt.zero_grad()
+            loss = _loss(fsdp, x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n])
+            loss.backward()
+            fsdp.finish_gradient_synchronization()
+            opt.step()
+            mean_loss = loss.detach().clone()
+            dist.all_reduce(mean_loss)
+            res["loss_diff"] = max(res["loss_diff"], abs(mean_loss.item() / world_size - ref_loss.item()))
+            res["max_diff"] = max(res["max_diff"], _max_diff(ref_state(ref), fsdp.gather_full_params()))
+        full = fsdp.gather_full_params()
+        res.update(
+            moved=_max_diff(init, ref_state(ref)),
+            keys_equal=list(full) == list(build(kind, 0).state_dict()),
+            all_fp32=all(v.dtype == torch.float32 for v in full.values()),
+            shard_dtypes=sorted({str(u.shard.dtype) for u in fsdp.units}),
+            shard_grad_dtypes=sorted({str(u.shard.grad.dtype) for u in fsdp.units}),
+            sharded_numel=fsdp.sharded_numel(),
+            full_sharded_numel=sum(u.numel for u in fsdp.units),
+            num_units=len(fsdp.units),
+            weights_none=all(getattr(m, "weight", 0) is None for m in fsdp.module.modules()
+                             if isinstance(m, (Linear, Embedding))),
+            bytes=fsdp.bytes_communicated_last_step,
+            prefetched=fsdp.prefetched_last_step,
+            num_calls=len(fsdp._order), num_regathered=len(fsdp._packed_calls),
+            opt_numel=sum(p.numel() for p in fsdp.parameters()),
+        )
+        res["expected_bytes"] = _expected_bytes(fsdp, dtype)
+        out[(kind, dtype_name, opt_name, prefetch)] = res
+    return out
+
+
+def _expected_bytes(fsdp: FSDP, dtype) -> int:
+    """Payload of one step: every unit gathered once in forward (compute dtype), re-gathered in
+    backward only when autograd saved the weight (Linear, not Embedding: its backward needs only
+    the indices), gradients reduce-scattered in fp32, replicated grads all-reduced in fp32."""
+    size = (dtype or torch.float32).itemsize
+    padded = {id(u): u.shard_numel * fsdp.world_size for u in fsdp.units}
+    layers = {}
+    for m in fsdp.module.modules():
+        if isinstance(m, (Linear, Embedding)):
+            layers[id(m.weight_shard)] = isinstance(m, Linear)
+    total = 0
+    for u in fsdp.units:
+        total += padded[id(u)] * size * (2 if layers[id(u.shard)] else 1) + padded[id(u)] * 4
+    return total + sum(p.numel() for p in fsdp.replicated) * 4
+
+
+def misuse(rank, world_size):
+    """Error paths that need a process group."""
+    torch.set_num_threads(1)
+    errors = {}
+    for label, fn in {
+        "bad_dtype": lambda: FSDP(ToyLM(), compute_dtype=torch.int32),
+        "bad_prefetch": lambda: FSDP(ToyLM(), prefetch=5),
+        "biased_half": lambda: FSDP(nn.Sequential(nn.Linear(4, 4)), compute_dtype=torch.bfloat16),
+    }.items():
+        try:
+            fn()
+            errors[label] = None
+        except ValueError as e:
+            errors[label] = str(e)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        f = FSDP(nn.Sequential(RMSNorm(4)))
+    errors["no_layers_warning"] = [str(x.message) for x in w if "no Linear/Embedding" in str(x.message)]
+    errors["no_layers_units"] = len(f.units)
+    # torch.nn layers with a bias: sharded weight, replicated bias; one step must run.
+    model = FSDP(nn.Sequential(nn.Embedding(10, 6), nn.Linear(6, 10)))
+    loss = F.cross_entropy(model(torch.randint(0, 10, (4,))), torch.randint(0, 10, (4,)))
+    loss.backward()
+    model.finish_gradient_synchronization()
+    errors["torch_layers_units"] = len(model.units)
+    errors["torch_layers_bias_grad"] = model.module[1].bias.grad is not None
+    return errors
+
+
+def fail_in_fsdp(rank, world_size):
+    """Rank 1 raises mid-step; rank 0 blocks in the next collective until the parent kills it."""
+    torch.set_num_threads(1)
+    fsdp = FSDP(ToyLM())
+    x, y = batch(0, PER_RANK_BATCH)
+    if rank == 1:
+        raise RuntimeError("deliberate failure inside an FSDP step")
+    _loss(fsdp, x, y).backward()
+    fsdp.finish_gradient_synchronization()
+    return rank
+
+
+# ---------------------------------------------------------------------------------------------
+# perf/test_fsdp.py worker commands (registered into bench.COMMANDS below)
+
+
+def _wrap(model, variant: str):
+    from impl.distributed.ddp import DDPBucketed
+
+    if variant == "fsdp":
+        return FSDP(model)
+    if variant == "fsdp_bf16":
+        return FSDP(model, compute_dtype=torch.bfloat16)
+    if variant == "ddp":
+        return DDPBucketed(model, bucket_size_mb=100.0)
+    if variant in ("torch_fsdp", "torch_fsdp_bf16"):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+            if variant == "torch_fsdp_bf16" else MixedPrecisionPolicy()
+        # One FSDP unit per block plus the root (embeddings, final norm, head), torch's usual layout.
+        for block in model.layers:
+            fully_shard(block, mp_policy=mp)
+        return fully_shard(model, mp_policy=mp)
+    raise ValueError(f"unknown FSDP perf variant {variant!r}")
+
+
+def cmd_fsdp_setup(state: dict, size: str, context: int, batch: int, variant: str, lr: float = 1e-4) -> dict:
+    """A fresh model per variant (FSDP re-registers the weights), memory from an emptied
+    allocator; the optimizer is impl.model.AdamW on the wrapper's parameters."""
+    from impl.profiling.steps import build_model, random_batch
+
+    bench._free(state, "model", "model_key", "wrapper", "optimizer", "x", "y")
+    dev = state["device"]
+    bench._reset_peak(dev)
+    base, _ = bench._mem(dev)
+    model = build_model(size, context, dev, seed=0)
+    n_params = sum(p.numel() for p in model.parameters())
+    state["model"] = model
+    state["wrapper"] = _wrap(model, variant)
+    state["optimizer"] = AdamW(state["wrapper"].parameters(), lr=lr, weight_decay=0.01)
+    state["x"], state["y"] = random_batch(model, batch, context, dev, seed=1000 + state["rank"])
+    state["variant"], state["active"] = variant, True
+    alloc, peak = bench._mem(dev)
+    # fully_shard's parameters are DTensors, whose numel() is the global one: count the local shard.
+    local = sum(q.numel() * q.element_size() for q in (getattr(p, "to_local", lambda p=p: p)()
+                                                        for p in state["wrapper"].parameters()))
+    return dict(base_allocated=base, init_allocated=alloc, init_peak=peak, n_params=n_params,
+                local_param_bytes=local)
+
+
+def cmd_fsdp_step(state: dict) -> dict:
+    dev, wrapper, opt = state["device"], state["wrapper"], state["optimizer"]
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    bench._reset_peak(dev)
+    loss = cross_entropy(wrapper(state["x"]), state["y"])
+    loss.backward()
+    bench._sync_compute(dev)
+    t_bwd = time.perf_counter()
+    comm_s, nbytes = None, None
+    if hasattr(wrapper, "finish_gradient_synchronization"):
+        wrapper.finish_gradient_synchronization()
+        comm_s, nbytes = wrapper.comm_time_s, wrapper.bytes_communicated_last_step
+    prefetched = getattr(wrapper, "prefetched_last_step", None)
+    opt.step()
+    bench._sync(dev)
+    t_end = time.perf_counter()
+    alloc, peak = bench._mem(dev)
+    return dict(step_s=t_end - t0, fwd_bwd_s=t_bwd - t0, comm_s=comm_s, bytes=nbytes, allocated=alloc, peak=peak,
+                loss=loss.item(), prefetched=prefetched)
+
+
+for _cmd in (cmd_fsdp_setup, cmd_fsdp_step):
+    bench.COMMANDS[_cmd] = _cmd

@@ -1,0 +1,182 @@
+"""Report section: gradient_checkpointing (beyond the assignment), from the rows of
+perf/test_gradient_checkpointing.py. Every number is read from the JSON: measured peaks
+(peak_memory_allocated_bytes, CUDA only), predictions and terms (extra_info), step times."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from impl.report import figures
+from impl.report.markdown import missing, ms, num, table
+
+PROBLEM = "gradient_checkpointing"
+POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
+
+
+UNIT = {"GiB": 2**30, "MiB": 2**20}
+
+
+def _unit(d: pd.DataFrame) -> str:
+    """GiB on a GPU; the CPU smoke's tiny model would print zeros, so MiB there."""
+    peaks = [p for p in d.apply(lambda r: _pred(r), axis=1) if not missing(p)] if not d.empty else []
+    return "GiB" if peaks and max(peaks) >= 2**30 else "MiB"
+
+
+def _fmt(nbytes, unit: str) -> str:
+    return "–" if missing(nbytes) else f"{nbytes / UNIT[unit]:,.2f}"
+
+
+def _study(df: pd.DataFrame, study: str) -> pd.DataFrame:
+    d = df[df.problem == PROBLEM]
+    if d.empty:
+        return d
+    return d[d["info"].map(lambda i: i.get("study")) == study]
+
+
+def _not_run(r) -> bool:
+    return bool(r["info"].get("not_run"))
+
+
+def _pred(r, which: str = "hook_terms", part: str = "peak"):
+    return (r["info"].get("predicted") or {}).get(which, {}).get(part)
+
+
+def _label(r) -> str:
+    k = r.get("cfg.k")
+    return r["cfg.policy"] + ("" if missing(k) else f" k={int(k)}")
+
+
+def _peak_cell(r, unit: str) -> str:
+    if _not_run(r):
+        return "not run"
+    if r.oom:
+        return "OOM"
+    return "– (no CPU counter)" if missing(r["peak_alloc"]) else _fmt(r["peak_alloc"], unit)
+
+
+def _ratio(r) -> str:
+    p = _pred(r)
+    if r.oom or _not_run(r) or missing(r["peak_alloc"]) or not p:
+        return "–"
+    return f"{r['peak_alloc'] / p:.2f}"
+
+
+def _time(r) -> str:
+    return "not run" if _not_run(r) else ("OOM" if r.oom else ms(r["mean"], r["stddev"]))
+
+
+def _forwards(r) -> str:
+    i = r["info"]
+    got, want = i.get("measured_block_forwards"), i.get("predicted_block_forwards")
+    if want is None:
+        return "–"
+    return f"{'–' if got is None else int(got)} / {want}"
+
+
+def _sorted(d: pd.DataFrame) -> pd.DataFrame:
+    key = d["cfg.policy"].map(POLICY_ORDER) * 10_000 + d["cfg.k"].fillna(0)
+    return d.assign(_key=key).sort_values("_key")
+
+
+def policy_table(d: pd.DataFrame) -> str:
+    out, u = [], _unit(d)
+    for dtype, dd in d.groupby("cfg.dtype", sort=False):
+        rows = []
+        for _, r in _sorted(dd).iterrows():
+            rows.append([_label(r), _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
+                         _fmt(_pred(r, "closed_form_fp32"), u), _fmt(_pred(r, "hook_terms", "activations"), u), _time(r),
+                         "–" if r.oom or _not_run(r) else num(r.get("m.tokens_per_s"), 0), _forwards(r)])
+        out.append(f"**{dtype}**" + (" (autocast, fp32 master weights)" if dtype != "fp32" else "") + "\n\n" + table(
+            ["policy", f"measured peak {u}", f"predicted peak {u}", "measured / predicted",
+             f"predicted, fp32 closed form {u}", f"predicted block-stack activations {u}", "step (ms)", "tokens/s",
+             "block forwards measured / predicted"], rows))
+    return "\n\n".join(out)
+
+
+def terms_text(d: pd.DataFrame) -> str:
+    u = _unit(d)
+    has = d[d["info"].map(lambda x: "terms" in x)]
+    t = has.iloc[0]["info"]["terms"] if not has.empty else {}
+    lines = []
+    for dtype, dd in d.groupby("cfg.dtype", sort=False):
+        ok = dd[dd["info"].map(lambda x: "terms" in x)]
+        if ok.empty:
+            continue
+        h = ok.iloc[0]["info"]["terms"]["hook_terms"]
+        lines.append(f"{dtype}: B = {_fmt(h['a_block'], u)} {u}, R = {_fmt(h['a_resid'], u)} {u}, head = "
+                     f"{_fmt(h['a_outside'], u)} {u} (B/R = {h['a_block'] / h['a_resid']:.1f})")
+    cf = t.get("closed_form_fp32")
+    text = ""
+    if cf:
+        text += (f"fp32 closed form: B = {_fmt(cf['a_block'], u)} {u}, R = {_fmt(cf['a_resid'], u)} {u} "
+                 f"(B/R = {cf['a_block'] / cf['a_resid']:.1f}). ")
+    if lines:
+        text += "Measured with saved-tensor hooks on one block: " + "; ".join(lines) + "."
+    return text
+
+
+def depth_table(d: pd.DataFrame) -> str:
+    rows, u = [], _unit(d)
+    for _, r in d.sort_values(["cfg.layers", "cfg.policy"]).iterrows():
+        rows.append([int(r["cfg.layers"]), r["cfg.policy"], _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
+                     _fmt(_pred(r, "hook_terms", "activations"), u), _time(r), _forwards(r)])
+    return table(["layers", "policy", f"measured peak {u}", f"predicted peak {u}", "measured / predicted",
+                  f"predicted block-stack activations {u}", "step (ms)", "block forwards measured / predicted"], rows)
+
+
+def depth_plot(d: pd.DataFrame, path: Path) -> bool:
+    fig, ax = figures.new()
+    drawn = False
+    for policy, style in (("none", "o"), ("nested", "s")):
+        sel = d[(d["cfg.policy"] == policy)].sort_values("cfg.layers")
+        if sel.empty:
+            continue
+        pred = sel.apply(lambda r: _pred(r), axis=1).astype(float)
+        ax.plot(sel["cfg.layers"], pred / 2**30, "--" + style, label=f"{policy} predicted")
+        meas = sel[~sel.oom & sel["peak_alloc"].notna()]
+        if not meas.empty:
+            ax.plot(meas["cfg.layers"], meas["peak_alloc"] / 2**30, "-" + style, label=f"{policy} measured")
+        drawn = True
+    if not drawn:
+        return False
+    ax.set(xlabel="layers", ylabel="peak GiB (forward+backward step)",
+           title="gradient_checkpointing: nested vs none over depth")
+    ax.legend(fontsize=8)
+    figures.save(fig, path)
+    return True
+
+
+def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
+    pol, dep = _study(df, "policies"), _study(df, "depth")
+    if pol.empty and dep.empty:
+        return None
+    parts = ["## gradient_checkpointing",
+             "Policies of `impl.checkpointing` on an unchanged TransformerLM (forward+backward steps, gradients "
+             "set to None, no optimizer state). none keeps L·B; every_k checkpoints segments of k blocks (all "
+             "but the last), peak ≈ (L/k)·R + k·B; nested checkpoints the first half of every segment and "
+             "recurses into the second: peak ceil(log2 L)·R + B, and L + (L/2)·log2 L block forwards per step for L "
+             "a power of two (O(L log L); the table counts them with forward pre-hooks). B = one block's saved bytes, R = one residual stream. "
+             "Predicted peak = parameters + the larger of (forward end: autocast's cast weights + block stack + "
+             "loss head) and (backward: gradients + block-stack peak), with B, R and the head measured by "
+             "saved-tensor hooks at the row's dtype; the fp32 closed form column uses impl.accounting's counts."]
+    if not pol.empty:
+        i = pol["info"].iloc[0]
+        c = pol.iloc[0]
+        parts.append(f"**Best single-level k** for {c['cfg.size']} at batch {int(c['cfg.batch'])}, context "
+                     f"{int(c['cfg.context'])}: k = {i.get('best_k')} ({i.get('best_k_rule')}); timed with its "
+                     f"neighbours k ∈ {i.get('ks')}. " + terms_text(pol))
+        parts.append(policy_table(pol))
+    left = pd.concat([pol, dep])
+    left = left[left["info"].map(lambda x: x.get("not_run") == "left_out")]
+    if not dep.empty:
+        c = dep.iloc[0]
+        parts.append(f"### nested vs none over depth\n\n{c['cfg.width']} width, batch {int(c['cfg.batch'])}, "
+                     f"context {int(c['cfg.context'])}, {c['cfg.dtype']}.")
+        parts.append(depth_table(dep))
+        name = f"{device}-gradient_checkpointing-depth.png"
+        if depth_plot(dep, fig_dir / name):
+            parts.append(f"![peak vs layers]({fig_rel}/{name})")
+    if not left.empty:
+        parts.append(f"Not run: {', '.join(left.name)} ({left['info'].iloc[0].get('not_run_reason')}).")
+    return "\n\n".join(parts)
