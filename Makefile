@@ -6,7 +6,7 @@
 # Options: SECTIONS="benchmarking_script flash_benchmarking" picks perf files; SUITE_PROFILE=smoke|full.
 
 PY := $(shell tools/setup.sh)
-SLUG = $(shell $(PY) -m impl.runtime slug)
+SLUG = $(shell PYTHONPATH=src $(PY) -m impl.runtime slug)
 SECTIONS ?= $(patsubst perf/test_%.py,%,$(wildcard perf/test_*.py))
 OUT ?= out
 PYTEST = PYTHONPATH=src $(PY) -m pytest

@@ -137,3 +137,29 @@ def test_bucket_layouts(ddp_results):
         assert per_param["num_buckets"] == per_param["num_trainable"]
         assert 1 < few["num_buckets"] <= few["num_trainable"]
         assert one["num_buckets"] == 1
+
+
+@pytest.mark.parametrize("variant", ["individual", "bucketed"])
+def test_dropped_wrapper_frees_its_model(variant):
+    """The overlapped wrappers hook every parameter; the hooks must not keep a dropped wrapper (and
+    through it the model) alive, or re-wrapping a model in a sweep leaks a model per variant."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    from impl.distributed import DDPBucketed, DDPIndividualParameters
+
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        ddp = DDPIndividualParameters(model) if variant == "individual" else DDPBucketed(model, bucket_size_mb=1)
+        ddp(torch.randn(3, 4)).sum().backward()
+        ddp.finish_gradient_synchronization()
+        wrapper, weight = weakref.ref(ddp), weakref.ref(model[0].weight)
+        del ddp, model
+        gc.collect()
+        assert wrapper() is None and weight() is None
+    finally:
+        dist.destroy_process_group()

@@ -147,11 +147,11 @@ def _sync_compute(device: torch.device) -> None:
 
 
 def _drop_grad_hooks(model: torch.nn.Module) -> None:
-    """Remove the post-accumulate-grad hooks the wrappers registered (our DDPs hold bound
-    methods there: param -> hook -> wrapper -> model -> param). That cycle runs through the
-    autograd engine's C++ side, which gc cannot traverse, so without this a dropped model and
-    its parameters stayed allocated for the rest of the process ("other" memory in later
-    configurations)."""
+    """Remove every post-accumulate-grad hook left on the parameters before a configuration is
+    dropped, so the next wrapper of the same parameters starts clean. Our DDPs hold themselves
+    only weakly in their hooks (a strong bound method made a cycle through the autograd engine's
+    C++ side that gc cannot traverse, which leaked a model per configuration); this also covers
+    hooks that other wrappers leave behind."""
     for p in model.parameters():
         hooks = getattr(p, "_post_accumulate_grad_hooks", None)
         if hooks:

@@ -32,6 +32,7 @@ multiplied by any algorithm factor).
 from __future__ import annotations
 
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -64,7 +65,31 @@ class _DataParallelBase(nn.Module):
         self.bytes_communicated_last_step = 0
         # parameters() dedupes tied weights by identity; frozen params never sync.
         self.trainable = [p for p in module.parameters() if p.requires_grad]
+        self._hook_handles: list = []
         self._broadcast_from_rank0()
+
+    def _register_grad_hooks(self) -> None:
+        """Calls self._on_grad_ready(p) when each trainable p's grad is final. The hook holds the
+        wrapper only weakly: a bound method stored in a parameter's (C++) hook table would be a
+        reference cycle the garbage collector cannot see, keeping a dropped wrapper and its model
+        alive for good."""
+        me = weakref.ref(self)
+
+        def hook(p: torch.Tensor) -> None:
+            ddp = me()
+            if ddp is not None:
+                ddp._on_grad_ready(p)
+
+        self._hook_handles = [p.register_post_accumulate_grad_hook(hook) for p in self.trainable]
+
+    def remove_hooks(self) -> None:
+        """Detach from the parameters, e.g. before wrapping the same module again."""
+        for handle in self.__dict__.get("_hook_handles", ()):  # __init__ may have failed early
+            handle.remove()
+        self.__dict__["_hook_handles"] = []
+
+    def __del__(self):
+        self.remove_hooks()
 
     @torch.no_grad()
     def _broadcast_from_rank0(self) -> None:
@@ -137,8 +162,7 @@ class DDPIndividualParameters(_DataParallelBase):
         super().__init__(module, reduce_gradients)
         self._pending: list = []
         if reduce_gradients:
-            for p in self.trainable:
-                p.register_post_accumulate_grad_hook(self._on_grad_ready)
+            self._register_grad_hooks()
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         # Pre-divide so the summed result is already the mean.
@@ -199,8 +223,7 @@ class DDPBucketed(_DataParallelBase):
         self.buckets = self._build_buckets()
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         if reduce_gradients:
-            for p in self.trainable:
-                p.register_post_accumulate_grad_hook(self._on_grad_ready)
+            self._register_grad_hooks()
 
     def _build_buckets(self) -> list[_Bucket]:
         buckets, current, current_bytes = [], [], 0
