@@ -25,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
                             set_flash_backward)
 from impl.attention.memory import naive_attention_memory
-from impl.profiling.attention_bench import Budget, kernel_time_ms, record_not_run
+from impl.profiling.attention_bench import Budget, attention_inputs, kernel_time_ms, record_not_run
 from impl.profiling.harness import record_oom, run_benchmark, time_once
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import grid
@@ -34,7 +34,6 @@ PROBLEM = "flash_benchmarking"
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
 BUDGET = Budget(G["budget_s"])
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
 
 # Every shape is its own static-shape compile of the backward; dynamo's default recompile limit (8)
@@ -103,9 +102,7 @@ def test_flash_benchmarking(benchmark, device, matmul_peak, dtype, impl, d, seq,
     if impl == "naive":  # its (seq, seq) matrices are the only large leftovers worth collecting
         free_memory()
     try:
-        g = torch.Generator(device=device).manual_seed(0)
-        q, k, v, do = (torch.randn(batch, seq, d, device=device, dtype=DTYPES[dtype], generator=g) for _ in range(4))
-        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        q, k, v, do = attention_inputs((batch, seq, d), dtype, device)
         fwd = forward_fn(impl, q, k, v)
         if impl.startswith("sdpa"):
             do = do.unsqueeze(1)

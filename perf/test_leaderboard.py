@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
-from impl.profiling.attention_bench import kernel_time_ms, record_not_run
+from impl.profiling.attention_bench import attention_inputs, kernel_time_ms, record_not_run
 from impl.profiling.harness import record_oom, run_benchmark, time_once
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import grid
@@ -23,7 +23,6 @@ from impl.sweeps import grid
 PROBLEM = "leaderboard"
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
 # Ours first (its fwd+bwd row also pays compilation), then the anchors.
 CASES = [("flash_triton", "fwd_bwd"), ("flash_triton", "fwd"), ("sdpa_flash", "fwd_bwd"), ("sdpa_flash", "fwd"),
@@ -44,10 +43,7 @@ def ours(device):
 
 
 def inputs(device):
-    shape = (G["batch"], G["heads"], G["seq"], G["d"])
-    g = torch.Generator(device=device).manual_seed(0)
-    q, k, v, do = (torch.randn(shape, device=device, dtype=DTYPES[G["dtype"]], generator=g) for _ in range(4))
-    return [t.requires_grad_() for t in (q, k, v)] + [do]
+    return attention_inputs((G["batch"], G["heads"], G["seq"], G["d"]), G["dtype"], device)
 
 
 def reference(q, k, v, do, device):

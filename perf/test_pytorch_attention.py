@@ -8,7 +8,7 @@ import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.profiling.attention_bench import Budget, allocated_bytes, record_not_run, run_attention_passes
+from impl.profiling.attention_bench import Budget, allocated_bytes, attention_inputs, record_not_run, run_attention_passes
 from impl.profiling.harness import record_oom
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import grid
@@ -16,14 +16,7 @@ from impl.sweeps import grid
 PROFILE = profile_name()
 G = grid("pytorch_attention", PROFILE)
 BUDGET = Budget(G["budget_s"])
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CASES = [(d, s, m) for d in G["dims"] for s in G["seqs"] for m in ("forward", "backward")]
-
-
-def attention_inputs(batch, seq, d, dtype, device, seed=0):
-    g = torch.Generator(device=device).manual_seed(seed)
-    q, k, v, do = (torch.randn(batch, seq, d, device=device, dtype=DTYPES[dtype], generator=g) for _ in range(4))
-    return [t.requires_grad_() for t in (q, k, v)] + [do]
 
 
 def naive(q, k, v):
@@ -43,7 +36,7 @@ def test_pytorch_attention(benchmark, device, d_model, seq, mode):
     free_memory()
     baseline = allocated_bytes(device)
     try:
-        q, k, v, do = attention_inputs(batch, seq, d_model, dtype, device)
+        q, k, v, do = attention_inputs((batch, seq, d_model), dtype, device)
     except Exception as exc:
         if not is_oom(exc):
             raise

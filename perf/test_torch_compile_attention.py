@@ -11,7 +11,7 @@ import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.profiling.attention_bench import Budget, allocated_bytes, record_not_run, run_attention_passes
+from impl.profiling.attention_bench import Budget, allocated_bytes, attention_inputs, record_not_run, run_attention_passes
 from impl.profiling.harness import record_oom, time_once
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import grid
@@ -19,15 +19,8 @@ from impl.sweeps import grid
 PROFILE = profile_name()
 G = grid("torch_compile_attention", PROFILE)
 BUDGET = Budget(G["budget_s"])
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CASES = [(d, s, m) for d in G["dims"] for s in G["seqs"] for m in ("forward", "backward")]
 _COMPILED: dict = {}  # (d, seq) -> (compiled fn, compile times): one fresh compile per shape
-
-
-def attention_inputs(batch, seq, d, dtype, device, seed=0):
-    g = torch.Generator(device=device).manual_seed(seed)
-    q, k, v, do = (torch.randn(batch, seq, d, device=device, dtype=DTYPES[dtype], generator=g) for _ in range(4))
-    return [t.requires_grad_() for t in (q, k, v)] + [do]
 
 
 def compiled_attention(key, q, k, v, do, device):
@@ -60,7 +53,7 @@ def test_torch_compile_attention(benchmark, device, d_model, seq, mode):
     free_memory()
     baseline = allocated_bytes(device)
     try:
-        q, k, v, do = attention_inputs(batch, seq, d_model, dtype, device)
+        q, k, v, do = attention_inputs((batch, seq, d_model), dtype, device)
         fn, compile_times = compiled_attention((d_model, seq), q, k, v, do, device)
     except Exception as exc:
         if not is_oom(exc):

@@ -95,34 +95,27 @@ def _config(shape) -> triton.Config:
     return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
 
 
+def _configs(shapes, interpreter_shape) -> List[triton.Config]:
+    """The autotune list; under the interpreter a single small config (autotuning there would only
+    multiply the slow interpreted runs)."""
+    return [_config(interpreter_shape)] if _interpreting() else [_config(shape) for shape in shapes]
+
+
 def _fwd_configs() -> List[triton.Config]:
-    if _interpreting():
-        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    shapes = [
-        (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 32, 4, 4),
-        (64, 64, 4, 3), (64, 32, 4, 4), _FWD_SAFE,
-    ]
-    return [_config(shape) for shape in shapes]
+    return _configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 32, 4, 4),
+                     (64, 64, 4, 3), (64, 32, 4, 4), _FWD_SAFE], interpreter_shape=(32, 16, 4, 1))
 
 
 def _bwd_kv_configs() -> List[triton.Config]:
     # BLOCK_N: key tile held by the program; BLOCK_M: query tile of the loop.
-    if _interpreting():
-        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
-    shapes = [
-        (32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 3), _BWD_KV_SAFE,
-    ]
-    return [_config(shape) for shape in shapes]
+    return _configs([(32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 3),
+                     _BWD_KV_SAFE], interpreter_shape=(16, 32, 4, 1))
 
 
 def _bwd_q_configs() -> List[triton.Config]:
     # BLOCK_M: query tile held by the program; BLOCK_N: key tile of the loop.
-    if _interpreting():
-        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    shapes = [
-        (128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 3), _BWD_Q_SAFE,
-    ]
-    return [_config(shape) for shape in shapes]
+    return _configs([(128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 3),
+                     _BWD_Q_SAFE], interpreter_shape=(32, 16, 4, 1))
 
 
 _PRE_BLOCK_M = 32 if _interpreting() else 64

@@ -95,6 +95,22 @@ class _ShardedBase(Optimizer):
                 self.local_optimizer.add_param_group(local)
                 self.local_owner.append(index)
 
+    @torch.no_grad()
+    def step(self, closure=None, **kwargs):
+        # The closure runs once here on every rank (it may contain
+        # collectives); the local optimizer never calls it.
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._sync_hyperparams()
+        self._step_shard(**kwargs)
+        return loss
+
+    def _step_shard(self, **kwargs) -> None:
+        """Step this rank's shard and leave every rank with the updated parameters."""
+        raise NotImplementedError
+
     def _sync_hyperparams(self) -> None:
         for index, local in zip(self.local_owner, self.local_optimizer.param_groups):
             local.update(_hyperparams(self.param_groups[index]))
@@ -159,18 +175,9 @@ class ShardedOptimizer(_ShardedBase):
         rank = self.rank if rank is None else rank
         return [p for g in self.param_groups for p in g["params"] if self.owner[id(p)] == rank]
 
-    @torch.no_grad()
-    def step(self, closure=None, **kwargs):
-        # The closure runs once here on every rank (it may contain
-        # collectives); the local optimizer never calls it.
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        self._sync_hyperparams()
+    def _step_shard(self, **kwargs) -> None:
         self.local_optimizer.step(**kwargs)
         self._broadcast_updates()
-        return loss
 
     @torch.no_grad()
     def _broadcast_updates(self) -> None:
@@ -360,13 +367,7 @@ class ZeRO1Optimizer(_ShardedBase):
         local optimizer's params and grads are views of these)."""
         return [t for fg in self.flat_groups if fg.chunks for t in (fg.flat_param, fg.flat_grad)]
 
-    @torch.no_grad()
-    def step(self, closure=None, **kwargs):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        self._sync_hyperparams()
+    def _step_shard(self, **kwargs) -> None:
         nbytes = 0
         active = [fg for fg in self.flat_groups if fg.chunks]
         for fg in active:
@@ -376,4 +377,3 @@ class ZeRO1Optimizer(_ShardedBase):
         for fg in active:
             nbytes += self._all_gather(fg)
         self.bytes_communicated_last_step = nbytes
-        return loss

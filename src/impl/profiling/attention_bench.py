@@ -25,6 +25,16 @@ from impl.runtime import env_info, synchronize
 DO_BENCH = "triton.testing.do_bench"
 
 
+def attention_inputs(shape, dtype: str, device: torch.device, seed: int = 0, grad: bool = True):
+    """Random q, k, v (requiring grad when `grad`) and an upstream gradient dO, all of `shape`;
+    never zeros, which can time faster than real data."""
+    from impl.profiling.steps import DTYPES
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    q, k, v, do = (torch.randn(shape, device=device, dtype=DTYPES[dtype], generator=g) for _ in range(4))
+    return ([t.requires_grad_() for t in (q, k, v)] if grad else [q, k, v]) + [do]
+
+
 def kernel_time_ms(fn: Callable, device: torch.device, *, warmup_ms: int = 25, rep_ms: int = 100,
                    grad_to_none: Iterable[torch.Tensor] | None = None, cpu_repeats: int = 3) -> tuple[float, str]:
     """Median milliseconds of `fn` and the name of the timer used.
