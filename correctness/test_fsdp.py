@@ -136,3 +136,94 @@ def test_failing_rank_in_fsdp_step_surfaces():
         launch(T.fail_in_fsdp, WORLD_SIZE, backend="gloo", timeout_s=60)
     assert "deliberate failure inside an FSDP step" in str(err.value)
     assert time.monotonic() - t0 < 30  # reported at once, not after the timeout
+
+
+# ---- timeline (FSDP(record_timeline=True)) ------------------------------------------------------
+# (model, compute dtype, prefetch depth); 3 steps so the last one prefetches (step 0 has no order yet).
+TIMELINE_CASES = [("tiny_lm", "fp32", 1), ("tiny_lm", "bf16", 2), ("toy", "fp32", 0)]
+TIMELINE_IDS = ["-".join(map(str, c)) for c in TIMELINE_CASES]
+SMALL_ROWS = 8
+
+
+@pytest.fixture(scope="module")
+def timelines():
+    return launch(T.timeline, WORLD_SIZE, backend="gloo", args=(TIMELINE_CASES, 3, SMALL_ROWS), timeout_s=120)
+
+
+def _tl_rows(tl, kind=None, phase=None):
+    rows = [dict(zip(tl["columns"], r)) for r in tl["rows"]]
+    return [r for r in rows if (kind is None or r["kind"] == kind) and (phase is None or r["phase"] == phase)]
+
+
+@pytest.mark.parametrize("case", TIMELINE_CASES, ids=TIMELINE_IDS)
+def test_timeline_does_not_change_training(timelines, case):
+    for rank_out in timelines:
+        r = rank_out[case]
+        assert r["max_diff"] == 0.0 and r["losses_equal"], "recording must not change a single bit"
+        assert r["plain_timeline"] is None, "a step without record_timeline records nothing"
+
+
+@pytest.mark.parametrize("case", TIMELINE_CASES, ids=TIMELINE_IDS)
+def test_timeline_has_one_entry_per_call_and_phase(timelines, case):
+    """Forward: every call gathered once, the first blocking, the rest prefetched (unless prefetch
+    is 0). Backward: every call whose weight autograd saved re-gathered once, in reverse order, the
+    first of them blocking. One reduce-scatter per call, one all-reduce of the replicated grads."""
+    prefetch = case[2]
+    for rank_out in timelines:
+        r = rank_out[case]
+        tl = r["timeline"]
+        fwd, bwd = _tl_rows(tl, "all_gather", "forward"), _tl_rows(tl, "all_gather", "backward")
+        assert [x["call"] for x in fwd] == list(range(r["num_calls"]))
+        assert [x["call"] for x in bwd] == sorted(r["packed_calls"], reverse=True), "issued nearest first"
+        assert sorted(x["call"] for x in _tl_rows(tl, "reduce_scatter", "backward")) == list(range(r["num_calls"]))
+        assert len(_tl_rows(tl, "all_reduce", "finish")) == 1
+        assert len(tl["rows"]) == tl["rows_total"] == len(fwd) + len(bwd) + r["num_calls"] + 1
+        expect = (lambda i: prefetch > 0 and i > 0)
+        assert [x["prefetched"] for x in fwd] == [expect(i) for i in range(len(fwd))]
+        assert [x["prefetched"] for x in bwd] == [expect(i) for i in range(len(bwd))]
+        assert r["prefetched"] == (sum(x["prefetched"] for x in fwd), sum(x["prefetched"] for x in bwd))
+        assert tl["units"][fwd[0]["unit"]] and all(0 <= x["unit"] < r["num_units"] for x in fwd + bwd)
+
+
+@pytest.mark.parametrize("case", TIMELINE_CASES, ids=TIMELINE_IDS)
+def test_timeline_order_is_consistent(timelines, case):
+    for rank_out in timelines:
+        tl = rank_out[case]["timeline"]
+        phases = tl["phases"]
+        assert [p["name"] for p in phases] == ["forward", "backward", "finish"]
+        assert all(a["end_ms"] == b["start_ms"] for a, b in zip(phases, phases[1:]))
+        span = {p["name"]: (p["start_ms"], p["end_ms"]) for p in phases}
+        for x in _tl_rows(tl):
+            assert 0 <= x["issue_ms"] <= x["ready_ms"] <= x["start_ms"] <= tl["summary"]["span_ms"]
+            assert x["need_ms"] <= x["start_ms"]
+            assert x["stall_ms"] == pytest.approx(max(0.0, x["ready_ms"] - x["need_ms"]), abs=2e-4)
+            if not x["prefetched"]:
+                assert x["need_ms"] <= x["issue_ms"], "a blocking collective is issued when needed"
+            lo, hi = span[x["phase"]]
+            assert lo <= x["issue_ms"] <= hi, "each collective is issued in its phase"
+            if x["kind"] == "all_gather":  # reduce-scatters may be folded as late as finish
+                assert x["start_ms"] <= hi, "a gather is waited on in its phase"
+        for phase, sign in (("forward", 1), ("backward", -1)):
+            needs = [(sign * x["call"], x["need_ms"]) for x in _tl_rows(tl, "all_gather", phase)]
+            assert [n for _, n in sorted(needs)] == sorted(n for _, n in needs), "layers need weights in call order"
+
+
+@pytest.mark.parametrize("case", TIMELINE_CASES, ids=TIMELINE_IDS)
+def test_timeline_summary_counts_every_row(timelines, case):
+    for rank_out in timelines:
+        r = rank_out[case]
+        tl, small = r["timeline"], r["small"]
+        s = tl["summary"]
+        gathers = _tl_rows(tl, "all_gather")
+        assert s["gathers"] == len(gathers)
+        assert s["gathers_in_time"] == sum(x["stall_ms"] == 0 for x in gathers)
+        assert s["exposed_ms"] == pytest.approx(sum(x["stall_ms"] for x in _tl_rows(tl)), abs=1e-3)
+        if case[2] == 0:  # nothing prefetched: every gather waits its whole duration
+            assert s["gathers_in_time"] == 0
+        # Downsampled: the same summary, a subset of the rows in their order, stalled rows first.
+        assert small["summary"] == s and small["rows_total"] == tl["rows_total"]
+        assert len(small["rows"]) == SMALL_ROWS
+        it = iter(tl["rows"])
+        assert all(any(row == other for other in it) for row in small["rows"])
+        stalled = sorted((x for x in tl["rows"] if x[-1]), key=lambda x: -x[-1])[: SMALL_ROWS // 2]
+        assert all(x in small["rows"] for x in stalled)

@@ -16,6 +16,16 @@ peak of the last timed step (reset at its start) and allocated after it. The pre
 is impl.accounting.memory_breakdown (zero_stage 3 for the FSDP rows, 0 for DDP) with
 activation_bytes for the activations; torch's fully_shard rows get the ZeRO-3 prediction too.
 
+Timeline (our FSDP rows): after the timed steps, which run uninstrumented, one more step records
+when each all-gather / reduce-scatter was issued, was ready and was needed by its layer
+(impl.distributed.fsdp_timeline). extra_info["timeline"] holds rank 0's rows (at most
+timeline_rows) and summary, extra_info["timeline_ranks"] every rank's summary and that step's time.
+
+A variant that runs out of memory or fails in setup or a timed step still leaves its row: oom
+with the message, or not_run "failed" with the error's last line (and the test fails); a failing
+timeline step leaves the timed row with timeline_error. The worker group is then restarted for the
+next variant.
+
 The worker commands live in impl.distributed._fsdp_testing; the command "names" passed to the
 worker group are those functions, so the workers import that module (and its registration in
 bench.COMMANDS) when they unpickle the command."""
@@ -27,8 +37,8 @@ from impl.distributed import _fsdp_testing as W
 from impl.distributed.bench import LazyWorkerGroup, mean, slowest, timed_command
 from impl.model import param_count
 from impl.profiling.attention_bench import record_not_run
-from impl.profiling.harness import run_benchmark
-from impl.runtime import profile_name
+from impl.profiling.harness import record_oom, run_benchmark
+from impl.runtime import is_oom, profile_name
 from impl.sweeps import ALL_SIZES, grid
 
 PROBLEM = "fsdp"
@@ -40,6 +50,7 @@ BACKEND = "nccl" if PROFILE == "full" else "gloo"
 CPU = torch.device("cpu")
 ZERO_STAGE = dict(fsdp=3, fsdp_bf16=3, ddp=0, torch_fsdp=3, torch_fsdp_bf16=3)
 OURS = ("fsdp", "fsdp_bf16", "ddp")
+TIMELINE = ("fsdp", "fsdp_bf16")  # the rows with an instrumented step
 
 
 @pytest.fixture(scope="module")
@@ -58,27 +69,67 @@ def _predicted(size: str, batch: int, context: int, variant: str) -> dict:
                 breakdown=acc.memory_breakdown(n, WS, ZERO_STAGE[variant], activations))
 
 
-@pytest.mark.parametrize("variant", G["variants"])
-def test_fsdp(benchmark, device, workers, variant):
-    size, context, batch = G["size"], G["context"], G["batch"]
-    config = dict(size=size, context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
-                  variant=variant, dtype="bf16" if variant.endswith("bf16") else "fp32")
-    reason = f"needs {WS} GPUs for NCCL, this machine has {GPUS}" if BACKEND == "nccl" and GPUS < WS else None
-    if reason or workers.budget.exhausted():
-        record_not_run(benchmark, problem=PROBLEM, config=config, device=device,
-                       kind="unsupported" if reason else "left_out", reason=reason or workers.budget.reason())
-        return
-    group = workers.get()
-    setups = group.call(W.cmd_fsdp_setup, size=size, context=context, batch=batch, variant=variant)
-    log: list = []
-    run_benchmark(benchmark, problem=PROBLEM, config=config, device=CPU, fn=timed_command(group, W.cmd_fsdp_step, log),
-                  warmup=G["warmup"], rounds=G["rounds"], tokens=WS * batch * context, extra=dict(ipc_s=workers.ipc))
-    group.call("teardown")
-    timed = log[-G["rounds"]:]
+def _error_line(exc: BaseException) -> str:
+    """What went wrong in one line: a worker's error arrives with its whole traceback."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    oom = [ln for ln in lines if "out of memory" in ln.lower()]
+    return (oom or lines or [type(exc).__name__])[-1][:300]
+
+
+def _guarded(fn, failure: dict):
+    """`fn` that stores its first exception in `failure` and turns later calls into no-ops, so a
+    failing step still leaves the benchmark row (the harness would drop a row whose timing raised)."""
+    def run():
+        if failure:
+            return
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - recorded in the row, then reported by _raise_unless_oom
+            failure["exc"] = exc
+    return run
+
+
+def _mark_failed(info: dict, exc: BaseException) -> None:
+    """An already-recorded row whose timed steps (or the step after them) failed: its timings
+    time nothing."""
+    info.pop("metrics", None)
+    if is_oom(exc):
+        info.update(oom=True, oom_message=_error_line(exc))
+    else:
+        info.update(not_run="failed", not_run_reason=_error_line(exc))
+
+
+def _record_setup_failure(benchmark, device, config: dict, exc: BaseException, env) -> None:
+    if is_oom(exc):
+        record_oom(benchmark, problem=PROBLEM, config=config, device=device, message=_error_line(exc))
+    else:
+        record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="failed",
+                       reason=_error_line(exc))
+    benchmark.extra_info["env"] = env  # the workers' device, not the parent's
+
+
+def _raise_unless_oom(exc: BaseException) -> None:
+    """OOM is a result; any other failure fails the test (its row is already recorded)."""
+    if not is_oom(exc):
+        pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+
+
+def _check_timeline(tl: dict) -> None:
+    """Holds on any device: every collective was issued before it was ready, every gather of a
+    layer was waited on after it was issued, both phases gathered."""
+    s = tl["summary"]
+    rows = [dict(zip(tl["columns"], r)) for r in tl["rows"]]
+    assert all(r["issue_ms"] <= r["ready_ms"] for r in rows if r["ready_ms"] is not None)
+    assert all(r["need_ms"] <= r["start_ms"] for r in rows if r["need_ms"] is not None)
+    phases = {(g["kind"], g["phase"]) for g in s["groups"]}
+    assert {("all_gather", "forward"), ("all_gather", "backward"), ("reduce_scatter", "backward")} <= phases
+    assert 0 <= s["gathers_in_time"] <= s["gathers"] and 0 <= s["exposed_ms"] <= s["span_ms"]
+
+
+def _record_timed(info: dict, setups: list, timed: list, pred: dict) -> dict:
+    """Memory per rank, per-step times and the metrics of the timed steps; returns the metrics."""
     last = timed[-1]
-    pred = _predicted(size, batch, context, variant)
-    info = benchmark.extra_info
-    info.update(env=workers.env, predicted=pred["breakdown"], predicted_activations_bytes=pred["activations"],
+    info.update(predicted=pred["breakdown"], predicted_activations_bytes=pred["activations"],
                 n_params=pred["n_params"],
                 ranks=[dict(init_allocated=s["init_allocated"], init_peak=s["init_peak"],
                             local_param_bytes=s["local_param_bytes"], step_peak=st["peak"],
@@ -95,11 +146,60 @@ def test_fsdp(benchmark, device, workers, variant):
                    predicted_total_bytes=pred["breakdown"]["total"])
     if metrics["peak_bytes"] is not None:
         metrics["peak_over_predicted"] = metrics["peak_bytes"] / pred["breakdown"]["total"]
+    return metrics
+
+
+def _record_timeline(info: dict, replies: list) -> None:
+    tl = replies[0]["timeline"]
+    info.update(timeline=tl, timeline_ranks=[dict(step_s=r["step_s"], summary=r["summary"]) for r in replies])
+    info["metrics"].update(timeline_step_s=max(r["step_s"] for r in replies), gathers=tl["summary"]["gathers"],
+                           gathers_in_time=tl["summary"]["gathers_in_time"],
+                           exposed_comm_ms=tl["summary"]["exposed_ms"])
+
+
+@pytest.mark.parametrize("variant", G["variants"])
+def test_fsdp(benchmark, device, workers, variant):
+    size, context, batch = G["size"], G["context"], G["batch"]
+    config = dict(size=size, context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
+                  variant=variant, dtype="bf16" if variant.endswith("bf16") else "fp32")
+    reason = f"needs {WS} GPUs for NCCL, this machine has {GPUS}" if BACKEND == "nccl" and GPUS < WS else None
+    if reason or workers.budget.exhausted():
+        record_not_run(benchmark, problem=PROBLEM, config=config, device=device,
+                       kind="unsupported" if reason else "left_out", reason=reason or workers.budget.reason())
+        return
+    group = workers.get()
+    try:
+        setups = group.call(W.cmd_fsdp_setup, size=size, context=context, batch=batch, variant=variant)
+    except Exception as exc:  # noqa: BLE001 - the group is dead; the next variant starts a new one
+        _record_setup_failure(benchmark, device, config, exc, workers.env)
+        _raise_unless_oom(exc)
+        return
+    log: list = []
+    failure: dict = {}
+    run_benchmark(benchmark, problem=PROBLEM, config=config, device=CPU,
+                  fn=_guarded(timed_command(group, W.cmd_fsdp_step, log), failure),
+                  warmup=G["warmup"], rounds=G["rounds"], tokens=WS * batch * context, extra=dict(ipc_s=workers.ipc))
+    info = benchmark.extra_info
+    info["env"] = workers.env
+    if failure:
+        _mark_failed(info, failure["exc"])
+        _raise_unless_oom(failure["exc"])
+        return
+    timed = log[-G["rounds"]:]
+    pred = _predicted(size, batch, context, variant)
+    metrics = _record_timed(info, setups, timed, pred)
+    try:
+        if variant in TIMELINE:
+            _record_timeline(info, group.call(W.cmd_fsdp_timeline, max_rows=G["timeline_rows"]))
+        group.call("teardown")
+    except Exception as exc:  # noqa: BLE001 - the timed row stands; the failure is recorded beside it
+        info["timeline_error"] = _error_line(exc)
+        _raise_unless_oom(exc)
 
     # Checks that hold on any device.
     n, param_bytes = pred["n_params"], acc.param_bytes(pred["n_params"])
     assert setups[0]["n_params"] == n
-    assert all(r["loss"] == r["loss"] for r in last), "loss must be finite"  # NaN != NaN
+    assert all(r["loss"] == r["loss"] for r in timed[-1]), "loss must be finite"  # NaN != NaN
     local = [s["local_param_bytes"] for s in setups]
     if variant == "ddp":
         assert local == [param_bytes] * WS
@@ -112,3 +212,5 @@ def test_fsdp(benchmark, device, workers, variant):
         for s in setups:
             if s["init_allocated"] is not None:
                 assert s["init_allocated"] < 0.6 * param_bytes
+    if "timeline" in info:
+        _check_timeline(info["timeline"])

@@ -155,6 +155,38 @@ def equivalence(rank, world_size, cases, steps):
     return out
 
 
+def timeline(rank, world_size, cases, steps, max_rows):
+    """cases: [(model kind, dtype name, prefetch)]. Trains two FSDP copies in lockstep, one with
+    record_timeline, and returns per case whether they stayed identical and the recorded copy's
+    last timeline (full and downsampled to `max_rows`) with the call structure to check it against."""
+    torch.set_num_threads(1)
+    out = {}
+    for kind, dtype_name, prefetch in cases:
+        dtype = DTYPES[dtype_name]
+        plain, timed = (FSDP(build(kind, 7 * rank), compute_dtype=dtype, prefetch=prefetch, record_timeline=rec)
+                        for rec in (False, True))
+        opts = [torch.optim.SGD(m.parameters(), lr=0.2) for m in (plain, timed)]
+        n, losses_equal = PER_RANK_BATCH, True
+        for step in range(steps):
+            x, y = batch(step, n * world_size)
+            losses = []
+            for m, opt in zip((plain, timed), opts):
+                opt.zero_grad()
+                loss = _loss(m, x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n])
+                loss.backward()
+                m.finish_gradient_synchronization()
+                opt.step()
+                losses.append(loss.item())
+            losses_equal &= losses[0] == losses[1]
+        out[(kind, dtype_name, prefetch)] = dict(
+            max_diff=_max_diff(plain.gather_full_params(), timed.gather_full_params()),
+            losses_equal=losses_equal, plain_timeline=plain.last_timeline(),
+            timeline=timed.last_timeline(), small=timed.last_timeline(max_rows=max_rows),
+            num_calls=len(timed._order), packed_calls=list(timed._packed_calls),
+            num_units=len(timed.units), prefetched=timed.prefetched_last_step)
+    return out
+
+
 def _expected_bytes(fsdp: FSDP, dtype) -> int:
     """Payload of one step: every unit gathered once in forward (compute dtype), re-gathered in
     backward only when autograd saved the weight (Linear, not Embedding: its backward needs only
@@ -285,5 +317,24 @@ def cmd_fsdp_step(state: dict) -> dict:
                 loss=loss.item(), prefetched=prefetched)
 
 
-for _cmd in (cmd_fsdp_setup, cmd_fsdp_step):
+def cmd_fsdp_timeline(state: dict, max_rows: int) -> dict | None:
+    """One more step with our FSDP's timeline recorded, outside the benchmark's timed steps:
+    every rank returns the step's time and the timeline's summary, rank 0 the timeline itself
+    (at most `max_rows` rows). None for the other wrappers."""
+    wrapper = state["wrapper"]
+    if not isinstance(wrapper, FSDP):
+        return None
+    wrapper.record_timeline = True
+    try:
+        step = cmd_fsdp_step(state)
+    finally:
+        wrapper.record_timeline = False
+    tl = wrapper.last_timeline(max_rows)
+    out = dict(step_s=step["step_s"], summary=tl["summary"])
+    if state["rank"] == 0:
+        out["timeline"] = tl
+    return out
+
+
+for _cmd in (cmd_fsdp_setup, cmd_fsdp_step, cmd_fsdp_timeline):
     bench.COMMANDS[_cmd] = _cmd

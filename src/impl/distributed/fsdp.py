@@ -43,6 +43,11 @@ Instrumentation: ``prefetched_last_step`` = (forward, backward) all-gathers of t
 a prefetch served; ``bytes_communicated_last_step`` (payload handed to all-gathers, reduce-scatters
 and the all-reduce since the previous finish) and ``comm_time_s`` (host time finish waited,
 device synchronised), as in impl.distributed.ddp.
+
+Timeline (off by default): with ``record_timeline`` set (constructor or attribute) when a step's
+first forward begins, every collective of that step is timestamped (issued, ready, needed by its
+layer, compute resumed; see impl.distributed.fsdp_timeline for the events and streams), and
+``last_timeline()`` resolves them after the step. Steps without it record nothing.
 """
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from impl.distributed.fsdp_timeline import Clock, StepRecorder
 from impl.model.layers import Embedding, Linear
 
 SHARDABLE = (Linear, Embedding, nn.Linear, nn.Embedding)
@@ -67,8 +73,8 @@ _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 class _Unit:
     """One sharded weight: its fp32 flat shard and how to rebuild the full tensor."""
 
-    def __init__(self, weight: torch.Tensor, rank: int, world: int, name: str):
-        self.name, self.shape, self.numel = name, tuple(weight.shape), weight.numel()
+    def __init__(self, weight: torch.Tensor, rank: int, world: int, name: str, index: int):
+        self.name, self.index, self.shape, self.numel = name, index, tuple(weight.shape), weight.numel()
         self.world = world
         self.shard_numel = -(-self.numel // world)  # ceil: pad to a multiple of the world size
         flat = torch.zeros(self.shard_numel * world, dtype=torch.float32, device=weight.device)
@@ -76,11 +82,12 @@ class _Unit:
         self.shard = nn.Parameter(flat[rank * self.shard_numel:(rank + 1) * self.shard_numel].clone())
 
     def gather(self, dtype: torch.dtype, async_op: bool):
-        """All-gather the full weight in `dtype`; returns (full weight, work handle or None)."""
+        """All-gather the full weight in `dtype`; returns (full weight, work handle or None, the
+        input handed to the collective)."""
         src = self.shard.detach().to(dtype)
         buf = torch.empty(self.shard_numel * self.world, dtype=dtype, device=src.device)
         work = _all_gather(buf, src, async_op=async_op)
-        return buf[: self.numel].view(self.shape), work
+        return buf[: self.numel].view(self.shape), work, src
 
     @property
     def gather_bytes(self) -> int:
@@ -88,15 +95,17 @@ class _Unit:
 
 
 class _Pending:
-    """An issued asynchronous all-gather (prefetch) for call index `key` of `unit`."""
+    """An issued all-gather of `unit`; `entry` is its timeline record when the step is recorded,
+    `keep` the collective's input, held until the compute stream has waited (see fsdp_timeline)."""
 
-    def __init__(self, unit: _Unit, full: torch.Tensor, work):
-        self.unit, self.full, self.work = unit, full, work
+    def __init__(self, unit: _Unit, full: torch.Tensor, work, entry: dict | None = None, keep=None):
+        self.unit, self.full, self.work, self.entry, self.keep = unit, full, work, entry, keep
 
     def result(self) -> torch.Tensor:
         if self.work is not None:
             self.work.wait()
             self.work = None
+        self.keep = None
         return self.full
 
 
@@ -106,21 +115,21 @@ class _AttachWeight(torch.autograd.Function):
     .grad is filled in by finish_gradient_synchronization, hence no gradient returned here)."""
 
     @staticmethod
-    def forward(ctx, shard, fsdp, unit, full):
-        ctx.fsdp, ctx.unit = fsdp, unit
+    def forward(ctx, shard, fsdp, unit, call, full):
+        ctx.fsdp, ctx.unit, ctx.call = fsdp, unit, call
         return full
 
     @staticmethod
     def backward(ctx, grad_full):
-        ctx.fsdp._reduce_scatter_async(ctx.unit, grad_full)
-        return None, None, None, None
+        ctx.fsdp._reduce_scatter_async(ctx.unit, ctx.call, grad_full)
+        return None, None, None, None, None
 
 
 class FSDP(nn.Module):
     MAX_OUTSTANDING_REDUCE_SCATTERS = 2
 
     def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None,
-                 reduce_dtype: torch.dtype = torch.float32, prefetch: int = 1):
+                 reduce_dtype: torch.dtype = torch.float32, prefetch: int = 1, record_timeline: bool = False):
         super().__init__()
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError("FSDP needs an initialised default process group (dist.init_process_group)")
@@ -139,6 +148,11 @@ class FSDP(nn.Module):
         # How many all-gathers of the last step a prefetch served (forward, backward).
         self.prefetched_last_step = (0, 0)
         self._hits = [0, 0]
+        # Timeline: the recorder of the step in progress and of the last finished step.
+        self.record_timeline = record_timeline
+        self._rec: StepRecorder | None = None
+        self._last_rec: StepRecorder | None = None
+        self._clock: Clock | None = None
         self._broadcast_from_rank0()
         self._state_keys = list(module.state_dict().keys())
         self.units: list[_Unit] = []
@@ -159,6 +173,7 @@ class FSDP(nn.Module):
         self._grad_work: list = []
         # Runs however the model is called (fsdp(x) or module(x) from a loss method).
         module.register_forward_pre_hook(self._begin_forward)
+        module.register_forward_hook(self._end_forward)
 
     # ---- construction ----------------------------------------------------------------------
 
@@ -189,7 +204,7 @@ class FSDP(nn.Module):
             key = f"{name}.weight" if name else "weight"
             unit = by_param.get(id(w))
             if unit is None:
-                unit = by_param[id(w)] = _Unit(w, self.rank, self.world_size, key)
+                unit = by_param[id(w)] = _Unit(w, self.rank, self.world_size, key, len(self.units))
                 self.units.append(unit)
                 layer.register_parameter("weight_shard", unit.shard)
             del layer._parameters["weight"]
@@ -205,7 +220,7 @@ class FSDP(nn.Module):
             call = len(self._order)
             self._order.append(unit)
             full = self._forward_weight(call, unit)
-            weight = _AttachWeight.apply(unit.shard, self, unit, full) if torch.is_grad_enabled() else full
+            weight = _AttachWeight.apply(unit.shard, self, unit, call, full) if torch.is_grad_enabled() else full
             storage = weight.untyped_storage().data_ptr()
 
             def pack(t):
@@ -228,16 +243,49 @@ class FSDP(nn.Module):
         if self._order:
             self._prev_order = self._order
         self._order, self._packed_calls, self._bwd_live = [], [], {}
+        if self.record_timeline and self._rec is None:
+            self._rec = StepRecorder(self._timeline_clock(), [u.name for u in self.units])
+        if self._rec is not None:
+            self._rec.begin("forward")
+
+    def _end_forward(self, module, args, output) -> None:
+        if self._rec is not None:
+            self._rec.begin("backward")  # loss and backward: everything until finish
+
+    def _timeline_clock(self) -> Clock:
+        if self._clock is None:
+            params = [u.shard for u in self.units] or list(self.module.parameters())
+            self._clock = Clock(params[0].device if params else torch.device("cpu"))
+        return self._clock
+
+    def _mark(self):
+        return self._rec.now() if self._rec is not None else None
 
     # ---- all-gathers -------------------------------------------------------------------------
 
     def _gather_dtype(self) -> torch.dtype:
         return self.compute_dtype or torch.float32
 
-    def _issue(self, unit: _Unit, async_op: bool) -> _Pending:
-        full, work = unit.gather(self._gather_dtype(), async_op)
+    def _issue(self, unit: _Unit, async_op: bool, phase: str, call: int) -> _Pending:
+        rec = self._rec
+        entry = rec.issue("all_gather", phase, call, unit.index, async_op) if rec is not None else None
+        full, work, src = unit.gather(self._gather_dtype(), async_op)
         self._bytes += unit.gather_bytes * full.element_size()
-        return _Pending(unit, full, work)
+        if entry is None:
+            return _Pending(unit, full, work)
+        rec.launched(entry, work)
+        return _Pending(unit, full, work, entry, keep=src)
+
+    def _take(self, pending: _Pending | None, unit: _Unit, phase: str, call: int) -> torch.Tensor:
+        """The full weight of `call`: from its prefetch, else from a blocking gather issued now.
+        Timeline: needed before the wait, compute resumes after it."""
+        need = self._mark()
+        if pending is None:
+            pending = self._issue(unit, async_op=False, phase=phase, call=call)
+        full = pending.result()
+        if pending.entry is not None:
+            self._rec.waited(pending.entry, need)
+        return full
 
     def _forward_weight(self, call: int, unit: _Unit) -> torch.Tensor:
         pending = self._pending_fwd.pop(call, None)
@@ -245,11 +293,11 @@ class FSDP(nn.Module):
             pending.result()
             pending = None
         self._hits[0] += pending is not None
-        full = (pending or self._issue(unit, async_op=False)).result()
+        full = self._take(pending, unit, "forward", call)
         # Prefetch: the next layers in the previous forward's order, at most `prefetch` ahead.
         for nxt in range(call + 1, min(call + 1 + self.prefetch, len(self._prev_order))):
             if nxt not in self._pending_fwd:
-                self._pending_fwd[nxt] = self._issue(self._prev_order[nxt], async_op=True)
+                self._pending_fwd[nxt] = self._issue(self._prev_order[nxt], True, "forward", nxt)
         return full
 
     def _unpack(self, packed):
@@ -261,16 +309,17 @@ class FSDP(nn.Module):
         if full is None:
             pending = self._pending_bwd.pop(call, None)
             self._hits[1] += pending is not None
-            full = (pending or self._issue(unit, async_op=False)).result()
+            full = self._take(pending, unit, "backward", call)
             self._bwd_live[call] = weakref.ref(full)
             # Backward runs the layers in reverse forward order: prefetch the previous call.
             try:
                 pos = self._packed_calls.index(call)
             except ValueError:
                 pos = 0
-            for prev in self._packed_calls[max(0, pos - self.prefetch):pos]:
+            # Nearest first: the collectives run one after another on NCCL's stream.
+            for prev in reversed(self._packed_calls[max(0, pos - self.prefetch):pos]):
                 if prev not in self._pending_bwd and self._bwd_live.get(prev) is None:
-                    self._pending_bwd[prev] = self._issue(self._unit_of(prev), async_op=True)
+                    self._pending_bwd[prev] = self._issue(self._unit_of(prev), True, "backward", prev)
         return full.as_strided(size, stride, offset)
 
     def _unit_of(self, call: int) -> _Unit:
@@ -278,21 +327,31 @@ class FSDP(nn.Module):
 
     # ---- gradients ---------------------------------------------------------------------------
 
-    def _reduce_scatter_async(self, unit: _Unit, grad_full: torch.Tensor) -> None:
+    def _reduce_scatter_async(self, unit: _Unit, call: int, grad_full: torch.Tensor) -> None:
         flat = torch.zeros(unit.shard_numel * self.world_size, dtype=self.reduce_dtype, device=grad_full.device)
         flat[: unit.numel] = grad_full.reshape(-1)
         out = torch.empty(unit.shard_numel, dtype=self.reduce_dtype, device=grad_full.device)
+        rec = self._rec
+        entry = rec.issue("reduce_scatter", "backward", call, unit.index, True) if rec is not None else None
         work = _reduce_scatter(out, flat, async_op=True)
         self._bytes += flat.numel() * flat.element_size()
-        self._grad_work.append((unit, out, work))
+        if entry is not None:
+            rec.launched(entry, work)
+        # Recorded: `flat` is held until the compute stream waited (see fsdp_timeline).
+        self._grad_work.append((unit, out, work, entry, flat if entry is not None else None))
         # Each outstanding reduce-scatter keeps a full-size gradient buffer alive; waiting on the
         # oldest bounds that to a few layers (sharded gradients, not a full replica, at the peak)
         # while the newest still overlaps the rest of backward.
         while len(self._grad_work) > self.MAX_OUTSTANDING_REDUCE_SCATTERS:
             self._fold_grad(*self._grad_work.pop(0))
 
-    def _fold_grad(self, unit: _Unit, out: torch.Tensor, work) -> None:
+    def _fold_grad(self, unit: _Unit, out: torch.Tensor, work, entry: dict | None = None, keep=None) -> None:
+        """Wait for a reduce-scatter and add its shard to the grad; `keep` (the collective's input,
+        recorded steps only) is released after the wait, on return."""
+        need = self._mark()
         work.wait()
+        if entry is not None:
+            self._rec.waited(entry, need)
         g = out.to(torch.float32).div_(self.world_size)
         if unit.shard.grad is None:
             unit.shard.grad = g
@@ -301,6 +360,9 @@ class FSDP(nn.Module):
 
     def finish_gradient_synchronization(self) -> None:
         t0 = time.perf_counter()
+        rec = self._rec
+        if rec is not None:
+            rec.begin("finish")
         # Prefetches that no layer used (a changed call order, or the first backward layers).
         for pending in list(self._pending_fwd.values()) + list(self._pending_bwd.values()):
             pending.result()
@@ -316,17 +378,29 @@ class FSDP(nn.Module):
             groups.setdefault((g.device, g.dtype), []).append(g)
         for group in groups.values():
             flat = _flatten_dense_tensors(group).div_(self.world_size)
+            entry = rec.issue("all_reduce", "finish", -1, -1, False) if rec is not None else None
             dist.all_reduce(flat)
+            if entry is not None:  # blocking: needed at once, compute resumes when it is done
+                rec.launched(entry, None)
+                rec.waited(entry, entry["issue"])
             self._bytes += flat.numel() * flat.element_size()
             for g, reduced in zip(group, _unflatten_dense_tensors(flat, group)):
                 g.copy_(reduced)
+        if rec is not None:
+            rec.end()  # before the synchronize: the step's span ends with its last queued work
         for p in self.parameters():
             if p.is_cuda:
                 torch.cuda.synchronize(p.device)
                 break
         self.bytes_communicated_last_step, self._bytes = self._bytes, 0
         self.prefetched_last_step, self._hits = tuple(self._hits), [0, 0]
+        self._last_rec, self._rec = rec, None
         self.comm_time_s = time.perf_counter() - t0
+
+    def last_timeline(self, max_rows: int | None = None) -> dict | None:
+        """The last step's timeline (impl.distributed.fsdp_timeline), resolved now; None unless
+        that step was recorded. At most `max_rows` rows (the summary counts all of them)."""
+        return None if self._last_rec is None else self._last_rec.resolve(max_rows)
 
     # ---- forward and state -------------------------------------------------------------------
 
@@ -339,7 +413,7 @@ class FSDP(nn.Module):
         A collective: every rank must call it."""
         full: dict[int, torch.Tensor] = {}
         for unit in self.units:
-            t, _ = unit.gather(torch.float32, async_op=False)
+            t, _, _ = unit.gather(torch.float32, async_op=False)
             full[id(unit)] = t.clone()
         current = self.module.state_dict()
         out = {}

@@ -1,18 +1,207 @@
-"""Report section: fsdp (our FSDP in fp32 and with bf16 compute, DDP and torch's fully_shard)."""
+"""Report section: fsdp (our FSDP in fp32 and with bf16 compute, DDP and torch's fully_shard), and
+the collective timeline of one instrumented step of our FSDP (impl.distributed.fsdp_timeline)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
-from impl.report.markdown import gib, missing, ms, num, table
+from impl.report import figures
+from impl.report.markdown import gib, missing, ms, num, pct, table
 
 LABEL = dict(fsdp="FSDP (ours), fp32", fsdp_bf16="FSDP (ours), bf16 compute", ddp="DDPBucketed 100 MB (ours)",
              torch_fsdp="torch fully_shard, fp32", torch_fsdp_bf16="torch fully_shard, bf16")
+OURS_FSDP = ("fsdp", "fsdp_bf16")
+KIND_LABEL = {("all_gather", "forward"): "all-gather, forward", ("all_gather", "backward"): "all-gather, backward",
+              ("reduce_scatter", "backward"): "reduce-scatter", ("all_reduce", "finish"): "all-reduce (replicated)"}
 
 
 def _m(r, key):
     return (r["info"].get("metrics") or {}).get(key)
+
+
+def _label(r) -> str:
+    return LABEL.get(r["cfg.variant"], r["cfg.variant"])
+
+
+def _not_run_cell(r) -> str | None:
+    """Why a row has no timings: OOM (with the message), not run / failed (with the reason)."""
+    info = r["info"]
+    if r.oom:
+        return f"OOM ({info['oom_message']})" if info.get("oom_message") else "OOM"
+    if info.get("not_run"):
+        return f"{info['not_run']}: {info.get('not_run_reason', '')}"
+    if _m(r, "worker_step_s") is None:
+        return "not run"
+    return None
+
+
+def _main_table(d: pd.DataFrame) -> str:
+    rows = []
+    for _, r in d.iterrows():
+        reason = _not_run_cell(r)
+        if reason:
+            rows.append([_label(r), reason, "", "", "", "", ""])
+            continue
+        peak = _m(r, "peak_bytes")
+        rows.append([_label(r), ms(r["mean"], r["stddev"]), ms(_m(r, "comm_s")),
+                     "–" if missing(_m(r, "bytes_per_step")) else num(_m(r, "bytes_per_step") / 1e6, 1),
+                     "–" if missing(peak) else gib(peak), gib(_m(r, "predicted_total_bytes")),
+                     num(_m(r, "tokens_per_s"), 0)])
+    return table(["configuration", "step (ms)", "communication (ms)", "payload per step (MB)",
+                  "peak (GiB)", "predicted (GiB)", "tokens/s"], rows)
+
+
+# ---- timeline --------------------------------------------------------------------------------
+
+
+def _rows(tl: dict) -> pd.DataFrame:
+    return pd.DataFrame(tl["rows"], columns=tl["columns"])
+
+
+STYLE = {("all_gather", "forward"): ("C0", 0.0), ("all_gather", "backward"): ("C1", 0.0),
+         ("reduce_scatter", "backward"): ("C2", 0.35), ("all_reduce", "finish"): ("C7", 0.0)}
+
+
+def _draw(ax, tl: dict, title: str) -> None:
+    """Gantt of one step on rank 0: one row per layer call (forward order, top down; a layer's
+    reduce-scatter just below its gathers); a bar from issue to ready per collective, a tick where
+    it was needed (red, with the stall drawn from need to ready, when it was not ready yet)."""
+    r = _rows(tl)
+    n_calls = max(int(r["call"].max()) + 1, 1)
+    lw = max(0.5, min(5.0, 240 / n_calls))
+    dy = [STYLE.get((k, p), ("C7", 0.0))[1] for k, p in zip(r["kind"], r["phase"])]
+    r = r.assign(y=r["call"].where(r["call"] >= 0, n_calls + 1).astype(float) + dy)
+    shades = {"forward": "C0", "backward": "C1", "finish": "C7"}
+    for p in tl["phases"]:
+        ax.axvspan(p["start_ms"], p["end_ms"], color=shades.get(p["name"], "C4"), alpha=0.08, lw=0,
+                   label=f"phase: {p['name']}" if p["name"] not in _seen_phases(ax) else None)
+    for (kind, phase), g in r.groupby(["kind", "phase"]):
+        color, off = STYLE.get((kind, phase), ("C7", 0.0))
+        ax.hlines(g["y"], g["issue_ms"], g["ready_ms"], color=color, lw=lw if off == 0 else lw / 2,
+                  label=KIND_LABEL.get((kind, phase), f"{kind}, {phase}"))
+    used = r[r["need_ms"].notna()]
+    late = used[used["stall_ms"] > 0]
+    ax.hlines(late["y"], late["need_ms"], late["ready_ms"], color="red", lw=lw)
+    tick = max(4.0, lw * 12)
+    ax.scatter(used["need_ms"], used["y"], marker="|", s=tick, color="black", lw=0.8, label="needed (in time)",
+               zorder=3)
+    ax.scatter(late["need_ms"], late["y"], marker="|", s=tick, color="red", lw=0.8,
+               label="needed (stalled until ready, red)", zorder=4)
+    ax.set_ylim(n_calls + 2, -1)
+    ax.yaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
+    ax.set(xlabel="ms from the step's first forward", ylabel="layer call (forward order; all-reduce last)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+
+
+def _seen_phases(ax) -> set[str]:
+    """Phase names already in the legend (a step with several forwards shades each)."""
+    return {h.get_label().removeprefix("phase: ") for h in ax.patches if h.get_label().startswith("phase: ")}
+
+
+def _draw_slack(ax, tl: dict) -> None:
+    """Per all-gather, how long before its layer needed it the weight was ready (need - ready):
+    below zero the layer waited. Readable per gather where the Gantt's bars are too short."""
+    r = _rows(tl)
+    r = r[(r["kind"] == "all_gather") & r["need_ms"].notna()]
+    for phase, color in (("forward", "C0"), ("backward", "C1")):
+        g = r[r["phase"] == phase]
+        slack = g["need_ms"] - g["ready_ms"]
+        ax.scatter(g["call"], slack, s=6, color=color, label=f"{phase} all-gather")
+        late = slack < 0
+        ax.scatter(g["call"][late], slack[late], s=10, facecolors="none", edgecolors="red", lw=0.6)
+    ax.axhline(0, color="0.4", lw=0.6)
+    ax.xaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
+    ax.set(xlabel="layer call (forward order)", ylabel="ready before needed (ms); < 0: stalled")
+    ax.set_title("slack per all-gather (red: stalled)", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+
+
+def _render_figure(items: list[tuple[str, dict]], path: Path) -> None:
+    fig, axes = figures.plt.subplots(len(items), 2, figsize=(15, 4.6 * len(items) + 0.4), squeeze=False,
+                                     gridspec_kw=dict(width_ratios=[2.2, 1]))
+    for (gantt, slack), (label, tl) in zip(axes, items):
+        s = tl["summary"]
+        _draw(gantt, tl, f"{label}, rank 0\n{s['gathers_in_time']} of {s['gathers']} all-gathers ready in time; "
+                         f"{s['exposed_ms']:.2f} ms of communication exposed in a {s['span_ms']:.2f} ms step")
+        _draw_slack(slack, tl)
+    figures.save(fig, path)
+
+
+def _group_rows(label: str, tl: dict) -> list[list]:
+    units = tl.get("units") or []
+    out = []
+    for g in tl["summary"]["groups"]:
+        worst = g["max_stall_unit"]
+        name = units[worst] if isinstance(worst, int) and 0 <= worst < len(units) else "–"
+        stalled = g["used"] - g["in_time"]
+        out.append([label, KIND_LABEL.get((g["kind"], g["phase"]), f"{g['kind']}, {g['phase']}"), g["n"],
+                    g["prefetched"], g["used"], g["in_time"], stalled, f"{g['stall_ms']:.3f}",
+                    f"{g['max_stall_ms']:.3f} ({name})" if stalled else "–", f"{g['comm_ms']:.3f}"])
+    return out
+
+
+def _phase_counts(tl: dict, phase: str) -> tuple[int, int]:
+    g = [x for x in tl["summary"]["groups"] if x["kind"] == "all_gather" and x["phase"] == phase]
+    return (g[0]["in_time"], g[0]["used"]) if g else (0, 0)
+
+
+def _verdict(label: str, r, tl: dict) -> str:
+    """What the data says, in one paragraph per variant."""
+    s = tl["summary"]
+    (fi, fn), (bi, bn) = _phase_counts(tl, "forward"), _phase_counts(tl, "backward")
+    late = s["gathers"] - s["gathers_in_time"]
+    span = s["span_ms"]
+    share = f", {pct(s['exposed_ms'] / span)} of the {span:.2f} ms step span" if span else ""
+    text = (f"**{label}**: {s['gathers_in_time']} of {s['gathers']} all-gathers were ready before their layer "
+            f"needed them (forward {fi} of {fn}, backward {bi} of {bn}); the other {late} stalled compute for "
+            f"{s['gather_stall_ms']:.2f} ms, and all collectives together (reduce-scatter waits and the replicated "
+            f"all-reduce included) left {s['exposed_ms']:.2f} ms of communication exposed{share}.")
+    ranks = r["info"].get("timeline_ranks") or []
+    if len(ranks) > 1:
+        text += " Per rank, exposed: " + ", ".join(f"rank {i} {x['summary']['exposed_ms']:.2f} ms"
+                                                     for i, x in enumerate(ranks)) + "."
+    step = _m(r, "timeline_step_s")
+    if step is not None and not missing(_m(r, "worker_step_s")):
+        text += (f" The instrumented step took {ms(step)} ms against {ms(_m(r, 'worker_step_s'))} ms for the "
+                 "timed (uninstrumented) steps.")
+    return text
+
+
+def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
+    ran = d[d["cfg.variant"].isin(OURS_FSDP) & d["info"].map(lambda i: bool(i.get("metrics")))]
+    with_tl = ran[ran["info"].map(lambda i: bool(i.get("timeline")))]
+    head = "### fsdp: do the all-gathers arrive before their layer needs them?"
+    if with_tl.empty:
+        if ran.empty:
+            return None
+        return (f"{head}\n\nThis data has no collective timeline: it predates perf/test_fsdp.py's instrumented "
+                "step (rerun the section to get one).")
+    items = [(_label(r), r["info"]["timeline"]) for _, r in with_tl.iterrows()]
+    name = f"{device}_fsdp_timeline.png"
+    _render_figure(items, fig_dir / name)
+    tl0 = items[0][1]
+    shown = "" if tl0["rows_total"] == len(tl0["rows"]) else \
+        f" The JSON keeps {len(tl0['rows'])} of {tl0['rows_total']} rows (stalled ones first); the counts use all."
+    cpu = "host clock" in tl0["source"]
+    caveat = (" These are CPU smoke numbers (gloo over localhost, host clock, tiny model): every collective costs "
+              "about a millisecond of host work, so they test the instrumentation, not NCCL's overlap. gloo gives no "
+              "completion callback for a reduce-scatter, so its ready time is when the wait returned and it never "
+              "counts as in time.") if cpu else ""
+    rows = [row for (label, tl) in items for row in _group_rows(label, tl)]
+    parts = [head,
+             "One extra step after the timed ones, with FSDP's timeline recorded (rank 0 drawn; source: "
+             f"{tl0['source']}). Per collective: issued (the compute stream reached the launch), ready (completed), "
+             "needed (the layer's forward, its backward's unpack of the saved weight, or the fold of a "
+             "reduce-scatter); stall = max(0, ready − needed). The first all-gather of each phase has nothing "
+             "to prefetch it, so it is issued when needed and always stalls: at most all but two are in time."
+             + shown + caveat,
+             f"![FSDP collective timeline]({fig_rel}/{name})",
+             table(["configuration", "collective", "count", "prefetched", "waited on", "ready in time", "stalled",
+                    "stall total (ms)", "largest stall (ms, weight)", "issue→ready total (ms)"], rows)]
+    parts += [_verdict(label, r, r["info"]["timeline"]) for (label, _), (_, r) in zip(items, with_tl.iterrows())]
+    return "\n\n".join(parts)
 
 
 def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
@@ -20,23 +209,17 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     if d.empty:
         return None
     first = d.iloc[0]
-    rows = []
-    for _, r in d.iterrows():
-        label = LABEL.get(r["cfg.variant"], r["cfg.variant"])
-        if r.oom or _m(r, "worker_step_s") is None:
-            reason = r["info"].get("reason") or ("OOM" if r.oom else "not run")
-            rows.append([label, reason, "", "", "", "", ""])
-            continue
-        peak = _m(r, "peak_bytes")
-        rows.append([label, ms(r["mean"], r["stddev"]), ms(_m(r, "comm_s")),
-                     "–" if missing(_m(r, "bytes_per_step")) else num(_m(r, "bytes_per_step") / 1e6, 1),
-                     "–" if missing(peak) else gib(peak), gib(_m(r, "predicted_total_bytes")),
-                     num(_m(r, "tokens_per_s"), 0)])
     head = (f"## fsdp\n\n{first['cfg.size']}, context {int(first['cfg.context'])}, per-rank batch "
             f"{int(first['cfg.batch_per_rank'])}, {int(first['cfg.world_size'])} ranks over {first['cfg.backend']}; "
             "step = pytest-benchmark mean ± std of one training step on every rank (slowest rank + IPC). "
             "Communication = time finish_gradient_synchronization waited; bytes = payload handed to collectives "
             "per step (counted; not counted for torch's fully_shard). Predicted = impl.accounting.memory_breakdown "
             "(ZeRO-3 for FSDP, stage 0 for DDP) plus the activation estimate.")
-    return head + "\n\n" + table(["configuration", "step (ms)", "communication (ms)", "payload per step (MB)",
-                                  "peak (GiB)", "predicted (GiB)", "tokens/s"], rows)
+    parts = [head, _main_table(d)]
+    errors = [f"{_label(r)}: {r['info']['timeline_error']}" for _, r in d.iterrows() if r["info"].get("timeline_error")]
+    if errors:
+        parts.append("Timeline step failed: " + "; ".join(errors) + ".")
+    tl = timeline_section(d, device, fig_dir, fig_rel)
+    if tl:
+        parts.append(tl)
+    return "\n\n".join(parts)
