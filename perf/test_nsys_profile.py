@@ -1,14 +1,26 @@
 """1.1 nsys_profile (a)-(e): per size × context, the Python timer's forward (the benchmark row) and a
-torch.profiler run of a few annotated training steps whose kernel tables per phase answer the
-questions (extra_info["nsys"]). One config also writes its Chrome trace as an artifact."""
+torch.profiler run of annotated training steps whose kernel tables per phase answer the questions
+(extra_info["nsys"]). One config also writes its Chrome trace, gzipped, as an artifact.
+
+Cost per config, kept small so the full grid (5 sizes × 4 contexts) fits one GPU command: the timer
+(one probe call, `timer_warmup` - 1 more warm-up calls, `timer_rounds` timed), then `prof_warmup`
+unrecorded and `prof_steps` recorded steps, whose raw kineto events are read in one pass
+(impl.profiling.kernels.phase_profile_from_kineto; torch's own FunctionEvent parsing took 5-15 s a
+config).
+
+Out of memory is a result, not a lost row: the model build is caught (an OOM row); the timer falls
+back to the forward without autograd where the training forward does not fit; the profile falls
+back from the training step to forward+backward (no optimizer step), then the training forward,
+then the forward without autograd, and records which one it got (nsys.profiled) and why."""
 import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from impl.profiling.attention_bench import Budget, record_not_run
-from impl.profiling.harness import run_benchmark
-from impl.profiling.kernels import forward_loss, nsys_answers, profile_steps
+from impl.profiling.harness import run_benchmark, time_once
+from impl.profiling.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
 from impl.profiling.steps import ModelCache, model_and_batch
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import ALL_SIZES, grid
@@ -20,20 +32,49 @@ BUDGET = Budget(G["budget_s"])  # rows past it are recorded as left out, so the 
 ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
 
 
-def _profile(model, x, y, trace_path):
-    """Training-step profile; where the training step runs out of memory, a forward-only one."""
-    kw = dict(dtype=G["dtype"], warmup=G["prof_warmup"], steps=G["prof_steps"], trace_path=trace_path)
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:300]
+
+
+def _timer_forward(model, x, y):
+    """(forward fn, grad): the training forward if one call of it fits, else the forward without
+    autograd. The probe call is the timer's first warm-up call."""
+    dtype = G["dtype"]
+
+    def train_forward():
+        return forward_loss(model, x, y, dtype)
+
     failure = None
     try:
-        return profile_steps(model, x, y, **kw), None
+        time_once(train_forward, x.device)
+        return train_forward, True, None
     except Exception as exc:  # noqa: BLE001
         if not is_oom(exc):
             raise
-        failure = str(exc).splitlines()[0][:300]
-    # outside the except block, so the traceback's frames (and their tensors) are already gone
-    model.zero_grad(set_to_none=True)
-    free_memory()
-    return profile_steps(model, x, y, forward_only=True, **kw), failure
+        failure = _first_line(exc)
+    free_memory()  # outside the except block: the traceback's frames (and tensors) are gone
+
+    def forward_no_grad():
+        with torch.no_grad():
+            return forward_loss(model, x, y, dtype)
+    return forward_no_grad, False, failure
+
+
+def _profile(model, x, y, trace_path, start: str):
+    """(profile, parse_s), the level profiled (kernels.PROFILED) and the OOM messages of the levels
+    that did not fit; (None, None, messages) when none did."""
+    kw = dict(dtype=G["dtype"], warmup=G["prof_warmup"], steps=G["prof_steps"], trace_path=trace_path)
+    failures = []
+    for upto in PROFILED[PROFILED.index(start):]:
+        try:
+            return profile_steps(model, x, y, upto=upto, **kw), upto, failures
+        except Exception as exc:  # noqa: BLE001
+            if not is_oom(exc):
+                raise
+            failures.append(f"{upto}: {_first_line(exc)}")
+        model.zero_grad(set_to_none=True)
+        free_memory()
+    return None, None, failures
 
 
 @pytest.mark.parametrize("size,context", [(s, c) for s in G["sizes"] for c in G["contexts"]])
@@ -51,31 +92,38 @@ def test_nsys_profile(benchmark, device, size, context):
         return
     model, x, y = got
     # (a) the Python timer on the same forward the profile's "forward" range holds
-    res = run_benchmark(benchmark, problem="nsys_profile", config=config, fn=lambda: forward_loss(model, x, y, dtype),
-                        device=device, warmup=G["timer_warmup"], rounds=G["timer_rounds"])
+    fn, grad, timer_oom = _timer_forward(model, x, y)
+    res = run_benchmark(benchmark, problem="nsys_profile", config=config, fn=fn, device=device,
+                        warmup=max(0, G["timer_warmup"] - 1), rounds=G["timer_rounds"],
+                        extra=dict(timer_forward="training" if grad else "no_grad", timer_oom_message=timer_oom))
     if res.oom:
         return
-    trace = ARTIFACTS / f"nsys_profile_{size}_ctx{context}.trace.json" if (size, context) == tuple(G["trace"]) else None
-    if trace is not None:
+    trace = None
+    if (size, context) == tuple(G["trace"]):
+        trace = ARTIFACTS / f"nsys_profile_{size}_ctx{context}.trace.json.gz"
         trace.parent.mkdir(parents=True, exist_ok=True)
     try:
-        (prof, parse_s), train_oom = _profile(model, x, y, trace)
-    except Exception as exc:  # noqa: BLE001 - forward fits (timed above) but not under the profiler
-        if not is_oom(exc):
-            raise
-        benchmark.extra_info.update(nsys=None, profile_oom=str(exc).splitlines()[0][:300])
-        model.zero_grad(set_to_none=True)
-        return
+        got, profiled, failures = _profile(model, x, y, trace, "train_step" if grad else "forward_no_grad")
     finally:
+        model.zero_grad(set_to_none=True)
         free_memory()
+    if got is None:
+        benchmark.extra_info.update(nsys=None, profile_oom="; ".join(failures))
+        return
+    prof, parse_s = got
     answers = nsys_answers(prof, batch=batch, heads=shape["num_heads"], seq=context,
                            head_dim=shape["d_model"] // shape["num_heads"], layers=shape["num_layers"], top=G["top"])
-    answers.update(train_oom=train_oom is not None, train_oom_message=train_oom, parse_s=parse_s,
+    answers.update(profiled=profiled, train_oom=profiled != "train_step", train_oom_message="; ".join(failures) or None,
+                   parse_s=parse_s, parse="kineto", warmup_steps=G["prof_warmup"],
                    python_forward_ms=res.mean_s * 1e3 if res.mean_s else None)
     benchmark.extra_info["nsys"] = answers
-    if trace is not None:
-        benchmark.extra_info["artifact"] = trace.name
-    model.zero_grad(set_to_none=True)
+    if trace is not None and trace.exists():
+        mb = trace.stat().st_size / 2**20
+        if mb <= G["trace_max_mb"]:
+            benchmark.extra_info["artifact"] = trace.name
+        else:  # the device returns files of at most 16 MB; never leave one that cannot come back
+            trace.unlink()
+            benchmark.extra_info["artifact_skipped"] = f"{trace.name}: {mb:.1f} MB > {G['trace_max_mb']} MB"
 
     # The tables must account for what ran: forward kernels exist and the top row is the largest.
     fwd = answers["tables"]["forward"]

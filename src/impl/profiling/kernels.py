@@ -13,10 +13,19 @@ profiler under their own "warm-up" range and are simply not reported.
 
 On the CPU there are no kernels: CPU ops' *self* time stands in for kernel time (self time, so a
 nested aten::matmul → aten::mm is counted once), which keeps the code path exercised in smoke.
+
+Cost: `prof.events()` makes torch build a FunctionEvent per raw event and their parent/child tree in
+Python, 5-15 s per config on the H100 (most of nsys_profile's time). profile_steps therefore reads
+the profiler's raw kineto events (`phase_profile_from_kineto`: one pass, kernels linked to their
+launching op by correlation id exactly as torch links them, CPU self time from a per-thread
+interval stack), and records warm-up steps not at all (torch.profiler.schedule's warm-up phase
+runs the profiler without keeping events). `build_phase_profile` keeps the FunctionEvent path;
+correctness/test_profiling_kineto_compile.py checks that both give the same tables.
 """
 from __future__ import annotations
 
 import bisect
+import contextlib
 import re
 import time
 from collections import defaultdict
@@ -144,8 +153,107 @@ def kernel_samples(events, device_type: str):
 
 def build_phase_profile(events, steps: int, device_type: str) -> PhaseProfile:
     """Assigns kernels to annotation ranges by the launch time of their CPU op (see module doc);
-    anything inside a warm-up range (whose phases are nested in it) is left out."""
-    intervals = _intervals(events)
+    anything inside a warm-up range (whose phases are nested in it) is left out. `events`:
+    FunctionEvents (prof.events()) or objects with the same attributes."""
+    return _attribute(_intervals(events), kernel_samples(events, device_type), steps, device_type)
+
+
+# Raw kineto events torch's own parser drops (torch.autograd.profiler_util._filter_name).
+_FILTERED_NAMES = frozenset({"[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
+                             "profiler::_record_function_enter_new", "profiler::_record_function_exit",
+                             "aten::is_leaf", "aten::output_nr", "aten::_version"})
+
+
+def _is_range_name(name: str) -> bool:
+    return name in ANNOTATIONS or name.startswith("ProfilerStep")
+
+
+def phase_profile_from_kineto(result, steps: int, device_type: str) -> PhaseProfile:
+    """build_phase_profile from the profiler's raw results (`prof.profiler.kineto_results`),
+    without torch's FunctionEvent parsing (see module doc). Times are µs from the trace start.
+
+    CUDA: a device event (kernel, memcpy, memset) belongs to the CPU op whose correlation id is the
+    device event's linked correlation id, among ops that are not themselves linked (runtime calls
+    such as cudaLaunchKernel are); this is how torch fills FunctionEvent.kernels. CPU: an op's self
+    time is its duration less its direct children's (nesting per thread, as torch's
+    _populate_cpu_children), and a single child of the same name is folded into its parent (as
+    torch's _remove_dup_nodes)."""
+    from torch.autograd import DeviceType
+
+    cpu, cuda = DeviceType.CPU, device_type == "cuda"
+    t0 = result.trace_start_ns()
+    intervals: dict = defaultdict(list)
+    op_start: dict = {}                    # CUDA: correlation id -> launch time of the op
+    device: dict = defaultdict(list)       # CUDA: linked correlation id -> [(kernel name, us)]
+    ops: list = []                         # CPU: (thread, start, end, name)
+    demangle = torch._C._demangle
+    events = result.events()
+    hidden = getattr(type(events[0]), "is_hidden_event", None) if events else None
+    activity = getattr(type(events[0]), "activity_type", None) if events else None
+    for e in events:
+        name = e.name()
+        if name in _FILTERED_NAMES or (hidden is not None and hidden(e)):
+            continue
+        if e.device_type() == cpu:
+            if e.is_async() or e.start_thread_id() != e.end_thread_id():
+                continue
+            start = (e.start_ns() - t0) / 1e3
+            if name in ANNOTATIONS:
+                intervals[name].append((start, (e.end_ns() - t0) / 1e3))
+            if cuda:
+                if e.linked_correlation_id() == 0 and not _is_range_name(name):
+                    op_start[e.correlation_id()] = start
+            else:
+                ops.append((e.start_thread_id(), start, (e.end_ns() - t0) / 1e3, name))
+        elif cuda:
+            if _is_range_name(name) or (activity is not None and "annotation" in str(activity(e)).lower()):
+                continue  # the GPU-side copy of a record_function range, not a kernel
+            corr = e.linked_correlation_id()
+            if corr > 0:
+                device[corr].append((demangle(name) if name.startswith("_Z") else name,
+                                     (e.end_ns() - e.start_ns()) / 1e3))
+    if cuda:
+        samples = ((op_start[c], k, d) for c, ks in device.items() if c in op_start for k, d in ks)
+    else:
+        samples = _cpu_self_samples(ops)
+    return _attribute({k: sorted(v) for k, v in intervals.items()}, samples, steps, device_type)
+
+
+def _cpu_self_samples(ops: list):
+    """(start, name, self time) per CPU op; `ops` are (thread, start, end, name)."""
+    ops.sort(key=lambda o: (o[0], o[1], -o[2]))
+    n = len(ops)
+    parent, nchild, child_us = [-1] * n, [0] * n, [0.0] * n
+    stack: list = []
+    thread = None
+    for i, (th, start, end, _) in enumerate(ops):
+        if th != thread:
+            stack, thread = [], th
+        while stack and (start >= ops[stack[-1]][2] or end > ops[stack[-1]][2]):
+            stack.pop()
+        if stack:
+            p = stack[-1]
+            parent[i] = p
+            nchild[p] += 1
+            child_us[p] += end - start
+        stack.append(i)
+    rep = list(range(n))  # parents precede their children in this order
+    self_us: dict = defaultdict(float)
+    for i, (_, start, end, name) in enumerate(ops):
+        p = parent[i]
+        if p >= 0 and nchild[p] == 1 and ops[p][3] == name:
+            rep[i] = rep[p]
+        self_us[rep[i]] += end - start - child_us[i]
+    for i, t in self_us.items():
+        name = ops[i][3]
+        if t > 0 and not _is_range_name(name):
+            yield ops[i][1], name, t
+
+
+def _attribute(intervals: dict, samples, steps: int, device_type: str) -> PhaseProfile:
+    """Sums samples (launch time, kernel name, µs) into every annotation range containing their
+    launch time; warm-up ranges, and ranges nested in one, are left out."""
+    intervals = dict(intervals)
     warm = intervals.pop(WARMUP, [])
     # phase ranges nested in a warm-up range are warm-up too
     intervals = {k: [iv for iv in v if not _containing(warm, iv[0])] for k, v in intervals.items()}
@@ -153,7 +261,7 @@ def build_phase_profile(events, steps: int, device_type: str) -> PhaseProfile:
     prof = PhaseProfile(steps=steps, device_type=device_type)
     prof.range_wall_us = {k: [b - a for a, b in v] for k, v in intervals.items()}
     names = [n for n in ANNOTATIONS if n in intervals]
-    for start, kname, dur in kernel_samples(events, device_type):
+    for start, kname, dur in samples:
         if _containing(warm, start):
             continue
         for rng in names:
@@ -172,42 +280,61 @@ def forward_loss(model, x, y, dtype: str = "fp32"):
         return cross_entropy(model(x), y)
 
 
-def annotated_train_step(model, x, y, dtype: str, optimizer, forward_only: bool = False) -> None:
+PROFILED = ("train_step", "forward_backward", "forward", "forward_no_grad")  # fallbacks, in order
+
+
+def annotated_train_step(model, x, y, dtype: str, optimizer, forward_only: bool = False,
+                         upto: str | None = None) -> None:
     """One training step with each phase in its own range; each phase ends in a device sync
     inside its range, so a range's wall time is the time its GPU work took (as the Python timer
-    measures it). forward_only stops after the forward (for configs whose training step OOMs)."""
+    measures it). `upto` (one of PROFILED) stops early, for configs whose full step runs out of
+    memory: "forward_backward" skips the optimizer step, "forward" stops after the (training)
+    forward, "forward_no_grad" runs the forward without autograd (no activations kept).
+    forward_only=True is upto="forward"."""
+    upto = upto or ("forward" if forward_only else "train_step")
+    if upto not in PROFILED:
+        raise ValueError(f"upto must be one of {PROFILED}, got {upto!r}")
     device = x.device
     optimizer.zero_grad(set_to_none=True)
     with annotate("forward"):
-        loss = forward_loss(model, x, y, dtype)
+        with torch.no_grad() if upto == "forward_no_grad" else contextlib.nullcontext():
+            loss = forward_loss(model, x, y, dtype)
         synchronize(device)
-    if forward_only:
+    if upto in ("forward", "forward_no_grad"):
         return
     with annotate("backward"):
         loss.backward()
         synchronize(device)
+    if upto == "forward_backward":
+        return
     with annotate("optimizer step"):
         optimizer.step()
         synchronize(device)
 
 
-def profile_steps(model, x, y, dtype: str = "fp32", warmup: int = 2, steps: int = 3, trace_path=None,
-                  forward_only: bool = False) -> tuple[PhaseProfile, float]:
-    """Profiles `warmup` + `steps` annotated training steps; returns the phase profile of the
-    non-warm-up steps and the seconds spent parsing the profile (overhead, kept visible)."""
+def profile_steps(model, x, y, dtype: str = "fp32", warmup: int = 1, steps: int = 2, trace_path=None,
+                  forward_only: bool = False, upto: str | None = None) -> tuple[PhaseProfile, float]:
+    """Profiles `steps` annotated training steps after `warmup` unrecorded ones (the schedule's
+    warm-up phase: the profiler runs, so its start-up cost is paid, but keeps nothing); returns
+    their phase profile and the seconds spent building it from the raw events (overhead, kept
+    visible). `trace_path` (".json" or ".json.gz", compressed by torch) gets the Chrome trace of
+    the recorded steps."""
     device = x.device
     optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(warmup):
-            with annotate(WARMUP):
-                annotated_train_step(model, x, y, dtype, optimizer, forward_only)
-        for _ in range(steps):
-            annotated_train_step(model, x, y, dtype, optimizer, forward_only)
+    kw = {}
+    if warmup > 0:
+        kw["schedule"] = torch.profiler.schedule(wait=0, warmup=warmup, active=steps, repeat=1)
+    with torch.profiler.profile(activities=activities, **kw) as prof:
+        for i in range(warmup + steps):
+            with annotate(WARMUP) if i < warmup else contextlib.nullcontext():
+                annotated_train_step(model, x, y, dtype, optimizer, forward_only, upto)
+            if warmup > 0:
+                prof.step()
     t0 = time.perf_counter()
-    result = build_phase_profile(prof.events(), steps, device.type)
+    result = phase_profile_from_kineto(prof.profiler.kineto_results, steps, device.type)
     parse_s = time.perf_counter() - t0
     if trace_path is not None:
         prof.export_chrome_trace(str(trace_path))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from impl.report.markdown import gib, ms, num, pct, table
+from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.sweeps import ALL_SIZES
 
 SIZE_ORDER = list(ALL_SIZES)
@@ -37,6 +37,19 @@ def _kernel_rows(rows, n=8):
             for r in rows[:n]]
 
 
+_PROFILED_LABEL = {"forward_backward": "fwd+bwd only", "forward": "fwd only", "forward_no_grad": "fwd only (no grad)"}
+
+
+def _train_share(n: dict) -> str:
+    """(d) matmul share of the training step, or what the profile fell back to (OOM)."""
+    profiled = n.get("profiled") or ("forward" if n.get("train_oom") else "train_step")
+    if profiled == "train_step":
+        return pct(n["matmul_share_train_step"])
+    if profiled == "forward_backward":  # the share over forward+backward is still a training figure
+        return f"{pct(n['matmul_share_train_step'])} (fwd+bwd only)"
+    return _PROFILED_LABEL[profiled]
+
+
 def nsys_section(df: pd.DataFrame) -> str | None:
     d = _p(df, "nsys_profile")
     if d.empty:
@@ -47,7 +60,19 @@ def nsys_section(df: pd.DataFrame) -> str | None:
     parts = ["## nsys_profile",
              f"torch.profiler over annotated training steps (warm-up excluded); times are {unit}, attributed "
              "to a phase by the launch time of the op that issued them. Forward = the training forward "
-             "(loss included); rows marked *fwd only* ran out of memory in the training step."]
+             "(loss included). Where the training step ran out of memory the profile fell back to "
+             "forward+backward without the optimizer step (*fwd+bwd only*), then to the forward (*fwd only*), "
+             "then to the forward without autograd (*no grad*; the Python timer then times that forward too)."]
+    ns = [i["nsys"] for i in d["info"] if i.get("nsys")]
+    steps = sorted({n.get("steps_profiled") for n in ns})
+    parse = [n["parse_s"] for n in ns if n.get("parse_s") is not None]
+    if ns and parse:
+        warm = sorted({n["warmup_steps"] for n in ns if n.get("warmup_steps") is not None})
+        how = (f"after {'/'.join(map(str, warm))} warm-up step(s) the profiler ran through without recording, "
+               "tables built from the raw kineto events" if warm else
+               "warm-up steps recorded and excluded, tables built from torch's FunctionEvents")
+        parts.append(f"Recorded steps per config: {'/'.join(map(str, steps))} ({how}); building the tables took "
+                     f"{num(sum(parse), 1)} s over {len(parse)} configs (max {num(max(parse), 2)} s).")
     rows = []
     for _, r in d.iterrows():
         n = r["info"].get("nsys")
@@ -61,8 +86,7 @@ def nsys_section(df: pd.DataFrame) -> str | None:
         rows.append([r["cfg.size"], _i(r["cfg.context"]), ms(r["mean"], r["stddev"]), num(n["forward_range_ms"], 2),
                      num(n["forward_kernel_ms"], 2), top.get("name", "–")[:60].replace("|", "/"),
                      num(top.get("calls_per_pass"), 0), "yes" if n.get("top_stays_on_top") else "no",
-                     pct(n["matmul_share_forward"]),
-                     "fwd only" if n.get("train_oom") else pct(n["matmul_share_train_step"]),
+                     pct(n["matmul_share_forward"]), _train_share(n),
                      num(n["softmax_to_matmuls_time_ratio"], 2), num(n["softmax_to_matmuls_flop_ratio"], 3)])
     parts.append("(a)–(e) per config. *Python timer* = pytest-benchmark mean ± std of the same forward; "
                  "*profiled range* = the annotated forward range (ends in a sync); *kernel sum* = summed "
@@ -91,6 +115,9 @@ def nsys_section(df: pd.DataFrame) -> str | None:
     art = [i.get("artifact") for i in d["info"] if i.get("artifact")]
     if art:
         parts.append(f"Chrome trace saved as artifact `{art[0]}` (open in chrome://tracing or ui.perfetto.dev).")
+    skipped = [i.get("artifact_skipped") for i in d["info"] if i.get("artifact_skipped")]
+    if skipped:
+        parts.append(f"Chrome trace not kept: {skipped[0]}.")
     return "\n\n".join(parts)
 
 
@@ -203,6 +230,22 @@ def memory_section(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -
 
 
 # ------------------------------------------------------------------------------- torch_compile (b)
+def _cell(x) -> str:
+    if x is None:
+        return "–"
+    if x["info"].get("not_run"):
+        return "left out"
+    return "OOM" if x.oom else ms(x["mean"])
+
+
+def _ok(x) -> bool:
+    return x is not None and not x.oom and not x["info"].get("not_run") and not missing(x["mean"])
+
+
+def _speedup(e, c) -> str:
+    return f"{e['mean'] / c['mean']:.2f}×" if _ok(e) and _ok(c) else "–"
+
+
 def compile_section(df: pd.DataFrame) -> str | None:
     d = _p(df, "torch_compile")
     if d.empty:
@@ -212,31 +255,84 @@ def compile_section(df: pd.DataFrame) -> str | None:
         return None
     d = _sorted(d, "cfg.context")
     left = d[d["info"].map(lambda i: i.get("not_run") == "left_out")]
-    run = d[~d.index.isin(left.index)]
-    modes = [m for m in ("forward", "forward_backward", "train_step") if m in set(run["cfg.mode"])]
+    opt = d[d["cfg.mode"] == "optimizer_step"]
+    grid_rows = d[d["cfg.mode"] != "optimizer_step"]
+    modes = [m for m in ("forward", "forward_backward", "train_step") if m in set(grid_rows["cfg.mode"])]
+    labels = {"forward": "forward", "forward_backward": "fwd+bwd", "train_step": "train step"}
+    by_size_opt = {}
+    for size, g in opt.groupby("cfg.size", sort=False):
+        by_size_opt[size] = {r["cfg.impl"]: r for _, r in g.iterrows()}
     rows = []
-    for (size, ctx), g in run.groupby(["cfg.size", "cfg.context"], sort=False):
+    for (size, ctx), g in grid_rows.groupby(["cfg.size", "cfg.context"], sort=False):
         row = [size, _i(ctx)]
+        sel = {(r["cfg.mode"], r["cfg.impl"]): r for _, r in g.iterrows()}
         for mode in modes:
-            sel = {r["cfg.impl"]: r for _, r in g[g["cfg.mode"] == mode].iterrows()}
-            e, c = sel.get("eager"), sel.get("compiled")
-            cell = lambda x: "–" if x is None else ("OOM" if x.oom else ms(x["mean"]))  # noqa: E731
-            sp = "–" if e is None or c is None or e.oom or c.oom else f"{e['mean'] / c['mean']:.2f}×"
-            row += [cell(e), cell(c), sp]
+            e, c = sel.get((mode, "eager")), sel.get((mode, "compiled"))
+            row += [_cell(e), _cell(c), _speedup(e, c)]
+        if by_size_opt:  # training step = forward+backward + the size's optimizer step (derived)
+            o = by_size_opt.get(size, {})
+            cells = []
+            for impl in ("eager", "compiled"):
+                fb, st = sel.get(("forward_backward", impl)), o.get(impl)
+                cells.append(fb["mean"] + st["mean"] if _ok(fb) and _ok(st) else None)
+            row += [ms(cells[0]), ms(cells[1]),
+                    f"{cells[0] / cells[1]:.2f}×" if cells[0] is not None and cells[1] is not None else "–"]
         rows.append(row)
-    header = ["size", "context"] + [h for m in modes for h in (f"{m} eager (ms)", f"{m} compiled (ms)", "speed-up")]
-    comp = run[(run["cfg.impl"] == "compiled") & run["info"].map(lambda i: bool(i.get("compiled_now")))]
-    crow = [[r["cfg.size"], _i(r["cfg.context"]), r["cfg.mode"], num(r["info"].get("first_call_s"), 1),
-             r["info"].get("graph_breaks", "–")] for _, r in comp.iterrows()]
-    parts = ["## torch_compile (b): whole model",
-             "Eager vs `torch.compile(model, dynamic=True)` (one compilation per size serves every context); "
-             "fp32; the optimizer (our AdamW) stays eager in the train step.\n\n" + table(header, rows)]
-    if crow:
-        parts.append("First call (includes compilation) of each compiled graph, and the graph breaks dynamo "
-                     "counted so far:\n\n" + table(["size", "context", "graph", "first call (s)", "graph breaks"], crow))
+    header = ["size", "context"] + [h for m in modes for h in (f"{labels[m]} eager (ms)", f"{labels[m]} compiled (ms)",
+                                                               "speed-up")]
+    if by_size_opt:
+        header += ["train step eager (ms) = fwd+bwd + opt", "train step compiled (ms)", "speed-up"]
+    info0 = next((i for i in d["info"] if i.get("compiled_what")), None)
+    if info0:
+        what = (f"What was compiled: {info0['compiled_what']}. The optimizer step compares our AdamW (eager, "
+                "`torch._foreach_*`: a handful of multi-tensor kernels, each a pass over all parameters) with "
+                "the same update compiled per parameter (impl.profiling.compiled.CompiledAdamW: one fused "
+                "kernel per parameter tensor). The training step column adds the size's optimizer step to "
+                "forward+backward (derived, not timed together).")
+        if info0.get("compiled_why"):
+            what += " " + info0["compiled_why"]
+    else:  # JSON from before the regional version
+        what = ("What was compiled: the whole model, `torch.compile(model, dynamic=True)` (one compilation per "
+                "size serves every context); the optimizer (our AdamW) stayed eager in the train step.")
+    parts = ["## torch_compile (b): compiled model vs eager", what + " fp32; times are pytest-benchmark means.\n\n"
+             + table(header, rows)]
+    if not opt.empty:
+        orows = []
+        for size, o in by_size_opt.items():
+            e, c = o.get("eager"), o.get("compiled")
+            orows.append([size, _cell(e), _cell(c), _speedup(e, c)])
+        parts.append("Optimizer step alone (AdamW on fixed random gradients; independent of the context):\n\n"
+                     + table(["size", "eager (ms)", "compiled (ms)", "speed-up"], orows))
+    comp = d[(d["cfg.impl"] == "compiled") & d["info"].map(lambda i: bool(i.get("compiled_now")))]
+    if not comp.empty:
+        crow = []
+        for _, r in comp.iterrows():
+            i = r["info"]
+            graph = i.get("graph") or ("inference" if r["cfg.mode"] == "forward" else "training")
+            same = d[(d["cfg.impl"] == "compiled") & (d["cfg.size"] == r["cfg.size"])
+                     & d["info"].map(lambda j, g=graph: j.get("graph") == g and bool(j.get("reused_graph")))]
+            reused = sorted({_i(x) for x in same["cfg.context"] if not missing(x)})
+            crow.append([r["cfg.size"], graph, "–" if missing(r["cfg.context"]) else _i(r["cfg.context"]),
+                         num(i.get("first_call_s"), 1), num(i.get("compile_s"), 1),
+                         ", ".join(map(str, reused)) or ("every later step" if graph == "optimizer" else "–"),
+                         i.get("graph_breaks", "–")])
+        parts.append("Compilation, timed apart from the rows above: the first call of each graph (compile + one "
+                     "step) and compile ≈ first call − the row's mean; the contexts whose rows reused that graph "
+                     "without compiling; graph breaks dynamo counted so far:\n\n"
+                     + table(["size", "graph", "compiled at context", "first call (s)", "compile (s)",
+                              "reused at contexts", "graph breaks"], crow))
     if not left.empty:
         reason = left["info"].iloc[0]["not_run_reason"]
-        cfgs = sorted({f"{r['cfg.size']}@{_i(r['cfg.context'])}" for _, r in left.iterrows()})
+        cfgs = []
+        for (size, ctx), g in d.assign(_c=d["cfg.context"].map(lambda c: "optimizer step" if missing(c) else _i(c))
+                                       ).groupby(["cfg.size", "_c"], sort=False):
+            out = g[g.index.isin(left.index)]
+            if out.empty:
+                continue
+            name = f"{size} {ctx}" if ctx == "optimizer step" else f"{size}@{ctx}"
+            if len(out) < len(g):
+                name += " (" + ", ".join(f"{r['cfg.mode']} {r['cfg.impl']}" for _, r in out.iterrows()) + ")"
+            cfgs.append(name)
         parts.append(f"Left out ({reason}): " + ", ".join(cfgs) + ".")
     return "\n\n".join(parts)
 

@@ -1,0 +1,160 @@
+"""torch.compile variants for torch_compile (b): the Transformer compiled whole or per block, and a
+compiled AdamW update.
+
+Regional compilation (`RegionalLM`, the suite's choice): every TransformerBlock runs through one
+torch.compile'd function. The blocks share their code and, because dynamo lifts a module's
+parameters to graph inputs (inline_inbuilt_nn_modules, always on in recent torch), one compiled
+graph serves all blocks of a model: compile cost is that of one block, not of `num_layers` of them.
+With `dynamic_seq`, the sequence dimension of the block inputs is marked dynamic before every call,
+so the same graph also serves every context (one compilation per size and grad mode, instead of one
+per context). The embedding, the final norm, the LM head and the loss stay eager.
+
+`WholeLM` compiles the entire TransformerLM (one graph of all blocks unrolled), marking the
+sequence dimension of the token ids dynamic likewise.
+
+Why regional with a dynamic sequence (WHY, recorded in the benchmark JSON): measured on this
+suite's CPU machine (2 cores, Inductor's C++ back end, caches disabled; first call of each graph
+after a trivial compile has paid Inductor's one-off start-up of 10-19 s), inference / training graph:
+
+    small (12 layers)   whole, dynamic seq  44.5 / 70.2 s  once        = 115 s for 4 contexts
+                        whole, static       19.4 / 33.4 s  per context ≈ 211 s
+                        regional, dynamic   12.7 / 19.4 s  once        =  32 s
+                        regional, static     6.6-7.5 / 11.2-12.7 s per context ≈ 76 s
+    tiny (2 layers)     whole, dynamic      13.3 / 20.0 s;  regional, dynamic 8.8 / 17.6 s
+
+Regional compilation costs about one block however deep the model is (3.6× cheaper than the whole
+model at 12 layers, more at 24-48), and marking the sequence dynamic turns four compilations per
+size into one. On the H100 the whole small model took 31 s (inference) and 65 s (training) to
+compile, so whole-model compilation of all five sizes could not fit one 10-minute command.
+
+`CompiledAdamW`: impl.model.AdamW's update (same math, same state) with the per-parameter
+arithmetic in one torch.compile'd function with dynamic sizes, called once per parameter: Inductor
+fuses weight decay, both moments and the update into one kernel per parameter, and two
+compilations (1-D and 2-D parameters) serve every parameter of every size. (Compiling the whole
+step over the parameter list unrolls it into one graph of all parameters: 71.6 s for the small
+model's 111 tensors on the CPU, against 7.6 s for the per-parameter function.)
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from impl.model import AdamW
+from impl.model.transformer import TransformerBlock, TransformerLM
+
+STRATEGIES = ("regional", "whole")
+WHY = ("Regional, not whole-model, compilation with a dynamic sequence dimension: on the CPU (cold caches) the "
+       "small model's inference + training graphs took 12.7 + 19.4 s regional with a dynamic sequence (once for "
+       "all contexts), 6.6 + 11.2 s regional static (per context), 44.5 + 70.2 s for the whole model with a "
+       "dynamic sequence and 19.4 + 33.4 s whole static (per context); on the H100 the whole small model took "
+       "31 + 65 s, too slow for five sizes in one command.")
+
+
+def _block_forward(block: TransformerBlock, x: torch.Tensor, rope, positions: torch.Tensor) -> torch.Tensor:
+    return TransformerBlock.forward(block, x, rope, positions)
+
+
+class RegionalLM(nn.Module):
+    """`lm`'s forward with each block through one compiled function (see module doc). Shares
+    `lm`'s parameters; `lm` itself is left eager."""
+
+    def __init__(self, lm: TransformerLM, *, backend: str = "inductor", dynamic_seq: bool = True):
+        super().__init__()
+        self.lm, self.dynamic_seq = lm, dynamic_seq
+        self.block_fn = torch.compile(_block_forward, backend=backend, dynamic=None if dynamic_seq else False)
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        # TransformerLM.forward, with the blocks compiled
+        lm = self.lm
+        lm._check_input(token_ids)
+        positions = torch.arange(token_ids.shape[1], device=token_ids.device)
+        x = lm.token_embeddings(token_ids)
+        for block in lm.layers:
+            if self.dynamic_seq:
+                torch._dynamo.mark_dynamic(x, 1)
+                torch._dynamo.mark_dynamic(positions, 0)
+            x = self.block_fn(block, x, lm.rope, positions)
+        return lm.lm_head(lm.ln_final(x))
+
+
+class WholeLM(nn.Module):
+    """torch.compile of the whole model; with `dynamic_seq` the token ids' sequence dimension is
+    marked dynamic before every call."""
+
+    def __init__(self, lm: TransformerLM, *, backend: str = "inductor", dynamic_seq: bool = True):
+        super().__init__()
+        self.lm, self.dynamic_seq = lm, dynamic_seq
+        self.compiled = torch.compile(lm, backend=backend, dynamic=None if dynamic_seq else False)
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        if self.dynamic_seq:
+            torch._dynamo.mark_dynamic(token_ids, 1)
+        return self.compiled(token_ids)
+
+
+def compile_model(lm: TransformerLM, strategy: str, *, backend: str = "inductor", dynamic_seq: bool = True) -> nn.Module:
+    if strategy == "regional":
+        return RegionalLM(lm, backend=backend, dynamic_seq=dynamic_seq)
+    if strategy == "whole":
+        return WholeLM(lm, backend=backend, dynamic_seq=dynamic_seq)
+    raise ValueError(f"compile strategy must be one of {STRATEGIES}, got {strategy!r}")
+
+
+def describe(strategy: str, dynamic_seq: bool, backend: str) -> str:
+    what = ("each Transformer block through one compiled function (regional; embedding, final norm, "
+            "LM head and loss eager)" if strategy == "regional" else "the whole model")
+    shapes = ("sequence dimension dynamic: one compilation per size and grad mode serves every context"
+              if dynamic_seq else "static shapes: one compilation per context")
+    return f"{what}; {shapes}; backend {backend}"
+
+
+def _adamw_param_update(p, g, m, v, scalars, lr_wd: float, beta1: float, beta2: float, eps: float):
+    """AdamW for one parameter; scalars = [lr / bias1, sqrt(bias2)] as a device tensor,
+    so the step count never becomes a compile-time constant. Called under no_grad (step())."""
+    p.mul_(1 - lr_wd)
+    m.lerp_(g, 1 - beta1)
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    p.sub_(scalars[0] * (m / (v.sqrt() / scalars[1] + eps)))
+
+
+class CompiledAdamW(AdamW):
+    """impl.model.AdamW with the update compiled (see module doc); state and results are those of
+    AdamW (checked in correctness/test_profiling.py)."""
+
+    def __init__(self, params, *, backend: str = "inductor", **kw):
+        super().__init__(params, **kw)
+        self._update = torch.compile(_adamw_param_update, backend=backend, dynamic=True)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            scalars = {}  # (step, device) -> tensor
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdamW does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                key = (state["step"], p.device)
+                if key not in scalars:
+                    step = state["step"]
+                    scalars[key] = torch.tensor([lr / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step)],
+                                                dtype=torch.float32, device=p.device)
+                self._update(p.detach().view(-1), p.grad.view(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1),
+                             scalars[key], lr * wd, beta1, beta2, eps)
+        return loss
+
+
+__all__ = ["STRATEGIES", "WHY", "CompiledAdamW", "RegionalLM", "WholeLM", "compile_model", "describe"]
