@@ -28,14 +28,19 @@ GRIDS = {
         "smoke": dict(sizes=["tiny"], contexts=[32], modes=["forward", "train_step"], dtypes=["fp32"],
                       warmups=[0, 1, 2, 5], batch=2, rounds=3, left_out="smoke profile"),
     },
-    # nsys_profile: kernel tables per phase from torch.profiler (issue 4); few profiled steps per config.
+    # nsys_profile: kernel tables per phase from torch.profiler (issue 4); per config one unrecorded
+    # warm-up step and two recorded ones, read from the raw kineto events in one pass. H100 estimate
+    # for the full grid: ~10 s start-up, ~1-3 s per small/medium config, ~4-8 s per xl/2.7B config
+    # (OOM fallbacks included): ~100-120 s. budget_s is checked before each config (the longest
+    # takes ~15 s), so the section ends within ~200 s. The trace (gzipped Chrome JSON of the two
+    # recorded steps) is kept only under trace_max_mb.
     "nsys_profile": {
         "full": dict(sizes=list(MODEL_SIZES), contexts=[128, 256, 512, 1024], dtype="fp32", batch=4,
-                     timer_warmup=2, timer_rounds=5, prof_warmup=2, prof_steps=3, top=15,
-                     trace=("small", 256), budget_s=100),
+                     timer_warmup=2, timer_rounds=5, prof_warmup=1, prof_steps=2, top=15,
+                     trace=("small", 128), trace_max_mb=10, budget_s=170),
         "smoke": dict(sizes=["tiny"], contexts=[32, 64], dtype="fp32", batch=2,
                       timer_warmup=1, timer_rounds=3, prof_warmup=1, prof_steps=2, top=15,
-                      trace=("tiny", 32), budget_s=300),
+                      trace=("tiny", 32), trace_max_mb=10, budget_s=50),
     },
     # mixed_precision_accumulation / benchmarking_mixed_precision (a): same in both profiles.
     "mixed_precision": {
@@ -51,15 +56,23 @@ GRIDS = {
                       batch=2, warmup=1, rounds=3, snapshot_dtypes=["fp32", "bf16"], max_points=800,
                       artifact=("tiny", 32, "fp32", "train_step")),
     },
-    # torch_compile (b): eager vs compiled whole model. Compilation (static shapes: one compile per
-    # size × context × graph) is the cost; configs left when `budget_s` is spent are recorded as
-    # left out, never silently dropped.
+    # torch_compile (b): eager vs compiled model, forward and forward+backward per size × context, and
+    # the AdamW step per size (perf/test_torch_compile_model.py). Regional compilation with a dynamic
+    # sequence dimension: one inference and one training graph per size serve every context (on the
+    # CPU, cold: small model 12.7 + 19.4 s regional vs 44.5 + 70.2 s whole-model; impl.profiling.compiled).
+    # Each row: one first call (warm-up; the compile when a graph is new) and rounds = row_s / that
+    # call's time within [rounds_min, rounds_max]. H100 estimate for the full grid: ~10 s start-up,
+    # ~10-25 s of compilation per size, ~90 s of timed steps (dominated by xl / 2.7B at 512-1024):
+    # 160-240 s; rows past budget_s are recorded as left out, and as the longest row (a new size's
+    # training-graph compile, or 2.7B@1024) takes ~25 s, the section ends within ~280 s.
+    # The smoke profile compiles with aot_eager (dynamo + AOTAutograd, no code generation) to stay fast.
     "torch_compile_model": {
-        "full": dict(sizes=list(MODEL_SIZES), contexts=[128, 256, 512, 1024],
-                     modes=["forward", "forward_backward", "train_step"], dtype="fp32", batch=4,
-                     warmup=2, rounds=5, budget_s=90),
-        "smoke": dict(sizes=["tiny"], contexts=[32], modes=["forward", "forward_backward", "train_step"],
-                      dtype="fp32", batch=2, warmup=1, rounds=3, budget_s=300),
+        "full": dict(sizes=list(MODEL_SIZES), contexts=[128, 256, 512, 1024], modes=["forward", "forward_backward"],
+                     dtype="fp32", batch=4, compile="regional", dynamic_seq=True, backend="inductor",
+                     warmup=0, rounds_min=3, rounds_max=10, row_s=0.6, budget_s=240),
+        "smoke": dict(sizes=["tiny"], contexts=[32, 64], modes=["forward", "forward_backward"],
+                      dtype="fp32", batch=2, compile="regional", dynamic_seq=True, backend="aot_eager",
+                      warmup=0, rounds_min=2, rounds_max=5, row_s=0.05, budget_s=50),
     },
 }
 
@@ -162,13 +175,17 @@ GRIDS.update({
 # fsdp (beyond the assignment): our FSDP in fp32 and with bf16 compute, next to our DDP
 # (DDPBucketed, 100 MB buckets) and torch.distributed.fsdp.fully_shard (fp32 / bf16 params) in the
 # same run; a fresh model per variant. Peak memory per rank vs impl.accounting ZeRO-3 / DDP.
+# Our FSDP rows add one instrumented step (collective timeline) after the timed ones; timeline_rows
+# caps rank 0's rows in the JSON (xl has ~1,000: 338 forward and 337 backward all-gathers, 338
+# reduce-scatters, one all-reduce). budget_s is checked before each variant, which takes well under a
+# minute at xl, so the file ends inside gpu_run.sh's 540 s section timeout.
 GRIDS["fsdp"] = {
     "full": dict(size="xl", world_size=2, context=512, batch=4,
                  variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=2, rounds=5,
-                 budget_s=300, timeout_s=300),
+                 timeline_rows=1500, budget_s=300, timeout_s=300),
     "smoke": dict(size="tiny", world_size=2, context=32, batch=2,
                   variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=1, rounds=2,
-                  budget_s=40, timeout_s=120),
+                  timeline_rows=1500, budget_s=40, timeout_s=120),
 }
 
 # gradient_checkpointing (issue 7, beyond): policies × dtypes on one shape, then nested vs none over
@@ -183,6 +200,22 @@ GRIDS["gradient_checkpointing"] = {
                   depth=dict(width="tiny", layers=[2, 4, 8], batch=2, context=32, dtype="fp32",
                              policies=["none", "nested"]),
                   budget_s=60),
+}
+
+# training_step (issue 8, beyond): the full training step (forward, backward, AdamW) under each
+# speed-up alone on top of bf16 autocast, all of them ("fast"), and PyTorch's own pieces
+# ("anchor"); named configs in impl.profiling.steps. Compilation happens in each row's first
+# step (timed apart as first_step_s), before the warm-up. One fresh model per row. A 10-minute
+# command likely covers xl only (the anchor compiles the whole model); run `-k xl` and `-k 2.7B`
+# as two commands (each file run has its own budget). The CPU smoke swaps FlashAttention's
+# Triton kernels (interpreter: minutes per step) for its PyTorch twin flash_torch, and compiles
+# with aot_eager (dynamo + AOTAutograd, no C++ code generation: seconds, not a minute per graph).
+_TRAINING_CONFIGS = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "fast", "anchor"]
+GRIDS["training_step"] = {
+    "full": dict(sizes=["xl", "2.7B"], contexts=[512, 1024], configs=_TRAINING_CONFIGS, batch=4, warmup=3,
+                 rounds=5, flash_impl="flash_triton", compile_backend="inductor", budget_s=420),
+    "smoke": dict(sizes=["tiny"], contexts=[32], configs=_TRAINING_CONFIGS, batch=2, warmup=1, rounds=3,
+                  flash_impl="flash_torch", compile_backend="aot_eager", budget_s=100),
 }
 
 

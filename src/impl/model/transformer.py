@@ -105,10 +105,13 @@ class TransformerLM(nn.Module):
         if lo.item() < 0 or hi.item() >= self.vocab_size:
             raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got range [{lo.item()}, {hi.item()}]")
 
-    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, token_ids: torch.Tensor, return_hidden: bool = False) -> torch.Tensor:
+        """Logits (batch, seq, vocab); with return_hidden, the final-norm hidden states (batch, seq,
+        d_model) instead, for a loss that applies `lm_head.weight` itself (impl.model.fused_ce)."""
         self._check_input(token_ids)
         positions = torch.arange(token_ids.shape[1], device=token_ids.device)
         x = self.token_embeddings(token_ids)
         for block in self.layers:
             x = block(x, self.rope, positions)
-        return self.lm_head(self.ln_final(x))
+        h = self.ln_final(x)
+        return h if return_hidden else self.lm_head(h)

@@ -1,13 +1,16 @@
 """The steps that benchmarking_script times: forward, backward alone, forward+backward, and a
-full training step with AdamW, each as (fn, setup) for impl.profiling.harness.run_benchmark."""
+full training step with AdamW, each as (fn, setup) for impl.profiling.harness.run_benchmark; and
+the training step with switchable speed-ups that training_step ablates (TrainConfig)."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from impl.model import AdamW, TransformerLM, cross_entropy
+from impl.model.fused_ce import fused_linear_cross_entropy
 from impl.sweeps import ALL_SIZES
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -32,12 +35,16 @@ def random_batch(model: TransformerLM, batch: int, context: int, device: torch.d
 
 
 def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor, dtype: str,
-              optimizer: torch.optim.Optimizer | None = None) -> tuple[Callable, Callable | None]:
-    """Returns (fn, setup): fn is timed, setup runs untimed before each call."""
+              optimizer: torch.optim.Optimizer | None = None, fused_ce: bool = False) -> tuple[Callable, Callable | None]:
+    """Returns (fn, setup): fn is timed, setup runs untimed before each call. `model` may be a
+    torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce).
+    The train step returns its (detached) loss."""
     device = x.device
 
     def loss_fn():
         with autocast_ctx(dtype, device):
+            if fused_ce:
+                return fused_linear_cross_entropy(model(x, return_hidden=True), model.lm_head.weight, y)
             return cross_entropy(model(x), y)
 
     if mode == "forward":
@@ -64,8 +71,10 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
 
         def train_step():
             optimizer.zero_grad(set_to_none=True)
-            loss_fn().backward()
+            loss = loss_fn()
+            loss.backward()
             optimizer.step()
+            return loss.detach()
         return train_step, None
 
     raise ValueError(f"unknown mode {mode!r}; expected forward, backward, forward_backward or train_step")
@@ -110,3 +119,93 @@ def model_and_batch(benchmark, models: ModelCache, *, problem: str, config: dict
         models.clear()
         record_oom(benchmark, problem=problem, config=config, device=device, message=str(exc), extra=extra)
         return None
+
+
+# training_step (issue 8): the full training step with switchable speed-ups, for an ablation.
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How one training step runs.
+
+    dtype      "fp32", or "bf16": autocast with fp32 master weights (and fp32 optimizer state)
+    attn_impl  any impl.attention name: "naive", "flash_triton" (FlashAttention-2), "sdpa", ...
+    compile    "none"; "blocks": torch.compile of each TransformerBlock in place (regional: the
+               blocks share one code object, so one block's graph is compiled and reused by every
+               layer, far quicker than compiling the whole model); "model": torch.compile(model)
+    optimizer  "adamw" (ours, foreach), "adamw_fused" (ours through torch._fused_adamw_),
+               "torch_adamw" (torch.optim.AdamW, fused on CUDA, its default foreach on the CPU)
+    fused_ce   LM head + cross-entropy fused and chunked (impl.model.fused_ce)
+    """
+
+    dtype: str = "fp32"
+    attn_impl: str = "naive"
+    compile: str = "none"
+    optimizer: str = "adamw"
+    fused_ce: bool = False
+
+
+def train_config(bf16=False, flash=False, compile=False, fused_adamw=False, fused_ce=False,
+                 flash_impl="flash_triton") -> TrainConfig:
+    """The switchable options of the ablation as a TrainConfig."""
+    return TrainConfig(dtype="bf16" if bf16 else "fp32", attn_impl=flash_impl if flash else "naive",
+                       compile="blocks" if compile else "none", optimizer="adamw_fused" if fused_adamw else "adamw",
+                       fused_ce=fused_ce)
+
+
+# Each speed-up alone on top of bf16, then all of them; the anchor is PyTorch's own pieces.
+TRAIN_CONFIGS = {
+    "fp32": dict(),
+    "bf16": dict(bf16=True),
+    "+flash": dict(bf16=True, flash=True),
+    "+compile": dict(bf16=True, compile=True),
+    "+fused_adamw": dict(bf16=True, fused_adamw=True),
+    "+fused_ce": dict(bf16=True, fused_ce=True),
+    "fast": dict(bf16=True, flash=True, compile=True, fused_adamw=True, fused_ce=True),
+}
+ANCHOR = TrainConfig(dtype="bf16", attn_impl="sdpa", compile="model", optimizer="torch_adamw")
+
+
+def named_train_config(name: str, flash_impl: str = "flash_triton") -> TrainConfig:
+    """A named config of the ablation ("fp32", "bf16", "+flash", ..., "fast", "anchor")."""
+    if name == "anchor":
+        return ANCHOR
+    try:
+        return train_config(**TRAIN_CONFIGS[name], flash_impl=flash_impl)
+    except KeyError:
+        raise ValueError(f"unknown training config {name!r}; expected one of {[*TRAIN_CONFIGS, 'anchor']}") from None
+
+
+def compile_model(model: TransformerLM, how: str, backend: str = "inductor"):
+    """The module to call: `model` itself (its blocks compiled in place for "blocks") or a compiled
+    wrapper ("model"). Compilation happens at the first calls."""
+    if how == "none":
+        return model
+    if how == "blocks":
+        for block in model.layers:
+            block.compile(backend=backend)
+        return model
+    if how == "model":
+        return torch.compile(model, backend=backend)
+    raise ValueError(f"unknown compile mode {how!r}; expected none, blocks or model")
+
+
+def make_optimizer(kind: str, params, lr: float = 1e-4, weight_decay: float = 0.01) -> torch.optim.Optimizer:
+    params = list(params)
+    if kind in ("adamw", "adamw_fused"):
+        return AdamW(params, lr=lr, weight_decay=weight_decay, fused=kind == "adamw_fused")
+    if kind == "torch_adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=params[0].is_cuda)
+    raise ValueError(f"unknown optimizer {kind!r}; expected adamw, adamw_fused or torch_adamw")
+
+
+def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
+                    backend: str = "inductor", lr: float = 1e-4, weight_decay: float = 0.01):
+    """(step, optimizer): a full training step of `model` under `cfg`; step() returns the loss.
+    Switches the model's attention to cfg.attn_impl and, for compile="blocks", compiles its blocks
+    in place: give it a model of its own. The first calls of step() compile."""
+    if model.config["attn_impl"] != cfg.attn_impl:
+        model.set_attention(cfg.attn_impl)
+    target = compile_model(model, cfg.compile, backend)
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
+    step, _ = make_step("train_step", target, x, y, cfg.dtype, optimizer, fused_ce=cfg.fused_ce)
+    return step, optimizer
