@@ -546,13 +546,22 @@ def set_autotune(enabled: bool) -> None:
     many different shapes / head dims / dtypes from compiling and benchmarking every config for
     each.  Under the interpreter there is only one config either way.
     """
+    if enabled:
+        use_configs(**_FULL_CONFIGS)
+    else:
+        use_configs(fwd=[_config(_FWD_SAFE)], kv=[_config(_BWD_KV_SAFE)], q=[_config(_BWD_Q_SAFE)])
+
+
+def use_configs(fwd=None, kv=None, q=None) -> None:
+    """Replace the autotune lists of the forward, dK/dV and dQ kernels (``None`` keeps a list);
+    entries are triton.Config or (BLOCK_M, BLOCK_N, num_warps, num_stages). A one-entry list
+    launches that config without benchmarking: how tools/probes/flash_tune.py times each shape."""
     if _INTERPRETED:
         return
-    for kernel, full, safe in ((_attn_fwd, _FULL_CONFIGS["fwd"], _FWD_SAFE),
-                               (_attn_bwd_dkdv, _FULL_CONFIGS["kv"], _BWD_KV_SAFE),
-                               (_attn_bwd_dq, _FULL_CONFIGS["q"], _BWD_Q_SAFE)):
-        kernel.configs = list(full) if enabled else [_config(safe)]
-        kernel.cache.clear()
+    for kernel, configs in ((_attn_fwd, fwd), (_attn_bwd_dkdv, kv), (_attn_bwd_dq, q)):
+        if configs is not None:
+            kernel.configs = [c if isinstance(c, triton.Config) else _config(c) for c in configs]
+            kernel.cache.clear()
 
 
 def autotune_enabled() -> bool:
@@ -600,4 +609,5 @@ __all__ = [
     "autotune_enabled",
     "set_autotune",
     "set_backward",
+    "use_configs",
 ]
