@@ -1,4 +1,5 @@
-"""FSDP (impl.distributed.fsdp) on 2 gloo ranks against single-process full-batch training.
+"""FSDP (impl.distributed.fsdp) on 2 ranks against single-process full-batch training: gloo on the
+CPU (CI), NCCL with one GPU per rank where the machine has two (the launcher's default backend).
 
 Process start-up dominates, so one launch runs every training case (module fixture) and the tests
 read its numbers; two more launches cover error paths and a failing rank. Workers live in
@@ -7,6 +8,7 @@ impl.distributed._fsdp_testing (spawn must import them).
 import time
 
 import pytest
+import torch
 
 from impl.distributed import _fsdp_testing as T
 from impl.distributed import launch
@@ -36,7 +38,14 @@ IDS = ["-".join(map(str, c)) for c in CASES]
 
 @pytest.fixture(scope="module")
 def results():
-    return launch(T.equivalence, WORLD_SIZE, backend="gloo", args=(CASES, STEPS), timeout_s=120)
+    return launch(T.equivalence, WORLD_SIZE, args=(CASES, STEPS), timeout_s=180)
+
+
+def test_runs_on_the_gpus_where_there_are_two(results):
+    expected = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= WORLD_SIZE else "gloo"
+    assert [r["backend"] for r in results] == [expected] * WORLD_SIZE
+    assert [r[CASES[0]]["device"] for r in results] == (
+        [f"cuda:{rank}" for rank in range(WORLD_SIZE)] if expected == "nccl" else ["cpu"] * WORLD_SIZE)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -147,7 +156,7 @@ SMALL_ROWS = 8
 
 @pytest.fixture(scope="module")
 def timelines():
-    return launch(T.timeline, WORLD_SIZE, backend="gloo", args=(TIMELINE_CASES, 3, SMALL_ROWS), timeout_s=120)
+    return launch(T.timeline, WORLD_SIZE, args=(TIMELINE_CASES, 3, SMALL_ROWS), timeout_s=180)
 
 
 def _tl_rows(tl, kind=None, phase=None):

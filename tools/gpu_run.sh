@@ -17,7 +17,8 @@ echo "device slug: $slug"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/nvidia-smi.txt"
 # The word `correctness` among the sections runs the files in $CORRECTNESS at that point.
 run_correctness() {
-  PYTHONPATH=src $PY -m pytest $CORRECTNESS -q -p no:cacheprovider --timeout=300 2>&1 | tail -25 | tee "$OUT/correctness.txt"
+  # the whole log goes to $OUT as it is written: a command stopped at its limit still returns it
+  PYTHONPATH=src $PY -m pytest $CORRECTNESS -q -p no:cacheprovider --timeout=300 2>&1 | tee "$OUT/correctness.txt" | tail -25
 }
 for spec in "$@"; do
   [[ "$spec" == correctness ]] && { run_correctness; continue; }

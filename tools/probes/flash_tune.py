@@ -68,6 +68,15 @@ def autotuned(shape, dtype, causal):
     return res
 
 
+PARTIAL = {}
+
+
+def _save(res):
+    """Writes what is measured so far: a probe stopped by its time limit still leaves data."""
+    if PARTIAL.get("path"):
+        json.dump({"device": torch.cuda.get_device_name(), "partial": res}, open(PARTIAL["path"], "w"), default=str)
+
+
 def tune(shape, dtype, causal):
     dev = torch.device("cuda")
     q, k, v, do = attention_inputs(shape, dtype, dev, grad=False)
@@ -78,6 +87,7 @@ def tune(shape, dtype, causal):
         ft.use_configs(fwd=[c])
         rows.append({"config": c, "ms": bench(lambda: ft.flash_attention_triton_forward(q, k, v, causal))})
     res["fwd"] = rows
+    _save(res)
     o, lse = ft.flash_attention_triton_forward(q, k, v, causal)
     q_default = (128, 32, 4, 3)
     ft.use_configs(q=[q_default])
@@ -86,6 +96,7 @@ def tune(shape, dtype, causal):
         ft.use_configs(kv=[c])
         rows.append({"config": c, "ms": bench(lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal))})
     res["bwd_vary_kv"] = rows
+    _save(res)
     kv_best = best(rows)["config"]
     ft.use_configs(kv=[kv_best])
     rows = []
@@ -115,6 +126,7 @@ def tune(shape, dtype, causal):
 
 if __name__ == "__main__":
     out_path, which = sys.argv[1], sys.argv[2:] or ["leaderboard"]
+    PARTIAL["path"] = out_path + ".partial"
     results = []
     for w in which:
         for shape, dtype, causal in SHAPES[w]:

@@ -1,5 +1,6 @@
 """Diagnostic (GPU): which allocations are live at the peak of one naive-attention backward.
 Prints, per run, the peak above the baseline and the live blocks at that peak with their frames."""
+import re
 import sys
 
 import torch
@@ -22,8 +23,11 @@ def live_at_peak(snapshot, base_addrs):
 
 
 def frames(ev):
-    fr = [f"{f['filename'].split('/')[-1]}:{f['line']}:{f['name']}" for f in ev.get("frames", [])]
-    return " <- ".join([f for f in fr if "torch/" not in f][:4]) or " <- ".join(fr[:3])
+    """The ATen / autograd C++ frames that made the block (the backward runs on the autograd
+    engine's thread, which has no Python frames), innermost first."""
+    names = [f["name"] for f in ev.get("frames", [])]
+    keep = [n for n in names if re.search(r"at::native|at::_ops|autograd::generated|cublas|Softmax|softmax|bmm", n)]
+    return " <- ".join(n[:90] for n in (keep or names)[:5])
 
 
 for label, causal in (("non-causal #1", False), ("causal", True), ("non-causal #2", False)):
@@ -36,7 +40,7 @@ for label, causal in (("non-causal #1", False), ("causal", True), ("non-causal #
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
+    torch.cuda.memory._record_memory_history(max_entries=100000, stacks="all")
     out.backward(do)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base

@@ -23,6 +23,7 @@ from torch.nn.utils import parametrize
 
 from impl.distributed import bench
 from impl.distributed.fsdp import FSDP
+from impl.distributed.launcher import device_for
 from impl.model import AdamW, Embedding, Linear, RMSNorm, TransformerLM, cross_entropy
 from impl.sweeps import SMOKE_SIZES
 
@@ -88,10 +89,15 @@ OPTIMIZERS = {
 }
 
 
-def batch(step: int, n: int):
+def batch(step: int, n: int, device=None):
     g = torch.Generator().manual_seed(500 + step)
-    tokens = torch.randint(0, VOCAB, (n, SEQ + 1), generator=g)
+    tokens = torch.randint(0, VOCAB, (n, SEQ + 1), generator=g).to(device or "cpu")
     return tokens[:, :-1], tokens[:, 1:]
+
+
+def _device(rank: int) -> torch.device:
+    """This rank's device under the group's backend: its own GPU under NCCL, the CPU under gloo."""
+    return device_for(dist.get_backend(), rank)
 
 
 def _loss(model, x, y):
@@ -108,17 +114,18 @@ def equivalence(rank, world_size, cases, steps):
     parameter difference (gather_full_params vs the reference), loss difference, and checks of
     the sharded layout."""
     torch.set_num_threads(1)  # two ranks share a small CPU host
-    out = {}
+    dev = _device(rank)
+    out = {"backend": dist.get_backend()}
     for kind, dtype_name, opt_name, prefetch in cases:
         dtype = DTYPES[dtype_name]
-        ref = cast_reference(build(kind, 0), dtype)
-        fsdp = FSDP(build(kind, 7 * rank), compute_dtype=dtype, prefetch=prefetch)  # rank 0 = the reference seed
+        ref = cast_reference(build(kind, 0).to(dev), dtype)
+        fsdp = FSDP(build(kind, 7 * rank).to(dev), compute_dtype=dtype, prefetch=prefetch)  # rank 0 = the reference seed
         init = {k: v.clone() for k, v in ref_state(ref).items()}
         res = dict(init_diff=_max_diff(ref_state(ref), fsdp.gather_full_params()), max_diff=0.0, loss_diff=0.0)
         ref_opt, opt = OPTIMIZERS[opt_name](ref.parameters()), OPTIMIZERS[opt_name](fsdp.parameters())
         n = PER_RANK_BATCH
         for step in range(steps):
-            x, y = batch(step, n * world_size)
+            x, y = batch(step, n * world_size, dev)
             ref_opt.zero_grad()
             ref_loss = _loss(ref, x, y)
             ref_loss.backward()
@@ -137,6 +144,7 @@ def equivalence(rank, world_size, cases, steps):
         res.update(
             moved=_max_diff(init, ref_state(ref)),
             keys_equal=list(full) == list(build(kind, 0).state_dict()),
+            device=str(full[next(iter(full))].device),
             all_fp32=all(v.dtype == torch.float32 for v in full.values()),
             shard_dtypes=sorted({str(u.shard.dtype) for u in fsdp.units}),
             shard_grad_dtypes=sorted({str(u.shard.grad.dtype) for u in fsdp.units}),
@@ -160,15 +168,16 @@ def timeline(rank, world_size, cases, steps, max_rows):
     record_timeline, and returns per case whether they stayed identical and the recorded copy's
     last timeline (full and downsampled to `max_rows`) with the call structure to check it against."""
     torch.set_num_threads(1)
+    dev = _device(rank)
     out = {}
     for kind, dtype_name, prefetch in cases:
         dtype = DTYPES[dtype_name]
-        plain, timed = (FSDP(build(kind, 7 * rank), compute_dtype=dtype, prefetch=prefetch, record_timeline=rec)
-                        for rec in (False, True))
+        plain, timed = (FSDP(build(kind, 7 * rank).to(dev), compute_dtype=dtype, prefetch=prefetch,
+                             record_timeline=rec) for rec in (False, True))
         opts = [torch.optim.SGD(m.parameters(), lr=0.2) for m in (plain, timed)]
         n, losses_equal = PER_RANK_BATCH, True
         for step in range(steps):
-            x, y = batch(step, n * world_size)
+            x, y = batch(step, n * world_size, dev)
             losses = []
             for m, opt in zip((plain, timed), opts):
                 opt.zero_grad()
