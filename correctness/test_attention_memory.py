@@ -44,7 +44,9 @@ def test_totals_are_ordered_and_scale():
     m = naive_attention_memory(8, 16384, 128, "fp32")
     assert m.scores_matrix == 8 * 16384 ** 2 * 4
     assert m.saved_for_backward < m.before_backward < m.backward_peak
-    assert m.backward_peak - m.before_backward == 2 * m.scores_matrix + 8 * 16384 * 128 * 4
+    # dP, CUDA softmax backward's dP * P temporary and dS on top of P, plus dV
+    assert m.backward_peak - m.before_backward == 3 * m.scores_matrix + 8 * 16384 * 128 * 4
+    assert m.softmax_backward_temp == m.scores_matrix
     causal = naive_attention_memory(8, 16384, 128, "fp32", is_causal=True)
     assert causal.saved_for_backward - m.saved_for_backward == 16384 ** 2  # the bool mask
     assert naive_attention_memory(8, 1024, 64, "bf16").scores_matrix * 2 == naive_attention_memory(8, 1024, 64).scores_matrix
@@ -59,6 +61,11 @@ def test_dtype_bytes():
 def test_measured_cuda_memory_matches_derived(causal):
     dev = torch.device("cuda")
     b, s, d = 4, 2048, 64
+    # The first backward in a process gives the autograd thread its cuBLAS handle and a workspace
+    # (32 MiB on the H100) that then stays allocated: make that happen before the measurement.
+    w = torch.randn(2, 8, 8, device=dev, requires_grad=True)
+    naive_attention(w, w, w).sum().backward()
+    del w
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated(dev)
     q, k, v, do = (torch.randn(b, s, d, device=dev) for _ in range(4))
@@ -74,7 +81,7 @@ def test_measured_cuda_memory_matches_derived(causal):
     out.backward(do)
     torch.cuda.synchronize()
     bwd_peak = torch.cuda.max_memory_allocated(dev) - base
-    slack = 64 << 20  # cuBLAS workspace and allocator rounding
+    slack = 16 << 20  # allocator rounding (a quarter of one score matrix here)
     assert before == pytest.approx(derived.before_backward, abs=slack)
     assert fwd_peak - derived.grad_output == pytest.approx(derived.forward_peak, abs=slack)
     assert bwd_peak == pytest.approx(derived.backward_peak, rel=0.05, abs=slack)

@@ -108,6 +108,9 @@ def test_leaderboard(benchmark, device, matmul_peak, impl, mode):
     extra["rel_err"] = errors
     if impl == "flash_triton" and mode == "fwd_bwd":
         extra["graph_breaks"] = sum(torch._dynamo.utils.counters["graph_break"].values())
+    if impl == "flash_triton" and device.type == "cuda":
+        from impl.attention.flash_triton import tuned_configs
+        extra["tuned_configs"] = tuned_configs()
 
     fn = (lambda: attn(q, k, v)) if mode == "fwd" else (lambda: attn(q, k, v).backward(do))
     grads = None if mode == "fwd" else [q, k, v]

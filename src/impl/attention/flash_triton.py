@@ -101,21 +101,24 @@ def _configs(shapes, interpreter_shape) -> List[triton.Config]:
     return [_config(interpreter_shape)] if _interpreting() else [_config(shape) for shape in shapes]
 
 
+# The lists hold the fastest configs of the per-config sweep at the leaderboard shape (bf16, causal,
+# 16 x 16384 x 64; tools/probes/flash_tune.py, reports/data/nvidia-h100-80gb-hbm3/probes/flash_tune-v1.json;
+# NOTES.md) plus the ones the first version kept for the other head dims and fp32.
 def _fwd_configs() -> List[triton.Config]:
-    return _configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 32, 4, 4),
-                     (64, 64, 4, 3), (64, 32, 4, 4), _FWD_SAFE], interpreter_shape=(32, 16, 4, 1))
+    return _configs([(64, 64, 4, 3), (128, 64, 8, 3), (64, 128, 4, 3), (128, 64, 4, 3), (128, 128, 8, 3),
+                     (128, 32, 4, 4), (64, 32, 4, 4), _FWD_SAFE], interpreter_shape=(32, 16, 4, 1))
 
 
 def _bwd_kv_configs() -> List[triton.Config]:
     # BLOCK_N: key tile held by the program; BLOCK_M: query tile of the loop.
-    return _configs([(32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 3),
-                     _BWD_KV_SAFE], interpreter_shape=(16, 32, 4, 1))
+    return _configs([(32, 128, 8, 3), (64, 128, 4, 2), (32, 128, 4, 3), (64, 128, 8, 2), (32, 64, 4, 3),
+                     (64, 64, 4, 3), _BWD_KV_SAFE], interpreter_shape=(16, 32, 4, 1))
 
 
 def _bwd_q_configs() -> List[triton.Config]:
     # BLOCK_M: query tile held by the program; BLOCK_N: key tile of the loop.
-    return _configs([(128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 3),
-                     _BWD_Q_SAFE], interpreter_shape=(32, 16, 4, 1))
+    return _configs([(128, 64, 8, 3), (128, 64, 4, 3), (128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2),
+                     (64, 32, 4, 3), (64, 64, 4, 3), _BWD_Q_SAFE], interpreter_shape=(32, 16, 4, 1))
 
 
 _PRE_BLOCK_M = 32 if _interpreting() else 64
@@ -564,6 +567,12 @@ def use_configs(fwd=None, kv=None, q=None) -> None:
             kernel.cache.clear()
 
 
+def tuned_configs() -> dict:
+    """The config each kernel's autotuner last picked ("BLOCK_M: .., num_warps: .."), for the JSON."""
+    return {name: str(getattr(kernel, "best_config", None))
+            for name, kernel in (("fwd", _attn_fwd), ("dkdv", _attn_bwd_dkdv), ("dq", _attn_bwd_dq))}
+
+
 def autotune_enabled() -> bool:
     return _INTERPRETED or len(_attn_fwd.configs) > 1
 
@@ -609,5 +618,6 @@ __all__ = [
     "autotune_enabled",
     "set_autotune",
     "set_backward",
+    "tuned_configs",
     "use_configs",
 ]

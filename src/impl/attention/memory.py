@@ -15,8 +15,14 @@ So besides Q, K, V the forward leaves exactly one (batch, seq_q, seq_k) matrix f
 the causal mask), not two: the correctness test checks this against the tensors autograd really
 saves (saved_tensors_hooks), and the GPU benchmark against torch.cuda.memory_allocated.
 
-Backward peak: dP = dO V^T is materialised while P is alive, then softmax backward writes dS while
-both are alive: three (batch, seq_q, seq_k) matrices at once; later steps hold at most two.
+Backward peak: dP = dO V^T is materialised while P is alive, then softmax backward runs. On CUDA
+that op (`softmax_backward_cuda_out`) first forms the product dP * P as a temporary of its own and
+then writes dS from it: four (batch, seq_q, seq_k) matrices at once (P, dP, dP * P, dS), one more
+than the autograd graph shows. Seen on the H100 with the allocator's C++ stacks
+(tools/probes/naive_memory.py; reports/data/nvidia-h100-80gb-hbm3/probes/naive_memory_probe.txt);
+the same one-matrix gap was in pytorch_attention's measured peaks. Later steps hold at most two.
+(The first backward of a process also allocates the autograd thread's cuBLAS workspace, 32 MiB on
+the H100: a one-off, not attention's memory.)
 Forward peak: two such matrices (the scaled scores stay alive in the function's scope while
 softmax writes P), plus the two boolean masks (mask and ~mask) when causal.
 """
@@ -47,7 +53,8 @@ class NaiveAttentionMemory:
     saved_for_backward: int   # what autograd keeps: Q, K, V, P (+ ~mask)
     before_backward: int      # saved + O + dO: what is in use when backward starts
     forward_peak: int         # Q, K, V + 2 matrices (+ 2 masks) + O (no dO: forward-only runs have none)
-    backward_peak: int        # before_backward + 2 more matrices (dP, dS) + dV
+    softmax_backward_temp: int  # CUDA softmax backward's dP * P temporary (one matrix)
+    backward_peak: int        # before_backward + dP, the dP * P temporary, dS + dV
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -67,11 +74,12 @@ def naive_attention_memory(batch: int, seq_q: int, d: int, dtype="fp32", *, seq_
     saved = qkv + matrix + mask
     before = saved + output + grad_output
     forward_peak = qkv + 2 * matrix + 2 * mask + output
-    # At softmax backward: P (counted in `before`), dP and dS alive, dV already written (size of V).
-    backward_peak = before + 2 * matrix + kv_bytes
+    # At softmax backward: P (counted in `before`), dP, the dP * P temporary and dS alive, dV
+    # already written (size of V).
+    backward_peak = before + 3 * matrix + kv_bytes
     return NaiveAttentionMemory(qkv=qkv, output=output, grad_output=grad_output, scores_matrix=matrix, mask=mask,
                                 saved_for_backward=saved, before_backward=before, forward_peak=forward_peak,
-                                backward_peak=backward_peak)
+                                softmax_backward_temp=matrix, backward_peak=backward_peak)
 
 
 def flash_saved_for_backward(batch: int, seq: int, d: int, dtype="fp32") -> int:

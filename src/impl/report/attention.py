@@ -123,7 +123,8 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
          measured(b, "memory_before_backward_bytes")],
         ["forward peak (+ dO): scaled scores and P alive together", gib(m.forward_peak + m.grad_output),
          measured(f, "peak")],
-        ["backward peak: P, dP, dS alive together, + dV", gib(m.backward_peak), measured(b, "peak")],
+        ["backward peak: P, dP, CUDA softmax backward's dP·P temporary and dS alive together, + dV",
+         gib(m.backward_peak), measured(b, "peak")],
     ]
     share = m.scores_matrix / m.before_backward
     flash = flash_saved_for_backward(batch, seq, dm, dtype)
@@ -134,7 +135,8 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
     prose = (f"Derived by `impl.attention.memory.naive_attention_memory` from the autograd graph (batch {batch}, "
              f"{dtype}); measured = `torch.cuda.memory_allocated` / peak minus what was allocated before the inputs. "
              f"The one (b, s, s) matrix is {pct(share)} of the memory in use before backward and grows with s²; "
-             f"the backward peak holds three of them. FlashAttention-2 keeps Q, K, V, O and the logsumexp "
+             f"the backward peak holds four of them (on CUDA, softmax backward forms dP·P as a temporary before "
+             f"writing dS; found with the allocator's C++ stacks, tools/probes/naive_memory.py). FlashAttention-2 keeps Q, K, V, O and the logsumexp "
              f"instead: {gib(flash)} GiB for this case, linear in s. "
              + (f"Device memory: {gib(total)} GiB." if total else ""))
     return "\n\n".join([head, prose, table(["component", "derived (GiB)", "measured (GiB)"], rows)])
