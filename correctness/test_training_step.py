@@ -1,12 +1,22 @@
 """training_step (issue 8): the fused LM head + cross-entropy against the unfused path, the fused
-AdamW against the foreach one, the named configs, and the loss curve of the fast options against
-fp32 eager training."""
+AdamW against the foreach one, the named configs, the loss curve of the fast options against fp32
+eager training; and the machinery of perf/test_training_step.py: the profiled step's breakdown,
+compiled graphs reused across contexts, no model kept alive by them."""
+import dataclasses
+import gc
+import json
+import weakref
+
 import pytest
 import torch
 
 from impl.model import AdamW, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
-from impl.profiling.steps import (TRAIN_CONFIGS, make_train_step, named_train_config, train_config)
+from impl.profiling import kernels as K
+from impl.profiling.annotate import PHASES
+from impl.profiling.compiled import graph_breaks, raise_recompile_limit, unique_graphs
+from impl.profiling.steps import (TRAIN_CONFIGS, build_model, make_train_step, named_train_config, random_batch,
+                                  train_config)
 from impl.sweeps import GRIDS, SMOKE_SIZES
 
 V = 97
@@ -212,3 +222,75 @@ def test_model_with_flash_triton_matches_naive():
         out[impl] = [loss.detach()] + [p.grad for p in model.parameters()]
     for a, b in zip(out["flash_triton"], out["naive"]):
         assert rel_err(a, b) < 1e-4
+
+
+# --- perf/test_training_step.py: where the time goes, compiled graphs across contexts, leaks, report
+CPU = torch.device("cpu")
+
+
+def _row_step(name: str, context: int, model_context: int = 64):
+    """(model, step) as a perf row builds them on the CPU: flash_torch, aot_eager, the model built
+    for the largest context."""
+    cfg = named_train_config(name, flash_impl="flash_torch")
+    model = build_model("tiny", model_context, CPU, cfg.attn_impl)
+    x, y = random_batch(model, 2, context, CPU)
+    step, _ = make_train_step(cfg, model, x, y, backend="aot_eager")
+    return model, step
+
+
+@pytest.mark.parametrize("name", ["bf16", "anchor"])
+def test_profiled_step_breakdown_cpu(name):
+    """The CPU path of the row's profile: CPU op self time per phase and category. The tiny model
+    does 7 matmuls per layer plus the LM head per forward and two per matmul backward, so aten::mm
+    (the LM head's vocabulary dominates) must top the step with 3 × (7 layers + 1) calls; SDPA (the
+    anchor) is attention, the naive attention (bf16) is not."""
+    model, step = _row_step(name, 32)
+    step()
+    prof, _ = K.profile_calls(lambda: step(annotated=True), CPU, warmup=1, steps=1)
+    out = K.step_breakdown(prof, step_s=0.5, top=5)
+    assert all(out["phase_ms"][ph] > 0 for ph in PHASES)
+    assert sum(out["phase_ms"].values()) == pytest.approx(out["kernel_ms"])
+    assert sum(out["category_ms"].values()) == pytest.approx(out["kernel_ms"])
+    assert out["gap_ms"] == pytest.approx(500.0 - out["kernel_ms"])
+    top = out["top"]
+    assert len(top) == 5 and [t["ms"] for t in top] == sorted((t["ms"] for t in top), reverse=True)
+    assert top[0]["name"] == "aten::mm" and top[0]["calls"] == 3 * (7 * model.config["num_layers"] + 1)
+    assert (out["category_ms"]["attention"] > 0) == (name == "anchor")
+    assert out["timing_source"] == "cpu_op_self_time" and len(json.dumps(out)) < 4096
+    # the timed calls carry no phase ranges
+    plain, _ = K.profile_calls(step, CPU, warmup=0, steps=1)
+    assert not set(plain.kernels) & set(PHASES)
+
+
+@pytest.mark.parametrize("name", ["+compile", "anchor"])
+def test_compiled_graphs_serve_every_context(name):
+    """Regional (+compile) and whole-model (anchor) compilation: the graphs compiled at the first
+    context serve the next ones (fresh models, as the perf rows build them), and the compiled
+    step's loss equals the eager one at every context."""
+    torch._dynamo.reset()
+    raise_recompile_limit()
+    new = []
+    for ctx in (32, 64, 48):
+        _, step = _row_step(name, ctx)
+        before = unique_graphs()
+        loss = step()
+        new.append(unique_graphs() - before)
+        cfg = dataclasses.replace(named_train_config(name), compile="none")
+        eager = build_model("tiny", 64, CPU, cfg.attn_impl)
+        x, y = random_batch(eager, 2, ctx, CPU)
+        torch.testing.assert_close(loss, make_train_step(cfg, eager, x, y)[0](), rtol=1e-3, atol=1e-3)
+    assert new[0] > 0 and new[1:] == [0, 0]
+    assert graph_breaks() == 0
+
+
+@pytest.mark.parametrize("name", ["+compile", "fast", "anchor"])
+def test_compiled_graphs_keep_no_model(name):
+    """Dynamo's kept graphs (not reset between rows) must not hold a dropped row's model: its
+    parameters are graph inputs, and the compiled blocks' forwards live on the model itself."""
+    model, step = _row_step(name, 32)
+    step()
+    step()
+    param = weakref.ref(next(model.parameters()))
+    del model, step
+    gc.collect()
+    assert param() is None
