@@ -269,9 +269,9 @@ def test_compiled_graphs_serve_every_context(name):
     """Regional (+compile) and whole-model (anchor) compilation: the graphs compiled at the first
     context serve the next ones (fresh models, as the perf rows build them), and the compiled
     step's loss equals the eager one at every context."""
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # dynamo's counters survive a reset (and other tests): count differences
     raise_recompile_limit()
-    new = []
+    new, breaks = [], graph_breaks()
     for ctx in (32, 64, 48):
         _, step = _row_step(name, ctx)
         before = unique_graphs()
@@ -282,7 +282,7 @@ def test_compiled_graphs_serve_every_context(name):
         x, y = random_batch(eager, 2, ctx, CPU)
         torch.testing.assert_close(loss, make_train_step(cfg, eager, x, y)[0](), rtol=1e-3, atol=1e-3)
     assert new[0] > 0 and new[1:] == [0, 0]
-    assert graph_breaks() == 0
+    assert graph_breaks() == breaks
 
 
 @pytest.mark.parametrize("name", ["+compile", "fast", "anchor"])
