@@ -25,11 +25,23 @@ CPU = torch.device("cpu")
     ("aten::_softmax", "softmax"), ("triton_red_fused__softmax_0", "softmax"),
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4> >", "reduction"),
     ("triton_per_fused_mean_pow_1", "reduction"), ("aten::sum", "reduction"),
-    ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda> >", "elementwise"),
+    # autocast's casts are copies
+    ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda> >", "copy"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >", "elementwise"),
     ("triton_poi_fused_add_mul_2", "elementwise"), ("aten::mul", "elementwise"), ("aten::masked_fill", "elementwise"),
     ("Memcpy DtoD (Device -> Device)", "copy"), ("Memset (Device)", "copy"), ("aten::copy_", "copy"),
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "communication"),
+    # attention: our Triton FlashAttention, SDPA's flash / cuDNN / memory-efficient kernels and CPU op,
+    # but not an Inductor pointwise kernel named after the attention op it feeds
+    ("_attn_fwd", "attention"), ("_attn_bwd_dkdv", "attention"), ("_attn_bwd_dq", "attention"),
+    ("_attn_bwd_preprocess", "attention"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t> >",
+     "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0", "attention"),
+    ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "attention"),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
+    ("triton_poi_fused__scaled_dot_product_cudnn_attention_transpose_view_5", "elementwise"),
+    ("aten::_fused_adamw_", "elementwise"),
     ("some_unknown_kernel", "other"),
 ])
 def test_classify_kernel(name, cat):

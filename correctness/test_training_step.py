@@ -1,12 +1,24 @@
 """training_step (issue 8): the fused LM head + cross-entropy against the unfused path, the fused
-AdamW against the foreach one, the named configs, and the loss curve of the fast options against
-fp32 eager training."""
+AdamW against the foreach one, the named configs, the loss curve of the fast options against fp32
+eager training; and the machinery of perf/test_training_step.py: the profiled step's breakdown,
+compiled graphs reused across contexts, no model kept alive by them, the report's tables."""
+import dataclasses
+import gc
+import json
+import weakref
+
 import pytest
 import torch
 
 from impl.model import AdamW, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
-from impl.profiling.steps import (TRAIN_CONFIGS, make_train_step, named_train_config, train_config)
+from impl.profiling import kernels as K
+from impl.profiling.annotate import PHASES
+from impl.profiling.compiled import graph_breaks, raise_recompile_limit, unique_graphs
+from impl.profiling.steps import (TRAIN_CONFIGS, build_model, make_train_step, named_train_config, random_batch,
+                                  train_config)
+from impl.report.data import load_file
+from impl.report.training_step import render
 from impl.sweeps import GRIDS, SMOKE_SIZES
 
 V = 97
@@ -212,3 +224,120 @@ def test_model_with_flash_triton_matches_naive():
         out[impl] = [loss.detach()] + [p.grad for p in model.parameters()]
     for a, b in zip(out["flash_triton"], out["naive"]):
         assert rel_err(a, b) < 1e-4
+
+
+# --- perf/test_training_step.py: where the time goes, compiled graphs across contexts, leaks, report
+CPU = torch.device("cpu")
+
+
+def _row_step(name: str, context: int, model_context: int = 64):
+    """(model, step) as a perf row builds them on the CPU: flash_torch, aot_eager, the model built
+    for the largest context."""
+    cfg = named_train_config(name, flash_impl="flash_torch")
+    model = build_model("tiny", model_context, CPU, cfg.attn_impl)
+    x, y = random_batch(model, 2, context, CPU)
+    step, _ = make_train_step(cfg, model, x, y, backend="aot_eager")
+    return model, step
+
+
+@pytest.mark.parametrize("name", ["bf16", "anchor"])
+def test_profiled_step_breakdown_cpu(name):
+    """The CPU path of the row's profile: CPU op self time per phase and category. The tiny model
+    does 7 matmuls per layer plus the LM head per forward and two per matmul backward, so aten::mm
+    (the LM head's vocabulary dominates) must top the step with 3 × (7 layers + 1) calls; SDPA (the
+    anchor) is attention, the naive attention (bf16) is not."""
+    model, step = _row_step(name, 32)
+    step()
+    prof, _ = K.profile_calls(lambda: step(annotated=True), CPU, warmup=1, steps=1)
+    out = K.step_breakdown(prof, step_s=0.5, top=5)
+    assert all(out["phase_ms"][ph] > 0 for ph in PHASES)
+    assert sum(out["phase_ms"].values()) == pytest.approx(out["kernel_ms"])
+    assert sum(out["category_ms"].values()) == pytest.approx(out["kernel_ms"])
+    assert out["gap_ms"] == pytest.approx(500.0 - out["kernel_ms"])
+    top = out["top"]
+    assert len(top) == 5 and [t["ms"] for t in top] == sorted((t["ms"] for t in top), reverse=True)
+    assert top[0]["name"] == "aten::mm" and top[0]["calls"] == 3 * (7 * model.config["num_layers"] + 1)
+    assert (out["category_ms"]["attention"] > 0) == (name == "anchor")
+    assert out["timing_source"] == "cpu_op_self_time" and len(json.dumps(out)) < 4096
+    # the timed calls carry no phase ranges
+    plain, _ = K.profile_calls(step, CPU, warmup=0, steps=1)
+    assert not set(plain.kernels) & set(PHASES)
+
+
+@pytest.mark.parametrize("name", ["+compile", "anchor"])
+def test_compiled_graphs_serve_every_context(name):
+    """Regional (+compile) and whole-model (anchor) compilation: the graphs compiled at the first
+    context serve the next ones (fresh models, as the perf rows build them), and the compiled
+    step's loss equals the eager one at every context."""
+    torch._dynamo.reset()  # dynamo's counters survive a reset (and other tests): count differences
+    raise_recompile_limit()
+    new, breaks = [], graph_breaks()
+    for ctx in (32, 64, 48):
+        _, step = _row_step(name, ctx)
+        before = unique_graphs()
+        loss = step()
+        new.append(unique_graphs() - before)
+        cfg = dataclasses.replace(named_train_config(name), compile="none")
+        eager = build_model("tiny", 64, CPU, cfg.attn_impl)
+        x, y = random_batch(eager, 2, ctx, CPU)
+        torch.testing.assert_close(loss, make_train_step(cfg, eager, x, y)[0](), rtol=1e-3, atol=1e-3)
+    assert new[0] > 0 and new[1:] == [0, 0]
+    assert graph_breaks() == breaks
+
+
+@pytest.mark.parametrize("name", ["+compile", "fast", "anchor"])
+def test_compiled_graphs_keep_no_model(name):
+    """Dynamo's kept graphs (not reset between rows) must not hold a dropped row's model: its
+    parameters are graph inputs, and the compiled blocks' forwards live on the model itself."""
+    model, step = _row_step(name, 32)
+    step()
+    step()
+    param = weakref.ref(next(model.parameters()))
+    del model, step
+    gc.collect()
+    assert param() is None
+
+
+def _synthetic_row(config: str, profile: dict | None = None, error: str | None = None) -> dict:
+    info = dict(problem="training_step", oom=False, warmup=3, rounds=5, peak_flops=1e15, peak_dtype="bfloat16",
+                env=dict(device_type="cuda"), metrics=dict(tokens_per_s=1e5, mfu=0.4),
+                config=dict(size="xl", context=512, config=config, batch=4, dtype="bf16", attn_impl="sdpa",
+                            compile="none", optimizer="adamw", fused_ce=False, compile_backend=None))
+    if profile is not None:
+        info["profile"] = profile
+    if error is not None:
+        info["profile_error"] = error
+    return dict(name=f"test_training_step[xl-512-{config}]", group="training_step", extra_info=info,
+                stats=dict(mean=0.01, stddev=0.0, median=0.01, min=0.01, max=0.01, rounds=5))
+
+
+def test_report_where_the_time_goes(tmp_path):
+    """The report's tables from a synthetic JSON whose profiles come from step_breakdown: a
+    10 ms step with 6 ms of matmul, 1 ms of attention, 0.5 ms of elementwise (8.5 ms of kernels)."""
+    prof = K.PhaseProfile(steps=1, device_type="cuda", kernels={
+        "forward": {"sm90_xmma_gemm_bf16": [2000.0, 8], "_attn_fwd": [400.0, 2]},
+        "backward": {"sm90_xmma_gemm_bf16": [4000.0, 16], "_attn_bwd_dkdv": [600.0, 2]},
+        "optimizer step": {"multi_tensor_apply_kernel": [500.0, 3]}})
+    breakdown = K.step_breakdown(prof, step_s=0.01)
+    rows = [_synthetic_row("bf16"), _synthetic_row("fast", breakdown), _synthetic_row("anchor", error="OOM: boom")]
+    path = tmp_path / "gpu" / "training_step.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(dict(benchmarks=rows)))
+    import pandas as pd
+
+    text = render(pd.DataFrame(load_file(path)), "gpu", tmp_path / "figures", "figures")
+    part = text[text.index("### Where the time goes"):]
+    line = next(ln for ln in part.splitlines() if ln.startswith("| xl | 512 | fast |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    head = [c.strip() for c in part.splitlines()[part.splitlines().index(line) - 2].strip("|").split("|")]
+    got = dict(zip(head, cells))
+    assert got["step (ms)"] == "10.00" and got["forward (ms)"] == "2.40" and got["backward (ms)"] == "4.60"
+    assert got["optimizer step (ms)"] == "0.50"
+    assert got["matmul"] == "6.00 (60%)" and got["attention"] == "1.00 (10%)" and got["elementwise"] == "0.50 (5%)"
+    assert got["kernels"] == "7.50 (75%)" and got["gap"] == "2.50 (25%)"
+    assert "communication" not in head  # no time in any row
+    assert "anchor: OOM: boom" in part and "| xl | 512 | bf16 |" not in part  # bf16 was not profiled
+    assert "| xl | 512 | `sm90_xmma_gemm_bf16` | matmul | 6.000 | 24 | 60.0% |" in part
+    # rows from before the profiles (no profile keys): no such part
+    path.write_text(json.dumps(dict(benchmarks=[_synthetic_row("bf16")])))
+    assert "Where the time goes" not in render(pd.DataFrame(load_file(path)), "gpu", tmp_path / "figures", "figures")

@@ -24,7 +24,8 @@ import pytest
 import torch
 
 from impl.profiling.attention_bench import Budget, record_not_run
-from impl.profiling.compiled import WHY, CompiledAdamW, compile_model, describe
+from impl.profiling.compiled import (WHY, CompiledAdamW, compile_model, describe, graph_breaks, raise_recompile_limit,
+                                     unique_graphs)
 from impl.profiling.harness import record_oom, run_benchmark, time_once
 from impl.profiling.steps import ModelCache, make_step, random_batch
 from impl.model import AdamW
@@ -38,21 +39,13 @@ BUDGET = Budget(G["budget_s"])
 STATE = dict(size=None, target=None, rounds={})
 COMPILED = dict(compile=G["compile"], dynamic_seq=G["dynamic_seq"], backend=G["backend"],
                 compiled_what=describe(G["compile"], G["dynamic_seq"], G["backend"]), compiled_why=WHY)
-# one entry per size and grad mode for the block function; the default limit (8) would make the
-# later sizes fall back to eager silently
-for _name in ("recompile_limit", "cache_size_limit"):
-    if hasattr(torch._dynamo.config, _name):
-        setattr(torch._dynamo.config, _name, max(getattr(torch._dynamo.config, _name), 64))
+raise_recompile_limit(64)  # one entry per size and grad mode for the block function
 
 OPTIMIZER = "optimizer_step"
 CASES = []
 for _s in G["sizes"]:
     CASES += [(_s, None, OPTIMIZER, impl) for impl in ("eager", "compiled")]
     CASES += [(_s, c, m, impl) for c in G["contexts"] for m in G["modes"] for impl in ("eager", "compiled")]
-
-
-def _graphs() -> int:
-    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
 def _model(size, device):
@@ -103,7 +96,7 @@ def test_torch_compile_model(benchmark, device, size, context, mode, impl):
             x, y = random_batch(model, batch, context, device)
             fn, setup = make_step(mode, STATE["target"] if impl == "compiled" else model, x, y, G["dtype"])
             graph = "inference" if mode == "forward" else "training"
-        before = _graphs()
+        before = unique_graphs()
         first_s = time_once(fn, device)
     except Exception as exc:  # noqa: BLE001
         if not is_oom(exc):
@@ -126,9 +119,9 @@ def test_torch_compile_model(benchmark, device, size, context, mode, impl):
     rounds = STATE["rounds"].get(key) or _rounds(first_s)
     extra["first_call_s"] = first_s
     if impl == "compiled":
-        new = _graphs() - before
+        new = unique_graphs() - before
         extra.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0, graph=graph,
-                     graph_breaks=sum(torch._dynamo.utils.counters["graph_break"].values()))
+                     graph_breaks=graph_breaks())
     res = run_benchmark(benchmark, problem=PROBLEM, config=config, fn=fn, setup=setup, device=device,
                         warmup=G["warmup"], rounds=rounds, extra=extra)
     if impl == "compiled" and extra["compiled_now"] and res.mean_s is not None:

@@ -5,10 +5,23 @@ together ("fast"), and PyTorch's own pieces ("anchor": SDPA, torch.compile of th
 torch.optim.AdamW fused). Configs: impl.profiling.steps.TRAIN_CONFIGS; grid: impl.sweeps.
 
 Each row builds a fresh model and optimizer, runs one untimed first step (compilation, Triton
-autotuning, optimizer-state allocation: its time is `first_step_s`, and `compile_s` = first step −
-mean step for compiled configs), then warm-up and timed steps through run_benchmark (step time,
-tokens/s, MFU against the measured matmul peak, CUDA peak memory). OOM anywhere is a row; rows
-past the file's time budget are recorded as left out."""
+autotuning, optimizer-state allocation: its time is `first_step_s`), then warm-up and timed steps
+through run_benchmark (step time, tokens/s, MFU against the measured matmul peak, CUDA peak
+memory). OOM anywhere is a row; rows past the file's time budget are recorded as left out.
+
+Compilation is paid once per size: dynamo is reset only when the size changes, every model of a
+size is built with the grid's largest context (the RoPE tables, static graph inputs, keep one
+shape) and the compiled graphs take the sequence dimension as dynamic, so the rows of the next
+context reuse them. A compiled row records the graphs its first step compiled (`new_graphs`;
+`compiled_now` / `reused_graph`) and, when it compiled, `compile_s` = first step − mean step.
+Parameters are graph inputs (inline_inbuilt_nn_modules), so the kept graphs hold no model.
+
+Where the time goes: the `profiled` configs get, after their timed steps, one profiled step
+(impl.profiling.kernels.profile_calls, after `prof_warmup` unrecorded ones) whose kernel time per
+phase and per category, top kernels and gap to the measured step time are in extra_info
+["profile"] (kernels.step_breakdown); a failed profile leaves its error in "profile_error" and the
+timed row stands."""
+import time
 from dataclasses import asdict
 
 import pytest
@@ -16,7 +29,9 @@ import torch
 
 from impl.model import mode_flops
 from impl.profiling.attention_bench import Budget, record_not_run
+from impl.profiling.compiled import graph_breaks, raise_recompile_limit, unique_graphs
 from impl.profiling.harness import record_oom, run_benchmark, time_once
+from impl.profiling.kernels import profile_calls, step_breakdown
 from impl.profiling.steps import build_model, make_train_step, named_train_config, random_batch
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.sweeps import ALL_SIZES, grid
@@ -25,14 +40,28 @@ PROBLEM = "training_step"
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G["budget_s"])
 CASES = [(s, c, n) for s in G["sizes"] for c in G["contexts"] for n in G["configs"]]
+STATE = dict(size=None)  # the size whose compiled graphs dynamo holds
+raise_recompile_limit(64)  # per size: the blocks' graphs of +compile and fast, the anchor's, recompiles
 
 
-def _release(state: dict, compiled: bool) -> None:
-    """Drops the row's model, optimizer and step (and compiled graphs) before the next row."""
-    state.clear()
-    if compiled:
+def _enter_size(size: str) -> None:
+    """Compiled graphs are kept across the contexts of a size and dropped when it changes."""
+    if STATE["size"] != size:
         torch._dynamo.reset()
-    free_memory()
+        STATE["size"] = size
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+
+
+def _where_the_time_goes(step, device, step_s: float) -> dict:
+    """One profiled training step, phases annotated, as kernels.step_breakdown (plus its cost)."""
+    start = time.perf_counter()
+    prof, parse_s = profile_calls(lambda: step(annotated=True), device, warmup=G["prof_warmup"], steps=1)
+    out = step_breakdown(prof, step_s, top=G["top_kernels"])
+    out.update(warmup_steps=G["prof_warmup"], parse_s=parse_s, profile_s=time.perf_counter() - start)
+    return out
 
 
 @pytest.mark.parametrize("size,context,config", CASES)
@@ -41,29 +70,40 @@ def test_training_step(benchmark, device, matmul_peak, size, context, config):
     batch, compiled = G["batch"], cfg.compile != "none"
     row = dict(size=size, context=context, config=config, batch=batch, **asdict(cfg),
                compile_backend=G["compile_backend"] if compiled else None)
-    extra = dict(study="ablation", **matmul_peak)
+    extra = dict(study="ablation", model_context_length=max(G["contexts"]), **matmul_peak)
     if BUDGET.exhausted():
         record_not_run(benchmark, problem=PROBLEM, config=row, device=device, kind="left_out", reason=BUDGET.reason(),
                        extra=extra)
         return
+    _enter_size(size)
     state, message = {}, None
     try:
-        state["model"] = build_model(size, context, device, cfg.attn_impl)
+        state["model"] = build_model(size, max(G["contexts"]), device, cfg.attn_impl)
         x, y = random_batch(state["model"], batch, context, device)
         state["step"], state["optimizer"] = make_train_step(cfg, state["model"], x, y, backend=G["compile_backend"])
+        graphs, breaks = unique_graphs(), graph_breaks()
         first_s = time_once(state["step"], device)  # compiles here, not in warm-up or timed rounds
     except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
         if not is_oom(exc):
             raise
         message = str(exc)
-    if message is not None:
-        _release(state, compiled)
+    if message is not None:  # handled outside the except block, whose traceback holds the tensors
+        state.clear()
         record_oom(benchmark, problem=PROBLEM, config=row, device=device, message=message, extra=extra)
         return
+    extra["first_step_s"] = first_s
+    if compiled:
+        new = unique_graphs() - graphs
+        extra.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0, graph_breaks=graph_breaks() - breaks)
     res = run_benchmark(benchmark, problem=PROBLEM, config=row, fn=state["step"], device=device, warmup=G["warmup"],
                         rounds=G["rounds"], flops=mode_flops("train_step", **ALL_SIZES[size], batch=batch, seq=context),
-                        tokens=batch * context, peak_flops=matmul_peak["peak_flops"],
-                        extra={**extra, "first_step_s": first_s})
-    if compiled and res.mean_s is not None:
+                        tokens=batch * context, peak_flops=matmul_peak["peak_flops"], extra=extra)
+    if compiled and extra["compiled_now"] and res.mean_s is not None:
         res.info["compile_s"] = max(first_s - res.mean_s, 0.0)
-    _release(state, compiled)
+    if config in G["profiled"] and res.mean_s is not None:
+        try:
+            res.info["profile"] = _where_the_time_goes(state["step"], device, res.mean_s)
+        except Exception as exc:  # noqa: BLE001 - a failed profile (OOM included) must not lose the timed row
+            res.info["profile_error"] = _first_line(exc)
+    state.clear()
+    free_memory()

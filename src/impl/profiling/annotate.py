@@ -12,6 +12,9 @@ from typing import Iterator
 
 import torch
 
+# The annotated phases of a training step (impl.profiling.kernels attributes kernels to them).
+PHASES = ("forward", "backward", "optimizer step")
+
 
 def _nvtx_enabled() -> bool:
     # Never initialise CUDA just to annotate: only use NVTX when CUDA is
@@ -37,4 +40,4 @@ def annotate(name: str) -> Iterator[None]:
         yield
 
 
-__all__ = ["annotate"]
+__all__ = ["PHASES", "annotate"]

@@ -37,6 +37,7 @@ model's 111 tensors on the CPU, against 7.6 s for the per-parameter function.)
 from __future__ import annotations
 
 import math
+import types
 
 import torch
 from torch import nn
@@ -56,6 +57,48 @@ def _block_forward(block: TransformerBlock, x: torch.Tensor, rope, positions: to
     return TransformerBlock.forward(block, x, rope, positions)
 
 
+def mark_seq_dynamic(x: torch.Tensor, positions: torch.Tensor, strict: bool = True) -> None:
+    """Marks the sequence dimension of a block's inputs dynamic. strict: torch._dynamo.mark_dynamic
+    (compiling code that specializes the length is an error); otherwise maybe_mark_dynamic (such
+    code just compiles again for the next length)."""
+    mark = torch._dynamo.mark_dynamic if strict else torch._dynamo.maybe_mark_dynamic
+    mark(x, 1)
+    mark(positions, 0)
+
+
+def compile_blocks_in_place(lm: TransformerLM, *, backend: str = "inductor") -> None:
+    """RegionalLM's compilation inside `lm` itself (its forward, hence return_hidden, unchanged):
+    every block's forward becomes one compiled function shared by all blocks (and all models:
+    the cache is on the function's code), the sequence dimension marked dynamic at each call.
+    Non-strict: an attention that specializes the length (flash_torch's Python tile loops, the
+    graph break around flash_triton's kernels) recompiles per length instead of failing."""
+    block_fn = torch.compile(_block_forward, backend=backend)
+
+    def forward(block, x, rope, positions):
+        mark_seq_dynamic(x, positions, strict=False)
+        return block_fn(block, x, rope, positions)
+
+    for block in lm.layers:
+        block.forward = types.MethodType(forward, block)
+
+
+def raise_recompile_limit(n: int = 64) -> None:
+    """Lets one compiled function hold `n` graphs (sizes, grad modes, configs): past dynamo's
+    default limit (8) later calls would fall back to eager silently."""
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), n))
+
+
+def unique_graphs() -> int:
+    """Graphs dynamo has compiled in this process (since the last torch._dynamo.reset())."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+def graph_breaks() -> int:
+    return sum(torch._dynamo.utils.counters["graph_break"].values())
+
+
 class RegionalLM(nn.Module):
     """`lm`'s forward with each block through one compiled function (see module doc). Shares
     `lm`'s parameters; `lm` itself is left eager."""
@@ -73,8 +116,7 @@ class RegionalLM(nn.Module):
         x = lm.token_embeddings(token_ids)
         for block in lm.layers:
             if self.dynamic_seq:
-                torch._dynamo.mark_dynamic(x, 1)
-                torch._dynamo.mark_dynamic(positions, 0)
+                mark_seq_dynamic(x, positions)
             x = self.block_fn(block, x, lm.rope, positions)
         return lm.lm_head(lm.ln_final(x))
 
@@ -157,4 +199,5 @@ class CompiledAdamW(AdamW):
         return loss
 
 
-__all__ = ["STRATEGIES", "WHY", "CompiledAdamW", "RegionalLM", "WholeLM", "compile_model", "describe"]
+__all__ = ["STRATEGIES", "WHY", "CompiledAdamW", "RegionalLM", "WholeLM", "compile_blocks_in_place", "compile_model",
+           "describe", "graph_breaks", "mark_seq_dynamic", "raise_recompile_limit", "unique_graphs"]

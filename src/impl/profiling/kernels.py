@@ -34,22 +34,27 @@ from dataclasses import dataclass, field
 import torch
 
 from impl.model import AdamW, cross_entropy
-from impl.profiling.annotate import annotate
+from impl.profiling.annotate import PHASES, annotate
 from impl.profiling.steps import autocast_ctx
 from impl.runtime import synchronize
 
-CATEGORIES = ("matmul", "elementwise", "reduction", "softmax", "copy", "communication", "other")
-PHASES = ("forward", "backward", "optimizer step")
+CATEGORIES = ("matmul", "attention", "elementwise", "reduction", "softmax", "copy", "communication", "other")
 ATTENTION_PARTS = ("computing attention scores", "computing softmax", "final matmul")
 WARMUP = "warm-up"
 ANNOTATIONS = (WARMUP, *PHASES, *ATTENTION_PARTS)
 
 # Order matters: the first rule that matches wins (a "triton_red_fused_softmax" is a softmax, a
-# cutlass "..._gemm_..._reduce" epilogue is still a matmul).
+# cutlass "..._gemm_..._reduce" epilogue is still a matmul, a cuDNN "sdpa_..._flash_..._wgmma" or
+# cutlass "fmha" kernel is attention). Attention: our Triton FlashAttention kernels (_attn_fwd,
+# _attn_bwd_*) and SDPA's (flash, fmha, cudnn, *attention* ops on the CPU), but not Inductor's
+# fused pointwise/reduction kernels that merely carry an attention op in their name (the layout
+# changes around it). Copy includes casts: ATen's direct_copy_kernel is what autocast's fp32 → bf16
+# weight casts run.
 _RULES = [
     ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|broadcast|c10d::|gloo"),
+    ("attention", r"^(?!triton_|cpp_fused)(?:.*(?:_attn_(?:fwd|bwd)|flash|fmha|cudnn|attention))"),
     ("copy", r"memcpy|memset|\bcopy_|aten::copy_|aten::to\b|aten::_to_copy|aten::contiguous|aten::clone|"
-             r"dtoh|htod|dtod|cat_?array|catarraybatched|aten::cat\b|aten::stack\b"),
+             r"direct_copy_kernel|dtoh|htod|dtod|cat_?array|catarraybatched|aten::cat\b|aten::stack\b"),
     ("matmul", r"gemm|gemv|sgemm|hgemm|cutlass|xmma|wgmma|cublas|\bmatmul\b|aten::mm\b|aten::addmm\b|aten::bmm\b|"
                r"aten::baddbmm\b|aten::linear\b|aten::matmul\b|aten::_?scaled_mm\b|aten::einsum\b|"
                r"triton_(?:tem|mm|bmm)_|\bmm_|_mm\b|\bbmm\b|splitk|s\d{3,4}gemm|nvjet"),
@@ -59,7 +64,7 @@ _RULES = [
                   r"aten::_foreach_norm|multi_tensor_apply.*norm"),
     ("elementwise", r"elementwise|vectorized|unrolled_elementwise|aten::(?:add|sub|mul|div|pow|rsqrt|sqrt|exp|"
                     r"sigmoid|silu|neg|where|masked_fill|tril|fill_|zero_|lerp|addcmul|addcdiv|abs|cos|sin|"
-                    r"relu|gelu)_?\b|triton_poi_|pointwise|_foreach_|multi_tensor_apply|fill_kernel|"
+                    r"relu|gelu)_?\b|triton_poi_|pointwise|_foreach_|_fused_adamw?_|multi_tensor_apply|fill_kernel|"
                     r"index_select|indexing|gather|scatter|embedding"),
 ]
 _COMPILED = [(cat, re.compile(rx, re.IGNORECASE)) for cat, rx in _RULES]
@@ -112,12 +117,21 @@ class PhaseProfile:
     def total_us(self, phases) -> float:
         return sum(t for ph in phases for t, _ in self.kernels.get(ph, {}).values())
 
-    def category_shares(self, phases) -> dict:
-        by = defaultdict(float)
+    def category_us(self, phases) -> dict:
+        """Total time (us) per category, every category present."""
+        by = dict.fromkeys(CATEGORIES, 0.0)
         for r in self.table(phases):
             by[r["category"]] += r["time_us"]
+        return by
+
+    def category_shares(self, phases) -> dict:
+        by = self.category_us(phases)
         total = sum(by.values()) or 1.0
-        return {c: by.get(c, 0.0) / total for c in CATEGORIES}
+        return {c: t / total for c, t in by.items()}
+
+    @property
+    def timing_source(self) -> str:
+        return "kernels" if self.device_type == "cuda" else "cpu_op_self_time"
 
 
 def _is_annotation(evt) -> bool:
@@ -312,15 +326,14 @@ def annotated_train_step(model, x, y, dtype: str, optimizer, forward_only: bool 
         synchronize(device)
 
 
-def profile_steps(model, x, y, dtype: str = "fp32", warmup: int = 1, steps: int = 2, trace_path=None,
-                  forward_only: bool = False, upto: str | None = None) -> tuple[PhaseProfile, float]:
-    """Profiles `steps` annotated training steps after `warmup` unrecorded ones (the schedule's
-    warm-up phase: the profiler runs, so its start-up cost is paid, but keeps nothing); returns
-    their phase profile and the seconds spent building it from the raw events (overhead, kept
-    visible). `trace_path` (".json" or ".json.gz", compressed by torch) gets the Chrome trace of
-    the recorded steps."""
-    device = x.device
-    optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+def profile_calls(fn, device: torch.device, warmup: int = 1, steps: int = 2,
+                  trace_path=None) -> tuple[PhaseProfile, float]:
+    """Profiles `steps` calls of `fn` (which annotates its phases) after `warmup` unrecorded ones
+    (the schedule's warm-up phase: the profiler runs, so its start-up cost is paid, but keeps
+    nothing); every call ends in a device sync, so its kernels are done before the profiler
+    stops. Returns their phase profile and the seconds spent building it from the raw events
+    (overhead, kept visible). `trace_path` (".json" or ".json.gz", compressed by torch) gets the
+    Chrome trace of the recorded calls."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -330,7 +343,8 @@ def profile_steps(model, x, y, dtype: str = "fp32", warmup: int = 1, steps: int 
     with torch.profiler.profile(activities=activities, **kw) as prof:
         for i in range(warmup + steps):
             with annotate(WARMUP) if i < warmup else contextlib.nullcontext():
-                annotated_train_step(model, x, y, dtype, optimizer, forward_only, upto)
+                fn()
+                synchronize(device)
             if warmup > 0:
                 prof.step()
     t0 = time.perf_counter()
@@ -338,8 +352,17 @@ def profile_steps(model, x, y, dtype: str = "fp32", warmup: int = 1, steps: int 
     parse_s = time.perf_counter() - t0
     if trace_path is not None:
         prof.export_chrome_trace(str(trace_path))
-    optimizer.zero_grad(set_to_none=True)
     return result, parse_s
+
+
+def profile_steps(model, x, y, dtype: str = "fp32", warmup: int = 1, steps: int = 2, trace_path=None,
+                  forward_only: bool = False, upto: str | None = None) -> tuple[PhaseProfile, float]:
+    """profile_calls of annotated_train_step (our AdamW, a fresh one)."""
+    optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    result = profile_calls(lambda: annotated_train_step(model, x, y, dtype, optimizer, forward_only, upto),
+                           x.device, warmup, steps, trace_path)
+    optimizer.zero_grad(set_to_none=True)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +376,7 @@ def nsys_answers(p: PhaseProfile, *, batch: int, heads: int, seq: int, head_dim:
     """Everything nsys_profile (a)-(e) needs, as JSON-ready data."""
     fwd, fwd_bwd, train = ("forward",), ("forward", "backward"), PHASES
     steps = p.steps
-    out: dict = {"steps_profiled": steps, "timing_source": "kernels" if p.device_type == "cuda" else "cpu_op_self_time"}
+    out: dict = {"steps_profiled": steps, "timing_source": p.timing_source}
     out["tables"] = {"forward": _compact(p.table(fwd, top)), "backward": _compact(p.table(("backward",), top)),
                      "optimizer step": _compact(p.table(("optimizer step",), top)),
                      "forward+backward": _compact(p.table(fwd_bwd, top)),
@@ -395,3 +418,18 @@ def nsys_answers(p: PhaseProfile, *, batch: int, heads: int, seq: int, head_dim:
     out["softmax_to_matmuls_time_ratio"] = soft["time_ms"] / mm_t if mm_t else None
     out["softmax_to_matmuls_flop_ratio"] = soft["flops"] / mm_f
     return out
+
+
+def step_breakdown(p: PhaseProfile, step_s: float, top: int = 8) -> dict:
+    """Where a training step's time goes, per step, as JSON-ready data (a few KB): kernel time in
+    each phase and each category, the `top` kernels with their calls, and the gap between the
+    measured step time `step_s` (timed without the profiler) and the kernel time: host work,
+    launch overhead and device idle time (on the CPU, CPU op self time stands in for kernels)."""
+    per_step_ms = 1e3 * p.steps  # totals in us over p.steps steps -> ms per step
+    kernel_ms = p.total_us(PHASES) / per_step_ms
+    return {"timing_source": p.timing_source, "steps_profiled": p.steps,
+            "step_ms": step_s * 1e3, "kernel_ms": kernel_ms, "gap_ms": step_s * 1e3 - kernel_ms,
+            "phase_ms": {ph: p.total_us((ph,)) / per_step_ms for ph in PHASES},
+            "category_ms": {c: t / per_step_ms for c, t in p.category_us(PHASES).items()},
+            "top": [dict(name=r["name"][:160], category=r["category"], ms=r["time_us"] / per_step_ms,
+                         calls=r["calls"] / p.steps) for r in p.table(PHASES, top)]}

@@ -11,6 +11,8 @@ import torch
 
 from impl.model import AdamW, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
+from impl.profiling.annotate import PHASES, annotate
+from impl.profiling.compiled import compile_blocks_in_place
 from impl.sweeps import ALL_SIZES
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -38,7 +40,9 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
               optimizer: torch.optim.Optimizer | None = None, fused_ce: bool = False) -> tuple[Callable, Callable | None]:
     """Returns (fn, setup): fn is timed, setup runs untimed before each call. `model` may be a
     torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce).
-    The train step returns its (detached) loss."""
+    The train step returns its (detached) loss; train_step(annotated=True) runs each phase in its
+    profiler range (impl.profiling.annotate.PHASES), for a profiled call: the timed calls go
+    without (no range's host cost in their time)."""
     device = x.device
 
     def loss_fn():
@@ -69,15 +73,23 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
         if optimizer is None:
             optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
 
-        def train_step():
+        def train_step(annotated: bool = False):
+            phase = annotate if annotated else _no_range
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn()
-            loss.backward()
-            optimizer.step()
+            with phase(PHASES[0]):
+                loss = loss_fn()
+            with phase(PHASES[1]):
+                loss.backward()
+            with phase(PHASES[2]):
+                optimizer.step()
             return loss.detach()
         return train_step, None
 
     raise ValueError(f"unknown mode {mode!r}; expected forward, backward, forward_backward or train_step")
+
+
+def _no_range(name: str):
+    return contextlib.nullcontext()
 
 
 class ModelCache:
@@ -131,7 +143,9 @@ class TrainConfig:
     attn_impl  any impl.attention name: "naive", "flash_triton" (FlashAttention-2), "sdpa", ...
     compile    "none"; "blocks": torch.compile of each TransformerBlock in place (regional: the
                blocks share one code object, so one block's graph is compiled and reused by every
-               layer, far quicker than compiling the whole model); "model": torch.compile(model)
+               layer, far quicker than compiling the whole model); "model": torch.compile(model).
+               Both take the sequence dimension as dynamic (make_train_step), so the graphs of
+               one size serve every context: compile once per size, not per (size, context)
     optimizer  "adamw" (ours, foreach), "adamw_fused" (ours through torch._fused_adamw_),
                "torch_adamw" (torch.optim.AdamW, fused on CUDA, its default foreach on the CPU)
     fused_ce   LM head + cross-entropy fused and chunked (impl.model.fused_ce)
@@ -176,13 +190,13 @@ def named_train_config(name: str, flash_impl: str = "flash_triton") -> TrainConf
 
 
 def compile_model(model: TransformerLM, how: str, backend: str = "inductor"):
-    """The module to call: `model` itself (its blocks compiled in place for "blocks") or a compiled
-    wrapper ("model"). Compilation happens at the first calls."""
+    """The module to call: `model` itself (its blocks compiled in place for "blocks",
+    impl.profiling.compiled.compile_blocks_in_place) or a compiled wrapper ("model").
+    Compilation happens at the first calls."""
     if how == "none":
         return model
     if how == "blocks":
-        for block in model.layers:
-            block.compile(backend=backend)
+        compile_blocks_in_place(model, backend=backend)
         return model
     if how == "model":
         return torch.compile(model, backend=backend)
@@ -202,10 +216,16 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
                     backend: str = "inductor", lr: float = 1e-4, weight_decay: float = 0.01):
     """(step, optimizer): a full training step of `model` under `cfg`; step() returns the loss.
     Switches the model's attention to cfg.attn_impl and, for compile="blocks", compiles its blocks
-    in place: give it a model of its own. The first calls of step() compile."""
+    in place: give it a model of its own. The first calls of step() compile. The sequence
+    dimension is dynamic in the compiled graphs (the blocks mark theirs; for the whole model, the
+    token ids'), so a model of another context reuses them, provided its context_length (the
+    RoPE tables' shape, a static graph input) is the same: build every context's model with the
+    largest one."""
     if model.config["attn_impl"] != cfg.attn_impl:
         model.set_attention(cfg.attn_impl)
     target = compile_model(model, cfg.compile, backend)
+    if cfg.compile == "model":
+        torch._dynamo.maybe_mark_dynamic(x, 1)
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
     step, _ = make_step("train_step", target, x, y, cfg.dtype, optimizer, fused_ce=cfg.fused_ce)
     return step, optimizer

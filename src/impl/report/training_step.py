@@ -1,6 +1,8 @@
 """Report section: training_step (beyond the assignment), from perf/test_training_step.py — the
 ablation of the full training step: what each config runs (read from the rows), a table of step
-time, tokens/s, MFU, peak memory and compile time, and tokens/s as bars."""
+time, tokens/s, MFU, peak memory and compile time, tokens/s as bars, and where the time of the
+profiled configs' step goes (kernel time per phase and category, the gap to the measured step,
+the top kernels of `fast`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,21 +48,108 @@ def legend(d: pd.DataFrame) -> str:
     return table(["config", "dtype", "attention", "torch.compile", "optimizer", "LM head + loss"], rows)
 
 
+def _compile_cell(info: dict) -> str:
+    """compile_s where the row's first step compiled; "reused" where it ran graphs compiled at an
+    earlier context of its size; "–" for eager configs."""
+    if info.get("compiled_now"):
+        return num(info.get("compile_s"), 2)
+    return "reused" if info.get("reused_graph") else "–"
+
+
 def ablation_table(d: pd.DataFrame) -> str:
     rows = []
     for (size, ctx), g in _order(d).groupby(["cfg.size", "cfg.context"], sort=False):
         base = g[(g["cfg.config"] == "bf16")]
         base_mean = base.iloc[0]["mean"] if not base.empty and _ok(base.iloc[0]) else None
         for _, r in g.iterrows():
-            ok = _ok(r)
+            ok, info = _ok(r), r["info"]
             speedup = f"{base_mean / r['mean']:.2f}×" if ok and base_mean else "–"
             rows.append([r["cfg.config"], size, int(ctx), ms(r["mean"], r["stddev"]) if ok else "–",
                          num(r.get("m.tokens_per_s"), 0) if ok else "–", pct(r.get("m.mfu")) if ok else "–",
                          speedup, gib(r["peak_alloc"]) if ok else "–",
-                         num(r["info"].get("first_step_s"), 2) if ok else "–",
-                         num(r["info"].get("compile_s"), 2) if ok else "–", _status(r)])
+                         num(info.get("first_step_s"), 2) if ok else "–", _compile_cell(info) if ok else "–",
+                         info.get("new_graphs", "–") if ok else "–", _status(r)])
     return table(["config", "size", "context", "step (ms)", "tokens/s", "MFU", "vs bf16", "peak GiB",
-                  "first step (s)", "compile (s)", "OOM / not run"], rows)
+                  "first step (s)", "compile (s)", "new graphs", "OOM / not run"], rows)
+
+
+# ------------------------------------------------------------------------------ where the time goes
+def _profiled(d: pd.DataFrame) -> pd.DataFrame:
+    d = _order(d)
+    return d[d["info"].map(lambda i: "profile" in i or "profile_error" in i)]
+
+
+def _ms_share(x_ms: float, step_ms: float) -> str:
+    return f"{num(x_ms, 2)} ({pct(x_ms / step_ms, 0)})" if step_ms else num(x_ms, 2)
+
+
+def time_table(d: pd.DataFrame) -> str | None:
+    """Per profiled row: measured step, kernel time per phase, per category (ms and share of the
+    measured step), kernel total and the gap. Categories: those with time in any row, in the
+    JSON's order."""
+    p = _profiled(d)
+    profiles = [i["profile"] for i in p["info"] if "profile" in i]
+    if not profiles:
+        return None
+    cats = [c for c in profiles[0]["category_ms"] if any(pr["category_ms"].get(c, 0.0) > 0 for pr in profiles)]
+    phases = list(profiles[0]["phase_ms"])
+    rows = []
+    for _, r in p.iterrows():
+        pr = r["info"].get("profile")
+        head = [r["cfg.size"], int(r["cfg.context"]), r["cfg.config"]]
+        if pr is None:
+            rows.append(head + ["profile failed"] + [""] * (len(phases) + len(cats) + 2))
+            continue
+        step = pr["step_ms"]
+        rows.append(head + [num(step, 2)] + [num(pr["phase_ms"][ph], 2) for ph in phases]
+                    + [_ms_share(pr["category_ms"][c], step) for c in cats]
+                    + [_ms_share(pr["kernel_ms"], step), _ms_share(pr["gap_ms"], step)])
+    return table(["size", "context", "config", "step (ms)"] + [f"{ph} (ms)" for ph in phases] + cats
+                 + ["kernels", "gap"], rows)
+
+
+def top_kernels_table(d: pd.DataFrame, config: str = "fast") -> str | None:
+    p = _profiled(d)
+    rows = []
+    for _, r in p[p["cfg.config"] == config].iterrows():
+        pr = r["info"].get("profile")
+        for k in (pr or {}).get("top", []):
+            rows.append([r["cfg.size"], int(r["cfg.context"]), f"`{k['name'][:90].replace('|', '/')}`", k["category"],
+                         num(k["ms"], 3), num(k["calls"], 0), pct(k["ms"] / pr["step_ms"])])
+    if not rows:
+        return None
+    return table(["size", "context", "kernel", "category", "ms per step", "calls per step", "share of step"], rows)
+
+
+def time_section(d: pd.DataFrame, top_config: str = "fast") -> list[str]:
+    """The "where the time goes" part: its tables and the failed profiles, if any."""
+    p = _profiled(d)
+    if p.empty:
+        return []
+    tt = time_table(d)
+    pr = next((i["profile"] for i in p["info"] if "profile" in i), {})
+    source = ("GPU kernels" if pr.get("timing_source") == "kernels"
+              else "CPU ops' self time (no GPU: ATen ops stand in for kernels, with the profiler's own overhead)")
+    configs = ", ".join(dict.fromkeys(p["cfg.config"]))
+    parts = ["### Where the time goes",
+             f"One profiled training step of {configs} per (size, context), after its timed steps and "
+             f"{pr.get('warmup_steps', '–')} unrecorded one(s); time from {source}, attributed to the step's phases "
+             "by the launch time of the op that issued it. Per phase in ms; per category in ms and (share of the "
+             "measured step time, timed without the profiler). Attention = FlashAttention / SDPA kernels (the naive "
+             "attention's matmuls and softmax count as matmul and softmax). Gap = measured step − kernel time: host "
+             "work, launch overhead and device idle time (negative when the profiled ops took longer than the "
+             "unprofiled step)."]
+    if tt is not None:
+        parts.append(tt)
+    failed = [f"{r['cfg.size']} ctx {int(r['cfg.context'])} {r['cfg.config']}: {r['info']['profile_error']}"
+              for _, r in p.iterrows() if "profile_error" in r["info"]]
+    if failed:
+        parts.append("Profiles that failed (their timed rows stand): " + "; ".join(failed) + ".")
+    top = top_kernels_table(d, top_config)
+    if top is not None:
+        parts.append(f"Top kernels of {top_config}'s profiled step (per step; share of the measured step time):"
+                     f"\n\n{top}")
+    return parts
 
 
 def plot(d: pd.DataFrame, path: Path) -> bool:
@@ -96,14 +185,17 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
              "autocast (fp32 master weights and optimizer state), each speed-up alone on top of bf16, all of them "
              "(fast), and PyTorch's own pieces (anchor). A fresh model per row; its first step (compilation, "
              "Triton autotuning, optimizer state) is timed apart, then "
-             f"{i.get('warmup')} warm-up and {i.get('rounds')} timed steps. compile = first step − mean step, for "
-             "compiled configs. MFU = model matmul FLOPs (3 × forward, full attention square) ÷ time ÷ measured "
+             f"{i.get('warmup')} warm-up and {i.get('rounds')} timed steps. Compiled graphs are kept across the "
+             "contexts of a size (the sequence dimension is dynamic): compile = first step − mean step where the "
+             "first step compiled graphs (new graphs: how many), \"reused\" where it ran the graphs of an earlier "
+             "context. MFU = model matmul FLOPs (3 × forward, full attention square) ÷ time ÷ measured "
              f"matmul peak ({num(i.get('peak_flops', float('nan')) / 1e12, 2)} TFLOP/s, {i.get('peak_dtype')}). "
              "Peak memory is CUDA's max allocated (none on the CPU).",
              legend(d), ablation_table(d)]
     name = f"{device}-training_step.png"
     if plot(d, fig_dir / name):
         parts.append(f"![training step tokens/s by config]({fig_rel}/{name})")
+    parts += time_section(d)
     left = d[d["info"].map(lambda x: x.get("not_run") == "left_out")]
     if not left.empty:
         parts.append(f"Not run: {len(left)} row(s) ({left['info'].iloc[0].get('not_run_reason')}).")
