@@ -212,13 +212,14 @@ def test_fast_options_follow_fp32_loss_curve(device):
     assert ((fast - ref).abs() / ref).max() < 2e-2
 
 
-def test_model_with_flash_triton_matches_naive():
+def test_model_with_flash_triton_matches_naive(device):
     """The fast config's attention inside the whole model (fp32: the interpreter's bf16 tl.dot is
-    wrong on the CPU; the GPU loss-curve test covers bf16): loss and every gradient."""
-    x, y = _batch(b=2, s=16)
+    wrong on the CPU; the GPU loss-curve test covers bf16): loss and every gradient, on the suite's
+    device (the Triton kernels need CUDA tensors there, the interpreter on the CPU)."""
+    x, y = (t.to(device) for t in _batch(b=2, s=16))
     out = {}
     for impl in ("naive", "flash_triton"):
-        model = _model(attn_impl=impl)
+        model = _model(attn_impl=impl).to(device)
         loss = cross_entropy(model(x), y)
         loss.backward()
         out[impl] = [loss.detach()] + [p.grad for p in model.parameters()]
