@@ -121,6 +121,22 @@ def _bwd_q_configs() -> List[triton.Config]:
                      (64, 32, 4, 3), (64, 64, 4, 3), _BWD_Q_SAFE], interpreter_shape=(32, 16, 4, 1))
 
 
+# fp32 tiles take twice the shared memory and registers of 16-bit ones and three tensor-core passes
+# each (tf32x3): the large tiles spill or overflow shared memory and are slow to compile (the first
+# fp32 flash_benchmarking runs on the H100 spent minutes autotuning before a row finished), so fp32
+# autotunes over tiles of at most 64 x 64 only.
+_FP32_MAX_TILE = 64 * 64
+
+
+def _prune_for_dtype(configs, nargs, **kwargs) -> List[triton.Config]:
+    if nargs["Q"].dtype != torch.float32:
+        return configs
+    small = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= _FP32_MAX_TILE]
+    return small or configs[-1:]
+
+
+_PRUNE = {"early_config_prune": _prune_for_dtype}
+
 _PRE_BLOCK_M = 32 if _interpreting() else 64
 
 
@@ -196,7 +212,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stri
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=_fwd_configs(), key=_AUTOTUNE_KEY)
+@triton.autotune(configs=_fwd_configs(), key=_AUTOTUNE_KEY, prune_configs_by=_PRUNE)
 @triton.jit
 def _attn_fwd(Q, K, V, O, L,
               stride_qb, stride_qh, stride_qs, stride_qd,
@@ -313,7 +329,7 @@ def _attn_bwd_kv_inner(dk, dv, k, v, q_base, do_base, l_base, d_base,
     return dk, dv
 
 
-@triton.autotune(configs=_bwd_kv_configs(), key=_AUTOTUNE_KEY)
+@triton.autotune(configs=_bwd_kv_configs(), key=_AUTOTUNE_KEY, prune_configs_by=_PRUNE)
 @triton.jit
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
                    stride_qb, stride_qh, stride_qs, stride_qd,
@@ -396,7 +412,7 @@ def _attn_bwd_q_inner(dq, q, do, lse2, delta, k_base, v_base,
     return dq
 
 
-@triton.autotune(configs=_bwd_q_configs(), key=_AUTOTUNE_KEY)
+@triton.autotune(configs=_bwd_q_configs(), key=_AUTOTUNE_KEY, prune_configs_by=_PRUNE)
 @triton.jit
 def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
                  stride_qb, stride_qh, stride_qs, stride_qd,
