@@ -5,14 +5,14 @@ import sys
 from pathlib import Path
 
 from impl.report import sections
-from impl.report.data import load
+from impl.report.data import load, load_history
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def build(root: Path = ROOT) -> str:
     data_dir, fig_dir = root / "reports" / "data", root / "reports" / "figures"
-    df = load(data_dir)
+    df, history = load(data_dir), load_history(data_dir)
     out = ["# Report",
            "Built by `make report` from the saved pytest-benchmark JSON under `reports/data/<device>/`; "
            "every number below is read from those files. Do not edit by hand."]
@@ -23,6 +23,9 @@ def build(root: Path = ROOT) -> str:
     devices = sorted(df.device.unique(), key=lambda d: (d == "cpu", d))
     for device in devices:
         dd = df[df.device == device]
+        # earlier versions of this device's benchmarks (as records: pandas compares attrs when it
+        # propagates them), for the sections that show a version history
+        dd.attrs["history"] = [] if history.empty else history[history.device == device].to_dict("records")
         env = dd["info"].iloc[0].get("env", {})
         out.append(f"# Device: {device}")
         out.append(f"{env.get('device')} · torch {env.get('torch')} · triton {env.get('triton')} · "

@@ -5,6 +5,7 @@ Kernel-level rows (flash_benchmarking, leaderboard) are read from extra_info["do
 triton.testing.do_bench median; their pytest-benchmark stats (one call) are not used here."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -290,6 +291,51 @@ def leaderboard_summary(d: pd.DataFrame) -> str:
             f"in the same run).")
 
 
+def leaderboard_history(current: pd.DataFrame, history: list[dict] | None) -> str | None:
+    """One row per saved version of the leaderboard run (history/leaderboard-*.json, then the current
+    file): ours and cuDNN forward+backward and forward from the same run, and the autotuner's picks."""
+    if not history:
+        return None
+    history = pd.DataFrame(history)
+    old = history[history.problem == "leaderboard"]
+    if old.empty:
+        return None
+    rows = []
+    for label, g in [*((sec.split("-", 1)[-1], g) for sec, g in old.groupby("section", sort=True)),
+                     ("current", current)]:
+        ok = g[g.apply(ran, axis=1)]
+        pick = {(r["cfg.impl"], r["cfg.mode"]): r for _, r in ok.iterrows()}
+        ours, cudnn = pick.get(("flash_triton", "fwd_bwd")), pick.get(("sdpa_cudnn", "fwd_bwd"))
+        ours_f, cudnn_f = pick.get(("flash_triton", "fwd")), pick.get(("sdpa_cudnn", "fwd"))
+        if ours is None:
+            continue
+
+        def ms(r):
+            return "–" if r is None else f"{_info(r, 'do_bench_ms'):.3f}"
+        ratio = "–" if cudnn is None else f"{_info(ours, 'do_bench_ms') / _info(cudnn, 'do_bench_ms'):.2f}×"
+        picks = _info(ours, "tuned_configs") or {}
+        picked = "; ".join(f"{k}: {_short_config(v)}" for k, v in picks.items()) or "not recorded"
+        rows.append([label, str(g["datetime"].iloc[0])[:10], ms(ours), num(ours.get("m.tflops"), 1),
+                     pct(ours.get("m.mfu")), ms(ours_f), ms(cudnn), ms(cudnn_f), ratio, picked])
+    if len(rows) < 2:
+        return None
+    return ("### Version history (leaderboard configuration)\n\n"
+            "Each row is one saved run of this benchmark (earlier ones under `history/`); cuDNN is the anchor "
+            "measured in the same run, share of peak against that run's measured matmul peak; the kernels' "
+            "versions and what each try predicted are in NOTES.md.\n\n"
+            + table(["version", "date", "ours fwd+bwd (ms)", "TFLOP/s", "of peak", "ours fwd (ms)",
+                     "cuDNN fwd+bwd (ms)", "cuDNN fwd (ms)", "ours / cuDNN fwd+bwd", "autotuner picks (M×N, warps, stages)"],
+                    rows))
+
+
+def _short_config(text: str) -> str:
+    """'BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, ..., num_stages: 3, ...' -> '64×128 w4 s3'."""
+    v = dict(re.findall(r"(\w+): (\w+)", text or ""))
+    if "BLOCK_M" not in v:
+        return text
+    return f"{v['BLOCK_M']}×{v['BLOCK_N']} w{v.get('num_warps', '?')} s{v.get('num_stages', '?')}"
+
+
 # --- render ---------------------------------------------------------------------------------------------
 
 def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
@@ -345,6 +391,9 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         summary = leaderboard_summary(lb)
         if summary:
             parts.append(summary)
+        hist = leaderboard_history(lb, df.attrs.get("history"))
+        if hist:
+            parts.append(hist)
         notes = sorted({_info(r, "note") for _, r in lb.iterrows() if _info(r, "note")})
         if notes:
             parts.append("Note: " + "; ".join(notes))

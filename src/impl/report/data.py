@@ -1,4 +1,5 @@
-"""Loads reports/data/<device>/*.json (saved pytest-benchmark JSON) into one flat table.
+"""Loads reports/data/<device>/*.json (saved pytest-benchmark JSON) into one flat table, and the
+earlier versions under reports/data/<device>/history/ into another.
 
 One row per benchmark; columns: device (folder), section (file stem), name, group, problem,
 oom, the timing stats in seconds (mean, stddev, median, min, max, rounds), `data` (the raw
@@ -15,13 +16,14 @@ import pandas as pd
 STAT_KEYS = ("mean", "stddev", "median", "min", "max", "rounds")
 
 
-def load_file(path: Path) -> list[dict]:
+def load_file(path: Path, device: str | None = None) -> list[dict]:
     doc = json.loads(path.read_text())
     rows = []
     for bench in doc.get("benchmarks", []):
         info = bench.get("extra_info", {})
         stats = bench.get("stats", {})
-        row = dict(device=path.parent.name, section=path.stem, name=bench["name"], group=bench.get("group"),
+        row = dict(device=device or path.parent.name, section=path.stem, name=bench["name"], group=bench.get("group"),
+                   datetime=doc.get("datetime"),
                    problem=info.get("problem", bench.get("group")), oom=bool(info.get("oom", False)),
                    data=stats.get("data"), info=info,
                    peak_alloc=info.get("peak_memory_allocated_bytes"))
@@ -42,4 +44,13 @@ def load(data_dir: Path) -> pd.DataFrame:
     rows = []
     for path in sorted(data_dir.glob("*/*.json")):
         rows.extend(load_file(path))
+    return pd.DataFrame(rows)
+
+
+def load_history(data_dir: Path) -> pd.DataFrame:
+    """Earlier versions' JSON kept under reports/data/<device>/history/ (e.g. leaderboard-v1.json: the
+    same benchmark before a kernel change), for version tables; `section` is the file stem."""
+    rows = []
+    for path in sorted(data_dir.glob("*/history/*.json")):
+        rows.extend(load_file(path, device=path.parent.parent.name))
     return pd.DataFrame(rows)

@@ -52,6 +52,31 @@ def _main_table(d: pd.DataFrame) -> str:
                   "peak (GiB)", "predicted (GiB)", "tokens/s"], rows)
 
 
+SHARDING_LABEL = dict(none="DDP + AdamW (no sharding)", sharded="ShardedOptimizer(AdamW)", zero1="ZeRO1Optimizer(AdamW)",
+                      torch_zero="torch ZeroRedundancyOptimizer(AdamW)")
+
+
+def _sharding_table(df: pd.DataFrame, first) -> str | None:
+    """The optimizer_state_sharding_accounting rows of the same device and shape, for the memory
+    comparison: peak = the largest of the peaks before and during the optimizer step, over ranks."""
+    s = df[(df.problem == "optimizer_state_sharding_accounting")]
+    if s.empty:
+        return None
+    s = s[(s["cfg.size"] == first["cfg.size"]) & (s["cfg.context"] == first["cfg.context"])
+          & (s["cfg.batch_per_rank"] == first["cfg.batch_per_rank"])]
+    rows = []
+    for _, r in s.iterrows():
+        ranks = r["info"].get("ranks") or []
+        peaks = [max(x.get("before_peak") or 0, x.get("after_peak") or 0) for x in ranks]
+        if r.oom or not peaks or not max(peaks):
+            continue
+        rows.append([SHARDING_LABEL.get(r["cfg.variant"], r["cfg.variant"]), ms(r["mean"], r["stddev"]), gib(max(peaks))])
+    if not rows:
+        return None
+    return ("Against optimizer-state sharding at the same shape (optimizer_state_sharding_accounting, same device, "
+            "its own run):\n\n" + table(["configuration", "step (ms)", "peak (GiB)"], rows))
+
+
 # ---- timeline --------------------------------------------------------------------------------
 
 
@@ -216,6 +241,9 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
             "per step (counted; not counted for torch's fully_shard). Predicted = impl.accounting.memory_breakdown "
             "(ZeRO-3 for FSDP, stage 0 for DDP) plus the activation estimate.")
     parts = [head, _main_table(d)]
+    sharding = _sharding_table(df, first)
+    if sharding:
+        parts.append(sharding)
     errors = [f"{_label(r)}: {r['info']['timeline_error']}" for _, r in d.iterrows() if r["info"].get("timeline_error")]
     if errors:
         parts.append("Timeline step failed: " + "; ".join(errors) + ".")
