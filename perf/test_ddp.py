@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from impl.distributed.bench import LazyWorkerGroup, mean, slowest, timed_command
-from impl.profiling.attention_bench import record_not_run
 from impl.profiling.harness import run_benchmark
 from impl.runtime import profile_name
 from impl.sweeps import grid
@@ -24,7 +23,6 @@ from impl.sweeps import grid
 PROFILE = profile_name()
 G = grid("ddp_benchmarking", PROFILE)
 WS = G["world_size"]
-GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 # smoke: gloo on the CPU (tiny); full: NCCL, one GPU per rank.
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
 MAX_CONTEXT = max(c for c, _ in G["configs"])
@@ -33,12 +31,6 @@ ANCHORS = "ddp_benchmarking_anchors"
 PROBLEMS = dict(single=ANCHORS, torch_ddp=ANCHORS, naive="naive_ddp_benchmarking",
                 flat="minimal_ddp_flat_benchmarking", individual="ddp_overlap_individual_parameters_benchmarking",
                 bucketed="ddp_overlap_bucketed_benchmarking")
-
-
-def _unsupported() -> str | None:
-    if BACKEND == "nccl" and GPUS < WS:
-        return f"needs {WS} GPUs for NCCL, this machine has {GPUS}"
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -53,21 +45,12 @@ def _config(context, batch, variant, bucket_mb):
                 variant=variant, bucket_mb=bucket_mb, dtype="fp32")
 
 
-def _skip(benchmark, device, workers, problem, config) -> bool:
-    reason = _unsupported()
-    if reason or workers.budget.exhausted():
-        record_not_run(benchmark, problem=problem, config=config, device=device,
-                       kind="unsupported" if reason else "left_out", reason=reason or workers.budget.reason())
-        return True
-    return False
-
-
 def _run(benchmark, device, workers, context, batch, variant, bucket_mb=None):
     problem = PROBLEMS[variant]
     if variant == "torch_ddp":
         bucket_mb = None  # torch's default bucket_cap_mb (25)
     config = _config(context, batch, variant, bucket_mb)
-    if _skip(benchmark, device, workers, problem, config):
+    if workers.skip(benchmark, problem=problem, config=config, device=device):
         return
     group = workers.get()
     setup = group.call("ddp_setup", size=G["size"], max_context=MAX_CONTEXT, context=context, batch=batch,
@@ -143,7 +126,7 @@ def test_ddp_overlap_individual_parameters_benchmarking_trace(benchmark, device,
     kernels (merged intervals in extra_info["timeline"]; `make report` draws the PNG)."""
     problem = "ddp_overlap_individual_parameters_benchmarking"
     config = dict(_config(TRACE["context"], TRACE_BATCH, variant, bucket_mb), kind="trace")
-    if _skip(benchmark, device, workers, problem, config):
+    if workers.skip(benchmark, problem=problem, config=config, device=device):
         return
     group = workers.get()
     group.call("ddp_setup", size=G["size"], max_context=MAX_CONTEXT, context=TRACE["context"], batch=TRACE_BATCH,

@@ -45,7 +45,6 @@ PROBLEM = "fsdp"
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
 WS = G["world_size"]
-GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
 CPU = torch.device("cpu")
 ZERO_STAGE = dict(fsdp=3, fsdp_bf16=3, ddp=0, torch_fsdp=3, torch_fsdp_bf16=3)
@@ -162,10 +161,7 @@ def test_fsdp(benchmark, device, workers, variant):
     size, context, batch = G["size"], G["context"], G["batch"]
     config = dict(size=size, context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
                   variant=variant, dtype="bf16" if variant.endswith("bf16") else "fp32")
-    reason = f"needs {WS} GPUs for NCCL, this machine has {GPUS}" if BACKEND == "nccl" and GPUS < WS else None
-    if reason or workers.budget.exhausted():
-        record_not_run(benchmark, problem=PROBLEM, config=config, device=device,
-                       kind="unsupported" if reason else "left_out", reason=reason or workers.budget.reason())
+    if workers.skip(benchmark, problem=PROBLEM, config=config, device=device):
         return
     group = workers.get()
     try:

@@ -28,7 +28,6 @@ import torch
 from impl import accounting as acc
 from impl.distributed.bench import LazyWorkerGroup, mean, slowest, timed_command
 from impl.model import param_count
-from impl.profiling.attention_bench import record_not_run
 from impl.profiling.harness import run_benchmark
 from impl.runtime import profile_name
 from impl.sweeps import ALL_SIZES, grid
@@ -37,7 +36,6 @@ PROBLEM = "optimizer_state_sharding_accounting"
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
 WS = G["world_size"]
-GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
 CPU = torch.device("cpu")
 ZERO_STAGE = dict(none=0, sharded=1, zero1=1, torch_zero=1)
@@ -78,10 +76,7 @@ def test_optimizer_state_sharding_accounting(benchmark, device, workers, variant
     size, context, batch = G["size"], G["context"], G["batch"]
     config = dict(size=size, context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
                   variant=variant, dtype="fp32")
-    reason = f"needs {WS} GPUs for NCCL, this machine has {GPUS}" if BACKEND == "nccl" and GPUS < WS else None
-    if reason or workers.budget.exhausted():
-        record_not_run(benchmark, problem=PROBLEM, config=config, device=device,
-                       kind="unsupported" if reason else "left_out", reason=reason or workers.budget.reason())
+    if workers.skip(benchmark, problem=PROBLEM, config=config, device=device):
         return
     group = workers.get()
     setups = group.call("shard_setup", size=size, context=context, batch=batch, variant=variant)

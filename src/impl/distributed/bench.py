@@ -637,6 +637,21 @@ class LazyWorkerGroup:
             self.env = self.group.call("env")[0]
         return self.group
 
+    def skip(self, benchmark, *, problem: str, config: dict, device: torch.device) -> bool:
+        """Records a not-run row and returns True when this row cannot run here: "unsupported" with
+        fewer GPUs than NCCL ranks, "left_out" once the file's time budget is spent."""
+        from impl.profiling.attention_bench import record_not_run
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if self.backend == "nccl" and gpus < self.world_size:
+            kind, reason = "unsupported", f"needs {self.world_size} GPUs for NCCL, this machine has {gpus}"
+        elif self.budget.exhausted():
+            kind, reason = "left_out", self.budget.reason()
+        else:
+            return False
+        record_not_run(benchmark, problem=problem, config=config, device=device, kind=kind, reason=reason)
+        return True
+
     def close(self) -> None:
         if self.group is not None:
             self.group.close()

@@ -25,6 +25,18 @@ class AdamW(torch.optim.Optimizer):
             raise ValueError(f"AdamW: fused=True needs torch._fused_adamw_, missing in torch {torch.__version__}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused))
 
+    def _advance(self, p: torch.Tensor) -> dict:
+        """p's state for this step: moments created (zero) at its first step, step count advanced."""
+        if p.grad.is_sparse:
+            raise RuntimeError("AdamW does not support sparse gradients")
+        state = self.state[p]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["step"] += 1
+        return state
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
@@ -32,50 +44,47 @@ class AdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-            grads, exp_avgs, exp_avg_sqs = [], [], []
-            for p in params:
-                if p.grad.is_sparse:
-                    raise RuntimeError("AdamW does not support sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                grads.append(p.grad)
-                exp_avgs.append(state["exp_avg"])
-                exp_avg_sqs.append(state["exp_avg_sq"])
-            # All parameters of a group advance together, so they share one step count, except
-            # after add_param_group or for parameters whose grads appear late: group by step (and
-            # by device and dtype, which multi-tensor kernels need to share).
-            by_step: dict[tuple, list[int]] = {}
-            for i, p in enumerate(params):
-                by_step.setdefault((self.state[p]["step"], p.device, p.dtype), []).append(i)
-            for (step, device, _), idx in by_step.items():
-                ps = [params[i] for i in idx]
-                gs = [grads[i] for i in idx]
-                ms = [exp_avgs[i] for i in idx]
-                vs = [exp_avg_sqs[i] for i in idx]
-                if group.get("fused"):
-                    # the kernel reads the (already incremented) step from a device tensor; a fill,
-                    # not a host copy, so the step does not wait for the device
-                    steps = [torch.full((), float(step), device=device)] * len(ps)
-                    torch._fused_adamw_(ps, gs, ms, vs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
-                                        weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
-                    continue
-                if wd != 0:
-                    torch._foreach_mul_(ps, 1 - lr * wd)
-                torch._foreach_lerp_(ms, gs, 1 - beta1)
-                torch._foreach_mul_(vs, beta2)
-                torch._foreach_addcmul_(vs, gs, gs, value=1 - beta2)
-                bias1 = 1 - beta1 ** step
-                bias2 = 1 - beta2 ** step
-                denom = torch._foreach_sqrt(vs)
-                torch._foreach_div_(denom, math.sqrt(bias2))
-                torch._foreach_add_(denom, eps)
-                torch._foreach_addcdiv_(ps, ms, denom, value=-lr / bias1)
+            self._step_group(group)
         return loss
+
+    def _step_group(self, group: dict) -> None:
+        """One group's update; subclasses change how the arithmetic runs, not the state."""
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        grads, exp_avgs, exp_avg_sqs = [], [], []
+        for p in params:
+            state = self._advance(p)
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+        # All parameters of a group advance together, so they share one step count, except
+        # after add_param_group or for parameters whose grads appear late: group by step (and
+        # by device and dtype, which multi-tensor kernels need to share).
+        by_step: dict[tuple, list[int]] = {}
+        for i, p in enumerate(params):
+            by_step.setdefault((self.state[p]["step"], p.device, p.dtype), []).append(i)
+        for (step, device, _), idx in by_step.items():
+            ps = [params[i] for i in idx]
+            gs = [grads[i] for i in idx]
+            ms = [exp_avgs[i] for i in idx]
+            vs = [exp_avg_sqs[i] for i in idx]
+            if group.get("fused"):
+                # the kernel reads the (already incremented) step from a device tensor; a fill,
+                # not a host copy, so the step does not wait for the device
+                steps = [torch.full((), float(step), device=device)] * len(ps)
+                torch._fused_adamw_(ps, gs, ms, vs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
+                                    weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+                continue
+            if wd != 0:
+                torch._foreach_mul_(ps, 1 - lr * wd)
+            torch._foreach_lerp_(ms, gs, 1 - beta1)
+            torch._foreach_mul_(vs, beta2)
+            torch._foreach_addcmul_(vs, gs, gs, value=1 - beta2)
+            bias1 = 1 - beta1 ** step
+            bias2 = 1 - beta2 ** step
+            denom = torch._foreach_sqrt(vs)
+            torch._foreach_div_(denom, math.sqrt(bias2))
+            torch._foreach_add_(denom, eps)
+            torch._foreach_addcdiv_(ps, ms, denom, value=-lr / bias1)

@@ -169,34 +169,20 @@ class CompiledAdamW(AdamW):
         super().__init__(params, **kw)
         self._update = torch.compile(_adamw_param_update, backend=backend, dynamic=True)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-            scalars = {}  # (step, device) -> tensor
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("AdamW does not support sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                key = (state["step"], p.device)
-                if key not in scalars:
-                    step = state["step"]
-                    scalars[key] = torch.tensor([lr / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step)],
-                                                dtype=torch.float32, device=p.device)
-                self._update(p.detach().view(-1), p.grad.view(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1),
-                             scalars[key], lr * wd, beta1, beta2, eps)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        scalars = {}  # (step, device) -> tensor
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self._advance(p)
+            key = (state["step"], p.device)
+            if key not in scalars:
+                step = state["step"]
+                scalars[key] = torch.tensor([lr / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step)],
+                                            dtype=torch.float32, device=p.device)
+            self._update(p.detach().view(-1), p.grad.view(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1),
+                         scalars[key], lr * wd, beta1, beta2, eps)
 
 
 __all__ = ["STRATEGIES", "WHY", "CompiledAdamW", "RegionalLM", "WholeLM", "compile_blocks_in_place", "compile_model",
