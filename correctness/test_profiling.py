@@ -97,7 +97,10 @@ def test_profile_steps_tiny_model_cpu():
     assert {"forward", "backward", "optimizer step"} <= set(p.kernels)
     assert len(p.range_wall_us["forward"]) == 2
     ans = K.nsys_answers(p, batch=2, heads=4, seq=16, head_dim=16, layers=layers)
-    assert ans["top_forward"]["calls_per_pass"] in (7 * layers + 1, 2 * layers)
+    # Which op tops a tiny CPU forward by self time is timing noise on a loaded 2-core machine (an
+    # elementwise op with 9 calls per pass won once in CI); the answer must describe that op.
+    top = ans["top_forward"]
+    assert top["calls_per_pass"] == fwd[top["name"]]["calls"] / 2
     assert 0 < ans["matmul_share_forward"] <= 1 and 0 < ans["matmul_share_train_step"] <= 1
     p2, _ = K.profile_steps(model, x, y, warmup=0, steps=1, forward_only=True)
     assert "backward" not in p2.kernels and "forward" in p2.kernels
