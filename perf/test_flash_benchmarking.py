@@ -27,7 +27,7 @@ from impl.attention import (FlashAttentionTriton, attention_flops, naive_attenti
 from impl.attention.memory import naive_attention_memory
 from impl.profiling.attention_bench import Budget, attention_inputs, kernel_time_ms, record_not_run
 from impl.profiling.harness import record_oom, run_benchmark, time_once
-from impl.runtime import free_memory, is_oom, profile_name
+from impl.runtime import first_line, free_memory, is_oom, profile_name
 from impl.sweeps import grid
 
 PROBLEM = "flash_benchmarking"
@@ -114,7 +114,7 @@ def test_flash_benchmarking(benchmark, device, matmul_peak, dtype, impl, d, seq,
             return
         if impl.startswith("sdpa") and isinstance(exc, RuntimeError):  # the backend rejects this config
             record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="unsupported",
-                           reason=str(exc).strip().splitlines()[0][:300], extra=extra)
+                           reason=first_line(exc), extra=extra)
             return
         raise
     grads = [q, k, v] if mode != "fwd" else None
@@ -129,7 +129,7 @@ def test_flash_benchmarking(benchmark, device, matmul_peak, dtype, impl, d, seq,
     except Exception as exc:
         if not is_oom(exc):
             raise
-        info.update(oom=True, oom_message=str(exc).splitlines()[0][:300])
+        info.update(oom=True, oom_message=first_line(exc))
         return
     flops = attention_flops(batch, seq, seq, d, is_causal=True, mode=mode)
     tflops = flops / (ms * 1e-3) / 1e12

@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
 from impl.profiling.attention_bench import attention_inputs, kernel_time_ms, record_not_run
 from impl.profiling.harness import record_oom, run_benchmark, time_once
-from impl.runtime import free_memory, is_oom, profile_name
+from impl.runtime import first_line, free_memory, is_oom, profile_name
 from impl.sweeps import grid
 
 PROBLEM = "leaderboard"
@@ -100,7 +100,7 @@ def test_leaderboard(benchmark, device, matmul_peak, impl, mode):
             return
         if impl != "flash_triton" and isinstance(exc, RuntimeError):  # an anchor rejects this config
             record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="unsupported",
-                           reason=str(exc).strip().splitlines()[0][:300], extra=extra)
+                           reason=first_line(exc), extra=extra)
             return
         raise
     errors = dict(zip(("out", "dq", "dk", "dv"), (rel_err(x, r) for x, r in zip(

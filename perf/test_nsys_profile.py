@@ -22,7 +22,7 @@ from impl.profiling.attention_bench import Budget, record_not_run
 from impl.profiling.harness import run_benchmark, time_once
 from impl.profiling.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
 from impl.profiling.steps import ModelCache, model_and_batch
-from impl.runtime import free_memory, is_oom, profile_name
+from impl.runtime import first_line, free_memory, is_oom, profile_name
 from impl.sweeps import ALL_SIZES, grid
 
 PROFILE = profile_name()
@@ -30,10 +30,6 @@ G = grid("nsys_profile", PROFILE)
 MODELS = ModelCache()
 BUDGET = Budget(G["budget_s"])  # rows past it are recorded as left out, so the file ends in time
 ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [""])[0][:300]
 
 
 def _timer_forward(model, x, y):
@@ -51,7 +47,7 @@ def _timer_forward(model, x, y):
     except Exception as exc:  # noqa: BLE001
         if not is_oom(exc):
             raise
-        failure = _first_line(exc)
+        failure = first_line(exc)
     free_memory()  # outside the except block: the traceback's frames (and tensors) are gone
 
     def forward_no_grad():
@@ -71,7 +67,7 @@ def _profile(model, x, y, trace_path, start: str):
         except Exception as exc:  # noqa: BLE001
             if not is_oom(exc):
                 raise
-            failures.append(f"{upto}: {_first_line(exc)}")
+            failures.append(f"{upto}: {first_line(exc)}")
         model.zero_grad(set_to_none=True)
         free_memory()
     return None, None, failures

@@ -33,7 +33,7 @@ from impl.profiling.compiled import graph_breaks, raise_recompile_limit, unique_
 from impl.profiling.harness import record_oom, run_benchmark, time_once
 from impl.profiling.kernels import profile_calls, step_breakdown
 from impl.profiling.steps import build_model, make_train_step, named_train_config, random_batch
-from impl.runtime import free_memory, is_oom, profile_name
+from impl.runtime import first_line, free_memory, is_oom, profile_name
 from impl.sweeps import ALL_SIZES, grid
 
 PROBLEM = "training_step"
@@ -49,10 +49,6 @@ def _enter_size(size: str) -> None:
     if STATE["size"] != size:
         torch._dynamo.reset()
         STATE["size"] = size
-
-
-def _first_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
 def _where_the_time_goes(step, device, step_s: float) -> dict:
@@ -104,6 +100,6 @@ def test_training_step(benchmark, device, matmul_peak, size, context, config):
         try:
             res.info["profile"] = _where_the_time_goes(state["step"], device, res.mean_s)
         except Exception as exc:  # noqa: BLE001 - a failed profile (OOM included) must not lose the timed row
-            res.info["profile_error"] = _first_line(exc)
+            res.info["profile_error"] = f"{type(exc).__name__}: {first_line(exc)}"
     state.clear()
     free_memory()

@@ -73,6 +73,11 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
+def first_line(exc: BaseException | str, limit: int = 300) -> str:
+    """An error's first line, cut to `limit` characters: what a row records of an OOM or failure."""
+    return (str(exc).strip().splitlines() or [""])[0][:limit]
+
+
 def free_memory() -> None:
     import gc
 

@@ -33,6 +33,15 @@ def bench(fn):
         return f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
+def sweep(kernel: str, configs, fn) -> list[dict]:
+    """fn timed with each config of one kernel launched alone (the others as they are)."""
+    rows = []
+    for c in configs:
+        ft.use_configs(**{kernel: [c]})
+        rows.append({"config": c, "ms": bench(fn)})
+    return rows
+
+
 def best(rows):
     ok = [r for r in rows if isinstance(r["ms"], float)]
     return min(ok, key=lambda r: r["ms"]) if ok else None
@@ -82,35 +91,24 @@ def tune(shape, dtype, causal):
     q, k, v, do = attention_inputs(shape, dtype, dev, grad=False)
     res = {"shape": list(shape), "dtype": dtype, "causal": causal}
     t0 = time.time()
-    rows = []
-    for c in FWD:
-        ft.use_configs(fwd=[c])
-        rows.append({"config": c, "ms": bench(lambda: ft.flash_attention_triton_forward(q, k, v, causal))})
-    res["fwd"] = rows
+    fwd = lambda: ft.flash_attention_triton_forward(q, k, v, causal)  # noqa: E731
+    res["fwd"] = sweep("fwd", FWD, fwd)
     _save(res)
-    o, lse = ft.flash_attention_triton_forward(q, k, v, causal)
-    q_default = (128, 32, 4, 3)
-    ft.use_configs(q=[q_default])
-    rows = []
-    for c in KV:
-        ft.use_configs(kv=[c])
-        rows.append({"config": c, "ms": bench(lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal))})
-    res["bwd_vary_kv"] = rows
+    o, lse = fwd()
+    bwd = lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal)  # noqa: E731
+    ft.use_configs(q=[(128, 32, 4, 3)])  # dQ fixed while the dK/dV configs vary
+    res["bwd_vary_kv"] = sweep("kv", KV, bwd)
     _save(res)
-    kv_best = best(rows)["config"]
+    kv_best = best(res["bwd_vary_kv"])["config"]
     ft.use_configs(kv=[kv_best])
-    rows = []
-    for c in Q:
-        ft.use_configs(q=[c])
-        rows.append({"config": c, "ms": bench(lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal))})
-    res["bwd_vary_q"] = rows
-    q_best = best(rows)["config"]
+    res["bwd_vary_q"] = sweep("q", Q, bwd)
+    q_best = best(res["bwd_vary_q"])["config"]
     ft.use_configs(q=[q_best])
-    res["best"] = {"fwd": best(res["fwd"]), "kv": kv_best, "q": q_best, "bwd_ms": best(rows)["ms"]}
+    res["best"] = {"fwd": best(res["fwd"]), "kv": kv_best, "q": q_best, "bwd_ms": best(res["bwd_vary_q"])["ms"]}
     res["bwd_kernel_split_ms"] = kernel_split(q, k, v, o, do, lse, causal)
     ft.set_autotune(True)  # the committed lists, autotuned, for comparison
-    res["autotuned"] = {"fwd_ms": bench(lambda: ft.flash_attention_triton_forward(q, k, v, causal)),
-                        "bwd_ms": bench(lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal))}
+    res["autotuned"] = {"fwd_ms": bench(fwd),
+                        "bwd_ms": bench(bwd)}
     if len(shape) == 4:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         qq, kk, vv, dd = attention_inputs(shape, dtype, dev, grad=True)

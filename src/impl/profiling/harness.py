@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from impl.runtime import env_info, free_memory, is_oom, synchronize
+from impl.runtime import env_info, first_line, free_memory, is_oom, synchronize
 
 
 @dataclass
@@ -44,7 +44,7 @@ class _OOMGuard:
             except Exception as exc:  # noqa: BLE001 - only OOM is swallowed
                 if not is_oom(exc):
                     raise
-                self.oom, self.message = True, str(exc).splitlines()[0][:300]
+                self.oom, self.message = True, first_line(exc)
                 return None
 
         return guarded
@@ -127,7 +127,7 @@ def record_oom(benchmark, *, problem: str, config: dict, device: torch.device, m
     benchmark.group = problem
     info = benchmark.extra_info
     info.update(problem=problem, config=dict(config), env=env_info(device), oom=True,
-                oom_message=message.splitlines()[0][:300], peak_memory_allocated_bytes=None,
+                oom_message=first_line(message), peak_memory_allocated_bytes=None,
                 peak_memory_reserved_bytes=None, **(extra or {}))
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     return BenchResult(True, None, None, None, info)
