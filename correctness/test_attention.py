@@ -218,6 +218,36 @@ def test_flash_non_contiguous_inputs(cls, device, is_causal):
     check_against_reference(cls, q, k, v, do, is_causal)
 
 
+@needs_triton
+@pytest.mark.parametrize("n_q,n_k,d,is_causal,dtype", [(70, 70, 64, True, torch.float32), (45, 30, 80, False, torch.float16),
+                                                       (17, 50, 48, True, torch.float32)])
+def test_triton_descriptor_and_pointer_paths(n_q, n_k, d, is_causal, dtype):
+    """Both load paths of the kernels (tensor descriptors where the layout allows, pointers
+    otherwise) are correct on ragged lengths and padded head dims, and the layout rule picks them."""
+    q, k, v, do = make_inputs((1, 2, n_q, d), (1, 2, n_k, d), dtype, TRITON_DEVICE)
+    assert flash_triton._tma_ok(q, k, v, do)
+    try:
+        flash_triton.set_tma(False)
+        assert not flash_triton._tma_ok(q, k, v, do)
+        check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    finally:
+        flash_triton.set_tma(True)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+
+
+@needs_triton
+def test_triton_unaligned_layouts_take_the_pointer_path():
+    """Rows of 20 fp16 values (40 bytes) or a non-unit stride along d cannot be described to the
+    copy engine: those inputs take the pointer path, still correct."""
+    q, k, v, do = make_inputs((1, 2, 33, 20), (1, 2, 33, 20), torch.float16, TRITON_DEVICE)
+    assert not flash_triton._tma_ok(q, k, v, do)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True)
+    q, k, v, do = (t.transpose(-1, -2).contiguous().transpose(-1, -2)
+                   for t in make_inputs((1, 2, 33, 32), (1, 2, 33, 32), torch.float32, TRITON_DEVICE))
+    assert q.stride(-1) != 1 and not flash_triton._tma_ok(q, k, v, do)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, False)
+
+
 @pytest.mark.parametrize("cls,device", _impl_params())
 def test_flash_saves_exactly_one_lse(cls, device):
     q, k, v, _ = make_inputs((1, 2, 20, 16), (1, 2, 20, 16), torch.float32, device)

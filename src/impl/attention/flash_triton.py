@@ -23,7 +23,13 @@ Layout / conventions
   computes dK, dV (grid over key tiles, looping over query tiles starting at
   the diagonal for causal); one kernel computes dQ (grid over query tiles,
   looping over key tiles up to the diagonal).  No atomics.  fp32 accumulation,
-  outputs in the input dtype.
+  outputs in the input dtype.  The dK/dV loop also splits: full query tiles without row masks, then the
+  ragged tail.
+* Streamed tiles (K, V in the forward and the dQ pass; Q, dO in the dK/dV pass)
+  are loaded through tensor descriptors (TMA on Hopper: the copy engine computes
+  addresses and zero-fills out-of-bounds rows and padded head-dim columns) when
+  the layout allows it (unit stride along d, 16-byte aligned strides), else by
+  pointer arithmetic with masks; ``set_tma(False)`` forces the pointer path.
 * The backward implementation is chosen by the module-level ``BACKWARD``
   (``"triton"``, the default, or ``"compiled"`` for the ``torch.compile``'d
   PyTorch backward of :mod:`impl.attention.flash_backward`).
@@ -101,24 +107,25 @@ def _configs(shapes, interpreter_shape) -> List[triton.Config]:
     return [_config(interpreter_shape)] if _interpreting() else [_config(shape) for shape in shapes]
 
 
-# The lists hold the fastest configs of the per-config sweep at the leaderboard shape (bf16, causal,
-# 16 x 16384 x 64; tools/probes/flash_tune.py, reports/data/nvidia-h100-80gb-hbm3/probes/flash_tune-v1.json;
-# NOTES.md) plus the ones the first version kept for the other head dims and fp32.
+# The lists hold the fastest configs of the per-kernel sweeps at the leaderboard shape (bf16, causal,
+# 16 x 16384 x 64; tools/probes/flash_tune.py and flash_variants.py, their JSON under
+# reports/data/nvidia-h100-80gb-hbm3/probes/; NOTES.md), first, plus the ones earlier versions kept for
+# the other head dims and fp32.
 def _fwd_configs() -> List[triton.Config]:
-    return _configs([(64, 64, 4, 3), (128, 64, 8, 3), (64, 128, 4, 3), (128, 64, 4, 3), (128, 128, 8, 3),
-                     (128, 32, 4, 4), (64, 32, 4, 4), _FWD_SAFE], interpreter_shape=(32, 16, 4, 1))
+    return _configs([(64, 128, 4, 3), (64, 64, 4, 3), (128, 64, 8, 4), (128, 64, 8, 3), (128, 64, 4, 3),
+                     (128, 128, 8, 3), (128, 32, 4, 4), (64, 32, 4, 4), _FWD_SAFE], interpreter_shape=(32, 16, 4, 1))
 
 
 def _bwd_kv_configs() -> List[triton.Config]:
     # BLOCK_N: key tile held by the program; BLOCK_M: query tile of the loop.
-    return _configs([(32, 128, 8, 3), (64, 128, 4, 2), (32, 128, 4, 3), (64, 128, 8, 2), (32, 64, 4, 3),
-                     (64, 64, 4, 3), _BWD_KV_SAFE], interpreter_shape=(16, 32, 4, 1))
+    return _configs([(64, 64, 4, 3), (64, 128, 4, 3), (32, 64, 4, 4), (128, 128, 8, 2), (32, 128, 8, 3),
+                     (64, 128, 4, 2), (32, 128, 4, 3), (32, 64, 4, 3), _BWD_KV_SAFE], interpreter_shape=(16, 32, 4, 1))
 
 
 def _bwd_q_configs() -> List[triton.Config]:
     # BLOCK_M: query tile held by the program; BLOCK_N: key tile of the loop.
-    return _configs([(128, 64, 8, 3), (128, 64, 4, 3), (128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2),
-                     (64, 32, 4, 3), (64, 64, 4, 3), _BWD_Q_SAFE], interpreter_shape=(32, 16, 4, 1))
+    return _configs([(64, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 5), (128, 64, 8, 3), (128, 64, 4, 3),
+                     (128, 32, 4, 3), (64, 32, 4, 3), _BWD_Q_SAFE], interpreter_shape=(32, 16, 4, 1))
 
 
 # fp32 tiles take twice the shared memory and registers of 16-bit ones and three tensor-core passes
@@ -145,14 +152,15 @@ _PRE_BLOCK_M = 32 if _interpreting() else 64
 # ---------------------------------------------------------------------------
 
 @triton.jit
-def _dot(a, b):
-    """Tile product with fp32 accumulation. fp32 operands take three TF32 passes (close to fp32
-    accuracy): Triton's default for an fp32 dot is one TF32 pass, whose ~1e-3 relative error on
-    the scores is far outside fp32 tolerances (seen on the H100: large scores, a single key)."""
+def _dot(a, b, acc=None):
+    """Tile product with fp32 accumulation (into `acc` when given). fp32 operands take three TF32
+    passes (close to fp32 accuracy): Triton's default for an fp32 dot is one TF32 pass, whose ~1e-3
+    relative error on the scores is far outside fp32 tolerances (seen on the H100: large scores, a
+    single key)."""
     if a.dtype == tl.float32:
-        return tl.dot(a, b, input_precision="tf32x3")
+        return tl.dot(a, b, acc, input_precision="tf32x3")
     else:
-        return tl.dot(a, b)
+        return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -172,6 +180,32 @@ def _load_tile(ptrs, offs_r, n_r, offs_d, CHECK_R: tl.constexpr, HEAD_DIM: tl.co
 
 
 @triton.jit
+def _rows_source(base, n_r, stride_r, BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                 TMA: tl.constexpr):
+    """What _load_rows reads a streamed (rows, d) operand from: a tensor descriptor (TMA: the copy
+    engine computes the addresses and zero-fills rows >= n_r and columns >= HEAD_DIM), or the
+    base pointer itself."""
+    if TMA:
+        return tl.make_tensor_descriptor(base, shape=[n_r, HEAD_DIM], strides=[stride_r, 1],
+                                         block_shape=[BLOCK_R, BLOCK_D])
+    else:
+        return base
+
+
+@triton.jit
+def _load_rows(src, start, offs_r0, n_r, stride_r, stride_d, offs_d, CHECK_R: tl.constexpr,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, TMA: tl.constexpr):
+    """Rows [start, start + len(offs_r0)) of a (n_r, HEAD_DIM) operand as a (rows, BLOCK_D) tile,
+    zeros outside (masks only where CHECK_R / the head dim is padded)."""
+    if TMA:
+        return src.load([start, 0])
+    else:
+        offs_r = start + offs_r0
+        return _load_tile(src + offs_r[:, None] * stride_r + offs_d[None, :] * stride_d,
+                          offs_r, n_r, offs_d, CHECK_R, HEAD_DIM, BLOCK_D)
+
+
+@triton.jit
 def _store_tile(ptrs, x, offs_r, n_r, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
     if BLOCK_D == HEAD_DIM:
         tl.store(ptrs, x, mask=offs_r[:, None] < n_r)
@@ -184,30 +218,33 @@ def _store_tile(ptrs, x, offs_r, n_r, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: t
 # ---------------------------------------------------------------------------
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd,
                     offs_m, offs_d, lo, hi, N_K, qk_scale,
                     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                    MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+                    MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr):
     """Online-softmax loop over key tiles [lo, hi).  MASKED: apply bounds/causal masks."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        offs_n = start_n + offs_n0
-        k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                       offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
-        qk = _dot(q, tl.trans(k)) * qk_scale  # base-2 scaled scores
+        k = _load_rows(k_src, start_n, offs_n0, N_K, stride_kn, stride_kd, offs_d, MASKED, HEAD_DIM, BLOCK_D, TMA)
+        qk = _dot(q, tl.trans(k))
         if MASKED:
+            offs_n = start_n + offs_n0
             valid = offs_n[None, :] < N_K
             if IS_CAUSAL:
                 valid = valid & (offs_m[:, None] >= offs_n[None, :])
-            qk = tl.where(valid, qk, -1.0e6)
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
+            qk = tl.where(valid, qk * qk_scale, -1.0e6)  # base-2 scaled scores
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_new[:, None]
+        else:
+            # the scale folds into the max and one fused multiply-add per score
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_new[:, None]
+        p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                       offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v)
+        v = _load_rows(v_src, start_n, offs_n0, N_K, stride_vn, stride_vd, offs_d, MASKED, HEAD_DIM, BLOCK_D, TMA)
+        acc = _dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
     return acc, l_i, m_i
 
@@ -221,7 +258,7 @@ def _attn_fwd(Q, K, V, O, L,
               stride_ob, stride_oh, stride_os, stride_od,
               H, N_Q, N_K, SEQ_BUCKET, qk_scale,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     if IS_CAUSAL:
         # Causal work grows with the query tile index: launch the heaviest tiles first.
         pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -231,8 +268,8 @@ def _attn_fwd(Q, K, V, O, L,
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     q_base = Q + b * stride_qb + h * stride_qh
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
+    k_src = _rows_source(K + b * stride_kb + h * stride_kh, N_K, stride_ks, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
+    v_src = _rows_source(V + b * stride_vb + h * stride_vh, N_K, stride_vs, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
     o_base = O + b * stride_ob + h * stride_oh
 
     start_m = pid_m * BLOCK_M
@@ -254,12 +291,12 @@ def _attn_fwd(Q, K, V, O, L,
     else:
         mid = n_full
         hi = N_K
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
                                     offs_m, offs_d, 0, mid, N_K, qk_scale,
-                                    BLOCK_N, HEAD_DIM, BLOCK_D, False, IS_CAUSAL)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+                                    BLOCK_N, HEAD_DIM, BLOCK_D, False, IS_CAUSAL, TMA)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
                                     offs_m, offs_d, mid, hi, N_K, qk_scale,
-                                    BLOCK_N, HEAD_DIM, BLOCK_D, True, IS_CAUSAL)
+                                    BLOCK_N, HEAD_DIM, BLOCK_D, True, IS_CAUSAL, TMA)
 
     acc = acc / l_i[:, None]
     _store_tile(o_base + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
@@ -294,38 +331,38 @@ def _attn_bwd_preprocess(O, DO, Delta,
 
 
 @triton.jit
-def _attn_bwd_kv_inner(dk, dv, k, v, q_base, do_base, l_base, d_base,
+def _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
                        stride_qs, stride_qd, stride_dos, stride_dod,
                        offs_n, offs_d, lo, hi, N_Q, qk_scale,
                        BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                       MASKED: tl.constexpr):
+                       CAUSAL_MASK: tl.constexpr, CHECK_M: tl.constexpr, TMA: tl.constexpr):
     """Accumulate dK, dV of one key tile over query tiles [lo, hi).
 
-    Works on transposed scores (keys x queries).  Out-of-range query rows are
-    loaded as zeros (Q, dO, L, Delta), which makes their contribution exactly 0.
-    Out-of-range key rows (K = V = 0) may produce large/inf values, but only in
-    their own rows of dK/dV, which are never stored.
-    MASKED applies the causal mask (the diagonal tiles).
+    Works on transposed scores (keys x queries).  Out-of-range query rows (CHECK_M: the ragged tail) are loaded as zeros (Q, dO, L,
+    Delta), which makes their contribution exactly 0.  Out-of-range key rows (K = V = 0) may
+    produce large/inf values, but only in their own rows of dK/dV, which are never stored.
+    CAUSAL_MASK applies the causal mask (the diagonal tiles).  All four loads of an iteration are
+    issued before its first tile product (measured on the H100: 2.35 ms for this kernel on the
+    leaderboard shape, against 2.99 ms with dO loaded after the exponentials; NOTES.md).
     """
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
-        q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
-                       offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
-        do = _load_tile(do_base + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod,
-                        offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
-        m_mask = offs_m < N_Q
-        lse2 = tl.load(l_base + offs_m, mask=m_mask, other=0.0) * 1.4426950408889634
-        delta = tl.load(d_base + offs_m, mask=m_mask, other=0.0)
-        qkT = _dot(k, tl.trans(q)) * qk_scale
-        pT = tl.math.exp2(qkT - lse2[None, :])
-        if MASKED:
+        q = _load_rows(q_src, start_m, offs_m0, N_Q, stride_qs, stride_qd, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
+        do = _load_rows(do_src, start_m, offs_m0, N_Q, stride_dos, stride_dod, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
+        if CHECK_M:
+            lse = tl.load(l_base + offs_m, mask=offs_m < N_Q, other=0.0)
+            delta = tl.load(d_base + offs_m, mask=offs_m < N_Q, other=0.0)
+        else:
+            lse = tl.load(l_base + offs_m)
+            delta = tl.load(d_base + offs_m)
+        pT = tl.math.exp2(_dot(k, tl.trans(q)) * qk_scale - lse[None, :] * 1.4426950408889634)
+        if CAUSAL_MASK:
             pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
-        dv += _dot(pT.to(do.dtype), do)
-        dpT = _dot(v, tl.trans(do))
-        dsT = pT * (dpT - delta[None, :])
-        dk += _dot(dsT.to(q.dtype), q)
+        dv = _dot(pT.to(do.dtype), do, dv)
+        dsT = pT * (_dot(v, tl.trans(do)) - delta[None, :])
+        dk = _dot(dsT.to(q.dtype), q, dk)
     return dk, dv
 
 
@@ -340,13 +377,13 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
                    stride_dvb, stride_dvh, stride_dvs, stride_dvd,
                    H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    q_base = Q + b * stride_qb + h * stride_qh
-    do_base = DO + b * stride_dob + h * stride_doh
+    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, TMA)
+    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, TMA)
     l_base = L + pid_bh.to(tl.int64) * N_Q
     d_base = Delta + pid_bh.to(tl.int64) * N_Q
 
@@ -366,16 +403,22 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
         # (masked); tiles from mid on have every query >= every key (unmasked).
         lo = (start_n // BLOCK_M) * BLOCK_M
         mid = tl.minimum(tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M, N_Q)
-        dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_base, do_base, l_base, d_base,
+        dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
                                     stride_qs, stride_qd, stride_dos, stride_dod,
                                     offs_n, offs_d, lo, mid, N_Q, qk_scale,
-                                    BLOCK_M, HEAD_DIM, BLOCK_D, True)
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, True, True, TMA)
     else:
         mid = 0
-    dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_base, do_base, l_base, d_base,
+    # Full query tiles without row masks, then the ragged tail (if any) with them.
+    full = tl.maximum((N_Q // BLOCK_M) * BLOCK_M, mid)
+    dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
                                 stride_qs, stride_qd, stride_dos, stride_dod,
-                                offs_n, offs_d, mid, N_Q, N_Q, qk_scale,
-                                BLOCK_M, HEAD_DIM, BLOCK_D, False)
+                                offs_n, offs_d, mid, full, N_Q, qk_scale,
+                                BLOCK_M, HEAD_DIM, BLOCK_D, False, False, TMA)
+    dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
+                                stride_qs, stride_qd, stride_dos, stride_dod,
+                                offs_n, offs_d, full, N_Q, N_Q, qk_scale,
+                                BLOCK_M, HEAD_DIM, BLOCK_D, False, True, TMA)
 
     dk = dk * sm_scale
     _store_tile(DK + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :] * stride_dkd,
@@ -385,30 +428,26 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
 
 
 @triton.jit
-def _attn_bwd_q_inner(dq, q, do, lse2, delta, k_base, v_base,
+def _attn_bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src,
                       stride_ks, stride_kd, stride_vs, stride_vd,
                       offs_m, offs_d, lo, hi, N_K, qk_scale,
                       BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                      MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
-    """Accumulate dQ of one query tile over key tiles [lo, hi)."""
+                      MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr):
+    """Accumulate dQ of one query tile over key tiles [lo, hi); `lse2` is L in base 2."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        offs_n = start_n + offs_n0
-        k = _load_tile(k_base + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd,
-                       offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
-        v = _load_tile(v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
-                       offs_n, N_K, offs_d, MASKED, HEAD_DIM, BLOCK_D)
-        qk = _dot(q, tl.trans(k)) * qk_scale
-        p = tl.math.exp2(qk - lse2[:, None])
+        k = _load_rows(k_src, start_n, offs_n0, N_K, stride_ks, stride_kd, offs_d, MASKED, HEAD_DIM, BLOCK_D, TMA)
+        v = _load_rows(v_src, start_n, offs_n0, N_K, stride_vs, stride_vd, offs_d, MASKED, HEAD_DIM, BLOCK_D, TMA)
+        p = tl.math.exp2(_dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
         if MASKED:
+            offs_n = start_n + offs_n0
             valid = offs_n[None, :] < N_K
             if IS_CAUSAL:
                 valid = valid & (offs_m[:, None] >= offs_n[None, :])
             p = tl.where(valid, p, 0.0)
-        dp = _dot(do, tl.trans(v))
-        ds = p * (dp - delta[:, None])
-        dq += _dot(ds.to(k.dtype), k)
+        ds = p * (_dot(do, tl.trans(v)) - delta[:, None])
+        dq = _dot(ds.to(k.dtype), k, dq)
     return dq
 
 
@@ -422,7 +461,7 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
                  stride_dqb, stride_dqh, stride_dqs, stride_dqd,
                  H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     if IS_CAUSAL:
         pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest query tiles first
     else:
@@ -430,8 +469,8 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
+    k_src = _rows_source(K + b * stride_kb + h * stride_kh, N_K, stride_ks, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
+    v_src = _rows_source(V + b * stride_vb + h * stride_vh, N_K, stride_vs, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
 
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -452,10 +491,12 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
     else:
         mid = n_full
         hi = N_K
-    dq = _attn_bwd_q_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
-                           offs_m, offs_d, 0, mid, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, False, IS_CAUSAL)
-    dq = _attn_bwd_q_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
-                           offs_m, offs_d, mid, hi, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, True, IS_CAUSAL)
+    dq = _attn_bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
+                           offs_m, offs_d, 0, mid, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, False, IS_CAUSAL,
+                           TMA)
+    dq = _attn_bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
+                           offs_m, offs_d, mid, hi, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, True, IS_CAUSAL,
+                           TMA)
     dq = dq * sm_scale
     _store_tile(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd,
                 dq.to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, BLOCK_D)
@@ -488,6 +529,39 @@ def _block_d(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
+#: Tensor-descriptor (TMA) loads of the streamed tiles where the layout allows them (_tma_ok);
+#: switched off (set_tma), every launch takes the pointer path, which tests and probes compare.
+_USE_TMA = True
+
+
+def set_tma(enabled: bool) -> None:
+    global _USE_TMA
+    _USE_TMA = bool(enabled)
+
+
+def _tma_ok(*tensors: Tensor) -> bool:
+    """Tensor descriptors need a unit stride along d and 16-byte aligned bases and row strides
+    (true for contiguous inputs and their head/sequence transposes whenever d * itemsize is a
+    multiple of 16); other layouts take the pointer path."""
+    if not _USE_TMA:
+        return False
+    for t in tensors:
+        size = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any((st * size) % 16 for st in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _tma_flag(*tensors: Tensor) -> bool:
+    """The TMA constexpr of one launch; sets Triton's allocator for the descriptors' scratch memory
+    (a per-thread setting: the backward runs on autograd's thread)."""
+    tma = _tma_ok(*tensors)
+    if tma and tensors[0].is_cuda:
+        device = tensors[0].device
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
+    return tma
+
+
 @torch.compiler.disable
 def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tuple[Tensor, Tensor]:
     """Run the forward kernel. Returns ``(o, lse)`` with ``lse`` of shape q.shape[:-1], fp32."""
@@ -505,7 +579,7 @@ def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: b
         _attn_fwd[grid](q4, k4, v4, o4, lse,
                         *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                         H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
-                        HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=bool(is_causal))
+                        HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=bool(is_causal), TMA=_tma_flag(k4, v4))
     return o4.reshape(q.shape), lse.reshape(q.shape[:-1])
 
 
@@ -524,6 +598,7 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     sm_scale = 1.0 / math.sqrt(d)
     block_d = _block_d(d)
     causal = bool(is_causal)
+    tma = _tma_flag(q4, k4, v4, do4)
 
     with _device_ctx(q):
         _attn_bwd_preprocess[(triton.cdiv(n_q, _PRE_BLOCK_M), B * H)](
@@ -537,7 +612,7 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
             q4, k4, v4, do4, dk4, dv4, lse3, delta,
             *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dk4.stride(), *dv4.stride(),
             H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal)
+            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
 
         def grid_q(meta):
             return (triton.cdiv(n_q, meta["BLOCK_M"]), B * H)
@@ -546,7 +621,7 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
             q4, k4, v4, do4, dq4, lse3, delta,
             *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dq4.stride(),
             H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal)
+            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
     return dq4.reshape(q.shape), dk4.reshape(k.shape), dv4.reshape(v.shape)
 
 
