@@ -251,6 +251,50 @@ def flash_plot(d: pd.DataFrame, path: Path) -> str | None:
     return dtype
 
 
+#: Below this ratio of new/old time a shape counts as slower: do_bench medians of one shape move by
+#: a few percent between runs and machines (the anchors' spread between runs is ~2.5%, NOTES.md).
+REGRESSION_BAND = 1.05
+
+
+def flash_regression(current: pd.DataFrame, history: list[dict] | None) -> str | None:
+    """Our kernels per shape against the previous saved flash_benchmarking run of the same dtype
+    (history/flash_benchmarking-<dtype>-<version>.json): how many shapes got faster, how many are
+    slower beyond the noise band, and which."""
+    if not history:
+        return None
+    old = pd.DataFrame(history)
+    old = old[old.problem == "flash_benchmarking"]
+    if old.empty:
+        return None
+    key = ["cfg.impl", "cfg.dtype", "cfg.mode", "cfg.d", "cfg.seq"]
+    rows, slower = [], []
+    for section, g in old.groupby("section", sort=True):
+        before = {tuple(r[k] for k in key): _info(r, "do_bench_ms") for _, r in g.iterrows()
+                  if ran(r) and str(r["cfg.impl"]).startswith("flash_triton")}
+        pairs = [(k, before[k], _info(r, "do_bench_ms")) for _, r in current.iterrows()
+                 if ran(r) and (k := tuple(r[c] for c in key)) in before]
+        if not pairs:
+            continue
+        ratios = sorted(new / was for _, was, new in pairs)
+        worse = [(k, was, new) for k, was, new in pairs if new / was > REGRESSION_BAND]
+        slower += [[section.split("-", 1)[-1], IMPL_LABELS.get(k[0], k[0]), k[1], MODE_LABELS.get(k[2], k[2]),
+                    int(k[3]), int(k[4]), f"{was:.3f}", f"{new:.3f}", f"{new / was:.2f}"] for k, was, new in worse]
+        rows.append([section.split("-", 1)[-1], len(pairs), sum(x < 1 for x in ratios), len(worse),
+                     f"{ratios[len(ratios) // 2]:.2f}", f"{ratios[0]:.2f}", f"{ratios[-1]:.2f}"])
+    if not rows:
+        return None
+    out = ("### Against the previous version\n\nOur kernels' rows (both backward variants) matched by dtype, pass, "
+           f"d and seq with the earlier saved run named in the first column (`history/`); a shape counts as slower "
+           f"when it takes more than {REGRESSION_BAND:.2f}× its earlier time (run-to-run noise of one do_bench "
+           "median is a few percent).\n\n"
+           + table(["earlier run", "shapes", "faster now", f"slower > {REGRESSION_BAND:.2f}×", "median new/old",
+                    "best", "worst"], rows))
+    if slower:
+        out += "\n\nSlower beyond the band:\n\n" + table(
+            ["earlier run", "implementation", "dtype", "pass", "d", "seq", "before (ms)", "now (ms)", "new/old"], slower)
+    return out
+
+
 # --- leaderboard -------------------------------------------------------------------------------------
 
 def leaderboard_table(d: pd.DataFrame) -> str:
@@ -380,6 +424,9 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
             parts.append(f"![TFLOP/s vs sequence length, {dtype} forward+backward]({fig_rel}/{name})")
         parts.append("### Longest sequence reached (forward+backward)\n\n" + longest_sequence(fb))
         parts.append(flash_tables(fb))
+        regression = flash_regression(fb, df.attrs.get("history"))
+        if regression:
+            parts.append(regression)
         if _reasons(fb):
             parts.append("Cells not run:\n" + _reasons(fb))
     if not lb.empty:
