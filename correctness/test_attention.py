@@ -282,11 +282,22 @@ def test_triton_custom_ops_opcheck(is_causal, layout):
 
 
 @needs_triton
+@pytest.mark.parametrize("kind", ["triton", "compiled"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-def test_triton_under_torch_compile(is_causal):
+def test_triton_under_torch_compile(is_causal, kind, monkeypatch):
     """torch.compile(fullgraph=True) through FlashAttentionTriton.apply: the custom ops keep it one
-    graph; outputs and gradients equal eager's (the same kernels run) and the reference."""
+    graph; outputs and gradients equal eager's (the same kernels run) and the reference. With the
+    "compiled" backward the PyTorch backward is traced into the graph: compiled_flash_backward
+    (whose lazy torch.compile on CUDA Dynamo cannot trace inside the Function) runs only eagerly."""
     q, k, v, do = make_inputs((1, 2, 40, 32), (1, 2, 40, 32), torch.float32, TRITON_DEVICE)
+    eager_only = flash_triton.compiled_flash_backward
+
+    def compiled_backward_eagerly(*args):
+        assert not torch.compiler.is_compiling(), "compiled_flash_backward traced by torch.compile"
+        return eager_only(*args)
+
+    monkeypatch.setattr(flash_triton, "compiled_flash_backward", compiled_backward_eagerly)
+    monkeypatch.setattr(flash_triton, "BACKWARD", kind)
 
     def f(q, k, v):
         return FlashAttentionTriton.apply(q, k, v, is_causal)
@@ -299,8 +310,10 @@ def test_triton_under_torch_compile(is_causal):
         results.append((out.detach(), [x.grad for x in leaves]))
     (e_out, e_grads), (c_out, c_grads) = results
     torch.testing.assert_close(c_out, e_out, rtol=0, atol=0)
+    # Eager's "compiled" backward is inductor's on CUDA, the graph's the traced PyTorch one.
+    grad_tol = dict(rtol=0, atol=0) if kind == "triton" or not HAS_CUDA else dict(rtol=1e-4, atol=1e-4)
     for c, e in zip(c_grads, e_grads):
-        torch.testing.assert_close(c, e, rtol=0, atol=0)
+        torch.testing.assert_close(c, e, **grad_tol)
     _, _, r_dq, r_dk, r_dv = reference(q, k, v, is_causal, do)
     for a, b in zip(c_grads, (r_dq, r_dk, r_dv)):
         assert rel_err(a, b) < tolerance(torch.float32, TRITON_DEVICE)

@@ -51,7 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .flash_backward import compiled_flash_backward
+from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_torch import validate_inputs
 
 Tensor = torch.Tensor
@@ -640,7 +640,10 @@ class FlashAttentionTriton(torch.autograd.Function):
         if kind == "triton":
             dq, dk, dv = flash_backward_op(q, k, v, o, do, lse, ctx.is_causal)
         elif kind == "compiled":
-            dq, dk, dv = compiled_flash_backward(q, k, v, o, do, lse, ctx.is_causal)
+            # Being compiled, the PyTorch backward is traced into the outer graph: Dynamo rejects
+            # compiled_flash_backward's lazy torch.compile (a global store) inside the Function.
+            backward = flash_backward if torch.compiler.is_compiling() else compiled_flash_backward
+            dq, dk, dv = backward(q, k, v, o, do, lse, ctx.is_causal)
         else:
             raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
         return dq, dk, dv, None
