@@ -22,6 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 from impl.attention import (FlashAttentionTorch, FlashAttentionTriton, attention_by_name,  # noqa: E402
                             attention_flops, naive_attention, set_flash_backward)
 from impl.attention import flash_triton  # noqa: E402
+from impl.model import TransformerLM, cross_entropy  # noqa: E402
 from impl.profiling.annotate import annotate  # noqa: E402
 
 pytestmark = [
@@ -281,18 +282,96 @@ def test_flash_outputs_do_not_depend_on_uninitialised_memory(cls, device, monkey
         assert rel_err(out, ref) < tol
 
 
+# ----------------------------------------------------------------------------- custom ops, torch.compile
+
+def _opcheck_inputs(layout, device):
+    """q, k, v, do for opcheck: "3d" contiguous (B, S, d), or "strided" (B, H, S, d) transposed views
+    of (B, S, H, d) tensors, as the model passes them; n_q != n_k so the dk/dv fakes use k's shape."""
+    g = torch.Generator().manual_seed(5)
+    if layout == "3d":
+        q, do = (torch.randn(2, 20, 16, generator=g) for _ in range(2))
+        k, v = (torch.randn(2, 13, 16, generator=g) for _ in range(2))
+    else:
+        q, do = (torch.randn(1, 20, 2, 16, generator=g).transpose(1, 2) for _ in range(2))
+        k, v = (torch.randn(1, 13, 2, 16, generator=g).transpose(1, 2) for _ in range(2))
+    return tuple(t.to(device) for t in (q, k, v, do))
+
+
 @needs_triton
-def test_triton_under_torch_compile():
-    """torch.compile(FlashAttentionTriton.apply) works (the kernel launchers run outside the graph)."""
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("layout", ["3d", "strided"])
+def test_triton_custom_ops_opcheck(is_causal, layout):
+    """torch.library.opcheck of both ops: schema (no mutation, no aliasing), fake implementations
+    against the real outputs (shapes, dtypes, strides) and the ops under aot_dispatch with dynamic
+    shapes."""
+    q, k, v, do = _opcheck_inputs(layout, TRITON_DEVICE)
+    torch.library.opcheck(flash_triton.flash_forward_op, (q, k, v, is_causal))
+    o, lse = flash_triton.flash_forward_op(q, k, v, is_causal)
+    assert o.is_contiguous() and lse.shape == q.shape[:-1] and lse.dtype == torch.float32
+    torch.library.opcheck(flash_triton.flash_backward_op, (q, k, v, o, do, lse, is_causal))
+
+
+@needs_triton
+@pytest.mark.parametrize("kind", ["triton", "compiled"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_triton_under_torch_compile(is_causal, kind, monkeypatch):
+    """torch.compile(fullgraph=True) through FlashAttentionTriton.apply: the custom ops keep it one
+    graph; outputs and gradients equal eager's (the same kernels run) and the reference. With the
+    "compiled" backward the PyTorch backward is traced into the graph: compiled_flash_backward
+    (whose lazy torch.compile on CUDA Dynamo cannot trace inside the Function) runs only eagerly."""
     q, k, v, do = make_inputs((1, 2, 40, 32), (1, 2, 40, 32), torch.float32, TRITON_DEVICE)
-    f = torch.compile(FlashAttentionTriton.apply, backend="aot_eager")
-    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
-    out = f(qg, kg, vg, True)
-    out.backward(do)
-    r_o, _, r_dq, r_dk, r_dv = reference(q, k, v, True, do)
-    tol = tolerance(torch.float32, TRITON_DEVICE)
-    for a, b in ((out, r_o), (qg.grad, r_dq), (kg.grad, r_dk), (vg.grad, r_dv)):
-        assert rel_err(a, b) < tol
+    eager_only = flash_triton.compiled_flash_backward
+
+    def compiled_backward_eagerly(*args):
+        assert not torch.compiler.is_compiling(), "compiled_flash_backward traced by torch.compile"
+        return eager_only(*args)
+
+    monkeypatch.setattr(flash_triton, "compiled_flash_backward", compiled_backward_eagerly)
+    monkeypatch.setattr(flash_triton, "BACKWARD", kind)
+
+    def f(q, k, v):
+        return FlashAttentionTriton.apply(q, k, v, is_causal)
+
+    results = []
+    for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        out = fn(*leaves)
+        out.backward(do)
+        results.append((out.detach(), [x.grad for x in leaves]))
+    (e_out, e_grads), (c_out, c_grads) = results
+    torch.testing.assert_close(c_out, e_out, rtol=0, atol=0)
+    # Eager's "compiled" backward is inductor's on CUDA, the graph's the traced PyTorch one.
+    grad_tol = dict(rtol=0, atol=0) if kind == "triton" or not HAS_CUDA else dict(rtol=1e-4, atol=1e-4)
+    for c, e in zip(c_grads, e_grads):
+        torch.testing.assert_close(c, e, **grad_tol)
+    _, _, r_dq, r_dk, r_dv = reference(q, k, v, is_causal, do)
+    for a, b in zip(c_grads, (r_dq, r_dk, r_dv)):
+        assert rel_err(a, b) < tolerance(torch.float32, TRITON_DEVICE)
+
+
+@needs_triton
+def test_triton_model_compiles_whole_without_graph_breaks():
+    """The training step's property: a TransformerLM with attn_impl="flash_triton" compiled whole
+    with fullgraph=True gives eager's loss and gradients, at two sequence lengths (the second
+    compiles a dynamic-length graph, so the fakes see symbolic shapes)."""
+    torch.manual_seed(0)
+    model = TransformerLM(d_model=32, num_heads=2, d_ff=64, num_layers=2, vocab_size=50, context_length=16,
+                          attn_impl="flash_triton").to(TRITON_DEVICE)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    params = list(model.parameters())
+    for seq in (12, 7):
+        x = torch.randint(0, 50, (2, seq), device=TRITON_DEVICE)
+        y = torch.randint(0, 50, (2, seq), device=TRITON_DEVICE)
+        results = []
+        for m in (model, compiled):
+            model.zero_grad(set_to_none=True)
+            loss = cross_entropy(m(x), y)
+            loss.backward()
+            results.append((loss.detach(), [p.grad.clone() for p in params]))
+        (e_loss, e_grads), (c_loss, c_grads) = results
+        torch.testing.assert_close(c_loss, e_loss)
+        for c, e in zip(c_grads, e_grads):
+            torch.testing.assert_close(c, e)
 
 
 # ----------------------------------------------------------------------------- backward selection

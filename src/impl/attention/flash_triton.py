@@ -33,6 +33,10 @@ Layout / conventions
 * The backward implementation is chosen by the module-level ``BACKWARD``
   (``"triton"``, the default, or ``"compiled"`` for the ``torch.compile``'d
   PyTorch backward of :mod:`impl.attention.flash_backward`).
+* torch.compile: the two launchers are the custom ops ``impl_flash::triton_forward`` and
+  ``impl_flash::triton_backward`` (with fake implementations), so a graph through
+  FlashAttentionTriton (a whole model's, with ``fullgraph=True``) has no graph break; the
+  kernels run as opaque nodes of it.
 
 Autotuning: configs come from functions that check
 ``os.environ.get("TRITON_INTERPRET") == "1"`` at import time; under the
@@ -53,7 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .flash_backward import compiled_flash_backward
+from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_torch import validate_inputs
 
 Tensor = torch.Tensor
@@ -506,10 +510,9 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
 # Python wrappers
 # ---------------------------------------------------------------------------
 
-# The two launchers below are excluded from torch.compile tracing (``torch.compiler.disable``):
-# Dynamo cannot trace kernels run by the Triton interpreter, and on the GPU tracing the autotuned
-# launches buys nothing (the kernels are already fused); under torch.compile(FlashAttentionTriton.apply)
-# the Function then runs eagerly around the compiled graph, with the same kernels.
+# The two launchers below are registered as torch.library custom ops (after them): torch.compile
+# keeps each as one opaque node (output metadata from its fake), so a graph through
+# FlashAttentionTriton has no break, and Dynamo never traces the autotuned or interpreted launches.
 
 
 def _as_4d(x: Tensor) -> Tensor:
@@ -562,7 +565,6 @@ def _tma_flag(*tensors: Tensor) -> bool:
     return tma
 
 
-@torch.compiler.disable
 def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tuple[Tensor, Tensor]:
     """Run the forward kernel. Returns ``(o, lse)`` with ``lse`` of shape q.shape[:-1], fp32."""
     q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
@@ -583,7 +585,6 @@ def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: b
     return o4.reshape(q.shape), lse.reshape(q.shape[:-1])
 
 
-@torch.compiler.disable
 def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
                                     is_causal: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     """Run the backward kernels. Returns ``(dq, dk, dv)`` in the input dtypes."""
@@ -623,6 +624,25 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
             H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
             HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
     return dq4.reshape(q.shape), dk4.reshape(k.shape), dv4.reshape(v.shape)
+
+
+# The ops (any device: CUDA tensors, or CPU tensors under the interpreter). The fakes give what the
+# launchers return: new contiguous tensors of the input shapes (inputs may be strided), lse fp32.
+flash_forward_op = torch.library.custom_op("impl_flash::triton_forward", flash_attention_triton_forward,
+                                           mutates_args=())
+flash_backward_op = torch.library.custom_op("impl_flash::triton_backward", flash_attention_triton_backward,
+                                            mutates_args=())
+
+
+@flash_forward_op.register_fake
+def _flash_forward_fake(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tuple[Tensor, Tensor]:
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@flash_backward_op.register_fake
+def _flash_backward_fake(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                         is_causal: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def set_backward(kind: str) -> None:
@@ -683,7 +703,7 @@ class FlashAttentionTriton(torch.autograd.Function):
                 "set TRITON_INTERPRET=1 before impl.attention.flash_triton is first imported to run on CPU"
             )
         is_causal = bool(is_causal)
-        o, lse = flash_attention_triton_forward(q, k, v, is_causal)
+        o, lse = flash_forward_op(q, k, v, is_causal)
         ctx.save_for_backward(lse, q, k, v, o)
         ctx.is_causal = is_causal
         return o
@@ -693,9 +713,12 @@ class FlashAttentionTriton(torch.autograd.Function):
         lse, q, k, v, o = ctx.saved_tensors
         kind = BACKWARD
         if kind == "triton":
-            dq, dk, dv = flash_attention_triton_backward(q, k, v, o, do, lse, ctx.is_causal)
+            dq, dk, dv = flash_backward_op(q, k, v, o, do, lse, ctx.is_causal)
         elif kind == "compiled":
-            dq, dk, dv = compiled_flash_backward(q, k, v, o, do, lse, ctx.is_causal)
+            # Being compiled, the PyTorch backward is traced into the outer graph: Dynamo rejects
+            # compiled_flash_backward's lazy torch.compile (a global store) inside the Function.
+            backward = flash_backward if torch.compiler.is_compiling() else compiled_flash_backward
+            dq, dk, dv = backward(q, k, v, o, do, lse, ctx.is_causal)
         else:
             raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
         return dq, dk, dv, None
@@ -706,6 +729,8 @@ __all__ = [
     "FlashAttentionTriton",
     "flash_attention_triton_backward",
     "flash_attention_triton_forward",
+    "flash_backward_op",
+    "flash_forward_op",
     "autotune_enabled",
     "set_autotune",
     "set_backward",

@@ -70,8 +70,9 @@ def compile_blocks_in_place(lm: TransformerLM, *, backend: str = "inductor") -> 
     """RegionalLM's compilation inside `lm` itself (its forward, hence return_hidden, unchanged):
     every block's forward becomes one compiled function shared by all blocks (and all models:
     the cache is on the function's code), the sequence dimension marked dynamic at each call.
-    Non-strict: an attention that specializes the length (flash_torch's Python tile loops, the
-    graph break around flash_triton's kernels) recompiles per length instead of failing."""
+    Non-strict: an attention that specializes the length (flash_torch's Python tile loops)
+    recompiles per length instead of failing; flash_triton's kernels are custom ops (no graph
+    break, one graph for every length)."""
     block_fn = torch.compile(_block_forward, backend=backend)
 
     def forward(block, x, rope, positions):
