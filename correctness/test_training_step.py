@@ -2,6 +2,7 @@
 AdamW against the foreach one, the named configs, the loss curve of the fast options against fp32
 eager training; and the machinery of perf/test_training_step.py: the profiled step's breakdown,
 compiled graphs reused across contexts, no model kept alive by them, the report's tables."""
+import copy
 import dataclasses
 import gc
 import json
@@ -11,6 +12,8 @@ import pytest
 import torch
 
 from impl.model import AdamW, TransformerLM, cross_entropy
+from impl.model import adamw_master
+from impl.model.adamw_master import AdamWMaster
 from impl.model.fused_ce import fused_linear_cross_entropy
 from impl.profiling import kernels as K
 from impl.profiling.annotate import PHASES
@@ -151,6 +154,178 @@ def test_fused_adamw_matches_foreach(device, weight_decay):
     for p, q in zip(plain, fused):
         assert rel_err(q.detach(), p.detach()) < 1e-6
     assert opt_f.state[fused[2]]["step"] == 6
+
+
+# --- bf16 weights with fp32 masters (impl.model.adamw_master): the kernel through the Triton
+# interpreter on the CPU (block_size 256: several programs and a ragged tail), the torch ops, the GPU
+MASTER_CASES = [pytest.param("triton", "cpu", id="triton-interpreter"), pytest.param("torch", "cpu", id="torch-ops"),
+                pytest.param("triton", "cuda", id="triton-cuda", marks=pytest.mark.gpu)]
+
+
+def _master_case(kernel, device):
+    if kernel == "triton" and device == "cpu" and not adamw_master._INTERPRETED:
+        pytest.skip("the kernel on the CPU needs TRITON_INTERPRET=1 before impl.model.adamw_master is imported")
+    return dict(kernel=kernel, block_size=256 if device == "cpu" else None)
+
+
+@pytest.mark.parametrize("kernel,device", MASTER_CASES)
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adamw_master_matches_float64_adamw(kernel, device, weight_decay):
+    """Six steps of bf16 parameters (one joining at step 3: its own step count) against
+    torch.optim.AdamW in float64 from the same fp32 values on the same (bf16) gradients: master,
+    exp_avg and exp_avg_sq within fp32 rounding (rel 1e-6; a master started from the bf16
+    rounding of the init would be ~1e-3 off), and each bf16 weight is its master rounded to bf16."""
+    torch.manual_seed(0)
+    shapes = [(37, 29), (5,), (3, 4, 2)]
+    params = [torch.randn(s, device=device, requires_grad=True) for s in shapes]
+    ref = [p.detach().double().requires_grad_() for p in params]
+    kw = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay)
+    opt = AdamWMaster(params[:2], **kw, **_master_case(kernel, device))
+    opt.cast_params_(params[:2])
+    ref_opt = torch.optim.AdamW(ref[:2], foreach=False, **kw)
+    for step in range(6):
+        if step == 3:
+            opt.add_param_group(dict(params=[params[2]]))
+            opt.cast_params_([params[2]])
+            ref_opt.add_param_group(dict(params=[ref[2]]))
+        for p, r in zip(params, ref):
+            p.grad = torch.randn(p.shape, device=device).to(p.dtype)
+            r.grad = p.grad.double()
+        opt.step()
+        ref_opt.step()
+    for p, r in zip(params, ref):
+        state, ref_state = opt.state[p], ref_opt.state[r]
+        assert p.dtype == torch.bfloat16 and p.grad.dtype == torch.bfloat16
+        assert all(state[k].dtype == torch.float32 for k in ("master", "exp_avg", "exp_avg_sq"))
+        assert rel_err(state["master"], r.detach()) < 1e-6
+        assert rel_err(state["exp_avg"], ref_state["exp_avg"]) < 1e-6
+        assert rel_err(state["exp_avg_sq"], ref_state["exp_avg_sq"]) < 1e-6
+        assert torch.equal(p.detach(), state["master"].to(torch.bfloat16))
+    assert [opt.state[p]["step"] for p in params] == [6, 6, 3]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's numpy on NaN
+@pytest.mark.parametrize("kernel,device", [c for c in MASTER_CASES if c.values[0] == "triton"])
+def test_adamw_master_rounds_to_nearest_even(kernel, device):
+    """The kernel's fp32 -> bf16 (integer rounding, module doc) against torch's .to(bfloat16), on
+    ties, both ways round, ±inf, NaN, overflow to inf, subnormals and signed zeros: with lr = 0
+    the update leaves each master as it is and writes its rounding into the parameter. NaN must
+    stay NaN (its bits differ: torch's CPU cast gives 0xFFFF, the kernel the quiet 0x7FC0)."""
+    bits = torch.tensor([0x3F808000, 0x3F818000, 0x3F80C000, 0x3F807FFF, 0xBF808000, 0x7F7FFFFF, 0x7F7F8000,
+                         0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0x00008000, 0x00018000, 0x00000001,
+                         0x80000000, 0x00000000, 0x3F800000], dtype=torch.int64).to(torch.int32)
+    values = bits.view(torch.float32).to(device)
+    p = torch.zeros(values.shape, device=device, requires_grad=True)
+    opt = AdamWMaster([p], lr=0.0, weight_decay=0.0, **_master_case(kernel, device))
+    opt.cast_params_([p])
+    opt.state[p]["master"] = values.clone()
+    p.grad = torch.zeros_like(p)
+    opt.step()
+    nan = values.isnan()
+    assert torch.equal(p.detach().isnan(), nan)
+    assert torch.equal(p.detach()[~nan].view(torch.int16), values[~nan].to(torch.bfloat16).view(torch.int16))
+    master = opt.state[p]["master"]  # unchanged, but for a signalling NaN that came back quiet
+    assert torch.equal(master.isnan(), nan) and torch.equal(master[~nan].view(torch.int32), bits[~nan].to(device))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_adamw_master_fp32_params_take_adamw_update(fused):
+    """fp32 parameters next to bf16 ones in one AdamWMaster get impl.model.AdamW's update
+    (bitwise: the same code) and so follow torch.optim.AdamW."""
+    if fused and not _fused_adamw_supported("cpu"):
+        pytest.skip(f"torch {torch.__version__} has no torch._fused_adamw_ kernel for cpu")
+    torch.manual_seed(0)
+    fp32 = [torch.randn(s, requires_grad=True) for s in [(7, 5), (5,)]]
+    low = torch.randn(6, 3, requires_grad=True)
+    plain = [p.detach().clone().requires_grad_() for p in fp32]
+    ref = [p.detach().clone().requires_grad_() for p in fp32]
+    kw = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt = AdamWMaster([*fp32, low], fused=fused, **kw)
+    opt.cast_params_([low])
+    opt_plain, opt_ref = AdamW(plain, fused=fused, **kw), torch.optim.AdamW(ref, **kw)
+    for _ in range(5):
+        for p, q, r in zip(fp32, plain, ref):
+            p.grad = torch.randn(p.shape)
+            q.grad, r.grad = p.grad.clone(), p.grad.clone()
+        low.grad = torch.randn(low.shape).bfloat16()
+        for o in (opt, opt_plain, opt_ref):
+            o.step()
+    for p, q, r in zip(fp32, plain, ref):
+        assert p.dtype == torch.float32 and "master" not in opt.state[p]
+        assert torch.equal(p.detach(), q.detach())
+        assert rel_err(p.detach(), r.detach()) < 1e-6
+
+
+def test_adamw_master_bad_input(monkeypatch):
+    """A bf16 parameter whose gradient is fp32, or which has no master, is an error before any
+    state or parameter changes; so are casts the master could not start from."""
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)
+    opt = AdamWMaster([a, b], lr=0.1)
+    # torch refuses to assign an fp32 .grad to a bf16 tensor, but a gradient left from before the
+    # cast stays fp32
+    a.grad, b.grad = torch.randn(4, 3), torch.randn(5)
+    opt.cast_params_([a])
+    assert a.dtype == torch.bfloat16 and a.grad.dtype == torch.float32
+    before = (a.detach().clone(), b.detach().clone())
+    with pytest.raises(RuntimeError, match="has a torch.float32 gradient"):
+        opt.step()
+    assert torch.equal(a.detach(), before[0]) and torch.equal(b.detach(), before[1])
+    assert "step" not in opt.state[a] and "step" not in opt.state[b]
+    c = torch.randn(4, 3, dtype=torch.bfloat16, requires_grad=True)  # bf16 from the start: no master
+    opt2 = AdamWMaster([c], lr=0.1)
+    c.grad = torch.randn(4, 3).bfloat16()
+    with pytest.raises(RuntimeError, match="no fp32 master"):
+        opt2.step()
+    assert not opt2.state[c]
+    with pytest.raises(ValueError, match="must be fp32 before the cast"):
+        opt2.cast_params_([c])
+    with pytest.raises(ValueError, match="not in this optimizer"):
+        opt.cast_params_([torch.randn(2, requires_grad=True)])
+    with pytest.raises(ValueError, match="dtype must be"):
+        opt.cast_params_([b], torch.float16)
+    d = torch.randn(3, requires_grad=True)
+    opt3 = AdamWMaster([d], kernel="triton")
+    opt3.cast_params_([d])
+    d.grad = torch.randn(3).bfloat16()
+    monkeypatch.setattr(adamw_master, "_INTERPRETED", False)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        opt3.step()
+
+
+def test_adamw_master_state_dict_keeps_fp32_state():
+    """torch's load_state_dict casts floating state to the parameter's dtype: masters and
+    moments of bf16 parameters must come back fp32, and the reloaded optimizer continues exactly."""
+    torch.manual_seed(0)
+
+    def make():
+        ps = [torch.nn.Parameter(torch.randn(6, 4)), torch.nn.Parameter(torch.randn(4))]
+        opt = AdamWMaster(ps, lr=1e-2, kernel="torch")
+        opt.cast_params_(ps[:1])
+        return ps, opt
+
+    grads = [(torch.randn(6, 4).bfloat16(), torch.randn(4)) for _ in range(4)]
+    ps, opt = make()
+    for g in grads[:2]:
+        for p, gi in zip(ps, g):
+            p.grad = gi.clone()
+        opt.step()
+    ps2, opt2 = make()
+    with torch.no_grad():
+        for p, q in zip(ps, ps2):
+            q.copy_(p)
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))  # as from a checkpoint: torch's load aliases tensors
+    st, st2 = opt.state[ps[0]], opt2.state[ps2[0]]
+    for k in ("master", "exp_avg", "exp_avg_sq"):
+        assert st2[k].dtype == torch.float32 and torch.equal(st2[k], st[k])
+    assert opt2.state[ps2[1]]["exp_avg"].dtype == torch.float32 and st2["step"] == 2
+    for g in grads[2:]:
+        for p, q, gi in zip(ps, ps2, g):
+            p.grad, q.grad = gi.clone(), gi.clone()
+        opt.step()
+        opt2.step()
+    assert all(torch.equal(p, q) for p, q in zip(ps, ps2))
+    assert torch.equal(opt.state[ps[0]]["master"], opt2.state[ps2[0]]["master"])
 
 
 def test_named_configs():
