@@ -41,7 +41,7 @@ CPU = torch.device("cpu")
     ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "attention"),
     ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
     ("triton_poi_fused__scaled_dot_product_cudnn_attention_transpose_view_5", "elementwise"),
-    ("aten::_fused_adamw_", "elementwise"),
+    ("aten::_fused_adamw_", "elementwise"), ("_adamw_master_kernel", "elementwise"),
     ("some_unknown_kernel", "other"),
 ])
 def test_classify_kernel(name, cat):

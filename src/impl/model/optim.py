@@ -30,7 +30,7 @@ class AdamW(torch.optim.Optimizer):
         if p.grad.is_sparse:
             raise RuntimeError("AdamW does not support sparse gradients")
         state = self.state[p]
-        if not state:
+        if "step" not in state:  # state may hold other entries already (AdamWMaster's "master")
             state["step"] = 0
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -77,14 +77,21 @@ class AdamW(torch.optim.Optimizer):
                 torch._fused_adamw_(ps, gs, ms, vs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
                                     weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
                 continue
-            if wd != 0:
-                torch._foreach_mul_(ps, 1 - lr * wd)
-            torch._foreach_lerp_(ms, gs, 1 - beta1)
-            torch._foreach_mul_(vs, beta2)
-            torch._foreach_addcmul_(vs, gs, gs, value=1 - beta2)
-            bias1 = 1 - beta1 ** step
-            bias2 = 1 - beta2 ** step
-            denom = torch._foreach_sqrt(vs)
-            torch._foreach_div_(denom, math.sqrt(bias2))
-            torch._foreach_add_(denom, eps)
-            torch._foreach_addcdiv_(ps, ms, denom, value=-lr / bias1)
+            self._foreach_update(ps, gs, ms, vs, step, lr, beta1, beta2, eps, wd)
+
+    @staticmethod
+    def _foreach_update(ps, gs, ms, vs, step: int, lr: float, beta1: float, beta2: float, eps: float,
+                        wd: float) -> None:
+        """The AdamW arithmetic of torch.optim.AdamW on lists of same-device, same-dtype tensors
+        (parameters, gradients, first and second moments) that share the step count `step`."""
+        if wd != 0:
+            torch._foreach_mul_(ps, 1 - lr * wd)
+        torch._foreach_lerp_(ms, gs, 1 - beta1)
+        torch._foreach_mul_(vs, beta2)
+        torch._foreach_addcmul_(vs, gs, gs, value=1 - beta2)
+        bias1 = 1 - beta1 ** step
+        bias2 = 1 - beta2 ** step
+        denom = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denom, math.sqrt(bias2))
+        torch._foreach_add_(denom, eps)
+        torch._foreach_addcdiv_(ps, ms, denom, value=-lr / bias1)

@@ -49,7 +49,7 @@ ANNOTATIONS = (WARMUP, *PHASES, *ATTENTION_PARTS)
 # _attn_bwd_*) and SDPA's (flash, fmha, cudnn, *attention* ops on the CPU), but not Inductor's
 # fused pointwise/reduction kernels that merely carry an attention op in their name (the layout
 # changes around it). Copy includes casts: ATen's direct_copy_kernel is what autocast's fp32 → bf16
-# weight casts run.
+# weight casts run. Optimizers are elementwise (impl.model.adamw_master's Triton kernel included).
 _RULES = [
     ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|broadcast|c10d::|gloo"),
     ("attention", r"^(?!triton_|cpp_fused)(?:.*(?:_attn_(?:fwd|bwd)|flash|fmha|cudnn|attention))"),
@@ -64,7 +64,8 @@ _RULES = [
                   r"aten::_foreach_norm|multi_tensor_apply.*norm"),
     ("elementwise", r"elementwise|vectorized|unrolled_elementwise|aten::(?:add|sub|mul|div|pow|rsqrt|sqrt|exp|"
                     r"sigmoid|silu|neg|where|masked_fill|tril|fill_|zero_|lerp|addcmul|addcdiv|abs|cos|sin|"
-                    r"relu|gelu)_?\b|triton_poi_|pointwise|_foreach_|_fused_adamw?_|multi_tensor_apply|fill_kernel|"
+                    r"relu|gelu)_?\b|triton_poi_|pointwise|_foreach_|_fused_adamw?_|_adamw_master_kernel|"
+                    r"multi_tensor_apply|fill_kernel|"
                     r"index_select|indexing|gather|scatter|embedding"),
 ]
 _COMPILED = [(cat, re.compile(rx, re.IGNORECASE)) for cat, rx in _RULES]

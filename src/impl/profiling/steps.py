@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from impl.model import AdamW, TransformerLM, cross_entropy
+from impl.model import AdamW, Linear, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
 from impl.profiling.annotate import PHASES, annotate
 from impl.profiling.compiled import compile_blocks_in_place
@@ -139,7 +139,16 @@ def model_and_batch(benchmark, models: ModelCache, *, problem: str, config: dict
 class TrainConfig:
     """How one training step runs.
 
-    dtype      "fp32", or "bf16": autocast with fp32 master weights (and fp32 optimizer state)
+    dtype      "fp32", or "bf16": autocast, fp32 optimizer state, fp32 master weights (the
+               parameters themselves, or the optimizer's copies for weights="bf16")
+    weights    "fp32": every parameter stored in fp32 (under bf16 autocast, each matmul weight is
+               cast to bf16 in the forward and its bf16 gradient back to an fp32 .grad in the
+               backward); "bf16": the weight of every Linear (the matmul weights, lm_head
+               included: ~99% of the parameters) stored in bf16, so neither cast runs and the
+               weight gradients are bf16; the fp32 master copies live in the optimizer
+               (impl.model.adamw_master). The embedding and the RMSNorm gains stay fp32, so the
+               residual stream stays fp32 as under plain autocast. Needs dtype "bf16" and an
+               "adamw_master" optimizer
     attn_impl  any impl.attention name: "naive", "flash_triton" (FlashAttention-2), "sdpa", ...
     compile    "none"; "blocks": torch.compile of each TransformerBlock in place (regional: the
                blocks share one code object, so one block's graph is compiled and reused by every
@@ -147,23 +156,30 @@ class TrainConfig:
                Both take the sequence dimension as dynamic (make_train_step), so the graphs of
                one size serve every context: compile once per size, not per (size, context)
     optimizer  "adamw" (ours, foreach), "adamw_fused" (ours through torch._fused_adamw_),
-               "torch_adamw" (torch.optim.AdamW, fused on CUDA, its default foreach on the CPU)
+               "torch_adamw" (torch.optim.AdamW, fused on CUDA, its default foreach on the CPU),
+               "adamw_master" / "adamw_master_fused" (impl.model.adamw_master.AdamWMaster: bf16
+               parameters through fp32 masters in one Triton kernel per tensor, the fp32 ones as
+               "adamw" / "adamw_fused")
     fused_ce   LM head + cross-entropy fused and chunked (impl.model.fused_ce)
     """
 
     dtype: str = "fp32"
+    weights: str = "fp32"
     attn_impl: str = "naive"
     compile: str = "none"
     optimizer: str = "adamw"
     fused_ce: bool = False
 
 
-def train_config(bf16=False, flash=False, compile=False, fused_adamw=False, fused_ce=False,
+def train_config(bf16=False, flash=False, compile=False, fused_adamw=False, fused_ce=False, bf16_weights=False,
                  flash_impl="flash_triton") -> TrainConfig:
-    """The switchable options of the ablation as a TrainConfig."""
-    return TrainConfig(dtype="bf16" if bf16 else "fp32", attn_impl=flash_impl if flash else "naive",
-                       compile="blocks" if compile else "none", optimizer="adamw_fused" if fused_adamw else "adamw",
-                       fused_ce=fused_ce)
+    """The switchable options of the ablation as a TrainConfig. bf16_weights stores the Linear
+    weights in bf16 and takes the master-weight AdamW (whose fp32 parameters go through the
+    fused kernel when fused_adamw is on too)."""
+    optimizer = ("adamw_master" if bf16_weights else "adamw") + ("_fused" if fused_adamw else "")
+    return TrainConfig(dtype="bf16" if bf16 else "fp32", weights="bf16" if bf16_weights else "fp32",
+                       attn_impl=flash_impl if flash else "naive", compile="blocks" if compile else "none",
+                       optimizer=optimizer, fused_ce=fused_ce)
 
 
 # Each speed-up alone on top of bf16, then all of them; the anchor is PyTorch's own pieces.
@@ -174,7 +190,8 @@ TRAIN_CONFIGS = {
     "+compile": dict(bf16=True, compile=True),
     "+fused_adamw": dict(bf16=True, fused_adamw=True),
     "+fused_ce": dict(bf16=True, fused_ce=True),
-    "fast": dict(bf16=True, flash=True, compile=True, fused_adamw=True, fused_ce=True),
+    "+bf16_weights": dict(bf16=True, bf16_weights=True),
+    "fast": dict(bf16=True, flash=True, compile=True, fused_adamw=True, fused_ce=True, bf16_weights=True),
 }
 ANCHOR = TrainConfig(dtype="bf16", attn_impl="sdpa", compile="model", optimizer="torch_adamw")
 
@@ -207,9 +224,28 @@ def make_optimizer(kind: str, params, lr: float = 1e-4, weight_decay: float = 0.
     params = list(params)
     if kind in ("adamw", "adamw_fused"):
         return AdamW(params, lr=lr, weight_decay=weight_decay, fused=kind == "adamw_fused")
+    if kind in ("adamw_master", "adamw_master_fused"):
+        from impl.model.adamw_master import AdamWMaster  # late: it imports triton (as impl.attention does)
+
+        return AdamWMaster(params, lr=lr, weight_decay=weight_decay, fused=kind == "adamw_master_fused")
     if kind == "torch_adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=params[0].is_cuda)
-    raise ValueError(f"unknown optimizer {kind!r}; expected adamw, adamw_fused or torch_adamw")
+    raise ValueError(f"unknown optimizer {kind!r}; expected adamw, adamw_fused, adamw_master, adamw_master_fused "
+                     "or torch_adamw")
+
+
+def linear_weights(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The weight of every impl.model.Linear in `model` (lm_head included)."""
+    return [m.weight for m in model.modules() if isinstance(m, Linear)]
+
+
+def _check_weights(cfg: TrainConfig) -> None:
+    if cfg.weights not in ("fp32", "bf16"):
+        raise ValueError(f"unknown weights {cfg.weights!r}; expected fp32 or bf16")
+    if cfg.weights == "bf16" and cfg.dtype != "bf16":
+        raise ValueError(f"weights='bf16' needs dtype='bf16' (autocast), got dtype={cfg.dtype!r}")
+    if cfg.weights == "bf16" and not cfg.optimizer.startswith("adamw_master"):
+        raise ValueError(f"weights='bf16' needs an adamw_master optimizer (fp32 masters), got {cfg.optimizer!r}")
 
 
 def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
@@ -220,12 +256,17 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     dimension is dynamic in the compiled graphs (the blocks mark theirs; for the whole model, the
     token ids'), so a model of another context reuses them, provided its context_length (the
     RoPE tables' shape, a static graph input) is the same: build every context's model with the
-    largest one."""
+    largest one. For weights="bf16" the model's Linear weights become bf16 (the same Parameter
+    objects): the optimizer is built on the fp32 model and keeps each weight's fp32 value as
+    its master before the cast rounds it (AdamWMaster.cast_params_)."""
+    _check_weights(cfg)
     if model.config["attn_impl"] != cfg.attn_impl:
         model.set_attention(cfg.attn_impl)
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
+    if cfg.weights == "bf16":
+        optimizer.cast_params_(linear_weights(model), torch.bfloat16)
     target = compile_model(model, cfg.compile, backend)
     if cfg.compile == "model":
         torch._dynamo.maybe_mark_dynamic(x, 1)
-    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
     step, _ = make_step("train_step", target, x, y, cfg.dtype, optimizer, fused_ce=cfg.fused_ce)
     return step, optimizer

@@ -15,7 +15,7 @@ from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.sweeps import ALL_SIZES
 
 PROBLEM = "training_step"
-CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "fast", "anchor"]
+CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "+bf16_weights", "fast", "anchor"]
 SIZE_ORDER = list(ALL_SIZES)
 
 
@@ -43,9 +43,12 @@ def legend(d: pd.DataFrame) -> str:
         c = g.iloc[0]
         backend = c.get("cfg.compile_backend")
         compile_ = c["cfg.compile"] + ("" if missing(backend) or c["cfg.compile"] == "none" else f" ({backend})")
-        rows.append([name, c["cfg.dtype"], c["cfg.attn_impl"], compile_, c["cfg.optimizer"],
-                     "fused, chunked" if c["cfg.fused_ce"] else "logits + cross_entropy"])
-    return table(["config", "dtype", "attention", "torch.compile", "optimizer", "LM head + loss"], rows)
+        weights = c.get("cfg.weights")  # rows from before the option: fp32
+        weights = "fp32" if missing(weights) else weights
+        rows.append([name, c["cfg.dtype"], "bf16 (fp32 masters)" if weights == "bf16" else weights, c["cfg.attn_impl"],
+                     compile_, c["cfg.optimizer"], "fused, chunked" if c["cfg.fused_ce"] else "logits + cross_entropy"])
+    return table(["config", "dtype", "Linear weights", "attention", "torch.compile", "optimizer", "LM head + loss"],
+                 rows)
 
 
 def _compile_cell(info: dict) -> str:
@@ -182,8 +185,10 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     i, c = d["info"].iloc[0], d.iloc[0]
     parts = ["## training_step",
              f"The full training step (forward, backward, AdamW) at batch {int(c['cfg.batch'])}: fp32, bf16 "
-             "autocast (fp32 master weights and optimizer state), each speed-up alone on top of bf16, all of them "
-             "(fast), and PyTorch's own pieces (anchor). A fresh model per row; its first step (compilation, "
+             "autocast (fp32 weights and optimizer state), each speed-up alone on top of bf16, all of them "
+             "(fast), and PyTorch's own pieces (anchor). Linear weights bf16: the matmul weights stored in bf16 "
+             "(no autocast casts of the weights or their gradients), their fp32 masters and moments in the "
+             "optimizer (adamw_master: one Triton kernel per tensor). A fresh model per row; its first step (compilation, "
              "Triton autotuning, optimizer state) is timed apart, then "
              f"{i.get('warmup')} warm-up and {i.get('rounds')} timed steps. Compiled graphs are kept across the "
              "contexts of a size (the sequence dimension is dynamic): compile = first step − mean step where the "
