@@ -113,7 +113,7 @@ GRIDS.update({
                      modes=["fwd", "bwd", "fwd_bwd"],
                      impls=["flash_triton", "naive", "sdpa_flash", "sdpa_cudnn", "flash_triton_compiled_bwd"],
                      naive_max_seq=32768, compiled_bwd_dims=[64], autotune=True,
-                     warmup_ms=5, rep_ms=25, cpu_repeats=3, budget_s=200),
+                     warmup_ms=5, rep_ms=25, cpu_repeats=3, budget_s=330),
         "smoke": dict(batch=1, seqs=[16, 32], dims=[16], dtypes=["fp32"], modes=["fwd", "bwd", "fwd_bwd"],
                       impls=["flash_triton", "naive", "sdpa_flash", "sdpa_cudnn", "flash_triton_compiled_bwd"],
                       naive_max_seq=16, compiled_bwd_dims=[16], autotune=True,

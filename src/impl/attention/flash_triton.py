@@ -542,6 +542,14 @@ def set_tma(enabled: bool) -> None:
     _USE_TMA = bool(enabled)
 
 
+#: Device-side descriptors cost host time per launch (Triton allocates their scratch memory at
+#: every launch): +~50 us per forward call on the H100's host, against kernels of a few us at
+#: small shapes (probes/flash_host_overhead.json). Below this many scores (batch·heads·n_q·n_k,
+#: i.e. one head of 8192 x 8192) the pointer path is used; above it the kernels run long enough
+#: for the copy engine's gain (5-15% of kernel time at the leaderboard shape) to win.
+TMA_MIN_SCORES = 1 << 26
+
+
 def _tma_ok(*tensors: Tensor) -> bool:
     """Tensor descriptors need a unit stride along d and 16-byte aligned bases and row strides
     (true for contiguous inputs and their head/sequence transposes whenever d * itemsize is a
@@ -555,10 +563,12 @@ def _tma_ok(*tensors: Tensor) -> bool:
     return True
 
 
-def _tma_flag(*tensors: Tensor) -> bool:
-    """The TMA constexpr of one launch; sets Triton's allocator for the descriptors' scratch memory
-    (a per-thread setting: the backward runs on autograd's thread)."""
-    tma = _tma_ok(*tensors)
+def _tma_flag(scores: int, *tensors: Tensor) -> bool:
+    """The TMA constexpr of one launch of `scores` (batch·heads·n_q·n_k) tile elements; sets Triton's
+    allocator for the descriptors' scratch memory (a per-thread setting: the backward runs on
+    autograd's thread). The interpreter has no launch cost to weigh: it takes descriptors whenever
+    the layout allows, so the CPU tests run that path."""
+    tma = _tma_ok(*tensors) and (scores >= TMA_MIN_SCORES or not tensors[0].is_cuda)
     if tma and tensors[0].is_cuda:
         device = tensors[0].device
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
@@ -581,7 +591,7 @@ def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: b
         _attn_fwd[grid](q4, k4, v4, o4, lse,
                         *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                         H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
-                        HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=bool(is_causal), TMA=_tma_flag(k4, v4))
+                        HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=bool(is_causal), TMA=_tma_flag(B * H * n_q * n_k, k4, v4))
     return o4.reshape(q.shape), lse.reshape(q.shape[:-1])
 
 
@@ -599,7 +609,7 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     sm_scale = 1.0 / math.sqrt(d)
     block_d = _block_d(d)
     causal = bool(is_causal)
-    tma = _tma_flag(q4, k4, v4, do4)
+    tma = _tma_flag(B * H * n_q * n_k, q4, k4, v4, do4)
 
     with _device_ctx(q):
         _attn_bwd_preprocess[(triton.cdiv(n_q, _PRE_BLOCK_M), B * H)](
@@ -703,7 +713,11 @@ class FlashAttentionTriton(torch.autograd.Function):
                 "set TRITON_INTERPRET=1 before impl.attention.flash_triton is first imported to run on CPU"
             )
         is_causal = bool(is_causal)
-        o, lse = flash_forward_op(q, k, v, is_causal)
+        # The ops for torch.compile (one opaque graph node); eager calls the launcher itself: the
+        # dispatcher's round trip cost ~110 us per call on the H100's host (probes/flash_host_overhead.json),
+        # more than the kernel at small shapes.
+        forward = flash_forward_op if torch.compiler.is_compiling() else flash_attention_triton_forward
+        o, lse = forward(q, k, v, is_causal)
         ctx.save_for_backward(lse, q, k, v, o)
         ctx.is_causal = is_causal
         return o
@@ -713,7 +727,8 @@ class FlashAttentionTriton(torch.autograd.Function):
         lse, q, k, v, o = ctx.saved_tensors
         kind = BACKWARD
         if kind == "triton":
-            dq, dk, dv = flash_backward_op(q, k, v, o, do, lse, ctx.is_causal)
+            backward = flash_backward_op if torch.compiler.is_compiling() else flash_attention_triton_backward
+            dq, dk, dv = backward(q, k, v, o, do, lse, ctx.is_causal)
         elif kind == "compiled":
             # Being compiled, the PyTorch backward is traced into the outer graph: Dynamo rejects
             # compiled_flash_backward's lazy torch.compile (a global store) inside the Function.
