@@ -10,6 +10,15 @@ from impl.report.data import load, load_history
 ROOT = Path(__file__).resolve().parents[3]
 
 
+class SharedRecords(list):
+    """Read-only records carried in DataFrame.attrs: pandas deep-copies attrs into every derived
+    frame, which for a history of hundreds of benchmark rows made the report take minutes; these
+    are shared instead of copied."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+
 def build(root: Path = ROOT) -> str:
     data_dir, fig_dir = root / "reports" / "data", root / "reports" / "figures"
     df, history = load(data_dir), load_history(data_dir)
@@ -25,7 +34,7 @@ def build(root: Path = ROOT) -> str:
         dd = df[df.device == device]
         # earlier versions of this device's benchmarks (as records: pandas compares attrs when it
         # propagates them), for the sections that show a version history
-        dd.attrs["history"] = [] if history.empty else history[history.device == device].to_dict("records")
+        dd.attrs["history"] = SharedRecords([] if history.empty else history[history.device == device].to_dict("records"))
         env = dd["info"].iloc[0].get("env", {})
         out.append(f"# Device: {device}")
         out.append(f"{env.get('device')} · torch {env.get('torch')} · triton {env.get('triton')} · "
