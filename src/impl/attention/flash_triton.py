@@ -749,6 +749,7 @@ __all__ = [
     "autotune_enabled",
     "set_autotune",
     "set_backward",
+    "set_tma",
     "tuned_configs",
     "use_configs",
 ]

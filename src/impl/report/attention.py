@@ -258,17 +258,28 @@ REGRESSION_BAND = 1.05
 SHORT_SEQ = 4096
 
 
+def _saved_runs(history: list[dict] | None, problem: str) -> pd.DataFrame | None:
+    """The earlier saved runs (history/<problem>-<version>.json records) of one problem, or None."""
+    if not history:
+        return None
+    old = pd.DataFrame(history)
+    old = old[old.problem == problem]
+    return None if old.empty else old
+
+
+def _version(section: str) -> str:
+    """'leaderboard-v2' -> 'v2', 'flash_benchmarking-bf16-v1' -> 'bf16-v1'."""
+    return section.split("-", 1)[-1]
+
+
 def flash_regression(current: pd.DataFrame, history: list[dict] | None) -> str | None:
     """Our kernels per shape against the previous saved flash_benchmarking run of the same dtype
     (history/flash_benchmarking-<dtype>-<version>.json): how many shapes got faster, how many are
     slower beyond the noise band, and which; short sequences (host-bound: one call's Python and
     launch cost exceeds the kernel) apart from long ones, each beside the SDPA anchors' own change
     between the two runs at the same shapes, which is that band's noise."""
-    if not history:
-        return None
-    old = pd.DataFrame(history)
-    old = old[old.problem == "flash_benchmarking"]
-    if old.empty:
+    old = _saved_runs(history, "flash_benchmarking")
+    if old is None:
         return None
     key = ["cfg.impl", "cfg.dtype", "cfg.mode", "cfg.d", "cfg.seq"]
 
@@ -278,7 +289,7 @@ def flash_regression(current: pd.DataFrame, history: list[dict] | None) -> str |
     now = times(current)
     rows, slower = [], []
     for section, g in old.groupby("section", sort=True):
-        before, label = times(g), section.split("-", 1)[-1]
+        before, label = times(g), _version(section)
         for lo, hi, band in ((0, SHORT_SEQ, f"≤ {SHORT_SEQ}"), (SHORT_SEQ + 1, 1 << 62, f"> {SHORT_SEQ}")):
             common = [k for k in before if k in now and lo <= k[4] <= hi]
             ours = [k for k in common if str(k[0]).startswith("flash_triton")]
@@ -351,14 +362,11 @@ def leaderboard_summary(d: pd.DataFrame) -> str:
 def leaderboard_history(current: pd.DataFrame, history: list[dict] | None) -> str | None:
     """One row per saved version of the leaderboard run (history/leaderboard-*.json, then the current
     file): ours and cuDNN forward+backward and forward from the same run, and the autotuner's picks."""
-    if not history:
-        return None
-    history = pd.DataFrame(history)
-    old = history[history.problem == "leaderboard"]
-    if old.empty:
+    old = _saved_runs(history, "leaderboard")
+    if old is None:
         return None
     rows = []
-    for label, g in [*((sec.split("-", 1)[-1], g) for sec, g in old.groupby("section", sort=True)),
+    for label, g in [*((_version(sec), g) for sec, g in old.groupby("section", sort=True)),
                      ("current", current)]:
         ok = g[g.apply(ran, axis=1)]
         pick = {(r["cfg.impl"], r["cfg.mode"]): r for _, r in ok.iterrows()}
