@@ -1,4 +1,5 @@
 """Where the suite runs: device choice, environment facts, synchronisation, the profile."""
+import contextlib
 import os
 import platform
 import re
@@ -8,6 +9,12 @@ import torch
 
 def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def device_ctx(x: torch.Tensor):
+    """The CUDA device of `x` made current (Triton launches on the current device), or nothing for
+    CPU tensors (the Triton interpreter)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
 def synchronize(device: torch.device | str | None = None) -> None:

@@ -48,7 +48,6 @@ Importing this module never touches CUDA.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from typing import List, Tuple
@@ -56,6 +55,8 @@ from typing import List, Tuple
 import torch
 import triton
 import triton.language as tl
+
+from impl.runtime import device_ctx
 
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_torch import validate_inputs
@@ -524,10 +525,6 @@ def _as_4d(x: Tensor) -> Tensor:
     return x.reshape(-1, x.shape[-2], x.shape[-1]).unsqueeze(1)
 
 
-def _device_ctx(x: Tensor):
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
-
-
 def _block_d(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
@@ -587,7 +584,7 @@ def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: b
     def grid(meta):
         return (triton.cdiv(n_q, meta["BLOCK_M"]), B * H)
 
-    with _device_ctx(q):
+    with device_ctx(q):
         _attn_fwd[grid](q4, k4, v4, o4, lse,
                         *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                         H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
@@ -611,7 +608,7 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     causal = bool(is_causal)
     tma = _tma_flag(B * H * n_q * n_k, q4, k4, v4, do4)
 
-    with _device_ctx(q):
+    with device_ctx(q):
         _attn_bwd_preprocess[(triton.cdiv(n_q, _PRE_BLOCK_M), B * H)](
             o4, do4, delta, *o4.stride(), *do4.stride(), H, n_q,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=_PRE_BLOCK_M)

@@ -29,12 +29,13 @@ fp32 parameters in the same optimizer (embedding, norm gains) get impl.model.Ada
 """
 from __future__ import annotations
 
-import contextlib
 import os
 
 import torch
 import triton
 import triton.language as tl
+
+from impl.runtime import device_ctx
 
 from .optim import AdamW
 
@@ -85,10 +86,6 @@ def _to_bf16_rtne(x):
     return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
-def _device_ctx(x: torch.Tensor):
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
-
-
 def master_update(param: torch.Tensor, grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor,
                   exp_avg_sq: torch.Tensor, step: int, lr: float, beta1: float, beta2: float, eps: float,
                   weight_decay: float, block_size: int | None = None) -> None:
@@ -98,7 +95,7 @@ def master_update(param: torch.Tensor, grad: torch.Tensor, master: torch.Tensor,
     if n == 0:
         return
     block = block_size or BLOCK_SIZE
-    with _device_ctx(param):
+    with device_ctx(param):
         _adamw_master_kernel[(triton.cdiv(n, block),)](
             param, grad, master, exp_avg, exp_avg_sq, n,
             1.0 - lr * weight_decay, 1.0 - beta1, beta2, 1.0 - beta2, eps,
