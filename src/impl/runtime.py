@@ -11,10 +11,20 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-def device_ctx(x: torch.Tensor):
-    """The CUDA device of `x` made current (Triton launches on the current device), or nothing for
-    CPU tensors (the Triton interpreter)."""
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+def launch_ctx(x: torch.Tensor, name: str):
+    """Around a Triton launch made from Python outside any torch op (the eager flash launchers,
+    AdamWMaster): the CUDA device of `x` made current (Triton launches on the current device;
+    nothing for CPU tensors, the Triton interpreter) and, while a profiler runs, an op named
+    `name` around the launch. The profiler links a kernel to the innermost *op* that launched it
+    (a record_function range is not one), so without it such kernels are missing from the phase
+    tables (impl.profiling.kernels) and their time counts as host gap. Inductor wraps its own
+    launches the same way; without a profiler the op costs nothing."""
+    stack = contextlib.ExitStack()
+    if x.is_cuda:
+        stack.enter_context(torch.cuda.device(x.device))
+    if torch.autograd.profiler._is_profiler_enabled:
+        stack.enter_context(torch._C._profiler._RecordFunctionFast(name))
+    return stack
 
 
 def synchronize(device: torch.device | str | None = None) -> None:

@@ -56,7 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from impl.runtime import device_ctx
+from impl.runtime import launch_ctx
 
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_torch import validate_inputs
@@ -584,7 +584,7 @@ def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: b
     def grid(meta):
         return (triton.cdiv(n_q, meta["BLOCK_M"]), B * H)
 
-    with device_ctx(q):
+    with launch_ctx(q, "impl_flash::forward_kernel"):
         _attn_fwd[grid](q4, k4, v4, o4, lse,
                         *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                         H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
@@ -608,7 +608,7 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     causal = bool(is_causal)
     tma = _tma_flag(B * H * n_q * n_k, q4, k4, v4, do4)
 
-    with device_ctx(q):
+    with launch_ctx(q, "impl_flash::backward_kernels"):
         _attn_bwd_preprocess[(triton.cdiv(n_q, _PRE_BLOCK_M), B * H)](
             o4, do4, delta, *o4.stride(), *do4.stride(), H, n_q,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=_PRE_BLOCK_M)

@@ -425,12 +425,17 @@ def step_breakdown(p: PhaseProfile, step_s: float, top: int = 8) -> dict:
     """Where a training step's time goes, per step, as JSON-ready data (a few KB): kernel time in
     each phase and each category, the `top` kernels with their calls, and the gap between the
     measured step time `step_s` (timed without the profiler) and the kernel time: host work,
-    launch overhead and device idle time (on the CPU, CPU op self time stands in for kernels)."""
+    launch overhead and device idle time (on the CPU, CPU op self time stands in for kernels).
+    phase_host_ms: each phase's range on the host clock (under the profiler, so a little longer
+    than unprofiled): the time the host took to issue the phase, which bounds a host-bound step.
+    launch_ops: kernels launched by our Triton launchers outside a torch op are counted
+    (impl.runtime.launch_ctx; earlier profiles missed them and counted their time in the gap)."""
     per_step_ms = 1e3 * p.steps  # totals in us over p.steps steps -> ms per step
     kernel_ms = p.total_us(PHASES) / per_step_ms
-    return {"timing_source": p.timing_source, "steps_profiled": p.steps,
+    return {"timing_source": p.timing_source, "steps_profiled": p.steps, "launch_ops": True,
             "step_ms": step_s * 1e3, "kernel_ms": kernel_ms, "gap_ms": step_s * 1e3 - kernel_ms,
             "phase_ms": {ph: p.total_us((ph,)) / per_step_ms for ph in PHASES},
+            "phase_host_ms": {ph: sum(p.range_wall_us.get(ph, [])) / per_step_ms for ph in PHASES},
             "category_ms": {c: t / per_step_ms for c, t in p.category_us(PHASES).items()},
             "top": [dict(name=r["name"][:160], category=r["category"], ms=r["time_us"] / per_step_ms,
                          calls=r["calls"] / p.steps) for r in p.table(PHASES, top)]}
