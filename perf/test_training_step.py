@@ -2,8 +2,9 @@
 AdamW) of one model under each speed-up alone on top of bf16 autocast — FlashAttention-2, regional
 torch.compile, our AdamW through the fused kernel, the fused chunked LM head + loss, bf16 Linear
 weights with their fp32 masters in the optimizer (impl.model.adamw_master) — all of them together
-("fast"), and PyTorch's own pieces ("anchor": SDPA, torch.compile of the whole model,
-torch.optim.AdamW fused). Configs: impl.profiling.steps.TRAIN_CONFIGS; grid: impl.sweeps.
+("fast", compiling the whole model), and PyTorch's own pieces ("anchor": SDPA, torch.compile of
+the whole model, torch.optim.AdamW fused). Configs: impl.profiling.steps.TRAIN_CONFIGS; grid:
+impl.sweeps.
 
 Each row builds a fresh model and optimizer, runs one untimed first step (compilation, Triton
 autotuning, optimizer-state allocation: its time is `first_step_s`), then warm-up and timed steps
@@ -42,7 +43,7 @@ G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G["budget_s"])
 CASES = [(s, c, n) for s in G["sizes"] for c in G["contexts"] for n in G["configs"]]
 STATE = dict(size=None)  # the size whose compiled graphs dynamo holds
-raise_recompile_limit(64)  # per size: the blocks' graphs of +compile and fast, the anchor's, recompiles
+raise_recompile_limit(64)  # per size: the blocks' graphs of +compile, fast's and the anchor's, recompiles
 
 
 def _enter_size(size: str) -> None:

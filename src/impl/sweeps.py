@@ -208,8 +208,9 @@ GRIDS["gradient_checkpointing"] = {
 # optimizer), all of them ("fast"), and PyTorch's own pieces ("anchor"); named configs in
 # impl.profiling.steps. Compilation happens in a row's first step (timed apart as first_step_s),
 # before the warm-up; the compiled graphs of one size serve both of its contexts (sequence
-# dimension dynamic), so the anchor's whole-model compile is paid once per size. One fresh model
-# per row. Run `-k xl` and `-k 2.7B` as two commands (each file run has its own budget). Configs
+# dimension dynamic), so the whole-model compiles of fast and the anchor are paid once per size
+# (~1.5-2.5 min each on the H100). One fresh model per row. Run `-k xl` and `-k 2.7B` as two
+# commands (each file run has its own budget). Configs
 # run in this order within each (size, context), so a budget cut falls on the single speed-ups
 # (the newest, +bf16_weights, first among them) and fp32, not on the bf16 baseline, fast or the
 # anchor; those three (`profiled`) also get one profiled step after their timed ones

@@ -4,8 +4,7 @@ A bf16 parameter's fp32 master copy and moments live in the optimizer state (`st
 `"exp_avg"`, `"exp_avg_sq"`, all fp32). A step reads the bf16 gradient, updates master, exp_avg
 and exp_avg_sq in fp32 with the arithmetic of impl.model.AdamW (that of torch.optim.AdamW:
 decoupled weight decay, bias-corrected moments) and writes the master rounded to bf16 (round to
-nearest even) back into the parameter: one Triton kernel per parameter tensor, each element read
-and written once,
+nearest even) back into the parameter, each element read and written once,
 
     read   grad 2 B + master 4 B + exp_avg 4 B + exp_avg_sq 4 B = 14 B
     write  param 2 B + master 4 B + exp_avg 4 B + exp_avg_sq 4 B = 14 B    (28 B per parameter,
@@ -14,6 +13,17 @@ as much as the fused fp32 AdamW moves; what bf16 weights save are autocast's cas
 fp32 weight -> bf16 in the forward, bf16 weight gradient -> fp32 .grad in the backward.) The
 step count stays on the host: the bias corrections reach the kernel as scalars, so nothing waits
 for the device.
+
+One launch per step for all bf16 parameters (of one device and step count): a launch costs
+~100 µs of host time on the H100 machine, and one per tensor (225 for 2.7B) kept the fast training
+step host-bound. The launch reads a per-step table of the tensors' addresses (one pinned
+host-to-device copy: the gradients are new tensors every step) and block tables cached on the
+device (program -> tensor, block). The addresses come from memory, so Triton cannot know their
+alignment or the tensors' sizes: the kernel declares the addresses 16-byte aligned (the host
+checks it: parameters and state must be, a misaligned gradient is copied) and runs full blocks
+without a mask, so their loads and stores stay 16-byte vectors; only each tensor's last block is
+masked. (correctness/test_training_step.py compiles the kernel for sm_90 on the CPU and checks
+the PTX for the vector loads.)
 
 Where the kernel runs: on CUDA tensors. On CPU tensors the same update runs as torch ops
 (impl.model.AdamW's foreach arithmetic on the masters, then a copy into the bf16 parameters),
@@ -35,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from impl.runtime import device_ctx
+from impl.runtime import launch_ctx
 
 from .optim import AdamW
 
@@ -43,35 +53,71 @@ LOW_PRECISION = (torch.bfloat16,)  # the kernel's rounding is bf16's
 
 # triton.jit decides at decoration time whether kernels run in the interpreter.
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-# Elements per program: 2048 with 8 warps is 8 per thread (16-byte bf16 loads) on the GPU; the
+# Elements per program: 2048 with 8 warps is 8 per thread (16-byte bf16 loads) on the GPU (not yet
+# tuned for the multi-tensor launch: each program now first reads its table entries); the
 # interpreter runs programs one after another, each a few numpy ops: there fewer, larger blocks.
 BLOCK_SIZE = 2**16 if _INTERPRETED else 2048
 NUM_WARPS = 8
 
 
 @triton.jit
-def _adamw_master_kernel(param_ptr, grad_ptr, master_ptr, exp_avg_ptr, exp_avg_sq_ptr, n_elements,
+def _adamw_master_kernel(pointers, numels, block_tensor, block_index, n_tensors,
                          decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt,
                          BLOCK_SIZE: tl.constexpr):
-    """One AdamW step of n_elements contiguous elements: decay = 1 - lr * weight_decay,
-    step_size = lr / (1 - beta1^step), bias2_sqrt = sqrt(1 - beta2^step)."""
-    start = tl.program_id(0).to(tl.int64) * BLOCK_SIZE
+    """One AdamW step of BLOCK_SIZE elements of one of n_tensors parameters (the multi-tensor
+    launch, module doc): program p updates block block_index[p] of tensor block_tensor[p], whose
+    five addresses are column t of `pointers` (rows: param, grad, master, exp_avg, exp_avg_sq)
+    and whose size is numels[t]. decay = 1 - lr * weight_decay, step_size = lr / (1 - beta1^step),
+    bias2_sqrt = sqrt(1 - beta2^step)."""
+    t = tl.load(block_tensor + tl.program_id(0))
+    start = tl.load(block_index + tl.program_id(0)).to(tl.int64) * BLOCK_SIZE
+    n = tl.load(numels + t)
+    param = _column_ptr(pointers, 0, n_tensors, t, tl.bfloat16)
+    grad = _column_ptr(pointers, 1, n_tensors, t, tl.bfloat16)
+    master = _column_ptr(pointers, 2, n_tensors, t, tl.float32)
+    exp_avg = _column_ptr(pointers, 3, n_tensors, t, tl.float32)
+    exp_avg_sq = _column_ptr(pointers, 4, n_tensors, t, tl.float32)
     offs = start + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n_elements
-    g = tl.load(grad_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(master_ptr + offs, mask=mask, other=0.0)
-    m = tl.load(exp_avg_ptr + offs, mask=mask, other=0.0)
-    v = tl.load(exp_avg_sq_ptr + offs, mask=mask, other=0.0)
+    # a full block without a mask: its loads are 16-byte vectors (n is read from memory, so a mask
+    # `offs < n` has no known constancy and would split every load into scalars)
+    args = (param, grad, master, exp_avg, exp_avg_sq, offs, n,
+            decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt)
+    if start + BLOCK_SIZE <= n:
+        _adamw_block(*args, MASKED=False)
+    else:
+        _adamw_block(*args, MASKED=True)
+
+
+@triton.jit
+def _column_ptr(pointers, row, n_tensors, t, dtype: tl.constexpr):
+    """Address pointers[row, t] as a pointer to `dtype`, 16-byte aligned (the host checks it)."""
+    ptr = tl.load(pointers + row * n_tensors + t).to(tl.pointer_type(dtype))
+    return tl.multiple_of(ptr, 16)
+
+
+@triton.jit
+def _adamw_block(param, grad, master, exp_avg, exp_avg_sq, offs, n,
+                 decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt, MASKED: tl.constexpr):
+    """The update of the elements `offs` of one tensor (base pointers), masked to `n` if MASKED."""
+    if MASKED:
+        mask, other = offs < n, 0.0
+    else:
+        mask, other = None, None
+    param, grad, master, exp_avg, exp_avg_sq = param + offs, grad + offs, master + offs, exp_avg + offs, exp_avg_sq + offs
+    g = tl.load(grad, mask=mask, other=other).to(tl.float32)
+    w = tl.load(master, mask=mask, other=other)
+    m = tl.load(exp_avg, mask=mask, other=other)
+    v = tl.load(exp_avg_sq, mask=mask, other=other)
     w = w * decay
     m = m + one_minus_beta1 * (g - m)  # lerp(m, g, 1 - beta1), as torch computes it for weights < 0.5
     v = v * beta2 + one_minus_beta2 * g * g
     # IEEE-rounded sqrt and divisions (tl.sqrt and / are approximate on the GPU), as torch computes
     denom = tl.div_rn(tl.sqrt_rn(v), bias2_sqrt) + eps
     w = w - step_size * tl.div_rn(m, denom)
-    tl.store(master_ptr + offs, w, mask=mask)
-    tl.store(exp_avg_ptr + offs, m, mask=mask)
-    tl.store(exp_avg_sq_ptr + offs, v, mask=mask)
-    tl.store(param_ptr + offs, _to_bf16_rtne(w), mask=mask)
+    tl.store(master, w, mask=mask)
+    tl.store(exp_avg, m, mask=mask)
+    tl.store(exp_avg_sq, v, mask=mask)
+    tl.store(param, _to_bf16_rtne(w), mask=mask)
 
 
 @triton.jit
@@ -86,18 +132,55 @@ def _to_bf16_rtne(x):
     return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
-def master_update(param: torch.Tensor, grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor,
-                  exp_avg_sq: torch.Tensor, step: int, lr: float, beta1: float, beta2: float, eps: float,
-                  weight_decay: float, block_size: int | None = None) -> None:
-    """One launch of the kernel on one parameter (all five tensors contiguous, of one shape; param
-    and grad bf16, the rest fp32); `step` is the already advanced host step count."""
-    n = param.numel()
-    if n == 0:
+ALIGN = 16  # bytes: _column_ptr promises Triton this alignment, for vector loads and stores
+
+
+def _aligned(grad: torch.Tensor) -> torch.Tensor:
+    """The gradient as the kernel reads it: contiguous and ALIGN-byte aligned (a copy otherwise)."""
+    grad = grad.contiguous()
+    return grad if grad.data_ptr() % ALIGN == 0 else grad.clone()
+
+
+def block_tables(numels: list[int], block: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block_tensor, block_index), int32 on `device`: for each program of the multi-tensor launch,
+    the tensor it updates and which of that tensor's blocks."""
+    counts = torch.tensor([triton.cdiv(n, block) for n in numels], dtype=torch.int64)
+    block_tensor = torch.repeat_interleave(torch.arange(len(numels)), counts)
+    first = torch.cumsum(counts, 0) - counts  # each tensor's first program
+    block_index = torch.arange(int(counts.sum())) - torch.repeat_interleave(first, counts)
+    return block_tensor.to(device=device, dtype=torch.int32), block_index.to(device=device, dtype=torch.int32)
+
+
+def master_update(tensors: list[tuple[torch.Tensor, ...]], step: int, lr: float, beta1: float, beta2: float,
+                  eps: float, weight_decay: float, block_size: int | None = None,
+                  tables: dict | None = None) -> None:
+    """One launch of the kernel over every (param, grad, master, exp_avg, exp_avg_sq) in `tensors`
+    (each five contiguous, 16-byte aligned tensors of one shape and device; param and grad bf16,
+    the rest fp32); `step` is their already advanced host step count. `tables` caches the block
+    tables per (sizes, block, device) between steps (they change only with the parameters)."""
+    if not tensors:
         return
     block = block_size or BLOCK_SIZE
-    with device_ctx(param):
-        _adamw_master_kernel[(triton.cdiv(n, block),)](
-            param, grad, master, exp_avg, exp_avg_sq, n,
+    device = tensors[0][0].device
+    numels = [ts[0].numel() for ts in tensors]
+    key = (tuple(numels), block, str(device))
+    tables = {} if tables is None else tables
+    if key not in tables:
+        if len(tables) >= 8:  # a set of parameters that changes every step: keep the cache bounded
+            tables.clear()
+        tables[key] = block_tables(numels, block, device)
+    block_tensor, block_index = tables[key]
+    if block_tensor.numel() == 0:
+        return
+    # the per-step table: five addresses per tensor (the gradients are new tensors every step) and
+    # its size, one host-to-device copy (pinned, so it does not wait for the queued backward)
+    table = torch.tensor([[ts[row].data_ptr() for ts in tensors] for row in range(5)] + [numels], dtype=torch.int64)
+    if device.type == "cuda":
+        table = table.pin_memory().to(device, non_blocking=True)
+    n = len(tensors)
+    with launch_ctx(tensors[0][0], "impl::adamw_master"):
+        _adamw_master_kernel[(block_tensor.numel(),)](
+            table, table[5], block_tensor, block_index, n,
             1.0 - lr * weight_decay, 1.0 - beta1, beta2, 1.0 - beta2, eps,
             lr / (1.0 - beta1 ** step), (1.0 - beta2 ** step) ** 0.5,
             BLOCK_SIZE=block, num_warps=NUM_WARPS)
@@ -120,6 +203,7 @@ class AdamWMaster(AdamW):
             raise ValueError(f"AdamWMaster: kernel must be None, 'triton' or 'torch', got {kernel!r}")
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
         self.kernel, self.block_size = kernel, block_size
+        self._tables: dict = {}  # master_update's block tables
 
     @torch.no_grad()
     def cast_params_(self, params, dtype: torch.dtype = torch.bfloat16) -> None:
@@ -164,6 +248,12 @@ class AdamWMaster(AdamW):
         if master.dtype != torch.float32 or master.shape != p.shape or master.device != p.device:
             raise RuntimeError(f"AdamWMaster: the master of a parameter of shape {tuple(p.shape)} must be fp32 of "
                                f"the same shape and device, got {master.dtype} {tuple(master.shape)} on {master.device}")
+        for name, t in (("parameter", p), ("master", master), *((k, self.state[p][k]) for k in ("exp_avg", "exp_avg_sq")
+                                                                  if k in self.state[p])):
+            if not t.is_contiguous() or t.data_ptr() % ALIGN:
+                raise RuntimeError(f"AdamWMaster: the {name} of shape {tuple(p.shape)} must be contiguous and "
+                                   f"{ALIGN}-byte aligned (the kernel's vector loads), got strides {t.stride()} "
+                                   f"at address {t.data_ptr():#x}")
 
     def _use_kernel(self, p: torch.Tensor) -> bool:
         if self.kernel is None:
@@ -180,14 +270,17 @@ class AdamWMaster(AdamW):
         use_kernel = [self._use_kernel(p) for p in low]
         super()._step_group({**group, "params": [p for p in group["params"] if p.dtype not in LOW_PRECISION]})
         lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        by_step: dict[tuple, list[torch.Tensor]] = {}
+        launches: dict[tuple, list[tuple]] = {}  # (step, device) -> the kernel's tensors, one launch each
+        by_step: dict[tuple, list[torch.Tensor]] = {}  # the same for the torch ops
         for p, kernel in zip(low, use_kernel):
             state = self._advance(p)
             if kernel:
-                master_update(p.detach(), p.grad.contiguous(), state["master"], state["exp_avg"], state["exp_avg_sq"],
-                              state["step"], lr, beta1, beta2, eps, wd, self.block_size)
+                launches.setdefault((state["step"], p.device), []).append(
+                    (p.detach(), _aligned(p.grad), state["master"], state["exp_avg"], state["exp_avg_sq"]))
             else:
                 by_step.setdefault((state["step"], p.device), []).append(p)
+        for (step, _), tensors in launches.items():
+            master_update(tensors, step, lr, beta1, beta2, eps, wd, self.block_size, self._tables)
         for (step, _), ps in by_step.items():  # the torch ops: AdamW's arithmetic on the masters, then a copy
             states = [self.state[p] for p in ps]
             masters = [s["master"] for s in states]

@@ -158,7 +158,7 @@ class TrainConfig:
     optimizer  "adamw" (ours, foreach), "adamw_fused" (ours through torch._fused_adamw_),
                "torch_adamw" (torch.optim.AdamW, fused on CUDA, its default foreach on the CPU),
                "adamw_master" / "adamw_master_fused" (impl.model.adamw_master.AdamWMaster: bf16
-               parameters through fp32 masters in one Triton kernel per tensor, the fp32 ones as
+               parameters through fp32 masters, one Triton launch for all of them, the fp32 ones as
                "adamw" / "adamw_fused")
     fused_ce   LM head + cross-entropy fused and chunked (impl.model.fused_ce)
     """
@@ -171,27 +171,33 @@ class TrainConfig:
     fused_ce: bool = False
 
 
-def train_config(bf16=False, flash=False, compile=False, fused_adamw=False, fused_ce=False, bf16_weights=False,
+def train_config(bf16=False, flash=False, compile="none", fused_adamw=False, fused_ce=False, bf16_weights=False,
                  flash_impl="flash_triton") -> TrainConfig:
-    """The switchable options of the ablation as a TrainConfig. bf16_weights stores the Linear
-    weights in bf16 and takes the master-weight AdamW (whose fp32 parameters go through the
-    fused kernel when fused_adamw is on too)."""
+    """The switchable options of the ablation as a TrainConfig (compile: a TrainConfig.compile
+    mode). bf16_weights stores the Linear weights in bf16 and takes the master-weight AdamW (whose
+    fp32 parameters go through the fused kernel when fused_adamw is on too)."""
     optimizer = ("adamw_master" if bf16_weights else "adamw") + ("_fused" if fused_adamw else "")
     return TrainConfig(dtype="bf16" if bf16 else "fp32", weights="bf16" if bf16_weights else "fp32",
-                       attn_impl=flash_impl if flash else "naive", compile="blocks" if compile else "none",
+                       attn_impl=flash_impl if flash else "naive", compile=compile,
                        optimizer=optimizer, fused_ce=fused_ce)
 
 
-# Each speed-up alone on top of bf16, then all of them; the anchor is PyTorch's own pieces.
+# Each speed-up alone on top of bf16, then all of them; the anchor is PyTorch's own pieces. fast
+# compiles the whole model as the anchor does, so the two differ only in the pieces that are ours
+# (attention, optimizer, LM head + loss); +compile alone compiles per block: regional compilation
+# costs a fraction of the whole model's (a minute or two per size on the H100), and a third
+# whole-model compile per size would not fit the GPU command. (fast compiled per block until
+# 2026-11-24: 32 blocks' graphs, each called forward and backward, cost ~60 ms of host time per
+# 2.7B step, NOTES.md.)
 TRAIN_CONFIGS = {
     "fp32": dict(),
     "bf16": dict(bf16=True),
     "+flash": dict(bf16=True, flash=True),
-    "+compile": dict(bf16=True, compile=True),
+    "+compile": dict(bf16=True, compile="blocks"),
     "+fused_adamw": dict(bf16=True, fused_adamw=True),
     "+fused_ce": dict(bf16=True, fused_ce=True),
     "+bf16_weights": dict(bf16=True, bf16_weights=True),
-    "fast": dict(bf16=True, flash=True, compile=True, fused_adamw=True, fused_ce=True, bf16_weights=True),
+    "fast": dict(bf16=True, flash=True, compile="model", fused_adamw=True, fused_ce=True, bf16_weights=True),
 }
 ANCHOR = TrainConfig(dtype="bf16", attn_impl="sdpa", compile="model", optimizer="torch_adamw")
 
