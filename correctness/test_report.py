@@ -60,3 +60,88 @@ def test_flash_regression_table_counts_faster_and_slower_shapes(tmp_path):
     assert "| bf16-v1 | ≤ 4096 | 3 | 1 | 1 | 1.03 | 0.90 | 1.10 | – |" in text
     slower = text.split("Slower beyond the band")[1]
     assert "| backward | 64 | 1024 | 3.000 | 3.300 | 1.10 |" in slower and "4096" not in slower
+
+
+# ------------------------------------------------------------------------------------ training_step
+BF16 = dict(dtype="bf16", attn_impl="naive", compile="none", optimizer="adamw", fused_ce=False, compile_backend=None)
+FAST_OLD = dict(BF16, attn_impl="flash_triton", compile="blocks", compile_backend="inductor", optimizer="adamw_fused",
+                fused_ce=True)  # from before the `weights` option: fp32 weights
+FAST_NEW = dict(FAST_OLD, weights="bf16", optimizer="adamw_master_fused")
+
+
+def _profile(step_ms: float, phase_ms: tuple, host_ms: tuple | None = None) -> dict:
+    """A step_breakdown-shaped profile; host_ms=None: one from before phase_host_ms and launch_ops."""
+    phases = ("forward", "backward", "optimizer step")
+    kernel_ms = sum(phase_ms)
+    out = dict(timing_source="kernels", steps_profiled=1, warmup_steps=1, step_ms=step_ms, kernel_ms=kernel_ms,
+               gap_ms=step_ms - kernel_ms, phase_ms=dict(zip(phases, phase_ms)),
+               category_ms=dict(matmul=kernel_ms, attention=0.0), top=[])
+    if host_ms is not None:
+        out.update(launch_ops=True, phase_host_ms=dict(zip(phases, host_ms)))
+    return out
+
+
+def _train_row(size: str, context: int, config: str, settings: dict, profile: dict | None = None) -> dict:
+    info = dict(problem="training_step", warmup=1, rounds=3, peak_flops=1e15, peak_dtype="bfloat16",
+                env=dict(device="GPU", device_type="cuda"), metrics=dict(tokens_per_s=1e4, mfu=0.3),
+                config=dict(size=size, context=context, config=config, batch=4, **settings))
+    if profile is not None:
+        info["profile"] = profile
+    return dict(name=f"test_training_step[{size}-{context}-{config}]", group="training_step", extra_info=info,
+                stats=dict(mean=0.1, stddev=0.0, median=0.1, min=0.1, max=0.1, rounds=3, data=[0.1]))
+
+
+def _training_step_report(tmp_path, rows: list[dict]) -> str:
+    dev = tmp_path / "reports" / "data" / "gpu-x"
+    dev.mkdir(parents=True)
+    (tmp_path / "reports" / "figures").mkdir()
+    (dev / "training_step.json").write_text(json.dumps(dict(datetime="2026-02-01T00:00", benchmarks=rows)))
+    return build(tmp_path).split("## training_step")[1]
+
+
+def test_training_step_config_table_has_a_row_per_settings(tmp_path):
+    """A config whose rows ran other settings in another size (or context) gets a row per settings,
+    with the sizes (and contexts) that ran them; one whose settings agree stays one row."""
+    rows = [_train_row(size, ctx, name, settings) for size, ctx, name, settings in [
+        ("xl", 512, "bf16", BF16), ("xl", 1024, "bf16", BF16), ("2.7B", 512, "bf16", BF16),
+        ("xl", 512, "fast", FAST_OLD), ("xl", 1024, "fast", FAST_OLD), ("2.7B", 512, "fast", FAST_NEW),
+        ("xl", 512, "+flash", dict(BF16, attn_impl="flash_triton")),
+        ("xl", 1024, "+flash", dict(BF16, attn_impl="flash_torch"))]]
+    text = _training_step_report(tmp_path, rows)
+    assert ("| config | sizes | dtype | Linear weights | attention | torch.compile | optimizer | LM head + loss |"
+            in text)
+    assert "| bf16 | xl, 2.7B | bf16 | fp32 | naive | none | adamw | logits + cross_entropy |" in text
+    assert ("| fast | xl | bf16 | fp32 | flash_triton | blocks (inductor) | adamw_fused | fused, chunked |\n"
+            "| fast | 2.7B | bf16 | bf16 (fp32 masters) | flash_triton | blocks (inductor) | adamw_master_fused | "
+            "fused, chunked |") in text
+    assert "| +flash | xl (ctx 512) | bf16 | fp32 | flash_triton |" in text
+    assert "| +flash | xl (ctx 1024) | bf16 | fp32 | flash_torch |" in text
+    assert "one Triton kernel per tensor" not in text and "adamw_master: our Triton kernel" in text
+
+
+def test_training_step_profile_host_time_and_unattributed_marker(tmp_path):
+    """Host time per phase where the profile has it ("–" where not); a profile without launch_ops
+    is marked, and the footnote says what it missed, with an AdamWMaster row's optimizer step."""
+    rows = [_train_row("xl", 512, "bf16", BF16, _profile(100.0, (20.0, 40.0, 10.0), host_ms=(30.0, 45.0, 5.0))),
+            _train_row("2.7B", 512, "fast", FAST_NEW, _profile(160.0, (25.0, 52.0, 0.34)))]
+    part = _training_step_report(tmp_path, rows).split("### Where the time goes")[1]
+    assert ("| size | context | config | step (ms) | forward (ms) | backward (ms) | optimizer step (ms) | "
+            "host fwd / bwd / opt (ms) | matmul |") in part
+    assert "| xl | 512 | bf16 | 100.00 | 20.00 | 40.00 | 10.00 | 30.00 / 45.00 / 5.00 | 70.00 (70%) |" in part
+    assert "| 2.7B | 512 | fast † | 160.00 | 25.00 | 52.00 | 0.34 | – | 77.34 (48%) |" in part
+    note = next(ln for ln in part.splitlines() if ln.startswith("† "))
+    assert "AdamWMaster's update, eager FlashAttention" in note and "counted in the gap" in note
+    assert "the optimizer step of 2.7B ctx 512 fast: 0.34 ms" in note
+    assert "Host: each phase's range on the host clock" in part
+
+
+def test_training_step_profile_without_old_or_host_data(tmp_path):
+    """All profiles new: no marker, no footnote; none with host time: no host column."""
+    new = _training_step_report(tmp_path / "new", [
+        _train_row("xl", 512, "fast", FAST_NEW, _profile(100.0, (20.0, 40.0, 10.0), host_ms=(1.0, 2.0, 3.0)))])
+    assert "†" not in new and "| xl | 512 | fast | 100.00 |" in new
+    old = _training_step_report(tmp_path / "old", [
+        _train_row("xl", 512, "fast", FAST_OLD, _profile(100.0, (20.0, 40.0, 10.0)))])
+    assert "host fwd" not in old and "Host:" not in old
+    assert "| xl | 512 | fast † | 100.00 | 20.00 | 40.00 | 10.00 | 70.00 (70%) |" in old
+    assert "(e.g. the optimizer step" not in old  # no AdamWMaster row to show

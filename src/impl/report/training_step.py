@@ -1,7 +1,8 @@
 """Report section: training_step (beyond the assignment), from perf/test_training_step.py — the
-ablation of the full training step: what each config runs (read from the rows), a table of step
-time, tokens/s, MFU, peak memory and compile time, tokens/s as bars, and where the time of the
-profiled configs' step goes (kernel time per phase and category, the gap to the measured step,
+ablation of the full training step: what each config runs (read from the rows, per size where a
+config's settings differ between sizes), a table of step time, tokens/s, MFU, peak memory and
+compile time, tokens/s as bars, and where the time of the profiled configs' step goes (kernel
+time per phase and category, host time per phase where recorded, the gap to the measured step,
 the top kernels of `fast`)."""
 from __future__ import annotations
 
@@ -37,18 +38,40 @@ def _status(r) -> str:
     return "not run" if _not_run(r) else ("OOM" if r.oom else "")
 
 
+def _settings(r) -> tuple:
+    """What a row ran, as the legend's cells after config and sizes."""
+    backend = r.get("cfg.compile_backend")
+    compile_ = r["cfg.compile"] + ("" if missing(backend) or r["cfg.compile"] == "none" else f" ({backend})")
+    weights = r.get("cfg.weights")  # rows from before the option: fp32
+    weights = "fp32" if missing(weights) else weights
+    return (r["cfg.dtype"], "bf16 (fp32 masters)" if weights == "bf16" else weights, r["cfg.attn_impl"], compile_,
+            r["cfg.optimizer"], "fused, chunked" if r["cfg.fused_ce"] else "logits + cross_entropy")
+
+
+def _sizes_cell(rows: pd.DataFrame, config_rows: pd.DataFrame) -> str:
+    """The sizes of `rows` (a config's rows with one set of settings); a size lists its contexts
+    where the config's other rows of that size ran other settings."""
+    cells = []
+    for size, g in rows.groupby("cfg.size", sort=False):
+        ctxs = sorted(set(g["cfg.context"]))
+        if ctxs == sorted(set(config_rows.loc[config_rows["cfg.size"] == size, "cfg.context"])):
+            cells.append(size)
+        else:
+            cells.append(f"{size} (ctx {', '.join(str(int(c)) for c in ctxs)})")
+    return ", ".join(cells)
+
+
 def legend(d: pd.DataFrame) -> str:
+    """One row per config and settings: the rows of one config can differ between sizes (a size
+    measured with older code), so each distinct settings gets a row with the sizes that ran it."""
+    d = _order(d).sort_values("_c", kind="stable")  # config order; sizes and contexts in order within
+    d = d.assign(_settings=[_settings(r) for _, r in d.iterrows()])
     rows = []
-    for name, g in _order(d).groupby("cfg.config", sort=False):
-        c = g.iloc[0]
-        backend = c.get("cfg.compile_backend")
-        compile_ = c["cfg.compile"] + ("" if missing(backend) or c["cfg.compile"] == "none" else f" ({backend})")
-        weights = c.get("cfg.weights")  # rows from before the option: fp32
-        weights = "fp32" if missing(weights) else weights
-        rows.append([name, c["cfg.dtype"], "bf16 (fp32 masters)" if weights == "bf16" else weights, c["cfg.attn_impl"],
-                     compile_, c["cfg.optimizer"], "fused, chunked" if c["cfg.fused_ce"] else "logits + cross_entropy"])
-    return table(["config", "dtype", "Linear weights", "attention", "torch.compile", "optimizer", "LM head + loss"],
-                 rows)
+    for name, g in d.groupby("cfg.config", sort=False):
+        for settings in dict.fromkeys(g["_settings"]):
+            rows.append([name, _sizes_cell(g[g["_settings"].map(settings.__eq__)], g), *settings])
+    return table(["config", "sizes", "dtype", "Linear weights", "attention", "torch.compile", "optimizer",
+                  "LM head + loss"], rows)
 
 
 def _compile_cell(info: dict) -> str:
@@ -86,29 +109,78 @@ def _ms_share(x_ms: float, step_ms: float) -> str:
     return f"{num(x_ms, 2)} ({pct(x_ms / step_ms, 0)})" if step_ms else num(x_ms, 2)
 
 
+# Profiles from before step_breakdown recorded "launch_ops" missed the kernels of our own Triton
+# launchers (impl.runtime.launch_ctx); their rows are marked and footnoted.
+UNATTRIBUTED = "†"
+_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer step": "opt"}
+
+
+def _profiles(p: pd.DataFrame) -> list[dict]:
+    return [i["profile"] for i in p["info"] if "profile" in i]
+
+
+def _has_host(profiles: list[dict]) -> bool:
+    return any("phase_host_ms" in pr for pr in profiles)
+
+
+def _host_cell(pr: dict, phases: list[str]) -> str:
+    host = pr.get("phase_host_ms")
+    return "–" if host is None else " / ".join(num(host.get(ph), 2) for ph in phases)
+
+
+def _unattributed(info: dict) -> bool:
+    return "profile" in info and not info["profile"].get("launch_ops")
+
+
+def _config_cell(r) -> str:
+    return f"{r['cfg.config']} {UNATTRIBUTED}" if _unattributed(r["info"]) else r["cfg.config"]
+
+
 def time_table(d: pd.DataFrame) -> str | None:
-    """Per profiled row: measured step, kernel time per phase, per category (ms and share of the
-    measured step), kernel total and the gap. Categories: those with time in any row, in the
-    JSON's order."""
+    """Per profiled row: measured step, kernel time per phase, host time per phase (where
+    recorded), per category (ms and share of the measured step), kernel total and the gap.
+    Categories: those with time in any row, in the JSON's order."""
     p = _profiled(d)
-    profiles = [i["profile"] for i in p["info"] if "profile" in i]
+    profiles = _profiles(p)
     if not profiles:
         return None
     cats = [c for c in profiles[0]["category_ms"] if any(pr["category_ms"].get(c, 0.0) > 0 for pr in profiles)]
     phases = list(profiles[0]["phase_ms"])
+    host = _has_host(profiles)
     rows = []
     for _, r in p.iterrows():
         pr = r["info"].get("profile")
-        head = [r["cfg.size"], int(r["cfg.context"]), r["cfg.config"]]
+        head = [r["cfg.size"], int(r["cfg.context"]), _config_cell(r)]
         if pr is None:
-            rows.append(head + ["profile failed"] + [""] * (len(phases) + len(cats) + 2))
+            rows.append(head + ["profile failed"] + [""] * (len(phases) + host + len(cats) + 2))
             continue
         step = pr["step_ms"]
         rows.append(head + [num(step, 2)] + [num(pr["phase_ms"][ph], 2) for ph in phases]
+                    + ([_host_cell(pr, phases)] if host else [])
                     + [_ms_share(pr["category_ms"][c], step) for c in cats]
                     + [_ms_share(pr["kernel_ms"], step), _ms_share(pr["gap_ms"], step)])
-    return table(["size", "context", "config", "step (ms)"] + [f"{ph} (ms)" for ph in phases] + cats
+    host_head = [f"host {' / '.join(_SHORT.get(ph, ph) for ph in phases)} (ms)"] if host else []
+    return table(["size", "context", "config", "step (ms)"] + [f"{ph} (ms)" for ph in phases] + host_head + cats
                  + ["kernels", "gap"], rows)
+
+
+def _unattributed_note(p: pd.DataFrame) -> str | None:
+    """The footnote of the marked rows, with the optimizer step of one that ran AdamWMaster as the
+    example of what was missed (None where no row is marked)."""
+    marked = p[p["info"].map(_unattributed)]
+    if marked.empty:
+        return None
+    master = marked[marked["cfg.optimizer"].str.startswith("adamw_master", na=False)]
+    example = ""
+    if not master.empty:
+        r = master.iloc[0]
+        opt_ms = r["info"]["profile"]["phase_ms"].get("optimizer step")
+        example = (f" (e.g. the optimizer step of {r['cfg.size']} ctx {int(r['cfg.context'])} {r['cfg.config']}: "
+                   f"{num(opt_ms, 2)} ms)")
+    return (f"{UNATTRIBUTED} Profiled before our own launches were attributed: kernels launched by our Triton "
+            "launchers outside a torch op (AdamWMaster's update, eager FlashAttention) are missing from that "
+            "profile's phases, categories and top kernels, so their time is counted in the gap and their "
+            f"phase's kernel time is understated{example}. Configs that run neither are unaffected.")
 
 
 def top_kernels_table(d: pd.DataFrame, config: str = "fast") -> str | None:
@@ -129,21 +201,27 @@ def time_section(d: pd.DataFrame, top_config: str = "fast") -> list[str]:
     p = _profiled(d)
     if p.empty:
         return []
-    tt = time_table(d)
-    pr = next((i["profile"] for i in p["info"] if "profile" in i), {})
+    tt, profiles = time_table(d), _profiles(p)
+    pr = next(iter(profiles), {})
     source = ("GPU kernels" if pr.get("timing_source") == "kernels"
               else "CPU ops' self time (no GPU: ATen ops stand in for kernels, with the profiler's own overhead)")
     configs = ", ".join(dict.fromkeys(p["cfg.config"]))
+    host = (" Host: each phase's range on the host clock, under the profiler: how long the host took to issue "
+            "the phase (host time above a phase's kernel time points to a host-bound phase)."
+            if _has_host(profiles) else "")
     parts = ["### Where the time goes",
              f"One profiled training step of {configs} per (size, context), after its timed steps and "
              f"{pr.get('warmup_steps', '–')} unrecorded one(s); time from {source}, attributed to the step's phases "
-             "by the launch time of the op that issued it. Per phase in ms; per category in ms and (share of the "
-             "measured step time, timed without the profiler). Attention = FlashAttention / SDPA kernels (the naive "
-             "attention's matmuls and softmax count as matmul and softmax). Gap = measured step − kernel time: host "
-             "work, launch overhead and device idle time (negative when the profiled ops took longer than the "
-             "unprofiled step)."]
+             "by the launch time of the op that issued it. Per phase: kernel time in ms; per category in ms and "
+             "(share of the measured step time, timed without the profiler). Attention = FlashAttention / SDPA "
+             "kernels (the naive attention's matmuls and softmax count as matmul and softmax). Gap = measured step − "
+             "kernel time: host work, launch overhead and device idle time (negative when the profiled ops took "
+             f"longer than the unprofiled step).{host}"]
     if tt is not None:
         parts.append(tt)
+    note = _unattributed_note(p)
+    if note:
+        parts.append(note)
     failed = [f"{r['cfg.size']} ctx {int(r['cfg.context'])} {r['cfg.config']}: {r['info']['profile_error']}"
               for _, r in p.iterrows() if "profile_error" in r["info"]]
     if failed:
@@ -188,7 +266,7 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
              "autocast (fp32 weights and optimizer state), each speed-up alone on top of bf16, all of them "
              "(fast), and PyTorch's own pieces (anchor). Linear weights bf16: the matmul weights stored in bf16 "
              "(no autocast casts of the weights or their gradients), their fp32 masters and moments in the "
-             "optimizer (adamw_master: one Triton kernel per tensor). A fresh model per row; its first step (compilation, "
+             "optimizer (adamw_master: our Triton kernel). A fresh model per row; its first step (compilation, "
              "Triton autotuning, optimizer state) is timed apart, then "
              f"{i.get('warmup')} warm-up and {i.get('rounds')} timed steps. Compiled graphs are kept across the "
              "contexts of a size (the sequence dimension is dynamic): compile = first step − mean step where the "
