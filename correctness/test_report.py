@@ -123,7 +123,8 @@ def test_training_step_profile_host_time_and_unattributed_marker(tmp_path):
     """Host time per phase where the profile has it ("–" where not); a profile without launch_ops
     is marked, and the footnote says what it missed, with an AdamWMaster row's optimizer step."""
     rows = [_train_row("xl", 512, "bf16", BF16, _profile(100.0, (20.0, 40.0, 10.0), host_ms=(30.0, 45.0, 5.0))),
-            _train_row("2.7B", 512, "fast", FAST_NEW, _profile(160.0, (25.0, 52.0, 0.34)))]
+            _train_row("2.7B", 512, "fast", FAST_NEW, _profile(160.0, (25.0, 52.0, 0.34))),
+            _train_row("2.7B", 512, "bf16", BF16, _profile(200.0, (50.0, 100.0, 40.0)))]
     part = _training_step_report(tmp_path, rows).split("### Where the time goes")[1]
     assert ("| size | context | config | step (ms) | forward (ms) | backward (ms) | optimizer step (ms) | "
             "host fwd / bwd / opt (ms) | matmul |") in part
@@ -132,6 +133,7 @@ def test_training_step_profile_host_time_and_unattributed_marker(tmp_path):
     note = next(ln for ln in part.splitlines() if ln.startswith("† "))
     assert "AdamWMaster's update, eager FlashAttention" in note and "counted in the gap" in note
     assert "the optimizer step of 2.7B ctx 512 fast: 0.34 ms" in note
+    assert "| 2.7B | 512 | bf16 | 200.00 |" in part  # old, but none of our launchers ran
     assert "Host: each phase's range on the host clock" in part
 
 
@@ -141,7 +143,10 @@ def test_training_step_profile_without_old_or_host_data(tmp_path):
         _train_row("xl", 512, "fast", FAST_NEW, _profile(100.0, (20.0, 40.0, 10.0), host_ms=(1.0, 2.0, 3.0)))])
     assert "†" not in new and "| xl | 512 | fast | 100.00 |" in new
     old = _training_step_report(tmp_path / "old", [
-        _train_row("xl", 512, "fast", FAST_OLD, _profile(100.0, (20.0, 40.0, 10.0)))])
+        _train_row("xl", 512, "fast", FAST_OLD, _profile(100.0, (20.0, 40.0, 10.0))),
+        _train_row("xl", 512, "+flash", dict(BF16, attn_impl="flash_triton"), _profile(90.0, (20.0, 40.0, 10.0)))])
     assert "host fwd" not in old and "Host:" not in old
-    assert "| xl | 512 | fast † | 100.00 | 20.00 | 40.00 | 10.00 | 70.00 (70%) |" in old
+    # old fast ran flash compiled (custom ops) and torch's fused AdamW: nothing was missed
+    assert "| xl | 512 | fast | 100.00 | 20.00 | 40.00 | 10.00 | 70.00 (70%) |" in old
+    assert "| xl | 512 | +flash † | 90.00 |" in old  # eager flash: launches outside an op
     assert "(e.g. the optimizer step" not in old  # no AdamWMaster row to show
