@@ -187,7 +187,7 @@ def train_config(bf16=False, flash=False, compile="none", fused_adamw=False, fus
 # (attention, optimizer, LM head + loss); +compile alone compiles per block: regional compilation
 # costs a fraction of the whole model's (a minute or two per size on the H100), and a third
 # whole-model compile per size would not fit the GPU command. (fast compiled per block until
-# 2026-11-24: 32 blocks' graphs, each called forward and backward, cost ~60 ms of host time per
+# 2026-11-23: 32 blocks' graphs, each called forward and backward, cost ~60 ms of host time per
 # 2.7B step, NOTES.md.)
 TRAIN_CONFIGS = {
     "fp32": dict(),
