@@ -65,7 +65,8 @@ class _KE:
 def test_kineto_cuda_linking_synthetic():
     """Kernels belong to the op whose correlation id they link to (not to the cudaLaunchKernel
     runtime event, itself linked); GPU copies of annotation ranges are not kernels; a backward op
-    on another thread inside the backward range counts as backward."""
+    on another thread inside the backward range counts as backward; kernels linked to no op
+    are counted apart."""
     us = 1000
     ev = [
         _KE("forward", 100 * us, 200 * us), _KE("computing softmax", 120 * us, 140 * us),
@@ -78,6 +79,7 @@ def test_kineto_cuda_linking_synthetic():
         _KE("aten::mm", 310 * us, 311 * us, corr=11, thread=2),
         _KE("gemm_b", 320 * us, 350 * us, device="cuda", linked=11, activity="kernel"),
         _KE("gemm_orphan", 320 * us, 330 * us, device="cuda", linked=99, activity="kernel"),
+        _KE("_adamw_master_kernel", 410 * us, 412 * us, device="cuda", linked=0, activity="kernel"),
     ]
     result = SimpleNamespace(events=lambda: ev, trace_start_ns=lambda: 0)
     p = K.phase_profile_from_kineto(result, steps=1, device_type="cuda")
@@ -85,6 +87,9 @@ def test_kineto_cuda_linking_synthetic():
     assert p.kernels["computing softmax"] == {"cunn_SoftMaxForward": [5.0, 1]}
     assert p.kernels["backward"] == {"gemm_b": [30.0, 1]}
     assert p.range_wall_us["forward"] == [100.0]
+    # kernels with no launching op are in no table, but their time is counted (a launch outside
+    # any torch op, as our launchers made before impl.runtime.launch_ctx)
+    assert p.unlinked_us == pytest.approx(12.0)
 
 
 def test_cpu_self_time_folds_same_name_child():

@@ -593,6 +593,8 @@ def test_profiled_step_breakdown_cpu(name):
     assert sum(out["phase_ms"].values()) == pytest.approx(out["kernel_ms"])
     assert sum(out["category_ms"].values()) == pytest.approx(out["kernel_ms"])
     assert out["gap_ms"] == pytest.approx(500.0 - out["kernel_ms"])
+    assert out["launch_ops"] and out["unlinked_kernel_ms"] == 0.0  # CPU ops: nothing to link
+    assert set(out["phase_host_ms"]) == set(PHASES) and all(out["phase_host_ms"][ph] > 0 for ph in PHASES)
     top = out["top"]
     assert len(top) == 5 and [t["ms"] for t in top] == sorted((t["ms"] for t in top), reverse=True)
     # which op tops a CPU step by self time is timing noise on a loaded 2-core machine (aten::bmm of

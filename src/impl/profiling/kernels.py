@@ -101,6 +101,9 @@ class PhaseProfile:
     device_type: str
     kernels: dict = field(default_factory=dict)      # range name -> {kernel name: [time_us, calls]}
     range_wall_us: dict = field(default_factory=dict)  # range name -> list of wall durations (us)
+    # CUDA: device time of kernels linked to no op (so in no range): a launch outside any torch op
+    # that impl.runtime.launch_ctx does not wrap; non-zero means the phase tables miss kernels
+    unlinked_us: float = 0.0
 
     def table(self, phases, top: int | None = None) -> list[dict]:
         """Kernel table over the union of `phases`: name, category, total time (us), calls, share."""
@@ -223,15 +226,15 @@ def phase_profile_from_kineto(result, steps: int, device_type: str) -> PhaseProf
         elif cuda:
             if _is_range_name(name) or (activity is not None and "annotation" in str(activity(e)).lower()):
                 continue  # the GPU-side copy of a record_function range, not a kernel
-            corr = e.linked_correlation_id()
-            if corr > 0:
-                device[corr].append((demangle(name) if name.startswith("_Z") else name,
-                                     (e.end_ns() - e.start_ns()) / 1e3))
+            device[e.linked_correlation_id()].append((demangle(name) if name.startswith("_Z") else name,
+                                                      (e.end_ns() - e.start_ns()) / 1e3))
     if cuda:
         samples = ((op_start[c], k, d) for c, ks in device.items() if c in op_start for k, d in ks)
     else:
         samples = _cpu_self_samples(ops)
-    return _attribute({k: sorted(v) for k, v in intervals.items()}, samples, steps, device_type)
+    prof = _attribute({k: sorted(v) for k, v in intervals.items()}, samples, steps, device_type)
+    prof.unlinked_us = sum(d for c, ks in device.items() if c not in op_start for _, d in ks)
+    return prof
 
 
 def _cpu_self_samples(ops: list):
@@ -429,13 +432,16 @@ def step_breakdown(p: PhaseProfile, step_s: float, top: int = 8) -> dict:
     phase_host_ms: each phase's range on the host clock (under the profiler, so a little longer
     than unprofiled): the time the host took to issue the phase, which bounds a host-bound step.
     launch_ops: kernels launched by our Triton launchers outside a torch op are counted
-    (impl.runtime.launch_ctx; earlier profiles missed them and counted their time in the gap)."""
+    (impl.runtime.launch_ctx; earlier profiles missed them and counted their time in the gap);
+    unlinked_kernel_ms: the device time of kernels that still had no launching op (missing from
+    every table; 0 when everything is attributed)."""
     per_step_ms = 1e3 * p.steps  # totals in us over p.steps steps -> ms per step
     kernel_ms = p.total_us(PHASES) / per_step_ms
     return {"timing_source": p.timing_source, "steps_profiled": p.steps, "launch_ops": True,
             "step_ms": step_s * 1e3, "kernel_ms": kernel_ms, "gap_ms": step_s * 1e3 - kernel_ms,
             "phase_ms": {ph: p.total_us((ph,)) / per_step_ms for ph in PHASES},
             "phase_host_ms": {ph: sum(p.range_wall_us.get(ph, [])) / per_step_ms for ph in PHASES},
+            "unlinked_kernel_ms": p.unlinked_us / per_step_ms,
             "category_ms": {c: t / per_step_ms for c, t in p.category_us(PHASES).items()},
             "top": [dict(name=r["name"][:160], category=r["category"], ms=r["time_us"] / per_step_ms,
                          calls=r["calls"] / p.steps) for r in p.table(PHASES, top)]}

@@ -186,9 +186,8 @@ def train_config(bf16=False, flash=False, compile="none", fused_adamw=False, fus
 # compiles the whole model as the anchor does, so the two differ only in the pieces that are ours
 # (attention, optimizer, LM head + loss); +compile alone compiles per block: regional compilation
 # costs a fraction of the whole model's (a minute or two per size on the H100), and a third
-# whole-model compile per size would not fit the GPU command. (fast compiled per block until
-# 2026-11-23: 32 blocks' graphs, each called forward and backward, cost ~60 ms of host time per
-# 2.7B step, NOTES.md.)
+# whole-model compile per size would not fit the GPU command. (fast compiled per block before:
+# NOTES.md estimates that cost it most of its host time at 2.7B.)
 TRAIN_CONFIGS = {
     "fp32": dict(),
     "bf16": dict(bf16=True),

@@ -128,12 +128,15 @@ def _host_cell(pr: dict, phases: list[str]) -> str:
     return "–" if host is None else " / ".join(num(host.get(ph), 2) for ph in phases)
 
 
+def _ran_adamw_master(info: dict) -> bool:
+    return str(info.get("config", {}).get("optimizer", "")).startswith("adamw_master")
+
+
 def _unattributed(info: dict) -> bool:
     """A profile recorded before launch_ops, of a config that ran one of our launchers outside a
     torch op: AdamWMaster, or FlashAttention eagerly (compiled, it ran as custom ops)."""
     cfg = info.get("config", {})
-    ours = str(cfg.get("optimizer", "")).startswith("adamw_master") or (
-        cfg.get("attn_impl") == "flash_triton" and cfg.get("compile") == "none")
+    ours = _ran_adamw_master(info) or (cfg.get("attn_impl") == "flash_triton" and cfg.get("compile") == "none")
     return ours and "profile" in info and not info["profile"].get("launch_ops")
 
 
@@ -175,7 +178,7 @@ def _unattributed_note(p: pd.DataFrame) -> str | None:
     marked = p[p["info"].map(_unattributed)]
     if marked.empty:
         return None
-    master = marked[marked["cfg.optimizer"].str.startswith("adamw_master", na=False)]
+    master = marked[marked["info"].map(_ran_adamw_master)]
     example = ""
     if not master.empty:
         r = master.iloc[0]
