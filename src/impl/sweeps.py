@@ -218,9 +218,9 @@ GRIDS["gradient_checkpointing"] = {
 # swaps FlashAttention's Triton kernels (interpreter: minutes per step) for its PyTorch twin
 # flash_torch, and compiles with aot_eager (dynamo + AOTAutograd, no C++ code generation:
 # seconds, not a minute per graph); two contexts, so the reuse of the graphs is exercised.
-_TRAINING_CONFIGS = ["bf16", "fast", "anchor", "+bf16_weights", "+flash", "+compile", "+fused_adamw", "+fused_ce",
+_TRAINING_CONFIGS = ["bf16", "fast", "anchor", "fast+cudagraphs", "+bf16_weights", "+flash", "+compile", "+fused_adamw", "+fused_ce",
                      "fp32"]
-_TRAINING_PROFILED = ["bf16", "fast", "anchor"]
+_TRAINING_PROFILED = ["bf16", "fast", "anchor", "fast+cudagraphs"]
 GRIDS["training_step"] = {
     "full": dict(sizes=["xl", "2.7B"], contexts=[512, 1024], configs=_TRAINING_CONFIGS, batch=4, warmup=3,
                  rounds=5, flash_impl="flash_triton", compile_backend="inductor", profiled=_TRAINING_PROFILED,

@@ -152,7 +152,11 @@ class TrainConfig:
     attn_impl  any impl.attention name: "naive", "flash_triton" (FlashAttention-2), "sdpa", ...
     compile    "none"; "blocks": torch.compile of each TransformerBlock in place (regional: the
                blocks share one code object, so one block's graph is compiled and reused by every
-               layer, far quicker than compiling the whole model); "model": torch.compile(model).
+               layer, far quicker than compiling the whole model); "model": torch.compile(model);
+               "model+cudagraphs": the same under mode="reduce-overhead" (Inductor records the
+               forward and backward graphs as CUDA graphs and replays them: one launch per graph
+               instead of the host issuing each kernel; with another backend, e.g. the CPU smoke's
+               aot_eager, or on the CPU, the call path runs without graphs).
                Both take the sequence dimension as dynamic (make_train_step), so the graphs of
                one size serve every context: compile once per size, not per (size, context)
     optimizer  "adamw" (ours, foreach), "adamw_fused" (ours through torch._fused_adamw_),
@@ -197,6 +201,9 @@ TRAIN_CONFIGS = {
     "+fused_ce": dict(bf16=True, fused_ce=True),
     "+bf16_weights": dict(bf16=True, bf16_weights=True),
     "fast": dict(bf16=True, flash=True, compile="model", fused_adamw=True, fused_ce=True, bf16_weights=True),
+    # the next try after fast (NOTES.md): its backward was host-bound at 2.7B and its whole step at xl
+    "fast+cudagraphs": dict(bf16=True, flash=True, compile="model+cudagraphs", fused_adamw=True, fused_ce=True,
+                            bf16_weights=True),
 }
 ANCHOR = TrainConfig(dtype="bf16", attn_impl="sdpa", compile="model", optimizer="torch_adamw")
 
@@ -222,7 +229,11 @@ def compile_model(model: TransformerLM, how: str, backend: str = "inductor"):
         return model
     if how == "model":
         return torch.compile(model, backend=backend)
-    raise ValueError(f"unknown compile mode {how!r}; expected none, blocks or model")
+    if how == "model+cudagraphs":
+        if backend == "inductor":
+            return torch.compile(model, mode="reduce-overhead")
+        return torch.compile(model, backend=backend)
+    raise ValueError(f"unknown compile mode {how!r}; expected none, blocks, model or model+cudagraphs")
 
 
 def make_optimizer(kind: str, params, lr: float = 1e-4, weight_decay: float = 0.01) -> torch.optim.Optimizer:
@@ -271,7 +282,18 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     if cfg.weights == "bf16":
         optimizer.cast_params_(linear_weights(model), torch.bfloat16)
     target = compile_model(model, cfg.compile, backend)
-    if cfg.compile == "model":
+    if cfg.compile.startswith("model"):
         torch._dynamo.maybe_mark_dynamic(x, 1)
     step, _ = make_step("train_step", target, x, y, cfg.dtype, optimizer, fused_ce=cfg.fused_ce)
+    if cfg.compile == "model+cudagraphs":
+        return _new_graph_step(step), optimizer
     return step, optimizer
+
+
+def _new_graph_step(step: Callable) -> Callable:
+    """`step` opening a new CUDA-graph generation: the previous step's graph outputs (its loss,
+    say) may still be referenced; marking the step tells Inductor they are done with."""
+    def graph_step(*args, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()
+        return step(*args, **kwargs)
+    return graph_step
