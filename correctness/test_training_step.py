@@ -528,6 +528,34 @@ def test_fast_options_follow_fp32_loss_curve(device):
     assert ((fast - ref).abs() / ref).max() < 2e-2
 
 
+@pytest.mark.gpu
+def test_fast_cudagraphs_follows_fast():
+    """fast+cudagraphs replays fast's compiled graphs as CUDA graphs: its loss curve is fast's
+    (relative difference ≤ 1e-3: the same kernels, up to autotuning picks), so no replay reads or
+    writes a stale buffer (a parameter updated outside the graph, a gradient of the last step)."""
+    fast = _loss_curve(named_train_config("fast"), "inductor", "cuda")
+    graphs = _loss_curve(named_train_config("fast+cudagraphs"), "inductor", "cuda")
+    assert fast[-1] < 0.5 * fast[0]
+    assert ((graphs - fast).abs() / fast).max() < 1e-3
+
+
+def test_cudagraphs_compile_mode(monkeypatch):
+    """"model+cudagraphs" is torch.compile(mode="reduce-overhead") with Inductor (another backend
+    gets the plain compile), and each step opens a new CUDA-graph generation."""
+    calls, marks = [], []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(kw) or model)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    model = build_model("tiny", 32, CPU)
+    x, y = random_batch(model, 2, 32, CPU)
+    step, _ = make_train_step(named_train_config("fast+cudagraphs", flash_impl="flash_torch"), model, x, y)
+    step()
+    step()
+    assert calls == [dict(mode="reduce-overhead")] and marks == [1, 1]
+    make_train_step(named_train_config("fast+cudagraphs", flash_impl="flash_torch"), build_model("tiny", 32, CPU), x, y,
+                    backend="aot_eager")
+    assert calls[-1] == dict(backend="aot_eager")
+
+
 def test_bf16_weights_train_exactly_like_bf16_autocast():
     """+bf16_weights changes where the casts happen, not the numbers: autocast's bf16 copy of an
     fp32 weight is the rounding of the weight, as the bf16 weight is of its master; the bf16
@@ -681,7 +709,7 @@ def test_report_where_the_time_goes(tmp_path):
     assert got["kernels"] == "7.50 (75%)" and got["gap"] == "2.50 (25%)"
     assert "communication" not in head  # no time in any row
     assert "anchor: OOM: boom" in part and "| xl | 512 | bf16 |" not in part  # bf16 was not profiled
-    assert "| xl | 512 | `sm90_xmma_gemm_bf16` | matmul | 6.000 | 24 | 60.0% |" in part
+    assert "| xl | 512 | fast | `sm90_xmma_gemm_bf16` | matmul | 6.000 | 24 | 60.0% |" in part
     # rows from before the profiles (no profile keys): no such part
     path.write_text(json.dumps(dict(benchmarks=[_synthetic_row("bf16")])))
     assert "Where the time goes" not in render(pd.DataFrame(load_file(path)), "gpu", tmp_path / "figures", "figures")
