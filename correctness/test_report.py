@@ -81,22 +81,50 @@ def _profile(step_ms: float, phase_ms: tuple, host_ms: tuple | None = None) -> d
     return out
 
 
-def _train_row(size: str, context: int, config: str, settings: dict, profile: dict | None = None) -> dict:
+def _train_row(size: str, context: int, config: str, settings: dict, profile: dict | None = None,
+               mean: float = 0.1, mfu: float = 0.3, not_run: bool = False) -> dict:
     info = dict(problem="training_step", warmup=1, rounds=3, peak_flops=1e15, peak_dtype="bfloat16",
-                env=dict(device="GPU", device_type="cuda"), metrics=dict(tokens_per_s=1e4, mfu=0.3),
+                env=dict(device="GPU", device_type="cuda"), metrics=dict(tokens_per_s=1e4, mfu=mfu),
                 config=dict(size=size, context=context, config=config, batch=4, **settings))
     if profile is not None:
         info["profile"] = profile
+    if not_run:
+        info.update(not_run="left_out", not_run_reason="budget", metrics={})
     return dict(name=f"test_training_step[{size}-{context}-{config}]", group="training_step", extra_info=info,
-                stats=dict(mean=0.1, stddev=0.0, median=0.1, min=0.1, max=0.1, rounds=3, data=[0.1]))
+                stats=dict(mean=mean, stddev=0.0, median=mean, min=mean, max=mean, rounds=3, data=[mean]))
 
 
-def _training_step_report(tmp_path, rows: list[dict]) -> str:
+def _training_step_report(tmp_path, rows: list[dict], runs: dict | None = None) -> str:
+    """The report's training_step section from `rows` (one run), or from runs {datetime: rows}."""
     dev = tmp_path / "reports" / "data" / "gpu-x"
     dev.mkdir(parents=True)
     (tmp_path / "reports" / "figures").mkdir()
-    (dev / "training_step.json").write_text(json.dumps(dict(datetime="2026-02-01T00:00", benchmarks=rows)))
+    for i, (when, run_rows) in enumerate((runs or {"2026-02-01T00:00": rows}).items()):
+        (dev / f"training_step-{i}.json").write_text(json.dumps(dict(datetime=when, benchmarks=run_rows)))
     return build(tmp_path).split("## training_step")[1]
+
+
+def test_training_step_newest_measurement_of_each_row(tmp_path):
+    """Runs mix: a row shows its newest run that ran it (OOM counts), falls back to an older run
+    where the newest left it out, says which run, and each run's peak is listed; ours against the
+    anchor says whether the two came from one run."""
+    old = [_train_row("xl", 512, "bf16", BF16, mean=0.30), _train_row("xl", 512, "+flash", BF16, mean=0.37),
+           _train_row("xl", 512, "anchor", BF16, mean=0.10, mfu=0.34)]
+    new = [_train_row("xl", 512, "bf16", BF16, mean=0.25), _train_row("xl", 512, "+flash", BF16, not_run=True),
+           _train_row("xl", 512, "fast", FAST_NEW, mean=0.08, mfu=0.42),
+           _train_row("xl", 512, "anchor", BF16, mean=0.095, mfu=0.35)]
+    later = [_train_row("xl", 512, "fast+cudagraphs", dict(FAST_NEW, compile="model+cudagraphs"), mean=0.07, mfu=0.5)]
+    text = _training_step_report(tmp_path, [], runs={"2026-02-01T07:16:00": old, "2026-02-02T14:11:00": new,
+                                                     "2026-02-02T14:30:00": later})
+    assert "| bf16 | xl | 512 | 250.0 ± 0.0 |" in text and "300.0" not in text.split("### Where")[0]
+    assert "| +flash | xl | 512 | 370.0 ± 0.0 |" in text and text.count("| +flash | xl | 512 |") == 1
+    assert next(ln for ln in text.splitlines() if ln.startswith("| +flash | xl | 512 |")).endswith("| 02-01 07:16 |")
+    assert "| 02-02 14:11 | `training_step-1` | 1,000.0 | 3 |" in text
+    assert "| xl | 512 | fast | 80.0 | 42.0% | 95.0 | 35.0% | 1.19× | yes |" in text
+    assert "| xl | 512 | fast+cudagraphs | 70.0 | 50.0% | 95.0 | 35.0% | 1.36× | no (02-02 14:30 / 02-02 14:11) |" in text
+    # one run: no run column, no runs table
+    one = _training_step_report(tmp_path / "one", old)
+    assert "| run |" not in one and "run (UTC)" not in one and "(1,000.00 TFLOP/s, bfloat16)" in one
 
 
 def test_training_step_config_table_has_a_row_per_settings(tmp_path):

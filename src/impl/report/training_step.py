@@ -3,7 +3,9 @@ ablation of the full training step: what each config runs (read from the rows, p
 config's settings differ between sizes), a table of step time, tokens/s, MFU, peak memory and
 compile time, tokens/s as bars, and where the time of the profiled configs' step goes (kernel
 time per phase and category, host time per phase where recorded, the gap to the measured step,
-the top kernels of `fast`)."""
+the top kernels of `fast` and `fast+cudagraphs`), and ours against the anchor. The folder may hold
+several runs (one file per GPU command); each (size, context, config) shows its newest measurement
+(latest_rows), with the run it came from where runs mix."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +18,7 @@ from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.sweeps import ALL_SIZES
 
 PROBLEM = "training_step"
-CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "+bf16_weights", "fast", "anchor"]
+CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "+bf16_weights", "fast", "fast+cudagraphs", "anchor"]
 SIZE_ORDER = list(ALL_SIZES)
 
 
@@ -24,6 +26,39 @@ def _order(d: pd.DataFrame) -> pd.DataFrame:
     rank = {c: i for i, c in enumerate(CONFIG_ORDER)}
     return d.assign(_s=d["cfg.size"].map(SIZE_ORDER.index), _c=d["cfg.config"].map(lambda c: rank.get(c, 99))
                     ).sort_values(["_s", "cfg.context", "_c"])
+
+
+OURS = ["fast", "fast+cudagraphs"]  # the all-speed-ups configs set against the anchor
+
+
+def latest_rows(d: pd.DataFrame) -> pd.DataFrame:
+    """One row per (size, context, config): from the newest run that ran it (an OOM is a result and
+    counts as run), else the newest run's not-run row: a command cut at its time limit leaves rows
+    "not run" that an earlier run measured, and a later command may measure only a few configs."""
+    ran = ~d["info"].map(lambda i: bool(i.get("not_run")))
+    d = d.assign(_ran=ran).sort_values(["_ran", "datetime"], ascending=False, kind="stable")
+    return d.drop_duplicates(["cfg.size", "cfg.context", "cfg.config"]).drop(columns="_ran")
+
+
+def _run(r) -> str:
+    """A row's run, as its JSON's UTC start time (MM-DD HH:MM)."""
+    t = str(r["datetime"] or "")
+    return f"{t[5:10]} {t[11:16]}" if len(t) >= 16 else "–"
+
+
+def _runs(d: pd.DataFrame) -> list[str]:
+    return sorted({_run(r) for _, r in d.iterrows()})
+
+
+def runs_table(d: pd.DataFrame) -> str:
+    """The runs the rows come from: files, the matmul peak that run measured (its rows' MFU divides
+    by it), and how many rows it supplies."""
+    rows = []
+    for run, g in d.groupby(d.apply(_run, axis=1), sort=True):
+        peak = g["info"].map(lambda i: i.get("peak_flops")).dropna()
+        rows.append([run, ", ".join(f"`{s}`" for s in dict.fromkeys(g["section"])),
+                     num(peak.iloc[0] / 1e12, 1) if not peak.empty else "–", len(g)])
+    return table(["run (UTC)", "files", "matmul peak (TFLOP/s)", "rows shown"], rows)
 
 
 def _not_run(r) -> bool:
@@ -83,6 +118,7 @@ def _compile_cell(info: dict) -> str:
 
 
 def ablation_table(d: pd.DataFrame) -> str:
+    mixed = len(_runs(d)) > 1
     rows = []
     for (size, ctx), g in _order(d).groupby(["cfg.size", "cfg.context"], sort=False):
         base = g[(g["cfg.config"] == "bf16")]
@@ -94,9 +130,32 @@ def ablation_table(d: pd.DataFrame) -> str:
                          num(r.get("m.tokens_per_s"), 0) if ok else "–", pct(r.get("m.mfu")) if ok else "–",
                          speedup, gib(r["peak_alloc"]) if ok else "–",
                          num(info.get("first_step_s"), 2) if ok else "–", _compile_cell(info) if ok else "–",
-                         info.get("new_graphs", "–") if ok else "–", _status(r)])
+                         info.get("new_graphs", "–") if ok else "–", _status(r)] + ([_run(r)] if mixed else []))
     return table(["config", "size", "context", "step (ms)", "tokens/s", "MFU", "vs bf16", "peak GiB",
-                  "first step (s)", "compile (s)", "new graphs", "OOM / not run"], rows)
+                  "first step (s)", "compile (s)", "new graphs", "OOM / not run"] + (["run"] if mixed else []), rows)
+
+
+def versus_anchor(d: pd.DataFrame) -> str | None:
+    """Per (size, context): each of OURS that ran beside the anchor, their step and MFU, and
+    whether the two were measured in the same run (same machine, same matmul peak)."""
+    rows = []
+    for (size, ctx), g in _order(d).groupby(["cfg.size", "cfg.context"], sort=False):
+        anchor = g[g["cfg.config"] == "anchor"]
+        if anchor.empty or not _ok(anchor.iloc[0]):
+            continue
+        a = anchor.iloc[0]
+        for name in OURS:
+            sel = g[g["cfg.config"] == name]
+            if sel.empty or not _ok(sel.iloc[0]):
+                continue
+            r = sel.iloc[0]
+            same = "yes" if r["datetime"] == a["datetime"] else f"no ({_run(r)} / {_run(a)})"
+            rows.append([size, int(ctx), name, ms(r["mean"]), pct(r.get("m.mfu")), ms(a["mean"]), pct(a.get("m.mfu")),
+                         f"{a['mean'] / r['mean']:.2f}×", same])
+    if not rows:
+        return None
+    return table(["size", "context", "ours", "step (ms)", "MFU", "anchor step (ms)", "anchor MFU",
+                  "speed-up vs anchor", "same run"], rows)
 
 
 # ------------------------------------------------------------------------------ where the time goes
@@ -191,20 +250,21 @@ def _unattributed_note(p: pd.DataFrame) -> str | None:
             f"phase's kernel time is understated{example}.")
 
 
-def top_kernels_table(d: pd.DataFrame, config: str = "fast") -> str | None:
+def top_kernels_table(d: pd.DataFrame, configs: list[str]) -> str | None:
     p = _profiled(d)
     rows = []
-    for _, r in p[p["cfg.config"] == config].iterrows():
+    for _, r in p[p["cfg.config"].isin(configs)].iterrows():
         pr = r["info"].get("profile")
         for k in (pr or {}).get("top", []):
-            rows.append([r["cfg.size"], int(r["cfg.context"]), f"`{k['name'][:90].replace('|', '/')}`", k["category"],
-                         num(k["ms"], 3), num(k["calls"], 0), pct(k["ms"] / pr["step_ms"])])
+            rows.append([r["cfg.size"], int(r["cfg.context"]), r["cfg.config"], f"`{k['name'][:90].replace('|', '/')}`",
+                         k["category"], num(k["ms"], 3), num(k["calls"], 0), pct(k["ms"] / pr["step_ms"])])
     if not rows:
         return None
-    return table(["size", "context", "kernel", "category", "ms per step", "calls per step", "share of step"], rows)
+    return table(["size", "context", "config", "kernel", "category", "ms per step", "calls per step",
+                  "share of step"], rows)
 
 
-def time_section(d: pd.DataFrame, top_config: str = "fast") -> list[str]:
+def time_section(d: pd.DataFrame, top_configs: list[str] = OURS) -> list[str]:
     """The "where the time goes" part: its tables and the failed profiles, if any."""
     p = _profiled(d)
     if p.empty:
@@ -234,10 +294,10 @@ def time_section(d: pd.DataFrame, top_config: str = "fast") -> list[str]:
               for _, r in p.iterrows() if "profile_error" in r["info"]]
     if failed:
         parts.append("Profiles that failed (their timed rows stand): " + "; ".join(failed) + ".")
-    top = top_kernels_table(d, top_config)
+    top = top_kernels_table(d, top_configs)
     if top is not None:
-        parts.append(f"Top kernels of {top_config}'s profiled step (per step; share of the measured step time):"
-                     f"\n\n{top}")
+        parts.append(f"Top kernels of the profiled steps of {', '.join(top_configs)} (per step; share of the measured "
+                     f"step time):\n\n{top}")
     return parts
 
 
@@ -268,7 +328,11 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     d = df[df.problem == PROBLEM]
     if d.empty:
         return None
+    d = latest_rows(d)
     i, c = d["info"].iloc[0], d.iloc[0]
+    runs = _runs(d)
+    peak = (f"matmul peak ({num(i.get('peak_flops', float('nan')) / 1e12, 2)} TFLOP/s, {i.get('peak_dtype')})"
+            if len(runs) == 1 else f"{i.get('peak_dtype')} matmul peak measured in the row's own run (runs below)")
     parts = ["## training_step",
              f"The full training step (forward, backward, AdamW) at batch {int(c['cfg.batch'])}: fp32, bf16 "
              "autocast (fp32 weights and optimizer state), each speed-up alone on top of bf16, all of them "
@@ -279,10 +343,17 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
              f"{i.get('warmup')} warm-up and {i.get('rounds')} timed steps. Compiled graphs are kept across the "
              "contexts of a size (the sequence dimension is dynamic): compile = first step − mean step where the "
              "first step compiled graphs (new graphs: how many), \"reused\" where it ran the graphs of an earlier "
-             "context. MFU = model matmul FLOPs (3 × forward, full attention square) ÷ time ÷ measured "
-             f"matmul peak ({num(i.get('peak_flops', float('nan')) / 1e12, 2)} TFLOP/s, {i.get('peak_dtype')}). "
-             "Peak memory is CUDA's max allocated (none on the CPU).",
+             "context. MFU = model matmul FLOPs (3 × forward, full attention square) ÷ time ÷ the measured "
+             f"{peak}. Peak memory is CUDA's max allocated (none on the CPU). fast+cudagraphs is fast with "
+             "its compiled forward and backward replayed as CUDA graphs (torch.compile mode=\"reduce-overhead\").",
              legend(d), ablation_table(d)]
+    if len(runs) > 1:
+        parts.append("The rows come from several GPU commands (runs); each (size, context, config) shows its newest "
+                     "measurement, so rows of one size may come from different runs, code versions (legend) and "
+                     "machines; \"vs bf16\" then compares across runs.\n\n" + runs_table(d))
+    vs = versus_anchor(d)
+    if vs is not None:
+        parts.append("Ours against the anchor (PyTorch's own pieces, whole model compiled):\n\n" + vs)
     name = f"{device}-training_step.png"
     if plot(d, fig_dir / name):
         parts.append(f"![training step tokens/s by config]({fig_rel}/{name})")
