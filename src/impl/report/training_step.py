@@ -332,7 +332,7 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     i, c = d["info"].iloc[0], d.iloc[0]
     runs = _runs(d)
     peak = (f"matmul peak ({num(i.get('peak_flops', float('nan')) / 1e12, 2)} TFLOP/s, {i.get('peak_dtype')})"
-            if len(runs) == 1 else f"{i.get('peak_dtype')} matmul peak measured in the row's own run (runs below)")
+            if len(runs) == 1 else f"{i.get('peak_dtype')} matmul peak of the row's own run (runs below)")
     parts = ["## training_step",
              f"The full training step (forward, backward, AdamW) at batch {int(c['cfg.batch'])}: fp32, bf16 "
              "autocast (fp32 weights and optimizer state), each speed-up alone on top of bf16, all of them "
