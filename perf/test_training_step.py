@@ -2,8 +2,9 @@
 AdamW) of one model under each speed-up alone on top of bf16 autocast — FlashAttention-2, regional
 torch.compile, our AdamW through the fused kernel, the fused chunked LM head + loss, bf16 Linear
 weights with their fp32 masters in the optimizer (impl.model.adamw_master) — all of them together
-("fast", compiling the whole model), and PyTorch's own pieces ("anchor": SDPA, torch.compile of
-the whole model, torch.optim.AdamW fused). Configs: impl.profiling.steps.TRAIN_CONFIGS; grid:
+("fast", compiling the whole model; "fast+cudagraphs", the same replayed as CUDA graphs), and
+PyTorch's own pieces ("anchor": SDPA, torch.compile of the whole model, torch.optim.AdamW fused).
+Configs: impl.profiling.steps.TRAIN_CONFIGS; grid:
 impl.sweeps.
 
 Each row builds a fresh model and optimizer, runs one untimed first step (compilation, Triton

@@ -205,21 +205,23 @@ GRIDS["gradient_checkpointing"] = {
 
 # training_step (issue 8, beyond): the full training step (forward, backward, AdamW) under each
 # speed-up alone on top of bf16 autocast (+bf16_weights: bf16 Linear weights, fp32 masters in the
-# optimizer), all of them ("fast"), and PyTorch's own pieces ("anchor"); named configs in
-# impl.profiling.steps. Compilation happens in a row's first step (timed apart as first_step_s),
-# before the warm-up; the compiled graphs of one size serve both of its contexts (sequence
-# dimension dynamic), so the whole-model compiles of fast and the anchor are paid once per size
-# (~1.5-2.5 min each on the H100). One fresh model per row. Run `-k xl` and `-k 2.7B` as two
-# commands (each file run has its own budget). Configs
-# run in this order within each (size, context), so a budget cut falls on the single speed-ups
-# (the newest, +bf16_weights, first among them) and fp32, not on the bf16 baseline, fast or the
-# anchor; those three (`profiled`) also get one profiled step after their timed ones
-# (`prof_warmup` unrecorded steps first; the `top_kernels` longest kernels kept). The CPU smoke
-# swaps FlashAttention's Triton kernels (interpreter: minutes per step) for its PyTorch twin
-# flash_torch, and compiles with aot_eager (dynamo + AOTAutograd, no C++ code generation:
-# seconds, not a minute per graph); two contexts, so the reuse of the graphs is exercised.
-_TRAINING_CONFIGS = ["bf16", "fast", "anchor", "fast+cudagraphs", "+bf16_weights", "+flash", "+compile", "+fused_adamw", "+fused_ce",
-                     "fp32"]
+# optimizer), all of them ("fast"; "fast+cudagraphs" replays its compiled graphs as CUDA graphs),
+# and PyTorch's own pieces ("anchor"); named configs in impl.profiling.steps. Compilation happens
+# in a row's first step (timed apart as first_step_s), before the warm-up; the compiled graphs of
+# one size serve both of its contexts (sequence dimension dynamic), so each whole-model compile
+# (fast, fast+cudagraphs, anchor) is paid once per size: 2-4 min each on the H100 (xl's are the
+# longest), more than one 10-minute command holds with the rest. Run the file as several `-k`
+# commands (README, "Running on a GPU machine"); the report merges their JSONs. One fresh model
+# per row. Configs run in this order within each (size, context), so a budget cut falls on the
+# single speed-ups (the newest, +bf16_weights, first among them) and fp32, not on the bf16
+# baseline or the whole-model configs; the `profiled` ones also get one profiled step after their
+# timed ones (`prof_warmup` unrecorded steps first; the `top_kernels` longest kernels kept). The
+# CPU smoke swaps FlashAttention's Triton kernels (interpreter: minutes per step) for its PyTorch
+# twin flash_torch, and compiles with aot_eager (dynamo + AOTAutograd, no C++ code generation:
+# seconds, not a minute per graph; no CUDA graphs); two contexts, so the reuse of the graphs is
+# exercised.
+_TRAINING_CONFIGS = ["bf16", "fast", "anchor", "fast+cudagraphs", "+bf16_weights", "+flash", "+compile",
+                     "+fused_adamw", "+fused_ce", "fp32"]
 _TRAINING_PROFILED = ["bf16", "fast", "anchor", "fast+cudagraphs"]
 GRIDS["training_step"] = {
     "full": dict(sizes=["xl", "2.7B"], contexts=[512, 1024], configs=_TRAINING_CONFIGS, batch=4, warmup=3,

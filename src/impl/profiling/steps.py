@@ -201,10 +201,9 @@ TRAIN_CONFIGS = {
     "+fused_ce": dict(bf16=True, fused_ce=True),
     "+bf16_weights": dict(bf16=True, bf16_weights=True),
     "fast": dict(bf16=True, flash=True, compile="model", fused_adamw=True, fused_ce=True, bf16_weights=True),
-    # the next try after fast (NOTES.md): its backward was host-bound at 2.7B and its whole step at xl
-    "fast+cudagraphs": dict(bf16=True, flash=True, compile="model+cudagraphs", fused_adamw=True, fused_ce=True,
-                            bf16_weights=True),
 }
+# the next try after fast (NOTES.md): its backward was host-bound at 2.7B and its whole step at xl
+TRAIN_CONFIGS["fast+cudagraphs"] = dict(TRAIN_CONFIGS["fast"], compile="model+cudagraphs")
 ANCHOR = TrainConfig(dtype="bf16", attn_impl="sdpa", compile="model", optimizer="torch_adamw")
 
 
@@ -220,18 +219,17 @@ def named_train_config(name: str, flash_impl: str = "flash_triton") -> TrainConf
 
 def compile_model(model: TransformerLM, how: str, backend: str = "inductor"):
     """The module to call: `model` itself (its blocks compiled in place for "blocks",
-    impl.profiling.compiled.compile_blocks_in_place) or a compiled wrapper ("model").
+    impl.profiling.compiled.compile_blocks_in_place) or a compiled wrapper ("model",
+    "model+cudagraphs").
     Compilation happens at the first calls."""
     if how == "none":
         return model
     if how == "blocks":
         compile_blocks_in_place(model, backend=backend)
         return model
-    if how == "model":
-        return torch.compile(model, backend=backend)
-    if how == "model+cudagraphs":
-        if backend == "inductor":
-            return torch.compile(model, mode="reduce-overhead")
+    if how == "model+cudagraphs" and backend == "inductor":
+        return torch.compile(model, mode="reduce-overhead")
+    if how in ("model", "model+cudagraphs"):
         return torch.compile(model, backend=backend)
     raise ValueError(f"unknown compile mode {how!r}; expected none, blocks, model or model+cudagraphs")
 
