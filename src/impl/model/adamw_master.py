@@ -1,18 +1,28 @@
 """AdamW for bf16 parameters with fp32 master weights, in one pass over memory.
 
-A bf16 parameter's fp32 master copy and moments live in the optimizer state (`state[p]["master"]`,
-`"exp_avg"`, `"exp_avg_sq"`, all fp32). A step reads the bf16 gradient, updates master, exp_avg
-and exp_avg_sq in fp32 with the arithmetic of impl.model.AdamW (that of torch.optim.AdamW:
-decoupled weight decay, bias-corrected moments) and writes the master rounded to bf16 (round to
-nearest even) back into the parameter, each element read and written once,
+A bf16 parameter is the upper half of its fp32 master: the parameter holds the master rounded to
+bf16 (round to nearest even, as torch's .to(torch.bfloat16)) and the optimizer state holds the
+rest, `state[p]["master_lo"]`, the master minus that rounding in fp32 bit steps (int16); together
+they are the master (`join_master`, `AdamWMaster.master(p)`). The moments are fp32. A step reads
+the bf16 gradient, updates master, exp_avg and exp_avg_sq in fp32 with the arithmetic of
+impl.model.AdamW (that of torch.optim.AdamW: decoupled weight decay, bias-corrected moments) and
+splits the master again, each element read and written once,
 
-    read   grad 2 B + master 4 B + exp_avg 4 B + exp_avg_sq 4 B = 14 B
-    write  param 2 B + master 4 B + exp_avg 4 B + exp_avg_sq 4 B = 14 B    (28 B per parameter,
+    read   grad 2 B + param 2 B + master_lo 2 B + exp_avg 4 B + exp_avg_sq 4 B = 14 B
+    write         param 2 B + master_lo 2 B + exp_avg 4 B + exp_avg_sq 4 B = 12 B   (26 B per parameter;
 
-as much as the fused fp32 AdamW moves; what bf16 weights save are autocast's casts around it:
-fp32 weight -> bf16 in the forward, bf16 weight gradient -> fp32 .grad in the backward.) The
-step count stays on the host: the bias corrections reach the kernel as scalars, so nothing waits
-for the device.
+a separate fp32 master copy would move 28 B, as much as torch's fused fp32 AdamW: read and write
+the master, and write its bf16 rounding too. It would also hold 2 B more per parameter.)
+
+The split is exact but for one case: the remainder of a master to its nearest-even rounding lies
+in [-2^15, 2^15] bit steps, 2^16 + 1 values, one too many for int16. A master exactly halfway
+above its (even) rounding keeps a remainder of 2^15 - 1: it moves one fp32 bit step (2^-23 of its
+value at most) towards the rounding, and the bf16 parameter stays its nearest-even rounding. (A
+rounding half away from zero would keep every master exact, but then the bf16 weights would not
+be torch's rounding of the masters.) Elsewhere the master is the fp32 value AdamW computes.
+
+The step count stays on the host: the bias corrections reach the kernel as scalars, so nothing
+waits for the device.
 
 One launch per step for all bf16 parameters (of one device and step count): a launch costs
 ~100 µs of host time on the H100 machine, and one per tensor (225 for 2.7B) kept the fast training
@@ -26,8 +36,8 @@ masked. (correctness/test_training_step.py compiles the kernel for sm_90 on the 
 the PTX for the vector loads.)
 
 Where the kernel runs: on CUDA tensors. On CPU tensors the same update runs as torch ops
-(impl.model.AdamW's foreach arithmetic on the masters, then a copy into the bf16 parameters),
-unless `kernel="triton"` asks for the kernel: then it runs through the Triton interpreter, which
+(impl.model.AdamW's foreach arithmetic on the joined masters, then the split), unless
+`kernel="triton"` asks for the kernel: then it runs through the Triton interpreter, which
 needs TRITON_INTERPRET=1 set before this module is imported (impl.attention.flash_triton's
 convention: triton.jit decides at decoration time). The interpreter is not the CPU default even
 when set (conftest.py sets it for every CPU run, the perf smoke included): it takes ~1 µs per
@@ -66,7 +76,7 @@ def _adamw_master_kernel(pointers, numels, block_tensor, block_index, n_tensors,
                          BLOCK_SIZE: tl.constexpr):
     """One AdamW step of BLOCK_SIZE elements of one of n_tensors parameters (the multi-tensor
     launch, module doc): program p updates block block_index[p] of tensor block_tensor[p], whose
-    five addresses are column t of `pointers` (rows: param, grad, master, exp_avg, exp_avg_sq)
+    five addresses are column t of `pointers` (rows: param, grad, master_lo, exp_avg, exp_avg_sq)
     and whose size is numels[t]. decay = 1 - lr * weight_decay, step_size = lr / (1 - beta1^step),
     bias2_sqrt = sqrt(1 - beta2^step)."""
     t = tl.load(block_tensor + tl.program_id(0))
@@ -74,13 +84,13 @@ def _adamw_master_kernel(pointers, numels, block_tensor, block_index, n_tensors,
     n = tl.load(numels + t)
     param = _column_ptr(pointers, 0, n_tensors, t, tl.bfloat16)
     grad = _column_ptr(pointers, 1, n_tensors, t, tl.bfloat16)
-    master = _column_ptr(pointers, 2, n_tensors, t, tl.float32)
+    master_lo = _column_ptr(pointers, 2, n_tensors, t, tl.int16)
     exp_avg = _column_ptr(pointers, 3, n_tensors, t, tl.float32)
     exp_avg_sq = _column_ptr(pointers, 4, n_tensors, t, tl.float32)
     offs = start + tl.arange(0, BLOCK_SIZE)
     # a full block without a mask: its loads are 16-byte vectors (n is read from memory, so a mask
     # `offs < n` has no known constancy and would split every load into scalars)
-    args = (param, grad, master, exp_avg, exp_avg_sq, offs, n,
+    args = (param, grad, master_lo, exp_avg, exp_avg_sq, offs, n,
             decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt)
     if start + BLOCK_SIZE <= n:
         _adamw_block(*args, MASKED=False)
@@ -96,16 +106,17 @@ def _column_ptr(pointers, row, n_tensors, t, dtype: tl.constexpr):
 
 
 @triton.jit
-def _adamw_block(param, grad, master, exp_avg, exp_avg_sq, offs, n,
+def _adamw_block(param, grad, master_lo, exp_avg, exp_avg_sq, offs, n,
                  decay, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt, MASKED: tl.constexpr):
     """The update of the elements `offs` of one tensor (base pointers), masked to `n` if MASKED."""
     if MASKED:
-        mask, other = offs < n, 0.0
+        mask, other = offs < n, 0
     else:
         mask, other = None, None
-    param, grad, master, exp_avg, exp_avg_sq = param + offs, grad + offs, master + offs, exp_avg + offs, exp_avg_sq + offs
+    param, grad, master_lo = param + offs, grad + offs, master_lo + offs
+    exp_avg, exp_avg_sq = exp_avg + offs, exp_avg_sq + offs
     g = tl.load(grad, mask=mask, other=other).to(tl.float32)
-    w = tl.load(master, mask=mask, other=other)
+    w = _join_master(tl.load(param, mask=mask, other=other), tl.load(master_lo, mask=mask, other=other))
     m = tl.load(exp_avg, mask=mask, other=other)
     v = tl.load(exp_avg_sq, mask=mask, other=other)
     w = w * decay
@@ -114,22 +125,58 @@ def _adamw_block(param, grad, master, exp_avg, exp_avg_sq, offs, n,
     # IEEE-rounded sqrt and divisions (tl.sqrt and / are approximate on the GPU), as torch computes
     denom = tl.div_rn(tl.sqrt_rn(v), bias2_sqrt) + eps
     w = w - step_size * tl.div_rn(m, denom)
-    tl.store(master, w, mask=mask)
+    hi, lo = _split_master(w)
+    tl.store(param, hi, mask=mask)
+    tl.store(master_lo, lo, mask=mask)
     tl.store(exp_avg, m, mask=mask)
     tl.store(exp_avg_sq, v, mask=mask)
-    tl.store(param, _to_bf16_rtne(w), mask=mask)
 
 
 @triton.jit
-def _to_bf16_rtne(x):
-    """fp32 -> bf16, round to nearest even (as torch's .to(torch.bfloat16)), in integer ops: the
-    interpreter's fp32 -> bf16 cast truncates (Triton 3.6), and on the GPU the few integer ops are
-    free in a memory-bound kernel, so the one code path runs, and is tested, on both. NaN stays a
-    (quiet) NaN; finite values past the largest bf16 round to inf, as in torch."""
+def _rtne_bits(x):
+    """The bits of fp32 x rounded to bf16, round to nearest even (as torch's .to(torch.bfloat16)),
+    as uint32, in integer ops: the interpreter's fp32 -> bf16 cast truncates (Triton 3.6), and on
+    the GPU the few integer ops are free in a memory-bound kernel, so the one code path runs, and
+    is tested, on both. NaN becomes the quiet 0x7FC0; finite values past the largest bf16 round
+    to inf, as in torch."""
     bits = x.to(tl.uint32, bitcast=True)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    rounded = tl.where(x != x, 0x7FC0, rounded)
-    return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return tl.where(x != x, 0x7FC0, rounded)
+
+
+@triton.jit
+def _split_master(w):
+    """(hi, lo): fp32 w rounded to bf16 (nearest even) and w's remainder to it in fp32 bit steps,
+    int16, 2^15 clamped to 2^15 - 1 (module doc). The difference is taken modulo 2^32, so it is
+    the true one for every finite w (same sign as its rounding); a NaN's stays a NaN once joined."""
+    hi = _rtne_bits(w)
+    diff = (w.to(tl.uint32, bitcast=True) - (hi << 16)).to(tl.int32, bitcast=True)
+    lo = tl.minimum(tl.maximum(diff, -32768), 32767).to(tl.int16)
+    return hi.to(tl.uint16).to(tl.bfloat16, bitcast=True), lo
+
+
+@triton.jit
+def _join_master(hi, lo):
+    """The fp32 master from its bf16 rounding `hi` and remainder `lo` (int16): bits(hi) * 2^16 + lo,
+    modulo 2^32."""
+    hi_bits = hi.to(tl.uint16, bitcast=True).to(tl.uint32) << 16
+    return (hi_bits + lo.to(tl.int32).to(tl.uint32, bitcast=True)).to(tl.float32, bitcast=True)
+
+
+def split_master(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The torch ops of the kernel's split (module doc): fp32 `w` -> (bf16 rounding, int16 lo)."""
+    hi = w.to(torch.bfloat16)
+    # int64: the difference of two int32 bit patterns cannot overflow
+    diff = w.view(torch.int32).to(torch.int64) - (hi.view(torch.int16).to(torch.int64) << 16)
+    return hi, diff.clamp_(-(2**15), 2**15 - 1).to(torch.int16)
+
+
+def join_master(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    """The fp32 master of a bf16 parameter `hi` from its int16 remainder `lo` (module doc)."""
+    # bits(hi) sign-extended times 2^16 is the int32 bit pattern of hi as fp32; adding lo stays in
+    # int32's range for every value the split leaves (module doc), so the cast back is exact
+    bits = (hi.view(torch.int16).to(torch.int64) << 16) + lo.to(torch.int64)
+    return bits.to(torch.int32).view(torch.float32)
 
 
 ALIGN = 16  # bytes: _column_ptr promises Triton this alignment, for vector loads and stores
@@ -154,9 +201,9 @@ def block_tables(numels: list[int], block: int, device: torch.device) -> tuple[t
 def master_update(tensors: list[tuple[torch.Tensor, ...]], step: int, lr: float, beta1: float, beta2: float,
                   eps: float, weight_decay: float, block_size: int | None = None,
                   tables: dict | None = None) -> None:
-    """One launch of the kernel over every (param, grad, master, exp_avg, exp_avg_sq) in `tensors`
-    (each five contiguous, 16-byte aligned tensors of one shape and device; param and grad bf16,
-    the rest fp32); `step` is their already advanced host step count. `tables` caches the block
+    """One launch of the kernel over every (param, grad, master_lo, exp_avg, exp_avg_sq) in
+    `tensors` (each five contiguous, 16-byte aligned tensors of one shape and device; param and grad
+    bf16, master_lo int16, the moments fp32); `step` is their already advanced host step count. `tables` caches the block
     tables per (sizes, block, device) between steps (they change only with the parameters)."""
     if not tensors:
         return
@@ -188,7 +235,8 @@ def master_update(tensors: list[tuple[torch.Tensor, ...]], step: int, lr: float,
 
 class AdamWMaster(AdamW):
     """impl.model.AdamW for a mix of fp32 and bf16 parameters: the bf16 ones are updated through
-    fp32 masters (module doc), the others as AdamW does.
+    fp32 masters (module doc: the bf16 parameter is the master's upper half, `state[p]["master_lo"]`
+    the rest; `master(p)` joins them), the others as AdamW does.
 
     A bf16 parameter needs its master before its first step: give the optimizer fp32 parameters
     and let `cast_params_` store them in bf16, so each master starts from the exact fp32 value,
@@ -207,8 +255,9 @@ class AdamWMaster(AdamW):
 
     @torch.no_grad()
     def cast_params_(self, params, dtype: torch.dtype = torch.bfloat16) -> None:
-        """Keep each fp32 parameter's value as its master (state[p]["master"]), then store the
-        parameter itself in `dtype` (the same Parameter object: modules and param_groups keep it)."""
+        """Keep each fp32 parameter's value as its master: store the parameter itself in `dtype`,
+        its rounding (the same Parameter object: modules and param_groups keep it), and the rest in
+        state[p]["master_lo"] (module doc)."""
         if dtype not in LOW_PRECISION:
             raise ValueError(f"AdamWMaster.cast_params_: dtype must be one of {LOW_PRECISION}, got {dtype}")
         mine = {id(p) for g in self.param_groups for p in g["params"]}
@@ -223,16 +272,22 @@ class AdamWMaster(AdamW):
                 raise ValueError("AdamWMaster.cast_params_: the kernel needs contiguous parameters")
             if "step" in self.state[p]:
                 raise ValueError("AdamWMaster.cast_params_: the parameter has taken steps already")
-            self.state[p]["master"] = p.detach().clone()
-            p.data = p.data.to(dtype)
+            p.data, self.state[p]["master_lo"] = split_master(p.detach())
+
+    @torch.no_grad()
+    def master(self, p: torch.Tensor) -> torch.Tensor:
+        """The fp32 master of the bf16 parameter p (a new tensor, joined from p and its remainder)."""
+        if "master_lo" not in self.state[p]:
+            raise ValueError(f"AdamWMaster.master: the parameter of shape {tuple(p.shape)} has no master")
+        return join_master(p.detach(), self.state[p]["master_lo"])
 
     def _advance(self, p: torch.Tensor) -> dict:
         state = self.state[p]
         if p.dtype in LOW_PRECISION and "step" not in state:
             # the moments of a bf16 parameter are fp32, like its master
             state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(state["master"])
-            state["exp_avg_sq"] = torch.zeros_like(state["master"])
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
         return super()._advance(p)
 
     def _check(self, p: torch.Tensor) -> None:
@@ -241,15 +296,15 @@ class AdamWMaster(AdamW):
         if p.grad.dtype != p.dtype:
             raise RuntimeError(f"AdamWMaster: a {p.dtype} parameter of shape {tuple(p.shape)} has a {p.grad.dtype} "
                                "gradient; its update reads a gradient of the parameter's dtype")
-        master = self.state[p].get("master")
-        if master is None:
+        lo = self.state[p].get("master_lo")
+        if lo is None:
             raise RuntimeError(f"AdamWMaster: the {p.dtype} parameter of shape {tuple(p.shape)} has no fp32 master; "
                                "give the optimizer fp32 parameters and cast them with cast_params_")
-        if master.dtype != torch.float32 or master.shape != p.shape or master.device != p.device:
-            raise RuntimeError(f"AdamWMaster: the master of a parameter of shape {tuple(p.shape)} must be fp32 of "
-                               f"the same shape and device, got {master.dtype} {tuple(master.shape)} on {master.device}")
-        for name, t in (("parameter", p), ("master", master), *((k, self.state[p][k]) for k in ("exp_avg", "exp_avg_sq")
-                                                                  if k in self.state[p])):
+        if lo.dtype != torch.int16 or lo.shape != p.shape or lo.device != p.device:
+            raise RuntimeError(f"AdamWMaster: the master_lo of a parameter of shape {tuple(p.shape)} must be int16 of "
+                               f"the same shape and device, got {lo.dtype} {tuple(lo.shape)} on {lo.device}")
+        for name, t in (("parameter", p), ("master_lo", lo), *((k, self.state[p][k]) for k in ("exp_avg", "exp_avg_sq")
+                                                                 if k in self.state[p])):
             if not t.is_contiguous() or t.data_ptr() % ALIGN:
                 raise RuntimeError(f"AdamWMaster: the {name} of shape {tuple(p.shape)} must be contiguous and "
                                    f"{ALIGN}-byte aligned (the kernel's vector loads), got strides {t.stride()} "
@@ -276,26 +331,28 @@ class AdamWMaster(AdamW):
             state = self._advance(p)
             if kernel:
                 launches.setdefault((state["step"], p.device), []).append(
-                    (p.detach(), _aligned(p.grad), state["master"], state["exp_avg"], state["exp_avg_sq"]))
+                    (p.detach(), _aligned(p.grad), state["master_lo"], state["exp_avg"], state["exp_avg_sq"]))
             else:
                 by_step.setdefault((state["step"], p.device), []).append(p)
         for (step, _), tensors in launches.items():
             master_update(tensors, step, lr, beta1, beta2, eps, wd, self.block_size, self._tables)
-        for (step, _), ps in by_step.items():  # the torch ops: AdamW's arithmetic on the masters, then a copy
+        for (step, _), ps in by_step.items():  # the torch ops: AdamW's arithmetic on the masters, then the split
             states = [self.state[p] for p in ps]
-            masters = [s["master"] for s in states]
+            masters = [self.master(p) for p in ps]
             self._foreach_update(masters, [p.grad.float() for p in ps], [s["exp_avg"] for s in states],
                                  [s["exp_avg_sq"] for s in states], step, lr, beta1, beta2, eps, wd)
-            torch._foreach_copy_(ps, masters)
+            for p, s, w in zip(ps, states, masters):
+                hi, s["master_lo"] = split_master(w)
+                p.copy_(hi)
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """torch's load_state_dict casts every floating state tensor to its parameter's dtype; a
-        bf16 parameter's master and moments are fp32 and must stay so: they are put back in fp32."""
+        """torch's load_state_dict casts every state tensor of a floating parameter to its dtype;
+        a bf16 parameter's moments are fp32 and its master_lo int16, and they are put back so."""
         super().load_state_dict(state_dict)
         saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
         for i, p in zip(saved_ids, params):
             saved = state_dict["state"].get(i, {})
-            for key in ("master", "exp_avg", "exp_avg_sq"):
+            for key, dtype in (("master_lo", torch.int16), ("exp_avg", torch.float32), ("exp_avg_sq", torch.float32)):
                 if p.dtype in LOW_PRECISION and key in saved:
-                    self.state[p][key] = saved[key].to(device=p.device, dtype=torch.float32)
+                    self.state[p][key] = saved[key].to(device=p.device, dtype=dtype)

@@ -30,7 +30,7 @@ class AdamW(torch.optim.Optimizer):
         if p.grad.is_sparse:
             raise RuntimeError("AdamW does not support sparse gradients")
         state = self.state[p]
-        if "step" not in state:  # state may hold other entries already (AdamWMaster's "master")
+        if "step" not in state:  # state may hold other entries already (AdamWMaster's "master_lo")
             state["step"] = 0
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)

@@ -145,8 +145,8 @@ class TrainConfig:
                cast to bf16 in the forward and its bf16 gradient back to an fp32 .grad in the
                backward); "bf16": the weight of every Linear (the matmul weights, lm_head
                included: ~99% of the parameters) stored in bf16, so neither cast runs and the
-               weight gradients are bf16; the fp32 master copies live in the optimizer
-               (impl.model.adamw_master). The embedding and the RMSNorm gains stay fp32, so the
+               weight gradients are bf16; each weight is the upper half of its fp32 master,
+               whose lower half lives in the optimizer (impl.model.adamw_master). The embedding and the RMSNorm gains stay fp32, so the
                residual stream stays fp32 as under plain autocast. Needs dtype "bf16" and an
                "adamw_master" optimizer
     attn_impl  any impl.attention name: "naive", "flash_triton" (FlashAttention-2), "sdpa", ...
