@@ -68,7 +68,8 @@ def main(path: str, size: str = "2.7B") -> None:
             p.grad = torch.randn_like(p) * 1e-3
         ref = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=True)
         dev_ms, host_ms = time_steps(ref.step, device, steps)
-        row = dict(kernel="torch_adamw_fused_fp32", step_ms=dev_ms, host_ms=host_ms, gb_per_s=BYTES_PER_PARAM["torch_adamw_fused_fp32"] * n / dev_ms / 1e6)
+        row = dict(kernel="torch_adamw_fused_fp32", step_ms=dev_ms, host_ms=host_ms,
+                   gb_per_s=BYTES_PER_PARAM["torch_adamw_fused_fp32"] * n / dev_ms / 1e6)
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
     with open(path, "w") as f:

@@ -203,8 +203,9 @@ def master_update(tensors: list[tuple[torch.Tensor, ...]], step: int, lr: float,
                   tables: dict | None = None) -> None:
     """One launch of the kernel over every (param, grad, master_lo, exp_avg, exp_avg_sq) in
     `tensors` (each five contiguous, 16-byte aligned tensors of one shape and device; param and grad
-    bf16, master_lo int16, the moments fp32); `step` is their already advanced host step count. `tables` caches the block
-    tables per (sizes, block, device) between steps (they change only with the parameters)."""
+    bf16, master_lo int16, the moments fp32); `step` is their already advanced host step count.
+    `tables` caches the block tables per (sizes, block, device) between steps (they change only
+    with the parameters)."""
     if not tensors:
         return
     block = block_size or BLOCK_SIZE
@@ -341,9 +342,10 @@ class AdamWMaster(AdamW):
             masters = [self.master(p) for p in ps]
             self._foreach_update(masters, [p.grad.float() for p in ps], [s["exp_avg"] for s in states],
                                  [s["exp_avg_sq"] for s in states], step, lr, beta1, beta2, eps, wd)
-            for p, s, w in zip(ps, states, masters):
-                hi, s["master_lo"] = split_master(w)
+            for p, s, w in zip(ps, states, masters):  # in place, as the kernel writes them
+                hi, lo = split_master(w)
                 p.copy_(hi)
+                s["master_lo"].copy_(lo)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's load_state_dict casts every state tensor of a floating parameter to its dtype;

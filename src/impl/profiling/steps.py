@@ -146,8 +146,9 @@ class TrainConfig:
                backward); "bf16": the weight of every Linear (the matmul weights, lm_head
                included: ~99% of the parameters) stored in bf16, so neither cast runs and the
                weight gradients are bf16; each weight is the upper half of its fp32 master,
-               whose lower half lives in the optimizer (impl.model.adamw_master). The embedding and the RMSNorm gains stay fp32, so the
-               residual stream stays fp32 as under plain autocast. Needs dtype "bf16" and an
+               whose lower half lives in the optimizer (impl.model.adamw_master). The
+               embedding and the RMSNorm gains stay fp32, so the residual stream stays fp32 as
+               under plain autocast. Needs dtype "bf16" and an
                "adamw_master" optimizer
     attn_impl  any impl.attention name: "naive", "flash_triton" (FlashAttention-2), "sdpa", ...
     compile    "none"; "blocks": torch.compile of each TransformerBlock in place (regional: the
