@@ -241,7 +241,7 @@ def test_adamw_master_one_launch_for_all_tensors(kernel, device, monkeypatch):
 
 def test_adamw_master_kernel_vector_loads():
     """The kernel compiled for the H100 (sm_90, on the CPU: PTX needs no GPU) moves a full block
-    in 16-byte vectors: per thread, 8 elements of 2048 over 8 warps, so one 16-byte load each of
+    in 16-byte vectors: per thread, 8 elements (GPU_BLOCK_SIZE over NUM_WARPS warps), so one 16-byte load each of
     the bf16 gradient, the bf16 weight and the int16 master_lo, two each of exp_avg and exp_avg_sq
     (7 loads), and the same stores but the gradient's (6). Addresses read
     from a table carry no alignment Triton could see; without the kernel's hints these split into
@@ -253,13 +253,14 @@ def test_adamw_master_kernel_vector_loads():
 import re, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from impl.model.adamw_master import _adamw_master_kernel
+from impl.model.adamw_master import GPU_BLOCK_SIZE, NUM_WARPS, _adamw_master_kernel
+assert GPU_BLOCK_SIZE == 32 * NUM_WARPS * 8, "the counts below assume 8 elements per thread"
 sig = {"pointers": "*i64", "numels": "*i64", "block_tensor": "*i32", "block_index": "*i32", "n_tensors": "i32",
        **{k: "fp32" for k in ["decay", "one_minus_beta1", "beta2", "one_minus_beta2", "eps", "step_size",
                               "bias2_sqrt"]}, "BLOCK_SIZE": "constexpr"}
-src = ASTSource(fn=_adamw_master_kernel, signature=sig, constexprs={"BLOCK_SIZE": 2048},
+src = ASTSource(fn=_adamw_master_kernel, signature=sig, constexprs={"BLOCK_SIZE": GPU_BLOCK_SIZE},
                 attrs={(i,): [["tt.divisibility", 16]] for i in range(4)})
-ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS}).asm["ptx"]
 print(len(re.findall(r"ld\.global\.v4", ptx)), len(re.findall(r"st\.global\.v4", ptx)))
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, not interpret
