@@ -94,13 +94,15 @@ def _train_row(size: str, context: int, config: str, settings: dict, profile: di
                 stats=dict(mean=mean, stddev=0.0, median=mean, min=mean, max=mean, rounds=3, data=[mean]))
 
 
-def _training_step_report(tmp_path, rows: list[dict], runs: dict | None = None) -> str:
-    """The report's training_step section from `rows` (one run), or from runs {datetime: rows}."""
+def _training_step_report(tmp_path, rows: list[dict], runs: dict | None = None, commits: list | None = None) -> str:
+    """The report's training_step section from `rows` (one run), or from runs {datetime: rows}
+    (commits: each run's pytest-benchmark commit_info)."""
     dev = tmp_path / "reports" / "data" / "gpu-x"
     dev.mkdir(parents=True)
     (tmp_path / "reports" / "figures").mkdir()
     for i, (when, run_rows) in enumerate((runs or {"2026-02-01T00:00": rows}).items()):
-        (dev / f"training_step-{i}.json").write_text(json.dumps(dict(datetime=when, benchmarks=run_rows)))
+        doc = dict(datetime=when, benchmarks=run_rows, **(dict(commit_info=commits[i]) if commits else {}))
+        (dev / f"training_step-{i}.json").write_text(json.dumps(doc))
     return build(tmp_path).split("## training_step")[1]
 
 
@@ -125,6 +127,27 @@ def test_training_step_newest_measurement_of_each_row(tmp_path):
     # one run: no run column, no runs table
     one = _training_step_report(tmp_path / "one", old)
     assert "| run |" not in one and "run (UTC)" not in one and "(1,000.00 TFLOP/s, bfloat16)" in one
+
+
+def test_training_step_every_run_of_a_repeated_row(tmp_path):
+    """Ours and the anchor measured in several runs: each run listed with its commit ("+": changes on
+    top of it), MFU, peak and ours' speed-up over the anchor of the same run; rows run once and the
+    ablation's other configs are not repeated there."""
+    fast = dict(FAST_NEW, compile="model+cudagraphs")
+    runs = {"2026-02-01T07:16:00": [_train_row("2.7B", 512, "fast+cudagraphs", fast, mean=0.110, mfu=0.51),
+                                    _train_row("2.7B", 512, "anchor", BF16, mean=0.132, mfu=0.43),
+                                    _train_row("2.7B", 512, "bf16", BF16, mean=0.3)],
+            "2026-02-02T14:11:00": [_train_row("2.7B", 512, "fast+cudagraphs", fast, mean=0.120, mfu=0.49),
+                                    _train_row("2.7B", 512, "bf16", BF16, mean=0.3),
+                                    _train_row("xl", 512, "fast", FAST_NEW, mean=0.08)]}
+    commits = [dict(id="a" * 40, dirty=False), dict(id="b" * 40, dirty=True)]
+    part = _training_step_report(tmp_path, [], runs=runs, commits=commits).split("Every run of ours")[1]
+    part = part.split("![")[0]
+    assert "| 2.7B | 512 | fast+cudagraphs | 02-01 07:16 | `aaaaaaaa` | 110.0 ± 0.0 | 51.0% | 1,000.0 | 1.20× |" in part
+    assert "| 2.7B | 512 | fast+cudagraphs | 02-02 14:11 | `bbbbbbbb+` | 120.0 ± 0.0 | 49.0% | 1,000.0 | – |" in part
+    assert "anchor" not in part.split("|---|")[-1] and "bf16" not in part and "| xl |" not in part
+    # one run each: no such table
+    assert "Every run of ours" not in _training_step_report(tmp_path / "one", runs["2026-02-01T07:16:00"])
 
 
 def test_training_step_config_table_has_a_row_per_settings(tmp_path):

@@ -16,6 +16,12 @@ import pandas as pd
 STAT_KEYS = ("mean", "stddev", "median", "min", "max", "rounds")
 
 
+def _commit(info: dict) -> str:
+    """The run's commit, short, with "+" where its tree had changes: on the lent GPU machine git's
+    HEAD stays the commit the session started at and later commits arrive as changes to it."""
+    return (info.get("id") or "")[:8] + ("+" if info.get("dirty") else "")
+
+
 def load_file(path: Path, device: str | None = None) -> list[dict]:
     doc = json.loads(path.read_text())
     rows = []
@@ -23,7 +29,7 @@ def load_file(path: Path, device: str | None = None) -> list[dict]:
         info = bench.get("extra_info", {})
         stats = bench.get("stats", {})
         row = dict(device=device or path.parent.name, section=path.stem, name=bench["name"], group=bench.get("group"),
-                   datetime=doc.get("datetime"),
+                   datetime=doc.get("datetime"), commit=_commit(doc.get("commit_info") or {}),
                    problem=info.get("problem", bench.get("group")), oom=bool(info.get("oom", False)),
                    data=stats.get("data"), info=info,
                    peak_alloc=info.get("peak_memory_allocated_bytes"))

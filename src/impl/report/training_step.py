@@ -158,6 +158,30 @@ def versus_anchor(d: pd.DataFrame) -> str | None:
                   "speed-up vs anchor", "same run"], rows)
 
 
+def repeats_table(d: pd.DataFrame) -> str | None:
+    """Ours and the anchor, every run that measured them where a (size, context, config) ran in more
+    than one: the newest-row tables hide run-to-run spread (machines, matmul peak, code version), and
+    a target read off one run should be read beside the others. Ours gets its speed-up over the anchor
+    of its own run, where that run had one."""
+    d = _order(d[d["cfg.config"].isin(OURS + ["anchor"])])
+    d = d[[_ok(r) for _, r in d.iterrows()]]
+    rows = []
+    for (size, ctx, config), g in d.groupby(["cfg.size", "cfg.context", "cfg.config"], sort=False):
+        if g["datetime"].nunique() < 2:
+            continue
+        for _, r in g.sort_values("datetime").iterrows():
+            a = d[(d["cfg.size"] == size) & (d["cfg.context"] == ctx) & (d["cfg.config"] == "anchor")
+                  & (d["datetime"] == r["datetime"])]
+            vs = f"{a.iloc[0]['mean'] / r['mean']:.2f}×" if config != "anchor" and not a.empty else "–"
+            peak = r["info"].get("peak_flops")
+            rows.append([size, int(ctx), config, _run(r), f"`{r.get('commit') or '–'}`", ms(r["mean"], r["stddev"]),
+                         pct(r.get("m.mfu")), num(peak / 1e12, 1) if peak else "–", vs])
+    if not rows:
+        return None
+    return table(["size", "context", "config", "run (UTC)", "commit", "step (ms)", "MFU", "matmul peak (TFLOP/s)",
+                  "vs anchor, same run"], rows)
+
+
 # ------------------------------------------------------------------------------ where the time goes
 def _profiled(d: pd.DataFrame) -> pd.DataFrame:
     d = _order(d)
@@ -325,10 +349,10 @@ def plot(d: pd.DataFrame, path: Path) -> bool:
 
 
 def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    d = df[df.problem == PROBLEM]
-    if d.empty:
+    every = df[df.problem == PROBLEM]
+    if every.empty:
         return None
-    d = latest_rows(d)
+    d = latest_rows(every)
     i, c = d["info"].iloc[0], d.iloc[0]
     runs = _runs(d)
     peak = (f"matmul peak ({num(i.get('peak_flops', float('nan')) / 1e12, 2)} TFLOP/s, {i.get('peak_dtype')})"
@@ -355,6 +379,11 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     vs = versus_anchor(d)
     if vs is not None:
         parts.append("Ours against the anchor (PyTorch's own pieces, whole model compiled):\n\n" + vs)
+    reps = repeats_table(every)
+    if reps is not None:
+        parts.append("Every run of ours and the anchor where a row was measured more than once (the tables above "
+                     "show the newest; older runs may have run older code: commit, \"+\" where the run's tree had "
+                     "changes on top of it):\n\n" + reps)
     name = f"{device}-training_step.png"
     if plot(d, fig_dir / name):
         parts.append(f"![training step tokens/s by config]({fig_rel}/{name})")
