@@ -164,7 +164,7 @@ def repeats_table(d: pd.DataFrame) -> str | None:
     a target read off one run should be read beside the others. Ours gets its speed-up over the anchor
     of its own run, where that run had one."""
     d = _order(d[d["cfg.config"].isin(OURS + ["anchor"])])
-    d = d[[_ok(r) for _, r in d.iterrows()]]
+    d = d[pd.Series([_ok(r) for _, r in d.iterrows()], index=d.index, dtype=bool)]  # a list [] would pick columns
     rows = []
     for (size, ctx, config), g in d.groupby(["cfg.size", "cfg.context", "cfg.config"], sort=False):
         if g["datetime"].nunique() < 2:
