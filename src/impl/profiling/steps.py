@@ -148,8 +148,7 @@ class TrainConfig:
                weight gradients are bf16; each weight is the upper half of its fp32 master,
                whose lower half lives in the optimizer (impl.model.adamw_master). The
                embedding and the RMSNorm gains stay fp32, so the residual stream stays fp32 as
-               under plain autocast. Needs dtype "bf16" and an
-               "adamw_master" optimizer
+               under plain autocast. Needs dtype "bf16" and an "adamw_master" optimizer
     attn_impl  any impl.attention name: "naive", "flash_triton" (FlashAttention-2), "sdpa", ...
     compile    "none"; "blocks": torch.compile of each TransformerBlock in place (regional: the
                blocks share one code object, so one block's graph is compiled and reused by every

@@ -165,14 +165,15 @@ def repeats_table(d: pd.DataFrame) -> str | None:
     of its own run, where that run had one."""
     d = _order(d[d["cfg.config"].isin(OURS + ["anchor"])])
     d = d[pd.Series([_ok(r) for _, r in d.iterrows()], index=d.index, dtype=bool)]  # a list [] would pick columns
+    anchor_ms = {(r["cfg.size"], r["cfg.context"], r["datetime"]): r["mean"]
+                 for _, r in d[d["cfg.config"] == "anchor"].iterrows()}
     rows = []
     for (size, ctx, config), g in d.groupby(["cfg.size", "cfg.context", "cfg.config"], sort=False):
         if g["datetime"].nunique() < 2:
             continue
         for _, r in g.sort_values("datetime").iterrows():
-            a = d[(d["cfg.size"] == size) & (d["cfg.context"] == ctx) & (d["cfg.config"] == "anchor")
-                  & (d["datetime"] == r["datetime"])]
-            vs = f"{a.iloc[0]['mean'] / r['mean']:.2f}×" if config != "anchor" and not a.empty else "–"
+            a = anchor_ms.get((size, ctx, r["datetime"])) if config != "anchor" else None
+            vs = f"{a / r['mean']:.2f}×" if a else "–"
             peak = r["info"].get("peak_flops")
             rows.append([size, int(ctx), config, _run(r), f"`{r.get('commit') or '–'}`", ms(r["mean"], r["stddev"]),
                          pct(r.get("m.mfu")), num(peak / 1e12, 1) if peak else "–", vs])
