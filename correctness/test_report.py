@@ -143,7 +143,8 @@ def test_training_step_every_run_of_a_repeated_row(tmp_path):
     commits = [dict(id="a" * 40, dirty=False), dict(id="b" * 40, dirty=True)]
     part = _training_step_report(tmp_path, [], runs=runs, commits=commits).split("Every run of ours")[1]
     part = part.split("![")[0]
-    assert "| 2.7B | 512 | fast+cudagraphs | 02-01 07:16 | `aaaaaaaa` | 110.0 ± 0.0 | 51.0% | 1,000.0 | 1.20× |" in part
+    assert ("| 2.7B | 512 | fast+cudagraphs | 02-01 07:16 | `aaaaaaaa` | 110.0 ± 0.0 | 51.0% | 1,000.0 | 1.20× |"
+            in part)
     assert "| 2.7B | 512 | fast+cudagraphs | 02-02 14:11 | `bbbbbbbb+` | 120.0 ± 0.0 | 49.0% | 1,000.0 | – |" in part
     assert "anchor" not in part.split("|---|")[-1] and "bf16" not in part and "| xl |" not in part
     # one run each: no such table

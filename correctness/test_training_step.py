@@ -241,9 +241,9 @@ def test_adamw_master_one_launch_for_all_tensors(kernel, device, monkeypatch):
 
 def test_adamw_master_kernel_vector_loads():
     """The kernel compiled for the H100 (sm_90, on the CPU: PTX needs no GPU) moves a full block
-    in 16-byte vectors: per thread, 8 elements (GPU_BLOCK_SIZE over NUM_WARPS warps), so one 16-byte load each of
-    the bf16 gradient, the bf16 weight and the int16 master_lo, two each of exp_avg and exp_avg_sq
-    (7 loads), and the same stores but the gradient's (6). Addresses read
+    in 16-byte vectors: per thread, 8 elements (GPU_BLOCK_SIZE over NUM_WARPS warps), so one
+    16-byte load each of the bf16 gradient, the bf16 weight and the int16 master_lo, two each of
+    exp_avg and exp_avg_sq (7 loads), and the same stores but the gradient's (6). Addresses read
     from a table carry no alignment Triton could see; without the kernel's hints these split into
     2- and 4-byte accesses (a memory-bound kernel at a fraction of its bandwidth)."""
     import subprocess
