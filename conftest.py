@@ -34,6 +34,6 @@ def profile() -> str:
 @pytest.fixture(scope="session")
 def matmul_peak(device) -> dict:
     """Measured once per session; every MFU in the JSON divides by this figure."""
-    from impl.profiling.peaks import measure_matmul_peak
+    from impl.bench.peaks import measure_matmul_peak
 
     return measure_matmul_peak(device)

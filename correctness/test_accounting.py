@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from impl import accounting as acc
 from impl.model import MODEL_SIZES, TransformerLM, cross_entropy, param_count
-from impl.profiling.saved import saved_tensor_bytes
+from impl.saved_tensors import saved_tensor_bytes
 
 
 # --- 1. model memory ---------------------------------------------------------------------------

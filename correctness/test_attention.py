@@ -23,7 +23,7 @@ from impl.attention import (FlashAttentionTorch, FlashAttentionTriton, attention
                             attention_flops, naive_attention, set_flash_backward)
 from impl.attention import flash_triton  # noqa: E402
 from impl.model import TransformerLM, cross_entropy  # noqa: E402
-from impl.profiling.annotate import annotate  # noqa: E402
+from impl.annotate import annotate  # noqa: E402
 
 pytestmark = [
     # The Triton interpreter's own numpy deprecation noise, and overflow in rows that are never stored.

@@ -10,10 +10,10 @@ from impl import accounting as acc
 from impl import checkpointing as ckpt
 from impl.checkpointing import BlockCallCounter, apply_checkpointing
 from impl.model import TransformerLM, cross_entropy
-from impl.sweeps import SMOKE_SIZES
-from impl.profiling.saved import saved_tensor_bytes
+from impl.model import MODEL_CONFIGS
+from impl.saved_tensors import saved_tensor_bytes
 
-TINY = SMOKE_SIZES["tiny"]
+TINY = MODEL_CONFIGS["tiny"]
 V = 97
 
 

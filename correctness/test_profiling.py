@@ -5,10 +5,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from impl.profiling import kernels as K
-from impl.profiling import memory as M
-from impl.profiling.steps import build_model, random_batch
-from impl.profiling.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
+from impl.bench import kernels as K
+from impl.bench import memory as M
+from impl.bench.steps import build_model, random_batch
+from impl.model.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
 
 CPU = torch.device("cpu")
 
@@ -204,7 +204,9 @@ def test_match_and_largest_allocations():
 def test_render_timeline(tmp_path):
     t = M.timeline_data(_snapshot(), ["forward", "backward"])
     path = tmp_path / "t.png"
-    M.render_timeline(t, path, "synthetic")
+    from impl.report.figures import memory_timeline
+
+    memory_timeline(t, path, "synthetic")
     assert path.stat().st_size > 1000 and path.read_bytes()[:4] == b"\x89PNG"
 
 

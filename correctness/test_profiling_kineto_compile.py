@@ -9,9 +9,9 @@ import torch
 from torch.autograd import DeviceType
 
 from impl.model import AdamW, cross_entropy
-from impl.profiling import kernels as K
-from impl.profiling.compiled import CompiledAdamW, RegionalLM, WholeLM, compile_model, graph_breaks, unique_graphs
-from impl.profiling.steps import build_model, random_batch
+from impl.bench import kernels as K
+from impl.bench.compiled import CompiledAdamW, RegionalLM, WholeLM, compile_model, graph_breaks, unique_graphs
+from impl.bench.steps import build_model, random_batch
 
 CPU = torch.device("cpu")
 

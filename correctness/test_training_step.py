@@ -16,14 +16,15 @@ from impl.model import AdamW, TransformerLM, cross_entropy
 from impl.model import adamw_master
 from impl.model.adamw_master import AdamWMaster
 from impl.model.fused_ce import fused_linear_cross_entropy
-from impl.profiling import kernels as K
-from impl.profiling.annotate import PHASES, annotate
-from impl.profiling.compiled import graph_breaks, raise_recompile_limit, unique_graphs
-from impl.profiling.steps import (TRAIN_CONFIGS, build_model, linear_weights, make_train_step, named_train_config,
+from impl.bench import kernels as K
+from impl.annotate import PHASES, annotate
+from impl.bench.compiled import graph_breaks, raise_recompile_limit, unique_graphs
+from impl.bench.steps import (TRAIN_CONFIGS, build_model, linear_weights, make_train_step, named_train_config,
                                   random_batch, train_config)
 from impl.report.data import load_file
 from impl.report.training_step import render
-from impl.sweeps import GRIDS, SMOKE_SIZES
+from impl.bench.sweeps import GRIDS
+from impl.model import MODEL_CONFIGS
 
 V = 97
 
@@ -34,7 +35,7 @@ def rel_err(out, ref):
 
 def _model(**kw):
     torch.manual_seed(0)
-    return TransformerLM(**SMOKE_SIZES["tiny"], vocab_size=V, context_length=16, **kw)
+    return TransformerLM(**MODEL_CONFIGS["tiny"].replace(vocab_size=V), context_length=16, **kw)
 
 
 def _batch(b=3, s=13, seed=1):
@@ -513,7 +514,7 @@ STEPS, LR = 50, 1e-3
 def _loss_curve(cfg, backend="aot_eager", device="cpu"):
     """Overfits one fixed batch: the curve falls from ~ln(256) to well below, so it tests training."""
     torch.manual_seed(0)
-    model = TransformerLM(**SMOKE_SIZES["tiny"], vocab_size=256, context_length=32, attn_impl=cfg.attn_impl,
+    model = TransformerLM(**MODEL_CONFIGS["tiny"].replace(vocab_size=256), context_length=32, attn_impl=cfg.attn_impl,
                           device=device)
     g = torch.Generator().manual_seed(1)
     t = torch.randint(0, 256, (4, 33), generator=g).to(device)
@@ -592,7 +593,7 @@ def test_bf16_weights_train_exactly_like_bf16_autocast():
     runs = {}
     for name in ("bf16", "+bf16_weights"):
         torch.manual_seed(0)
-        model = TransformerLM(**SMOKE_SIZES["tiny"], vocab_size=256, context_length=32)
+        model = TransformerLM(**MODEL_CONFIGS["tiny"].replace(vocab_size=256), context_length=32)
         t = torch.randint(0, 256, (4, 33), generator=torch.Generator().manual_seed(1))
         step, opt = make_train_step(named_train_config(name), model, t[:, :-1], t[:, 1:], lr=LR)
         runs[name] = (torch.stack([step() for _ in range(6)]), model, opt)

@@ -4,10 +4,11 @@ benchmarking_mixed_precision (c) reads), and the warm-up study of (c)."""
 import pytest
 
 from impl.model import mode_flops
-from impl.profiling.harness import record_oom, run_benchmark
-from impl.profiling.steps import ModelCache, build_model, make_step, model_and_batch, random_batch
+from impl.bench.legacy_harness import record_oom, run_benchmark
+from impl.bench.steps import ModelCache, build_model, make_step, model_and_batch, random_batch
 from impl.runtime import free_memory, is_oom, profile_name
-from impl.sweeps import ALL_SIZES, grid
+from impl.bench.sweeps import grid
+from impl.model import MODEL_CONFIGS
 
 PROFILE = profile_name()
 MAIN = grid("benchmarking_script", PROFILE)
@@ -16,7 +17,7 @@ MODELS = ModelCache()
 
 
 def _flops(size, mode, batch, context):
-    return mode_flops(mode, **ALL_SIZES[size], batch=batch, seq=context)
+    return mode_flops(mode, **MODEL_CONFIGS[size], batch=batch, seq=context)
 
 
 # The warm-up study comes first in the file so its first row also sees a cold process.

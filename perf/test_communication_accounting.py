@@ -6,9 +6,9 @@ import pytest
 
 from impl import accounting as acc
 from impl.model import MODEL_SIZES, VOCAB_SIZE, param_count
-from impl.profiling.harness import run_benchmark
+from impl.bench.legacy_harness import run_benchmark
 from impl.runtime import profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 PROFILE = profile_name()
 COMM = grid("communication_accounting", PROFILE)

@@ -15,10 +15,10 @@ context), re-wrapped per variant."""
 import pytest
 import torch
 
-from impl.distributed.bench import LazyWorkerGroup, mean, slowest, timed_command
-from impl.profiling.harness import run_benchmark
+from impl.bench.workers import LazyWorkerGroup, mean, slowest, timed_command
+from impl.bench.legacy_harness import run_benchmark
 from impl.runtime import profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 PROFILE = profile_name()
 G = grid("ddp_benchmarking", PROFILE)

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from impl import accounting as acc
-from impl.distributed.bench import WorkerGroup, mean, timed_command
+from impl.bench.workers import WorkerGroup, mean, timed_command
 from impl.distributed.collectives import algorithm_bandwidth, bus_bandwidth
-from impl.profiling.attention_bench import Budget, record_not_run
-from impl.profiling.harness import run_benchmark
+from impl.bench.attention import Budget, record_not_run
+from impl.bench.legacy_harness import run_benchmark
 from impl.runtime import env_info, profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 PROBLEM = "distributed_communication_single_node"
 PROFILE = profile_name()

@@ -9,12 +9,12 @@ fp32}: forward, backward and end-to-end (forward+backward) for
                              backend on (1, 1, seq, d) inputs; a config the backend rejects (fp32) is a
                              row marked unsupported
 
-Timing (see impl.profiling.attention_bench): each row first calls its function once (autotuning,
+Timing (see impl.bench.attention): each row first calls its function once (autotuning,
 compilation; that first call's time is `first_call_s`), registers a pytest-benchmark row with one
 synchronised call through run_benchmark (which records OOM), then stores the do_bench median in
 extra_info["do_bench_ms"] and TFLOP/s in metrics (causal FLOPs counted as half: attention_flops).
 Backward alone: the graph is built once, do_bench replays `backward(retain_graph=True)` with the
-input grads reset. Rows cut by impl.sweeps cutoffs or this file's time budget are recorded as
+input grads reset. Rows cut by impl.bench.sweeps cutoffs or this file's time budget are recorded as
 left out. On the GPU the grid runs as two commands: `-k bf16` and `-k fp32`.
 """
 import pytest
@@ -25,10 +25,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
                             set_flash_backward)
 from impl.attention.memory import naive_attention_memory
-from impl.profiling.attention_bench import Budget, attention_inputs, kernel_time_ms, record_not_run
-from impl.profiling.harness import record_oom, run_benchmark, time_once
+from impl.bench.attention import Budget, attention_inputs, kernel_time_ms, record_not_run
+from impl.bench.legacy_harness import record_oom, run_benchmark, time_once
 from impl.runtime import first_line, free_memory, is_oom, profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 PROBLEM = "flash_benchmarking"
 PROFILE = profile_name()
@@ -52,10 +52,10 @@ def left_out_summary() -> str:
 
 
 def cutoff(impl, dtype, d, seq) -> str | None:
-    """Why impl.sweeps leaves this config out, or None."""
+    """Why impl.bench.sweeps leaves this config out, or None."""
     if impl == "naive" and seq > G["naive_max_seq"]:
         mem = naive_attention_memory(G["batch"], seq, d, dtype, is_causal=True)
-        return (f"naive beyond seq {G['naive_max_seq']} (impl.sweeps cutoff, time): derived backward peak "
+        return (f"naive beyond seq {G['naive_max_seq']} (impl.bench.sweeps cutoff, time): derived backward peak "
                 f"{mem.backward_peak / 2**30:.1f} GiB")
     if impl == "flash_triton_compiled_bwd" and d not in G["compiled_bwd_dims"]:
         return f"compiled backward only for d in {G['compiled_bwd_dims']} (one torch.compile per shape; time)"

@@ -26,20 +26,21 @@ with the message, or not_run "failed" with the error's last line (and the test f
 timeline step leaves the timed row with timeline_error. The worker group is then restarted for the
 next variant.
 
-The worker commands live in impl.distributed._fsdp_testing; the command "names" passed to the
+The worker commands live in impl.testing.fsdp; the command "names" passed to the
 worker group are those functions, so the workers import that module (and its registration in
 bench.COMMANDS) when they unpickle the command."""
 import pytest
 import torch
 
 from impl import accounting as acc
-from impl.distributed import _fsdp_testing as W
-from impl.distributed.bench import LazyWorkerGroup, mean, slowest, timed_command
+from impl.testing import fsdp as W
+from impl.bench.workers import LazyWorkerGroup, mean, slowest, timed_command
 from impl.model import param_count
-from impl.profiling.attention_bench import record_not_run
-from impl.profiling.harness import record_oom, run_benchmark
+from impl.bench.attention import record_not_run
+from impl.bench.legacy_harness import record_oom, run_benchmark
 from impl.runtime import is_oom, profile_name
-from impl.sweeps import ALL_SIZES, grid
+from impl.bench.sweeps import grid
+from impl.model import MODEL_CONFIGS
 
 PROBLEM = "fsdp"
 PROFILE = profile_name()
@@ -60,7 +61,7 @@ def workers():
 
 
 def _predicted(size: str, batch: int, context: int, variant: str) -> dict:
-    shape = ALL_SIZES[size]
+    shape = MODEL_CONFIGS[size]
     n = param_count(**shape)
     activations = acc.activation_bytes(batch, context, shape["d_model"], shape["d_ff"], shape["num_heads"],
                                        shape["num_layers"])

@@ -14,18 +14,19 @@ import torch
 from impl import accounting as acc
 from impl.checkpointing import BlockCallCounter, apply_checkpointing, measured_terms
 from impl.model import Linear, TransformerLM, forward_flops, mode_flops
-from impl.profiling.attention_bench import Budget, record_not_run
-from impl.profiling.harness import record_oom, run_benchmark
-from impl.profiling.steps import DTYPES, ModelCache, autocast_ctx, make_step, model_and_batch, random_batch
+from impl.bench.attention import Budget, record_not_run
+from impl.bench.legacy_harness import record_oom, run_benchmark
+from impl.bench.steps import DTYPES, ModelCache, autocast_ctx, make_step, model_and_batch, random_batch
 from impl.runtime import free_memory, is_oom, profile_name
-from impl.sweeps import ALL_SIZES, grid
+from impl.bench.sweeps import grid
+from impl.model import MODEL_CONFIGS
 
 PROBLEM = "gradient_checkpointing"
 G = grid(PROBLEM, profile_name())
 D = G["depth"]
 MODELS = ModelCache()
 BUDGET = Budget(G["budget_s"])
-SHAPE = ALL_SIZES[G["size"]]
+SHAPE = MODEL_CONFIGS[G["size"]]
 L = SHAPE["num_layers"]
 # B and R of the fp32 closed form at the grid's shape choose k; the bf16 rows use the same ks.
 TERMS = acc.checkpoint_terms(G["batch"], G["context"], SHAPE["d_model"], SHAPE["d_ff"], SHAPE["num_heads"])
@@ -124,7 +125,7 @@ def _depth_model(layers, device):
         DEPTH.update(layers=None, model=None)
         MODELS.clear()
         torch.manual_seed(0)
-        DEPTH.update(model=TransformerLM(**{**ALL_SIZES[D["width"]], "num_layers": layers}, context_length=D["context"],
+        DEPTH.update(model=TransformerLM(**{**MODEL_CONFIGS[D["width"]], "num_layers": layers}, context_length=D["context"],
                                          device=device), layers=layers)
     return DEPTH["model"]
 

@@ -5,7 +5,7 @@ cuDNN backend (forward+backward and forward alone), and the forward alone of our
 
 Every row checks its output and input gradients against an SDPA reference computed in higher
 precision from the same inputs (fp32 on the GPU, fp64 on the CPU): ours must stay within the
-dtype's relative-error tolerances (impl.sweeps), so a fast wrong kernel fails here; the anchors'
+dtype's relative-error tolerances (impl.bench.sweeps), so a fast wrong kernel fails here; the anchors'
 errors are recorded beside ours. TFLOP/s count causal FLOPs as half (attention_flops); the share
 of the measured matmul peak (matmul_peak fixture) is `mfu`. The CPU smoke runs tiny shapes through
 the Triton interpreter without torch.compile (extra_info["compiled"] says which)."""
@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
-from impl.profiling.attention_bench import attention_inputs, kernel_time_ms, record_not_run
-from impl.profiling.harness import record_oom, run_benchmark, time_once
+from impl.bench.attention import attention_inputs, kernel_time_ms, record_not_run
+from impl.bench.legacy_harness import record_oom, run_benchmark, time_once
 from impl.runtime import first_line, free_memory, is_oom, profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 PROBLEM = "leaderboard"
 PROFILE = profile_name()

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from impl.model import AdamW
-from impl.profiling.harness import run_benchmark
-from impl.profiling.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
+from impl.bench.legacy_harness import run_benchmark
+from impl.bench.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
                                    residual_stream_bytes, timeline_data)
-from impl.profiling.steps import ModelCache, make_step, model_and_batch
+from impl.bench.steps import ModelCache, make_step, model_and_batch
 from impl.runtime import free_memory, is_oom, profile_name
-from impl.sweeps import ALL_SIZES, grid
+from impl.bench.sweeps import grid
+from impl.model import MODEL_CONFIGS
 
 G = grid("memory_profiling", profile_name())
 MODELS = ModelCache()
@@ -23,7 +24,7 @@ ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
 
 def _record(model, x, y, dtype, mode, optimizer, device, config, artifact):
     """Allocator history of one step (after the timed ones, so optimizer state already exists)."""
-    d_model = ALL_SIZES[config["size"]]["d_model"]
+    d_model = MODEL_CONFIGS[config["size"]]["d_model"]
     with MemoryRecorder(device) as rec:
         phased_step(model, x, y, dtype, mode, optimizer, rec.mark)
     snap = rec.snapshot
@@ -57,7 +58,7 @@ def test_memory_profiling(benchmark, device, size, context, dtype, mode):
     res = run_benchmark(benchmark, problem="memory_profiling", config=config, fn=fn, setup=setup, device=device,
                         warmup=G["warmup"], rounds=G["rounds"])
     info = benchmark.extra_info
-    info["residual_bytes"] = {str(b): residual_stream_bytes(batch, context, ALL_SIZES[size]["d_model"], b) for b in (4, 2)}
+    info["residual_bytes"] = {str(b): residual_stream_bytes(batch, context, MODEL_CONFIGS[size]["d_model"], b) for b in (4, 2)}
     if res.oom:
         info["snapshot"] = None
     elif device.type != "cuda":

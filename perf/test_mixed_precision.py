@@ -4,11 +4,11 @@ recorded in extra_info so the report prints them from the JSON. (c), the bf16 ti
 test_benchmarking_script.py."""
 import pytest
 
-from impl.profiling.harness import run_benchmark
-from impl.profiling.steps import DTYPES
-from impl.profiling.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
+from impl.bench.legacy_harness import run_benchmark
+from impl.bench.steps import DTYPES
+from impl.model.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
 from impl.runtime import profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 G = grid("mixed_precision", profile_name())
 

@@ -5,7 +5,7 @@ torch.profiler run of annotated training steps whose kernel tables per phase ans
 Cost per config, kept small so the full grid (5 sizes × 4 contexts) fits one GPU command: the timer
 (one probe call, `timer_warmup` - 1 more warm-up calls, `timer_rounds` timed), then `prof_warmup`
 unrecorded and `prof_steps` recorded steps, whose raw kineto events are read in one pass
-(impl.profiling.kernels.phase_profile_from_kineto; torch's own FunctionEvent parsing took 5-15 s a
+(impl.bench.kernels.phase_profile_from_kineto; torch's own FunctionEvent parsing took 5-15 s a
 config).
 
 Out of memory is a result, not a lost row: the model build is caught (an OOM row); the timer falls
@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from impl.profiling.attention_bench import Budget, record_not_run
-from impl.profiling.harness import run_benchmark, time_once
-from impl.profiling.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
-from impl.profiling.steps import ModelCache, model_and_batch
+from impl.bench.attention import Budget, record_not_run
+from impl.bench.legacy_harness import run_benchmark, time_once
+from impl.bench.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
+from impl.bench.steps import ModelCache, model_and_batch
 from impl.runtime import first_line, free_memory, is_oom, profile_name
-from impl.sweeps import ALL_SIZES, grid
+from impl.bench.sweeps import grid
+from impl.model import MODEL_CONFIGS
 
 PROFILE = profile_name()
 G = grid("nsys_profile", PROFILE)
@@ -76,7 +77,7 @@ def _profile(model, x, y, trace_path, start: str):
 @pytest.mark.parametrize("size,context", [(s, c) for s in G["sizes"] for c in G["contexts"]])
 def test_nsys_profile(benchmark, device, size, context):
     batch, dtype = G["batch"], G["dtype"]
-    shape = ALL_SIZES[size]
+    shape = MODEL_CONFIGS[size]
     config = dict(size=size, context=context, dtype=dtype, batch=batch, mode="forward")
     if BUDGET.exhausted():
         record_not_run(benchmark, problem="nsys_profile", config=config, device=device, kind="left_out",

@@ -26,11 +26,12 @@ import pytest
 import torch
 
 from impl import accounting as acc
-from impl.distributed.bench import LazyWorkerGroup, mean, slowest, timed_command
+from impl.bench.workers import LazyWorkerGroup, mean, slowest, timed_command
 from impl.model import param_count
-from impl.profiling.harness import run_benchmark
+from impl.bench.legacy_harness import run_benchmark
 from impl.runtime import profile_name
-from impl.sweeps import ALL_SIZES, grid
+from impl.bench.sweeps import grid
+from impl.model import MODEL_CONFIGS
 
 PROBLEM = "optimizer_state_sharding_accounting"
 PROFILE = profile_name()
@@ -87,8 +88,8 @@ def test_optimizer_state_sharding_accounting(benchmark, device, workers, variant
     group.call("teardown")
     timed = log[-G["rounds"]:]
     last = timed[-1]
-    n = param_count(**ALL_SIZES[size])
-    shape = ALL_SIZES[size]
+    n = param_count(**MODEL_CONFIGS[size])
+    shape = MODEL_CONFIGS[size]
     activations = acc.activation_bytes(batch, context, shape["d_model"], shape["d_ff"], shape["num_heads"],
                                        shape["num_layers"])
     predicted = acc.memory_breakdown(n, WS, ZERO_STAGE[variant], activations)

@@ -8,10 +8,10 @@ import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.profiling.attention_bench import Budget, allocated_bytes, attention_inputs, record_not_run, run_attention_passes
-from impl.profiling.harness import record_oom
+from impl.bench.attention import Budget, allocated_bytes, attention_inputs, record_not_run, run_attention_passes
+from impl.bench.legacy_harness import record_oom
 from impl.runtime import free_memory, is_oom, profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 PROFILE = profile_name()
 G = grid("pytorch_attention", PROFILE)

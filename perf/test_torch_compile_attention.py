@@ -1,5 +1,5 @@
 """1.3 torch_compile (a): `torch.compile(naive_attention)` on the pytorch_attention grid, forward and
-backward timed the same way (impl.profiling.attention_bench.run_attention_passes). The eager side
+backward timed the same way (impl.bench.attention.run_attention_passes). The eager side
 of the comparison is the pytorch_attention rows of the same device (same grid, same timer), so the
 GPU time is not spent twice.
 
@@ -11,10 +11,10 @@ import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.profiling.attention_bench import Budget, allocated_bytes, attention_inputs, record_not_run, run_attention_passes
-from impl.profiling.harness import record_oom, time_once
+from impl.bench.attention import Budget, allocated_bytes, attention_inputs, record_not_run, run_attention_passes
+from impl.bench.legacy_harness import record_oom, time_once
 from impl.runtime import free_memory, is_oom, profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 PROFILE = profile_name()
 G = grid("torch_compile_attention", PROFILE)

@@ -2,11 +2,11 @@
 every size × context in fp32, and eager vs compiled AdamW step for every size (the step does not
 depend on the context; the report adds it to forward+backward for the training step).
 
-What is compiled (impl.sweeps `compile`, `dynamic_seq`, `backend`; impl.profiling.compiled): with
+What is compiled (impl.bench.sweeps `compile`, `dynamic_seq`, `backend`; impl.bench.compiled): with
 "regional", every Transformer block runs through one compiled function that serves all blocks, and
 with `dynamic_seq` the sequence dimension is dynamic, so each size compiles one inference graph
 (forward under no_grad) and one training graph (forward+backward) that every context reuses. The
-optimizer is impl.profiling.compiled.CompiledAdamW (our AdamW's update, one fused kernel per
+optimizer is impl.bench.compiled.CompiledAdamW (our AdamW's update, one fused kernel per
 parameter; its two graphs serve every size). Dynamo is not reset between sizes (the recompile limit
 is raised instead), so the optimizer compiles once per file.
 
@@ -23,14 +23,14 @@ compiled. Rows past `budget_s` are recorded as left out."""
 import pytest
 import torch
 
-from impl.profiling.attention_bench import Budget, record_not_run
-from impl.profiling.compiled import (WHY, CompiledAdamW, compile_model, describe, graph_breaks, raise_recompile_limit,
+from impl.bench.attention import Budget, record_not_run
+from impl.bench.compiled import (WHY, CompiledAdamW, compile_model, describe, graph_breaks, raise_recompile_limit,
                                      unique_graphs)
-from impl.profiling.harness import record_oom, run_benchmark, time_once
-from impl.profiling.steps import ModelCache, make_step, random_batch
+from impl.bench.legacy_harness import record_oom, run_benchmark, time_once
+from impl.bench.steps import ModelCache, make_step, random_batch
 from impl.model import AdamW
 from impl.runtime import free_memory, is_oom, profile_name
-from impl.sweeps import grid
+from impl.bench.sweeps import grid
 
 PROBLEM = "torch_compile"
 G = grid("torch_compile_model", profile_name())

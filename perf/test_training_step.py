@@ -4,8 +4,8 @@ torch.compile, our AdamW through the fused kernel, the fused chunked LM head + l
 weights with their fp32 masters in the optimizer (impl.model.adamw_master) — all of them together
 ("fast", compiling the whole model; "fast+cudagraphs", the same replayed as CUDA graphs), and
 PyTorch's own pieces ("anchor": SDPA, torch.compile of the whole model, torch.optim.AdamW fused).
-Configs: impl.profiling.steps.TRAIN_CONFIGS; grid:
-impl.sweeps.
+Configs: impl.bench.steps.TRAIN_CONFIGS; grid:
+impl.bench.sweeps.
 
 Each row builds a fresh model and optimizer, runs one untimed first step (compilation, Triton
 autotuning, optimizer-state allocation: its time is `first_step_s`), then warm-up and timed steps
@@ -20,7 +20,7 @@ context reuse them. A compiled row records the graphs its first step compiled (`
 Parameters are graph inputs (inline_inbuilt_nn_modules), so the kept graphs hold no model.
 
 Where the time goes: the `profiled` configs get, after their timed steps, one profiled step
-(impl.profiling.kernels.profile_calls, after `prof_warmup` unrecorded ones) whose kernel time per
+(impl.bench.kernels.profile_calls, after `prof_warmup` unrecorded ones) whose kernel time per
 phase and per category, top kernels and gap to the measured step time are in extra_info
 ["profile"] (kernels.step_breakdown); a failed profile leaves its error in "profile_error" and the
 timed row stands."""
@@ -31,13 +31,14 @@ import pytest
 import torch
 
 from impl.model import mode_flops
-from impl.profiling.attention_bench import Budget, record_not_run
-from impl.profiling.compiled import graph_breaks, raise_recompile_limit, unique_graphs
-from impl.profiling.harness import record_oom, run_benchmark, time_once
-from impl.profiling.kernels import profile_calls, step_breakdown
-from impl.profiling.steps import build_model, make_train_step, named_train_config, random_batch
+from impl.bench.attention import Budget, record_not_run
+from impl.bench.compiled import graph_breaks, raise_recompile_limit, unique_graphs
+from impl.bench.legacy_harness import record_oom, run_benchmark, time_once
+from impl.bench.kernels import profile_calls, step_breakdown
+from impl.bench.steps import build_model, make_train_step, named_train_config, random_batch
 from impl.runtime import first_line, free_memory, is_oom, profile_name
-from impl.sweeps import ALL_SIZES, grid
+from impl.bench.sweeps import grid
+from impl.model import MODEL_CONFIGS
 
 PROBLEM = "training_step"
 G = grid(PROBLEM, profile_name())
@@ -95,7 +96,7 @@ def test_training_step(benchmark, device, matmul_peak, size, context, config):
         new = unique_graphs() - graphs
         extra.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0, graph_breaks=graph_breaks() - breaks)
     res = run_benchmark(benchmark, problem=PROBLEM, config=row, fn=state["step"], device=device, warmup=G["warmup"],
-                        rounds=G["rounds"], flops=mode_flops("train_step", **ALL_SIZES[size], batch=batch, seq=context),
+                        rounds=G["rounds"], flops=mode_flops("train_step", **MODEL_CONFIGS[size], batch=batch, seq=context),
                         tokens=batch * context, peak_flops=matmul_peak["peak_flops"], extra=extra)
     if compiled and extra["compiled_now"] and res.mean_s is not None:
         res.info["compile_s"] = max(first_s - res.mean_s, 0.0)

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from impl.profiling.saved import saved_tensor_bytes
+from impl.saved_tensors import saved_tensor_bytes
 
 POLICIES = ("none", "every_k", "nested")
 

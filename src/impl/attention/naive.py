@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from impl.profiling.annotate import annotate
+from impl.annotate import annotate
 
 Tensor = torch.Tensor
 

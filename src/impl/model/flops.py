@@ -8,7 +8,7 @@ forward product). The embedding lookup is a gather, not a matmul, and is not cou
 
 
 def forward_flops(d_model: int, d_ff: int, num_layers: int, num_heads: int, batch: int, seq: int,
-                  vocab_size: int = 10_000) -> float:
+                  vocab_size: int) -> float:
     tokens = batch * seq
     per_layer = 2 * tokens * (4 * d_model * d_model + 3 * d_model * d_ff) + 2 * 2 * batch * seq * seq * d_model
     return num_layers * per_layer + 2 * tokens * d_model * vocab_size

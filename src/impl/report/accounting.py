@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from impl.model import size_rank
 from impl.report.markdown import gib, num, table
 
-SIZE_ORDER = ["small", "medium", "large", "xl", "2.7B"]
 
 
 def _gb(nbytes, digits: int = 1) -> str:
@@ -109,7 +109,7 @@ def _volumes(r: dict) -> str:
 
 
 def _memory(res: dict) -> str:
-    sizes = sorted(res, key=lambda s: SIZE_ORDER.index(s) if s in SIZE_ORDER else len(SIZE_ORDER))
+    sizes = sorted(res, key=lambda s: size_rank(s))
     first = res[sizes[0]]
     contexts = list(first["activation_bytes"])
     ws = first["world_size"]

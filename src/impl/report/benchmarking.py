@@ -7,9 +7,9 @@ import pandas as pd
 
 from impl.report import figures
 from impl.report.markdown import gib, ms, num, pct, table
-from impl.sweeps import ALL_SIZES, MODES
+from impl.bench.sweeps import MODES
+from impl.model import size_rank
 
-SIZE_ORDER = list(ALL_SIZES)
 
 
 def _rows(df: pd.DataFrame, study: str) -> pd.DataFrame:
@@ -24,7 +24,7 @@ def _cell(r) -> str:
 
 
 def _sizes(d):
-    return sorted(d["cfg.size"].unique(), key=SIZE_ORDER.index)
+    return sorted(d["cfg.size"].unique(), key=size_rank)
 
 
 def timing_tables(d: pd.DataFrame) -> str:

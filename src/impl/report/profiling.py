@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from impl.report import figures
 from impl.report.markdown import gib, missing, ms, num, pct, table
-from impl.sweeps import ALL_SIZES
+from impl.model import size_rank
 
-SIZE_ORDER = list(ALL_SIZES)
 
 
 def _p(df, problem):
@@ -26,7 +26,7 @@ def _i(x):
 
 def _sorted(d, *keys):
     if "cfg.size" in d:
-        d = d.assign(_s=d["cfg.size"].map(lambda s: SIZE_ORDER.index(s) if s in SIZE_ORDER else 99))
+        d = d.assign(_s=d["cfg.size"].map(lambda s: size_rank(s)))
         return d.sort_values(["_s", *keys])
     return d
 
@@ -172,7 +172,6 @@ def memory_section(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -
     d = _p(df, "memory_profiling")
     if d.empty:
         return None
-    from impl.profiling.memory import render_timeline
 
     d = _sorted(d, "cfg.context", "cfg.dtype", "cfg.mode")
     parts = ["## memory_profiling"]
@@ -201,7 +200,7 @@ def memory_section(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -
             continue
         cfg = f"{r['cfg.size']}_ctx{_i(r['cfg.context'])}_{r['cfg.dtype']}_{r['cfg.mode']}"
         name = f"{device}-memory_profiling-{cfg}.png"
-        render_timeline(snap["timeline"], fig_dir / name,
+        figures.memory_timeline(snap["timeline"], fig_dir / name,
                         f"{r['cfg.size']} ctx {_i(r['cfg.context'])} {r['cfg.dtype']} {r['cfg.mode']}: active memory")
         figs.append(f"![{cfg}]({fig_rel}/{name})")
         for b, m in snap["residual"].items():
@@ -286,7 +285,7 @@ def compile_section(df: pd.DataFrame) -> str | None:
     if info0:
         what = (f"What was compiled: {info0['compiled_what']}. The optimizer step compares our AdamW (eager, "
                 "`torch._foreach_*`: a handful of multi-tensor kernels, each a pass over all parameters) with "
-                "the same update compiled per parameter (impl.profiling.compiled.CompiledAdamW: one fused "
+                "the same update compiled per parameter (impl.bench.compiled.CompiledAdamW: one fused "
                 "kernel per parameter tensor). The training step column adds the size's optimizer step to "
                 "forward+backward (derived, not timed together).")
         if info0.get("compiled_why"):

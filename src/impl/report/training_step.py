@@ -15,16 +15,15 @@ import pandas as pd
 
 from impl.report import figures
 from impl.report.markdown import gib, missing, ms, num, pct, table
-from impl.sweeps import ALL_SIZES
+from impl.model import size_rank
 
 PROBLEM = "training_step"
 CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "+bf16_weights", "fast", "fast+cudagraphs", "anchor"]
-SIZE_ORDER = list(ALL_SIZES)
 
 
 def _order(d: pd.DataFrame) -> pd.DataFrame:
     rank = {c: i for i, c in enumerate(CONFIG_ORDER)}
-    return d.assign(_s=d["cfg.size"].map(SIZE_ORDER.index), _c=d["cfg.config"].map(lambda c: rank.get(c, 99))
+    return d.assign(_s=d["cfg.size"].map(size_rank), _c=d["cfg.config"].map(lambda c: rank.get(c, 99))
                     ).sort_values(["_s", "cfg.context", "_c"])
 
 

@@ -6,7 +6,7 @@ import statistics
 
 import torch
 
-from impl.profiling.harness import time_once
+from impl.bench.legacy_harness import time_once
 
 
 def peak_shapes(device: torch.device) -> dict:

@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from impl.profiling.harness import BenchResult, reset_peak_memory, run_benchmark, time_once
+from impl.bench.legacy_harness import BenchResult, reset_peak_memory, run_benchmark, time_once
 from impl.runtime import env_info, synchronize
 
 DO_BENCH = "triton.testing.do_bench"
@@ -28,7 +28,7 @@ DO_BENCH = "triton.testing.do_bench"
 def attention_inputs(shape, dtype: str, device: torch.device, seed: int = 0, grad: bool = True):
     """Random q, k, v (requiring grad when `grad`) and an upstream gradient dO, all of `shape`;
     never zeros, which can time faster than real data."""
-    from impl.profiling.steps import DTYPES
+    from impl.bench.steps import DTYPES
 
     g = torch.Generator(device=device).manual_seed(seed)
     q, k, v, do = (torch.randn(shape, device=device, dtype=DTYPES[dtype], generator=g) for _ in range(4))
@@ -60,7 +60,7 @@ def kernel_time_ms(fn: Callable, device: torch.device, *, warmup_ms: int = 25, r
 def record_not_run(benchmark, *, problem: str, config: dict, device: torch.device, kind: str, reason: str,
                    extra: dict | None = None) -> None:
     """A row for a config that was not timed: kind "unsupported" (the implementation rejects it)
-    or "left_out" (a trim: time budget, a cutoff in impl.sweeps). Its one round times nothing;
+    or "left_out" (a trim: time budget, a cutoff in impl.bench.sweeps). Its one round times nothing;
     extra_info["not_run"] says so, and the report shows the cell as such."""
     benchmark.group = problem
     benchmark.extra_info.update(problem=problem, config=dict(config), env=env_info(device), oom=False,
@@ -81,7 +81,7 @@ class Budget:
         return time.monotonic() > self.deadline
 
     def reason(self) -> str:
-        return f"time budget of this perf file ({self.seconds:.0f} s, impl.sweeps) exhausted"
+        return f"time budget of this perf file ({self.seconds:.0f} s, impl.bench.sweeps) exhausted"
 
 
 def allocated_bytes(device: torch.device) -> int | None:

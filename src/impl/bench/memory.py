@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from impl.model import cross_entropy
-from impl.profiling.steps import autocast_ctx
+from impl.bench.steps import autocast_ctx
 from impl.runtime import synchronize
 
 MARKER_FUNC = "_phase_marker"
@@ -213,24 +213,3 @@ def match_allocation(snapshot: dict, nbytes: int, device_index: int = 0) -> dict
     hits = [e for e in device_trace(snapshot, device_index) if e.get("action") == "alloc" and e["size"] == want]
     return dict(bytes=nbytes, allocator_bytes=want, found=bool(hits), count=len(hits),
                 frames=_frames(hits[0]) if hits else [])
-
-
-# --------------------------------------------------------------------------------------------
-def render_timeline(data: dict, path: Path, title: str) -> None:
-    """PNG of a timeline_data dict (from the JSON), phases shaded between their markers."""
-    from impl.report import figures
-
-    fig, ax = figures.new(figsize=(7.5, 3.6))
-    ax.plot(data["x"], [y / 2**30 for y in data["y"]], lw=1.0, color="C0")
-    markers = data.get("markers", [])
-    end = data["x"][-1] if data["x"] else 0
-    for k, m in enumerate(markers):
-        ax.axvline(m["x"], color="0.4", lw=0.6, ls="--")
-        if m["name"] == "end":
-            continue
-        stop = markers[k + 1]["x"] if k + 1 < len(markers) else end
-        ax.axvspan(m["x"], stop, color=f"C{k + 1}", alpha=0.12, label=m["name"])
-    ax.set(xlabel="allocator event index", ylabel="active memory (GiB)", title=title)
-    if markers:
-        ax.legend(fontsize=7, loc="upper left")
-    figures.save(fig, path)

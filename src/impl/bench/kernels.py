@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import torch
 
 from impl.model import AdamW, cross_entropy
-from impl.profiling.annotate import PHASES, annotate
-from impl.profiling.steps import autocast_ctx
+from impl.annotate import PHASES, annotate
+from impl.bench.steps import autocast_ctx
 from impl.runtime import synchronize
 
 CATEGORIES = ("matmul", "attention", "elementwise", "reduction", "softmax", "copy", "communication", "other")

@@ -6,7 +6,7 @@ process on the full batch; the FSDP copy starts from a rank-dependent seed (FSDP
 casts (a parametrization casts each Linear/Embedding weight, a pre-hook casts the layer's float
 inputs) over fp32 master weights. Workers return plain numbers; the tests assert.
 
-Perf: the commands are registered into impl.distributed.bench.COMMANDS when this module is
+Perf: the commands are registered into impl.bench.workers.COMMANDS when this module is
 imported. Worker processes import it when they unpickle a command whose name is one of these
 functions (the perf file passes the function itself as the command name), so bench.py needs no
 entry for them.
@@ -21,11 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from impl.distributed import bench
+from impl.bench import workers as bench
 from impl.distributed.fsdp import FSDP
 from impl.distributed.launcher import device_for
 from impl.model import AdamW, Embedding, Linear, RMSNorm, TransformerLM, cross_entropy
-from impl.sweeps import SMOKE_SIZES
+from impl.model import MODEL_CONFIGS
 
 VOCAB, SEQ, PER_RANK_BATCH = 97, 8, 3
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -50,7 +50,7 @@ def build(kind: str, seed: int) -> nn.Module:
     if kind == "toy":
         return ToyLM()
     if kind == "tiny_lm":
-        return TransformerLM(**SMOKE_SIZES["tiny"], vocab_size=VOCAB, context_length=SEQ)
+        return TransformerLM(**MODEL_CONFIGS["tiny"].replace(vocab_size=VOCAB), context_length=SEQ)
     raise ValueError(kind)
 
 
@@ -283,7 +283,7 @@ def _wrap(model, variant: str):
 def cmd_fsdp_setup(state: dict, size: str, context: int, batch: int, variant: str, lr: float = 1e-4) -> dict:
     """A fresh model per variant (FSDP re-registers the weights), memory from an emptied
     allocator; the optimizer is impl.model.AdamW on the wrapper's parameters."""
-    from impl.profiling.steps import build_model, random_batch
+    from impl.bench.steps import build_model, random_batch
 
     bench._free(state, "model", "model_key", "wrapper", "optimizer", "x", "y")
     dev = state["device"]

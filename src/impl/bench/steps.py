@@ -1,5 +1,5 @@
 """The steps that benchmarking_script times: forward, backward alone, forward+backward, and a
-full training step with AdamW, each as (fn, setup) for impl.profiling.harness.run_benchmark; and
+full training step with AdamW, each as (fn, setup) for impl.bench.legacy_harness.run_benchmark; and
 the training step with switchable speed-ups that training_step ablates (TrainConfig)."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 
 from impl.model import AdamW, Linear, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
-from impl.profiling.annotate import PHASES, annotate
-from impl.profiling.compiled import compile_blocks_in_place
-from impl.sweeps import ALL_SIZES
+from impl.annotate import PHASES, annotate
+from impl.bench.compiled import compile_blocks_in_place
+from impl.model import MODEL_CONFIGS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -27,7 +27,7 @@ def autocast_ctx(dtype: str, device: torch.device):
 
 def build_model(size: str, context: int, device: torch.device, attn_impl: str = "naive", seed: int = 0) -> TransformerLM:
     torch.manual_seed(seed)
-    return TransformerLM(**ALL_SIZES[size], context_length=context, attn_impl=attn_impl, device=device)
+    return TransformerLM(**MODEL_CONFIGS[size], context_length=context, attn_impl=attn_impl, device=device)
 
 
 def random_batch(model: TransformerLM, batch: int, context: int, device: torch.device, seed: int = 0):
@@ -41,7 +41,7 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
     """Returns (fn, setup): fn is timed, setup runs untimed before each call. `model` may be a
     torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce).
     The train step returns its (detached) loss; train_step(annotated=True) runs each phase in its
-    profiler range (impl.profiling.annotate.PHASES), for a profiled call: the timed calls go
+    profiler range (impl.annotate.PHASES), for a profiled call: the timed calls go
     without (no range's host cost in their time)."""
     device = x.device
 
@@ -119,7 +119,7 @@ def model_and_batch(benchmark, models: ModelCache, *, problem: str, config: dict
                     context_length: int, batch: int, context: int, extra: dict | None = None):
     """(model, x, y) from the cache, or None after recording the config as an OOM row: building a
     large model can itself run out of memory, and that is a result, not a crash."""
-    from impl.profiling.harness import record_oom
+    from impl.bench.legacy_harness import record_oom
     from impl.runtime import is_oom
 
     try:
@@ -219,7 +219,7 @@ def named_train_config(name: str, flash_impl: str = "flash_triton") -> TrainConf
 
 def compile_model(model: TransformerLM, how: str, backend: str = "inductor"):
     """The module to call: `model` itself (its blocks compiled in place for "blocks",
-    impl.profiling.compiled.compile_blocks_in_place) or a compiled wrapper ("model",
+    impl.bench.compiled.compile_blocks_in_place) or a compiled wrapper ("model",
     "model+cudagraphs").
     Compilation happens at the first calls."""
     if how == "none":

@@ -4,12 +4,7 @@
 grid, trimmed only where a section must fit one 10-minute command on the GPU machine; what a
 trim leaves out is recorded in the benchmark JSON through `left_out`, never dropped silently.
 """
-from impl.model.sizes import MODEL_SIZES
-
-# A model small enough for CPU smoke runs; not one of the assignment's sizes.
-SMOKE_SIZES = {"tiny": dict(d_model=64, d_ff=256, num_layers=2, num_heads=4)}
-
-ALL_SIZES = {**MODEL_SIZES, **SMOKE_SIZES}
+from impl.model import MODEL_SIZES
 
 MODES = ("forward", "backward", "forward_backward", "train_step")
 
@@ -59,7 +54,7 @@ GRIDS = {
     # torch_compile (b): eager vs compiled model, forward and forward+backward per size × context, and
     # the AdamW step per size (perf/test_torch_compile_model.py). Regional compilation with a dynamic
     # sequence dimension: one inference and one training graph per size serve every context (on the
-    # CPU, cold: small model 12.7 + 19.4 s regional vs 44.5 + 70.2 s whole-model; impl.profiling.compiled).
+    # CPU, cold: small model 12.7 + 19.4 s regional vs 44.5 + 70.2 s whole-model; impl.bench.compiled).
     # Each row: one first call (warm-up; the compile when a graph is new) and rounds = row_s / that
     # call's time within [rounds_min, rounds_max]. H100 estimate for the full grid: ~10 s start-up,
     # ~10-25 s of compilation per size, ~90 s of timed steps (dominated by xl / 2.7B at 512-1024):
@@ -206,7 +201,7 @@ GRIDS["gradient_checkpointing"] = {
 # training_step (issue 8, beyond): the full training step (forward, backward, AdamW) under each
 # speed-up alone on top of bf16 autocast (+bf16_weights: bf16 Linear weights, fp32 masters in the
 # optimizer), all of them ("fast"; "fast+cudagraphs" replays its compiled graphs as CUDA graphs),
-# and PyTorch's own pieces ("anchor"); named configs in impl.profiling.steps. Compilation happens
+# and PyTorch's own pieces ("anchor"); named configs in impl.bench.steps. Compilation happens
 # in a row's first step (timed apart as first_step_s), before the warm-up; the compiled graphs of
 # one size serve both of its contexts (sequence dimension dynamic), so each whole-model compile
 # (fast, fast+cudagraphs, anchor) is paid once per size: 2-4 min each on the H100 (xl's are the

@@ -200,7 +200,7 @@ def cmd_allreduce(state: dict, nbytes: int, inner: int) -> float:
 
 def _model(state: dict, size: str, max_context: int):
     """One model per worker, built with the largest context so every context reuses it."""
-    from impl.profiling.steps import build_model
+    from impl.bench.steps import build_model
 
     key = (size, max_context)
     if state.get("model_key") != key:
@@ -225,7 +225,7 @@ def _fresh_parameters(model: torch.nn.Module) -> None:
 
 
 def _batch(state: dict, batch: int, context: int):
-    from impl.profiling.steps import random_batch
+    from impl.bench.steps import random_batch
 
     # Each rank draws its own micro-batch, as in data-parallel training.
     return random_batch(state["model"], batch, context, state["device"], seed=1000 + state["rank"])
@@ -526,7 +526,7 @@ def _make_sharding(model, variant: str, lr: float):
 def cmd_shard_setup(state: dict, size: str, context: int, batch: int, variant: str, lr: float = 1e-4) -> dict:
     """A fresh model per config (ZeRO-1 re-points parameters into its flat buffer, so a model is
     not reusable across configs); memory measured from an emptied allocator."""
-    from impl.profiling.steps import build_model
+    from impl.bench.steps import build_model
 
     _free(state, "model", "model_key", "wrapper", "optimizer", "x", "y")
     dev = state["device"]
@@ -624,7 +624,7 @@ class LazyWorkerGroup:
     time budget, counted from its first test."""
 
     def __init__(self, world_size: int, backend: str, budget_s: float, command_timeout_s: float):
-        from impl.profiling.attention_bench import Budget
+        from impl.bench.attention import Budget
 
         self.world_size, self.backend, self.command_timeout_s = world_size, backend, command_timeout_s
         self.group, self.ipc, self.env = None, None, None
@@ -640,7 +640,7 @@ class LazyWorkerGroup:
     def skip(self, benchmark, *, problem: str, config: dict, device: torch.device) -> bool:
         """Records a not-run row and returns True when this row cannot run here: "unsupported" with
         fewer GPUs than NCCL ranks, "left_out" once the file's time budget is spent."""
-        from impl.profiling.attention_bench import record_not_run
+        from impl.bench.attention import record_not_run
 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if self.backend == "nccl" and gpus < self.world_size:

@@ -1,0 +1,1 @@
+"""Test kits: worker functions and toy models for spawned process groups. Importing registers nothing."""
