@@ -1,15 +1,15 @@
-"""Fixtures shared by correctness/ and perf/: device, profile, the measured matmul peak, and the
-skip rules for the gpu / multi_gpu markers."""
+"""Shared by correctness/ and perf/: the bench layer's fixtures and JSON hook (impl.bench.plugin:
+`device`, `profile`, `peaks`, `bench`), and the skip rules for the gpu / multi_gpu markers."""
 import os
 
 import pytest
 import torch
 
-from impl.runtime import default_device, profile_name
-
 if not torch.cuda.is_available():
     # Triton kernels run on the CPU through the interpreter; set before anything imports triton.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest_plugins = ["impl.bench.plugin"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -19,21 +19,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "multi_gpu" in item.keywords and gpus < 2:
             item.add_marker(pytest.mark.skip(reason=f"needs >= 2 CUDA GPUs, found {gpus}"))
-
-
-@pytest.fixture(scope="session")
-def device() -> torch.device:
-    return default_device()
-
-
-@pytest.fixture(scope="session")
-def profile() -> str:
-    return profile_name()
-
-
-@pytest.fixture(scope="session")
-def matmul_peak(device) -> dict:
-    """Measured once per session; every MFU in the JSON divides by this figure."""
-    from impl.bench.peaks import measure_matmul_peak
-
-    return measure_matmul_peak(device)

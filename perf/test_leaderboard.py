@@ -1,32 +1,35 @@
 """1.3 leaderboard: forward+backward of `torch.compile(FlashAttentionTriton.apply)`, bf16, causal,
-batch 1 × 16 heads × seq 16384 × d 64, timed with triton.testing.do_bench (median), next to the
-anchors run in the same process: scaled_dot_product_attention restricted to the flash and to the
-cuDNN backend (forward+backward and forward alone), and the forward alone of ours.
+batch 1 × 16 heads × seq 16384 × d 64, next to the anchors run in the same process:
+scaled_dot_product_attention restricted to the flash and to the cuDNN backend (forward+backward
+and forward alone), and the forward alone of ours.
 
+Kernel rows: CUDA-event timer (impl.bench.timers), stats.median is the kernel time; the
+assignment's `triton.testing.do_bench` median is kept beside it as a cross-check metric.
 Every row checks its output and input gradients against an SDPA reference computed in higher
 precision from the same inputs (fp32 on the GPU, fp64 on the CPU): ours must stay within the
-dtype's relative-error tolerances (impl.bench.sweeps), so a fast wrong kernel fails here; the anchors'
-errors are recorded beside ours. TFLOP/s count causal FLOPs as half (attention_flops); the share
-of the measured matmul peak (matmul_peak fixture) is `mfu`. The CPU smoke runs tiny shapes through
-the Triton interpreter without torch.compile (extra_info["compiled"] says which)."""
+dtype's relative-error tolerances (impl.bench.sweeps), so a fast wrong kernel fails here; the
+anchors' errors are recorded beside ours. TFLOP/s count causal FLOPs as half (attention_flops).
+The CPU smoke runs tiny shapes through the Triton interpreter without torch.compile."""
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
-from impl.bench.attention import attention_inputs, kernel_time_ms, record_not_run
-from impl.bench.legacy_harness import record_oom, run_benchmark, time_once
-from impl.runtime import first_line, free_memory, is_oom, profile_name
+from impl.bench.attention import attention_inputs, do_bench_ms, rel_err
+from impl.bench.harness import time_once
+from impl.bench.row import Metric, Status
 from impl.bench.sweeps import grid
+from impl.runtime import first_line, free_memory, is_oom, profile_name
 
 PROBLEM = "leaderboard"
-PROFILE = profile_name()
-G = grid(PROBLEM, PROFILE)
+G = grid(PROBLEM, profile_name())
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
 # Ours first (its fwd+bwd row also pays compilation), then the anchors.
 CASES = [("flash_triton", "fwd_bwd"), ("flash_triton", "fwd"), ("sdpa_flash", "fwd_bwd"), ("sdpa_flash", "fwd"),
          ("sdpa_cudnn", "fwd_bwd"), ("sdpa_cudnn", "fwd")]
+ROUND = {"fwd": "one causal attention forward (16 heads × 16384 × 64 on the GPU)",
+         "fwd_bwd": "one causal attention forward and backward, input gradients reset first"}
 _STATE: dict = {}  # the compiled function and the reference, built once per process
 
 
@@ -42,10 +45,6 @@ def ours(device):
     return _STATE["ours"]
 
 
-def inputs(device):
-    return attention_inputs((G["batch"], G["heads"], G["seq"], G["d"]), G["dtype"], device)
-
-
 def reference(q, k, v, do, device):
     """SDPA in fp32 (GPU; the default backend choice) or fp64 math (CPU) on the same inputs."""
     if "ref" not in _STATE:
@@ -55,11 +54,6 @@ def reference(q, k, v, do, device):
         out.backward(do.to(hi))
         _STATE["ref"] = [t.detach() for t in (out, qh.grad, kh.grad, vh.grad)]
     return _STATE["ref"]
-
-
-def rel_err(x, ref) -> float:
-    x = x.detach().to(ref.dtype)
-    return float((x - ref).norm() / ref.norm())
 
 
 def attention_fn(impl, device):
@@ -74,58 +68,62 @@ def attention_fn(impl, device):
     return sdpa
 
 
+def step_fn(attn, mode, q, k, v, do):
+    if mode == "fwd":
+        return lambda: attn(q, k, v)
+
+    def fwd_bwd():
+        q.grad = k.grad = v.grad = None
+        attn(q, k, v).backward(do)
+    return fwd_bwd
+
+
 @pytest.mark.parametrize("impl,mode", CASES, ids=[f"{i}-{m}" for i, m in CASES])
-def test_leaderboard(benchmark, device, matmul_peak, impl, mode):
+def test_leaderboard(bench, impl, mode):
+    device = bench.device
     config = dict(impl=impl, mode=mode, batch=G["batch"], heads=G["heads"], seq=G["seq"], d=G["d"],
                   dtype=G["dtype"], causal=True)
-    extra = dict(compiled=impl == "flash_triton" and ours(device)[1], tol=G["tol"], **matmul_peak)
-    if impl == "flash_triton" and not extra["compiled"]:
-        extra["note"] = "CPU smoke: FlashAttentionTriton.apply through the Triton interpreter, not compiled"
+    details = dict(compiled=impl == "flash_triton" and ours(device)[1], tol=G["tol"])
+    if impl == "flash_triton" and not details["compiled"]:
+        details["note"] = "CPU smoke: FlashAttentionTriton.apply through the Triton interpreter, not compiled"
     free_memory()
     attn = attention_fn(impl, device)
-    try:
-        q, k, v, do = inputs(device)
-        ref = reference(q, k, v, do, device)
-        # First call: compilation (ours, fwd+bwd row) and autotuning; its time is recorded, and its
-        # results are what the correctness check reads.
-        res = {}
+    q, k, v, do = attention_inputs((G["batch"], G["heads"], G["seq"], G["d"]), G["dtype"], device)
+    ref = reference(q, k, v, do, device)
+    res = {}
 
-        def first():
-            res["out"] = attn(q, k, v)
-            res["out"].backward(do)
-        extra["first_call_s"] = time_once(first, device)
+    def first():  # compilation (ours) and autotuning happen here; its outputs are what is checked
+        res["out"] = attn(q, k, v)
+        res["out"].backward(do)
+    try:
+        first_s = time_once(first, device)
     except Exception as exc:
         if is_oom(exc):
-            record_oom(benchmark, problem=PROBLEM, config=config, device=device, message=str(exc), extra=extra)
+            bench.oom(problem=PROBLEM, config=config, exc=exc, details=details)
             return
         if impl != "flash_triton" and isinstance(exc, RuntimeError):  # an anchor rejects this config
-            record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="unsupported",
-                           reason=first_line(exc), extra=extra)
+            bench.not_run(problem=PROBLEM, config=config, status=Status.UNSUPPORTED, reason=first_line(exc),
+                          details=details)
             return
         raise
     errors = dict(zip(("out", "dq", "dk", "dv"), (rel_err(x, r) for x, r in zip(
         (res.pop("out"), q.grad, k.grad, v.grad), ref))))
-    extra["rel_err"] = errors
+    details["rel_err"] = errors
     if impl == "flash_triton" and mode == "fwd_bwd":
-        extra["graph_breaks"] = sum(torch._dynamo.utils.counters["graph_break"].values())
+        details["graph_breaks"] = sum(torch._dynamo.utils.counters["graph_break"].values())
     if impl == "flash_triton" and device.type == "cuda":
         from impl.attention.flash_triton import tuned_configs
-        extra["tuned_configs"] = tuned_configs()
-
-    fn = (lambda: attn(q, k, v)) if mode == "fwd" else (lambda: attn(q, k, v).backward(do))
-    grads = None if mode == "fwd" else [q, k, v]
-    result = run_benchmark(benchmark, problem=PROBLEM, config=config, fn=fn, device=device, warmup=0, rounds=1,
-                           extra=extra)
-    if result.oom:
-        return
-    ms, timer = kernel_time_ms(fn, device, warmup_ms=G["warmup_ms"], rep_ms=G["rep_ms"], grad_to_none=grads,
-                               cpu_repeats=G["cpu_repeats"])
+        details["tuned_configs"] = tuned_configs()
+    fn = step_fn(attn, mode, q, k, v, do)
     flops = attention_flops(G["batch"] * G["heads"], G["seq"], G["seq"], G["d"], is_causal=True, mode=mode)
-    tflops = flops / (ms * 1e-3) / 1e12
-    info = benchmark.extra_info
-    info.update(do_bench_ms=ms, timer=timer)
-    info.setdefault("metrics", {}).update(do_bench_ms=ms, flops=flops, tflops=tflops,
-                                          mfu=tflops * 1e12 / matmul_peak["peak_flops"])
+    row = bench.measure(problem=PROBLEM, config=config, fn=fn, round=ROUND[mode], warmup=G["warmup"],
+                        rounds=G["rounds"], kernel=True, flops=flops, metrics={Metric.FIRST_CALL_S: first_s},
+                        details=details)
+    if row.status is Status.MEASURED:
+        cross = do_bench_ms(fn, device)
+        if cross is not None:
+            row.metrics[Metric.DO_BENCH_MS] = cross
+            bench.save(row)
     if impl == "flash_triton":
         tol = G["tol"]
         assert errors["out"] <= tol["out"], f"output relative error {errors['out']:.2e} > {tol['out']:.0e}"

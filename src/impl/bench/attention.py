@@ -35,6 +35,23 @@ def attention_inputs(shape, dtype: str, device: torch.device, seed: int = 0, gra
     return ([t.requires_grad_() for t in (q, k, v)] if grad else [q, k, v]) + [do]
 
 
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖x − ref‖ / ‖ref‖, in the reference's (higher) precision."""
+    x = x.detach().to(ref.dtype)
+    return float((x - ref).norm() / ref.norm())
+
+
+def do_bench_ms(fn: Callable, device: torch.device, warmup_ms: int = 25, rep_ms: int = 100) -> float | None:
+    """The assignment's `triton.testing.do_bench` median (ms), kept beside a kernel row's own stats
+    as a cross-check (it flushes L2 between calls; the row's rounds do not). None on a CPU, where
+    do_bench has no device events."""
+    if device.type != "cuda":
+        return None
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
 def kernel_time_ms(fn: Callable, device: torch.device, *, warmup_ms: int = 25, rep_ms: int = 100,
                    grad_to_none: Iterable[torch.Tensor] | None = None, cpu_repeats: int = 3) -> tuple[float, str]:
     """Median milliseconds of `fn` and the name of the timer used.

@@ -1,12 +1,30 @@
-"""The device's ceilings, measured rather than taken from a datasheet: the bf16 matmul rate that
-MFU divides by, and device-to-device copy bandwidth."""
+"""MFU's denominators: the device's datasheet dense bf16 peak, and the bf16 matmul rate measured
+on the device in the same pytest run (it moves by ~8% between H100 machines, so both are kept)."""
 from __future__ import annotations
 
 import statistics
 
 import torch
 
-from impl.bench.legacy_harness import time_once
+from impl.bench.harness import time_once
+from impl.bench.row import Peaks
+from impl.runtime import device_name
+
+# Dense bf16 tensor-core peaks from the vendors' datasheets (no sparsity), by a name fragment;
+# the first match wins, so the PCIe H100 comes before the SXM one.
+DATASHEET_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756.5e12),
+    ("H100", 989.4e12),
+    ("H200", 989.4e12),
+    ("A100", 312e12),
+)
+
+
+def datasheet_bf16_flops(name: str) -> float | None:
+    for fragment, flops in DATASHEET_BF16_FLOPS:
+        if fragment.lower() in name.lower():
+            return flops
+    return None
 
 
 def peak_shapes(device: torch.device) -> dict:
@@ -26,9 +44,11 @@ def matmul_operands(device: torch.device):
     return a, b, 2.0 * s["n"] ** 3
 
 
-def measure_matmul_peak(device: torch.device, warmup: int = 3, repeats: int = 10) -> dict:
+def measure_peaks(device: torch.device, warmup: int = 3, repeats: int = 10) -> Peaks:
     a, b, flops = matmul_operands(device)
     for _ in range(warmup):
         a @ b
     seconds = statistics.median(time_once(lambda: a @ b, device) for _ in range(repeats))
-    return dict(peak_flops=flops / seconds, peak_dtype=str(a.dtype).replace("torch.", ""), peak_n=a.shape[0])
+    datasheet = datasheet_bf16_flops(device_name(device)) if device.type == "cuda" else None
+    return Peaks(measured_flops=flops / seconds, measured_dtype=str(a.dtype).replace("torch.", ""),
+                 measured_n=a.shape[0], datasheet_flops=datasheet)

@@ -1,5 +1,5 @@
 """The steps that benchmarking_script times: forward, backward alone, forward+backward, and a
-full training step with AdamW, each as (fn, setup) for impl.bench.legacy_harness.run_benchmark; and
+full training step with AdamW, each as (fn, setup) for impl.bench.harness.Harness.measure; and
 the training step with switchable speed-ups that training_step ablates (TrainConfig)."""
 from __future__ import annotations
 
@@ -115,22 +115,22 @@ class ModelCache:
         free_memory()
 
 
-def model_and_batch(benchmark, models: ModelCache, *, problem: str, config: dict, device: torch.device, size: str,
-                    context_length: int, batch: int, context: int, extra: dict | None = None):
-    """(model, x, y) from the cache, or None after recording the config as an OOM row: building a
-    large model can itself run out of memory, and that is a result, not a crash."""
-    from impl.bench.legacy_harness import record_oom
+def model_and_batch(harness, models: ModelCache, *, problem: str, config: dict, size: str, context_length: int,
+                    batch: int, context: int, details: dict | None = None):
+    """(model, x, y) from the cache, or None after recording the config as OOM: building a large
+    model can itself run out of memory, and that is a result, not a crash."""
     from impl.runtime import is_oom
 
     try:
-        model = models.get(size, context_length, device)
-        return (model, *random_batch(model, batch, context, device))
+        model = models.get(size, context_length, harness.device)
+        return (model, *random_batch(model, batch, context, harness.device))
     except Exception as exc:  # noqa: BLE001 - only OOM is turned into a row
         if not is_oom(exc):
             raise
-        models.clear()
-        record_oom(benchmark, problem=problem, config=config, device=device, message=str(exc), extra=extra)
-        return None
+        message = str(exc)
+    models.clear()  # outside the except block, whose traceback holds the tensors
+    harness.oom(problem=problem, config=config, exc=message, details=details)
+    return None
 
 
 # training_step (issue 8): the full training step with switchable speed-ups, for an ablation.

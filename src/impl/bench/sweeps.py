@@ -117,10 +117,10 @@ GRIDS.update({
     # leaderboard: torch.compile(FlashAttentionTriton.apply), bf16 causal 1 x 16 heads x 16384 x 64, with
     # SDPA anchors; tolerances are relative errors against an fp32 SDPA reference (fp64 on the CPU).
     "leaderboard": {
-        "full": dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", compile=True, warmup_ms=25, rep_ms=100,
-                     cpu_repeats=3, tol=dict(out=1e-2, grad=2e-2)),
-        "smoke": dict(batch=1, heads=2, seq=32, d=16, dtype="fp32", compile=False, warmup_ms=25, rep_ms=100,
-                      cpu_repeats=3, tol=dict(out=1e-4, grad=1e-4)),
+        "full": dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", compile=True, warmup=3, rounds=30,
+                     tol=dict(out=1e-2, grad=2e-2)),
+        "smoke": dict(batch=1, heads=2, seq=32, d=16, dtype="fp32", compile=False, warmup=1, rounds=10,
+                      tol=dict(out=1e-4, grad=1e-4)),
     },
 })
 # 2-3 distributed (issues 5, 6). MB = 2**20 bytes (as DDPBucketed's bucket_size_mb). budget_s is per

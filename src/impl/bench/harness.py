@@ -1,0 +1,229 @@
+"""The suite's one harness: every perf test times through `Harness.measure` (pytest-benchmark's
+pedantic mode with a device-synchronising timer) or records why a config did not run through
+`Harness.not_run`. It alone writes rows (impl.bench.row).
+
+measure():
+  1. `warmup` untimed calls (each after its `setup`), guarded against OOM; the last one's time
+     sizes the row (impl.bench.timers.plan_rounds: ≥ 5 rounds, ≥ 10 for short rounds, kernel rows
+     looped to ≥ 1 ms a round).
+  2. pytest-benchmark pedantic with the row's timer (SyncTimer, or CudaEventTimer for kernel rows
+     on a GPU) and no warm-up of its own; its stats are the measurement.
+  3. Metrics from stats.median: TFLOP/s, both MFUs (impl.bench.row.Metric), tokens/s, GB/s.
+An OOM anywhere turns the row into a not-run row with status OOM; the benchmark entry is then
+dropped from the JSON (pytest-benchmark omits entries with has_error).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from impl.bench.plugin import Recorder
+from impl.bench.row import Env, Memory, Metric, NotRunEntry, Peaks, Row, Status, Timing
+from impl.bench.timers import SyncTimer, make_timer, plan_rounds
+from impl.runtime import env_info, first_line, free_memory, is_oom, synchronize
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> Memory:
+    if device.type != "cuda":
+        return Memory()
+    return Memory(torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device))
+
+
+def time_once(fn: Callable, device: torch.device) -> float:
+    """Seconds for one synchronised call: for one-off costs (compilation, autotuning) recorded as
+    a metric beside a benchmark, never as its measurement."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+class Budget:
+    """Wall-clock budget of one perf file (started at import, i.e. at collection): rows past it
+    are recorded as left out by budget, so a run that would overrun the GPU machine's 10-minute
+    command limit still ends and writes its JSON."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def exhausted(self) -> bool:
+        return time.monotonic() > self.deadline
+
+    def reason(self) -> str:
+        return f"time budget of this perf file ({self.seconds:.0f} s, impl.bench.sweeps) exhausted"
+
+
+class _OOM(Exception):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class _Guard:
+    """Wraps setup and step inside pytest-benchmark's loop: an OOM is remembered and later calls
+    become no-ops (pedantic cannot be stopped from inside), anything else propagates."""
+
+    def __init__(self):
+        self.oom: str | None = None
+
+    def wrap(self, fn: Callable | None) -> Callable | None:
+        if fn is None:
+            return None
+
+        def guarded(*args, **kwargs):
+            if self.oom is not None:
+                return None
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - only OOM is swallowed
+                if not is_oom(exc):
+                    raise
+                self.oom = first_line(exc)
+                return None
+
+        return guarded
+
+
+def _call(fn: Callable, setup: Callable | None):
+    args, kwargs = (setup() or ((), {})) if setup is not None else ((), {})
+    return fn(*args, **kwargs)
+
+
+class Harness:
+    """Bound to one test's `benchmark` fixture (the `bench` fixture of impl.bench.plugin)."""
+
+    def __init__(self, benchmark, device: torch.device, peaks: Callable[[], Peaks], recorder: Recorder):
+        self.benchmark = benchmark
+        self.device = device
+        self._peaks = peaks
+        self._recorder = recorder
+        self.row: Row | None = None
+
+    def env(self) -> Env:
+        return Env(**env_info(self.device))
+
+    # ----------------------------------------------------------------------------------------
+    def measure(self, *, problem: str, config: dict, fn: Callable, round: str, setup: Callable | None = None,
+                warmup: int = 5, rounds: int = 10, kernel: bool = False, flops: float | None = None,
+                tokens: int | None = None, nbytes: float | None = None, metrics: dict[Metric, float] | None = None,
+                details: dict[str, Any] | None = None) -> Row:
+        """Time `fn` (after `setup`, untimed, when given) and write its row. `round` says in words
+        what one call of `fn` is ("one training step", "forward+backward of the attention")."""
+        bm = self.benchmark
+        bm.group = problem
+        device = self.device
+        row = Row(problem=problem, config=dict(config), env=self.env(), status=Status.MEASURED,
+                  metrics=dict(metrics or {}), details=dict(details or {}))
+        reset_peak_memory(device)
+        clock = SyncTimer(device)
+        call_s = None
+        try:
+            for _ in range(warmup):
+                start = clock()
+                _call(fn, setup)
+                call_s = clock() - start
+        except Exception as exc:  # noqa: BLE001 - only OOM is recorded
+            if not is_oom(exc):
+                raise
+            return self._oom(row, first_line(exc))
+        plan = plan_rounds(rounds, call_s, kernel=kernel, has_setup=setup is not None)
+        timer = make_timer(device, kernel)
+        guard = _Guard()
+        bm._timer = timer
+        reset_peak_memory(device)
+        bm.pedantic(guard.wrap(fn), setup=guard.wrap(setup), rounds=plan.rounds, iterations=plan.iterations,
+                    warmup_rounds=0)
+        row.memory = peak_memory(device)
+        if guard.oom is not None:
+            bm.has_error = True  # partial rounds: the entry leaves the JSON; the not-run list says why
+            return self._oom(row, guard.oom)
+        row.timing = Timing(round=round, timer=timer.__name__, warmup_rounds=warmup, rounds=plan.rounds,
+                            iterations=plan.iterations)
+        if bm.disabled or bm.stats is None:  # --benchmark-disable: ran once, untimed
+            self.row = row
+            return row
+        median = bm.stats.stats.median
+        if flops:
+            peaks = self._peaks()
+            row.peaks = peaks
+            row.metrics[Metric.FLOPS] = flops
+            row.metrics[Metric.TFLOPS] = flops / median / 1e12
+            row.metrics[Metric.MFU_MEASURED_PEAK] = flops / median / peaks.measured_flops
+            if peaks.datasheet_flops:
+                row.metrics[Metric.MFU] = flops / median / peaks.datasheet_flops
+        if tokens:
+            row.metrics[Metric.TOKENS_PER_S] = tokens / median
+        if nbytes:
+            row.metrics[Metric.BYTES] = nbytes
+            row.metrics[Metric.GBPS] = nbytes / median / 1e9
+        self.save(row)
+        self._recorder.progress(bm.name, row, median)
+        return row
+
+    def save(self, row: Row) -> None:
+        """(Re)write the row into the benchmark's extra_info, e.g. after adding details."""
+        self.row = row
+        self.benchmark.extra_info.clear()
+        self.benchmark.extra_info.update(row.to_json())
+
+    # ----------------------------------------------------------------------------------------
+    def not_run(self, *, problem: str, config: dict, status: Status, reason: str,
+                details: dict[str, Any] | None = None, memory: Memory | None = None) -> Row:
+        """A config that was not timed: listed in the JSON's `not_run`, never a benchmark entry."""
+        if status is Status.MEASURED:
+            raise ValueError("not_run() takes a status other than MEASURED")
+        row = Row(problem=problem, config=dict(config), env=self.env(), status=status, reason=reason,
+                  details=dict(details or {}), memory=memory or Memory())
+        self.benchmark.group = problem
+        self.row = row
+        self._recorder.add(NotRunEntry(name=self.benchmark.name, fullname=self.benchmark.fullname, group=problem,
+                                       row=row))
+        return row
+
+    def oom(self, *, problem: str, config: dict, exc: BaseException | str,
+            details: dict[str, Any] | None = None) -> Row:
+        """For an OOM outside measure() (building a model, say)."""
+        row = Row(problem=problem, config=dict(config), env=self.env(), status=Status.OOM,
+                  details=dict(details or {}))
+        return self._oom(row, first_line(exc))
+
+    def _oom(self, row: Row, message: str) -> Row:
+        memory = peak_memory(self.device)
+        free_memory()
+        return self.not_run(problem=row.problem, config=row.config, status=Status.OOM, reason=message,
+                            details=row.details, memory=memory)
+
+
+def guard_oom(harness: Harness, *, problem: str, config: dict, details: dict | None = None):
+    """`with guard_oom(...) as g:` around set-up work (building a model, first calls): an OOM
+    becomes the row's not-run record and `g.oom` is True; other errors propagate."""
+    return _OOMContext(harness, problem, config, details)
+
+
+class _OOMContext:
+    def __init__(self, harness: Harness, problem: str, config: dict, details: dict | None):
+        self.harness, self.problem, self.config, self.details = harness, problem, config, details
+        self.oom = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is not None and is_oom(exc):
+            self.harness.oom(problem=self.problem, config=self.config, exc=exc, details=self.details)
+            self.oom = True
+            return True
+        return False
+
+
+__all__ = ["Budget", "Harness", "guard_oom", "peak_memory", "reset_peak_memory", "time_once"]

@@ -1,0 +1,86 @@
+"""The clocks pytest-benchmark reads, and how many rounds and iterations a row gets.
+
+pytest-benchmark's pedantic mode calls `timer()` before and after each round (of `iterations`
+calls) and records the difference divided by `iterations`. Device work is asynchronous, so each
+clock here first waits for the device:
+
+- `SyncTimer`: the host clock after a device synchronisation; the default for steps (training
+  steps, forward passes), whose time includes the host's launch work, as a user meets it.
+- `CudaEventTimer`: a CUDA event recorded on the current stream and waited for; the time
+  between two events is device time. For kernel-level rows (attention kernels, collectives),
+  with enough iterations per round that a round is at least `MIN_KERNEL_ROUND_S`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from impl.runtime import synchronize
+
+MIN_ROUNDS = 5  # every timed row
+MIN_ROUNDS_SHORT = 10  # rows whose round is under SHORT_ROUND_S
+SHORT_ROUND_S = 10e-3
+MIN_KERNEL_ROUND_S = 1e-3  # a kernel row's round, so the clock resolves it
+
+
+class SyncTimer:
+    __name__ = "SyncTimer"
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __call__(self) -> float:
+        synchronize(self.device)
+        return time.perf_counter()
+
+
+class CudaEventTimer:
+    """Seconds of device time since construction, read from CUDA events."""
+
+    __name__ = "CudaEventTimer"
+
+    def __init__(self, device: torch.device):
+        if device.type != "cuda":
+            raise ValueError(f"CudaEventTimer needs a CUDA device, got {device}")
+        self.device = device
+        with torch.cuda.device(device):
+            self._origin = torch.cuda.Event(enable_timing=True)
+            self._origin.record()
+            self._origin.synchronize()
+
+    def __call__(self) -> float:
+        with torch.cuda.device(self.device):
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            event.synchronize()
+        return self._origin.elapsed_time(event) / 1e3
+
+
+def make_timer(device: torch.device, kernel: bool):
+    """CUDA events for kernel rows on a GPU; the synchronised host clock otherwise (a CPU has no
+    events, and its host clock is its device clock)."""
+    return CudaEventTimer(device) if kernel and device.type == "cuda" else SyncTimer(device)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    rounds: int
+    iterations: int
+
+
+def plan_rounds(requested: int, call_s: float | None, *, kernel: bool, has_setup: bool) -> RoundPlan:
+    """Rounds and iterations for a row whose one call took `call_s` (None: not known, e.g. a
+    warm-up study row with no warm-up): kernel rows loop enough iterations that a round is at
+    least MIN_KERNEL_ROUND_S (not with a setup, which pytest-benchmark runs once per round);
+    every row gets at least MIN_ROUNDS rounds, and MIN_ROUNDS_SHORT where a round is short or of
+    unknown length."""
+    iterations = 1
+    if kernel and not has_setup and call_s is not None and call_s > 0:
+        iterations = max(1, math.ceil(MIN_KERNEL_ROUND_S / call_s))
+    round_s = None if call_s is None else call_s * iterations
+    # A margin of 2x: the warm-up call that sized the row may have been slower than the timed ones.
+    floor = MIN_ROUNDS_SHORT if round_s is None or round_s < 2 * SHORT_ROUND_S else MIN_ROUNDS
+    return RoundPlan(rounds=max(requested, floor), iterations=iterations)

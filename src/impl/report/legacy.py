@@ -1,0 +1,68 @@
+"""Rows of the older JSON format (before the bench layer's schema 2), read as typed rows so the
+report can still show them as history.
+
+In that format a row was a free-form extra_info dict: `oom` and `not_run` flags instead of a
+status, kernel-level rows timed one placeholder round with the real figure in
+`extra_info["do_bench_ms"]`, and `metrics.mfu` divided by the measured matmul peak. This module is
+the one place that knows those conventions.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from impl.bench.peaks import datasheet_bf16_flops
+from impl.bench.row import Env, Memory, Metric, Peaks, Row, Status
+
+_NOT_RUN = {"unsupported": Status.UNSUPPORTED, "failed": Status.FAILED, "needs_hardware": Status.NEEDS_HARDWARE}
+_METRICS = {"flops": Metric.FLOPS, "tflops": Metric.TFLOPS, "mfu": Metric.MFU_MEASURED_PEAK,
+            "tokens_per_s": Metric.TOKENS_PER_S, "do_bench_ms": Metric.DO_BENCH_MS}
+_MOVED = {"problem", "config", "env", "oom", "oom_message", "not_run", "not_run_reason", "metrics",
+          "peak_memory_allocated_bytes", "peak_memory_reserved_bytes", "peak_flops", "peak_dtype", "peak_n"}
+
+
+def _status(info: dict[str, Any]) -> tuple[Status, str | None]:
+    if info.get("oom"):
+        return Status.OOM, info.get("oom_message")
+    kind = info.get("not_run")
+    if not kind:
+        return Status.MEASURED, None
+    reason = info.get("not_run_reason")
+    if kind == "left_out":
+        return (Status.LEFT_OUT_BY_BUDGET if reason and "budget" in reason else Status.LEFT_OUT), reason
+    return _NOT_RUN.get(kind, Status.FAILED), reason
+
+
+def legacy_row(info: dict[str, Any], group: str | None) -> tuple[Row, float | None]:
+    """(row, kernel seconds): the second is the do_bench median where the old row kept its real
+    figure there (its pytest-benchmark stats then timed one placeholder round), else None."""
+    status, reason = _status(info)
+    env = info.get("env") or {}
+    known = {k: env.get(k) for k in Env.__dataclass_fields__ if k in env}
+    known.setdefault("device", "unknown")
+    known.setdefault("device_type", "cuda" if env.get("cuda") and "cpu" not in str(env.get("device")).lower() else "cpu")
+    known.setdefault("torch", "")
+    known.setdefault("triton", None)
+    known.setdefault("cuda", None)
+    known.setdefault("profile", "")
+    metrics: dict[Metric, float] = {}
+    extra_metrics = {}
+    for k, v in (info.get("metrics") or {}).items():
+        if k in _METRICS and v is not None:
+            metrics[_METRICS[k]] = v
+        else:
+            extra_metrics[k] = v
+    peaks = None
+    if info.get("peak_flops"):
+        datasheet = datasheet_bf16_flops(known["device"]) if known["device_type"] == "cuda" else None
+        peaks = Peaks(measured_flops=info["peak_flops"], measured_dtype=info.get("peak_dtype", ""),
+                      measured_n=info.get("peak_n", 0), datasheet_flops=datasheet)
+        if datasheet and Metric.TFLOPS in metrics:
+            metrics[Metric.MFU] = metrics[Metric.TFLOPS] * 1e12 / datasheet
+    details = {k: v for k, v in info.items() if k not in _MOVED}
+    if extra_metrics:
+        details["legacy_metrics"] = extra_metrics
+    row = Row(problem=info.get("problem") or group or "", config=dict(info.get("config") or {}), env=Env(**known),
+              status=status, reason=reason, metrics=metrics, peaks=peaks, details=details,
+              memory=Memory(info.get("peak_memory_allocated_bytes"), info.get("peak_memory_reserved_bytes")))
+    kernel_ms = info.get("do_bench_ms")
+    return row, (kernel_ms / 1e3 if kernel_ms is not None else None)
