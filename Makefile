@@ -1,18 +1,19 @@
 # The only commands a user needs. Each sets the environment up first (tools/setup.sh).
-#   make perf     benchmark suite (smoke profile on a CPU, full on a GPU) → reports/data/<device>/, then the report
+#   make perf     benchmark suite (smoke profile on a CPU, full on a GPU): each section's run becomes a
+#                 new file reports/data/<device>/<section>/<UTC time>_<commit>.json, then the report
 #   make test     correctness tests + the perf suite's smoke profile, then the diff against the CPU baseline
 #   make report   rebuild reports/ from reports/data/** only
-#   make compare  diff the last smoke run against the committed CPU baseline (pytest-benchmark compare)
+#   make compare  the last smoke run against the newest committed CPU run of each section
+#   make gate     each section's newest stored run against the run before it (fails on a regression
+#                 beyond the row's noise band unless reports/accepted-changes.toml gives a reason)
 # Options: SECTIONS="benchmarking_script flash_benchmarking" picks perf files; SUITE_PROFILE=smoke|full.
 
 PY := $(shell tools/setup.sh)
-SLUG = $(shell PYTHONPATH=src $(PY) -m impl.runtime slug)
 SECTIONS ?= $(patsubst perf/test_%.py,%,$(wildcard perf/test_*.py))
 OUT ?= out
 PYTEST = PYTHONPATH=src $(PY) -m pytest
-BENCH_CLI = PYTHONPATH=src $(PY) -c "import sys; from pytest_benchmark.cli import main; sys.exit(main())"
 
-.PHONY: install test correctness smoke perf report compare clean
+.PHONY: install test correctness smoke perf report compare gate clean
 
 install:
 	@echo "using $(PY)"
@@ -29,10 +30,13 @@ smoke:
 
 test: correctness smoke compare
 
+# A section's run is written outside reports/ first and filed only when it finished: an interrupted
+# run (Ctrl-C, a timeout) leaves reports/ as it was.
 perf:
-	@mkdir -p reports/data/$(SLUG)
+	@mkdir -p $(OUT)/runs
 	@set -e; for s in $(SECTIONS); do \
-	  $(PYTEST) perf/test_$$s.py -q --timeout=1800 --benchmark-json=reports/data/$(SLUG)/$$s.json; \
+	  $(PYTEST) perf/test_$$s.py -q --timeout=1800 --benchmark-json=$(OUT)/runs/$$s.json; \
+	  PYTHONPATH=src $(PY) -m impl.bench.store $(OUT)/runs/$$s.json --section $$s; \
 	done
 	$(MAKE) report
 
@@ -40,12 +44,10 @@ report:
 	PYTHONPATH=src $(PY) -m impl.report
 
 compare:
-	@set -e; for s in $(SECTIONS); do \
-	  if [ -f reports/data/cpu/$$s.json ] && [ -f $(OUT)/smoke/$$s.json ]; then \
-	    $(BENCH_CLI) compare --group-by=group --sort=name --columns=mean,stddev,rounds \
-	      reports/data/cpu/$$s.json $(OUT)/smoke/$$s.json; \
-	  else echo "compare: no baseline or run for $$s"; fi; \
-	done
+	PYTHONPATH=src $(PY) -m impl.report.compare --device cpu $(addprefix $(OUT)/smoke/,$(addsuffix .json,$(SECTIONS)))
+
+gate:
+	PYTHONPATH=src $(PY) -m impl.report.gate
 
 clean:
 	rm -rf $(OUT) .benchmarks .pytest_cache .hypothesis

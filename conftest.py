@@ -1,9 +1,14 @@
 """Shared by correctness/ and perf/: the bench layer's fixtures and JSON hook (impl.bench.plugin:
 `device`, `profile`, `peaks`, `bench`), and the skip rules for the gpu / multi_gpu markers."""
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+# `impl` importable without PYTHONPATH: the pytest-benchmark CLI (list, compare) loads this file too.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 if not torch.cuda.is_available():
     # Triton kernels run on the CPU through the interpreter; set before anything imports triton.

@@ -73,12 +73,62 @@ class Recorder:
 RECORDER = Recorder()
 
 
+_STOP: dict[str, str] = {}  # why the session stopped early, if it did
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark loads what --benchmark-compare compares with
 def pytest_configure(config):
     RECORDER.attach(config)
+    _STOP.clear()
+    if config.getoption("benchmark_compare", default=[]) not in ([], None, False):
+        _write_compare_baseline(config)
+
+
+def _write_compare_baseline(config) -> None:
+    """`--benchmark-compare` out of the box: the newest committed run of every row for this device
+    (impl.bench.store), written into pytest-benchmark's default storage as run 0000. A user's own
+    saved runs (--benchmark-autosave) number from 0001, so plain --benchmark-compare takes the
+    newest of those when there are any; --benchmark-compare=0000 always takes the committed one."""
+    import json
+
+    from pytest_benchmark.utils import get_machine_id
+
+    from impl.bench.store import committed_baseline, device_slug
+
+    storage = config.getoption("benchmark_storage")
+    if storage not in ("file://./.benchmarks", "./.benchmarks", ".benchmarks"):
+        return  # the user named a storage: theirs to fill
+    baseline = committed_baseline(device_slug())
+    if baseline is None:
+        return
+    folder = config.rootpath / ".benchmarks" / get_machine_id()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "0000_committed.json").write_text(json.dumps(baseline))
+
+
+def pytest_keyboard_interrupt(excinfo):
+    _STOP["why"] = "KeyboardInterrupt"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if session.shouldstop and "why" not in _STOP:  # e.g. pytest-timeout's --session-timeout
+        _STOP["why"] = str(session.shouldstop)
 
 
 def pytest_benchmark_update_json(config, benchmarks, output_json):
+    """Beside pytest-benchmark's entries: the rows that did not run, and what impl.bench.store needs
+    to file the run (its device slug, and whether it was interrupted: such a run is not stored)."""
+    from impl.bench.store import device_slug
+
+    session = getattr(config, "_bench_session", None)
+    stopped = _STOP.get("why") or (str(session.shouldstop) if session is not None and session.shouldstop else None)
     output_json["not_run"] = [e.to_json() for e in RECORDER.not_run]
+    output_json["suite"] = dict(device_slug=device_slug(), interrupted=stopped is not None, why=stopped,
+                                args=list(config.invocation_params.args))
+
+
+def pytest_sessionstart(session):
+    session.config._bench_session = session
 
 
 @pytest.fixture(scope="session")

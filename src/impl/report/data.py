@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from impl.bench.row import SCHEMA, Row, Status
+from impl.bench.store import run_files
 from impl.report.legacy import legacy_row
 
 STAT_KEYS = ("mean", "stddev", "median", "min", "max", "iqr", "rounds")
@@ -110,21 +111,28 @@ def frame(records: list[Record]) -> pd.DataFrame:
 
 
 def load_records(data_dir: Path) -> list[Record]:
-    """Every run file of every device, except history/ and probes/."""
+    """Every stored run of every device and section (impl.bench.store's layout), oldest first."""
     records = []
-    for path in sorted(data_dir.glob("*/*.json")):
-        records.extend(load_file(path))
+    for rf in run_files(data_dir):
+        records.extend(load_file(rf.path, rf.device, rf.section))
     return records
 
 
+def _split_newest(records: list[Record]) -> tuple[list[Record], list[Record]]:
+    """(each row's newest record, every earlier one): a row is a (device, benchmark name); run
+    files sort by their UTC timestamp, so the last seen is the newest."""
+    newest: dict[tuple[str, str], Record] = {}
+    for rec in records:
+        newest[(rec.run.device, rec.name)] = rec
+    keep = {id(r) for r in newest.values()}
+    return list(newest.values()), [r for r in records if id(r) not in keep]
+
+
 def load(data_dir: Path) -> pd.DataFrame:
-    return frame(load_records(data_dir))
+    """Each row's newest run: what the report shows."""
+    return frame(_split_newest(load_records(data_dir))[0])
 
 
 def load_history(data_dir: Path) -> pd.DataFrame:
-    """Earlier versions' JSON kept under reports/data/<device>/history/ (e.g. leaderboard-v1.json: the
-    same benchmark before a kernel change), for version tables; `section` is the file stem."""
-    records = []
-    for path in sorted(data_dir.glob("*/history/*.json")):
-        records.extend(load_file(path, device=path.parent.parent.name))
-    return frame(records)
+    """Every earlier run of each row, for version and history tables."""
+    return frame(_split_newest(load_records(data_dir))[1])

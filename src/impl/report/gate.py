@@ -1,0 +1,165 @@
+"""The regression gate (`make gate`): for each device and section, every measured row of the
+newest stored run is compared, on pytest-benchmark's median, with the same row in the latest
+earlier run that measured it with the same clock. A row slower by more than its noise band fails the gate unless
+`reports/accepted-changes.toml` accepts it with a reason:
+
+    [[accepted]]
+    device = "h100-80gb-x1"
+    section = "leaderboard"
+    row = "test_leaderboard[flash_triton-fwd_bwd]"
+    run = "20261124T101500Z_abcdef12"   # optional: the newest run's file stem; without it, every run
+    reason = "why this row may be slower"
+
+Noise bands (relative, per row) come from repeated identical runs: `python -m impl.report.gate
+--bands A.json B.json ...` writes them to `reports/noise-bands.toml`; a row without one uses
+DEFAULT_BAND for its device type. Interrupted runs are never stored (impl.bench.store), so they
+are never compared.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from impl.bench.row import Status
+from impl.bench.store import DATA_DIR, run_files
+from impl.report.data import Record, load_file
+from impl.report.markdown import table
+
+REPORTS = DATA_DIR.parent
+# The one default: GPU kernel and step rows repeat within a few % (README: measured bands); CPU
+# smoke rows share a loaded 2-core machine and move by tens of %.
+DEFAULT_BAND = {"cuda": 0.10, "cpu": 1.00}
+BAND_SAFETY = 1.5  # a measured band is this times the largest spread seen between identical runs
+MIN_BAND = 0.02
+
+
+@dataclass(frozen=True)
+class Change:
+    device: str
+    section: str
+    row: str
+    old_run: str
+    new_run: str
+    old_s: float
+    new_s: float
+    band: float
+    accepted: str | None
+
+    @property
+    def ratio(self) -> float:
+        return self.new_s / self.old_s
+
+    @property
+    def regressed(self) -> bool:
+        return self.ratio > 1 + self.band
+
+    @property
+    def verdict(self) -> str:
+        if not self.regressed:
+            return "faster" if self.ratio < 1 - self.band else "within band"
+        return f"accepted: {self.accepted}" if self.accepted else "REGRESSION"
+
+
+def _toml(path: Path) -> dict:
+    return tomllib.loads(path.read_text()) if path.exists() else {}
+
+
+def _clock(rec: Record) -> str:
+    """Which clock a median came from: rows are compared only with rows timed the same way (an
+    older-format kernel row's figure is a do_bench median, a schema-2 row's its own rounds)."""
+    return "older format" if rec.run.legacy else rec.row.timing.timer
+
+
+def _measured(records: list[Record]) -> dict[str, Record]:
+    return {r.name: r for r in records
+            if r.row.status is Status.MEASURED and r.stats is not None and r.stats.median}
+
+
+def compare(data_dir: Path = DATA_DIR, bands_path: Path | None = None,
+            accepted_path: Path | None = None) -> list[Change]:
+    bands = _toml(bands_path or data_dir.parent / "noise-bands.toml")
+    # an entry naming a run accepts the change into that run only; without one, every run of the row
+    accepted = {(a["device"], a["section"], a["row"], a.get("run")): a["reason"]
+                for a in _toml(accepted_path or data_dir.parent / "accepted-changes.toml").get("accepted", [])}
+    by_section: dict[tuple[str, str], list] = {}
+    for rf in run_files(data_dir):
+        by_section.setdefault((rf.device, rf.section), []).append(rf)
+    changes = []
+    for (device, section), runs in sorted(by_section.items()):
+        runs.sort(key=lambda rf: rf.stamp)
+        newest = _measured(load_file(runs[-1].path, device, section))
+        earlier = [(rf, _measured(load_file(rf.path, device, section))) for rf in reversed(runs[:-1])]
+        default = DEFAULT_BAND["cpu" if device == "cpu" else "cuda"]
+        for name, rec in sorted(newest.items()):
+            prev = next(((rf, rows[name]) for rf, rows in earlier
+                         if name in rows and _clock(rows[name]) == _clock(rec)), None)
+            if prev is None:
+                continue
+            band = bands.get(device, {}).get(section, {}).get(name, default)
+            changes.append(Change(device, section, name, prev[0].stamp, runs[-1].stamp, prev[1].stats.median,
+                                  rec.stats.median, band, accepted.get((device, section, name, runs[-1].stamp))
+                                  or accepted.get((device, section, name, None))))
+    return changes
+
+
+def measure_bands(run_paths: list[Path], device: str, section: str) -> dict[str, float]:
+    """Per row, BAND_SAFETY × the largest relative spread of the median across identical runs."""
+    medians: dict[str, list[float]] = {}
+    for path in run_paths:
+        for name, rec in _measured(load_file(path, device, section)).items():
+            medians.setdefault(name, []).append(rec.stats.median)
+    return {name: max(MIN_BAND, BAND_SAFETY * (max(m) / min(m) - 1)) for name, m in medians.items() if len(m) > 1}
+
+
+def write_bands(path: Path, device: str, section: str, bands: dict[str, float]) -> None:
+    doc = _toml(path)
+    doc.setdefault(device, {})[section] = bands
+    lines = ["# Relative noise band per row, from repeated identical runs (python -m impl.report.gate --bands).", ""]
+    for dev in sorted(doc):
+        for sec in sorted(doc[dev]):
+            lines.append(f'[{dev!r}.{sec!r}]'.replace("'", '"'))
+            lines += [f'"{name}" = {band:.4f}' for name, band in sorted(doc[dev][sec].items())]
+            lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def render(changes: list[Change]) -> str:
+    rows = [[c.device, c.section, c.row, c.old_run, f"{c.old_s * 1e3:.4g}", f"{c.new_s * 1e3:.4g}",
+             f"{100 * (c.ratio - 1):+.1f}%", f"±{100 * c.band:.0f}%", c.verdict] for c in changes]
+    return table(["device", "section", "row", "previous run", "previous median (ms)", "newest median (ms)",
+                  "change", "band", "verdict"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Compare each section's newest run with the one before it.")
+    ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    ap.add_argument("--all", action="store_true", help="print every compared row, not only changes beyond bands")
+    ap.add_argument("--bands", nargs="+", type=Path, metavar="RUN", help="measure noise bands from identical runs")
+    ap.add_argument("--device", help="with --bands: the device slug")
+    ap.add_argument("--section", help="with --bands: the section")
+    args = ap.parse_args(argv)
+    if args.bands:
+        if not (args.device and args.section):
+            ap.error("--bands needs --device and --section")
+        bands = measure_bands(args.bands, args.device, args.section)
+        write_bands(args.data_dir.parent / "noise-bands.toml", args.device, args.section, bands)
+        print(f"wrote {len(bands)} bands for {args.device}/{args.section}; largest {max(bands.values(), default=0):.1%}")
+        return 0
+    changes = compare(args.data_dir)
+    shown = changes if args.all else [c for c in changes if c.verdict != "within band"]
+    print(f"gate: {len(changes)} rows compared across {len({(c.device, c.section) for c in changes})} sections")
+    if shown:
+        print(render(shown))
+    bad = [c for c in changes if c.regressed and not c.accepted]
+    for c in bad:
+        print(f"gate: REGRESSION {c.device}/{c.section} {c.row}: {c.old_s * 1e3:.4g} -> {c.new_s * 1e3:.4g} ms "
+              f"({100 * (c.ratio - 1):+.1f}%, band ±{100 * c.band:.0f}%); accept it in reports/accepted-changes.toml "
+              "with a reason if intended", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
