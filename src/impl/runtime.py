@@ -2,7 +2,6 @@
 import contextlib
 import os
 import platform
-import re
 
 import torch
 
@@ -51,14 +50,6 @@ def device_name(device: torch.device | None = None) -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def device_slug(device: torch.device | None = None) -> str:
-    """Folder name under reports/data/: 'nvidia-h100-80gb-hbm3', or 'cpu' for any CPU."""
-    device = device or default_device()
-    if device.type != "cuda":
-        return "cpu"
-    return re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-")
-
-
 def env_info(device: torch.device | None = None) -> dict:
     device = device or default_device()
     try:
@@ -103,7 +94,5 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-if __name__ == "__main__":  # `python -m impl.runtime slug|profile` for the Makefile
-    import sys
-
-    print({"slug": device_slug, "profile": profile_name}[sys.argv[1]]())
+if __name__ == "__main__":  # `python -m impl.runtime profile`
+    print(profile_name())
