@@ -83,7 +83,8 @@ def pytorch_attention_table(d: pd.DataFrame) -> str:
         cell = lambda r: "–" if r is None else (status(r) or ms(r["median"]))  # noqa: E731
         mem = "–" if b is None else (status(b) or gib(_rel(b, "memory_before_backward_bytes")))
         base = None if b is None else _detail(b, "baseline_bytes")
-        peak = "–" if b is None or not ran(b) or missing(b["peak_alloc"]) or base is None else gib(b["peak_alloc"] - base)
+        peak = ("–" if b is None or not ran(b) or missing(b["peak_alloc"]) or base is None
+                else gib(b["peak_alloc"] - base))
         derived = naive_attention_memory(int(g["cfg.batch"].iloc[0]), int(seq), int(dm), g["cfg.dtype"].iloc[0])
         rows.append([int(dm), int(seq), cell(f), cell(b),
                      "–" if f is None or not ran(f) else num(f.get("m.tflops"), 2),
@@ -501,8 +502,9 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         timers = sorted({_timer(r) for _, r in fs.iterrows() if _timer(r)})
         parts.append("## flash_shapes")
         parts.append(f"Ours (FlashAttentionTriton.apply, eager and under torch.compile) beside the faster of SDPA "
-                     f"cuDNN and SDPA flash, same inputs, same run; kernel medians (timer: {', '.join(timers) or '–'}). "
-                     f"Ours' output and gradients are checked per row against SDPA in higher precision.")
+                     f"cuDNN and SDPA flash, same inputs, same run; kernel medians (timer: "
+                     f"{', '.join(timers) or '–'}). Ours' output and gradients are checked per row against SDPA in "
+                     f"higher precision.")
         parts.append(flash_shapes_table(fs))
         if _reasons(fs):
             parts.append("Cells not run:\n" + _reasons(fs))
