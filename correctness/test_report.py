@@ -2,6 +2,7 @@
 loaded apart from the current data and rendered as one row per version."""
 import json
 
+from impl.bench.row import Env, Metric, Row, Status, Timing
 from impl.report.__main__ import build
 
 
@@ -61,6 +62,71 @@ def test_flash_regression_table_counts_faster_and_slower_shapes(tmp_path):
     slower = text.split("Slower beyond the band")[1]
     assert "| backward | 64 | 1024 | 3.000 | 3.300 | 1.10 |" in slower and "4096" not in slower
 
+
+
+# ------------------------------------------------------------------------------- schema-2 attention rows
+ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
+
+
+def _bench_entry(row: Row, median_ms: float) -> dict:
+    s = median_ms / 1e3
+    return dict(name=f"test_{row.problem}[{'-'.join(map(str, row.config.values()))}]", group=row.problem,
+                extra_info=row.to_json(), stats=dict(mean=s, stddev=0.0, median=s, min=s, max=s, iqr=0.0, rounds=10,
+                                                     data=[s] * 10))
+
+
+def _doc(measured: list[tuple[Row, float]], not_run: list[Row]) -> dict:
+    return dict(datetime="2026-03-01T00:00", benchmarks=[_bench_entry(r, ms) for r, ms in measured],
+                not_run=[dict(name=f"test_{r.problem}[{r.config['impl']}]", fullname="x", group=r.problem,
+                              row=r.to_json()) for r in not_run])
+
+
+def _kernel_row(problem: str, config: dict, do_bench_ms: float | None = None, **details) -> Row:
+    timing = Timing(round="one call", timer="CudaEventTimer", warmup_rounds=2, rounds=10, iterations=4)
+    metrics = {Metric.TFLOPS: 100.0} | ({Metric.DO_BENCH_MS: do_bench_ms} if do_bench_ms else {})
+    return Row(problem=problem, config=config, env=ENV, status=Status.MEASURED, timing=timing, metrics=metrics,
+               details=details)
+
+
+def _report(tmp_path, name: str, doc: dict) -> str:
+    dev = tmp_path / "reports" / "data" / "gpu-x"
+    dev.mkdir(parents=True)
+    (tmp_path / "reports" / "figures").mkdir()
+    (dev / f"{name}.json").write_text(json.dumps(doc))
+    return build(tmp_path)
+
+
+def test_leaderboard_times_are_the_kernel_medians_not_do_bench(tmp_path):
+    """A schema-2 leaderboard row shows its stats median; do_bench's median is a column beside it."""
+    cfg = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
+    ours = _kernel_row("leaderboard", dict(impl="flash_triton", mode="fwd_bwd", **cfg), 5.5, compiled=True,
+                       rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2e-3), tol=dict(out=1e-2, grad=2e-2))
+    cudnn = _kernel_row("leaderboard", dict(impl="sdpa_cudnn", mode="fwd_bwd", **cfg), 4.6)
+    flash = Row(problem="leaderboard", config=dict(impl="sdpa_flash", mode="fwd_bwd", **cfg), env=ENV,
+                status=Status.UNSUPPORTED, reason="no flash kernel")
+    text = _report(tmp_path, "leaderboard", _doc([(ours, 5.0), (cudnn, 4.0)], [flash])).split("## leaderboard")[1]
+    assert "| torch.compile(FlashAttentionTriton.apply) | forward+backward | 5.000 | 5.500 |" in text
+    assert "| SDPA flash backend | forward+backward | unsupported | – |" in text
+    assert "takes 5.000 ms, 1.25× the time of the fastest anchor (SDPA cuDNN backend, 4.000 ms)" in text
+
+
+def test_flash_shapes_ratio_is_against_the_faster_anchor_of_the_same_shape(tmp_path):
+    def cfg(impl, seq, mode="fwd"):
+        return dict(impl=impl, mode=mode, batch=4, heads=32, seq=seq, d=80, causal=True, dtype="bf16")
+    rows = [(_kernel_row("flash_shapes", cfg("flash_triton", 512)), 0.9),
+            (_kernel_row("flash_shapes", cfg("flash_triton_compiled", 512)), 1.8),
+            (_kernel_row("flash_shapes", cfg("sdpa_cudnn", 512)), 0.3),
+            (_kernel_row("flash_shapes", cfg("sdpa_flash", 512)), 0.45),
+            (_kernel_row("flash_shapes", cfg("flash_triton", 3000)), 2.0),
+            (_kernel_row("flash_shapes", cfg("sdpa_flash", 3000)), 2.5)]
+    not_run = [Row(problem="flash_shapes", config=cfg("sdpa_cudnn", 3000), env=ENV, status=Status.OOM, reason="OOM"),
+               Row(problem="flash_shapes", config=cfg("flash_triton_compiled", 3000), env=ENV,
+                   status=Status.LEFT_OUT_BY_BUDGET, reason="time budget")]
+    text = _report(tmp_path, "flash_shapes", _doc(rows, not_run)).split("## flash_shapes")[1]
+    assert "| bf16 | 80 | yes | 4×32×512 | forward | 0.900 | 1.800 | 0.300 (cuDNN backend) | 3.00× | 6.00× |" in text
+    assert ("| bf16 | 80 | yes | 4×32×3000 | forward | 2.000 | left out (budget) | 2.500 (flash backend) | 0.80× | – |"
+            in text)
+    assert "- OOM: OOM" in text and "- left out (budget): time budget" in text
 
 # ------------------------------------------------------------------------------------ training_step
 BF16 = dict(dtype="bf16", attn_impl="naive", compile="none", optimizer="adamw", fused_ce=False, compile_backend=None)

@@ -1,5 +1,5 @@
-"""1.3 flash_benchmarking: triton.testing.do_bench (median), batch 1, causal, seq 128…65536 × d × {bf16,
-fp32}: forward, backward and end-to-end (forward+backward) for
+"""1.3 flash_benchmarking: batch 1, causal, seq 128…65536 × d × {bf16, fp32}: forward, backward and
+end-to-end (forward+backward) for
 
   flash_triton               FlashAttentionTriton, Triton backward kernels
   flash_triton_compiled_bwd  FlashAttentionTriton, torch.compile'd PyTorch backward (bwd, fwd_bwd only:
@@ -9,13 +9,18 @@ fp32}: forward, backward and end-to-end (forward+backward) for
                              backend on (1, 1, seq, d) inputs; a config the backend rejects (fp32) is a
                              row marked unsupported
 
-Timing (see impl.bench.attention): each row first calls its function once (autotuning,
-compilation; that first call's time is `first_call_s`), registers a pytest-benchmark row with one
-synchronised call through run_benchmark (which records OOM), then stores the do_bench median in
-extra_info["do_bench_ms"] and TFLOP/s in metrics (causal FLOPs counted as half: attention_flops).
-Backward alone: the graph is built once, do_bench replays `backward(retain_graph=True)` with the
-input grads reset. Rows cut by impl.bench.sweeps cutoffs or this file's time budget are recorded as
-left out. On the GPU the grid runs as two commands: `-k bf16` and `-k fp32`.
+Kernel rows (impl.bench.harness, kernel=True): on the GPU a CUDA-event timer with enough calls per
+round that a round is ≥ 1 ms, so stats.median is the kernel time; the assignment's
+`triton.testing.do_bench` median stays beside it as the do_bench_ms cross-check metric. Each row
+first calls its function once (autotuning, compilation: `first_call_s`). Backward alone: the graph
+is built once and every call replays `backward(retain_graph=True)`; each timed call resets the
+input gradients first, so no call adds into the previous one's. TFLOP/s count causal FLOPs as
+half (attention_flops). The kernels' correctness is pinned by correctness/test_attention.py on the
+same code paths, not re-checked per row here (flash_shapes and leaderboard check theirs).
+
+Rows cut by impl.bench.sweeps cutoffs are left out, rows past this file's time budget left out by
+budget, OOM and a backend's rejection recorded as such: all of them in the JSON's not_run list. On
+the GPU the grid runs as two commands: `-k bf16` and `-k fp32`.
 """
 import pytest
 import torch
@@ -25,16 +30,19 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
                             set_flash_backward)
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import Budget, attention_inputs, kernel_time_ms, record_not_run
-from impl.bench.legacy_harness import record_oom, run_benchmark, time_once
-from impl.runtime import first_line, free_memory, is_oom, profile_name
+from impl.bench.attention import attention_inputs, do_bench_ms
+from impl.bench.harness import Budget, time_once
+from impl.bench.row import Metric, Status
 from impl.bench.sweeps import grid
+from impl.runtime import first_line, free_memory, is_oom, profile_name
 
 PROBLEM = "flash_benchmarking"
-PROFILE = profile_name()
-G = grid(PROBLEM, PROFILE)
+G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G["budget_s"])
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+ROUND = {"fwd": "one causal attention forward",
+         "bwd": "one causal attention backward (graph built once, replayed with retain_graph; input grads reset)",
+         "fwd_bwd": "one causal attention forward and backward (input grads reset)"}
 
 # Every shape is its own static-shape compile of the backward; dynamo's default recompile limit (8)
 # would silently fall back to eager after a few sequence lengths.
@@ -76,29 +84,44 @@ def forward_fn(impl, q, k, v):
     return sdpa
 
 
-def timed_fn(mode, fwd, do):
-    """The function do_bench times; building it runs the forward once for mode "bwd"."""
+def timed_fn(mode, fwd, do, inputs):
+    """One call of the row; building it runs the forward once for mode "bwd"."""
     if mode == "fwd":
         return fwd
+
+    def reset():
+        for t in inputs:
+            t.grad = None
     if mode == "fwd_bwd":
-        return lambda: fwd().backward(do)
+        def fwd_bwd():
+            reset()
+            fwd().backward(do)
+        return fwd_bwd
     out = fwd()
-    return lambda: out.backward(do, retain_graph=True)
+
+    def bwd():
+        reset()
+        out.backward(do, retain_graph=True)
+    return bwd
 
 
 @pytest.mark.parametrize("dtype,impl,d,seq,mode", CASES, ids=[f"{dt}-{i}-d{d}-seq{s}-{m}" for dt, i, d, s, m in CASES])
-def test_flash_benchmarking(benchmark, device, matmul_peak, dtype, impl, d, seq, mode):
+def test_flash_benchmarking(bench, dtype, impl, d, seq, mode):
+    device = bench.device
     batch = G["batch"]
     config = dict(impl=impl, dtype=dtype, d=d, seq=seq, mode=mode, batch=batch, causal=True)
-    extra = dict(left_out=left_out_summary(), autotune=G["autotune"], **matmul_peak)
-    reason = cutoff(impl, dtype, d, seq) or (BUDGET.reason() if BUDGET.exhausted() else None)
+    details = dict(left_out=left_out_summary(), autotune=G["autotune"])
+    reason = cutoff(impl, dtype, d, seq)
     if reason:
-        record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="left_out", reason=reason,
-                       extra=extra)
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT, reason=reason, details=details)
+        return
+    if BUDGET.exhausted():
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
+                      details=details)
         return
     set_flash_backward("compiled" if impl == "flash_triton_compiled_bwd" else "triton")
     if impl == "flash_triton_compiled_bwd" and device.type != "cuda":
-        extra["note"] = "compiled_flash_backward runs the plain PyTorch backward on the CPU (no torch.compile)"
+        details["note"] = "compiled_flash_backward runs the plain PyTorch backward on the CPU (no torch.compile)"
     if impl == "naive":  # its (seq, seq) matrices are the only large leftovers worth collecting
         free_memory()
     try:
@@ -106,34 +129,23 @@ def test_flash_benchmarking(benchmark, device, matmul_peak, dtype, impl, d, seq,
         fwd = forward_fn(impl, q, k, v)
         if impl.startswith("sdpa"):
             do = do.unsqueeze(1)
-        fn = timed_fn(mode, fwd, do)
-        extra["first_call_s"] = time_once(fn, device)  # autotuning / compilation happen here
+        fn = timed_fn(mode, fwd, do, (q, k, v))
+        first_s = time_once(fn, device)  # autotuning / compilation happen here
     except Exception as exc:
         if is_oom(exc):
-            record_oom(benchmark, problem=PROBLEM, config=config, device=device, message=str(exc), extra=extra)
+            bench.oom(problem=PROBLEM, config=config, exc=exc, details=details)
             return
         if impl.startswith("sdpa") and isinstance(exc, RuntimeError):  # the backend rejects this config
-            record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="unsupported",
-                           reason=first_line(exc), extra=extra)
+            bench.not_run(problem=PROBLEM, config=config, status=Status.UNSUPPORTED, reason=first_line(exc),
+                          details=details)
             return
         raise
-    grads = [q, k, v] if mode != "fwd" else None
-    res = run_benchmark(benchmark, problem=PROBLEM, config=config, fn=fn, device=device, warmup=0, rounds=1,
-                        extra=extra)
-    info = benchmark.extra_info
-    if res.oom:
-        return
-    try:
-        ms, timer = kernel_time_ms(fn, device, warmup_ms=G["warmup_ms"], rep_ms=G["rep_ms"], grad_to_none=grads,
-                                   cpu_repeats=G["cpu_repeats"])
-    except Exception as exc:
-        if not is_oom(exc):
-            raise
-        info.update(oom=True, oom_message=first_line(exc))
-        return
     flops = attention_flops(batch, seq, seq, d, is_causal=True, mode=mode)
-    tflops = flops / (ms * 1e-3) / 1e12
-    info.update(do_bench_ms=ms, timer=timer)
-    info.setdefault("metrics", {}).update(do_bench_ms=ms, flops=flops, tflops=tflops,
-                                          mfu=tflops * 1e12 / matmul_peak["peak_flops"])
-    assert ms > 0
+    row = bench.measure(problem=PROBLEM, config=config, fn=fn, round=ROUND[mode], warmup=G["warmup"],
+                        rounds=G["rounds"], kernel=True, flops=flops, metrics={Metric.FIRST_CALL_S: first_s},
+                        details=details)
+    if row.status is Status.MEASURED:
+        cross = do_bench_ms(fn, device, warmup_ms=G["warmup_ms"], rep_ms=G["rep_ms"])
+        if cross is not None:
+            row.metrics[Metric.DO_BENCH_MS] = cross
+            bench.save(row)

@@ -1,23 +1,24 @@
 """1.3 torch_compile (a): `torch.compile(naive_attention)` on the pytorch_attention grid, forward and
-backward timed the same way (impl.bench.attention.run_attention_passes). The eager side
-of the comparison is the pytorch_attention rows of the same device (same grid, same timer), so the
-GPU time is not spent twice.
+backward timed the same way (impl.bench.attention.run_attention_passes). The eager side of the
+comparison is the pytorch_attention rows of the same device (same grid, same timer), so the GPU
+time is not spent twice.
 
 Each (d, seq) compiles afresh (dynamo reset, static shapes): the first forward and the first
 backward, which is when AOTAutograd/Inductor compile, are timed once (time_once) and recorded as
-compile_forward_s / compile_backward_s, outside the benchmarked rounds."""
+compile_forward_s / compile_backward_s in details, outside the benchmarked rounds."""
 import pytest
 import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import Budget, allocated_bytes, attention_inputs, record_not_run, run_attention_passes
-from impl.bench.legacy_harness import record_oom, time_once
-from impl.runtime import free_memory, is_oom, profile_name
+from impl.bench.attention import allocated_bytes, attention_inputs, run_attention_passes
+from impl.bench.harness import Budget, guard_oom, time_once
+from impl.bench.row import Status
 from impl.bench.sweeps import grid
+from impl.runtime import free_memory, profile_name
 
-PROFILE = profile_name()
-G = grid("torch_compile_attention", PROFILE)
+PROBLEM = "torch_compile"
+G = grid("torch_compile_attention", profile_name())
 BUDGET = Budget(G["budget_s"])
 CASES = [(d, s, m) for d in G["dims"] for s in G["seqs"] for m in ("forward", "backward")]
 _COMPILED: dict = {}  # (d, seq) -> (compiled fn, compile times): one fresh compile per shape
@@ -40,29 +41,26 @@ def compiled_attention(key, q, k, v, do, device):
 
 
 @pytest.mark.parametrize("d_model,seq,mode", CASES, ids=[f"d{d}-seq{s}-{m}" for d, s, m in CASES])
-def test_torch_compile_attention(benchmark, device, d_model, seq, mode):
+def test_torch_compile_attention(bench, d_model, seq, mode):
+    device = bench.device
     batch, dtype = G["batch"], G["dtype"]
     config = dict(batch=batch, d_model=d_model, seq=seq, mode=mode, dtype=dtype, causal=False,
                   impl="compiled", backend=G["backend"])
-    extra = dict(study="attention", derived_memory=naive_attention_memory(batch, seq, d_model, dtype).as_dict(),
-                 eager_rows="pytorch_attention")
+    details = dict(study="attention", derived_memory=naive_attention_memory(batch, seq, d_model, dtype).as_dict(),
+                   eager_rows="pytorch_attention")
     if BUDGET.exhausted():
-        record_not_run(benchmark, problem="torch_compile", config=config, device=device, kind="left_out",
-                       reason=BUDGET.reason(), extra=extra)
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
+                      details=details)
         return
     free_memory()
     baseline = allocated_bytes(device)
-    try:
+    with guard_oom(bench, problem=PROBLEM, config=config, details=details) as g:
         q, k, v, do = attention_inputs((batch, seq, d_model), dtype, device)
         fn, compile_times = compiled_attention((d_model, seq), q, k, v, do, device)
-    except Exception as exc:
-        if not is_oom(exc):
-            raise
+    if g.oom:
         _COMPILED.clear()
-        record_oom(benchmark, problem="torch_compile", config=config, device=device, message=str(exc), extra=extra)
         return
-    extra.update(compile_times)
+    details.update(compile_times)
     flops = attention_flops(batch, seq, seq, d_model, is_causal=False, mode="fwd" if mode == "forward" else "bwd")
-    run_attention_passes(benchmark, problem="torch_compile", config=config, attn=fn, q=q, k=k, v=v, grad_out=do,
-                         mode=mode, device=device, warmup=G["warmup"], rounds=G["rounds"], flops=flops,
-                         baseline=baseline, extra=extra)
+    run_attention_passes(bench, problem=PROBLEM, config=config, attn=fn, q=q, k=k, v=v, grad_out=do, mode=mode,
+                         warmup=G["warmup"], rounds=G["rounds"], flops=flops, baseline=baseline, details=details)

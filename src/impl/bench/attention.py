@@ -1,28 +1,20 @@
 """Helpers shared by the attention perf files (pytorch_attention, torch_compile, flash_benchmarking,
-leaderboard): timed forward / backward passes with the memory in use before backward,
-kernel-level timing where the assignment asks for `triton.testing.do_bench`, rows for configs that
-did not run, and a wall-clock budget for a perf file.
-
-Why do_bench and not the pedantic timer here: do_bench times with device events, flushes L2
-before every repeat, sizes its warm-up and repeat counts from a runtime estimate and returns the
-median, which is the method the FlashAttention numbers of the assignment are defined by.
-pytest-benchmark still gets one row per config (the suite's JSON is the only data source): the
-test runs `run_benchmark` for a single synchronised call (which also catches OOM and triggers
-autotuning / compilation in its warm-up), then stores the do_bench median in
-`extra_info["do_bench_ms"]`; the report reads only that figure.
+flash_shapes, leaderboard): random inputs, relative errors against a reference, the assignment's
+`triton.testing.do_bench` median as a cross-check metric, and timed forward / backward passes with
+the memory in use before backward (pytorch_attention, torch_compile (a)).
 """
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch
 
-from impl.bench.legacy_harness import BenchResult, reset_peak_memory, run_benchmark, time_once
-from impl.runtime import env_info, synchronize
+from impl.bench.harness import Harness, reset_peak_memory
+from impl.bench.row import Row
+from impl.runtime import free_memory, is_oom, synchronize
 
-DO_BENCH = "triton.testing.do_bench"
+PASS_ROUNDS = {"forward": "one forward pass of the attention (output dropped)",
+               "backward": "one backward pass of the attention (its forward runs untimed in setup)"}
 
 
 def attention_inputs(shape, dtype: str, device: torch.device, seed: int = 0, grad: bool = True):
@@ -44,82 +36,40 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 def do_bench_ms(fn: Callable, device: torch.device, warmup_ms: int = 25, rep_ms: int = 100) -> float | None:
     """The assignment's `triton.testing.do_bench` median (ms), kept beside a kernel row's own stats
     as a cross-check (it flushes L2 between calls; the row's rounds do not). None on a CPU, where
-    do_bench has no device events."""
+    do_bench has no device events, and where do_bench's own buffers (its L2-flush buffer) run out
+    of memory after the row itself fitted: the cross-check is then missing, the row stands."""
     if device.type != "cuda":
         return None
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-
-
-def kernel_time_ms(fn: Callable, device: torch.device, *, warmup_ms: int = 25, rep_ms: int = 100,
-                   grad_to_none: Iterable[torch.Tensor] | None = None, cpu_repeats: int = 3) -> tuple[float, str]:
-    """Median milliseconds of `fn` and the name of the timer used.
-
-    CUDA: triton.testing.do_bench(return_mode="median"). CPU (smoke runs, Triton interpreter):
-    do_bench needs device events, so the median of `cpu_repeats` synchronised calls after one
-    warm-up call; the timer name says which one produced the number."""
-    grads = list(grad_to_none) if grad_to_none is not None else None
-    if device.type == "cuda":
-        from triton.testing import do_bench
-
-        ms = do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, return_mode="median")
-        return float(ms), DO_BENCH
-    fn()
-    times = []
-    for _ in range(cpu_repeats):
-        for x in grads or ():
-            x.grad = None
-        times.append(time_once(fn, device))
-    return statistics.median(times) * 1e3, f"median of {cpu_repeats} synchronised calls (CPU fallback for do_bench)"
-
-
-def record_not_run(benchmark, *, problem: str, config: dict, device: torch.device, kind: str, reason: str,
-                   extra: dict | None = None) -> None:
-    """A row for a config that was not timed: kind "unsupported" (the implementation rejects it)
-    or "left_out" (a trim: time budget, a cutoff in impl.bench.sweeps). Its one round times nothing;
-    extra_info["not_run"] says so, and the report shows the cell as such."""
-    benchmark.group = problem
-    benchmark.extra_info.update(problem=problem, config=dict(config), env=env_info(device), oom=False,
-                                not_run=kind, not_run_reason=reason, **(extra or {}))
-    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
-
-
-class Budget:
-    """Wall-clock budget of one perf file (started at import, i.e. at collection): rows past it
-    are recorded as left out, so a run that would overrun the GPU machine's 10-minute command
-    limit still ends and writes its JSON."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.deadline = time.monotonic() + seconds
-
-    def exhausted(self) -> bool:
-        return time.monotonic() > self.deadline
-
-    def reason(self) -> str:
-        return f"time budget of this perf file ({self.seconds:.0f} s, impl.bench.sweeps) exhausted"
+    try:
+        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    except Exception as exc:  # noqa: BLE001 - only OOM is swallowed
+        if not is_oom(exc):
+            raise
+        free_memory()
+        return None
 
 
 def allocated_bytes(device: torch.device) -> int | None:
     return torch.cuda.memory_allocated(device) if device.type == "cuda" else None
 
 
-def run_attention_passes(benchmark, *, problem: str, config: dict, attn: Callable, q, k, v, grad_out,
-                         mode: str, device: torch.device, warmup: int, rounds: int, flops: float,
-                         baseline: int | None, extra: dict | None = None) -> BenchResult:
+def run_attention_passes(bench: Harness, *, problem: str, config: dict, attn: Callable, q, k, v, grad_out,
+                         mode: str, warmup: int, rounds: int, flops: float, baseline: int | None,
+                         details: dict | None = None) -> Row:
     """`rounds` timed forward passes (mode "forward") or backward passes (mode "backward") of
-    `attn(q, k, v)`, pytest-benchmark pedantic.
+    `attn(q, k, v)`, through the harness.
 
     Backward: setup (untimed) clears the input grads and runs the forward, then records
     torch.cuda.memory_allocated (the memory in use before backward) and resets the peak counter,
-    so the row's peak_memory_allocated_bytes is the peak of the last backward alone. The output
-    travels to the timed call in a list that the call empties, so no round keeps the previous
-    round's output alive (pedantic holds the last arguments while it runs the next setup).
-    Byte figures are absolute; `baseline_bytes` (allocated before the inputs existed) lets the
-    report subtract what the rest of the process holds."""
+    so the row's peak memory is the peak of the last backward alone. The output travels to the
+    timed call in a list that the call empties, so no round keeps the previous round's output
+    alive (pedantic holds the last arguments while it runs the next setup). Byte figures go to
+    details, absolute; `baseline_bytes` (allocated before the inputs existed) lets the report
+    subtract what the rest of the process holds."""
+    device = bench.device
     measured: dict = {}
-
     if mode == "forward":
         def fn():
             attn(q, k, v)  # output dropped at once, as its graph is
@@ -138,10 +88,14 @@ def run_attention_passes(benchmark, *, problem: str, config: dict, attn: Callabl
             holder.pop().backward(grad_out)
     else:
         raise ValueError(f"mode must be 'forward' or 'backward', got {mode!r}")
-    res = run_benchmark(benchmark, problem=problem, config=config, fn=fn, setup=setup, device=device,
-                        warmup=warmup, rounds=rounds, flops=flops, extra=extra)
-    benchmark.extra_info.update(baseline_bytes=baseline, **measured)
-    return res
+    details = dict(details or {}, baseline_bytes=baseline)
+    row = bench.measure(problem=problem, config=config, fn=fn, setup=setup, round=PASS_ROUNDS[mode], warmup=warmup,
+                        rounds=rounds, flops=flops, details=details)
+    if measured:
+        row.details.update(measured)
+        if row.timing is not None:  # measured (not an OOM row): rewrite its extra_info with the figure
+            bench.save(row)
+    return row
 
 
-__all__ = ["Budget", "DO_BENCH", "allocated_bytes", "kernel_time_ms", "record_not_run", "run_attention_passes"]
+__all__ = ["allocated_bytes", "attention_inputs", "do_bench_ms", "rel_err", "run_attention_passes"]

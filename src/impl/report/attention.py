@@ -1,8 +1,9 @@
 """Report sections for 1.2–1.3 attention: pytorch_attention (+ memory accounting), torch_compile (a),
-flash_benchmarking (tables, longest sequence reached, TFLOP/s plot) and leaderboard.
+flash_benchmarking (tables, longest sequence reached, TFLOP/s plot), flash_shapes and leaderboard.
 
-Kernel-level rows (flash_benchmarking, leaderboard) are read from extra_info["do_bench_ms"], the
-triton.testing.do_bench median; their pytest-benchmark stats (one call) are not used here."""
+Times are pytest-benchmark's medians: for kernel rows (flash_benchmarking, flash_shapes,
+leaderboard) the kernel time (CUDA-event timer); for older files the loader puts the do_bench
+median there (impl.report.legacy)."""
 from __future__ import annotations
 
 import re
@@ -12,11 +13,13 @@ import pandas as pd
 
 from impl.attention.memory import flash_saved_for_backward, naive_attention_memory
 from impl.report import figures
+from impl.bench.row import Status
 from impl.report.markdown import gib, missing, ms, num, pct, table
 
 IMPL_LABELS = {
     "flash_triton": "ours (Triton fwd + Triton bwd)",
     "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
+    "flash_triton_compiled": "torch.compile(ours)",
     "naive": "naive PyTorch",
     "sdpa_flash": "SDPA flash backend",
     "sdpa_cudnn": "SDPA cuDNN backend",
@@ -26,26 +29,33 @@ MODE_LABELS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward
 DTYPE_ORDER = ["bf16", "fp16", "fp32"]
 
 
-def _info(r, key, default=None):
-    return (r["info"] or {}).get(key, default)
+STATUS_LABELS = {Status.OOM.value: "OOM", Status.UNSUPPORTED.value: "unsupported", Status.LEFT_OUT.value: "left out",
+                 Status.LEFT_OUT_BY_BUDGET.value: "left out (budget)", Status.NEEDS_HARDWARE.value: "needs hardware",
+                 Status.FAILED.value: "failed"}
+
+
+def _detail(r, key, default=None):
+    return (r["details"] or {}).get(key, default)
 
 
 def status(r) -> str | None:
     """Cell text for a row that has no timing: OOM, unsupported, left out; None if it ran."""
-    if r.oom:
-        return "OOM"
-    kind = _info(r, "not_run")
-    return {"unsupported": "unsupported", "left_out": "left out"}.get(kind, kind)
+    return None if r["status"] == Status.MEASURED.value else STATUS_LABELS.get(r["status"], r["status"])
 
 
 def ran(r) -> bool:
     return status(r) is None
 
 
+def _ms(r) -> float:
+    """The row's median in milliseconds."""
+    return r["median"] * 1e3
+
+
 def _problem(df, problem, study=None) -> pd.DataFrame:
     d = df[df.problem == problem]
     if study is not None and not d.empty:
-        d = d[d["info"].map(lambda i: (i or {}).get("study")) == study]
+        d = d[d["details"].map(lambda i: (i or {}).get("study")) == study]
     return d
 
 
@@ -53,16 +63,15 @@ def _reasons(d: pd.DataFrame) -> str:
     """The distinct reasons rows were not run, listed once each."""
     seen = []
     for _, r in d.iterrows():
-        reason = _info(r, "not_run_reason")
-        if reason and status(r) and (status(r), reason) not in seen:
-            seen.append((status(r), reason))
+        if r["reason"] and status(r) and (status(r), r["reason"]) not in seen:
+            seen.append((status(r), r["reason"]))
     return "\n".join(f"- {s}: {reason}" for s, reason in seen)
 
 
 # --- pytorch_attention -------------------------------------------------------------------------
 
 def _rel(r, key):
-    v, base = _info(r, key), _info(r, "baseline_bytes")
+    v, base = _detail(r, key), _detail(r, "baseline_bytes")
     return None if v is None or base is None else v - base
 
 
@@ -71,9 +80,11 @@ def pytorch_attention_table(d: pd.DataFrame) -> str:
     for (dm, seq), g in d.groupby(["cfg.d_model", "cfg.seq"]):
         by = {r["cfg.mode"]: r for _, r in g.iterrows()}
         f, b = by.get("forward"), by.get("backward")
-        cell = lambda r: "–" if r is None else (status(r) or ms(r["mean"], r["stddev"]))  # noqa: E731
+        cell = lambda r: "–" if r is None else (status(r) or ms(r["median"]))  # noqa: E731
         mem = "–" if b is None else (status(b) or gib(_rel(b, "memory_before_backward_bytes")))
-        peak = "–" if b is None or not ran(b) or missing(b["peak_alloc"]) or _info(b, "baseline_bytes") is None else gib(b["peak_alloc"] - _info(b, "baseline_bytes"))
+        base = None if b is None else _detail(b, "baseline_bytes")
+        peak = ("–" if b is None or not ran(b) or missing(b["peak_alloc"]) or base is None
+                else gib(b["peak_alloc"] - base))
         derived = naive_attention_memory(int(g["cfg.batch"].iloc[0]), int(seq), int(dm), g["cfg.dtype"].iloc[0])
         rows.append([int(dm), int(seq), cell(f), cell(b),
                      "–" if f is None or not ran(f) else num(f.get("m.tflops"), 2),
@@ -84,7 +95,7 @@ def pytorch_attention_table(d: pd.DataFrame) -> str:
 
 def accounting_case(d: pd.DataFrame):
     """The smallest OOM case, else the largest case that ran (by seq, then d)."""
-    ooms = d[d.oom]
+    ooms = d[d.status == Status.OOM.value]
     if not ooms.empty:
         r = ooms.sort_values(["cfg.seq", "cfg.d_model"]).iloc[0]
         return int(r["cfg.d_model"]), int(r["cfg.seq"]), True
@@ -111,8 +122,8 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
             return "–"
         if not ran(r):
             return status(r)
-        v = r["peak_alloc"] if key == "peak" else _info(r, key)
-        base = _info(r, "baseline_bytes")
+        v = r["peak_alloc"] if key == "peak" else _detail(r, key)
+        base = _detail(r, "baseline_bytes")
         return "–" if v is None or base is None else gib(v - base - minus)
 
     rows = [
@@ -129,8 +140,7 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
     ]
     share = m.scores_matrix / m.before_backward
     flash = flash_saved_for_backward(batch, seq, dm, dtype)
-    env = _info(d.iloc[0], "env", {}) or {}
-    total = env.get("gpu_memory_bytes")
+    total = d["row"].iloc[0].env.gpu_memory_bytes
     head = (f"### Memory accounting: d {dm}, seq {seq} "
             f"({'the smallest case that ran out of memory' if is_oom else 'the largest case; none ran out of memory'})")
     prose = (f"Derived by `impl.attention.memory.naive_attention_memory` from the autograd graph (batch {batch}, "
@@ -154,12 +164,12 @@ def torch_compile_table(comp: pd.DataFrame, eager: pd.DataFrame) -> str:
         eby = {r["cfg.mode"]: r for _, r in e.iterrows()}
         for mode in ("forward", "backward"):
             er, cr = eby.get(mode), cby.get(mode)
-            cells = ["–" if x is None else (status(x) or ms(x["mean"], x["stddev"])) for x in (er, cr)]
+            cells = ["–" if x is None else (status(x) or ms(x["median"])) for x in (er, cr)]
             speed = ("–" if er is None or cr is None or not ran(er) or not ran(cr)
-                     else f"{er['mean'] / cr['mean']:.2f}×")
+                     else f"{er['median'] / cr['median']:.2f}×")
             row += cells + [speed]
         anyc = next(iter(cby.values()))
-        row += [num(_info(anyc, "compile_forward_s"), 1), num(_info(anyc, "compile_backward_s"), 1)]
+        row += [num(_detail(anyc, "compile_forward_s"), 1), num(_detail(anyc, "compile_backward_s"), 1)]
         cb, eb = cby.get("backward"), eby.get("backward")
         row += ["–" if x is None or not ran(x) or _rel(x, "memory_before_backward_bytes") is None
                 else gib(_rel(x, "memory_before_backward_bytes")) for x in (eb, cb)]
@@ -179,7 +189,7 @@ def _kernel_cell(r) -> str:
     s = status(r)
     if s:
         return s
-    return f"{_info(r, 'do_bench_ms'):.3f} ({num(r.get('m.tflops'), 1)})"
+    return f"{_ms(r):.3f} ({num(r.get('m.tflops'), 1)})"
 
 
 def flash_tables(d: pd.DataFrame) -> str:
@@ -284,7 +294,7 @@ def flash_regression(current: pd.DataFrame, history: list[dict] | None) -> str |
     key = ["cfg.impl", "cfg.dtype", "cfg.mode", "cfg.d", "cfg.seq"]
 
     def times(d):
-        return {tuple(r[k] for k in key): _info(r, "do_bench_ms") for _, r in d.iterrows() if ran(r)}
+        return {tuple(r[k] for k in key): _ms(r) for _, r in d.iterrows() if ran(r)}
 
     now = times(current)
     rows, slower = [], []
@@ -319,23 +329,58 @@ def flash_regression(current: pd.DataFrame, history: list[dict] | None) -> str |
     return out
 
 
-# --- leaderboard -------------------------------------------------------------------------------------
+# --- flash_shapes ----------------------------------------------------------------------------------------
+
+def _timer(r) -> str | None:
+    """The clock of a row: its timing record, or the older format's `timer` detail."""
+    timing = r["row"].timing
+    return timing.timer if timing is not None else _detail(r, "timer")
+
+
+def flash_shapes_table(d: pd.DataFrame) -> str:
+    """Per shape and pass: ours eager and compiled, the faster anchor of the same run, and each of
+    ours over it (< 1: ours is faster)."""
+    rows = []
+    key = ["cfg.dtype", "cfg.d", "cfg.causal", "cfg.batch", "cfg.heads", "cfg.seq", "cfg.mode"]
+    order = {m: i for i, m in enumerate(MODE_LABELS)}
+    for (dtype, dim, causal, b, h, seq, mode), g in sorted(
+            d.groupby(key), key=lambda kv: (kv[0][0], -kv[0][1], not kv[0][2], kv[0][5], order[kv[0][6]])):
+        by = {r["cfg.impl"]: r for _, r in g.iterrows()}
+        anchors = [by[i] for i in ("sdpa_cudnn", "sdpa_flash") if i in by and ran(by[i])]
+        best = min(anchors, key=lambda r: r["median"]) if anchors else None
+
+        def cell(impl):
+            r = by.get(impl)
+            return "–" if r is None else (status(r) or f"{_ms(r):.3f}")
+
+        def ratio(impl):
+            r = by.get(impl)
+            return "–" if r is None or best is None or not ran(r) else f"{r['median'] / best['median']:.2f}×"
+        anchor = "–" if best is None else f"{_ms(best):.3f} ({IMPL_LABELS[best['cfg.impl']].replace('SDPA ', '')})"
+        rows.append([dtype, int(dim), "yes" if causal else "no", f"{int(b)}×{int(h)}×{int(seq)}", MODE_LABELS[mode],
+                     cell("flash_triton"), cell("flash_triton_compiled"), anchor, ratio("flash_triton"),
+                     ratio("flash_triton_compiled")])
+    return table(["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)", "ours compiled (ms)",
+                  "faster anchor (ms)", "eager / anchor", "compiled / anchor"], rows)
+
+
+# --- leaderboard ---------------------------------------------------------------------------------------------
 
 def leaderboard_table(d: pd.DataFrame) -> str:
     rows = []
     for _, r in d.iterrows():
-        err = _info(r, "rel_err") or {}
+        err = _detail(r, "rel_err") or {}
         impl = r["cfg.impl"]
         label = IMPL_LABELS.get(impl, impl)
         if impl == "flash_triton":
-            label = ("torch.compile(FlashAttentionTriton.apply)" if _info(r, "compiled")
+            label = ("torch.compile(FlashAttentionTriton.apply)" if _detail(r, "compiled")
                      else "FlashAttentionTriton.apply (not compiled)")
         s = status(r)
-        rows.append([label, MODE_LABELS[r["cfg.mode"]],
-                     s or f"{_info(r, 'do_bench_ms'):.3f}", "–" if s else num(r.get("m.tflops"), 1),
+        rows.append([label, MODE_LABELS[r["cfg.mode"]], s or f"{_ms(r):.3f}",
+                     "–" if s else num(r.get("m.do_bench_ms"), 3), "–" if s else num(r.get("m.tflops"), 1),
                      "–" if s else pct(r.get("m.mfu")),
                      *[("–" if missing(err.get(k)) else f"{err[k]:.1e}") for k in ("out", "dq", "dk", "dv")]])
-    return table(["implementation", "pass", "ms (do_bench median)", "TFLOP/s", "of matmul peak", "rel. err O",
+    return table(["implementation", "pass", "ms (median)", "do_bench (ms)", "TFLOP/s", "MFU", "rel. err O",
                   "dQ", "dK", "dV"], rows)
 
 
@@ -346,17 +391,17 @@ def leaderboard_summary(d: pd.DataFrame) -> str:
     if ours.empty or anchors.empty:
         return ""
     o = ours.iloc[0]
-    best = anchors.loc[anchors["m.tflops"].idxmax()]
-    ratio = _info(o, "do_bench_ms") / _info(best, "do_bench_ms")
-    tol = _info(o, "tol") or {}
-    breaks = f"Graph breaks under torch.compile: {_info(o, 'graph_breaks')}. " if _info(o, "compiled") else ""
-    return (f"Ours (forward+backward) takes {_info(o, 'do_bench_ms'):.3f} ms, {ratio:.2f}× the time of the "
-            f"fastest anchor ({IMPL_LABELS[best['cfg.impl']]}, {_info(best, 'do_bench_ms'):.3f} ms). "
+    best = anchors.loc[anchors["median"].idxmin()]
+    tol = _detail(o, "tol") or {}
+    breaks = f"Graph breaks under torch.compile: {_detail(o, 'graph_breaks')}. " if _detail(o, "compiled") else ""
+    peaks = o["row"].peaks
+    peak = (f"Matmul peak: {num(peaks.measured_flops / 1e12, 1)} TFLOP/s ({peaks.measured_dtype}, measured in the "
+            f"same run); MFU is against the datasheet dense bf16 peak." if peaks else "")
+    return (f"Ours (forward+backward) takes {_ms(o):.3f} ms, {_ms(o) / _ms(best):.2f}× the time of the "
+            f"fastest anchor ({IMPL_LABELS[best['cfg.impl']]}, {_ms(best):.3f} ms). "
             f"Relative errors are against SDPA in higher precision on the same inputs; ours must stay within "
             f"{tol.get('out', float('nan')):.0e} (O) and {tol.get('grad', float('nan')):.0e} (gradients) or the "
-            f"test fails. {breaks}Matmul peak: "
-            f"{num(_info(o, 'peak_flops', float('nan')) / 1e12, 1)} TFLOP/s ({_info(o, 'peak_dtype')}, measured "
-            f"in the same run).")
+            f"test fails. {breaks}{peak}")
 
 
 def leaderboard_history(current: pd.DataFrame, history: list[dict] | None) -> str | None:
@@ -376,9 +421,9 @@ def leaderboard_history(current: pd.DataFrame, history: list[dict] | None) -> st
             continue
 
         def ms(r):
-            return "–" if r is None else f"{_info(r, 'do_bench_ms'):.3f}"
-        ratio = "–" if cudnn is None else f"{_info(ours, 'do_bench_ms') / _info(cudnn, 'do_bench_ms'):.2f}×"
-        picks = _info(ours, "tuned_configs") or {}
+            return "–" if r is None else f"{_ms(r):.3f}"
+        ratio = "–" if cudnn is None else f"{_ms(ours) / _ms(cudnn):.2f}×"
+        picks = _detail(ours, "tuned_configs") or {}
         picked = "; ".join(f"{k}: {_short_config(v)}" for k, v in picks.items()) or "not recorded"
         rows.append([label, str(g["datetime"].iloc[0])[:10], ms(ours), num(ours.get("m.tflops"), 1),
                      pct(ours.get("m.mfu")), ms(ours_f), ms(cudnn), ms(cudnn_f), ratio, picked])
@@ -386,9 +431,9 @@ def leaderboard_history(current: pd.DataFrame, history: list[dict] | None) -> st
         return None
     return ("### Version history (leaderboard configuration)\n\n"
             "Each row is one saved run of this benchmark (earlier ones under `history/`); cuDNN is the anchor "
-            "measured in the same run, share of peak against that run's measured matmul peak; the kernels' "
+            "measured in the same run, MFU against the datasheet dense bf16 peak; the kernels' "
             "versions and what each try predicted are in NOTES.md.\n\n"
-            + table(["version", "date", "ours fwd+bwd (ms)", "TFLOP/s", "of peak", "ours fwd (ms)",
+            + table(["version", "date", "ours fwd+bwd (ms)", "TFLOP/s", "MFU", "ours fwd (ms)",
                      "cuDNN fwd+bwd (ms)", "cuDNN fwd (ms)", "ours / cuDNN fwd+bwd", "autotuner picks (M×N, warps, stages)"],
                     rows))
 
@@ -407,16 +452,18 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     pa = _problem(df, "pytorch_attention")
     tc = _problem(df, "torch_compile", "attention")
     fb = _problem(df, "flash_benchmarking")
+    fs = _problem(df, "flash_shapes")
     lb = _problem(df, "leaderboard")
-    if pa.empty and tc.empty and fb.empty and lb.empty:
+    if pa.empty and tc.empty and fb.empty and fs.empty and lb.empty:
         return None
     parts = []
     if not pa.empty:
         r0 = pa.iloc[0]
+        rounds = pa["rounds"].dropna()
         parts.append("## pytorch_attention")
         parts.append(f"Naive attention, batch {int(r0['cfg.batch'])}, no head dimension, {r0['cfg.dtype']}, "
-                     f"non-causal; {_info(r0, 'rounds')} timed forward passes and {_info(r0, 'rounds')} timed "
-                     f"backward passes (mean ± std, each synchronised; a backward's forward runs untimed). Memory "
+                     f"non-causal; {int(rounds.max()) if len(rounds) else '–'} timed forward passes and as many "
+                     f"timed backward passes (median, each synchronised; a backward's forward runs untimed). Memory "
                      f"is what the benchmark allocated (inputs onward); derived = impl.attention.memory.")
         parts.append(pytorch_attention_table(pa))
         if _reasons(pa):
@@ -434,11 +481,12 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         if _reasons(tc):
             parts.append("Not run:\n" + _reasons(tc))
     if not fb.empty:
-        timers = sorted({_info(r, "timer") for _, r in fb.iterrows() if _info(r, "timer")})
+        timers = sorted({_timer(r) for _, r in fb.iterrows() if _timer(r)})
         parts.append("## flash_benchmarking")
         parts.append(f"Batch 1, causal; TFLOP/s count causal FLOPs as half. Timer: {', '.join(timers) or '–'}. "
-                     f"Autotuning of our kernels: {'on' if _info(fb.iloc[0], 'autotune') else 'off'}. "
-                     f"Left out by design: {_info(fb.iloc[0], 'left_out', '–')}.")
+                     f"Autotuning of our kernels: {'on' if _detail(fb.iloc[0], 'autotune') else 'off'}. "
+                     f"Left out by design: {_detail(fb.iloc[0], 'left_out', '–')}. Times are medians; the "
+                     f"do_bench median is each row's cross-check (do_bench_ms in the JSON).")
         name = f"{device}-flash_benchmarking.png"
         dtype = flash_plot(fb, fig_dir / name)
         if dtype:
@@ -450,11 +498,21 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
             parts.append(regression)
         if _reasons(fb):
             parts.append("Cells not run:\n" + _reasons(fb))
+    if not fs.empty:
+        timers = sorted({_timer(r) for _, r in fs.iterrows() if _timer(r)})
+        parts.append("## flash_shapes")
+        parts.append(f"Ours (FlashAttentionTriton.apply, eager and under torch.compile) beside the faster of SDPA "
+                     f"cuDNN and SDPA flash, same inputs, same run; kernel medians (timer: "
+                     f"{', '.join(timers) or '–'}). Ours' output and gradients are checked per row against SDPA in "
+                     f"higher precision.")
+        parts.append(flash_shapes_table(fs))
+        if _reasons(fs):
+            parts.append("Cells not run:\n" + _reasons(fs))
     if not lb.empty:
         r0 = lb.iloc[0]
         parts.append("## leaderboard")
         parts.append(f"{r0['cfg.dtype']}, causal, batch {int(r0['cfg.batch'])} × {int(r0['cfg.heads'])} heads × "
-                     f"seq {int(r0['cfg.seq'])} × d {int(r0['cfg.d'])}; do_bench median.")
+                     f"seq {int(r0['cfg.seq'])} × d {int(r0['cfg.d'])}; kernel medians, do_bench's beside them.")
         parts.append(leaderboard_table(lb))
         summary = leaderboard_summary(lb)
         if summary:
@@ -462,7 +520,7 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         hist = leaderboard_history(lb, df.attrs.get("history"))
         if hist:
             parts.append(hist)
-        notes = sorted({_info(r, "note") for _, r in lb.iterrows() if _info(r, "note")})
+        notes = sorted({_detail(r, "note") for _, r in lb.iterrows() if _detail(r, "note")})
         if notes:
             parts.append("Note: " + "; ".join(notes))
     return "\n\n".join(parts)

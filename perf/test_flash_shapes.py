@@ -1,0 +1,167 @@
+"""flash_shapes (issue 24): our FlashAttention on the shapes models use, beside the SDPA anchors in
+the same run. Causal and not, d ∈ {64, 80, 128}, batch × heads ≥ 64 at seq 512 … 16384 plus a
+length that is not a tile multiple; forward and forward+backward; for each:
+
+  flash_triton           FlashAttentionTriton.apply, eager (autotuned, Triton backward)
+  flash_triton_compiled  torch.compile(FlashAttentionTriton.apply): the path a compiled model pays
+  sdpa_cudnn / sdpa_flash  scaled_dot_product_attention restricted to one backend
+
+Kernel rows (kernel=True: CUDA-event timer, rounds of ≥ 1 ms, stats.median is the time; do_bench's
+median beside it as the do_bench_ms cross-check). Every row of one (shape, d, causal, mode, dtype)
+shares its inputs, so ours over the faster anchor is the ratio of two rows' medians.
+
+Correctness per row: the first call's output (and input gradients, forward+backward) against SDPA
+in higher precision on the same inputs (fp32 on the GPU, fp64 math on the CPU); ours must stay
+within the grid's relative-error tolerances or the test fails, the anchors' errors are recorded.
+
+Not run (the JSON's not_run list): OOM, a backend that rejects the config (unsupported), the
+compiled rows where the grid turns compilation off (the CPU smoke: compiling an interpreter kernel
+would time the interpreter; left out), and rows past the grid's budget (left out by budget; the
+grid orders configs so a cut falls on the least asked-for ones).
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from impl.attention import (FlashAttentionTriton, attention_flops, get_flash_backward, set_flash_autotune,
+                            set_flash_backward)
+from impl.bench.attention import attention_inputs, do_bench_ms, rel_err
+from impl.bench.harness import Budget, time_once
+from impl.bench.row import Metric, Status
+from impl.bench.sweeps import grid
+from impl.runtime import first_line, free_memory, is_oom, profile_name
+
+PROBLEM = "flash_shapes"
+G = grid(PROBLEM, profile_name())
+BUDGET = Budget(G["budget_s"])
+OURS = ("flash_triton", "flash_triton_compiled")
+BACKENDS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION}
+ROUND = {"fwd": "one attention forward (batch × heads × seq × d)",
+         "fwd_bwd": "one attention forward and backward, input gradients reset first"}
+
+# One compiled function serves every shape; each (d, causal, dtype) and the first seq changes are
+# recompiles, beyond dynamo's default limit of 8.
+_LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT), 256))
+set_flash_backward("triton")
+set_flash_autotune(True)
+
+CASES = [(d, causal, tuple(shape), mode, impl) for d in G["dims"] for causal in G["causal"]
+         for shape in G["shapes"] for mode in G["modes"] for impl in G["impls"]]
+_STATE: dict = {}  # the compiled function; the inputs and reference of the current problem key
+
+
+def _ids(case) -> str:
+    d, causal, (b, h, s), mode, impl = case
+    return f"d{d}-{'causal' if causal else 'full'}-{b}x{h}x{s}-{mode}-{impl}"
+
+
+def attention_fn(impl: str, causal: bool):
+    if impl == "flash_triton":
+        return lambda q, k, v: FlashAttentionTriton.apply(q, k, v, causal)
+    if impl == "flash_triton_compiled":
+        if "compiled" not in _STATE:
+            _STATE["compiled"] = torch.compile(FlashAttentionTriton.apply)
+        compiled = _STATE["compiled"]
+        return lambda q, k, v: compiled(q, k, v, causal)
+    backend = BACKENDS[impl]
+
+    def sdpa(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return sdpa
+
+
+def problem_tensors(shape, d, causal, dtype, device):
+    """Inputs (q, k, v, dO) and the reference (O, dQ, dK, dV) of one (shape, d, causal, dtype),
+    built once and shared by every impl and mode of it; the previous key's are dropped first."""
+    key = (shape, d, causal, dtype)
+    if _STATE.get("key") != key:
+        _STATE.pop("tensors", None)
+        _STATE["key"] = None
+        free_memory()
+        q, k, v, do = attention_inputs((*shape, d), dtype, device)
+        hi = torch.float32 if device.type == "cuda" else torch.float64
+        qh, kh, vh = (t.detach().to(hi).requires_grad_() for t in (q, k, v))
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+        out.backward(do.to(hi))
+        ref = [t.detach() for t in (out, qh.grad, kh.grad, vh.grad)]
+        del qh, kh, vh, out
+        _STATE["tensors"], _STATE["key"] = ((q, k, v, do), ref), key
+    return _STATE["tensors"]
+
+
+def step_fn(attn, mode, q, k, v, do):
+    if mode == "fwd":
+        return lambda: attn(q, k, v)
+
+    def fwd_bwd():
+        q.grad = k.grad = v.grad = None
+        attn(q, k, v).backward(do)
+    return fwd_bwd
+
+
+def check(errors: dict, tol: dict) -> None:
+    for name, err in errors.items():
+        limit = tol["out"] if name == "out" else tol["grad"]
+        assert err <= limit, f"{name} relative error {err:.2e} > {limit:.0e}"
+
+
+@pytest.mark.parametrize("d,causal,shape,mode,impl", CASES, ids=[_ids(c) for c in CASES])
+def test_flash_shapes(bench, d, causal, shape, mode, impl):
+    device = bench.device
+    batch, heads, seq = shape
+    dtype = G["dtype"]
+    config = dict(impl=impl, mode=mode, batch=batch, heads=heads, seq=seq, d=d, causal=causal, dtype=dtype)
+    details = dict(tol=G["tol"])
+    if impl in OURS:
+        details["backward"] = get_flash_backward()
+    if impl == "flash_triton_compiled" and not G["compile"]:
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT, details=details,
+                      reason=f"torch.compile off in the {profile_name()} profile (impl.bench.sweeps): compiling "
+                             "an interpreter kernel would time the interpreter")
+        return
+    if BUDGET.exhausted():
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
+                      details=details)
+        return
+    attn = attention_fn(impl, causal)
+    res = {}
+    try:
+        (q, k, v, do), ref = problem_tensors(shape, d, causal, dtype, device)
+
+        def first():  # compilation and autotuning happen here; its outputs are what is checked
+            q.grad = k.grad = v.grad = None
+            res["out"] = attn(q, k, v)
+            if mode == "fwd_bwd":
+                res["out"].backward(do)
+        first_s = time_once(first, device)
+    except Exception as exc:
+        if is_oom(exc):
+            bench.oom(problem=PROBLEM, config=config, exc=exc, details=details)
+            return
+        if impl in BACKENDS and isinstance(exc, RuntimeError):  # the backend rejects this config
+            bench.not_run(problem=PROBLEM, config=config, status=Status.UNSUPPORTED, reason=first_line(exc),
+                          details=details)
+            return
+        raise
+    got = [res.pop("out")] + ([q.grad, k.grad, v.grad] if mode == "fwd_bwd" else [])
+    errors = {name: rel_err(x, r) for name, x, r in zip(("out", "dq", "dk", "dv"), got, ref)}
+    details["rel_err"] = errors
+    del got
+    if impl in OURS and device.type == "cuda":
+        from impl.attention.flash_triton import tuned_configs
+        details["tuned_configs"] = tuned_configs()
+    fn = step_fn(attn, mode, q, k, v, do)
+    flops = attention_flops(batch * heads, seq, seq, d, is_causal=causal, mode=mode)
+    row = bench.measure(problem=PROBLEM, config=config, fn=fn, round=ROUND[mode], warmup=G["warmup"],
+                        rounds=G["rounds"], kernel=True, flops=flops, metrics={Metric.FIRST_CALL_S: first_s},
+                        details=details)
+    if row.status is Status.MEASURED:
+        cross = do_bench_ms(fn, device, warmup_ms=G["warmup_ms"], rep_ms=G["rep_ms"])
+        if cross is not None:
+            row.metrics[Metric.DO_BENCH_MS] = cross
+            bench.save(row)
+    if impl in OURS:
+        check(errors, G["tol"])
