@@ -202,3 +202,50 @@ def test_training_step_profile_without_old_or_host_data(tmp_path):
     assert "| xl | 512 | fast | 100.00 | 20.00 | 40.00 | 10.00 | 70.00 (70%) |" in old
     assert "| xl | 512 | +flash † | 90.00 |" in old  # eager flash: launches outside an op
     assert "(e.g. the optimizer step" not in old  # no AdamWMaster row to show
+
+
+def _bench_doc(rows: list, not_run: list) -> dict:
+    """A bench-layer JSON: measured rows as benchmarks (row in extra_info, stats beside it), the others
+    in the top-level not_run list."""
+    from impl.bench.row import NotRunEntry
+
+    benches = [dict(name=f"test_training_step[{r.config['config']}]", group=r.problem, extra_info=r.to_json(),
+                    stats=dict(mean=mean, stddev=0.0, median=median, min=median, max=mean, rounds=5, data=[median]))
+               for r, mean, median in rows]
+    return dict(datetime="2026-03-01T10:00:00", benchmarks=benches,
+                not_run=[NotRunEntry(name=f"test_training_step[{r.config['config']}]", fullname="x", group=r.problem,
+                                     row=r).to_json() for r in not_run])
+
+
+def test_training_step_bench_layer_rows(tmp_path):
+    """Rows of the bench layer: the step is the median (not the mean), the first step is the
+    first_call_s metric, compile_s comes from details, MFU is the measured-peak one, warm-up and
+    rounds come from the rows' timing, and a budget cut is listed with its reason."""
+    from impl.bench.row import Env, Metric, Peaks, Row, Status, Timing
+
+    env = Env(device="NVIDIA H100", device_type="cuda", torch="2", triton=None, cuda="12", profile="full")
+    peaks = Peaks(measured_flops=1e15, measured_dtype="bfloat16", measured_n=8192, datasheet_flops=2e15)
+    timing = Timing(round="one training step", timer="SyncTimer", warmup_rounds=3, rounds=5)
+
+    def row(config, settings, status=Status.MEASURED, **kw):
+        return Row(problem="training_step", config=dict(size="xl", context=512, config=config, batch=4, **settings),
+                   env=env, status=status, timing=timing if status is Status.MEASURED else None,
+                   peaks=peaks if status is Status.MEASURED else None, **kw)
+
+    bf16 = row("bf16", BF16, metrics={Metric.TOKENS_PER_S: 1e4, Metric.MFU_MEASURED_PEAK: 0.3, Metric.MFU: 0.15,
+                                      Metric.FIRST_CALL_S: 1.5})
+    fast = row("fast", FAST_NEW, metrics={Metric.TOKENS_PER_S: 2e4, Metric.MFU_MEASURED_PEAK: 0.6, Metric.MFU: 0.3,
+                                          Metric.FIRST_CALL_S: 12.1},
+               details=dict(compiled_now=True, compile_s=12.0, new_graphs=2))
+    anchor = row("anchor", BF16, status=Status.LEFT_OUT_BY_BUDGET, reason="time budget of this perf file exhausted")
+    dev = tmp_path / "reports" / "data" / "gpu-x"
+    dev.mkdir(parents=True)
+    (tmp_path / "reports" / "figures").mkdir()
+    (dev / "training_step.json").write_text(json.dumps(_bench_doc([(bf16, 0.3, 0.2), (fast, 0.15, 0.1)], [anchor])))
+    text = build(tmp_path).split("## training_step")[1]
+    assert "| bf16 | xl | 512 | 200.0 ± 0.0 | 10,000 | 30.0% | 1.00× | – | 1.50 | – | – |  |" in text
+    assert "| fast | xl | 512 | 100.0 ± 0.0 | 20,000 | 60.0% | 2.00× | – | 12.10 | 12.00 | 2 |  |" in text
+    assert "| anchor | xl | 512 | – | – | – | – | – | – | – | – | not run |" in text
+    assert "3 warm-up and 5 timed steps (step = their median)" in text
+    assert "(1,000.00 TFLOP/s, bfloat16)" in text
+    assert "Not run: 1 row(s) (time budget of this perf file exhausted)." in text

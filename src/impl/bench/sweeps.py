@@ -200,7 +200,7 @@ GRIDS["gradient_checkpointing"] = {
     "smoke": dict(size="tiny", batch=2, context=32, dtypes=["bf16", "fp32"], warmup=1, rounds=5,
                   depth=dict(width="tiny", layers=[2, 4, 8], batch=2, context=32, dtype="fp32",
                              policies=["none", "nested"]),
-                  budget_s=60),
+                  budget_s=120),
 }
 
 # training_step (issue 8, beyond): the full training step (forward, backward, AdamW) under each
