@@ -229,7 +229,7 @@ GRIDS["training_step"] = {
                  prof_warmup=1, top_kernels=8, budget_s=420),
     "smoke": dict(sizes=["tiny"], contexts=[32, 64], configs=_TRAINING_CONFIGS, batch=2, warmup=1, rounds=5,
                   flash_impl="flash_torch", compile_backend="aot_eager", profiled=_TRAINING_PROFILED,
-                  prof_warmup=1, top_kernels=8, budget_s=100),
+                  prof_warmup=1, top_kernels=8, budget_s=240),
 }
 
 
