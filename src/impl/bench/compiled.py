@@ -12,8 +12,9 @@ per context). The embedding, the final norm, the LM head and the loss stay eager
 `WholeLM` compiles the entire TransformerLM (one graph of all blocks unrolled), marking the
 sequence dimension of the token ids dynamic likewise.
 
-Why regional with a dynamic sequence (WHY, recorded in the benchmark JSON): measured on this
-suite's CPU machine (2 cores, Inductor's C++ back end, caches disabled; first call of each graph
+Why regional with a dynamic sequence (WHY, recorded in the benchmark JSON, gives the reason without
+these one-off figures: the report prints only numbers read from data): measured on this suite's CPU
+machine (2 cores, Inductor's C++ back end, caches disabled; first call of each graph
 after a trivial compile has paid Inductor's one-off start-up of 10-19 s), inference / training graph:
 
     small (12 layers)   whole, dynamic seq  44.5 / 70.2 s  once        = 115 s for 4 contexts
@@ -42,6 +43,7 @@ import types
 import torch
 from torch import nn
 
+from impl.bench.row import Status
 from impl.model import AdamW
 from impl.model.transformer import TransformerBlock, TransformerLM
 
@@ -57,7 +59,7 @@ def record_compile_s(bench, row, first_s: float) -> None:
     timed median (the first call ran one step too), never negative. Needs the row's stats, so it
     is a no-op for rows that were not timed (OOM, --benchmark-disable)."""
     stats = bench.benchmark.stats
-    if row.status.value != "measured" or bench.benchmark.disabled or stats is None:
+    if row.status is not Status.MEASURED or bench.benchmark.disabled or stats is None:
         return
     row.details["compile_s"] = max(0.0, first_s - stats.stats.median)
     bench.save(row)
