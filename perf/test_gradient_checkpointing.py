@@ -100,8 +100,8 @@ def _time_policy(bench, model, x, y, *, config, policy, k, dtype, warmup, rounds
 @pytest.mark.parametrize("dtype,policy,k", CASES)
 def test_gradient_checkpointing(bench, dtype, policy, k):
     batch, context = G["batch"], G["context"]
-    config = dict(size=G["size"], batch=batch, context=context, dtype=dtype, policy=policy, k=k, mode="forward_backward",
-                  study="policies")
+    config = dict(size=G["size"], batch=batch, context=context, dtype=dtype, policy=policy, k=k,
+                  mode="forward_backward", study="policies")
     details = dict(best_k=BEST_K, ks=KS, best_k_rule="argmin of accounting.checkpoint_peak_activation_bytes"
                    " over k (fp32 closed form at this shape)")
     if BUDGET.exhausted():

@@ -97,8 +97,8 @@ def warmup_table(d: pd.DataFrame) -> str:
             rows.append([size, int(ctx), dtype, mode, int(r["cfg.warmup"]), _cell(r), first,
                          ms(r["max"]) if _ok(r) else "–"])
     left_out = d["details"].iloc[0].get("left_out", "")
-    return (table(["size", "context", "dtype", "mode", "warm-up steps", f"{stat_name(d)} ± std (ms)", "first timed step (ms)",
-                   "slowest timed step (ms)"], rows) + (f"\n\nNot run in this study: {left_out}." if left_out else ""))
+    return (table(["size", "context", "dtype", "mode", "warm-up steps", f"{stat_name(d)} ± std (ms)",
+                   "first timed step (ms)", "slowest timed step (ms)"], rows) + (f"\n\nNot run in this study: {left_out}." if left_out else ""))
 
 
 def mixed_precision_table(d: pd.DataFrame) -> str | None:

@@ -303,7 +303,8 @@ def compile_section(df: pd.DataFrame) -> str | None:
     else:  # JSON from before the regional version
         what = ("What was compiled: the whole model, `torch.compile(model, dynamic=True)` (one compilation per "
                 "size serves every context); the optimizer (our AdamW) stayed eager in the train step.")
-    parts = ["## torch_compile (b): compiled model vs eager", what + f" fp32; times are pytest-benchmark {stat_name(d)}s.\n\n"
+    parts = ["## torch_compile (b): compiled model vs eager",
+             what + f" fp32; times are pytest-benchmark {stat_name(d)}s.\n\n"
              + table(header, rows)]
     if not opt.empty:
         orows = []
