@@ -268,3 +268,109 @@ def test_training_step_profile_without_old_or_host_data(tmp_path):
     assert "| xl | 512 | fast | 100.00 | 20.00 | 40.00 | 10.00 | 70.00 (70%) |" in old
     assert "| xl | 512 | +flash † | 90.00 |" in old  # eager flash: launches outside an op
     assert "(e.g. the optimizer step" not in old  # no AdamWMaster row to show
+
+
+def _bench_doc(rows: list, not_run: list) -> dict:
+    """A bench-layer JSON: measured rows as benchmarks (row in extra_info, stats beside it), the others
+    in the top-level not_run list."""
+    from impl.bench.row import NotRunEntry
+
+    def name(r):
+        return f"test_{r.problem}[{'-'.join(str(v) for v in r.config.values())}]"
+    benches = [dict(name=name(r), group=r.problem, extra_info=r.to_json(),
+                    stats=dict(mean=mean, stddev=0.0, median=median, min=median, max=mean, rounds=5, data=[median]))
+               for r, mean, median in rows]
+    return dict(datetime="2026-03-01T10:00:00", benchmarks=benches,
+                not_run=[NotRunEntry(name=name(r), fullname="x", group=r.problem, row=r).to_json() for r in not_run])
+
+
+def _section(tmp_path, doc: dict, section: str) -> str:
+    dev = tmp_path / "reports" / "data" / "gpu-x"
+    dev.mkdir(parents=True)
+    (tmp_path / "reports" / "figures").mkdir()
+    (dev / "run.json").write_text(json.dumps(doc))
+    return build(tmp_path).split(section)[1]
+
+
+def test_training_step_bench_layer_rows(tmp_path):
+    """Rows of the bench layer: the step is the median (not the mean), the first step is the
+    first_call_s metric, compile_s comes from details, MFU is the measured-peak one, warm-up and
+    rounds come from the rows' timing, and a budget cut is listed with its reason."""
+    from impl.bench.row import Env, Metric, Peaks, Row, Status, Timing
+
+    env = Env(device="NVIDIA H100", device_type="cuda", torch="2", triton=None, cuda="12", profile="full")
+    peaks = Peaks(measured_flops=1e15, measured_dtype="bfloat16", measured_n=8192, datasheet_flops=2e15)
+    timing = Timing(round="one training step", timer="SyncTimer", warmup_rounds=3, rounds=5)
+
+    def row(config, settings, status=Status.MEASURED, **kw):
+        return Row(problem="training_step", config=dict(size="xl", context=512, config=config, batch=4, **settings),
+                   env=env, status=status, timing=timing if status is Status.MEASURED else None,
+                   peaks=peaks if status is Status.MEASURED else None, **kw)
+
+    bf16 = row("bf16", BF16, metrics={Metric.TOKENS_PER_S: 1e4, Metric.MFU_MEASURED_PEAK: 0.3, Metric.MFU: 0.15,
+                                      Metric.FIRST_CALL_S: 1.5})
+    fast = row("fast", FAST_NEW, metrics={Metric.TOKENS_PER_S: 2e4, Metric.MFU_MEASURED_PEAK: 0.6, Metric.MFU: 0.3,
+                                          Metric.FIRST_CALL_S: 12.1},
+               details=dict(compiled_now=True, compile_s=12.0, new_graphs=2))
+    anchor = row("anchor", BF16, status=Status.LEFT_OUT_BY_BUDGET, reason="time budget of this perf file exhausted")
+    text = _section(tmp_path, _bench_doc([(bf16, 0.3, 0.2), (fast, 0.15, 0.1)], [anchor]), "## training_step")
+    assert "| bf16 | xl | 512 | 200.0 ± 0.0 | 10,000 | 30.0% | 1.00× | – | 1.50 | – | – |  |" in text
+    assert "| fast | xl | 512 | 100.0 ± 0.0 | 20,000 | 60.0% | 2.00× | – | 12.10 | 12.00 | 2 |  |" in text
+    assert "| anchor | xl | 512 | – | – | – | – | – | – | – | – | not run |" in text
+    assert "3 warm-up and 5 timed steps (step = their median)" in text
+    assert "(1,000.00 TFLOP/s, bfloat16)" in text
+    assert "Not run: 1 row(s) (time budget of this perf file exhausted)." in text
+
+
+def test_torch_compile_model_bench_layer_rows(tmp_path):
+    """torch_compile (b) from bench-layer rows: medians, the first call from the first_call_s metric,
+    compile_s and the reused graph from details, and a budget cut listed with its reason."""
+    from impl.bench.row import Env, Metric, Row, Status, Timing
+
+    env = Env(device="NVIDIA H100", device_type="cuda", torch="2", triton=None, cuda="12", profile="full")
+    timing = Timing(round="one forward pass (no grad)", timer="SyncTimer", warmup_rounds=1, rounds=5)
+
+    def row(context, impl, status=Status.MEASURED, details=None, first=0.5, **kw):
+        return Row(problem="torch_compile", config=dict(size="small", context=context, mode="forward", impl=impl,
+                                                        study="model"),
+                   env=env, status=status, timing=timing if status is Status.MEASURED else None,
+                   metrics={Metric.FIRST_CALL_S: first} if status is Status.MEASURED else {},
+                   details=dict(compiled_what="regional", **(details or {})), **kw)
+
+    measured = [(row(128, "eager"), 0.03, 0.02),
+                (row(128, "compiled", details=dict(compiled_now=True, compile_s=9.99, graph="inference",
+                                                   graph_breaks=0), first=10.0), 0.02, 0.01),
+                (row(256, "eager"), 0.05, 0.04)]
+    cut = [row(256, "compiled", status=Status.LEFT_OUT_BY_BUDGET, reason="time budget exhausted")]
+    text = _section(tmp_path, _bench_doc(measured, cut), "## torch_compile (b)")
+    assert "| small | 128 | 20.0 | 10.0 | 2.00× |" in text and "| small | 256 | 40.0 | left out | – |" in text
+    assert "| small | inference | 128 | 10.0 | 10.0 | – | 0 |" in text
+    assert "times are pytest-benchmark medians" in text
+    assert "Left out (time budget exhausted): small@256 (forward compiled)." in text
+
+
+def test_gradient_checkpointing_bench_layer_rows(tmp_path):
+    """gradient_checkpointing from bench-layer rows: the measured peak from the row's memory, the
+    prediction and block forwards from details, the step's median, and an OOM and a budget cut."""
+    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
+
+    env = Env(device="NVIDIA H100", device_type="cuda", torch="2", triton=None, cuda="12", profile="full")
+    timing = Timing(round="one forward and backward pass", timer="SyncTimer", warmup_rounds=1, rounds=5)
+    pred = dict(hook_terms=dict(peak=2 * 2**30, activations=2**30), closed_form_fp32=dict(peak=3 * 2**30))
+
+    def row(policy, k, status=Status.MEASURED, **kw):
+        return Row(problem="gradient_checkpointing", env=env, status=status,
+                   config=dict(size="xl", batch=4, context=2048, dtype="bf16", policy=policy, k=k, study="policies"),
+                   timing=timing if status is Status.MEASURED else None, **kw)
+
+    none = row("none", None, memory=Memory(peak_allocated=int(2.5 * 2**30)), metrics={Metric.TOKENS_PER_S: 1e4},
+               details=dict(predicted=pred, predicted_block_forwards=48, measured_block_forwards=48.0, best_k=7,
+                            ks=[6, 7, 8]))
+    text = _section(tmp_path, _bench_doc([(none, 0.4, 0.3)], [
+        row("nested", None, status=Status.OOM, reason="CUDA out of memory"),
+        row("every_k", 7, status=Status.LEFT_OUT_BY_BUDGET, reason="time budget exhausted")]),
+        "## gradient_checkpointing")
+    assert "| none | 2.50 | 2.00 | 1.25 | 3.00 | 1.00 | 300.0 ± 0.0 | 10,000 | 48 / 48 |" in text
+    assert "| nested | OOM |" in text and "| every_k k=7 | not run |" in text
+    assert "step, median (ms)" in text
+    assert "(time budget exhausted)." in text and "every_k-7" in text

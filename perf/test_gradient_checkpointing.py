@@ -1,7 +1,7 @@
 """gradient_checkpointing (beyond the assignment): forward+backward steps of one model under each
 checkpointing policy of impl.checkpointing — none, nested (memory-optimal recursion) and every_k
 at the best single-level k from impl.accounting for this shape with its neighbours — timed with
-the CUDA peak recorded by run_benchmark (no peak counter on the CPU: None there). Then nested vs
+the CUDA peak the harness records (no peak counter on the CPU: None there). Then nested vs
 none over depths of one width.
 
 Every row carries its predictions: the fp32 closed form (impl.accounting.checkpoint_terms) and the
@@ -14,8 +14,8 @@ import torch
 from impl import accounting as acc
 from impl.checkpointing import BlockCallCounter, apply_checkpointing, measured_terms
 from impl.model import Linear, TransformerLM, forward_flops, mode_flops
-from impl.bench.attention import Budget, record_not_run
-from impl.bench.legacy_harness import record_oom, run_benchmark
+from impl.bench.harness import Budget
+from impl.bench.row import Status
 from impl.bench.steps import DTYPES, ModelCache, autocast_ctx, make_step, model_and_batch, random_batch
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.bench.sweeps import grid
@@ -38,7 +38,8 @@ CASES = [(d, p, k) for d in G["dtypes"] for p, k in POLICIES]
 
 def _shape(model) -> dict:
     c = model.config
-    return dict(d_model=c["d_model"], d_ff=c["d_ff"], num_layers=c["num_layers"], num_heads=c["num_heads"])
+    return dict(d_model=c["d_model"], d_ff=c["d_ff"], num_layers=c["num_layers"], num_heads=c["num_heads"],
+                vocab_size=model.vocab_size)
 
 
 def _predictions(model, policy, k, dtype, batch, seq, device) -> dict:
@@ -66,9 +67,9 @@ def _predictions(model, policy, k, dtype, batch, seq, device) -> dict:
                 recompute_flops=acc.checkpoint_recompute_flops(policy, n_layers, block_flops, k))
 
 
-def _time_policy(benchmark, device, matmul_peak, model, x, y, *, config, policy, k, dtype, warmup, rounds, extra):
+def _time_policy(bench, model, x, y, *, config, policy, k, dtype, warmup, rounds, details):
     batch, seq = x.shape
-    extra = {**extra, **_predictions(model, policy, k, dtype, batch, seq, device), **matmul_peak}
+    details = {**details, **_predictions(model, policy, k, dtype, batch, seq, bench.device)}
     apply_checkpointing(model, policy, k)
     counter = BlockCallCounter(model)
     step, _ = make_step("forward_backward", model, x, y, dtype)
@@ -79,41 +80,41 @@ def _time_policy(benchmark, device, matmul_peak, model, x, y, *, config, policy,
         step()
 
     try:
-        res = run_benchmark(benchmark, problem=PROBLEM, config=config, fn=fn, device=device, warmup=warmup,
-                            rounds=rounds, flops=mode_flops("forward_backward", **_shape(model), batch=batch, seq=seq),
-                            tokens=batch * seq, peak_flops=matmul_peak["peak_flops"], extra=extra)
+        row = bench.measure(problem=PROBLEM, config=config, fn=fn, round="one forward and backward pass (gradients "
+                            "set to None first)", warmup=warmup, rounds=rounds,
+                            flops=mode_flops("forward_backward", **_shape(model), batch=batch, seq=seq),
+                            tokens=batch * seq, details=details)
     finally:
         counter.remove()
         apply_checkpointing(model, "none")
         model.zero_grad(set_to_none=True)
         free_memory()
-    if not res.oom and steps[0]:
+    if row.status is Status.MEASURED and steps[0]:
         per_step = counter.calls / steps[0]
-        res.info["measured_block_forwards"] = per_step
-        assert per_step == extra["predicted_block_forwards"]
-        if res.mean_s:
-            # hardware FLOP rate, recomputation included
-            res.info["metrics"]["hardware_tflops"] = (res.info["metrics"]["flops"] + extra["recompute_flops"]) / res.mean_s / 1e12
-    return res
+        row.details["measured_block_forwards"] = per_step
+        bench.save(row)
+        assert per_step == details["predicted_block_forwards"]
+    return row
 
 
 @pytest.mark.parametrize("dtype,policy,k", CASES)
-def test_gradient_checkpointing(benchmark, device, matmul_peak, dtype, policy, k):
+def test_gradient_checkpointing(bench, dtype, policy, k):
     batch, context = G["batch"], G["context"]
-    config = dict(size=G["size"], batch=batch, context=context, dtype=dtype, policy=policy, k=k, mode="forward_backward")
-    extra = dict(study="policies", best_k=BEST_K, ks=KS, best_k_rule="argmin of accounting.checkpoint_peak_activation_bytes"
-                 " over k (fp32 closed form at this shape)")
+    config = dict(size=G["size"], batch=batch, context=context, dtype=dtype, policy=policy, k=k,
+                  mode="forward_backward", study="policies")
+    details = dict(best_k=BEST_K, ks=KS, best_k_rule="argmin of accounting.checkpoint_peak_activation_bytes"
+                   " over k (fp32 closed form at this shape)")
     if BUDGET.exhausted():
-        record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="left_out", reason=BUDGET.reason(),
-                       extra=extra)
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
+                      details=details)
         return
-    got = model_and_batch(benchmark, MODELS, problem=PROBLEM, config=config, device=device, size=G["size"],
-                          context_length=context, batch=batch, context=context, extra=extra)
+    got = model_and_batch(bench, MODELS, problem=PROBLEM, config=config, size=G["size"], context_length=context,
+                          batch=batch, context=context, details=details)
     if got is None:
         return
     model, x, y = got
-    _time_policy(benchmark, device, matmul_peak, model, x, y, config=config, policy=policy, k=k, dtype=dtype,
-                 warmup=G["warmup"], rounds=G["rounds"], extra=extra)
+    _time_policy(bench, model, x, y, config=config, policy=policy, k=k, dtype=dtype, warmup=G["warmup"],
+                 rounds=G["rounds"], details=details)
 
 
 DEPTH = dict(layers=None, model=None)
@@ -131,26 +132,27 @@ def _depth_model(layers, device):
 
 
 @pytest.mark.parametrize("layers,policy", [(n, p) for n in D["layers"] for p in D["policies"]])
-def test_gradient_checkpointing_depth(benchmark, device, matmul_peak, layers, policy):
+def test_gradient_checkpointing_depth(bench, layers, policy):
     """(a) Nested vs none as depth grows: the measured peak grows like log2(L)·R + B vs L·B."""
     config = dict(width=D["width"], layers=layers, batch=D["batch"], context=D["context"], dtype=D["dtype"],
-                  policy=policy, k=None, mode="forward_backward")
-    extra = dict(study="depth")
+                  policy=policy, k=None, mode="forward_backward", study="depth")
     if BUDGET.exhausted():
-        record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="left_out", reason=BUDGET.reason(),
-                       extra=extra)
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason())
         return
+    message = None
     try:
-        model = _depth_model(layers, device)
-        x, y = random_batch(model, D["batch"], D["context"], device)
+        model = _depth_model(layers, bench.device)
+        x, y = random_batch(model, D["batch"], D["context"], bench.device)
     except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
         if not is_oom(exc):
             raise
+        message = str(exc)
+    if message is not None:  # outside the except block, whose traceback holds the tensors
         DEPTH.update(layers=None, model=None)
-        record_oom(benchmark, problem=PROBLEM, config=config, device=device, message=str(exc), extra=extra)
+        bench.oom(problem=PROBLEM, config=config, exc=message)
         return
-    _time_policy(benchmark, device, matmul_peak, model, x, y, config=config, policy=policy, k=None, dtype=D["dtype"],
-                 warmup=G["warmup"], rounds=G["rounds"], extra=extra)
+    _time_policy(bench, model, x, y, config=config, policy=policy, k=None, dtype=D["dtype"], warmup=G["warmup"],
+                 rounds=G["rounds"], details={})
     if (layers, policy) == (D["layers"][-1], D["policies"][-1]):
         DEPTH.update(layers=None, model=None)
         free_memory()

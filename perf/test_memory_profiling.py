@@ -1,5 +1,6 @@
 """1.1 memory_profiling (a)-(e): the 2.7B model at each context, fp32 and bf16 autocast, inference
-forward and a full training step. The benchmark row carries the peaks (b)/(c); configs in
+forward and a full training step. The benchmark row carries the peaks (b)/(c) (its memory, CUDA
+only: no peak counter on the CPU); configs in
 `snapshot_dtypes` also record one step's allocator history (a second, untimed step: recording
 slows allocation), stored downsampled for the report's timeline figure (a), with the residual-
 stream check (d) and the largest allocations (e). One raw snapshot is saved as an artifact."""
@@ -9,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from impl.model import AdamW
-from impl.bench.legacy_harness import run_benchmark
 from impl.bench.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
                                    residual_stream_bytes, timeline_data)
 from impl.bench.steps import ModelCache, make_step, model_and_batch
+from impl.bench.row import Status
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.bench.sweeps import grid
 from impl.model import MODEL_CONFIGS
@@ -42,42 +43,42 @@ def _record(model, x, y, dtype, mode, optimizer, device, config, artifact):
 
 
 CASES = [(s, c, d, m) for s in G["sizes"] for c in G["contexts"] for d in G["dtypes"] for m in G["modes"]]
+ROUND = {"forward": "one forward pass (no grad)", "train_step": "one training step with AdamW"}
 
 
 @pytest.mark.parametrize("size,context,dtype,mode", CASES)
-def test_memory_profiling(benchmark, device, size, context, dtype, mode):
-    batch = G["batch"]
+def test_memory_profiling(bench, size, context, dtype, mode):
+    device, batch = bench.device, G["batch"]
     config = dict(size=size, context=context, dtype=dtype, mode=mode, batch=batch)
-    got = model_and_batch(benchmark, MODELS, problem="memory_profiling", config=config, device=device, size=size,
-                          context_length=max(G["contexts"]), batch=batch, context=context)
+    details = dict(residual_bytes={str(b): residual_stream_bytes(batch, context, MODEL_CONFIGS[size]["d_model"], b)
+                                   for b in (4, 2)}, snapshot=None)
+    got = model_and_batch(bench, MODELS, problem="memory_profiling", config=config, size=size,
+                          context_length=max(G["contexts"]), batch=batch, context=context, details=details)
     if got is None:
         return
     model, x, y = got
     optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01) if mode == "train_step" else None
     fn, setup = make_step(mode, model, x, y, dtype, optimizer)
-    res = run_benchmark(benchmark, problem="memory_profiling", config=config, fn=fn, setup=setup, device=device,
-                        warmup=G["warmup"], rounds=G["rounds"])
-    info = benchmark.extra_info
-    info["residual_bytes"] = {str(b): residual_stream_bytes(batch, context, MODEL_CONFIGS[size]["d_model"], b) for b in (4, 2)}
-    if res.oom:
-        info["snapshot"] = None
-    elif device.type != "cuda":
-        info["snapshot"] = None
+    row = bench.measure(problem="memory_profiling", config=config, fn=fn, setup=setup, round=ROUND[mode],
+                        warmup=G["warmup"], rounds=G["rounds"], details=details)
+    info, measured = row.details, row.status is Status.MEASURED
+    if measured and device.type != "cuda":
         info["snapshot_skipped"] = "CUDA allocator history needs a GPU (the analysis code is tested on synthetic snapshots)"
-    elif dtype in G["snapshot_dtypes"]:
+    elif measured and dtype in G["snapshot_dtypes"]:
         try:
             info["snapshot"] = _record(model, x, y, dtype, mode, optimizer, device, config,
                                        artifact=(size, context, dtype, mode) == tuple(G["artifact"]))
         except Exception as exc:  # noqa: BLE001 - history recording itself can tip a config over
             if not is_oom(exc):
                 raise
-            info["snapshot"] = None
             info["snapshot_skipped"] = "out of memory while recording: " + str(exc).splitlines()[0][:200]
+    if measured:
+        bench.save(row)
     del fn, setup, optimizer
     model.zero_grad(set_to_none=True)
     free_memory()
-    if device.type == "cuda" and not res.oom:
-        assert info["peak_memory_allocated_bytes"] > 0
+    if device.type == "cuda" and measured:
+        assert row.memory.peak_allocated > 0
         snap = info.get("snapshot")
         if snap:
             assert snap["timeline"]["markers_found"] == snap["timeline"]["markers_expected"]

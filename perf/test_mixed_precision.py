@@ -1,42 +1,38 @@
 """1.1 mixed_precision_accumulation and benchmarking_mixed_precision (a)/(b): the accumulation
 loops' results, the toy model's observed dtypes under autocast and the half types' format facts,
-recorded in extra_info so the report prints them from the JSON. (c), the bf16 timings, lives in
-test_benchmarking_script.py."""
+kept in the rows' details so the report prints them from the JSON. (c), the bf16 timings, lives in
+test_benchmarking_script.py.
+
+Both rows time the real computation whose results they carry (the four loops; the toy model's
+forward and backward under autocast with its dtype hooks): the results are the point, the timings
+are what those computations cost on this device."""
 import pytest
 
-from impl.bench.legacy_harness import run_benchmark
 from impl.bench.steps import DTYPES
+from impl.bench.sweeps import grid
 from impl.model.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
 from impl.runtime import profile_name
-from impl.bench.sweeps import grid
 
 G = grid("mixed_precision", profile_name())
 
 
-def test_mixed_precision_accumulation(benchmark, device):
-    """Times the four loops together (one round: they are a numerics demo, not a kernel), and keeps
-    their results."""
-    out = {}
-
-    def loops():
-        out.update(accumulation_loops(G["steps"]))
-
-    run_benchmark(benchmark, problem="mixed_precision_accumulation", config=dict(steps=G["steps"]), fn=loops,
-                  device=device, warmup=0, rounds=1)
-    errors = accumulation_errors(out)
-    benchmark.extra_info.update(values=out, errors=errors, exact=EXACT_SUM)
+def test_mixed_precision_accumulation(bench):
+    steps = G["steps"]
+    values = accumulation_loops(steps)
+    errors = accumulation_errors(values)
+    bench.measure(problem="mixed_precision_accumulation", config=dict(steps=steps),
+                  fn=lambda: accumulation_loops(steps), round=f"the four accumulation loops, {steps} additions each",
+                  warmup=G["warmup"], rounds=G["rounds"], details=dict(values=values, errors=errors, exact=EXACT_SUM))
     assert errors["fp32 += fp32"] < errors["fp32 += fp16"] < errors["fp16 += fp16"]
 
 
 @pytest.mark.parametrize("autocast_dtype", G["autocast_dtypes"])
-def test_benchmarking_mixed_precision_dtypes(benchmark, device, autocast_dtype):
+def test_benchmarking_mixed_precision_dtypes(bench, autocast_dtype):
     """(a) dtypes seen under autocast on this run's device; (b)'s format facts from torch.finfo."""
-    seen = {}
-
-    def run():
-        seen.update(toy_autocast_dtypes(device, DTYPES[autocast_dtype]))
-
-    run_benchmark(benchmark, problem="benchmarking_mixed_precision", config=dict(autocast_dtype=autocast_dtype),
-                  fn=run, device=device, warmup=1, rounds=3)
-    benchmark.extra_info.update(dtypes=seen, formats=format_facts())
+    dtype = DTYPES[autocast_dtype]
+    seen = toy_autocast_dtypes(bench.device, dtype)
+    bench.measure(problem="benchmarking_mixed_precision", config=dict(autocast_dtype=autocast_dtype),
+                  fn=lambda: toy_autocast_dtypes(bench.device, dtype),
+                  round="the toy model built, then one forward and backward under autocast with dtype hooks",
+                  warmup=G["warmup"], rounds=G["rounds"], details=dict(dtypes=seen, formats=format_facts()))
     assert seen["parameters"] == ["float32"] and seen["gradients"] == ["float32"]

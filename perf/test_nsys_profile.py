@@ -1,9 +1,9 @@
 """1.1 nsys_profile (a)-(e): per size × context, the Python timer's forward (the benchmark row) and a
 torch.profiler run of annotated training steps whose kernel tables per phase answer the questions
-(extra_info["nsys"]). One config also writes its Chrome trace, gzipped, as an artifact.
+(details["nsys"]). One config also writes its Chrome trace, gzipped, as an artifact.
 
 Cost per config, kept small so the full grid (5 sizes × 4 contexts) fits one GPU command: the timer
-(one probe call, `timer_warmup` - 1 more warm-up calls, `timer_rounds` timed), then `prof_warmup`
+(one probe call, `timer_warmup` - 1 more warm-up calls, at least `timer_rounds` timed), then `prof_warmup`
 unrecorded and `prof_steps` recorded steps, whose raw kineto events are read in one pass
 (impl.bench.kernels.phase_profile_from_kineto; torch's own FunctionEvent parsing took 5-15 s a
 config).
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from impl.bench.attention import Budget, record_not_run
-from impl.bench.legacy_harness import run_benchmark, time_once
+from impl.bench.harness import Budget, time_once
 from impl.bench.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
+from impl.bench.row import Status
 from impl.bench.steps import ModelCache, model_and_batch
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 from impl.bench.sweeps import grid
@@ -75,25 +75,25 @@ def _profile(model, x, y, trace_path, start: str):
 
 
 @pytest.mark.parametrize("size,context", [(s, c) for s in G["sizes"] for c in G["contexts"]])
-def test_nsys_profile(benchmark, device, size, context):
-    batch, dtype = G["batch"], G["dtype"]
+def test_nsys_profile(bench, size, context):
+    device, batch, dtype = bench.device, G["batch"], G["dtype"]
     shape = MODEL_CONFIGS[size]
     config = dict(size=size, context=context, dtype=dtype, batch=batch, mode="forward")
     if BUDGET.exhausted():
-        record_not_run(benchmark, problem="nsys_profile", config=config, device=device, kind="left_out",
-                       reason=BUDGET.reason())
+        bench.not_run(problem="nsys_profile", config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason())
         return
-    got = model_and_batch(benchmark, MODELS, problem="nsys_profile", config=config, device=device, size=size,
+    got = model_and_batch(bench, MODELS, problem="nsys_profile", config=config, size=size,
                           context_length=max(G["contexts"]), batch=batch, context=context)
     if got is None:
         return
     model, x, y = got
     # (a) the Python timer on the same forward the profile's "forward" range holds
     fn, grad, timer_oom = _timer_forward(model, x, y)
-    res = run_benchmark(benchmark, problem="nsys_profile", config=config, fn=fn, device=device,
-                        warmup=max(0, G["timer_warmup"] - 1), rounds=G["timer_rounds"],
-                        extra=dict(timer_forward="training" if grad else "no_grad", timer_oom_message=timer_oom))
-    if res.oom:
+    row = bench.measure(problem="nsys_profile", config=config, fn=fn, warmup=max(1, G["timer_warmup"] - 1),
+                        rounds=G["timer_rounds"],
+                        round="one training forward with the loss" if grad else "one forward with the loss, no grad",
+                        details=dict(timer_forward="training" if grad else "no_grad", timer_oom_message=timer_oom))
+    if row.status is not Status.MEASURED:
         return
     trace = None
     if (size, context) == tuple(G["trace"]):
@@ -105,22 +105,23 @@ def test_nsys_profile(benchmark, device, size, context):
         model.zero_grad(set_to_none=True)
         free_memory()
     if got is None:
-        benchmark.extra_info.update(nsys=None, profile_oom="; ".join(failures))
+        row.details.update(nsys=None, profile_oom="; ".join(failures))
+        bench.save(row)
         return
     prof, parse_s = got
     answers = nsys_answers(prof, batch=batch, heads=shape["num_heads"], seq=context,
                            head_dim=shape["d_model"] // shape["num_heads"], layers=shape["num_layers"], top=G["top"])
     answers.update(profiled=profiled, train_oom=profiled != "train_step", train_oom_message="; ".join(failures) or None,
-                   parse_s=parse_s, parse="kineto", warmup_steps=G["prof_warmup"],
-                   python_forward_ms=res.mean_s * 1e3 if res.mean_s else None)
-    benchmark.extra_info["nsys"] = answers
+                   parse_s=parse_s, parse="kineto", warmup_steps=G["prof_warmup"])
+    row.details["nsys"] = answers
     if trace is not None and trace.exists():
         mb = trace.stat().st_size / 2**20
         if mb <= G["trace_max_mb"]:
-            benchmark.extra_info["artifact"] = trace.name
+            row.details["artifact"] = trace.name
         else:  # the device returns files of at most 16 MB; never leave one that cannot come back
             trace.unlink()
-            benchmark.extra_info["artifact_skipped"] = f"{trace.name}: {mb:.1f} MB > {G['trace_max_mb']} MB"
+            row.details["artifact_skipped"] = f"{trace.name}: {mb:.1f} MB > {G['trace_max_mb']} MB"
+    bench.save(row)
 
     # The tables must account for what ran: forward kernels exist and the top row is the largest.
     fwd = answers["tables"]["forward"]

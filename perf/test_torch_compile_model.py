@@ -11,22 +11,23 @@ parameter; its two graphs serve every size). Dynamo is not reset between sizes (
 is raised instead), so the optimizer compiles once per file.
 
 Compile cost is kept out of the timed rounds: every row's first call is timed alone (time_once) and
-recorded as first_call_s; for a compiled row whose first call compiled a graph (compiled_now, from
-dynamo's graph counter) compile_s = first_call_s - the row's timed mean; other compiled rows
-reused a graph (reused_graph). The first call is also the warm-up, and it sizes the timed rounds:
-rounds = row_s / (the eager first call), within [rounds_min, rounds_max] (small, host-bound steps
-get more rounds, the 2.7B model's 2-second steps the minimum).
+recorded as the first_call_s metric; for a compiled row whose first call compiled a graph
+(compiled_now, from dynamo's graph counter) details["compile_s"] = first_call_s - the row's timed
+median; other compiled rows reused a graph (reused_graph). Then `warmup` untimed calls and the
+timed rounds: rounds = row_s / (the eager first call), within [rounds_min, rounds_max] (small,
+host-bound steps get more rounds, the 2.7B model's 2-second steps the minimum; the harness raises
+short rows to its own floor).
 
 Row order (a budget cut falls on the least important rows): sizes small to 2.7B; per size the
 optimizer step first, then contexts ascending, forward before forward+backward, eager before
-compiled. Rows past `budget_s` are recorded as left out."""
+compiled. Rows past `budget_s` are recorded as left out by budget."""
 import pytest
 import torch
 
-from impl.bench.attention import Budget, record_not_run
 from impl.bench.compiled import (WHY, CompiledAdamW, compile_model, describe, graph_breaks, raise_recompile_limit,
-                                     unique_graphs)
-from impl.bench.legacy_harness import record_oom, run_benchmark, time_once
+                                 record_compile_s, unique_graphs)
+from impl.bench.harness import Budget, time_once
+from impl.bench.row import Metric, Status
 from impl.bench.steps import ModelCache, make_step, random_batch
 from impl.model import AdamW
 from impl.runtime import free_memory, is_oom, profile_name
@@ -76,15 +77,19 @@ def _optimizer_step(model, impl, device):
     return opt.step, opt
 
 
+ROUND = {OPTIMIZER: "one AdamW step on fixed gradients", "forward": "one forward pass (no grad)",
+         "forward_backward": "one forward and backward pass"}
+
+
 @pytest.mark.parametrize("size,context,mode,impl", CASES)
-def test_torch_compile_model(benchmark, device, size, context, mode, impl):
-    batch = G["batch"]
+def test_torch_compile_model(bench, size, context, mode, impl):
+    device, batch = bench.device, G["batch"]
     config = dict(size=size, context=context, mode=mode, impl=impl, dtype=G["dtype"], batch=batch,
-                  dynamic=G["dynamic_seq"], part="model")
-    extra = dict(study="model", **COMPILED)
+                  dynamic=G["dynamic_seq"], part="model", study="model")
+    details = dict(COMPILED)
     if BUDGET.exhausted():
-        record_not_run(benchmark, problem=PROBLEM, config=config, device=device, kind="left_out",
-                       reason=BUDGET.reason(), extra=extra)
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
+                      details=details)
         return
     model = fn = setup = opt = message = None
     try:
@@ -110,24 +115,21 @@ def test_torch_compile_model(benchmark, device, size, context, mode, impl):
         else:
             model.zero_grad(set_to_none=True)
         model = None
-        record_oom(benchmark, problem=PROBLEM, config=config, device=device, message=message, extra=extra)
+        bench.oom(problem=PROBLEM, config=config, exc=message, details=details)
         return
-    extra["allocated_before_size_bytes"] = STATE.get("allocated_before_bytes")
+    details["allocated_before_size_bytes"] = STATE.get("allocated_before_bytes")
     key = (size, context, mode)
     if impl == "eager":
         STATE["rounds"][key] = _rounds(first_s)
     rounds = STATE["rounds"].get(key) or _rounds(first_s)
-    extra["first_call_s"] = first_s
     if impl == "compiled":
         new = unique_graphs() - before
-        extra.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0, graph=graph,
-                     graph_breaks=graph_breaks())
-    res = run_benchmark(benchmark, problem=PROBLEM, config=config, fn=fn, setup=setup, device=device,
-                        warmup=G["warmup"], rounds=rounds, extra=extra)
-    if impl == "compiled" and extra["compiled_now"] and res.mean_s is not None:
-        benchmark.extra_info["compile_s"] = max(0.0, first_s - res.mean_s)
+        details.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0, graph=graph,
+                       graph_breaks=graph_breaks())
+    row = bench.measure(problem=PROBLEM, config=config, fn=fn, setup=setup, round=ROUND[mode], warmup=G["warmup"],
+                        rounds=rounds, metrics={Metric.FIRST_CALL_S: first_s}, details=details)
+    if impl == "compiled" and details["compiled_now"]:
+        record_compile_s(bench, row, first_s)
     model.zero_grad(set_to_none=True)
     del fn, setup, opt
     free_memory()
-    if not res.oom and res.mean_s is not None:
-        assert res.mean_s > 0

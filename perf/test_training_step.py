@@ -7,22 +7,23 @@ PyTorch's own pieces ("anchor": SDPA, torch.compile of the whole model, torch.op
 Configs: impl.bench.steps.TRAIN_CONFIGS; grid:
 impl.bench.sweeps.
 
-Each row builds a fresh model and optimizer, runs one untimed first step (compilation, Triton
-autotuning, optimizer-state allocation: its time is `first_step_s`), then warm-up and timed steps
-through run_benchmark (step time, tokens/s, MFU against the measured matmul peak, CUDA peak
-memory). OOM anywhere is a row; rows past the file's time budget are recorded as left out.
+Each row builds a fresh model and optimizer, runs one first step timed apart (compilation, Triton
+autotuning, optimizer-state allocation: the row's first_call_s metric), then warm-up and timed steps
+through the harness (step time, tokens/s, MFU against the datasheet and the measured matmul peak,
+CUDA peak memory). OOM anywhere is a not-run row with status OOM; rows past the file's time budget
+are left out by budget.
 
 Compilation is paid once per size: dynamo is reset only when the size changes, every model of a
 size is built with the grid's largest context (the RoPE tables, static graph inputs, keep one
 shape) and the compiled graphs take the sequence dimension as dynamic, so the rows of the next
 context reuse them. A compiled row records the graphs its first step compiled (`new_graphs`;
-`compiled_now` / `reused_graph`) and, when it compiled, `compile_s` = first step − mean step.
+`compiled_now` / `reused_graph`) and, when it compiled, `compile_s` = first step − median step.
 Parameters are graph inputs (inline_inbuilt_nn_modules), so the kept graphs hold no model.
 
 Where the time goes: the `profiled` configs get, after their timed steps, one profiled step
 (impl.bench.kernels.profile_calls, after `prof_warmup` unrecorded ones) whose kernel time per
-phase and per category, top kernels and gap to the measured step time are in extra_info
-["profile"] (kernels.step_breakdown); a failed profile leaves its error in "profile_error" and the
+phase and per category, top kernels and gap to the measured step time are in details["profile"]
+(kernels.step_breakdown); a failed profile leaves its error in details["profile_error"] and the
 timed row stands."""
 import time
 from dataclasses import asdict
@@ -30,11 +31,10 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from impl.model import mode_flops
-from impl.bench.attention import Budget, record_not_run
-from impl.bench.compiled import graph_breaks, raise_recompile_limit, unique_graphs
-from impl.bench.legacy_harness import record_oom, run_benchmark, time_once
+from impl.bench.compiled import graph_breaks, raise_recompile_limit, record_compile_s, unique_graphs
+from impl.bench.harness import Budget, time_once
 from impl.bench.kernels import profile_calls, step_breakdown
+from impl.bench.row import Metric, Status
 from impl.bench.steps import build_model, make_train_step, named_train_config, random_batch
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 from impl.bench.sweeps import grid
@@ -65,15 +65,16 @@ def _where_the_time_goes(step, device, step_s: float) -> dict:
 
 
 @pytest.mark.parametrize("size,context,config", CASES)
-def test_training_step(benchmark, device, matmul_peak, size, context, config):
+def test_training_step(bench, size, context, config):
+    device = bench.device
     cfg = named_train_config(config, flash_impl=G["flash_impl"])
     batch, compiled = G["batch"], cfg.compile != "none"
-    row = dict(size=size, context=context, config=config, batch=batch, **asdict(cfg),
-               compile_backend=G["compile_backend"] if compiled else None)
-    extra = dict(study="ablation", model_context_length=max(G["contexts"]), **matmul_peak)
+    row_config = dict(size=size, context=context, config=config, batch=batch, **asdict(cfg),
+                      compile_backend=G["compile_backend"] if compiled else None, study="ablation")
+    details = dict(model_context_length=max(G["contexts"]))
     if BUDGET.exhausted():
-        record_not_run(benchmark, problem=PROBLEM, config=row, device=device, kind="left_out", reason=BUDGET.reason(),
-                       extra=extra)
+        bench.not_run(problem=PROBLEM, config=row_config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
+                      details=details)
         return
     _enter_size(size)
     state, message = {}, None
@@ -89,21 +90,23 @@ def test_training_step(benchmark, device, matmul_peak, size, context, config):
         message = str(exc)
     if message is not None:  # handled outside the except block, whose traceback holds the tensors
         state.clear()
-        record_oom(benchmark, problem=PROBLEM, config=row, device=device, message=message, extra=extra)
+        bench.oom(problem=PROBLEM, config=row_config, exc=message, details=details)
         return
-    extra["first_step_s"] = first_s
     if compiled:
         new = unique_graphs() - graphs
-        extra.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0, graph_breaks=graph_breaks() - breaks)
-    res = run_benchmark(benchmark, problem=PROBLEM, config=row, fn=state["step"], device=device, warmup=G["warmup"],
-                        rounds=G["rounds"], flops=mode_flops("train_step", **MODEL_CONFIGS[size], batch=batch, seq=context),
-                        tokens=batch * context, peak_flops=matmul_peak["peak_flops"], extra=extra)
-    if compiled and extra["compiled_now"] and res.mean_s is not None:
-        res.info["compile_s"] = max(first_s - res.mean_s, 0.0)
-    if config in G["profiled"] and res.mean_s is not None:
+        details.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0,
+                       graph_breaks=graph_breaks() - breaks)
+    row = bench.measure(problem=PROBLEM, config=row_config, fn=state["step"], round="one training step (forward, "
+                        "backward, optimizer step)", warmup=G["warmup"], rounds=G["rounds"],
+                        flops=MODEL_CONFIGS[size].flops("train_step", batch, context), tokens=batch * context,
+                        metrics={Metric.FIRST_CALL_S: first_s}, details=details)
+    if compiled and details["compiled_now"]:
+        record_compile_s(bench, row, first_s)
+    if config in G["profiled"] and row.status is Status.MEASURED and not bench.benchmark.disabled:
         try:
-            res.info["profile"] = _where_the_time_goes(state["step"], device, res.mean_s)
+            row.details["profile"] = _where_the_time_goes(state["step"], device, bench.benchmark.stats.stats.median)
         except Exception as exc:  # noqa: BLE001 - a failed profile (OOM included) must not lose the timed row
-            res.info["profile_error"] = f"{type(exc).__name__}: {first_line(exc)}"
+            row.details["profile_error"] = f"{type(exc).__name__}: {first_line(exc)}"
+        bench.save(row)
     state.clear()
     free_memory()

@@ -34,29 +34,32 @@ GRIDS = {
                      timer_warmup=2, timer_rounds=5, prof_warmup=1, prof_steps=2, top=15,
                      trace=("small", 128), trace_max_mb=10, budget_s=170),
         "smoke": dict(sizes=["tiny"], contexts=[32, 64], dtype="fp32", batch=2,
-                      timer_warmup=1, timer_rounds=3, prof_warmup=1, prof_steps=2, top=15,
+                      timer_warmup=1, timer_rounds=5, prof_warmup=1, prof_steps=2, top=15,
                       trace=("tiny", 32), trace_max_mb=10, budget_s=50),
     },
-    # mixed_precision_accumulation / benchmarking_mixed_precision (a): same in both profiles.
+    # mixed_precision_accumulation / benchmarking_mixed_precision (a): same in both profiles; each row
+    # times the computation whose results it carries (a few ms: the harness asks >= 10 rounds).
     "mixed_precision": {
-        "full": dict(steps=1000, autocast_dtypes=["fp16", "bf16"]),
-        "smoke": dict(steps=1000, autocast_dtypes=["fp16", "bf16"]),
+        "full": dict(steps=1000, autocast_dtypes=["fp16", "bf16"], warmup=1, rounds=10),
+        "smoke": dict(steps=1000, autocast_dtypes=["fp16", "bf16"], warmup=1, rounds=10),
     },
     # memory_profiling: 2.7B × contexts × dtypes × modes; allocator history for `snapshot` configs.
     "memory_profiling": {
         "full": dict(sizes=["2.7B"], contexts=[128, 256, 512], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
-                     batch=4, warmup=1, rounds=3, snapshot_dtypes=["fp32", "bf16"], max_points=800,
+                     batch=4, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=800,
                      artifact=("2.7B", 256, "fp32", "train_step")),
         "smoke": dict(sizes=["tiny"], contexts=[32], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
-                      batch=2, warmup=1, rounds=3, snapshot_dtypes=["fp32", "bf16"], max_points=800,
+                      batch=2, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=800,
                       artifact=("tiny", 32, "fp32", "train_step")),
     },
     # torch_compile (b): eager vs compiled model, forward and forward+backward per size × context, and
     # the AdamW step per size (perf/test_torch_compile_model.py). Regional compilation with a dynamic
     # sequence dimension: one inference and one training graph per size serve every context (on the
     # CPU, cold: small model 12.7 + 19.4 s regional vs 44.5 + 70.2 s whole-model; impl.bench.compiled).
-    # Each row: one first call (warm-up; the compile when a graph is new) and rounds = row_s / that
-    # call's time within [rounds_min, rounds_max]. H100 estimate for the full grid: ~10 s start-up,
+    # Each row: one first call (the compile when a graph is new), `warmup` untimed calls (they size the
+    # harness's rounds) and rounds = row_s / that first call's time within [rounds_min, rounds_max] (at
+    # least 5, the harness's floor). H100 estimate for the full grid (made with 3-10 rounds and no
+    # warm-up call, so now an underestimate): ~10 s start-up,
     # ~10-25 s of compilation per size, ~90 s of timed steps (dominated by xl / 2.7B at 512-1024):
     # 160-240 s; rows past budget_s are recorded as left out, and as the longest row (a new size's
     # training-graph compile, or 2.7B@1024) takes ~25 s, the section ends within ~310 s. (The first H100
@@ -65,20 +68,22 @@ GRIDS = {
     "torch_compile_model": {
         "full": dict(sizes=list(MODEL_SIZES), contexts=[128, 256, 512, 1024], modes=["forward", "forward_backward"],
                      dtype="fp32", batch=4, compile="regional", dynamic_seq=True, backend="inductor",
-                     warmup=0, rounds_min=3, rounds_max=10, row_s=0.6, budget_s=280),
+                     warmup=1, rounds_min=5, rounds_max=10, row_s=0.6, budget_s=280),
         "smoke": dict(sizes=["tiny"], contexts=[32, 64], modes=["forward", "forward_backward"],
                       dtype="fp32", batch=2, compile="regional", dynamic_seq=True, backend="aot_eager",
-                      warmup=0, rounds_min=2, rounds_max=5, row_s=0.05, budget_s=50),
+                      warmup=1, rounds_min=5, rounds_max=10, row_s=0.05, budget_s=50),
     },
 }
 
-# Closed-form models (impl.accounting): cheap, so both profiles compute the same tables.
+# Closed-form models (impl.accounting): cheap, so both profiles compute the same tables; each row
+# times the computation of its table (microseconds: the harness asks >= 10 rounds).
 # bucket_o_s / bucket_w_Bps are PLACEHOLDER inputs, not measurements, for the bucket-model example;
 # the distributed section substitutes the values fitted to its all-reduce timings.
 _COMM_ACCOUNTING = dict(fsdp_tokens=[0, 512, 1024, 2048, 4096, 8192], bucket_model_size="xl",
                         bucket_sizes_mb=[1, 10, 100, 1000], bucket_o_s=50e-6, bucket_w_Bps=50e9,
-                        world_sizes=[2, 4, 8], rounds=5)
-_MEMORY_ACCOUNTING = dict(sizes=list(MODEL_SIZES), batch=4, contexts=[128, 256, 512], world_size=2, rounds=5)
+                        world_sizes=[2, 4, 8], warmup=1, rounds=10)
+_MEMORY_ACCOUNTING = dict(sizes=list(MODEL_SIZES), batch=4, contexts=[128, 256, 512], world_size=2, warmup=1,
+                          rounds=10)
 GRIDS["communication_accounting"] = {"full": _COMM_ACCOUNTING, "smoke": _COMM_ACCOUNTING}
 GRIDS["memory_accounting"] = {"full": _MEMORY_ACCOUNTING, "smoke": _MEMORY_ACCOUNTING}
 # 1.2-1.3 attention (issue 3).
@@ -214,21 +219,21 @@ GRIDS["fsdp"] = {
 # depths of xl width. The every_k values are not listed: the perf test derives the best k and its
 # neighbours from impl.accounting at this shape. One H100, forward+backward steps.
 GRIDS["gradient_checkpointing"] = {
-    "full": dict(size="xl", batch=4, context=2048, dtypes=["bf16", "fp32"], warmup=1, rounds=3,
+    "full": dict(size="xl", batch=4, context=2048, dtypes=["bf16", "fp32"], warmup=1, rounds=5,
                  depth=dict(width="xl", layers=[8, 16, 32, 48], batch=1, context=2048, dtype="bf16",
                             policies=["none", "nested"]),
                  budget_s=480),
-    "smoke": dict(size="tiny", batch=2, context=32, dtypes=["bf16", "fp32"], warmup=1, rounds=3,
+    "smoke": dict(size="tiny", batch=2, context=32, dtypes=["bf16", "fp32"], warmup=1, rounds=5,
                   depth=dict(width="tiny", layers=[2, 4, 8], batch=2, context=32, dtype="fp32",
                              policies=["none", "nested"]),
-                  budget_s=60),
+                  budget_s=120),
 }
 
 # training_step (issue 8, beyond): the full training step (forward, backward, AdamW) under each
 # speed-up alone on top of bf16 autocast (+bf16_weights: bf16 Linear weights, fp32 masters in the
 # optimizer), all of them ("fast"; "fast+cudagraphs" replays its compiled graphs as CUDA graphs),
 # and PyTorch's own pieces ("anchor"); named configs in impl.bench.steps. Compilation happens
-# in a row's first step (timed apart as first_step_s), before the warm-up; the compiled graphs of
+# in a row's first step (timed apart: the first_call_s metric), before the warm-up; the compiled graphs of
 # one size serve both of its contexts (sequence dimension dynamic), so each whole-model compile
 # (fast, fast+cudagraphs, anchor) is paid once per size: 2-4 min each on the H100 (xl's are the
 # longest), more than one 10-minute command holds with the rest. Run the file as several `-k`
@@ -248,9 +253,9 @@ GRIDS["training_step"] = {
     "full": dict(sizes=["xl", "2.7B"], contexts=[512, 1024], configs=_TRAINING_CONFIGS, batch=4, warmup=3,
                  rounds=5, flash_impl="flash_triton", compile_backend="inductor", profiled=_TRAINING_PROFILED,
                  prof_warmup=1, top_kernels=8, budget_s=420),
-    "smoke": dict(sizes=["tiny"], contexts=[32, 64], configs=_TRAINING_CONFIGS, batch=2, warmup=1, rounds=3,
+    "smoke": dict(sizes=["tiny"], contexts=[32, 64], configs=_TRAINING_CONFIGS, batch=2, warmup=1, rounds=5,
                   flash_impl="flash_torch", compile_backend="aot_eager", profiled=_TRAINING_PROFILED,
-                  prof_warmup=1, top_kernels=8, budget_s=100),
+                  prof_warmup=1, top_kernels=8, budget_s=240),
 }
 
 

@@ -1,6 +1,6 @@
 """Report sections: communication_accounting (2.4), the ddp_overlap_bucketed (b) model, per-rank
 communication volumes, and memory_accounting, from the rows perf/test_communication_accounting.py
-records (closed forms of impl.accounting; every number is read from extra_info["results"])."""
+records (closed forms of impl.accounting; every number is read from the rows' details["results"])."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -142,7 +142,7 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     mem = df[df.problem == "memory_accounting"]
     parts = []
     if not comm.empty:
-        by = {r["cfg.case"]: r["info"]["results"] for _, r in comm.iterrows()}
+        by = {r["cfg.case"]: r["details"]["results"] for _, r in comm.iterrows()}
         if "xxl" in by:
             parts.append(_xxl(by["xxl"]))
         if "bucket_model" in by:
@@ -150,5 +150,5 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         if "comm_volumes" in by:
             parts.append(_volumes(by["comm_volumes"]))
     if not mem.empty:
-        parts.append(_memory({r["cfg.size"]: r["info"]["results"] for _, r in mem.iterrows()}))
+        parts.append(_memory({r["cfg.size"]: r["details"]["results"] for _, r in mem.iterrows()}))
     return "\n\n".join(parts) if parts else None

@@ -5,22 +5,64 @@ from pathlib import Path
 
 import pandas as pd
 
-from impl.report import figures
-from impl.report.markdown import gib, ms, num, pct, table
+from impl.bench.row import Status
 from impl.bench.sweeps import MODES
 from impl.model import size_rank
+from impl.report import figures
+from impl.report.markdown import gib, missing, ms, num, pct, table
+
+MEASURED = Status.MEASURED.value
 
 
+def study(r) -> str | None:
+    """A row's study: a config key (the bench layer's rows), a details key in the older format."""
+    s = r.get("cfg.study")
+    return r["details"].get("study") if missing(s) else s
 
-def _rows(df: pd.DataFrame, study: str) -> pd.DataFrame:
+
+def _rows(df: pd.DataFrame, name: str) -> pd.DataFrame:
     d = df[df.problem == "benchmarking_script"]
     if d.empty:
         return d
-    return d[d["info"].map(lambda i: i.get("study")) == study]
+    return d[d.apply(study, axis=1) == name]
+
+
+def step_s(r) -> float:
+    """A row's time per call: the median (the bench layer's metrics divide by it); older-format runs
+    computed their tokens/s and MFU from the mean, so their tables keep showing the mean."""
+    return r["mean"] if r["legacy"] else r["median"]
+
+
+def stat_name(d: pd.DataFrame) -> str:
+    """What step_s shows for the rows of `d`, for tables' captions."""
+    kinds = set(d["legacy"])
+    return "mean" if kinds == {True} else "median" if kinds == {False} else "median (mean in older-format runs)"
+
+
+def _ok(r) -> bool:
+    return r is not None and r["status"] == MEASURED
 
 
 def _cell(r) -> str:
-    return "OOM" if r.oom else ms(r["mean"], r["stddev"])
+    if _ok(r):
+        return ms(step_s(r), r["stddev"])
+    return "OOM" if r["status"] == Status.OOM.value else r["status"].replace("_", " ")
+
+
+def timing_text(d: pd.DataFrame) -> tuple[str, str]:
+    """(warm-up calls, timed rounds) of the measured rows, as text ("5", or "5–10" where rows differ:
+    the harness gives short rows more rounds); the bench layer's rows carry their timing, the older
+    format kept the grid's warmup and rounds in its details."""
+    warm, rounds = set(), set()
+    for _, r in d[d["status"] == MEASURED].iterrows():
+        t = r["row"].timing
+        warm.add(t.warmup_rounds if t else r["details"].get("warmup"))
+        rounds.add(t.rounds if t else r["details"].get("rounds"))
+
+    def text(xs):
+        xs = sorted(x for x in xs if x is not None)
+        return "–" if not xs else (str(xs[0]) if xs[0] == xs[-1] else f"{xs[0]}–{xs[-1]}")
+    return text(warm), text(rounds)
 
 
 def _sizes(d):
@@ -38,12 +80,12 @@ def timing_tables(d: pd.DataFrame) -> str:
                 sel = dd[(dd["cfg.size"] == size) & (dd["cfg.context"] == ctx)].set_index("cfg.mode")
                 train = sel.loc["train_step"] if "train_step" in sel.index else None
                 rows.append([size, int(ctx)] + [_cell(sel.loc[m]) if m in sel.index else "–" for m in modes] + [
-                    "–" if train is None or train.oom else num(train["m.tokens_per_s"], 0),
-                    "–" if train is None or train.oom else pct(train.get("m.mfu")),
-                    "–" if train is None else ("OOM" if train.oom else gib(train["peak_alloc"]))])
+                    num(train["m.tokens_per_s"], 0) if _ok(train) else "–",
+                    pct(train.get("m.mfu_measured_peak")) if _ok(train) else "–",
+                    "–" if train is None else (gib(train["peak_alloc"]) if _ok(train) else _cell(train))])
         header = ["size", "context"] + [f"{m} (ms)" for m in modes] + ["train tokens/s", "train MFU", "train peak GiB"]
-        out.append(f"**{dtype}** (mean ± std over the timed steps; MFU = model matmul FLOPs ÷ time ÷ measured "
-                   f"matmul peak)\n\n" + table(header, rows))
+        out.append(f"**{dtype}** ({stat_name(dd)} ± std over the timed steps; MFU = model matmul FLOPs ÷ that time ÷ "
+                   f"measured matmul peak)\n\n" + table(header, rows))
     return "\n\n".join(out)
 
 
@@ -51,12 +93,12 @@ def warmup_table(d: pd.DataFrame) -> str:
     rows = []
     for (size, ctx, dtype, mode), g in d.groupby(["cfg.size", "cfg.context", "cfg.dtype", "cfg.mode"], sort=False):
         for _, r in g.sort_values("cfg.warmup").iterrows():
-            first = "–" if r.oom or not r["data"] else ms(r["data"][0])
+            first = ms(r["data"][0]) if _ok(r) and r["data"] else "–"
             rows.append([size, int(ctx), dtype, mode, int(r["cfg.warmup"]), _cell(r), first,
-                         "–" if r.oom else ms(r["max"])])
-    left_out = d["info"].iloc[0].get("left_out", "")
-    return (table(["size", "context", "dtype", "mode", "warm-up steps", "mean ± std (ms)", "first timed step (ms)",
-                   "slowest timed step (ms)"], rows) + (f"\n\nNot run in this study: {left_out}." if left_out else ""))
+                         ms(r["max"]) if _ok(r) else "–"])
+    left_out = d["details"].iloc[0].get("left_out", "")
+    return (table(["size", "context", "dtype", "mode", "warm-up steps", f"{stat_name(d)} ± std (ms)",
+                   "first timed step (ms)", "slowest timed step (ms)"], rows) + (f"\n\nNot run in this study: {left_out}." if left_out else ""))
 
 
 def mixed_precision_table(d: pd.DataFrame) -> str | None:
@@ -71,7 +113,7 @@ def mixed_precision_table(d: pd.DataFrame) -> str | None:
                 by = {r["cfg.dtype"]: r for _, r in sel.iterrows()}
                 f, b = by.get("fp32"), by.get("bf16")
                 cells = [_cell(x) if x is not None else "–" for x in (f, b)]
-                speed = "–" if f is None or b is None or f.oom or b.oom else f"{f['mean'] / b['mean']:.2f}×"
+                speed = f"{step_s(f) / step_s(b):.2f}×" if _ok(f) and _ok(b) else "–"
                 row += cells + [speed]
             rows.append(row)
     return table(["size", "context", "forward fp32 (ms)", "forward bf16 (ms)", "speed-up",
@@ -82,12 +124,13 @@ def plot(d: pd.DataFrame, path: Path) -> None:
     fig, ax = figures.new()
     for dtype, style in (("fp32", "-o"), ("bf16", "--s")):
         for size in _sizes(d):
-            sel = d[(d["cfg.size"] == size) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == "train_step") & ~d.oom]
+            sel = d[(d["cfg.size"] == size) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == "train_step")
+                    & (d["status"] == MEASURED)]
             if sel.empty:
                 continue
             sel = sel.sort_values("cfg.context")
-            ax.plot(sel["cfg.context"], sel["mean"] * 1e3, style, label=f"{size} {dtype}")
-    ax.set(xscale="log", yscale="log", xlabel="context length", ylabel="train step (ms)",
+            ax.plot(sel["cfg.context"], sel.apply(step_s, axis=1) * 1e3, style, label=f"{size} {dtype}")
+    ax.set(xscale="log", yscale="log", xlabel="context length", ylabel=f"train step, {stat_name(d)} (ms)",
            title="benchmarking_script: full training step (OOM points absent)")
     ax.set_xticks(sorted(d["cfg.context"].unique()), labels=[str(c) for c in sorted(d["cfg.context"].unique())])
     ax.legend(fontsize=7, ncol=2)
@@ -100,11 +143,14 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         return None
     parts = ["## benchmarking_script"]
     if not main.empty:
-        info = main["info"].iloc[0]
-        parts.append(f"(b) batch {int(main['cfg.batch'].iloc[0])}, {info['warmup']} warm-up then {info['rounds']} "
+        warm_n, rounds_n = timing_text(main)
+        peaks = next((p for p in main["row"].map(lambda row: row.peaks) if p is not None), None)
+        peak = ("–" if peaks is None else
+                f"{num(peaks.measured_flops / 1e12, 2)} TFLOP/s ({peaks.measured_dtype}, {peaks.measured_n}³, "
+                "measured in the same run)")
+        parts.append(f"(b) batch {int(main['cfg.batch'].iloc[0])}, {warm_n} warm-up then {rounds_n} "
                      f"timed steps, each synchronised. Backward is timed on its own (its forward runs untimed in "
-                     f"setup). Matmul peak used for MFU: {num(info.get('peak_flops', float('nan')) / 1e12, 2)} TFLOP/s "
-                     f"({info.get('peak_dtype')}, {info.get('peak_n')}³, measured in the same run).")
+                     f"setup). Matmul peak used for MFU: {peak}.")
         parts.append(timing_tables(main))
         name = f"{device}-benchmarking_script.png"
         plot(main, fig_dir / name)

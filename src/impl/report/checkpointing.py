@@ -1,13 +1,15 @@
 """Report section: gradient_checkpointing (beyond the assignment), from the rows of
-perf/test_gradient_checkpointing.py. Every number is read from the JSON: measured peaks
-(peak_memory_allocated_bytes, CUDA only), predictions and terms (extra_info), step times."""
+perf/test_gradient_checkpointing.py. Every number is read from the JSON: measured peaks (the rows'
+peak allocated memory, CUDA only), predictions and terms (details), step times."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
+from impl.bench.row import Status
 from impl.report import figures
+from impl.report.benchmarking import stat_name, step_s, study
 from impl.report.markdown import missing, ms, num, table
 
 PROBLEM = "gradient_checkpointing"
@@ -27,19 +29,24 @@ def _fmt(nbytes, unit: str) -> str:
     return "–" if missing(nbytes) else f"{nbytes / UNIT[unit]:,.2f}"
 
 
-def _study(df: pd.DataFrame, study: str) -> pd.DataFrame:
+def _study(df: pd.DataFrame, name: str) -> pd.DataFrame:
     d = df[df.problem == PROBLEM]
     if d.empty:
         return d
-    return d[d["info"].map(lambda i: i.get("study")) == study]
+    return d[d.apply(study, axis=1) == name]
+
+
+def _oom(r) -> bool:
+    return r["status"] == Status.OOM.value
 
 
 def _not_run(r) -> bool:
-    return bool(r["info"].get("not_run"))
+    """Not measured for another reason than OOM (left out by the budget, say)."""
+    return r["status"] not in (Status.MEASURED.value, Status.OOM.value)
 
 
 def _pred(r, which: str = "hook_terms", part: str = "peak"):
-    return (r["info"].get("predicted") or {}).get(which, {}).get(part)
+    return (r["details"].get("predicted") or {}).get(which, {}).get(part)
 
 
 def _label(r) -> str:
@@ -50,24 +57,24 @@ def _label(r) -> str:
 def _peak_cell(r, unit: str) -> str:
     if _not_run(r):
         return "not run"
-    if r.oom:
+    if _oom(r):
         return "OOM"
     return "– (no CPU counter)" if missing(r["peak_alloc"]) else _fmt(r["peak_alloc"], unit)
 
 
 def _ratio(r) -> str:
     p = _pred(r)
-    if r.oom or _not_run(r) or missing(r["peak_alloc"]) or not p:
+    if _oom(r) or _not_run(r) or missing(r["peak_alloc"]) or not p:
         return "–"
     return f"{r['peak_alloc'] / p:.2f}"
 
 
 def _time(r) -> str:
-    return "not run" if _not_run(r) else ("OOM" if r.oom else ms(r["mean"], r["stddev"]))
+    return "not run" if _not_run(r) else ("OOM" if _oom(r) else ms(step_s(r), r["stddev"]))
 
 
 def _forwards(r) -> str:
-    i = r["info"]
+    i = r["details"]
     got, want = i.get("measured_block_forwards"), i.get("predicted_block_forwards")
     if want is None:
         return "–"
@@ -86,24 +93,25 @@ def policy_table(d: pd.DataFrame) -> str:
         for _, r in _sorted(dd).iterrows():
             rows.append([_label(r), _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
                          _fmt(_pred(r, "closed_form_fp32"), u), _fmt(_pred(r, "hook_terms", "activations"), u), _time(r),
-                         "–" if r.oom or _not_run(r) else num(r.get("m.tokens_per_s"), 0), _forwards(r)])
+                         "–" if _oom(r) or _not_run(r) else num(r.get("m.tokens_per_s"), 0), _forwards(r)])
         out.append(f"**{dtype}**" + (" (autocast, fp32 master weights)" if dtype != "fp32" else "") + "\n\n" + table(
             ["policy", f"measured peak {u}", f"predicted peak {u}", "measured / predicted",
-             f"predicted, fp32 closed form {u}", f"predicted block-stack activations {u}", "step (ms)", "tokens/s",
+             f"predicted, fp32 closed form {u}", f"predicted block-stack activations {u}",
+             f"step, {stat_name(d)} (ms)", "tokens/s",
              "block forwards measured / predicted"], rows))
     return "\n\n".join(out)
 
 
 def terms_text(d: pd.DataFrame) -> str:
     u = _unit(d)
-    has = d[d["info"].map(lambda x: "terms" in x)]
-    t = has.iloc[0]["info"]["terms"] if not has.empty else {}
+    has = d[d["details"].map(lambda x: "terms" in x)]
+    t = has.iloc[0]["details"]["terms"] if not has.empty else {}
     lines = []
     for dtype, dd in d.groupby("cfg.dtype", sort=False):
-        ok = dd[dd["info"].map(lambda x: "terms" in x)]
+        ok = dd[dd["details"].map(lambda x: "terms" in x)]
         if ok.empty:
             continue
-        h = ok.iloc[0]["info"]["terms"]["hook_terms"]
+        h = ok.iloc[0]["details"]["terms"]["hook_terms"]
         lines.append(f"{dtype}: B = {_fmt(h['a_block'], u)} {u}, R = {_fmt(h['a_resid'], u)} {u}, head = "
                      f"{_fmt(h['a_outside'], u)} {u} (B/R = {h['a_block'] / h['a_resid']:.1f})")
     cf = t.get("closed_form_fp32")
@@ -122,7 +130,9 @@ def depth_table(d: pd.DataFrame) -> str:
         rows.append([int(r["cfg.layers"]), r["cfg.policy"], _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
                      _fmt(_pred(r, "hook_terms", "activations"), u), _time(r), _forwards(r)])
     return table(["layers", "policy", f"measured peak {u}", f"predicted peak {u}", "measured / predicted",
-                  f"predicted block-stack activations {u}", "step (ms)", "block forwards measured / predicted"], rows)
+                  f"predicted block-stack activations {u}", f"step, {stat_name(d)} (ms)",
+                  "block forwards measured / predicted"],
+                 rows)
 
 
 def depth_plot(d: pd.DataFrame, path: Path) -> bool:
@@ -134,7 +144,7 @@ def depth_plot(d: pd.DataFrame, path: Path) -> bool:
             continue
         pred = sel.apply(lambda r: _pred(r), axis=1).astype(float)
         ax.plot(sel["cfg.layers"], pred / 2**30, "--" + style, label=f"{policy} predicted")
-        meas = sel[~sel.oom & sel["peak_alloc"].notna()]
+        meas = sel[(sel["status"] == Status.MEASURED.value) & sel["peak_alloc"].notna()]
         if not meas.empty:
             ax.plot(meas["cfg.layers"], meas["peak_alloc"] / 2**30, "-" + style, label=f"{policy} measured")
         drawn = True
@@ -161,14 +171,14 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
              "loss head) and (backward: gradients + block-stack peak), with B, R and the head measured by "
              "saved-tensor hooks at the row's dtype; the fp32 closed form column uses impl.accounting's counts."]
     if not pol.empty:
-        i = pol["info"].iloc[0]
+        i = pol["details"].iloc[0]
         c = pol.iloc[0]
         parts.append(f"**Best single-level k** for {c['cfg.size']} at batch {int(c['cfg.batch'])}, context "
                      f"{int(c['cfg.context'])}: k = {i.get('best_k')} ({i.get('best_k_rule')}); timed with its "
                      f"neighbours k ∈ {i.get('ks')}. " + terms_text(pol))
         parts.append(policy_table(pol))
     left = pd.concat([pol, dep])
-    left = left[left["info"].map(lambda x: x.get("not_run") == "left_out")]
+    left = left[left.apply(_not_run, axis=1)] if not left.empty else left
     if not dep.empty:
         c = dep.iloc[0]
         parts.append(f"### nested vs none over depth\n\n{c['cfg.width']} width, batch {int(c['cfg.batch'])}, "
@@ -178,5 +188,5 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         if depth_plot(dep, fig_dir / name):
             parts.append(f"![peak vs layers]({fig_rel}/{name})")
     if not left.empty:
-        parts.append(f"Not run: {', '.join(left.name)} ({left['info'].iloc[0].get('not_run_reason')}).")
+        parts.append(f"Not run: {', '.join(left.name)} ({left['reason'].iloc[0]}).")
     return "\n\n".join(parts)

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from impl.report import figures
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.bench.row import Status
 from impl.model import size_rank
+from impl.report import figures
+from impl.report.benchmarking import stat_name, step_s, study
+from impl.report.markdown import gib, missing, ms, num, pct, table
 
+MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 
 
 def _p(df, problem):
@@ -55,7 +58,7 @@ def nsys_section(df: pd.DataFrame) -> str | None:
     if d.empty:
         return None
     d = _sorted(d, "cfg.context")
-    src = next((i["nsys"]["timing_source"] for i in d["info"] if i.get("nsys")), "kernels")
+    src = next((i["nsys"]["timing_source"] for i in d["details"] if i.get("nsys")), "kernels")
     unit = "GPU kernels" if src == "kernels" else "CPU ops' self time (no GPU: ops stand in for kernels)"
     parts = ["## nsys_profile",
              f"torch.profiler over annotated training steps (warm-up excluded); times are {unit}, attributed "
@@ -63,7 +66,7 @@ def nsys_section(df: pd.DataFrame) -> str | None:
              "(loss included). Where the training step ran out of memory the profile fell back to "
              "forward+backward without the optimizer step (*fwd+bwd only*), then to the forward (*fwd only*), "
              "then to the forward without autograd (*no grad*; the Python timer then times that forward too)."]
-    ns = [i["nsys"] for i in d["info"] if i.get("nsys")]
+    ns = [i["nsys"] for i in d["details"] if i.get("nsys")]
     steps = sorted({n.get("steps_profiled") for n in ns})
     parse = [n["parse_s"] for n in ns if n.get("parse_s") is not None]
     if ns and parse:
@@ -75,30 +78,30 @@ def nsys_section(df: pd.DataFrame) -> str | None:
                      f"{num(sum(parse), 1)} s over {len(parse)} configs (max {num(max(parse), 2)} s).")
     rows = []
     for _, r in d.iterrows():
-        n = r["info"].get("nsys")
-        if r["info"].get("not_run"):
+        n = r["details"].get("nsys")
+        if r["status"] not in (MEASURED, OOM):
             rows.append([r["cfg.size"], _i(r["cfg.context"]), "left out"] + ["–"] * 9)
             continue
-        if r.oom or not n:
+        if r["status"] == OOM or not n:
             rows.append([r["cfg.size"], _i(r["cfg.context"]), "OOM"] + ["–"] * 9)
             continue
         top = n.get("top_forward", {})
-        rows.append([r["cfg.size"], _i(r["cfg.context"]), ms(r["mean"], r["stddev"]), num(n["forward_range_ms"], 2),
+        rows.append([r["cfg.size"], _i(r["cfg.context"]), ms(step_s(r), r["stddev"]), num(n["forward_range_ms"], 2),
                      num(n["forward_kernel_ms"], 2), top.get("name", "–")[:60].replace("|", "/"),
                      num(top.get("calls_per_pass"), 0), "yes" if n.get("top_stays_on_top") else "no",
                      pct(n["matmul_share_forward"]), _train_share(n),
                      num(n["softmax_to_matmuls_time_ratio"], 2), num(n["softmax_to_matmuls_flop_ratio"], 3)])
-    parts.append("(a)–(e) per config. *Python timer* = pytest-benchmark mean ± std of the same forward; "
+    parts.append(f"(a)–(e) per config. *Python timer* = pytest-benchmark {stat_name(d)} ± std of the same forward; "
                  "*profiled range* = the annotated forward range (ends in a sync); *kernel sum* = summed "
                  "kernel time in it. Softmax ratios: softmax ÷ (scores matmul + final matmul) in time and in "
                  "FLOPs (5 FLOPs per score for softmax, 2·d per score per matmul).\n\n" + table(
                      ["size", "context", "Python timer (ms)", "profiled range (ms)", "kernel sum (ms)",
                       "(b) top forward kernel", "calls / pass", "top in fwd+bwd too", "(d) matmul share fwd",
                       "matmul share train", "(e) softmax/matmul time", "softmax/matmul FLOPs"], rows))
-    ok = d[d["info"].map(lambda i: bool(i.get("nsys")))]
+    ok = d[d["details"].map(lambda i: bool(i.get("nsys")))]
     if not ok.empty:
         r = ok.iloc[len(ok) // 2]
-        n = r["info"]["nsys"]
+        n = r["details"]["nsys"]
         cfg = f"{r['cfg.size']}, context {_i(r['cfg.context'])}"
         parts.append(f"### Kernel tables for {cfg} (top rows; all tables are in the JSON)")
         for phase in ("forward", "forward+backward", "optimizer step"):
@@ -112,10 +115,10 @@ def nsys_section(df: pd.DataFrame) -> str | None:
         cs = n["category_share"]
         parts.append("(d) time share by category, forward vs full training step:\n\n" + table(
             ["category", "forward", "train step"], [[c, pct(cs["forward"][c]), pct(cs["train step"][c])] for c in cs["forward"]]))
-    art = [i.get("artifact") for i in d["info"] if i.get("artifact")]
+    art = [i.get("artifact") for i in d["details"] if i.get("artifact")]
     if art:
         parts.append(f"Chrome trace saved as artifact `{art[0]}` (open in chrome://tracing or ui.perfetto.dev).")
-    skipped = [i.get("artifact_skipped") for i in d["info"] if i.get("artifact_skipped")]
+    skipped = [i.get("artifact_skipped") for i in d["details"] if i.get("artifact_skipped")]
     if skipped:
         parts.append(f"Chrome trace not kept: {skipped[0]}.")
     return "\n\n".join(parts)
@@ -128,11 +131,11 @@ def mixed_precision_section(df: pd.DataFrame) -> str | None:
         return None
     parts = []
     if not acc.empty:
-        i = acc["info"].iloc[0]
+        i = acc["details"].iloc[0]
         rows = [[k, f"{v:.10g}", f"{i['errors'][k]:.3g}"] for k, v in i["values"].items()]
         order = sorted(i["errors"], key=i["errors"].get)
         parts += ["## mixed_precision_accumulation",
-                  f"Adding 0.01 {i['config']['steps']} times (exact sum {i['exact']}):\n\n"
+                  f"Adding 0.01 {_i(acc['cfg.steps'].iloc[0])} times (exact sum {i['exact']}):\n\n"
                   + table(["loop", "result", "|error|"], rows),
                   "Error ordering observed (smallest first, asserted by the test): " + " ≤ ".join(f"`{k}`" for k in order)
                   + ". 0.01 is not representable in binary; in fp16 it is rounded coarsely and, worse, an fp16 "
@@ -143,8 +146,8 @@ def mixed_precision_section(df: pd.DataFrame) -> str | None:
         parts.append("## benchmarking_mixed_precision (a), (b)")
         rows, facts = [], None
         for _, r in mp.iterrows():
-            dt = r["info"]["dtypes"]
-            facts = r["info"].get("formats", facts)
+            dt = r["details"]["dtypes"]
+            facts = r["details"].get("formats", facts)
             rows.append([f"{dt['device_type']} autocast {dt['autocast_dtype']}", ", ".join(dt["parameters"]),
                          dt["fc1 output"], dt["layernorm output"], dt["logits"], dt["loss"], ", ".join(dt["gradients"])])
         parts.append("(a) dtypes observed with forward hooks on the toy model (fc1 → ReLU → LayerNorm → fc2):\n\n"
@@ -185,17 +188,18 @@ def memory_section(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -
                     row.append("–")
                     continue
                 r = sel.iloc[0]
-                row.append("OOM" if r.oom else f"{gib(r['peak_alloc'])} / {gib(r['info'].get('peak_memory_reserved_bytes'))}")
+                row.append(f"{gib(r['peak_alloc'])} / {gib(r['row'].memory.peak_reserved)}" if r["status"] == MEASURED
+                           else "OOM" if r["status"] == OOM else r["status"].replace("_", " "))
         rows.append(row)
     parts.append("(b), (c) peak memory, allocated / reserved GiB (train step = forward, backward, AdamW step, "
                  "optimizer state included):\n\n" + table(
                      ["size", "context", "fp32 forward", "fp32 train step", "bf16 forward", "bf16 train step"], rows))
-    skipped = {i.get("snapshot_skipped") for i in d["info"] if i.get("snapshot_skipped")}
+    skipped = {i.get("snapshot_skipped") for i in d["details"] if i.get("snapshot_skipped")}
     if skipped:
         parts.append("Timelines not recorded here: " + "; ".join(sorted(skipped)) + ".")
     figs, res_rows, largest = [], [], None
     for _, r in d.iterrows():
-        snap = r["info"].get("snapshot")
+        snap = r["details"].get("snapshot")
         if not snap:
             continue
         cfg = f"{r['cfg.size']}_ctx{_i(r['cfg.context'])}_{r['cfg.dtype']}_{r['cfg.mode']}"
@@ -222,7 +226,7 @@ def memory_section(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -
         parts.append(f"(e) largest allocations in `{cfg}`:\n\n" + table(
             ["size (MiB)", "count", "made at (innermost impl/ or torch.nn frames)"],
             [[f"{b['size'] / 2**20:.1f}", b["count"], " ← ".join(b["frames"]) or "–"] for b in big]))
-    art = [i["snapshot"]["artifact"] for i in d["info"] if i.get("snapshot") and i["snapshot"].get("artifact")]
+    art = [i["snapshot"]["artifact"] for i in d["details"] if i.get("snapshot") and i["snapshot"].get("artifact")]
     if art:
         parts.append(f"Raw snapshot saved as artifact `{art[0]}` (drag onto pytorch.org/memory_viz).")
     return "\n\n".join(parts)
@@ -232,28 +236,34 @@ def memory_section(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -
 def _cell(x) -> str:
     if x is None:
         return "–"
-    if x["info"].get("not_run"):
+    if x["status"] not in (MEASURED, OOM):
         return "left out"
-    return "OOM" if x.oom else ms(x["mean"])
+    return "OOM" if x["status"] == OOM else ms(step_s(x))
 
 
 def _ok(x) -> bool:
-    return x is not None and not x.oom and not x["info"].get("not_run") and not missing(x["mean"])
+    return x is not None and x["status"] == MEASURED and not missing(step_s(x))
 
 
 def _speedup(e, c) -> str:
-    return f"{e['mean'] / c['mean']:.2f}×" if _ok(e) and _ok(c) else "–"
+    return f"{step_s(e) / step_s(c):.2f}×" if _ok(e) and _ok(c) else "–"
+
+
+def _first_call_s(r):
+    """The bench layer's first_call_s metric; a details key in the older format."""
+    v = r.get("m.first_call_s")
+    return r["details"].get("first_call_s") if missing(v) else v
 
 
 def compile_section(df: pd.DataFrame) -> str | None:
     d = _p(df, "torch_compile")
     if d.empty:
         return None
-    d = d[d["info"].map(lambda i: (i or {}).get("study")) == "model"]  # (a), attention, is another section
+    d = d[d.apply(study, axis=1) == "model"]  # (a), attention, is another section
     if d.empty:
         return None
     d = _sorted(d, "cfg.context")
-    left = d[d["info"].map(lambda i: i.get("not_run") == "left_out")]
+    left = d[~d["status"].isin([MEASURED, OOM])]
     opt = d[d["cfg.mode"] == "optimizer_step"]
     grid_rows = d[d["cfg.mode"] != "optimizer_step"]
     modes = [m for m in ("forward", "forward_backward", "train_step") if m in set(grid_rows["cfg.mode"])]
@@ -273,7 +283,7 @@ def compile_section(df: pd.DataFrame) -> str | None:
             cells = []
             for impl in ("eager", "compiled"):
                 fb, st = sel.get(("forward_backward", impl)), o.get(impl)
-                cells.append(fb["mean"] + st["mean"] if _ok(fb) and _ok(st) else None)
+                cells.append(step_s(fb) + step_s(st) if _ok(fb) and _ok(st) else None)
             row += [ms(cells[0]), ms(cells[1]),
                     f"{cells[0] / cells[1]:.2f}×" if cells[0] is not None and cells[1] is not None else "–"]
         rows.append(row)
@@ -281,7 +291,7 @@ def compile_section(df: pd.DataFrame) -> str | None:
                                                                "speed-up")]
     if by_size_opt:
         header += ["train step eager (ms) = fwd+bwd + opt", "train step compiled (ms)", "speed-up"]
-    info0 = next((i for i in d["info"] if i.get("compiled_what")), None)
+    info0 = next((i for i in d["details"] if i.get("compiled_what")), None)
     if info0:
         what = (f"What was compiled: {info0['compiled_what']}. The optimizer step compares our AdamW (eager, "
                 "`torch._foreach_*`: a handful of multi-tensor kernels, each a pass over all parameters) with "
@@ -293,7 +303,8 @@ def compile_section(df: pd.DataFrame) -> str | None:
     else:  # JSON from before the regional version
         what = ("What was compiled: the whole model, `torch.compile(model, dynamic=True)` (one compilation per "
                 "size serves every context); the optimizer (our AdamW) stayed eager in the train step.")
-    parts = ["## torch_compile (b): compiled model vs eager", what + " fp32; times are pytest-benchmark means.\n\n"
+    parts = ["## torch_compile (b): compiled model vs eager",
+             what + f" fp32; times are pytest-benchmark {stat_name(d)}s.\n\n"
              + table(header, rows)]
     if not opt.empty:
         orows = []
@@ -302,26 +313,26 @@ def compile_section(df: pd.DataFrame) -> str | None:
             orows.append([size, _cell(e), _cell(c), _speedup(e, c)])
         parts.append("Optimizer step alone (AdamW on fixed random gradients; independent of the context):\n\n"
                      + table(["size", "eager (ms)", "compiled (ms)", "speed-up"], orows))
-    comp = d[(d["cfg.impl"] == "compiled") & d["info"].map(lambda i: bool(i.get("compiled_now")))]
+    comp = d[(d["cfg.impl"] == "compiled") & d["details"].map(lambda i: bool(i.get("compiled_now")))]
     if not comp.empty:
         crow = []
         for _, r in comp.iterrows():
-            i = r["info"]
+            i = r["details"]
             graph = i.get("graph") or ("inference" if r["cfg.mode"] == "forward" else "training")
             same = d[(d["cfg.impl"] == "compiled") & (d["cfg.size"] == r["cfg.size"])
-                     & d["info"].map(lambda j, g=graph: j.get("graph") == g and bool(j.get("reused_graph")))]
+                     & d["details"].map(lambda j, g=graph: j.get("graph") == g and bool(j.get("reused_graph")))]
             reused = sorted({_i(x) for x in same["cfg.context"] if not missing(x)})
             crow.append([r["cfg.size"], graph, "–" if missing(r["cfg.context"]) else _i(r["cfg.context"]),
-                         num(i.get("first_call_s"), 1), num(i.get("compile_s"), 1),
+                         num(_first_call_s(r), 1), num(i.get("compile_s"), 1),
                          ", ".join(map(str, reused)) or ("every later step" if graph == "optimizer" else "–"),
                          i.get("graph_breaks", "–")])
         parts.append("Compilation, timed apart from the rows above: the first call of each graph (compile + one "
-                     "step) and compile ≈ first call − the row's mean; the contexts whose rows reused that graph "
+                     "step) and compile ≈ first call − the row's time; the contexts whose rows reused that graph "
                      "without compiling; graph breaks dynamo counted so far:\n\n"
                      + table(["size", "graph", "compiled at context", "first call (s)", "compile (s)",
                               "reused at contexts", "graph breaks"], crow))
     if not left.empty:
-        reason = left["info"].iloc[0]["not_run_reason"]
+        reason = left["reason"].iloc[0]
         cfgs = []
         for (size, ctx), g in d.assign(_c=d["cfg.context"].map(lambda c: "optimizer step" if missing(c) else _i(c))
                                        ).groupby(["cfg.size", "_c"], sort=False):

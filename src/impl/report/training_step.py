@@ -13,11 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from impl.report import figures
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.bench.row import Status
 from impl.model import size_rank
+from impl.report import figures
+from impl.report.benchmarking import stat_name, step_s, timing_text
+from impl.report.markdown import gib, missing, ms, num, pct, table
 
 PROBLEM = "training_step"
+MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "+bf16_weights", "fast", "fast+cudagraphs", "anchor"]
 
 
@@ -34,8 +37,7 @@ def latest_rows(d: pd.DataFrame) -> pd.DataFrame:
     """One row per (size, context, config): from the newest run that ran it (an OOM is a result and
     counts as run), else the newest run's not-run row: a command cut at its time limit leaves rows
     "not run" that an earlier run measured, and a later command may measure only a few configs."""
-    ran = ~d["info"].map(lambda i: bool(i.get("not_run")))
-    d = d.assign(_ran=ran).sort_values(["_ran", "datetime"], ascending=False, kind="stable")
+    d = d.assign(_ran=d["status"].isin([MEASURED, OOM])).sort_values(["_ran", "datetime"], ascending=False, kind="stable")
     return d.drop_duplicates(["cfg.size", "cfg.context", "cfg.config"]).drop(columns="_ran")
 
 
@@ -54,22 +56,33 @@ def runs_table(d: pd.DataFrame) -> str:
     by it), and how many rows it supplies."""
     rows = []
     for run, g in d.groupby(d.apply(_run, axis=1), sort=True):
-        peak = g["info"].map(lambda i: i.get("peak_flops")).dropna()
+        peak = next((p for p in map(_peak, g["row"]) if p), None)
         rows.append([run, ", ".join(f"`{s}`" for s in dict.fromkeys(g["section"])),
-                     num(peak.iloc[0] / 1e12, 1) if not peak.empty else "–", len(g)])
+                     num(peak / 1e12, 1) if peak else "–", len(g)])
     return table(["run (UTC)", "files", "matmul peak (TFLOP/s)", "rows shown"], rows)
 
 
+def _peak(row) -> float | None:
+    """The matmul peak measured in the row's run (its MFU's denominator)."""
+    return row.peaks.measured_flops if row.peaks else None
+
+
 def _not_run(r) -> bool:
-    return bool(r["info"].get("not_run"))
+    return r["status"] not in (MEASURED, OOM)
 
 
 def _ok(r) -> bool:
-    return not (r.oom or _not_run(r) or missing(r["mean"]))
+    return r["status"] == MEASURED and not missing(step_s(r))
 
 
 def _status(r) -> str:
-    return "not run" if _not_run(r) else ("OOM" if r.oom else "")
+    return "not run" if _not_run(r) else ("OOM" if r["status"] == OOM else "")
+
+
+def _first_step_s(r):
+    """The first step, timed apart: the bench layer's first_call_s metric (older format: details)."""
+    v = r.get("m.first_call_s")
+    return r["details"].get("first_step_s") if missing(v) else v
 
 
 def _settings(r) -> tuple:
@@ -121,14 +134,15 @@ def ablation_table(d: pd.DataFrame) -> str:
     rows = []
     for (size, ctx), g in _order(d).groupby(["cfg.size", "cfg.context"], sort=False):
         base = g[(g["cfg.config"] == "bf16")]
-        base_mean = base.iloc[0]["mean"] if not base.empty and _ok(base.iloc[0]) else None
+        base_median = step_s(base.iloc[0]) if not base.empty and _ok(base.iloc[0]) else None
         for _, r in g.iterrows():
-            ok, info = _ok(r), r["info"]
-            speedup = f"{base_mean / r['mean']:.2f}×" if ok and base_mean else "–"
-            rows.append([r["cfg.config"], size, int(ctx), ms(r["mean"], r["stddev"]) if ok else "–",
-                         num(r.get("m.tokens_per_s"), 0) if ok else "–", pct(r.get("m.mfu")) if ok else "–",
+            ok, info = _ok(r), r["details"]
+            speedup = f"{base_median / step_s(r):.2f}×" if ok and base_median else "–"
+            rows.append([r["cfg.config"], size, int(ctx), ms(step_s(r), r["stddev"]) if ok else "–",
+                         num(r.get("m.tokens_per_s"), 0) if ok else "–",
+                         pct(r.get("m.mfu_measured_peak")) if ok else "–",
                          speedup, gib(r["peak_alloc"]) if ok else "–",
-                         num(info.get("first_step_s"), 2) if ok else "–", _compile_cell(info) if ok else "–",
+                         num(_first_step_s(r), 2) if ok else "–", _compile_cell(info) if ok else "–",
                          info.get("new_graphs", "–") if ok else "–", _status(r)] + ([_run(r)] if mixed else []))
     return table(["config", "size", "context", "step (ms)", "tokens/s", "MFU", "vs bf16", "peak GiB",
                   "first step (s)", "compile (s)", "new graphs", "OOM / not run"] + (["run"] if mixed else []), rows)
@@ -149,8 +163,8 @@ def versus_anchor(d: pd.DataFrame) -> str | None:
                 continue
             r = sel.iloc[0]
             same = "yes" if r["datetime"] == a["datetime"] else f"no ({_run(r)} / {_run(a)})"
-            rows.append([size, int(ctx), name, ms(r["mean"]), pct(r.get("m.mfu")), ms(a["mean"]), pct(a.get("m.mfu")),
-                         f"{a['mean'] / r['mean']:.2f}×", same])
+            rows.append([size, int(ctx), name, ms(step_s(r)), pct(r.get("m.mfu_measured_peak")), ms(step_s(a)),
+                         pct(a.get("m.mfu_measured_peak")), f"{step_s(a) / step_s(r):.2f}×", same])
     if not rows:
         return None
     return table(["size", "context", "ours", "step (ms)", "MFU", "anchor step (ms)", "anchor MFU",
@@ -164,7 +178,7 @@ def repeats_table(d: pd.DataFrame) -> str | None:
     of its own run, where that run had one."""
     d = _order(d[d["cfg.config"].isin(OURS + ["anchor"])])
     d = d[pd.Series([_ok(r) for _, r in d.iterrows()], index=d.index, dtype=bool)]  # a list [] would pick columns
-    anchor_ms = {(r["cfg.size"], r["cfg.context"], r["datetime"]): r["mean"]
+    anchor_ms = {(r["cfg.size"], r["cfg.context"], r["datetime"]): step_s(r)
                  for _, r in d[d["cfg.config"] == "anchor"].iterrows()}
     rows = []
     for (size, ctx, config), g in d.groupby(["cfg.size", "cfg.context", "cfg.config"], sort=False):
@@ -172,10 +186,10 @@ def repeats_table(d: pd.DataFrame) -> str | None:
             continue
         for _, r in g.sort_values("datetime").iterrows():
             a = anchor_ms.get((size, ctx, r["datetime"])) if config != "anchor" else None
-            vs = f"{a / r['mean']:.2f}×" if a else "–"
-            peak = r["info"].get("peak_flops")
-            rows.append([size, int(ctx), config, _run(r), f"`{r.get('commit') or '–'}`", ms(r["mean"], r["stddev"]),
-                         pct(r.get("m.mfu")), num(peak / 1e12, 1) if peak else "–", vs])
+            vs = f"{a / step_s(r):.2f}×" if a else "–"
+            peak = _peak(r["row"])
+            rows.append([size, int(ctx), config, _run(r), f"`{r.get('commit') or '–'}`", ms(step_s(r), r["stddev"]),
+                         pct(r.get("m.mfu_measured_peak")), num(peak / 1e12, 1) if peak else "–", vs])
     if not rows:
         return None
     return table(["size", "context", "config", "run (UTC)", "commit", "step (ms)", "MFU", "matmul peak (TFLOP/s)",
@@ -185,7 +199,7 @@ def repeats_table(d: pd.DataFrame) -> str | None:
 # ------------------------------------------------------------------------------ where the time goes
 def _profiled(d: pd.DataFrame) -> pd.DataFrame:
     d = _order(d)
-    return d[d["info"].map(lambda i: "profile" in i or "profile_error" in i)]
+    return d[d["details"].map(lambda i: "profile" in i or "profile_error" in i)]
 
 
 def _ms_share(x_ms: float, step_ms: float) -> str:
@@ -199,7 +213,7 @@ _SHORT = {"forward": "fwd", "backward": "bwd", "optimizer step": "opt"}
 
 
 def _profiles(p: pd.DataFrame) -> list[dict]:
-    return [i["profile"] for i in p["info"] if "profile" in i]
+    return [i["profile"] for i in p["details"] if "profile" in i]
 
 
 def _has_host(profiles: list[dict]) -> bool:
@@ -211,20 +225,20 @@ def _host_cell(pr: dict, phases: list[str]) -> str:
     return "–" if host is None else " / ".join(num(host.get(ph), 2) for ph in phases)
 
 
-def _ran_adamw_master(info: dict) -> bool:
-    return str(info.get("config", {}).get("optimizer", "")).startswith("adamw_master")
+def _ran_adamw_master(r) -> bool:
+    return str(r["row"].config.get("optimizer", "")).startswith("adamw_master")
 
 
-def _unattributed(info: dict) -> bool:
+def _unattributed(r) -> bool:
     """A profile recorded before launch_ops, of a config that ran one of our launchers outside a
     torch op: AdamWMaster, or FlashAttention eagerly (compiled, it ran as custom ops)."""
-    cfg = info.get("config", {})
-    ours = _ran_adamw_master(info) or (cfg.get("attn_impl") == "flash_triton" and cfg.get("compile") == "none")
+    cfg, info = r["row"].config, r["details"]
+    ours = _ran_adamw_master(r) or (cfg.get("attn_impl") == "flash_triton" and cfg.get("compile") == "none")
     return ours and "profile" in info and not info["profile"].get("launch_ops")
 
 
 def _config_cell(r) -> str:
-    return f"{r['cfg.config']} {UNATTRIBUTED}" if _unattributed(r["info"]) else r["cfg.config"]
+    return f"{r['cfg.config']} {UNATTRIBUTED}" if _unattributed(r) else r["cfg.config"]
 
 
 def time_table(d: pd.DataFrame) -> str | None:
@@ -240,7 +254,7 @@ def time_table(d: pd.DataFrame) -> str | None:
     host = _has_host(profiles)
     rows = []
     for _, r in p.iterrows():
-        pr = r["info"].get("profile")
+        pr = r["details"].get("profile")
         head = [r["cfg.size"], int(r["cfg.context"]), _config_cell(r)]
         if pr is None:
             rows.append(head + ["profile failed"] + [""] * (len(phases) + host + len(cats) + 2))
@@ -258,14 +272,14 @@ def time_table(d: pd.DataFrame) -> str | None:
 def _unattributed_note(p: pd.DataFrame) -> str | None:
     """The footnote of the marked rows, with the optimizer step of one that ran AdamWMaster as the
     example of what was missed (None where no row is marked)."""
-    marked = p[p["info"].map(_unattributed)]
+    marked = p[[_unattributed(r) for _, r in p.iterrows()]] if not p.empty else p
     if marked.empty:
         return None
-    master = marked[marked["info"].map(_ran_adamw_master)]
+    master = marked[[_ran_adamw_master(r) for _, r in marked.iterrows()]]
     example = ""
     if not master.empty:
         r = master.iloc[0]
-        opt_ms = r["info"]["profile"]["phase_ms"].get("optimizer step")
+        opt_ms = r["details"]["profile"]["phase_ms"].get("optimizer step")
         example = (f" (e.g. the optimizer step of {r['cfg.size']} ctx {int(r['cfg.context'])} {r['cfg.config']}: "
                    f"{num(opt_ms, 2)} ms)")
     return (f"{UNATTRIBUTED} Profiled before our own launches were attributed: kernels launched by our Triton "
@@ -278,7 +292,7 @@ def top_kernels_table(d: pd.DataFrame, configs: list[str]) -> str | None:
     p = _profiled(d)
     rows = []
     for _, r in p[p["cfg.config"].isin(configs)].iterrows():
-        pr = r["info"].get("profile")
+        pr = r["details"].get("profile")
         for k in (pr or {}).get("top", []):
             rows.append([r["cfg.size"], int(r["cfg.context"]), r["cfg.config"], f"`{k['name'][:90].replace('|', '/')}`",
                          k["category"], num(k["ms"], 3), num(k["calls"], 0), pct(k["ms"] / pr["step_ms"])])
@@ -314,8 +328,8 @@ def time_section(d: pd.DataFrame, top_configs: list[str] = OURS) -> list[str]:
     note = _unattributed_note(p)
     if note:
         parts.append(note)
-    failed = [f"{r['cfg.size']} ctx {int(r['cfg.context'])} {r['cfg.config']}: {r['info']['profile_error']}"
-              for _, r in p.iterrows() if "profile_error" in r["info"]]
+    failed = [f"{r['cfg.size']} ctx {int(r['cfg.context'])} {r['cfg.config']}: {r['details']['profile_error']}"
+              for _, r in p.iterrows() if "profile_error" in r["details"]]
     if failed:
         parts.append("Profiles that failed (their timed rows stand): " + "; ".join(failed) + ".")
     top = top_kernels_table(d, top_configs)
@@ -353,10 +367,13 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     if every.empty:
         return None
     d = latest_rows(every)
-    i, c = d["info"].iloc[0], d.iloc[0]
+    c = d.iloc[0]
     runs = _runs(d)
-    peak = (f"matmul peak ({num(i.get('peak_flops', float('nan')) / 1e12, 2)} TFLOP/s, {i.get('peak_dtype')})"
-            if len(runs) == 1 else f"{i.get('peak_dtype')} matmul peak of the row's own run (runs below)")
+    peaks = next((row.peaks for row in d["row"] if row.peaks), None)
+    dtype = peaks.measured_dtype if peaks else "–"
+    peak = (f"matmul peak ({num(peaks.measured_flops / 1e12, 2) if peaks else '–'} TFLOP/s, {dtype})"
+            if len(runs) == 1 else f"{dtype} matmul peak of the row's own run (runs below)")
+    warm_n, rounds_n = timing_text(d)
     parts = ["## training_step",
              f"The full training step (forward, backward, AdamW) at batch {int(c['cfg.batch'])}: fp32, bf16 "
              "autocast (fp32 weights and optimizer state), each speed-up alone on top of bf16, all of them "
@@ -365,8 +382,9 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
              "lower half and moments live in the optimizer (adamw_master: our Triton kernel, 26 B per parameter "
              "against the 28 of a fused fp32 AdamW). A fresh model per row; its first step (compilation, "
              "Triton autotuning, optimizer state) is timed apart, then "
-             f"{i.get('warmup')} warm-up and {i.get('rounds')} timed steps. Compiled graphs are kept across the "
-             "contexts of a size (the sequence dimension is dynamic): compile = first step − mean step where the "
+             f"{warm_n} warm-up and {rounds_n} timed steps (step = their {stat_name(d)}). Compiled graphs are kept "
+             "across the contexts of a size (the sequence dimension is dynamic): compile = first step − step "
+             "where the "
              "first step compiled graphs (new graphs: how many), \"reused\" where it ran the graphs of an earlier "
              "context. MFU = model matmul FLOPs (3 × forward, full attention square) ÷ time ÷ the measured "
              f"{peak}. Peak memory is CUDA's max allocated (none on the CPU). fast+cudagraphs is fast with "
@@ -388,10 +406,10 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     if plot(d, fig_dir / name):
         parts.append(f"![training step tokens/s by config]({fig_rel}/{name})")
     parts += time_section(d)
-    left = d[d["info"].map(lambda x: x.get("not_run") == "left_out")]
+    left = d[d.apply(_not_run, axis=1)]
     if not left.empty:
-        parts.append(f"Not run: {len(left)} row(s) ({left['info'].iloc[0].get('not_run_reason')}).")
-    if i.get("env", {}).get("device_type") == "cpu":
+        parts.append(f"Not run: {len(left)} row(s) ({left['reason'].iloc[0]}).")
+    if c["row"].env.device_type == "cpu":
         parts.append("CPU smoke data (the stand-ins for FlashAttention and the compile backend are in the legend): "
                      "these rows check the plumbing; their timings say nothing about the speed-ups on a GPU.")
     return "\n\n".join(parts)
