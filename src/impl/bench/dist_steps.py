@@ -77,6 +77,10 @@ class StepMemory:
     named_before: NamedBytes | None = None
     named_after: NamedBytes | None = None
 
+    def peak(self) -> int | None:
+        """The step's peak: the larger of the two phases' (None off CUDA)."""
+        return None if self.before.peak is None else max(self.before.peak, self.after.peak)
+
 
 @dataclass
 class StepReply(Timed):
@@ -340,6 +344,11 @@ def sharding(model: torch.nn.Module, variant: str, lr: float):
     raise ValueError(f"variant must be one of {SHARD_VARIANTS}, got {variant!r}")
 
 
+def optimizer_bytes(state: WorkerState) -> int | None:
+    """Bytes the sharded optimizer handed to collectives in the last step (ours only)."""
+    return getattr(state.optimizer, "bytes_communicated_last_step", None)
+
+
 def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant: str,
                 lr: float = 1e-4) -> ShardSetup:
     """A fresh model per config (ZeRO-1 re-points parameters into its flat buffer, so a model is
@@ -359,5 +368,5 @@ def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant
 
 
 __all__ = ["DDPSetup", "DDP_VARIANTS", "SHARD_VARIANTS", "ShardSetup", "StepMemory", "StepReply", "StepSummary", "Timed",
-           "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "profiled_steps", "shard_setup",
+           "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "optimizer_bytes", "profiled_steps", "shard_setup",
            "step", "teardown", "train_step"]
