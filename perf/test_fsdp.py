@@ -104,7 +104,8 @@ def test_fsdp(bench, workers, variant):
         predicted_total_bytes=pred["breakdown"]["total"], peak_bytes=row.memory.peak_allocated,
         prefetched_fwd_bwd=last[0].prefetched, steps=asdict(summary),
         ranks=[dict(init_allocated=s.init.allocated, init_peak=s.init.peak, local_param_bytes=s.local_param_bytes,
-                    step_peak=st.memory.peak(), step_allocated=st.memory.after.allocated) for s, st in zip(setups, last)])
+                    step_peak=st.memory.peak(), step_allocated=st.memory.after.allocated)
+               for s, st in zip(setups, last)])
     if summary.comm_s is not None:
         row.metrics[Metric.COMM_SHARE] = summary.comm_s / bench.benchmark.stats.stats.median
     if variant in TIMELINE:

@@ -311,7 +311,6 @@ def ddp_setup(state: WorkerState, size: str, max_context: int, context: int, bat
 
 @dataclass
 class ShardSetup:
-    base: Allocated  # before the model was built
     init: Allocated  # model, wrapper and optimizer built (AdamW's state comes at the first step)
     named_init: NamedBytes
     n_params: int
@@ -353,8 +352,6 @@ def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant
                 lr: float = 1e-4) -> ShardSetup:
     """A fresh model per config (ZeRO-1 re-points parameters into its flat buffer, so a model is
     not reusable across configs); memory measured from an emptied allocator."""
-    state.drop("model", "model_key", "wrapper", "optimizer", "x", "y")
-    base = Allocated.read(state.device)
     model = fresh_model(state, size, context)
     state.wrapper, state.optimizer = sharding(model, variant, lr)
     state.x, state.y = _batch(state, batch, context)
@@ -362,11 +359,11 @@ def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant
     opt = state.optimizer
     owned = sum(p.numel() for p in opt.owned_params()) if hasattr(opt, "owned_params") else None
     params = list(model.parameters())
-    return ShardSetup(base=base, init=Allocated.read(state.device), named_init=named_bytes(model, state.wrapper, opt),
+    return ShardSetup(init=Allocated.read(state.device), named_init=named_bytes(model, state.wrapper, opt),
                       n_params=sum(p.numel() for p in params), num_param_tensors=len(params), owned_numel=owned,
                       largest_numel=max(p.numel() for p in params))
 
 
-__all__ = ["DDPSetup", "DDP_VARIANTS", "SHARD_VARIANTS", "ShardSetup", "StepMemory", "StepReply", "StepSummary", "Timed",
-           "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "optimizer_bytes", "profiled_steps", "shard_setup",
-           "step", "teardown", "train_step"]
+__all__ = ["DDPSetup", "DDP_VARIANTS", "SHARD_VARIANTS", "ShardSetup", "StepMemory", "StepReply", "StepSummary",
+           "Timed", "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "optimizer_bytes",
+           "profiled_steps", "shard_setup", "step", "teardown", "train_step"]

@@ -200,7 +200,8 @@ class Workers:
         with fewer GPUs than NCCL ranks, LEFT_OUT_BY_BUDGET once the file's budget is spent."""
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if backend == "nccl" and gpus < world_size:
-            status, reason = Status.NEEDS_HARDWARE, f"NCCL needs one GPU per rank: {world_size} ranks, {gpus} GPU(s) here"
+            status = Status.NEEDS_HARDWARE
+            reason = f"NCCL needs one GPU per rank: {world_size} ranks, {gpus} GPU(s) here"
         elif self.budget.exhausted():
             status, reason = Status.LEFT_OUT_BY_BUDGET, self.budget.reason()
         else:

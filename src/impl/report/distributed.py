@@ -149,8 +149,9 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         out.append(f"![all-reduce bus bandwidth]({fig_rel}/{name})")
     fits = _fits(d)
     if fits:
-        out.append("Least-squares fit t = o + S/w over the timed sizes' medians (S = bytes per rank, so w is an algorithm "
-                   "bandwidth); the bucket model below uses the fit of the DDP runs' backend and process count.")
+        out.append("Least-squares fit t = o + S/w over the timed sizes' medians (S = bytes per rank, so w is an "
+                   "algorithm bandwidth); the bucket model below uses the fit of the DDP runs' backend and process "
+                   "count.")
         out.append(table(["backend", "processes", "o (µs)", "w (GB/s)"],
                          [[b, n, num(f["o_s"] * 1e6, 1), num(f["w_Bps"] / 1e9, 2)] for (b, n), f in sorted(fits.items())]))
     return "\n\n".join(out)
@@ -168,7 +169,8 @@ def _ddp_label(r) -> str:
 def _gap_text(by: dict, floor, anchor) -> str | None:
     """Where the best DDP's time over the single-GPU floor goes: the exposed communication the
     ranks measured, and the rest (hooks, flattening copies, launch and sync gaps)."""
-    ours = [r for (v, _), r in by.items() if v not in ("single", "torch_ddp") and not _not_run(r) and not missing(r["median"])]
+    ours = [r for (v, _), r in by.items()
+            if v not in ("single", "torch_ddp") and not _not_run(r) and not missing(r["median"])]
     if not ours or floor is None or _not_run(floor) or missing(floor["median"]):
         return None
     best = min(ours, key=lambda r: r["median"])
@@ -197,10 +199,12 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
                     "ddp_overlap_individual_parameters_benchmarking, ddp_overlap_bucketed_benchmarking"], {}
     first = bench.iloc[0]
     out.append(f"{first['cfg.size']}, fp32, AdamW, {int(first['cfg.world_size'])} ranks over "
-               f"{first['cfg.backend']}; each rank trains on its own micro-batch. Step = pytest-benchmark median ± std "
+               f"{first['cfg.backend']}; each rank trains on its own micro-batch. Step = pytest-benchmark median "
+               "± std "
                "of one training step on every rank, timed by the ranks' own device-synchronised clocks (the slowest "
                "rank's time; older files: the parent's clock, slowest rank + IPC round trip). Exposed "
-               "communication, mean over the timed steps of the slowest rank's: communication = time finish_gradient_synchronization waits after backward's "
+               "communication, mean over the timed steps of the slowest rank's: communication = time "
+               "finish_gradient_synchronization waits after backward's "
                "compute finished (naive / flat: all of it; overlapped variants: the part not hidden behind "
                "backward). torch DDP waits inside backward, so only its total is known. Overheads are step-time "
                "ratios to the single-GPU step at the same per-rank batch and to torch DDP.")
@@ -220,7 +224,8 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
                 rows.append([_ddp_label(r), nr, "", "", "", ""])
                 continue
             grad_bytes = grad_bytes or _info(r, "grad_bytes")
-            ratio = lambda ref: "–" if ref is None or _not_run(ref) or missing(ref["median"]) else f"{r['median'] / ref['median']:.2f}×"
+            ratio = lambda ref: ("–" if ref is None or _not_run(ref) or missing(ref["median"])
+                                 else f"{r['median'] / ref['median']:.2f}×")
             rows.append([_ddp_label(r), ms(r["median"], r["stddev"]), ms(figure(r, "comm_s")),
                          pct(figure(r, "comm_share", Metric.COMM_SHARE)), ratio(floor), ratio(anchor)])
             if k[0] == "bucketed":
@@ -303,8 +308,9 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     first = tr.iloc[0]
     return "\n\n".join([
         "### ddp_overlap_individual_parameters (b): profiler timeline",
-        f"One step on rank 0 (torch.profiler, {src}), after the row's timed steps, context {int(first['cfg.context'])}, "
-        f"per-rank batch {int(first['cfg.batch_per_rank'])}; intervals merged for size, shaded bands are the annotated phases. "
+        f"One step on rank 0 (torch.profiler, {src}), after the row's timed steps, context "
+        f"{int(first['cfg.context'])}, per-rank batch {int(first['cfg.batch_per_rank'])}; intervals merged for size, "
+        "shaded bands are the annotated phases. "
         "Naive DDP communicates only after backward; the bucketed DDP's all-reduces run beside backward compute.",
         f"![DDP timeline]({fig_rel}/{name})",
         table(["variant", "step span (ms)", "compute busy (ms)", "communication busy (ms)",
@@ -340,7 +346,8 @@ def sharding_section(d: pd.DataFrame) -> str | None:
                              gib(pred["activations"])])
         states = [m["named_after"]["optimizer_state"] for m in _info(r, "ranks")]
         vol = _info(r, "predicted_ring_bytes_per_rank")[SHARD_VOLUME.get(v, "ddp")]
-        cmp_rows.append([label, ms(r["median"], r["stddev"]), ms(figure(r, "opt_s") or figure(r, "opt_step_s")), gib(max(states)),
+        opt_s = figure(r, "opt_s") or figure(r, "opt_step_s")  # older files: opt_step_s
+        cmp_rows.append([label, ms(r["median"], r["stddev"]), ms(opt_s), gib(max(states)),
                          gib(max(m["after_peak"] for m in _info(r, "ranks")) if _info(r, "ranks")[0]["after_peak"] is not None else None),
                          _gb(_info(r, "comm_bytes_per_step")), _info(r, "comm_bytes_source"), _gb(vol)])
     return "\n\n".join([
