@@ -123,7 +123,8 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         busbw = figure(r, "busbw_GBps", Metric.BUS_BW)
         rows.append(head + [ms(_per_op(r), digits=3), num(figure(r, "algbw_GBps", Metric.ALG_BW), 2), num(busbw, 2),
                             timing.iterations if timing else _info(r, "inner")])
-        series.setdefault(key, []).append((r["cfg.bytes"], busbw))
+        if not missing(busbw):
+            series.setdefault(key, []).append((r["cfg.bytes"], busbw))
     left_out = {i["left_out"] for i in runs["details"] if i.get("left_out")}
     out = ["## distributed_communication_single_node",
            "All-reduce (sum) of float32 buffers, MB = 2^20 bytes. Time per all-reduce = pytest-benchmark median; "
