@@ -116,16 +116,21 @@ class Harness:
     def measure(self, *, problem: str, config: dict, fn: Callable, round: str, setup: Callable | None = None,
                 warmup: int = 5, rounds: int = 10, kernel: bool = False, flops: float | None = None,
                 tokens: int | None = None, nbytes: float | None = None, metrics: dict[Metric, float] | None = None,
-                details: dict[str, Any] | None = None) -> Row:
+                details: dict[str, Any] | None = None, clock: Callable[[], float] | None = None) -> Row:
         """Time `fn` (after `setup`, untimed, when given) and write its row. `round` says in words
-        what one call of `fn` is ("one training step", "forward+backward of the attention")."""
+        what one call of `fn` is ("one training step", "forward+backward of the attention").
+        `clock`: the timer to read instead of this process's device clock, for work done elsewhere
+        (the slowest rank's time, impl.bench.worker_group); this process's device is then not
+        touched and the caller records the memory."""
         bm = self.benchmark
         bm.group = problem
-        device = self.device
+        here = clock is None
+        device = self.device if here else torch.device("cpu")
         row = Row(problem=problem, config=dict(config), env=self.env(), status=Status.MEASURED,
                   metrics=dict(metrics or {}), details=dict(details or {}))
         reset_peak_memory(device)
-        clock = SyncTimer(device)
+        timer = make_timer(device, kernel) if here else clock
+        clock = SyncTimer(device) if here else clock
         call_s = None
         try:
             for _ in range(warmup):
@@ -137,7 +142,6 @@ class Harness:
                 raise
             return self._oom(row, first_line(exc))
         plan = plan_rounds(rounds, call_s, kernel=kernel, has_setup=setup is not None)
-        timer = make_timer(device, kernel)
         guard = _Guard()
         bm._timer = timer
         reset_peak_memory(device)

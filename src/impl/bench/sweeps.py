@@ -164,10 +164,8 @@ GRIDS.update({
     "distributed_communication_single_node": {
         "full": dict(sizes_mb=[1, 10, 100, 1000],
                      runs=[["nccl", 2], ["nccl", 4], ["nccl", 6], ["gloo", 2], ["gloo", 4], ["gloo", 6]],
-                     inner_bytes={"gloo": 2 ** 28, "nccl": 2 ** 32}, max_inner=1000, warmup=1, rounds=3,
-                     budget_s=120, timeout_s=300),
-        "smoke": dict(sizes_mb=[1, 10], runs=[["gloo", 2], ["nccl", 2]],
-                      inner_bytes={"gloo": 2 ** 24, "nccl": 2 ** 30}, max_inner=20, warmup=1, rounds=3,
+                     warmup=2, rounds=10, budget_s=120, timeout_s=300),
+        "smoke": dict(sizes_mb=[1, 10], runs=[["gloo", 2], ["nccl", 2]], warmup=1, rounds=10,
                       budget_s=60, timeout_s=120,
                       left_out="smoke profile: 100 MB and 1 GB, gloo at 4 and 6 processes"),
     },
@@ -183,19 +181,19 @@ GRIDS.update({
                      budget_s=240, timeout_s=300),
         "smoke": dict(size="tiny", world_size=2, configs=[[32, 2], [64, 2]], bucket_mb=[1, 10, 100, 1000],
                       variants=["single", "naive", "flat", "individual", "bucketed", "torch_ddp"],
-                      warmup=1, rounds=2, trace=dict(context=32, variants=[["naive", None], ["bucketed", 100]],
+                      warmup=1, rounds=10, trace=dict(context=32, variants=[["naive", None], ["bucketed", 100]],
                                                      warmup=1, steps=2, max_intervals=1500),
-                      budget_s=90, timeout_s=120),
+                      budget_s=150, timeout_s=120),
     },
     # none = our DDP (per-parameter overlap) + AdamW; sharded = ShardedOptimizer(AdamW);
     # zero1 = ZeRO1Optimizer(AdamW) behind a DDP that does not reduce; torch_zero =
     # ZeroRedundancyOptimizer(torch.optim.AdamW). A fresh model per config.
     "optimizer_state_sharding_accounting": {
         "full": dict(size="xl", world_size=2, context=512, batch=4,
-                     variants=["none", "sharded", "zero1", "torch_zero"], warmup=1, rounds=3,
+                     variants=["none", "sharded", "zero1", "torch_zero"], warmup=1, rounds=5,
                      budget_s=120, timeout_s=300),
         "smoke": dict(size="tiny", world_size=2, context=32, batch=2,
-                      variants=["none", "sharded", "zero1", "torch_zero"], warmup=1, rounds=2,
+                      variants=["none", "sharded", "zero1", "torch_zero"], warmup=1, rounds=10,
                       budget_s=60, timeout_s=120),
     },
 })
@@ -211,8 +209,8 @@ GRIDS["fsdp"] = {
                  variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=2, rounds=5,
                  timeline_rows=1500, budget_s=300, timeout_s=300),
     "smoke": dict(size="tiny", world_size=2, context=32, batch=2,
-                  variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=1, rounds=2,
-                  timeline_rows=1500, budget_s=40, timeout_s=120),
+                  variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=1, rounds=10,
+                  timeline_rows=1500, budget_s=60, timeout_s=120),
 }
 
 # gradient_checkpointing (issue 7, beyond): policies × dtypes on one shape, then nested vs none over

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from impl import accounting as acc
+from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.markdown import missing, ms, num, pct, table
 
@@ -29,16 +30,30 @@ SHARD_VOLUME = dict(none="ddp", sharded="sharded_simple", zero1="zero1", torch_z
 
 
 def _info(r, key, default=None):
-    return r["info"].get(key, default)
+    return r["details"].get(key, default)
 
 
 def _not_run(r) -> str | None:
-    kind = _info(r, "not_run")
-    return f"not run ({kind}: {_info(r, 'not_run_reason')})" if kind else None
+    return None if r["status"] == Status.MEASURED.value else f"not run ({r['status']}: {r['reason']})"
 
 
-def _metric(r, key):
-    return (_info(r, "metrics") or {}).get(key)
+def _cfg(r, key):
+    """A config value, None where the row's config has no such key (a column other rows made)."""
+    v = r.get(f"cfg.{key}")
+    return None if missing(v) else v
+
+
+def figure(r, key, metric: Metric | None = None):
+    """A figure of a distributed row: its Metric column, the mean of its timed steps
+    (details["steps"], impl.bench.dist_steps.StepSummary), a details key, or where the older
+    format kept it (its free-form metrics, impl.report.legacy)."""
+    if metric is not None and not missing(r.get(f"m.{metric.value}")):
+        return r[f"m.{metric.value}"]
+    d = r["details"]
+    for source in (d.get("steps") or {}, d, d.get("legacy_metrics") or {}):
+        if source.get(key) is not None:
+            return source[key]
+    return None
 
 
 def _mb(nbytes) -> str:
@@ -69,15 +84,28 @@ class _Unit:
 
 
 def _comm_rows(d: pd.DataFrame) -> pd.DataFrame:
-    return d[d["info"].map(lambda i: i.get("config", {}).get("kind") != "fit")]
+    """The all-reduce rows (older files also held fit rows, config kind "fit")."""
+    return d[d.apply(lambda r: _cfg(r, "kind") != "fit", axis=1)] if not d.empty else d
+
+
+def _per_op(r):
+    """Seconds per all-reduce: the median (the rows are kernel-level: the stats are one all-reduce);
+    the older format kept it as time_s."""
+    return figure(r, "time_s") or r["median"]
 
 
 def _fits(d: pd.DataFrame) -> dict:
+    """t = o + S/w by least squares over each (backend, processes) run's measured sizes."""
+    points: dict = {}
+    for _, r in _comm_rows(d).iterrows():
+        if not _not_run(r) and not missing(_per_op(r)):
+            points.setdefault((r["cfg.backend"], int(r["cfg.world_size"])), []).append((r["cfg.bytes"], _per_op(r)))
     out = {}
-    for _, r in d.iterrows():
-        cfg = _info(r, "config")
-        if cfg.get("kind") == "fit" and not _info(r, "not_run"):
-            out[(cfg["backend"], cfg["world_size"])] = _info(r, "results")
+    for key, pts in points.items():
+        if len({b for b, _ in pts}) >= 2:
+            sizes, times = zip(*pts)
+            o, w = acc.fit_latency_bandwidth(sizes, times)
+            out[key] = dict(o_s=o, w_Bps=w)
     return out
 
 
@@ -89,21 +117,23 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         nr = _not_run(r)
         head = [key[0], key[1], _mb(r["cfg.bytes"])]
         if nr:
-            rows.append(head + [nr, "", "", "", ""])
+            rows.append(head + [nr, "", "", ""])
             continue
-        t = _metric(r, "time_s")
-        rows.append(head + [ms(t, digits=3), num(_metric(r, "algbw_GBps"), 2), num(_metric(r, "busbw_GBps"), 2),
-                            num(_metric(r, "worker_busbw_GBps"), 2), _info(r, "inner")])
-        series.setdefault(key, []).append((r["cfg.bytes"], _metric(r, "busbw_GBps")))
-    left_out = {x for x in runs["info"].map(lambda i: i.get("left_out")) if x}
+        timing = r["row"].timing
+        busbw = figure(r, "busbw_GBps", Metric.BUS_BW)
+        rows.append(head + [ms(_per_op(r), digits=3), num(figure(r, "algbw_GBps", Metric.ALG_BW), 2), num(busbw, 2),
+                            timing.iterations if timing else _info(r, "inner")])
+        if not missing(busbw):
+            series.setdefault(key, []).append((r["cfg.bytes"], busbw))
+    left_out = {i["left_out"] for i in runs["details"] if i.get("left_out")}
     out = ["## distributed_communication_single_node",
-           "All-reduce (sum) of float32 buffers, MB = 2^20 bytes. Time per all-reduce = (pytest-benchmark median of "
-           "one command in which every rank runs `inner` back-to-back all-reduces − the IPC round trip of a no-op "
-           "command) / inner. algbw = bytes / time; busbw = algbw · 2(n−1)/n (nccl-tests), comparable across "
-           "process counts. The last bandwidth column uses the ranks' own clocks (slowest rank, barrier-aligned, "
-           "device synchronised), a cross-check without IPC.",
+           "All-reduce (sum) of float32 buffers, MB = 2^20 bytes. Time per all-reduce = pytest-benchmark median; "
+           "each all-reduce runs on every rank after a barrier and is timed by the ranks' own device clocks "
+           "(CUDA events on a GPU), the slowest rank's time counting; a round repeats it until it lasts ≥ 1 ms "
+           "(iterations). algbw = bytes / time; busbw = algbw · 2(n−1)/n (nccl-tests), comparable across process "
+           "counts. Older files: (parent time of `inner` back-to-back all-reduces − IPC) / inner.",
            table(["backend", "processes", "size (MB)", "time (ms)", "algbw (GB/s)", "busbw (GB/s)",
-                  "busbw, ranks' clock (GB/s)", "inner"], rows)]
+                  "iterations per round"], rows)]
     if left_out:
         out.append("Left out: " + "; ".join(sorted(left_out)) + ".")
     if series:
@@ -120,8 +150,9 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         out.append(f"![all-reduce bus bandwidth]({fig_rel}/{name})")
     fits = _fits(d)
     if fits:
-        out.append("Least-squares fit t = o + S/w over the timed sizes (S = bytes per rank, so w is an algorithm "
-                   "bandwidth); the bucket model below uses the fit of the DDP runs' backend and process count.")
+        out.append("Least-squares fit t = o + S/w over the timed sizes' medians (S = bytes per rank, so w is an "
+                   "algorithm bandwidth); the bucket model below uses the fit of the DDP runs' backend and process "
+                   "count.")
         out.append(table(["backend", "processes", "o (µs)", "w (GB/s)"],
                          [[b, n, num(f["o_s"] * 1e6, 1), num(f["w_Bps"] / 1e9, 2)] for (b, n), f in sorted(fits.items())]))
     return "\n\n".join(out)
@@ -139,13 +170,14 @@ def _ddp_label(r) -> str:
 def _gap_text(by: dict, floor, anchor) -> str | None:
     """Where the best DDP's time over the single-GPU floor goes: the exposed communication the
     ranks measured, and the rest (hooks, flattening copies, launch and sync gaps)."""
-    ours = [r for (v, _), r in by.items() if v not in ("single", "torch_ddp") and not _not_run(r) and not missing(r["mean"])]
-    if not ours or floor is None or _not_run(floor) or missing(floor["mean"]):
+    ours = [r for (v, _), r in by.items()
+            if v not in ("single", "torch_ddp") and not _not_run(r) and not missing(r["median"])]
+    if not ours or floor is None or _not_run(floor) or missing(floor["median"]):
         return None
-    best = min(ours, key=lambda r: r["mean"])
-    gap = best["mean"] - floor["mean"]
-    comm = _metric(best, "comm_s")
-    text = (f"Best of ours: {_ddp_label(best)}, {ms(best['mean'])} ms, {pct(gap / floor['mean'])} over the "
+    best = min(ours, key=lambda r: r["median"])
+    gap = best["median"] - floor["median"]
+    comm = figure(best, "comm_s")
+    text = (f"Best of ours: {_ddp_label(best)}, {ms(best['median'])} ms, {pct(gap / floor['median'])} over the "
             f"single-GPU floor ({ms(gap)} ms)")
     if not missing(comm) and gap - comm >= 0:
         text += (f"; of that gap, {ms(comm)} ms is communication the ranks waited for after backward, the "
@@ -155,22 +187,25 @@ def _gap_text(by: dict, floor, anchor) -> str | None:
         text += (f"; the exposed communication the ranks measured ({ms(comm)} ms) exceeds that gap, so with "
                  f"step-time spreads of ± {ms(best['stddev'])} (ours) and ± {ms(floor['stddev'])} ms (floor) the "
                  "split of the gap is within noise at this size")
-    if anchor is not None and not _not_run(anchor) and not missing(anchor["mean"]):
-        text += f"; torch DDP in the same run: {ms(anchor['mean'])} ms ({pct(anchor['mean'] / floor['mean'] - 1)} over)"
+    if anchor is not None and not _not_run(anchor) and not missing(anchor["median"]):
+        text += (f"; torch DDP in the same run: {ms(anchor['median'])} ms "
+                 f"({pct(anchor['median'] / floor['median'] - 1)} over)")
     return text + "."
 
 
 def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
     """The DDP tables; returns also {context: {bucket_mb: (step_s, comm_s)}} and the gradient bytes."""
-    bench = d[d["info"].map(lambda i: i.get("config", {}).get("kind") != "trace")]
+    bench = d[d.apply(lambda r: _cfg(r, "kind") != "trace", axis=1)]  # older files: trace rows apart
     out, buckets = ["## DDP benchmarking: naive_ddp_benchmarking, minimal_ddp_flat_benchmarking, "
                     "ddp_overlap_individual_parameters_benchmarking, ddp_overlap_bucketed_benchmarking"], {}
     first = bench.iloc[0]
     out.append(f"{first['cfg.size']}, fp32, AdamW, {int(first['cfg.world_size'])} ranks over "
-               f"{first['cfg.backend']}; each rank trains on its own micro-batch. Step = pytest-benchmark mean ± std "
-               "in the parent of one step command to every rank until all replied (slowest rank + IPC round trip "
-               f"≈ {ms(_info(first, 'ipc_s'), digits=3)} ms). Slowest-rank step and exposed communication are the "
-               "ranks' own clocks: communication = time finish_gradient_synchronization waits after backward's "
+               f"{first['cfg.backend']}; each rank trains on its own micro-batch. Step = pytest-benchmark median "
+               "± std "
+               "of one training step on every rank, timed by the ranks' own device-synchronised clocks (the slowest "
+               "rank's time; older files: the parent's clock, slowest rank + IPC round trip). Exposed "
+               "communication, mean over the timed steps of the slowest rank's: communication = time "
+               "finish_gradient_synchronization waits after backward's "
                "compute finished (naive / flat: all of it; overlapped variants: the part not hidden behind "
                "backward). torch DDP waits inside backward, so only its total is known. Overheads are step-time "
                "ratios to the single-GPU step at the same per-rank batch and to torch DDP.")
@@ -187,16 +222,17 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
             r = by[k]
             nr = _not_run(r)
             if nr:
-                rows.append([_ddp_label(r), nr, "", "", "", "", ""])
+                rows.append([_ddp_label(r), nr, "", "", "", ""])
                 continue
             grad_bytes = grad_bytes or _info(r, "grad_bytes")
-            ratio = lambda ref: "–" if ref is None or _not_run(ref) or missing(ref["mean"]) else f"{r['mean'] / ref['mean']:.2f}×"
-            rows.append([_ddp_label(r), ms(r["mean"], r["stddev"]), ms(_metric(r, "worker_step_s")),
-                         ms(_metric(r, "comm_s")), pct(_metric(r, "comm_share")), ratio(floor), ratio(anchor)])
+            ratio = lambda ref: ("–" if ref is None or _not_run(ref) or missing(ref["median"])
+                                 else f"{r['median'] / ref['median']:.2f}×")
+            rows.append([_ddp_label(r), ms(r["median"], r["stddev"]), ms(figure(r, "comm_s")),
+                         pct(figure(r, "comm_share", Metric.COMM_SHARE)), ratio(floor), ratio(anchor)])
             if k[0] == "bucketed":
-                buckets.setdefault(ctx, {})[k[1]] = (r["mean"], _metric(r, "comm_s"))
+                buckets.setdefault(ctx, {})[k[1]] = (r["median"], figure(r, "comm_s"))
         out.append(f"**context {ctx}, per-rank batch {batch}**\n\n" + table(
-            ["variant", "step (ms)", "slowest rank step (ms)", "exposed comm (ms)", "comm share",
+            ["variant", "step (ms)", "exposed comm (ms)", "comm share",
              "vs single GPU", "vs torch DDP"], rows))
         gap = _gap_text(by, floor, anchor)
         if gap:
@@ -255,7 +291,7 @@ def _render_timeline(rows: list, path: Path) -> None:
 
 
 def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    tr = d[d["info"].map(lambda i: i.get("config", {}).get("kind") == "trace" and "timeline" in i)]
+    tr = d[d["details"].map(lambda i: "timeline" in i)]
     if tr.empty:
         return None
     rows, stats = [], []
@@ -270,11 +306,12 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     name = f"{device}_ddp_timeline.png"
     _render_timeline(rows, fig_dir / name)
     src = rows[0][1]["source"]
-    cfg = _info(tr.iloc[0], "config")
+    first = tr.iloc[0]
     return "\n\n".join([
         "### ddp_overlap_individual_parameters (b): profiler timeline",
-        f"One step on rank 0 (torch.profiler, {src}), context {cfg['context']}, per-rank batch "
-        f"{cfg['batch_per_rank']}; intervals merged for size, shaded bands are the annotated phases. "
+        f"One step on rank 0 (torch.profiler, {src}), after the row's timed steps, context "
+        f"{int(first['cfg.context'])}, per-rank batch {int(first['cfg.batch_per_rank'])}; intervals merged for size, "
+        "shaded bands are the annotated phases. "
         "Naive DDP communicates only after backward; the bucketed DDP's all-reduces run beside backward compute.",
         f"![DDP timeline]({fig_rel}/{name})",
         table(["variant", "step span (ms)", "compute busy (ms)", "communication busy (ms)",
@@ -310,7 +347,8 @@ def sharding_section(d: pd.DataFrame) -> str | None:
                              gib(pred["activations"])])
         states = [m["named_after"]["optimizer_state"] for m in _info(r, "ranks")]
         vol = _info(r, "predicted_ring_bytes_per_rank")[SHARD_VOLUME.get(v, "ddp")]
-        cmp_rows.append([label, ms(r["mean"], r["stddev"]), ms(_metric(r, "opt_step_s")), gib(max(states)),
+        opt_s = figure(r, "opt_s") or figure(r, "opt_step_s")  # older files: opt_step_s
+        cmp_rows.append([label, ms(r["median"], r["stddev"]), ms(opt_s), gib(max(states)),
                          gib(max(m["after_peak"] for m in _info(r, "ranks")) if _info(r, "ranks")[0]["after_peak"] is not None else None),
                          _gb(_info(r, "comm_bytes_per_step")), _info(r, "comm_bytes_source"), _gb(vol)])
     return "\n\n".join([

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from impl.bench.row import Metric, Status
 from impl.report import figures
+from impl.report.distributed import figure
 from impl.report.markdown import gib, missing, ms, num, pct, table
 
 LABEL = dict(fsdp="FSDP (ours), fp32", fsdp_bf16="FSDP (ours), bf16 compute", ddp="DDPBucketed 100 MB (ours)",
@@ -16,8 +18,8 @@ KIND_LABEL = {("all_gather", "forward"): "all-gather, forward", ("all_gather", "
               ("reduce_scatter", "backward"): "reduce-scatter", ("all_reduce", "finish"): "all-reduce (replicated)"}
 
 
-def _m(r, key):
-    return (r["info"].get("metrics") or {}).get(key)
+def _m(r, key, metric: Metric | None = None):
+    return figure(r, key, metric)
 
 
 def _label(r) -> str:
@@ -25,15 +27,10 @@ def _label(r) -> str:
 
 
 def _not_run_cell(r) -> str | None:
-    """Why a row has no timings: OOM (with the message), not run / failed (with the reason)."""
-    info = r["info"]
-    if r.oom:
-        return f"OOM ({info['oom_message']})" if info.get("oom_message") else "OOM"
-    if info.get("not_run"):
-        return f"{info['not_run']}: {info.get('not_run_reason', '')}"
-    if _m(r, "worker_step_s") is None:
-        return "not run"
-    return None
+    """Why a row has no timings: its status with the reason (an OOM's message)."""
+    if r["status"] == Status.MEASURED.value:
+        return None
+    return "OOM" + (f" ({r['reason']})" if r["reason"] else "") if r.oom else f"{r['status']}: {r['reason'] or ''}"
 
 
 def _main_table(d: pd.DataFrame) -> str:
@@ -44,10 +41,10 @@ def _main_table(d: pd.DataFrame) -> str:
             rows.append([_label(r), reason, "", "", "", "", ""])
             continue
         peak = _m(r, "peak_bytes")
-        rows.append([_label(r), ms(r["mean"], r["stddev"]), ms(_m(r, "comm_s")),
+        rows.append([_label(r), ms(r["median"], r["stddev"]), ms(_m(r, "comm_s")),
                      "–" if missing(_m(r, "bytes_per_step")) else num(_m(r, "bytes_per_step") / 1e6, 1),
                      "–" if missing(peak) else gib(peak), gib(_m(r, "predicted_total_bytes")),
-                     num(_m(r, "tokens_per_s"), 0)])
+                     num(_m(r, "tokens_per_s", Metric.TOKENS_PER_S), 0)])
     return table(["configuration", "step (ms)", "communication (ms)", "payload per step (MB)",
                   "peak (GiB)", "predicted (GiB)", "tokens/s"], rows)
 
@@ -66,11 +63,11 @@ def _sharding_table(df: pd.DataFrame, first) -> str | None:
           & (s["cfg.batch_per_rank"] == first["cfg.batch_per_rank"])]
     rows = []
     for _, r in s.iterrows():
-        ranks = r["info"].get("ranks") or []
+        ranks = r["details"].get("ranks") or []
         peaks = [max(x.get("before_peak") or 0, x.get("after_peak") or 0) for x in ranks]
-        if r.oom or not peaks or not max(peaks):
+        if r["status"] != Status.MEASURED.value or not peaks or not max(peaks):
             continue
-        rows.append([SHARDING_LABEL.get(r["cfg.variant"], r["cfg.variant"]), ms(r["mean"], r["stddev"]), gib(max(peaks))])
+        rows.append([SHARDING_LABEL.get(r["cfg.variant"], r["cfg.variant"]), ms(r["median"], r["stddev"]), gib(max(peaks))])
     if not rows:
         return None
     return ("Against optimizer-state sharding at the same shape (optimizer_state_sharding_accounting, same device, "
@@ -183,27 +180,28 @@ def _verdict(label: str, r, tl: dict) -> str:
             f"needed them (forward {fi} of {fn}, backward {bi} of {bn}); the other {late} stalled compute for "
             f"{s['gather_stall_ms']:.2f} ms, and all collectives together (reduce-scatter waits and the replicated "
             f"all-reduce included) left {s['exposed_ms']:.2f} ms of communication exposed{share}.")
-    ranks = r["info"].get("timeline_ranks") or []
+    ranks = r["details"].get("timeline_ranks") or []
     if len(ranks) > 1:
         text += " Per rank, exposed: " + ", ".join(f"rank {i} {x['summary']['exposed_ms']:.2f} ms"
                                                      for i, x in enumerate(ranks)) + "."
     step = _m(r, "timeline_step_s")
-    if step is not None and not missing(_m(r, "worker_step_s")):
-        text += (f" The instrumented step took {ms(step)} ms against {ms(_m(r, 'worker_step_s'))} ms for the "
+    timed = _m(r, "worker_step_s") or r["median"]  # older files: the ranks' clock beside the parent's
+    if step is not None and not missing(timed):
+        text += (f" The instrumented step took {ms(step)} ms against {ms(timed)} ms for the "
                  "timed (uninstrumented) steps.")
     return text
 
 
 def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    ran = d[d["cfg.variant"].isin(OURS_FSDP) & d["info"].map(lambda i: bool(i.get("metrics")))]
-    with_tl = ran[ran["info"].map(lambda i: bool(i.get("timeline")))]
+    ran = d[d["cfg.variant"].isin(OURS_FSDP) & (d["status"] == Status.MEASURED.value)]
+    with_tl = ran[ran["details"].map(lambda i: bool(i.get("timeline")))]
     head = "### fsdp: do the all-gathers arrive before their layer needs them?"
     if with_tl.empty:
         if ran.empty:
             return None
         return (f"{head}\n\nThis data has no collective timeline: it predates perf/test_fsdp.py's instrumented "
                 "step (rerun the section to get one).")
-    items = [(_label(r), r["info"]["timeline"]) for _, r in with_tl.iterrows()]
+    items = [(_label(r), r["details"]["timeline"]) for _, r in with_tl.iterrows()]
     name = f"{device}_fsdp_timeline.png"
     _render_figure(items, fig_dir / name)
     tl0 = items[0][1]
@@ -225,7 +223,7 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
              f"![FSDP collective timeline]({fig_rel}/{name})",
              table(["configuration", "collective", "count", "prefetched", "waited on", "ready in time", "stalled",
                     "stall total (ms)", "largest stall (ms, weight)", "issue→ready total (ms)"], rows)]
-    parts += [_verdict(label, r, r["info"]["timeline"]) for (label, _), (_, r) in zip(items, with_tl.iterrows())]
+    parts += [_verdict(label, r, r["details"]["timeline"]) for (label, _), (_, r) in zip(items, with_tl.iterrows())]
     return "\n\n".join(parts)
 
 
@@ -236,7 +234,8 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     first = d.iloc[0]
     head = (f"## fsdp\n\n{first['cfg.size']}, context {int(first['cfg.context'])}, per-rank batch "
             f"{int(first['cfg.batch_per_rank'])}, {int(first['cfg.world_size'])} ranks over {first['cfg.backend']}; "
-            "step = pytest-benchmark mean ± std of one training step on every rank (slowest rank + IPC). "
+            "step = pytest-benchmark median ± std of one training step on every rank, timed by the ranks' own "
+            "clocks (the slowest rank's; older files: the parent's clock, slowest rank + IPC). "
             "Communication = time finish_gradient_synchronization waited; bytes = payload handed to collectives "
             "per step (counted; not counted for torch's fully_shard). Predicted = impl.accounting.memory_breakdown "
             "(ZeRO-3 for FSDP, stage 0 for DDP) plus the activation estimate.")
@@ -244,7 +243,8 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     sharding = _sharding_table(df, first)
     if sharding:
         parts.append(sharding)
-    errors = [f"{_label(r)}: {r['info']['timeline_error']}" for _, r in d.iterrows() if r["info"].get("timeline_error")]
+    errors = [f"{_label(r)}: {r['details']['timeline_error']}" for _, r in d.iterrows()
+              if r["details"].get("timeline_error")]  # older files
     if errors:
         parts.append("Timeline step failed: " + "; ".join(errors) + ".")
     tl = timeline_section(d, device, fig_dir, fig_rel)

@@ -1,19 +1,12 @@
-"""Workers for correctness/test_fsdp.py and worker commands for perf/test_fsdp.py.
+"""Workers for correctness/test_fsdp.py (the perf file's worker commands are impl.bench.fsdp_steps).
 
-Correctness: every rank builds the same reference model (rank 0's seed) and trains it in one
+Every rank builds the same reference model (rank 0's seed) and trains it in one
 process on the full batch; the FSDP copy starts from a rank-dependent seed (FSDP broadcasts rank
 0's weights) and trains on this rank's slice. With a compute dtype the reference applies the same
 casts (a parametrization casts each Linear/Embedding weight, a pre-hook casts the layer's float
 inputs) over fp32 master weights. Workers return plain numbers; the tests assert.
-
-Perf: the commands are registered into impl.bench.workers.COMMANDS when this module is
-imported. Worker processes import it when they unpickle a command whose name is one of these
-functions (the perf file passes the function itself as the command name), so bench.py needs no
-entry for them.
 """
 from __future__ import annotations
-
-import time
 
 import torch
 import torch.distributed as dist
@@ -21,7 +14,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from impl.bench import workers as bench
 from impl.distributed.fsdp import FSDP
 from impl.distributed.launcher import device_for
 from impl.model import AdamW, Embedding, Linear, RMSNorm, TransformerLM, cross_entropy
@@ -253,97 +245,3 @@ def fail_in_fsdp(rank, world_size):
     _loss(fsdp, x, y).backward()
     fsdp.finish_gradient_synchronization()
     return rank
-
-
-# ---------------------------------------------------------------------------------------------
-# perf/test_fsdp.py worker commands (registered into bench.COMMANDS below)
-
-
-def _wrap(model, variant: str):
-    from impl.distributed.ddp import DDPBucketed
-
-    if variant == "fsdp":
-        return FSDP(model)
-    if variant == "fsdp_bf16":
-        return FSDP(model, compute_dtype=torch.bfloat16)
-    if variant == "ddp":
-        return DDPBucketed(model, bucket_size_mb=100.0)
-    if variant in ("torch_fsdp", "torch_fsdp_bf16"):
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-            if variant == "torch_fsdp_bf16" else MixedPrecisionPolicy()
-        # One FSDP unit per block plus the root (embeddings, final norm, head), torch's usual layout.
-        for block in model.layers:
-            fully_shard(block, mp_policy=mp)
-        return fully_shard(model, mp_policy=mp)
-    raise ValueError(f"unknown FSDP perf variant {variant!r}")
-
-
-def cmd_fsdp_setup(state: dict, size: str, context: int, batch: int, variant: str, lr: float = 1e-4) -> dict:
-    """A fresh model per variant (FSDP re-registers the weights), memory from an emptied
-    allocator; the optimizer is impl.model.AdamW on the wrapper's parameters."""
-    from impl.bench.steps import build_model, random_batch
-
-    bench._free(state, "model", "model_key", "wrapper", "optimizer", "x", "y")
-    dev = state["device"]
-    bench._reset_peak(dev)
-    base, _ = bench._mem(dev)
-    model = build_model(size, context, dev, seed=0)
-    n_params = sum(p.numel() for p in model.parameters())
-    state["model"] = model
-    state["wrapper"] = _wrap(model, variant)
-    state["optimizer"] = AdamW(state["wrapper"].parameters(), lr=lr, weight_decay=0.01)
-    state["x"], state["y"] = random_batch(model, batch, context, dev, seed=1000 + state["rank"])
-    state["variant"], state["active"] = variant, True
-    alloc, peak = bench._mem(dev)
-    # fully_shard's parameters are DTensors, whose numel() is the global one: count the local shard.
-    local = sum(q.numel() * q.element_size() for q in (getattr(p, "to_local", lambda p=p: p)()
-                                                        for p in state["wrapper"].parameters()))
-    return dict(base_allocated=base, init_allocated=alloc, init_peak=peak, n_params=n_params,
-                local_param_bytes=local)
-
-
-def cmd_fsdp_step(state: dict) -> dict:
-    dev, wrapper, opt = state["device"], state["wrapper"], state["optimizer"]
-    t0 = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    bench._reset_peak(dev)
-    loss = cross_entropy(wrapper(state["x"]), state["y"])
-    loss.backward()
-    bench._sync_compute(dev)
-    t_bwd = time.perf_counter()
-    comm_s, nbytes = None, None
-    if hasattr(wrapper, "finish_gradient_synchronization"):
-        wrapper.finish_gradient_synchronization()
-        comm_s, nbytes = wrapper.comm_time_s, wrapper.bytes_communicated_last_step
-    prefetched = getattr(wrapper, "prefetched_last_step", None)
-    opt.step()
-    bench._sync(dev)
-    t_end = time.perf_counter()
-    alloc, peak = bench._mem(dev)
-    return dict(step_s=t_end - t0, fwd_bwd_s=t_bwd - t0, comm_s=comm_s, bytes=nbytes, allocated=alloc, peak=peak,
-                loss=loss.item(), prefetched=prefetched)
-
-
-def cmd_fsdp_timeline(state: dict, max_rows: int) -> dict | None:
-    """One more step with our FSDP's timeline recorded, outside the benchmark's timed steps:
-    every rank returns the step's time and the timeline's summary, rank 0 the timeline itself
-    (at most `max_rows` rows). None for the other wrappers."""
-    wrapper = state["wrapper"]
-    if not isinstance(wrapper, FSDP):
-        return None
-    wrapper.record_timeline = True
-    try:
-        step = cmd_fsdp_step(state)
-    finally:
-        wrapper.record_timeline = False
-    tl = wrapper.last_timeline(max_rows)
-    out = dict(step_s=step["step_s"], summary=tl["summary"])
-    if state["rank"] == 0:
-        out["timeline"] = tl
-    return out
-
-
-for _cmd in (cmd_fsdp_setup, cmd_fsdp_step, cmd_fsdp_timeline):
-    bench.COMMANDS[_cmd] = _cmd
