@@ -10,11 +10,22 @@ Sections:
   2. communication_accounting (assignment 2.4): the XXL FFN stack, FSDP sharding, TPU v5p batch
   3. ddp_overlap_bucketed (b): bucket overhead model, and the latency/bandwidth fit for all-reduce
   4. per-rank communication volumes of DDP, the simple sharded optimizer, ZeRO-1 and FSDP
+  5. gradient_checkpointing
+  6. fsdp_accounting (2026 edition): FSDP's predicted peak saving
+The 2026 edition's parallelism calculations (alternate_ring_all_reduce, data_parallel_calcs,
+fsdp_calcs, tp_calcs, fsdp_tp_calcs) live in impl.parallelism_calcs and are re-exported here.
 """
 from __future__ import annotations
 
 import math
 from typing import Sequence
+
+from impl.parallelism_calcs import (  # noqa: F401 - re-exported: impl.accounting is the models' entry point
+    TP_BACKWARD_EQUATIONS, TPU_V5P_FIGURES, Answer, DeviceFigures, Formula, MeshSplit, ParallelismBounds,
+    alternate_ring_all_reduce_bytes, alternate_ring_all_reduce_time, answers, data_parallel_bounds,
+    data_parallel_calcs, fsdp_bounds, fsdp_calcs, fsdp_tp_best_split, fsdp_tp_best_split_serial, fsdp_tp_bounds,
+    fsdp_tp_calcs, parallelism_bounds, ring_all_gather_bytes, ring_all_gather_time, ring_all_reduce_bytes,
+    ring_all_reduce_time, ring_reduce_scatter_bytes, ring_reduce_scatter_time, tp_bounds, tp_calcs)
 
 FP32, BF16 = 4, 2
 
@@ -194,7 +205,7 @@ def min_fsdp_devices(tokens: int = 0, device_bytes: float = V5P_BYTES, activatio
     return n
 
 
-TPU_V5P = dict(w_ici=2 * 9e10, c=4.6e14, m_x=2, m_y=1, x=16, y=4)
+TPU_V5P = dict(w_ici=TPU_V5P_FIGURES.W, c=TPU_V5P_FIGURES.C, m_x=2, m_y=1, x=16, y=4)
 
 
 def fsdp_tp_forward_times(tokens: float, d_model: int = XXL["d_model"], d_ff: int = XXL["d_ff"],
@@ -325,17 +336,8 @@ def bus_bandwidth(alg_bandwidth: float, world_size: int, op: str = "all_reduce")
 #    for these ring algorithms). Ψ = bytes of the full gradient (= of the parameters, same dtype).
 
 
-def ring_all_reduce_bytes(psi: float, n: int) -> float:
-    """Ring all-reduce = reduce-scatter + all-gather: 2·(n−1)/n·Ψ per rank."""
-    return 2 * (n - 1) / n * psi
-
-
-def ring_reduce_scatter_bytes(psi: float, n: int) -> float:
-    return (n - 1) / n * psi
-
-
-def ring_all_gather_bytes(psi: float, n: int) -> float:
-    return (n - 1) / n * psi
+# ring_all_reduce_bytes, ring_reduce_scatter_bytes, ring_all_gather_bytes(S, N): impl.parallelism_calcs
+# (imported above), where the 2026 edition's calculations use them too.
 
 
 def comm_volume_per_rank(psi: float, n: int) -> dict[str, float]:
