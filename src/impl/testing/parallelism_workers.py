@@ -13,7 +13,7 @@ from impl.distributed.fsdp_tp import FSDPTPFeedForward, make_mesh
 from impl.distributed.ring import (Traffic, alternate_ring_all_reduce, ring_all_gather, ring_all_reduce,
                                    ring_reduce_scatter)
 from impl.distributed.tensor_parallel import TensorParallel
-from impl.model import AdamW, SwiGLU, TransformerLM, cross_entropy
+from impl.model import SwiGLU, TransformerLM, cross_entropy
 
 ELEM = 4  # float32
 
@@ -74,11 +74,18 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @dataclass
 class _Reference:
-    """The unsharded model's results: logits, loss, gradients, and its state after one AdamW step."""
+    """The unsharded model's results: logits, loss, gradients, and its state after one SGD step."""
     logits: torch.Tensor
     loss: float
     grads: dict[str, torch.Tensor]
     stepped: dict[str, torch.Tensor]
+
+
+@torch.no_grad()
+def _sgd_step(model: torch.nn.Module, lr: float = 0.1) -> None:
+    """Plain SGD by hand: a torch.optim optimizer's first construction imports for seconds per rank."""
+    for p in model.parameters():
+        p.sub_(lr * p.grad)
 
 
 def _reference(model: TransformerLM, tokens, targets) -> _Reference:
@@ -87,13 +94,13 @@ def _reference(model: TransformerLM, tokens, targets) -> _Reference:
     loss = cross_entropy(logits, targets)
     loss.backward()
     grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
-    AdamW(ref.parameters(), lr=1e-2).step()
+    _sgd_step(ref)
     return _Reference(logits.detach(), loss.item(), grads, ref.state_dict())
 
 
 def _tp_run(model: TransformerLM, reference: _Reference, tokens, targets, kind: str, group) -> dict:
     """One TensorParallel copy of `model` against the unsharded `reference`: forward, loss,
-    gradients, gathered parameters after one AdamW step."""
+    gradients, gathered parameters after one SGD step."""
     tp = TensorParallel(copy.deepcopy(model), group=group, collectives=kind)
     logits = tp(tokens)
     loss = cross_entropy(logits, targets)
@@ -107,8 +114,7 @@ def _tp_run(model: TransformerLM, reference: _Reference, tokens, targets, kind: 
         if dim is not None:
             expected = expected.chunk(tp.world_size, dim)[tp.rank]
         grad_diff[name] = _max_abs(p.grad, expected)
-    opt = AdamW(tp.parameters(), lr=1e-2)
-    opt.step()
+    _sgd_step(tp)
     full = tp.gather_full_params()
     stepped = reference.stepped
     return dict(
