@@ -176,3 +176,27 @@ def test_ring_collective_matches_torch_and_the_formula(rings, n, op):
                 assert c["bytes_sent"] == pytest.approx(VOLUME[op](S, n), abs=1e-9)
         # Uneven chunks: ranks send different amounts, but every chunk still travels the same hops.
         assert sum(c["bytes_sent"] for c in per_rank) == pytest.approx(n * VOLUME[op](S, n), abs=1e-9)
+
+
+# --- fsdp_accounting (a): the predicted saving at the peak ---------------------------------------
+
+def test_fsdp_peak_saving_xl_on_two_gpus():
+    from impl.model import MODEL_SIZES, param_count
+
+    shape = MODEL_SIZES["xl"]
+    n = param_count(**shape)
+    largest = acc.largest_sharded_layer_numel(shape["d_model"], shape["d_ff"])
+    assert largest == 10_000 * 1600  # the embedding / LM head, not an FFN matrix (1600·6400)
+    activations = acc.activation_bytes(4, 512, shape["d_model"], shape["d_ff"], shape["num_heads"],
+                                       shape["num_layers"])
+    r = acc.fsdp_peak_saving(n, 2, largest, activations)
+    # half of the 16-byte fp32 state, less the in-flight buffers: 2 gathered + 3 gradient copies of L
+    assert r.in_flight == 5 * 4 * largest
+    assert r.saving == pytest.approx(16 * n / 2 - r.in_flight)
+    assert r.ddp_peak - r.fsdp_peak == r.saving and r.fraction == pytest.approx(r.saving / r.ddp_peak)
+    assert 15.5e9 < r.saving < 16e9
+    # activations cancel; no sharding, no saving
+    assert acc.fsdp_peak_saving(n, 2, largest).saving == pytest.approx(r.saving)
+    assert acc.fsdp_peak_saving(n, 1, largest, activations).saving == 0
+    with pytest.raises(ValueError, match="world_size"):
+        acc.fsdp_peak_saving(n, 0, largest)
