@@ -15,7 +15,6 @@ from impl.testing import parallelism_workers as W
 
 # --- closed forms --------------------------------------------------------------------------------
 
-positive = st.floats(1e-3, 1e6)
 setting = dict(B=st.floats(1, 1e7), D=st.floats(1, 1e5), D_FF=st.floats(1, 1e5), C=st.floats(1e9, 1e16),
                W=st.floats(1e6, 1e13))
 

@@ -92,7 +92,8 @@ class ParallelAttention(nn.Module):
         for name in ("q_proj", "k_proj", "v_proj"):
             shard_linear(getattr(attn, name), COLUMN, rank, world)
         shard_linear(attn.output_proj, ROW, rank, world)
-        self.q_proj, self.k_proj, self.v_proj, self.output_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.output_proj
+        self.q_proj, self.k_proj, self.v_proj = attn.q_proj, attn.k_proj, attn.v_proj
+        self.output_proj = attn.output_proj
         self.attn_impl, self.attend = attn.attn_impl, attn.attend
         self._fwd, self._bwd = fwd, bwd
 

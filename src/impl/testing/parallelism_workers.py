@@ -178,7 +178,8 @@ def fsdp_tp_equivalence(rank: int, world: int, n_tp: int, n_fsdp: int) -> dict:
         full = m.gather_full_params()
         out[kind] = dict(
             output=_max_abs(y, y_ref[rows]), input_grad=_max_abs(x_local.grad, x.grad[rows]),
-            grads={n: _max_abs(getattr(m, n).grad, m.shard_of(getattr(ref, n).weight.grad, n)) for n in ("w1", "w2", "w3")},
+            grads={n: _max_abs(getattr(m, n).grad, m.shard_of(getattr(ref, n).weight.grad, n))
+                   for n in ("w1", "w2", "w3")},
             shard_shapes={n: tuple(getattr(m, n).shape) for n in ("w1", "w2", "w3")},
             gathered=max(_max_abs(full[n], getattr(ffn, n).weight) for n in ("w1", "w2", "w3")),
             traffic={f"{axis}/{phase}": vars(t) for (axis, phase), t in m.traffic.items()})
