@@ -10,11 +10,23 @@ Sections:
   2. communication_accounting (assignment 2.4): the XXL FFN stack, FSDP sharding, TPU v5p batch
   3. ddp_overlap_bucketed (b): bucket overhead model, and the latency/bandwidth fit for all-reduce
   4. per-rank communication volumes of DDP, the simple sharded optimizer, ZeRO-1 and FSDP
+  5. gradient_checkpointing
+  6. fsdp_accounting (2026 edition): FSDP's predicted peak saving
+The 2026 edition's parallelism calculations (alternate_ring_all_reduce, data_parallel_calcs,
+fsdp_calcs, tp_calcs, fsdp_tp_calcs) live in impl.parallelism_calcs and are re-exported here.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
+
+from impl.parallelism_calcs import (  # noqa: F401 - re-exported: impl.accounting is the models' entry point
+    TP_BACKWARD_EQUATIONS, TPU_V5P_FIGURES, Answer, DeviceFigures, Formula, MeshSplit, ParallelismBounds,
+    alternate_ring_all_reduce_bytes, alternate_ring_all_reduce_time, answers, data_parallel_bounds,
+    data_parallel_calcs, fsdp_bounds, fsdp_calcs, fsdp_tp_best_split, fsdp_tp_best_split_serial, fsdp_tp_bounds,
+    fsdp_tp_calcs, parallelism_bounds, ring_all_gather_bytes, ring_all_gather_time, ring_all_reduce_bytes,
+    ring_all_reduce_time, ring_reduce_scatter_bytes, ring_reduce_scatter_time, tp_bounds, tp_calcs)
 
 FP32, BF16 = 4, 2
 
@@ -194,7 +206,7 @@ def min_fsdp_devices(tokens: int = 0, device_bytes: float = V5P_BYTES, activatio
     return n
 
 
-TPU_V5P = dict(w_ici=2 * 9e10, c=4.6e14, m_x=2, m_y=1, x=16, y=4)
+TPU_V5P = dict(w_ici=TPU_V5P_FIGURES.W, c=TPU_V5P_FIGURES.C, m_x=2, m_y=1, x=16, y=4)
 
 
 def fsdp_tp_forward_times(tokens: float, d_model: int = XXL["d_model"], d_ff: int = XXL["d_ff"],
@@ -325,17 +337,8 @@ def bus_bandwidth(alg_bandwidth: float, world_size: int, op: str = "all_reduce")
 #    for these ring algorithms). Ψ = bytes of the full gradient (= of the parameters, same dtype).
 
 
-def ring_all_reduce_bytes(psi: float, n: int) -> float:
-    """Ring all-reduce = reduce-scatter + all-gather: 2·(n−1)/n·Ψ per rank."""
-    return 2 * (n - 1) / n * psi
-
-
-def ring_reduce_scatter_bytes(psi: float, n: int) -> float:
-    return (n - 1) / n * psi
-
-
-def ring_all_gather_bytes(psi: float, n: int) -> float:
-    return (n - 1) / n * psi
+# ring_all_reduce_bytes, ring_reduce_scatter_bytes, ring_all_gather_bytes(S, N): impl.parallelism_calcs
+# (imported above), where the 2026 edition's calculations use them too.
 
 
 def comm_volume_per_rank(psi: float, n: int) -> dict[str, float]:
@@ -488,3 +491,52 @@ def checkpoint_step_peak_bytes(policy: str, num_layers: int, a_block: float, a_r
            + checkpoint_forward_end_bytes(policy, num_layers, a_block, a_resid, k))
     bwd = param_bytes_ + grad_bytes_ + checkpoint_peak_activation_bytes(policy, num_layers, a_block, a_resid, k)
     return dict(forward_end=fwd, backward=bwd, peak=max(fwd, bwd))
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. fsdp_accounting (a), 2026 edition: FSDP's saving at the peak, against replicated DDP
+
+
+@dataclass(frozen=True)
+class FSDPPeakSaving:
+    """Predicted per-rank peaks (bytes) of DDP (ZeRO-0) and FSDP (ZeRO-3) and their difference."""
+    ddp_peak: float
+    fsdp_peak: float
+    in_flight: float   # FSDP's unsharded buffers at its peak (see fsdp_peak_saving)
+    saving: float      # ddp_peak − fsdp_peak
+    fraction: float    # saving / ddp_peak
+
+
+def largest_sharded_layer_numel(d_model: int, d_ff: int, vocab: int = 10_000) -> int:
+    """The biggest weight FSDP gathers whole in the basics LM: embedding / LM head (V·d) or an FFN
+    matrix (d·d_ff); attention projections are d·d."""
+    return max(vocab * d_model, d_model * d_ff, d_model * d_model)
+
+
+def fsdp_peak_saving(n_params: int, world_size: int, largest_layer_numel: int, activations: float = 0.0,
+                     prefetch: int = 1, outstanding_reduce_scatters: int = 2, gather_bytes: int = FP32,
+                     bytes_per: int = FP32) -> FSDPPeakSaving:
+    """fsdp_accounting (a). From memory_breakdown: DDP keeps parameters, gradients and AdamW state
+    whole (16 bytes per parameter in fp32), FSDP keeps 1/N of each; activations are the same per
+    rank in both (each rank runs its own micro-batch), so they cancel in the saving:
+
+        saving = (P + G + S)·(N − 1)/N − in_flight
+
+    in_flight: what impl.distributed.FSDP holds unsharded at its peak (start of backward), an upper
+    estimate with the largest layer L: the weight in use plus `prefetch` prefetched ones, gathered in
+    `gather_bytes`, and `outstanding_reduce_scatters` + 1 full fp32 gradient buffers (the one being
+    produced and those whose reduce-scatter is still in flight). For xl on 2 GPUs that is ~0.3 GB
+    against a saving of ~16 GB: the saving is (N−1)/N of the 16-byte state."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if prefetch < 0 or outstanding_reduce_scatters < 0:
+        raise ValueError(f"prefetch and outstanding_reduce_scatters must be >= 0, got {prefetch}, "
+                         f"{outstanding_reduce_scatters}")
+    ddp = memory_breakdown(n_params, world_size, 0, activations, bytes_per)["total"]
+    fsdp = memory_breakdown(n_params, world_size, 3, activations, bytes_per)["total"]
+    in_flight = 0.0
+    if world_size > 1:
+        in_flight = ((1 + prefetch) * gather_bytes + (outstanding_reduce_scatters + 1) * FP32) * largest_layer_numel
+    fsdp += in_flight
+    return FSDPPeakSaving(ddp_peak=ddp, fsdp_peak=fsdp, in_flight=in_flight, saving=ddp - fsdp,
+                          fraction=(ddp - fsdp) / ddp if ddp else 0.0)
