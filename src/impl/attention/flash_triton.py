@@ -96,8 +96,19 @@ _AUTOTUNE_KEY = ["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"]
 _SEQ_BUCKET_CAP = 4096
 
 
+# Plain integer helpers for the launch path: triton.cdiv and triton.next_power_of_2 are
+# constexpr_function objects whose Python wrapper (argument unwrapping) cost ~7 us per call on the
+# CPU here, four per forward launch (NOTES.md, Version 4).
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def _seq_bucket(n_q: int, n_k: int) -> int:
-    return min(max(16, triton.next_power_of_2(max(n_q, n_k))), _SEQ_BUCKET_CAP)
+    return min(max(16, _next_power_of_2(max(n_q, n_k))), _SEQ_BUCKET_CAP)
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that fit in shared memory for every supported
@@ -677,7 +688,7 @@ def _as_4d(x: Tensor) -> Tensor:
 
 
 def _block_d(d: int) -> int:
-    return max(16, triton.next_power_of_2(d))
+    return max(16, _next_power_of_2(d))
 
 
 #: Tensor-descriptor (TMA) loads of the streamed tiles where the layout allows them (_tma_ok);
@@ -765,7 +776,7 @@ def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: b
     sm_scale = 1.0 / math.sqrt(d)
 
     with launch_ctx(q, "impl_flash::forward_kernel"):
-        _launch(_attn_fwd, "fwd", _tune_key(q, n_q, n_k, d, causal), lambda m, n: (triton.cdiv(n_q, m), B * H),
+        _launch(_attn_fwd, "fwd", _tune_key(q, n_q, n_k, d, causal), lambda m, n: (_cdiv(n_q, m), B * H),
                 q4, k4, v4, o4, lse, *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                 H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
                 HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=causal, TMA=_tma_flag(B * H * n_q * n_k, k4, v4))
@@ -797,13 +808,13 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     tma = _tma_flag(B * H * n_q * n_k, q4, k4, v4, do4)
 
     def grid_kv(m, n):
-        return (triton.cdiv(n_k, n), B * H)
+        return (_cdiv(n_k, n), B * H)
 
     with launch_ctx(q, "impl_flash::backward_kernels"):
         if kind == "two_pass":
             dq4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
             # dQ first: it writes D, which the dK/dV kernel reads.
-            _launch(_attn_bwd_dq, "dq", key, lambda m, n: (triton.cdiv(n_q, m), B * H),
+            _launch(_attn_bwd_dq, "dq", key, lambda m, n: (_cdiv(n_q, m), B * H),
                     q4, k4, v4, o4, do4, dq4, lse3, delta,
                     *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *do4.stride(), *dq4.stride(),
                     H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
@@ -816,7 +827,7 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
         else:
             # fp32 inputs accumulate into dQ itself; 16-bit ones into an fp32 buffer, cast at the end.
             acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=q.device)
-            _attn_bwd_preprocess[(triton.cdiv(n_q, _PRE_BLOCK_M), B * H)](
+            _attn_bwd_preprocess[(_cdiv(n_q, _PRE_BLOCK_M), B * H)](
                 o4, do4, delta, acc, *o4.stride(), *do4.stride(), *acc.stride(), H, n_q,
                 HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=_PRE_BLOCK_M)
             dq_tma = tma and ATOMIC_DQ_TMA and not _INTERPRETED and _tma_ok(acc)
