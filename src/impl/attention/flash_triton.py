@@ -890,6 +890,8 @@ def use_configs(fwd=None, kv=None, q=None, atomic=None) -> None:
     (``None`` keeps a list); entries are triton.Config or (BLOCK_M, BLOCK_N, num_warps, num_stages).
     A one-entry list launches that config without benchmarking: how tools/probes/flash_tune.py
     times each shape. Forgets the picks resolved so far."""
+    _resolved.clear()
+    _last_config.clear()
     if _INTERPRETED:
         return
     lists = {"fwd": fwd, "kv": kv, "q": q, "atomic": atomic}
@@ -897,8 +899,6 @@ def use_configs(fwd=None, kv=None, q=None, atomic=None) -> None:
         if lists[name] is not None:
             kernel.configs = [c if isinstance(c, triton.Config) else _config(c) for c in lists[name]]
             kernel.cache.clear()
-    _resolved.clear()
-    _last_config.clear()
 
 
 def tuned_configs() -> dict:
