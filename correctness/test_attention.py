@@ -21,7 +21,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from impl.attention import (FlashAttentionTorch, FlashAttentionTriton, attention_by_name,  # noqa: E402
                             attention_flops, naive_attention, set_flash_backward)
-from impl.attention import flash_triton  # noqa: E402
+from impl.attention import backward_choice, flash_triton  # noqa: E402
+from impl.attention.backward_choice import BACKWARD_VARIANTS, ShapeKey  # noqa: E402
 from impl.model import TransformerLM, cross_entropy  # noqa: E402
 from impl.annotate import annotate  # noqa: E402
 
@@ -40,7 +41,7 @@ gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 TRITON_DEVICE = "cuda" if HAS_CUDA else "cpu"
 
-HEAD_DIMS = [16, 24, 32, 48, 64, 80, 128]
+HEAD_DIMS = [16, 24, 32, 48, 64, 80, 96, 128]
 BF16_INTERPRETER_REASON = ("the Triton interpreter's bf16 tl.dot gives wrong results on the CPU "
                            "(errors ~1e9); bf16 is tested on the GPU")
 
@@ -210,13 +211,25 @@ def attention_case(draw, head_dims=tuple(HEAD_DIMS), max_seq=80):
     return is_causal, n_q, n_k, d, lead, seed
 
 
+@pytest.fixture
+def backward_variant():
+    """Sets impl.attention.backward_choice's variant for one test (restored after it)."""
+    previous = backward_choice.backward_variant()
+    yield backward_choice.set_backward_variant
+    backward_choice.set_backward_variant(previous)
+
+
 @needs_triton
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=attention_case(), dtype=st.sampled_from([torch.float32, torch.float16]))
-def test_triton_hypothesis(case, dtype):
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(case=attention_case(), dtype=st.sampled_from([torch.float32, torch.float16]),
+       variant=st.sampled_from(BACKWARD_VARIANTS))
+def test_triton_hypothesis(case, dtype, variant, backward_variant):
     is_causal, n_q, n_k, d, lead, seed = case
+    backward_variant(variant)
     q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, TRITON_DEVICE, seed=seed)
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    assert flash_triton.tuned_configs()["bwd"] == variant
 
 
 @settings(max_examples=60, deadline=None)
@@ -284,9 +297,13 @@ def test_flash_saves_exactly_one_lse(cls, device):
     assert sum(t.shape == q.shape[:-1] for t in saved) == 1
 
 
-@pytest.mark.parametrize("cls,device", _impl_params())
-def test_flash_outputs_do_not_depend_on_uninitialised_memory(cls, device, monkeypatch):
-    """Every torch.empty is NaN-poisoned: any element the kernels fail to write shows up."""
+@pytest.mark.parametrize("cls,device,variant", [(*p.values, "two_pass") for p in _impl_params()]
+                         + [pytest.param(FlashAttentionTriton, TRITON_DEVICE, "atomic", id="triton-atomic",
+                                         marks=needs_triton)])
+def test_flash_outputs_do_not_depend_on_uninitialised_memory(cls, device, variant, monkeypatch, backward_variant):
+    """Every torch.empty is NaN-poisoned: any element the kernels fail to write shows up (the
+    single-pass backward's fp32 dQ buffer must be zeroed by its preprocessing kernel)."""
+    backward_variant(variant)
     q, k, v, do = make_inputs((1, 2, 33, 80), (1, 2, 21, 80), torch.float32, device)
     r_o, r_lse, r_dq, r_dk, r_dv = reference(q, k, v, False, do)
     orig_empty = torch.empty
@@ -333,7 +350,8 @@ def test_triton_custom_ops_opcheck(is_causal, layout):
     torch.library.opcheck(flash_triton.flash_forward_op, (q, k, v, is_causal))
     o, lse = flash_triton.flash_forward_op(q, k, v, is_causal)
     assert o.is_contiguous() and lse.shape == q.shape[:-1] and lse.dtype == torch.float32
-    torch.library.opcheck(flash_triton.flash_backward_op, (q, k, v, o, do, lse, is_causal))
+    for variant in BACKWARD_VARIANTS:
+        torch.library.opcheck(flash_triton.flash_backward_op, (q, k, v, o, do, lse, is_causal, variant))
 
 
 @needs_triton
@@ -418,6 +436,170 @@ def test_set_flash_backward_rejects_unknown():
     with pytest.raises(ValueError, match="unknown flash backward"):
         set_flash_backward("cuda-magic")
     assert flash_triton.BACKWARD in ("triton", "compiled")
+
+
+# ----------------------------------------------------------------------------- two-pass / single-pass (atomic) backward
+
+# Interpreter tiles are 16-32 rows: 45, 70, 33, 17 and 50 are not multiples, 64 is.
+VARIANT_SHAPES = [((2, 45, 32), (2, 45, 32)), ((1, 2, 70, 80), (1, 2, 37, 80)), ((1, 2, 33, 96), (1, 2, 64, 96)),
+                  ((2, 17, 16), (2, 50, 16)), ((1, 3, 64, 128), (1, 3, 64, 128))]
+
+
+@needs_triton
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("shape_q,shape_k", VARIANT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_triton_backward_variants_match_reference(shape_q, shape_k, dtype, is_causal, variant, backward_variant):
+    """Both backward implementations, 3-D and 4-D inputs, lengths that are and are not tile
+    multiples, n_q != n_k, head dims 16..128 with the padded 80 and 96."""
+    backward_variant(variant)
+    q, k, v, do = make_inputs(shape_q, shape_k, dtype, TRITON_DEVICE)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    assert flash_triton.tuned_configs()["bwd"] == variant
+
+
+@needs_triton
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # two-pass dK/dV rows never stored
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_triton_backward_ragged_keys_with_very_negative_scores(variant, is_causal, backward_variant):
+    """Rows whose every score is below -100 have L < -100, so a padded key row (K = 0, score 0)
+    would get P = exp(-L) = inf in fp32; the single-pass kernel multiplies those rows of dS into dQ,
+    where inf * 0 is NaN: its masks must zero them (n_k = 37 is not a tile multiple; without the
+    key mask this test's dQ is NaN)."""
+    backward_variant(variant)
+    g = torch.Generator().manual_seed(4)
+    direction = F.normalize(torch.randn(16, generator=g), dim=0)
+    q = 12 * direction + 0.1 * torch.randn(1, 2, 40, 16, generator=g)
+    k = -50 * direction + torch.randn(1, 2, 37, 16, generator=g)
+    v, do = torch.randn(1, 2, 37, 16, generator=g), torch.randn(1, 2, 40, 16, generator=g)
+    q, k, v, do = (t.to(TRITON_DEVICE) for t in (q, k, v, do))
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+
+
+@needs_triton
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+def test_triton_backward_launcher_takes_a_per_call_variant(variant, backward_variant):
+    """flash_attention_triton_backward(..., variant=) overrides the setting and records the choice
+    per shape; both variants give the same gradients."""
+    backward_variant("two_pass" if variant == "atomic" else "atomic")
+    q, k, v, do = make_inputs((1, 2, 50, 32), (1, 2, 50, 32), torch.float32, TRITON_DEVICE)
+    o, lse = flash_triton.flash_attention_triton_forward(q, k, v, True)
+    grads = flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant=variant)
+    assert backward_choice.last_backward_choice() == (ShapeKey(2, 50, 50, 32, torch.float32, True), variant)
+    assert backward_choice.backward_choices()[ShapeKey(2, 50, 50, 32, torch.float32, True)] == variant
+    other = flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True)
+    for a, b in zip(grads, other):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="flash backward variant"):
+        flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant="sideways")
+
+
+def test_choose_backward_rule(monkeypatch):
+    """Default: two-pass for every shape (not measured yet); with a threshold, atomic from that much
+    work (batch·heads·n_q·n_k, halved when causal) on."""
+    big = ShapeKey(16, 16384, 16384, 64, torch.bfloat16, True)
+    small = ShapeKey(128, 512, 512, 80, torch.bfloat16, False)
+    assert backward_choice.choose_backward(big) == backward_choice.choose_backward(small) == "two_pass"
+    assert big.work == 16 * 16384 ** 2 / 2 and small.work == 128 * 512 ** 2
+    monkeypatch.setattr(backward_choice, "ATOMIC_MIN_WORK", 2 ** 30)
+    assert backward_choice.choose_backward(big) == "atomic"
+    assert backward_choice.choose_backward(small) == "two_pass"
+    assert backward_choice.choose_backward(small, min_work=small.work) == "atomic"
+
+
+def test_set_backward_variant_forces_and_rejects_unknown(backward_variant):
+    key = ShapeKey(1, 8, 8, 16, torch.float32, False)
+    for kind in BACKWARD_VARIANTS:
+        backward_variant(kind)
+        assert backward_choice.resolve_backward(key) == kind
+    backward_variant("auto")
+    assert backward_choice.resolve_backward(key) == backward_choice.choose_backward(key)
+    with pytest.raises(ValueError, match="unknown flash backward variant 'fused'"):
+        backward_variant("fused")
+
+
+@needs_triton
+def test_triton_two_pass_backward_has_no_preprocessing_launch(monkeypatch, backward_variant):
+    """The two-pass backward computes D inside its dQ kernel: two launches, no preprocessing kernel
+    (which only the single-pass backward uses, to zero its fp32 dQ buffer)."""
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("the preprocessing kernel was launched")
+
+    backward_variant("two_pass")
+    monkeypatch.setattr(flash_triton, "_attn_bwd_preprocess", NoLaunch())
+    q, k, v, do = make_inputs((1, 2, 40, 32), (1, 2, 40, 32), torch.float32, TRITON_DEVICE)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True)
+    backward_variant("atomic")
+    with pytest.raises(AssertionError, match="preprocessing kernel was launched"):
+        run_flash(FlashAttentionTriton, q, k, v, True, do)
+
+
+@needs_triton
+def test_triton_autotune_pick_is_resolved_once_per_shape_key(monkeypatch):
+    """The first call of a shape key goes through the autotuner; later calls of the same key launch
+    its pick directly (no autotuner on the launch path), a new key goes through it again."""
+    q, k, v, _ = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, TRITON_DEVICE)
+    flash_triton.use_configs()  # forgets the resolved picks
+    calls = []
+    real_run = flash_triton._attn_fwd.run
+
+    def counting_run(*args, **kwargs):
+        calls.append(kwargs.get("IS_CAUSAL"))
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(flash_triton._attn_fwd, "run", counting_run)
+    first = flash_triton.flash_attention_triton_forward(q, k, v, True)
+    second = flash_triton.flash_attention_triton_forward(q, k, v, True)
+    assert calls == [True]
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+    flash_triton.flash_attention_triton_forward(q, k, v, False)
+    assert calls == [True, False]
+    assert "BLOCK_M" in flash_triton.tuned_configs()["fwd"]
+
+
+@needs_triton
+def test_triton_atomic_kernel_compiles_for_hopper():
+    """The single-pass kernel compiled for the H100 (sm_90, on the CPU: PTX needs no GPU) adds its dQ
+    tiles with one bulk tensor reduction each (cp.reduce.async.bulk.tensor, the copy engine) when
+    DQ_TMA, and with relaxed element atomics (no fences) otherwise; neither spills registers."""
+    import subprocess
+    import sys
+
+    code = r"""
+import os, re, subprocess, tempfile, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from impl.attention import flash_triton as ft
+fn = ft._attn_bwd_atomic.fn
+ptrs = dict(Q="*bf16", K="*bf16", V="*bf16", DO="*bf16", DQ="*fp32", DK="*bf16", DV="*bf16", L="*fp32", Delta="*fp32")
+for dq_tma in (True, False):
+    const = dict(HEAD_DIM=64, BLOCK_D=64, IS_CAUSAL=True, TMA=True, DQ_TMA=dq_tma, BLOCK_M=64, BLOCK_N=128,
+                 **{f"stride_{t}d": 1 for t in ("q", "k", "v", "do", "dq", "dk", "dv")})
+    sig = {n: ptrs.get(n) or ("constexpr" if n in const else "fp32" if n.endswith("scale") else "i32")
+           for n in fn.arg_names}
+    src = ASTSource(fn=fn, signature=sig, constexprs=const,
+                    attrs={(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 2}).asm["ptx"]
+    path = os.path.join(tempfile.mkdtemp(), "k.ptx")
+    open(path, "w").write(ptx)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    info = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path + ".cubin"], capture_output=True,
+                          text=True).stderr
+    print(len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)),
+          len(re.findall(r"\batom\.global\.gpu\.relaxed\.add\.f32", ptx)),
+          re.findall(r"(\d+) bytes spill stores", info)[0])
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, not interpret
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    (bulk_tma, atom_tma, spill_tma), (bulk_ptr, atom_ptr, spill_ptr) = (line.split() for line in out.stdout.split("\n")[:2])
+    assert int(bulk_tma) > 0 and atom_tma == "0", out.stdout
+    assert bulk_ptr == "0" and int(atom_ptr) > 0, out.stdout
+    assert spill_tma == spill_ptr == "0", out.stdout
 
 
 # ----------------------------------------------------------------------------- validation
@@ -545,10 +727,41 @@ def test_triton_gpu_matches_reference(dtype, is_causal, n_q, n_k, d):
 
 @gpu
 @needs_cuda
-@settings(max_examples=15, deadline=None)
-@given(case=attention_case(max_seq=300), dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]))
-def test_triton_gpu_hypothesis(case, dtype):
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q,n_k,d", [(256, 256, 64), (333, 333, 80), (300, 300, 96), (200, 517, 128),
+                                       (1024, 1024, 64)])
+def test_triton_gpu_backward_variants(dtype, is_causal, n_q, n_k, d, variant, backward_variant):
+    backward_variant(variant)
+    q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dq_tma", [True, False], ids=["bulk-reduce", "element-atomics"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("n_q,n_k,d,is_causal", [(333, 333, 80, True), (512, 200, 64, False), (700, 700, 128, True)])
+def test_triton_gpu_atomic_dq_reduction_paths(n_q, n_k, d, is_causal, dtype, dq_tma, monkeypatch, backward_variant):
+    """The single-pass backward's dQ through descriptor bulk reductions and through element atomics
+    (the interpreter has no descriptor reductions: only the GPU runs the first); descriptors forced
+    on at these small sizes."""
+    backward_variant("atomic")
+    monkeypatch.setattr(flash_triton, "TMA_MIN_SCORES", 0)
+    monkeypatch.setattr(flash_triton, "ATOMIC_DQ_TMA", dq_tma)
+    q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+
+
+@gpu
+@needs_cuda
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=attention_case(max_seq=300), dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]),
+       variant=st.sampled_from(BACKWARD_VARIANTS))
+def test_triton_gpu_hypothesis(case, dtype, variant, backward_variant):
     is_causal, n_q, n_k, d, lead, seed = case
+    backward_variant(variant)
     q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, "cuda", seed=seed)
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
 
@@ -578,12 +791,18 @@ def test_triton_gpu_matches_sdpa_bf16(is_causal):
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_triton_gpu_autotuned_configs(dtype):
-    """The autotuned path (all configs benchmarked, the best one used) is correct too."""
+def test_triton_gpu_autotuned_configs(dtype, variant, backward_variant):
+    """The autotuned path (all configs benchmarked, the best one used) is correct too; for the
+    single-pass backward the autotuner zeroes the dQ buffer before each timed run (reset_to_zero),
+    else its atomics would accumulate every benchmark run into the result. The second call launches
+    the resolved pick without the autotuner."""
+    backward_variant(variant)
     flash_triton.set_autotune(True)
     try:
         q, k, v, do = make_inputs((1, 4, 1000, 64), (1, 4, 1000, 64), dtype, "cuda")
+        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
         check_against_reference(FlashAttentionTriton, q, k, v, do, True)
         assert flash_triton.autotune_enabled()
     finally:

@@ -11,6 +11,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from .backward_choice import (backward_choices, backward_variant, choose_backward, last_backward_choice,
+                              set_backward_variant)
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_torch import FlashAttentionTorch, validate_inputs
 from .naive import naive_attention
@@ -67,7 +69,8 @@ _BACKWARD_KINDS = ("triton", "compiled")
 def set_flash_backward(kind: str) -> None:
     """Select FlashAttentionTriton's backward: "triton" (default) or "compiled".
 
-    Same as setting ``impl.attention.flash_triton.BACKWARD``.
+    Same as setting ``impl.attention.flash_triton.BACKWARD``. Which Triton backward runs (two-pass
+    or single-pass with atomic dQ) is set_backward_variant's choice.
     """
     if kind not in _BACKWARD_KINDS:
         raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
@@ -111,11 +114,16 @@ __all__ = [
     "FlashAttentionTriton",
     "attention_by_name",
     "attention_flops",
+    "backward_choices",
+    "backward_variant",
+    "choose_backward",
     "compiled_flash_backward",
     "flash_backward",
     "get_flash_backward",
+    "last_backward_choice",
     "naive_attention",
     "set_flash_autotune",
+    "set_backward_variant",
     "set_flash_backward",
     "validate_inputs",
 ]

@@ -19,12 +19,17 @@ Layout / conventions
   causal diagonal and inside ``seq_k`` run without any masking, only the
   diagonal / ragged-tail tiles apply masks (causal masked scores use -1e6).
   Key tiles entirely above the diagonal are skipped via the loop bound.
-* Backward: a preprocessing kernel computes ``D = rowsum(O * dO)``; one kernel
-  computes dK, dV (grid over key tiles, looping over query tiles starting at
-  the diagonal for causal); one kernel computes dQ (grid over query tiles,
-  looping over key tiles up to the diagonal).  No atomics.  fp32 accumulation,
-  outputs in the input dtype.  The dK/dV loop also splits: full query tiles without row masks, then the
-  ragged tail.
+* Backward, two variants (chosen per shape by :mod:`impl.attention.backward_choice`):
+  - two-pass (no atomics): one kernel computes dQ (grid over query tiles, looping over key tiles up
+    to the diagonal) and ``D = rowsum(O * dO)`` of its rows, which it stores; then one kernel
+    computes dK, dV (grid over key tiles, looping over query tiles starting at the diagonal for
+    causal) reading D.  Two launches.
+  - single-pass (atomic): a small kernel computes D and zeroes an fp32 dQ buffer; one kernel per
+    key tile computes dK, dV and adds dS·K of each query tile to that buffer atomically (5 tile
+    products per tile pair instead of 7); the buffer is cast to the input dtype (fp32 inputs
+    accumulate into dQ itself).
+  fp32 accumulation, outputs in the input dtype.  The key-tile loops split: full query tiles
+  without row masks, then the ragged tail.
 * Streamed tiles (K, V in the forward and the dQ pass; Q, dO in the dK/dV pass)
   are loaded through tensor descriptors (TMA on Hopper: the copy engine computes
   addresses and zero-fills out-of-bounds rows and padded head-dim columns) when
@@ -50,7 +55,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import triton
@@ -58,6 +63,7 @@ import triton.language as tl
 
 from impl.runtime import launch_ctx
 
+from .backward_choice import ShapeKey, last_backward_choice, resolve_backward
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_torch import validate_inputs
 
@@ -90,8 +96,19 @@ _AUTOTUNE_KEY = ["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"]
 _SEQ_BUCKET_CAP = 4096
 
 
+# Plain integer helpers for the launch path: triton.cdiv and triton.next_power_of_2 are
+# constexpr_function objects whose Python wrapper (argument unwrapping) cost ~7 us per call on the
+# CPU here, four per forward launch (NOTES.md, Version 4).
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def _seq_bucket(n_q: int, n_k: int) -> int:
-    return min(max(16, triton.next_power_of_2(max(n_q, n_k))), _SEQ_BUCKET_CAP)
+    return min(max(16, _next_power_of_2(max(n_q, n_k))), _SEQ_BUCKET_CAP)
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that fit in shared memory for every supported
@@ -99,6 +116,7 @@ def _seq_bucket(n_q: int, n_k: int) -> int:
 _FWD_SAFE = (64, 64, 4, 2)
 _BWD_KV_SAFE = (32, 64, 4, 2)
 _BWD_Q_SAFE = (64, 32, 4, 2)
+_BWD_ATOMIC_SAFE = (32, 64, 4, 2)
 
 
 def _config(shape) -> triton.Config:
@@ -131,6 +149,15 @@ def _bwd_q_configs() -> List[triton.Config]:
     # BLOCK_M: query tile held by the program; BLOCK_N: key tile of the loop.
     return _configs([(64, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 5), (128, 64, 8, 3), (128, 64, 4, 3),
                      (128, 32, 4, 3), (64, 32, 4, 3), _BWD_Q_SAFE], interpreter_shape=(32, 16, 4, 1))
+
+
+def _bwd_atomic_configs() -> List[triton.Config]:
+    # BLOCK_N: key tile held by the program; BLOCK_M: query tile of the loop. Not yet measured on a
+    # GPU (NOTES.md, Version 4): the dK/dV kernel's winner and wide key tiles, which halve the atomic
+    # dQ traffic per tile product (one BLOCK_M x d reduction per BLOCK_M x BLOCK_N tile); 128-wide
+    # key tiles with 4 warps spill 0.2-7 KB of registers at sm_90 (ptxas), so they are left out.
+    return _configs([(64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 3), _BWD_ATOMIC_SAFE],
+                    interpreter_shape=(16, 32, 4, 1))
 
 
 # fp32 tiles take twice the shared memory and registers of 16-bit ones and three tensor-core passes
@@ -315,12 +342,14 @@ def _attn_fwd(Q, K, V, O, L,
 # ---------------------------------------------------------------------------
 
 @triton.jit
-def _attn_bwd_preprocess(O, DO, Delta,
+def _attn_bwd_preprocess(O, DO, Delta, DQ,
                          stride_ob, stride_oh, stride_os, stride_od,
                          stride_dob, stride_doh, stride_dos, stride_dod,
+                         stride_dqb, stride_dqh, stride_dqs, stride_dqd,
                          H, N_Q,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Delta = rowsum(O * dO) in fp32, shape (B*H, N_Q)."""
+    """Delta = rowsum(O * dO) in fp32, shape (B*H, N_Q), and zeros into the single-pass backward's
+    fp32 dQ accumulator DQ (one launch for both: no separate memset)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
@@ -333,6 +362,8 @@ def _attn_bwd_preprocess(O, DO, Delta,
                     offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+    _store_tile(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd,
+                tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32), offs_m, N_Q, offs_d, HEAD_DIM, BLOCK_D)
 
 
 @triton.jit
@@ -458,15 +489,18 @@ def _attn_bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src,
 
 @triton.autotune(configs=_bwd_q_configs(), key=_AUTOTUNE_KEY, prune_configs_by=_PRUNE)
 @triton.jit
-def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
+def _attn_bwd_dq(Q, K, V, O, DO, DQ, L, Delta,
                  stride_qb, stride_qh, stride_qs, stride_qd,
                  stride_kb, stride_kh, stride_ks, stride_kd,
                  stride_vb, stride_vh, stride_vs, stride_vd,
+                 stride_ob, stride_oh, stride_os, stride_od,
                  stride_dob, stride_doh, stride_dos, stride_dod,
                  stride_dqb, stride_dqh, stride_dqs, stride_dqd,
                  H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                  TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dQ of one query tile. Runs first: it computes D = rowsum(O * dO) of its rows itself (it holds
+    dO already) and stores it for the dK/dV kernel, so the backward needs no preprocessing launch."""
     if IS_CAUSAL:
         pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest query tiles first
     else:
@@ -485,8 +519,11 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
                    offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
     do = _load_tile(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod,
                     offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+    o = _load_tile(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
+                   offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=m_mask)
     lse2 = tl.load(L + pid_bh.to(tl.int64) * N_Q + offs_m, mask=m_mask, other=0.0) * 1.4426950408889634
-    delta = tl.load(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, mask=m_mask, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     n_full = (N_K // BLOCK_N) * BLOCK_N
@@ -505,6 +542,132 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, L, Delta,
     dq = dq * sm_scale
     _store_tile(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd,
                 dq.to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, BLOCK_D)
+
+
+@triton.jit
+def _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
+                           stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs, stride_dqd,
+                           offs_n, offs_d, lo, hi, N_Q, N_K, sm_scale, qk_scale,
+                           BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                           MASKED: tl.constexpr, CHECK_M: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                           TMA: tl.constexpr, DQ_TMA: tl.constexpr):
+    """The dK/dV loop of _attn_bwd_kv_inner plus a fifth tile product per query tile, dQ += dS·K,
+    added atomically in fp32 to `dq_dst` (already scaled by sm_scale).
+
+    MASKED zeroes the probabilities of key rows >= N_K (and, causal, of keys after the query):
+    unlike the two-pass dK/dV kernel, whose rows past N_K are never stored, here those rows of dS
+    reach dQ through the product, where exp2(-L) of a row with very negative scores could make
+    inf * 0 = NaN. Query rows past N_Q (CHECK_M) load as zeros, so their dS is 0; their dQ rows are
+    masked (pointers) or dropped by the descriptor's bounds (DQ_TMA: a bulk reduce-add,
+    cp.reduce.async.bulk, instead of one atomic per element)."""
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + offs_m0
+        q = _load_rows(q_src, start_m, offs_m0, N_Q, stride_qs, stride_qd, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
+        do = _load_rows(do_src, start_m, offs_m0, N_Q, stride_dos, stride_dod, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
+        if CHECK_M:
+            lse = tl.load(l_base + offs_m, mask=offs_m < N_Q, other=0.0)
+            delta = tl.load(d_base + offs_m, mask=offs_m < N_Q, other=0.0)
+        else:
+            lse = tl.load(l_base + offs_m)
+            delta = tl.load(d_base + offs_m)
+        pT = tl.math.exp2(_dot(k, tl.trans(q)) * qk_scale - lse[None, :] * 1.4426950408889634)
+        if MASKED:
+            valid = offs_n[:, None] < N_K
+            if IS_CAUSAL:
+                valid = valid & (offs_m[None, :] >= offs_n[:, None])
+            pT = tl.where(valid, pT, 0.0)
+        dv = _dot(pT.to(do.dtype), do, dv)
+        dsT = (pT * (_dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)
+        dk = _dot(dsT, q, dk)
+        dq = _dot(tl.trans(dsT), k) * sm_scale
+        if DQ_TMA:
+            dq_dst.atomic_add([start_m, 0], dq)
+        else:
+            ptrs = dq_dst + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd
+            if CHECK_M:
+                if BLOCK_D == HEAD_DIM:
+                    tl.atomic_add(ptrs, dq, mask=offs_m[:, None] < N_Q, sem="relaxed")
+                else:
+                    tl.atomic_add(ptrs, dq, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM),
+                                  sem="relaxed")
+            else:
+                if BLOCK_D == HEAD_DIM:
+                    tl.atomic_add(ptrs, dq, sem="relaxed")
+                else:
+                    tl.atomic_add(ptrs, dq, mask=offs_d[None, :] < HEAD_DIM, sem="relaxed")
+    return dk, dv
+
+
+@triton.autotune(configs=_bwd_atomic_configs(), key=_AUTOTUNE_KEY, prune_configs_by=_PRUNE,
+                 reset_to_zero=["DQ"])
+@triton.jit
+def _attn_bwd_atomic(Q, K, V, DO, DQ, DK, DV, L, Delta,
+                     stride_qb, stride_qh, stride_qs, stride_qd,
+                     stride_kb, stride_kh, stride_ks, stride_kd,
+                     stride_vb, stride_vh, stride_vs, stride_vd,
+                     stride_dob, stride_doh, stride_dos, stride_dod,
+                     stride_dqb, stride_dqh, stride_dqs, stride_dqd,
+                     stride_dkb, stride_dkh, stride_dks, stride_dkd,
+                     stride_dvb, stride_dvh, stride_dvs, stride_dvd,
+                     H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                     TMA: tl.constexpr, DQ_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Single-pass backward: one program per key tile computes its dK, dV and adds its share of
+    dQ to the zeroed fp32 buffer DQ (5 tile products per tile pair instead of the two-pass 7)."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, TMA)
+    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, TMA)
+    dq_dst = _rows_source(DQ + b * stride_dqb + h * stride_dqh, N_Q, stride_dqs, BLOCK_M, HEAD_DIM, BLOCK_D,
+                          DQ_TMA)
+    l_base = L + pid_bh.to(tl.int64) * N_Q
+    d_base = Delta + pid_bh.to(tl.int64) * N_Q
+
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    k = _load_tile(K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd,
+                   offs_n, N_K, offs_d, True, HEAD_DIM, BLOCK_D)
+    v = _load_tile(V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
+                   offs_n, N_K, offs_d, True, HEAD_DIM, BLOCK_D)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    # Query tiles [lo, mid) masked, [mid, full) not, [full, N_Q) the ragged tail (masked). Causal:
+    # tiles before the diagonal see none of these keys; [lo, mid) straddle it. A key tile past N_K
+    # (the last one, ragged) masks all its iterations.
+    full = (N_Q // BLOCK_M) * BLOCK_M
+    if IS_CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M
+        mid = tl.minimum(tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M, N_Q)
+    else:
+        lo = 0
+        mid = 0
+    if start_n + BLOCK_N > N_K:
+        mid = tl.maximum(mid, full)
+    full = tl.maximum(full, mid)
+    dk, dv = _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
+                                    stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs, stride_dqd,
+                                    offs_n, offs_d, lo, mid, N_Q, N_K, sm_scale, qk_scale,
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, True, True, IS_CAUSAL, TMA, DQ_TMA)
+    dk, dv = _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
+                                    stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs, stride_dqd,
+                                    offs_n, offs_d, mid, full, N_Q, N_K, sm_scale, qk_scale,
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, False, False, IS_CAUSAL, TMA, DQ_TMA)
+    dk, dv = _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
+                                    stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs, stride_dqd,
+                                    offs_n, offs_d, full, N_Q, N_Q, N_K, sm_scale, qk_scale,
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, True, True, IS_CAUSAL, TMA, DQ_TMA)
+
+    dk = dk * sm_scale
+    _store_tile(DK + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :] * stride_dkd,
+                dk.to(DK.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, BLOCK_D)
+    _store_tile(DV + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :] * stride_dvd,
+                dv.to(DV.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, BLOCK_D)
 
 
 # ---------------------------------------------------------------------------
@@ -526,7 +689,7 @@ def _as_4d(x: Tensor) -> Tensor:
 
 
 def _block_d(d: int) -> int:
-    return max(16, triton.next_power_of_2(d))
+    return max(16, _next_power_of_2(d))
 
 
 #: Tensor-descriptor (TMA) loads of the streamed tiles where the layout allows them (_tma_ok);
@@ -572,64 +735,109 @@ def _tma_flag(scores: int, *tensors: Tensor) -> bool:
     return tma
 
 
+#: The single-pass backward adds dQ through a descriptor (one bulk reduce-add of the tile,
+#: cp.reduce.async.bulk on Hopper) when its loads use descriptors; False: one atomic per element.
+#: The interpreter has no descriptor reductions, so the CPU tests run the pointer atomics only.
+ATOMIC_DQ_TMA = True
+
+# The autotuner's pick per (kernel, shape key), resolved once: later calls launch the JIT function
+# with it directly, skipping the autotuner's per-call key building (dicts of every argument, the
+# dtype of each tensor) and the grid lambda. Cleared with the lists (use_configs).
+_resolved: Dict[tuple, Tuple[triton.Config, dict]] = {}
+_last_config: Dict[str, triton.Config] = {}
+
+
+def _launch(kernel, name: str, key: tuple, grid: Callable[[int, int], tuple], *args, **constexprs) -> None:
+    """Launch the autotuned `kernel` on grid(BLOCK_M, BLOCK_N). The first call of a shape key goes
+    through the autotuner (benchmarking its list there); later ones launch its pick."""
+    hit = _resolved.get((name,) + key)
+    if hit is None:
+        kernel[lambda meta: grid(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **constexprs)
+        config = kernel.best_config
+        _resolved[(name,) + key] = (config, config.all_kwargs())
+    else:
+        config, kwargs = hit
+        kernel.fn[grid(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])](*args, **constexprs, **kwargs)
+    _last_config[name] = config
+
+
+def _tune_key(q: Tensor, n_q: int, n_k: int, d: int, causal: bool) -> tuple:
+    """The autotuner's own key (sequence bucket, head dim, causal, dtypes: all inputs share q's)."""
+    return (_seq_bucket(n_q, n_k), d, causal, q.dtype)
+
+
 def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tuple[Tensor, Tensor]:
     """Run the forward kernel. Returns ``(o, lse)`` with ``lse`` of shape q.shape[:-1], fp32."""
     q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
+    causal = bool(is_causal)
     o4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     sm_scale = 1.0 / math.sqrt(d)
 
-    def grid(meta):
-        return (triton.cdiv(n_q, meta["BLOCK_M"]), B * H)
-
     with launch_ctx(q, "impl_flash::forward_kernel"):
-        _attn_fwd[grid](q4, k4, v4, o4, lse,
-                        *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
-                        H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
-                        HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=bool(is_causal), TMA=_tma_flag(B * H * n_q * n_k, k4, v4))
+        _launch(_attn_fwd, "fwd", _tune_key(q, n_q, n_k, d, causal), lambda m, n: (_cdiv(n_q, m), B * H),
+                q4, k4, v4, o4, lse, *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
+                H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
+                HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=causal, TMA=_tma_flag(B * H * n_q * n_k, k4, v4))
     return o4.reshape(q.shape), lse.reshape(q.shape[:-1])
 
 
 def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
-                                    is_causal: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
-    """Run the backward kernels. Returns ``(dq, dk, dv)`` in the input dtypes."""
+                                    is_causal: bool = False,
+                                    variant: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """Run the backward kernels. Returns ``(dq, dk, dv)`` in the input dtypes.
+
+    `variant` ("two_pass", "atomic", "auto"; None: the module setting,
+    impl.attention.backward_choice.set_backward_variant) picks the implementation; the choice is
+    recorded per shape (backward_choice.backward_choices)."""
     q4, k4, v4, o4, do4 = (_as_4d(t) for t in (q, k, v, o, do))
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
+    causal = bool(is_causal)
+    kind = resolve_backward(ShapeKey(B * H, n_q, n_k, d, q.dtype, causal), variant)
+    for name in ("dq", "dkdv", "atomic"):  # tuned_configs() then names only this call's kernels
+        _last_config.pop(name, None)
     lse3 = lse.reshape(B, H, n_q).contiguous()
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    dq4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     dk4 = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
     dv4 = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
     sm_scale = 1.0 / math.sqrt(d)
     block_d = _block_d(d)
-    causal = bool(is_causal)
+    key = _tune_key(q, n_q, n_k, d, causal)
     tma = _tma_flag(B * H * n_q * n_k, q4, k4, v4, do4)
 
+    def grid_kv(m, n):
+        return (_cdiv(n_k, n), B * H)
+
     with launch_ctx(q, "impl_flash::backward_kernels"):
-        _attn_bwd_preprocess[(triton.cdiv(n_q, _PRE_BLOCK_M), B * H)](
-            o4, do4, delta, *o4.stride(), *do4.stride(), H, n_q,
-            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=_PRE_BLOCK_M)
-
-        def grid_kv(meta):
-            return (triton.cdiv(n_k, meta["BLOCK_N"]), B * H)
-
-        _attn_bwd_dkdv[grid_kv](
-            q4, k4, v4, do4, dk4, dv4, lse3, delta,
-            *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dk4.stride(), *dv4.stride(),
-            H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
-
-        def grid_q(meta):
-            return (triton.cdiv(n_q, meta["BLOCK_M"]), B * H)
-
-        _attn_bwd_dq[grid_q](
-            q4, k4, v4, do4, dq4, lse3, delta,
-            *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dq4.stride(),
-            H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
+        if kind == "two_pass":
+            dq4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+            # dQ first: it writes D, which the dK/dV kernel reads.
+            _launch(_attn_bwd_dq, "dq", key, lambda m, n: (_cdiv(n_q, m), B * H),
+                    q4, k4, v4, o4, do4, dq4, lse3, delta,
+                    *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *do4.stride(), *dq4.stride(),
+                    H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
+                    HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
+            _launch(_attn_bwd_dkdv, "dkdv", key, grid_kv,
+                    q4, k4, v4, do4, dk4, dv4, lse3, delta,
+                    *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dk4.stride(), *dv4.stride(),
+                    H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
+                    HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
+        else:
+            # fp32 inputs accumulate into dQ itself; 16-bit ones into an fp32 buffer, cast at the end.
+            acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=q.device)
+            _attn_bwd_preprocess[(_cdiv(n_q, _PRE_BLOCK_M), B * H)](
+                o4, do4, delta, acc, *o4.stride(), *do4.stride(), *acc.stride(), H, n_q,
+                HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=_PRE_BLOCK_M)
+            dq_tma = tma and ATOMIC_DQ_TMA and not _INTERPRETED and _tma_ok(acc)
+            _launch(_attn_bwd_atomic, "atomic", key, grid_kv,
+                    q4, k4, v4, do4, acc, dk4, dv4, lse3, delta,
+                    *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *acc.stride(), *dk4.stride(),
+                    *dv4.stride(), H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
+                    HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma, DQ_TMA=dq_tma)
+            dq4 = acc if q.dtype == torch.float32 else acc.to(q.dtype)
     return dq4.reshape(q.shape), dk4.reshape(k.shape), dv4.reshape(v.shape)
 
 
@@ -648,7 +856,7 @@ def _flash_forward_fake(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
 
 @flash_backward_op.register_fake
 def _flash_backward_fake(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
-                         is_causal: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+                         is_causal: bool = False, variant: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -670,32 +878,46 @@ def set_autotune(enabled: bool) -> None:
     if enabled:
         use_configs(**_FULL_CONFIGS)
     else:
-        use_configs(fwd=[_config(_FWD_SAFE)], kv=[_config(_BWD_KV_SAFE)], q=[_config(_BWD_Q_SAFE)])
+        use_configs(fwd=[_config(_FWD_SAFE)], kv=[_config(_BWD_KV_SAFE)], q=[_config(_BWD_Q_SAFE)],
+                    atomic=[_config(_BWD_ATOMIC_SAFE)])
 
 
-def use_configs(fwd=None, kv=None, q=None) -> None:
-    """Replace the autotune lists of the forward, dK/dV and dQ kernels (``None`` keeps a list);
-    entries are triton.Config or (BLOCK_M, BLOCK_N, num_warps, num_stages). A one-entry list
-    launches that config without benchmarking: how tools/probes/flash_tune.py times each shape."""
+def _kernels() -> Dict[str, object]:
+    return {"fwd": _attn_fwd, "kv": _attn_bwd_dkdv, "q": _attn_bwd_dq, "atomic": _attn_bwd_atomic}
+
+
+def use_configs(fwd=None, kv=None, q=None, atomic=None) -> None:
+    """Replace the autotune lists of the forward, dK/dV, dQ and single-pass backward kernels
+    (``None`` keeps a list); entries are triton.Config or (BLOCK_M, BLOCK_N, num_warps, num_stages).
+    A one-entry list launches that config without benchmarking: how tools/probes/flash_tune.py
+    times each shape. Forgets the picks resolved so far."""
+    _resolved.clear()
+    _last_config.clear()
     if _INTERPRETED:
         return
-    for kernel, configs in ((_attn_fwd, fwd), (_attn_bwd_dkdv, kv), (_attn_bwd_dq, q)):
-        if configs is not None:
-            kernel.configs = [c if isinstance(c, triton.Config) else _config(c) for c in configs]
+    lists = {"fwd": fwd, "kv": kv, "q": q, "atomic": atomic}
+    for name, kernel in _kernels().items():
+        if lists[name] is not None:
+            kernel.configs = [c if isinstance(c, triton.Config) else _config(c) for c in lists[name]]
             kernel.cache.clear()
 
 
 def tuned_configs() -> dict:
-    """The config each kernel's autotuner last picked ("BLOCK_M: .., num_warps: .."), for the JSON."""
-    return {name: str(getattr(kernel, "best_config", None))
-            for name, kernel in (("fwd", _attn_fwd), ("dkdv", _attn_bwd_dkdv), ("dq", _attn_bwd_dq))}
+    """What the last calls ran, for a benchmark row's JSON: the config of each kernel launched
+    ("BLOCK_M: .., num_warps: .."; fwd, dq, dkdv for the two-pass backward, atomic for the
+    single-pass one) and, under "bwd", the backward variant of the last backward call."""
+    picks = {name: str(config) for name, config in _last_config.items()}
+    last = last_backward_choice()
+    if last is not None:
+        picks["bwd"] = last[1]
+    return picks
 
 
 def autotune_enabled() -> bool:
     return _INTERPRETED or len(_attn_fwd.configs) > 1
 
 
-_FULL_CONFIGS = {"fwd": list(_attn_fwd.configs), "kv": list(_attn_bwd_dkdv.configs), "q": list(_attn_bwd_dq.configs)}
+_FULL_CONFIGS = {name: list(kernel.configs) for name, kernel in _kernels().items()}
 
 
 class FlashAttentionTriton(torch.autograd.Function):
