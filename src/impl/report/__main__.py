@@ -35,10 +35,9 @@ def build(root: Path = ROOT) -> str:
         # earlier versions of this device's benchmarks (as records: pandas compares attrs when it
         # propagates them), for the sections that show a version history
         dd.attrs["history"] = SharedRecords([] if history.empty else history[history.device == device].to_dict("records"))
-        env = dd["info"].iloc[0].get("env", {})
+        env = dd["row"].iloc[-1].env  # the newest row's environment
         out.append(f"# Device: {device}")
-        out.append(f"{env.get('device')} · torch {env.get('torch')} · triton {env.get('triton')} · "
-                   f"CUDA {env.get('cuda')} · profile `{env.get('profile')}`")
+        out.append(f"{env.device} · torch {env.torch} · triton {env.triton} · CUDA {env.cuda} · profile `{env.profile}`")
         for render in sections.ALL:
             text = render(dd, device, fig_dir, "figures")
             if text:

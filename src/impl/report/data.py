@@ -98,7 +98,7 @@ def frame(records: list[Record]) -> pd.DataFrame:
         line = dict(device=run.device, section=run.section, name=rec.name, group=row.problem, problem=row.problem,
                     status=row.status.value, reason=row.reason, oom=row.status is Status.OOM,
                     datetime=run.datetime, commit=run.commit, legacy=run.legacy,
-                    peak_alloc=row.memory.peak_allocated, details=row.details, info=row.details, row=row,
+                    peak_alloc=row.memory.peak_allocated, details=row.details, row=row,
                     data=rec.stats.data if rec.stats else None)
         for k in STAT_KEYS:
             line[k] = getattr(rec.stats, k) if rec.stats else None
