@@ -145,7 +145,7 @@ GRIDS.update({
                              [4, 16, 16384]],
                      modes=["fwd", "fwd_bwd"], impls=["flash_triton", "flash_triton_compiled", "sdpa_cudnn",
                                                       "sdpa_flash"],
-                     dtype="bf16", compile=True, warmup=2, rounds=5, warmup_ms=5, rep_ms=25, budget_s=420,
+                     dtype="bf16", compile=True, warmup=2, rounds=5, warmup_ms=5, rep_ms=25, budget_s=330,
                      tol=dict(out=1e-2, grad=2e-2)),
         "smoke": dict(dims=[16, 20], causal=[True, False], shapes=[[1, 2, 32], [1, 2, 24]],
                       modes=["fwd", "fwd_bwd"], impls=["flash_triton", "flash_triton_compiled", "sdpa_cudnn",
