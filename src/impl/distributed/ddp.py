@@ -22,6 +22,14 @@ Shared (tied) parameters are deduplicated by identity, which
 ``nn.Module.parameters()`` already does; autograd accumulates both uses into
 the one ``.grad`` before its post-accumulate hook fires.
 
+Exit safety (issue 23): after ``wait()`` returns, the gloo worker thread that ran an async
+collective still holds the work, and with it the tensors and (launched inside backward) the
+context torch stashes in thread-local state: Python objects, so dropping them takes the GIL. If the
+process reaches interpreter shutdown first, Python ends that thread inside a C++ destructor and
+the process aborts ("terminate called without an active exception"). So ``finish`` drops its
+handles and then waits, with the GIL released, until the tensors' use counts show the worker let
+go (``_await_release``); torch's DDP avoids it by keeping its works in the C++ reducer.
+
 Instrumentation: ``comm_time_s`` is the host time the last
 ``finish_gradient_synchronization`` spent on communication that was not
 hidden behind backward (device synchronised); ``bytes_communicated_last_step``
@@ -45,6 +53,20 @@ def _sync_device(tensors) -> None:
         if t.is_cuda:
             torch.cuda.synchronize(t.device)
             return
+
+
+_RELEASE_TIMEOUT_S = 5.0
+
+
+def _await_release(sent: list[tuple[torch.Tensor, int]]) -> None:
+    """Sleep (the GIL released) until each CPU tensor's use count is back to what it was before
+    its collective, i.e. the collective's worker thread destroyed the work. Call after dropping
+    the work handles. GPU tensors are skipped: NCCL's watchdog frees works on its own schedule and
+    waiting for it would stall every step."""
+    deadline = time.monotonic() + _RELEASE_TIMEOUT_S
+    for tensor, count_before in sent:
+        while not tensor.is_cuda and tensor._use_count() > count_before and time.monotonic() < deadline:
+            time.sleep(1e-4)
 
 
 def _group_by_dtype_device(tensors):
@@ -166,17 +188,19 @@ class DDPIndividualParameters(_DataParallelBase):
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         # Pre-divide so the summed result is already the mean.
-        p.grad.div_(self.world_size)
-        handle = dist.all_reduce(p.grad, async_op=True)
-        self._pending.append((handle, p.grad.numel() * p.grad.element_size()))
+        grad = p.grad
+        grad.div_(self.world_size)
+        count_before = grad._use_count()
+        self._pending.append((dist.all_reduce(grad, async_op=True), grad, count_before))
 
     def _finish(self) -> int:
-        nbytes = 0
-        for handle, size in self._pending:
+        for handle, _, _ in self._pending:
             handle.wait()
-            nbytes += size
+        handle = None  # the loop variable would keep the last work alive through _await_release
+        sent = [(grad, count_before) for _, grad, count_before in self._pending]
         self._pending.clear()
-        return nbytes
+        _await_release(sent)
+        return sum(grad.numel() * grad.element_size() for grad, _ in sent)
 
 
 class _Bucket:
@@ -197,6 +221,7 @@ class _Bucket:
         self.ready = [False] * len(self.params)
         self.num_ready = 0
         self.handle = None
+        self.count_before = 0  # the buffer's use count before its all-reduce (see _await_release)
 
     def slice(self, i: int) -> torch.Tensor:
         return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
@@ -241,6 +266,7 @@ class DDPBucketed(_DataParallelBase):
 
     def _launch(self, bucket: _Bucket) -> None:
         bucket.buffer.div_(self.world_size)
+        bucket.count_before = bucket.buffer._use_count()
         bucket.handle = dist.all_reduce(bucket.buffer, async_op=True)
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
@@ -273,6 +299,8 @@ class DDPBucketed(_DataParallelBase):
             for i, p in enumerate(bucket.params):
                 if bucket.ready[i]:
                     p.grad.copy_(bucket.slice(i).view_as(p.grad))
+        sent = [(bucket.buffer, bucket.count_before) for bucket in self.buckets if bucket.handle is not None]
         for bucket in self.buckets:
             bucket.reset()
+        _await_release(sent)
         return nbytes
