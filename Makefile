@@ -12,7 +12,7 @@ OUT ?= out
 PYTEST = PYTHONPATH=src $(PY) -m pytest
 BENCH_CLI = PYTHONPATH=src $(PY) -c "import sys; from pytest_benchmark.cli import main; sys.exit(main())"
 
-.PHONY: install test correctness smoke perf report compare clean
+.PHONY: install test correctness smoke perf report compare clean stress
 
 install:
 	@echo "using $(PY)"
@@ -46,6 +46,14 @@ compare:
 	      reports/data/cpu/$$s.json $(OUT)/smoke/$$s.json; \
 	  else echo "compare: no baseline or run for $$s"; fi; \
 	done
+
+# The distributed correctness files N times back to back; stops at the first failure (issue 23).
+N ?= 10
+STRESS_FILES = correctness/test_distributed.py correctness/test_sharded_optimizer.py correctness/test_fsdp.py
+stress:
+	@set -e; for i in $$(seq $(N)); do \
+	  echo "stress $$i/$(N)"; $(PYTEST) $(STRESS_FILES) -q --timeout=900; \
+	done; echo "stress: $(N) of $(N) passed"
 
 clean:
 	rm -rf $(OUT) .benchmarks .pytest_cache .hypothesis
