@@ -187,3 +187,17 @@ def test_dropped_wrapper_frees_its_model(variant):
         assert wrapper() is None and weight() is None
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("size", [0, -1, float("nan"), float("inf"), "1", True])
+def test_bucketed_rejects_bad_bucket_size(size):
+    import torch.distributed as dist
+
+    from impl.distributed import DDPBucketed
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match=r"bucket_size_mb must be a finite number > 0 \(MiB per bucket\), got "):
+            DDPBucketed(torch.nn.Linear(2, 2), bucket_size_mb=size)
+    finally:
+        dist.destroy_process_group()

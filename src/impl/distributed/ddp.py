@@ -39,6 +39,7 @@ multiplied by any algorithm factor).
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 
@@ -243,6 +244,10 @@ class DDPBucketed(_DataParallelBase):
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float, reduce_gradients: bool = True):
+        # Checked before the base class's broadcast, so every rank raises instead of some hanging.
+        if isinstance(bucket_size_mb, bool) or not isinstance(bucket_size_mb, (int, float)) \
+                or not math.isfinite(bucket_size_mb) or bucket_size_mb <= 0:
+            raise ValueError(f"bucket_size_mb must be a finite number > 0 (MiB per bucket), got {bucket_size_mb!r}")
         super().__init__(module, reduce_gradients)
         self.bucket_size_bytes = bucket_size_mb * 1024 * 1024
         self.buckets = self._build_buckets()
