@@ -22,13 +22,8 @@ Shared (tied) parameters are deduplicated by identity, which
 ``nn.Module.parameters()`` already does; autograd accumulates both uses into
 the one ``.grad`` before its post-accumulate hook fires.
 
-Exit safety (issue 23): after ``wait()`` returns, the gloo worker thread that ran an async
-collective still holds the work, and with it the tensors and (launched inside backward) the
-context torch stashes in thread-local state: Python objects, so dropping them takes the GIL. If the
-process reaches interpreter shutdown first, Python ends that thread inside a C++ destructor and
-the process aborts ("terminate called without an active exception"). So ``finish`` drops its
-handles and then waits, with the GIL released, until the tensors' use counts show the worker let
-go (``_await_release``); torch's DDP avoids it by keeping its works in the C++ reducer.
+Exit safety (issue 23): every collective's tensors go through ``impl.distributed.release``,
+which waits until gloo's worker thread let go of them; otherwise a rank can abort at exit.
 
 Instrumentation: ``comm_time_s`` is the host time the last
 ``finish_gradient_synchronization`` spent on communication that was not
@@ -48,26 +43,14 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from impl.distributed.release import Released, await_release
+
 
 def _sync_device(tensors) -> None:
     for t in tensors:
         if t.is_cuda:
             torch.cuda.synchronize(t.device)
             return
-
-
-_RELEASE_TIMEOUT_S = 5.0
-
-
-def _await_release(sent: list[tuple[torch.Tensor, int]]) -> None:
-    """Sleep (the GIL released) until each CPU tensor's use count is back to what it was before
-    its collective, i.e. the collective's worker thread destroyed the work. Call after dropping
-    the work handles. GPU tensors are skipped: NCCL's watchdog frees works on its own schedule and
-    waiting for it would stall every step."""
-    deadline = time.monotonic() + _RELEASE_TIMEOUT_S
-    for tensor, count_before in sent:
-        while not tensor.is_cuda and tensor._use_count() > count_before and time.monotonic() < deadline:
-            time.sleep(1e-4)
 
 
 def _group_by_dtype_device(tensors):
@@ -120,7 +103,8 @@ class _DataParallelBase(nn.Module):
         tensors = list(self.module.parameters()) + list(self.module.buffers())
         for group in _group_by_dtype_device(tensors):
             flat = _flatten_dense_tensors(group)
-            dist.broadcast(flat, src=0)
+            with Released() as keep:
+                dist.broadcast(keep(flat), src=0)
             for t, synced in zip(group, _unflatten_dense_tensors(flat, group)):
                 t.copy_(synced)
 
@@ -149,7 +133,8 @@ class DDPNaive(_DataParallelBase):
         for p in self.trainable:
             if p.grad is None:
                 continue
-            dist.all_reduce(p.grad)
+            with Released() as keep:
+                dist.all_reduce(keep(p.grad))
             p.grad.div_(self.world_size)
             nbytes += p.grad.numel() * p.grad.element_size()
         return nbytes
@@ -168,7 +153,8 @@ class DDPFlat(_DataParallelBase):
         for group in _group_by_dtype_device(grads):
             flat = _flatten_dense_tensors(group)
             flat.div_(self.world_size)
-            dist.all_reduce(flat)
+            with Released() as keep:
+                dist.all_reduce(keep(flat))
             for g, reduced in zip(group, _unflatten_dense_tensors(flat, group)):
                 g.copy_(reduced)
             nbytes += flat.numel() * flat.element_size()
@@ -197,10 +183,10 @@ class DDPIndividualParameters(_DataParallelBase):
     def _finish(self) -> int:
         for handle, _, _ in self._pending:
             handle.wait()
-        handle = None  # the loop variable would keep the last work alive through _await_release
+        handle = None  # the loop variable would keep the last work alive through await_release
         sent = [(grad, count_before) for _, grad, count_before in self._pending]
         self._pending.clear()
-        _await_release(sent)
+        await_release(sent)
         return sum(grad.numel() * grad.element_size() for grad, _ in sent)
 
 
@@ -222,7 +208,7 @@ class _Bucket:
         self.ready = [False] * len(self.params)
         self.num_ready = 0
         self.handle = None
-        self.count_before = 0  # the buffer's use count before its all-reduce (see _await_release)
+        self.count_before = 0  # the buffer's use count before its all-reduce (see impl.distributed.release)
 
     def slice(self, i: int) -> torch.Tensor:
         return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
@@ -307,5 +293,5 @@ class DDPBucketed(_DataParallelBase):
         sent = [(bucket.buffer, bucket.count_before) for bucket in self.buckets if bucket.handle is not None]
         for bucket in self.buckets:
             bucket.reset()
-        _await_release(sent)
+        await_release(sent)
         return nbytes
