@@ -6,6 +6,7 @@
 #   make compare  the last smoke run against the newest committed CPU run of each section
 #   make gate     each section's newest stored run against the run before it (fails on a regression
 #                 beyond the row's noise band unless reports/accepted-changes.toml gives a reason)
+#   make stress   the distributed correctness files N times in a row (N=10 by default; N=100 for a soak)
 # Options: SECTIONS="benchmarking_script flash_benchmarking" picks perf files; SUITE_PROFILE=smoke|full.
 
 PY := $(shell tools/setup.sh)
@@ -13,7 +14,7 @@ SECTIONS ?= $(patsubst perf/test_%.py,%,$(wildcard perf/test_*.py))
 OUT ?= out
 PYTEST = PYTHONPATH=src $(PY) -m pytest
 
-.PHONY: install test correctness smoke perf report compare gate clean
+.PHONY: install test correctness smoke perf report compare gate stress clean
 
 install:
 	@echo "using $(PY)"
@@ -48,6 +49,14 @@ compare:
 
 gate:
 	PYTHONPATH=src $(PY) -m impl.report.gate
+
+# The distributed correctness files N times back to back; stops at the first failure (issue 23).
+N ?= 10
+STRESS_FILES = correctness/test_distributed.py correctness/test_sharded_optimizer.py correctness/test_fsdp.py
+stress:
+	@set -e; for i in $$(seq $(N)); do \
+	  echo "stress $$i/$(N)"; $(PYTEST) $(STRESS_FILES) -q --timeout=900; \
+	done; echo "stress: $(N) of $(N) passed"
 
 clean:
 	rm -rf $(OUT) .benchmarks .pytest_cache .hypothesis

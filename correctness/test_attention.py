@@ -621,7 +621,25 @@ BAD_INPUTS = [
     pytest.param(lambda: (_t(1, 8, 16), _t(1, 8, 16, device="meta"), _t(1, 8, 16), False),
                  "device mismatch", id="device"),
     pytest.param(lambda: (_t(1, 0, 16), _t(1, 8, 16), _t(1, 8, 16), False), "seq lengths", id="empty"),
+    pytest.param(lambda: (_t(1, 8, 16), _t(1, 8, 16), _t(1, 8, 16), "no"), r"is_causal must be a bool \(True or False\), got 'no'",
+                 id="is_causal-str"),
+    pytest.param(lambda: (_t(1, 8, 16), _t(1, 8, 16), _t(1, 8, 16), 1), "is_causal must be a bool", id="is_causal-int"),
 ]
+
+
+@pytest.mark.parametrize("make,match", [p for p in BAD_INPUTS if p.id != "float64"])
+def test_naive_rejects_bad_inputs(make, match):
+    with pytest.raises(ValueError, match=match):
+        naive_attention(*make())
+
+
+def test_triton_rejects_bf16_under_the_interpreter():
+    """Issue 23: the interpreter's bf16 tl.dot gave finite values around 1e9 and no error."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter is only used without a GPU")
+    q = _t(1, 8, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="bfloat16 is not supported .* interpreter .* supported there: float32, float16"):
+        FlashAttentionTriton.apply(q, q, q, False)
 
 
 @pytest.mark.parametrize("cls", [FlashAttentionTorch, FlashAttentionTriton], ids=["torch", "triton"])

@@ -183,6 +183,41 @@ def test_model_bad_input():
         model(torch.zeros(17, dtype=torch.long))
     with pytest.raises(ValueError, match="attention"):
         tiny_model(attn_impl="nope")
+    for empty in ((2, 0), (0, 4)):
+        with pytest.raises(ValueError, match=r"batch >= 1 and seq >= 1, got \(" + f"{empty[0]}, {empty[1]}"):
+            model(torch.zeros(empty, dtype=torch.long))
+
+
+SIZES = dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, vocab_size=50, context_length=16)
+
+
+@pytest.mark.parametrize("name, value, match", [
+    ("num_heads", 0, "num_heads must be an int >= 1, got 0"),
+    ("context_length", -1, "context_length must be an int >= 1, got -1"),
+    ("d_model", 16.0, "d_model must be an int >= 1, got 16.0"),
+    ("num_layers", 0, "num_layers must be an int >= 1, got 0"),
+    ("vocab_size", True, "vocab_size must be an int >= 1, got True"),
+    ("num_heads", 3, "d_model 16 is not divisible by num_heads 3"),
+    ("rope_theta", float("nan"), "rope_theta must be a finite number > 0, got nan"),
+])
+def test_model_bad_config(name, value, match):
+    with pytest.raises(ValueError, match=match):
+        TransformerLM(**{**SIZES, name: value})
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(lr=float("nan")), "lr must be a finite number >= 0, got nan"),
+    (dict(lr=-1e-3), "lr must be a finite number >= 0"),
+    (dict(eps=float("inf")), "eps must be a finite number >= 0, got inf"),
+    (dict(weight_decay=-0.1), "weight_decay must be a finite number >= 0"),
+    (dict(betas=(0.9,)), r"betas must be a pair \(beta1, beta2\), each in \[0, 1\), got \(0.9,\)"),
+    (dict(betas=(0.9, 0.999, 0.1)), "betas must be a pair"),
+    (dict(betas=(0.9, 1.0)), "betas must be a pair"),
+    (dict(betas=(float("nan"), 0.9)), "betas must be a pair"),
+])
+def test_adamw_bad_hyperparameters(kw, match):
+    with pytest.raises(ValueError, match=match):
+        AdamW([torch.nn.Parameter(torch.zeros(2))], **kw)
 
 
 def test_forward_flops_counts_the_lm_head_and_attention():

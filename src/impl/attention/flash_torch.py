@@ -27,13 +27,16 @@ TRITON_MIN_HEAD_DIM = 16
 TRITON_MAX_HEAD_DIM = 128
 
 
-def validate_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False, *, for_triton: bool = False) -> None:
-    """Check q/k/v for the Flash implementations; raise ``ValueError`` on problems.
+def validate_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False, *, for_triton: bool = False,
+                    dtypes: tuple = SUPPORTED_DTYPES) -> None:
+    """Check q/k/v for the attention implementations; raise ``ValueError`` on problems.
 
-    Shapes are ``(..., seq, d)`` with at least 3 dims.  ``for_triton`` adds the
-    Triton restrictions (head dim in 16..128, CUDA tensors unless the Triton
-    interpreter is active).
+    Shapes are ``(..., seq, d)`` with at least 3 dims; ``dtypes`` are the accepted
+    dtypes.  ``for_triton`` adds the Triton restrictions (head dim in 16..128, CUDA
+    tensors unless the Triton interpreter is active, no bfloat16 in the interpreter).
     """
+    if not isinstance(is_causal, bool):
+        raise ValueError(f"is_causal must be a bool (True or False), got {is_causal!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -57,8 +60,9 @@ def validate_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False, *,
         raise ValueError("head dim must be >= 1")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v dtype mismatch: {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"unsupported dtype {q.dtype}; supported: float32, float16, bfloat16")
+    if q.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise ValueError(f"unsupported dtype {q.dtype}; supported: {names}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v device mismatch: {q.device}, {k.device}, {v.device}")
     if for_triton:
@@ -72,6 +76,12 @@ def validate_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False, *,
             raise ValueError(
                 f"Triton FlashAttention needs CUDA tensors, got device {q.device}; "
                 "set TRITON_INTERPRET=1 (before importing triton) to run on CPU"
+            )
+        if not q.is_cuda and q.dtype == torch.bfloat16:
+            # The interpreter's bf16 tl.dot returns wrong (finite, ~1e9) values, silently.
+            raise ValueError(
+                "dtype bfloat16 is not supported by Triton FlashAttention under the Triton interpreter "
+                "(CPU); supported there: float32, float16 (bfloat16 needs a CUDA GPU)"
             )
 
 

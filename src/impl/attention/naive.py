@@ -7,6 +7,7 @@ import math
 import torch
 
 from impl.annotate import annotate
+from impl.attention.flash_torch import SUPPORTED_DTYPES, validate_inputs
 
 Tensor = torch.Tensor
 
@@ -16,7 +17,9 @@ def naive_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) ->
 
     Causal masking is top-left aligned (query ``i`` sees keys ``j <= i``), like
     ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``.
+    Inputs are checked like the Flash ones' (float64 allowed: it is the reference).
     """
+    validate_inputs(q, k, v, is_causal, dtypes=SUPPORTED_DTYPES + (torch.float64,))
     d = q.shape[-1]
     with annotate("computing attention scores"):
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d)

@@ -22,6 +22,9 @@ Shared (tied) parameters are deduplicated by identity, which
 ``nn.Module.parameters()`` already does; autograd accumulates both uses into
 the one ``.grad`` before its post-accumulate hook fires.
 
+Exit safety (issue 23): every collective's tensors go through ``impl.distributed.release``,
+which waits until gloo's worker thread let go of them; otherwise a rank can abort at exit.
+
 Instrumentation: ``comm_time_s`` is the host time the last
 ``finish_gradient_synchronization`` spent on communication that was not
 hidden behind backward (device synchronised); ``bytes_communicated_last_step``
@@ -31,6 +34,7 @@ multiplied by any algorithm factor).
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 
@@ -38,6 +42,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from impl.distributed.release import Released, await_release
 
 
 def _sync_device(tensors) -> None:
@@ -97,7 +103,8 @@ class _DataParallelBase(nn.Module):
         tensors = list(self.module.parameters()) + list(self.module.buffers())
         for group in _group_by_dtype_device(tensors):
             flat = _flatten_dense_tensors(group)
-            dist.broadcast(flat, src=0)
+            with Released() as keep:
+                dist.broadcast(keep(flat), src=0)
             for t, synced in zip(group, _unflatten_dense_tensors(flat, group)):
                 t.copy_(synced)
 
@@ -126,7 +133,8 @@ class DDPNaive(_DataParallelBase):
         for p in self.trainable:
             if p.grad is None:
                 continue
-            dist.all_reduce(p.grad)
+            with Released() as keep:
+                dist.all_reduce(keep(p.grad))
             p.grad.div_(self.world_size)
             nbytes += p.grad.numel() * p.grad.element_size()
         return nbytes
@@ -145,7 +153,8 @@ class DDPFlat(_DataParallelBase):
         for group in _group_by_dtype_device(grads):
             flat = _flatten_dense_tensors(group)
             flat.div_(self.world_size)
-            dist.all_reduce(flat)
+            with Released() as keep:
+                dist.all_reduce(keep(flat))
             for g, reduced in zip(group, _unflatten_dense_tensors(flat, group)):
                 g.copy_(reduced)
             nbytes += flat.numel() * flat.element_size()
@@ -166,17 +175,19 @@ class DDPIndividualParameters(_DataParallelBase):
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         # Pre-divide so the summed result is already the mean.
-        p.grad.div_(self.world_size)
-        handle = dist.all_reduce(p.grad, async_op=True)
-        self._pending.append((handle, p.grad.numel() * p.grad.element_size()))
+        grad = p.grad
+        grad.div_(self.world_size)
+        count_before = grad._use_count()
+        self._pending.append((dist.all_reduce(grad, async_op=True), grad, count_before))
 
     def _finish(self) -> int:
-        nbytes = 0
-        for handle, size in self._pending:
+        for handle, _, _ in self._pending:
             handle.wait()
-            nbytes += size
+        handle = None  # the loop variable would keep the last work alive through await_release
+        sent = [(grad, count_before) for _, grad, count_before in self._pending]
         self._pending.clear()
-        return nbytes
+        await_release(sent)
+        return sum(grad.numel() * grad.element_size() for grad, _ in sent)
 
 
 class _Bucket:
@@ -197,6 +208,7 @@ class _Bucket:
         self.ready = [False] * len(self.params)
         self.num_ready = 0
         self.handle = None
+        self.count_before = 0  # the buffer's use count before its all-reduce (see impl.distributed.release)
 
     def slice(self, i: int) -> torch.Tensor:
         return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
@@ -218,6 +230,10 @@ class DDPBucketed(_DataParallelBase):
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float, reduce_gradients: bool = True):
+        # Checked before the base class's broadcast, so every rank raises instead of some hanging.
+        if isinstance(bucket_size_mb, bool) or not isinstance(bucket_size_mb, (int, float)) \
+                or not math.isfinite(bucket_size_mb) or bucket_size_mb <= 0:
+            raise ValueError(f"bucket_size_mb must be a finite number > 0 (MiB per bucket), got {bucket_size_mb!r}")
         super().__init__(module, reduce_gradients)
         self.bucket_size_bytes = bucket_size_mb * 1024 * 1024
         self.buckets = self._build_buckets()
@@ -241,6 +257,7 @@ class DDPBucketed(_DataParallelBase):
 
     def _launch(self, bucket: _Bucket) -> None:
         bucket.buffer.div_(self.world_size)
+        bucket.count_before = bucket.buffer._use_count()
         bucket.handle = dist.all_reduce(bucket.buffer, async_op=True)
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
@@ -273,6 +290,8 @@ class DDPBucketed(_DataParallelBase):
             for i, p in enumerate(bucket.params):
                 if bucket.ready[i]:
                     p.grad.copy_(bucket.slice(i).view_as(p.grad))
+        sent = [(bucket.buffer, bucket.count_before) for bucket in self.buckets if bucket.handle is not None]
         for bucket in self.buckets:
             bucket.reset()
+        await_release(sent)
         return nbytes

@@ -19,10 +19,12 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
-import queue as queue_mod
 import socket
 import time
+import signal
 import traceback
+from dataclasses import dataclass
+from multiprocessing import connection as mp_connection
 from typing import Any, Callable, Sequence
 
 import torch
@@ -75,7 +77,8 @@ def _free_port() -> int:
 
 
 def _rank_entry(rank, world_size, backend, port, timeout_s, fn, args, results):
-    """Body of each spawned process: join the group, run fn, report back."""
+    """Body of each spawned process: join the group, run fn, report ``(rank, ok, payload)`` with
+    ``results.put`` (payload: fn's return value, or the traceback)."""
     _apply_required_env()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -93,7 +96,7 @@ def _rank_entry(rank, world_size, backend, port, timeout_s, fn, args, results):
             timeout=datetime.timedelta(seconds=timeout_s),
         )
         out = fn(rank, world_size, *args)
-        # The queue pickles in a background thread, where a failure would be
+        # A queue pickles in a background thread, where a failure would be
         # lost; pickle here so an unpicklable result is reported as an error.
         pickle.dumps(out)
         results.put((rank, True, out))
@@ -104,12 +107,39 @@ def _rank_entry(rank, world_size, backend, port, timeout_s, fn, args, results):
             dist.destroy_process_group()
 
 
+class _PipeReporter:
+    """``results`` for _rank_entry: one pipe per rank, so the parent can wait on reports and
+    process exits together (multiprocessing.connection.wait) and see each as it happens."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def put(self, item) -> None:
+        self.conn.send(item)
+
+
 def _kill_all(procs) -> None:
     for p in procs:
         if p.is_alive():
             p.kill()
     for p in procs:
         p.join(timeout=10)
+
+
+def _exit_status(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+# After the first failure, how long to keep listening for its cause (a peer's lost-connection
+# traceback can reach us before the exit of the rank that vanished).
+_FAILURE_GRACE_S = 2.0
+# How long ranks that all reported may take to exit before it counts as a hang at exit.
+_EXIT_WAIT_S = 30.0
 
 
 def launch(
@@ -121,21 +151,22 @@ def launch(
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` new processes.
 
-    Returns the ranks' return values ordered by rank. Raises ``RuntimeError``
-    (naming the rank, with its traceback) as soon as any rank fails, and
-    ``TimeoutError`` (naming the unfinished ranks) if the whole run takes
-    longer than ``timeout_s``. In both cases every child is killed first.
+    Returns the ranks' return values ordered by rank. Raises ``RuntimeError`` naming the rank that
+    failed first (an exception, with its traceback, or an exit by a non-zero code or a signal,
+    also after the rank reported its result: an abort at exit is a failure), and ``TimeoutError``
+    (naming the unfinished ranks) if the run takes longer than ``timeout_s`` or a rank does not
+    exit after reporting. Every child is killed before raising.
     """
     backend = backend or default_backend(world_size if isinstance(world_size, int) else 1)
     _validate(backend, world_size)
 
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
     port = _free_port()
     procs = [
         ctx.Process(
             target=_rank_entry,
-            args=(rank, world_size, backend, port, timeout_s, fn, tuple(args), results),
+            args=(rank, world_size, backend, port, timeout_s, fn, tuple(args), _PipeReporter(pipes[rank][1])),
             # Not daemonic, so workers may start their own processes
             # (DataLoader workers); we kill them ourselves below.
             daemon=False,
@@ -144,52 +175,105 @@ def launch(
     ]
     for p in procs:
         p.start()
-
-    outputs: dict[int, Any] = {}
-    deadline = time.monotonic() + timeout_s
+    for _, writer in pipes:
+        writer.close()  # the children hold their own copies
     try:
-        while len(outputs) < world_size:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                missing = sorted(set(range(world_size)) - outputs.keys())
-                raise TimeoutError(
-                    f"launch timed out after {timeout_s:.1f}s; ranks {missing} "
-                    f"of {world_size} did not finish"
-                )
-            try:
-                rank, ok, payload = results.get(timeout=min(remaining, 0.5))
-            except queue_mod.Empty:
-                _check_silent_deaths(procs, outputs, results)
-                continue
-            if not ok:
-                raise RuntimeError(f"rank {rank} of {world_size} failed:\n{payload}")
-            outputs[rank] = payload
+        return _collect(procs, [reader for reader, _ in pipes], timeout_s)
     finally:
-        # On success the ranks are exiting on their own; on failure we do not
-        # wait for peers stuck in collectives.
-        if len(outputs) == world_size:
-            for p in procs:
-                p.join(timeout=max(1.0, min(30.0, deadline - time.monotonic())))
         _kill_all(procs)
-        results.close()
-    return [outputs[r] for r in range(world_size)]
+        for reader, _ in pipes:
+            reader.close()
 
 
-def _check_silent_deaths(procs, outputs, results) -> None:
-    """A rank that died without reporting (segfault, os._exit) is a failure."""
-    for rank, p in enumerate(procs):
-        if rank in outputs or p.exitcode is None:
-            continue
-        # Its report may still be in flight through the queue's pipe.
+# A rank whose peer vanished fails with one of these; the peer is the cause.
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+
+
+@dataclass(order=True)
+class _Failure:
+    """Ordered by blame: failures seen in the order they reached the parent (a silent death is
+    seen when the process ends, a traceback once it is formatted and sent), except that a rank
+    that only lost its connection to a peer comes after every other failure."""
+
+    peer_lost: bool
+    seen: int
+    rank: int
+    message: str
+
+
+def _collect(procs, readers, timeout_s: float) -> list[Any]:
+    """Wait for every rank's report and exit; raise for the failure that happened first."""
+    world_size = len(procs)
+    outputs: dict[int, Any] = {}
+    failures: list[_Failure] = []
+    listening, running = set(range(world_size)), set(range(world_size))
+    source = {id(r): ("report", rank) for rank, r in enumerate(readers)}
+    source.update({id(p.sentinel): ("exit", rank) for rank, p in enumerate(procs)})
+    deadline = time.monotonic() + timeout_s
+    first_failure_t = all_reported_t = None
+
+    def fail(rank: int, message: str, peer_lost: bool = False) -> None:
+        failures.append(_Failure(peer_lost, len(failures), rank, message))
+
+    def read_report(rank: int) -> None:
+        listening.discard(rank)
         try:
-            r, ok, payload = results.get(timeout=1.0)
-        except queue_mod.Empty:
-            raise RuntimeError(
-                f"rank {rank} exited with code {p.exitcode} without reporting a result"
-            ) from None
-        if not ok:
-            raise RuntimeError(f"rank {r} failed:\n{payload}")
-        outputs[r] = payload
+            _, ok, payload = readers[rank].recv()
+        except EOFError:  # exited without a report: its exit says how
+            return
+        if ok:
+            outputs[rank] = payload
+        else:
+            fail(rank, f"rank {rank} of {world_size} failed:\n{payload}", any(m in payload for m in _PEER_LOST))
+
+    def on_exit(rank: int) -> None:
+        running.discard(rank)
+        procs[rank].join(timeout=5)
+        if rank in listening and readers[rank].poll():
+            read_report(rank)  # sent just before it exited
+        code = procs[rank].exitcode
+        if code != 0:
+            when = "after reporting its result" if rank in outputs else "without reporting a result"
+            fail(rank, f"rank {rank} of {world_size} {_exit_status(code)} {when}")
+        elif rank not in outputs and all(f.rank != rank for f in failures):
+            fail(rank, f"rank {rank} of {world_size} exited without reporting a result")
+
+    while running:
+        now = time.monotonic()
+        if failures and first_failure_t is None:
+            first_failure_t = now
+        if len(outputs) == world_size and all_reported_t is None:
+            all_reported_t = now
+        limit = deadline
+        if first_failure_t is not None:
+            limit = min(limit, first_failure_t + _FAILURE_GRACE_S)
+        elif all_reported_t is not None:
+            limit = min(limit, all_reported_t + _EXIT_WAIT_S)
+        if now >= limit:
+            break
+        waiting = [readers[r] for r in listening] + [procs[r].sentinel for r in running]
+        for ready in mp_connection.wait(waiting, timeout=limit - now):
+            kind, rank = source[id(ready)]
+            if kind == "report" and rank in listening:
+                read_report(rank)
+            elif kind == "exit" and rank in running:
+                on_exit(rank)
+
+    if failures:
+        first = min(failures)
+        message = first.message
+        later = sorted({f.rank for f in failures} - {first.rank})
+        if later:
+            message += f"\n(then ranks {later} failed too)"
+        raise RuntimeError(message)
+    if len(outputs) < world_size:
+        missing = sorted(set(range(world_size)) - outputs.keys())
+        raise TimeoutError(
+            f"launch timed out after {timeout_s:.1f}s; ranks {missing} of {world_size} did not finish"
+        )
+    if running:
+        raise TimeoutError(f"ranks {sorted(running)} of {world_size} reported their results but did not exit")
+    return [outputs[r] for r in range(world_size)]
 
 
 def init_from_env(backend: str | None = None) -> tuple[int, int, int]:

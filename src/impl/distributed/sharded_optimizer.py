@@ -39,6 +39,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.optim import Optimizer
 
 from impl.distributed.collectives import all_gather_single, reduce_scatter_single
+from impl.distributed.release import Released
 
 
 def _dedupe(params) -> list:
@@ -193,7 +194,8 @@ class ShardedOptimizer(_ShardedBase):
                 by_kind.setdefault((p.device, p.dtype), []).append(p)
             for group in by_kind.values():
                 flat = _flatten_dense_tensors(group)
-                dist.broadcast(flat, src=owner)
+                with Released() as keep:
+                    dist.broadcast(keep(flat), src=owner)
                 nbytes += flat.numel() * flat.element_size()
                 if owner != self.rank:
                     for p, new in zip(group, _unflatten_dense_tensors(flat, group)):
@@ -342,10 +344,12 @@ class ZeRO1Optimizer(_ShardedBase):
         if self._use_reduce_scatter:
             try:
                 if self._in_place:
-                    reduce_scatter_single(shard, fg.flat_grad)
+                    with Released() as keep:
+                        reduce_scatter_single(keep(shard), keep(fg.flat_grad))
                 else:
                     out = torch.empty_like(shard)
-                    reduce_scatter_single(out, fg.flat_grad)
+                    with Released() as keep:
+                        reduce_scatter_single(keep(out), keep(fg.flat_grad))
                     shard.copy_(out)
                 shard.div_(self.world_size)
                 return fg.nbytes
@@ -353,13 +357,15 @@ class ZeRO1Optimizer(_ShardedBase):
                 # Older gloo builds lack reduce_scatter; torch 2.13's gloo has
                 # it. Every rank fails identically, so they switch together.
                 self._use_reduce_scatter = False
-        dist.all_reduce(fg.flat_grad)
+        with Released() as keep:
+            dist.all_reduce(keep(fg.flat_grad))
         shard.div_(self.world_size)
         return fg.nbytes
 
     def _all_gather(self, fg: _FlatGroup) -> int:
         shard = fg.my_slice(fg.flat_param)
-        all_gather_single(fg.flat_param, shard if self._in_place else shard.clone())
+        with Released() as keep:
+            all_gather_single(keep(fg.flat_param), keep(shard if self._in_place else shard.clone()))
         return fg.nbytes
 
     def flat_buffers(self) -> list[torch.Tensor]:

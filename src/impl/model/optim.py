@@ -3,6 +3,20 @@ import math
 import torch
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_hyperparameters(lr, betas, eps, weight_decay) -> None:
+    """Reject what would otherwise train on NaN or fail later with an IndexError."""
+    for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
+        if not _is_number(value) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"AdamW: {name} must be a finite number >= 0, got {value!r}")
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2
+            and all(_is_number(b) and 0.0 <= b < 1.0 for b in betas)):
+        raise ValueError(f"AdamW: betas must be a pair (beta1, beta2), each in [0, 1), got {betas!r}")
+
+
 class AdamW(torch.optim.Optimizer):
     """AdamW with the update of torch.optim.AdamW (decoupled weight decay, bias-corrected moments).
 
@@ -15,12 +29,7 @@ class AdamW(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01,
                  fused: bool = False):
-        if lr < 0:
-            raise ValueError(f"AdamW: invalid learning rate {lr}")
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"AdamW: invalid betas {betas}")
-        if eps < 0:
-            raise ValueError(f"AdamW: invalid eps {eps}")
+        _check_hyperparameters(lr, betas, eps, weight_decay)
         if fused and not hasattr(torch, "_fused_adamw_"):
             raise ValueError(f"AdamW: fused=True needs torch._fused_adamw_, missing in torch {torch.__version__}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused))

@@ -52,6 +52,19 @@ class TransformerBlock(nn.Module):
         return x + self.ffn(self.ln2(x))
 
 
+def _check_config(rope_theta: float, **sizes: int) -> None:
+    """Sizes are ints >= 1 and the heads split d_model: otherwise torch's internals fail later
+    with errors that name none of them."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if sizes["d_model"] % sizes["num_heads"]:
+        raise ValueError(f"d_model {sizes['d_model']} is not divisible by num_heads {sizes['num_heads']}")
+    if isinstance(rope_theta, bool) or not isinstance(rope_theta, (int, float)) or not rope_theta > 0 \
+            or rope_theta == float("inf"):
+        raise ValueError(f"rope_theta must be a finite number > 0, got {rope_theta!r}")
+
+
 class TransformerLM(nn.Module):
     def __init__(
         self,
@@ -67,6 +80,8 @@ class TransformerLM(nn.Module):
         dtype=None,
     ):
         super().__init__()
+        _check_config(d_model=d_model, num_heads=num_heads, d_ff=d_ff, num_layers=num_layers,
+                      vocab_size=vocab_size, context_length=context_length, rope_theta=rope_theta)
         self.vocab_size, self.context_length = vocab_size, context_length
         self.config = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff, num_layers=num_layers,
                            vocab_size=vocab_size, context_length=context_length, attn_impl=attn_impl)
@@ -92,8 +107,9 @@ class TransformerLM(nn.Module):
     def _check_input(self, token_ids: torch.Tensor) -> None:
         if token_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
             raise ValueError(f"token ids must be an integer tensor, got dtype {token_ids.dtype}")
-        if token_ids.dim() != 2:
-            raise ValueError(f"token ids must have shape (batch, seq), got {tuple(token_ids.shape)}")
+        if token_ids.dim() != 2 or token_ids.numel() == 0:
+            raise ValueError(f"token ids must have shape (batch, seq) with batch >= 1 and seq >= 1, "
+                             f"got {tuple(token_ids.shape)}")
         if token_ids.shape[1] > self.context_length:
             raise ValueError(f"sequence length {token_ids.shape[1]} exceeds the model's context_length "
                              f"{self.context_length}")

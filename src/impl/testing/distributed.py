@@ -13,7 +13,9 @@ Workers return plain dicts of max parameter differences; the tests assert.
 
 from __future__ import annotations
 
+import atexit
 import io
+import os
 import time
 import weakref
 
@@ -56,6 +58,41 @@ def fail_on_rank(rank, world_size, bad_rank):
 def hang_on_rank(rank, world_size, bad_rank):
     if rank == bad_rank:
         time.sleep(3600)
+    return rank
+
+
+def exit_on_rank(rank, world_size, bad_rank, code):
+    """`bad_rank` dies without a word; its peer then fails in the barrier (connection reset)."""
+    if rank == bad_rank:
+        os._exit(code)
+    dist.barrier()
+    return rank
+
+
+def die_at_exit_on_rank(rank, world_size, bad_rank, how):
+    """`bad_rank` reports its result, then dies at interpreter exit (like an abort in a C++
+    destructor): by exit code 3 or by SIGABRT."""
+    if rank == bad_rank and how == "code":
+        atexit.register(os._exit, 3)
+    elif rank == bad_rank:
+        atexit.register(os.abort)
+    return rank
+
+
+def ddp_train_and_exit(rank, world_size, variant):
+    """The harness of issue 23: a few steps of an overlapped DDP wrapper on the tied and the MLP
+    model, then return (the launcher destroys the group and the process exits)."""
+    device = _device(rank)
+    for kind in ("tied", "mlp"):
+        model = make_model(kind, rank, device)
+        ddp = DDPIndividualParameters(model) if variant == "individual" else DDPBucketed(model, bucket_size_mb=1e-9)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for step in range(4):
+            batch = make_batch(kind, step, PER_RANK_BATCH * world_size, device)
+            opt.zero_grad()
+            ddp.module.loss(local_slice(batch, rank, world_size)).backward()
+            ddp.finish_gradient_synchronization()
+            opt.step()
     return rank
 
 

@@ -1,0 +1,51 @@
+"""Waiting until gloo's worker threads let go of a collective's tensors (issue 23).
+
+After a collective returns (or its ``wait()`` does), the gloo worker thread that ran it still
+holds the work and with it the tensors, and, for one launched inside backward, the context torch
+stashes in thread-local state. Dropping those takes the GIL, since the tensors are Python objects.
+If the process reaches interpreter shutdown first, Python ends that thread inside a C++ destructor
+and the process aborts: "terminate called without an active exception" (SIGABRT), after the rank
+finished its work. So code that hands tensors to collectives records each tensor's use count
+before, drops its work handles after waiting, then sleeps (the GIL released) until the counts
+are back: the worker destroyed the work. torch's DDP avoids it by keeping its works in the C++
+reducer, whose buckets have no Python objects.
+
+GPU tensors are skipped: NCCL's watchdog frees works on its own schedule; waiting for it would
+stall every step.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+RELEASE_TIMEOUT_S = 5.0
+
+
+def await_release(sent: list[tuple[torch.Tensor, int]], timeout_s: float = RELEASE_TIMEOUT_S) -> None:
+    """Sleep until each CPU tensor's use count is at most its count before its collective. Call
+    after dropping the work handles; gives up after ``timeout_s`` (no worse than not waiting)."""
+    deadline = time.monotonic() + timeout_s
+    for tensor, count_before in sent:
+        while not tensor.is_cuda and tensor._use_count() > count_before and time.monotonic() < deadline:
+            time.sleep(1e-4)
+
+
+class Released:
+    """``with Released() as keep: dist.all_reduce(keep(t))``: on leaving, waits until the
+    collectives' worker threads released every tensor passed through ``keep``."""
+
+    def __init__(self):
+        self.sent: list[tuple[torch.Tensor, int]] = []
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.sent.append((tensor, tensor._use_count()))
+        return tensor
+
+    def __enter__(self) -> "Released":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        await_release(self.sent)
+        self.sent.clear()
