@@ -1,0 +1,77 @@
+"""The report as pages: `reports/README.md` is an index (one scoreboard row per problem of both
+course editions, then the few figures that tell the story); each problem has its page
+`reports/<slug>.md` that opens with its questions answered, then tables, figures and method.
+
+A page module exposes `pages(ctx: Context) -> list[Page]`; PAGE_MODULES lists them in index order.
+Prose is templated: every number in it is read from `ctx` (the loaded rows), never typed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem of the course (SPEC.md): its name, which edition(s) ask it, the page it is on."""
+
+    name: str
+    edition: str  # "2025", "2026" or "2025, 2026"
+    slug: str  # the page's file stem under reports/
+
+
+@dataclass
+class Answer:
+    question: str  # as the course asks it (heading)
+    text: str  # 1-3 sentences whose numbers come from the data
+
+
+@dataclass
+class Score:
+    """The problem's scoreboard row in the index."""
+
+    answer: str  # one line
+    headline: str = "–"  # the headline number, with its unit
+    vs_anchor: str = "–"  # ours / the best anchor of the same run, e.g. "1.21× cuDNN (slower)"
+    device: str = "–"
+    date: str = "–"  # the run's UTC date
+
+
+@dataclass
+class Page:
+    slug: str
+    title: str
+    problems: list[Problem]
+    answers: list[Answer]
+    body: str  # tables, figures, method, run metadata (markdown)
+    score: dict[str, Score] = field(default_factory=dict)  # problem name -> its scoreboard row
+    index_figures: list[tuple[str, str]] = field(default_factory=list)  # (caption, png path rel. to reports/)
+
+
+@dataclass
+class Context:
+    """What a page module reads: the newest row of every benchmark (`df`), every earlier run of
+    each (`history`), and where figures and CSVs go."""
+
+    df: pd.DataFrame
+    history: pd.DataFrame
+    reports_dir: Path
+    fig_dir: Path  # reports/figures
+    fig_rel: str = "figures"  # figure paths as a page links them
+
+    def device_rows(self, device: str) -> pd.DataFrame:
+        return self.df[self.df.device == device] if not self.df.empty else self.df
+
+    def gpu_devices(self) -> list[str]:
+        """GPU device folders, one-GPU kinds first; the CPU smoke data has its own page."""
+        devs = [] if self.df.empty else sorted(d for d in self.df.device.unique() if d != "cpu")
+        return sorted(devs, key=lambda d: (not d.endswith("-x1"), d))
+
+
+def render_page(page: Page) -> str:
+    out = [f"# {page.title}", "[← index](README.md)"]
+    out += [f"## {a.question}\n\n{a.text}" for a in page.answers]
+    out.append(page.body)
+    return "\n\n".join(x for x in out if x) + "\n"
