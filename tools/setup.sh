@@ -12,20 +12,20 @@ fi
 if python3 -c "$probe" 2>/dev/null; then
   command -v python3; exit 0
 fi
-rest=("triton==3.6.0" "numpy<2.4" "pytest>=8" "pytest-benchmark>=5" "pytest-xdist>=3" "pytest-timeout>=2"
-      "hypothesis>=6" "pandas>=2" "matplotlib>=3.8")
+# the tested versions (constraints.txt); torch first, alone, so nothing else can pull a CUDA build
+rest=(triton numpy pytest pytest-benchmark pytest-xdist pytest-timeout hypothesis pandas matplotlib pygal pygaljs)
 {
   if python3 -c 'import torch' 2>/dev/null; then
     # torch is there (a GPU box) but not the rest: keep that torch, add only what is missing.
     echo "setting up .venv on top of the installed torch ..."
     python3 -m venv --system-site-packages .venv
-    .venv/bin/pip install -q "${rest[@]:1}"
+    .venv/bin/pip install -q -c constraints.txt "${rest[@]:1}"
   else
     echo "setting up .venv (CPU torch 2.13.0) ..."
     python3 -m venv .venv
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q "torch==2.13.0"
-    .venv/bin/pip install -q "${rest[@]}"
+    .venv/bin/pip install -q -c constraints.txt "${rest[@]}"
   fi
 } 1>&2
 echo "$PWD/.venv/bin/python"
