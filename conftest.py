@@ -17,9 +17,17 @@ if not torch.cuda.is_available():
 pytest_plugins = ["impl.bench.plugin"]
 
 
+# Files whose tests spawn process groups (seconds to start each): `-m "not slow"` leaves them out
+# for a quick check; `make test` and CI run them.
+SLOW_FILES = {"test_distributed.py", "test_fsdp.py", "test_sharded_optimizer.py", "test_tensor_parallel.py",
+              "test_parallelism_calcs.py", "test_bench_workers.py"}
+
+
 def pytest_collection_modifyitems(config, items):
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
+        if item.path.name in SLOW_FILES and item.path.parent.name == "correctness":
+            item.add_marker(pytest.mark.slow)
         if "gpu" in item.keywords and gpus < 1:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "multi_gpu" in item.keywords and gpus < 2:
