@@ -94,3 +94,15 @@ def allreduce_benchmark(
             }
         )
     return results
+
+
+def allreduce_table(rank: int, world_size: int, sizes_mb: str = "1,10", device_kind: str = "cpu") -> str:
+    """Command-line entry for torchrun (arguments arrive as strings), e.g. on a CPU with gloo:
+
+        torchrun --nproc-per-node 2 -m impl.distributed.run_worker \\
+            impl.distributed.collectives:allreduce_table 1,10,100 cpu
+    """
+    sizes = [int(float(s) * 2**20) for s in sizes_mb.split(",")]
+    rows = allreduce_benchmark(rank, world_size, sizes, device_kind=device_kind)
+    return "\n".join(f"{r['bytes'] / 2**20:g} MiB on {world_size} ranks: median {r['median_s'] * 1e3:.3f} ms, "
+                     f"algbw {r['algbw_GBps']:.2f} GB/s, busbw {r['busbw_GBps']:.2f} GB/s" for r in rows)
