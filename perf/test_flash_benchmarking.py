@@ -30,9 +30,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
                             set_flash_backward)
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import attention_inputs, do_bench_ms
+from impl.bench.attention import attention_inputs, measure_kernel
 from impl.bench.harness import Budget, time_once
-from impl.bench.row import Metric, Status
+from impl.bench.row import Status
 from impl.bench.sweeps import grid
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 
@@ -141,11 +141,6 @@ def test_flash_benchmarking(bench, dtype, impl, d, seq, mode):
             return
         raise
     flops = attention_flops(batch, seq, seq, d, is_causal=True, mode=mode)
-    row = bench.measure(problem=PROBLEM, config=config, fn=fn, round=ROUND[mode], warmup=G["warmup"],
-                        rounds=G["rounds"], kernel=True, flops=flops, metrics={Metric.FIRST_CALL_S: first_s},
-                        details=details)
-    if row.status is Status.MEASURED:
-        cross = do_bench_ms(fn, device, warmup_ms=G["warmup_ms"], rep_ms=G["rep_ms"])
-        if cross is not None:
-            row.metrics[Metric.DO_BENCH_MS] = cross
-            bench.save(row)
+    measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
+                   warmup=G["warmup"], rounds=G["rounds"], flops=flops, details=details,
+                   do_bench_warmup_ms=G["warmup_ms"], do_bench_rep_ms=G["rep_ms"])

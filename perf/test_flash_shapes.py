@@ -26,9 +26,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import (FlashAttentionTriton, attention_flops, get_flash_backward, set_flash_autotune,
                             set_flash_backward)
-from impl.bench.attention import attention_inputs, do_bench_ms, rel_err
+from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err
 from impl.bench.harness import Budget, time_once
-from impl.bench.row import Metric, Status
+from impl.bench.row import Status
 from impl.bench.sweeps import grid
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 
@@ -92,15 +92,6 @@ def problem_tensors(shape, d, causal, dtype, device):
     return _STATE["tensors"]
 
 
-def step_fn(attn, mode, q, k, v, do):
-    if mode == "fwd":
-        return lambda: attn(q, k, v)
-
-    def fwd_bwd():
-        q.grad = k.grad = v.grad = None
-        attn(q, k, v).backward(do)
-    return fwd_bwd
-
 
 def check(errors: dict, tol: dict) -> None:
     for name, err in errors.items():
@@ -153,15 +144,10 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
     if impl in OURS and device.type == "cuda":
         from impl.attention.flash_triton import tuned_configs
         details["tuned_configs"] = tuned_configs()
-    fn = step_fn(attn, mode, q, k, v, do)
+    fn = attention_step(attn, mode, q, k, v, do)
     flops = attention_flops(batch * heads, seq, seq, d, is_causal=causal, mode=mode)
-    row = bench.measure(problem=PROBLEM, config=config, fn=fn, round=ROUND[mode], warmup=G["warmup"],
-                        rounds=G["rounds"], kernel=True, flops=flops, metrics={Metric.FIRST_CALL_S: first_s},
-                        details=details)
-    if row.status is Status.MEASURED:
-        cross = do_bench_ms(fn, device, warmup_ms=G["warmup_ms"], rep_ms=G["rep_ms"])
-        if cross is not None:
-            row.metrics[Metric.DO_BENCH_MS] = cross
-            bench.save(row)
+    measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
+                   warmup=G["warmup"], rounds=G["rounds"], flops=flops, details=details,
+                   do_bench_warmup_ms=G["warmup_ms"], do_bench_rep_ms=G["rep_ms"])
     if impl in OURS:
         check(errors, G["tol"])

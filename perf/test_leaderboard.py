@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
-from impl.bench.attention import attention_inputs, do_bench_ms, rel_err
+from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err
 from impl.bench.harness import time_once
-from impl.bench.row import Metric, Status
+from impl.bench.row import Status
 from impl.bench.sweeps import grid
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 
@@ -68,15 +68,6 @@ def attention_fn(impl, device):
     return sdpa
 
 
-def step_fn(attn, mode, q, k, v, do):
-    if mode == "fwd":
-        return lambda: attn(q, k, v)
-
-    def fwd_bwd():
-        q.grad = k.grad = v.grad = None
-        attn(q, k, v).backward(do)
-    return fwd_bwd
-
 
 @pytest.mark.parametrize("impl,mode", CASES, ids=[f"{i}-{m}" for i, m in CASES])
 def test_leaderboard(bench, impl, mode):
@@ -114,16 +105,10 @@ def test_leaderboard(bench, impl, mode):
     if impl == "flash_triton" and device.type == "cuda":
         from impl.attention.flash_triton import tuned_configs
         details["tuned_configs"] = tuned_configs()
-    fn = step_fn(attn, mode, q, k, v, do)
+    fn = attention_step(attn, mode, q, k, v, do)
     flops = attention_flops(G["batch"] * G["heads"], G["seq"], G["seq"], G["d"], is_causal=True, mode=mode)
-    row = bench.measure(problem=PROBLEM, config=config, fn=fn, round=ROUND[mode], warmup=G["warmup"],
-                        rounds=G["rounds"], kernel=True, flops=flops, metrics={Metric.FIRST_CALL_S: first_s},
-                        details=details)
-    if row.status is Status.MEASURED:
-        cross = do_bench_ms(fn, device)
-        if cross is not None:
-            row.metrics[Metric.DO_BENCH_MS] = cross
-            bench.save(row)
+    measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
+                   warmup=G["warmup"], rounds=G["rounds"], flops=flops, details=details)
     if impl == "flash_triton":
         tol = G["tol"]
         assert errors["out"] <= tol["out"], f"output relative error {errors['out']:.2e} > {tol['out']:.0e}"

@@ -99,3 +99,31 @@ def run_attention_passes(bench: Harness, *, problem: str, config: dict, attn: Ca
 
 
 __all__ = ["allocated_bytes", "attention_inputs", "do_bench_ms", "rel_err", "run_attention_passes"]
+
+
+def attention_step(attn: Callable, mode: str, q, k, v, do) -> Callable:
+    """The call a kernel row times: the forward, or forward and backward with the input gradients
+    reset first (so no round adds into the previous round's gradients)."""
+    if mode == "fwd":
+        return lambda: attn(q, k, v)
+
+    def fwd_bwd():
+        q.grad = k.grad = v.grad = None
+        attn(q, k, v).backward(do)
+    return fwd_bwd
+
+
+def measure_kernel(bench, *, fn: Callable, first_call_s: float, do_bench_warmup_ms: int = 25,
+                   do_bench_rep_ms: int = 100, **measure_kwargs):
+    """A kernel row (CUDA-event rounds) with its first call's time as a metric and, on a GPU,
+    do_bench's median beside its own as a cross-check."""
+    from impl.bench.row import Metric, Status
+
+    metrics = {Metric.FIRST_CALL_S: first_call_s, **measure_kwargs.pop("metrics", {})}
+    row = bench.measure(fn=fn, kernel=True, metrics=metrics, **measure_kwargs)
+    if row.status is Status.MEASURED:
+        cross = do_bench_ms(fn, bench.device, warmup_ms=do_bench_warmup_ms, rep_ms=do_bench_rep_ms)
+        if cross is not None:
+            row.metrics[Metric.DO_BENCH_MS] = cross
+            bench.save(row)
+    return row
