@@ -367,6 +367,23 @@ def _attn_bwd_preprocess(O, DO, Delta, DQ,
 
 
 @triton.jit
+def _load_query_tile(q_src, do_src, l_base, d_base, start_m, offs_m0, offs_m, N_Q,
+                     stride_qs, stride_qd, stride_dos, stride_dod, offs_d,
+                     CHECK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, TMA: tl.constexpr):
+    """One query tile's Q, dO, logsumexp and D, for the key-tile backward loops (all four loads
+    issued together, before the tile's first product)."""
+    q = _load_rows(q_src, start_m, offs_m0, N_Q, stride_qs, stride_qd, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
+    do = _load_rows(do_src, start_m, offs_m0, N_Q, stride_dos, stride_dod, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
+    if CHECK_M:
+        lse = tl.load(l_base + offs_m, mask=offs_m < N_Q, other=0.0)
+        delta = tl.load(d_base + offs_m, mask=offs_m < N_Q, other=0.0)
+    else:
+        lse = tl.load(l_base + offs_m)
+        delta = tl.load(d_base + offs_m)
+    return q, do, lse, delta
+
+
+@triton.jit
 def _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
                        stride_qs, stride_qd, stride_dos, stride_dod,
                        offs_n, offs_d, lo, hi, N_Q, qk_scale,
@@ -385,14 +402,9 @@ def _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
-        q = _load_rows(q_src, start_m, offs_m0, N_Q, stride_qs, stride_qd, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
-        do = _load_rows(do_src, start_m, offs_m0, N_Q, stride_dos, stride_dod, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
-        if CHECK_M:
-            lse = tl.load(l_base + offs_m, mask=offs_m < N_Q, other=0.0)
-            delta = tl.load(d_base + offs_m, mask=offs_m < N_Q, other=0.0)
-        else:
-            lse = tl.load(l_base + offs_m)
-            delta = tl.load(d_base + offs_m)
+        q, do, lse, delta = _load_query_tile(q_src, do_src, l_base, d_base, start_m, offs_m0, offs_m, N_Q,
+                                             stride_qs, stride_qd, stride_dos, stride_dod, offs_d,
+                                             CHECK_M, HEAD_DIM, BLOCK_D, TMA)
         pT = tl.math.exp2(_dot(k, tl.trans(q)) * qk_scale - lse[None, :] * 1.4426950408889634)
         if CAUSAL_MASK:
             pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
@@ -564,14 +576,9 @@ def _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
-        q = _load_rows(q_src, start_m, offs_m0, N_Q, stride_qs, stride_qd, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
-        do = _load_rows(do_src, start_m, offs_m0, N_Q, stride_dos, stride_dod, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
-        if CHECK_M:
-            lse = tl.load(l_base + offs_m, mask=offs_m < N_Q, other=0.0)
-            delta = tl.load(d_base + offs_m, mask=offs_m < N_Q, other=0.0)
-        else:
-            lse = tl.load(l_base + offs_m)
-            delta = tl.load(d_base + offs_m)
+        q, do, lse, delta = _load_query_tile(q_src, do_src, l_base, d_base, start_m, offs_m0, offs_m, N_Q,
+                                             stride_qs, stride_qd, stride_dos, stride_dod, offs_d,
+                                             CHECK_M, HEAD_DIM, BLOCK_D, TMA)
         pT = tl.math.exp2(_dot(k, tl.trans(q)) * qk_scale - lse[None, :] * 1.4426950408889634)
         if MASKED:
             valid = offs_n[:, None] < N_K
