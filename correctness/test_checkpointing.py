@@ -19,7 +19,7 @@ V = 97
 
 def _model(num_layers, seq=16):
     torch.manual_seed(0)
-    return TransformerLM(**{**TINY, "num_layers": num_layers}, vocab_size=V, context_length=seq)
+    return TransformerLM(**TINY.replace(num_layers=num_layers, vocab_size=V), context_length=seq)
 
 
 def _batch(b=2, s=16):
