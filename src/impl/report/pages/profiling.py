@@ -637,7 +637,11 @@ def training_step_page(ctx: Context) -> Page:
     if not found:
         return _missing_page(slug, "training_step", [name], qs)
     index_figs, body, answers, score = [], [], None, None
-    for device, every in found:
+    for device, newest in found:
+        # every run of the device: a later command may have left a row "not run" that an earlier one
+        # measured, and repeated rows show their spread (training_step.latest_rows, repeats_table)
+        h = ctx.history
+        every = newest if h.empty else pd.concat([newest, h[(h.device == device) & (h.problem == name)]])
         d = training_step.latest_rows(every)
         ok = d[d.apply(training_step._ok, axis=1)]
         if answers is None:
@@ -680,13 +684,14 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
     else:
         a.append(Answer(qs[0], "bf16 not measured at this shape."))
     ours = ok[ok["cfg.config"].isin(training_step.OURS)]
-    top = ours.loc[ours["m.mfu"].idxmax()] if not ours.empty and ours["m.mfu"].notna().any() else None
+    key = next((k for k in ("m.mfu", "m.mfu_measured_peak") if k in ours and ours[k].notna().any()), None)
+    top = ours.loc[ours[key].idxmax()] if key else None
     if top is not None:
         peak = top["row"].peaks
         a.append(Answer(qs[1], (
-            f"{top['cfg.config']} at {top['cfg.size']} context {_i(top['cfg.context'])}: {pct(top['m.mfu'])} of the "
+            f"{top['cfg.config']} at {top['cfg.size']} context {_i(top['cfg.context'])}: {pct(top.get('m.mfu'))} of the "
             f"datasheet dense bf16 peak ({num(peak.datasheet_flops / 1e12, 1) if peak and peak.datasheet_flops else '–'} "
-            f"TFLOP/s) and {pct(top['m.mfu_measured_peak'])} of the bf16 matmul peak measured in its run "
+            f"TFLOP/s) and {pct(top.get('m.mfu_measured_peak'))} of the bf16 matmul peak measured in its run "
             f"({num(peak.measured_flops / 1e12, 1) if peak else '–'} TFLOP/s).")))
     else:
         a.append(Answer(qs[1], "No measured run of ours yet."))
@@ -705,8 +710,8 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
             + ("(faster)." if step_s(r) < step_s(an) else "(slower).") + f" {len(pairs)} same-run pair(s) in the table "
             "below; the others compare across runs.")))
         vs = f"{step_s(r) / step_s(an):.2f}× the anchor's step ({o} vs compiled PyTorch, same run)"
-        score = Score(f"{o} trains {s_} ctx {c_} at {pct(r['m.mfu'])} MFU", f"{ms(step_s(r))} ms/step, "
-                      f"{pct(r['m.mfu'])} MFU (datasheet) / {pct(r['m.mfu_measured_peak'])} (measured peak)", vs,
+        score = Score(f"{o} trains {s_} ctx {c_} at {pct(r.get('m.mfu'))} MFU", f"{ms(step_s(r))} ms/step, "
+                      f"{pct(r.get('m.mfu'))} MFU (datasheet) / {pct(r.get('m.mfu_measured_peak'))} (measured peak)", vs,
                       _short(device), str(r["datetime"])[:10])
     else:
         a.append(Answer(qs[2], "Ours and the anchor were not measured in the same run yet."))
