@@ -37,7 +37,8 @@ def step_s(r) -> float:
 
 def stat_name(d: pd.DataFrame) -> str:
     """What step_s shows for the rows of `d`, for tables' captions."""
-    kinds = set(d["legacy"])
+    ran = d[d["status"] == MEASURED]  # an OOM row of an older run times nothing
+    kinds = set((ran if not ran.empty else d)["legacy"])
     return "mean" if kinds == {True} else "median" if kinds == {False} else "median (mean in older-format runs)"
 
 
@@ -140,17 +141,19 @@ def mixed_precision_table(d: pd.DataFrame) -> str | None:
 
 
 def plot(d: pd.DataFrame, path: Path) -> None:
-    fig, ax = figures.new()
+    fig, ax = figures.new(figsize=(8, 4.2))
     for dtype, style in (("fp32", "-o"), ("bf16", "--s")):
-        for size in _sizes(d):
+        for k, size in enumerate(_sizes(d)):  # one colour per size, the dtype by line style
             sel = d[(d["cfg.size"] == size) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == "train_step")
                     & (d["status"] == MEASURED)]
             if sel.empty:
                 continue
             sel = sel.sort_values("cfg.context")
-            ax.plot(sel["cfg.context"], sel.apply(step_s, axis=1) * 1e3, style, label=f"{size} {dtype}")
+            ax.plot(sel["cfg.context"], sel.apply(step_s, axis=1) * 1e3, style, color=f"C{k}", label=f"{size} {dtype}")
+    ctxs = sorted(int(c) for c in d["cfg.context"].unique())
     ax.set(xscale="log", yscale="log", xlabel="context length", ylabel=f"train step, {stat_name(d)} (ms)",
            title="benchmarking_script: full training step (OOM points absent)")
-    ax.set_xticks(sorted(d["cfg.context"].unique()), labels=[str(c) for c in sorted(d["cfg.context"].unique())])
-    ax.legend(fontsize=7, ncol=2)
+    ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
+    ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figures.save(fig, path)

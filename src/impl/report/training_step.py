@@ -447,7 +447,9 @@ def body(every: pd.DataFrame, fig_dir: Path, fig_rel: str, fig_name: str,
                      "show the newest; older runs may have run older code: commit, \"+\" where the run's tree had "
                      "changes on top of it):\n\n" + reps)
     if plot(d, fig_dir / fig_name):
-        parts.append(f"![training step tokens/s by config]({fig_rel}/{fig_name})")
+        parts.append(f"![training step tokens/s by config]({fig_rel}/{fig_name})\n\n*Training-step tokens/s per "
+                     f"config and (size, context), each its newest measurement: runs {runs[0]} to {runs[-1]} UTC "
+                     "(runs table above).*")
     time = time_section(d)
     if time:
         parts.append("<details><summary>Where the time goes (profiled steps)</summary>\n\n"
