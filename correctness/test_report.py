@@ -1,9 +1,27 @@
-"""The report builder's version history: earlier runs kept under reports/data/<device>/history/ are
-loaded apart from the current data and rendered as one row per version."""
+"""The report's section renderers and pages from synthetic runs: the attention sections' version
+history (earlier runs kept under reports/data/<device>/history/ are loaded apart from the current
+data), and the pages of training_step and gradient_checkpointing."""
 import json
 
 from impl.bench.row import Env, Metric, Row, Status, Timing
-from impl.report.__main__ import build
+from impl.report import attention, profiling
+from impl.report import build as pages_build
+from impl.report.data import load, load_history
+
+
+def build(root) -> str:
+    """The attention sections and torch_compile (b) of root's one device folder, with the earlier runs
+    as their history (those sections' pages are another change; these tests pin the renderers)."""
+    data = root / "reports" / "data"
+    df, history = load(data), load_history(data)
+    df.attrs["history"] = [] if history.empty else history.to_dict("records")
+    return "\n\n".join(x for x in (attention.render(df, "gpu-x", root / "reports" / "figures", "figures"),
+                                    profiling.compile_section(df)) if x)
+
+
+def page(root, slug: str) -> str:
+    """The page `slug` that the report builder writes for the data under root."""
+    return pages_build.build(root)[f"{slug}.md"]
 
 
 def _leaderboard_doc(when: str, ours_ms: float, cudnn_ms: float, picks=None) -> dict:
@@ -163,13 +181,13 @@ def _train_row(size: str, context: int, config: str, settings: dict, profile: di
 def _training_step_report(tmp_path, rows: list[dict], runs: dict | None = None, commits: list | None = None) -> str:
     """The report's training_step section from `rows` (one run), or from runs {datetime: rows}
     (commits: each run's pytest-benchmark commit_info)."""
-    dev = tmp_path / "reports" / "data" / "gpu-x"
+    dev = tmp_path / "reports" / "data" / "gpu-x" / "training_step"  # impl.bench.store's layout
     dev.mkdir(parents=True)
     (tmp_path / "reports" / "figures").mkdir()
     for i, (when, run_rows) in enumerate((runs or {"2026-02-01T00:00": rows}).items()):
         doc = dict(datetime=when, benchmarks=run_rows, **(dict(commit_info=commits[i]) if commits else {}))
-        (dev / f"training_step-{i}.json").write_text(json.dumps(doc))
-    return build(tmp_path).split("## training_step")[1]
+        (dev / f"run-{i}.json").write_text(json.dumps(doc))
+    return page(tmp_path, "training_step")
 
 
 def test_training_step_newest_measurement_of_each_row(tmp_path):
@@ -184,15 +202,17 @@ def test_training_step_newest_measurement_of_each_row(tmp_path):
     later = [_train_row("xl", 512, "fast+cudagraphs", dict(FAST_NEW, compile="model+cudagraphs"), mean=0.07, mfu=0.5)]
     text = _training_step_report(tmp_path, [], runs={"2026-02-01T07:16:00": old, "2026-02-02T14:11:00": new,
                                                      "2026-02-02T14:30:00": later})
-    assert "| bf16 | xl | 512 | 250.0 ± 0.0 |" in text and "300.0" not in text.split("### Where")[0]
+    assert "| bf16 | xl | 512 | 250.0 ± 0.0 |" in text and "300.0" not in text.split("<details>")[0]
     assert "| +flash | xl | 512 | 370.0 ± 0.0 |" in text and text.count("| +flash | xl | 512 |") == 1
-    assert next(ln for ln in text.splitlines() if ln.startswith("| +flash | xl | 512 |")).endswith("| 02-01 07:16 |")
-    assert "| 02-02 14:11 | `training_step-1` | 1,000.0 | 3 |" in text
-    assert "| xl | 512 | fast | 80.0 | 42.0% | 95.0 | 35.0% | 1.19× | yes |" in text
-    assert "| xl | 512 | fast+cudagraphs | 70.0 | 50.0% | 95.0 | 35.0% | 1.36× | no (02-02 14:30 / 02-02 14:11) |" in text
-    # one run: no run column, no runs table
+    assert next(ln for ln in text.splitlines() if ln.startswith("| +flash | xl | 512 |")).endswith("| 02-01 07:16 | `–` |")
+    assert "| 02-02 14:11 | `–` | `training_step` | 1,000.0 | 3 |" in text
+    # no datasheet peak for a device named "GPU": its MFU is "–"
+    assert "| xl | 512 | fast | 80.0 ± 0.0 | – / 42.0% | 95.0 ± 0.0 | – / 35.0% | 1.19× | yes |" in text
+    assert ("| xl | 512 | fast+cudagraphs | 70.0 ± 0.0 | – / 50.0% | 95.0 ± 0.0 | – / 35.0% | 1.36× | "
+            "no (02-02 14:30 / 02-02 14:11) |") in text
+    # one run: one row in the runs table, its peak in the method
     one = _training_step_report(tmp_path / "one", old)
-    assert "| run |" not in one and "run (UTC)" not in one and "(1,000.00 TFLOP/s, bfloat16)" in one
+    assert one.count("| 02-01 00:00 | `–` | `training_step` |") == 1 and "(1,000.00 TFLOP/s, bfloat16)" in one
 
 
 def test_training_step_every_run_of_a_repeated_row(tmp_path):
@@ -243,7 +263,7 @@ def test_training_step_profile_host_time_and_unattributed_marker(tmp_path):
     rows = [_train_row("xl", 512, "bf16", BF16, _profile(100.0, (20.0, 40.0, 10.0), host_ms=(30.0, 45.0, 5.0))),
             _train_row("2.7B", 512, "fast", FAST_NEW, _profile(160.0, (25.0, 52.0, 0.34))),
             _train_row("2.7B", 512, "bf16", BF16, _profile(200.0, (50.0, 100.0, 40.0)))]
-    part = _training_step_report(tmp_path, rows).split("### Where the time goes")[1]
+    part = _training_step_report(tmp_path, rows).split("Where the time goes")[1]
     assert ("| size | context | config | step (ms) | forward (ms) | backward (ms) | optimizer step (ms) | "
             "host fwd / bwd / opt (ms) | matmul |") in part
     assert "| xl | 512 | bf16 | 100.00 | 20.00 | 40.00 | 10.00 | 30.00 / 45.00 / 5.00 | 70.00 (70%) |" in part
@@ -285,11 +305,12 @@ def _bench_doc(rows: list, not_run: list) -> dict:
 
 
 def _section(tmp_path, doc: dict, section: str) -> str:
-    dev = tmp_path / "reports" / "data" / "gpu-x"
+    """torch_compile (b)'s section (`section` its heading) or the page `section`.md."""
+    dev = tmp_path / "reports" / "data" / "gpu-x" / "run"  # impl.bench.store's layout
     dev.mkdir(parents=True)
     (tmp_path / "reports" / "figures").mkdir()
     (dev / "run.json").write_text(json.dumps(doc))
-    return build(tmp_path).split(section)[1]
+    return build(tmp_path).split(section)[1] if section.startswith("## ") else page(tmp_path, section)
 
 
 def test_training_step_bench_layer_rows(tmp_path):
@@ -313,10 +334,10 @@ def test_training_step_bench_layer_rows(tmp_path):
                                           Metric.FIRST_CALL_S: 12.1},
                details=dict(compiled_now=True, compile_s=12.0, new_graphs=2))
     anchor = row("anchor", BF16, status=Status.LEFT_OUT_BY_BUDGET, reason="time budget of this perf file exhausted")
-    text = _section(tmp_path, _bench_doc([(bf16, 0.3, 0.2), (fast, 0.15, 0.1)], [anchor]), "## training_step")
-    assert "| bf16 | xl | 512 | 200.0 ± 0.0 | 10,000 | 30.0% | 1.00× | – | 1.50 | – | – |  |" in text
-    assert "| fast | xl | 512 | 100.0 ± 0.0 | 20,000 | 60.0% | 2.00× | – | 12.10 | 12.00 | 2 |  |" in text
-    assert "| anchor | xl | 512 | – | – | – | – | – | – | – | – | not run |" in text
+    text = _section(tmp_path, _bench_doc([(bf16, 0.3, 0.2), (fast, 0.15, 0.1)], [anchor]), "training_step")
+    assert "| bf16 | xl | 512 | 200.0 ± 0.0 | 10,000 | 15.0% | 30.0% | 1.00× | – | 1.50 | – | – |  |" in text
+    assert "| fast | xl | 512 | 100.0 ± 0.0 | 20,000 | 30.0% | 60.0% | 2.00× | – | 12.10 | 12.00 | 2 |  |" in text
+    assert "| anchor | xl | 512 | – | – | – | – | – | – | – | – | – | not run |" in text
     assert "3 warm-up and 5 timed steps (step = their median)" in text
     assert "(1,000.00 TFLOP/s, bfloat16)" in text
     assert "Not run: 1 row(s) (time budget of this perf file exhausted)." in text
@@ -369,7 +390,7 @@ def test_gradient_checkpointing_bench_layer_rows(tmp_path):
     text = _section(tmp_path, _bench_doc([(none, 0.4, 0.3)], [
         row("nested", None, status=Status.OOM, reason="CUDA out of memory"),
         row("every_k", 7, status=Status.LEFT_OUT_BY_BUDGET, reason="time budget exhausted")]),
-        "## gradient_checkpointing")
+        "gradient_checkpointing")
     assert "| none | 2.50 | 2.00 | 1.25 | 3.00 | 1.00 | 300.0 ± 0.0 | 10,000 | 48 / 48 |" in text
     assert "| nested | OOM |" in text and "| every_k k=7 | not run |" in text
     assert "step, median (ms)" in text

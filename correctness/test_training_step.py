@@ -22,7 +22,7 @@ from impl.bench.compiled import graph_breaks, raise_recompile_limit, unique_grap
 from impl.bench.steps import (TRAIN_CONFIGS, build_model, linear_weights, make_train_step, named_train_config,
                                   random_batch, train_config)
 from impl.report.data import frame, load_file
-from impl.report.training_step import render
+from impl.report.training_step import body
 from impl.bench.sweeps import GRIDS
 from impl.model import MODEL_CONFIGS
 
@@ -728,8 +728,8 @@ def test_report_where_the_time_goes(tmp_path):
     path = tmp_path / "gpu" / "training_step.json"
     path.parent.mkdir()
     path.write_text(json.dumps(dict(benchmarks=rows)))
-    text = render(frame(load_file(path)), "gpu", tmp_path / "figures", "figures")
-    part = text[text.index("### Where the time goes"):]
+    text = "\n\n".join(body(frame(load_file(path)), tmp_path / "figures", "figures", "t.png"))
+    part = text[text.index("Where the time goes"):]
     line = next(ln for ln in part.splitlines() if ln.startswith("| xl | 512 | fast |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     head = [c.strip() for c in part.splitlines()[part.splitlines().index(line) - 2].strip("|").split("|")]
@@ -743,4 +743,4 @@ def test_report_where_the_time_goes(tmp_path):
     assert "| xl | 512 | fast | `sm90_xmma_gemm_bf16` | matmul | 6.000 | 24 | 60.0% |" in part
     # rows from before the profiles (no profile keys): no such part
     path.write_text(json.dumps(dict(benchmarks=[_synthetic_row("bf16")])))
-    assert "Where the time goes" not in render(frame(load_file(path)), "gpu", tmp_path / "figures", "figures")
+    assert "Where the time goes" not in "".join(body(frame(load_file(path)), tmp_path / "figures", "figures", "t.png"))

@@ -1,4 +1,6 @@
-"""Report sections: benchmarking_script (b), (c) and benchmarking_mixed_precision (c)."""
+"""Tables and figures of benchmarking_script (b), (c) and benchmarking_mixed_precision (c), read by
+the pages in impl.report.pages.profiling; `step_s`, `stat_name` and `speedup_cell` serve the other
+sections' timings too."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,12 +37,26 @@ def step_s(r) -> float:
 
 def stat_name(d: pd.DataFrame) -> str:
     """What step_s shows for the rows of `d`, for tables' captions."""
-    kinds = set(d["legacy"])
+    ran = d[d["status"] == MEASURED]  # an OOM row of an older run times nothing
+    kinds = set((ran if not ran.empty else d)["legacy"])
     return "mean" if kinds == {True} else "median" if kinds == {False} else "median (mean in older-format runs)"
 
 
 def _ok(r) -> bool:
     return r is not None and r["status"] == MEASURED
+
+
+def within_noise(a, b) -> bool:
+    """Whether two measured rows' times are within each other's spread (medians ± std overlap)."""
+    sa, sb = (0.0 if missing(r["stddev"]) else r["stddev"] for r in (a, b))
+    return abs(step_s(a) - step_s(b)) <= sa + sb
+
+
+def speedup_cell(slow, fast) -> str:
+    """slow ÷ fast as "1.57×", or "within noise" where their spreads overlap; "–" unless both ran."""
+    if not (_ok(slow) and _ok(fast)):
+        return "–"
+    return "within noise" if within_noise(slow, fast) else f"{step_s(slow) / step_s(fast):.2f}×"
 
 
 def _cell(r) -> str:
@@ -67,6 +83,11 @@ def timing_text(d: pd.DataFrame) -> tuple[str, str]:
 
 def _sizes(d):
     return sorted(d["cfg.size"].unique(), key=size_rank)
+
+
+def by_size(d: pd.DataFrame) -> pd.DataFrame:
+    """The rows sorted by model size, smallest first (stable within a size)."""
+    return d.iloc[d["cfg.size"].map(size_rank).argsort(kind="stable")]
 
 
 def timing_tables(d: pd.DataFrame) -> str:
@@ -113,57 +134,26 @@ def mixed_precision_table(d: pd.DataFrame) -> str | None:
                 by = {r["cfg.dtype"]: r for _, r in sel.iterrows()}
                 f, b = by.get("fp32"), by.get("bf16")
                 cells = [_cell(x) if x is not None else "–" for x in (f, b)]
-                speed = f"{step_s(f) / step_s(b):.2f}×" if _ok(f) and _ok(b) else "–"
-                row += cells + [speed]
+                row += cells + [speedup_cell(f, b)]
             rows.append(row)
     return table(["size", "context", "forward fp32 (ms)", "forward bf16 (ms)", "speed-up",
                   "train step fp32 (ms)", "train step bf16 (ms)", "speed-up"], rows)
 
 
 def plot(d: pd.DataFrame, path: Path) -> None:
-    fig, ax = figures.new()
+    fig, ax = figures.new(figsize=(8, 4.2))
     for dtype, style in (("fp32", "-o"), ("bf16", "--s")):
-        for size in _sizes(d):
+        for k, size in enumerate(_sizes(d)):  # one colour per size, the dtype by line style
             sel = d[(d["cfg.size"] == size) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == "train_step")
                     & (d["status"] == MEASURED)]
             if sel.empty:
                 continue
             sel = sel.sort_values("cfg.context")
-            ax.plot(sel["cfg.context"], sel.apply(step_s, axis=1) * 1e3, style, label=f"{size} {dtype}")
+            ax.plot(sel["cfg.context"], sel.apply(step_s, axis=1) * 1e3, style, color=f"C{k}", label=f"{size} {dtype}")
+    ctxs = sorted(int(c) for c in d["cfg.context"].unique())
     ax.set(xscale="log", yscale="log", xlabel="context length", ylabel=f"train step, {stat_name(d)} (ms)",
            title="benchmarking_script: full training step (OOM points absent)")
-    ax.set_xticks(sorted(d["cfg.context"].unique()), labels=[str(c) for c in sorted(d["cfg.context"].unique())])
-    ax.legend(fontsize=7, ncol=2)
+    ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
+    ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figures.save(fig, path)
-
-
-def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    main, warm = _rows(df, "main"), _rows(df, "warmup")
-    if main.empty and warm.empty:
-        return None
-    parts = ["## benchmarking_script"]
-    if not main.empty:
-        warm_n, rounds_n = timing_text(main)
-        peaks = next((p for p in main["row"].map(lambda row: row.peaks) if p is not None), None)
-        peak = ("–" if peaks is None else
-                f"{num(peaks.measured_flops / 1e12, 2)} TFLOP/s ({peaks.measured_dtype}, {peaks.measured_n}³, "
-                "measured in the same run)")
-        parts.append(f"(b) batch {int(main['cfg.batch'].iloc[0])}, {warm_n} warm-up then {rounds_n} "
-                     f"timed steps, each synchronised. Backward is timed on its own (its forward runs untimed in "
-                     f"setup). Matmul peak used for MFU: {peak}.")
-        parts.append(timing_tables(main))
-        name = f"{device}-benchmarking_script.png"
-        plot(main, fig_dir / name)
-        parts.append(f"![train step vs context]({fig_rel}/{name})")
-    if not warm.empty:
-        parts.append("### (c) warm-up steps\n\nEach row builds a fresh model and empties the allocator cache "
-                     "first, in the same process as the rest of the suite (kernels already loaded by earlier rows "
-                     "stay loaded, so warm-up 0 shows the first-step costs that remain: allocation, autotuning "
-                     "heuristics, lazy initialisation).")
-        parts.append(warmup_table(warm))
-    if not main.empty:
-        mp = mixed_precision_table(main)
-        if mp:
-            parts.append("## benchmarking_mixed_precision (c)\n\nfp32 vs bf16 autocast (fp32 master weights), "
-                         "same runs as the tables above.\n\n" + mp)
-    return "\n\n".join(parts)

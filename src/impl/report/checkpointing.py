@@ -157,12 +157,12 @@ def depth_plot(d: pd.DataFrame, path: Path) -> bool:
     return True
 
 
-def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
+def body(df: pd.DataFrame, fig_dir: Path, fig_rel: str, fig_name: str) -> str | None:
+    """The page's method, tables and depth figure for one device's rows."""
     pol, dep = _study(df, "policies"), _study(df, "depth")
     if pol.empty and dep.empty:
         return None
-    parts = ["## gradient_checkpointing",
-             "Policies of `impl.checkpointing` on an unchanged TransformerLM (forward+backward steps, gradients "
+    parts = ["Policies of `impl.checkpointing` on an unchanged TransformerLM (forward+backward steps, gradients "
              "set to None, no optimizer state). none keeps L·B; every_k checkpoints segments of k blocks (all "
              "but the last), peak ≈ (L/k)·R + k·B; nested checkpoints the first half of every segment and "
              "recurses into the second: peak ceil(log2 L)·R + B, and L + (L/2)·log2 L block forwards per step for L "
@@ -184,9 +184,8 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         parts.append(f"### nested vs none over depth\n\n{c['cfg.width']} width, batch {int(c['cfg.batch'])}, "
                      f"context {int(c['cfg.context'])}, {c['cfg.dtype']}.")
         parts.append(depth_table(dep))
-        name = f"{device}-gradient_checkpointing-depth.png"
-        if depth_plot(dep, fig_dir / name):
-            parts.append(f"![peak vs layers]({fig_rel}/{name})")
+        if depth_plot(dep, fig_dir / fig_name):
+            parts.append(f"![peak vs layers]({fig_rel}/{fig_name})")
     if not left.empty:
         parts.append(f"Not run: {', '.join(left.name)} ({left['reason'].iloc[0]}).")
     return "\n\n".join(parts)

@@ -22,9 +22,7 @@ def save(fig, path: Path) -> None:
     plt.close(fig)
 
 
-def memory_timeline(data: dict, path: Path, title: str) -> None:
-    """PNG of a timeline_data dict (from the JSON), phases shaded between their markers."""
-    fig, ax = new(figsize=(7.5, 3.6))
+def _timeline_panel(ax, data: dict, title: str) -> None:
     ax.plot(data["x"], [y / 2**30 for y in data["y"]], lw=1.0, color="C0")
     markers = data.get("markers", [])
     end = data["x"][-1] if data["x"] else 0
@@ -34,7 +32,24 @@ def memory_timeline(data: dict, path: Path, title: str) -> None:
             continue
         stop = markers[k + 1]["x"] if k + 1 < len(markers) else end
         ax.axvspan(m["x"], stop, color=f"C{k + 1}", alpha=0.12, label=m["name"])
-    ax.set(xlabel="allocator event index", ylabel="active memory (GiB)", title=title)
+    # from zero: a forward that moves 0.1 GiB on top of 13 GiB of weights is flat, not a cliff
+    ax.set_ylim(0, max(data["y"], default=0) / 2**30 * 1.08 or 1)
+    ax.set(xlabel="allocator event index", title=title)
     if markers:
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="lower right")
+
+
+def memory_timelines(panels: list[tuple[str, dict]], path: Path, title: str) -> None:
+    """PNG of timeline_data dicts (from the JSON) side by side, sharing a y axis from zero; each
+    panel's phases shaded between their markers (legend: the phases drawn)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.8, 3.4), sharey=True, squeeze=False)
+    for ax, (panel_title, data) in zip(axes[0], panels):
+        _timeline_panel(ax, data, panel_title)
+    axes[0][0].set_ylabel("active memory (GiB)")
+    fig.suptitle(title, fontsize=10)
     save(fig, path)
+
+
+def memory_timeline(data: dict, path: Path, title: str) -> None:
+    """PNG of one timeline_data dict."""
+    memory_timelines([(title, data)], path, title)

@@ -1,16 +1,15 @@
-"""Report sections of issue 4: nsys_profile, mixed_precision_accumulation, benchmarking_mixed_precision
-(a)/(b), memory_profiling and torch_compile (b). Everything is read from the saved JSON."""
+"""Tables of nsys_profile, mixed_precision_accumulation, benchmarking_mixed_precision (a)/(b) (read by
+impl.report.pages.profiling) and torch_compile (b). Everything is read from the saved JSON."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 
+from impl.bench.compiled import WHY
 from impl.bench.row import Status
 from impl.model import size_rank
-from impl.report import figures
 from impl.report.benchmarking import stat_name, step_s, study
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import missing, ms, num, pct, table
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 
@@ -53,15 +52,15 @@ def _train_share(n: dict) -> str:
     return _PROFILED_LABEL[profiled]
 
 
-def nsys_section(df: pd.DataFrame) -> str | None:
+def nsys_body(df: pd.DataFrame) -> str | None:
+    """The nsys_profile tables (per config, kernel tables of the middle config, category shares)."""
     d = _p(df, "nsys_profile")
     if d.empty:
         return None
     d = _sorted(d, "cfg.context")
     src = next((i["nsys"]["timing_source"] for i in d["details"] if i.get("nsys")), "kernels")
     unit = "GPU kernels" if src == "kernels" else "CPU ops' self time (no GPU: ops stand in for kernels)"
-    parts = ["## nsys_profile",
-             f"torch.profiler over annotated training steps (warm-up excluded); times are {unit}, attributed "
+    parts = [f"torch.profiler over annotated training steps (warm-up excluded); times are {unit}, attributed "
              "to a phase by the launch time of the op that issued them. Forward = the training forward "
              "(loss included). Where the training step ran out of memory the profile fell back to "
              "forward+backward without the optimizer step (*fwd+bwd only*), then to the forward (*fwd only*), "
@@ -125,25 +124,29 @@ def nsys_section(df: pd.DataFrame) -> str | None:
 
 
 # ---------------------------------------------------------------------------------- mixed precision
-def mixed_precision_section(df: pd.DataFrame) -> str | None:
-    acc, mp = _p(df, "mixed_precision_accumulation"), _p(df, "benchmarking_mixed_precision")
-    if acc.empty and mp.empty:
-        return None
+def accumulation_body(df: pd.DataFrame) -> str | None:
+    """mixed_precision_accumulation: the four loops' results and the ordering the test asserts."""
+    acc = _p(df, "mixed_precision_accumulation")
     parts = []
     if not acc.empty:
         i = acc["details"].iloc[0]
         rows = [[k, f"{v:.10g}", f"{i['errors'][k]:.3g}"] for k, v in i["values"].items()]
         order = sorted(i["errors"], key=i["errors"].get)
-        parts += ["## mixed_precision_accumulation",
-                  f"Adding 0.01 {_i(acc['cfg.steps'].iloc[0])} times (exact sum {i['exact']}):\n\n"
+        parts += [f"Adding 0.01 {_i(acc['cfg.steps'].iloc[0])} times (exact sum {i['exact']}):\n\n"
                   + table(["loop", "result", "|error|"], rows),
                   "Error ordering observed (smallest first, asserted by the test): " + " ≤ ".join(f"`{k}`" for k in order)
                   + ". 0.01 is not representable in binary; in fp16 it is rounded coarsely and, worse, an fp16 "
                     "accumulator near 10 has a spacing comparable to the addend, so each add rounds. "
                     "Accumulating in fp32 keeps only the addend's rounding error; the implicit promotion of "
                     "`fp32 += fp16` equals the explicit cast."]
+    return "\n\n".join(parts) or None
+
+
+def dtypes_body(df: pd.DataFrame) -> str | None:
+    """benchmarking_mixed_precision (a), (b): dtypes seen by forward hooks, format facts, LayerNorm."""
+    mp = _p(df, "benchmarking_mixed_precision")
+    parts = []
     if not mp.empty:
-        parts.append("## benchmarking_mixed_precision (a), (b)")
         rows, facts = [], None
         for _, r in mp.iterrows():
             dt = r["details"]["dtypes"]
@@ -167,69 +170,7 @@ def mixed_precision_section(df: pd.DataFrame) -> str | None:
                 f"accumulation; CPU autocast (rows above, where present) puts layer_norm on its lower-precision "
                 f"list, relying on the kernel's internal fp32 accumulation. bf16 needs no loss scaling; fp16 "
                 f"usually does.")
-    return "\n\n".join(parts)
-
-
-# --------------------------------------------------------------------------------------- memory
-def memory_section(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    d = _p(df, "memory_profiling")
-    if d.empty:
-        return None
-
-    d = _sorted(d, "cfg.context", "cfg.dtype", "cfg.mode")
-    parts = ["## memory_profiling"]
-    rows = []
-    for (size, ctx), g in d.groupby(["cfg.size", "cfg.context"], sort=False):
-        row = [size, _i(ctx)]
-        for dtype in ("fp32", "bf16"):
-            for mode in ("forward", "train_step"):
-                sel = g[(g["cfg.dtype"] == dtype) & (g["cfg.mode"] == mode)]
-                if sel.empty:
-                    row.append("–")
-                    continue
-                r = sel.iloc[0]
-                row.append(f"{gib(r['peak_alloc'])} / {gib(r['row'].memory.peak_reserved)}" if r["status"] == MEASURED
-                           else "OOM" if r["status"] == OOM else r["status"].replace("_", " "))
-        rows.append(row)
-    parts.append("(b), (c) peak memory, allocated / reserved GiB (train step = forward, backward, AdamW step, "
-                 "optimizer state included):\n\n" + table(
-                     ["size", "context", "fp32 forward", "fp32 train step", "bf16 forward", "bf16 train step"], rows))
-    skipped = {i.get("snapshot_skipped") for i in d["details"] if i.get("snapshot_skipped")}
-    if skipped:
-        parts.append("Timelines not recorded here: " + "; ".join(sorted(skipped)) + ".")
-    figs, res_rows, largest = [], [], None
-    for _, r in d.iterrows():
-        snap = r["details"].get("snapshot")
-        if not snap:
-            continue
-        cfg = f"{r['cfg.size']}_ctx{_i(r['cfg.context'])}_{r['cfg.dtype']}_{r['cfg.mode']}"
-        name = f"{device}-memory_profiling-{cfg}.png"
-        figures.memory_timeline(snap["timeline"], fig_dir / name,
-                        f"{r['cfg.size']} ctx {_i(r['cfg.context'])} {r['cfg.dtype']} {r['cfg.mode']}: active memory")
-        figs.append(f"![{cfg}]({fig_rel}/{name})")
-        for b, m in snap["residual"].items():
-            res_rows.append([r["cfg.size"], _i(r["cfg.context"]), r["cfg.dtype"], r["cfg.mode"], f"{b} B/elem",
-                             f"{m['bytes'] / 2**20:.2f}", "yes" if m["found"] else "no", m["count"],
-                             (m["frames"] or ["–"])[0]])
-        if largest is None:
-            largest = (cfg, snap["largest"])
-    if figs:
-        parts.append("(a) active memory over one recorded step (x = allocator event index; shaded = phases "
-                     "marked by the suite), rebuilt from the downsampled timeline in the JSON:\n\n" + "\n".join(figs))
-        parts.append("(d) residual stream: batch · context · d_model · bytes per element, looked up as an exact "
-                     "allocation size in the recorded trace (4 bytes: the fp32 residual stream, also under "
-                     "autocast; 2 bytes: half-precision outputs of the same shape):\n\n" + table(
-                         ["size", "context", "dtype", "mode", "element", "MiB", "found", "allocations", "first made at"],
-                         res_rows))
-    if largest:
-        cfg, big = largest
-        parts.append(f"(e) largest allocations in `{cfg}`:\n\n" + table(
-            ["size (MiB)", "count", "made at (innermost impl/ or torch.nn frames)"],
-            [[f"{b['size'] / 2**20:.1f}", b["count"], " ← ".join(b["frames"]) or "–"] for b in big]))
-    art = [i["snapshot"]["artifact"] for i in d["details"] if i.get("snapshot") and i["snapshot"].get("artifact")]
-    if art:
-        parts.append(f"Raw snapshot saved as artifact `{art[0]}` (drag onto pytorch.org/memory_viz).")
-    return "\n\n".join(parts)
+    return "\n\n".join(parts) or None
 
 
 # ------------------------------------------------------------------------------- torch_compile (b)
@@ -298,8 +239,9 @@ def compile_section(df: pd.DataFrame) -> str | None:
                 "the same update compiled per parameter (impl.bench.compiled.CompiledAdamW: one fused "
                 "kernel per parameter tensor). The training step column adds the size's optimizer step to "
                 "forward+backward (derived, not timed together).")
-        if info0.get("compiled_why"):
-            what += " " + info0["compiled_why"]
+        # the code's reason, not the run's stored copy: older runs stored prose with hand-typed
+        # compile times; the measured ones are in the compilation table below
+        what += " " + WHY
     else:  # JSON from before the regional version
         what = ("What was compiled: the whole model, `torch.compile(model, dynamic=True)` (one compilation per "
                 "size serves every context); the optimizer (our AdamW) stayed eager in the train step.")
@@ -345,9 +287,3 @@ def compile_section(df: pd.DataFrame) -> str | None:
             cfgs.append(name)
         parts.append(f"Left out ({reason}): " + ", ".join(cfgs) + ".")
     return "\n\n".join(parts)
-
-
-def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    parts = [s for s in (nsys_section(df), mixed_precision_section(df), memory_section(df, device, fig_dir, fig_rel),
-                         compile_section(df)) if s]
-    return "\n\n".join(parts) if parts else None

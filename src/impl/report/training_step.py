@@ -16,7 +16,7 @@ import pandas as pd
 from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report import figures
-from impl.report.benchmarking import stat_name, step_s, timing_text
+from impl.report.benchmarking import speedup_cell, stat_name, step_s, timing_text
 from impl.report.markdown import gib, missing, ms, num, pct, table
 
 PROBLEM = "training_step"
@@ -57,9 +57,10 @@ def runs_table(d: pd.DataFrame) -> str:
     rows = []
     for run, g in d.groupby(d.apply(_run, axis=1), sort=True):
         peak = next((p for p in map(_peak, g["row"]) if p), None)
-        rows.append([run, ", ".join(f"`{s}`" for s in dict.fromkeys(g["section"])),
+        commits = ", ".join(f"`{c or '–'}`" for c in dict.fromkeys(g["commit"]))
+        rows.append([run, commits, ", ".join(f"`{s}`" for s in dict.fromkeys(g["section"])),
                      num(peak / 1e12, 1) if peak else "–", len(g)])
-    return table(["run (UTC)", "files", "matmul peak (TFLOP/s)", "rows shown"], rows)
+    return table(["run (UTC)", "commit", "files", "matmul peak (TFLOP/s)", "rows shown"], rows)
 
 
 def _peak(row) -> float | None:
@@ -129,23 +130,54 @@ def _compile_cell(info: dict) -> str:
     return "reused" if info.get("reused_graph") else "–"
 
 
-def ablation_table(d: pd.DataFrame) -> str:
-    mixed = len(_runs(d)) > 1
+ABLATION_HEADER = ["config", "size", "context", "step (ms)", "tokens/s", "MFU (datasheet)", "MFU (measured peak)",
+                   "vs bf16", "peak GiB", "first step (s)", "compile (s)", "new graphs", "OOM / not run", "run (UTC)",
+                   "commit"]
+
+
+def ablation_rows(d: pd.DataFrame) -> list[list]:
+    """One row per (size, context, config), ABLATION_HEADER's columns; "vs bf16" says "within noise"
+    where the two steps' spreads overlap."""
     rows = []
     for (size, ctx), g in _order(d).groupby(["cfg.size", "cfg.context"], sort=False):
         base = g[(g["cfg.config"] == "bf16")]
-        base_median = step_s(base.iloc[0]) if not base.empty and _ok(base.iloc[0]) else None
+        base = base.iloc[0] if not base.empty else None
         for _, r in g.iterrows():
             ok, info = _ok(r), r["details"]
-            speedup = f"{base_median / step_s(r):.2f}×" if ok and base_median else "–"
+            speedup = "1.00×" if ok and r["cfg.config"] == "bf16" else speedup_cell(base, r) if ok and base is not None else "–"
             rows.append([r["cfg.config"], size, int(ctx), ms(step_s(r), r["stddev"]) if ok else "–",
                          num(r.get("m.tokens_per_s"), 0) if ok else "–",
-                         pct(r.get("m.mfu_measured_peak")) if ok else "–",
+                         pct(r.get("m.mfu")) if ok else "–", pct(r.get("m.mfu_measured_peak")) if ok else "–",
                          speedup, gib(r["peak_alloc"]) if ok else "–",
                          num(_first_step_s(r), 2) if ok else "–", _compile_cell(info) if ok else "–",
-                         info.get("new_graphs", "–") if ok else "–", _status(r)] + ([_run(r)] if mixed else []))
-    return table(["config", "size", "context", "step (ms)", "tokens/s", "MFU", "vs bf16", "peak GiB",
-                  "first step (s)", "compile (s)", "new graphs", "OOM / not run"] + (["run"] if mixed else []), rows)
+                         info.get("new_graphs", "–") if ok else "–", _status(r), _run(r), f"`{r.get('commit') or '–'}`"])
+    return rows
+
+
+def ablation_table(d: pd.DataFrame) -> str:
+    return table(ABLATION_HEADER, ablation_rows(d))
+
+
+def ablation_grid(d: pd.DataFrame) -> str:
+    """The ablation at a glance: one row per config, one column per (size, context): the step and
+    its speed-up over bf16 of the same (size, context) (ablation_rows' cells)."""
+    rows = ablation_rows(d)
+    groups = list(dict.fromkeys((r[1], r[2]) for r in rows))
+    configs = [c for c in CONFIG_ORDER if any(r[0] == c for r in rows)]
+    cell = {(r[0], r[1], r[2]): r for r in rows}
+    out = []
+    for c in configs:
+        line = [c]
+        for g in groups:
+            r = cell.get((c, *g))
+            if r is None:
+                line.append("–")
+            elif r[12]:  # OOM / not run
+                line.append(r[12])
+            else:
+                line.append(f"{r[3].split(' ±')[0]} ({r[7]})")
+        out.append(line)
+    return table(["config"] + [f"{s} ctx {c}: step ms (vs bf16)" for s, c in groups], out)
 
 
 def versus_anchor(d: pd.DataFrame) -> str | None:
@@ -163,12 +195,16 @@ def versus_anchor(d: pd.DataFrame) -> str | None:
                 continue
             r = sel.iloc[0]
             same = "yes" if r["datetime"] == a["datetime"] else f"no ({_run(r)} / {_run(a)})"
-            rows.append([size, int(ctx), name, ms(step_s(r)), pct(r.get("m.mfu_measured_peak")), ms(step_s(a)),
-                         pct(a.get("m.mfu_measured_peak")), f"{step_s(a) / step_s(r):.2f}×", same])
+            rows.append([size, int(ctx), name, ms(step_s(r), r["stddev"]), _mfus(r), ms(step_s(a), a["stddev"]),
+                         _mfus(a), speedup_cell(a, r), same])
     if not rows:
         return None
-    return table(["size", "context", "ours", "step (ms)", "MFU", "anchor step (ms)", "anchor MFU",
-                  "speed-up vs anchor", "same run"], rows)
+    return table(["size", "context", "ours", "step (ms)", "MFU datasheet / measured peak", "anchor step (ms)",
+                  "anchor MFU datasheet / measured peak", "speed-up vs anchor", "same run"], rows)
+
+
+def _mfus(r) -> str:
+    return f"{pct(r.get('m.mfu'))} / {pct(r.get('m.mfu_measured_peak'))}"
 
 
 def repeats_table(d: pd.DataFrame) -> str | None:
@@ -357,15 +393,17 @@ def plot(d: pd.DataFrame, path: Path) -> bool:
         ax.bar(x + (i - (len(configs) - 1) / 2) * width, heights, width, label=cfg)
     ax.set_xticks(x, labels=[f"{s} ctx {int(c)}" for (s, c), _ in groups])
     ax.set(ylabel="tokens/s (training step)", title="training_step: ablation (missing bar = OOM / not run)")
-    ax.legend(fontsize=7, ncol=4)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     figures.save(fig, path)
     return True
 
 
-def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    every = df[df.problem == PROBLEM]
-    if every.empty:
-        return None
+def body(every: pd.DataFrame, fig_dir: Path, fig_rel: str, fig_name: str,
+         csv: "callable | None" = None) -> list[str]:
+    """The page's tables and figures for one device's training_step rows (every run): method, the
+    ablation (a grid; the full table as CSV through `csv(name, header, rows) -> link` where given,
+    else inline), runs with dates and commits, ours against the anchor, repeats, the figure, and
+    where the time goes (folded)."""
     d = latest_rows(every)
     c = d.iloc[0]
     runs = _runs(d)
@@ -374,8 +412,7 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     peak = (f"matmul peak ({num(peaks.measured_flops / 1e12, 2) if peaks else '–'} TFLOP/s, {dtype})"
             if len(runs) == 1 else f"{dtype} matmul peak of the row's own run (runs below)")
     warm_n, rounds_n = timing_text(d)
-    parts = ["## training_step",
-             f"The full training step (forward, backward, AdamW) at batch {int(c['cfg.batch'])}: fp32, bf16 "
+    parts = [f"The full training step (forward, backward, AdamW) at batch {int(c['cfg.batch'])}: fp32, bf16 "
              "autocast (fp32 weights and optimizer state), each speed-up alone on top of bf16, all of them "
              "(fast), and PyTorch's own pieces (anchor). Linear weights bf16: the matmul weights stored in bf16 "
              "(no autocast casts of the weights or their gradients), each the upper half of its fp32 master, whose "
@@ -386,14 +423,21 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
              "across the contexts of a size (the sequence dimension is dynamic): compile = first step − step "
              "where the "
              "first step compiled graphs (new graphs: how many), \"reused\" where it ran the graphs of an earlier "
-             "context. MFU = model matmul FLOPs (3 × forward, full attention square) ÷ time ÷ the measured "
-             f"{peak}. Peak memory is CUDA's max allocated (none on the CPU). fast+cudagraphs is fast with "
-             "its compiled forward and backward replayed as CUDA graphs (torch.compile mode=\"reduce-overhead\").",
-             legend(d), ablation_table(d)]
-    if len(runs) > 1:
-        parts.append("The rows come from several GPU commands (runs); each (size, context, config) shows its newest "
-                     "measurement, so rows of one size may come from different runs, code versions (legend) and "
-                     "machines; \"vs bf16\" then compares across runs.\n\n" + runs_table(d))
+             "context. MFU = model matmul FLOPs (3 × forward, full attention square) ÷ time ÷ the datasheet dense "
+             f"bf16 peak (datasheet) or the measured {peak} (measured peak). Peak memory is CUDA's max allocated "
+             "(none on the CPU). fast+cudagraphs is fast with its compiled forward and backward replayed as CUDA "
+             "graphs (torch.compile mode=\"reduce-overhead\"). Speed-ups whose spreads (median ± std) overlap "
+             "read \"within noise\".",
+             legend(d)]
+    rows = ablation_rows(d)
+    if csv is not None and len(rows) > 20:
+        parts.append(ablation_grid(d) + f"\n\nEvery row with tokens/s, both MFUs, peak memory, first step, compile "
+                     f"time, run and commit: {csv('ablation', ABLATION_HEADER, rows)}.")
+    else:
+        parts.append(table(ABLATION_HEADER, rows))
+    parts.append("Runs the rows come from (each (size, context, config) shows its newest measurement, so rows of "
+                 "one size may come from different runs, code versions (legend) and machines; \"vs bf16\" then "
+                 "compares across runs):\n\n" + runs_table(d))
     vs = versus_anchor(d)
     if vs is not None:
         parts.append("Ours against the anchor (PyTorch's own pieces, whole model compiled):\n\n" + vs)
@@ -402,14 +446,15 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         parts.append("Every run of ours and the anchor where a row was measured more than once (the tables above "
                      "show the newest; older runs may have run older code: commit, \"+\" where the run's tree had "
                      "changes on top of it):\n\n" + reps)
-    name = f"{device}-training_step.png"
-    if plot(d, fig_dir / name):
-        parts.append(f"![training step tokens/s by config]({fig_rel}/{name})")
-    parts += time_section(d)
+    if plot(d, fig_dir / fig_name):
+        parts.append(f"![training step tokens/s by config]({fig_rel}/{fig_name})\n\n*Training-step tokens/s per "
+                     f"config and (size, context), each its newest measurement: runs {runs[0]} to {runs[-1]} UTC "
+                     "(runs table above).*")
+    time = time_section(d)
+    if time:
+        parts.append("<details><summary>Where the time goes (profiled steps)</summary>\n\n"
+                     + "\n\n".join(time[1:]) + "\n\n</details>")
     left = d[d.apply(_not_run, axis=1)]
     if not left.empty:
         parts.append(f"Not run: {len(left)} row(s) ({left['reason'].iloc[0]}).")
-    if c["row"].env.device_type == "cpu":
-        parts.append("CPU smoke data (the stand-ins for FlashAttention and the compile backend are in the legend): "
-                     "these rows check the plumbing; their timings say nothing about the speed-ups on a GPU.")
-    return "\n\n".join(parts)
+    return parts
