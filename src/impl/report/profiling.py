@@ -298,8 +298,7 @@ def compile_section(df: pd.DataFrame) -> str | None:
                 "the same update compiled per parameter (impl.bench.compiled.CompiledAdamW: one fused "
                 "kernel per parameter tensor). The training step column adds the size's optimizer step to "
                 "forward+backward (derived, not timed together).")
-        if info0.get("compiled_why"):
-            what += " " + info0["compiled_why"]
+        # not info0["compiled_why"]: older runs typed compile times into it; the compilation table has them
     else:  # JSON from before the regional version
         what = ("What was compiled: the whole model, `torch.compile(model, dynamic=True)` (one compilation per "
                 "size serves every context); the optimizer (our AdamW) stayed eager in the train step.")
