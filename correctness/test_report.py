@@ -3,148 +3,20 @@ history (earlier runs kept under reports/data/<device>/history/ are loaded apart
 data), and the pages of training_step and gradient_checkpointing."""
 import json
 
-from impl.bench.row import Env, Metric, Row, Status, Timing
-from impl.report import attention, profiling
+from impl.report import profiling
 from impl.report import build as pages_build
-from impl.report.data import load, load_history
+from impl.report.data import load
 
 
 def build(root) -> str:
-    """The attention sections and torch_compile (b) of root's one device folder, with the earlier runs
-    as their history (those sections' pages are another change; these tests pin the renderers)."""
-    data = root / "reports" / "data"
-    df, history = load(data), load_history(data)
-    df.attrs["history"] = [] if history.empty else history.to_dict("records")
-    return "\n\n".join(x for x in (attention.render(df, "gpu-x", root / "reports" / "figures", "figures"),
-                                    profiling.compile_section(df)) if x)
+    """torch_compile (b)'s section for root's one device folder (its page is the attention page's)."""
+    return profiling.compile_section(load(root / "reports" / "data")) or ""
 
 
 def page(root, slug: str) -> str:
     """The page `slug` that the report builder writes for the data under root."""
     return pages_build.build(root)[f"{slug}.md"]
 
-
-def _leaderboard_doc(when: str, ours_ms: float, cudnn_ms: float, picks=None) -> dict:
-    def row(impl, mode, ms):
-        info = dict(problem="leaderboard", do_bench_ms=ms, config=dict(impl=impl, mode=mode, batch=1, heads=2, seq=64,
-                                                                          d=16, dtype="bf16", causal=True),
-                    metrics=dict(tflops=1.0 / ms, mfu=0.01 / ms), env=dict(device="GPU"))
-        if impl == "flash_triton" and picks:
-            info["tuned_configs"] = picks
-        return dict(name=f"test_leaderboard[{impl}-{mode}]", group="leaderboard", extra_info=info,
-                    stats=dict(mean=ms / 1e3, stddev=0.0, median=ms / 1e3, min=ms / 1e3, max=ms / 1e3, rounds=1,
-                               data=[ms / 1e3]))
-    return dict(datetime=when, benchmarks=[row("flash_triton", "fwd_bwd", ours_ms), row("flash_triton", "fwd", ours_ms / 4),
-                                           row("sdpa_cudnn", "fwd_bwd", cudnn_ms), row("sdpa_cudnn", "fwd", cudnn_ms / 4)])
-
-
-def test_history_rows_are_versions_not_current_data(tmp_path):
-    dev = tmp_path / "reports" / "data" / "gpu-x"
-    (dev / "history").mkdir(parents=True)
-    (tmp_path / "reports" / "figures").mkdir()
-    (dev / "history" / "leaderboard-v1.json").write_text(json.dumps(_leaderboard_doc("2026-01-01T00:00", 6.0, 4.0)))
-    (dev / "leaderboard.json").write_text(json.dumps(_leaderboard_doc(
-        "2026-02-01T00:00", 5.0, 4.0, picks={"fwd": "BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_stages: 3"})))
-    text = build(tmp_path)
-    assert text.count("| torch.compile(FlashAttentionTriton.apply) | forward+backward |") + text.count(
-        "| FlashAttentionTriton.apply (not compiled) | forward+backward |") == 1, "history rows stay out of the table"
-    hist = text.split("### Version history (leaderboard configuration)")[1]
-    assert "| v1 | 2026-01-01 | 6.000 |" in hist and "| 1.50× | not recorded |" in hist
-    assert "| current | 2026-02-01 | 5.000 |" in hist and "| 1.25× | fwd: 64×128 w4 s3 |" in hist
-
-
-def _flash_doc(when: str, times: dict) -> dict:
-    """flash_benchmarking rows of our kernel: {(mode, seq): ms}, bf16, d 64."""
-    rows = []
-    for (mode, seq), ms in times.items():
-        info = dict(problem="flash_benchmarking", do_bench_ms=ms, timer="do_bench",
-                    config=dict(impl="flash_triton", mode=mode, batch=1, seq=seq, d=64, dtype="bf16", causal=True),
-                    metrics=dict(tflops=1.0 / ms), env=dict(device="GPU"))
-        rows.append(dict(name=f"test_flash[{mode}-{seq}]", group="flash", extra_info=info,
-                         stats=dict(mean=ms / 1e3, stddev=0.0, median=ms / 1e3, min=ms / 1e3, max=ms / 1e3,
-                                    rounds=1, data=[ms / 1e3])))
-    return dict(datetime=when, benchmarks=rows)
-
-
-def test_flash_regression_table_counts_faster_and_slower_shapes(tmp_path):
-    dev = tmp_path / "reports" / "data" / "gpu-x"
-    (dev / "history").mkdir(parents=True)
-    (tmp_path / "reports" / "figures").mkdir()
-    before = {("fwd", 1024): 1.0, ("fwd", 4096): 2.0, ("bwd", 1024): 3.0, ("bwd", 8192): 9.0}
-    now = {("fwd", 1024): 0.9, ("fwd", 4096): 2.06, ("bwd", 1024): 3.3, ("fwd_bwd", 1024): 5.0}
-    (dev / "history" / "flash_benchmarking-bf16-v1.json").write_text(json.dumps(_flash_doc("2026-01-01T00:00", before)))
-    (dev / "flash_benchmarking-bf16.json").write_text(json.dumps(_flash_doc("2026-02-01T00:00", now)))
-    text = build(tmp_path).split("### Against the previous version")[1]
-    # three shapes in both runs; one faster, one within the 5% band, one 10% slower and listed
-    assert "| bf16-v1 | ≤ 4096 | 3 | 1 | 1 | 1.03 | 0.90 | 1.10 | – |" in text
-    slower = text.split("Slower beyond the band")[1]
-    assert "| backward | 64 | 1024 | 3.000 | 3.300 | 1.10 |" in slower and "4096" not in slower
-
-
-
-# ------------------------------------------------------------------------------- schema-2 attention rows
-ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
-
-
-def _bench_entry(row: Row, median_ms: float) -> dict:
-    s = median_ms / 1e3
-    return dict(name=f"test_{row.problem}[{'-'.join(map(str, row.config.values()))}]", group=row.problem,
-                extra_info=row.to_json(), stats=dict(mean=s, stddev=0.0, median=s, min=s, max=s, iqr=0.0, rounds=10,
-                                                     data=[s] * 10))
-
-
-def _doc(measured: list[tuple[Row, float]], not_run: list[Row]) -> dict:
-    return dict(datetime="2026-03-01T00:00", benchmarks=[_bench_entry(r, ms) for r, ms in measured],
-                not_run=[dict(name=f"test_{r.problem}[{r.config['impl']}]", fullname="x", group=r.problem,
-                              row=r.to_json()) for r in not_run])
-
-
-def _kernel_row(problem: str, config: dict, do_bench_ms: float | None = None, **details) -> Row:
-    timing = Timing(round="one call", timer="CudaEventTimer", warmup_rounds=2, rounds=10, iterations=4)
-    metrics = {Metric.TFLOPS: 100.0} | ({Metric.DO_BENCH_MS: do_bench_ms} if do_bench_ms else {})
-    return Row(problem=problem, config=config, env=ENV, status=Status.MEASURED, timing=timing, metrics=metrics,
-               details=details)
-
-
-def _report(tmp_path, name: str, doc: dict) -> str:
-    dev = tmp_path / "reports" / "data" / "gpu-x"
-    dev.mkdir(parents=True)
-    (tmp_path / "reports" / "figures").mkdir()
-    (dev / f"{name}.json").write_text(json.dumps(doc))
-    return build(tmp_path)
-
-
-def test_leaderboard_times_are_the_kernel_medians_not_do_bench(tmp_path):
-    """A schema-2 leaderboard row shows its stats median; do_bench's median is a column beside it."""
-    cfg = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
-    ours = _kernel_row("leaderboard", dict(impl="flash_triton", mode="fwd_bwd", **cfg), 5.5, compiled=True,
-                       rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2e-3), tol=dict(out=1e-2, grad=2e-2))
-    cudnn = _kernel_row("leaderboard", dict(impl="sdpa_cudnn", mode="fwd_bwd", **cfg), 4.6)
-    flash = Row(problem="leaderboard", config=dict(impl="sdpa_flash", mode="fwd_bwd", **cfg), env=ENV,
-                status=Status.UNSUPPORTED, reason="no flash kernel")
-    text = _report(tmp_path, "leaderboard", _doc([(ours, 5.0), (cudnn, 4.0)], [flash])).split("## leaderboard")[1]
-    assert "| torch.compile(FlashAttentionTriton.apply) | forward+backward | 5.000 | 5.500 |" in text
-    assert "| SDPA flash backend | forward+backward | unsupported | – |" in text
-    assert "takes 5.000 ms, 1.25× the time of the fastest anchor (SDPA cuDNN backend, 4.000 ms)" in text
-
-
-def test_flash_shapes_ratio_is_against_the_faster_anchor_of_the_same_shape(tmp_path):
-    def cfg(impl, seq, mode="fwd"):
-        return dict(impl=impl, mode=mode, batch=4, heads=32, seq=seq, d=80, causal=True, dtype="bf16")
-    rows = [(_kernel_row("flash_shapes", cfg("flash_triton", 512)), 0.9),
-            (_kernel_row("flash_shapes", cfg("flash_triton_compiled", 512)), 1.8),
-            (_kernel_row("flash_shapes", cfg("sdpa_cudnn", 512)), 0.3),
-            (_kernel_row("flash_shapes", cfg("sdpa_flash", 512)), 0.45),
-            (_kernel_row("flash_shapes", cfg("flash_triton", 3000)), 2.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_flash", 3000)), 2.5)]
-    not_run = [Row(problem="flash_shapes", config=cfg("sdpa_cudnn", 3000), env=ENV, status=Status.OOM, reason="OOM"),
-               Row(problem="flash_shapes", config=cfg("flash_triton_compiled", 3000), env=ENV,
-                   status=Status.LEFT_OUT_BY_BUDGET, reason="time budget")]
-    text = _report(tmp_path, "flash_shapes", _doc(rows, not_run)).split("## flash_shapes")[1]
-    assert "| bf16 | 80 | yes | 4×32×512 | forward | 0.900 | 1.800 | 0.300 (cuDNN backend) | 3.00× | 6.00× |" in text
-    assert ("| bf16 | 80 | yes | 4×32×3000 | forward | 2.000 | left out (budget) | 2.500 (flash backend) | 0.80× | – |"
-            in text)
-    assert "- OOM: OOM" in text and "- left out (budget): time budget" in text
 
 # ------------------------------------------------------------------------------------ training_step
 BF16 = dict(dtype="bf16", attn_impl="naive", compile="none", optimizer="adamw", fused_ce=False, compile_backend=None)

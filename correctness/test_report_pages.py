@@ -1,4 +1,7 @@
-"""The report's pages (impl.report.pages.*) built from the committed runs under reports/data."""
+"""The report's pages (impl.report.pages.*): each page module's pages answer their problems, link
+only images and tables that exist, draw legends from their series, and type no numbers by hand."""
+import ast
+import json
 import re
 from pathlib import Path
 
@@ -8,6 +11,9 @@ import pytest
 from impl.bench.compiled import WHY
 from impl.report import build as builder
 from impl.report import figures
+from impl.bench.row import Env, Metric, Row, Status, Timing
+from impl.report.data import load, load_history
+from impl.report.pages import Context, render_page
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,3 +139,155 @@ def test_compile_prose_has_no_typed_numbers(tmp_path):
         stats=dict(mean=0.01, stddev=0.0, median=0.01, min=0.01, max=0.01, rounds=5))])))
     text = compile_section(frame(load_file(path)))
     assert typed not in text and WHY in text
+# ------------------------------------------------------------------------------- attention pages
+from impl.report.pages import attention as attention_pages  # noqa: E402
+
+ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
+ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_forward", "flash_backward", "flash_benchmarking",
+                      "leaderboard", "flash_shapes"}
+
+
+def _kernel_row(problem: str, config: dict, **details) -> Row:
+    timing = Timing(round="one call", timer="CudaEventTimer", warmup_rounds=2, rounds=10, iterations=4)
+    metrics = {Metric.TFLOPS: 100.0, Metric.MFU: 0.25}
+    return Row(problem=problem, config=config, env=ENV, status=Status.MEASURED, timing=timing, metrics=metrics,
+               details=details)
+
+
+def _store(data: Path, section: str, stamp: str, measured: list[tuple[Row, float, float]], not_run=()) -> None:
+    """One stored run in impl.bench.store's layout: rows with (median ms, iqr ms)."""
+    def entry(row, med, iqr):
+        s, q = med / 1e3, iqr / 1e3
+        return dict(name=f"test_{row.problem}[{'-'.join(map(str, row.config.values()))}]", group=row.problem,
+                    extra_info=row.to_json(), stats=dict(mean=s, stddev=q, median=s, min=s, max=s, iqr=q, rounds=10,
+                                                         data=[s] * 10))
+    doc = dict(datetime=f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:00",
+               commit_info=dict(id=stamp[-8:] + "0" * 32, dirty=False),
+               benchmarks=[entry(*m) for m in measured],
+               not_run=[dict(name=f"test_{r.problem}[{r.config['impl']}-{r.config['seq']}]", fullname="x",
+                             group=r.problem, row=r.to_json()) for r in not_run])
+    folder = data / "gpu-x1" / section
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stamp}.json").write_text(json.dumps(doc))
+
+
+def _ctx(tmp_path: Path, data: Path) -> Context:
+    return Context(df=load(data), history=load_history(data), reports_dir=tmp_path, fig_dir=tmp_path / "figures")
+
+
+def _referenced(text: str) -> list[str]:
+    return re.findall(r"\]\(((?:figures|data-tables)/[^)]+)\)", text)
+
+
+@pytest.fixture(scope="module")
+def stored_pages(tmp_path_factory):
+    """The attention pages built from the stored runs (reports/data), written under a temporary reports/."""
+    out = tmp_path_factory.mktemp("reports")
+    data = ROOT / "reports" / "data"
+    ctx = Context(df=load(data), history=load_history(data), reports_dir=out, fig_dir=out / "figures")
+    return out, attention_pages.pages(ctx)
+
+
+def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages):
+    out, pages = stored_pages
+    assert {name for p in pages for name in p.score} == ATTENTION_PROBLEMS
+    for page in pages:
+        assert page.answers and all(a.question and a.text for a in page.answers), page.slug
+        text = render_page(page)
+        for ref in _referenced(text):
+            assert (out / ref).exists(), (page.slug, ref)
+        for _, fig in page.index_figures:
+            assert (out / fig).exists()
+
+
+def test_attention_pages_show_no_typed_compile_times(stored_pages):
+    """The older H100 run's `compiled_why` typed compile times into prose; the page shows the compilation table."""
+    _, pages = stored_pages
+    text = "".join(render_page(p) for p in pages)
+    assert "12.7 + 19.4" not in text and "on the H100 the whole small model took" not in text
+
+
+def test_attention_page_prose_types_no_numbers():
+    """No string literal of the page module (docstrings aside) holds a number: prose numbers are
+    formatted from the data. Comparisons with 1 ("> 1: compiled faster") are allowed."""
+    tree = ast.parse(Path(attention_pages.__file__).read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and isinstance(n.body[0], ast.Expr)}
+    prose = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and len(n.value) > 12 and id(n) not in docs]
+    number = r"(?<![\w.])\d+(\.\d+)?(?!\w)"
+    allowed = ("FlashAttention-2", "< 1", "> 1")
+    typed = [s for s in prose if re.search(number, re.sub("|".join(map(re.escape, allowed)), "", s))]
+    assert typed == []
+
+
+def _flash_rows(d: int, impls: list[str]) -> list[tuple[Row, float, float]]:
+    return [(_kernel_row("flash_benchmarking", dict(impl=i, mode="fwd_bwd", batch=1, seq=s, d=d, dtype="bf16",
+                                                    causal=True)), 1.0 + k, 0.01)
+            for k, i in enumerate(impls) for s in (1024, 2048)]
+
+
+def test_flash_plot_legend_lists_every_series_drawn(tmp_path):
+    """A panel with one more implementation than the first (the H100's d = 64 had the compiled backward)
+    still gets a legend entry, in the colour its line has on every panel."""
+    data = tmp_path / "data"
+    _store(data, "flash_benchmarking", "20260301T000000Z_aaaaaaaa",
+           _flash_rows(16, ["flash_triton", "sdpa_cudnn"])
+           + _flash_rows(64, ["flash_triton", "flash_triton_compiled_bwd", "sdpa_flash", "sdpa_cudnn"]))
+    ctx = _ctx(tmp_path, data)
+    info = attention_pages.flash_plot(ctx.df[ctx.df.problem == "flash_benchmarking"], tmp_path / "f.png")
+    assert sorted(info.legend) == info.drawn and len(info.drawn) == 4 and info.path.exists()
+
+
+def _leaderboard_run(data: Path, stamp: str, ours_ms: float, cudnn_ms: float, iqr: float = 0.02) -> None:
+    cfg = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
+    ours = _kernel_row("leaderboard", dict(impl="flash_triton", mode="fwd_bwd", **cfg), compiled=True,
+                       rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2e-3), tol=dict(out=1e-2, grad=2e-2), graph_breaks=0)
+    cudnn = _kernel_row("leaderboard", dict(impl="sdpa_cudnn", mode="fwd_bwd", **cfg))
+    _store(data, "leaderboard", stamp, [(ours, ours_ms, iqr), (cudnn, cudnn_ms, iqr)])
+
+
+def test_leaderboard_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path):
+    data = tmp_path / "data"
+    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 6.0, 4.0)
+    _leaderboard_run(data, "20260302T000000Z_bbbbbbbb", 5.0, 4.0)
+    page = attention_pages.leaderboard_page(_ctx(tmp_path, data))
+    assert "Ours takes **5.000 ms** (MFU 25.0%) against SDPA cuDNN's 4.000 ms (MFU 25.0%)" in page.answers[0].text
+    assert "1.25× SDPA cuDNN (slower)" in page.score["leaderboard"].vs_anchor
+    history = page.body.split("### Version history")[1]
+    assert "| 2026-03-01 00:00 | `aaaaaaaa` | CUDA-event median (the row's own) | 6.000 |" in history
+    assert "| 2026-03-02 00:00 | `bbbbbbbb` |" in history and "| 1.25× |" in history
+    assert page.index_figures and (tmp_path / page.index_figures[0][1]).exists()
+
+
+def test_leaderboard_ratio_within_noise_when_spreads_overlap(tmp_path):
+    data = tmp_path / "data"
+    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 4.1, 4.0, iqr=0.5)
+    page = attention_pages.leaderboard_page(_ctx(tmp_path, data))
+    assert "within noise" in page.score["leaderboard"].vs_anchor
+
+
+def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_shown(tmp_path):
+    def cfg(impl, seq):
+        return dict(impl=impl, mode="fwd", batch=4, heads=32, seq=seq, d=80, causal=True, dtype="bf16")
+    rows = [(_kernel_row("flash_shapes", cfg("flash_triton", 512)), 0.9, 0.0),
+            (_kernel_row("flash_shapes", cfg("flash_triton_compiled", 512)), 1.8, 0.0),
+            (_kernel_row("flash_shapes", cfg("sdpa_cudnn", 512)), 0.3, 0.0),
+            (_kernel_row("flash_shapes", cfg("sdpa_flash", 512)), 0.45, 0.0),
+            (_kernel_row("flash_shapes", cfg("flash_triton", 3000)), 2.0, 0.0),
+            (_kernel_row("flash_shapes", cfg("sdpa_flash", 3000)), 2.5, 0.0)]
+    not_run = [Row(problem="flash_shapes", config=cfg("sdpa_cudnn", 3000), env=ENV, status=Status.OOM, reason="OOM"),
+               Row(problem="flash_shapes", config=cfg("flash_triton_compiled", 3000), env=ENV,
+                   status=Status.LEFT_OUT_BY_BUDGET, reason="time budget")]
+    data = tmp_path / "data"
+    _store(data, "flash_shapes", "20260301T000000Z_aaaaaaaa", rows, not_run)
+    ctx = _ctx(tmp_path, data)
+    page = attention_pages.flash_shapes_page(ctx)
+    grid = pd.read_csv(tmp_path / "data-tables" / "flash_shapes-gpu-x1.csv")
+    first = grid[grid["batch×heads×seq"] == "4×32×512"].iloc[0]
+    assert (first["faster anchor (ms)"], first["eager / anchor"], first["compiled / anchor"]) == \
+        ("0.300 (cuDNN backend)", "3.00×", "6.00×")
+    cut = grid[grid["batch×heads×seq"] == "4×32×3000"].iloc[0]
+    assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
+    assert "6 rows measured and 1 left out by the file's time budget" in page.answers[0].text
+    assert "| bf16 | 80 | yes | forward | 3 | 1 | 3.00× (2) | 6.00× (1) |" in page.body

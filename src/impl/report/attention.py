@@ -1,5 +1,6 @@
-"""Report sections for 1.2–1.3 attention: pytorch_attention (+ memory accounting), torch_compile (a),
-flash_benchmarking (tables, longest sequence reached, TFLOP/s plot), flash_shapes and leaderboard.
+"""Tables of 1.2–1.3 attention, used by impl.report.pages.attention: pytorch_attention (+ memory
+accounting), torch_compile (a), flash_benchmarking (grids, longest sequence reached), flash_shapes and
+leaderboard.
 
 Times are pytest-benchmark's medians: for kernel rows (flash_benchmarking, flash_shapes,
 leaderboard) the kernel time (CUDA-event timer); for older files the loader puts the do_bench
@@ -7,12 +8,10 @@ median there (impl.report.legacy)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pandas as pd
 
 from impl.attention.memory import flash_saved_for_backward, naive_attention_memory
-from impl.report import figures
 from impl.bench.row import Status
 from impl.report.markdown import gib, missing, ms, num, pct, table
 
@@ -192,22 +191,16 @@ def _kernel_cell(r) -> str:
     return f"{_ms(r):.3f} ({num(r.get('m.tflops'), 1)})"
 
 
-def flash_tables(d: pd.DataFrame) -> str:
-    out = []
+def flash_grid(d: pd.DataFrame) -> pd.DataFrame:
+    """Every (dtype, pass, d, seq) of a flash_benchmarking run, one column per implementation:
+    "ms (TFLOP/s)" or why it did not run; the page writes it as CSV."""
     impls = _impls(d)
-    for dtype in sorted(d["cfg.dtype"].unique(), key=DTYPE_ORDER.index):
-        for mode in ("fwd_bwd", "fwd", "bwd"):
-            dd = d[(d["cfg.dtype"] == dtype) & (d["cfg.mode"] == mode)]
-            if dd.empty:
-                continue
-            cols = [i for i in impls if i in set(dd["cfg.impl"])]
-            rows = []
-            for (dim, seq), g in dd.groupby(["cfg.d", "cfg.seq"]):
-                by = {r["cfg.impl"]: r for _, r in g.iterrows()}
-                rows.append([int(dim), int(seq)] + [_kernel_cell(by[i]) if i in by else "–" for i in cols])
-            out.append(f"**{dtype}, {MODE_LABELS[mode]}**: ms (TFLOP/s)\n\n"
-                       + table(["d", "seq"] + [IMPL_LABELS[i] for i in cols], rows))
-    return "\n\n".join(out)
+    lines = []
+    for (dtype, mode, dim, seq), g in d.groupby(["cfg.dtype", "cfg.mode", "cfg.d", "cfg.seq"]):
+        by = {r["cfg.impl"]: r for _, r in g.iterrows()}
+        lines.append({"dtype": dtype, "pass": MODE_LABELS[mode], "d": int(dim), "seq": int(seq)}
+                     | {f"{IMPL_LABELS[i]}: ms (TFLOP/s)": _kernel_cell(by[i]) if i in by else "" for i in impls})
+    return pd.DataFrame(lines)
 
 
 def longest_sequence(d: pd.DataFrame) -> str:
@@ -233,100 +226,9 @@ def longest_sequence(d: pd.DataFrame) -> str:
     return table(["implementation", "dtype"] + [f"d {int(x)}" for x in dims], rows)
 
 
-def flash_plot(d: pd.DataFrame, path: Path) -> str | None:
-    e2e = d[(d["cfg.mode"] == "fwd_bwd") & d.apply(ran, axis=1)]
-    if e2e.empty:
-        return None
-    dtype = "bf16" if "bf16" in set(e2e["cfg.dtype"]) else sorted(e2e["cfg.dtype"].unique())[0]
-    e2e = e2e[e2e["cfg.dtype"] == dtype]
-    dims = sorted(e2e["cfg.d"].unique())
-    fig, axes = figures.new(figsize=(10, 7) if len(dims) > 1 else (7, 4.2))
-    fig.clf()
-    n = len(dims)
-    ncol = 2 if n > 1 else 1
-    nrow = (n + ncol - 1) // ncol
-    for idx, dim in enumerate(dims):
-        ax = fig.add_subplot(nrow, ncol, idx + 1)
-        for impl in _impls(e2e):
-            sel = e2e[(e2e["cfg.impl"] == impl) & (e2e["cfg.d"] == dim)].sort_values("cfg.seq")
-            if not sel.empty:
-                style = "-o" if impl.startswith("flash_triton") else "--s"  # ours solid, others dashed
-                ax.plot(sel["cfg.seq"], sel["m.tflops"], style, ms=3, label=IMPL_LABELS[impl])
-        ax.set(xscale="log", xlabel="sequence length", ylabel="TFLOP/s", title=f"d = {int(dim)}")
-        ax.set_xscale("log", base=2)
-        if idx == 0:
-            ax.legend(fontsize=7)
-    fig.suptitle(f"flash_benchmarking: {dtype}, causal, forward+backward (median times)")
-    figures.save(fig, path)
-    return dtype
-
-
-#: Below this ratio of new/old time a shape counts as slower: do_bench medians of one shape move by
-#: a few percent between runs and machines (the anchors' spread between runs is ~2.5%, NOTES.md).
-REGRESSION_BAND = 1.05
-#: Sequences up to this length are host-bound in flash_benchmarking (NOTES.md).
+#: Sequences up to this length are host-bound in flash_benchmarking (NOTES.md): one call's Python,
+#: autotuner lookup and launches cost more than its kernels, so their times follow the host.
 SHORT_SEQ = 4096
-
-
-def _saved_runs(history: list[dict] | None, problem: str) -> pd.DataFrame | None:
-    """The earlier saved runs (history/<problem>-<version>.json records) of one problem, or None."""
-    if not history:
-        return None
-    old = pd.DataFrame(history)
-    old = old[old.problem == problem]
-    return None if old.empty else old
-
-
-def _version(section: str) -> str:
-    """'leaderboard-v2' -> 'v2', 'flash_benchmarking-bf16-v1' -> 'bf16-v1'."""
-    return section.split("-", 1)[-1]
-
-
-def flash_regression(current: pd.DataFrame, history: list[dict] | None) -> str | None:
-    """Our kernels per shape against the previous saved flash_benchmarking run of the same dtype
-    (history/flash_benchmarking-<dtype>-<version>.json): how many shapes got faster, how many are
-    slower beyond the noise band, and which; short sequences (host-bound: one call's Python and
-    launch cost exceeds the kernel) apart from long ones, each beside the SDPA anchors' own change
-    between the two runs at the same shapes, which is that band's noise."""
-    old = _saved_runs(history, "flash_benchmarking")
-    if old is None:
-        return None
-    key = ["cfg.impl", "cfg.dtype", "cfg.mode", "cfg.d", "cfg.seq"]
-
-    def times(d):
-        return {tuple(r[k] for k in key): _ms(r) for _, r in d.iterrows() if ran(r)}
-
-    now = times(current)
-    rows, slower = [], []
-    for section, g in old.groupby("section", sort=True):
-        before, label = times(g), _version(section)
-        for lo, hi, band in ((0, SHORT_SEQ, f"≤ {SHORT_SEQ}"), (SHORT_SEQ + 1, 1 << 62, f"> {SHORT_SEQ}")):
-            common = [k for k in before if k in now and lo <= k[4] <= hi]
-            ours = [k for k in common if str(k[0]).startswith("flash_triton")]
-            anchors = sorted(now[k] / before[k] for k in common if str(k[0]).startswith("sdpa"))
-            if not ours:
-                continue
-            ratios = sorted(now[k] / before[k] for k in ours)
-            worse = [k for k in ours if now[k] / before[k] > REGRESSION_BAND]
-            slower += [[label, IMPL_LABELS.get(k[0], k[0]), MODE_LABELS.get(k[2], k[2]), int(k[3]), int(k[4]),
-                        f"{before[k]:.3f}", f"{now[k]:.3f}", f"{now[k] / before[k]:.2f}"] for k in worse]
-            rows.append([label, band, len(ours), sum(x < 1 for x in ratios), len(worse),
-                         f"{ratios[len(ratios) // 2]:.2f}", f"{ratios[0]:.2f}", f"{ratios[-1]:.2f}",
-                         f"{anchors[len(anchors) // 2]:.2f}" if anchors else "–"])
-    if not rows:
-        return None
-    out = ("### Against the previous version\n\nOur kernels' rows (both backward variants) matched by dtype, pass, "
-           "d and seq with the earlier saved run named in the first column (`history/`); a shape counts as slower "
-           f"when it takes more than {REGRESSION_BAND:.2f}× its earlier time. Sequences up to {SHORT_SEQ} are "
-           "host-bound (Python, autotuner lookup and launch cost more than the kernels), so their times move with "
-           "the machine's host between runs: the last column is the SDPA anchors' own median change at the same "
-           "shapes.\n\n"
-           + table(["earlier run", "seq", "shapes", "faster now", f"slower > {REGRESSION_BAND:.2f}×", "median new/old",
-                    "best", "worst", "anchors' median new/old"], rows))
-    if slower:
-        out += "\n\nSlower beyond the band:\n\n" + table(
-            ["earlier run", "implementation", "pass", "d", "seq", "before (ms)", "now (ms)", "new/old"], slower)
-    return out
 
 
 # --- flash_shapes ----------------------------------------------------------------------------------------
@@ -337,9 +239,9 @@ def _timer(r) -> str | None:
     return timing.timer if timing is not None else _detail(r, "timer")
 
 
-def flash_shapes_table(d: pd.DataFrame) -> str:
+def flash_shapes_table(d: pd.DataFrame) -> pd.DataFrame:
     """Per shape and pass: ours eager and compiled, the faster anchor of the same run, and each of
-    ours over it (< 1: ours is faster)."""
+    ours over it (< 1: ours is faster); the page writes it as CSV."""
     rows = []
     key = ["cfg.dtype", "cfg.d", "cfg.causal", "cfg.batch", "cfg.heads", "cfg.seq", "cfg.mode"]
     order = {m: i for i, m in enumerate(MODE_LABELS)}
@@ -360,8 +262,9 @@ def flash_shapes_table(d: pd.DataFrame) -> str:
         rows.append([dtype, int(dim), "yes" if causal else "no", f"{int(b)}×{int(h)}×{int(seq)}", MODE_LABELS[mode],
                      cell("flash_triton"), cell("flash_triton_compiled"), anchor, ratio("flash_triton"),
                      ratio("flash_triton_compiled")])
-    return table(["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)", "ours compiled (ms)",
-                  "faster anchor (ms)", "eager / anchor", "compiled / anchor"], rows)
+    return pd.DataFrame(rows, columns=["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)",
+                                       "ours compiled (ms)", "faster anchor (ms)", "eager / anchor",
+                                       "compiled / anchor"])
 
 
 # --- leaderboard ---------------------------------------------------------------------------------------------
@@ -404,123 +307,9 @@ def leaderboard_summary(d: pd.DataFrame) -> str:
             f"test fails. {breaks}{peak}")
 
 
-def leaderboard_history(current: pd.DataFrame, history: list[dict] | None) -> str | None:
-    """One row per saved version of the leaderboard run (history/leaderboard-*.json, then the current
-    file): ours and cuDNN forward+backward and forward from the same run, and the autotuner's picks."""
-    old = _saved_runs(history, "leaderboard")
-    if old is None:
-        return None
-    rows = []
-    for label, g in [*((_version(sec), g) for sec, g in old.groupby("section", sort=True)),
-                     ("current", current)]:
-        ok = g[g.apply(ran, axis=1)]
-        pick = {(r["cfg.impl"], r["cfg.mode"]): r for _, r in ok.iterrows()}
-        ours, cudnn = pick.get(("flash_triton", "fwd_bwd")), pick.get(("sdpa_cudnn", "fwd_bwd"))
-        ours_f, cudnn_f = pick.get(("flash_triton", "fwd")), pick.get(("sdpa_cudnn", "fwd"))
-        if ours is None:
-            continue
-
-        def ms(r):
-            return "–" if r is None else f"{_ms(r):.3f}"
-        ratio = "–" if cudnn is None else f"{_ms(ours) / _ms(cudnn):.2f}×"
-        picks = _detail(ours, "tuned_configs") or {}
-        picked = "; ".join(f"{k}: {_short_config(v)}" for k, v in picks.items()) or "not recorded"
-        rows.append([label, str(g["datetime"].iloc[0])[:10], ms(ours), num(ours.get("m.tflops"), 1),
-                     pct(ours.get("m.mfu")), ms(ours_f), ms(cudnn), ms(cudnn_f), ratio, picked])
-    if len(rows) < 2:
-        return None
-    return ("### Version history (leaderboard configuration)\n\n"
-            "Each row is one saved run of this benchmark (earlier ones under `history/`); cuDNN is the anchor "
-            "measured in the same run, MFU against the datasheet dense bf16 peak; the kernels' "
-            "versions and what each try predicted are in NOTES.md.\n\n"
-            + table(["version", "date", "ours fwd+bwd (ms)", "TFLOP/s", "MFU", "ours fwd (ms)",
-                     "cuDNN fwd+bwd (ms)", "cuDNN fwd (ms)", "ours / cuDNN fwd+bwd", "autotuner picks (M×N, warps, stages)"],
-                    rows))
-
-
 def _short_config(text: str) -> str:
     """'BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, ..., num_stages: 3, ...' -> '64×128 w4 s3'."""
     v = dict(re.findall(r"(\w+): (\w+)", text or ""))
     if "BLOCK_M" not in v:
         return text
     return f"{v['BLOCK_M']}×{v['BLOCK_N']} w{v.get('num_warps', '?')} s{v.get('num_stages', '?')}"
-
-
-# --- render ---------------------------------------------------------------------------------------------
-
-def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    pa = _problem(df, "pytorch_attention")
-    tc = _problem(df, "torch_compile", "attention")
-    fb = _problem(df, "flash_benchmarking")
-    fs = _problem(df, "flash_shapes")
-    lb = _problem(df, "leaderboard")
-    if pa.empty and tc.empty and fb.empty and fs.empty and lb.empty:
-        return None
-    parts = []
-    if not pa.empty:
-        r0 = pa.iloc[0]
-        rounds = pa["rounds"].dropna()
-        parts.append("## pytorch_attention")
-        parts.append(f"Naive attention, batch {int(r0['cfg.batch'])}, no head dimension, {r0['cfg.dtype']}, "
-                     f"non-causal; {int(rounds.max()) if len(rounds) else '–'} timed forward passes and as many "
-                     f"timed backward passes (median, each synchronised; a backward's forward runs untimed). Memory "
-                     f"is what the benchmark allocated (inputs onward); derived = impl.attention.memory.")
-        parts.append(pytorch_attention_table(pa))
-        if _reasons(pa):
-            parts.append("Not run:\n" + _reasons(pa))
-        acc = memory_accounting(pa)
-        if acc:
-            parts.append(acc)
-    if not tc.empty:
-        r0 = tc.iloc[0]
-        parts.append("## torch_compile (a): compiled vs eager attention")
-        parts.append(f"`torch.compile(naive_attention)` (backend `{r0['cfg.backend']}`, static shapes, one "
-                     f"fresh compile per shape); eager = the pytorch_attention rows of this device. Compile "
-                     f"time = the first call, timed once outside the benchmark.")
-        parts.append(torch_compile_table(tc, pa))
-        if _reasons(tc):
-            parts.append("Not run:\n" + _reasons(tc))
-    if not fb.empty:
-        timers = sorted({_timer(r) for _, r in fb.iterrows() if _timer(r)})
-        parts.append("## flash_benchmarking")
-        parts.append(f"Batch 1, causal; TFLOP/s count causal FLOPs as half. Timer: {', '.join(timers) or '–'}. "
-                     f"Autotuning of our kernels: {'on' if _detail(fb.iloc[0], 'autotune') else 'off'}. "
-                     f"Left out by design: {_detail(fb.iloc[0], 'left_out', '–')}. Times are medians; the "
-                     f"do_bench median is each row's cross-check (do_bench_ms in the JSON).")
-        name = f"{device}-flash_benchmarking.png"
-        dtype = flash_plot(fb, fig_dir / name)
-        if dtype:
-            parts.append(f"![TFLOP/s vs sequence length, {dtype} forward+backward]({fig_rel}/{name})")
-        parts.append("### Longest sequence reached (forward+backward)\n\n" + longest_sequence(fb))
-        parts.append(flash_tables(fb))
-        regression = flash_regression(fb, df.attrs.get("history"))
-        if regression:
-            parts.append(regression)
-        if _reasons(fb):
-            parts.append("Cells not run:\n" + _reasons(fb))
-    if not fs.empty:
-        timers = sorted({_timer(r) for _, r in fs.iterrows() if _timer(r)})
-        parts.append("## flash_shapes")
-        parts.append(f"Ours (FlashAttentionTriton.apply, eager and under torch.compile) beside the faster of SDPA "
-                     f"cuDNN and SDPA flash, same inputs, same run; kernel medians (timer: "
-                     f"{', '.join(timers) or '–'}). Ours' output and gradients are checked per row against SDPA in "
-                     f"higher precision.")
-        parts.append(flash_shapes_table(fs))
-        if _reasons(fs):
-            parts.append("Cells not run:\n" + _reasons(fs))
-    if not lb.empty:
-        r0 = lb.iloc[0]
-        parts.append("## leaderboard")
-        parts.append(f"{r0['cfg.dtype']}, causal, batch {int(r0['cfg.batch'])} × {int(r0['cfg.heads'])} heads × "
-                     f"seq {int(r0['cfg.seq'])} × d {int(r0['cfg.d'])}; kernel medians, do_bench's beside them.")
-        parts.append(leaderboard_table(lb))
-        summary = leaderboard_summary(lb)
-        if summary:
-            parts.append(summary)
-        hist = leaderboard_history(lb, df.attrs.get("history"))
-        if hist:
-            parts.append(hist)
-        notes = sorted({_detail(r, "note") for _, r in lb.iterrows() if _detail(r, "note")})
-        if notes:
-            parts.append("Note: " + "; ".join(notes))
-    return "\n\n".join(parts)
