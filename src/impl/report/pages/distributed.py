@@ -96,7 +96,7 @@ def comm_page(ctx: Context) -> Page:
             same = ("gloo", nccl[1])
             gbw, gt = pts[same][big] if same in pts and big in pts[same] else (None, None)
             at_big = [(k[1], pts[k][big][0]) for k in gloo if big in pts[k]]
-            not_run = int((d.status != Status.MEASURED.value).sum())
+            not_run = int((dr._comm_rows(d).status != Status.MEASURED.value).sum())
             text = (f"On {device_label(dev, d)}, NCCL all-reduces {big / 2**20:,.0f} MB across {nccl[1]} GPUs in "
                     f"{ms(nt)} ms (bus bandwidth {nbw:,.1f} GB/s)"
                     + (f", {gt / nt:,.0f}× faster than Gloo on the CPU at the same size and process count "
@@ -460,14 +460,15 @@ def fsdp_page(ctx: Context) -> Page:
                                               f"{got / pred.saving:.2f}× predicted", dev, date)
         with_tl = [(fr._label(r), r) for _, r in d.iterrows() if measured(r) and r["details"].get("timeline")]
         if with_tl:
-            parts = []
+            parts, all_in_time = [], True
             for lab, r in with_tl:
                 s = r["details"]["timeline"]["summary"]
                 (fi, fn), (bi, bn) = fr._phase_counts(r["details"]["timeline"], "forward"), \
                     fr._phase_counts(r["details"]["timeline"], "backward")
+                all_in_time = all_in_time and fi == fn and bi == bn
                 parts.append(f"{lab}: {fi} of {fn} forward and {bi} of {bn} backward all-gathers were ready in time, "
                              f"stalls {s['gather_stall_ms']:.1f} ms of a {s['span_ms']:.1f} ms step")
-            tb = f"Not all, on {label} (rank 0's instrumented step): " + "; ".join(parts) + ". Timeline below."
+            tb = f"{'Yes' if all_in_time else 'Not all'}, on {label} (rank 0's instrumented step): " + "; ".join(parts) + ". Timeline below."
         by = {r["cfg.variant"]: r for _, r in d.iterrows()}
         f32, anchor = by.get("fsdp"), by.get("torch_fsdp")
         if measured(f32):
