@@ -210,3 +210,15 @@ def test_comm_volumes(n):
     assert v["ddp"] < 2 * psi
     assert math.isclose(acc.ring_all_reduce_bytes(psi, n),
                         acc.ring_reduce_scatter_bytes(psi, n) + acc.ring_all_gather_bytes(psi, n))
+
+
+def test_relative_fit_keeps_the_overhead_positive_where_the_per_byte_cost_grows():
+    """gloo at 4 processes on the 2×H200 host (ms per all-reduce at 1, 10, 100, 1000 MB): the absolute
+    least-squares line runs through the 1 GB point and crosses zero below; the relative fit does not."""
+    sizes = [2**20 * m for m in (1, 10, 100, 1000)]
+    times = [1.358e-3, 6.222e-3, 74.739e-3, 770.211e-3]
+    assert acc.fit_latency_bandwidth(sizes, times)[0] < 0
+    o, w = acc.fit_latency_bandwidth(sizes, times, relative=True)
+    assert 0 < o < times[0] and w > 0
+    exact = acc.fit_latency_bandwidth(sizes, [1e-4 + s / 1e9 for s in sizes], relative=True)
+    assert exact[0] == pytest.approx(1e-4) and exact[1] == pytest.approx(1e9)

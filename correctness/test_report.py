@@ -293,9 +293,9 @@ def test_allreduce_section_fits_latency_and_bandwidth_to_the_medians(tmp_path):
     from impl.report.data import load
 
     o, w = 100e-6, 1e9  # t = o + S / w
-    data = tmp_path / "data" / "cpu"
+    data = tmp_path / "data" / "cpu" / "distributed_communication"  # impl.bench.store's layout
     data.mkdir(parents=True)
-    (data / "distributed_communication.json").write_text(json.dumps(_allreduce_doc(
+    (data / "20260101T000000Z_test.json").write_text(json.dumps(_allreduce_doc(
         {b: o + b / w for b in (2**20, 10 * 2**20)})))
     text = distributed.render(load(tmp_path / "data"), "cpu", tmp_path, "figures")
     assert "| gloo | 2 | 100.0 | 1.00 |" in text  # the fit: o in µs, w in GB/s

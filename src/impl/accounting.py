@@ -299,19 +299,26 @@ def overhead_for_bucket_size(total_bytes: float, bucket_bytes: float, per_call_o
     return bucketed_overhead(total_bytes, max(1.0, total_bytes / bucket_bytes), per_call_overhead, bandwidth)
 
 
-def fit_latency_bandwidth(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> tuple[float, float]:
+def fit_latency_bandwidth(sizes_bytes: Sequence[float], times_s: Sequence[float],
+                          relative: bool = False) -> tuple[float, float]:
     """Least-squares fit of t = o + S/w to all-reduce timings; returns (o seconds, w bytes/s).
 
     S must be each rank's buffer size, so w is the algorithm bandwidth (nccl-tests `algbw` = S/t at
     large S), the w of bucketed_overhead; bus bandwidth is bus_bandwidth(w, n). Needs ≥ 2 distinct
-    sizes; a fitted intercept below zero (noise at tiny sizes) is returned as is, for the caller to see."""
+    sizes; a fitted intercept below zero (noise at tiny sizes) is returned as is, for the caller to see.
+
+    relative: minimise the relative residuals (weights 1/t²) instead of the absolute ones. Sizes
+    spanning decades make the absolute fit a line through the largest sizes alone, whose intercept
+    goes negative when the per-byte cost grows with size (gloo's at 100 MB-1 GB); the relative fit
+    weighs every size alike, so o is what the small sizes show."""
     xs, ys = [float(v) for v in sizes_bytes], [float(v) for v in times_s]
     if len(xs) != len(ys) or len(set(xs)) < 2:
         raise ValueError("need matching lists with at least two distinct sizes")
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((a - mx) ** 2 for a in xs)
-    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sxx
+    ws = [1.0 / (t * t) if relative else 1.0 for t in ys]
+    n = sum(ws)
+    mx, my = sum(w * a for w, a in zip(ws, xs)) / n, sum(w * b for w, b in zip(ws, ys)) / n
+    sxx = sum(w * (a - mx) ** 2 for w, a in zip(ws, xs))
+    slope = sum(w * (a - mx) * (b - my) for w, a, b in zip(ws, xs, ys)) / sxx
     if slope <= 0:
         raise ValueError("time does not grow with size: no bandwidth can be fitted")
     return my - slope * mx, 1.0 / slope

@@ -256,6 +256,18 @@ GRIDS["training_step"] = {
                   prof_warmup=1, top_kernels=8, budget_s=240),
 }
 
+# The 2026 edition's parallelism calculations (perf/test_parallelism_calcs.py): the collectives and
+# sharded FFNs each formula prices, run over gloo ranks with impl.distributed.ring's send/recv rings
+# (both profiles: the rings are the point, not the GPU). numel: fp16 values of a collective's payload
+# S (divisible by 12, so every N in world_sizes splits it); ffn: the FFN of data_parallel_calcs …
+# fsdp_tp_calcs (D, D_FF, B tokens); mesh: (N_TP, N_FSDP) of fsdp_tp_calcs.
+GRIDS["parallelism_calcs"] = {
+    "full": dict(world_sizes=[2, 3, 4], numels=[12 * 2**14, 12 * 2**18], ffn=dict(d_model=512, d_ff=2048, tokens=1024),
+                 mesh=[2, 2], warmup=2, rounds=10, budget_s=300, timeout_s=300),
+    "smoke": dict(world_sizes=[2, 4], numels=[12 * 2**12], ffn=dict(d_model=64, d_ff=256, tokens=64),
+                  mesh=[2, 2], warmup=1, rounds=10, budget_s=60, timeout_s=120),
+}
+
 
 def grid(problem: str, profile: str) -> dict:
     try:

@@ -6,6 +6,7 @@ closed-form prediction, ZeRO-1 vs the simple sharded optimizer). Every number is
 rows of perf/test_distributed_communication.py, perf/test_ddp.py, perf/test_optimizer_sharding.py."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -95,7 +96,9 @@ def _per_op(r):
 
 
 def _fits(d: pd.DataFrame) -> dict:
-    """t = o + S/w by least squares over each (backend, processes) run's measured sizes."""
+    """t = o + S/w over each (backend, processes) run's measured sizes, by relative least squares
+    (impl.accounting.fit_latency_bandwidth, relative=True: the absolute fit is a line through the
+    1 GB point alone and its intercept went negative for gloo at 4 and 6 processes)."""
     points: dict = {}
     for _, r in _comm_rows(d).iterrows():
         if not _not_run(r) and not missing(_per_op(r)):
@@ -104,7 +107,7 @@ def _fits(d: pd.DataFrame) -> dict:
     for key, pts in points.items():
         if len({b for b, _ in pts}) >= 2:
             sizes, times = zip(*pts)
-            o, w = acc.fit_latency_bandwidth(sizes, times)
+            o, w = acc.fit_latency_bandwidth(sizes, times, relative=True)
             out[key] = dict(o_s=o, w_Bps=w)
     return out
 
@@ -126,8 +129,7 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         if not missing(busbw):
             series.setdefault(key, []).append((r["cfg.bytes"], busbw))
     left_out = {i["left_out"] for i in runs["details"] if i.get("left_out")}
-    out = ["## distributed_communication_single_node",
-           "All-reduce (sum) of float32 buffers, MB = 2^20 bytes. Time per all-reduce = pytest-benchmark median; "
+    out = ["All-reduce (sum) of float32 buffers, MB = 2^20 bytes. Time per all-reduce = pytest-benchmark median; "
            "each all-reduce runs on every rank after a barrier and is timed by the ranks' own device clocks "
            "(CUDA events on a GPU), the slowest rank's time counting; a round repeats it until it lasts ≥ 1 ms "
            "(iterations). algbw = bytes / time; busbw = algbw · 2(n−1)/n (nccl-tests), comparable across process "
@@ -150,9 +152,11 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         out.append(f"![all-reduce bus bandwidth]({fig_rel}/{name})")
     fits = _fits(d)
     if fits:
-        out.append("Least-squares fit t = o + S/w over the timed sizes' medians (S = bytes per rank, so w is an "
-                   "algorithm bandwidth); the bucket model below uses the fit of the DDP runs' backend and process "
-                   "count.")
+        out.append("Fit t = o + S/w over the timed sizes' medians (S = bytes per rank, so w is an algorithm "
+                   "bandwidth), minimising relative residuals so that every size weighs alike (an absolute "
+                   "least-squares line is set by the 1 GB point alone and its intercept comes out negative where "
+                   "the per-byte cost grows with size); the bucket model on the DDP page uses the fit of the DDP "
+                   "runs' backend and process count.")
         out.append(table(["backend", "processes", "o (µs)", "w (GB/s)"],
                          [[b, n, num(f["o_s"] * 1e6, 1), num(f["w_Bps"] / 1e9, 2)] for (b, n), f in sorted(fits.items())]))
     return "\n\n".join(out)
@@ -196,8 +200,7 @@ def _gap_text(by: dict, floor, anchor) -> str | None:
 def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
     """The DDP tables; returns also {context: {bucket_mb: (step_s, comm_s)}} and the gradient bytes."""
     bench = d[d.apply(lambda r: _cfg(r, "kind") != "trace", axis=1)]  # older files: trace rows apart
-    out, buckets = ["## DDP benchmarking: naive_ddp_benchmarking, minimal_ddp_flat_benchmarking, "
-                    "ddp_overlap_individual_parameters_benchmarking, ddp_overlap_bucketed_benchmarking"], {}
+    out, buckets = [], {}
     first = bench.iloc[0]
     out.append(f"{first['cfg.size']}, fp32, AdamW, {int(first['cfg.world_size'])} ranks over "
                f"{first['cfg.backend']}; each rank trains on its own micro-batch. Step = pytest-benchmark median "
@@ -230,7 +233,8 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
             rows.append([_ddp_label(r), ms(r["median"], r["stddev"]), ms(figure(r, "comm_s")),
                          pct(figure(r, "comm_share", Metric.COMM_SHARE)), ratio(floor), ratio(anchor)])
             if k[0] == "bucketed":
-                buckets.setdefault(ctx, {})[k[1]] = (r["median"], figure(r, "comm_s"))
+                buckets.setdefault(ctx, {})[k[1]] = BucketRun(r["median"], r["stddev"], figure(r, "comm_s"),
+                                                              _info(r, "num_buckets"))
         out.append(f"**context {ctx}, per-rank batch {batch}**\n\n" + table(
             ["variant", "step (ms)", "exposed comm (ms)", "comm share",
              "vs single GPU", "vs torch DDP"], rows))
@@ -241,52 +245,134 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
                                   backend=first["cfg.backend"], world_size=int(first["cfg.world_size"]))
 
 
-def bucket_model_section(fits: dict, ddp: dict) -> str | None:
+@dataclass(frozen=True)
+class BucketRun:
+    """One measured bucket size of ddp_overlap_bucketed: step median and spread, the exposed
+    communication, and how many buckets DDPBucketed formed (None in files that did not record it)."""
+
+    step_s: float
+    step_std: float | None
+    comm_s: float | None
+    n_buckets: int | None
+
+
+def within_noise(a: BucketRun, b: BucketRun) -> bool:
+    """Two step times whose ± 1 std spreads overlap."""
+    return abs(a.step_s - b.step_s) <= (a.step_std or 0.0) + (b.step_std or 0.0)
+
+
+def overlap_shares(d: pd.DataFrame) -> dict[str, float]:
+    """variant label -> share of its profiled communication that overlapped compute (timeline rows)."""
+    tr = d[d["details"].map(lambda i: "timeline" in i)] if not d.empty else d
+    out = {}
+    for _, r in tr.iterrows():
+        tl = _info(r, "timeline")
+        comm = tl["busy_us"]["communication"]
+        if comm:
+            out[_ddp_label(r)] = tl["overlap_us"] / comm
+    return out
+
+
+def bucket_model_section(fits: dict, ddp: dict, overlap: dict[str, float] | None = None) -> str | None:
+    """ddp_overlap_bucketed (b): T(n_b) with o, w fitted to the same device's all-reduces, at the
+    equal buckets the model assumes and at the buckets DDPBucketed formed, against the measured
+    exposed communication; why they differ, from the measurements."""
     fit = fits.get((ddp["backend"], ddp["world_size"]))
     s = ddp["grad_bytes"]
     if not ddp["buckets"] or s is None:
         return None
     u = _Unit(s)
-    out = ["### ddp_overlap_bucketed (b): the bucket model against the measurements",
-           "T(n_b) = n_b·o + s/(n_b·w) is the communication left after backward (see the accounting section); "
+    out = ["T(n_b) = n_b·o + s/(n_b·w) is the communication left after backward (derivation on the "
+           "[communication_accounting](communication_accounting.md) page); "
            f"s = {u.d(s)} {u.dec_name} of fp32 gradients"]
     if fit is None:
         out[-1] += f"; no all-reduce fit for {ddp['backend']} at {ddp['world_size']} processes in this data."
         return "\n\n".join(out)
     o, w = fit["o_s"], fit["w_Bps"]
     out[-1] += (f", o = {o * 1e6:.1f} µs and w = {w / 1e9:.2f} GB/s fitted to the {ddp['backend']} all-reduce "
-                f"timings at {ddp['world_size']} processes.")
-    if o <= 0:
-        out.append("The fitted per-call overhead is not positive (the small sizes do not resolve a latency), so "
-                   "the model has no finite optimum here: it predicts one bucket.")
-        best_pred = None
-    else:
-        best_pred = acc.optimal_bucket_bytes(s, o, w)
-        out.append(f"Predicted optimal bucket √(s·o·w) = {best_pred / 2**20:,.1f} MB "
-                   f"(n_b* = {acc.optimal_n_buckets(s, o, w):.1f}), T* = {acc.min_bucketed_overhead(s, o, w) * 1e3:.2f} ms.")
+                f"timings at {ddp['world_size']} processes (MB = 2^20 bytes).")
+    best = acc.optimal_bucket_bytes(s, o, w) / 2**20
+    out.append(f"Predicted optimal bucket √(s·o·w) = {best:,.1f} MB (n_b* = {acc.optimal_n_buckets(s, o, w):.1f}), "
+               f"T* = {acc.min_bucketed_overhead(s, o, w) * 1e3:.2f} ms.")
     for ctx, b in sorted(ddp["buckets"].items()):
-        rows = [[f"{mb:g}", f"{acc.overhead_for_bucket_size(s, mb * 2**20, max(o, 0.0), w) * 1e3:.2f}",
-                 ms(comm), ms(step)] for mb, (step, comm) in sorted(b.items())]
-        measured = min(b, key=lambda mb: b[mb][0])
-        verdict = "" if best_pred is None else (
-            f" The model's optimum ({best_pred / 2**20:,.1f} MB) is closest to the grid's "
-            f"{min(b, key=lambda mb: abs(mb * 2**20 - best_pred)):g} MB.")
-        out.append(f"**context {ctx}**: fastest measured bucket size {measured:g} MB.{verdict}\n\n"
-                   + table(["bucket (MB)", "modelled T (ms)", "measured exposed comm (ms)", "measured step (ms)"], rows))
-    return "\n\n".join(out)
+        grid = sorted(b)
+        rows = [[f"{mb:g}", "–" if run.n_buckets is None else run.n_buckets,
+                 f"{acc.overhead_for_bucket_size(s, mb * 2**20, o, w) * 1e3:.2f}",
+                 "–" if not run.n_buckets else f"{acc.bucketed_overhead(s, run.n_buckets, o, w) * 1e3:.2f}",
+                 ms(run.comm_s), ms(run.step_s, run.step_std)] for mb, run in sorted(b.items())]
+        fastest = min(b, key=lambda mb: b[mb].step_s)
+        ties = [f"{mb:g} MB" for mb in grid if mb != fastest and within_noise(b[mb], b[fastest])]
+        below, above = [mb for mb in grid if mb <= best], [mb for mb in grid if mb >= best]
+        where = (f"between the grid's {below[-1]:g} and {above[0]:g} MB" if below and above and below[-1] != above[0]
+                 else f"at the grid's {(below or above)[-1 if below else 0]:g} MB" if below and above
+                 else f"outside the grid ({grid[0]:g}–{grid[-1]:g} MB)")
+        text = (f"**context {ctx}**: fastest measured step at {fastest:g} MB buckets"
+                + (f" (within noise of {', '.join(ties)})" if ties else "") + f"; the model's optimum, "
+                f"{best:,.1f} MB, lies {where}.")
+        out.append(text + "\n\n" + table(
+            ["bucket (MB)", "buckets formed", "model T, equal buckets (ms)", "model T, buckets formed (ms)",
+             "measured exposed comm (ms)", "measured step (ms)"], rows))
+    out.append(_bucket_gap_text(s, o, w, ddp["buckets"], overlap or {}))
+    return "\n\n".join(x for x in out if x)
+
+
+def _bucket_gap_text(s: float, o: float, w: float, buckets: dict, overlap: dict[str, float]) -> str | None:
+    """Why the model and the measurements differ, in the measurements' own numbers: (1) the model's
+    buckets split parameters, DDPBucketed's never do; (2) the model hides all but the last bucket,
+    the profiled step shows how much communication really overlapped compute."""
+    ctx = min(buckets)
+    b = buckets[ctx]
+    small, large = min(b), max(b)
+    parts = []
+    sb = b[small]
+    if sb.n_buckets:
+        parts.append(
+            f"At {small:g} MB the equal-bucket model counts s / {small:g} MB = {s / (small * 2**20):,.0f} buckets, "
+            f"but DDPBucketed never splits a parameter (a weight larger than the cap gets a bucket of its own), so it "
+            f"formed {sb.n_buckets}; at that count the model gives "
+            f"{acc.bucketed_overhead(s, sb.n_buckets, o, w) * 1e3:.1f} ms instead of "
+            f"{acc.overhead_for_bucket_size(s, small * 2**20, o, w) * 1e3:.1f} ms (measured at context {ctx}: "
+            f"{ms(sb.comm_s)} ms).")
+    lb = b[large]
+    whole = s / w
+    shares = "; ".join(f"{pct(v)} for {k}" for k, v in sorted(overlap.items()))
+    if lb.comm_s is not None:
+        parts.append(
+            f"At {large:g} MB the model leaves only the last bucket exposed "
+            f"({acc.overhead_for_bucket_size(s, large * 2**20, o, w) * 1e3:.2f} ms), but the measured "
+            f"{ms(lb.comm_s)} ms at context {ctx} is {lb.comm_s / whole:.1f}× the time of the whole gradient "
+            f"all-reduce at the fitted bandwidth (s/w = {whole * 1e3:.1f} ms): the all-reduces were not hidden "
+            "behind backward as the model assumes"
+            + (f"; in the profiled step the share of communication that overlapped compute was {shares}"
+               if shares else "") + ".")
+    return " ".join(parts) or None
 
 
 def _render_timeline(rows: list, path: Path) -> None:
-    fig, axes = figures.plt.subplots(len(rows), 1, figsize=(8, 1.9 * len(rows) + 0.6), squeeze=False)
-    for ax, (label, tl) in zip(axes[:, 0], rows):
+    """One panel per variant, a lane each for compute and communication. The JSON keeps each lane's
+    kernels merged across short gaps (impl.bench.traces), so a drawn bar can span idle time; each
+    lane is shaded by its busy share (busy ÷ drawn) and labelled with both, so a bar never reads as
+    busier than the table says."""
+    fig, axes = figures.plt.subplots(len(rows), 1, figsize=(9.5, 1.9 * len(rows) + 0.9), squeeze=False)
+    for k_ax, (ax, (label, tl)) in enumerate(zip(axes[:, 0], rows)):
+        ticks = []
         for y, lane, color in ((1, "compute", "C0"), (0, "communication", "C3")):
-            ax.broken_barh([(s / 1e3, max(dur / 1e3, 1e-3)) for s, dur in tl["lanes"][lane]], (y - 0.35, 0.7),
-                           color=color)
+            bars = tl["lanes"][lane]
+            drawn = sum(dur for _, dur in bars)
+            busy = tl["busy_us"][lane]
+            alpha = max(0.1, min(1.0, busy / drawn)) if drawn else 1.0
+            ax.broken_barh([(st / 1e3, max(dur / 1e3, 1e-3)) for st, dur in bars], (y - 0.35, 0.7), color=color,
+                           alpha=alpha)
+            ticks.append(f"{lane}\nbusy {busy / 1e3:.0f} of {drawn / 1e3:.0f} ms drawn")
         for k, p in enumerate(tl["phases"]):
             ax.axvspan(p["start_us"] / 1e3, (p["start_us"] + p["dur_us"]) / 1e3, color=f"C{k + 4}", alpha=0.12,
                        label=p["name"])
-        ax.set(yticks=[0, 1], yticklabels=["communication", "compute"], title=label, xlabel="ms from step start")
-        ax.legend(fontsize=6, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4, frameon=False)
+        ax.set(yticks=[1, 0], xlabel="ms from step start")
+        ax.set_yticklabels(ticks, fontsize=7)
+        ax.set_title(label, fontsize=9, loc="left")
+        if k_ax == 0:  # the same phases in every panel: one legend, beside the first
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="phase",
+                      title_fontsize=7)
     figures.save(fig, path)
 
 
@@ -307,13 +393,15 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     _render_timeline(rows, fig_dir / name)
     src = rows[0][1]["source"]
     first = tr.iloc[0]
+    traced = ", ".join(label for label, _ in rows)
     return "\n\n".join([
-        "### ddp_overlap_individual_parameters (b): profiler timeline",
-        f"One step on rank 0 (torch.profiler, {src}), after the row's timed steps, context "
-        f"{int(first['cfg.context'])}, per-rank batch {int(first['cfg.batch_per_rank'])}; intervals merged for size, "
-        "shaded bands are the annotated phases. "
-        "Naive DDP communicates only after backward; the bucketed DDP's all-reduces run beside backward compute.",
-        f"![DDP timeline]({fig_rel}/{name})",
+        f"One step on rank 0 (torch.profiler, {src}) after the row's timed steps, context "
+        f"{int(first['cfg.context'])}, per-rank batch {int(first['cfg.batch_per_rank'])}; variants traced: {traced} "
+        "(the overlapped variant this run traced is the bucketed DDP, which overlaps the same way as the "
+        "per-parameter one, a bucket at a time). Shaded bands are the annotated phases. The stored lanes merge "
+        "kernels across short gaps, so each lane's bars are shaded by its busy share and labelled with busy ÷ drawn "
+        "time; the busy times in the table are exact (computed before merging).",
+        f"![DDP timeline: naive vs overlapped]({fig_rel}/{name})",
         table(["variant", "step span (ms)", "compute busy (ms)", "communication busy (ms)",
                "communication overlapping compute (ms)", "share of communication overlapped"], stats)])
 
@@ -351,14 +439,15 @@ def sharding_section(d: pd.DataFrame) -> str | None:
         cmp_rows.append([label, ms(r["median"], r["stddev"]), ms(opt_s), gib(max(states)),
                          gib(max(m["after_peak"] for m in _info(r, "ranks")) if _info(r, "ranks")[0]["after_peak"] is not None else None),
                          _gb(_info(r, "comm_bytes_per_step")), _info(r, "comm_bytes_source"), _gb(vol)])
+    psi = _info(first, "n_params", 0) * 4
     return "\n\n".join([
-        "## optimizer_state_sharding_accounting",
         f"{first['cfg.size']}, fp32, per-rank batch {int(first['cfg.batch_per_rank'])} at context {int(first['cfg.context'])}, "
         f"{int(first['cfg.world_size'])} ranks over {first['cfg.backend']}. Peaks (CUDA allocator): after model, "
         "wrapper and optimizer are built; of forward + backward + gradient sync (\"before step\"); during the "
         "optimizer step (\"after step\"). Breakdown from the tensors on the rank directly before the step "
         "(optimizer state directly after it): parameters (distinct storages), gradients, optimizer state, buffers "
-        "(storages not counted as parameters or gradients: DDP buckets, ZeRO-1 flat buffers), activations = peak before the step − allocated directly before "
+        "(storages not counted as parameters or gradients, e.g. DDP buckets; ZeRO-1's flat buffers are the storage "
+        "its parameters and gradients are views of, so they count under those two and buffers reads 0 for it), activations = peak before the step − allocated directly before "
         "it (what forward/backward add on top of the resident state), other = allocated before the step − the named "
         "tensors. Prediction: impl.accounting.memory_breakdown (ZeRO stage 0 / 1) with activation_bytes "
         "(the tensors autograd saves; the measured transient also holds gradients being produced and "
@@ -366,7 +455,8 @@ def sharding_section(d: pd.DataFrame) -> str | None:
         table(["configuration", "rank", f"peak after init ({u.bin_name})", f"peak before step ({u.bin_name})", f"peak after step ({u.bin_name})",
                f"params ({u.bin_name})", f"grads ({u.bin_name})", f"optimizer state ({u.bin_name})", f"buffers ({u.bin_name})", f"activations ({u.bin_name})",
                f"other ({u.bin_name})", f"predicted params / grads / state ({u.bin_name})", f"predicted activations ({u.bin_name})"], mem_rows),
-        "**ZeRO-1 vs the simple sharded optimizer** (and the unsharded and torch baselines): the same optimizer "
+        f"**ZeRO-1 vs the simple sharded optimizer** (and the unsharded and torch baselines). Ψ = the bytes of the "
+        f"fp32 gradients, equal to the parameters' ({_gb(psi)} {u.dec_name} here). The same optimizer "
         "state per rank; the simple version all-reduces gradients and then broadcasts every owner's updated "
         "parameters (payload 2Ψ handed to collectives, ring volume 3(n−1)/n·Ψ per rank), ZeRO-1 reduce-scatters "
         "gradients and all-gathers parameters (payload 2Ψ over the whole buffer, ring volume 2(n−1)/n·Ψ, as DDP). "
@@ -386,12 +476,12 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     comm = df[df.problem == COMM]
     fits = _fits(comm) if not comm.empty else {}
     if not comm.empty:
-        parts.append(allreduce_section(comm, device, fig_dir, fig_rel))
+        parts.append("## distributed_communication_single_node\n\n" + allreduce_section(comm, device, fig_dir, fig_rel))
     ddp = df[df.problem.isin(DDP_PROBLEMS)]
     if not ddp.empty:
         text, data = ddp_section(ddp)
-        parts.append(text)
-        bucket = bucket_model_section(fits, data)
+        parts.append("## DDP benchmarking\n\n" + text)
+        bucket = bucket_model_section(fits, data, overlap_shares(ddp))
         if bucket:
             parts.append(bucket)
         tl = timeline_section(ddp, device, fig_dir, fig_rel)
@@ -399,5 +489,5 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
             parts.append(tl)
     shard = sharding_section(df[df.problem == SHARD])
     if shard:
-        parts.append(shard)
+        parts.append(f"## {SHARD}\n\n" + shard)
     return "\n\n".join(parts) if parts else None

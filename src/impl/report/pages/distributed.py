@@ -1,0 +1,487 @@
+"""Pages of sections 2-3 and FSDP: distributed_communication, ddp, communication_accounting,
+optimizer_sharding and fsdp (with the 2026 edition's fsdp_accounting). Tables and figures come from
+the section helpers impl.report.distributed, .fsdp and .accounting; this module puts the answers
+first, GPU devices only (the CPU smoke rows have their own page), and the run metadata last.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from impl import accounting as acc
+from impl.bench.row import Metric, Status
+from impl.model import MODEL_SIZES
+from impl.report import accounting as acc_r
+from impl.report import distributed as dr
+from impl.report import figures
+from impl.report import fsdp as fr
+from impl.report.markdown import gib, missing, ms, pct, table
+from impl.report.pages import Answer, Context, Page, Score
+from impl.report.pages.problems import problem
+
+NOT_ON_GPU = "not measured on a GPU yet"
+DDP_VARIANTS = ("naive", "flat", "individual", "bucketed")
+
+
+# ---- shared ------------------------------------------------------------------------------------
+
+
+def gpu_rows(ctx: Context, problems: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """(device, its newest rows of `problems`) for every GPU device that has any, one-GPU kinds first."""
+    out = []
+    for dev in ctx.gpu_devices():
+        d = ctx.device_rows(dev)
+        d = d[d.problem.isin(problems)]
+        if not d.empty:
+            out.append((dev, d))
+    return out
+
+
+def run_date(d: pd.DataFrame) -> str:
+    return max(str(x) for x in d.datetime if x)[:10] if not d.empty else "–"
+
+
+def device_label(dev: str, d: pd.DataFrame) -> str:
+    """e.g. "2× NVIDIA H200 (h200-141gb-x2)": the GPU's name from a row's environment."""
+    name = d["row"].iloc[0].env.device
+    count = dev.rsplit("-x", 1)[-1]
+    return f"{count}× {name} ({dev})" if count.isdigit() else f"{name} ({dev})"
+
+
+def run_metadata(d: pd.DataFrame) -> str:
+    runs = d.drop_duplicates(["section", "datetime", "commit"]).sort_values("section")
+    rows = [[r.section, str(r.datetime)[:19].replace("T", " ") + " UTC", r.commit or "–",
+             "older format" if r.legacy else "current format"] for r in runs.itertuples()]
+    return "**Runs**\n\n" + table(["section", "run (UTC)", "commit", "file format"], rows)
+
+
+def measured(r) -> bool:
+    return r is not None and r["status"] == Status.MEASURED.value and not missing(r["median"])
+
+
+def fig_prefix(slug: str, dev: str) -> str:
+    """Figures of a page are named <slug>-<device>…png (the helpers append their own suffix)."""
+    return f"{slug}-{dev}"
+
+
+# ---- distributed_communication_single_node -------------------------------------------------------
+
+
+def _comm_points(d: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
+    """(backend, processes) -> {bytes: (bus bandwidth GB/s, seconds per all-reduce)} of the measured rows."""
+    out: dict = {}
+    for _, r in dr._comm_rows(d).iterrows():
+        bw = dr.figure(r, "busbw_GBps", Metric.BUS_BW)
+        if measured(r) and not missing(bw):
+            out.setdefault((r["cfg.backend"], int(r["cfg.world_size"])), {})[int(r["cfg.bytes"])] = (bw, dr._per_op(r))
+    return out
+
+
+def comm_page(ctx: Context) -> Page:
+    name = "distributed_communication_single_node"
+    slug = problem(name).slug
+    q = ("How long does an all-reduce take with Gloo on the CPU and NCCL on the GPUs, for 1 MB to 1 GB of float32 "
+         "and 2, 4, 6 processes, and what are its algorithm and bus bandwidths?")
+    runs = gpu_rows(ctx, [name])
+    body, score = [], Score(NOT_ON_GPU)
+    text = f"{NOT_ON_GPU}."
+    for dev, d in runs:
+        pts = _comm_points(d)
+        nccl = max((k for k in pts if k[0] == "nccl"), default=None)
+        gloo = [k for k in sorted(pts) if k[0] == "gloo"]
+        if nccl and gloo:
+            big = max(pts[nccl])
+            nbw, nt = pts[nccl][big]
+            same = ("gloo", nccl[1])
+            gbw, gt = pts[same][big] if same in pts and big in pts[same] else (None, None)
+            at_big = [(k[1], pts[k][big][0]) for k in gloo if big in pts[k]]
+            not_run = int((dr._comm_rows(d).status != Status.MEASURED.value).sum())
+            text = (f"On {device_label(dev, d)}, NCCL all-reduces {big / 2**20:,.0f} MB across {nccl[1]} GPUs in "
+                    f"{ms(nt)} ms (bus bandwidth {nbw:,.1f} GB/s)"
+                    + (f", {gt / nt:,.0f}× faster than Gloo on the CPU at the same size and process count "
+                       f"({ms(gt)} ms, {gbw:,.2f} GB/s)" if gt else "") + ". "
+                    f"Gloo's bus bandwidth at {big / 2**20:,.0f} MB goes "
+                    + " → ".join(f"{bw:,.2f} GB/s ({n} processes)" for n, bw in at_big)
+                    + f"; {not_run} configurations were not run (NCCL needs one GPU per process).")
+            score = Score(f"NCCL {nccl[1]} GPUs: {big / 2**20:,.0f} MB in {ms(nt)} ms", f"busbw {nbw:,.1f} GB/s",
+                          f"{gt / nt:,.0f}× faster than Gloo" if gt else "–", dev, run_date(d))
+        body += [f"## {device_label(dev, d)}",
+                 dr.allreduce_section(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel), run_metadata(d)]
+    return Page(slug, "distributed_communication_single_node: all-reduce latency and bandwidth", [problem(name)],
+                [Answer(q, text)], "\n\n".join(body), score={name: score})
+
+
+# ---- DDP ------------------------------------------------------------------------------------------
+
+
+def _by_variant(g: pd.DataFrame) -> dict:
+    return {(r["cfg.variant"], r["cfg.bucket_mb"] if r["cfg.variant"] == "bucketed" else None): r
+            for _, r in g.iterrows() if dr._cfg(r, "kind") != "trace"}
+
+
+def _ratio(r, ref) -> str:
+    if not (measured(r) and measured(ref)):
+        return "–"
+    x = r["median"] / ref["median"]
+    noise = abs(r["median"] - ref["median"]) <= (r["stddev"] or 0) + (ref["stddev"] or 0)
+    return f"{x:.2f}×" + (" (within noise)" if noise else "")
+
+
+def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
+    """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std)."""
+    groups = sorted(d.groupby(["cfg.context", "cfg.batch_per_rank"]), key=lambda x: x[0])
+    fig, ax = figures.new(figsize=(8.5, 4.2))
+    width = 0.8 / max(len(groups), 1)
+    labels: list[str] = []
+    for k, ((ctx, batch), g) in enumerate(groups):
+        by = _by_variant(g)
+        floor = by.get(("single", None))
+        if not measured(floor):
+            continue
+        keys = [key for key in sorted(by, key=lambda x: (dr.VARIANT_ORDER.index(x[0]) if x[0] in dr.VARIANT_ORDER
+                                                          else 99, x[1] or 0)) if key[0] != "single"]
+        labels = labels or [dr._ddp_label(by[key]).split(" (")[0] for key in keys]
+        vals = [100 * (by[key]["median"] / floor["median"] - 1) if measured(by[key]) else float("nan") for key in keys]
+        errs = [100 * ((by[key]["stddev"] or 0) + (floor["stddev"] or 0)) / floor["median"] if measured(by[key])
+                else 0 for key in keys]
+        xs = [i + (k - (len(groups) - 1) / 2) * width for i in range(len(keys))]
+        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=f"context {int(ctx)}, per-rank batch {int(batch)}",
+                      color=f"C{k}")
+        for bar, key in zip(bars, keys):
+            if key[0] == "torch_ddp":
+                bar.set_hatch("//")
+                bar.set_edgecolor("black")
+    ax.axhline(0, color="0.3", lw=0.6)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
+    ax.set(ylabel="step time over the single-GPU floor (%)",
+           title=f"DDP overhead, ours vs torch DDP (hatched); ±1 std of both\n{caption_run}")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=8)
+    figures.save(fig, path)
+
+
+def _best_ours(by: dict):
+    ours = [r for (v, _), r in by.items() if v in DDP_VARIANTS and measured(r)]
+    return min(ours, key=lambda r: r["median"]) if ours else None
+
+
+def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
+    path = ctx.reports_dir / "data" / dev / "logs" / name
+    if not path.exists():
+        return None
+    lines = [x.strip() for x in path.read_text().splitlines() if x.strip()]
+    return lines[-1] if lines else None
+
+
+def ddp_page(ctx: Context) -> Page:
+    slug = problem("naive_ddp").slug
+    names = ["naive_ddp", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
+             "ddp_overlap_individual_parameters", "ddp_overlap_bucketed"]
+    runs = gpu_rows(ctx, dr.DDP_PROBLEMS)
+    comm_runs = dict(gpu_rows(ctx, [dr.COMM]))
+    answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
+    scores = {n: Score(NOT_ON_GPU) for n in names}
+    body, index_figures = [], []
+    for dev, d in runs:
+        label, date = device_label(dev, d), run_date(d)
+        bench = d[d.apply(lambda r: dr._cfg(r, "kind") != "trace", axis=1)]
+        groups = sorted(bench.groupby(["cfg.context", "cfg.batch_per_rank"]), key=lambda x: x[0])
+        per_ctx = []
+        for (c, b), g in groups:
+            by = _by_variant(g)
+            per_ctx.append((int(c), int(b), by))
+        tail = _log_tail(ctx, dev, "correctness-nccl.txt")
+        if tail:
+            answers["naive_ddp"] = (f"Yes: correctness/test_distributed.py trains each DDP variant (naive included) "
+                                    f"against one process on the same total batch and compares the weights; on {label} "
+                                    f"over NCCL that suite ended \"{tail}\" (logs/correctness-nccl.txt).")
+            scores["naive_ddp"] = Score("weights match single-process training", tail.split(" in ")[0], "–", dev, "–")
+
+        def step_line(key, what):
+            parts = []
+            for c, b, by in per_ctx:
+                r, floor = by.get(key), by.get(("single", None))
+                if measured(r):
+                    share = dr.figure(r, "comm_share", Metric.COMM_SHARE)
+                    parts.append(f"context {c} (batch {b}/rank): {ms(r['median'], r['stddev'])} ms per step, "
+                                 + (f"{pct(share)} of it waiting on communication, " if not missing(share) else "")
+                                 + f"{_ratio(r, floor)} the single-GPU floor")
+            return f"{what} on {label}: " + "; ".join(parts) + "." if parts else f"{NOT_ON_GPU}."
+        answers["naive_ddp_benchmarking"] = step_line(("naive", None), "Naive DDP (xl, 2 ranks)")
+        flat = step_line(("flat", None), "One all-reduce of the flattened gradients")
+        answers["minimal_ddp_flat_benchmarking"] = flat + " " + " ".join(
+            f"Flat vs naive at context {c}: {_ratio(by.get(('flat', None)), by.get(('naive', None)))}."
+            for c, _, by in per_ctx)
+        ind = step_line(("individual", None), "Per-parameter overlapped DDP")
+        overlap = dr.overlap_shares(d)
+        answers["ddp_overlap_individual_parameters"] = ind + " " + " ".join(
+            f"Against naive at context {c}: {_ratio(by.get(('individual', None)), by.get(('naive', None)))}."
+            for c, _, by in per_ctx) + (
+            " (b) In the profiled step the share of communication overlapping backward compute was "
+            + "; ".join(f"{pct(v)} for {k}" for k, v in sorted(overlap.items())) + " (timeline below)."
+            if overlap else "")
+        bucket_parts = []
+        for c, b, by in per_ctx:
+            bk = {k[1]: r for k, r in by.items() if k[0] == "bucketed" and measured(r)}
+            if bk:
+                best = min(bk, key=lambda mb: bk[mb]["median"])
+                bucket_parts.append(f"context {c}: fastest at {best:g} MB ({ms(bk[best]['median'], bk[best]['stddev'])} "
+                                    f"ms, {_ratio(bk[best], by.get(('torch_ddp', None)))} torch DDP)")
+        answers["ddp_overlap_bucketed"] = (f"On {label}, " + "; ".join(bucket_parts) + ". (b) The bucket model "
+                                           "against these measurements is below, with why they differ."
+                                           if bucket_parts else f"{NOT_ON_GPU}.")
+        # scoreboard: our best DDP against torch DDP, per problem the variant's own row
+        big = per_ctx[-1] if per_ctx else None
+        if big:
+            c, b, by = big
+            anchor = by.get(("torch_ddp", None))
+            for n, key in (("naive_ddp_benchmarking", ("naive", None)), ("minimal_ddp_flat_benchmarking", ("flat", None)),
+                           ("ddp_overlap_individual_parameters", ("individual", None))):
+                r = by.get(key)
+                if measured(r):
+                    scores[n] = Score(f"{dr._ddp_label(r)}: {_ratio(r, by.get(('single', None)))} single GPU (ctx {c})",
+                                      f"{ms(r['median'])} ms/step", f"{_ratio(r, anchor)} torch DDP", dev, date)
+            best = _best_ours(by)
+            bk = {k[1]: r for k, r in by.items() if k[0] == "bucketed" and measured(r)}
+            if bk:
+                mb = min(bk, key=lambda x: bk[x]["median"])
+                scores["ddp_overlap_bucketed"] = Score(
+                    f"our DDP vs torch DDP: best bucket {mb:g} MB (ctx {c}); best of ours {dr._ddp_label(best)}",
+                    f"{ms(bk[mb]['median'])} ms/step", f"{_ratio(bk[mb], anchor)} torch DDP", dev, date)
+        # body
+        fig_name = f"{fig_prefix(slug, dev)}-overhead-vs-torch-ddp.png"
+        ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, run {date}")
+        index_figures.append((f"DDP overhead against torch DDP ({label}, run {date})", f"{ctx.fig_rel}/{fig_name}"))
+        text, data = dr.ddp_section(d)
+        comm = comm_runs.get(dev)
+        fits = dr._fits(comm) if comm is not None else {}
+        body += [f"## {label}", "### Our DDP against torch DDP",
+                 f"![DDP overhead against torch DDP]({ctx.fig_rel}/{fig_name})", text,
+                 "### ddp_overlap_bucketed (b): the bucket model against the measurements",
+                 dr.bucket_model_section(fits, data, overlap) or "No bucketed rows.",
+                 "### ddp_overlap_individual_parameters (b): naive vs overlapped DDP, profiler timeline",
+                 dr.timeline_section(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel) or "No profiled step in this run.",
+                 run_metadata(d)]
+    questions = {
+        "naive_ddp": "naive_ddp: does DDP with a broadcast from rank 0 and an all-reduce of each gradient after "
+                     "backward train to the same weights as one process on the same total batch?",
+        "naive_ddp_benchmarking": "naive_ddp_benchmarking: time per training step of xl on 1 node × 2 GPUs, and the "
+                                  "share spent communicating gradients?",
+        "minimal_ddp_flat_benchmarking": "minimal_ddp_flat_benchmarking: does one all-reduce of the flattened "
+                                         "gradients beat one per parameter?",
+        "ddp_overlap_individual_parameters": "ddp_overlap_individual_parameters: does overlapping each parameter's "
+                                             "all-reduce with backward cut the step time, and does the profiler show the "
+                                             "overlap (b)?",
+        "ddp_overlap_bucketed": "ddp_overlap_bucketed: step time at 1, 10, 100, 1000 MB buckets, and (b) does the "
+                                "bucket model's optimum match the measurements?",
+    }
+    return Page(slug, "DDP: naive, flat, overlapped, bucketed, against torch DDP", [problem(n) for n in names],
+                [Answer(questions[n], answers[n]) for n in names], "\n\n".join(body), score=scores,
+                index_figures=index_figures[:1])
+
+
+# ---- communication_accounting ---------------------------------------------------------------------
+
+
+def accounting_page(ctx: Context) -> Page:
+    """Closed forms (impl.accounting), the same on every device: read from the rows of
+    perf/test_communication_accounting.py, which carry the computed tables."""
+    name = "communication_accounting"
+    slug = problem(name).slug
+    rows = ctx.df[ctx.df.problem == name] if not ctx.df.empty else ctx.df
+    if not rows.empty:  # the same closed forms wherever they ran: one device's rows
+        rows = rows[rows.device == rows.device.iloc[0]]
+    by = {r["cfg.case"]: r["details"]["results"] for _, r in rows.iterrows()} if not rows.empty else {}
+    qs = ["(a) How much memory do the XXL model's FP32 master weights, gradients and optimizer state take, and "
+          "how many H100 80GB is that?",
+          "(b) With weights, optimizer state, gradients and half the activations sharded over N_FSDP devices, how "
+          "many are needed to fit 95 GB per device?",
+          "(c) On TPU v5p (W_ici = 2·9e10, C = 4.6e14, M_X = 2, M_Y = 1, X = 16, Y = 4), what per-device and overall "
+          "batch makes the model compute-bound?",
+          "(d) How could the batch be lowered while keeping high throughput?"]
+    if "xxl" not in by:
+        return Page(slug, "communication_accounting", [problem(name)], [Answer(q, "not computed yet.") for q in qs],
+                    "", score={name: Score("not computed yet")})
+    r = by["xxl"]
+    st, cb = r["state"], r["compute_bound"]
+    n0 = next((x for x in r["fsdp"] if x["tokens"] == 0), r["fsdp"][0])
+    texts = [
+        f"{st['total'] / 1e9:,.0f} GB ({st['total'] / 2**30:,.0f} GiB) for P = {r['n_params']:,} parameters at 16 "
+        f"bytes each (4 master weight + 4 gradient + 8 AdamW moments): {r['h100_needed']} H100 80GB GPUs before any "
+        "activation.",
+        f"Weights and state alone need N_FSDP = {n0['n_fsdp']} (M = 16P/N + A/(2N) + A/2 < 95 GB); every 1,024 tokens "
+        f"add {r['activation_bytes_per_token'] * 1024 / 1e9:,.1f} GB of BF16 activations, and above "
+        f"{r['fsdp_max_tokens']:,} tokens the unsharded half alone exceeds 95 GB, so no N_FSDP suffices.",
+        f"T_math ≥ T_FSDP needs B/N ≥ α/(M_X·Y) = {cb['per_device_tokens']:,.1f} tokens per device "
+        f"(α = C/W_ici = {cb['alpha']:,.0f}), i.e. {cb['per_device_tokens_int']} per device and "
+        f"{cb['global_tokens_int']:,} tokens overall on N = {cb['n_chips']} chips; the TP condition "
+        f"{'holds' if cb['tp_compute_bound'] else 'fails'} at this d_ff independently of the batch.",
+        "Move ways from FSDP to tensor / sequence or pipeline parallelism (no weight re-gathers), put fewer bytes on "
+        "the wire (fp8 or compressed all-gathers), keep gathered weights across gradient-accumulation micro-batches, "
+        "prefetch to overlap all-gathers with the previous layer, and map sharded axes onto the fastest links "
+        "(detail and the optimal-X row below).",
+    ]
+    worked = acc_r.render(rows, "all", ctx.fig_dir, ctx.fig_rel) or ""
+    body = [worked.removeprefix("## communication_accounting\n\n"),
+            "These are closed forms (impl.accounting, tested in correctness/test_accounting.py), identical on every "
+            "device; they are read from the rows of perf/test_communication_accounting.py, which carry the tables."]
+    score = Score(f"XXL: {r['h100_needed']} H100s for weights+state; compute-bound at "
+                  f"{cb['per_device_tokens_int']} tokens/device on v5p", f"{cb['global_tokens_int']:,} tokens/step",
+                  "–", "closed form", "–")
+    return Page(slug, "communication_accounting: the XXL model on FSDP × TP", [problem(name)],
+                [Answer(q, t) for q, t in zip(qs, texts)], "\n\n".join(body), score={name: score})
+
+
+# ---- optimizer state sharding -------------------------------------------------------------------
+
+
+def _sharding_notes(d: pd.DataFrame) -> str | None:
+    """The measured oddities of the sharding table, explained with its own numbers."""
+    by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
+    if not by:
+        return None
+    notes = []
+    first = next(iter(by.values()))
+    r0 = first["details"]["ranks"][0]
+    params = r0["named_before"]["parameters"]
+    if r0.get("init_peak") and r0.get("init_allocated"):
+        notes.append(f"**Peak after init is about twice the parameters** ({gib(r0['init_peak'])} GiB peak against "
+                     f"{gib(r0['init_allocated'])} GiB allocated once init is done; parameters {gib(params)} GiB): "
+                     "the wrapper synchronises the ranks' weights with one coalesced broadcast from rank 0, which "
+                     "flattens every parameter into a temporary buffer the size of the model. Write-ups that report "
+                     "allocated memory after init see only the parameters.")
+    z, base = by.get("zero1"), by.get("sharded")
+    if z is not None and base is not None:
+        za, ba = z["details"]["ranks"][0]["activations"], base["details"]["ranks"][0]["activations"]
+        grads = z["details"]["ranks"][0]["named_before"]["gradients"]
+        if za is not None and ba is not None:
+            notes.append(f"**ZeRO-1's \"activations\" read {gib(za)} GiB against {gib(ba)} GiB** for the same model: "
+                         f"the {gib(za - ba)} GiB difference is its gradients' {gib(grads)} GiB held twice during "
+                         "backward. zero_grad(set_to_none=True) drops the parameters' views into the flat gradient "
+                         "buffer, which stays allocated, and autograd writes fresh gradients beside it; they are copied "
+                         "in and freed before the step, so they count in the backward peak but not in the tensors "
+                         "directly before the step.")
+    return "\n\n".join(notes) or None
+
+
+def sharding_page(ctx: Context) -> Page:
+    slug = problem("optimizer_state_sharding").slug
+    names = ["optimizer_state_sharding", "optimizer_state_sharding_accounting"]
+    runs = gpu_rows(ctx, [dr.SHARD])
+    answers = {n: f"{NOT_ON_GPU}." for n in names}
+    scores = {n: Score(NOT_ON_GPU) for n in names}
+    body = []
+    for dev, d in runs:
+        label, date = device_label(dev, d), run_date(d)
+        by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
+        tail = _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt")
+        if tail:
+            answers["optimizer_state_sharding"] = (
+                "Yes: correctness/test_sharded_optimizer.py checks ShardedOptimizer against AdamW on one process "
+                "(parameter groups, add_param_group mid-training, tied weights, parameters without gradients); on "
+                f"{label} over NCCL that suite ended \"{tail}\" (logs/correctness-nccl-fsdp-sharding.txt).")
+            scores["optimizer_state_sharding"] = Score("matches unsharded AdamW", tail.split(" in ")[0], "–", dev, "–")
+        none, sh, z = by.get("none"), by.get("sharded"), by.get("zero1")
+        if none is not None and sh is not None:
+            def peak(r, key):
+                return max(x[key] for x in r["details"]["ranks"])
+
+            def state(r):
+                return max(x["named_after"]["optimizer_state"] for x in r["details"]["ranks"])
+            text = (f"On {label} (xl, 2 ranks): optimizer state per rank {gib(state(none))} → {gib(state(sh))} GiB; "
+                    f"peak before the step {gib(peak(none, 'before_peak'))} → {gib(peak(sh, 'before_peak'))} GiB, "
+                    f"during it {gib(peak(none, 'after_peak'))} → {gib(peak(sh, 'after_peak'))} GiB; step "
+                    f"{ms(none['median'], none['stddev'])} → {ms(sh['median'], sh['stddev'])} ms "
+                    f"({_ratio(sh, none)}).")
+            if z is not None:
+                text += (f" ZeRO-1 keeps the same state but reduce-scatters gradients and all-gathers parameters "
+                         f"(with Ψ the {z['details']['n_params'] * 4 / 1e9:,.2f} GB of fp32 gradients, ring volume "
+                         "2(n−1)/n·Ψ per rank, as DDP, against 3(n−1)/n·Ψ for all-reduce + broadcast): "
+                         f"step {ms(z['median'], z['stddev'])} ms ({_ratio(z, sh)} the simple version), peak during "
+                         f"the step {gib(peak(z, 'after_peak'))} GiB.")
+            answers["optimizer_state_sharding_accounting"] = text
+            scores["optimizer_state_sharding_accounting"] = Score(
+                f"optimizer state {gib(state(none))} → {gib(state(sh))} GiB/rank",
+                f"peak during step {gib(peak(sh, 'after_peak'))} GiB", f"{_ratio(sh, none)} unsharded step", dev, date)
+        body += [f"## {label}", dr.sharding_section(d) or "", _sharding_notes(d) or "", run_metadata(d)]
+    qs = {"optimizer_state_sharding": "optimizer_state_sharding: does the sharded optimizer (each rank steps ~1/world "
+                                      "of the parameters, then synchronises them) train like the unsharded one?",
+          "optimizer_state_sharding_accounting": "optimizer_state_sharding_accounting: peak memory after init, before "
+                                                 "and after the step, with and without sharding; time per step; how does "
+                                                 "it differ from ZeRO stage 1?"}
+    return Page(slug, "Optimizer state sharding and ZeRO-1", [problem(n) for n in names],
+                [Answer(qs[n], answers[n]) for n in names], "\n\n".join(x for x in body if x), score=scores)
+
+
+# ---- fsdp and fsdp_accounting ----------------------------------------------------------------------
+
+
+def fsdp_saving(d: pd.DataFrame) -> tuple[acc.FSDPPeakSaving, float, float] | None:
+    """(predicted saving, measured DDP peak, measured FSDP fp32 peak) in bytes, from the run's rows."""
+    by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
+    ddp, fsdp = by.get("ddp"), by.get("fsdp")
+    if ddp is None or fsdp is None:
+        return None
+    shape = MODEL_SIZES[fsdp["cfg.size"]]
+    pred = acc.fsdp_peak_saving(int(fsdp["details"]["n_params"]), int(fsdp["cfg.world_size"]),
+                                acc.largest_sharded_layer_numel(shape["d_model"], shape["d_ff"]),
+                                activations=fsdp["details"].get("predicted_activations_bytes") or 0.0)
+    peak = lambda r: dr.figure(r, "peak_bytes")  # noqa: E731
+    if missing(peak(ddp)) or missing(peak(fsdp)):
+        return None
+    return pred, peak(ddp), peak(fsdp)
+
+
+def fsdp_page(ctx: Context) -> Page:
+    slug = problem("fsdp").slug
+    runs = gpu_rows(ctx, ["fsdp"])
+    qa = ("fsdp_accounting (a): what saving at the peak does the memory analysis predict for FSDP on xl over 2 GPUs, "
+          "and what do the measured peaks show?")
+    qb = "fsdp_accounting (b): does each all-gather finish before its layer's forward needs it?"
+    qf = "fsdp: how do our FSDP (fp32, bf16 compute) and torch's fully_shard compare with DDP in step time and memory?"
+    ta = tb = tf = f"{NOT_ON_GPU}."
+    scores = {"fsdp_accounting": Score(NOT_ON_GPU), "fsdp": Score(NOT_ON_GPU)}
+    body = []
+    for dev, d in runs:
+        label, date = device_label(dev, d), run_date(d)
+        sv = fsdp_saving(d)
+        if sv:
+            pred, ddp_peak, fsdp_peak = sv
+            got = ddp_peak - fsdp_peak
+            ta = (f"Predicted (impl.accounting.fsdp_peak_saving: (P+G+S)(N−1)/N minus the unsharded buffers in flight, "
+                  f"{gib(pred.in_flight)} GiB): {gib(pred.saving)} GiB, {pct(pred.fraction)} of DDP's predicted "
+                  f"{gib(pred.ddp_peak)} GiB. Measured on {label}: DDP {gib(ddp_peak)} GiB, our FSDP (fp32) "
+                  f"{gib(fsdp_peak)} GiB, a saving of {gib(got)} GiB ({got / pred.saving:.2f}× the prediction; "
+                  f"FSDP's peak is {gib(fsdp_peak - pred.fsdp_peak)} GiB above its predicted {gib(pred.fsdp_peak)}).")
+            scores["fsdp_accounting"] = Score(f"saving at the peak: predicted {gib(pred.saving)} GiB, measured "
+                                              f"{gib(got)} GiB", f"{gib(got)} GiB saved",
+                                              f"{got / pred.saving:.2f}× predicted", dev, date)
+        with_tl = [(fr._label(r), r) for _, r in d.iterrows() if measured(r) and r["details"].get("timeline")]
+        if with_tl:
+            parts, all_in_time = [], True
+            for lab, r in with_tl:
+                s = r["details"]["timeline"]["summary"]
+                (fi, fn), (bi, bn) = fr._phase_counts(r["details"]["timeline"], "forward"), \
+                    fr._phase_counts(r["details"]["timeline"], "backward")
+                all_in_time = all_in_time and fi == fn and bi == bn
+                parts.append(f"{lab}: {fi} of {fn} forward and {bi} of {bn} backward all-gathers were ready in time, "
+                             f"stalls {s['gather_stall_ms']:.1f} ms of a {s['span_ms']:.1f} ms step")
+            tb = f"{'Yes' if all_in_time else 'Not all'}, on {label} (rank 0's instrumented step): " + "; ".join(parts) + ". Timeline below."
+        by = {r["cfg.variant"]: r for _, r in d.iterrows()}
+        f32, anchor = by.get("fsdp"), by.get("torch_fsdp")
+        if measured(f32):
+            tf = (f"On {label}: our FSDP fp32 {ms(f32['median'], f32['stddev'])} ms/step, "
+                  f"{_ratio(f32, anchor)} torch fully_shard and {_ratio(f32, by.get('ddp'))} our DDP; table below.")
+            scores["fsdp"] = Score(f"our FSDP fp32 {_ratio(f32, anchor)} torch fully_shard", f"{ms(f32['median'])} ms/step",
+                                   f"{_ratio(f32, anchor)} torch fully_shard", dev, date)
+        fsdp_text = fr.render(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel) or ""
+        body += [f"## {label}", fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text,
+                 run_metadata(d)]
+    return Page(slug, "FSDP and fsdp_accounting", [problem("fsdp_accounting"), problem("fsdp")],
+                [Answer(qa, ta), Answer(qb, tb), Answer(qf, tf)], "\n\n".join(body), score=scores)
+
+
+def pages(ctx: Context) -> list[Page]:
+    return [comm_page(ctx), ddp_page(ctx), accounting_page(ctx), sharding_page(ctx), fsdp_page(ctx)]

@@ -1,0 +1,219 @@
+"""Pages of the 2026 edition's parallelism problems: `parallelism_calcs` (alternate_ring_all_reduce,
+data_parallel_calcs, fsdp_calcs, tp_calcs, fsdp_tp_calcs: each answer's symbolic form beside the
+impl.parallelism_calcs function that computes it, and the bounds evaluated for the devices measured
+here and TPU v5p) and `leaderboard_2026` (not run; what exists).
+
+C and W of each device come from the data: the H100's C is the bf16 matmul peak measured in its
+newest run (the rows' `peaks`); W is the NCCL all-reduce bus bandwidth at the largest size of the
+2×H200 distributed_communication run (bus bandwidth = bytes each device sends per second in a ring,
+the calculations' W). No H100 all-reduce was measured (one GPU), so the H100 row borrows the H200's
+W and says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+from impl import accounting as acc
+from impl import parallelism_calcs as pc
+from impl.bench.peaks import datasheet_bf16_flops
+from impl.bench.row import Metric, Status
+from impl.report.markdown import missing, table
+from impl.report.pages import Answer, Context, Page, Score
+from impl.report.pages.distributed import device_label, gpu_rows
+from impl.report.pages.problems import problem
+
+CALC_PROBLEMS = ["alternate_ring_all_reduce", "data_parallel_calcs", "fsdp_calcs", "tp_calcs", "fsdp_tp_calcs"]
+COMM = "distributed_communication_single_node"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The FFN and batch the bounds are evaluated at: communication_accounting's XXL FFN at the global
+    batch that makes it compute-bound on the TPU v5p mesh of that problem (so the two pages agree)."""
+
+    B: float
+    D: float
+    D_FF: float
+    source: str
+
+
+def workload() -> Workload:
+    return Workload(B=acc.compute_bound_batch()["global_tokens_int"], D=acc.XXL["d_model"], D_FF=acc.XXL["d_ff"],
+                    source="communication_accounting's XXL FFN at its TPU v5p compute-bound global batch")
+
+
+def measured_peak(ctx: Context, device: str):
+    """(C FLOP/s, run datetime, section) of the newest row of `device` that carries a measured matmul peak."""
+    d = ctx.device_rows(device)
+    rows = [(r.datetime, r.section, r.row.peaks) for r in d.itertuples() if getattr(r.row, "peaks", None)]
+    if not rows:
+        return None
+    when, section, peaks = max(rows, key=lambda x: str(x[0]))
+    return peaks.measured_flops, str(when)[:10], section
+
+
+def nccl_bus_bandwidth(ctx: Context):
+    """(W bytes/s, device, size in bytes, processes, date) of the largest measured NCCL all-reduce on a
+    GPU device (bus bandwidth: the bytes each device sends per second in a ring all-reduce)."""
+    best = None
+    for dev, d in gpu_rows(ctx, [COMM]):
+        for _, r in d.iterrows():
+            bw = r.get(f"m.{Metric.BUS_BW.value}")
+            if missing(bw):
+                bw = (r["details"].get("legacy_metrics") or {}).get("busbw_GBps")
+            if r["status"] != Status.MEASURED.value or r.get("cfg.backend") != "nccl" or missing(bw):
+                continue
+            key = (int(r["cfg.bytes"]), int(r["cfg.world_size"]))
+            if best is None or key > best[2:4]:
+                best = (bw * 1e9, dev, *key, str(r["datetime"])[:10])
+    return best
+
+
+def device_figures(ctx: Context) -> tuple[list[pc.DeviceFigures], list[str]]:
+    """The table's devices (C, W with sources) and the notes on what was borrowed or is missing."""
+    notes, out = [], []
+    w = nccl_bus_bandwidth(ctx)
+    h100 = measured_peak(ctx, "h100-80gb-x1")
+    if w is None:
+        notes.append("No NCCL all-reduce has been measured on a GPU yet, so no GPU row can be evaluated.")
+    else:
+        w_bps, w_dev, size, procs, w_date = w
+        w_src = f"NCCL bus bandwidth, {size / 2**20:,.0f} MB on {procs} GPUs, {w_dev} run {w_date}"
+        if h100:
+            c, date, section = h100
+            out.append(pc.DeviceFigures("H100 (h100-80gb-x1)", C=c, W=w_bps,
+                                        source=f"C: measured bf16 matmul peak, {section} run {date}; W: {w_src}"))
+            notes.append("No all-reduce was measured on the H100 (the machine has one GPU), so its row uses the "
+                         "H200's NCCL bus bandwidth for W; both are NVLink-connected Hopper parts, but this W is "
+                         "borrowed, not measured.")
+        h200_c = datasheet_bf16_flops("H200")
+        h200 = measured_peak(ctx, w_dev)
+        if h200:
+            out.append(pc.DeviceFigures(f"2×H200 ({w_dev})", C=h200[0], W=w_bps,
+                                        source=f"C: measured bf16 matmul peak, {h200[2]} run {h200[1]}; W: {w_src}"))
+        elif h200_c:
+            out.append(pc.DeviceFigures(f"2×H200 ({w_dev})", C=h200_c, W=w_bps,
+                                        source=f"C: datasheet dense bf16 peak (no matmul peak was measured in the "
+                                               f"{w_dev} runs); W: {w_src}"))
+    out.append(pc.TPU_V5P_FIGURES)
+    return out, notes
+
+
+def _e(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def bounds_table(devices: list[pc.DeviceFigures], wl: Workload) -> str:
+    rows = []
+    for dev in devices:
+        b = pc.parallelism_bounds(dev, wl.B, wl.D_FF)
+        rows.append([dev.name, _e(dev.C / 1e12), _e(dev.W / 1e9), f"{b.dp.value:,.1f}", f"{b.fsdp.value:,.1f}",
+                     f"{b.tp_forward.value:,.1f} / {b.tp_backward.value:,.1f}",
+                     f"{b.fsdp_tp.value:,.0f} ({b.fsdp_tp_split.n_tp:,.1f} × {b.fsdp_tp_split.n_fsdp:,.1f})",
+                     f"{b.fsdp_tp_serial.value:,.0f} ({b.fsdp_tp_serial_split.n_tp:,.1f} × "
+                     f"{b.fsdp_tp_serial_split.n_fsdp:,.1f})"])
+    return table(["device", "C (TFLOP/s)", "W (GB/s)", "largest N_DP", "largest N_FSDP", "largest N_TP fwd / bwd",
+                  "largest N, overlapping (N_TP × N_FSDP)", "largest N, shared network (N_TP × N_FSDP)"], rows)
+
+
+def _formulas(record) -> str:
+    return table(["part", "symbolic form", "impl.parallelism_calcs function"],
+                 [[a.part, f"`{a.symbolic}`", f"`{a.formula.name}`"] for a in pc.answers(record)])
+
+
+def calcs_page(ctx: Context) -> Page:
+    slug = problem("data_parallel_calcs").slug
+    wl = workload()
+    devices, notes = device_figures(ctx)
+    tpu = pc.TPU_V5P_FIGURES
+    # records at the workload on TPU v5p (any device would do for the symbolic forms)
+    n = 4
+    dp = pc.data_parallel_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
+    fs = pc.fsdp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
+    tp = pc.tp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
+    ft = pc.fsdp_tp_calcs(wl.B, wl.D, wl.D_FF, 2, 2, tpu.C, tpu.W)
+    ar, ring = pc.alternate_ring_all_reduce_time, pc.ring_all_reduce_time
+    first = pc.parallelism_bounds(devices[0], wl.B, wl.D_FF)
+    answers = [
+        Answer("alternate_ring_all_reduce: how long does the all-reduce take in which each device passes whole "
+               "inputs around the ring for N−1 steps, in S, N, W?",
+               f"T = `{ar.symbolic}`: each of the N−1 steps sends a whole S-byte input over every device's link at "
+               f"once (S/W per step), and after them each device has added every other input exactly once. The "
+               f"chunked ring takes `{ring.symbolic}`, so the alternate one is N/2 times slower (equal at N = 2)."),
+        Answer("data_parallel_calcs: (a) backward FLOPs, (b) backward communication time, (c) the largest N_DP "
+               "before the backward is communication-bound?",
+               f"(a) `{dp.backward_flops.symbolic}` per device; (b) `{dp.backward_comm_time.symbolic}` (all-reduce "
+               f"of the three weight gradients); (c) N_DP ≤ `{dp.max_devices.symbolic}`: D and D_FF cancel, so "
+               "each device needs about C/W tokens."),
+        Answer("fsdp_calcs: (a) forward and backward FLOPs, (b) their communication times, (c) the largest N_FSDP "
+               "before each is communication-bound?",
+               f"(a) `{fs.forward_flops.symbolic}` and `{fs.backward_flops.symbolic}`; (b) forward "
+               f"`{fs.forward_comm_time.symbolic}` (all-gather), backward `{fs.backward_comm_time.symbolic}` "
+               f"(all-gather + reduce-scatter); (c) both N_FSDP ≤ `{fs.max_devices_forward.symbolic}`, DP's bound."),
+        Answer("tp_calcs: (a) the backward per device, (b) FLOPs, (c) communication times, (d) the largest N_TP?",
+               f"(a) below: the only backward collective is the all-reduce of dx; (b) `{tp.forward_flops.symbolic}`, "
+               f"`{tp.backward_flops.symbolic}`; (c) `{tp.forward_comm_time.symbolic}` each way; (d) forward "
+               f"N_TP ≤ `{tp.max_devices_forward.symbolic}`, backward `{tp.max_devices_backward.symbolic}`: set by "
+               "the layer's width, not the batch."),
+        Answer("fsdp_tp_calcs: (a) forward FLOPs, (b) forward communication with the axes overlapping, (c) the "
+               "largest N under the best split, (d) the same on a shared network?",
+               f"(a) `{ft.forward_flops.symbolic}`; (b) `{ft.forward_comm_time.symbolic}` with T_FSDP = "
+               f"`{ft.fsdp_comm_time.symbolic}`, T_TP = `{ft.tp_comm_time.symbolic}`; (c) N ≤ "
+               f"`{ft.max_devices.symbolic}` (each axis at its own bound); (d) N ≤ `{ft.max_devices_serial.symbolic}`."),
+    ]
+    body = [
+        "## Bounds evaluated",
+        f"Workload: {wl.source}: B = {wl.B:,.0f} tokens, D = {wl.D:,.0f}, D_FF = {wl.D_FF:,.0f}, p = {pc.FP16} "
+        "bytes (FP16). D cancels from every bound; the DP and FSDP bounds scale with B, the TP bound with D_FF. "
+        "Real-valued counts (floor them for whole devices).",
+        bounds_table(devices, wl),
+        "Sources: " + "; ".join(f"**{d.name}**: {d.source}" for d in devices) + ".",
+        *notes,
+        "## The answers' formulas",
+        "Every symbolic form above is the `symbolic` of the function that computes it (impl.parallelism_calcs); "
+        "correctness/test_parallelism_calcs.py checks them against a send/recv simulation of each ring over gloo "
+        "ranks that counts the bytes each device sends and the steps, and perf/test_parallelism_calcs.py times those "
+        "rings with the same counts checked (its CPU run is on the CPU page).",
+        "**data_parallel_calcs**", _formulas(dp), "**fsdp_calcs**", _formulas(fs), "**tp_calcs**", _formulas(tp),
+        "tp_calcs (a), the backward per device:", f"```\n{pc.TP_BACKWARD_EQUATIONS}\n```",
+        "**fsdp_tp_calcs**", _formulas(ft),
+    ]
+    name0 = devices[0].name
+    scores = {
+        "alternate_ring_all_reduce": Score(f"T = {ar.symbolic}: N/2 × the chunked ring", "–", "–", "closed form"),
+        "data_parallel_calcs": Score(f"N_DP ≤ {dp.max_devices.symbolic}", f"{first.dp.value:,.1f} on {name0}",
+                                     "–", "closed form"),
+        "fsdp_calcs": Score(f"N_FSDP ≤ {fs.max_devices_forward.symbolic} (DP's bound)",
+                            f"{first.fsdp.value:,.1f} on {name0}", "–", "closed form"),
+        "tp_calcs": Score(f"N_TP ≤ {tp.max_devices_forward.symbolic} (fwd)", f"{first.tp_forward.value:,.1f} on {name0}",
+                          "–", "closed form"),
+        "fsdp_tp_calcs": Score("N ≤ product of the two axes' bounds (overlapping)", f"{first.fsdp_tp.value:,.0f} on {name0}",
+                               "–", "closed form"),
+    }
+    return Page(slug, "The 2026 edition's parallelism calculations", [problem(p) for p in CALC_PROBLEMS], answers,
+                "\n\n".join(body), score=scores)
+
+
+def leaderboard_2026_page(ctx: Context) -> Page:
+    name = "leaderboard_2026"
+    rows = ctx.df[ctx.df.problem == name] if not ctx.df.empty else ctx.df
+    two_gpu = [f"{device_label(dev, d)}: {', '.join(sorted(d.section.unique()))}"
+               for dev, d in gpu_rows(ctx, list(ctx.df.problem.unique()) if not ctx.df.empty else [])
+               if not dev.endswith("-x1")]
+    text = (f"Not run ({len(rows)} rows in reports/data): one training step of the 8B model on two GPUs needs a "
+            "two-GPU machine, and none was lent for this work. What exists: the single-GPU full training step "
+            "([training_step](training_step.md)), our FlashAttention-2 ([leaderboard](leaderboard.md)), and the "
+            "two-GPU building blocks measured on "
+            + ("; ".join(two_gpu) if two_gpu else "no two-GPU machine") + " ([fsdp](fsdp.md), [ddp](ddp.md)).")
+    return Page(name, "leaderboard (2026): the 8B training step on two GPUs", [problem(name)],
+                [Answer("leaderboard (2026): how fast is one full training step of the 8B model (context 32,768, "
+                        "batch 2, bf16) on two GPUs?", text)],
+                "The step is specified in SPEC.md (the 2026 edition). TensorParallel and FSDP, its likely "
+                "ingredients, pass their equivalence tests on gloo (correctness/test_tensor_parallel.py, "
+                "correctness/test_fsdp.py).",
+                score={name: Score("not run: needs two GPUs, not lent")})
+
+
+def pages(ctx: Context) -> list[Page]:
+    return [calcs_page(ctx), leaderboard_2026_page(ctx)]
