@@ -3,6 +3,7 @@ smoke page, figures and CSVs. `python -m impl.report` runs it."""
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 from impl.report.data import load, load_history
@@ -20,6 +21,7 @@ PAGE_MODULES = [
     "impl.report.pages.cpu_smoke",
 ]
 INDEX_LIMIT_BYTES = 25_000
+LINK = re.compile(r"\]\(([^)\s]+\.(?:png|csv))\)")
 
 
 def collect(ctx: Context) -> list[Page]:
@@ -62,8 +64,9 @@ def index(pages: list[Page]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def build(root: Path = ROOT) -> dict[str, str]:
+def build(root: Path | None = None) -> dict[str, str]:
     """{file name under reports/: text}; figures and CSVs are written as a side effect."""
+    root = root or ROOT
     data_dir = root / "reports" / "data"
     ctx = Context(df=load(data_dir), history=load_history(data_dir), reports_dir=root / "reports",
                   fig_dir=root / "reports" / "figures")
@@ -79,7 +82,10 @@ def main() -> int:
     for name, text in files.items():
         (reports / name).write_text(text)
     stale = [p for p in reports.glob("*.md") if p.name not in files]
-    for p in stale:  # a page no module writes any more
+    linked = {(reports / m).resolve() for text in files.values() for m in LINK.findall(text)}
+    stale += [p for p in (*reports.glob("figures/*.png"), *reports.glob("data-tables/*.csv"))
+              if p.resolve() not in linked]
+    for p in stale:  # a page, figure or table nothing links any more
         p.unlink()
     print(f"wrote {len(files)} pages under {reports} (index {len(files['README.md'].encode())} bytes)")
     return 0
