@@ -1,7 +1,8 @@
 """`make compare`: fresh smoke runs (out/smoke/<section>.json) against the newest committed CPU
 run of each section. It prints each row's median beside the committed one, and fails when the
 rows themselves changed: a row the baseline measured that the fresh run did not measure (gone,
-OOM, unsupported, left out) or whose status changed. Timings are shown, not judged: a smoke run
+OOM, unsupported, left out) or whose status changed. A change to or from "left out by budget" is
+shown, not judged: how many rows fit a section's wall-clock budget depends on the machine. Timings are shown, not judged: a smoke run
 on a shared 2-core machine is no timing baseline; `make gate` judges timings of stored runs.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from impl.bench.row import Status
 from impl.bench.store import DATA_DIR, run_files
 from impl.report.data import Record, load_file
 from impl.report.markdown import table
@@ -34,7 +36,8 @@ def compare_run(fresh: Path, device: str, data_dir: Path = DATA_DIR) -> tuple[li
         b_ms = f"{b.stats.median * 1e3:.4g}" if b and b.stats and b.stats.median else "–"
         n_ms = f"{n.stats.median * 1e3:.4g}" if n and n.stats and n.stats.median else "–"
         rows.append([section, name, b_status, n_status, b_ms, n_ms])
-        if b is not None and b_status != n_status:
+        budget = Status.LEFT_OUT_BY_BUDGET.value
+        if b is not None and b_status != n_status and budget not in (b_status, n_status):
             problems.append(f"{section}: {name} was {b_status} in {stored[-1].stamp}, now {n_status}")
     return rows, problems
 
