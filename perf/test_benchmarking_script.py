@@ -14,7 +14,8 @@ MAIN = grid("benchmarking_script", PROFILE)
 WARMUP = grid("benchmarking_script_warmup", PROFILE)
 MODELS = ModelCache()
 ROUND = {"forward": "one forward pass (no grad)", "backward": "one backward pass (forward in setup)",
-         "forward_backward": "one forward and backward pass", "train_step": "one training step with AdamW"}
+         "forward_backward": "one forward and backward pass",
+         "optimizer_step": "one AdamW step (forward and backward in setup)", "train_step": "one training step with AdamW"}
 
 
 # The warm-up study comes first in the file so its first row also sees a cold process.

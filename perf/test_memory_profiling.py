@@ -42,7 +42,9 @@ def _record(model, x, y, dtype, mode, optimizer, device, config, artifact):
     return out
 
 
-CASES = [(s, c, d, m) for s in G["sizes"] for c in G["contexts"] for d in G["dtypes"] for m in G["modes"]]
+# The 2025 edition's 2.7B grid, then the 2026 edition's (size, context) pairs.
+SHAPES = [(s, c) for s in G["sizes"] for c in G["contexts"]] + [tuple(x) for x in G["cases_2026"]]
+CASES = [(s, c, d, m) for s, c in SHAPES for d in G["dtypes"] for m in G["modes"]]
 ROUND = {"forward": "one forward pass (no grad)", "train_step": "one training step with AdamW"}
 
 
@@ -53,7 +55,8 @@ def test_memory_profiling(bench, size, context, dtype, mode):
     details = dict(residual_bytes={str(b): residual_stream_bytes(batch, context, MODEL_CONFIGS[size]["d_model"], b)
                                    for b in (4, 2)}, snapshot=None)
     got = model_and_batch(bench, MODELS, problem="memory_profiling", config=config, size=size,
-                          context_length=max(G["contexts"]), batch=batch, context=context, details=details)
+                          context_length=max(context, *G["contexts"]), batch=batch, context=context,
+                          details=details)
     if got is None:
         return
     model, x, y = got

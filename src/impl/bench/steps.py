@@ -69,6 +69,16 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
             loss_fn().backward()
         return forward_backward, None
 
+    if mode == "optimizer_step":  # the 2026 edition times the optimizer step apart
+        if optimizer is None:
+            optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+
+        def fill_grads():
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn().backward()
+            return (), {}
+        return (lambda: optimizer.step()), fill_grads
+
     if mode == "train_step":
         if optimizer is None:
             optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
@@ -85,7 +95,8 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
             return loss.detach()
         return train_step, None
 
-    raise ValueError(f"unknown mode {mode!r}; expected forward, backward, forward_backward or train_step")
+    raise ValueError(f"unknown mode {mode!r}; expected forward, backward, forward_backward, optimizer_step or "
+                     "train_step")
 
 
 def _no_range(name: str):

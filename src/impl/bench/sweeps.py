@@ -6,7 +6,7 @@ trim leaves out is recorded in the benchmark JSON through `left_out`, never drop
 """
 from impl.model import MODEL_SIZES
 
-MODES = ("forward", "backward", "forward_backward", "train_step")
+MODES = ("forward", "backward", "forward_backward", "optimizer_step", "train_step")
 
 GRIDS = {
     "benchmarking_script": {
@@ -47,10 +47,11 @@ GRIDS = {
     "memory_profiling": {
         "full": dict(sizes=["2.7B"], contexts=[128, 256, 512], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
                      batch=4, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=800,
-                     artifact=("2.7B", 256, "fp32", "train_step")),
+                     artifact=("2.7B", 256, "fp32", "train_step"),
+                     cases_2026=[("xl", 128), ("xl", 2048)]),  # the 2026 edition's variant
         "smoke": dict(sizes=["tiny"], contexts=[32], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
                       batch=2, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=800,
-                      artifact=("tiny", 32, "fp32", "train_step")),
+                      artifact=("tiny", 32, "fp32", "train_step"), cases_2026=[("tiny", 16), ("tiny", 64)]),
     },
     # torch_compile (b): eager vs compiled model, forward and forward+backward per size × context, and
     # the AdamW step per size (perf/test_torch_compile_model.py). Regional compilation with a dynamic

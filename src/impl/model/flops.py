@@ -14,7 +14,8 @@ def forward_flops(d_model: int, d_ff: int, num_layers: int, num_heads: int, batc
     return num_layers * per_layer + 2 * tokens * d_model * vocab_size
 
 
-MODE_MULTIPLIER = {"forward": 1.0, "backward": 2.0, "forward_backward": 3.0, "train_step": 3.0}
+# The optimizer step does no matmul: 0 model FLOPs (its rows carry time and memory, no MFU).
+MODE_MULTIPLIER = {"forward": 1.0, "backward": 2.0, "forward_backward": 3.0, "optimizer_step": 0.0, "train_step": 3.0}
 
 
 def mode_flops(mode: str, **shape) -> float:
