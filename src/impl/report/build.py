@@ -37,7 +37,17 @@ def collect(ctx: Context) -> list[Page]:
     return pages
 
 
-def index(pages: list[Page]) -> str:
+def older_format(df) -> list[str]:
+    """`device: section, ...` for GPU sections whose newest run is still in the older format (its
+    kernel rows' figures are do_bench medians, its statistics from before the bench layer)."""
+    if df.empty:
+        return []
+    newest = df.sort_values("datetime").groupby(["device", "section"]).tail(1)
+    old = newest[newest.legacy & (newest.device != "cpu")]
+    return [f"{dev}: {', '.join(sorted(g.section))}" for dev, g in old.groupby("device")]
+
+
+def index(pages: list[Page], older: list[str] | None = None) -> str:
     scores: dict[str, tuple[Page, Score]] = {}
     for page in pages:
         for name, score in page.score.items():
@@ -57,6 +67,9 @@ def index(pages: list[Page]) -> str:
            "## Scoreboard",
            table(["problem", "edition", "answer", "headline", "ours vs best anchor (same run)", "device",
                   "run date"], rows)]
+    if older:
+        out.append("Sections whose newest GPU run is still in the older format (before the bench layer: kernel "
+                   "rows read do_bench medians, statistics as then recorded): " + "; ".join(older) + ".")
     figures = [f for page in pages for f in page.index_figures]
     if figures:
         out.append("## The story in figures")
@@ -72,7 +85,7 @@ def build(root: Path | None = None) -> dict[str, str]:
                   fig_dir=root / "reports" / "figures")
     pages = collect(ctx)
     files = {f"{page.slug}.md": render_page(page) for page in pages}
-    files["README.md"] = index(pages)
+    files["README.md"] = index(pages, older_format(ctx.df))
     return files
 
 
