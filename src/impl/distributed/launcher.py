@@ -95,6 +95,10 @@ def _rank_entry(rank, world_size, backend, port, timeout_s, fn, args, results):
             world_size=world_size,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
+        # Every rank finishes connecting before any runs fn: a rank whose fn does no collective could
+        # otherwise exit while a peer is still in gloo's connectFullMesh, which then fails with
+        # "Connection closed by peer" (seen in CI on a loaded machine).
+        dist.barrier()
         out = fn(rank, world_size, *args)
         # A queue pickles in a background thread, where a failure would be
         # lost; pickle here so an unpicklable result is reported as an error.
