@@ -70,6 +70,22 @@ class Context:
         return sorted(devs, key=lambda d: (not d.endswith("-x1"), d))
 
 
+def gpu_rows(ctx: Context, *problems: str) -> list[tuple[str, pd.DataFrame]]:
+    """(device, its newest rows of `problems`) for each GPU device that has any, one-GPU kinds first."""
+    out = []
+    for device in ctx.gpu_devices():
+        d = ctx.device_rows(device)
+        d = d[d.problem.isin(problems)]
+        if not d.empty:
+            out.append((device, d))
+    return out
+
+
+def run_date(d: pd.DataFrame) -> str:
+    """The newest run's UTC date of the rows."""
+    return max(str(t) for t in d["datetime"] if t)[:10] if d["datetime"].notna().any() else "–"
+
+
 def render_page(page: Page) -> str:
     out = [f"# {page.title}", "[← index](README.md)"]
     out += [f"## {a.question}\n\n{a.text}" for a in page.answers]

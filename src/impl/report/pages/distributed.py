@@ -17,7 +17,7 @@ from impl.report import distributed as dr
 from impl.report import figures
 from impl.report import fsdp as fr
 from impl.report.markdown import gib, missing, ms, pct, table
-from impl.report.pages import Answer, Context, Page, Score
+from impl.report.pages import Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.pages.problems import problem
 
 NOT_ON_GPU = "not measured on a GPU yet"
@@ -25,21 +25,6 @@ DDP_VARIANTS = ("naive", "flat", "individual", "bucketed")
 
 
 # ---- shared ------------------------------------------------------------------------------------
-
-
-def gpu_rows(ctx: Context, problems: list[str]) -> list[tuple[str, pd.DataFrame]]:
-    """(device, its newest rows of `problems`) for every GPU device that has any, one-GPU kinds first."""
-    out = []
-    for dev in ctx.gpu_devices():
-        d = ctx.device_rows(dev)
-        d = d[d.problem.isin(problems)]
-        if not d.empty:
-            out.append((dev, d))
-    return out
-
-
-def run_date(d: pd.DataFrame) -> str:
-    return max(str(x) for x in d.datetime if x)[:10] if not d.empty else "–"
 
 
 def device_label(dev: str, d: pd.DataFrame) -> str:
@@ -83,7 +68,7 @@ def comm_page(ctx: Context) -> Page:
     slug = problem(name).slug
     q = ("How long does an all-reduce take with Gloo on the CPU and NCCL on the GPUs, for 1 MB to 1 GB of float32 "
          "and 2, 4, 6 processes, and what are its algorithm and bus bandwidths?")
-    runs = gpu_rows(ctx, [name])
+    runs = gpu_rows(ctx, name)
     body, score = [], Score(NOT_ON_GPU)
     text = f"{NOT_ON_GPU}."
     for dev, d in runs:
@@ -179,8 +164,8 @@ def ddp_page(ctx: Context) -> Page:
     slug = problem("naive_ddp").slug
     names = ["naive_ddp", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
              "ddp_overlap_individual_parameters", "ddp_overlap_bucketed"]
-    runs = gpu_rows(ctx, dr.DDP_PROBLEMS)
-    comm_runs = dict(gpu_rows(ctx, [dr.COMM]))
+    runs = gpu_rows(ctx, *dr.DDP_PROBLEMS)
+    comm_runs = dict(gpu_rows(ctx, dr.COMM))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body, index_figures = [], []
@@ -369,7 +354,7 @@ def _sharding_notes(d: pd.DataFrame) -> str | None:
 def sharding_page(ctx: Context) -> Page:
     slug = problem("optimizer_state_sharding").slug
     names = ["optimizer_state_sharding", "optimizer_state_sharding_accounting"]
-    runs = gpu_rows(ctx, [dr.SHARD])
+    runs = gpu_rows(ctx, dr.SHARD)
     answers = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body = []
@@ -436,7 +421,7 @@ def fsdp_saving(d: pd.DataFrame) -> tuple[acc.FSDPPeakSaving, float, float] | No
 
 def fsdp_page(ctx: Context) -> Page:
     slug = problem("fsdp").slug
-    runs = gpu_rows(ctx, ["fsdp"])
+    runs = gpu_rows(ctx, "fsdp")
     qa = ("fsdp_accounting (a): what saving at the peak does the memory analysis predict for FSDP on xl over 2 GPUs, "
           "and what do the measured peaks show?")
     qb = "fsdp_accounting (b): does each all-gather finish before its layer's forward needs it?"

@@ -20,7 +20,8 @@ from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.report.markdown import missing, table
 from impl.report.pages import Answer, Context, Page, Score
-from impl.report.pages.distributed import device_label, gpu_rows
+from impl.report.pages import gpu_rows
+from impl.report.pages.distributed import device_label
 from impl.report.pages.problems import problem
 
 CALC_PROBLEMS = ["alternate_ring_all_reduce", "data_parallel_calcs", "fsdp_calcs", "tp_calcs", "fsdp_tp_calcs"]
@@ -57,7 +58,7 @@ def nccl_bus_bandwidth(ctx: Context):
     """(W bytes/s, device, size in bytes, processes, date) of the largest measured NCCL all-reduce on a
     GPU device (bus bandwidth: the bytes each device sends per second in a ring all-reduce)."""
     best = None
-    for dev, d in gpu_rows(ctx, [COMM]):
+    for dev, d in gpu_rows(ctx, COMM):
         for _, r in d.iterrows():
             bw = r.get(f"m.{Metric.BUS_BW.value}")
             if missing(bw):
@@ -199,7 +200,7 @@ def leaderboard_2026_page(ctx: Context) -> Page:
     name = "leaderboard_2026"
     rows = ctx.df[ctx.df.problem == name] if not ctx.df.empty else ctx.df
     two_gpu = [f"{device_label(dev, d)}: {', '.join(sorted(d.section.unique()))}"
-               for dev, d in gpu_rows(ctx, list(ctx.df.problem.unique()) if not ctx.df.empty else [])
+               for dev, d in gpu_rows(ctx, *(ctx.df.problem.unique() if not ctx.df.empty else []))
                if not dev.endswith("-x1")]
     text = (f"Not run ({len(rows)} rows in reports/data): one training step of the 8B model on two GPUs needs a "
             "two-GPU machine, and none was lent for this work. What exists: the single-GPU full training step "

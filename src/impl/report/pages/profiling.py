@@ -14,7 +14,7 @@ from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
 from impl.report.benchmarking import speedup_cell, stat_name, step_s, study, within_noise
 from impl.report.markdown import gib, missing, ms, num, pct, table
-from impl.report.pages import Answer, Context, Page, Score
+from impl.report.pages import Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.pages.problems import problem
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
@@ -22,22 +22,6 @@ NOT_ON_GPU = "not measured on a GPU yet"
 
 
 # ------------------------------------------------------------------------------------ shared
-def gpu_rows(ctx: Context, *problems: str) -> list[tuple[str, pd.DataFrame]]:
-    """(device, rows of `problems`) for each GPU device that has any, one-GPU kinds first."""
-    out = []
-    for device in ctx.gpu_devices():
-        d = ctx.device_rows(device)
-        d = d[d.problem.isin(problems)]
-        if not d.empty:
-            out.append((device, d))
-    return out
-
-
-def run_date(d: pd.DataFrame) -> str:
-    """The newest run's UTC date of the rows."""
-    return max(str(t) for t in d["datetime"] if t)[:10] if d["datetime"].notna().any() else "–"
-
-
 def runs_meta(device: str, d: pd.DataFrame) -> str:
     """Which machine and runs the rows come from: device, software, each run's UTC time and commit."""
     env = d["row"].iloc[-1].env
