@@ -44,6 +44,10 @@ a prefetch served; ``bytes_communicated_last_step`` (payload handed to all-gathe
 and the all-reduce since the previous finish) and ``comm_time_s`` (host time finish waited,
 device synchronised), as in impl.distributed.ddp.
 
+Exit safety (issue 23): every collective's tensors go through ``impl.distributed.release``
+(blocking ones in a ``with Released()``, async ones hold a ``Released`` until their wait), which
+waits until gloo's worker thread let go of them; otherwise a rank can abort at exit.
+
 Timeline (off by default): with ``record_timeline`` set (constructor or attribute) when a step's
 first forward begins, every collective of that step is timestamped (issued, ready, needed by its
 layer, compute resumed; see impl.distributed.fsdp_timeline for the events and streams), and
@@ -54,6 +58,7 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -61,6 +66,7 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from impl.distributed.fsdp_timeline import Clock, StepRecorder
+from impl.distributed.release import Released
 from impl.model.layers import Embedding, Linear
 
 SHARDABLE = (Linear, Embedding, nn.Linear, nn.Embedding)
@@ -81,32 +87,50 @@ class _Unit:
         flat[: self.numel] = weight.detach().reshape(-1)
         self.shard = nn.Parameter(flat[rank * self.shard_numel:(rank + 1) * self.shard_numel].clone())
 
-    def gather(self, dtype: torch.dtype, async_op: bool):
-        """All-gather the full weight in `dtype`; returns (full weight, work handle or None, the
-        input handed to the collective)."""
+    def gather(self, dtype: torch.dtype, async_op: bool, keep: Released):
+        """All-gather the full weight in `dtype` (its tensors passed through `keep`); returns (full
+        weight, work handle or None)."""
         src = self.shard.detach().to(dtype)
         buf = torch.empty(self.shard_numel * self.world, dtype=dtype, device=src.device)
-        work = _all_gather(buf, src, async_op=async_op)
-        return buf[: self.numel].view(self.shape), work, src
+        full = buf[: self.numel].view(self.shape)  # before keep(buf): the view holds buf
+        work = _all_gather(keep(buf), keep(src), async_op=async_op)
+        return full, work
 
     @property
     def gather_bytes(self) -> int:
         return self.shard_numel * self.world
 
 
+@dataclass
 class _Pending:
-    """An issued all-gather of `unit`; `entry` is its timeline record when the step is recorded,
-    `keep` the collective's input, held until the compute stream has waited (see fsdp_timeline)."""
+    """An issued all-gather of `unit`; `entry` is its timeline record when the step is recorded.
+    `released` holds the collective's tensors until after the wait: the worker thread must let go
+    of them first (impl.distributed.release), and on CUDA the compute stream must have waited
+    before NCCL's stash of the input is dropped (see fsdp_timeline)."""
 
-    def __init__(self, unit: _Unit, full: torch.Tensor, work, entry: dict | None = None, keep=None):
-        self.unit, self.full, self.work, self.entry, self.keep = unit, full, work, entry, keep
+    unit: _Unit
+    full: torch.Tensor
+    work: object | None
+    released: Released
+    entry: dict | None = None
 
     def result(self) -> torch.Tensor:
         if self.work is not None:
             self.work.wait()
             self.work = None
-        self.keep = None
+        self.released.wait()
         return self.full
+
+
+@dataclass
+class _PendingReduce:
+    """An issued reduce-scatter of `unit`'s gradient into `out`; fields as in _Pending."""
+
+    unit: _Unit
+    out: torch.Tensor
+    work: object | None
+    released: Released
+    entry: dict | None = None
 
 
 class _AttachWeight(torch.autograd.Function):
@@ -170,7 +194,7 @@ class FSDP(nn.Module):
         self._pending_fwd: dict[int, _Pending] = {}
         self._pending_bwd: dict[int, _Pending] = {}
         self._bwd_live: dict[int, weakref.ref] = {}
-        self._grad_work: list = []
+        self._grad_work: list[_PendingReduce] = []
         # Runs however the model is called (fsdp(x) or module(x) from a loss method).
         module.register_forward_pre_hook(self._begin_forward)
         module.register_forward_hook(self._end_forward)
@@ -185,7 +209,8 @@ class FSDP(nn.Module):
             groups.setdefault((t.device, t.dtype), []).append(t)
         for group in groups.values():
             flat = _flatten_dense_tensors(group)
-            dist.broadcast(flat, src=0)
+            with Released() as keep:
+                dist.broadcast(keep(flat), src=0)
             for t, synced in zip(group, _unflatten_dense_tensors(flat, group)):
                 t.copy_(synced)
 
@@ -269,12 +294,12 @@ class FSDP(nn.Module):
     def _issue(self, unit: _Unit, async_op: bool, phase: str, call: int) -> _Pending:
         rec = self._rec
         entry = rec.issue("all_gather", phase, call, unit.index, async_op) if rec is not None else None
-        full, work, src = unit.gather(self._gather_dtype(), async_op)
+        released = Released()
+        full, work = unit.gather(self._gather_dtype(), async_op, released)
         self._bytes += unit.gather_bytes * full.element_size()
-        if entry is None:
-            return _Pending(unit, full, work)
-        rec.launched(entry, work)
-        return _Pending(unit, full, work, entry, keep=src)
+        if entry is not None:
+            rec.launched(entry, work)
+        return _Pending(unit, full, work, released, entry)
 
     def _take(self, pending: _Pending | None, unit: _Unit, phase: str, call: int) -> torch.Tensor:
         """The full weight of `call`: from its prefetch, else from a blocking gather issued now.
@@ -333,25 +358,27 @@ class FSDP(nn.Module):
         out = torch.empty(unit.shard_numel, dtype=self.reduce_dtype, device=grad_full.device)
         rec = self._rec
         entry = rec.issue("reduce_scatter", "backward", call, unit.index, True) if rec is not None else None
-        work = _reduce_scatter(out, flat, async_op=True)
+        released = Released()
+        work = _reduce_scatter(released(out), released(flat), async_op=True)
         self._bytes += flat.numel() * flat.element_size()
         if entry is not None:
             rec.launched(entry, work)
-        # Recorded: `flat` is held until the compute stream waited (see fsdp_timeline).
-        self._grad_work.append((unit, out, work, entry, flat if entry is not None else None))
+        self._grad_work.append(_PendingReduce(unit, out, work, released, entry))
         # Each outstanding reduce-scatter keeps a full-size gradient buffer alive; waiting on the
         # oldest bounds that to a few layers (sharded gradients, not a full replica, at the peak)
         # while the newest still overlaps the rest of backward.
         while len(self._grad_work) > self.MAX_OUTSTANDING_REDUCE_SCATTERS:
-            self._fold_grad(*self._grad_work.pop(0))
+            self._fold_grad(self._grad_work.pop(0))
 
-    def _fold_grad(self, unit: _Unit, out: torch.Tensor, work, entry: dict | None = None, keep=None) -> None:
-        """Wait for a reduce-scatter and add its shard to the grad; `keep` (the collective's input,
-        recorded steps only) is released after the wait, on return."""
+    def _fold_grad(self, pending: _PendingReduce) -> None:
+        """Wait for a reduce-scatter and add its shard to the grad."""
         need = self._mark()
-        work.wait()
-        if entry is not None:
-            self._rec.waited(entry, need)
+        pending.work.wait()
+        pending.work = None  # the only handle: the worker can destroy the work
+        if pending.entry is not None:
+            self._rec.waited(pending.entry, need)
+        pending.released.wait()  # before `out` gets another holder (the grad)
+        unit, out = pending.unit, pending.out
         g = out.to(torch.float32).div_(self.world_size)
         if unit.shard.grad is None:
             unit.shard.grad = g
@@ -369,8 +396,8 @@ class FSDP(nn.Module):
         self._pending_fwd.clear()
         self._pending_bwd.clear()
         self._bwd_live = {}
-        for item in self._grad_work:
-            self._fold_grad(*item)
+        for pending in self._grad_work:
+            self._fold_grad(pending)
         self._grad_work.clear()
         grads = [p.grad for p in self.replicated if p.grad is not None]
         groups: dict = {}
@@ -379,7 +406,8 @@ class FSDP(nn.Module):
         for group in groups.values():
             flat = _flatten_dense_tensors(group).div_(self.world_size)
             entry = rec.issue("all_reduce", "finish", -1, -1, False) if rec is not None else None
-            dist.all_reduce(flat)
+            with Released() as keep:
+                dist.all_reduce(keep(flat))
             if entry is not None:  # blocking: needed at once, compute resumes when it is done
                 rec.launched(entry, None)
                 rec.waited(entry, entry["issue"])
@@ -413,7 +441,8 @@ class FSDP(nn.Module):
         A collective: every rank must call it."""
         full: dict[int, torch.Tensor] = {}
         for unit in self.units:
-            t, _, _ = unit.gather(torch.float32, async_op=False)
+            with Released() as keep:
+                t, _ = unit.gather(torch.float32, False, keep)
             full[id(unit)] = t.clone()
         current = self.module.state_dict()
         out = {}

@@ -18,7 +18,7 @@ NCCL's end event, so an event recorded on the compute stream after it marks max(
 ready. For ready the work is also waited on from a private probe stream that runs nothing else;
 an event recorded there fires when the collective completes. NCCL's ``wait`` releases its stash of
 the input tensors, which is safe only after the compute stream has waited; the caller keeps the
-inputs alive until then (``keep`` in fsdp.py's _Pending and _fold_grad). Nothing is read back during the step: the
+inputs alive until then (``released`` in fsdp.py's _Pending and _PendingReduce). Nothing is read back during the step: the
 events are resolved against the step's first event afterwards (finish_gradient_synchronization
 has synchronised the device by then).
 

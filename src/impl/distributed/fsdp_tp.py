@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from impl.distributed.release import Released
 from torch import nn
 
 from impl.distributed.ring import TorchCollectives, Traffic, make_collectives
@@ -148,5 +149,6 @@ class FSDPTPFeedForward(nn.Module):
     @staticmethod
     def _gather_plain(t: torch.Tensor, dim: int, group) -> torch.Tensor:
         parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(parts, t.contiguous(), group=group)
+        with Released() as keep:  # gloo's worker must let go first (impl.distributed.release)
+            dist.all_gather([keep(p) for p in parts], keep(t.contiguous()), group=group)
         return torch.cat(parts, dim)

@@ -34,7 +34,10 @@ def await_release(sent: list[tuple[torch.Tensor, int]], timeout_s: float = RELEA
 
 class Released:
     """``with Released() as keep: dist.all_reduce(keep(t))``: on leaving, waits until the
-    collectives' worker threads released every tensor passed through ``keep``."""
+    collectives' worker threads released every tensor passed through ``keep``. For an async
+    collective whose wait comes later, hold the instance instead, and call ``wait()`` once its
+    work handle is waited on and dropped. A view holds its base: make the views that outlive the
+    wait before passing the base, or they keep its count up (and the wait runs into its timeout)."""
 
     def __init__(self):
         self.sent: list[tuple[torch.Tensor, int]] = []
@@ -46,6 +49,10 @@ class Released:
     def __enter__(self) -> "Released":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def wait(self) -> None:
+        """Wait for the release of every tensor passed so far, then let go of them."""
         await_release(self.sent)
         self.sent.clear()
+
+    def __exit__(self, *exc) -> None:
+        self.wait()

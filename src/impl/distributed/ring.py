@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from impl.distributed.release import Released
 
 # torch 2.13 renamed the tensor collectives (the old names warn); the GPU machine runs 2.11.
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -151,13 +152,15 @@ class TorchCollectives:
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         _count_call(self.traffic, tensor)
-        dist.all_reduce(tensor, group=self.group)
+        with Released() as keep:  # gloo's worker must let go first (impl.distributed.release)
+            dist.all_reduce(keep(tensor), group=self.group)
         return tensor
 
     def all_gather(self, shard: torch.Tensor) -> torch.Tensor:
         out = torch.empty(shard.numel() * self.size, dtype=shard.dtype, device=shard.device)
         _count_call(self.traffic, out)
-        _all_gather(out, shard.contiguous().reshape(-1), group=self.group)
+        with Released() as keep:
+            _all_gather(keep(out), keep(shard.contiguous().reshape(-1)), group=self.group)
         return out
 
     def reduce_scatter(self, full: torch.Tensor) -> torch.Tensor:
@@ -166,7 +169,8 @@ class TorchCollectives:
             raise ValueError(f"reduce_scatter needs numel {flat.numel()} divisible by the group size {self.size}")
         out = torch.empty(flat.numel() // self.size, dtype=flat.dtype, device=flat.device)
         _count_call(self.traffic, flat)
-        _reduce_scatter(out, flat, group=self.group)
+        with Released() as keep:
+            _reduce_scatter(keep(out), keep(flat), group=self.group)
         return out
 
 

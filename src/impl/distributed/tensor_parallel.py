@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from impl.distributed.release import Released
 from torch import nn
 
 from impl.distributed.ring import TorchCollectives, Traffic, make_collectives
@@ -173,7 +174,8 @@ class TensorParallel(nn.Module):
     def _broadcast_from_first_rank(self) -> None:
         src = _group_ranks(self.group)[0]
         for t in list(self.module.parameters()) + list(self.module.buffers()):
-            dist.broadcast(t.data, src=src, group=self.group)
+            with Released() as keep:  # gloo's worker must let go first (impl.distributed.release)
+                dist.broadcast(keep(t.data), src=src, group=self.group)
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -194,6 +196,7 @@ class TensorParallel(nn.Module):
                 out[key] = t.clone()
                 continue
             parts = [torch.empty_like(t) for _ in range(self.world_size)]
-            dist.all_gather(parts, t.contiguous(), group=self.group)
+            with Released() as keep:
+                dist.all_gather([keep(p) for p in parts], keep(t.contiguous()), group=self.group)
             out[key] = torch.cat(parts, dim)
         return out

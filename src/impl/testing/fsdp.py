@@ -245,3 +245,40 @@ def fail_in_fsdp(rank, world_size):
     _loss(fsdp, x, y).backward()
     fsdp.finish_gradient_synchronization()
     return rank
+
+
+def collectives_released(rank, world_size):
+    """Issue 23's cause, checked directly: after each FSDP call returns (construction, a step's
+    finish, gather_full_params), has gloo's worker let go of every tensor FSDP handed to an
+    all-reduce or a broadcast? (The tensor-to-tensor all-gather and reduce-scatter of gloo hold
+    none after their wait.) A tensor the worker still holds when the interpreter shuts down aborts
+    the process. Returns, per call, the largest use count above the one at the collective."""
+    torch.set_num_threads(1)
+    sent: list[tuple[torch.Tensor, int]] = []
+
+    def spy(real):
+        def call(tensor, *args, **kwargs):
+            sent.append((tensor, tensor._use_count()))
+            return real(tensor, *args, **kwargs)
+        return call
+
+    def held() -> int:
+        out = max((t._use_count() - before for t, before in sent), default=0)
+        sent.clear()
+        return out
+
+    real = dist.all_reduce, dist.broadcast
+    dist.all_reduce, dist.broadcast = spy(dist.all_reduce), spy(dist.broadcast)
+    try:
+        fsdp = FSDP(build("toy", rank))
+        out = {"construct": held(), "finish": 0}
+        for step in range(4):
+            _loss(fsdp, *batch(step, PER_RANK_BATCH)).backward()
+            sent.clear()  # the forward and backward issue no all-reduce or broadcast
+            fsdp.finish_gradient_synchronization()
+            out["finish"] = max(out["finish"], held())
+        fsdp.gather_full_params()
+        out["gather"] = held()
+    finally:
+        dist.all_reduce, dist.broadcast = real
+    return out
