@@ -24,13 +24,11 @@ the GPU the grid runs as two commands: `-k bf16` and `-k fp32`.
 """
 import pytest
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
                             set_flash_backward)
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import attention_inputs, measure_kernel
+from impl.bench.attention import attention_inputs, measure_kernel, sdpa_anchor
 from impl.bench.harness import Budget, time_once
 from impl.bench.row import Status
 from impl.bench.sweeps import grid
@@ -39,7 +37,6 @@ from impl.runtime import first_line, free_memory, is_oom, profile_name
 PROBLEM = "flash_benchmarking"
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G["budget_s"])
-BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
 ROUND = {"fwd": "one causal attention forward",
          "bwd": "one causal attention backward (graph built once, replayed with retain_graph; input grads reset)",
          "fwd_bwd": "one causal attention forward and backward (input grads reset)"}
@@ -76,12 +73,8 @@ def forward_fn(impl, q, k, v):
         return lambda: FlashAttentionTriton.apply(q, k, v, True)
     if impl == "naive":
         return lambda: naive_attention(q, k, v, True)
-    backend = BACKENDS[impl]
-
-    def sdpa():
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), is_causal=True)
-    return sdpa
+    sdpa = sdpa_anchor(impl, causal=True)
+    return lambda: sdpa(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
 
 
 def timed_fn(mode, fwd, do, inputs):

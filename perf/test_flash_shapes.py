@@ -22,11 +22,10 @@ grid orders configs so a cut falls on the least asked-for ones).
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import (FlashAttentionTriton, attention_flops, get_flash_backward, set_flash_autotune,
                             set_flash_backward)
-from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err
+from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
 from impl.bench.harness import Budget, time_once
 from impl.bench.row import Status
 from impl.bench.sweeps import grid
@@ -36,7 +35,6 @@ PROBLEM = "flash_shapes"
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G["budget_s"])
 OURS = ("flash_triton", "flash_triton_compiled")
-BACKENDS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION}
 ROUND = {"fwd": "one attention forward (batch × heads × seq × d)",
          "fwd_bwd": "one attention forward and backward, input gradients reset first"}
 
@@ -65,12 +63,7 @@ def attention_fn(impl: str, causal: bool):
             _STATE["compiled"] = torch.compile(FlashAttentionTriton.apply)
         compiled = _STATE["compiled"]
         return lambda q, k, v: compiled(q, k, v, causal)
-    backend = BACKENDS[impl]
-
-    def sdpa(q, k, v):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return sdpa
+    return sdpa_anchor(impl, causal)
 
 
 def problem_tensors(shape, d, causal, dtype, device):
@@ -132,7 +125,7 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
         if is_oom(exc):
             bench.oom(problem=PROBLEM, config=config, exc=exc, details=details)
             return
-        if impl in BACKENDS and isinstance(exc, RuntimeError):  # the backend rejects this config
+        if impl.startswith("sdpa") and isinstance(exc, RuntimeError):  # the backend rejects this config
             bench.not_run(problem=PROBLEM, config=config, status=Status.UNSUPPORTED, reason=first_line(exc),
                           details=details)
             return

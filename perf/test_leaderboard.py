@@ -13,10 +13,9 @@ The CPU smoke runs tiny shapes through the Triton interpreter without torch.comp
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
-from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err
+from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
 from impl.bench.harness import time_once
 from impl.bench.row import Status
 from impl.bench.sweeps import grid
@@ -24,7 +23,6 @@ from impl.runtime import first_line, free_memory, is_oom, profile_name
 
 PROBLEM = "leaderboard"
 G = grid(PROBLEM, profile_name())
-BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
 # Ours first (its fwd+bwd row also pays compilation), then the anchors.
 CASES = [("flash_triton", "fwd_bwd"), ("flash_triton", "fwd"), ("sdpa_flash", "fwd_bwd"), ("sdpa_flash", "fwd"),
          ("sdpa_cudnn", "fwd_bwd"), ("sdpa_cudnn", "fwd")]
@@ -60,12 +58,7 @@ def attention_fn(impl, device):
     if impl == "flash_triton":
         fn, _ = ours(device)
         return lambda q, k, v: fn(q, k, v, True)
-    backend = BACKENDS[impl]
-
-    def sdpa(q, k, v):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return sdpa
+    return sdpa_anchor(impl, causal=True)
 
 
 

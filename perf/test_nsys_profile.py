@@ -76,7 +76,7 @@ def _profile(model, x, y, trace_path, start: str):
 
 @pytest.mark.parametrize("size,context", [(s, c) for s in G["sizes"] for c in G["contexts"]])
 def test_nsys_profile(bench, size, context):
-    device, batch, dtype = bench.device, G["batch"], G["dtype"]
+    batch, dtype = G["batch"], G["dtype"]
     shape = MODEL_CONFIGS[size]
     config = dict(size=size, context=context, dtype=dtype, batch=batch, mode="forward")
     if BUDGET.exhausted():

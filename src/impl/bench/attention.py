@@ -127,3 +127,17 @@ def measure_kernel(bench, *, fn: Callable, first_call_s: float, do_bench_warmup_
             row.metrics[Metric.DO_BENCH_MS] = cross
             bench.save(row)
     return row
+
+
+def sdpa_anchor(impl: str, causal: bool) -> Callable:
+    """`scaled_dot_product_attention` restricted to one backend ("sdpa_flash" or "sdpa_cudnn"), the
+    anchors every attention benchmark runs beside ours; a config the backend rejects raises."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}[impl]
+
+    def sdpa(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return sdpa
