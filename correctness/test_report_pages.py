@@ -98,6 +98,36 @@ def test_memory_profiling_answers_read_from_the_timelines(built):
     assert "GiB" in page.score["memory_profiling"].headline
 
 
+def test_memory_profiling_answers_the_2026_variant_apart_from_the_2025_grid(built):
+    """The 2026 edition's xl rows (contexts 128 and 2048) get their own answers; the 2025 answers keep
+    reading the 2.7B rows even when the xl run is newer."""
+    pages, _, _ = built
+    page = next(p for p in pages if p.slug == "memory_profiling")
+    by_q = {a.question: a.text for a in page.answers}
+    a25 = " ".join(t for q, t in by_q.items() if not q.startswith("(2026"))
+    a26 = " ".join(t for q, t in by_q.items() if q.startswith("(2026"))
+    assert "2.7B, fp32" in a25 and "xl" not in a25
+    assert "context 128" in a26 and "context 2048" in a26 and "1600" in a26
+    assert "not measured on a GPU yet" not in a26
+
+
+def test_benchmarking_script_answers_the_2026_split_with_the_optimizer_step(built):
+    pages, _, _ = built
+    page = next(p for p in pages if p.slug == "benchmarking_script")
+    text = next(a.text for a in page.answers if a.question.startswith("(2026)"))
+    assert "optimizer step" in text and "whole training step timed as one" in text and "GB/s" in text
+
+
+def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():
+    from impl.report.pages.profiling import _shape_labels
+    # xl, batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
+    size = 4 * 128 * 10_000 * 4
+    assert _shape_labels("xl", 4, 128, "fp32")[size] == "fp32, logits (batch × ctx × vocab)"
+    both = _shape_labels("xl", 4, 128, "bf16")[size]
+    assert "fp32, logits" in both and "bf16, FFN-weight-sized" in both
+    assert not any("bf16" in v for v in _shape_labels("xl", 4, 128, "fp32").values())
+
+
 def test_timeline_axis_starts_at_zero(tmp_path, monkeypatch):
     """A forward that moves 0.1 GiB on 13 GiB of weights is drawn from zero, not zoomed into noise."""
     seen = []

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from impl import accounting as acc
 from impl.bench.row import Status
+from impl.bench.sweeps import grid
 from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
 from impl.report.benchmarking import speedup_cell, stat_name, step_s, study, within_noise
@@ -97,7 +99,8 @@ def warmup_cases(warm: pd.DataFrame) -> list[WarmupCase]:
 def benchmarking_script_page(ctx: Context) -> Page:
     slug, name = "benchmarking_script", "benchmarking_script"
     qs = ["(b) Forward and backward times of every size at contexts 128–1024 (mean ± std)?",
-          "(c) What do 0, 1, 2 or 5 warm-up steps change?"]
+          "(c) What do 0, 1, 2 or 5 warm-up steps change?",
+          "(2026) Forward, backward and the optimizer step timed apart: how do they make up a training step?"]
     found = gpu_rows(ctx, name)
     if not found:
         return _missing_page(slug, "benchmarking_script", [name], qs)
@@ -128,6 +131,39 @@ def benchmarking_script_page(ctx: Context) -> Page:
                         + benchmarking.warmup_table(warm))
         body.append(runs_meta(device, d))
     return Page(slug, "benchmarking_script", [problem(name)], answers, "\n\n".join(body), score={name: score})
+
+
+def _optimizer_split(ok: pd.DataFrame) -> str:
+    """The 2026 variant: forward + backward + optimizer step of the largest size with an optimizer row,
+    against the training step timed whole, and the AdamW step's rate over its fp32 byte floor (read
+    p, g, m, v and write p, m, v: 28 B per parameter)."""
+    opt = ok[ok["cfg.mode"] == "optimizer_step"]
+    if opt.empty:
+        return f"{NOT_ON_GPU.capitalize()}."
+    parts = []
+    for dtype in ("fp32", "bf16"):
+        o = opt[opt["cfg.dtype"] == dtype]
+        if o.empty:
+            continue
+        o = benchmarking.by_size(o).iloc[-1]
+        same = ok[(ok["cfg.size"] == o["cfg.size"]) & (ok["cfg.context"] == o["cfg.context"])
+                  & (ok["cfg.dtype"] == dtype)]
+        t = {m: step_s(g.iloc[0]) for m, g in same.groupby("cfg.mode")}
+        if not {"forward", "backward", "train_step"} <= set(t):
+            continue
+        total = t["forward"] + t["backward"] + t["optimizer_step"]
+        floor_b = 28 * MODEL_SIZES[o["cfg.size"]].params
+        parts.append(
+            f"{o['cfg.size']} at context {_i(o['cfg.context'])}, {dtype}: forward {t['forward'] * 1e3:.1f} ms, backward "
+            f"{t['backward'] * 1e3:.1f} ms, optimizer step {t['optimizer_step'] * 1e3:.1f} ms "
+            f"({t['optimizer_step'] / total:.0%} of their sum {total * 1e3:.0f} ms; the whole training step timed "
+            f"as one: {t['train_step'] * 1e3:.0f} ms). The AdamW step moves at least {floor_b / 1e9:.1f} GB (28 B per "
+            f"fp32 parameter), {floor_b / t['optimizer_step'] / 1e9:.0f} GB/s")
+    if not parts:
+        return "No size has forward, backward, optimizer and training-step rows at one context yet."
+    return ("; ".join(parts) + ". The optimizer step costs the same at every context (it touches parameters, "
+            "not tokens), so its share shrinks as the context grows; under autocast it is unchanged, as the "
+            "parameters and moments stay fp32, while forward and backward shrink.")
 
 
 def _benchmarking_answers(device: str, main: pd.DataFrame, warm: pd.DataFrame, qs: list[str]):
@@ -184,6 +220,7 @@ def _benchmarking_answers(device: str, main: pd.DataFrame, warm: pd.DataFrame, q
             f"{len(noisy)} of {len(cases)} cases the medians after 1 and 2 warm-up steps lie within the spread of the "
             f"fully warmed one, and single slow steps occur at every warm-up count (std up to {pct(std, 0)} of the "
             "median with warm-up).")))
+    answers.append(Answer(qs[2], _optimizer_split(ok)))
     return answers, score
 
 
@@ -359,20 +396,22 @@ def _bf16_trend(main: pd.DataFrame) -> tuple[str, str] | None:
 
 
 # ---------------------------------------------------------------------------------- memory_profiling
-def _shape_labels(size: str, batch: int, context: int) -> dict[int, str]:
-    """Allocation sizes in bytes → what tensor of the model has that size (weights at 2 and 4 bytes per
-    element, the activations of the row's shape at 4), for naming the largest allocations."""
+def _shape_labels(size: str, batch: int, context: int, dtype: str) -> dict[int, str]:
+    """Allocation sizes in bytes → what tensors of the model have that size, for naming the largest
+    allocations: fp32 only in an fp32 row (nothing is half precision there), fp32 and bf16 under
+    autocast; two tensors of one size are both named (xl: fp32 logits at context 128 = bf16 FFN weight)."""
     m = MODEL_SIZES[size]
-    out = {}
-    for nbytes, kind in ((4, "fp32"), (2, "bf16")):
-        out[m.d_model * m.d_ff * nbytes] = f"{kind}, FFN-weight-sized (d_model × d_ff)"
-        out[m.vocab_size * m.d_model * nbytes] = f"{kind}, embedding / LM-head-sized (vocab × d_model)"
-        out[m.d_model * m.d_model * nbytes] = f"{kind}, attention-projection-sized (d_model²)"
-        out[batch * m.num_heads * context * context * nbytes] = f"{kind}, attention scores (batch × heads × ctx²)"
-        out[batch * context * m.d_ff * nbytes] = f"{kind}, FFN hidden (batch × ctx × d_ff)"
-        out[batch * context * m.vocab_size * nbytes] = f"{kind}, logits (batch × ctx × vocab)"
-        out[batch * context * m.d_model * nbytes] = f"{kind}, residual-stream-sized (batch × ctx × d_model)"
-    return out
+    out: dict[int, list[str]] = {}
+    for nbytes, kind in ((4, "fp32"), (2, "bf16")) if dtype == "bf16" else ((4, "fp32"),):
+        for n, what in ((m.d_model * m.d_ff, "FFN-weight-sized (d_model × d_ff)"),
+                        (m.vocab_size * m.d_model, "embedding / LM-head-sized (vocab × d_model)"),
+                        (m.d_model * m.d_model, "attention-projection-sized (d_model²)"),
+                        (batch * m.num_heads * context * context, "attention scores (batch × heads × ctx²)"),
+                        (batch * context * m.d_ff, "FFN hidden (batch × ctx × d_ff)"),
+                        (batch * context * m.vocab_size, "logits (batch × ctx × vocab)"),
+                        (batch * context * m.d_model, "residual-stream-sized (batch × ctx × d_model)")):
+            out.setdefault(n * nbytes, []).append(f"{kind}, {what}")
+    return {n: " or ".join(labels) for n, labels in out.items()}
 
 
 def _phase_levels(t: dict) -> dict[str, tuple[float, float, float]]:
@@ -395,9 +434,13 @@ def memory_page(ctx: Context) -> Page:
           "(e) Which are the largest allocations, and where do they come from?"]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "memory_profiling", [name], qs)
-    device, d = found[0]
-    d = profiling._sorted(d, "cfg.context", "cfg.dtype", "cfg.mode")
+        return _missing_page(slug, "memory_profiling", [name], qs + QS_2026)
+    device, d_all = found[0]
+    d_all = profiling._sorted(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
+    in_2026 = d_all.apply(lambda r: (r["cfg.size"], _i(r["cfg.context"])) in CASES_2026, axis=1)
+    d, d26 = d_all[~in_2026], d_all[in_2026]
+    if d.empty:
+        return _missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     ok = d[d["status"] == MEASURED]
     size = ok["cfg.size"].iloc[0]
     m = MODEL_SIZES[size]
@@ -466,8 +509,8 @@ def memory_page(ctx: Context) -> Page:
     # (e) largest allocations, named by shape
     big_rows, e_text = _largest(ok)
     answers.append(Answer(qs[4], e_text))
-    body = [f"## {device}", f"### {size} peak memory\n\nAllocated / reserved GiB (train step = forward, backward, "
-            "AdamW step, optimizer state included):\n\n" + _peak_table(d)]
+    body = [f"## {device}", "### peak memory\n\nAllocated / reserved GiB (train step = forward, backward, "
+            "AdamW step, optimizer state included):\n\n" + _peak_table(d_all)]
     figs = []
     for mode in ("forward", "train_step"):
         for dtype in ("fp32", "bf16"):
@@ -489,10 +532,69 @@ def memory_page(ctx: Context) -> Page:
     art = [i["snapshot"]["artifact"] for i in d["details"] if i.get("snapshot") and i["snapshot"].get("artifact")]
     if art:
         body.append(f"Raw snapshot saved as artifact `{art[0]}` (drag onto pytorch.org/memory_viz).")
-    body.append(runs_meta(device, d))
+    a26, b26 = _memory_2026(d26)
+    answers += a26
+    if b26:
+        body.append(b26)
+    body.append(runs_meta(device, d_all))
     score = Score(f"{size} training-step peak {min(tp) / G:.1f}–{max(tp) / G:.1f} GiB, flat over contexts (optimizer "
                   "step)", f"{max(tp) / G:.1f} GiB peak (fp32 train step)", "–", _short(device), run_date(d))
     return Page(slug, "memory_profiling", [problem(name)], answers, "\n\n".join(body), score={name: score})
+
+
+# The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).
+CASES_2026 = {tuple(c) for c in grid("memory_profiling", "full")["cases_2026"]}
+QS_2026 = ["(2026 a) xl at contexts 128 and 2048: peak memory of the forward and of a full training step, "
+           "with and without bf16 autocast?",
+           "(2026 b) xl's residual stream, and the largest allocations?"]
+
+
+def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
+    """The 2026 questions from the rows of CASES_2026: peaks (OOM explained by the closed-form
+    activation bytes against the fp32 training state), residual stream, largest allocations."""
+    if d.empty:
+        return [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in QS_2026], None
+    G = 2**30
+    size = d["cfg.size"].iloc[0]
+    m = MODEL_SIZES[size]
+    batch = _i(d["cfg.batch"].iloc[0])
+    state = 4 * m.params * 4  # fp32 parameters, gradients and AdamW's two moments
+
+    def peak(c, dtype, mode):
+        s = d[(d["cfg.context"] == c) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == mode)]
+        if s.empty:
+            return "not run"
+        r = s.iloc[0]
+        return (f"{r['peak_alloc'] / G:.1f} GiB" if r["status"] == MEASURED
+                else "OOM" if r["status"] == OOM else r["status"].replace("_", " "))
+    parts = []
+    for c in sorted({_i(c) for c in d["cfg.context"]}):
+        acts = acc.checkpoint_terms(batch, c, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
+        saved = m.num_layers * acts["a_block"] + acts["a_outside"]
+        parts.append(
+            f"context {c}: forward {peak(c, 'fp32', 'forward')} (fp32) / {peak(c, 'bf16', 'forward')} (bf16 "
+            f"autocast), training step {peak(c, 'fp32', 'train_step')} / {peak(c, 'bf16', 'train_step')}; the fp32 "
+            f"closed form puts the activations saved for backward at {saved / G:.1f} GiB on top of "
+            f"{state / G:.1f} GiB of fp32 parameters, gradients and moments")
+    a = Answer(QS_2026[0], f"{size}, batch {batch}: " + "; ".join(parts) + ". A training step at a context "
+               "whose saved activations and state exceed the GPU's memory is an OOM whatever the autocast: "
+               "autocast halves the matmul outputs, not the fp32 residual stream or the naive attention's "
+               "softmax, and adds bf16 copies of the weights.")
+    ok = d[d["status"] == MEASURED]
+    res = []
+    for _, r in ok[(ok["cfg.mode"] == "forward") & (ok["cfg.dtype"] == "fp32")].iterrows():
+        x = ((r["details"].get("snapshot") or {}).get("residual") or {}).get("4")
+        if x:
+            res.append(f"{_i(r['cfg.batch'])} × {_i(r['cfg.context'])} × {m.d_model} × 4 B = "
+                       f"{x['bytes'] / 2**20:.2f} MiB ({'found' if x['found'] else 'not found'} among the "
+                       f"allocations, {x['count']} times)")
+    big_rows, e_text = _largest(ok)
+    b = Answer(QS_2026[1], ("Residual stream (fp32): " + "; ".join(res) + ". " if res else "") + e_text)
+    body = [f"### 2026 edition: {size} at contexts {', '.join(str(c) for c in sorted({_i(c) for c in d['cfg.context']}))}",
+            "Peaks are in the table above. " + _residual_table(ok)]
+    if big_rows:
+        body.append(big_rows)
+    return [a, b], "\n\n".join(body)
 
 
 def _peak_table(d: pd.DataFrame) -> str:
@@ -533,7 +635,7 @@ def _largest(ok: pd.DataFrame) -> tuple[str | None, str]:
         big = [b for b in (r["details"].get("snapshot") or {}).get("largest") or [] if b["frames"]][:6]
         if not big:
             continue
-        labels = _shape_labels(r["cfg.size"], _i(r["cfg.batch"]), _i(r["cfg.context"]))
+        labels = _shape_labels(r["cfg.size"], _i(r["cfg.batch"]), _i(r["cfg.context"]), r["cfg.dtype"])
         rows = [[f"{b['size'] / 2**20:.1f}", b["count"], labels.get(b["size"], "–"),
                  " ← ".join(b["frames"][:2])] for b in big]
         parts.append(f"**{r['cfg.dtype']} {r['cfg.mode'].replace('_', ' ')}, context {_i(c0)}**\n\n"
