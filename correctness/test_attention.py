@@ -42,8 +42,6 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 TRITON_DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 HEAD_DIMS = [16, 24, 32, 48, 64, 80, 96, 128]
-BF16_INTERPRETER_REASON = ("the Triton interpreter's bf16 tl.dot gives wrong results on the CPU "
-                           "(errors ~1e9); bf16 is tested on the GPU")
 
 
 
@@ -165,13 +163,16 @@ def _impl_params():
 @pytest.mark.parametrize("layout", ["3d", "4d"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 def test_flash_matches_reference(cls, device, is_causal, layout, dtype):
-    if cls is FlashAttentionTriton and dtype == torch.bfloat16 and device == "cpu":
-        pytest.skip(BF16_INTERPRETER_REASON)
     if layout == "3d":
         sq, sk = (2, 45, 32), (2, 45, 32)
     else:
         sq, sk = (1, 2, 70, 64), (1, 2, 70, 64)
     q, k, v, do = make_inputs(sq, sk, dtype, device)
+    if cls is FlashAttentionTriton and dtype == torch.bfloat16 and device == "cpu":
+        # the interpreter's bf16 tl.dot is wrong (errors ~1e9; bf16 is checked on the GPU): refuse, not answer
+        with pytest.raises(ValueError, match="bfloat16 is not supported .* interpreter"):
+            cls.apply(q, k, v, is_causal)
+        return
     check_against_reference(cls, q, k, v, do, is_causal)
 
 

@@ -22,6 +22,7 @@ from impl.bench.rank_memory import Allocated, NamedBytes, named_bytes
 from impl.bench.steps import build_model, random_batch
 from impl.bench.timers import make_timer
 from impl.bench.traces import SYNC, step_timeline
+from impl.distributed.release import Released
 from impl.model import AdamW, cross_entropy
 from impl.runtime import free_memory
 
@@ -182,7 +183,11 @@ def allreduce(state: WorkerState, nbytes: int) -> Timed:
         state.drop("buffer")
         state.buffer = torch.ones(numel, dtype=torch.float32, device=state.device)
     dist.barrier()
-    return Timed(timed(state, lambda: dist.all_reduce(state.buffer), kernel=True))
+    release = Released()  # gloo's worker must let go of the buffer before this rank may exit (issue 23)
+    release(state.buffer)
+    result = Timed(timed(state, lambda: dist.all_reduce(state.buffer), kernel=True))
+    release.wait()  # outside the timed region: on the CPU it sleeps until the worker is done
+    return result
 
 
 def step(state: WorkerState) -> StepReply | None:
