@@ -139,3 +139,59 @@ def test_bad_input_is_refused_by_name():
         make_train_step(TrainConfig(grad_sync="allreduce"), model, x, x)
     with pytest.raises(ValueError, match="runs eagerly"):
         make_train_step(TrainConfig(grad_sync="ddp_bucketed", compile="blocks"), model, x, x)
+
+
+# ------------------------------------------------------------- the prediction (impl.report.leaderboard_2026)
+def test_param_split_counts_the_bf16_linear_weights_of_the_built_step():
+    from impl.bench.steps import linear_weights
+    from impl.report.leaderboard_2026 import param_split
+
+    built = build_step(SPEC, CPU)
+    split = param_split(SPEC.model)
+    bf16 = sum(p.numel() for p in built.model.parameters() if p.dtype == torch.bfloat16)
+    assert split.bf16 == bf16 == sum(p.numel() for p in linear_weights(built.model))
+    assert split.fp32 == sum(p.numel() for p in built.model.parameters() if p.dtype == torch.float32)
+    assert split.grad_bytes == sum(p.numel() * p.element_size() for p in built.model.parameters())
+    # AdamWMaster's state of the built step (master_lo, exp_avg, exp_avg_sq) after one step
+    built.step()
+    state = built.optimizer.state
+    assert split.optimizer_state_bytes == sum(t.numel() * t.element_size() for p in built.model.parameters()
+                                              for t in state[p].values() if torch.is_tensor(t) and t.dim() > 0)
+
+
+def test_prediction_fits_lines_and_adds_communication():
+    from impl.report.leaderboard_2026 import LayerRun, fit_line, param_split, predict_step
+
+    fit = fit_line([1, 2, 4], [0.5, 0.7, 1.1])
+    assert abs(fit.intercept - 0.3) < 1e-12 and abs(fit.slope - 0.2) < 1e-12 and fit.points == 3
+    cfg = MODEL_CONFIGS["8B"]
+    runs = [LayerRun(1, 0.5, 23e9), LayerRun(2, 0.7, 26e9), LayerRun(4, 1.1, 32e9)]
+    w = 250e9
+    pred = predict_step(runs, cfg, w)
+    psi = param_split(cfg).grad_bytes
+    assert pred.layers == 34 and abs(pred.compute_s - (0.3 + 0.2 * 34)) < 1e-9
+    assert abs(pred.grad_allreduce_s - psi / w) < 1e-12  # 2(N-1)/N = 1 at N = 2
+    assert abs(pred.param_broadcast_s - psi / w) < 1e-12
+    assert abs(pred.total_s - (pred.compute_s + 2 * psi / w)) < 1e-9
+    assert abs(pred.overlapped_s - (pred.compute_s + psi / w)) < 1e-9
+    assert abs(pred.one_gpu_peak_bytes - (20e9 + 3e9 * 34)) < 1
+    saving = param_split(cfg).optimizer_state_bytes / 2
+    assert abs(pred.per_rank_peak_bytes - (20e9 + 3e9 * 34 - saving + psi)) < 1
+    four = predict_step(runs, cfg, w, world_size=4)
+    assert abs(four.grad_allreduce_s - 1.5 * psi / w) < 1e-12
+    assert predict_step([LayerRun(1, 0.5), LayerRun(2, 0.7)], cfg, w).per_rank_peak_bytes is None
+
+
+def test_prediction_bad_input():
+    from impl.report.leaderboard_2026 import LayerRun, predict_step
+
+    cfg = MODEL_CONFIGS["8B"]
+    runs = [LayerRun(1, 0.5), LayerRun(2, 0.7)]
+    with pytest.raises(ValueError, match="at least two distinct layer counts"):
+        predict_step([LayerRun(2, 0.5), LayerRun(2, 0.6)], cfg, 1e11)
+    with pytest.raises(ValueError, match="bus_bandwidth must be a positive"):
+        predict_step(runs, cfg, 0.0)
+    with pytest.raises(ValueError, match="world_size must be an int >= 2"):
+        predict_step(runs, cfg, 1e11, world_size=1)
+    with pytest.raises(ValueError, match="step_s > 0"):
+        predict_step([LayerRun(1, 0.5), LayerRun(2, -1.0)], cfg, 1e11)
