@@ -131,6 +131,8 @@ def test_bad_input_is_refused_by_name():
         StepSpec(checkpointing="every_k", checkpoint_k=None)
     with pytest.raises(ValueError, match="checkpoint_k"):
         StepSpec(checkpointing="none", checkpoint_k=1)
+    with pytest.raises(ValueError, match="checkpoint_k"):
+        StepSpec(checkpointing="every_k", checkpoint_k=0)
     model = TransformerLM(**MODEL_CONFIGS["tiny"], context_length=8)
     x = torch.zeros(1, 8, dtype=torch.long)
     with pytest.raises(ValueError, match="reduction must be one of"):

@@ -66,9 +66,11 @@ class StepSpec:
                 raise ValueError(f"StepSpec.{name} must be a positive int, got {value!r}")
         if self.checkpointing not in POLICIES:
             raise ValueError(f"StepSpec.checkpointing must be one of {POLICIES}, got {self.checkpointing!r}")
-        if (self.checkpointing == "every_k") != (self.checkpoint_k is not None):
+        k = self.checkpoint_k
+        if (self.checkpointing == "every_k") != (k is not None) or \
+                (k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1)):
             raise ValueError(f"StepSpec.checkpoint_k is given for checkpointing 'every_k' only (a positive int), "
-                             f"got checkpointing={self.checkpointing!r}, checkpoint_k={self.checkpoint_k!r}")
+                             f"got checkpointing={self.checkpointing!r}, checkpoint_k={k!r}")
 
     @property
     def model(self) -> ModelConfig:
