@@ -55,11 +55,14 @@ def test_step_loss_is_the_sum_of_per_token_cross_entropy():
 BF16_LOSS_TOL, BF16_UPDATE_TOL, BF16_ALL_UPDATES_TOL = 1e-3, 0.25, 0.1
 
 
-def test_bf16_step_follows_an_fp32_reference_step():
-    built = build_step(SPEC, CPU)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_bf16_step_follows_an_fp32_reference_step(device):
+    """On the GPU with our Triton FlashAttention and the AdamWMaster kernel, as the perf rows run."""
+    spec = SPEC if device == "cpu" else StepSpec(**{**SPEC.__dict__, "attn_impl": "flash_triton"})
+    built = build_step(spec, torch.device(device))
     init = master_weights(built)
     torch.manual_seed(0)  # build_step's seed: the same initial weights
-    ref = TransformerLM(**SPEC.model, context_length=SPEC.context, attn_impl="naive")
+    ref = TransformerLM(**SPEC.model, context_length=SPEC.context, attn_impl="naive", device=device)
     opt = AdamW(ref.parameters(), lr=SPEC.lr, weight_decay=SPEC.weight_decay)
     for n, p in ref.named_parameters():  # masters are exact but for one fp32 bit step (adamw_master's doc)
         torch.testing.assert_close(init[n], p.detach(), rtol=2.0**-22, atol=0, msg=n)
