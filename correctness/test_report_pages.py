@@ -186,19 +186,22 @@ def _kernel_row(problem: str, config: dict, **details) -> Row:
                details=details)
 
 
-def _store(data: Path, section: str, stamp: str, measured: list[tuple[Row, float, float]], not_run=()) -> None:
+def _store(data: Path, section: str, stamp: str, measured: list[tuple[Row, float, float]], not_run=(),
+           device: str = "gpu-x1") -> None:
     """One stored run in impl.bench.store's layout: rows with (median ms, iqr ms)."""
+    def name(row):
+        return f"test_{row.problem}[{'-'.join(map(str, row.config.values()))}]"
+
     def entry(row, med, iqr):
         s, q = med / 1e3, iqr / 1e3
-        return dict(name=f"test_{row.problem}[{'-'.join(map(str, row.config.values()))}]", group=row.problem,
+        return dict(name=name(row), group=row.problem,
                     extra_info=row.to_json(), stats=dict(mean=s, stddev=q, median=s, min=s, max=s, iqr=q, rounds=10,
                                                          data=[s] * 10))
     doc = dict(datetime=f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:00",
                commit_info=dict(id=stamp[-8:] + "0" * 32, dirty=False),
                benchmarks=[entry(*m) for m in measured],
-               not_run=[dict(name=f"test_{r.problem}[{r.config['impl']}-{r.config['seq']}]", fullname="x",
-                             group=r.problem, row=r.to_json()) for r in not_run])
-    folder = data / "gpu-x1" / section
+               not_run=[dict(name=name(r), fullname="x", group=r.problem, row=r.to_json()) for r in not_run])
+    folder = data / device / section
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{stamp}.json").write_text(json.dumps(doc))
 
@@ -456,3 +459,65 @@ def test_index_has_a_row_per_problem_links_existing_pages_and_stays_small(tmp_pa
             linked.add((reports / ref).resolve())
     assert not (reports / "figures" / "orphan.png").exists()
     assert {p.resolve() for p in reports.glob("figures/*.png")} <= linked
+
+
+# ------------------------------------------------------------- leaderboard (2026)
+def _lb26_rows(layers_ms_gib: list[tuple[int, float, float]], policy: str = "every_k") -> list[tuple[Row, float, float]]:
+    out = []
+    for layers, med_ms, gib in layers_ms_gib:
+        row = Row(problem="leaderboard_2026", config=dict(config="8B", layers=layers, batch=1, context=32768,
+                                                           checkpointing=policy, k=1 if policy == "every_k" else None),
+                  env=ENV, status=Status.MEASURED, timing=Timing("one training step", "SyncTimer", 2, 5),
+                  metrics={Metric.TOKENS_PER_S: 32768 / med_ms * 1e3, Metric.MFU: 0.4})
+        row.memory.peak_allocated = int(gib * 2**30)
+        out.append((row, med_ms, 1.0))
+    return out
+
+
+def _allreduce_run(data: Path, busbw_gbps: float) -> None:
+    rows = [(Row(problem="distributed_communication_single_node",
+                 config=dict(backend=backend, world_size=n, bytes=2**30), env=ENV, status=Status.MEASURED,
+                 timing=Timing("one all-reduce", "SyncTimer", 2, 10), metrics={Metric.BUS_BW: bw}), 5.0, 0.1)
+            for backend, n, bw in (("nccl", 2, busbw_gbps), ("nccl", 4, 10 * busbw_gbps), ("gloo", 2, 1.0))]
+    _store(data, "distributed_communication", "20260301T000000Z_cccccccc", rows, device="gpu-x2")
+
+
+def test_leaderboard_2026_page_predicts_two_gpus_from_one_gpu_rows(tmp_path):
+    """Synthetic one-GPU rows at 1, 2, 4 layers on a line (0.3 s + 0.2 s/layer; 20 GiB + 3 GiB/layer) and
+    a 2-GPU all-reduce: the answer stays "not run on two GPUs" and prints the prediction of
+    impl.report.leaderboard_2026 at 34 layers with the 2-process bus bandwidth, not the 4-process one."""
+    from impl.model import MODEL_CONFIGS
+    from impl.report.leaderboard_2026 import LayerRun, predict_step
+    from impl.report.pages import parallelism
+
+    data = tmp_path / "data"
+    line = [(n, 300 + 200 * n, 20 + 3 * n) for n in (1, 2, 4)]
+    plain_oom = Row(problem="leaderboard_2026", config=dict(config="8B", layers=8, batch=1, context=32768,
+                                                            checkpointing="none", k=None),
+                    env=ENV, status=Status.OOM, reason="CUDA out of memory")
+    _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa", _lb26_rows(line) + _lb26_rows([(1, 250, 26)], "none"),
+           [plain_oom])
+    _allreduce_run(data, 300.0)
+    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
+    text = page.answers[0].text
+    pred = predict_step([LayerRun(n, t / 1e3, g * 2**30) for n, t, g in line], MODEL_CONFIGS["8B"], 300e9)
+    assert text.startswith("Not run on two GPUs") and "checkpointing every_k, 3 runs" in text
+    assert f"**{pred.total_s:.2f} s** per step" in text and f"{pred.compute_s:.2f} s of one rank's compute" in text
+    assert abs(pred.compute_s - (0.3 + 0.2 * 34)) < 1e-9 and "at 300 GB/s" in text and "on 2 GPUs" in text
+    assert f"**{pred.per_rank_peak_bytes / 2**30:,.1f} GiB**" in text
+    assert page.score["leaderboard_2026"].headline == f"{pred.total_s:.2f} s (predicted)"
+    assert "| 8 | none | oom |" in page.body and "CUDA out of memory" in page.body
+    assert "| 4 | every_k (k 1) | 1100 ± 1 |" in page.body
+
+
+def test_leaderboard_2026_page_without_rows_says_what_is_missing(tmp_path):
+    from impl.report.pages import parallelism
+
+    data = tmp_path / "data"
+    _allreduce_run(data, 300.0)
+    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
+    assert "Not run on two GPUs" in page.answers[0].text and "no prediction" in page.answers[0].text
+    assert page.score["leaderboard_2026"].headline == "–"
+    _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa", _lb26_rows([(2, 700, 26)]))
+    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
+    assert "fewer than two layer counts" in page.answers[0].text and "| 2 | every_k (k 1) |" in page.body

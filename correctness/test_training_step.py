@@ -98,6 +98,27 @@ def test_fused_ce_matches_float64_reference():
     assert rel_err(gh, gh64) < 1e-5 and rel_err(gw, gw64) < 1e-5
 
 
+def test_fused_ce_and_cross_entropy_sum_over_tokens():
+    """reduction="sum" (the 2026 leaderboard's loss): the float64 sum of per-token losses, and its
+    gradients the sum's (N × the mean's), for the fused path and the plain one."""
+    torch.manual_seed(0)
+    h = (3 * torch.randn(5, 11, 24)).requires_grad_()
+    w = torch.randn(V, 24, requires_grad=True)
+    t = torch.randint(0, V, (5, 11))
+    h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy((h64 @ w64.T).reshape(-1, V), t.reshape(-1), reduction="sum")
+    gh64, gw64 = torch.autograd.grad(ref, (h64, w64))
+    for loss in (fused_linear_cross_entropy(h, w, t, rows=8, reduction="sum"),
+                 cross_entropy(h @ w.T, t, reduction="sum")):
+        gh, gw = torch.autograd.grad(loss, (h, w))
+        assert abs(loss.item() - ref.item()) / ref.item() < 1e-6
+        assert rel_err(gh, gh64) < 1e-5 and rel_err(gw, gw64) < 1e-5
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        fused_linear_cross_entropy(h, w, t, reduction="none")
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        cross_entropy(h @ w.T, t, reduction="max")
+
+
 def test_fused_ce_without_grad_only_computes_the_loss():
     torch.manual_seed(0)
     h, w, t = torch.randn(4, 8), torch.randn(V, 8), torch.randint(0, V, (4,))

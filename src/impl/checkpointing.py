@@ -82,13 +82,15 @@ def run_layers(model, x: torch.Tensor, positions: torch.Tensor, policy: str, k: 
     raise ValueError(f"unknown checkpointing policy {policy!r}; expected one of {POLICIES}")
 
 
-def _checkpointed_forward(self, token_ids: torch.Tensor) -> torch.Tensor:
-    """TransformerLM.forward with the block loop replaced by run_layers (same ops otherwise)."""
+def _checkpointed_forward(self, token_ids: torch.Tensor, return_hidden: bool = False) -> torch.Tensor:
+    """TransformerLM.forward with the block loop replaced by run_layers (same ops otherwise);
+    return_hidden as there (the fused LM head + loss applies lm_head itself)."""
     self._check_input(token_ids)
     positions = torch.arange(token_ids.shape[1], device=token_ids.device)
     x = self.token_embeddings(token_ids)
     x = run_layers(self, x, positions, *self.checkpoint_policy)
-    return self.lm_head(self.ln_final(x))
+    h = self.ln_final(x)
+    return h if return_hidden else self.lm_head(h)
 
 
 def apply_checkpointing(model, policy: str, k: int | None = None):

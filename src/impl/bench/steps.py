@@ -11,6 +11,7 @@ import torch
 
 from impl.model import AdamW, Linear, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
+from impl.model.loss import check_reduction
 from impl.annotate import PHASES, annotate
 from impl.bench.compiled import compile_blocks_in_place
 from impl.model import MODEL_CONFIGS
@@ -37,19 +38,24 @@ def random_batch(model: TransformerLM, batch: int, context: int, device: torch.d
 
 
 def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor, dtype: str,
-              optimizer: torch.optim.Optimizer | None = None, fused_ce: bool = False) -> tuple[Callable, Callable | None]:
+              optimizer: torch.optim.Optimizer | None = None, fused_ce: bool = False, loss: str = "mean",
+              after_backward: Callable[[], None] | None = None) -> tuple[Callable, Callable | None]:
     """Returns (fn, setup): fn is timed, setup runs untimed before each call. `model` may be a
-    torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce).
+    torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce);
+    loss: the cross-entropy's reduction over tokens ("mean" or "sum"); after_backward runs between
+    the train step's backward and its optimizer step (a data-parallel gradient synchronisation).
     The train step returns its (detached) loss; train_step(annotated=True) runs each phase in its
     profiler range (impl.annotate.PHASES), for a profiled call: the timed calls go
     without (no range's host cost in their time)."""
     device = x.device
+    check_reduction(loss)
 
     def loss_fn():
         with autocast_ctx(dtype, device):
             if fused_ce:
-                return fused_linear_cross_entropy(model(x, return_hidden=True), model.lm_head.weight, y)
-            return cross_entropy(model(x), y)
+                return fused_linear_cross_entropy(model(x, return_hidden=True), model.lm_head.weight, y,
+                                                  reduction=loss)
+            return cross_entropy(model(x), y, reduction=loss)
 
     if mode == "forward":
         def forward():
@@ -90,6 +96,8 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
                 loss = loss_fn()
             with phase(PHASES[1]):
                 loss.backward()
+                if after_backward is not None:
+                    after_backward()
             with phase(PHASES[2]):
                 optimizer.step()
             return loss.detach()
@@ -175,7 +183,15 @@ class TrainConfig:
                "adamw_master" / "adamw_master_fused" (impl.model.adamw_master.AdamWMaster: bf16
                parameters through fp32 masters, one Triton launch for all of them, the fp32 ones as
                "adamw" / "adamw_fused")
+               "adamw_master_sharded": AdamWMaster inside impl.distributed.ShardedOptimizer over the
+               default process group (each rank keeps the masters and moments of the parameters
+               it owns, steps them and broadcasts them)
     fused_ce   LM head + cross-entropy fused and chunked (impl.model.fused_ce)
+    loss       the cross-entropy's reduction over tokens: "mean", or "sum" (the 2026 leaderboard)
+    grad_sync  "none", or "ddp_bucketed": data parallel over the default process group, gradients
+               all-reduced in GRAD_BUCKET_MB buckets during backward (impl.distributed.DDPBucketed)
+               and waited for before the optimizer step; averaged for loss "mean", summed for "sum",
+               so that either way the step is the single-process step on the ranks' joined batch
     """
 
     dtype: str = "fp32"
@@ -184,6 +200,12 @@ class TrainConfig:
     compile: str = "none"
     optimizer: str = "adamw"
     fused_ce: bool = False
+    loss: str = "mean"
+    grad_sync: str = "none"
+
+
+GRAD_SYNCS = ("none", "ddp_bucketed")
+GRAD_BUCKET_MB = 100  # the fsdp section's DDP bucket size
 
 
 def train_config(bf16=False, flash=False, compile="none", fused_adamw=False, fused_ce=False, bf16_weights=False,
@@ -249,14 +271,18 @@ def make_optimizer(kind: str, params, lr: float = 1e-4, weight_decay: float = 0.
     params = list(params)
     if kind in ("adamw", "adamw_fused"):
         return AdamW(params, lr=lr, weight_decay=weight_decay, fused=kind == "adamw_fused")
-    if kind in ("adamw_master", "adamw_master_fused"):
+    if kind in ("adamw_master", "adamw_master_fused", "adamw_master_sharded"):
         from impl.model.adamw_master import AdamWMaster  # late: it imports triton (as impl.attention does)
 
+        if kind == "adamw_master_sharded":
+            from impl.distributed.sharded_optimizer import ShardedOptimizer
+
+            return ShardedOptimizer(params, AdamWMaster, lr=lr, weight_decay=weight_decay)
         return AdamWMaster(params, lr=lr, weight_decay=weight_decay, fused=kind == "adamw_master_fused")
     if kind == "torch_adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=params[0].is_cuda)
-    raise ValueError(f"unknown optimizer {kind!r}; expected adamw, adamw_fused, adamw_master, adamw_master_fused "
-                     "or torch_adamw")
+    raise ValueError(f"unknown optimizer {kind!r}; expected adamw, adamw_fused, adamw_master, adamw_master_fused, "
+                     "adamw_master_sharded or torch_adamw")
 
 
 def linear_weights(model: torch.nn.Module) -> list[torch.nn.Parameter]:
@@ -271,6 +297,12 @@ def _check_weights(cfg: TrainConfig) -> None:
         raise ValueError(f"weights='bf16' needs dtype='bf16' (autocast), got dtype={cfg.dtype!r}")
     if cfg.weights == "bf16" and not cfg.optimizer.startswith("adamw_master"):
         raise ValueError(f"weights='bf16' needs an adamw_master optimizer (fp32 masters), got {cfg.optimizer!r}")
+    check_reduction(cfg.loss)
+    if cfg.grad_sync not in GRAD_SYNCS:
+        raise ValueError(f"unknown grad_sync {cfg.grad_sync!r}; expected one of {GRAD_SYNCS}")
+    if cfg.grad_sync != "none" and cfg.compile != "none":
+        raise ValueError(f"grad_sync={cfg.grad_sync!r} runs eagerly (its hooks fire in backward); got "
+                         f"compile={cfg.compile!r}")
 
 
 def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
@@ -290,10 +322,18 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
     if cfg.weights == "bf16":
         optimizer.cast_params_(linear_weights(model), torch.bfloat16)
+    sync = None
+    if cfg.grad_sync == "ddp_bucketed":
+        from impl.distributed.ddp import DDPBucketed
+
+        # after the cast, so the bf16 weights' buckets are bf16; its hooks fire on the parameters
+        # themselves, so the step calls the model, not the wrapper (kept alive by `sync`)
+        sync = DDPBucketed(model, GRAD_BUCKET_MB, average=cfg.loss == "mean").finish_gradient_synchronization
     target = compile_model(model, cfg.compile, backend)
     if cfg.compile.startswith("model"):
         torch._dynamo.maybe_mark_dynamic(x, 1)
-    step, _ = make_step("train_step", target, x, y, cfg.dtype, optimizer, fused_ce=cfg.fused_ce)
+    step, _ = make_step("train_step", target, x, y, cfg.dtype, optimizer, fused_ce=cfg.fused_ce, loss=cfg.loss,
+                        after_backward=sync)
     if cfg.compile == "model+cudagraphs":
         return _new_graph_step(step), optimizer
     return step, optimizer

@@ -275,3 +275,20 @@ def grid(problem: str, profile: str) -> dict:
         return GRIDS[problem][profile]
     except KeyError:
         raise ValueError(f"no sweep grid for problem {problem!r} in profile {profile!r}") from None
+
+# leaderboard (2026) (issue 27): the 8B training step (impl.bench.leaderboard_2026) with fewer layers on
+# one GPU at one rank's share of the two-GPU batch (1 × 32,768 tokens), from which
+# impl.report.leaderboard_2026 predicts the 34-layer step on two GPUs (time and peak memory linear in
+# the layers). Checkpointed rows first (each block keeps its input; the prediction reads them: 34
+# plain layers would not fit), then plain ones while they fit (an OOM is a row). H100 estimate: ~0.2 s
+# per layer + ~0.3 s for the LM head and optimizer per step, 8 steps a row (first, warm-up, rounds):
+# ~60 s of steps, ~1 min of FlashAttention autotuning at (32 heads, 32,768, d 128) and start-up: ~2-3
+# min; budget_s cuts the rest. The CPU smoke runs the tiny config with flash_torch (the interpreter's
+# Triton kernels take minutes a step) at a short context.
+_LB26_POLICIES = [["every_k", 1], ["none", None]]
+GRIDS["leaderboard_2026"] = {
+    "full": dict(config="8B", layers=[1, 2, 4, 8], batch=1, context=32_768, policies=_LB26_POLICIES,
+                 attn_impl="flash_triton", warmup=2, rounds=5, budget_s=240),
+    "smoke": dict(config="tiny", layers=[1, 2], batch=1, context=32, policies=_LB26_POLICIES,
+                  attn_impl="flash_torch", warmup=1, rounds=5, budget_s=60),
+}

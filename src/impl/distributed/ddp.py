@@ -5,6 +5,8 @@ replica, rank 0's parameters and buffers are broadcast at construction, each
 rank runs forward/backward on its own slice of the batch, and after
 ``finish_gradient_synchronization()`` every ``.grad`` holds the average over
 ranks — so with a mean loss over equal shards it equals the full-batch gradient.
+With ``average=False`` it holds the sum instead: the full-batch gradient of a loss
+summed over tokens (the 2026 leaderboard's), each rank summing over its own.
 
 Usage per step::
 
@@ -62,11 +64,12 @@ def _group_by_dtype_device(tensors):
 
 
 class _DataParallelBase(nn.Module):
-    def __init__(self, module: nn.Module, reduce_gradients: bool = True):
+    def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True):
         super().__init__()
         self.module = module
         self.world_size = dist.get_world_size()
         self.reduce_gradients = reduce_gradients
+        self.average = average
         self.comm_time_s = 0.0
         self.bytes_communicated_last_step = 0
         # parameters() dedupes tied weights by identity; frozen params never sync.
@@ -111,6 +114,11 @@ class _DataParallelBase(nn.Module):
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
+    def _prescale(self, t: torch.Tensor) -> torch.Tensor:
+        """Divided by the world size before a summing all-reduce, so the result is the mean
+        (nothing for average=False: the sum)."""
+        return t.div_(self.world_size) if self.average else t
+
     def finish_gradient_synchronization(self) -> None:
         if not self.reduce_gradients:
             self.comm_time_s = 0.0
@@ -133,9 +141,9 @@ class DDPNaive(_DataParallelBase):
         for p in self.trainable:
             if p.grad is None:
                 continue
+            self._prescale(p.grad)
             with Released() as keep:
                 dist.all_reduce(keep(p.grad))
-            p.grad.div_(self.world_size)
             nbytes += p.grad.numel() * p.grad.element_size()
         return nbytes
 
@@ -151,8 +159,7 @@ class DDPFlat(_DataParallelBase):
         grads = [p.grad for p in self.trainable if p.grad is not None]
         nbytes = 0
         for group in _group_by_dtype_device(grads):
-            flat = _flatten_dense_tensors(group)
-            flat.div_(self.world_size)
+            flat = self._prescale(_flatten_dense_tensors(group))
             with Released() as keep:
                 dist.all_reduce(keep(flat))
             for g, reduced in zip(group, _unflatten_dense_tensors(flat, group)):
@@ -167,16 +174,15 @@ class DDPIndividualParameters(_DataParallelBase):
     Communication overlaps the rest of backward; finish only waits.
     """
 
-    def __init__(self, module: nn.Module, reduce_gradients: bool = True):
-        super().__init__(module, reduce_gradients)
+    def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True):
+        super().__init__(module, reduce_gradients, average)
         self._pending: list = []
         if reduce_gradients:
             self._register_grad_hooks()
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         # Pre-divide so the summed result is already the mean.
-        grad = p.grad
-        grad.div_(self.world_size)
+        grad = self._prescale(p.grad)
         count_before = grad._use_count()
         self._pending.append((dist.all_reduce(grad, async_op=True), grad, count_before))
 
@@ -229,12 +235,13 @@ class DDPBucketed(_DataParallelBase):
     gradient accumulation across backward calls without a sync).
     """
 
-    def __init__(self, module: nn.Module, bucket_size_mb: float, reduce_gradients: bool = True):
+    def __init__(self, module: nn.Module, bucket_size_mb: float, reduce_gradients: bool = True,
+                 average: bool = True):
         # Checked before the base class's broadcast, so every rank raises instead of some hanging.
         if isinstance(bucket_size_mb, bool) or not isinstance(bucket_size_mb, (int, float)) \
                 or not math.isfinite(bucket_size_mb) or bucket_size_mb <= 0:
             raise ValueError(f"bucket_size_mb must be a finite number > 0 (MiB per bucket), got {bucket_size_mb!r}")
-        super().__init__(module, reduce_gradients)
+        super().__init__(module, reduce_gradients, average)
         self.bucket_size_bytes = bucket_size_mb * 1024 * 1024
         self.buckets = self._build_buckets()
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
@@ -256,7 +263,7 @@ class DDPBucketed(_DataParallelBase):
         return buckets
 
     def _launch(self, bucket: _Bucket) -> None:
-        bucket.buffer.div_(self.world_size)
+        self._prescale(bucket.buffer)
         bucket.count_before = bucket.buffer._use_count()
         bucket.handle = dist.all_reduce(bucket.buffer, async_op=True)
 

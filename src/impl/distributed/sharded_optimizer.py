@@ -2,7 +2,9 @@
 
 ``ShardedOptimizer``: each *parameter* is owned by one rank. The owner keeps
 its optimizer state and updates it; then every parameter is broadcast from its
-owner. Gradients must already be averaged (use any DDP wrapper).
+owner. Gradients must already be averaged (use any DDP wrapper). Wrapping
+AdamWMaster (bf16 parameters, fp32 masters), ``cast_params_`` leaves each
+master with its owner only.
 
 ``ZeRO1Optimizer``: parameters of each group are packed into one flat buffer
 cut into equal contiguous per-rank shards. Each step reduce-scatters the raw
@@ -18,6 +20,10 @@ its shard: the local optimizer steps views of the buffers, no shard copies.
 Both are real ``torch.optim.Optimizer`` subclasses wrapping any torch.optim
 class (SGD, Adam, AdamW, ...). Hyperparameters edited in ``param_groups``
 (e.g. by an LR scheduler) are copied to the local optimizer at every step.
+
+``ZeRO1Optimizer`` does not compose with AdamWMaster: its shards are views of
+one flat buffer made before the local optimizer exists, while a master must be
+taken from the fp32 value before the parameter is rounded to bf16.
 
 Checkpoints: ``state_dict()`` returns only this rank's shard of optimizer
 state. Save one file per rank and load it on the same rank of a run with the
@@ -179,6 +185,24 @@ class ShardedOptimizer(_ShardedBase):
     def _step_shard(self, **kwargs) -> None:
         self.local_optimizer.step(**kwargs)
         self._broadcast_updates()
+
+    @torch.no_grad()
+    def cast_params_(self, params, dtype: torch.dtype = torch.bfloat16) -> None:
+        """For a master-weight local optimizer (impl.model.adamw_master.AdamWMaster): store `params`
+        in `dtype`. The owner of each keeps its fp32 value as the master (the local optimizer's
+        cast_params_); the other ranks only round it, the same rounding, since they never step it
+        and receive its updated value from the owner's broadcast."""
+        if not hasattr(self.local_optimizer, "cast_params_"):
+            raise ValueError(f"ShardedOptimizer.cast_params_: the local optimizer "
+                             f"{type(self.local_optimizer).__name__} keeps no masters (use AdamWMaster)")
+        params = _dedupe(params)
+        unknown = [tuple(p.shape) for p in params if id(p) not in self.owner]
+        if unknown:
+            raise ValueError(f"ShardedOptimizer.cast_params_: parameters of shapes {unknown} are not in this optimizer")
+        self.local_optimizer.cast_params_([p for p in params if self.owner[id(p)] == self.rank], dtype)
+        for p in params:
+            if self.owner[id(p)] != self.rank:
+                p.data = p.detach().to(dtype)
 
     @torch.no_grad()
     def _broadcast_updates(self) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from .loss import check_reduction
+
 # One chunk's fp32 logits stay within this; with the compute-dtype logits and their gradient a
 # chunk holds about twice it (bf16).
 MAX_CHUNK_BYTES = 256 * 2**20
@@ -38,11 +40,13 @@ def _check(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) ->
 
 
 class FusedLinearCrossEntropy(torch.autograd.Function):
-    """apply(hidden (N, d), weight (V, d), targets (N,), compute_dtype, rows) -> mean loss (fp32 scalar)."""
+    """apply(hidden (N, d), weight (V, d), targets (N,), compute_dtype, rows, reduction) -> the mean or
+    sum (REDUCTIONS) of the per-token losses (fp32 scalar)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, compute_dtype, rows):
+    def forward(ctx, hidden, weight, targets, compute_dtype, rows, reduction="mean"):
         n = hidden.shape[0]
+        scale = 1.0 / n if reduction == "mean" else 1.0
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         h_c, w_c = hidden.to(compute_dtype), weight.to(compute_dtype)  # W cast once, as autocast does
         grad_h = torch.empty_like(hidden) if need_h else None
@@ -55,34 +59,36 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
             loss += (lse - z.gather(1, t_i.unsqueeze(1)).squeeze(1)).sum()
             if not (need_h or need_w):
                 continue
-            # d(mean loss)/d logits = (softmax - onehot) / N, computed in place in z
+            # d loss/d logits = (softmax - onehot) · scale (1/N for the mean), in place in z
             g = z.sub_(lse.unsqueeze(1)).exp_()
             g.scatter_add_(1, t_i.unsqueeze(1), torch.full_like(lse, -1.0).unsqueeze(1))
-            g = g.mul_(1.0 / n).to(compute_dtype)
+            g = (g.mul_(scale) if scale != 1.0 else g).to(compute_dtype)
             if need_h:
                 grad_h[i:i + rows] = g @ w_c
             if need_w:
                 grad_w.add_(g.t() @ h_i)  # compute-dtype product, fp32 sum over chunks
         ctx.save_for_backward(grad_h, None if grad_w is None else grad_w.to(weight.dtype))
-        return loss / n
+        return loss * scale
 
     @staticmethod
     def backward(ctx, grad_out):
         grad_h, grad_w = ctx.saved_tensors
         return (None if grad_h is None else grad_h * grad_out.to(grad_h.dtype),
-                None if grad_w is None else grad_w * grad_out.to(grad_w.dtype), None, None, None)
+                None if grad_w is None else grad_w * grad_out.to(grad_w.dtype), None, None, None, None)
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                               rows: int | None = None) -> torch.Tensor:
-    """Mean cross-entropy of the logits hidden @ weight^T against targets, equal to
-    `cross_entropy(hidden @ weight.T, targets)` (impl.model) without materialising the logits.
+                               rows: int | None = None, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of the logits hidden @ weight^T against targets, equal to
+    `cross_entropy(hidden @ weight.T, targets, reduction)` (impl.model) without materialising the logits.
 
     hidden (..., d_model) — the LM's final-norm output, `model(x, return_hidden=True)`; weight
     (vocab, d_model) — `model.lm_head.weight`; targets (...) integer ids. Under autocast the
     matmuls run in the autocast dtype (fp32 softmax), as the unfused path would; `rows` overrides
-    the tokens per chunk (default: fp32 logits of a chunk ≤ MAX_CHUNK_BYTES)."""
+    the tokens per chunk (default: fp32 logits of a chunk ≤ MAX_CHUNK_BYTES); reduction "mean" or
+    "sum" over the tokens (the 2026 leaderboard sums: its gradients are then N× the mean's)."""
     _check(hidden, weight, targets)
+    check_reduction(reduction)
     device_type = hidden.device.type
     if torch.is_autocast_enabled(device_type):
         compute_dtype = torch.get_autocast_dtype(device_type)
@@ -92,4 +98,4 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     # Autocast off inside: the Function casts explicitly, so autocast's op lists change nothing.
     with torch.autocast(device_type, enabled=False):
         return FusedLinearCrossEntropy.apply(hidden.reshape(-1, hidden.shape[-1]), weight, targets.reshape(-1).long(),
-                                             compute_dtype, int(rows))
+                                             compute_dtype, int(rows), reduction)

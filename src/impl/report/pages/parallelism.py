@@ -1,7 +1,8 @@
 """Pages of the 2026 edition's parallelism problems: `parallelism_calcs` (alternate_ring_all_reduce,
 data_parallel_calcs, fsdp_calcs, tp_calcs, fsdp_tp_calcs: each answer's symbolic form beside the
 impl.parallelism_calcs function that computes it, and the bounds evaluated for the devices measured
-here and TPU v5p) and `leaderboard_2026` (not run; what exists).
+here and TPU v5p) and `leaderboard_2026` (not run on two GPUs: the one-GPU rows of the step with
+fewer layers, when present, and the two-GPU step predicted from them, impl.report.leaderboard_2026).
 
 C and W of each device come from the data: the H100's C is the bf16 matmul peak measured in its
 newest run (the rows' `peaks`); W is the NCCL all-reduce bus bandwidth at the largest size of the
@@ -18,9 +19,11 @@ from impl import accounting as acc
 from impl import parallelism_calcs as pc
 from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
-from impl.report.markdown import missing, table
+from impl.bench.leaderboard_2026 import LEADERBOARD, WORLD_SIZE
+from impl.report.leaderboard_2026 import LayerRun, predict_step
+from impl.report.markdown import missing, ms, table
 from impl.report.pages import Answer, Context, Page, Score
-from impl.report.pages import gpu_rows
+from impl.report.pages import gpu_rows, run_date
 from impl.report.pages.distributed import device_label
 from impl.report.pages.problems import problem
 
@@ -54,9 +57,10 @@ def measured_peak(ctx: Context, device: str):
     return peaks.measured_flops, str(when)[:10], section
 
 
-def nccl_bus_bandwidth(ctx: Context):
+def nccl_bus_bandwidth(ctx: Context, world_size: int | None = None):
     """(W bytes/s, device, size in bytes, processes, date) of the largest measured NCCL all-reduce on a
-    GPU device (bus bandwidth: the bytes each device sends per second in a ring all-reduce)."""
+    GPU device (bus bandwidth: the bytes each device sends per second in a ring all-reduce), of
+    `world_size` processes when given."""
     best = None
     for dev, d in gpu_rows(ctx, COMM):
         for _, r in d.iterrows():
@@ -64,6 +68,8 @@ def nccl_bus_bandwidth(ctx: Context):
             if missing(bw):
                 bw = (r["details"].get("legacy_metrics") or {}).get("busbw_GBps")
             if r["status"] != Status.MEASURED.value or r.get("cfg.backend") != "nccl" or missing(bw):
+                continue
+            if world_size is not None and int(r["cfg.world_size"]) != world_size:
                 continue
             key = (int(r["cfg.bytes"]), int(r["cfg.world_size"]))
             if best is None or key > best[2:4]:
@@ -196,24 +202,121 @@ def calcs_page(ctx: Context) -> Page:
                 "\n\n".join(body), score=scores)
 
 
+LB26 = "leaderboard_2026"
+
+
+def _gib(nbytes) -> str:
+    return "–" if missing(nbytes) else f"{nbytes / 2**30:,.1f}"
+
+
+def one_gpu_runs(ctx: Context):
+    """(device, its measured and not-run leaderboard_2026 rows) of the first one-GPU device that has
+    any (the one-GPU kinds come first), or None."""
+    for dev, d in gpu_rows(ctx, LB26):
+        if dev.endswith("-x1"):
+            return dev, d.sort_values(["cfg.checkpointing", "cfg.layers"])
+    return None
+
+
+def layer_runs(d) -> tuple[str, list[LayerRun]]:
+    """(policy, runs) of the checkpointing policy with the most measured layer counts (checkpointed
+    first on a tie: 34 plain layers would not fit): the points the prediction fits."""
+    measured = d[d.status == Status.MEASURED.value]
+    best = ("", [])
+    for policy in sorted(measured["cfg.checkpointing"].unique(), key=lambda p: p == "none"):
+        m = measured[measured["cfg.checkpointing"] == policy]
+        runs = [LayerRun(int(r["cfg.layers"]), float(r["median"]), None if missing(r["peak_alloc"]) else
+                         float(r["peak_alloc"])) for _, r in m.iterrows()]
+        if len({r.layers for r in runs}) > len({r.layers for r in best[1]}):
+            best = (policy, runs)
+    return best
+
+
+def _rows_table(d) -> str:
+    rows = []
+    for _, r in d.iterrows():
+        k = "" if missing(r.get("cfg.k")) else f" (k {int(r['cfg.k'])})"
+        measured = r["status"] == Status.MEASURED.value
+        rows.append([int(r["cfg.layers"]), f"{r['cfg.checkpointing']}{k}",
+                     ms(r["median"], r["iqr"]) if measured else r["status"],
+                     f"{r['m.' + Metric.TOKENS_PER_S.value]:,.0f}" if measured else "–",
+                     f"{r['m.' + Metric.MFU.value]:.1%}" if measured and not missing(r.get("m." + Metric.MFU.value))
+                     else "–", _gib(r["peak_alloc"]), "" if measured else (r["reason"] or "")[:80]])
+    return table(["layers", "checkpointing", "step (ms, median ± IQR)", "tokens/s", "MFU (datasheet)",
+                  "peak allocated (GiB)", "why not measured"], rows)
+
+
+def _prediction_text(pred, policy: str, dev: str, w_src: str) -> str:
+    f, mem = pred.time_fit, pred.memory_fit
+    text = (f"Predicted from the one-GPU rows on {dev} (checkpointing {policy}, {f.points} runs: step = "
+            f"{f.intercept:.3f} s + {f.slope:.3f} s × layers): **{pred.total_s:.2f} s** per step with nothing "
+            f"overlapped = {pred.compute_s:.2f} s of one rank's compute at {pred.layers} layers + "
+            f"{pred.grad_allreduce_s * 1e3:.0f} ms of gradient all-reduce ({pred.params.grad_bytes / 1e9:.1f} GB at "
+            f"{pred.bus_bandwidth / 1e9:.0f} GB/s, {w_src}) + {pred.param_broadcast_s * 1e3:.0f} ms of the sharded "
+            f"optimizer's parameter broadcasts (at the same bus bandwidth: no broadcast was measured); "
+            f"{pred.overlapped_s:.2f} s if the all-reduce hides behind backward. The compute includes the optimizer "
+            "step over every parameter, which the sharded step halves.")
+    if mem is not None:
+        text += (f" Peak memory per rank ≈ **{_gib(pred.per_rank_peak_bytes)} GiB**: {_gib(pred.one_gpu_peak_bytes)} "
+                 f"GiB on one GPU at {pred.layers} layers (peak = {_gib(mem.intercept)} GiB + {_gib(mem.slope)} GiB × "
+                 f"layers), less the other rank's optimizer state ({_gib(pred.sharded_state_saving_bytes)} GiB), plus "
+                 f"the DDP buckets ({_gib(pred.bucket_bytes)} GiB).")
+    return text
+
+
 def leaderboard_2026_page(ctx: Context) -> Page:
-    name = "leaderboard_2026"
-    rows = ctx.df[ctx.df.problem == name] if not ctx.df.empty else ctx.df
+    name = LB26
+    spec = LEADERBOARD
+    n_rows = 0 if ctx.df.empty else int((ctx.df.problem == name).sum())
     two_gpu = [f"{device_label(dev, d)}: {', '.join(sorted(d.section.unique()))}"
                for dev, d in gpu_rows(ctx, *(ctx.df.problem.unique() if not ctx.df.empty else []))
                if not dev.endswith("-x1")]
-    text = (f"Not run ({len(rows)} rows in reports/data): one training step of the 8B model on two GPUs needs a "
-            "two-GPU machine, and none was lent for this work. What exists: the single-GPU full training step "
-            "([training_step](training_step.md)), our FlashAttention-2 ([leaderboard](leaderboard.md)), and the "
-            "two-GPU building blocks measured on "
-            + ("; ".join(two_gpu) if two_gpu else "no two-GPU machine") + " ([fsdp](fsdp.md), [ddp](ddp.md)).")
+    not_run = (f"Not run on two GPUs ({n_rows} rows in reports/data, none on two GPUs): one training step of the "
+               f"{spec.config} model on two GPUs needs a two-GPU machine, and none was lent for this work.")
+    found = one_gpu_runs(ctx)
+    w = nccl_bus_bandwidth(ctx, world_size=WORLD_SIZE)
+    body = [f"The step is specified in SPEC.md (the 2026 edition): {spec.model.num_layers} layers, batch "
+            f"{spec.batch} × {spec.context:,} tokens, bf16, summed cross-entropy. impl.bench.leaderboard_2026 "
+            "builds it for one rank: FlashAttention-2 (ours, Triton), bf16 Linear weights with fp32 masters "
+            "(AdamWMaster), the fused chunked LM head + loss, activation checkpointing per block, and for "
+            f"{WORLD_SIZE} ranks the batch split, gradients summed by DDPBucketed and the optimizer states sharded "
+            "(ShardedOptimizer). correctness/test_leaderboard_2026.py checks it on gloo against one process.",
+            "Two-GPU building blocks measured on " + ("; ".join(two_gpu) if two_gpu else "no two-GPU machine")
+            + " ([fsdp](fsdp.md), [ddp](ddp.md)); the single-GPU full training step: [training_step](training_step.md)."]
+    score = Score("not run: needs two GPUs, not lent")
+    if found is None:
+        text = not_run + (" No one-GPU run of the reduced-layer step exists yet, so there is no prediction either "
+                          "(perf/test_leaderboard_2026.py on one GPU measures it).")
+    else:
+        dev, d = found
+        body += [f"## One GPU, fewer layers ({device_label(dev, d)}, run {run_date(d)})",
+                 f"One rank's share of the two-GPU batch ({int(d['cfg.batch'].iloc[0])} × "
+                 f"{int(d['cfg.context'].iloc[0]):,} tokens) through the {spec.config} model with fewer layers.",
+                 _rows_table(d)]
+        policy, runs = layer_runs(d)
+        if len({r.layers for r in runs}) < 2:
+            text = not_run + f" The one-GPU rows on {dev} measured fewer than two layer counts of one policy: no fit."
+        elif w is None:
+            text = not_run + " No NCCL all-reduce on two GPUs has been measured, so the communication cannot be priced."
+        else:
+            w_bps, w_dev, size, procs, w_date = w
+            w_src = f"NCCL all-reduce bus bandwidth, {size / 2**20:,.0f} MB on {procs} GPUs, {w_dev} run {w_date}"
+            pred = predict_step(runs, spec.model, w_bps, WORLD_SIZE)
+            text = not_run + " " + _prediction_text(pred, policy, dev, w_src)
+            body += ["## The prediction", table(
+                ["part", "seconds", "how"],
+                [["one rank's compute", f"{pred.compute_s:.3f}", f"fit at {pred.layers} layers"],
+                 ["gradient all-reduce", f"{pred.grad_allreduce_s:.3f}", "2(N−1)/N · Ψ / W"],
+                 ["sharded optimizer's broadcasts", f"{pred.param_broadcast_s:.3f}", "Ψ / W"],
+                 ["step, nothing overlapped", f"{pred.total_s:.3f}", "sum"],
+                 ["step, all-reduce overlapped", f"{pred.overlapped_s:.3f}", "compute + broadcasts"]]),
+                     "Model and assumptions: impl.report.leaderboard_2026."]
+            score = Score("not run: needs two GPUs, not lent; predicted from one-GPU rows",
+                          f"{pred.total_s:.2f} s (predicted)", "–", f"{dev} + {w_dev}", run_date(d))
     return Page(name, "leaderboard (2026): the 8B training step on two GPUs", [problem(name)],
-                [Answer("leaderboard (2026): how fast is one full training step of the 8B model (context 32,768, "
-                        "batch 2, bf16) on two GPUs?", text)],
-                "The step is specified in SPEC.md (the 2026 edition). TensorParallel and FSDP, its likely "
-                "ingredients, pass their equivalence tests on gloo (correctness/test_tensor_parallel.py, "
-                "correctness/test_fsdp.py).",
-                score={name: Score("not run: needs two GPUs, not lent")})
+                [Answer(f"leaderboard (2026): how fast is one full training step of the {spec.config} model (context "
+                        f"{spec.context:,}, batch {spec.batch}, bf16) on two GPUs?", text)],
+                "\n\n".join(body), score={name: score})
 
 
 def pages(ctx: Context) -> list[Page]:

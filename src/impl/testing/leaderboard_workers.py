@@ -1,0 +1,62 @@
+"""Workers for correctness/test_leaderboard_2026.py's process-group test (spawn pickles a worker by
+its qualified name, so it lives in the package; importing it registers nothing)."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from impl.bench.leaderboard_2026 import StepSpec, build_step, master_weights
+from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
+from impl.distributed.launcher import device_for
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def sharded_step_equivalence(rank: int, world_size: int, spec: StepSpec, steps: int) -> dict:
+    """`steps` steps of the data-parallel sharded step (this rank's share of spec.batch) beside the
+    single-process step on the whole batch, both from the same seed. Returns the losses (the ranks'
+    sum against the reference's), the relative error of each parameter's update against the
+    reference's (masters where this rank keeps them, the broadcast bf16 values elsewhere), and
+    how the optimizer state was split."""
+    device = device_for(dist.get_backend(), rank)
+    ours = build_step(spec, device, group=dist.group.WORLD)
+    ref = build_step(spec, device)
+    init = master_weights(ref)
+    losses = []
+    for _ in range(steps):
+        total = ours.step().clone()
+        dist.all_reduce(total)
+        losses.append((total.item(), ref.step().item()))
+    mine, theirs = master_weights(ours), master_weights(ref)
+    owned = {n for n, p in ours.model.named_parameters() if ours.optimizer.owner[id(p)] == rank}
+    params = dict(ours.model.named_parameters())
+    # a bf16 weight's update is below its bf16 spacing: compared through masters where this rank
+    # has them; the others' bf16 values are compared with the reference's as they are
+    update_err = {n: _rel(mine[n] - init[n], theirs[n] - init[n]) for n in mine
+                  if n in owned or params[n].dtype != torch.bfloat16}
+    bf16_equal = {n: (p == q).double().mean().item() for (n, p), q in zip(params.items(), ref.model.parameters())
+                  if p.dtype == torch.bfloat16}
+    local_state = [p for g in ours.optimizer.local_optimizer.param_groups for p in g["params"]
+                   if ours.optimizer.local_optimizer.state.get(p)]
+    return dict(losses=losses, update_err=update_err, owned=sorted(owned), bf16_equal=bf16_equal,
+                local_state=len(local_state), params=len(list(ours.model.parameters())),
+                tokens=ours.tokens, ref_tokens=ref.tokens, sum_gradients=_ddp_sums(rank, world_size))
+
+
+def _ddp_sums(rank: int, world_size: int) -> dict[str, float]:
+    """Every DDP variant with average=False: the synchronised gradient of a summed loss over this
+    rank's rows equals the gradient of the sum over every rank's rows (max abs difference)."""
+    out = {}
+    for name, wrap in (("naive", DDPNaive), ("flat", DDPFlat), ("individual", DDPIndividualParameters),
+                       ("bucketed", lambda m, **kw: DDPBucketed(m, 1, **kw))):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(5, 3)
+        x = torch.randn(4 * world_size, 5)
+        ref = torch.autograd.grad(model(x).square().sum(), model.weight)[0]
+        ddp = wrap(model, average=False)
+        model(x[4 * rank:4 * (rank + 1)]).square().sum().backward()
+        ddp.finish_gradient_synchronization()
+        out[name] = (model.weight.grad - ref).abs().max().item()
+    return out
