@@ -7,11 +7,11 @@ the sweep goes on; rows past the file's time budget are left out by budget. The 
 is predicted from these rows (impl.report.leaderboard_2026), not run. Grid: impl.bench.sweeps."""
 import pytest
 
-from impl.bench.harness import Budget, time_once
+from impl.bench.harness import Budget, set_up_or_oom, time_once
 from impl.bench.leaderboard_2026 import StepSpec, build_step
 from impl.bench.row import Metric, Status
 from impl.bench.sweeps import grid
-from impl.runtime import free_memory, is_oom, profile_name
+from impl.runtime import free_memory, profile_name
 
 PROBLEM = "leaderboard_2026"
 G = grid(PROBLEM, profile_name())
@@ -30,21 +30,17 @@ def test_leaderboard_2026(bench, policy, k, layers):
         bench.not_run(problem=PROBLEM, config=row_config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
                       details=details)
         return
-    state, message = {}, None
-    try:
-        state["step"] = build_step(spec, bench.device)
-        first_s = time_once(state["step"].step, bench.device)  # autotunes here, not in warm-up or rounds
-    except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
-        if not is_oom(exc):
-            raise
-        message = str(exc)
-    if message is not None:  # handled outside the except block, whose traceback holds the tensors
-        state.clear()
-        bench.oom(problem=PROBLEM, config=row_config, exc=message, details=details)
+
+    def set_up():
+        step = build_step(spec, bench.device)
+        return step, time_once(step.step, bench.device)  # autotunes here, not in warm-up or rounds
+    got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=row_config, details=details)
+    if got is None:
         return
-    bench.measure(problem=PROBLEM, config=row_config, fn=state["step"].step, round="one training step (zero_grad, "
+    step, first_s = got
+    bench.measure(problem=PROBLEM, config=row_config, fn=step.step, round="one training step (zero_grad, "
                   "forward, summed cross-entropy, backward, AdamW step)", warmup=G["warmup"], rounds=G["rounds"],
-                  flops=spec.flops(), tokens=state["step"].tokens, metrics={Metric.FIRST_CALL_S: first_s},
+                  flops=spec.flops(), tokens=step.tokens, metrics={Metric.FIRST_CALL_S: first_s},
                   details=details)
-    state.clear()
+    del step, got
     free_memory()

@@ -32,11 +32,11 @@ import pytest
 import torch
 
 from impl.bench.compiled import graph_breaks, raise_recompile_limit, record_compile_s, unique_graphs
-from impl.bench.harness import Budget, time_once
+from impl.bench.harness import Budget, set_up_or_oom, time_once
 from impl.bench.kernels import profile_calls, step_breakdown
 from impl.bench.row import Metric, Status
 from impl.bench.steps import build_model, make_train_step, named_train_config, random_batch
-from impl.runtime import first_line, free_memory, is_oom, profile_name
+from impl.runtime import first_line, free_memory, profile_name
 from impl.bench.sweeps import grid
 from impl.model import MODEL_CONFIGS
 
@@ -77,21 +77,19 @@ def test_training_step(bench, size, context, config):
                       details=details)
         return
     _enter_size(size)
-    state, message = {}, None
-    try:
-        state["model"] = build_model(size, max(G["contexts"]), device, cfg.attn_impl)
-        x, y = random_batch(state["model"], batch, context, device)
-        state["step"], state["optimizer"] = make_train_step(cfg, state["model"], x, y, backend=G["compile_backend"])
-        graphs, breaks = unique_graphs(), graph_breaks()
-        first_s = time_once(state["step"], device)  # compiles here, not in warm-up or timed rounds
-    except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
-        if not is_oom(exc):
-            raise
-        message = str(exc)
-    if message is not None:  # handled outside the except block, whose traceback holds the tensors
-        state.clear()
-        bench.oom(problem=PROBLEM, config=row_config, exc=message, details=details)
+
+    def set_up():  # what it builds lives in its frame until it returns: an OOM frees all of it
+        model = build_model(size, max(G["contexts"]), device, cfg.attn_impl)
+        x, y = random_batch(model, batch, context, device)
+        step, optimizer = make_train_step(cfg, model, x, y, backend=G["compile_backend"])
+        counts = unique_graphs(), graph_breaks()
+        first_s = time_once(step, device)  # compiles here, not in warm-up or timed rounds
+        return dict(model=model, step=step, optimizer=optimizer), counts, first_s
+    got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=row_config, details=details)
+    if got is None:
         return
+    state, (graphs, breaks), first_s = got
+    del got
     if compiled:
         new = unique_graphs() - graphs
         details.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0,

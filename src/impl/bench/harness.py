@@ -15,7 +15,7 @@ dropped from the JSON (pytest-benchmark omits entries with has_error).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -23,6 +23,8 @@ from impl.bench.plugin import Recorder
 from impl.bench.row import Env, Memory, Metric, NotRunEntry, Peaks, Row, Status, Timing
 from impl.bench.timers import SyncTimer, make_timer, plan_rounds
 from impl.runtime import env_info, first_line, free_memory, is_oom, synchronize
+
+T = TypeVar("T")
 
 
 def reset_peak_memory(device: torch.device) -> None:
@@ -208,6 +210,23 @@ class Harness:
                             details=row.details, memory=memory)
 
 
+def set_up_or_oom(harness: Harness, build: Callable[[], T], *, problem: str, config: dict,
+                  details: dict | None = None) -> T | None:
+    """build()'s result (a model, its step, first calls), or None once an OOM in it is recorded as
+    the row's not-run record; other errors propagate. Unlike guard_oom the record is made after the
+    exception is gone: its traceback holds the half-built tensors, whose memory the record's
+    free_memory() should get back for the next rows (large models: the training steps)."""
+    message = None
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
+        if not is_oom(exc):
+            raise
+        message = first_line(exc)
+    harness.oom(problem=problem, config=config, exc=message, details=details)
+    return None
+
+
 def guard_oom(harness: Harness, *, problem: str, config: dict, details: dict | None = None):
     """`with guard_oom(...) as g:` around set-up work (building a model, first calls): an OOM
     becomes the row's not-run record and `g.oom` is True; other errors propagate."""
@@ -230,4 +249,4 @@ class _OOMContext:
         return False
 
 
-__all__ = ["Budget", "Harness", "guard_oom", "peak_memory", "reset_peak_memory", "time_once"]
+__all__ = ["Budget", "Harness", "guard_oom", "peak_memory", "reset_peak_memory", "set_up_or_oom", "time_once"]
