@@ -9,9 +9,13 @@ Layout / conventions
 * Causal masking is **top-left aligned**, exactly like PyTorch's
   ``scaled_dot_product_attention(is_causal=True)``: query ``i`` attends to keys
   ``j <= i``.  ``seq_q != seq_k`` is allowed with and without masking.
-* The head dim (16..128, any value, e.g. 80) is padded to the next power of two
-  (``BLOCK_D``) with masked loads/stores; sequence lengths need not be tile
-  multiples.
+* The head dim (16..128, any value) is tiled by ``_head_dim_tiles``: Triton's block
+  shapes are powers of two, so d = 48, 80, 96 is split into two power-of-two tiles
+  (``BLOCK_D`` + ``D1``: 32 + 16, 64 + 16, 64 + 32; the rest must be >= 16, a dot's
+  least K) held as (lo, hi) pairs: products over d are two dots, products giving d
+  columns two accumulators, each operand two loads or descriptors. Other head dims
+  are padded to the next power of two (``BLOCK_D``, ``D1 = 0``; e.g. 24 on 32, 112
+  on 128) with masked loads/stores. Sequence lengths need not be tile multiples.
 * Softmax uses base-2 exponentials with ``scale * log2(e)`` folded into the
   scores; the saved ``L`` is the natural-log logsumexp in float32 with shape
   ``q.shape[:-1]``.
