@@ -353,15 +353,6 @@ def _scale_pair(x, s, D1: tl.constexpr):
 
 
 @triton.jit
-def _cast_pair(x, dtype, D1: tl.constexpr):
-    lo = x[0].to(dtype)
-    hi = 0
-    if D1 > 0:
-        hi = x[1].to(dtype)
-    return lo, hi
-
-
-@triton.jit
 def _dot_d(a, b, D1: tl.constexpr):
     """a · bᵀ contracted over the head dim (pairs a, b of equal widths): fp32 (rows_a, rows_b); split,
     the hi tiles' product accumulates onto the lo tiles'."""
