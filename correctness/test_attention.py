@@ -275,6 +275,43 @@ def test_triton_descriptor_and_pointer_paths(n_q, n_k, d, is_causal, dtype, monk
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
 
 
+# ----------------------------------------------------------------------------- head dims split in two tiles
+
+def test_head_dim_tiles_split_where_the_rest_is_a_power_of_two_of_at_least_16():
+    """48, 80, 96 split (largest power of two + a power-of-two rest >= 16, a dot's least K); powers
+    of two are one tile; the rest (e.g. 24 = 16 + 8, 112 = 64 + 48) is padded to the next power of
+    two. tuned_configs() names the choice through _head_dim_label."""
+    tiles = {d: flash_triton._head_dim_tiles(d) for d in range(16, 129)}
+    assert {d: t for d, t in tiles.items() if t[1]} == {48: (32, 16), 80: (64, 16), 96: (64, 32)}
+    assert tiles[16] == (16, 0) and tiles[64] == (64, 0) and tiles[128] == (128, 0)
+    assert tiles[24] == (32, 0) and tiles[40] == (64, 0) and tiles[72] == (128, 0) and tiles[112] == (128, 0)
+    assert all(t == (flash_triton._block_d(d), 0) for d, t in tiles.items() if not t[1])
+    assert [flash_triton._head_dim_label(d) for d in (80, 96, 48, 24, 64)] == ["64+16", "64+32", "32+16",
+                                                                               "32 padded", "64"]
+
+
+@needs_triton
+@pytest.mark.parametrize("tma", [True, False], ids=["descriptors", "pointers"])
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("d", [48, 80, 96])
+def test_triton_split_head_dims_match_reference(d, dtype, is_causal, variant, tma, monkeypatch, backward_variant):
+    """The split head dims through every kernel (forward, dQ, dK/dV, atomic, D) on ragged lengths
+    (45 queries, 30 keys: not tile multiples), loading through descriptors and through pointers; the
+    hi tile sits at column BLOCK_D of the same rows, so a wrong offset or a dropped half shows in
+    every output. (The interpreter's bf16 dot is wrong: bf16 runs in the GPU test below.)"""
+    backward_variant(variant)
+    monkeypatch.setattr(flash_triton, "TMA_MIN_SCORES", 0)
+    monkeypatch.setattr(flash_triton, "_USE_TMA", tma)
+    q, k, v, do = make_inputs((1, 2, 45, d), (1, 2, 30, d), dtype, TRITON_DEVICE, seed=d)
+    assert flash_triton._tma_ok(q, k, v, do) == tma
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    picks = flash_triton.tuned_configs()
+    assert picks["bwd"] == variant and picks["d_tiles"] == flash_triton._head_dim_label(d)
+    assert "+" in picks["d_tiles"]
+
+
 @needs_triton
 def test_triton_unaligned_layouts_take_the_pointer_path():
     """Rows of 20 fp16 values (40 bytes) or a non-unit stride along d cannot be described to the
@@ -453,7 +490,7 @@ VARIANT_SHAPES = [((2, 45, 32), (2, 45, 32)), ((1, 2, 70, 80), (1, 2, 37, 80)), 
 @pytest.mark.parametrize("shape_q,shape_k", VARIANT_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_triton_backward_variants_match_reference(shape_q, shape_k, dtype, is_causal, variant, backward_variant):
     """Both backward implementations, 3-D and 4-D inputs, lengths that are and are not tile
-    multiples, n_q != n_k, head dims 16..128 with the padded 80 and 96."""
+    multiples, n_q != n_k, head dims 16..128 with the split 80 and 96 (64 + 16, 64 + 32)."""
     backward_variant(variant)
     q, k, v, do = make_inputs(shape_q, shape_k, dtype, TRITON_DEVICE)
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
@@ -561,46 +598,93 @@ def test_triton_autotune_pick_is_resolved_once_per_shape_key(monkeypatch):
     assert "BLOCK_M" in flash_triton.tuned_configs()["fwd"]
 
 
-@needs_triton
-def test_triton_atomic_kernel_compiles_for_hopper():
-    """The single-pass kernel compiled for the H100 (sm_90, on the CPU: PTX needs no GPU) adds its dQ
-    tiles with one bulk tensor reduction each (cp.reduce.async.bulk.tensor, the copy engine) when
-    DQ_TMA, and with relaxed element atomics (no fences) otherwise; neither spills registers."""
-    import subprocess
-    import sys
-
-    code = r"""
+# Compiles the kernels for the H100 (sm_90) on the CPU in a subprocess (this one interprets them):
+# sm90(fn, ptrs, const, num_warps, num_stages) -> (PTX, ptxas's spill-store bytes); pointer arguments
+# typed by `ptrs` and 16-byte aligned, every stride along d 1, the constexprs `fn` takes from `const`.
+_SM90 = r"""
 import os, re, subprocess, tempfile, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from impl.attention import flash_triton as ft
-fn = ft._attn_bwd_atomic.fn
-ptrs = dict(Q="*bf16", K="*bf16", V="*bf16", DO="*bf16", DQ="*fp32", DK="*bf16", DV="*bf16", L="*fp32", Delta="*fp32")
-for dq_tma in (True, False):
-    const = dict(HEAD_DIM=64, BLOCK_D=64, IS_CAUSAL=True, TMA=True, DQ_TMA=dq_tma, BLOCK_M=64, BLOCK_N=128,
-                 **{f"stride_{t}d": 1 for t in ("q", "k", "v", "do", "dq", "dk", "dv")})
+
+def sm90(fn, ptrs, const, num_warps, num_stages):
+    const = {n: v for n, v in const.items() if n in fn.arg_names}
+    const.update({n: 1 for n in fn.arg_names if n.startswith("stride_") and n.endswith("d")})
     sig = {n: ptrs.get(n) or ("constexpr" if n in const else "fp32" if n.endswith("scale") else "i32")
            for n in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs=const,
-                    attrs={(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 2}).asm["ptx"]
+                    attrs={(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs if n in fn.arg_names})
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
     path = os.path.join(tempfile.mkdtemp(), "k.ptx")
     open(path, "w").write(ptx)
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     info = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path + ".cubin"], capture_output=True,
                           text=True).stderr
-    print(len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)),
-          len(re.findall(r"\batom\.global\.gpu\.relaxed\.add\.f32", ptx)),
-          re.findall(r"(\d+) bytes spill stores", info)[0])
+    return ptx, int(re.findall(r"(\d+) bytes spill stores", info)[0])
+
+BF16 = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", DO="*bf16", DQ="*bf16", DK="*bf16", DV="*bf16",
+            L="*fp32", Delta="*fp32")
+ATOMIC = dict(BF16, DQ="*fp32")
 """
+
+
+def run_sm90(code: str) -> list:
+    """Run `code` after _SM90 without the interpreter; its stdout lines, split."""
+    import subprocess
+    import sys
+
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, not interpret
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+    out = subprocess.run([sys.executable, "-c", _SM90 + code], env=env, capture_output=True, text=True, timeout=300,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
-    (bulk_tma, atom_tma, spill_tma), (bulk_ptr, atom_ptr, spill_ptr) = (line.split() for line in out.stdout.split("\n")[:2])
-    assert int(bulk_tma) > 0 and atom_tma == "0", out.stdout
-    assert bulk_ptr == "0" and int(atom_ptr) > 0, out.stdout
-    assert spill_tma == spill_ptr == "0", out.stdout
+    return [line.split() for line in out.stdout.splitlines()]
+
+
+@needs_triton
+def test_triton_atomic_kernel_compiles_for_hopper():
+    """The single-pass kernel compiled for the H100 (sm_90, on the CPU: PTX needs no GPU) adds its dQ
+    tiles with one bulk tensor reduction each (cp.reduce.async.bulk.tensor, the copy engine) when
+    DQ_TMA, and with relaxed element atomics (no fences) otherwise; neither spills registers."""
+    lines = run_sm90(r"""
+for dq_tma in (True, False):
+    ptx, spill = sm90(ft._attn_bwd_atomic.fn, ATOMIC, dict(HEAD_DIM=64, BLOCK_D=64, D1=0, IS_CAUSAL=True, TMA=True,
+                      DQ_TMA=dq_tma, BLOCK_M=64, BLOCK_N=128), num_warps=8, num_stages=2)
+    print(len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)),
+          len(re.findall(r"\batom\.global\.gpu\.relaxed\.add\.f32", ptx)), spill)
+""")
+    (bulk_tma, atom_tma, spill_tma), (bulk_ptr, atom_ptr, spill_ptr) = lines[:2]
+    assert int(bulk_tma) > 0 and atom_tma == "0", lines
+    assert bulk_ptr == "0" and int(atom_ptr) > 0, lines
+    assert spill_tma == spill_ptr == "0", lines
+
+
+@needs_triton
+def test_triton_split_head_dim_kernels_compile_for_hopper():
+    """At d 80 (64 + 16) every kernel compiles for sm_90 with descriptors (TMA loads) and with
+    pointers, its tile products as 64- and 16-wide wgmma tiles, none 128 wide (the padded tiling's
+    P·V, dS·K, dSᵀ·Q, Pᵀ·dO at 64 x 64 tiles); the single-pass kernel spills fewer bytes than the
+    same kernel padded to 128 columns (which spills in every config, NOTES.md)."""
+    lines = run_sm90(r"""
+split = dict(HEAD_DIM=80, BLOCK_D=64, D1=16, IS_CAUSAL=True, BLOCK_M=64, BLOCK_N=64)
+for name in ("_attn_fwd", "_attn_bwd_dq", "_attn_bwd_dkdv", "_attn_bwd_atomic"):
+    for tma in (True, False):
+        ptx, spill = sm90(getattr(ft, name).fn, ATOMIC if name == "_attn_bwd_atomic" else BF16,
+                          dict(split, TMA=tma, DQ_TMA=tma), num_warps=4, num_stages=3)
+        widths = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", ptx)), key=int)
+        print(name, tma, ",".join(widths), int("cp.async.bulk.tensor" in ptx), spill)
+for tma in (True, False):
+    print("padded", tma, "-", "-", sm90(ft._attn_bwd_atomic.fn, ATOMIC, dict(split, BLOCK_D=128, D1=0, TMA=tma,
+                                                                              DQ_TMA=tma), 4, 3)[1])
+""")
+    rows = {(name, tma): (widths, bulk, int(spill)) for name, tma, widths, bulk, spill in lines}
+    for name in ("_attn_fwd", "_attn_bwd_dq", "_attn_bwd_dkdv", "_attn_bwd_atomic"):
+        for tma in ("True", "False"):
+            widths, bulk, _ = rows[name, tma]
+            assert widths == "16,64", (name, tma, widths)
+            assert bulk == ("1" if tma == "True" else "0"), (name, tma)
+    for tma in ("True", "False"):
+        assert rows["_attn_bwd_atomic", tma][2] < rows["padded", tma][2], rows
 
 
 # ----------------------------------------------------------------------------- validation
@@ -782,6 +866,40 @@ def test_triton_gpu_atomic_dq_reduction_paths(n_q, n_k, d, is_causal, dtype, dq_
     monkeypatch.setattr(flash_triton, "ATOMIC_DQ_TMA", dq_tma)
     q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
     check_atomic_or_refused(q, k, v, do, is_causal, refused=dtype == torch.float32 and d > 64)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("tma", [True, False], ids=["descriptors", "pointers"])
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [48, 80, 96])
+def test_triton_gpu_split_head_dims_bf16(d, is_causal, variant, tma, monkeypatch, backward_variant):
+    """bf16 (which the interpreter cannot check) at the split head dims, ragged lengths, both
+    backward variants, descriptors forced on at this size (dQ by bulk reduce-add) or off."""
+    backward_variant(variant)
+    monkeypatch.setattr(flash_triton, "TMA_MIN_SCORES", 0)
+    monkeypatch.setattr(flash_triton, "_USE_TMA", tma)
+    q, k, v, do = make_inputs((2, 4, 333, d), (2, 4, 517, d), torch.bfloat16, "cuda")
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    assert flash_triton.tuned_configs()["d_tiles"] == flash_triton._head_dim_label(d)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+@pytest.mark.parametrize("d", [80, 96])
+def test_triton_gpu_split_head_dims_autotuned(d, variant, backward_variant):
+    """Every config of the autotune lists at the split head dims (bf16): the autotuner benchmarks
+    each (one over the shared memory is skipped by the autotuner, any other failure raises); the pick
+    is correct."""
+    backward_variant(variant)
+    flash_triton.set_autotune(True)
+    try:
+        q, k, v, do = make_inputs((1, 4, 1000, d), (1, 4, 1000, d), torch.bfloat16, "cuda")
+        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
+    finally:
+        flash_triton.set_autotune(False)
 
 
 @gpu

@@ -9,9 +9,13 @@ Layout / conventions
 * Causal masking is **top-left aligned**, exactly like PyTorch's
   ``scaled_dot_product_attention(is_causal=True)``: query ``i`` attends to keys
   ``j <= i``.  ``seq_q != seq_k`` is allowed with and without masking.
-* The head dim (16..128, any value, e.g. 80) is padded to the next power of two
-  (``BLOCK_D``) with masked loads/stores; sequence lengths need not be tile
-  multiples.
+* The head dim (16..128, any value) is tiled by ``_head_dim_tiles``: Triton's block
+  shapes are powers of two, so d = 48, 80, 96 is split into two power-of-two tiles
+  (``BLOCK_D`` + ``D1``: 32 + 16, 64 + 16, 64 + 32; the rest must be >= 16, a dot's
+  least K) held as (lo, hi) pairs: products over d are two dots, products giving d
+  columns two accumulators, each operand two loads or descriptors. Other head dims
+  are padded to the next power of two (``BLOCK_D``, ``D1 = 0``; e.g. 24 on 32, 112
+  on 128) with masked loads/stores. Sequence lengths need not be tile multiples.
 * Softmax uses base-2 exponentials with ``scale * log2(e)`` folded into the
   scores; the saved ``L`` is the natural-log logsumexp in float32 with shape
   ``q.shape[:-1]``.
@@ -212,37 +216,179 @@ def _load_tile(ptrs, offs_r, n_r, offs_d, CHECK_R: tl.constexpr, HEAD_DIM: tl.co
 
 
 @triton.jit
-def _rows_source(base, n_r, stride_r, BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                 TMA: tl.constexpr):
-    """What _load_rows reads a streamed (rows, d) operand from: a tensor descriptor (TMA: the copy
-    engine computes the addresses and zero-fills rows >= n_r and columns >= HEAD_DIM), or the
-    base pointer itself."""
-    if TMA:
-        return tl.make_tensor_descriptor(base, shape=[n_r, HEAD_DIM], strides=[stride_r, 1],
-                                         block_shape=[BLOCK_R, BLOCK_D])
-    else:
-        return base
-
-
-@triton.jit
-def _load_rows(src, start, offs_r0, n_r, stride_r, stride_d, offs_d, CHECK_R: tl.constexpr,
-               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, TMA: tl.constexpr):
-    """Rows [start, start + len(offs_r0)) of a (n_r, HEAD_DIM) operand as a (rows, BLOCK_D) tile,
-    zeros outside (masks only where CHECK_R / the head dim is padded)."""
-    if TMA:
-        return src.load([start, 0])
-    else:
-        offs_r = start + offs_r0
-        return _load_tile(src + offs_r[:, None] * stride_r + offs_d[None, :] * stride_d,
-                          offs_r, n_r, offs_d, CHECK_R, HEAD_DIM, BLOCK_D)
-
-
-@triton.jit
 def _store_tile(ptrs, x, offs_r, n_r, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
     if BLOCK_D == HEAD_DIM:
         tl.store(ptrs, x, mask=offs_r[:, None] < n_r)
     else:
         tl.store(ptrs, x, mask=(offs_r[:, None] < n_r) & (offs_d[None, :] < HEAD_DIM))
+
+
+@triton.jit
+def _atomic_add_tile(ptrs, x, offs_r, n_r, offs_d, CHECK_R: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     BLOCK_D: tl.constexpr):
+    """Relaxed fp32 atomic adds of a tile (no fences: only the sum matters), masked like _load_tile."""
+    if CHECK_R:
+        if BLOCK_D == HEAD_DIM:
+            tl.atomic_add(ptrs, x, mask=offs_r[:, None] < n_r, sem="relaxed")
+        else:
+            tl.atomic_add(ptrs, x, mask=(offs_r[:, None] < n_r) & (offs_d[None, :] < HEAD_DIM), sem="relaxed")
+    else:
+        if BLOCK_D == HEAD_DIM:
+            tl.atomic_add(ptrs, x, sem="relaxed")
+        else:
+            tl.atomic_add(ptrs, x, mask=offs_d[None, :] < HEAD_DIM, sem="relaxed")
+
+
+# ---------------------------------------------------------------------------
+# Head-dim tiles
+# ---------------------------------------------------------------------------
+# Triton's block shapes are powers of two, so a head dim is held either as one tile of BLOCK_D
+# columns, the next power of two, masked past HEAD_DIM (D1 == 0), or split (D1 > 0) into a lo tile
+# of BLOCK_D columns and a hi tile of D1 columns at column BLOCK_D, both powers of two >= 16 (80 =
+# 64 + 16): a K = 16 dot is one wgmma, so the split computes on d columns, not on the padding.
+# Every d-wide value is a (lo, hi) pair; without a split hi is the constant 0 and every `if D1 > 0`
+# is compiled out, which leaves the one-tile code. _head_dim_tiles (host) picks BLOCK_D and D1.
+
+@triton.jit
+def _pair_ptrs(base, offs_r, stride_r, stride_d, COL0: tl.constexpr, WIDTH: tl.constexpr):
+    """Pointers to columns [COL0, COL0 + WIDTH) of rows offs_r, and the tile's column offsets."""
+    offs_d = tl.arange(0, WIDTH)
+    return base + offs_r[:, None] * stride_r + (COL0 + offs_d)[None, :] * stride_d, offs_d
+
+
+@triton.jit
+def _load_pair(base, offs_r, n_r, stride_r, stride_d, CHECK_R: tl.constexpr, HEAD_DIM: tl.constexpr,
+               BLOCK_D: tl.constexpr, D1: tl.constexpr):
+    """Rows offs_r of a (n_r, HEAD_DIM) operand as its (lo, hi) tiles; zeros past n_r (CHECK_R)
+    and in the padded columns."""
+    ptrs, offs_d = _pair_ptrs(base, offs_r, stride_r, stride_d, 0, BLOCK_D)
+    lo = _load_tile(ptrs, offs_r, n_r, offs_d, CHECK_R, HEAD_DIM - D1, BLOCK_D)
+    hi = 0
+    if D1 > 0:
+        ptrs, offs_d = _pair_ptrs(base, offs_r, stride_r, stride_d, BLOCK_D, D1)
+        hi = _load_tile(ptrs, offs_r, n_r, offs_d, CHECK_R, D1, D1)
+    return lo, hi
+
+
+@triton.jit
+def _store_pair(base, x, offs_r, n_r, stride_r, stride_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                D1: tl.constexpr):
+    """Store the pair x (cast to base's element type) into rows offs_r < n_r."""
+    ptrs, offs_d = _pair_ptrs(base, offs_r, stride_r, stride_d, 0, BLOCK_D)
+    _store_tile(ptrs, x[0].to(base.dtype.element_ty), offs_r, n_r, offs_d, HEAD_DIM - D1, BLOCK_D)
+    if D1 > 0:
+        ptrs, offs_d = _pair_ptrs(base, offs_r, stride_r, stride_d, BLOCK_D, D1)
+        _store_tile(ptrs, x[1].to(base.dtype.element_ty), offs_r, n_r, offs_d, D1, D1)
+
+
+@triton.jit
+def _rows_source(base, n_r, stride_r, BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                 D1: tl.constexpr, TMA: tl.constexpr):
+    """What _load_rows reads a streamed (rows, d) operand from: tensor descriptors of its lo and hi
+    tiles (TMA: the copy engine computes the addresses and zero-fills rows >= n_r and columns >=
+    HEAD_DIM), or the base pointer itself."""
+    if TMA:
+        lo = tl.make_tensor_descriptor(base, shape=[n_r, HEAD_DIM], strides=[stride_r, 1],
+                                       block_shape=[BLOCK_R, BLOCK_D])
+        hi = 0
+        if D1 > 0:
+            hi = tl.make_tensor_descriptor(base, shape=[n_r, HEAD_DIM], strides=[stride_r, 1],
+                                           block_shape=[BLOCK_R, D1])
+        return lo, hi
+    else:
+        return base, 0
+
+
+@triton.jit
+def _load_rows(src, start, offs_r0, n_r, stride_r, stride_d, CHECK_R: tl.constexpr,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, TMA: tl.constexpr):
+    """Rows [start, start + len(offs_r0)) of a (n_r, HEAD_DIM) operand as its (lo, hi) tiles,
+    zeros outside (masks only where CHECK_R / the head dim is padded)."""
+    if TMA:
+        lo = src[0].load([start, 0])
+        hi = 0
+        if D1 > 0:
+            hi = src[1].load([start, BLOCK_D])
+        return lo, hi
+    else:
+        return _load_pair(src[0], start + offs_r0, n_r, stride_r, stride_d, CHECK_R, HEAD_DIM, BLOCK_D, D1)
+
+
+@triton.jit
+def _atomic_add_rows(dst, x, start, offs_r0, n_r, stride_r, stride_d, CHECK_R: tl.constexpr,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, TMA: tl.constexpr):
+    """Add the fp32 pair x to rows [start, ...) of dst (a _rows_source): one bulk reduce-add per tile
+    through descriptors (TMA; rows past n_r dropped by their bounds), else element atomics."""
+    if TMA:
+        dst[0].atomic_add([start, 0], x[0])
+        if D1 > 0:
+            dst[1].atomic_add([start, BLOCK_D], x[1])
+    else:
+        offs_r = start + offs_r0
+        ptrs, offs_d = _pair_ptrs(dst[0], offs_r, stride_r, stride_d, 0, BLOCK_D)
+        _atomic_add_tile(ptrs, x[0], offs_r, n_r, offs_d, CHECK_R, HEAD_DIM - D1, BLOCK_D)
+        if D1 > 0:
+            ptrs, offs_d = _pair_ptrs(dst[0], offs_r, stride_r, stride_d, BLOCK_D, D1)
+            _atomic_add_tile(ptrs, x[1], offs_r, n_r, offs_d, CHECK_R, D1, D1)
+
+
+@triton.jit
+def _zeros_pair(ROWS: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr):
+    """fp32 zeros shaped like a pair of ROWS rows."""
+    lo = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
+    hi = 0
+    if D1 > 0:
+        hi = tl.zeros([ROWS, D1], dtype=tl.float32)
+    return lo, hi
+
+
+@triton.jit
+def _scale_pair(x, s, D1: tl.constexpr):
+    """x * s for both tiles (s a scalar or a [:, None] column)."""
+    lo = x[0] * s
+    hi = 0
+    if D1 > 0:
+        hi = x[1] * s
+    return lo, hi
+
+
+@triton.jit
+def _dot_d(a, b, D1: tl.constexpr):
+    """a · bᵀ contracted over the head dim (pairs a, b of equal widths): fp32 (rows_a, rows_b); split,
+    the hi tiles' product accumulates onto the lo tiles'."""
+    s = _dot(a[0], tl.trans(b[0]))
+    if D1 > 0:
+        s = _dot(a[1], tl.trans(b[1]), s)
+    return s
+
+
+@triton.jit
+def _dot_cols(p, x, D1: tl.constexpr):
+    """p · x for each tile of the pair x: a pair of fp32 products."""
+    lo = _dot(p, x[0])
+    hi = 0
+    if D1 > 0:
+        hi = _dot(p, x[1])
+    return lo, hi
+
+
+@triton.jit
+def _dot_cols_acc(p, x, acc, D1: tl.constexpr):
+    """acc + p · x for each tile of the pairs x and acc."""
+    lo = _dot(p, x[0], acc[0])
+    hi = 0
+    if D1 > 0:
+        hi = _dot(p, x[1], acc[1])
+    return lo, hi
+
+
+@triton.jit
+def _rowsum_product(a, b, D1: tl.constexpr):
+    """rowsum(a * b) over the head dim in fp32 (D = rowsum(O * dO))."""
+    s = tl.sum(a[0].to(tl.float32) * b[0].to(tl.float32), axis=1)
+    if D1 > 0:
+        s += tl.sum(a[1].to(tl.float32) * b[1].to(tl.float32), axis=1)
+    return s
 
 
 # ---------------------------------------------------------------------------
@@ -251,15 +397,15 @@ def _store_tile(ptrs, x, offs_r, n_r, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: t
 
 @triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd,
-                    offs_m, offs_d, lo, hi, N_K, qk_scale,
-                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                    offs_m, lo, hi, N_K, qk_scale,
+                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr,
                     MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr):
     """Online-softmax loop over key tiles [lo, hi).  MASKED: apply bounds/causal masks."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = _load_rows(k_src, start_n, offs_n0, N_K, stride_kn, stride_kd, offs_d, MASKED, HEAD_DIM, BLOCK_D, TMA)
-        qk = _dot(q, tl.trans(k))
+        k = _load_rows(k_src, start_n, offs_n0, N_K, stride_kn, stride_kd, MASKED, HEAD_DIM, BLOCK_D, D1, TMA)
+        qk = _dot_d(q, k, D1)
         if MASKED:
             offs_n = start_n + offs_n0
             valid = offs_n[None, :] < N_K
@@ -275,8 +421,8 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride
         p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_rows(v_src, start_n, offs_n0, N_K, stride_vn, stride_vd, offs_d, MASKED, HEAD_DIM, BLOCK_D, TMA)
-        acc = _dot(p.to(v.dtype), v, acc * alpha[:, None])
+        v = _load_rows(v_src, start_n, offs_n0, N_K, stride_vn, stride_vd, MASKED, HEAD_DIM, BLOCK_D, D1, TMA)
+        acc = _dot_cols_acc(p.to(v[0].dtype), v, _scale_pair(acc, alpha[:, None], D1), D1)
         m_i = m_new
     return acc, l_i, m_i
 
@@ -289,7 +435,7 @@ def _attn_fwd(Q, K, V, O, L,
               stride_vb, stride_vh, stride_vs, stride_vd,
               stride_ob, stride_oh, stride_os, stride_od,
               H, N_Q, N_K, SEQ_BUCKET, qk_scale,
-              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, IS_CAUSAL: tl.constexpr,
               TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     if IS_CAUSAL:
         # Causal work grows with the query tile index: launch the heaviest tiles first.
@@ -299,20 +445,16 @@ def _attn_fwd(Q, K, V, O, L,
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    q_base = Q + b * stride_qb + h * stride_qh
-    k_src = _rows_source(K + b * stride_kb + h * stride_kh, N_K, stride_ks, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
-    v_src = _rows_source(V + b * stride_vb + h * stride_vh, N_K, stride_vs, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
-    o_base = O + b * stride_ob + h * stride_oh
+    k_src = _rows_source(K + b * stride_kb + h * stride_kh, N_K, stride_ks, BLOCK_N, HEAD_DIM, BLOCK_D, D1, TMA)
+    v_src = _rows_source(V + b * stride_vb + h * stride_vh, N_K, stride_vs, BLOCK_N, HEAD_DIM, BLOCK_D, D1, TMA)
 
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
-                   offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
+    q = _load_pair(Q + b * stride_qb + h * stride_qh, offs_m, N_Q, stride_qs, stride_qd, True, HEAD_DIM, BLOCK_D, D1)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc = _zeros_pair(BLOCK_M, BLOCK_D, D1)
 
     # Key tiles [0, mid) are full and (for causal) entirely below the diagonal:
     # no masks.  Tiles [mid, hi) hold the diagonal and/or the ragged tail.
@@ -324,15 +466,14 @@ def _attn_fwd(Q, K, V, O, L,
         mid = n_full
         hi = N_K
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
-                                    offs_m, offs_d, 0, mid, N_K, qk_scale,
-                                    BLOCK_N, HEAD_DIM, BLOCK_D, False, IS_CAUSAL, TMA)
+                                    offs_m, 0, mid, N_K, qk_scale,
+                                    BLOCK_N, HEAD_DIM, BLOCK_D, D1, False, IS_CAUSAL, TMA)
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
-                                    offs_m, offs_d, mid, hi, N_K, qk_scale,
-                                    BLOCK_N, HEAD_DIM, BLOCK_D, True, IS_CAUSAL, TMA)
+                                    offs_m, mid, hi, N_K, qk_scale,
+                                    BLOCK_N, HEAD_DIM, BLOCK_D, D1, True, IS_CAUSAL, TMA)
 
-    acc = acc / l_i[:, None]
-    _store_tile(o_base + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
-                acc.to(O.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, BLOCK_D)
+    o = (acc[0] / l_i[:, None], acc[1] / l_i[:, None] if D1 > 0 else 0)
+    _store_pair(O + b * stride_ob + h * stride_oh, o, offs_m, N_Q, stride_os, stride_od, HEAD_DIM, BLOCK_D, D1)
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
     tl.store(L + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
 
@@ -347,7 +488,7 @@ def _attn_bwd_preprocess(O, DO, Delta, DQ,
                          stride_dob, stride_doh, stride_dos, stride_dod,
                          stride_dqb, stride_dqh, stride_dqs, stride_dqd,
                          H, N_Q,
-                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
+                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, BLOCK_M: tl.constexpr):
     """Delta = rowsum(O * dO) in fp32, shape (B*H, N_Q), and zeros into the single-pass backward's
     fp32 dQ accumulator DQ (one launch for both: no separate memset)."""
     pid_m = tl.program_id(0)
@@ -355,25 +496,23 @@ def _attn_bwd_preprocess(O, DO, Delta, DQ,
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    o = _load_tile(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
-                   offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
-    do = _load_tile(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod,
-                    offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
-    _store_tile(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd,
-                tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32), offs_m, N_Q, offs_d, HEAD_DIM, BLOCK_D)
+    o = _load_pair(O + b * stride_ob + h * stride_oh, offs_m, N_Q, stride_os, stride_od, True, HEAD_DIM, BLOCK_D, D1)
+    do = _load_pair(DO + b * stride_dob + h * stride_doh, offs_m, N_Q, stride_dos, stride_dod, True,
+                    HEAD_DIM, BLOCK_D, D1)
+    tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, _rowsum_product(o, do, D1), mask=offs_m < N_Q)
+    _store_pair(DQ + b * stride_dqb + h * stride_dqh, _zeros_pair(BLOCK_M, BLOCK_D, D1), offs_m, N_Q,
+                stride_dqs, stride_dqd, HEAD_DIM, BLOCK_D, D1)
 
 
 @triton.jit
 def _load_query_tile(q_src, do_src, l_base, d_base, start_m, offs_m0, offs_m, N_Q,
-                     stride_qs, stride_qd, stride_dos, stride_dod, offs_d,
-                     CHECK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, TMA: tl.constexpr):
+                     stride_qs, stride_qd, stride_dos, stride_dod,
+                     CHECK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr,
+                     TMA: tl.constexpr):
     """One query tile's Q, dO, logsumexp and D, for the key-tile backward loops (all four loads
     issued together, before the tile's first product)."""
-    q = _load_rows(q_src, start_m, offs_m0, N_Q, stride_qs, stride_qd, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
-    do = _load_rows(do_src, start_m, offs_m0, N_Q, stride_dos, stride_dod, offs_d, CHECK_M, HEAD_DIM, BLOCK_D, TMA)
+    q = _load_rows(q_src, start_m, offs_m0, N_Q, stride_qs, stride_qd, CHECK_M, HEAD_DIM, BLOCK_D, D1, TMA)
+    do = _load_rows(do_src, start_m, offs_m0, N_Q, stride_dos, stride_dod, CHECK_M, HEAD_DIM, BLOCK_D, D1, TMA)
     if CHECK_M:
         lse = tl.load(l_base + offs_m, mask=offs_m < N_Q, other=0.0)
         delta = tl.load(d_base + offs_m, mask=offs_m < N_Q, other=0.0)
@@ -386,8 +525,8 @@ def _load_query_tile(q_src, do_src, l_base, d_base, start_m, offs_m0, offs_m, N_
 @triton.jit
 def _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
                        stride_qs, stride_qd, stride_dos, stride_dod,
-                       offs_n, offs_d, lo, hi, N_Q, qk_scale,
-                       BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                       offs_n, lo, hi, N_Q, qk_scale,
+                       BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr,
                        CAUSAL_MASK: tl.constexpr, CHECK_M: tl.constexpr, TMA: tl.constexpr):
     """Accumulate dK, dV of one key tile over query tiles [lo, hi).
 
@@ -403,14 +542,14 @@ def _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
         q, do, lse, delta = _load_query_tile(q_src, do_src, l_base, d_base, start_m, offs_m0, offs_m, N_Q,
-                                             stride_qs, stride_qd, stride_dos, stride_dod, offs_d,
-                                             CHECK_M, HEAD_DIM, BLOCK_D, TMA)
-        pT = tl.math.exp2(_dot(k, tl.trans(q)) * qk_scale - lse[None, :] * 1.4426950408889634)
+                                             stride_qs, stride_qd, stride_dos, stride_dod,
+                                             CHECK_M, HEAD_DIM, BLOCK_D, D1, TMA)
+        pT = tl.math.exp2(_dot_d(k, q, D1) * qk_scale - lse[None, :] * 1.4426950408889634)
         if CAUSAL_MASK:
             pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
-        dv = _dot(pT.to(do.dtype), do, dv)
-        dsT = pT * (_dot(v, tl.trans(do)) - delta[None, :])
-        dk = _dot(dsT.to(q.dtype), q, dk)
+        dv = _dot_cols_acc(pT.to(do[0].dtype), do, dv, D1)
+        dsT = pT * (_dot_d(v, do, D1) - delta[None, :])
+        dk = _dot_cols_acc(dsT.to(q[0].dtype), q, dk, D1)
     return dk, dv
 
 
@@ -424,26 +563,24 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
                    stride_dkb, stride_dkh, stride_dks, stride_dkd,
                    stride_dvb, stride_dvh, stride_dvs, stride_dvd,
                    H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, TMA)
-    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, TMA)
+    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, D1, TMA)
+    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, D1,
+                          TMA)
     l_base = L + pid_bh.to(tl.int64) * N_Q
     d_base = Delta + pid_bh.to(tl.int64) * N_Q
 
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    k = _load_tile(K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd,
-                   offs_n, N_K, offs_d, True, HEAD_DIM, BLOCK_D)
-    v = _load_tile(V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
-                   offs_n, N_K, offs_d, True, HEAD_DIM, BLOCK_D)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    k = _load_pair(K + b * stride_kb + h * stride_kh, offs_n, N_K, stride_ks, stride_kd, True, HEAD_DIM, BLOCK_D, D1)
+    v = _load_pair(V + b * stride_vb + h * stride_vh, offs_n, N_K, stride_vs, stride_vd, True, HEAD_DIM, BLOCK_D, D1)
+    dk = _zeros_pair(BLOCK_N, BLOCK_D, D1)
+    dv = _zeros_pair(BLOCK_N, BLOCK_D, D1)
 
     if IS_CAUSAL:
         # Query tiles before the one containing query `start_n` see none of
@@ -453,49 +590,47 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
         mid = tl.minimum(tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M, N_Q)
         dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
                                     stride_qs, stride_qd, stride_dos, stride_dod,
-                                    offs_n, offs_d, lo, mid, N_Q, qk_scale,
-                                    BLOCK_M, HEAD_DIM, BLOCK_D, True, True, TMA)
+                                    offs_n, lo, mid, N_Q, qk_scale,
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, D1, True, True, TMA)
     else:
         mid = 0
     # Full query tiles without row masks, then the ragged tail (if any) with them.
     full = tl.maximum((N_Q // BLOCK_M) * BLOCK_M, mid)
     dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
                                 stride_qs, stride_qd, stride_dos, stride_dod,
-                                offs_n, offs_d, mid, full, N_Q, qk_scale,
-                                BLOCK_M, HEAD_DIM, BLOCK_D, False, False, TMA)
+                                offs_n, mid, full, N_Q, qk_scale,
+                                BLOCK_M, HEAD_DIM, BLOCK_D, D1, False, False, TMA)
     dk, dv = _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
                                 stride_qs, stride_qd, stride_dos, stride_dod,
-                                offs_n, offs_d, full, N_Q, N_Q, qk_scale,
-                                BLOCK_M, HEAD_DIM, BLOCK_D, False, True, TMA)
+                                offs_n, full, N_Q, N_Q, qk_scale,
+                                BLOCK_M, HEAD_DIM, BLOCK_D, D1, False, True, TMA)
 
-    dk = dk * sm_scale
-    _store_tile(DK + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :] * stride_dkd,
-                dk.to(DK.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, BLOCK_D)
-    _store_tile(DV + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :] * stride_dvd,
-                dv.to(DV.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, BLOCK_D)
+    _store_pair(DK + b * stride_dkb + h * stride_dkh, _scale_pair(dk, sm_scale, D1), offs_n, N_K,
+                stride_dks, stride_dkd, HEAD_DIM, BLOCK_D, D1)
+    _store_pair(DV + b * stride_dvb + h * stride_dvh, dv, offs_n, N_K, stride_dvs, stride_dvd, HEAD_DIM, BLOCK_D, D1)
 
 
 @triton.jit
 def _attn_bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src,
                       stride_ks, stride_kd, stride_vs, stride_vd,
-                      offs_m, offs_d, lo, hi, N_K, qk_scale,
-                      BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                      offs_m, lo, hi, N_K, qk_scale,
+                      BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr,
                       MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr):
     """Accumulate dQ of one query tile over key tiles [lo, hi); `lse2` is L in base 2."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = _load_rows(k_src, start_n, offs_n0, N_K, stride_ks, stride_kd, offs_d, MASKED, HEAD_DIM, BLOCK_D, TMA)
-        v = _load_rows(v_src, start_n, offs_n0, N_K, stride_vs, stride_vd, offs_d, MASKED, HEAD_DIM, BLOCK_D, TMA)
-        p = tl.math.exp2(_dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
+        k = _load_rows(k_src, start_n, offs_n0, N_K, stride_ks, stride_kd, MASKED, HEAD_DIM, BLOCK_D, D1, TMA)
+        v = _load_rows(v_src, start_n, offs_n0, N_K, stride_vs, stride_vd, MASKED, HEAD_DIM, BLOCK_D, D1, TMA)
+        p = tl.math.exp2(_dot_d(q, k, D1) * qk_scale - lse2[:, None])
         if MASKED:
             offs_n = start_n + offs_n0
             valid = offs_n[None, :] < N_K
             if IS_CAUSAL:
                 valid = valid & (offs_m[:, None] >= offs_n[None, :])
             p = tl.where(valid, p, 0.0)
-        ds = p * (_dot(do, tl.trans(v)) - delta[:, None])
-        dq = _dot(ds.to(k.dtype), k, dq)
+        ds = p * (_dot_d(do, v, D1) - delta[:, None])
+        dq = _dot_cols_acc(ds.to(k[0].dtype), k, dq, D1)
     return dq
 
 
@@ -509,7 +644,7 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, L, Delta,
                  stride_dob, stride_doh, stride_dos, stride_dod,
                  stride_dqb, stride_dqh, stride_dqs, stride_dqd,
                  H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, IS_CAUSAL: tl.constexpr,
                  TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """dQ of one query tile. Runs first: it computes D = rowsum(O * dO) of its rows itself (it holds
     dO already) and stores it for the dK/dV kernel, so the backward needs no preprocessing launch."""
@@ -520,23 +655,20 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, L, Delta,
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    k_src = _rows_source(K + b * stride_kb + h * stride_kh, N_K, stride_ks, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
-    v_src = _rows_source(V + b * stride_vb + h * stride_vh, N_K, stride_vs, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
+    k_src = _rows_source(K + b * stride_kb + h * stride_kh, N_K, stride_ks, BLOCK_N, HEAD_DIM, BLOCK_D, D1, TMA)
+    v_src = _rows_source(V + b * stride_vb + h * stride_vh, N_K, stride_vs, BLOCK_N, HEAD_DIM, BLOCK_D, D1, TMA)
 
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
     m_mask = offs_m < N_Q
-    q = _load_tile(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
-                   offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
-    do = _load_tile(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod,
-                    offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
-    o = _load_tile(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
-                   offs_m, N_Q, offs_d, True, HEAD_DIM, BLOCK_D)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    q = _load_pair(Q + b * stride_qb + h * stride_qh, offs_m, N_Q, stride_qs, stride_qd, True, HEAD_DIM, BLOCK_D, D1)
+    do = _load_pair(DO + b * stride_dob + h * stride_doh, offs_m, N_Q, stride_dos, stride_dod, True,
+                    HEAD_DIM, BLOCK_D, D1)
+    o = _load_pair(O + b * stride_ob + h * stride_oh, offs_m, N_Q, stride_os, stride_od, True, HEAD_DIM, BLOCK_D, D1)
+    delta = _rowsum_product(o, do, D1)
     tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=m_mask)
     lse2 = tl.load(L + pid_bh.to(tl.int64) * N_Q + offs_m, mask=m_mask, other=0.0) * 1.4426950408889634
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    dq = _zeros_pair(BLOCK_M, BLOCK_D, D1)
 
     n_full = (N_K // BLOCK_N) * BLOCK_N
     if IS_CAUSAL:
@@ -546,21 +678,18 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, L, Delta,
         mid = n_full
         hi = N_K
     dq = _attn_bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
-                           offs_m, offs_d, 0, mid, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, False, IS_CAUSAL,
-                           TMA)
+                           offs_m, 0, mid, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, D1, False, IS_CAUSAL, TMA)
     dq = _attn_bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
-                           offs_m, offs_d, mid, hi, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, True, IS_CAUSAL,
-                           TMA)
-    dq = dq * sm_scale
-    _store_tile(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd,
-                dq.to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, BLOCK_D)
+                           offs_m, mid, hi, N_K, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, D1, True, IS_CAUSAL, TMA)
+    _store_pair(DQ + b * stride_dqb + h * stride_dqh, _scale_pair(dq, sm_scale, D1), offs_m, N_Q,
+                stride_dqs, stride_dqd, HEAD_DIM, BLOCK_D, D1)
 
 
 @triton.jit
 def _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
                            stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs, stride_dqd,
-                           offs_n, offs_d, lo, hi, N_Q, N_K, sm_scale, qk_scale,
-                           BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                           offs_n, lo, hi, N_Q, N_K, sm_scale, qk_scale,
+                           BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr,
                            MASKED: tl.constexpr, CHECK_M: tl.constexpr, IS_CAUSAL: tl.constexpr,
                            TMA: tl.constexpr, DQ_TMA: tl.constexpr):
     """The dK/dV loop of _attn_bwd_kv_inner plus a fifth tile product per query tile, dQ += dS·K,
@@ -577,33 +706,20 @@ def _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
         q, do, lse, delta = _load_query_tile(q_src, do_src, l_base, d_base, start_m, offs_m0, offs_m, N_Q,
-                                             stride_qs, stride_qd, stride_dos, stride_dod, offs_d,
-                                             CHECK_M, HEAD_DIM, BLOCK_D, TMA)
-        pT = tl.math.exp2(_dot(k, tl.trans(q)) * qk_scale - lse[None, :] * 1.4426950408889634)
+                                             stride_qs, stride_qd, stride_dos, stride_dod,
+                                             CHECK_M, HEAD_DIM, BLOCK_D, D1, TMA)
+        pT = tl.math.exp2(_dot_d(k, q, D1) * qk_scale - lse[None, :] * 1.4426950408889634)
         if MASKED:
             valid = offs_n[:, None] < N_K
             if IS_CAUSAL:
                 valid = valid & (offs_m[None, :] >= offs_n[:, None])
             pT = tl.where(valid, pT, 0.0)
-        dv = _dot(pT.to(do.dtype), do, dv)
-        dsT = (pT * (_dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)
-        dk = _dot(dsT, q, dk)
-        dq = _dot(tl.trans(dsT), k) * sm_scale
-        if DQ_TMA:
-            dq_dst.atomic_add([start_m, 0], dq)
-        else:
-            ptrs = dq_dst + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd
-            if CHECK_M:
-                if BLOCK_D == HEAD_DIM:
-                    tl.atomic_add(ptrs, dq, mask=offs_m[:, None] < N_Q, sem="relaxed")
-                else:
-                    tl.atomic_add(ptrs, dq, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM),
-                                  sem="relaxed")
-            else:
-                if BLOCK_D == HEAD_DIM:
-                    tl.atomic_add(ptrs, dq, sem="relaxed")
-                else:
-                    tl.atomic_add(ptrs, dq, mask=offs_d[None, :] < HEAD_DIM, sem="relaxed")
+        dv = _dot_cols_acc(pT.to(do[0].dtype), do, dv, D1)
+        dsT = (pT * (_dot_d(v, do, D1) - delta[None, :])).to(q[0].dtype)
+        dk = _dot_cols_acc(dsT, q, dk, D1)
+        dq = _scale_pair(_dot_cols(tl.trans(dsT), k, D1), sm_scale, D1)
+        _atomic_add_rows(dq_dst, dq, start_m, offs_m0, N_Q, stride_dqs, stride_dqd, CHECK_M, HEAD_DIM, BLOCK_D, D1,
+                         DQ_TMA)
     return dk, dv
 
 
@@ -619,7 +735,7 @@ def _attn_bwd_atomic(Q, K, V, DO, DQ, DK, DV, L, Delta,
                      stride_dkb, stride_dkh, stride_dks, stride_dkd,
                      stride_dvb, stride_dvh, stride_dvs, stride_dvd,
                      H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
-                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, IS_CAUSAL: tl.constexpr,
                      TMA: tl.constexpr, DQ_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Single-pass backward: one program per key tile computes its dK, dV and adds its share of
     dQ to the zeroed fp32 buffer DQ (5 tile products per tile pair instead of the two-pass 7)."""
@@ -627,22 +743,20 @@ def _attn_bwd_atomic(Q, K, V, DO, DQ, DK, DV, L, Delta,
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, TMA)
-    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, TMA)
-    dq_dst = _rows_source(DQ + b * stride_dqb + h * stride_dqh, N_Q, stride_dqs, BLOCK_M, HEAD_DIM, BLOCK_D,
+    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, D1, TMA)
+    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, D1,
+                          TMA)
+    dq_dst = _rows_source(DQ + b * stride_dqb + h * stride_dqh, N_Q, stride_dqs, BLOCK_M, HEAD_DIM, BLOCK_D, D1,
                           DQ_TMA)
     l_base = L + pid_bh.to(tl.int64) * N_Q
     d_base = Delta + pid_bh.to(tl.int64) * N_Q
 
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    k = _load_tile(K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd,
-                   offs_n, N_K, offs_d, True, HEAD_DIM, BLOCK_D)
-    v = _load_tile(V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
-                   offs_n, N_K, offs_d, True, HEAD_DIM, BLOCK_D)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    k = _load_pair(K + b * stride_kb + h * stride_kh, offs_n, N_K, stride_ks, stride_kd, True, HEAD_DIM, BLOCK_D, D1)
+    v = _load_pair(V + b * stride_vb + h * stride_vh, offs_n, N_K, stride_vs, stride_vd, True, HEAD_DIM, BLOCK_D, D1)
+    dk = _zeros_pair(BLOCK_N, BLOCK_D, D1)
+    dv = _zeros_pair(BLOCK_N, BLOCK_D, D1)
 
     # Query tiles [lo, mid) masked, [mid, full) not, [full, N_Q) the ragged tail (masked). Causal:
     # tiles before the diagonal see none of these keys; [lo, mid) straddle it. A key tile past N_K
@@ -659,22 +773,20 @@ def _attn_bwd_atomic(Q, K, V, DO, DQ, DK, DV, L, Delta,
     full = tl.maximum(full, mid)
     dk, dv = _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
                                     stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs, stride_dqd,
-                                    offs_n, offs_d, lo, mid, N_Q, N_K, sm_scale, qk_scale,
-                                    BLOCK_M, HEAD_DIM, BLOCK_D, True, True, IS_CAUSAL, TMA, DQ_TMA)
+                                    offs_n, lo, mid, N_Q, N_K, sm_scale, qk_scale,
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, D1, True, True, IS_CAUSAL, TMA, DQ_TMA)
     dk, dv = _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
                                     stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs, stride_dqd,
-                                    offs_n, offs_d, mid, full, N_Q, N_K, sm_scale, qk_scale,
-                                    BLOCK_M, HEAD_DIM, BLOCK_D, False, False, IS_CAUSAL, TMA, DQ_TMA)
+                                    offs_n, mid, full, N_Q, N_K, sm_scale, qk_scale,
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, D1, False, False, IS_CAUSAL, TMA, DQ_TMA)
     dk, dv = _attn_bwd_atomic_inner(dk, dv, k, v, q_src, do_src, dq_dst, l_base, d_base,
                                     stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs, stride_dqd,
-                                    offs_n, offs_d, full, N_Q, N_Q, N_K, sm_scale, qk_scale,
-                                    BLOCK_M, HEAD_DIM, BLOCK_D, True, True, IS_CAUSAL, TMA, DQ_TMA)
+                                    offs_n, full, N_Q, N_Q, N_K, sm_scale, qk_scale,
+                                    BLOCK_M, HEAD_DIM, BLOCK_D, D1, True, True, IS_CAUSAL, TMA, DQ_TMA)
 
-    dk = dk * sm_scale
-    _store_tile(DK + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :] * stride_dkd,
-                dk.to(DK.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, BLOCK_D)
-    _store_tile(DV + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :] * stride_dvd,
-                dv.to(DV.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, BLOCK_D)
+    _store_pair(DK + b * stride_dkb + h * stride_dkh, _scale_pair(dk, sm_scale, D1), offs_n, N_K,
+                stride_dks, stride_dkd, HEAD_DIM, BLOCK_D, D1)
+    _store_pair(DV + b * stride_dvb + h * stride_dvh, dv, offs_n, N_K, stride_dvs, stride_dvd, HEAD_DIM, BLOCK_D, D1)
 
 
 # ---------------------------------------------------------------------------
@@ -697,6 +809,23 @@ def _as_4d(x: Tensor) -> Tensor:
 
 def _block_d(d: int) -> int:
     return max(16, _next_power_of_2(d))
+
+
+def _head_dim_tiles(d: int) -> Tuple[int, int]:
+    """The kernels' (BLOCK_D, D1) for head dim d: split into the largest power of two below d and the
+    rest where the rest is a power of two >= 16 (a dot's K is at least 16): 48 = 32 + 16, 80 = 64 + 16,
+    96 = 64 + 32; otherwise one tile padded to the next power of two (24 on 32, 112 on 128), D1 = 0."""
+    lo = 1 << (d.bit_length() - 1)
+    hi = d - lo
+    if hi >= 16 and hi & (hi - 1) == 0:
+        return lo, hi
+    return _block_d(d), 0
+
+
+def _head_dim_label(d: int) -> str:
+    """How head dim d is tiled, for tuned_configs(): "64+16" (split), "128 padded", or "64"."""
+    block_d, d1 = _head_dim_tiles(d)
+    return f"{block_d}+{d1}" if d1 else f"{block_d}" if block_d == d else f"{block_d} padded"
 
 
 #: Tensor-descriptor (TMA) loads of the streamed tiles where the layout allows them (_tma_ok);
@@ -752,6 +881,7 @@ ATOMIC_DQ_TMA = True
 # dtype of each tensor) and the grid lambda. Cleared with the lists (use_configs).
 _resolved: Dict[tuple, Tuple[triton.Config, dict]] = {}
 _last_config: Dict[str, triton.Config] = {}
+_last_head_dim: Dict[str, int] = {}  # "d": the head dim of the last forward or backward call
 
 
 def _launch(kernel, name: str, key: tuple, grid: Callable[[int, int], tuple], *args, **constexprs) -> None:
@@ -782,12 +912,14 @@ def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: b
     o4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     sm_scale = 1.0 / math.sqrt(d)
+    block_d, d1 = _head_dim_tiles(d)
+    _last_head_dim["d"] = d
 
     with launch_ctx(q, "impl_flash::forward_kernel"):
         _launch(_attn_fwd, "fwd", _tune_key(q, n_q, n_k, d, causal), lambda m, n: (_cdiv(n_q, m), B * H),
                 q4, k4, v4, o4, lse, *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                 H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
-                HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=causal, TMA=_tma_flag(B * H * n_q * n_k, k4, v4))
+                HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=_tma_flag(B * H * n_q * n_k, k4, v4))
     return o4.reshape(q.shape), lse.reshape(q.shape[:-1])
 
 
@@ -816,7 +948,8 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     dk4 = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
     dv4 = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
     sm_scale = 1.0 / math.sqrt(d)
-    block_d = _block_d(d)
+    block_d, d1 = _head_dim_tiles(d)
+    _last_head_dim["d"] = d
     key = _tune_key(q, n_q, n_k, d, causal)
     tma = _tma_flag(B * H * n_q * n_k, q4, k4, v4, do4)
 
@@ -831,24 +964,24 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
                     q4, k4, v4, o4, do4, dq4, lse3, delta,
                     *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *do4.stride(), *dq4.stride(),
                     H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-                    HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
+                    HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma)
             _launch(_attn_bwd_dkdv, "dkdv", key, grid_kv,
                     q4, k4, v4, do4, dk4, dv4, lse3, delta,
                     *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dk4.stride(), *dv4.stride(),
                     H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-                    HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma)
+                    HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma)
         else:
             # fp32 inputs accumulate into dQ itself; 16-bit ones into an fp32 buffer, cast at the end.
             acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=q.device)
             _attn_bwd_preprocess[(_cdiv(n_q, _PRE_BLOCK_M), B * H)](
                 o4, do4, delta, acc, *o4.stride(), *do4.stride(), *acc.stride(), H, n_q,
-                HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=_PRE_BLOCK_M)
+                HEAD_DIM=d, BLOCK_D=block_d, D1=d1, BLOCK_M=_PRE_BLOCK_M)
             dq_tma = tma and ATOMIC_DQ_TMA and not _INTERPRETED and _tma_ok(acc)
             _launch(_attn_bwd_atomic, "atomic", key, grid_kv,
                     q4, k4, v4, do4, acc, dk4, dv4, lse3, delta,
                     *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *acc.stride(), *dk4.stride(),
                     *dv4.stride(), H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-                    HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, TMA=tma, DQ_TMA=dq_tma)
+                    HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma, DQ_TMA=dq_tma)
             dq4 = acc if q.dtype == torch.float32 else acc.to(q.dtype)
     return dq4.reshape(q.shape), dk4.reshape(k.shape), dv4.reshape(v.shape)
 
@@ -905,6 +1038,7 @@ def use_configs(fwd=None, kv=None, q=None, atomic=None) -> None:
     times each shape. Forgets the picks resolved so far."""
     _resolved.clear()
     _last_config.clear()
+    _last_head_dim.clear()
     if _INTERPRETED:
         return
     lists = {"fwd": fwd, "kv": kv, "q": q, "atomic": atomic}
@@ -917,8 +1051,11 @@ def use_configs(fwd=None, kv=None, q=None, atomic=None) -> None:
 def tuned_configs() -> dict:
     """What the last calls ran, for a benchmark row's JSON: the config of each kernel launched
     ("BLOCK_M: .., num_warps: .."; fwd, dq, dkdv for the two-pass backward, atomic for the
-    single-pass one) and, under "bwd", the backward variant of the last backward call."""
+    single-pass one), under "bwd", the backward variant of the last backward call, and under
+    "d_tiles" how the last call tiled its head dim (_head_dim_label: "64+16" split, "128 padded")."""
     picks = {name: str(config) for name, config in _last_config.items()}
+    if "d" in _last_head_dim:
+        picks["d_tiles"] = _head_dim_label(_last_head_dim["d"])
     last = last_backward_choice()
     if last is not None:
         picks["bwd"] = last[1]
