@@ -306,7 +306,11 @@ def test_triton_split_head_dims_match_reference(d, dtype, is_causal, variant, tm
     monkeypatch.setattr(flash_triton, "_USE_TMA", tma)
     q, k, v, do = make_inputs((1, 2, 45, d), (1, 2, 30, d), dtype, TRITON_DEVICE, seed=d)
     assert flash_triton._tma_ok(q, k, v, do) == tma
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    # on a GPU the fp32 atomic backward refuses d > 64 (its shared memory; not re-measured for the split)
+    refused = TRITON_DEVICE == "cuda" and variant == "atomic" and dtype == torch.float32 and d > 64
+    check_atomic_or_refused(q, k, v, do, is_causal, refused=refused)
+    if refused:
+        return
     picks = flash_triton.tuned_configs()
     assert picks["bwd"] == variant and picks["d_tiles"] == flash_triton._head_dim_label(d)
     assert "+" in picks["d_tiles"]
@@ -829,8 +833,8 @@ def test_triton_gpu_matches_reference(dtype, is_causal, n_q, n_k, d):
 
 
 def check_atomic_or_refused(q, k, v, do, is_causal: bool, refused: bool) -> None:
-    """Against the reference, or, where the atomic backward refuses the inputs (fp32 with a 128-wide
-    head-dim tile: 262 KB of shared memory on the H100, 232 KB there), its clear error."""
+    """Against the reference, or, where the atomic backward refuses the inputs (fp32 at d > 64 on a GPU:
+    262 KB of shared memory at a 128-wide head-dim tile, 232 KB on the H100), its clear error."""
     if not refused:
         check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
         return

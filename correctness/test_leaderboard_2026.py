@@ -107,7 +107,8 @@ def test_two_gloo_ranks_equal_one_process_on_the_whole_batch():
     for rank, r in enumerate(results):
         assert (r["tokens"], r["ref_tokens"]) == (SPEC.batch * SPEC.context // 2, SPEC.batch * SPEC.context)
         first, *later = r["losses"]
-        assert first[0] == first[1], rank
+        # the same weights and tokens; the two ranks' partial sums are added in another order than one sum
+        assert abs(first[0] - first[1]) <= 1e-6 * abs(first[1]), rank
         for ours, ref in later:
             assert abs(ours - ref) / ref < DIST_LOSS_TOL, rank
         assert max(r["update_err"].values()) < DIST_UPDATE_TOL, (rank, r["update_err"])
@@ -144,12 +145,14 @@ def test_bad_input_is_refused_by_name():
         make_train_step(TrainConfig(grad_sync="allreduce"), model, x, x)
     with pytest.raises(ValueError, match="runs eagerly"):
         make_train_step(TrainConfig(grad_sync="ddp_bucketed", compile="blocks"), model, x, x)
+    with pytest.raises(ValueError, match="'adamw_master_sharded' needs a grad_sync"):
+        make_train_step(TrainConfig(optimizer="adamw_master_sharded"), model, x, x)
 
 
-# ------------------------------------------------------------- the prediction (impl.report.leaderboard_2026)
+# ------------------------------------------------------------- the prediction (impl.leaderboard_prediction)
 def test_param_split_counts_the_bf16_linear_weights_of_the_built_step():
     from impl.bench.steps import linear_weights
-    from impl.report.leaderboard_2026 import param_split
+    from impl.leaderboard_prediction import param_split
 
     built = build_step(SPEC, CPU)
     split = param_split(SPEC.model)
@@ -165,7 +168,7 @@ def test_param_split_counts_the_bf16_linear_weights_of_the_built_step():
 
 
 def test_prediction_fits_lines_and_adds_communication():
-    from impl.report.leaderboard_2026 import LayerRun, fit_line, param_split, predict_step
+    from impl.leaderboard_prediction import LayerRun, fit_line, param_split, predict_step
 
     fit = fit_line([1, 2, 4], [0.5, 0.7, 1.1])
     assert abs(fit.intercept - 0.3) < 1e-12 and abs(fit.slope - 0.2) < 1e-12 and fit.points == 3
@@ -181,14 +184,15 @@ def test_prediction_fits_lines_and_adds_communication():
     assert abs(pred.overlapped_s - (pred.compute_s + psi / w)) < 1e-9
     assert abs(pred.one_gpu_peak_bytes - (20e9 + 3e9 * 34)) < 1
     saving = param_split(cfg).optimizer_state_bytes / 2
-    assert abs(pred.per_rank_peak_bytes - (20e9 + 3e9 * 34 - saving + psi)) < 1
+    # less the other rank's optimizer state, plus the DDP buckets (Ψ) and one owner's flat broadcast (Ψ/2)
+    assert abs(pred.per_rank_peak_bytes - (20e9 + 3e9 * 34 - saving + psi + psi / 2)) < 1
     four = predict_step(runs, cfg, w, world_size=4)
     assert abs(four.grad_allreduce_s - 1.5 * psi / w) < 1e-12
     assert predict_step([LayerRun(1, 0.5), LayerRun(2, 0.7)], cfg, w).per_rank_peak_bytes is None
 
 
 def test_prediction_bad_input():
-    from impl.report.leaderboard_2026 import LayerRun, predict_step
+    from impl.leaderboard_prediction import LayerRun, predict_step
 
     cfg = MODEL_CONFIGS["8B"]
     runs = [LayerRun(1, 0.5), LayerRun(2, 0.7)]

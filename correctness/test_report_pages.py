@@ -485,9 +485,9 @@ def _allreduce_run(data: Path, busbw_gbps: float) -> None:
 def test_leaderboard_2026_page_predicts_two_gpus_from_one_gpu_rows(tmp_path):
     """Synthetic one-GPU rows at 1, 2, 4 layers on a line (0.3 s + 0.2 s/layer; 20 GiB + 3 GiB/layer) and
     a 2-GPU all-reduce: the answer stays "not run on two GPUs" and prints the prediction of
-    impl.report.leaderboard_2026 at 34 layers with the 2-process bus bandwidth, not the 4-process one."""
+    impl.leaderboard_prediction at 34 layers with the 2-process bus bandwidth, not the 4-process one."""
     from impl.model import MODEL_CONFIGS
-    from impl.report.leaderboard_2026 import LayerRun, predict_step
+    from impl.leaderboard_prediction import LayerRun, predict_step
     from impl.report.pages import parallelism
 
     data = tmp_path / "data"
@@ -501,7 +501,7 @@ def test_leaderboard_2026_page_predicts_two_gpus_from_one_gpu_rows(tmp_path):
     page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
     text = page.answers[0].text
     pred = predict_step([LayerRun(n, t / 1e3, g * 2**30) for n, t, g in line], MODEL_CONFIGS["8B"], 300e9)
-    assert text.startswith("Not run on two GPUs") and "checkpointing every_k, 3 runs" in text
+    assert text.startswith("Not run on two GPUs") and "checkpointing every_k (k 1), 3 runs" in text
     assert f"**{pred.total_s:.2f} s** per step" in text and f"{pred.compute_s:.2f} s of one rank's compute" in text
     assert abs(pred.compute_s - (0.3 + 0.2 * 34)) < 1e-9 and "at 300 GB/s" in text and "on 2 GPUs" in text
     assert f"**{pred.per_rank_peak_bytes / 2**30:,.1f} GiB**" in text

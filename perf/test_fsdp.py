@@ -35,7 +35,7 @@ import pytest
 from impl import accounting as acc
 from impl.bench import dist_steps, fsdp_steps
 from impl.bench.dist_steps import StepSummary
-from impl.bench.harness import guard_oom
+from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Memory, Metric, Status
 from impl.bench.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
@@ -85,9 +85,9 @@ def test_fsdp(bench, workers, variant):
     if workers.skip(bench, problem=PROBLEM, config=config, world_size=WS, backend=BACKEND):
         return
     group = workers.get(WS, BACKEND)
-    with guard_oom(bench, problem=PROBLEM, config=config) as setup_oom:  # the group dies; the next row starts one
-        setups = group.call(fsdp_steps.fsdp_setup, size=size, context=context, batch=batch, variant=variant)
-    if setup_oom.oom:
+    setups = set_up_or_oom(bench, lambda: group.call(fsdp_steps.fsdp_setup, size=size, context=context, batch=batch,
+                                                     variant=variant), problem=PROBLEM, config=config)
+    if setups is None:  # an OOM on a rank: the group dies; the next row starts one
         return
     row, timed = measure_on_ranks(bench, group, dist_steps.step, problem=PROBLEM, config=config,
                                   round=f"one training step on each of {WS} ranks (slowest rank's time)",

@@ -4,7 +4,7 @@ policy. Each row builds a fresh model and optimizer, runs one first step timed a
 autotuning, optimizer-state allocation: the first_call_s metric), then warm-up and timed steps through
 the harness (step time, tokens/s, MFU, CUDA peak memory). OOM anywhere is a row with status OOM and
 the sweep goes on; rows past the file's time budget are left out by budget. The two-GPU step itself
-is predicted from these rows (impl.report.leaderboard_2026), not run. Grid: impl.bench.sweeps."""
+is predicted from these rows (impl.leaderboard_prediction), not run. Grid: impl.bench.sweeps."""
 import pytest
 
 from impl.bench.harness import Budget, set_up_or_oom, time_once

@@ -10,7 +10,7 @@ import torch
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
 from impl.bench.attention import allocated_bytes, attention_inputs, run_attention_passes
-from impl.bench.harness import Budget, guard_oom
+from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.row import Status
 from impl.bench.sweeps import grid
 from impl.runtime import free_memory, profile_name
@@ -38,10 +38,12 @@ def test_pytorch_attention(bench, d_model, seq, mode):
         return
     free_memory()
     baseline = allocated_bytes(device)
-    with guard_oom(bench, problem=PROBLEM, config=config, details=details) as g:
-        q, k, v, do = attention_inputs((batch, seq, d_model), dtype, device)
-    if g.oom:
+    inputs = set_up_or_oom(bench, lambda: attention_inputs((batch, seq, d_model), dtype, device), problem=PROBLEM,
+                           config=config, details=details)
+    if inputs is None:
         return
+    q, k, v, do = inputs
+    del inputs
     flops = attention_flops(batch, seq, seq, d_model, is_causal=False, mode="fwd" if mode == "forward" else "bwd")
     row = run_attention_passes(bench, problem=PROBLEM, config=config, attn=naive, q=q, k=k, v=v, grad_out=do,
                                mode=mode, warmup=G["warmup"], rounds=G["rounds"], flops=flops, baseline=baseline,

@@ -12,7 +12,7 @@ import torch
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
 from impl.bench.attention import allocated_bytes, attention_inputs, run_attention_passes
-from impl.bench.harness import Budget, guard_oom, time_once
+from impl.bench.harness import Budget, set_up_or_oom, time_once
 from impl.bench.row import Status
 from impl.bench.sweeps import grid
 from impl.runtime import free_memory, profile_name
@@ -54,12 +54,15 @@ def test_torch_compile_attention(bench, d_model, seq, mode):
         return
     free_memory()
     baseline = allocated_bytes(device)
-    with guard_oom(bench, problem=PROBLEM, config=config, details=details) as g:
+    def set_up():
         q, k, v, do = attention_inputs((batch, seq, d_model), dtype, device)
-        fn, compile_times = compiled_attention((d_model, seq), q, k, v, do, device)
-    if g.oom:
+        return (q, k, v, do), compiled_attention((d_model, seq), q, k, v, do, device)
+    got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=config, details=details)
+    if got is None:
         _COMPILED.clear()
         return
+    (q, k, v, do), (fn, compile_times) = got
+    del got
     details.update(compile_times)
     flops = attention_flops(batch, seq, seq, d_model, is_causal=False, mode="fwd" if mode == "forward" else "bwd")
     run_attention_passes(bench, problem=PROBLEM, config=config, attn=fn, q=q, k=k, v=v, grad_out=do, mode=mode,

@@ -53,6 +53,12 @@ def training_state_bytes(n_params: int, bytes_per: int = FP32) -> int:
     return param_bytes(n_params, bytes_per) + grad_bytes(n_params, bytes_per) + adam_state_bytes(n_params, bytes_per)
 
 
+def adamw_step_bytes(n_params: int, bytes_per: int = FP32) -> int:
+    """The least memory traffic of one AdamW step over fp32 state: read parameter, gradient and both
+    moments, write parameter and both moments, each once (28 bytes per parameter)."""
+    return 7 * n_params * bytes_per
+
+
 def residual_stream_bytes(batch: int, seq: int, d_model: int, bytes_per_elem: int = FP32) -> int:
     """One (batch, seq, d_model) activation tensor, e.g. the input of one Transformer block."""
     return batch * seq * d_model * bytes_per_elem

@@ -2,8 +2,8 @@
 when it runs on a side stream, block by block, as each block's gradients become final?
 
 Stand-ins for the 2.7B step at context 512, batch 4 (2048 tokens): per block, the backward's
-weight and input gradients of its seven Linear layers (14 bf16 GEMMs, ~0.6 TFLOP), and the
-AdamWMaster kernel over the block's 78.6 M parameters (26 B each, ~2 GB). Timed with CUDA events,
+weight and input gradients of its seven Linear layers (14 bf16 GEMMs, 0.86 TFLOP), and the
+AdamWMaster kernel over the block's 104.9 M Linear parameters (26 B each, 2.7 GB). Timed with CUDA events,
 median of `reps`, each variant over all 32 blocks:
   gemm        the GEMMs alone
   adamw       the 32 per-block updates alone

@@ -937,8 +937,9 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     causal = bool(is_causal)
     kind = resolve_backward(ShapeKey(B * H, n_q, n_k, d, q.dtype, causal), variant)
     if kind == "atomic" and q.is_cuda and q.dtype == torch.float32 and _block_d(d) > 64:
-        # Seen on the H100 (2026-11-23, correctness-gpu-run15): fp32 with a head-dim tile of 128 (d 80,
-        # 96, 128) asks for 262 KB of shared memory (232 KB there); not fixed yet (NOTES, Version 4).
+        # Seen on the H100 (2026-11-23, correctness-gpu-run15): fp32 with a head-dim tile of 128 asks for
+        # 262 KB of shared memory (232 KB there). d 80/96 now split (64 + 16/32) and might fit at small
+        # tiles, but that is not measured on a GPU yet, so every fp32 d > 64 is refused (NOTES, Version 4).
         raise ValueError(f"the atomic backward does not support float32 at head dim {d} (> 64) on a GPU yet; "
                          "use variant='two_pass'")
     for name in ("dq", "dkdv", "atomic"):  # tuned_configs() then names only this call's kernels

@@ -213,9 +213,10 @@ class Harness:
 def set_up_or_oom(harness: Harness, build: Callable[[], T], *, problem: str, config: dict,
                   details: dict | None = None) -> T | None:
     """build()'s result (a model, its step, first calls), or None once an OOM in it is recorded as
-    the row's not-run record; other errors propagate. Unlike guard_oom the record is made after the
+    the row's not-run record; other errors propagate. The record is made after the
     exception is gone: its traceback holds the half-built tensors, whose memory the record's
-    free_memory() should get back for the next rows (large models: the training steps)."""
+    free_memory() gets back for the next rows. `build` should keep what it makes in its own frame
+    (not in an outer dict), so that an OOM frees all of it."""
     message = None
     try:
         return build()
@@ -227,26 +228,4 @@ def set_up_or_oom(harness: Harness, build: Callable[[], T], *, problem: str, con
     return None
 
 
-def guard_oom(harness: Harness, *, problem: str, config: dict, details: dict | None = None):
-    """`with guard_oom(...) as g:` around set-up work (building a model, first calls): an OOM
-    becomes the row's not-run record and `g.oom` is True; other errors propagate."""
-    return _OOMContext(harness, problem, config, details)
-
-
-class _OOMContext:
-    def __init__(self, harness: Harness, problem: str, config: dict, details: dict | None):
-        self.harness, self.problem, self.config, self.details = harness, problem, config, details
-        self.oom = False
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is not None and is_oom(exc):
-            self.harness.oom(problem=self.problem, config=self.config, exc=exc, details=self.details)
-            self.oom = True
-            return True
-        return False
-
-
-__all__ = ["Budget", "Harness", "guard_oom", "peak_memory", "reset_peak_memory", "set_up_or_oom", "time_once"]
+__all__ = ["Budget", "Harness", "peak_memory", "reset_peak_memory", "set_up_or_oom", "time_once"]

@@ -13,7 +13,7 @@ the masters and moments of the parameters it owns and broadcasts their new value
 reduce-scatter schedule does not compose with AdamWMaster (impl.distributed.sharded_optimizer).
 
 `num_layers` below the config's gives the reduced-layer steps that one GPU can hold, from which
-impl.report.leaderboard_2026 predicts the 34-layer step on two GPUs.
+impl.leaderboard_prediction predicts the 34-layer step on two GPUs.
 """
 from __future__ import annotations
 

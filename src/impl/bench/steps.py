@@ -300,6 +300,9 @@ def _check_weights(cfg: TrainConfig) -> None:
     check_reduction(cfg.loss)
     if cfg.grad_sync not in GRAD_SYNCS:
         raise ValueError(f"unknown grad_sync {cfg.grad_sync!r}; expected one of {GRAD_SYNCS}")
+    if cfg.optimizer == "adamw_master_sharded" and cfg.grad_sync == "none":
+        raise ValueError("optimizer 'adamw_master_sharded' needs a grad_sync (each owner steps its parameters "
+                         f"with the gradients of every rank); expected one of {GRAD_SYNCS[1:]}")
     if cfg.grad_sync != "none" and cfg.compile != "none":
         raise ValueError(f"grad_sync={cfg.grad_sync!r} runs eagerly (its hooks fire in backward); got "
                          f"compile={cfg.compile!r}")

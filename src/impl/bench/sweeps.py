@@ -278,7 +278,7 @@ def grid(problem: str, profile: str) -> dict:
 
 # leaderboard (2026) (issue 27): the 8B training step (impl.bench.leaderboard_2026) with fewer layers on
 # one GPU at one rank's share of the two-GPU batch (1 × 32,768 tokens), from which
-# impl.report.leaderboard_2026 predicts the 34-layer step on two GPUs (time and peak memory linear in
+# impl.leaderboard_prediction predicts the 34-layer step on two GPUs (time and peak memory linear in
 # the layers). Checkpointed rows first (each block keeps its input; the prediction reads them: 34
 # plain layers would not fit), then plain ones while they fit (an OOM is a row). H100 estimate: ~0.2 s
 # per layer + ~0.3 s for the LM head and optimizer per step, 8 steps a row (first, warm-up, rounds):

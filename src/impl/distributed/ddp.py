@@ -181,7 +181,7 @@ class DDPIndividualParameters(_DataParallelBase):
             self._register_grad_hooks()
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
-        # Pre-divide so the summed result is already the mean.
+        # Pre-divide (average=True) so the summed result is already the mean.
         grad = self._prescale(p.grad)
         count_before = grad._use_count()
         self._pending.append((dist.all_reduce(grad, async_op=True), grad, count_before))

@@ -2,7 +2,7 @@
 
 ``ShardedOptimizer``: each *parameter* is owned by one rank. The owner keeps
 its optimizer state and updates it; then every parameter is broadcast from its
-owner. Gradients must already be averaged (use any DDP wrapper). Wrapping
+owner. Gradients must already be synchronised (use any DDP wrapper: averaged, or summed for a summed loss). Wrapping
 AdamWMaster (bf16 parameters, fp32 masters), ``cast_params_`` leaves each
 master with its owner only.
 

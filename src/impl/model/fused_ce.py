@@ -45,6 +45,7 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, compute_dtype, rows, reduction="mean"):
+        check_reduction(reduction)  # apply() is public too: anything but "mean" must not pass as a sum
         n = hidden.shape[0]
         scale = 1.0 / n if reduction == "mean" else 1.0
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]

@@ -2,7 +2,7 @@
 data_parallel_calcs, fsdp_calcs, tp_calcs, fsdp_tp_calcs: each answer's symbolic form beside the
 impl.parallelism_calcs function that computes it, and the bounds evaluated for the devices measured
 here and TPU v5p) and `leaderboard_2026` (not run on two GPUs: the one-GPU rows of the step with
-fewer layers, when present, and the two-GPU step predicted from them, impl.report.leaderboard_2026).
+fewer layers, when present, and the two-GPU step predicted from them, impl.leaderboard_prediction).
 
 C and W of each device come from the data: the H100's C is the bf16 matmul peak measured in its
 newest run (the rows' `peaks`); W is the NCCL all-reduce bus bandwidth at the largest size of the
@@ -20,7 +20,7 @@ from impl import parallelism_calcs as pc
 from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.bench.leaderboard_2026 import LEADERBOARD, WORLD_SIZE
-from impl.report.leaderboard_2026 import LayerRun, predict_step
+from impl.leaderboard_prediction import LayerRun, predict_step
 from impl.report.markdown import missing, ms, table
 from impl.report.pages import Answer, Context, Page, Score
 from impl.report.pages import gpu_rows, run_date
@@ -77,6 +77,12 @@ def nccl_bus_bandwidth(ctx: Context, world_size: int | None = None):
     return best
 
 
+def bandwidth_source(w) -> str:
+    """Where a W of nccl_bus_bandwidth comes from, in words."""
+    _, w_dev, size, procs, w_date = w
+    return f"NCCL all-reduce bus bandwidth, {size / 2**20:,.0f} MiB on {procs} GPUs, {w_dev} run {w_date}"
+
+
 def device_figures(ctx: Context) -> tuple[list[pc.DeviceFigures], list[str]]:
     """The table's devices (C, W with sources) and the notes on what was borrowed or is missing."""
     notes, out = [], []
@@ -85,8 +91,7 @@ def device_figures(ctx: Context) -> tuple[list[pc.DeviceFigures], list[str]]:
     if w is None:
         notes.append("No NCCL all-reduce has been measured on a GPU yet, so no GPU row can be evaluated.")
     else:
-        w_bps, w_dev, size, procs, w_date = w
-        w_src = f"NCCL bus bandwidth, {size / 2**20:,.0f} MB on {procs} GPUs, {w_dev} run {w_date}"
+        w_bps, w_dev, w_src = w[0], w[1], bandwidth_source(w)
         if h100:
             c, date, section = h100
             out.append(pc.DeviceFigures("H100 (h100-80gb-x1)", C=c, W=w_bps,
@@ -209,13 +214,19 @@ def _gib(nbytes) -> str:
     return "–" if missing(nbytes) else f"{nbytes / 2**30:,.1f}"
 
 
-def one_gpu_runs(ctx: Context):
-    """(device, its measured and not-run leaderboard_2026 rows) of the first one-GPU device that has
-    any (the one-GPU kinds come first), or None."""
-    for dev, d in gpu_rows(ctx, LB26):
-        if dev.endswith("-x1"):
-            return dev, d.sort_values(["cfg.checkpointing", "cfg.layers"])
-    return None
+def _gpu_model(slug: str) -> str:
+    """The GPU of a device slug without its count: "h200-141gb" of "h200-141gb-x2"."""
+    return slug.rsplit("-x", 1)[0]
+
+
+def one_gpu_runs(ctx: Context, like: str | None = None):
+    """(device, its measured and not-run leaderboard_2026 rows) of a one-GPU device, or None: the one
+    with the same GPU as `like` (the two-GPU device whose bandwidth prices the prediction) when it
+    has rows, else the first that has any."""
+    found = [(dev, d.sort_values(["cfg.checkpointing", "cfg.k", "cfg.layers"]))
+             for dev, d in gpu_rows(ctx, LB26) if dev.endswith("-x1")]
+    same = [f for f in found if like is not None and _gpu_model(f[0]) == _gpu_model(like)]
+    return (same or found or [None])[0]
 
 
 def layer_runs(d) -> tuple[str, list[LayerRun]]:
@@ -223,12 +234,14 @@ def layer_runs(d) -> tuple[str, list[LayerRun]]:
     first on a tie: 34 plain layers would not fit): the points the prediction fits."""
     measured = d[d.status == Status.MEASURED.value]
     best = ("", [])
-    for policy in sorted(measured["cfg.checkpointing"].unique(), key=lambda p: p == "none"):
-        m = measured[measured["cfg.checkpointing"] == policy]
+    # one line per (policy, k) and run: rows of another k or another run (code, machine) are not one model
+    groups = measured.groupby([measured["cfg.checkpointing"], measured["cfg.k"].fillna(0), measured["datetime"]],
+                              sort=False)
+    for (policy, k, _), m in sorted(groups, key=lambda g: g[0][0] == "none"):
         runs = [LayerRun(int(r["cfg.layers"]), float(r["median"]), None if missing(r["peak_alloc"]) else
                          float(r["peak_alloc"])) for _, r in m.iterrows()]
         if len({r.layers for r in runs}) > len({r.layers for r in best[1]}):
-            best = (policy, runs)
+            best = (policy if policy == "none" else f"{policy} (k {int(k)})", runs)
     return best
 
 
@@ -251,7 +264,7 @@ def _prediction_text(pred, policy: str, dev: str, w_src: str) -> str:
     text = (f"Predicted from the one-GPU rows on {dev} (checkpointing {policy}, {f.points} runs: step = "
             f"{f.intercept:.3f} s + {f.slope:.3f} s × layers): **{pred.total_s:.2f} s** per step with nothing "
             f"overlapped = {pred.compute_s:.2f} s of one rank's compute at {pred.layers} layers + "
-            f"{pred.grad_allreduce_s * 1e3:.0f} ms of gradient all-reduce ({pred.params.grad_bytes / 1e9:.1f} GB at "
+            f"{pred.grad_allreduce_s * 1e3:.0f} ms of gradient all-reduce ({_gib(pred.params.grad_bytes)} GiB at "
             f"{pred.bus_bandwidth / 1e9:.0f} GB/s, {w_src}) + {pred.param_broadcast_s * 1e3:.0f} ms of the sharded "
             f"optimizer's parameter broadcasts (at the same bus bandwidth: no broadcast was measured); "
             f"{pred.overlapped_s:.2f} s if the all-reduce hides behind backward. The compute includes the optimizer "
@@ -260,21 +273,26 @@ def _prediction_text(pred, policy: str, dev: str, w_src: str) -> str:
         text += (f" Peak memory per rank ≈ **{_gib(pred.per_rank_peak_bytes)} GiB**: {_gib(pred.one_gpu_peak_bytes)} "
                  f"GiB on one GPU at {pred.layers} layers (peak = {_gib(mem.intercept)} GiB + {_gib(mem.slope)} GiB × "
                  f"layers), less the other rank's optimizer state ({_gib(pred.sharded_state_saving_bytes)} GiB), plus "
-                 f"the DDP buckets ({_gib(pred.bucket_bytes)} GiB).")
+                 f"the DDP buckets ({_gib(pred.bucket_bytes)} GiB) and the sharded optimizer's flat broadcast of one "
+                 f"owner's parameters ({_gib(pred.broadcast_bytes)} GiB).")
     return text
 
 
 def leaderboard_2026_page(ctx: Context) -> Page:
     name = LB26
     spec = LEADERBOARD
-    n_rows = 0 if ctx.df.empty else int((ctx.df.problem == name).sum())
     two_gpu = [f"{device_label(dev, d)}: {', '.join(sorted(d.section.unique()))}"
                for dev, d in gpu_rows(ctx, *(ctx.df.problem.unique() if not ctx.df.empty else []))
                if not dev.endswith("-x1")]
-    not_run = (f"Not run on two GPUs ({n_rows} rows in reports/data, none on two GPUs): one training step of the "
-               f"{spec.config} model on two GPUs needs a two-GPU machine, and none was lent for this work.")
-    found = one_gpu_runs(ctx)
+    multi = [dev for dev, _ in gpu_rows(ctx, name) if not dev.endswith("-x1")]
+    if multi:
+        not_run = (f"Rows of this step on several GPUs exist ({', '.join(multi)}) but this page does not read them "
+                   "yet; the prediction below is from one GPU.")
+    else:
+        not_run = (f"Not run on two GPUs (no run in reports/data on more than one GPU): one training step of the "
+                   f"{spec.config} model on two GPUs needs a two-GPU machine, and none was lent for this work.")
     w = nccl_bus_bandwidth(ctx, world_size=WORLD_SIZE)
+    found = one_gpu_runs(ctx, like=None if w is None else w[1])
     body = [f"The step is specified in SPEC.md (the 2026 edition): {spec.model.num_layers} layers, batch "
             f"{spec.batch} × {spec.context:,} tokens, bf16, summed cross-entropy. impl.bench.leaderboard_2026 "
             "builds it for one rank: FlashAttention-2 (ours, Triton), bf16 Linear weights with fp32 masters "
@@ -299,8 +317,7 @@ def leaderboard_2026_page(ctx: Context) -> Page:
         elif w is None:
             text = not_run + " No NCCL all-reduce on two GPUs has been measured, so the communication cannot be priced."
         else:
-            w_bps, w_dev, size, procs, w_date = w
-            w_src = f"NCCL all-reduce bus bandwidth, {size / 2**20:,.0f} MB on {procs} GPUs, {w_dev} run {w_date}"
+            w_bps, w_dev, w_src = w[0], w[1], bandwidth_source(w)
             pred = predict_step(runs, spec.model, w_bps, WORLD_SIZE)
             text = not_run + " " + _prediction_text(pred, policy, dev, w_src)
             body += ["## The prediction", table(
@@ -310,7 +327,7 @@ def leaderboard_2026_page(ctx: Context) -> Page:
                  ["sharded optimizer's broadcasts", f"{pred.param_broadcast_s:.3f}", "Ψ / W"],
                  ["step, nothing overlapped", f"{pred.total_s:.3f}", "sum"],
                  ["step, all-reduce overlapped", f"{pred.overlapped_s:.3f}", "compute + broadcasts"]]),
-                     "Model and assumptions: impl.report.leaderboard_2026."]
+                     "Model and assumptions: impl.leaderboard_prediction."]
             score = Score("not run: needs two GPUs, not lent; predicted from one-GPU rows",
                           f"{pred.total_s:.2f} s (predicted)", "–", f"{dev} + {w_dev}", run_date(d))
     return Page(name, "leaderboard (2026): the 8B training step on two GPUs", [problem(name)],

@@ -140,7 +140,7 @@ def _optimizer_split(ok: pd.DataFrame) -> str:
     opt = ok[ok["cfg.mode"] == "optimizer_step"]
     if opt.empty:
         return f"{NOT_ON_GPU.capitalize()}."
-    parts = []
+    parts, by_dtype = [], {}
     for dtype in ("fp32", "bf16"):
         o = opt[opt["cfg.dtype"] == dtype]
         if o.empty:
@@ -152,18 +152,23 @@ def _optimizer_split(ok: pd.DataFrame) -> str:
         if not {"forward", "backward", "train_step"} <= set(t):
             continue
         total = t["forward"] + t["backward"] + t["optimizer_step"]
-        floor_b = 28 * MODEL_SIZES[o["cfg.size"]].params
+        by_dtype[dtype] = t["optimizer_step"]
+        floor_b = acc.adamw_step_bytes(MODEL_SIZES[o["cfg.size"]].params)
         parts.append(
             f"{o['cfg.size']} at context {_i(o['cfg.context'])}, {dtype}: forward {t['forward'] * 1e3:.1f} ms, backward "
             f"{t['backward'] * 1e3:.1f} ms, optimizer step {t['optimizer_step'] * 1e3:.1f} ms "
             f"({t['optimizer_step'] / total:.0%} of their sum {total * 1e3:.0f} ms; the whole training step timed "
-            f"as one: {t['train_step'] * 1e3:.0f} ms). The AdamW step moves at least {floor_b / 1e9:.1f} GB (28 B per "
-            f"fp32 parameter), {floor_b / t['optimizer_step'] / 1e9:.0f} GB/s")
+            f"as one: {t['train_step'] * 1e3:.0f} ms). The AdamW step moves at least {floor_b / 1e9:.1f} GB "
+            f"({acc.adamw_step_bytes(1)} B per fp32 parameter), {floor_b / t['optimizer_step'] / 1e9:.0f} GB/s")
     if not parts:
         return "No size has forward, backward, optimizer and training-step rows at one context yet."
-    return ("; ".join(parts) + ". The optimizer step costs the same at every context (it touches parameters, "
-            "not tokens), so its share shrinks as the context grows; under autocast it is unchanged, as the "
-            "parameters and moments stay fp32, while forward and backward shrink.")
+    text = "; ".join(parts) + "."
+    if len(by_dtype) == 2:
+        ratio = by_dtype["bf16"] / by_dtype["fp32"]
+        text += (f" Under autocast the optimizer step takes {ratio:.2f}× its fp32 time (the parameters and "
+                 "moments stay fp32; autocast casts only inside forward and backward), while forward and backward "
+                 "shrink, so its share of the step grows.")
+    return text
 
 
 def _benchmarking_answers(device: str, main: pd.DataFrame, warm: pd.DataFrame, qs: list[str]):
@@ -558,7 +563,7 @@ def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
     size = d["cfg.size"].iloc[0]
     m = MODEL_SIZES[size]
     batch = _i(d["cfg.batch"].iloc[0])
-    state = 4 * m.params * 4  # fp32 parameters, gradients and AdamW's two moments
+    state = acc.training_state_bytes(m.params)  # fp32 parameters, gradients and AdamW's two moments
 
     def peak(c, dtype, mode):
         s = d[(d["cfg.context"] == c) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == mode)]

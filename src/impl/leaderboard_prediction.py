@@ -15,7 +15,9 @@ gradients, ShardedOptimizer over AdamWMaster):
   total      compute + gradients + params with nothing overlapped (an upper bound); DDPBucketed
              all-reduces buckets during backward, so the gradients' time may hide: `overlapped`
 Memory per rank: c + d·L fitted to the one-GPU peaks, at L = 34, minus the optimizer state of the
-parameters the other ranks own ((N−1)/N of it), plus DDPBucketed's buckets (one copy of Ψ).
+parameters the other ranks own ((N−1)/N of it), plus DDPBucketed's buckets (one copy of Ψ), plus the
+flat message of one owner's parameters that ShardedOptimizer broadcasts while the gradients are
+still alive (Ψ/N; parameters and gradients have the same dtypes, so Ψ counts both).
 """
 from __future__ import annotations
 
@@ -118,9 +120,15 @@ class StepPrediction:
         return float(self.params.grad_bytes)
 
     @property
+    def broadcast_bytes(self) -> float:
+        """The flat copy of one owner's parameters during ShardedOptimizer's broadcast (module doc)."""
+        return self.params.grad_bytes / self.world_size
+
+    @property
     def per_rank_peak_bytes(self) -> float | None:
         one = self.one_gpu_peak_bytes
-        return None if one is None else one - self.sharded_state_saving_bytes + self.bucket_bytes
+        return None if one is None else (one - self.sharded_state_saving_bytes + self.bucket_bytes
+                                         + self.broadcast_bytes)
 
 
 def predict_step(runs: Sequence[LayerRun], config: ModelConfig, bus_bandwidth: float,
