@@ -553,6 +553,42 @@ def _attn_bwd_kv_inner(dk, dv, k, v, q_src, do_src, l_base, d_base,
     return dk, dv
 
 
+@triton.jit
+def _key_tile_setup(Q, K, V, DO, L, Delta, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_kd,
+                    stride_vb, stride_vh, stride_vs, stride_vd, stride_dob, stride_doh, stride_dos, H, N_Q, N_K,
+                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, TMA: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """What both key-tile backward kernels (two-pass dK/dV and single-pass) start from: this
+    program's (batch, head), its key tile (K and V loaded, dK and dV zeroed), and where its loop
+    reads the query side from (Q and dO sources, the rows of L and D)."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, D1, TMA)
+    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, D1,
+                          TMA)
+    l_base = L + pid_bh.to(tl.int64) * N_Q
+    d_base = Delta + pid_bh.to(tl.int64) * N_Q
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = _load_pair(K + b * stride_kb + h * stride_kh, offs_n, N_K, stride_ks, stride_kd, True, HEAD_DIM, BLOCK_D, D1)
+    v = _load_pair(V + b * stride_vb + h * stride_vh, offs_n, N_K, stride_vs, stride_vd, True, HEAD_DIM, BLOCK_D, D1)
+    dk = _zeros_pair(BLOCK_N, BLOCK_D, D1)
+    dv = _zeros_pair(BLOCK_N, BLOCK_D, D1)
+    return b, h, pid_bh, start_n, offs_n, q_src, do_src, l_base, d_base, k, v, dk, dv
+
+
+@triton.jit
+def _store_dk_dv(DK, DV, dk, dv, b, h, offs_n, N_K, sm_scale, stride_dkb, stride_dkh, stride_dks, stride_dkd,
+                 stride_dvb, stride_dvh, stride_dvs, stride_dvd,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr):
+    """A key tile's dK (scaled by sm_scale here, once, not per product) and dV."""
+    _store_pair(DK + b * stride_dkb + h * stride_dkh, _scale_pair(dk, sm_scale, D1), offs_n, N_K,
+                stride_dks, stride_dkd, HEAD_DIM, BLOCK_D, D1)
+    _store_pair(DV + b * stride_dvb + h * stride_dvh, dv, offs_n, N_K, stride_dvs, stride_dvd, HEAD_DIM, BLOCK_D, D1)
+
+
 @triton.autotune(configs=_bwd_kv_configs(), key=_AUTOTUNE_KEY, prune_configs_by=_PRUNE)
 @triton.jit
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
@@ -565,22 +601,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
                    H, N_Q, N_K, SEQ_BUCKET, sm_scale, qk_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = (pid_bh % H).to(tl.int64)
-    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, D1, TMA)
-    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, D1,
-                          TMA)
-    l_base = L + pid_bh.to(tl.int64) * N_Q
-    d_base = Delta + pid_bh.to(tl.int64) * N_Q
-
-    start_n = pid_n * BLOCK_N
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_pair(K + b * stride_kb + h * stride_kh, offs_n, N_K, stride_ks, stride_kd, True, HEAD_DIM, BLOCK_D, D1)
-    v = _load_pair(V + b * stride_vb + h * stride_vh, offs_n, N_K, stride_vs, stride_vd, True, HEAD_DIM, BLOCK_D, D1)
-    dk = _zeros_pair(BLOCK_N, BLOCK_D, D1)
-    dv = _zeros_pair(BLOCK_N, BLOCK_D, D1)
+    b, h, pid_bh, start_n, offs_n, q_src, do_src, l_base, d_base, k, v, dk, dv = _key_tile_setup(
+        Q, K, V, DO, L, Delta, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_kd,
+        stride_vb, stride_vh, stride_vs, stride_vd, stride_dob, stride_doh, stride_dos, H, N_Q, N_K,
+        HEAD_DIM, BLOCK_D, D1, TMA, BLOCK_M, BLOCK_N)
 
     if IS_CAUSAL:
         # Query tiles before the one containing query `start_n` see none of
@@ -605,9 +629,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, L, Delta,
                                 offs_n, full, N_Q, N_Q, qk_scale,
                                 BLOCK_M, HEAD_DIM, BLOCK_D, D1, False, True, TMA)
 
-    _store_pair(DK + b * stride_dkb + h * stride_dkh, _scale_pair(dk, sm_scale, D1), offs_n, N_K,
-                stride_dks, stride_dkd, HEAD_DIM, BLOCK_D, D1)
-    _store_pair(DV + b * stride_dvb + h * stride_dvh, dv, offs_n, N_K, stride_dvs, stride_dvd, HEAD_DIM, BLOCK_D, D1)
+    _store_dk_dv(DK, DV, dk, dv, b, h, offs_n, N_K, sm_scale, stride_dkb, stride_dkh, stride_dks, stride_dkd,
+                 stride_dvb, stride_dvh, stride_dvs, stride_dvd, HEAD_DIM, BLOCK_D, D1)
 
 
 @triton.jit
@@ -739,24 +762,12 @@ def _attn_bwd_atomic(Q, K, V, DO, DQ, DK, DV, L, Delta,
                      TMA: tl.constexpr, DQ_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Single-pass backward: one program per key tile computes its dK, dV and adds its share of
     dQ to the zeroed fp32 buffer DQ (5 tile products per tile pair instead of the two-pass 7)."""
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = (pid_bh % H).to(tl.int64)
-    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, N_Q, stride_qs, BLOCK_M, HEAD_DIM, BLOCK_D, D1, TMA)
-    do_src = _rows_source(DO + b * stride_dob + h * stride_doh, N_Q, stride_dos, BLOCK_M, HEAD_DIM, BLOCK_D, D1,
-                          TMA)
+    b, h, pid_bh, start_n, offs_n, q_src, do_src, l_base, d_base, k, v, dk, dv = _key_tile_setup(
+        Q, K, V, DO, L, Delta, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_kd,
+        stride_vb, stride_vh, stride_vs, stride_vd, stride_dob, stride_doh, stride_dos, H, N_Q, N_K,
+        HEAD_DIM, BLOCK_D, D1, TMA, BLOCK_M, BLOCK_N)
     dq_dst = _rows_source(DQ + b * stride_dqb + h * stride_dqh, N_Q, stride_dqs, BLOCK_M, HEAD_DIM, BLOCK_D, D1,
                           DQ_TMA)
-    l_base = L + pid_bh.to(tl.int64) * N_Q
-    d_base = Delta + pid_bh.to(tl.int64) * N_Q
-
-    start_n = pid_n * BLOCK_N
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _load_pair(K + b * stride_kb + h * stride_kh, offs_n, N_K, stride_ks, stride_kd, True, HEAD_DIM, BLOCK_D, D1)
-    v = _load_pair(V + b * stride_vb + h * stride_vh, offs_n, N_K, stride_vs, stride_vd, True, HEAD_DIM, BLOCK_D, D1)
-    dk = _zeros_pair(BLOCK_N, BLOCK_D, D1)
-    dv = _zeros_pair(BLOCK_N, BLOCK_D, D1)
 
     # Query tiles [lo, mid) masked, [mid, full) not, [full, N_Q) the ragged tail (masked). Causal:
     # tiles before the diagonal see none of these keys; [lo, mid) straddle it. A key tile past N_K
@@ -784,9 +795,8 @@ def _attn_bwd_atomic(Q, K, V, DO, DQ, DK, DV, L, Delta,
                                     offs_n, full, N_Q, N_Q, N_K, sm_scale, qk_scale,
                                     BLOCK_M, HEAD_DIM, BLOCK_D, D1, True, True, IS_CAUSAL, TMA, DQ_TMA)
 
-    _store_pair(DK + b * stride_dkb + h * stride_dkh, _scale_pair(dk, sm_scale, D1), offs_n, N_K,
-                stride_dks, stride_dkd, HEAD_DIM, BLOCK_D, D1)
-    _store_pair(DV + b * stride_dvb + h * stride_dvh, dv, offs_n, N_K, stride_dvs, stride_dvd, HEAD_DIM, BLOCK_D, D1)
+    _store_dk_dv(DK, DV, dk, dv, b, h, offs_n, N_K, sm_scale, stride_dkb, stride_dkh, stride_dks, stride_dkd,
+                 stride_dvb, stride_dvh, stride_dvs, stride_dvd, HEAD_DIM, BLOCK_D, D1)
 
 
 # ---------------------------------------------------------------------------
