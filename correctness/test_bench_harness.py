@@ -1,12 +1,15 @@
 """impl.bench.harness.set_up_or_oom: an OOM while building a row becomes the row's OOM record, made
-only after the half-built objects are gone (their memory is what the next rows need)."""
+only after the half-built objects are gone (their memory is what the next rows need); an error the
+caller names unsupported (an SDPA backend refusing a config) becomes an unsupported row."""
 import gc
 import weakref
 
 import pytest
 import torch
 
+from impl.bench.attention import sdpa_rejects
 from impl.bench.harness import set_up_or_oom
+from impl.bench.row import Status
 
 
 class _Recorder:
@@ -14,8 +17,11 @@ class _Recorder:
     still alive at that moment."""
 
     def __init__(self):
-        self.calls, self.alive_at_record = [], []
+        self.calls, self.alive_at_record, self.not_runs = [], [], []
         self.watch = None
+
+    def not_run(self, *, problem, config, status, reason, details=None):
+        self.not_runs.append((problem, status, reason))
 
     def oom(self, *, problem, config, exc, details=None):
         gc.collect()
@@ -54,3 +60,16 @@ def test_other_errors_propagate_and_record_nothing():
     with pytest.raises(ValueError, match="bad shape"):
         set_up_or_oom(rec, build, problem="p", config={})
     assert rec.calls == []
+
+
+def test_an_error_named_unsupported_becomes_an_unsupported_row_and_others_still_raise():
+    rec = _Recorder()
+
+    def build():
+        raise RuntimeError("No available kernel. Aborting execution.\nmore")
+
+    assert set_up_or_oom(rec, build, problem="p", config={}, unsupported=sdpa_rejects("sdpa_cudnn")) is None
+    assert rec.not_runs == [("p", Status.UNSUPPORTED, "No available kernel. Aborting execution.")]
+    assert rec.calls == []
+    with pytest.raises(RuntimeError, match="No available kernel"):  # our kernels' errors are failures
+        set_up_or_oom(rec, build, problem="p", config={}, unsupported=sdpa_rejects("flash_triton"))

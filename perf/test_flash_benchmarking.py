@@ -28,11 +28,11 @@ import torch
 from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
                             set_flash_backward)
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import attention_inputs, measure_kernel, sdpa_anchor
-from impl.bench.harness import Budget, time_once
+from impl.bench.attention import attention_inputs, measure_kernel, sdpa_anchor, sdpa_rejects
+from impl.bench.harness import Budget, set_up_or_oom, time_once
 from impl.bench.row import Status
 from impl.bench.sweeps import grid
-from impl.runtime import first_line, free_memory, is_oom, profile_name
+from impl.runtime import free_memory, profile_name
 
 PROBLEM = "flash_benchmarking"
 G = grid(PROBLEM, profile_name())
@@ -117,22 +117,17 @@ def test_flash_benchmarking(bench, dtype, impl, d, seq, mode):
         details["note"] = "compiled_flash_backward runs the plain PyTorch backward on the CPU (no torch.compile)"
     if impl == "naive":  # its (seq, seq) matrices are the only large leftovers worth collecting
         free_memory()
-    try:
+    def set_up():
         q, k, v, do = attention_inputs((batch, seq, d), dtype, device)
         fwd = forward_fn(impl, q, k, v)
-        if impl.startswith("sdpa"):
-            do = do.unsqueeze(1)
-        fn = timed_fn(mode, fwd, do, (q, k, v))
-        first_s = time_once(fn, device)  # autotuning / compilation happen here
-    except Exception as exc:
-        if is_oom(exc):
-            bench.oom(problem=PROBLEM, config=config, exc=exc, details=details)
-            return
-        if impl.startswith("sdpa") and isinstance(exc, RuntimeError):  # the backend rejects this config
-            bench.not_run(problem=PROBLEM, config=config, status=Status.UNSUPPORTED, reason=first_line(exc),
-                          details=details)
-            return
-        raise
+        fn = timed_fn(mode, fwd, do.unsqueeze(1) if impl.startswith("sdpa") else do, (q, k, v))
+        return fn, time_once(fn, device)  # autotuning / compilation happen here
+    got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=config, details=details,
+                        unsupported=sdpa_rejects(impl))
+    if got is None:
+        return
+    fn, first_s = got
+    del got
     flops = attention_flops(batch, seq, seq, d, is_causal=True, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
                    warmup=G["warmup"], rounds=G["rounds"], flops=flops, details=details,

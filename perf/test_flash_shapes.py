@@ -25,11 +25,12 @@ import torch.nn.functional as F
 
 from impl.attention import (FlashAttentionTriton, attention_flops, get_flash_backward, set_flash_autotune,
                             set_flash_backward)
-from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
-from impl.bench.harness import Budget, time_once
+from impl.bench.attention import (attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor,
+                                  sdpa_rejects)
+from impl.bench.harness import Budget, set_up_or_oom, time_once
 from impl.bench.row import Status
 from impl.bench.sweeps import grid
-from impl.runtime import first_line, free_memory, is_oom, profile_name
+from impl.runtime import free_memory, profile_name
 
 PROBLEM = "flash_shapes"
 G = grid(PROBLEM, profile_name())
@@ -111,25 +112,23 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
                       details=details)
         return
     attn = attention_fn(impl, causal)
-    res = {}
-    try:
+
+    def set_up():
         (q, k, v, do), ref = problem_tensors(shape, d, causal, dtype, device)
+        out = {}
 
         def first():  # compilation and autotuning happen here; its outputs are what is checked
             q.grad = k.grad = v.grad = None
-            res["out"] = attn(q, k, v)
+            out["out"] = attn(q, k, v)
             if mode == "fwd_bwd":
-                res["out"].backward(do)
-        first_s = time_once(first, device)
-    except Exception as exc:
-        if is_oom(exc):
-            bench.oom(problem=PROBLEM, config=config, exc=exc, details=details)
-            return
-        if impl.startswith("sdpa") and isinstance(exc, RuntimeError):  # the backend rejects this config
-            bench.not_run(problem=PROBLEM, config=config, status=Status.UNSUPPORTED, reason=first_line(exc),
-                          details=details)
-            return
-        raise
+                out["out"].backward(do)
+        return (q, k, v, do), ref, out, time_once(first, device)
+    got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=config, details=details,
+                        unsupported=sdpa_rejects(impl))
+    if got is None:
+        return
+    (q, k, v, do), ref, res, first_s = got
+    del got
     got = [res.pop("out")] + ([q.grad, k.grad, v.grad] if mode == "fwd_bwd" else [])
     errors = {name: rel_err(x, r) for name, x, r in zip(("out", "dq", "dk", "dv"), got, ref)}
     details["rel_err"] = errors

@@ -232,7 +232,10 @@ def fsdp_max_devices(B: float, C: float, W: float, p: int = FP16) -> float:
 
 
 @dataclass(frozen=True)
-class FSDPCalcs:
+class ShardedCalcs:
+    """The answers of fsdp_calcs and tp_calcs: both shard across N devices and ask the same six
+    questions (FLOPs, communication time and the largest N, forward and backward)."""
+
     forward_flops: Answer
     backward_flops: Answer
     forward_comm_time: Answer
@@ -241,12 +244,12 @@ class FSDPCalcs:
     max_devices_backward: Answer
 
 
-def fsdp_calcs(B: float, D: float, D_FF: float, N: float, C: float, W: float, p: int = FP16) -> FSDPCalcs:
+def fsdp_calcs(B: float, D: float, D_FF: float, N: float, C: float, W: float, p: int = FP16) -> ShardedCalcs:
     """N FSDP devices: batch, weights, gradients and optimizer state sharded (B/N tokens each)."""
     _check(B=B, D=D, D_FF=D_FF, C=C, W=W)
     _check_n(N=N)
     bound = fsdp_max_devices(B, C, W, p)
-    return FSDPCalcs(
+    return ShardedCalcs(
         forward_flops=Answer("(a) forward FLOPs per device", ffn_forward_flops, ffn_forward_flops(B, D, D_FF, N)),
         backward_flops=Answer("(a) backward FLOPs per device", ffn_backward_flops,
                               ffn_backward_flops(B, D, D_FF, N)),
@@ -301,22 +304,12 @@ def tp_max_devices_backward(D_FF: float, C: float, W: float, p: int = FP16) -> f
     return 1 + 6 * D_FF * W / (p * C)
 
 
-@dataclass(frozen=True)
-class TPCalcs:
-    forward_flops: Answer
-    backward_flops: Answer
-    forward_comm_time: Answer
-    backward_comm_time: Answer
-    max_devices_forward: Answer
-    max_devices_backward: Answer
-
-
-def tp_calcs(B: float, D: float, D_FF: float, N: float, C: float, W: float, p: int = FP16) -> TPCalcs:
+def tp_calcs(B: float, D: float, D_FF: float, N: float, C: float, W: float, p: int = FP16) -> ShardedCalcs:
     """N tensor-parallel devices, W1, W2 column-parallel, W3 row-parallel, the whole batch on each.
     (a), the backward equations, is TP_BACKWARD_EQUATIONS."""
     _check(B=B, D=D, D_FF=D_FF, C=C, W=W)
     _check_n(N=N)
-    return TPCalcs(
+    return ShardedCalcs(
         forward_flops=Answer("(b) forward FLOPs per device", ffn_forward_flops, ffn_forward_flops(B, D, D_FF, N)),
         backward_flops=Answer("(b) backward FLOPs per device", ffn_backward_flops,
                               ffn_backward_flops(B, D, D_FF, N)),

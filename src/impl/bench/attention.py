@@ -129,6 +129,12 @@ def measure_kernel(bench, *, fn: Callable, first_call_s: float, do_bench_warmup_
     return row
 
 
+def sdpa_rejects(impl: str) -> Callable[[Exception], bool]:
+    """For set_up_or_oom's `unsupported`: an SDPA anchor whose backend refuses the config raises a
+    RuntimeError (no kernel for that head dim or dtype); our kernels' errors are failures."""
+    return lambda exc: impl.startswith("sdpa") and isinstance(exc, RuntimeError)
+
+
 def sdpa_anchor(impl: str, causal: bool) -> Callable:
     """`scaled_dot_product_attention` restricted to one backend ("sdpa_flash" or "sdpa_cudnn"), the
     anchors every attention benchmark runs beside ours; a config the backend rejects raises."""

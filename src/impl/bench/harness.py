@@ -211,20 +211,29 @@ class Harness:
 
 
 def set_up_or_oom(harness: Harness, build: Callable[[], T], *, problem: str, config: dict,
-                  details: dict | None = None) -> T | None:
+                  details: dict | None = None,
+                  unsupported: Callable[[Exception], bool] | None = None) -> T | None:
     """build()'s result (a model, its step, first calls), or None once an OOM in it is recorded as
-    the row's not-run record; other errors propagate. The record is made after the
-    exception is gone: its traceback holds the half-built tensors, whose memory the record's
-    free_memory() gets back for the next rows. `build` should keep what it makes in its own frame
-    (not in an outer dict), so that an OOM frees all of it."""
-    message = None
+    the row's not-run record, or an error `unsupported` accepts (a backend that rejects the config)
+    as an unsupported row; other errors propagate. The record is made after the exception is gone:
+    its traceback holds the half-built tensors, whose memory the record's free_memory() gets back
+    for the next rows. `build` should keep what it makes in its own frame (not in an outer dict),
+    so that an OOM frees all of it."""
+    message, status = None, None
     try:
         return build()
-    except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
-        if not is_oom(exc):
+    except Exception as exc:  # noqa: BLE001 - only OOM and what `unsupported` names become rows
+        if is_oom(exc):
+            status = Status.OOM
+        elif unsupported is not None and unsupported(exc):
+            status = Status.UNSUPPORTED
+        else:
             raise
         message = first_line(exc)
-    harness.oom(problem=problem, config=config, exc=message, details=details)
+    if status is Status.OOM:
+        harness.oom(problem=problem, config=config, exc=message, details=details)
+    else:
+        harness.not_run(problem=problem, config=config, status=status, reason=message, details=details)
     return None
 
 
