@@ -665,7 +665,7 @@ def _row_step(name: str, context: int, model_context: int = 64):
 def test_profiled_step_breakdown_cpu(name):
     """The CPU path of the row's profile: CPU op self time per phase and category. The tiny model
     does 7 matmuls per layer plus the LM head per forward and two per matmul backward, so aten::mm
-    (the LM head's vocabulary dominates) must be among the top ops with 3 × (7 layers + 1) calls; SDPA (the
+    must have 3 × (7 layers + 1) calls; the top list is the head of the full table; SDPA (the
     anchor) is attention, the naive attention (bf16) is not."""
     model, step = _row_step(name, 32)
     step()
@@ -679,10 +679,13 @@ def test_profiled_step_breakdown_cpu(name):
     assert set(out["phase_host_ms"]) == set(PHASES) and all(out["phase_host_ms"][ph] > 0 for ph in PHASES)
     top = out["top"]
     assert len(top) == 5 and [t["ms"] for t in top] == sorted((t["ms"] for t in top), reverse=True)
-    # which op tops a CPU step by self time is timing noise on a loaded 2-core machine (aten::bmm of
-    # the naive attention sometimes edges out aten::mm); its call count is exact
-    mm = {t["name"]: t for t in top}.get("aten::mm")
-    assert mm is not None and mm["calls"] == 3 * (7 * model.config["num_layers"] + 1)
+    full = prof.table(PHASES)  # every op of the step, slowest first
+    assert [t["name"] for t in top] == [r["name"][:160] for r in full[:5]]
+    # which ops top a CPU step by self time is timing noise on a loaded 2-core machine (CI saw
+    # aten::mm fall out of the top 5 under the anchor); its call count is exact, so read it from
+    # the full table
+    mm = {r["name"]: r for r in full}["aten::mm"]
+    assert mm["calls"] / prof.steps == 3 * (7 * model.config["num_layers"] + 1)
     assert (out["category_ms"]["attention"] > 0) == (name == "anchor")
     assert out["timing_source"] == "cpu_op_self_time" and len(json.dumps(out)) < 4096
     # the timed calls carry no phase ranges
