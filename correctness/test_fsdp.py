@@ -15,16 +15,24 @@ from impl.distributed import launch
 
 WORLD_SIZE = 2
 STEPS = 4
-# (model, compute dtype, optimizer, prefetch depth)
+C = T.Case
 CASES = [
-    ("toy", "fp32", "sgd", 1),
-    ("toy", "fp32", "adamw_impl", 0),
-    ("toy", "fp32", "adamw_torch", 2),
-    ("tiny_lm", "fp32", "sgd", 1),
-    ("tiny_lm", "fp32", "adamw_impl", 1),
-    ("toy", "bf16", "sgd", 1),
-    ("tiny_lm", "bf16", "sgd", 1),
-    ("tiny_lm", "fp16", "sgd", 2),
+    C("toy", "fp32", "sgd", 1),
+    C("toy", "fp32", "adamw_impl", 0),
+    C("toy", "fp32", "adamw_torch", 2),
+    C("tiny_lm", "fp32", "sgd", 1),
+    C("tiny_lm", "fp32", "adamw_impl", 1),
+    C("toy", "bf16", "sgd", 1),
+    C("tiny_lm", "bf16", "sgd", 1),
+    C("tiny_lm", "fp16", "sgd", 2),
+    # Grouped units: one per TransformerBlock (the embedding and the head stay units of their own).
+    C("tiny_lm", "fp32", "sgd", 1, "block"),
+    C("tiny_lm", "fp32", "adamw_impl", 2, "block", micro=2),
+    C("tiny_lm", "bf16", "sgd", 1, "block"),
+    C("toy", "fp32", "sgd", 1, "whole"),
+    # Tied weights: head = embedding (one unit), and with unit=Stage a `proj` shared by two stages.
+    C("tied", "fp32", "sgd", 1),
+    C("tied", "fp32", "sgd", 1, "stage", micro=2),
 ]
 # fp32: SGD is linear in the gradient, so only summation order differs. Adam divides by sqrt(v),
 # which turns a rounding difference in a near-zero gradient into an lr-sized update difference at
@@ -33,7 +41,20 @@ CASES = [
 # reduce-scatter, the reference rounds the full-batch one.
 TOL = {("fp32", "sgd"): 1e-6, ("fp32", "adamw_impl"): 2e-4, ("fp32", "adamw_torch"): 2e-4,
        ("bf16", "sgd"): 1e-3, ("fp16", "sgd"): 5e-4}
-IDS = ["-".join(map(str, c)) for c in CASES]
+IDS = [c.id for c in CASES]
+# (model, unit) -> forward gathers per forward (visits: a unit's layers called together share one),
+# backward re-gathers (visits with a saved weight), units.
+STRUCTURE = {
+    ("toy", "layer"): (3, 2, 3),
+    ("toy", "whole"): (1, 1, 1),
+    # tiny TransformerLM: embedding + head + 2 layers x (4 attention + 3 SwiGLU) linears
+    ("tiny_lm", "layer"): (16, 15, 16),
+    ("tiny_lm", "block"): (4, 3, 4),
+    # embed, s0.proj, s0.out, s1.proj (again: the tied proj), s1.out, head (again: the embedding)
+    ("tied", "layer"): (6, 5, 4),
+    # embed, s0 [proj inside it, a visit of its own], s1 [proj again], head: units embed, proj, s0, s1
+    ("tied", "stage"): (6, 5, 4),
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +71,7 @@ def test_runs_on_the_gpus_where_there_are_two(results):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_fsdp_matches_single_process_training(results, case):
-    tol = TOL[case[1], case[2]]
+    tol = TOL[case.dtype, case.opt]
     for rank_out in results:
         r = rank_out[case]
         assert r["init_diff"] == 0.0  # rank 0's weights were broadcast and sharded exactly
@@ -87,30 +108,59 @@ def test_communicated_bytes_show_backward_regather(results, case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_prefetch_serves_the_next_layers(results, case):
-    """From the second step on, every forward gather but the first comes from the previous
-    layer's prefetch, and every backward re-gather but the first (the head) from the one before."""
-    prefetch = case[3]
+def test_one_gather_per_unit_visit(results, case):
+    """A grouped unit is gathered once per forward for all its layers, and re-gathered once in
+    backward; a tied weight is one unit (one shard) wherever it is used."""
+    for rank_out in results:
+        r = rank_out[case]
+        assert (r["num_visits"], r["num_regathered"], r["num_units"]) == STRUCTURE[case.kind, case.unit]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_prefetch_serves_the_next_units(results, case):
+    """From the second forward on, every forward gather but the first comes from the previous
+    visit's prefetch, and every backward re-gather but the first (the head) from the one before;
+    per forward/backward pair of the step."""
     for rank_out in results:
         r = rank_out[case]
         fwd, bwd = r["prefetched"]
-        if prefetch == 0:
+        if case.prefetch == 0:
             assert (fwd, bwd) == (0, 0)
         else:
-            assert fwd == r["num_calls"] - 1
-            assert bwd == r["num_regathered"] - 1
+            assert fwd == case.micro * (r["num_visits"] - 1)
+            assert bwd == case.micro * (r["num_regathered"] - 1)
 
 
 def test_compute_dtype_halves_gather_bytes(results):
-    fp32 = results[0][("tiny_lm", "fp32", "sgd", 1)]["bytes"]
-    bf16 = results[0][("tiny_lm", "bf16", "sgd", 1)]["bytes"]
-    assert bf16 < fp32
+    for unit in ("layer", "block"):
+        fp32 = results[0][C("tiny_lm", "fp32", "sgd", 1, unit)]["bytes"]
+        bf16 = results[0][C("tiny_lm", "bf16", "sgd", 1, unit)]["bytes"]
+        assert bf16 < fp32
+
+
+def test_block_units_group_every_weight_of_a_block(results):
+    r = results[0][C("tiny_lm", "fp32", "sgd", 1, "block")]
+    assert r["unit_names"] == ["token_embeddings.weight", "layers.0", "layers.1", "lm_head.weight"]
+    block = [f"attn.{p}_proj.weight" for p in ("q", "k", "v", "output")] + [f"ffn.w{i}.weight" for i in (1, 2, 3)]
+    assert r["unit_keys"][1] == [f"layers.0.{k}" for k in block]
+    assert r["unit_keys"][2] == [f"layers.1.{k}" for k in block]
+    # Fewer units, fewer padded tails: the blocks shard to at most as many elements as per layer.
+    assert r["sharded_numel"] <= results[0][C("tiny_lm", "fp32", "sgd", 1)]["sharded_numel"]
+
+
+def test_tied_weights_across_groups_are_a_unit_of_their_own(results):
+    """The head's weight is the embedding's (both outside every Stage): one unit, as without
+    groups. The stages share `proj`, so it cannot belong to either stage's unit: its own unit."""
+    r = results[0][C("tied", "fp32", "sgd", 1, "stage", micro=2)]
+    assert r["unit_names"] == ["embed.weight", "s0.proj.weight", "s0", "s1"]
+    assert r["unit_keys"] == [["embed.weight"], ["s0.proj.weight"], ["s0.out.weight"], ["s1.out.weight"]]
+    assert results[0][C("tied", "fp32", "sgd", 1)]["unit_names"] == [
+        "embed.weight", "s0.proj.weight", "s0.out.weight", "s1.out.weight"]
 
 
 def test_toy_model_shards_every_linear_and_embedding(results):
-    assert results[0][("toy", "fp32", "sgd", 1)]["num_units"] == 3
-    # tiny TransformerLM: embedding + head + 2 layers x (4 attention + 3 SwiGLU) linears
-    assert results[0][("tiny_lm", "fp32", "sgd", 1)]["num_units"] == 2 + 2 * 7
+    assert results[0][C("toy", "fp32", "sgd", 1)]["num_units"] == 3
+    assert results[0][C("toy", "fp32", "sgd", 1, "whole")]["unit_names"] == ["ToyLM"]
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +172,11 @@ def test_bad_arguments_raise_value_error(misuse):
     assert "compute_dtype" in misuse["bad_dtype"]
     assert "prefetch" in misuse["bad_prefetch"]
     assert "biased" in misuse["biased_half"]
+
+
+@pytest.mark.parametrize("label", ["unit_name", "unit_instance", "unit_tuple", "unit_empty", "unit_no_match"])
+def test_bad_unit_raises_value_error(misuse, label):
+    assert misuse[label] is not None and misuse[label].startswith("unit ")
 
 
 def test_module_without_layers_warns_and_replicates(misuse):
@@ -157,8 +212,9 @@ def test_fsdp_returns_only_after_gloo_released_its_tensors():
         assert r == {"construct": 0, "finish": 0, "gather": 0}
 
 # ---- timeline (FSDP(record_timeline=True)) ------------------------------------------------------
-# (model, compute dtype, prefetch depth); 3 steps so the last one prefetches (step 0 has no order yet).
-TIMELINE_CASES = [("tiny_lm", "fp32", 1), ("tiny_lm", "bf16", 2), ("toy", "fp32", 0)]
+# (model, compute dtype, prefetch depth, unit); 3 steps so the last one prefetches (step 0 has no order yet).
+TIMELINE_CASES = [("tiny_lm", "fp32", 1, "layer"), ("tiny_lm", "bf16", 2, "layer"), ("toy", "fp32", 0, "layer"),
+                  ("tiny_lm", "bf16", 1, "block")]
 TIMELINE_IDS = ["-".join(map(str, c)) for c in TIMELINE_CASES]
 SMALL_ROWS = 8
 
@@ -182,24 +238,30 @@ def test_timeline_does_not_change_training(timelines, case):
 
 
 @pytest.mark.parametrize("case", TIMELINE_CASES, ids=TIMELINE_IDS)
-def test_timeline_has_one_entry_per_call_and_phase(timelines, case):
-    """Forward: every call gathered once, the first blocking, the rest prefetched (unless prefetch
-    is 0). Backward: every call whose weight autograd saved re-gathered once, in reverse order, the
-    first of them blocking. One reduce-scatter per call, one all-reduce of the replicated grads."""
+def test_timeline_has_one_entry_per_visit_and_phase(timelines, case):
+    """Forward: every unit visit gathered once, the first blocking, the rest prefetched (unless
+    prefetch is 0). Backward: every visit whose weight autograd saved re-gathered once, in reverse
+    order, the first of them blocking. One reduce-scatter per unit (each visited once here), one
+    all-reduce of the replicated grads. The `call` column is the visit's index."""
     prefetch = case[2]
     for rank_out in timelines:
         r = rank_out[case]
         tl = r["timeline"]
         fwd, bwd = _tl_rows(tl, "all_gather", "forward"), _tl_rows(tl, "all_gather", "backward")
-        assert [x["call"] for x in fwd] == list(range(r["num_calls"]))
-        assert [x["call"] for x in bwd] == sorted(r["packed_calls"], reverse=True), "issued nearest first"
-        assert sorted(x["call"] for x in _tl_rows(tl, "reduce_scatter", "backward")) == list(range(r["num_calls"]))
+        assert r["num_visits"] == r["num_units"], "these models visit each unit once per forward"
+        assert [x["call"] for x in fwd] == list(range(r["num_visits"]))
+        assert [x["call"] for x in bwd] == sorted(r["packed_visits"], reverse=True), "issued nearest first"
+        rs = _tl_rows(tl, "reduce_scatter", "backward")
+        assert sorted(x["call"] for x in rs) == list(range(r["num_visits"]))
+        assert sorted(x["unit"] for x in rs) == list(range(r["num_units"]))
         assert len(_tl_rows(tl, "all_reduce", "finish")) == 1
-        assert len(tl["rows"]) == tl["rows_total"] == len(fwd) + len(bwd) + r["num_calls"] + 1
+        assert len(tl["rows"]) == tl["rows_total"] == len(fwd) + len(bwd) + r["num_units"] + 1
         expect = (lambda i: prefetch > 0 and i > 0)
         assert [x["prefetched"] for x in fwd] == [expect(i) for i in range(len(fwd))]
         assert [x["prefetched"] for x in bwd] == [expect(i) for i in range(len(bwd))]
         assert r["prefetched"] == (sum(x["prefetched"] for x in fwd), sum(x["prefetched"] for x in bwd))
+        if case[3] == "block":  # forward all-gathers per step: the blocks + the embedding + the head
+            assert len(fwd) == r["num_units"] == 4 and tl["units"][1:3] == ["layers.0", "layers.1"]
         assert tl["units"][fwd[0]["unit"]] and all(0 <= x["unit"] < r["num_units"] for x in fwd + bwd)
 
 

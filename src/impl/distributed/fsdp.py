@@ -1,27 +1,45 @@
 """Fully sharded data parallelism (ZeRO-3) for models built from Linear / Embedding layers.
 
-``FSDP(module, compute_dtype=None)`` shards the ``weight`` of every ``impl.model`` Linear and
-Embedding (and ``torch.nn.Linear`` / ``torch.nn.Embedding``) across the ranks of the default
-process group. Each rank keeps one flat fp32 shard per weight (the weight flattened, padded to a
-multiple of the world size, this rank's contiguous slice) as the Parameter the optimizer sees,
-registered on the layer as ``weight_shard``. All other parameters (norm gains, biases) stay
-replicated; their gradients are all-reduced (averaged) in ``finish_gradient_synchronization``.
+``FSDP(module, compute_dtype=None, unit=None)`` shards the ``weight`` of every ``impl.model``
+Linear and Embedding (and ``torch.nn.Linear`` / ``torch.nn.Embedding``) across the ranks of the
+default process group, in units. A unit is a group of weights gathered together: the weights
+concatenated into one flat buffer, padded to a multiple of the world size; each rank keeps its
+contiguous slice in fp32 as the one Parameter the optimizer sees for that unit.
 
-Per layer call:
+* ``unit=None``: one unit per weight, registered on the layer as ``weight_shard``.
+* ``unit=SomeBlock`` (an nn.Module subclass or a tuple of them, e.g. ``impl.model.TransformerBlock``):
+  every weight inside an instance (not nested in another instance) forms one unit, registered on
+  that module as ``flat_shard``; weights outside every instance stay units of one weight. A tied
+  weight (one Parameter in several layers) is one slot of one unit; if its uses lie in different
+  instances (or partly outside) it is a unit of its own, whichever instances use it.
 
-* forward: the layer's weight is all-gathered just before the call (in ``compute_dtype`` when
-  given: the shard is cast before communication), the gathers of the next ``prefetch`` layers
-  (0 to 2, default 1; in the previous forward's call order) are issued asynchronously, and the full weight is
-  dropped after the call. The weight is attached to autograd through ``_AttachWeight``, whose
-  backward hands the weight's gradient to an asynchronous reduce-scatter.
+All other parameters (norm gains, biases) stay replicated; their gradients are all-reduced
+(averaged) in ``finish_gradient_synchronization``.
+
+A *visit* is one gather of a unit in forward: the forward of a group module (its layers take views
+of the one gathered buffer), or of a single layer whose unit no enclosing call has open. The visit
+ends, and the full buffer is dropped, when that forward returns ("done"; a layer that keeps its
+weight alive keeps the buffer). So in forward at most the open visits (one, or a tied weight's
+visit nested in a group's) and ``prefetch`` prefetched units are full. A group's layer called
+outside the group module's forward is a visit of its own (correct; one whole-unit gather per call).
+
+* forward: a visit all-gathers its unit (in ``compute_dtype`` when given: the shard is cast before
+  communication) and issues the gathers of the next ``prefetch`` visits (0 to 2 units, default 1;
+  in the previous forward's visit order) asynchronously. Each layer's weight is attached to
+  autograd through ``_AttachWeight``, whose backward hands the weight's gradient to FSDP.
 * autograd would keep the full weight alive for backward (matmul saves it). A
-  ``saved_tensors_hooks`` pair replaces any saved view of the gathered weight by a small marker,
-  and re-gathers the weight when backward unpacks it; the unpack of one layer prefetches the
-  gather of the layer that backward reaches next (reverse forward order).
-* gradients: per rank the weight gradient (compute dtype) is cast to ``reduce_dtype`` (fp32 by
-  default), reduce-scattered asynchronously, and ``finish_gradient_synchronization`` waits on it
-  and adds ``sum / world`` into ``weight_shard.grad`` (so gradient accumulation over several
-  backwards works); replicated gradients go through one flat all-reduce there.
+  ``saved_tensors_hooks`` pair replaces any saved view of the gathered buffer by a small marker
+  (``_SavedWeight``); the first unpack of a visit's markers re-gathers the unit's whole buffer,
+  which is kept until the visit's last marker is unpacked, and prefetches the visits that backward
+  reaches next (reverse forward order).
+* gradients: each use's weight gradient is added into the unit's full-size flat gradient in
+  ``reduce_dtype`` (fp32 by default); when every use of the unit since the last issue has
+  delivered, ONE reduce-scatter of the unit is issued asynchronously (at most
+  MAX_OUTSTANDING_REDUCE_SCATTERS in flight, the oldest waited on first: they hold full-size
+  buffers). ``finish_gradient_synchronization`` issues those of units with uses that never
+  delivered (a use outside the loss, a forward without backward), waits, and adds ``sum / world``
+  into the shard's ``.grad`` (so gradient accumulation over several backwards works); replicated
+  gradients go through one flat all-reduce there.
 
 Usage per step (as for the DDP wrappers)::
 
@@ -34,10 +52,10 @@ Rank 0's parameters and buffers are broadcast at construction. A sharded layer's
 attribute is ``None`` outside its forward; ``gather_full_params()`` (a collective: every rank must
 call it) returns the full fp32 state dict under the original names.
 
-Why a forward wrapper per layer instead of forward pre/post hooks: the saved-tensor hooks must be
-active exactly during the layer's forward, and a ``with`` block around the original forward also
-restores state when the forward raises. Layers are leaves (Linear / Embedding), so the wrapper sees
-every use of the weight. Tied weights (one Parameter in several layers) share one shard.
+Why forward wrappers (per layer, and per group module) instead of forward pre/post hooks: the
+saved-tensor hooks must be active exactly during the layer's forward, and a ``with`` block around
+the original forward also ends the visit when the forward raises. Layers are leaves (Linear /
+Embedding), so the wrapper sees every use of the weight.
 
 Instrumentation: ``prefetched_last_step`` = (forward, backward) all-gathers of the last step that
 a prefetch served; ``bytes_communicated_last_step`` (payload handed to all-gathers, reduce-scatters
@@ -51,13 +69,18 @@ waits until gloo's worker thread let go of them; otherwise a rank can abort at e
 Timeline (off by default): with ``record_timeline`` set (constructor or attribute) when a step's
 first forward begins, every collective of that step is timestamped (issued, ready, needed by its
 layer, compute resumed; see impl.distributed.fsdp_timeline for the events and streams), and
-``last_timeline()`` resolves them after the step. Steps without it record nothing.
+``last_timeline()`` resolves them after the step. Steps without it record nothing. A row's
+``call`` is the visit's index in forward order (a reduce-scatter: the visit whose use delivered
+last; -1 when issued in finish); ``unit`` indexes the timeline's ``units``, whose names are the
+group module's name for a grouped unit and the weight's key otherwise.
 """
 from __future__ import annotations
 
+import math
 import time
 import warnings
-import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -76,28 +99,52 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-class _Unit:
-    """One sharded weight: its fp32 flat shard and how to rebuild the full tensor."""
+@dataclass(frozen=True)
+class _Slot:
+    """Where one weight lies in its unit's flat buffer."""
 
-    def __init__(self, weight: torch.Tensor, rank: int, world: int, name: str, index: int):
-        self.name, self.index, self.shape, self.numel = name, index, tuple(weight.shape), weight.numel()
-        self.world = world
+    key: str  # the weight's original state-dict key (the first one, for a tied weight)
+    offset: int
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+class _Unit:
+    """A group of weights sharded and gathered together: their fp32 flat shard (the weights
+    concatenated, padded to a multiple of the world size, this rank's contiguous slice) and where
+    each weight lies in the full flat buffer. A per-layer unit is a group of one weight."""
+
+    def __init__(self, weights: list[tuple[str, torch.Tensor]], rank: int, world: int, name: str, index: int):
+        self.name, self.index, self.world = name, index, world
+        self.slots: list[_Slot] = []
+        offset = 0
+        for key, w in weights:
+            self.slots.append(_Slot(key, offset, tuple(w.shape)))
+            offset += w.numel()
+        self.numel = offset
         self.shard_numel = -(-self.numel // world)  # ceil: pad to a multiple of the world size
-        flat = torch.zeros(self.shard_numel * world, dtype=torch.float32, device=weight.device)
-        flat[: self.numel] = weight.detach().reshape(-1)
+        flat = torch.zeros(self.shard_numel * world, dtype=torch.float32, device=weights[0][1].device)
+        for slot, (_, w) in zip(self.slots, weights):
+            flat[slot.offset:slot.offset + slot.numel] = w.detach().reshape(-1)
         self.shard = nn.Parameter(flat[rank * self.shard_numel:(rank + 1) * self.shard_numel].clone())
 
     def gather(self, dtype: torch.dtype, async_op: bool, keep: Released):
-        """All-gather the full weight in `dtype` (its tensors passed through `keep`); returns (full
-        weight, work handle or None)."""
+        """All-gather the full flat buffer (padded) in `dtype` (its tensors passed through `keep`);
+        returns (buffer, work handle or None)."""
         src = self.shard.detach().to(dtype)
-        buf = torch.empty(self.shard_numel * self.world, dtype=dtype, device=src.device)
-        full = buf[: self.numel].view(self.shape)  # before keep(buf): the view holds buf
+        buf = torch.empty(self.gather_numel, dtype=dtype, device=src.device)
         work = _all_gather(keep(buf), keep(src), async_op=async_op)
-        return full, work
+        return buf, work
+
+    @staticmethod
+    def view(flat: torch.Tensor, slot: _Slot) -> torch.Tensor:
+        return flat[slot.offset:slot.offset + slot.numel].view(slot.shape)
 
     @property
-    def gather_bytes(self) -> int:
+    def gather_numel(self) -> int:
         return self.shard_numel * self.world
 
 
@@ -118,7 +165,7 @@ class _Pending:
         if self.work is not None:
             self.work.wait()
             self.work = None
-        self.released.wait()
+        self.released.wait()  # before any view of `full` is made (a view counts as a use)
         return self.full
 
 
@@ -133,27 +180,66 @@ class _PendingReduce:
     entry: dict | None = None
 
 
+@dataclass
+class _Visit:
+    """A unit's gathered flat buffer during forward: `index` is the visit's position in this
+    forward's visit order (the timeline's `call`)."""
+
+    index: int
+    unit: _Unit
+    full: torch.Tensor
+
+
+@dataclass(frozen=True)
+class _SavedWeight:
+    """What autograd keeps instead of a saved view of a gathered weight: the visit whose buffer
+    backward re-gathers and the view's geometry in that flat buffer."""
+
+    visit: int
+    unit: _Unit
+    size: torch.Size
+    stride: tuple[int, ...]
+    offset: int
+
+
 class _AttachWeight(torch.autograd.Function):
-    """Forward: returns the already-gathered full weight as a function of the shard. Backward:
-    hands the full weight's gradient to the owner's reduce-scatter (asynchronous; the shard's
+    """Forward: returns the already-gathered full weight (a view of its unit's flat buffer) as a
+    function of the unit's shard. Backward: hands the weight's gradient to the owner, which adds it
+    into the unit's flat gradient and reduce-scatters that once every use delivered (the shard's
     .grad is filled in by finish_gradient_synchronization, hence no gradient returned here)."""
 
     @staticmethod
-    def forward(ctx, shard, fsdp, unit, call, full):
-        ctx.fsdp, ctx.unit, ctx.call = fsdp, unit, call
+    def forward(ctx, shard, fsdp, unit, slot, visit, full):
+        ctx.fsdp, ctx.unit, ctx.slot, ctx.visit = fsdp, unit, slot, visit
         return full
 
     @staticmethod
     def backward(ctx, grad_full):
-        ctx.fsdp._reduce_scatter_async(ctx.unit, ctx.call, grad_full)
-        return None, None, None, None, None
+        ctx.fsdp._deliver_grad(ctx.unit, ctx.slot, ctx.visit, grad_full)
+        return None, None, None, None, None, None
+
+
+def _inside(name: str, group: str) -> bool:
+    """Whether the submodule `name` lies in (or is) the submodule `group` ("" is the root)."""
+    return group == "" or name == group or name.startswith(group + ".")
+
+
+def _unit_classes(unit) -> tuple[type, ...]:
+    """`unit` checked: None (one unit per weight), an nn.Module subclass or a tuple of them."""
+    if unit is None:
+        return ()
+    classes = unit if isinstance(unit, tuple) else (unit,)
+    if not classes or not all(isinstance(c, type) and issubclass(c, nn.Module) for c in classes):
+        raise ValueError(f"unit must be None, an nn.Module subclass or a non-empty tuple of them, got {unit!r}")
+    return classes
 
 
 class FSDP(nn.Module):
     MAX_OUTSTANDING_REDUCE_SCATTERS = 2
 
     def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None,
-                 reduce_dtype: torch.dtype = torch.float32, prefetch: int = 1, record_timeline: bool = False):
+                 reduce_dtype: torch.dtype = torch.float32, prefetch: int = 1, record_timeline: bool = False,
+                 unit=None):
         super().__init__()
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError("FSDP needs an initialised default process group (dist.init_process_group)")
@@ -161,7 +247,8 @@ class FSDP(nn.Module):
             if dt is not None and (not isinstance(dt, torch.dtype) or not dt.is_floating_point):
                 raise ValueError(f"{name} must be a floating torch.dtype or None, got {dt!r}")
         if not isinstance(prefetch, int) or not 0 <= prefetch <= 2:
-            raise ValueError(f"prefetch must be 0, 1 or 2 layers, got {prefetch!r}")
+            raise ValueError(f"prefetch must be 0, 1 or 2 units, got {prefetch!r}")
+        groups = self._find_groups(module, _unit_classes(unit))  # before any collective
         self.module = module
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.compute_dtype, self.prefetch = compute_dtype, prefetch
@@ -180,26 +267,44 @@ class FSDP(nn.Module):
         self._broadcast_from_rank0()
         self._state_keys = list(module.state_dict().keys())
         self.units: list[_Unit] = []
-        self._wrap_layers()
+        self._wrap_layers(groups)
         if not self.units:
             warnings.warn("FSDP: the module has no Linear/Embedding layer to shard; every parameter "
                           "is replicated (plain data parallelism)", stacklevel=2)
         shard_ids = {id(u.shard) for u in self.units}
         self.replicated = [p for p in module.parameters() if p.requires_grad and id(p) not in shard_ids]
-        # Per forward: the call order (for the next forward's prefetch) and the calls whose
-        # saved weight backward will re-gather (in forward order).
-        self._order: list[_Unit] = []
-        self._prev_order: list[_Unit] = []
-        self._packed_calls: list[int] = []
+        # Per forward: the visit order (for the next forward's prefetch), the open visits, and the
+        # visits whose saved weights backward will re-gather (forward order) with how many each.
+        self._visits: list[_Unit] = []
+        self._prev_visits: list[_Unit] = []
+        self._open: dict[int, _Visit] = {}  # unit index -> its open visit
+        self._packed_visits: list[int] = []
+        self._saved_left: dict[int, int] = {}
         self._pending_fwd: dict[int, _Pending] = {}
         self._pending_bwd: dict[int, _Pending] = {}
-        self._bwd_live: dict[int, weakref.ref] = {}
+        self._bwd_full: dict[int, torch.Tensor] = {}  # visit -> re-gathered buffer, until its last unpack
+        # Gradients: per unit the uses not yet delivered and the flat gradient being filled.
+        self._uses: dict[int, int] = {}
+        self._grad_flat: dict[int, torch.Tensor] = {}
         self._grad_work: list[_PendingReduce] = []
         # Runs however the model is called (fsdp(x) or module(x) from a loss method).
         module.register_forward_pre_hook(self._begin_forward)
         module.register_forward_hook(self._end_forward)
 
     # ---- construction ----------------------------------------------------------------------
+
+    @staticmethod
+    def _find_groups(module: nn.Module, classes: tuple[type, ...]) -> dict[str, nn.Module]:
+        """name -> module of every instance of `classes` not inside another one (an instance nested
+        in another belongs to the outer one's unit)."""
+        groups: dict[str, nn.Module] = {}
+        for name, m in module.named_modules():
+            if isinstance(m, classes) and not any(_inside(name, g) for g in groups):
+                groups[name] = m
+        if classes and not groups:
+            raise ValueError(f"unit {tuple(c.__name__ for c in classes)} matches no submodule of "
+                             f"{type(module).__name__}")
+        return groups
 
     @torch.no_grad()
     def _broadcast_from_rank0(self) -> None:
@@ -214,9 +319,12 @@ class FSDP(nn.Module):
             for t, synced in zip(group, _unflatten_dense_tensors(flat, group)):
                 t.copy_(synced)
 
-    def _wrap_layers(self) -> None:
-        by_param: dict[int, _Unit] = {}
-        self._names: dict[str, _Unit] = {}  # original state-dict key -> unit
+    def _wrap_layers(self, groups: dict[str, nn.Module]) -> None:
+        """One unit per group (its weights in module order) and one per weight outside every
+        group. A tied weight whose uses lie in different groups (or partly outside) is a unit of
+        its own: one Parameter, one shard, whichever groups use it."""
+        layers: list[tuple[str, nn.Module, nn.Parameter]] = []  # (state-dict key, layer, weight)
+        where: dict[int, set] = {}  # id(weight) -> the groups of its uses (None: outside every group)
         for name, layer in self.module.named_modules():
             if not isinstance(layer, SHARDABLE):
                 continue
@@ -226,48 +334,94 @@ class FSDP(nn.Module):
             if self.compute_dtype is not None and getattr(layer, "bias", None) is not None:
                 raise ValueError(f"FSDP: compute_dtype with a biased layer ({name}) is not supported; "
                                  "use impl.model.Linear (no bias) or compute_dtype=None")
-            key = f"{name}.weight" if name else "weight"
-            unit = by_param.get(id(w))
-            if unit is None:
-                unit = by_param[id(w)] = _Unit(w, self.rank, self.world_size, key, len(self.units))
-                self.units.append(unit)
-                layer.register_parameter("weight_shard", unit.shard)
+            layers.append((f"{name}.weight" if name else "weight", layer, w))
+            where.setdefault(id(w), set()).add(next((g for g in groups if _inside(name, g)), None))
+        # owner: a group's name, or id(weight) for a weight's own unit -> its weights, first use first
+        members: dict[str | int, list[tuple[str, nn.Module, nn.Parameter]]] = {}
+        for key, layer, w in layers:
+            uses = where[id(w)]
+            owner = next(iter(uses)) if len(uses) == 1 and None not in uses else id(w)
+            entries = members.setdefault(owner, [])
+            if all(p is not w for _, _, p in entries):
+                entries.append((key, layer, w))
+        by_param: dict[int, tuple[_Unit, _Slot]] = {}
+        for owner, entries in members.items():
+            grouped = isinstance(owner, str)
+            name = (owner or type(self.module).__name__) if grouped else entries[0][0]
+            unit = _Unit([(key, w) for key, _, w in entries], self.rank, self.world_size, name, len(self.units))
+            self.units.append(unit)
+            for slot, (_, _, w) in zip(unit.slots, entries):
+                by_param[id(w)] = (unit, slot)
+            if grouped:  # one flat shard per group, on the group module, whose forward is one visit
+                groups[owner].register_parameter("flat_shard", unit.shard)
+                groups[owner].forward = self._make_group_forward(unit, groups[owner].forward)
+            else:  # as before grouping: on the weight's (first) layer
+                entries[0][1].register_parameter("weight_shard", unit.shard)
+        self._names: dict[str, tuple[_Unit, _Slot]] = {}  # original state-dict key -> unit, slot
+        for key, layer, w in layers:
+            unit, slot = by_param[id(w)]
             del layer._parameters["weight"]
             layer.__dict__["weight"] = None
-            self._names[key] = unit
-            layer.forward = self._make_forward(layer, unit, layer.forward)
+            self._names[key] = (unit, slot)
+            layer.forward = self._make_forward(layer, unit, slot, layer.forward)
 
-    def _make_forward(self, layer: nn.Module, unit: _Unit, orig_forward):
+    # ---- forward ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _visiting(self, unit: _Unit) -> Iterator[_Visit]:
+        """The unit's gathered buffer for the code inside: its open visit, else a new visit that
+        gathers it and is closed (the buffer dropped) when the code inside returns."""
+        visit = self._open.get(unit.index)
+        if visit is not None:
+            yield visit
+            return
+        visit = self._start_visit(unit)
+        self._open[unit.index] = visit
+        try:
+            yield visit
+        finally:
+            del self._open[unit.index]
+
+    def _make_group_forward(self, unit: _Unit, orig_forward):
+        """The group module's forward runs inside one visit of its unit: its layers share the gather."""
+        def forward(*args, **kwargs):
+            with self._visiting(unit):
+                return orig_forward(*args, **kwargs)
+        return forward
+
+    def _make_forward(self, layer: nn.Module, unit: _Unit, slot: _Slot, orig_forward):
         def forward(*args, **kwargs):
             if self.compute_dtype is not None:
                 args = tuple(a.to(self.compute_dtype) if torch.is_tensor(a) and a.is_floating_point() else a
                              for a in args)
-            call = len(self._order)
-            self._order.append(unit)
-            full = self._forward_weight(call, unit)
-            weight = _AttachWeight.apply(unit.shard, self, unit, call, full) if torch.is_grad_enabled() else full
-            storage = weight.untyped_storage().data_ptr()
+            with self._visiting(unit) as visit:
+                weight = _Unit.view(visit.full, slot)
+                if torch.is_grad_enabled():
+                    weight = _AttachWeight.apply(unit.shard, self, unit, slot, visit.index, weight)
+                    self._uses[unit.index] = self._uses.get(unit.index, 0) + 1
+                storage = weight.untyped_storage().data_ptr()
 
-            def pack(t):
-                if t.untyped_storage().data_ptr() == storage and t.dtype == weight.dtype:
-                    if not self._packed_calls or self._packed_calls[-1] != call:
-                        self._packed_calls.append(call)
-                    return ("fsdp_weight", call, unit, t.size(), t.stride(), t.storage_offset())
-                return t
+                def pack(t):
+                    if t.untyped_storage().data_ptr() == storage and t.dtype == weight.dtype:
+                        if not self._packed_visits or self._packed_visits[-1] != visit.index:
+                            self._packed_visits.append(visit.index)
+                        self._saved_left[visit.index] = self._saved_left.get(visit.index, 0) + 1
+                        return _SavedWeight(visit.index, unit, t.size(), t.stride(), t.storage_offset())
+                    return t
 
-            layer.__dict__["weight"] = weight
-            try:
-                with torch.autograd.graph.saved_tensors_hooks(pack, self._unpack):
-                    return orig_forward(*args, **kwargs)
-            finally:
-                layer.__dict__["weight"] = None  # the full weight is freed unless a caller holds it
+                layer.__dict__["weight"] = weight
+                try:
+                    with torch.autograd.graph.saved_tensors_hooks(pack, self._unpack):
+                        return orig_forward(*args, **kwargs)
+                finally:
+                    layer.__dict__["weight"] = None  # the buffer is freed with its visit unless a caller holds it
         return forward
 
     def _begin_forward(self, module, args) -> None:
-        """A new forward: keep the last call order for prefetching, reset per-forward state."""
-        if self._order:
-            self._prev_order = self._order
-        self._order, self._packed_calls, self._bwd_live = [], [], {}
+        """A new forward: keep the last visit order for prefetching, reset per-forward state."""
+        if self._visits:
+            self._prev_visits = self._visits
+        self._visits, self._packed_visits, self._saved_left, self._bwd_full, self._open = [], [], {}, {}, {}
         if self.record_timeline and self._rec is None:
             self._rec = StepRecorder(self._timeline_clock(), [u.name for u in self.units])
         if self._rec is not None:
@@ -291,73 +445,86 @@ class FSDP(nn.Module):
     def _gather_dtype(self) -> torch.dtype:
         return self.compute_dtype or torch.float32
 
-    def _issue(self, unit: _Unit, async_op: bool, phase: str, call: int) -> _Pending:
+    def _issue(self, unit: _Unit, async_op: bool, phase: str, visit: int) -> _Pending:
         rec = self._rec
-        entry = rec.issue("all_gather", phase, call, unit.index, async_op) if rec is not None else None
+        entry = rec.issue("all_gather", phase, visit, unit.index, async_op) if rec is not None else None
         released = Released()
         full, work = unit.gather(self._gather_dtype(), async_op, released)
-        self._bytes += unit.gather_bytes * full.element_size()
+        self._bytes += unit.gather_numel * full.element_size()
         if entry is not None:
             rec.launched(entry, work)
         return _Pending(unit, full, work, released, entry)
 
-    def _take(self, pending: _Pending | None, unit: _Unit, phase: str, call: int) -> torch.Tensor:
-        """The full weight of `call`: from its prefetch, else from a blocking gather issued now.
-        Timeline: needed before the wait, compute resumes after it."""
+    def _take(self, pending: _Pending | None, unit: _Unit, phase: str, visit: int) -> torch.Tensor:
+        """The gathered buffer of `visit`: from its prefetch, else from a blocking gather issued
+        now. Timeline: needed before the wait, compute resumes after it."""
         need = self._mark()
         if pending is None:
-            pending = self._issue(unit, async_op=False, phase=phase, call=call)
+            pending = self._issue(unit, async_op=False, phase=phase, visit=visit)
         full = pending.result()
         if pending.entry is not None:
             self._rec.waited(pending.entry, need)
         return full
 
-    def _forward_weight(self, call: int, unit: _Unit) -> torch.Tensor:
-        pending = self._pending_fwd.pop(call, None)
-        if pending is not None and pending.unit is not unit:  # the call order changed
+    def _start_visit(self, unit: _Unit) -> _Visit:
+        index = len(self._visits)
+        self._visits.append(unit)
+        pending = self._pending_fwd.pop(index, None)
+        if pending is not None and pending.unit is not unit:  # the visit order changed
             pending.result()
             pending = None
         self._hits[0] += pending is not None
-        full = self._take(pending, unit, "forward", call)
-        # Prefetch: the next layers in the previous forward's order, at most `prefetch` ahead.
-        for nxt in range(call + 1, min(call + 1 + self.prefetch, len(self._prev_order))):
+        full = self._take(pending, unit, "forward", index)
+        # Prefetch: the next units in the previous forward's visit order, at most `prefetch` ahead.
+        for nxt in range(index + 1, min(index + 1 + self.prefetch, len(self._prev_visits))):
             if nxt not in self._pending_fwd:
-                self._pending_fwd[nxt] = self._issue(self._prev_order[nxt], True, "forward", nxt)
-        return full
+                self._pending_fwd[nxt] = self._issue(self._prev_visits[nxt], True, "forward", nxt)
+        return _Visit(index, unit, full)
 
-    def _unpack(self, packed):
-        if not (isinstance(packed, tuple) and len(packed) == 6 and packed[0] == "fsdp_weight"):
-            return packed
-        _, call, unit, size, stride, offset = packed
-        ref = self._bwd_live.get(call)
-        full = ref() if ref is not None else None
+    def _unpack(self, saved):
+        if not isinstance(saved, _SavedWeight):
+            return saved
+        visit = saved.visit
+        full = self._bwd_full.get(visit)
         if full is None:
-            pending = self._pending_bwd.pop(call, None)
+            pending = self._pending_bwd.pop(visit, None)
             self._hits[1] += pending is not None
-            full = self._take(pending, unit, "backward", call)
-            self._bwd_live[call] = weakref.ref(full)
-            # Backward runs the layers in reverse forward order: prefetch the previous call.
+            full = self._take(pending, saved.unit, "backward", visit)
+            self._bwd_full[visit] = full
+            # Backward reaches the visits in reverse forward order: prefetch the previous ones.
             try:
-                pos = self._packed_calls.index(call)
+                pos = self._packed_visits.index(visit)
             except ValueError:
                 pos = 0
             # Nearest first: the collectives run one after another on NCCL's stream.
-            for prev in reversed(self._packed_calls[max(0, pos - self.prefetch):pos]):
-                if prev not in self._pending_bwd and self._bwd_live.get(prev) is None:
-                    self._pending_bwd[prev] = self._issue(self._unit_of(prev), True, "backward", prev)
-        return full.as_strided(size, stride, offset)
-
-    def _unit_of(self, call: int) -> _Unit:
-        return self._order[call]
+            for prev in reversed(self._packed_visits[max(0, pos - self.prefetch):pos]):
+                if prev not in self._pending_bwd and prev not in self._bwd_full:
+                    self._pending_bwd[prev] = self._issue(self._visits[prev], True, "backward", prev)
+        # The visit's last saved weight: drop the buffer (the view returned holds it while needed).
+        self._saved_left[visit] = self._saved_left.get(visit, 0) - 1
+        if self._saved_left[visit] <= 0:
+            del self._bwd_full[visit]
+        return full.as_strided(saved.size, saved.stride, saved.offset)
 
     # ---- gradients ---------------------------------------------------------------------------
 
-    def _reduce_scatter_async(self, unit: _Unit, call: int, grad_full: torch.Tensor) -> None:
-        flat = torch.zeros(unit.shard_numel * self.world_size, dtype=self.reduce_dtype, device=grad_full.device)
-        flat[: unit.numel] = grad_full.reshape(-1)
-        out = torch.empty(unit.shard_numel, dtype=self.reduce_dtype, device=grad_full.device)
+    def _deliver_grad(self, unit: _Unit, slot: _Slot, visit: int, grad: torch.Tensor) -> None:
+        """A use's weight gradient, added into the unit's flat gradient (reduce dtype); the last
+        outstanding use of the unit issues its reduce-scatter."""
+        flat = self._grad_flat.get(unit.index)
+        if flat is None:
+            flat = self._grad_flat[unit.index] = torch.zeros(unit.gather_numel, dtype=self.reduce_dtype,
+                                                             device=grad.device)
+        _Unit.view(flat, slot).add_(grad)
+        self._uses[unit.index] = self._uses.get(unit.index, 0) - 1
+        if self._uses[unit.index] <= 0:
+            del self._uses[unit.index]
+            self._reduce_scatter_async(unit, visit, self._grad_flat.pop(unit.index), "backward")
+
+    def _reduce_scatter_async(self, unit: _Unit, visit: int, flat: torch.Tensor, phase: str) -> None:
+        out = torch.empty(unit.shard_numel, dtype=self.reduce_dtype, device=flat.device)
         rec = self._rec
-        entry = rec.issue("reduce_scatter", "backward", call, unit.index, True) if rec is not None else None
+        entry = rec.issue("reduce_scatter", phase, visit, unit.index, True) if rec is not None else None
         released = Released()
         work = _reduce_scatter(released(out), released(flat), async_op=True)
         self._bytes += flat.numel() * flat.element_size()
@@ -365,7 +532,7 @@ class FSDP(nn.Module):
             rec.launched(entry, work)
         self._grad_work.append(_PendingReduce(unit, out, work, released, entry))
         # Each outstanding reduce-scatter keeps a full-size gradient buffer alive; waiting on the
-        # oldest bounds that to a few layers (sharded gradients, not a full replica, at the peak)
+        # oldest bounds that to a few units (sharded gradients, not a full replica, at the peak)
         # while the newest still overlaps the rest of backward.
         while len(self._grad_work) > self.MAX_OUTSTANDING_REDUCE_SCATTERS:
             self._fold_grad(self._grad_work.pop(0))
@@ -390,12 +557,16 @@ class FSDP(nn.Module):
         rec = self._rec
         if rec is not None:
             rec.begin("finish")
-        # Prefetches that no layer used (a changed call order, or the first backward layers).
+        # Prefetches that no visit used (a changed visit order, or the first backward units).
         for pending in list(self._pending_fwd.values()) + list(self._pending_bwd.values()):
             pending.result()
         self._pending_fwd.clear()
         self._pending_bwd.clear()
-        self._bwd_live = {}
+        self._bwd_full = {}
+        # Units whose uses did not all deliver (a use outside the loss, a forward without backward).
+        for index, flat in sorted(self._grad_flat.items()):  # the same order on every rank
+            self._reduce_scatter_async(self.units[index], -1, flat, "finish")
+        self._grad_flat, self._uses = {}, {}
         for pending in self._grad_work:
             self._fold_grad(pending)
         self._grad_work.clear()
@@ -439,16 +610,18 @@ class FSDP(nn.Module):
     def gather_full_params(self) -> dict[str, torch.Tensor]:
         """The wrapped module's full state dict (fp32 weights, unpadded, original keys and order).
         A collective: every rank must call it."""
-        full: dict[int, torch.Tensor] = {}
+        flats: dict[int, torch.Tensor] = {}
         for unit in self.units:
             with Released() as keep:
-                t, _ = unit.gather(torch.float32, False, keep)
-            full[id(unit)] = t.clone()
+                flats[unit.index], _ = unit.gather(torch.float32, False, keep)
         current = self.module.state_dict()
         out = {}
         for key in self._state_keys:
-            unit = self._names.get(key)
-            out[key] = full[id(unit)] if unit is not None else current[key].detach().clone()
+            if key in self._names:
+                unit, slot = self._names[key]
+                out[key] = _Unit.view(flats[unit.index], slot).clone()
+            else:
+                out[key] = current[key].detach().clone()
         return out
 
     def sharded_numel(self) -> int:

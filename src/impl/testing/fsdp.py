@@ -8,6 +8,8 @@ inputs) over fp32 master weights. Workers return plain numbers; the tests assert
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -18,6 +20,7 @@ from impl.distributed.fsdp import FSDP
 from impl.distributed.launcher import device_for
 from impl.model import AdamW, Embedding, Linear, RMSNorm, TransformerLM, cross_entropy
 from impl.model import MODEL_CONFIGS
+from impl.model.transformer import TransformerBlock
 
 VOCAB, SEQ, PER_RANK_BATCH = 97, 8, 3
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -37,10 +40,62 @@ class ToyLM(nn.Module):
         return self.head(self.norm(torch.tanh(self.up(self.embed(tokens)))))
 
 
+class Stage(nn.Module):
+    """x + out(tanh(proj(x))): a group of two Linears (TiedLM ties the `proj` of its two stages)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.proj = Linear(d, d)
+        self.out = Linear(d, d)
+
+    def forward(self, x):
+        return x + self.out(torch.tanh(self.proj(x)))
+
+
+class TiedLM(nn.Module):
+    """Embedding -> Stage -> Stage -> RMSNorm -> head, the head tied to the embedding (both outside
+    every Stage) and the stages sharing `proj` (a tie across two groups when the unit is Stage)."""
+
+    def __init__(self, d: int = 11):
+        super().__init__()
+        self.embed = Embedding(VOCAB, d)
+        self.s0, self.s1 = Stage(d), Stage(d)
+        self.s1.proj.weight = self.s0.proj.weight
+        self.norm = RMSNorm(d)
+        self.head = Linear(d, VOCAB)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.norm(self.s1(self.s0(self.embed(tokens)))))
+
+
+# FSDP's `unit` by name: one unit per weight, per TransformerBlock, per Stage, the whole ToyLM.
+UNITS = {"layer": None, "block": TransformerBlock, "stage": Stage, "whole": ToyLM}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One training run: model kind, compute dtype, optimizer, prefetch depth, unit name (UNITS)
+    and micro-batches per step (more than one: gradients accumulate over that many backwards)."""
+
+    kind: str
+    dtype: str
+    opt: str
+    prefetch: int
+    unit: str = "layer"
+    micro: int = 1
+
+    @property
+    def id(self) -> str:
+        return "-".join(map(str, (self.kind, self.dtype, self.opt, self.prefetch, self.unit, self.micro)))
+
+
 def build(kind: str, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     if kind == "toy":
         return ToyLM()
+    if kind == "tied":
+        return TiedLM()
     if kind == "tiny_lm":
         return TransformerLM(**MODEL_CONFIGS["tiny"].replace(vocab_size=VOCAB), context_length=SEQ)
     raise ValueError(kind)
@@ -101,20 +156,20 @@ def _max_diff(a: dict, b: dict) -> float:
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
-def equivalence(rank, world_size, cases, steps):
-    """cases: [(model kind, dtype name, optimizer name, prefetch)]. Per case the max over steps of the
-    parameter difference (gather_full_params vs the reference), loss difference, and checks of
-    the sharded layout."""
+def equivalence(rank, world_size, cases: list[Case], steps):
+    """Per case the max over steps of the parameter difference (gather_full_params vs the
+    reference), loss difference, and checks of the sharded layout."""
     torch.set_num_threads(1)  # two ranks share a small CPU host
     dev = _device(rank)
     out = {"backend": dist.get_backend()}
-    for kind, dtype_name, opt_name, prefetch in cases:
-        dtype = DTYPES[dtype_name]
-        ref = cast_reference(build(kind, 0).to(dev), dtype)
-        fsdp = FSDP(build(kind, 7 * rank).to(dev), compute_dtype=dtype, prefetch=prefetch)  # rank 0 = the reference seed
+    for case in cases:
+        dtype = DTYPES[case.dtype]
+        ref = cast_reference(build(case.kind, 0).to(dev), dtype)
+        fsdp = FSDP(build(case.kind, 7 * rank).to(dev), compute_dtype=dtype, prefetch=case.prefetch,
+                    unit=UNITS[case.unit])  # rank 0 = the reference seed
         init = {k: v.clone() for k, v in ref_state(ref).items()}
         res = dict(init_diff=_max_diff(ref_state(ref), fsdp.gather_full_params()), max_diff=0.0, loss_diff=0.0)
-        ref_opt, opt = OPTIMIZERS[opt_name](ref.parameters()), OPTIMIZERS[opt_name](fsdp.parameters())
+        ref_opt, opt = OPTIMIZERS[case.opt](ref.parameters()), OPTIMIZERS[case.opt](fsdp.parameters())
         n = PER_RANK_BATCH
         for step in range(steps):
             x, y = batch(step, n * world_size, dev)
@@ -124,48 +179,53 @@ def equivalence(rank, world_size, cases, steps):
             ref_opt.step()
 
             opt.zero_grad()
-            loss = _loss(fsdp, x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n])
-            loss.backward()
+            loss = torch.zeros((), device=dev)
+            # Micro-batches weighted by their share of the rank's batch: the gradients that
+            # accumulate over the backwards are those of the whole batch's mean loss.
+            for rows in torch.arange(rank * n, (rank + 1) * n).tensor_split(case.micro):
+                part = _loss(fsdp, x[rows], y[rows]) * (len(rows) / n)
+                part.backward()
+                loss += part.detach()
             fsdp.finish_gradient_synchronization()
             opt.step()
-            mean_loss = loss.detach().clone()
-            dist.all_reduce(mean_loss)
-            res["loss_diff"] = max(res["loss_diff"], abs(mean_loss.item() / world_size - ref_loss.item()))
+            dist.all_reduce(loss)
+            res["loss_diff"] = max(res["loss_diff"], abs(loss.item() / world_size - ref_loss.item()))
             res["max_diff"] = max(res["max_diff"], _max_diff(ref_state(ref), fsdp.gather_full_params()))
         full = fsdp.gather_full_params()
         res.update(
             moved=_max_diff(init, ref_state(ref)),
-            keys_equal=list(full) == list(build(kind, 0).state_dict()),
+            keys_equal=list(full) == list(build(case.kind, 0).state_dict()),
             device=str(full[next(iter(full))].device),
             all_fp32=all(v.dtype == torch.float32 for v in full.values()),
             shard_dtypes=sorted({str(u.shard.dtype) for u in fsdp.units}),
             shard_grad_dtypes=sorted({str(u.shard.grad.dtype) for u in fsdp.units}),
             sharded_numel=fsdp.sharded_numel(),
             full_sharded_numel=sum(u.numel for u in fsdp.units),
-            num_units=len(fsdp.units),
+            num_units=len(fsdp.units), unit_names=[u.name for u in fsdp.units],
+            unit_keys=[[s.key for s in u.slots] for u in fsdp.units],
             weights_none=all(getattr(m, "weight", 0) is None for m in fsdp.module.modules()
                              if isinstance(m, (Linear, Embedding))),
             bytes=fsdp.bytes_communicated_last_step,
             prefetched=fsdp.prefetched_last_step,
-            num_calls=len(fsdp._order), num_regathered=len(fsdp._packed_calls),
+            num_visits=len(fsdp._visits), num_regathered=len(fsdp._packed_visits),
             opt_numel=sum(p.numel() for p in fsdp.parameters()),
         )
-        res["expected_bytes"] = _expected_bytes(fsdp, dtype)
-        out[(kind, dtype_name, opt_name, prefetch)] = res
+        res["expected_bytes"] = _expected_bytes(fsdp, dtype, case.micro)
+        out[case] = res
     return out
 
 
 def timeline(rank, world_size, cases, steps, max_rows):
-    """cases: [(model kind, dtype name, prefetch)]. Trains two FSDP copies in lockstep, one with
+    """cases: [(model kind, dtype name, prefetch, unit name)]. Trains two FSDP copies in lockstep, one with
     record_timeline, and returns per case whether they stayed identical and the recorded copy's
     last timeline (full and downsampled to `max_rows`) with the call structure to check it against."""
     torch.set_num_threads(1)
     dev = _device(rank)
     out = {}
-    for kind, dtype_name, prefetch in cases:
+    for kind, dtype_name, prefetch, unit in cases:
         dtype = DTYPES[dtype_name]
         plain, timed = (FSDP(build(kind, 7 * rank).to(dev), compute_dtype=dtype, prefetch=prefetch,
-                             record_timeline=rec) for rec in (False, True))
+                             record_timeline=rec, unit=UNITS[unit]) for rec in (False, True))
         opts = [torch.optim.SGD(m.parameters(), lr=0.2) for m in (plain, timed)]
         n, losses_equal = PER_RANK_BATCH, True
         for step in range(steps):
@@ -179,29 +239,27 @@ def timeline(rank, world_size, cases, steps, max_rows):
                 opt.step()
                 losses.append(loss.item())
             losses_equal &= losses[0] == losses[1]
-        out[(kind, dtype_name, prefetch)] = dict(
+        out[(kind, dtype_name, prefetch, unit)] = dict(
             max_diff=_max_diff(plain.gather_full_params(), timed.gather_full_params()),
             losses_equal=losses_equal, plain_timeline=plain.last_timeline(),
             timeline=timed.last_timeline(), small=timed.last_timeline(max_rows=max_rows),
-            num_calls=len(timed._order), packed_calls=list(timed._packed_calls),
+            num_visits=len(timed._visits), packed_visits=list(timed._packed_visits),
             num_units=len(timed.units), prefetched=timed.prefetched_last_step)
     return out
 
 
-def _expected_bytes(fsdp: FSDP, dtype) -> int:
-    """Payload of one step: every unit gathered once in forward (compute dtype), re-gathered in
-    backward only when autograd saved the weight (Linear, not Embedding: its backward needs only
-    the indices), gradients reduce-scattered in fp32, replicated grads all-reduced in fp32."""
+def _expected_bytes(fsdp: FSDP, dtype, micro: int) -> int:
+    """Payload of one step of `micro` forward/backward pairs: per pair every visit of a unit
+    gathered once in forward (compute dtype) and once more in backward if autograd saved one of its
+    weights (the visits FSDP recorded; the tests pin how many there are per model: a Linear's
+    weight is saved, an Embedding's not), every unit's flat gradient reduce-scattered once in fp32;
+    then the replicated grads all-reduced in fp32. Every collective moves the padded flat buffer."""
     size = (dtype or torch.float32).itemsize
-    padded = {id(u): u.shard_numel * fsdp.world_size for u in fsdp.units}
-    layers = {}
-    for m in fsdp.module.modules():
-        if isinstance(m, (Linear, Embedding)):
-            layers[id(m.weight_shard)] = isinstance(m, Linear)
-    total = 0
-    for u in fsdp.units:
-        total += padded[id(u)] * size * (2 if layers[id(u.shard)] else 1) + padded[id(u)] * 4
-    return total + sum(p.numel() for p in fsdp.replicated) * 4
+    gathers = sum(u.gather_numel for u in fsdp._visits)
+    regathers = sum(fsdp._visits[v].gather_numel for v in fsdp._packed_visits)
+    reduces = sum(u.gather_numel for u in fsdp.units)
+    per_pair = (gathers + regathers) * size + reduces * 4
+    return micro * per_pair + sum(p.numel() for p in fsdp.replicated) * 4
 
 
 def misuse(rank, world_size):
@@ -212,6 +270,11 @@ def misuse(rank, world_size):
         "bad_dtype": lambda: FSDP(ToyLM(), compute_dtype=torch.int32),
         "bad_prefetch": lambda: FSDP(ToyLM(), prefetch=5),
         "biased_half": lambda: FSDP(nn.Sequential(nn.Linear(4, 4)), compute_dtype=torch.bfloat16),
+        "unit_name": lambda: FSDP(ToyLM(), unit="TransformerBlock"),
+        "unit_instance": lambda: FSDP(ToyLM(), unit=Stage(3)),
+        "unit_tuple": lambda: FSDP(ToyLM(), unit=(Linear, int)),
+        "unit_empty": lambda: FSDP(ToyLM(), unit=()),
+        "unit_no_match": lambda: FSDP(ToyLM(), unit=TransformerBlock),
     }.items():
         try:
             fn()
