@@ -4,6 +4,8 @@ AdamW (impl.model) on the wrapper's parameters, one row per variant in the same 
   fsdp             impl.distributed.FSDP, fp32 (ZeRO-3: weights, gradients and AdamW state sharded)
   fsdp_bf16        the same with compute_dtype=bf16 (bf16 all-gathers and matmuls, fp32 master
                    weights, fp32 reduce-scatter)
+  fsdp_block_bf16  fsdp_bf16 with unit=TransformerBlock (one all-gather / reduce-scatter per block,
+                   embedding and head per weight; prefetch 1 unit): torch_fsdp_bf16's layout
   ddp              our DDPBucketed (100 MB buckets): replicated weights, the ZeRO-0 reference
   torch_fsdp       torch.distributed.fsdp.fully_shard per block + root, fp32 (the anchor)
   torch_fsdp_bf16  the same with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
@@ -47,8 +49,8 @@ PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
 WS = G["world_size"]
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
-ZERO_STAGE = dict(fsdp=3, fsdp_bf16=3, ddp=0, torch_fsdp=3, torch_fsdp_bf16=3)
-TIMELINE = ("fsdp", "fsdp_bf16")  # the rows with an instrumented step
+ZERO_STAGE = dict(fsdp=3, fsdp_bf16=3, fsdp_block_bf16=3, ddp=0, torch_fsdp=3, torch_fsdp_bf16=3)
+TIMELINE = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")  # ours: the rows with an instrumented step
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +125,7 @@ def test_fsdp(bench, workers, variant):
     if variant == "ddp":
         assert local == [param_bytes] * WS
         assert summary.bytes_per_step == param_bytes  # one all-reduce of every gradient
-    elif variant in ("fsdp", "fsdp_bf16"):
+    elif variant in TIMELINE:
         # Sharded: about 1/WS of the parameters per rank (padding and replicated norm gains on top).
         assert all(param_bytes / WS <= b < param_bytes / WS + param_bytes / 100 for b in local)
         assert summary.bytes_per_step > 0 and 0 <= summary.comm_s <= bench.benchmark.stats.stats.max

@@ -12,8 +12,9 @@ from impl.bench.rank_memory import Allocated
 from impl.bench.steps import random_batch
 from impl.distributed.fsdp import FSDP
 from impl.model import AdamW
+from impl.model.transformer import TransformerBlock
 
-VARIANTS = ("fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16")
+VARIANTS = ("fsdp", "fsdp_bf16", "fsdp_block_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16")
 
 
 def fsdp_wrapper(model: torch.nn.Module, variant: str):
@@ -23,6 +24,8 @@ def fsdp_wrapper(model: torch.nn.Module, variant: str):
         return FSDP(model)
     if variant == "fsdp_bf16":
         return FSDP(model, compute_dtype=torch.bfloat16)
+    if variant == "fsdp_block_bf16":  # torch_fsdp_bf16's layout: one unit per block, the rest per weight
+        return FSDP(model, compute_dtype=torch.bfloat16, unit=TransformerBlock, prefetch=1)
     if variant == "ddp":
         return DDPBucketed(model, bucket_size_mb=100.0)
     if variant in ("torch_fsdp", "torch_fsdp_bf16"):

@@ -198,7 +198,8 @@ GRIDS.update({
                       budget_s=60, timeout_s=120),
     },
 })
-# fsdp (beyond the assignment): our FSDP in fp32 and with bf16 compute, next to our DDP
+# fsdp (beyond the assignment): our FSDP in fp32 and with bf16 compute (per-weight units, and
+# fsdp_block_bf16: one unit per TransformerBlock, fully_shard's layout), next to our DDP
 # (DDPBucketed, 100 MB buckets) and torch.distributed.fsdp.fully_shard (fp32 / bf16 params) in the
 # same run; a fresh model per variant. Peak memory per rank vs impl.accounting ZeRO-3 / DDP.
 # Our FSDP rows add one instrumented step (collective timeline) after the timed ones; timeline_rows
@@ -207,10 +208,12 @@ GRIDS.update({
 # minute at xl, so the file ends inside gpu_run.sh's 540 s section timeout.
 GRIDS["fsdp"] = {
     "full": dict(size="xl", world_size=2, context=512, batch=4,
-                 variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=2, rounds=5,
+                 variants=["fsdp", "fsdp_bf16", "fsdp_block_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"],
+                 warmup=2, rounds=5,
                  timeline_rows=1500, budget_s=300, timeout_s=300),
     "smoke": dict(size="tiny", world_size=2, context=32, batch=2,
-                  variants=["fsdp", "fsdp_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"], warmup=1, rounds=10,
+                  variants=["fsdp", "fsdp_bf16", "fsdp_block_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16"],
+                  warmup=1, rounds=10,
                   timeline_rows=1500, budget_s=60, timeout_s=120),
 }
 

@@ -11,9 +11,10 @@ from impl.report import figures
 from impl.report.distributed import figure
 from impl.report.markdown import gib, missing, ms, num, pct, table
 
-LABEL = dict(fsdp="FSDP (ours), fp32", fsdp_bf16="FSDP (ours), bf16 compute", ddp="DDPBucketed 100 MB (ours)",
+LABEL = dict(fsdp="FSDP (ours), fp32", fsdp_bf16="FSDP (ours), bf16 compute",
+             fsdp_block_bf16="FSDP (ours), bf16 compute, a unit per block", ddp="DDPBucketed 100 MB (ours)",
              torch_fsdp="torch fully_shard, fp32", torch_fsdp_bf16="torch fully_shard, bf16")
-OURS_FSDP = ("fsdp", "fsdp_bf16")
+OURS_FSDP = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")
 KIND_LABEL = {("all_gather", "forward"): "all-gather, forward", ("all_gather", "backward"): "all-gather, backward",
               ("reduce_scatter", "backward"): "reduce-scatter", ("all_reduce", "finish"): "all-reduce (replicated)"}
 
