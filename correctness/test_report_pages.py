@@ -521,3 +521,17 @@ def test_leaderboard_2026_page_without_rows_says_what_is_missing(tmp_path):
     _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa", _lb26_rows([(2, 700, 26)]))
     page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
     assert "fewer than two layer counts" in page.answers[0].text and "| 2 | every_k (k 1) |" in page.body
+
+
+def test_fsdp_page_names_grid_variants_the_device_has_not_run():
+    """A variant added to the fsdp grid after a device's newest run is named on that device's
+    section (the next run measures it), and nothing is named once every variant has a row."""
+    from impl.bench.sweeps import grid
+    from impl.report import fsdp as F
+
+    variants = grid("fsdp", "full")["variants"]
+    older = pd.DataFrame({"cfg.variant": [v for v in variants if v != "fsdp_block_bf16"]})
+    line = F._not_yet_run(older, "h200-141gb-x2")
+    assert line.startswith("Not yet run on this device: ") and F.LABEL["fsdp_block_bf16"] in line
+    assert F.LABEL["torch_fsdp_bf16"] not in line
+    assert F._not_yet_run(pd.DataFrame({"cfg.variant": variants}), "h200-141gb-x2") is None

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from impl.bench.row import Metric, Status
+from impl.bench.sweeps import grid
 from impl.report import figures
 from impl.report.distributed import figure
 from impl.report.markdown import gib, missing, ms, num, pct, table
@@ -48,6 +49,17 @@ def _main_table(d: pd.DataFrame) -> str:
                      num(_m(r, "tokens_per_s", Metric.TOKENS_PER_S), 0)])
     return table(["configuration", "step (ms)", "communication (ms)", "payload per step (MB)",
                   "peak (GiB)", "predicted (GiB)", "tokens/s"], rows)
+
+
+def _not_yet_run(d: pd.DataFrame, device: str) -> str | None:
+    """Variants of today's grid that this device's data lacks (added after its newest run), so a
+    reader sees what the next run on such a machine will measure."""
+    variants = grid("fsdp", "smoke" if device == "cpu" else "full")["variants"]
+    absent = [LABEL.get(v, v) for v in variants if v not in set(d["cfg.variant"])]
+    if not absent:
+        return None
+    return (f"Not yet run on this device: {'; '.join(absent)} (in the grid since its newest run; "
+            "`make perf SECTIONS=fsdp` on such a machine measures it).")
 
 
 SHARDING_LABEL = dict(none="DDP + AdamW (no sharding)", sharded="ShardedOptimizer(AdamW)", zero1="ZeRO1Optimizer(AdamW)",
@@ -241,6 +253,9 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
             "per step (counted; not counted for torch's fully_shard). Predicted = impl.accounting.memory_breakdown "
             "(ZeRO-3 for FSDP, stage 0 for DDP) plus the activation estimate.")
     parts = [head, _main_table(d)]
+    unrun = _not_yet_run(d, device)
+    if unrun:
+        parts.append(unrun)
     sharding = _sharding_table(df, first)
     if sharding:
         parts.append(sharding)
