@@ -10,11 +10,12 @@ import torch
 from impl.bench.dist_steps import WorkerState, fresh_model, train_step
 from impl.bench.rank_memory import Allocated
 from impl.bench.steps import random_batch
+from impl.bench.sweeps import FSDP_VARIANTS
 from impl.distributed.fsdp import FSDP
 from impl.model import AdamW
 from impl.model.transformer import TransformerBlock
 
-VARIANTS = ("fsdp", "fsdp_bf16", "fsdp_block_bf16", "ddp", "torch_fsdp", "torch_fsdp_bf16")
+VARIANTS = tuple(FSDP_VARIANTS)  # the sweep table lists them once, in run order
 
 
 def fsdp_wrapper(model: torch.nn.Module, variant: str):
