@@ -224,3 +224,34 @@ def test_forward_flops_counts_the_lm_head_and_attention():
     shape = dict(d_model=8, d_ff=16, num_layers=1, num_heads=2, batch=1, seq=4, vocab_size=10)
     # 4 tokens × (4·64 + 3·128) MACs + 2 attention products 4×4×8 + head 4×8×10, ×2 FLOPs
     assert forward_flops(**shape) == 2 * 4 * (256 + 384) + 2 * 2 * 16 * 8 + 2 * 4 * 80
+
+
+def test_2026_table_is_its_own():
+    """The 2026 handout's Table 1: small/medium/large as 2025, xl = the 2025 table's 2.7B, and a 10B
+    at head dim 128. A size is named by edition: ("2026", "xl") is not ("2025", "xl")."""
+    from impl.model import MODEL_SIZES_2026, SizeRef, sizes
+
+    assert [r.name for r in sizes("2026")] == ["small", "medium", "large", "xl", "10B"]
+    assert MODEL_SIZES_2026["xl"] == MODEL_SIZES["2.7B"] != MODEL_SIZES["xl"]
+    ten = MODEL_SIZES_2026["10B"]
+    assert (ten.d_model, ten.d_ff, ten.num_layers, ten.num_heads, ten.head_dim) == (4608, 12288, 50, 36, 128)
+    xl26 = SizeRef("2026", "xl")
+    assert xl26.config.head_dim == 80 and xl26.label == "xl (2026) = 2.7B (2025)"
+    assert SizeRef("2025", "xl").label == "xl (2025)" and SizeRef("2026", "small").label == "small"
+    assert SizeRef.from_row({"size": "xl"}) == SizeRef("2025", "xl")  # rows before the 2026 table
+    assert SizeRef.from_row(xl26.row_config()) == xl26
+    assert xl26.row_config()["d_model"] == 2560
+    with pytest.raises(ValueError, match="2025 table has no size '10B'"):
+        SizeRef("2025", "10B")
+    with pytest.raises(ValueError, match="unknown edition '2024'"):
+        SizeRef("2024", "xl")
+
+
+def test_param_count_2026_10b_matches_module():
+    """The closed-form count of the 10B (12.8B with SwiGLU and untied embeddings: the name is the
+    handout's) against the module built on the meta device."""
+    from impl.model import MODEL_SIZES_2026
+
+    with torch.device("meta"):
+        model = TransformerLM(**MODEL_SIZES_2026["10B"])
+    assert sum(p.numel() for p in model.parameters()) == MODEL_SIZES_2026["10B"].params

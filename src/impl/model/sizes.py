@@ -77,6 +77,72 @@ MODEL_SIZES: dict[str, ModelConfig] = {
     "2.7B": ModelConfig(d_model=2560, d_ff=10240, num_layers=32, num_heads=32),
 }
 
+# The 2026 edition's Table 1 (handout v26.1.1): small/medium/large as in 2025, but its xl is the 2025
+# table's 2.7B and it adds a 10B (head dim 128). The same name means different models in the two
+# editions: look sizes up through SizeRef, which carries the edition.
+MODEL_SIZES_2026: dict[str, ModelConfig] = {
+    "small": MODEL_SIZES["small"],
+    "medium": MODEL_SIZES["medium"],
+    "large": MODEL_SIZES["large"],
+    "xl": MODEL_SIZES["2.7B"],
+    "10B": ModelConfig(d_model=4608, d_ff=12288, num_layers=50, num_heads=36),
+}
+
+EDITION_SIZES: dict[str, dict[str, ModelConfig]] = {"2025": MODEL_SIZES, "2026": MODEL_SIZES_2026}
+DEFAULT_EDITION = "2025"  # rows stored before the 2026 table existed name 2025 sizes
+
+
+@dataclass(frozen=True)
+class SizeRef:
+    """A model size named as its edition names it: ("2026", "xl") is the 2025 table's 2.7B."""
+
+    edition: str
+    name: str
+
+    def __post_init__(self):
+        if self.edition not in EDITION_SIZES:
+            raise ValueError(f"unknown edition {self.edition!r}; known: {', '.join(EDITION_SIZES)}")
+        if self.name not in EDITION_SIZES[self.edition]:
+            raise ValueError(f"the {self.edition} table has no size {self.name!r}; "
+                             f"it has: {', '.join(EDITION_SIZES[self.edition])}")
+
+    @classmethod
+    def from_row(cls, config: Mapping) -> "SizeRef":
+        """The size of a stored row's config (`size`, optional `edition`; older rows are 2025's)."""
+        return cls(str(config.get("edition") or DEFAULT_EDITION), str(config["size"]))
+
+    @property
+    def config(self) -> ModelConfig:
+        return EDITION_SIZES[self.edition][self.name]
+
+    def aliases(self) -> list["SizeRef"]:
+        """The same model under its names in the other editions (xl (2026) is 2.7B (2025))."""
+        return [SizeRef(ed, name) for ed, table in EDITION_SIZES.items() if ed != self.edition
+                for name, cfg in table.items() if cfg == self.config]
+
+    @property
+    def label(self) -> str:
+        """"xl (2026)"; where the name means another model in the other edition, its name there too:
+        "xl (2026) = 2.7B (2025)", "xl (2025)". Same-named same models (small) read "small"."""
+        same = [a for a in self.aliases() if a.name == self.name]
+        if same and len(self.aliases()) == len(same):
+            return self.name
+        others = [a for a in self.aliases() if a.name != self.name]
+        return " = ".join([f"{self.name} ({self.edition})"] + [f"{a.name} ({a.edition})" for a in others])
+
+    def row_config(self) -> dict[str, object]:
+        """What a benchmark row's config records of its size: name, edition and the dimensions, so a
+        stored row is never ambiguous."""
+        c = self.config
+        return dict(size=self.name, edition=self.edition, d_model=c.d_model, d_ff=c.d_ff,
+                    num_layers=c.num_layers, num_heads=c.num_heads)
+
+
+def sizes(edition: str) -> list[SizeRef]:
+    """Every size of an edition's table, smallest first."""
+    return [SizeRef(edition, name) for name in EDITION_SIZES[edition]]
+
+
 # Every named config: the assignment's sizes, `tiny` (small enough for CPU smoke runs) and the 2026
 # leaderboard's 8B model (SPEC "leaderboard (2026)": head dim 128, Qwen-sized vocabulary; its
 # context 32,768 is the step's, not the model's: TransformerLM takes context_length apart). Nothing
