@@ -2,6 +2,7 @@
 #   make perf     benchmark suite (smoke profile on a CPU, full on a GPU): each section's run becomes a
 #                 new file reports/data/<device>/<section>/<UTC time>_<commit>.json, then the report
 #   make test     correctness tests + the perf suite's smoke profile, then the diff against the CPU baseline
+#   make test-record  the correctness tests, their record filed under reports/data/<device>/tests/
 #   make report   rebuild reports/ from reports/data/** only
 #   make compare  the last smoke run against the newest committed CPU run of each section
 #   make gate     each section's newest stored run against the run before it (fails on a regression
@@ -14,13 +15,20 @@ SECTIONS ?= $(patsubst perf/test_%.py,%,$(wildcard perf/test_*.py))
 OUT ?= out
 PYTEST = PYTHONPATH=src $(PY) -m pytest
 
-.PHONY: install test correctness smoke perf report compare gate stress clean
+.PHONY: install test test-record correctness smoke perf report compare gate stress clean
 
 install:
 	@echo "using $(PY)"
 
+# pytest's junit XML becomes $(OUT)/tests/record.json (impl.bench.test_record: counts, failures, commit,
+# digests of the code tested) whether the tests pass or not; `make test-record` files it under
+# reports/data/<device>/tests/, where the report's index shows it.
+XDIST ?= $(shell n=$$(nproc); echo $$(( n > 8 ? 8 : (n < 2 ? 1 : n) )))
 correctness:
-	$(PYTEST) correctness -q -n 2 --timeout=900
+	@mkdir -p $(OUT)/tests; rm -f $(OUT)/tests/junit.xml $(OUT)/tests/record.json
+	@set +e; $(PYTEST) correctness -q -n $(XDIST) --timeout=900 --junitxml=$(OUT)/tests/junit.xml; rc=$$?; \
+	  PYTHONPATH=src $(PY) -m impl.bench.test_record $(OUT)/tests/junit.xml --out $(OUT)/tests/record.json \
+	    --command "pytest correctness -n $(XDIST)" || true; exit $$rc
 
 # Every perf test also runs as a test: the smoke profile, timed for real, into $(OUT)/smoke/.
 smoke:
@@ -29,7 +37,16 @@ smoke:
 	  SUITE_PROFILE=smoke $(PYTEST) perf/test_$$s.py -q --timeout=900 --benchmark-json=$(OUT)/smoke/$$s.json; \
 	done
 
-test: correctness smoke compare
+# On a GPU machine the smoke rows run on the GPU: the committed CPU runs are no baseline for them.
+HAS_GPU = $(shell PYTHONPATH=src $(PY) -c "import torch; print(int(torch.cuda.is_available()))")
+test: correctness smoke
+	@if [ "$(HAS_GPU)" = 1 ]; then echo "compare: skipped on a GPU machine (the baseline is the CPU's)"; \
+	  else $(MAKE) --no-print-directory compare; fi
+
+# The correctness suite's record filed under reports/data/<device>/tests/ (commit it).
+test-record:
+	-@$(MAKE) --no-print-directory correctness
+	PYTHONPATH=src $(PY) -m impl.bench.test_record --file $(OUT)/tests/record.json
 
 # A section's run is written outside reports/ first and filed only when it finished: an interrupted
 # run (Ctrl-C, a timeout) leaves reports/ as it was.

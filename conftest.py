@@ -7,8 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-# `impl` importable without PYTHONPATH: the pytest-benchmark CLI (list, compare) loads this file too.
-sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
+# `impl` importable without PYTHONPATH: the pytest-benchmark CLI (list, compare) loads this file too,
+# and so are the subprocesses tests start (sm_90 compiles, fresh-process benchmarks): they inherit the
+# environment, not sys.path, so `pytest correctness` from the root works without make.
+SRC = str(Path(__file__).resolve().parent / "src")
+sys.path.insert(0, SRC)
+if SRC not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
 
 if not torch.cuda.is_available():
     # Triton kernels run on the CPU through the interpreter; set before anything imports triton.

@@ -306,11 +306,7 @@ def test_triton_split_head_dims_match_reference(d, dtype, is_causal, variant, tm
     monkeypatch.setattr(flash_triton, "_USE_TMA", tma)
     q, k, v, do = make_inputs((1, 2, 45, d), (1, 2, 30, d), dtype, TRITON_DEVICE, seed=d)
     assert flash_triton._tma_ok(q, k, v, do) == tma
-    # on a GPU the fp32 atomic backward refuses d > 64 (its shared memory; not re-measured for the split)
-    refused = TRITON_DEVICE == "cuda" and variant == "atomic" and dtype == torch.float32 and d > 64
-    check_atomic_or_refused(q, k, v, do, is_causal, refused=refused)
-    if refused:
-        return
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
     picks = flash_triton.tuned_configs()
     assert picks["bwd"] == variant and picks["d_tiles"] == flash_triton._head_dim_label(d)
     assert "+" in picks["d_tiles"]
@@ -691,6 +687,37 @@ for tma in (True, False):
         assert rows["_attn_bwd_atomic", tma][2] < rows["padded", tma][2], rows
 
 
+@needs_triton
+def test_triton_fp32_atomic_configs_fit_hopper_shared_memory():
+    """fp32 in the single-pass backward at head dims 80, 96 (split) and 128 (one 128-wide tile): the
+    config the launcher runs with autotuning off (the pinned 32 x 32 one at a 128-wide tile, else the
+    safe one) compiles for sm_90 within the H100's 227 KB of shared memory per block, while the safe
+    config at d 128 would not (the 262 KB the H100 refused, correctness-gpu-run15)."""
+    lines = run_sm90(r"""
+import torch
+F32 = {n: "*fp32" for n in "Q K V O DO DQ DK DV L Delta".split()}
+def shared(fn, const, w, s):
+    const = {n: v for n, v in const.items() if n in fn.arg_names}
+    const.update({n: 1 for n in fn.arg_names if n.startswith("stride_") and n.endswith("d")})
+    sig = {n: F32.get(n) or ("constexpr" if n in const else "fp32" if n.endswith("scale") else "i32") for n in fn.arg_names}
+    src = ASTSource(fn=fn, signature=sig, constexprs=const,
+                    attrs={(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in F32 if n in fn.arg_names})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w, "num_stages": s}).metadata.shared
+safe = ft._config(ft._BWD_ATOMIC_SAFE)
+for d in (80, 96, 128):
+    block_d, d1 = ft._head_dim_tiles(d)
+    for name, c in (("launch", ft._pinned_atomic_config(torch.float32, d) or safe), ("safe", safe)):
+        if name == "safe" and d != 128:
+            continue
+        const = dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=True, TMA=True, DQ_TMA=True, **c.kwargs)
+        print(d, name, shared(ft._attn_bwd_atomic.fn, const, c.num_warps, c.num_stages), ft.SM90_MAX_SHARED)
+""")
+    got = {(int(d), name): (int(used), int(limit)) for d, name, used, limit in lines}
+    assert set(got) == {(80, "launch"), (96, "launch"), (128, "launch"), (128, "safe")}, got
+    for (d, name), (used, limit) in got.items():
+        assert (used <= limit) == (name == "launch"), (d, name, used, limit)
+
+
 # ----------------------------------------------------------------------------- validation
 
 def _t(*shape, dtype=torch.float32, device="cpu"):
@@ -832,17 +859,6 @@ def test_triton_gpu_matches_reference(dtype, is_causal, n_q, n_k, d):
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
 
 
-def check_atomic_or_refused(q, k, v, do, is_causal: bool, refused: bool) -> None:
-    """Against the reference, or, where the atomic backward refuses the inputs (fp32 at d > 64 on a GPU:
-    262 KB of shared memory at a 128-wide head-dim tile, 232 KB on the H100), its clear error."""
-    if not refused:
-        check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
-        return
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
-    with pytest.raises(ValueError, match="atomic backward does not support float32 at head dim"):
-        FlashAttentionTriton.apply(q, k, v, is_causal).backward(do)
-
-
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
@@ -853,7 +869,7 @@ def check_atomic_or_refused(q, k, v, do, is_causal: bool, refused: bool) -> None
 def test_triton_gpu_backward_variants(dtype, is_causal, n_q, n_k, d, variant, backward_variant):
     backward_variant(variant)
     q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
-    check_atomic_or_refused(q, k, v, do, is_causal, refused=variant == "atomic" and dtype == torch.float32 and d > 64)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
 
 
 @gpu
@@ -869,7 +885,7 @@ def test_triton_gpu_atomic_dq_reduction_paths(n_q, n_k, d, is_causal, dtype, dq_
     monkeypatch.setattr(flash_triton, "TMA_MIN_SCORES", 0)
     monkeypatch.setattr(flash_triton, "ATOMIC_DQ_TMA", dq_tma)
     q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
-    check_atomic_or_refused(q, k, v, do, is_causal, refused=dtype == torch.float32 and d > 64)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
 
 
 @gpu

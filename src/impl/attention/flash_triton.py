@@ -180,6 +180,19 @@ def _prune_for_dtype(configs, nargs, **kwargs) -> List[triton.Config]:
 
 _PRUNE = {"early_config_prune": _prune_for_dtype}
 
+# fp32 in the single-pass backward at a 128-wide head-dim tile (d 128, and the padded 65-79, 97-127):
+# every listed config asks for more shared memory than the H100's 227 KB per block (32 x 64 tiles:
+# 262 KB; sm_90 compiles on the CPU, NOTES.md), so the launcher pins 32 x 32 tiles there (131-148 KB),
+# bypassing the autotuner. The split d 80 / 96 (64 + 16 / 32) fit the listed tiles: 160 / 189 KB at
+# 32 x 64. correctness/test_attention.py compiles each pick for sm_90 and checks its shared memory.
+_FP32_WIDE_ATOMIC = (32, 32, 4, 2)
+SM90_MAX_SHARED = 232_448  # bytes a block may opt into on the H100 (227 KB)
+
+
+def _pinned_atomic_config(dtype: torch.dtype, d: int) -> Optional[triton.Config]:
+    block_d, d1 = _head_dim_tiles(d)
+    return _config(_FP32_WIDE_ATOMIC) if dtype == torch.float32 and block_d + d1 > 96 else None
+
 _PRE_BLOCK_M = 32 if _interpreting() else 64
 
 
@@ -894,10 +907,14 @@ _last_config: Dict[str, triton.Config] = {}
 _last_head_dim: Dict[str, int] = {}  # "d": the head dim of the last forward or backward call
 
 
-def _launch(kernel, name: str, key: tuple, grid: Callable[[int, int], tuple], *args, **constexprs) -> None:
+def _launch(kernel, name: str, key: tuple, grid: Callable[[int, int], tuple], *args,
+            pinned: Optional[triton.Config] = None, **constexprs) -> None:
     """Launch the autotuned `kernel` on grid(BLOCK_M, BLOCK_N). The first call of a shape key goes
-    through the autotuner (benchmarking its list there); later ones launch its pick."""
+    through the autotuner (benchmarking its list there); later ones launch its pick. A `pinned`
+    config is launched as if the autotuner had picked it."""
     hit = _resolved.get((name,) + key)
+    if hit is None and pinned is not None and not _INTERPRETED:
+        hit = _resolved[(name,) + key] = (pinned, pinned.all_kwargs())
     if hit is None:
         kernel[lambda meta: grid(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **constexprs)
         config = kernel.best_config
@@ -946,12 +963,6 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     n_k = k4.shape[2]
     causal = bool(is_causal)
     kind = resolve_backward(ShapeKey(B * H, n_q, n_k, d, q.dtype, causal), variant)
-    if kind == "atomic" and q.is_cuda and q.dtype == torch.float32 and _block_d(d) > 64:
-        # Seen on the H100 (2026-11-23, correctness-gpu-run15): fp32 with a head-dim tile of 128 asks for
-        # 262 KB of shared memory (232 KB there). d 80/96 now split (64 + 16/32) and might fit at small
-        # tiles, but that is not measured on a GPU yet, so every fp32 d > 64 is refused (NOTES, Version 4).
-        raise ValueError(f"the atomic backward does not support float32 at head dim {d} (> 64) on a GPU yet; "
-                         "use variant='two_pass'")
     for name in ("dq", "dkdv", "atomic"):  # tuned_configs() then names only this call's kernels
         _last_config.pop(name, None)
     lse3 = lse.reshape(B, H, n_q).contiguous()
@@ -992,6 +1003,7 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
                     q4, k4, v4, do4, acc, dk4, dv4, lse3, delta,
                     *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *acc.stride(), *dk4.stride(),
                     *dv4.stride(), H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
+                    pinned=_pinned_atomic_config(q.dtype, d),
                     HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma, DQ_TMA=dq_tma)
             dq4 = acc if q.dtype == torch.float32 else acc.to(q.dtype)
     return dq4.reshape(q.shape), dk4.reshape(k.shape), dv4.reshape(v.shape)

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "reports" / "data"
-NOT_RUNS = ("probes", "logs")  # folders beside the sections that hold no runs
+NOT_RUNS = ("probes", "logs", "tests")  # folders beside the sections that hold no runs (tests: test records)
 
 # GPU memory as marketed, where the device name does not say it (the H200 reports "NVIDIA H200").
 _MARKETED_GB = {"h200": 141, "h100": 80, "a100": 80}

@@ -10,6 +10,7 @@ from impl.report.data import load, load_history
 from impl.report.markdown import table
 from impl.report.pages import Context, Page, Score, render_page
 from impl.report.pages.problems import PROBLEMS
+from impl.report import test_records
 
 ROOT = Path(__file__).resolve().parents[3]
 # Page modules in index order (each: pages(ctx) -> list[Page]).
@@ -47,7 +48,7 @@ def older_format(df) -> list[str]:
     return [f"{dev}: {', '.join(sorted(g.section))}" for dev, g in old.groupby("device")]
 
 
-def index(pages: list[Page], older: list[str] | None = None) -> str:
+def index(pages: list[Page], older: list[str] | None = None, tests: list | None = None) -> str:
     scores: dict[str, tuple[Page, Score]] = {}
     for page in pages:
         for name, score in page.score.items():
@@ -70,6 +71,7 @@ def index(pages: list[Page], older: list[str] | None = None) -> str:
     if older:
         out.append("Sections whose newest GPU run is still in the older format (before the bench layer: kernel "
                    "rows read do_bench medians, statistics as then recorded): " + "; ".join(older) + ".")
+    out.append(test_records.render(tests or []))
     figures = [f for page in pages for f in page.index_figures]
     if figures:
         out.append("## The story in figures")
@@ -85,7 +87,7 @@ def build(root: Path | None = None) -> dict[str, str]:
                   fig_dir=root / "reports" / "figures")
     pages = collect(ctx)
     files = {f"{page.slug}.md": render_page(page) for page in pages}
-    files["README.md"] = index(pages, older_format(ctx.df))
+    files["README.md"] = index(pages, older_format(ctx.df), test_records.device_tests(data_dir, root))
     return files
 
 

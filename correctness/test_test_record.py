@@ -1,0 +1,84 @@
+"""The correctness suite's record (impl.bench.test_record) and the index's view of it."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from impl.bench import test_record as tr
+from impl.report import test_records
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1" failures="2"
+skipped="3" tests="10" time="12.5"><testcase classname="correctness.test_a" name="test_ok" time="0.1"/>
+<testcase classname="correctness.test_a" name="test_bad[fp32]"><failure message="x">boom</failure></testcase>
+<testcase classname="correctness.test_b" name="test_worse"><failure message="y">boom</failure></testcase>
+<testcase classname="correctness.test_c" name="test_setup"><error message="z">fixture</error></testcase>
+</testsuite></testsuites>"""
+
+
+def _tree(root: Path, kernel: str = "x = 1\n") -> Path:
+    (root / "src/impl/attention").mkdir(parents=True)
+    (root / "src/impl/model").mkdir(parents=True)
+    (root / "src/impl/attention/k.py").write_text(kernel)
+    (root / "src/impl/model/adamw_master.py").write_text("y = 2\n")
+    return root
+
+
+def test_junit_counts_and_failure_names(tmp_path, monkeypatch):
+    path = tmp_path / "junit.xml"
+    path.write_text(JUNIT)
+    monkeypatch.setenv("SUITE_COMMIT", "0123456789abcdef")
+    rec = tr.record_from_junit(path, "pytest correctness -n 8", device="h100-80gb-x1")
+    assert (rec.passed, rec.failed, rec.errors, rec.skipped) == (4, 2, 1, 3)
+    assert rec.failures == ["correctness.test_a::test_bad[fp32]", "correctness.test_b::test_worse",
+                            "correctness.test_c::test_setup"]
+    assert rec.commit == "0123456789abcdef" and not rec.dirty and not rec.green
+    assert rec.duration_s == 12.5 and rec.stamp().endswith("_01234567")
+
+
+@pytest.mark.parametrize("text", ["", "<testsuites><testsuite", "[]", "<html/>"])
+def test_a_broken_junit_is_refused_naming_the_file(tmp_path, text):
+    path = tmp_path / "junit.xml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="junit.xml"):
+        tr.parse_junit(path)
+
+
+def test_records_are_filed_never_overwritten(tmp_path, monkeypatch):
+    path = tmp_path / "junit.xml"
+    path.write_text('<testsuite tests="2" failures="0" errors="0" skipped="0" time="1"><testcase classname="a" '
+                    'name="t1"/><testcase classname="a" name="t2"/></testsuite>')
+    monkeypatch.setenv("SUITE_COMMIT", "abcdef0123")
+    rec = tr.record_from_junit(path, "pytest correctness", device="cpu")
+    first, second = tr.store_record(rec, tmp_path / "data"), tr.store_record(rec, tmp_path / "data")
+    assert first != second and first.parent == second.parent == tmp_path / "data/cpu/tests"
+    assert [r.to_json() for r in tr.load_records(tmp_path / "data")] == [rec.to_json()] * 2
+
+
+def test_index_marks_a_record_whose_kernels_changed(tmp_path):
+    root = _tree(tmp_path / "repo")
+    data = tmp_path / "data"
+    tested = tr.digest(tr.KERNEL_PATHS, root)
+    base = dict(datetime="2026-11-24T10:00:00+00:00", commit="c0ffee00", dirty=False, source_digest="s",
+                command="pytest correctness", passed=5, failed=0, errors=0, skipped=1, duration_s=1.0)
+    tr.store_record(tr.TestRecord(device="h100-80gb-x1", kernel_digest=tested, **base), data)
+    tr.store_record(tr.TestRecord(device="cpu", kernel_digest="old", **base), data)
+    facts = {t.device: t for t in test_records.device_tests(data, root)}
+    assert not facts["h100-80gb-x1"].kernels_changed and facts["cpu"].kernels_changed
+    assert [t.device for t in test_records.device_tests(data, root)] == ["h100-80gb-x1", "cpu"]  # GPUs first
+    (root / "src/impl/attention/k.py").write_text("x = 2\n")  # a kernel edit after the record
+    assert test_records.device_tests(data, root)[0].kernels_changed
+
+
+def test_cli_files_a_record_made_elsewhere(tmp_path):
+    rec = tr.TestRecord(device="h100-80gb-x1", datetime="2026-11-24T10:00:00+00:00", commit="c0ffee00", dirty=True,
+                        source_digest="s", kernel_digest="k", command="make test", passed=3, failed=1, errors=0,
+                        skipped=0, duration_s=2.0, failures=["t::x"])
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(rec.to_json()))
+    out = subprocess.run([sys.executable, "-m", "impl.bench.test_record", "--file", str(path), "--data-dir",
+                          str(tmp_path / "data")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr  # filed, and the exit status says it was red
+    assert "3 passed, 1 failed" in out.stdout
+    assert len(list((tmp_path / "data/h100-80gb-x1/tests").glob("*.json"))) == 1

@@ -1,0 +1,175 @@
+"""The correctness suite's result on one machine at one commit, as a committed record.
+
+CI has no GPU, so the GPU path is checked by a record: `make test` writes pytest's junit XML and
+this module turns it into a `TestRecord`; `make test-record` (or `python -m impl.bench.test_record
+--file RECORD.json` for one made on the GPU machine) files it as
+
+    reports/data/<device slug>/tests/<UTC timestamp>_<commit>.json
+
+never overwriting an earlier one. A record names the code it tested by a digest of the files
+(`source_digest`: src/, correctness/, conftest.py; `kernel_digest`: the GPU kernels alone), so the
+report can tell whether the kernels changed after the newest record, also for a run on the GPU
+machine, whose git HEAD stays the session's first commit while later commits arrive as changes.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from impl.bench.store import DATA_DIR, _free_name, device_slug
+
+ROOT = Path(__file__).resolve().parents[3]
+TESTS_FOLDER = "tests"  # beside the sections under reports/data/<device>/
+# What a GPU test record vouches for: the Triton kernels and the code that launches them.
+KERNEL_PATHS = ("src/impl/attention", "src/impl/model/adamw_master.py")
+SOURCE_PATHS = ("src", "correctness", "conftest.py", "pyproject.toml")
+
+
+def digest(paths: tuple[str, ...] = SOURCE_PATHS, root: Path = ROOT) -> str:
+    """sha256 over the .py/.toml files under `paths` (relative names and contents, sorted), read from
+    the working tree: the same code gives the same digest on any machine, committed or not."""
+    h = hashlib.sha256()
+    files = []
+    for p in paths:
+        base = root / p
+        files += [base] if base.is_file() else [f for f in base.rglob("*") if f.suffix in (".py", ".toml")]
+    for f in sorted(files, key=lambda f: f.relative_to(root).as_posix()):
+        if "__pycache__" in f.parts:
+            continue
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@dataclass
+class TestRecord:
+    device: str  # the device slug (`h100-80gb-x1`, `cpu`)
+    datetime: str  # UTC, ISO 8601, when the record was made
+    commit: str | None  # SUITE_COMMIT if set (the commit whose tree was sent to a GPU machine), else HEAD
+    dirty: bool  # the working tree differed from `commit` (always so for a GPU run without SUITE_COMMIT)
+    source_digest: str
+    kernel_digest: str
+    command: str  # what ran, e.g. "pytest correctness -n 8"
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+    duration_s: float
+    failures: list[str] = field(default_factory=list)  # node ids of failed and errored tests
+
+    @property
+    def green(self) -> bool:
+        return self.failed == 0 and self.errors == 0 and self.passed > 0
+
+    def stamp(self) -> str:
+        when = datetime.fromisoformat(self.datetime)
+        return f"{when:%Y%m%dT%H%M%SZ}_{(self.commit or 'nocommit')[:8]}{'+' if self.dirty else ''}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> TestRecord:
+        return cls(**doc)
+
+
+def parse_junit(path: Path) -> tuple[dict[str, int], float, list[str]]:
+    """(counts, seconds, failed node ids) of a pytest junit XML; raises ValueError naming the file
+    when it is not one (a run killed before pytest wrote it leaves none or a partial one)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError) as exc:
+        raise ValueError(f"{path}: not a junit XML report ({exc})") from None
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    if not suites:
+        raise ValueError(f"{path}: no <testsuite> in it")
+    counts = dict(tests=0, failures=0, errors=0, skipped=0)
+    seconds, failures = 0.0, []
+    for suite in suites:
+        for key in counts:
+            counts[key] += int(suite.get(key, 0))
+        seconds += float(suite.get("time", 0))
+        for case in suite.iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                failures.append(f"{case.get('classname', '')}::{case.get('name', '')}")
+    return counts, seconds, failures
+
+
+def record_from_junit(path: Path, command: str, device: str | None = None) -> TestRecord:
+    counts, seconds, failures = parse_junit(path)
+    commit = os.environ.get("SUITE_COMMIT") or _git("rev-parse", "HEAD")
+    dirty = not os.environ.get("SUITE_COMMIT") and bool(_git("status", "--porcelain", "--", *SOURCE_PATHS))
+    return TestRecord(
+        device=device or device_slug(), datetime=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        commit=commit, dirty=dirty, source_digest=digest(), kernel_digest=digest(KERNEL_PATHS), command=command,
+        passed=counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
+        failed=counts["failures"], errors=counts["errors"], skipped=counts["skipped"], duration_s=round(seconds, 1),
+        failures=failures)
+
+
+def store_record(record: TestRecord, data_dir: Path = DATA_DIR) -> Path:
+    """File a record under <device>/tests/, atomically and under a name no earlier record has."""
+    folder = data_dir / record.device / TESTS_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = _free_name(folder, record.stamp())
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(record.to_json(), f, indent=2)
+    os.replace(tmp, dest)
+    return dest
+
+
+def load_records(data_dir: Path = DATA_DIR) -> list[TestRecord]:
+    """Every committed record, oldest first per device (the file names sort by time)."""
+    return [TestRecord.from_json(json.loads(p.read_text()))
+            for p in sorted(data_dir.glob(f"*/{TESTS_FOLDER}/*.json")) if not p.name.startswith(".")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Turn pytest's junit XML into a test record, or file one.")
+    ap.add_argument("junit", nargs="?", type=Path, help="pytest --junitxml output")
+    ap.add_argument("--command", default="pytest correctness", help="what ran, for the record")
+    ap.add_argument("--out", type=Path, help="write the record here (JSON) instead of filing it")
+    ap.add_argument("--file", type=Path, help="file an existing record (e.g. one made on the GPU machine)")
+    ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    args = ap.parse_args(argv)
+    try:
+        if args.file:
+            record = TestRecord.from_json(json.loads(args.file.read_text()))
+        elif args.junit:
+            record = record_from_junit(args.junit, args.command)
+        else:
+            ap.error("give a junit XML or --file RECORD.json")
+    except (ValueError, TypeError, json.JSONDecodeError, OSError) as exc:
+        print(f"test_record: {exc}", file=sys.stderr)
+        return 2
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record.to_json(), indent=2))
+        where = args.out
+    else:
+        where = store_record(record, args.data_dir)
+    print(f"test record ({record.device}, {record.commit and record.commit[:8]}{'+' if record.dirty else ''}): "
+          f"{record.passed} passed, {record.failed} failed, {record.errors} errors, {record.skipped} skipped "
+          f"-> {where}")
+    return 0 if record.green else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
