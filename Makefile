@@ -4,18 +4,34 @@
 #   make test     correctness tests + the perf suite's smoke profile, then the diff against the CPU baseline
 #   make test-record  the correctness tests, their record filed under reports/data/<device>/tests/
 #   make report   rebuild reports/ from reports/data/** only
-#   make compare  the last smoke run against the newest committed CPU run of each section
+#   make compare  each section's newest fresh run (make smoke or make perf) against its newest committed run
 #   make gate     each section's newest stored run against the run before it (fails on a regression
 #                 beyond the row's noise band unless reports/accepted-changes.toml gives a reason)
 #   make stress   the distributed correctness files N times in a row (N=10 by default; N=100 for a soak)
 # Options: SECTIONS="benchmarking_script flash_benchmarking" picks perf files; SUITE_PROFILE=smoke|full.
 
+# `make ... PY=/path/to/python` uses that interpreter and skips the set-up
+ifneq ($(origin PY),command line)
 PY := $(shell tools/setup.sh)
-SECTIONS ?= $(patsubst perf/test_%.py,%,$(wildcard perf/test_*.py))
+endif
+ALL_SECTIONS := $(patsubst perf/test_%.py,%,$(wildcard perf/test_*.py))
+SECTIONS ?= $(ALL_SECTIONS)
 OUT ?= out
 PYTEST = PYTHONPATH=src $(PY) -m pytest
+# Each `make perf` writes its runs into a folder of its own (UTC time and make's pid): two at once
+# never share a file. (A second timed run on one device is refused anyway: impl.bench.runlock.)
+RUN_DIR := $(OUT)/runs/$(shell date -u +%Y%m%dT%H%M%SZ)-$(shell echo $$PPID)
 
-.PHONY: install test test-record correctness smoke perf report compare gate stress clean
+.PHONY: install test test-record correctness smoke perf report compare gate stress clean check-sections check-n
+
+# Make variables are checked before anything runs: a typo must not run nothing and pass.
+check-sections:
+	@test -n "$(strip $(SECTIONS))" || { echo "make: SECTIONS is empty; name one or more of: $(ALL_SECTIONS)" >&2; exit 2; }
+	@bad="$(filter-out $(ALL_SECTIONS),$(SECTIONS))"; test -z "$$bad" || { \
+	  echo "make: unknown section(s): $$bad (no perf/test_<section>.py); sections: $(ALL_SECTIONS)" >&2; exit 2; }
+
+check-n:
+	@case "$(N)" in ''|*[!0-9]*|0*) echo "make: N must be a whole number from 1, got '$(N)'" >&2; exit 2;; esac
 
 install:
 	@echo "using $(PY)"
@@ -31,7 +47,7 @@ correctness:
 	    --command "pytest correctness -n $(XDIST)" || true; exit $$rc
 
 # Every perf test also runs as a test: the smoke profile, timed for real, into $(OUT)/smoke/.
-smoke:
+smoke: check-sections
 	@mkdir -p $(OUT)/smoke
 	@set -e; for s in $(SECTIONS); do \
 	  SUITE_PROFILE=smoke $(PYTEST) perf/test_$$s.py -q --timeout=900 --benchmark-json=$(OUT)/smoke/$$s.json; \
@@ -48,21 +64,21 @@ test-record:
 	-@$(MAKE) --no-print-directory correctness
 	PYTHONPATH=src $(PY) -m impl.bench.test_record --file $(OUT)/tests/record.json
 
-# A section's run is written outside reports/ first and filed only when it finished: an interrupted
-# run (Ctrl-C, a timeout) leaves reports/ as it was.
-perf:
-	@mkdir -p $(OUT)/runs
+# A section's run is written outside reports/ first and filed only when it finished whole: an
+# interrupted run (Ctrl-C, a timeout) or one with failed tests stays in $(RUN_DIR), reports/ as it was.
+perf: check-sections
+	@mkdir -p $(RUN_DIR)
 	@set -e; for s in $(SECTIONS); do \
-	  $(PYTEST) perf/test_$$s.py -q --timeout=1800 --benchmark-json=$(OUT)/runs/$$s.json; \
-	  PYTHONPATH=src $(PY) -m impl.bench.store $(OUT)/runs/$$s.json --section $$s; \
+	  $(PYTEST) perf/test_$$s.py -q --timeout=1800 --benchmark-json=$(RUN_DIR)/$$s.json; \
+	  PYTHONPATH=src $(PY) -m impl.bench.store $(RUN_DIR)/$$s.json --section $$s; \
 	done
 	$(MAKE) report
 
 report:
 	PYTHONPATH=src $(PY) -m impl.report
 
-compare:
-	PYTHONPATH=src $(PY) -m impl.report.compare --device cpu $(addprefix $(OUT)/smoke/,$(addsuffix .json,$(SECTIONS)))
+compare: check-sections
+	PYTHONPATH=src $(PY) -m impl.report.compare --out $(OUT) $(SECTIONS)
 
 gate:
 	PYTHONPATH=src $(PY) -m impl.report.gate
@@ -70,7 +86,7 @@ gate:
 # The distributed correctness files N times back to back; stops at the first failure (issue 23).
 N ?= 10
 STRESS_FILES = correctness/test_distributed.py correctness/test_sharded_optimizer.py correctness/test_fsdp.py
-stress:
+stress: check-n
 	@set -e; for i in $$(seq $(N)); do \
 	  echo "stress $$i/$(N)"; $(PYTEST) $(STRESS_FILES) -q --timeout=900; \
 	done; echo "stress: $(N) of $(N) passed"

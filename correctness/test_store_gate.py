@@ -72,26 +72,33 @@ def test_gate_acceptance_for_another_run_does_not_carry_over(h100_leaderboard, t
 def test_gate_within_band_and_measured_bands(h100_leaderboard, tmp_path):
     data_dir, src = h100_leaderboard
     _store(_later_copy(src, {OURS: 1.01}, "2099-01-01T00:00:00+00:00"), tmp_path, data_dir)
-    changes = gate.compare(data_dir)
+    changes = gate.compare(data_dir).changes
     assert {c.row for c in changes} >= {OURS} and not any(c.regressed for c in changes)
     runs = sorted((data_dir / "h100-80gb-x1" / "leaderboard").glob("*.json"))
     bands = gate.measure_bands(runs, "h100-80gb-x1", "leaderboard")
     assert bands[OURS] == pytest.approx(max(gate.MIN_BAND, gate.BAND_SAFETY * 0.01))
     gate.write_bands(data_dir.parent / "noise-bands.toml", "h100-80gb-x1", "leaderboard", {OURS: 0.005})
     _store(_later_copy(src, {OURS: 1.02}, "2099-01-02T00:00:00+00:00"), tmp_path, data_dir)
-    assert [c.row for c in gate.compare(data_dir) if c.regressed] == [OURS]  # 2% is beyond its own 0.5% band
+    assert [c.row for c in gate.compare(data_dir).changes if c.regressed] == [OURS]  # 2% is beyond its own 0.5% band
 
 
 def test_store_never_overwrites_and_refuses_interrupted_runs(h100_leaderboard, tmp_path):
     data_dir, src = h100_leaderboard
     doc = json.loads(src.read_text())
-    first, second = _store(doc, tmp_path, data_dir), _store(doc, tmp_path, data_dir)
-    assert first != second and first.exists() and second.exists()
+    doc["datetime"] = "2099-01-01T00:00:00.000001+00:00"
+    first = _store(doc, tmp_path, data_dir)
     before = sorted(p.name for p in (data_dir / "h100-80gb-x1" / "leaderboard").iterdir())
+    with pytest.raises(ValueError, match=f"the same run is already stored as .*{first.name}"):
+        _store(doc, tmp_path, data_dir)  # filed twice (two make perf sharing one output): refused
     doc["suite"] = dict(interrupted=True, why="KeyboardInterrupt")
     with pytest.raises(ValueError, match="interrupted"):
         _store(doc, tmp_path, data_dir)
     assert sorted(p.name for p in (data_dir / "h100-80gb-x1" / "leaderboard").iterdir()) == before
+    # another run stamped in the same second is kept, under a name that sorts after the first
+    doc["suite"], doc["datetime"] = {}, "2099-01-01T00:00:00.000002+00:00"
+    second = _store(doc, tmp_path, data_dir)
+    assert second.name.startswith(first.stem + "_") and sorted([second, first]) == [first, second]
+    assert [rf.path for rf in store.run_files(data_dir)][-2:] == [first, second]
 
 
 @pytest.mark.parametrize("name,count,mem,slug", [

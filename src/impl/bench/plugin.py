@@ -2,16 +2,25 @@
 fixtures perf tests use (`device`, `profile`, `peaks`, `bench`), the session's list of rows that
 did not run (written beside the benchmarks into the same JSON by `pytest_benchmark_update_json`),
 and one progress line per finished row, so a person watching a long GPU command sees where it is.
+It also keeps a run honest: its failed tests go into the JSON (impl.bench.store refuses such a
+run), a second timed run on the same device is refused (impl.bench.runlock), `--benchmark-compare`
+reads the committed runs from git's HEAD, and what pytest-benchmark writes lands in the repo's
+.benchmarks and out/ from any folder.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 
 from impl.bench.row import Metric, NotRunEntry, Row
+from impl.bench.store import FailedTest
 from impl.runtime import default_device, profile_name
 
 
@@ -43,10 +52,12 @@ class Recorder:
 
     def __init__(self):
         self.not_run: list[NotRunEntry] = []
+        self.failed: list[FailedTest] = []
         self._config = None
 
     def attach(self, config) -> None:
         self.not_run.clear()
+        self.failed.clear()
         self._config = config
 
     def add(self, entry: NotRunEntry) -> None:
@@ -55,6 +66,9 @@ class Recorder:
 
     def progress(self, name: str, row: Row, median_s: float) -> None:
         self._line(f"{name}: median {_fmt_s(median_s)}  {headline(row)}  {row.status.value}")
+
+    def line(self, text: str) -> None:
+        self._line(text)
 
     def _line(self, text: str) -> None:
         # looked up at write time: the terminal reporter registers after this plugin configures
@@ -76,34 +90,135 @@ RECORDER = Recorder()
 _STOP: dict[str, str] = {}  # why the session stopped early, if it did
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark loads what --benchmark-compare compares with
+_DEFAULT_STORAGE = ("file://./.benchmarks", "./.benchmarks", ".benchmarks")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark reads its options and loads what it compares with
 def pytest_configure(config):
     RECORDER.attach(config)
     _STOP.clear()
+    _check_profile()
+    root = config.rootpath
+    # pytest-benchmark's paths are relative to the current folder: pin them to the repo, so a run
+    # from perf/ reads and writes what one from the root does, and nothing lands outside out/ or .benchmarks
+    if config.getoption("benchmark_storage", default=None) in _DEFAULT_STORAGE:
+        config.option.benchmark_storage = f"file://{root / '.benchmarks'}"
+    histograms = config.getoption("benchmark_histogram", default=None) or []
+    config.option.benchmark_histogram = [h if os.path.isabs(h) else str(root / "out" / "histograms" / h)
+                                         for h in histograms]
     if config.getoption("benchmark_compare", default=[]) not in ([], None, False):
         _write_compare_baseline(config)
 
 
-def _write_compare_baseline(config) -> None:
-    """`--benchmark-compare` out of the box: the newest committed run of every row for this device
-    (impl.bench.store), written into pytest-benchmark's default storage as run 0000. A user's own
-    saved runs (--benchmark-autosave) number from 0001, so plain --benchmark-compare takes the
-    newest of those when there are any; --benchmark-compare=0000 always takes the committed one."""
-    import json
+def _check_profile() -> None:
+    """SUITE_PROFILE=full on a CPU would run the course's GPU grids for hours: refused unless meant."""
+    if (os.environ.get("SUITE_PROFILE") == "full" and not torch.cuda.is_available()
+            and os.environ.get("SUITE_FULL_ON_CPU") != "1"):
+        raise pytest.UsageError("SUITE_PROFILE=full on a machine without a GPU runs the course's GPU grids for "
+                                "hours; use the smoke profile, or set SUITE_FULL_ON_CPU=1 if you mean it")
 
+
+def _atomic_write(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def _write_compare_baseline(config) -> None:
+    """`--benchmark-compare` out of the box. The newest committed run of every row for this device
+    (impl.bench.store.committed_baseline: git's HEAD, not the working tree) is written into
+    pytest-benchmark's storage as run 0000, which `--benchmark-compare=0000` names. Plain
+    `--benchmark-compare` reads a merge, out/compare/<device>.json: the committed rows, each
+    replaced by the same row of the user's newest saved run (--benchmark-autosave, 0001 on) that
+    holds it, so a saved run of one section shadows only its own rows."""
     from pytest_benchmark.utils import get_machine_id
 
     from impl.bench.store import committed_baseline, device_slug
 
-    storage = config.getoption("benchmark_storage")
-    if storage not in ("file://./.benchmarks", "./.benchmarks", ".benchmarks"):
-        return  # the user named a storage: theirs to fill
-    baseline = committed_baseline(device_slug())
-    if baseline is None:
-        return
+    if config.getoption("benchmark_storage") != f"file://{config.rootpath / '.benchmarks'}":
+        return  # the user named a storage: theirs to fill and compare with
+    device = device_slug()
+    baseline = committed_baseline(device)
+    for why in baseline.skipped:
+        RECORDER.line(f"compare: skipped {why}")
     folder = config.rootpath / ".benchmarks" / get_machine_id()
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "0000_committed.json").write_text(json.dumps(baseline))
+    committed = folder / "0000_committed.json"
+    if baseline.doc is not None:
+        _atomic_write(committed, baseline.doc)
+    else:
+        committed.unlink(missing_ok=True)  # never compare with an earlier HEAD's rows
+        RECORDER.line(f"compare: no committed {device} run in {baseline.source}")
+    if config.getoption("benchmark_compare") is not True:
+        return  # a named run (0000, 0003, a file): pytest-benchmark's own choice
+    merged = dict(baseline.doc or {}, benchmarks=list((baseline.doc or {}).get("benchmarks", [])), not_run=[])
+    rows = {b["fullname"]: b for b in merged["benchmarks"]}
+    saved = sorted(p for p in folder.glob("[0-9][0-9][0-9][0-9]_*.json") if not p.name.startswith("0000_"))
+    for path in saved:  # oldest first: a newer saved run's row replaces an older one's
+        try:
+            doc = json.loads(path.read_text())
+            benches = {b["fullname"]: b for b in doc["benchmarks"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            RECORDER.line(f"compare: skipped saved run {path} ({type(exc).__name__}: {exc})")
+            continue
+        rows.update(benches)
+        merged = dict(doc, benchmarks=[], not_run=[])
+    if not rows:
+        return  # nothing to compare with: pytest-benchmark says "Can't compare"
+    merged["benchmarks"] = sorted(rows.values(), key=lambda b: b["fullname"])
+    target = config.rootpath / "out" / "compare" / f"{device}.json"
+    _atomic_write(target, merged)
+    RECORDER.line(f"compare: baseline {target}: the committed rows ({baseline.source})"
+                  + (f", shadowed row by row by the saved runs {', '.join(p.stem for p in saved)}" if saved else ""))
+    config.option.benchmark_compare = str(target)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """After pytest-benchmark's table: each timed row the comparison had no baseline for, by name
+    (pytest-benchmark shows such a row without a comparison and passes --benchmark-compare-fail)."""
+    bs = getattr(config, "_benchmarksession", None)
+    if bs is None or not bs.compare or not bs.benchmarks:
+        return
+    known = set().union(*(m.keys() for m in bs.compared_mapping.values())) if bs.compared_mapping else set()
+    missing = [b.fullname for b in bs.benchmarks if b and b.fullname not in known]
+    for name in missing:
+        terminalreporter.write_line(f"[bench] compare: no baseline for {name}")
+    if missing:
+        terminalreporter.write_line(f"[bench] compare: {len(bs.benchmarks) - len(missing)} of {len(bs.benchmarks)} "
+                                    "timed rows compared")
+
+
+_LOCK: list = []  # the session's device lock, while it holds one
+
+
+def pytest_collection_finish(session):
+    """A session that will time benchmarks takes the device's lock (impl.bench.runlock): a second
+    one would load the machine under the first one's timings."""
+    from impl.bench.runlock import DeviceBusy, RunLock
+    from impl.bench.store import device_slug
+
+    bs = getattr(session.config, "_benchmarksession", None)
+    if bs is None or bs.disabled or bs.skip or _LOCK:
+        return
+    if not any("benchmark" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    lock = RunLock(session.config.rootpath / "out" / "locks", device_slug())
+    try:
+        lock.acquire()
+    except DeviceBusy as exc:
+        pytest.exit(f"refused: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+    _LOCK.append(lock)
+
+
+def pytest_unconfigure(config):
+    while _LOCK:
+        _LOCK.pop().release()
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:  # a failure in setup or teardown is an error; the store refuses either
+        RECORDER.failed.append(FailedTest(report.nodeid, report.when))
 
 
 def pytest_keyboard_interrupt(excinfo):
@@ -124,7 +239,8 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
     stopped = _STOP.get("why") or (str(session.shouldstop) if session is not None and session.shouldstop else None)
     output_json["not_run"] = [e.to_json() for e in RECORDER.not_run]
     output_json["suite"] = dict(device_slug=device_slug(), interrupted=stopped is not None, why=stopped,
-                                args=list(config.invocation_params.args))
+                                args=list(config.invocation_params.args),
+                                failed=[dict(test=f.test, when=f.when) for f in RECORDER.failed])
 
 
 def pytest_sessionstart(session):

@@ -1,5 +1,6 @@
-"""`make compare`: fresh smoke runs (out/smoke/<section>.json) against the newest committed CPU
-run of each section. It prints each row's median beside the committed one, and fails when the
+"""`make compare`: each section's newest fresh run (`make smoke`'s out/smoke/<section>.json or `make
+perf`'s out/runs/<run>/<section>.json, whichever is newer) against the newest committed run (git's
+HEAD) of the same section on the run's own device. It prints each row's median beside the committed one, and fails when the
 rows themselves changed: a row the baseline measured that the fresh run did not measure (gone,
 OOM, unsupported, left out) or whose status changed. A change to or from "left out by budget" is
 shown, not judged: how many rows fit a section's wall-clock budget depends on the machine. Timings are shown, not judged: a smoke run
@@ -12,8 +13,8 @@ import sys
 from pathlib import Path
 
 from impl.bench.row import Status
-from impl.bench.store import DATA_DIR, run_files
-from impl.report.data import Record, load_file
+from impl.bench.store import DATA_DIR, BadRunFile, Suite, check_section, committed_runs, read_run
+from impl.report.data import Record, load_doc
 from impl.report.markdown import table
 
 
@@ -21,13 +22,31 @@ def _by_name(records: list[Record]) -> dict[str, Record]:
     return {r.name: r for r in records}
 
 
-def compare_run(fresh: Path, device: str, data_dir: Path = DATA_DIR) -> tuple[list[list], list[str]]:
+def newest_fresh(out: Path, section: str) -> Path | None:
+    """The newest fresh run of `section` under `out` (make smoke's or make perf's), or None."""
+    found = [p for p in (out / "smoke" / f"{section}.json", *out.glob(f"runs/*/{section}.json")) if p.exists()]
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def compare_run(fresh: Path, device: str | None = None, data_dir: Path = DATA_DIR) -> tuple[list[list], list[str]]:
+    """(table rows, problems) of one fresh run against the newest whole committed run of its section
+    on `device` (default: the run's own). A fresh or committed file that is not a whole run is
+    named: a bad fresh run is a problem, a bad committed one is skipped with a warning."""
     section = fresh.stem
-    stored = [rf for rf in run_files(data_dir) if rf.device == device and rf.section == section]
+    try:
+        fresh_doc = read_run(fresh, section)
+    except BadRunFile as exc:
+        return [], [f"{section}: {exc}"]
+    device = device or Suite.from_json(fresh_doc).device_slug or "cpu"
+    stored, skipped, _ = committed_runs(device, data_dir)
+    for why in skipped:
+        print(f"compare: warning: skipped {why}", file=sys.stderr)
+    stored = [(rf, doc) for rf, doc in stored if rf.section == section]
     if not stored:
         return [], [f"{section}: no committed {device} run to compare with"]
-    base = _by_name(load_file(stored[-1].path, device, section))
-    new = _by_name(load_file(fresh, device, section))
+    base_rf, base_doc = stored[-1]
+    base = _by_name(load_doc(base_doc, base_rf.path, device, section))
+    new = _by_name(load_doc(fresh_doc, fresh, device, section))
     rows, problems = [], []
     for name in sorted(base.keys() | new.keys()):
         b, n = base.get(name), new.get(name)
@@ -38,20 +57,33 @@ def compare_run(fresh: Path, device: str, data_dir: Path = DATA_DIR) -> tuple[li
         rows.append([section, name, b_status, n_status, b_ms, n_ms])
         budget = Status.LEFT_OUT_BY_BUDGET.value
         if b is not None and b_status != n_status and budget not in (b_status, n_status):
-            problems.append(f"{section}: {name} was {b_status} in {stored[-1].stamp}, now {n_status}")
+            problems.append(f"{section}: {name} was {b_status} in {base_rf.stamp}, now {n_status}")
     return rows, problems
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("runs", nargs="+", help="run files, or with --out section names")
+    ap.add_argument("--out", type=Path, help="take each named section's newest fresh run under this folder")
+    ap.add_argument("--device", help="device slug (default: each run's own)")
     ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
     args = ap.parse_args(argv)
     all_rows, problems = [], []
-    for run in args.runs:
+    for name in args.runs:
+        if args.out is not None:
+            try:
+                check_section(name)
+            except ValueError as exc:
+                problems.append(str(exc))
+                continue
+            run = newest_fresh(args.out, name)
+            if run is None:
+                problems.append(f"{name}: no fresh run under {args.out} (make smoke or make perf writes one)")
+                continue
+        else:
+            run = Path(name)
         if not run.exists():
-            problems.append(f"{run}: no such run (did the smoke step run this section?)")
+            problems.append(f"{run}: no such run")
             continue
         rows, bad = compare_run(run, args.device, args.data_dir)
         all_rows += rows

@@ -12,14 +12,14 @@ payloads) and `row` (the Row itself).
 """
 from __future__ import annotations
 
-import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from impl.bench.row import SCHEMA, Row, Status
-from impl.bench.store import run_files
+from impl.bench.store import BadRunFile, read_run, run_files
 from impl.report.legacy import legacy_row
 
 STAT_KEYS = ("mean", "stddev", "median", "min", "max", "iqr", "rounds")
@@ -68,8 +68,21 @@ def _commit(info: dict) -> str:
 
 
 def load_file(path: Path, device: str | None = None, section: str | None = None) -> list[Record]:
-    doc = json.loads(path.read_text())
-    benches = doc.get("benchmarks", [])
+    """One run file's records; BadRunFile (naming the file and each bad row) for a file that is
+    not a whole run (impl.bench.store.read_run: truncated, empty, failed tests, NaN stats...)."""
+    return load_doc(read_run(path, section), path, device, section)
+
+
+def load_doc(doc: dict, path: Path, device: str | None = None, section: str | None = None) -> list[Record]:
+    """The records of a run already read (impl.bench.store.read_run or parse_run) from `path`."""
+    try:
+        return _records(doc, path, device, section)
+    except (KeyError, TypeError, ValueError) as exc:  # an older-format row read_run cannot check
+        raise BadRunFile(str(path), [f"unreadable row ({type(exc).__name__}: {exc})"]) from None
+
+
+def _records(doc: dict, path: Path, device: str | None, section: str | None) -> list[Record]:
+    benches = doc["benchmarks"]
     legacy = not any((b.get("extra_info") or {}).get("schema") == SCHEMA for b in benches) and "not_run" not in doc
     run = Run(device=device or path.parent.name, section=section or path.stem, path=str(path),
               datetime=doc.get("datetime"), commit=_commit(doc.get("commit_info") or {}), legacy=legacy)
@@ -111,10 +124,14 @@ def frame(records: list[Record]) -> pd.DataFrame:
 
 
 def load_records(data_dir: Path) -> list[Record]:
-    """Every stored run of every device and section (impl.bench.store's layout), oldest first."""
+    """Every stored run of every device and section (impl.bench.store's layout), oldest first. A
+    file that is not a whole run is left out with a warning naming it (`make gate` fails on it)."""
     records = []
     for rf in run_files(data_dir):
-        records.extend(load_file(rf.path, rf.device, rf.section))
+        try:
+            records.extend(load_file(rf.path, rf.device, rf.section))
+        except BadRunFile as exc:
+            print(f"warning: skipped {exc}", file=sys.stderr)
     return records
 
 

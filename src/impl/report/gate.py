@@ -12,19 +12,21 @@ earlier run that measured it with the same clock. A row slower by more than its 
 
 Noise bands (relative, per row) come from repeated identical runs: `python -m impl.report.gate
 --bands A.json B.json ...` writes them to `reports/noise-bands.toml`; a row without one uses
-DEFAULT_BAND for its device type. Interrupted runs are never stored (impl.bench.store), so they
-are never compared.
+DEFAULT_BAND for its device type. Both files are validated: an error names the file, the entry
+and what is wrong. A run file that is not a whole run (impl.bench.store.read_run: truncated, NaN
+or non-positive stats, failed tests...) fails the gate by name, so committed corruption is caught.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from impl.bench.row import Status
-from impl.bench.store import DATA_DIR, run_files
+from impl.bench.store import DATA_DIR, BadRunFile, run_files
 from impl.report.data import Record, load_file
 from impl.report.markdown import table
 
@@ -64,8 +66,68 @@ class Change:
         return f"accepted: {self.accepted}" if self.accepted else "REGRESSION"
 
 
+class ConfigError(ValueError):
+    """A malformed accepted-changes.toml or noise-bands.toml: says the file, the entry and what is wrong."""
+
+
 def _toml(path: Path) -> dict:
-    return tomllib.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """One [[accepted]] entry: the row may be slower than its band in `run` (every run if None)."""
+
+    device: str
+    section: str
+    row: str
+    reason: str
+    run: str | None = None
+
+
+def read_accepted(path: Path) -> list[Acceptance]:
+    doc = _toml(path)
+    if extra := set(doc) - {"accepted"}:
+        raise ConfigError(f"{path}: unknown top-level key(s) {sorted(extra)}; only [[accepted]] entries belong here")
+    entries = doc.get("accepted", [])
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: 'accepted' must be a list of [[accepted]] tables")
+    keys = [f.name for f in fields(Acceptance)]
+    out = []
+    for i, entry in enumerate(entries, 1):
+        where = f"{path}: [[accepted]] entry {i}" + (f" (row {entry.get('row')!r})" if isinstance(entry, dict) else "")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: not a table")
+        if unknown := set(entry) - set(keys):
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (keys: {', '.join(keys)})")
+        for key in ("device", "section", "row", "reason"):
+            if not (isinstance(entry.get(key), str) and entry[key].strip()):
+                raise ConfigError(f"{where}: {key!r} must be a non-empty string, got {entry.get(key)!r}")
+        if not isinstance(entry.get("run", ""), str):
+            raise ConfigError(f"{where}: 'run' must be a run file's stem (a string), got {entry['run']!r}")
+        out.append(Acceptance(**entry))
+    return out
+
+
+def read_bands(path: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """device → section → row → relative band (a finite number > 0)."""
+    doc = _toml(path)
+    for device, by_section in doc.items():
+        if not isinstance(by_section, dict):
+            raise ConfigError(f"{path}: {device!r} must be a table of sections")
+        for section, rows in by_section.items():
+            if not isinstance(rows, dict):
+                raise ConfigError(f"{path}: [{device}.{section}] must be a table of row = band")
+            for row, band in rows.items():
+                if isinstance(band, bool) or not isinstance(band, (int, float)) or not math.isfinite(band) or band <= 0:
+                    raise ConfigError(f"{path}: [{device}.{section}] {row!r}: a band is a relative spread > 0 "
+                                      f"(0.02 is 2%), got {band!r}")
+    return doc
 
 
 def _clock(rec: Record) -> str:
@@ -79,20 +141,31 @@ def _measured(records: list[Record]) -> dict[str, Record]:
             if r.row.status is Status.MEASURED and r.stats is not None and r.stats.median}
 
 
+@dataclass
+class Verdict:
+    changes: list[Change]
+    bad_files: list[BadRunFile] = field(default_factory=list)  # fail the gate: committed corruption
+
+
 def compare(data_dir: Path = DATA_DIR, bands_path: Path | None = None,
-            accepted_path: Path | None = None) -> list[Change]:
-    bands = _toml(bands_path or data_dir.parent / "noise-bands.toml")
+            accepted_path: Path | None = None) -> Verdict:
+    bands = read_bands(bands_path or data_dir.parent / "noise-bands.toml")
     # an entry naming a run accepts the change into that run only; without one, every run of the row
-    accepted = {(a["device"], a["section"], a["row"], a.get("run")): a["reason"]
-                for a in _toml(accepted_path or data_dir.parent / "accepted-changes.toml").get("accepted", [])}
+    accepted = {(a.device, a.section, a.row, a.run): a.reason
+                for a in read_accepted(accepted_path or data_dir.parent / "accepted-changes.toml")}
+    verdict = Verdict([])
     by_section: dict[tuple[str, str], list] = {}
     for rf in run_files(data_dir):
-        by_section.setdefault((rf.device, rf.section), []).append(rf)
-    changes = []
-    for (device, section), runs in sorted(by_section.items()):
-        runs.sort(key=lambda rf: rf.stamp)
-        newest = _measured(load_file(runs[-1].path, device, section))
-        earlier = [(rf, _measured(load_file(rf.path, device, section))) for rf in reversed(runs[:-1])]
+        try:  # every file is read, CPU ones too: a corrupt file fails the gate wherever it is
+            by_section.setdefault((rf.device, rf.section), []).append((rf, _measured(load_file(rf.path, rf.device, rf.section))))
+        except BadRunFile as exc:
+            verdict.bad_files.append(exc)
+    changes = verdict.changes
+    for (device, section), loaded in sorted(by_section.items()):
+        loaded.sort(key=lambda pair: pair[0].stamp)
+        runs = [rf for rf, _ in loaded]
+        newest = loaded[-1][1]
+        earlier = list(reversed(loaded[:-1]))
         if device == "cpu":
             continue
         default = DEFAULT_BAND["cuda"]
@@ -105,11 +178,14 @@ def compare(data_dir: Path = DATA_DIR, bands_path: Path | None = None,
             changes.append(Change(device, section, name, prev[0].stamp, runs[-1].stamp, prev[1].stats.median,
                                   rec.stats.median, band, accepted.get((device, section, name, runs[-1].stamp))
                                   or accepted.get((device, section, name, None))))
-    return changes
+    return verdict
 
 
 def measure_bands(run_paths: list[Path], device: str, section: str) -> dict[str, float]:
-    """Per row, BAND_SAFETY × the largest relative spread of the median across identical runs."""
+    """Per row measured in two runs or more, BAND_SAFETY × the largest relative spread of the
+    median across identical runs. ValueError for fewer than two distinct runs: one run has no spread."""
+    if len({p.resolve() for p in run_paths}) < 2:
+        raise ValueError(f"--bands needs at least two different runs of the same code, got {len(set(run_paths))}")
     medians: dict[str, list[float]] = {}
     for path in run_paths:
         for name, rec in _measured(load_file(path, device, section)).items():
@@ -118,8 +194,9 @@ def measure_bands(run_paths: list[Path], device: str, section: str) -> dict[str,
 
 
 def write_bands(path: Path, device: str, section: str, bands: dict[str, float]) -> None:
-    doc = _toml(path)
-    doc.setdefault(device, {})[section] = bands
+    """Adds or replaces these rows' bands; every other band in the file stays."""
+    doc = read_bands(path)
+    doc.setdefault(device, {}).setdefault(section, {}).update(bands)
     lines = ["# Relative noise band per row, from repeated identical runs (python -m impl.report.gate --bands).", ""]
     for dev in sorted(doc):
         for sec in sorted(doc[dev]):
@@ -147,11 +224,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.bands:
         if not (args.device and args.section):
             ap.error("--bands needs --device and --section")
-        bands = measure_bands(args.bands, args.device, args.section)
-        write_bands(args.data_dir.parent / "noise-bands.toml", args.device, args.section, bands)
+        try:
+            bands = measure_bands(args.bands, args.device, args.section)
+            if not bands:
+                raise ValueError("no row is measured in two of these runs: the bands are left as they were")
+            write_bands(args.data_dir.parent / "noise-bands.toml", args.device, args.section, bands)
+        except ValueError as exc:  # BadRunFile and ConfigError included: each names its file
+            print(f"gate --bands: {exc}", file=sys.stderr)
+            return 1
         print(f"wrote {len(bands)} bands for {args.device}/{args.section}; largest {max(bands.values(), default=0):.1%}")
         return 0
-    changes = compare(args.data_dir)
+    try:
+        verdict = compare(args.data_dir)
+    except ConfigError as exc:
+        print(f"gate: {exc}", file=sys.stderr)
+        return 1
+    changes = verdict.changes
+    for exc in verdict.bad_files:
+        print(f"gate: CORRUPT run file {exc}", file=sys.stderr)
     shown = changes if args.all else [c for c in changes if c.verdict != "within band"]
     print(f"gate: {len(changes)} rows compared across {len({(c.device, c.section) for c in changes})} sections")
     if shown:
@@ -161,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gate: REGRESSION {c.device}/{c.section} {c.row}: {c.old_s * 1e3:.4g} -> {c.new_s * 1e3:.4g} ms "
               f"({100 * (c.ratio - 1):+.1f}%, band ±{100 * c.band:.0f}%); accept it in reports/accepted-changes.toml "
               "with a reason if intended", file=sys.stderr)
-    return 1 if bad else 0
+    return 1 if bad or verdict.bad_files else 0
 
 
 if __name__ == "__main__":
