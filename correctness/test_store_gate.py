@@ -1,6 +1,7 @@
 """Histories and the regression gate (impl.bench.store, impl.report.gate, impl.report.compare) on
 copies of committed runs in a temporary data folder."""
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def test_store_never_overwrites_and_refuses_interrupted_runs(h100_leaderboard, t
     doc["datetime"] = "2099-01-01T00:00:00.000001+00:00"
     first = _store(doc, tmp_path, data_dir)
     before = sorted(p.name for p in (data_dir / "h100-80gb-x1" / "leaderboard").iterdir())
-    with pytest.raises(ValueError, match=f"the same run is already stored as .*{first.name}"):
+    with pytest.raises(ValueError, match=f"the same run is already stored as .*{re.escape(first.name)}"):
         _store(doc, tmp_path, data_dir)  # filed twice (two make perf sharing one output): refused
     doc["suite"] = dict(interrupted=True, why="KeyboardInterrupt")
     with pytest.raises(ValueError, match="interrupted"):
@@ -124,3 +125,376 @@ def test_compare_fails_when_a_row_changes_status(tmp_path):
     fresh.write_text(json.dumps(doc))
     rows, problems = compare.compare_run(fresh, "cpu", data_dir)
     assert problems == [f"leaderboard: {gone} was measured in {src.stem}, now absent"]
+
+
+# --- Issue 35: histories that cannot lie. A small synthetic run of the `leaderboard` section. ---
+
+from dataclasses import replace  # noqa: E402
+import math  # noqa: E402
+import subprocess  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from impl.bench import plugin, runlock  # noqa: E402
+from impl.bench.row import Env, Row, Status, Timing  # noqa: E402
+from impl.report import data as report_data  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = "h100-80gb-x1"
+
+
+def _row(status: Status = Status.MEASURED) -> dict:
+    env = Env(device="NVIDIA H100", device_type="cuda", torch="2", triton=None, cuda=None, profile="full")
+    timing = Timing(round="one call", timer="cuda_event", warmup_rounds=1, rounds=5) if status is Status.MEASURED else None
+    return Row(problem="leaderboard", config={}, env=env, status=status, timing=timing).to_json()
+
+
+def _bench(name: str, median: float) -> dict:
+    return dict(name=name, fullname=f"perf/test_leaderboard.py::{name}", group="leaderboard", extra_info=_row(),
+                stats=dict(median=median, mean=median, min=median, max=median, stddev=0.0, rounds=5, iqr=0.0))
+
+
+def _run(medians: dict[str, float], when: str = "2099-01-01T00:00:00+00:00", **suite) -> dict:
+    return dict(datetime=when, commit_info=dict(id="abcdef1234", dirty=False), machine_info={},
+                benchmarks=[_bench(n, m) for n, m in medians.items()], not_run=[],
+                suite=dict(device_slug=GPU, interrupted=False, why=None, args=[], failed=[], **suite))
+
+
+A, B = "test_leaderboard[flash_triton-fwd]", "test_leaderboard[flash_triton-fwd_bwd]"
+
+
+def _file(data_dir: Path, doc, name: str = "20990101T000000Z_abcdef12.json", device: str = GPU) -> Path:
+    path = data_dir / device / "leaderboard" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# bad run files: (what is planted, the words that name the problem)
+BAD_FILES = {
+    "truncated": (json.dumps(_run({A: 1e-3}))[:-40], "not JSON"),
+    "empty": ("", "empty file"),
+    "a list": ("[]", "found list"),
+    "an empty object": ("{}", "no rows"),
+    "NaN median": (json.dumps(_run({A: float("nan")})), f"row {A}: stats must be finite and > 0: median nan"),
+    "negative median": (json.dumps(_run({A: -1e-3})), "median -0.001"),
+    "zero median": (json.dumps(_run({A: 0.0})), "median 0.0"),
+    "missing stats": (json.dumps(dict(_run({A: 1e-3}), benchmarks=[dict(_bench(A, 1e-3), stats=None)])), f"row {A}: no stats"),
+    "unknown status": (json.dumps(dict(_run({}), benchmarks=[dict(_bench(A, 1e-3), extra_info=dict(_row(), status="timed_out"))])),
+                       f"row {A}: unknown status 'timed_out'"),
+    "failed tests": (json.dumps(_run({A: 1e-3}, ) | dict(suite=dict(failed=[dict(test=f"perf/test_leaderboard.py::{A}", when="call")] * 4))),
+                     "4 tests failed or errored"),
+    "rows of another section": (json.dumps(dict(_run({}), benchmarks=[dict(_bench(A, 1e-3), fullname=f"perf/test_fsdp.py::{A}")])),
+                                "not perf/test_leaderboard.py"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES)
+def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, tmp_path, capsys):
+    text, words = BAD_FILES[case]
+    data_dir = tmp_path / "data"
+    good = _file(data_dir, _run({A: 1e-3, B: 2e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    bad = _file(data_dir, text)
+    with pytest.raises(store.BadRunFile, match=re.escape(words)) as exc:
+        report_data.load_file(bad, GPU, "leaderboard")
+    assert str(bad) in str(exc.value)
+    # the gate fails on it by name (committed corruption), the report skips it with a warning
+    assert gate.main(["--data-dir", str(data_dir)]) == 1
+    assert f"CORRUPT run file {bad}" in capsys.readouterr().err
+    assert {r.run.path for r in report_data.load_records(data_dir)} == {str(good)}
+    assert f"warning: skipped {bad}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", BAD_FILES)
+def test_the_store_refuses_each_bad_run_and_writes_nothing(case, tmp_path):
+    text, words = BAD_FILES[case]
+    run = tmp_path / "leaderboard.json"
+    run.write_text(text)
+    data_dir = tmp_path / "data"
+    with pytest.raises(ValueError, match=re.escape(words)):
+        store.store_run(run, "leaderboard", data_dir)
+    assert not data_dir.exists()
+    assert store.main([str(run), "--section", "leaderboard", "--data-dir", str(data_dir)]) == 1
+
+
+def test_compare_skips_a_bad_committed_run_with_a_warning_and_names_a_bad_fresh_one(tmp_path, capsys):
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    bad = _file(data_dir, "{", "20990101T000000Z_abcdef12.json")
+    fresh = tmp_path / "leaderboard.json"
+    fresh.write_text(json.dumps(_run({A: 1e-3})))
+    rows, problems = compare.compare_run(fresh, GPU, data_dir)
+    assert len(rows) == 1 and not problems
+    assert f"skipped {bad.relative_to(data_dir)}" in capsys.readouterr().err
+    fresh.write_text("")
+    assert compare.compare_run(fresh, GPU, data_dir) == ([], [f"leaderboard: {fresh}: empty file"])
+
+
+def test_partial_leftovers_of_the_store_are_not_runs(tmp_path):
+    data_dir = tmp_path / "data"
+    good = _file(data_dir, _run({A: 1e-3}))
+    _file(data_dir, '{"benchm', ".partial-x1y2.json")
+    assert [rf.path for rf in store.run_files(data_dir)] == [good]
+    assert gate.main(["--data-dir", str(data_dir)]) == 0
+
+
+@pytest.mark.parametrize("section,device,words", [
+    ("leaderbord", None, "unknown section 'leaderbord'"),  # a typo would be a new folder
+    ("../../../x", None, "unknown section '../../../x'"),  # a file outside reports/
+    ("fsdp", None, "not perf/test_fsdp.py"),  # leaderboard rows filed as fsdp
+    ("leaderboard", "../../x", "is not a device folder name"),
+])
+def test_store_checks_section_and_device_names(section, device, words, tmp_path):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(_run({A: 1e-3})))
+    with pytest.raises(ValueError, match=re.escape(words)):
+        store.store_run(run, section, tmp_path / "reports" / "data", device)
+    assert _tree(tmp_path) == {"run.json": run.read_bytes()}
+
+
+def test_gate_refuses_nonpositive_and_nan_medians_instead_of_judging_them(tmp_path):
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3, B: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    for median in (float("nan"), -1e-3, 0.0):
+        newest = _file(data_dir, _run({A: median, B: 1e-3}))
+        verdict = gate.compare(data_dir)
+        assert [e.where for e in verdict.bad_files] == [str(newest)]
+        assert not any(c.verdict in ("within band", "faster") and c.row == A for c in verdict.changes)
+
+
+ACCEPTED_BAD = {
+    "not TOML": ("[[accepted]\nrow = 1", "not valid TOML"),
+    "missing reason": ('[[accepted]]\ndevice = "d"\nsection = "s"\nrow = "r"\n', "entry 1 (row 'r'): 'reason' must be a non-empty string"),
+    "a number as row": ('[[accepted]]\ndevice = "d"\nsection = "s"\nrow = 3\nreason = "x"\n', "'row' must be a non-empty string, got 3"),
+    "unknown key": ('[[accepted]]\ndevice = "d"\nsection = "s"\nrow = "r"\nreason = "x"\nrun_id = "y"\n', "unknown key(s) ['run_id']"),
+    "not a list": ('accepted = "all"\n', "'accepted' must be a list"),
+    "stray table": ('[accept]\nrow = "r"\n', "unknown top-level key(s) ['accept']"),
+}
+BANDS_BAD = {
+    "negative band": (f'["{GPU}"."leaderboard"]\n"{A}" = -0.05\n', f"[{GPU}.leaderboard] '{A}': a band is a relative spread > 0"),
+    "a string band": (f'["{GPU}"."leaderboard"]\n"{A}" = "2%"\n', "got '2%'"),
+    "a section that is not a table": (f'["{GPU}"]\nleaderboard = 0.02\n', f"[{GPU}.leaderboard] must be a table"),
+    "not TOML": ('["h100"\n', "not valid TOML"),
+}
+
+
+@pytest.mark.parametrize("name,case", [("accepted-changes.toml", c) for c in ACCEPTED_BAD]
+                         + [("noise-bands.toml", c) for c in BANDS_BAD])
+def test_malformed_toml_is_named_with_its_entry(name, case, tmp_path, capsys):
+    text, words = (ACCEPTED_BAD if name.startswith("accepted") else BANDS_BAD)[case]
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3}))
+    (tmp_path / name).write_text(text)
+    with pytest.raises(gate.ConfigError, match=re.escape(words)):
+        gate.compare(data_dir)
+    assert gate.main(["--data-dir", str(data_dir)]) == 1
+    assert str(tmp_path / name) in capsys.readouterr().err
+
+
+def test_bands_need_two_runs_and_never_drop_existing_ones(tmp_path, capsys):
+    data_dir = tmp_path / "data"
+    bands = tmp_path / "noise-bands.toml"
+    gate.write_bands(bands, GPU, "leaderboard", {B: 0.02, "test_leaderboard[old]": 0.03})
+    before = bands.read_text()
+    one = _file(data_dir, _run({A: 1.00e-3}), "r1.json")
+    args = ["--data-dir", str(data_dir), "--device", GPU, "--section", "leaderboard", "--bands"]
+    assert gate.main(args + [str(one)]) == 1 and "at least two different runs" in capsys.readouterr().err
+    assert gate.main(args + [str(one), str(one)]) == 1
+    assert bands.read_text() == before
+    two = _file(data_dir, _run({A: 1.01e-3}, "2099-01-02T00:00:00+00:00"), "r2.json")
+    assert gate.main(args + [str(one), str(two)]) == 0
+    assert gate.read_bands(bands)[GPU]["leaderboard"] == {B: 0.02, "test_leaderboard[old]": 0.03,
+                                                          A: pytest.approx(gate.MIN_BAND)}
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                   capture_output=True)
+
+
+def test_committed_baseline_is_read_from_git_head_not_the_working_tree(tmp_path):
+    data_dir = tmp_path / "reports" / "data"
+    _file(data_dir, _run({A: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "committed run")
+    _file(data_dir, _run({A: 9e-3}))  # an uncommitted local make perf
+    base = store.committed_baseline(GPU, data_dir)
+    assert base.source == "git HEAD:reports/data"
+    assert [b["stats"]["median"] for b in base.doc["benchmarks"]] == [1e-3]
+    # outside a git checkout: the working tree, and the source says so
+    shutil.rmtree(tmp_path / ".git")
+    base = store.committed_baseline(GPU, data_dir)
+    assert "not a git checkout" in base.source and [b["stats"]["median"] for b in base.doc["benchmarks"]] == [9e-3]
+
+
+def _fake_config(root: Path, compare=True, histogram=()) -> SimpleNamespace:
+    option = SimpleNamespace(benchmark_storage="file://./.benchmarks", benchmark_compare=compare,
+                             benchmark_histogram=list(histogram))
+    return SimpleNamespace(rootpath=root, option=option, getoption=lambda name, default=None: getattr(option, name, default))
+
+
+def test_compare_baseline_from_any_folder_and_saved_runs_shadow_only_their_rows(tmp_path, monkeypatch):
+    from pytest_benchmark.utils import get_machine_id
+
+    committed = _run({A: 1e-3, B: 2e-3})
+    monkeypatch.setattr(store, "committed_baseline", lambda device: store.Baseline(committed, "git HEAD:reports/data"))
+    monkeypatch.setattr(store, "device_slug", lambda: GPU)
+    monkeypatch.setattr(plugin, "RECORDER", plugin.Recorder())  # not this session's
+    saved = tmp_path / ".benchmarks" / get_machine_id()
+    saved.mkdir(parents=True)
+    (saved / "0001_x.json").write_text(json.dumps(_run({"test_flash_other[x]": 5e-3})))  # another section's autosave
+    (saved / "0002_y.json").write_text(json.dumps(_run({B: 3e-3})))
+    (tmp_path / "perf").mkdir()
+    monkeypatch.chdir(tmp_path / "perf")
+    config = _fake_config(tmp_path, histogram=["benchmark_20990101"])
+    plugin.pytest_configure(config)
+    assert config.option.benchmark_storage == f"file://{tmp_path / '.benchmarks'}"
+    assert config.option.benchmark_histogram == [str(tmp_path / "out" / "histograms" / "benchmark_20990101")]
+    assert json.loads((saved / "0000_committed.json").read_text()) == committed
+    merged = json.loads(Path(config.option.benchmark_compare).read_text())
+    assert Path(config.option.benchmark_compare).is_relative_to(tmp_path / "out")
+    assert {b["name"]: b["stats"]["median"] for b in merged["benchmarks"]} == {
+        A: 1e-3, B: 3e-3, "test_flash_other[x]": 5e-3}
+    assert "shadowed row by row by the saved runs 0001_x, 0002_y" in plugin.pytest_report_header(config)[-1]
+    config = _fake_config(tmp_path, compare="0000")  # a named run stays pytest-benchmark's choice
+    plugin.pytest_configure(config)
+    assert config.option.benchmark_compare == "0000"
+
+
+def test_compare_names_each_row_without_a_baseline(tmp_path):
+    lines = []
+    bs = SimpleNamespace(compare="x.json", benchmarks=[SimpleNamespace(fullname="p::a"), SimpleNamespace(fullname="p::b")],
+                         compared_mapping={Path("x.json"): {"p::a": {}}})
+    plugin.pytest_terminal_summary(SimpleNamespace(write_line=lines.append), SimpleNamespace(_benchmarksession=bs))
+    assert lines == ["[bench] compare: no baseline for p::b", "[bench] compare: 1 of 2 timed rows compared"]
+
+
+def test_failed_tests_are_recorded_in_the_run_json(monkeypatch):
+    monkeypatch.setattr(plugin, "RECORDER", plugin.Recorder())
+    plugin.pytest_runtest_logreport(SimpleNamespace(failed=True, nodeid="perf/test_x.py::t[a]", when="call"))
+    plugin.pytest_runtest_logreport(SimpleNamespace(failed=False, nodeid="perf/test_x.py::t[b]", when="call"))
+    out = {}
+    config = SimpleNamespace(invocation_params=SimpleNamespace(args=()))
+    plugin.pytest_benchmark_update_json(config, [], out)
+    assert out["suite"]["failed"] == [dict(test="perf/test_x.py::t[a]", when="call")]
+    assert store.Suite.from_json(out).failed == (store.FailedTest("perf/test_x.py::t[a]", "call"),)
+
+
+def test_a_second_run_on_a_device_is_refused_naming_the_first_and_a_stale_lock_is_taken_over(tmp_path):
+    first, second = runlock.RunLock(tmp_path, GPU), runlock.RunLock(tmp_path, GPU)
+    first.acquire()
+    with pytest.raises(runlock.DeviceBusy, match=re.escape(f"pid {first.me.pid} on {first.me.host}, started {first.me.started}")):
+        second.acquire()
+    first.release()
+    second.acquire()
+    second.release()
+    assert not first.path.exists()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid is free now
+    first.path.write_text(json.dumps(dict(vars(replace(first.me, pid=dead.pid)))))
+    second.acquire()  # its holder is gone: stale
+    assert second.holder() == second.me
+    runlock.RunLock(tmp_path, "cpu").acquire()  # another device is another lock
+
+
+@pytest.mark.parametrize("args,words", [
+    (["stress", "N=abc"], "N must be a whole number from 1, got 'abc'"),
+    (["stress", "N=0"], "got '0'"),
+    (["perf", "SECTIONS="], "SECTIONS is empty"),
+    (["perf", "SECTIONS=leaderbord"], "unknown section(s): leaderbord"),
+    (["compare", "SECTIONS=ddp x"], "unknown section(s): x"),
+])
+def test_make_variables_are_checked_before_anything_runs(args, words):
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), *args, "PY=/bin/false"], capture_output=True, text=True)
+    assert done.returncode == 2 and words in done.stderr
+
+
+def test_each_make_perf_writes_its_own_run_folder():
+    def run_dir() -> str:
+        out = subprocess.run(["make", "-n", "-C", str(ROOT), "perf", "SECTIONS=leaderboard", "PY=python"],
+                             capture_output=True, text=True).stdout
+        return re.search(r"--benchmark-json=(\S+)/\$s\.json", out).group(1)
+
+    first, second = run_dir(), run_dir()
+    assert first.startswith("out/runs/") and first != second
+
+
+def test_make_compare_takes_the_newest_fresh_run_of_smoke_or_perf(tmp_path):
+    import os
+
+    smoke = _file(tmp_path / "out", _run({A: 1e-3}), "leaderboard.json", device="smoke").replace(
+        tmp_path / "out" / "smoke" / "leaderboard.json")
+    runs = tmp_path / "out" / "runs" / "20990101T000000Z-1" / "leaderboard.json"
+    runs.parent.mkdir(parents=True)
+    runs.write_text(smoke.read_text())
+    os.utime(smoke, (1, 1))
+    assert compare.newest_fresh(tmp_path / "out", "leaderboard") == runs
+    os.utime(runs, (0, 0))
+    assert compare.newest_fresh(tmp_path / "out", "leaderboard") == smoke
+    assert compare.newest_fresh(tmp_path / "out", "fsdp") is None
+
+
+def test_full_profile_on_a_cpu_is_refused(monkeypatch):
+    monkeypatch.setenv("SUITE_PROFILE", "full")
+    monkeypatch.setattr(plugin.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(pytest.UsageError, match="SUITE_PROFILE=full on a machine without a GPU"):
+        plugin._check_profile()
+    monkeypatch.setenv("SUITE_FULL_ON_CPU", "1")
+    plugin._check_profile()
+
+
+# --- hostile inputs, drawn by hypothesis: every answer is a document or a BadRunFile naming the file ---
+
+_json = st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+                     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+                     max_leaves=12)
+_stat = st.one_of(st.floats(), st.integers(-3, 3), st.none(), st.text(max_size=3))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 10_000), junk=_json, stats=st.dictionaries(st.sampled_from(store.STAT_KEYS + ("rounds",)), _stat),
+       key=st.sampled_from(["benchmarks", "not_run", "suite", "datetime", "extra_info", "stats", "name"]))
+def test_loader_and_store_answer_hostile_files_by_name(cut, junk, stats, key, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hostile")
+    doc = _run({A: 1e-3, B: 2e-3})
+    bench = doc["benchmarks"][0]
+    bench["stats"].update(stats)
+    if key in ("extra_info", "stats", "name"):
+        bench[key] = junk
+    else:
+        doc[key] = junk
+    text = json.dumps(doc)
+    for variant in (text, text[:cut % (len(text) + 1)]):
+        path = folder / "leaderboard.json"
+        path.write_text(variant)
+        try:
+            records = report_data.load_file(path, GPU, "leaderboard")
+        except store.BadRunFile as exc:
+            assert exc.where == str(path) and exc.problems
+            with pytest.raises(ValueError):
+                store.store_run(path, "leaderboard", folder / "data")
+            assert not (folder / "data").exists()
+            continue
+        for rec in records:  # what loads is whole: finite positive medians, known statuses
+            assert rec.stats is None or (math.isfinite(rec.stats.median) and rec.stats.median > 0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(old=st.floats(allow_nan=True, allow_infinity=True), new=st.floats(allow_nan=True, allow_infinity=True))
+def test_gate_never_passes_a_median_that_is_not_a_positive_number(old, new, tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("gate") / "data"
+    _file(data_dir, _run({A: old}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    _file(data_dir, _run({A: new}))
+    verdict = gate.compare(data_dir)
+    bad = [m for m in (old, new) if not (math.isfinite(m) and m > 0)]
+    assert len(verdict.bad_files) == len(bad)
+    if bad:
+        assert not verdict.changes
+    else:
+        assert [c.regressed for c in verdict.changes] == [new / old > 1 + gate.DEFAULT_BAND["cuda"]]

@@ -67,9 +67,6 @@ class Recorder:
     def progress(self, name: str, row: Row, median_s: float) -> None:
         self._line(f"{name}: median {_fmt_s(median_s)}  {headline(row)}  {row.status.value}")
 
-    def line(self, text: str) -> None:
-        self._line(text)
-
     def _line(self, text: str) -> None:
         # looked up at write time: the terminal reporter registers after this plugin configures
         if self._config is None:
@@ -91,12 +88,18 @@ _STOP: dict[str, str] = {}  # why the session stopped early, if it did
 
 
 _DEFAULT_STORAGE = ("file://./.benchmarks", "./.benchmarks", ".benchmarks")
+_COMPARE_NOTES: list[str] = []  # what --benchmark-compare compares with, shown in the header
+
+
+def pytest_report_header(config):
+    return [f"[bench] {note}" for note in _COMPARE_NOTES]
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-benchmark reads its options and loads what it compares with
 def pytest_configure(config):
     RECORDER.attach(config)
     _STOP.clear()
+    _COMPARE_NOTES.clear()
     _check_profile()
     root = config.rootpath
     # pytest-benchmark's paths are relative to the current folder: pin them to the repo, so a run
@@ -142,14 +145,14 @@ def _write_compare_baseline(config) -> None:
     device = device_slug()
     baseline = committed_baseline(device)
     for why in baseline.skipped:
-        RECORDER.line(f"compare: skipped {why}")
+        _COMPARE_NOTES.append(f"compare: skipped {why}")
     folder = config.rootpath / ".benchmarks" / get_machine_id()
     committed = folder / "0000_committed.json"
     if baseline.doc is not None:
         _atomic_write(committed, baseline.doc)
     else:
         committed.unlink(missing_ok=True)  # never compare with an earlier HEAD's rows
-        RECORDER.line(f"compare: no committed {device} run in {baseline.source}")
+        _COMPARE_NOTES.append(f"compare: no committed {device} run in {baseline.source}")
     if config.getoption("benchmark_compare") is not True:
         return  # a named run (0000, 0003, a file): pytest-benchmark's own choice
     merged = dict(baseline.doc or {}, benchmarks=list((baseline.doc or {}).get("benchmarks", [])), not_run=[])
@@ -160,7 +163,7 @@ def _write_compare_baseline(config) -> None:
             doc = json.loads(path.read_text())
             benches = {b["fullname"]: b for b in doc["benchmarks"]}
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            RECORDER.line(f"compare: skipped saved run {path} ({type(exc).__name__}: {exc})")
+            _COMPARE_NOTES.append(f"compare: skipped saved run {path} ({type(exc).__name__}: {exc})")
             continue
         rows.update(benches)
         merged = dict(doc, benchmarks=[], not_run=[])
@@ -169,7 +172,7 @@ def _write_compare_baseline(config) -> None:
     merged["benchmarks"] = sorted(rows.values(), key=lambda b: b["fullname"])
     target = config.rootpath / "out" / "compare" / f"{device}.json"
     _atomic_write(target, merged)
-    RECORDER.line(f"compare: baseline {target}: the committed rows ({baseline.source})"
+    _COMPARE_NOTES.append(f"compare: baseline {target}: the committed rows ({baseline.source})"
                   + (f", shadowed row by row by the saved runs {', '.join(p.stem for p in saved)}" if saved else ""))
     config.option.benchmark_compare = str(target)
 

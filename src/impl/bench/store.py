@@ -167,7 +167,9 @@ def run_problems(doc, section: str | None = None) -> list[str]:
         datetime.fromisoformat(doc["datetime"])
     except (KeyError, TypeError, ValueError):
         problems.append(f"no valid 'datetime' ({doc.get('datetime')!r})")
-    benches, not_run = doc.get("benchmarks"), doc.get("not_run", [])
+    if not isinstance(doc.get("commit_info") or {}, dict):
+        problems.append("'commit_info' must be an object")
+    benches, not_run = doc.get("benchmarks", []), doc.get("not_run", [])
     if not isinstance(benches, list) or not isinstance(not_run, list):
         return problems + ["'benchmarks' and 'not_run' must be lists"]
     if not benches and not not_run:
@@ -187,6 +189,9 @@ def run_problems(doc, section: str | None = None) -> list[str]:
             problems.append(f"benchmark {i}: not a named benchmark entry")
             continue
         name, stats, info = bench["name"], bench.get("stats"), bench.get("extra_info") or {}
+        if not isinstance(info, dict):
+            problems.append(f"row {name}: 'extra_info' must be an object")
+            continue
         if file and not str(bench.get("fullname", "")).split("::")[0].endswith(file):
             problems.append(f"row {name}: from {bench.get('fullname')!r}, not perf/{file}")
         if not isinstance(stats, dict):

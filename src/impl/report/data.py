@@ -77,7 +77,7 @@ def load_doc(doc: dict, path: Path, device: str | None = None, section: str | No
     """The records of a run already read (impl.bench.store.read_run or parse_run) from `path`."""
     try:
         return _records(doc, path, device, section)
-    except (KeyError, TypeError, ValueError) as exc:  # an older-format row read_run cannot check
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # an older-format row read_run cannot check
         raise BadRunFile(str(path), [f"unreadable row ({type(exc).__name__}: {exc})"]) from None
 
 

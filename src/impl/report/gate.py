@@ -157,9 +157,11 @@ def compare(data_dir: Path = DATA_DIR, bands_path: Path | None = None,
     by_section: dict[tuple[str, str], list] = {}
     for rf in run_files(data_dir):
         try:  # every file is read, CPU ones too: a corrupt file fails the gate wherever it is
-            by_section.setdefault((rf.device, rf.section), []).append((rf, _measured(load_file(rf.path, rf.device, rf.section))))
+            rows = _measured(load_file(rf.path, rf.device, rf.section))
         except BadRunFile as exc:
             verdict.bad_files.append(exc)
+            continue
+        by_section.setdefault((rf.device, rf.section), []).append((rf, rows))
     changes = verdict.changes
     for (device, section), loaded in sorted(by_section.items()):
         loaded.sort(key=lambda pair: pair[0].stamp)
