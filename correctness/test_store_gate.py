@@ -498,3 +498,14 @@ def test_gate_never_passes_a_median_that_is_not_a_positive_number(old, new, tmp_
         assert not verdict.changes
     else:
         assert [c.regressed for c in verdict.changes] == [new / old > 1 + gate.DEFAULT_BAND["cuda"]]
+
+
+def test_a_machine_info_warning_from_a_subfolder_is_a_warning_not_a_crash():
+    # pytest-benchmark names its storage relative to the current folder and raises from perf/
+    warned = []
+    bs = SimpleNamespace(logger=SimpleNamespace(warning=warned.append), storage="/repo/.benchmarks")
+    hook = plugin.pytest_benchmark_compare_machine_info(None, bs, {}, {})
+    next(hook)
+    with pytest.raises(StopIteration):
+        hook.throw(ValueError("'/repo/.benchmarks' is not in the subpath of '/repo/perf'"))
+    assert warned == ["Benchmark machine_info is different from the compared run's (storage /repo/.benchmarks)."]

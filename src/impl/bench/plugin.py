@@ -177,6 +177,18 @@ def _write_compare_baseline(config) -> None:
     config.option.benchmark_compare = str(target)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+    """pytest-benchmark's warning names its storage relative to the current folder, and raises
+    where that is the repo's storage and pytest runs from a subfolder (perf/): the same warning then."""
+    try:
+        return (yield)
+    except ValueError:
+        benchmarksession.logger.warning(f"Benchmark machine_info is different from the compared run's "
+                                        f"(storage {benchmarksession.storage}).")
+        return []
+
+
 def pytest_terminal_summary(terminalreporter, config):
     """After pytest-benchmark's table: each timed row the comparison had no baseline for, by name
     (pytest-benchmark shows such a row without a comparison and passes --benchmark-compare-fail)."""
