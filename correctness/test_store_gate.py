@@ -509,3 +509,25 @@ def test_a_machine_info_warning_from_a_subfolder_is_a_warning_not_a_crash():
     with pytest.raises(StopIteration):
         hook.throw(ValueError("'/repo/.benchmarks' is not in the subpath of '/repo/perf'"))
     assert warned == ["Benchmark machine_info is different from the compared run's (storage /repo/.benchmarks)."]
+
+
+def test_a_session_that_times_benchmarks_takes_the_device_lock_and_a_second_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "device_slug", lambda: "cpu")
+    monkeypatch.setattr(plugin, "_LOCK", [])
+    config = SimpleNamespace(rootpath=tmp_path, _benchmarksession=SimpleNamespace(disabled=False, skip=False))
+    untimed = SimpleNamespace(config=config, items=[SimpleNamespace(fixturenames=["device"])])
+    plugin.pytest_collection_finish(untimed)  # correctness tests time nothing: no lock
+    assert not (tmp_path / "out" / "locks" / "cpu.lock").exists()
+    timed = SimpleNamespace(config=config, items=[SimpleNamespace(fixturenames=["bench", "benchmark"])])
+    plugin.pytest_collection_finish(timed)
+    held = json.loads((tmp_path / "out" / "locks" / "cpu.lock").read_text())
+    assert held["pid"] == runlock.os.getpid()
+    other = subprocess.Popen(["sleep", "30"])  # a live process holds the lock now
+    try:
+        (tmp_path / "out" / "locks" / "cpu.lock").write_text(json.dumps(dict(held, pid=other.pid, command="make perf")))
+        plugin._LOCK.clear()
+        with pytest.raises(pytest.exit.Exception, match=f"refused: another suite run is timing on cpu: pid {other.pid}"):
+            plugin.pytest_collection_finish(timed)
+    finally:
+        other.kill()
+        other.wait()
