@@ -236,20 +236,37 @@ def read_run(path: Path, section: str | None = None) -> dict:
     return parse_run(text, str(path), section)
 
 
-def _dest(folder: Path, stamp: str, doc: dict) -> Path:
-    """A new name for the run in `folder`. The same run (same start time, same commit) filed
-    before is refused; another run stamped in the same second gets `_2`, which sorts after."""
+def free_name(folder: Path, stamp: str) -> Path:
+    """`<stamp>.json` in folder, or where taken `<stamp>_2.json`, `_3`...: each sorts after the one
+    before it, so the later file reads as the newer (a `-2` suffix would sort before)."""
     path, n = folder / f"{stamp}.json", 1
     while path.exists():
-        try:
-            same = json.loads(path.read_text()).get("datetime") == doc.get("datetime")
-        except (OSError, ValueError, AttributeError):
-            same = False
-        if same:
-            raise ValueError(f"the same run is already stored as {path}")
         n += 1
         path = folder / f"{stamp}_{n}.json"
     return path
+
+
+def write_atomically(dest: Path, doc: dict) -> None:
+    """A reader sees the whole file or none: written beside dest as `.partial-*` (which run_files
+    skips), then renamed; the partial file is removed if writing fails."""
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".partial-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2)
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _filed_before(folder: Path, stamp: str, doc: dict) -> Path | None:
+    """The file that already holds this run (same start time, to the microsecond), if any."""
+    for path in sorted(folder.glob(f"{stamp}*.json")):
+        try:
+            if json.loads(path.read_text()).get("datetime") == doc.get("datetime"):
+                return path
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
 
 
 def store_run(run_json: Path, section: str, data_dir: Path = DATA_DIR, device: str | None = None) -> Path:
@@ -265,17 +282,11 @@ def store_run(run_json: Path, section: str, data_dir: Path = DATA_DIR, device: s
     if not folder.resolve().is_relative_to(data_dir.resolve()):  # belt and braces: names are checked above
         raise ValueError(f"{run_json}: {folder} is outside {data_dir}")
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        dest = _dest(folder, run_stamp(doc), doc)
-    except ValueError as exc:
-        raise ValueError(f"{run_json}: {exc}") from None
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2)
-        os.replace(tmp, dest)  # atomic: a reader sees the whole file or none
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    stamp = run_stamp(doc)
+    if (before := _filed_before(folder, stamp, doc)) is not None:
+        raise ValueError(f"{run_json}: the same run is already stored as {before}")
+    dest = free_name(folder, stamp)
+    write_atomically(dest, doc)
     return dest
 
 

@@ -19,13 +19,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from impl.bench.store import DATA_DIR, _free_name, device_slug
+from impl.bench.store import DATA_DIR, device_slug, free_name, write_atomically
 
 ROOT = Path(__file__).resolve().parents[3]
 TESTS_FOLDER = "tests"  # beside the sections under reports/data/<device>/
@@ -127,11 +126,8 @@ def store_record(record: TestRecord, data_dir: Path = DATA_DIR) -> Path:
     """File a record under <device>/tests/, atomically and under a name no earlier record has."""
     folder = data_dir / record.device / TESTS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    dest = _free_name(folder, record.stamp())
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(record.to_json(), f, indent=2)
-    os.replace(tmp, dest)
+    dest = free_name(folder, record.stamp())
+    write_atomically(dest, record.to_json())
     return dest
 
 
