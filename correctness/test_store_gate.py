@@ -184,11 +184,15 @@ BAD_FILES = {
     "NaN median": (json.dumps(_run({A: float("nan")})), f"row {A}: stats must be finite and > 0: median nan"),
     "negative median": (json.dumps(_run({A: -1e-3})), "median -0.001"),
     "zero median": (json.dumps(_run({A: 0.0})), "median 0.0"),
+    "no median": (json.dumps(dict(_run({}), benchmarks=[dict(_bench(A, 1e-3), stats=dict(mean=1e-3, rounds=5))])),
+                  f"row {A}: stats must be finite and > 0: median None"),
     "missing stats": (json.dumps(dict(_run({A: 1e-3}), benchmarks=[dict(_bench(A, 1e-3), stats=None)])), f"row {A}: no stats"),
     "unknown status": (json.dumps(dict(_run({}), benchmarks=[dict(_bench(A, 1e-3), extra_info=dict(_row(), status="timed_out"))])),
                        f"row {A}: unknown status 'timed_out'"),
     "failed tests": (json.dumps(_run({A: 1e-3}, ) | dict(suite=dict(failed=[dict(test=f"perf/test_leaderboard.py::{A}", when="call")] * 4))),
                      "4 tests failed or errored"),
+}
+STORE_ONLY = {  # a file the store refuses to file under this section (the loader reads any section's rows)
     "rows of another section": (json.dumps(dict(_run({}), benchmarks=[dict(_bench(A, 1e-3), fullname=f"perf/test_fsdp.py::{A}")])),
                                 "not perf/test_leaderboard.py"),
 }
@@ -210,9 +214,9 @@ def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, 
     assert f"warning: skipped {bad}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("case", BAD_FILES)
+@pytest.mark.parametrize("case", list(BAD_FILES) + list(STORE_ONLY))
 def test_the_store_refuses_each_bad_run_and_writes_nothing(case, tmp_path):
-    text, words = BAD_FILES[case]
+    text, words = (BAD_FILES | STORE_ONLY)[case]
     run = tmp_path / "leaderboard.json"
     run.write_text(text)
     data_dir = tmp_path / "data"

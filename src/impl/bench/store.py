@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[3]
 DATA_DIR = REPO / "reports" / "data"
 PERF_DIR = REPO / "perf"
 NOT_RUNS = ("probes", "logs", "tests", "history")  # folders beside the sections that hold no runs (tests: test records)
-STAT_KEYS = ("median", "mean", "min", "max")  # seconds per call: each must be finite and > 0
+STAT_KEYS = ("median", "mean", "min", "max")  # seconds per call: each finite and > 0 (the median required)
 _SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")  # a device folder's name (gpu_slug, "cpu")
 
 # GPU memory as marketed, where the device name does not say it (the H200 reports "NVIDIA H200").
@@ -157,14 +157,16 @@ def _row_problem(row: dict) -> str | None:
 
 def run_problems(doc, section: str | None = None) -> list[str]:
     """Everything that makes `doc` (a parsed run file) untrustworthy, each naming its row; [] for a
-    whole run. `section`, where known, must be the perf file every row came from."""
+    whole run. `section` is given when filing the run: then its rows must come from that perf file,
+    and it needs a `datetime` (its file name); reading, a `datetime` is checked where there is one."""
     from impl.bench.row import SCHEMA
 
     if not isinstance(doc, dict):
         return [f"not a run: a JSON object is expected, found {type(doc).__name__}"]
     problems = []
     try:
-        datetime.fromisoformat(doc["datetime"])
+        if section or "datetime" in doc:
+            datetime.fromisoformat(doc["datetime"])
     except (KeyError, TypeError, ValueError):
         problems.append(f"no valid 'datetime' ({doc.get('datetime')!r})")
     if not isinstance(doc.get("commit_info") or {}, dict):
@@ -192,12 +194,12 @@ def run_problems(doc, section: str | None = None) -> list[str]:
         if not isinstance(info, dict):
             problems.append(f"row {name}: 'extra_info' must be an object")
             continue
-        if file and not str(bench.get("fullname", "")).split("::")[0].endswith(file):
+        if file and "fullname" in bench and not str(bench["fullname"]).split("::")[0].endswith(file):
             problems.append(f"row {name}: from {bench.get('fullname')!r}, not perf/{file}")
         if not isinstance(stats, dict):
             problems.append(f"row {name}: no stats")
             continue
-        bad = [f"{k} {stats.get(k)!r}" for k in STAT_KEYS if not _positive(stats.get(k))]
+        bad = [f"{k} {stats.get(k)!r}" for k in STAT_KEYS if (k == "median" or k in stats) and not _positive(stats.get(k))]
         if not (isinstance(stats.get("rounds"), int) and stats["rounds"] >= 1):
             bad.append(f"rounds {stats.get('rounds')!r}")
         if bad:
@@ -344,7 +346,7 @@ def committed_runs(device: str, data_dir: Path = DATA_DIR) -> tuple[list[tuple[R
         if where is None or where[0] != device:
             continue
         try:
-            runs.append((RunFile(*where, data_dir.joinpath(*f.parts)), parse_run(f.text, "/".join(f.parts), where[1])))
+            runs.append((RunFile(*where, data_dir.joinpath(*f.parts)), parse_run(f.text, "/".join(f.parts))))
         except BadRunFile as exc:
             skipped.append(str(exc))
     return runs, skipped, source
@@ -362,7 +364,7 @@ def committed_baseline(device: str, data_dir: Path = DATA_DIR) -> Baseline:
     head = None
     for _, doc in runs:
         for bench in doc["benchmarks"]:
-            if (bench.get("extra_info") or {}).get("schema") == SCHEMA:
+            if (bench.get("extra_info") or {}).get("schema") == SCHEMA and bench.get("fullname"):
                 newest[bench["fullname"]] = bench
                 head = doc
     if head is None:

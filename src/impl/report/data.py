@@ -70,7 +70,7 @@ def _commit(info: dict) -> str:
 def load_file(path: Path, device: str | None = None, section: str | None = None) -> list[Record]:
     """One run file's records; BadRunFile (naming the file and each bad row) for a file that is
     not a whole run (impl.bench.store.read_run: truncated, empty, failed tests, NaN stats...)."""
-    return load_doc(read_run(path, section), path, device, section)
+    return load_doc(read_run(path), path, device, section)
 
 
 def load_doc(doc: dict, path: Path, device: str | None = None, section: str | None = None) -> list[Record]:
