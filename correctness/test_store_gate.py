@@ -518,7 +518,8 @@ def test_a_machine_info_warning_from_a_subfolder_is_a_warning_not_a_crash():
 def test_a_session_that_times_benchmarks_takes_the_device_lock_and_a_second_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "device_slug", lambda: "cpu")
     monkeypatch.setattr(plugin, "_LOCK", [])
-    config = SimpleNamespace(rootpath=tmp_path, _benchmarksession=SimpleNamespace(disabled=False, skip=False))
+    config = SimpleNamespace(rootpath=tmp_path, _benchmarksession=SimpleNamespace(disabled=False, skip=False),
+                             getoption=lambda name, default=None: default)
     untimed = SimpleNamespace(config=config, items=[SimpleNamespace(fixturenames=["device"])])
     plugin.pytest_collection_finish(untimed)  # correctness tests time nothing: no lock
     assert not (tmp_path / "out" / "locks" / "cpu.lock").exists()

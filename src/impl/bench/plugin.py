@@ -13,14 +13,12 @@ import contextlib
 import functools
 import json
 import os
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
 
 from impl.bench.row import Metric, NotRunEntry, Row
-from impl.bench.store import FailedTest
+from impl.bench.store import FailedTest, write_atomically
 from impl.runtime import default_device, profile_name
 
 
@@ -121,14 +119,6 @@ def _check_profile() -> None:
                                 "hours; use the smoke profile, or set SUITE_FULL_ON_CPU=1 if you mean it")
 
 
-def _atomic_write(path: Path, doc: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f)
-    os.replace(tmp, path)
-
-
 def _write_compare_baseline(config) -> None:
     """`--benchmark-compare` out of the box. The newest committed run of every row for this device
     (impl.bench.store.committed_baseline: git's HEAD, not the working tree) is written into
@@ -149,7 +139,8 @@ def _write_compare_baseline(config) -> None:
     folder = config.rootpath / ".benchmarks" / get_machine_id()
     committed = folder / "0000_committed.json"
     if baseline.doc is not None:
-        _atomic_write(committed, baseline.doc)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomically(committed, baseline.doc)
     else:
         committed.unlink(missing_ok=True)  # never compare with an earlier HEAD's rows
         _COMPARE_NOTES.append(f"compare: no committed {device} run in {baseline.source}")
@@ -171,9 +162,10 @@ def _write_compare_baseline(config) -> None:
         return  # nothing to compare with: pytest-benchmark says "Can't compare"
     merged["benchmarks"] = sorted(rows.values(), key=lambda b: b["fullname"])
     target = config.rootpath / "out" / "compare" / f"{device}.json"
-    _atomic_write(target, merged)
-    _COMPARE_NOTES.append(f"compare: baseline {target}: the committed rows ({baseline.source})"
-                  + (f", shadowed row by row by the saved runs {', '.join(p.stem for p in saved)}" if saved else ""))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(target, merged)
+    shadow = f", shadowed row by row by the saved runs {', '.join(p.stem for p in saved)}" if saved else ""
+    _COMPARE_NOTES.append(f"compare: baseline {target}: the committed rows ({baseline.source}){shadow}")
     config.option.benchmark_compare = str(target)
 
 
@@ -214,7 +206,7 @@ def pytest_collection_finish(session):
     from impl.bench.store import device_slug
 
     bs = getattr(session.config, "_benchmarksession", None)
-    if bs is None or bs.disabled or bs.skip or _LOCK:
+    if bs is None or bs.disabled or bs.skip or _LOCK or session.config.getoption("collectonly", default=False):
         return
     if not any("benchmark" in getattr(item, "fixturenames", ()) for item in session.items):
         return

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                  "fresh median (ms)"], all_rows))
     for p in problems:
         print(f"compare: {p}", file=sys.stderr)
-    print(f"compare: {len(all_rows)} rows, {len(problems)} changed")
+    print(f"compare: {len(all_rows)} rows compared, {len(problems)} problems (a changed status, a missing or bad run)")
     return 1 if problems else 0
 
 
