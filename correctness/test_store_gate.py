@@ -1,14 +1,22 @@
 """Histories and the regression gate (impl.bench.store, impl.report.gate, impl.report.compare) on
-copies of committed runs in a temporary data folder."""
+copies of committed runs in a temporary data folder, and (issue 35) every way a history could lie:
+wrong baselines, lost runs, bad data trusted, unchecked commands and files."""
 import json
+import math
 import re
 import shutil
+import subprocess
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from impl.bench import store
+from impl.bench import plugin, runlock, store
+from impl.bench.row import Env, Row, Status, Timing
 from impl.report import compare, gate
+from impl.report import data as report_data
 
 DATA = Path(__file__).resolve().parents[1] / "reports" / "data"
 OURS = "test_leaderboard[flash_triton-fwd_bwd]"
@@ -128,17 +136,6 @@ def test_compare_fails_when_a_row_changes_status(tmp_path):
 
 
 # --- Issue 35: histories that cannot lie. A small synthetic run of the `leaderboard` section. ---
-
-from dataclasses import replace  # noqa: E402
-import math  # noqa: E402
-import subprocess  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
-
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
-from impl.bench import plugin, runlock  # noqa: E402
-from impl.bench.row import Env, Row, Status, Timing  # noqa: E402
-from impl.report import data as report_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = "h100-80gb-x1"
@@ -536,3 +533,39 @@ def test_a_session_that_times_benchmarks_takes_the_device_lock_and_a_second_is_r
     finally:
         other.kill()
         other.wait()
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+_toml_scalar = st.one_of(st.text(max_size=6), st.integers(-5, 5), st.floats(), st.booleans(),
+                         st.lists(st.integers(0, 3), max_size=2))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(st.dictionaries(st.sampled_from(["device", "section", "row", "reason", "run", "why"]),
+                                        _toml_scalar, max_size=6), max_size=3),
+       bands=st.dictionaries(st.text("abc", min_size=1, max_size=3), _toml_scalar, max_size=3))
+def test_gate_config_files_are_read_or_refused_by_name(entries, bands, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("toml")
+    accepted, noise = folder / "accepted-changes.toml", folder / "noise-bands.toml"
+    accepted.write_text("".join("[[accepted]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in e.items())
+                                for e in entries))
+    noise.write_text(f'["{GPU}"."leaderboard"]\n' + "".join(f'"{k}" = {_toml_value(v)}\n' for k, v in bands.items()))
+    try:
+        read = gate.read_accepted(accepted)
+        assert all(a.reason.strip() and isinstance(a.row, str) for a in read)
+    except gate.ConfigError as exc:
+        assert str(accepted) in str(exc)
+    try:
+        for band in gate.read_bands(noise)[GPU]["leaderboard"].values():
+            assert math.isfinite(band) and band > 0
+    except gate.ConfigError as exc:
+        assert str(noise) in str(exc)
