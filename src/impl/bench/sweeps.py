@@ -4,7 +4,7 @@
 grid, trimmed only where a section must fit one 10-minute command on the GPU machine; what a
 trim leaves out is recorded in the benchmark JSON through `left_out`, never dropped silently.
 """
-from impl.model import MODEL_SIZES
+from impl.model import MODEL_SIZES, MODEL_SIZES_2026
 
 MODES = ("forward", "backward", "forward_backward", "optimizer_step", "train_step")
 
@@ -22,6 +22,30 @@ GRIDS = {
                      left_out="sizes medium, xl, 2.7B and contexts other than 256 (time budget)"),
         "smoke": dict(sizes=["tiny"], contexts=[32], modes=["forward", "train_step"], dtypes=["fp32"],
                       warmups=[0, 1, 2, 5], batch=2, rounds=3, left_out="smoke profile"),
+    },
+    # benchmarking_script (b) and benchmarking_mixed_precision (c), 2026 edition: every size of the 2026
+    # table at the handout's default context (512: the problem names none), 5 warm-up and 10 timed
+    # steps, one step a round. fp32 ("Up to this point ... FP32") times the forward, backward and
+    # optimizer step apart; bf16 autocast the forward and backward that mixed precision (c) asks.
+    # An OOM is a row with its closed-form need (impl.bench.steps.memory_need): on 80 GB the 10B's
+    # fp32 weights alone are 51 GB. H100 estimate: ~10 s a size for small..large, ~45 s for xl, ~40 s
+    # for the 10B (its build, forwards, and OOMs): ~2.5 min.
+    "benchmarking_script_2026": {
+        "full": dict(edition="2026", sizes=list(MODEL_SIZES_2026), context=512, batch=4, warmup=5, rounds=10,
+                     modes={"fp32": ["forward", "backward", "optimizer_step"], "bf16": ["forward", "backward"]}),
+        "smoke": dict(edition="2026", sizes=["tiny"], context=32, batch=2, warmup=5, rounds=10,
+                      modes={"fp32": ["forward", "backward", "optimizer_step"], "bf16": ["forward", "backward"]}),
+    },
+    # (c), 2026: no warm-up, then 1 and 2 warm-up steps, each config in a fresh process
+    # (impl.bench.fresh_steps): a training step a round with its phases timed apart. The 10B is left
+    # out (its fp32 training step does not fit one 80 GB GPU: the main rows record that OOM). H100
+    # estimate: ~8 s to start a process and build, + 10-12 steps (xl ~1 s each): ~3 min for 12 configs.
+    "benchmarking_script_2026_warmup": {
+        "full": dict(edition="2026", sizes=["small", "medium", "large", "xl"], context=512, batch=4, dtype="fp32",
+                     warmups=[0, 1, 2], rounds=10, start_timeout_s=180, step_timeout_s=120,
+                     left_out="size 10B: its fp32 training step does not fit one 80 GB GPU (see its OOM rows)"),
+        "smoke": dict(edition="2026", sizes=["tiny"], context=32, batch=2, dtype="fp32", warmups=[0, 1, 2],
+                      rounds=10, start_timeout_s=180, step_timeout_s=120, left_out="smoke profile"),
     },
     # nsys_profile: kernel tables per phase from torch.profiler (issue 4); per config one unrecorded
     # warm-up step and two recorded ones, read from the raw kineto events in one pass. H100 estimate
