@@ -62,6 +62,26 @@ def memory_need(size: Size, mode: str, dtype: str, batch: int, context: int) -> 
     return need
 
 
+def fitting_contexts(size: Size, batch: int, dtype: str, device_bytes: float | None, *, lo: int, hi: int,
+                     headroom: float) -> list[int]:
+    """The powers of two in [lo, hi] whose training step (forward, backward, AdamW) fits
+    `headroom` × device_bytes by the closed form (memory_need); all of them when device_bytes is
+    None (a CPU has no device-memory limit)."""
+    if lo < 1 or hi < lo or not 0 < headroom <= 1:
+        raise ValueError(f"fitting_contexts needs 1 <= lo <= hi and 0 < headroom <= 1, got {lo}, {hi}, {headroom}")
+    out, c = [], 1 << (lo - 1).bit_length()
+    while c <= hi:
+        if device_bytes is None or memory_need(size, "train_step", dtype, batch, c)["total"] <= headroom * device_bytes:
+            out.append(c)
+        c *= 2
+    return out
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The device's total memory, or None off CUDA."""
+    return torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+
+
 def random_batch(model: TransformerLM, batch: int, context: int, device: torch.device, seed: int = 0):
     g = torch.Generator(device="cpu").manual_seed(seed)
     tokens = torch.randint(0, model.vocab_size, (batch, context + 1), generator=g).to(device)

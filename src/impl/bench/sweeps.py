@@ -61,6 +61,22 @@ GRIDS = {
                       timer_warmup=1, timer_rounds=5, prof_warmup=1, prof_steps=2, top=15,
                       trace=("tiny", 32), trace_max_mb=10, budget_s=50),
     },
+    # nsys_profile, 2026 edition: "two model sizes ... three power-of-two context lengths larger than 128,
+    # the largest ... the longest you can fit". Chosen at collection from the closed form
+    # (impl.bench.steps.fitting_contexts): the `n_sizes` largest 2026 sizes that have `n_contexts`
+    # powers of two in [min_context, max_context] whose fp32 training step fits `headroom` of the
+    # device's memory (the rest: transient score gradients, allocator slack), each with its top
+    # `n_contexts`. On an H100 80GB: medium 512-2048 and large 256-1024 (xl (2026) fits only 256;
+    # on an H200 it would be large and xl). device_bytes None = the device's. H100 estimate: ~20 s a
+    # config (timer, three steps profiled, kineto parse): ~2-3 min; the first config keeps its trace.
+    "nsys_profile_2026": {
+        "full": dict(edition="2026", candidates=list(MODEL_SIZES_2026), n_sizes=2, n_contexts=3, min_context=256,
+                     max_context=16384, headroom=0.9, device_bytes=None, dtype="fp32", batch=4, timer_warmup=2,
+                     timer_rounds=5, prof_warmup=1, prof_steps=2, top=15, trace_max_mb=10, budget_s=360),
+        "smoke": dict(edition="2026", candidates=["tiny"], n_sizes=1, n_contexts=3, min_context=16, max_context=64,
+                      headroom=0.9, device_bytes=None, dtype="fp32", batch=2, timer_warmup=1, timer_rounds=5,
+                      prof_warmup=1, prof_steps=2, top=15, trace_max_mb=10, budget_s=60),
+    },
     # mixed_precision_accumulation / benchmarking_mixed_precision (a): same in both profiles; each row
     # times the computation whose results it carries (a few ms: the harness asks >= 10 rounds).
     "mixed_precision": {
