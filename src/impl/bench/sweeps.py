@@ -261,14 +261,22 @@ GRIDS["fsdp"] = {
 # gradient_checkpointing (issue 7, beyond): policies × dtypes on one shape, then nested vs none over
 # depths of xl width. The every_k values are not listed: the perf test derives the best k and its
 # neighbours from impl.accounting at this shape. One H100, forward+backward steps.
+# edition_2026: (b) of the 2026 handout, xl (2026) at batch 4 × 2048 in fp32 (the memory section's
+# setting, "as above"), single-level only: the best block size k by the closed form and the next
+# smaller and larger (k ± 1 within 1..L) and the textbook round(sqrt(L)), then no checkpointing
+# (expected OOM: ~150 GB of activations, recorded with its predicted need). The best k there is 1 (a
+# block saves ~4.7 GB, a boundary 84 MB), so there is no smaller one. H100 estimate: ~5 s a step
+# (fp32, one recomputed forward), 6 steps a row, 3 rows: ~2 min.
 GRIDS["gradient_checkpointing"] = {
     "full": dict(size="xl", batch=4, context=2048, dtypes=["bf16", "fp32"], warmup=1, rounds=5,
                  depth=dict(width="xl", layers=[8, 16, 32, 48], batch=1, context=2048, dtype="bf16",
                             policies=["none", "nested"]),
+                 edition_2026=dict(edition="2026", size="xl", batch=4, context=2048, dtype="fp32"),
                  budget_s=480),
     "smoke": dict(size="tiny", batch=2, context=32, dtypes=["bf16", "fp32"], warmup=1, rounds=5,
                   depth=dict(width="tiny", layers=[2, 4, 8], batch=2, context=32, dtype="fp32",
                              policies=["none", "nested"]),
+                  edition_2026=dict(edition="2026", size="tiny", batch=2, context=32, dtype="fp32"),
                   budget_s=120),
 }
 
