@@ -113,13 +113,20 @@ def test_gradient_checkpointing(bench, dtype, policy, k):
     batch, context = G["batch"], G["context"]
     config = dict(**SIZE.row_config(), batch=batch, context=context, dtype=dtype, policy=policy, k=k,
                   mode="forward_backward", study="policies")
-    details = dict(best_k=BEST_K, ks=KS, best_k_rule="argmin of accounting.checkpoint_peak_activation_bytes"
-                   " over k (fp32 closed form at this shape)")
+    details = dict(best_k=BEST_K, ks=KS, best_k_rule=BEST_K_RULE)
+    _policy_row(bench, SIZE, config, policy, k, dtype, batch, context, details)
+
+
+BEST_K_RULE = "argmin of accounting.checkpoint_peak_activation_bytes over k (fp32 closed form at this shape)"
+
+
+def _policy_row(bench, size: SizeRef, config, policy, k, dtype, batch, context, details) -> None:
+    """One policy row on the cached model of `size` (or its budget / OOM record)."""
     if BUDGET.exhausted():
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
                       details=details)
         return
-    got = model_and_batch(bench, MODELS, problem=PROBLEM, config=config, size=SIZE, context_length=context,
+    got = model_and_batch(bench, MODELS, problem=PROBLEM, config=config, size=size, context_length=context,
                           batch=batch, context=context, details=details)
     if got is None:
         return
@@ -136,21 +143,10 @@ def test_gradient_checkpointing_2026(bench, policy, k):
     batch, context, dtype = E26["batch"], E26["context"], E26["dtype"]
     config = dict(**SIZE_2026.row_config(), batch=batch, context=context, dtype=dtype, policy=policy, k=k,
                   mode="forward_backward", study="single_level_2026")
-    details = dict(best_k=BEST_K_2026, ks=KS_2026, best_k_rule="argmin of accounting.checkpoint_peak_activation_bytes"
-                   " over k (fp32 closed form at this shape)", predicted_activation_bytes_by_k=_activation_by_k(
-                       SIZE_2026.config, batch, context))
-    if BUDGET.exhausted():
-        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
-                      details=details)
-        return
-    got = model_and_batch(bench, MODELS, problem=PROBLEM, config=config, size=SIZE_2026, context_length=context,
-                          batch=batch, context=context, details=details)
-    if got is None:
-        return
-    model, x, y = got
-    _time_policy(bench, model, x, y, config=config, policy=policy, k=k, dtype=dtype, warmup=G["warmup"],
-                 rounds=G["rounds"], details=details)
-    if policy == POLICIES_2026[-1][0]:
+    details = dict(best_k=BEST_K_2026, ks=KS_2026, best_k_rule=BEST_K_RULE,
+                   predicted_activation_bytes_by_k=_activation_by_k(SIZE_2026.config, batch, context))
+    _policy_row(bench, SIZE_2026, config, policy, k, dtype, batch, context, details)
+    if (policy, k) == POLICIES_2026[-1]:
         MODELS.clear()
 
 
