@@ -14,7 +14,7 @@ from impl.bench.steps import ModelCache, build_model, make_step, memory_need, mo
 from impl.bench.sweeps import grid
 from impl.bench.worker_group import WorkerGroup, measure_on_ranks
 from impl.model import SizeRef
-from impl.runtime import default_device, first_line, free_memory, is_oom, profile_name
+from impl.runtime import first_line, free_memory, is_oom, profile_name
 
 PROBLEM = "benchmarking_script"
 PROFILE = profile_name()
@@ -41,11 +41,10 @@ def test_benchmarking_script_2026_warmup(bench, size, warmup):
                   study="warmup_fresh_process")
     details = dict(left_out=G["left_out"], memory_need=memory_need(ref, "train_step", dtype, batch, context))
     MODELS.clear()
-    backend = "nccl" if default_device().type == "cuda" else "gloo"
-    group = WorkerGroup(1, backend, start_timeout_s=G["start_timeout_s"], command_timeout_s=G["step_timeout_s"])
+    group = WorkerGroup(1, "gloo", start_timeout_s=G["start_timeout_s"], command_timeout_s=G["step_timeout_s"])
     try:
         try:
-            group.call(set_up, size=ref, context=context, batch=batch)
+            group.call(set_up, size=ref, context=context, batch=batch, device=str(bench.device))
         except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
             if not is_oom(exc):
                 raise

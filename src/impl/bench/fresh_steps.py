@@ -2,7 +2,8 @@
 
 Warm-up removes one-off costs of a process (CUDA context and allocator growth, cuBLAS handles and
 heuristics, kernel loading); a process that already ran steps has paid them, so each warm-up
-config runs in a new Python (a one-rank impl.bench.worker_group.WorkerGroup, spawned per row).
+config runs in a new Python (a one-rank impl.bench.worker_group.WorkerGroup over gloo, spawned per
+row, whose first use of the GPU is the model's build).
 The parent drives it one step per command: the harness's warm-up calls and its pytest-benchmark
 rounds are real steps of that process, each timed by the process's own synchronised clock
 (`seconds`, read by SlowestRankClock), so the row's stats are the fresh process's step times.
@@ -13,6 +14,8 @@ synchronisation after each; the forward is the training forward with the loss.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
 
 from impl.bench.dist_steps import Timed, WorkerState
 from impl.bench.steps import autocast_ctx, build_model, random_batch
@@ -31,8 +34,11 @@ class PhaseStep(Timed):
 PHASE_FIELDS = ("forward_s", "backward_s", "optimizer_s")
 
 
-def set_up(state: WorkerState, size: SizeRef, context: int, batch: int) -> None:
-    """The model, a random batch and a fresh AdamW in the worker."""
+def set_up(state: WorkerState, size: SizeRef, context: int, batch: int, device: str) -> None:
+    """The model, a random batch and a fresh AdamW on `device`. The worker's group is gloo (CPU), so
+    nothing has touched the GPU before this build, as in a script that starts, builds and times."""
+    state.device = torch.device(device)
+    state.clocks.clear()  # the clocks synchronise state.device
     state.model = build_model(size, context, state.device, seed=0)
     state.model_key = (size, context)
     state.x, state.y = random_batch(state.model, batch, context, state.device)

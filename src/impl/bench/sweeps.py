@@ -36,15 +36,16 @@ GRIDS = {
         "smoke": dict(edition="2026", sizes=["tiny"], context=32, batch=2, warmup=5, rounds=10,
                       modes={"fp32": ["forward", "backward", "optimizer_step"], "bf16": ["forward", "backward"]}),
     },
-    # (c), 2026: no warm-up, then 1 and 2 warm-up steps, each config in a fresh process
-    # (impl.bench.fresh_steps): a training step a round with its phases timed apart. The 10B is left
-    # out (its fp32 training step does not fit one 80 GB GPU: the main rows record that OOM). H100
-    # estimate: ~8 s to start a process and build, + 10-12 steps (xl ~1 s each): ~3 min for 12 configs.
+    # (c), 2026: no warm-up, then 1 and 2 warm-up steps, and (b)'s 5 as the reference, each config in a
+    # fresh process (impl.bench.fresh_steps): a training step a round with its phases timed apart. The
+    # 10B is left out (its fp32 training step does not fit one 80 GB GPU: the main rows record that
+    # OOM). H100 estimate: ~8 s to start a process and build, + 10-15 steps (xl ~1 s each): ~4 min for
+    # 16 configs.
     "benchmarking_script_2026_warmup": {
         "full": dict(edition="2026", sizes=["small", "medium", "large", "xl"], context=512, batch=4, dtype="fp32",
-                     warmups=[0, 1, 2], rounds=10, start_timeout_s=180, step_timeout_s=120,
+                     warmups=[0, 1, 2, 5], rounds=10, start_timeout_s=180, step_timeout_s=120,
                      left_out="size 10B: its fp32 training step does not fit one 80 GB GPU (see its OOM rows)"),
-        "smoke": dict(edition="2026", sizes=["tiny"], context=32, batch=2, dtype="fp32", warmups=[0, 1, 2],
+        "smoke": dict(edition="2026", sizes=["tiny"], context=32, batch=2, dtype="fp32", warmups=[0, 1, 2, 5],
                       rounds=10, start_timeout_s=180, step_timeout_s=120, left_out="smoke profile"),
     },
     # nsys_profile: kernel tables per phase from torch.profiler (issue 4); per config one unrecorded
