@@ -255,3 +255,32 @@ def test_param_count_2026_10b_matches_module():
     with torch.device("meta"):
         model = TransformerLM(**MODEL_SIZES_2026["10B"])
     assert sum(p.numel() for p in model.parameters()) == MODEL_SIZES_2026["10B"].params
+
+
+def test_smoke_size_is_valid_in_every_edition_but_listed_by_none():
+    """`tiny`, the CPU smoke profile's stand-in, names a size in any edition (a smoke row of a 2026
+    question records edition 2026 like its GPU rows) without joining an edition's table."""
+    from impl.model import SizeRef, sizes
+
+    tiny = SizeRef("2026", "tiny")
+    assert tiny.label == "tiny" and tiny.config.d_model == 64
+    assert SizeRef.from_row(tiny.row_config()) == tiny
+    assert all(r.name != "tiny" for ed in ("2025", "2026") for r in sizes(ed))
+
+
+def test_transformer_from_config():
+    """TransformerLM.from_config(ModelConfig, ...) builds what TransformerLM(**config, ...) builds and
+    carries its size back as a ModelConfig; a config field passed again, or a non-config, is an error."""
+    from impl.model import MODEL_CONFIGS, SizeRef
+
+    cfg = MODEL_CONFIGS["tiny"]
+    torch.manual_seed(0)
+    a = TransformerLM.from_config(cfg, context_length=16)
+    torch.manual_seed(0)
+    b = TransformerLM(**cfg, context_length=16)
+    assert a.model_config == cfg == SizeRef("2026", "tiny").config
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    with pytest.raises(ValueError, match="come from the config"):
+        TransformerLM.from_config(cfg, d_model=32)
+    with pytest.raises(TypeError, match="takes a ModelConfig"):
+        TransformerLM.from_config(dict(cfg))

@@ -11,7 +11,12 @@ config).
 Out of memory is a result, not a lost row: the model build is caught (an OOM row); the timer falls
 back to the forward without autograd where the training forward does not fit; the profile falls
 back from the training step to forward+backward (no optimizer step), then the training forward,
-then the forward without autograd, and records which one it got (nsys.profiled) and why."""
+then the forward without autograd, and records which one it got (nsys.profiled) and why.
+
+The 2026 edition's rows (test_nsys_profile_2026) profile two sizes of its own table at three
+power-of-two contexts above 128, the largest the longest that fits, chosen from the closed-form
+memory need at collection (sweeps "nsys_profile_2026"); (b)'s calls per forward is
+nsys.top_forward.calls_per_pass."""
 import os
 from pathlib import Path
 
@@ -21,10 +26,10 @@ import torch
 from impl.bench.harness import Budget, time_once
 from impl.bench.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
 from impl.bench.row import Status
-from impl.bench.steps import ModelCache, model_and_batch
-from impl.runtime import first_line, free_memory, is_oom, profile_name
+from impl.bench.steps import ModelCache, device_memory_bytes, fitting_contexts, memory_need, model_and_batch
+from impl.runtime import default_device, first_line, free_memory, is_oom, profile_name
 from impl.bench.sweeps import grid
-from impl.model import MODEL_CONFIGS
+from impl.model import SizeRef
 
 PROFILE = profile_name()
 G = grid("nsys_profile", PROFILE)
@@ -33,10 +38,9 @@ BUDGET = Budget(G["budget_s"])  # rows past it are recorded as left out, so the 
 ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
 
 
-def _timer_forward(model, x, y):
+def _timer_forward(model, x, y, dtype):
     """(forward fn, grad): the training forward if one call of it fits, else the forward without
     autograd. The probe call is the timer's first warm-up call."""
-    dtype = G["dtype"]
 
     def train_forward():
         return forward_loss(model, x, y, dtype)
@@ -57,10 +61,10 @@ def _timer_forward(model, x, y):
     return forward_no_grad, False, failure
 
 
-def _profile(model, x, y, trace_path, start: str):
+def _profile(model, x, y, trace_path, start: str, g: dict):
     """(profile, parse_s), the level profiled (kernels.PROFILED) and the OOM messages of the levels
     that did not fit; (None, None, messages) when none did."""
-    kw = dict(dtype=G["dtype"], warmup=G["prof_warmup"], steps=G["prof_steps"], trace_path=trace_path)
+    kw = dict(dtype=g["dtype"], warmup=g["prof_warmup"], steps=g["prof_steps"], trace_path=trace_path)
     failures = []
     for upto in PROFILED[PROFILED.index(start):]:
         try:
@@ -74,33 +78,52 @@ def _profile(model, x, y, trace_path, start: str):
     return None, None, failures
 
 
-@pytest.mark.parametrize("size,context", [(s, c) for s in G["sizes"] for c in G["contexts"]])
-def test_nsys_profile(bench, size, context):
-    batch, dtype = G["batch"], G["dtype"]
-    shape = MODEL_CONFIGS[size]
-    config = dict(size=size, context=context, dtype=dtype, batch=batch, mode="forward")
-    if BUDGET.exhausted():
-        bench.not_run(problem="nsys_profile", config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason())
+def _cases_2026(g: dict) -> list[tuple[str, int]]:
+    """(size, context) of the 2026 rows: the `n_sizes` largest candidates with `n_contexts` fitting
+    contexts (sweeps "nsys_profile_2026"), smallest first."""
+    device = default_device()
+    device_bytes = g["device_bytes"] or device_memory_bytes(device)
+    chosen = []
+    for name in reversed(g["candidates"]):
+        fit = fitting_contexts(SizeRef(g["edition"], name), g["batch"], g["dtype"], device_bytes,
+                               lo=g["min_context"], hi=g["max_context"], headroom=g["headroom"])
+        if len(fit) >= g["n_contexts"] and len(chosen) < g["n_sizes"]:
+            chosen.append((name, fit[-g["n_contexts"]:]))
+    return [(name, c) for name, fit in reversed(chosen) for c in fit]
+
+
+G26 = grid("nsys_profile_2026", PROFILE)
+CASES_2026 = _cases_2026(G26)
+BUDGET_2026 = Budget(G26["budget_s"])
+
+
+def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, context_length: int, config: dict,
+                 trace: Path | None, details: dict | None = None) -> None:
+    """One row: the Python timer's forward (the benchmark) and the profiled steps' answers."""
+    batch, dtype = g["batch"], g["dtype"]
+    shape = ref.config
+    if budget.exhausted():
+        bench.not_run(problem="nsys_profile", config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=budget.reason(),
+                      details=details)
         return
-    got = model_and_batch(bench, MODELS, problem="nsys_profile", config=config, size=size,
-                          context_length=max(G["contexts"]), batch=batch, context=context)
+    got = model_and_batch(bench, MODELS, problem="nsys_profile", config=config, size=ref,
+                          context_length=context_length, batch=batch, context=context, details=details)
     if got is None:
         return
     model, x, y = got
     # (a) the Python timer on the same forward the profile's "forward" range holds
-    fn, grad, timer_oom = _timer_forward(model, x, y)
-    row = bench.measure(problem="nsys_profile", config=config, fn=fn, warmup=max(1, G["timer_warmup"] - 1),
-                        rounds=G["timer_rounds"],
+    fn, grad, timer_oom = _timer_forward(model, x, y, dtype)
+    row = bench.measure(problem="nsys_profile", config=config, fn=fn, warmup=max(1, g["timer_warmup"] - 1),
+                        rounds=g["timer_rounds"],
                         round="one training forward with the loss" if grad else "one forward with the loss, no grad",
-                        details=dict(timer_forward="training" if grad else "no_grad", timer_oom_message=timer_oom))
+                        details=dict(details or {}, timer_forward="training" if grad else "no_grad",
+                                     timer_oom_message=timer_oom))
     if row.status is not Status.MEASURED:
         return
-    trace = None
-    if (size, context) == tuple(G["trace"]):
-        trace = ARTIFACTS / f"nsys_profile_{size}_ctx{context}.trace.json.gz"
+    if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
     try:
-        got, profiled, failures = _profile(model, x, y, trace, "train_step" if grad else "forward_no_grad")
+        got, profiled, failures = _profile(model, x, y, trace, "train_step" if grad else "forward_no_grad", g)
     finally:
         model.zero_grad(set_to_none=True)
         free_memory()
@@ -109,21 +132,46 @@ def test_nsys_profile(bench, size, context):
         bench.save(row)
         return
     prof, parse_s = got
-    answers = nsys_answers(prof, batch=batch, heads=shape["num_heads"], seq=context,
-                           head_dim=shape["d_model"] // shape["num_heads"], layers=shape["num_layers"], top=G["top"])
+    answers = nsys_answers(prof, batch=batch, heads=shape.num_heads, seq=context, head_dim=shape.head_dim,
+                           layers=shape.num_layers, top=g["top"])
     answers.update(profiled=profiled, train_oom=profiled != "train_step", train_oom_message="; ".join(failures) or None,
-                   parse_s=parse_s, parse="kineto", warmup_steps=G["prof_warmup"])
+                   parse_s=parse_s, parse="kineto", warmup_steps=g["prof_warmup"])
     row.details["nsys"] = answers
     if trace is not None and trace.exists():
         mb = trace.stat().st_size / 2**20
-        if mb <= G["trace_max_mb"]:
+        if mb <= g["trace_max_mb"]:
             row.details["artifact"] = trace.name
         else:  # the device returns files of at most 16 MB; never leave one that cannot come back
             trace.unlink()
-            row.details["artifact_skipped"] = f"{trace.name}: {mb:.1f} MB > {G['trace_max_mb']} MB"
+            row.details["artifact_skipped"] = f"{trace.name}: {mb:.1f} MB > {g['trace_max_mb']} MB"
     bench.save(row)
 
     # The tables must account for what ran: forward kernels exist and the top row is the largest.
     fwd = answers["tables"]["forward"]
     assert fwd and fwd[0]["time_us"] >= fwd[-1]["time_us"]
     assert 0.0 <= answers["matmul_share_forward"] <= 1.0
+
+
+@pytest.mark.parametrize("size,context", [(s, c) for s in G["sizes"] for c in G["contexts"]])
+def test_nsys_profile(bench, size, context):
+    ref = SizeRef("2025", size)
+    config = dict(**ref.row_config(), context=context, dtype=G["dtype"], batch=G["batch"], mode="forward")
+    trace = ARTIFACTS / f"nsys_profile_{size}_ctx{context}.trace.json.gz" if (size, context) == tuple(G["trace"]) \
+        else None
+    _profile_row(bench, G, BUDGET, ref, context, max(G["contexts"]), config, trace)
+
+
+@pytest.mark.parametrize("size,context", CASES_2026)
+def test_nsys_profile_2026(bench, size, context):
+    """2026: two sizes of the 2026 table at three power-of-two contexts above 128, the largest the
+    longest whose training step fits (chosen by _cases_2026; the choice is in the row's details)."""
+    ref = SizeRef(G26["edition"], size)
+    config = dict(**ref.row_config(), context=context, dtype=G26["dtype"], batch=G26["batch"], mode="forward",
+                  study="nsys_2026")
+    trace = ARTIFACTS / f"nsys_profile_2026_{size}_ctx{context}.trace.json.gz" if (size, context) == CASES_2026[0] \
+        else None
+    details = dict(cases=[list(c) for c in CASES_2026], chosen_by="the largest 2026 sizes with three powers of two "
+                   "whose closed-form fp32 training step fits headroom x device memory (impl.bench.steps.fitting_contexts)",
+                   memory_need=memory_need(ref, "train_step", G26["dtype"], G26["batch"], context))
+    _profile_row(bench, G26, BUDGET_2026, ref, context, max(c for s, c in CASES_2026 if s == size), config, trace,
+                 details)

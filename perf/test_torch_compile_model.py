@@ -29,7 +29,7 @@ from impl.bench.compiled import (WHY, CompiledAdamW, compile_model, describe, gr
 from impl.bench.harness import Budget, time_once
 from impl.bench.row import Metric, Status
 from impl.bench.steps import ModelCache, make_step, random_batch
-from impl.model import AdamW
+from impl.model import AdamW, SizeRef
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.bench.sweeps import grid
 
@@ -84,8 +84,8 @@ ROUND = {OPTIMIZER: "one AdamW step on fixed gradients", "forward": "one forward
 @pytest.mark.parametrize("size,context,mode,impl", CASES)
 def test_torch_compile_model(bench, size, context, mode, impl):
     device, batch = bench.device, G["batch"]
-    config = dict(size=size, context=context, mode=mode, impl=impl, dtype=G["dtype"], batch=batch,
-                  dynamic=G["dynamic_seq"], part="model", study="model")
+    config = dict(**SizeRef("2025", size).row_config(), context=context, mode=mode, impl=impl, dtype=G["dtype"],
+                  batch=batch, dynamic=G["dynamic_seq"], part="model", study="model")
     details = dict(COMPILED)
     if BUDGET.exhausted():
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),

@@ -38,7 +38,7 @@ from impl.bench.row import Metric, Status
 from impl.bench.steps import build_model, make_train_step, named_train_config, random_batch
 from impl.runtime import first_line, free_memory, profile_name
 from impl.bench.sweeps import grid
-from impl.model import MODEL_CONFIGS
+from impl.model import SizeRef
 
 PROBLEM = "training_step"
 G = grid(PROBLEM, profile_name())
@@ -69,7 +69,8 @@ def test_training_step(bench, size, context, config):
     device = bench.device
     cfg = named_train_config(config, flash_impl=G["flash_impl"])
     batch, compiled = G["batch"], cfg.compile != "none"
-    row_config = dict(size=size, context=context, config=config, batch=batch, **asdict(cfg),
+    ref = SizeRef("2025", size)
+    row_config = dict(**ref.row_config(), context=context, config=config, batch=batch, **asdict(cfg),
                       compile_backend=G["compile_backend"] if compiled else None, study="ablation")
     details = dict(model_context_length=max(G["contexts"]))
     if BUDGET.exhausted():
@@ -79,7 +80,7 @@ def test_training_step(bench, size, context, config):
     _enter_size(size)
 
     def set_up():  # what it builds lives in its frame until it returns: an OOM frees all of it
-        model = build_model(size, max(G["contexts"]), device, cfg.attn_impl)
+        model = build_model(ref, max(G["contexts"]), device, cfg.attn_impl)
         x, y = random_batch(model, batch, context, device)
         step, optimizer = make_train_step(cfg, model, x, y, backend=G["compile_backend"])
         counts = unique_graphs(), graph_breaks()
@@ -96,7 +97,7 @@ def test_training_step(bench, size, context, config):
                        graph_breaks=graph_breaks() - breaks)
     row = bench.measure(problem=PROBLEM, config=row_config, fn=state["step"], round="one training step (forward, "
                         "backward, optimizer step)", warmup=G["warmup"], rounds=G["rounds"],
-                        flops=MODEL_CONFIGS[size].flops("train_step", batch, context), tokens=batch * context,
+                        flops=ref.config.flops("train_step", batch, context), tokens=batch * context,
                         metrics={Metric.FIRST_CALL_S: first_s}, details=details)
     if compiled and details["compiled_now"]:
         record_compile_s(bench, row, first_s)

@@ -14,7 +14,7 @@ from impl.model.fused_ce import fused_linear_cross_entropy
 from impl.model.loss import check_reduction
 from impl.annotate import PHASES, annotate
 from impl.bench.compiled import compile_blocks_in_place
-from impl.model import MODEL_CONFIGS
+from impl.model import ModelConfig, SizeRef, model_config
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -26,9 +26,60 @@ def autocast_ctx(dtype: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=DTYPES[dtype])
 
 
-def build_model(size: str, context: int, device: torch.device, attn_impl: str = "naive", seed: int = 0) -> TransformerLM:
+Size = str | SizeRef | ModelConfig  # a named config (impl.model.MODEL_CONFIGS), an edition's size, or a shape
+
+
+def size_config(size: Size) -> ModelConfig:
+    """The ModelConfig a sweep's size names; a clear error for anything else."""
+    if isinstance(size, ModelConfig):
+        return size
+    if isinstance(size, SizeRef):
+        return size.config
+    if isinstance(size, str):
+        return model_config(size)
+    raise TypeError(f"a model size is a name, a SizeRef or a ModelConfig, got {type(size).__name__}")
+
+
+def build_model(size: Size, context: int, device: torch.device, attn_impl: str = "naive", seed: int = 0) -> TransformerLM:
     torch.manual_seed(seed)
-    return TransformerLM(**MODEL_CONFIGS[size], context_length=context, attn_impl=attn_impl, device=device)
+    return TransformerLM.from_config(size_config(size), context_length=context, attn_impl=attn_impl, device=device)
+
+
+def memory_need(size: Size, mode: str, dtype: str, batch: int, context: int) -> dict[str, float]:
+    """The closed-form bytes a `mode` step of this size needs on one device (impl.accounting
+    .step_memory_need), for a row's details beside its measured peak or its OOM: activations as
+    fp32 autograd saves them (under autocast a uniform 2-byte estimate), and under autocast the
+    low-precision copies of every Linear weight."""
+    from impl import accounting as acc
+
+    c = size_config(size)
+    low = dtype != "fp32"
+    activations = acc.activation_bytes(batch, context, c.d_model, c.d_ff, c.num_heads, c.num_layers, c.vocab_size,
+                                       bytes_per=DTYPES[dtype].itemsize)
+    linear_numel = c.num_layers * (4 * c.d_model ** 2 + 3 * c.d_model * c.d_ff) + c.vocab_size * c.d_model
+    need = acc.step_memory_need(mode, c.params, activations,
+                                cast_bytes=linear_numel * DTYPES[dtype].itemsize if low else 0)
+    return need
+
+
+def fitting_contexts(size: Size, batch: int, dtype: str, device_bytes: float | None, *, lo: int, hi: int,
+                     headroom: float) -> list[int]:
+    """The powers of two in [lo, hi] whose training step (forward, backward, AdamW) fits
+    `headroom` × device_bytes by the closed form (memory_need); all of them when device_bytes is
+    None (a CPU has no device-memory limit)."""
+    if lo < 1 or hi < lo or not 0 < headroom <= 1:
+        raise ValueError(f"fitting_contexts needs 1 <= lo <= hi and 0 < headroom <= 1, got {lo}, {hi}, {headroom}")
+    out, c = [], 1 << (lo - 1).bit_length()
+    while c <= hi:
+        if device_bytes is None or memory_need(size, "train_step", dtype, batch, c)["total"] <= headroom * device_bytes:
+            out.append(c)
+        c *= 2
+    return out
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The device's total memory, or None off CUDA."""
+    return torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
 
 
 def random_batch(model: TransformerLM, batch: int, context: int, device: torch.device, seed: int = 0):
@@ -118,7 +169,7 @@ class ModelCache:
     def __init__(self):
         self.key, self.model = None, None
 
-    def get(self, size: str, context_length: int, device: torch.device, attn_impl: str = "naive") -> TransformerLM:
+    def get(self, size: Size, context_length: int, device: torch.device, attn_impl: str = "naive") -> TransformerLM:
         key = (size, context_length, str(device), attn_impl)
         if key != self.key:
             self.clear()
@@ -134,7 +185,7 @@ class ModelCache:
         free_memory()
 
 
-def model_and_batch(harness, models: ModelCache, *, problem: str, config: dict, size: str, context_length: int,
+def model_and_batch(harness, models: ModelCache, *, problem: str, config: dict, size: Size, context_length: int,
                     batch: int, context: int, details: dict | None = None):
     """(model, x, y) from the cache, or None after recording the config as OOM: building a large
     model can itself run out of memory, and that is a result, not a crash."""

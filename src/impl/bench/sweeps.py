@@ -4,7 +4,7 @@
 grid, trimmed only where a section must fit one 10-minute command on the GPU machine; what a
 trim leaves out is recorded in the benchmark JSON through `left_out`, never dropped silently.
 """
-from impl.model import MODEL_SIZES
+from impl.model import MODEL_SIZES, MODEL_SIZES_2026
 
 MODES = ("forward", "backward", "forward_backward", "optimizer_step", "train_step")
 
@@ -23,6 +23,31 @@ GRIDS = {
         "smoke": dict(sizes=["tiny"], contexts=[32], modes=["forward", "train_step"], dtypes=["fp32"],
                       warmups=[0, 1, 2, 5], batch=2, rounds=3, left_out="smoke profile"),
     },
+    # benchmarking_script (b) and benchmarking_mixed_precision (c), 2026 edition: every size of the 2026
+    # table at the handout's default context (512: the problem names none), 5 warm-up and 10 timed
+    # steps, one step a round. fp32 ("Up to this point ... FP32") times the forward, backward and
+    # optimizer step apart; bf16 autocast the forward and backward that mixed precision (c) asks.
+    # An OOM is a row with its closed-form need (impl.bench.steps.memory_need): on 80 GB the 10B's
+    # fp32 weights alone are 51 GB. H100 estimate: ~10 s a size for small..large, ~45 s for xl, ~40 s
+    # for the 10B (its build, forwards, and OOMs): ~2.5 min.
+    "benchmarking_script_2026": {
+        "full": dict(edition="2026", sizes=list(MODEL_SIZES_2026), context=512, batch=4, warmup=5, rounds=10,
+                     modes={"fp32": ["forward", "backward", "optimizer_step"], "bf16": ["forward", "backward"]}),
+        "smoke": dict(edition="2026", sizes=["tiny"], context=32, batch=2, warmup=5, rounds=10,
+                      modes={"fp32": ["forward", "backward", "optimizer_step"], "bf16": ["forward", "backward"]}),
+    },
+    # (c), 2026: no warm-up, then 1 and 2 warm-up steps, and (b)'s 5 as the reference, each config in a
+    # fresh process (impl.bench.fresh_steps): a training step a round with its phases timed apart. The
+    # 10B is left out (its fp32 training step does not fit one 80 GB GPU: the main rows record that
+    # OOM). H100 estimate: ~8 s to start a process and build, + 10-15 steps (xl ~1 s each): ~4 min for
+    # 16 configs.
+    "benchmarking_script_2026_warmup": {
+        "full": dict(edition="2026", sizes=["small", "medium", "large", "xl"], context=512, batch=4, dtype="fp32",
+                     warmups=[0, 1, 2, 5], rounds=10, start_timeout_s=180, step_timeout_s=120,
+                     left_out="size 10B: its fp32 training step does not fit one 80 GB GPU (see its OOM rows)"),
+        "smoke": dict(edition="2026", sizes=["tiny"], context=32, batch=2, dtype="fp32", warmups=[0, 1, 2, 5],
+                      rounds=10, start_timeout_s=180, step_timeout_s=120, left_out="smoke profile"),
+    },
     # nsys_profile: kernel tables per phase from torch.profiler (issue 4); per config one unrecorded
     # warm-up step and two recorded ones, read from the raw kineto events in one pass. H100 estimate
     # for the full grid: ~10 s start-up, ~1-3 s per small/medium config, ~4-8 s per xl/2.7B config
@@ -36,6 +61,22 @@ GRIDS = {
         "smoke": dict(sizes=["tiny"], contexts=[32, 64], dtype="fp32", batch=2,
                       timer_warmup=1, timer_rounds=5, prof_warmup=1, prof_steps=2, top=15,
                       trace=("tiny", 32), trace_max_mb=10, budget_s=50),
+    },
+    # nsys_profile, 2026 edition: "two model sizes ... three power-of-two context lengths larger than 128,
+    # the largest ... the longest you can fit". Chosen at collection from the closed form
+    # (impl.bench.steps.fitting_contexts): the `n_sizes` largest 2026 sizes that have `n_contexts`
+    # powers of two in [min_context, max_context] whose fp32 training step fits `headroom` of the
+    # device's memory (the rest: transient score gradients, allocator slack), each with its top
+    # `n_contexts`. On an H100 80GB: medium 512-2048 and large 256-1024 (xl (2026) fits only 256;
+    # on an H200 it would be large and xl). device_bytes None = the device's. H100 estimate: ~20 s a
+    # config (timer, three steps profiled, kineto parse): ~2-3 min; the first config keeps its trace.
+    "nsys_profile_2026": {
+        "full": dict(edition="2026", candidates=list(MODEL_SIZES_2026), n_sizes=2, n_contexts=3, min_context=256,
+                     max_context=16384, headroom=0.9, device_bytes=None, dtype="fp32", batch=4, timer_warmup=2,
+                     timer_rounds=5, prof_warmup=1, prof_steps=2, top=15, trace_max_mb=10, budget_s=360),
+        "smoke": dict(edition="2026", candidates=["tiny"], n_sizes=1, n_contexts=3, min_context=16, max_context=64,
+                      headroom=0.9, device_bytes=None, dtype="fp32", batch=2, timer_warmup=1, timer_rounds=5,
+                      prof_warmup=1, prof_steps=2, top=15, trace_max_mb=10, budget_s=60),
     },
     # mixed_precision_accumulation / benchmarking_mixed_precision (a): same in both profiles; each row
     # times the computation whose results it carries (a few ms: the harness asks >= 10 rounds).
@@ -97,11 +138,14 @@ GRIDS.update({
                      warmup=5, rounds=100, budget_s=150),
         "smoke": dict(batch=2, dims=[16, 32], seqs=[32, 64], dtype="fp32", warmup=1, rounds=5, budget_s=60),
     },
-    # torch_compile (a): the pytorch_attention grid, compiled vs eager. The CPU smoke compiles with
-    # aot_eager (dynamo + AOTAutograd, no C++ code generation) to stay fast.
+    # torch_compile (a): the pytorch_attention grid, compiled vs eager, both in the same run. The CPU
+    # smoke compiles with aot_eager (dynamo + AOTAutograd, no C++ code generation) to stay fast. H100:
+    # the first run did 27 compiled rows (d 16, 32 and 7 of d 64) in its 60 s budget; with the eager
+    # rows and the long sequences, the whole grid should take ~4-5 min; budget_s leaves cells past it
+    # out whole (checked at a cell's first row), within gpu_run.sh's 540 s section timeout.
     "torch_compile_attention": {
         "full": dict(batch=8, dims=[16, 32, 64, 128], seqs=[256, 1024, 4096, 8192, 16384], dtype="fp32",
-                     warmup=5, rounds=100, backend="inductor", budget_s=60),
+                     warmup=5, rounds=100, backend="inductor", budget_s=420),
         "smoke": dict(batch=2, dims=[16], seqs=[32], dtype="fp32", warmup=1, rounds=5, backend="aot_eager",
                       budget_s=60),
     },
@@ -221,14 +265,22 @@ GRIDS["fsdp"] = {
 # gradient_checkpointing (issue 7, beyond): policies × dtypes on one shape, then nested vs none over
 # depths of xl width. The every_k values are not listed: the perf test derives the best k and its
 # neighbours from impl.accounting at this shape. One H100, forward+backward steps.
+# edition_2026: (b) of the 2026 handout, xl (2026) at batch 4 × 2048 in fp32 (the memory section's
+# setting, "as above"), single-level only: the best block size k by the closed form and the next
+# smaller and larger (k ± 1 within 1..L) and the textbook round(sqrt(L)), then no checkpointing
+# (expected OOM: ~150 GB of activations, recorded with its predicted need). The best k there is 1 (a
+# block saves ~4.7 GB, a boundary 84 MB), so there is no smaller one. H100 estimate: ~5 s a step
+# (fp32, one recomputed forward), 6 steps a row, 3 rows: ~2 min.
 GRIDS["gradient_checkpointing"] = {
     "full": dict(size="xl", batch=4, context=2048, dtypes=["bf16", "fp32"], warmup=1, rounds=5,
                  depth=dict(width="xl", layers=[8, 16, 32, 48], batch=1, context=2048, dtype="bf16",
                             policies=["none", "nested"]),
+                 edition_2026=dict(edition="2026", size="xl", batch=4, context=2048, dtype="fp32"),
                  budget_s=480),
     "smoke": dict(size="tiny", batch=2, context=32, dtypes=["bf16", "fp32"], warmup=1, rounds=5,
                   depth=dict(width="tiny", layers=[2, 4, 8], batch=2, context=32, dtype="fp32",
                              policies=["none", "nested"]),
+                  edition_2026=dict(edition="2026", size="tiny", batch=2, context=32, dtype="fp32"),
                   budget_s=120),
 }
 

@@ -90,6 +90,9 @@ MODEL_SIZES_2026: dict[str, ModelConfig] = {
 
 EDITION_SIZES: dict[str, dict[str, ModelConfig]] = {"2025": MODEL_SIZES, "2026": MODEL_SIZES_2026}
 DEFAULT_EDITION = "2025"  # rows stored before the 2026 table existed name 2025 sizes
+# The CPU smoke profile's stand-in for an edition's sizes: valid in every edition (so a smoke row of a
+# 2026 question names its edition like the GPU rows), never listed by sizes() or EDITION_SIZES.
+SMOKE_SIZES: dict[str, ModelConfig] = {"tiny": ModelConfig(d_model=64, d_ff=256, num_layers=2, num_heads=4)}
 
 
 @dataclass(frozen=True)
@@ -102,9 +105,10 @@ class SizeRef:
     def __post_init__(self):
         if self.edition not in EDITION_SIZES:
             raise ValueError(f"unknown edition {self.edition!r}; known: {', '.join(EDITION_SIZES)}")
-        if self.name not in EDITION_SIZES[self.edition]:
+        if self.name not in EDITION_SIZES[self.edition] and self.name not in SMOKE_SIZES:
             raise ValueError(f"the {self.edition} table has no size {self.name!r}; "
-                             f"it has: {', '.join(EDITION_SIZES[self.edition])}")
+                             f"it has: {', '.join(EDITION_SIZES[self.edition])} (and the smoke profile's "
+                             f"{', '.join(SMOKE_SIZES)})")
 
     @classmethod
     def from_row(cls, config: Mapping) -> "SizeRef":
@@ -113,7 +117,7 @@ class SizeRef:
 
     @property
     def config(self) -> ModelConfig:
-        return EDITION_SIZES[self.edition][self.name]
+        return EDITION_SIZES[self.edition].get(self.name) or SMOKE_SIZES[self.name]
 
     def aliases(self) -> list["SizeRef"]:
         """The same model under its names in the other editions (xl (2026) is 2.7B (2025))."""
@@ -124,6 +128,8 @@ class SizeRef:
     def label(self) -> str:
         """"xl (2026)"; where the name means another model in the other edition, its name there too:
         "xl (2026) = 2.7B (2025)", "xl (2025)". Same-named same models (small) read "small"."""
+        if self.name in SMOKE_SIZES:
+            return self.name
         same = [a for a in self.aliases() if a.name == self.name]
         if same and len(self.aliases()) == len(same):
             return self.name
@@ -148,7 +154,7 @@ def sizes(edition: str) -> list[SizeRef]:
 # context 32,768 is the step's, not the model's: TransformerLM takes context_length apart). Nothing
 # iterates this table (grids and report tables iterate MODEL_SIZES); 8B last, so it sorts last.
 MODEL_CONFIGS: dict[str, ModelConfig] = {
-    "tiny": ModelConfig(d_model=64, d_ff=256, num_layers=2, num_heads=4),
+    **SMOKE_SIZES,
     **MODEL_SIZES,
     "8B": ModelConfig(d_model=4096, d_ff=11008, num_layers=34, num_heads=32, vocab_size=151_936),
 }

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from .layers import Embedding, Linear, RMSNorm, RotaryEmbedding, SwiGLU
-from .sizes import VOCAB_SIZE
+from .sizes import VOCAB_SIZE, ModelConfig
 
 
 class CausalSelfAttention(nn.Module):
@@ -94,6 +94,23 @@ class TransformerLM(nn.Module):
         )
         self.ln_final = RMSNorm(d_model, device=device, dtype=dtype)
         self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, **kwargs) -> "TransformerLM":
+        """The model of a typed size config (impl.model.sizes: a ModelConfig, or a SizeRef's
+        .config); `kwargs` are the other constructor arguments (context_length, attn_impl, device,
+        ...). `TransformerLM(**config)` builds the same model."""
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"TransformerLM.from_config takes a ModelConfig, got {type(config).__name__}")
+        clash = set(kwargs) & set(config)
+        if clash:
+            raise ValueError(f"TransformerLM.from_config: {sorted(clash)} come from the config, not as arguments")
+        return cls(**config, **kwargs)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        """The size of this model as a typed config."""
+        return ModelConfig(**{k: self.config[k] for k in ModelConfig._keys()})
 
     def set_attention(self, attn_impl: str) -> None:
         """Switch every block to another attention implementation (same weights)."""
