@@ -1,87 +1,163 @@
-"""1.1 memory_profiling (a)-(e): the 2.7B model at each context, fp32 and bf16 autocast, inference
-forward and a full training step. The benchmark row carries the peaks (b)/(c) (its memory, CUDA
-only: no peak counter on the CPU); configs in
-`snapshot_dtypes` also record one step's allocator history (a second, untimed step: recording
-slows allocation), stored downsampled for the report's timeline figure (a), with the residual-
-stream check (d) and the largest allocations (e). One raw snapshot is saved as an artifact."""
+"""1.1 memory_profiling: the 2025 edition's (a)-(e) on its 2.7B at each context, and the 2026
+edition's (a)-(f) on the 2026 table's xl at contexts 128 and 2048; fp32 and bf16 autocast,
+inference forward and a full training step. The benchmark row carries the peaks (b)/(c) (its
+memory, CUDA only: no peak counter on the CPU); configs in `snapshot_dtypes` also record one
+step's allocator history (a second, untimed step: recording slows allocation), phases and block
+boundaries marked, stored min/max-downsampled for the report's timeline figure (a), with the
+residual-stream check (d) and the largest allocations (e). The 2026 training steps also run the
+block probe (f) (impl.bench.block_memory). Raw snapshots of `artifacts` are saved as pickles."""
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
-from impl.model import AdamW
+from impl import accounting as acc
+from impl.model import AdamW, MODEL_CONFIGS
+from impl.model.sizes import EDITION_SIZES, ModelConfig, SizeRef, model_config
+from impl.bench.block_memory import BlockProbe, probe_block_memory
 from impl.bench.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
-                                   residual_stream_bytes, timeline_data)
+                               residual_stream_bytes, timeline_data)
 from impl.bench.steps import ModelCache, make_step, model_and_batch
 from impl.bench.row import Status
-from impl.runtime import free_memory, is_oom, profile_name
+from impl.runtime import free_memory, is_oom, profile_name, first_line
 from impl.bench.sweeps import grid
-from impl.model import MODEL_CONFIGS
 
 G = grid("memory_profiling", profile_name())
 MODELS = ModelCache()
 ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
+ROUND = {"forward": "one forward pass (no grad)", "train_step": "one training step with AdamW"}
+DIMS = ("d_model", "d_ff", "num_layers", "num_heads")
 
 
-def _record(model, x, y, dtype, mode, optimizer, device, config, artifact):
-    """Allocator history of one step (after the timed ones, so optimizer state already exists)."""
-    d_model = MODEL_CONFIGS[config["size"]]["d_model"]
-    with MemoryRecorder(device) as rec:
-        phased_step(model, x, y, dtype, mode, optimizer, rec.mark)
+@dataclass(frozen=True)
+class Case:
+    edition: str
+    size: str
+    context: int
+    dtype: str
+    mode: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.edition}-{self.size}-{self.context}-{self.dtype}-{self.mode}"
+
+    @property
+    def model(self) -> ModelConfig:
+        """The edition's size, or the smoke profile's stand-in (tiny) that no table names."""
+        table = EDITION_SIZES[self.edition]
+        return table[self.size] if self.size in table else model_config(self.size)
+
+    def row_config(self, batch: int) -> dict:
+        """The size by edition with its dimensions (SizeRef's fields), then the step."""
+        if self.size in EDITION_SIZES[self.edition]:
+            fields = SizeRef(self.edition, self.size).row_config()
+        else:
+            fields = dict(size=self.size, edition=self.edition, **{k: self.model[k] for k in DIMS})
+        return dict(fields, context=self.context, dtype=self.dtype, mode=self.mode, batch=batch)
+
+
+def build_name(cfg: ModelConfig) -> str:
+    """ModelCache builds by MODEL_CONFIGS name: the name of the same dimensions (xl (2026) is
+    built as 2.7B, one model for both editions' rows)."""
+    return next(name for name, c in MODEL_CONFIGS.items() if c == cfg)
+
+
+def _cases() -> list[Case]:
+    shapes = [("2025", s, c) for s in G["sizes"] for c in G["contexts"]]
+    shapes += [("2026", s, c) for s, c in G["cases_2026"]]
+    return [Case(e, s, c, d, m) for e, s, c in shapes for d in G["dtypes"] for m in G["modes"]]
+
+
+CASES = _cases()
+ARTIFACT_CASES = {Case(*a) for a in G["artifacts"]}
+
+
+def _closed_form(case: Case, batch: int) -> dict:
+    """What a step needs in fp32 by impl.accounting: the training state (parameters, gradients,
+    AdamW's moments) and the activations kept for backward; an OOM row reads it."""
+    m = case.model
+    terms = acc.checkpoint_terms(batch, case.context, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
+    saved = m.num_layers * terms["a_block"] + terms["a_outside"]
+    state = acc.training_state_bytes(m.params)
+    return dict(params=m.params, param_bytes=acc.param_bytes(m.params), training_state_bytes=state,
+                saved_activation_bytes=saved, block_saved_bytes=terms["a_block"],
+                train_step_need_bytes=state + saved)
+
+
+def _record(model, x, y, case: Case, optimizer, device, batch):
+    """Allocator history of one step (after the timed ones, so optimizer state already exists),
+    with phase markers and, from the block probe's hooks, one marker per block boundary."""
+    with MemoryRecorder(device) as rec, BlockProbe(model.layers, meter=lambda: torch.cuda.memory_allocated(device),
+                                                   mark=rec.mark_block):
+        phased_step(model, x, y, case.dtype, case.mode, optimizer, rec.mark)
     snap = rec.snapshot
-    out = dict(timeline=timeline_data(snap, rec.marks, G["max_points"]), largest=largest_allocations(snap, top=10))
+    out = dict(timeline=timeline_data(snap, rec.marks, G["max_points"], block_marks=rec.block_marks),
+               largest=largest_allocations(snap, top=10))
     # (d) the residual stream stays in the parameters' dtype (fp32) even under autocast: the
     # embedding output is fp32 and `x + block(x)` promotes; half-size (batch, seq, d_model) tensors
     # are the autocast matmul outputs feeding it. Both sizes are looked up.
-    out["residual"] = {str(b): match_allocation(snap, residual_stream_bytes(config["batch"], config["context"], d_model, b))
+    out["residual"] = {str(b): match_allocation(snap, residual_stream_bytes(batch, case.context, case.model.d_model, b))
                        for b in (4, 2)}
-    if artifact:
-        path = ARTIFACTS / "memory_profiling_{size}_ctx{context}_{dtype}_{mode}.pickle".format(**config)
+    if case in ARTIFACT_CASES:
+        path = ARTIFACTS / f"memory_profiling_{case.id}.pickle"
         rec.dump(path)
         out["artifact"] = path.name
     return out
 
 
-# The 2025 edition's 2.7B grid, then the 2026 edition's (size, context) pairs.
-SHAPES = [(s, c) for s in G["sizes"] for c in G["contexts"]] + [tuple(x) for x in G["cases_2026"]]
-CASES = [(s, c, d, m) for s, c in SHAPES for d in G["dtypes"] for m in G["modes"]]
-ROUND = {"forward": "one forward pass (no grad)", "train_step": "one training step with AdamW"}
+def _oom_guarded(info: dict, key: str, fn) -> None:
+    """info[key] = fn(), or info[key + '_skipped'] with the reason when fn runs out of memory."""
+    try:
+        info[key] = fn()
+    except Exception as exc:  # noqa: BLE001 - recording can tip a config over; only OOM is a result
+        if not is_oom(exc):
+            raise
+        info[key] = None
+        info[f"{key}_skipped"] = "out of memory: " + first_line(exc, 200)
+    free_memory()
 
 
-@pytest.mark.parametrize("size,context,dtype,mode", CASES)
-def test_memory_profiling(bench, size, context, dtype, mode):
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_memory_profiling(bench, case: Case):
     device, batch = bench.device, G["batch"]
-    config = dict(size=size, context=context, dtype=dtype, mode=mode, batch=batch)
-    details = dict(residual_bytes={str(b): residual_stream_bytes(batch, context, MODEL_CONFIGS[size]["d_model"], b)
-                                   for b in (4, 2)}, snapshot=None)
-    got = model_and_batch(bench, MODELS, problem="memory_profiling", config=config, size=size,
-                          context_length=max(context, *G["contexts"]), batch=batch, context=context,
+    config = case.row_config(batch)
+    m = case.model
+    details = dict(residual_bytes={str(b): residual_stream_bytes(batch, case.context, m.d_model, b) for b in (4, 2)},
+                   residual_derivation=dict(batch=batch, context=case.context, d_model=m.d_model, bytes_per_elem=4),
+                   closed_form=_closed_form(case, batch), snapshot=None)
+    got = model_and_batch(bench, MODELS, problem="memory_profiling", config=config, size=build_name(m),
+                          context_length=max(c.context for c in CASES), batch=batch, context=case.context,
                           details=details)
     if got is None:
         return
     model, x, y = got
-    optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01) if mode == "train_step" else None
-    fn, setup = make_step(mode, model, x, y, dtype, optimizer)
-    row = bench.measure(problem="memory_profiling", config=config, fn=fn, setup=setup, round=ROUND[mode],
+    optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01) if case.mode == "train_step" else None
+    fn, setup = make_step(case.mode, model, x, y, case.dtype, optimizer)
+    row = bench.measure(problem="memory_profiling", config=config, fn=fn, setup=setup, round=ROUND[case.mode],
                         warmup=G["warmup"], rounds=G["rounds"], details=details)
     info, measured = row.details, row.status is Status.MEASURED
     if measured and device.type != "cuda":
         info["snapshot_skipped"] = "CUDA allocator history needs a GPU (the analysis code is tested on synthetic snapshots)"
-    elif measured and dtype in G["snapshot_dtypes"]:
-        try:
-            info["snapshot"] = _record(model, x, y, dtype, mode, optimizer, device, config,
-                                       artifact=(size, context, dtype, mode) == tuple(G["artifact"]))
-        except Exception as exc:  # noqa: BLE001 - history recording itself can tip a config over
-            if not is_oom(exc):
-                raise
-            info["snapshot_skipped"] = "out of memory while recording: " + str(exc).splitlines()[0][:200]
+    elif measured and case.dtype in G["snapshot_dtypes"]:
+        _oom_guarded(info, "snapshot", lambda: _record(model, x, y, case, optimizer, device, batch))
+    if measured and case.edition == "2026" and case.mode == "train_step":  # (f)
+        _oom_guarded(info, "block_memory",
+                     lambda: probe_block_memory(model, x, y, case.dtype, top=G["probe_top"]).to_json())
     if measured:
         bench.save(row)
     del fn, setup, optimizer
     model.zero_grad(set_to_none=True)
     free_memory()
+    if measured and info.get("block_memory"):
+        f = info["block_memory"]
+        assert abs(sum(o["share"] for o in f["ops"]) - 1) < 1e-9 and len(f["top"]) <= G["probe_top"]
+        assert f["grad_bytes_measured"] > 0 and f["saved_bytes"] > 0
     if device.type == "cuda" and measured:
         assert row.memory.peak_allocated > 0
         snap = info.get("snapshot")
         if snap:
-            assert snap["timeline"]["markers_found"] == snap["timeline"]["markers_expected"]
+            t = snap["timeline"]
+            assert t["markers_found"] == t["markers_expected"]
+            assert t["blocks_found"] == t["blocks_expected"], "block boundary markers missing from the allocator trace"
