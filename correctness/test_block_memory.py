@@ -81,3 +81,14 @@ def test_probe_cuda_allocator_readings():
     # the caching allocator rounds each block to 512 B; this config's weights are multiples of it
     assert f.grad_bytes_measured == f.grad_bytes_expected
     assert all(g >= f.saved_bytes for g in f.forward_growth_bytes)
+
+
+def test_block_facts_do_not_depend_on_depth():
+    # the perf rows probe a short stack of a size's blocks: its facts must be the whole model's
+    def facts(layers):
+        torch.manual_seed(0)
+        model = TransformerLM(**CFG.replace(num_layers=layers), context_length=32)
+        _, x, y = _model_and_batch()
+        f = probe_block_memory(model, x, y, "fp32")
+        return f.saved_bytes, f.ops, f.grad_bytes_measured, f.forward_growth_bytes[f.block]
+    assert facts(3) == facts(5)

@@ -4,8 +4,10 @@ inference forward and a full training step. The benchmark row carries the peaks 
 memory, CUDA only: no peak counter on the CPU); configs in `snapshot_dtypes` also record one
 step's allocator history (a second, untimed step: recording slows allocation), phases and block
 boundaries marked, stored min/max-downsampled for the report's timeline figure (a), with the
-residual-stream check (d) and the largest allocations (e). The 2026 training steps also run the
-block probe (f) (impl.bench.block_memory). Raw snapshots of `artifacts` are saved as pickles."""
+residual-stream check (d) and the largest allocations (e). Raw snapshots of `artifacts` are saved
+as pickles. (f) has its own rows (`block_probe`): a stack of `probe_layers` of the size's blocks,
+whose per-block facts are those of the whole model (a test pins that they do not depend on the
+depth), so (f) is answered at 2048 too, where the whole training step does not fit."""
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,15 +21,18 @@ from impl.model.sizes import EDITION_SIZES, ModelConfig, SizeRef, model_config
 from impl.bench.block_memory import BlockProbe, probe_block_memory
 from impl.bench.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
                                residual_stream_bytes, timeline_data)
-from impl.bench.steps import ModelCache, make_step, model_and_batch
+from impl.bench.harness import set_up_or_oom
+from impl.bench.steps import ModelCache, make_step, model_and_batch, random_batch
 from impl.bench.row import Status
+from impl.model import TransformerLM
 from impl.runtime import free_memory, is_oom, profile_name, first_line
 from impl.bench.sweeps import grid
 
 G = grid("memory_profiling", profile_name())
 MODELS = ModelCache()
 ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
-ROUND = {"forward": "one forward pass (no grad)", "train_step": "one training step with AdamW"}
+ROUND = {"forward": "one forward pass (no grad)", "train_step": "one training step with AdamW",
+         "block_probe": "forward+backward of the probed block stack (no probe: the probe runs after the rounds)"}
 DIMS = ("d_model", "d_ff", "num_layers", "num_heads")
 
 
@@ -71,6 +76,7 @@ def _cases() -> list[Case]:
 
 
 CASES = _cases()
+PROBE_CASES = [Case("2026", s, c, d, "block_probe") for s, c in G["cases_2026"] for d in G["dtypes"]]
 ARTIFACT_CASES = {Case(*a) for a in G["artifacts"]}
 
 
@@ -142,18 +148,11 @@ def test_memory_profiling(bench, case: Case):
         info["snapshot_skipped"] = "CUDA allocator history needs a GPU (the analysis code is tested on synthetic snapshots)"
     elif measured and case.dtype in G["snapshot_dtypes"]:
         _oom_guarded(info, "snapshot", lambda: _record(model, x, y, case, optimizer, device, batch))
-    if measured and case.edition == "2026" and case.mode == "train_step":  # (f)
-        _oom_guarded(info, "block_memory",
-                     lambda: probe_block_memory(model, x, y, case.dtype, top=G["probe_top"]).to_json())
     if measured:
         bench.save(row)
     del fn, setup, optimizer
     model.zero_grad(set_to_none=True)
     free_memory()
-    if measured and info.get("block_memory"):
-        f = info["block_memory"]
-        assert abs(sum(o["share"] for o in f["ops"]) - 1) < 1e-9 and len(f["top"]) <= G["probe_top"]
-        assert f["grad_bytes_measured"] > 0 and f["saved_bytes"] > 0
     if device.type == "cuda" and measured:
         assert row.memory.peak_allocated > 0
         snap = info.get("snapshot")
@@ -161,3 +160,38 @@ def test_memory_profiling(bench, case: Case):
             t = snap["timeline"]
             assert t["markers_found"] == t["markers_expected"]
             assert t["blocks_found"] == t["blocks_expected"], "block boundary markers missing from the allocator trace"
+
+
+@pytest.mark.parametrize("case", PROBE_CASES, ids=[c.id for c in PROBE_CASES])
+def test_memory_profiling_block_probe(bench, case: Case):
+    """(f): what one block saves for backward, by operation, and the gradient memory of one block's
+    backward, on a stack of `probe_layers` of the size's blocks (impl.bench.block_memory)."""
+    device, batch, layers = bench.device, G["batch"], G["probe_layers"]
+    config = dict(case.row_config(batch), probe_layers=layers)
+    m = case.model
+    terms = acc.checkpoint_terms(batch, case.context, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
+    details = dict(block_saved_bytes_closed_form_fp32=terms["a_block"], block_memory=None)
+    MODELS.clear()  # the whole-model rows' model out of the way
+
+    def build():
+        torch.manual_seed(0)
+        model = TransformerLM(**m.replace(num_layers=layers), context_length=case.context, device=device)
+        return (model, *random_batch(model, batch, case.context, device))
+    got = set_up_or_oom(bench, build, problem="memory_profiling", config=config, details=details)
+    if got is None:
+        return
+    model, x, y = got
+    fn, setup = make_step("forward_backward", model, x, y, case.dtype)
+    row = bench.measure(problem="memory_profiling", config=config, fn=fn, setup=setup, round=ROUND[case.mode],
+                        warmup=G["warmup"], rounds=G["rounds"], details=details)
+    info = row.details
+    if row.status is Status.MEASURED:
+        _oom_guarded(info, "block_memory",
+                     lambda: probe_block_memory(model, x, y, case.dtype, top=G["probe_top"]).to_json())
+        bench.save(row)
+    del model, x, y, fn, setup, got
+    free_memory()
+    f = info.get("block_memory")
+    if f:
+        assert abs(sum(o["share"] for o in f["ops"]) - 1) < 1e-9 and len(f["top"]) == min(G["probe_top"], len(f["ops"]))
+        assert f["grad_bytes_expected"] == 4 * f["block_params"]  # fp32 master weights: fp32 gradients

@@ -46,21 +46,22 @@ GRIDS = {
     # memory_profiling: the 2025 edition's 2.7B × contexts × dtypes × modes, then the 2026 edition's
     # (size of the 2026 table, context) cases; allocator history for `snapshot_dtypes` (min/max
     # downsampled to max_points: each layer's rise and fall survives), raw snapshot pickles for
-    # `artifacts` (edition, size, context, dtype, mode). 2026 training steps also run the (f) block
-    # probe (impl.bench.block_memory; `probe_top` operations kept). H100 estimate for the 2026 rows
-    # (-k 2026): ~30 s start-up and model build, ~1 min of steps and snapshots at 128, ~1 min at 2048
-    # (forwards; the fp32 and bf16 training steps need ~54 GB of state + ~140 GB of saved activations,
-    # an OOM on an H100 and on an H200, recorded with that closed form): ~3 min.
+    # `artifacts` (edition, size, context, dtype, mode). (f): block_probe rows per 2026 case and dtype,
+    # a stack of `probe_layers` of the size's blocks through impl.bench.block_memory (`probe_top`
+    # operations kept). H100 estimate for the 2026 rows (-k 2026): ~30 s start-up and model build,
+    # ~1 min of steps and snapshots at 128, ~1 min at 2048 (forwards; the fp32 and bf16 training steps
+    # need ~54 GB of state + ~140 GB of saved activations, an OOM on an H100 and on an H200, recorded
+    # with that closed form), ~30 s of block probes: ~3-4 min.
     "memory_profiling": {
         "full": dict(sizes=["2.7B"], contexts=[128, 256, 512], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
                      batch=4, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=4000,
                      artifacts=[("2025", "2.7B", 256, "fp32", "train_step"), ("2026", "xl", 128, "fp32", "forward"),
                                 ("2026", "xl", 128, "fp32", "train_step")],
-                     cases_2026=[("xl", 128), ("xl", 2048)], probe_top=5),
+                     cases_2026=[("xl", 128), ("xl", 2048)], probe_layers=3, probe_top=5),
         "smoke": dict(sizes=["tiny"], contexts=[32], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
                       batch=2, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=4000,
                       artifacts=[("2025", "tiny", 32, "fp32", "train_step")],
-                      cases_2026=[("tiny", 16), ("tiny", 64)], probe_top=5),
+                      cases_2026=[("tiny", 16), ("tiny", 64)], probe_layers=3, probe_top=5),
     },
     # torch_compile (b): eager vs compiled model, forward and forward+backward per size × context, and
     # the AdamW step per size (perf/test_torch_compile_model.py). Regional compilation with a dynamic
