@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from impl import accounting as acc
-from impl.model import AdamW, MODEL_CONFIGS
-from impl.model.sizes import EDITION_SIZES, ModelConfig, SizeRef, model_config
+from impl.model import AdamW
+from impl.model.sizes import ModelConfig
+from impl.bench.editions import GridSize
 from impl.bench.block_memory import BlockProbe, probe_block_memory
 from impl.bench.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
                                residual_stream_bytes, timeline_data)
@@ -33,51 +34,37 @@ MODELS = ModelCache()
 ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
 ROUND = {"forward": "one forward pass (no grad)", "train_step": "one training step with AdamW",
          "block_probe": "forward+backward of the probed block stack (no probe: the probe runs after the rounds)"}
-DIMS = ("d_model", "d_ff", "num_layers", "num_heads")
 
 
 @dataclass(frozen=True)
 class Case:
-    edition: str
-    size: str
+    size: GridSize
     context: int
     dtype: str
     mode: str
 
     @property
     def id(self) -> str:
-        return f"{self.edition}-{self.size}-{self.context}-{self.dtype}-{self.mode}"
+        return f"{self.size.id}-{self.context}-{self.dtype}-{self.mode}"
 
     @property
     def model(self) -> ModelConfig:
-        """The edition's size, or the smoke profile's stand-in (tiny) that no table names."""
-        table = EDITION_SIZES[self.edition]
-        return table[self.size] if self.size in table else model_config(self.size)
+        return self.size.config
 
     def row_config(self, batch: int) -> dict:
-        """The size by edition with its dimensions (SizeRef's fields), then the step."""
-        if self.size in EDITION_SIZES[self.edition]:
-            fields = SizeRef(self.edition, self.size).row_config()
-        else:
-            fields = dict(size=self.size, edition=self.edition, **{k: self.model[k] for k in DIMS})
-        return dict(fields, context=self.context, dtype=self.dtype, mode=self.mode, batch=batch)
-
-
-def build_name(cfg: ModelConfig) -> str:
-    """ModelCache builds by MODEL_CONFIGS name: the name of the same dimensions (xl (2026) is
-    built as 2.7B, one model for both editions' rows)."""
-    return next(name for name, c in MODEL_CONFIGS.items() if c == cfg)
+        """The size by edition with its dimensions, then the step."""
+        return dict(self.size.row_config(), context=self.context, dtype=self.dtype, mode=self.mode, batch=batch)
 
 
 def _cases() -> list[Case]:
-    shapes = [("2025", s, c) for s in G["sizes"] for c in G["contexts"]]
-    shapes += [("2026", s, c) for s, c in G["cases_2026"]]
-    return [Case(e, s, c, d, m) for e, s, c in shapes for d in G["dtypes"] for m in G["modes"]]
+    shapes = [(GridSize("2025", s), c) for s in G["sizes"] for c in G["contexts"]]
+    shapes += [(GridSize("2026", s), c) for s, c in G["cases_2026"]]
+    return [Case(z, c, d, m) for z, c in shapes for d in G["dtypes"] for m in G["modes"]]
 
 
 CASES = _cases()
-PROBE_CASES = [Case("2026", s, c, d, "block_probe") for s, c in G["cases_2026"] for d in G["dtypes"]]
-ARTIFACT_CASES = {Case(*a) for a in G["artifacts"]}
+PROBE_CASES = [Case(GridSize("2026", s), c, d, "block_probe") for s, c in G["cases_2026"] for d in G["dtypes"]]
+ARTIFACT_CASES = {Case(GridSize(e, s), c, d, m) for e, s, c, d, m in G["artifacts"]}
 
 
 def _closed_form(case: Case, batch: int) -> dict:
@@ -133,7 +120,7 @@ def test_memory_profiling(bench, case: Case):
     details = dict(residual_bytes={str(b): residual_stream_bytes(batch, case.context, m.d_model, b) for b in (4, 2)},
                    residual_derivation=dict(batch=batch, context=case.context, d_model=m.d_model, bytes_per_elem=4),
                    closed_form=_closed_form(case, batch), snapshot=None)
-    got = model_and_batch(bench, MODELS, problem="memory_profiling", config=config, size=build_name(m),
+    got = model_and_batch(bench, MODELS, problem="memory_profiling", config=config, size=case.size.build_name,
                           context_length=max(c.context for c in CASES), batch=batch, context=case.context,
                           details=details)
     if got is None:
