@@ -19,7 +19,8 @@ def test_smoke_stand_in_and_bad_names():
     assert set(t.row_config()) == set(SizeRef("2026", "xl").row_config())
     with pytest.raises(ValueError, match="no size '2.7B'"):
         GridSize("2026", "2.7B")
-    with pytest.raises(ValueError, match="unknown edition"):
-        GridSize("2027", "xl")
+    for edition, name in (("2027", "xl"), ("2027", "tiny")):
+        with pytest.raises(ValueError, match="unknown edition"):
+            GridSize(edition, name)
     with pytest.raises(ValueError, match="no MODEL_CONFIGS entry"):
         GridSize("2026", "10B").build_name

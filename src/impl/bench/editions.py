@@ -17,12 +17,10 @@ class GridSize:
     name: str
 
     def __post_init__(self):
-        if self.edition not in EDITION_SIZES:
-            raise ValueError(f"unknown edition {self.edition!r}; known: {', '.join(EDITION_SIZES)}")
-        if self.name not in EDITION_SIZES[self.edition] and self.name not in SMOKE_STAND_INS:
-            raise ValueError(f"the {self.edition} table has no size {self.name!r}; it has: "
-                             f"{', '.join(EDITION_SIZES[self.edition])} (and the smoke stand-ins "
-                             f"{', '.join(SMOKE_STAND_INS)})")
+        if self.name not in SMOKE_STAND_INS:
+            SizeRef(self.edition, self.name)  # raises, naming the edition's table, for a size it lacks
+        elif self.edition not in EDITION_SIZES:
+            raise ValueError(f"unknown edition {self.edition!r} for the stand-in {self.name!r}")
 
     @classmethod
     def of(cls, pair) -> "GridSize":
