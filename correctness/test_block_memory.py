@@ -92,3 +92,24 @@ def test_block_facts_do_not_depend_on_depth():
         f = probe_block_memory(model, x, y, "fp32")
         return f.saved_bytes, f.ops, f.grad_bytes_measured, f.forward_growth_bytes[f.block]
     assert facts(3) == facts(5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_block_markers_reach_the_allocator_trace_in_forward_and_backward():
+    # memory_profiling's timelines mark block boundaries with allocations made from the probe's
+    # hooks; the backward ones run on autograd's device thread: their frames must still be recorded
+    from impl.bench.memory import MemoryRecorder, phased_step, timeline_data
+    from impl.model import AdamW
+
+    model, x, y = _model_and_batch("cuda")
+    opt = AdamW(model.parameters(), lr=1e-4)
+    dev = x.device
+    with MemoryRecorder(dev) as rec, BlockProbe(model.layers, meter=lambda: torch.cuda.memory_allocated(dev),
+                                                mark=rec.mark_block):
+        phased_step(model, x, y, "fp32", "train_step", opt, rec.mark)
+    t = timeline_data(rec.snapshot, rec.marks, block_marks=rec.block_marks)
+    assert t["blocks_expected"] == 2 * CFG.num_layers + 1 == t["blocks_found"]
+    assert t["markers_found"] == t["markers_expected"]
+    xs = [b["x"] for b in t["blocks"]]
+    assert xs == sorted(xs)
