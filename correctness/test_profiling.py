@@ -220,3 +220,27 @@ def test_memory_recorder_cuda():
     t = M.timeline_data(rec.snapshot, rec.marks)
     assert t["markers_found"] == 2
     assert M.match_allocation(rec.snapshot, a.numel() * 4)["found"]
+
+
+def test_downsample_keeps_each_rise_and_fall():
+    # 40 "layers" of 500 events each: a rise then a fall; min/max buckets keep every top and bottom
+    ys = [(i % 500) if (i % 500) < 250 else 500 - (i % 500) for i in range(20_000)]
+    xs = list(range(len(ys)))
+    dx, dy = M.downsample(xs, ys, 1000)
+    assert len(dx) <= 1000 and dx == sorted(dx) and all(ys[x] == y for x, y in zip(dx, dy))
+    tops = sum(1 for a, b, c in zip(dy, dy[1:], dy[2:]) if b > a and b >= c and b >= 240)
+    bottoms = sum(1 for a, b, c in zip(dy, dy[1:], dy[2:]) if b < a and b <= c and b <= 10)
+    assert tops == 40 and bottoms >= 39
+    with pytest.raises(ValueError, match="at least 4"):
+        M.downsample(xs, ys, 3)
+
+
+def test_timeline_block_markers():
+    snap = _snapshot()
+    blk = [_frame(M.BLOCK_MARKER_FUNC, "/x/src/impl/bench/memory.py")]
+    snap["device_traces"][0][3:3] = [dict(action="alloc", addr=7, size=512, frames=blk),
+                                     dict(action="free_completed", addr=7, size=512, frames=[])]
+    t = M.timeline_data(snap, ["forward", "backward"], block_marks=["block 0 forward"])
+    assert t["blocks"] == [dict(name="block 0 forward", x=3)] and t["blocks_found"] == t["blocks_expected"] == 1
+    assert t["markers"] == [dict(name="forward", x=0), dict(name="backward", x=7)]
+    assert all(M.BLOCK_MARKER_FUNC not in f for e in M.largest_allocations(snap) for f in e["frames"])

@@ -1,10 +1,13 @@
 """2 naive_ddp_benchmarking, minimal_ddp_flat_benchmarking, ddp_overlap_individual_parameters
-_benchmarking (with (b) a profiler timeline of naive vs bucketed) and ddp_bucketed_benchmarking (the
-2025 handout's name for ddp_overlap_bucketed's benchmark; stored runs before issue 33 call it
-ddp_overlap_bucketed_benchmarking) (bucket sizes 1 … 1000 MB), next to torch.nn.parallel.DistributedDataParallel
-(default bucket_cap_mb) and the single-GPU floor (rank 0 alone, no wrapper, same per-rank batch).
+_benchmarking (with (b) a profiler timeline of naive vs per-parameter overlapped) and
+ddp_bucketed_benchmarking (the 2025 handout's name for ddp_overlap_bucketed's benchmark, a 2025
+question; stored runs before issue 33 call it ddp_overlap_bucketed_benchmarking) (bucket sizes 1 … 1000
+MB), next to torch.nn.parallel.DistributedDataParallel (default bucket_cap_mb) and the single-GPU floor
+(rank 0 alone, no wrapper, same per-rank batch).
 
-xl, fp32, AdamW (impl.model), 2 GPUs over NCCL; smoke: tiny over gloo on 2 CPU processes.
+Each edition's xl (the grid's [edition, size] pairs: 2025's xl, 2026's xl = 2.7B (2025); test ids
+start with the edition, so `-k 2026` runs one edition), fp32, AdamW (impl.model), 2 GPUs over
+NCCL; smoke: tiny over gloo on 2 CPU processes.
 Timing: one round is one training step on every rank (impl.bench.dist_steps.train_step); the
 benchmark's timer is the slowest rank's own device-synchronised clock, so stats are the slowest
 rank's step time. Each rank also measures the time its DDP's finish_gradient_synchronization
@@ -13,7 +16,7 @@ part not hidden behind backward for the overlapped variants); details["steps"] h
 steps of the slowest rank's figures, Metric.COMM_SHARE that comm_s over the median step. torch DDP
 hides its communication inside backward(), so its comm_s is not measured: the overhead over the
 single-GPU floor stands for it. One model per worker (built with the largest context), re-wrapped
-per variant. The (b) timeline is a payload of the naive and bucketed rows at the trace context:
+per variant. The (b) timeline is a payload of the naive and individual rows at the trace context:
 after their timed steps, a few more steps profiled on rank 0 (impl.bench.traces)."""
 from dataclasses import asdict
 
@@ -21,6 +24,7 @@ import pytest
 
 from impl.bench import dist_steps
 from impl.bench.dist_steps import StepSummary
+from impl.bench.editions import GridSize, grid_sizes
 from impl.bench.row import Metric, Status
 from impl.bench.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
@@ -46,17 +50,17 @@ def workers():
     w.close()
 
 
-def _run(bench, workers, context, batch, variant, bucket_mb=None):
+def _run(bench, workers, size: GridSize, context, batch, variant, bucket_mb=None):
     problem = PROBLEMS[variant]
     if variant == "torch_ddp":
         bucket_mb = None  # torch's default bucket_cap_mb (25)
-    config = dict(size=G["size"], context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
+    config = dict(size.row_config(), context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
                   variant=variant, bucket_mb=bucket_mb, dtype="fp32")
     if workers.skip(bench, problem=problem, config=config, world_size=WS, backend=BACKEND):
         return
     group = workers.get(WS, BACKEND)
-    setup = group.call(dist_steps.ddp_setup, size=G["size"], max_context=MAX_CONTEXT, context=context, batch=batch,
-                       variant=variant, bucket_mb=bucket_mb)[0]
+    setup = group.call(dist_steps.ddp_setup, size=size.build_name, max_context=MAX_CONTEXT, context=context,
+                       batch=batch, variant=variant, bucket_mb=bucket_mb)[0]
     ranks = 1 if variant == "single" else WS
     row, timed = measure_on_ranks(
         bench, group, dist_steps.step, problem=problem, config=config,
@@ -85,37 +89,39 @@ def _run(bench, workers, context, batch, variant, bucket_mb=None):
         assert {p["name"] for p in tl["phases"]} >= {"forward", "backward", "optimizer step"}
 
 
-CONFIGS = [tuple(c) for c in G["configs"]]
-IDS = [f"ctx{c}-b{b}" for c, b in CONFIGS]
+SIZES = grid_sizes(G["sizes"])
+CONFIGS = [(z, c, b) for z in SIZES for c, b in G["configs"]]
+IDS = [f"{z.id}-ctx{c}-b{b}" for z, c, b in CONFIGS]
+BUCKETED = [(z, c, b, mb) for z, c, b in CONFIGS if z.edition in G["bucketed_editions"] for mb in G["bucket_mb"]]
 
 
-@pytest.mark.parametrize("context,batch", CONFIGS, ids=IDS)
-def test_ddp_benchmarking_single_gpu_floor(bench, workers, context, batch):
+@pytest.mark.parametrize("size,context,batch", CONFIGS, ids=IDS)
+def test_ddp_benchmarking_single_gpu_floor(bench, workers, size, context, batch):
     """The floor: the same per-rank step on one GPU without any wrapper or communication."""
-    _run(bench, workers, context, batch, "single")
+    _run(bench, workers, size, context, batch, "single")
 
 
-@pytest.mark.parametrize("context,batch", CONFIGS, ids=IDS)
-def test_naive_ddp_benchmarking(bench, workers, context, batch):
-    _run(bench, workers, context, batch, "naive")
+@pytest.mark.parametrize("size,context,batch", CONFIGS, ids=IDS)
+def test_naive_ddp_benchmarking(bench, workers, size, context, batch):
+    _run(bench, workers, size, context, batch, "naive")
 
 
-@pytest.mark.parametrize("context,batch", CONFIGS, ids=IDS)
-def test_minimal_ddp_flat_benchmarking(bench, workers, context, batch):
-    _run(bench, workers, context, batch, "flat")
+@pytest.mark.parametrize("size,context,batch", CONFIGS, ids=IDS)
+def test_minimal_ddp_flat_benchmarking(bench, workers, size, context, batch):
+    _run(bench, workers, size, context, batch, "flat")
 
 
-@pytest.mark.parametrize("context,batch", CONFIGS, ids=IDS)
-def test_ddp_overlap_individual_parameters_benchmarking(bench, workers, context, batch):
-    _run(bench, workers, context, batch, "individual")
+@pytest.mark.parametrize("size,context,batch", CONFIGS, ids=IDS)
+def test_ddp_overlap_individual_parameters_benchmarking(bench, workers, size, context, batch):
+    _run(bench, workers, size, context, batch, "individual")
 
 
-@pytest.mark.parametrize("context,batch,bucket_mb", [(c, b, mb) for c, b in CONFIGS for mb in G["bucket_mb"]],
-                         ids=[f"ctx{c}-b{b}-{mb}MB" for c, b in CONFIGS for mb in G["bucket_mb"]])
-def test_ddp_bucketed_benchmarking(bench, workers, context, batch, bucket_mb):
-    _run(bench, workers, context, batch, "bucketed", bucket_mb)
+@pytest.mark.parametrize("size,context,batch,bucket_mb", BUCKETED,
+                         ids=[f"{z.id}-ctx{c}-b{b}-{mb}MB" for z, c, b, mb in BUCKETED])
+def test_ddp_bucketed_benchmarking(bench, workers, size, context, batch, bucket_mb):
+    _run(bench, workers, size, context, batch, "bucketed", bucket_mb)
 
 
-@pytest.mark.parametrize("context,batch", CONFIGS, ids=IDS)
-def test_ddp_benchmarking_torch_ddp(bench, workers, context, batch):
-    _run(bench, workers, context, batch, "torch_ddp")
+@pytest.mark.parametrize("size,context,batch", CONFIGS, ids=IDS)
+def test_ddp_benchmarking_torch_ddp(bench, workers, size, context, batch):
+    _run(bench, workers, size, context, batch, "torch_ddp")

@@ -1,5 +1,7 @@
-"""fsdp (beyond the assignment): xl on 2 GPUs over NCCL (smoke: tiny on 2 gloo CPU processes),
-AdamW (impl.model) on the wrapper's parameters, one row per variant in the same run:
+"""fsdp and fsdp_accounting (2026; the 2025 xl rows are history): each edition's xl (the grid's
+[edition, size] pairs; test ids start with the edition, so `-k 2026` runs the 2026 xl = 2.7B
+(2025)) on 2 GPUs over NCCL (smoke: tiny on 2 gloo CPU processes), AdamW (impl.model) on the
+wrapper's parameters, one row per variant in the same run:
 
   fsdp             impl.distributed.FSDP, fp32 (ZeRO-3: weights, gradients and AdamW state sharded)
   fsdp_bf16        the same with compute_dtype=bf16 (bf16 all-gathers and matmuls, fp32 master
@@ -18,7 +20,9 @@ finish_gradient_synchronization waited (comm_s) and the bytes handed to collecti
 timed ones: allocated after setup, peak of that step (reset at its start) and allocated after it.
 The prediction next to it is impl.accounting.memory_breakdown (zero_stage 3 for the FSDP rows, 0
 for DDP) with activation_bytes for the activations; torch's fully_shard rows get the ZeRO-3
-prediction too.
+prediction too, and every row fsdp_accounting (a)'s expected saving at the peak
+(impl.accounting.fsdp_peak_saving, details["expected_saving"]), to read against the measured
+peaks of the ddp and fsdp rows of the same run.
 
 Timeline (our FSDP rows): after that, one more step records when each all-gather / reduce-scatter
 was issued, was ready and was needed by its layer (impl.distributed.fsdp_timeline).
@@ -37,11 +41,11 @@ import pytest
 from impl import accounting as acc
 from impl.bench import dist_steps, fsdp_steps
 from impl.bench.dist_steps import StepSummary
+from impl.bench.editions import GridSize, grid_sizes
 from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Memory, Metric, Status
 from impl.bench.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
-from impl.model import MODEL_CONFIGS
 from impl.runtime import profile_name
 
 PROBLEM = "fsdp"
@@ -60,10 +64,12 @@ def workers():
     w.close()
 
 
-def _predicted(size: str, batch: int, context: int, variant: str) -> dict:
-    shape = MODEL_CONFIGS[size]
+def _predicted(size: GridSize, batch: int, context: int, variant: str) -> dict:
+    shape = size.config
     activations = acc.activation_bytes(batch, context, shape.d_model, shape.d_ff, shape.num_heads, shape.num_layers)
-    return dict(n_params=shape.params, activations=activations,
+    saving = acc.fsdp_peak_saving(shape.params, WS, acc.largest_sharded_layer_numel(shape.d_model, shape.d_ff,
+                                                                                     shape.vocab_size), activations)
+    return dict(n_params=shape.params, activations=activations, saving=asdict(saving),
                 breakdown=acc.memory_breakdown(shape.params, WS, ZERO_STAGE[variant], activations))
 
 
@@ -79,16 +85,19 @@ def _check_timeline(tl: dict) -> None:
     assert 0 <= s["gathers_in_time"] <= s["gathers"] and 0 <= s["exposed_ms"] <= s["span_ms"]
 
 
-@pytest.mark.parametrize("variant", G["variants"])
-def test_fsdp(bench, workers, variant):
-    size, context, batch = G["size"], G["context"], G["batch"]
-    config = dict(size=size, context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
+CASES = [(z, v) for z in grid_sizes(G["sizes"]) for v in G["variants"]]
+
+
+@pytest.mark.parametrize("size,variant", CASES, ids=[f"{z.id}-{v}" for z, v in CASES])
+def test_fsdp(bench, workers, size: GridSize, variant):
+    context, batch = G["context"], G["batch"]
+    config = dict(size.row_config(), context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
                   variant=variant, dtype="bf16" if variant.endswith("bf16") else "fp32")
     if workers.skip(bench, problem=PROBLEM, config=config, world_size=WS, backend=BACKEND):
         return
     group = workers.get(WS, BACKEND)
-    setups = set_up_or_oom(bench, lambda: group.call(fsdp_steps.fsdp_setup, size=size, context=context, batch=batch,
-                                                     variant=variant), problem=PROBLEM, config=config)
+    setups = set_up_or_oom(bench, lambda: group.call(fsdp_steps.fsdp_setup, size=size.build_name, context=context,
+                                                     batch=batch, variant=variant), problem=PROBLEM, config=config)
     if setups is None:  # an OOM on a rank: the group dies; the next row starts one
         return
     row, timed = measure_on_ranks(bench, group, dist_steps.step, problem=PROBLEM, config=config,
@@ -104,6 +113,7 @@ def test_fsdp(bench, workers, variant):
     row.details.update(
         predicted=pred["breakdown"], predicted_activations_bytes=pred["activations"], n_params=pred["n_params"],
         predicted_total_bytes=pred["breakdown"]["total"], peak_bytes=row.memory.peak_allocated,
+        expected_saving=pred["saving"],
         prefetched_fwd_bwd=last[0].prefetched, steps=asdict(summary),
         ranks=[dict(init_allocated=s.init.allocated, init_peak=s.init.peak, local_param_bytes=s.local_param_bytes,
                     step_peak=st.memory.peak(), step_allocated=st.memory.after.allocated)

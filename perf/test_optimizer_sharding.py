@@ -1,5 +1,6 @@
-"""3 optimizer_state_sharding_accounting: xl on 2 GPUs (smoke: tiny on 2 gloo CPU processes),
-AdamW, four configurations:
+"""3 optimizer_state_sharding_accounting: each edition's xl (the grid's [edition, size] pairs; test
+ids start with the edition, so `-k 2026` runs the 2026 xl = 2.7B (2025)) on 2 GPUs (smoke: tiny on
+2 gloo CPU processes), AdamW, four configurations:
 
   none        our DDP (per-parameter overlapped all-reduce) + AdamW: no sharding
   sharded     the same DDP + ShardedOptimizer(AdamW): each parameter's state on one owner rank,
@@ -31,10 +32,10 @@ import pytest
 from impl import accounting as acc
 from impl.bench import dist_steps
 from impl.bench.dist_steps import ShardSetup, StepReply, StepSummary
+from impl.bench.editions import GridSize, grid_sizes
 from impl.bench.row import Memory, Status
 from impl.bench.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
-from impl.model import MODEL_CONFIGS
 from impl.runtime import profile_name
 
 PROBLEM = "optimizer_state_sharding_accounting"
@@ -75,15 +76,18 @@ def _rank_memory(setup: ShardSetup, step: StepReply) -> dict:
     return out
 
 
-@pytest.mark.parametrize("variant", G["variants"])
-def test_optimizer_state_sharding_accounting(bench, workers, variant):
-    size, context, batch = G["size"], G["context"], G["batch"]
-    config = dict(size=size, context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
+CASES = [(z, v) for z in grid_sizes(G["sizes"]) for v in G["variants"]]
+
+
+@pytest.mark.parametrize("size,variant", CASES, ids=[f"{z.id}-{v}" for z, v in CASES])
+def test_optimizer_state_sharding_accounting(bench, workers, size: GridSize, variant):
+    context, batch = G["context"], G["batch"]
+    config = dict(size.row_config(), context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
                   variant=variant, dtype="fp32")
     if workers.skip(bench, problem=PROBLEM, config=config, world_size=WS, backend=BACKEND):
         return
     group = workers.get(WS, BACKEND)
-    setups = group.call(dist_steps.shard_setup, size=size, context=context, batch=batch, variant=variant)
+    setups = group.call(dist_steps.shard_setup, size=size.build_name, context=context, batch=batch, variant=variant)
     row, timed = measure_on_ranks(bench, group, dist_steps.step, problem=PROBLEM, config=config,
                                   round=f"one training step on each of {WS} ranks (slowest rank's time)",
                                   warmup=G["warmup"], rounds=G["rounds"], tokens=WS * batch * context)
@@ -92,7 +96,7 @@ def test_optimizer_state_sharding_accounting(bench, workers, variant):
     last = group.call(dist_steps.memory_step, named=True)
     opt_bytes = group.call(dist_steps.optimizer_bytes)[0]
     group.call(dist_steps.teardown)
-    shape = MODEL_CONFIGS[size]
+    shape = size.config
     n = shape.params
     activations = acc.activation_bytes(batch, context, shape.d_model, shape.d_ff, shape.num_heads, shape.num_layers)
     predicted = acc.memory_breakdown(n, WS, ZERO_STAGE[variant], activations)

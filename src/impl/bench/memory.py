@@ -2,9 +2,10 @@
 the active-memory timeline with phase markers, its downsampling for the JSON, the residual-stream
 size check and the largest allocations with the frames that made them.
 
-Phase boundaries are marked by a tiny allocation the suite makes itself inside `_phase_marker`;
-it is found again in the allocator trace by that frame name, so no clock is compared with
-another (the trace's own timestamps and Python's clock need not agree).
+Phase boundaries are marked by a tiny allocation the suite makes itself inside `_phase_marker`
+(block boundaries, from impl.bench.block_memory's hooks, inside `_block_marker`); each is found
+again in the allocator trace by that frame name, so no clock is compared with another (the
+trace's own timestamps and Python's clock need not agree).
 
 Everything except `MemoryRecorder` works on plain snapshot-shaped dicts, so the CPU tests feed it
 synthetic snapshots and it cannot rot where no GPU runs.
@@ -22,6 +23,7 @@ from impl.bench.steps import autocast_ctx
 from impl.runtime import synchronize
 
 MARKER_FUNC = "_phase_marker"
+BLOCK_MARKER_FUNC = "_block_marker"
 ALLOC_ROUND = 512  # the caching allocator rounds every block up to a multiple of 512 bytes
 FRAME_KEEP = ("impl/", "torch/nn/")
 
@@ -51,6 +53,7 @@ class MemoryRecorder:
     def __init__(self, device: torch.device, max_entries: int = 1_000_000):
         self.device, self.max_entries = device, max_entries
         self.marks: list[str] = []
+        self.block_marks: list[str] = []
         self.snapshot: dict | None = None
 
     def __enter__(self):
@@ -62,6 +65,10 @@ class MemoryRecorder:
     def mark(self, name: str) -> None:
         self.marks.append(name)
         _phase_marker(self.device)
+
+    def mark_block(self, name: str) -> None:
+        self.block_marks.append(name)
+        _block_marker(self.device)
 
     def __exit__(self, *exc):
         try:
@@ -82,6 +89,10 @@ class MemoryRecorder:
 def _phase_marker(device: torch.device) -> None:
     # One 1-byte block, allocated and freed at once: its frame names the boundary in the trace.
     torch.empty(1, dtype=torch.uint8, device=device)
+
+
+def _block_marker(device: torch.device) -> None:
+    torch.empty(1, dtype=torch.uint8, device=device)  # as _phase_marker, under its own frame name
 
 
 def phased_step(model, x, y, dtype: str, mode: str, optimizer=None, mark=lambda name: None) -> None:
@@ -143,48 +154,53 @@ def active_timeline(snapshot: dict, device_index: int = 0) -> tuple[list[int], l
     return xs, ys
 
 
-def marker_indices(snapshot: dict, device_index: int = 0) -> list[int]:
-    """Trace indices of the suite's phase-marker allocations, in order."""
+def marker_indices(snapshot: dict, device_index: int = 0, func: str = MARKER_FUNC) -> list[int]:
+    """Trace indices of the suite's marker allocations made inside `func`, in order."""
     return [i for i, e in enumerate(device_trace(snapshot, device_index))
-            if e.get("action") == "alloc" and any(f.get("name") == MARKER_FUNC for f in e.get("frames", []))]
+            if e.get("action") == "alloc" and any(f.get("name") == func for f in e.get("frames", []))]
 
 
 def downsample(xs: list, ys: list, max_points: int = 2000) -> tuple[list, list]:
-    """At most `max_points` points, keeping each bucket's maximum (a peak must survive
-    downsampling; averages would shave it off) plus the first and last point."""
+    """At most `max_points` points: the first and last, and from each bucket its minimum and its
+    maximum in the order they happened, so every rise and fall wider than a bucket (one layer's
+    activations, the optimizer's spike) keeps both its top and its bottom; a max-only or mean
+    downsample flattens them into a few straight segments."""
     n = len(xs)
     if n <= max_points:
         return list(xs), list(ys)
-    buckets = max_points - 2
-    out_x, out_y = [xs[0]], [ys[0]]
+    if max_points < 4:
+        raise ValueError(f"max_points must be at least 4, got {max_points}")
+    buckets = (max_points - 2) // 2
+    keep = {0, n - 1}
     for b in range(buckets):
         lo, hi = 1 + b * (n - 2) // buckets, 1 + (b + 1) * (n - 2) // buckets
-        if hi <= lo:
-            continue
-        j = max(range(lo, hi), key=ys.__getitem__)
-        out_x.append(xs[j])
-        out_y.append(ys[j])
-    out_x.append(xs[-1])
-    out_y.append(ys[-1])
-    return out_x, out_y
+        if hi > lo:
+            keep.add(min(range(lo, hi), key=ys.__getitem__))
+            keep.add(max(range(lo, hi), key=ys.__getitem__))
+    order = sorted(keep)
+    return [xs[j] for j in order], [ys[j] for j in order]
 
 
-def timeline_data(snapshot: dict, marks: list[str], max_points: int = 2000, device_index: int = 0) -> dict:
-    """JSON-ready timeline: x = allocator-trace index, y = active bytes, the phase markers by
-    name, and the exact peak (before downsampling)."""
+def timeline_data(snapshot: dict, marks: list[str], max_points: int = 2000, device_index: int = 0,
+                  block_marks: list[str] = ()) -> dict:
+    """JSON-ready timeline: x = allocator-trace index, y = active bytes, the phase markers and the
+    block boundaries (`blocks`) by name, and the exact peak (before downsampling)."""
     xs, ys = active_timeline(snapshot, device_index)
     idx = marker_indices(snapshot, device_index)
+    bidx = marker_indices(snapshot, device_index, BLOCK_MARKER_FUNC)
     dx, dy = downsample(xs, ys, max_points)
-    markers = [dict(name=name, x=i) for name, i in zip(marks, idx)]
-    return dict(x=dx, y=dy, markers=markers, n_events=len(xs), peak_bytes=max(ys) if ys else None,
-                markers_found=len(idx), markers_expected=len(marks))
+    return dict(x=dx, y=dy, markers=[dict(name=name, x=i) for name, i in zip(marks, idx)],
+                blocks=[dict(name=name, x=i) for name, i in zip(block_marks, bidx)],
+                n_events=len(xs), peak_bytes=max(ys) if ys else None,
+                markers_found=len(idx), markers_expected=len(marks),
+                blocks_found=len(bidx), blocks_expected=len(block_marks))
 
 
 def _frames(entry: dict, keep=FRAME_KEEP, limit: int = 4) -> list[str]:
     out = []
     for f in entry.get("frames", []):
         fn = str(f.get("filename", ""))
-        if any(k in fn for k in keep) and f.get("name") != MARKER_FUNC:
+        if any(k in fn for k in keep) and f.get("name") not in (MARKER_FUNC, BLOCK_MARKER_FUNC):
             short = fn.split("site-packages/")[-1].split("src/")[-1]
             out.append(f"{short}:{f.get('line')} {f.get('name')}")
         if len(out) >= limit:

@@ -84,15 +84,25 @@ GRIDS = {
         "full": dict(steps=1000, autocast_dtypes=["fp16", "bf16"], warmup=1, rounds=10),
         "smoke": dict(steps=1000, autocast_dtypes=["fp16", "bf16"], warmup=1, rounds=10),
     },
-    # memory_profiling: 2.7B × contexts × dtypes × modes; allocator history for `snapshot` configs.
+    # memory_profiling: the 2025 edition's 2.7B × contexts × dtypes × modes, then the 2026 edition's
+    # (size of the 2026 table, context) cases; allocator history for `snapshot_dtypes` (min/max
+    # downsampled to max_points: each layer's rise and fall survives), raw snapshot pickles for
+    # `artifacts` (edition, size, context, dtype, mode). (f): block_probe rows per 2026 case and dtype,
+    # a stack of `probe_layers` of the size's blocks through impl.bench.block_memory (`probe_top`
+    # operations kept). H100 estimate for the 2026 rows (-k 2026): ~30 s start-up and model build,
+    # ~1 min of steps and snapshots at 128, ~1 min at 2048 (forwards; the fp32 and bf16 training steps
+    # need ~54 GB of state + ~140 GB of saved activations, an OOM on an H100 and on an H200, recorded
+    # with that closed form), ~30 s of block probes: ~3-4 min.
     "memory_profiling": {
         "full": dict(sizes=["2.7B"], contexts=[128, 256, 512], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
-                     batch=4, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=800,
-                     artifact=("2.7B", 256, "fp32", "train_step"),
-                     cases_2026=[("xl", 128), ("xl", 2048)]),  # the 2026 edition's variant
+                     batch=4, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=4000,
+                     artifacts=[("2025", "2.7B", 256, "fp32", "train_step"), ("2026", "xl", 128, "fp32", "forward"),
+                                ("2026", "xl", 128, "fp32", "train_step")],
+                     cases_2026=[("xl", 128), ("xl", 2048)], probe_layers=3, probe_top=5),
         "smoke": dict(sizes=["tiny"], contexts=[32], dtypes=["fp32", "bf16"], modes=["forward", "train_step"],
-                      batch=2, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=800,
-                      artifact=("tiny", 32, "fp32", "train_step"), cases_2026=[("tiny", 16), ("tiny", 64)]),
+                      batch=2, warmup=1, rounds=5, snapshot_dtypes=["fp32", "bf16"], max_points=4000,
+                      artifacts=[("2025", "tiny", 32, "fp32", "train_step")],
+                      cases_2026=[("tiny", 16), ("tiny", 64)], probe_layers=3, probe_top=5),
     },
     # torch_compile (b): eager vs compiled model, forward and forward+backward per size × context, and
     # the AdamW step per size (perf/test_torch_compile_model.py). Regional compilation with a dynamic
@@ -215,31 +225,40 @@ GRIDS.update({
                       left_out="smoke profile: 100 MB and 1 GB, gloo at 4 and 6 processes"),
     },
     # naive / flat / individual / bucketed DDP, torch DDP (default bucket_cap_mb 25) and the
-    # single-GPU floor (rank 0, no wrapper) at the same per-rank batch. (context, per-rank batch):
-    # batch 2 at 128 leaves compute short against the 8 GB gradient all-reduce (communication
-    # bound); batch 4 at 512 is 8x the tokens (compute bound).
+    # single-GPU floor (rank 0, no wrapper) at the same per-rank batch, for each [edition, size] of
+    # `sizes` (the 2025 questions ask the 2025 xl, the 2026 ones the 2026 xl = 2.7B (2025); `-k 2026`
+    # selects the latter's rows). (context, per-rank batch): batch 2 at 128 leaves compute short
+    # against the gradient all-reduce (8 GB for xl (2025), 13.6 GB for xl (2026): communication
+    # bound); batch 4 at 512 is 8x the tokens (compute bound). The bucket sweep is a 2025 question
+    # only (`bucketed_editions`). The trace of ddp_overlap_individual_parameters_benchmarking (b):
+    # naive against per-parameter overlapped. H200 estimate for `-k 2026` (xl (2026): ~1.3 s a step
+    # at 512 x 4, ~0.4 s at 128 x 2; ~10 rows of setup + 7 steps, 2 traces): ~3-4 min; per rank at
+    # most ~120 GB (flat: a flat gradient copy on top of ~90 GB), so H200s, not H100s.
     "ddp_benchmarking": {
-        "full": dict(size="xl", world_size=2, configs=[[128, 2], [512, 4]], bucket_mb=[1, 10, 100, 1000],
+        "full": dict(sizes=[["2025", "xl"], ["2026", "xl"]], world_size=2, configs=[[128, 2], [512, 4]],
+                     bucket_mb=[1, 10, 100, 1000], bucketed_editions=["2025"],
                      variants=["single", "naive", "flat", "individual", "bucketed", "torch_ddp"],
-                     warmup=2, rounds=5, trace=dict(context=128, variants=[["naive", None], ["bucketed", 100]],
+                     warmup=2, rounds=5, trace=dict(context=128, variants=[["naive", None], ["individual", None]],
                                                     warmup=1, steps=2, max_intervals=1500),
-                     budget_s=240, timeout_s=300),
-        "smoke": dict(size="tiny", world_size=2, configs=[[32, 2], [64, 2]], bucket_mb=[1, 10, 100, 1000],
+                     budget_s=300, timeout_s=300),
+        "smoke": dict(sizes=[["2025", "tiny"], ["2026", "tiny"]], world_size=2, configs=[[32, 2], [64, 2]],
+                      bucket_mb=[1, 10, 100, 1000], bucketed_editions=["2025"],
                       variants=["single", "naive", "flat", "individual", "bucketed", "torch_ddp"],
-                      warmup=1, rounds=10, trace=dict(context=32, variants=[["naive", None], ["bucketed", 100]],
+                      warmup=1, rounds=10, trace=dict(context=32, variants=[["naive", None], ["individual", None]],
                                                      warmup=1, steps=2, max_intervals=1500),
-                      budget_s=150, timeout_s=120),
+                      budget_s=240, timeout_s=120),
     },
     # none = our DDP (per-parameter overlap) + AdamW; sharded = ShardedOptimizer(AdamW);
     # zero1 = ZeRO1Optimizer(AdamW) behind a DDP that does not reduce; torch_zero =
-    # ZeroRedundancyOptimizer(torch.optim.AdamW). A fresh model per config.
+    # ZeroRedundancyOptimizer(torch.optim.AdamW). A fresh model per config, per [edition, size].
+    # H200 estimate for `-k 2026` (xl (2026)): 4 configs x (~10 s build + 7 steps of ~1.3 s): ~2 min.
     "optimizer_state_sharding_accounting": {
-        "full": dict(size="xl", world_size=2, context=512, batch=4,
+        "full": dict(sizes=[["2025", "xl"], ["2026", "xl"]], world_size=2, context=512, batch=4,
                      variants=["none", "sharded", "zero1", "torch_zero"], warmup=1, rounds=5,
-                     budget_s=120, timeout_s=300),
-        "smoke": dict(size="tiny", world_size=2, context=32, batch=2,
+                     budget_s=240, timeout_s=300),
+        "smoke": dict(sizes=[["2025", "tiny"], ["2026", "tiny"]], world_size=2, context=32, batch=2,
                       variants=["none", "sharded", "zero1", "torch_zero"], warmup=1, rounds=10,
-                      budget_s=60, timeout_s=120),
+                      budget_s=120, timeout_s=120),
     },
 })
 # fsdp (beyond the assignment): our FSDP in fp32 and with bf16 compute (per-weight units, and
@@ -253,13 +272,28 @@ GRIDS.update({
 # Run order: the target's pair (ours per block vs fully_shard, bf16) first, so a budget cut drops
 # the fp32 and DDP reference rows, not the comparison.
 FSDP_VARIANTS = ["fsdp_block_bf16", "torch_fsdp_bf16", "fsdp_bf16", "torch_fsdp", "fsdp", "ddp"]
+# Per [edition, size] of `sizes` (fsdp and fsdp_accounting are 2026 questions on xl (2026); the 2025
+# xl rows are kept as history). H200 estimate for `-k 2026`: 6 variants x (~10 s build + 7 steps of
+# ~1-1.5 s + the timeline step): ~2.5-3 min.
 GRIDS["fsdp"] = {
-    "full": dict(size="xl", world_size=2, context=512, batch=4,
+    "full": dict(sizes=[["2025", "xl"], ["2026", "xl"]], world_size=2, context=512, batch=4,
                  variants=FSDP_VARIANTS, warmup=2, rounds=5,
                  timeline_rows=1500, budget_s=300, timeout_s=300),
-    "smoke": dict(size="tiny", world_size=2, context=32, batch=2,
+    "smoke": dict(sizes=[["2025", "tiny"], ["2026", "tiny"]], world_size=2, context=32, batch=2,
                   variants=FSDP_VARIANTS, warmup=1, rounds=10,
-                  timeline_rows=1500, budget_s=60, timeout_s=120),
+                  timeline_rows=1500, budget_s=120, timeout_s=120),
+}
+
+# per_rank_memory (issue 37, beyond): do the per-rank states of the 2026 distributed questions' xl fit
+# one GPU at world size 2? Closed form (impl.accounting.memory_breakdown) per variant's ZeRO stage
+# (`stages`), with the per-rank batch's activations; measured on one GPU for the replicated rank
+# (DDP: fp32 weights, gradients and AdamW state whole, ~54 GB, plus the step): a full training step
+# at the per-rank batch and context. H100 estimate: ~20 s build, ~7 steps of ~1.5 s: under 1 min.
+GRIDS["per_rank_memory"] = {
+    "full": dict(size=["2026", "xl"], world_size=2, context=512, batch=4,
+                 stages=dict(ddp=0, sharded_optimizer=1, fsdp=3), warmup=1, rounds=5),
+    "smoke": dict(size=["2026", "tiny"], world_size=2, context=32, batch=2,
+                  stages=dict(ddp=0, sharded_optimizer=1, fsdp=3), warmup=1, rounds=5),
 }
 
 # gradient_checkpointing (issue 7, beyond): policies × dtypes on one shape, then nested vs none over
