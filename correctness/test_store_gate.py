@@ -418,7 +418,8 @@ def test_make_variables_are_checked_before_anything_runs(args, words):
 
 def test_each_make_perf_writes_its_own_run_folder():
     def run_dir() -> str:
-        out = subprocess.run(["make", "-n", "-C", str(ROOT), "perf", "SECTIONS=leaderboard", "PY=python"],
+        # OUT pinned: the environment's OUT (the GPU machine's device tool sets one) would be make's
+        out = subprocess.run(["make", "-n", "-C", str(ROOT), "perf", "SECTIONS=leaderboard", "PY=python", "OUT=out"],
                              capture_output=True, text=True).stdout
         return re.search(r"--benchmark-json=(\S+)/\$s\.json", out).group(1)
 
