@@ -21,7 +21,9 @@ from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_S
                                    leaderboard_table, longest_sequence, memory_accounting, pytorch_attention_table,
                                    ran, torch_compile_table)
 from impl.report.markdown import gib, num, pct, table
-from impl.report.pages import Answer, Context, Page, Score
+from impl.report.output import figure_path, write_csv
+from impl.report.pages import Answer, Context, Page, Score, missing_page
+from impl.report.runs import run_ids, runs_line
 from impl.report.pages.problems import problem
 
 #: A version counts as faster or slower only beyond this factor on top of the anchors' own change
@@ -67,14 +69,6 @@ class PlotInfo:
 
 # --- shared ------------------------------------------------------------------------------------------------
 
-def run_meta(d: pd.DataFrame) -> str:
-    """'<GPU> · run <date> UTC · commit <sha>' for each run the rows come from, newest first."""
-    runs = d[["datetime", "commit"]].drop_duplicates().sort_values("datetime", ascending=False)
-    gpu = d["row"].iloc[0].env.device
-    return "; ".join(f"{gpu} · run {str(t)[:16].replace('T', ' ')} UTC · commit `{c}`" for t, c in
-                     runs.itertuples(index=False))
-
-
 def _date(d: pd.DataFrame) -> str:
     return str(d["datetime"].max())[:10]
 
@@ -102,18 +96,6 @@ def _pick(d: pd.DataFrame, **cfg):
             return None
         sel = sel[sel[f"cfg.{k}"] == v]
     return None if sel.empty else sel.iloc[0]
-
-
-def _csv(ctx: Context, name: str, frame: pd.DataFrame) -> str:
-    """Writes reports/data-tables/<name>.csv; returns its link as a page under reports/ writes it."""
-    out = ctx.reports_dir / "data-tables" / f"{name}.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
-    return f"[data-tables/{name}.csv](data-tables/{name}.csv)"
-
-
-def _figure(ctx: Context, name: str) -> tuple[Path, str]:
-    return ctx.fig_dir / f"{name}.png", f"{ctx.fig_rel}/{name}.png"
 
 
 def _legend_below(fig, gs_row, handles: dict) -> list[str]:
@@ -221,7 +203,7 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
                  pytorch_attention_table(pa)]
         if _reasons(pa):
             body.append("Not run:\n" + _reasons(pa))
-        body += [memory_accounting(pa) or "", f"Run: {run_meta(pa)}."]
+        body += [memory_accounting(pa) or "", runs_line(dev, pa)]
         score[name] = Score(answer="no OOM on the grid; memory saved for backward grows with s²" if ooms.empty
                             else "OOM from the first case named on the page",
                             headline=f"{_ms(by_mode['forward']):.1f} / {_ms(by_mode['backward']):.1f} ms fwd/bwd at "
@@ -230,7 +212,7 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
                             device=big["row"].env.device, date=_date(pa))
         break  # the first GPU with rows answers; the others have none for this problem
     if not answers:
-        return _missing_page(name, "pytorch_attention", "pytorch_attention")
+        return missing_page("pytorch_attention", name, [name], [name], where="pytorch_attention")
     return Page("pytorch_attention", "pytorch_attention: naive attention, time and memory", [problem(name)], answers,
                 "\n\n".join(x for x in body if x), score)
 
@@ -275,7 +257,7 @@ def torch_compile_page(ctx: Context) -> Page | None:
                      f"timed once outside the benchmark.", torch_compile_table(tc, pa)]
             if _reasons(tc):
                 body.append("Not run:\n" + _reasons(tc))
-            body.append(f"Run: {run_meta(tc)}; eager: {run_meta(pa)}." if not pa.empty else f"Run: {run_meta(tc)}.")
+            body.append(runs_line(dev, pd.concat([tc, pa]) if not pa.empty else tc))
             if speed:
                 score[name] = Score(answer="compiled attention faster at long sequences; model table on the page",
                                     headline=f"{max(at_long):.2f}× faster at seq {longest}",
@@ -289,10 +271,10 @@ def torch_compile_page(ctx: Context) -> Page | None:
             body += [model.replace("## torch_compile (b): compiled model vs eager", f"### (b) compiled model vs eager "
                                                                                     f"({dev})", 1)]
             if not mrows.empty:
-                body.append(f"Run: {run_meta(mrows)}.")
+                body.append(runs_line(dev, mrows))
         break
     if not answers:
-        return _missing_page(name, "torch_compile", "torch_compile")
+        return missing_page("torch_compile", name, [name], [name], where="torch_compile")
     return Page("torch_compile", "torch_compile: compiled attention and model", [problem(name)], answers,
                 "\n\n".join(body), score)
 
@@ -578,9 +560,9 @@ def flash_benchmarking_page(ctx: Context) -> Page:
                                 f"seq {bf[0][2]})", vs_anchor=bf[0][6], device=fb["row"].iloc[0].env.device,
                                 date=_date(fb))
         timers = sorted({_timer(r) for _, r in fb.iterrows() if _timer(r)})
-        png, rel = _figure(ctx, f"flash_benchmarking-{dev}")
+        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{dev}")
         plot = flash_plot(fb, png)
-        grid_link = _csv(ctx, f"flash_benchmarking-{dev}", flash_grid(fb))
+        grid_link = write_csv(ctx.reports_dir, f"flash_benchmarking-{dev}", flash_grid(fb))
         body += [f"### {dev}",
                  f"Batch {int(fb['cfg.batch'].iloc[0])}, causal; TFLOP/s count causal FLOPs as half. Timers: "
                  f"{', '.join(timers) or '–'}. "
@@ -588,7 +570,7 @@ def flash_benchmarking_page(ctx: Context) -> Page:
                  f"design: {_detail(fb.iloc[0], 'left_out', '–')}. Every cell (dtype × pass × d × seq, ms and "
                  f"TFLOP/s): {grid_link}."]
         if plot:
-            body.append(f"![TFLOP/s against sequence length, forward+backward]({rel})\n\n*Run: {run_meta(fb)}.*")
+            body.append(f"![TFLOP/s against sequence length, forward+backward]({rel})\n\n*Runs: {run_ids(fb)}.*")
         body += ["#### At the longest sequence ours ran (forward+backward)",
                  table(["dtype", "d", "seq", "ours (ms)", "ours TFLOP/s", "faster SDPA anchor (ms)", "ours / anchor",
                         "naive at its longest (ms)"], head),
@@ -608,7 +590,7 @@ def flash_benchmarking_page(ctx: Context) -> Page:
         if not prev.empty:
             summary, rows = version_drift(newest, prev)
             body += ["#### Against the previous version",
-                     f"The newest run ({run_meta(newest)}) against the previous saved run of its dtype ({run_meta(prev)}): our kernel compared on "
+                     f"The newest run ({run_ids(newest)}) against the previous saved run of its dtype ({run_ids(prev)}): our kernel compared on "
                      f"each run's own medians (the older format's are do_bench's; the newer rows' do_bench "
                      f"cross-check is noisier than their CUDA-event median at these sub-millisecond kernels), median "
                      f"new/old over the shapes both measured. Sequences up to {SHORT_SEQ} are host-bound, so the verdict uses the longer ones "
@@ -621,7 +603,7 @@ def flash_benchmarking_page(ctx: Context) -> Page:
             body.append("Cells not run:\n" + _reasons(fb))
         break
     if not answers:
-        return _missing_page(name, name, name)
+        return missing_page(name, name, [name], [name], where=name)
     return Page(name, "flash_benchmarking: ours against naive attention and SDPA", [problem(name)], answers,
                 "\n\n".join(body), score)
 
@@ -705,7 +687,7 @@ def leaderboard_page(ctx: Context) -> Page:
                                   f"{_detail(ours, 'graph_breaks')}." if err["out"] <= tol["out"] and worst <= tol["grad"]
                                   else "No: the errors exceed the tolerances (table below)."))
         versions = leaderboard_versions(lb, ctx.history)
-        png, rel = _figure(ctx, f"leaderboard-{dev}")
+        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{dev}")
         leaderboard_plot(versions, png)
         caption = f"leaderboard versions on {ours['row'].env.device}: ours forward+backward vs SDPA cuDNN per stored run"
         index.append((caption, rel))
@@ -720,8 +702,8 @@ def leaderboard_page(ctx: Context) -> Page:
             rs = [v.ours["median"] / v.cudnn["median"] for v in new]
             noise = (f" The {len(new)} newer-format runs of one commit put ours/cuDNN between {min(rs):.2f}× and "
                      f"{max(rs):.2f}×: differences inside that range are noise.")
-        body += [f"### Newest run ({dev})", f"{shape}; kernel medians (CUDA events), do_bench's beside them. "
-                 f"Run: {run_meta(lb)}.", leaderboard_table(lb),
+        body += [f"### Newest run ({dev})", f"{shape}; kernel medians (CUDA events), do_bench's beside them.",
+                 runs_line(dev, lb), leaderboard_table(lb),
                  "### Version history",
                  "Every stored leaderboard run of this device, oldest first, ours and the cuDNN anchor of the same "
                  "run. Older-format runs stored do_bench medians; newer ones the rows' own CUDA-event medians "
@@ -739,7 +721,7 @@ def leaderboard_page(ctx: Context) -> Page:
                             device=ours["row"].env.device, date=_date(lb))
         break
     if not answers:
-        return _missing_page(name, name, name)
+        return missing_page(name, name, [name], [name], where=name)
     return Page(name, "leaderboard: FlashAttention-2 forward+backward against cuDNN", [problem(name)], answers,
                 "\n\n".join(body), score, index)
 
@@ -817,19 +799,20 @@ def flash_shapes_page(ctx: Context) -> Page:
                    "No shape has both ours and an anchor measured."))
         answers.append(Answer("How does ours do on the shapes real models use (eager and compiled), against the "
                               "faster SDPA backend?", text))
-        png, rel = _figure(ctx, f"flash_shapes-{dev}")
+        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{dev}")
         plot = flash_shapes_plot(grid, png)
         timers = sorted({_timer(r) for _, r in fs.iterrows() if _timer(r)})
         body += [f"### {dev}",
                  f"Ours (FlashAttentionTriton.apply, eager and under torch.compile) beside the faster of SDPA cuDNN and "
                  f"SDPA flash, same inputs, same run; kernel medians (timer: {', '.join(timers) or '–'}); each row "
-                 f"checks ours' output and gradients against SDPA in higher precision. Run: {run_meta(fs)}.",
+                 f"checks ours' output and gradients against SDPA in higher precision. ",
+                 runs_line(dev, fs),
                  "Per group: rows measured / left out (ours' rows), median ours/anchor over its measured shapes "
                  "(count in brackets):",
                  table(["dtype", "d", "causal", "pass", "measured", "left out", "eager / anchor", "compiled / anchor"],
                        flash_shapes_summary(fs)),
                  f"Every shape and pass, left-out rows shown as such: "
-                 f"{_csv(ctx, f'flash_shapes-{dev}', grid)}."]
+                 f"{write_csv(ctx.reports_dir, f'flash_shapes-{dev}', grid)}."]
         if plot:
             body.append(f"![ours over the faster anchor per measured shape]({rel})")
         if _reasons(fs):
@@ -841,17 +824,11 @@ def flash_shapes_page(ctx: Context) -> Page:
                                 device=fs["row"].iloc[0].env.device, date=_date(fs))
         break
     if not answers:
-        return _missing_page(name, name, name)
+        return missing_page(name, name, [name], [name], where=name)
     return Page(name, "flash_shapes: ours on model shapes", [problem(name)], answers, "\n\n".join(body), score)
 
 
 # --- pages -------------------------------------------------------------------------------------------------
-
-def _missing_page(name: str, slug: str, section: str) -> Page:
-    return Page(slug, name, [problem(name)], [Answer(name, f"Not measured on a GPU yet (no `{section}` rows under "
-                                                           f"reports/data/<gpu>/).")], "",
-                {name: Score(answer="not measured on a GPU yet")})
-
 
 def pages(ctx: Context) -> list[Page]:
     return [pytorch_attention_page(ctx), torch_compile_page(ctx), flash_attention_page(ctx),

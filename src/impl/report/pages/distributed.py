@@ -17,37 +17,18 @@ from impl.report import distributed as dr
 from impl.report import figures
 from impl.report import fsdp as fr
 from impl.report.markdown import gib, missing, ms, pct, table
-from impl.report.pages import Answer, Context, Page, Score, gpu_rows, run_date
+from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
+from impl.report.runs import device_label, runs_line
 from impl.report.pages.problems import problem
 
-NOT_ON_GPU = "not measured on a GPU yet"
 DDP_VARIANTS = ("naive", "flat", "individual", "bucketed")
 
 
 # ---- shared ------------------------------------------------------------------------------------
 
 
-def device_label(dev: str, d: pd.DataFrame) -> str:
-    """e.g. "2× NVIDIA H200 (h200-141gb-x2)": the GPU's name from a row's environment."""
-    name = d["row"].iloc[0].env.device
-    count = dev.rsplit("-x", 1)[-1]
-    return f"{count}× {name} ({dev})" if count.isdigit() else f"{name} ({dev})"
-
-
-def run_metadata(d: pd.DataFrame) -> str:
-    runs = d.drop_duplicates(["section", "datetime", "commit"]).sort_values("section")
-    rows = [[r.section, str(r.datetime)[:19].replace("T", " ") + " UTC", r.commit or "–",
-             "older format" if r.legacy else "current format"] for r in runs.itertuples()]
-    return "**Runs**\n\n" + table(["section", "run (UTC)", "commit", "file format"], rows)
-
-
 def measured(r) -> bool:
     return r is not None and r["status"] == Status.MEASURED.value and not missing(r["median"])
-
-
-def fig_prefix(slug: str, dev: str) -> str:
-    """Figures of a page are named <slug>-<device>…png (the helpers append their own suffix)."""
-    return f"{slug}-{dev}"
 
 
 # ---- distributed_communication_single_node -------------------------------------------------------
@@ -92,7 +73,7 @@ def comm_page(ctx: Context) -> Page:
             score = Score(f"NCCL {nccl[1]} GPUs: {big / 2**20:,.0f} MB in {ms(nt)} ms", f"busbw {nbw:,.1f} GB/s",
                           f"{gt / nt:,.0f}× faster than Gloo" if gt else "–", dev, run_date(d))
         body += [f"## {device_label(dev, d)}",
-                 dr.allreduce_section(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel), run_metadata(d)]
+                 dr.allreduce_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel), runs_line(dev, d)]
     return Page(slug, "distributed_communication_single_node: all-reduce latency and bandwidth", [problem(name)],
                 [Answer(q, text)], "\n\n".join(body), score={name: score})
 
@@ -236,7 +217,7 @@ def ddp_page(ctx: Context) -> Page:
                     f"our DDP vs torch DDP: best bucket {mb:g} MB (ctx {c}); best of ours {dr._ddp_label(best)}",
                     f"{ms(bk[mb]['median'])} ms/step", f"{_ratio(bk[mb], anchor)} torch DDP", dev, date)
         # body
-        fig_name = f"{fig_prefix(slug, dev)}-overhead-vs-torch-ddp.png"
+        fig_name = f"{slug}-{dev}-overhead-vs-torch-ddp.png"
         ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, run {date}")
         index_figures.append((f"DDP overhead against torch DDP ({label}, run {date})", f"{ctx.fig_rel}/{fig_name}"))
         text, data = dr.ddp_section(d)
@@ -247,8 +228,8 @@ def ddp_page(ctx: Context) -> Page:
                  "### ddp_overlap_bucketed (b): the bucket model against the measurements",
                  dr.bucket_model_section(fits, data, overlap) or "No bucketed rows.",
                  "### ddp_overlap_individual_parameters (b): naive vs overlapped DDP, profiler timeline",
-                 dr.timeline_section(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel) or "No profiled step in this run.",
-                 run_metadata(d)]
+                 dr.timeline_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or "No profiled step in this run.",
+                 runs_line(dev, d)]
     questions = {
         "naive_ddp": "naive_ddp: does DDP with a broadcast from rank 0 and an all-reduce of each gradient after "
                      "backward train to the same weights as one process on the same total batch?",
@@ -390,7 +371,7 @@ def sharding_page(ctx: Context) -> Page:
             scores["optimizer_state_sharding_accounting"] = Score(
                 f"optimizer state {gib(state(none))} → {gib(state(sh))} GiB/rank",
                 f"peak during step {gib(peak(sh, 'after_peak'))} GiB", f"{_ratio(sh, none)} unsharded step", dev, date)
-        body += [f"## {label}", dr.sharding_section(d) or "", _sharding_notes(d) or "", run_metadata(d)]
+        body += [f"## {label}", dr.sharding_section(d) or "", _sharding_notes(d) or "", runs_line(dev, d)]
     qs = {"optimizer_state_sharding": "optimizer_state_sharding: does the sharded optimizer (each rank steps ~1/world "
                                       "of the parameters, then synchronises them) train like the unsharded one?",
           "optimizer_state_sharding_accounting": "optimizer_state_sharding_accounting: peak memory after init, before "
@@ -461,9 +442,9 @@ def fsdp_page(ctx: Context) -> Page:
                   f"{_ratio(f32, anchor)} torch fully_shard and {_ratio(f32, by.get('ddp'))} our DDP; table below.")
             scores["fsdp"] = Score(f"our FSDP fp32 {_ratio(f32, anchor)} torch fully_shard", f"{ms(f32['median'])} ms/step",
                                    f"{_ratio(f32, anchor)} torch fully_shard", dev, date)
-        fsdp_text = fr.render(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel) or ""
+        fsdp_text = fr.render(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or ""
         body += [f"## {label}", fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text,
-                 run_metadata(d)]
+                 runs_line(dev, d)]
     return Page(slug, "FSDP and fsdp_accounting", [problem("fsdp_accounting"), problem("fsdp")],
                 [Answer(qa, ta), Answer(qb, tb), Answer(qf, tf)], "\n\n".join(body), score=scores)
 

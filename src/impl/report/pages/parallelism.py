@@ -24,7 +24,7 @@ from impl.leaderboard_prediction import LayerRun, predict_step
 from impl.report.markdown import missing, ms, table
 from impl.report.pages import Answer, Context, Page, Score
 from impl.report.pages import gpu_rows, run_date
-from impl.report.pages.distributed import device_label
+from impl.report.runs import device_label, gpu_model
 from impl.report.pages.problems import problem
 
 CALC_PROBLEMS = ["alternate_ring_all_reduce", "data_parallel_calcs", "fsdp_calcs", "tp_calcs", "fsdp_tp_calcs"]
@@ -214,18 +214,13 @@ def _gib(nbytes) -> str:
     return "–" if missing(nbytes) else f"{nbytes / 2**30:,.1f}"
 
 
-def _gpu_model(slug: str) -> str:
-    """The GPU of a device slug without its count: "h200-141gb" of "h200-141gb-x2"."""
-    return slug.rsplit("-x", 1)[0]
-
-
 def one_gpu_runs(ctx: Context, like: str | None = None):
     """(device, its measured and not-run leaderboard_2026 rows) of a one-GPU device, or None: the one
     with the same GPU as `like` (the two-GPU device whose bandwidth prices the prediction) when it
     has rows, else the first that has any."""
     found = [(dev, d.sort_values(["cfg.checkpointing", "cfg.k", "cfg.layers"]))
              for dev, d in gpu_rows(ctx, LB26) if dev.endswith("-x1")]
-    same = [f for f in found if like is not None and _gpu_model(f[0]) == _gpu_model(like)]
+    same = [f for f in found if like is not None and gpu_model(f[0]) == gpu_model(like)]
     return (same or found or [None])[0]
 
 

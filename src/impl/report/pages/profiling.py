@@ -16,52 +16,21 @@ from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
 from impl.report.benchmarking import speedup_cell, stat_name, step_s, study, within_noise
 from impl.report.markdown import gib, missing, ms, num, pct, table
-from impl.report.pages import Answer, Context, Page, Score, gpu_rows, run_date
+from impl.report.output import figure_path, write_table_csv
+from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
+from impl.report.runs import device_short, runs_line
 from impl.report.pages.problems import problem
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
-NOT_ON_GPU = "not measured on a GPU yet"
 
 
 # ------------------------------------------------------------------------------------ shared
-def runs_meta(device: str, d: pd.DataFrame) -> str:
-    """Which machine and runs the rows come from: device, software, each run's UTC time and commit."""
-    env = d["row"].iloc[-1].env
-    runs = []
-    for (when, commit), g in d.groupby(["datetime", "commit"], sort=True):
-        runs.append(f"{str(when)[:16].replace('T', ' ')} UTC, commit `{commit or '–'}` ({len(g)} rows"
-                    + (", older format" if g["legacy"].all() else "") + ")")
-    return (f"**Runs** on `{device}` ({env.device}, torch {env.torch}, CUDA {env.cuda}, profile `{env.profile}`): "
-            + "; ".join(runs) + ".")
-
-
 def _fig(ctx: Context, slug: str, stem: str) -> tuple[Path, str]:
-    """(file to write, link from the page) of figure reports/figures/<slug>-<stem>.png."""
-    name = f"{slug}-{stem}.png"
-    return ctx.fig_dir / name, f"{ctx.fig_rel}/{name}"
-
-
-def _csv_writer(ctx: Context, slug: str):
-    """csv(name, header, rows) -> markdown link: writes reports/data-tables/<slug>-<name>.csv."""
-    def write(name: str, header: list[str], rows: list[list]) -> str:
-        path = ctx.reports_dir / "data-tables" / f"{slug}-{name}.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([[str(c).strip("`") for c in r] for r in rows], columns=header).to_csv(path, index=False)
-        return f"[{path.name}](data-tables/{path.name})"
-    return write
+    return figure_path(ctx.fig_dir, ctx.fig_rel, slug, stem)
 
 
 def _i(x):
     return int(x) if not missing(x) else x
-
-
-def _missing_page(slug: str, title: str, names: list[str], questions: list[str]) -> Page:
-    return Page(slug, title, [problem(n) for n in names], [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in questions],
-                "", score={n: Score(NOT_ON_GPU) for n in names})
-
-
-def _short(device: str) -> str:
-    return device.split("-")[0].upper()
 
 
 # ------------------------------------------------------------------------------ benchmarking_script
@@ -103,7 +72,7 @@ def benchmarking_script_page(ctx: Context) -> Page:
           "(2026) Forward, backward and the optimizer step timed apart: how do they make up a training step?"]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "benchmarking_script", [name], qs)
+        return missing_page(slug, "benchmarking_script", [name], qs)
     body, answers, score = [], None, None
     for device, d in found:
         main = d[d.apply(study, axis=1) == "main"]
@@ -129,7 +98,7 @@ def benchmarking_script_page(ctx: Context) -> Page:
                         "first, in the same process as the rest of the suite, after the main grid: kernels, cuBLAS "
                         "handles and autotuning choices of earlier rows stay loaded.\n\n"
                         + benchmarking.warmup_table(warm))
-        body.append(runs_meta(device, d))
+        body.append(runs_line(device, d))
     return Page(slug, "benchmarking_script", [problem(name)], answers, "\n\n".join(body), score={name: score})
 
 
@@ -207,7 +176,7 @@ def _benchmarking_answers(device: str, main: pd.DataFrame, warm: pd.DataFrame, q
             score = Score(f"{big} fp32 training step at context {_i(t['cfg.context'])}",
                           f"{ms(step_s(t))} ms ({pct(t.get('m.mfu'))} MFU datasheet, "
                           f"{pct(t.get('m.mfu_measured_peak'))} of the measured peak)",
-                          "–", _short(device), run_date(main))
+                          "–", device_short(device), run_date(main))
     cases = warmup_cases(warm) if not warm.empty else []
     if not cases:
         answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
@@ -244,7 +213,7 @@ def nsys_page(ctx: Context) -> Page:
           "(e) Softmax time against the two attention matmuls, compared with their FLOP ratio?"]
     found = gpu_rows(ctx, name)
     if not found or _nsys_ok(found[0][1]).empty:
-        return _missing_page(slug, "nsys_profile", [name], qs)
+        return missing_page(slug, "nsys_profile", [name], qs)
     device, d = found[0]
     ok = profiling._sorted(_nsys_ok(d), "cfg.context")
     n = [r["details"]["nsys"] for _, r in ok.iterrows()]
@@ -293,11 +262,11 @@ def nsys_page(ctx: Context) -> Page:
          "more time per FLOP. Verdict: softmax is memory-bound (it reads and writes the whole score matrix for "
          "a few FLOPs per element), while the matmuls are compute-bound.")
     answers = [Answer(q, t) for q, t in zip(qs, (a, b, c, dd, e))]
-    body = [f"## {device}", profiling.nsys_body(d), runs_meta(device, d)]
+    body = [f"## {device}", profiling.nsys_body(d), runs_line(device, d)]
     big = ok.iloc[-1]
     score = Score("softmax is memory-bound; the Python timer includes host overhead at small sizes",
                   f"softmax {num(per_flop[-1], 0)}× the matmuls' time per FLOP ({big['cfg.size']} ctx "
-                  f"{_i(big['cfg.context'])})", "–", _short(device), run_date(d))
+                  f"{_i(big['cfg.context'])})", "–", device_short(device), run_date(d))
     return Page(slug, "nsys_profile", [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
 
 
@@ -311,7 +280,7 @@ def mixed_precision_page(ctx: Context) -> Page:
           "(c) bf16 autocast against fp32: what is the trend over sizes and contexts?"]
     found = gpu_rows(ctx, *names, "benchmarking_script")
     if not found:
-        return _missing_page(slug, "mixed_precision", names, qs)
+        return missing_page(slug, "mixed_precision", names, qs)
     device, d = found[0]
     acc = d[d.problem == "mixed_precision_accumulation"]
     dt = d[d.problem == "benchmarking_mixed_precision"]
@@ -332,7 +301,7 @@ def mixed_precision_page(ctx: Context) -> Page:
             "addend's own rounding, and the implicit promotion equals the explicit cast.")))
         score[names[0]] = Score(f"fp16 accumulation is {i['errors'][order[-1]] / i['errors'][order[0]]:.0f}× worse "
                                 "than fp32", f"|error| {i['errors'][order[-1]]:.3g} vs {i['errors'][order[0]]:.3g}",
-                                "–", _short(device), run_date(acc))
+                                "–", device_short(device), run_date(acc))
     if dt.empty:
         answers += [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in qs[1:3]]
     else:
@@ -356,7 +325,7 @@ def mixed_precision_page(ctx: Context) -> Page:
     answers.append(Answer(qs[3], trend[0] if trend else f"{NOT_ON_GPU.capitalize()}."))
     if trend:
         score[names[1]] = Score("bf16 pays off for large models and long contexts only", trend[1], "–",
-                                _short(device), run_date(main))
+                                device_short(device), run_date(main))
     else:
         score[names[1]] = Score(NOT_ON_GPU)
     body = [f"## {device}"]
@@ -370,7 +339,7 @@ def mixed_precision_page(ctx: Context) -> Page:
             body.append("### benchmarking_mixed_precision (c)\n\nfp32 against bf16 autocast (fp32 master weights), "
                         f"{stat_name(main)} ± std; a speed-up whose spreads overlap reads \"within noise\" (the bf16 "
                         "rows of short steps have large spreads).\n\n" + mp)
-    body.append(runs_meta(device, d))
+    body.append(runs_line(device, d))
     return Page(slug, "mixed_precision: accumulation and bf16 autocast", [problem(n) for n in names], answers,
                 "\n\n".join(body), score=score)
 
@@ -439,13 +408,13 @@ def memory_page(ctx: Context) -> Page:
           "(e) Which are the largest allocations, and where do they come from?"]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "memory_profiling", [name], qs + QS_2026)
+        return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     device, d_all = found[0]
     d_all = profiling._sorted(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
     in_2026 = d_all.apply(lambda r: (r["cfg.size"], _i(r["cfg.context"])) in CASES_2026, axis=1)
     d, d26 = d_all[~in_2026], d_all[in_2026]
     if d.empty:
-        return _missing_page(slug, "memory_profiling", [name], qs + QS_2026)
+        return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     ok = d[d["status"] == MEASURED]
     size = ok["cfg.size"].iloc[0]
     m = MODEL_SIZES[size]
@@ -541,9 +510,9 @@ def memory_page(ctx: Context) -> Page:
     answers += a26
     if b26:
         body.append(b26)
-    body.append(runs_meta(device, d_all))
+    body.append(runs_line(device, d_all))
     score = Score(f"{size} training-step peak {min(tp) / G:.1f}–{max(tp) / G:.1f} GiB, flat over contexts (optimizer "
-                  "step)", f"{max(tp) / G:.1f} GiB peak (fp32 train step)", "–", _short(device), run_date(d))
+                  "step)", f"{max(tp) / G:.1f} GiB peak (fp32 train step)", "–", device_short(device), run_date(d))
     return Page(slug, "memory_profiling", [problem(name)], answers, "\n\n".join(body), score={name: score})
 
 
@@ -673,7 +642,7 @@ def checkpointing_page(ctx: Context) -> Page:
           "(b) The best single-level block size k for xl at batch 4, context 2048, validated by measured peaks?"]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "gradient_checkpointing", [name], qs)
+        return missing_page(slug, "gradient_checkpointing", [name], qs)
     device, d = found[0]
     pol = d[d.apply(study, axis=1) == "policies"]
     ok = pol[pol["status"] == MEASURED]
@@ -696,7 +665,7 @@ def checkpointing_page(ctx: Context) -> Page:
         score = Score(f"nested checkpointing fits {r['cfg.size']} ctx {_i(r['cfg.context'])} in "
                       f"{gib(r['peak_alloc'])} GiB", f"{gib(r['peak_alloc'])} GiB ({r['cfg.dtype']})",
                       "no checkpointing: OOM" if n0 is not None and n0["status"] == OOM else "–",
-                      _short(device), run_date(d))
+                      device_short(device), run_date(d))
     else:
         answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
     if not ok.empty and "best_k" in ok["details"].iloc[0]:
@@ -713,7 +682,7 @@ def checkpointing_page(ctx: Context) -> Page:
         answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
     path, link = _fig(ctx, slug, f"{device}-depth")
     b = checkpointing.body(d, path.parent, link.rsplit("/", 1)[0], path.name)
-    body = [f"## {device}", b or "", runs_meta(device, d)]
+    body = [f"## {device}", b or "", runs_line(device, d)]
     return Page(slug, "gradient_checkpointing", [problem(name)], answers, "\n\n".join(x for x in body if x),
                 score={name: score})
 
@@ -726,7 +695,7 @@ def training_step_page(ctx: Context) -> Page:
           "Ours against PyTorch's own pieces (the anchor) in the same run?"]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "training_step", [name], qs)
+        return missing_page(slug, "training_step", [name], qs)
     index_figs, body, answers, score = [], [], None, None
     for device, newest in found:
         # every run of the device: a later command may have left a row "not run" that an earlier one
@@ -738,8 +707,8 @@ def training_step_page(ctx: Context) -> Page:
         if answers is None:
             answers, score = _training_answers(device, d, ok, qs)
         fig_name = f"{slug}-{device}-ablation.png"
-        parts = training_step.body(every, ctx.fig_dir, ctx.fig_rel, fig_name, csv=_csv_writer(ctx, f"{slug}-{device}"))
-        body += [f"## {device}"] + parts + [runs_meta(device, every)]
+        parts = training_step.body(every, ctx.fig_dir, ctx.fig_rel, fig_name, csv=lambda name, header, rows: write_table_csv(ctx.reports_dir, f"{slug}-{device}-{name}", header, rows))
+        body += [f"## {device}"] + parts + [runs_line(device, every)]
         if not index_figs and (ctx.fig_dir / fig_name).exists():
             index_figs.append((f"training_step ablation: tokens/s per config ({device})", f"{ctx.fig_rel}/{fig_name}"))
     return Page(slug, "training_step: the full training step, ablated", [problem(name)], answers, "\n\n".join(body),
@@ -803,10 +772,10 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
         vs = f"{step_s(r) / step_s(an):.2f}× the anchor's step ({o} vs compiled PyTorch, same run)"
         score = Score(f"{o} trains {s_} ctx {c_} at {pct(r.get('m.mfu'))} MFU", f"{ms(step_s(r))} ms/step, "
                       f"{pct(r.get('m.mfu'))} MFU (datasheet) / {pct(r.get('m.mfu_measured_peak'))} (measured peak)", vs,
-                      _short(device), str(r["datetime"])[:10])
+                      device_short(device), str(r["datetime"])[:10])
     else:
         a.append(Answer(qs[2], "Ours and the anchor were not measured in the same run yet."))
-        score = Score("ablation measured; no same-run anchor pair", "–", "–", _short(device), run_date(d))
+        score = Score("ablation measured; no same-run anchor pair", "–", "–", device_short(device), run_date(d))
     return a, score
 
 

@@ -1,0 +1,27 @@
+"""The report's words live in jinja2 templates (impl/report/templates/<page>.md.j2); a page's code
+computes a facts object and renders it through `render(name, **facts)`."""
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from impl.report import markdown
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
+                             autoescape=False)
+    env.filters.update(ms=markdown.ms, gib=markdown.gib, pct=markdown.pct, num=markdown.num)
+    env.globals.update(table=markdown.table)
+    return env
+
+
+def render(name: str, **facts) -> str:
+    """The template `name` (e.g. "index.md.j2") filled from `facts`; surrounding blank lines trimmed."""
+    return environment().get_template(name).render(**facts).strip()
