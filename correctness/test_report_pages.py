@@ -375,7 +375,7 @@ def test_gpu_pages_show_no_cpu_smoke_rows(dist_pages):
 
 def test_ddp_score_line_is_ours_against_torch_ddp(dist_pages):
     ddp = next(p for p in dist_pages if p.slug == "ddp")
-    line = ddp.score["ddp_overlap_bucketed"]
+    line = ddp.score["ddp_bucketed_benchmarking"]
     assert "torch DDP" in line.answer and "torch DDP" in line.vs_anchor
     assert ddp.index_figures and "torch DDP" in ddp.index_figures[0][0]
 

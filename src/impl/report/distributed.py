@@ -18,8 +18,7 @@ from impl.report.markdown import missing, ms, num, pct, table
 
 COMM = "distributed_communication_single_node"
 DDP_PROBLEMS = ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
-                "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking",
-                "ddp_overlap_bucketed_benchmarking"]  # the last: the bucketed group's name in runs before issue 33
+                "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"]
 SHARD = "optimizer_state_sharding_accounting"
 VARIANT_LABEL = dict(single="single GPU (floor, no wrapper)", naive="naive (per-parameter, after backward)",
                      flat="flat (one all-reduce)", individual="individual parameters (overlapped)",

@@ -63,6 +63,12 @@ class Context:
     fig_dir: Path  # reports/figures
     fig_rel: str = "figures"  # figure paths as a page links them
 
+    def __post_init__(self):
+        from impl.report.pages.problems import STORED_ALIASES
+        for frame in (self.df, self.history):  # stored group names -> the handout's problem names
+            if not frame.empty:
+                frame["problem"] = frame["problem"].replace(STORED_ALIASES)
+
     def device_rows(self, device: str) -> pd.DataFrame:
         return self.df[self.df.device == device] if not self.df.empty else self.df
 

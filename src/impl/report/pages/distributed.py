@@ -18,6 +18,7 @@ from impl.report import figures
 from impl.report import fsdp as fr
 from impl.report.markdown import gib, missing, ms, pct, table
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
+from impl.report.ratio import ratio
 from impl.report.runs import device_label, runs_line
 from impl.report.pages.problems import problem
 
@@ -144,7 +145,11 @@ def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
 def ddp_page(ctx: Context) -> Page:
     slug = problem("naive_ddp").slug
     names = ["naive_ddp", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
-             "ddp_overlap_individual_parameters", "ddp_overlap_bucketed"]
+             "ddp_overlap_individual_parameters", "ddp_overlap_individual_parameters_benchmarking",
+             "ddp_overlap_bucketed", "ddp_bucketed_benchmarking"]
+    # the implementation problems: answered by the correctness suite (benchmarks: their own problems)
+    implemented = {"naive_ddp": "naive", "ddp_overlap_individual_parameters": "DDPIndividualParameters",
+                   "ddp_overlap_bucketed": "DDPBucketed"}
     runs = gpu_rows(ctx, *dr.DDP_PROBLEMS)
     comm_runs = dict(gpu_rows(ctx, dr.COMM))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
@@ -160,10 +165,11 @@ def ddp_page(ctx: Context) -> Page:
             per_ctx.append((int(c), int(b), by))
         tail = _log_tail(ctx, dev, "correctness-nccl.txt")
         if tail:
-            answers["naive_ddp"] = (f"Yes: correctness/test_distributed.py trains each DDP variant (naive included) "
-                                    f"against one process on the same total batch and compares the weights; on {label} "
-                                    f"over NCCL that suite ended \"{tail}\" (logs/correctness-nccl.txt).")
-            scores["naive_ddp"] = Score("weights match single-process training", tail.split(" in ")[0], "–", dev, "–")
+            for n, what in implemented.items():
+                answers[n] = (f"Yes: correctness/test_distributed.py trains each DDP variant ({what} included) "
+                              f"against one process on the same total batch and compares the weights; on {label} "
+                              f"over NCCL that suite ended \"{tail}\" (logs/correctness-nccl.txt).")
+                scores[n] = Score("weights match single-process training", tail.split(" in ")[0], "–", dev, "–")
 
         def step_line(key, what):
             parts = []
@@ -182,7 +188,7 @@ def ddp_page(ctx: Context) -> Page:
             for c, _, by in per_ctx)
         ind = step_line(("individual", None), "Per-parameter overlapped DDP")
         overlap = dr.overlap_shares(d)
-        answers["ddp_overlap_individual_parameters"] = ind + " " + " ".join(
+        answers["ddp_overlap_individual_parameters_benchmarking"] = ind + " " + " ".join(
             f"Against naive at context {c}: {_ratio(by.get(('individual', None)), by.get(('naive', None)))}."
             for c, _, by in per_ctx) + (
             " (b) In the profiled step the share of communication overlapping backward compute was "
@@ -195,7 +201,7 @@ def ddp_page(ctx: Context) -> Page:
                 best = min(bk, key=lambda mb: bk[mb]["median"])
                 bucket_parts.append(f"context {c}: fastest at {best:g} MB ({ms(bk[best]['median'], bk[best]['stddev'])} "
                                     f"ms, {_ratio(bk[best], by.get(('torch_ddp', None)))} torch DDP)")
-        answers["ddp_overlap_bucketed"] = (f"On {label}, " + "; ".join(bucket_parts) + ". (b) The bucket model "
+        answers["ddp_bucketed_benchmarking"] = (f"On {label}, " + "; ".join(bucket_parts) + ". (b) The bucket model "
                                            "against these measurements is below, with why they differ."
                                            if bucket_parts else f"{NOT_ON_GPU}.")
         # scoreboard: our best DDP against torch DDP, per problem the variant's own row
@@ -204,7 +210,7 @@ def ddp_page(ctx: Context) -> Page:
             c, b, by = big
             anchor = by.get(("torch_ddp", None))
             for n, key in (("naive_ddp_benchmarking", ("naive", None)), ("minimal_ddp_flat_benchmarking", ("flat", None)),
-                           ("ddp_overlap_individual_parameters", ("individual", None))):
+                           ("ddp_overlap_individual_parameters_benchmarking", ("individual", None))):
                 r = by.get(key)
                 if measured(r):
                     scores[n] = Score(f"{dr._ddp_label(r)}: {_ratio(r, by.get(('single', None)))} single GPU (ctx {c})",
@@ -213,7 +219,7 @@ def ddp_page(ctx: Context) -> Page:
             bk = {k[1]: r for k, r in by.items() if k[0] == "bucketed" and measured(r)}
             if bk:
                 mb = min(bk, key=lambda x: bk[x]["median"])
-                scores["ddp_overlap_bucketed"] = Score(
+                scores["ddp_bucketed_benchmarking"] = Score(
                     f"our DDP vs torch DDP: best bucket {mb:g} MB (ctx {c}); best of ours {dr._ddp_label(best)}",
                     f"{ms(bk[mb]['median'])} ms/step", f"{_ratio(bk[mb], anchor)} torch DDP", dev, date)
         # body
@@ -225,9 +231,9 @@ def ddp_page(ctx: Context) -> Page:
         fits = dr._fits(comm) if comm is not None else {}
         body += [f"## {label}", "### Our DDP against torch DDP",
                  f"![DDP overhead against torch DDP]({ctx.fig_rel}/{fig_name})", text,
-                 "### ddp_overlap_bucketed (b): the bucket model against the measurements",
+                 "### ddp_bucketed_benchmarking (b): the bucket model against the measurements",
                  dr.bucket_model_section(fits, data, overlap) or "No bucketed rows.",
-                 "### ddp_overlap_individual_parameters (b): naive vs overlapped DDP, profiler timeline",
+                 "### ddp_overlap_individual_parameters_benchmarking (b): naive vs overlapped DDP, profiler timeline",
                  dr.timeline_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or "No profiled step in this run.",
                  runs_line(dev, d)]
     questions = {
@@ -237,11 +243,14 @@ def ddp_page(ctx: Context) -> Page:
                                   "share spent communicating gradients?",
         "minimal_ddp_flat_benchmarking": "minimal_ddp_flat_benchmarking: does one all-reduce of the flattened "
                                          "gradients beat one per parameter?",
-        "ddp_overlap_individual_parameters": "ddp_overlap_individual_parameters: does overlapping each parameter's "
-                                             "all-reduce with backward cut the step time, and does the profiler show the "
-                                             "overlap (b)?",
-        "ddp_overlap_bucketed": "ddp_overlap_bucketed: step time at 1, 10, 100, 1000 MB buckets, and (b) does the "
-                                "bucket model's optimum match the measurements?",
+        "ddp_overlap_individual_parameters": "ddp_overlap_individual_parameters: does DDP that all-reduces each "
+                                             "parameter's gradient as soon as it is ready train to the same weights?",
+        "ddp_overlap_individual_parameters_benchmarking": "ddp_overlap_individual_parameters_benchmarking: does "
+                                                          "overlapping each parameter's all-reduce with backward cut the "
+                                                          "step time, and does the profiler show the overlap (b)?",
+        "ddp_overlap_bucketed": "ddp_overlap_bucketed: does bucketed, overlapped DDP train to the same weights?",
+        "ddp_bucketed_benchmarking": "ddp_bucketed_benchmarking: step time at 1, 10, 100, 1000 MB buckets, and (b) "
+                                     "does the bucket model's optimum match the measurements?",
     }
     return Page(slug, "DDP: naive, flat, overlapped, bucketed, against torch DDP", [problem(n) for n in names],
                 [Answer(questions[n], answers[n]) for n in names], "\n\n".join(body), score=scores,
@@ -436,12 +445,16 @@ def fsdp_page(ctx: Context) -> Page:
                              f"stalls {s['gather_stall_ms']:.1f} ms of a {s['span_ms']:.1f} ms step")
             tb = f"{'Yes' if all_in_time else 'Not all'}, on {label} (rank 0's instrumented step): " + "; ".join(parts) + ". Timeline below."
         by = {r["cfg.variant"]: r for _, r in d.iterrows()}
-        f32, anchor = by.get("fsdp"), by.get("torch_fsdp")
-        if measured(f32):
-            tf = (f"On {label}: our FSDP fp32 {ms(f32['median'], f32['stddev'])} ms/step, "
-                  f"{_ratio(f32, anchor)} torch fully_shard and {_ratio(f32, by.get('ddp'))} our DDP; table below.")
-            scores["fsdp"] = Score(f"our FSDP fp32 {_ratio(f32, anchor)} torch fully_shard", f"{ms(f32['median'])} ms/step",
-                                   f"{_ratio(f32, anchor)} torch fully_shard", dev, date)
+        pair = fr.headline_pair(v for v, r in by.items() if measured(r))
+        if pair:
+            ours, anchor = by[pair[0]], by[pair[1]]
+            vs = ratio(ours["median"], anchor["median"], fr.LABEL[pair[1]], ours["stddev"], anchor["stddev"])
+            vs_ddp = ratio(ours["median"], by["ddp"]["median"], "our DDP", ours["stddev"], by["ddp"]["stddev"]) \
+                if measured(by.get("ddp")) else None
+            tf = (f"On {label}, the headline pair is {fr.LABEL[pair[0]]} against {fr.LABEL[pair[1]]} (the target "
+                  f"configuration where the run has it, bf16 before fp32): ours {ms(ours['median'], ours['stddev'])} "
+                  f"ms/step, {vs}" + (f" and {vs_ddp}" if vs_ddp else "") + "; every configuration in the table below.")
+            scores["fsdp"] = Score(f"{fr.LABEL[pair[0]]}: {vs}", f"{ms(ours['median'])} ms/step", str(vs), dev, date)
         fsdp_text = fr.render(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or ""
         body += [f"## {label}", fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text,
                  runs_line(dev, d)]
