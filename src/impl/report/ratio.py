@@ -1,6 +1,6 @@
 """The report's one ratio convention: ours ÷ anchor, "slower" above 1 and "faster" below, or "within
-noise" where the two times lie within each other's spread (the sum of their standard deviations,
-or half the IQR where a row kept no standard deviation)."""
+noise" where the two times lie within each other's spread (`spread`: half the IQR around a
+median, the standard deviation where a row kept no IQR)."""
 from __future__ import annotations
 
 import math
@@ -39,8 +39,9 @@ def ratio(ours_s, anchor_s, anchor: str = "", ours_spread=None, anchor_spread=No
 
 
 def spread(stddev, iqr) -> float | None:
-    """A row's spread: its standard deviation, else half its IQR."""
-    return stddev if _ok(stddev) else iqr / 2 if _ok(iqr) else None
+    """A row's spread around its median: half its IQR (one slow round does not move it), else its
+    standard deviation (older-format rows kept no IQR)."""
+    return iqr / 2 if _ok(iqr) else stddev if _ok(stddev) else None
 
 
 def ratio_cell(r: Ratio | None) -> str:

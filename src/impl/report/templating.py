@@ -25,3 +25,21 @@ def environment() -> jinja2.Environment:
 def render(name: str, **facts) -> str:
     """The template `name` (e.g. "index.md.j2") filled from `facts`; surrounding blank lines trimmed."""
     return environment().get_template(name).render(**facts).strip()
+
+
+def macros(name: str):
+    """The macros of template `name`, each called with a page's facts: `macros("leaderboard.md.j2").answer_time(f)`.
+    Their output is stripped and its lines joined into paragraphs (a template line is a sentence)."""
+    return _Macros(environment().get_template(name).module)
+
+
+class _Macros:
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        macro = getattr(self._module, name)
+
+        def call(*args, **kwargs) -> str:
+            return " ".join(line.strip() for line in str(macro(*args, **kwargs)).strip().splitlines() if line.strip())
+        return call

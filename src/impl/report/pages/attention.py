@@ -23,7 +23,10 @@ from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_S
 from impl.report.markdown import gib, num, pct, table
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
+from impl.report.leaderboard import leaderboard_facts
+from impl.report.rows import benches
 from impl.report.runs import run_ids, runs_line
+from impl.report.templating import macros
 from impl.report.pages.problems import problem
 
 #: A version counts as faster or slower only beyond this factor on top of the anchors' own change
@@ -666,26 +669,14 @@ def leaderboard_page(ctx: Context) -> Page:
         lb = _problem(ctx.device_rows(dev), name)
         if lb.empty:
             continue
-        r0 = lb.iloc[0]
-        shape = (f"{r0['cfg.dtype']}, causal, batch {int(r0['cfg.batch'])} × {int(r0['cfg.heads'])} heads × seq "
-                 f"{int(r0['cfg.seq'])} × d {int(r0['cfg.d'])}")
-        ours, cudnn = _pick(lb, impl="flash_triton", mode="fwd_bwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd_bwd")
-        if ours is None or cudnn is None:
+        f = leaderboard_facts(dev, benches(lb))
+        if f is None:
             continue
-        vs = ratio_text(ours, cudnn, "SDPA cuDNN")
-        answers.append(Answer(f"Leaderboard: forward+backward of torch.compile(FlashAttentionTriton.apply) at {shape}.",
-                              f"Ours takes **{_ms(ours):.3f} ms** (MFU {pct(ours.get('m.mfu'))}) against SDPA cuDNN's "
-                              f"{_ms(cudnn):.3f} ms (MFU {pct(cudnn.get('m.mfu'))}) in the same run: {vs}. "
-                              f"Run {str(ours['datetime'])[:16].replace('T', ' ')} UTC, commit `{ours['commit']}`."))
-        err, tol = _detail(ours, "rel_err") or {}, _detail(ours, "tol") or {}
-        if err and tol:
-            worst = max(err[k] for k in ("dq", "dk", "dv") if k in err)
-            answers.append(Answer("Does the result pass the same correctness tests?",
-                                  f"Yes: relative errors against SDPA in higher precision on the same inputs are "
-                                  f"{err['out']:.1e} (O) and at most {worst:.1e} (gradients), within the test's "
-                                  f"{tol['out']:.0e} and {tol['grad']:.0e}; graph breaks under torch.compile: "
-                                  f"{_detail(ours, 'graph_breaks')}." if err["out"] <= tol["out"] and worst <= tol["grad"]
-                                  else "No: the errors exceed the tolerances (table below)."))
+        words = macros("leaderboard.md.j2")
+        ours = _pick(lb, impl="flash_triton", mode="fwd_bwd")
+        answers.append(Answer(words.question_time(f), words.answer_time(f)))
+        if f.correctness:
+            answers.append(Answer(words.question_correct(f), words.answer_correct(f)))
         versions = leaderboard_versions(lb, ctx.history)
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{dev}")
         leaderboard_plot(versions, png)
@@ -697,28 +688,19 @@ def leaderboard_page(ctx: Context) -> Page:
                  "; ".join(f"{k}: {_short_config(c)}" for k, c in (_detail(v.ours, "tuned_configs") or {}).items())
                  or "not recorded"] for v in versions]
         new = [v for v in versions if not v.legacy and v.cudnn is not None]
-        noise = ""
-        if len(new) > 1:
-            rs = [v.ours["median"] / v.cudnn["median"] for v in new]
-            noise = (f" The {len(new)} newer-format runs of one commit put ours/cuDNN between {min(rs):.2f}× and "
-                     f"{max(rs):.2f}×: differences inside that range are noise.")
-        body += [f"### Newest run ({dev})", f"{shape}; kernel medians (CUDA events), do_bench's beside them.",
+        rs = [v.ours["median"] / v.cudnn["median"] for v in new]
+        noise = (min(rs), max(rs), len(new)) if len(new) > 1 else None
+        body += [f"### Newest run ({dev})", words.newest_intro(f),
                  runs_line(dev, lb), leaderboard_table(lb),
-                 "### Version history",
-                 "Every stored leaderboard run of this device, oldest first, ours and the cuDNN anchor of the same "
-                 "run. Older-format runs stored do_bench medians; newer ones the rows' own CUDA-event medians "
-                 "(column *timer*), so compare ratios across the two, not milliseconds. The kernels' versions and "
-                 "what each change predicted are in NOTES.md." + noise,
+                 "### Version history", words.history_intro(noise),
                  table(["run (UTC)", "commit", "timer", "ours fwd+bwd (ms)", "ours MFU", "cuDNN fwd+bwd (ms)",
                         "cuDNN MFU", "ours / cuDNN", "autotuner picks (M×N, warps, stages)"], rows),
                  f"![{caption}]({rel})"]
         notes = sorted({_detail(r, "note") for _, r in lb.iterrows() if _detail(r, "note")})
         if notes:
             body.append("Note: " + "; ".join(notes))
-        score[name] = Score(answer=f"ours {_ms(ours):.3f} ms vs cuDNN {_ms(cudnn):.3f} ms (fwd+bwd)",
-                            headline=f"{_ms(ours):.3f} ms, MFU {pct(ours.get('m.mfu'))}",
-                            vs_anchor=f"{vs}; MFU {pct(ours.get('m.mfu'))} vs {pct(cudnn.get('m.mfu'))}",
-                            device=ours["row"].env.device, date=_date(lb))
+        score[name] = Score(answer=words.score_answer(f), headline=words.score_headline(f),
+                            vs_anchor=words.score_vs(f), device=dev, date=_date(lb))
         break
     if not answers:
         return missing_page(name, name, [name], [name], where=name)

@@ -18,7 +18,7 @@ from impl.report import figures
 from impl.report import fsdp as fr
 from impl.report.markdown import gib, missing, ms, pct, table
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
-from impl.report.ratio import ratio
+from impl.report.ratio import ratio, spread
 from impl.report.runs import device_label, runs_line
 from impl.report.pages.problems import problem
 
@@ -448,8 +448,9 @@ def fsdp_page(ctx: Context) -> Page:
         pair = fr.headline_pair(v for v, r in by.items() if measured(r))
         if pair:
             ours, anchor = by[pair[0]], by[pair[1]]
-            vs = ratio(ours["median"], anchor["median"], fr.LABEL[pair[1]], ours["stddev"], anchor["stddev"])
-            vs_ddp = ratio(ours["median"], by["ddp"]["median"], "our DDP", ours["stddev"], by["ddp"]["stddev"]) \
+            sp = lambda r: spread(r["stddev"], r["iqr"])  # noqa: E731
+            vs = ratio(ours["median"], anchor["median"], fr.LABEL[pair[1]], sp(ours), sp(anchor))
+            vs_ddp = ratio(ours["median"], by["ddp"]["median"], "our DDP", sp(ours), sp(by["ddp"])) \
                 if measured(by.get("ddp")) else None
             tf = (f"On {label}, the headline pair is {fr.LABEL[pair[0]]} against {fr.LABEL[pair[1]]} (the target "
                   f"configuration where the run has it, bf16 before fp32): ours {ms(ours['median'], ours['stddev'])} "
