@@ -2,6 +2,7 @@
 computes a facts object and renders it through `render(name, **facts)`."""
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def render(name: str, **facts) -> str:
 
 def macros(name: str):
     """The macros of template `name`, each called with a page's facts: `macros("leaderboard.md.j2").answer_time(f)`.
-    Their output is stripped and its lines joined into paragraphs (a template line is a sentence)."""
+    A template line is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph."""
     return _Macros(environment().get_template(name).module)
 
 
@@ -41,5 +42,6 @@ class _Macros:
         macro = getattr(self._module, name)
 
         def call(*args, **kwargs) -> str:
-            return " ".join(line.strip() for line in str(macro(*args, **kwargs)).strip().splitlines() if line.strip())
+            paragraphs = re.split(r"\n\s*\n", str(macro(*args, **kwargs)).strip())
+            return "\n\n".join(" ".join(x.strip() for x in par.splitlines() if x.strip()) for par in paragraphs)
         return call

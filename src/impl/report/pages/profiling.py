@@ -14,6 +14,10 @@ from impl.bench.row import Status
 from impl.bench.sweeps import grid
 from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
+from impl.report import benchmarking_script as bs
+from impl.bench.sweeps import MODES
+from impl.report.rows import benches
+from impl.report.templating import macros
 from impl.report.benchmarking import speedup_cell, stat_name, step_s, study, within_noise
 from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.report.output import figure_path, write_table_csv
@@ -34,168 +38,68 @@ def _i(x):
 
 
 # ------------------------------------------------------------------------------ benchmarking_script
-@dataclass
-class WarmupCase:
-    """One (size, mode) of the warm-up study: its rows by warm-up count."""
-
-    size: str
-    mode: str
-    by_warmup: dict[int, pd.Series]
-
-    def first_step_excess(self) -> float:
-        """warm-up 0's first timed step over warm-up 5's median (the fully warmed step)."""
-        r0, r5 = self.by_warmup[min(self.by_warmup)], self.by_warmup[max(self.by_warmup)]
-        return r0["data"][0] / step_s(r5)
-
-    def warmed(self) -> list[pd.Series]:
-        """The rows with at least one warm-up step."""
-        return [r for w, r in self.by_warmup.items() if w > 0]
-
-    def medians_in_noise(self) -> bool:
-        """Whether the medians after 1, 2, ... warm-up steps lie within the spread of the fully warmed one."""
-        top = self.by_warmup[max(self.by_warmup)]
-        return all(within_noise(r, top) for r in self.warmed())
+def _mean_cell(c: bs.Cell | None) -> str:
+    if c is None:
+        return "–"
+    if c.ok:
+        return ms(c.mean_s, c.std_s)
+    return "OOM" if c.status is Status.OOM else c.status.value.replace("_", " ")
 
 
-def warmup_cases(warm: pd.DataFrame) -> list[WarmupCase]:
-    ok = warm[warm["status"] == MEASURED]
-    cases = []
-    for (size, mode), g in benchmarking.by_size(ok).groupby(["cfg.size", "cfg.mode"], sort=False):
-        cases.append(WarmupCase(size, mode, {int(r["cfg.warmup"]): r for _, r in g.iterrows()}))
-    return cases
+def _grid_tables(e: bs.EditionFacts) -> str:
+    out = []
+    for dtype in dict.fromkeys(r.dtype for r in e.grid):
+        rows = [r for r in e.grid if r.dtype == dtype]
+        modes = [m for m in MODES if any(m in r.modes for r in rows)]
+        body = [[r.size, r.context] + [_mean_cell(r.modes.get(m)) for m in modes] + [
+            num(r.train.tokens_per_s, 0) if r.train and r.train.ok else "–",
+            pct(r.train.mfu_measured_peak) if r.train and r.train.ok else "–",
+            "–" if r.train is None else gib(r.train.peak_bytes) if r.train.ok else _mean_cell(r.train)] for r in rows]
+        header = ["size", "context"] + [f"{m} (ms)" for m in modes] + ["train tokens/s", "train MFU", "train peak GiB"]
+        out.append(f"**{dtype}** (mean ± std over the timed steps)\n\n" + table(header, body))
+    return "\n\n".join(out)
+
+
+def _warmup_table(e: bs.EditionFacts, left_out: str) -> str:
+    rows = [[c.size, c.context, c.dtype, c.mode, w, _mean_cell(x), ms(x.first_s), ms(x.max_s)]
+            for c in e.warmup for w, x in c.by_warmup.items()]
+    return table(["size", "context", "dtype", "mode", "warm-up steps", "mean ± std (ms)", "first timed step (ms)",
+                  "slowest timed step (ms)"], rows) + (f"\n\nNot run in this study: {left_out}." if left_out else "")
 
 
 def benchmarking_script_page(ctx: Context) -> Page:
-    slug, name = "benchmarking_script", "benchmarking_script"
-    qs = ["(b) Forward and backward times of every size at contexts 128–1024 (mean ± std)?",
-          "(c) What do 0, 1, 2 or 5 warm-up steps change?",
-          "(2026) Forward, backward and the optimizer step timed apart: how do they make up a training step?"]
+    slug = name = "benchmarking_script"
+    words = macros("benchmarking_script.md.j2")
+    qs = [words.q_b(), words.q_c(), words.q_opt()]
     found = gpu_rows(ctx, name)
     if not found:
-        return missing_page(slug, "benchmarking_script", [name], qs)
+        return missing_page(slug, name, [name], qs)
     body, answers, score = [], None, None
     for device, d in found:
-        main = d[d.apply(study, axis=1) == "main"]
-        warm = d[d.apply(study, axis=1) == "warmup"]
-        if answers is None:
-            answers, score = _benchmarking_answers(device, main, warm, qs)
+        f = bs.benchmarking_script_facts(device, benches(d))
+        if answers is None:  # the first (one-GPU) device answers; every device's tables follow
+            answers = [Answer(qs[0], words.a_b(f)), Answer(qs[1], words.a_c(f)), Answer(qs[2], words.a_opt(f))]
+            head = f.headline
+            score = Score(NOT_ON_GPU) if head is None else Score(
+                words.score_answer(*head), words.score_headline(*head), "–", device, run_date(d))
         body.append(f"## {device}")
-        if not main.empty:
+        main = d[d.apply(study, axis=1) == "main"]
+        for e in (e for e in f.editions if e.measured):
             warm_n, rounds_n = benchmarking.timing_text(main)
             peaks = next((p for p in main["row"].map(lambda row: row.peaks) if p is not None), None)
             peak = ("–" if peaks is None else f"{num(peaks.measured_flops / 1e12, 2)} TFLOP/s ({peaks.measured_dtype}, "
-                    f"{peaks.measured_n}³, measured in the same run)")
-            body.append(f"### (b) timings\n\nBatch {int(main['cfg.batch'].iloc[0])}, {warm_n} warm-up then {rounds_n} "
-                        "timed steps, each synchronised. Backward is timed on its own (its forward runs untimed in "
-                        f"setup). Matmul peak used for MFU: {peak}.")
-            body.append(benchmarking.timing_tables(main))
+                    f"{peaks.measured_n}³)")
+            body += [f"### (b) timings, {e.edition} sizes", words.grid_intro(e, warm_n, rounds_n, peak), _grid_tables(e)]
             path, link = _fig(ctx, slug, f"{device}-train-step")
-            benchmarking.plot(main, path)
-            body.append(f"![train step vs context]({link})\n\n*Training step time against context, "
+            benchmarking.plot(e.grid, path)
+            body.append(f"![train step vs context]({link})\n\n*Training step time (mean) against context, "
                         f"{device}, runs of {run_date(main)}.*")
-        if not warm.empty:
-            body.append("### (c) warm-up steps\n\nEach row builds a fresh model and empties the allocator cache "
-                        "first, in the same process as the rest of the suite, after the main grid: kernels, cuBLAS "
-                        "handles and autotuning choices of earlier rows stay loaded.\n\n"
-                        + benchmarking.warmup_table(warm))
+            if e.warmup:
+                warm = d[d.apply(study, axis=1) == "warmup"]
+                body += [f"### (c) warm-up steps, {e.edition} sizes", words.warmup_intro(),
+                         _warmup_table(e, warm["details"].iloc[0].get("left_out", "") if not warm.empty else "")]
         body.append(runs_line(device, d))
-    return Page(slug, "benchmarking_script", [problem(name)], answers, "\n\n".join(body), score={name: score})
-
-
-def _optimizer_split(ok: pd.DataFrame) -> str:
-    """The 2026 variant: forward + backward + optimizer step of the largest size with an optimizer row,
-    against the training step timed whole, and the AdamW step's rate over its fp32 byte floor (read
-    p, g, m, v and write p, m, v: 28 B per parameter)."""
-    opt = ok[ok["cfg.mode"] == "optimizer_step"]
-    if opt.empty:
-        return f"{NOT_ON_GPU.capitalize()}."
-    parts, by_dtype = [], {}
-    for dtype in ("fp32", "bf16"):
-        o = opt[opt["cfg.dtype"] == dtype]
-        if o.empty:
-            continue
-        o = benchmarking.by_size(o).iloc[-1]
-        same = ok[(ok["cfg.size"] == o["cfg.size"]) & (ok["cfg.context"] == o["cfg.context"])
-                  & (ok["cfg.dtype"] == dtype)]
-        t = {m: step_s(g.iloc[0]) for m, g in same.groupby("cfg.mode")}
-        if not {"forward", "backward", "train_step"} <= set(t):
-            continue
-        total = t["forward"] + t["backward"] + t["optimizer_step"]
-        by_dtype[dtype] = t["optimizer_step"]
-        floor_b = acc.adamw_step_bytes(MODEL_SIZES[o["cfg.size"]].params)
-        parts.append(
-            f"{o['cfg.size']} at context {_i(o['cfg.context'])}, {dtype}: forward {t['forward'] * 1e3:.1f} ms, backward "
-            f"{t['backward'] * 1e3:.1f} ms, optimizer step {t['optimizer_step'] * 1e3:.1f} ms "
-            f"({t['optimizer_step'] / total:.0%} of their sum {total * 1e3:.0f} ms; the whole training step timed "
-            f"as one: {t['train_step'] * 1e3:.0f} ms). The AdamW step moves at least {floor_b / 1e9:.1f} GB "
-            f"({acc.adamw_step_bytes(1)} B per fp32 parameter), {floor_b / t['optimizer_step'] / 1e9:.0f} GB/s")
-    if not parts:
-        return "No size has forward, backward, optimizer and training-step rows at one context yet."
-    text = "; ".join(parts) + "."
-    if len(by_dtype) == 2:
-        ratio = by_dtype["bf16"] / by_dtype["fp32"]
-        text += (f" Under autocast the optimizer step takes {ratio:.2f}× its fp32 time (the parameters and "
-                 "moments stay fp32; autocast casts only inside forward and backward), while forward and backward "
-                 "shrink, so its share of the step grows.")
-    return text
-
-
-def _benchmarking_answers(device: str, main: pd.DataFrame, warm: pd.DataFrame, qs: list[str]):
-    ok = main[main["status"] == MEASURED]
-    answers = []
-    score = Score(NOT_ON_GPU)
-    if ok.empty:
-        answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
-    else:
-        big = benchmarking.by_size(ok).iloc[-1]["cfg.size"]
-        fp = ok[(ok["cfg.size"] == big) & (ok["cfg.dtype"] == "fp32")]
-        fwd = fp[fp["cfg.mode"] == "forward"].sort_values("cfg.context")
-        bwd = fp[fp["cfg.mode"] == "backward"].sort_values("cfg.context")
-        train = fp[fp["cfg.mode"] == "train_step"].sort_values("cfg.context")
-        ooms = main[main["status"] == OOM]
-        text = []
-        if not fwd.empty and not bwd.empty:
-            f, b = fwd.iloc[-1], bwd[bwd["cfg.context"] == fwd.iloc[-1]["cfg.context"]]
-            if not b.empty:
-                b = b.iloc[0]
-                text.append(f"In fp32 the {big} model's forward at context {_i(f['cfg.context'])} takes "
-                            f"{ms(step_s(f), f['stddev'])} ms and its backward {ms(step_s(b), b['stddev'])} ms "
-                            f"({step_s(b) / step_s(f):.1f}× the forward, as backward does about twice the matmul "
-                            f"work); from context {_i(fwd.iloc[0]['cfg.context'])} to {_i(f['cfg.context'])} the "
-                            f"forward grows {step_s(f) / step_s(fwd.iloc[0]):.1f}× for "
-                            f"{f['cfg.context'] / fwd.iloc[0]['cfg.context']:.0f}× the tokens.")
-        rel = ok["stddev"] / ok.apply(step_s, axis=1)
-        text.append(f"The std is below 5% of the median in {int((rel < 0.05).sum())} of {len(ok)} rows; the noisy "
-                    "ones are the short steps of small sizes, which are host-bound (Python launch overhead).")
-        if not ooms.empty:
-            text.append("Out of memory: " + ", ".join(f"{r['cfg.size']} ctx {_i(r['cfg.context'])} {r['cfg.dtype']} "
-                                                       f"{r['cfg.mode']}" for _, r in ooms.iterrows()) + ".")
-        answers.append(Answer(qs[0], " ".join(text)))
-        if not train.empty:
-            t = train.iloc[-1]
-            score = Score(f"{big} fp32 training step at context {_i(t['cfg.context'])}",
-                          f"{ms(step_s(t))} ms ({pct(t.get('m.mfu'))} MFU datasheet, "
-                          f"{pct(t.get('m.mfu_measured_peak'))} of the measured peak)",
-                          "–", device_short(device), run_date(main))
-    cases = warmup_cases(warm) if not warm.empty else []
-    if not cases:
-        answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
-    else:
-        sizes = list(dict.fromkeys(c.size for c in cases))
-        first = "; ".join(f"{c.size} {c.mode.replace('_', ' ')} {c.first_step_excess():.2f}×" for c in cases)
-        noisy = [c for c in cases if c.medians_in_noise()]
-        std = max(r["stddev"] / step_s(r) for c in cases for r in c.warmed())
-        answers.append(Answer(qs[1], (
-            f"Without warm-up the first timed step costs (÷ the median at warm-up {max(cases[0].by_warmup)}): {first}. "
-            f"The medians move little (warm-up 0 ≈ 5 for {sizes[-1]}) because this study runs after the main grid in "
-            "the same process, so kernels, cuBLAS handles and the allocator's pool are already loaded and only "
-            "the first step's own allocations (the optimizer's moments in a training step) remain, and a median "
-            "ignores one slow step. The differences left between 1, 2 and 5 warm-up steps are noise: in "
-            f"{len(noisy)} of {len(cases)} cases the medians after 1 and 2 warm-up steps lie within the spread of the "
-            f"fully warmed one, and single slow steps occur at every warm-up count (std up to {pct(std, 0)} of the "
-            "median with warm-up).")))
-    answers.append(Answer(qs[2], _optimizer_split(ok)))
-    return answers, score
+    return Page(slug, name, [problem(name)], answers, "\n\n".join(body), score={name: score})
 
 
 # ------------------------------------------------------------------------------------ nsys_profile
