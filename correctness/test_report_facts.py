@@ -172,3 +172,27 @@ def test_benchmarking_script_rows_of_the_2026_edition_answer_its_sizes():
     assert f.headline[0] is e26 and f.headline[1].train.mean_s == 1.0  # the mean, not the median (2.0)
     lo, hi = e26.fwd_bwd
     assert hi.modes["backward"].mean_s == 0.6
+
+
+# ------------------------------------------------------------- nsys_profile (c)
+def test_nsys_c_reads_the_forwards_kernels_only():
+    """(c) asks about the forward pass: the answer's kernels come from the forward's table, so an
+    optimizer kernel (multi-tensor apply) that tops the training step's table is not among them."""
+    from impl.report.nsys_facts import forward_non_matmul
+
+    nsys = dict(nontrivial_threshold=0.01, tables={
+        "forward": [dict(name="gemm", category="matmul", share=0.8, calls=10),
+                    dict(name="softmax_warp_forward<float>", category="softmax", share=0.05, calls=4),
+                    dict(name="BinaryFunctor<MulFunctor<float>>", category="elementwise", share=0.02, calls=8),
+                    dict(name="tiny", category="elementwise", share=0.001, calls=1)],
+        "train step": [dict(name="multi_tensor_apply_kernel<AdamW>", category="elementwise", share=0.3, calls=1)]})
+    f = forward_non_matmul(nsys)
+    assert [k.share for k in f.kernels] == [0.05, 0.02] and f.categories == ["elementwise", "softmax"]
+    assert f.total_share == pytest.approx(0.07) and f.kernels[1].op == "MulFunctor"
+
+
+def test_committed_nsys_c_answer_has_no_optimizer_kernel(built_pages):
+    _, pages = built_pages
+    page = next(p for p in pages if p.slug == "nsys_profile")
+    c = next(a.text for a in page.answers if a.question.startswith("(c)"))
+    assert "optimizer" not in c and "multi_tensor" not in c

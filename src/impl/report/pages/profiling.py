@@ -16,6 +16,7 @@ from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
 from impl.report import benchmarking_script as bs
 from impl.bench.sweeps import MODES
+from impl.report.nsys_facts import forward_non_matmul
 from impl.report.rows import benches
 from impl.report.templating import macros
 from impl.report.benchmarking import speedup_cell, stat_name, step_s, study, within_noise
@@ -146,12 +147,14 @@ def nsys_page(ctx: Context) -> Page:
          f"Linear of that shape); it stays on top for forward+backward in {stays} of {len(n)}, where backward's "
          "transposed GEMMs pick other kernels.")
     mid = n[len(n) // 2]
-    nm = mid.get("non_matmul_nontrivial") or []
-    cats = sorted({x["category"] for x in nm})
-    c = (f"Above {pct(mid['nontrivial_threshold'])} of forward+backward time ({cfg(len(n) // 2)}): "
-         f"{len(nm)} non-matmul kernels, all {', '.join(cats) or '–'} (the SwiGLU products, RMSNorm, residual adds "
-         "and the optimizer's multi-tensor updates), together "
-         f"{pct(sum(x['share'] for x in nm), 0)} of that time." if nm else "None above the threshold.")
+    fc = forward_non_matmul(mid)
+    c = (f"In the forward pass ({cfg(len(n) // 2)}), {len(fc.kernels)} non-matmul kernels take more than "
+         f"{pct(fc.threshold, 0)} of the forward's kernel time each, together {pct(fc.total_share, 0)}: "
+         + ", ".join(f"{k.category} `{k.op}` {pct(k.share)} ({k.calls} calls)" for k in fc.kernels)
+         + ". They are the elementwise work around the matmuls (the SwiGLU products, RMSNorm, the causal mask's "
+         "fill, residual adds and copies)" + (" and the softmax" if "softmax" in fc.categories else "") + "."
+         if fc.kernels else
+         f"None above {pct(fc.threshold, 0)} of the forward's kernel time.")
     fwd_share = [x["matmul_share_forward"] for x in n]
     tr = [x["matmul_share_train_step"] for x in n if (x.get("profiled") or "train_step") == "train_step"]
     dd = (f"Matmuls take {pct(min(fwd_share), 0)}–{pct(max(fwd_share), 0)} of forward (inference) kernel time and "
