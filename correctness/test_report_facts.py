@@ -196,3 +196,36 @@ def test_committed_nsys_c_answer_has_no_optimizer_kernel(built_pages):
     page = next(p for p in pages if p.slug == "nsys_profile")
     c = next(a.text for a in page.answers if a.question.startswith("(c)"))
     assert "optimizer" not in c and "multi_tensor" not in c
+
+
+# ------------------------------------------------------------- torch_compile (a)
+def _b(problem: str, cfg: dict, median: float, section: str, when: str):
+    from impl.bench.row import Env, Row, Status, Timing
+    from impl.report.rows import Bench, Config, RunRef, Stats
+
+    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
+    row = Row(problem, cfg, env, Status.MEASURED, Timing("call", "CudaEventTimer", 2, 10))
+    return Bench(f"{section}-{cfg}", row, RunRef("gpu-x1", section, when, "c", False),
+                 Stats(median, median / 100, median, median / 100, 10, None), Config.of(cfg))
+
+
+def test_torch_compile_ratio_pairs_rows_of_one_run_only():
+    from impl.report.compile_facts import compile_attention_facts
+
+    shape = dict(d_model=64, seq=4096, mode="forward")
+    compiled = _b("torch_compile", dict(impl="compiled", **shape), 1.0, "torch_compile_attention", "2026-12-02")
+    same = _b("torch_compile", dict(impl="eager", **shape), 2.0, "torch_compile_attention", "2026-12-02")
+    other = _b("pytorch_attention", dict(shape), 4.0, "pytorch_attention", "2026-12-01")
+    f = compile_attention_facts([compiled], [other])
+    assert f.paired == [] and f.pairs[0].eager is None and f.other_run_eager == [other]
+    f = compile_attention_facts([compiled, same], [compiled, same, other])
+    (pair,) = f.pairs
+    assert pair.eager is same and pair.ratio.value == 0.5 and pair.ratio.verdict == "faster"
+    assert f.longest == [pair]
+
+
+def test_committed_torch_compile_a_has_no_cross_run_ratio(built_pages):
+    """The committed H100 compiled-attention run has no eager rows of its own: the page takes no ratio."""
+    _, pages = built_pages
+    score = next(p for p in pages if p.slug == "torch_compile").score["torch_compile"]
+    assert "×" not in score.headline + score.vs_anchor

@@ -23,6 +23,7 @@ from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_S
 from impl.report.markdown import gib, num, pct, table
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
+from impl.report.compile_facts import compile_attention_facts
 from impl.report.leaderboard import leaderboard_facts
 from impl.report.rows import benches
 from impl.report.runs import run_ids, runs_line
@@ -236,36 +237,17 @@ def torch_compile_page(ctx: Context) -> Page | None:
         if tc.empty and model is None:
             continue
         if not tc.empty:
-            speed = []
-            for _, c in tc[tc.apply(ran, axis=1)].iterrows():
-                e = _pick(pa, d_model=c["cfg.d_model"], seq=c["cfg.seq"], mode=c["cfg.mode"])
-                if e is not None:
-                    speed.append((e["median"] / c["median"], c))
-            longest = max(int(c["cfg.seq"]) for _, c in speed) if speed else None
-            at_long = [s for s, c in speed if int(c["cfg.seq"]) == longest]
-            shortest = min(int(c["cfg.seq"]) for _, c in speed) if speed else None
-            at_short = [s for s, c in speed if int(c["cfg.seq"]) == shortest]
-            text = (f"At seq {longest} the compiled attention is {min(at_long):.2f}–{max(at_long):.2f}× faster than "
-                    f"eager over d and pass (it fuses the scaling and softmax passes over the score matrix);"
-                    f" at seq {shortest}, where one call is a few launches, {min(at_short):.2f}–{max(at_short):.2f}×."
-                    if speed else "Not measured on a GPU yet.")
-            left = tc[~tc.apply(ran, axis=1)]
-            if not left.empty:
-                text += f" {len(left)} of {len(tc)} rows were not run (listed below the table)."
-            answers.append(Answer("(a) Compare the compiled version of your PyTorch attention with the uncompiled "
-                                  "one on the pytorch_attention configurations.", text))
+            f = compile_attention_facts(benches(tc), benches(tc) + benches(pa))
+            words = macros("torch_compile.md.j2")
+            answers.append(Answer(words.q_a(), words.a_a(f, run_ids(tc), run_ids(pa) if not pa.empty else None,
+                                                         len(tc[~tc.apply(ran, axis=1)]), len(tc))))
             body += [f"### (a) compiled vs eager attention ({dev})",
-                     f"`torch.compile(naive_attention)` (backend `{tc.iloc[0]['cfg.backend']}`, static shapes, one "
-                     f"fresh compile per shape); eager = {'the eager rows of the same run' if same_run else 'the pytorch_attention rows'}. Compile time = the first call, "
-                     f"timed once outside the benchmark.", torch_compile_table(tc, pa)]
+                     words.a_method(tc.iloc[0]["cfg.backend"]), torch_compile_table(tc, pa)]
             if _reasons(tc):
                 body.append("Not run:\n" + _reasons(tc))
             body.append(runs_line(dev, pd.concat([tc, pa]) if not pa.empty else tc))
-            if speed:
-                score[name] = Score(answer="compiled attention faster at long sequences; model table on the page",
-                                    headline=f"{max(at_long):.2f}× faster at seq {longest}",
-                                    vs_anchor=f"eager/compiled {min(at_long):.2f}–{max(at_long):.2f}× (eager = anchor)",
-                                    device=tc.iloc[0]["row"].env.device, date=_date(tc))
+            score[name] = Score(answer=words.score_answer(f), headline=words.score_headline(f),
+                                vs_anchor=words.score_vs(f), device=dev, date=_date(tc))
         if model is not None:
             mrows = df[(df.problem == name) & (df.section != tc.section.iloc[0] if not tc.empty else True)]
             answers.append(Answer("(b) Compile the entire Transformer model: how does the forward pass change? And "
