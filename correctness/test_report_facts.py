@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from impl.report.data import load, load_history
+from impl.report.data import load
 from impl.report.pages import Context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,9 +73,7 @@ def test_fsdp_headline_pair_is_the_target_configuration_not_the_best_looking_row
 def built_pages(tmp_path_factory):
     from impl.report import build
 
-    reports = tmp_path_factory.mktemp("reports")
-    data = ROOT / "reports" / "data"
-    ctx = Context(df=load(data), history=load_history(data), reports_dir=reports, fig_dir=reports / "figures")
+    ctx = build.context(ROOT / "reports" / "data", tmp_path_factory.mktemp("reports"))
     return ctx, build.collect(ctx)
 
 

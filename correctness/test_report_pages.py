@@ -219,9 +219,7 @@ def _referenced(text: str) -> list[str]:
 def stored_pages(tmp_path_factory):
     """The attention pages built from the stored runs (reports/data), written under a temporary reports/."""
     out = tmp_path_factory.mktemp("reports")
-    data = ROOT / "reports" / "data"
-    ctx = Context(df=load(data), history=load_history(data), reports_dir=out, fig_dir=out / "figures")
-    return out, attention_pages.pages(ctx)
+    return out, attention_pages.pages(builder.context(ROOT / "reports" / "data", out))
 
 
 def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages):

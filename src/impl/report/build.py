@@ -51,17 +51,24 @@ def index(pages: list[Page], older: list[str] | None = None, names: dict[str, st
           tests: list | None = None) -> str:
     return render_index(index_facts(pages, older or [], names or {}), test_records.render(tests or []))
 
+
+def context(data_dir: Path, reports_dir: Path) -> Context:
+    """Every stored run under data_dir, loaded for pages that write their figures and CSVs under reports_dir."""
+    return Context(df=load(data_dir), history=load_history(data_dir), reports_dir=reports_dir,
+                   fig_dir=reports_dir / "figures")
+
+
 def build(root: Path | None = None) -> dict[str, str]:
     """{file name under reports/: text}; figures and CSVs are written as a side effect."""
     root = root or ROOT
     data_dir = root / "reports" / "data"
-    ctx = Context(df=load(data_dir), history=load_history(data_dir), reports_dir=root / "reports",
-                  fig_dir=root / "reports" / "figures")
+    ctx = context(data_dir, root / "reports")
     pages = collect(ctx)
     files = {f"{page.slug}.md": render_page(page) for page in pages}
     files["README.md"] = index(pages, older_format(ctx.df), device_names(ctx.df),
                                test_records.device_tests(data_dir, root))
     return files
+
 
 def main() -> int:
     reports = ROOT / "reports"

@@ -29,6 +29,15 @@ def gib(nbytes) -> str:
     return "–" if missing(nbytes) else f"{nbytes / 2**30:.2f}"
 
 
+def gb(nbytes, digits: int = 1) -> str:
+    """Decimal GB (1e9 bytes), as device capacities are quoted."""
+    return "–" if missing(nbytes) else f"{nbytes / 1e9:,.{digits}f}"
+
+
+def mib(nbytes) -> str:
+    return "–" if missing(nbytes) else f"{nbytes / 2**20:,.1f}"
+
+
 def pct(x, digits=1) -> str:
     return "–" if missing(x) else f"{100 * x:.{digits}f}%"
 

@@ -18,7 +18,8 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
                              autoescape=False, extensions=["jinja2.ext.do"])
-    env.filters.update(ms=markdown.ms, gib=markdown.gib, pct=markdown.pct, num=markdown.num)
+    env.filters.update(ms=markdown.ms, gib=markdown.gib, pct=markdown.pct, num=markdown.num, fmt=format,
+                       gb=markdown.gb, mib=markdown.mib)
     env.globals.update(table=markdown.table)
     return env
 
