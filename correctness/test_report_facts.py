@@ -227,3 +227,17 @@ def test_committed_torch_compile_a_has_no_cross_run_ratio(built_pages):
     _, pages = built_pages
     score = next(p for p in pages if p.slug == "torch_compile").score["torch_compile"]
     assert "×" not in score.headline + score.vs_anchor
+
+
+# ------------------------------------------------------------- fsdp_accounting
+def test_fsdp_saving_reads_the_rows_size_by_edition(built_pages):
+    """(a)'s prediction uses the row's own size table: the committed run's xl is the 2025 table's."""
+    from impl.model.sizes import SizeRef
+    from impl.report.fsdp_facts import saving
+    from impl.report.rows import benches
+
+    ctx, _ = built_pages
+    rows = benches(ctx.df[(ctx.df.problem == "fsdp") & (ctx.df.device == "h200-141gb-x2")])
+    s = saving(rows)
+    assert s.size == SizeRef("2025", "xl").label
+    assert s.measured == s.ddp_peak - s.fsdp_peak and s.of_predicted == pytest.approx(s.measured / s.predicted.saving)

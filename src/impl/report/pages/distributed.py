@@ -11,7 +11,6 @@ import pandas as pd
 
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
-from impl.model import MODEL_SIZES
 from impl.report import accounting as acc_r
 from impl.report import distributed as dr
 from impl.report import figures
@@ -19,7 +18,10 @@ from impl.report import fsdp as fr
 from impl.report.markdown import gib, missing, ms, pct, table
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, spread
+from impl.report.fsdp_facts import fsdp_facts
+from impl.report.rows import benches
 from impl.report.runs import device_label, runs_line
+from impl.report.templating import macros
 from impl.report.pages.problems import problem
 
 DDP_VARIANTS = ("naive", "flat", "individual", "bucketed")
@@ -87,12 +89,11 @@ def _by_variant(g: pd.DataFrame) -> dict:
             for _, r in g.iterrows() if dr._cfg(r, "kind") != "trace"}
 
 
-def _ratio(r, ref) -> str:
+def _ratio(r, ref, name: str) -> str:
+    """Ours ÷ the reference row, the report's one convention (impl.report.ratio)."""
     if not (measured(r) and measured(ref)):
         return "–"
-    x = r["median"] / ref["median"]
-    noise = abs(r["median"] - ref["median"]) <= (r["stddev"] or 0) + (ref["stddev"] or 0)
-    return f"{x:.2f}×" + (" (within noise)" if noise else "")
+    return str(ratio(r["median"], ref["median"], name, spread(r["stddev"], r["iqr"]), spread(ref["stddev"], ref["iqr"])))
 
 
 def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
@@ -179,17 +180,17 @@ def ddp_page(ctx: Context) -> Page:
                     share = dr.figure(r, "comm_share", Metric.COMM_SHARE)
                     parts.append(f"context {c} (batch {b}/rank): {ms(r['median'], r['stddev'])} ms per step, "
                                  + (f"{pct(share)} of it waiting on communication, " if not missing(share) else "")
-                                 + f"{_ratio(r, floor)} the single-GPU floor")
+                                 + _ratio(r, floor, "the single-GPU floor"))
             return f"{what} on {label}: " + "; ".join(parts) + "." if parts else f"{NOT_ON_GPU}."
         answers["naive_ddp_benchmarking"] = step_line(("naive", None), "Naive DDP (xl, 2 ranks)")
         flat = step_line(("flat", None), "One all-reduce of the flattened gradients")
         answers["minimal_ddp_flat_benchmarking"] = flat + " " + " ".join(
-            f"Flat vs naive at context {c}: {_ratio(by.get(('flat', None)), by.get(('naive', None)))}."
+            f"Flat at context {c}: {_ratio(by.get(('flat', None)), by.get(('naive', None)), 'naive')}."
             for c, _, by in per_ctx)
         ind = step_line(("individual", None), "Per-parameter overlapped DDP")
         overlap = dr.overlap_shares(d)
         answers["ddp_overlap_individual_parameters_benchmarking"] = ind + " " + " ".join(
-            f"Against naive at context {c}: {_ratio(by.get(('individual', None)), by.get(('naive', None)))}."
+            f"Overlapped at context {c}: {_ratio(by.get(('individual', None)), by.get(('naive', None)), 'naive')}."
             for c, _, by in per_ctx) + (
             " (b) In the profiled step the share of communication overlapping backward compute was "
             + "; ".join(f"{pct(v)} for {k}" for k, v in sorted(overlap.items())) + " (timeline below)."
@@ -200,7 +201,7 @@ def ddp_page(ctx: Context) -> Page:
             if bk:
                 best = min(bk, key=lambda mb: bk[mb]["median"])
                 bucket_parts.append(f"context {c}: fastest at {best:g} MB ({ms(bk[best]['median'], bk[best]['stddev'])} "
-                                    f"ms, {_ratio(bk[best], by.get(('torch_ddp', None)))} torch DDP)")
+                                    f"ms, {_ratio(bk[best], by.get(('torch_ddp', None)), 'torch DDP')})")
         answers["ddp_bucketed_benchmarking"] = (f"On {label}, " + "; ".join(bucket_parts) + ". (b) The bucket model "
                                            "against these measurements is below, with why they differ."
                                            if bucket_parts else f"{NOT_ON_GPU}.")
@@ -213,15 +214,15 @@ def ddp_page(ctx: Context) -> Page:
                            ("ddp_overlap_individual_parameters_benchmarking", ("individual", None))):
                 r = by.get(key)
                 if measured(r):
-                    scores[n] = Score(f"{dr._ddp_label(r)}: {_ratio(r, by.get(('single', None)))} single GPU (ctx {c})",
-                                      f"{ms(r['median'])} ms/step", f"{_ratio(r, anchor)} torch DDP", dev, date)
+                    scores[n] = Score(f"{dr._ddp_label(r)}: {_ratio(r, by.get(('single', None)), 'single GPU')} (ctx {c})",
+                                      f"{ms(r['median'])} ms/step", _ratio(r, anchor, "torch DDP"), dev, date)
             best = _best_ours(by)
             bk = {k[1]: r for k, r in by.items() if k[0] == "bucketed" and measured(r)}
             if bk:
                 mb = min(bk, key=lambda x: bk[x]["median"])
                 scores["ddp_bucketed_benchmarking"] = Score(
                     f"our DDP vs torch DDP: best bucket {mb:g} MB (ctx {c}); best of ours {dr._ddp_label(best)}",
-                    f"{ms(bk[mb]['median'])} ms/step", f"{_ratio(bk[mb], anchor)} torch DDP", dev, date)
+                    f"{ms(bk[mb]['median'])} ms/step", _ratio(bk[mb], anchor, "torch DDP"), dev, date)
         # body
         fig_name = f"{slug}-{dev}-overhead-vs-torch-ddp.png"
         ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, run {date}")
@@ -369,17 +370,17 @@ def sharding_page(ctx: Context) -> Page:
                     f"peak before the step {gib(peak(none, 'before_peak'))} → {gib(peak(sh, 'before_peak'))} GiB, "
                     f"during it {gib(peak(none, 'after_peak'))} → {gib(peak(sh, 'after_peak'))} GiB; step "
                     f"{ms(none['median'], none['stddev'])} → {ms(sh['median'], sh['stddev'])} ms "
-                    f"({_ratio(sh, none)}).")
+                    f"({_ratio(sh, none, 'unsharded')}).")
             if z is not None:
                 text += (f" ZeRO-1 keeps the same state but reduce-scatters gradients and all-gathers parameters "
                          f"(with Ψ the {z['details']['n_params'] * 4 / 1e9:,.2f} GB of fp32 gradients, ring volume "
                          "2(n−1)/n·Ψ per rank, as DDP, against 3(n−1)/n·Ψ for all-reduce + broadcast): "
-                         f"step {ms(z['median'], z['stddev'])} ms ({_ratio(z, sh)} the simple version), peak during "
+                         f"step {ms(z['median'], z['stddev'])} ms ({_ratio(z, sh, 'the simple version')}), peak during "
                          f"the step {gib(peak(z, 'after_peak'))} GiB.")
             answers["optimizer_state_sharding_accounting"] = text
             scores["optimizer_state_sharding_accounting"] = Score(
                 f"optimizer state {gib(state(none))} → {gib(state(sh))} GiB/rank",
-                f"peak during step {gib(peak(sh, 'after_peak'))} GiB", f"{_ratio(sh, none)} unsharded step", dev, date)
+                f"peak during step {gib(peak(sh, 'after_peak'))} GiB", _ratio(sh, none, "unsharded step"), dev, date)
         body += [f"## {label}", dr.sharding_section(d) or "", _sharding_notes(d) or "", runs_line(dev, d)]
     qs = {"optimizer_state_sharding": "optimizer_state_sharding: does the sharded optimizer (each rank steps ~1/world "
                                       "of the parameters, then synchronises them) train like the unsharded one?",
@@ -393,69 +394,24 @@ def sharding_page(ctx: Context) -> Page:
 # ---- fsdp and fsdp_accounting ----------------------------------------------------------------------
 
 
-def fsdp_saving(d: pd.DataFrame) -> tuple[acc.FSDPPeakSaving, float, float] | None:
-    """(predicted saving, measured DDP peak, measured FSDP fp32 peak) in bytes, from the run's rows."""
-    by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
-    ddp, fsdp = by.get("ddp"), by.get("fsdp")
-    if ddp is None or fsdp is None:
-        return None
-    shape = MODEL_SIZES[fsdp["cfg.size"]]
-    pred = acc.fsdp_peak_saving(int(fsdp["details"]["n_params"]), int(fsdp["cfg.world_size"]),
-                                acc.largest_sharded_layer_numel(shape["d_model"], shape["d_ff"]),
-                                activations=fsdp["details"].get("predicted_activations_bytes") or 0.0)
-    peak = lambda r: dr.figure(r, "peak_bytes")  # noqa: E731
-    if missing(peak(ddp)) or missing(peak(fsdp)):
-        return None
-    return pred, peak(ddp), peak(fsdp)
-
-
 def fsdp_page(ctx: Context) -> Page:
     slug = problem("fsdp").slug
-    runs = gpu_rows(ctx, "fsdp")
-    qa = ("fsdp_accounting (a): what saving at the peak does the memory analysis predict for FSDP on xl over 2 GPUs, "
-          "and what do the measured peaks show?")
-    qb = "fsdp_accounting (b): does each all-gather finish before its layer's forward needs it?"
-    qf = "fsdp: how do our FSDP (fp32, bf16 compute) and torch's fully_shard compare with DDP in step time and memory?"
+    words = macros("fsdp.md.j2")
+    qa, qb, qf = words.q_a(), words.q_b(), words.q_f()
     ta = tb = tf = f"{NOT_ON_GPU}."
     scores = {"fsdp_accounting": Score(NOT_ON_GPU), "fsdp": Score(NOT_ON_GPU)}
     body = []
-    for dev, d in runs:
-        label, date = device_label(dev, d), run_date(d)
-        sv = fsdp_saving(d)
-        if sv:
-            pred, ddp_peak, fsdp_peak = sv
-            got = ddp_peak - fsdp_peak
-            ta = (f"Predicted (impl.accounting.fsdp_peak_saving: (P+G+S)(N−1)/N minus the unsharded buffers in flight, "
-                  f"{gib(pred.in_flight)} GiB): {gib(pred.saving)} GiB, {pct(pred.fraction)} of DDP's predicted "
-                  f"{gib(pred.ddp_peak)} GiB. Measured on {label}: DDP {gib(ddp_peak)} GiB, our FSDP (fp32) "
-                  f"{gib(fsdp_peak)} GiB, a saving of {gib(got)} GiB ({got / pred.saving:.2f}× the prediction; "
-                  f"FSDP's peak is {gib(fsdp_peak - pred.fsdp_peak)} GiB above its predicted {gib(pred.fsdp_peak)}).")
-            scores["fsdp_accounting"] = Score(f"saving at the peak: predicted {gib(pred.saving)} GiB, measured "
-                                              f"{gib(got)} GiB", f"{gib(got)} GiB saved",
-                                              f"{got / pred.saving:.2f}× predicted", dev, date)
-        with_tl = [(fr._label(r), r) for _, r in d.iterrows() if measured(r) and r["details"].get("timeline")]
-        if with_tl:
-            parts, all_in_time = [], True
-            for lab, r in with_tl:
-                s = r["details"]["timeline"]["summary"]
-                (fi, fn), (bi, bn) = fr._phase_counts(r["details"]["timeline"], "forward"), \
-                    fr._phase_counts(r["details"]["timeline"], "backward")
-                all_in_time = all_in_time and fi == fn and bi == bn
-                parts.append(f"{lab}: {fi} of {fn} forward and {bi} of {bn} backward all-gathers were ready in time, "
-                             f"stalls {s['gather_stall_ms']:.1f} ms of a {s['span_ms']:.1f} ms step")
-            tb = f"{'Yes' if all_in_time else 'Not all'}, on {label} (rank 0's instrumented step): " + "; ".join(parts) + ". Timeline below."
-        by = {r["cfg.variant"]: r for _, r in d.iterrows()}
-        pair = fr.headline_pair(v for v, r in by.items() if measured(r))
-        if pair:
-            ours, anchor = by[pair[0]], by[pair[1]]
-            sp = lambda r: spread(r["stddev"], r["iqr"])  # noqa: E731
-            vs = ratio(ours["median"], anchor["median"], fr.LABEL[pair[1]], sp(ours), sp(anchor))
-            vs_ddp = ratio(ours["median"], by["ddp"]["median"], "our DDP", sp(ours), sp(by["ddp"])) \
-                if measured(by.get("ddp")) else None
-            tf = (f"On {label}, the headline pair is {fr.LABEL[pair[0]]} against {fr.LABEL[pair[1]]} (the target "
-                  f"configuration where the run has it, bf16 before fp32): ours {ms(ours['median'], ours['stddev'])} "
-                  f"ms/step, {vs}" + (f" and {vs_ddp}" if vs_ddp else "") + "; every configuration in the table below.")
-            scores["fsdp"] = Score(f"{fr.LABEL[pair[0]]}: {vs}", f"{ms(ours['median'])} ms/step", str(vs), dev, date)
+    for dev, d in gpu_rows(ctx, "fsdp"):
+        f = fsdp_facts(dev, device_label(dev, d), run_date(d), benches(d))
+        if f.saving:
+            ta = words.a_a(f)
+            scores["fsdp_accounting"] = Score(words.score_a(f), words.headline_a(f), words.vs_a(f), dev, f.date)
+        if f.gathers:
+            tb = words.a_b(f)
+        if f.headline:
+            tf = words.a_f(f)
+            scores["fsdp"] = Score(words.score_f(f), words.headline_f(f), str(f.headline.vs_anchor), dev, f.date)
+        label = f.label
         fsdp_text = fr.render(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or ""
         body += [f"## {label}", fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text,
                  runs_line(dev, d)]
