@@ -8,10 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from impl.bench.row import Status
-from impl.bench.sweeps import MODES
 from impl.model import size_rank
 from impl.report import figures
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import missing, ms, table
 
 MEASURED = Status.MEASURED.value
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from impl import accounting as acc
 from impl.bench.row import Metric, Status
 from impl.report import accounting as acc_r
 from impl.report import distributed as dr
 from impl.report import figures
 from impl.report import fsdp as fr
-from impl.report.markdown import gib, missing, ms, pct, table
+from impl.report.markdown import gib, missing, ms, pct
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, spread
 from impl.report.fsdp_facts import fsdp_facts

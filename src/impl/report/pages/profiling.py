@@ -4,7 +4,6 @@ method and the runs (device, date, commit). GPU devices only: the CPU smoke rows
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
