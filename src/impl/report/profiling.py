@@ -9,6 +9,7 @@ from impl.bench.compiled import WHY
 from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report.benchmarking import stat_name, step_s, study
+from impl.report.nsys_facts import forward_non_matmul
 from impl.report.markdown import missing, ms, num, pct, table
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
@@ -108,9 +109,9 @@ def nsys_body(df: pd.DataFrame) -> str | None:
             if rows_:
                 parts.append(f"**{phase}** ({n['steps_profiled']} steps)\n\n" + table(
                     ["kernel", "category", "total (ms)", "calls", "share"], _kernel_rows(rows_)))
-        nm = n.get("non_matmul_nontrivial") or []
-        parts.append(f"(c) non-matmul kernels above {pct(n['nontrivial_threshold'])} of forward+backward time: "
-                     + (", ".join(f"`{x['name'][:60]}` ({x['category']}, {pct(x['share'])})" for x in nm[:8]) or "none"))
+        nm = forward_non_matmul(n)
+        parts.append(f"(c) non-matmul kernels above {pct(nm.threshold)} of the forward's kernel time: "
+                     + (", ".join(f"`{x.name[:60]}` ({x.category}, {pct(x.share)})" for x in nm.kernels[:8]) or "none"))
         cs = n["category_share"]
         parts.append("(d) time share by category, forward vs full training step:\n\n" + table(
             ["category", "forward", "train step"], [[c, pct(cs["forward"][c]), pct(cs["train step"][c])] for c in cs["forward"]]))

@@ -15,8 +15,8 @@ from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
 from impl.report import benchmarking_script as bs
 from impl.bench.sweeps import MODES
-from impl.report.nsys_facts import forward_non_matmul
-from impl.report.rows import benches
+from impl.report.nsys_facts import NsysFacts, profiled
+from impl.report.rows import benches, size_label
 from impl.report.templating import macros
 from impl.report.benchmarking import speedup_cell, stat_name, step_s, study, within_noise
 from impl.report.markdown import gib, missing, ms, num, pct, table
@@ -109,70 +109,18 @@ def _nsys_ok(d: pd.DataFrame) -> pd.DataFrame:
 
 def nsys_page(ctx: Context) -> Page:
     slug, name = "nsys_profile", "nsys_profile"
-    qs = ["(a) Does the forward time from the profiler match the Python timer?",
-          "(b) Which kernel takes the most GPU time in the forward, how often is it called, and does it stay on top "
-          "for forward+backward?",
-          "(c) Which non-matmul kernels take non-trivial time?",
-          "(d) What share of the time is matmul, inference vs a full training step?",
-          "(e) Softmax time against the two attention matmuls, compared with their FLOP ratio?"]
+    words = macros("nsys_profile.md.j2")
+    qs = [words.q_a(), words.q_b(), words.q_c(), words.q_d(), words.q_e()]
     found = gpu_rows(ctx, name)
     if not found or _nsys_ok(found[0][1]).empty:
         return missing_page(slug, "nsys_profile", [name], qs)
     device, d = found[0]
     ok = profiling._sorted(_nsys_ok(d), "cfg.context")
-    n = [r["details"]["nsys"] for _, r in ok.iterrows()]
-    timer = ok.apply(step_s, axis=1).to_numpy() * 1e3
-    kern = [x["forward_kernel_ms"] for x in n]
-    rng = [x["forward_range_ms"] for x in n]
-    busy = [k / t for k, t in zip(kern, timer)]
-    lo, hi = min(range(len(busy)), key=busy.__getitem__), max(range(len(busy)), key=busy.__getitem__)
-    agree = sum(abs(r / t - 1) <= 0.1 for r, t in zip(rng, timer))
-
-    def cfg(i):
-        r = ok.iloc[i]
-        return f"{r['cfg.size']} at context {_i(r['cfg.context'])}"
-    a = (f"The profiled forward range matches the Python timer within 10% in {agree} of {len(n)} configs, but the "
-         f"kernels inside it are another matter: {cfg(hi)} runs {num(kern[hi], 1)} ms of kernels in a "
-         f"{num(timer[hi], 1)} ms timer reading ({pct(busy[hi], 0)}), {cfg(lo)} only {num(kern[lo], 1)} ms in "
-         f"{num(timer[lo], 1)} ms ({pct(busy[lo], 0)}). Verdict: the Python timer measures the GPU's work only "
-         "where the GPU is kept busy (large models, long contexts); for small steps it measures the host's "
-         "Python and launch overhead, which the kernel tables do not show.")
-    tops = [x["top_forward"]["name"] for x in n]
-    gemm = sum(x["top_forward"]["category"] == "matmul" for x in n)
-    stays = sum(bool(x.get("top_stays_on_top")) for x in n)
-    calls = sorted({int(x["top_forward"]["calls_per_pass"]) for x in n})
-    b = (f"A matmul (cuBLAS GEMM) kernel tops the forward in {gemm} of {len(n)} configs, e.g. `{tops[hi][:60]}` for "
-         f"{cfg(hi)}, called {calls[0]}–{calls[-1]} times per forward depending on the config (one call per "
-         f"Linear of that shape); it stays on top for forward+backward in {stays} of {len(n)}, where backward's "
-         "transposed GEMMs pick other kernels.")
-    mid = n[len(n) // 2]
-    fc = forward_non_matmul(mid)
-    c = (f"In the forward pass ({cfg(len(n) // 2)}), {len(fc.kernels)} non-matmul kernels take more than "
-         f"{pct(fc.threshold, 0)} of the forward's kernel time each, together {pct(fc.total_share, 0)}: "
-         + ", ".join(f"{k.category} `{k.op}` {pct(k.share)} ({k.calls} calls)" for k in fc.kernels)
-         + ". They are the elementwise work around the matmuls (the SwiGLU products, RMSNorm, the causal mask's "
-         "fill, residual adds and copies)" + (" and the softmax" if "softmax" in fc.categories else "") + "."
-         if fc.kernels else
-         f"None above {pct(fc.threshold, 0)} of the forward's kernel time.")
-    fwd_share = [x["matmul_share_forward"] for x in n]
-    tr = [x["matmul_share_train_step"] for x in n if (x.get("profiled") or "train_step") == "train_step"]
-    dd = (f"Matmuls take {pct(min(fwd_share), 0)}–{pct(max(fwd_share), 0)} of forward (inference) kernel time and "
-          f"{pct(min(tr), 0)}–{pct(max(tr), 0)} of a full training step: backward adds elementwise gradient "
-          "kernels and the AdamW step is all elementwise, so the share falls." if tr else
-          f"Matmuls take {pct(min(fwd_share), 0)}–{pct(max(fwd_share), 0)} of forward kernel time.")
-    tr_ = [x["softmax_to_matmuls_time_ratio"] for x in n]
-    fr_ = [x["softmax_to_matmuls_flop_ratio"] for x in n]
-    per_flop = [t / f for t, f in zip(tr_, fr_)]
-    e = (f"Softmax takes {num(min(tr_), 2)}–{num(max(tr_), 2)} of the two matmuls' time while doing "
-         f"{num(min(fr_), 3)}–{num(max(fr_), 3)} of their FLOPs: {num(min(per_flop), 0)}–{num(max(per_flop), 0)}× "
-         "more time per FLOP. Verdict: softmax is memory-bound (it reads and writes the whole score matrix for "
-         "a few FLOPs per element), while the matmuls are compute-bound.")
-    answers = [Answer(q, t) for q, t in zip(qs, (a, b, c, dd, e))]
+    f = NsysFacts([profiled(f"{size_label(b.cfg.size_ref, b.cfg.size)} at context {b.cfg.context}",
+                            step_s(line), b.details["nsys"]) for (_, line), b in zip(ok.iterrows(), benches(ok))])
+    answers = [Answer(q, a(f)) for q, a in zip(qs, (words.a_a, words.a_b, words.a_c, words.a_d, words.a_e))]
     body = [f"## {device}", profiling.nsys_body(d), runs_line(device, d)]
-    big = ok.iloc[-1]
-    score = Score("softmax is memory-bound; the Python timer includes host overhead at small sizes",
-                  f"softmax {num(per_flop[-1], 0)}× the matmuls' time per FLOP ({big['cfg.size']} ctx "
-                  f"{_i(big['cfg.context'])})", "–", device_short(device), run_date(d))
+    score = Score(words.score_answer(f), words.score_headline(f), "–", device, run_date(d))
     return Page(slug, "nsys_profile", [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
 
 
