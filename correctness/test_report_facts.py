@@ -241,3 +241,16 @@ def test_fsdp_saving_reads_the_rows_size_by_edition(built_pages):
     s = saving(rows)
     assert s.size == SizeRef("2025", "xl").label
     assert s.measured == s.ddp_peak - s.fsdp_peak and s.of_predicted == pytest.approx(s.measured / s.predicted.saving)
+
+
+# ------------------------------------------------------------- mixed_precision
+def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
+    from impl.report.mixed_precision import bf16_trend
+
+    f, _ = h100_benchmarking
+    t = bf16_trend(f.editions[0])
+    best = t.best
+    assert best.mode == "train_step" and best.ratio.value == best.bf16.mean_s / best.fp32.mean_s
+    assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
+    assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
+    assert not bf16_trend(f.editions[1]).pairs  # no 2026 rows: nothing relabelled

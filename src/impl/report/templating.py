@@ -31,7 +31,8 @@ def render(name: str, **facts) -> str:
 
 def macros(name: str):
     """The macros of template `name`, each called with a page's facts: `macros("leaderboard.md.j2").answer_time(f)`.
-    A template line is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph."""
+    A template line is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph;
+    a markdown table (lines starting "|") keeps its lines."""
     return _Macros(environment().get_template(name).module)
 
 
@@ -44,5 +45,10 @@ class _Macros:
 
         def call(*args, **kwargs) -> str:
             paragraphs = re.split(r"\n\s*\n", str(macro(*args, **kwargs)).strip())
-            return "\n\n".join(" ".join(x.strip() for x in par.splitlines() if x.strip()) for par in paragraphs)
+            return "\n\n".join(_paragraph(par) for par in paragraphs)
         return call
+
+
+def _paragraph(text: str) -> str:
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    return "\n".join(lines) if any(x.startswith("|") for x in lines) else " ".join(lines)

@@ -14,6 +14,7 @@ from impl.bench.sweeps import grid
 from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
 from impl.report import benchmarking_script as bs
+from impl.report import mixed_precision as mp
 from impl.bench.sweeps import MODES
 from impl.report.nsys_facts import NsysFacts, profiled
 from impl.report.rows import benches, size_label
@@ -128,99 +129,35 @@ def nsys_page(ctx: Context) -> Page:
 def mixed_precision_page(ctx: Context) -> Page:
     slug = "mixed_precision"
     names = ["mixed_precision_accumulation", "benchmarking_mixed_precision"]
-    qs = ["mixed_precision_accumulation: what do the four accumulation loops give?",
-          "benchmarking_mixed_precision (a): which dtypes appear under autocast?",
-          "(b) Why does LayerNorm stay in fp32, and what changes with bf16?",
-          "(c) bf16 autocast against fp32: what is the trend over sizes and contexts?"]
+    words = macros("mixed_precision.md.j2")
+    qs = [words.q_acc(), words.q_a(), words.q_b(), words.q_c()]
     found = gpu_rows(ctx, *names, "benchmarking_script")
     if not found:
         return missing_page(slug, "mixed_precision", names, qs)
     device, d = found[0]
-    acc = d[d.problem == "mixed_precision_accumulation"]
-    dt = d[d.problem == "benchmarking_mixed_precision"]
-    main = d[(d.problem == "benchmarking_script")]
-    main = main[main.apply(study, axis=1) == "main"] if not main.empty else main
-    answers, score = [], {}
-    if acc.empty:
-        answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
-        score[names[0]] = Score(NOT_ON_GPU)
-    else:
-        i = acc["details"].iloc[0]
-        order = sorted(i["errors"], key=i["errors"].get)
-        results = "; ".join(f"`{k}` {i['values'][k]:.6g}" for k in order)
-        answers.append(Answer(qs[0], (
-            f"Adding 0.01 {_i(acc['cfg.steps'].iloc[0])} times: {results} "
-            f"(exact {i['exact']}). An fp16 accumulator is worst (error {i['errors'][order[-1]]:.3g}): near 10 its "
-            "spacing is comparable to the addend, so every add rounds; accumulating in fp32 leaves only the "
-            "addend's own rounding, and the implicit promotion equals the explicit cast.")))
-        score[names[0]] = Score(f"fp16 accumulation is {i['errors'][order[-1]] / i['errors'][order[0]]:.0f}× worse "
-                                "than fp32", f"|error| {i['errors'][order[-1]]:.3g} vs {i['errors'][order[0]]:.3g}",
-                                "–", device_short(device), run_date(acc))
-    if dt.empty:
-        answers += [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in qs[1:3]]
-    else:
-        rows = {r["details"]["dtypes"]["autocast_dtype"]: r["details"]["dtypes"] for _, r in dt.iterrows()}
-        seen = "; ".join(f"{k}: parameters {', '.join(v['parameters'])}, fc1 output {v['fc1 output']}, LayerNorm "
-                         f"{v['layernorm output']}, logits {v['logits']}, loss {v['loss']}, gradients "
-                         f"{', '.join(v['gradients'])}" for k, v in rows.items())
-        answers.append(Answer(qs[1], f"Observed with forward hooks ({seen}): autocast runs the matmuls in the low "
-                                     "precision and keeps the parameters, reductions and gradients in fp32."))
-        facts = next((r["details"]["formats"] for _, r in dt.iterrows() if r["details"].get("formats")), None)
-        if facts:
-            answers.append(Answer(qs[2], (
-                f"LayerNorm's mean and variance are sums over the features: in fp16 sums of squares overflow its max of "
-                f"{facts['fp16']['max']:.0f} and its epsilon {facts['fp16']['eps']:.3g} loses the small differences "
-                f"normalising divides, so autocast keeps it in fp32. bf16 has fp32's range (max "
-                f"{facts['bf16']['max']:.3g}), so no overflow and no loss scaling, but its epsilon is "
-                f"{facts['bf16']['eps'] / facts['fp16']['eps']:.0f}× fp16's: reductions still want fp32.")))
-        else:
-            answers.append(Answer(qs[2], "Format facts not recorded in this run."))
-    trend = _bf16_trend(main)
-    answers.append(Answer(qs[3], trend[0] if trend else f"{NOT_ON_GPU.capitalize()}."))
-    if trend:
-        score[names[1]] = Score("bf16 pays off for large models and long contexts only", trend[1], "–",
-                                device_short(device), run_date(main))
-    else:
-        score[names[1]] = Score(NOT_ON_GPU)
+    rows = benches(d)
+    f = mp.mixed_precision_facts(rows, bs.benchmarking_script_facts(device, rows).editions)
+    not_yet = f"{NOT_ON_GPU.capitalize()}."
+    answers = [Answer(qs[0], words.a_acc(f.accumulation) if f.accumulation else not_yet),
+               Answer(qs[1], words.a_a(f.dtypes) if f.dtypes else not_yet),
+               Answer(qs[2], words.a_b(f.dtypes) if f.dtypes else not_yet),
+               Answer(qs[3], words.a_c(f) if f.headline else not_yet)]
+    date = lambda problem: run_date(d[d.problem == problem])  # noqa: E731
+    score = {names[0]: Score(words.score_acc(f.accumulation), words.headline_acc(f.accumulation), "–", device,
+                             date(names[0])) if f.accumulation else Score(NOT_ON_GPU),
+             names[1]: Score(words.score_c(f.headline), words.headline_c(f.headline), "–", device,
+                             date("benchmarking_script")) if f.headline else Score(NOT_ON_GPU)}
     body = [f"## {device}"]
-    for title, part in (("mixed_precision_accumulation", profiling.accumulation_body(d)),
-                        ("benchmarking_mixed_precision (a), (b)", profiling.dtypes_body(d))):
-        if part:
-            body.append(f"### {title}\n\n{part}")
-    if not main.empty:
-        mp = benchmarking.mixed_precision_table(main)
-        if mp:
-            body.append("### benchmarking_mixed_precision (c)\n\nfp32 against bf16 autocast (fp32 master weights), "
-                        f"{stat_name(main)} ± std; a speed-up whose spreads overlap reads \"within noise\" (the bf16 "
-                        "rows of short steps have large spreads).\n\n" + mp)
+    if f.accumulation:
+        body += ["### mixed_precision_accumulation", words.body_acc(f.accumulation)]
+    if f.dtypes:
+        body += ["### benchmarking_mixed_precision (a), (b)", words.body_dtypes(f.dtypes)]
+    for t in f.trends:
+        if t.pairs:
+            body += [f"### benchmarking_mixed_precision (c), {t.edition} sizes", words.body_c(t)]
     body.append(runs_line(device, d))
     return Page(slug, "mixed_precision: accumulation and bf16 autocast", [problem(n) for n in names], answers,
                 "\n\n".join(body), score=score)
-
-
-def _bf16_trend(main: pd.DataFrame) -> tuple[str, str] | None:
-    """((c)'s answer, the score's headline) from the fp32/bf16 training-step pairs of the main grid."""
-    if main.empty or not {"fp32", "bf16"} <= set(main["cfg.dtype"]):
-        return None
-    pairs = []
-    for (size, c), g in main[main["cfg.mode"] == "train_step"].groupby(["cfg.size", "cfg.context"]):
-        by = {r["cfg.dtype"]: r for _, r in g.iterrows()}
-        f, b = by.get("fp32"), by.get("bf16")
-        if f is not None and b is not None and f["status"] == MEASURED and b["status"] == MEASURED:
-            pairs.append((size, _i(c), f, b))
-    if not pairs:
-        return None
-    noise = [p for p in pairs if within_noise(p[2], p[3])]
-    real = [p for p in pairs if not within_noise(p[2], p[3])]
-    best = max(real or pairs, key=lambda p: step_s(p[2]) / step_s(p[3]))
-    slower = [p for p in real if step_s(p[3]) > step_s(p[2])]
-    text = (f"Training step: bf16 is {speedup_cell(best[2], best[3])} faster at {best[0]} context {best[1]} and the gain "
-            "grows with size and context (more of the step is large matmuls, where bf16 tensor cores are several "
-            f"times fp32's rate); {len(noise)} of {len(pairs)} (size, context) pairs are within noise, and "
-            f"{len(slower)} are measurably slower in bf16")
-    text += (" (" + ", ".join(f"{s} ctx {c}" for s, c, _, _ in slower) + ": small steps where autocast's casts and "
-             "launches cost more than the matmuls save)." if slower else ".")
-    return text, f"{speedup_cell(best[2], best[3])} train step ({best[0]} ctx {best[1]})"
 
 
 # ---------------------------------------------------------------------------------- memory_profiling
