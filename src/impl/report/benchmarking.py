@@ -10,7 +10,7 @@ import pandas as pd
 from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report import figures
-from impl.report.markdown import missing, ms, table
+from impl.report.markdown import missing, ms
 
 MEASURED = Status.MEASURED.value
 
@@ -82,24 +82,6 @@ def timing_text(d: pd.DataFrame) -> tuple[str, str]:
 
 def _sizes(d):
     return sorted(d["cfg.size"].unique(), key=size_rank)
-
-
-def mixed_precision_table(d: pd.DataFrame) -> str | None:
-    if not {"fp32", "bf16"} <= set(d["cfg.dtype"]):
-        return None
-    rows = []
-    for size in _sizes(d):
-        for ctx in sorted(d[d["cfg.size"] == size]["cfg.context"].unique()):
-            row = [size, int(ctx)]
-            for mode in ("forward", "train_step"):
-                sel = d[(d["cfg.size"] == size) & (d["cfg.context"] == ctx) & (d["cfg.mode"] == mode)]
-                by = {r["cfg.dtype"]: r for _, r in sel.iterrows()}
-                f, b = by.get("fp32"), by.get("bf16")
-                cells = [_cell(x) if x is not None else "–" for x in (f, b)]
-                row += cells + [speedup_cell(f, b)]
-            rows.append(row)
-    return table(["size", "context", "forward fp32 (ms)", "forward bf16 (ms)", "speed-up",
-                  "train step fp32 (ms)", "train step bf16 (ms)", "speed-up"], rows)
 
 
 def plot(grid, path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Tables of nsys_profile, mixed_precision_accumulation, benchmarking_mixed_precision (a)/(b) (read by
+"""Tables of nsys_profile (read by
 impl.report.pages.profiling) and torch_compile (b). Everything is read from the saved JSON."""
 from __future__ import annotations
 
@@ -125,55 +125,6 @@ def nsys_body(df: pd.DataFrame) -> str | None:
 
 
 # ---------------------------------------------------------------------------------- mixed precision
-def accumulation_body(df: pd.DataFrame) -> str | None:
-    """mixed_precision_accumulation: the four loops' results and the ordering the test asserts."""
-    acc = _p(df, "mixed_precision_accumulation")
-    parts = []
-    if not acc.empty:
-        i = acc["details"].iloc[0]
-        rows = [[k, f"{v:.10g}", f"{i['errors'][k]:.3g}"] for k, v in i["values"].items()]
-        order = sorted(i["errors"], key=i["errors"].get)
-        parts += [f"Adding 0.01 {_i(acc['cfg.steps'].iloc[0])} times (exact sum {i['exact']}):\n\n"
-                  + table(["loop", "result", "|error|"], rows),
-                  "Error ordering observed (smallest first, asserted by the test): " + " ≤ ".join(f"`{k}`" for k in order)
-                  + ". 0.01 is not representable in binary; in fp16 it is rounded coarsely and, worse, an fp16 "
-                    "accumulator near 10 has a spacing comparable to the addend, so each add rounds. "
-                    "Accumulating in fp32 keeps only the addend's rounding error; the implicit promotion of "
-                    "`fp32 += fp16` equals the explicit cast."]
-    return "\n\n".join(parts) or None
-
-
-def dtypes_body(df: pd.DataFrame) -> str | None:
-    """benchmarking_mixed_precision (a), (b): dtypes seen by forward hooks, format facts, LayerNorm."""
-    mp = _p(df, "benchmarking_mixed_precision")
-    parts = []
-    if not mp.empty:
-        rows, facts = [], None
-        for _, r in mp.iterrows():
-            dt = r["details"]["dtypes"]
-            facts = r["details"].get("formats", facts)
-            rows.append([f"{dt['device_type']} autocast {dt['autocast_dtype']}", ", ".join(dt["parameters"]),
-                         dt["fc1 output"], dt["layernorm output"], dt["logits"], dt["loss"], ", ".join(dt["gradients"])])
-        parts.append("(a) dtypes observed with forward hooks on the toy model (fc1 → ReLU → LayerNorm → fc2):\n\n"
-                     + table(["run", "parameters", "fc1 output", "LayerNorm output", "logits", "loss", "gradients"], rows))
-        if facts:
-            parts.append("(b) Format facts (torch.finfo):\n\n" + table(
-                ["type", "max finite", "smallest normal", "epsilon", "mantissa bits"],
-                [[k, f"{v['max']:.4g}", f"{v['tiny']:.3g}", f"{v['eps']:.3g}", v["mantissa_bits"]] for k, v in facts.items()]))
-            seen = "; ".join(f"{r[0]}: LayerNorm output {r[3]}" for r in rows)
-            parts.append(
-                f"Observed LayerNorm output dtypes ({seen}). CUDA autocast keeps LayerNorm in fp32 because it "
-                f"computes a mean and a variance over the features: sums of squares overflow fp16's max of "
-                f"{facts['fp16']['max']:.0f} easily, and normalising divides small differences, where fp16's epsilon "
-                f"({facts['fp16']['eps']:.3g}) loses the precision the statistics need. bf16 removes the overflow "
-                f"risk (max {facts['bf16']['max']:.3g}, fp32's exponent range) but its epsilon is "
-                f"{facts['bf16']['eps'] / facts['fp16']['eps']:.0f}x fp16's, so the reductions still want fp32 "
-                f"accumulation; CPU autocast (rows above, where present) puts layer_norm on its lower-precision "
-                f"list, relying on the kernel's internal fp32 accumulation. bf16 needs no loss scaling; fp16 "
-                f"usually does.")
-    return "\n\n".join(parts) or None
-
-
 # ------------------------------------------------------------------------------- torch_compile (b)
 def _cell(x) -> str:
     if x is None:
