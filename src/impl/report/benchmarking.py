@@ -1,4 +1,4 @@
-"""Tables and figures of benchmarking_script (b), (c) and benchmarking_mixed_precision (c), read by
+"""The benchmarking_script figure, read by
 the pages in impl.report.pages.profiling; `step_s`, `stat_name` and `speedup_cell` serve the other
 sections' timings too."""
 from __future__ import annotations
