@@ -25,6 +25,7 @@ from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
 from impl.report.compile_facts import compile_attention_facts
 from impl.report.leaderboard import leaderboard_facts
+from impl.report.ratio import ratio, spread
 from impl.report.rows import benches
 from impl.report.runs import run_ids, runs_line
 from impl.report.templating import macros
@@ -84,12 +85,9 @@ def _spread(r) -> tuple[float, float] | None:
 
 
 def ratio_text(a, b, name: str) -> str:
-    """'1.21× <name> (slower)' or 'within noise of <name>' when the two spreads overlap."""
-    sa, sb = _spread(a), _spread(b)
-    if sa and sb and sa[0] <= sb[1] and sb[0] <= sa[1]:
-        return f"{a['median'] / b['median']:.2f}× {name}, within noise"
-    word = "slower" if a["median"] > b["median"] else "faster"
-    return f"{a['median'] / b['median']:.2f}× {name} ({word})"
+    """Ours (a) ÷ the anchor (b), medians of two rows of one run, in the report's one convention."""
+    return str(ratio(a["median"], b["median"], name, spread(a.get("stddev"), a.get("iqr")),
+                     spread(b.get("stddev"), b.get("iqr"))))
 
 
 def _pick(d: pd.DataFrame, **cfg):
