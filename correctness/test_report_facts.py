@@ -254,3 +254,17 @@ def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
     assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
     assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
     assert not bf16_trend(f.editions[1]).pairs  # no 2026 rows: nothing relabelled
+
+
+# ------------------------------------------------------------- distributed_communication_single_node
+def test_comm_facts_compare_backends_at_nccls_largest_size_and_process_count():
+    from impl.report.comm_facts import comm_facts
+
+    mb = 2**20
+    pts = {("nccl", 2): {mb: (10.0, 1e-4), 1000 * mb: (300.0, 3e-3)},
+           ("gloo", 2): {mb: (0.5, 2e-3), 1000 * mb: (2.0, 0.45)},
+           ("gloo", 4): {1000 * mb: (1.5, 0.9)}}
+    f = comm_facts("dev", pts, not_run=3)
+    assert (f.size_bytes, f.nccl_procs, f.nccl.busbw_gbps) == (1000 * mb, 2, 300.0)
+    assert f.gloo_over_nccl == pytest.approx(150.0) and f.gloo_by_procs == [(2, 2.0), (4, 1.5)]
+    assert comm_facts("dev", {k: v for k, v in pts.items() if k[0] == "gloo"}, 0) is None

@@ -17,6 +17,7 @@ from impl.report import fsdp as fr
 from impl.report.markdown import gib, missing, ms, pct
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, spread
+from impl.report.comm_facts import comm_facts
 from impl.report.fsdp_facts import fsdp_facts
 from impl.report.rows import benches
 from impl.report.runs import device_label, runs_line
@@ -49,35 +50,18 @@ def _comm_points(d: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
 def comm_page(ctx: Context) -> Page:
     name = "distributed_communication_single_node"
     slug = problem(name).slug
-    q = ("How long does an all-reduce take with Gloo on the CPU and NCCL on the GPUs, for 1 MB to 1 GB of float32 "
-         "and 2, 4, 6 processes, and what are its algorithm and bus bandwidths?")
-    runs = gpu_rows(ctx, name)
-    body, score = [], Score(NOT_ON_GPU)
-    text = f"{NOT_ON_GPU}."
-    for dev, d in runs:
-        pts = _comm_points(d)
-        nccl = max((k for k in pts if k[0] == "nccl"), default=None)
-        gloo = [k for k in sorted(pts) if k[0] == "gloo"]
-        if nccl and gloo:
-            big = max(pts[nccl])
-            nbw, nt = pts[nccl][big]
-            same = ("gloo", nccl[1])
-            gbw, gt = pts[same][big] if same in pts and big in pts[same] else (None, None)
-            at_big = [(k[1], pts[k][big][0]) for k in gloo if big in pts[k]]
-            not_run = int((dr._comm_rows(d).status != Status.MEASURED.value).sum())
-            text = (f"On {device_label(dev, d)}, NCCL all-reduces {big / 2**20:,.0f} MB across {nccl[1]} GPUs in "
-                    f"{ms(nt)} ms (bus bandwidth {nbw:,.1f} GB/s)"
-                    + (f", {gt / nt:,.0f}× faster than Gloo on the CPU at the same size and process count "
-                       f"({ms(gt)} ms, {gbw:,.2f} GB/s)" if gt else "") + ". "
-                    f"Gloo's bus bandwidth at {big / 2**20:,.0f} MB goes "
-                    + " → ".join(f"{bw:,.2f} GB/s ({n} processes)" for n, bw in at_big)
-                    + f"; {not_run} configurations were not run (NCCL needs one GPU per process).")
-            score = Score(f"NCCL {nccl[1]} GPUs: {big / 2**20:,.0f} MB in {ms(nt)} ms", f"busbw {nbw:,.1f} GB/s",
-                          f"{gt / nt:,.0f}× faster than Gloo" if gt else "–", dev, run_date(d))
+    words = macros("distributed_communication.md.j2")
+    body, score, text = [], Score(NOT_ON_GPU), f"{NOT_ON_GPU}."
+    for dev, d in gpu_rows(ctx, name):
+        f = comm_facts(device_label(dev, d), _comm_points(d),
+                       int((dr._comm_rows(d).status != Status.MEASURED.value).sum()))
+        if f:
+            text = words.answer(f)
+            score = Score(words.score_answer(f), words.score_headline(f), words.score_vs(f), dev, run_date(d))
         body += [f"## {device_label(dev, d)}",
                  dr.allreduce_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel), runs_line(dev, d)]
     return Page(slug, "distributed_communication_single_node: all-reduce latency and bandwidth", [problem(name)],
-                [Answer(q, text)], "\n\n".join(body), score={name: score})
+                [Answer(words.question(), text)], "\n\n".join(body), score={name: score})
 
 
 # ---- DDP ------------------------------------------------------------------------------------------
