@@ -268,3 +268,26 @@ def test_comm_facts_compare_backends_at_nccls_largest_size_and_process_count():
     assert (f.size_bytes, f.nccl_procs, f.nccl.busbw_gbps) == (1000 * mb, 2, 300.0)
     assert f.gloo_over_nccl == pytest.approx(150.0) and f.gloo_by_procs == [(2, 2.0), (4, 1.5)]
     assert comm_facts("dev", {k: v for k, v in pts.items() if k[0] == "gloo"}, 0) is None
+
+
+# ------------------------------------------------------------- ddp
+def test_ddp_facts_group_rows_by_context_and_score_each_variant_against_its_rows(built_pages):
+    """The committed 2×H200 run: each benchmarking problem's scoreboard ratio is its own variant's row
+    ÷ torch DDP at the largest context, and the bucketed headline is the fastest bucket."""
+    from impl.report.ddp_facts import TORCH, ddp_facts
+    from impl.report.rows import benches
+
+    ctx, pages = built_pages
+    d = ctx.df[(ctx.df.device == "h200-141gb-x2") & ctx.df.problem.isin(
+        ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
+         "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"])]
+    f = ddp_facts("dev", "date", benches(d), None, {})
+    g = f.largest
+    assert g.context == max(x.context for x in f.groups)
+    score = next(p for p in pages if p.slug == "ddp").score
+    naive = g.ratio(("naive", None), TORCH, "torch DDP")
+    assert score["naive_ddp_benchmarking"].vs_anchor == str(naive)
+    assert naive.value == g.get(("naive", None)).stats.median / g.get(TORCH).stats.median
+    best = g.best_bucket
+    assert all(g.buckets[best].stats.median <= b.stats.median for b in g.buckets.values())
+    assert f"{best:g} MB" in score["ddp_bucketed_benchmarking"].answer

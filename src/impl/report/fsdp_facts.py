@@ -12,11 +12,7 @@ from impl.report.rows import Bench, size_label
 
 
 def _peak(b: Bench) -> float | None:
-    d = b.details
-    for source in (d.get("steps") or {}, d, d.get("legacy_metrics") or {}):  # where each file format kept it
-        if source.get("peak_bytes") is not None:
-            return source["peak_bytes"]
-    return None
+    return b.figure("peak_bytes")
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,17 @@ class Bench:
     def metric(self, m: Metric) -> float | None:
         return self.row.metric(m)
 
+    def figure(self, key: str, metric: Metric | None = None):
+        """A figure of a (distributed) row: its Metric, else the mean of its timed steps
+        (details["steps"]), a details key, or where the older format kept it (its free-form metrics)."""
+        if metric is not None and _num(self.metric(metric)):
+            return self.metric(metric)
+        d = self.details
+        for source in (d.get("steps") or {}, d, d.get("legacy_metrics") or {}):
+            if source.get(key) is not None:
+                return source[key]
+        return None
+
 
 def _num(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))

@@ -18,6 +18,8 @@ from impl.report.markdown import gib, missing, ms, pct
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, spread
 from impl.report.comm_facts import comm_facts
+from impl.report.ddp_facts import TORCH, ddp_facts
+from impl.report.ddp_facts import label as ddp_label
 from impl.report.fsdp_facts import fsdp_facts
 from impl.report.rows import benches
 from impl.report.runs import device_label, runs_line
@@ -67,16 +69,17 @@ def comm_page(ctx: Context) -> Page:
 # ---- DDP ------------------------------------------------------------------------------------------
 
 
-def _by_variant(g: pd.DataFrame) -> dict:
-    return {(r["cfg.variant"], r["cfg.bucket_mb"] if r["cfg.variant"] == "bucketed" else None): r
-            for _, r in g.iterrows() if dr._cfg(r, "kind") != "trace"}
-
 
 def _ratio(r, ref, name: str) -> str:
     """Ours ÷ the reference row, the report's one convention (impl.report.ratio)."""
     if not (measured(r) and measured(ref)):
         return "–"
     return str(ratio(r["median"], ref["median"], name, spread(r["stddev"], r["iqr"]), spread(ref["stddev"], ref["iqr"])))
+
+
+def _by_variant(g: pd.DataFrame) -> dict:
+    return {(r["cfg.variant"], r["cfg.bucket_mb"] if r["cfg.variant"] == "bucketed" else None): r
+            for _, r in g.iterrows() if dr._cfg(r, "kind") != "trace"}
 
 
 def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
@@ -113,10 +116,6 @@ def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
     figures.save(fig, path)
 
 
-def _best_ours(by: dict):
-    ours = [r for (v, _), r in by.items() if v in DDP_VARIANTS and measured(r)]
-    return min(ours, key=lambda r: r["median"]) if ours else None
-
 
 def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
     path = ctx.reports_dir / "data" / dev / "logs" / name
@@ -134,78 +133,39 @@ def ddp_page(ctx: Context) -> Page:
     # the implementation problems: answered by the correctness suite (benchmarks: their own problems)
     implemented = {"naive_ddp": "naive", "ddp_overlap_individual_parameters": "DDPIndividualParameters",
                    "ddp_overlap_bucketed": "DDPBucketed"}
+    words = macros("ddp.md.j2")
     runs = gpu_rows(ctx, *dr.DDP_PROBLEMS)
     comm_runs = dict(gpu_rows(ctx, dr.COMM))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body, index_figures = [], []
+    steps = {"naive_ddp_benchmarking": ("naive", None), "minimal_ddp_flat_benchmarking": ("flat", None),
+             "ddp_overlap_individual_parameters_benchmarking": ("individual", None)}
     for dev, d in runs:
         label, date = device_label(dev, d), run_date(d)
         bench = d[d.apply(lambda r: dr._cfg(r, "kind") != "trace", axis=1)]
-        groups = sorted(bench.groupby(["cfg.context", "cfg.batch_per_rank"]), key=lambda x: x[0])
-        per_ctx = []
-        for (c, b), g in groups:
-            by = _by_variant(g)
-            per_ctx.append((int(c), int(b), by))
-        tail = _log_tail(ctx, dev, "correctness-nccl.txt")
-        if tail:
-            for n, what in implemented.items():
-                answers[n] = (f"Yes: correctness/test_distributed.py trains each DDP variant ({what} included) "
-                              f"against one process on the same total batch and compares the weights; on {label} "
-                              f"over NCCL that suite ended \"{tail}\" (logs/correctness-nccl.txt).")
-                scores[n] = Score("weights match single-process training", tail.split(" in ")[0], "–", dev, "–")
-
-        def step_line(key, what):
-            parts = []
-            for c, b, by in per_ctx:
-                r, floor = by.get(key), by.get(("single", None))
-                if measured(r):
-                    share = dr.figure(r, "comm_share", Metric.COMM_SHARE)
-                    parts.append(f"context {c} (batch {b}/rank): {ms(r['median'], r['stddev'])} ms per step, "
-                                 + (f"{pct(share)} of it waiting on communication, " if not missing(share) else "")
-                                 + _ratio(r, floor, "the single-GPU floor"))
-            return f"{what} on {label}: " + "; ".join(parts) + "." if parts else f"{NOT_ON_GPU}."
-        answers["naive_ddp_benchmarking"] = step_line(("naive", None), "Naive DDP (xl, 2 ranks)")
-        flat = step_line(("flat", None), "One all-reduce of the flattened gradients")
-        answers["minimal_ddp_flat_benchmarking"] = flat + " " + " ".join(
-            f"Flat at context {c}: {_ratio(by.get(('flat', None)), by.get(('naive', None)), 'naive')}."
-            for c, _, by in per_ctx)
-        ind = step_line(("individual", None), "Per-parameter overlapped DDP")
         overlap = dr.overlap_shares(d)
-        answers["ddp_overlap_individual_parameters_benchmarking"] = ind + " " + " ".join(
-            f"Overlapped at context {c}: {_ratio(by.get(('individual', None)), by.get(('naive', None)), 'naive')}."
-            for c, _, by in per_ctx) + (
-            " (b) In the profiled step the share of communication overlapping backward compute was "
-            + "; ".join(f"{pct(v)} for {k}" for k, v in sorted(overlap.items())) + " (timeline below)."
-            if overlap else "")
-        bucket_parts = []
-        for c, b, by in per_ctx:
-            bk = {k[1]: r for k, r in by.items() if k[0] == "bucketed" and measured(r)}
-            if bk:
-                best = min(bk, key=lambda mb: bk[mb]["median"])
-                bucket_parts.append(f"context {c}: fastest at {best:g} MB ({ms(bk[best]['median'], bk[best]['stddev'])} "
-                                    f"ms, {_ratio(bk[best], by.get(('torch_ddp', None)), 'torch DDP')})")
-        answers["ddp_bucketed_benchmarking"] = (f"On {label}, " + "; ".join(bucket_parts) + ". (b) The bucket model "
-                                           "against these measurements is below, with why they differ."
-                                           if bucket_parts else f"{NOT_ON_GPU}.")
-        # scoreboard: our best DDP against torch DDP, per problem the variant's own row
-        big = per_ctx[-1] if per_ctx else None
-        if big:
-            c, b, by = big
-            anchor = by.get(("torch_ddp", None))
-            for n, key in (("naive_ddp_benchmarking", ("naive", None)), ("minimal_ddp_flat_benchmarking", ("flat", None)),
-                           ("ddp_overlap_individual_parameters_benchmarking", ("individual", None))):
-                r = by.get(key)
-                if measured(r):
-                    scores[n] = Score(f"{dr._ddp_label(r)}: {_ratio(r, by.get(('single', None)), 'single GPU')} (ctx {c})",
-                                      f"{ms(r['median'])} ms/step", _ratio(r, anchor, "torch DDP"), dev, date)
-            best = _best_ours(by)
-            bk = {k[1]: r for k, r in by.items() if k[0] == "bucketed" and measured(r)}
-            if bk:
-                mb = min(bk, key=lambda x: bk[x]["median"])
+        f = ddp_facts(label, date, benches(d), _log_tail(ctx, dev, "correctness-nccl.txt"), overlap)
+        if f.log_tail:
+            for n, what in implemented.items():
+                answers[n] = words.a_implemented(f, what)
+                scores[n] = Score("weights match single-process training", f.passed, "–", dev, "–")
+        answers["naive_ddp_benchmarking"] = words.a_naive_bench(f)
+        answers["minimal_ddp_flat_benchmarking"] = words.a_flat(f)
+        answers["ddp_overlap_individual_parameters_benchmarking"] = words.a_individual_bench(f)
+        answers["ddp_bucketed_benchmarking"] = words.a_bucketed_bench(f)
+        g = f.largest  # scoreboard: each variant's own row at the largest context, against torch DDP
+        if g is not None:
+            for n, k in steps.items():
+                b = g.get(k)
+                if b is not None:
+                    scores[n] = Score(words.score_step(g, k, ddp_label(b)), f"{ms(b.stats.median)} ms/step",
+                                      str(g.ratio(k, TORCH, "torch DDP") or "–"), dev, date)
+            if g.best_bucket is not None:
+                b = g.buckets[g.best_bucket]
                 scores["ddp_bucketed_benchmarking"] = Score(
-                    f"our DDP vs torch DDP: best bucket {mb:g} MB (ctx {c}); best of ours {dr._ddp_label(best)}",
-                    f"{ms(bk[mb]['median'])} ms/step", _ratio(bk[mb], anchor, "torch DDP"), dev, date)
+                    words.score_bucket(g, ddp_label(g.best_ours)), f"{ms(b.stats.median)} ms/step",
+                    str(g.ratio(("bucketed", g.best_bucket), TORCH, "torch DDP") or "–"), dev, date)
         # body
         fig_name = f"{slug}-{dev}-overhead-vs-torch-ddp.png"
         ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, run {date}")
@@ -220,22 +180,11 @@ def ddp_page(ctx: Context) -> Page:
                  "### ddp_overlap_individual_parameters_benchmarking (b): naive vs overlapped DDP, profiler timeline",
                  dr.timeline_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or "No profiled step in this run.",
                  runs_line(dev, d)]
-    questions = {
-        "naive_ddp": "naive_ddp: does DDP with a broadcast from rank 0 and an all-reduce of each gradient after "
-                     "backward train to the same weights as one process on the same total batch?",
-        "naive_ddp_benchmarking": "naive_ddp_benchmarking: time per training step of xl on 1 node × 2 GPUs, and the "
-                                  "share spent communicating gradients?",
-        "minimal_ddp_flat_benchmarking": "minimal_ddp_flat_benchmarking: does one all-reduce of the flattened "
-                                         "gradients beat one per parameter?",
-        "ddp_overlap_individual_parameters": "ddp_overlap_individual_parameters: does DDP that all-reduces each "
-                                             "parameter's gradient as soon as it is ready train to the same weights?",
-        "ddp_overlap_individual_parameters_benchmarking": "ddp_overlap_individual_parameters_benchmarking: does "
-                                                          "overlapping each parameter's all-reduce with backward cut the "
-                                                          "step time, and does the profiler show the overlap (b)?",
-        "ddp_overlap_bucketed": "ddp_overlap_bucketed: does bucketed, overlapped DDP train to the same weights?",
-        "ddp_bucketed_benchmarking": "ddp_bucketed_benchmarking: step time at 1, 10, 100, 1000 MB buckets, and (b) "
-                                     "does the bucket model's optimum match the measurements?",
-    }
+    questions = {"naive_ddp": words.q_naive(), "naive_ddp_benchmarking": words.q_naive_bench(),
+                 "minimal_ddp_flat_benchmarking": words.q_flat(),
+                 "ddp_overlap_individual_parameters": words.q_individual(),
+                 "ddp_overlap_individual_parameters_benchmarking": words.q_individual_bench(),
+                 "ddp_overlap_bucketed": words.q_bucketed(), "ddp_bucketed_benchmarking": words.q_bucketed_bench()}
     return Page(slug, "DDP: naive, flat, overlapped, bucketed, against torch DDP", [problem(n) for n in names],
                 [Answer(questions[n], answers[n]) for n in names], "\n\n".join(body), score=scores,
                 index_figures=index_figures[:1])
