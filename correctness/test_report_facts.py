@@ -291,3 +291,18 @@ def test_ddp_facts_group_rows_by_context_and_score_each_variant_against_its_rows
     best = g.best_bucket
     assert all(g.buckets[best].stats.median <= b.stats.median for b in g.buckets.values())
     assert f"{best:g} MB" in score["ddp_bucketed_benchmarking"].answer
+
+
+# ------------------------------------------------------------- optimizer_state_sharding_accounting
+def test_sharding_facts_read_each_variants_largest_rank(built_pages):
+    from impl.report.rows import benches
+    from impl.report.sharding_facts import sharding_facts
+
+    ctx, _ = built_pages
+    d = ctx.df[(ctx.df.device == "h200-141gb-x2") & (ctx.df.problem == "optimizer_state_sharding_accounting")]
+    f = sharding_facts("dev", benches(d), None)
+    ranks = f.sharded.row.details["ranks"]
+    assert f.sharded.after_peak == max(r["after_peak"] for r in ranks)
+    assert f.sharded.state < f.none.state  # sharding keeps ~1/world of the optimizer state per rank
+    assert f.sharded.vs(f.none, "x").value == f.sharded.median / f.none.median
+    assert f.zero1_activations.zero1 - f.zero1_activations.sharded > 0

@@ -21,6 +21,7 @@ from impl.report.comm_facts import comm_facts
 from impl.report.ddp_facts import TORCH, ddp_facts
 from impl.report.ddp_facts import label as ddp_label
 from impl.report.fsdp_facts import fsdp_facts
+from impl.report.sharding_facts import sharding_facts
 from impl.report.rows import benches
 from impl.report.runs import device_label, runs_line
 from impl.report.templating import macros
@@ -245,80 +246,25 @@ def accounting_page(ctx: Context) -> Page:
 # ---- optimizer state sharding -------------------------------------------------------------------
 
 
-def _sharding_notes(d: pd.DataFrame) -> str | None:
-    """The measured oddities of the sharding table, explained with its own numbers."""
-    by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
-    if not by:
-        return None
-    notes = []
-    first = next(iter(by.values()))
-    r0 = first["details"]["ranks"][0]
-    params = r0["named_before"]["parameters"]
-    if r0.get("init_peak") and r0.get("init_allocated"):
-        notes.append(f"**Peak after init is about twice the parameters** ({gib(r0['init_peak'])} GiB peak against "
-                     f"{gib(r0['init_allocated'])} GiB allocated once init is done; parameters {gib(params)} GiB): "
-                     "the wrapper synchronises the ranks' weights with one coalesced broadcast from rank 0, which "
-                     "flattens every parameter into a temporary buffer the size of the model. Write-ups that report "
-                     "allocated memory after init see only the parameters.")
-    z, base = by.get("zero1"), by.get("sharded")
-    if z is not None and base is not None:
-        za, ba = z["details"]["ranks"][0]["activations"], base["details"]["ranks"][0]["activations"]
-        grads = z["details"]["ranks"][0]["named_before"]["gradients"]
-        if za is not None and ba is not None:
-            notes.append(f"**ZeRO-1's \"activations\" read {gib(za)} GiB against {gib(ba)} GiB** for the same model: "
-                         f"the {gib(za - ba)} GiB difference is its gradients' {gib(grads)} GiB held twice during "
-                         "backward. zero_grad(set_to_none=True) drops the parameters' views into the flat gradient "
-                         "buffer, which stays allocated, and autograd writes fresh gradients beside it; they are copied "
-                         "in and freed before the step, so they count in the backward peak but not in the tensors "
-                         "directly before the step.")
-    return "\n\n".join(notes) or None
-
-
 def sharding_page(ctx: Context) -> Page:
     slug = problem("optimizer_state_sharding").slug
     names = ["optimizer_state_sharding", "optimizer_state_sharding_accounting"]
-    runs = gpu_rows(ctx, dr.SHARD)
+    words = macros("optimizer_sharding.md.j2")
     answers = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body = []
-    for dev, d in runs:
+    for dev, d in gpu_rows(ctx, dr.SHARD):
         label, date = device_label(dev, d), run_date(d)
-        by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
-        tail = _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt")
-        if tail:
-            answers["optimizer_state_sharding"] = (
-                "Yes: correctness/test_sharded_optimizer.py checks ShardedOptimizer against AdamW on one process "
-                "(parameter groups, add_param_group mid-training, tied weights, parameters without gradients); on "
-                f"{label} over NCCL that suite ended \"{tail}\" (logs/correctness-nccl-fsdp-sharding.txt).")
-            scores["optimizer_state_sharding"] = Score("matches unsharded AdamW", tail.split(" in ")[0], "–", dev, "–")
-        none, sh, z = by.get("none"), by.get("sharded"), by.get("zero1")
-        if none is not None and sh is not None:
-            def peak(r, key):
-                return max(x[key] for x in r["details"]["ranks"])
-
-            def state(r):
-                return max(x["named_after"]["optimizer_state"] for x in r["details"]["ranks"])
-            text = (f"On {label} (xl, 2 ranks): optimizer state per rank {gib(state(none))} → {gib(state(sh))} GiB; "
-                    f"peak before the step {gib(peak(none, 'before_peak'))} → {gib(peak(sh, 'before_peak'))} GiB, "
-                    f"during it {gib(peak(none, 'after_peak'))} → {gib(peak(sh, 'after_peak'))} GiB; step "
-                    f"{ms(none['median'], none['stddev'])} → {ms(sh['median'], sh['stddev'])} ms "
-                    f"({_ratio(sh, none, 'unsharded')}).")
-            if z is not None:
-                text += (f" ZeRO-1 keeps the same state but reduce-scatters gradients and all-gathers parameters "
-                         f"(with Ψ the {z['details']['n_params'] * 4 / 1e9:,.2f} GB of fp32 gradients, ring volume "
-                         "2(n−1)/n·Ψ per rank, as DDP, against 3(n−1)/n·Ψ for all-reduce + broadcast): "
-                         f"step {ms(z['median'], z['stddev'])} ms ({_ratio(z, sh, 'the simple version')}), peak during "
-                         f"the step {gib(peak(z, 'after_peak'))} GiB.")
-            answers["optimizer_state_sharding_accounting"] = text
+        f = sharding_facts(label, benches(d), _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt"))
+        if f.log_tail:
+            answers["optimizer_state_sharding"] = words.a_sharding(f)
+            scores["optimizer_state_sharding"] = Score("matches unsharded AdamW", f.passed, "–", dev, "–")
+        if f.none is not None and f.sharded is not None:
+            answers["optimizer_state_sharding_accounting"] = words.a_accounting(f)
             scores["optimizer_state_sharding_accounting"] = Score(
-                f"optimizer state {gib(state(none))} → {gib(state(sh))} GiB/rank",
-                f"peak during step {gib(peak(sh, 'after_peak'))} GiB", _ratio(sh, none, "unsharded step"), dev, date)
-        body += [f"## {label}", dr.sharding_section(d) or "", _sharding_notes(d) or "", runs_line(dev, d)]
-    qs = {"optimizer_state_sharding": "optimizer_state_sharding: does the sharded optimizer (each rank steps ~1/world "
-                                      "of the parameters, then synchronises them) train like the unsharded one?",
-          "optimizer_state_sharding_accounting": "optimizer_state_sharding_accounting: peak memory after init, before "
-                                                 "and after the step, with and without sharding; time per step; how does "
-                                                 "it differ from ZeRO stage 1?"}
+                words.score_answer(f), words.score_headline(f), str(f.sharded.vs(f.none, "unsharded step")), dev, date)
+        body += [f"## {label}", dr.sharding_section(d) or "", words.notes(f), runs_line(dev, d)]
+    qs = {"optimizer_state_sharding": words.q_sharding(), "optimizer_state_sharding_accounting": words.q_accounting()}
     return Page(slug, "Optimizer state sharding and ZeRO-1", [problem(n) for n in names],
                 [Answer(qs[n], answers[n]) for n in names], "\n\n".join(x for x in body if x), score=scores)
 
