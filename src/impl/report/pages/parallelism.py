@@ -25,6 +25,7 @@ from impl.report.markdown import missing, ms, table
 from impl.report.pages import Answer, Context, Page, Score
 from impl.report.pages import gpu_rows, run_date
 from impl.report.runs import device_label, gpu_model
+from impl.report.templating import environment, macros
 from impl.report.pages.problems import problem
 
 CALC_PROBLEMS = ["alternate_ring_all_reduce", "data_parallel_calcs", "fsdp_calcs", "tp_calcs", "fsdp_tp_calcs"]
@@ -134,77 +135,53 @@ def _formulas(record) -> str:
                  [[a.part, f"`{a.symbolic}`", f"`{a.formula.name}`"] for a in pc.answers(record)])
 
 
+@dataclass(frozen=True)
+class CalcsFacts:
+    """The closed forms at the workload (symbolic forms: any device would do; TPU v5p's figures) and
+    the devices whose bounds the page evaluates."""
+
+    wl: Workload
+    devices: list
+    dp: object
+    fs: object
+    tp: object
+    ft: object
+    ar: object = pc.alternate_ring_all_reduce_time
+    ring: object = pc.ring_all_reduce_time
+    fp16: int = pc.FP16
+
+    @property
+    def first(self):
+        return pc.parallelism_bounds(self.devices[0], self.wl.B, self.wl.D_FF)
+
+
+def calcs_facts(devices: list[pc.DeviceFigures]) -> CalcsFacts:
+    wl, tpu, n = workload(), pc.TPU_V5P_FIGURES, 4
+    return CalcsFacts(wl, devices, pc.data_parallel_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W),
+                      pc.fsdp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W), pc.tp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W),
+                      pc.fsdp_tp_calcs(wl.B, wl.D, wl.D_FF, 2, 2, tpu.C, tpu.W))
+
+
 def calcs_page(ctx: Context) -> Page:
     slug = problem("data_parallel_calcs").slug
-    wl = workload()
     devices, notes = device_figures(ctx)
-    tpu = pc.TPU_V5P_FIGURES
-    # records at the workload on TPU v5p (any device would do for the symbolic forms)
-    n = 4
-    dp = pc.data_parallel_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
-    fs = pc.fsdp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
-    tp = pc.tp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
-    ft = pc.fsdp_tp_calcs(wl.B, wl.D, wl.D_FF, 2, 2, tpu.C, tpu.W)
-    ar, ring = pc.alternate_ring_all_reduce_time, pc.ring_all_reduce_time
-    first = pc.parallelism_bounds(devices[0], wl.B, wl.D_FF)
-    answers = [
-        Answer("alternate_ring_all_reduce: how long does the all-reduce take in which each device passes whole "
-               "inputs around the ring for N−1 steps, in S, N, W?",
-               f"T = `{ar.symbolic}`: each of the N−1 steps sends a whole S-byte input over every device's link at "
-               f"once (S/W per step), and after them each device has added every other input exactly once. The "
-               f"chunked ring takes `{ring.symbolic}`, so the alternate one is N/2 times slower (equal at N = 2)."),
-        Answer("data_parallel_calcs: (a) backward FLOPs, (b) backward communication time, (c) the largest N_DP "
-               "before the backward is communication-bound?",
-               f"(a) `{dp.backward_flops.symbolic}` per device; (b) `{dp.backward_comm_time.symbolic}` (all-reduce "
-               f"of the three weight gradients); (c) N_DP ≤ `{dp.max_devices.symbolic}`: D and D_FF cancel, so "
-               "each device needs about C/W tokens."),
-        Answer("fsdp_calcs: (a) forward and backward FLOPs, (b) their communication times, (c) the largest N_FSDP "
-               "before each is communication-bound?",
-               f"(a) `{fs.forward_flops.symbolic}` and `{fs.backward_flops.symbolic}`; (b) forward "
-               f"`{fs.forward_comm_time.symbolic}` (all-gather), backward `{fs.backward_comm_time.symbolic}` "
-               f"(all-gather + reduce-scatter); (c) both N_FSDP ≤ `{fs.max_devices_forward.symbolic}`, DP's bound."),
-        Answer("tp_calcs: (a) the backward per device, (b) FLOPs, (c) communication times, (d) the largest N_TP?",
-               f"(a) below: the only backward collective is the all-reduce of dx; (b) `{tp.forward_flops.symbolic}`, "
-               f"`{tp.backward_flops.symbolic}`; (c) `{tp.forward_comm_time.symbolic}` each way; (d) forward "
-               f"N_TP ≤ `{tp.max_devices_forward.symbolic}`, backward `{tp.max_devices_backward.symbolic}`: set by "
-               "the layer's width, not the batch."),
-        Answer("fsdp_tp_calcs: (a) forward FLOPs, (b) forward communication with the axes overlapping, (c) the "
-               "largest N under the best split, (d) the same on a shared network?",
-               f"(a) `{ft.forward_flops.symbolic}`; (b) `{ft.forward_comm_time.symbolic}` with T_FSDP = "
-               f"`{ft.fsdp_comm_time.symbolic}`, T_TP = `{ft.tp_comm_time.symbolic}`; (c) N ≤ "
-               f"`{ft.max_devices.symbolic}` (each axis at its own bound); (d) N ≤ `{ft.max_devices_serial.symbolic}`."),
-    ]
-    body = [
-        "## Bounds evaluated",
-        f"Workload: {wl.source}: B = {wl.B:,.0f} tokens, D = {wl.D:,.0f}, D_FF = {wl.D_FF:,.0f}, p = {pc.FP16} "
-        "bytes (FP16). D cancels from every bound; the DP and FSDP bounds scale with B, the TP bound with D_FF. "
-        "Real-valued counts (floor them for whole devices).",
-        bounds_table(devices, wl),
-        "Sources: " + "; ".join(f"**{d.name}**: {d.source}" for d in devices) + ".",
-        *notes,
-        "## The answers' formulas",
-        "Every symbolic form above is the `symbolic` of the function that computes it (impl.parallelism_calcs); "
-        "correctness/test_parallelism_calcs.py checks them against a send/recv simulation of each ring over gloo "
-        "ranks that counts the bytes each device sends and the steps, and perf/test_parallelism_calcs.py times those "
-        "rings with the same counts checked (its CPU run is on the CPU page).",
-        "**data_parallel_calcs**", _formulas(dp), "**fsdp_calcs**", _formulas(fs), "**tp_calcs**", _formulas(tp),
-        "tp_calcs (a), the backward per device:", f"```\n{pc.TP_BACKWARD_EQUATIONS}\n```",
-        "**fsdp_tp_calcs**", _formulas(ft),
-    ]
-    name0 = devices[0].name
+    c = calcs_facts(devices)
+    w = macros("parallelism_calcs.md.j2")
+    answers = [Answer(w.q_ring(), w.a_ring(c)), Answer(w.q_dp(), w.a_dp(c)), Answer(w.q_fsdp(), w.a_fsdp(c)),
+               Answer(w.q_tp(), w.a_tp(c)), Answer(w.q_fsdp_tp(), w.a_fsdp_tp(c))]
+    formulas = {k: _formulas(getattr(c, k)) for k in ("dp", "fs", "tp", "ft")}
+    body = environment().get_template("parallelism_calcs.md.j2").module.body(
+        c, bounds_table(devices, c.wl), notes, formulas, pc.TP_BACKWARD_EQUATIONS)
+    first, closed = c.first, "closed form"
     scores = {
-        "alternate_ring_all_reduce": Score(f"T = {ar.symbolic}: N/2 × the chunked ring", "–", "–", "closed form"),
-        "data_parallel_calcs": Score(f"N_DP ≤ {dp.max_devices.symbolic}", f"{first.dp.value:,.1f} on {name0}",
-                                     "–", "closed form"),
-        "fsdp_calcs": Score(f"N_FSDP ≤ {fs.max_devices_forward.symbolic} (DP's bound)",
-                            f"{first.fsdp.value:,.1f} on {name0}", "–", "closed form"),
-        "tp_calcs": Score(f"N_TP ≤ {tp.max_devices_forward.symbolic} (fwd)", f"{first.tp_forward.value:,.1f} on {name0}",
-                          "–", "closed form"),
-        "fsdp_tp_calcs": Score("N ≤ product of the two axes' bounds (overlapping)", f"{first.fsdp_tp.value:,.0f} on {name0}",
-                               "–", "closed form"),
+        "alternate_ring_all_reduce": Score(w.score_ring(c), "–", "–", closed),
+        "data_parallel_calcs": Score(w.score_dp(c), w.on_first(c, first.dp.value, 1), "–", closed),
+        "fsdp_calcs": Score(w.score_fsdp(c), w.on_first(c, first.fsdp.value, 1), "–", closed),
+        "tp_calcs": Score(w.score_tp(c), w.on_first(c, first.tp_forward.value, 1), "–", closed),
+        "fsdp_tp_calcs": Score(w.score_fsdp_tp(c), w.on_first(c, first.fsdp_tp.value, 0), "–", closed),
     }
     return Page(slug, "The 2026 edition's parallelism calculations", [problem(p) for p in CALC_PROBLEMS], answers,
-                "\n\n".join(body), score=scores)
+                str(body).strip(), score=scores)
 
 
 LB26 = "leaderboard_2026"
