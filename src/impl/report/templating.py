@@ -19,7 +19,8 @@ def environment() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
                              autoescape=False, extensions=["jinja2.ext.do"])
     env.filters.update(ms=markdown.ms, gib=markdown.gib, pct=markdown.pct, num=markdown.num, fmt=format,
-                       gb=markdown.gb, mib=markdown.mib)
+                       gb=markdown.gb, mib=markdown.mib,
+                       gib1=lambda x: markdown.gib(x, 1))
     env.globals.update(table=markdown.table)
     return env
 

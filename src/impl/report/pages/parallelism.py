@@ -21,7 +21,7 @@ from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.bench.leaderboard_2026 import LEADERBOARD, WORLD_SIZE
 from impl.leaderboard_prediction import LayerRun, predict_step
-from impl.report.markdown import missing, ms, table
+from impl.report.markdown import gib, missing, ms, table
 from impl.report.pages import Answer, Context, Page, Score
 from impl.report.pages import gpu_rows, run_date
 from impl.report.runs import device_label, gpu_model
@@ -187,10 +187,6 @@ def calcs_page(ctx: Context) -> Page:
 LB26 = "leaderboard_2026"
 
 
-def _gib(nbytes) -> str:
-    return "–" if missing(nbytes) else f"{nbytes / 2**30:,.1f}"
-
-
 def one_gpu_runs(ctx: Context, like: str | None = None):
     """(device, its measured and not-run leaderboard_2026 rows) of a one-GPU device, or None: the one
     with the same GPU as `like` (the two-GPU device whose bandwidth prices the prediction) when it
@@ -226,86 +222,43 @@ def _rows_table(d) -> str:
                      ms(r["median"], r["iqr"]) if measured else r["status"],
                      f"{r['m.' + Metric.TOKENS_PER_S.value]:,.0f}" if measured else "–",
                      f"{r['m.' + Metric.MFU.value]:.1%}" if measured and not missing(r.get("m." + Metric.MFU.value))
-                     else "–", _gib(r["peak_alloc"]), "" if measured else (r["reason"] or "")[:80]])
+                     else "–", gib(r["peak_alloc"], 1), "" if measured else (r["reason"] or "")[:80]])
     return table(["layers", "checkpointing", "step (ms, median ± IQR)", "tokens/s", "MFU (datasheet)",
                   "peak allocated (GiB)", "why not measured"], rows)
 
 
-def _prediction_text(pred, policy: str, dev: str, w_src: str) -> str:
-    f, mem = pred.time_fit, pred.memory_fit
-    text = (f"Predicted from the one-GPU rows on {dev} (checkpointing {policy}, {f.points} runs: step = "
-            f"{f.intercept:.3f} s + {f.slope:.3f} s × layers): **{pred.total_s:.2f} s** per step with nothing "
-            f"overlapped = {pred.compute_s:.2f} s of one rank's compute at {pred.layers} layers + "
-            f"{pred.grad_allreduce_s * 1e3:.0f} ms of gradient all-reduce ({_gib(pred.params.grad_bytes)} GiB at "
-            f"{pred.bus_bandwidth / 1e9:.0f} GB/s, {w_src}) + {pred.param_broadcast_s * 1e3:.0f} ms of the sharded "
-            f"optimizer's parameter broadcasts (at the same bus bandwidth: no broadcast was measured); "
-            f"{pred.overlapped_s:.2f} s if the all-reduce hides behind backward. The compute includes the optimizer "
-            "step over every parameter, which the sharded step halves.")
-    if mem is not None:
-        text += (f" Peak memory per rank ≈ **{_gib(pred.per_rank_peak_bytes)} GiB**: {_gib(pred.one_gpu_peak_bytes)} "
-                 f"GiB on one GPU at {pred.layers} layers (peak = {_gib(mem.intercept)} GiB + {_gib(mem.slope)} GiB × "
-                 f"layers), less the other rank's optimizer state ({_gib(pred.sharded_state_saving_bytes)} GiB), plus "
-                 f"the DDP buckets ({_gib(pred.bucket_bytes)} GiB) and the sharded optimizer's flat broadcast of one "
-                 f"owner's parameters ({_gib(pred.broadcast_bytes)} GiB).")
-    return text
-
-
 def leaderboard_2026_page(ctx: Context) -> Page:
-    name = LB26
-    spec = LEADERBOARD
+    name, spec = LB26, LEADERBOARD
+    env = environment().get_template("leaderboard_2026.md.j2").module
+    w_ = macros("leaderboard_2026.md.j2")
     two_gpu = [f"{device_label(dev, d)}: {', '.join(sorted(d.section.unique()))}"
                for dev, d in gpu_rows(ctx, *(ctx.df.problem.unique() if not ctx.df.empty else []))
                if not dev.endswith("-x1")]
-    multi = [dev for dev, _ in gpu_rows(ctx, name) if not dev.endswith("-x1")]
-    if multi:
-        not_run = (f"Rows of this step on several GPUs exist ({', '.join(multi)}) but this page does not read them "
-                   "yet; the prediction below is from one GPU.")
-    else:
-        not_run = (f"Not run on two GPUs (no run in reports/data on more than one GPU): one training step of the "
-                   f"{spec.config} model on two GPUs needs a two-GPU machine, and none was lent for this work.")
+    not_run = w_.not_run(spec, [dev for dev, _ in gpu_rows(ctx, name) if not dev.endswith("-x1")])
     w = nccl_bus_bandwidth(ctx, world_size=WORLD_SIZE)
     found = one_gpu_runs(ctx, like=None if w is None else w[1])
-    body = [f"The step is specified in SPEC.md (the 2026 edition): {spec.model.num_layers} layers, batch "
-            f"{spec.batch} × {spec.context:,} tokens, bf16, summed cross-entropy. impl.bench.leaderboard_2026 "
-            "builds it for one rank: FlashAttention-2 (ours, Triton), bf16 Linear weights with fp32 masters "
-            "(AdamWMaster), the fused chunked LM head + loss, activation checkpointing per block, and for "
-            f"{WORLD_SIZE} ranks the batch split, gradients summed by DDPBucketed and the optimizer states sharded "
-            "(ShardedOptimizer). correctness/test_leaderboard_2026.py checks it on gloo against one process.",
-            "Two-GPU building blocks measured on " + ("; ".join(two_gpu) if two_gpu else "no two-GPU machine")
-            + " ([fsdp](fsdp.md), [ddp](ddp.md)); the single-GPU full training step: [training_step](training_step.md)."]
+    body = [str(env.intro(spec, WORLD_SIZE, two_gpu)).strip()]
     score = Score("not run: needs two GPUs, not lent")
     if found is None:
-        text = not_run + (" No one-GPU run of the reduced-layer step exists yet, so there is no prediction either "
-                          "(perf/test_leaderboard_2026.py on one GPU measures it).")
+        text = f"{not_run} {w_.no_rows()}"
     else:
         dev, d = found
-        body += [f"## One GPU, fewer layers ({device_label(dev, d)}, run {run_date(d)})",
-                 f"One rank's share of the two-GPU batch ({int(d['cfg.batch'].iloc[0])} × "
-                 f"{int(d['cfg.context'].iloc[0]):,} tokens) through the {spec.config} model with fewer layers.",
-                 _rows_table(d)]
+        body += [str(env.one_gpu(spec, device_label(dev, d), run_date(d), int(d["cfg.batch"].iloc[0]),
+                                 int(d["cfg.context"].iloc[0]))).strip(), _rows_table(d)]
         policy, runs = layer_runs(d)
         if len({r.layers for r in runs}) < 2:
-            text = not_run + f" The one-GPU rows on {dev} measured fewer than two layer counts of one policy: no fit."
+            text = f"{not_run} {w_.no_fit(dev)}"
         elif w is None:
-            text = not_run + " No NCCL all-reduce on two GPUs has been measured, so the communication cannot be priced."
+            text = f"{not_run} {w_.no_bandwidth()}"
         else:
             w_bps, w_dev, w_src = w[0], w[1], bandwidth_source(w)
             pred = predict_step(runs, spec.model, w_bps, WORLD_SIZE)
-            text = not_run + " " + _prediction_text(pred, policy, dev, w_src)
-            body += ["## The prediction", table(
-                ["part", "seconds", "how"],
-                [["one rank's compute", f"{pred.compute_s:.3f}", f"fit at {pred.layers} layers"],
-                 ["gradient all-reduce", f"{pred.grad_allreduce_s:.3f}", "2(N−1)/N · Ψ / W"],
-                 ["sharded optimizer's broadcasts", f"{pred.param_broadcast_s:.3f}", "Ψ / W"],
-                 ["step, nothing overlapped", f"{pred.total_s:.3f}", "sum"],
-                 ["step, all-reduce overlapped", f"{pred.overlapped_s:.3f}", "compute + broadcasts"]]),
-                     "Model and assumptions: impl.leaderboard_prediction."]
-            score = Score("not run: needs two GPUs, not lent; predicted from one-GPU rows",
-                          f"{pred.total_s:.2f} s (predicted)", "–", f"{dev} + {w_dev}", run_date(d))
+            text = f"{not_run} {w_.prediction(pred, policy, dev, w_src)}"
+            body.append(str(env.prediction_table(pred)).strip())
+            score = Score("not run: needs two GPUs, not lent; predicted from one-GPU rows", w_.score_predicted(pred),
+                          "–", f"{dev} + {w_dev}", run_date(d))
     return Page(name, "leaderboard (2026): the 8B training step on two GPUs", [problem(name)],
-                [Answer(f"leaderboard (2026): how fast is one full training step of the {spec.config} model (context "
-                        f"{spec.context:,}, batch {spec.batch}, bf16) on two GPUs?", text)],
-                "\n\n".join(body), score={name: score})
+                [Answer(w_.question(spec), text)], "\n\n".join(body), score={name: score})
 
 
 def pages(ctx: Context) -> list[Page]:
