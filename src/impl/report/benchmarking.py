@@ -11,13 +11,14 @@ from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report import figures
 from impl.report.markdown import missing, ms
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 MEASURED = Status.MEASURED.value
 
 
 def study(r) -> str | None:
     """A row's study: a config key (the bench layer's rows), a details key in the older format."""
-    s = r.get("cfg.study")
+    s = r.cfg.study
     return r["details"].get("study") if missing(s) else s
 
 
@@ -81,7 +82,7 @@ def timing_text(d: pd.DataFrame) -> tuple[str, str]:
 
 
 def _sizes(d):
-    return sorted(d["cfg.size"].unique(), key=size_rank)
+    return sorted(d.cfg.size.unique(), key=size_rank)
 
 
 def plot(grid, path: Path) -> None:

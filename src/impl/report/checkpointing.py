@@ -11,6 +11,7 @@ from impl.bench.row import Status
 from impl.report import figures
 from impl.report.benchmarking import stat_name, step_s, study
 from impl.report.markdown import missing, ms, num, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 PROBLEM = "gradient_checkpointing"
 POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
@@ -50,8 +51,8 @@ def _pred(r, which: str = "hook_terms", part: str = "peak"):
 
 
 def _label(r) -> str:
-    k = r.get("cfg.k")
-    return r["cfg.policy"] + ("" if missing(k) else f" k={int(k)}")
+    k = r.cfg.k
+    return r.cfg.policy + ("" if missing(k) else f" k={int(k)}")
 
 
 def _peak_cell(r, unit: str) -> str:
@@ -82,13 +83,13 @@ def _forwards(r) -> str:
 
 
 def _sorted(d: pd.DataFrame) -> pd.DataFrame:
-    key = d["cfg.policy"].map(POLICY_ORDER) * 10_000 + d["cfg.k"].fillna(0)
+    key = d.cfg.policy.map(POLICY_ORDER) * 10_000 + d.cfg.k.fillna(0)
     return d.assign(_key=key).sort_values("_key")
 
 
 def policy_table(d: pd.DataFrame) -> str:
     out, u = [], _unit(d)
-    for dtype, dd in d.groupby("cfg.dtype", sort=False):
+    for dtype, dd in d.groupby(d.cfg.dtype, sort=False):
         rows = []
         for _, r in _sorted(dd).iterrows():
             rows.append([_label(r), _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
@@ -107,7 +108,7 @@ def terms_text(d: pd.DataFrame) -> str:
     has = d[d["details"].map(lambda x: "terms" in x)]
     t = has.iloc[0]["details"]["terms"] if not has.empty else {}
     lines = []
-    for dtype, dd in d.groupby("cfg.dtype", sort=False):
+    for dtype, dd in d.groupby(d.cfg.dtype, sort=False):
         ok = dd[dd["details"].map(lambda x: "terms" in x)]
         if ok.empty:
             continue
@@ -127,7 +128,7 @@ def terms_text(d: pd.DataFrame) -> str:
 def depth_table(d: pd.DataFrame) -> str:
     rows, u = [], _unit(d)
     for _, r in d.sort_values(["cfg.layers", "cfg.policy"]).iterrows():
-        rows.append([int(r["cfg.layers"]), r["cfg.policy"], _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
+        rows.append([int(r.cfg.layers), r.cfg.policy, _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
                      _fmt(_pred(r, "hook_terms", "activations"), u), _time(r), _forwards(r)])
     return table(["layers", "policy", f"measured peak {u}", f"predicted peak {u}", "measured / predicted",
                   f"predicted block-stack activations {u}", f"step, {stat_name(d)} (ms)",
@@ -139,14 +140,14 @@ def depth_plot(d: pd.DataFrame, path: Path) -> bool:
     fig, ax = figures.new()
     drawn = False
     for policy, style in (("none", "o"), ("nested", "s")):
-        sel = d[(d["cfg.policy"] == policy)].sort_values("cfg.layers")
+        sel = d[(d.cfg.policy == policy)].sort_values("cfg.layers")
         if sel.empty:
             continue
         pred = sel.apply(lambda r: _pred(r), axis=1).astype(float)
-        ax.plot(sel["cfg.layers"], pred / 2**30, "--" + style, label=f"{policy} predicted")
+        ax.plot(sel.cfg.layers, pred / 2**30, "--" + style, label=f"{policy} predicted")
         meas = sel[(sel["status"] == Status.MEASURED.value) & sel["peak_alloc"].notna()]
         if not meas.empty:
-            ax.plot(meas["cfg.layers"], meas["peak_alloc"] / 2**30, "-" + style, label=f"{policy} measured")
+            ax.plot(meas.cfg.layers, meas["peak_alloc"] / 2**30, "-" + style, label=f"{policy} measured")
         drawn = True
     if not drawn:
         return False
@@ -173,16 +174,16 @@ def body(df: pd.DataFrame, fig_dir: Path, fig_rel: str, fig_name: str) -> str | 
     if not pol.empty:
         i = pol["details"].iloc[0]
         c = pol.iloc[0]
-        parts.append(f"**Best single-level k** for {c['cfg.size']} at batch {int(c['cfg.batch'])}, context "
-                     f"{int(c['cfg.context'])}: k = {i.get('best_k')} ({i.get('best_k_rule')}); timed with its "
+        parts.append(f"**Best single-level k** for {c.cfg.size} at batch {int(c.cfg.batch)}, context "
+                     f"{int(c.cfg.context)}: k = {i.get('best_k')} ({i.get('best_k_rule')}); timed with its "
                      f"neighbours k ∈ {i.get('ks')}. " + terms_text(pol))
         parts.append(policy_table(pol))
     left = pd.concat([pol, dep])
     left = left[left.apply(_not_run, axis=1)] if not left.empty else left
     if not dep.empty:
         c = dep.iloc[0]
-        parts.append(f"### nested vs none over depth\n\n{c['cfg.width']} width, batch {int(c['cfg.batch'])}, "
-                     f"context {int(c['cfg.context'])}, {c['cfg.dtype']}.")
+        parts.append(f"### nested vs none over depth\n\n{c.cfg.width} width, batch {int(c.cfg.batch)}, "
+                     f"context {int(c.cfg.context)}, {c.cfg.dtype}.")
         parts.append(depth_table(dep))
         if depth_plot(dep, fig_dir / fig_name):
             parts.append(f"![peak vs layers]({fig_rel}/{fig_name})")

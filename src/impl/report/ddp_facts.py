@@ -15,12 +15,12 @@ OURS = ("naive", "flat", "individual", "bucketed")
 
 
 def key(b: Bench) -> Key:
-    return b.cfg.variant, b.cfg.extra.get("bucket_mb") if b.cfg.variant == "bucketed" else None
+    return b.cfg.variant, b.cfg.bucket_mb if b.cfg.variant == "bucketed" else None
 
 
 def label(b: Bench) -> str:
     v = b.cfg.variant
-    return f"bucketed {b.cfg.extra['bucket_mb']:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
+    return f"bucketed {b.cfg.bucket_mb:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ class DdpFacts:
 
 
 def ddp_facts(device: str, date: str, rows: list[Bench], log_tail: str | None, overlap: dict[str, float]) -> DdpFacts:
-    bench = [b for b in rows if b.cfg.extra.get("kind") != "trace"]  # older files: trace rows apart
+    bench = [b for b in rows if b.cfg.kind != "trace"]  # older files: trace rows apart
     groups: dict[tuple[int, int], dict[Key, Bench]] = {}
     for b in bench:
-        groups.setdefault((int(b.cfg.context), int(b.cfg.extra["batch_per_rank"])), {})[key(b)] = b
+        groups.setdefault((int(b.cfg.context), int(b.cfg.batch_per_rank)), {})[key(b)] = b
     return DdpFacts(device, date, log_tail, [Group(c, n, by) for (c, n), by in sorted(groups.items())], overlap)

@@ -15,6 +15,7 @@ from impl import accounting as acc
 from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.markdown import missing, ms, num, pct, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 COMM = "distributed_communication_single_node"
 DDP_PROBLEMS = ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
@@ -36,12 +37,6 @@ def _info(r, key, default=None):
 
 def _not_run(r) -> str | None:
     return None if r["status"] == Status.MEASURED.value else f"not run ({r['status']}: {r['reason']})"
-
-
-def _cfg(r, key):
-    """A config value, None where the row's config has no such key (a column other rows made)."""
-    v = r.get(f"cfg.{key}")
-    return None if missing(v) else v
 
 
 def figure(r, key, metric: Metric | None = None):
@@ -86,7 +81,7 @@ class _Unit:
 
 def _comm_rows(d: pd.DataFrame) -> pd.DataFrame:
     """The all-reduce rows (older files also held fit rows, config kind "fit")."""
-    return d[d.apply(lambda r: _cfg(r, "kind") != "fit", axis=1)] if not d.empty else d
+    return d[d.cfg.kind != "fit"] if not d.empty else d
 
 
 def _per_op(r):
@@ -102,7 +97,7 @@ def _fits(d: pd.DataFrame) -> dict:
     points: dict = {}
     for _, r in _comm_rows(d).iterrows():
         if not _not_run(r) and not missing(_per_op(r)):
-            points.setdefault((r["cfg.backend"], int(r["cfg.world_size"])), []).append((r["cfg.bytes"], _per_op(r)))
+            points.setdefault((r.cfg.backend, int(r.cfg.world_size)), []).append((r.cfg.bytes, _per_op(r)))
     out = {}
     for key, pts in points.items():
         if len({b for b, _ in pts}) >= 2:
@@ -116,9 +111,9 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
     rows, series = [], {}
     runs = _comm_rows(d).sort_values(["cfg.backend", "cfg.world_size", "cfg.bytes"])
     for _, r in runs.iterrows():
-        key = (r["cfg.backend"], int(r["cfg.world_size"]))
+        key = (r.cfg.backend, int(r.cfg.world_size))
         nr = _not_run(r)
-        head = [key[0], key[1], _mb(r["cfg.bytes"])]
+        head = [key[0], key[1], _mb(r.cfg.bytes)]
         if nr:
             rows.append(head + [nr, "", "", ""])
             continue
@@ -127,7 +122,7 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         rows.append(head + [ms(_per_op(r), digits=3), num(figure(r, "algbw_GBps", Metric.ALG_BW), 2), num(busbw, 2),
                             timing.iterations if timing else _info(r, "inner")])
         if not missing(busbw):
-            series.setdefault(key, []).append((r["cfg.bytes"], busbw))
+            series.setdefault(key, []).append((r.cfg.bytes, busbw))
     left_out = {i["left_out"] for i in runs["details"] if i.get("left_out")}
     out = ["All-reduce (sum) of float32 buffers, MB = 2^20 bytes. Time per all-reduce = pytest-benchmark median; "
            "each all-reduce runs on every rank after a barrier and is timed by the ranks' own device clocks "
@@ -167,8 +162,8 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
 
 
 def _ddp_label(r) -> str:
-    v = r["cfg.variant"]
-    return f"bucketed {r['cfg.bucket_mb']:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
+    v = r.cfg.variant
+    return f"bucketed {r.cfg.bucket_mb:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
 
 
 def _gap_text(by: dict, floor, anchor) -> str | None:
@@ -199,11 +194,11 @@ def _gap_text(by: dict, floor, anchor) -> str | None:
 
 def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
     """The DDP tables; returns also {context: {bucket_mb: (step_s, comm_s)}} and the gradient bytes."""
-    bench = d[d.apply(lambda r: _cfg(r, "kind") != "trace", axis=1)]  # older files: trace rows apart
+    bench = d[d.cfg.kind != "trace"]  # older files: trace rows apart
     out, buckets = [], {}
     first = bench.iloc[0]
-    out.append(f"{first['cfg.size']}, fp32, AdamW, {int(first['cfg.world_size'])} ranks over "
-               f"{first['cfg.backend']}; each rank trains on its own micro-batch. Step = pytest-benchmark median "
+    out.append(f"{first.cfg.size}, fp32, AdamW, {int(first.cfg.world_size)} ranks over "
+               f"{first.cfg.backend}; each rank trains on its own micro-batch. Step = pytest-benchmark median "
                "± std "
                "of one training step on every rank, timed by the ranks' own device-synchronised clocks (the slowest "
                "rank's time; older files: the parent's clock, slowest rank + IPC round trip). Exposed "
@@ -213,11 +208,11 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
                "backward). torch DDP waits inside backward, so only its total is known. Overheads are step-time "
                "ratios to the single-GPU step at the same per-rank batch and to torch DDP.")
     grad_bytes = None
-    for (ctx, batch), g in bench.groupby(["cfg.context", "cfg.batch_per_rank"]):
+    for (ctx, batch), g in bench.groupby([bench.cfg.context, bench.cfg.batch_per_rank]):
         ctx, batch = int(ctx), int(batch)
         by = {}
         for _, r in g.iterrows():
-            by[(r["cfg.variant"], r["cfg.bucket_mb"] if r["cfg.variant"] == "bucketed" else None)] = r
+            by[(r.cfg.variant, r.cfg.bucket_mb if r.cfg.variant == "bucketed" else None)] = r
         floor, anchor = by.get(("single", None)), by.get(("torch_ddp", None))
         rows = []
         keys = sorted(by, key=lambda k: (VARIANT_ORDER.index(k[0]) if k[0] in VARIANT_ORDER else 99, k[1] or 0))
@@ -242,7 +237,7 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
         if gap:
             out.append(gap)
     return "\n\n".join(out), dict(buckets=buckets, grad_bytes=grad_bytes,
-                                  backend=first["cfg.backend"], world_size=int(first["cfg.world_size"]))
+                                  backend=first.cfg.backend, world_size=int(first.cfg.world_size))
 
 
 @dataclass(frozen=True)
@@ -396,7 +391,7 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     traced = ", ".join(label for label, _ in rows)
     return "\n\n".join([
         f"One step on rank 0 (torch.profiler, {src}) after the row's timed steps, context "
-        f"{int(first['cfg.context'])}, per-rank batch {int(first['cfg.batch_per_rank'])}; variants traced: {traced} "
+        f"{int(first.cfg.context)}, per-rank batch {int(first.cfg.batch_per_rank)}; variants traced: {traced} "
         "(the overlapped variant this run traced is the bucketed DDP, which overlaps the same way as the "
         "per-parameter one, a bucket at a time). Shaded bands are the annotated phases. The stored lanes merge "
         "kernels across short gaps, so each lane's bars are shaded by its busy share and labelled with busy ÷ drawn "
@@ -418,7 +413,7 @@ def sharding_section(d: pd.DataFrame) -> str | None:
     gib, _gb = u.b, u.d  # noqa: N806 - the unit follows the model size
     mem_rows, cmp_rows = [], []
     for _, r in d.iterrows():
-        v = r["cfg.variant"]
+        v = r.cfg.variant
         label = SHARD_LABEL.get(v, v)
         nr = _not_run(r)
         if nr:
@@ -441,8 +436,8 @@ def sharding_section(d: pd.DataFrame) -> str | None:
                          _gb(_info(r, "comm_bytes_per_step")), _info(r, "comm_bytes_source"), _gb(vol)])
     psi = _info(first, "n_params", 0) * 4
     return "\n\n".join([
-        f"{first['cfg.size']}, fp32, per-rank batch {int(first['cfg.batch_per_rank'])} at context {int(first['cfg.context'])}, "
-        f"{int(first['cfg.world_size'])} ranks over {first['cfg.backend']}. Peaks (CUDA allocator): after model, "
+        f"{first.cfg.size}, fp32, per-rank batch {int(first.cfg.batch_per_rank)} at context {int(first.cfg.context)}, "
+        f"{int(first.cfg.world_size)} ranks over {first.cfg.backend}. Peaks (CUDA allocator): after model, "
         "wrapper and optimizer are built; of forward + backward + gradient sync (\"before step\"); during the "
         "optimizer step (\"after step\"). Breakdown from the tensors on the rank directly before the step "
         "(optimizer state directly after it): parameters (distinct storages), gradients, optimizer state, buffers "

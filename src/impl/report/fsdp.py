@@ -11,6 +11,7 @@ from impl.bench.sweeps import grid
 from impl.report import figures
 from impl.report.distributed import figure
 from impl.report.markdown import gib, missing, ms, num, pct, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 LABEL = dict(fsdp="FSDP (ours), fp32", fsdp_bf16="FSDP (ours), bf16 compute",
              fsdp_block_bf16="FSDP (ours), bf16 compute, a unit per block", ddp="DDPBucketed 100 MB (ours)",
@@ -35,7 +36,7 @@ def _m(r, key, metric: Metric | None = None):
 
 
 def _label(r) -> str:
-    return LABEL.get(r["cfg.variant"], r["cfg.variant"])
+    return LABEL.get(r.cfg.variant, r.cfg.variant)
 
 
 def _not_run_cell(r) -> str | None:
@@ -65,7 +66,7 @@ def _not_yet_run(d: pd.DataFrame, device: str) -> str | None:
     """Variants of today's grid that this device's data lacks (added after its newest run), so a
     reader sees what the next run on such a machine will measure."""
     variants = grid("fsdp", "smoke" if device == "cpu" else "full")["variants"]
-    absent = [LABEL.get(v, v) for v in variants if v not in set(d["cfg.variant"])]
+    absent = [LABEL.get(v, v) for v in variants if v not in set(d.cfg.variant)]
     if not absent:
         return None
     return (f"Not yet run on this device: {'; '.join(absent)} (in the grid since its newest run; "
@@ -82,15 +83,15 @@ def _sharding_table(df: pd.DataFrame, first) -> str | None:
     s = df[(df.problem == "optimizer_state_sharding_accounting")]
     if s.empty:
         return None
-    s = s[(s["cfg.size"] == first["cfg.size"]) & (s["cfg.context"] == first["cfg.context"])
-          & (s["cfg.batch_per_rank"] == first["cfg.batch_per_rank"])]
+    s = s[(s.cfg.size == first.cfg.size) & (s.cfg.context == first.cfg.context)
+          & (s.cfg.batch_per_rank == first.cfg.batch_per_rank)]
     rows = []
     for _, r in s.iterrows():
         ranks = r["details"].get("ranks") or []
         peaks = [max(x.get("before_peak") or 0, x.get("after_peak") or 0) for x in ranks]
         if r["status"] != Status.MEASURED.value or not peaks or not max(peaks):
             continue
-        rows.append([SHARDING_LABEL.get(r["cfg.variant"], r["cfg.variant"]), ms(r["median"], r["stddev"]), gib(max(peaks))])
+        rows.append([SHARDING_LABEL.get(r.cfg.variant, r.cfg.variant), ms(r["median"], r["stddev"]), gib(max(peaks))])
     if not rows:
         return None
     return ("Against optimizer-state sharding at the same shape (optimizer_state_sharding_accounting, same device, "
@@ -216,7 +217,7 @@ def _verdict(label: str, r, tl: dict) -> str:
 
 
 def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    ran = d[d["cfg.variant"].isin(OURS_FSDP) & (d["status"] == Status.MEASURED.value)]
+    ran = d[d.cfg.variant.isin(OURS_FSDP) & (d["status"] == Status.MEASURED.value)]
     with_tl = ran[ran["details"].map(lambda i: bool(i.get("timeline")))]
     head = "### fsdp: do the all-gathers arrive before their layer needs them?"
     if with_tl.empty:
@@ -255,8 +256,8 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     if d.empty:
         return None
     first = d.iloc[0]
-    head = (f"## fsdp\n\n{first['cfg.size']}, context {int(first['cfg.context'])}, per-rank batch "
-            f"{int(first['cfg.batch_per_rank'])}, {int(first['cfg.world_size'])} ranks over {first['cfg.backend']}; "
+    head = (f"## fsdp\n\n{first.cfg.size}, context {int(first.cfg.context)}, per-rank batch "
+            f"{int(first.cfg.batch_per_rank)}, {int(first.cfg.world_size)} ranks over {first.cfg.backend}; "
             "step = pytest-benchmark median ± std of one training step on every rank, timed by the ranks' own "
             "clocks (the slowest rank's; older files: the parent's clock, slowest rank + IPC). "
             "Communication = time finish_gradient_synchronization waited; bytes = payload handed to collectives "

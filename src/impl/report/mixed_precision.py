@@ -94,7 +94,7 @@ def accumulation(rows: list[Bench]) -> Accumulation | None:
     if b is None:
         return None
     i = b.details
-    return Accumulation(int(b.cfg.extra.get("steps")), i["exact"], i["values"], i["errors"])
+    return Accumulation(int(b.cfg.steps), i["exact"], i["values"], i["errors"])
 
 
 def dtypes(rows: list[Bench]) -> Dtypes | None:

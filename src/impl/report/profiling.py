@@ -11,6 +11,7 @@ from impl.model import size_rank
 from impl.report.benchmarking import stat_name, step_s, study
 from impl.report.nsys_facts import forward_non_matmul
 from impl.report.markdown import missing, ms, num, pct, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 
@@ -29,7 +30,7 @@ def _i(x):
 
 def _sorted(d, *keys):
     if "cfg.size" in d:
-        d = d.assign(_s=d["cfg.size"].map(lambda s: size_rank(s)))
+        d = d.assign(_s=d.cfg.size.map(lambda s: size_rank(s)))
         return d.sort_values(["_s", *keys])
     return d
 
@@ -80,13 +81,13 @@ def nsys_body(df: pd.DataFrame) -> str | None:
     for _, r in d.iterrows():
         n = r["details"].get("nsys")
         if r["status"] not in (MEASURED, OOM):
-            rows.append([r["cfg.size"], _i(r["cfg.context"]), "left out"] + ["–"] * 9)
+            rows.append([r.cfg.size, _i(r.cfg.context), "left out"] + ["–"] * 9)
             continue
         if r["status"] == OOM or not n:
-            rows.append([r["cfg.size"], _i(r["cfg.context"]), "OOM"] + ["–"] * 9)
+            rows.append([r.cfg.size, _i(r.cfg.context), "OOM"] + ["–"] * 9)
             continue
         top = n.get("top_forward", {})
-        rows.append([r["cfg.size"], _i(r["cfg.context"]), ms(step_s(r), r["stddev"]), num(n["forward_range_ms"], 2),
+        rows.append([r.cfg.size, _i(r.cfg.context), ms(step_s(r), r["stddev"]), num(n["forward_range_ms"], 2),
                      num(n["forward_kernel_ms"], 2), top.get("name", "–")[:60].replace("|", "/"),
                      num(top.get("calls_per_pass"), 0), "yes" if n.get("top_stays_on_top") else "no",
                      pct(n["matmul_share_forward"]), _train_share(n),
@@ -102,7 +103,7 @@ def nsys_body(df: pd.DataFrame) -> str | None:
     if not ok.empty:
         r = ok.iloc[len(ok) // 2]
         n = r["details"]["nsys"]
-        cfg = f"{r['cfg.size']}, context {_i(r['cfg.context'])}"
+        cfg = f"{r.cfg.size}, context {_i(r.cfg.context)}"
         parts.append(f"### Kernel tables for {cfg} (top rows; all tables are in the JSON)")
         for phase in ("forward", "forward+backward", "optimizer step"):
             rows_ = n["tables"].get(phase) or []
@@ -157,17 +158,17 @@ def compile_section(df: pd.DataFrame) -> str | None:
         return None
     d = _sorted(d, "cfg.context")
     left = d[~d["status"].isin([MEASURED, OOM])]
-    opt = d[d["cfg.mode"] == "optimizer_step"]
-    grid_rows = d[d["cfg.mode"] != "optimizer_step"]
-    modes = [m for m in ("forward", "forward_backward", "train_step") if m in set(grid_rows["cfg.mode"])]
+    opt = d[d.cfg.mode == "optimizer_step"]
+    grid_rows = d[d.cfg.mode != "optimizer_step"]
+    modes = [m for m in ("forward", "forward_backward", "train_step") if m in set(grid_rows.cfg.mode)]
     labels = {"forward": "forward", "forward_backward": "fwd+bwd", "train_step": "train step"}
     by_size_opt = {}
-    for size, g in opt.groupby("cfg.size", sort=False):
-        by_size_opt[size] = {r["cfg.impl"]: r for _, r in g.iterrows()}
+    for size, g in opt.groupby(opt.cfg.size, sort=False):
+        by_size_opt[size] = {r.cfg.impl: r for _, r in g.iterrows()}
     rows = []
-    for (size, ctx), g in grid_rows.groupby(["cfg.size", "cfg.context"], sort=False):
+    for (size, ctx), g in grid_rows.groupby([grid_rows.cfg.size, grid_rows.cfg.context], sort=False):
         row = [size, _i(ctx)]
-        sel = {(r["cfg.mode"], r["cfg.impl"]): r for _, r in g.iterrows()}
+        sel = {(r.cfg.mode, r.cfg.impl): r for _, r in g.iterrows()}
         for mode in modes:
             e, c = sel.get((mode, "eager")), sel.get((mode, "compiled"))
             row += [_cell(e), _cell(c), _speedup(e, c)]
@@ -207,16 +208,16 @@ def compile_section(df: pd.DataFrame) -> str | None:
             orows.append([size, _cell(e), _cell(c), _speedup(e, c)])
         parts.append("Optimizer step alone (AdamW on fixed random gradients; independent of the context):\n\n"
                      + table(["size", "eager (ms)", "compiled (ms)", "speed-up"], orows))
-    comp = d[(d["cfg.impl"] == "compiled") & d["details"].map(lambda i: bool(i.get("compiled_now")))]
+    comp = d[(d.cfg.impl == "compiled") & d["details"].map(lambda i: bool(i.get("compiled_now")))]
     if not comp.empty:
         crow = []
         for _, r in comp.iterrows():
             i = r["details"]
-            graph = i.get("graph") or ("inference" if r["cfg.mode"] == "forward" else "training")
-            same = d[(d["cfg.impl"] == "compiled") & (d["cfg.size"] == r["cfg.size"])
+            graph = i.get("graph") or ("inference" if r.cfg.mode == "forward" else "training")
+            same = d[(d.cfg.impl == "compiled") & (d.cfg.size == r.cfg.size)
                      & d["details"].map(lambda j, g=graph: j.get("graph") == g and bool(j.get("reused_graph")))]
-            reused = sorted({_i(x) for x in same["cfg.context"] if not missing(x)})
-            crow.append([r["cfg.size"], graph, "–" if missing(r["cfg.context"]) else _i(r["cfg.context"]),
+            reused = sorted({_i(x) for x in same.cfg.context if not missing(x)})
+            crow.append([r.cfg.size, graph, "–" if missing(r.cfg.context) else _i(r.cfg.context),
                          num(_first_call_s(r), 1), num(i.get("compile_s"), 1),
                          ", ".join(map(str, reused)) or ("every later step" if graph == "optimizer" else "–"),
                          i.get("graph_breaks", "–")])
@@ -228,14 +229,14 @@ def compile_section(df: pd.DataFrame) -> str | None:
     if not left.empty:
         reason = left["reason"].iloc[0]
         cfgs = []
-        for (size, ctx), g in d.assign(_c=d["cfg.context"].map(lambda c: "optimizer step" if missing(c) else _i(c))
+        for (size, ctx), g in d.assign(_c=d.cfg.context.map(lambda c: "optimizer step" if missing(c) else _i(c))
                                        ).groupby(["cfg.size", "_c"], sort=False):
             out = g[g.index.isin(left.index)]
             if out.empty:
                 continue
             name = f"{size} {ctx}" if ctx == "optimizer step" else f"{size}@{ctx}"
             if len(out) < len(g):
-                name += " (" + ", ".join(f"{r['cfg.mode']} {r['cfg.impl']}" for _, r in out.iterrows()) + ")"
+                name += " (" + ", ".join(f"{r.cfg.mode} {r.cfg.impl}" for _, r in out.iterrows()) + ")"
             cfgs.append(name)
         parts.append(f"Left out ({reason}): " + ", ".join(cfgs) + ".")
     return "\n\n".join(parts)

@@ -45,6 +45,23 @@ class Config:
     d_ff: int | None = None
     num_layers: int | None = None
     num_heads: int | None = None
+    # distributed, training-step and checkpointing grids
+    batch_per_rank: int | None = None
+    bucket_mb: float | None = None
+    kind: str | None = None  # older distributed files: "trace" / "fit" rows beside the benchmarks
+    layers: int | None = None
+    k: int | None = None
+    policy: str | None = None
+    checkpointing: str | None = None
+    case: str | None = None
+    steps: int | None = None
+    compile: bool | str | None = None
+    compile_backend: str | None = None
+    attn_impl: str | None = None
+    fused_ce: bool | None = None
+    optimizer: str | None = None
+    weights: str | None = None
+    width: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -66,6 +83,39 @@ class Config:
     @property
     def edition_or_default(self) -> str:
         return str(self.edition or "2025")
+
+
+CONFIG_KEYS = frozenset(f.name for f in fields(Config)) - {"extra"}
+
+
+@pd.api.extensions.register_dataframe_accessor("cfg")
+class FrameConfig:
+    """`d.cfg.<key>`: the frame's column of a config key, by a declared name (Config's fields); a key no
+    row of `d` has reads as a column of None."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self._frame = frame
+
+    def __getattr__(self, key: str) -> pd.Series:
+        if key not in CONFIG_KEYS:
+            raise AttributeError(f"no config key {key!r}; declare it in impl.report.rows.Config")
+        column = f"cfg.{key}"
+        if column in self._frame:
+            return self._frame[column]
+        return pd.Series([None] * len(self._frame), index=self._frame.index, dtype=object)
+
+
+@pd.api.extensions.register_series_accessor("cfg")
+class LineConfig:
+    """`r.cfg`: the typed Config of one line of the frame (its Row's config), None where unset."""
+
+    def __init__(self, line: pd.Series):
+        self._config = Config.of(line["row"].config) if "row" in line.index else None
+
+    def __getattr__(self, key: str):
+        if self._config is None:
+            raise AttributeError("not a line of impl.report.data.frame (no row)")
+        return getattr(self._config, key)
 
 
 def size_label(ref: SizeRef | None, fallback: str = "–") -> str:

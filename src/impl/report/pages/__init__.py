@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from impl.report.runs import run_date  # noqa: F401  (pages import it from here)
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 
 @dataclass(frozen=True)

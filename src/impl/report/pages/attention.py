@@ -91,12 +91,10 @@ def ratio_text(a, b, name: str) -> str:
 
 
 def _pick(d: pd.DataFrame, **cfg):
-    """The one ran row whose cfg.<key> equal the given values, or None."""
+    """The one ran row whose config keys equal the given values, or None."""
     sel = d[d.apply(ran, axis=1)] if not d.empty else d
     for k, v in cfg.items():
-        if f"cfg.{k}" not in sel:  # no row of this device has that config key
-            return None
-        sel = sel[sel[f"cfg.{k}"] == v]
+        sel = sel[getattr(sel.cfg, k) == v]  # a key no row has reads as None: nothing matches
     return None if sel.empty else sel.iloc[0]
 
 
@@ -124,8 +122,8 @@ def _pow2_axis(ax, values) -> None:
 
 def _naive_bandwidth(r) -> float:
     """Bytes per second the forward row moved over its score matrix, at NAIVE_FORWARD_PASSES passes."""
-    b, s = int(r["cfg.batch"]), int(r["cfg.seq"])
-    return NAIVE_FORWARD_PASSES * b * s * s * DTYPE_BYTES[r["cfg.dtype"]] / r["median"]
+    b, s = int(r.cfg.batch), int(r.cfg.seq)
+    return NAIVE_FORWARD_PASSES * b * s * s * DTYPE_BYTES[r.cfg.dtype] / r["median"]
 
 
 def seed_comparison(pa: pd.DataFrame) -> str | None:
@@ -135,20 +133,20 @@ def seed_comparison(pa: pd.DataFrame) -> str | None:
     b = _pick(pa, d_model=seed.d, seq=seed.seq, mode="backward")
     if f is None or b is None:
         return None
-    smallest_d = _pick(pa, d_model=pa["cfg.d_model"].min(), seq=seed.seq, mode="forward")
-    same = f["cfg.batch"] == seed.batch and f["cfg.dtype"] == seed.dtype
+    smallest_d = _pick(pa, d_model=pa.cfg.d_model.min(), seq=seed.seq, mode="forward")
+    same = f.cfg.batch == seed.batch and f.cfg.dtype == seed.dtype
     ours_bw = _naive_bandwidth(smallest_d)
     seed_bw_same_d = _naive_bandwidth(f) * _ms(f) / seed.forward_ms
     return (f"Ours is {seed.forward_ms / _ms(f):.1f}× faster forward and {seed.backward_ms / _ms(b):.1f}× faster "
             f"backward than {seed.source} at d {seed.d}, seq {seed.seq} ({_ms(f):.1f} vs {seed.forward_ms} ms, "
             f"{_ms(b):.1f} vs {seed.backward_ms} ms), "
             + ("with the same batch and dtype" if same else "with a different batch or dtype")
-            + f" (batch {int(f['cfg.batch'])}, {f['cfg.dtype']}, TF32 "
+            + f" (batch {int(f.cfg.batch)}, {f.cfg.dtype}, TF32 "
             f"{'on' if _detail(f, 'tf32') else 'off'}; median of {int(f['rounds'])} synchronised calls). "
-            f"At this size the forward is memory-bound: the (b, s, s) {f['cfg.dtype']} matrix is "
-            f"{gib(int(f['cfg.batch']) * seed.seq ** 2 * DTYPE_BYTES[f['cfg.dtype']])} GiB and "
+            f"At this size the forward is memory-bound: the (b, s, s) {f.cfg.dtype} matrix is "
+            f"{gib(int(f.cfg.batch) * seed.seq ** 2 * DTYPE_BYTES[f.cfg.dtype])} GiB and "
             f"`naive_attention` passes over it at least {NAIVE_FORWARD_PASSES} times, so ours moves "
-            f"≥ {ours_bw / 1e12:.2f} TB/s at d {int(smallest_d['cfg.d_model'])} and "
+            f"≥ {ours_bw / 1e12:.2f} TB/s at d {int(smallest_d.cfg.d_model)} and "
             f"≥ {_naive_bandwidth(f) / 1e12:.2f} TB/s at d {seed.d}; the seed's {seed.forward_ms} ms would be "
             f"{seed_bw_same_d / 1e12:.2f} TB/s for the same passes. Its GPU model ({seed.gpu}) and timed code were "
             f"not recorded, so the gap is **flagged, not explained**: a PCIe H100's slower HBM, extra passes "
@@ -165,19 +163,19 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
         ooms = pa[pa.oom]
         case = accounting_case(pa)
         big = ok.sort_values(["cfg.seq", "cfg.d_model"]).iloc[-1]
-        by_mode = {m: _pick(pa, d_model=big["cfg.d_model"], seq=big["cfg.seq"], mode=m) for m in ("forward", "backward")}
-        batch, dtype = int(big["cfg.batch"]), big["cfg.dtype"]
-        mem = naive_attention_memory(batch, int(big["cfg.seq"]), int(big["cfg.d_model"]), dtype)
-        half = naive_attention_memory(batch, int(big["cfg.seq"]) // 2, int(big["cfg.d_model"]), dtype)
+        by_mode = {m: _pick(pa, d_model=big.cfg.d_model, seq=big.cfg.seq, mode=m) for m in ("forward", "backward")}
+        batch, dtype = int(big.cfg.batch), big.cfg.dtype
+        mem = naive_attention_memory(batch, int(big.cfg.seq), int(big.cfg.d_model), dtype)
+        half = naive_attention_memory(batch, int(big.cfg.seq) // 2, int(big.cfg.d_model), dtype)
         if ooms.empty:
             oom_text = (f"No configuration ran out of memory on the {gib(big['row'].env.gpu_memory_bytes)} GiB "
-                        f"{big['row'].env.device}: the largest, d {int(big['cfg.d_model'])} and seq "
-                        f"{int(big['cfg.seq'])}, took {_ms(by_mode['forward']):.1f} ms forward and "
+                        f"{big['row'].env.device}: the largest, d {int(big.cfg.d_model)} and seq "
+                        f"{int(big.cfg.seq)}, took {_ms(by_mode['forward']):.1f} ms forward and "
                         f"{_ms(by_mode['backward']):.1f} ms backward, so the accounting below is for that case.")
         else:
             first = ooms.sort_values(["cfg.seq", "cfg.d_model"]).iloc[0]
-            oom_text = (f"The first out-of-memory case is d {int(first['cfg.d_model'])}, seq {int(first['cfg.seq'])} "
-                        f"({first['cfg.mode']}); the accounting below is for it.")
+            oom_text = (f"The first out-of-memory case is d {int(first.cfg.d_model)}, seq {int(first.cfg.seq)} "
+                        f"({first.cfg.mode}); the accounting below is for it.")
         answers = [
             Answer("(a) Report the timings (or out-of-memory errors) you get for these configurations. At what size "
                    "do you get out-of-memory errors?", oom_text),
@@ -198,8 +196,8 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
             answers.append(Answer("Why is naive attention here faster than the seeds' H100 numbers?", seed))
         r0 = pa.iloc[0]
         body += [f"### {dev}",
-                 f"Naive attention (`impl.attention.naive_attention`), batch {int(r0['cfg.batch'])}, no head "
-                 f"dimension, {r0['cfg.dtype']}, non-causal; {int(pa['rounds'].max())} timed forward passes and as "
+                 f"Naive attention (`impl.attention.naive_attention`), batch {int(r0.cfg.batch)}, no head "
+                 f"dimension, {r0.cfg.dtype}, non-causal; {int(pa['rounds'].max())} timed forward passes and as "
                  f"many timed backward passes (median; each call synchronised; a backward's forward runs untimed). "
                  f"Memory is what the benchmark allocated from the inputs on; derived = `impl.attention.memory`.",
                  pytorch_attention_table(pa)]
@@ -209,7 +207,7 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
         score[name] = Score(answer="no OOM on the grid; memory saved for backward grows with s²" if ooms.empty
                             else "OOM from the first case named on the page",
                             headline=f"{_ms(by_mode['forward']):.1f} / {_ms(by_mode['backward']):.1f} ms fwd/bwd at "
-                                     f"d {int(big['cfg.d_model'])}, seq {int(big['cfg.seq'])}",
+                                     f"d {int(big.cfg.d_model)}, seq {int(big.cfg.seq)}",
                             vs_anchor="– (no anchor: the naive implementation is the baseline)",
                             device=big["row"].env.device, date=_date(pa))
         break  # the first GPU with rows answers; the others have none for this problem
@@ -240,7 +238,7 @@ def torch_compile_page(ctx: Context) -> Page | None:
             answers.append(Answer(words.q_a(), words.a_a(f, run_ids(tc), run_ids(pa) if not pa.empty else None,
                                                          len(tc[~tc.apply(ran, axis=1)]), len(tc))))
             body += [f"### (a) compiled vs eager attention ({dev})",
-                     words.a_method(tc.iloc[0]["cfg.backend"]), torch_compile_table(tc, pa)]
+                     words.a_method(tc.iloc[0].cfg.backend), torch_compile_table(tc, pa)]
             if _reasons(tc):
                 body.append("Not run:\n" + _reasons(tc))
             body.append(runs_line(dev, pd.concat([tc, pa]) if not pa.empty else tc))
@@ -265,14 +263,14 @@ def torch_compile_page(ctx: Context) -> Page | None:
 def _model_answer(d: pd.DataFrame) -> str:
     """Eager/compiled per mode of torch_compile (b)'s rows, for the smallest and the largest size."""
     out = []
-    sizes = list(dict.fromkeys(d["cfg.size"]))  # the rows' order: smallest first
+    sizes = list(dict.fromkeys(d.cfg.size))  # the rows' order: smallest first
     for mode, label in (("forward", "forward"), ("forward_backward", "forward+backward"),
                         ("optimizer_step", "optimizer step")):
         per = {}
         for size in (sizes[0], sizes[-1]) if sizes else ():
             sp = []
-            for _, g in d[(d["cfg.mode"] == mode) & (d["cfg.size"] == size)].groupby("cfg.context", dropna=False):
-                by = {r["cfg.impl"]: r for _, r in g.iterrows() if ran(r)}
+            for _, g in d[(d.cfg.mode == mode) & (d.cfg.size == size)].groupby("cfg.context", dropna=False):
+                by = {r.cfg.impl: r for _, r in g.iterrows() if ran(r)}
                 if "eager" in by and "compiled" in by:
                     sp.append(step_s(by["eager"]) / step_s(by["compiled"]))
             if sp:
@@ -388,12 +386,12 @@ def flash_attention_page(ctx: Context) -> Page:
 def flash_plot(d: pd.DataFrame, path: Path) -> PlotInfo | None:
     """TFLOP/s against sequence length of the forward+backward rows, one panel per head dimension, one
     colour per implementation on every panel, one legend built from the lines drawn."""
-    e2e = d[(d["cfg.mode"] == "fwd_bwd") & d.apply(ran, axis=1)]
+    e2e = d[(d.cfg.mode == "fwd_bwd") & d.apply(ran, axis=1)]
     if e2e.empty:
         return None
-    dtype = "bf16" if "bf16" in set(e2e["cfg.dtype"]) else sorted(e2e["cfg.dtype"].unique())[0]
-    e2e = e2e[e2e["cfg.dtype"] == dtype]
-    dims = sorted(e2e["cfg.d"].unique())
+    dtype = "bf16" if "bf16" in set(e2e.cfg.dtype) else sorted(e2e.cfg.dtype.unique())[0]
+    e2e = e2e[e2e.cfg.dtype == dtype]
+    dims = sorted(e2e.cfg.d.unique())
     ncol = 2 if len(dims) > 1 else 1
     nrow = (len(dims) + ncol - 1) // ncol
     fig, _ = figures.new(figsize=(10, 3.2 * nrow + 0.9))
@@ -403,19 +401,19 @@ def flash_plot(d: pd.DataFrame, path: Path) -> PlotInfo | None:
     for idx, dim in enumerate(dims):
         ax = fig.add_subplot(gs[idx // ncol, idx % ncol])
         for impl in _impls(e2e):
-            sel = e2e[(e2e["cfg.impl"] == impl) & (e2e["cfg.d"] == dim)].sort_values("cfg.seq")
+            sel = e2e[(e2e.cfg.impl == impl) & (e2e.cfg.d == dim)].sort_values("cfg.seq")
             if sel.empty:
                 continue
             style = "-o" if impl.startswith("flash_triton") else "--s"  # ours solid, others dashed
-            (line,) = ax.plot(sel["cfg.seq"], sel["m.tflops"], style, ms=3, color=IMPL_COLORS[impl],
+            (line,) = ax.plot(sel.cfg.seq, sel["m.tflops"], style, ms=3, color=IMPL_COLORS[impl],
                               label=IMPL_LABELS[impl])
             handles.setdefault(IMPL_LABELS[impl], line)
             drawn.append(IMPL_LABELS[impl])
-        _pow2_axis(ax, e2e["cfg.seq"])
+        _pow2_axis(ax, e2e.cfg.seq)
         ax.set_yscale("log")
         ax.set(xlabel="sequence length", ylabel="TFLOP/s", title=f"d = {int(dim)}")
     legend = _legend_below(fig, gs[nrow, :], handles)
-    batch = int(e2e["cfg.batch"].iloc[0])
+    batch = int(e2e.cfg.batch.iloc[0])
     fig.suptitle(f"flash_benchmarking: {dtype}, causal, batch {batch}, forward+backward (median kernel times)")
     figures.save(fig, path)
     return PlotInfo(path, sorted(set(drawn)), legend)
@@ -426,7 +424,7 @@ def previous_run(cur: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
     if history.empty:
         return history
     h = history[(history.problem == cur.problem.iloc[0]) & (history.device == cur.device.iloc[0])
-                & history["cfg.dtype"].isin(cur["cfg.dtype"].unique()) & (history.datetime < cur.datetime.min())]
+                & history.cfg.dtype.isin(cur.cfg.dtype.unique()) & (history.datetime < cur.datetime.min())]
     return h[h.datetime == h.datetime.max()] if not h.empty else h
 
 
@@ -470,7 +468,7 @@ def bwd_over_e2e(d: pd.DataFrame) -> list[tuple]:
     backward: why = 'host-bound' (seq ≤ SHORT_SEQ), 'within noise' (spreads overlap) or 'unexplained'."""
     out = []
     for (impl, dtype, dim, seq), g in d[d.apply(ran, axis=1)].groupby(["cfg.impl", "cfg.dtype", "cfg.d", "cfg.seq"]):
-        by = {r["cfg.mode"]: r for _, r in g.iterrows()}
+        by = {r.cfg.mode: r for _, r in g.iterrows()}
         b, e = by.get("bwd"), by.get("fwd_bwd")
         if b is None or e is None or b["median"] <= e["median"]:
             continue
@@ -482,28 +480,28 @@ def bwd_over_e2e(d: pd.DataFrame) -> list[tuple]:
 
 
 def _best_anchor(g: pd.DataFrame):
-    anchors = g[g["cfg.impl"].str.startswith("sdpa") & g.apply(ran, axis=1)]
+    anchors = g[g.cfg.impl.str.startswith("sdpa") & g.apply(ran, axis=1)]
     return None if anchors.empty else anchors.loc[anchors["median"].idxmin()]
 
 
 def flash_headline(fb: pd.DataFrame) -> list[list]:
     """Per dtype and d, at the longest sequence our forward+backward ran: ours, naive, the faster SDPA anchor."""
     rows = []
-    e2e = fb[(fb["cfg.mode"] == "fwd_bwd") & fb.apply(ran, axis=1)]
-    for (dtype, dim), g in e2e.groupby(["cfg.dtype", "cfg.d"]):
-        ours = g[g["cfg.impl"] == "flash_triton"]
+    e2e = fb[(fb.cfg.mode == "fwd_bwd") & fb.apply(ran, axis=1)]
+    for (dtype, dim), g in e2e.groupby([e2e.cfg.dtype, e2e.cfg.d]):
+        ours = g[g.cfg.impl == "flash_triton"]
         if ours.empty:
             continue
-        seq = ours["cfg.seq"].max()
-        at = g[g["cfg.seq"] == seq]
-        o = at[at["cfg.impl"] == "flash_triton"].iloc[0]
+        seq = ours.cfg.seq.max()
+        at = g[g.cfg.seq == seq]
+        o = at[at.cfg.impl == "flash_triton"].iloc[0]
         best = _best_anchor(at)
-        naive = g[g["cfg.impl"] == "naive"].sort_values("cfg.seq")
+        naive = g[g.cfg.impl == "naive"].sort_values("cfg.seq")
         nlong = naive.iloc[-1] if not naive.empty else None
         rows.append([dtype, int(dim), int(seq), f"{_ms(o):.3f}", num(o.get("m.tflops"), 0),
-                     "–" if best is None else f"{_ms(best):.3f} ({IMPL_LABELS[best['cfg.impl']]})",
+                     "–" if best is None else f"{_ms(best):.3f} ({IMPL_LABELS[best.cfg.impl]})",
                      "–" if best is None else ratio_text(o, best, "anchor"),
-                     "–" if nlong is None else f"seq {int(nlong['cfg.seq'])}: {_ms(nlong):.3f}"])
+                     "–" if nlong is None else f"seq {int(nlong.cfg.seq)}: {_ms(nlong):.3f}"])
     return rows
 
 
@@ -514,30 +512,30 @@ def flash_benchmarking_page(ctx: Context) -> Page:
         if fb.empty:
             continue
         head = flash_headline(fb)
-        e2e = fb[(fb["cfg.mode"] == "fwd_bwd")]
-        naive = e2e[(e2e["cfg.impl"] == "naive")]
+        e2e = fb[(fb.cfg.mode == "fwd_bwd")]
+        naive = e2e[(e2e.cfg.impl == "naive")]
         naive_ok = naive[naive.apply(ran, axis=1)]
         naive_stop = naive[~naive.apply(ran, axis=1)]
-        ours = e2e[(e2e["cfg.impl"] == "flash_triton") & e2e.apply(ran, axis=1)]
+        ours = e2e[(e2e.cfg.impl == "flash_triton") & e2e.apply(ran, axis=1)]
         pair = ours.merge(naive_ok, on=["cfg.dtype", "cfg.d", "cfg.seq"], suffixes=("", "_n"))
         text = "Not measured on a GPU yet."
         if not pair.empty:
-            top = pair[pair["cfg.seq"] == pair["cfg.seq"].max()]
+            top = pair[pair.cfg.seq == pair.cfg.seq.max()]
             sp = sorted(top["median_n"] / top["median"])
-            text = (f"At seq {int(top['cfg.seq'].iloc[0])}, the longest the naive attention ran, ours forward+backward "
-                    f"is {sp[0]:.1f}–{sp[-1]:.1f}× faster over d and dtype; ours reaches seq {int(ours['cfg.seq'].max())}"
-                    f" at every d while naive stops at {int(naive_ok['cfg.seq'].max())}"
+            text = (f"At seq {int(top.cfg.seq.iloc[0])}, the longest the naive attention ran, ours forward+backward "
+                    f"is {sp[0]:.1f}–{sp[-1]:.1f}× faster over d and dtype; ours reaches seq {int(ours.cfg.seq.max())}"
+                    f" at every d while naive stops at {int(naive_ok.cfg.seq.max())}"
                     + (f" (left out beyond: {naive_stop['reason'].iloc[0]})." if not naive_stop.empty else "."))
         answers.append(Answer("Compare your (partially) Triton FlashAttention-2 with the PyTorch attention: forward, "
-                              f"backward and end-to-end, batch {int(fb['cfg.batch'].iloc[0])}, causal, seq "
-                              f"{int(fb['cfg.seq'].min())}…{int(fb['cfg.seq'].max())}, d {int(fb['cfg.d'].min())}…"
-                              f"{int(fb['cfg.d'].max())}, {' and '.join(sorted(fb['cfg.dtype'].unique()))}.", text))
+                              f"backward and end-to-end, batch {int(fb.cfg.batch.iloc[0])}, causal, seq "
+                              f"{int(fb.cfg.seq.min())}…{int(fb.cfg.seq.max())}, d {int(fb.cfg.d.min())}…"
+                              f"{int(fb.cfg.d.max())}, {' and '.join(sorted(fb.cfg.dtype.unique()))}.", text))
         bf = [r for r in head if r[0] == "bf16" and r[1] == 64] or head
         if bf:
             answers.append(Answer("How close is ours to the fastest SDPA backend?",
                                   f"At {bf[0][0]}, d {bf[0][1]}, seq {bf[0][2]} ours forward+backward takes {bf[0][3]} ms "
                                   f"against {bf[0][5]}: {bf[0][6]}. Per d in the table below."))
-            score[name] = Score(answer=f"ours reaches seq {int(ours['cfg.seq'].max())}; "
+            score[name] = Score(answer=f"ours reaches seq {int(ours.cfg.seq.max())}; "
                                        f"{sp[0]:.1f}–{sp[-1]:.1f}× faster than naive at its longest" if not pair.empty
                                 else "ours against SDPA on the page", headline=f"{bf[0][3]} ms fwd+bwd ({bf[0][0]}, d {bf[0][1]}, "
                                 f"seq {bf[0][2]})", vs_anchor=bf[0][6], device=fb["row"].iloc[0].env.device,
@@ -547,7 +545,7 @@ def flash_benchmarking_page(ctx: Context) -> Page:
         plot = flash_plot(fb, png)
         grid_link = write_csv(ctx.reports_dir, f"flash_benchmarking-{dev}", flash_grid(fb))
         body += [f"### {dev}",
-                 f"Batch {int(fb['cfg.batch'].iloc[0])}, causal; TFLOP/s count causal FLOPs as half. Timers: "
+                 f"Batch {int(fb.cfg.batch.iloc[0])}, causal; TFLOP/s count causal FLOPs as half. Timers: "
                  f"{', '.join(timers) or '–'}. "
                  f"Autotuning of our kernels: {'on' if _detail(fb.iloc[0], 'autotune') else 'off'}. Left out by "
                  f"design: {_detail(fb.iloc[0], 'left_out', '–')}. Every cell (dtype × pass × d × seq, ms and "
@@ -718,14 +716,14 @@ def flash_shapes_plot(grid: pd.DataFrame, path: Path) -> PlotInfo | None:
 def flash_shapes_summary(fs: pd.DataFrame) -> list[list]:
     """Per (dtype, d, causal, pass): rows measured and left out, and the median ratios of ours to the faster anchor."""
     rows = []
-    for (dtype, dim, causal, mode), g in fs.groupby(["cfg.dtype", "cfg.d", "cfg.causal", "cfg.mode"]):
-        shapes = g.groupby(["cfg.batch", "cfg.heads", "cfg.seq"])
+    for (dtype, dim, causal, mode), g in fs.groupby([fs.cfg.dtype, fs.cfg.d, fs.cfg.causal, fs.cfg.mode]):
+        shapes = g.groupby([g.cfg.batch, g.cfg.heads, g.cfg.seq])
         ratios = {"flash_triton": [], "flash_triton_compiled": []}
         measured = left = 0
         for _, s in shapes:
             best = _best_anchor(s)
             for impl in ratios:
-                r = s[s["cfg.impl"] == impl]
+                r = s[s.cfg.impl == impl]
                 if r.empty:
                     continue
                 if ran(r.iloc[0]):

@@ -14,7 +14,7 @@ from impl.report import accounting as acc_r
 from impl.report import distributed as dr
 from impl.report import figures
 from impl.report import fsdp as fr
-from impl.report.markdown import gib, missing, ms, pct
+from impl.report.markdown import missing, ms
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, spread
 from impl.report.comm_facts import comm_facts
@@ -46,7 +46,7 @@ def _comm_points(d: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
     for _, r in dr._comm_rows(d).iterrows():
         bw = dr.figure(r, "busbw_GBps", Metric.BUS_BW)
         if measured(r) and not missing(bw):
-            out.setdefault((r["cfg.backend"], int(r["cfg.world_size"])), {})[int(r["cfg.bytes"])] = (bw, dr._per_op(r))
+            out.setdefault((r.cfg.backend, int(r.cfg.world_size)), {})[int(r.cfg.bytes)] = (bw, dr._per_op(r))
     return out
 
 
@@ -79,13 +79,13 @@ def _ratio(r, ref, name: str) -> str:
 
 
 def _by_variant(g: pd.DataFrame) -> dict:
-    return {(r["cfg.variant"], r["cfg.bucket_mb"] if r["cfg.variant"] == "bucketed" else None): r
-            for _, r in g.iterrows() if dr._cfg(r, "kind") != "trace"}
+    return {(r.cfg.variant, r.cfg.bucket_mb if r.cfg.variant == "bucketed" else None): r
+            for _, r in g.iterrows() if r.cfg.kind != "trace"}
 
 
 def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
     """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std)."""
-    groups = sorted(d.groupby(["cfg.context", "cfg.batch_per_rank"]), key=lambda x: x[0])
+    groups = sorted(d.groupby([d.cfg.context, d.cfg.batch_per_rank]), key=lambda x: x[0])
     fig, ax = figures.new(figsize=(8.5, 4.2))
     width = 0.8 / max(len(groups), 1)
     labels: list[str] = []
@@ -144,7 +144,7 @@ def ddp_page(ctx: Context) -> Page:
              "ddp_overlap_individual_parameters_benchmarking": ("individual", None)}
     for dev, d in runs:
         label, date = device_label(dev, d), run_date(d)
-        bench = d[d.apply(lambda r: dr._cfg(r, "kind") != "trace", axis=1)]
+        bench = d[d.cfg.kind != "trace"]
         overlap = dr.overlap_shares(d)
         f = ddp_facts(label, date, benches(d), _log_tail(ctx, dev, "correctness-nccl.txt"), overlap)
         if f.log_tail:
@@ -202,7 +202,7 @@ def accounting_page(ctx: Context) -> Page:
     rows = ctx.df[ctx.df.problem == name] if not ctx.df.empty else ctx.df
     if not rows.empty:  # the same closed forms wherever they ran: one device's rows
         rows = rows[rows.device == rows.device.iloc[0]]
-    by = {r["cfg.case"]: r["details"]["results"] for _, r in rows.iterrows()} if not rows.empty else {}
+    by = {r.cfg.case: r["details"]["results"] for _, r in rows.iterrows()} if not rows.empty else {}
     qs = ["(a) How much memory do the XXL model's FP32 master weights, gradients and optimizer state take, and "
           "how many H100 80GB is that?",
           "(b) With weights, optimizer state, gradients and half the activations sharded over N_FSDP devices, how "

@@ -68,11 +68,11 @@ def nccl_bus_bandwidth(ctx: Context, world_size: int | None = None):
             bw = r.get(f"m.{Metric.BUS_BW.value}")
             if missing(bw):
                 bw = (r["details"].get("legacy_metrics") or {}).get("busbw_GBps")
-            if r["status"] != Status.MEASURED.value or r.get("cfg.backend") != "nccl" or missing(bw):
+            if r["status"] != Status.MEASURED.value or r.cfg.backend != "nccl" or missing(bw):
                 continue
-            if world_size is not None and int(r["cfg.world_size"]) != world_size:
+            if world_size is not None and int(r.cfg.world_size) != world_size:
                 continue
-            key = (int(r["cfg.bytes"]), int(r["cfg.world_size"]))
+            key = (int(r.cfg.bytes), int(r.cfg.world_size))
             if best is None or key > best[2:4]:
                 best = (bw * 1e9, dev, *key, str(r["datetime"])[:10])
     return best
@@ -203,10 +203,10 @@ def layer_runs(d) -> tuple[str, list[LayerRun]]:
     measured = d[d.status == Status.MEASURED.value]
     best = ("", [])
     # one line per (policy, k) and run: rows of another k or another run (code, machine) are not one model
-    groups = measured.groupby([measured["cfg.checkpointing"], measured["cfg.k"].fillna(0), measured["datetime"]],
+    groups = measured.groupby([measured.cfg.checkpointing, measured.cfg.k.fillna(0), measured["datetime"]],
                               sort=False)
     for (policy, k, _), m in sorted(groups, key=lambda g: g[0][0] == "none"):
-        runs = [LayerRun(int(r["cfg.layers"]), float(r["median"]), None if missing(r["peak_alloc"]) else
+        runs = [LayerRun(int(r.cfg.layers), float(r["median"]), None if missing(r["peak_alloc"]) else
                          float(r["peak_alloc"])) for _, r in m.iterrows()]
         if len({r.layers for r in runs}) > len({r.layers for r in best[1]}):
             best = (policy if policy == "none" else f"{policy} (k {int(k)})", runs)
@@ -216,9 +216,9 @@ def layer_runs(d) -> tuple[str, list[LayerRun]]:
 def _rows_table(d) -> str:
     rows = []
     for _, r in d.iterrows():
-        k = "" if missing(r.get("cfg.k")) else f" (k {int(r['cfg.k'])})"
+        k = "" if missing(r.cfg.k) else f" (k {int(r.cfg.k)})"
         measured = r["status"] == Status.MEASURED.value
-        rows.append([int(r["cfg.layers"]), f"{r['cfg.checkpointing']}{k}",
+        rows.append([int(r.cfg.layers), f"{r.cfg.checkpointing}{k}",
                      ms(r["median"], r["iqr"]) if measured else r["status"],
                      f"{r['m.' + Metric.TOKENS_PER_S.value]:,.0f}" if measured else "–",
                      f"{r['m.' + Metric.MFU.value]:.1%}" if measured and not missing(r.get("m." + Metric.MFU.value))
@@ -243,8 +243,8 @@ def leaderboard_2026_page(ctx: Context) -> Page:
         text = f"{not_run} {w_.no_rows()}"
     else:
         dev, d = found
-        body += [str(env.one_gpu(spec, device_label(dev, d), run_date(d), int(d["cfg.batch"].iloc[0]),
-                                 int(d["cfg.context"].iloc[0]))).strip(), _rows_table(d)]
+        body += [str(env.one_gpu(spec, device_label(dev, d), run_date(d), int(d.cfg.batch.iloc[0]),
+                                 int(d.cfg.context.iloc[0]))).strip(), _rows_table(d)]
         policy, runs = layer_runs(d)
         if len({r.layers for r in runs}) < 2:
             text = f"{not_run} {w_.no_fit(dev)}"

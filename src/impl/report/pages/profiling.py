@@ -19,7 +19,7 @@ from impl.bench.sweeps import MODES
 from impl.report.nsys_facts import NsysFacts, profiled
 from impl.report.rows import benches, size_label
 from impl.report.templating import macros
-from impl.report.benchmarking import speedup_cell, stat_name, step_s, study, within_noise
+from impl.report.benchmarking import speedup_cell, step_s, study, within_noise
 from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
@@ -202,23 +202,23 @@ def memory_page(ctx: Context) -> Page:
         return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     device, d_all = found[0]
     d_all = profiling._sorted(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
-    in_2026 = d_all.apply(lambda r: (r["cfg.size"], _i(r["cfg.context"])) in CASES_2026, axis=1)
+    in_2026 = d_all.apply(lambda r: (r.cfg.size, _i(r.cfg.context)) in CASES_2026, axis=1)
     d, d26 = d_all[~in_2026], d_all[in_2026]
     if d.empty:
         return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     ok = d[d["status"] == MEASURED]
-    size = ok["cfg.size"].iloc[0]
+    size = ok.cfg.size.iloc[0]
     m = MODEL_SIZES[size]
     param_b = m.params * 4
     G = 2**30
 
     def sel(dtype, mode):
-        return ok[(ok["cfg.dtype"] == dtype) & (ok["cfg.mode"] == mode)].sort_values("cfg.context")
+        return ok[(ok.cfg.dtype == dtype) & (ok.cfg.mode == mode)].sort_values("cfg.context")
     train, fwd = sel("fp32", "train_step"), sel("fp32", "forward")
-    ctxs = [_i(c) for c in train["cfg.context"]]
+    ctxs = [_i(c) for c in train.cfg.context]
     answers = []
     # (a) from the timelines' phase levels
-    tl = {(_i(r["cfg.context"]), r["cfg.dtype"], r["cfg.mode"]): _phase_levels(r["details"]["snapshot"]["timeline"])
+    tl = {(_i(r.cfg.context), r.cfg.dtype, r.cfg.mode): _phase_levels(r["details"]["snapshot"]["timeline"])
           for _, r in ok.iterrows() if r["details"].get("snapshot")}
     last = ctxs[-1]
     tr = tl.get((last, "fp32", "train_step"), {})
@@ -236,7 +236,7 @@ def memory_page(ctx: Context) -> Page:
     else:
         answers.append(Answer(qs[0], "No timeline recorded on a GPU yet."))
     # (b), (c) peaks
-    peaks = {(_i(r["cfg.context"]), r["cfg.dtype"], r["cfg.mode"]): r["peak_alloc"] for _, r in ok.iterrows()}
+    peaks = {(_i(r.cfg.context), r.cfg.dtype, r.cfg.mode): r["peak_alloc"] for _, r in ok.iterrows()}
     tp = [peaks[(c, "fp32", "train_step")] for c in ctxs]
     fp_ = [peaks.get((c, "fp32", "forward")) for c in ctxs]
     fwd_peak = {c: v["forward"][1] for (c, dt, mo), v in tl.items() if mo == "train_step" and dt == "fp32" and "forward" in v}
@@ -265,8 +265,8 @@ def memory_page(ctx: Context) -> Page:
     res = (r0["details"].get("snapshot") or {}).get("residual", {})
     if "4" in res:
         answers.append(Answer(qs[3], (
-            f"batch × context × d_model × 4 B = {_i(r0['cfg.batch'])} × {_i(r0['cfg.context'])} × {m.d_model} × 4 = "
-            f"{res['4']['bytes'] / 2**20:.2f} MiB at context {_i(r0['cfg.context'])}; allocations of exactly that size "
+            f"batch × context × d_model × 4 B = {_i(r0.cfg.batch)} × {_i(r0.cfg.context)} × {m.d_model} × 4 = "
+            f"{res['4']['bytes'] / 2**20:.2f} MiB at context {_i(r0.cfg.context)}; allocations of exactly that size "
             f"{'were found' if res['4']['found'] else 'were not found'} ({res['4']['count']} in the recorded step, first "
             f"made at `{(res['4']['frames'] or ['–'])[0]}`). It doubles with the context (table below).")))
     else:
@@ -279,11 +279,11 @@ def memory_page(ctx: Context) -> Page:
     figs = []
     for mode in ("forward", "train_step"):
         for dtype in ("fp32", "bf16"):
-            g = d[(d["cfg.mode"] == mode) & (d["cfg.dtype"] == dtype) & d["details"].map(lambda i: bool(i.get("snapshot")))]
+            g = d[(d.cfg.mode == mode) & (d.cfg.dtype == dtype) & d["details"].map(lambda i: bool(i.get("snapshot")))]
             if g.empty:
                 continue
             path, link = _fig(ctx, slug, f"{device}-{mode}-{dtype}")
-            figures.memory_timelines([(f"context {_i(r['cfg.context'])}", r["details"]["snapshot"]["timeline"])
+            figures.memory_timelines([(f"context {_i(r.cfg.context)}", r["details"]["snapshot"]["timeline"])
                                       for _, r in g.iterrows()], path,
                                      f"{size} {dtype} {mode.replace('_', ' ')}: active memory ({device}, {run_date(g)})")
             figs.append(f"![{mode} {dtype}]({link})")
@@ -320,20 +320,20 @@ def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
     if d.empty:
         return [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in QS_2026], None
     G = 2**30
-    size = d["cfg.size"].iloc[0]
+    size = d.cfg.size.iloc[0]
     m = MODEL_SIZES[size]
-    batch = _i(d["cfg.batch"].iloc[0])
+    batch = _i(d.cfg.batch.iloc[0])
     state = acc.training_state_bytes(m.params)  # fp32 parameters, gradients and AdamW's two moments
 
     def peak(c, dtype, mode):
-        s = d[(d["cfg.context"] == c) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == mode)]
+        s = d[(d.cfg.context == c) & (d.cfg.dtype == dtype) & (d.cfg.mode == mode)]
         if s.empty:
             return "not run"
         r = s.iloc[0]
         return (f"{r['peak_alloc'] / G:.1f} GiB" if r["status"] == MEASURED
                 else "OOM" if r["status"] == OOM else r["status"].replace("_", " "))
     parts = []
-    for c in sorted({_i(c) for c in d["cfg.context"]}):
+    for c in sorted({_i(c) for c in d.cfg.context}):
         acts = acc.checkpoint_terms(batch, c, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
         saved = m.num_layers * acts["a_block"] + acts["a_outside"]
         parts.append(
@@ -347,15 +347,15 @@ def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
                "softmax, and adds bf16 copies of the weights.")
     ok = d[d["status"] == MEASURED]
     res = []
-    for _, r in ok[(ok["cfg.mode"] == "forward") & (ok["cfg.dtype"] == "fp32")].iterrows():
+    for _, r in ok[(ok.cfg.mode == "forward") & (ok.cfg.dtype == "fp32")].iterrows():
         x = ((r["details"].get("snapshot") or {}).get("residual") or {}).get("4")
         if x:
-            res.append(f"{_i(r['cfg.batch'])} × {_i(r['cfg.context'])} × {m.d_model} × 4 B = "
+            res.append(f"{_i(r.cfg.batch)} × {_i(r.cfg.context)} × {m.d_model} × 4 B = "
                        f"{x['bytes'] / 2**20:.2f} MiB ({'found' if x['found'] else 'not found'} among the "
                        f"allocations, {x['count']} times)")
     big_rows, e_text = _largest(ok)
     b = Answer(QS_2026[1], ("Residual stream (fp32): " + "; ".join(res) + ". " if res else "") + e_text)
-    body = [f"### 2026 edition: {size} at contexts {', '.join(str(c) for c in sorted({_i(c) for c in d['cfg.context']}))}",
+    body = [f"### 2026 edition: {size} at contexts {', '.join(str(c) for c in sorted({_i(c) for c in d.cfg.context}))}",
             "Peaks are in the table above. " + _residual_table(ok)]
     if big_rows:
         body.append(big_rows)
@@ -364,11 +364,11 @@ def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
 
 def _peak_table(d: pd.DataFrame) -> str:
     rows = []
-    for (size, c), g in d.groupby(["cfg.size", "cfg.context"], sort=False):
+    for (size, c), g in d.groupby([d.cfg.size, d.cfg.context], sort=False):
         row = [size, _i(c)]
         for dtype in ("fp32", "bf16"):
             for mode in ("forward", "train_step"):
-                s = g[(g["cfg.dtype"] == dtype) & (g["cfg.mode"] == mode)]
+                s = g[(g.cfg.dtype == dtype) & (g.cfg.mode == mode)]
                 if s.empty:
                     row.append("–")
                     continue
@@ -381,9 +381,9 @@ def _peak_table(d: pd.DataFrame) -> str:
 
 def _residual_table(ok: pd.DataFrame) -> str:
     rows = []
-    for _, r in ok[ok["cfg.mode"] == "forward"].iterrows():
+    for _, r in ok[ok.cfg.mode == "forward"].iterrows():
         for b, x in ((r["details"].get("snapshot") or {}).get("residual") or {}).items():
-            rows.append([_i(r["cfg.context"]), r["cfg.dtype"], f"{b} B/elem", f"{x['bytes'] / 2**20:.2f}",
+            rows.append([_i(r.cfg.context), r.cfg.dtype, f"{b} B/elem", f"{x['bytes'] / 2**20:.2f}",
                          "yes" if x["found"] else "no", x["count"], f"`{(x['frames'] or ['–'])[0]}`"])
     return ("batch · context · d_model · bytes per element, looked up as an exact allocation size in the recorded "
             "forward (4 bytes: the fp32 residual stream, also under autocast; 2 bytes: half-precision outputs of "
@@ -393,32 +393,32 @@ def _residual_table(ok: pd.DataFrame) -> str:
 
 def _largest(ok: pd.DataFrame) -> tuple[str | None, str]:
     """(the largest-allocations tables of the forward rows at the shortest context, (e)'s answer)."""
-    c0 = ok["cfg.context"].min()
+    c0 = ok.cfg.context.min()
     parts, facts = [], []
-    for _, r in ok[(ok["cfg.context"] == c0) & ~((ok["cfg.dtype"] == "bf16") & (ok["cfg.mode"] == "train_step"))].iterrows():
+    for _, r in ok[(ok.cfg.context == c0) & ~((ok.cfg.dtype == "bf16") & (ok.cfg.mode == "train_step"))].iterrows():
         # entries without frames repeat ones with frames (their frames were not kept): left out
         big = [b for b in (r["details"].get("snapshot") or {}).get("largest") or [] if b["frames"]][:6]
         if not big:
             continue
-        labels = _shape_labels(r["cfg.size"], _i(r["cfg.batch"]), _i(r["cfg.context"]), r["cfg.dtype"])
+        labels = _shape_labels(r.cfg.size, _i(r.cfg.batch), _i(r.cfg.context), r.cfg.dtype)
         rows = [[f"{b['size'] / 2**20:.1f}", b["count"], labels.get(b["size"], "–"),
                  " ← ".join(b["frames"][:2])] for b in big]
-        parts.append(f"**{r['cfg.dtype']} {r['cfg.mode'].replace('_', ' ')}, context {_i(c0)}**\n\n"
+        parts.append(f"**{r.cfg.dtype} {r.cfg.mode.replace('_', ' ')}, context {_i(c0)}**\n\n"
                      + table(["size (MiB)", "count", "tensor of that size", "made at"], rows))
-        if r["cfg.mode"] == "forward" and r["cfg.dtype"] == "bf16":
-            m = MODEL_SIZES[r["cfg.size"]]
+        if r.cfg.mode == "forward" and r.cfg.dtype == "bf16":
+            m = MODEL_SIZES[r.cfg.size]
             ffn = [b for b in big if b["size"] == m.d_model * m.d_ff * 2]
             if ffn:
                 facts.append(f"in the bf16 forward the {ffn[0]['size'] / 2**20:.0f} MiB allocations ({ffn[0]['count']} of "
                              f"them = 3 FFN weights × {m.num_layers} blocks) are autocast's bf16 copies of the FFN "
                              f"weights ({m.d_model} × {m.d_ff} × 2 B), made at each Linear call "
                              f"(`{(ffn[0]['frames'] or ['–'])[0]}`)")
-        if r["cfg.mode"] == "train_step" and r["cfg.dtype"] == "fp32":
+        if r.cfg.mode == "train_step" and r.cfg.dtype == "fp32":
             opt = [b for b in big if any("optim" in f for f in b["frames"])]
             if opt:
                 facts.append(f"in the training step the largest are the optimizer's parameter-sized temporaries "
                              f"({opt[0]['size'] / 2**20:.0f} MiB × {opt[0]['count']}, `{opt[0]['frames'][0]}`)")
-        if r["cfg.mode"] == "forward" and r["cfg.dtype"] == "fp32":
+        if r.cfg.mode == "forward" and r.cfg.dtype == "fp32":
             facts.append(f"in the fp32 forward the largest are activations ({big[0]['size'] / 2**20:.0f} MiB: "
                          f"{labels.get(big[0]['size'], 'unnamed')})")
     text = ("At context " + str(_i(c0)) + ": " + "; ".join(facts) + ". Sizes are matched to the model's tensor "
@@ -438,9 +438,9 @@ def checkpointing_page(ctx: Context) -> Page:
     pol = d[d.apply(study, axis=1) == "policies"]
     ok = pol[pol["status"] == MEASURED]
     answers, score = [], Score(NOT_ON_GPU)
-    bf = ok[ok["cfg.dtype"] == "bf16"] if "bf16" in set(ok["cfg.dtype"]) else ok
-    nested = bf[bf["cfg.policy"] == "nested"]
-    none = pol[(pol["cfg.policy"] == "none") & (pol["cfg.dtype"] == (bf["cfg.dtype"].iloc[0] if not bf.empty else None))]
+    bf = ok[ok.cfg.dtype == "bf16"] if "bf16" in set(ok.cfg.dtype) else ok
+    nested = bf[bf.cfg.policy == "nested"]
+    none = pol[(pol.cfg.policy == "none") & (pol.cfg.dtype == (bf.cfg.dtype.iloc[0] if not bf.empty else None))]
     if not nested.empty:
         r = nested.iloc[0]
         n0 = none.iloc[0] if not none.empty else None
@@ -448,27 +448,27 @@ def checkpointing_page(ctx: Context) -> Page:
                     f"peaks at {gib(n0['peak_alloc'])} GiB" if n0 is not None else "was not run")
         pred_none = checkpointing._pred(n0) if n0 is not None else None
         answers.append(Answer(qs[0], (
-            f"Nested checkpointing peaks at {gib(r['peak_alloc'])} GiB ({r['cfg.dtype']}, {r['cfg.size']}, context "
-            f"{_i(r['cfg.context'])}; predicted {gib(checkpointing._pred(r))} GiB), where no checkpointing {none_txt}"
+            f"Nested checkpointing peaks at {gib(r['peak_alloc'])} GiB ({r.cfg.dtype}, {r.cfg.size}, context "
+            f"{_i(r.cfg.context)}; predicted {gib(checkpointing._pred(r))} GiB), where no checkpointing {none_txt}"
             + (f" (predicted {gib(pred_none)} GiB)" if pred_none else "") + f": O(log L) residual streams and one "
             f"block, paid with {checkpointing._forwards(r).split(' /')[0]} block forwards per step instead of "
-            f"{r['cfg.size'] and MODEL_SIZES[r['cfg.size']].num_layers} (O(L log L)).")))
-        score = Score(f"nested checkpointing fits {r['cfg.size']} ctx {_i(r['cfg.context'])} in "
-                      f"{gib(r['peak_alloc'])} GiB", f"{gib(r['peak_alloc'])} GiB ({r['cfg.dtype']})",
+            f"{r.cfg.size and MODEL_SIZES[r.cfg.size].num_layers} (O(L log L)).")))
+        score = Score(f"nested checkpointing fits {r.cfg.size} ctx {_i(r.cfg.context)} in "
+                      f"{gib(r['peak_alloc'])} GiB", f"{gib(r['peak_alloc'])} GiB ({r.cfg.dtype})",
                       "no checkpointing: OOM" if n0 is not None and n0["status"] == OOM else "–",
                       device_short(device), run_date(d))
     else:
         answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
     if not ok.empty and "best_k" in ok["details"].iloc[0]:
         i = ok["details"].iloc[0]
-        ks = bf[bf["cfg.policy"] == "every_k"].sort_values("cfg.k")
-        cells = ", ".join(f"k = {_i(r['cfg.k'])}: {gib(r['peak_alloc'])} GiB" for _, r in ks.iterrows())
+        ks = bf[bf.cfg.policy == "every_k"].sort_values("cfg.k")
+        cells = ", ".join(f"k = {_i(r.cfg.k)}: {gib(r['peak_alloc'])} GiB" for _, r in ks.iterrows())
         best = ks.loc[ks["peak_alloc"].idxmin()] if not ks.empty else None
         answers.append(Answer(qs[1], (
-            f"By reasoning k = {i.get('best_k')} ({i.get('best_k_rule')}); measured ({bf['cfg.dtype'].iloc[0]}): "
-            f"{cells}" + (f", so k = {_i(best['cfg.k'])} is lowest as predicted." if best is not None
-                          and _i(best["cfg.k"]) == i.get("best_k") else
-                          f"; the measured lowest is k = {_i(best['cfg.k'])}." if best is not None else "."))))
+            f"By reasoning k = {i.get('best_k')} ({i.get('best_k_rule')}); measured ({bf.cfg.dtype.iloc[0]}): "
+            f"{cells}" + (f", so k = {_i(best.cfg.k)} is lowest as predicted." if best is not None
+                          and _i(best.cfg.k) == i.get("best_k") else
+                          f"; the measured lowest is k = {_i(best.cfg.k)}." if best is not None else "."))))
     else:
         answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
     path, link = _fig(ctx, slug, f"{device}-depth")
@@ -510,9 +510,9 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
     if ok.empty:
         return [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in qs], Score(NOT_ON_GPU)
     # the (size, context) with the most measured configs, largest size first
-    counts = ok.groupby(["cfg.size", "cfg.context"]).size()
+    counts = ok.groupby([ok.cfg.size, ok.cfg.context]).size()
     size, c = max(counts.index, key=lambda k: (counts[k], MODEL_SIZES[k[0]].params, -k[1]))
-    g = ok[(ok["cfg.size"] == size) & (ok["cfg.context"] == c)].set_index("cfg.config")
+    g = ok[(ok.cfg.size == size) & (ok.cfg.context == c)].set_index("cfg.config")
     where = f"{size} at context {_i(c)}"
     a = []
     if "bf16" in g.index:
@@ -534,21 +534,21 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
         a.append(Answer(qs[0], text))
     else:
         a.append(Answer(qs[0], "bf16 not measured at this shape."))
-    ours = ok[ok["cfg.config"].isin(training_step.OURS)]
+    ours = ok[ok.cfg.config.isin(training_step.OURS)]
     key = next((k for k in ("m.mfu", "m.mfu_measured_peak") if k in ours and ours[k].notna().any()), None)
     top = ours.loc[ours[key].idxmax()] if key else None
     if top is not None:
         peak = top["row"].peaks
         a.append(Answer(qs[1], (
-            f"{top['cfg.config']} at {top['cfg.size']} context {_i(top['cfg.context'])}: {pct(top.get('m.mfu'))} of the "
+            f"{top.cfg.config} at {top.cfg.size} context {_i(top.cfg.context)}: {pct(top.get('m.mfu'))} of the "
             f"datasheet dense bf16 peak ({num(peak.datasheet_flops / 1e12, 1) if peak and peak.datasheet_flops else '–'} "
             f"TFLOP/s) and {pct(top.get('m.mfu_measured_peak'))} of the bf16 matmul peak measured in its run "
             f"({num(peak.measured_flops / 1e12, 1) if peak else '–'} TFLOP/s).")))
     else:
         a.append(Answer(qs[1], "No measured run of ours yet."))
     pairs = []
-    for (s_, c_), gg in ok.groupby(["cfg.size", "cfg.context"]):
-        by = {r["cfg.config"]: r for _, r in gg.iterrows()}
+    for (s_, c_), gg in ok.groupby([ok.cfg.size, ok.cfg.context]):
+        by = {r.cfg.config: r for _, r in gg.iterrows()}
         an = by.get("anchor")
         for o in training_step.OURS:
             if an is not None and o in by and by[o]["datetime"] == an["datetime"]:
