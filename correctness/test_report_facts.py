@@ -306,3 +306,41 @@ def test_sharding_facts_read_each_variants_largest_rank(built_pages):
     assert f.sharded.state < f.none.state  # sharding keeps ~1/world of the optimizer state per rank
     assert f.sharded.vs(f.none, "x").value == f.sharded.median / f.none.median
     assert f.zero1_activations.zero1 - f.zero1_activations.sharded > 0
+
+
+# ------------------------------------------------------------- every page: structure and sources
+def test_every_page_answers_each_question_under_its_heading_first(built_pages):
+    from impl.report.pages import render_page
+
+    _, pages = built_pages
+    for page in pages:
+        text = render_page(page)
+        body_at = text.find(page.body.strip()[:80]) if page.body.strip() else len(text)
+        for a in page.answers:
+            head = f"## {a.question}\n\n{a.text}"
+            assert a.question.strip() and a.text.strip(), (page.slug, a.question)
+            assert head in text and text.index(head) < body_at, (page.slug, a.question)
+
+
+def test_every_timed_number_in_an_answer_comes_from_a_row(built_pages, tmp_path):
+    """Rebuilt with every row's timings scaled, each answer that quotes a time in ms changes: no page
+    types a measured time by hand."""
+    import re
+
+    from impl.report import build
+
+    ctx, pages = built_pages
+    scaled = build.context(ROOT / "reports" / "data", tmp_path)
+    for col in ("median", "mean", "stddev", "iqr"):
+        scaled.df[col] = scaled.df[col] * 1.37
+    scaled.df["data"] = scaled.df["data"].map(lambda xs: [x * 1.37 for x in xs] if isinstance(xs, list) else xs)
+    after = {(p.slug, a.question): a.text for p in build.collect(scaled) for a in p.answers}
+    timed = [(p.slug, a.question, a.text) for p in pages for a in p.answers
+             if p.slug != "cpu_smoke" and re.search(r"\d ms\b", a.text)]
+    assert len(timed) > 10
+    # times these answers read from a row's details, which scaling the statistics leaves alone: the
+    # older all-reduce files' time_s, the FSDP instrumented step's timeline
+    from_details = {"distributed_communication"}
+    unchanged = [(slug, q) for slug, q, text in timed if after[(slug, q)] == text
+                 and slug not in from_details and not q.startswith("fsdp_accounting (b)")]
+    assert unchanged == [], unchanged
