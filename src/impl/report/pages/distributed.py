@@ -136,7 +136,7 @@ def ddp_page(ctx: Context) -> Page:
                    "ddp_overlap_bucketed": "DDPBucketed"}
     words = macros("ddp.md.j2")
     runs = gpu_rows(ctx, *dr.DDP_PROBLEMS)
-    comm_runs = dict(gpu_rows(ctx, dr.COMM))
+    comm_runs = dict(gpu_rows(ctx, dr.COMM_PROBLEM))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body, index_figures = [], []
