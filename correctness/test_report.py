@@ -236,7 +236,7 @@ def test_torch_compile_model_bench_layer_rows(tmp_path):
                 (row(256, "eager"), 0.05, 0.04)]
     cut = [row(256, "compiled", status=Status.LEFT_OUT_BY_BUDGET, reason="time budget exhausted")]
     text = _section(tmp_path, _bench_doc(measured, cut), "## torch_compile (b)")
-    assert "| small | 128 | 20.0 | 10.0 | 2.00× |" in text and "| small | 256 | 40.0 | left out | – |" in text
+    assert "| small | 128 | 20.0 | 10.0 | 0.50× |" in text and "| small | 256 | 40.0 | left out | – |" in text  # compiled ÷ eager
     assert "| small | inference | 128 | 10.0 | 10.0 | – | 0 |" in text
     assert "times are pytest-benchmark medians" in text
     assert "Left out (time budget exhausted): small@256 (forward compiled)." in text

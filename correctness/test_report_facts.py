@@ -344,3 +344,15 @@ def test_every_timed_number_in_an_answer_comes_from_a_row(built_pages, tmp_path)
     unchanged = [(slug, q) for slug, q, text in timed if after[(slug, q)] == text
                  and slug not in from_details and not q.startswith("fsdp_accounting (b)")]
     assert unchanged == [], unchanged
+
+
+def test_torch_compile_b_is_compiled_over_eager_of_one_run():
+    from impl.report.compile_facts import compile_model_facts
+
+    def row(size, ctx, impl, t, when="2026-12-02"):
+        return _b("torch_compile", dict(size=size, context=ctx, mode="forward", impl=impl), t, "torch_compile_model", when)
+    rows = [row("small", 128, "eager", 2.0), row("small", 128, "compiled", 1.0),
+            row("xl", 128, "eager", 2.0), row("xl", 128, "compiled", 1.8),
+            row("xl", 256, "compiled", 0.1, when="2026-12-03")]  # another run's row: no pair
+    (m,) = compile_model_facts(rows)
+    assert m.by_size == {"small": 0.5, "xl": 0.9} and m.gain_shrinks

@@ -62,3 +62,38 @@ def compile_attention_facts(compiled: list[Bench], eager_candidates: list[Bench]
         pairs.append(CompilePair(c.cfg.d_model, c.cfg.seq, c.cfg.mode, c, e))
     others = [e for e in eager_candidates if _is_eager(e) and not any(same_run(e, p.compiled) for p in pairs)]
     return CompileAttentionFacts(pairs, others)
+
+
+MODES_B = (("forward", "forward"), ("forward_backward", "forward+backward"), ("optimizer_step", "optimizer step"))
+
+
+@dataclass(frozen=True)
+class ModeRatios:
+    """torch_compile (b), one mode: compiled ÷ eager (same run), the median over contexts, per size."""
+
+    mode: str
+    label: str
+    by_size: dict[str, float]  # smallest and largest size measured
+
+    @property
+    def gain_shrinks(self) -> bool:
+        """The compiled gain is smaller on the largest size than on the smallest."""
+        vals = list(self.by_size.values())
+        return len(vals) == 2 and vals[-1] > vals[0]
+
+
+def compile_model_facts(rows: list[Bench]) -> list[ModeRatios]:
+    rows = [b for b in rows if b.measured]
+    sizes = list(dict.fromkeys(b.cfg.size for b in rows))  # the rows' order: smallest first
+    out = []
+    for mode, label in MODES_B:
+        per = {}
+        for size in dict.fromkeys((sizes[0], sizes[-1])) if sizes else ():
+            sel = [b for b in rows if b.cfg.mode == mode and b.cfg.size == size]
+            rs = sorted(c.stats.median / e.stats.median for c in sel if c.cfg.impl == "compiled"
+                        for e in sel if e.cfg.impl == "eager" and same_run(c, e) and e.cfg.context == c.cfg.context)
+            if rs:
+                per[size] = rs[len(rs) // 2]
+        if per:
+            out.append(ModeRatios(mode, label, per))
+    return out

@@ -10,6 +10,7 @@ from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report.benchmarking import stat_name, step_s, study
 from impl.report.nsys_facts import forward_non_matmul
+from impl.report.templating import macros
 from impl.report.markdown import missing, ms, num, pct, table
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
@@ -127,6 +128,9 @@ def nsys_body(df: pd.DataFrame) -> str | None:
 
 # ---------------------------------------------------------------------------------- mixed precision
 # ------------------------------------------------------------------------------- torch_compile (b)
+WORDS = macros("torch_compile.md.j2")
+
+
 def _cell(x) -> str:
     if x is None:
         return "–"
@@ -140,7 +144,8 @@ def _ok(x) -> bool:
 
 
 def _speedup(e, c) -> str:
-    return f"{step_s(e) / step_s(c):.2f}×" if _ok(e) and _ok(c) else "–"
+    """Compiled ÷ eager, the report's one convention (ours ÷ anchor: below 1, compiled is faster)."""
+    return f"{step_s(c) / step_s(e):.2f}×" if _ok(e) and _ok(c) else "–"
 
 
 def _first_call_s(r):
@@ -149,7 +154,7 @@ def _first_call_s(r):
     return r["details"].get("first_call_s") if missing(v) else v
 
 
-def compile_section(df: pd.DataFrame) -> str | None:
+def compile_section(df: pd.DataFrame, heading: str = "## torch_compile (b): compiled model vs eager") -> str | None:
     d = _p(df, "torch_compile")
     if d.empty:
         return None
@@ -179,26 +184,17 @@ def compile_section(df: pd.DataFrame) -> str | None:
                 fb, st = sel.get(("forward_backward", impl)), o.get(impl)
                 cells.append(step_s(fb) + step_s(st) if _ok(fb) and _ok(st) else None)
             row += [ms(cells[0]), ms(cells[1]),
-                    f"{cells[0] / cells[1]:.2f}×" if cells[0] is not None and cells[1] is not None else "–"]
+                    f"{cells[1] / cells[0]:.2f}×" if cells[0] is not None and cells[1] is not None else "–"]
         rows.append(row)
     header = ["size", "context"] + [h for m in modes for h in (f"{labels[m]} eager (ms)", f"{labels[m]} compiled (ms)",
-                                                               "speed-up")]
+                                                               "compiled ÷ eager")]
     if by_size_opt:
-        header += ["train step eager (ms) = fwd+bwd + opt", "train step compiled (ms)", "speed-up"]
+        header += ["train step eager (ms) = fwd+bwd + opt", "train step compiled (ms)", "compiled ÷ eager"]
     info0 = next((i for i in d["details"] if i.get("compiled_what")), None)
-    if info0:
-        what = (f"What was compiled: {info0['compiled_what']}. The optimizer step compares our AdamW (eager, "
-                "`torch._foreach_*`: a handful of multi-tensor kernels, each a pass over all parameters) with "
-                "the same update compiled per parameter (impl.bench.compiled.CompiledAdamW: one fused "
-                "kernel per parameter tensor). The training step column adds the size's optimizer step to "
-                "forward+backward (derived, not timed together).")
-        # the code's reason, not the run's stored copy: older runs stored prose with hand-typed
-        # compile times; the measured ones are in the compilation table below
-        what += " " + WHY
-    else:  # JSON from before the regional version
-        what = ("What was compiled: the whole model, `torch.compile(model, dynamic=True)` (one compilation per "
-                "size serves every context); the optimizer (our AdamW) stayed eager in the train step.")
-    parts = ["## torch_compile (b): compiled model vs eager",
+    # the code's reason (WHY), not the run's stored copy: older runs stored prose with hand-typed
+    # compile times; the measured ones are in the compilation table below
+    what = WORDS.b_what_regional(info0["compiled_what"], WHY) if info0 else WORDS.b_what_whole()
+    parts = [heading,
              what + f" fp32; times are pytest-benchmark {stat_name(d)}s.\n\n"
              + table(header, rows)]
     if not opt.empty:
@@ -206,8 +202,8 @@ def compile_section(df: pd.DataFrame) -> str | None:
         for size, o in by_size_opt.items():
             e, c = o.get("eager"), o.get("compiled")
             orows.append([size, _cell(e), _cell(c), _speedup(e, c)])
-        parts.append("Optimizer step alone (AdamW on fixed random gradients; independent of the context):\n\n"
-                     + table(["size", "eager (ms)", "compiled (ms)", "speed-up"], orows))
+        parts.append(WORDS.b_optimizer_intro() + "\n\n"
+                     + table(["size", "eager (ms)", "compiled (ms)", "compiled ÷ eager"], orows))
     comp = d[(d.cfg.impl == "compiled") & d["details"].map(lambda i: bool(i.get("compiled_now")))]
     if not comp.empty:
         crow = []
@@ -221,9 +217,7 @@ def compile_section(df: pd.DataFrame) -> str | None:
                          num(_first_call_s(r), 1), num(i.get("compile_s"), 1),
                          ", ".join(map(str, reused)) or ("every later step" if graph == "optimizer" else "–"),
                          i.get("graph_breaks", "–")])
-        parts.append("Compilation, timed apart from the rows above: the first call of each graph (compile + one "
-                     "step) and compile ≈ first call − the row's time; the contexts whose rows reused that graph "
-                     "without compiling; graph breaks dynamo counted so far:\n\n"
+        parts.append(WORDS.b_compilation_intro() + "\n\n"
                      + table(["size", "graph", "compiled at context", "first call (s)", "compile (s)",
                               "reused at contexts", "graph breaks"], crow))
     if not left.empty:

@@ -23,7 +23,7 @@ from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_S
 from impl.report.markdown import gib, num, pct, table
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
-from impl.report.compile_facts import compile_attention_facts
+from impl.report.compile_facts import compile_attention_facts, compile_model_facts
 from impl.report.leaderboard import leaderboard_facts
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches
@@ -226,10 +226,10 @@ def torch_compile_page(ctx: Context) -> Page | None:
         tc, pa = _problem(df, name, "attention"), _problem(df, "pytorch_attention")
         # runs since issue 33 time the eager cells beside the compiled ones (impl "eager"); older
         # runs compare with the pytorch_attention rows
-        same_run = not tc.empty and "cfg.impl" in tc and (tc["cfg.impl"] == "eager").any()
+        same_run = not tc.empty and (tc.cfg.impl == "eager").any()
         if same_run:
-            tc, pa = tc[tc["cfg.impl"] != "eager"], tc[tc["cfg.impl"] == "eager"]
-        model = profiling.compile_section(df)
+            tc, pa = tc[tc.cfg.impl != "eager"], tc[tc.cfg.impl == "eager"]
+        model = profiling.compile_section(df, heading=f"### (b) compiled model vs eager ({dev})")
         if tc.empty and model is None:
             continue
         if not tc.empty:
@@ -246,11 +246,9 @@ def torch_compile_page(ctx: Context) -> Page | None:
                                 vs_anchor=words.score_vs(f), device=dev, date=_date(tc))
         if model is not None:
             mrows = df[(df.problem == name) & (df.section != tc.section.iloc[0] if not tc.empty else True)]
-            answers.append(Answer("(b) Compile the entire Transformer model: how does the forward pass change? And "
-                                  "the combined forward and backward passes and the optimizer step?",
-                                  _model_answer(mrows)))
-            body += [model.replace("## torch_compile (b): compiled model vs eager", f"### (b) compiled model vs eager "
-                                                                                    f"({dev})", 1)]
+            words = macros("torch_compile.md.j2")
+            answers.append(Answer(words.q_b(), words.a_b(compile_model_facts(benches(mrows)))))
+            body.append(model)
             if not mrows.empty:
                 body.append(runs_line(dev, mrows))
         break
@@ -258,31 +256,6 @@ def torch_compile_page(ctx: Context) -> Page | None:
         return missing_page("torch_compile", name, [name], [name], where="torch_compile")
     return Page("torch_compile", "torch_compile: compiled attention and model", [problem(name)], answers,
                 "\n\n".join(body), score)
-
-
-def _model_answer(d: pd.DataFrame) -> str:
-    """Eager/compiled per mode of torch_compile (b)'s rows, for the smallest and the largest size."""
-    out = []
-    sizes = list(dict.fromkeys(d.cfg.size))  # the rows' order: smallest first
-    for mode, label in (("forward", "forward"), ("forward_backward", "forward+backward"),
-                        ("optimizer_step", "optimizer step")):
-        per = {}
-        for size in (sizes[0], sizes[-1]) if sizes else ():
-            sp = []
-            for _, g in d[(d.cfg.mode == mode) & (d.cfg.size == size)].groupby("cfg.context", dropna=False):
-                by = {r.cfg.impl: r for _, r in g.iterrows() if ran(r)}
-                if "eager" in by and "compiled" in by:
-                    sp.append(step_s(by["eager"]) / step_s(by["compiled"]))
-            if sp:
-                per[size] = sorted(sp)[len(sp) // 2]
-        if per:
-            out.append(f"{label} " + ", ".join(f"{s} {v:.2f}×" for s, v in per.items()))
-    if not out:
-        return "Not measured on a GPU yet."
-    return ("Eager time over compiled time (> 1: compiled faster), median over contexts, smallest and largest size: "
-            + "; ".join(out) + ". Compilation fuses the elementwise work around the matmuls, so its gain shrinks as "
-            "the matmuls grow with the model; the compiled optimizer step (one fused kernel per parameter tensor) "
-            "loses to the eager multi-tensor step where the model has many small tensors and wins on the largest.")
 
 
 # --- flash_attention (flash_forward, flash_backward) -------------------------------------------------------
