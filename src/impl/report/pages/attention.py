@@ -15,7 +15,6 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from impl.attention import backward_choice, flash_torch
 from impl.attention.memory import naive_attention_memory
 from impl.report import figures, profiling
-from impl.report.benchmarking import step_s
 from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, _detail, _impls, _ms, _problem,
                                    _reasons, _short_config, _timer, accounting_case, flash_grid, flash_shapes_table,
                                    leaderboard_table, longest_sequence, memory_accounting, pytorch_attention_table,
