@@ -81,25 +81,25 @@ class _Unit:
 # all-reduce
 
 
-def _comm_rows(d: pd.DataFrame) -> pd.DataFrame:
+def comm_rows(d: pd.DataFrame) -> pd.DataFrame:
     """The all-reduce rows (older files also held fit rows, config kind "fit")."""
     return d[d.cfg.kind != "fit"] if not d.empty else d
 
 
-def _per_op(r):
+def per_op(r):
     """Seconds per all-reduce: the median (the rows are kernel-level: the stats are one all-reduce);
     the older format kept it as time_s."""
     return figure(r, "time_s") or r["median"]
 
 
-def _fits(d: pd.DataFrame) -> dict:
+def allreduce_fits(d: pd.DataFrame) -> dict:
     """t = o + S/w over each (backend, processes) run's measured sizes, by relative least squares
     (impl.accounting.fit_latency_bandwidth, relative=True: the absolute fit is a line through the
     1 GB point alone and its intercept went negative for gloo at 4 and 6 processes)."""
     points: dict = {}
-    for _, r in _comm_rows(d).iterrows():
-        if not _not_run(r) and not missing(_per_op(r)):
-            points.setdefault((r.cfg.backend, int(r.cfg.world_size)), []).append((r.cfg.bytes, _per_op(r)))
+    for _, r in comm_rows(d).iterrows():
+        if not _not_run(r) and not missing(per_op(r)):
+            points.setdefault((r.cfg.backend, int(r.cfg.world_size)), []).append((r.cfg.bytes, per_op(r)))
     out = {}
     for key, pts in points.items():
         if len({b for b, _ in pts}) >= 2:
@@ -111,7 +111,7 @@ def _fits(d: pd.DataFrame) -> dict:
 
 def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str:
     rows, series = [], {}
-    runs = _comm_rows(d).sort_values(["cfg.backend", "cfg.world_size", "cfg.bytes"])
+    runs = comm_rows(d).sort_values(["cfg.backend", "cfg.world_size", "cfg.bytes"])
     for _, r in runs.iterrows():
         key = (r.cfg.backend, int(r.cfg.world_size))
         nr = _not_run(r)
@@ -121,7 +121,7 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
             continue
         timing = r["row"].timing
         busbw = figure(r, "busbw_GBps", Metric.BUS_BW)
-        rows.append(head + [ms(_per_op(r), digits=3), num(figure(r, "algbw_GBps", Metric.ALG_BW), 2), num(busbw, 2),
+        rows.append(head + [ms(per_op(r), digits=3), num(figure(r, "algbw_GBps", Metric.ALG_BW), 2), num(busbw, 2),
                             timing.iterations if timing else _info(r, "inner")])
         if not missing(busbw):
             series.setdefault(key, []).append((r.cfg.bytes, busbw))
@@ -143,7 +143,7 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         name = f"{device}_allreduce_busbw.png"
         figures.save(fig, fig_dir / name)
         out.append(f"![all-reduce bus bandwidth]({fig_rel}/{name})")
-    fits = _fits(d)
+    fits = allreduce_fits(d)
     if fits:
         out.append(COMM.fit_note())
         out.append(table(["backend", "processes", "o (µs)", "w (GB/s)"],
@@ -155,7 +155,7 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
 # DDP
 
 
-def _ddp_label(r) -> str:
+def variant_label(r) -> str:
     v = r.cfg.variant
     return f"bucketed {r.cfg.bucket_mb:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
 
@@ -170,7 +170,7 @@ def _gap_text(by: dict, floor, anchor) -> str | None:
     best = min(ours, key=lambda r: r["median"])
     comm = figure(best, "comm_s")
     has_anchor = anchor is not None and not _not_run(anchor) and not missing(anchor["median"])
-    return DDP.gap(_ddp_label(best), best["median"], best["stddev"], floor["median"], floor["stddev"],
+    return DDP.gap(variant_label(best), best["median"], best["stddev"], floor["median"], floor["stddev"],
                    None if missing(comm) else comm, anchor["median"] if has_anchor else None)
 
 
@@ -193,12 +193,12 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
             r = by[k]
             nr = _not_run(r)
             if nr:
-                rows.append([_ddp_label(r), nr, "", "", "", ""])
+                rows.append([variant_label(r), nr, "", "", "", ""])
                 continue
             grad_bytes = grad_bytes or _info(r, "grad_bytes")
             ratio = lambda ref: ("–" if ref is None or _not_run(ref) or missing(ref["median"])
                                  else f"{r['median'] / ref['median']:.2f}×")
-            rows.append([_ddp_label(r), ms(r["median"], r["stddev"]), ms(figure(r, "comm_s")),
+            rows.append([variant_label(r), ms(r["median"], r["stddev"]), ms(figure(r, "comm_s")),
                          pct(figure(r, "comm_share", Metric.COMM_SHARE)), ratio(floor), ratio(anchor)])
             if k[0] == "bucketed":
                 buckets.setdefault(ctx, {})[k[1]] = BucketRun(r["median"], r["stddev"], figure(r, "comm_s"),
@@ -237,7 +237,7 @@ def overlap_shares(d: pd.DataFrame) -> dict[str, float]:
         tl = _info(r, "timeline")
         comm = tl["busy_us"]["communication"]
         if comm:
-            out[_ddp_label(r)] = tl["overlap_us"] / comm
+            out[variant_label(r)] = tl["overlap_us"] / comm
     return out
 
 
@@ -329,7 +329,7 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     rows, stats = [], []
     for _, r in tr.iterrows():
         tl = _info(r, "timeline")
-        label = _ddp_label(r)
+        label = variant_label(r)
         rows.append((label, tl))
         busy = tl["busy_us"]
         stats.append([label, ms(tl["span_us"] / 1e6), ms(busy["compute"] / 1e6), ms(busy["communication"] / 1e6),
@@ -401,7 +401,7 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         return None
     parts = []
     comm = df[df.problem == COMM_PROBLEM]
-    fits = _fits(comm) if not comm.empty else {}
+    fits = allreduce_fits(comm) if not comm.empty else {}
     if not comm.empty:
         parts.append("## distributed_communication_single_node\n\n" + allreduce_section(comm, device, fig_dir, fig_rel))
     ddp = df[df.problem.isin(DDP_PROBLEMS)]

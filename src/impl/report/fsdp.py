@@ -187,7 +187,7 @@ def _group_rows(label: str, tl: dict) -> list[list]:
     return out
 
 
-def _phase_counts(tl: dict, phase: str) -> tuple[int, int]:
+def phase_counts(tl: dict, phase: str) -> tuple[int, int]:
     g = [x for x in tl["summary"]["groups"] if x["kind"] == "all_gather" and x["phase"] == phase]
     return (g[0]["in_time"], g[0]["used"]) if g else (0, 0)
 
@@ -195,7 +195,7 @@ def _phase_counts(tl: dict, phase: str) -> tuple[int, int]:
 def _verdict(label: str, r, tl: dict) -> str:
     """What the data says, in one paragraph per variant."""
     timed = _m(r, "worker_step_s") or r["median"]  # older files: the ranks' clock beside the parent's
-    return WORDS.verdict(label, tl["summary"], _phase_counts(tl, "forward"), _phase_counts(tl, "backward"),
+    return WORDS.verdict(label, tl["summary"], phase_counts(tl, "forward"), phase_counts(tl, "backward"),
                          r["details"].get("timeline_ranks") or [], _m(r, "timeline_step_s"),
                          None if missing(timed) else timed)
 

@@ -70,8 +70,8 @@ def gathers(rows: list[Bench]) -> list[Gathers]:
         tl = b.details.get("timeline") if b.measured else None
         if tl:
             s = tl["summary"]
-            out.append(Gathers(fr.LABEL.get(b.cfg.variant, b.cfg.variant), fr._phase_counts(tl, "forward"),
-                               fr._phase_counts(tl, "backward"), s["gather_stall_ms"], s["span_ms"]))
+            out.append(Gathers(fr.LABEL.get(b.cfg.variant, b.cfg.variant), fr.phase_counts(tl, "forward"),
+                               fr.phase_counts(tl, "backward"), s["gather_stall_ms"], s["span_ms"]))
     return out
 
 

@@ -29,7 +29,7 @@ def _i(x):
         return x
 
 
-def _sorted(d, *keys):
+def sorted_by(d, *keys):
     if "cfg.size" in d:
         d = d.assign(_s=d.cfg.size.map(lambda s: size_rank(s)))
         return d.sort_values(["_s", *keys])
@@ -60,7 +60,7 @@ def nsys_body(df: pd.DataFrame) -> str | None:
     d = _p(df, "nsys_profile")
     if d.empty:
         return None
-    d = _sorted(d, "cfg.context")
+    d = sorted_by(d, "cfg.context")
     src = next((i["nsys"]["timing_source"] for i in d["details"] if i.get("nsys")), "kernels")
     unit = "GPU kernels" if src == "kernels" else "CPU ops' self time (no GPU: ops stand in for kernels)"
     parts = [f"torch.profiler over annotated training steps (warm-up excluded); times are {unit}, attributed "
@@ -161,7 +161,7 @@ def compile_section(df: pd.DataFrame, heading: str = "## torch_compile (b): comp
     d = d[d.apply(study, axis=1) == "model"]  # (a), attention, is another section
     if d.empty:
         return None
-    d = _sorted(d, "cfg.context")
+    d = sorted_by(d, "cfg.context")
     left = d[~d["status"].isin([MEASURED, OOM])]
     opt = d[d.cfg.mode == "optimizer_step"]
     grid_rows = d[d.cfg.mode != "optimizer_step"]

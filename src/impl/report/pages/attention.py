@@ -15,8 +15,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from impl.attention import backward_choice, flash_torch
 from impl.attention.memory import naive_attention_memory
 from impl.report import figures, profiling
-from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, _detail, _impls, _ms, _problem,
-                                   _reasons, _short_config, _timer, accounting_case, flash_grid, flash_shapes_table,
+from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, detail_of, impls_of, median_ms, problem_rows,
+                                   not_run_reasons, short_config, timer_name, accounting_case, flash_grid, flash_shapes_table,
                                    leaderboard_table, longest_sequence, memory_accounting, pytorch_attention_table,
                                    ran, torch_compile_table)
 from impl.report.markdown import gib, num, pct, table
@@ -135,13 +135,13 @@ def seed_comparison(pa: pd.DataFrame) -> str | None:
     smallest_d = _pick(pa, d_model=pa.cfg.d_model.min(), seq=seed.seq, mode="forward")
     same = f.cfg.batch == seed.batch and f.cfg.dtype == seed.dtype
     ours_bw = _naive_bandwidth(smallest_d)
-    seed_bw_same_d = _naive_bandwidth(f) * _ms(f) / seed.forward_ms
-    return (f"Ours is {seed.forward_ms / _ms(f):.1f}× faster forward and {seed.backward_ms / _ms(b):.1f}× faster "
-            f"backward than {seed.source} at d {seed.d}, seq {seed.seq} ({_ms(f):.1f} vs {seed.forward_ms} ms, "
-            f"{_ms(b):.1f} vs {seed.backward_ms} ms), "
+    seed_bw_same_d = _naive_bandwidth(f) * median_ms(f) / seed.forward_ms
+    return (f"Ours is {seed.forward_ms / median_ms(f):.1f}× faster forward and {seed.backward_ms / median_ms(b):.1f}× faster "
+            f"backward than {seed.source} at d {seed.d}, seq {seed.seq} ({median_ms(f):.1f} vs {seed.forward_ms} ms, "
+            f"{median_ms(b):.1f} vs {seed.backward_ms} ms), "
             + ("with the same batch and dtype" if same else "with a different batch or dtype")
             + f" (batch {int(f.cfg.batch)}, {f.cfg.dtype}, TF32 "
-            f"{'on' if _detail(f, 'tf32') else 'off'}; median of {int(f['rounds'])} synchronised calls). "
+            f"{'on' if detail_of(f, 'tf32') else 'off'}; median of {int(f['rounds'])} synchronised calls). "
             f"At this size the forward is memory-bound: the (b, s, s) {f.cfg.dtype} matrix is "
             f"{gib(int(f.cfg.batch) * seed.seq ** 2 * DTYPE_BYTES[f.cfg.dtype])} GiB and "
             f"`naive_attention` passes over it at least {NAIVE_FORWARD_PASSES} times, so ours moves "
@@ -155,7 +155,7 @@ def seed_comparison(pa: pd.DataFrame) -> str | None:
 def pytorch_attention_page(ctx: Context) -> Page | None:
     name, answers, body, score = "pytorch_attention", [], [], {}
     for dev in ctx.gpu_devices():
-        pa = _problem(ctx.device_rows(dev), name)
+        pa = problem_rows(ctx.device_rows(dev), name)
         if pa.empty:
             continue
         ok = pa[pa.apply(ran, axis=1)]
@@ -169,8 +169,8 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
         if ooms.empty:
             oom_text = (f"No configuration ran out of memory on the {gib(big['row'].env.gpu_memory_bytes)} GiB "
                         f"{big['row'].env.device}: the largest, d {int(big.cfg.d_model)} and seq "
-                        f"{int(big.cfg.seq)}, took {_ms(by_mode['forward']):.1f} ms forward and "
-                        f"{_ms(by_mode['backward']):.1f} ms backward, so the accounting below is for that case.")
+                        f"{int(big.cfg.seq)}, took {median_ms(by_mode['forward']):.1f} ms forward and "
+                        f"{median_ms(by_mode['backward']):.1f} ms backward, so the accounting below is for that case.")
         else:
             first = ooms.sort_values(["cfg.seq", "cfg.d_model"]).iloc[0]
             oom_text = (f"The first out-of-memory case is d {int(first.cfg.d_model)}, seq {int(first.cfg.seq)} "
@@ -200,12 +200,12 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
                  f"many timed backward passes (median; each call synchronised; a backward's forward runs untimed). "
                  f"Memory is what the benchmark allocated from the inputs on; derived = `impl.attention.memory`.",
                  pytorch_attention_table(pa)]
-        if _reasons(pa):
-            body.append("Not run:\n" + _reasons(pa))
+        if not_run_reasons(pa):
+            body.append("Not run:\n" + not_run_reasons(pa))
         body += [memory_accounting(pa) or "", runs_line(dev, pa)]
         score[name] = Score(answer="no OOM on the grid; memory saved for backward grows with s²" if ooms.empty
                             else "OOM from the first case named on the page",
-                            headline=f"{_ms(by_mode['forward']):.1f} / {_ms(by_mode['backward']):.1f} ms fwd/bwd at "
+                            headline=f"{median_ms(by_mode['forward']):.1f} / {median_ms(by_mode['backward']):.1f} ms fwd/bwd at "
                                      f"d {int(big.cfg.d_model)}, seq {int(big.cfg.seq)}",
                             vs_anchor="– (no anchor: the naive implementation is the baseline)",
                             device=big["row"].env.device, date=_date(pa))
@@ -222,7 +222,7 @@ def torch_compile_page(ctx: Context) -> Page | None:
     name, answers, body, score = "torch_compile", [], [], {}
     for dev in ctx.gpu_devices():
         df = ctx.device_rows(dev)
-        tc, pa = _problem(df, name, "attention"), _problem(df, "pytorch_attention")
+        tc, pa = problem_rows(df, name, "attention"), problem_rows(df, "pytorch_attention")
         # runs since issue 33 time the eager cells beside the compiled ones (impl "eager"); older
         # runs compare with the pytorch_attention rows
         same_run = not tc.empty and (tc.cfg.impl == "eager").any()
@@ -238,8 +238,8 @@ def torch_compile_page(ctx: Context) -> Page | None:
                                                          len(tc[~tc.apply(ran, axis=1)]), len(tc))))
             body += [f"### (a) compiled vs eager attention ({dev})",
                      words.a_method(tc.iloc[0].cfg.backend), torch_compile_table(tc, pa)]
-            if _reasons(tc):
-                body.append("Not run:\n" + _reasons(tc))
+            if not_run_reasons(tc):
+                body.append("Not run:\n" + not_run_reasons(tc))
             body.append(runs_line(dev, pd.concat([tc, pa]) if not pa.empty else tc))
             score[name] = Score(answer=words.score_answer(f), headline=words.score_headline(f),
                                 vs_anchor=words.score_vs(f), device=dev, date=_date(tc))
@@ -334,11 +334,11 @@ def flash_attention_page(ctx: Context) -> Page:
         score["flash_backward"].headline = f"atomic fwd+bwd slower on {slower} of {len(rows)} probe shapes"
         break
     for dev in ctx.gpu_devices():
-        lb = _problem(ctx.device_rows(dev), "leaderboard")
+        lb = problem_rows(ctx.device_rows(dev), "leaderboard")
         ours, cudnn = _pick(lb, impl="flash_triton", mode="fwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd")
         ours2, cudnn2 = _pick(lb, impl="flash_triton", mode="fwd_bwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd_bwd")
         if ours2 is not None and cudnn2 is not None and ours is not None and cudnn is not None:
-            ob, cb = _ms(ours2) - _ms(ours), _ms(cudnn2) - _ms(cudnn)
+            ob, cb = median_ms(ours2) - median_ms(ours), median_ms(cudnn2) - median_ms(cudnn)
             score["flash_backward"].vs_anchor = (f"backward {ob:.3f} vs cuDNN {cb:.3f} ms at the leaderboard shape "
                                                  f"(fwd+bwd − fwd): {ob / cb:.2f}×")
             score["flash_backward"].device = ours2["row"].env.device
@@ -346,7 +346,7 @@ def flash_attention_page(ctx: Context) -> Page:
         if ours is not None and cudnn is not None:
             score["flash_forward"] = Score(
                 answer="tiled PyTorch and Triton forward, L saved; tested (records in the index)",
-                headline=f"forward {_ms(ours):.3f} ms at the leaderboard shape", vs_anchor=ratio_text(ours, cudnn, "cuDNN"),
+                headline=f"forward {median_ms(ours):.3f} ms at the leaderboard shape", vs_anchor=ratio_text(ours, cudnn, "cuDNN"),
                 device=ours["row"].env.device, date=_date(lb))
             break
     return Page("flash_attention", "FlashAttention-2: forward and backward (flash_forward, flash_backward)",
@@ -372,7 +372,7 @@ def flash_plot(d: pd.DataFrame, path: Path) -> PlotInfo | None:
     handles, drawn = {}, []
     for idx, dim in enumerate(dims):
         ax = fig.add_subplot(gs[idx // ncol, idx % ncol])
-        for impl in _impls(e2e):
+        for impl in impls_of(e2e):
             sel = e2e[(e2e.cfg.impl == impl) & (e2e.cfg.d == dim)].sort_values("cfg.seq")
             if sel.empty:
                 continue
@@ -407,7 +407,7 @@ def version_drift(cur: pd.DataFrame, prev: pd.DataFrame) -> tuple[str, list[list
     key = ["cfg.impl", "cfg.dtype", "cfg.mode", "cfg.d", "cfg.seq"]
 
     def times(d):
-        return {tuple(r[k] for k in key): _ms(r) for _, r in d.iterrows() if ran(r)}
+        return {tuple(r[k] for k in key): median_ms(r) for _, r in d.iterrows() if ran(r)}
 
     now, before = times(cur), times(prev)
     rows, verdicts = [], {"faster": 0, "slower": 0, "within the anchors' drift": 0}
@@ -447,7 +447,7 @@ def bwd_over_e2e(d: pd.DataFrame) -> list[tuple]:
         sb, se = _spread(b), _spread(e)
         why = ("host-bound" if seq <= SHORT_SEQ else "within noise" if sb and se and sb[0] <= se[1]
                else "unexplained")
-        out.append((impl, dtype, int(dim), int(seq), _ms(b), _ms(e), why))
+        out.append((impl, dtype, int(dim), int(seq), median_ms(b), median_ms(e), why))
     return out
 
 
@@ -470,17 +470,17 @@ def flash_headline(fb: pd.DataFrame) -> list[list]:
         best = _best_anchor(at)
         naive = g[g.cfg.impl == "naive"].sort_values("cfg.seq")
         nlong = naive.iloc[-1] if not naive.empty else None
-        rows.append([dtype, int(dim), int(seq), f"{_ms(o):.3f}", num(o.get("m.tflops"), 0),
-                     "–" if best is None else f"{_ms(best):.3f} ({IMPL_LABELS[best.cfg.impl]})",
+        rows.append([dtype, int(dim), int(seq), f"{median_ms(o):.3f}", num(o.get("m.tflops"), 0),
+                     "–" if best is None else f"{median_ms(best):.3f} ({IMPL_LABELS[best.cfg.impl]})",
                      "–" if best is None else ratio_text(o, best, "anchor"),
-                     "–" if nlong is None else f"seq {int(nlong.cfg.seq)}: {_ms(nlong):.3f}"])
+                     "–" if nlong is None else f"seq {int(nlong.cfg.seq)}: {median_ms(nlong):.3f}"])
     return rows
 
 
 def flash_benchmarking_page(ctx: Context) -> Page:
     name, answers, body, score = "flash_benchmarking", [], [], {}
     for dev in ctx.gpu_devices():
-        fb = _problem(ctx.device_rows(dev), name)
+        fb = problem_rows(ctx.device_rows(dev), name)
         if fb.empty:
             continue
         head = flash_headline(fb)
@@ -512,15 +512,15 @@ def flash_benchmarking_page(ctx: Context) -> Page:
                                 else "ours against SDPA on the page", headline=f"{bf[0][3]} ms fwd+bwd ({bf[0][0]}, d {bf[0][1]}, "
                                 f"seq {bf[0][2]})", vs_anchor=bf[0][6], device=fb["row"].iloc[0].env.device,
                                 date=_date(fb))
-        timers = sorted({_timer(r) for _, r in fb.iterrows() if _timer(r)})
+        timers = sorted({timer_name(r) for _, r in fb.iterrows() if timer_name(r)})
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{dev}")
         plot = flash_plot(fb, png)
         grid_link = write_csv(ctx.reports_dir, f"flash_benchmarking-{dev}", flash_grid(fb))
         body += [f"### {dev}",
                  f"Batch {int(fb.cfg.batch.iloc[0])}, causal; TFLOP/s count causal FLOPs as half. Timers: "
                  f"{', '.join(timers) or '–'}. "
-                 f"Autotuning of our kernels: {'on' if _detail(fb.iloc[0], 'autotune') else 'off'}. Left out by "
-                 f"design: {_detail(fb.iloc[0], 'left_out', '–')}. Every cell (dtype × pass × d × seq, ms and "
+                 f"Autotuning of our kernels: {'on' if detail_of(fb.iloc[0], 'autotune') else 'off'}. Left out by "
+                 f"design: {detail_of(fb.iloc[0], 'left_out', '–')}. Every cell (dtype × pass × d × seq, ms and "
                  f"TFLOP/s): {grid_link}."]
         if plot:
             body.append(f"![TFLOP/s against sequence length, forward+backward]({rel})\n\n*Runs: {run_ids(fb)}.*")
@@ -552,8 +552,8 @@ def flash_benchmarking_page(ctx: Context) -> Page:
                      f"{DRIFT_BAND:.2f}×). **Conclusion: {summary}.**",
                      table(["dtype", "d", "pass", f"ours new/old (seq > {SHORT_SEQ})", "anchors new/old", "verdict",
                             f"ours new/old (seq ≤ {SHORT_SEQ})"], rows)]
-        if _reasons(fb):
-            body.append("Cells not run:\n" + _reasons(fb))
+        if not_run_reasons(fb):
+            body.append("Cells not run:\n" + not_run_reasons(fb))
         break
     if not answers:
         return missing_page(name, name, [name], [name], where=name)
@@ -595,7 +595,7 @@ def leaderboard_plot(versions: list[Version], path: Path) -> PlotInfo:
     drawn = []
     for key, label, color in (("ours", "ours: torch.compile(FlashAttentionTriton.apply)", IMPL_COLORS["flash_triton"]),
                               ("cudnn", IMPL_LABELS["sdpa_cudnn"], IMPL_COLORS["sdpa_cudnn"])):
-        pts = [(i, _ms(getattr(v, key)), v.legacy) for i, v in zip(x, versions) if getattr(v, key) is not None]
+        pts = [(i, median_ms(getattr(v, key)), v.legacy) for i, v in zip(x, versions) if getattr(v, key) is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=color, label=label, lw=1.2)
         drawn.append(label)
         for legacy, marker in ((True, "o"), (False, "s")):
@@ -616,7 +616,7 @@ def leaderboard_plot(versions: list[Version], path: Path) -> PlotInfo:
 def leaderboard_page(ctx: Context) -> Page:
     name, answers, body, score, index = "leaderboard", [], [], {}, []
     for dev in ctx.gpu_devices():
-        lb = _problem(ctx.device_rows(dev), name)
+        lb = problem_rows(ctx.device_rows(dev), name)
         if lb.empty:
             continue
         f = leaderboard_facts(dev, benches(lb))
@@ -632,10 +632,10 @@ def leaderboard_page(ctx: Context) -> Page:
         leaderboard_plot(versions, png)
         caption = f"leaderboard versions on {ours['row'].env.device}: ours forward+backward vs SDPA cuDNN per stored run"
         index.append((caption, rel))
-        rows = [[v.datetime[:16].replace("T", " "), f"`{v.commit}`", v.basis, f"{_ms(v.ours):.3f}", pct(v.ours.get("m.mfu")),
-                 "–" if v.cudnn is None else f"{_ms(v.cudnn):.3f}", "–" if v.cudnn is None else pct(v.cudnn.get("m.mfu")),
+        rows = [[v.datetime[:16].replace("T", " "), f"`{v.commit}`", v.basis, f"{median_ms(v.ours):.3f}", pct(v.ours.get("m.mfu")),
+                 "–" if v.cudnn is None else f"{median_ms(v.cudnn):.3f}", "–" if v.cudnn is None else pct(v.cudnn.get("m.mfu")),
                  "–" if v.cudnn is None else f"{v.ours['median'] / v.cudnn['median']:.2f}×",
-                 "; ".join(f"{k}: {_short_config(c)}" for k, c in (_detail(v.ours, "tuned_configs") or {}).items())
+                 "; ".join(f"{k}: {short_config(c)}" for k, c in (detail_of(v.ours, "tuned_configs") or {}).items())
                  or "not recorded"] for v in versions]
         new = [v for v in versions if not v.legacy and v.cudnn is not None]
         rs = [v.ours["median"] / v.cudnn["median"] for v in new]
@@ -646,7 +646,7 @@ def leaderboard_page(ctx: Context) -> Page:
                  table(["run (UTC)", "commit", "timer", "ours fwd+bwd (ms)", "ours MFU", "cuDNN fwd+bwd (ms)",
                         "cuDNN MFU", "ours / cuDNN", "autotuner picks (M×N, warps, stages)"], rows),
                  f"![{caption}]({rel})"]
-        notes = sorted({_detail(r, "note") for _, r in lb.iterrows() if _detail(r, "note")})
+        notes = sorted({detail_of(r, "note") for _, r in lb.iterrows() if detail_of(r, "note")})
         if notes:
             body.append("Note: " + "; ".join(notes))
         score[name] = Score(answer=words.score_answer(f), headline=words.score_headline(f),
@@ -716,7 +716,7 @@ def flash_shapes_summary(fs: pd.DataFrame) -> list[list]:
 def flash_shapes_page(ctx: Context) -> Page:
     name, answers, body, score = "flash_shapes", [], [], {}
     for dev in ctx.gpu_devices():
-        fs = _problem(ctx.device_rows(dev), name)
+        fs = problem_rows(ctx.device_rows(dev), name)
         if fs.empty:
             continue
         measured, budget = int(fs.apply(ran, axis=1).sum()), int((fs.status == "left_out_by_budget").sum())
@@ -733,7 +733,7 @@ def flash_shapes_page(ctx: Context) -> Page:
                               "faster SDPA backend?", text))
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{dev}")
         plot = flash_shapes_plot(grid, png)
-        timers = sorted({_timer(r) for _, r in fs.iterrows() if _timer(r)})
+        timers = sorted({timer_name(r) for _, r in fs.iterrows() if timer_name(r)})
         body += [f"### {dev}",
                  f"Ours (FlashAttentionTriton.apply, eager and under torch.compile) beside the faster of SDPA cuDNN and "
                  f"SDPA flash, same inputs, same run; kernel medians (timer: {', '.join(timers) or '–'}); each row "
@@ -747,8 +747,8 @@ def flash_shapes_page(ctx: Context) -> Page:
                  f"{write_csv(ctx.reports_dir, f'flash_shapes-{dev}', grid)}."]
         if plot:
             body.append(f"![ours over the faster anchor per measured shape]({rel})")
-        if _reasons(fs):
-            body.append("Cells not run:\n" + _reasons(fs))
+        if not_run_reasons(fs):
+            body.append("Cells not run:\n" + not_run_reasons(fs))
         if med is not None:
             score[name] = Score(answer=f"{measured} rows measured, {budget} left out by budget",
                                 headline=f"median eager/anchor {med:.2f}×",

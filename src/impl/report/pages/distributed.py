@@ -43,10 +43,10 @@ def measured(r) -> bool:
 def _comm_points(d: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
     """(backend, processes) -> {bytes: (bus bandwidth GB/s, seconds per all-reduce)} of the measured rows."""
     out: dict = {}
-    for _, r in dr._comm_rows(d).iterrows():
+    for _, r in dr.comm_rows(d).iterrows():
         bw = dr.figure(r, "busbw_GBps", Metric.BUS_BW)
         if measured(r) and not missing(bw):
-            out.setdefault((r.cfg.backend, int(r.cfg.world_size)), {})[int(r.cfg.bytes)] = (bw, dr._per_op(r))
+            out.setdefault((r.cfg.backend, int(r.cfg.world_size)), {})[int(r.cfg.bytes)] = (bw, dr.per_op(r))
     return out
 
 
@@ -57,7 +57,7 @@ def comm_page(ctx: Context) -> Page:
     body, score, text = [], Score(NOT_ON_GPU), f"{NOT_ON_GPU}."
     for dev, d in gpu_rows(ctx, name):
         f = comm_facts(device_label(dev, d), _comm_points(d),
-                       int((dr._comm_rows(d).status != Status.MEASURED.value).sum()))
+                       int((dr.comm_rows(d).status != Status.MEASURED.value).sum()))
         if f:
             text = words.answer(f)
             score = Score(words.score_answer(f), words.score_headline(f), words.score_vs(f), dev, run_date(d))
@@ -96,7 +96,7 @@ def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
             continue
         keys = [key for key in sorted(by, key=lambda x: (dr.VARIANT_ORDER.index(x[0]) if x[0] in dr.VARIANT_ORDER
                                                           else 99, x[1] or 0)) if key[0] != "single"]
-        labels = labels or [dr._ddp_label(by[key]).split(" (")[0] for key in keys]
+        labels = labels or [dr.variant_label(by[key]).split(" (")[0] for key in keys]
         vals = [100 * (by[key]["median"] / floor["median"] - 1) if measured(by[key]) else float("nan") for key in keys]
         errs = [100 * ((by[key]["stddev"] or 0) + (floor["stddev"] or 0)) / floor["median"] if measured(by[key])
                 else 0 for key in keys]
@@ -173,7 +173,7 @@ def ddp_page(ctx: Context) -> Page:
         index_figures.append((f"DDP overhead against torch DDP ({label}, run {date})", f"{ctx.fig_rel}/{fig_name}"))
         text, data = dr.ddp_section(d)
         comm = comm_runs.get(dev)
-        fits = dr._fits(comm) if comm is not None else {}
+        fits = dr.allreduce_fits(comm) if comm is not None else {}
         body += [f"## {label}", "### Our DDP against torch DDP",
                  f"![DDP overhead against torch DDP]({ctx.fig_rel}/{fig_name})", text,
                  "### ddp_bucketed_benchmarking (b): the bucket model against the measurements",

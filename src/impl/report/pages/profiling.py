@@ -116,7 +116,7 @@ def nsys_page(ctx: Context) -> Page:
     if not found or _nsys_ok(found[0][1]).empty:
         return missing_page(slug, "nsys_profile", [name], qs)
     device, d = found[0]
-    ok = profiling._sorted(_nsys_ok(d), "cfg.context")
+    ok = profiling.sorted_by(_nsys_ok(d), "cfg.context")
     f = NsysFacts([profiled(f"{size_label(b.cfg.size_ref, b.cfg.size)} at context {b.cfg.context}",
                             step_s(line), b.details["nsys"]) for (_, line), b in zip(ok.iterrows(), benches(ok))])
     answers = [Answer(q, a(f)) for q, a in zip(qs, (words.a_a, words.a_b, words.a_c, words.a_d, words.a_e))]
@@ -201,7 +201,7 @@ def memory_page(ctx: Context) -> Page:
     if not found:
         return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     device, d_all = found[0]
-    d_all = profiling._sorted(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
+    d_all = profiling.sorted_by(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
     in_2026 = d_all.apply(lambda r: (r.cfg.size, _i(r.cfg.context)) in CASES_2026, axis=1)
     d, d26 = d_all[~in_2026], d_all[in_2026]
     if d.empty:
@@ -446,12 +446,12 @@ def checkpointing_page(ctx: Context) -> Page:
         n0 = none.iloc[0] if not none.empty else None
         none_txt = ("runs out of memory" if n0 is not None and n0["status"] == OOM else
                     f"peaks at {gib(n0['peak_alloc'])} GiB" if n0 is not None else "was not run")
-        pred_none = checkpointing._pred(n0) if n0 is not None else None
+        pred_none = checkpointing.predicted_peak(n0) if n0 is not None else None
         answers.append(Answer(qs[0], (
             f"Nested checkpointing peaks at {gib(r['peak_alloc'])} GiB ({r.cfg.dtype}, {r.cfg.size}, context "
-            f"{_i(r.cfg.context)}; predicted {gib(checkpointing._pred(r))} GiB), where no checkpointing {none_txt}"
+            f"{_i(r.cfg.context)}; predicted {gib(checkpointing.predicted_peak(r))} GiB), where no checkpointing {none_txt}"
             + (f" (predicted {gib(pred_none)} GiB)" if pred_none else "") + f": O(log L) residual streams and one "
-            f"block, paid with {checkpointing._forwards(r).split(' /')[0]} block forwards per step instead of "
+            f"block, paid with {checkpointing.forwards_cell(r).split(' /')[0]} block forwards per step instead of "
             f"{r.cfg.size and MODEL_SIZES[r.cfg.size].num_layers} (O(L log L)).")))
         score = Score(f"nested checkpointing fits {r.cfg.size} ctx {_i(r.cfg.context)} in "
                       f"{gib(r['peak_alloc'])} GiB", f"{gib(r['peak_alloc'])} GiB ({r.cfg.dtype})",
