@@ -125,6 +125,9 @@ def _naive_bandwidth(r) -> float:
     return NAIVE_FORWARD_PASSES * b * s * s * DTYPE_BYTES[r.cfg.dtype] / r["median"]
 
 
+PA = macros("pytorch_attention.md.j2")
+
+
 def seed_comparison(pa: pd.DataFrame) -> str | None:
     """Ours against the seed's naive times at its shape, and what bounds ours (bytes moved)."""
     seed = SEED_NAIVE
@@ -133,23 +136,11 @@ def seed_comparison(pa: pd.DataFrame) -> str | None:
     if f is None or b is None:
         return None
     smallest_d = _pick(pa, d_model=pa.cfg.d_model.min(), seq=seed.seq, mode="forward")
-    same = f.cfg.batch == seed.batch and f.cfg.dtype == seed.dtype
-    ours_bw = _naive_bandwidth(smallest_d)
-    seed_bw_same_d = _naive_bandwidth(f) * median_ms(f) / seed.forward_ms
-    return (f"Ours is {seed.forward_ms / median_ms(f):.1f}× faster forward and {seed.backward_ms / median_ms(b):.1f}× faster "
-            f"backward than {seed.source} at d {seed.d}, seq {seed.seq} ({median_ms(f):.1f} vs {seed.forward_ms} ms, "
-            f"{median_ms(b):.1f} vs {seed.backward_ms} ms), "
-            + ("with the same batch and dtype" if same else "with a different batch or dtype")
-            + f" (batch {int(f.cfg.batch)}, {f.cfg.dtype}, TF32 "
-            f"{'on' if detail_of(f, 'tf32') else 'off'}; median of {int(f['rounds'])} synchronised calls). "
-            f"At this size the forward is memory-bound: the (b, s, s) {f.cfg.dtype} matrix is "
-            f"{gib(int(f.cfg.batch) * seed.seq ** 2 * DTYPE_BYTES[f.cfg.dtype])} GiB and "
-            f"`naive_attention` passes over it at least {NAIVE_FORWARD_PASSES} times, so ours moves "
-            f"≥ {ours_bw / 1e12:.2f} TB/s at d {int(smallest_d.cfg.d_model)} and "
-            f"≥ {_naive_bandwidth(f) / 1e12:.2f} TB/s at d {seed.d}; the seed's {seed.forward_ms} ms would be "
-            f"{seed_bw_same_d / 1e12:.2f} TB/s for the same passes. Its GPU model ({seed.gpu}) and timed code were "
-            f"not recorded, so the gap is **flagged, not explained**: a PCIe H100's slower HBM, extra passes "
-            f"(a materialised mask, a hand-written softmax) or host time in the timer would each add to it.")
+    return PA.a_seed(seed, median_ms(f), median_ms(b), f.cfg.batch == seed.batch and f.cfg.dtype == seed.dtype,
+                     int(f.cfg.batch), f.cfg.dtype, detail_of(f, "tf32"), int(f["rounds"]),
+                     gib(int(f.cfg.batch) * seed.seq ** 2 * DTYPE_BYTES[f.cfg.dtype]), NAIVE_FORWARD_PASSES,
+                     _naive_bandwidth(smallest_d), int(smallest_d.cfg.d_model), _naive_bandwidth(f),
+                     _naive_bandwidth(f) * median_ms(f) / seed.forward_ms)
 
 
 def pytorch_attention_page(ctx: Context) -> Page | None:
@@ -162,53 +153,28 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
         ooms = pa[pa.oom]
         case = accounting_case(pa)
         big = ok.sort_values(["cfg.seq", "cfg.d_model"]).iloc[-1]
-        by_mode = {m: _pick(pa, d_model=big.cfg.d_model, seq=big.cfg.seq, mode=m) for m in ("forward", "backward")}
-        batch, dtype = int(big.cfg.batch), big.cfg.dtype
-        mem = naive_attention_memory(batch, int(big.cfg.seq), int(big.cfg.d_model), dtype)
-        half = naive_attention_memory(batch, int(big.cfg.seq) // 2, int(big.cfg.d_model), dtype)
+        fwd, bwd = (median_ms(_pick(pa, d_model=big.cfg.d_model, seq=big.cfg.seq, mode=m)) for m in ("forward", "backward"))
+        batch, dtype, seq, d = int(big.cfg.batch), big.cfg.dtype, int(big.cfg.seq), int(big.cfg.d_model)
+        mem, half = naive_attention_memory(batch, seq, d, dtype), naive_attention_memory(batch, seq // 2, d, dtype)
         if ooms.empty:
-            oom_text = (f"No configuration ran out of memory on the {gib(big['row'].env.gpu_memory_bytes)} GiB "
-                        f"{big['row'].env.device}: the largest, d {int(big.cfg.d_model)} and seq "
-                        f"{int(big.cfg.seq)}, took {median_ms(by_mode['forward']):.1f} ms forward and "
-                        f"{median_ms(by_mode['backward']):.1f} ms backward, so the accounting below is for that case.")
+            oom_text = PA.a_no_oom(gib(big["row"].env.gpu_memory_bytes), big["row"].env.device, d, seq, fwd, bwd)
         else:
             first = ooms.sort_values(["cfg.seq", "cfg.d_model"]).iloc[0]
-            oom_text = (f"The first out-of-memory case is d {int(first.cfg.d_model)}, seq {int(first.cfg.seq)} "
-                        f"({first.cfg.mode}); the accounting below is for it.")
-        answers = [
-            Answer("(a) Report the timings (or out-of-memory errors) you get for these configurations. At what size "
-                   "do you get out-of-memory errors?", oom_text),
-            Answer("Do the accounting for the memory usage of attention in one of the smallest configurations that "
-                   "runs out of memory. How does the memory saved for backward change with the sequence length?",
-                   f"For d {case[0]}, seq {case[1]} the memory saved for backward is {gib(mem.saved_for_backward)} "
-                   f"GiB, of which the (b, s, s) softmax output is {pct(mem.scores_matrix / mem.saved_for_backward)};"
-                   f" at half that sequence it is {gib(half.saved_for_backward)} GiB "
-                   f"({mem.saved_for_backward / half.saved_for_backward:.2f}× less): it grows with s², the "
-                   f"derived and measured figures are in the accounting table."),
-            Answer("What would you do to eliminate this memory cost?",
-                   "Never materialise the score matrix: FlashAttention-2 (the flash_attention page) tiles Q and K, "
-                   "keeps a running softmax on chip and saves only the output and one logsumexp per query row, "
-                   "then recomputes the scores tile by tile in the backward; its saved memory is linear in s."),
-        ]
+            oom_text = PA.a_oom(int(first.cfg.d_model), int(first.cfg.seq), first.cfg.mode)
+        answers = [Answer(PA.q_a(), oom_text), Answer(PA.q_accounting(), PA.a_accounting(case[0], case[1], mem, half)),
+                   Answer(PA.q_eliminate(), PA.a_eliminate())]
         seed = seed_comparison(pa)
         if seed:
-            answers.append(Answer("Why is naive attention here faster than the seeds' H100 numbers?", seed))
+            answers.append(Answer(PA.q_seed(), seed))
         r0 = pa.iloc[0]
-        body += [f"### {dev}",
-                 f"Naive attention (`impl.attention.naive_attention`), batch {int(r0.cfg.batch)}, no head "
-                 f"dimension, {r0.cfg.dtype}, non-causal; {int(pa['rounds'].max())} timed forward passes and as "
-                 f"many timed backward passes (median; each call synchronised; a backward's forward runs untimed). "
-                 f"Memory is what the benchmark allocated from the inputs on; derived = `impl.attention.memory`.",
+        body += [f"### {dev}", PA.method(int(r0.cfg.batch), r0.cfg.dtype, int(pa["rounds"].max())),
                  pytorch_attention_table(pa)]
         if not_run_reasons(pa):
             body.append("Not run:\n" + not_run_reasons(pa))
         body += [memory_accounting(pa) or "", runs_line(dev, pa)]
-        score[name] = Score(answer="no OOM on the grid; memory saved for backward grows with s²" if ooms.empty
-                            else "OOM from the first case named on the page",
-                            headline=f"{median_ms(by_mode['forward']):.1f} / {median_ms(by_mode['backward']):.1f} ms fwd/bwd at "
-                                     f"d {int(big.cfg.d_model)}, seq {int(big.cfg.seq)}",
-                            vs_anchor="– (no anchor: the naive implementation is the baseline)",
-                            device=big["row"].env.device, date=_date(pa))
+        score[name] = Score(answer=PA.score_answer(not ooms.empty), headline=PA.score_headline(fwd, bwd, d, seq),
+                            vs_anchor="– (no anchor: the naive implementation is the baseline)", device=dev,
+                            date=_date(pa))
         break  # the first GPU with rows answers; the others have none for this problem
     if not answers:
         return missing_page("pytorch_attention", name, [name], [name], where="pytorch_attention")
