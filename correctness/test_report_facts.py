@@ -356,3 +356,17 @@ def test_torch_compile_b_is_compiled_over_eager_of_one_run():
             row("xl", 256, "compiled", 0.1, when="2026-12-03")]  # another run's row: no pair
     (m,) = compile_model_facts(rows)
     assert m.by_size == {"small": 0.5, "xl": 0.9} and m.gain_shrinks
+
+
+def test_gradient_checkpointing_names_the_rows_size_by_edition(built_pages):
+    """The committed rows are the 2025 table's xl (d_model 1600): the 2026 question's xl is another model,
+    so the page labels the rows' size and says the question's size has no rows (a missing-data fact)."""
+    from impl.model.sizes import SizeRef
+
+    ctx, pages = built_pages
+    d = ctx.df[(ctx.df.problem == "gradient_checkpointing") & (ctx.df.device == "h100-80gb-x1")]
+    refs = {r.cfg.size_ref for _, r in d.iterrows() if r.cfg.size}  # the depth study rows name a width
+    assert refs == {SizeRef("2025", "xl")}
+    page = next(p for p in pages if p.slug == "gradient_checkpointing")
+    assert SizeRef("2025", "xl").label in page.score["gradient_checkpointing"].answer
+    assert all(SizeRef("2026", "xl").label in a.text for a in page.answers)

@@ -17,6 +17,7 @@ from impl.report import benchmarking_script as bs
 from impl.report import mixed_precision as mp
 from impl.bench.sweeps import MODES
 from impl.report.nsys_facts import NsysFacts, profiled
+from impl.model.sizes import SizeRef
 from impl.report.rows import benches, size_label
 from impl.report.templating import macros
 from impl.report.benchmarking import speedup_cell, step_s, study, within_noise
@@ -429,14 +430,17 @@ def _largest(ok: pd.DataFrame) -> tuple[str | None, str]:
 # ---------------------------------------------------------------------------- gradient_checkpointing
 def checkpointing_page(ctx: Context) -> Page:
     slug, name = "gradient_checkpointing", "gradient_checkpointing"
-    qs = ["(a) The memory-optimal (nested) strategy: its peak memory and compute, measured?",
-          "(b) The best single-level block size k for xl at batch 4, context 2048, validated by measured peaks?"]
+    words = macros("gradient_checkpointing.md.j2")
+    qs = [words.q_a(), words.q_b()]
     found = gpu_rows(ctx, name)
     if not found:
         return missing_page(slug, "gradient_checkpointing", [name], qs)
     device, d = found[0]
     pol = d[d.apply(study, axis=1) == "policies"]
     ok = pol[pol["status"] == MEASURED]
+    label = lambda r: size_label(r.cfg.size_ref, r.cfg.size)  # noqa: E731
+    note = words.edition_note(sorted({label(r) for _, r in ok.iterrows()}), size_label(SizeRef("2026", "xl")))
+    note = f" {note}" if note else ""
     answers, score = [], Score(NOT_ON_GPU)
     bf = ok[ok.cfg.dtype == "bf16"] if "bf16" in set(ok.cfg.dtype) else ok
     nested = bf[bf.cfg.policy == "nested"]
@@ -446,29 +450,24 @@ def checkpointing_page(ctx: Context) -> Page:
         n0 = none.iloc[0] if not none.empty else None
         none_txt = ("runs out of memory" if n0 is not None and n0["status"] == OOM else
                     f"peaks at {gib(n0['peak_alloc'])} GiB" if n0 is not None else "was not run")
-        pred_none = checkpointing.predicted_peak(n0) if n0 is not None else None
-        answers.append(Answer(qs[0], (
-            f"Nested checkpointing peaks at {gib(r['peak_alloc'])} GiB ({r.cfg.dtype}, {r.cfg.size}, context "
-            f"{_i(r.cfg.context)}; predicted {gib(checkpointing.predicted_peak(r))} GiB), where no checkpointing {none_txt}"
-            + (f" (predicted {gib(pred_none)} GiB)" if pred_none else "") + f": O(log L) residual streams and one "
-            f"block, paid with {checkpointing.forwards_cell(r).split(' /')[0]} block forwards per step instead of "
-            f"{r.cfg.size and MODEL_SIZES[r.cfg.size].num_layers} (O(L log L)).")))
-        score = Score(f"nested checkpointing fits {r.cfg.size} ctx {_i(r.cfg.context)} in "
-                      f"{gib(r['peak_alloc'])} GiB", f"{gib(r['peak_alloc'])} GiB ({r.cfg.dtype})",
-                      "no checkpointing: OOM" if n0 is not None and n0["status"] == OOM else "–",
-                      device_short(device), run_date(d))
+        layers = r.cfg.size_ref.config.num_layers if r.cfg.size_ref else "–"
+        answers.append(Answer(qs[0], words.a_nested(
+            r["peak_alloc"], r.cfg.dtype, label(r), _i(r.cfg.context), checkpointing.predicted_peak(r), none_txt,
+            checkpointing.predicted_peak(n0) if n0 is not None else None,
+            checkpointing.forwards_cell(r).split(" /")[0], layers) + note))
+        score = Score(words.score_answer(label(r), _i(r.cfg.context), r["peak_alloc"]),
+                      words.score_headline(r["peak_alloc"], r.cfg.dtype),
+                      "no checkpointing: OOM" if n0 is not None and n0["status"] == OOM else "–", device, run_date(d))
     else:
         answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
     if not ok.empty and "best_k" in ok["details"].iloc[0]:
         i = ok["details"].iloc[0]
         ks = bf[bf.cfg.policy == "every_k"].sort_values("cfg.k")
-        cells = ", ".join(f"k = {_i(r.cfg.k)}: {gib(r['peak_alloc'])} GiB" for _, r in ks.iterrows())
         best = ks.loc[ks["peak_alloc"].idxmin()] if not ks.empty else None
-        answers.append(Answer(qs[1], (
-            f"By reasoning k = {i.get('best_k')} ({i.get('best_k_rule')}); measured ({bf.cfg.dtype.iloc[0]}): "
-            f"{cells}" + (f", so k = {_i(best.cfg.k)} is lowest as predicted." if best is not None
-                          and _i(best.cfg.k) == i.get("best_k") else
-                          f"; the measured lowest is k = {_i(best.cfg.k)}." if best is not None else "."))))
+        answers.append(Answer(qs[1], words.a_best_k(
+            i.get("best_k"), i.get("best_k_rule"), bf.cfg.dtype.iloc[0],
+            [(_i(r.cfg.k), r["peak_alloc"]) for _, r in ks.iterrows()], None if best is None else _i(best.cfg.k))
+            + note))
     else:
         answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
     path, link = _fig(ctx, slug, f"{device}-depth")
