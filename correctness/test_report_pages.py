@@ -98,17 +98,20 @@ def test_memory_profiling_answers_read_from_the_timelines(built):
     assert "GiB" in page.score["memory_profiling"].headline
 
 
-def test_memory_profiling_answers_the_2026_variant_apart_from_the_2025_grid(built):
-    """The 2026 edition's xl rows (contexts 128 and 2048) get their own answers; the 2025 answers keep
-    reading the 2.7B rows even when the xl run is newer."""
+def test_memory_profiling_2026_answers_read_2026_rows_only(built):
+    """The 2026 questions ask about xl (2026) = 2.7B (2025); the stored rows at their contexts are the 2025
+    table's xl (d_model 1600), another model: the 2026 answers say the size has no rows (a missing-data
+    fact) instead of answering from those rows, and the 2025 answers read the 2.7B rows."""
+    from impl.model.sizes import SizeRef
+
     pages, _, _ = built
     page = next(p for p in pages if p.slug == "memory_profiling")
     by_q = {a.question: a.text for a in page.answers}
+    a26 = [t for q, t in by_q.items() if q.startswith("(2026")]
+    assert a26 and all(SizeRef("2026", "xl").label in t and SizeRef("2025", "xl").label in t for t in a26)
+    assert not any("GiB" in t or "1600" in t for t in a26)  # no number of another model's rows
     a25 = " ".join(t for q, t in by_q.items() if not q.startswith("(2026"))
-    a26 = " ".join(t for q, t in by_q.items() if q.startswith("(2026"))
-    assert "2.7B, fp32" in a25 and "xl" not in a25
-    assert "context 128" in a26 and "context 2048" in a26 and "1600" in a26
-    assert "not measured on a GPU yet" not in a26
+    assert SizeRef("2025", "2.7B").label in a25
 
 
 def test_benchmarking_script_answers_each_question_for_each_edition(built):
@@ -120,13 +123,15 @@ def test_benchmarking_script_answers_each_question_for_each_edition(built):
 
 
 def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():
+    from impl.model.sizes import SizeRef
     from impl.report.pages.profiling import _shape_labels
-    # xl, batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
+    # xl (2025), batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
+    xl = SizeRef("2025", "xl").config
     size = 4 * 128 * 10_000 * 4
-    assert _shape_labels("xl", 4, 128, "fp32")[size] == "fp32, logits (batch × ctx × vocab)"
-    both = _shape_labels("xl", 4, 128, "bf16")[size]
+    assert _shape_labels(xl, 4, 128, "fp32")[size] == "fp32, logits (batch × ctx × vocab)"
+    both = _shape_labels(xl, 4, 128, "bf16")[size]
     assert "fp32, logits" in both and "bf16, FFN-weight-sized" in both
-    assert not any("bf16" in v for v in _shape_labels("xl", 4, 128, "fp32").values())
+    assert not any("bf16" in v for v in _shape_labels(xl, 4, 128, "fp32").values())
 
 
 def test_timeline_axis_starts_at_zero(tmp_path, monkeypatch):

@@ -162,11 +162,11 @@ def mixed_precision_page(ctx: Context) -> Page:
 
 
 # ---------------------------------------------------------------------------------- memory_profiling
-def _shape_labels(size: str, batch: int, context: int, dtype: str) -> dict[int, str]:
+def _shape_labels(m, batch: int, context: int, dtype: str) -> dict[int, str]:
     """Allocation sizes in bytes → what tensors of the model have that size, for naming the largest
     allocations: fp32 only in an fp32 row (nothing is half precision there), fp32 and bf16 under
-    autocast; two tensors of one size are both named (xl: fp32 logits at context 128 = bf16 FFN weight)."""
-    m = MODEL_SIZES[size]
+    autocast; two tensors of one size are both named (xl (2025): fp32 logits at context 128 = bf16 FFN
+    weight). `m`: the row's ModelConfig (its SizeRef's)."""
     out: dict[int, list[str]] = {}
     for nbytes, kind in ((4, "fp32"), (2, "bf16")) if dtype == "bf16" else ((4, "fp32"),):
         for n, what in ((m.d_model * m.d_ff, "FFN-weight-sized (d_model × d_ff)"),
@@ -203,13 +203,14 @@ def memory_page(ctx: Context) -> Page:
         return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     device, d_all = found[0]
     d_all = profiling.sorted_by(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
-    in_2026 = d_all.apply(lambda r: (r.cfg.size, _i(r.cfg.context)) in CASES_2026, axis=1)
-    d, d26 = d_all[~in_2026], d_all[in_2026]
+    in_2026 = d_all.cfg.edition == "2026"
+    earlier = ~in_2026 & d_all.apply(lambda r: (r.cfg.size, _i(r.cfg.context)) in CASES_2026, axis=1)
+    d, d26, d_old = d_all[~in_2026 & ~earlier], d_all[in_2026], d_all[earlier]
     if d.empty:
         return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     ok = d[d["status"] == MEASURED]
-    size = ok.cfg.size.iloc[0]
-    m = MODEL_SIZES[size]
+    ref = ok.iloc[0].cfg.size_ref
+    size, m = size_label(ref), ref.config
     param_b = m.params * 4
     G = 2**30
 
@@ -298,7 +299,7 @@ def memory_page(ctx: Context) -> Page:
     art = [i["snapshot"]["artifact"] for i in d["details"] if i.get("snapshot") and i["snapshot"].get("artifact")]
     if art:
         body.append(f"Raw snapshot saved as artifact `{art[0]}` (drag onto pytorch.org/memory_viz).")
-    a26, b26 = _memory_2026(d26)
+    a26, b26 = _memory_2026(d26, d_old)
     answers += a26
     if b26:
         body.append(b26)
@@ -310,19 +311,29 @@ def memory_page(ctx: Context) -> Page:
 
 # The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).
 CASES_2026 = {tuple(c) for c in grid("memory_profiling", "full")["cases_2026"]}
-QS_2026 = ["(2026 a) xl at contexts 128 and 2048: peak memory of the forward and of a full training step, "
+MEM26 = macros("memory_profiling.md.j2")
+QS_2026 = ["(2026 a) xl (2026) at contexts 128 and 2048: peak memory of the forward and of a full training step, "
            "with and without bf16 autocast?",
-           "(2026 b) xl's residual stream, and the largest allocations?"]
+           "(2026 b) xl (2026)'s residual stream, and the largest allocations?"]
 
 
-def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
-    """The 2026 questions from the rows of CASES_2026: peaks (OOM explained by the closed-form
-    activation bytes against the fp32 training state), residual stream, largest allocations."""
+def _memory_2026(d: pd.DataFrame, earlier: pd.DataFrame, heading: str = "2026 edition"
+                 ) -> tuple[list[Answer], str | None]:
+    """The 2026 questions from the 2026 edition's rows at CASES_2026: peaks (OOM explained by the
+    closed-form activation bytes against the fp32 training state), residual stream, largest
+    allocations. Without such rows the answers say so; rows of an earlier grid at those contexts
+    (the 2025 table's xl, another model) are shown under their own label, never as the answer."""
+    asked = size_label(SizeRef("2026", "xl"))
     if d.empty:
-        return [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in QS_2026], None
+        old = sorted({size_label(r.cfg.size_ref, r.cfg.size) for _, r in earlier.iterrows()})
+        text = MEM26.no_rows(asked, old, sorted({_i(c) for c in earlier.cfg.context}))
+        answers = [Answer(q, text) for q in QS_2026]
+        if earlier.empty:
+            return answers, None
+        return answers, _memory_2026(earlier, earlier.iloc[0:0], "An earlier grid's rows (not the 2026 size)")[1]
     G = 2**30
-    size = d.cfg.size.iloc[0]
-    m = MODEL_SIZES[size]
+    ref = d.iloc[0].cfg.size_ref
+    size, m = size_label(ref), ref.config
     batch = _i(d.cfg.batch.iloc[0])
     state = acc.training_state_bytes(m.params)  # fp32 parameters, gradients and AdamW's two moments
 
@@ -356,7 +367,7 @@ def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
                        f"allocations, {x['count']} times)")
     big_rows, e_text = _largest(ok)
     b = Answer(QS_2026[1], ("Residual stream (fp32): " + "; ".join(res) + ". " if res else "") + e_text)
-    body = [f"### 2026 edition: {size} at contexts {', '.join(str(c) for c in sorted({_i(c) for c in d.cfg.context}))}",
+    body = [f"### {heading}: {size} at contexts {', '.join(str(c) for c in sorted({_i(c) for c in d.cfg.context}))}",
             "Peaks are in the table above. " + _residual_table(ok)]
     if big_rows:
         body.append(big_rows)
@@ -366,7 +377,7 @@ def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
 def _peak_table(d: pd.DataFrame) -> str:
     rows = []
     for (size, c), g in d.groupby([d.cfg.size, d.cfg.context], sort=False):
-        row = [size, _i(c)]
+        row = [size_label(g.iloc[0].cfg.size_ref, size), _i(c)]
         for dtype in ("fp32", "bf16"):
             for mode in ("forward", "train_step"):
                 s = g[(g.cfg.dtype == dtype) & (g.cfg.mode == mode)]
@@ -401,13 +412,13 @@ def _largest(ok: pd.DataFrame) -> tuple[str | None, str]:
         big = [b for b in (r["details"].get("snapshot") or {}).get("largest") or [] if b["frames"]][:6]
         if not big:
             continue
-        labels = _shape_labels(r.cfg.size, _i(r.cfg.batch), _i(r.cfg.context), r.cfg.dtype)
+        labels = _shape_labels(r.cfg.size_ref.config, _i(r.cfg.batch), _i(r.cfg.context), r.cfg.dtype)
         rows = [[f"{b['size'] / 2**20:.1f}", b["count"], labels.get(b["size"], "–"),
                  " ← ".join(b["frames"][:2])] for b in big]
         parts.append(f"**{r.cfg.dtype} {r.cfg.mode.replace('_', ' ')}, context {_i(c0)}**\n\n"
                      + table(["size (MiB)", "count", "tensor of that size", "made at"], rows))
         if r.cfg.mode == "forward" and r.cfg.dtype == "bf16":
-            m = MODEL_SIZES[r.cfg.size]
+            m = r.cfg.size_ref.config
             ffn = [b for b in big if b["size"] == m.d_model * m.d_ff * 2]
             if ffn:
                 facts.append(f"in the bf16 forward the {ffn[0]['size'] / 2**20:.0f} MiB allocations ({ffn[0]['count']} of "
