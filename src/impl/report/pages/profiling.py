@@ -4,7 +4,6 @@ method and the runs (device, date, commit). GPU devices only: the CPU smoke rows
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 
@@ -31,10 +30,6 @@ MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 
 
 # ------------------------------------------------------------------------------------ shared
-def _fig(ctx: Context, slug: str, stem: str) -> tuple[Path, str]:
-    return figure_path(ctx.fig_dir, ctx.fig_rel, slug, stem)
-
-
 def _i(x):
     return int(x) if not missing(x) else x
 
@@ -92,7 +87,7 @@ def benchmarking_script_page(ctx: Context) -> Page:
             peak = ("–" if peaks is None else f"{num(peaks.measured_flops / 1e12, 2)} TFLOP/s ({peaks.measured_dtype}, "
                     f"{peaks.measured_n}³)")
             body += [f"### (b) timings, {e.edition} sizes", words.grid_intro(e, warm_n, rounds_n, peak), _grid_tables(e)]
-            path, link = _fig(ctx, slug, f"{device}-train-step")
+            path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-train-step")
             benchmarking.plot(e.grid, path)
             body.append(f"![train step vs context]({link})\n\n*Training step time (mean) against context, "
                         f"{device}, runs of {run_date(main)}.*")
@@ -284,7 +279,7 @@ def memory_page(ctx: Context) -> Page:
             g = d[(d.cfg.mode == mode) & (d.cfg.dtype == dtype) & d["details"].map(lambda i: bool(i.get("snapshot")))]
             if g.empty:
                 continue
-            path, link = _fig(ctx, slug, f"{device}-{mode}-{dtype}")
+            path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-{mode}-{dtype}")
             figures.memory_timelines([(f"context {_i(r.cfg.context)}", r["details"]["snapshot"]["timeline"])
                                       for _, r in g.iterrows()], path,
                                      f"{size} {dtype} {mode.replace('_', ' ')}: active memory ({device}, {run_date(g)})")
@@ -481,7 +476,7 @@ def checkpointing_page(ctx: Context) -> Page:
             + note))
     else:
         answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
-    path, link = _fig(ctx, slug, f"{device}-depth")
+    path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-depth")
     b = checkpointing.body(d, path.parent, link.rsplit("/", 1)[0], path.name)
     body = [f"## {device}", b or "", runs_line(device, d)]
     return Page(slug, "gradient_checkpointing", [problem(name)], answers, "\n\n".join(x for x in body if x),
