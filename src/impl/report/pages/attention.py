@@ -443,6 +443,9 @@ def flash_headline(fb: pd.DataFrame) -> list[list]:
     return rows
 
 
+FB = macros("flash_benchmarking.md.j2")
+
+
 def flash_benchmarking_page(ctx: Context) -> Page:
     name, answers, body, score = "flash_benchmarking", [], [], {}
     for dev in ctx.gpu_devices():
@@ -455,39 +458,27 @@ def flash_benchmarking_page(ctx: Context) -> Page:
         naive_ok = naive[naive.apply(ran, axis=1)]
         naive_stop = naive[~naive.apply(ran, axis=1)]
         ours = e2e[(e2e.cfg.impl == "flash_triton") & e2e.apply(ran, axis=1)]
-        pair = ours.merge(naive_ok, on=["cfg.dtype", "cfg.d", "cfg.seq"], suffixes=("", "_n"))
-        text = "Not measured on a GPU yet."
+        pair = ours.merge(naive_ok, on=["cfg.dtype", "cfg.d", "cfg.seq", "datetime"], suffixes=("", "_n"))  # one run
+        text, sp = "Not measured on a GPU yet.", None
         if not pair.empty:
             top = pair[pair.cfg.seq == pair.cfg.seq.max()]
-            sp = sorted(top["median_n"] / top["median"])
-            text = (f"At seq {int(top.cfg.seq.iloc[0])}, the longest the naive attention ran, ours forward+backward "
-                    f"is {sp[0]:.1f}–{sp[-1]:.1f}× faster over d and dtype; ours reaches seq {int(ours.cfg.seq.max())}"
-                    f" at every d while naive stops at {int(naive_ok.cfg.seq.max())}"
-                    + (f" (left out beyond: {naive_stop['reason'].iloc[0]})." if not naive_stop.empty else "."))
-        answers.append(Answer("Compare your (partially) Triton FlashAttention-2 with the PyTorch attention: forward, "
-                              f"backward and end-to-end, batch {int(fb.cfg.batch.iloc[0])}, causal, seq "
-                              f"{int(fb.cfg.seq.min())}…{int(fb.cfg.seq.max())}, d {int(fb.cfg.d.min())}…"
-                              f"{int(fb.cfg.d.max())}, {' and '.join(sorted(fb.cfg.dtype.unique()))}.", text))
+            sp = sorted(top["median"] / top["median_n"])  # ours ÷ naive, the one convention
+            text = FB.a_compare(int(top.cfg.seq.iloc[0]), sp[0], sp[-1], int(ours.cfg.seq.max()),
+                                int(naive_ok.cfg.seq.max()), naive_stop["reason"].iloc[0] if not naive_stop.empty else None)
+        answers.append(Answer(FB.q_compare(int(fb.cfg.batch.iloc[0]), int(fb.cfg.seq.min()), int(fb.cfg.seq.max()),
+                                           int(fb.cfg.d.min()), int(fb.cfg.d.max()), sorted(fb.cfg.dtype.unique())), text))
         bf = [r for r in head if r[0] == "bf16" and r[1] == 64] or head
         if bf:
-            answers.append(Answer("How close is ours to the fastest SDPA backend?",
-                                  f"At {bf[0][0]}, d {bf[0][1]}, seq {bf[0][2]} ours forward+backward takes {bf[0][3]} ms "
-                                  f"against {bf[0][5]}: {bf[0][6]}. Per d in the table below."))
-            score[name] = Score(answer=f"ours reaches seq {int(ours.cfg.seq.max())}; "
-                                       f"{sp[0]:.1f}–{sp[-1]:.1f}× faster than naive at its longest" if not pair.empty
-                                else "ours against SDPA on the page", headline=f"{bf[0][3]} ms fwd+bwd ({bf[0][0]}, d {bf[0][1]}, "
-                                f"seq {bf[0][2]})", vs_anchor=bf[0][6], device=fb["row"].iloc[0].env.device,
-                                date=_date(fb))
+            answers.append(Answer(FB.q_anchor(), FB.a_anchor(bf[0])))
+            score[name] = Score(answer=FB.score_answer(int(ours.cfg.seq.max()), sp[0], sp[-1]) if sp
+                                else "ours against SDPA on the page", headline=FB.score_headline(bf[0]),
+                                vs_anchor=bf[0][6], device=dev, date=_date(fb))
         timers = sorted({timer_name(r) for _, r in fb.iterrows() if timer_name(r)})
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{dev}")
         plot = flash_plot(fb, png)
         grid_link = write_csv(ctx.reports_dir, f"flash_benchmarking-{dev}", flash_grid(fb))
-        body += [f"### {dev}",
-                 f"Batch {int(fb.cfg.batch.iloc[0])}, causal; TFLOP/s count causal FLOPs as half. Timers: "
-                 f"{', '.join(timers) or '–'}. "
-                 f"Autotuning of our kernels: {'on' if detail_of(fb.iloc[0], 'autotune') else 'off'}. Left out by "
-                 f"design: {detail_of(fb.iloc[0], 'left_out', '–')}. Every cell (dtype × pass × d × seq, ms and "
-                 f"TFLOP/s): {grid_link}."]
+        body += [f"### {dev}", FB.method(int(fb.cfg.batch.iloc[0]), timers, detail_of(fb.iloc[0], "autotune"),
+                                         detail_of(fb.iloc[0], "left_out", "–"), grid_link)]
         if plot:
             body.append(f"![TFLOP/s against sequence length, forward+backward]({rel})\n\n*Runs: {run_ids(fb)}.*")
         body += ["#### At the longest sequence ours ran (forward+backward)",
@@ -497,25 +488,14 @@ def flash_benchmarking_page(ctx: Context) -> Page:
         odd = bwd_over_e2e(fb)
         if odd:
             whys = sorted({x[-1] for x in odd})
-            body.append(f"**Backward slower than forward+backward** in {len(odd)} cells: "
-                        + "; ".join(f"{IMPL_LABELS[i]} {t} d {dm} seq {s} ({b:.3f} vs {e:.3f} ms, {w})"
-                                    for i, t, dm, s, b, e, w in odd)
-                        + (". All are at seq ≤ "f"{SHORT_SEQ} (host-bound: a backward alone pays autograd's "
-                           "launch path, which the timed forward+backward overlaps) or within noise."
-                           if "unexplained" not in whys else ". Flagged: the ones marked unexplained are not "
-                           "host-bound and their spreads do not overlap."))
+            body.append(FB.odd([f"{IMPL_LABELS[i]} {t} d {dm} seq {s} ({b:.3f} vs {e:.3f} ms, {w})"
+                                for i, t, dm, s, b, e, w in odd], SHORT_SEQ, "unexplained" in whys))
         newest = fb[fb.datetime == fb.datetime.max()]
         prev = previous_run(newest, ctx.history)
         if not prev.empty:
             summary, rows = version_drift(newest, prev)
             body += ["#### Against the previous version",
-                     f"The newest run ({run_ids(newest)}) against the previous saved run of its dtype ({run_ids(prev)}): our kernel compared on "
-                     f"each run's own medians (the older format's are do_bench's; the newer rows' do_bench "
-                     f"cross-check is noisier than their CUDA-event median at these sub-millisecond kernels), median "
-                     f"new/old over the shapes both measured. Sequences up to {SHORT_SEQ} are host-bound, so the verdict uses the longer ones "
-                     f"against the SDPA anchors' own change between the runs (the machine's drift and the change of "
-                     f"clock; band "
-                     f"{DRIFT_BAND:.2f}×). **Conclusion: {summary}.**",
+                     FB.drift(run_ids(newest), run_ids(prev), SHORT_SEQ, DRIFT_BAND, summary),
                      table(["dtype", "d", "pass", f"ours new/old (seq > {SHORT_SEQ})", "anchors new/old", "verdict",
                             f"ours new/old (seq ≤ {SHORT_SEQ})"], rows)]
         if not_run_reasons(fb):
