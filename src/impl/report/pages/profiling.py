@@ -17,9 +17,10 @@ from impl.report import mixed_precision as mp
 from impl.bench.sweeps import MODES
 from impl.report.nsys_facts import NsysFacts, profiled
 from impl.model.sizes import SizeRef
+from impl.report.ratio import ratio, spread
 from impl.report.rows import benches, size_label
 from impl.report.templating import macros
-from impl.report.benchmarking import speedup_cell, step_s, study, within_noise
+from impl.report.benchmarking import step_s, study
 from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
@@ -511,6 +512,14 @@ def training_step_page(ctx: Context) -> Page:
                 score={name: score}, index_figures=index_figs)
 
 
+TS = macros("training_step.md.j2")
+
+
+def _vs(r, ref, name: str):
+    """Row r ÷ row ref (their step times), the report's one convention."""
+    return ratio(step_s(r), step_s(ref), name, spread(r["stddev"], r.get("iqr")), spread(ref["stddev"], ref.get("iqr")))
+
+
 def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[str]):
     if ok.empty:
         return [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in qs], Score(NOT_ON_GPU)
@@ -522,21 +531,16 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
     a = []
     if "bf16" in g.index:
         base = g.loc["bf16"]
+        vs = lambda x: _vs(g.loc[x], base, "bf16")  # noqa: E731
         singles = [x for x in g.index if x.startswith("+")]
-        gains = sorted(((step_s(base) / step_s(g.loc[x]), x) for x in singles), reverse=True)
-        noisy = [x for x in singles if within_noise(base, g.loc[x])]
-        text = f"At {where}, against bf16 ({ms(step_s(base))} ms): "
-        if gains:
-            text += (f"alone, {gains[0][1]} buys the most ({speedup_cell(base, g.loc[gains[0][1]])}); "
-                     f"{', '.join(noisy) or 'none'} {'are' if len(noisy) != 1 else 'is'} within noise of bf16. ")
+        top = min(singles, key=lambda x: vs(x).value, default=None)
         best = min((x for x in g.index if x not in ("anchor",)), key=lambda x: step_s(g.loc[x]))
         product = 1.0
-        for gain, _ in gains:
-            product *= gain
-        text += (f"Together the fastest of ours is {best} at {ms(step_s(g.loc[best]))} ms "
-                 f"({speedup_cell(base, g.loc[best])} bf16), against {product:.2f}× for the single speed-ups "
-                 "multiplied.")
-        a.append(Answer(qs[0], text))
+        for x in singles:
+            product *= vs(x).value
+        a.append(Answer(qs[0], TS.a_ablation(where, step_s(base), (top, vs(top)) if top else None,
+                                             [x for x in singles if vs(x).noise], f"{best} at {ms(step_s(g.loc[best]))} ms",
+                                             vs(best), product)))
     else:
         a.append(Answer(qs[0], "bf16 not measured at this shape."))
     ours = ok[ok.cfg.config.isin(training_step.OURS)]
@@ -544,11 +548,10 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
     top = ours.loc[ours[key].idxmax()] if key else None
     if top is not None:
         peak = top["row"].peaks
-        a.append(Answer(qs[1], (
-            f"{top.cfg.config} at {top.cfg.size} context {_i(top.cfg.context)}: {pct(top.get('m.mfu'))} of the "
-            f"datasheet dense bf16 peak ({num(peak.datasheet_flops / 1e12, 1) if peak and peak.datasheet_flops else '–'} "
-            f"TFLOP/s) and {pct(top.get('m.mfu_measured_peak'))} of the bf16 matmul peak measured in its run "
-            f"({num(peak.measured_flops / 1e12, 1) if peak else '–'} TFLOP/s).")))
+        a.append(Answer(qs[1], TS.a_mfu(
+            top.cfg.config, top.cfg.size, _i(top.cfg.context), top.get("m.mfu"),
+            num(peak.datasheet_flops / 1e12, 1) if peak and peak.datasheet_flops else "–",
+            top.get("m.mfu_measured_peak"), num(peak.measured_flops / 1e12, 1) if peak else "–")))
     else:
         a.append(Answer(qs[1], "No measured run of ours yet."))
     pairs = []
@@ -560,12 +563,10 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
                 pairs.append((s_, _i(c_), o, by[o], an))
     if pairs:
         s_, c_, o, r, an = max(pairs, key=lambda p: (MODEL_SIZES[p[0]].params, p[1]))
-        a.append(Answer(qs[2], (
-            f"In the same run at {s_} context {c_}: {o} {ms(step_s(r), r['stddev'])} ms against the anchor's "
-            f"{ms(step_s(an), an['stddev'])} ms, {speedup_cell(an, r)} "
-            + ("(faster)." if step_s(r) < step_s(an) else "(slower).") + f" {len(pairs)} same-run pair(s) in the table "
-            "below; the others compare across runs.")))
-        vs = f"{step_s(r) / step_s(an):.2f}× the anchor's step ({o} vs compiled PyTorch, same run)"
+        vs_anchor = _vs(r, an, "the anchor's step")
+        a.append(Answer(qs[2], TS.a_anchor(s_, c_, o, step_s(r), r["stddev"], step_s(an), an["stddev"], vs_anchor,
+                                           len(pairs))))
+        vs = f"{vs_anchor} ({o} vs compiled PyTorch, same run)"
         score = Score(f"{o} trains {s_} ctx {c_} at {pct(r.get('m.mfu'))} MFU", f"{ms(step_s(r))} ms/step, "
                       f"{pct(r.get('m.mfu'))} MFU (datasheet) / {pct(r.get('m.mfu_measured_peak'))} (measured peak)", vs,
                       device_short(device), str(r["datetime"])[:10])
