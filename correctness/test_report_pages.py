@@ -146,13 +146,13 @@ def test_timeline_axis_starts_at_zero(tmp_path, monkeypatch):
 
 
 def test_speedups_within_their_spread_read_within_noise():
-    from impl.report.benchmarking import speedup_cell
+    from impl.report.benchmarking import ratio_cell
 
     def row(median, std):
         return pd.Series(dict(status="measured", legacy=False, median=median, mean=median, stddev=std))
-    assert speedup_cell(row(0.30, 0.05), row(0.25, 0.03)) == "within noise"
-    assert speedup_cell(row(0.30, 0.01), row(0.10, 0.01)) == "3.00×"
-    assert speedup_cell(row(0.30, 0.01), pd.Series(dict(status="oom", stddev=None))) == "–"
+    assert ratio_cell(row(0.25, 0.03), row(0.30, 0.05)) == "within noise"
+    assert ratio_cell(row(0.15, 0.01), row(0.30, 0.01)) == "0.50×"  # ours ÷ reference
+    assert ratio_cell(pd.Series(dict(status="oom", stddev=None)), row(0.30, 0.01)) == "–"
 
 
 def test_compile_prose_has_no_typed_numbers(tmp_path):

@@ -1,5 +1,5 @@
 """The benchmarking_script figure, read by
-the pages in impl.report.pages.profiling; `step_s`, `stat_name` and `speedup_cell` serve the other
+the pages in impl.report.pages.profiling; `step_s`, `stat_name` and `ratio_cell` serve the other
 sections' timings too."""
 from __future__ import annotations
 
@@ -52,11 +52,12 @@ def within_noise(a, b) -> bool:
     return abs(step_s(a) - step_s(b)) <= sa + sb
 
 
-def speedup_cell(slow, fast) -> str:
-    """slow ÷ fast as "1.57×", or "within noise" where their spreads overlap; "–" unless both ran."""
-    if not (_ok(slow) and _ok(fast)):
+def ratio_cell(ours, ref) -> str:
+    """ours ÷ ref as "0.64×" (the report's one convention: below 1, ours is faster), or "within noise"
+    where their spreads overlap; "–" unless both ran."""
+    if not (_ok(ours) and _ok(ref)):
         return "–"
-    return "within noise" if within_noise(slow, fast) else f"{step_s(slow) / step_s(fast):.2f}×"
+    return "within noise" if within_noise(ours, ref) else f"{step_s(ours) / step_s(ref):.2f}×"
 
 
 def _cell(r) -> str:

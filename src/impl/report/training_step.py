@@ -16,7 +16,7 @@ import pandas as pd
 from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report import figures
-from impl.report.benchmarking import speedup_cell, stat_name, step_s, timing_text
+from impl.report.benchmarking import ratio_cell, stat_name, step_s, timing_text
 from impl.report.markdown import gib, missing, ms, num, pct, table
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
@@ -145,7 +145,7 @@ def ablation_rows(d: pd.DataFrame) -> list[list]:
         base = base.iloc[0] if not base.empty else None
         for _, r in g.iterrows():
             ok, info = _ok(r), r["details"]
-            speedup = "1.00×" if ok and r.cfg.config == "bf16" else speedup_cell(base, r) if ok and base is not None else "–"
+            speedup = "1.00×" if ok and r.cfg.config == "bf16" else ratio_cell(r, base) if ok and base is not None else "–"
             rows.append([r.cfg.config, size, int(ctx), ms(step_s(r), r["stddev"]) if ok else "–",
                          num(r.get("m.tokens_per_s"), 0) if ok else "–",
                          pct(r.get("m.mfu")) if ok else "–", pct(r.get("m.mfu_measured_peak")) if ok else "–",
@@ -161,7 +161,7 @@ def ablation_table(d: pd.DataFrame) -> str:
 
 def ablation_grid(d: pd.DataFrame) -> str:
     """The ablation at a glance: one row per config, one column per (size, context): the step and
-    its speed-up over bf16 of the same (size, context) (ablation_rows' cells)."""
+    its ratio to bf16 (÷ bf16) of the same (size, context) (ablation_rows' cells)."""
     rows = ablation_rows(d)
     groups = list(dict.fromkeys((r[1], r[2]) for r in rows))
     configs = [c for c in CONFIG_ORDER if any(r[0] == c for r in rows)]
@@ -197,11 +197,11 @@ def versus_anchor(d: pd.DataFrame) -> str | None:
             r = sel.iloc[0]
             same = "yes" if r["datetime"] == a["datetime"] else f"no ({_run(r)} / {_run(a)})"
             rows.append([size, int(ctx), name, ms(step_s(r), r["stddev"]), _mfus(r), ms(step_s(a), a["stddev"]),
-                         _mfus(a), speedup_cell(a, r), same])
+                         _mfus(a), ratio_cell(r, a), same])
     if not rows:
         return None
     return table(["size", "context", "ours", "step (ms)", "MFU datasheet / measured peak", "anchor step (ms)",
-                  "anchor MFU datasheet / measured peak", "speed-up vs anchor", "same run"], rows)
+                  "anchor MFU datasheet / measured peak", "÷ anchor", "same run"], rows)
 
 
 def _mfus(r) -> str:
@@ -211,7 +211,7 @@ def _mfus(r) -> str:
 def repeats_table(d: pd.DataFrame) -> str | None:
     """Ours and the anchor, every run that measured them where a (size, context, config) ran in more
     than one: the newest-row tables hide run-to-run spread (machines, matmul peak, code version), and
-    a target read off one run should be read beside the others. Ours gets its speed-up over the anchor
+    a target read off one run should be read beside the others. Ours gets its ratio to the anchor
     of its own run, where that run had one."""
     d = _order(d[d.cfg.config.isin(OURS + ["anchor"])])
     d = d[pd.Series([_ok(r) for _, r in d.iterrows()], index=d.index, dtype=bool)]  # a list [] would pick columns
@@ -223,14 +223,14 @@ def repeats_table(d: pd.DataFrame) -> str | None:
             continue
         for _, r in g.sort_values("datetime").iterrows():
             a = anchor_ms.get((size, ctx, r["datetime"])) if config != "anchor" else None
-            vs = f"{a / step_s(r):.2f}×" if a else "–"
+            vs = f"{step_s(r) / a:.2f}×" if a else "–"  # ours ÷ the anchor of the same run
             peak = _peak(r["row"])
             rows.append([size, int(ctx), config, _run(r), f"`{r.get('commit') or '–'}`", ms(step_s(r), r["stddev"]),
                          pct(r.get("m.mfu_measured_peak")), num(peak / 1e12, 1) if peak else "–", vs])
     if not rows:
         return None
     return table(["size", "context", "config", "run (UTC)", "commit", "step (ms)", "MFU", "matmul peak (TFLOP/s)",
-                  "vs anchor, same run"], rows)
+                  "÷ anchor, same run"], rows)
 
 
 # ------------------------------------------------------------------------------ where the time goes
