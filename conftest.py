@@ -14,6 +14,9 @@ SRC = str(Path(__file__).resolve().parent / "src")
 sys.path.insert(0, SRC)
 if SRC not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
+# The test kits (correctness/kits: workers for spawned process groups) import as `kits.<module>`; spawn
+# hands this sys.path to every child, so a worker pickled by name imports there too.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "correctness"))
 
 if not torch.cuda.is_available():
     # Triton kernels run on the CPU through the interpreter; set before anything imports triton.

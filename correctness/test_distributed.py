@@ -3,7 +3,7 @@
 Runs on gloo/CPU, and on NCCL automatically when >= 2 GPUs exist (the
 launcher picks the backend). Process start-up costs seconds, so each heavy
 worker runs once per module (fixtures) and many small tests read its results.
-Worker functions live in impl.testing.distributed (spawn must import them).
+Worker functions live in correctness/kits/distributed.py (spawn must import them).
 """
 
 import time
@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from impl.testing import distributed as T
+from kits import distributed as T
 from impl.distributed import bus_bandwidth, launch
 from impl.distributed.collectives import algorithm_bandwidth
 

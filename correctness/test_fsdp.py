@@ -3,14 +3,14 @@ CPU (CI), NCCL with one GPU per rank where the machine has two (the launcher's d
 
 Process start-up dominates, so one launch runs every training case (module fixture) and the tests
 read its numbers; two more launches cover error paths and a failing rank. Workers live in
-impl.testing.fsdp (spawn must import them).
+correctness/kits/fsdp.py (spawn must import them).
 """
 import time
 
 import pytest
 import torch
 
-from impl.testing import fsdp as T
+from kits import fsdp as T
 from impl.distributed import launch
 
 WORLD_SIZE = 2

@@ -13,7 +13,7 @@ from impl.bench.leaderboard_2026 import (BATCH, CONTEXT, LEADERBOARD, WORLD_SIZE
 from impl.bench.steps import TrainConfig, make_train_step
 from impl.distributed import launch
 from impl.model import MODEL_CONFIGS, MODEL_SIZES, AdamW, TransformerLM, cross_entropy, param_count
-from impl.testing import leaderboard_workers as W
+from kits import leaderboard_workers as W
 
 CPU = torch.device("cpu")
 # tiny dims, 2 layers, short context; lr large enough that one step moves every weight visibly

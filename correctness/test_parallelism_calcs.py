@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from impl import accounting as acc
 from impl import parallelism_calcs as pc
 from impl.distributed import launch
-from impl.testing import parallelism_workers as W
+from kits import parallelism_workers as W
 
 # --- closed forms --------------------------------------------------------------------------------
 

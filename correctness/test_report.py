@@ -79,8 +79,8 @@ def test_training_step_newest_measurement_of_each_row(tmp_path):
     assert next(ln for ln in text.splitlines() if ln.startswith("| +flash | xl | 512 |")).endswith("| 02-01 07:16 | `–` |")
     assert "| 02-02 14:11 | `–` | `training_step` | 1,000.0 | 3 |" in text
     # no datasheet peak for a device named "GPU": its MFU is "–"
-    assert "| xl | 512 | fast | 80.0 ± 0.0 | – / 42.0% | 95.0 ± 0.0 | – / 35.0% | 1.19× | yes |" in text
-    assert ("| xl | 512 | fast+cudagraphs | 70.0 ± 0.0 | – / 50.0% | 95.0 ± 0.0 | – / 35.0% | 1.36× | "
+    assert "| xl | 512 | fast | 80.0 ± 0.0 | – / 42.0% | 95.0 ± 0.0 | – / 35.0% | 0.84× | yes |" in text
+    assert ("| xl | 512 | fast+cudagraphs | 70.0 ± 0.0 | – / 50.0% | 95.0 ± 0.0 | – / 35.0% | 0.74× | "
             "no (02-02 14:30 / 02-02 14:11) |") in text
     # one run: one row in the runs table, its peak in the method
     one = _training_step_report(tmp_path / "one", old)
@@ -101,7 +101,7 @@ def test_training_step_every_run_of_a_repeated_row(tmp_path):
     commits = [dict(id="a" * 40, dirty=False), dict(id="b" * 40, dirty=True)]
     part = _training_step_report(tmp_path, [], runs=runs, commits=commits).split("Every run of ours")[1]
     part = part.split("![")[0]
-    assert ("| 2.7B | 512 | fast+cudagraphs | 02-01 07:16 | `aaaaaaaa` | 110.0 ± 0.0 | 51.0% | 1,000.0 | 1.20× |"
+    assert ("| 2.7B | 512 | fast+cudagraphs | 02-01 07:16 | `aaaaaaaa` | 110.0 ± 0.0 | 51.0% | 1,000.0 | 0.83× |"
             in part)
     assert "| 2.7B | 512 | fast+cudagraphs | 02-02 14:11 | `bbbbbbbb+` | 120.0 ± 0.0 | 49.0% | 1,000.0 | – |" in part
     assert "anchor" not in part.split("|---|")[-1] and "bf16" not in part and "| xl |" not in part
@@ -208,7 +208,7 @@ def test_training_step_bench_layer_rows(tmp_path):
     anchor = row("anchor", BF16, status=Status.LEFT_OUT_BY_BUDGET, reason="time budget of this perf file exhausted")
     text = _section(tmp_path, _bench_doc([(bf16, 0.3, 0.2), (fast, 0.15, 0.1)], [anchor]), "training_step")
     assert "| bf16 | xl | 512 | 200.0 ± 0.0 | 10,000 | 15.0% | 30.0% | 1.00× | – | 1.50 | – | – |  |" in text
-    assert "| fast | xl | 512 | 100.0 ± 0.0 | 20,000 | 30.0% | 60.0% | 2.00× | – | 12.10 | 12.00 | 2 |  |" in text
+    assert "| fast | xl | 512 | 100.0 ± 0.0 | 20,000 | 30.0% | 60.0% | 0.50× | – | 12.10 | 12.00 | 2 |  |" in text
     assert "| anchor | xl | 512 | – | – | – | – | – | – | – | – | – | not run |" in text
     assert "3 warm-up and 5 timed steps (step = their median)" in text
     assert "(1,000.00 TFLOP/s, bfloat16)" in text
@@ -236,7 +236,7 @@ def test_torch_compile_model_bench_layer_rows(tmp_path):
                 (row(256, "eager"), 0.05, 0.04)]
     cut = [row(256, "compiled", status=Status.LEFT_OUT_BY_BUDGET, reason="time budget exhausted")]
     text = _section(tmp_path, _bench_doc(measured, cut), "## torch_compile (b)")
-    assert "| small | 128 | 20.0 | 10.0 | 2.00× |" in text and "| small | 256 | 40.0 | left out | – |" in text
+    assert "| small | 128 | 20.0 | 10.0 | 0.50× |" in text and "| small | 256 | 40.0 | left out | – |" in text  # compiled ÷ eager
     assert "| small | inference | 128 | 10.0 | 10.0 | – | 0 |" in text
     assert "times are pytest-benchmark medians" in text
     assert "Left out (time budget exhausted): small@256 (forward compiled)." in text

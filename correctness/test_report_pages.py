@@ -98,34 +98,40 @@ def test_memory_profiling_answers_read_from_the_timelines(built):
     assert "GiB" in page.score["memory_profiling"].headline
 
 
-def test_memory_profiling_answers_the_2026_variant_apart_from_the_2025_grid(built):
-    """The 2026 edition's xl rows (contexts 128 and 2048) get their own answers; the 2025 answers keep
-    reading the 2.7B rows even when the xl run is newer."""
+def test_memory_profiling_2026_answers_read_2026_rows_only(built):
+    """The 2026 questions ask about xl (2026) = 2.7B (2025); the stored rows at their contexts are the 2025
+    table's xl (d_model 1600), another model: the 2026 answers say the size has no rows (a missing-data
+    fact) instead of answering from those rows, and the 2025 answers read the 2.7B rows."""
+    from impl.model.sizes import SizeRef
+
     pages, _, _ = built
     page = next(p for p in pages if p.slug == "memory_profiling")
     by_q = {a.question: a.text for a in page.answers}
+    a26 = [t for q, t in by_q.items() if q.startswith("(2026")]
+    assert a26 and all(SizeRef("2026", "xl").label in t and SizeRef("2025", "xl").label in t for t in a26)
+    assert not any("GiB" in t or "1600" in t for t in a26)  # no number of another model's rows
     a25 = " ".join(t for q, t in by_q.items() if not q.startswith("(2026"))
-    a26 = " ".join(t for q, t in by_q.items() if q.startswith("(2026"))
-    assert "2.7B, fp32" in a25 and "xl" not in a25
-    assert "context 128" in a26 and "context 2048" in a26 and "1600" in a26
-    assert "not measured on a GPU yet" not in a26
+    assert SizeRef("2025", "2.7B").label in a25
 
 
-def test_benchmarking_script_answers_the_2026_split_with_the_optimizer_step(built):
+def test_benchmarking_script_answers_each_question_for_each_edition(built):
     pages, _, _ = built
     page = next(p for p in pages if p.slug == "benchmarking_script")
-    text = next(a.text for a in page.answers if a.question.startswith("(2026)"))
-    assert "optimizer step" in text and "whole training step timed as one" in text and "GB/s" in text
+    assert len(page.answers) == 3
+    for a in page.answers:  # the 2025 and 2026 answers side by side, each labelled with its sizes
+        assert a.text.index("**2025 sizes**") < a.text.index("**2026 sizes**"), a.question
 
 
 def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():
+    from impl.model.sizes import SizeRef
     from impl.report.pages.profiling import _shape_labels
-    # xl, batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
+    # xl (2025), batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
+    xl = SizeRef("2025", "xl").config
     size = 4 * 128 * 10_000 * 4
-    assert _shape_labels("xl", 4, 128, "fp32")[size] == "fp32, logits (batch × ctx × vocab)"
-    both = _shape_labels("xl", 4, 128, "bf16")[size]
+    assert _shape_labels(xl, 4, 128, "fp32")[size] == "fp32, logits (batch × ctx × vocab)"
+    both = _shape_labels(xl, 4, 128, "bf16")[size]
     assert "fp32, logits" in both and "bf16, FFN-weight-sized" in both
-    assert not any("bf16" in v for v in _shape_labels("xl", 4, 128, "fp32").values())
+    assert not any("bf16" in v for v in _shape_labels(xl, 4, 128, "fp32").values())
 
 
 def test_timeline_axis_starts_at_zero(tmp_path, monkeypatch):
@@ -140,13 +146,13 @@ def test_timeline_axis_starts_at_zero(tmp_path, monkeypatch):
 
 
 def test_speedups_within_their_spread_read_within_noise():
-    from impl.report.benchmarking import speedup_cell
+    from impl.report.benchmarking import ratio_cell
 
     def row(median, std):
         return pd.Series(dict(status="measured", legacy=False, median=median, mean=median, stddev=std))
-    assert speedup_cell(row(0.30, 0.05), row(0.25, 0.03)) == "within noise"
-    assert speedup_cell(row(0.30, 0.01), row(0.10, 0.01)) == "3.00×"
-    assert speedup_cell(row(0.30, 0.01), pd.Series(dict(status="oom", stddev=None))) == "–"
+    assert ratio_cell(row(0.25, 0.03), row(0.30, 0.05)) == "within noise"
+    assert ratio_cell(row(0.15, 0.01), row(0.30, 0.01)) == "0.50×"  # ours ÷ reference
+    assert ratio_cell(pd.Series(dict(status="oom", stddev=None)), row(0.30, 0.01)) == "–"
 
 
 def test_compile_prose_has_no_typed_numbers(tmp_path):
@@ -218,9 +224,7 @@ def _referenced(text: str) -> list[str]:
 def stored_pages(tmp_path_factory):
     """The attention pages built from the stored runs (reports/data), written under a temporary reports/."""
     out = tmp_path_factory.mktemp("reports")
-    data = ROOT / "reports" / "data"
-    ctx = Context(df=load(data), history=load_history(data), reports_dir=out, fig_dir=out / "figures")
-    return out, attention_pages.pages(ctx)
+    return out, attention_pages.pages(builder.context(ROOT / "reports" / "data", out))
 
 
 def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages):
@@ -274,32 +278,59 @@ def test_flash_plot_legend_lists_every_series_drawn(tmp_path):
     assert sorted(info.legend) == info.drawn and len(info.drawn) == 4 and info.path.exists()
 
 
-def _leaderboard_run(data: Path, stamp: str, ours_ms: float, cudnn_ms: float, iqr: float = 0.02) -> None:
+def _leaderboard_run(data: Path, stamp: str, ours_ms: float, cudnn_ms: float, iqr: float = 0.02,
+                     do_bench_ms: tuple[float, float] | None = None) -> None:
     cfg = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
     ours = _kernel_row("leaderboard", dict(impl="flash_triton", mode="fwd_bwd", **cfg), compiled=True,
                        rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2e-3), tol=dict(out=1e-2, grad=2e-2), graph_breaks=0)
     cudnn = _kernel_row("leaderboard", dict(impl="sdpa_cudnn", mode="fwd_bwd", **cfg))
+    if do_bench_ms:
+        ours.metrics[Metric.DO_BENCH_MS], cudnn.metrics[Metric.DO_BENCH_MS] = do_bench_ms
     _store(data, "leaderboard", stamp, [(ours, ours_ms, iqr), (cudnn, cudnn_ms, iqr)])
+
+
+def _leaderboard_facts(tmp_path, data):
+    from impl.report.leaderboard import leaderboard_facts
+    from impl.report.rows import benches
+
+    ctx = _ctx(tmp_path, data)
+    return leaderboard_facts("gpu-x1", benches(ctx.df[ctx.df.problem == "leaderboard"])), ctx
 
 
 def test_leaderboard_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path):
     data = tmp_path / "data"
     _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 6.0, 4.0)
     _leaderboard_run(data, "20260302T000000Z_bbbbbbbb", 5.0, 4.0)
-    page = attention_pages.leaderboard_page(_ctx(tmp_path, data))
-    assert "Ours takes **5.000 ms** (MFU 25.0%) against SDPA cuDNN's 4.000 ms (MFU 25.0%)" in page.answers[0].text
-    assert "1.25× SDPA cuDNN (slower)" in page.score["leaderboard"].vs_anchor
+    f, ctx = _leaderboard_facts(tmp_path, data)
+    assert (f.commit, f.ours.event_s, f.cudnn.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
+    assert f.headline_timer == "CUDA events" and f.course_ratio is None  # no do_bench in these rows
+    assert (round(f.headline.value, 3), f.headline.verdict) == (1.25, "slower")
+    assert f.correctness.passes and f.correctness.err_grad == 2e-3
+    page = attention_pages.leaderboard_page(ctx)
+    assert "1.25×" in page.score["leaderboard"].vs_anchor
     history = page.body.split("### Version history")[1]
-    assert "| 2026-03-01 00:00 | `aaaaaaaa` | CUDA-event median (the row's own) | 6.000 |" in history
-    assert "| 2026-03-02 00:00 | `bbbbbbbb` |" in history and "| 1.25× |" in history
+    assert "`aaaaaaaa`" in history and "`bbbbbbbb`" in history and "| 1.50× |" in history and "| 1.25× |" in history
     assert page.index_figures and (tmp_path / page.index_figures[0][1]).exists()
+
+
+def test_leaderboard_headline_is_the_courses_timer_do_bench(tmp_path):
+    """The handout times the leaderboard with do_bench: where a run has it, the headline is do_bench's
+    ratio, with the CUDA-event ratio beside it and each timer's difference stated."""
+    data = tmp_path / "data"
+    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 5.258, 4.474, do_bench_ms=(5.174, 5.030))
+    f, ctx = _leaderboard_facts(tmp_path, data)
+    assert f.headline_timer == "do_bench" and f.headline == f.course_ratio
+    assert round(f.course_ratio.value, 2) == 1.03 and round(f.event_ratio.value, 2) == 1.18
+    assert round(f.cudnn.do_bench_over_event, 3) == round(5.030 / 4.474, 3)
+    score = attention_pages.leaderboard_page(ctx).score["leaderboard"]
+    assert score.vs_anchor.startswith("1.03×") and "1.18×" in score.vs_anchor
 
 
 def test_leaderboard_ratio_within_noise_when_spreads_overlap(tmp_path):
     data = tmp_path / "data"
     _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 4.1, 4.0, iqr=0.5)
-    page = attention_pages.leaderboard_page(_ctx(tmp_path, data))
-    assert "within noise" in page.score["leaderboard"].vs_anchor
+    f, _ = _leaderboard_facts(tmp_path, data)
+    assert f.headline.verdict == "within noise"
 
 
 def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_shown(tmp_path):
@@ -375,7 +406,7 @@ def test_gpu_pages_show_no_cpu_smoke_rows(dist_pages):
 
 def test_ddp_score_line_is_ours_against_torch_ddp(dist_pages):
     ddp = next(p for p in dist_pages if p.slug == "ddp")
-    line = ddp.score["ddp_overlap_bucketed"]
+    line = ddp.score["ddp_bucketed_benchmarking"]
     assert "torch DDP" in line.answer and "torch DDP" in line.vs_anchor
     assert ddp.index_figures and "torch DDP" in ddp.index_figures[0][0]
 

@@ -6,7 +6,7 @@ once per module (fixture); the tests read its per-configuration results.
 
 import pytest
 
-from impl.testing import distributed as T
+from kits import distributed as T
 from impl.distributed import launch
 
 WORLD_SIZE = 2

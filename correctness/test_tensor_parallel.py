@@ -1,12 +1,12 @@
 """impl.distributed.TensorParallel on 2 and 4 gloo ranks (one 4-rank launch; the 2-rank run is a
 subgroup, so `group=` is exercised) and the 2-D FSDP × TP FFN on a 2 × 2 mesh, against
 single-process references, with their activation / weight traffic counted against tp_calcs and
-fsdp_tp_calcs (impl.parallelism_calcs). Workers: impl.testing.parallelism_workers."""
+fsdp_tp_calcs (impl.parallelism_calcs). Workers: correctness/kits/parallelism_workers.py."""
 import pytest
 
 from impl import parallelism_calcs as pc
 from impl.distributed import launch
-from impl.testing import parallelism_workers as W
+from kits import parallelism_workers as W
 
 SIZES = [2, 4]
 KINDS = ["torch", "ring"]

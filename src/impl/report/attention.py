@@ -14,6 +14,7 @@ import pandas as pd
 from impl.attention.memory import flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Status
 from impl.report.markdown import gib, missing, ms, num, pct, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 IMPL_LABELS = {
     "flash_triton": "ours (Triton fwd + Triton bwd)",
@@ -33,7 +34,7 @@ STATUS_LABELS = {Status.OOM.value: "OOM", Status.UNSUPPORTED.value: "unsupported
                  Status.FAILED.value: "failed"}
 
 
-def _detail(r, key, default=None):
+def detail_of(r, key, default=None):
     return (r["details"] or {}).get(key, default)
 
 
@@ -46,19 +47,19 @@ def ran(r) -> bool:
     return status(r) is None
 
 
-def _ms(r) -> float:
+def median_ms(r) -> float:
     """The row's median in milliseconds."""
     return r["median"] * 1e3
 
 
-def _problem(df, problem, study=None) -> pd.DataFrame:
+def problem_rows(df, problem, study=None) -> pd.DataFrame:
     d = df[df.problem == problem]
     if study is not None and not d.empty:
         d = d[d["details"].map(lambda i: (i or {}).get("study")) == study]
     return d
 
 
-def _reasons(d: pd.DataFrame) -> str:
+def not_run_reasons(d: pd.DataFrame) -> str:
     """The distinct reasons rows were not run, listed once each."""
     seen = []
     for _, r in d.iterrows():
@@ -70,21 +71,21 @@ def _reasons(d: pd.DataFrame) -> str:
 # --- pytorch_attention -------------------------------------------------------------------------
 
 def _rel(r, key):
-    v, base = _detail(r, key), _detail(r, "baseline_bytes")
+    v, base = detail_of(r, key), detail_of(r, "baseline_bytes")
     return None if v is None or base is None else v - base
 
 
 def pytorch_attention_table(d: pd.DataFrame) -> str:
     rows = []
-    for (dm, seq), g in d.groupby(["cfg.d_model", "cfg.seq"]):
-        by = {r["cfg.mode"]: r for _, r in g.iterrows()}
+    for (dm, seq), g in d.groupby([d.cfg.d_model, d.cfg.seq]):
+        by = {r.cfg.mode: r for _, r in g.iterrows()}
         f, b = by.get("forward"), by.get("backward")
         cell = lambda r: "–" if r is None else (status(r) or ms(r["median"]))  # noqa: E731
         mem = "–" if b is None else (status(b) or gib(_rel(b, "memory_before_backward_bytes")))
-        base = None if b is None else _detail(b, "baseline_bytes")
+        base = None if b is None else detail_of(b, "baseline_bytes")
         peak = ("–" if b is None or not ran(b) or missing(b["peak_alloc"]) or base is None
                 else gib(b["peak_alloc"] - base))
-        derived = naive_attention_memory(int(g["cfg.batch"].iloc[0]), int(seq), int(dm), g["cfg.dtype"].iloc[0])
+        derived = naive_attention_memory(int(g.cfg.batch.iloc[0]), int(seq), int(dm), g.cfg.dtype.iloc[0])
         rows.append([int(dm), int(seq), cell(f), cell(b),
                      "–" if f is None or not ran(f) else num(f.get("m.tflops"), 2),
                      mem, gib(derived.before_backward), peak, gib(derived.backward_peak)])
@@ -97,12 +98,12 @@ def accounting_case(d: pd.DataFrame):
     ooms = d[d.status == Status.OOM.value]
     if not ooms.empty:
         r = ooms.sort_values(["cfg.seq", "cfg.d_model"]).iloc[0]
-        return int(r["cfg.d_model"]), int(r["cfg.seq"]), True
+        return int(r.cfg.d_model), int(r.cfg.seq), True
     ok = d[d.apply(ran, axis=1)]
     if ok.empty:
         return None
     r = ok.sort_values(["cfg.seq", "cfg.d_model"]).iloc[-1]
-    return int(r["cfg.d_model"]), int(r["cfg.seq"]), False
+    return int(r.cfg.d_model), int(r.cfg.seq), False
 
 
 def memory_accounting(d: pd.DataFrame) -> str | None:
@@ -110,10 +111,10 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
     if case is None:
         return None
     dm, seq, is_oom = case
-    batch, dtype = int(d["cfg.batch"].iloc[0]), d["cfg.dtype"].iloc[0]
+    batch, dtype = int(d.cfg.batch.iloc[0]), d.cfg.dtype.iloc[0]
     m = naive_attention_memory(batch, seq, dm, dtype)
-    sel = d[(d["cfg.d_model"] == dm) & (d["cfg.seq"] == seq)]
-    by = {r["cfg.mode"]: r for _, r in sel.iterrows()}
+    sel = d[(d.cfg.d_model == dm) & (d.cfg.seq == seq)]
+    by = {r.cfg.mode: r for _, r in sel.iterrows()}
     b, f = by.get("backward"), by.get("forward")
 
     def measured(r, key, minus=0):
@@ -121,8 +122,8 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
             return "–"
         if not ran(r):
             return status(r)
-        v = r["peak_alloc"] if key == "peak" else _detail(r, key)
-        base = _detail(r, "baseline_bytes")
+        v = r["peak_alloc"] if key == "peak" else detail_of(r, key)
+        base = detail_of(r, "baseline_bytes")
         return "–" if v is None or base is None else gib(v - base - minus)
 
     rows = [
@@ -156,48 +157,49 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
 
 def torch_compile_table(comp: pd.DataFrame, eager: pd.DataFrame) -> str:
     rows = []
-    for (dm, seq), g in comp.groupby(["cfg.d_model", "cfg.seq"]):
+    for (dm, seq), g in comp.groupby([comp.cfg.d_model, comp.cfg.seq]):
         row = [int(dm), int(seq)]
-        cby = {r["cfg.mode"]: r for _, r in g.iterrows()}
-        e = eager[(eager["cfg.d_model"] == dm) & (eager["cfg.seq"] == seq)]
-        eby = {r["cfg.mode"]: r for _, r in e.iterrows()}
+        cby = {r.cfg.mode: r for _, r in g.iterrows()}
+        e = eager[(eager.cfg.d_model == dm) & (eager.cfg.seq == seq)]
+        eby = {r.cfg.mode: r for _, r in e.iterrows()}
         for mode in ("forward", "backward"):
             er, cr = eby.get(mode), cby.get(mode)
             cells = ["–" if x is None else (status(x) or ms(x["median"])) for x in (er, cr)]
-            speed = ("–" if er is None or cr is None or not ran(er) or not ran(cr)
-                     else f"{er['median'] / cr['median']:.2f}×")
+            same = er is not None and cr is not None and (er["section"], er["datetime"]) == (cr["section"], cr["datetime"])
+            speed = ("–" if not same or not ran(er) or not ran(cr)  # a ratio within one run only
+                     else f"{cr['median'] / er['median']:.2f}×")
             row += cells + [speed]
         anyc = next(iter(cby.values()))
-        row += [num(_detail(anyc, "compile_forward_s"), 1), num(_detail(anyc, "compile_backward_s"), 1)]
+        row += [num(detail_of(anyc, "compile_forward_s"), 1), num(detail_of(anyc, "compile_backward_s"), 1)]
         cb, eb = cby.get("backward"), eby.get("backward")
         row += ["–" if x is None or not ran(x) or _rel(x, "memory_before_backward_bytes") is None
                 else gib(_rel(x, "memory_before_backward_bytes")) for x in (eb, cb)]
         rows.append(row)
-    return table(["d", "seq", "forward eager (ms)", "forward compiled (ms)", "speed-up", "backward eager (ms)",
-                  "backward compiled (ms)", "speed-up", "compile: 1st forward (s)", "compile: 1st backward (s)",
+    return table(["d", "seq", "forward eager (ms)", "forward compiled (ms)", "compiled ÷ eager (same run)",
+                  "backward eager (ms)", "backward compiled (ms)", "compiled ÷ eager (same run)", "compile: 1st forward (s)", "compile: 1st backward (s)",
                   "before backward eager (GiB)", "compiled (GiB)"], rows)
 
 
 # --- flash_benchmarking -------------------------------------------------------------------------------
 
-def _impls(d):
-    return [i for i in IMPL_ORDER if i in set(d["cfg.impl"])]
+def impls_of(d):
+    return [i for i in IMPL_ORDER if i in set(d.cfg.impl)]
 
 
 def _kernel_cell(r) -> str:
     s = status(r)
     if s:
         return s
-    return f"{_ms(r):.3f} ({num(r.get('m.tflops'), 1)})"
+    return f"{median_ms(r):.3f} ({num(r.get('m.tflops'), 1)})"
 
 
 def flash_grid(d: pd.DataFrame) -> pd.DataFrame:
     """Every (dtype, pass, d, seq) of a flash_benchmarking run, one column per implementation:
     "ms (TFLOP/s)" or why it did not run; the page writes it as CSV."""
-    impls = _impls(d)
+    impls = impls_of(d)
     lines = []
-    for (dtype, mode, dim, seq), g in d.groupby(["cfg.dtype", "cfg.mode", "cfg.d", "cfg.seq"]):
-        by = {r["cfg.impl"]: r for _, r in g.iterrows()}
+    for (dtype, mode, dim, seq), g in d.groupby([d.cfg.dtype, d.cfg.mode, d.cfg.d, d.cfg.seq]):
+        by = {r.cfg.impl: r for _, r in g.iterrows()}
         lines.append({"dtype": dtype, "pass": MODE_LABELS[mode], "d": int(dim), "seq": int(seq)}
                      | {f"{IMPL_LABELS[i]}: ms (TFLOP/s)": _kernel_cell(by[i]) if i in by else "" for i in impls})
     return pd.DataFrame(lines)
@@ -206,17 +208,17 @@ def flash_grid(d: pd.DataFrame) -> pd.DataFrame:
 def longest_sequence(d: pd.DataFrame) -> str:
     """Per implementation, dtype and d: the longest sequence whose forward+backward ran, and what
     stopped the next one (OOM, unsupported, left out) when something did."""
-    e2e = d[d["cfg.mode"] == "fwd_bwd"]
-    dims = sorted(e2e["cfg.d"].unique())
+    e2e = d[d.cfg.mode == "fwd_bwd"]
+    dims = sorted(e2e.cfg.d.unique())
     rows = []
-    for impl in _impls(e2e):
-        for dtype in sorted(e2e["cfg.dtype"].unique(), key=DTYPE_ORDER.index):
+    for impl in impls_of(e2e):
+        for dtype in sorted(e2e.cfg.dtype.unique(), key=DTYPE_ORDER.index):
             row = [IMPL_LABELS[impl], dtype]
             for dim in dims:
-                g = e2e[(e2e["cfg.impl"] == impl) & (e2e["cfg.dtype"] == dtype) & (e2e["cfg.d"] == dim)]
+                g = e2e[(e2e.cfg.impl == impl) & (e2e.cfg.dtype == dtype) & (e2e.cfg.d == dim)]
                 g = g.sort_values("cfg.seq")
-                ok = [int(r["cfg.seq"]) for _, r in g.iterrows() if ran(r)]
-                stop = [(int(r["cfg.seq"]), status(r)) for _, r in g.iterrows() if not ran(r)]
+                ok = [int(r.cfg.seq) for _, r in g.iterrows() if ran(r)]
+                stop = [(int(r.cfg.seq), status(r)) for _, r in g.iterrows() if not ran(r)]
                 best = str(max(ok)) if ok else "none"
                 if stop and (not ok or stop[-1][0] > max(ok)):
                     first = next(s for s in stop if not ok or s[0] > max(ok))
@@ -233,10 +235,10 @@ SHORT_SEQ = 4096
 
 # --- flash_shapes ----------------------------------------------------------------------------------------
 
-def _timer(r) -> str | None:
+def timer_name(r) -> str | None:
     """The clock of a row: its timing record, or the older format's `timer` detail."""
     timing = r["row"].timing
-    return timing.timer if timing is not None else _detail(r, "timer")
+    return timing.timer if timing is not None else detail_of(r, "timer")
 
 
 def flash_shapes_table(d: pd.DataFrame) -> pd.DataFrame:
@@ -247,18 +249,18 @@ def flash_shapes_table(d: pd.DataFrame) -> pd.DataFrame:
     order = {m: i for i, m in enumerate(MODE_LABELS)}
     for (dtype, dim, causal, b, h, seq, mode), g in sorted(
             d.groupby(key), key=lambda kv: (kv[0][0], -kv[0][1], not kv[0][2], kv[0][5], order[kv[0][6]])):
-        by = {r["cfg.impl"]: r for _, r in g.iterrows()}
+        by = {r.cfg.impl: r for _, r in g.iterrows()}
         anchors = [by[i] for i in ("sdpa_cudnn", "sdpa_flash") if i in by and ran(by[i])]
         best = min(anchors, key=lambda r: r["median"]) if anchors else None
 
         def cell(impl):
             r = by.get(impl)
-            return "–" if r is None else (status(r) or f"{_ms(r):.3f}")
+            return "–" if r is None else (status(r) or f"{median_ms(r):.3f}")
 
         def ratio(impl):
             r = by.get(impl)
             return "–" if r is None or best is None or not ran(r) else f"{r['median'] / best['median']:.2f}×"
-        anchor = "–" if best is None else f"{_ms(best):.3f} ({IMPL_LABELS[best['cfg.impl']].replace('SDPA ', '')})"
+        anchor = "–" if best is None else f"{median_ms(best):.3f} ({IMPL_LABELS[best.cfg.impl].replace('SDPA ', '')})"
         rows.append([dtype, int(dim), "yes" if causal else "no", f"{int(b)}×{int(h)}×{int(seq)}", MODE_LABELS[mode],
                      cell("flash_triton"), cell("flash_triton_compiled"), anchor, ratio("flash_triton"),
                      ratio("flash_triton_compiled")])
@@ -272,14 +274,14 @@ def flash_shapes_table(d: pd.DataFrame) -> pd.DataFrame:
 def leaderboard_table(d: pd.DataFrame) -> str:
     rows = []
     for _, r in d.iterrows():
-        err = _detail(r, "rel_err") or {}
-        impl = r["cfg.impl"]
+        err = detail_of(r, "rel_err") or {}
+        impl = r.cfg.impl
         label = IMPL_LABELS.get(impl, impl)
         if impl == "flash_triton":
-            label = ("torch.compile(FlashAttentionTriton.apply)" if _detail(r, "compiled")
+            label = ("torch.compile(FlashAttentionTriton.apply)" if detail_of(r, "compiled")
                      else "FlashAttentionTriton.apply (not compiled)")
         s = status(r)
-        rows.append([label, MODE_LABELS[r["cfg.mode"]], s or f"{_ms(r):.3f}",
+        rows.append([label, MODE_LABELS[r.cfg.mode], s or f"{median_ms(r):.3f}",
                      "–" if s else num(r.get("m.do_bench_ms"), 3), "–" if s else num(r.get("m.tflops"), 1),
                      "–" if s else pct(r.get("m.mfu")),
                      *[("–" if missing(err.get(k)) else f"{err[k]:.1e}") for k in ("out", "dq", "dk", "dv")]])
@@ -288,26 +290,26 @@ def leaderboard_table(d: pd.DataFrame) -> str:
 
 
 def leaderboard_summary(d: pd.DataFrame) -> str:
-    e2e = d[(d["cfg.mode"] == "fwd_bwd") & d.apply(ran, axis=1)]
-    ours = e2e[e2e["cfg.impl"] == "flash_triton"]
-    anchors = e2e[e2e["cfg.impl"] != "flash_triton"]
+    e2e = d[(d.cfg.mode == "fwd_bwd") & d.apply(ran, axis=1)]
+    ours = e2e[e2e.cfg.impl == "flash_triton"]
+    anchors = e2e[e2e.cfg.impl != "flash_triton"]
     if ours.empty or anchors.empty:
         return ""
     o = ours.iloc[0]
     best = anchors.loc[anchors["median"].idxmin()]
-    tol = _detail(o, "tol") or {}
-    breaks = f"Graph breaks under torch.compile: {_detail(o, 'graph_breaks')}. " if _detail(o, "compiled") else ""
+    tol = detail_of(o, "tol") or {}
+    breaks = f"Graph breaks under torch.compile: {detail_of(o, 'graph_breaks')}. " if detail_of(o, "compiled") else ""
     peaks = o["row"].peaks
     peak = (f"Matmul peak: {num(peaks.measured_flops / 1e12, 1)} TFLOP/s ({peaks.measured_dtype}, measured in the "
             f"same run); MFU is against the datasheet dense bf16 peak." if peaks else "")
-    return (f"Ours (forward+backward) takes {_ms(o):.3f} ms, {_ms(o) / _ms(best):.2f}× the time of the "
-            f"fastest anchor ({IMPL_LABELS[best['cfg.impl']]}, {_ms(best):.3f} ms). "
+    return (f"Ours (forward+backward) takes {median_ms(o):.3f} ms, {median_ms(o) / median_ms(best):.2f}× the time of the "
+            f"fastest anchor ({IMPL_LABELS[best.cfg.impl]}, {median_ms(best):.3f} ms). "
             f"Relative errors are against SDPA in higher precision on the same inputs; ours must stay within "
             f"{tol.get('out', float('nan')):.0e} (O) and {tol.get('grad', float('nan')):.0e} (gradients) or the "
             f"test fails. {breaks}{peak}")
 
 
-def _short_config(text: str) -> str:
+def short_config(text: str) -> str:
     """'BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, ..., num_stages: 3, ...' -> '64×128 w4 s3'."""
     v = dict(re.findall(r"(\w+): (\w+)", text or ""))
     if "BLOCK_M" not in v:

@@ -1,5 +1,5 @@
-"""Tables and figures of benchmarking_script (b), (c) and benchmarking_mixed_precision (c), read by
-the pages in impl.report.pages.profiling; `step_s`, `stat_name` and `speedup_cell` serve the other
+"""The benchmarking_script figure, read by
+the pages in impl.report.pages.profiling; `step_s`, `stat_name` and `ratio_cell` serve the other
 sections' timings too."""
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from pathlib import Path
 import pandas as pd
 
 from impl.bench.row import Status
-from impl.bench.sweeps import MODES
 from impl.model import size_rank
 from impl.report import figures
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import missing, ms
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 MEASURED = Status.MEASURED.value
 
 
 def study(r) -> str | None:
     """A row's study: a config key (the bench layer's rows), a details key in the older format."""
-    s = r.get("cfg.study")
+    s = r.cfg.study
     return r["details"].get("study") if missing(s) else s
 
 
@@ -52,11 +52,12 @@ def within_noise(a, b) -> bool:
     return abs(step_s(a) - step_s(b)) <= sa + sb
 
 
-def speedup_cell(slow, fast) -> str:
-    """slow ÷ fast as "1.57×", or "within noise" where their spreads overlap; "–" unless both ran."""
-    if not (_ok(slow) and _ok(fast)):
+def ratio_cell(ours, ref) -> str:
+    """ours ÷ ref as "0.64×" (the report's one convention: below 1, ours is faster), or "within noise"
+    where their spreads overlap; "–" unless both ran."""
+    if not (_ok(ours) and _ok(ref)):
         return "–"
-    return "within noise" if within_noise(slow, fast) else f"{step_s(slow) / step_s(fast):.2f}×"
+    return "within noise" if within_noise(ours, ref) else f"{step_s(ours) / step_s(ref):.2f}×"
 
 
 def _cell(r) -> str:
@@ -82,76 +83,22 @@ def timing_text(d: pd.DataFrame) -> tuple[str, str]:
 
 
 def _sizes(d):
-    return sorted(d["cfg.size"].unique(), key=size_rank)
+    return sorted(d.cfg.size.unique(), key=size_rank)
 
 
-def by_size(d: pd.DataFrame) -> pd.DataFrame:
-    """The rows sorted by model size, smallest first (stable within a size)."""
-    return d.iloc[d["cfg.size"].map(size_rank).argsort(kind="stable")]
-
-
-def timing_tables(d: pd.DataFrame) -> str:
-    out = []
-    for dtype in sorted(d["cfg.dtype"].unique(), key=["fp32", "bf16", "fp16"].index):
-        dd = d[d["cfg.dtype"] == dtype]
-        modes = [m for m in MODES if m in set(dd["cfg.mode"])]
-        rows = []
-        for size in _sizes(dd):
-            for ctx in sorted(dd[dd["cfg.size"] == size]["cfg.context"].unique()):
-                sel = dd[(dd["cfg.size"] == size) & (dd["cfg.context"] == ctx)].set_index("cfg.mode")
-                train = sel.loc["train_step"] if "train_step" in sel.index else None
-                rows.append([size, int(ctx)] + [_cell(sel.loc[m]) if m in sel.index else "–" for m in modes] + [
-                    num(train["m.tokens_per_s"], 0) if _ok(train) else "–",
-                    pct(train.get("m.mfu_measured_peak")) if _ok(train) else "–",
-                    "–" if train is None else (gib(train["peak_alloc"]) if _ok(train) else _cell(train))])
-        header = ["size", "context"] + [f"{m} (ms)" for m in modes] + ["train tokens/s", "train MFU", "train peak GiB"]
-        out.append(f"**{dtype}** ({stat_name(dd)} ± std over the timed steps; MFU = model matmul FLOPs ÷ that time ÷ "
-                   f"measured matmul peak)\n\n" + table(header, rows))
-    return "\n\n".join(out)
-
-
-def warmup_table(d: pd.DataFrame) -> str:
-    rows = []
-    for (size, ctx, dtype, mode), g in d.groupby(["cfg.size", "cfg.context", "cfg.dtype", "cfg.mode"], sort=False):
-        for _, r in g.sort_values("cfg.warmup").iterrows():
-            first = ms(r["data"][0]) if _ok(r) and r["data"] else "–"
-            rows.append([size, int(ctx), dtype, mode, int(r["cfg.warmup"]), _cell(r), first,
-                         ms(r["max"]) if _ok(r) else "–"])
-    left_out = d["details"].iloc[0].get("left_out", "")
-    return (table(["size", "context", "dtype", "mode", "warm-up steps", f"{stat_name(d)} ± std (ms)",
-                   "first timed step (ms)", "slowest timed step (ms)"], rows) + (f"\n\nNot run in this study: {left_out}." if left_out else ""))
-
-
-def mixed_precision_table(d: pd.DataFrame) -> str | None:
-    if not {"fp32", "bf16"} <= set(d["cfg.dtype"]):
-        return None
-    rows = []
-    for size in _sizes(d):
-        for ctx in sorted(d[d["cfg.size"] == size]["cfg.context"].unique()):
-            row = [size, int(ctx)]
-            for mode in ("forward", "train_step"):
-                sel = d[(d["cfg.size"] == size) & (d["cfg.context"] == ctx) & (d["cfg.mode"] == mode)]
-                by = {r["cfg.dtype"]: r for _, r in sel.iterrows()}
-                f, b = by.get("fp32"), by.get("bf16")
-                cells = [_cell(x) if x is not None else "–" for x in (f, b)]
-                row += cells + [speedup_cell(f, b)]
-            rows.append(row)
-    return table(["size", "context", "forward fp32 (ms)", "forward bf16 (ms)", "speed-up",
-                  "train step fp32 (ms)", "train step bf16 (ms)", "speed-up"], rows)
-
-
-def plot(d: pd.DataFrame, path: Path) -> None:
+def plot(grid, path: Path) -> None:
+    """Training-step mean against context, one colour per size, the dtype by line style (OOM points absent);
+    `grid`: impl.report.benchmarking_script.GridRow rows."""
     fig, ax = figures.new(figsize=(8, 4.2))
+    sizes = list(dict.fromkeys(r.size for r in grid))
     for dtype, style in (("fp32", "-o"), ("bf16", "--s")):
-        for k, size in enumerate(_sizes(d)):  # one colour per size, the dtype by line style
-            sel = d[(d["cfg.size"] == size) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == "train_step")
-                    & (d["status"] == MEASURED)]
-            if sel.empty:
-                continue
-            sel = sel.sort_values("cfg.context")
-            ax.plot(sel["cfg.context"], sel.apply(step_s, axis=1) * 1e3, style, color=f"C{k}", label=f"{size} {dtype}")
-    ctxs = sorted(int(c) for c in d["cfg.context"].unique())
-    ax.set(xscale="log", yscale="log", xlabel="context length", ylabel=f"train step, {stat_name(d)} (ms)",
+        for k, size in enumerate(sizes):
+            pts = [(r.context, r.train.mean_s * 1e3) for r in grid
+                   if r.size == size and r.dtype == dtype and r.train is not None and r.train.ok]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}", label=f"{size} {dtype}")
+    ctxs = sorted({r.context for r in grid})
+    ax.set(xscale="log", yscale="log", xlabel="context length", ylabel="train step, mean (ms)",
            title="benchmarking_script: full training step (OOM points absent)")
     ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
     ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])

@@ -7,10 +7,9 @@ import re
 from pathlib import Path
 
 from impl.report.data import load, load_history
-from impl.report.markdown import table
-from impl.report.pages import Context, Page, Score, render_page
-from impl.report.pages.problems import PROBLEMS
 from impl.report import test_records
+from impl.report.index import device_names, index_facts, render_index
+from impl.report.pages import Context, Page, render_page
 
 ROOT = Path(__file__).resolve().parents[3]
 # Page modules in index order (each: pages(ctx) -> list[Page]).
@@ -48,46 +47,26 @@ def older_format(df) -> list[str]:
     return [f"{dev}: {', '.join(sorted(g.section))}" for dev, g in old.groupby("device")]
 
 
-def index(pages: list[Page], older: list[str] | None = None, tests: list | None = None) -> str:
-    scores: dict[str, tuple[Page, Score]] = {}
-    for page in pages:
-        for name, score in page.score.items():
-            scores[name] = (page, score)
-    rows = []
-    for p in PROBLEMS:
-        page, score = scores.get(p.name, (None, None))
-        link = f"[{p.name}]({page.slug}.md)" if page else p.name
-        if score is None:
-            rows.append([link, p.edition, "not answered yet", "–", "–", "–", "–"])
-        else:
-            rows.append([link, p.edition, score.answer, score.headline, score.vs_anchor, score.device, score.date])
-    out = ["# LLM systems performance suite: the report",
-           "Built by `make report` from the saved pytest-benchmark runs under `reports/data/<device>/<section>/`; "
-           "every number is read from those files. One row per problem of the course's 2025 and 2026 editions "
-           "(and the suite's own extras); the link opens the problem's page, which answers its questions first.",
-           "## Scoreboard",
-           table(["problem", "edition", "answer", "headline", "ours vs best anchor (same run)", "device",
-                  "run date"], rows)]
-    if older:
-        out.append("Sections whose newest GPU run is still in the older format (before the bench layer: kernel "
-                   "rows read do_bench medians, statistics as then recorded): " + "; ".join(older) + ".")
-    out.append(test_records.render(tests or []))
-    figures = [f for page in pages for f in page.index_figures]
-    if figures:
-        out.append("## The story in figures")
-        out += [f"**{caption}**\n\n![{caption}]({path})" for caption, path in figures]
-    return "\n\n".join(out) + "\n"
+def index(pages: list[Page], older: list[str] | None = None, names: dict[str, str] | None = None,
+          tests: list | None = None) -> str:
+    return render_index(index_facts(pages, older or [], names or {}), test_records.render(tests or []))
+
+
+def context(data_dir: Path, reports_dir: Path) -> Context:
+    """Every stored run under data_dir, loaded for pages that write their figures and CSVs under reports_dir."""
+    return Context(df=load(data_dir), history=load_history(data_dir), reports_dir=reports_dir,
+                   fig_dir=reports_dir / "figures")
 
 
 def build(root: Path | None = None) -> dict[str, str]:
     """{file name under reports/: text}; figures and CSVs are written as a side effect."""
     root = root or ROOT
     data_dir = root / "reports" / "data"
-    ctx = Context(df=load(data_dir), history=load_history(data_dir), reports_dir=root / "reports",
-                  fig_dir=root / "reports" / "figures")
+    ctx = context(data_dir, root / "reports")
     pages = collect(ctx)
     files = {f"{page.slug}.md": render_page(page) for page in pages}
-    files["README.md"] = index(pages, older_format(ctx.df), test_records.device_tests(data_dir, root))
+    files["README.md"] = index(pages, older_format(ctx.df), device_names(ctx.df),
+                               test_records.device_tests(data_dir, root))
     return files
 
 

@@ -11,6 +11,7 @@ from impl.bench.row import Status
 from impl.report import figures
 from impl.report.benchmarking import stat_name, step_s, study
 from impl.report.markdown import missing, ms, num, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 PROBLEM = "gradient_checkpointing"
 POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
@@ -21,7 +22,7 @@ UNIT = {"GiB": 2**30, "MiB": 2**20}
 
 def _unit(d: pd.DataFrame) -> str:
     """GiB on a GPU; the CPU smoke's tiny model would print zeros, so MiB there."""
-    peaks = [p for p in d.apply(lambda r: _pred(r), axis=1) if not missing(p)] if not d.empty else []
+    peaks = [p for p in d.apply(lambda r: predicted_peak(r), axis=1) if not missing(p)] if not d.empty else []
     return "GiB" if peaks and max(peaks) >= 2**30 else "MiB"
 
 
@@ -45,13 +46,13 @@ def _not_run(r) -> bool:
     return r["status"] not in (Status.MEASURED.value, Status.OOM.value)
 
 
-def _pred(r, which: str = "hook_terms", part: str = "peak"):
+def predicted_peak(r, which: str = "hook_terms", part: str = "peak"):
     return (r["details"].get("predicted") or {}).get(which, {}).get(part)
 
 
 def _label(r) -> str:
-    k = r.get("cfg.k")
-    return r["cfg.policy"] + ("" if missing(k) else f" k={int(k)}")
+    k = r.cfg.k
+    return r.cfg.policy + ("" if missing(k) else f" k={int(k)}")
 
 
 def _peak_cell(r, unit: str) -> str:
@@ -63,7 +64,7 @@ def _peak_cell(r, unit: str) -> str:
 
 
 def _ratio(r) -> str:
-    p = _pred(r)
+    p = predicted_peak(r)
     if _oom(r) or _not_run(r) or missing(r["peak_alloc"]) or not p:
         return "–"
     return f"{r['peak_alloc'] / p:.2f}"
@@ -73,7 +74,7 @@ def _time(r) -> str:
     return "not run" if _not_run(r) else ("OOM" if _oom(r) else ms(step_s(r), r["stddev"]))
 
 
-def _forwards(r) -> str:
+def forwards_cell(r) -> str:
     i = r["details"]
     got, want = i.get("measured_block_forwards"), i.get("predicted_block_forwards")
     if want is None:
@@ -81,19 +82,19 @@ def _forwards(r) -> str:
     return f"{'–' if got is None else int(got)} / {want}"
 
 
-def _sorted(d: pd.DataFrame) -> pd.DataFrame:
-    key = d["cfg.policy"].map(POLICY_ORDER) * 10_000 + d["cfg.k"].fillna(0)
+def sorted_by(d: pd.DataFrame) -> pd.DataFrame:
+    key = d.cfg.policy.map(POLICY_ORDER) * 10_000 + d.cfg.k.fillna(0)
     return d.assign(_key=key).sort_values("_key")
 
 
 def policy_table(d: pd.DataFrame) -> str:
     out, u = [], _unit(d)
-    for dtype, dd in d.groupby("cfg.dtype", sort=False):
+    for dtype, dd in d.groupby(d.cfg.dtype, sort=False):
         rows = []
-        for _, r in _sorted(dd).iterrows():
-            rows.append([_label(r), _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
-                         _fmt(_pred(r, "closed_form_fp32"), u), _fmt(_pred(r, "hook_terms", "activations"), u), _time(r),
-                         "–" if _oom(r) or _not_run(r) else num(r.get("m.tokens_per_s"), 0), _forwards(r)])
+        for _, r in sorted_by(dd).iterrows():
+            rows.append([_label(r), _peak_cell(r, u), _fmt(predicted_peak(r), u), _ratio(r),
+                         _fmt(predicted_peak(r, "closed_form_fp32"), u), _fmt(predicted_peak(r, "hook_terms", "activations"), u), _time(r),
+                         "–" if _oom(r) or _not_run(r) else num(r.get("m.tokens_per_s"), 0), forwards_cell(r)])
         out.append(f"**{dtype}**" + (" (autocast, fp32 master weights)" if dtype != "fp32" else "") + "\n\n" + table(
             ["policy", f"measured peak {u}", f"predicted peak {u}", "measured / predicted",
              f"predicted, fp32 closed form {u}", f"predicted block-stack activations {u}",
@@ -107,7 +108,7 @@ def terms_text(d: pd.DataFrame) -> str:
     has = d[d["details"].map(lambda x: "terms" in x)]
     t = has.iloc[0]["details"]["terms"] if not has.empty else {}
     lines = []
-    for dtype, dd in d.groupby("cfg.dtype", sort=False):
+    for dtype, dd in d.groupby(d.cfg.dtype, sort=False):
         ok = dd[dd["details"].map(lambda x: "terms" in x)]
         if ok.empty:
             continue
@@ -127,8 +128,8 @@ def terms_text(d: pd.DataFrame) -> str:
 def depth_table(d: pd.DataFrame) -> str:
     rows, u = [], _unit(d)
     for _, r in d.sort_values(["cfg.layers", "cfg.policy"]).iterrows():
-        rows.append([int(r["cfg.layers"]), r["cfg.policy"], _peak_cell(r, u), _fmt(_pred(r), u), _ratio(r),
-                     _fmt(_pred(r, "hook_terms", "activations"), u), _time(r), _forwards(r)])
+        rows.append([int(r.cfg.layers), r.cfg.policy, _peak_cell(r, u), _fmt(predicted_peak(r), u), _ratio(r),
+                     _fmt(predicted_peak(r, "hook_terms", "activations"), u), _time(r), forwards_cell(r)])
     return table(["layers", "policy", f"measured peak {u}", f"predicted peak {u}", "measured / predicted",
                   f"predicted block-stack activations {u}", f"step, {stat_name(d)} (ms)",
                   "block forwards measured / predicted"],
@@ -139,14 +140,14 @@ def depth_plot(d: pd.DataFrame, path: Path) -> bool:
     fig, ax = figures.new()
     drawn = False
     for policy, style in (("none", "o"), ("nested", "s")):
-        sel = d[(d["cfg.policy"] == policy)].sort_values("cfg.layers")
+        sel = d[(d.cfg.policy == policy)].sort_values("cfg.layers")
         if sel.empty:
             continue
-        pred = sel.apply(lambda r: _pred(r), axis=1).astype(float)
-        ax.plot(sel["cfg.layers"], pred / 2**30, "--" + style, label=f"{policy} predicted")
+        pred = sel.apply(lambda r: predicted_peak(r), axis=1).astype(float)
+        ax.plot(sel.cfg.layers, pred / 2**30, "--" + style, label=f"{policy} predicted")
         meas = sel[(sel["status"] == Status.MEASURED.value) & sel["peak_alloc"].notna()]
         if not meas.empty:
-            ax.plot(meas["cfg.layers"], meas["peak_alloc"] / 2**30, "-" + style, label=f"{policy} measured")
+            ax.plot(meas.cfg.layers, meas["peak_alloc"] / 2**30, "-" + style, label=f"{policy} measured")
         drawn = True
     if not drawn:
         return False
@@ -173,16 +174,16 @@ def body(df: pd.DataFrame, fig_dir: Path, fig_rel: str, fig_name: str) -> str | 
     if not pol.empty:
         i = pol["details"].iloc[0]
         c = pol.iloc[0]
-        parts.append(f"**Best single-level k** for {c['cfg.size']} at batch {int(c['cfg.batch'])}, context "
-                     f"{int(c['cfg.context'])}: k = {i.get('best_k')} ({i.get('best_k_rule')}); timed with its "
+        parts.append(f"**Best single-level k** for {c.cfg.size} at batch {int(c.cfg.batch)}, context "
+                     f"{int(c.cfg.context)}: k = {i.get('best_k')} ({i.get('best_k_rule')}); timed with its "
                      f"neighbours k ∈ {i.get('ks')}. " + terms_text(pol))
         parts.append(policy_table(pol))
     left = pd.concat([pol, dep])
     left = left[left.apply(_not_run, axis=1)] if not left.empty else left
     if not dep.empty:
         c = dep.iloc[0]
-        parts.append(f"### nested vs none over depth\n\n{c['cfg.width']} width, batch {int(c['cfg.batch'])}, "
-                     f"context {int(c['cfg.context'])}, {c['cfg.dtype']}.")
+        parts.append(f"### nested vs none over depth\n\n{c.cfg.width} width, batch {int(c.cfg.batch)}, "
+                     f"context {int(c.cfg.context)}, {c.cfg.dtype}.")
         parts.append(depth_table(dep))
         if depth_plot(dep, fig_dir / fig_name):
             parts.append(f"![peak vs layers]({fig_rel}/{fig_name})")

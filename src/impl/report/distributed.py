@@ -14,13 +14,15 @@ import pandas as pd
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
 from impl.report import figures
+from impl.report.templating import macros
 from impl.report.markdown import missing, ms, num, pct, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
-COMM = "distributed_communication_single_node"
+COMM_PROBLEM = "distributed_communication_single_node"
 DDP_PROBLEMS = ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
-                "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking",
-                "ddp_overlap_bucketed_benchmarking"]  # the last: the bucketed group's name in runs before issue 33
+                "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"]
 SHARD = "optimizer_state_sharding_accounting"
+COMM, DDP, SHARDING = (macros(f"{name}.md.j2") for name in ("distributed_communication", "ddp", "optimizer_sharding"))
 VARIANT_LABEL = dict(single="single GPU (floor, no wrapper)", naive="naive (per-parameter, after backward)",
                      flat="flat (one all-reduce)", individual="individual parameters (overlapped)",
                      bucketed="bucketed", torch_ddp="torch DDP (bucket_cap_mb 25)")
@@ -37,12 +39,6 @@ def _info(r, key, default=None):
 
 def _not_run(r) -> str | None:
     return None if r["status"] == Status.MEASURED.value else f"not run ({r['status']}: {r['reason']})"
-
-
-def _cfg(r, key):
-    """A config value, None where the row's config has no such key (a column other rows made)."""
-    v = r.get(f"cfg.{key}")
-    return None if missing(v) else v
 
 
 def figure(r, key, metric: Metric | None = None):
@@ -85,25 +81,25 @@ class _Unit:
 # all-reduce
 
 
-def _comm_rows(d: pd.DataFrame) -> pd.DataFrame:
+def comm_rows(d: pd.DataFrame) -> pd.DataFrame:
     """The all-reduce rows (older files also held fit rows, config kind "fit")."""
-    return d[d.apply(lambda r: _cfg(r, "kind") != "fit", axis=1)] if not d.empty else d
+    return d[d.cfg.kind != "fit"] if not d.empty else d
 
 
-def _per_op(r):
+def per_op(r):
     """Seconds per all-reduce: the median (the rows are kernel-level: the stats are one all-reduce);
     the older format kept it as time_s."""
     return figure(r, "time_s") or r["median"]
 
 
-def _fits(d: pd.DataFrame) -> dict:
+def allreduce_fits(d: pd.DataFrame) -> dict:
     """t = o + S/w over each (backend, processes) run's measured sizes, by relative least squares
     (impl.accounting.fit_latency_bandwidth, relative=True: the absolute fit is a line through the
     1 GB point alone and its intercept went negative for gloo at 4 and 6 processes)."""
     points: dict = {}
-    for _, r in _comm_rows(d).iterrows():
-        if not _not_run(r) and not missing(_per_op(r)):
-            points.setdefault((r["cfg.backend"], int(r["cfg.world_size"])), []).append((r["cfg.bytes"], _per_op(r)))
+    for _, r in comm_rows(d).iterrows():
+        if not _not_run(r) and not missing(per_op(r)):
+            points.setdefault((r.cfg.backend, int(r.cfg.world_size)), []).append((r.cfg.bytes, per_op(r)))
     out = {}
     for key, pts in points.items():
         if len({b for b, _ in pts}) >= 2:
@@ -115,26 +111,22 @@ def _fits(d: pd.DataFrame) -> dict:
 
 def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str:
     rows, series = [], {}
-    runs = _comm_rows(d).sort_values(["cfg.backend", "cfg.world_size", "cfg.bytes"])
+    runs = comm_rows(d).sort_values(["cfg.backend", "cfg.world_size", "cfg.bytes"])
     for _, r in runs.iterrows():
-        key = (r["cfg.backend"], int(r["cfg.world_size"]))
+        key = (r.cfg.backend, int(r.cfg.world_size))
         nr = _not_run(r)
-        head = [key[0], key[1], _mb(r["cfg.bytes"])]
+        head = [key[0], key[1], _mb(r.cfg.bytes)]
         if nr:
             rows.append(head + [nr, "", "", ""])
             continue
         timing = r["row"].timing
         busbw = figure(r, "busbw_GBps", Metric.BUS_BW)
-        rows.append(head + [ms(_per_op(r), digits=3), num(figure(r, "algbw_GBps", Metric.ALG_BW), 2), num(busbw, 2),
+        rows.append(head + [ms(per_op(r), digits=3), num(figure(r, "algbw_GBps", Metric.ALG_BW), 2), num(busbw, 2),
                             timing.iterations if timing else _info(r, "inner")])
         if not missing(busbw):
-            series.setdefault(key, []).append((r["cfg.bytes"], busbw))
+            series.setdefault(key, []).append((r.cfg.bytes, busbw))
     left_out = {i["left_out"] for i in runs["details"] if i.get("left_out")}
-    out = ["All-reduce (sum) of float32 buffers, MB = 2^20 bytes. Time per all-reduce = pytest-benchmark median; "
-           "each all-reduce runs on every rank after a barrier and is timed by the ranks' own device clocks "
-           "(CUDA events on a GPU), the slowest rank's time counting; a round repeats it until it lasts ≥ 1 ms "
-           "(iterations). algbw = bytes / time; busbw = algbw · 2(n−1)/n (nccl-tests), comparable across process "
-           "counts. Older files: (parent time of `inner` back-to-back all-reduces − IPC) / inner.",
+    out = [COMM.method(),
            table(["backend", "processes", "size (MB)", "time (ms)", "algbw (GB/s)", "busbw (GB/s)",
                   "iterations per round"], rows)]
     if left_out:
@@ -151,13 +143,9 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
         name = f"{device}_allreduce_busbw.png"
         figures.save(fig, fig_dir / name)
         out.append(f"![all-reduce bus bandwidth]({fig_rel}/{name})")
-    fits = _fits(d)
+    fits = allreduce_fits(d)
     if fits:
-        out.append("Fit t = o + S/w over the timed sizes' medians (S = bytes per rank, so w is an algorithm "
-                   "bandwidth), minimising relative residuals so that every size weighs alike (an absolute "
-                   "least-squares line is set by the 1 GB point alone and its intercept comes out negative where "
-                   "the per-byte cost grows with size); the bucket model on the DDP page uses the fit of the DDP "
-                   "runs' backend and process count.")
+        out.append(COMM.fit_note())
         out.append(table(["backend", "processes", "o (µs)", "w (GB/s)"],
                          [[b, n, num(f["o_s"] * 1e6, 1), num(f["w_Bps"] / 1e9, 2)] for (b, n), f in sorted(fits.items())]))
     return "\n\n".join(out)
@@ -167,9 +155,9 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
 # DDP
 
 
-def _ddp_label(r) -> str:
-    v = r["cfg.variant"]
-    return f"bucketed {r['cfg.bucket_mb']:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
+def variant_label(r) -> str:
+    v = r.cfg.variant
+    return f"bucketed {r.cfg.bucket_mb:g} MB" if v == "bucketed" else VARIANT_LABEL.get(v, v)
 
 
 def _gap_text(by: dict, floor, anchor) -> str | None:
@@ -180,45 +168,24 @@ def _gap_text(by: dict, floor, anchor) -> str | None:
     if not ours or floor is None or _not_run(floor) or missing(floor["median"]):
         return None
     best = min(ours, key=lambda r: r["median"])
-    gap = best["median"] - floor["median"]
     comm = figure(best, "comm_s")
-    text = (f"Best of ours: {_ddp_label(best)}, {ms(best['median'])} ms, {pct(gap / floor['median'])} over the "
-            f"single-GPU floor ({ms(gap)} ms)")
-    if not missing(comm) and gap - comm >= 0:
-        text += (f"; of that gap, {ms(comm)} ms is communication the ranks waited for after backward, the "
-                 f"remaining {ms(gap - comm)} ms is time the wrapper adds elsewhere (hooks, bucket copies, "
-                 "launches)")
-    elif not missing(comm):
-        text += (f"; the exposed communication the ranks measured ({ms(comm)} ms) exceeds that gap, so with "
-                 f"step-time spreads of ± {ms(best['stddev'])} (ours) and ± {ms(floor['stddev'])} ms (floor) the "
-                 "split of the gap is within noise at this size")
-    if anchor is not None and not _not_run(anchor) and not missing(anchor["median"]):
-        text += (f"; torch DDP in the same run: {ms(anchor['median'])} ms "
-                 f"({pct(anchor['median'] / floor['median'] - 1)} over)")
-    return text + "."
+    has_anchor = anchor is not None and not _not_run(anchor) and not missing(anchor["median"])
+    return DDP.gap(variant_label(best), best["median"], best["stddev"], floor["median"], floor["stddev"],
+                   None if missing(comm) else comm, anchor["median"] if has_anchor else None)
 
 
 def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
     """The DDP tables; returns also {context: {bucket_mb: (step_s, comm_s)}} and the gradient bytes."""
-    bench = d[d.apply(lambda r: _cfg(r, "kind") != "trace", axis=1)]  # older files: trace rows apart
+    bench = d[d.cfg.kind != "trace"]  # older files: trace rows apart
     out, buckets = [], {}
     first = bench.iloc[0]
-    out.append(f"{first['cfg.size']}, fp32, AdamW, {int(first['cfg.world_size'])} ranks over "
-               f"{first['cfg.backend']}; each rank trains on its own micro-batch. Step = pytest-benchmark median "
-               "± std "
-               "of one training step on every rank, timed by the ranks' own device-synchronised clocks (the slowest "
-               "rank's time; older files: the parent's clock, slowest rank + IPC round trip). Exposed "
-               "communication, mean over the timed steps of the slowest rank's: communication = time "
-               "finish_gradient_synchronization waits after backward's "
-               "compute finished (naive / flat: all of it; overlapped variants: the part not hidden behind "
-               "backward). torch DDP waits inside backward, so only its total is known. Overheads are step-time "
-               "ratios to the single-GPU step at the same per-rank batch and to torch DDP.")
+    out.append(DDP.method(first.cfg.size, int(first.cfg.world_size), first.cfg.backend))
     grad_bytes = None
-    for (ctx, batch), g in bench.groupby(["cfg.context", "cfg.batch_per_rank"]):
+    for (ctx, batch), g in bench.groupby([bench.cfg.context, bench.cfg.batch_per_rank]):
         ctx, batch = int(ctx), int(batch)
         by = {}
         for _, r in g.iterrows():
-            by[(r["cfg.variant"], r["cfg.bucket_mb"] if r["cfg.variant"] == "bucketed" else None)] = r
+            by[(r.cfg.variant, r.cfg.bucket_mb if r.cfg.variant == "bucketed" else None)] = r
         floor, anchor = by.get(("single", None)), by.get(("torch_ddp", None))
         rows = []
         keys = sorted(by, key=lambda k: (VARIANT_ORDER.index(k[0]) if k[0] in VARIANT_ORDER else 99, k[1] or 0))
@@ -226,12 +193,12 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
             r = by[k]
             nr = _not_run(r)
             if nr:
-                rows.append([_ddp_label(r), nr, "", "", "", ""])
+                rows.append([variant_label(r), nr, "", "", "", ""])
                 continue
             grad_bytes = grad_bytes or _info(r, "grad_bytes")
             ratio = lambda ref: ("–" if ref is None or _not_run(ref) or missing(ref["median"])
                                  else f"{r['median'] / ref['median']:.2f}×")
-            rows.append([_ddp_label(r), ms(r["median"], r["stddev"]), ms(figure(r, "comm_s")),
+            rows.append([variant_label(r), ms(r["median"], r["stddev"]), ms(figure(r, "comm_s")),
                          pct(figure(r, "comm_share", Metric.COMM_SHARE)), ratio(floor), ratio(anchor)])
             if k[0] == "bucketed":
                 buckets.setdefault(ctx, {})[k[1]] = BucketRun(r["median"], r["stddev"], figure(r, "comm_s"),
@@ -243,7 +210,7 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
         if gap:
             out.append(gap)
     return "\n\n".join(out), dict(buckets=buckets, grad_bytes=grad_bytes,
-                                  backend=first["cfg.backend"], world_size=int(first["cfg.world_size"]))
+                                  backend=first.cfg.backend, world_size=int(first.cfg.world_size))
 
 
 @dataclass(frozen=True)
@@ -270,7 +237,7 @@ def overlap_shares(d: pd.DataFrame) -> dict[str, float]:
         tl = _info(r, "timeline")
         comm = tl["busy_us"]["communication"]
         if comm:
-            out[_ddp_label(r)] = tl["overlap_us"] / comm
+            out[variant_label(r)] = tl["overlap_us"] / comm
     return out
 
 
@@ -283,18 +250,12 @@ def bucket_model_section(fits: dict, ddp: dict, overlap: dict[str, float] | None
     if not ddp["buckets"] or s is None:
         return None
     u = _Unit(s)
-    out = ["T(n_b) = n_b·o + s/(n_b·w) is the communication left after backward (derivation on the "
-           "[communication_accounting](communication_accounting.md) page); "
-           f"s = {u.d(s)} {u.dec_name} of fp32 gradients"]
+    out = [DDP.model_intro(u.d(s), u.dec_name, ddp["backend"], ddp["world_size"], fit)]
     if fit is None:
-        out[-1] += f"; no all-reduce fit for {ddp['backend']} at {ddp['world_size']} processes in this data."
         return "\n\n".join(out)
     o, w = fit["o_s"], fit["w_Bps"]
-    out[-1] += (f", o = {o * 1e6:.1f} µs and w = {w / 1e9:.2f} GB/s fitted to the {ddp['backend']} all-reduce "
-                f"timings at {ddp['world_size']} processes (MB = 2^20 bytes).")
     best = acc.optimal_bucket_bytes(s, o, w) / 2**20
-    out.append(f"Predicted optimal bucket √(s·o·w) = {best:,.1f} MB (n_b* = {acc.optimal_n_buckets(s, o, w):.1f}), "
-               f"T* = {acc.min_bucketed_overhead(s, o, w) * 1e3:.2f} ms.")
+    out.append(DDP.model_optimum(best, acc.optimal_n_buckets(s, o, w), acc.min_bucketed_overhead(s, o, w)))
     for ctx, b in sorted(ddp["buckets"].items()):
         grid = sorted(b)
         rows = [[f"{mb:g}", "–" if run.n_buckets is None else run.n_buckets,
@@ -307,9 +268,7 @@ def bucket_model_section(fits: dict, ddp: dict, overlap: dict[str, float] | None
         where = (f"between the grid's {below[-1]:g} and {above[0]:g} MB" if below and above and below[-1] != above[0]
                  else f"at the grid's {(below or above)[-1 if below else 0]:g} MB" if below and above
                  else f"outside the grid ({grid[0]:g}–{grid[-1]:g} MB)")
-        text = (f"**context {ctx}**: fastest measured step at {fastest:g} MB buckets"
-                + (f" (within noise of {', '.join(ties)})" if ties else "") + f"; the model's optimum, "
-                f"{best:,.1f} MB, lies {where}.")
+        text = DDP.model_context(ctx, fastest, ties, best, where)
         out.append(text + "\n\n" + table(
             ["bucket (MB)", "buckets formed", "model T, equal buckets (ms)", "model T, buckets formed (ms)",
              "measured exposed comm (ms)", "measured step (ms)"], rows))
@@ -325,27 +284,13 @@ def _bucket_gap_text(s: float, o: float, w: float, buckets: dict, overlap: dict[
     b = buckets[ctx]
     small, large = min(b), max(b)
     parts = []
-    sb = b[small]
+    sb, lb, whole = b[small], b[large], s / w
     if sb.n_buckets:
-        parts.append(
-            f"At {small:g} MB the equal-bucket model counts s / {small:g} MB = {s / (small * 2**20):,.0f} buckets, "
-            f"but DDPBucketed never splits a parameter (a weight larger than the cap gets a bucket of its own), so it "
-            f"formed {sb.n_buckets}; at that count the model gives "
-            f"{acc.bucketed_overhead(s, sb.n_buckets, o, w) * 1e3:.1f} ms instead of "
-            f"{acc.overhead_for_bucket_size(s, small * 2**20, o, w) * 1e3:.1f} ms (measured at context {ctx}: "
-            f"{ms(sb.comm_s)} ms).")
-    lb = b[large]
-    whole = s / w
-    shares = "; ".join(f"{pct(v)} for {k}" for k, v in sorted(overlap.items()))
+        parts.append(DDP.model_small(small, s / (small * 2**20), sb.n_buckets, acc.bucketed_overhead(s, sb.n_buckets, o, w),
+                                     acc.overhead_for_bucket_size(s, small * 2**20, o, w), ctx, sb.comm_s))
     if lb.comm_s is not None:
-        parts.append(
-            f"At {large:g} MB the model leaves only the last bucket exposed "
-            f"({acc.overhead_for_bucket_size(s, large * 2**20, o, w) * 1e3:.2f} ms), but the measured "
-            f"{ms(lb.comm_s)} ms at context {ctx} is {lb.comm_s / whole:.1f}× the time of the whole gradient "
-            f"all-reduce at the fitted bandwidth (s/w = {whole * 1e3:.1f} ms): the all-reduces were not hidden "
-            "behind backward as the model assumes"
-            + (f"; in the profiled step the share of communication that overlapped compute was {shares}"
-               if shares else "") + ".")
+        parts.append(DDP.model_large(large, acc.overhead_for_bucket_size(s, large * 2**20, o, w), lb.comm_s, ctx,
+                                     whole, overlap))
     return " ".join(parts) or None
 
 
@@ -384,7 +329,7 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     rows, stats = [], []
     for _, r in tr.iterrows():
         tl = _info(r, "timeline")
-        label = _ddp_label(r)
+        label = variant_label(r)
         rows.append((label, tl))
         busy = tl["busy_us"]
         stats.append([label, ms(tl["span_us"] / 1e6), ms(busy["compute"] / 1e6), ms(busy["communication"] / 1e6),
@@ -396,12 +341,7 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     first = tr.iloc[0]
     traced = ", ".join(label for label, _ in rows)
     return "\n\n".join([
-        f"One step on rank 0 (torch.profiler, {src}) after the row's timed steps, context "
-        f"{int(first['cfg.context'])}, per-rank batch {int(first['cfg.batch_per_rank'])}; variants traced: {traced} "
-        "(the overlapped variant this run traced is the bucketed DDP, which overlaps the same way as the "
-        "per-parameter one, a bucket at a time). Shaded bands are the annotated phases. The stored lanes merge "
-        "kernels across short gaps, so each lane's bars are shaded by its busy share and labelled with busy ÷ drawn "
-        "time; the busy times in the table are exact (computed before merging).",
+        DDP.timeline_intro(src, int(first.cfg.context), int(first.cfg.batch_per_rank), traced),
         f"![DDP timeline: naive vs overlapped]({fig_rel}/{name})",
         table(["variant", "step span (ms)", "compute busy (ms)", "communication busy (ms)",
                "communication overlapping compute (ms)", "share of communication overlapped"], stats)])
@@ -419,7 +359,7 @@ def sharding_section(d: pd.DataFrame) -> str | None:
     gib, _gb = u.b, u.d  # noqa: N806 - the unit follows the model size
     mem_rows, cmp_rows = [], []
     for _, r in d.iterrows():
-        v = r["cfg.variant"]
+        v = r.cfg.variant
         label = SHARD_LABEL.get(v, v)
         nr = _not_run(r)
         if nr:
@@ -442,26 +382,12 @@ def sharding_section(d: pd.DataFrame) -> str | None:
                          _gb(_info(r, "comm_bytes_per_step")), _info(r, "comm_bytes_source"), _gb(vol)])
     psi = _info(first, "n_params", 0) * 4
     return "\n\n".join([
-        f"{first['cfg.size']}, fp32, per-rank batch {int(first['cfg.batch_per_rank'])} at context {int(first['cfg.context'])}, "
-        f"{int(first['cfg.world_size'])} ranks over {first['cfg.backend']}. Peaks (CUDA allocator): after model, "
-        "wrapper and optimizer are built; of forward + backward + gradient sync (\"before step\"); during the "
-        "optimizer step (\"after step\"). Breakdown from the tensors on the rank directly before the step "
-        "(optimizer state directly after it): parameters (distinct storages), gradients, optimizer state, buffers "
-        "(storages not counted as parameters or gradients, e.g. DDP buckets; ZeRO-1's flat buffers are the storage "
-        "its parameters and gradients are views of, so they count under those two and buffers reads 0 for it), activations = peak before the step − allocated directly before "
-        "it (what forward/backward add on top of the resident state), other = allocated before the step − the named "
-        "tensors. Prediction: impl.accounting.memory_breakdown (ZeRO stage 0 / 1) with activation_bytes "
-        "(the tensors autograd saves; the measured transient also holds gradients being produced and "
-        "temporaries, and misses activations freed before the peak).",
+        SHARDING.method(first.cfg.size, int(first.cfg.batch_per_rank), int(first.cfg.context),
+                        int(first.cfg.world_size), first.cfg.backend),
         table(["configuration", "rank", f"peak after init ({u.bin_name})", f"peak before step ({u.bin_name})", f"peak after step ({u.bin_name})",
                f"params ({u.bin_name})", f"grads ({u.bin_name})", f"optimizer state ({u.bin_name})", f"buffers ({u.bin_name})", f"activations ({u.bin_name})",
                f"other ({u.bin_name})", f"predicted params / grads / state ({u.bin_name})", f"predicted activations ({u.bin_name})"], mem_rows),
-        f"**ZeRO-1 vs the simple sharded optimizer** (and the unsharded and torch baselines). Ψ = the bytes of the "
-        f"fp32 gradients, equal to the parameters' ({_gb(psi)} {u.dec_name} here). The same optimizer "
-        "state per rank; the simple version all-reduces gradients and then broadcasts every owner's updated "
-        "parameters (payload 2Ψ handed to collectives, ring volume 3(n−1)/n·Ψ per rank), ZeRO-1 reduce-scatters "
-        "gradients and all-gathers parameters (payload 2Ψ over the whole buffer, ring volume 2(n−1)/n·Ψ, as DDP). "
-        "Payload = buffer bytes handed to collectives per step (for DDP: Ψ, one all-reduce of all gradients).",
+        SHARDING.zero1_intro(_gb(psi), u.dec_name),
         table(["configuration", "step (ms)", "optimizer step, slowest rank (ms)", f"optimizer state, max rank ({u.bin_name})",
                f"peak after step, max rank ({u.bin_name})", f"payload per step ({u.dec_name})", "payload source",
                f"predicted ring volume per rank ({u.dec_name})"], cmp_rows)])
@@ -474,8 +400,8 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     if "problem" not in df:
         return None
     parts = []
-    comm = df[df.problem == COMM]
-    fits = _fits(comm) if not comm.empty else {}
+    comm = df[df.problem == COMM_PROBLEM]
+    fits = allreduce_fits(comm) if not comm.empty else {}
     if not comm.empty:
         parts.append("## distributed_communication_single_node\n\n" + allreduce_section(comm, device, fig_dir, fig_rel))
     ddp = df[df.problem.isin(DDP_PROBLEMS)]

@@ -10,12 +10,26 @@ from impl.bench.row import Metric, Status
 from impl.bench.sweeps import grid
 from impl.report import figures
 from impl.report.distributed import figure
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.templating import environment, macros
+from impl.report.markdown import gib, missing, ms, num, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 LABEL = dict(fsdp="FSDP (ours), fp32", fsdp_bf16="FSDP (ours), bf16 compute",
              fsdp_block_bf16="FSDP (ours), bf16 compute, a unit per block", ddp="DDPBucketed 100 MB (ours)",
              torch_fsdp="torch fully_shard, fp32", torch_fsdp_bf16="torch fully_shard, bf16")
 OURS_FSDP = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")
+# The headline pair, by rule rather than by which row looks best: the target configuration (ours with
+# a unit per block against fully_shard, both bf16, the grid's first pair), else the nearest pair the
+# run has, bf16 before fp32.
+TEMPLATE = "fsdp.md.j2"
+WORDS = macros(TEMPLATE)
+HEADLINE_PAIRS = (("fsdp_block_bf16", "torch_fsdp_bf16"), ("fsdp_bf16", "torch_fsdp_bf16"), ("fsdp", "torch_fsdp"))
+
+
+def headline_pair(measured_variants) -> tuple[str, str] | None:
+    """The first of HEADLINE_PAIRS whose two variants both have a measured row."""
+    have = set(measured_variants)
+    return next((p for p in HEADLINE_PAIRS if set(p) <= have), None)
 KIND_LABEL = {("all_gather", "forward"): "all-gather, forward", ("all_gather", "backward"): "all-gather, backward",
               ("reduce_scatter", "backward"): "reduce-scatter", ("all_reduce", "finish"): "all-reduce (replicated)"}
 
@@ -25,7 +39,7 @@ def _m(r, key, metric: Metric | None = None):
 
 
 def _label(r) -> str:
-    return LABEL.get(r["cfg.variant"], r["cfg.variant"])
+    return LABEL.get(r.cfg.variant, r.cfg.variant)
 
 
 def _not_run_cell(r) -> str | None:
@@ -55,11 +69,8 @@ def _not_yet_run(d: pd.DataFrame, device: str) -> str | None:
     """Variants of today's grid that this device's data lacks (added after its newest run), so a
     reader sees what the next run on such a machine will measure."""
     variants = grid("fsdp", "smoke" if device == "cpu" else "full")["variants"]
-    absent = [LABEL.get(v, v) for v in variants if v not in set(d["cfg.variant"])]
-    if not absent:
-        return None
-    return (f"Not yet run on this device: {'; '.join(absent)} (in the grid since its newest run; "
-            "`make perf SECTIONS=fsdp` on such a machine measures it).")
+    absent = [LABEL.get(v, v) for v in variants if v not in set(d.cfg.variant)]
+    return WORDS.not_yet_run(absent) if absent else None
 
 
 SHARDING_LABEL = dict(none="DDP + AdamW (no sharding)", sharded="ShardedOptimizer(AdamW)", zero1="ZeRO1Optimizer(AdamW)",
@@ -72,19 +83,18 @@ def _sharding_table(df: pd.DataFrame, first) -> str | None:
     s = df[(df.problem == "optimizer_state_sharding_accounting")]
     if s.empty:
         return None
-    s = s[(s["cfg.size"] == first["cfg.size"]) & (s["cfg.context"] == first["cfg.context"])
-          & (s["cfg.batch_per_rank"] == first["cfg.batch_per_rank"])]
+    s = s[(s.cfg.size == first.cfg.size) & (s.cfg.context == first.cfg.context)
+          & (s.cfg.batch_per_rank == first.cfg.batch_per_rank)]
     rows = []
     for _, r in s.iterrows():
         ranks = r["details"].get("ranks") or []
         peaks = [max(x.get("before_peak") or 0, x.get("after_peak") or 0) for x in ranks]
         if r["status"] != Status.MEASURED.value or not peaks or not max(peaks):
             continue
-        rows.append([SHARDING_LABEL.get(r["cfg.variant"], r["cfg.variant"]), ms(r["median"], r["stddev"]), gib(max(peaks))])
+        rows.append([SHARDING_LABEL.get(r.cfg.variant, r.cfg.variant), ms(r["median"], r["stddev"]), gib(max(peaks))])
     if not rows:
         return None
-    return ("Against optimizer-state sharding at the same shape (optimizer_state_sharding_accounting, same device, "
-            "its own run):\n\n" + table(["configuration", "step (ms)", "peak (GiB)"], rows))
+    return WORDS.sharding_intro() + "\n\n" + table(["configuration", "step (ms)", "peak (GiB)"], rows)
 
 
 # ---- timeline --------------------------------------------------------------------------------
@@ -177,62 +187,31 @@ def _group_rows(label: str, tl: dict) -> list[list]:
     return out
 
 
-def _phase_counts(tl: dict, phase: str) -> tuple[int, int]:
+def phase_counts(tl: dict, phase: str) -> tuple[int, int]:
     g = [x for x in tl["summary"]["groups"] if x["kind"] == "all_gather" and x["phase"] == phase]
     return (g[0]["in_time"], g[0]["used"]) if g else (0, 0)
 
 
 def _verdict(label: str, r, tl: dict) -> str:
     """What the data says, in one paragraph per variant."""
-    s = tl["summary"]
-    (fi, fn), (bi, bn) = _phase_counts(tl, "forward"), _phase_counts(tl, "backward")
-    late = s["gathers"] - s["gathers_in_time"]
-    span = s["span_ms"]
-    share = f", {pct(s['exposed_ms'] / span)} of the {span:.2f} ms step span" if span else ""
-    text = (f"**{label}**: {s['gathers_in_time']} of {s['gathers']} all-gathers were ready before their layer "
-            f"needed them (forward {fi} of {fn}, backward {bi} of {bn}); the other {late} stalled compute for "
-            f"{s['gather_stall_ms']:.2f} ms, and all collectives together (reduce-scatter waits and the replicated "
-            f"all-reduce included) left {s['exposed_ms']:.2f} ms of communication exposed{share}.")
-    ranks = r["details"].get("timeline_ranks") or []
-    if len(ranks) > 1:
-        text += " Per rank, exposed: " + ", ".join(f"rank {i} {x['summary']['exposed_ms']:.2f} ms"
-                                                     for i, x in enumerate(ranks)) + "."
-    step = _m(r, "timeline_step_s")
     timed = _m(r, "worker_step_s") or r["median"]  # older files: the ranks' clock beside the parent's
-    if step is not None and not missing(timed):
-        text += (f" The instrumented step took {ms(step)} ms against {ms(timed)} ms for the "
-                 "timed (uninstrumented) steps.")
-    return text
+    return WORDS.verdict(label, tl["summary"], phase_counts(tl, "forward"), phase_counts(tl, "backward"),
+                         r["details"].get("timeline_ranks") or [], _m(r, "timeline_step_s"),
+                         None if missing(timed) else timed)
 
 
 def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    ran = d[d["cfg.variant"].isin(OURS_FSDP) & (d["status"] == Status.MEASURED.value)]
+    ran = d[d.cfg.variant.isin(OURS_FSDP) & (d["status"] == Status.MEASURED.value)]
     with_tl = ran[ran["details"].map(lambda i: bool(i.get("timeline")))]
-    head = "### fsdp: do the all-gathers arrive before their layer needs them?"
+    head = WORDS.timeline_head()
     if with_tl.empty:
-        if ran.empty:
-            return None
-        return (f"{head}\n\nThis data has no collective timeline: it predates perf/test_fsdp.py's instrumented "
-                "step (rerun the section to get one).")
+        return None if ran.empty else f"{head}\n\n{WORDS.no_timeline()}"
     items = [(_label(r), r["details"]["timeline"]) for _, r in with_tl.iterrows()]
     name = f"{device}_fsdp_timeline.png"
     _render_figure(items, fig_dir / name)
     tl0 = items[0][1]
-    shown = "" if tl0["rows_total"] == len(tl0["rows"]) else \
-        f" The JSON keeps {len(tl0['rows'])} of {tl0['rows_total']} rows (stalled ones first); the counts use all."
-    cpu = "host clock" in tl0["source"]
-    caveat = (" These are CPU smoke numbers (gloo over localhost, host clock, tiny model): every collective costs "
-              "about a millisecond of host work, so they test the instrumentation, not NCCL's overlap. gloo gives no "
-              "completion callback for a reduce-scatter, so its ready time is when the wait returned and it never "
-              "counts as in time.") if cpu else ""
     rows = [row for (label, tl) in items for row in _group_rows(label, tl)]
-    parts = [head,
-             "One extra step after the timed ones, with FSDP's timeline recorded (rank 0 drawn; source: "
-             f"{tl0['source']}). Per collective: issued (the compute stream reached the launch), ready (completed), "
-             "needed (the layer's forward, its backward's unpack of the saved weight, or the fold of a "
-             "reduce-scatter); stall = max(0, ready − needed). The first all-gather of each phase has nothing "
-             "to prefetch it, so it is issued when needed and always stalls: at most all but two are in time."
-             + shown + caveat,
+    parts = [head, WORDS.timeline_intro(tl0["source"], len(tl0["rows"]), tl0["rows_total"], "host clock" in tl0["source"]),
              f"![FSDP collective timeline]({fig_rel}/{name})",
              table(["configuration", "collective", "count", "prefetched", "waited on", "ready in time", "stalled",
                     "stall total (ms)", "largest stall (ms, weight)", "issue→ready total (ms)"], rows)]
@@ -245,13 +224,9 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     if d.empty:
         return None
     first = d.iloc[0]
-    head = (f"## fsdp\n\n{first['cfg.size']}, context {int(first['cfg.context'])}, per-rank batch "
-            f"{int(first['cfg.batch_per_rank'])}, {int(first['cfg.world_size'])} ranks over {first['cfg.backend']}; "
-            "step = pytest-benchmark median ± std of one training step on every rank, timed by the ranks' own "
-            "clocks (the slowest rank's; older files: the parent's clock, slowest rank + IPC). "
-            "Communication = time finish_gradient_synchronization waited; bytes = payload handed to collectives "
-            "per step (counted; not counted for torch's fully_shard). Predicted = impl.accounting.memory_breakdown "
-            "(ZeRO-3 for FSDP, stage 0 for DDP) plus the activation estimate.")
+    head = str(environment().get_template(TEMPLATE).module.method(
+        first.cfg.size, int(first.cfg.context), int(first.cfg.batch_per_rank), int(first.cfg.world_size),
+        first.cfg.backend)).strip()
     parts = [head, _main_table(d)]
     unrun = _not_yet_run(d, device)
     if unrun:

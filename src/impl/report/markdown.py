@@ -25,8 +25,18 @@ def ms(seconds, std=None, digits=None) -> str:
     return s
 
 
-def gib(nbytes) -> str:
-    return "–" if missing(nbytes) else f"{nbytes / 2**30:.2f}"
+def gib(nbytes, digits: int = 2) -> str:
+    """GiB; with fewer than 2 digits (large sizes) thousands are grouped."""
+    return "–" if missing(nbytes) else f"{nbytes / 2**30:,.{digits}f}" if digits < 2 else f"{nbytes / 2**30:.{digits}f}"
+
+
+def gb(nbytes, digits: int = 1) -> str:
+    """Decimal GB (1e9 bytes), as device capacities are quoted."""
+    return "–" if missing(nbytes) else f"{nbytes / 1e9:,.{digits}f}"
+
+
+def mib(nbytes) -> str:
+    return "–" if missing(nbytes) else f"{nbytes / 2**20:,.1f}"
 
 
 def pct(x, digits=1) -> str:

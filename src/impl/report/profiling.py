@@ -1,4 +1,4 @@
-"""Tables of nsys_profile, mixed_precision_accumulation, benchmarking_mixed_precision (a)/(b) (read by
+"""Tables of nsys_profile (read by
 impl.report.pages.profiling) and torch_compile (b). Everything is read from the saved JSON."""
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from impl.bench.compiled import WHY
 from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report.benchmarking import stat_name, step_s, study
+from impl.report.nsys_facts import forward_non_matmul
+from impl.report.templating import macros
 from impl.report.markdown import missing, ms, num, pct, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 
@@ -26,9 +29,9 @@ def _i(x):
         return x
 
 
-def _sorted(d, *keys):
+def sorted_by(d, *keys):
     if "cfg.size" in d:
-        d = d.assign(_s=d["cfg.size"].map(lambda s: size_rank(s)))
+        d = d.assign(_s=d.cfg.size.map(lambda s: size_rank(s)))
         return d.sort_values(["_s", *keys])
     return d
 
@@ -57,7 +60,7 @@ def nsys_body(df: pd.DataFrame) -> str | None:
     d = _p(df, "nsys_profile")
     if d.empty:
         return None
-    d = _sorted(d, "cfg.context")
+    d = sorted_by(d, "cfg.context")
     src = next((i["nsys"]["timing_source"] for i in d["details"] if i.get("nsys")), "kernels")
     unit = "GPU kernels" if src == "kernels" else "CPU ops' self time (no GPU: ops stand in for kernels)"
     parts = [f"torch.profiler over annotated training steps (warm-up excluded); times are {unit}, attributed "
@@ -79,13 +82,13 @@ def nsys_body(df: pd.DataFrame) -> str | None:
     for _, r in d.iterrows():
         n = r["details"].get("nsys")
         if r["status"] not in (MEASURED, OOM):
-            rows.append([r["cfg.size"], _i(r["cfg.context"]), "left out"] + ["–"] * 9)
+            rows.append([r.cfg.size, _i(r.cfg.context), "left out"] + ["–"] * 9)
             continue
         if r["status"] == OOM or not n:
-            rows.append([r["cfg.size"], _i(r["cfg.context"]), "OOM"] + ["–"] * 9)
+            rows.append([r.cfg.size, _i(r.cfg.context), "OOM"] + ["–"] * 9)
             continue
         top = n.get("top_forward", {})
-        rows.append([r["cfg.size"], _i(r["cfg.context"]), ms(step_s(r), r["stddev"]), num(n["forward_range_ms"], 2),
+        rows.append([r.cfg.size, _i(r.cfg.context), ms(step_s(r), r["stddev"]), num(n["forward_range_ms"], 2),
                      num(n["forward_kernel_ms"], 2), top.get("name", "–")[:60].replace("|", "/"),
                      num(top.get("calls_per_pass"), 0), "yes" if n.get("top_stays_on_top") else "no",
                      pct(n["matmul_share_forward"]), _train_share(n),
@@ -101,16 +104,16 @@ def nsys_body(df: pd.DataFrame) -> str | None:
     if not ok.empty:
         r = ok.iloc[len(ok) // 2]
         n = r["details"]["nsys"]
-        cfg = f"{r['cfg.size']}, context {_i(r['cfg.context'])}"
+        cfg = f"{r.cfg.size}, context {_i(r.cfg.context)}"
         parts.append(f"### Kernel tables for {cfg} (top rows; all tables are in the JSON)")
         for phase in ("forward", "forward+backward", "optimizer step"):
             rows_ = n["tables"].get(phase) or []
             if rows_:
                 parts.append(f"**{phase}** ({n['steps_profiled']} steps)\n\n" + table(
                     ["kernel", "category", "total (ms)", "calls", "share"], _kernel_rows(rows_)))
-        nm = n.get("non_matmul_nontrivial") or []
-        parts.append(f"(c) non-matmul kernels above {pct(n['nontrivial_threshold'])} of forward+backward time: "
-                     + (", ".join(f"`{x['name'][:60]}` ({x['category']}, {pct(x['share'])})" for x in nm[:8]) or "none"))
+        nm = forward_non_matmul(n)
+        parts.append(f"(c) non-matmul kernels above {pct(nm.threshold)} of the forward's kernel time: "
+                     + (", ".join(f"`{x.name[:60]}` ({x.category}, {pct(x.share)})" for x in nm.kernels[:8]) or "none"))
         cs = n["category_share"]
         parts.append("(d) time share by category, forward vs full training step:\n\n" + table(
             ["category", "forward", "train step"], [[c, pct(cs["forward"][c]), pct(cs["train step"][c])] for c in cs["forward"]]))
@@ -124,56 +127,10 @@ def nsys_body(df: pd.DataFrame) -> str | None:
 
 
 # ---------------------------------------------------------------------------------- mixed precision
-def accumulation_body(df: pd.DataFrame) -> str | None:
-    """mixed_precision_accumulation: the four loops' results and the ordering the test asserts."""
-    acc = _p(df, "mixed_precision_accumulation")
-    parts = []
-    if not acc.empty:
-        i = acc["details"].iloc[0]
-        rows = [[k, f"{v:.10g}", f"{i['errors'][k]:.3g}"] for k, v in i["values"].items()]
-        order = sorted(i["errors"], key=i["errors"].get)
-        parts += [f"Adding 0.01 {_i(acc['cfg.steps'].iloc[0])} times (exact sum {i['exact']}):\n\n"
-                  + table(["loop", "result", "|error|"], rows),
-                  "Error ordering observed (smallest first, asserted by the test): " + " ≤ ".join(f"`{k}`" for k in order)
-                  + ". 0.01 is not representable in binary; in fp16 it is rounded coarsely and, worse, an fp16 "
-                    "accumulator near 10 has a spacing comparable to the addend, so each add rounds. "
-                    "Accumulating in fp32 keeps only the addend's rounding error; the implicit promotion of "
-                    "`fp32 += fp16` equals the explicit cast."]
-    return "\n\n".join(parts) or None
-
-
-def dtypes_body(df: pd.DataFrame) -> str | None:
-    """benchmarking_mixed_precision (a), (b): dtypes seen by forward hooks, format facts, LayerNorm."""
-    mp = _p(df, "benchmarking_mixed_precision")
-    parts = []
-    if not mp.empty:
-        rows, facts = [], None
-        for _, r in mp.iterrows():
-            dt = r["details"]["dtypes"]
-            facts = r["details"].get("formats", facts)
-            rows.append([f"{dt['device_type']} autocast {dt['autocast_dtype']}", ", ".join(dt["parameters"]),
-                         dt["fc1 output"], dt["layernorm output"], dt["logits"], dt["loss"], ", ".join(dt["gradients"])])
-        parts.append("(a) dtypes observed with forward hooks on the toy model (fc1 → ReLU → LayerNorm → fc2):\n\n"
-                     + table(["run", "parameters", "fc1 output", "LayerNorm output", "logits", "loss", "gradients"], rows))
-        if facts:
-            parts.append("(b) Format facts (torch.finfo):\n\n" + table(
-                ["type", "max finite", "smallest normal", "epsilon", "mantissa bits"],
-                [[k, f"{v['max']:.4g}", f"{v['tiny']:.3g}", f"{v['eps']:.3g}", v["mantissa_bits"]] for k, v in facts.items()]))
-            seen = "; ".join(f"{r[0]}: LayerNorm output {r[3]}" for r in rows)
-            parts.append(
-                f"Observed LayerNorm output dtypes ({seen}). CUDA autocast keeps LayerNorm in fp32 because it "
-                f"computes a mean and a variance over the features: sums of squares overflow fp16's max of "
-                f"{facts['fp16']['max']:.0f} easily, and normalising divides small differences, where fp16's epsilon "
-                f"({facts['fp16']['eps']:.3g}) loses the precision the statistics need. bf16 removes the overflow "
-                f"risk (max {facts['bf16']['max']:.3g}, fp32's exponent range) but its epsilon is "
-                f"{facts['bf16']['eps'] / facts['fp16']['eps']:.0f}x fp16's, so the reductions still want fp32 "
-                f"accumulation; CPU autocast (rows above, where present) puts layer_norm on its lower-precision "
-                f"list, relying on the kernel's internal fp32 accumulation. bf16 needs no loss scaling; fp16 "
-                f"usually does.")
-    return "\n\n".join(parts) or None
-
-
 # ------------------------------------------------------------------------------- torch_compile (b)
+WORDS = macros("torch_compile.md.j2")
+
+
 def _cell(x) -> str:
     if x is None:
         return "–"
@@ -187,7 +144,8 @@ def _ok(x) -> bool:
 
 
 def _speedup(e, c) -> str:
-    return f"{step_s(e) / step_s(c):.2f}×" if _ok(e) and _ok(c) else "–"
+    """Compiled ÷ eager, the report's one convention (ours ÷ anchor: below 1, compiled is faster)."""
+    return f"{step_s(c) / step_s(e):.2f}×" if _ok(e) and _ok(c) else "–"
 
 
 def _first_call_s(r):
@@ -196,26 +154,26 @@ def _first_call_s(r):
     return r["details"].get("first_call_s") if missing(v) else v
 
 
-def compile_section(df: pd.DataFrame) -> str | None:
+def compile_section(df: pd.DataFrame, heading: str = "## torch_compile (b): compiled model vs eager") -> str | None:
     d = _p(df, "torch_compile")
     if d.empty:
         return None
     d = d[d.apply(study, axis=1) == "model"]  # (a), attention, is another section
     if d.empty:
         return None
-    d = _sorted(d, "cfg.context")
+    d = sorted_by(d, "cfg.context")
     left = d[~d["status"].isin([MEASURED, OOM])]
-    opt = d[d["cfg.mode"] == "optimizer_step"]
-    grid_rows = d[d["cfg.mode"] != "optimizer_step"]
-    modes = [m for m in ("forward", "forward_backward", "train_step") if m in set(grid_rows["cfg.mode"])]
+    opt = d[d.cfg.mode == "optimizer_step"]
+    grid_rows = d[d.cfg.mode != "optimizer_step"]
+    modes = [m for m in ("forward", "forward_backward", "train_step") if m in set(grid_rows.cfg.mode)]
     labels = {"forward": "forward", "forward_backward": "fwd+bwd", "train_step": "train step"}
     by_size_opt = {}
-    for size, g in opt.groupby("cfg.size", sort=False):
-        by_size_opt[size] = {r["cfg.impl"]: r for _, r in g.iterrows()}
+    for size, g in opt.groupby(opt.cfg.size, sort=False):
+        by_size_opt[size] = {r.cfg.impl: r for _, r in g.iterrows()}
     rows = []
-    for (size, ctx), g in grid_rows.groupby(["cfg.size", "cfg.context"], sort=False):
+    for (size, ctx), g in grid_rows.groupby([grid_rows.cfg.size, grid_rows.cfg.context], sort=False):
         row = [size, _i(ctx)]
-        sel = {(r["cfg.mode"], r["cfg.impl"]): r for _, r in g.iterrows()}
+        sel = {(r.cfg.mode, r.cfg.impl): r for _, r in g.iterrows()}
         for mode in modes:
             e, c = sel.get((mode, "eager")), sel.get((mode, "compiled"))
             row += [_cell(e), _cell(c), _speedup(e, c)]
@@ -226,26 +184,17 @@ def compile_section(df: pd.DataFrame) -> str | None:
                 fb, st = sel.get(("forward_backward", impl)), o.get(impl)
                 cells.append(step_s(fb) + step_s(st) if _ok(fb) and _ok(st) else None)
             row += [ms(cells[0]), ms(cells[1]),
-                    f"{cells[0] / cells[1]:.2f}×" if cells[0] is not None and cells[1] is not None else "–"]
+                    f"{cells[1] / cells[0]:.2f}×" if cells[0] is not None and cells[1] is not None else "–"]
         rows.append(row)
     header = ["size", "context"] + [h for m in modes for h in (f"{labels[m]} eager (ms)", f"{labels[m]} compiled (ms)",
-                                                               "speed-up")]
+                                                               "compiled ÷ eager")]
     if by_size_opt:
-        header += ["train step eager (ms) = fwd+bwd + opt", "train step compiled (ms)", "speed-up"]
+        header += ["train step eager (ms) = fwd+bwd + opt", "train step compiled (ms)", "compiled ÷ eager"]
     info0 = next((i for i in d["details"] if i.get("compiled_what")), None)
-    if info0:
-        what = (f"What was compiled: {info0['compiled_what']}. The optimizer step compares our AdamW (eager, "
-                "`torch._foreach_*`: a handful of multi-tensor kernels, each a pass over all parameters) with "
-                "the same update compiled per parameter (impl.bench.compiled.CompiledAdamW: one fused "
-                "kernel per parameter tensor). The training step column adds the size's optimizer step to "
-                "forward+backward (derived, not timed together).")
-        # the code's reason, not the run's stored copy: older runs stored prose with hand-typed
-        # compile times; the measured ones are in the compilation table below
-        what += " " + WHY
-    else:  # JSON from before the regional version
-        what = ("What was compiled: the whole model, `torch.compile(model, dynamic=True)` (one compilation per "
-                "size serves every context); the optimizer (our AdamW) stayed eager in the train step.")
-    parts = ["## torch_compile (b): compiled model vs eager",
+    # the code's reason (WHY), not the run's stored copy: older runs stored prose with hand-typed
+    # compile times; the measured ones are in the compilation table below
+    what = WORDS.b_what_regional(info0["compiled_what"], WHY) if info0 else WORDS.b_what_whole()
+    parts = [heading,
              what + f" fp32; times are pytest-benchmark {stat_name(d)}s.\n\n"
              + table(header, rows)]
     if not opt.empty:
@@ -253,37 +202,35 @@ def compile_section(df: pd.DataFrame) -> str | None:
         for size, o in by_size_opt.items():
             e, c = o.get("eager"), o.get("compiled")
             orows.append([size, _cell(e), _cell(c), _speedup(e, c)])
-        parts.append("Optimizer step alone (AdamW on fixed random gradients; independent of the context):\n\n"
-                     + table(["size", "eager (ms)", "compiled (ms)", "speed-up"], orows))
-    comp = d[(d["cfg.impl"] == "compiled") & d["details"].map(lambda i: bool(i.get("compiled_now")))]
+        parts.append(WORDS.b_optimizer_intro() + "\n\n"
+                     + table(["size", "eager (ms)", "compiled (ms)", "compiled ÷ eager"], orows))
+    comp = d[(d.cfg.impl == "compiled") & d["details"].map(lambda i: bool(i.get("compiled_now")))]
     if not comp.empty:
         crow = []
         for _, r in comp.iterrows():
             i = r["details"]
-            graph = i.get("graph") or ("inference" if r["cfg.mode"] == "forward" else "training")
-            same = d[(d["cfg.impl"] == "compiled") & (d["cfg.size"] == r["cfg.size"])
+            graph = i.get("graph") or ("inference" if r.cfg.mode == "forward" else "training")
+            same = d[(d.cfg.impl == "compiled") & (d.cfg.size == r.cfg.size)
                      & d["details"].map(lambda j, g=graph: j.get("graph") == g and bool(j.get("reused_graph")))]
-            reused = sorted({_i(x) for x in same["cfg.context"] if not missing(x)})
-            crow.append([r["cfg.size"], graph, "–" if missing(r["cfg.context"]) else _i(r["cfg.context"]),
+            reused = sorted({_i(x) for x in same.cfg.context if not missing(x)})
+            crow.append([r.cfg.size, graph, "–" if missing(r.cfg.context) else _i(r.cfg.context),
                          num(_first_call_s(r), 1), num(i.get("compile_s"), 1),
                          ", ".join(map(str, reused)) or ("every later step" if graph == "optimizer" else "–"),
                          i.get("graph_breaks", "–")])
-        parts.append("Compilation, timed apart from the rows above: the first call of each graph (compile + one "
-                     "step) and compile ≈ first call − the row's time; the contexts whose rows reused that graph "
-                     "without compiling; graph breaks dynamo counted so far:\n\n"
+        parts.append(WORDS.b_compilation_intro() + "\n\n"
                      + table(["size", "graph", "compiled at context", "first call (s)", "compile (s)",
                               "reused at contexts", "graph breaks"], crow))
     if not left.empty:
         reason = left["reason"].iloc[0]
         cfgs = []
-        for (size, ctx), g in d.assign(_c=d["cfg.context"].map(lambda c: "optimizer step" if missing(c) else _i(c))
+        for (size, ctx), g in d.assign(_c=d.cfg.context.map(lambda c: "optimizer step" if missing(c) else _i(c))
                                        ).groupby(["cfg.size", "_c"], sort=False):
             out = g[g.index.isin(left.index)]
             if out.empty:
                 continue
             name = f"{size} {ctx}" if ctx == "optimizer step" else f"{size}@{ctx}"
             if len(out) < len(g):
-                name += " (" + ", ".join(f"{r['cfg.mode']} {r['cfg.impl']}" for _, r in out.iterrows()) + ")"
+                name += " (" + ", ".join(f"{r.cfg.mode} {r.cfg.impl}" for _, r in out.iterrows()) + ")"
             cfgs.append(name)
         parts.append(f"Left out ({reason}): " + ", ".join(cfgs) + ".")
     return "\n\n".join(parts)

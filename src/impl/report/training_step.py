@@ -16,8 +16,9 @@ import pandas as pd
 from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report import figures
-from impl.report.benchmarking import speedup_cell, stat_name, step_s, timing_text
+from impl.report.benchmarking import ratio_cell, stat_name, step_s, timing_text
 from impl.report.markdown import gib, missing, ms, num, pct, table
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 PROBLEM = "training_step"
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
@@ -26,7 +27,7 @@ CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce
 
 def _order(d: pd.DataFrame) -> pd.DataFrame:
     rank = {c: i for i, c in enumerate(CONFIG_ORDER)}
-    return d.assign(_s=d["cfg.size"].map(size_rank), _c=d["cfg.config"].map(lambda c: rank.get(c, 99))
+    return d.assign(_s=d.cfg.size.map(size_rank), _c=d.cfg.config.map(lambda c: rank.get(c, 99))
                     ).sort_values(["_s", "cfg.context", "_c"])
 
 
@@ -88,21 +89,21 @@ def _first_step_s(r):
 
 def _settings(r) -> tuple:
     """What a row ran, as the legend's cells after config and sizes."""
-    backend = r.get("cfg.compile_backend")
-    compile_ = r["cfg.compile"] + ("" if missing(backend) or r["cfg.compile"] == "none" else f" ({backend})")
-    weights = r.get("cfg.weights")  # rows from before the option: fp32
+    backend = r.cfg.compile_backend
+    compile_ = r.cfg.compile + ("" if missing(backend) or r.cfg.compile == "none" else f" ({backend})")
+    weights = r.cfg.weights  # rows from before the option: fp32
     weights = "fp32" if missing(weights) else weights
-    return (r["cfg.dtype"], "bf16 (fp32 masters)" if weights == "bf16" else weights, r["cfg.attn_impl"], compile_,
-            r["cfg.optimizer"], "fused, chunked" if r["cfg.fused_ce"] else "logits + cross_entropy")
+    return (r.cfg.dtype, "bf16 (fp32 masters)" if weights == "bf16" else weights, r.cfg.attn_impl, compile_,
+            r.cfg.optimizer, "fused, chunked" if r.cfg.fused_ce else "logits + cross_entropy")
 
 
 def _sizes_cell(rows: pd.DataFrame, config_rows: pd.DataFrame) -> str:
     """The sizes of `rows` (a config's rows with one set of settings); a size lists its contexts
     where the config's other rows of that size ran other settings."""
     cells = []
-    for size, g in rows.groupby("cfg.size", sort=False):
-        ctxs = sorted(set(g["cfg.context"]))
-        if ctxs == sorted(set(config_rows.loc[config_rows["cfg.size"] == size, "cfg.context"])):
+    for size, g in rows.groupby(rows.cfg.size, sort=False):
+        ctxs = sorted(set(g.cfg.context))
+        if ctxs == sorted(set(config_rows.loc[config_rows.cfg.size == size, "cfg.context"])):
             cells.append(size)
         else:
             cells.append(f"{size} (ctx {', '.join(str(int(c)) for c in ctxs)})")
@@ -115,7 +116,7 @@ def legend(d: pd.DataFrame) -> str:
     d = _order(d).sort_values("_c", kind="stable")  # config order; sizes and contexts in order within
     d = d.assign(_settings=[_settings(r) for _, r in d.iterrows()])
     rows = []
-    for name, g in d.groupby("cfg.config", sort=False):
+    for name, g in d.groupby(d.cfg.config, sort=False):
         for settings in dict.fromkeys(g["_settings"]):
             rows.append([name, _sizes_cell(g[g["_settings"].map(settings.__eq__)], g), *settings])
     return table(["config", "sizes", "dtype", "Linear weights", "attention", "torch.compile", "optimizer",
@@ -140,12 +141,12 @@ def ablation_rows(d: pd.DataFrame) -> list[list]:
     where the two steps' spreads overlap."""
     rows = []
     for (size, ctx), g in _order(d).groupby(["cfg.size", "cfg.context"], sort=False):
-        base = g[(g["cfg.config"] == "bf16")]
+        base = g[(g.cfg.config == "bf16")]
         base = base.iloc[0] if not base.empty else None
         for _, r in g.iterrows():
             ok, info = _ok(r), r["details"]
-            speedup = "1.00×" if ok and r["cfg.config"] == "bf16" else speedup_cell(base, r) if ok and base is not None else "–"
-            rows.append([r["cfg.config"], size, int(ctx), ms(step_s(r), r["stddev"]) if ok else "–",
+            speedup = "1.00×" if ok and r.cfg.config == "bf16" else ratio_cell(r, base) if ok and base is not None else "–"
+            rows.append([r.cfg.config, size, int(ctx), ms(step_s(r), r["stddev"]) if ok else "–",
                          num(r.get("m.tokens_per_s"), 0) if ok else "–",
                          pct(r.get("m.mfu")) if ok else "–", pct(r.get("m.mfu_measured_peak")) if ok else "–",
                          speedup, gib(r["peak_alloc"]) if ok else "–",
@@ -160,7 +161,7 @@ def ablation_table(d: pd.DataFrame) -> str:
 
 def ablation_grid(d: pd.DataFrame) -> str:
     """The ablation at a glance: one row per config, one column per (size, context): the step and
-    its speed-up over bf16 of the same (size, context) (ablation_rows' cells)."""
+    its ratio to bf16 (÷ bf16) of the same (size, context) (ablation_rows' cells)."""
     rows = ablation_rows(d)
     groups = list(dict.fromkeys((r[1], r[2]) for r in rows))
     configs = [c for c in CONFIG_ORDER if any(r[0] == c for r in rows)]
@@ -185,22 +186,22 @@ def versus_anchor(d: pd.DataFrame) -> str | None:
     whether the two were measured in the same run (same machine, same matmul peak)."""
     rows = []
     for (size, ctx), g in _order(d).groupby(["cfg.size", "cfg.context"], sort=False):
-        anchor = g[g["cfg.config"] == "anchor"]
+        anchor = g[g.cfg.config == "anchor"]
         if anchor.empty or not _ok(anchor.iloc[0]):
             continue
         a = anchor.iloc[0]
         for name in OURS:
-            sel = g[g["cfg.config"] == name]
+            sel = g[g.cfg.config == name]
             if sel.empty or not _ok(sel.iloc[0]):
                 continue
             r = sel.iloc[0]
             same = "yes" if r["datetime"] == a["datetime"] else f"no ({_run(r)} / {_run(a)})"
             rows.append([size, int(ctx), name, ms(step_s(r), r["stddev"]), _mfus(r), ms(step_s(a), a["stddev"]),
-                         _mfus(a), speedup_cell(a, r), same])
+                         _mfus(a), ratio_cell(r, a), same])
     if not rows:
         return None
     return table(["size", "context", "ours", "step (ms)", "MFU datasheet / measured peak", "anchor step (ms)",
-                  "anchor MFU datasheet / measured peak", "speed-up vs anchor", "same run"], rows)
+                  "anchor MFU datasheet / measured peak", "÷ anchor", "same run"], rows)
 
 
 def _mfus(r) -> str:
@@ -210,26 +211,26 @@ def _mfus(r) -> str:
 def repeats_table(d: pd.DataFrame) -> str | None:
     """Ours and the anchor, every run that measured them where a (size, context, config) ran in more
     than one: the newest-row tables hide run-to-run spread (machines, matmul peak, code version), and
-    a target read off one run should be read beside the others. Ours gets its speed-up over the anchor
+    a target read off one run should be read beside the others. Ours gets its ratio to the anchor
     of its own run, where that run had one."""
-    d = _order(d[d["cfg.config"].isin(OURS + ["anchor"])])
+    d = _order(d[d.cfg.config.isin(OURS + ["anchor"])])
     d = d[pd.Series([_ok(r) for _, r in d.iterrows()], index=d.index, dtype=bool)]  # a list [] would pick columns
-    anchor_ms = {(r["cfg.size"], r["cfg.context"], r["datetime"]): step_s(r)
-                 for _, r in d[d["cfg.config"] == "anchor"].iterrows()}
+    anchor_ms = {(r.cfg.size, r.cfg.context, r["datetime"]): step_s(r)
+                 for _, r in d[d.cfg.config == "anchor"].iterrows()}
     rows = []
-    for (size, ctx, config), g in d.groupby(["cfg.size", "cfg.context", "cfg.config"], sort=False):
+    for (size, ctx, config), g in d.groupby([d.cfg.size, d.cfg.context, d.cfg.config], sort=False):
         if g["datetime"].nunique() < 2:
             continue
         for _, r in g.sort_values("datetime").iterrows():
             a = anchor_ms.get((size, ctx, r["datetime"])) if config != "anchor" else None
-            vs = f"{a / step_s(r):.2f}×" if a else "–"
+            vs = f"{step_s(r) / a:.2f}×" if a else "–"  # ours ÷ the anchor of the same run
             peak = _peak(r["row"])
             rows.append([size, int(ctx), config, _run(r), f"`{r.get('commit') or '–'}`", ms(step_s(r), r["stddev"]),
                          pct(r.get("m.mfu_measured_peak")), num(peak / 1e12, 1) if peak else "–", vs])
     if not rows:
         return None
     return table(["size", "context", "config", "run (UTC)", "commit", "step (ms)", "MFU", "matmul peak (TFLOP/s)",
-                  "vs anchor, same run"], rows)
+                  "÷ anchor, same run"], rows)
 
 
 # ------------------------------------------------------------------------------ where the time goes
@@ -274,7 +275,7 @@ def _unattributed(r) -> bool:
 
 
 def _config_cell(r) -> str:
-    return f"{r['cfg.config']} {UNATTRIBUTED}" if _unattributed(r) else r["cfg.config"]
+    return f"{r.cfg.config} {UNATTRIBUTED}" if _unattributed(r) else r.cfg.config
 
 
 def time_table(d: pd.DataFrame) -> str | None:
@@ -291,7 +292,7 @@ def time_table(d: pd.DataFrame) -> str | None:
     rows = []
     for _, r in p.iterrows():
         pr = r["details"].get("profile")
-        head = [r["cfg.size"], int(r["cfg.context"]), _config_cell(r)]
+        head = [r.cfg.size, int(r.cfg.context), _config_cell(r)]
         if pr is None:
             rows.append(head + ["profile failed"] + [""] * (len(phases) + host + len(cats) + 2))
             continue
@@ -316,7 +317,7 @@ def _unattributed_note(p: pd.DataFrame) -> str | None:
     if not master.empty:
         r = master.iloc[0]
         opt_ms = r["details"]["profile"]["phase_ms"].get("optimizer step")
-        example = (f" (e.g. the optimizer step of {r['cfg.size']} ctx {int(r['cfg.context'])} {r['cfg.config']}: "
+        example = (f" (e.g. the optimizer step of {r.cfg.size} ctx {int(r.cfg.context)} {r.cfg.config}: "
                    f"{num(opt_ms, 2)} ms)")
     return (f"{UNATTRIBUTED} Profiled before our own launches were attributed: kernels launched by our Triton "
             "launchers outside a torch op (AdamWMaster's update, eager FlashAttention) are missing from that "
@@ -327,10 +328,10 @@ def _unattributed_note(p: pd.DataFrame) -> str | None:
 def top_kernels_table(d: pd.DataFrame, configs: list[str]) -> str | None:
     p = _profiled(d)
     rows = []
-    for _, r in p[p["cfg.config"].isin(configs)].iterrows():
+    for _, r in p[p.cfg.config.isin(configs)].iterrows():
         pr = r["details"].get("profile")
         for k in (pr or {}).get("top", []):
-            rows.append([r["cfg.size"], int(r["cfg.context"]), r["cfg.config"], f"`{k['name'][:90].replace('|', '/')}`",
+            rows.append([r.cfg.size, int(r.cfg.context), r.cfg.config, f"`{k['name'][:90].replace('|', '/')}`",
                          k["category"], num(k["ms"], 3), num(k["calls"], 0), pct(k["ms"] / pr["step_ms"])])
     if not rows:
         return None
@@ -347,7 +348,7 @@ def time_section(d: pd.DataFrame, top_configs: list[str] = OURS) -> list[str]:
     pr = next(iter(profiles), {})
     source = ("GPU kernels" if pr.get("timing_source") == "kernels"
               else "CPU ops' self time (no GPU: ATen ops stand in for kernels, with the profiler's own overhead)")
-    configs = ", ".join(dict.fromkeys(p["cfg.config"]))
+    configs = ", ".join(dict.fromkeys(p.cfg.config))
     host = (" Host: each phase's range on the host clock, under the profiler: how long the host took to issue "
             "the phase (host time above a phase's kernel time points to a host-bound phase)."
             if _has_host(profiles) else "")
@@ -364,7 +365,7 @@ def time_section(d: pd.DataFrame, top_configs: list[str] = OURS) -> list[str]:
     note = _unattributed_note(p)
     if note:
         parts.append(note)
-    failed = [f"{r['cfg.size']} ctx {int(r['cfg.context'])} {r['cfg.config']}: {r['details']['profile_error']}"
+    failed = [f"{r.cfg.size} ctx {int(r.cfg.context)} {r.cfg.config}: {r['details']['profile_error']}"
               for _, r in p.iterrows() if "profile_error" in r["details"]]
     if failed:
         parts.append("Profiles that failed (their timed rows stand): " + "; ".join(failed) + ".")
@@ -377,8 +378,8 @@ def time_section(d: pd.DataFrame, top_configs: list[str] = OURS) -> list[str]:
 
 def plot(d: pd.DataFrame, path: Path) -> bool:
     d = _order(d)
-    groups = [(k, g) for k, g in d.groupby(["cfg.size", "cfg.context"], sort=False)]
-    configs = [c for c in CONFIG_ORDER if c in set(d["cfg.config"])]
+    groups = [(k, g) for k, g in d.groupby([d.cfg.size, d.cfg.context], sort=False)]
+    configs = [c for c in CONFIG_ORDER if c in set(d.cfg.config)]
     if not configs or not any(_ok(r) for _, r in d.iterrows()):
         return False
     fig, ax = figures.new(figsize=(8, 4.2))
@@ -387,7 +388,7 @@ def plot(d: pd.DataFrame, path: Path) -> bool:
     for i, cfg in enumerate(configs):
         heights = []
         for _, g in groups:
-            sel = g[g["cfg.config"] == cfg]
+            sel = g[g.cfg.config == cfg]
             r = sel.iloc[0] if not sel.empty else None
             heights.append(r["m.tokens_per_s"] if r is not None and _ok(r) else 0.0)
         ax.bar(x + (i - (len(configs) - 1) / 2) * width, heights, width, label=cfg)
@@ -412,7 +413,7 @@ def body(every: pd.DataFrame, fig_dir: Path, fig_rel: str, fig_name: str,
     peak = (f"matmul peak ({num(peaks.measured_flops / 1e12, 2) if peaks else '–'} TFLOP/s, {dtype})"
             if len(runs) == 1 else f"{dtype} matmul peak of the row's own run (runs below)")
     warm_n, rounds_n = timing_text(d)
-    parts = [f"The full training step (forward, backward, AdamW) at batch {int(c['cfg.batch'])}: fp32, bf16 "
+    parts = [f"The full training step (forward, backward, AdamW) at batch {int(c.cfg.batch)}: fp32, bf16 "
              "autocast (fp32 weights and optimizer state), each speed-up alone on top of bf16, all of them "
              "(fast), and PyTorch's own pieces (anchor). Linear weights bf16: the matmul weights stored in bf16 "
              "(no autocast casts of the weights or their gradients), each the upper half of its fp32 master, whose "

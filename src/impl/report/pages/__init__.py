@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from impl.report.runs import run_date  # noqa: F401  (pages import it from here)
+import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -61,6 +64,12 @@ class Context:
     fig_dir: Path  # reports/figures
     fig_rel: str = "figures"  # figure paths as a page links them
 
+    def __post_init__(self):
+        from impl.report.pages.problems import STORED_ALIASES
+        for frame in (self.df, self.history):  # stored group names -> the handout's problem names
+            if not frame.empty:
+                frame["problem"] = frame["problem"].replace(STORED_ALIASES)
+
     def device_rows(self, device: str) -> pd.DataFrame:
         return self.df[self.df.device == device] if not self.df.empty else self.df
 
@@ -81,9 +90,15 @@ def gpu_rows(ctx: Context, *problems: str) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def run_date(d: pd.DataFrame) -> str:
-    """The newest run's UTC date of the rows."""
-    return max(str(t) for t in d["datetime"] if t)[:10] if d["datetime"].notna().any() else "–"
+NOT_ON_GPU = "not measured on a GPU yet"
+
+
+def missing_page(slug: str, title: str, names: list[str], questions: list[str], where: str | None = None) -> Page:
+    """The page of problems with no GPU rows: each question answered "not measured on a GPU yet" (naming
+    the section whose rows are missing, where given), and so is each problem's scoreboard row."""
+    text = NOT_ON_GPU.capitalize() + (f" (no `{where}` rows under reports/data/<gpu>/)." if where else ".")
+    return Page(slug, title, [problem(n) for n in names], [Answer(q, text) for q in questions], "",
+                score={n: Score(NOT_ON_GPU) for n in names})
 
 
 def render_page(page: Page) -> str:
@@ -91,3 +106,8 @@ def render_page(page: Page) -> str:
     out += [f"## {a.question}\n\n{a.text}" for a in page.answers]
     out.append(page.body)
     return "\n\n".join(x for x in out if x) + "\n"
+
+
+def problem(name: str) -> Problem:
+    from impl.report.pages.problems import problem as lookup  # problems.py imports Problem from here
+    return lookup(name)

@@ -15,13 +15,19 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from impl.attention import backward_choice, flash_torch
 from impl.attention.memory import naive_attention_memory
 from impl.report import figures, profiling
-from impl.report.benchmarking import step_s
-from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, _detail, _impls, _ms, _problem,
-                                   _reasons, _short_config, _timer, accounting_case, flash_grid, flash_shapes_table,
+from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, detail_of, impls_of, median_ms, problem_rows,
+                                   not_run_reasons, short_config, timer_name, accounting_case, flash_grid, flash_shapes_table,
                                    leaderboard_table, longest_sequence, memory_accounting, pytorch_attention_table,
                                    ran, torch_compile_table)
 from impl.report.markdown import gib, num, pct, table
-from impl.report.pages import Answer, Context, Page, Score
+from impl.report.output import figure_path, write_csv
+from impl.report.pages import Answer, Context, Page, Score, missing_page
+from impl.report.compile_facts import compile_attention_facts, compile_model_facts
+from impl.report.leaderboard import leaderboard_facts
+from impl.report.ratio import ratio, spread
+from impl.report.rows import benches
+from impl.report.runs import run_ids, runs_line
+from impl.report.templating import macros
 from impl.report.pages.problems import problem
 
 #: A version counts as faster or slower only beyond this factor on top of the anchors' own change
@@ -67,14 +73,6 @@ class PlotInfo:
 
 # --- shared ------------------------------------------------------------------------------------------------
 
-def run_meta(d: pd.DataFrame) -> str:
-    """'<GPU> · run <date> UTC · commit <sha>' for each run the rows come from, newest first."""
-    runs = d[["datetime", "commit"]].drop_duplicates().sort_values("datetime", ascending=False)
-    gpu = d["row"].iloc[0].env.device
-    return "; ".join(f"{gpu} · run {str(t)[:16].replace('T', ' ')} UTC · commit `{c}`" for t, c in
-                     runs.itertuples(index=False))
-
-
 def _date(d: pd.DataFrame) -> str:
     return str(d["datetime"].max())[:10]
 
@@ -86,34 +84,17 @@ def _spread(r) -> tuple[float, float] | None:
 
 
 def ratio_text(a, b, name: str) -> str:
-    """'1.21× <name> (slower)' or 'within noise of <name>' when the two spreads overlap."""
-    sa, sb = _spread(a), _spread(b)
-    if sa and sb and sa[0] <= sb[1] and sb[0] <= sa[1]:
-        return f"{a['median'] / b['median']:.2f}× {name}, within noise"
-    word = "slower" if a["median"] > b["median"] else "faster"
-    return f"{a['median'] / b['median']:.2f}× {name} ({word})"
+    """Ours (a) ÷ the anchor (b), medians of two rows of one run, in the report's one convention."""
+    return str(ratio(a["median"], b["median"], name, spread(a.get("stddev"), a.get("iqr")),
+                     spread(b.get("stddev"), b.get("iqr"))))
 
 
 def _pick(d: pd.DataFrame, **cfg):
-    """The one ran row whose cfg.<key> equal the given values, or None."""
+    """The one ran row whose config keys equal the given values, or None."""
     sel = d[d.apply(ran, axis=1)] if not d.empty else d
     for k, v in cfg.items():
-        if f"cfg.{k}" not in sel:  # no row of this device has that config key
-            return None
-        sel = sel[sel[f"cfg.{k}"] == v]
+        sel = sel[getattr(sel.cfg, k) == v]  # a key no row has reads as None: nothing matches
     return None if sel.empty else sel.iloc[0]
-
-
-def _csv(ctx: Context, name: str, frame: pd.DataFrame) -> str:
-    """Writes reports/data-tables/<name>.csv; returns its link as a page under reports/ writes it."""
-    out = ctx.reports_dir / "data-tables" / f"{name}.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
-    return f"[data-tables/{name}.csv](data-tables/{name}.csv)"
-
-
-def _figure(ctx: Context, name: str) -> tuple[Path, str]:
-    return ctx.fig_dir / f"{name}.png", f"{ctx.fig_rel}/{name}.png"
 
 
 def _legend_below(fig, gs_row, handles: dict) -> list[str]:
@@ -140,8 +121,11 @@ def _pow2_axis(ax, values) -> None:
 
 def _naive_bandwidth(r) -> float:
     """Bytes per second the forward row moved over its score matrix, at NAIVE_FORWARD_PASSES passes."""
-    b, s = int(r["cfg.batch"]), int(r["cfg.seq"])
-    return NAIVE_FORWARD_PASSES * b * s * s * DTYPE_BYTES[r["cfg.dtype"]] / r["median"]
+    b, s = int(r.cfg.batch), int(r.cfg.seq)
+    return NAIVE_FORWARD_PASSES * b * s * s * DTYPE_BYTES[r.cfg.dtype] / r["median"]
+
+
+PA = macros("pytorch_attention.md.j2")
 
 
 def seed_comparison(pa: pd.DataFrame) -> str | None:
@@ -151,86 +135,49 @@ def seed_comparison(pa: pd.DataFrame) -> str | None:
     b = _pick(pa, d_model=seed.d, seq=seed.seq, mode="backward")
     if f is None or b is None:
         return None
-    smallest_d = _pick(pa, d_model=pa["cfg.d_model"].min(), seq=seed.seq, mode="forward")
-    same = f["cfg.batch"] == seed.batch and f["cfg.dtype"] == seed.dtype
-    ours_bw = _naive_bandwidth(smallest_d)
-    seed_bw_same_d = _naive_bandwidth(f) * _ms(f) / seed.forward_ms
-    return (f"Ours is {seed.forward_ms / _ms(f):.1f}× faster forward and {seed.backward_ms / _ms(b):.1f}× faster "
-            f"backward than {seed.source} at d {seed.d}, seq {seed.seq} ({_ms(f):.1f} vs {seed.forward_ms} ms, "
-            f"{_ms(b):.1f} vs {seed.backward_ms} ms), "
-            + ("with the same batch and dtype" if same else "with a different batch or dtype")
-            + f" (batch {int(f['cfg.batch'])}, {f['cfg.dtype']}, TF32 "
-            f"{'on' if _detail(f, 'tf32') else 'off'}; median of {int(f['rounds'])} synchronised calls). "
-            f"At this size the forward is memory-bound: the (b, s, s) {f['cfg.dtype']} matrix is "
-            f"{gib(int(f['cfg.batch']) * seed.seq ** 2 * DTYPE_BYTES[f['cfg.dtype']])} GiB and "
-            f"`naive_attention` passes over it at least {NAIVE_FORWARD_PASSES} times, so ours moves "
-            f"≥ {ours_bw / 1e12:.2f} TB/s at d {int(smallest_d['cfg.d_model'])} and "
-            f"≥ {_naive_bandwidth(f) / 1e12:.2f} TB/s at d {seed.d}; the seed's {seed.forward_ms} ms would be "
-            f"{seed_bw_same_d / 1e12:.2f} TB/s for the same passes. Its GPU model ({seed.gpu}) and timed code were "
-            f"not recorded, so the gap is **flagged, not explained**: a PCIe H100's slower HBM, extra passes "
-            f"(a materialised mask, a hand-written softmax) or host time in the timer would each add to it.")
+    smallest_d = _pick(pa, d_model=pa.cfg.d_model.min(), seq=seed.seq, mode="forward")
+    return PA.a_seed(seed, median_ms(f), median_ms(b), f.cfg.batch == seed.batch and f.cfg.dtype == seed.dtype,
+                     int(f.cfg.batch), f.cfg.dtype, detail_of(f, "tf32"), int(f["rounds"]),
+                     gib(int(f.cfg.batch) * seed.seq ** 2 * DTYPE_BYTES[f.cfg.dtype]), NAIVE_FORWARD_PASSES,
+                     _naive_bandwidth(smallest_d), int(smallest_d.cfg.d_model), _naive_bandwidth(f),
+                     _naive_bandwidth(f) * median_ms(f) / seed.forward_ms)
 
 
 def pytorch_attention_page(ctx: Context) -> Page | None:
     name, answers, body, score = "pytorch_attention", [], [], {}
     for dev in ctx.gpu_devices():
-        pa = _problem(ctx.device_rows(dev), name)
+        pa = problem_rows(ctx.device_rows(dev), name)
         if pa.empty:
             continue
         ok = pa[pa.apply(ran, axis=1)]
         ooms = pa[pa.oom]
         case = accounting_case(pa)
         big = ok.sort_values(["cfg.seq", "cfg.d_model"]).iloc[-1]
-        by_mode = {m: _pick(pa, d_model=big["cfg.d_model"], seq=big["cfg.seq"], mode=m) for m in ("forward", "backward")}
-        batch, dtype = int(big["cfg.batch"]), big["cfg.dtype"]
-        mem = naive_attention_memory(batch, int(big["cfg.seq"]), int(big["cfg.d_model"]), dtype)
-        half = naive_attention_memory(batch, int(big["cfg.seq"]) // 2, int(big["cfg.d_model"]), dtype)
+        fwd, bwd = (median_ms(_pick(pa, d_model=big.cfg.d_model, seq=big.cfg.seq, mode=m)) for m in ("forward", "backward"))
+        batch, dtype, seq, d = int(big.cfg.batch), big.cfg.dtype, int(big.cfg.seq), int(big.cfg.d_model)
+        mem, half = naive_attention_memory(batch, seq, d, dtype), naive_attention_memory(batch, seq // 2, d, dtype)
         if ooms.empty:
-            oom_text = (f"No configuration ran out of memory on the {gib(big['row'].env.gpu_memory_bytes)} GiB "
-                        f"{big['row'].env.device}: the largest, d {int(big['cfg.d_model'])} and seq "
-                        f"{int(big['cfg.seq'])}, took {_ms(by_mode['forward']):.1f} ms forward and "
-                        f"{_ms(by_mode['backward']):.1f} ms backward, so the accounting below is for that case.")
+            oom_text = PA.a_no_oom(gib(big["row"].env.gpu_memory_bytes), big["row"].env.device, d, seq, fwd, bwd)
         else:
             first = ooms.sort_values(["cfg.seq", "cfg.d_model"]).iloc[0]
-            oom_text = (f"The first out-of-memory case is d {int(first['cfg.d_model'])}, seq {int(first['cfg.seq'])} "
-                        f"({first['cfg.mode']}); the accounting below is for it.")
-        answers = [
-            Answer("(a) Report the timings (or out-of-memory errors) you get for these configurations. At what size "
-                   "do you get out-of-memory errors?", oom_text),
-            Answer("Do the accounting for the memory usage of attention in one of the smallest configurations that "
-                   "runs out of memory. How does the memory saved for backward change with the sequence length?",
-                   f"For d {case[0]}, seq {case[1]} the memory saved for backward is {gib(mem.saved_for_backward)} "
-                   f"GiB, of which the (b, s, s) softmax output is {pct(mem.scores_matrix / mem.saved_for_backward)};"
-                   f" at half that sequence it is {gib(half.saved_for_backward)} GiB "
-                   f"({mem.saved_for_backward / half.saved_for_backward:.2f}× less): it grows with s², the "
-                   f"derived and measured figures are in the accounting table."),
-            Answer("What would you do to eliminate this memory cost?",
-                   "Never materialise the score matrix: FlashAttention-2 (the flash_attention page) tiles Q and K, "
-                   "keeps a running softmax on chip and saves only the output and one logsumexp per query row, "
-                   "then recomputes the scores tile by tile in the backward; its saved memory is linear in s."),
-        ]
+            oom_text = PA.a_oom(int(first.cfg.d_model), int(first.cfg.seq), first.cfg.mode)
+        answers = [Answer(PA.q_a(), oom_text), Answer(PA.q_accounting(), PA.a_accounting(case[0], case[1], mem, half)),
+                   Answer(PA.q_eliminate(), PA.a_eliminate())]
         seed = seed_comparison(pa)
         if seed:
-            answers.append(Answer("Why is naive attention here faster than the seeds' H100 numbers?", seed))
+            answers.append(Answer(PA.q_seed(), seed))
         r0 = pa.iloc[0]
-        body += [f"### {dev}",
-                 f"Naive attention (`impl.attention.naive_attention`), batch {int(r0['cfg.batch'])}, no head "
-                 f"dimension, {r0['cfg.dtype']}, non-causal; {int(pa['rounds'].max())} timed forward passes and as "
-                 f"many timed backward passes (median; each call synchronised; a backward's forward runs untimed). "
-                 f"Memory is what the benchmark allocated from the inputs on; derived = `impl.attention.memory`.",
+        body += [f"### {dev}", PA.method(int(r0.cfg.batch), r0.cfg.dtype, int(pa["rounds"].max())),
                  pytorch_attention_table(pa)]
-        if _reasons(pa):
-            body.append("Not run:\n" + _reasons(pa))
-        body += [memory_accounting(pa) or "", f"Run: {run_meta(pa)}."]
-        score[name] = Score(answer="no OOM on the grid; memory saved for backward grows with s²" if ooms.empty
-                            else "OOM from the first case named on the page",
-                            headline=f"{_ms(by_mode['forward']):.1f} / {_ms(by_mode['backward']):.1f} ms fwd/bwd at "
-                                     f"d {int(big['cfg.d_model'])}, seq {int(big['cfg.seq'])}",
-                            vs_anchor="– (no anchor: the naive implementation is the baseline)",
-                            device=big["row"].env.device, date=_date(pa))
+        if not_run_reasons(pa):
+            body.append("Not run:\n" + not_run_reasons(pa))
+        body += [memory_accounting(pa) or "", runs_line(dev, pa)]
+        score[name] = Score(answer=PA.score_answer(not ooms.empty), headline=PA.score_headline(fwd, bwd, d, seq),
+                            vs_anchor="– (no anchor: the naive implementation is the baseline)", device=dev,
+                            date=_date(pa))
         break  # the first GPU with rows answers; the others have none for this problem
     if not answers:
-        return _missing_page(name, "pytorch_attention", "pytorch_attention")
+        return missing_page("pytorch_attention", name, [name], [name], where="pytorch_attention")
     return Page("pytorch_attention", "pytorch_attention: naive attention, time and memory", [problem(name)], answers,
                 "\n\n".join(x for x in body if x), score)
 
@@ -241,85 +188,39 @@ def torch_compile_page(ctx: Context) -> Page | None:
     name, answers, body, score = "torch_compile", [], [], {}
     for dev in ctx.gpu_devices():
         df = ctx.device_rows(dev)
-        tc, pa = _problem(df, name, "attention"), _problem(df, "pytorch_attention")
+        tc, pa = problem_rows(df, name, "attention"), problem_rows(df, "pytorch_attention")
         # runs since issue 33 time the eager cells beside the compiled ones (impl "eager"); older
         # runs compare with the pytorch_attention rows
-        same_run = not tc.empty and "cfg.impl" in tc and (tc["cfg.impl"] == "eager").any()
+        same_run = not tc.empty and (tc.cfg.impl == "eager").any()
         if same_run:
-            tc, pa = tc[tc["cfg.impl"] != "eager"], tc[tc["cfg.impl"] == "eager"]
-        model = profiling.compile_section(df)
+            tc, pa = tc[tc.cfg.impl != "eager"], tc[tc.cfg.impl == "eager"]
+        model = profiling.compile_section(df, heading=f"### (b) compiled model vs eager ({dev})")
         if tc.empty and model is None:
             continue
         if not tc.empty:
-            speed = []
-            for _, c in tc[tc.apply(ran, axis=1)].iterrows():
-                e = _pick(pa, d_model=c["cfg.d_model"], seq=c["cfg.seq"], mode=c["cfg.mode"])
-                if e is not None:
-                    speed.append((e["median"] / c["median"], c))
-            longest = max(int(c["cfg.seq"]) for _, c in speed) if speed else None
-            at_long = [s for s, c in speed if int(c["cfg.seq"]) == longest]
-            shortest = min(int(c["cfg.seq"]) for _, c in speed) if speed else None
-            at_short = [s for s, c in speed if int(c["cfg.seq"]) == shortest]
-            text = (f"At seq {longest} the compiled attention is {min(at_long):.2f}–{max(at_long):.2f}× faster than "
-                    f"eager over d and pass (it fuses the scaling and softmax passes over the score matrix);"
-                    f" at seq {shortest}, where one call is a few launches, {min(at_short):.2f}–{max(at_short):.2f}×."
-                    if speed else "Not measured on a GPU yet.")
-            left = tc[~tc.apply(ran, axis=1)]
-            if not left.empty:
-                text += f" {len(left)} of {len(tc)} rows were not run (listed below the table)."
-            answers.append(Answer("(a) Compare the compiled version of your PyTorch attention with the uncompiled "
-                                  "one on the pytorch_attention configurations.", text))
+            f = compile_attention_facts(benches(tc), benches(tc) + benches(pa))
+            words = macros("torch_compile.md.j2")
+            answers.append(Answer(words.q_a(), words.a_a(f, run_ids(tc), run_ids(pa) if not pa.empty else None,
+                                                         len(tc[~tc.apply(ran, axis=1)]), len(tc))))
             body += [f"### (a) compiled vs eager attention ({dev})",
-                     f"`torch.compile(naive_attention)` (backend `{tc.iloc[0]['cfg.backend']}`, static shapes, one "
-                     f"fresh compile per shape); eager = {'the eager rows of the same run' if same_run else 'the pytorch_attention rows'}. Compile time = the first call, "
-                     f"timed once outside the benchmark.", torch_compile_table(tc, pa)]
-            if _reasons(tc):
-                body.append("Not run:\n" + _reasons(tc))
-            body.append(f"Run: {run_meta(tc)}; eager: {run_meta(pa)}." if not pa.empty else f"Run: {run_meta(tc)}.")
-            if speed:
-                score[name] = Score(answer="compiled attention faster at long sequences; model table on the page",
-                                    headline=f"{max(at_long):.2f}× faster at seq {longest}",
-                                    vs_anchor=f"eager/compiled {min(at_long):.2f}–{max(at_long):.2f}× (eager = anchor)",
-                                    device=tc.iloc[0]["row"].env.device, date=_date(tc))
+                     words.a_method(tc.iloc[0].cfg.backend), torch_compile_table(tc, pa)]
+            if not_run_reasons(tc):
+                body.append("Not run:\n" + not_run_reasons(tc))
+            body.append(runs_line(dev, pd.concat([tc, pa]) if not pa.empty else tc))
+            score[name] = Score(answer=words.score_answer(f), headline=words.score_headline(f),
+                                vs_anchor=words.score_vs(f), device=dev, date=_date(tc))
         if model is not None:
             mrows = df[(df.problem == name) & (df.section != tc.section.iloc[0] if not tc.empty else True)]
-            answers.append(Answer("(b) Compile the entire Transformer model: how does the forward pass change? And "
-                                  "the combined forward and backward passes and the optimizer step?",
-                                  _model_answer(mrows)))
-            body += [model.replace("## torch_compile (b): compiled model vs eager", f"### (b) compiled model vs eager "
-                                                                                    f"({dev})", 1)]
+            words = macros("torch_compile.md.j2")
+            answers.append(Answer(words.q_b(), words.a_b(compile_model_facts(benches(mrows)))))
+            body.append(model)
             if not mrows.empty:
-                body.append(f"Run: {run_meta(mrows)}.")
+                body.append(runs_line(dev, mrows))
         break
     if not answers:
-        return _missing_page(name, "torch_compile", "torch_compile")
+        return missing_page("torch_compile", name, [name], [name], where="torch_compile")
     return Page("torch_compile", "torch_compile: compiled attention and model", [problem(name)], answers,
                 "\n\n".join(body), score)
-
-
-def _model_answer(d: pd.DataFrame) -> str:
-    """Eager/compiled per mode of torch_compile (b)'s rows, for the smallest and the largest size."""
-    out = []
-    sizes = list(dict.fromkeys(d["cfg.size"]))  # the rows' order: smallest first
-    for mode, label in (("forward", "forward"), ("forward_backward", "forward+backward"),
-                        ("optimizer_step", "optimizer step")):
-        per = {}
-        for size in (sizes[0], sizes[-1]) if sizes else ():
-            sp = []
-            for _, g in d[(d["cfg.mode"] == mode) & (d["cfg.size"] == size)].groupby("cfg.context", dropna=False):
-                by = {r["cfg.impl"]: r for _, r in g.iterrows() if ran(r)}
-                if "eager" in by and "compiled" in by:
-                    sp.append(step_s(by["eager"]) / step_s(by["compiled"]))
-            if sp:
-                per[size] = sorted(sp)[len(sp) // 2]
-        if per:
-            out.append(f"{label} " + ", ".join(f"{s} {v:.2f}×" for s, v in per.items()))
-    if not out:
-        return "Not measured on a GPU yet."
-    return ("Eager time over compiled time (> 1: compiled faster), median over contexts, smallest and largest size: "
-            + "; ".join(out) + ". Compilation fuses the elementwise work around the matmuls, so its gain shrinks as "
-            "the matmuls grow with the model; the compiled optimizer step (one fused kernel per parameter tensor) "
-            "loses to the eager multi-tensor step where the model has many small tensors and wins on the largest.")
 
 
 # --- flash_attention (flash_forward, flash_backward) -------------------------------------------------------
@@ -399,11 +300,11 @@ def flash_attention_page(ctx: Context) -> Page:
         score["flash_backward"].headline = f"atomic fwd+bwd slower on {slower} of {len(rows)} probe shapes"
         break
     for dev in ctx.gpu_devices():
-        lb = _problem(ctx.device_rows(dev), "leaderboard")
+        lb = problem_rows(ctx.device_rows(dev), "leaderboard")
         ours, cudnn = _pick(lb, impl="flash_triton", mode="fwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd")
         ours2, cudnn2 = _pick(lb, impl="flash_triton", mode="fwd_bwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd_bwd")
         if ours2 is not None and cudnn2 is not None and ours is not None and cudnn is not None:
-            ob, cb = _ms(ours2) - _ms(ours), _ms(cudnn2) - _ms(cudnn)
+            ob, cb = median_ms(ours2) - median_ms(ours), median_ms(cudnn2) - median_ms(cudnn)
             score["flash_backward"].vs_anchor = (f"backward {ob:.3f} vs cuDNN {cb:.3f} ms at the leaderboard shape "
                                                  f"(fwd+bwd − fwd): {ob / cb:.2f}×")
             score["flash_backward"].device = ours2["row"].env.device
@@ -411,7 +312,7 @@ def flash_attention_page(ctx: Context) -> Page:
         if ours is not None and cudnn is not None:
             score["flash_forward"] = Score(
                 answer="tiled PyTorch and Triton forward, L saved; tested (records in the index)",
-                headline=f"forward {_ms(ours):.3f} ms at the leaderboard shape", vs_anchor=ratio_text(ours, cudnn, "cuDNN"),
+                headline=f"forward {median_ms(ours):.3f} ms at the leaderboard shape", vs_anchor=ratio_text(ours, cudnn, "cuDNN"),
                 device=ours["row"].env.device, date=_date(lb))
             break
     return Page("flash_attention", "FlashAttention-2: forward and backward (flash_forward, flash_backward)",
@@ -423,12 +324,12 @@ def flash_attention_page(ctx: Context) -> Page:
 def flash_plot(d: pd.DataFrame, path: Path) -> PlotInfo | None:
     """TFLOP/s against sequence length of the forward+backward rows, one panel per head dimension, one
     colour per implementation on every panel, one legend built from the lines drawn."""
-    e2e = d[(d["cfg.mode"] == "fwd_bwd") & d.apply(ran, axis=1)]
+    e2e = d[(d.cfg.mode == "fwd_bwd") & d.apply(ran, axis=1)]
     if e2e.empty:
         return None
-    dtype = "bf16" if "bf16" in set(e2e["cfg.dtype"]) else sorted(e2e["cfg.dtype"].unique())[0]
-    e2e = e2e[e2e["cfg.dtype"] == dtype]
-    dims = sorted(e2e["cfg.d"].unique())
+    dtype = "bf16" if "bf16" in set(e2e.cfg.dtype) else sorted(e2e.cfg.dtype.unique())[0]
+    e2e = e2e[e2e.cfg.dtype == dtype]
+    dims = sorted(e2e.cfg.d.unique())
     ncol = 2 if len(dims) > 1 else 1
     nrow = (len(dims) + ncol - 1) // ncol
     fig, _ = figures.new(figsize=(10, 3.2 * nrow + 0.9))
@@ -437,20 +338,20 @@ def flash_plot(d: pd.DataFrame, path: Path) -> PlotInfo | None:
     handles, drawn = {}, []
     for idx, dim in enumerate(dims):
         ax = fig.add_subplot(gs[idx // ncol, idx % ncol])
-        for impl in _impls(e2e):
-            sel = e2e[(e2e["cfg.impl"] == impl) & (e2e["cfg.d"] == dim)].sort_values("cfg.seq")
+        for impl in impls_of(e2e):
+            sel = e2e[(e2e.cfg.impl == impl) & (e2e.cfg.d == dim)].sort_values("cfg.seq")
             if sel.empty:
                 continue
             style = "-o" if impl.startswith("flash_triton") else "--s"  # ours solid, others dashed
-            (line,) = ax.plot(sel["cfg.seq"], sel["m.tflops"], style, ms=3, color=IMPL_COLORS[impl],
+            (line,) = ax.plot(sel.cfg.seq, sel["m.tflops"], style, ms=3, color=IMPL_COLORS[impl],
                               label=IMPL_LABELS[impl])
             handles.setdefault(IMPL_LABELS[impl], line)
             drawn.append(IMPL_LABELS[impl])
-        _pow2_axis(ax, e2e["cfg.seq"])
+        _pow2_axis(ax, e2e.cfg.seq)
         ax.set_yscale("log")
         ax.set(xlabel="sequence length", ylabel="TFLOP/s", title=f"d = {int(dim)}")
     legend = _legend_below(fig, gs[nrow, :], handles)
-    batch = int(e2e["cfg.batch"].iloc[0])
+    batch = int(e2e.cfg.batch.iloc[0])
     fig.suptitle(f"flash_benchmarking: {dtype}, causal, batch {batch}, forward+backward (median kernel times)")
     figures.save(fig, path)
     return PlotInfo(path, sorted(set(drawn)), legend)
@@ -461,7 +362,7 @@ def previous_run(cur: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
     if history.empty:
         return history
     h = history[(history.problem == cur.problem.iloc[0]) & (history.device == cur.device.iloc[0])
-                & history["cfg.dtype"].isin(cur["cfg.dtype"].unique()) & (history.datetime < cur.datetime.min())]
+                & history.cfg.dtype.isin(cur.cfg.dtype.unique()) & (history.datetime < cur.datetime.min())]
     return h[h.datetime == h.datetime.max()] if not h.empty else h
 
 
@@ -472,7 +373,7 @@ def version_drift(cur: pd.DataFrame, prev: pd.DataFrame) -> tuple[str, list[list
     key = ["cfg.impl", "cfg.dtype", "cfg.mode", "cfg.d", "cfg.seq"]
 
     def times(d):
-        return {tuple(r[k] for k in key): _ms(r) for _, r in d.iterrows() if ran(r)}
+        return {tuple(r[k] for k in key): median_ms(r) for _, r in d.iterrows() if ran(r)}
 
     now, before = times(cur), times(prev)
     rows, verdicts = [], {"faster": 0, "slower": 0, "within the anchors' drift": 0}
@@ -505,90 +406,81 @@ def bwd_over_e2e(d: pd.DataFrame) -> list[tuple]:
     backward: why = 'host-bound' (seq ≤ SHORT_SEQ), 'within noise' (spreads overlap) or 'unexplained'."""
     out = []
     for (impl, dtype, dim, seq), g in d[d.apply(ran, axis=1)].groupby(["cfg.impl", "cfg.dtype", "cfg.d", "cfg.seq"]):
-        by = {r["cfg.mode"]: r for _, r in g.iterrows()}
+        by = {r.cfg.mode: r for _, r in g.iterrows()}
         b, e = by.get("bwd"), by.get("fwd_bwd")
         if b is None or e is None or b["median"] <= e["median"]:
             continue
         sb, se = _spread(b), _spread(e)
         why = ("host-bound" if seq <= SHORT_SEQ else "within noise" if sb and se and sb[0] <= se[1]
                else "unexplained")
-        out.append((impl, dtype, int(dim), int(seq), _ms(b), _ms(e), why))
+        out.append((impl, dtype, int(dim), int(seq), median_ms(b), median_ms(e), why))
     return out
 
 
 def _best_anchor(g: pd.DataFrame):
-    anchors = g[g["cfg.impl"].str.startswith("sdpa") & g.apply(ran, axis=1)]
+    anchors = g[g.cfg.impl.str.startswith("sdpa") & g.apply(ran, axis=1)]
     return None if anchors.empty else anchors.loc[anchors["median"].idxmin()]
 
 
 def flash_headline(fb: pd.DataFrame) -> list[list]:
     """Per dtype and d, at the longest sequence our forward+backward ran: ours, naive, the faster SDPA anchor."""
     rows = []
-    e2e = fb[(fb["cfg.mode"] == "fwd_bwd") & fb.apply(ran, axis=1)]
-    for (dtype, dim), g in e2e.groupby(["cfg.dtype", "cfg.d"]):
-        ours = g[g["cfg.impl"] == "flash_triton"]
+    e2e = fb[(fb.cfg.mode == "fwd_bwd") & fb.apply(ran, axis=1)]
+    for (dtype, dim), g in e2e.groupby([e2e.cfg.dtype, e2e.cfg.d]):
+        ours = g[g.cfg.impl == "flash_triton"]
         if ours.empty:
             continue
-        seq = ours["cfg.seq"].max()
-        at = g[g["cfg.seq"] == seq]
-        o = at[at["cfg.impl"] == "flash_triton"].iloc[0]
+        seq = ours.cfg.seq.max()
+        at = g[g.cfg.seq == seq]
+        o = at[at.cfg.impl == "flash_triton"].iloc[0]
         best = _best_anchor(at)
-        naive = g[g["cfg.impl"] == "naive"].sort_values("cfg.seq")
+        naive = g[g.cfg.impl == "naive"].sort_values("cfg.seq")
         nlong = naive.iloc[-1] if not naive.empty else None
-        rows.append([dtype, int(dim), int(seq), f"{_ms(o):.3f}", num(o.get("m.tflops"), 0),
-                     "–" if best is None else f"{_ms(best):.3f} ({IMPL_LABELS[best['cfg.impl']]})",
+        rows.append([dtype, int(dim), int(seq), f"{median_ms(o):.3f}", num(o.get("m.tflops"), 0),
+                     "–" if best is None else f"{median_ms(best):.3f} ({IMPL_LABELS[best.cfg.impl]})",
                      "–" if best is None else ratio_text(o, best, "anchor"),
-                     "–" if nlong is None else f"seq {int(nlong['cfg.seq'])}: {_ms(nlong):.3f}"])
+                     "–" if nlong is None else f"seq {int(nlong.cfg.seq)}: {median_ms(nlong):.3f}"])
     return rows
+
+
+FB = macros("flash_benchmarking.md.j2")
 
 
 def flash_benchmarking_page(ctx: Context) -> Page:
     name, answers, body, score = "flash_benchmarking", [], [], {}
     for dev in ctx.gpu_devices():
-        fb = _problem(ctx.device_rows(dev), name)
+        fb = problem_rows(ctx.device_rows(dev), name)
         if fb.empty:
             continue
         head = flash_headline(fb)
-        e2e = fb[(fb["cfg.mode"] == "fwd_bwd")]
-        naive = e2e[(e2e["cfg.impl"] == "naive")]
+        e2e = fb[(fb.cfg.mode == "fwd_bwd")]
+        naive = e2e[(e2e.cfg.impl == "naive")]
         naive_ok = naive[naive.apply(ran, axis=1)]
         naive_stop = naive[~naive.apply(ran, axis=1)]
-        ours = e2e[(e2e["cfg.impl"] == "flash_triton") & e2e.apply(ran, axis=1)]
-        pair = ours.merge(naive_ok, on=["cfg.dtype", "cfg.d", "cfg.seq"], suffixes=("", "_n"))
-        text = "Not measured on a GPU yet."
+        ours = e2e[(e2e.cfg.impl == "flash_triton") & e2e.apply(ran, axis=1)]
+        pair = ours.merge(naive_ok, on=["cfg.dtype", "cfg.d", "cfg.seq", "datetime"], suffixes=("", "_n"))  # one run
+        text, sp = "Not measured on a GPU yet.", None
         if not pair.empty:
-            top = pair[pair["cfg.seq"] == pair["cfg.seq"].max()]
-            sp = sorted(top["median_n"] / top["median"])
-            text = (f"At seq {int(top['cfg.seq'].iloc[0])}, the longest the naive attention ran, ours forward+backward "
-                    f"is {sp[0]:.1f}–{sp[-1]:.1f}× faster over d and dtype; ours reaches seq {int(ours['cfg.seq'].max())}"
-                    f" at every d while naive stops at {int(naive_ok['cfg.seq'].max())}"
-                    + (f" (left out beyond: {naive_stop['reason'].iloc[0]})." if not naive_stop.empty else "."))
-        answers.append(Answer("Compare your (partially) Triton FlashAttention-2 with the PyTorch attention: forward, "
-                              f"backward and end-to-end, batch {int(fb['cfg.batch'].iloc[0])}, causal, seq "
-                              f"{int(fb['cfg.seq'].min())}…{int(fb['cfg.seq'].max())}, d {int(fb['cfg.d'].min())}…"
-                              f"{int(fb['cfg.d'].max())}, {' and '.join(sorted(fb['cfg.dtype'].unique()))}.", text))
+            top = pair[pair.cfg.seq == pair.cfg.seq.max()]
+            sp = sorted(top["median"] / top["median_n"])  # ours ÷ naive, the one convention
+            text = FB.a_compare(int(top.cfg.seq.iloc[0]), sp[0], sp[-1], int(ours.cfg.seq.max()),
+                                int(naive_ok.cfg.seq.max()), naive_stop["reason"].iloc[0] if not naive_stop.empty else None)
+        answers.append(Answer(FB.q_compare(int(fb.cfg.batch.iloc[0]), int(fb.cfg.seq.min()), int(fb.cfg.seq.max()),
+                                           int(fb.cfg.d.min()), int(fb.cfg.d.max()), sorted(fb.cfg.dtype.unique())), text))
         bf = [r for r in head if r[0] == "bf16" and r[1] == 64] or head
         if bf:
-            answers.append(Answer("How close is ours to the fastest SDPA backend?",
-                                  f"At {bf[0][0]}, d {bf[0][1]}, seq {bf[0][2]} ours forward+backward takes {bf[0][3]} ms "
-                                  f"against {bf[0][5]}: {bf[0][6]}. Per d in the table below."))
-            score[name] = Score(answer=f"ours reaches seq {int(ours['cfg.seq'].max())}; "
-                                       f"{sp[0]:.1f}–{sp[-1]:.1f}× faster than naive at its longest" if not pair.empty
-                                else "ours against SDPA on the page", headline=f"{bf[0][3]} ms fwd+bwd ({bf[0][0]}, d {bf[0][1]}, "
-                                f"seq {bf[0][2]})", vs_anchor=bf[0][6], device=fb["row"].iloc[0].env.device,
-                                date=_date(fb))
-        timers = sorted({_timer(r) for _, r in fb.iterrows() if _timer(r)})
-        png, rel = _figure(ctx, f"flash_benchmarking-{dev}")
+            answers.append(Answer(FB.q_anchor(), FB.a_anchor(bf[0])))
+            score[name] = Score(answer=FB.score_answer(int(ours.cfg.seq.max()), sp[0], sp[-1]) if sp
+                                else "ours against SDPA on the page", headline=FB.score_headline(bf[0]),
+                                vs_anchor=bf[0][6], device=dev, date=_date(fb))
+        timers = sorted({timer_name(r) for _, r in fb.iterrows() if timer_name(r)})
+        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{dev}")
         plot = flash_plot(fb, png)
-        grid_link = _csv(ctx, f"flash_benchmarking-{dev}", flash_grid(fb))
-        body += [f"### {dev}",
-                 f"Batch {int(fb['cfg.batch'].iloc[0])}, causal; TFLOP/s count causal FLOPs as half. Timers: "
-                 f"{', '.join(timers) or '–'}. "
-                 f"Autotuning of our kernels: {'on' if _detail(fb.iloc[0], 'autotune') else 'off'}. Left out by "
-                 f"design: {_detail(fb.iloc[0], 'left_out', '–')}. Every cell (dtype × pass × d × seq, ms and "
-                 f"TFLOP/s): {grid_link}."]
+        grid_link = write_csv(ctx.reports_dir, f"flash_benchmarking-{dev}", flash_grid(fb))
+        body += [f"### {dev}", FB.method(int(fb.cfg.batch.iloc[0]), timers, detail_of(fb.iloc[0], "autotune"),
+                                         detail_of(fb.iloc[0], "left_out", "–"), grid_link)]
         if plot:
-            body.append(f"![TFLOP/s against sequence length, forward+backward]({rel})\n\n*Run: {run_meta(fb)}.*")
+            body.append(f"![TFLOP/s against sequence length, forward+backward]({rel})\n\n*Runs: {run_ids(fb)}.*")
         body += ["#### At the longest sequence ours ran (forward+backward)",
                  table(["dtype", "d", "seq", "ours (ms)", "ours TFLOP/s", "faster SDPA anchor (ms)", "ours / anchor",
                         "naive at its longest (ms)"], head),
@@ -596,32 +488,21 @@ def flash_benchmarking_page(ctx: Context) -> Page:
         odd = bwd_over_e2e(fb)
         if odd:
             whys = sorted({x[-1] for x in odd})
-            body.append(f"**Backward slower than forward+backward** in {len(odd)} cells: "
-                        + "; ".join(f"{IMPL_LABELS[i]} {t} d {dm} seq {s} ({b:.3f} vs {e:.3f} ms, {w})"
-                                    for i, t, dm, s, b, e, w in odd)
-                        + (". All are at seq ≤ "f"{SHORT_SEQ} (host-bound: a backward alone pays autograd's "
-                           "launch path, which the timed forward+backward overlaps) or within noise."
-                           if "unexplained" not in whys else ". Flagged: the ones marked unexplained are not "
-                           "host-bound and their spreads do not overlap."))
+            body.append(FB.odd([f"{IMPL_LABELS[i]} {t} d {dm} seq {s} ({b:.3f} vs {e:.3f} ms, {w})"
+                                for i, t, dm, s, b, e, w in odd], SHORT_SEQ, "unexplained" in whys))
         newest = fb[fb.datetime == fb.datetime.max()]
         prev = previous_run(newest, ctx.history)
         if not prev.empty:
             summary, rows = version_drift(newest, prev)
             body += ["#### Against the previous version",
-                     f"The newest run ({run_meta(newest)}) against the previous saved run of its dtype ({run_meta(prev)}): our kernel compared on "
-                     f"each run's own medians (the older format's are do_bench's; the newer rows' do_bench "
-                     f"cross-check is noisier than their CUDA-event median at these sub-millisecond kernels), median "
-                     f"new/old over the shapes both measured. Sequences up to {SHORT_SEQ} are host-bound, so the verdict uses the longer ones "
-                     f"against the SDPA anchors' own change between the runs (the machine's drift and the change of "
-                     f"clock; band "
-                     f"{DRIFT_BAND:.2f}×). **Conclusion: {summary}.**",
+                     FB.drift(run_ids(newest), run_ids(prev), SHORT_SEQ, DRIFT_BAND, summary),
                      table(["dtype", "d", "pass", f"ours new/old (seq > {SHORT_SEQ})", "anchors new/old", "verdict",
                             f"ours new/old (seq ≤ {SHORT_SEQ})"], rows)]
-        if _reasons(fb):
-            body.append("Cells not run:\n" + _reasons(fb))
+        if not_run_reasons(fb):
+            body.append("Cells not run:\n" + not_run_reasons(fb))
         break
     if not answers:
-        return _missing_page(name, name, name)
+        return missing_page(name, name, [name], [name], where=name)
     return Page(name, "flash_benchmarking: ours against naive attention and SDPA", [problem(name)], answers,
                 "\n\n".join(body), score)
 
@@ -660,7 +541,7 @@ def leaderboard_plot(versions: list[Version], path: Path) -> PlotInfo:
     drawn = []
     for key, label, color in (("ours", "ours: torch.compile(FlashAttentionTriton.apply)", IMPL_COLORS["flash_triton"]),
                               ("cudnn", IMPL_LABELS["sdpa_cudnn"], IMPL_COLORS["sdpa_cudnn"])):
-        pts = [(i, _ms(getattr(v, key)), v.legacy) for i, v in zip(x, versions) if getattr(v, key) is not None]
+        pts = [(i, median_ms(getattr(v, key)), v.legacy) for i, v in zip(x, versions) if getattr(v, key) is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=color, label=label, lw=1.2)
         drawn.append(label)
         for legacy, marker in ((True, "o"), (False, "s")):
@@ -681,65 +562,44 @@ def leaderboard_plot(versions: list[Version], path: Path) -> PlotInfo:
 def leaderboard_page(ctx: Context) -> Page:
     name, answers, body, score, index = "leaderboard", [], [], {}, []
     for dev in ctx.gpu_devices():
-        lb = _problem(ctx.device_rows(dev), name)
+        lb = problem_rows(ctx.device_rows(dev), name)
         if lb.empty:
             continue
-        r0 = lb.iloc[0]
-        shape = (f"{r0['cfg.dtype']}, causal, batch {int(r0['cfg.batch'])} × {int(r0['cfg.heads'])} heads × seq "
-                 f"{int(r0['cfg.seq'])} × d {int(r0['cfg.d'])}")
-        ours, cudnn = _pick(lb, impl="flash_triton", mode="fwd_bwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd_bwd")
-        if ours is None or cudnn is None:
+        f = leaderboard_facts(dev, benches(lb))
+        if f is None:
             continue
-        vs = ratio_text(ours, cudnn, "SDPA cuDNN")
-        answers.append(Answer(f"Leaderboard: forward+backward of torch.compile(FlashAttentionTriton.apply) at {shape}.",
-                              f"Ours takes **{_ms(ours):.3f} ms** (MFU {pct(ours.get('m.mfu'))}) against SDPA cuDNN's "
-                              f"{_ms(cudnn):.3f} ms (MFU {pct(cudnn.get('m.mfu'))}) in the same run: {vs}. "
-                              f"Run {str(ours['datetime'])[:16].replace('T', ' ')} UTC, commit `{ours['commit']}`."))
-        err, tol = _detail(ours, "rel_err") or {}, _detail(ours, "tol") or {}
-        if err and tol:
-            worst = max(err[k] for k in ("dq", "dk", "dv") if k in err)
-            answers.append(Answer("Does the result pass the same correctness tests?",
-                                  f"Yes: relative errors against SDPA in higher precision on the same inputs are "
-                                  f"{err['out']:.1e} (O) and at most {worst:.1e} (gradients), within the test's "
-                                  f"{tol['out']:.0e} and {tol['grad']:.0e}; graph breaks under torch.compile: "
-                                  f"{_detail(ours, 'graph_breaks')}." if err["out"] <= tol["out"] and worst <= tol["grad"]
-                                  else "No: the errors exceed the tolerances (table below)."))
+        words = macros("leaderboard.md.j2")
+        ours = _pick(lb, impl="flash_triton", mode="fwd_bwd")
+        answers.append(Answer(words.question_time(f), words.answer_time(f)))
+        if f.correctness:
+            answers.append(Answer(words.question_correct(f), words.answer_correct(f)))
         versions = leaderboard_versions(lb, ctx.history)
-        png, rel = _figure(ctx, f"leaderboard-{dev}")
+        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{dev}")
         leaderboard_plot(versions, png)
         caption = f"leaderboard versions on {ours['row'].env.device}: ours forward+backward vs SDPA cuDNN per stored run"
         index.append((caption, rel))
-        rows = [[v.datetime[:16].replace("T", " "), f"`{v.commit}`", v.basis, f"{_ms(v.ours):.3f}", pct(v.ours.get("m.mfu")),
-                 "–" if v.cudnn is None else f"{_ms(v.cudnn):.3f}", "–" if v.cudnn is None else pct(v.cudnn.get("m.mfu")),
+        rows = [[v.datetime[:16].replace("T", " "), f"`{v.commit}`", v.basis, f"{median_ms(v.ours):.3f}", pct(v.ours.get("m.mfu")),
+                 "–" if v.cudnn is None else f"{median_ms(v.cudnn):.3f}", "–" if v.cudnn is None else pct(v.cudnn.get("m.mfu")),
                  "–" if v.cudnn is None else f"{v.ours['median'] / v.cudnn['median']:.2f}×",
-                 "; ".join(f"{k}: {_short_config(c)}" for k, c in (_detail(v.ours, "tuned_configs") or {}).items())
+                 "; ".join(f"{k}: {short_config(c)}" for k, c in (detail_of(v.ours, "tuned_configs") or {}).items())
                  or "not recorded"] for v in versions]
         new = [v for v in versions if not v.legacy and v.cudnn is not None]
-        noise = ""
-        if len(new) > 1:
-            rs = [v.ours["median"] / v.cudnn["median"] for v in new]
-            noise = (f" The {len(new)} newer-format runs of one commit put ours/cuDNN between {min(rs):.2f}× and "
-                     f"{max(rs):.2f}×: differences inside that range are noise.")
-        body += [f"### Newest run ({dev})", f"{shape}; kernel medians (CUDA events), do_bench's beside them. "
-                 f"Run: {run_meta(lb)}.", leaderboard_table(lb),
-                 "### Version history",
-                 "Every stored leaderboard run of this device, oldest first, ours and the cuDNN anchor of the same "
-                 "run. Older-format runs stored do_bench medians; newer ones the rows' own CUDA-event medians "
-                 "(column *timer*), so compare ratios across the two, not milliseconds. The kernels' versions and "
-                 "what each change predicted are in NOTES.md." + noise,
+        rs = [v.ours["median"] / v.cudnn["median"] for v in new]
+        noise = (min(rs), max(rs), len(new)) if len(new) > 1 else None
+        body += [f"### Newest run ({dev})", words.newest_intro(f),
+                 runs_line(dev, lb), leaderboard_table(lb),
+                 "### Version history", words.history_intro(noise),
                  table(["run (UTC)", "commit", "timer", "ours fwd+bwd (ms)", "ours MFU", "cuDNN fwd+bwd (ms)",
                         "cuDNN MFU", "ours / cuDNN", "autotuner picks (M×N, warps, stages)"], rows),
                  f"![{caption}]({rel})"]
-        notes = sorted({_detail(r, "note") for _, r in lb.iterrows() if _detail(r, "note")})
+        notes = sorted({detail_of(r, "note") for _, r in lb.iterrows() if detail_of(r, "note")})
         if notes:
             body.append("Note: " + "; ".join(notes))
-        score[name] = Score(answer=f"ours {_ms(ours):.3f} ms vs cuDNN {_ms(cudnn):.3f} ms (fwd+bwd)",
-                            headline=f"{_ms(ours):.3f} ms, MFU {pct(ours.get('m.mfu'))}",
-                            vs_anchor=f"{vs}; MFU {pct(ours.get('m.mfu'))} vs {pct(cudnn.get('m.mfu'))}",
-                            device=ours["row"].env.device, date=_date(lb))
+        score[name] = Score(answer=words.score_answer(f), headline=words.score_headline(f),
+                            vs_anchor=words.score_vs(f), device=dev, date=_date(lb))
         break
     if not answers:
-        return _missing_page(name, name, name)
+        return missing_page(name, name, [name], [name], where=name)
     return Page(name, "leaderboard: FlashAttention-2 forward+backward against cuDNN", [problem(name)], answers,
                 "\n\n".join(body), score, index)
 
@@ -774,14 +634,14 @@ def flash_shapes_plot(grid: pd.DataFrame, path: Path) -> PlotInfo | None:
 def flash_shapes_summary(fs: pd.DataFrame) -> list[list]:
     """Per (dtype, d, causal, pass): rows measured and left out, and the median ratios of ours to the faster anchor."""
     rows = []
-    for (dtype, dim, causal, mode), g in fs.groupby(["cfg.dtype", "cfg.d", "cfg.causal", "cfg.mode"]):
-        shapes = g.groupby(["cfg.batch", "cfg.heads", "cfg.seq"])
+    for (dtype, dim, causal, mode), g in fs.groupby([fs.cfg.dtype, fs.cfg.d, fs.cfg.causal, fs.cfg.mode]):
+        shapes = g.groupby([g.cfg.batch, g.cfg.heads, g.cfg.seq])
         ratios = {"flash_triton": [], "flash_triton_compiled": []}
         measured = left = 0
         for _, s in shapes:
             best = _best_anchor(s)
             for impl in ratios:
-                r = s[s["cfg.impl"] == impl]
+                r = s[s.cfg.impl == impl]
                 if r.empty:
                     continue
                 if ran(r.iloc[0]):
@@ -802,7 +662,7 @@ def flash_shapes_summary(fs: pd.DataFrame) -> list[list]:
 def flash_shapes_page(ctx: Context) -> Page:
     name, answers, body, score = "flash_shapes", [], [], {}
     for dev in ctx.gpu_devices():
-        fs = _problem(ctx.device_rows(dev), name)
+        fs = problem_rows(ctx.device_rows(dev), name)
         if fs.empty:
             continue
         measured, budget = int(fs.apply(ran, axis=1).sum()), int((fs.status == "left_out_by_budget").sum())
@@ -817,23 +677,24 @@ def flash_shapes_page(ctx: Context) -> Page:
                    "No shape has both ours and an anchor measured."))
         answers.append(Answer("How does ours do on the shapes real models use (eager and compiled), against the "
                               "faster SDPA backend?", text))
-        png, rel = _figure(ctx, f"flash_shapes-{dev}")
+        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{dev}")
         plot = flash_shapes_plot(grid, png)
-        timers = sorted({_timer(r) for _, r in fs.iterrows() if _timer(r)})
+        timers = sorted({timer_name(r) for _, r in fs.iterrows() if timer_name(r)})
         body += [f"### {dev}",
                  f"Ours (FlashAttentionTriton.apply, eager and under torch.compile) beside the faster of SDPA cuDNN and "
                  f"SDPA flash, same inputs, same run; kernel medians (timer: {', '.join(timers) or '–'}); each row "
-                 f"checks ours' output and gradients against SDPA in higher precision. Run: {run_meta(fs)}.",
+                 f"checks ours' output and gradients against SDPA in higher precision. ",
+                 runs_line(dev, fs),
                  "Per group: rows measured / left out (ours' rows), median ours/anchor over its measured shapes "
                  "(count in brackets):",
                  table(["dtype", "d", "causal", "pass", "measured", "left out", "eager / anchor", "compiled / anchor"],
                        flash_shapes_summary(fs)),
                  f"Every shape and pass, left-out rows shown as such: "
-                 f"{_csv(ctx, f'flash_shapes-{dev}', grid)}."]
+                 f"{write_csv(ctx.reports_dir, f'flash_shapes-{dev}', grid)}."]
         if plot:
             body.append(f"![ours over the faster anchor per measured shape]({rel})")
-        if _reasons(fs):
-            body.append("Cells not run:\n" + _reasons(fs))
+        if not_run_reasons(fs):
+            body.append("Cells not run:\n" + not_run_reasons(fs))
         if med is not None:
             score[name] = Score(answer=f"{measured} rows measured, {budget} left out by budget",
                                 headline=f"median eager/anchor {med:.2f}×",
@@ -841,17 +702,11 @@ def flash_shapes_page(ctx: Context) -> Page:
                                 device=fs["row"].iloc[0].env.device, date=_date(fs))
         break
     if not answers:
-        return _missing_page(name, name, name)
+        return missing_page(name, name, [name], [name], where=name)
     return Page(name, "flash_shapes: ours on model shapes", [problem(name)], answers, "\n\n".join(body), score)
 
 
 # --- pages -------------------------------------------------------------------------------------------------
-
-def _missing_page(name: str, slug: str, section: str) -> Page:
-    return Page(slug, name, [problem(name)], [Answer(name, f"Not measured on a GPU yet (no `{section}` rows under "
-                                                           f"reports/data/<gpu>/).")], "",
-                {name: Score(answer="not measured on a GPU yet")})
-
 
 def pages(ctx: Context) -> list[Page]:
     return [pytorch_attention_page(ctx), torch_compile_page(ctx), flash_attention_page(ctx),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from impl.bench.row import Status
-from impl.report.markdown import table
 from impl.report.pages import Answer, Context, Page
+from impl.report.templating import environment, macros
 
 DEVICE = "cpu"
 SLUG = "cpu_smoke"
@@ -28,22 +28,12 @@ def section_rows(d: pd.DataFrame) -> list[list]:
 
 
 def pages(ctx: Context) -> list[Page]:
+    words = macros("cpu_smoke.md.j2")
     d = ctx.device_rows(DEVICE)
     if d.empty:
-        return [Page(SLUG, "CPU smoke runs (plumbing check)", [], [Answer(
-            "Did every section run on the CPU?", "No CPU smoke data yet: run `make smoke`.")], "")]
+        return [Page(SLUG, words.title(), [], [Answer(words.question(), words.no_data())], "")]
     rows = section_rows(d)
     measured = sum(r[2] for r in rows)
-    silent = [r[0] for r in rows if r[2] == 0]
-    env = d["row"].iloc[-1].env
-    answer = (f"{len(rows)} sections ran under the `smoke` profile: {measured} rows measured, "
-              f"{len(d) - measured} listed as OOM or not run with their reason"
-              + (f"; sections without a measured row: {', '.join(silent)}." if silent else
-                 "; every section measured at least one row."))
-    body = ("These rows check that each section runs end to end and writes its file (tiny configs on the "
-            f"machine's CPU: {env.device}, torch {env.torch}); their timings answer no question. Not run = "
-            "needs a GPU (or more GPUs), unsupported on the CPU, or left out by the smoke grid.\n\n"
-            + table(["section", "problems", "measured", "OOM", "not run", "newest run (UTC)", "commit", "format"],
-                    rows))
-    return [Page(SLUG, "CPU smoke runs (plumbing check)", [], [Answer("Did every section run on the CPU?", answer)],
-                 body)]
+    answer = words.answer(len(rows), measured, len(d) - measured, [r[0] for r in rows if r[2] == 0])
+    body = str(environment().get_template("cpu_smoke.md.j2").module.body(d["row"].iloc[-1].env, rows)).strip()
+    return [Page(SLUG, words.title(), [], [Answer(words.question(), answer)], body)]

@@ -9,45 +9,32 @@ from pathlib import Path
 
 import pandas as pd
 
-from impl import accounting as acc
 from impl.bench.row import Metric, Status
-from impl.model import MODEL_SIZES
 from impl.report import accounting as acc_r
 from impl.report import distributed as dr
 from impl.report import figures
 from impl.report import fsdp as fr
-from impl.report.markdown import gib, missing, ms, pct, table
-from impl.report.pages import Answer, Context, Page, Score, gpu_rows, run_date
+from impl.report.markdown import missing, ms
+from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
+from impl.report.ratio import ratio, spread
+from impl.report.comm_facts import comm_facts
+from impl.report.ddp_facts import TORCH, ddp_facts
+from impl.report.ddp_facts import label as ddp_label
+from impl.report.fsdp_facts import fsdp_facts
+from impl.report.sharding_facts import sharding_facts
+from impl.report.rows import benches
+from impl.report.runs import device_label, runs_line
+from impl.report.templating import macros
 from impl.report.pages.problems import problem
 
-NOT_ON_GPU = "not measured on a GPU yet"
 DDP_VARIANTS = ("naive", "flat", "individual", "bucketed")
 
 
 # ---- shared ------------------------------------------------------------------------------------
 
 
-def device_label(dev: str, d: pd.DataFrame) -> str:
-    """e.g. "2× NVIDIA H200 (h200-141gb-x2)": the GPU's name from a row's environment."""
-    name = d["row"].iloc[0].env.device
-    count = dev.rsplit("-x", 1)[-1]
-    return f"{count}× {name} ({dev})" if count.isdigit() else f"{name} ({dev})"
-
-
-def run_metadata(d: pd.DataFrame) -> str:
-    runs = d.drop_duplicates(["section", "datetime", "commit"]).sort_values("section")
-    rows = [[r.section, str(r.datetime)[:19].replace("T", " ") + " UTC", r.commit or "–",
-             "older format" if r.legacy else "current format"] for r in runs.itertuples()]
-    return "**Runs**\n\n" + table(["section", "run (UTC)", "commit", "file format"], rows)
-
-
 def measured(r) -> bool:
     return r is not None and r["status"] == Status.MEASURED.value and not missing(r["median"])
-
-
-def fig_prefix(slug: str, dev: str) -> str:
-    """Figures of a page are named <slug>-<device>…png (the helpers append their own suffix)."""
-    return f"{slug}-{dev}"
 
 
 # ---- distributed_communication_single_node -------------------------------------------------------
@@ -56,66 +43,49 @@ def fig_prefix(slug: str, dev: str) -> str:
 def _comm_points(d: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
     """(backend, processes) -> {bytes: (bus bandwidth GB/s, seconds per all-reduce)} of the measured rows."""
     out: dict = {}
-    for _, r in dr._comm_rows(d).iterrows():
+    for _, r in dr.comm_rows(d).iterrows():
         bw = dr.figure(r, "busbw_GBps", Metric.BUS_BW)
         if measured(r) and not missing(bw):
-            out.setdefault((r["cfg.backend"], int(r["cfg.world_size"])), {})[int(r["cfg.bytes"])] = (bw, dr._per_op(r))
+            out.setdefault((r.cfg.backend, int(r.cfg.world_size)), {})[int(r.cfg.bytes)] = (bw, dr.per_op(r))
     return out
 
 
 def comm_page(ctx: Context) -> Page:
     name = "distributed_communication_single_node"
     slug = problem(name).slug
-    q = ("How long does an all-reduce take with Gloo on the CPU and NCCL on the GPUs, for 1 MB to 1 GB of float32 "
-         "and 2, 4, 6 processes, and what are its algorithm and bus bandwidths?")
-    runs = gpu_rows(ctx, name)
-    body, score = [], Score(NOT_ON_GPU)
-    text = f"{NOT_ON_GPU}."
-    for dev, d in runs:
-        pts = _comm_points(d)
-        nccl = max((k for k in pts if k[0] == "nccl"), default=None)
-        gloo = [k for k in sorted(pts) if k[0] == "gloo"]
-        if nccl and gloo:
-            big = max(pts[nccl])
-            nbw, nt = pts[nccl][big]
-            same = ("gloo", nccl[1])
-            gbw, gt = pts[same][big] if same in pts and big in pts[same] else (None, None)
-            at_big = [(k[1], pts[k][big][0]) for k in gloo if big in pts[k]]
-            not_run = int((dr._comm_rows(d).status != Status.MEASURED.value).sum())
-            text = (f"On {device_label(dev, d)}, NCCL all-reduces {big / 2**20:,.0f} MB across {nccl[1]} GPUs in "
-                    f"{ms(nt)} ms (bus bandwidth {nbw:,.1f} GB/s)"
-                    + (f", {gt / nt:,.0f}× faster than Gloo on the CPU at the same size and process count "
-                       f"({ms(gt)} ms, {gbw:,.2f} GB/s)" if gt else "") + ". "
-                    f"Gloo's bus bandwidth at {big / 2**20:,.0f} MB goes "
-                    + " → ".join(f"{bw:,.2f} GB/s ({n} processes)" for n, bw in at_big)
-                    + f"; {not_run} configurations were not run (NCCL needs one GPU per process).")
-            score = Score(f"NCCL {nccl[1]} GPUs: {big / 2**20:,.0f} MB in {ms(nt)} ms", f"busbw {nbw:,.1f} GB/s",
-                          f"{gt / nt:,.0f}× faster than Gloo" if gt else "–", dev, run_date(d))
+    words = macros("distributed_communication.md.j2")
+    body, score, text = [], Score(NOT_ON_GPU), f"{NOT_ON_GPU}."
+    for dev, d in gpu_rows(ctx, name):
+        f = comm_facts(device_label(dev, d), _comm_points(d),
+                       int((dr.comm_rows(d).status != Status.MEASURED.value).sum()))
+        if f:
+            text = words.answer(f)
+            score = Score(words.score_answer(f), words.score_headline(f), words.score_vs(f), dev, run_date(d))
         body += [f"## {device_label(dev, d)}",
-                 dr.allreduce_section(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel), run_metadata(d)]
+                 dr.allreduce_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel), runs_line(dev, d)]
     return Page(slug, "distributed_communication_single_node: all-reduce latency and bandwidth", [problem(name)],
-                [Answer(q, text)], "\n\n".join(body), score={name: score})
+                [Answer(words.question(), text)], "\n\n".join(body), score={name: score})
 
 
 # ---- DDP ------------------------------------------------------------------------------------------
 
 
-def _by_variant(g: pd.DataFrame) -> dict:
-    return {(r["cfg.variant"], r["cfg.bucket_mb"] if r["cfg.variant"] == "bucketed" else None): r
-            for _, r in g.iterrows() if dr._cfg(r, "kind") != "trace"}
 
-
-def _ratio(r, ref) -> str:
+def _ratio(r, ref, name: str) -> str:
+    """Ours ÷ the reference row, the report's one convention (impl.report.ratio)."""
     if not (measured(r) and measured(ref)):
         return "–"
-    x = r["median"] / ref["median"]
-    noise = abs(r["median"] - ref["median"]) <= (r["stddev"] or 0) + (ref["stddev"] or 0)
-    return f"{x:.2f}×" + (" (within noise)" if noise else "")
+    return str(ratio(r["median"], ref["median"], name, spread(r["stddev"], r["iqr"]), spread(ref["stddev"], ref["iqr"])))
+
+
+def _by_variant(g: pd.DataFrame) -> dict:
+    return {(r.cfg.variant, r.cfg.bucket_mb if r.cfg.variant == "bucketed" else None): r
+            for _, r in g.iterrows() if r.cfg.kind != "trace"}
 
 
 def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
     """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std)."""
-    groups = sorted(d.groupby(["cfg.context", "cfg.batch_per_rank"]), key=lambda x: x[0])
+    groups = sorted(d.groupby([d.cfg.context, d.cfg.batch_per_rank]), key=lambda x: x[0])
     fig, ax = figures.new(figsize=(8.5, 4.2))
     width = 0.8 / max(len(groups), 1)
     labels: list[str] = []
@@ -126,7 +96,7 @@ def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
             continue
         keys = [key for key in sorted(by, key=lambda x: (dr.VARIANT_ORDER.index(x[0]) if x[0] in dr.VARIANT_ORDER
                                                           else 99, x[1] or 0)) if key[0] != "single"]
-        labels = labels or [dr._ddp_label(by[key]).split(" (")[0] for key in keys]
+        labels = labels or [dr.variant_label(by[key]).split(" (")[0] for key in keys]
         vals = [100 * (by[key]["median"] / floor["median"] - 1) if measured(by[key]) else float("nan") for key in keys]
         errs = [100 * ((by[key]["stddev"] or 0) + (floor["stddev"] or 0)) / floor["median"] if measured(by[key])
                 else 0 for key in keys]
@@ -147,10 +117,6 @@ def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
     figures.save(fig, path)
 
 
-def _best_ours(by: dict):
-    ours = [r for (v, _), r in by.items() if v in DDP_VARIANTS and measured(r)]
-    return min(ours, key=lambda r: r["median"]) if ours else None
-
 
 def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
     path = ctx.reports_dir / "data" / dev / "logs" / name
@@ -163,105 +129,63 @@ def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
 def ddp_page(ctx: Context) -> Page:
     slug = problem("naive_ddp").slug
     names = ["naive_ddp", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
-             "ddp_overlap_individual_parameters", "ddp_overlap_bucketed"]
+             "ddp_overlap_individual_parameters", "ddp_overlap_individual_parameters_benchmarking",
+             "ddp_overlap_bucketed", "ddp_bucketed_benchmarking"]
+    # the implementation problems: answered by the correctness suite (benchmarks: their own problems)
+    implemented = {"naive_ddp": "naive", "ddp_overlap_individual_parameters": "DDPIndividualParameters",
+                   "ddp_overlap_bucketed": "DDPBucketed"}
+    words = macros("ddp.md.j2")
     runs = gpu_rows(ctx, *dr.DDP_PROBLEMS)
-    comm_runs = dict(gpu_rows(ctx, dr.COMM))
+    comm_runs = dict(gpu_rows(ctx, dr.COMM_PROBLEM))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body, index_figures = [], []
+    steps = {"naive_ddp_benchmarking": ("naive", None), "minimal_ddp_flat_benchmarking": ("flat", None),
+             "ddp_overlap_individual_parameters_benchmarking": ("individual", None)}
     for dev, d in runs:
         label, date = device_label(dev, d), run_date(d)
-        bench = d[d.apply(lambda r: dr._cfg(r, "kind") != "trace", axis=1)]
-        groups = sorted(bench.groupby(["cfg.context", "cfg.batch_per_rank"]), key=lambda x: x[0])
-        per_ctx = []
-        for (c, b), g in groups:
-            by = _by_variant(g)
-            per_ctx.append((int(c), int(b), by))
-        tail = _log_tail(ctx, dev, "correctness-nccl.txt")
-        if tail:
-            answers["naive_ddp"] = (f"Yes: correctness/test_distributed.py trains each DDP variant (naive included) "
-                                    f"against one process on the same total batch and compares the weights; on {label} "
-                                    f"over NCCL that suite ended \"{tail}\" (logs/correctness-nccl.txt).")
-            scores["naive_ddp"] = Score("weights match single-process training", tail.split(" in ")[0], "–", dev, "–")
-
-        def step_line(key, what):
-            parts = []
-            for c, b, by in per_ctx:
-                r, floor = by.get(key), by.get(("single", None))
-                if measured(r):
-                    share = dr.figure(r, "comm_share", Metric.COMM_SHARE)
-                    parts.append(f"context {c} (batch {b}/rank): {ms(r['median'], r['stddev'])} ms per step, "
-                                 + (f"{pct(share)} of it waiting on communication, " if not missing(share) else "")
-                                 + f"{_ratio(r, floor)} the single-GPU floor")
-            return f"{what} on {label}: " + "; ".join(parts) + "." if parts else f"{NOT_ON_GPU}."
-        answers["naive_ddp_benchmarking"] = step_line(("naive", None), "Naive DDP (xl, 2 ranks)")
-        flat = step_line(("flat", None), "One all-reduce of the flattened gradients")
-        answers["minimal_ddp_flat_benchmarking"] = flat + " " + " ".join(
-            f"Flat vs naive at context {c}: {_ratio(by.get(('flat', None)), by.get(('naive', None)))}."
-            for c, _, by in per_ctx)
-        ind = step_line(("individual", None), "Per-parameter overlapped DDP")
+        bench = d[d.cfg.kind != "trace"]
         overlap = dr.overlap_shares(d)
-        answers["ddp_overlap_individual_parameters"] = ind + " " + " ".join(
-            f"Against naive at context {c}: {_ratio(by.get(('individual', None)), by.get(('naive', None)))}."
-            for c, _, by in per_ctx) + (
-            " (b) In the profiled step the share of communication overlapping backward compute was "
-            + "; ".join(f"{pct(v)} for {k}" for k, v in sorted(overlap.items())) + " (timeline below)."
-            if overlap else "")
-        bucket_parts = []
-        for c, b, by in per_ctx:
-            bk = {k[1]: r for k, r in by.items() if k[0] == "bucketed" and measured(r)}
-            if bk:
-                best = min(bk, key=lambda mb: bk[mb]["median"])
-                bucket_parts.append(f"context {c}: fastest at {best:g} MB ({ms(bk[best]['median'], bk[best]['stddev'])} "
-                                    f"ms, {_ratio(bk[best], by.get(('torch_ddp', None)))} torch DDP)")
-        answers["ddp_overlap_bucketed"] = (f"On {label}, " + "; ".join(bucket_parts) + ". (b) The bucket model "
-                                           "against these measurements is below, with why they differ."
-                                           if bucket_parts else f"{NOT_ON_GPU}.")
-        # scoreboard: our best DDP against torch DDP, per problem the variant's own row
-        big = per_ctx[-1] if per_ctx else None
-        if big:
-            c, b, by = big
-            anchor = by.get(("torch_ddp", None))
-            for n, key in (("naive_ddp_benchmarking", ("naive", None)), ("minimal_ddp_flat_benchmarking", ("flat", None)),
-                           ("ddp_overlap_individual_parameters", ("individual", None))):
-                r = by.get(key)
-                if measured(r):
-                    scores[n] = Score(f"{dr._ddp_label(r)}: {_ratio(r, by.get(('single', None)))} single GPU (ctx {c})",
-                                      f"{ms(r['median'])} ms/step", f"{_ratio(r, anchor)} torch DDP", dev, date)
-            best = _best_ours(by)
-            bk = {k[1]: r for k, r in by.items() if k[0] == "bucketed" and measured(r)}
-            if bk:
-                mb = min(bk, key=lambda x: bk[x]["median"])
-                scores["ddp_overlap_bucketed"] = Score(
-                    f"our DDP vs torch DDP: best bucket {mb:g} MB (ctx {c}); best of ours {dr._ddp_label(best)}",
-                    f"{ms(bk[mb]['median'])} ms/step", f"{_ratio(bk[mb], anchor)} torch DDP", dev, date)
+        f = ddp_facts(label, date, benches(d), _log_tail(ctx, dev, "correctness-nccl.txt"), overlap)
+        if f.log_tail:
+            for n, what in implemented.items():
+                answers[n] = words.a_implemented(f, what)
+                scores[n] = Score("weights match single-process training", f.passed, "–", dev, "–")
+        answers["naive_ddp_benchmarking"] = words.a_naive_bench(f)
+        answers["minimal_ddp_flat_benchmarking"] = words.a_flat(f)
+        answers["ddp_overlap_individual_parameters_benchmarking"] = words.a_individual_bench(f)
+        answers["ddp_bucketed_benchmarking"] = words.a_bucketed_bench(f)
+        g = f.largest  # scoreboard: each variant's own row at the largest context, against torch DDP
+        if g is not None:
+            for n, k in steps.items():
+                b = g.get(k)
+                if b is not None:
+                    scores[n] = Score(words.score_step(g, k, ddp_label(b)), f"{ms(b.stats.median)} ms/step",
+                                      str(g.ratio(k, TORCH, "torch DDP") or "–"), dev, date)
+            if g.best_bucket is not None:
+                b = g.buckets[g.best_bucket]
+                scores["ddp_bucketed_benchmarking"] = Score(
+                    words.score_bucket(g, ddp_label(g.best_ours)), f"{ms(b.stats.median)} ms/step",
+                    str(g.ratio(("bucketed", g.best_bucket), TORCH, "torch DDP") or "–"), dev, date)
         # body
-        fig_name = f"{fig_prefix(slug, dev)}-overhead-vs-torch-ddp.png"
+        fig_name = f"{slug}-{dev}-overhead-vs-torch-ddp.png"
         ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, run {date}")
         index_figures.append((f"DDP overhead against torch DDP ({label}, run {date})", f"{ctx.fig_rel}/{fig_name}"))
         text, data = dr.ddp_section(d)
         comm = comm_runs.get(dev)
-        fits = dr._fits(comm) if comm is not None else {}
+        fits = dr.allreduce_fits(comm) if comm is not None else {}
         body += [f"## {label}", "### Our DDP against torch DDP",
                  f"![DDP overhead against torch DDP]({ctx.fig_rel}/{fig_name})", text,
-                 "### ddp_overlap_bucketed (b): the bucket model against the measurements",
+                 "### ddp_bucketed_benchmarking (b): the bucket model against the measurements",
                  dr.bucket_model_section(fits, data, overlap) or "No bucketed rows.",
-                 "### ddp_overlap_individual_parameters (b): naive vs overlapped DDP, profiler timeline",
-                 dr.timeline_section(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel) or "No profiled step in this run.",
-                 run_metadata(d)]
-    questions = {
-        "naive_ddp": "naive_ddp: does DDP with a broadcast from rank 0 and an all-reduce of each gradient after "
-                     "backward train to the same weights as one process on the same total batch?",
-        "naive_ddp_benchmarking": "naive_ddp_benchmarking: time per training step of xl on 1 node × 2 GPUs, and the "
-                                  "share spent communicating gradients?",
-        "minimal_ddp_flat_benchmarking": "minimal_ddp_flat_benchmarking: does one all-reduce of the flattened "
-                                         "gradients beat one per parameter?",
-        "ddp_overlap_individual_parameters": "ddp_overlap_individual_parameters: does overlapping each parameter's "
-                                             "all-reduce with backward cut the step time, and does the profiler show the "
-                                             "overlap (b)?",
-        "ddp_overlap_bucketed": "ddp_overlap_bucketed: step time at 1, 10, 100, 1000 MB buckets, and (b) does the "
-                                "bucket model's optimum match the measurements?",
-    }
+                 "### ddp_overlap_individual_parameters_benchmarking (b): naive vs overlapped DDP, profiler timeline",
+                 dr.timeline_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or "No profiled step in this run.",
+                 runs_line(dev, d)]
+    questions = {"naive_ddp": words.q_naive(), "naive_ddp_benchmarking": words.q_naive_bench(),
+                 "minimal_ddp_flat_benchmarking": words.q_flat(),
+                 "ddp_overlap_individual_parameters": words.q_individual(),
+                 "ddp_overlap_individual_parameters_benchmarking": words.q_individual_bench(),
+                 "ddp_overlap_bucketed": words.q_bucketed(), "ddp_bucketed_benchmarking": words.q_bucketed_bench()}
     return Page(slug, "DDP: naive, flat, overlapped, bucketed, against torch DDP", [problem(n) for n in names],
                 [Answer(questions[n], answers[n]) for n in names], "\n\n".join(body), score=scores,
                 index_figures=index_figures[:1])
@@ -278,7 +202,7 @@ def accounting_page(ctx: Context) -> Page:
     rows = ctx.df[ctx.df.problem == name] if not ctx.df.empty else ctx.df
     if not rows.empty:  # the same closed forms wherever they ran: one device's rows
         rows = rows[rows.device == rows.device.iloc[0]]
-    by = {r["cfg.case"]: r["details"]["results"] for _, r in rows.iterrows()} if not rows.empty else {}
+    by = {r.cfg.case: r["details"]["results"] for _, r in rows.iterrows()} if not rows.empty else {}
     qs = ["(a) How much memory do the XXL model's FP32 master weights, gradients and optimizer state take, and "
           "how many H100 80GB is that?",
           "(b) With weights, optimizer state, gradients and half the activations sharded over N_FSDP devices, how "
@@ -322,80 +246,25 @@ def accounting_page(ctx: Context) -> Page:
 # ---- optimizer state sharding -------------------------------------------------------------------
 
 
-def _sharding_notes(d: pd.DataFrame) -> str | None:
-    """The measured oddities of the sharding table, explained with its own numbers."""
-    by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
-    if not by:
-        return None
-    notes = []
-    first = next(iter(by.values()))
-    r0 = first["details"]["ranks"][0]
-    params = r0["named_before"]["parameters"]
-    if r0.get("init_peak") and r0.get("init_allocated"):
-        notes.append(f"**Peak after init is about twice the parameters** ({gib(r0['init_peak'])} GiB peak against "
-                     f"{gib(r0['init_allocated'])} GiB allocated once init is done; parameters {gib(params)} GiB): "
-                     "the wrapper synchronises the ranks' weights with one coalesced broadcast from rank 0, which "
-                     "flattens every parameter into a temporary buffer the size of the model. Write-ups that report "
-                     "allocated memory after init see only the parameters.")
-    z, base = by.get("zero1"), by.get("sharded")
-    if z is not None and base is not None:
-        za, ba = z["details"]["ranks"][0]["activations"], base["details"]["ranks"][0]["activations"]
-        grads = z["details"]["ranks"][0]["named_before"]["gradients"]
-        if za is not None and ba is not None:
-            notes.append(f"**ZeRO-1's \"activations\" read {gib(za)} GiB against {gib(ba)} GiB** for the same model: "
-                         f"the {gib(za - ba)} GiB difference is its gradients' {gib(grads)} GiB held twice during "
-                         "backward. zero_grad(set_to_none=True) drops the parameters' views into the flat gradient "
-                         "buffer, which stays allocated, and autograd writes fresh gradients beside it; they are copied "
-                         "in and freed before the step, so they count in the backward peak but not in the tensors "
-                         "directly before the step.")
-    return "\n\n".join(notes) or None
-
-
 def sharding_page(ctx: Context) -> Page:
     slug = problem("optimizer_state_sharding").slug
     names = ["optimizer_state_sharding", "optimizer_state_sharding_accounting"]
-    runs = gpu_rows(ctx, dr.SHARD)
+    words = macros("optimizer_sharding.md.j2")
     answers = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body = []
-    for dev, d in runs:
+    for dev, d in gpu_rows(ctx, dr.SHARD):
         label, date = device_label(dev, d), run_date(d)
-        by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
-        tail = _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt")
-        if tail:
-            answers["optimizer_state_sharding"] = (
-                "Yes: correctness/test_sharded_optimizer.py checks ShardedOptimizer against AdamW on one process "
-                "(parameter groups, add_param_group mid-training, tied weights, parameters without gradients); on "
-                f"{label} over NCCL that suite ended \"{tail}\" (logs/correctness-nccl-fsdp-sharding.txt).")
-            scores["optimizer_state_sharding"] = Score("matches unsharded AdamW", tail.split(" in ")[0], "–", dev, "–")
-        none, sh, z = by.get("none"), by.get("sharded"), by.get("zero1")
-        if none is not None and sh is not None:
-            def peak(r, key):
-                return max(x[key] for x in r["details"]["ranks"])
-
-            def state(r):
-                return max(x["named_after"]["optimizer_state"] for x in r["details"]["ranks"])
-            text = (f"On {label} (xl, 2 ranks): optimizer state per rank {gib(state(none))} → {gib(state(sh))} GiB; "
-                    f"peak before the step {gib(peak(none, 'before_peak'))} → {gib(peak(sh, 'before_peak'))} GiB, "
-                    f"during it {gib(peak(none, 'after_peak'))} → {gib(peak(sh, 'after_peak'))} GiB; step "
-                    f"{ms(none['median'], none['stddev'])} → {ms(sh['median'], sh['stddev'])} ms "
-                    f"({_ratio(sh, none)}).")
-            if z is not None:
-                text += (f" ZeRO-1 keeps the same state but reduce-scatters gradients and all-gathers parameters "
-                         f"(with Ψ the {z['details']['n_params'] * 4 / 1e9:,.2f} GB of fp32 gradients, ring volume "
-                         "2(n−1)/n·Ψ per rank, as DDP, against 3(n−1)/n·Ψ for all-reduce + broadcast): "
-                         f"step {ms(z['median'], z['stddev'])} ms ({_ratio(z, sh)} the simple version), peak during "
-                         f"the step {gib(peak(z, 'after_peak'))} GiB.")
-            answers["optimizer_state_sharding_accounting"] = text
+        f = sharding_facts(label, benches(d), _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt"))
+        if f.log_tail:
+            answers["optimizer_state_sharding"] = words.a_sharding(f)
+            scores["optimizer_state_sharding"] = Score("matches unsharded AdamW", f.passed, "–", dev, "–")
+        if f.none is not None and f.sharded is not None:
+            answers["optimizer_state_sharding_accounting"] = words.a_accounting(f)
             scores["optimizer_state_sharding_accounting"] = Score(
-                f"optimizer state {gib(state(none))} → {gib(state(sh))} GiB/rank",
-                f"peak during step {gib(peak(sh, 'after_peak'))} GiB", f"{_ratio(sh, none)} unsharded step", dev, date)
-        body += [f"## {label}", dr.sharding_section(d) or "", _sharding_notes(d) or "", run_metadata(d)]
-    qs = {"optimizer_state_sharding": "optimizer_state_sharding: does the sharded optimizer (each rank steps ~1/world "
-                                      "of the parameters, then synchronises them) train like the unsharded one?",
-          "optimizer_state_sharding_accounting": "optimizer_state_sharding_accounting: peak memory after init, before "
-                                                 "and after the step, with and without sharding; time per step; how does "
-                                                 "it differ from ZeRO stage 1?"}
+                words.score_answer(f), words.score_headline(f), str(f.sharded.vs(f.none, "unsharded step")), dev, date)
+        body += [f"## {label}", dr.sharding_section(d) or "", words.notes(f), runs_line(dev, d)]
+    qs = {"optimizer_state_sharding": words.q_sharding(), "optimizer_state_sharding_accounting": words.q_accounting()}
     return Page(slug, "Optimizer state sharding and ZeRO-1", [problem(n) for n in names],
                 [Answer(qs[n], answers[n]) for n in names], "\n\n".join(x for x in body if x), score=scores)
 
@@ -403,67 +272,27 @@ def sharding_page(ctx: Context) -> Page:
 # ---- fsdp and fsdp_accounting ----------------------------------------------------------------------
 
 
-def fsdp_saving(d: pd.DataFrame) -> tuple[acc.FSDPPeakSaving, float, float] | None:
-    """(predicted saving, measured DDP peak, measured FSDP fp32 peak) in bytes, from the run's rows."""
-    by = {r["cfg.variant"]: r for _, r in d.iterrows() if measured(r)}
-    ddp, fsdp = by.get("ddp"), by.get("fsdp")
-    if ddp is None or fsdp is None:
-        return None
-    shape = MODEL_SIZES[fsdp["cfg.size"]]
-    pred = acc.fsdp_peak_saving(int(fsdp["details"]["n_params"]), int(fsdp["cfg.world_size"]),
-                                acc.largest_sharded_layer_numel(shape["d_model"], shape["d_ff"]),
-                                activations=fsdp["details"].get("predicted_activations_bytes") or 0.0)
-    peak = lambda r: dr.figure(r, "peak_bytes")  # noqa: E731
-    if missing(peak(ddp)) or missing(peak(fsdp)):
-        return None
-    return pred, peak(ddp), peak(fsdp)
-
-
 def fsdp_page(ctx: Context) -> Page:
     slug = problem("fsdp").slug
-    runs = gpu_rows(ctx, "fsdp")
-    qa = ("fsdp_accounting (a): what saving at the peak does the memory analysis predict for FSDP on xl over 2 GPUs, "
-          "and what do the measured peaks show?")
-    qb = "fsdp_accounting (b): does each all-gather finish before its layer's forward needs it?"
-    qf = "fsdp: how do our FSDP (fp32, bf16 compute) and torch's fully_shard compare with DDP in step time and memory?"
+    words = macros("fsdp.md.j2")
+    qa, qb, qf = words.q_a(), words.q_b(), words.q_f()
     ta = tb = tf = f"{NOT_ON_GPU}."
     scores = {"fsdp_accounting": Score(NOT_ON_GPU), "fsdp": Score(NOT_ON_GPU)}
     body = []
-    for dev, d in runs:
-        label, date = device_label(dev, d), run_date(d)
-        sv = fsdp_saving(d)
-        if sv:
-            pred, ddp_peak, fsdp_peak = sv
-            got = ddp_peak - fsdp_peak
-            ta = (f"Predicted (impl.accounting.fsdp_peak_saving: (P+G+S)(N−1)/N minus the unsharded buffers in flight, "
-                  f"{gib(pred.in_flight)} GiB): {gib(pred.saving)} GiB, {pct(pred.fraction)} of DDP's predicted "
-                  f"{gib(pred.ddp_peak)} GiB. Measured on {label}: DDP {gib(ddp_peak)} GiB, our FSDP (fp32) "
-                  f"{gib(fsdp_peak)} GiB, a saving of {gib(got)} GiB ({got / pred.saving:.2f}× the prediction; "
-                  f"FSDP's peak is {gib(fsdp_peak - pred.fsdp_peak)} GiB above its predicted {gib(pred.fsdp_peak)}).")
-            scores["fsdp_accounting"] = Score(f"saving at the peak: predicted {gib(pred.saving)} GiB, measured "
-                                              f"{gib(got)} GiB", f"{gib(got)} GiB saved",
-                                              f"{got / pred.saving:.2f}× predicted", dev, date)
-        with_tl = [(fr._label(r), r) for _, r in d.iterrows() if measured(r) and r["details"].get("timeline")]
-        if with_tl:
-            parts, all_in_time = [], True
-            for lab, r in with_tl:
-                s = r["details"]["timeline"]["summary"]
-                (fi, fn), (bi, bn) = fr._phase_counts(r["details"]["timeline"], "forward"), \
-                    fr._phase_counts(r["details"]["timeline"], "backward")
-                all_in_time = all_in_time and fi == fn and bi == bn
-                parts.append(f"{lab}: {fi} of {fn} forward and {bi} of {bn} backward all-gathers were ready in time, "
-                             f"stalls {s['gather_stall_ms']:.1f} ms of a {s['span_ms']:.1f} ms step")
-            tb = f"{'Yes' if all_in_time else 'Not all'}, on {label} (rank 0's instrumented step): " + "; ".join(parts) + ". Timeline below."
-        by = {r["cfg.variant"]: r for _, r in d.iterrows()}
-        f32, anchor = by.get("fsdp"), by.get("torch_fsdp")
-        if measured(f32):
-            tf = (f"On {label}: our FSDP fp32 {ms(f32['median'], f32['stddev'])} ms/step, "
-                  f"{_ratio(f32, anchor)} torch fully_shard and {_ratio(f32, by.get('ddp'))} our DDP; table below.")
-            scores["fsdp"] = Score(f"our FSDP fp32 {_ratio(f32, anchor)} torch fully_shard", f"{ms(f32['median'])} ms/step",
-                                   f"{_ratio(f32, anchor)} torch fully_shard", dev, date)
-        fsdp_text = fr.render(d, fig_prefix(slug, dev), ctx.fig_dir, ctx.fig_rel) or ""
+    for dev, d in gpu_rows(ctx, "fsdp"):
+        f = fsdp_facts(dev, device_label(dev, d), run_date(d), benches(d))
+        if f.saving:
+            ta = words.a_a(f)
+            scores["fsdp_accounting"] = Score(words.score_a(f), words.headline_a(f), words.vs_a(f), dev, f.date)
+        if f.gathers:
+            tb = words.a_b(f)
+        if f.headline:
+            tf = words.a_f(f)
+            scores["fsdp"] = Score(words.score_f(f), words.headline_f(f), str(f.headline.vs_anchor), dev, f.date)
+        label = f.label
+        fsdp_text = fr.render(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or ""
         body += [f"## {label}", fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text,
-                 run_metadata(d)]
+                 runs_line(dev, d)]
     return Page(slug, "FSDP and fsdp_accounting", [problem("fsdp_accounting"), problem("fsdp")],
                 [Answer(qa, ta), Answer(qb, tb), Answer(qf, tf)], "\n\n".join(body), score=scores)
 

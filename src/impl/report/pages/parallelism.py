@@ -21,10 +21,11 @@ from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.bench.leaderboard_2026 import LEADERBOARD, WORLD_SIZE
 from impl.leaderboard_prediction import LayerRun, predict_step
-from impl.report.markdown import missing, ms, table
+from impl.report.markdown import gib, missing, ms, table
 from impl.report.pages import Answer, Context, Page, Score
 from impl.report.pages import gpu_rows, run_date
-from impl.report.pages.distributed import device_label
+from impl.report.runs import device_label, gpu_model
+from impl.report.templating import environment, macros
 from impl.report.pages.problems import problem
 
 CALC_PROBLEMS = ["alternate_ring_all_reduce", "data_parallel_calcs", "fsdp_calcs", "tp_calcs", "fsdp_tp_calcs"]
@@ -67,11 +68,11 @@ def nccl_bus_bandwidth(ctx: Context, world_size: int | None = None):
             bw = r.get(f"m.{Metric.BUS_BW.value}")
             if missing(bw):
                 bw = (r["details"].get("legacy_metrics") or {}).get("busbw_GBps")
-            if r["status"] != Status.MEASURED.value or r.get("cfg.backend") != "nccl" or missing(bw):
+            if r["status"] != Status.MEASURED.value or r.cfg.backend != "nccl" or missing(bw):
                 continue
-            if world_size is not None and int(r["cfg.world_size"]) != world_size:
+            if world_size is not None and int(r.cfg.world_size) != world_size:
                 continue
-            key = (int(r["cfg.bytes"]), int(r["cfg.world_size"]))
+            key = (int(r.cfg.bytes), int(r.cfg.world_size))
             if best is None or key > best[2:4]:
                 best = (bw * 1e9, dev, *key, str(r["datetime"])[:10])
     return best
@@ -134,89 +135,56 @@ def _formulas(record) -> str:
                  [[a.part, f"`{a.symbolic}`", f"`{a.formula.name}`"] for a in pc.answers(record)])
 
 
+@dataclass(frozen=True)
+class CalcsFacts:
+    """The closed forms at the workload (symbolic forms: any device would do; TPU v5p's figures) and
+    the devices whose bounds the page evaluates."""
+
+    wl: Workload
+    devices: list
+    dp: object
+    fs: object
+    tp: object
+    ft: object
+    ar: object = pc.alternate_ring_all_reduce_time
+    ring: object = pc.ring_all_reduce_time
+    fp16: int = pc.FP16
+
+    @property
+    def first(self):
+        return pc.parallelism_bounds(self.devices[0], self.wl.B, self.wl.D_FF)
+
+
+def calcs_facts(devices: list[pc.DeviceFigures]) -> CalcsFacts:
+    wl, tpu, n = workload(), pc.TPU_V5P_FIGURES, 4
+    return CalcsFacts(wl, devices, pc.data_parallel_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W),
+                      pc.fsdp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W), pc.tp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W),
+                      pc.fsdp_tp_calcs(wl.B, wl.D, wl.D_FF, 2, 2, tpu.C, tpu.W))
+
+
 def calcs_page(ctx: Context) -> Page:
     slug = problem("data_parallel_calcs").slug
-    wl = workload()
     devices, notes = device_figures(ctx)
-    tpu = pc.TPU_V5P_FIGURES
-    # records at the workload on TPU v5p (any device would do for the symbolic forms)
-    n = 4
-    dp = pc.data_parallel_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
-    fs = pc.fsdp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
-    tp = pc.tp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W)
-    ft = pc.fsdp_tp_calcs(wl.B, wl.D, wl.D_FF, 2, 2, tpu.C, tpu.W)
-    ar, ring = pc.alternate_ring_all_reduce_time, pc.ring_all_reduce_time
-    first = pc.parallelism_bounds(devices[0], wl.B, wl.D_FF)
-    answers = [
-        Answer("alternate_ring_all_reduce: how long does the all-reduce take in which each device passes whole "
-               "inputs around the ring for N−1 steps, in S, N, W?",
-               f"T = `{ar.symbolic}`: each of the N−1 steps sends a whole S-byte input over every device's link at "
-               f"once (S/W per step), and after them each device has added every other input exactly once. The "
-               f"chunked ring takes `{ring.symbolic}`, so the alternate one is N/2 times slower (equal at N = 2)."),
-        Answer("data_parallel_calcs: (a) backward FLOPs, (b) backward communication time, (c) the largest N_DP "
-               "before the backward is communication-bound?",
-               f"(a) `{dp.backward_flops.symbolic}` per device; (b) `{dp.backward_comm_time.symbolic}` (all-reduce "
-               f"of the three weight gradients); (c) N_DP ≤ `{dp.max_devices.symbolic}`: D and D_FF cancel, so "
-               "each device needs about C/W tokens."),
-        Answer("fsdp_calcs: (a) forward and backward FLOPs, (b) their communication times, (c) the largest N_FSDP "
-               "before each is communication-bound?",
-               f"(a) `{fs.forward_flops.symbolic}` and `{fs.backward_flops.symbolic}`; (b) forward "
-               f"`{fs.forward_comm_time.symbolic}` (all-gather), backward `{fs.backward_comm_time.symbolic}` "
-               f"(all-gather + reduce-scatter); (c) both N_FSDP ≤ `{fs.max_devices_forward.symbolic}`, DP's bound."),
-        Answer("tp_calcs: (a) the backward per device, (b) FLOPs, (c) communication times, (d) the largest N_TP?",
-               f"(a) below: the only backward collective is the all-reduce of dx; (b) `{tp.forward_flops.symbolic}`, "
-               f"`{tp.backward_flops.symbolic}`; (c) `{tp.forward_comm_time.symbolic}` each way; (d) forward "
-               f"N_TP ≤ `{tp.max_devices_forward.symbolic}`, backward `{tp.max_devices_backward.symbolic}`: set by "
-               "the layer's width, not the batch."),
-        Answer("fsdp_tp_calcs: (a) forward FLOPs, (b) forward communication with the axes overlapping, (c) the "
-               "largest N under the best split, (d) the same on a shared network?",
-               f"(a) `{ft.forward_flops.symbolic}`; (b) `{ft.forward_comm_time.symbolic}` with T_FSDP = "
-               f"`{ft.fsdp_comm_time.symbolic}`, T_TP = `{ft.tp_comm_time.symbolic}`; (c) N ≤ "
-               f"`{ft.max_devices.symbolic}` (each axis at its own bound); (d) N ≤ `{ft.max_devices_serial.symbolic}`."),
-    ]
-    body = [
-        "## Bounds evaluated",
-        f"Workload: {wl.source}: B = {wl.B:,.0f} tokens, D = {wl.D:,.0f}, D_FF = {wl.D_FF:,.0f}, p = {pc.FP16} "
-        "bytes (FP16). D cancels from every bound; the DP and FSDP bounds scale with B, the TP bound with D_FF. "
-        "Real-valued counts (floor them for whole devices).",
-        bounds_table(devices, wl),
-        "Sources: " + "; ".join(f"**{d.name}**: {d.source}" for d in devices) + ".",
-        *notes,
-        "## The answers' formulas",
-        "Every symbolic form above is the `symbolic` of the function that computes it (impl.parallelism_calcs); "
-        "correctness/test_parallelism_calcs.py checks them against a send/recv simulation of each ring over gloo "
-        "ranks that counts the bytes each device sends and the steps, and perf/test_parallelism_calcs.py times those "
-        "rings with the same counts checked (its CPU run is on the CPU page).",
-        "**data_parallel_calcs**", _formulas(dp), "**fsdp_calcs**", _formulas(fs), "**tp_calcs**", _formulas(tp),
-        "tp_calcs (a), the backward per device:", f"```\n{pc.TP_BACKWARD_EQUATIONS}\n```",
-        "**fsdp_tp_calcs**", _formulas(ft),
-    ]
-    name0 = devices[0].name
+    c = calcs_facts(devices)
+    w = macros("parallelism_calcs.md.j2")
+    answers = [Answer(w.q_ring(), w.a_ring(c)), Answer(w.q_dp(), w.a_dp(c)), Answer(w.q_fsdp(), w.a_fsdp(c)),
+               Answer(w.q_tp(), w.a_tp(c)), Answer(w.q_fsdp_tp(), w.a_fsdp_tp(c))]
+    formulas = {k: _formulas(getattr(c, k)) for k in ("dp", "fs", "tp", "ft")}
+    body = environment().get_template("parallelism_calcs.md.j2").module.body(
+        c, bounds_table(devices, c.wl), notes, formulas, pc.TP_BACKWARD_EQUATIONS)
+    first, closed = c.first, "closed form"
     scores = {
-        "alternate_ring_all_reduce": Score(f"T = {ar.symbolic}: N/2 × the chunked ring", "–", "–", "closed form"),
-        "data_parallel_calcs": Score(f"N_DP ≤ {dp.max_devices.symbolic}", f"{first.dp.value:,.1f} on {name0}",
-                                     "–", "closed form"),
-        "fsdp_calcs": Score(f"N_FSDP ≤ {fs.max_devices_forward.symbolic} (DP's bound)",
-                            f"{first.fsdp.value:,.1f} on {name0}", "–", "closed form"),
-        "tp_calcs": Score(f"N_TP ≤ {tp.max_devices_forward.symbolic} (fwd)", f"{first.tp_forward.value:,.1f} on {name0}",
-                          "–", "closed form"),
-        "fsdp_tp_calcs": Score("N ≤ product of the two axes' bounds (overlapping)", f"{first.fsdp_tp.value:,.0f} on {name0}",
-                               "–", "closed form"),
+        "alternate_ring_all_reduce": Score(w.score_ring(c), "–", "–", closed),
+        "data_parallel_calcs": Score(w.score_dp(c), w.on_first(c, first.dp.value, 1), "–", closed),
+        "fsdp_calcs": Score(w.score_fsdp(c), w.on_first(c, first.fsdp.value, 1), "–", closed),
+        "tp_calcs": Score(w.score_tp(c), w.on_first(c, first.tp_forward.value, 1), "–", closed),
+        "fsdp_tp_calcs": Score(w.score_fsdp_tp(c), w.on_first(c, first.fsdp_tp.value, 0), "–", closed),
     }
     return Page(slug, "The 2026 edition's parallelism calculations", [problem(p) for p in CALC_PROBLEMS], answers,
-                "\n\n".join(body), score=scores)
+                str(body).strip(), score=scores)
 
 
 LB26 = "leaderboard_2026"
-
-
-def _gib(nbytes) -> str:
-    return "–" if missing(nbytes) else f"{nbytes / 2**30:,.1f}"
-
-
-def _gpu_model(slug: str) -> str:
-    """The GPU of a device slug without its count: "h200-141gb" of "h200-141gb-x2"."""
-    return slug.rsplit("-x", 1)[0]
 
 
 def one_gpu_runs(ctx: Context, like: str | None = None):
@@ -225,7 +193,7 @@ def one_gpu_runs(ctx: Context, like: str | None = None):
     has rows, else the first that has any."""
     found = [(dev, d.sort_values(["cfg.checkpointing", "cfg.k", "cfg.layers"]))
              for dev, d in gpu_rows(ctx, LB26) if dev.endswith("-x1")]
-    same = [f for f in found if like is not None and _gpu_model(f[0]) == _gpu_model(like)]
+    same = [f for f in found if like is not None and gpu_model(f[0]) == gpu_model(like)]
     return (same or found or [None])[0]
 
 
@@ -235,10 +203,10 @@ def layer_runs(d) -> tuple[str, list[LayerRun]]:
     measured = d[d.status == Status.MEASURED.value]
     best = ("", [])
     # one line per (policy, k) and run: rows of another k or another run (code, machine) are not one model
-    groups = measured.groupby([measured["cfg.checkpointing"], measured["cfg.k"].fillna(0), measured["datetime"]],
+    groups = measured.groupby([measured.cfg.checkpointing, measured.cfg.k.fillna(0), measured["datetime"]],
                               sort=False)
     for (policy, k, _), m in sorted(groups, key=lambda g: g[0][0] == "none"):
-        runs = [LayerRun(int(r["cfg.layers"]), float(r["median"]), None if missing(r["peak_alloc"]) else
+        runs = [LayerRun(int(r.cfg.layers), float(r["median"]), None if missing(r["peak_alloc"]) else
                          float(r["peak_alloc"])) for _, r in m.iterrows()]
         if len({r.layers for r in runs}) > len({r.layers for r in best[1]}):
             best = (policy if policy == "none" else f"{policy} (k {int(k)})", runs)
@@ -248,92 +216,49 @@ def layer_runs(d) -> tuple[str, list[LayerRun]]:
 def _rows_table(d) -> str:
     rows = []
     for _, r in d.iterrows():
-        k = "" if missing(r.get("cfg.k")) else f" (k {int(r['cfg.k'])})"
+        k = "" if missing(r.cfg.k) else f" (k {int(r.cfg.k)})"
         measured = r["status"] == Status.MEASURED.value
-        rows.append([int(r["cfg.layers"]), f"{r['cfg.checkpointing']}{k}",
+        rows.append([int(r.cfg.layers), f"{r.cfg.checkpointing}{k}",
                      ms(r["median"], r["iqr"]) if measured else r["status"],
                      f"{r['m.' + Metric.TOKENS_PER_S.value]:,.0f}" if measured else "–",
                      f"{r['m.' + Metric.MFU.value]:.1%}" if measured and not missing(r.get("m." + Metric.MFU.value))
-                     else "–", _gib(r["peak_alloc"]), "" if measured else (r["reason"] or "")[:80]])
+                     else "–", gib(r["peak_alloc"], 1), "" if measured else (r["reason"] or "")[:80]])
     return table(["layers", "checkpointing", "step (ms, median ± IQR)", "tokens/s", "MFU (datasheet)",
                   "peak allocated (GiB)", "why not measured"], rows)
 
 
-def _prediction_text(pred, policy: str, dev: str, w_src: str) -> str:
-    f, mem = pred.time_fit, pred.memory_fit
-    text = (f"Predicted from the one-GPU rows on {dev} (checkpointing {policy}, {f.points} runs: step = "
-            f"{f.intercept:.3f} s + {f.slope:.3f} s × layers): **{pred.total_s:.2f} s** per step with nothing "
-            f"overlapped = {pred.compute_s:.2f} s of one rank's compute at {pred.layers} layers + "
-            f"{pred.grad_allreduce_s * 1e3:.0f} ms of gradient all-reduce ({_gib(pred.params.grad_bytes)} GiB at "
-            f"{pred.bus_bandwidth / 1e9:.0f} GB/s, {w_src}) + {pred.param_broadcast_s * 1e3:.0f} ms of the sharded "
-            f"optimizer's parameter broadcasts (at the same bus bandwidth: no broadcast was measured); "
-            f"{pred.overlapped_s:.2f} s if the all-reduce hides behind backward. The compute includes the optimizer "
-            "step over every parameter, which the sharded step halves.")
-    if mem is not None:
-        text += (f" Peak memory per rank ≈ **{_gib(pred.per_rank_peak_bytes)} GiB**: {_gib(pred.one_gpu_peak_bytes)} "
-                 f"GiB on one GPU at {pred.layers} layers (peak = {_gib(mem.intercept)} GiB + {_gib(mem.slope)} GiB × "
-                 f"layers), less the other rank's optimizer state ({_gib(pred.sharded_state_saving_bytes)} GiB), plus "
-                 f"the DDP buckets ({_gib(pred.bucket_bytes)} GiB) and the sharded optimizer's flat broadcast of one "
-                 f"owner's parameters ({_gib(pred.broadcast_bytes)} GiB).")
-    return text
-
-
 def leaderboard_2026_page(ctx: Context) -> Page:
-    name = LB26
-    spec = LEADERBOARD
+    name, spec = LB26, LEADERBOARD
+    env = environment().get_template("leaderboard_2026.md.j2").module
+    w_ = macros("leaderboard_2026.md.j2")
     two_gpu = [f"{device_label(dev, d)}: {', '.join(sorted(d.section.unique()))}"
                for dev, d in gpu_rows(ctx, *(ctx.df.problem.unique() if not ctx.df.empty else []))
                if not dev.endswith("-x1")]
-    multi = [dev for dev, _ in gpu_rows(ctx, name) if not dev.endswith("-x1")]
-    if multi:
-        not_run = (f"Rows of this step on several GPUs exist ({', '.join(multi)}) but this page does not read them "
-                   "yet; the prediction below is from one GPU.")
-    else:
-        not_run = (f"Not run on two GPUs (no run in reports/data on more than one GPU): one training step of the "
-                   f"{spec.config} model on two GPUs needs a two-GPU machine, and none was lent for this work.")
+    not_run = w_.not_run(spec, [dev for dev, _ in gpu_rows(ctx, name) if not dev.endswith("-x1")])
     w = nccl_bus_bandwidth(ctx, world_size=WORLD_SIZE)
     found = one_gpu_runs(ctx, like=None if w is None else w[1])
-    body = [f"The step is specified in SPEC.md (the 2026 edition): {spec.model.num_layers} layers, batch "
-            f"{spec.batch} × {spec.context:,} tokens, bf16, summed cross-entropy. impl.bench.leaderboard_2026 "
-            "builds it for one rank: FlashAttention-2 (ours, Triton), bf16 Linear weights with fp32 masters "
-            "(AdamWMaster), the fused chunked LM head + loss, activation checkpointing per block, and for "
-            f"{WORLD_SIZE} ranks the batch split, gradients summed by DDPBucketed and the optimizer states sharded "
-            "(ShardedOptimizer). correctness/test_leaderboard_2026.py checks it on gloo against one process.",
-            "Two-GPU building blocks measured on " + ("; ".join(two_gpu) if two_gpu else "no two-GPU machine")
-            + " ([fsdp](fsdp.md), [ddp](ddp.md)); the single-GPU full training step: [training_step](training_step.md)."]
+    body = [str(env.intro(spec, WORLD_SIZE, two_gpu)).strip()]
     score = Score("not run: needs two GPUs, not lent")
     if found is None:
-        text = not_run + (" No one-GPU run of the reduced-layer step exists yet, so there is no prediction either "
-                          "(perf/test_leaderboard_2026.py on one GPU measures it).")
+        text = f"{not_run} {w_.no_rows()}"
     else:
         dev, d = found
-        body += [f"## One GPU, fewer layers ({device_label(dev, d)}, run {run_date(d)})",
-                 f"One rank's share of the two-GPU batch ({int(d['cfg.batch'].iloc[0])} × "
-                 f"{int(d['cfg.context'].iloc[0]):,} tokens) through the {spec.config} model with fewer layers.",
-                 _rows_table(d)]
+        body += [str(env.one_gpu(spec, device_label(dev, d), run_date(d), int(d.cfg.batch.iloc[0]),
+                                 int(d.cfg.context.iloc[0]))).strip(), _rows_table(d)]
         policy, runs = layer_runs(d)
         if len({r.layers for r in runs}) < 2:
-            text = not_run + f" The one-GPU rows on {dev} measured fewer than two layer counts of one policy: no fit."
+            text = f"{not_run} {w_.no_fit(dev)}"
         elif w is None:
-            text = not_run + " No NCCL all-reduce on two GPUs has been measured, so the communication cannot be priced."
+            text = f"{not_run} {w_.no_bandwidth()}"
         else:
             w_bps, w_dev, w_src = w[0], w[1], bandwidth_source(w)
             pred = predict_step(runs, spec.model, w_bps, WORLD_SIZE)
-            text = not_run + " " + _prediction_text(pred, policy, dev, w_src)
-            body += ["## The prediction", table(
-                ["part", "seconds", "how"],
-                [["one rank's compute", f"{pred.compute_s:.3f}", f"fit at {pred.layers} layers"],
-                 ["gradient all-reduce", f"{pred.grad_allreduce_s:.3f}", "2(N−1)/N · Ψ / W"],
-                 ["sharded optimizer's broadcasts", f"{pred.param_broadcast_s:.3f}", "Ψ / W"],
-                 ["step, nothing overlapped", f"{pred.total_s:.3f}", "sum"],
-                 ["step, all-reduce overlapped", f"{pred.overlapped_s:.3f}", "compute + broadcasts"]]),
-                     "Model and assumptions: impl.leaderboard_prediction."]
-            score = Score("not run: needs two GPUs, not lent; predicted from one-GPU rows",
-                          f"{pred.total_s:.2f} s (predicted)", "–", f"{dev} + {w_dev}", run_date(d))
+            text = f"{not_run} {w_.prediction(pred, policy, dev, w_src)}"
+            body.append(str(env.prediction_table(pred)).strip())
+            score = Score("not run: needs two GPUs, not lent; predicted from one-GPU rows", w_.score_predicted(pred),
+                          "–", f"{dev} + {w_dev}", run_date(d))
     return Page(name, "leaderboard (2026): the 8B training step on two GPUs", [problem(name)],
-                [Answer(f"leaderboard (2026): how fast is one full training step of the {spec.config} model (context "
-                        f"{spec.context:,}, batch {spec.batch}, bf16) on two GPUs?", text)],
-                "\n\n".join(body), score={name: score})
+                [Answer(w_.question(spec), text)], "\n\n".join(body), score={name: score})
 
 
 def pages(ctx: Context) -> list[Page]:

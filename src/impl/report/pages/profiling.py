@@ -4,8 +4,6 @@ method and the runs (device, date, commit). GPU devices only: the CPU smoke rows
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
@@ -14,219 +12,92 @@ from impl.bench.row import Status
 from impl.bench.sweeps import grid
 from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
-from impl.report.benchmarking import speedup_cell, stat_name, step_s, study, within_noise
+from impl.report import benchmarking_script as bs
+from impl.report import mixed_precision as mp
+from impl.bench.sweeps import MODES
+from impl.report.nsys_facts import NsysFacts, profiled
+from impl.model.sizes import SizeRef
+from impl.report.ratio import ratio, spread
+from impl.report.rows import benches, size_label
+from impl.report.templating import macros
+from impl.report.benchmarking import step_s, study
 from impl.report.markdown import gib, missing, ms, num, pct, table
-from impl.report.pages import Answer, Context, Page, Score, gpu_rows, run_date
+from impl.report.output import figure_path, write_table_csv
+from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
+from impl.report.runs import device_short, runs_line
 from impl.report.pages.problems import problem
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
-NOT_ON_GPU = "not measured on a GPU yet"
 
 
 # ------------------------------------------------------------------------------------ shared
-def runs_meta(device: str, d: pd.DataFrame) -> str:
-    """Which machine and runs the rows come from: device, software, each run's UTC time and commit."""
-    env = d["row"].iloc[-1].env
-    runs = []
-    for (when, commit), g in d.groupby(["datetime", "commit"], sort=True):
-        runs.append(f"{str(when)[:16].replace('T', ' ')} UTC, commit `{commit or '–'}` ({len(g)} rows"
-                    + (", older format" if g["legacy"].all() else "") + ")")
-    return (f"**Runs** on `{device}` ({env.device}, torch {env.torch}, CUDA {env.cuda}, profile `{env.profile}`): "
-            + "; ".join(runs) + ".")
-
-
-def _fig(ctx: Context, slug: str, stem: str) -> tuple[Path, str]:
-    """(file to write, link from the page) of figure reports/figures/<slug>-<stem>.png."""
-    name = f"{slug}-{stem}.png"
-    return ctx.fig_dir / name, f"{ctx.fig_rel}/{name}"
-
-
-def _csv_writer(ctx: Context, slug: str):
-    """csv(name, header, rows) -> markdown link: writes reports/data-tables/<slug>-<name>.csv."""
-    def write(name: str, header: list[str], rows: list[list]) -> str:
-        path = ctx.reports_dir / "data-tables" / f"{slug}-{name}.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([[str(c).strip("`") for c in r] for r in rows], columns=header).to_csv(path, index=False)
-        return f"[{path.name}](data-tables/{path.name})"
-    return write
-
-
 def _i(x):
     return int(x) if not missing(x) else x
 
 
-def _missing_page(slug: str, title: str, names: list[str], questions: list[str]) -> Page:
-    return Page(slug, title, [problem(n) for n in names], [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in questions],
-                "", score={n: Score(NOT_ON_GPU) for n in names})
-
-
-def _short(device: str) -> str:
-    return device.split("-")[0].upper()
-
-
 # ------------------------------------------------------------------------------ benchmarking_script
-@dataclass
-class WarmupCase:
-    """One (size, mode) of the warm-up study: its rows by warm-up count."""
-
-    size: str
-    mode: str
-    by_warmup: dict[int, pd.Series]
-
-    def first_step_excess(self) -> float:
-        """warm-up 0's first timed step over warm-up 5's median (the fully warmed step)."""
-        r0, r5 = self.by_warmup[min(self.by_warmup)], self.by_warmup[max(self.by_warmup)]
-        return r0["data"][0] / step_s(r5)
-
-    def warmed(self) -> list[pd.Series]:
-        """The rows with at least one warm-up step."""
-        return [r for w, r in self.by_warmup.items() if w > 0]
-
-    def medians_in_noise(self) -> bool:
-        """Whether the medians after 1, 2, ... warm-up steps lie within the spread of the fully warmed one."""
-        top = self.by_warmup[max(self.by_warmup)]
-        return all(within_noise(r, top) for r in self.warmed())
+def _mean_cell(c: bs.Cell | None) -> str:
+    if c is None:
+        return "–"
+    if c.ok:
+        return ms(c.mean_s, c.std_s)
+    return "OOM" if c.status is Status.OOM else c.status.value.replace("_", " ")
 
 
-def warmup_cases(warm: pd.DataFrame) -> list[WarmupCase]:
-    ok = warm[warm["status"] == MEASURED]
-    cases = []
-    for (size, mode), g in benchmarking.by_size(ok).groupby(["cfg.size", "cfg.mode"], sort=False):
-        cases.append(WarmupCase(size, mode, {int(r["cfg.warmup"]): r for _, r in g.iterrows()}))
-    return cases
+def _grid_tables(e: bs.EditionFacts) -> str:
+    out = []
+    for dtype in dict.fromkeys(r.dtype for r in e.grid):
+        rows = [r for r in e.grid if r.dtype == dtype]
+        modes = [m for m in MODES if any(m in r.modes for r in rows)]
+        body = [[r.size, r.context] + [_mean_cell(r.modes.get(m)) for m in modes] + [
+            num(r.train.tokens_per_s, 0) if r.train and r.train.ok else "–",
+            pct(r.train.mfu_measured_peak) if r.train and r.train.ok else "–",
+            "–" if r.train is None else gib(r.train.peak_bytes) if r.train.ok else _mean_cell(r.train)] for r in rows]
+        header = ["size", "context"] + [f"{m} (ms)" for m in modes] + ["train tokens/s", "train MFU", "train peak GiB"]
+        out.append(f"**{dtype}** (mean ± std over the timed steps)\n\n" + table(header, body))
+    return "\n\n".join(out)
+
+
+def _warmup_table(e: bs.EditionFacts, left_out: str) -> str:
+    rows = [[c.size, c.context, c.dtype, c.mode, w, _mean_cell(x), ms(x.first_s), ms(x.max_s)]
+            for c in e.warmup for w, x in c.by_warmup.items()]
+    return table(["size", "context", "dtype", "mode", "warm-up steps", "mean ± std (ms)", "first timed step (ms)",
+                  "slowest timed step (ms)"], rows) + (f"\n\nNot run in this study: {left_out}." if left_out else "")
 
 
 def benchmarking_script_page(ctx: Context) -> Page:
-    slug, name = "benchmarking_script", "benchmarking_script"
-    qs = ["(b) Forward and backward times of every size at contexts 128–1024 (mean ± std)?",
-          "(c) What do 0, 1, 2 or 5 warm-up steps change?",
-          "(2026) Forward, backward and the optimizer step timed apart: how do they make up a training step?"]
+    slug = name = "benchmarking_script"
+    words = macros("benchmarking_script.md.j2")
+    qs = [words.q_b(), words.q_c(), words.q_opt()]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "benchmarking_script", [name], qs)
+        return missing_page(slug, name, [name], qs)
     body, answers, score = [], None, None
     for device, d in found:
-        main = d[d.apply(study, axis=1) == "main"]
-        warm = d[d.apply(study, axis=1) == "warmup"]
-        if answers is None:
-            answers, score = _benchmarking_answers(device, main, warm, qs)
+        f = bs.benchmarking_script_facts(device, benches(d))
+        if answers is None:  # the first (one-GPU) device answers; every device's tables follow
+            answers = [Answer(qs[0], words.a_b(f)), Answer(qs[1], words.a_c(f)), Answer(qs[2], words.a_opt(f))]
+            head = f.headline
+            score = Score(NOT_ON_GPU) if head is None else Score(
+                words.score_answer(*head), words.score_headline(*head), "–", device, run_date(d))
         body.append(f"## {device}")
-        if not main.empty:
+        main = d[d.apply(study, axis=1) == "main"]
+        for e in (e for e in f.editions if e.measured):
             warm_n, rounds_n = benchmarking.timing_text(main)
             peaks = next((p for p in main["row"].map(lambda row: row.peaks) if p is not None), None)
             peak = ("–" if peaks is None else f"{num(peaks.measured_flops / 1e12, 2)} TFLOP/s ({peaks.measured_dtype}, "
-                    f"{peaks.measured_n}³, measured in the same run)")
-            body.append(f"### (b) timings\n\nBatch {int(main['cfg.batch'].iloc[0])}, {warm_n} warm-up then {rounds_n} "
-                        "timed steps, each synchronised. Backward is timed on its own (its forward runs untimed in "
-                        f"setup). Matmul peak used for MFU: {peak}.")
-            body.append(benchmarking.timing_tables(main))
-            path, link = _fig(ctx, slug, f"{device}-train-step")
-            benchmarking.plot(main, path)
-            body.append(f"![train step vs context]({link})\n\n*Training step time against context, "
+                    f"{peaks.measured_n}³)")
+            body += [f"### (b) timings, {e.edition} sizes", words.grid_intro(e, warm_n, rounds_n, peak), _grid_tables(e)]
+            path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-train-step")
+            benchmarking.plot(e.grid, path)
+            body.append(f"![train step vs context]({link})\n\n*Training step time (mean) against context, "
                         f"{device}, runs of {run_date(main)}.*")
-        if not warm.empty:
-            body.append("### (c) warm-up steps\n\nEach row builds a fresh model and empties the allocator cache "
-                        "first, in the same process as the rest of the suite, after the main grid: kernels, cuBLAS "
-                        "handles and autotuning choices of earlier rows stay loaded.\n\n"
-                        + benchmarking.warmup_table(warm))
-        body.append(runs_meta(device, d))
-    return Page(slug, "benchmarking_script", [problem(name)], answers, "\n\n".join(body), score={name: score})
-
-
-def _optimizer_split(ok: pd.DataFrame) -> str:
-    """The 2026 variant: forward + backward + optimizer step of the largest size with an optimizer row,
-    against the training step timed whole, and the AdamW step's rate over its fp32 byte floor (read
-    p, g, m, v and write p, m, v: 28 B per parameter)."""
-    opt = ok[ok["cfg.mode"] == "optimizer_step"]
-    if opt.empty:
-        return f"{NOT_ON_GPU.capitalize()}."
-    parts, by_dtype = [], {}
-    for dtype in ("fp32", "bf16"):
-        o = opt[opt["cfg.dtype"] == dtype]
-        if o.empty:
-            continue
-        o = benchmarking.by_size(o).iloc[-1]
-        same = ok[(ok["cfg.size"] == o["cfg.size"]) & (ok["cfg.context"] == o["cfg.context"])
-                  & (ok["cfg.dtype"] == dtype)]
-        t = {m: step_s(g.iloc[0]) for m, g in same.groupby("cfg.mode")}
-        if not {"forward", "backward", "train_step"} <= set(t):
-            continue
-        total = t["forward"] + t["backward"] + t["optimizer_step"]
-        by_dtype[dtype] = t["optimizer_step"]
-        floor_b = acc.adamw_step_bytes(MODEL_SIZES[o["cfg.size"]].params)
-        parts.append(
-            f"{o['cfg.size']} at context {_i(o['cfg.context'])}, {dtype}: forward {t['forward'] * 1e3:.1f} ms, backward "
-            f"{t['backward'] * 1e3:.1f} ms, optimizer step {t['optimizer_step'] * 1e3:.1f} ms "
-            f"({t['optimizer_step'] / total:.0%} of their sum {total * 1e3:.0f} ms; the whole training step timed "
-            f"as one: {t['train_step'] * 1e3:.0f} ms). The AdamW step moves at least {floor_b / 1e9:.1f} GB "
-            f"({acc.adamw_step_bytes(1)} B per fp32 parameter), {floor_b / t['optimizer_step'] / 1e9:.0f} GB/s")
-    if not parts:
-        return "No size has forward, backward, optimizer and training-step rows at one context yet."
-    text = "; ".join(parts) + "."
-    if len(by_dtype) == 2:
-        ratio = by_dtype["bf16"] / by_dtype["fp32"]
-        text += (f" Under autocast the optimizer step takes {ratio:.2f}× its fp32 time (the parameters and "
-                 "moments stay fp32; autocast casts only inside forward and backward), while forward and backward "
-                 "shrink, so its share of the step grows.")
-    return text
-
-
-def _benchmarking_answers(device: str, main: pd.DataFrame, warm: pd.DataFrame, qs: list[str]):
-    ok = main[main["status"] == MEASURED]
-    answers = []
-    score = Score(NOT_ON_GPU)
-    if ok.empty:
-        answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
-    else:
-        big = benchmarking.by_size(ok).iloc[-1]["cfg.size"]
-        fp = ok[(ok["cfg.size"] == big) & (ok["cfg.dtype"] == "fp32")]
-        fwd = fp[fp["cfg.mode"] == "forward"].sort_values("cfg.context")
-        bwd = fp[fp["cfg.mode"] == "backward"].sort_values("cfg.context")
-        train = fp[fp["cfg.mode"] == "train_step"].sort_values("cfg.context")
-        ooms = main[main["status"] == OOM]
-        text = []
-        if not fwd.empty and not bwd.empty:
-            f, b = fwd.iloc[-1], bwd[bwd["cfg.context"] == fwd.iloc[-1]["cfg.context"]]
-            if not b.empty:
-                b = b.iloc[0]
-                text.append(f"In fp32 the {big} model's forward at context {_i(f['cfg.context'])} takes "
-                            f"{ms(step_s(f), f['stddev'])} ms and its backward {ms(step_s(b), b['stddev'])} ms "
-                            f"({step_s(b) / step_s(f):.1f}× the forward, as backward does about twice the matmul "
-                            f"work); from context {_i(fwd.iloc[0]['cfg.context'])} to {_i(f['cfg.context'])} the "
-                            f"forward grows {step_s(f) / step_s(fwd.iloc[0]):.1f}× for "
-                            f"{f['cfg.context'] / fwd.iloc[0]['cfg.context']:.0f}× the tokens.")
-        rel = ok["stddev"] / ok.apply(step_s, axis=1)
-        text.append(f"The std is below 5% of the median in {int((rel < 0.05).sum())} of {len(ok)} rows; the noisy "
-                    "ones are the short steps of small sizes, which are host-bound (Python launch overhead).")
-        if not ooms.empty:
-            text.append("Out of memory: " + ", ".join(f"{r['cfg.size']} ctx {_i(r['cfg.context'])} {r['cfg.dtype']} "
-                                                       f"{r['cfg.mode']}" for _, r in ooms.iterrows()) + ".")
-        answers.append(Answer(qs[0], " ".join(text)))
-        if not train.empty:
-            t = train.iloc[-1]
-            score = Score(f"{big} fp32 training step at context {_i(t['cfg.context'])}",
-                          f"{ms(step_s(t))} ms ({pct(t.get('m.mfu'))} MFU datasheet, "
-                          f"{pct(t.get('m.mfu_measured_peak'))} of the measured peak)",
-                          "–", _short(device), run_date(main))
-    cases = warmup_cases(warm) if not warm.empty else []
-    if not cases:
-        answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
-    else:
-        sizes = list(dict.fromkeys(c.size for c in cases))
-        first = "; ".join(f"{c.size} {c.mode.replace('_', ' ')} {c.first_step_excess():.2f}×" for c in cases)
-        noisy = [c for c in cases if c.medians_in_noise()]
-        std = max(r["stddev"] / step_s(r) for c in cases for r in c.warmed())
-        answers.append(Answer(qs[1], (
-            f"Without warm-up the first timed step costs (÷ the median at warm-up {max(cases[0].by_warmup)}): {first}. "
-            f"The medians move little (warm-up 0 ≈ 5 for {sizes[-1]}) because this study runs after the main grid in "
-            "the same process, so kernels, cuBLAS handles and the allocator's pool are already loaded and only "
-            "the first step's own allocations (the optimizer's moments in a training step) remain, and a median "
-            "ignores one slow step. The differences left between 1, 2 and 5 warm-up steps are noise: in "
-            f"{len(noisy)} of {len(cases)} cases the medians after 1 and 2 warm-up steps lie within the spread of the "
-            f"fully warmed one, and single slow steps occur at every warm-up count (std up to {pct(std, 0)} of the "
-            "median with warm-up).")))
-    answers.append(Answer(qs[2], _optimizer_split(ok)))
-    return answers, score
+            if e.warmup:
+                warm = d[d.apply(study, axis=1) == "warmup"]
+                body += [f"### (c) warm-up steps, {e.edition} sizes", words.warmup_intro(),
+                         _warmup_table(e, warm["details"].iloc[0].get("left_out", "") if not warm.empty else "")]
+        body.append(runs_line(device, d))
+    return Page(slug, name, [problem(name)], answers, "\n\n".join(body), score={name: score})
 
 
 # ------------------------------------------------------------------------------------ nsys_profile
@@ -236,68 +107,18 @@ def _nsys_ok(d: pd.DataFrame) -> pd.DataFrame:
 
 def nsys_page(ctx: Context) -> Page:
     slug, name = "nsys_profile", "nsys_profile"
-    qs = ["(a) Does the forward time from the profiler match the Python timer?",
-          "(b) Which kernel takes the most GPU time in the forward, how often is it called, and does it stay on top "
-          "for forward+backward?",
-          "(c) Which non-matmul kernels take non-trivial time?",
-          "(d) What share of the time is matmul, inference vs a full training step?",
-          "(e) Softmax time against the two attention matmuls, compared with their FLOP ratio?"]
+    words = macros("nsys_profile.md.j2")
+    qs = [words.q_a(), words.q_b(), words.q_c(), words.q_d(), words.q_e()]
     found = gpu_rows(ctx, name)
     if not found or _nsys_ok(found[0][1]).empty:
-        return _missing_page(slug, "nsys_profile", [name], qs)
+        return missing_page(slug, "nsys_profile", [name], qs)
     device, d = found[0]
-    ok = profiling._sorted(_nsys_ok(d), "cfg.context")
-    n = [r["details"]["nsys"] for _, r in ok.iterrows()]
-    timer = ok.apply(step_s, axis=1).to_numpy() * 1e3
-    kern = [x["forward_kernel_ms"] for x in n]
-    rng = [x["forward_range_ms"] for x in n]
-    busy = [k / t for k, t in zip(kern, timer)]
-    lo, hi = min(range(len(busy)), key=busy.__getitem__), max(range(len(busy)), key=busy.__getitem__)
-    agree = sum(abs(r / t - 1) <= 0.1 for r, t in zip(rng, timer))
-
-    def cfg(i):
-        r = ok.iloc[i]
-        return f"{r['cfg.size']} at context {_i(r['cfg.context'])}"
-    a = (f"The profiled forward range matches the Python timer within 10% in {agree} of {len(n)} configs, but the "
-         f"kernels inside it are another matter: {cfg(hi)} runs {num(kern[hi], 1)} ms of kernels in a "
-         f"{num(timer[hi], 1)} ms timer reading ({pct(busy[hi], 0)}), {cfg(lo)} only {num(kern[lo], 1)} ms in "
-         f"{num(timer[lo], 1)} ms ({pct(busy[lo], 0)}). Verdict: the Python timer measures the GPU's work only "
-         "where the GPU is kept busy (large models, long contexts); for small steps it measures the host's "
-         "Python and launch overhead, which the kernel tables do not show.")
-    tops = [x["top_forward"]["name"] for x in n]
-    gemm = sum(x["top_forward"]["category"] == "matmul" for x in n)
-    stays = sum(bool(x.get("top_stays_on_top")) for x in n)
-    calls = sorted({int(x["top_forward"]["calls_per_pass"]) for x in n})
-    b = (f"A matmul (cuBLAS GEMM) kernel tops the forward in {gemm} of {len(n)} configs, e.g. `{tops[hi][:60]}` for "
-         f"{cfg(hi)}, called {calls[0]}–{calls[-1]} times per forward depending on the config (one call per "
-         f"Linear of that shape); it stays on top for forward+backward in {stays} of {len(n)}, where backward's "
-         "transposed GEMMs pick other kernels.")
-    mid = n[len(n) // 2]
-    nm = mid.get("non_matmul_nontrivial") or []
-    cats = sorted({x["category"] for x in nm})
-    c = (f"Above {pct(mid['nontrivial_threshold'])} of forward+backward time ({cfg(len(n) // 2)}): "
-         f"{len(nm)} non-matmul kernels, all {', '.join(cats) or '–'} (the SwiGLU products, RMSNorm, residual adds "
-         "and the optimizer's multi-tensor updates), together "
-         f"{pct(sum(x['share'] for x in nm), 0)} of that time." if nm else "None above the threshold.")
-    fwd_share = [x["matmul_share_forward"] for x in n]
-    tr = [x["matmul_share_train_step"] for x in n if (x.get("profiled") or "train_step") == "train_step"]
-    dd = (f"Matmuls take {pct(min(fwd_share), 0)}–{pct(max(fwd_share), 0)} of forward (inference) kernel time and "
-          f"{pct(min(tr), 0)}–{pct(max(tr), 0)} of a full training step: backward adds elementwise gradient "
-          "kernels and the AdamW step is all elementwise, so the share falls." if tr else
-          f"Matmuls take {pct(min(fwd_share), 0)}–{pct(max(fwd_share), 0)} of forward kernel time.")
-    tr_ = [x["softmax_to_matmuls_time_ratio"] for x in n]
-    fr_ = [x["softmax_to_matmuls_flop_ratio"] for x in n]
-    per_flop = [t / f for t, f in zip(tr_, fr_)]
-    e = (f"Softmax takes {num(min(tr_), 2)}–{num(max(tr_), 2)} of the two matmuls' time while doing "
-         f"{num(min(fr_), 3)}–{num(max(fr_), 3)} of their FLOPs: {num(min(per_flop), 0)}–{num(max(per_flop), 0)}× "
-         "more time per FLOP. Verdict: softmax is memory-bound (it reads and writes the whole score matrix for "
-         "a few FLOPs per element), while the matmuls are compute-bound.")
-    answers = [Answer(q, t) for q, t in zip(qs, (a, b, c, dd, e))]
-    body = [f"## {device}", profiling.nsys_body(d), runs_meta(device, d)]
-    big = ok.iloc[-1]
-    score = Score("softmax is memory-bound; the Python timer includes host overhead at small sizes",
-                  f"softmax {num(per_flop[-1], 0)}× the matmuls' time per FLOP ({big['cfg.size']} ctx "
-                  f"{_i(big['cfg.context'])})", "–", _short(device), run_date(d))
+    ok = profiling.sorted_by(_nsys_ok(d), "cfg.context")
+    f = NsysFacts([profiled(f"{size_label(b.cfg.size_ref, b.cfg.size)} at context {b.cfg.context}",
+                            step_s(line), b.details["nsys"]) for (_, line), b in zip(ok.iterrows(), benches(ok))])
+    answers = [Answer(q, a(f)) for q, a in zip(qs, (words.a_a, words.a_b, words.a_c, words.a_d, words.a_e))]
+    body = [f"## {device}", profiling.nsys_body(d), runs_line(device, d)]
+    score = Score(words.score_answer(f), words.score_headline(f), "–", device, run_date(d))
     return Page(slug, "nsys_profile", [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
 
 
@@ -305,107 +126,43 @@ def nsys_page(ctx: Context) -> Page:
 def mixed_precision_page(ctx: Context) -> Page:
     slug = "mixed_precision"
     names = ["mixed_precision_accumulation", "benchmarking_mixed_precision"]
-    qs = ["mixed_precision_accumulation: what do the four accumulation loops give?",
-          "benchmarking_mixed_precision (a): which dtypes appear under autocast?",
-          "(b) Why does LayerNorm stay in fp32, and what changes with bf16?",
-          "(c) bf16 autocast against fp32: what is the trend over sizes and contexts?"]
+    words = macros("mixed_precision.md.j2")
+    qs = [words.q_acc(), words.q_a(), words.q_b(), words.q_c()]
     found = gpu_rows(ctx, *names, "benchmarking_script")
     if not found:
-        return _missing_page(slug, "mixed_precision", names, qs)
+        return missing_page(slug, "mixed_precision", names, qs)
     device, d = found[0]
-    acc = d[d.problem == "mixed_precision_accumulation"]
-    dt = d[d.problem == "benchmarking_mixed_precision"]
-    main = d[(d.problem == "benchmarking_script")]
-    main = main[main.apply(study, axis=1) == "main"] if not main.empty else main
-    answers, score = [], {}
-    if acc.empty:
-        answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
-        score[names[0]] = Score(NOT_ON_GPU)
-    else:
-        i = acc["details"].iloc[0]
-        order = sorted(i["errors"], key=i["errors"].get)
-        results = "; ".join(f"`{k}` {i['values'][k]:.6g}" for k in order)
-        answers.append(Answer(qs[0], (
-            f"Adding 0.01 {_i(acc['cfg.steps'].iloc[0])} times: {results} "
-            f"(exact {i['exact']}). An fp16 accumulator is worst (error {i['errors'][order[-1]]:.3g}): near 10 its "
-            "spacing is comparable to the addend, so every add rounds; accumulating in fp32 leaves only the "
-            "addend's own rounding, and the implicit promotion equals the explicit cast.")))
-        score[names[0]] = Score(f"fp16 accumulation is {i['errors'][order[-1]] / i['errors'][order[0]]:.0f}× worse "
-                                "than fp32", f"|error| {i['errors'][order[-1]]:.3g} vs {i['errors'][order[0]]:.3g}",
-                                "–", _short(device), run_date(acc))
-    if dt.empty:
-        answers += [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in qs[1:3]]
-    else:
-        rows = {r["details"]["dtypes"]["autocast_dtype"]: r["details"]["dtypes"] for _, r in dt.iterrows()}
-        seen = "; ".join(f"{k}: parameters {', '.join(v['parameters'])}, fc1 output {v['fc1 output']}, LayerNorm "
-                         f"{v['layernorm output']}, logits {v['logits']}, loss {v['loss']}, gradients "
-                         f"{', '.join(v['gradients'])}" for k, v in rows.items())
-        answers.append(Answer(qs[1], f"Observed with forward hooks ({seen}): autocast runs the matmuls in the low "
-                                     "precision and keeps the parameters, reductions and gradients in fp32."))
-        facts = next((r["details"]["formats"] for _, r in dt.iterrows() if r["details"].get("formats")), None)
-        if facts:
-            answers.append(Answer(qs[2], (
-                f"LayerNorm's mean and variance are sums over the features: in fp16 sums of squares overflow its max of "
-                f"{facts['fp16']['max']:.0f} and its epsilon {facts['fp16']['eps']:.3g} loses the small differences "
-                f"normalising divides, so autocast keeps it in fp32. bf16 has fp32's range (max "
-                f"{facts['bf16']['max']:.3g}), so no overflow and no loss scaling, but its epsilon is "
-                f"{facts['bf16']['eps'] / facts['fp16']['eps']:.0f}× fp16's: reductions still want fp32.")))
-        else:
-            answers.append(Answer(qs[2], "Format facts not recorded in this run."))
-    trend = _bf16_trend(main)
-    answers.append(Answer(qs[3], trend[0] if trend else f"{NOT_ON_GPU.capitalize()}."))
-    if trend:
-        score[names[1]] = Score("bf16 pays off for large models and long contexts only", trend[1], "–",
-                                _short(device), run_date(main))
-    else:
-        score[names[1]] = Score(NOT_ON_GPU)
+    rows = benches(d)
+    f = mp.mixed_precision_facts(rows, bs.benchmarking_script_facts(device, rows).editions)
+    not_yet = f"{NOT_ON_GPU.capitalize()}."
+    answers = [Answer(qs[0], words.a_acc(f.accumulation) if f.accumulation else not_yet),
+               Answer(qs[1], words.a_a(f.dtypes) if f.dtypes else not_yet),
+               Answer(qs[2], words.a_b(f.dtypes) if f.dtypes else not_yet),
+               Answer(qs[3], words.a_c(f) if f.headline else not_yet)]
+    date = lambda problem: run_date(d[d.problem == problem])  # noqa: E731
+    score = {names[0]: Score(words.score_acc(f.accumulation), words.headline_acc(f.accumulation), "–", device,
+                             date(names[0])) if f.accumulation else Score(NOT_ON_GPU),
+             names[1]: Score(words.score_c(f.headline), words.headline_c(f.headline), "–", device,
+                             date("benchmarking_script")) if f.headline else Score(NOT_ON_GPU)}
     body = [f"## {device}"]
-    for title, part in (("mixed_precision_accumulation", profiling.accumulation_body(d)),
-                        ("benchmarking_mixed_precision (a), (b)", profiling.dtypes_body(d))):
-        if part:
-            body.append(f"### {title}\n\n{part}")
-    if not main.empty:
-        mp = benchmarking.mixed_precision_table(main)
-        if mp:
-            body.append("### benchmarking_mixed_precision (c)\n\nfp32 against bf16 autocast (fp32 master weights), "
-                        f"{stat_name(main)} ± std; a speed-up whose spreads overlap reads \"within noise\" (the bf16 "
-                        "rows of short steps have large spreads).\n\n" + mp)
-    body.append(runs_meta(device, d))
+    if f.accumulation:
+        body += ["### mixed_precision_accumulation", words.body_acc(f.accumulation)]
+    if f.dtypes:
+        body += ["### benchmarking_mixed_precision (a), (b)", words.body_dtypes(f.dtypes)]
+    for t in f.trends:
+        if t.pairs:
+            body += [f"### benchmarking_mixed_precision (c), {t.edition} sizes", words.body_c(t)]
+    body.append(runs_line(device, d))
     return Page(slug, "mixed_precision: accumulation and bf16 autocast", [problem(n) for n in names], answers,
                 "\n\n".join(body), score=score)
 
 
-def _bf16_trend(main: pd.DataFrame) -> tuple[str, str] | None:
-    """((c)'s answer, the score's headline) from the fp32/bf16 training-step pairs of the main grid."""
-    if main.empty or not {"fp32", "bf16"} <= set(main["cfg.dtype"]):
-        return None
-    pairs = []
-    for (size, c), g in main[main["cfg.mode"] == "train_step"].groupby(["cfg.size", "cfg.context"]):
-        by = {r["cfg.dtype"]: r for _, r in g.iterrows()}
-        f, b = by.get("fp32"), by.get("bf16")
-        if f is not None and b is not None and f["status"] == MEASURED and b["status"] == MEASURED:
-            pairs.append((size, _i(c), f, b))
-    if not pairs:
-        return None
-    noise = [p for p in pairs if within_noise(p[2], p[3])]
-    real = [p for p in pairs if not within_noise(p[2], p[3])]
-    best = max(real or pairs, key=lambda p: step_s(p[2]) / step_s(p[3]))
-    slower = [p for p in real if step_s(p[3]) > step_s(p[2])]
-    text = (f"Training step: bf16 is {speedup_cell(best[2], best[3])} faster at {best[0]} context {best[1]} and the gain "
-            "grows with size and context (more of the step is large matmuls, where bf16 tensor cores are several "
-            f"times fp32's rate); {len(noise)} of {len(pairs)} (size, context) pairs are within noise, and "
-            f"{len(slower)} are measurably slower in bf16")
-    text += (" (" + ", ".join(f"{s} ctx {c}" for s, c, _, _ in slower) + ": small steps where autocast's casts and "
-             "launches cost more than the matmuls save)." if slower else ".")
-    return text, f"{speedup_cell(best[2], best[3])} train step ({best[0]} ctx {best[1]})"
-
-
 # ---------------------------------------------------------------------------------- memory_profiling
-def _shape_labels(size: str, batch: int, context: int, dtype: str) -> dict[int, str]:
+def _shape_labels(m, batch: int, context: int, dtype: str) -> dict[int, str]:
     """Allocation sizes in bytes → what tensors of the model have that size, for naming the largest
     allocations: fp32 only in an fp32 row (nothing is half precision there), fp32 and bf16 under
-    autocast; two tensors of one size are both named (xl: fp32 logits at context 128 = bf16 FFN weight)."""
-    m = MODEL_SIZES[size]
+    autocast; two tensors of one size are both named (xl (2025): fp32 logits at context 128 = bf16 FFN
+    weight). `m`: the row's ModelConfig (its SizeRef's)."""
     out: dict[int, list[str]] = {}
     for nbytes, kind in ((4, "fp32"), (2, "bf16")) if dtype == "bf16" else ((4, "fp32"),):
         for n, what in ((m.d_model * m.d_ff, "FFN-weight-sized (d_model × d_ff)"),
@@ -439,26 +196,27 @@ def memory_page(ctx: Context) -> Page:
           "(e) Which are the largest allocations, and where do they come from?"]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "memory_profiling", [name], qs + QS_2026)
+        return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     device, d_all = found[0]
-    d_all = profiling._sorted(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
-    in_2026 = d_all.apply(lambda r: (r["cfg.size"], _i(r["cfg.context"])) in CASES_2026, axis=1)
-    d, d26 = d_all[~in_2026], d_all[in_2026]
+    d_all = profiling.sorted_by(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
+    in_2026 = d_all.cfg.edition == "2026"
+    earlier = ~in_2026 & d_all.apply(lambda r: (r.cfg.size, _i(r.cfg.context)) in CASES_2026, axis=1)
+    d, d26, d_old = d_all[~in_2026 & ~earlier], d_all[in_2026], d_all[earlier]
     if d.empty:
-        return _missing_page(slug, "memory_profiling", [name], qs + QS_2026)
+        return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
     ok = d[d["status"] == MEASURED]
-    size = ok["cfg.size"].iloc[0]
-    m = MODEL_SIZES[size]
+    ref = ok.iloc[0].cfg.size_ref
+    size, m = size_label(ref), ref.config
     param_b = m.params * 4
     G = 2**30
 
     def sel(dtype, mode):
-        return ok[(ok["cfg.dtype"] == dtype) & (ok["cfg.mode"] == mode)].sort_values("cfg.context")
+        return ok[(ok.cfg.dtype == dtype) & (ok.cfg.mode == mode)].sort_values("cfg.context")
     train, fwd = sel("fp32", "train_step"), sel("fp32", "forward")
-    ctxs = [_i(c) for c in train["cfg.context"]]
+    ctxs = [_i(c) for c in train.cfg.context]
     answers = []
     # (a) from the timelines' phase levels
-    tl = {(_i(r["cfg.context"]), r["cfg.dtype"], r["cfg.mode"]): _phase_levels(r["details"]["snapshot"]["timeline"])
+    tl = {(_i(r.cfg.context), r.cfg.dtype, r.cfg.mode): _phase_levels(r["details"]["snapshot"]["timeline"])
           for _, r in ok.iterrows() if r["details"].get("snapshot")}
     last = ctxs[-1]
     tr = tl.get((last, "fp32", "train_step"), {})
@@ -476,7 +234,7 @@ def memory_page(ctx: Context) -> Page:
     else:
         answers.append(Answer(qs[0], "No timeline recorded on a GPU yet."))
     # (b), (c) peaks
-    peaks = {(_i(r["cfg.context"]), r["cfg.dtype"], r["cfg.mode"]): r["peak_alloc"] for _, r in ok.iterrows()}
+    peaks = {(_i(r.cfg.context), r.cfg.dtype, r.cfg.mode): r["peak_alloc"] for _, r in ok.iterrows()}
     tp = [peaks[(c, "fp32", "train_step")] for c in ctxs]
     fp_ = [peaks.get((c, "fp32", "forward")) for c in ctxs]
     fwd_peak = {c: v["forward"][1] for (c, dt, mo), v in tl.items() if mo == "train_step" and dt == "fp32" and "forward" in v}
@@ -505,8 +263,8 @@ def memory_page(ctx: Context) -> Page:
     res = (r0["details"].get("snapshot") or {}).get("residual", {})
     if "4" in res:
         answers.append(Answer(qs[3], (
-            f"batch × context × d_model × 4 B = {_i(r0['cfg.batch'])} × {_i(r0['cfg.context'])} × {m.d_model} × 4 = "
-            f"{res['4']['bytes'] / 2**20:.2f} MiB at context {_i(r0['cfg.context'])}; allocations of exactly that size "
+            f"batch × context × d_model × 4 B = {_i(r0.cfg.batch)} × {_i(r0.cfg.context)} × {m.d_model} × 4 = "
+            f"{res['4']['bytes'] / 2**20:.2f} MiB at context {_i(r0.cfg.context)}; allocations of exactly that size "
             f"{'were found' if res['4']['found'] else 'were not found'} ({res['4']['count']} in the recorded step, first "
             f"made at `{(res['4']['frames'] or ['–'])[0]}`). It doubles with the context (table below).")))
     else:
@@ -519,11 +277,11 @@ def memory_page(ctx: Context) -> Page:
     figs = []
     for mode in ("forward", "train_step"):
         for dtype in ("fp32", "bf16"):
-            g = d[(d["cfg.mode"] == mode) & (d["cfg.dtype"] == dtype) & d["details"].map(lambda i: bool(i.get("snapshot")))]
+            g = d[(d.cfg.mode == mode) & (d.cfg.dtype == dtype) & d["details"].map(lambda i: bool(i.get("snapshot")))]
             if g.empty:
                 continue
-            path, link = _fig(ctx, slug, f"{device}-{mode}-{dtype}")
-            figures.memory_timelines([(f"context {_i(r['cfg.context'])}", r["details"]["snapshot"]["timeline"])
+            path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-{mode}-{dtype}")
+            figures.memory_timelines([(f"context {_i(r.cfg.context)}", r["details"]["snapshot"]["timeline"])
                                       for _, r in g.iterrows()], path,
                                      f"{size} {dtype} {mode.replace('_', ' ')}: active memory ({device}, {run_date(g)})")
             figs.append(f"![{mode} {dtype}]({link})")
@@ -537,43 +295,53 @@ def memory_page(ctx: Context) -> Page:
     art = [i["snapshot"]["artifact"] for i in d["details"] if i.get("snapshot") and i["snapshot"].get("artifact")]
     if art:
         body.append(f"Raw snapshot saved as artifact `{art[0]}` (drag onto pytorch.org/memory_viz).")
-    a26, b26 = _memory_2026(d26)
+    a26, b26 = _memory_2026(d26, d_old)
     answers += a26
     if b26:
         body.append(b26)
-    body.append(runs_meta(device, d_all))
+    body.append(runs_line(device, d_all))
     score = Score(f"{size} training-step peak {min(tp) / G:.1f}–{max(tp) / G:.1f} GiB, flat over contexts (optimizer "
-                  "step)", f"{max(tp) / G:.1f} GiB peak (fp32 train step)", "–", _short(device), run_date(d))
+                  "step)", f"{max(tp) / G:.1f} GiB peak (fp32 train step)", "–", device_short(device), run_date(d))
     return Page(slug, "memory_profiling", [problem(name)], answers, "\n\n".join(body), score={name: score})
 
 
 # The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).
 CASES_2026 = {tuple(c) for c in grid("memory_profiling", "full")["cases_2026"]}
-QS_2026 = ["(2026 a) xl at contexts 128 and 2048: peak memory of the forward and of a full training step, "
+MEM26 = macros("memory_profiling.md.j2")
+QS_2026 = ["(2026 a) xl (2026) at contexts 128 and 2048: peak memory of the forward and of a full training step, "
            "with and without bf16 autocast?",
-           "(2026 b) xl's residual stream, and the largest allocations?"]
+           "(2026 b) xl (2026)'s residual stream, and the largest allocations?"]
 
 
-def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
-    """The 2026 questions from the rows of CASES_2026: peaks (OOM explained by the closed-form
-    activation bytes against the fp32 training state), residual stream, largest allocations."""
+def _memory_2026(d: pd.DataFrame, earlier: pd.DataFrame, heading: str = "2026 edition"
+                 ) -> tuple[list[Answer], str | None]:
+    """The 2026 questions from the 2026 edition's rows at CASES_2026: peaks (OOM explained by the
+    closed-form activation bytes against the fp32 training state), residual stream, largest
+    allocations. Without such rows the answers say so; rows of an earlier grid at those contexts
+    (the 2025 table's xl, another model) are shown under their own label, never as the answer."""
+    asked = size_label(SizeRef("2026", "xl"))
     if d.empty:
-        return [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in QS_2026], None
+        old = sorted({size_label(r.cfg.size_ref, r.cfg.size) for _, r in earlier.iterrows()})
+        text = MEM26.no_rows(asked, old, sorted({_i(c) for c in earlier.cfg.context}))
+        answers = [Answer(q, text) for q in QS_2026]
+        if earlier.empty:
+            return answers, None
+        return answers, _memory_2026(earlier, earlier.iloc[0:0], "An earlier grid's rows (not the 2026 size)")[1]
     G = 2**30
-    size = d["cfg.size"].iloc[0]
-    m = MODEL_SIZES[size]
-    batch = _i(d["cfg.batch"].iloc[0])
+    ref = d.iloc[0].cfg.size_ref
+    size, m = size_label(ref), ref.config
+    batch = _i(d.cfg.batch.iloc[0])
     state = acc.training_state_bytes(m.params)  # fp32 parameters, gradients and AdamW's two moments
 
     def peak(c, dtype, mode):
-        s = d[(d["cfg.context"] == c) & (d["cfg.dtype"] == dtype) & (d["cfg.mode"] == mode)]
+        s = d[(d.cfg.context == c) & (d.cfg.dtype == dtype) & (d.cfg.mode == mode)]
         if s.empty:
             return "not run"
         r = s.iloc[0]
         return (f"{r['peak_alloc'] / G:.1f} GiB" if r["status"] == MEASURED
                 else "OOM" if r["status"] == OOM else r["status"].replace("_", " "))
     parts = []
-    for c in sorted({_i(c) for c in d["cfg.context"]}):
+    for c in sorted({_i(c) for c in d.cfg.context}):
         acts = acc.checkpoint_terms(batch, c, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
         saved = m.num_layers * acts["a_block"] + acts["a_outside"]
         parts.append(
@@ -587,15 +355,15 @@ def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
                "softmax, and adds bf16 copies of the weights.")
     ok = d[d["status"] == MEASURED]
     res = []
-    for _, r in ok[(ok["cfg.mode"] == "forward") & (ok["cfg.dtype"] == "fp32")].iterrows():
+    for _, r in ok[(ok.cfg.mode == "forward") & (ok.cfg.dtype == "fp32")].iterrows():
         x = ((r["details"].get("snapshot") or {}).get("residual") or {}).get("4")
         if x:
-            res.append(f"{_i(r['cfg.batch'])} × {_i(r['cfg.context'])} × {m.d_model} × 4 B = "
+            res.append(f"{_i(r.cfg.batch)} × {_i(r.cfg.context)} × {m.d_model} × 4 B = "
                        f"{x['bytes'] / 2**20:.2f} MiB ({'found' if x['found'] else 'not found'} among the "
                        f"allocations, {x['count']} times)")
     big_rows, e_text = _largest(ok)
     b = Answer(QS_2026[1], ("Residual stream (fp32): " + "; ".join(res) + ". " if res else "") + e_text)
-    body = [f"### 2026 edition: {size} at contexts {', '.join(str(c) for c in sorted({_i(c) for c in d['cfg.context']}))}",
+    body = [f"### {heading}: {size} at contexts {', '.join(str(c) for c in sorted({_i(c) for c in d.cfg.context}))}",
             "Peaks are in the table above. " + _residual_table(ok)]
     if big_rows:
         body.append(big_rows)
@@ -604,11 +372,11 @@ def _memory_2026(d: pd.DataFrame) -> tuple[list[Answer], str | None]:
 
 def _peak_table(d: pd.DataFrame) -> str:
     rows = []
-    for (size, c), g in d.groupby(["cfg.size", "cfg.context"], sort=False):
-        row = [size, _i(c)]
+    for (size, c), g in d.groupby([d.cfg.size, d.cfg.context], sort=False):
+        row = [size_label(g.iloc[0].cfg.size_ref, size), _i(c)]
         for dtype in ("fp32", "bf16"):
             for mode in ("forward", "train_step"):
-                s = g[(g["cfg.dtype"] == dtype) & (g["cfg.mode"] == mode)]
+                s = g[(g.cfg.dtype == dtype) & (g.cfg.mode == mode)]
                 if s.empty:
                     row.append("–")
                     continue
@@ -621,9 +389,9 @@ def _peak_table(d: pd.DataFrame) -> str:
 
 def _residual_table(ok: pd.DataFrame) -> str:
     rows = []
-    for _, r in ok[ok["cfg.mode"] == "forward"].iterrows():
+    for _, r in ok[ok.cfg.mode == "forward"].iterrows():
         for b, x in ((r["details"].get("snapshot") or {}).get("residual") or {}).items():
-            rows.append([_i(r["cfg.context"]), r["cfg.dtype"], f"{b} B/elem", f"{x['bytes'] / 2**20:.2f}",
+            rows.append([_i(r.cfg.context), r.cfg.dtype, f"{b} B/elem", f"{x['bytes'] / 2**20:.2f}",
                          "yes" if x["found"] else "no", x["count"], f"`{(x['frames'] or ['–'])[0]}`"])
     return ("batch · context · d_model · bytes per element, looked up as an exact allocation size in the recorded "
             "forward (4 bytes: the fp32 residual stream, also under autocast; 2 bytes: half-precision outputs of "
@@ -633,32 +401,32 @@ def _residual_table(ok: pd.DataFrame) -> str:
 
 def _largest(ok: pd.DataFrame) -> tuple[str | None, str]:
     """(the largest-allocations tables of the forward rows at the shortest context, (e)'s answer)."""
-    c0 = ok["cfg.context"].min()
+    c0 = ok.cfg.context.min()
     parts, facts = [], []
-    for _, r in ok[(ok["cfg.context"] == c0) & ~((ok["cfg.dtype"] == "bf16") & (ok["cfg.mode"] == "train_step"))].iterrows():
+    for _, r in ok[(ok.cfg.context == c0) & ~((ok.cfg.dtype == "bf16") & (ok.cfg.mode == "train_step"))].iterrows():
         # entries without frames repeat ones with frames (their frames were not kept): left out
         big = [b for b in (r["details"].get("snapshot") or {}).get("largest") or [] if b["frames"]][:6]
         if not big:
             continue
-        labels = _shape_labels(r["cfg.size"], _i(r["cfg.batch"]), _i(r["cfg.context"]), r["cfg.dtype"])
+        labels = _shape_labels(r.cfg.size_ref.config, _i(r.cfg.batch), _i(r.cfg.context), r.cfg.dtype)
         rows = [[f"{b['size'] / 2**20:.1f}", b["count"], labels.get(b["size"], "–"),
                  " ← ".join(b["frames"][:2])] for b in big]
-        parts.append(f"**{r['cfg.dtype']} {r['cfg.mode'].replace('_', ' ')}, context {_i(c0)}**\n\n"
+        parts.append(f"**{r.cfg.dtype} {r.cfg.mode.replace('_', ' ')}, context {_i(c0)}**\n\n"
                      + table(["size (MiB)", "count", "tensor of that size", "made at"], rows))
-        if r["cfg.mode"] == "forward" and r["cfg.dtype"] == "bf16":
-            m = MODEL_SIZES[r["cfg.size"]]
+        if r.cfg.mode == "forward" and r.cfg.dtype == "bf16":
+            m = r.cfg.size_ref.config
             ffn = [b for b in big if b["size"] == m.d_model * m.d_ff * 2]
             if ffn:
                 facts.append(f"in the bf16 forward the {ffn[0]['size'] / 2**20:.0f} MiB allocations ({ffn[0]['count']} of "
                              f"them = 3 FFN weights × {m.num_layers} blocks) are autocast's bf16 copies of the FFN "
                              f"weights ({m.d_model} × {m.d_ff} × 2 B), made at each Linear call "
                              f"(`{(ffn[0]['frames'] or ['–'])[0]}`)")
-        if r["cfg.mode"] == "train_step" and r["cfg.dtype"] == "fp32":
+        if r.cfg.mode == "train_step" and r.cfg.dtype == "fp32":
             opt = [b for b in big if any("optim" in f for f in b["frames"])]
             if opt:
                 facts.append(f"in the training step the largest are the optimizer's parameter-sized temporaries "
                              f"({opt[0]['size'] / 2**20:.0f} MiB × {opt[0]['count']}, `{opt[0]['frames'][0]}`)")
-        if r["cfg.mode"] == "forward" and r["cfg.dtype"] == "fp32":
+        if r.cfg.mode == "forward" and r.cfg.dtype == "fp32":
             facts.append(f"in the fp32 forward the largest are activations ({big[0]['size'] / 2**20:.0f} MiB: "
                          f"{labels.get(big[0]['size'], 'unnamed')})")
     text = ("At context " + str(_i(c0)) + ": " + "; ".join(facts) + ". Sizes are matched to the model's tensor "
@@ -669,51 +437,49 @@ def _largest(ok: pd.DataFrame) -> tuple[str | None, str]:
 # ---------------------------------------------------------------------------- gradient_checkpointing
 def checkpointing_page(ctx: Context) -> Page:
     slug, name = "gradient_checkpointing", "gradient_checkpointing"
-    qs = ["(a) The memory-optimal (nested) strategy: its peak memory and compute, measured?",
-          "(b) The best single-level block size k for xl at batch 4, context 2048, validated by measured peaks?"]
+    words = macros("gradient_checkpointing.md.j2")
+    qs = [words.q_a(), words.q_b()]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "gradient_checkpointing", [name], qs)
+        return missing_page(slug, "gradient_checkpointing", [name], qs)
     device, d = found[0]
     pol = d[d.apply(study, axis=1) == "policies"]
     ok = pol[pol["status"] == MEASURED]
+    label = lambda r: size_label(r.cfg.size_ref, r.cfg.size)  # noqa: E731
+    note = words.edition_note(sorted({label(r) for _, r in ok.iterrows()}), size_label(SizeRef("2026", "xl")))
+    note = f" {note}" if note else ""
     answers, score = [], Score(NOT_ON_GPU)
-    bf = ok[ok["cfg.dtype"] == "bf16"] if "bf16" in set(ok["cfg.dtype"]) else ok
-    nested = bf[bf["cfg.policy"] == "nested"]
-    none = pol[(pol["cfg.policy"] == "none") & (pol["cfg.dtype"] == (bf["cfg.dtype"].iloc[0] if not bf.empty else None))]
+    bf = ok[ok.cfg.dtype == "bf16"] if "bf16" in set(ok.cfg.dtype) else ok
+    nested = bf[bf.cfg.policy == "nested"]
+    none = pol[(pol.cfg.policy == "none") & (pol.cfg.dtype == (bf.cfg.dtype.iloc[0] if not bf.empty else None))]
     if not nested.empty:
         r = nested.iloc[0]
         n0 = none.iloc[0] if not none.empty else None
         none_txt = ("runs out of memory" if n0 is not None and n0["status"] == OOM else
                     f"peaks at {gib(n0['peak_alloc'])} GiB" if n0 is not None else "was not run")
-        pred_none = checkpointing._pred(n0) if n0 is not None else None
-        answers.append(Answer(qs[0], (
-            f"Nested checkpointing peaks at {gib(r['peak_alloc'])} GiB ({r['cfg.dtype']}, {r['cfg.size']}, context "
-            f"{_i(r['cfg.context'])}; predicted {gib(checkpointing._pred(r))} GiB), where no checkpointing {none_txt}"
-            + (f" (predicted {gib(pred_none)} GiB)" if pred_none else "") + f": O(log L) residual streams and one "
-            f"block, paid with {checkpointing._forwards(r).split(' /')[0]} block forwards per step instead of "
-            f"{r['cfg.size'] and MODEL_SIZES[r['cfg.size']].num_layers} (O(L log L)).")))
-        score = Score(f"nested checkpointing fits {r['cfg.size']} ctx {_i(r['cfg.context'])} in "
-                      f"{gib(r['peak_alloc'])} GiB", f"{gib(r['peak_alloc'])} GiB ({r['cfg.dtype']})",
-                      "no checkpointing: OOM" if n0 is not None and n0["status"] == OOM else "–",
-                      _short(device), run_date(d))
+        layers = r.cfg.size_ref.config.num_layers if r.cfg.size_ref else "–"
+        answers.append(Answer(qs[0], words.a_nested(
+            r["peak_alloc"], r.cfg.dtype, label(r), _i(r.cfg.context), checkpointing.predicted_peak(r), none_txt,
+            checkpointing.predicted_peak(n0) if n0 is not None else None,
+            checkpointing.forwards_cell(r).split(" /")[0], layers) + note))
+        score = Score(words.score_answer(label(r), _i(r.cfg.context), r["peak_alloc"]),
+                      words.score_headline(r["peak_alloc"], r.cfg.dtype),
+                      "no checkpointing: OOM" if n0 is not None and n0["status"] == OOM else "–", device, run_date(d))
     else:
         answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
     if not ok.empty and "best_k" in ok["details"].iloc[0]:
         i = ok["details"].iloc[0]
-        ks = bf[bf["cfg.policy"] == "every_k"].sort_values("cfg.k")
-        cells = ", ".join(f"k = {_i(r['cfg.k'])}: {gib(r['peak_alloc'])} GiB" for _, r in ks.iterrows())
+        ks = bf[bf.cfg.policy == "every_k"].sort_values("cfg.k")
         best = ks.loc[ks["peak_alloc"].idxmin()] if not ks.empty else None
-        answers.append(Answer(qs[1], (
-            f"By reasoning k = {i.get('best_k')} ({i.get('best_k_rule')}); measured ({bf['cfg.dtype'].iloc[0]}): "
-            f"{cells}" + (f", so k = {_i(best['cfg.k'])} is lowest as predicted." if best is not None
-                          and _i(best["cfg.k"]) == i.get("best_k") else
-                          f"; the measured lowest is k = {_i(best['cfg.k'])}." if best is not None else "."))))
+        answers.append(Answer(qs[1], words.a_best_k(
+            i.get("best_k"), i.get("best_k_rule"), bf.cfg.dtype.iloc[0],
+            [(_i(r.cfg.k), r["peak_alloc"]) for _, r in ks.iterrows()], None if best is None else _i(best.cfg.k))
+            + note))
     else:
         answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
-    path, link = _fig(ctx, slug, f"{device}-depth")
+    path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-depth")
     b = checkpointing.body(d, path.parent, link.rsplit("/", 1)[0], path.name)
-    body = [f"## {device}", b or "", runs_meta(device, d)]
+    body = [f"## {device}", b or "", runs_line(device, d)]
     return Page(slug, "gradient_checkpointing", [problem(name)], answers, "\n\n".join(x for x in body if x),
                 score={name: score})
 
@@ -726,7 +492,7 @@ def training_step_page(ctx: Context) -> Page:
           "Ours against PyTorch's own pieces (the anchor) in the same run?"]
     found = gpu_rows(ctx, name)
     if not found:
-        return _missing_page(slug, "training_step", [name], qs)
+        return missing_page(slug, "training_step", [name], qs)
     index_figs, body, answers, score = [], [], None, None
     for device, newest in found:
         # every run of the device: a later command may have left a row "not run" that an earlier one
@@ -738,75 +504,75 @@ def training_step_page(ctx: Context) -> Page:
         if answers is None:
             answers, score = _training_answers(device, d, ok, qs)
         fig_name = f"{slug}-{device}-ablation.png"
-        parts = training_step.body(every, ctx.fig_dir, ctx.fig_rel, fig_name, csv=_csv_writer(ctx, f"{slug}-{device}"))
-        body += [f"## {device}"] + parts + [runs_meta(device, every)]
+        parts = training_step.body(every, ctx.fig_dir, ctx.fig_rel, fig_name, csv=lambda name, header, rows: write_table_csv(ctx.reports_dir, f"{slug}-{device}-{name}", header, rows))
+        body += [f"## {device}"] + parts + [runs_line(device, every)]
         if not index_figs and (ctx.fig_dir / fig_name).exists():
             index_figs.append((f"training_step ablation: tokens/s per config ({device})", f"{ctx.fig_rel}/{fig_name}"))
     return Page(slug, "training_step: the full training step, ablated", [problem(name)], answers, "\n\n".join(body),
                 score={name: score}, index_figures=index_figs)
 
 
+TS = macros("training_step.md.j2")
+
+
+def _vs(r, ref, name: str):
+    """Row r ÷ row ref (their step times), the report's one convention."""
+    return ratio(step_s(r), step_s(ref), name, spread(r["stddev"], r.get("iqr")), spread(ref["stddev"], ref.get("iqr")))
+
+
 def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[str]):
     if ok.empty:
         return [Answer(q, f"{NOT_ON_GPU.capitalize()}.") for q in qs], Score(NOT_ON_GPU)
     # the (size, context) with the most measured configs, largest size first
-    counts = ok.groupby(["cfg.size", "cfg.context"]).size()
+    counts = ok.groupby([ok.cfg.size, ok.cfg.context]).size()
     size, c = max(counts.index, key=lambda k: (counts[k], MODEL_SIZES[k[0]].params, -k[1]))
-    g = ok[(ok["cfg.size"] == size) & (ok["cfg.context"] == c)].set_index("cfg.config")
+    g = ok[(ok.cfg.size == size) & (ok.cfg.context == c)].set_index("cfg.config")
     where = f"{size} at context {_i(c)}"
     a = []
     if "bf16" in g.index:
         base = g.loc["bf16"]
+        vs = lambda x: _vs(g.loc[x], base, "bf16")  # noqa: E731
         singles = [x for x in g.index if x.startswith("+")]
-        gains = sorted(((step_s(base) / step_s(g.loc[x]), x) for x in singles), reverse=True)
-        noisy = [x for x in singles if within_noise(base, g.loc[x])]
-        text = f"At {where}, against bf16 ({ms(step_s(base))} ms): "
-        if gains:
-            text += (f"alone, {gains[0][1]} buys the most ({speedup_cell(base, g.loc[gains[0][1]])}); "
-                     f"{', '.join(noisy) or 'none'} {'are' if len(noisy) != 1 else 'is'} within noise of bf16. ")
+        top = min(singles, key=lambda x: vs(x).value, default=None)
         best = min((x for x in g.index if x not in ("anchor",)), key=lambda x: step_s(g.loc[x]))
         product = 1.0
-        for gain, _ in gains:
-            product *= gain
-        text += (f"Together the fastest of ours is {best} at {ms(step_s(g.loc[best]))} ms "
-                 f"({speedup_cell(base, g.loc[best])} bf16), against {product:.2f}× for the single speed-ups "
-                 "multiplied.")
-        a.append(Answer(qs[0], text))
+        for x in singles:
+            product *= vs(x).value
+        a.append(Answer(qs[0], TS.a_ablation(where, step_s(base), (top, vs(top)) if top else None,
+                                             [x for x in singles if vs(x).noise], f"{best} at {ms(step_s(g.loc[best]))} ms",
+                                             vs(best), product)))
     else:
         a.append(Answer(qs[0], "bf16 not measured at this shape."))
-    ours = ok[ok["cfg.config"].isin(training_step.OURS)]
+    ours = ok[ok.cfg.config.isin(training_step.OURS)]
     key = next((k for k in ("m.mfu", "m.mfu_measured_peak") if k in ours and ours[k].notna().any()), None)
     top = ours.loc[ours[key].idxmax()] if key else None
     if top is not None:
         peak = top["row"].peaks
-        a.append(Answer(qs[1], (
-            f"{top['cfg.config']} at {top['cfg.size']} context {_i(top['cfg.context'])}: {pct(top.get('m.mfu'))} of the "
-            f"datasheet dense bf16 peak ({num(peak.datasheet_flops / 1e12, 1) if peak and peak.datasheet_flops else '–'} "
-            f"TFLOP/s) and {pct(top.get('m.mfu_measured_peak'))} of the bf16 matmul peak measured in its run "
-            f"({num(peak.measured_flops / 1e12, 1) if peak else '–'} TFLOP/s).")))
+        a.append(Answer(qs[1], TS.a_mfu(
+            top.cfg.config, top.cfg.size, _i(top.cfg.context), top.get("m.mfu"),
+            num(peak.datasheet_flops / 1e12, 1) if peak and peak.datasheet_flops else "–",
+            top.get("m.mfu_measured_peak"), num(peak.measured_flops / 1e12, 1) if peak else "–")))
     else:
         a.append(Answer(qs[1], "No measured run of ours yet."))
     pairs = []
-    for (s_, c_), gg in ok.groupby(["cfg.size", "cfg.context"]):
-        by = {r["cfg.config"]: r for _, r in gg.iterrows()}
+    for (s_, c_), gg in ok.groupby([ok.cfg.size, ok.cfg.context]):
+        by = {r.cfg.config: r for _, r in gg.iterrows()}
         an = by.get("anchor")
         for o in training_step.OURS:
             if an is not None and o in by and by[o]["datetime"] == an["datetime"]:
                 pairs.append((s_, _i(c_), o, by[o], an))
     if pairs:
         s_, c_, o, r, an = max(pairs, key=lambda p: (MODEL_SIZES[p[0]].params, p[1]))
-        a.append(Answer(qs[2], (
-            f"In the same run at {s_} context {c_}: {o} {ms(step_s(r), r['stddev'])} ms against the anchor's "
-            f"{ms(step_s(an), an['stddev'])} ms, {speedup_cell(an, r)} "
-            + ("(faster)." if step_s(r) < step_s(an) else "(slower).") + f" {len(pairs)} same-run pair(s) in the table "
-            "below; the others compare across runs.")))
-        vs = f"{step_s(r) / step_s(an):.2f}× the anchor's step ({o} vs compiled PyTorch, same run)"
+        vs_anchor = _vs(r, an, "the anchor's step")
+        a.append(Answer(qs[2], TS.a_anchor(s_, c_, o, step_s(r), r["stddev"], step_s(an), an["stddev"], vs_anchor,
+                                           len(pairs))))
+        vs = f"{vs_anchor} ({o} vs compiled PyTorch, same run)"
         score = Score(f"{o} trains {s_} ctx {c_} at {pct(r.get('m.mfu'))} MFU", f"{ms(step_s(r))} ms/step, "
                       f"{pct(r.get('m.mfu'))} MFU (datasheet) / {pct(r.get('m.mfu_measured_peak'))} (measured peak)", vs,
-                      _short(device), str(r["datetime"])[:10])
+                      device_short(device), str(r["datetime"])[:10])
     else:
         a.append(Answer(qs[2], "Ours and the anchor were not measured in the same run yet."))
-        score = Score("ablation measured; no same-run anchor pair", "–", "–", _short(device), run_date(d))
+        score = Score("ablation measured; no same-run anchor pair", "–", "–", device_short(device), run_date(d))
     return a, score
 
 

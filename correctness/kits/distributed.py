@@ -1,8 +1,8 @@
 """Worker functions and toy models for the distributed correctness tests.
 
-They live in the package (not in correctness/) because ``spawn`` pickles a
-worker by its qualified name and the child must be able to import it
-regardless of how pytest put the test module on ``sys.path``.
+``spawn`` pickles a worker by its qualified name (``kits.distributed.fn``); the
+child imports it from correctness/, which the root conftest.py puts on ``sys.path``
+and spawn passes on to the child.
 
 Every equivalence worker follows the same recipe: rank r builds its model
 from a rank-dependent seed (so the DDP broadcast matters), the reference model

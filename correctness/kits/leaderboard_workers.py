@@ -1,5 +1,6 @@
 """Workers for correctness/test_leaderboard_2026.py's process-group test (spawn pickles a worker by
-its qualified name, so it lives in the package; importing it registers nothing)."""
+its qualified name; the child finds `kits` on the sys.path spawn copies from the parent; importing it
+registers nothing)."""
 from __future__ import annotations
 
 import torch

@@ -1,0 +1,372 @@
+"""The report as facts (impl.report.index, rows, ratio, fsdp headline): which problems the index lists
+and with which editions, which row is a page's headline, the ratio convention. Numbers and verdicts,
+not wording."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from impl.report.data import load
+from impl.report.pages import Context
+
+ROOT = Path(__file__).resolve().parents[1]
+# "Problem (<name>)" of each handout, in order (shared/handouts/cs336_assignment2_{2025,2026}.txt);
+# 2025's FlashAttention leaderboard (section 1.3.3) is not headed "Problem" there.
+POSED = {
+    "2025": ["benchmarking_script", "nsys_profile", "mixed_precision_accumulation", "benchmarking_mixed_precision",
+             "memory_profiling", "pytorch_attention", "torch_compile", "flash_forward", "flash_backward",
+             "flash_benchmarking", "leaderboard", "distributed_communication_single_node", "naive_ddp",
+             "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking", "ddp_overlap_individual_parameters",
+             "ddp_overlap_individual_parameters_benchmarking", "ddp_overlap_bucketed", "ddp_bucketed_benchmarking",
+             "communication_accounting", "optimizer_state_sharding", "optimizer_state_sharding_accounting"],
+    "2026": ["benchmarking_script", "nsys_profile", "mixed_precision_accumulation", "benchmarking_mixed_precision",
+             "memory_profiling", "gradient_checkpointing", "pytorch_attention", "torch_compile", "flash_forward",
+             "flash_backward", "flash_benchmarking", "distributed_communication_single_node", "naive_ddp",
+             "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking", "ddp_overlap_individual_parameters",
+             "ddp_overlap_individual_parameters_benchmarking", "optimizer_state_sharding",
+             "optimizer_state_sharding_accounting", "fsdp", "fsdp_accounting", "alternate_ring_all_reduce",
+             "data_parallel_calcs", "fsdp_calcs", "tp_calcs", "fsdp_tp_calcs", "leaderboard_2026"],
+}
+
+
+def test_index_tags_each_problem_with_the_editions_of_the_handouts():
+    from impl.report.pages.problems import PROBLEMS
+
+    listed = {p.name: p for p in PROBLEMS}
+    for e, names in POSED.items():  # one index row per handout problem
+        assert set(names) <= set(listed), (e, set(names) - set(listed))
+    for p in PROBLEMS:
+        got = {e for e, names in POSED.items() if p.name in names}
+        assert (set(p.edition.split(", ")) if p.edition != "suite" else set()) == got, (p.name, p.edition, got)
+
+
+def test_stored_group_alias_reads_as_the_handouts_problem(tmp_path):
+    row = pd.DataFrame([dict(problem="ddp_overlap_bucketed_benchmarking", device="x")])
+    ctx = Context(df=row, history=row.copy(), reports_dir=tmp_path, fig_dir=tmp_path)
+    assert list(ctx.df.problem) == ["ddp_bucketed_benchmarking"]
+
+
+def test_ratio_is_ours_over_anchor_with_one_verdict_word():
+    from impl.report.ratio import ratio
+
+    slow, fast, same = ratio(2.2, 1.0, "a"), ratio(0.5, 1.0, "a"), ratio(1.02, 1.0, "a", 0.01, 0.02)
+    assert (slow.value, slow.verdict) == (2.2, "slower")
+    assert (fast.value, fast.verdict) == (0.5, "faster")
+    assert same.verdict == "within noise"
+    assert ratio(None, 1.0) is None and ratio(1.0, float("nan")) is None
+
+
+def test_fsdp_headline_pair_is_the_target_configuration_not_the_best_looking_row():
+    from impl.report.fsdp import headline_pair
+
+    every = ["fsdp_block_bf16", "torch_fsdp_bf16", "fsdp_bf16", "torch_fsdp", "fsdp", "ddp"]
+    assert headline_pair(every) == ("fsdp_block_bf16", "torch_fsdp_bf16")
+    assert headline_pair([v for v in every if v != "fsdp_block_bf16"]) == ("fsdp_bf16", "torch_fsdp_bf16")
+    assert headline_pair(["fsdp", "torch_fsdp", "ddp"]) == ("fsdp", "torch_fsdp")
+    assert headline_pair(["fsdp", "ddp"]) is None
+
+
+@pytest.fixture(scope="module")
+def built_pages(tmp_path_factory):
+    from impl.report import build
+
+    ctx = build.context(ROOT / "reports" / "data", tmp_path_factory.mktemp("reports"))
+    return ctx, build.collect(ctx)
+
+
+def test_committed_fsdp_headline_reads_the_bf16_pair(built_pages):
+    """The committed 2×H200 run has no per-block row: the headline is ours bf16 against fully_shard bf16
+    (ours slower), not the fp32 pair that sits within noise."""
+    ctx, pages = built_pages
+    fsdp = next(p for p in pages if p.slug == "fsdp").score["fsdp"]
+    d = ctx.df[(ctx.df.problem == "fsdp") & (ctx.df.device == "h200-141gb-x2")]
+    med = {r.config["variant"]: m for r, m in zip(d["row"], d["median"])}
+    assert f"{med['fsdp_bf16'] / med['torch_fsdp_bf16']:.2f}×" in fsdp.vs_anchor
+    assert "slower" in fsdp.vs_anchor
+
+
+def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
+    from impl.report.index import device_names, index_facts
+    from impl.report.pages.problems import PROBLEMS
+
+    ctx, pages = built_pages
+    facts = index_facts(pages, [], device_names(ctx.df))
+    assert [r.problem for r in facts.rows] == [p.name for p in PROBLEMS]
+    shorts = {"H100", "H200", "2×H200", "closed form", "–"}
+    for r in facts.rows:
+        assert set(r.device.split(" + ")) <= shorts, (r.problem, r.device)
+    assert facts.answered == sum(r.answered for r in facts.rows) and facts.measured <= facts.answered
+    by = {r.problem: r for r in facts.rows}
+    assert by["ddp_bucketed_benchmarking"].measured and by["ddp_overlap_individual_parameters_benchmarking"].measured
+
+
+# ------------------------------------------------------------- benchmarking_script
+@pytest.fixture(scope="module")
+def h100_benchmarking():
+    from impl.report.benchmarking_script import benchmarking_script_facts
+    from impl.report.rows import benches
+
+    df = load(ROOT / "reports" / "data")
+    d = df[(df.device == "h100-80gb-x1") & (df.problem == "benchmarking_script")]
+    return benchmarking_script_facts("h100-80gb-x1", benches(d)), d
+
+
+def test_benchmarking_script_times_are_means_and_std_of_their_rows(h100_benchmarking):
+    """Both handouts ask for the average and standard deviation: every cell is the row's stats mean and
+    stddev, not its median."""
+    f, d = h100_benchmarking
+    e25, e26 = f.editions
+    assert (e25.edition, e26.edition) == ("2025", "2026")
+    head_ed, head = f.headline
+    assert head_ed is e25 and head.dtype == "fp32" and head.size == "2.7B (2025) = xl (2026)"
+    src = d[d["row"].map(lambda r: r.config.get("size") == "2.7B" and r.config.get("dtype") == "fp32"
+                         and r.config.get("mode") == "train_step" and r.config.get("context") == head.context
+                         and r.config.get("study") in (None, "main"))]
+    src = src[src.status == "measured"]
+    assert len(src) == 1
+    assert head.train.mean_s == src["mean"].iloc[0] and head.train.std_s == src["stddev"].iloc[0]
+    assert head.context == max(r.context for r in e25.largest() if r.train is not None and r.train.ok)
+
+
+def test_benchmarking_script_2026_edition_without_rows_is_missing_not_relabelled(h100_benchmarking):
+    f, _ = h100_benchmarking
+    e26 = f.editions[1]
+    assert not e26.measured and not e26.grid and not e26.warmup and not e26.optimizer
+    assert e26.sizes == ["small", "medium", "large", "xl (2026) = 2.7B (2025)", "10B (2026)"]
+
+
+def test_benchmarking_script_optimizer_split_adds_the_rows_means(h100_benchmarking):
+    f, _ = h100_benchmarking
+    e25 = f.editions[0]
+    assert {o.dtype for o in e25.optimizer} == {"fp32", "bf16"}
+    for o in e25.optimizer:
+        row = next(r for r in e25.grid if r.size == o.size and r.context == o.context and r.dtype == o.dtype)
+        assert o.forward_s == row.modes["forward"].mean_s and o.optimizer_s == row.modes["optimizer_step"].mean_s
+        assert o.optimizer_share == pytest.approx(o.optimizer_s / (o.forward_s + o.backward_s + o.optimizer_s))
+
+
+def test_benchmarking_script_rows_of_the_2026_edition_answer_its_sizes():
+    from impl.bench.row import Env, Row, Status, Timing
+    from impl.report.benchmarking_script import benchmarking_script_facts
+    from impl.report.rows import Bench, Config, RunRef, Stats
+
+    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
+    run = RunRef("gpu-x1", "benchmarking_script", "2026-12-01T00:00:00", "abc", False)
+
+    def bench(edition, size, mode, mean):
+        cfg = dict(size=size, edition=edition, context=512, dtype="fp32", mode=mode, study="main", batch=4)
+        row = Row("benchmarking_script", cfg, env, Status.MEASURED, Timing("step", "SyncTimer", 5, 10))
+        return Bench(f"{edition}-{size}-{mode}", row, run, Stats(mean, mean / 100, mean * 2, 0.0, 10, [mean] * 10),
+                     Config.of(cfg))
+
+    rows = [bench("2026", "xl", m, t) for m, t in (("forward", 0.3), ("backward", 0.6), ("train_step", 1.0))]
+    rows.append(bench(None, "xl", "forward", 0.1))  # no edition: a 2025 row (the 2025 xl is another model)
+    f = benchmarking_script_facts("gpu-x1", rows)
+    e25, e26 = f.editions
+    assert [r.size for r in e26.grid] == ["xl (2026) = 2.7B (2025)"] and [r.size for r in e25.grid] == ["xl (2025)"]
+    assert f.headline[0] is e26 and f.headline[1].train.mean_s == 1.0  # the mean, not the median (2.0)
+    lo, hi = e26.fwd_bwd
+    assert hi.modes["backward"].mean_s == 0.6
+
+
+# ------------------------------------------------------------- nsys_profile (c)
+def test_nsys_c_reads_the_forwards_kernels_only():
+    """(c) asks about the forward pass: the answer's kernels come from the forward's table, so an
+    optimizer kernel (multi-tensor apply) that tops the training step's table is not among them."""
+    from impl.report.nsys_facts import forward_non_matmul
+
+    nsys = dict(nontrivial_threshold=0.01, tables={
+        "forward": [dict(name="gemm", category="matmul", share=0.8, calls=10),
+                    dict(name="softmax_warp_forward<float>", category="softmax", share=0.05, calls=4),
+                    dict(name="BinaryFunctor<MulFunctor<float>>", category="elementwise", share=0.02, calls=8),
+                    dict(name="tiny", category="elementwise", share=0.001, calls=1)],
+        "train step": [dict(name="multi_tensor_apply_kernel<AdamW>", category="elementwise", share=0.3, calls=1)]})
+    f = forward_non_matmul(nsys)
+    assert [k.share for k in f.kernels] == [0.05, 0.02] and f.categories == ["elementwise", "softmax"]
+    assert f.total_share == pytest.approx(0.07) and f.kernels[1].op == "MulFunctor"
+
+
+def test_committed_nsys_c_answer_has_no_optimizer_kernel(built_pages):
+    _, pages = built_pages
+    page = next(p for p in pages if p.slug == "nsys_profile")
+    c = next(a.text for a in page.answers if a.question.startswith("(c)"))
+    assert "optimizer" not in c and "multi_tensor" not in c
+
+
+# ------------------------------------------------------------- torch_compile (a)
+def _b(problem: str, cfg: dict, median: float, section: str, when: str):
+    from impl.bench.row import Env, Row, Status, Timing
+    from impl.report.rows import Bench, Config, RunRef, Stats
+
+    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
+    row = Row(problem, cfg, env, Status.MEASURED, Timing("call", "CudaEventTimer", 2, 10))
+    return Bench(f"{section}-{cfg}", row, RunRef("gpu-x1", section, when, "c", False),
+                 Stats(median, median / 100, median, median / 100, 10, None), Config.of(cfg))
+
+
+def test_torch_compile_ratio_pairs_rows_of_one_run_only():
+    from impl.report.compile_facts import compile_attention_facts
+
+    shape = dict(d_model=64, seq=4096, mode="forward")
+    compiled = _b("torch_compile", dict(impl="compiled", **shape), 1.0, "torch_compile_attention", "2026-12-02")
+    same = _b("torch_compile", dict(impl="eager", **shape), 2.0, "torch_compile_attention", "2026-12-02")
+    other = _b("pytorch_attention", dict(shape), 4.0, "pytorch_attention", "2026-12-01")
+    f = compile_attention_facts([compiled], [other])
+    assert f.paired == [] and f.pairs[0].eager is None and f.other_run_eager == [other]
+    f = compile_attention_facts([compiled, same], [compiled, same, other])
+    (pair,) = f.pairs
+    assert pair.eager is same and pair.ratio.value == 0.5 and pair.ratio.verdict == "faster"
+    assert f.longest == [pair]
+
+
+def test_committed_torch_compile_a_has_no_cross_run_ratio(built_pages):
+    """The committed H100 compiled-attention run has no eager rows of its own: the page takes no ratio."""
+    _, pages = built_pages
+    score = next(p for p in pages if p.slug == "torch_compile").score["torch_compile"]
+    assert "×" not in score.headline + score.vs_anchor
+
+
+# ------------------------------------------------------------- fsdp_accounting
+def test_fsdp_saving_reads_the_rows_size_by_edition(built_pages):
+    """(a)'s prediction uses the row's own size table: the committed run's xl is the 2025 table's."""
+    from impl.model.sizes import SizeRef
+    from impl.report.fsdp_facts import saving
+    from impl.report.rows import benches
+
+    ctx, _ = built_pages
+    rows = benches(ctx.df[(ctx.df.problem == "fsdp") & (ctx.df.device == "h200-141gb-x2")])
+    s = saving(rows)
+    assert s.size == SizeRef("2025", "xl").label
+    assert s.measured == s.ddp_peak - s.fsdp_peak and s.of_predicted == pytest.approx(s.measured / s.predicted.saving)
+
+
+# ------------------------------------------------------------- mixed_precision
+def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
+    from impl.report.mixed_precision import bf16_trend
+
+    f, _ = h100_benchmarking
+    t = bf16_trend(f.editions[0])
+    best = t.best
+    assert best.mode == "train_step" and best.ratio.value == best.bf16.mean_s / best.fp32.mean_s
+    assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
+    assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
+    assert not bf16_trend(f.editions[1]).pairs  # no 2026 rows: nothing relabelled
+
+
+# ------------------------------------------------------------- distributed_communication_single_node
+def test_comm_facts_compare_backends_at_nccls_largest_size_and_process_count():
+    from impl.report.comm_facts import comm_facts
+
+    mb = 2**20
+    pts = {("nccl", 2): {mb: (10.0, 1e-4), 1000 * mb: (300.0, 3e-3)},
+           ("gloo", 2): {mb: (0.5, 2e-3), 1000 * mb: (2.0, 0.45)},
+           ("gloo", 4): {1000 * mb: (1.5, 0.9)}}
+    f = comm_facts("dev", pts, not_run=3)
+    assert (f.size_bytes, f.nccl_procs, f.nccl.busbw_gbps) == (1000 * mb, 2, 300.0)
+    assert f.gloo_over_nccl == pytest.approx(150.0) and f.gloo_by_procs == [(2, 2.0), (4, 1.5)]
+    assert comm_facts("dev", {k: v for k, v in pts.items() if k[0] == "gloo"}, 0) is None
+
+
+# ------------------------------------------------------------- ddp
+def test_ddp_facts_group_rows_by_context_and_score_each_variant_against_its_rows(built_pages):
+    """The committed 2×H200 run: each benchmarking problem's scoreboard ratio is its own variant's row
+    ÷ torch DDP at the largest context, and the bucketed headline is the fastest bucket."""
+    from impl.report.ddp_facts import TORCH, ddp_facts
+    from impl.report.rows import benches
+
+    ctx, pages = built_pages
+    d = ctx.df[(ctx.df.device == "h200-141gb-x2") & ctx.df.problem.isin(
+        ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
+         "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"])]
+    f = ddp_facts("dev", "date", benches(d), None, {})
+    g = f.largest
+    assert g.context == max(x.context for x in f.groups)
+    score = next(p for p in pages if p.slug == "ddp").score
+    naive = g.ratio(("naive", None), TORCH, "torch DDP")
+    assert score["naive_ddp_benchmarking"].vs_anchor == str(naive)
+    assert naive.value == g.get(("naive", None)).stats.median / g.get(TORCH).stats.median
+    best = g.best_bucket
+    assert all(g.buckets[best].stats.median <= b.stats.median for b in g.buckets.values())
+    assert f"{best:g} MB" in score["ddp_bucketed_benchmarking"].answer
+
+
+# ------------------------------------------------------------- optimizer_state_sharding_accounting
+def test_sharding_facts_read_each_variants_largest_rank(built_pages):
+    from impl.report.rows import benches
+    from impl.report.sharding_facts import sharding_facts
+
+    ctx, _ = built_pages
+    d = ctx.df[(ctx.df.device == "h200-141gb-x2") & (ctx.df.problem == "optimizer_state_sharding_accounting")]
+    f = sharding_facts("dev", benches(d), None)
+    ranks = f.sharded.row.details["ranks"]
+    assert f.sharded.after_peak == max(r["after_peak"] for r in ranks)
+    assert f.sharded.state < f.none.state  # sharding keeps ~1/world of the optimizer state per rank
+    assert f.sharded.vs(f.none, "x").value == f.sharded.median / f.none.median
+    assert f.zero1_activations.zero1 - f.zero1_activations.sharded > 0
+
+
+# ------------------------------------------------------------- every page: structure and sources
+def test_every_page_answers_each_question_under_its_heading_first(built_pages):
+    from impl.report.pages import render_page
+
+    _, pages = built_pages
+    for page in pages:
+        text = render_page(page)
+        body_at = text.find(page.body.strip()[:80]) if page.body.strip() else len(text)
+        for a in page.answers:
+            head = f"## {a.question}\n\n{a.text}"
+            assert a.question.strip() and a.text.strip(), (page.slug, a.question)
+            assert head in text and text.index(head) < body_at, (page.slug, a.question)
+
+
+def test_every_timed_number_in_an_answer_comes_from_a_row(built_pages, tmp_path):
+    """Rebuilt with every row's timings scaled, each answer that quotes a time in ms changes: no page
+    types a measured time by hand."""
+    import re
+
+    from impl.report import build
+
+    ctx, pages = built_pages
+    scaled = build.context(ROOT / "reports" / "data", tmp_path)
+    for col in ("median", "mean", "stddev", "iqr"):
+        scaled.df[col] = scaled.df[col] * 1.37
+    scaled.df["data"] = scaled.df["data"].map(lambda xs: [x * 1.37 for x in xs] if isinstance(xs, list) else xs)
+    after = {(p.slug, a.question): a.text for p in build.collect(scaled) for a in p.answers}
+    timed = [(p.slug, a.question, a.text) for p in pages for a in p.answers
+             if p.slug != "cpu_smoke" and re.search(r"\d ms\b", a.text)]
+    assert len(timed) > 10
+    # times these answers read from a row's details, which scaling the statistics leaves alone: the
+    # older all-reduce files' time_s, the FSDP instrumented step's timeline
+    from_details = {"distributed_communication"}
+    unchanged = [(slug, q) for slug, q, text in timed if after[(slug, q)] == text
+                 and slug not in from_details and not q.startswith("fsdp_accounting (b)")]
+    assert unchanged == [], unchanged
+
+
+def test_torch_compile_b_is_compiled_over_eager_of_one_run():
+    from impl.report.compile_facts import compile_model_facts
+
+    def row(size, ctx, impl, t, when="2026-12-02"):
+        return _b("torch_compile", dict(size=size, context=ctx, mode="forward", impl=impl), t, "torch_compile_model", when)
+    rows = [row("small", 128, "eager", 2.0), row("small", 128, "compiled", 1.0),
+            row("xl", 128, "eager", 2.0), row("xl", 128, "compiled", 1.8),
+            row("xl", 256, "compiled", 0.1, when="2026-12-03")]  # another run's row: no pair
+    (m,) = compile_model_facts(rows)
+    assert m.by_size == {"small": 0.5, "xl": 0.9} and m.gain_shrinks
+
+
+def test_gradient_checkpointing_names_the_rows_size_by_edition(built_pages):
+    """The committed rows are the 2025 table's xl (d_model 1600): the 2026 question's xl is another model,
+    so the page labels the rows' size and says the question's size has no rows (a missing-data fact)."""
+    from impl.model.sizes import SizeRef
+
+    ctx, pages = built_pages
+    d = ctx.df[(ctx.df.problem == "gradient_checkpointing") & (ctx.df.device == "h100-80gb-x1")]
+    refs = {r.cfg.size_ref for _, r in d.iterrows() if r.cfg.size}  # the depth study rows name a width
+    assert refs == {SizeRef("2025", "xl")}
+    page = next(p for p in pages if p.slug == "gradient_checkpointing")
+    assert SizeRef("2025", "xl").label in page.score["gradient_checkpointing"].answer
+    assert all(SizeRef("2026", "xl").label in a.text for a in page.answers)

@@ -1,0 +1,228 @@
+"""Typed access to the loaded rows: a page reads `Bench` objects (one stored benchmark row with its
+run and statistics) and their `Config`, not `"cfg.<key>"` columns of the flat frame.
+
+The loader (impl.report.data) stays as it is; `benches(frame)` turns its lines into these objects.
+Sizes are `SizeRef`s (edition, name): rows stored before the 2026 table carry no `edition` and read
+as 2025's; a row's size label comes from one function, `size_label`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable
+
+import pandas as pd
+
+from impl.bench.row import Metric, Row, Status
+from impl.model.sizes import EDITION_SIZES, SizeRef
+
+EDITIONS = tuple(EDITION_SIZES)  # ("2025", "2026")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A row's swept parameters, typed; a key the report does not read stays in `extra`."""
+
+    size: str | None = None
+    edition: str | None = None
+    context: int | None = None
+    batch: int | None = None
+    dtype: str | None = None
+    mode: str | None = None
+    study: str | None = None
+    warmup: int | None = None
+    impl: str | None = None
+    seq: int | None = None
+    d: int | None = None
+    heads: int | None = None
+    causal: bool | None = None
+    config: str | None = None
+    variant: str | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    bytes: int | None = None
+    d_model: int | None = None
+    d_ff: int | None = None
+    num_layers: int | None = None
+    num_heads: int | None = None
+    # distributed, training-step and checkpointing grids
+    batch_per_rank: int | None = None
+    bucket_mb: float | None = None
+    kind: str | None = None  # older distributed files: "trace" / "fit" rows beside the benchmarks
+    layers: int | None = None
+    k: int | None = None
+    policy: str | None = None
+    checkpointing: str | None = None
+    case: str | None = None
+    steps: int | None = None
+    compile: bool | str | None = None
+    compile_backend: str | None = None
+    attn_impl: str | None = None
+    fused_ce: bool | None = None
+    optimizer: str | None = None
+    weights: str | None = None
+    width: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> Config:
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in config.items() if k in known},
+                   extra={k: v for k, v in config.items() if k not in known})
+
+    @property
+    def size_ref(self) -> SizeRef | None:
+        """(edition, name) of the row's model size; None for sizes outside both tables (tiny)."""
+        if self.size is None:
+            return None
+        try:
+            return SizeRef.from_row({"size": self.size, "edition": self.edition})
+        except ValueError:
+            return None
+
+    @property
+    def edition_or_default(self) -> str:
+        return str(self.edition or "2025")
+
+
+CONFIG_KEYS = frozenset(f.name for f in fields(Config)) - {"extra"}
+
+
+@pd.api.extensions.register_dataframe_accessor("cfg")
+class FrameConfig:
+    """`d.cfg.<key>`: the frame's column of a config key, by a declared name (Config's fields); a key no
+    row of `d` has reads as a column of None."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self._frame = frame
+
+    def __getattr__(self, key: str) -> pd.Series:
+        if key not in CONFIG_KEYS:
+            raise AttributeError(f"no config key {key!r}; declare it in impl.report.rows.Config")
+        column = f"cfg.{key}"
+        if column in self._frame:
+            return self._frame[column]
+        return pd.Series([None] * len(self._frame), index=self._frame.index, dtype=object)
+
+
+@pd.api.extensions.register_series_accessor("cfg")
+class LineConfig:
+    """`r.cfg`: the typed Config of one line of the frame (its Row's config), None where unset."""
+
+    def __init__(self, line: pd.Series):
+        self._config = Config.of(line["row"].config) if "row" in line.index else None
+
+    def __getattr__(self, key: str):
+        if self._config is None:
+            raise AttributeError("not a line of impl.report.data.frame (no row)")
+        return getattr(self._config, key)
+
+
+def size_label(ref: SizeRef | None, fallback: str = "–") -> str:
+    """The one label of a size across the report: "small", "xl (2025)", "xl (2026) = 2.7B (2025)"."""
+    return ref.label if ref is not None else fallback
+
+
+@dataclass(frozen=True)
+class Stats:
+    """pytest-benchmark's statistics of a measured row, seconds per call."""
+
+    mean: float | None
+    stddev: float | None
+    median: float | None
+    iqr: float | None
+    rounds: int | None
+    data: list[float] | None
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The stored run a row comes from."""
+
+    device: str
+    section: str
+    datetime: str | None
+    commit: str
+    legacy: bool
+
+    @property
+    def date(self) -> str:
+        return str(self.datetime)[:10] if self.datetime else "–"
+
+    @property
+    def when(self) -> str:
+        """'YYYY-MM-DD HH:MM' (UTC)."""
+        return str(self.datetime)[:16].replace("T", " ") if self.datetime else "–"
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One stored row as the report reads it."""
+
+    name: str
+    row: Row
+    run: RunRef
+    stats: Stats | None
+    cfg: Config
+
+    @property
+    def problem(self) -> str:
+        return self.row.problem
+
+    @property
+    def status(self) -> Status:
+        return self.row.status
+
+    @property
+    def measured(self) -> bool:
+        return self.row.status is Status.MEASURED and self.stats is not None and _num(self.stats.median)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return self.row.details
+
+    def metric(self, m: Metric) -> float | None:
+        return self.row.metric(m)
+
+    def figure(self, key: str, metric: Metric | None = None):
+        """A figure of a (distributed) row: its Metric, else the mean of its timed steps
+        (details["steps"]), a details key, or where the older format kept it (its free-form metrics)."""
+        if metric is not None and _num(self.metric(metric)):
+            return self.metric(metric)
+        d = self.details
+        for source in (d.get("steps") or {}, d, d.get("legacy_metrics") or {}):
+            if source.get(key) is not None:
+                return source[key]
+        return None
+
+
+def _num(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def _opt(x):
+    return x if _num(x) else None
+
+
+def bench(line: pd.Series) -> Bench:
+    """The Bench of one line of impl.report.data.frame."""
+    stats = None
+    if _num(line.get("median")) or _num(line.get("mean")):
+        data = line.get("data")
+        stats = Stats(_opt(line.get("mean")), _opt(line.get("stddev")), _opt(line.get("median")),
+                      _opt(line.get("iqr")), None if not _num(line.get("rounds")) else int(line["rounds"]),
+                      list(data) if isinstance(data, list) else None)
+    run = RunRef(line["device"], line["section"], line.get("datetime"), line.get("commit") or "", bool(line["legacy"]))
+    return Bench(line["name"], line["row"], run, stats, Config.of(line["row"].config))
+
+
+def benches(d: pd.DataFrame) -> list[Bench]:
+    return [] if d is None or d.empty else [bench(line) for _, line in d.iterrows()]
+
+
+def by_edition(rows: Iterable[Bench]) -> dict[str, list[Bench]]:
+    """{edition: its rows} for both editions (an edition without rows maps to [])."""
+    out: dict[str, list[Bench]] = {e: [] for e in EDITIONS}
+    for b in rows:
+        out.setdefault(b.cfg.edition_or_default, []).append(b)
+    return out

@@ -1,0 +1,54 @@
+"""Where rows come from, said one way across the report: the device's name and the runs (UTC time,
+commit, how many rows) a page's rows were read from."""
+from __future__ import annotations
+
+import pandas as pd
+
+
+def gpu_count(device: str) -> int | None:
+    """The GPU count a device folder names ("h200-141gb-x2" -> 2); None for cpu."""
+    count = device.rsplit("-x", 1)[-1]
+    return int(count) if device != "cpu" and count.isdigit() else None
+
+
+def gpu_model(device: str) -> str:
+    """The GPU of a device folder without its count: "h200-141gb" of "h200-141gb-x2"."""
+    return device.rsplit("-x", 1)[0]
+
+
+def device_short(device: str) -> str:
+    """The index's device column: "H100", "2×H200", "CPU"."""
+    n = gpu_count(device)
+    name = device.split("-")[0].upper()
+    return f"{n}×{name}" if n and n > 1 else name
+
+
+def device_name(device: str, env_device: str) -> str:
+    """A section heading's device: "2× NVIDIA H200 (h200-141gb-x2)" (the GPU's name from a row's env)."""
+    n = gpu_count(device)
+    return f"{n}× {env_device} ({device})" if n else f"{env_device} ({device})"
+
+
+def device_label(device: str, d: pd.DataFrame) -> str:
+    return device_name(device, d["row"].iloc[0].env.device)
+
+
+def run_ids(d: pd.DataFrame) -> str:
+    """Each run the rows come from, oldest first: "2026-11-23 22:37 UTC, commit `1a2b3c4d` (12 rows)"."""
+    runs = []
+    for (when, commit), g in d.groupby(["datetime", "commit"], sort=True):
+        runs.append(f"{str(when)[:16].replace('T', ' ')} UTC, commit `{commit or '–'}` ({len(g)} rows"
+                    + (", older format" if g["legacy"].all() else "") + ")")
+    return "; ".join(runs)
+
+
+def runs_line(device: str, d: pd.DataFrame) -> str:
+    """Which machine and runs the rows come from: device, software, each run's UTC time and commit."""
+    env = d["row"].iloc[-1].env
+    return (f"**Runs** on `{device}` ({env.device}, torch {env.torch}, CUDA {env.cuda}, profile `{env.profile}`): "
+            + run_ids(d) + ".")
+
+
+def run_date(d: pd.DataFrame) -> str:
+    """The newest run's UTC date of the rows."""
+    return max(str(t) for t in d["datetime"] if t)[:10] if d["datetime"].notna().any() else "–"

@@ -1,0 +1,55 @@
+"""The report's words live in jinja2 templates (impl/report/templates/<page>.md.j2); a page's code
+computes a facts object and renders it through `render(name, **facts)`."""
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from impl.report import markdown
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
+                             autoescape=False, extensions=["jinja2.ext.do"])
+    env.filters.update(ms=markdown.ms, gib=markdown.gib, pct=markdown.pct, num=markdown.num, fmt=format,
+                       gb=markdown.gb, mib=markdown.mib,
+                       gib1=lambda x: markdown.gib(x, 1))
+    env.globals.update(table=markdown.table)
+    return env
+
+
+def render(name: str, **facts) -> str:
+    """The template `name` (e.g. "index.md.j2") filled from `facts`; surrounding blank lines trimmed."""
+    return environment().get_template(name).render(**facts).strip()
+
+
+def macros(name: str):
+    """The macros of template `name`, each called with a page's facts: `macros("leaderboard.md.j2").answer_time(f)`.
+    A template line is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph;
+    a markdown table (lines starting "|") keeps its lines."""
+    return _Macros(environment().get_template(name).module)
+
+
+class _Macros:
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        macro = getattr(self._module, name)
+
+        def call(*args, **kwargs) -> str:
+            paragraphs = re.split(r"\n\s*\n", str(macro(*args, **kwargs)).strip())
+            return "\n\n".join(_paragraph(par) for par in paragraphs)
+        return call
+
+
+def _paragraph(text: str) -> str:
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    return "\n".join(lines) if any(x.startswith("|") for x in lines) else " ".join(lines)
