@@ -31,7 +31,15 @@ SLOW_FILES = {"test_distributed.py", "test_fsdp.py", "test_sharded_optimizer.py"
               "test_parallelism_calcs.py", "test_bench_workers.py"}
 
 
+# The longest tests (H100, 2026-11-24, `pytest correctness -n 12 --durations`: the hypothesis test of
+# the Triton kernels 387 s, the fast-options loss curve 166 s, the autotuned GPU tests 95-135 s) go
+# first: xdist hands tests out in collection order, and one of them started last decided the wall time.
+LONG_FIRST = ("test_triton_hypothesis", "test_fast_options_follow_fp32_loss_curve", "test_triton_gpu_autotuned_configs",
+              "test_triton_gpu_split_head_dims_autotuned", "test_fast_cudagraphs_follows_fast")
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: getattr(item, "originalname", item.name) not in LONG_FIRST)  # stable
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
         if item.path.name in SLOW_FILES and item.path.parent.name == "correctness":
