@@ -212,6 +212,19 @@ def attention_case(draw, head_dims=tuple(HEAD_DIMS), max_seq=80):
     return is_causal, n_q, n_k, d, lead, seed
 
 
+def log_gpu_case(test: str, **case) -> None:
+    """Append a hypothesis example about to run on the GPU to $SUITE_CASE_LOG (one JSON line, with the
+    xdist worker): a kernel fault kills the process's CUDA context, and hypothesis then cannot replay
+    (nor print) the example that faulted; the worker's last line names it."""
+    path = os.environ.get("SUITE_CASE_LOG")
+    if path and TRITON_DEVICE == "cuda":
+        import json
+
+        with open(path, "a") as f:
+            f.write(json.dumps(dict(test=test, worker=os.environ.get("PYTEST_XDIST_WORKER"),
+                                    **{k: str(v) for k, v in case.items()})) + "\n")
+
+
 @pytest.fixture
 def backward_variant():
     """Sets impl.attention.backward_choice's variant for one test (restored after it)."""
@@ -228,6 +241,7 @@ def backward_variant():
 def test_triton_hypothesis(case, dtype, variant, backward_variant):
     is_causal, n_q, n_k, d, lead, seed = case
     backward_variant(variant)
+    log_gpu_case("test_triton_hypothesis", case=case, dtype=dtype, variant=variant)
     q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, TRITON_DEVICE, seed=seed)
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
     assert flash_triton.tuned_configs()["bwd"] == variant
@@ -930,6 +944,7 @@ def test_triton_gpu_split_head_dims_autotuned(d, variant, backward_variant):
 def test_triton_gpu_hypothesis(case, dtype, variant, backward_variant):
     is_causal, n_q, n_k, d, lead, seed = case
     backward_variant(variant)
+    log_gpu_case("test_triton_gpu_hypothesis", case=case, dtype=dtype, variant=variant)
     q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, "cuda", seed=seed)
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
 
