@@ -131,11 +131,55 @@ def test_benchmarking_script_times_are_means_and_std_of_their_rows(h100_benchmar
     assert head.context == max(r.context for r in e25.largest() if r.train is not None and r.train.ok)
 
 
-def test_benchmarking_script_2026_edition_without_rows_is_missing_not_relabelled(h100_benchmarking):
-    f, _ = h100_benchmarking
+def test_benchmarking_script_2026_edition_reads_its_own_studies(h100_benchmarking):
+    """The committed 2026 rows (study main_2026, warmup_fresh_process) answer the 2026 edition: every
+    size in its grid, 10B's OOM rows with their closed-form need, a fresh-process warm-up study."""
+    f, d = h100_benchmarking
     e26 = f.editions[1]
-    assert not e26.measured and not e26.grid and not e26.warmup and not e26.optimizer
     assert e26.sizes == ["small", "medium", "large", "xl (2026) = 2.7B (2025)", "10B (2026)"]
+    assert {r.size for r in e26.grid} == set(e26.sizes) and e26.fresh_warmup
+    assert all(c.need_bytes and c.need_bytes > 80e9 for *_, c in e26.oom_cells) and e26.oom_cells
+    lo, hi = e26.fwd_bwd
+    assert hi.size == "xl (2026) = 2.7B (2025)"  # 10B's backward is OOM: the largest size with both
+    assert {c.size for c in e26.warmup} >= {"small", "xl (2026) = 2.7B (2025)"}
+
+
+def _bs_bench(edition, size, mode, mean, study="main", status=None, details=None, warmup=None, data=None):
+    from impl.bench.row import Env, Row, Status, Timing
+    from impl.report.rows import Bench, Config, RunRef, Stats
+
+    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
+    run = RunRef("gpu-x1", "benchmarking_script", "2026-12-01T00:00:00", "abc", False)
+    cfg = dict(size=size, edition=edition, context=512, dtype="fp32", mode=mode, study=study, batch=4)
+    if warmup is not None:
+        cfg["warmup"] = warmup
+    status = status or Status.MEASURED
+    row = Row("benchmarking_script", cfg, env, status, Timing("step", "SyncTimer", 5, 10), details=details or {})
+    stats = None if mean is None else Stats(mean, mean / 100, mean, 0.0, 10, data or [mean] * 10)
+    return Bench(f"{edition}-{size}-{mode}-{warmup}", row, run, stats, Config.of(cfg))
+
+
+def test_benchmarking_script_2026_oom_rows_carry_their_need_and_fresh_warmup_its_first_step():
+    from impl.bench.row import Status
+    from impl.report.benchmarking_script import benchmarking_script_facts
+
+    need = {"memory_need": {"total": 154.5e9}}
+    rows = [_bs_bench("2026", "xl", "forward", 0.3, "main_2026"), _bs_bench("2026", "xl", "backward", 0.6, "main_2026"),
+            _bs_bench("2026", "10B", "forward", 1.2, "main_2026"),
+            _bs_bench("2026", "10B", "backward", None, "main_2026", Status.OOM, need)]
+    steps = {"steps": {"forward_s": [0.5, 0.1, 0.1], "backward_s": [0.4, 0.2, 0.2], "optimizer_s": [0.2, 0.05, 0.05]}}
+    for w, first in ((0, 1.1), (1, 0.36), (2, 0.35)):
+        rows.append(_bs_bench("2026", "xl", "train_step", (first + 0.35 * 9) / 10, "warmup_fresh_process",
+                              details=steps if w == 0 else {}, warmup=w, data=[first] + [0.35] * 9))
+    e26 = benchmarking_script_facts("gpu-x1", rows).editions[1]
+    (size, ctx, dtype, mode, cell), = e26.oom_cells
+    assert (size, mode, cell.need_bytes) == ("10B (2026)", "backward", 154.5e9)
+    assert e26.fwd_bwd[1].size == "xl (2026) = 2.7B (2025)" and e26.fwd_bwd[1].modes["backward"].mean_s == 0.6
+    case, = e26.warmup
+    assert e26.fresh_warmup and sorted(case.by_warmup) == [0, 1, 2]
+    assert case.cold.first_s == 1.1 and case.first_step_excess == pytest.approx(1.1 / case.warm.mean_s)
+    assert case.cold.first_parts == {"forward": 0.5, "backward": 0.4, "optimizer": 0.2}
+    assert case.cold.later_parts["forward"] == pytest.approx(0.1)
 
 
 def test_benchmarking_script_optimizer_split_adds_the_rows_means(h100_benchmarking):
@@ -253,7 +297,11 @@ def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
     assert best.mode == "train_step" and best.ratio.value == best.bf16.mean_s / best.fp32.mean_s
     assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
     assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
-    assert not bf16_trend(f.editions[1]).pairs  # no 2026 rows: nothing relabelled
+    t26 = bf16_trend(f.editions[1])  # 2026: forward and backward of every size (10B's backward is OOM)
+    assert {p.size for p in t26.of("forward")} == set(f.editions[1].sizes)
+    fw, bw = t26.largest_fb
+    assert bw.size == "xl (2026) = 2.7B (2025)" and bw.ratio.value == bw.bf16.mean_s / bw.fp32.mean_s
+    assert not t26.train() and t26.best is None
 
 
 # ------------------------------------------------------------- distributed_communication_single_node

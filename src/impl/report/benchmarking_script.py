@@ -28,6 +28,9 @@ class Cell:
     peak_bytes: int | None = None
     tokens_per_s: float | None = None
     mfu_measured_peak: float | None = None
+    need_bytes: float | None = None  # the closed-form memory need (details["memory_need"]["total"])
+    first_parts: dict[str, float] | None = None  # the first timed step's forward/backward/optimizer (s)
+    later_parts: dict[str, float] | None = None  # the mean of the other timed steps' parts (s)
 
     @property
     def ok(self) -> bool:
@@ -42,13 +45,28 @@ class Cell:
         return abs(self.mean_s - other.mean_s) <= (self.std_s or 0.0) + (other.std_s or 0.0)
 
 
+def _need(b: Bench) -> float | None:
+    return (b.details.get("memory_need") or {}).get("total")
+
+
+def _parts(b: Bench) -> tuple[dict[str, float] | None, dict[str, float] | None]:
+    """(the first timed step's parts, the other steps' mean parts) of a row that kept details["steps"]."""
+    steps = {k.removesuffix("_s"): v for k, v in (b.details.get("steps") or {}).items() if isinstance(v, list) and v}
+    if not steps:
+        return None, None
+    return ({k: v[0] for k, v in steps.items()},
+            {k: sum(v[1:]) / len(v[1:]) for k, v in steps.items() if len(v) > 1})
+
+
 def cell(b: Bench) -> Cell:
     if not b.measured:
-        return Cell(b.status)
+        return Cell(b.status, need_bytes=_need(b))
     s = b.stats
     data = s.data or []
+    first, later = _parts(b)
     return Cell(b.status, s.mean, s.stddev, data[0] if data else None, max(data) if data else None,
-                b.row.memory.peak_allocated, b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU_MEASURED_PEAK))
+                b.row.memory.peak_allocated, b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU_MEASURED_PEAK),
+                _need(b), first, later)
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,8 @@ class EditionFacts:
     warmup: list[WarmupCase] = field(default_factory=list)
     optimizer: list[OptimizerSplit] = field(default_factory=list)
     batch: int | None = None
+    fresh_warmup: bool = False  # the warm-up rows each ran in a fresh process (2026's study)
+    oom_cells: list[tuple[str, int, str, str, Cell]] = field(default_factory=list)  # (size, ctx, dtype, mode, cell)
 
     @property
     def measured(self) -> bool:
@@ -154,8 +174,11 @@ class EditionFacts:
 
     @property
     def fwd_bwd(self) -> tuple[GridRow, GridRow] | None:
-        """(the largest size's smallest-context row, its largest context with forward and backward), fp32."""
-        rows = [r for r in self.largest() if all(r.modes.get(m) and r.modes[m].ok for m in ("forward", "backward"))]
+        """(the smallest- and largest-context rows of the largest fp32 size whose forward and backward were
+        both measured)."""
+        rows = [r for r in self.grid if r.dtype == "fp32"
+                and all(r.modes.get(m) and r.modes[m].ok for m in ("forward", "backward"))]
+        rows = [r for r in rows if r.size == rows[-1].size] if rows else []
         return (rows[0], rows[-1]) if rows else None
 
     @property
@@ -170,8 +193,18 @@ class EditionFacts:
         return by["bf16"] / by["fp32"] if {"bf16", "fp32"} <= set(by) else None
 
 
+# the 2026 edition's studies answer the same questions: its grid (every 2026 size, forward, backward and
+# the optimizer step) and its warm-up study (each warm-up count in a fresh process)
+STUDIES = {"main_2026": "main", "warmup_fresh_process": "warmup"}
+
+
 def _study(b: Bench) -> str | None:
-    return b.cfg.study or b.details.get("study")  # older files kept it in details
+    s = b.cfg.study or b.details.get("study")  # older files kept it in details
+    return STUDIES.get(s, s)
+
+
+def _fresh(rows: list[Bench]) -> bool:
+    return any((b.cfg.study or "") == "warmup_fresh_process" for b in rows)
 
 
 def _size_order(edition: str):
@@ -200,7 +233,10 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
         key = (size_label(b.cfg.size_ref, b.cfg.size), b.cfg.context, b.cfg.dtype, b.cfg.mode)
         warm.setdefault(key, {})[int(b.cfg.warmup)] = cell(b)
     cases = [WarmupCase(*k, dict(sorted(v.items()))) for k, v in warm.items() if len(v) > 1]
-    return EditionFacts(edition, sizes, rows_, ooms, cases, _optimizer(main), main[0].cfg.batch)
+    oom_cells = [(size_label(b.cfg.size_ref, b.cfg.size), b.cfg.context, b.cfg.dtype, b.cfg.mode, cell(b))
+                 for b in main if b.status is Status.OOM]
+    return EditionFacts(edition, sizes, rows_, ooms, cases, _optimizer(main), main[0].cfg.batch,
+                        _fresh(rows), oom_cells)
 
 
 def _optimizer(main: list[Bench]) -> list[OptimizerSplit]:

@@ -62,6 +62,19 @@ class Bf16Trend:
     def train(self) -> list[Bf16Pair]:
         return [p for p in self.pairs if p.mode == "train_step"]
 
+    def of(self, mode: str) -> list[Bf16Pair]:
+        return [p for p in self.pairs if p.mode == mode]
+
+    @property
+    def largest_fb(self) -> tuple[Bf16Pair, Bf16Pair] | None:
+        """(forward, backward) pairs of the largest size and context with both measured in both dtypes."""
+        bwd = self.of("backward")
+        for b in reversed(bwd):
+            f = next((p for p in self.of("forward") if (p.size, p.context) == (b.size, b.context)), None)
+            if f is not None:
+                return f, b
+        return None
+
     @property
     def best(self) -> Bf16Pair | None:
         """The training step where bf16 gains most, among pairs outside the noise where there are any."""
@@ -82,7 +95,7 @@ def bf16_trend(e: EditionFacts) -> Bf16Trend:
     pairs = []
     for r in (r for r in e.grid if r.dtype == "fp32"):
         b = next((x for x in e.grid if x.dtype == "bf16" and x.size == r.size and x.context == r.context), None)
-        for mode in ("forward", "train_step"):
+        for mode in ("forward", "backward", "train_step"):
             f, h = r.modes.get(mode), b.modes.get(mode) if b else None
             if f is not None and h is not None and f.ok and h.ok:
                 pairs.append(Bf16Pair(r.size, r.context, mode, f, h))
@@ -113,8 +126,13 @@ class MixedPrecisionFacts:
 
     @property
     def headline(self) -> Bf16Trend | None:
-        """The newest edition with a bf16 pair."""
+        """The newest edition with a bf16 training-step pair."""
         return next((t for t in reversed(self.trends) if t.best is not None), None)
+
+    @property
+    def headline_fb(self) -> Bf16Trend | None:
+        """The newest edition with forward and backward pairs (2026's question: forward and backward)."""
+        return next((t for t in reversed(self.trends) if t.largest_fb is not None), None)
 
 
 def mixed_precision_facts(rows: list[Bench], editions: list[EditionFacts]) -> MixedPrecisionFacts:

@@ -41,7 +41,9 @@ def _mean_cell(c: bs.Cell | None) -> str:
         return "–"
     if c.ok:
         return ms(c.mean_s, c.std_s)
-    return "OOM" if c.status is Status.OOM else c.status.value.replace("_", " ")
+    if c.status is Status.OOM:
+        return "OOM" + (f" (needs {c.need_bytes / 1e9:.0f} GB)" if c.need_bytes else "")
+    return c.status.value.replace("_", " ")
 
 
 def _grid_tables(e: bs.EditionFacts) -> str:
@@ -77,24 +79,31 @@ def benchmarking_script_page(ctx: Context) -> Page:
         f = bs.benchmarking_script_facts(device, benches(d))
         if answers is None:  # the first (one-GPU) device answers; every device's tables follow
             answers = [Answer(qs[0], words.a_b(f)), Answer(qs[1], words.a_c(f)), Answer(qs[2], words.a_opt(f))]
-            head = f.headline
+            head, e26 = f.headline, f.editions[-1]
             score = Score(NOT_ON_GPU) if head is None else Score(
                 words.score_answer(*head), words.score_headline(*head), "–", device, run_date(d))
+            if e26.fwd_bwd is not None:  # a problem of both editions: the index reads the newer one's rows
+                d26 = d[d.cfg.edition == e26.edition]
+                score = Score(words.score_answer_fb(e26, e26.fwd_bwd[1]), words.score_headline_fb(e26, e26.fwd_bwd[1]),
+                              "–", device, run_date(d26))
         body.append(f"## {device}")
-        main = d[d.apply(study, axis=1) == "main"]
         for e in (e for e in f.editions if e.measured):
+            ed = d[d.cfg.edition.fillna("2025").astype(str) == e.edition]
+            main = ed[ed.apply(study, axis=1).isin(["main", "main_2026"])]
             warm_n, rounds_n = benchmarking.timing_text(main)
             peaks = next((p for p in main["row"].map(lambda row: row.peaks) if p is not None), None)
             peak = ("–" if peaks is None else f"{num(peaks.measured_flops / 1e12, 2)} TFLOP/s ({peaks.measured_dtype}, "
                     f"{peaks.measured_n}³)")
             body += [f"### (b) timings, {e.edition} sizes", words.grid_intro(e, warm_n, rounds_n, peak), _grid_tables(e)]
-            path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-train-step")
-            benchmarking.plot(e.grid, path)
-            body.append(f"![train step vs context]({link})\n\n*Training step time (mean) against context, "
-                        f"{device}, runs of {run_date(main)}.*")
+            if any(r.train is not None for r in e.grid):
+                stem = f"{device}-train-step" + ("" if e.edition == "2025" else f"-{e.edition}")
+                path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, stem)
+                benchmarking.plot(e.grid, path)
+                body.append(f"![train step vs context]({link})\n\n*Training step time (mean) against context, "
+                            f"{device}, runs of {run_date(main)}.*")
             if e.warmup:
-                warm = d[d.apply(study, axis=1) == "warmup"]
-                body += [f"### (c) warm-up steps, {e.edition} sizes", words.warmup_intro(),
+                warm = ed[ed.apply(study, axis=1).isin(["warmup", "warmup_fresh_process"])]
+                body += [f"### (c) warm-up steps, {e.edition} sizes", words.warmup_intro(e),
                          _warmup_table(e, warm["details"].iloc[0].get("left_out", "") if not warm.empty else "")]
         body.append(runs_line(device, d))
     return Page(slug, name, [problem(name)], answers, "\n\n".join(body), score={name: score})
@@ -138,20 +147,26 @@ def mixed_precision_page(ctx: Context) -> Page:
     answers = [Answer(qs[0], words.a_acc(f.accumulation) if f.accumulation else not_yet),
                Answer(qs[1], words.a_a(f.dtypes) if f.dtypes else not_yet),
                Answer(qs[2], words.a_b(f.dtypes) if f.dtypes else not_yet),
-               Answer(qs[3], words.a_c(f) if f.headline else not_yet)]
+               Answer(qs[3], words.a_c(f) if f.headline or f.headline_fb else not_yet)]
     date = lambda problem: run_date(d[d.problem == problem])  # noqa: E731
     score = {names[0]: Score(words.score_acc(f.accumulation), words.headline_acc(f.accumulation), "–", device,
                              date(names[0])) if f.accumulation else Score(NOT_ON_GPU),
              names[1]: Score(words.score_c(f.headline), words.headline_c(f.headline), "–", device,
                              date("benchmarking_script")) if f.headline else Score(NOT_ON_GPU)}
+    if f.headline_fb is not None and (f.headline is None or f.headline_fb.edition > f.headline.edition):
+        d26 = d[(d.problem == "benchmarking_script") & (d.cfg.edition == f.headline_fb.edition)]
+        score[names[1]] = Score(words.score_fb(f.headline_fb), words.headline_fb(f.headline_fb), "–", device,
+                                run_date(d26))
     body = [f"## {device}"]
     if f.accumulation:
         body += ["### mixed_precision_accumulation", words.body_acc(f.accumulation)]
     if f.dtypes:
         body += ["### benchmarking_mixed_precision (a), (b)", words.body_dtypes(f.dtypes)]
     for t in f.trends:
-        if t.pairs:
+        if t.train():
             body += [f"### benchmarking_mixed_precision (c), {t.edition} sizes", words.body_c(t)]
+        elif t.largest_fb:
+            body += [f"### benchmarking_mixed_precision (c), {t.edition} sizes", words.body_c_fb(t)]
     body.append(runs_line(device, d))
     return Page(slug, "mixed_precision: accumulation and bf16 autocast", [problem(n) for n in names], answers,
                 "\n\n".join(body), score=score)
