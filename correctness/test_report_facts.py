@@ -418,3 +418,34 @@ def test_gradient_checkpointing_names_the_rows_size_by_edition(built_pages):
     page = next(p for p in pages if p.slug == "gradient_checkpointing")
     assert SizeRef("2025", "xl").label in page.score["gradient_checkpointing"].answer
     assert all(SizeRef("2026", "xl").label in a.text for a in page.answers)
+
+
+# ------------------------------------------------------------- 2026 edition's rows (synthetic)
+def _row_bench(problem, cfg, status="measured", details=None, mean=None, peak=None):
+    from impl.bench.row import Env, Memory, Row, Status, Timing
+    from impl.report.rows import Bench, Config, RunRef, Stats
+
+    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
+    run = RunRef("gpu-x1", problem, "2026-12-01T00:00:00", "abc", False)
+    st = Status(status)
+    row = Row(problem, cfg, env, st, Timing("step", "SyncTimer", 1, 5) if mean else None,
+              Memory(peak_allocated=peak), details=details or {})
+    stats = Stats(mean, mean / 50, mean, 0.0, 5, [mean] * 5) if mean else None
+    return Bench(f"{problem}-{len(str(cfg))}-{id(cfg)}", row, run, stats, Config.of(cfg))
+
+
+def test_nsys_cases_keep_the_studys_order_top_kernel_calls_and_oom_need():
+    from impl.report.nsys_facts import nsys_cases
+
+    cases = [["medium", 512], ["medium", 2048], ["large", 256]]
+    top = {"name": "gemm_a", "category": "matmul", "calls_per_pass": 169.0, "share": 0.7}
+    rows = [_row_bench("nsys_profile", dict(size="large", edition="2026", context=256), details=dict(
+                cases=cases, nsys=dict(top_forward=dict(top, calls_per_pass=72.0), forward_kernel_ms=50.0)), mean=0.12),
+            _row_bench("nsys_profile", dict(size="medium", edition="2026", context=2048), "oom",
+                       dict(cases=cases, memory_need={"total": 57.6e9})),
+            _row_bench("nsys_profile", dict(size="medium", edition="2026", context=512),
+                       details=dict(cases=cases, nsys=dict(top_forward=top, forward_kernel_ms=40.0)), mean=0.06)]
+    got = nsys_cases(rows)
+    assert [(c.size, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
+    assert (got[0].top_name, got[0].top_calls, got[0].forward_ms) == ("gemm_a", 169, 60.0)
+    assert not got[1].measured and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72

@@ -114,3 +114,42 @@ class NsysFacts:
     @property
     def matmul_train(self) -> list[float]:
         return [c.matmul_train for c in self.configs if c.matmul_train is not None]
+
+
+@dataclass(frozen=True)
+class NsysCase:
+    """One (size, context) the 2026 study asked for: the forward's Python-timer mean ± std, the top forward
+    kernel and its calls per forward, or the OOM with its closed-form need."""
+
+    size: str  # its label (impl.report.rows.size_label)
+    context: int
+    measured: bool
+    forward_ms: float | None = None
+    forward_std_ms: float | None = None
+    kernel_ms: float | None = None  # the forward's summed kernel time (profiler)
+    top_name: str | None = None
+    top_calls: int | None = None  # per forward pass
+    top_stays: bool | None = None
+    need_bytes: float | None = None  # closed-form fp32 training-step need (OOM rows)
+
+
+def nsys_cases(rows) -> list[NsysCase]:
+    """The cases of `rows` (impl.report.rows.Bench of nsys_profile), in the order the study lists them."""
+    from impl.report.rows import size_label
+
+    out = []
+    for b in rows:
+        n = b.details.get("nsys") or {}
+        label = size_label(b.cfg.size_ref, b.cfg.size)
+        need = (b.details.get("memory_need") or {}).get("total")
+        if not (b.measured and n):
+            out.append(NsysCase(label, int(b.cfg.context), False, need_bytes=need))
+            continue
+        top = n.get("top_forward") or {}
+        out.append(NsysCase(label, int(b.cfg.context), True, b.stats.mean * 1e3,
+                            None if b.stats.stddev is None else b.stats.stddev * 1e3, n.get("forward_kernel_ms"),
+                            top.get("name"), None if top.get("calls_per_pass") is None else int(top["calls_per_pass"]),
+                            bool(n.get("top_stays_on_top")), need))
+    order = [tuple(c) for c in next((b.details.get("cases") for b in rows if b.details.get("cases")), [])]
+    names = {(c.size.split(" ")[0], c.context): c for c in out}
+    return [names[k] for k in order if k in names] + [c for c in out if (c.size.split(" ")[0], c.context) not in order]

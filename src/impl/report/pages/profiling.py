@@ -15,7 +15,7 @@ from impl.report import benchmarking, checkpointing, figures, profiling, trainin
 from impl.report import benchmarking_script as bs
 from impl.report import mixed_precision as mp
 from impl.bench.sweeps import MODES
-from impl.report.nsys_facts import NsysFacts, profiled
+from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches, size_label
@@ -121,13 +121,41 @@ def nsys_page(ctx: Context) -> Page:
     found = gpu_rows(ctx, name)
     if not found or _nsys_ok(found[0][1]).empty:
         return missing_page(slug, "nsys_profile", [name], qs)
-    device, d = found[0]
-    ok = profiling.sorted_by(_nsys_ok(d), "cfg.context")
-    f = NsysFacts([profiled(f"{size_label(b.cfg.size_ref, b.cfg.size)} at context {b.cfg.context}",
-                            step_s(line), b.details["nsys"]) for (_, line), b in zip(ok.iterrows(), benches(ok))])
-    answers = [Answer(q, a(f)) for q, a in zip(qs, (words.a_a, words.a_b, words.a_c, words.a_d, words.a_e))]
-    body = [f"## {device}", profiling.nsys_body(d), runs_line(device, d)]
+    device, d_all = found[0]
+    in_2026 = d_all.cfg.edition.astype(str) == "2026"
+    d, d26 = d_all[~in_2026], d_all[in_2026]
+    if _nsys_ok(d).empty:  # only 2026 rows: they answer alone
+        d, d26 = d26, d26.iloc[0:0]
+
+    def facts(rows: pd.DataFrame) -> NsysFacts:
+        ok = profiling.sorted_by(_nsys_ok(rows), "cfg.context")
+        return NsysFacts([profiled(f"{size_label(b.cfg.size_ref, b.cfg.size)} at context {b.cfg.context}",
+                                   step_s(line), b.details["nsys"])
+                          for (_, line), b in zip(ok.iterrows(), benches(ok))])
+    f = facts(d)
+    makers = (words.a_a, words.a_b, words.a_c, words.a_d, words.a_e)
+    answers = [Answer(q, a(f)) for q, a in zip(qs, makers)]
+    body = [f"## {device}", profiling.nsys_body(d)]
     score = Score(words.score_answer(f), words.score_headline(f), "–", device, run_date(d))
+    if not _nsys_ok(d26).empty:
+        f26, cases = facts(d26), nsys_cases(benches(d26))
+        e25 = d.iloc[0].cfg.edition or "2025"
+        sizes = lambda fx: sorted({c.config.split(" at ")[0] for c in fx.configs})  # noqa: E731
+        for i, (q, a) in enumerate(zip(qs, makers)):
+            extra = words.a_b_cases(cases) if i == 1 else ""
+            answers[i] = Answer(q, f"{words.edition_head(e25, sizes(f))} {a(f)}\n\n"
+                                   f"{words.edition_head('2026', sizes(f26))} {a(f26)}" + (f" {extra}" if extra else ""))
+        rows = [[c.size, c.context, ms(c.forward_ms / 1e3, c.forward_std_ms / 1e3 if c.forward_std_ms else None),
+                 num(c.kernel_ms, 1), f"`{c.top_name[:60]}`", c.top_calls, "yes" if c.top_stays else "no"]
+                if c.measured else [c.size, c.context, "OOM" + (f" (needs {c.need_bytes / 1e9:.0f} GB)"
+                                                                 if c.need_bytes else ""), "–", "–", "–", "–"]
+                for c in cases]
+        body += ["### 2026 sizes: " + ", ".join(dict.fromkeys(c.size for c in cases)),
+                 words.cases_intro("2026", [c for c in cases if not c.measured and c.need_bytes]),
+                 table(["size", "context", "forward (ms)", "forward kernels (ms)", "top forward kernel",
+                        "calls per forward", "top for fwd+bwd"], rows)]
+        score = Score(words.score_answer(f26), words.score_headline(f26), "–", device, run_date(d26))
+    body.append(runs_line(device, d_all))
     return Page(slug, "nsys_profile", [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
 
 
