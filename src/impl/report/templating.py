@@ -52,4 +52,6 @@ class _Macros:
 
 def _paragraph(text: str) -> str:
     lines = [x.strip() for x in text.splitlines() if x.strip()]
+    if text.lstrip().startswith("```"):  # a code block keeps its lines and indentation
+        return "\n".join(x for x in text.strip().splitlines() if x.strip())
     return "\n".join(lines) if any(x.startswith("|") for x in lines) else " ".join(lines)

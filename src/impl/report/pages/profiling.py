@@ -15,6 +15,7 @@ from impl.report import benchmarking, checkpointing, figures, profiling, trainin
 from impl.report import benchmarking_script as bs
 from impl.report import mixed_precision as mp
 from impl.bench.sweeps import MODES
+from impl.report.checkpointing_facts import single_level_facts
 from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef
 from impl.report.ratio import ratio, spread
@@ -520,11 +521,28 @@ def checkpointing_page(ctx: Context) -> Page:
             + note))
     else:
         answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
+    sl = single_level_facts(benches(d))
+    earlier = words.earlier_rows(sorted({label(r) for _, r in ok.iterrows()}))
+    if sl is not None and sl.best is not None and sl.best.measured:
+        answers = [Answer(a.question, a.text.replace(note, "") if note else a.text) for a in answers]
+        answers[1] = Answer(qs[1], words.a_single_level(sl) + "\n\n" + earlier + " " + answers[1].text)
+        d26 = d[d.cfg.study == "single_level_2026"]
+        score = Score(words.score_single_level(sl), words.headline_single_level(sl), "–", device, run_date(d26))
+    answers[0] = Answer(qs[0], words.a_strategy() + "\n\n" + (earlier + " " if sl else "") + answers[0].text)
     path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-depth")
     b = checkpointing.body(d, path.parent, link.rsplit("/", 1)[0], path.name)
-    body = [f"## {device}", b or "", runs_line(device, d)]
+    body = [f"## {device}", _single_level_table(sl) if sl else "", b or "", runs_line(device, d)]
     return Page(slug, "gradient_checkpointing", [problem(name)], answers, "\n\n".join(x for x in body if x),
                 score={name: score})
+
+
+def _single_level_table(f) -> str:
+    rows = [[c.label, gib(c.peak_bytes) if c.measured else ("OOM" if c.status is Status.OOM else c.status.value),
+             gib(c.predicted_peak_bytes), gib(c.predicted_activation_bytes), ms(c.mean_s) if c.mean_s else "–",
+             num(c.block_forwards, 0) if c.block_forwards else "–"] for c in f.cases]
+    return (f"### 2026 (b): single-level checkpointing, {f.size}, batch {f.batch} × context {f.context}, fp32\n\n"
+            + table(["policy", "measured peak GiB", "predicted peak GiB (fp32 closed form)",
+                     "predicted activations GiB", "forward+backward (ms)", "block forwards"], rows))
 
 
 # ------------------------------------------------------------------------------------ training_step
