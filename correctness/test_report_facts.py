@@ -471,3 +471,34 @@ def test_single_level_facts_read_the_closed_forms_k_and_its_neighbours_measured_
     lo, hi = f.neighbours
     assert lo.k is None and not lo.measured and lo.predicted_peak_bytes == 176e9  # OOM with its need
     assert hi.k == 2 and hi.peak_bytes == 40e9
+
+
+def test_memory_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():
+    from impl.report.memory_facts import memory_2026_facts
+
+    base = dict(size="xl", edition="2026", batch=4, dtype="fp32")
+    cf = {"param_bytes": 13.6e9, "train_step_need_bytes": 204.8e9}
+    fwd = _row_bench("memory_profiling", dict(base, context=2048, mode="forward"), details=dict(
+        closed_form=cf, residual_derivation=dict(batch=4, context=2048, d_model=2560, bytes_per_elem=4),
+        snapshot=dict(timeline={"x": [0, 1], "y": [1, 2]}, residual={"4": dict(found=True, count=580, frames=["l:40"])},
+                      largest=[dict(size=2**31, count=64, frames=["naive.py:25"]), dict(size=2**20, count=9, frames=[])])),
+        mean=0.1, peak=19_000_000_000)
+    oom = _row_bench("memory_profiling", dict(base, context=2048, mode="train_step"), "oom", dict(closed_form=cf))
+    probe = _row_bench("memory_profiling", dict(base, context=2048, mode="block_probe"), details=dict(
+        block_saved_bytes_closed_form_fp32=4669636608, block_memory=dict(
+            block=1, saved_bytes=4669636608, top_share=0.82, backward_change_bytes=[-4250185728] * 3,
+            grad_bytes_measured=419450880, grad_bytes_expected=419450880, block_params=104862720,
+            top=[dict(op="aten::_softmax", module="attn", nbytes=2147483648, tensors=1, share=0.46)])), mean=0.1)
+    old = _row_bench("memory_profiling", dict(base, edition=None, size="2.7B", context=512, mode="forward"), mean=0.1)
+    m = memory_2026_facts([old, oom, fwd, probe])
+    assert m.size.startswith("xl (2026)") and m.contexts == [2048] and m.d_model == 2560
+    c = m.case(2048, "fp32", "forward")
+    assert c.peak_bytes == 19_000_000_000 and m.case(2048, "fp32", "train_step").need_bytes == 204.8e9
+    assert m.ooms == [m.case(2048, "fp32", "train_step")]
+    r, = m.residuals
+    assert r.derived_bytes == 4 * 2048 * 2560 * 4 and r.mib == 80.0 and r.found and r.count == 580
+    case, big = m.largest
+    assert big["size"] == 2**31 and case.context == 2048
+    p = m.probe("fp32")
+    assert p.top[0].op == "aten::_softmax" and p.top[0].share == 0.46
+    assert p.grad_from_change == 419450880 == p.grad_bytes_expected and p.grad_over_expected == 1.0

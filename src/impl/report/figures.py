@@ -22,8 +22,12 @@ def save(fig, path: Path) -> None:
     plt.close(fig)
 
 
-def _timeline_panel(ax, data: dict, title: str) -> None:
+def _timeline_panel(ax, data: dict, title: str, from_zero: bool = True) -> None:
     ax.plot(data["x"], [y / 2**30 for y in data["y"]], lw=1.0, color="C0")
+    blocks = data.get("blocks") or []
+    if blocks:  # each TransformerBlock's start (forward and backward), so its rise and fall can be read
+        ax.vlines([b["x"] for b in blocks], 0, 1, transform=ax.get_xaxis_transform(), colors="0.55", lw=0.4,
+                  alpha=0.6, label="block starts")
     markers = data.get("markers", [])
     end = data["x"][-1] if data["x"] else 0
     for k, m in enumerate(markers):
@@ -32,19 +36,24 @@ def _timeline_panel(ax, data: dict, title: str) -> None:
             continue
         stop = markers[k + 1]["x"] if k + 1 < len(markers) else end
         ax.axvspan(m["x"], stop, color=f"C{k + 1}", alpha=0.12, label=m["name"])
-    # from zero: a forward that moves 0.1 GiB on top of 13 GiB of weights is flat, not a cliff
-    ax.set_ylim(0, max(data["y"], default=0) / 2**30 * 1.08 or 1)
+    if from_zero:  # a forward that moves 0.1 GiB on top of 13 GiB of weights is flat, not a cliff
+        ax.set_ylim(0, max(data["y"], default=0) / 2**30 * 1.08 or 1)
+    else:  # zoomed on the data's range: each block's rise and fall is readable
+        lo, hi = min(data["y"], default=0) / 2**30, max(data["y"], default=0) / 2**30
+        pad = (hi - lo) * 0.06 or 0.1
+        ax.set_ylim(lo - pad, hi + pad)
     ax.set(xlabel="allocator event index", title=title)
-    if markers:
+    if markers or blocks:
         ax.legend(fontsize=7, loc="lower right")
 
 
-def memory_timelines(panels: list[tuple[str, dict]], path: Path, title: str) -> None:
+def memory_timelines(panels: list[tuple[str, dict]], path: Path, title: str, from_zero: bool = True) -> None:
     """PNG of timeline_data dicts (from the JSON) side by side, sharing a y axis from zero; each
-    panel's phases shaded between their markers (legend: the phases drawn)."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.8, 3.4), sharey=True, squeeze=False)
+    panel's phases shaded between their markers (legend: the phases drawn). `from_zero=False`: each
+    panel's own y range (zoomed on the blocks' rise and fall), axes not shared."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.8, 3.4), sharey=from_zero, squeeze=False)
     for ax, (panel_title, data) in zip(axes[0], panels):
-        _timeline_panel(ax, data, panel_title)
+        _timeline_panel(ax, data, panel_title, from_zero)
     axes[0][0].set_ylabel("active memory (GiB)")
     fig.suptitle(title, fontsize=10)
     save(fig, path)

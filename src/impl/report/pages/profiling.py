@@ -16,13 +16,14 @@ from impl.report import benchmarking_script as bs
 from impl.report import mixed_precision as mp
 from impl.bench.sweeps import MODES
 from impl.report.checkpointing_facts import single_level_facts
+from impl.report.memory_facts import memory_2026_facts
 from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches, size_label
 from impl.report.templating import macros
 from impl.report.benchmarking import step_s, study
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import gb, gib, mib, missing, ms, num, pct, table
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
 from impl.report.runs import device_short, runs_line
@@ -339,10 +340,19 @@ def memory_page(ctx: Context) -> Page:
     art = [i["snapshot"]["artifact"] for i in d["details"] if i.get("snapshot") and i["snapshot"].get("artifact")]
     if art:
         body.append(f"Raw snapshot saved as artifact `{art[0]}` (drag onto pytorch.org/memory_viz).")
-    a26, b26 = _memory_2026(d26, d_old)
-    answers += a26
-    if b26:
-        body.append(b26)
+    m26 = memory_2026_facts(benches(d26))
+    if m26 is not None and any(c.measured for c in m26.cases):
+        for i, more in enumerate((MEM26.a_timeline, MEM26.a_peaks, MEM26.a_bf16, MEM26.a_residual, MEM26.a_largest)):
+            if i == 4 and m26.largest is None:
+                continue
+            answers[i] = Answer(answers[i].question, f"**{size} (2025 rows):** {answers[i].text}\n\n{more(m26)}")
+        answers.append(Answer(MEM26.q_f(), MEM26.a_block(m26)))
+        body.append(_memory_2026_body(ctx, slug, device, m26, d26))
+    else:
+        a26, b26 = _memory_2026(d26, d_old)
+        answers += a26
+        if b26:
+            body.append(b26)
     body.append(runs_line(device, d_all))
     score = Score(f"{size} training-step peak {min(tp) / G:.1f}–{max(tp) / G:.1f} GiB, flat over contexts (optimizer "
                   "step)", f"{max(tp) / G:.1f} GiB peak (fp32 train step)", "–", device_short(device), run_date(d))
@@ -412,6 +422,47 @@ def _memory_2026(d: pd.DataFrame, earlier: pd.DataFrame, heading: str = "2026 ed
     if big_rows:
         body.append(big_rows)
     return [a, b], "\n\n".join(body)
+
+
+def _memory_2026_body(ctx: Context, slug: str, device: str, m, d26: pd.DataFrame) -> str:
+    """The 2026 section: timelines (zoomed, block starts marked), peaks with OOM needs, residual stream,
+    the block probe's saved ops and gradients."""
+    out = [f"### 2026 edition: {m.size}, batch {m.batch}, contexts {', '.join(map(str, m.contexts))}"]
+    for mode in ("forward", "train_step"):
+        panels = [(f"{c.dtype}, context {c.context}", c.timeline) for c in m.cases if c.mode == mode and c.timeline]
+        if not panels:
+            continue
+        path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-2026-{mode}")
+        figures.memory_timelines(panels, path, f"{m.size} {mode.replace('_', ' ')}: active memory ({device}, "
+                                 f"{run_date(d26)})", from_zero=False)
+        out.append(f"![{mode} 2026]({link})\n\n*Active memory of one recorded {mode.replace('_', ' ')} of {m.size} "
+                   "(x = allocator event index, y zoomed on each panel's range; grey ticks = a block's start, "
+                   "shaded = the phases marked by the suite).*")
+    rows = [[c.context, c.dtype, c.mode.replace("_", " "),
+             gib(c.peak_bytes) if c.measured else ("OOM" if c.status is Status.OOM else c.status.value),
+             gib(c.reserved_bytes) if c.measured else "–", gb(c.need_bytes, 0) if c.need_bytes else "–"]
+            for c in m.cases]
+    out.append("**(b), (c) peaks** (allocated; the closed form: the parameters for a forward, the fp32 training "
+               "step's whole need for a step)\n\n" + table(["context", "dtype", "mode", "peak allocated GiB",
+                                                              "peak reserved GiB", "closed-form need GB"], rows))
+    rows = [[r.context, f"{r.batch} × {r.context} × {r.d_model} × {r.bytes_per_elem} B", f"{r.mib:.2f}",
+             "yes" if r.found else "no", r.count if r.count is not None else "–", f"`{r.made_at or '–'}`"]
+            for r in m.residuals]
+    out.append("**(d) residual stream** (fp32)\n\n" + table(["context", "derivation", "MiB", "found", "allocations",
+                                                               "first made at"], rows))
+    rows = [[p.context, p.dtype, mib(p.saved_bytes)] + [f"`{o.op}` ({o.module}) {mib(o.nbytes)} MiB, {pct(o.share)}"
+                                                        for o in p.top[:5]] + [pct(p.top_share)] for p in m.probes]
+    out.append("**(f) one block's saved tensors** (block " + str(m.probes[0].block if m.probes else "–") + ", top 5 "
+               "ops by bytes saved for backward)\n\n" + table(
+                   ["context", "dtype", "saved MiB", "1st", "2nd", "3rd", "4th", "5th", "top 5 share"], rows))
+    rows = [[p.context, p.dtype, mib(p.saved_bytes), ", ".join(mib(x) for x in p.backward_change_bytes),
+             mib(p.grad_from_change), mib(p.grad_bytes_measured), mib(p.grad_bytes_expected),
+             f"{p.grad_over_expected:.3f}"] for p in m.probes]
+    out.append("**(f) gradients per block** (backward change per probed block + the saved bytes it frees, against "
+               "4 B × the block's parameters)\n\n" + table(
+                   ["context", "dtype", "saved MiB", "backward change per block MiB", "gradients (change + saved) MiB",
+                    "gradients measured MiB", "4 B × params MiB", "measured ÷ predicted"], rows))
+    return "\n\n".join(out)
 
 
 def _peak_table(d: pd.DataFrame) -> str:
