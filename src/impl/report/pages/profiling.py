@@ -356,6 +356,8 @@ def memory_page(ctx: Context) -> Page:
     body.append(runs_line(device, d_all))
     score = Score(f"{size} training-step peak {min(tp) / G:.1f}–{max(tp) / G:.1f} GiB, flat over contexts (optimizer "
                   "step)", f"{max(tp) / G:.1f} GiB peak (fp32 train step)", "–", device_short(device), run_date(d))
+    if m26 is not None and any(c.measured for c in m26.cases):  # a problem of both editions: the newer one's rows
+        score = Score(MEM26.score_2026(m26), MEM26.headline_2026(m26), "–", device_short(device), run_date(d26))
     return Page(slug, "memory_profiling", [problem(name)], answers, "\n\n".join(body), score={name: score})
 
 
