@@ -502,3 +502,19 @@ def test_memory_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows
     p = m.probe("fp32")
     assert p.top[0].op == "aten::_softmax" and p.top[0].share == 0.46
     assert p.grad_from_change == 419450880 == p.grad_bytes_expected and p.grad_over_expected == 1.0
+
+
+def test_per_rank_facts_read_each_variants_closed_form_and_the_measured_rank():
+    from impl.report.per_rank_facts import per_rank_facts
+
+    cf = {v: dict(parameters=p, gradients=p, optimizer_state=o, activations=10.0, total=2 * p + o + 10.0)
+          for v, p, o in (("fsdp", 1.0, 2.0), ("ddp", 2.0, 4.0), ("sharded_optimizer", 2.0, 2.0))}
+    b = _row_bench("per_rank_memory", dict(size="xl", edition="2026", world_size=2, batch_per_rank=4, context=512,
+                                           variant="ddp"),
+                   details=dict(closed_form=cf, stages={"ddp": 0, "sharded_optimizer": 1, "fsdp": 3},
+                                fits_this_gpu={"ddp": True, "sharded_optimizer": True, "fsdp": True},
+                                gpu_memory_bytes=85e9), mean=1.1, peak=9)
+    f = per_rank_facts([b])
+    assert [v.name for v in f.variants] == ["ddp", "sharded_optimizer", "fsdp"]
+    assert f.variant("ddp").total == 18.0 and f.measured_peak == 9 and f.measured_over_closed_form == 0.5
+    assert f.size.startswith("xl (2026)") and f.world_size == 2

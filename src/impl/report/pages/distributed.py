@@ -14,7 +14,8 @@ from impl.report import accounting as acc_r
 from impl.report import distributed as dr
 from impl.report import figures
 from impl.report import fsdp as fr
-from impl.report.markdown import missing, ms
+from impl.report.markdown import gib, missing, ms, table
+from impl.report.per_rank_facts import per_rank_facts
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, spread
 from impl.report.comm_facts import comm_facts
@@ -293,6 +294,17 @@ def fsdp_page(ctx: Context) -> Page:
         fsdp_text = fr.render(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or ""
         body += [f"## {label}", fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text,
                  runs_line(dev, d)]
+    for dev, d in gpu_rows(ctx, "per_rank_memory"):
+        pr = per_rank_facts(benches(d))
+        if pr is None:
+            continue
+        rows = [[v.name.replace("_", " ")] + [gib(v.parts[k]) for k in ("parameters", "gradients", "optimizer_state",
+                                                                       "activations")]
+                + [gib(v.total), "–" if v.fits is None else "yes" if v.fits else "no"] for v in pr.variants]
+        body += [f"## per_rank_memory: the one-GPU check of the two-GPU 2026 questions ({device_label(dev, d)})",
+                 words.per_rank(pr, device_label(dev, d)),
+                 table(["variant (per rank, world 2)", "parameters GiB", "gradients GiB", "optimizer state GiB",
+                        "activations GiB", "total GiB", "fits this GPU"], rows), runs_line(dev, d)]
     return Page(slug, "FSDP and fsdp_accounting", [problem("fsdp_accounting"), problem("fsdp")],
                 [Answer(qa, ta), Answer(qb, tb), Answer(qf, tf)], "\n\n".join(body), score=scores)
 
