@@ -99,19 +99,17 @@ def test_memory_profiling_answers_read_from_the_timelines(built):
 
 
 def test_memory_profiling_2026_answers_read_2026_rows_only(built):
-    """The 2026 questions ask about xl (2026) = 2.7B (2025); the stored rows at their contexts are the 2025
-    table's xl (d_model 1600), another model: the 2026 answers say the size has no rows (a missing-data
-    fact) instead of answering from those rows, and the 2025 answers read the 2.7B rows."""
+    """The 2026 answers are about xl (2026) = 2.7B (2025), read from the edition-2026 rows at contexts 128
+    and 2048 and set beside the 2025 answers (each labelled); the 2025 answers read the 2.7B rows."""
     from impl.model.sizes import SizeRef
 
     pages, _, _ = built
     page = next(p for p in pages if p.slug == "memory_profiling")
-    by_q = {a.question: a.text for a in page.answers}
-    a26 = [t for q, t in by_q.items() if q.startswith("(2026")]
-    assert a26 and all(SizeRef("2026", "xl").label in t and SizeRef("2025", "xl").label in t for t in a26)
-    assert not any("GiB" in t or "1600" in t for t in a26)  # no number of another model's rows
-    a25 = " ".join(t for q, t in by_q.items() if not q.startswith("(2026"))
-    assert SizeRef("2025", "2.7B").label in a25
+    texts = [a.text for a in page.answers]
+    head26 = f"**{SizeRef('2026', 'xl').label}, batch 4, contexts 128 and 2048 (2026):**"
+    assert all(head26 in t for t in texts)
+    assert all(f"**{SizeRef('2025', '2.7B').label} (2025 rows):**" in t for t in texts[:5])
+    assert "1600" not in " ".join(t.split(head26)[1] for t in texts)  # no number of the 2025 xl's rows
 
 
 def test_benchmarking_script_answers_each_question_for_each_edition(built):

@@ -24,10 +24,6 @@ def save(fig, path: Path) -> None:
 
 def _timeline_panel(ax, data: dict, title: str, from_zero: bool = True) -> None:
     ax.plot(data["x"], [y / 2**30 for y in data["y"]], lw=1.0, color="C0")
-    blocks = data.get("blocks") or []
-    if blocks:  # each TransformerBlock's start (forward and backward), so its rise and fall can be read
-        ax.vlines([b["x"] for b in blocks], 0, 1, transform=ax.get_xaxis_transform(), colors="0.55", lw=0.4,
-                  alpha=0.6, label="block starts")
     markers = data.get("markers", [])
     end = data["x"][-1] if data["x"] else 0
     for k, m in enumerate(markers):
@@ -36,6 +32,10 @@ def _timeline_panel(ax, data: dict, title: str, from_zero: bool = True) -> None:
             continue
         stop = markers[k + 1]["x"] if k + 1 < len(markers) else end
         ax.axvspan(m["x"], stop, color=f"C{k + 1}", alpha=0.12, label=m["name"])
+    blocks = data.get("blocks") or []
+    if blocks:  # each TransformerBlock's start (forward and backward), so its rise and fall can be read
+        ax.vlines([b["x"] for b in blocks], 0, 1, transform=ax.get_xaxis_transform(), colors="0.55", lw=0.4,
+                  alpha=0.6, label="block starts")
     if from_zero:  # a forward that moves 0.1 GiB on top of 13 GiB of weights is flat, not a cliff
         ax.set_ylim(0, max(data["y"], default=0) / 2**30 * 1.08 or 1)
     else:  # zoomed on the data's range: each block's rise and fall is readable
