@@ -53,20 +53,27 @@ def _grid_tables(e: bs.EditionFacts) -> str:
     for dtype in dict.fromkeys(r.dtype for r in e.grid):
         rows = [r for r in e.grid if r.dtype == dtype]
         modes = [m for m in MODES if any(m in r.modes for r in rows)]
-        body = [[r.size, r.context] + [_mean_cell(r.modes.get(m)) for m in modes] + [
+        train = any(r.train is not None for r in rows)  # the 2026 grid times the parts, not the whole step
+        body = [[r.size, r.context] + [_mean_cell(r.modes.get(m)) for m in modes] + ([
             num(r.train.tokens_per_s, 0) if r.train and r.train.ok else "–",
             pct(r.train.mfu_measured_peak) if r.train and r.train.ok else "–",
-            "–" if r.train is None else gib(r.train.peak_bytes) if r.train.ok else _mean_cell(r.train)] for r in rows]
-        header = ["size", "context"] + [f"{m} (ms)" for m in modes] + ["train tokens/s", "train MFU", "train peak GiB"]
+            "–" if r.train is None else gib(r.train.peak_bytes) if r.train.ok else _mean_cell(r.train)] if train else [])
+            for r in rows]
+        header = ["size", "context"] + [f"{m} (ms)" for m in modes] + (
+            ["train tokens/s", "train MFU", "train peak GiB"] if train else [])
         out.append(f"**{dtype}** (mean ± std over the timed steps)\n\n" + table(header, body))
     return "\n\n".join(out)
 
 
 def _warmup_table(e: bs.EditionFacts, left_out: str) -> str:
-    rows = [[c.size, c.context, c.dtype, c.mode, w, _mean_cell(x), ms(x.first_s), ms(x.max_s)]
+    parts = any(x.first_parts for c in e.warmup for x in c.by_warmup.values())
+    rows = [[c.size, c.context, c.dtype, c.mode, w, _mean_cell(x), ms(x.first_s), ms(x.max_s)] + (
+            [" / ".join(ms(x.first_parts.get(k)) for k in ("forward", "backward", "optimizer")) if x.first_parts
+             else "–"] if parts else [])
             for c in e.warmup for w, x in c.by_warmup.items()]
     return table(["size", "context", "dtype", "mode", "warm-up steps", "mean ± std (ms)", "first timed step (ms)",
-                  "slowest timed step (ms)"], rows) + (f"\n\nNot run in this study: {left_out}." if left_out else "")
+                  "slowest timed step (ms)"] + (["first step: forward / backward / optimizer (ms)"] if parts else []),
+                 rows) + (f"\n\nNot run in this study: {left_out}." if left_out else "")
 
 
 def benchmarking_script_page(ctx: Context) -> Page:
