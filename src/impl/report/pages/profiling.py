@@ -163,7 +163,7 @@ def nsys_page(ctx: Context) -> Page:
                  words.cases_intro("2026", [c for c in cases if not c.measured and c.need_bytes]),
                  table(["size", "context", "forward (ms)", "forward kernels (ms)", "top forward kernel",
                         "calls per forward", "top for fwd+bwd"], rows)]
-        score = Score(words.score_answer(f26), words.score_headline(f26), "–", device, run_date(d26))
+        score = Score(words.score_answer_2026(f26), words.score_headline(f26), "–", device, run_date(d26))
     body.append(runs_line(device, d_all))
     return Page(slug, "nsys_profile", [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
 
