@@ -454,6 +454,11 @@ def _memory_2026_body(ctx: Context, slug: str, device: str, m, d26: pd.DataFrame
     out.append("**(b), (c) peaks** (allocated; the closed form: the parameters for a forward, the fp32 training "
                "step's whole need for a step)\n\n" + table(["context", "dtype", "mode", "peak allocated GiB",
                                                               "peak reserved GiB", "closed-form need GB"], rows))
+    rows = [[c.context, c.dtype, mib(a["size"]), a["count"], " ← ".join(f"`{x}`" for x in a["frames"][:2])]
+            for c in m.cases if c.mode == "forward" for a in [x for x in c.largest if x.get("frames")][:3]]
+    if rows:
+        out.append("**(e) largest allocations of the forward** (the three largest sizes with a stack trace)\n\n"
+                   + table(["context", "dtype", "size MiB", "count", "made at"], rows))
     rows = [[r.context, f"{r.batch} × {r.context} × {r.d_model} × {r.bytes_per_elem} B", f"{r.mib:.2f}",
              "yes" if r.found else "no", r.count if r.count is not None else "–", f"`{r.made_at or '–'}`"]
             for r in m.residuals]
