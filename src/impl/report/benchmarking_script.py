@@ -167,6 +167,11 @@ class EditionFacts:
         cs = self.cells()
         return sum(c.rel_std is not None and c.rel_std < STABLE for c in cs), len(cs)
 
+    def noisiest(self, n: int = 3) -> list[tuple[GridRow, str, Cell]]:
+        """The n measured (row, mode, cell) with the largest std ÷ mean."""
+        cs = [(r, m, c) for r in self.grid for m, c in r.modes.items() if c.rel_std is not None]
+        return sorted(cs, key=lambda x: -x[2].rel_std)[:n]
+
     def largest(self, dtype: str = "fp32") -> list[GridRow]:
         """The grid rows of the largest size measured in `dtype`, by context."""
         rows = [r for r in self.grid if r.dtype == dtype and any(c.ok for c in r.modes.values())]
