@@ -54,7 +54,7 @@ smoke: check-sections
 	done
 
 # On a GPU machine `make test` is the correctness suite with its GPU tests (8.6 min with -n 12 on the
-# H100): the smoke profile is the CPU's (tiny configs; its baseline is the committed CPU runs), and
+# H100 once; another run was cut at 575 s at 97%, NOTES.md): the smoke profile is the CPU's (tiny configs; its baseline is the committed CPU runs), and
 # `make perf` runs the full profile there.
 HAS_GPU = $(shell PYTHONPATH=src $(PY) -c "import torch; print(int(torch.cuda.is_available()))")
 test: correctness
