@@ -115,9 +115,29 @@ class SizeRef:
         """The size of a stored row's config (`size`, optional `edition`; older rows are 2025's)."""
         return cls(str(config.get("edition") or DEFAULT_EDITION), str(config["size"]))
 
+    @classmethod
+    def of(cls, pair) -> "SizeRef":
+        """From a sweep grid's [edition, name] pair."""
+        edition, name = pair
+        return cls(str(edition), str(name))
+
     @property
     def config(self) -> ModelConfig:
         return EDITION_SIZES[self.edition].get(self.name) or SMOKE_SIZES[self.name]
+
+    @property
+    def id(self) -> str:
+        """For test ids: `-k 2026` selects a 2026 edition's rows."""
+        return f"{self.edition}-{self.name}"
+
+    @property
+    def build_name(self) -> str:
+        """The MODEL_CONFIGS name of the same dimensions (xl (2026) builds as 2.7B), for code that
+        builds a model by name."""
+        for name, cfg in MODEL_CONFIGS.items():
+            if cfg == self.config:
+                return name
+        raise ValueError(f"no MODEL_CONFIGS entry has the dimensions of {self.edition} {self.name}")
 
     def aliases(self) -> list["SizeRef"]:
         """The same model under its names in the other editions (xl (2026) is 2.7B (2025))."""
