@@ -222,15 +222,3 @@ def test_relative_fit_keeps_the_overhead_positive_where_the_per_byte_cost_grows(
     assert 0 < o < times[0] and w > 0
     exact = acc.fit_latency_bandwidth(sizes, [1e-4 + s / 1e9 for s in sizes], relative=True)
     assert exact[0] == pytest.approx(1e-4) and exact[1] == pytest.approx(1e9)
-
-
-def test_step_memory_need_terms_by_mode():
-    """Forward holds the parameters (and autocast's copies); backward adds gradients and saved
-    activations; the optimizer step AdamW's two moments: 4, 8 and 16 bytes a parameter."""
-    n, act = 1000, 5000
-    assert acc.step_memory_need("forward", n, act)["total"] == 4 * n
-    assert acc.step_memory_need("forward", n, act, cast_bytes=2 * n)["total"] == 6 * n
-    assert acc.step_memory_need("backward", n, act)["total"] == 8 * n + act
-    assert acc.step_memory_need("optimizer_step", n, act)["total"] == 16 * n + act
-    with pytest.raises(ValueError, match="unknown mode"):
-        acc.step_memory_need("inference", n, act)

@@ -3,7 +3,7 @@ records beside its peak or its OOM, and the contexts nsys_profile (2026) chooses
 import pytest
 
 from impl import accounting as acc
-from impl.bench.steps import fitting_contexts, memory_need, size_config
+from impl.bench.steps import fitting_contexts, memory_need, size_config, step_memory_need
 from impl.model import MODEL_SIZES_2026, SizeRef
 
 
@@ -37,3 +37,15 @@ def test_fitting_contexts_are_the_powers_of_two_that_fit():
     assert fitting_contexts(small, 4, "fp32", budget, lo=256, hi=4096, headroom=1.0) == [256, 512, 1024]
     with pytest.raises(ValueError, match="headroom"):
         fitting_contexts(small, 4, "fp32", None, lo=256, hi=128, headroom=0.9)
+
+
+def test_step_memory_need_terms_by_mode():
+    """Forward holds the parameters (and autocast's copies); backward adds gradients and saved
+    activations; the optimizer step AdamW's two moments: 4, 8 and 16 bytes a parameter."""
+    n, act = 1000, 5000
+    assert step_memory_need("forward", n, act)["total"] == 4 * n
+    assert step_memory_need("forward", n, act, cast_bytes=2 * n)["total"] == 6 * n
+    assert step_memory_need("backward", n, act)["total"] == 8 * n + act
+    assert step_memory_need("optimizer_step", n, act)["total"] == 16 * n + act
+    with pytest.raises(ValueError, match="unknown mode"):
+        step_memory_need("inference", n, act)

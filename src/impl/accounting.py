@@ -146,33 +146,6 @@ def memory_breakdown(n_params: int, world_size: int = 1, zero_stage: int = 0, ac
     return out
 
 
-# What each timed step of benchmarking_script keeps alive at its peak (impl.bench.steps modes). The
-# forward runs without autograd, so its activations are transient (not counted: the need is a floor);
-# the backward's forward (timed or in its setup) saves them; the optimizer step runs after a
-# forward+backward with AdamW's moments alive.
-STEP_MODE_STATE = {
-    "forward": ("parameters",),
-    "backward": ("parameters", "gradients", "activations"),
-    "forward_backward": ("parameters", "gradients", "activations"),
-    "optimizer_step": ("parameters", "gradients", "optimizer_state", "activations"),
-    "train_step": ("parameters", "gradients", "optimizer_state", "activations"),
-}
-
-
-def step_memory_need(mode: str, n_params: int, activations: float, cast_bytes: float = 0.0) -> dict[str, float]:
-    """Closed-form bytes one single-device step of `mode` needs (fp32 parameters, gradients and AdamW
-    moments; `activations`: what autograd saves, activation_bytes; `cast_bytes`: autocast's cached
-    low-precision weight copies, alive through the forward): each term and their "total"."""
-    if mode not in STEP_MODE_STATE:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(STEP_MODE_STATE)}")
-    full = memory_breakdown(n_params, activations=activations)
-    out = {term: full[term] for term in STEP_MODE_STATE[mode]}
-    if cast_bytes:
-        out["autocast_weight_copies"] = float(cast_bytes)
-    out["total"] = sum(out.values())
-    return out
-
-
 # ----------------------------------------------------------------------------------------------
 # 2. communication_accounting: the XXL model (126 blocks of two linears, no attention/embeddings)
 

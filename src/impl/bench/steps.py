@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from impl import accounting as acc
 from impl.model import AdamW, Linear, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
 from impl.model.loss import check_reduction
@@ -45,19 +46,43 @@ def build_model(size: Size, context: int, device: torch.device, attn_impl: str =
     return TransformerLM.from_config(size_config(size), context_length=context, attn_impl=attn_impl, device=device)
 
 
-def memory_need(size: Size, mode: str, dtype: str, batch: int, context: int) -> dict[str, float]:
-    """The closed-form bytes a `mode` step of this size needs on one device (impl.accounting
-    .step_memory_need), for a row's details beside its measured peak or its OOM: activations as
-    fp32 autograd saves them (under autocast a uniform 2-byte estimate), and under autocast the
-    low-precision copies of every Linear weight."""
-    from impl import accounting as acc
+# What each timed step of benchmarking_script keeps alive at its peak (this module's modes). The
+# forward runs without autograd, so its activations are transient (not counted: the need is a floor);
+# the backward's forward (timed or in its setup) saves them; the optimizer step runs after a
+# forward+backward with AdamW's moments alive.
+STEP_MODE_STATE = {
+    "forward": ("parameters",),
+    "backward": ("parameters", "gradients", "activations"),
+    "forward_backward": ("parameters", "gradients", "activations"),
+    "optimizer_step": ("parameters", "gradients", "optimizer_state", "activations"),
+    "train_step": ("parameters", "gradients", "optimizer_state", "activations"),
+}
 
+
+def step_memory_need(mode: str, n_params: int, activations: float, cast_bytes: float = 0.0) -> dict[str, float]:
+    """Closed-form bytes one single-device step of `mode` needs (fp32 parameters, gradients and AdamW
+    moments; `activations`: what autograd saves, activation_bytes; `cast_bytes`: autocast's cached
+    low-precision weight copies, alive through the forward): each term and their "total"."""
+    if mode not in STEP_MODE_STATE:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(STEP_MODE_STATE)}")
+    full = acc.memory_breakdown(n_params, activations=activations)
+    out = {term: full[term] for term in STEP_MODE_STATE[mode]}
+    if cast_bytes:
+        out["autocast_weight_copies"] = float(cast_bytes)
+    out["total"] = sum(out.values())
+    return out
+
+
+def memory_need(size: Size, mode: str, dtype: str, batch: int, context: int) -> dict[str, float]:
+    """The closed-form bytes a `mode` step of this size needs on one device (step_memory_need), for a
+    row's details beside its measured peak or its OOM: activations as fp32 autograd saves them (under autocast a uniform 2-byte estimate), and under autocast the
+    low-precision copies of every Linear weight."""
     c = size_config(size)
     low = dtype != "fp32"
     activations = acc.activation_bytes(batch, context, c.d_model, c.d_ff, c.num_heads, c.num_layers, c.vocab_size,
                                        bytes_per=DTYPES[dtype].itemsize)
     linear_numel = c.num_layers * (4 * c.d_model ** 2 + 3 * c.d_model * c.d_ff) + c.vocab_size * c.d_model
-    need = acc.step_memory_need(mode, c.params, activations,
+    need = step_memory_need(mode, c.params, activations,
                                 cast_bytes=linear_numel * DTYPES[dtype].itemsize if low else 0)
     return need
 

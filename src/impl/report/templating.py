@@ -20,7 +20,7 @@ def environment() -> jinja2.Environment:
                              autoescape=False, extensions=["jinja2.ext.do"])
     env.filters.update(ms=markdown.ms, gib=markdown.gib, pct=markdown.pct, num=markdown.num, fmt=format,
                        gb=markdown.gb, mib=markdown.mib,
-                       gib1=lambda x: markdown.gib(x, 1))
+                       gib1=lambda x: markdown.gib(x, 1), format_code=lambda x: f"`{x}`")
     env.globals.update(table=markdown.table)
     return env
 
