@@ -41,8 +41,10 @@ install:
 # reports/data/<device>/tests/, where the report's index shows it.
 XDIST ?= $(shell n=$$(nproc); echo $$(( n > 12 ? 12 : (n < 2 ? 1 : n) )))
 correctness:
-	@mkdir -p $(OUT)/tests; rm -f $(OUT)/tests/junit.xml $(OUT)/tests/record.json
-	@set +e; $(PYTEST) correctness -q -n $(XDIST) --timeout=900 --junitxml=$(OUT)/tests/junit.xml; rc=$$?; \
+	@mkdir -p $(OUT)/tests; rm -f $(OUT)/tests/junit.xml $(OUT)/tests/record.json $(OUT)/tests/gpu-cases.jsonl
+	@set +e; SUITE_CASE_LOG=$${SUITE_CASE_LOG:-$(abspath $(OUT))/tests/gpu-cases.jsonl} \
+	  $(PYTEST) correctness -q -n $(XDIST) --durations=25 --timeout=900 \
+	  --junitxml=$(OUT)/tests/junit.xml; rc=$$?; \
 	  PYTHONPATH=src $(PY) -m impl.bench.test_record $(OUT)/tests/junit.xml --out $(OUT)/tests/record.json \
 	    --command "pytest correctness -n $(XDIST)" || true; exit $$rc
 
