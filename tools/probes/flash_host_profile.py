@@ -1,0 +1,96 @@
+"""GPU probe (issue 36): where the host time of one FlashAttentionTriton fwd+bwd call goes at a tiny
+shape (1x1x128x64, bf16, causal), where the device work is nothing.
+    PYTHONPATH=src python tools/probes/flash_host_profile.py OUT.json
+Rows: host µs per call (perf_counter over 300 calls after 30 warm-up, then one synchronize) for an
+empty Triton kernel launch, SDPA's flash and cuDNN backends, ours eager and under torch.compile;
+then cProfile of 300 eager fwd+bwd calls (own time and cumulative time, top 45 each)."""
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from impl.attention.flash_triton import FlashAttentionTriton
+
+
+@triton.jit
+def _empty(x_ptr):
+    pass
+
+
+def host_us(fn, n=300):
+    for _ in range(30):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def main(path):
+    dev = torch.device("cuda")
+    shape = (1, 1, 128, 64)
+    q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    do = torch.randn(shape, device=dev, dtype=torch.bfloat16)
+    x = torch.empty(1, device=dev)
+
+    def sdpa(backend):
+        def call():
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+        return call
+
+    def ours():
+        FlashAttentionTriton.apply(q, k, v, True).backward(do)
+
+    def ours_fwd():
+        with torch.no_grad():
+            FlashAttentionTriton.apply(q, k, v, True)
+
+    compiled = torch.compile(lambda a, b, c: FlashAttentionTriton.apply(a, b, c, True))
+
+    def ours_compiled():
+        compiled(q, k, v).backward(do)
+
+    cases = {"empty triton launch": lambda: _empty[(1,)](x),
+             "sdpa flash fwd+bwd": sdpa(SDPBackend.FLASH_ATTENTION),
+             "sdpa cudnn fwd+bwd": sdpa(SDPBackend.CUDNN_ATTENTION),
+             "ours fwd (no grad)": ours_fwd,
+             "ours fwd+bwd": ours,
+             "ours compiled fwd+bwd": ours_compiled}
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "shape": shape, "dtype": "bf16", "causal": True, "rows": []}
+    for name, fn in cases.items():
+        try:
+            row = {"case": name, "host_us": host_us(fn)}
+        except Exception as e:  # a backend that refuses the shape is a row, not a crash
+            row = {"case": name, "error": f"{type(e).__name__}: {e}"[:300]}
+        res["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(300):
+        ours()
+    pr.disable()
+    torch.cuda.synchronize()
+    for key in ("tottime", "cumulative"):
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats(key).print_stats(45)
+        res[f"cprofile_{key}"] = s.getvalue()
+        print(s.getvalue()[:6000])
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
