@@ -43,10 +43,10 @@ XDIST ?= $(shell n=$$(nproc); echo $$(( n > 12 ? 12 : (n < 2 ? 1 : n) )))
 correctness:
 	@mkdir -p $(OUT)/tests; rm -f $(OUT)/tests/junit.xml $(OUT)/tests/record.json $(OUT)/tests/gpu-cases.jsonl
 	@set +e; SUITE_CASE_LOG=$${SUITE_CASE_LOG:-$(abspath $(OUT))/tests/gpu-cases.jsonl} \
-	  $(PYTEST) correctness -q -n $(XDIST) --durations=25 --timeout=900 \
+	  $(PYTEST) correctness -q -n $(XDIST) --dist worksteal --durations=25 --timeout=900 \
 	  --junitxml=$(OUT)/tests/junit.xml; rc=$$?; \
 	  PYTHONPATH=src $(PY) -m impl.bench.test_record $(OUT)/tests/junit.xml --out $(OUT)/tests/record.json \
-	    --command "pytest correctness -n $(XDIST)" || true; exit $$rc
+	    --command "pytest correctness -n $(XDIST) --dist worksteal" || true; exit $$rc
 
 # Every perf test also runs as a test: the smoke profile, timed for real, into $(OUT)/smoke/.
 smoke: check-sections

@@ -1,11 +1,22 @@
 """Shared by correctness/ and perf/: the bench layer's fixtures and JSON hook (impl.bench.plugin:
 `device`, `profile`, `peaks`, `bench`), and the skip rules for the gpu / multi_gpu markers."""
+import itertools
 import os
 import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# Under xdist each worker gets its share of the cores for torch's intra-op threads and Inductor's
+# compile workers (set before torch is imported; spawned ranks inherit it): 12 workers each starting
+# 16 threads on the H100 box's 16 cores made a CPU test take 369 s instead of 165 (NOTES.md).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _SHARE = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    os.environ.setdefault("OMP_NUM_THREADS", _SHARE)
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", _SHARE)
+
+import torch  # noqa: E402
 
 # `impl` importable without PYTHONPATH: the pytest-benchmark CLI (list, compare) loads this file too,
 # and so are the subprocesses tests start (sm_90 compiles, fresh-process benchmarks): they inherit the
@@ -32,12 +43,14 @@ SLOW_FILES = {"test_distributed.py", "test_fsdp.py", "test_sharded_optimizer.py"
 
 
 # The longest tests, longest first (H100 run 19, 2026-11-24, `pytest correctness -n 12 --durations`;
-# the Triton hypothesis test is four shards since): xdist's load scheduling deals the first quarter of
-# the collection out one test per worker in turn, so these start at once on separate workers instead
-# of one of them, started last, deciding the wall time.
-LONG_FIRST = ("test_fast_options_follow_fp32_loss_curve", "test_triton_gpu_autotuned_configs",
+# the Triton hypothesis test is four shards since). `make correctness` schedules with xdist's
+# worksteal: worker i starts on the i-th of equal contiguous slices of the collection, and idle
+# workers steal from the tails. So the j-th longest test goes to the head of slice j mod workers:
+# they start at once on separate workers, not queued behind each other (as under load scheduling,
+# which dealt them all to one worker in one chunk: run 21, NOTES.md).
+LONG_FIRST = ("test_fast_options_follow_fp32_loss_curve", "test_triton_hypothesis", "test_triton_gpu_autotuned_configs",
               "test_triton_gpu_split_head_dims_autotuned", "test_fast_cudagraphs_follows_fast",
-              "test_triton_hypothesis", "test_triton_split_head_dim_kernels_compile_for_hopper",
+              "test_triton_split_head_dim_kernels_compile_for_hopper",
               "test_triton_fp32_atomic_configs_fit_hopper_shared_memory", "test_overlapped_ddp_ranks_exit_cleanly",
               "test_two_gloo_ranks_equal_one_process_on_the_whole_batch", "test_model_with_flash_triton_matches_naive",
               "test_triton_gpu_hypothesis", "test_compiled_graphs_serve_every_context")
@@ -48,8 +61,29 @@ def _start_rank(item) -> int:
     return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
 
 
+def worksteal_slices(n: int, workers: int) -> list:
+    """The sizes of xdist worksteal's first hand-out: each worker in turn takes len(pending) // (workers left)."""
+    sizes, left = [], n
+    for i in range(workers):
+        sizes.append(left // (workers - i))
+        left -= sizes[-1]
+    return sizes
+
+
+def spread_long_tests(items: list, workers: int) -> list:
+    """`items` reordered so the j-th longest (LONG_FIRST) heads worksteal slice j mod `workers`; the
+    rest keep collection order."""
+    long = sorted((it for it in items if _start_rank(it) < len(LONG_FIRST)), key=_start_rank)
+    rest = iter([it for it in items if _start_rank(it) == len(LONG_FIRST)])
+    out = []
+    for j, size in enumerate(worksteal_slices(len(items), workers)):
+        head = long[j::workers]
+        out += head + list(itertools.islice(rest, max(0, size - len(head))))
+    return out + list(rest)
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_start_rank)  # stable: the rest keep collection order
+    items[:] = spread_long_tests(items, _WORKERS)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
         if item.path.name in SLOW_FILES and item.path.parent.name == "correctness":
