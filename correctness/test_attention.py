@@ -637,9 +637,11 @@ def sm90(fn, ptrs, const, num_warps, num_stages):
     path = os.path.join(tempfile.mkdtemp(), "k.ptx")
     open(path, "w").write(ptx)
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    info = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path + ".cubin"], capture_output=True,
-                          text=True).stderr
-    return ptx, int(re.findall(r"(\d+) bytes spill stores", info)[0])
+    done = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path + ".cubin"], capture_output=True, text=True)
+    spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
+    if done.returncode or not spills:  # name what ptxas said (once on the H100 it printed no spill line)
+        raise RuntimeError(f"ptxas exit {done.returncode}: {done.stderr[-1500:]} {done.stdout[-500:]}")
+    return ptx, int(spills[0])
 
 BF16 = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", DO="*bf16", DQ="*bf16", DK="*bf16", DV="*bf16",
             L="*fp32", Delta="*fp32")
