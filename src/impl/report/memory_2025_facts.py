@@ -71,7 +71,7 @@ class Memory2025Facts:
     step: dict[str, Phase]  # the fp32 training step's phases at the longest context
     optimizer_spikes: list[float]  # per training-step timeline: the optimizer phase's rise
     step_forward_tops: dict[int, float]  # per context: the fp32 training step's forward-phase top
-    residual: ResidualSeen | None
+    residual: ResidualSeen | None  # of the first row (shortest context) that looked it up
     largest_context: int | None
     named: list[NamedAllocation] = field(default_factory=list)
     largest: list[LargestTable] = field(default_factory=list)
@@ -200,4 +200,4 @@ def memory_2025_facts(rows: list[Bench]) -> Memory2025Facts | None:
     c0, tables, named = largest_allocations(ok)
     return Memory2025Facts(size_label(ref), m.params * 4, m.d_model, m.d_ff, m.num_layers, contexts, peaks,
                            tl.get((last, "fp32", "forward"), {}).get("forward"), tl.get((last, "fp32", "train_step"), {}),
-                           spikes, tops, residual_seen(ok[0]), c0, named, tables)
+                           spikes, tops, next((r for b in ok for r in [residual_seen(b)] if r), None), c0, named, tables)
