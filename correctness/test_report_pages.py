@@ -356,7 +356,9 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
         ("0.300 (cuDNN backend)", "3.00×", "6.00×")
     cut = grid[grid["batch×heads×seq"] == "4×32×3000"].iloc[0]
     assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
-    assert "6 rows measured and 1 left out by the file's time budget" in page.answers[0].text
+    f = attention_pages.flash_shapes_facts(ctx.df[ctx.df.problem == "flash_shapes"], grid.astype(str))
+    assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", [0.8, 3.0], 3.0)
+    assert page.answers[0].question and page.score["flash_shapes"].headline != "–"
     assert "| bf16 | 80 | yes | forward | 3 | 1 | 3.00× (2) | 6.00× (1) |" in page.body
 # ---------------------------------------------------------------------------------------------------
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
