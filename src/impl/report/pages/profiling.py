@@ -277,9 +277,7 @@ def _single_level_table(f) -> str:
 # ------------------------------------------------------------------------------------ training_step
 def training_step_page(ctx: Context) -> Page:
     slug, name = "training_step", "training_step"
-    qs = ["Which speed-up buys the most, alone and together?",
-          "What MFU does the fastest configuration reach (datasheet peak and measured peak)?",
-          "Ours against PyTorch's own pieces (the anchor) in the same run?"]
+    qs = [TS.q_ablation(), TS.q_mfu(), TS.q_anchor()]
     found = gpu_rows(ctx, name)
     if not found:
         return missing_page(slug, "training_step", [name], qs)
@@ -297,7 +295,7 @@ def training_step_page(ctx: Context) -> Page:
         parts = training_step.body(every, ctx.fig_dir, ctx.fig_rel, fig_name, csv=lambda name, header, rows: write_table_csv(ctx.reports_dir, f"{slug}-{device}-{name}", header, rows))
         body += [f"## {device}"] + parts + [runs_line(device, every)]
         if not index_figs and (ctx.fig_dir / fig_name).exists():
-            index_figs.append((f"training_step ablation: tokens/s per config ({device})", f"{ctx.fig_rel}/{fig_name}"))
+            index_figs.append((TS.index_figure(device), f"{ctx.fig_rel}/{fig_name}"))
     return Page(slug, "training_step: the full training step, ablated", [problem(name)], answers, "\n\n".join(body),
                 score={name: score}, index_figures=index_figs)
 
@@ -332,7 +330,7 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
                                              [x for x in singles if vs(x).noise], f"{best} at {ms(step_s(g.loc[best]))} ms",
                                              vs(best), product)))
     else:
-        a.append(Answer(qs[0], "bf16 not measured at this shape."))
+        a.append(Answer(qs[0], TS.no_bf16()))
     ours = ok[ok.cfg.config.isin(training_step.OURS)]
     key = next((k for k in ("m.mfu", "m.mfu_measured_peak") if k in ours and ours[k].notna().any()), None)
     top = ours.loc[ours[key].idxmax()] if key else None
@@ -343,7 +341,7 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
             num(peak.datasheet_flops / 1e12, 1) if peak and peak.datasheet_flops else "–",
             top.get("m.mfu_measured_peak"), num(peak.measured_flops / 1e12, 1) if peak else "–")))
     else:
-        a.append(Answer(qs[1], "No measured run of ours yet."))
+        a.append(Answer(qs[1], TS.no_ours()))
     pairs = []
     for (s_, c_), gg in ok.groupby([ok.cfg.size, ok.cfg.context]):
         by = {r.cfg.config: r for _, r in gg.iterrows()}
@@ -356,13 +354,12 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
         vs_anchor = _vs(r, an, "the anchor's step")
         a.append(Answer(qs[2], TS.a_anchor(s_, c_, o, step_s(r), r["stddev"], step_s(an), an["stddev"], vs_anchor,
                                            len(pairs))))
-        vs = f"{vs_anchor} ({o} vs compiled PyTorch, same run)"
-        score = Score(f"{o} trains {s_} ctx {c_} at {pct(r.get('m.mfu'))} MFU", f"{ms(step_s(r))} ms/step, "
-                      f"{pct(r.get('m.mfu'))} MFU (datasheet) / {pct(r.get('m.mfu_measured_peak'))} (measured peak)", vs,
-                      device_short(device), str(r["datetime"])[:10])
+        score = Score(TS.score_answer(o, s_, c_, r.get("m.mfu")),
+                      TS.score_headline(step_s(r), r.get("m.mfu"), r.get("m.mfu_measured_peak")),
+                      TS.score_vs(vs_anchor, o), device_short(device), str(r["datetime"])[:10])
     else:
-        a.append(Answer(qs[2], "Ours and the anchor were not measured in the same run yet."))
-        score = Score("ablation measured; no same-run anchor pair", "–", "–", device_short(device), run_date(d))
+        a.append(Answer(qs[2], TS.no_pair()))
+        score = Score(TS.score_no_pair(), "–", "–", device_short(device), run_date(d))
     return a, score
 
 
