@@ -518,3 +518,51 @@ def test_per_rank_facts_read_each_variants_closed_form_and_the_measured_rank():
     assert [v.name for v in f.variants] == ["ddp", "sharded_optimizer", "fsdp"]
     assert f.variant("ddp").total == 18.0 and f.measured_peak == 9 and f.measured_over_closed_form == 0.5
     assert f.size.startswith("xl (2026)") and f.world_size == 2
+
+
+def test_memory_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
+    """(a) from the timelines' phase levels at the longest context, (b) the fp32 peaks per context, (e) the
+    bf16 forward's FFN-weight-sized allocations named as autocast copies (3 per block)."""
+    from impl.model.sizes import SizeRef
+    from impl.report.memory_2025_facts import memory_2025_facts
+
+    m = SizeRef("2025", "small").config
+    ffn = m.d_model * m.d_ff * 2
+    timeline = {"x": [0, 1, 2, 3, 4, 5], "y": [10, 30, 20, 5, 5, 9],
+                "markers": [dict(x=0, name="forward"), dict(x=2, name="backward"), dict(x=4, name="optimizer"),
+                            dict(x=6, name="end")]}
+    fwd_tl = {"x": [0, 1], "y": [10, 11], "markers": [dict(x=0, name="forward"), dict(x=2, name="end")]}
+    rows = []
+    for c, step_peak in ((128, 40), (256, 41)):
+        rows.append(_row_bench("memory_profiling", dict(size="small", batch=4, context=c, dtype="fp32", mode="train_step"),
+                               details=dict(snapshot=dict(timeline=timeline)), mean=0.1, peak=step_peak))
+        rows.append(_row_bench("memory_profiling", dict(size="small", batch=4, context=c, dtype="fp32", mode="forward"),
+                               details=dict(snapshot=dict(timeline=fwd_tl, residual={"4": dict(
+                                   bytes=4 * c * m.d_model * 4, found=True, count=7, frames=["layers.py:40"])})),
+                               mean=0.1, peak=12 + c))
+    rows.append(_row_bench("memory_profiling", dict(size="small", batch=4, context=128, dtype="bf16", mode="forward"),
+                           details=dict(snapshot=dict(largest=[dict(size=ffn, count=3 * m.num_layers, frames=["l:26"])])),
+                           mean=0.1, peak=13))
+    f = memory_2025_facts(rows)
+    assert f.contexts == [128, 256] and f.timeline_context == 256 and f.train_fp32 == [40, 41]
+    assert f.forward_fp32 == [140, 268] and not f.bf16  # the bf16 training step was not run
+    assert f.timelines and (f.step["forward"].start, f.step["forward"].top, f.step["backward"].end) == (10, 30, 5)
+    assert f.optimizer_spikes == [4, 4] and f.step_forward_tops == {128: 30, 256: 30}
+    assert (f.residual.context, f.residual.nbytes, f.residual.found) == (128, 4 * 128 * m.d_model * 4, True)
+    assert f.largest_context == 128 and [(x.kind, x.nbytes, x.count) for x in f.named] == [
+        ("ffn_copy", ffn, 3 * m.num_layers)]
+
+
+def test_backward_probe_counts_shapes_where_atomic_was_slower():
+    from impl.report.flash_facts import backward_probe, flash_attention_facts
+
+    shape = dict(batch=1, heads=2, seq=4096, d=64, causal=True)
+    ms = lambda b2, ba, e2, ea: {"ours bwd two_pass": b2, "ours bwd atomic": ba,  # noqa: E731
+                                 "ours fwd+bwd two_pass": e2, "ours fwd+bwd atomic": ea}
+    p = backward_probe(dict(device="GPU", rows=[dict(shape=shape, ms=ms(1.0, 0.9, 2.0, 2.2)),
+                                                 dict(shape=dict(shape, causal=False), ms=ms(1.0, 1.1, 2.0, 1.8)),
+                                                 dict(shape=shape, ms={"ours bwd two_pass": 1.0})]))
+    assert len(p.shapes) == 2 and (p.slower_e2e, p.slower_bwd) == (1, 1)
+    assert p.shapes[0].shape == "1×2×4096×64 causal" and round(p.shapes[0].atomic_over_two_pass, 2) == 1.1
+    f = flash_attention_facts()
+    assert f.block_q > 0 and f.block_k > 0 and f.tests

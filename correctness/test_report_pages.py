@@ -87,14 +87,17 @@ def test_profiling_figures_legends_are_the_series_drawn(built):
         assert shown == list(dict.fromkeys(drawn)), name
 
 
-def test_memory_profiling_answers_read_from_the_timelines(built):
-    """The committed H100 run: the 2.7B training-step peak is the optimizer step's, flat over the
-    contexts, and the bf16 forward's largest allocations are named autocast copies of FFN weights."""
+def test_memory_profiling_peak_table_labels_each_edition_its_own_rows(built):
+    """xl (2025) and xl (2026) share the stored name "xl": each row of the peak table is one edition's."""
+    from impl.model.sizes import SizeRef
+
     pages, _, _ = built
     page = next(p for p in pages if p.slug == "memory_profiling")
-    text = " ".join(a.text for a in page.answers)
-    assert "flat across contexts" in text and "optimizer step spikes by" in text
-    assert "autocast's bf16 copies of the FFN weights" in text and "2560 × 10240 × 2 B" in text
+    table = page.body.split("### peak memory")[1].split("###")[0]
+    sizes = [line.split(" | ")[0].strip("| ") for line in table.splitlines() if line.startswith("| ") and "context" not in line]
+    assert SizeRef("2025", "xl").label in sizes and SizeRef("2026", "xl").label in sizes
+    assert len(sizes) == len(set(zip(sizes, [line.split(" | ")[1] for line in table.splitlines()
+                                              if line.startswith("| ") and "context" not in line])))
     assert "GiB" in page.score["memory_profiling"].headline
 
 
@@ -122,7 +125,7 @@ def test_benchmarking_script_answers_each_question_for_each_edition(built):
 
 def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():
     from impl.model.sizes import SizeRef
-    from impl.report.pages.profiling import _shape_labels
+    from impl.report.memory_2025_facts import shape_labels as _shape_labels
     # xl (2025), batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
     xl = SizeRef("2025", "xl").config
     size = 4 * 128 * 10_000 * 4
@@ -353,7 +356,9 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
         ("0.300 (cuDNN backend)", "3.00×", "6.00×")
     cut = grid[grid["batch×heads×seq"] == "4×32×3000"].iloc[0]
     assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
-    assert "6 rows measured and 1 left out by the file's time budget" in page.answers[0].text
+    f = attention_pages.flash_shapes_facts(ctx.df[ctx.df.problem == "flash_shapes"], grid.astype(str))
+    assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", [0.8, 3.0], 3.0)
+    assert page.answers[0].question and page.score["flash_shapes"].headline != "–"
     assert "| bf16 | 80 | yes | forward | 3 | 1 | 3.00× (2) | 6.00× (1) |" in page.body
 # ---------------------------------------------------------------------------------------------------
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)

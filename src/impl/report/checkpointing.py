@@ -11,7 +11,10 @@ from impl.bench.row import Status
 from impl.report import figures
 from impl.report.benchmarking import stat_name, step_s, study
 from impl.report.markdown import missing, ms, num, table
+from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+
+W = macros("gradient_checkpointing.md.j2")
 
 PROBLEM = "gradient_checkpointing"
 POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
@@ -95,7 +98,7 @@ def policy_table(d: pd.DataFrame) -> str:
             rows.append([_label(r), _peak_cell(r, u), _fmt(predicted_peak(r), u), _ratio(r),
                          _fmt(predicted_peak(r, "closed_form_fp32"), u), _fmt(predicted_peak(r, "hook_terms", "activations"), u), _time(r),
                          "–" if _oom(r) or _not_run(r) else num(r.get("m.tokens_per_s"), 0), forwards_cell(r)])
-        out.append(f"**{dtype}**" + (" (autocast, fp32 master weights)" if dtype != "fp32" else "") + "\n\n" + table(
+        out.append(W.dtype_head(dtype) + "\n\n" + table(
             ["policy", f"measured peak {u}", f"predicted peak {u}", "measured / predicted",
              f"predicted, fp32 closed form {u}", f"predicted block-stack activations {u}",
              f"step, {stat_name(d)} (ms)", "tokens/s",
@@ -107,22 +110,16 @@ def terms_text(d: pd.DataFrame) -> str:
     u = _unit(d)
     has = d[d["details"].map(lambda x: "terms" in x)]
     t = has.iloc[0]["details"]["terms"] if not has.empty else {}
-    lines = []
+    hooks = []
     for dtype, dd in d.groupby(d.cfg.dtype, sort=False):
         ok = dd[dd["details"].map(lambda x: "terms" in x)]
         if ok.empty:
             continue
         h = ok.iloc[0]["details"]["terms"]["hook_terms"]
-        lines.append(f"{dtype}: B = {_fmt(h['a_block'], u)} {u}, R = {_fmt(h['a_resid'], u)} {u}, head = "
-                     f"{_fmt(h['a_outside'], u)} {u} (B/R = {h['a_block'] / h['a_resid']:.1f})")
+        hooks.append((dtype, _fmt(h["a_block"], u), _fmt(h["a_resid"], u), _fmt(h["a_outside"], u),
+                      h["a_block"] / h["a_resid"]))
     cf = t.get("closed_form_fp32")
-    text = ""
-    if cf:
-        text += (f"fp32 closed form: B = {_fmt(cf['a_block'], u)} {u}, R = {_fmt(cf['a_resid'], u)} {u} "
-                 f"(B/R = {cf['a_block'] / cf['a_resid']:.1f}). ")
-    if lines:
-        text += "Measured with saved-tensor hooks on one block: " + "; ".join(lines) + "."
-    return text
+    return W.terms(u, cf and (_fmt(cf["a_block"], u), _fmt(cf["a_resid"], u), cf["a_block"] / cf["a_resid"]), hooks)
 
 
 def depth_table(d: pd.DataFrame) -> str:
@@ -163,30 +160,21 @@ def body(df: pd.DataFrame, fig_dir: Path, fig_rel: str, fig_name: str) -> str | 
     pol, dep = _study(df, "policies"), _study(df, "depth")
     if pol.empty and dep.empty:
         return None
-    parts = ["Policies of `impl.checkpointing` on an unchanged TransformerLM (forward+backward steps, gradients "
-             "set to None, no optimizer state). none keeps L·B; every_k checkpoints segments of k blocks (all "
-             "but the last), peak ≈ (L/k)·R + k·B; nested checkpoints the first half of every segment and "
-             "recurses into the second: peak ceil(log2 L)·R + B, and L + (L/2)·log2 L block forwards per step for L "
-             "a power of two (O(L log L); the table counts them with forward pre-hooks). B = one block's saved bytes, R = one residual stream. "
-             "Predicted peak = parameters + the larger of (forward end: autocast's cast weights + block stack + "
-             "loss head) and (backward: gradients + block-stack peak), with B, R and the head measured by "
-             "saved-tensor hooks at the row's dtype; the fp32 closed form column uses impl.accounting's counts."]
+    parts = [W.method()]
     if not pol.empty:
         i = pol["details"].iloc[0]
         c = pol.iloc[0]
-        parts.append(f"**Best single-level k** for {c.cfg.size} at batch {int(c.cfg.batch)}, context "
-                     f"{int(c.cfg.context)}: k = {i.get('best_k')} ({i.get('best_k_rule')}); timed with its "
-                     f"neighbours k ∈ {i.get('ks')}. " + terms_text(pol))
+        parts.append(W.best_k(c.cfg.size, int(c.cfg.batch), int(c.cfg.context), i.get("best_k"), i.get("best_k_rule"),
+                              i.get("ks"), terms_text(pol)))
         parts.append(policy_table(pol))
     left = pd.concat([pol, dep])
     left = left[left.apply(_not_run, axis=1)] if not left.empty else left
     if not dep.empty:
         c = dep.iloc[0]
-        parts.append(f"### nested vs none over depth\n\n{c.cfg.width} width, batch {int(c.cfg.batch)}, "
-                     f"context {int(c.cfg.context)}, {c.cfg.dtype}.")
+        parts.append(W.depth_head(c.cfg.width, int(c.cfg.batch), int(c.cfg.context), c.cfg.dtype))
         parts.append(depth_table(dep))
         if depth_plot(dep, fig_dir / fig_name):
             parts.append(f"![peak vs layers]({fig_rel}/{fig_name})")
     if not left.empty:
-        parts.append(f"Not run: {', '.join(left.name)} ({left['reason'].iloc[0]}).")
+        parts.append(W.not_run(list(left.name), left["reason"].iloc[0]))
     return "\n\n".join(parts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from impl import accounting as acc
 from impl.bench.row import Status
 from impl.report.rows import Bench, size_label
 
@@ -121,7 +122,7 @@ class Memory2026Facts:
         return None
 
 
-def _case(b: Bench) -> MemCase:
+def mem_case(b: Bench) -> MemCase:
     d = b.details
     cf = d.get("closed_form") or {}
     snap = d.get("snapshot") or {}
@@ -158,7 +159,7 @@ def memory_2026_facts(rows: list[Bench]) -> Memory2026Facts | None:
     if not rows:
         return None
     ref = rows[0].cfg.size_ref
-    cases = sorted((_case(b) for b in rows if b.cfg.mode in ("forward", "train_step")),
+    cases = sorted((mem_case(b) for b in rows if b.cfg.mode in ("forward", "train_step")),
                    key=lambda c: (c.context, c.dtype != "fp32", c.mode))
     residuals = sorted((r for b in rows if b.cfg.mode == "forward" and b.cfg.dtype == "fp32"
                         for r in [_residual(b)] if r), key=lambda r: r.context)
@@ -167,3 +168,34 @@ def memory_2026_facts(rows: list[Bench]) -> Memory2026Facts | None:
     b0 = rows[0]
     return Memory2026Facts(size_label(ref, b0.cfg.size), int(b0.cfg.batch), ref.config.d_model,
                            ref.config.num_layers, ref.config.params, cases, residuals, probes)
+
+
+@dataclass(frozen=True)
+class ContextPeaks:
+    """An earlier grid's rows at one of the 2026 contexts (no 2026 rows yet): the four peaks, and the fp32
+    closed form's saved activations against the fp32 training state (why a step is an OOM)."""
+
+    context: int
+    fwd32: MemCase | None
+    fwd16: MemCase | None
+    step32: MemCase | None
+    step16: MemCase | None
+    saved_bytes: int  # activations saved for backward (fp32 closed form)
+    state_bytes: int  # fp32 parameters, gradients and AdamW's two moments
+
+
+def context_peaks(rows: list[Bench]) -> list[ContextPeaks]:
+    """Per context of `rows` (one size), ascending."""
+    if not rows:
+        return []
+    m = rows[0].cfg.size_ref.config
+    batch = int(rows[0].cfg.batch)
+    state = acc.training_state_bytes(m.params)
+    cases = {(c.context, c.dtype, c.mode): c for c in map(mem_case, rows)}
+    out = []
+    for c in sorted({int(b.cfg.context) for b in rows}):
+        acts = acc.checkpoint_terms(batch, c, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
+        out.append(ContextPeaks(c, cases.get((c, "fp32", "forward")), cases.get((c, "bf16", "forward")),
+                                cases.get((c, "fp32", "train_step")), cases.get((c, "bf16", "train_step")),
+                                m.num_layers * acts["a_block"] + acts["a_outside"], state))
+    return out

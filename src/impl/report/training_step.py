@@ -18,7 +18,10 @@ from impl.model import size_rank
 from impl.report import figures
 from impl.report.benchmarking import ratio_cell, stat_name, step_s, timing_text
 from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+
+W = macros("training_step.md.j2")
 
 PROBLEM = "training_step"
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
@@ -313,16 +316,12 @@ def _unattributed_note(p: pd.DataFrame) -> str | None:
     if marked.empty:
         return None
     master = marked[[_ran_adamw_master(r) for _, r in marked.iterrows()]]
-    example = ""
+    example = None
     if not master.empty:
         r = master.iloc[0]
         opt_ms = r["details"]["profile"]["phase_ms"].get("optimizer step")
-        example = (f" (e.g. the optimizer step of {r.cfg.size} ctx {int(r.cfg.context)} {r.cfg.config}: "
-                   f"{num(opt_ms, 2)} ms)")
-    return (f"{UNATTRIBUTED} Profiled before our own launches were attributed: kernels launched by our Triton "
-            "launchers outside a torch op (AdamWMaster's update, eager FlashAttention) are missing from that "
-            "profile's phases, categories and top kernels, so their time is counted in the gap and their "
-            f"phase's kernel time is understated{example}.")
+        example = (r.cfg.size, int(r.cfg.context), r.cfg.config, num(opt_ms, 2))
+    return W.unattributed(UNATTRIBUTED, example)
 
 
 def top_kernels_table(d: pd.DataFrame, configs: list[str]) -> str | None:
@@ -346,20 +345,9 @@ def time_section(d: pd.DataFrame, top_configs: list[str] = OURS) -> list[str]:
         return []
     tt, profiles = time_table(d), _profiles(p)
     pr = next(iter(profiles), {})
-    source = ("GPU kernels" if pr.get("timing_source") == "kernels"
-              else "CPU ops' self time (no GPU: ATen ops stand in for kernels, with the profiler's own overhead)")
     configs = ", ".join(dict.fromkeys(p.cfg.config))
-    host = (" Host: each phase's range on the host clock, under the profiler: how long the host took to issue "
-            "the phase (host time above a phase's kernel time points to a host-bound phase)."
-            if _has_host(profiles) else "")
-    parts = ["### Where the time goes",
-             f"One profiled training step of {configs} per (size, context), after its timed steps and "
-             f"{pr.get('warmup_steps', '–')} unrecorded one(s); time from {source}, attributed to the step's phases "
-             "by the launch time of the op that issued it. Per phase: kernel time in ms; per category in ms and "
-             "(share of the measured step time, timed without the profiler). Attention = FlashAttention / SDPA "
-             "kernels (the naive attention's matmuls and softmax count as matmul and softmax). Gap = measured step − "
-             "kernel time: host work, launch overhead and device idle time (negative when the profiled ops took "
-             f"longer than the unprofiled step).{host}"]
+    parts = ["### Where the time goes", W.time_method(configs, pr.get("warmup_steps", "–"),
+                                                     pr.get("timing_source") == "kernels", _has_host(profiles))]
     if tt is not None:
         parts.append(tt)
     note = _unattributed_note(p)
@@ -368,11 +356,10 @@ def time_section(d: pd.DataFrame, top_configs: list[str] = OURS) -> list[str]:
     failed = [f"{r.cfg.size} ctx {int(r.cfg.context)} {r.cfg.config}: {r['details']['profile_error']}"
               for _, r in p.iterrows() if "profile_error" in r["details"]]
     if failed:
-        parts.append("Profiles that failed (their timed rows stand): " + "; ".join(failed) + ".")
+        parts.append(W.failed(failed))
     top = top_kernels_table(d, top_configs)
     if top is not None:
-        parts.append(f"Top kernels of the profiled steps of {', '.join(top_configs)} (per step; share of the measured "
-                     f"step time):\n\n{top}")
+        parts.append(W.top_intro(top_configs, top))
     return parts
 
 
@@ -410,52 +397,30 @@ def body(every: pd.DataFrame, fig_dir: Path, fig_rel: str, fig_name: str,
     runs = _runs(d)
     peaks = next((row.peaks for row in d["row"] if row.peaks), None)
     dtype = peaks.measured_dtype if peaks else "–"
-    peak = (f"matmul peak ({num(peaks.measured_flops / 1e12, 2) if peaks else '–'} TFLOP/s, {dtype})"
-            if len(runs) == 1 else f"{dtype} matmul peak of the row's own run (runs below)")
+    peak = (W.peak_one_run(num(peaks.measured_flops / 1e12, 2) if peaks else "–", dtype) if len(runs) == 1
+            else W.peak_per_run(dtype))
     warm_n, rounds_n = timing_text(d)
-    parts = [f"The full training step (forward, backward, AdamW) at batch {int(c.cfg.batch)}: fp32, bf16 "
-             "autocast (fp32 weights and optimizer state), each speed-up alone on top of bf16, all of them "
-             "(fast), and PyTorch's own pieces (anchor). Linear weights bf16: the matmul weights stored in bf16 "
-             "(no autocast casts of the weights or their gradients), each the upper half of its fp32 master, whose "
-             "lower half and moments live in the optimizer (adamw_master: our Triton kernel, 26 B per parameter "
-             "against the 28 of a fused fp32 AdamW). A fresh model per row; its first step (compilation, "
-             "Triton autotuning, optimizer state) is timed apart, then "
-             f"{warm_n} warm-up and {rounds_n} timed steps (step = their {stat_name(d)}). Compiled graphs are kept "
-             "across the contexts of a size (the sequence dimension is dynamic): compile = first step − step "
-             "where the "
-             "first step compiled graphs (new graphs: how many), \"reused\" where it ran the graphs of an earlier "
-             "context. MFU = model matmul FLOPs (3 × forward, full attention square) ÷ time ÷ the datasheet dense "
-             f"bf16 peak (datasheet) or the measured {peak} (measured peak). Peak memory is CUDA's max allocated "
-             "(none on the CPU). fast+cudagraphs is fast with its compiled forward and backward replayed as CUDA "
-             "graphs (torch.compile mode=\"reduce-overhead\"). Speed-ups whose spreads (median ± std) overlap "
-             "read \"within noise\".",
+    parts = [W.method(int(c.cfg.batch), warm_n, rounds_n, stat_name(d), peak),
              legend(d)]
     rows = ablation_rows(d)
     if csv is not None and len(rows) > 20:
-        parts.append(ablation_grid(d) + f"\n\nEvery row with tokens/s, both MFUs, peak memory, first step, compile "
-                     f"time, run and commit: {csv('ablation', ABLATION_HEADER, rows)}.")
+        parts.append(W.ablation_csv(ablation_grid(d), csv("ablation", ABLATION_HEADER, rows)))
     else:
         parts.append(table(ABLATION_HEADER, rows))
-    parts.append("Runs the rows come from (each (size, context, config) shows its newest measurement, so rows of "
-                 "one size may come from different runs, code versions (legend) and machines; \"vs bf16\" then "
-                 "compares across runs):\n\n" + runs_table(d))
+    parts.append(W.runs_intro(runs_table(d)))
     vs = versus_anchor(d)
     if vs is not None:
-        parts.append("Ours against the anchor (PyTorch's own pieces, whole model compiled):\n\n" + vs)
+        parts.append(W.vs_intro(vs))
     reps = repeats_table(every)
     if reps is not None:
-        parts.append("Every run of ours and the anchor where a row was measured more than once (the tables above "
-                     "show the newest; older runs may have run older code: commit, \"+\" where the run's tree had "
-                     "changes on top of it):\n\n" + reps)
+        parts.append(W.repeats_intro(reps))
     if plot(d, fig_dir / fig_name):
-        parts.append(f"![training step tokens/s by config]({fig_rel}/{fig_name})\n\n*Training-step tokens/s per "
-                     f"config and (size, context), each its newest measurement: runs {runs[0]} to {runs[-1]} UTC "
-                     "(runs table above).*")
+        parts.append(W.figure(f"{fig_rel}/{fig_name}", runs[0], runs[-1]))
     time = time_section(d)
     if time:
         parts.append("<details><summary>Where the time goes (profiled steps)</summary>\n\n"
                      + "\n\n".join(time[1:]) + "\n\n</details>")
     left = d[d.apply(_not_run, axis=1)]
     if not left.empty:
-        parts.append(f"Not run: {len(left)} row(s) ({left['reason'].iloc[0]}).")
+        parts.append(W.not_run(len(left), left["reason"].iloc[0]))
     return parts

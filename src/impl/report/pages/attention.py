@@ -4,7 +4,6 @@ impl.report.attention (and torch_compile (b)'s from impl.report.profiling); ever
 prose is read from the rows, the code or the probe files under reports/data/<device>/probes/."""
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from impl.attention import backward_choice, flash_torch
 from impl.attention.memory import naive_attention_memory
 from impl.report import figures, profiling
 from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, detail_of, impls_of, median_ms, problem_rows,
@@ -23,6 +21,7 @@ from impl.report.markdown import gib, num, pct, table
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
 from impl.report.compile_facts import compile_attention_facts, compile_model_facts
+from impl.report.flash_facts import FlashShapesFacts, backward_probe, flash_attention_facts
 from impl.report.leaderboard import leaderboard_facts
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches
@@ -230,90 +229,42 @@ def _probe(ctx: Context, dev: str, name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def backward_probe(doc: dict) -> tuple[str, list[list], int]:
-    """(summary, table rows, shapes where atomic's forward+backward was slower) of the backward-variants probe: two-pass against atomic, fwd+bwd and bwd alone."""
-    rows, slower_e2e, slower_bwd = [], 0, 0
-    for r in doc["rows"]:
-        ms, s = r["ms"], r["shape"]
-        tp, at = ms.get("ours fwd+bwd two_pass"), ms.get("ours fwd+bwd atomic")
-        btp, bat = ms.get("ours bwd two_pass"), ms.get("ours bwd atomic")
-        if None in (tp, at, btp, bat):
-            continue
-        slower_e2e += at > tp
-        slower_bwd += bat > btp
-        rows.append([f"{s['batch']}×{s['heads']}×{s['seq']}×{s['d']}" + (" causal" if s["causal"] else ""),
-                     s.get("label") or "", f"{btp:.3f}", f"{bat:.3f}", f"{tp:.3f}", f"{at:.3f}", f"{at / tp:.2f}×"])
-    summary = (f"On {doc['device']} the atomic backward's forward+backward was slower than the two-pass one on "
-               f"{slower_e2e} of {len(rows)} probe shapes (its backward alone on {slower_bwd} of {len(rows)})")
-    return summary, rows, slower_e2e
-
-
-def _tests(pattern: str) -> list[str]:
-    """Names of correctness/test_attention.py's tests containing `pattern` (the page points to them)."""
-    path = Path(__file__).resolve().parents[4] / "correctness" / "test_attention.py"
-    if not path.exists():
-        return []
-    return [ln.split("(")[0][4:] for ln in path.read_text().splitlines() if ln.startswith("def test_") and pattern in ln]
+FA = macros("flash_attention.md.j2")
 
 
 def flash_attention_page(ctx: Context) -> Page:
-    sig = inspect.signature(flash_torch.flash_forward_torch).parameters
-    bq, bk = sig["block_q"].default, sig["block_k"].default
-    threshold = backward_choice.ATOMIC_MIN_WORK
-    answers = [
-        Answer("flash_forward (a): a tiled pure-PyTorch autograd forward that returns O and saves L.",
-               f"`impl.attention.flash_torch.FlashAttentionTorch`: query tiles of {bq} and key tiles of {bk} rows "
-               f"(smaller when the sequence is), a running max and sum per query row, O rescaled per key tile; it "
-               f"saves Q, K, V, O and L = logsumexp per row, and its backward is the shared "
-               f"`impl.attention.flash_backward`."),
-        Answer("flash_forward (b), (c): the Triton forward kernel, its launch grid, and the causal flag.",
-               "`impl.attention.flash_triton`: grid (query tiles, batch·heads), one loop over key tiles with fp32 "
-               "on-chip accumulators for O, the row max and the row sum; with `is_causal` the loop stops at the "
-               "diagonal tile and masks inside it (query i sees keys j ≤ i, as SDPA's is_causal). Tile sizes are "
-               "autotuned per shape; the picks of each benchmark row are in its JSON (`tuned_configs`)."),
-        Answer("flash_backward: the backward from Q, K, V, O, dO and L with D = rowsum(O∘dO), compiled PyTorch, then "
-               "Triton (two passes, no atomics); optionally a single-pass backward with atomic dQ.",
-               "`impl.attention.flash_backward` (run under torch.compile as `compiled_flash_backward`); in Triton "
-               "the two-pass backward (a dQ kernel that also forms D, then a dK/dV kernel: each recomputes the "
-               "scores and probabilities of its tiles) and the single-pass one (dK, dV per key tile, dQ added "
-               "atomically into an fp32 buffer: the scores are recomputed once). "
-               + (f"`impl.attention.backward_choice` picks atomic from {threshold:.3g} score elements of work; "
-                  if threshold != float("inf") else
-                  "`impl.attention.backward_choice` never picks the atomic one on its own (ATOMIC_MIN_WORK is "
-                  "infinite): ")
-               + "every row records the variant it ran."),
-    ]
-    body = ["### Correctness tests", "`correctness/test_attention.py` pins both implementations against the "
-            "reference (float64 autograd) and SDPA: "
-            + ", ".join(f"`{t}`" for t in _tests("flash") + _tests("backward_variants") if t) + "."]
-    score = {"flash_forward": Score(answer="tiled PyTorch and Triton forward, L saved; tested (records in the index)"),
-             "flash_backward": Score(answer="compiled PyTorch and two-pass Triton backward; atomic single-pass beside")}
+    f = flash_attention_facts()
+    answers = [Answer(FA.q_torch(), FA.a_torch(f)), Answer(FA.q_triton(), FA.a_triton()),
+               Answer(FA.q_backward(), FA.a_backward(f))]
+    body = [FA.tests(f.tests)]
+    score = {"flash_forward": Score(answer=FA.score_forward()), "flash_backward": Score(answer=FA.score_backward())}
     for dev in ctx.gpu_devices():
         doc = _probe(ctx, dev, PROBE_BWD)
         if doc is None:
             continue
-        summary, rows, slower = backward_probe(doc)
-        answers.append(Answer("Which backward is faster?", summary + ", so the two-pass backward stays the default."))
-        body += [f"### Backward variants ({dev}, probe `reports/data/{dev}/probes/{PROBE_BWD}`)",
+        p = backward_probe(doc)
+        answers.append(Answer(FA.q_faster(), FA.a_faster(p)))
+        body += [FA.probe_head(dev, f"reports/data/{dev}/probes/{PROBE_BWD}"),
                  table(["shape (b×h×s×d)", "label", "bwd two-pass (ms)", "bwd atomic (ms)", "fwd+bwd two-pass (ms)",
-                        "fwd+bwd atomic (ms)", "atomic / two-pass"], rows)]
-        score["flash_backward"].headline = f"atomic fwd+bwd slower on {slower} of {len(rows)} probe shapes"
+                        "fwd+bwd atomic (ms)", "atomic / two-pass"],
+                       [[s.shape, s.label, f"{s.bwd_two_pass:.3f}", f"{s.bwd_atomic:.3f}", f"{s.e2e_two_pass:.3f}",
+                         f"{s.e2e_atomic:.3f}", f"{s.atomic_over_two_pass:.2f}×"] for s in p.shapes])]
+        score["flash_backward"].headline = FA.headline_probe(p)
         break
     for dev in ctx.gpu_devices():
         lb = problem_rows(ctx.device_rows(dev), "leaderboard")
         ours, cudnn = _pick(lb, impl="flash_triton", mode="fwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd")
         ours2, cudnn2 = _pick(lb, impl="flash_triton", mode="fwd_bwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd_bwd")
         if ours2 is not None and cudnn2 is not None and ours is not None and cudnn is not None:
-            ob, cb = median_ms(ours2) - median_ms(ours), median_ms(cudnn2) - median_ms(cudnn)
-            score["flash_backward"].vs_anchor = (f"backward {ob:.3f} vs cuDNN {cb:.3f} ms at the leaderboard shape "
-                                                 f"(fwd+bwd − fwd): {ob / cb:.2f}×")
+            # the backward alone: forward+backward less the forward, of one run
+            score["flash_backward"].vs_anchor = FA.vs_backward(median_ms(ours2) - median_ms(ours),
+                                                               median_ms(cudnn2) - median_ms(cudnn))
             score["flash_backward"].device = ours2["row"].env.device
             score["flash_backward"].date = _date(lb)
         if ours is not None and cudnn is not None:
-            score["flash_forward"] = Score(
-                answer="tiled PyTorch and Triton forward, L saved; tested (records in the index)",
-                headline=f"forward {median_ms(ours):.3f} ms at the leaderboard shape", vs_anchor=ratio_text(ours, cudnn, "cuDNN"),
-                device=ours["row"].env.device, date=_date(lb))
+            score["flash_forward"] = Score(answer=FA.score_forward(), headline=FA.headline_forward(median_ms(ours)),
+                                           vs_anchor=ratio_text(ours, cudnn, "cuDNN"), device=ours["row"].env.device,
+                                           date=_date(lb))
             break
     return Page("flash_attention", "FlashAttention-2: forward and backward (flash_forward, flash_backward)",
                 [problem("flash_forward"), problem("flash_backward")], answers, "\n\n".join(body), score)
@@ -659,46 +610,38 @@ def flash_shapes_summary(fs: pd.DataFrame) -> list[list]:
     return rows
 
 
+FS = macros("flash_shapes.md.j2")
+
+
+def flash_shapes_facts(fs: pd.DataFrame, grid: pd.DataFrame) -> FlashShapesFacts:
+    """Rows measured and cut by the budget, and ours eager ÷ the faster anchor per measured shape-pass."""
+    cut = fs[fs.status == "left_out_by_budget"]
+    return FlashShapesFacts(int(fs.apply(ran, axis=1).sum()), len(cut), cut["reason"].iloc[0] if len(cut) else None,
+                            sorted(float(v.rstrip("×")) for v in grid["eager / anchor"] if v != "–"))
+
+
 def flash_shapes_page(ctx: Context) -> Page:
     name, answers, body, score = "flash_shapes", [], [], {}
     for dev in ctx.gpu_devices():
         fs = problem_rows(ctx.device_rows(dev), name)
         if fs.empty:
             continue
-        measured, budget = int(fs.apply(ran, axis=1).sum()), int((fs.status == "left_out_by_budget").sum())
         grid = flash_shapes_table(fs)
-        ratios = [float(v.rstrip("×")) for v in grid["eager / anchor"] if v != "–"]
-        ratios.sort()
-        med = ratios[len(ratios) // 2] if ratios else None
-        text = (f"{measured} rows measured and {budget} left out by the file's time budget "
-                f"({fs[fs.status == 'left_out_by_budget']['reason'].iloc[0] if budget else '–'}). "
-                + (f"Over the {len(ratios)} measured shape-passes with an anchor, ours eager takes {ratios[0]:.2f}–"
-                   f"{ratios[-1]:.2f}× the faster SDPA anchor's time (median {med:.2f}×)." if ratios else
-                   "No shape has both ours and an anchor measured."))
-        answers.append(Answer("How does ours do on the shapes real models use (eager and compiled), against the "
-                              "faster SDPA backend?", text))
+        f = flash_shapes_facts(fs, grid)
+        answers.append(Answer(FS.question(), FS.answer(f)))
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{dev}")
         plot = flash_shapes_plot(grid, png)
         timers = sorted({timer_name(r) for _, r in fs.iterrows() if timer_name(r)})
-        body += [f"### {dev}",
-                 f"Ours (FlashAttentionTriton.apply, eager and under torch.compile) beside the faster of SDPA cuDNN and "
-                 f"SDPA flash, same inputs, same run; kernel medians (timer: {', '.join(timers) or '–'}); each row "
-                 f"checks ours' output and gradients against SDPA in higher precision. ",
-                 runs_line(dev, fs),
-                 "Per group: rows measured / left out (ours' rows), median ours/anchor over its measured shapes "
-                 "(count in brackets):",
+        body += [f"### {dev}", FS.method(timers), runs_line(dev, fs), FS.summary_intro(),
                  table(["dtype", "d", "causal", "pass", "measured", "left out", "eager / anchor", "compiled / anchor"],
                        flash_shapes_summary(fs)),
-                 f"Every shape and pass, left-out rows shown as such: "
-                 f"{write_csv(ctx.reports_dir, f'flash_shapes-{dev}', grid)}."]
+                 FS.grid(write_csv(ctx.reports_dir, f"flash_shapes-{dev}", grid))]
         if plot:
-            body.append(f"![ours over the faster anchor per measured shape]({rel})")
+            body.append(FS.figure(rel))
         if not_run_reasons(fs):
             body.append("Cells not run:\n" + not_run_reasons(fs))
-        if med is not None:
-            score[name] = Score(answer=f"{measured} rows measured, {budget} left out by budget",
-                                headline=f"median eager/anchor {med:.2f}×",
-                                vs_anchor=f"{ratios[0]:.2f}–{ratios[-1]:.2f}× the faster SDPA anchor",
+        if f.median is not None:
+            score[name] = Score(answer=FS.score_answer(f), headline=FS.score_headline(f), vs_anchor=FS.score_vs(f),
                                 device=fs["row"].iloc[0].env.device, date=_date(fs))
         break
     if not answers:

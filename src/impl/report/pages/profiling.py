@@ -7,27 +7,25 @@ from __future__ import annotations
 
 import pandas as pd
 
-from impl import accounting as acc
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
 from impl.model import MODEL_SIZES
-from impl.report import benchmarking, checkpointing, figures, profiling, training_step
+from impl.report import benchmarking, checkpointing, profiling, training_step
 from impl.report import benchmarking_script as bs
 from impl.report import mixed_precision as mp
 from impl.bench.sweeps import MODES
 from impl.report.checkpointing_facts import single_level_facts
-from impl.report.memory_facts import memory_2026_facts
 from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches, size_label
 from impl.report.templating import macros
 from impl.report.benchmarking import step_s, study
-from impl.report.markdown import gb, gib, mib, missing, ms, num, pct, table
+from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
 from impl.report.runs import device_short, runs_line
 from impl.report.pages.problems import problem
+from impl.report.pages.memory import memory_page
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 
@@ -209,340 +207,6 @@ def mixed_precision_page(ctx: Context) -> Page:
                 "\n\n".join(body), score=score)
 
 
-# ---------------------------------------------------------------------------------- memory_profiling
-def _shape_labels(m, batch: int, context: int, dtype: str) -> dict[int, str]:
-    """Allocation sizes in bytes → what tensors of the model have that size, for naming the largest
-    allocations: fp32 only in an fp32 row (nothing is half precision there), fp32 and bf16 under
-    autocast; two tensors of one size are both named (xl (2025): fp32 logits at context 128 = bf16 FFN
-    weight). `m`: the row's ModelConfig (its SizeRef's)."""
-    out: dict[int, list[str]] = {}
-    for nbytes, kind in ((4, "fp32"), (2, "bf16")) if dtype == "bf16" else ((4, "fp32"),):
-        for n, what in ((m.d_model * m.d_ff, "FFN-weight-sized (d_model × d_ff)"),
-                        (m.vocab_size * m.d_model, "embedding / LM-head-sized (vocab × d_model)"),
-                        (m.d_model * m.d_model, "attention-projection-sized (d_model²)"),
-                        (batch * m.num_heads * context * context, "attention scores (batch × heads × ctx²)"),
-                        (batch * context * m.d_ff, "FFN hidden (batch × ctx × d_ff)"),
-                        (batch * context * m.vocab_size, "logits (batch × ctx × vocab)"),
-                        (batch * context * m.d_model, "residual-stream-sized (batch × ctx × d_model)")):
-            out.setdefault(n * nbytes, []).append(f"{kind}, {what}")
-    return {n: " or ".join(labels) for n, labels in out.items()}
-
-
-def _phase_levels(t: dict) -> dict[str, tuple[float, float, float]]:
-    """phase name -> (bytes at its start, its max, at its end) from a timeline's markers."""
-    x, y, marks = t["x"], t["y"], t.get("markers", [])
-    out = {}
-    for k, m in enumerate(marks[:-1]):
-        ys = [v for xi, v in zip(x, y) if m["x"] <= xi < marks[k + 1]["x"]]
-        if ys:
-            out[m["name"]] = (ys[0], max(ys), ys[-1])
-    return out
-
-
-def memory_page(ctx: Context) -> Page:
-    slug, name = "memory_profiling", "memory_profiling"
-    qs = ["(a) What do the active-memory timelines of a forward and of a full training step show?",
-          "(b) Peak memory, forward against a full training step?",
-          "(c) The same under bf16 autocast?",
-          "(d) How large is the residual stream, and is it found among the allocations?",
-          "(e) Which are the largest allocations, and where do they come from?"]
-    found = gpu_rows(ctx, name)
-    if not found:
-        return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
-    device, d_all = found[0]
-    d_all = profiling.sorted_by(d_all, "cfg.context", "cfg.dtype", "cfg.mode")
-    in_2026 = d_all.cfg.edition == "2026"
-    earlier = ~in_2026 & d_all.apply(lambda r: (r.cfg.size, _i(r.cfg.context)) in CASES_2026, axis=1)
-    d, d26, d_old = d_all[~in_2026 & ~earlier], d_all[in_2026], d_all[earlier]
-    if d.empty:
-        return missing_page(slug, "memory_profiling", [name], qs + QS_2026)
-    ok = d[d["status"] == MEASURED]
-    ref = ok.iloc[0].cfg.size_ref
-    size, m = size_label(ref), ref.config
-    param_b = m.params * 4
-    G = 2**30
-
-    def sel(dtype, mode):
-        return ok[(ok.cfg.dtype == dtype) & (ok.cfg.mode == mode)].sort_values("cfg.context")
-    train, fwd = sel("fp32", "train_step"), sel("fp32", "forward")
-    ctxs = [_i(c) for c in train.cfg.context]
-    answers = []
-    # (a) from the timelines' phase levels
-    tl = {(_i(r.cfg.context), r.cfg.dtype, r.cfg.mode): _phase_levels(r["details"]["snapshot"]["timeline"])
-          for _, r in ok.iterrows() if r["details"].get("snapshot")}
-    last = ctxs[-1]
-    tr = tl.get((last, "fp32", "train_step"), {})
-    fw = tl.get((last, "fp32", "forward"), {})
-    if tr and fw and {"forward", "backward", "optimizer"} <= set(tr):
-        spikes = [v["optimizer"][1] - v["optimizer"][0] for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v]
-        answers.append(Answer(qs[0], (
-            f"Forward only ({size}, fp32, context {last}): memory sits at {fw['forward'][0] / G:.1f} GiB, the "
-            f"parameters ({param_b / G:.1f} GiB), and the forward adds only {(fw['forward'][1] - fw['forward'][0]) / G:.2f} "
-            "GiB on top: without autograd each activation is freed once used. Training step: from "
-            f"{tr['forward'][0] / G:.1f} GiB (parameters and AdamW's two moments) the forward stacks saved activations "
-            f"to {tr['forward'][1] / G:.1f} GiB, backward frees them as it makes the gradients (ending at "
-            f"{tr['backward'][2] / G:.1f} GiB), and the optimizer step spikes by "
-            f"{min(spikes) / G:.1f}–{max(spikes) / G:.1f} GiB before settling.")))
-    else:
-        answers.append(Answer(qs[0], "No timeline recorded on a GPU yet."))
-    # (b), (c) peaks
-    peaks = {(_i(r.cfg.context), r.cfg.dtype, r.cfg.mode): r["peak_alloc"] for _, r in ok.iterrows()}
-    tp = [peaks[(c, "fp32", "train_step")] for c in ctxs]
-    fp_ = [peaks.get((c, "fp32", "forward")) for c in ctxs]
-    fwd_peak = {c: v["forward"][1] for (c, dt, mo), v in tl.items() if mo == "train_step" and dt == "fp32" and "forward" in v}
-    flat = (f"The training-step peak is flat across contexts ({min(tp) / G:.1f}–{max(tp) / G:.1f} GiB) because it is "
-            f"the optimizer step's: parameters, gradients and both moments ({4 * param_b / G:.1f} GiB, 4 × "
-            f"{param_b / G:.1f}) plus one more parameter-sized fp32 temporary (`torch._foreach_sqrt` of the second "
-            f"moment, the denominator of the update: {param_b / G:.1f} GiB), {5 * param_b / G:.1f} GiB in all; the "
-            "activations are gone by then, and the forward's own peak stays below it "
-            f"({', '.join(f'{fwd_peak[c] / G:.1f}' for c in ctxs if c in fwd_peak)} GiB at contexts "
-            f"{', '.join(str(c) for c in ctxs if c in fwd_peak)}).")
-    answers.append(Answer(qs[1], (
-        f"{size}, fp32: forward {min(x for x in fp_ if x) / G:.1f}–{max(x for x in fp_ if x) / G:.1f} GiB against "
-        f"{min(tp) / G:.1f}–{max(tp) / G:.1f} GiB for a training step (contexts {', '.join(map(str, ctxs))}). " + flat)))
-    bt = [peaks.get((c, "bf16", "train_step")) for c in ctxs]
-    bf = [peaks.get((c, "bf16", "forward")) for c in ctxs]
-    if all(bt) and all(bf):
-        answers.append(Answer(qs[2], (
-            f"Under bf16 autocast: forward {min(bf) / G:.1f}–{max(bf) / G:.1f} GiB, training step "
-            f"{min(bt) / G:.1f}–{max(bt) / G:.1f} GiB, within {max(abs(a - b) for a, b in zip(bt, tp)) / G:.2f} GiB of "
-            "fp32: the fp32 master weights, gradients and optimizer state dominate, and the activations autocast "
-            "halves are partly offset by its bf16 copies of the weights.")))
-    else:
-        answers.append(Answer(qs[2], f"{NOT_ON_GPU.capitalize()}."))
-    # (d) residual stream
-    r0 = ok.iloc[0]
-    res = (r0["details"].get("snapshot") or {}).get("residual", {})
-    if "4" in res:
-        answers.append(Answer(qs[3], (
-            f"batch × context × d_model × 4 B = {_i(r0.cfg.batch)} × {_i(r0.cfg.context)} × {m.d_model} × 4 = "
-            f"{res['4']['bytes'] / 2**20:.2f} MiB at context {_i(r0.cfg.context)}; allocations of exactly that size "
-            f"{'were found' if res['4']['found'] else 'were not found'} ({res['4']['count']} in the recorded step, first "
-            f"made at `{(res['4']['frames'] or ['–'])[0]}`). It doubles with the context (table below).")))
-    else:
-        answers.append(Answer(qs[3], "Not recorded."))
-    # (e) largest allocations, named by shape
-    big_rows, e_text = _largest(ok)
-    answers.append(Answer(qs[4], e_text))
-    body = [f"## {device}", "### peak memory\n\nAllocated / reserved GiB (train step = forward, backward, "
-            "AdamW step, optimizer state included):\n\n" + _peak_table(d_all)]
-    figs = []
-    for mode in ("forward", "train_step"):
-        for dtype in ("fp32", "bf16"):
-            g = d[(d.cfg.mode == mode) & (d.cfg.dtype == dtype) & d["details"].map(lambda i: bool(i.get("snapshot")))]
-            if g.empty:
-                continue
-            path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-{mode}-{dtype}")
-            figures.memory_timelines([(f"context {_i(r.cfg.context)}", r["details"]["snapshot"]["timeline"])
-                                      for _, r in g.iterrows()], path,
-                                     f"{size} {dtype} {mode.replace('_', ' ')}: active memory ({device}, {run_date(g)})")
-            figs.append(f"![{mode} {dtype}]({link})")
-    if figs:
-        body.append("### (a) timelines\n\nActive memory over one recorded step, rebuilt from the downsampled "
-                    "timeline in the JSON (x = allocator event index; shaded = phases marked by the suite; y from "
-                    "zero).\n\n" + "\n\n".join(figs))
-    body.append("### (d) residual stream\n\n" + _residual_table(ok))
-    if big_rows:
-        body.append(big_rows)
-    art = [i["snapshot"]["artifact"] for i in d["details"] if i.get("snapshot") and i["snapshot"].get("artifact")]
-    if art:
-        body.append(f"Raw snapshot saved as artifact `{art[0]}` (drag onto pytorch.org/memory_viz).")
-    m26 = memory_2026_facts(benches(d26))
-    if m26 is not None and any(c.measured for c in m26.cases):
-        for i, more in enumerate((MEM26.a_timeline, MEM26.a_peaks, MEM26.a_bf16, MEM26.a_residual, MEM26.a_largest)):
-            if i == 4 and m26.largest is None:
-                continue
-            answers[i] = Answer(answers[i].question, f"**{size} (2025 rows):** {answers[i].text}\n\n{more(m26)}")
-        answers.append(Answer(MEM26.q_f(), MEM26.a_block(m26)))
-        body.append(_memory_2026_body(ctx, slug, device, m26, d26))
-    else:
-        a26, b26 = _memory_2026(d26, d_old)
-        answers += a26
-        if b26:
-            body.append(b26)
-    body.append(runs_line(device, d_all))
-    score = Score(f"{size} training-step peak {min(tp) / G:.1f}–{max(tp) / G:.1f} GiB, flat over contexts (optimizer "
-                  "step)", f"{max(tp) / G:.1f} GiB peak (fp32 train step)", "–", device_short(device), run_date(d))
-    if m26 is not None and any(c.measured for c in m26.cases):  # a problem of both editions: the newer one's rows
-        score = Score(MEM26.score_2026(m26), MEM26.headline_2026(m26), "–", device_short(device), run_date(d26))
-    return Page(slug, "memory_profiling", [problem(name)], answers, "\n\n".join(body), score={name: score})
-
-
-# The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).
-CASES_2026 = {tuple(c) for c in grid("memory_profiling", "full")["cases_2026"]}
-MEM26 = macros("memory_profiling.md.j2")
-QS_2026 = ["(2026 a) xl (2026) at contexts 128 and 2048: peak memory of the forward and of a full training step, "
-           "with and without bf16 autocast?",
-           "(2026 b) xl (2026)'s residual stream, and the largest allocations?"]
-
-
-def _memory_2026(d: pd.DataFrame, earlier: pd.DataFrame, heading: str = "2026 edition"
-                 ) -> tuple[list[Answer], str | None]:
-    """The 2026 questions from the 2026 edition's rows at CASES_2026: peaks (OOM explained by the
-    closed-form activation bytes against the fp32 training state), residual stream, largest
-    allocations. Without such rows the answers say so; rows of an earlier grid at those contexts
-    (the 2025 table's xl, another model) are shown under their own label, never as the answer."""
-    asked = size_label(SizeRef("2026", "xl"))
-    if d.empty:
-        old = sorted({size_label(r.cfg.size_ref, r.cfg.size) for _, r in earlier.iterrows()})
-        text = MEM26.no_rows(asked, old, sorted({_i(c) for c in earlier.cfg.context}))
-        answers = [Answer(q, text) for q in QS_2026]
-        if earlier.empty:
-            return answers, None
-        return answers, _memory_2026(earlier, earlier.iloc[0:0], "An earlier grid's rows (not the 2026 size)")[1]
-    G = 2**30
-    ref = d.iloc[0].cfg.size_ref
-    size, m = size_label(ref), ref.config
-    batch = _i(d.cfg.batch.iloc[0])
-    state = acc.training_state_bytes(m.params)  # fp32 parameters, gradients and AdamW's two moments
-
-    def peak(c, dtype, mode):
-        s = d[(d.cfg.context == c) & (d.cfg.dtype == dtype) & (d.cfg.mode == mode)]
-        if s.empty:
-            return "not run"
-        r = s.iloc[0]
-        return (f"{r['peak_alloc'] / G:.1f} GiB" if r["status"] == MEASURED
-                else "OOM" if r["status"] == OOM else r["status"].replace("_", " "))
-    parts = []
-    for c in sorted({_i(c) for c in d.cfg.context}):
-        acts = acc.checkpoint_terms(batch, c, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
-        saved = m.num_layers * acts["a_block"] + acts["a_outside"]
-        parts.append(
-            f"context {c}: forward {peak(c, 'fp32', 'forward')} (fp32) / {peak(c, 'bf16', 'forward')} (bf16 "
-            f"autocast), training step {peak(c, 'fp32', 'train_step')} / {peak(c, 'bf16', 'train_step')}; the fp32 "
-            f"closed form puts the activations saved for backward at {saved / G:.1f} GiB on top of "
-            f"{state / G:.1f} GiB of fp32 parameters, gradients and moments")
-    a = Answer(QS_2026[0], f"{size}, batch {batch}: " + "; ".join(parts) + ". A training step at a context "
-               "whose saved activations and state exceed the GPU's memory is an OOM whatever the autocast: "
-               "autocast halves the matmul outputs, not the fp32 residual stream or the naive attention's "
-               "softmax, and adds bf16 copies of the weights.")
-    ok = d[d["status"] == MEASURED]
-    res = []
-    for _, r in ok[(ok.cfg.mode == "forward") & (ok.cfg.dtype == "fp32")].iterrows():
-        x = ((r["details"].get("snapshot") or {}).get("residual") or {}).get("4")
-        if x:
-            res.append(f"{_i(r.cfg.batch)} × {_i(r.cfg.context)} × {m.d_model} × 4 B = "
-                       f"{x['bytes'] / 2**20:.2f} MiB ({'found' if x['found'] else 'not found'} among the "
-                       f"allocations, {x['count']} times)")
-    big_rows, e_text = _largest(ok)
-    b = Answer(QS_2026[1], ("Residual stream (fp32): " + "; ".join(res) + ". " if res else "") + e_text)
-    body = [f"### {heading}: {size} at contexts {', '.join(str(c) for c in sorted({_i(c) for c in d.cfg.context}))}",
-            "Peaks are in the table above. " + _residual_table(ok)]
-    if big_rows:
-        body.append(big_rows)
-    return [a, b], "\n\n".join(body)
-
-
-def _memory_2026_body(ctx: Context, slug: str, device: str, m, d26: pd.DataFrame) -> str:
-    """The 2026 section: timelines (zoomed, block starts marked), peaks with OOM needs, residual stream,
-    the block probe's saved ops and gradients."""
-    out = [f"### 2026 edition: {m.size}, batch {m.batch}, contexts {', '.join(map(str, m.contexts))}"]
-    for mode in ("forward", "train_step"):
-        panels = [(f"{c.dtype}, context {c.context}", c.timeline) for c in m.cases if c.mode == mode and c.timeline]
-        if not panels:
-            continue
-        path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-2026-{mode}")
-        figures.memory_timelines(panels, path, f"{m.size} {mode.replace('_', ' ')}: active memory ({device}, "
-                                 f"{run_date(d26)})", from_zero=False)
-        out.append(f"![{mode} 2026]({link})\n\n*Active memory of one recorded {mode.replace('_', ' ')} of {m.size} "
-                   "(x = allocator event index, y zoomed on each panel's range; grey ticks = a block's start, "
-                   "shaded = the phases marked by the suite).*")
-    rows = [[c.context, c.dtype, c.mode.replace("_", " "),
-             gib(c.peak_bytes) if c.measured else ("OOM" if c.status is Status.OOM else c.status.value),
-             gib(c.reserved_bytes) if c.measured else "–", gb(c.need_bytes, 0) if c.need_bytes else "–"]
-            for c in m.cases]
-    out.append("**(b), (c) peaks** (allocated; the closed form: the parameters for a forward, the fp32 training "
-               "step's whole need for a step)\n\n" + table(["context", "dtype", "mode", "peak allocated GiB",
-                                                              "peak reserved GiB", "closed-form need GB"], rows))
-    rows = [[c.context, c.dtype, mib(a["size"]), a["count"], " ← ".join(f"`{x}`" for x in a["frames"][:2])]
-            for c in m.cases if c.mode == "forward" for a in [x for x in c.largest if x.get("frames")][:3]]
-    if rows:
-        out.append("**(e) largest allocations of the forward** (the three largest sizes with a stack trace)\n\n"
-                   + table(["context", "dtype", "size MiB", "count", "made at"], rows))
-    rows = [[r.context, f"{r.batch} × {r.context} × {r.d_model} × {r.bytes_per_elem} B", f"{r.mib:.2f}",
-             "yes" if r.found else "no", r.count if r.count is not None else "–", f"`{r.made_at or '–'}`"]
-            for r in m.residuals]
-    out.append("**(d) residual stream** (fp32)\n\n" + table(["context", "derivation", "MiB", "found", "allocations",
-                                                               "first made at"], rows))
-    rows = [[p.context, p.dtype, mib(p.saved_bytes)] + [f"`{o.op}` ({o.module}) {mib(o.nbytes)} MiB, {pct(o.share)}"
-                                                        for o in p.top[:5]] + [pct(p.top_share)] for p in m.probes]
-    out.append("**(f) one block's saved tensors** (block " + str(m.probes[0].block if m.probes else "–") + ", top 5 "
-               "ops by bytes saved for backward)\n\n" + table(
-                   ["context", "dtype", "saved MiB", "1st", "2nd", "3rd", "4th", "5th", "top 5 share"], rows))
-    rows = [[p.context, p.dtype, mib(p.saved_bytes), ", ".join(mib(x) for x in p.backward_change_bytes),
-             mib(p.grad_from_change), mib(p.grad_bytes_measured), mib(p.grad_bytes_expected),
-             f"{p.grad_over_expected:.3f}"] for p in m.probes]
-    out.append("**(f) gradients per block** (backward change per probed block + the saved bytes it frees, against "
-               "4 B × the block's parameters)\n\n" + table(
-                   ["context", "dtype", "saved MiB", "backward change per block MiB", "gradients (change + saved) MiB",
-                    "gradients measured MiB", "4 B × params MiB", "measured ÷ predicted"], rows))
-    return "\n\n".join(out)
-
-
-def _peak_table(d: pd.DataFrame) -> str:
-    rows = []
-    for (size, c), g in d.groupby([d.cfg.size, d.cfg.context], sort=False):
-        row = [size_label(g.iloc[0].cfg.size_ref, size), _i(c)]
-        for dtype in ("fp32", "bf16"):
-            for mode in ("forward", "train_step"):
-                s = g[(g.cfg.dtype == dtype) & (g.cfg.mode == mode)]
-                if s.empty:
-                    row.append("–")
-                    continue
-                r = s.iloc[0]
-                row.append(f"{gib(r['peak_alloc'])} / {gib(r['row'].memory.peak_reserved)}" if r["status"] == MEASURED
-                           else "OOM" if r["status"] == OOM else r["status"].replace("_", " "))
-        rows.append(row)
-    return table(["size", "context", "fp32 forward", "fp32 train step", "bf16 forward", "bf16 train step"], rows)
-
-
-def _residual_table(ok: pd.DataFrame) -> str:
-    rows = []
-    for _, r in ok[ok.cfg.mode == "forward"].iterrows():
-        for b, x in ((r["details"].get("snapshot") or {}).get("residual") or {}).items():
-            rows.append([_i(r.cfg.context), r.cfg.dtype, f"{b} B/elem", f"{x['bytes'] / 2**20:.2f}",
-                         "yes" if x["found"] else "no", x["count"], f"`{(x['frames'] or ['–'])[0]}`"])
-    return ("batch · context · d_model · bytes per element, looked up as an exact allocation size in the recorded "
-            "forward (4 bytes: the fp32 residual stream, also under autocast; 2 bytes: half-precision outputs of "
-            "the same shape):\n\n" + table(["context", "dtype", "element", "MiB", "found", "allocations",
-                                             "first made at"], rows))
-
-
-def _largest(ok: pd.DataFrame) -> tuple[str | None, str]:
-    """(the largest-allocations tables of the forward rows at the shortest context, (e)'s answer)."""
-    c0 = ok.cfg.context.min()
-    parts, facts = [], []
-    for _, r in ok[(ok.cfg.context == c0) & ~((ok.cfg.dtype == "bf16") & (ok.cfg.mode == "train_step"))].iterrows():
-        # entries without frames repeat ones with frames (their frames were not kept): left out
-        big = [b for b in (r["details"].get("snapshot") or {}).get("largest") or [] if b["frames"]][:6]
-        if not big:
-            continue
-        labels = _shape_labels(r.cfg.size_ref.config, _i(r.cfg.batch), _i(r.cfg.context), r.cfg.dtype)
-        rows = [[f"{b['size'] / 2**20:.1f}", b["count"], labels.get(b["size"], "–"),
-                 " ← ".join(b["frames"][:2])] for b in big]
-        parts.append(f"**{r.cfg.dtype} {r.cfg.mode.replace('_', ' ')}, context {_i(c0)}**\n\n"
-                     + table(["size (MiB)", "count", "tensor of that size", "made at"], rows))
-        if r.cfg.mode == "forward" and r.cfg.dtype == "bf16":
-            m = r.cfg.size_ref.config
-            ffn = [b for b in big if b["size"] == m.d_model * m.d_ff * 2]
-            if ffn:
-                facts.append(f"in the bf16 forward the {ffn[0]['size'] / 2**20:.0f} MiB allocations ({ffn[0]['count']} of "
-                             f"them = 3 FFN weights × {m.num_layers} blocks) are autocast's bf16 copies of the FFN "
-                             f"weights ({m.d_model} × {m.d_ff} × 2 B), made at each Linear call "
-                             f"(`{(ffn[0]['frames'] or ['–'])[0]}`)")
-        if r.cfg.mode == "train_step" and r.cfg.dtype == "fp32":
-            opt = [b for b in big if any("optim" in f for f in b["frames"])]
-            if opt:
-                facts.append(f"in the training step the largest are the optimizer's parameter-sized temporaries "
-                             f"({opt[0]['size'] / 2**20:.0f} MiB × {opt[0]['count']}, `{opt[0]['frames'][0]}`)")
-        if r.cfg.mode == "forward" and r.cfg.dtype == "fp32":
-            facts.append(f"in the fp32 forward the largest are activations ({big[0]['size'] / 2**20:.0f} MiB: "
-                         f"{labels.get(big[0]['size'], 'unnamed')})")
-    text = ("At context " + str(_i(c0)) + ": " + "; ".join(facts) + ". Sizes are matched to the model's tensor "
-            "shapes in the tables below." if facts else "No allocation trace recorded.")
-    return ("### (e) largest allocations\n\n" + "\n\n".join(parts)) if parts else None, text
-
-
 # ---------------------------------------------------------------------------- gradient_checkpointing
 def checkpointing_page(ctx: Context) -> Page:
     slug, name = "gradient_checkpointing", "gradient_checkpointing"
@@ -613,9 +277,7 @@ def _single_level_table(f) -> str:
 # ------------------------------------------------------------------------------------ training_step
 def training_step_page(ctx: Context) -> Page:
     slug, name = "training_step", "training_step"
-    qs = ["Which speed-up buys the most, alone and together?",
-          "What MFU does the fastest configuration reach (datasheet peak and measured peak)?",
-          "Ours against PyTorch's own pieces (the anchor) in the same run?"]
+    qs = [TS.q_ablation(), TS.q_mfu(), TS.q_anchor()]
     found = gpu_rows(ctx, name)
     if not found:
         return missing_page(slug, "training_step", [name], qs)
@@ -633,7 +295,7 @@ def training_step_page(ctx: Context) -> Page:
         parts = training_step.body(every, ctx.fig_dir, ctx.fig_rel, fig_name, csv=lambda name, header, rows: write_table_csv(ctx.reports_dir, f"{slug}-{device}-{name}", header, rows))
         body += [f"## {device}"] + parts + [runs_line(device, every)]
         if not index_figs and (ctx.fig_dir / fig_name).exists():
-            index_figs.append((f"training_step ablation: tokens/s per config ({device})", f"{ctx.fig_rel}/{fig_name}"))
+            index_figs.append((TS.index_figure(device), f"{ctx.fig_rel}/{fig_name}"))
     return Page(slug, "training_step: the full training step, ablated", [problem(name)], answers, "\n\n".join(body),
                 score={name: score}, index_figures=index_figs)
 
@@ -668,7 +330,7 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
                                              [x for x in singles if vs(x).noise], f"{best} at {ms(step_s(g.loc[best]))} ms",
                                              vs(best), product)))
     else:
-        a.append(Answer(qs[0], "bf16 not measured at this shape."))
+        a.append(Answer(qs[0], TS.no_bf16()))
     ours = ok[ok.cfg.config.isin(training_step.OURS)]
     key = next((k for k in ("m.mfu", "m.mfu_measured_peak") if k in ours and ours[k].notna().any()), None)
     top = ours.loc[ours[key].idxmax()] if key else None
@@ -679,7 +341,7 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
             num(peak.datasheet_flops / 1e12, 1) if peak and peak.datasheet_flops else "–",
             top.get("m.mfu_measured_peak"), num(peak.measured_flops / 1e12, 1) if peak else "–")))
     else:
-        a.append(Answer(qs[1], "No measured run of ours yet."))
+        a.append(Answer(qs[1], TS.no_ours()))
     pairs = []
     for (s_, c_), gg in ok.groupby([ok.cfg.size, ok.cfg.context]):
         by = {r.cfg.config: r for _, r in gg.iterrows()}
@@ -692,13 +354,12 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
         vs_anchor = _vs(r, an, "the anchor's step")
         a.append(Answer(qs[2], TS.a_anchor(s_, c_, o, step_s(r), r["stddev"], step_s(an), an["stddev"], vs_anchor,
                                            len(pairs))))
-        vs = f"{vs_anchor} ({o} vs compiled PyTorch, same run)"
-        score = Score(f"{o} trains {s_} ctx {c_} at {pct(r.get('m.mfu'))} MFU", f"{ms(step_s(r))} ms/step, "
-                      f"{pct(r.get('m.mfu'))} MFU (datasheet) / {pct(r.get('m.mfu_measured_peak'))} (measured peak)", vs,
-                      device_short(device), str(r["datetime"])[:10])
+        score = Score(TS.score_answer(o, s_, c_, r.get("m.mfu")),
+                      TS.score_headline(step_s(r), r.get("m.mfu"), r.get("m.mfu_measured_peak")),
+                      TS.score_vs(vs_anchor, o), device_short(device), str(r["datetime"])[:10])
     else:
-        a.append(Answer(qs[2], "Ours and the anchor were not measured in the same run yet."))
-        score = Score("ablation measured; no same-run anchor pair", "–", "–", device_short(device), run_date(d))
+        a.append(Answer(qs[2], TS.no_pair()))
+        score = Score(TS.score_no_pair(), "–", "–", device_short(device), run_date(d))
     return a, score
 
 
