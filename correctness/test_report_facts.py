@@ -266,11 +266,22 @@ def test_torch_compile_ratio_pairs_rows_of_one_run_only():
     assert f.longest == [pair]
 
 
-def test_committed_torch_compile_a_has_no_cross_run_ratio(built_pages):
-    """The committed H100 compiled-attention run has no eager rows of its own: the page takes no ratio."""
-    _, pages = built_pages
+def test_committed_torch_compile_a_divides_within_one_run(built_pages):
+    """(a) answers from the newest run that timed eager beside compiled: the whole grid (4 d x 5 seq x
+    forward/backward) paired, every pair from that one run, and the score's range is the pairs' at the
+    longest sequence."""
+    from impl.report.attention import problem_rows
+    from impl.report.compile_facts import compile_attention_facts, newest_paired_run, same_run
+    from impl.report.rows import benches
+
+    ctx, pages = built_pages
+    rows = newest_paired_run(benches(problem_rows(ctx.df[ctx.df.device == "h100-80gb-x1"], "torch_compile", "attention")))
+    f = compile_attention_facts([b for b in rows if b.cfg.impl != "eager"], rows)
+    assert len(f.paired) == 40 and all(same_run(p.compiled, p.eager) for p in f.paired)
+    assert len({b.run.datetime for b in rows}) == 1
+    values = [p.ratio.value for p in f.longest]
     score = next(p for p in pages if p.slug == "torch_compile").score["torch_compile"]
-    assert "×" not in score.headline + score.vs_anchor
+    assert f"{min(values):.2f}–{max(values):.2f}×" in score.vs_anchor
 
 
 # ------------------------------------------------------------- fsdp_accounting

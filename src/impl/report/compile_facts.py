@@ -52,6 +52,16 @@ def _is_eager(b: Bench) -> bool:
     return b.problem == "pytorch_attention" or b.cfg.impl == "eager"
 
 
+def newest_paired_run(rows: list[Bench]) -> list[Bench]:
+    """The rows of the newest run that timed eager beside compiled (since issue 33), or all `rows`
+    where no run did: such a run answers (a) alone, its ratios never mixing runs."""
+    eager = [b for b in rows if b.cfg.impl == "eager"]
+    if not eager:
+        return rows
+    newest = max(b.run.datetime for b in eager)
+    return [b for b in rows if b.run.datetime == newest]
+
+
 def compile_attention_facts(compiled: list[Bench], eager_candidates: list[Bench]) -> CompileAttentionFacts:
     pairs = []
     for c in compiled:

@@ -20,7 +20,7 @@ from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_S
 from impl.report.markdown import gib, num, pct, table
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
-from impl.report.compile_facts import compile_attention_facts, compile_model_facts
+from impl.report.compile_facts import compile_attention_facts, compile_model_facts, newest_paired_run
 from impl.report.flash_facts import FlashShapesFacts, backward_probe, flash_attention_facts
 from impl.report.leaderboard import leaderboard_facts
 from impl.report.ratio import ratio, spread
@@ -192,6 +192,7 @@ def torch_compile_page(ctx: Context) -> Page | None:
         # runs compare with the pytorch_attention rows
         same_run = not tc.empty and (tc.cfg.impl == "eager").any()
         if same_run:
+            tc = tc[tc.datetime.isin({b.run.datetime for b in newest_paired_run(benches(tc))})]
             tc, pa = tc[tc.cfg.impl != "eager"], tc[tc.cfg.impl == "eager"]
         model = profiling.compile_section(df, heading=f"### (b) compiled model vs eager ({dev})")
         if tc.empty and model is None:
