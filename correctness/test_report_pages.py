@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from impl.bench.compiled import WHY
+from impl.workloads.compiled import WHY
 from impl.report import build as builder
 from impl.report import figures
 from impl.bench.row import Env, Metric, Row, Status, Timing
@@ -555,7 +555,7 @@ def test_leaderboard_2026_page_without_rows_says_what_is_missing(tmp_path):
 def test_fsdp_page_names_grid_variants_the_device_has_not_run():
     """A variant added to the fsdp grid after a device's newest run is named on that device's
     section (the next run measures it), and nothing is named once every variant has a row."""
-    from impl.bench.sweeps import grid
+    from impl.workloads.sweeps import grid
     from impl.report import fsdp as F
 
     variants = grid("fsdp", "full")["variants"]

@@ -16,14 +16,14 @@ from impl.model import AdamW, TransformerLM, cross_entropy
 from impl.model import adamw_master
 from impl.model.adamw_master import AdamWMaster
 from impl.model.fused_ce import fused_linear_cross_entropy
-from impl.bench import kernels as K
+from impl.workloads import kernels as K
 from impl.annotate import PHASES, annotate
-from impl.bench.compiled import graph_breaks, raise_recompile_limit, unique_graphs
-from impl.bench.steps import (TRAIN_CONFIGS, build_model, linear_weights, make_train_step, named_train_config,
+from impl.workloads.compiled import graph_breaks, raise_recompile_limit, unique_graphs
+from impl.workloads.steps import (TRAIN_CONFIGS, build_model, linear_weights, make_train_step, named_train_config,
                                   random_batch, train_config)
 from impl.report.data import frame, load_file
 from impl.report.training_step import body
-from impl.bench.sweeps import GRIDS
+from impl.workloads.sweeps import GRIDS
 from impl.model import MODEL_CONFIGS
 
 V = 97

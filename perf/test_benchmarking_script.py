@@ -5,13 +5,14 @@ benchmarking_mixed_precision (c) reads), and the warm-up study of (c).
 The 2026 edition's rows (its own size table: xl = the 2025 table's 2.7B, and a 10B) answer (b) with
 forward, backward and optimizer step timed apart (mean ± std: pytest-benchmark's mean and stddev over
 10 rounds of one step), mixed precision (c) with the bf16 forward and backward beside them, and (c)
-with each warm-up config in a fresh process (impl.bench.fresh_steps). Every row records its size's
+with each warm-up config in a fresh process (impl.workloads.fresh_steps). Every row records its size's
 edition and dimensions (SizeRef.row_config)."""
 import pytest
 
-from impl.bench.fresh_steps import PHASE_FIELDS, phased_train_step, set_up
-from impl.bench.steps import ModelCache, build_model, make_step, memory_need, model_and_batch, random_batch
-from impl.bench.sweeps import grid
+from impl.workloads.dist_steps import WorkerState
+from impl.workloads.fresh_steps import PHASE_FIELDS, phased_train_step, set_up
+from impl.workloads.steps import ModelCache, build_model, make_step, memory_need, model_and_batch, random_batch
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import WorkerGroup, measure_on_ranks
 from impl.model import SizeRef
 from impl.runtime import first_line, free_memory, is_oom, profile_name
@@ -41,7 +42,7 @@ def test_benchmarking_script_2026_warmup(bench, size, warmup):
                   study="warmup_fresh_process")
     details = dict(left_out=G["left_out"], memory_need=memory_need(ref, "train_step", dtype, batch, context))
     MODELS.clear()
-    group = WorkerGroup(1, "gloo", start_timeout_s=G["start_timeout_s"], command_timeout_s=G["step_timeout_s"])
+    group = WorkerGroup(1, "gloo", WorkerState, start_timeout_s=G["start_timeout_s"], command_timeout_s=G["step_timeout_s"])
     try:
         try:
             group.call(set_up, size=ref, context=context, batch=batch, device=str(bench.device))

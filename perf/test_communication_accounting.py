@@ -9,7 +9,7 @@ import pytest
 from impl import accounting as acc
 from impl.model import MODEL_SIZES, VOCAB_SIZE, param_count
 from impl.runtime import profile_name
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 
 PROFILE = profile_name()
 COMM = grid("communication_accounting", PROFILE)

@@ -8,7 +8,7 @@ MB), next to torch.nn.parallel.DistributedDataParallel (default bucket_cap_mb) a
 Each edition's xl (the grid's [edition, size] pairs: 2025's xl, 2026's xl = 2.7B (2025); test ids
 start with the edition, so `-k 2026` runs one edition), fp32, AdamW (impl.model), 2 GPUs over
 NCCL; smoke: tiny over gloo on 2 CPU processes.
-Timing: one round is one training step on every rank (impl.bench.dist_steps.train_step); the
+Timing: one round is one training step on every rank (impl.workloads.dist_steps.train_step); the
 benchmark's timer is the slowest rank's own device-synchronised clock, so stats are the slowest
 rank's step time. Each rank also measures the time its DDP's finish_gradient_synchronization
 waited on communication after backward's compute was done (comm_s: all of it for naive / flat, the
@@ -22,11 +22,11 @@ from dataclasses import asdict
 
 import pytest
 
-from impl.bench import dist_steps
-from impl.bench.dist_steps import StepSummary
-from impl.bench.editions import GridSize, grid_sizes
+from impl.workloads import dist_steps
+from impl.workloads.dist_steps import StepSummary
+from impl.workloads.editions import GridSize, grid_sizes
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
@@ -45,7 +45,7 @@ TRACE = G["trace"]
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"])
+    w = Workers(G["budget_s"], G["timeout_s"], dist_steps.WorkerState)
     yield w
     w.close()
 

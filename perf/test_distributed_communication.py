@@ -10,9 +10,9 @@ is at least 1 ms, so stats.median is the time of one all-reduce. One worker grou
 processes); NCCL runs need one GPU per process, the rest are not-run rows (needs_hardware)."""
 import pytest
 
-from impl.bench import dist_steps
+from impl.workloads import dist_steps
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.distributed.collectives import algorithm_bandwidth, bus_bandwidth
 from impl.runtime import profile_name
@@ -24,7 +24,7 @@ CASES = [(b, n, mb) for b, n in G["runs"] for mb in G["sizes_mb"]]
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"])
+    w = Workers(G["budget_s"], G["timeout_s"], dist_steps.WorkerState)
     yield w
     w.close()
 

@@ -18,7 +18,7 @@ input gradients first, so no call adds into the previous one's. TFLOP/s count ca
 half (attention_flops). The kernels' correctness is pinned by correctness/test_attention.py on the
 same code paths, not re-checked per row here (flash_shapes and leaderboard check theirs).
 
-Rows cut by impl.bench.sweeps cutoffs are left out, rows past this file's time budget left out by
+Rows cut by impl.workloads.sweeps cutoffs are left out, rows past this file's time budget left out by
 budget, OOM and a backend's rejection recorded as such: all of them in the JSON's not_run list. On
 the GPU the grid runs as two commands: `-k bf16` and `-k fp32`.
 """
@@ -28,10 +28,11 @@ import torch
 from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
                             set_flash_backward)
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import attention_inputs, measure_kernel, sdpa_anchor, sdpa_rejects
-from impl.bench.harness import Budget, set_up_or_oom, time_once
+from impl.workloads.attention import attention_inputs, measure_kernel, sdpa_anchor, sdpa_rejects
+from impl.bench.harness import Budget, set_up_or_oom
+from impl.bench.timers import time_once
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "flash_benchmarking"
@@ -57,10 +58,10 @@ def left_out_summary() -> str:
 
 
 def cutoff(impl, dtype, d, seq) -> str | None:
-    """Why impl.bench.sweeps leaves this config out, or None."""
+    """Why impl.workloads.sweeps leaves this config out, or None."""
     if impl == "naive" and seq > G["naive_max_seq"]:
         mem = naive_attention_memory(G["batch"], seq, d, dtype, is_causal=True)
-        return (f"naive beyond seq {G['naive_max_seq']} (impl.bench.sweeps cutoff, time): derived backward peak "
+        return (f"naive beyond seq {G['naive_max_seq']} (impl.workloads.sweeps cutoff, time): derived backward peak "
                 f"{mem.backward_peak / 2**30:.1f} GiB")
     if impl == "flash_triton_compiled_bwd" and d not in G["compiled_bwd_dims"]:
         return f"compiled backward only for d in {G['compiled_bwd_dims']} (one torch.compile per shape; time)"

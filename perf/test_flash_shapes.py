@@ -25,11 +25,12 @@ import torch.nn.functional as F
 
 from impl.attention import (FlashAttentionTriton, attention_flops, get_flash_backward, set_flash_autotune,
                             set_flash_backward)
-from impl.bench.attention import (attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor,
+from impl.workloads.attention import (attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor,
                                   sdpa_rejects)
-from impl.bench.harness import Budget, set_up_or_oom, time_once
+from impl.bench.harness import Budget, set_up_or_oom
+from impl.bench.timers import time_once
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "flash_shapes"
@@ -104,7 +105,7 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
         details["backward"] = get_flash_backward()
     if impl == "flash_triton_compiled" and not G["compile"]:
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT, details=details,
-                      reason=f"torch.compile off in the {profile_name()} profile (impl.bench.sweeps): compiling "
+                      reason=f"torch.compile off in the {profile_name()} profile (impl.workloads.sweeps): compiling "
                              "an interpreter kernel would time the interpreter")
         return
     if BUDGET.exhausted():

@@ -12,7 +12,7 @@ wrapper's parameters, one row per variant in the same run:
   torch_fsdp       torch.distributed.fsdp.fully_shard per block + root, fp32 (the anchor)
   torch_fsdp_bf16  the same with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
 
-Time per step: one round is one training step on every rank (impl.bench.dist_steps.train_step,
+Time per step: one round is one training step on every rank (impl.workloads.dist_steps.train_step,
 the same step as DDP's); the benchmark's timer is the slowest rank's own device-synchronised clock.
 Each rank also reports its forward+backward time and, for our wrappers, the time
 finish_gradient_synchronization waited (comm_s) and the bytes handed to collectives
@@ -31,20 +31,20 @@ details["timeline_ranks"] every rank's summary and that step's time.
 
 A variant that runs out of memory in setup or a timed step leaves an OOM row (not run, with the
 message); any other failure fails the test. The worker group is then restarted for the next
-variant. The worker commands are impl.bench.fsdp_steps (set-up, timeline step) and
-impl.bench.dist_steps (the step).
+variant. The worker commands are impl.workloads.fsdp_steps (set-up, timeline step) and
+impl.workloads.dist_steps (the step).
 """
 from dataclasses import asdict
 
 import pytest
 
 from impl import accounting as acc
-from impl.bench import dist_steps, fsdp_steps
-from impl.bench.dist_steps import StepSummary
-from impl.bench.editions import GridSize, grid_sizes
+from impl.workloads import dist_steps, fsdp_steps
+from impl.workloads.dist_steps import StepSummary
+from impl.workloads.editions import GridSize, grid_sizes
 from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Memory, Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
@@ -59,7 +59,7 @@ TIMELINE = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")  # ours: the rows with an in
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"])
+    w = Workers(G["budget_s"], G["timeout_s"], dist_steps.WorkerState)
     yield w
     w.close()
 

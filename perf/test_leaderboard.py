@@ -7,7 +7,7 @@ Kernel rows: CUDA-event timer (impl.bench.timers), stats.median is the kernel ti
 assignment's `triton.testing.do_bench` median is kept beside it as a cross-check metric.
 Every row checks its output and input gradients against an SDPA reference computed in higher
 precision from the same inputs (fp32 on the GPU, fp64 on the CPU): ours must stay within the
-dtype's relative-error tolerances (impl.bench.sweeps), so a fast wrong kernel fails here; the
+dtype's relative-error tolerances (impl.workloads.sweeps), so a fast wrong kernel fails here; the
 anchors' errors are recorded beside ours. TFLOP/s count causal FLOPs as half (attention_flops).
 The CPU smoke runs tiny shapes through the Triton interpreter without torch.compile."""
 import pytest
@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
-from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
-from impl.bench.harness import time_once
+from impl.workloads.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
+from impl.bench.timers import time_once
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 
 PROBLEM = "leaderboard"

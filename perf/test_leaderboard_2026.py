@@ -1,16 +1,17 @@
-"""leaderboard (2026) on one GPU (issue 27): the 8B training step of impl.bench.leaderboard_2026 with
+"""leaderboard (2026) on one GPU (issue 27): the 8B training step of impl.workloads.leaderboard_2026 with
 fewer layers, at one rank's share of the two-GPU batch, timed per layer count and checkpointing
 policy. Each row builds a fresh model and optimizer, runs one first step timed apart (FlashAttention
 autotuning, optimizer-state allocation: the first_call_s metric), then warm-up and timed steps through
 the harness (step time, tokens/s, MFU, CUDA peak memory). OOM anywhere is a row with status OOM and
 the sweep goes on; rows past the file's time budget are left out by budget. The two-GPU step itself
-is predicted from these rows (impl.leaderboard_prediction), not run. Grid: impl.bench.sweeps."""
+is predicted from these rows (impl.leaderboard_prediction), not run. Grid: impl.workloads.sweeps."""
 import pytest
 
-from impl.bench.harness import Budget, set_up_or_oom, time_once
-from impl.bench.leaderboard_2026 import StepSpec, build_step
+from impl.bench.harness import Budget, set_up_or_oom
+from impl.bench.timers import time_once
+from impl.workloads.leaderboard_2026 import StepSpec, build_step
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "leaderboard_2026"

@@ -18,16 +18,16 @@ import torch
 from impl import accounting as acc
 from impl.model import AdamW
 from impl.model.sizes import ModelConfig
-from impl.bench.editions import GridSize
-from impl.bench.block_memory import BlockProbe, probe_block_memory
-from impl.bench.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
+from impl.workloads.editions import GridSize
+from impl.workloads.block_memory import BlockProbe, probe_block_memory
+from impl.workloads.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
                                residual_stream_bytes, timeline_data)
 from impl.bench.harness import set_up_or_oom
-from impl.bench.steps import ModelCache, make_step, model_and_batch, random_batch
+from impl.workloads.steps import ModelCache, make_step, model_and_batch, random_batch
 from impl.bench.row import Status
 from impl.model import TransformerLM
 from impl.runtime import free_memory, is_oom, profile_name, first_line
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 
 G = grid("memory_profiling", profile_name())
 MODELS = ModelCache()
@@ -152,7 +152,7 @@ def test_memory_profiling(bench, case: Case):
 @pytest.mark.parametrize("case", PROBE_CASES, ids=[c.id for c in PROBE_CASES])
 def test_memory_profiling_block_probe(bench, case: Case):
     """(f): what one block saves for backward, by operation, and the gradient memory of one block's
-    backward, on a stack of `probe_layers` of the size's blocks (impl.bench.block_memory)."""
+    backward, on a stack of `probe_layers` of the size's blocks (impl.workloads.block_memory)."""
     device, batch, layers = bench.device, G["batch"], G["probe_layers"]
     config = dict(case.row_config(batch), probe_layers=layers)
     m = case.model

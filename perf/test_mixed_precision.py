@@ -8,8 +8,8 @@ forward and backward under autocast with its dtype hooks): the results are the p
 are what those computations cost on this device."""
 import pytest
 
-from impl.bench.steps import DTYPES
-from impl.bench.sweeps import grid
+from impl.workloads.steps import DTYPES
+from impl.workloads.sweeps import grid
 from impl.model.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
 from impl.runtime import profile_name
 

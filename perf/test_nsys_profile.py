@@ -5,7 +5,7 @@ torch.profiler run of annotated training steps whose kernel tables per phase ans
 Cost per config, kept small so the full grid (5 sizes × 4 contexts) fits one GPU command: the timer
 (one probe call, `timer_warmup` - 1 more warm-up calls, at least `timer_rounds` timed), then `prof_warmup`
 unrecorded and `prof_steps` recorded steps, whose raw kineto events are read in one pass
-(impl.bench.kernels.phase_profile_from_kineto; torch's own FunctionEvent parsing took 5-15 s a
+(impl.workloads.kernels.phase_profile_from_kineto; torch's own FunctionEvent parsing took 5-15 s a
 config).
 
 Out of memory is a result, not a lost row: the model build is caught (an OOM row); the timer falls
@@ -23,12 +23,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from impl.bench.harness import Budget, time_once
-from impl.bench.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
+from impl.bench.harness import Budget
+from impl.bench.timers import time_once
+from impl.workloads.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
 from impl.bench.row import Status
-from impl.bench.steps import ModelCache, device_memory_bytes, fitting_contexts, memory_need, model_and_batch
+from impl.workloads.steps import ModelCache, device_memory_bytes, fitting_contexts, memory_need, model_and_batch
 from impl.runtime import default_device, first_line, free_memory, is_oom, profile_name
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.model import SizeRef
 
 PROFILE = profile_name()
@@ -171,7 +172,7 @@ def test_nsys_profile_2026(bench, size, context):
     trace = ARTIFACTS / f"nsys_profile_2026_{size}_ctx{context}.trace.json.gz" if (size, context) == CASES_2026[0] \
         else None
     details = dict(cases=[list(c) for c in CASES_2026], chosen_by="the largest 2026 sizes with three powers of two "
-                   "whose closed-form fp32 training step fits headroom x device memory (impl.bench.steps.fitting_contexts)",
+                   "whose closed-form fp32 training step fits headroom x device memory (impl.workloads.steps.fitting_contexts)",
                    memory_need=memory_need(ref, "train_step", G26["dtype"], G26["batch"], context))
     _profile_row(bench, G26, BUDGET_2026, ref, context, max(c for s, c in CASES_2026 if s == size), config, trace,
                  details)

@@ -13,7 +13,7 @@ Memory per rank (CUDA allocator; None on the CPU): peak after model init (model,
 optimizer built; AdamW state is created lazily at the first step), and around the optimizer step
 of the last timed step: the peak of forward+backward+gradient sync (reset at the step's start)
 and the allocated bytes directly before the step; the peak during the step and the allocated
-bytes directly after it (impl.bench.dist_steps.train_step with memory=True). Breakdown, computed from the tensors on this rank at those two points:
+bytes directly after it (impl.workloads.dist_steps.train_step with memory=True). Breakdown, computed from the tensors on this rank at those two points:
 parameters (distinct storages of the model's parameters), gradients, optimizer state (tensors in
 this rank's optimizer state), buffers (storages not counted as parameters or gradients: DDP buckets, ZeRO-1 flat buffers),
 other = allocated − those, and activations = peak before the step − allocated before the step
@@ -30,11 +30,11 @@ from dataclasses import asdict
 import pytest
 
 from impl import accounting as acc
-from impl.bench import dist_steps
-from impl.bench.dist_steps import ShardSetup, StepReply, StepSummary
-from impl.bench.editions import GridSize, grid_sizes
+from impl.workloads import dist_steps
+from impl.workloads.dist_steps import ShardSetup, StepReply, StepSummary
+from impl.workloads.editions import GridSize, grid_sizes
 from impl.bench.row import Memory, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
@@ -48,7 +48,7 @@ ZERO_STAGE = dict(none=0, sharded=1, zero1=1, torch_zero=1)
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"])
+    w = Workers(G["budget_s"], G["timeout_s"], dist_steps.WorkerState)
     yield w
     w.close()
 

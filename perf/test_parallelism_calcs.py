@@ -14,9 +14,9 @@ where they differ. Metric.GBPS is the bytes a rank sent over the median: its eff
 import pytest
 
 from impl import parallelism_calcs as pc
-from impl.bench import parallelism_steps as ps
+from impl.workloads import parallelism_steps as ps
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
@@ -37,7 +37,7 @@ def workers():
 
 
 def _group(workers, bench, problem, config, n):
-    w = workers.setdefault(n, Workers(G["budget_s"], G["timeout_s"]))
+    w = workers.setdefault(n, Workers(G["budget_s"], G["timeout_s"], ps.WorkerState))
     if w.skip(bench, problem=problem, config=config, world_size=n, backend=BACKEND):
         return None
     return w.get(n, BACKEND)

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from impl import accounting as acc
-from impl.bench.editions import GridSize
+from impl.workloads.editions import GridSize
 from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Status
-from impl.bench.steps import build_model, make_step, random_batch
-from impl.bench.sweeps import grid
+from impl.workloads.steps import build_model, make_step, random_batch
+from impl.workloads.sweeps import grid
 from impl.model import AdamW
 from impl.runtime import free_memory, profile_name
 

@@ -9,10 +9,10 @@ import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import allocated_bytes, attention_inputs, run_attention_passes
+from impl.workloads.attention import allocated_bytes, attention_inputs, run_attention_passes
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "pytorch_attention"

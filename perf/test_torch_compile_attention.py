@@ -1,5 +1,5 @@
 """1.3 torch_compile (a): `torch.compile(naive_attention)` on the pytorch_attention grid, forward and
-backward timed the same way (impl.bench.attention.run_attention_passes), beside eager rows of the
+backward timed the same way (impl.workloads.attention.run_attention_passes), beside eager rows of the
 same cell in the same run (impl "eager"), so a cell's ratio never mixes two runs. The budget is
 checked at a cell's first row only: a cut never splits a cell. The test ids start with d<head dim>,
 so `-k d16` runs one head dim's cells when the grid must be split over commands.
@@ -12,10 +12,11 @@ import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import allocated_bytes, attention_inputs, run_attention_passes
-from impl.bench.harness import Budget, set_up_or_oom, time_once
+from impl.workloads.attention import allocated_bytes, attention_inputs, run_attention_passes
+from impl.bench.harness import Budget, set_up_or_oom
+from impl.bench.timers import time_once
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "torch_compile"

@@ -2,11 +2,11 @@
 every size × context in fp32, and eager vs compiled AdamW step for every size (the step does not
 depend on the context; the report adds it to forward+backward for the training step).
 
-What is compiled (impl.bench.sweeps `compile`, `dynamic_seq`, `backend`; impl.bench.compiled): with
+What is compiled (impl.workloads.sweeps `compile`, `dynamic_seq`, `backend`; impl.workloads.compiled): with
 "regional", every Transformer block runs through one compiled function that serves all blocks, and
 with `dynamic_seq` the sequence dimension is dynamic, so each size compiles one inference graph
 (forward under no_grad) and one training graph (forward+backward) that every context reuses. The
-optimizer is impl.bench.compiled.CompiledAdamW (our AdamW's update, one fused kernel per
+optimizer is impl.workloads.compiled.CompiledAdamW (our AdamW's update, one fused kernel per
 parameter; its two graphs serve every size). Dynamo is not reset between sizes (the recompile limit
 is raised instead), so the optimizer compiles once per file.
 
@@ -24,14 +24,15 @@ compiled. Rows past `budget_s` are recorded as left out by budget."""
 import pytest
 import torch
 
-from impl.bench.compiled import (WHY, CompiledAdamW, compile_model, describe, graph_breaks, raise_recompile_limit,
+from impl.workloads.compiled import (WHY, CompiledAdamW, compile_model, describe, graph_breaks, raise_recompile_limit,
                                  record_compile_s, unique_graphs)
-from impl.bench.harness import Budget, time_once
+from impl.bench.harness import Budget
+from impl.bench.timers import time_once
 from impl.bench.row import Metric, Status
-from impl.bench.steps import ModelCache, make_step, random_batch
+from impl.workloads.steps import ModelCache, make_step, random_batch
 from impl.model import AdamW, SizeRef
 from impl.runtime import free_memory, is_oom, profile_name
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 
 PROBLEM = "torch_compile"
 G = grid("torch_compile_model", profile_name())

@@ -4,8 +4,8 @@ torch.compile, our AdamW through the fused kernel, the fused chunked LM head + l
 weights with their fp32 masters in the optimizer (impl.model.adamw_master) — all of them together
 ("fast", compiling the whole model; "fast+cudagraphs", the same replayed as CUDA graphs), and
 PyTorch's own pieces ("anchor": SDPA, torch.compile of the whole model, torch.optim.AdamW fused).
-Configs: impl.bench.steps.TRAIN_CONFIGS; grid:
-impl.bench.sweeps.
+Configs: impl.workloads.steps.TRAIN_CONFIGS; grid:
+impl.workloads.sweeps.
 
 Each row builds a fresh model and optimizer, runs one first step timed apart (compilation, Triton
 autotuning, optimizer-state allocation: the row's first_call_s metric), then warm-up and timed steps
@@ -21,7 +21,7 @@ context reuse them. A compiled row records the graphs its first step compiled (`
 Parameters are graph inputs (inline_inbuilt_nn_modules), so the kept graphs hold no model.
 
 Where the time goes: the `profiled` configs get, after their timed steps, one profiled step
-(impl.bench.kernels.profile_calls, after `prof_warmup` unrecorded ones) whose kernel time per
+(impl.workloads.kernels.profile_calls, after `prof_warmup` unrecorded ones) whose kernel time per
 phase and per category, top kernels and gap to the measured step time are in details["profile"]
 (kernels.step_breakdown); a failed profile leaves its error in details["profile_error"] and the
 timed row stands."""
@@ -31,13 +31,14 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from impl.bench.compiled import graph_breaks, raise_recompile_limit, record_compile_s, unique_graphs
-from impl.bench.harness import Budget, set_up_or_oom, time_once
-from impl.bench.kernels import profile_calls, step_breakdown
+from impl.workloads.compiled import graph_breaks, raise_recompile_limit, record_compile_s, unique_graphs
+from impl.bench.harness import Budget, set_up_or_oom
+from impl.bench.timers import time_once
+from impl.workloads.kernels import profile_calls, step_breakdown
 from impl.bench.row import Metric, Status
-from impl.bench.steps import build_model, make_train_step, named_train_config, random_batch
+from impl.workloads.steps import build_model, make_train_step, named_train_config, random_batch
 from impl.runtime import first_line, free_memory, profile_name
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.model import SizeRef
 
 PROBLEM = "training_step"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.report import figures
 from impl.report.distributed import figure
 from impl.report.templating import environment, macros

@@ -9,12 +9,12 @@ import pandas as pd
 
 from impl import accounting as acc
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, figures, profiling, training_step
 from impl.report import benchmarking_script as bs
 from impl.report import mixed_precision as mp
-from impl.bench.sweeps import MODES
+from impl.workloads.sweeps import MODES
 from impl.report.checkpointing_facts import single_level_facts
 from impl.report.memory_facts import memory_2026_facts
 from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled

@@ -1,16 +1,16 @@
 """Worker commands of perf/test_fsdp.py (run by impl.bench.worker_group): build one FSDP variant
 on every rank, and one step with our FSDP's collective timeline recorded (impl.distributed.
-fsdp_timeline). The timed step itself is impl.bench.dist_steps.step, the same as DDP's."""
+fsdp_timeline). The timed step itself is impl.workloads.dist_steps.step, the same as DDP's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from impl.bench.dist_steps import WorkerState, fresh_model, train_step
-from impl.bench.rank_memory import Allocated
-from impl.bench.steps import random_batch
-from impl.bench.sweeps import FSDP_VARIANTS
+from impl.workloads.dist_steps import WorkerState, fresh_model, train_step
+from impl.workloads.rank_memory import Allocated
+from impl.workloads.steps import random_batch
+from impl.workloads.sweeps import FSDP_VARIANTS
 from impl.distributed.fsdp import FSDP
 from impl.model import AdamW
 from impl.model.transformer import TransformerBlock

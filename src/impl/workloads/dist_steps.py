@@ -1,7 +1,9 @@
 """Worker commands of the distributed benchmarks (run on every rank by impl.bench.worker_group):
 the all-reduce, the data-parallel training step of DDP, sharded-optimizer and FSDP rows (one
 function, `train_step`), its memory-probed and profiled variants, and the set-up of each row's
-model, wrapper and optimizer. A command is `fn(state, **kwargs)` on the rank's `WorkerState`.
+model, wrapper and optimizer. A command is `fn(state, **kwargs)` on the rank's `WorkerState` (the
+worker group's RankState with what these commands build: a group for them is made with
+`state_type=WorkerState`).
 
 Timed work is read with the clocks of impl.bench.timers on the rank's own device: the synchronised
 host clock for steps, CUDA events for kernel-level work (the all-reduce); the reply's `seconds`
@@ -10,17 +12,17 @@ is what the parent's SlowestRankClock adds up.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from impl.annotate import annotate
 from impl.bench.harness import reset_peak_memory
-from impl.bench.rank_memory import Allocated, NamedBytes, named_bytes
-from impl.bench.steps import build_model, random_batch
-from impl.bench.timers import make_timer
+from impl.workloads.rank_memory import Allocated, NamedBytes, named_bytes
+from impl.workloads.steps import build_model, random_batch
+from impl.bench.worker_group import RankState, Timed, timed
 from impl.bench.traces import SYNC, step_timeline
 from impl.distributed.release import Released
 from impl.model import AdamW, cross_entropy
@@ -28,13 +30,9 @@ from impl.runtime import free_memory
 
 
 @dataclass
-class WorkerState:
-    """What a rank keeps between commands."""
+class WorkerState(RankState):
+    """What a rank keeps between these commands."""
 
-    rank: int
-    world_size: int
-    backend: str
-    device: torch.device
     model: torch.nn.Module | None = None
     model_key: tuple | None = None  # (size, context) the model was built for
     wrapper: Any = None  # a DDP / FSDP wrapper; None runs the bare model
@@ -43,12 +41,6 @@ class WorkerState:
     y: torch.Tensor | None = None
     active: bool = True  # False: this rank sits the row out (the single-GPU floor runs on rank 0)
     buffer: torch.Tensor | None = None  # the all-reduce's
-    clocks: dict = field(default_factory=dict)
-
-    def clock(self, kernel: bool):
-        if kernel not in self.clocks:
-            self.clocks[kernel] = make_timer(self.device, kernel)
-        return self.clocks[kernel]
 
     def drop(self, *names: str) -> None:
         """Forget `names` and free their memory. Post-accumulate-grad hooks that wrappers left on
@@ -61,11 +53,6 @@ class WorkerState:
         for name in names:
             setattr(self, name, None)
         free_memory()
-
-
-@dataclass
-class Timed:
-    seconds: float  # this rank's device-synchronised time of the command's timed work
 
 
 @dataclass
@@ -124,13 +111,6 @@ def sync_compute(device: torch.device) -> None:
     and keeps running, so an overlapped all-reduce is not counted as compute."""
     if device.type == "cuda":
         torch.cuda.current_stream(device).synchronize()
-
-
-def timed(state: WorkerState, fn: Callable[[], Any], kernel: bool) -> float:
-    clock = state.clock(kernel)
-    start = clock()
-    fn()
-    return clock() - start
 
 
 def train_step(state: WorkerState, memory: bool = False, named: bool = False) -> StepReply:
@@ -370,5 +350,5 @@ def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant
 
 
 __all__ = ["DDPSetup", "DDP_VARIANTS", "SHARD_VARIANTS", "ShardSetup", "StepMemory", "StepReply", "StepSummary",
-           "Timed", "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "optimizer_bytes",
+           "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "optimizer_bytes",
            "profiled_steps", "shard_setup", "step", "teardown", "train_step"]

@@ -27,7 +27,7 @@ GRIDS = {
     # table at the handout's default context (512: the problem names none), 5 warm-up and 10 timed
     # steps, one step a round. fp32 ("Up to this point ... FP32") times the forward, backward and
     # optimizer step apart; bf16 autocast the forward and backward that mixed precision (c) asks.
-    # An OOM is a row with its closed-form need (impl.bench.steps.memory_need): on 80 GB the 10B's
+    # An OOM is a row with its closed-form need (impl.workloads.steps.memory_need): on 80 GB the 10B's
     # fp32 weights alone are 51 GB. H100 estimate: ~10 s a size for small..large, ~45 s for xl, ~40 s
     # for the 10B (its build, forwards, and OOMs): ~2.5 min.
     "benchmarking_script_2026": {
@@ -37,7 +37,7 @@ GRIDS = {
                       modes={"fp32": ["forward", "backward", "optimizer_step"], "bf16": ["forward", "backward"]}),
     },
     # (c), 2026: no warm-up, then 1 and 2 warm-up steps, and (b)'s 5 as the reference, each config in a
-    # fresh process (impl.bench.fresh_steps): a training step a round with its phases timed apart. The
+    # fresh process (impl.workloads.fresh_steps): a training step a round with its phases timed apart. The
     # 10B is left out (its fp32 training step does not fit one 80 GB GPU: the main rows record that
     # OOM). H100 estimate: ~8 s to start a process and build, + 10-15 steps (xl ~1 s each): ~4 min for
     # 16 configs.
@@ -64,7 +64,7 @@ GRIDS = {
     },
     # nsys_profile, 2026 edition: "two model sizes ... three power-of-two context lengths larger than 128,
     # the largest ... the longest you can fit". Chosen at collection from the closed form
-    # (impl.bench.steps.fitting_contexts): the `n_sizes` largest 2026 sizes that have `n_contexts`
+    # (impl.workloads.steps.fitting_contexts): the `n_sizes` largest 2026 sizes that have `n_contexts`
     # powers of two in [min_context, max_context] whose fp32 training step fits `headroom` of the
     # device's memory (the rest: transient score gradients, allocator slack), each with its top
     # `n_contexts`. On an H100 80GB: medium 512-2048 and large 256-1024 (xl (2026) fits only 256;
@@ -88,7 +88,7 @@ GRIDS = {
     # (size of the 2026 table, context) cases; allocator history for `snapshot_dtypes` (min/max
     # downsampled to max_points: each layer's rise and fall survives), raw snapshot pickles for
     # `artifacts` (edition, size, context, dtype, mode). (f): block_probe rows per 2026 case and dtype,
-    # a stack of `probe_layers` of the size's blocks through impl.bench.block_memory (`probe_top`
+    # a stack of `probe_layers` of the size's blocks through impl.workloads.block_memory (`probe_top`
     # operations kept). H100 estimate for the 2026 rows (-k 2026): ~30 s start-up and model build,
     # ~1 min of steps and snapshots at 128, ~1 min at 2048 (forwards; the fp32 and bf16 training steps
     # need ~54 GB of state + ~140 GB of saved activations, an OOM on an H100 and on an H200, recorded
@@ -107,7 +107,7 @@ GRIDS = {
     # torch_compile (b): eager vs compiled model, forward and forward+backward per size × context, and
     # the AdamW step per size (perf/test_torch_compile_model.py). Regional compilation with a dynamic
     # sequence dimension: one inference and one training graph per size serve every context (on the
-    # CPU, cold: small model 12.7 + 19.4 s regional vs 44.5 + 70.2 s whole-model; impl.bench.compiled).
+    # CPU, cold: small model 12.7 + 19.4 s regional vs 44.5 + 70.2 s whole-model; impl.workloads.compiled).
     # Each row: one first call (the compile when a graph is new), `warmup` untimed calls (they size the
     # harness's rounds) and rounds = row_s / that first call's time within [rounds_min, rounds_max] (at
     # least 5, the harness's floor). H100 estimate for the full grid (made with 3-10 rounds and no
@@ -321,7 +321,7 @@ GRIDS["gradient_checkpointing"] = {
 # training_step (issue 8, beyond): the full training step (forward, backward, AdamW) under each
 # speed-up alone on top of bf16 autocast (+bf16_weights: bf16 Linear weights, fp32 masters in the
 # optimizer), all of them ("fast"; "fast+cudagraphs" replays its compiled graphs as CUDA graphs),
-# and PyTorch's own pieces ("anchor"); named configs in impl.bench.steps. Compilation happens
+# and PyTorch's own pieces ("anchor"); named configs in impl.workloads.steps. Compilation happens
 # in a row's first step (timed apart: the first_call_s metric), before the warm-up; the compiled graphs of
 # one size serve both of its contexts (sequence dimension dynamic), so each whole-model compile
 # (fast, fast+cudagraphs, anchor) is paid once per size: 2-4 min each on the H100 (xl's are the
@@ -366,7 +366,7 @@ def grid(problem: str, profile: str) -> dict:
     except KeyError:
         raise ValueError(f"no sweep grid for problem {problem!r} in profile {profile!r}") from None
 
-# leaderboard (2026) (issue 27): the 8B training step (impl.bench.leaderboard_2026) with fewer layers on
+# leaderboard (2026) (issue 27): the 8B training step (impl.workloads.leaderboard_2026) with fewer layers on
 # one GPU at one rank's share of the two-GPU batch (1 × 32,768 tokens), from which
 # impl.leaderboard_prediction predicts the 34-layer step on two GPUs (time and peak memory linear in
 # the layers). Checkpointed rows first (each block keeps its input; the prediction reads them: 34
