@@ -558,7 +558,7 @@ def test_fsdp_page_names_grid_variants_the_device_has_not_run():
     from impl.workloads.sweeps import grid
     from impl.report import fsdp as F
 
-    variants = grid("fsdp", "full")["variants"]
+    variants = grid("fsdp", "full").variants
     older = pd.DataFrame({"cfg.variant": [v for v in variants if v != "fsdp_block_bf16"]})
     line = F._not_yet_run(older, "h200-141gb-x2")
     assert line.startswith("Not yet run on this device: ") and F.LABEL["fsdp_block_bf16"] in line

@@ -19,12 +19,12 @@ from impl.runtime import profile_name
 
 PROBLEM = "distributed_communication_single_node"
 G = grid(PROBLEM, profile_name())
-CASES = [(b, n, mb) for b, n in G["runs"] for mb in G["sizes_mb"]]
+CASES = [(b, n, mb) for b, n in G.runs for mb in G.sizes_mb]
 
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"], dist_steps.WorkerState)
+    w = Workers(G.budget_s, G.timeout_s, dist_steps.WorkerState)
     yield w
     w.close()
 
@@ -39,7 +39,7 @@ def test_distributed_communication_single_node(bench, workers, backend, procs, s
     row, timed = measure_on_ranks(
         bench, workers.get(procs, backend), dist_steps.allreduce, problem=PROBLEM, config=config,
         round=f"one all-reduce of {size_mb} MB float32 on {procs} ranks (barrier-aligned; slowest rank's device time)",
-        warmup=G["warmup"], rounds=G["rounds"], kernel=True, details=details, nbytes=nbytes)
+        warmup=G.warmup, rounds=G.rounds, kernel=True, details=details, nbytes=nbytes)
     if row.status is not Status.MEASURED or bench.benchmark.stats is None:
         return
     per_op = bench.benchmark.stats.stats.median

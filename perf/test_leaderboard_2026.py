@@ -16,14 +16,14 @@ from impl.runtime import free_memory, profile_name
 
 PROBLEM = "leaderboard_2026"
 G = grid(PROBLEM, profile_name())
-BUDGET = Budget(G["budget_s"])
-CASES = [(policy, k, layers) for policy, k in G["policies"] for layers in G["layers"]]
+BUDGET = Budget(G.budget_s)
+CASES = [(policy, k, layers) for policy, k in G.policies for layers in G.layers]
 
 
 @pytest.mark.parametrize("policy,k,layers", CASES)
 def test_leaderboard_2026(bench, policy, k, layers):
-    spec = StepSpec(config=G["config"], num_layers=layers, batch=G["batch"], context=G["context"],
-                    checkpointing=policy, checkpoint_k=k, attn_impl=G["attn_impl"])
+    spec = StepSpec(config=G.config, num_layers=layers, batch=G.batch, context=G.context,
+                    checkpointing=policy, checkpoint_k=k, attn_impl=G.attn_impl)
     row_config = dict(config=spec.config, layers=layers, batch=spec.batch, context=spec.context, checkpointing=policy,
                       k=k, attn_impl=spec.attn_impl, world_size=1, dtype="bf16", weights="bf16", loss="sum")
     details = dict(params=spec.model.params)
@@ -40,7 +40,7 @@ def test_leaderboard_2026(bench, policy, k, layers):
         return
     step, first_s = got
     bench.measure(problem=PROBLEM, config=row_config, fn=step.step, round="one training step (zero_grad, "
-                  "forward, summed cross-entropy, backward, AdamW step)", warmup=G["warmup"], rounds=G["rounds"],
+                  "forward, summed cross-entropy, backward, AdamW step)", warmup=G.warmup, rounds=G.rounds,
                   flops=spec.flops(), tokens=step.tokens, metrics={Metric.FIRST_CALL_S: first_s},
                   details=details)
     del step, got

@@ -32,7 +32,7 @@ import pytest
 from impl import accounting as acc
 from impl.workloads import dist_steps
 from impl.workloads.dist_steps import ShardSetup, StepReply, StepSummary
-from impl.workloads.editions import GridSize, grid_sizes
+from impl.workloads.editions import GridSize
 from impl.bench.row import Memory, Status
 from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
@@ -41,14 +41,14 @@ from impl.runtime import profile_name
 PROBLEM = "optimizer_state_sharding_accounting"
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
-WS = G["world_size"]
+WS = G.world_size
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
 ZERO_STAGE = dict(none=0, sharded=1, zero1=1, torch_zero=1)
 
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"], dist_steps.WorkerState)
+    w = Workers(G.budget_s, G.timeout_s, dist_steps.WorkerState)
     yield w
     w.close()
 
@@ -76,12 +76,12 @@ def _rank_memory(setup: ShardSetup, step: StepReply) -> dict:
     return out
 
 
-CASES = [(z, v) for z in grid_sizes(G["sizes"]) for v in G["variants"]]
+CASES = [(z, v) for z in G.sizes for v in G.variants]
 
 
 @pytest.mark.parametrize("size,variant", CASES, ids=[f"{z.id}-{v}" for z, v in CASES])
 def test_optimizer_state_sharding_accounting(bench, workers, size: GridSize, variant):
-    context, batch = G["context"], G["batch"]
+    context, batch = G.context, G.batch
     config = dict(size.row_config(), context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
                   variant=variant, dtype="fp32")
     if workers.skip(bench, problem=PROBLEM, config=config, world_size=WS, backend=BACKEND):
@@ -90,7 +90,7 @@ def test_optimizer_state_sharding_accounting(bench, workers, size: GridSize, var
     setups = group.call(dist_steps.shard_setup, size=size.build_name, context=context, batch=batch, variant=variant)
     row, timed = measure_on_ranks(bench, group, dist_steps.step, problem=PROBLEM, config=config,
                                   round=f"one training step on each of {WS} ranks (slowest rank's time)",
-                                  warmup=G["warmup"], rounds=G["rounds"], tokens=WS * batch * context)
+                                  warmup=G.warmup, rounds=G.rounds, tokens=WS * batch * context)
     if row.status is not Status.MEASURED:
         return
     last = group.call(dist_steps.memory_step, named=True)

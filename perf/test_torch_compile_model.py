@@ -37,17 +37,17 @@ from impl.workloads.sweeps import grid
 PROBLEM = "torch_compile"
 G = grid("torch_compile_model", profile_name())
 MODELS = ModelCache()
-BUDGET = Budget(G["budget_s"])
+BUDGET = Budget(G.budget_s)
 STATE = dict(size=None, target=None, rounds={})
-COMPILED = dict(compile=G["compile"], dynamic_seq=G["dynamic_seq"], backend=G["backend"],
-                compiled_what=describe(G["compile"], G["dynamic_seq"], G["backend"]), compiled_why=WHY)
+COMPILED = dict(compile=G.compile, dynamic_seq=G.dynamic_seq, backend=G.backend,
+                compiled_what=describe(G.compile, G.dynamic_seq, G.backend), compiled_why=WHY)
 raise_recompile_limit(64)  # one entry per size and grad mode for the block function
 
 OPTIMIZER = "optimizer_step"
 CASES = []
-for _s in G["sizes"]:
+for _s in G.sizes:
     CASES += [(_s, None, OPTIMIZER, impl) for impl in ("eager", "compiled")]
-    CASES += [(_s, c, m, impl) for c in G["contexts"] for m in G["modes"] for impl in ("eager", "compiled")]
+    CASES += [(_s, c, m, impl) for c in G.contexts for m in G.modes for impl in ("eager", "compiled")]
 
 
 def _model(size, device):
@@ -57,15 +57,15 @@ def _model(size, device):
         # what the previous sizes left allocated (compiled graphs are kept across sizes: a leak
         # of their models would show here)
         STATE["allocated_before_bytes"] = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
-    model = MODELS.get(size, max(G["contexts"]), device)
+    model = MODELS.get(size, max(G.contexts), device)
     if STATE["size"] != size:
-        STATE.update(size=size, target=compile_model(model, G["compile"], backend=G["backend"],
-                                                     dynamic_seq=G["dynamic_seq"]))
+        STATE.update(size=size, target=compile_model(model, G.compile, backend=G.backend,
+                                                     dynamic_seq=G.dynamic_seq))
     return model
 
 
 def _rounds(first_s: float) -> int:
-    return max(G["rounds_min"], min(G["rounds_max"], int(G["row_s"] / max(first_s, 1e-9))))
+    return max(G.rounds_min, min(G.rounds_max, int(G.row_s / max(first_s, 1e-9))))
 
 
 def _optimizer_step(model, impl, device):
@@ -74,7 +74,7 @@ def _optimizer_step(model, impl, device):
     for p in model.parameters():
         p.grad = torch.randn(p.shape, device=device, dtype=p.dtype, generator=gen)
     kw = dict(lr=1e-4, weight_decay=0.01)
-    opt = CompiledAdamW(model.parameters(), backend=G["backend"], **kw) if impl == "compiled" else AdamW(model.parameters(), **kw)
+    opt = CompiledAdamW(model.parameters(), backend=G.backend, **kw) if impl == "compiled" else AdamW(model.parameters(), **kw)
     return opt.step, opt
 
 
@@ -84,9 +84,9 @@ ROUND = {OPTIMIZER: "one AdamW step on fixed gradients", "forward": "one forward
 
 @pytest.mark.parametrize("size,context,mode,impl", CASES)
 def test_torch_compile_model(bench, size, context, mode, impl):
-    device, batch = bench.device, G["batch"]
-    config = dict(**SizeRef("2025", size).row_config(), context=context, mode=mode, impl=impl, dtype=G["dtype"],
-                  batch=batch, dynamic=G["dynamic_seq"], part="model", study="model")
+    device, batch = bench.device, G.batch
+    config = dict(**SizeRef("2025", size).row_config(), context=context, mode=mode, impl=impl, dtype=G.dtype,
+                  batch=batch, dynamic=G.dynamic_seq, part="model", study="model")
     details = dict(COMPILED)
     if BUDGET.exhausted():
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
@@ -100,7 +100,7 @@ def test_torch_compile_model(bench, size, context, mode, impl):
             graph = "optimizer"
         else:
             x, y = random_batch(model, batch, context, device)
-            fn, setup = make_step(mode, STATE["target"] if impl == "compiled" else model, x, y, G["dtype"])
+            fn, setup = make_step(mode, STATE["target"] if impl == "compiled" else model, x, y, G.dtype)
             graph = "inference" if mode == "forward" else "training"
         before = unique_graphs()
         first_s = time_once(fn, device)
@@ -127,7 +127,7 @@ def test_torch_compile_model(bench, size, context, mode, impl):
         new = unique_graphs() - before
         details.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0, graph=graph,
                        graph_breaks=graph_breaks())
-    row = bench.measure(problem=PROBLEM, config=config, fn=fn, setup=setup, round=ROUND[mode], warmup=G["warmup"],
+    row = bench.measure(problem=PROBLEM, config=config, fn=fn, setup=setup, round=ROUND[mode], warmup=G.warmup,
                         rounds=rounds, metrics={Metric.FIRST_CALL_S: first_s}, details=details)
     if impl == "compiled" and details["compiled_now"]:
         record_compile_s(bench, row, first_s)

@@ -43,8 +43,8 @@ from impl.model import SizeRef
 
 PROBLEM = "training_step"
 G = grid(PROBLEM, profile_name())
-BUDGET = Budget(G["budget_s"])
-CASES = [(s, c, n) for s in G["sizes"] for c in G["contexts"] for n in G["configs"]]
+BUDGET = Budget(G.budget_s)
+CASES = [(s, c, n) for s in G.sizes for c in G.contexts for n in G.configs]
 STATE = dict(size=None)  # the size whose compiled graphs dynamo holds
 raise_recompile_limit(64)  # per size: the blocks' graphs of +compile, fast's and the anchor's, recompiles
 
@@ -59,21 +59,21 @@ def _enter_size(size: str) -> None:
 def _where_the_time_goes(step, device, step_s: float) -> dict:
     """One profiled training step, phases annotated, as kernels.step_breakdown (plus its cost)."""
     start = time.perf_counter()
-    prof, parse_s = profile_calls(lambda: step(annotated=True), device, warmup=G["prof_warmup"], steps=1)
-    out = step_breakdown(prof, step_s, top=G["top_kernels"])
-    out.update(warmup_steps=G["prof_warmup"], parse_s=parse_s, profile_s=time.perf_counter() - start)
+    prof, parse_s = profile_calls(lambda: step(annotated=True), device, warmup=G.prof_warmup, steps=1)
+    out = step_breakdown(prof, step_s, top=G.top_kernels)
+    out.update(warmup_steps=G.prof_warmup, parse_s=parse_s, profile_s=time.perf_counter() - start)
     return out
 
 
 @pytest.mark.parametrize("size,context,config", CASES)
 def test_training_step(bench, size, context, config):
     device = bench.device
-    cfg = named_train_config(config, flash_impl=G["flash_impl"])
-    batch, compiled = G["batch"], cfg.compile != "none"
+    cfg = named_train_config(config, flash_impl=G.flash_impl)
+    batch, compiled = G.batch, cfg.compile != "none"
     ref = SizeRef("2025", size)
     row_config = dict(**ref.row_config(), context=context, config=config, batch=batch, **asdict(cfg),
-                      compile_backend=G["compile_backend"] if compiled else None, study="ablation")
-    details = dict(model_context_length=max(G["contexts"]))
+                      compile_backend=G.compile_backend if compiled else None, study="ablation")
+    details = dict(model_context_length=max(G.contexts))
     if BUDGET.exhausted():
         bench.not_run(problem=PROBLEM, config=row_config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
                       details=details)
@@ -81,9 +81,9 @@ def test_training_step(bench, size, context, config):
     _enter_size(size)
 
     def set_up():  # what it builds lives in its frame until it returns: an OOM frees all of it
-        model = build_model(ref, max(G["contexts"]), device, cfg.attn_impl)
+        model = build_model(ref, max(G.contexts), device, cfg.attn_impl)
         x, y = random_batch(model, batch, context, device)
-        step, optimizer = make_train_step(cfg, model, x, y, backend=G["compile_backend"])
+        step, optimizer = make_train_step(cfg, model, x, y, backend=G.compile_backend)
         counts = unique_graphs(), graph_breaks()
         first_s = time_once(step, device)  # compiles here, not in warm-up or timed rounds
         return dict(model=model, step=step, optimizer=optimizer), counts, first_s
@@ -97,12 +97,12 @@ def test_training_step(bench, size, context, config):
         details.update(new_graphs=new, compiled_now=new > 0, reused_graph=new == 0,
                        graph_breaks=graph_breaks() - breaks)
     row = bench.measure(problem=PROBLEM, config=row_config, fn=state["step"], round="one training step (forward, "
-                        "backward, optimizer step)", warmup=G["warmup"], rounds=G["rounds"],
+                        "backward, optimizer step)", warmup=G.warmup, rounds=G.rounds,
                         flops=ref.config.flops("train_step", batch, context), tokens=batch * context,
                         metrics={Metric.FIRST_CALL_S: first_s}, details=details)
     if compiled and details["compiled_now"]:
         record_compile_s(bench, row, first_s)
-    if config in G["profiled"] and row.status is Status.MEASURED and not bench.benchmark.disabled:
+    if config in G.profiled and row.status is Status.MEASURED and not bench.benchmark.disabled:
         try:
             row.details["profile"] = _where_the_time_goes(state["step"], device, bench.benchmark.stats.stats.median)
         except Exception as exc:  # noqa: BLE001 - a failed profile (OOM included) must not lose the timed row

@@ -27,6 +27,7 @@ from impl.bench.traces import SYNC, step_timeline
 from impl.distributed.release import Released
 from impl.model import AdamW, cross_entropy
 from impl.runtime import free_memory
+from impl.workloads.variants import DDPVariant, ShardVariant
 
 
 @dataclass
@@ -245,32 +246,30 @@ def _fresh_parameters(model: torch.nn.Module) -> None:
             m._parameters[name] = memo[id(p)]
 
 
-DDP_VARIANTS = ("single", "naive", "flat", "individual", "bucketed", "torch_ddp")
-
-
-def ddp_wrapper(model: torch.nn.Module, variant: str, bucket_mb: float | None):
+def ddp_wrapper(model: torch.nn.Module, variant: DDPVariant | str, bucket_mb: float | None):
     from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
 
-    if variant == "single":
+    V, variant = DDPVariant, DDPVariant.of(variant)
+    if variant is V.SINGLE:
         return None
-    if variant == "naive":
+    if variant is V.NAIVE:
         return DDPNaive(model)
-    if variant == "flat":
+    if variant is V.FLAT:
         return DDPFlat(model)
-    if variant == "individual":
+    if variant is V.INDIVIDUAL:
         return DDPIndividualParameters(model)
-    if variant == "bucketed":
+    if variant is V.BUCKETED:
         return DDPBucketed(model, bucket_size_mb=bucket_mb)
-    if variant == "torch_ddp":
+    if variant is V.TORCH_DDP:
         from torch.nn.parallel import DistributedDataParallel
 
         dev = next(model.parameters()).device
         kw = {} if bucket_mb is None else dict(bucket_cap_mb=bucket_mb)
         return DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None, **kw)
-    raise ValueError(f"variant must be one of {DDP_VARIANTS}, got {variant!r}")
+    raise AssertionError(f"no wrapper for {variant!r}")
 
 
-def ddp_setup(state: WorkerState, size: str, max_context: int, context: int, batch: int, variant: str,
+def ddp_setup(state: WorkerState, size: str, max_context: int, context: int, batch: int, variant: DDPVariant,
               bucket_mb: float | None = None, lr: float = 1e-4) -> DDPSetup:
     """Wrap the rank's model (one per worker, built for the largest context so every context
     reuses it) in `variant` with a fresh AdamW (impl.model). "single" (the single-GPU floor) runs
@@ -282,7 +281,7 @@ def ddp_setup(state: WorkerState, size: str, max_context: int, context: int, bat
     model = state.model
     model.zero_grad(set_to_none=True)
     _fresh_parameters(model)
-    state.active = variant != "single" or state.rank == 0
+    state.active = variant != DDPVariant.SINGLE or state.rank == 0
     state.wrapper = ddp_wrapper(model, variant, bucket_mb)
     state.optimizer = AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     state.x, state.y = _batch(state, batch, context)
@@ -304,28 +303,26 @@ class ShardSetup:
     largest_numel: int
 
 
-SHARD_VARIANTS = ("none", "sharded", "zero1", "torch_zero")
-
-
-def sharding(model: torch.nn.Module, variant: str, lr: float):
+def sharding(model: torch.nn.Module, variant: ShardVariant | str, lr: float):
     """(wrapper, optimizer) of one optimizer-state sharding configuration."""
     from impl.distributed.ddp import DDPIndividualParameters, DDPNaive
     from impl.distributed.sharded_optimizer import ShardedOptimizer, ZeRO1Optimizer
 
+    V, variant = ShardVariant, ShardVariant.of(variant)
     kw = dict(lr=lr, weight_decay=0.01)
-    if variant == "none":
+    if variant is V.NONE:
         return DDPIndividualParameters(model), AdamW(model.parameters(), **kw)
-    if variant == "sharded":
+    if variant is V.SHARDED:
         return DDPIndividualParameters(model), ShardedOptimizer(model.parameters(), AdamW, **kw)
-    if variant == "zero1":
+    if variant is V.ZERO1:
         # ZeRO-1 reduce-scatters the raw local grads itself: the wrapper only broadcasts at init.
         return DDPNaive(model, reduce_gradients=False), ZeRO1Optimizer(model.parameters(), AdamW, **kw)
-    if variant == "torch_zero":
+    if variant is V.TORCH_ZERO:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return DDPIndividualParameters(model), ZeroRedundancyOptimizer(
             model.parameters(), optimizer_class=torch.optim.AdamW, **kw)
-    raise ValueError(f"variant must be one of {SHARD_VARIANTS}, got {variant!r}")
+    raise AssertionError(f"no optimizer for {variant!r}")
 
 
 def optimizer_bytes(state: WorkerState) -> int | None:
@@ -333,7 +330,7 @@ def optimizer_bytes(state: WorkerState) -> int | None:
     return getattr(state.optimizer, "bytes_communicated_last_step", None)
 
 
-def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant: str,
+def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant: ShardVariant,
                 lr: float = 1e-4) -> ShardSetup:
     """A fresh model per config (ZeRO-1 re-points parameters into its flat buffer, so a model is
     not reusable across configs); memory measured from an emptied allocator."""
@@ -349,6 +346,6 @@ def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant
                       largest_numel=max(p.numel() for p in params))
 
 
-__all__ = ["DDPSetup", "DDP_VARIANTS", "SHARD_VARIANTS", "ShardSetup", "StepMemory", "StepReply", "StepSummary",
+__all__ = ["DDPSetup", "ShardSetup", "StepMemory", "StepReply", "StepSummary",
            "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "optimizer_bytes",
            "profiled_steps", "shard_setup", "step", "teardown", "train_step"]

@@ -369,7 +369,7 @@ def memory_page(ctx: Context) -> Page:
 
 
 # The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).
-CASES_2026 = {tuple(c) for c in grid("memory_profiling", "full")["cases_2026"]}
+CASES_2026 = set(grid("memory_profiling", "full").cases_2026)
 MEM26 = macros("memory_profiling.md.j2")
 QS_2026 = ["(2026 a) xl (2026) at contexts 128 and 2048: peak memory of the forward and of a full training step, "
            "with and without bf16 autocast?",
