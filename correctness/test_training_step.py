@@ -515,7 +515,7 @@ def test_bf16_weights_step_has_no_weight_casts():
 
 
 def test_named_configs():
-    assert set(GRIDS["training_step"]["full"]["configs"]) == {*TRAIN_CONFIGS, "anchor"}
+    assert set(GRIDS["training_step"]["full"].configs) == {*TRAIN_CONFIGS, "anchor"}
     fast = named_train_config("fast")
     assert (fast.dtype, fast.weights, fast.attn_impl, fast.compile, fast.optimizer, fast.fused_ce) == (
         "bf16", "bf16", "flash_triton", "model", "adamw_master_fused", True)
