@@ -33,7 +33,7 @@ def workers():
 def test_distributed_communication_single_node(bench, workers, backend, procs, size_mb):
     nbytes = size_mb * 2 ** 20
     config = dict(backend=backend, world_size=procs, size_mb=size_mb, bytes=nbytes, dtype="float32")
-    details = dict(left_out=G.get("left_out"))
+    details = dict(left_out=G.left_out)
     if workers.skip(bench, problem=PROBLEM, config=config, world_size=procs, backend=backend):
         return
     row, timed = measure_on_ranks(
