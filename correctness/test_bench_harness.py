@@ -7,7 +7,7 @@ import weakref
 import pytest
 import torch
 
-from impl.bench.attention import sdpa_rejects
+from impl.workloads.attention import sdpa_rejects
 from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Status
 

@@ -1,9 +1,9 @@
-"""impl.bench.steps' size helpers: what a sweep's size names, the closed-form memory need a row
+"""impl.workloads.steps' size helpers: what a sweep's size names, the closed-form memory need a row
 records beside its peak or its OOM, and the contexts nsys_profile (2026) chooses from it."""
 import pytest
 
 from impl import accounting as acc
-from impl.bench.steps import fitting_contexts, memory_need, size_config, step_memory_need
+from impl.workloads.steps import fitting_contexts, memory_need, size_config, step_memory_need
 from impl.model import MODEL_SIZES_2026, SizeRef
 
 

@@ -3,10 +3,10 @@ that makes the slowest rank's time the benchmark's stats, the worker group's com
 2 gloo ranks, and the profiler-timeline arithmetic."""
 import pytest
 
-from impl.bench import dist_steps
-from impl.bench.dist_steps import StepReply, StepSummary, Timed
+from impl.workloads import dist_steps
+from impl.workloads.dist_steps import StepReply, StepSummary, WorkerState
 from impl.bench.traces import build_timeline
-from impl.bench.worker_group import RankError, SlowestRankClock, WorkerGroup
+from impl.bench.worker_group import RankError, SlowestRankClock, Timed, WorkerGroup
 
 
 class FakeGroup:
@@ -68,7 +68,7 @@ def test_timeline_coarsens_lanes_to_max_intervals_but_keeps_exact_totals():
 
 @pytest.fixture(scope="module")
 def group():
-    g = WorkerGroup(2, "gloo", command_timeout_s=120)
+    g = WorkerGroup(2, "gloo", WorkerState, command_timeout_s=120)
     yield g
     g.close()
 
@@ -88,7 +88,7 @@ def test_group_ddp_step_hands_every_gradient_to_one_all_reduce(group):
 
 
 def test_a_failing_rank_fails_the_call_with_its_error_first_and_kills_the_group():
-    g = WorkerGroup(2, "gloo", command_timeout_s=120)
+    g = WorkerGroup(2, "gloo", WorkerState, command_timeout_s=120)
     try:
         with pytest.raises(RankError, match=r"^rank \d of 2 failed in 'ddp_setup': ValueError: variant must be one of"):
             g.call(dist_steps.ddp_setup, size="tiny", max_context=8, context=8, batch=1, variant="bogus")

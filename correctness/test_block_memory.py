@@ -1,11 +1,11 @@
-"""memory_profiling (f): the block probe (impl.bench.block_memory) on a small TransformerLM. On the
+"""memory_profiling (f): the block probe (impl.workloads.block_memory) on a small TransformerLM. On the
 CPU its meter is the ledger's live bytes, which counts exactly what autograd keeps, so the
 closed form (impl.accounting) and 4 bytes x the block's parameters must come out to the byte."""
 import pytest
 import torch
 
 from impl import accounting as acc
-from impl.bench.block_memory import (INPUT, BlockProbe, ProbeRecord, Saved, block_memory_facts,
+from impl.workloads.block_memory import (INPUT, BlockProbe, ProbeRecord, Saved, block_memory_facts,
                                      probe_block_memory)
 from impl.model import TransformerLM
 from impl.model.sizes import ModelConfig
@@ -99,7 +99,7 @@ def test_block_facts_do_not_depend_on_depth():
 def test_block_markers_reach_the_allocator_trace_in_forward_and_backward():
     # memory_profiling's timelines mark block boundaries with allocations made from the probe's
     # hooks; the backward ones run on autograd's device thread: their frames must still be recorded
-    from impl.bench.memory import MemoryRecorder, phased_step, timeline_data
+    from impl.workloads.memory import MemoryRecorder, phased_step, timeline_data
     from impl.model import AdamW
 
     model, x, y = _model_and_batch("cuda")

@@ -1,7 +1,7 @@
-"""impl.bench.editions: grid sizes named by edition build and record the right model."""
+"""impl.workloads.editions: grid sizes named by edition build and record the right model."""
 import pytest
 
-from impl.bench.editions import GridSize
+from impl.workloads.editions import GridSize
 from impl.model.sizes import MODEL_CONFIGS, MODEL_SIZES_2026, SizeRef
 
 

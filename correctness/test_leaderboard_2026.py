@@ -1,4 +1,4 @@
-"""leaderboard (2026): the 8B training step (impl.bench.leaderboard_2026) on a reduced config on the
+"""leaderboard (2026): the 8B training step (impl.workloads.leaderboard_2026) on a reduced config on the
 CPU: its loss is the sum of per-token cross-entropies, one bf16 step follows an fp32 reference
 step, checkpointing changes nothing, two gloo ranks (sharded optimizer, summed gradients) equal one
 process on the whole batch, and bad input is refused by name.
@@ -8,9 +8,9 @@ through its torch ops; the GPU runs the same step with flash_triton and the Adam
 import pytest
 import torch
 
-from impl.bench.leaderboard_2026 import (BATCH, CONTEXT, LEADERBOARD, WORLD_SIZE, StepSpec, build_step, local_batch,
+from impl.workloads.leaderboard_2026 import (BATCH, CONTEXT, LEADERBOARD, WORLD_SIZE, StepSpec, build_step, local_batch,
                                          master_weights)
-from impl.bench.steps import TrainConfig, make_train_step
+from impl.workloads.steps import TrainConfig, make_train_step
 from impl.distributed import launch
 from impl.model import MODEL_CONFIGS, MODEL_SIZES, AdamW, TransformerLM, cross_entropy, param_count
 from kits import leaderboard_workers as W
@@ -151,7 +151,7 @@ def test_bad_input_is_refused_by_name():
 
 # ------------------------------------------------------------- the prediction (impl.leaderboard_prediction)
 def test_param_split_counts_the_bf16_linear_weights_of_the_built_step():
-    from impl.bench.steps import linear_weights
+    from impl.workloads.steps import linear_weights
     from impl.leaderboard_prediction import param_split
 
     built = build_step(SPEC, CPU)

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from impl.bench import kernels as K
-from impl.bench import memory as M
-from impl.bench.steps import build_model, random_batch
+from impl.workloads import kernels as K
+from impl.workloads import memory as M
+from impl.workloads.steps import build_model, random_batch
 from impl.model.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
 
 CPU = torch.device("cpu")
@@ -237,7 +237,7 @@ def test_downsample_keeps_each_rise_and_fall():
 
 def test_timeline_block_markers():
     snap = _snapshot()
-    blk = [_frame(M.BLOCK_MARKER_FUNC, "/x/src/impl/bench/memory.py")]
+    blk = [_frame(M.BLOCK_MARKER_FUNC, "/x/src/impl/workloads/memory.py")]
     snap["device_traces"][0][3:3] = [dict(action="alloc", addr=7, size=512, frames=blk),
                                      dict(action="free_completed", addr=7, size=512, frames=[])]
     t = M.timeline_data(snap, ["forward", "backward"], block_marks=["block 0 forward"])

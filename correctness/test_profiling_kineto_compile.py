@@ -9,9 +9,9 @@ import torch
 from torch.autograd import DeviceType
 
 from impl.model import AdamW, cross_entropy
-from impl.bench import kernels as K
-from impl.bench.compiled import CompiledAdamW, RegionalLM, WholeLM, compile_model, graph_breaks, unique_graphs
-from impl.bench.steps import build_model, random_batch
+from impl.workloads import kernels as K
+from impl.workloads.compiled import CompiledAdamW, RegionalLM, WholeLM, compile_model, graph_breaks, unique_graphs
+from impl.workloads.steps import build_model, random_batch
 
 CPU = torch.device("cpu")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from impl.bench.compiled import WHY
+from impl.workloads.compiled import WHY
 from impl.report import build as builder
 from impl.report import figures
 from impl.bench.row import Env, Metric, Row, Status, Timing
@@ -560,10 +560,10 @@ def test_leaderboard_2026_page_without_rows_says_what_is_missing(tmp_path):
 def test_fsdp_page_names_grid_variants_the_device_has_not_run():
     """A variant added to the fsdp grid after a device's newest run is named on that device's
     section (the next run measures it), and nothing is named once every variant has a row."""
-    from impl.bench.sweeps import grid
+    from impl.workloads.sweeps import grid
     from impl.report import fsdp as F
 
-    variants = grid("fsdp", "full")["variants"]
+    variants = grid("fsdp", "full").variants
     older = pd.DataFrame({"cfg.variant": [v for v in variants if v != "fsdp_block_bf16"]})
     line = F._not_yet_run(older, "h200-141gb-x2")
     assert line.startswith("Not yet run on this device: ") and F.LABEL["fsdp_block_bf16"] in line

@@ -13,12 +13,19 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from impl.bench import plugin, runlock, store
+from impl.bench import runlock, store
+from impl.bench.session import BenchSession
 from impl.bench.row import Env, Row, Status, Timing
 from impl.report import compare, gate
 from impl.report import data as report_data
 
 DATA = Path(__file__).resolve().parents[1] / "reports" / "data"
+
+
+@pytest.fixture
+def plugin(pytestconfig):
+    """The bench plugin as pytest registered it (the root conftest's pytest_plugins): nothing imports it."""
+    return pytestconfig.pluginmanager.get_plugin("impl.bench.plugin")
 OURS = "test_leaderboard[flash_triton-fwd_bwd]"
 
 
@@ -346,7 +353,6 @@ def test_compare_baseline_from_any_folder_and_saved_runs_shadow_only_their_rows(
     committed = _run({A: 1e-3, B: 2e-3})
     monkeypatch.setattr(store, "committed_baseline", lambda device: store.Baseline(committed, "git HEAD:reports/data"))
     monkeypatch.setattr(store, "device_slug", lambda: GPU)
-    monkeypatch.setattr(plugin, "RECORDER", plugin.Recorder())  # not this session's
     saved = tmp_path / ".benchmarks" / get_machine_id()
     saved.mkdir(parents=True)
     (saved / "0001_x.json").write_text(json.dumps(_run({"test_flash_other[x]": 5e-3})))  # another section's autosave
@@ -354,7 +360,8 @@ def test_compare_baseline_from_any_folder_and_saved_runs_shadow_only_their_rows(
     (tmp_path / "perf").mkdir()
     monkeypatch.chdir(tmp_path / "perf")
     config = _fake_config(tmp_path, histogram=["benchmark_20990101"])
-    plugin.pytest_configure(config)
+    session = BenchSession(config)  # what the plugin's pytest_configure makes, not this run's
+    session.pin_paths()
     assert config.option.benchmark_storage == f"file://{tmp_path / '.benchmarks'}"
     assert config.option.benchmark_histogram == [str(tmp_path / "out" / "histograms" / "benchmark_20990101")]
     assert json.loads((saved / "0000_committed.json").read_text()) == committed
@@ -362,13 +369,13 @@ def test_compare_baseline_from_any_folder_and_saved_runs_shadow_only_their_rows(
     assert Path(config.option.benchmark_compare).is_relative_to(tmp_path / "out")
     assert {b["name"]: b["stats"]["median"] for b in merged["benchmarks"]} == {
         A: 1e-3, B: 3e-3, "test_flash_other[x]": 5e-3}
-    assert "shadowed row by row by the saved runs 0001_x, 0002_y" in plugin.pytest_report_header(config)[-1]
+    assert "shadowed row by row by the saved runs 0001_x, 0002_y" in session.pytest_report_header(config)[-1]
     config = _fake_config(tmp_path, compare="0000")  # a named run stays pytest-benchmark's choice
-    plugin.pytest_configure(config)
+    BenchSession(config).pin_paths()
     assert config.option.benchmark_compare == "0000"
 
 
-def test_compare_names_each_row_without_a_baseline(tmp_path):
+def test_compare_names_each_row_without_a_baseline(tmp_path, plugin):
     lines = []
     bs = SimpleNamespace(compare="x.json", benchmarks=[SimpleNamespace(fullname="p::a"), SimpleNamespace(fullname="p::b")],
                          compared_mapping={Path("x.json"): {"p::a": {}}})
@@ -377,12 +384,12 @@ def test_compare_names_each_row_without_a_baseline(tmp_path):
 
 
 def test_failed_tests_are_recorded_in_the_run_json(monkeypatch):
-    monkeypatch.setattr(plugin, "RECORDER", plugin.Recorder())
-    plugin.pytest_runtest_logreport(SimpleNamespace(failed=True, nodeid="perf/test_x.py::t[a]", when="call"))
-    plugin.pytest_runtest_logreport(SimpleNamespace(failed=False, nodeid="perf/test_x.py::t[b]", when="call"))
-    out = {}
     config = SimpleNamespace(invocation_params=SimpleNamespace(args=()))
-    plugin.pytest_benchmark_update_json(config, [], out)
+    session = BenchSession(config)
+    session.pytest_runtest_logreport(SimpleNamespace(failed=True, nodeid="perf/test_x.py::t[a]", when="call"))
+    session.pytest_runtest_logreport(SimpleNamespace(failed=False, nodeid="perf/test_x.py::t[b]", when="call"))
+    out = {}
+    session.pytest_benchmark_update_json(config, [], out)
     assert out["suite"]["failed"] == [dict(test="perf/test_x.py::t[a]", when="call")]
     assert store.Suite.from_json(out).failed == (store.FailedTest("perf/test_x.py::t[a]", "call"),)
 
@@ -442,13 +449,13 @@ def test_make_compare_takes_the_newest_fresh_run_of_smoke_or_perf(tmp_path):
     assert compare.newest_fresh(tmp_path / "out", "fsdp") is None
 
 
-def test_full_profile_on_a_cpu_is_refused(monkeypatch):
+def test_full_profile_on_a_cpu_is_refused(monkeypatch, plugin):
     monkeypatch.setenv("SUITE_PROFILE", "full")
     monkeypatch.setattr(plugin.torch.cuda, "is_available", lambda: False)
     with pytest.raises(pytest.UsageError, match="SUITE_PROFILE=full on a machine without a GPU"):
-        plugin._check_profile()
+        plugin.check_profile()
     monkeypatch.setenv("SUITE_FULL_ON_CPU", "1")
-    plugin._check_profile()
+    plugin.check_profile()
 
 
 # --- hostile inputs, drawn by hypothesis: every answer is a document or a BadRunFile naming the file ---
@@ -502,7 +509,7 @@ def test_gate_never_passes_a_median_that_is_not_a_positive_number(old, new, tmp_
         assert [c.regressed for c in verdict.changes] == [new / old > 1 + gate.DEFAULT_BAND["cuda"]]
 
 
-def test_a_machine_info_warning_from_a_subfolder_is_a_warning_not_a_crash():
+def test_a_machine_info_warning_from_a_subfolder_is_a_warning_not_a_crash(plugin):
     # pytest-benchmark names its storage relative to the current folder and raises from perf/
     warned = []
     bs = SimpleNamespace(logger=SimpleNamespace(warning=warned.append), storage="/repo/.benchmarks")
@@ -515,22 +522,22 @@ def test_a_machine_info_warning_from_a_subfolder_is_a_warning_not_a_crash():
 
 def test_a_session_that_times_benchmarks_takes_the_device_lock_and_a_second_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "device_slug", lambda: "cpu")
-    monkeypatch.setattr(plugin, "_LOCK", [])
     config = SimpleNamespace(rootpath=tmp_path, _benchmarksession=SimpleNamespace(disabled=False, skip=False),
                              getoption=lambda name, default=None: default)
+    session = BenchSession(config)
     untimed = SimpleNamespace(config=config, items=[SimpleNamespace(fixturenames=["device"])])
-    plugin.pytest_collection_finish(untimed)  # correctness tests time nothing: no lock
+    session.pytest_collection_finish(untimed)  # correctness tests time nothing: no lock
     assert not (tmp_path / "out" / "locks" / "cpu.lock").exists()
     timed = SimpleNamespace(config=config, items=[SimpleNamespace(fixturenames=["bench", "benchmark"])])
-    plugin.pytest_collection_finish(timed)
+    session.pytest_collection_finish(timed)
     held = json.loads((tmp_path / "out" / "locks" / "cpu.lock").read_text())
     assert held["pid"] == runlock.os.getpid()
     other = subprocess.Popen(["sleep", "30"])  # a live process holds the lock now
     try:
         (tmp_path / "out" / "locks" / "cpu.lock").write_text(json.dumps(dict(held, pid=other.pid, command="make perf")))
-        plugin._LOCK.clear()
+        session.lock = None  # a new run: the lock file is all it sees
         with pytest.raises(pytest.exit.Exception, match=f"refused: another suite run is timing on cpu: pid {other.pid}"):
-            plugin.pytest_collection_finish(timed)
+            BenchSession(config).pytest_collection_finish(timed)
     finally:
         other.kill()
         other.wait()

@@ -16,14 +16,14 @@ from impl.model import AdamW, TransformerLM, cross_entropy
 from impl.model import adamw_master
 from impl.model.adamw_master import AdamWMaster
 from impl.model.fused_ce import fused_linear_cross_entropy
-from impl.bench import kernels as K
+from impl.workloads import kernels as K
 from impl.annotate import PHASES, annotate
-from impl.bench.compiled import graph_breaks, raise_recompile_limit, unique_graphs
-from impl.bench.steps import (TRAIN_CONFIGS, build_model, linear_weights, make_train_step, named_train_config,
+from impl.workloads.compiled import graph_breaks, raise_recompile_limit, unique_graphs
+from impl.workloads.steps import (TRAIN_CONFIGS, build_model, linear_weights, make_train_step, named_train_config,
                                   random_batch, train_config)
 from impl.report.data import frame, load_file
 from impl.report.training_step import body
-from impl.bench.sweeps import GRIDS
+from impl.workloads.sweeps import GRIDS
 from impl.model import MODEL_CONFIGS
 
 V = 97
@@ -515,7 +515,7 @@ def test_bf16_weights_step_has_no_weight_casts():
 
 
 def test_named_configs():
-    assert set(GRIDS["training_step"]["full"]["configs"]) == {*TRAIN_CONFIGS, "anchor"}
+    assert set(GRIDS["training_step"]["full"].configs) == {*TRAIN_CONFIGS, "anchor"}
     fast = named_train_config("fast")
     assert (fast.dtype, fast.weights, fast.attn_impl, fast.compile, fast.optimizer, fast.fused_ce) == (
         "bf16", "bf16", "flash_triton", "model", "adamw_master_fused", True)

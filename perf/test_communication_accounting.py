@@ -9,7 +9,7 @@ import pytest
 from impl import accounting as acc
 from impl.model import MODEL_SIZES, VOCAB_SIZE, param_count
 from impl.runtime import profile_name
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 
 PROFILE = profile_name()
 COMM = grid("communication_accounting", PROFILE)
@@ -19,7 +19,7 @@ MEM = grid("memory_accounting", PROFILE)
 def xxl_results() -> dict:
     state = acc.xxl_state_bytes()
     fsdp = []
-    for tokens in COMM["fsdp_tokens"]:
+    for tokens in COMM.fsdp_tokens:
         n = acc.min_fsdp_devices(tokens)
         fsdp.append(dict(tokens=tokens, activation_bytes=acc.xxl_activation_bytes(tokens), n_fsdp=n,
                          per_device_bytes=None if n is None else acc.fsdp_bytes_per_device(n, tokens)))
@@ -36,21 +36,21 @@ def xxl_results() -> dict:
 
 
 def bucket_results() -> dict:
-    size = COMM["bucket_model_size"]
+    size = COMM.bucket_model_size
     s = acc.grad_bytes(param_count(**MODEL_SIZES[size]))
-    o, w = COMM["bucket_o_s"], COMM["bucket_w_Bps"]
+    o, w = COMM.bucket_o_s, COMM.bucket_w_Bps
     rows = [dict(bucket_mb=mb, n_buckets=max(1.0, s / (mb * 1e6)),
-                 overhead_s=acc.overhead_for_bucket_size(s, mb * 1e6, o, w)) for mb in COMM["bucket_sizes_mb"]]
+                 overhead_s=acc.overhead_for_bucket_size(s, mb * 1e6, o, w)) for mb in COMM.bucket_sizes_mb]
     return dict(model=size, total_bytes=s, o_s=o, w_Bps=w, placeholder=True, rows=rows,
                 optimal_n_buckets=acc.optimal_n_buckets(s, o, w), optimal_bucket_bytes=acc.optimal_bucket_bytes(s, o, w),
                 min_overhead_s=acc.min_bucketed_overhead(s, o, w), single_bucket_s=acc.bucketed_overhead(s, 1, o, w))
 
 
 def volume_results() -> dict:
-    size = COMM["bucket_model_size"]
+    size = COMM.bucket_model_size
     psi = acc.grad_bytes(param_count(**MODEL_SIZES[size]))
     return dict(model=size, psi_bytes=psi,
-                rows=[dict(world_size=n, **acc.comm_volume_per_rank(psi, n)) for n in COMM["world_sizes"]])
+                rows=[dict(world_size=n, **acc.comm_volume_per_rank(psi, n)) for n in COMM.world_sizes])
 
 
 CASES = {"xxl": xxl_results, "bucket_model": bucket_results, "comm_volumes": volume_results}
@@ -60,27 +60,27 @@ CASES = {"xxl": xxl_results, "bucket_model": bucket_results, "comm_volumes": vol
 def test_communication_accounting(bench, case):
     fn = CASES[case]
     bench.measure(problem="communication_accounting", config=dict(case=case), fn=fn,
-                  round=f"computing the {case} tables (impl.accounting closed forms)", warmup=COMM["warmup"],
-                  rounds=COMM["rounds"], details=dict(results=fn()))
+                  round=f"computing the {case} tables (impl.accounting closed forms)", warmup=COMM.warmup,
+                  rounds=COMM.rounds, details=dict(results=fn()))
 
 
 def memory_results(size: str) -> dict:
     shape = MODEL_SIZES[size]
     n = param_count(**shape)
-    b, ws = MEM["batch"], MEM["world_size"]
+    b, ws = MEM.batch, MEM.world_size
     acts = {str(c): acc.activation_bytes(b, c, shape["d_model"], shape["d_ff"], shape["num_heads"],
-                                         shape["num_layers"], VOCAB_SIZE, acc.FP32) for c in MEM["contexts"]}
+                                         shape["num_layers"], VOCAB_SIZE, acc.FP32) for c in MEM.contexts}
     return dict(
         n_params=n, training_state_bytes=acc.training_state_bytes(n),
         residual_stream_bytes={str(c): acc.residual_stream_bytes(b, c, shape["d_model"], acc.FP32)
-                               for c in MEM["contexts"]},
+                               for c in MEM.contexts},
         activation_bytes=acts, batch=b, world_size=ws,
         stages={str(z): acc.memory_breakdown(n, ws, z) for z in (0, 1)},
     )
 
 
-@pytest.mark.parametrize("size", MEM["sizes"])
+@pytest.mark.parametrize("size", MEM.sizes)
 def test_memory_accounting(bench, size):
     bench.measure(problem="memory_accounting", config=dict(size=size), fn=lambda: memory_results(size),
                   round=f"computing the memory_accounting table of {size} (impl.accounting closed forms)",
-                  warmup=MEM["warmup"], rounds=MEM["rounds"], details=dict(results=memory_results(size)))
+                  warmup=MEM.warmup, rounds=MEM.rounds, details=dict(results=memory_results(size)))

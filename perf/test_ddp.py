@@ -8,7 +8,7 @@ MB), next to torch.nn.parallel.DistributedDataParallel (default bucket_cap_mb) a
 Each edition's xl (the grid's [edition, size] pairs: 2025's xl, 2026's xl = 2.7B (2025); test ids
 start with the edition, so `-k 2026` runs one edition), fp32, AdamW (impl.model), 2 GPUs over
 NCCL; smoke: tiny over gloo on 2 CPU processes.
-Timing: one round is one training step on every rank (impl.bench.dist_steps.train_step); the
+Timing: one round is one training step on every rank (impl.workloads.dist_steps.train_step); the
 benchmark's timer is the slowest rank's own device-synchronised clock, so stats are the slowest
 rank's step time. Each rank also measures the time its DDP's finish_gradient_synchronization
 waited on communication after backward's compute was done (comm_s: all of it for naive / flat, the
@@ -22,30 +22,30 @@ from dataclasses import asdict
 
 import pytest
 
-from impl.bench import dist_steps
-from impl.bench.dist_steps import StepSummary
-from impl.bench.editions import GridSize, grid_sizes
+from impl.workloads import dist_steps
+from impl.workloads.dist_steps import StepSummary
+from impl.workloads.editions import GridSize
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
 PROFILE = profile_name()
 G = grid("ddp_benchmarking", PROFILE)
-WS = G["world_size"]
+WS = G.world_size
 # smoke: gloo on the CPU (tiny); full: NCCL, one GPU per rank.
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
-MAX_CONTEXT = max(c for c, _ in G["configs"])
+MAX_CONTEXT = max(c for c, _ in G.configs)
 ANCHORS = "ddp_benchmarking_anchors"
 PROBLEMS = dict(single=ANCHORS, torch_ddp=ANCHORS, naive="naive_ddp_benchmarking",
                 flat="minimal_ddp_flat_benchmarking", individual="ddp_overlap_individual_parameters_benchmarking",
                 bucketed="ddp_bucketed_benchmarking")
-TRACE = G["trace"]
+TRACE = G.trace
 
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"])
+    w = Workers(G.budget_s, G.timeout_s, dist_steps.WorkerState)
     yield w
     w.close()
 
@@ -65,7 +65,7 @@ def _run(bench, workers, size: GridSize, context, batch, variant, bucket_mb=None
     row, timed = measure_on_ranks(
         bench, group, dist_steps.step, problem=problem, config=config,
         round=f"one training step on {'rank 0 alone' if ranks == 1 else f'each of {WS} ranks'} (slowest rank's time)",
-        warmup=G["warmup"], rounds=G["rounds"], tokens=ranks * batch * context, details=asdict(setup))
+        warmup=G.warmup, rounds=G.rounds, tokens=ranks * batch * context, details=asdict(setup))
     if row.status is not Status.MEASURED or bench.benchmark.stats is None:
         return
     stats = bench.benchmark.stats.stats
@@ -73,10 +73,10 @@ def _run(bench, workers, size: GridSize, context, batch, variant, bucket_mb=None
     row.details["steps"] = asdict(summary)
     if summary.comm_s is not None:
         row.metrics[Metric.COMM_SHARE] = summary.comm_s / stats.median
-    trace = [variant, bucket_mb] in TRACE["variants"] and context == TRACE["context"]
+    trace = (variant, bucket_mb) in TRACE.variants and context == TRACE.context
     if trace:
-        row.details["timeline"] = group.call(dist_steps.profiled_steps, warmup=TRACE["warmup"], steps=TRACE["steps"],
-                                             max_intervals=TRACE["max_intervals"])[0]
+        row.details["timeline"] = group.call(dist_steps.profiled_steps, warmup=TRACE.warmup, steps=TRACE.steps,
+                                             max_intervals=TRACE.max_intervals)[0]
     bench.save(row)
     group.call(dist_steps.teardown)
     if variant not in ("single", "torch_ddp"):
@@ -89,10 +89,10 @@ def _run(bench, workers, size: GridSize, context, batch, variant, bucket_mb=None
         assert {p["name"] for p in tl["phases"]} >= {"forward", "backward", "optimizer step"}
 
 
-SIZES = grid_sizes(G["sizes"])
-CONFIGS = [(z, c, b) for z in SIZES for c, b in G["configs"]]
+SIZES = G.sizes
+CONFIGS = [(z, c, b) for z in SIZES for c, b in G.configs]
 IDS = [f"{z.id}-ctx{c}-b{b}" for z, c, b in CONFIGS]
-BUCKETED = [(z, c, b, mb) for z, c, b in CONFIGS if z.edition in G["bucketed_editions"] for mb in G["bucket_mb"]]
+BUCKETED = [(z, c, b, mb) for z, c, b in CONFIGS if z.edition in G.bucketed_editions for mb in G.bucket_mb]
 
 
 @pytest.mark.parametrize("size,context,batch", CONFIGS, ids=IDS)

@@ -10,21 +10,21 @@ is at least 1 ms, so stats.median is the time of one all-reduce. One worker grou
 processes); NCCL runs need one GPU per process, the rest are not-run rows (needs_hardware)."""
 import pytest
 
-from impl.bench import dist_steps
+from impl.workloads import dist_steps
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.distributed.collectives import algorithm_bandwidth, bus_bandwidth
 from impl.runtime import profile_name
 
 PROBLEM = "distributed_communication_single_node"
 G = grid(PROBLEM, profile_name())
-CASES = [(b, n, mb) for b, n in G["runs"] for mb in G["sizes_mb"]]
+CASES = [(b, n, mb) for b, n in G.runs for mb in G.sizes_mb]
 
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"])
+    w = Workers(G.budget_s, G.timeout_s, dist_steps.WorkerState)
     yield w
     w.close()
 
@@ -33,13 +33,13 @@ def workers():
 def test_distributed_communication_single_node(bench, workers, backend, procs, size_mb):
     nbytes = size_mb * 2 ** 20
     config = dict(backend=backend, world_size=procs, size_mb=size_mb, bytes=nbytes, dtype="float32")
-    details = dict(left_out=G.get("left_out"))
+    details = dict(left_out=G.left_out)
     if workers.skip(bench, problem=PROBLEM, config=config, world_size=procs, backend=backend):
         return
     row, timed = measure_on_ranks(
         bench, workers.get(procs, backend), dist_steps.allreduce, problem=PROBLEM, config=config,
         round=f"one all-reduce of {size_mb} MB float32 on {procs} ranks (barrier-aligned; slowest rank's device time)",
-        warmup=G["warmup"], rounds=G["rounds"], kernel=True, details=details, nbytes=nbytes)
+        warmup=G.warmup, rounds=G.rounds, kernel=True, details=details, nbytes=nbytes)
     if row.status is not Status.MEASURED or bench.benchmark.stats is None:
         return
     per_op = bench.benchmark.stats.stats.median

@@ -18,7 +18,7 @@ input gradients first, so no call adds into the previous one's. TFLOP/s count ca
 half (attention_flops). The kernels' correctness is pinned by correctness/test_attention.py on the
 same code paths, not re-checked per row here (flash_shapes and leaderboard check theirs).
 
-Rows cut by impl.bench.sweeps cutoffs are left out, rows past this file's time budget left out by
+Rows cut by impl.workloads.sweeps cutoffs are left out, rows past this file's time budget left out by
 budget, OOM and a backend's rejection recorded as such: all of them in the JSON's not_run list. On
 the GPU the grid runs as two commands: `-k bf16` and `-k fp32`.
 """
@@ -28,15 +28,16 @@ import torch
 from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
                             set_flash_backward)
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import attention_inputs, measure_kernel, sdpa_anchor, sdpa_rejects
-from impl.bench.harness import Budget, set_up_or_oom, time_once
+from impl.workloads.attention import attention_inputs, measure_kernel, sdpa_anchor, sdpa_rejects
+from impl.bench.harness import Budget, set_up_or_oom
+from impl.bench.timers import time_once
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "flash_benchmarking"
 G = grid(PROBLEM, profile_name())
-BUDGET = Budget(G["budget_s"])
+BUDGET = Budget(G.budget_s)
 ROUND = {"fwd": "one causal attention forward",
          "bwd": "one causal attention backward (graph built once, replayed with retain_graph; input grads reset)",
          "fwd_bwd": "one causal attention forward and backward (input grads reset)"}
@@ -45,25 +46,25 @@ ROUND = {"fwd": "one causal attention forward",
 # would silently fall back to eager after a few sequence lengths.
 _LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
 setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT), 256))
-set_flash_autotune(G["autotune"])
+set_flash_autotune(G.autotune)
 
-CASES = [(dt, impl, d, s, m) for dt in G["dtypes"] for impl in G["impls"] for d in G["dims"] for s in G["seqs"]
-         for m in G["modes"] if not (impl == "flash_triton_compiled_bwd" and m == "fwd")]
+CASES = [(dt, impl, d, s, m) for dt in G.dtypes for impl in G.impls for d in G.dims for s in G.seqs
+         for m in G.modes if not (impl == "flash_triton_compiled_bwd" and m == "fwd")]
 
 
 def left_out_summary() -> str:
-    return (f"naive beyond seq {G['naive_max_seq']}; flash_triton_compiled_bwd for d not in "
-            f"{G['compiled_bwd_dims']}; rows past the {G['budget_s']} s budget (marked per row)")
+    return (f"naive beyond seq {G.naive_max_seq}; flash_triton_compiled_bwd for d not in "
+            f"{G.compiled_bwd_dims}; rows past the {G.budget_s} s budget (marked per row)")
 
 
 def cutoff(impl, dtype, d, seq) -> str | None:
-    """Why impl.bench.sweeps leaves this config out, or None."""
-    if impl == "naive" and seq > G["naive_max_seq"]:
-        mem = naive_attention_memory(G["batch"], seq, d, dtype, is_causal=True)
-        return (f"naive beyond seq {G['naive_max_seq']} (impl.bench.sweeps cutoff, time): derived backward peak "
+    """Why impl.workloads.sweeps leaves this config out, or None."""
+    if impl == "naive" and seq > G.naive_max_seq:
+        mem = naive_attention_memory(G.batch, seq, d, dtype, is_causal=True)
+        return (f"naive beyond seq {G.naive_max_seq} (impl.workloads.sweeps cutoff, time): derived backward peak "
                 f"{mem.backward_peak / 2**30:.1f} GiB")
-    if impl == "flash_triton_compiled_bwd" and d not in G["compiled_bwd_dims"]:
-        return f"compiled backward only for d in {G['compiled_bwd_dims']} (one torch.compile per shape; time)"
+    if impl == "flash_triton_compiled_bwd" and d not in G.compiled_bwd_dims:
+        return f"compiled backward only for d in {G.compiled_bwd_dims} (one torch.compile per shape; time)"
     return None
 
 
@@ -101,9 +102,9 @@ def timed_fn(mode, fwd, do, inputs):
 @pytest.mark.parametrize("dtype,impl,d,seq,mode", CASES, ids=[f"{dt}-{i}-d{d}-seq{s}-{m}" for dt, i, d, s, m in CASES])
 def test_flash_benchmarking(bench, dtype, impl, d, seq, mode):
     device = bench.device
-    batch = G["batch"]
+    batch = G.batch
     config = dict(impl=impl, dtype=dtype, d=d, seq=seq, mode=mode, batch=batch, causal=True)
-    details = dict(left_out=left_out_summary(), autotune=G["autotune"])
+    details = dict(left_out=left_out_summary(), autotune=G.autotune)
     reason = cutoff(impl, dtype, d, seq)
     if reason:
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT, reason=reason, details=details)
@@ -130,5 +131,5 @@ def test_flash_benchmarking(bench, dtype, impl, d, seq, mode):
     del got
     flops = attention_flops(batch, seq, seq, d, is_causal=True, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
-                   warmup=G["warmup"], rounds=G["rounds"], flops=flops, details=details,
-                   do_bench_warmup_ms=G["warmup_ms"], do_bench_rep_ms=G["rep_ms"])
+                   warmup=G.warmup, rounds=G.rounds, flops=flops, details=details,
+                   do_bench_warmup_ms=G.warmup_ms, do_bench_rep_ms=G.rep_ms)

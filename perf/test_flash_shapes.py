@@ -19,22 +19,25 @@ compiled rows where the grid turns compilation off (the CPU smoke: compiling an 
 would time the interpreter; left out), and rows past the grid's budget (left out by budget; the
 grid orders configs so a cut falls on the least asked-for ones).
 """
+from dataclasses import asdict
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from impl.attention import (FlashAttentionTriton, attention_flops, get_flash_backward, set_flash_autotune,
                             set_flash_backward)
-from impl.bench.attention import (attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor,
+from impl.workloads.attention import (attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor,
                                   sdpa_rejects)
-from impl.bench.harness import Budget, set_up_or_oom, time_once
+from impl.bench.harness import Budget, set_up_or_oom
+from impl.bench.timers import time_once
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "flash_shapes"
 G = grid(PROBLEM, profile_name())
-BUDGET = Budget(G["budget_s"])
+BUDGET = Budget(G.budget_s)
 OURS = ("flash_triton", "flash_triton_compiled")
 ROUND = {"fwd": "one attention forward (batch × heads × seq × d)",
          "fwd_bwd": "one attention forward and backward, input gradients reset first"}
@@ -46,8 +49,8 @@ setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT),
 set_flash_backward("triton")
 set_flash_autotune(True)
 
-CASES = [(d, causal, tuple(shape), mode, impl) for d in G["dims"] for causal in G["causal"]
-         for shape in G["shapes"] for mode in G["modes"] for impl in G["impls"]]
+CASES = [(d, causal, tuple(shape), mode, impl) for d in G.dims for causal in G.causal
+         for shape in G.shapes for mode in G.modes for impl in G.impls]
 _STATE: dict = {}  # the compiled function; the inputs and reference of the current problem key
 
 
@@ -89,7 +92,7 @@ def problem_tensors(shape, d, causal, dtype, device):
 
 def check(errors: dict, tol: dict) -> None:
     for name, err in errors.items():
-        limit = tol["out"] if name == "out" else tol["grad"]
+        limit = tol.out if name == "out" else tol.grad
         assert err <= limit, f"{name} relative error {err:.2e} > {limit:.0e}"
 
 
@@ -97,14 +100,14 @@ def check(errors: dict, tol: dict) -> None:
 def test_flash_shapes(bench, d, causal, shape, mode, impl):
     device = bench.device
     batch, heads, seq = shape
-    dtype = G["dtype"]
+    dtype = G.dtype
     config = dict(impl=impl, mode=mode, batch=batch, heads=heads, seq=seq, d=d, causal=causal, dtype=dtype)
-    details = dict(tol=G["tol"])
+    details = dict(tol=asdict(G.tol))
     if impl in OURS:
         details["backward"] = get_flash_backward()
-    if impl == "flash_triton_compiled" and not G["compile"]:
+    if impl == "flash_triton_compiled" and not G.compile:
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT, details=details,
-                      reason=f"torch.compile off in the {profile_name()} profile (impl.bench.sweeps): compiling "
+                      reason=f"torch.compile off in the {profile_name()} profile (impl.workloads.sweeps): compiling "
                              "an interpreter kernel would time the interpreter")
         return
     if BUDGET.exhausted():
@@ -139,7 +142,7 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
     fn = attention_step(attn, mode, q, k, v, do)
     flops = attention_flops(batch * heads, seq, seq, d, is_causal=causal, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
-                   warmup=G["warmup"], rounds=G["rounds"], flops=flops, details=details,
-                   do_bench_warmup_ms=G["warmup_ms"], do_bench_rep_ms=G["rep_ms"])
+                   warmup=G.warmup, rounds=G.rounds, flops=flops, details=details,
+                   do_bench_warmup_ms=G.warmup_ms, do_bench_rep_ms=G.rep_ms)
     if impl in OURS:
-        check(errors, G["tol"])
+        check(errors, G.tol)

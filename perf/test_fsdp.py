@@ -12,7 +12,7 @@ wrapper's parameters, one row per variant in the same run:
   torch_fsdp       torch.distributed.fsdp.fully_shard per block + root, fp32 (the anchor)
   torch_fsdp_bf16  the same with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
 
-Time per step: one round is one training step on every rank (impl.bench.dist_steps.train_step,
+Time per step: one round is one training step on every rank (impl.workloads.dist_steps.train_step,
 the same step as DDP's); the benchmark's timer is the slowest rank's own device-synchronised clock.
 Each rank also reports its forward+backward time and, for our wrappers, the time
 finish_gradient_synchronization waited (comm_s) and the bytes handed to collectives
@@ -31,35 +31,35 @@ details["timeline_ranks"] every rank's summary and that step's time.
 
 A variant that runs out of memory in setup or a timed step leaves an OOM row (not run, with the
 message); any other failure fails the test. The worker group is then restarted for the next
-variant. The worker commands are impl.bench.fsdp_steps (set-up, timeline step) and
-impl.bench.dist_steps (the step).
+variant. The worker commands are impl.workloads.fsdp_steps (set-up, timeline step) and
+impl.workloads.dist_steps (the step).
 """
 from dataclasses import asdict
 
 import pytest
 
 from impl import accounting as acc
-from impl.bench import dist_steps, fsdp_steps
-from impl.bench.dist_steps import StepSummary
-from impl.bench.editions import GridSize, grid_sizes
+from impl.workloads import dist_steps, fsdp_steps
+from impl.workloads.dist_steps import StepSummary
+from impl.workloads.editions import GridSize
 from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Memory, Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
+from impl.workloads.variants import FSDPVariant
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
 PROBLEM = "fsdp"
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
-WS = G["world_size"]
+WS = G.world_size
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
-ZERO_STAGE = dict(fsdp=3, fsdp_bf16=3, fsdp_block_bf16=3, ddp=0, torch_fsdp=3, torch_fsdp_bf16=3)
-TIMELINE = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")  # ours: the rows with an instrumented step
+ZERO_STAGE = {v: 0 if v is FSDPVariant.DDP else 3 for v in FSDPVariant}  # impl.accounting's stage of each variant
 
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"])
+    w = Workers(G.budget_s, G.timeout_s, dist_steps.WorkerState)
     yield w
     w.close()
 
@@ -85,12 +85,12 @@ def _check_timeline(tl: dict) -> None:
     assert 0 <= s["gathers_in_time"] <= s["gathers"] and 0 <= s["exposed_ms"] <= s["span_ms"]
 
 
-CASES = [(z, v) for z in grid_sizes(G["sizes"]) for v in G["variants"]]
+CASES = [(z, v) for z in G.sizes for v in G.variants]
 
 
 @pytest.mark.parametrize("size,variant", CASES, ids=[f"{z.id}-{v}" for z, v in CASES])
 def test_fsdp(bench, workers, size: GridSize, variant):
-    context, batch = G["context"], G["batch"]
+    context, batch = G.context, G.batch
     config = dict(size.row_config(), context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
                   variant=variant, dtype="bf16" if variant.endswith("bf16") else "fp32")
     if workers.skip(bench, problem=PROBLEM, config=config, world_size=WS, backend=BACKEND):
@@ -102,7 +102,7 @@ def test_fsdp(bench, workers, size: GridSize, variant):
         return
     row, timed = measure_on_ranks(bench, group, dist_steps.step, problem=PROBLEM, config=config,
                                   round=f"one training step on each of {WS} ranks (slowest rank's time)",
-                                  warmup=G["warmup"], rounds=G["rounds"], tokens=WS * batch * context)
+                                  warmup=G.warmup, rounds=G.rounds, tokens=WS * batch * context)
     if row.status is not Status.MEASURED or bench.benchmark.stats is None:
         return
     last = group.call(dist_steps.memory_step)
@@ -120,8 +120,8 @@ def test_fsdp(bench, workers, size: GridSize, variant):
                for s, st in zip(setups, last)])
     if summary.comm_s is not None:
         row.metrics[Metric.COMM_SHARE] = summary.comm_s / bench.benchmark.stats.stats.median
-    if variant in TIMELINE:
-        replies = group.call(fsdp_steps.fsdp_timeline, max_rows=G["timeline_rows"])
+    if variant.ours:
+        replies = group.call(fsdp_steps.fsdp_timeline, max_rows=G.timeline_rows)
         row.details.update(timeline=replies[0].timeline, timeline_step_s=max(r.step_s for r in replies),
                            timeline_ranks=[dict(step_s=r.step_s, summary=r.summary) for r in replies])
     bench.save(row)
@@ -135,7 +135,7 @@ def test_fsdp(bench, workers, size: GridSize, variant):
     if variant == "ddp":
         assert local == [param_bytes] * WS
         assert summary.bytes_per_step == param_bytes  # one all-reduce of every gradient
-    elif variant in TIMELINE:
+    elif variant.ours:
         # Sharded: about 1/WS of the parameters per rank (padding and replicated norm gains on top).
         assert all(param_bytes / WS <= b < param_bytes / WS + param_bytes / 100 for b in local)
         assert summary.bytes_per_step > 0 and 0 <= summary.comm_s <= bench.benchmark.stats.stats.max
@@ -143,5 +143,5 @@ def test_fsdp(bench, workers, size: GridSize, variant):
         for s in setups:
             if s.init.allocated is not None:
                 assert s.init.allocated < 0.6 * param_bytes
-    if variant in TIMELINE:
+    if variant.ours:
         _check_timeline(row.details["timeline"])

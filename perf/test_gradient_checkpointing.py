@@ -18,17 +18,17 @@ from impl.checkpointing import BlockCallCounter, apply_checkpointing, measured_t
 from impl.model import Linear, SizeRef, TransformerLM, forward_flops
 from impl.bench.harness import Budget
 from impl.bench.row import Status
-from impl.bench.steps import DTYPES, ModelCache, autocast_ctx, make_step, model_and_batch, random_batch
+from impl.workloads.steps import DTYPES, ModelCache, autocast_ctx, make_step, model_and_batch, random_batch
 from impl.runtime import free_memory, is_oom, profile_name
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 
 PROBLEM = "gradient_checkpointing"
 G = grid(PROBLEM, profile_name())
-D = G["depth"]
-E26 = G["edition_2026"]
+D = G.depth
+E26 = G.edition_2026
 MODELS = ModelCache()
-BUDGET = Budget(G["budget_s"])
-SIZE = SizeRef("2025", G["size"])
+BUDGET = Budget(G.budget_s)
+SIZE = SizeRef("2025", G.size)
 
 
 def _best_k(shape, batch: int, context: int) -> int:
@@ -38,14 +38,14 @@ def _best_k(shape, batch: int, context: int) -> int:
 
 
 L = SIZE.config.num_layers
-BEST_K = _best_k(SIZE.config, G["batch"], G["context"])
+BEST_K = _best_k(SIZE.config, G.batch, G.context)
 KS = acc.every_k_neighbours(BEST_K, L)
 POLICIES = [("none", None), ("nested", None)] + [("every_k", k) for k in KS]
-CASES = [(d, p, k) for d in G["dtypes"] for p, k in POLICIES]
+CASES = [(d, p, k) for d in G.dtypes for p, k in POLICIES]
 # 2026 (b): the best block size and the next smaller and larger, then no checkpointing (last: it may
 # not fit, and an OOM row should not come before the rows that do)
-SIZE_2026 = SizeRef(E26["edition"], E26["size"])
-BEST_K_2026 = _best_k(SIZE_2026.config, E26["batch"], E26["context"])
+SIZE_2026 = SizeRef(E26.edition, E26.size)
+BEST_K_2026 = _best_k(SIZE_2026.config, E26.batch, E26.context)
 # ... and the textbook round(sqrt(L)) as a reference (it assumes a block saves about one boundary's bytes)
 _L26 = SIZE_2026.config.num_layers
 KS_2026 = sorted({k for k in (BEST_K_2026 - 1, BEST_K_2026, BEST_K_2026 + 1, round(math.sqrt(_L26))) if 1 <= k <= _L26})
@@ -110,7 +110,7 @@ def _time_policy(bench, model, x, y, *, config, policy, k, dtype, warmup, rounds
 
 @pytest.mark.parametrize("dtype,policy,k", CASES)
 def test_gradient_checkpointing(bench, dtype, policy, k):
-    batch, context = G["batch"], G["context"]
+    batch, context = G.batch, G.context
     config = dict(**SIZE.row_config(), batch=batch, context=context, dtype=dtype, policy=policy, k=k,
                   mode="forward_backward", study="policies")
     details = dict(best_k=BEST_K, ks=KS, best_k_rule=BEST_K_RULE)
@@ -131,8 +131,8 @@ def _policy_row(bench, size: SizeRef, config, policy, k, dtype, batch, context, 
     if got is None:
         return
     model, x, y = got
-    _time_policy(bench, model, x, y, config=config, policy=policy, k=k, dtype=dtype, warmup=G["warmup"],
-                 rounds=G["rounds"], details=details)
+    _time_policy(bench, model, x, y, config=config, policy=policy, k=k, dtype=dtype, warmup=G.warmup,
+                 rounds=G.rounds, details=details)
 
 
 @pytest.mark.parametrize("policy,k", POLICIES_2026)
@@ -140,7 +140,7 @@ def test_gradient_checkpointing_2026(bench, policy, k):
     """2026 (b): xl (2026), batch 4 × 2048, single-level checkpointing of k blocks a segment at the
     best k of the closed form and its neighbours, and no checkpointing: the measured peaks (row
     memory) beside the predicted ones (details), and the step time."""
-    batch, context, dtype = E26["batch"], E26["context"], E26["dtype"]
+    batch, context, dtype = E26.batch, E26.context, E26.dtype
     config = dict(**SIZE_2026.row_config(), batch=batch, context=context, dtype=dtype, policy=policy, k=k,
                   mode="forward_backward", study="single_level_2026")
     details = dict(best_k=BEST_K_2026, ks=KS_2026, best_k_rule=BEST_K_RULE,
@@ -166,15 +166,15 @@ def _depth_model(layers, device):
         DEPTH.update(layers=None, model=None)
         MODELS.clear()
         torch.manual_seed(0)
-        shape = SizeRef("2025", D["width"]).config.replace(num_layers=layers)
-        DEPTH.update(model=TransformerLM.from_config(shape, context_length=D["context"], device=device), layers=layers)
+        shape = SizeRef("2025", D.width).config.replace(num_layers=layers)
+        DEPTH.update(model=TransformerLM.from_config(shape, context_length=D.context, device=device), layers=layers)
     return DEPTH["model"]
 
 
-@pytest.mark.parametrize("layers,policy", [(n, p) for n in D["layers"] for p in D["policies"]])
+@pytest.mark.parametrize("layers,policy", [(n, p) for n in D.layers for p in D.policies])
 def test_gradient_checkpointing_depth(bench, layers, policy):
     """(a) Nested vs none as depth grows: the measured peak grows like log2(L)·R + B vs L·B."""
-    config = dict(width=D["width"], edition="2025", layers=layers, batch=D["batch"], context=D["context"], dtype=D["dtype"],
+    config = dict(width=D.width, edition="2025", layers=layers, batch=D.batch, context=D.context, dtype=D.dtype,
                   policy=policy, k=None, mode="forward_backward", study="depth")
     if BUDGET.exhausted():
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason())
@@ -182,7 +182,7 @@ def test_gradient_checkpointing_depth(bench, layers, policy):
     message = None
     try:
         model = _depth_model(layers, bench.device)
-        x, y = random_batch(model, D["batch"], D["context"], bench.device)
+        x, y = random_batch(model, D.batch, D.context, bench.device)
     except Exception as exc:  # noqa: BLE001 - only OOM becomes a row
         if not is_oom(exc):
             raise
@@ -191,8 +191,8 @@ def test_gradient_checkpointing_depth(bench, layers, policy):
         DEPTH.update(layers=None, model=None)
         bench.oom(problem=PROBLEM, config=config, exc=message)
         return
-    _time_policy(bench, model, x, y, config=config, policy=policy, k=None, dtype=D["dtype"], warmup=G["warmup"],
-                 rounds=G["rounds"], details={})
-    if (layers, policy) == (D["layers"][-1], D["policies"][-1]):
+    _time_policy(bench, model, x, y, config=config, policy=policy, k=None, dtype=D.dtype, warmup=G.warmup,
+                 rounds=G.rounds, details={})
+    if (layers, policy) == (D.layers[-1], D.policies[-1]):
         DEPTH.update(layers=None, model=None)
         free_memory()

@@ -7,18 +7,20 @@ Kernel rows: CUDA-event timer (impl.bench.timers), stats.median is the kernel ti
 assignment's `triton.testing.do_bench` median is kept beside it as a cross-check metric.
 Every row checks its output and input gradients against an SDPA reference computed in higher
 precision from the same inputs (fp32 on the GPU, fp64 on the CPU): ours must stay within the
-dtype's relative-error tolerances (impl.bench.sweeps), so a fast wrong kernel fails here; the
+dtype's relative-error tolerances (impl.workloads.sweeps), so a fast wrong kernel fails here; the
 anchors' errors are recorded beside ours. TFLOP/s count causal FLOPs as half (attention_flops).
 The CPU smoke runs tiny shapes through the Triton interpreter without torch.compile."""
+from dataclasses import asdict
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
-from impl.bench.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
-from impl.bench.harness import time_once
+from impl.workloads.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
+from impl.bench.timers import time_once
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 
 PROBLEM = "leaderboard"
@@ -37,7 +39,7 @@ def ours(device):
     if "ours" not in _STATE:
         set_flash_backward("triton")
         set_flash_autotune(True)
-        compile_ = G["compile"] and device.type == "cuda"
+        compile_ = G.compile and device.type == "cuda"
         _STATE["ours"] = (torch.compile(FlashAttentionTriton.apply) if compile_ else FlashAttentionTriton.apply,
                           compile_)
     return _STATE["ours"]
@@ -65,14 +67,14 @@ def attention_fn(impl, device):
 @pytest.mark.parametrize("impl,mode", CASES, ids=[f"{i}-{m}" for i, m in CASES])
 def test_leaderboard(bench, impl, mode):
     device = bench.device
-    config = dict(impl=impl, mode=mode, batch=G["batch"], heads=G["heads"], seq=G["seq"], d=G["d"],
-                  dtype=G["dtype"], causal=True)
-    details = dict(compiled=impl == "flash_triton" and ours(device)[1], tol=G["tol"])
+    config = dict(impl=impl, mode=mode, batch=G.batch, heads=G.heads, seq=G.seq, d=G.d,
+                  dtype=G.dtype, causal=True)
+    details = dict(compiled=impl == "flash_triton" and ours(device)[1], tol=asdict(G.tol))
     if impl == "flash_triton" and not details["compiled"]:
         details["note"] = "CPU smoke: FlashAttentionTriton.apply through the Triton interpreter, not compiled"
     free_memory()
     attn = attention_fn(impl, device)
-    q, k, v, do = attention_inputs((G["batch"], G["heads"], G["seq"], G["d"]), G["dtype"], device)
+    q, k, v, do = attention_inputs((G.batch, G.heads, G.seq, G.d), G.dtype, device)
     ref = reference(q, k, v, do, device)
     res = {}
 
@@ -99,11 +101,11 @@ def test_leaderboard(bench, impl, mode):
         from impl.attention.flash_triton import tuned_configs
         details["tuned_configs"] = tuned_configs()
     fn = attention_step(attn, mode, q, k, v, do)
-    flops = attention_flops(G["batch"] * G["heads"], G["seq"], G["seq"], G["d"], is_causal=True, mode=mode)
+    flops = attention_flops(G.batch * G.heads, G.seq, G.seq, G.d, is_causal=True, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
-                   warmup=G["warmup"], rounds=G["rounds"], flops=flops, details=details)
+                   warmup=G.warmup, rounds=G.rounds, flops=flops, details=details)
     if impl == "flash_triton":
-        tol = G["tol"]
-        assert errors["out"] <= tol["out"], f"output relative error {errors['out']:.2e} > {tol['out']:.0e}"
+        tol = G.tol
+        assert errors["out"] <= tol.out, f"output relative error {errors['out']:.2e} > {tol.out:.0e}"
         for name in ("dq", "dk", "dv"):
-            assert errors[name] <= tol["grad"], f"{name} relative error {errors[name]:.2e} > {tol['grad']:.0e}"
+            assert errors[name] <= tol.grad, f"{name} relative error {errors[name]:.2e} > {tol.grad:.0e}"

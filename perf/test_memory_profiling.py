@@ -18,16 +18,16 @@ import torch
 from impl import accounting as acc
 from impl.model import AdamW
 from impl.model.sizes import ModelConfig
-from impl.bench.editions import GridSize
-from impl.bench.block_memory import BlockProbe, probe_block_memory
-from impl.bench.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
+from impl.workloads.editions import GridSize
+from impl.workloads.block_memory import BlockProbe, probe_block_memory
+from impl.workloads.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
                                residual_stream_bytes, timeline_data)
 from impl.bench.harness import set_up_or_oom
-from impl.bench.steps import ModelCache, make_step, model_and_batch, random_batch
+from impl.workloads.steps import ModelCache, make_step, model_and_batch, random_batch
 from impl.bench.row import Status
 from impl.model import TransformerLM
 from impl.runtime import free_memory, is_oom, profile_name, first_line
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 
 G = grid("memory_profiling", profile_name())
 MODELS = ModelCache()
@@ -57,14 +57,14 @@ class Case:
 
 
 def _cases() -> list[Case]:
-    shapes = [(GridSize("2025", s), c) for s in G["sizes"] for c in G["contexts"]]
-    shapes += [(GridSize("2026", s), c) for s, c in G["cases_2026"]]
-    return [Case(z, c, d, m) for z, c in shapes for d in G["dtypes"] for m in G["modes"]]
+    shapes = [(GridSize("2025", s), c) for s in G.sizes for c in G.contexts]
+    shapes += [(GridSize("2026", s), c) for s, c in G.cases_2026]
+    return [Case(z, c, d, m) for z, c in shapes for d in G.dtypes for m in G.modes]
 
 
 CASES = _cases()
-PROBE_CASES = [Case(GridSize("2026", s), c, d, "block_probe") for s, c in G["cases_2026"] for d in G["dtypes"]]
-ARTIFACT_CASES = {Case(GridSize(e, s), c, d, m) for e, s, c, d, m in G["artifacts"]}
+PROBE_CASES = [Case(GridSize("2026", s), c, d, "block_probe") for s, c in G.cases_2026 for d in G.dtypes]
+ARTIFACT_CASES = {Case(GridSize(e, s), c, d, m) for e, s, c, d, m in G.artifacts}
 
 
 def _closed_form(case: Case, batch: int) -> dict:
@@ -86,7 +86,7 @@ def _record(model, x, y, case: Case, optimizer, device, batch):
                                                    mark=rec.mark_block):
         phased_step(model, x, y, case.dtype, case.mode, optimizer, rec.mark)
     snap = rec.snapshot
-    out = dict(timeline=timeline_data(snap, rec.marks, G["max_points"], block_marks=rec.block_marks),
+    out = dict(timeline=timeline_data(snap, rec.marks, G.max_points, block_marks=rec.block_marks),
                largest=largest_allocations(snap, top=10))
     # (d) the residual stream stays in the parameters' dtype (fp32) even under autocast: the
     # embedding output is fp32 and `x + block(x)` promotes; half-size (batch, seq, d_model) tensors
@@ -114,7 +114,7 @@ def _oom_guarded(info: dict, key: str, fn) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_memory_profiling(bench, case: Case):
-    device, batch = bench.device, G["batch"]
+    device, batch = bench.device, G.batch
     config = case.row_config(batch)
     m = case.model
     details = dict(residual_bytes={str(b): residual_stream_bytes(batch, case.context, m.d_model, b) for b in (4, 2)},
@@ -129,11 +129,11 @@ def test_memory_profiling(bench, case: Case):
     optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01) if case.mode == "train_step" else None
     fn, setup = make_step(case.mode, model, x, y, case.dtype, optimizer)
     row = bench.measure(problem="memory_profiling", config=config, fn=fn, setup=setup, round=ROUND[case.mode],
-                        warmup=G["warmup"], rounds=G["rounds"], details=details)
+                        warmup=G.warmup, rounds=G.rounds, details=details)
     info, measured = row.details, row.status is Status.MEASURED
     if measured and device.type != "cuda":
         info["snapshot_skipped"] = "CUDA allocator history needs a GPU (the analysis code is tested on synthetic snapshots)"
-    elif measured and case.dtype in G["snapshot_dtypes"]:
+    elif measured and case.dtype in G.snapshot_dtypes:
         _oom_guarded(info, "snapshot", lambda: _record(model, x, y, case, optimizer, device, batch))
     if measured:
         bench.save(row)
@@ -152,8 +152,8 @@ def test_memory_profiling(bench, case: Case):
 @pytest.mark.parametrize("case", PROBE_CASES, ids=[c.id for c in PROBE_CASES])
 def test_memory_profiling_block_probe(bench, case: Case):
     """(f): what one block saves for backward, by operation, and the gradient memory of one block's
-    backward, on a stack of `probe_layers` of the size's blocks (impl.bench.block_memory)."""
-    device, batch, layers = bench.device, G["batch"], G["probe_layers"]
+    backward, on a stack of `probe_layers` of the size's blocks (impl.workloads.block_memory)."""
+    device, batch, layers = bench.device, G.batch, G.probe_layers
     config = dict(case.row_config(batch), probe_layers=layers)
     m = case.model
     terms = acc.checkpoint_terms(batch, case.context, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
@@ -170,15 +170,15 @@ def test_memory_profiling_block_probe(bench, case: Case):
     model, x, y = got
     fn, setup = make_step("forward_backward", model, x, y, case.dtype)
     row = bench.measure(problem="memory_profiling", config=config, fn=fn, setup=setup, round=ROUND[case.mode],
-                        warmup=G["warmup"], rounds=G["rounds"], details=details)
+                        warmup=G.warmup, rounds=G.rounds, details=details)
     info = row.details
     if row.status is Status.MEASURED:
         _oom_guarded(info, "block_memory",
-                     lambda: probe_block_memory(model, x, y, case.dtype, top=G["probe_top"]).to_json())
+                     lambda: probe_block_memory(model, x, y, case.dtype, top=G.probe_top).to_json())
         bench.save(row)
     del model, x, y, fn, setup, got
     free_memory()
     f = info.get("block_memory")
     if f:
-        assert abs(sum(o["share"] for o in f["ops"]) - 1) < 1e-9 and len(f["top"]) == min(G["probe_top"], len(f["ops"]))
+        assert abs(sum(o["share"] for o in f["ops"]) - 1) < 1e-9 and len(f["top"]) == min(G.probe_top, len(f["ops"]))
         assert f["grad_bytes_expected"] == 4 * f["block_params"]  # fp32 master weights: fp32 gradients

@@ -8,8 +8,8 @@ forward and backward under autocast with its dtype hooks): the results are the p
 are what those computations cost on this device."""
 import pytest
 
-from impl.bench.steps import DTYPES
-from impl.bench.sweeps import grid
+from impl.workloads.steps import DTYPES
+from impl.workloads.sweeps import grid
 from impl.model.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
 from impl.runtime import profile_name
 
@@ -17,16 +17,16 @@ G = grid("mixed_precision", profile_name())
 
 
 def test_mixed_precision_accumulation(bench):
-    steps = G["steps"]
+    steps = G.steps
     values = accumulation_loops(steps)
     errors = accumulation_errors(values)
     bench.measure(problem="mixed_precision_accumulation", config=dict(steps=steps),
                   fn=lambda: accumulation_loops(steps), round=f"the four accumulation loops, {steps} additions each",
-                  warmup=G["warmup"], rounds=G["rounds"], details=dict(values=values, errors=errors, exact=EXACT_SUM))
+                  warmup=G.warmup, rounds=G.rounds, details=dict(values=values, errors=errors, exact=EXACT_SUM))
     assert errors["fp32 += fp32"] < errors["fp32 += fp16"] < errors["fp16 += fp16"]
 
 
-@pytest.mark.parametrize("autocast_dtype", G["autocast_dtypes"])
+@pytest.mark.parametrize("autocast_dtype", G.autocast_dtypes)
 def test_benchmarking_mixed_precision_dtypes(bench, autocast_dtype):
     """(a) dtypes seen under autocast on this run's device; (b)'s format facts from torch.finfo."""
     dtype = DTYPES[autocast_dtype]
@@ -34,5 +34,5 @@ def test_benchmarking_mixed_precision_dtypes(bench, autocast_dtype):
     bench.measure(problem="benchmarking_mixed_precision", config=dict(autocast_dtype=autocast_dtype),
                   fn=lambda: toy_autocast_dtypes(bench.device, dtype),
                   round="the toy model built, then one forward and backward under autocast with dtype hooks",
-                  warmup=G["warmup"], rounds=G["rounds"], details=dict(dtypes=seen, formats=format_facts()))
+                  warmup=G.warmup, rounds=G.rounds, details=dict(dtypes=seen, formats=format_facts()))
     assert seen["parameters"] == ["float32"] and seen["gradients"] == ["float32"]

@@ -5,7 +5,7 @@ torch.profiler run of annotated training steps whose kernel tables per phase ans
 Cost per config, kept small so the full grid (5 sizes × 4 contexts) fits one GPU command: the timer
 (one probe call, `timer_warmup` - 1 more warm-up calls, at least `timer_rounds` timed), then `prof_warmup`
 unrecorded and `prof_steps` recorded steps, whose raw kineto events are read in one pass
-(impl.bench.kernels.phase_profile_from_kineto; torch's own FunctionEvent parsing took 5-15 s a
+(impl.workloads.kernels.phase_profile_from_kineto; torch's own FunctionEvent parsing took 5-15 s a
 config).
 
 Out of memory is a result, not a lost row: the model build is caught (an OOM row); the timer falls
@@ -23,18 +23,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from impl.bench.harness import Budget, time_once
-from impl.bench.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
+from impl.bench.harness import Budget
+from impl.bench.timers import time_once
+from impl.workloads.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
 from impl.bench.row import Status
-from impl.bench.steps import ModelCache, device_memory_bytes, fitting_contexts, memory_need, model_and_batch
+from impl.workloads.steps import ModelCache, device_memory_bytes, fitting_contexts, memory_need, model_and_batch
 from impl.runtime import default_device, first_line, free_memory, is_oom, profile_name
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.model import SizeRef
 
 PROFILE = profile_name()
 G = grid("nsys_profile", PROFILE)
 MODELS = ModelCache()
-BUDGET = Budget(G["budget_s"])  # rows past it are recorded as left out, so the file ends in time
+BUDGET = Budget(G.budget_s)  # rows past it are recorded as left out, so the file ends in time
 ARTIFACTS = Path(os.environ.get("SUITE_ARTIFACTS_DIR", "out/artifacts"))
 
 
@@ -64,7 +65,7 @@ def _timer_forward(model, x, y, dtype):
 def _profile(model, x, y, trace_path, start: str, g: dict):
     """(profile, parse_s), the level profiled (kernels.PROFILED) and the OOM messages of the levels
     that did not fit; (None, None, messages) when none did."""
-    kw = dict(dtype=g["dtype"], warmup=g["prof_warmup"], steps=g["prof_steps"], trace_path=trace_path)
+    kw = dict(dtype=g.dtype, warmup=g.prof_warmup, steps=g.prof_steps, trace_path=trace_path)
     failures = []
     for upto in PROFILED[PROFILED.index(start):]:
         try:
@@ -82,25 +83,25 @@ def _cases_2026(g: dict) -> list[tuple[str, int]]:
     """(size, context) of the 2026 rows: the `n_sizes` largest candidates with `n_contexts` fitting
     contexts (sweeps "nsys_profile_2026"), smallest first."""
     device = default_device()
-    device_bytes = g["device_bytes"] or device_memory_bytes(device)
+    device_bytes = g.device_bytes or device_memory_bytes(device)
     chosen = []
-    for name in reversed(g["candidates"]):
-        fit = fitting_contexts(SizeRef(g["edition"], name), g["batch"], g["dtype"], device_bytes,
-                               lo=g["min_context"], hi=g["max_context"], headroom=g["headroom"])
-        if len(fit) >= g["n_contexts"] and len(chosen) < g["n_sizes"]:
-            chosen.append((name, fit[-g["n_contexts"]:]))
+    for name in reversed(g.candidates):
+        fit = fitting_contexts(SizeRef(g.edition, name), g.batch, g.dtype, device_bytes,
+                               lo=g.min_context, hi=g.max_context, headroom=g.headroom)
+        if len(fit) >= g.n_contexts and len(chosen) < g.n_sizes:
+            chosen.append((name, fit[-g.n_contexts:]))
     return [(name, c) for name, fit in reversed(chosen) for c in fit]
 
 
 G26 = grid("nsys_profile_2026", PROFILE)
 CASES_2026 = _cases_2026(G26)
-BUDGET_2026 = Budget(G26["budget_s"])
+BUDGET_2026 = Budget(G26.budget_s)
 
 
 def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, context_length: int, config: dict,
                  trace: Path | None, details: dict | None = None) -> None:
     """One row: the Python timer's forward (the benchmark) and the profiled steps' answers."""
-    batch, dtype = g["batch"], g["dtype"]
+    batch, dtype = g.batch, g.dtype
     shape = ref.config
     if budget.exhausted():
         bench.not_run(problem="nsys_profile", config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=budget.reason(),
@@ -113,8 +114,8 @@ def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, con
     model, x, y = got
     # (a) the Python timer on the same forward the profile's "forward" range holds
     fn, grad, timer_oom = _timer_forward(model, x, y, dtype)
-    row = bench.measure(problem="nsys_profile", config=config, fn=fn, warmup=max(1, g["timer_warmup"] - 1),
-                        rounds=g["timer_rounds"],
+    row = bench.measure(problem="nsys_profile", config=config, fn=fn, warmup=max(1, g.timer_warmup - 1),
+                        rounds=g.timer_rounds,
                         round="one training forward with the loss" if grad else "one forward with the loss, no grad",
                         details=dict(details or {}, timer_forward="training" if grad else "no_grad",
                                      timer_oom_message=timer_oom))
@@ -133,17 +134,17 @@ def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, con
         return
     prof, parse_s = got
     answers = nsys_answers(prof, batch=batch, heads=shape.num_heads, seq=context, head_dim=shape.head_dim,
-                           layers=shape.num_layers, top=g["top"])
+                           layers=shape.num_layers, top=g.top)
     answers.update(profiled=profiled, train_oom=profiled != "train_step", train_oom_message="; ".join(failures) or None,
-                   parse_s=parse_s, parse="kineto", warmup_steps=g["prof_warmup"])
+                   parse_s=parse_s, parse="kineto", warmup_steps=g.prof_warmup)
     row.details["nsys"] = answers
     if trace is not None and trace.exists():
         mb = trace.stat().st_size / 2**20
-        if mb <= g["trace_max_mb"]:
+        if mb <= g.trace_max_mb:
             row.details["artifact"] = trace.name
         else:  # the device returns files of at most 16 MB; never leave one that cannot come back
             trace.unlink()
-            row.details["artifact_skipped"] = f"{trace.name}: {mb:.1f} MB > {g['trace_max_mb']} MB"
+            row.details["artifact_skipped"] = f"{trace.name}: {mb:.1f} MB > {g.trace_max_mb} MB"
     bench.save(row)
 
     # The tables must account for what ran: forward kernels exist and the top row is the largest.
@@ -152,26 +153,26 @@ def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, con
     assert 0.0 <= answers["matmul_share_forward"] <= 1.0
 
 
-@pytest.mark.parametrize("size,context", [(s, c) for s in G["sizes"] for c in G["contexts"]])
+@pytest.mark.parametrize("size,context", [(s, c) for s in G.sizes for c in G.contexts])
 def test_nsys_profile(bench, size, context):
     ref = SizeRef("2025", size)
-    config = dict(**ref.row_config(), context=context, dtype=G["dtype"], batch=G["batch"], mode="forward")
-    trace = ARTIFACTS / f"nsys_profile_{size}_ctx{context}.trace.json.gz" if (size, context) == tuple(G["trace"]) \
+    config = dict(**ref.row_config(), context=context, dtype=G.dtype, batch=G.batch, mode="forward")
+    trace = ARTIFACTS / f"nsys_profile_{size}_ctx{context}.trace.json.gz" if (size, context) == tuple(G.trace) \
         else None
-    _profile_row(bench, G, BUDGET, ref, context, max(G["contexts"]), config, trace)
+    _profile_row(bench, G, BUDGET, ref, context, max(G.contexts), config, trace)
 
 
 @pytest.mark.parametrize("size,context", CASES_2026)
 def test_nsys_profile_2026(bench, size, context):
     """2026: two sizes of the 2026 table at three power-of-two contexts above 128, the largest the
     longest whose training step fits (chosen by _cases_2026; the choice is in the row's details)."""
-    ref = SizeRef(G26["edition"], size)
-    config = dict(**ref.row_config(), context=context, dtype=G26["dtype"], batch=G26["batch"], mode="forward",
+    ref = SizeRef(G26.edition, size)
+    config = dict(**ref.row_config(), context=context, dtype=G26.dtype, batch=G26.batch, mode="forward",
                   study="nsys_2026")
     trace = ARTIFACTS / f"nsys_profile_2026_{size}_ctx{context}.trace.json.gz" if (size, context) == CASES_2026[0] \
         else None
     details = dict(cases=[list(c) for c in CASES_2026], chosen_by="the largest 2026 sizes with three powers of two "
-                   "whose closed-form fp32 training step fits headroom x device memory (impl.bench.steps.fitting_contexts)",
-                   memory_need=memory_need(ref, "train_step", G26["dtype"], G26["batch"], context))
+                   "whose closed-form fp32 training step fits headroom x device memory (impl.workloads.steps.fitting_contexts)",
+                   memory_need=memory_need(ref, "train_step", G26.dtype, G26.batch, context))
     _profile_row(bench, G26, BUDGET_2026, ref, context, max(c for s, c in CASES_2026 if s == size), config, trace,
                  details)

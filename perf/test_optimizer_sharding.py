@@ -13,7 +13,7 @@ Memory per rank (CUDA allocator; None on the CPU): peak after model init (model,
 optimizer built; AdamW state is created lazily at the first step), and around the optimizer step
 of the last timed step: the peak of forward+backward+gradient sync (reset at the step's start)
 and the allocated bytes directly before the step; the peak during the step and the allocated
-bytes directly after it (impl.bench.dist_steps.train_step with memory=True). Breakdown, computed from the tensors on this rank at those two points:
+bytes directly after it (impl.workloads.dist_steps.train_step with memory=True). Breakdown, computed from the tensors on this rank at those two points:
 parameters (distinct storages of the model's parameters), gradients, optimizer state (tensors in
 this rank's optimizer state), buffers (storages not counted as parameters or gradients: DDP buckets, ZeRO-1 flat buffers),
 other = allocated − those, and activations = peak before the step − allocated before the step
@@ -30,25 +30,25 @@ from dataclasses import asdict
 import pytest
 
 from impl import accounting as acc
-from impl.bench import dist_steps
-from impl.bench.dist_steps import ShardSetup, StepReply, StepSummary
-from impl.bench.editions import GridSize, grid_sizes
+from impl.workloads import dist_steps
+from impl.workloads.dist_steps import ShardSetup, StepReply, StepSummary
+from impl.workloads.editions import GridSize
 from impl.bench.row import Memory, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
 PROBLEM = "optimizer_state_sharding_accounting"
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
-WS = G["world_size"]
+WS = G.world_size
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
 ZERO_STAGE = dict(none=0, sharded=1, zero1=1, torch_zero=1)
 
 
 @pytest.fixture(scope="module")
 def workers():
-    w = Workers(G["budget_s"], G["timeout_s"])
+    w = Workers(G.budget_s, G.timeout_s, dist_steps.WorkerState)
     yield w
     w.close()
 
@@ -76,12 +76,12 @@ def _rank_memory(setup: ShardSetup, step: StepReply) -> dict:
     return out
 
 
-CASES = [(z, v) for z in grid_sizes(G["sizes"]) for v in G["variants"]]
+CASES = [(z, v) for z in G.sizes for v in G.variants]
 
 
 @pytest.mark.parametrize("size,variant", CASES, ids=[f"{z.id}-{v}" for z, v in CASES])
 def test_optimizer_state_sharding_accounting(bench, workers, size: GridSize, variant):
-    context, batch = G["context"], G["batch"]
+    context, batch = G.context, G.batch
     config = dict(size.row_config(), context=context, batch_per_rank=batch, world_size=WS, backend=BACKEND,
                   variant=variant, dtype="fp32")
     if workers.skip(bench, problem=PROBLEM, config=config, world_size=WS, backend=BACKEND):
@@ -90,7 +90,7 @@ def test_optimizer_state_sharding_accounting(bench, workers, size: GridSize, var
     setups = group.call(dist_steps.shard_setup, size=size.build_name, context=context, batch=batch, variant=variant)
     row, timed = measure_on_ranks(bench, group, dist_steps.step, problem=PROBLEM, config=config,
                                   round=f"one training step on each of {WS} ranks (slowest rank's time)",
-                                  warmup=G["warmup"], rounds=G["rounds"], tokens=WS * batch * context)
+                                  warmup=G.warmup, rounds=G.rounds, tokens=WS * batch * context)
     if row.status is not Status.MEASURED:
         return
     last = group.call(dist_steps.memory_step, named=True)

@@ -14,17 +14,17 @@ where they differ. Metric.GBPS is the bytes a rank sent over the median: its eff
 import pytest
 
 from impl import parallelism_calcs as pc
-from impl.bench import parallelism_steps as ps
+from impl.workloads import parallelism_steps as ps
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
 G = grid("parallelism_calcs", profile_name())
 BACKEND = "gloo"
 FP16, FP32 = 2, 4
-FFN = G["ffn"]
-D, D_FF, TOKENS = FFN["d_model"], FFN["d_ff"], FFN["tokens"]
+FFN = G.ffn
+D, D_FF, TOKENS = FFN.d_model, FFN.d_ff, FFN.tokens
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def workers():
 
 
 def _group(workers, bench, problem, config, n):
-    w = workers.setdefault(n, Workers(G["budget_s"], G["timeout_s"]))
+    w = workers.setdefault(n, Workers(G.budget_s, G.timeout_s, ps.WorkerState))
     if w.skip(bench, problem=problem, config=config, world_size=n, backend=BACKEND):
         return None
     return w.get(n, BACKEND)
@@ -56,7 +56,7 @@ def _run(bench, workers, problem: str, n: int, config: dict, setup, setup_kwargs
         return
     group.call(setup, **setup_kwargs)
     row, timed = measure_on_ranks(bench, group, step, problem=problem, config=config, round=round,
-                                  warmup=G["warmup"], rounds=G["rounds"])
+                                  warmup=G.warmup, rounds=G.rounds)
     if row.status is not Status.MEASURED or bench.benchmark.stats is None:
         return
     last = timed[-1]
@@ -78,7 +78,7 @@ def _collective_row(bench, workers, problem, n, numel, collectives: list[str], f
          f"{what} on each of {n} gloo ranks (send/recv ring; slowest rank's time)", formula)
 
 
-CASES = [(n, s) for n in G["world_sizes"] for s in G["numels"]]
+CASES = [(n, s) for n in G.world_sizes for s in G.numels]
 IDS = [f"N{n}-{s * FP16 // 1024}KiB" for n, s in CASES]
 
 
@@ -95,7 +95,7 @@ def test_alternate_ring_all_reduce(bench, workers, n, numel, variant):
                     f"one {variant} ring all-reduce of {s:,} bytes", variant=variant)
 
 
-@pytest.mark.parametrize("n", G["world_sizes"])
+@pytest.mark.parametrize("n", G.world_sizes)
 def test_data_parallel_calcs(bench, workers, n):
     """The backward's gradient all-reduce of the FFN's 3·D·D_FF fp16 values."""
     numel = 3 * D * D_FF
@@ -106,7 +106,7 @@ def test_data_parallel_calcs(bench, workers, n):
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
-@pytest.mark.parametrize("n", G["world_sizes"])
+@pytest.mark.parametrize("n", G.world_sizes)
 def test_fsdp_calcs(bench, workers, n, phase):
     """Forward: all-gather of the three weights; backward: all-gather again, reduce-scatter of the
     weight gradients."""
@@ -127,7 +127,7 @@ def test_fsdp_calcs(bench, workers, n, phase):
                     phase=phase, d_model=D, d_ff=D_FF)
 
 
-@pytest.mark.parametrize("n", G["world_sizes"])
+@pytest.mark.parametrize("n", G.world_sizes)
 def test_tp_calcs(bench, workers, n):
     """The tensor-parallel FFN's forward and backward: one all-reduce of y (forward) and of dx
     (backward), each of B·D fp32 values."""
@@ -143,7 +143,7 @@ def test_tp_calcs(bench, workers, n):
 def test_fsdp_tp_calcs(bench, workers):
     """The FFN on an N_FSDP × N_TP mesh: per axis and pass, the weight all-gathers (and gradient
     reduce-scatters) over the FSDP axis, the activation all-reduces over the TP axis."""
-    n_tp, n_fsdp = G["mesh"]
+    n_tp, n_fsdp = G.mesh
     n = n_tp * n_fsdp
     weights = 3 * D * D_FF // n_tp * FP32  # each weight's TP slice, gathered over the FSDP axis
     ag, rs, ar = (pc.ring_all_gather_bytes(weights, n_fsdp), pc.ring_reduce_scatter_bytes(weights, n_fsdp),

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from impl import accounting as acc
-from impl.bench.editions import GridSize
+from impl.workloads.editions import GridSize
 from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Status
-from impl.bench.steps import build_model, make_step, random_batch
-from impl.bench.sweeps import grid
+from impl.workloads.steps import build_model, make_step, random_batch
+from impl.workloads.sweeps import grid
 from impl.model import AdamW
 from impl.runtime import free_memory, profile_name
 
@@ -34,13 +34,13 @@ def per_rank_closed_form(size: GridSize, world_size: int, batch: int, context: i
 
 
 def test_per_rank_memory(bench):
-    size, ws, batch, context = GridSize.of(G["size"]), G["world_size"], G["batch"], G["context"]
+    size, ws, batch, context = G.size, G.world_size, G.batch, G.context
     device = bench.device
     config = dict(size.row_config(), world_size=ws, batch_per_rank=batch, context=context, dtype="fp32",
                   variant="ddp")
-    closed = per_rank_closed_form(size, ws, batch, context, G["stages"])
+    closed = per_rank_closed_form(size, ws, batch, context, G.stages)
     gpu_bytes = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
-    details = dict(n_params=size.config.params, stages=dict(G["stages"]), closed_form=closed, gpu_memory_bytes=gpu_bytes,
+    details = dict(n_params=size.config.params, stages=dict(G.stages), closed_form=closed, gpu_memory_bytes=gpu_bytes,
                    fits_this_gpu={v: c["total"] <= gpu_bytes for v, c in closed.items()} if gpu_bytes else None)
 
     def build():
@@ -55,7 +55,7 @@ def test_per_rank_memory(bench):
     fn, setup = make_step("train_step", model, x, y, "fp32", optimizer)
     row = bench.measure(problem=PROBLEM, config=config, fn=fn, setup=setup,
                         round="one training step of the replicated (DDP) rank on one GPU",
-                        warmup=G["warmup"], rounds=G["rounds"], details=details)
+                        warmup=G.warmup, rounds=G.rounds, details=details)
     info = row.details
     if device.type == "cuda":
         # after the step: parameters, gradients and AdamW's two moments stay (zero_grad comes at the next step)

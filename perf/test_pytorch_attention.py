@@ -9,16 +9,16 @@ import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import allocated_bytes, attention_inputs, run_attention_passes
+from impl.workloads.attention import allocated_bytes, attention_inputs, run_attention_passes
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "pytorch_attention"
 G = grid(PROBLEM, profile_name())
-BUDGET = Budget(G["budget_s"])
-CASES = [(d, s, m) for d in G["dims"] for s in G["seqs"] for m in ("forward", "backward")]
+BUDGET = Budget(G.budget_s)
+CASES = [(d, s, m) for d in G.dims for s in G.seqs for m in ("forward", "backward")]
 
 
 def naive(q, k, v):
@@ -28,7 +28,7 @@ def naive(q, k, v):
 @pytest.mark.parametrize("d_model,seq,mode", CASES, ids=[f"d{d}-seq{s}-{m}" for d, s, m in CASES])
 def test_pytorch_attention(bench, d_model, seq, mode):
     device = bench.device
-    batch, dtype = G["batch"], G["dtype"]
+    batch, dtype = G.batch, G.dtype
     config = dict(batch=batch, d_model=d_model, seq=seq, mode=mode, dtype=dtype, causal=False)
     details = dict(derived_memory=naive_attention_memory(batch, seq, d_model, dtype).as_dict(),
                    tf32=torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None)
@@ -46,7 +46,7 @@ def test_pytorch_attention(bench, d_model, seq, mode):
     del inputs
     flops = attention_flops(batch, seq, seq, d_model, is_causal=False, mode="fwd" if mode == "forward" else "bwd")
     row = run_attention_passes(bench, problem=PROBLEM, config=config, attn=naive, q=q, k=k, v=v, grad_out=do,
-                               mode=mode, warmup=G["warmup"], rounds=G["rounds"], flops=flops, baseline=baseline,
+                               mode=mode, warmup=G.warmup, rounds=G.rounds, flops=flops, baseline=baseline,
                                details=details)
     if device.type == "cuda" and row.status is Status.MEASURED:
         # The accounting must describe what really happens: a measured figure far from the derived

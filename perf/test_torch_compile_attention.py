@@ -1,5 +1,5 @@
 """1.3 torch_compile (a): `torch.compile(naive_attention)` on the pytorch_attention grid, forward and
-backward timed the same way (impl.bench.attention.run_attention_passes), beside eager rows of the
+backward timed the same way (impl.workloads.attention.run_attention_passes), beside eager rows of the
 same cell in the same run (impl "eager"), so a cell's ratio never mixes two runs. The budget is
 checked at a cell's first row only: a cut never splits a cell. The test ids start with d<head dim>,
 so `-k d16` runs one head dim's cells when the grid must be split over commands.
@@ -12,17 +12,18 @@ import torch
 
 from impl.attention import attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
-from impl.bench.attention import allocated_bytes, attention_inputs, run_attention_passes
-from impl.bench.harness import Budget, set_up_or_oom, time_once
+from impl.workloads.attention import allocated_bytes, attention_inputs, run_attention_passes
+from impl.bench.harness import Budget, set_up_or_oom
+from impl.bench.timers import time_once
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
 PROBLEM = "torch_compile"
 G = grid("torch_compile_attention", profile_name())
-BUDGET = Budget(G["budget_s"])
+BUDGET = Budget(G.budget_s)
 IMPLS = ("eager", "compiled")
-CASES = [(d, s, m, i) for d in G["dims"] for s in G["seqs"] for i in IMPLS for m in ("forward", "backward")]
+CASES = [(d, s, m, i) for d in G.dims for s in G.seqs for i in IMPLS for m in ("forward", "backward")]
 _COMPILED: dict = {}  # (d, seq) -> (compiled fn, compile times): one fresh compile per shape
 _CELLS: set = set()  # (d, seq) cells begun in this run: finished even past the budget
 
@@ -36,7 +37,7 @@ def compiled_attention(key, q, k, v, do, device):
     if key not in _COMPILED:
         _COMPILED.clear()
         torch._dynamo.reset()
-        fn = torch.compile(eager_attention, backend=G["backend"], dynamic=False)
+        fn = torch.compile(eager_attention, backend=G.backend, dynamic=False)
         holder = []
         fwd_s = time_once(lambda: holder.append(fn(q, k, v)), device)
         bwd_s = time_once(lambda: holder.pop().backward(do), device)
@@ -49,9 +50,9 @@ def compiled_attention(key, q, k, v, do, device):
 @pytest.mark.parametrize("d_model,seq,mode,impl", CASES, ids=[f"d{d}-seq{s}-{m}-{i}" for d, s, m, i in CASES])
 def test_torch_compile_attention(bench, d_model, seq, mode, impl):
     device = bench.device
-    batch, dtype = G["batch"], G["dtype"]
+    batch, dtype = G.batch, G.dtype
     config = dict(batch=batch, d_model=d_model, seq=seq, mode=mode, dtype=dtype, causal=False,
-                  impl=impl, backend=G["backend"] if impl == "compiled" else None)
+                  impl=impl, backend=G.backend if impl == "compiled" else None)
     details = dict(study="attention", derived_memory=naive_attention_memory(batch, seq, d_model, dtype).as_dict(),
                    eager_rows="torch_compile (impl eager, same run)")
     if (d_model, seq) not in _CELLS and BUDGET.exhausted():
@@ -75,4 +76,4 @@ def test_torch_compile_attention(bench, d_model, seq, mode, impl):
     details.update(compile_times)
     flops = attention_flops(batch, seq, seq, d_model, is_causal=False, mode="fwd" if mode == "forward" else "bwd")
     run_attention_passes(bench, problem=PROBLEM, config=config, attn=fn, q=q, k=k, v=v, grad_out=do, mode=mode,
-                         warmup=G["warmup"], rounds=G["rounds"], flops=flops, baseline=baseline, details=details)
+                         warmup=G.warmup, rounds=G.rounds, flops=flops, baseline=baseline, details=details)

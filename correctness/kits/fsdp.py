@@ -1,4 +1,4 @@
-"""Workers for correctness/test_fsdp.py (the perf file's worker commands are impl.bench.fsdp_steps).
+"""Workers for correctness/test_fsdp.py (the perf file's worker commands are impl.workloads.fsdp_steps).
 
 Every rank builds the same reference model (rank 0's seed) and trains it in one
 process on the full batch; the FSDP copy starts from a rank-dependent seed (FSDP broadcasts rank

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from impl.bench.leaderboard_2026 import StepSpec, build_step, master_weights
+from impl.workloads.leaderboard_2026 import StepSpec, build_step, master_weights
 from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
 from impl.distributed.launcher import device_for
 

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import torch
 
-# The annotated phases of a training step (impl.bench.kernels attributes kernels to them).
+# The annotated phases of a training step (impl.workloads.kernels attributes kernels to them).
 PHASES = ("forward", "backward", "optimizer step")
 
 

@@ -2,7 +2,7 @@
 with fewer layers (perf/test_leaderboard_2026.py, one rank's share of the batch). Pure: the caller
 passes the runs and the bus bandwidth; nothing here reads files or measures.
 
-Model of the two-GPU step (impl.bench.leaderboard_2026's: data parallel, DDPBucketed summing the
+Model of the two-GPU step (impl.workloads.leaderboard_2026's: data parallel, DDPBucketed summing the
 gradients, ShardedOptimizer over AdamWMaster):
   compute    a + b·L fitted to the one-GPU step times at L layers (least squares), at L = 34. It
              includes the optimizer step over every parameter; sharded, each rank steps half of

@@ -16,7 +16,7 @@ def launch_ctx(x: torch.Tensor, name: str):
     nothing for CPU tensors, the Triton interpreter) and, while a profiler runs, an op named
     `name` around the launch. The profiler links a kernel to the innermost *op* that launched it
     (a record_function range is not one), so without it such kernels are missing from the phase
-    tables (impl.bench.kernels) and their time counts as host gap. Inductor wraps its own
+    tables (impl.workloads.kernels) and their time counts as host gap. Inductor wraps its own
     launches the same way; without a profiler the op costs nothing."""
     stack = contextlib.ExitStack()
     if x.is_cuda:

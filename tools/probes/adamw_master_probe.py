@@ -13,7 +13,7 @@ import torch
 
 from impl.model import adamw_master
 from impl.model.adamw_master import AdamWMaster
-from impl.bench.steps import build_model, linear_weights
+from impl.workloads.steps import build_model, linear_weights
 from impl.runtime import default_device, synchronize
 
 BYTES_PER_PARAM = dict(adamw_master=26, torch_adamw_fused_fp32=28)  # module doc

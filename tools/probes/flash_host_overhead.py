@@ -10,7 +10,7 @@ import torch
 from triton.testing import do_bench
 
 from impl.attention import flash_triton as ft
-from impl.bench.attention import attention_inputs
+from impl.workloads.attention import attention_inputs
 
 
 def host_us(fn, n=300):

@@ -11,7 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impl.attention import FlashAttentionTriton
 from impl.attention import flash_triton as ft
-from impl.bench.attention import attention_inputs
+from impl.workloads.attention import attention_inputs
 
 
 def main(fwd, kv, q):

@@ -11,7 +11,7 @@ import torch
 from triton.testing import do_bench
 
 from impl.attention import flash_triton as ft
-from impl.bench.attention import attention_inputs
+from impl.workloads.attention import attention_inputs
 
 SHAPES = {
     "leaderboard": [((1, 16, 16384, 64), "bf16", True)],

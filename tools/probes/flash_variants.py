@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 from impl.attention import flash_triton as ft
-from impl.bench.attention import attention_inputs
+from impl.workloads.attention import attention_inputs
 
 SHAPE, DTYPE = (1, 16, 16384, 64), "bf16"
 VARIANTS = [dict(tma=False), dict(tma=True)]

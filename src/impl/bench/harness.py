@@ -19,7 +19,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from impl.bench.plugin import Recorder
+from impl.bench.recorder import Recorder
 from impl.bench.row import Env, Memory, Metric, NotRunEntry, Peaks, Row, Status, Timing
 from impl.bench.timers import SyncTimer, make_timer, plan_rounds
 from impl.runtime import env_info, first_line, free_memory, is_oom, synchronize
@@ -39,16 +39,6 @@ def peak_memory(device: torch.device) -> Memory:
     return Memory(torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device))
 
 
-def time_once(fn: Callable, device: torch.device) -> float:
-    """Seconds for one synchronised call: for one-off costs (compilation, autotuning) recorded as
-    a metric beside a benchmark, never as its measurement."""
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
-
-
 class Budget:
     """Wall-clock budget of one perf file (started at import, i.e. at collection): rows past it
     are recorded as left out by budget, so a run that would overrun the GPU machine's 10-minute
@@ -62,7 +52,7 @@ class Budget:
         return time.monotonic() > self.deadline
 
     def reason(self) -> str:
-        return f"time budget of this perf file ({self.seconds:.0f} s, impl.bench.sweeps) exhausted"
+        return f"time budget of this perf file ({self.seconds:.0f} s, impl.workloads.sweeps) exhausted"
 
 
 class _OOM(Exception):
@@ -237,4 +227,4 @@ def set_up_or_oom(harness: Harness, build: Callable[[], T], *, problem: str, con
     return None
 
 
-__all__ = ["Budget", "Harness", "peak_memory", "reset_peak_memory", "set_up_or_oom", "time_once"]
+__all__ = ["Budget", "Harness", "peak_memory", "reset_peak_memory", "set_up_or_oom"]

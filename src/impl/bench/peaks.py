@@ -6,7 +6,7 @@ import statistics
 
 import torch
 
-from impl.bench.harness import time_once
+from impl.bench.timers import time_once
 from impl.bench.row import Peaks
 from impl.runtime import device_name
 

@@ -20,7 +20,7 @@ class Status(str, Enum):
     MEASURED = "measured"
     OOM = "oom"  # ran out of device memory (building, warm-up or timing)
     UNSUPPORTED = "unsupported"  # the implementation or anchor rejects this config
-    LEFT_OUT = "left_out"  # a cutoff in impl.bench.sweeps (time or memory, stated in the reason)
+    LEFT_OUT = "left_out"  # a cutoff in impl.workloads.sweeps (time or memory, stated in the reason)
     LEFT_OUT_BY_BUDGET = "left_out_by_budget"  # the perf file's wall-clock budget ran out first
     NEEDS_HARDWARE = "needs_hardware"  # more GPUs (or a GPU) than this machine has
     FAILED = "failed"  # an error other than OOM that the section records instead of failing (older files)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -62,6 +63,16 @@ class CudaEventTimer:
             event.record()
             event.synchronize()
         return self._origin.elapsed_time(event) / 1e3
+
+
+def time_once(fn: Callable, device: torch.device) -> float:
+    """Seconds for one synchronised call: for one-off costs (compilation, autotuning) recorded as
+    a metric beside a benchmark, never as its measurement."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def make_timer(device: torch.device, kernel: bool):

@@ -48,7 +48,7 @@ def _overlap(a: list[list[float]], b: list[list[float]]) -> float:
 
 
 SYNC = "finish_gradient_synchronization"  # the annotated wait for a DDP's / FSDP's collectives
-# A distributed step's annotated phases (impl.bench.dist_steps.train_step), in order.
+# A distributed step's annotated phases (impl.workloads.dist_steps.train_step), in order.
 PHASES = (*ANNOTATED[:2], SYNC, ANNOTATED[2])
 
 

@@ -5,17 +5,18 @@ Why a persistent group: pytest-benchmark, the suite's one timer, runs in the par
 start-up costs seconds; the ranks start once per perf file (or per world size) and keep their
 models between commands.
 
-A command is a module-level function `fn(state, **kwargs)` (impl.bench.dist_steps,
-impl.bench.fsdp_steps): the parent sends the function itself (pickled by its qualified name, so a
-worker imports its module on first use) and every rank runs it on its own `WorkerState`. Nothing is
-registered anywhere.
+A command is a module-level function `fn(state, **kwargs)` (the worker commands of
+impl.workloads: dist_steps, fsdp_steps, ...): the parent sends the function itself (pickled by its
+qualified name, so a worker imports its module on first use) and every rank runs it on its own
+state, a `RankState` or the subclass the group was made with (`state_type`, a workload's: its
+model, wrapper, optimizer). Nothing is registered anywhere.
 
-Timing: a timed command returns, on every rank that worked, a reply with `seconds`, the rank's
-own device-synchronised time of the work (impl.bench.dist_steps.timed). `SlowestRankClock` is the
+Timing: a timed command returns, on every rank that worked, a `Timed` reply (or a subclass) with
+`seconds`, the rank's own device-synchronised time of the work (`timed`). `SlowestRankClock` is the
 benchmark's timer: it advances by the slowest rank's seconds of each command, so the benchmark's
 stats are the slowest rank's time, without the parent's IPC round trip.
 
-Error semantics follow `launcher.launch`: a rank that raises, dies silently or does not answer
+Processes start through impl.distributed.launcher.spawn_ranks, so error semantics follow `launch`: a rank that raises, dies silently or does not answer
 within the command's timeout fails the call in the parent (RankError / TimeoutError naming the rank
 and, on its first line, the rank's error) and every rank is killed first, so a broken run never
 hangs; `Workers.get` starts a new group for the next row.
@@ -24,18 +25,48 @@ from __future__ import annotations
 
 import queue as queue_mod
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from impl.bench.dist_steps import WorkerState
 from impl.bench.harness import Budget
 from impl.bench.row import Status
-from impl.distributed.launcher import _free_port, _kill_all, _rank_entry, _validate, device_for
+from impl.bench.timers import make_timer
+from impl.distributed.launcher import SPAWN, device_for, spawn_ranks, stop_ranks
 
-Command = Callable[..., Any]  # fn(state: WorkerState, **kwargs), module-level
+Command = Callable[..., Any]  # fn(state: RankState, **kwargs), module-level
+
+
+@dataclass
+class RankState:
+    """What a rank keeps between commands; workloads subclass it with what their commands build."""
+
+    rank: int
+    world_size: int
+    backend: str
+    device: torch.device
+    clocks: dict = field(default_factory=dict)
+
+    def clock(self, kernel: bool):
+        """The rank's clock (impl.bench.timers.make_timer on its device), one per kind."""
+        if kernel not in self.clocks:
+            self.clocks[kernel] = make_timer(self.device, kernel)
+        return self.clocks[kernel]
+
+
+@dataclass
+class Timed:
+    seconds: float  # this rank's device-synchronised time of the command's timed work
+
+
+def timed(state: RankState, fn: Callable[[], Any], kernel: bool) -> float:
+    """Seconds of `fn()` on the rank's own clock: what a command puts in its `Timed` reply."""
+    clock = state.clock(kernel)
+    start = clock()
+    fn()
+    return clock() - start
 
 
 class RankError(RuntimeError):
@@ -43,17 +74,17 @@ class RankError(RuntimeError):
     impl.runtime.is_oom), the rest is the rank's traceback."""
 
 
-def noop(state: WorkerState) -> None:
+def noop(state: RankState) -> None:
     return None
 
 
-def serve(rank: int, world_size: int, commands, replies) -> str:
+def serve(rank: int, world_size: int, state_type: type[RankState], commands, replies) -> str:
     """Body of every rank: run commands until None. An exception ends the process and reaches the
-    parent through launcher._rank_entry with its traceback."""
+    parent, with its traceback, as the rank's report (impl.distributed.launcher.spawn_ranks)."""
     backend = dist.get_backend()
     if backend == "gloo":
         torch.set_num_threads(1)  # ranks share a small CPU host; intra-op threads would fight
-    state = WorkerState(rank=rank, world_size=world_size, backend=backend, device=device_for(backend, rank))
+    state = state_type(rank=rank, world_size=world_size, backend=backend, device=device_for(backend, rank))
     while True:
         msg = commands.get()
         if msg is None:
@@ -63,27 +94,22 @@ def serve(rank: int, world_size: int, commands, replies) -> str:
 
 
 class WorkerGroup:
-    """`world_size` processes in one process group, each serving commands until closed."""
+    """`world_size` processes in one process group, each serving commands on its `state_type`
+    until closed."""
 
-    def __init__(self, world_size: int, backend: str, start_timeout_s: float = 180.0,
-                 command_timeout_s: float = 300.0):
-        _validate(backend, world_size)
+    def __init__(self, world_size: int, backend: str, state_type: type[RankState] = RankState,
+                 start_timeout_s: float = 180.0, command_timeout_s: float = 300.0):
         self.world_size, self.backend = world_size, backend
         self.command_timeout_s = command_timeout_s
-        ctx = mp.get_context("spawn")
-        # One queue carries both command replies and _rank_entry's final report (an exception's
+        # One queue carries both command replies and each rank's final report (an exception's
         # traceback included), so a failing rank is seen wherever the parent is waiting.
-        self.replies = ctx.Queue()
-        self.commands = [ctx.Queue() for _ in range(world_size)]
-        port = _free_port()
+        self.replies = SPAWN.Queue()
+        self.commands = [SPAWN.Queue() for _ in range(world_size)]
         # The process group's own timeout bounds a collective whose peer is gone; the parent's
         # command timeout bounds everything else.
-        self.procs = [ctx.Process(target=_rank_entry, daemon=False,
-                                  args=(r, world_size, backend, port, command_timeout_s, serve,
-                                        (self.commands[r], self.replies), self.replies))
-                      for r in range(world_size)]
-        for p in self.procs:
-            p.start()
+        self.procs = spawn_ranks(serve, world_size, backend, command_timeout_s,
+                                 rank_args=[(state_type, q, self.replies) for q in self.commands],
+                                 reporters=[self.replies] * world_size)
         self.dead = False
         self.call(noop, timeout_s=start_timeout_s)  # returns once every rank joined the group
 
@@ -122,7 +148,7 @@ class WorkerGroup:
 
     def kill(self) -> None:
         self.dead = True
-        _kill_all(self.procs)
+        stop_ranks(self.procs)
 
     def close(self) -> None:
         if self.dead:
@@ -130,7 +156,7 @@ class WorkerGroup:
         for q in self.commands:
             q.put(None)
         try:
-            self._gather("close", 60.0)  # _rank_entry's final (rank, True, "closed")
+            self._gather("close", 60.0)  # each rank's final report: (rank, True, "closed")
         finally:
             self.kill()
 
@@ -183,8 +209,9 @@ class Workers:
     needs another world size or backend, or a rank died), and the file's time budget, counted from
     its first row."""
 
-    def __init__(self, budget_s: float, command_timeout_s: float):
+    def __init__(self, budget_s: float, command_timeout_s: float, state_type: type[RankState] = RankState):
         self.command_timeout_s = command_timeout_s
+        self.state_type = state_type
         self.budget = Budget(budget_s)
         self.group: WorkerGroup | None = None
 
@@ -192,7 +219,7 @@ class Workers:
         g = self.group
         if g is None or g.dead or (g.world_size, g.backend) != (world_size, backend):
             self.close()
-            self.group = WorkerGroup(world_size, backend, command_timeout_s=self.command_timeout_s)
+            self.group = WorkerGroup(world_size, backend, self.state_type, command_timeout_s=self.command_timeout_s)
         return self.group
 
     def skip(self, bench, *, problem: str, config: dict, world_size: int, backend: str) -> bool:
@@ -215,4 +242,5 @@ class Workers:
         self.group = None
 
 
-__all__ = ["RankError", "SlowestRankClock", "WorkerGroup", "Workers", "measure_on_ranks", "noop", "serve"]
+__all__ = ["RankError", "RankState", "SlowestRankClock", "Timed", "WorkerGroup", "Workers", "measure_on_ranks", "noop",
+           "serve", "timed"]

@@ -36,6 +36,7 @@ import torch.multiprocessing as mp
 _REQUIRED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 DEFAULT_TIMEOUT_S = 300.0
+SPAWN = mp.get_context("spawn")  # ranks are fresh interpreters: no forked CUDA or gloo state
 
 
 def _apply_required_env() -> None:
@@ -55,7 +56,8 @@ def device_for(backend: str, rank: int) -> torch.device:
     return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
 
 
-def _validate(backend: str, world_size: int) -> None:
+def check_world(backend: str, world_size: int) -> None:
+    """Raise ValueError unless ``world_size`` ranks can run on ``backend`` here (NCCL: one GPU each)."""
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if backend == "nccl":
@@ -122,12 +124,44 @@ class _PipeReporter:
         self.conn.send(item)
 
 
-def _kill_all(procs) -> None:
+def stop_ranks(procs) -> None:
+    """Kill every rank process still alive and reap them all."""
     for p in procs:
         if p.is_alive():
             p.kill()
     for p in procs:
         p.join(timeout=10)
+
+
+def spawn_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    backend: str,
+    timeout_s: float,
+    rank_args: Sequence[tuple],
+    reporters: Sequence[Any],
+) -> list:
+    """Start ``world_size`` spawned processes in one new process group (a free port on this host):
+    rank r joins the group, runs ``fn(r, world_size, *rank_args[r])`` and reports
+    ``(r, ok, payload)`` once through ``reporters[r].put`` (payload: fn's picklable return value, or
+    the traceback of what it raised). ``timeout_s`` is the group's own timeout for a collective
+    whose peer is gone. The caller waits for the reports and ends the processes with
+    ``stop_ranks``; ``launch`` is the one-shot use, impl.bench.worker_group a persistent one."""
+    check_world(backend, world_size)
+    port = _free_port()
+    procs = [
+        SPAWN.Process(
+            target=_rank_entry,
+            args=(rank, world_size, backend, port, timeout_s, fn, tuple(rank_args[rank]), reporters[rank]),
+            # Not daemonic, so workers may start their own processes
+            # (DataLoader workers); stop_ranks kills them.
+            daemon=False,
+        )
+        for rank in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    return procs
 
 
 def _exit_status(code: int) -> str:
@@ -162,29 +196,16 @@ def launch(
     exit after reporting. Every child is killed before raising.
     """
     backend = backend or default_backend(world_size if isinstance(world_size, int) else 1)
-    _validate(backend, world_size)
-
-    ctx = mp.get_context("spawn")
-    pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
-    port = _free_port()
-    procs = [
-        ctx.Process(
-            target=_rank_entry,
-            args=(rank, world_size, backend, port, timeout_s, fn, tuple(args), _PipeReporter(pipes[rank][1])),
-            # Not daemonic, so workers may start their own processes
-            # (DataLoader workers); we kill them ourselves below.
-            daemon=False,
-        )
-        for rank in range(world_size)
-    ]
-    for p in procs:
-        p.start()
+    check_world(backend, world_size)
+    pipes = [SPAWN.Pipe(duplex=False) for _ in range(world_size)]
+    procs = spawn_ranks(fn, world_size, backend, timeout_s, [tuple(args)] * world_size,
+                        [_PipeReporter(writer) for _, writer in pipes])
     for _, writer in pipes:
         writer.close()  # the children hold their own copies
     try:
         return _collect(procs, [reader for reader, _ in pipes], timeout_s)
     finally:
-        _kill_all(procs)
+        stop_ranks(procs)
         for reader, _ in pipes:
             reader.close()
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import MODES
+from impl.workloads.sweeps import MODES
 from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report.rows import Bench, by_edition, size_label
 

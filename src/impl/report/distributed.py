@@ -13,6 +13,7 @@ import pandas as pd
 
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
+from impl.workloads.variants import DDPVariant, ShardVariant
 from impl.report import figures
 from impl.report.templating import macros
 from impl.report.markdown import missing, ms, num, pct, table
@@ -23,12 +24,9 @@ DDP_PROBLEMS = ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_d
                 "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"]
 SHARD = "optimizer_state_sharding_accounting"
 COMM, DDP, SHARDING = (macros(f"{name}.md.j2") for name in ("distributed_communication", "ddp", "optimizer_sharding"))
-VARIANT_LABEL = dict(single="single GPU (floor, no wrapper)", naive="naive (per-parameter, after backward)",
-                     flat="flat (one all-reduce)", individual="individual parameters (overlapped)",
-                     bucketed="bucketed", torch_ddp="torch DDP (bucket_cap_mb 25)")
+VARIANT_LABEL = {v.value: v.label for v in DDPVariant}
 VARIANT_ORDER = list(VARIANT_LABEL)
-SHARD_LABEL = dict(none="no sharding (DDP + AdamW)", sharded="ShardedOptimizer(AdamW)",
-                   zero1="ZeRO1Optimizer(AdamW)", torch_zero="torch ZeroRedundancyOptimizer(AdamW)")
+SHARD_LABEL = {v.value: v.label for v in ShardVariant}
 # comm_volume_per_rank keys for each sharding variant's schedule
 SHARD_VOLUME = dict(none="ddp", sharded="sharded_simple", zero1="zero1", torch_zero="sharded_simple")
 

@@ -7,16 +7,15 @@ from pathlib import Path
 import pandas as pd
 
 from impl.bench.row import Metric, Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
+from impl.workloads.variants import FSDPVariant
 from impl.report import figures
 from impl.report.distributed import figure
 from impl.report.templating import environment, macros
 from impl.report.markdown import gib, missing, ms, num, table
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
-LABEL = dict(fsdp="FSDP (ours), fp32", fsdp_bf16="FSDP (ours), bf16 compute",
-             fsdp_block_bf16="FSDP (ours), bf16 compute, a unit per block", ddp="DDPBucketed 100 MB (ours)",
-             torch_fsdp="torch fully_shard, fp32", torch_fsdp_bf16="torch fully_shard, bf16")
+LABEL = {v.value: v.label for v in FSDPVariant}
 OURS_FSDP = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")
 # The headline pair, by rule rather than by which row looks best: the target configuration (ours with
 # a unit per block against fully_shard, both bf16, the grid's first pair), else the nearest pair the
@@ -68,7 +67,7 @@ def _main_table(d: pd.DataFrame) -> str:
 def _not_yet_run(d: pd.DataFrame, device: str) -> str | None:
     """Variants of today's grid that this device's data lacks (added after its newest run), so a
     reader sees what the next run on such a machine will measure."""
-    variants = grid("fsdp", "smoke" if device == "cpu" else "full")["variants"]
+    variants = grid("fsdp", "smoke" if device == "cpu" else "full").variants
     absent = [LABEL.get(v, v) for v in variants if v not in set(d.cfg.variant)]
     return WORDS.not_yet_run(absent) if absent else None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from impl.bench.compiled import WHY
+from impl.workloads.compiled import WHY
 from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report.benchmarking import stat_name, step_s, study

@@ -4,7 +4,7 @@ the largest allocations; templates/memory_profiling.md.j2 holds the words."""
 from __future__ import annotations
 
 from impl.bench.row import Status
-from impl.bench.sweeps import grid
+from impl.workloads.sweeps import grid
 from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.markdown import gb, gib, mib, pct, table
@@ -19,7 +19,7 @@ from impl.report.templating import macros
 
 SLUG = NAME = "memory_profiling"
 # The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).
-CASES_2026 = {tuple(c) for c in grid("memory_profiling", "full")["cases_2026"]}
+CASES_2026 = {tuple(c) for c in grid("memory_profiling", "full").cases_2026}
 W = macros("memory_profiling.md.j2")
 
 

@@ -19,7 +19,7 @@ from impl import accounting as acc
 from impl import parallelism_calcs as pc
 from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
-from impl.bench.leaderboard_2026 import LEADERBOARD, WORLD_SIZE
+from impl.workloads.leaderboard_2026 import LEADERBOARD, WORLD_SIZE
 from impl.leaderboard_prediction import LayerRun, predict_step
 from impl.report.markdown import gib, missing, ms, table
 from impl.report.pages import Answer, Context, Page, Score

@@ -12,7 +12,7 @@ from impl.model import MODEL_SIZES
 from impl.report import benchmarking, checkpointing, profiling, training_step
 from impl.report import benchmarking_script as bs
 from impl.report import mixed_precision as mp
-from impl.bench.sweeps import MODES
+from impl.workloads.sweeps import MODES
 from impl.report.checkpointing_facts import single_level_facts
 from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from impl.bench.dist_steps import Timed, WorkerState, timed
+from impl.bench.worker_group import Timed, timed
+from impl.workloads.dist_steps import WorkerState
 from impl.distributed import ring
 from impl.distributed.fsdp_tp import FSDPTPFeedForward, make_mesh
 from impl.distributed.ring import Traffic, make_collectives

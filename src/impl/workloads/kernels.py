@@ -35,7 +35,7 @@ import torch
 
 from impl.model import AdamW, cross_entropy
 from impl.annotate import PHASES, annotate
-from impl.bench.steps import autocast_ctx
+from impl.workloads.steps import autocast_ctx
 from impl.runtime import synchronize
 
 CATEGORIES = ("matmul", "attention", "elementwise", "reduction", "softmax", "copy", "communication", "other")

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from impl.bench.dist_steps import Timed, WorkerState
-from impl.bench.steps import autocast_ctx, build_model, random_batch
+from impl.bench.worker_group import Timed
+from impl.workloads.dist_steps import WorkerState
+from impl.workloads.steps import autocast_ctx, build_model, random_batch
 from impl.model import AdamW, SizeRef, cross_entropy
 
 

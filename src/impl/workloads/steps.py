@@ -14,7 +14,7 @@ from impl.model import AdamW, Linear, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
 from impl.model.loss import check_reduction
 from impl.annotate import PHASES, annotate
-from impl.bench.compiled import compile_blocks_in_place
+from impl.workloads.compiled import compile_blocks_in_place
 from impl.model import ModelConfig, SizeRef, model_config
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -328,7 +328,7 @@ def named_train_config(name: str, flash_impl: str = "flash_triton") -> TrainConf
 
 def compile_model(model: TransformerLM, how: str, backend: str = "inductor"):
     """The module to call: `model` itself (its blocks compiled in place for "blocks",
-    impl.bench.compiled.compile_blocks_in_place) or a compiled wrapper ("model",
+    impl.workloads.compiled.compile_blocks_in_place) or a compiled wrapper ("model",
     "model+cudagraphs").
     Compilation happens at the first calls."""
     if how == "none":

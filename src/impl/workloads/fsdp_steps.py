@@ -1,44 +1,42 @@
 """Worker commands of perf/test_fsdp.py (run by impl.bench.worker_group): build one FSDP variant
 on every rank, and one step with our FSDP's collective timeline recorded (impl.distributed.
-fsdp_timeline). The timed step itself is impl.bench.dist_steps.step, the same as DDP's."""
+fsdp_timeline). The timed step itself is impl.workloads.dist_steps.step, the same as DDP's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from impl.bench.dist_steps import WorkerState, fresh_model, train_step
-from impl.bench.rank_memory import Allocated
-from impl.bench.steps import random_batch
-from impl.bench.sweeps import FSDP_VARIANTS
+from impl.workloads.dist_steps import WorkerState, fresh_model, train_step
+from impl.workloads.rank_memory import Allocated
+from impl.workloads.steps import random_batch
+from impl.workloads.variants import FSDPVariant
 from impl.distributed.fsdp import FSDP
 from impl.model import AdamW
 from impl.model.transformer import TransformerBlock
 
-VARIANTS = tuple(FSDP_VARIANTS)  # the sweep table lists them once, in run order
-
-
-def fsdp_wrapper(model: torch.nn.Module, variant: str):
+def fsdp_wrapper(model: torch.nn.Module, variant: FSDPVariant | str):
     from impl.distributed.ddp import DDPBucketed
 
-    if variant == "fsdp":
+    V, variant = FSDPVariant, FSDPVariant.of(variant)
+    if variant is V.FSDP:
         return FSDP(model)
-    if variant == "fsdp_bf16":
+    if variant is V.FSDP_BF16:
         return FSDP(model, compute_dtype=torch.bfloat16)
-    if variant == "fsdp_block_bf16":  # torch_fsdp_bf16's layout: one unit per block, the rest per weight
+    if variant is V.FSDP_BLOCK_BF16:  # torch_fsdp_bf16's layout: one unit per block, the rest per weight
         return FSDP(model, compute_dtype=torch.bfloat16, unit=TransformerBlock, prefetch=1)
-    if variant == "ddp":
+    if variant is V.DDP:
         return DDPBucketed(model, bucket_size_mb=100.0)
-    if variant in ("torch_fsdp", "torch_fsdp_bf16"):
+    if variant in (V.TORCH_FSDP, V.TORCH_FSDP_BF16):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-            if variant == "torch_fsdp_bf16" else MixedPrecisionPolicy()
+            if variant is V.TORCH_FSDP_BF16 else MixedPrecisionPolicy()
         # One FSDP unit per block plus the root (embeddings, final norm, head), torch's usual layout.
         for block in model.layers:
             fully_shard(block, mp_policy=mp)
         return fully_shard(model, mp_policy=mp)
-    raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    raise AssertionError(f"no wrapper for {variant!r}")
 
 
 @dataclass
@@ -86,4 +84,4 @@ def fsdp_timeline(state: WorkerState, max_rows: int) -> TimelineReply | None:
     return TimelineReply(step_s=reply.seconds, summary=tl["summary"], timeline=tl if state.rank == 0 else None)
 
 
-__all__ = ["FSDPSetup", "TimelineReply", "VARIANTS", "fsdp_setup", "fsdp_timeline", "fsdp_wrapper"]
+__all__ = ["FSDPSetup", "TimelineReply", "fsdp_setup", "fsdp_timeline", "fsdp_wrapper"]

@@ -8,8 +8,4 @@ GridSize = SizeRef  # the name the perf files use for a grid's size
 SMOKE_STAND_INS = tuple(SMOKE_SIZES)
 
 
-def grid_sizes(pairs) -> list[SizeRef]:
-    return [SizeRef.of(p) for p in pairs]
-
-
-__all__ = ["GridSize", "SMOKE_STAND_INS", "grid_sizes"]
+__all__ = ["GridSize", "SMOKE_STAND_INS"]

@@ -1,7 +1,9 @@
 """Worker commands of the distributed benchmarks (run on every rank by impl.bench.worker_group):
 the all-reduce, the data-parallel training step of DDP, sharded-optimizer and FSDP rows (one
 function, `train_step`), its memory-probed and profiled variants, and the set-up of each row's
-model, wrapper and optimizer. A command is `fn(state, **kwargs)` on the rank's `WorkerState`.
+model, wrapper and optimizer. A command is `fn(state, **kwargs)` on the rank's `WorkerState` (the
+worker group's RankState with what these commands build: a group for them is made with
+`state_type=WorkerState`).
 
 Timed work is read with the clocks of impl.bench.timers on the rank's own device: the synchronised
 host clock for steps, CUDA events for kernel-level work (the all-reduce); the reply's `seconds`
@@ -10,31 +12,28 @@ is what the parent's SlowestRankClock adds up.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from impl.annotate import annotate
 from impl.bench.harness import reset_peak_memory
-from impl.bench.rank_memory import Allocated, NamedBytes, named_bytes
-from impl.bench.steps import build_model, random_batch
-from impl.bench.timers import make_timer
+from impl.workloads.rank_memory import Allocated, NamedBytes, named_bytes
+from impl.workloads.steps import build_model, random_batch
+from impl.bench.worker_group import RankState, Timed, timed
 from impl.bench.traces import SYNC, step_timeline
 from impl.distributed.release import Released
 from impl.model import AdamW, cross_entropy
 from impl.runtime import free_memory
+from impl.workloads.variants import DDPVariant, ShardVariant
 
 
 @dataclass
-class WorkerState:
-    """What a rank keeps between commands."""
+class WorkerState(RankState):
+    """What a rank keeps between these commands."""
 
-    rank: int
-    world_size: int
-    backend: str
-    device: torch.device
     model: torch.nn.Module | None = None
     model_key: tuple | None = None  # (size, context) the model was built for
     wrapper: Any = None  # a DDP / FSDP wrapper; None runs the bare model
@@ -43,12 +42,6 @@ class WorkerState:
     y: torch.Tensor | None = None
     active: bool = True  # False: this rank sits the row out (the single-GPU floor runs on rank 0)
     buffer: torch.Tensor | None = None  # the all-reduce's
-    clocks: dict = field(default_factory=dict)
-
-    def clock(self, kernel: bool):
-        if kernel not in self.clocks:
-            self.clocks[kernel] = make_timer(self.device, kernel)
-        return self.clocks[kernel]
 
     def drop(self, *names: str) -> None:
         """Forget `names` and free their memory. Post-accumulate-grad hooks that wrappers left on
@@ -61,11 +54,6 @@ class WorkerState:
         for name in names:
             setattr(self, name, None)
         free_memory()
-
-
-@dataclass
-class Timed:
-    seconds: float  # this rank's device-synchronised time of the command's timed work
 
 
 @dataclass
@@ -124,13 +112,6 @@ def sync_compute(device: torch.device) -> None:
     and keeps running, so an overlapped all-reduce is not counted as compute."""
     if device.type == "cuda":
         torch.cuda.current_stream(device).synchronize()
-
-
-def timed(state: WorkerState, fn: Callable[[], Any], kernel: bool) -> float:
-    clock = state.clock(kernel)
-    start = clock()
-    fn()
-    return clock() - start
 
 
 def train_step(state: WorkerState, memory: bool = False, named: bool = False) -> StepReply:
@@ -265,32 +246,30 @@ def _fresh_parameters(model: torch.nn.Module) -> None:
             m._parameters[name] = memo[id(p)]
 
 
-DDP_VARIANTS = ("single", "naive", "flat", "individual", "bucketed", "torch_ddp")
-
-
-def ddp_wrapper(model: torch.nn.Module, variant: str, bucket_mb: float | None):
+def ddp_wrapper(model: torch.nn.Module, variant: DDPVariant | str, bucket_mb: float | None):
     from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
 
-    if variant == "single":
+    V, variant = DDPVariant, DDPVariant.of(variant)
+    if variant is V.SINGLE:
         return None
-    if variant == "naive":
+    if variant is V.NAIVE:
         return DDPNaive(model)
-    if variant == "flat":
+    if variant is V.FLAT:
         return DDPFlat(model)
-    if variant == "individual":
+    if variant is V.INDIVIDUAL:
         return DDPIndividualParameters(model)
-    if variant == "bucketed":
+    if variant is V.BUCKETED:
         return DDPBucketed(model, bucket_size_mb=bucket_mb)
-    if variant == "torch_ddp":
+    if variant is V.TORCH_DDP:
         from torch.nn.parallel import DistributedDataParallel
 
         dev = next(model.parameters()).device
         kw = {} if bucket_mb is None else dict(bucket_cap_mb=bucket_mb)
         return DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None, **kw)
-    raise ValueError(f"variant must be one of {DDP_VARIANTS}, got {variant!r}")
+    raise AssertionError(f"no wrapper for {variant!r}")
 
 
-def ddp_setup(state: WorkerState, size: str, max_context: int, context: int, batch: int, variant: str,
+def ddp_setup(state: WorkerState, size: str, max_context: int, context: int, batch: int, variant: DDPVariant,
               bucket_mb: float | None = None, lr: float = 1e-4) -> DDPSetup:
     """Wrap the rank's model (one per worker, built for the largest context so every context
     reuses it) in `variant` with a fresh AdamW (impl.model). "single" (the single-GPU floor) runs
@@ -302,7 +281,7 @@ def ddp_setup(state: WorkerState, size: str, max_context: int, context: int, bat
     model = state.model
     model.zero_grad(set_to_none=True)
     _fresh_parameters(model)
-    state.active = variant != "single" or state.rank == 0
+    state.active = variant != DDPVariant.SINGLE or state.rank == 0
     state.wrapper = ddp_wrapper(model, variant, bucket_mb)
     state.optimizer = AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     state.x, state.y = _batch(state, batch, context)
@@ -324,28 +303,26 @@ class ShardSetup:
     largest_numel: int
 
 
-SHARD_VARIANTS = ("none", "sharded", "zero1", "torch_zero")
-
-
-def sharding(model: torch.nn.Module, variant: str, lr: float):
+def sharding(model: torch.nn.Module, variant: ShardVariant | str, lr: float):
     """(wrapper, optimizer) of one optimizer-state sharding configuration."""
     from impl.distributed.ddp import DDPIndividualParameters, DDPNaive
     from impl.distributed.sharded_optimizer import ShardedOptimizer, ZeRO1Optimizer
 
+    V, variant = ShardVariant, ShardVariant.of(variant)
     kw = dict(lr=lr, weight_decay=0.01)
-    if variant == "none":
+    if variant is V.NONE:
         return DDPIndividualParameters(model), AdamW(model.parameters(), **kw)
-    if variant == "sharded":
+    if variant is V.SHARDED:
         return DDPIndividualParameters(model), ShardedOptimizer(model.parameters(), AdamW, **kw)
-    if variant == "zero1":
+    if variant is V.ZERO1:
         # ZeRO-1 reduce-scatters the raw local grads itself: the wrapper only broadcasts at init.
         return DDPNaive(model, reduce_gradients=False), ZeRO1Optimizer(model.parameters(), AdamW, **kw)
-    if variant == "torch_zero":
+    if variant is V.TORCH_ZERO:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return DDPIndividualParameters(model), ZeroRedundancyOptimizer(
             model.parameters(), optimizer_class=torch.optim.AdamW, **kw)
-    raise ValueError(f"variant must be one of {SHARD_VARIANTS}, got {variant!r}")
+    raise AssertionError(f"no optimizer for {variant!r}")
 
 
 def optimizer_bytes(state: WorkerState) -> int | None:
@@ -353,7 +330,7 @@ def optimizer_bytes(state: WorkerState) -> int | None:
     return getattr(state.optimizer, "bytes_communicated_last_step", None)
 
 
-def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant: str,
+def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant: ShardVariant,
                 lr: float = 1e-4) -> ShardSetup:
     """A fresh model per config (ZeRO-1 re-points parameters into its flat buffer, so a model is
     not reusable across configs); memory measured from an emptied allocator."""
@@ -369,6 +346,6 @@ def shard_setup(state: WorkerState, size: str, context: int, batch: int, variant
                       largest_numel=max(p.numel() for p in params))
 
 
-__all__ = ["DDPSetup", "DDP_VARIANTS", "SHARD_VARIANTS", "ShardSetup", "StepMemory", "StepReply", "StepSummary",
-           "Timed", "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "optimizer_bytes",
+__all__ = ["DDPSetup", "ShardSetup", "StepMemory", "StepReply", "StepSummary",
+           "WorkerState", "allreduce", "ddp_setup", "fresh_model", "memory_step", "optimizer_bytes",
            "profiled_steps", "shard_setup", "step", "teardown", "train_step"]

@@ -283,7 +283,7 @@ def probe_block_memory(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
     """One probed forward + backward of a TransformerLM (gradients set to None first, as a
     training step's zero_grad leaves them, so the backward allocates them); the meter is the CUDA
     allocator's allocated bytes on a GPU, the ledger's live bytes elsewhere."""
-    from impl.bench.steps import autocast_ctx
+    from impl.workloads.steps import autocast_ctx
     from impl.model import cross_entropy
 
     meter = (lambda: torch.cuda.memory_allocated(x.device)) if x.device.type == "cuda" else None

@@ -20,7 +20,7 @@ PASS_ROUNDS = {"forward": "one forward pass of the attention (output dropped)",
 def attention_inputs(shape, dtype: str, device: torch.device, seed: int = 0, grad: bool = True):
     """Random q, k, v (requiring grad when `grad`) and an upstream gradient dO, all of `shape`;
     never zeros, which can time faster than real data."""
-    from impl.bench.steps import DTYPES
+    from impl.workloads.steps import DTYPES
 
     g = torch.Generator(device=device).manual_seed(seed)
     q, k, v, do = (torch.randn(shape, device=device, dtype=DTYPES[dtype], generator=g) for _ in range(4))

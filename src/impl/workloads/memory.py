@@ -3,7 +3,7 @@ the active-memory timeline with phase markers, its downsampling for the JSON, th
 size check and the largest allocations with the frames that made them.
 
 Phase boundaries are marked by a tiny allocation the suite makes itself inside `_phase_marker`
-(block boundaries, from impl.bench.block_memory's hooks, inside `_block_marker`); each is found
+(block boundaries, from impl.workloads.block_memory's hooks, inside `_block_marker`); each is found
 again in the allocator trace by that frame name, so no clock is compared with another (the
 trace's own timestamps and Python's clock need not agree).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from impl.model import cross_entropy
-from impl.bench.steps import autocast_ctx
+from impl.workloads.steps import autocast_ctx
 from impl.runtime import synchronize
 
 MARKER_FUNC = "_phase_marker"

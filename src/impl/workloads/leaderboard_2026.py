@@ -2,7 +2,7 @@
 forward, cross-entropy summed over tokens, backward, AdamW step; context 32,768, batch 2, bf16,
 causal, two GPUs), built for one rank.
 
-The step is impl.bench.steps.make_train_step's with: FlashAttention-2 (`flash_triton`, head dim
+The step is impl.workloads.steps.make_train_step's with: FlashAttention-2 (`flash_triton`, head dim
 128), the Linear weights in bf16 with fp32 masters in AdamWMaster, the fused chunked LM head +
 cross-entropy with reduction "sum" (full fp32 logits would be 32,768 × 2 × 151,936 × 4 B = 40 GB),
 and activation checkpointing per block (impl.checkpointing). With a process group of world size
@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from impl.bench.steps import TrainConfig, linear_weights, make_train_step, random_batch
+from impl.workloads.steps import TrainConfig, linear_weights, make_train_step, random_batch
 from impl.checkpointing import POLICIES, apply_checkpointing
 from impl.model import ModelConfig, TransformerLM, model_config
 

@@ -1,0 +1,95 @@
+"""One pytest run's bench state and the hooks that read it, as pytest-benchmark keeps its own
+(`config._benchmarksession`): impl.bench.plugin makes a `BenchSession` in pytest_configure, keeps
+it on `config.stash[SESSION]` and registers it as a plugin, so nothing lives in module globals and
+a second pytest run in one process (pytester, a unit test) starts clean."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from impl.bench.compare_baseline import write_compare_baseline
+from impl.bench.recorder import Recorder
+from impl.bench.runlock import DeviceBusy, RunLock
+from impl.bench import store
+
+_DEFAULT_STORAGE = ("file://./.benchmarks", "./.benchmarks", ".benchmarks")
+
+
+class BenchSession:
+    """What one pytest run records beside pytest-benchmark (the recorder), why it stopped early if
+    it did, what `--benchmark-compare` compares with, and the device lock while it holds one."""
+
+    def __init__(self, config):
+        self.config = config
+        self.recorder = Recorder(config)
+        self.compare_notes: list[str] = []
+        self.stop_reason: str | None = None
+        self.lock: RunLock | None = None
+        self.session: pytest.Session | None = None
+
+    def pin_paths(self) -> None:
+        """pytest-benchmark's paths are relative to the current folder: pinned to the repo, so a
+        run from perf/ reads and writes what one from the root does, and nothing lands outside out/
+        or .benchmarks. Run before pytest-benchmark reads its options (the plugin's tryfirst)."""
+        config, root = self.config, self.config.rootpath
+        if config.getoption("benchmark_storage", default=None) in _DEFAULT_STORAGE:
+            config.option.benchmark_storage = f"file://{root / '.benchmarks'}"
+        histograms = config.getoption("benchmark_histogram", default=None) or []
+        config.option.benchmark_histogram = [h if os.path.isabs(h) else str(root / "out" / "histograms" / h)
+                                             for h in histograms]
+        if config.getoption("benchmark_compare", default=[]) not in ([], None, False):
+            self.compare_notes.extend(write_compare_baseline(config))
+
+    # ---- hooks (this object is a registered plugin) -------------------------------------------
+    def pytest_report_header(self, config):
+        return [f"[bench] {note}" for note in self.compare_notes]
+
+    def pytest_sessionstart(self, session):
+        self.session = session
+
+    def pytest_collection_finish(self, session):
+        """A session that will time benchmarks takes the device's lock (impl.bench.runlock): a
+        second one would load the machine under the first one's timings."""
+        bs = getattr(session.config, "_benchmarksession", None)
+        if (bs is None or bs.disabled or bs.skip or self.lock is not None
+                or session.config.getoption("collectonly", default=False)):
+            return
+        if not any("benchmark" in getattr(item, "fixturenames", ()) for item in session.items):
+            return
+        lock = RunLock(session.config.rootpath / "out" / "locks", store.device_slug())
+        try:
+            lock.acquire()
+        except DeviceBusy as exc:
+            pytest.exit(f"refused: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        self.lock = lock
+
+    def pytest_unconfigure(self, config):
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:  # a failure in setup or teardown is an error; the store refuses either
+            self.recorder.failed.append(store.FailedTest(report.nodeid, report.when))
+
+    def pytest_keyboard_interrupt(self, excinfo):
+        self.stop_reason = "KeyboardInterrupt"
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if session.shouldstop and self.stop_reason is None:  # e.g. pytest-timeout's --session-timeout
+            self.stop_reason = str(session.shouldstop)
+
+    def pytest_benchmark_update_json(self, config, benchmarks, output_json):
+        """Beside pytest-benchmark's entries: the rows that did not run, and what impl.bench.store
+        needs to file the run (its device slug, and whether it was interrupted: such a run is not
+        stored)."""
+        session = self.session
+        stopped = self.stop_reason or (str(session.shouldstop) if session is not None and session.shouldstop else None)
+        output_json["not_run"] = [e.to_json() for e in self.recorder.not_run]
+        output_json["suite"] = dict(device_slug=store.device_slug(), interrupted=stopped is not None, why=stopped,
+                                    args=list(config.invocation_params.args),
+                                    failed=[dict(test=f.test, when=f.when) for f in self.recorder.failed])
+
+
+__all__ = ["BenchSession"]

@@ -1,0 +1,369 @@
+"""The types of the sweep grids (their values, per profile, are in impl.workloads.sweeps): one frozen
+dataclass per perf file's grid, so a grid is read by attribute and a missing or misspelt field fails
+at import, not in the middle of a GPU run. Sequences are tuples (a grid is a constant); sizes named
+by [edition, name] pairs are impl.model.SizeRef; variant and mode names are the StrEnums of
+impl.workloads.variants."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from impl.model import SizeRef
+from impl.workloads.variants import DDPVariant, FSDPVariant, ShardVariant, StepMode
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Relative errors allowed against the reference: the output's, and each gradient's."""
+
+    out: float
+    grad: float
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How a row of the grid is timed: untimed warm-up calls, then timed rounds."""
+
+    warmup: int
+    rounds: int
+
+
+@dataclass(frozen=True)
+class ScriptGrid(Rounds):
+    """benchmarking_script (2025): sizes x contexts x modes x dtypes."""
+
+    sizes: tuple[str, ...]
+    contexts: tuple[int, ...]
+    modes: tuple[StepMode, ...]
+    dtypes: tuple[str, ...]
+    batch: int
+
+
+@dataclass(frozen=True)
+class ScriptWarmupGrid:
+    """benchmarking_script (c): each warm-up count in `warmups`."""
+
+    sizes: tuple[str, ...]
+    contexts: tuple[int, ...]
+    modes: tuple[StepMode, ...]
+    dtypes: tuple[str, ...]
+    warmups: tuple[int, ...]
+    batch: int
+    rounds: int
+    left_out: str
+
+
+@dataclass(frozen=True)
+class Script2026Grid(Rounds):
+    """benchmarking_script (b) and benchmarking_mixed_precision (c), 2026: the modes timed per dtype."""
+
+    edition: str
+    sizes: tuple[str, ...]
+    context: int
+    batch: int
+    modes: dict[str, tuple[StepMode, ...]]
+
+
+@dataclass(frozen=True)
+class FreshWarmupGrid:
+    """benchmarking_script (c), 2026: each warm-up count in a fresh process."""
+
+    edition: str
+    sizes: tuple[str, ...]
+    context: int
+    batch: int
+    dtype: str
+    warmups: tuple[int, ...]
+    rounds: int
+    start_timeout_s: float
+    step_timeout_s: float
+    left_out: str
+
+
+@dataclass(frozen=True)
+class ProfiledStepsGrid:
+    """What nsys_profile's rows share: the timer's warm-up and rounds, the profiled steps, the
+    kernel table's length and the largest trace kept."""
+
+    dtype: str
+    batch: int
+    timer_warmup: int
+    timer_rounds: int
+    prof_warmup: int
+    prof_steps: int
+    top: int
+    trace_max_mb: float
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class NsysGrid(ProfiledStepsGrid):
+    sizes: tuple[str, ...]
+    contexts: tuple[int, ...]
+    trace: tuple[str, int]  # (size, context) whose trace is kept
+
+
+@dataclass(frozen=True)
+class Nsys2026Grid(ProfiledStepsGrid):
+    """The `n_sizes` largest `candidates` with `n_contexts` powers of two in [min_context,
+    max_context] whose step fits `headroom` of `device_bytes` (None: the device's)."""
+
+    edition: str
+    candidates: tuple[str, ...]
+    n_sizes: int
+    n_contexts: int
+    min_context: int
+    max_context: int
+    headroom: float
+    device_bytes: int | None
+
+
+@dataclass(frozen=True)
+class MixedPrecisionGrid(Rounds):
+    steps: int
+    autocast_dtypes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MemoryProfilingGrid(Rounds):
+    sizes: tuple[str, ...]
+    contexts: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    modes: tuple[StepMode, ...]
+    batch: int
+    snapshot_dtypes: tuple[str, ...]
+    max_points: int
+    artifacts: tuple[tuple[str, str, int, str, StepMode], ...]  # (edition, size, context, dtype, mode)
+    cases_2026: tuple[tuple[str, int], ...]  # (size of the 2026 table, context)
+    probe_layers: int
+    probe_top: int
+
+
+@dataclass(frozen=True)
+class CompileModelGrid:
+    sizes: tuple[str, ...]
+    contexts: tuple[int, ...]
+    modes: tuple[StepMode, ...]
+    dtype: str
+    batch: int
+    compile: str
+    dynamic_seq: bool
+    backend: str
+    warmup: int
+    rounds_min: int
+    rounds_max: int
+    row_s: float
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class CommAccountingGrid(Rounds):
+    fsdp_tokens: tuple[int, ...]
+    bucket_model_size: str
+    bucket_sizes_mb: tuple[float, ...]
+    bucket_o_s: float  # PLACEHOLDER input, not a measurement
+    bucket_w_Bps: float  # PLACEHOLDER input, not a measurement
+    world_sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MemoryAccountingGrid(Rounds):
+    sizes: tuple[str, ...]
+    batch: int
+    contexts: tuple[int, ...]
+    world_size: int
+
+
+@dataclass(frozen=True)
+class AttentionGrid(Rounds):
+    """pytorch_attention: naive attention per (d, seq)."""
+
+    batch: int
+    dims: tuple[int, ...]
+    seqs: tuple[int, ...]
+    dtype: str
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class CompiledAttentionGrid(AttentionGrid):
+    backend: str
+
+
+@dataclass(frozen=True)
+class KernelTiming(Rounds):
+    """Kernel rows: the harness's warm-up and rounds, and do_bench's cross-check."""
+
+    warmup_ms: float
+    rep_ms: float
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class FlashGrid(KernelTiming):
+    batch: int
+    seqs: tuple[int, ...]
+    dims: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    modes: tuple[str, ...]
+    impls: tuple[str, ...]
+    naive_max_seq: int
+    compiled_bwd_dims: tuple[int, ...]
+    autotune: bool
+
+
+@dataclass(frozen=True)
+class FlashShapesGrid(KernelTiming):
+    dims: tuple[int, ...]
+    causal: tuple[bool, ...]
+    shapes: tuple[tuple[int, int, int], ...]  # (batch, heads, seq)
+    modes: tuple[str, ...]
+    impls: tuple[str, ...]
+    dtype: str
+    compile: bool
+    tol: Tolerance
+
+
+@dataclass(frozen=True)
+class LeaderboardGrid(Rounds):
+    batch: int
+    heads: int
+    seq: int
+    d: int
+    dtype: str
+    compile: bool
+    tol: Tolerance
+
+
+@dataclass(frozen=True)
+class DistributedGrid(Rounds):
+    """A distributed perf file: its wall-clock budget and each command's timeout."""
+
+    budget_s: float
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class CommunicationGrid(DistributedGrid):
+    sizes_mb: tuple[float, ...]
+    runs: tuple[tuple[str, int], ...]  # (backend, processes)
+    left_out: str | None = None
+
+
+@dataclass(frozen=True)
+class DDPTrace:
+    """ddp_overlap_individual_parameters_benchmarking (b): the profiled rows' timelines."""
+
+    context: int
+    variants: tuple[tuple[DDPVariant, float | None], ...]  # (variant, bucket MB)
+    warmup: int
+    steps: int
+    max_intervals: int
+
+
+@dataclass(frozen=True)
+class DDPGrid(DistributedGrid):
+    sizes: tuple[SizeRef, ...]
+    world_size: int
+    configs: tuple[tuple[int, int], ...]  # (context, per-rank batch)
+    bucket_mb: tuple[float, ...]
+    bucketed_editions: tuple[str, ...]
+    variants: tuple[DDPVariant, ...]
+    trace: DDPTrace
+
+
+@dataclass(frozen=True)
+class ShardingGrid(DistributedGrid):
+    sizes: tuple[SizeRef, ...]
+    world_size: int
+    context: int
+    batch: int
+    variants: tuple[ShardVariant, ...]
+
+
+@dataclass(frozen=True)
+class FSDPGrid(DistributedGrid):
+    sizes: tuple[SizeRef, ...]
+    world_size: int
+    context: int
+    batch: int
+    variants: tuple[FSDPVariant, ...]
+    timeline_rows: int
+
+
+@dataclass(frozen=True)
+class PerRankMemoryGrid(Rounds):
+    size: SizeRef
+    world_size: int
+    context: int
+    batch: int
+    stages: dict[str, int]  # ZeRO stage of each variant's closed form
+
+
+@dataclass(frozen=True)
+class CheckpointDepth:
+    width: str
+    layers: tuple[int, ...]
+    batch: int
+    context: int
+    dtype: str
+    policies: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CheckpointCase2026:
+    edition: str
+    size: str
+    batch: int
+    context: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class CheckpointingGrid(Rounds):
+    size: str
+    batch: int
+    context: int
+    dtypes: tuple[str, ...]
+    depth: CheckpointDepth
+    edition_2026: CheckpointCase2026
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class TrainingStepGrid(Rounds):
+    sizes: tuple[str, ...]
+    contexts: tuple[int, ...]
+    configs: tuple[str, ...]  # named configs of impl.workloads.steps, in run order
+    batch: int
+    flash_impl: str
+    compile_backend: str
+    profiled: tuple[str, ...]
+    prof_warmup: int
+    top_kernels: int
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class FFNShape:
+    d_model: int
+    d_ff: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ParallelismGrid(DistributedGrid):
+    world_sizes: tuple[int, ...]
+    numels: tuple[int, ...]
+    ffn: FFNShape
+    mesh: tuple[int, int]  # (N_TP, N_FSDP)
+
+
+@dataclass(frozen=True)
+class Leaderboard2026Grid(Rounds):
+    config: str
+    layers: tuple[int, ...]
+    batch: int
+    context: int
+    policies: tuple[tuple[str, int | None], ...]  # (checkpointing policy, its k)
+    attn_impl: str
+    budget_s: float
