@@ -69,6 +69,9 @@ class LaunchRecorder:
         return out
 
 
+_REGISTRY: Dict[int, "FlashOptions"] = {}
+
+
 @dataclass(frozen=True)
 class FlashOptions:
     """How FlashAttentionTriton runs.
@@ -98,8 +101,13 @@ class FlashOptions:
     split_head_dim: bool = True
     direct_launch: bool = True
     recorder: Optional[LaunchRecorder] = field(default=None, compare=False, hash=False, repr=False)
+    key: int = field(default=0, init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
+        # The int the custom ops carry under torch.compile (a custom op takes no Python objects);
+        # every value is registered, so the ops' implementations find it (0: the module defaults).
+        object.__setattr__(self, "key", len(_REGISTRY) + 1)
+        _REGISTRY[self.key] = self
         if self.backward not in BACKWARD_KINDS:
             raise ValueError(f"unknown flash backward {self.backward!r}; expected one of {BACKWARD_KINDS}")
         if self.variant is not None and self.variant not in VARIANT_SETTINGS:
@@ -117,6 +125,10 @@ class FlashOptions:
             if n == name:
                 return shapes
         return None
+
+
+def options_by_key(key: int) -> FlashOptions:
+    return _REGISTRY[key]
 
 
 def with_configs(options: Optional[FlashOptions] = None, **lists) -> FlashOptions:

@@ -80,7 +80,7 @@ from impl.runtime import launch_ctx
 
 from .backward_choice import ShapeKey, resolve_backward
 from .flash_backward import compiled_flash_backward, flash_backward
-from .flash_options import BACKWARD_KINDS, FlashOptions, LaunchRecord, LaunchRecorder, with_configs
+from .flash_options import BACKWARD_KINDS, FlashOptions, LaunchRecord, LaunchRecorder, options_by_key, with_configs
 from .flash_torch import validate_inputs
 
 Tensor = torch.Tensor
@@ -942,24 +942,13 @@ def _kernel(name: str, options: "FlashOptions"):
     return tuner
 
 
-# Options travel through the custom ops as an int (a custom op takes no Python objects): each
-# FlashOptions value used under torch.compile is registered once, 0 is "the module defaults".
-_OPTIONS_BY_KEY: Dict[int, "FlashOptions"] = {}
-_KEY_BY_ID: Dict[int, int] = {}
-
-
 def _options_key(options: Optional["FlashOptions"]) -> int:
-    if options is None:
-        return 0
-    key = _KEY_BY_ID.get(id(options))
-    if key is None:
-        key = _KEY_BY_ID[id(options)] = len(_OPTIONS_BY_KEY) + 1
-        _OPTIONS_BY_KEY[key] = options  # kept alive, so its id is never reused
-    return key
+    """The int the custom ops carry for `options` (FlashOptions.key; 0: the module defaults)."""
+    return 0 if options is None else options.key
 
 
 def _options_of(key: int) -> "FlashOptions":
-    return _default_options if key == 0 else _OPTIONS_BY_KEY[key]
+    return _default_options if key == 0 else options_by_key(key)
 
 
 # ---------------------------------------------------------------------------
@@ -1289,19 +1278,19 @@ class FlashAttentionTriton(torch.autograd.Function):
             o, lse, _ = _forward(q, k, v, is_causal, options or _default_options)
         ctx.save_for_backward(lse, q, k, v, o)
         ctx.is_causal = is_causal
-        ctx.options = options
+        ctx.options_key = _options_key(options)  # ints and strs on ctx: plain for Dynamo
+        ctx.backward_kind = (options or _default_options).backward
         return o
 
     @staticmethod
     def backward(ctx, do: Tensor):
         lse, q, k, v, o = ctx.saved_tensors
-        options = ctx.options
-        kind = (options or _default_options).backward
+        kind = ctx.backward_kind
         if kind == "triton":
             if torch.compiler.is_compiling():
-                dq, dk, dv = flash_backward_op(q, k, v, o, do, lse, ctx.is_causal, None, _options_key(options))
+                dq, dk, dv = flash_backward_op(q, k, v, o, do, lse, ctx.is_causal, None, ctx.options_key)
             else:
-                dq, dk, dv, _ = _backward(q, k, v, o, do, lse, ctx.is_causal, options or _default_options)
+                dq, dk, dv, _ = _backward(q, k, v, o, do, lse, ctx.is_causal, _options_of(ctx.options_key))
         elif kind == "compiled":
             # Being compiled, the PyTorch backward is traced into the outer graph: Dynamo rejects
             # compiled_flash_backward's lazy torch.compile (a global store) inside the Function.
