@@ -5,6 +5,8 @@ the profiler annotations.
 
 Causal masking is top-left aligned (query i sees keys j <= i), like SDPA's is_causal.
 """
+import dataclasses
+import types
 import math
 import os
 
@@ -225,6 +227,11 @@ def log_gpu_case(test: str, **case) -> None:
                                     **{k: str(v) for k, v in case.items()})) + "\n")
 
 
+def set_flash_defaults(monkeypatch, **changes):
+    """Changes flash_triton's default FlashOptions for one test (monkeypatch restores them)."""
+    monkeypatch.setattr(flash_triton, "_default_options", dataclasses.replace(flash_triton.default_options(), **changes))
+
+
 @pytest.fixture
 def backward_variant():
     """Sets impl.attention.backward_choice's variant for one test (restored after it)."""
@@ -281,7 +288,7 @@ def test_triton_descriptor_and_pointer_paths(n_q, n_k, d, is_causal, dtype, monk
     """Both load paths of the kernels (tensor descriptors where the layout allows, pointers
     otherwise) are correct on ragged lengths and padded head dims, and the layout rule picks them.
     (On the GPU small problems take pointers by size: the threshold is lifted here.)"""
-    monkeypatch.setattr(flash_triton, "TMA_MIN_SCORES", 0)
+    set_flash_defaults(monkeypatch, tma_min_scores=0)
     q, k, v, do = make_inputs((1, 2, n_q, d), (1, 2, n_k, d), dtype, TRITON_DEVICE)
     assert flash_triton._tma_ok(q, k, v, do)
     try:
@@ -320,8 +327,7 @@ def test_triton_split_head_dims_match_reference(d, dtype, is_causal, variant, tm
     hi tile sits at column BLOCK_D of the same rows, so a wrong offset or a dropped half shows in
     every output. (The interpreter's bf16 dot is wrong: bf16 runs in the GPU test below.)"""
     backward_variant(variant)
-    monkeypatch.setattr(flash_triton, "TMA_MIN_SCORES", 0)
-    monkeypatch.setattr(flash_triton, "_USE_TMA", tma)
+    set_flash_defaults(monkeypatch, tma_min_scores=0, tma=tma)
     q, k, v, do = make_inputs((1, 2, 45, d), (1, 2, 30, d), dtype, TRITON_DEVICE, seed=d)
     assert flash_triton._tma_ok(q, k, v, do) == tma
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
@@ -616,6 +622,231 @@ def test_triton_autotune_pick_is_resolved_once_per_shape_key(monkeypatch):
     assert "BLOCK_M" in flash_triton.tuned_configs()["fwd"]
 
 
+# ----------------------------------------------------------------------------- options, launch records, direct launch
+
+@needs_triton
+def test_triton_options_are_per_call_and_records_name_what_ran():
+    """Two callers with different FlashOptions in one process: each call runs its own options
+    (variant, descriptors) and hands its LaunchRecord to its own recorder; the module defaults and
+    SPEC's apply(q, k, v, is_causal) are untouched."""
+    from impl.attention import FlashOptions, LaunchRecorder
+    q, k, v, do = make_inputs((1, 2, 40, 48), (1, 2, 40, 48), torch.float32, TRITON_DEVICE)
+    do = do.contiguous()
+    before = flash_triton.default_options()
+    rec_a, rec_b = LaunchRecorder(), LaunchRecorder()
+    a = FlashOptions(variant="atomic", tma=True, tma_min_scores=0, recorder=rec_a)
+    b = FlashOptions(variant="two_pass", tma=False, recorder=rec_b)
+    for opts in (a, b, a):
+        qq, kk, vv = (x.detach().requires_grad_(True) for x in (q, k, v))
+        FlashAttentionTriton.apply(qq, kk, vv, True, opts).backward(do)
+    assert rec_a.count == 4 and rec_b.count == 2
+    sa, sb = rec_a.summary(), rec_b.summary()
+    assert sa["bwd"] == "atomic" and "atomic" in sa and "dq" not in sa and sa["tma"] is True
+    assert sb["bwd"] == "two_pass" and {"dq", "dkdv"} <= set(sb) and sb["tma"] is False
+    assert sa["d_tiles"] == sb["d_tiles"] == "32+16"
+    assert flash_triton.default_options() is before
+    o, lse, rec = flash_triton.flash_attention_triton_forward_recorded(q, k, v, True, options=b)
+    assert rec.kind == "fwd" and rec.tma is False and dict(rec.configs).keys() == {"fwd"}
+    torch.testing.assert_close(o, FlashAttentionTriton.apply(q, k, v, True), rtol=0, atol=0)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True)  # options=None still works
+
+
+def test_flash_options_validate_and_hash_without_recorder():
+    from impl.attention import FlashOptions, LaunchRecorder
+    from impl.attention.flash_options import with_configs
+    with pytest.raises(ValueError, match="unknown flash backward"):
+        FlashOptions(backward="cuda-magic")
+    with pytest.raises(ValueError, match="variant"):
+        FlashOptions(variant="fused")
+    assert FlashOptions(recorder=LaunchRecorder()) == FlashOptions()
+    assert hash(FlashOptions(configs={"fwd": [(64, 64, 4, 3)]})) == hash(with_configs(fwd=[(64, 64, 4, 3)]))
+    assert with_configs(fwd=[(64, 64, 4, 3)]).config_list("fwd") == ((64, 64, 4, 3),)
+    with pytest.raises(ValueError, match="configs"):
+        FlashOptions(configs={"fwd": []})
+
+
+class _FakeCompiled:
+    """Stands in for a CompiledKernel: records the launcher calls a _Plan makes."""
+
+    def __init__(self, log):
+        self.log, self.function, self.packed_metadata = log, "fn", "packed"
+
+    @property
+    def run(self):
+        return lambda *a: self.log.append(("direct", a))
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+
+class _FakeJit:
+    def __init__(self, real, log):
+        self.real, self.log, self.arg_names = real, log, real.arg_names
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.log.append(("jit", args, kwargs))
+            return _FakeCompiled(self.log)
+        return run
+
+
+class _FakeTuner:
+    def __init__(self, real, log):
+        self.fn, self.log = _FakeJit(real.fn, log), log
+        self.best_config = real.configs[0]
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.log.append(("tune", args, kwargs))
+
+
+@needs_triton
+def test_direct_launch_plan_cache_is_keyed_on_everything_that_changes_the_kernel(monkeypatch):
+    """The direct-launch path (GPU only) driven on the CPU with stand-in kernels: a shape key's first
+    call goes through the autotuner, the second through JITFunction.run (making a plan), the third
+    launches the plan with every argument in the kernel's parameter order; a change of dtype, head
+    dim, causal, an int's value (strides: divisibility, ==1), a pointer's alignment, the TMA flag or
+    the options' configs gets a new plan, never a stale one."""
+    from impl.attention import FlashOptions
+    log = []
+    tuners = {}
+
+    def fake_kernel(name, options):
+        real = flash_triton._kernels()[name]
+        key = (name, options.config_list(name))
+        return tuners.setdefault(key, _FakeTuner(real, log))
+
+    monkeypatch.setattr(flash_triton, "_INTERPRETED", False)
+    monkeypatch.setattr(flash_triton, "_kernel", fake_kernel)
+    monkeypatch.setattr(flash_triton, "_driver", types.SimpleNamespace(
+        active=types.SimpleNamespace(get_current_stream=lambda idx: 0)))
+    monkeypatch.setattr(flash_triton, "_resolved", {})
+    monkeypatch.setattr(flash_triton, "_plans", {})
+    opts = FlashOptions(tma_min_scores=0)
+
+    def call(q, k, v, causal=True, options=opts):
+        log.clear()
+        flash_triton.flash_attention_triton_forward(q, k, v, causal, options=options)
+        return [entry[0] for entry in log]
+
+    q, k, v, _ = make_inputs((1, 2, 40, 64), (1, 2, 40, 64), torch.float32, "cpu")
+    assert call(q, k, v) == ["tune"]
+    assert call(q, k, v) == ["jit"]
+    assert call(q, k, v) == ["direct"]
+    n_args = len(flash_triton._attn_fwd.fn.arg_names)
+    assert len(log[0][1]) == 9 + n_args  # grid x3, stream, function, packed, metadata, hooks x2, then every param
+    names = flash_triton._attn_fwd.fn.arg_names
+    full = dict(zip(names, log[0][1][9:]))
+    assert full["IS_CAUSAL"] is True and full["HEAD_DIM"] == 64 and full["BLOCK_M"] == tuners[("fwd", None)].best_config.kwargs["BLOCK_M"]
+    assert full["Q"].data_ptr() == q.data_ptr() and full["N_K"] == 40
+    plans = len(flash_triton._plans)
+
+    variants = {
+        "dtype": make_inputs((1, 2, 40, 64), (1, 2, 40, 64), torch.float16, "cpu")[:3],
+        "head dim": make_inputs((1, 2, 40, 32), (1, 2, 40, 32), torch.float32, "cpu")[:3],
+        "seq (ints)": make_inputs((1, 2, 41, 64), (1, 2, 41, 64), torch.float32, "cpu")[:3],
+        "strides": tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)),
+        "alignment": tuple(torch.empty(t.numel() + 1, dtype=t.dtype)[1:].view(t.shape).copy_(t) for t in (q, k, v)),
+    }
+    for what, (a, b, c) in variants.items():
+        first = call(a, b, c)
+        assert first in (["tune"], ["jit"]), (what, first)  # a new key or a new plan, never "direct"
+        call(a, b, c)
+        assert call(a, b, c) == ["direct"], what
+        assert len(flash_triton._plans) == plans + 1, what
+        plans += 1
+    assert call(q, k, v, causal=False)[0] != "direct"
+    assert call(q, k, v, options=FlashOptions(tma=False))[0] != "direct"  # the TMA constexpr
+    other = FlashOptions(tma_min_scores=0, configs={"fwd": [(32, 32, 4, 2)]})
+    assert call(q, k, v, options=other) == ["tune"]  # another config list: another autotuner
+    assert call(q, k, v, options=FlashOptions(tma_min_scores=0, direct_launch=False)) == ["jit"]
+    assert call(q, k, v) == ["direct"]  # the first plan is still there
+
+
+def _fwd_bwd(q, k, v, do, causal, options):
+    q, k, v = (x.detach().requires_grad_(True) for x in (q, k, v))
+    o = FlashAttentionTriton.apply(q, k, v, causal, options)
+    o.backward(do)
+    return [o.detach(), q.grad, k.grad, v.grad]
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("tma", [False, True], ids=["pointers", "descriptors"])
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("shape_q,shape_k,causal,layout", [
+    ((1, 1, 128, 64), (1, 1, 128, 64), True, "contiguous"),
+    ((2, 3, 333, 80), (2, 3, 517, 80), False, "contiguous"),
+    ((1, 4, 300, 64), (1, 4, 300, 64), True, "strided"),
+    ((2, 2, 200, 96), (2, 2, 200, 96), True, "contiguous"),
+])
+def test_triton_gpu_direct_launch_matches_jit_launch(shape_q, shape_k, causal, layout, dtype, variant, tma,
+                                                     monkeypatch):
+    """The direct launch of a cached plan (third call of a key on) gives the same bits as Triton's
+    ordinary JIT launch of the same kernel and config (direct_launch=False), and is actually taken.
+    Atomic dQ sums in a nondeterministic order: dQ is compared with a tolerance there."""
+    from impl.attention import FlashOptions
+    q, k, v, do = make_inputs(shape_q, shape_k, dtype, "cuda")
+    if layout == "strided":  # (B, S, H, d) storage seen as (B, H, S, d)
+        q, k, v, do = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, do))
+    direct = FlashOptions(variant=variant, tma=tma, tma_min_scores=0, autotune=False)
+    jit = dataclasses.replace(direct, direct_launch=False)
+    launches = []
+    real = flash_triton._Plan.launch
+    monkeypatch.setattr(flash_triton._Plan, "launch", lambda self, *a: (launches.append(1), real(self, *a))[1])
+    ref = _fwd_bwd(q, k, v, do, causal, jit)
+    for _ in range(3):
+        got = _fwd_bwd(q, k, v, do, causal, direct)
+    assert launches, "the direct path was not taken"
+    for name, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
+        if name == "dq" and variant == "atomic":
+            torch.testing.assert_close(x, r, rtol=1e-2, atol=1e-2)
+        else:
+            assert torch.equal(x, r), name
+    check_against_reference(FlashAttentionTriton, q, k, v, do, causal)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
+def test_triton_gpu_direct_launch_survives_shape_changes(variant):
+    """Alternating shapes, layouts and dtypes between calls: each call's plan is its own (a stale
+    plan would read the wrong strides or lengths), every output equals the JIT launch's."""
+    from impl.attention import FlashOptions
+    direct = FlashOptions(variant=variant, autotune=False)
+    jit = dataclasses.replace(direct, direct_launch=False)
+    cases = [((1, 1, 128, 64), torch.bfloat16, True), ((2, 4, 257, 64), torch.bfloat16, True),
+             ((1, 2, 64, 128), torch.float16, False), ((1, 1, 128, 64), torch.float32, True)]
+    inputs = [make_inputs(s, s, dt, "cuda", seed=i) + (c,) for i, (s, dt, c) in enumerate(cases)]
+    refs = [_fwd_bwd(q, k, v, do, c, jit) for q, k, v, do, c in inputs]
+    for _ in range(3):
+        for (q, k, v, do, c), ref in zip(inputs, refs):
+            got = _fwd_bwd(q, k, v, do, c, direct)
+            for name, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
+                if name == "dq" and variant == "atomic":
+                    torch.testing.assert_close(x, r, rtol=1e-2, atol=1e-2)
+                else:
+                    assert torch.equal(x, r), (name, q.shape, q.dtype)
+
+
+@gpu
+@needs_cuda
+def test_triton_gpu_compiled_with_options_matches_eager():
+    """torch.compile through apply with explicit options (passed to the custom ops as an int)."""
+    from impl.attention import FlashOptions, LaunchRecorder
+    rec = LaunchRecorder()
+    opts = FlashOptions(variant="two_pass", autotune=False, recorder=rec)
+    q, k, v, do = make_inputs((1, 2, 256, 64), (1, 2, 256, 64), torch.bfloat16, "cuda")
+    compiled = torch.compile(lambda a, b, c: FlashAttentionTriton.apply(a, b, c, True, opts), fullgraph=True)
+    got = _fwd_bwd(q, k, v, do, True, opts)
+    q2, k2, v2 = (x.detach().requires_grad_(True) for x in (q, k, v))
+    o = compiled(q2, k2, v2)
+    o.backward(do)
+    for x, r in zip([o.detach(), q2.grad, k2.grad, v2.grad], got):
+        assert torch.equal(x, r)
+    assert rec.summary()["bwd"] == "two_pass"
+
+
 # Compiles the kernels for the H100 (sm_90) on the CPU in a subprocess (this one interprets them):
 # sm90(fn, ptrs, const, num_warps, num_stages) -> (PTX, ptxas's spill-store bytes); pointer arguments
 # typed by `ptrs` and 16-byte aligned, every stride along d 1, the constexprs `fn` takes from `const`.
@@ -902,8 +1133,7 @@ def test_triton_gpu_atomic_dq_reduction_paths(n_q, n_k, d, is_causal, dtype, dq_
     (the interpreter has no descriptor reductions: only the GPU runs the first); descriptors forced
     on at these small sizes."""
     backward_variant("atomic")
-    monkeypatch.setattr(flash_triton, "TMA_MIN_SCORES", 0)
-    monkeypatch.setattr(flash_triton, "ATOMIC_DQ_TMA", dq_tma)
+    set_flash_defaults(monkeypatch, tma_min_scores=0, atomic_dq_tma=dq_tma)
     q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
 
@@ -918,8 +1148,7 @@ def test_triton_gpu_split_head_dims_bf16(d, is_causal, variant, tma, monkeypatch
     """bf16 (which the interpreter cannot check) at the split head dims, ragged lengths, both
     backward variants, descriptors forced on at this size (dQ by bulk reduce-add) or off."""
     backward_variant(variant)
-    monkeypatch.setattr(flash_triton, "TMA_MIN_SCORES", 0)
-    monkeypatch.setattr(flash_triton, "_USE_TMA", tma)
+    set_flash_defaults(monkeypatch, tma_min_scores=0, tma=tma)
     q, k, v, do = make_inputs((2, 4, 333, d), (2, 4, 517, d), torch.bfloat16, "cuda")
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
     assert flash_triton.tuned_configs()["d_tiles"] == flash_triton._head_dim_label(d)

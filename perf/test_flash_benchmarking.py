@@ -25,8 +25,7 @@ the GPU the grid runs as two commands: `-k bf16` and `-k fp32`.
 import pytest
 import torch
 
-from impl.attention import (FlashAttentionTriton, attention_flops, naive_attention, set_flash_autotune,
-                            set_flash_backward)
+from impl.attention import FlashAttentionTriton, FlashOptions, attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
 from impl.workloads.attention import attention_inputs, measure_kernel, sdpa_anchor, sdpa_rejects
 from impl.bench.harness import Budget, set_up_or_oom
@@ -46,7 +45,9 @@ ROUND = {"fwd": "one causal attention forward",
 # would silently fall back to eager after a few sequence lengths.
 _LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
 setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT), 256))
-set_flash_autotune(G.autotune)
+# Ours, per impl: the Triton backward, or the torch.compile'd PyTorch one; passed per call.
+OPTIONS = {"flash_triton": FlashOptions(backward="triton", autotune=G.autotune),
+           "flash_triton_compiled_bwd": FlashOptions(backward="compiled", autotune=G.autotune)}
 
 CASES = [(dt, impl, d, s, m) for dt in G.dtypes for impl in G.impls for d in G.dims for s in G.seqs
          for m in G.modes if not (impl == "flash_triton_compiled_bwd" and m == "fwd")]
@@ -71,7 +72,8 @@ def cutoff(impl, dtype, d, seq) -> str | None:
 def forward_fn(impl, q, k, v):
     """(batch, seq, d) inputs; the SDPA anchors see them as (batch, 1, seq, d)."""
     if impl.startswith("flash_triton"):
-        return lambda: FlashAttentionTriton.apply(q, k, v, True)
+        options = OPTIONS[impl]
+        return lambda: FlashAttentionTriton.apply(q, k, v, True, options)
     if impl == "naive":
         return lambda: naive_attention(q, k, v, True)
     sdpa = sdpa_anchor(impl, causal=True)
@@ -113,7 +115,6 @@ def test_flash_benchmarking(bench, dtype, impl, d, seq, mode):
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
                       details=details)
         return
-    set_flash_backward("compiled" if impl == "flash_triton_compiled_bwd" else "triton")
     if impl == "flash_triton_compiled_bwd" and device.type != "cuda":
         details["note"] = "compiled_flash_backward runs the plain PyTorch backward on the CPU (no torch.compile)"
     if impl == "naive":  # its (seq, seq) matrices are the only large leftovers worth collecting

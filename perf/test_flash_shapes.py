@@ -14,6 +14,11 @@ Correctness per row: the first call's output (and input gradients, forward+backw
 in higher precision on the same inputs (fp32 on the GPU, fp64 math on the CPU); ours must stay
 within the grid's relative-error tolerances or the test fails, the anchors' errors are recorded.
 
+Host-cost rows (test_flash_host_cost, issue 36): one fwd+bwd call at the grid's tiny `host` shape
+(1 x 1 x 128, d 64, bf16, causal), each impl timed by impl.bench.timers.HostTimer (the host clock,
+no device synchronisation, one call per round): what the host pays to issue a call, where the
+device is idle most of it. config host=True tells them from kernel rows.
+
 Not run (the JSON's not_run list): OOM, a backend that rejects the config (unsupported), the
 compiled rows where the grid turns compilation off (the CPU smoke: compiling an interpreter kernel
 would time the interpreter; left out), and rows past the grid's budget (left out by budget; the
@@ -25,13 +30,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from impl.attention import (FlashAttentionTriton, attention_flops, get_flash_backward, set_flash_autotune,
-                            set_flash_backward)
+from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, attention_flops
 from impl.workloads.attention import (attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor,
-                                  sdpa_rejects)
+                                      sdpa_rejects)
 from impl.bench.harness import Budget, set_up_or_oom
-from impl.bench.timers import time_once
-from impl.bench.row import Status
+from impl.bench.timers import HostTimer, time_once
+from impl.bench.row import Metric, Status
 from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
@@ -46,8 +50,9 @@ ROUND = {"fwd": "one attention forward (batch × heads × seq × d)",
 # recompiles, beyond dynamo's default limit of 8.
 _LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
 setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT), 256))
-set_flash_backward("triton")
-set_flash_autotune(True)
+# Ours: autotuned, Triton backward, passed per call; RECORDER keeps what each call ran.
+RECORDER = LaunchRecorder()
+OPTIONS = FlashOptions(backward="triton", autotune=True, recorder=RECORDER)
 
 CASES = [(d, causal, tuple(shape), mode, impl) for d in G.dims for causal in G.causal
          for shape in G.shapes for mode in G.modes for impl in G.impls]
@@ -61,12 +66,12 @@ def _ids(case) -> str:
 
 def attention_fn(impl: str, causal: bool):
     if impl == "flash_triton":
-        return lambda q, k, v: FlashAttentionTriton.apply(q, k, v, causal)
+        return lambda q, k, v: FlashAttentionTriton.apply(q, k, v, causal, OPTIONS)
     if impl == "flash_triton_compiled":
         if "compiled" not in _STATE:
             _STATE["compiled"] = torch.compile(FlashAttentionTriton.apply)
         compiled = _STATE["compiled"]
-        return lambda q, k, v: compiled(q, k, v, causal)
+        return lambda q, k, v: compiled(q, k, v, causal, OPTIONS)
     return sdpa_anchor(impl, causal)
 
 
@@ -104,7 +109,7 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
     config = dict(impl=impl, mode=mode, batch=batch, heads=heads, seq=seq, d=d, causal=causal, dtype=dtype)
     details = dict(tol=asdict(G.tol))
     if impl in OURS:
-        details["backward"] = get_flash_backward()
+        details["backward"] = OPTIONS.backward
     if impl == "flash_triton_compiled" and not G.compile:
         bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT, details=details,
                       reason=f"torch.compile off in the {profile_name()} profile (impl.workloads.sweeps): compiling "
@@ -137,8 +142,7 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
     details["rel_err"] = errors
     del got
     if impl in OURS and device.type == "cuda":
-        from impl.attention.flash_triton import tuned_configs
-        details["tuned_configs"] = tuned_configs()
+        details["tuned_configs"] = RECORDER.summary()
     fn = attention_step(attn, mode, q, k, v, do)
     flops = attention_flops(batch * heads, seq, seq, d, is_causal=causal, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
@@ -146,3 +150,41 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
                    do_bench_warmup_ms=G.warmup_ms, do_bench_rep_ms=G.rep_ms)
     if impl in OURS:
         check(errors, G.tol)
+
+
+HOST = G.host
+
+
+@pytest.mark.parametrize("impl", G.impls)
+def test_flash_host_cost(bench, impl):
+    """Host time per fwd+bwd call at the tiny shape (HostTimer: no synchronisation, one call a round)."""
+    device = bench.device
+    batch, heads, seq = HOST.shape
+    d, causal, dtype = HOST.d, HOST.causal, HOST.dtype
+    config = dict(impl=impl, mode="fwd_bwd", batch=batch, heads=heads, seq=seq, d=d, causal=causal, dtype=dtype,
+                  host=True)
+    details = {"backward": OPTIONS.backward} if impl in OURS else {}
+    if impl == "flash_triton_compiled" and not G.compile:
+        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT, details=details,
+                      reason=f"torch.compile off in the {profile_name()} profile (impl.workloads.sweeps): compiling "
+                             "an interpreter kernel would time the interpreter")
+        return
+    attn = attention_fn(impl, causal)
+
+    def set_up():
+        (q, k, v, do), ref = problem_tensors((batch, heads, seq), d, causal, dtype, device)
+        fn = attention_step(attn, "fwd_bwd", q, k, v, do)
+        first_s = time_once(fn, device)  # compilation and autotuning happen here
+        return fn, first_s, (q, k, v), ref
+    got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=config, details=details,
+                        unsupported=sdpa_rejects(impl))
+    if got is None:
+        return
+    fn, first_s, (q, k, v), ref = got
+    details["rel_err"] = {name: rel_err(x, r) for name, x, r in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad),
+                                                                     ref[1:])}
+    if impl in OURS and device.type == "cuda":
+        details["tuned_configs"] = RECORDER.summary()
+    bench.measure(problem=PROBLEM, config=config, fn=fn, round="one attention forward and backward (host time)",
+                  warmup=HOST.warmup, rounds=HOST.rounds, details=details, clock=HostTimer(),
+                  metrics={Metric.FIRST_CALL_S: first_s})

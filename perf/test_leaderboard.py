@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from impl.attention import FlashAttentionTriton, attention_flops, set_flash_autotune, set_flash_backward
+from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, attention_flops
 from impl.workloads.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
 from impl.bench.timers import time_once
 from impl.bench.row import Status
@@ -31,17 +31,17 @@ CASES = [("flash_triton", "fwd_bwd"), ("flash_triton", "fwd"), ("sdpa_flash", "f
 ROUND = {"fwd": "one causal attention forward (16 heads × 16384 × 64 on the GPU)",
          "fwd_bwd": "one causal attention forward and backward, input gradients reset first"}
 _STATE: dict = {}  # the compiled function and the reference, built once per process
+RECORDER = LaunchRecorder()  # what our calls ran (configs, backward variant), for the rows' details
+OPTIONS = FlashOptions(backward="triton", autotune=True, recorder=RECORDER)
 
 
 def ours(device):
     """torch.compile(FlashAttentionTriton.apply) on the GPU; the plain Function on the CPU smoke
     (compiling a Triton-interpreter kernel there would time the interpreter, not the kernel)."""
     if "ours" not in _STATE:
-        set_flash_backward("triton")
-        set_flash_autotune(True)
         compile_ = G.compile and device.type == "cuda"
-        _STATE["ours"] = (torch.compile(FlashAttentionTriton.apply) if compile_ else FlashAttentionTriton.apply,
-                          compile_)
+        apply = torch.compile(FlashAttentionTriton.apply) if compile_ else FlashAttentionTriton.apply
+        _STATE["ours"] = (lambda q, k, v, is_causal: apply(q, k, v, is_causal, OPTIONS), compile_)
     return _STATE["ours"]
 
 
@@ -98,8 +98,7 @@ def test_leaderboard(bench, impl, mode):
     if impl == "flash_triton" and mode == "fwd_bwd":
         details["graph_breaks"] = sum(torch._dynamo.utils.counters["graph_break"].values())
     if impl == "flash_triton" and device.type == "cuda":
-        from impl.attention.flash_triton import tuned_configs
-        details["tuned_configs"] = tuned_configs()
+        details["tuned_configs"] = RECORDER.summary()
     fn = attention_step(attn, mode, q, k, v, do)
     flops = attention_flops(G.batch * G.heads, G.seq, G.seq, G.d, is_causal=True, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from .backward_choice import (backward_choices, backward_variant, choose_backward, last_backward_choice,
                               set_backward_variant)
 from .flash_backward import compiled_flash_backward, flash_backward
+from .flash_options import FlashOptions, LaunchRecord, LaunchRecorder
 from .flash_torch import FlashAttentionTorch, validate_inputs
 from .naive import naive_attention
 
@@ -69,8 +70,9 @@ _BACKWARD_KINDS = ("triton", "compiled")
 def set_flash_backward(kind: str) -> None:
     """Select FlashAttentionTriton's backward: "triton" (default) or "compiled".
 
-    Same as setting ``impl.attention.flash_triton.BACKWARD``. Which Triton backward runs (two-pass
-    or single-pass with atomic dQ) is set_backward_variant's choice.
+    Changes the module defaults (calls with options=None); new code passes
+    ``FlashOptions(backward=kind)``. Which Triton backward runs (two-pass or single-pass with atomic
+    dQ) is FlashOptions.variant / set_backward_variant's choice.
     """
     if kind not in _BACKWARD_KINDS:
         raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
@@ -112,6 +114,9 @@ __all__ = [
     "ATTENTION_NAMES",
     "FlashAttentionTorch",
     "FlashAttentionTriton",
+    "FlashOptions",
+    "LaunchRecord",
+    "LaunchRecorder",
     "attention_by_name",
     "attention_flops",
     "backward_choices",

@@ -38,14 +38,22 @@ Layout / conventions
   are loaded through tensor descriptors (TMA on Hopper: the copy engine computes
   addresses and zero-fills out-of-bounds rows and padded head-dim columns) when
   the layout allows it (unit stride along d, 16-byte aligned strides), else by
-  pointer arithmetic with masks; ``set_tma(False)`` forces the pointer path.
-* The backward implementation is chosen by the module-level ``BACKWARD``
-  (``"triton"``, the default, or ``"compiled"`` for the ``torch.compile``'d
-  PyTorch backward of :mod:`impl.attention.flash_backward`).
+  pointer arithmetic with masks; ``FlashOptions(tma=False)`` forces the pointer path.
+* Options are a value, :class:`impl.attention.flash_options.FlashOptions`, passed through the
+  call (``FlashAttentionTriton.apply(q, k, v, is_causal, options)``, the launchers' ``options=``);
+  None means the module defaults (``default_options()``; the old setters set_backward, set_tma,
+  set_autotune, use_configs replace those). What each call ran comes back as a LaunchRecord
+  (the ``*_recorded`` launchers return it; ``options.recorder`` receives it).
+* The backward implementation is ``options.backward``: ``"triton"`` (default) or ``"compiled"``
+  (the ``torch.compile``'d PyTorch backward of :mod:`impl.attention.flash_backward`).
+* Launch: a shape key's first call goes through the autotuner, the next through
+  ``JITFunction.run`` (which returns the compiled kernel), later ones call the compiled kernel's
+  launcher directly (``_Plan``; ``options.direct_launch``), skipping Triton's per-call argument
+  specialization. Under the interpreter every launch is an ordinary JIT call.
 * torch.compile: the two launchers are the custom ops ``impl_flash::triton_forward`` and
-  ``impl_flash::triton_backward`` (with fake implementations), so a graph through
-  FlashAttentionTriton (a whole model's, with ``fullgraph=True``) has no graph break; the
-  kernels run as opaque nodes of it.
+  ``impl_flash::triton_backward`` (with fake implementations; options as a registered int), so a
+  graph through FlashAttentionTriton (a whole model's, with ``fullgraph=True``) has no graph
+  break; the kernels run as opaque nodes of it.
 
 Autotuning: configs come from functions that check
 ``os.environ.get("TRITON_INTERPRET") == "1"`` at import time; under the
@@ -57,6 +65,7 @@ Importing this module never touches CUDA.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Callable, Dict, List, Optional, Tuple
@@ -64,18 +73,17 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import triton
 import triton.language as tl
+from triton import knobs as _knobs
+from triton.runtime import driver as _driver
 
 from impl.runtime import launch_ctx
 
-from .backward_choice import ShapeKey, last_backward_choice, resolve_backward
+from .backward_choice import ShapeKey, resolve_backward
 from .flash_backward import compiled_flash_backward, flash_backward
+from .flash_options import BACKWARD_KINDS, FlashOptions, LaunchRecord, LaunchRecorder, options_by_key, with_configs
 from .flash_torch import validate_inputs
 
 Tensor = torch.Tensor
-
-#: Backward implementation used by FlashAttentionTriton: "triton" or "compiled".
-BACKWARD = "triton"
-_BACKWARD_KINDS = ("triton", "compiled")
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -189,8 +197,9 @@ _FP32_WIDE_ATOMIC = (32, 32, 4, 2)
 SM90_MAX_SHARED = 232_448  # bytes a block may opt into on the H100 (227 KB)
 
 
-def _pinned_atomic_config(dtype: torch.dtype, d: int) -> Optional[triton.Config]:
-    block_d, d1 = _head_dim_tiles(d)
+def _pinned_atomic_config(dtype: torch.dtype, d: int,
+                          tiles: Optional[Tuple[int, int]] = None) -> Optional[triton.Config]:
+    block_d, d1 = tiles or _head_dim_tiles(d)
     return _config(_FP32_WIDE_ATOMIC) if dtype == torch.float32 and block_d + d1 > 96 else None
 
 _PRE_BLOCK_M = 32 if _interpreting() else 64
@@ -845,35 +854,26 @@ def _head_dim_tiles(d: int) -> Tuple[int, int]:
     return _block_d(d), 0
 
 
-def _head_dim_label(d: int) -> str:
-    """How head dim d is tiled, for tuned_configs(): "64+16" (split), "128 padded", or "64"."""
-    block_d, d1 = _head_dim_tiles(d)
+def _tiles(d: int, options: "FlashOptions") -> Tuple[int, int]:
+    """(BLOCK_D, D1) of head dim d under `options` (split_head_dim False: padded to a power of two)."""
+    return _head_dim_tiles(d) if options.split_head_dim else (_block_d(d), 0)
+
+
+def _tiles_label(d: int, block_d: int, d1: int) -> str:
     return f"{block_d}+{d1}" if d1 else f"{block_d}" if block_d == d else f"{block_d} padded"
 
 
-#: Tensor-descriptor (TMA) loads of the streamed tiles where the layout allows them (_tma_ok);
-#: switched off (set_tma), every launch takes the pointer path, which tests and probes compare.
-_USE_TMA = True
+def _head_dim_label(d: int) -> str:
+    """How head dim d is tiled, for launch records: "64+16" (split), "128 padded", or "64"."""
+    return _tiles_label(d, *_head_dim_tiles(d))
 
 
-def set_tma(enabled: bool) -> None:
-    global _USE_TMA
-    _USE_TMA = bool(enabled)
-
-
-#: Device-side descriptors cost host time per launch (Triton allocates their scratch memory at
-#: every launch): +~50 us per forward call on the H100's host, against kernels of a few us at
-#: small shapes (probes/flash_host_overhead.json). Below this many scores (batch·heads·n_q·n_k,
-#: i.e. one head of 8192 x 8192) the pointer path is used; above it the kernels run long enough
-#: for the copy engine's gain (5-15% of kernel time at the leaderboard shape) to win.
-TMA_MIN_SCORES = 1 << 26
-
-
-def _tma_ok(*tensors: Tensor) -> bool:
+def _tma_ok(*tensors: Tensor, options: Optional["FlashOptions"] = None) -> bool:
     """Tensor descriptors need a unit stride along d and 16-byte aligned bases and row strides
     (true for contiguous inputs and their head/sequence transposes whenever d * itemsize is a
-    multiple of 16); other layouts take the pointer path."""
-    if not _USE_TMA:
+    multiple of 16); other layouts take the pointer path. False when `options` (default: the
+    module defaults) switch descriptors off."""
+    if not (options or _default_options).tma:
         return False
     for t in tensors:
         size = t.element_size()
@@ -882,47 +882,162 @@ def _tma_ok(*tensors: Tensor) -> bool:
     return True
 
 
-def _tma_flag(scores: int, *tensors: Tensor) -> bool:
+def _tma_flag(scores: int, options: "FlashOptions", *tensors: Tensor) -> bool:
     """The TMA constexpr of one launch of `scores` (batch·heads·n_q·n_k) tile elements; sets Triton's
     allocator for the descriptors' scratch memory (a per-thread setting: the backward runs on
-    autograd's thread). The interpreter has no launch cost to weigh: it takes descriptors whenever
-    the layout allows, so the CPU tests run that path."""
-    tma = _tma_ok(*tensors) and (scores >= TMA_MIN_SCORES or not tensors[0].is_cuda)
-    if tma and tensors[0].is_cuda:
+    autograd's thread). Device-side descriptors cost host time per launch (Triton allocates their
+    scratch memory at every launch): +~50 us per forward call on the H100's host
+    (probes/flash_host_overhead.json), so below options.tma_min_scores (one head of 8192 x 8192 by
+    default) a GPU launch takes the pointer path. The interpreter has no launch cost to weigh: it
+    takes descriptors whenever the layout allows, so the CPU tests run that path."""
+    if not options.tma:
+        return False
+    cuda = tensors[0].is_cuda
+    if cuda and scores < options.tma_min_scores:  # the threshold first: it skips the layout checks
+        return False
+    tma = _tma_ok(*tensors, options=options)
+    if tma and cuda:
         device = tensors[0].device
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
     return tma
 
 
-#: The single-pass backward adds dQ through a descriptor (one bulk reduce-add of the tile,
-#: cp.reduce.async.bulk on Hopper) when its loads use descriptors; False: one atomic per element.
-#: The interpreter has no descriptor reductions, so the CPU tests run the pointer atomics only.
-ATOMIC_DQ_TMA = True
+# ---------------------------------------------------------------------------
+# Options -> kernels
+# ---------------------------------------------------------------------------
 
-# The autotuner's pick per (kernel, shape key), resolved once: later calls launch the JIT function
-# with it directly, skipping the autotuner's per-call key building (dicts of every argument, the
-# dtype of each tensor) and the grid lambda. Cleared with the lists (use_configs).
-_resolved: Dict[tuple, Tuple[triton.Config, dict]] = {}
-_last_config: Dict[str, triton.Config] = {}
-_last_head_dim: Dict[str, int] = {}  # "d": the head dim of the last forward or backward call
+#: Compatibility defaults used when a call passes options=None (set_backward, set_tma, set_autotune,
+#: use_configs replace this value; new code passes FlashOptions instead). Its recorder feeds
+#: tuned_configs(); launches whose options carry no recorder are recorded there too.
+_LAST = LaunchRecorder()
+_default_options = FlashOptions()
+
+_SAFE = {"fwd": _FWD_SAFE, "kv": _BWD_KV_SAFE, "q": _BWD_Q_SAFE, "atomic": _BWD_ATOMIC_SAFE}
+# Autotuners built for config lists other than the committed ones, keyed (kernel, list); each wraps
+# the same JITFunction as the module's autotuner, so compiled kernels are shared.
+_TUNERS: Dict[tuple, object] = {}
 
 
-def _launch(kernel, name: str, key: tuple, grid: Callable[[int, int], tuple], *args,
-            pinned: Optional[triton.Config] = None, **constexprs) -> None:
-    """Launch the autotuned `kernel` on grid(BLOCK_M, BLOCK_N). The first call of a shape key goes
-    through the autotuner (benchmarking its list there); later ones launch its pick. A `pinned`
-    config is launched as if the autotuner had picked it."""
-    hit = _resolved.get((name,) + key)
+def _kernels() -> Dict[str, object]:
+    return {"fwd": _attn_fwd, "kv": _attn_bwd_dkdv, "q": _attn_bwd_dq, "atomic": _attn_bwd_atomic}
+
+
+def _kernel(name: str, options: "FlashOptions"):
+    """The autotuner launching kernel `name` ("fwd", "kv", "q", "atomic") under `options`: the
+    module's (the committed list) unless options name a list or switch autotuning off. Under the
+    interpreter always the module's (one small config)."""
+    base = _kernels()[name]
+    if _INTERPRETED:
+        return base
+    shapes = options.config_list(name)
+    if shapes is None and not options.autotune:
+        shapes = (_SAFE[name],)
+    if shapes is None:
+        return base
+    tuner = _TUNERS.get((name, shapes))
+    if tuner is None:
+        extra = {"reset_to_zero": ["DQ"]} if name == "atomic" else {}
+        tuner = _TUNERS[(name, shapes)] = triton.autotune(configs=[_config(s) for s in shapes], key=_AUTOTUNE_KEY,
+                                                          prune_configs_by=_PRUNE, **extra)(base.fn)
+    return tuner
+
+
+def _options_key(options: Optional["FlashOptions"]) -> int:
+    """The int the custom ops carry for `options` (FlashOptions.key; 0: the module defaults)."""
+    return 0 if options is None else options.key
+
+
+def _options_of(key: int) -> "FlashOptions":
+    return _default_options if key == 0 else options_by_key(key)
+
+
+# ---------------------------------------------------------------------------
+# Launch: first calls through the autotuner / JIT, then the compiled kernel directly
+# ---------------------------------------------------------------------------
+
+# The autotuner's pick per (kernel, autotuner, shape key), resolved once: later calls skip the
+# autotuner's per-call key building. Value: (config, its kwargs, str(config) for records).
+_resolved: Dict[tuple, Tuple[triton.Config, dict, str]] = {}
+
+
+class _Plan:
+    """A compiled kernel and the constexpr tail of its arguments: launched by calling its launcher
+    the way JITFunction.run does after its cache hit (triton 3.6, runtime/jit.py), minus the
+    argument specialization and cache-key building that found it."""
+
+    __slots__ = ("kernel", "tail", "function", "packed")
+
+    def __init__(self, kernel, tail: tuple) -> None:
+        if hasattr(kernel, "result"):  # an async-compile future
+            kernel = kernel.result()
+        self.kernel = kernel
+        self.tail = tail
+        kernel.run  # noqa: B018 -- loads the module (_init_handles) so .function is set
+        self.function = kernel.function
+        self.packed = kernel.packed_metadata
+
+    def launch(self, grid: tuple, device_index: int, args: tuple) -> None:
+        kernel = self.kernel
+        stream = _driver.active.get_current_stream(device_index)
+        enter = _knobs.runtime.launch_enter_hook
+        full = args + self.tail
+        meta = None if enter is None else kernel.launch_metadata(grid, stream, *full)
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        kernel.run(grid[0], g1, g2, stream, self.function, self.packed, meta, enter,
+                   _knobs.runtime.launch_exit_hook, *full)
+
+
+# (resolved key, constexprs, every runtime int, each tensor's 16-byte alignment, device) -> _Plan.
+# Everything Triton specializes a compiled kernel on is in the key: the constexprs, the dtypes (in
+# the resolved key), each int (exact value: covers ==1, %16, i32/i64), each pointer's alignment.
+_plans: Dict[tuple, _Plan] = {}
+
+
+def _plan_key(rkey: tuple, constexprs: dict, args: tuple, device_index: int) -> tuple:
+    ints = []
+    aligned = []
+    for a in args:
+        if isinstance(a, Tensor):
+            aligned.append(a.data_ptr() & 15 == 0)
+        elif type(a) is int:
+            ints.append(a)
+    return (rkey, tuple(constexprs.values()), tuple(ints), tuple(aligned), device_index)
+
+
+def _launch(kernel, name: str, key: tuple, grid: Callable[[int, int], tuple], args: tuple, constexprs: dict,
+            options: "FlashOptions", pinned: Optional[triton.Config] = None) -> str:
+    """Launch the autotuned `kernel` on grid(BLOCK_M, BLOCK_N); returns str(config) of what ran. The
+    first call of a shape key goes through the autotuner (benchmarking its list there); later ones
+    launch its pick through JITFunction.run once (which compiles it and returns the compiled kernel,
+    kept as a plan), then through the plan (options.direct_launch; never under the interpreter,
+    which has no compiled kernel). A `pinned` config is launched as if the autotuner had picked it."""
+    rkey = (name, id(kernel)) + key
+    hit = _resolved.get(rkey)
     if hit is None and pinned is not None and not _INTERPRETED:
-        hit = _resolved[(name,) + key] = (pinned, pinned.all_kwargs())
+        hit = _resolved[rkey] = (pinned, pinned.all_kwargs(), str(pinned))
     if hit is None:
         kernel[lambda meta: grid(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **constexprs)
         config = kernel.best_config
-        _resolved[(name,) + key] = (config, config.all_kwargs())
-    else:
-        config, kwargs = hit
-        kernel.fn[grid(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])](*args, **constexprs, **kwargs)
-    _last_config[name] = config
+        hit = _resolved[rkey] = (config, config.all_kwargs(), str(config))
+        return hit[2]
+    config, kwargs, text = hit
+    g = grid(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
+    if _INTERPRETED or not options.direct_launch:
+        kernel.fn[g](*args, **constexprs, **kwargs)
+        return text
+    device_index = args[0].device.index
+    pkey = _plan_key(rkey, constexprs, args, device_index)
+    plan = _plans.get(pkey)
+    if plan is not None:
+        plan.launch(g, device_index, args)
+        return text
+    compiled = kernel.fn[g](*args, **constexprs, **kwargs)
+    if compiled is not None:
+        merged = {**constexprs, **config.kwargs}
+        names = kernel.fn.arg_names
+        _plans[pkey] = _Plan(compiled, tuple(merged[n] for n in names[len(args):]))
+    return text
 
 
 def _tune_key(q: Tensor, n_q: int, n_k: int, d: int, causal: bool) -> tuple:
@@ -930,50 +1045,50 @@ def _tune_key(q: Tensor, n_q: int, n_k: int, d: int, causal: bool) -> tuple:
     return (_seq_bucket(n_q, n_k), d, causal, q.dtype)
 
 
-def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tuple[Tensor, Tensor]:
-    """Run the forward kernel. Returns ``(o, lse)`` with ``lse`` of shape q.shape[:-1], fp32."""
+def _record(options: "FlashOptions", record: LaunchRecord) -> LaunchRecord:
+    (options.recorder or _LAST)(record)
+    return record
+
+
+# ---------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: "FlashOptions"):
     q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
-    causal = bool(is_causal)
     o4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     sm_scale = 1.0 / math.sqrt(d)
-    block_d, d1 = _head_dim_tiles(d)
-    _last_head_dim["d"] = d
-
+    block_d, d1 = _tiles(d, options)
+    tma = _tma_flag(B * H * n_q * n_k, options, k4, v4)
     with launch_ctx(q, "impl_flash::forward_kernel"):
-        _launch(_attn_fwd, "fwd", _tune_key(q, n_q, n_k, d, causal), lambda m, n: (_cdiv(n_q, m), B * H),
-                q4, k4, v4, o4, lse, *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
-                H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E,
-                HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=_tma_flag(B * H * n_q * n_k, k4, v4))
-    return o4.reshape(q.shape), lse.reshape(q.shape[:-1])
+        text = _launch(_kernel("fwd", options), "fwd", _tune_key(q, n_q, n_k, d, causal),
+                       lambda m, n: (_cdiv(n_q, m), B * H),
+                       (q4, k4, v4, o4, lse, *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
+                        H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale * LOG2E),
+                       dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma), options)
+    record = _record(options, LaunchRecord("fwd", (("fwd", text),), _tiles_label(d, block_d, d1), tma))
+    return o4.reshape(q.shape), lse.reshape(q.shape[:-1]), record
 
 
-def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
-                                    is_causal: bool = False,
-                                    variant: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
-    """Run the backward kernels. Returns ``(dq, dk, dv)`` in the input dtypes.
-
-    `variant` ("two_pass", "atomic", "auto"; None: the module setting,
-    impl.attention.backward_choice.set_backward_variant) picks the implementation; the choice is
-    recorded per shape (backward_choice.backward_choices)."""
+def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
+              options: "FlashOptions", variant: Optional[str] = None):
     q4, k4, v4, o4, do4 = (_as_4d(t) for t in (q, k, v, o, do))
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
-    causal = bool(is_causal)
-    kind = resolve_backward(ShapeKey(B * H, n_q, n_k, d, q.dtype, causal), variant)
-    for name in ("dq", "dkdv", "atomic"):  # tuned_configs() then names only this call's kernels
-        _last_config.pop(name, None)
+    kind = resolve_backward(ShapeKey(B * H, n_q, n_k, d, q.dtype, causal),
+                            variant if variant is not None else options.variant)
     lse3 = lse.reshape(B, H, n_q).contiguous()
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     dk4 = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
     dv4 = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
     sm_scale = 1.0 / math.sqrt(d)
-    block_d, d1 = _head_dim_tiles(d)
-    _last_head_dim["d"] = d
+    block_d, d1 = _tiles(d, options)
     key = _tune_key(q, n_q, n_k, d, causal)
-    tma = _tma_flag(B * H * n_q * n_k, q4, k4, v4, do4)
+    tma = _tma_flag(B * H * n_q * n_k, options, q4, k4, v4, do4)
+    bucket = _seq_bucket(n_q, n_k)
 
     def grid_kv(m, n):
         return (_cdiv(n_k, n), B * H)
@@ -981,122 +1096,172 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
     with launch_ctx(q, "impl_flash::backward_kernels"):
         if kind == "two_pass":
             dq4 = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+            const = dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma)
             # dQ first: it writes D, which the dK/dV kernel reads.
-            _launch(_attn_bwd_dq, "dq", key, lambda m, n: (_cdiv(n_q, m), B * H),
-                    q4, k4, v4, o4, do4, dq4, lse3, delta,
-                    *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *do4.stride(), *dq4.stride(),
-                    H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-                    HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma)
-            _launch(_attn_bwd_dkdv, "dkdv", key, grid_kv,
-                    q4, k4, v4, do4, dk4, dv4, lse3, delta,
-                    *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dk4.stride(), *dv4.stride(),
-                    H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-                    HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma)
+            dq_text = _launch(_kernel("q", options), "dq", key, lambda m, n: (_cdiv(n_q, m), B * H),
+                              (q4, k4, v4, o4, do4, dq4, lse3, delta,
+                               *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *do4.stride(), *dq4.stride(),
+                               H, n_q, n_k, bucket, sm_scale, sm_scale * LOG2E), const, options)
+            kv_text = _launch(_kernel("kv", options), "dkdv", key, grid_kv,
+                              (q4, k4, v4, do4, dk4, dv4, lse3, delta,
+                               *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dk4.stride(), *dv4.stride(),
+                               H, n_q, n_k, bucket, sm_scale, sm_scale * LOG2E), const, options)
+            configs = (("dq", dq_text), ("dkdv", kv_text))
         else:
             # fp32 inputs accumulate into dQ itself; 16-bit ones into an fp32 buffer, cast at the end.
             acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=q.device)
             _attn_bwd_preprocess[(_cdiv(n_q, _PRE_BLOCK_M), B * H)](
                 o4, do4, delta, acc, *o4.stride(), *do4.stride(), *acc.stride(), H, n_q,
                 HEAD_DIM=d, BLOCK_D=block_d, D1=d1, BLOCK_M=_PRE_BLOCK_M)
-            dq_tma = tma and ATOMIC_DQ_TMA and not _INTERPRETED and _tma_ok(acc)
-            _launch(_attn_bwd_atomic, "atomic", key, grid_kv,
-                    q4, k4, v4, do4, acc, dk4, dv4, lse3, delta,
-                    *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *acc.stride(), *dk4.stride(),
-                    *dv4.stride(), H, n_q, n_k, _seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E,
-                    pinned=_pinned_atomic_config(q.dtype, d),
-                    HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma, DQ_TMA=dq_tma)
+            dq_tma = tma and options.atomic_dq_tma and not _INTERPRETED and _tma_ok(acc, options=options)
+            text = _launch(_kernel("atomic", options), "atomic", key, grid_kv,
+                           (q4, k4, v4, do4, acc, dk4, dv4, lse3, delta,
+                            *q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *acc.stride(), *dk4.stride(),
+                            *dv4.stride(), H, n_q, n_k, bucket, sm_scale, sm_scale * LOG2E),
+                           dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma, DQ_TMA=dq_tma),
+                           options, pinned=_pinned_atomic_config(q.dtype, d, (block_d, d1)))
+            configs = (("atomic", text),)
             dq4 = acc if q.dtype == torch.float32 else acc.to(q.dtype)
-    return dq4.reshape(q.shape), dk4.reshape(k.shape), dv4.reshape(v.shape)
+    record = _record(options, LaunchRecord("bwd", configs, _tiles_label(d, block_d, d1), tma, kind))
+    return dq4.reshape(q.shape), dk4.reshape(k.shape), dv4.reshape(v.shape), record
 
 
-# The ops (any device: CUDA tensors, or CPU tensors under the interpreter). The fakes give what the
-# launchers return: new contiguous tensors of the input shapes (inputs may be strided), lse fp32.
-flash_forward_op = torch.library.custom_op("impl_flash::triton_forward", flash_attention_triton_forward,
-                                           mutates_args=())
-flash_backward_op = torch.library.custom_op("impl_flash::triton_backward", flash_attention_triton_backward,
-                                            mutates_args=())
+def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                                   options: Optional["FlashOptions"] = None) -> Tuple[Tensor, Tensor]:
+    """Run the forward kernel. Returns ``(o, lse)`` with ``lse`` of shape q.shape[:-1], fp32.
+    `options` None: the module defaults. The launch record goes to options.recorder (see
+    flash_attention_triton_forward_recorded for it returned)."""
+    o, lse, _ = _forward(q, k, v, bool(is_causal), options or _default_options)
+    return o, lse
+
+
+def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                                    is_causal: bool = False, variant: Optional[str] = None,
+                                    options: Optional["FlashOptions"] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """Run the backward kernels. Returns ``(dq, dk, dv)`` in the input dtypes.
+
+    `variant` ("two_pass", "atomic", "auto"; None: options.variant, then the module setting,
+    impl.attention.backward_choice.set_backward_variant) picks the implementation; the choice is
+    recorded per shape (backward_choice.backward_choices) and in the launch record."""
+    dq, dk, dv, _ = _backward(q, k, v, o, do, lse, bool(is_causal), options or _default_options, variant)
+    return dq, dk, dv
+
+
+def flash_attention_triton_forward_recorded(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                                            options: Optional["FlashOptions"] = None):
+    """flash_attention_triton_forward returning ``(o, lse, LaunchRecord)``."""
+    return _forward(q, k, v, bool(is_causal), options or _default_options)
+
+
+def flash_attention_triton_backward_recorded(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                                             is_causal: bool = False, variant: Optional[str] = None,
+                                             options: Optional["FlashOptions"] = None):
+    """flash_attention_triton_backward returning ``(dq, dk, dv, LaunchRecord)``."""
+    return _backward(q, k, v, o, do, lse, bool(is_causal), options or _default_options, variant)
+
+
+# The ops (any device: CUDA tensors, or CPU tensors under the interpreter) take the options as their
+# registered int (_options_key). The fakes give what the launchers return: new contiguous tensors of
+# the input shapes (inputs may be strided), lse fp32.
+def _forward_op_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                     options_key: int = 0) -> Tuple[Tensor, Tensor]:
+    o, lse, _ = _forward(q, k, v, bool(is_causal), _options_of(options_key))
+    return o, lse
+
+
+def _backward_op_impl(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                      is_causal: bool = False, variant: Optional[str] = None,
+                      options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    dq, dk, dv, _ = _backward(q, k, v, o, do, lse, bool(is_causal), _options_of(options_key), variant)
+    return dq, dk, dv
+
+
+flash_forward_op = torch.library.custom_op("impl_flash::triton_forward", _forward_op_impl, mutates_args=())
+flash_backward_op = torch.library.custom_op("impl_flash::triton_backward", _backward_op_impl, mutates_args=())
 
 
 @flash_forward_op.register_fake
-def _flash_forward_fake(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tuple[Tensor, Tensor]:
+def _flash_forward_fake(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                        options_key: int = 0) -> Tuple[Tensor, Tensor]:
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 @flash_backward_op.register_fake
 def _flash_backward_fake(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
-                         is_causal: bool = False, variant: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
+                         is_causal: bool = False, variant: Optional[str] = None,
+                         options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
+# ---------------------------------------------------------------------------
+# Compatibility: module-default setters (new code passes FlashOptions)
+# ---------------------------------------------------------------------------
+
+def default_options() -> "FlashOptions":
+    """The options a call with options=None runs with."""
+    return _default_options
+
+
+def set_default_options(options: "FlashOptions") -> None:
+    """Replace the module defaults (what set_backward/set_tma/set_autotune/use_configs change)."""
+    global _default_options
+    _default_options = options
+
+
 def set_backward(kind: str) -> None:
-    """Select the backward used by FlashAttentionTriton: "triton" or "compiled"."""
-    global BACKWARD
-    if kind not in _BACKWARD_KINDS:
-        raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
-    BACKWARD = kind
+    """Select the default backward of FlashAttentionTriton: "triton" or "compiled"."""
+    set_default_options(dataclasses.replace(_default_options, backward=kind))
+
+
+def set_tma(enabled: bool) -> None:
+    """Default tensor-descriptor loads on/off (FlashOptions.tma)."""
+    set_default_options(dataclasses.replace(_default_options, tma=bool(enabled)))
 
 
 def set_autotune(enabled: bool) -> None:
-    """Switch autotuning on (default) or off.
-
-    Off, every kernel uses one shared-memory-safe config: this keeps test suites that launch
-    many different shapes / head dims / dtypes from compiling and benchmarking every config for
-    each.  Under the interpreter there is only one config either way.
-    """
-    if enabled:
-        use_configs(**_FULL_CONFIGS)
-    else:
-        use_configs(fwd=[_config(_FWD_SAFE)], kv=[_config(_BWD_KV_SAFE)], q=[_config(_BWD_Q_SAFE)],
-                    atomic=[_config(_BWD_ATOMIC_SAFE)])
-
-
-def _kernels() -> Dict[str, object]:
-    return {"fwd": _attn_fwd, "kv": _attn_bwd_dkdv, "q": _attn_bwd_dq, "atomic": _attn_bwd_atomic}
+    """Switch autotuning on (default) or off in the defaults (FlashOptions.autotune; clears any
+    use_configs lists). Off, every kernel uses one shared-memory-safe config: this keeps test suites
+    that launch many different shapes / head dims / dtypes from compiling and benchmarking every
+    config for each. Under the interpreter there is only one config either way."""
+    set_default_options(dataclasses.replace(_default_options, autotune=bool(enabled), configs=None))
 
 
 def use_configs(fwd=None, kv=None, q=None, atomic=None) -> None:
-    """Replace the autotune lists of the forward, dK/dV, dQ and single-pass backward kernels
-    (``None`` keeps a list); entries are triton.Config or (BLOCK_M, BLOCK_N, num_warps, num_stages).
-    A one-entry list launches that config without benchmarking: how tools/probes/flash_tune.py
-    times each shape. Forgets the picks resolved so far."""
+    """Replace the default autotune lists of the forward, dK/dV, dQ and single-pass backward kernels
+    (``None`` keeps a list; FlashOptions.configs); entries are (BLOCK_M, BLOCK_N, num_warps,
+    num_stages) or triton.Config. Forgets the picks resolved so far."""
+    def shapes(lst):
+        if lst is None:
+            return None
+        return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+                if isinstance(c, triton.Config) else tuple(c) for c in lst]
     _resolved.clear()
-    _last_config.clear()
-    _last_head_dim.clear()
-    if _INTERPRETED:
-        return
-    lists = {"fwd": fwd, "kv": kv, "q": q, "atomic": atomic}
-    for name, kernel in _kernels().items():
-        if lists[name] is not None:
-            kernel.configs = [c if isinstance(c, triton.Config) else _config(c) for c in lists[name]]
-            kernel.cache.clear()
+    _plans.clear()
+    _LAST.clear()
+    lists = {"fwd": shapes(fwd), "kv": shapes(kv), "q": shapes(q), "atomic": shapes(atomic)}
+    set_default_options(with_configs(_default_options, **lists))
 
 
 def tuned_configs() -> dict:
-    """What the last calls ran, for a benchmark row's JSON: the config of each kernel launched
-    ("BLOCK_M: .., num_warps: .."; fwd, dq, dkdv for the two-pass backward, atomic for the
-    single-pass one), under "bwd", the backward variant of the last backward call, and under
-    "d_tiles" how the last call tiled its head dim (_head_dim_label: "64+16" split, "128 padded")."""
-    picks = {name: str(config) for name, config in _last_config.items()}
-    if "d" in _last_head_dim:
-        picks["d_tiles"] = _head_dim_label(_last_head_dim["d"])
-    last = last_backward_choice()
-    if last is not None:
-        picks["bwd"] = last[1]
-    return picks
+    """What the last calls ran (records of calls whose options carry no recorder), for a benchmark
+    row's JSON: the config of each kernel of the last forward and backward, "bwd" the backward
+    variant, "d_tiles" the head-dim tiling, "tma". Prefer a LaunchRecorder in FlashOptions."""
+    return _LAST.summary()
 
 
 def autotune_enabled() -> bool:
-    return _INTERPRETED or len(_attn_fwd.configs) > 1
-
-
-_FULL_CONFIGS = {name: list(kernel.configs) for name, kernel in _kernels().items()}
+    return _INTERPRETED or len(_kernel("fwd", _default_options).configs) > 1
 
 
 class FlashAttentionTriton(torch.autograd.Function):
-    """FlashAttention-2 with Triton forward and (by default) Triton backward."""
+    """FlashAttention-2 with Triton forward and (by default) Triton backward.
+
+    ``apply(q, k, v, is_causal=False, options=None)``: `options` a FlashOptions (None: the module
+    defaults)."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                options: Optional["FlashOptions"] = None) -> Tensor:
         validate_inputs(q, k, v, is_causal, for_triton=True)
         if not q.is_cuda and not _INTERPRETED:
             raise ValueError(
@@ -1107,40 +1272,62 @@ class FlashAttentionTriton(torch.autograd.Function):
         # The ops for torch.compile (one opaque graph node); eager calls the launcher itself: the
         # dispatcher's round trip cost ~110 us per call on the H100's host (probes/flash_host_overhead.json),
         # more than the kernel at small shapes.
-        forward = flash_forward_op if torch.compiler.is_compiling() else flash_attention_triton_forward
-        o, lse = forward(q, k, v, is_causal)
+        if torch.compiler.is_compiling():
+            o, lse = flash_forward_op(q, k, v, is_causal, _options_key(options))
+        else:
+            o, lse, _ = _forward(q, k, v, is_causal, options or _default_options)
         ctx.save_for_backward(lse, q, k, v, o)
         ctx.is_causal = is_causal
+        ctx.options_key = _options_key(options)  # ints and strs on ctx: plain for Dynamo
+        ctx.backward_kind = (options or _default_options).backward
         return o
 
     @staticmethod
     def backward(ctx, do: Tensor):
         lse, q, k, v, o = ctx.saved_tensors
-        kind = BACKWARD
+        kind = ctx.backward_kind
         if kind == "triton":
-            backward = flash_backward_op if torch.compiler.is_compiling() else flash_attention_triton_backward
-            dq, dk, dv = backward(q, k, v, o, do, lse, ctx.is_causal)
+            if torch.compiler.is_compiling():
+                dq, dk, dv = flash_backward_op(q, k, v, o, do, lse, ctx.is_causal, None, ctx.options_key)
+            else:
+                dq, dk, dv, _ = _backward(q, k, v, o, do, lse, ctx.is_causal, _options_of(ctx.options_key))
         elif kind == "compiled":
             # Being compiled, the PyTorch backward is traced into the outer graph: Dynamo rejects
             # compiled_flash_backward's lazy torch.compile (a global store) inside the Function.
             backward = flash_backward if torch.compiler.is_compiling() else compiled_flash_backward
             dq, dk, dv = backward(q, k, v, o, do, lse, ctx.is_causal)
         else:
-            raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
-        return dq, dk, dv, None
+            raise ValueError(f"unknown flash backward {kind!r}; expected one of {BACKWARD_KINDS}")
+        return dq, dk, dv, None, None
+
+
+def __getattr__(name: str):
+    # BACKWARD, _USE_TMA, TMA_MIN_SCORES, ATOMIC_DQ_TMA were module settings; read-only views now.
+    views = {"BACKWARD": "backward", "_USE_TMA": "tma", "TMA_MIN_SCORES": "tma_min_scores",
+             "ATOMIC_DQ_TMA": "atomic_dq_tma"}
+    if name in views:
+        return getattr(_default_options, views[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
-    "BACKWARD",
     "FlashAttentionTriton",
+    "FlashOptions",
+    "LaunchRecord",
+    "LaunchRecorder",
+    "autotune_enabled",
+    "default_options",
     "flash_attention_triton_backward",
+    "flash_attention_triton_backward_recorded",
     "flash_attention_triton_forward",
+    "flash_attention_triton_forward_recorded",
     "flash_backward_op",
     "flash_forward_op",
-    "autotune_enabled",
     "set_autotune",
     "set_backward",
+    "set_default_options",
     "set_tma",
     "tuned_configs",
     "use_configs",
+    "with_configs",
 ]

@@ -10,6 +10,7 @@ clock here first waits for the device:
   between two events is device time. For kernel-level rows (attention kernels, collectives),
   with enough iterations per round that a round is at least `MIN_KERNEL_ROUND_S` (≥ 1 ms, as
   the bench layer's contract asks, and long enough to pipeline the host's launches).
+- `HostTimer`: the host clock alone, no synchronisation: the host's cost per call (host-cost rows).
 """
 from __future__ import annotations
 
@@ -40,6 +41,17 @@ class SyncTimer:
 
     def __call__(self) -> float:
         synchronize(self.device)
+        return time.perf_counter()
+
+
+class HostTimer:
+    """The host clock without any device synchronisation: a round of calls timed by it is the
+    host's own cost of issuing them (argument handling, allocations, launches), not the device's
+    time; for host-cost rows, where the device is idle most of a call (flash_shapes' host row)."""
+
+    __name__ = "HostTimer"
+
+    def __call__(self) -> float:
         return time.perf_counter()
 
 

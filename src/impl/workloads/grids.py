@@ -212,6 +212,15 @@ class FlashGrid(KernelTiming):
 
 
 @dataclass(frozen=True)
+class HostCost(Rounds):
+    """One tiny attention shape whose fwd+bwd call is timed on the host clock (impl.bench.timers.HostTimer)."""
+    shape: tuple[int, int, int]  # (batch, heads, seq)
+    d: int
+    causal: bool
+    dtype: str
+
+
+@dataclass(frozen=True)
 class FlashShapesGrid(KernelTiming):
     dims: tuple[int, ...]
     causal: tuple[bool, ...]
@@ -221,6 +230,7 @@ class FlashShapesGrid(KernelTiming):
     dtype: str
     compile: bool
     tol: Tolerance
+    host: HostCost  # the host-cost row (issue 36)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from impl.model import MODEL_SIZES, MODEL_SIZES_2026, SizeRef
 from impl.workloads.grids import (
     AttentionGrid, CheckpointCase2026, CheckpointDepth, CheckpointingGrid, CommAccountingGrid, CommunicationGrid,
     CompiledAttentionGrid, CompileModelGrid, DDPGrid, DDPTrace, FFNShape, FlashGrid, FlashShapesGrid, FreshWarmupGrid,
-    FSDPGrid, Leaderboard2026Grid, LeaderboardGrid, MemoryAccountingGrid, MemoryProfilingGrid, MixedPrecisionGrid,
+    FSDPGrid, HostCost, Leaderboard2026Grid, LeaderboardGrid, MemoryAccountingGrid, MemoryProfilingGrid, MixedPrecisionGrid,
     NsysGrid, Nsys2026Grid, ParallelismGrid, PerRankMemoryGrid, Script2026Grid, ScriptGrid, ScriptWarmupGrid,
     ShardingGrid, Tolerance, TrainingStepGrid)
 from impl.workloads.variants import DDPVariant, FSDPVariant, ShardVariant, StepMode
@@ -215,12 +215,17 @@ GRIDS.update({
                                 modes=("fwd", "fwd_bwd"), impls=("flash_triton", "flash_triton_compiled", "sdpa_cudnn",
                                                                  "sdpa_flash"),
                                 dtype="bf16", compile=True, warmup=2, rounds=5, warmup_ms=5, rep_ms=25, budget_s=330,
-                                tol=Tolerance(out=1e-2, grad=2e-2)),
+                                tol=Tolerance(out=1e-2, grad=2e-2),
+                                # the host-cost row (issue 36): host time per fwd+bwd call at a tiny shape
+                                # (impl.bench.timers.HostTimer), ours eager and compiled beside both SDPA backends
+                                host=HostCost(shape=(1, 1, 128), d=64, causal=True, dtype="bf16", warmup=20,
+                                              rounds=200)),
         "smoke": FlashShapesGrid(dims=(16, 20), causal=(True, False), shapes=((1, 2, 32), (1, 2, 24)),
                                  modes=("fwd", "fwd_bwd"), impls=("flash_triton", "flash_triton_compiled", "sdpa_cudnn",
                                                                   "sdpa_flash"),
                                  dtype="fp32", compile=False, warmup=1, rounds=5, warmup_ms=10, rep_ms=40, budget_s=100,
-                                 tol=Tolerance(out=1e-4, grad=1e-4)),
+                                 tol=Tolerance(out=1e-4, grad=1e-4),
+                                 host=HostCost(shape=(1, 1, 32), d=16, causal=True, dtype="fp32", warmup=1, rounds=5)),
     },
 })
 # 2-3 distributed (issues 5, 6). MB = 2**20 bytes (as DDPBucketed's bucket_size_mb). budget_s is per

@@ -1,0 +1,145 @@
+"""What a FlashAttentionTriton call is told (FlashOptions) and what it reports back (LaunchRecord).
+
+Options are a frozen value passed through the call (``FlashAttentionTriton.apply(q, k, v, causal,
+options)``, the launchers' ``options=``); ``None`` means ``FlashOptions()``, the defaults. Two
+callers in one process can use different options: nothing is stored in module state except caches
+keyed on the options value.
+
+A launch record names what one forward or backward call ran: the config of each kernel, the
+backward variant, how the head dim was tiled, whether the streamed tiles used tensor descriptors.
+The launchers hand it to ``options.recorder`` (a :class:`LaunchRecorder`, which keeps the last
+record of each kind) when one is set.
+
+Pure Python: importing this module never touches Triton or CUDA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+ConfigShape = Tuple[int, int, int, int]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
+
+BACKWARD_KINDS = ("triton", "compiled")
+VARIANT_SETTINGS = ("auto", "two_pass", "atomic")
+CONFIG_KERNELS = ("fwd", "kv", "q", "atomic")
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One launcher call: ``kind`` "fwd" or "bwd"; ``configs``: kernel name ("fwd", "dq", "dkdv",
+    "atomic") -> str(triton.Config); ``variant``: the backward variant (None for the forward);
+    ``d_tiles``: the head-dim tiling label ("64", "64+16", "128 padded"); ``tma``: descriptors used."""
+
+    kind: str
+    configs: Tuple[Tuple[str, str], ...]
+    d_tiles: str
+    tma: bool
+    variant: Optional[str] = None
+
+
+class LaunchRecorder:
+    """Collects launch records: the last one of each kind, and a count."""
+
+    def __init__(self) -> None:
+        self.last: Dict[str, LaunchRecord] = {}
+        self.count = 0
+
+    def __call__(self, record: LaunchRecord) -> None:
+        self.last[record.kind] = record
+        self.count += 1
+
+    def clear(self) -> None:
+        self.last.clear()
+        self.count = 0
+
+    def summary(self) -> dict:
+        """The JSON shape of the old ``tuned_configs()``: each kernel's config of the last forward
+        and backward, "d_tiles" of the last call, "bwd" the last backward's variant, plus "tma"."""
+        out: Dict[str, object] = {}
+        for kind in ("fwd", "bwd"):
+            rec = self.last.get(kind)
+            if rec is None:
+                continue
+            out.update(dict(rec.configs))
+            out["d_tiles"] = rec.d_tiles
+            out["tma"] = rec.tma
+            if rec.variant is not None:
+                out["bwd"] = rec.variant
+        return out
+
+
+_REGISTRY: Dict[int, "FlashOptions"] = {}
+
+
+@dataclass(frozen=True)
+class FlashOptions:
+    """How FlashAttentionTriton runs.
+
+    backward: "triton" (our kernels) or "compiled" (torch.compile'd PyTorch backward).
+    variant: the Triton backward, "auto" (backward_choice's rule), "two_pass" or "atomic"; None:
+        backward_choice's module setting (set_backward_variant), for compatibility.
+    tma: tensor-descriptor loads where the layout allows; tma_min_scores: below this many scores
+        (batch·heads·n_q·n_k) a GPU launch takes the pointer path (descriptors cost host time).
+    atomic_dq_tma: the atomic backward adds dQ through a descriptor when its loads use them.
+    autotune: False = one shared-memory-safe config per kernel (fast test suites).
+    configs: per kernel ("fwd", "kv", "q", "atomic") a tuple of (BLOCK_M, BLOCK_N, warps, stages)
+        replacing its autotune list (one entry: launched without benchmarking); None = the list.
+    split_head_dim: tile d 48/80/96 as two power-of-two tiles (default) or pad to the next power.
+    direct_launch: after a shape key's first calls, launch the compiled kernels directly (no
+        JITFunction.run); False keeps every launch on Triton's ordinary path (tests compare them).
+    recorder: receives a LaunchRecord per launcher call (not part of equality or hashing).
+    """
+
+    backward: str = "triton"
+    variant: Optional[str] = None
+    tma: bool = True
+    tma_min_scores: int = 1 << 26
+    atomic_dq_tma: bool = True
+    autotune: bool = True
+    configs: Optional[Tuple[Tuple[str, Tuple[ConfigShape, ...]], ...]] = None
+    split_head_dim: bool = True
+    direct_launch: bool = True
+    recorder: Optional[LaunchRecorder] = field(default=None, compare=False, hash=False, repr=False)
+    key: int = field(default=0, init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The int the custom ops carry under torch.compile (a custom op takes no Python objects);
+        # every value is registered, so the ops' implementations find it (0: the module defaults).
+        object.__setattr__(self, "key", len(_REGISTRY) + 1)
+        _REGISTRY[self.key] = self
+        if self.backward not in BACKWARD_KINDS:
+            raise ValueError(f"unknown flash backward {self.backward!r}; expected one of {BACKWARD_KINDS}")
+        if self.variant is not None and self.variant not in VARIANT_SETTINGS:
+            raise ValueError(f"unknown flash backward variant {self.variant!r}; expected one of {VARIANT_SETTINGS}")
+        if self.configs is not None:
+            if isinstance(self.configs, dict):  # accept a dict, store a hashable tuple
+                object.__setattr__(self, "configs", tuple(sorted(
+                    (name, tuple(tuple(c) for c in shapes)) for name, shapes in self.configs.items())))
+            for name, shapes in self.configs:
+                if name not in CONFIG_KERNELS or not shapes:
+                    raise ValueError(f"configs: unknown kernel {name!r} or empty list; kernels {CONFIG_KERNELS}")
+
+    def config_list(self, name: str) -> Optional[Tuple[ConfigShape, ...]]:
+        for n, shapes in self.configs or ():
+            if n == name:
+                return shapes
+        return None
+
+
+def options_by_key(key: int) -> FlashOptions:
+    return _REGISTRY[key]
+
+
+def with_configs(options: Optional[FlashOptions] = None, **lists) -> FlashOptions:
+    """`options` with the autotune lists of the named kernels (fwd, kv, q, atomic) replaced by
+    `lists` (each a sequence of (BLOCK_M, BLOCK_N, warps, stages)); the others keep theirs."""
+    from dataclasses import replace
+    options = options or FlashOptions()
+    merged = dict(options.configs or ())
+    merged.update({name: tuple(tuple(c) for c in shapes) for name, shapes in lists.items() if shapes is not None})
+    return replace(options, configs=merged or None)
+
+
+__all__ = ["BACKWARD_KINDS", "CONFIG_KERNELS", "FlashOptions", "LaunchRecord", "LaunchRecorder", "VARIANT_SETTINGS",
+           "with_configs"]
