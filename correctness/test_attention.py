@@ -432,7 +432,7 @@ def test_triton_under_torch_compile(is_causal, kind, monkeypatch):
         return eager_only(*args)
 
     monkeypatch.setattr(flash_triton, "compiled_flash_backward", compiled_backward_eagerly)
-    monkeypatch.setattr(flash_triton, "BACKWARD", kind)
+    set_flash_defaults(monkeypatch, backward=kind)
 
     def f(q, k, v):
         return FlashAttentionTriton.apply(q, k, v, is_causal)
@@ -606,13 +606,14 @@ def test_triton_autotune_pick_is_resolved_once_per_shape_key(monkeypatch):
     q, k, v, _ = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, TRITON_DEVICE)
     flash_triton.use_configs()  # forgets the resolved picks
     calls = []
-    real_run = flash_triton._attn_fwd.run
+    tuner = flash_triton._kernel("fwd", flash_triton.default_options())  # the GPU's autotune-off tuner too
+    real_run = tuner.run
 
     def counting_run(*args, **kwargs):
         calls.append(kwargs.get("IS_CAUSAL"))
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(flash_triton._attn_fwd, "run", counting_run)
+    monkeypatch.setattr(tuner, "run", counting_run)
     first = flash_triton.flash_attention_triton_forward(q, k, v, True)
     second = flash_triton.flash_attention_triton_forward(q, k, v, True)
     assert calls == [True]

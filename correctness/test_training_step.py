@@ -579,7 +579,12 @@ def test_fast_cudagraphs_follows_fast():
     fast = _loss_curve(named_train_config("fast"), "inductor", "cuda")
     graphs = _loss_curve(named_train_config("fast+cudagraphs"), "inductor", "cuda")
     assert fast[-1] < 0.5 * fast[0]
-    assert ((graphs - fast).abs() / fast).max() < 1e-3
+    # fast is not bitwise repeatable (the flash backward may add dQ with atomics, in any order): a
+    # second fast run measures that noise, and a replay may differ from fast by twice it, at least 1e-3
+    # (run 24 on the H100: 1.2e-3 at step 50, where the loss is 0.39).
+    noise = ((_loss_curve(named_train_config("fast"), "inductor", "cuda") - fast).abs() / fast).max()
+    diff = ((graphs - fast).abs() / fast).max()
+    assert diff < max(1e-3, 2 * noise), f"cudagraphs vs fast {diff:.2e}; fast vs fast {noise:.2e}"
 
 
 def test_cudagraphs_compile_mode(monkeypatch):
