@@ -41,7 +41,7 @@ def _not_run(r) -> str | None:
 
 def figure(r, key, metric: Metric | None = None):
     """A figure of a distributed row: its Metric column, the mean of its timed steps
-    (details["steps"], impl.bench.dist_steps.StepSummary), a details key, or where the older
+    (details["steps"], impl.workloads.dist_steps.StepSummary), a details key, or where the older
     format kept it (its free-form metrics, impl.report.legacy)."""
     if metric is not None and not missing(r.get(f"m.{metric.value}")):
         return r[f"m.{metric.value}"]
