@@ -14,6 +14,7 @@ import pandas as pd
 from impl.attention.memory import flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Status
 from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 IMPL_LABELS = {
@@ -89,8 +90,7 @@ def pytorch_attention_table(d: pd.DataFrame) -> str:
         rows.append([int(dm), int(seq), cell(f), cell(b),
                      "–" if f is None or not ran(f) else num(f.get("m.tflops"), 2),
                      mem, gib(derived.before_backward), peak, gib(derived.backward_peak)])
-    return table(["d", "seq", "forward (ms)", "backward (ms)", "forward TFLOP/s", "in use before backward (GiB)",
-                  "derived (GiB)", "backward peak (GiB)", "derived peak (GiB)"], rows)
+    return table(macros("pytorch_attention.md.j2").table_header().split("|"), rows)
 
 
 def accounting_case(d: pd.DataFrame):
@@ -126,31 +126,16 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
         base = detail_of(r, "baseline_bytes")
         return "–" if v is None or base is None else gib(v - base - minus)
 
-    rows = [
-        ["Q, K, V (3 · b·s·d)", gib(m.qkv), ""],
-        ["output O and its gradient dO (2 · b·s·d)", gib(m.output + m.grad_output), ""],
-        ["softmax probabilities P (b·s·s), the one score-sized tensor saved", gib(m.scores_matrix), ""],
-        ["saved for backward (Q, K, V, P)", gib(m.saved_for_backward), ""],
-        ["**in use before backward** (saved + O + dO)", gib(m.before_backward),
-         measured(b, "memory_before_backward_bytes")],
-        ["forward peak (+ dO): scaled scores and P alive together", gib(m.forward_peak + m.grad_output),
-         measured(f, "peak")],
-        ["backward peak: P, dP, CUDA softmax backward's dP·P temporary and dS alive together, + dV",
-         gib(m.backward_peak), measured(b, "peak")],
-    ]
+    words = macros("pytorch_attention.md.j2")
+    derived = [m.qkv, m.output + m.grad_output, m.scores_matrix, m.saved_for_backward, m.before_backward,
+               m.forward_peak + m.grad_output, m.backward_peak]
+    measured_ = ["", "", "", "", measured(b, "memory_before_backward_bytes"), measured(f, "peak"), measured(b, "peak")]
+    rows = [[what, gib(x), y] for what, x, y in zip(words.accounting_rows().split("|"), derived, measured_)]
     share = m.scores_matrix / m.before_backward
     flash = flash_saved_for_backward(batch, seq, dm, dtype)
     total = d["row"].iloc[0].env.gpu_memory_bytes
-    head = (f"### Memory accounting: d {dm}, seq {seq} "
-            f"({'the smallest case that ran out of memory' if is_oom else 'the largest case; none ran out of memory'})")
-    prose = (f"Derived by `impl.attention.memory.naive_attention_memory` from the autograd graph (batch {batch}, "
-             f"{dtype}); measured = `torch.cuda.memory_allocated` / peak minus what was allocated before the inputs. "
-             f"The one (b, s, s) matrix is {pct(share)} of the memory in use before backward and grows with s²; "
-             f"the backward peak holds four of them (on CUDA, softmax backward forms dP·P as a temporary before "
-             f"writing dS; found with the allocator's C++ stacks, tools/probes/naive_memory.py). FlashAttention-2 keeps Q, K, V, O and the logsumexp "
-             f"instead: {gib(flash)} GiB for this case, linear in s. "
-             + (f"Device memory: {gib(total)} GiB." if total else ""))
-    return "\n\n".join([head, prose, table(["component", "derived (GiB)", "measured (GiB)"], rows)])
+    return "\n\n".join([words.accounting_head(dm, seq, is_oom), words.accounting_text(batch, dtype, share, flash, total),
+                        table(words.accounting_header().split("|"), rows)])
 
 
 # --- torch_compile (a) ---------------------------------------------------------------------------
@@ -175,9 +160,7 @@ def torch_compile_table(comp: pd.DataFrame, eager: pd.DataFrame) -> str:
         row += ["–" if x is None or not ran(x) or _rel(x, "memory_before_backward_bytes") is None
                 else gib(_rel(x, "memory_before_backward_bytes")) for x in (eb, cb)]
         rows.append(row)
-    return table(["d", "seq", "forward eager (ms)", "forward compiled (ms)", "compiled ÷ eager (same run)",
-                  "backward eager (ms)", "backward compiled (ms)", "compiled ÷ eager (same run)", "compile: 1st forward (s)", "compile: 1st backward (s)",
-                  "before backward eager (GiB)", "compiled (GiB)"], rows)
+    return table(macros("torch_compile.md.j2").a_table_header().split("|"), rows)
 
 
 # --- flash_benchmarking -------------------------------------------------------------------------------
