@@ -6,42 +6,32 @@ from __future__ import annotations
 from impl.report.pages import Problem
 from impl.workloads.problems import Problem as P, StoredGroup
 
-# The page (its file stem under reports/) of each problem; the index lists them in the enum's order.
-SLUGS: dict[P, str] = {
-    P.BENCHMARKING_SCRIPT: "benchmarking_script",
-    P.NSYS_PROFILE: "nsys_profile",
-    P.MIXED_PRECISION_ACCUMULATION: "mixed_precision",
-    P.BENCHMARKING_MIXED_PRECISION: "mixed_precision",
-    P.MEMORY_PROFILING: "memory_profiling",
-    P.GRADIENT_CHECKPOINTING: "gradient_checkpointing",
-    P.PYTORCH_ATTENTION: "pytorch_attention",
-    P.TORCH_COMPILE: "torch_compile",
-    P.FLASH_FORWARD: "flash_attention",
-    P.FLASH_BACKWARD: "flash_attention",
-    P.FLASH_BENCHMARKING: "flash_benchmarking",
-    P.LEADERBOARD: "leaderboard",
-    P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE: "distributed_communication",
-    P.NAIVE_DDP: "ddp",
-    P.NAIVE_DDP_BENCHMARKING: "ddp",
-    P.MINIMAL_DDP_FLAT_BENCHMARKING: "ddp",
-    P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: "ddp",
-    P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: "ddp",
-    P.DDP_OVERLAP_BUCKETED: "ddp",
-    P.DDP_BUCKETED_BENCHMARKING: "ddp",
-    P.COMMUNICATION_ACCOUNTING: "communication_accounting",
-    P.OPTIMIZER_STATE_SHARDING: "optimizer_sharding",
-    P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: "optimizer_sharding",
-    P.FSDP: "fsdp",
-    P.FSDP_ACCOUNTING: "fsdp",
-    P.ALTERNATE_RING_ALL_REDUCE: "parallelism_calcs",
-    P.DATA_PARALLEL_CALCS: "parallelism_calcs",
-    P.FSDP_CALCS: "parallelism_calcs",
-    P.TP_CALCS: "parallelism_calcs",
-    P.FSDP_TP_CALCS: "parallelism_calcs",
-    P.LEADERBOARD_2026: "leaderboard_2026",
-    P.TRAINING_STEP: "training_step",
-    P.FLASH_SHAPES: "flash_shapes",
+# Each page (its file stem under reports/) and the problems it answers; the index lists the problems
+# in the enum's order.
+PAGES: dict[str, tuple[P, ...]] = {
+    "benchmarking_script": (P.BENCHMARKING_SCRIPT,),
+    "nsys_profile": (P.NSYS_PROFILE,),
+    "mixed_precision": (P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MIXED_PRECISION),
+    "memory_profiling": (P.MEMORY_PROFILING,),
+    "gradient_checkpointing": (P.GRADIENT_CHECKPOINTING,),
+    "pytorch_attention": (P.PYTORCH_ATTENTION,),
+    "torch_compile": (P.TORCH_COMPILE,),
+    "flash_attention": (P.FLASH_FORWARD, P.FLASH_BACKWARD),
+    "flash_benchmarking": (P.FLASH_BENCHMARKING,),
+    "leaderboard": (P.LEADERBOARD,),
+    "distributed_communication": (P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE,),
+    "ddp": (P.NAIVE_DDP, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING, P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS,
+            P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, P.DDP_OVERLAP_BUCKETED, P.DDP_BUCKETED_BENCHMARKING),
+    "communication_accounting": (P.COMMUNICATION_ACCOUNTING,),
+    "optimizer_sharding": (P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
+    "fsdp": (P.FSDP, P.FSDP_ACCOUNTING),
+    "parallelism_calcs": (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS,
+                          P.FSDP_TP_CALCS),
+    "leaderboard_2026": (P.LEADERBOARD_2026,),
+    "training_step": (P.TRAINING_STEP,),
+    "flash_shapes": (P.FLASH_SHAPES,),
 }
+SLUGS: dict[P, str] = {p: slug for slug, ps in PAGES.items() for p in ps}
 
 PROBLEMS: list[Problem] = [Problem(p, p.edition_tag, SLUGS[p]) for p in P]
 
