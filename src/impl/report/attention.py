@@ -261,35 +261,13 @@ def leaderboard_table(d: pd.DataFrame) -> str:
         impl = r.cfg.impl
         label = IMPL_LABELS.get(impl, impl)
         if impl == "flash_triton":
-            label = ("torch.compile(FlashAttentionTriton.apply)" if detail_of(r, "compiled")
-                     else "FlashAttentionTriton.apply (not compiled)")
+            label = macros("leaderboard.md.j2").ours_label(bool(detail_of(r, "compiled")))
         s = status(r)
         rows.append([label, MODE_LABELS[r.cfg.mode], s or f"{median_ms(r):.3f}",
                      "–" if s else num(r.get("m.do_bench_ms"), 3), "–" if s else num(r.get("m.tflops"), 1),
                      "–" if s else pct(r.get("m.mfu")),
                      *[("–" if missing(err.get(k)) else f"{err[k]:.1e}") for k in ("out", "dq", "dk", "dv")]])
-    return table(["implementation", "pass", "ms (median)", "do_bench (ms)", "TFLOP/s", "MFU", "rel. err O",
-                  "dQ", "dK", "dV"], rows)
-
-
-def leaderboard_summary(d: pd.DataFrame) -> str:
-    e2e = d[(d.cfg.mode == "fwd_bwd") & d.apply(ran, axis=1)]
-    ours = e2e[e2e.cfg.impl == "flash_triton"]
-    anchors = e2e[e2e.cfg.impl != "flash_triton"]
-    if ours.empty or anchors.empty:
-        return ""
-    o = ours.iloc[0]
-    best = anchors.loc[anchors["median"].idxmin()]
-    tol = detail_of(o, "tol") or {}
-    breaks = f"Graph breaks under torch.compile: {detail_of(o, 'graph_breaks')}. " if detail_of(o, "compiled") else ""
-    peaks = o["row"].peaks
-    peak = (f"Matmul peak: {num(peaks.measured_flops / 1e12, 1)} TFLOP/s ({peaks.measured_dtype}, measured in the "
-            f"same run); MFU is against the datasheet dense bf16 peak." if peaks else "")
-    return (f"Ours (forward+backward) takes {median_ms(o):.3f} ms, {median_ms(o) / median_ms(best):.2f}× the time of the "
-            f"fastest anchor ({IMPL_LABELS[best.cfg.impl]}, {median_ms(best):.3f} ms). "
-            f"Relative errors are against SDPA in higher precision on the same inputs; ours must stay within "
-            f"{tol.get('out', float('nan')):.0e} (O) and {tol.get('grad', float('nan')):.0e} (gradients) or the "
-            f"test fails. {breaks}{peak}")
+    return table(macros("leaderboard.md.j2").table_header().split("|"), rows)
 
 
 def short_config(text: str) -> str:
