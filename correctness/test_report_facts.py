@@ -43,6 +43,18 @@ def test_index_tags_each_problem_with_the_editions_of_the_handouts():
         assert (set(p.edition.split(", ")) if p.edition != "suite" else set()) == got, (p.name, p.edition, got)
 
 
+def test_problem_names_are_defined_once_in_the_enum():
+    import json
+
+    from impl.report.pages.problems import PROBLEMS, SLUGS
+    from impl.workloads.problems import Edition, Problem
+
+    assert [p.name for p in PROBLEMS] == list(Problem) and set(SLUGS) == set(Problem)
+    assert all(p.name == p.name.value and json.dumps(p.name) == json.dumps(p.name.value) for p in PROBLEMS)
+    assert Problem("fsdp") is Problem.FSDP and Problem.FSDP.editions == (Edition.E2026,)
+    assert Problem.NAIVE_DDP.edition_tag == "2025, 2026" and all(p.label for p in Problem)
+
+
 def test_stored_group_alias_reads_as_the_handouts_problem(tmp_path):
     row = pd.DataFrame([dict(problem="ddp_overlap_bucketed_benchmarking", device="x")])
     ctx = Context(df=row, history=row.copy(), reports_dir=tmp_path, fig_dir=tmp_path)

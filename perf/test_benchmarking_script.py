@@ -11,13 +11,14 @@ import pytest
 
 from impl.workloads.dist_steps import WorkerState
 from impl.workloads.fresh_steps import PHASE_FIELDS, phased_train_step, set_up
+from impl.workloads.problems import Problem
 from impl.workloads.steps import ModelCache, build_model, make_step, memory_need, model_and_batch, random_batch
 from impl.workloads.sweeps import grid
 from impl.bench.worker_group import WorkerGroup, measure_on_ranks
 from impl.model import SizeRef
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 
-PROBLEM = "benchmarking_script"
+PROBLEM = Problem.BENCHMARKING_SCRIPT
 PROFILE = profile_name()
 MAIN = grid("benchmarking_script", PROFILE)
 WARMUP = grid("benchmarking_script_warmup", PROFILE)

@@ -9,6 +9,7 @@ import pytest
 from impl import accounting as acc
 from impl.model import MODEL_SIZES, VOCAB_SIZE, param_count
 from impl.runtime import profile_name
+from impl.workloads.problems import Problem, StoredGroup
 from impl.workloads.sweeps import grid
 
 PROFILE = profile_name()
@@ -59,7 +60,7 @@ CASES = {"xxl": xxl_results, "bucket_model": bucket_results, "comm_volumes": vol
 @pytest.mark.parametrize("case", list(CASES))
 def test_communication_accounting(bench, case):
     fn = CASES[case]
-    bench.measure(problem="communication_accounting", config=dict(case=case), fn=fn,
+    bench.measure(problem=Problem.COMMUNICATION_ACCOUNTING, config=dict(case=case), fn=fn,
                   round=f"computing the {case} tables (impl.accounting closed forms)", warmup=COMM.warmup,
                   rounds=COMM.rounds, details=dict(results=fn()))
 
@@ -81,6 +82,6 @@ def memory_results(size: str) -> dict:
 
 @pytest.mark.parametrize("size", MEM.sizes)
 def test_memory_accounting(bench, size):
-    bench.measure(problem="memory_accounting", config=dict(size=size), fn=lambda: memory_results(size),
+    bench.measure(problem=StoredGroup.MEMORY_ACCOUNTING, config=dict(size=size), fn=lambda: memory_results(size),
                   round=f"computing the memory_accounting table of {size} (impl.accounting closed forms)",
                   warmup=MEM.warmup, rounds=MEM.rounds, details=dict(results=memory_results(size)))

@@ -26,6 +26,7 @@ from impl.workloads import dist_steps
 from impl.workloads.dist_steps import StepSummary
 from impl.workloads.editions import GridSize
 from impl.bench.row import Metric, Status
+from impl.workloads.problems import Problem, StoredGroup
 from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
@@ -36,10 +37,11 @@ WS = G.world_size
 # smoke: gloo on the CPU (tiny); full: NCCL, one GPU per rank.
 BACKEND = "nccl" if PROFILE == "full" else "gloo"
 MAX_CONTEXT = max(c for c, _ in G.configs)
-ANCHORS = "ddp_benchmarking_anchors"
-PROBLEMS = dict(single=ANCHORS, torch_ddp=ANCHORS, naive="naive_ddp_benchmarking",
-                flat="minimal_ddp_flat_benchmarking", individual="ddp_overlap_individual_parameters_benchmarking",
-                bucketed="ddp_bucketed_benchmarking")
+ANCHORS = StoredGroup.DDP_BENCHMARKING_ANCHORS
+PROBLEMS = dict(single=ANCHORS, torch_ddp=ANCHORS, naive=Problem.NAIVE_DDP_BENCHMARKING,
+                flat=Problem.MINIMAL_DDP_FLAT_BENCHMARKING,
+                individual=Problem.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING,
+                bucketed=Problem.DDP_BUCKETED_BENCHMARKING)
 TRACE = G.trace
 
 

@@ -12,12 +12,13 @@ import pytest
 
 from impl.workloads import dist_steps
 from impl.bench.row import Metric, Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.distributed.collectives import algorithm_bandwidth, bus_bandwidth
 from impl.runtime import profile_name
 
-PROBLEM = "distributed_communication_single_node"
+PROBLEM = Problem.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
 G = grid(PROBLEM, profile_name())
 CASES = [(b, n, mb) for b, n in G.runs for mb in G.sizes_mb]
 

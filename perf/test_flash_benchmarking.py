@@ -31,10 +31,11 @@ from impl.workloads.attention import attention_inputs, measure_kernel, sdpa_anch
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import time_once
 from impl.bench.row import Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
-PROBLEM = "flash_benchmarking"
+PROBLEM = Problem.FLASH_BENCHMARKING
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G.budget_s)
 ROUND = {"fwd": "one causal attention forward",

@@ -36,10 +36,11 @@ from impl.workloads.attention import (attention_inputs, attention_step, measure_
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import HostTimer, time_once
 from impl.bench.row import Metric, Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
-PROBLEM = "flash_shapes"
+PROBLEM = Problem.FLASH_SHAPES
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G.budget_s)
 OURS = ("flash_triton", "flash_triton_compiled")

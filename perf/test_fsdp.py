@@ -44,12 +44,13 @@ from impl.workloads.dist_steps import StepSummary
 from impl.workloads.editions import GridSize
 from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Memory, Metric, Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.workloads.variants import FSDPVariant
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
-PROBLEM = "fsdp"
+PROBLEM = Problem.FSDP
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
 WS = G.world_size

@@ -18,11 +18,12 @@ from impl.checkpointing import BlockCallCounter, apply_checkpointing, measured_t
 from impl.model import Linear, SizeRef, TransformerLM, forward_flops
 from impl.bench.harness import Budget
 from impl.bench.row import Status
+from impl.workloads.problems import Problem
 from impl.workloads.steps import DTYPES, ModelCache, autocast_ctx, make_step, model_and_batch, random_batch
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.workloads.sweeps import grid
 
-PROBLEM = "gradient_checkpointing"
+PROBLEM = Problem.GRADIENT_CHECKPOINTING
 G = grid(PROBLEM, profile_name())
 D = G.depth
 E26 = G.edition_2026

@@ -20,10 +20,11 @@ from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, a
 from impl.workloads.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
 from impl.bench.timers import time_once
 from impl.bench.row import Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.runtime import first_line, free_memory, is_oom, profile_name
 
-PROBLEM = "leaderboard"
+PROBLEM = Problem.LEADERBOARD
 G = grid(PROBLEM, profile_name())
 # Ours first (its fwd+bwd row also pays compilation), then the anchors.
 CASES = [("flash_triton", "fwd_bwd"), ("flash_triton", "fwd"), ("sdpa_flash", "fwd_bwd"), ("sdpa_flash", "fwd"),

@@ -11,10 +11,11 @@ from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import time_once
 from impl.workloads.leaderboard_2026 import StepSpec, build_step
 from impl.bench.row import Metric, Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
-PROBLEM = "leaderboard_2026"
+PROBLEM = Problem.LEADERBOARD_2026
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G.budget_s)
 CASES = [(policy, k, layers) for policy, k in G.policies for layers in G.layers]

@@ -23,6 +23,7 @@ from impl.workloads.block_memory import BlockProbe, probe_block_memory
 from impl.workloads.memory import (MemoryRecorder, largest_allocations, match_allocation, phased_step,
                                residual_stream_bytes, timeline_data)
 from impl.bench.harness import set_up_or_oom
+from impl.workloads.problems import Problem
 from impl.workloads.steps import ModelCache, make_step, model_and_batch, random_batch
 from impl.bench.row import Status
 from impl.model import TransformerLM
@@ -120,7 +121,7 @@ def test_memory_profiling(bench, case: Case):
     details = dict(residual_bytes={str(b): residual_stream_bytes(batch, case.context, m.d_model, b) for b in (4, 2)},
                    residual_derivation=dict(batch=batch, context=case.context, d_model=m.d_model, bytes_per_elem=4),
                    closed_form=_closed_form(case, batch), snapshot=None)
-    got = model_and_batch(bench, MODELS, problem="memory_profiling", config=config, size=case.size.build_name,
+    got = model_and_batch(bench, MODELS, problem=Problem.MEMORY_PROFILING, config=config, size=case.size.build_name,
                           context_length=max(c.context for c in CASES), batch=batch, context=case.context,
                           details=details)
     if got is None:
@@ -128,7 +129,7 @@ def test_memory_profiling(bench, case: Case):
     model, x, y = got
     optimizer = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01) if case.mode == "train_step" else None
     fn, setup = make_step(case.mode, model, x, y, case.dtype, optimizer)
-    row = bench.measure(problem="memory_profiling", config=config, fn=fn, setup=setup, round=ROUND[case.mode],
+    row = bench.measure(problem=Problem.MEMORY_PROFILING, config=config, fn=fn, setup=setup, round=ROUND[case.mode],
                         warmup=G.warmup, rounds=G.rounds, details=details)
     info, measured = row.details, row.status is Status.MEASURED
     if measured and device.type != "cuda":
@@ -164,12 +165,12 @@ def test_memory_profiling_block_probe(bench, case: Case):
         torch.manual_seed(0)
         model = TransformerLM(**m.replace(num_layers=layers), context_length=case.context, device=device)
         return (model, *random_batch(model, batch, case.context, device))
-    got = set_up_or_oom(bench, build, problem="memory_profiling", config=config, details=details)
+    got = set_up_or_oom(bench, build, problem=Problem.MEMORY_PROFILING, config=config, details=details)
     if got is None:
         return
     model, x, y = got
     fn, setup = make_step("forward_backward", model, x, y, case.dtype)
-    row = bench.measure(problem="memory_profiling", config=config, fn=fn, setup=setup, round=ROUND[case.mode],
+    row = bench.measure(problem=Problem.MEMORY_PROFILING, config=config, fn=fn, setup=setup, round=ROUND[case.mode],
                         warmup=G.warmup, rounds=G.rounds, details=details)
     info = row.details
     if row.status is Status.MEASURED:

@@ -8,6 +8,7 @@ forward and backward under autocast with its dtype hooks): the results are the p
 are what those computations cost on this device."""
 import pytest
 
+from impl.workloads.problems import Problem
 from impl.workloads.steps import DTYPES
 from impl.workloads.sweeps import grid
 from impl.model.toy import EXACT_SUM, accumulation_errors, accumulation_loops, format_facts, toy_autocast_dtypes
@@ -20,7 +21,7 @@ def test_mixed_precision_accumulation(bench):
     steps = G.steps
     values = accumulation_loops(steps)
     errors = accumulation_errors(values)
-    bench.measure(problem="mixed_precision_accumulation", config=dict(steps=steps),
+    bench.measure(problem=Problem.MIXED_PRECISION_ACCUMULATION, config=dict(steps=steps),
                   fn=lambda: accumulation_loops(steps), round=f"the four accumulation loops, {steps} additions each",
                   warmup=G.warmup, rounds=G.rounds, details=dict(values=values, errors=errors, exact=EXACT_SUM))
     assert errors["fp32 += fp32"] < errors["fp32 += fp16"] < errors["fp16 += fp16"]
@@ -31,7 +32,7 @@ def test_benchmarking_mixed_precision_dtypes(bench, autocast_dtype):
     """(a) dtypes seen under autocast on this run's device; (b)'s format facts from torch.finfo."""
     dtype = DTYPES[autocast_dtype]
     seen = toy_autocast_dtypes(bench.device, dtype)
-    bench.measure(problem="benchmarking_mixed_precision", config=dict(autocast_dtype=autocast_dtype),
+    bench.measure(problem=Problem.BENCHMARKING_MIXED_PRECISION, config=dict(autocast_dtype=autocast_dtype),
                   fn=lambda: toy_autocast_dtypes(bench.device, dtype),
                   round="the toy model built, then one forward and backward under autocast with dtype hooks",
                   warmup=G.warmup, rounds=G.rounds, details=dict(dtypes=seen, formats=format_facts()))

@@ -27,6 +27,7 @@ from impl.bench.harness import Budget
 from impl.bench.timers import time_once
 from impl.workloads.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
 from impl.bench.row import Status
+from impl.workloads.problems import Problem
 from impl.workloads.steps import ModelCache, device_memory_bytes, fitting_contexts, memory_need, model_and_batch
 from impl.runtime import default_device, first_line, free_memory, is_oom, profile_name
 from impl.workloads.sweeps import grid
@@ -104,17 +105,17 @@ def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, con
     batch, dtype = g.batch, g.dtype
     shape = ref.config
     if budget.exhausted():
-        bench.not_run(problem="nsys_profile", config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=budget.reason(),
-                      details=details)
+        bench.not_run(problem=Problem.NSYS_PROFILE, config=config, status=Status.LEFT_OUT_BY_BUDGET,
+                      reason=budget.reason(), details=details)
         return
-    got = model_and_batch(bench, MODELS, problem="nsys_profile", config=config, size=ref,
+    got = model_and_batch(bench, MODELS, problem=Problem.NSYS_PROFILE, config=config, size=ref,
                           context_length=context_length, batch=batch, context=context, details=details)
     if got is None:
         return
     model, x, y = got
     # (a) the Python timer on the same forward the profile's "forward" range holds
     fn, grad, timer_oom = _timer_forward(model, x, y, dtype)
-    row = bench.measure(problem="nsys_profile", config=config, fn=fn, warmup=max(1, g.timer_warmup - 1),
+    row = bench.measure(problem=Problem.NSYS_PROFILE, config=config, fn=fn, warmup=max(1, g.timer_warmup - 1),
                         rounds=g.timer_rounds,
                         round="one training forward with the loss" if grad else "one forward with the loss, no grad",
                         details=dict(details or {}, timer_forward="training" if grad else "no_grad",

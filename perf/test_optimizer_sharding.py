@@ -34,11 +34,12 @@ from impl.workloads import dist_steps
 from impl.workloads.dist_steps import ShardSetup, StepReply, StepSummary
 from impl.workloads.editions import GridSize
 from impl.bench.row import Memory, Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
 
-PROBLEM = "optimizer_state_sharding_accounting"
+PROBLEM = Problem.OPTIMIZER_STATE_SHARDING_ACCOUNTING
 PROFILE = profile_name()
 G = grid(PROBLEM, PROFILE)
 WS = G.world_size

@@ -16,6 +16,7 @@ import pytest
 from impl import parallelism_calcs as pc
 from impl.workloads import parallelism_steps as ps
 from impl.bench.row import Metric, Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
 from impl.runtime import profile_name
@@ -47,7 +48,7 @@ def _expect(volume: float, steps: int, symbolic: str) -> dict:
     return dict(bytes_sent=volume, steps=steps, symbolic=symbolic)
 
 
-def _run(bench, workers, problem: str, n: int, config: dict, setup, setup_kwargs: dict, step, round: str,
+def _run(bench, workers, problem: Problem, n: int, config: dict, setup, setup_kwargs: dict, step, round: str,
          formula: dict[str, dict]):
     """Time `step` on n ranks; check and store each counter's bytes sent and steps against `formula`."""
     config = dict(config, world_size=n, backend=BACKEND)
@@ -90,7 +91,7 @@ def test_alternate_ring_all_reduce(bench, workers, n, numel, variant):
     s = numel * FP16
     name, fn = (("alternate_all_reduce", pc.alternate_ring_all_reduce_bytes) if variant == "alternate"
                 else ("all_reduce", pc.ring_all_reduce_bytes))
-    _collective_row(bench, workers, "alternate_ring_all_reduce", n, numel, [name],
+    _collective_row(bench, workers, Problem.ALTERNATE_RING_ALL_REDUCE, n, numel, [name],
                     {name: _expect(fn(s, n), pc.RING_STEPS[name](n), fn.symbolic)},
                     f"one {variant} ring all-reduce of {s:,} bytes", variant=variant)
 
@@ -100,7 +101,7 @@ def test_data_parallel_calcs(bench, workers, n):
     """The backward's gradient all-reduce of the FFN's 3·D·D_FF fp16 values."""
     numel = 3 * D * D_FF
     volume = pc.dp_backward_comm_time(D, D_FF, n, 1.0)  # at W = 1 byte/s: the bytes a device sends
-    _collective_row(bench, workers, "data_parallel_calcs", n, numel, ["all_reduce"],
+    _collective_row(bench, workers, Problem.DATA_PARALLEL_CALCS, n, numel, ["all_reduce"],
                     {"all_reduce": _expect(volume, pc.RING_STEPS["all_reduce"](n), pc.dp_backward_comm_time.symbolic)},
                     f"the all-reduce of the FFN's weight gradients (D {D}, D_FF {D_FF})", d_model=D, d_ff=D_FF)
 
@@ -122,7 +123,7 @@ def test_fsdp_calcs(bench, workers, n, phase):
             pc.fsdp_backward_comm_time(D, D_FF, n, 1.0))
     else:
         assert formula["all_gather"]["bytes_sent"] == pytest.approx(pc.fsdp_forward_comm_time(D, D_FF, n, 1.0))
-    _collective_row(bench, workers, "fsdp_calcs", n, numel, names, formula,
+    _collective_row(bench, workers, Problem.FSDP_CALCS, n, numel, names, formula,
                     f"the {phase} collectives of FSDP on the FFN's weights (D {D}, D_FF {D_FF})",
                     phase=phase, d_model=D, d_ff=D_FF)
 
@@ -134,7 +135,7 @@ def test_tp_calcs(bench, workers, n):
     steps = pc.RING_STEPS["all_reduce"](n)
     formula = {phase: _expect(fn(TOKENS, D, n, 1.0, FP32), steps, fn.symbolic)
                for phase, fn in (("forward", pc.tp_forward_comm_time), ("backward", pc.tp_backward_comm_time))}
-    _run(bench, workers, "tp_calcs", n, dict(d_model=D, d_ff=D_FF, tokens=TOKENS, dtype="fp32"),
+    _run(bench, workers, Problem.TP_CALCS, n, dict(d_model=D, d_ff=D_FF, tokens=TOKENS, dtype="fp32"),
          ps.tp_ffn_setup, dict(d_model=D, d_ff=D_FF, tokens=TOKENS), ps.ffn_step,
          f"forward + backward of the tensor-parallel FFN (B {TOKENS}, D {D}, D_FF {D_FF}) on each of {n} ranks",
          formula)
@@ -158,7 +159,7 @@ def test_fsdp_tp_calcs(bench, workers):
         "tp forward": _expect(ar, pc.RING_STEPS["all_reduce"](n_tp), pc.fsdp_tp_tp_comm_time.symbolic),
         "tp backward": _expect(ar, pc.RING_STEPS["all_reduce"](n_tp), "T_TP (all-reduce of dx)"),
     }
-    _run(bench, workers, "fsdp_tp_calcs", n,
+    _run(bench, workers, Problem.FSDP_TP_CALCS, n,
          dict(d_model=D, d_ff=D_FF, tokens=TOKENS, n_tp=n_tp, n_fsdp=n_fsdp, dtype="fp32"),
          ps.fsdp_tp_ffn_setup, dict(n_tp=n_tp, n_fsdp=n_fsdp, d_model=D, d_ff=D_FF, tokens=TOKENS), ps.ffn_step,
          f"forward + backward of the FSDP × TP FFN on a {n_fsdp} × {n_tp} mesh (slowest rank's time)", formula)

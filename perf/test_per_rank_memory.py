@@ -17,12 +17,13 @@ from impl import accounting as acc
 from impl.workloads.editions import GridSize
 from impl.bench.harness import set_up_or_oom
 from impl.bench.row import Status
+from impl.workloads.problems import StoredGroup
 from impl.workloads.steps import build_model, make_step, random_batch
 from impl.workloads.sweeps import grid
 from impl.model import AdamW
 from impl.runtime import free_memory, profile_name
 
-PROBLEM = "per_rank_memory"
+PROBLEM = StoredGroup.PER_RANK_MEMORY
 G = grid(PROBLEM, profile_name())
 
 

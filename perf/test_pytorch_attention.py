@@ -12,10 +12,11 @@ from impl.attention.memory import naive_attention_memory
 from impl.workloads.attention import allocated_bytes, attention_inputs, run_attention_passes
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.row import Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
-PROBLEM = "pytorch_attention"
+PROBLEM = Problem.PYTORCH_ATTENTION
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G.budget_s)
 CASES = [(d, s, m) for d in G.dims for s in G.seqs for m in ("forward", "backward")]

@@ -16,10 +16,11 @@ from impl.workloads.attention import allocated_bytes, attention_inputs, run_atte
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import time_once
 from impl.bench.row import Status
+from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
 
-PROBLEM = "torch_compile"
+PROBLEM = Problem.TORCH_COMPILE
 G = grid("torch_compile_attention", profile_name())
 BUDGET = Budget(G.budget_s)
 IMPLS = ("eager", "compiled")

@@ -29,12 +29,13 @@ from impl.workloads.compiled import (WHY, CompiledAdamW, compile_model, describe
 from impl.bench.harness import Budget
 from impl.bench.timers import time_once
 from impl.bench.row import Metric, Status
+from impl.workloads.problems import Problem
 from impl.workloads.steps import ModelCache, make_step, random_batch
 from impl.model import AdamW, SizeRef
 from impl.runtime import free_memory, is_oom, profile_name
 from impl.workloads.sweeps import grid
 
-PROBLEM = "torch_compile"
+PROBLEM = Problem.TORCH_COMPILE
 G = grid("torch_compile_model", profile_name())
 MODELS = ModelCache()
 BUDGET = Budget(G.budget_s)

@@ -36,12 +36,13 @@ from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import time_once
 from impl.workloads.kernels import profile_calls, step_breakdown
 from impl.bench.row import Metric, Status
+from impl.workloads.problems import Problem
 from impl.workloads.steps import build_model, make_train_step, named_train_config, random_batch
 from impl.runtime import first_line, free_memory, profile_name
 from impl.workloads.sweeps import grid
 from impl.model import SizeRef
 
-PROBLEM = "training_step"
+PROBLEM = Problem.TRAINING_STEP
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G.budget_s)
 CASES = [(s, c, n) for s in G.sizes for c in G.contexts for n in G.configs]

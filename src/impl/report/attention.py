@@ -14,6 +14,7 @@ import pandas as pd
 from impl.attention.memory import flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Status
 from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
 IMPL_LABELS = {
@@ -89,8 +90,7 @@ def pytorch_attention_table(d: pd.DataFrame) -> str:
         rows.append([int(dm), int(seq), cell(f), cell(b),
                      "–" if f is None or not ran(f) else num(f.get("m.tflops"), 2),
                      mem, gib(derived.before_backward), peak, gib(derived.backward_peak)])
-    return table(["d", "seq", "forward (ms)", "backward (ms)", "forward TFLOP/s", "in use before backward (GiB)",
-                  "derived (GiB)", "backward peak (GiB)", "derived peak (GiB)"], rows)
+    return table(macros("pytorch_attention.md.j2").table_header().split("|"), rows)
 
 
 def accounting_case(d: pd.DataFrame):
@@ -126,31 +126,16 @@ def memory_accounting(d: pd.DataFrame) -> str | None:
         base = detail_of(r, "baseline_bytes")
         return "–" if v is None or base is None else gib(v - base - minus)
 
-    rows = [
-        ["Q, K, V (3 · b·s·d)", gib(m.qkv), ""],
-        ["output O and its gradient dO (2 · b·s·d)", gib(m.output + m.grad_output), ""],
-        ["softmax probabilities P (b·s·s), the one score-sized tensor saved", gib(m.scores_matrix), ""],
-        ["saved for backward (Q, K, V, P)", gib(m.saved_for_backward), ""],
-        ["**in use before backward** (saved + O + dO)", gib(m.before_backward),
-         measured(b, "memory_before_backward_bytes")],
-        ["forward peak (+ dO): scaled scores and P alive together", gib(m.forward_peak + m.grad_output),
-         measured(f, "peak")],
-        ["backward peak: P, dP, CUDA softmax backward's dP·P temporary and dS alive together, + dV",
-         gib(m.backward_peak), measured(b, "peak")],
-    ]
+    words = macros("pytorch_attention.md.j2")
+    derived = [m.qkv, m.output + m.grad_output, m.scores_matrix, m.saved_for_backward, m.before_backward,
+               m.forward_peak + m.grad_output, m.backward_peak]
+    measured_ = ["", "", "", "", measured(b, "memory_before_backward_bytes"), measured(f, "peak"), measured(b, "peak")]
+    rows = [[what, gib(x), y] for what, x, y in zip(words.accounting_rows().split("|"), derived, measured_)]
     share = m.scores_matrix / m.before_backward
     flash = flash_saved_for_backward(batch, seq, dm, dtype)
     total = d["row"].iloc[0].env.gpu_memory_bytes
-    head = (f"### Memory accounting: d {dm}, seq {seq} "
-            f"({'the smallest case that ran out of memory' if is_oom else 'the largest case; none ran out of memory'})")
-    prose = (f"Derived by `impl.attention.memory.naive_attention_memory` from the autograd graph (batch {batch}, "
-             f"{dtype}); measured = `torch.cuda.memory_allocated` / peak minus what was allocated before the inputs. "
-             f"The one (b, s, s) matrix is {pct(share)} of the memory in use before backward and grows with s²; "
-             f"the backward peak holds four of them (on CUDA, softmax backward forms dP·P as a temporary before "
-             f"writing dS; found with the allocator's C++ stacks, tools/probes/naive_memory.py). FlashAttention-2 keeps Q, K, V, O and the logsumexp "
-             f"instead: {gib(flash)} GiB for this case, linear in s. "
-             + (f"Device memory: {gib(total)} GiB." if total else ""))
-    return "\n\n".join([head, prose, table(["component", "derived (GiB)", "measured (GiB)"], rows)])
+    return "\n\n".join([words.accounting_head(dm, seq, is_oom), words.accounting_text(batch, dtype, share, flash, total),
+                        table(words.accounting_header().split("|"), rows)])
 
 
 # --- torch_compile (a) ---------------------------------------------------------------------------
@@ -175,9 +160,7 @@ def torch_compile_table(comp: pd.DataFrame, eager: pd.DataFrame) -> str:
         row += ["–" if x is None or not ran(x) or _rel(x, "memory_before_backward_bytes") is None
                 else gib(_rel(x, "memory_before_backward_bytes")) for x in (eb, cb)]
         rows.append(row)
-    return table(["d", "seq", "forward eager (ms)", "forward compiled (ms)", "compiled ÷ eager (same run)",
-                  "backward eager (ms)", "backward compiled (ms)", "compiled ÷ eager (same run)", "compile: 1st forward (s)", "compile: 1st backward (s)",
-                  "before backward eager (GiB)", "compiled (GiB)"], rows)
+    return table(macros("torch_compile.md.j2").a_table_header().split("|"), rows)
 
 
 # --- flash_benchmarking -------------------------------------------------------------------------------
@@ -278,35 +261,13 @@ def leaderboard_table(d: pd.DataFrame) -> str:
         impl = r.cfg.impl
         label = IMPL_LABELS.get(impl, impl)
         if impl == "flash_triton":
-            label = ("torch.compile(FlashAttentionTriton.apply)" if detail_of(r, "compiled")
-                     else "FlashAttentionTriton.apply (not compiled)")
+            label = macros("leaderboard.md.j2").ours_label(bool(detail_of(r, "compiled")))
         s = status(r)
         rows.append([label, MODE_LABELS[r.cfg.mode], s or f"{median_ms(r):.3f}",
                      "–" if s else num(r.get("m.do_bench_ms"), 3), "–" if s else num(r.get("m.tflops"), 1),
                      "–" if s else pct(r.get("m.mfu")),
                      *[("–" if missing(err.get(k)) else f"{err[k]:.1e}") for k in ("out", "dq", "dk", "dv")]])
-    return table(["implementation", "pass", "ms (median)", "do_bench (ms)", "TFLOP/s", "MFU", "rel. err O",
-                  "dQ", "dK", "dV"], rows)
-
-
-def leaderboard_summary(d: pd.DataFrame) -> str:
-    e2e = d[(d.cfg.mode == "fwd_bwd") & d.apply(ran, axis=1)]
-    ours = e2e[e2e.cfg.impl == "flash_triton"]
-    anchors = e2e[e2e.cfg.impl != "flash_triton"]
-    if ours.empty or anchors.empty:
-        return ""
-    o = ours.iloc[0]
-    best = anchors.loc[anchors["median"].idxmin()]
-    tol = detail_of(o, "tol") or {}
-    breaks = f"Graph breaks under torch.compile: {detail_of(o, 'graph_breaks')}. " if detail_of(o, "compiled") else ""
-    peaks = o["row"].peaks
-    peak = (f"Matmul peak: {num(peaks.measured_flops / 1e12, 1)} TFLOP/s ({peaks.measured_dtype}, measured in the "
-            f"same run); MFU is against the datasheet dense bf16 peak." if peaks else "")
-    return (f"Ours (forward+backward) takes {median_ms(o):.3f} ms, {median_ms(o) / median_ms(best):.2f}× the time of the "
-            f"fastest anchor ({IMPL_LABELS[best.cfg.impl]}, {median_ms(best):.3f} ms). "
-            f"Relative errors are against SDPA in higher precision on the same inputs; ours must stay within "
-            f"{tol.get('out', float('nan')):.0e} (O) and {tol.get('grad', float('nan')):.0e} (gradients) or the "
-            f"test fails. {breaks}{peak}")
+    return table(macros("leaderboard.md.j2").table_header().split("|"), rows)
 
 
 def short_config(text: str) -> str:

@@ -16,6 +16,9 @@ from impl.bench.row import Status
 from impl.bench.store import DATA_DIR, BadRunFile, Suite, check_section, committed_runs, read_run
 from impl.report.data import Record, load_doc
 from impl.report.markdown import table
+from impl.report.templating import macros
+
+WORDS = macros("cli.txt.j2")
 
 
 def _by_name(records: list[Record]) -> dict[str, Record]:
@@ -40,10 +43,10 @@ def compare_run(fresh: Path, device: str | None = None, data_dir: Path = DATA_DI
     device = device or Suite.from_json(fresh_doc).device_slug or "cpu"
     stored, skipped, _ = committed_runs(device, data_dir)
     for why in skipped:
-        print(f"compare: warning: skipped {why}", file=sys.stderr)
+        print(WORDS.compare_skipped(why), file=sys.stderr)
     stored = [(rf, doc) for rf, doc in stored if rf.section == section]
     if not stored:
-        return [], [f"{section}: no committed {device} run to compare with"]
+        return [], [WORDS.compare_no_baseline(section, device)]
     base_rf, base_doc = stored[-1]
     base = _by_name(load_doc(base_doc, base_rf.path, device, section))
     new = _by_name(load_doc(fresh_doc, fresh, device, section))
@@ -57,15 +60,15 @@ def compare_run(fresh: Path, device: str | None = None, data_dir: Path = DATA_DI
         rows.append([section, name, b_status, n_status, b_ms, n_ms])
         budget = Status.LEFT_OUT_BY_BUDGET.value
         if b is not None and b_status != n_status and budget not in (b_status, n_status):
-            problems.append(f"{section}: {name} was {b_status} in {base_rf.stamp}, now {n_status}")
+            problems.append(WORDS.compare_changed(section, name, b_status, base_rf.stamp, n_status))
     return rows, problems
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="run files, or with --out section names")
-    ap.add_argument("--out", type=Path, help="take each named section's newest fresh run under this folder")
-    ap.add_argument("--device", help="device slug (default: each run's own)")
+    ap.add_argument("runs", nargs="+", help=WORDS.compare_help_runs())
+    ap.add_argument("--out", type=Path, help=WORDS.compare_help_out())
+    ap.add_argument("--device", help=WORDS.compare_help_device())
     ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
     args = ap.parse_args(argv)
     all_rows, problems = [], []
@@ -78,21 +81,20 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             run = newest_fresh(args.out, name)
             if run is None:
-                problems.append(f"{name}: no fresh run under {args.out} (make smoke or make perf writes one)")
+                problems.append(WORDS.compare_no_fresh(name, args.out))
                 continue
         else:
             run = Path(name)
         if not run.exists():
-            problems.append(f"{run}: no such run")
+            problems.append(WORDS.compare_no_run(run))
             continue
         rows, bad = compare_run(run, args.device, args.data_dir)
         all_rows += rows
         problems += bad
-    print(table(["section", "row", "committed status", "fresh status", "committed median (ms)",
-                 "fresh median (ms)"], all_rows))
+    print(table(WORDS.compare_header().split("|"), all_rows))
     for p in problems:
-        print(f"compare: {p}", file=sys.stderr)
-    print(f"compare: {len(all_rows)} rows compared, {len(problems)} problems (a changed status, a missing or bad run)")
+        print(WORDS.compare_problem(p), file=sys.stderr)
+    print(WORDS.compare_summary(len(all_rows), len(problems)))
     return 1 if problems else 0
 
 

@@ -16,13 +16,14 @@ from impl.bench.row import Metric, Status
 from impl.workloads.variants import DDPVariant, ShardVariant
 from impl.report import figures
 from impl.report.templating import macros
+from impl.workloads.problems import Problem as P, StoredGroup
 from impl.report.markdown import missing, ms, num, pct, table
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
-COMM_PROBLEM = "distributed_communication_single_node"
-DDP_PROBLEMS = ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
-                "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"]
-SHARD = "optimizer_state_sharding_accounting"
+COMM_PROBLEM = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
+DDP_PROBLEMS = [StoredGroup.DDP_BENCHMARKING_ANCHORS, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING,
+                P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, P.DDP_BUCKETED_BENCHMARKING]
+SHARD = P.OPTIMIZER_STATE_SHARDING_ACCOUNTING
 COMM, DDP, SHARDING = (macros(f"{name}.md.j2") for name in ("distributed_communication", "ddp", "optimizer_sharding"))
 VARIANT_LABEL = {v.value: v.label for v in DDPVariant}
 VARIANT_ORDER = list(VARIANT_LABEL)
@@ -41,7 +42,7 @@ def _not_run(r) -> str | None:
 
 def figure(r, key, metric: Metric | None = None):
     """A figure of a distributed row: its Metric column, the mean of its timed steps
-    (details["steps"], impl.bench.dist_steps.StepSummary), a details key, or where the older
+    (details["steps"], impl.workloads.dist_steps.StepSummary), a details key, or where the older
     format kept it (its free-form metrics, impl.report.legacy)."""
     if metric is not None and not missing(r.get(f"m.{metric.value}")):
         return r[f"m.{metric.value}"]
@@ -125,22 +126,20 @@ def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str)
             series.setdefault(key, []).append((r.cfg.bytes, busbw))
     left_out = {i["left_out"] for i in runs["details"] if i.get("left_out")}
     out = [COMM.method(),
-           table(["backend", "processes", "size (MB)", "time (ms)", "algbw (GB/s)", "busbw (GB/s)",
-                  "iterations per round"], rows)]
+           table(COMM.table_header().split("|"), rows)]
     if left_out:
-        out.append("Left out: " + "; ".join(sorted(left_out)) + ".")
+        out.append(COMM.left_out(sorted(left_out)))
     if series:
         fig, ax = figures.new()
         for (backend, n), pts in sorted(series.items()):
             xs, ys = zip(*sorted(pts))
             ax.plot([x / 2**20 for x in xs], ys, marker="o", ls="-" if backend == "nccl" else "--",
-                    label=f"{backend}, {n} processes")
-        ax.set(xscale="log", yscale="log", xlabel="buffer size (MB)", ylabel="bus bandwidth (GB/s)",
-               title="all-reduce bus bandwidth")
+                    label=COMM.fig_series(backend, n))
+        ax.set(xscale="log", yscale="log", xlabel=COMM.fig_x(), ylabel=COMM.fig_y(), title=COMM.fig_title())
         ax.legend(fontsize=8)
         name = f"{device}_allreduce_busbw.png"
         figures.save(fig, fig_dir / name)
-        out.append(f"![all-reduce bus bandwidth]({fig_rel}/{name})")
+        out.append(f"![{COMM.fig_title()}]({fig_rel}/{name})")
     fits = allreduce_fits(d)
     if fits:
         out.append(COMM.fit_note())
@@ -201,9 +200,7 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
             if k[0] == "bucketed":
                 buckets.setdefault(ctx, {})[k[1]] = BucketRun(r["median"], r["stddev"], figure(r, "comm_s"),
                                                               _info(r, "num_buckets"))
-        out.append(f"**context {ctx}, per-rank batch {batch}**\n\n" + table(
-            ["variant", "step (ms)", "exposed comm (ms)", "comm share",
-             "vs single GPU", "vs torch DDP"], rows))
+        out.append(DDP.context_head(ctx, batch) + "\n\n" + table(DDP.variants_header().split("|"), rows))
         gap = _gap_text(by, floor, anchor)
         if gap:
             out.append(gap)
@@ -263,13 +260,11 @@ def bucket_model_section(fits: dict, ddp: dict, overlap: dict[str, float] | None
         fastest = min(b, key=lambda mb: b[mb].step_s)
         ties = [f"{mb:g} MB" for mb in grid if mb != fastest and within_noise(b[mb], b[fastest])]
         below, above = [mb for mb in grid if mb <= best], [mb for mb in grid if mb >= best]
-        where = (f"between the grid's {below[-1]:g} and {above[0]:g} MB" if below and above and below[-1] != above[0]
-                 else f"at the grid's {(below or above)[-1 if below else 0]:g} MB" if below and above
-                 else f"outside the grid ({grid[0]:g}–{grid[-1]:g} MB)")
+        where = (DDP.where_between(below[-1], above[0]) if below and above and below[-1] != above[0]
+                 else DDP.where_at((below or above)[-1 if below else 0]) if below and above
+                 else DDP.where_outside(grid[0], grid[-1]))
         text = DDP.model_context(ctx, fastest, ties, best, where)
-        out.append(text + "\n\n" + table(
-            ["bucket (MB)", "buckets formed", "model T, equal buckets (ms)", "model T, buckets formed (ms)",
-             "measured exposed comm (ms)", "measured step (ms)"], rows))
+        out.append(text + "\n\n" + table(DDP.bucket_header().split("|"), rows))
     out.append(_bucket_gap_text(s, o, w, ddp["buckets"], overlap or {}))
     return "\n\n".join(x for x in out if x)
 
@@ -307,11 +302,11 @@ def _render_timeline(rows: list, path: Path) -> None:
             alpha = max(0.1, min(1.0, busy / drawn)) if drawn else 1.0
             ax.broken_barh([(st / 1e3, max(dur / 1e3, 1e-3)) for st, dur in bars], (y - 0.35, 0.7), color=color,
                            alpha=alpha)
-            ticks.append(f"{lane}\nbusy {busy / 1e3:.0f} of {drawn / 1e3:.0f} ms drawn")
+            ticks.append(f"{lane}\n{DDP.timeline_busy(f'{busy / 1e3:.0f}', f'{drawn / 1e3:.0f}')}")
         for k, p in enumerate(tl["phases"]):
             ax.axvspan(p["start_us"] / 1e3, (p["start_us"] + p["dur_us"]) / 1e3, color=f"C{k + 4}", alpha=0.12,
                        label=p["name"])
-        ax.set(yticks=[1, 0], xlabel="ms from step start")
+        ax.set(yticks=[1, 0], xlabel=DDP.timeline_x())
         ax.set_yticklabels(ticks, fontsize=7)
         ax.set_title(label, fontsize=9, loc="left")
         if k_ax == 0:  # the same phases in every panel: one legend, beside the first
@@ -340,9 +335,7 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     traced = ", ".join(label for label, _ in rows)
     return "\n\n".join([
         DDP.timeline_intro(src, int(first.cfg.context), int(first.cfg.batch_per_rank), traced),
-        f"![DDP timeline: naive vs overlapped]({fig_rel}/{name})",
-        table(["variant", "step span (ms)", "compute busy (ms)", "communication busy (ms)",
-               "communication overlapping compute (ms)", "share of communication overlapped"], stats)])
+        f"![{DDP.timeline_alt()}]({fig_rel}/{name})", table(DDP.timeline_header().split("|"), stats)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,13 +375,9 @@ def sharding_section(d: pd.DataFrame) -> str | None:
     return "\n\n".join([
         SHARDING.method(first.cfg.size, int(first.cfg.batch_per_rank), int(first.cfg.context),
                         int(first.cfg.world_size), first.cfg.backend),
-        table(["configuration", "rank", f"peak after init ({u.bin_name})", f"peak before step ({u.bin_name})", f"peak after step ({u.bin_name})",
-               f"params ({u.bin_name})", f"grads ({u.bin_name})", f"optimizer state ({u.bin_name})", f"buffers ({u.bin_name})", f"activations ({u.bin_name})",
-               f"other ({u.bin_name})", f"predicted params / grads / state ({u.bin_name})", f"predicted activations ({u.bin_name})"], mem_rows),
+        table(SHARDING.memory_header(u.bin_name).split("|"), mem_rows),
         SHARDING.zero1_intro(_gb(psi), u.dec_name),
-        table(["configuration", "step (ms)", "optimizer step, slowest rank (ms)", f"optimizer state, max rank ({u.bin_name})",
-               f"peak after step, max rank ({u.bin_name})", f"payload per step ({u.dec_name})", "payload source",
-               f"predicted ring volume per rank ({u.dec_name})"], cmp_rows)])
+        table(SHARDING.compare_header(u.bin_name, u.dec_name).split("|"), cmp_rows)])
 
 
 # ---------------------------------------------------------------------------------------------

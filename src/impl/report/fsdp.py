@@ -60,8 +60,7 @@ def _main_table(d: pd.DataFrame) -> str:
                      "–" if missing(_m(r, "bytes_per_step")) else num(_m(r, "bytes_per_step") / 1e6, 1),
                      "–" if missing(peak) else gib(peak), gib(_m(r, "predicted_total_bytes")),
                      num(_m(r, "tokens_per_s", Metric.TOKENS_PER_S), 0)])
-    return table(["configuration", "step (ms)", "communication (ms)", "payload per step (MB)",
-                  "peak (GiB)", "predicted (GiB)", "tokens/s"], rows)
+    return table(WORDS.main_header().split("|"), rows)
 
 
 def _not_yet_run(d: pd.DataFrame, device: str) -> str | None:
@@ -93,7 +92,7 @@ def _sharding_table(df: pd.DataFrame, first) -> str | None:
         rows.append([SHARDING_LABEL.get(r.cfg.variant, r.cfg.variant), ms(r["median"], r["stddev"]), gib(max(peaks))])
     if not rows:
         return None
-    return WORDS.sharding_intro() + "\n\n" + table(["configuration", "step (ms)", "peak (GiB)"], rows)
+    return WORDS.sharding_intro() + "\n\n" + table(WORDS.sharding_header().split("|"), rows)
 
 
 # ---- timeline --------------------------------------------------------------------------------
@@ -128,13 +127,13 @@ def _draw(ax, tl: dict, title: str) -> None:
     late = used[used["stall_ms"] > 0]
     ax.hlines(late["y"], late["need_ms"], late["ready_ms"], color="red", lw=lw)
     tick = max(4.0, lw * 12)
-    ax.scatter(used["need_ms"], used["y"], marker="|", s=tick, color="black", lw=0.8, label="needed (in time)",
+    ax.scatter(used["need_ms"], used["y"], marker="|", s=tick, color="black", lw=0.8, label=WORDS.fig_needed(),
                zorder=3)
     ax.scatter(late["need_ms"], late["y"], marker="|", s=tick, color="red", lw=0.8,
-               label="needed (stalled until ready, red)", zorder=4)
+               label=WORDS.fig_stalled(), zorder=4)
     ax.set_ylim(n_calls + 2, -1)
     ax.yaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
-    ax.set(xlabel="ms from the step's first forward", ylabel="layer call (forward order; all-reduce last)")
+    ax.set(xlabel=WORDS.fig_gantt_x(), ylabel=WORDS.fig_gantt_y())
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
@@ -152,13 +151,13 @@ def _draw_slack(ax, tl: dict) -> None:
     for phase, color in (("forward", "C0"), ("backward", "C1")):
         g = r[r["phase"] == phase]
         slack = g["need_ms"] - g["ready_ms"]
-        ax.scatter(g["call"], slack, s=6, color=color, label=f"{phase} all-gather")
+        ax.scatter(g["call"], slack, s=6, color=color, label=WORDS.fig_gather(phase))
         late = slack < 0
         ax.scatter(g["call"][late], slack[late], s=10, facecolors="none", edgecolors="red", lw=0.6)
     ax.axhline(0, color="0.4", lw=0.6)
     ax.xaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
-    ax.set(xlabel="layer call (forward order)", ylabel="ready before needed (ms); < 0: stalled")
-    ax.set_title("slack per all-gather (red: stalled)", fontsize=9)
+    ax.set(xlabel=WORDS.fig_slack_x(), ylabel=WORDS.fig_slack_y())
+    ax.set_title(WORDS.fig_slack_title(), fontsize=9)
     ax.legend(fontsize=7, frameon=False)
 
 
@@ -167,8 +166,7 @@ def _render_figure(items: list[tuple[str, dict]], path: Path) -> None:
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
     for (gantt, slack), (label, tl) in zip(axes, items):
         s = tl["summary"]
-        _draw(gantt, tl, f"{label}, rank 0\n{s['gathers_in_time']} of {s['gathers']} all-gathers ready in time; "
-                         f"{s['exposed_ms']:.2f} ms of communication exposed in a {s['span_ms']:.2f} ms step")
+        _draw(gantt, tl, f"{WORDS.fig_title(label, s)}\n{WORDS.fig_subtitle(s)}")
         _draw_slack(slack, tl)
     figures.save(fig, path)
 
@@ -211,9 +209,7 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     tl0 = items[0][1]
     rows = [row for (label, tl) in items for row in _group_rows(label, tl)]
     parts = [head, WORDS.timeline_intro(tl0["source"], len(tl0["rows"]), tl0["rows_total"], "host clock" in tl0["source"]),
-             f"![FSDP collective timeline]({fig_rel}/{name})",
-             table(["configuration", "collective", "count", "prefetched", "waited on", "ready in time", "stalled",
-                    "stall total (ms)", "largest stall (ms, weight)", "issue→ready total (ms)"], rows)]
+             f"![{WORDS.timeline_alt()}]({fig_rel}/{name})", table(WORDS.timeline_header().split("|"), rows)]
     parts += [_verdict(label, r, r["details"]["timeline"]) for (label, _), (_, r) in zip(items, with_tl.iterrows())]
     return "\n\n".join(parts)
 
@@ -236,7 +232,7 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
     errors = [f"{_label(r)}: {r['details']['timeline_error']}" for _, r in d.iterrows()
               if r["details"].get("timeline_error")]  # older files
     if errors:
-        parts.append("Timeline step failed: " + "; ".join(errors) + ".")
+        parts.append(WORDS.timeline_failed(errors))
     tl = timeline_section(d, device, fig_dir, fig_rel)
     if tl:
         parts.append(tl)

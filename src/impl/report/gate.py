@@ -29,7 +29,9 @@ from impl.bench.row import Status
 from impl.bench.store import DATA_DIR, BadRunFile, run_files
 from impl.report.data import Record, load_file
 from impl.report.markdown import table
+from impl.report.templating import macros
 
+WORDS = macros("cli.txt.j2")
 REPORTS = DATA_DIR.parent
 # The one default: GPU kernel and step rows repeat within a few % (README: measured bands). CPU
 # smoke runs are not judged: on a shared 2-core machine two back-to-back runs moved by up to 120x
@@ -211,48 +213,45 @@ def write_bands(path: Path, device: str, section: str, bands: dict[str, float]) 
 def render(changes: list[Change]) -> str:
     rows = [[c.device, c.section, c.row, c.old_run, f"{c.old_s * 1e3:.4g}", f"{c.new_s * 1e3:.4g}",
              f"{100 * (c.ratio - 1):+.1f}%", f"±{100 * c.band:.0f}%", c.verdict] for c in changes]
-    return table(["device", "section", "row", "previous run", "previous median (ms)", "newest median (ms)",
-                  "change", "band", "verdict"], rows)
+    return table(WORDS.gate_header().split("|"), rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Compare each section's newest run with the one before it.")
+    ap = argparse.ArgumentParser(description=WORDS.gate_description())
     ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    ap.add_argument("--all", action="store_true", help="print every compared row, not only changes beyond bands")
-    ap.add_argument("--bands", nargs="+", type=Path, metavar="RUN", help="measure noise bands from identical runs")
-    ap.add_argument("--device", help="with --bands: the device slug")
-    ap.add_argument("--section", help="with --bands: the section")
+    ap.add_argument("--all", action="store_true", help=WORDS.gate_help_all())
+    ap.add_argument("--bands", nargs="+", type=Path, metavar="RUN", help=WORDS.gate_help_bands())
+    ap.add_argument("--device", help=WORDS.gate_help_device())
+    ap.add_argument("--section", help=WORDS.gate_help_section())
     args = ap.parse_args(argv)
     if args.bands:
         if not (args.device and args.section):
-            ap.error("--bands needs --device and --section")
+            ap.error(WORDS.gate_bands_needs())
         try:
             bands = measure_bands(args.bands, args.device, args.section)
             if not bands:
-                raise ValueError("no row is measured in two of these runs: the bands are left as they were")
+                raise ValueError(WORDS.gate_no_bands())
             write_bands(args.data_dir.parent / "noise-bands.toml", args.device, args.section, bands)
         except ValueError as exc:  # BadRunFile and ConfigError included: each names its file
-            print(f"gate --bands: {exc}", file=sys.stderr)
+            print(WORDS.gate_bands_error(exc), file=sys.stderr)
             return 1
-        print(f"wrote {len(bands)} bands for {args.device}/{args.section}; largest {max(bands.values(), default=0):.1%}")
+        print(WORDS.gate_bands_written(len(bands), args.device, args.section, max(bands.values(), default=0)))
         return 0
     try:
         verdict = compare(args.data_dir)
     except ConfigError as exc:
-        print(f"gate: {exc}", file=sys.stderr)
+        print(WORDS.gate_error(exc), file=sys.stderr)
         return 1
     changes = verdict.changes
     for exc in verdict.bad_files:
-        print(f"gate: CORRUPT run file {exc}", file=sys.stderr)
+        print(WORDS.gate_corrupt(exc), file=sys.stderr)
     shown = changes if args.all else [c for c in changes if c.verdict != "within band"]
-    print(f"gate: {len(changes)} rows compared across {len({(c.device, c.section) for c in changes})} sections")
+    print(WORDS.gate_summary(len(changes), len({(c.device, c.section) for c in changes})))
     if shown:
         print(render(shown))
     bad = [c for c in changes if c.regressed and not c.accepted]
     for c in bad:
-        print(f"gate: REGRESSION {c.device}/{c.section} {c.row}: {c.old_s * 1e3:.4g} -> {c.new_s * 1e3:.4g} ms "
-              f"({100 * (c.ratio - 1):+.1f}%, band ±{100 * c.band:.0f}%); accept it in reports/accepted-changes.toml "
-              "with a reason if intended", file=sys.stderr)
+        print(WORDS.gate_regression(c), file=sys.stderr)
     return 1 if bad or verdict.bad_files else 0
 
 

@@ -27,6 +27,8 @@ from impl.report.rows import benches
 from impl.report.runs import device_label, runs_line
 from impl.report.templating import macros
 from impl.report.pages.problems import problem
+from impl.workloads.problems import Problem as P
+from impl.workloads.problems import StoredGroup
 
 DDP_VARIANTS = ("naive", "flat", "individual", "bucketed")
 
@@ -52,7 +54,7 @@ def _comm_points(d: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
 
 
 def comm_page(ctx: Context) -> Page:
-    name = "distributed_communication_single_node"
+    name = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
     slug = problem(name).slug
     words = macros("distributed_communication.md.j2")
     body, score, text = [], Score(NOT_ON_GPU), f"{NOT_ON_GPU}."
@@ -64,7 +66,7 @@ def comm_page(ctx: Context) -> Page:
             score = Score(words.score_answer(f), words.score_headline(f), words.score_vs(f), dev, run_date(d))
         body += [f"## {device_label(dev, d)}",
                  dr.allreduce_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel), runs_line(dev, d)]
-    return Page(slug, "distributed_communication_single_node: all-reduce latency and bandwidth", [problem(name)],
+    return Page(slug, words.title(), [problem(name)],
                 [Answer(words.question(), text)], "\n\n".join(body), score={name: score})
 
 
@@ -86,6 +88,7 @@ def _by_variant(g: pd.DataFrame) -> dict:
 
 def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
     """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std)."""
+    words = macros("ddp.md.j2")
     groups = sorted(d.groupby([d.cfg.context, d.cfg.batch_per_rank]), key=lambda x: x[0])
     fig, ax = figures.new(figsize=(8.5, 4.2))
     width = 0.8 / max(len(groups), 1)
@@ -102,7 +105,7 @@ def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
         errs = [100 * ((by[key]["stddev"] or 0) + (floor["stddev"] or 0)) / floor["median"] if measured(by[key])
                 else 0 for key in keys]
         xs = [i + (k - (len(groups) - 1) / 2) * width for i in range(len(keys))]
-        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=f"context {int(ctx)}, per-rank batch {int(batch)}",
+        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=words.fig_legend(int(ctx), int(batch)),
                       color=f"C{k}")
         for bar, key in zip(bars, keys):
             if key[0] == "torch_ddp":
@@ -111,8 +114,7 @@ def ddp_overhead_figure(d: pd.DataFrame, path: Path, caption_run: str) -> None:
     ax.axhline(0, color="0.3", lw=0.6)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
-    ax.set(ylabel="step time over the single-GPU floor (%)",
-           title=f"DDP overhead, ours vs torch DDP (hatched); ±1 std of both\n{caption_run}")
+    ax.set(ylabel=words.fig_ylabel(), title=f"{words.fig_title()}\n{caption_run}")
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
     figures.save(fig, path)
@@ -128,21 +130,21 @@ def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
 
 
 def ddp_page(ctx: Context) -> Page:
-    slug = problem("naive_ddp").slug
-    names = ["naive_ddp", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
-             "ddp_overlap_individual_parameters", "ddp_overlap_individual_parameters_benchmarking",
-             "ddp_overlap_bucketed", "ddp_bucketed_benchmarking"]
+    slug = problem(P.NAIVE_DDP).slug
+    names = [P.NAIVE_DDP, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING,
+             P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS, P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING,
+             P.DDP_OVERLAP_BUCKETED, P.DDP_BUCKETED_BENCHMARKING]
     # the implementation problems: answered by the correctness suite (benchmarks: their own problems)
-    implemented = {"naive_ddp": "naive", "ddp_overlap_individual_parameters": "DDPIndividualParameters",
-                   "ddp_overlap_bucketed": "DDPBucketed"}
+    implemented = {P.NAIVE_DDP: "naive", P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: "DDPIndividualParameters",
+                   P.DDP_OVERLAP_BUCKETED: "DDPBucketed"}
     words = macros("ddp.md.j2")
     runs = gpu_rows(ctx, *dr.DDP_PROBLEMS)
     comm_runs = dict(gpu_rows(ctx, dr.COMM_PROBLEM))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body, index_figures = [], []
-    steps = {"naive_ddp_benchmarking": ("naive", None), "minimal_ddp_flat_benchmarking": ("flat", None),
-             "ddp_overlap_individual_parameters_benchmarking": ("individual", None)}
+    steps = {P.NAIVE_DDP_BENCHMARKING: ("naive", None), P.MINIMAL_DDP_FLAT_BENCHMARKING: ("flat", None),
+             P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: ("individual", None)}
     for dev, d in runs:
         label, date = device_label(dev, d), run_date(d)
         bench = d[d.cfg.kind != "trace"]
@@ -151,11 +153,11 @@ def ddp_page(ctx: Context) -> Page:
         if f.log_tail:
             for n, what in implemented.items():
                 answers[n] = words.a_implemented(f, what)
-                scores[n] = Score("weights match single-process training", f.passed, "–", dev, "–")
-        answers["naive_ddp_benchmarking"] = words.a_naive_bench(f)
-        answers["minimal_ddp_flat_benchmarking"] = words.a_flat(f)
-        answers["ddp_overlap_individual_parameters_benchmarking"] = words.a_individual_bench(f)
-        answers["ddp_bucketed_benchmarking"] = words.a_bucketed_bench(f)
+                scores[n] = Score(words.score_implemented(), f.passed, "–", dev, "–")
+        answers[P.NAIVE_DDP_BENCHMARKING] = words.a_naive_bench(f)
+        answers[P.MINIMAL_DDP_FLAT_BENCHMARKING] = words.a_flat(f)
+        answers[P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING] = words.a_individual_bench(f)
+        answers[P.DDP_BUCKETED_BENCHMARKING] = words.a_bucketed_bench(f)
         g = f.largest  # scoreboard: each variant's own row at the largest context, against torch DDP
         if g is not None:
             for n, k in steps.items():
@@ -165,29 +167,27 @@ def ddp_page(ctx: Context) -> Page:
                                       str(g.ratio(k, TORCH, "torch DDP") or "–"), dev, date)
             if g.best_bucket is not None:
                 b = g.buckets[g.best_bucket]
-                scores["ddp_bucketed_benchmarking"] = Score(
+                scores[P.DDP_BUCKETED_BENCHMARKING] = Score(
                     words.score_bucket(g, ddp_label(g.best_ours)), f"{ms(b.stats.median)} ms/step",
                     str(g.ratio(("bucketed", g.best_bucket), TORCH, "torch DDP") or "–"), dev, date)
         # body
         fig_name = f"{slug}-{dev}-overhead-vs-torch-ddp.png"
         ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, run {date}")
-        index_figures.append((f"DDP overhead against torch DDP ({label}, run {date})", f"{ctx.fig_rel}/{fig_name}"))
+        index_figures.append((words.fig_caption(label, date), f"{ctx.fig_rel}/{fig_name}"))
         text, data = dr.ddp_section(d)
         comm = comm_runs.get(dev)
         fits = dr.allreduce_fits(comm) if comm is not None else {}
-        body += [f"## {label}", "### Our DDP against torch DDP",
-                 f"![DDP overhead against torch DDP]({ctx.fig_rel}/{fig_name})", text,
-                 "### ddp_bucketed_benchmarking (b): the bucket model against the measurements",
-                 dr.bucket_model_section(fits, data, overlap) or "No bucketed rows.",
-                 "### ddp_overlap_individual_parameters_benchmarking (b): naive vs overlapped DDP, profiler timeline",
-                 dr.timeline_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or "No profiled step in this run.",
+        body += [f"## {label}", words.h_vs_torch(), f"![{words.fig_alt()}]({ctx.fig_rel}/{fig_name})", text,
+                 words.h_bucket_model(), dr.bucket_model_section(fits, data, overlap) or words.no_bucketed(),
+                 words.h_timeline(),
+                 dr.timeline_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or words.no_timeline(),
                  runs_line(dev, d)]
-    questions = {"naive_ddp": words.q_naive(), "naive_ddp_benchmarking": words.q_naive_bench(),
-                 "minimal_ddp_flat_benchmarking": words.q_flat(),
-                 "ddp_overlap_individual_parameters": words.q_individual(),
-                 "ddp_overlap_individual_parameters_benchmarking": words.q_individual_bench(),
-                 "ddp_overlap_bucketed": words.q_bucketed(), "ddp_bucketed_benchmarking": words.q_bucketed_bench()}
-    return Page(slug, "DDP: naive, flat, overlapped, bucketed, against torch DDP", [problem(n) for n in names],
+    questions = {P.NAIVE_DDP: words.q_naive(), P.NAIVE_DDP_BENCHMARKING: words.q_naive_bench(),
+                 P.MINIMAL_DDP_FLAT_BENCHMARKING: words.q_flat(),
+                 P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: words.q_individual(),
+                 P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: words.q_individual_bench(),
+                 P.DDP_OVERLAP_BUCKETED: words.q_bucketed(), P.DDP_BUCKETED_BENCHMARKING: words.q_bucketed_bench()}
+    return Page(slug, words.title(), [problem(n) for n in names],
                 [Answer(questions[n], answers[n]) for n in names], "\n\n".join(body), score=scores,
                 index_figures=index_figures[:1])
 
@@ -198,49 +198,24 @@ def ddp_page(ctx: Context) -> Page:
 def accounting_page(ctx: Context) -> Page:
     """Closed forms (impl.accounting), the same on every device: read from the rows of
     perf/test_communication_accounting.py, which carry the computed tables."""
-    name = "communication_accounting"
+    name = P.COMMUNICATION_ACCOUNTING
     slug = problem(name).slug
     rows = ctx.df[ctx.df.problem == name] if not ctx.df.empty else ctx.df
     if not rows.empty:  # the same closed forms wherever they ran: one device's rows
         rows = rows[rows.device == rows.device.iloc[0]]
     by = {r.cfg.case: r["details"]["results"] for _, r in rows.iterrows()} if not rows.empty else {}
-    qs = ["(a) How much memory do the XXL model's FP32 master weights, gradients and optimizer state take, and "
-          "how many H100 80GB is that?",
-          "(b) With weights, optimizer state, gradients and half the activations sharded over N_FSDP devices, how "
-          "many are needed to fit 95 GB per device?",
-          "(c) On TPU v5p (W_ici = 2·9e10, C = 4.6e14, M_X = 2, M_Y = 1, X = 16, Y = 4), what per-device and overall "
-          "batch makes the model compute-bound?",
-          "(d) How could the batch be lowered while keeping high throughput?"]
+    words = macros("communication_accounting.md.j2")
+    qs = [words.q_a(), words.q_b(), words.q_c(), words.q_d()]
     if "xxl" not in by:
-        return Page(slug, "communication_accounting", [problem(name)], [Answer(q, "not computed yet.") for q in qs],
-                    "", score={name: Score("not computed yet")})
+        return Page(slug, name, [problem(name)], [Answer(q, f"{words.not_computed()}.") for q in qs],
+                    "", score={name: Score(words.not_computed())})
     r = by["xxl"]
-    st, cb = r["state"], r["compute_bound"]
-    n0 = next((x for x in r["fsdp"] if x["tokens"] == 0), r["fsdp"][0])
-    texts = [
-        f"{st['total'] / 1e9:,.0f} GB ({st['total'] / 2**30:,.0f} GiB) for P = {r['n_params']:,} parameters at 16 "
-        f"bytes each (4 master weight + 4 gradient + 8 AdamW moments): {r['h100_needed']} H100 80GB GPUs before any "
-        "activation.",
-        f"Weights and state alone need N_FSDP = {n0['n_fsdp']} (M = 16P/N + A/(2N) + A/2 < 95 GB); every 1,024 tokens "
-        f"add {r['activation_bytes_per_token'] * 1024 / 1e9:,.1f} GB of BF16 activations, and above "
-        f"{r['fsdp_max_tokens']:,} tokens the unsharded half alone exceeds 95 GB, so no N_FSDP suffices.",
-        f"T_math ≥ T_FSDP needs B/N ≥ α/(M_X·Y) = {cb['per_device_tokens']:,.1f} tokens per device "
-        f"(α = C/W_ici = {cb['alpha']:,.0f}), i.e. {cb['per_device_tokens_int']} per device and "
-        f"{cb['global_tokens_int']:,} tokens overall on N = {cb['n_chips']} chips; the TP condition "
-        f"{'holds' if cb['tp_compute_bound'] else 'fails'} at this d_ff independently of the batch.",
-        "Move ways from FSDP to tensor / sequence or pipeline parallelism (no weight re-gathers), put fewer bytes on "
-        "the wire (fp8 or compressed all-gathers), keep gathered weights across gradient-accumulation micro-batches, "
-        "prefetch to overlap all-gathers with the previous layer, and map sharded axes onto the fastest links "
-        "(detail and the optimal-X row below).",
-    ]
+    n0 = next((x for x in r["fsdp"] if x["tokens"] == 0), r["fsdp"][0])  # the FSDP row without activations
+    texts = [words.a_a(r), words.a_b(r, n0), words.a_c(r), words.a_d()]
     worked = acc_r.render(rows, "all", ctx.fig_dir, ctx.fig_rel) or ""
-    body = [worked.removeprefix("## communication_accounting\n\n"),
-            "These are closed forms (impl.accounting, tested in correctness/test_accounting.py), identical on every "
-            "device; they are read from the rows of perf/test_communication_accounting.py, which carry the tables."]
-    score = Score(f"XXL: {r['h100_needed']} H100s for weights+state; compute-bound at "
-                  f"{cb['per_device_tokens_int']} tokens/device on v5p", f"{cb['global_tokens_int']:,} tokens/step",
-                  "–", "closed form", "–")
-    return Page(slug, "communication_accounting: the XXL model on FSDP × TP", [problem(name)],
+    body = [worked.removeprefix(f"## {name}\n\n"), words.closed_form_note()]
+    score = Score(words.score_answer(r), words.score_headline(r), "–", "closed form", "–")
+    return Page(slug, words.title(), [problem(name)],
                 [Answer(q, t) for q, t in zip(qs, texts)], "\n\n".join(body), score={name: score})
 
 
@@ -248,8 +223,8 @@ def accounting_page(ctx: Context) -> Page:
 
 
 def sharding_page(ctx: Context) -> Page:
-    slug = problem("optimizer_state_sharding").slug
-    names = ["optimizer_state_sharding", "optimizer_state_sharding_accounting"]
+    slug = problem(P.OPTIMIZER_STATE_SHARDING).slug
+    names = [P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING]
     words = macros("optimizer_sharding.md.j2")
     answers = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
@@ -258,15 +233,15 @@ def sharding_page(ctx: Context) -> Page:
         label, date = device_label(dev, d), run_date(d)
         f = sharding_facts(label, benches(d), _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt"))
         if f.log_tail:
-            answers["optimizer_state_sharding"] = words.a_sharding(f)
-            scores["optimizer_state_sharding"] = Score("matches unsharded AdamW", f.passed, "–", dev, "–")
+            answers[P.OPTIMIZER_STATE_SHARDING] = words.a_sharding(f)
+            scores[P.OPTIMIZER_STATE_SHARDING] = Score(words.score_correct(), f.passed, "–", dev, "–")
         if f.none is not None and f.sharded is not None:
-            answers["optimizer_state_sharding_accounting"] = words.a_accounting(f)
-            scores["optimizer_state_sharding_accounting"] = Score(
-                words.score_answer(f), words.score_headline(f), str(f.sharded.vs(f.none, "unsharded step")), dev, date)
+            answers[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = words.a_accounting(f)
+            scores[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = Score(
+                words.score_answer(f), words.score_headline(f), str(f.sharded.vs(f.none, words.vs_what())), dev, date)
         body += [f"## {label}", dr.sharding_section(d) or "", words.notes(f), runs_line(dev, d)]
-    qs = {"optimizer_state_sharding": words.q_sharding(), "optimizer_state_sharding_accounting": words.q_accounting()}
-    return Page(slug, "Optimizer state sharding and ZeRO-1", [problem(n) for n in names],
+    qs = {P.OPTIMIZER_STATE_SHARDING: words.q_sharding(), P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: words.q_accounting()}
+    return Page(slug, words.title(), [problem(n) for n in names],
                 [Answer(qs[n], answers[n]) for n in names], "\n\n".join(x for x in body if x), score=scores)
 
 
@@ -274,38 +249,36 @@ def sharding_page(ctx: Context) -> Page:
 
 
 def fsdp_page(ctx: Context) -> Page:
-    slug = problem("fsdp").slug
+    slug = problem(P.FSDP).slug
     words = macros("fsdp.md.j2")
     qa, qb, qf = words.q_a(), words.q_b(), words.q_f()
     ta = tb = tf = f"{NOT_ON_GPU}."
-    scores = {"fsdp_accounting": Score(NOT_ON_GPU), "fsdp": Score(NOT_ON_GPU)}
+    scores = {P.FSDP_ACCOUNTING: Score(NOT_ON_GPU), P.FSDP: Score(NOT_ON_GPU)}
     body = []
-    for dev, d in gpu_rows(ctx, "fsdp"):
+    for dev, d in gpu_rows(ctx, P.FSDP):
         f = fsdp_facts(dev, device_label(dev, d), run_date(d), benches(d))
         if f.saving:
             ta = words.a_a(f)
-            scores["fsdp_accounting"] = Score(words.score_a(f), words.headline_a(f), words.vs_a(f), dev, f.date)
+            scores[P.FSDP_ACCOUNTING] = Score(words.score_a(f), words.headline_a(f), words.vs_a(f), dev, f.date)
         if f.gathers:
             tb = words.a_b(f)
         if f.headline:
             tf = words.a_f(f)
-            scores["fsdp"] = Score(words.score_f(f), words.headline_f(f), str(f.headline.vs_anchor), dev, f.date)
+            scores[P.FSDP] = Score(words.score_f(f), words.headline_f(f), str(f.headline.vs_anchor), dev, f.date)
         label = f.label
         fsdp_text = fr.render(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or ""
         body += [f"## {label}", fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text,
                  runs_line(dev, d)]
-    for dev, d in gpu_rows(ctx, "per_rank_memory"):
+    for dev, d in gpu_rows(ctx, StoredGroup.PER_RANK_MEMORY):
         pr = per_rank_facts(benches(d))
         if pr is None:
             continue
-        rows = [[v.name.replace("_", " ")] + [gib(v.parts[k]) for k in ("parameters", "gradients", "optimizer_state",
-                                                                       "activations")]
-                + [gib(v.total), "–" if v.fits is None else "yes" if v.fits else "no"] for v in pr.variants]
-        body += [f"## per_rank_memory: the one-GPU check of the two-GPU 2026 questions ({device_label(dev, d)})",
-                 words.per_rank(pr, device_label(dev, d)),
-                 table(["variant (per rank, world 2)", "parameters GiB", "gradients GiB", "optimizer state GiB",
-                        "activations GiB", "total GiB", "fits this GPU"], rows), runs_line(dev, d)]
-    return Page(slug, "FSDP and fsdp_accounting", [problem("fsdp_accounting"), problem("fsdp")],
+        parts = ("parameters", "gradients", "optimizer_state", "activations")
+        rows = [[v.name.replace("_", " ")] + [gib(v.parts[k]) for k in parts] + [gib(v.total), words.fits(v.fits)]
+                for v in pr.variants]
+        body += [words.h_per_rank(device_label(dev, d)), words.per_rank(pr, device_label(dev, d)),
+                 table(words.per_rank_header().split("|"), rows), runs_line(dev, d)]
+    return Page(slug, words.title(), [problem(P.FSDP_ACCOUNTING), problem(P.FSDP)],
                 [Answer(qa, ta), Answer(qb, tb), Answer(qf, tf)], "\n\n".join(body), score=scores)
 
 

@@ -27,9 +27,11 @@ from impl.report.pages import gpu_rows, run_date
 from impl.report.runs import device_label, gpu_model
 from impl.report.templating import environment, macros
 from impl.report.pages.problems import problem
+from impl.workloads.problems import Problem as P
 
-CALC_PROBLEMS = ["alternate_ring_all_reduce", "data_parallel_calcs", "fsdp_calcs", "tp_calcs", "fsdp_tp_calcs"]
-COMM = "distributed_communication_single_node"
+CALC_PROBLEMS = [P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS]
+COMM = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
+WORDS = "parallelism_calcs.md.j2"
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Workload:
 
 def workload() -> Workload:
     return Workload(B=acc.compute_bound_batch()["global_tokens_int"], D=acc.XXL["d_model"], D_FF=acc.XXL["d_ff"],
-                    source="communication_accounting's XXL FFN at its TPU v5p compute-bound global batch")
+                    source=macros(WORDS).workload_source())
 
 
 def measured_peak(ctx: Context, device: str):
@@ -81,34 +83,31 @@ def nccl_bus_bandwidth(ctx: Context, world_size: int | None = None):
 def bandwidth_source(w) -> str:
     """Where a W of nccl_bus_bandwidth comes from, in words."""
     _, w_dev, size, procs, w_date = w
-    return f"NCCL all-reduce bus bandwidth, {size / 2**20:,.0f} MiB on {procs} GPUs, {w_dev} run {w_date}"
+    return macros(WORDS).bandwidth_source(size, procs, w_dev, w_date)
 
 
 def device_figures(ctx: Context) -> tuple[list[pc.DeviceFigures], list[str]]:
     """The table's devices (C, W with sources) and the notes on what was borrowed or is missing."""
-    notes, out = [], []
+    notes, out, words = [], [], macros(WORDS)
     w = nccl_bus_bandwidth(ctx)
     h100 = measured_peak(ctx, "h100-80gb-x1")
     if w is None:
-        notes.append("No NCCL all-reduce has been measured on a GPU yet, so no GPU row can be evaluated.")
+        notes.append(words.no_bandwidth())
     else:
         w_bps, w_dev, w_src = w[0], w[1], bandwidth_source(w)
         if h100:
             c, date, section = h100
             out.append(pc.DeviceFigures("H100 (h100-80gb-x1)", C=c, W=w_bps,
-                                        source=f"C: measured bf16 matmul peak, {section} run {date}; W: {w_src}"))
-            notes.append("No all-reduce was measured on the H100 (the machine has one GPU), so its row uses the "
-                         "H200's NCCL bus bandwidth for W; both are NVLink-connected Hopper parts, but this W is "
-                         "borrowed, not measured.")
+                                        source=words.measured_source(section, date, w_src)))
+            notes.append(words.h100_borrows_w())
         h200_c = datasheet_bf16_flops("H200")
         h200 = measured_peak(ctx, w_dev)
         if h200:
             out.append(pc.DeviceFigures(f"2×H200 ({w_dev})", C=h200[0], W=w_bps,
-                                        source=f"C: measured bf16 matmul peak, {h200[2]} run {h200[1]}; W: {w_src}"))
+                                        source=words.measured_source(h200[2], h200[1], w_src)))
         elif h200_c:
             out.append(pc.DeviceFigures(f"2×H200 ({w_dev})", C=h200_c, W=w_bps,
-                                        source=f"C: datasheet dense bf16 peak (no matmul peak was measured in the "
-                                               f"{w_dev} runs); W: {w_src}"))
+                                        source=words.datasheet_source(w_dev, w_src)))
     out.append(pc.TPU_V5P_FIGURES)
     return out, notes
 
@@ -126,12 +125,11 @@ def bounds_table(devices: list[pc.DeviceFigures], wl: Workload) -> str:
                      f"{b.fsdp_tp.value:,.0f} ({b.fsdp_tp_split.n_tp:,.1f} × {b.fsdp_tp_split.n_fsdp:,.1f})",
                      f"{b.fsdp_tp_serial.value:,.0f} ({b.fsdp_tp_serial_split.n_tp:,.1f} × "
                      f"{b.fsdp_tp_serial_split.n_fsdp:,.1f})"])
-    return table(["device", "C (TFLOP/s)", "W (GB/s)", "largest N_DP", "largest N_FSDP", "largest N_TP fwd / bwd",
-                  "largest N, overlapping (N_TP × N_FSDP)", "largest N, shared network (N_TP × N_FSDP)"], rows)
+    return table(macros(WORDS).bounds_header().split("|"), rows)
 
 
 def _formulas(record) -> str:
-    return table(["part", "symbolic form", "impl.parallelism_calcs function"],
+    return table(macros(WORDS).formulas_header().split("|"),
                  [[a.part, f"`{a.symbolic}`", f"`{a.formula.name}`"] for a in pc.answers(record)])
 
 
@@ -163,28 +161,28 @@ def calcs_facts(devices: list[pc.DeviceFigures]) -> CalcsFacts:
 
 
 def calcs_page(ctx: Context) -> Page:
-    slug = problem("data_parallel_calcs").slug
+    slug = problem(P.DATA_PARALLEL_CALCS).slug
     devices, notes = device_figures(ctx)
     c = calcs_facts(devices)
-    w = macros("parallelism_calcs.md.j2")
+    w = macros(WORDS)
     answers = [Answer(w.q_ring(), w.a_ring(c)), Answer(w.q_dp(), w.a_dp(c)), Answer(w.q_fsdp(), w.a_fsdp(c)),
                Answer(w.q_tp(), w.a_tp(c)), Answer(w.q_fsdp_tp(), w.a_fsdp_tp(c))]
     formulas = {k: _formulas(getattr(c, k)) for k in ("dp", "fs", "tp", "ft")}
-    body = environment().get_template("parallelism_calcs.md.j2").module.body(
+    body = environment().get_template(WORDS).module.body(
         c, bounds_table(devices, c.wl), notes, formulas, pc.TP_BACKWARD_EQUATIONS)
     first, closed = c.first, "closed form"
     scores = {
-        "alternate_ring_all_reduce": Score(w.score_ring(c), "–", "–", closed),
-        "data_parallel_calcs": Score(w.score_dp(c), w.on_first(c, first.dp.value, 1), "–", closed),
-        "fsdp_calcs": Score(w.score_fsdp(c), w.on_first(c, first.fsdp.value, 1), "–", closed),
-        "tp_calcs": Score(w.score_tp(c), w.on_first(c, first.tp_forward.value, 1), "–", closed),
-        "fsdp_tp_calcs": Score(w.score_fsdp_tp(c), w.on_first(c, first.fsdp_tp.value, 0), "–", closed),
+        P.ALTERNATE_RING_ALL_REDUCE: Score(w.score_ring(c), "–", "–", closed),
+        P.DATA_PARALLEL_CALCS: Score(w.score_dp(c), w.on_first(c, first.dp.value, 1), "–", closed),
+        P.FSDP_CALCS: Score(w.score_fsdp(c), w.on_first(c, first.fsdp.value, 1), "–", closed),
+        P.TP_CALCS: Score(w.score_tp(c), w.on_first(c, first.tp_forward.value, 1), "–", closed),
+        P.FSDP_TP_CALCS: Score(w.score_fsdp_tp(c), w.on_first(c, first.fsdp_tp.value, 0), "–", closed),
     }
-    return Page(slug, "The 2026 edition's parallelism calculations", [problem(p) for p in CALC_PROBLEMS], answers,
+    return Page(slug, w.title(), [problem(p) for p in CALC_PROBLEMS], answers,
                 str(body).strip(), score=scores)
 
 
-LB26 = "leaderboard_2026"
+LB26 = P.LEADERBOARD_2026
 
 
 def one_gpu_runs(ctx: Context, like: str | None = None):
@@ -223,8 +221,7 @@ def _rows_table(d) -> str:
                      f"{r['m.' + Metric.TOKENS_PER_S.value]:,.0f}" if measured else "–",
                      f"{r['m.' + Metric.MFU.value]:.1%}" if measured and not missing(r.get("m." + Metric.MFU.value))
                      else "–", gib(r["peak_alloc"], 1), "" if measured else (r["reason"] or "")[:80]])
-    return table(["layers", "checkpointing", "step (ms, median ± IQR)", "tokens/s", "MFU (datasheet)",
-                  "peak allocated (GiB)", "why not measured"], rows)
+    return table(macros("leaderboard_2026.md.j2").rows_header().split("|"), rows)
 
 
 def leaderboard_2026_page(ctx: Context) -> Page:
@@ -238,7 +235,7 @@ def leaderboard_2026_page(ctx: Context) -> Page:
     w = nccl_bus_bandwidth(ctx, world_size=WORLD_SIZE)
     found = one_gpu_runs(ctx, like=None if w is None else w[1])
     body = [str(env.intro(spec, WORLD_SIZE, two_gpu)).strip()]
-    score = Score("not run: needs two GPUs, not lent")
+    score = Score(w_.score_not_run())
     if found is None:
         text = f"{not_run} {w_.no_rows()}"
     else:
@@ -255,9 +252,9 @@ def leaderboard_2026_page(ctx: Context) -> Page:
             pred = predict_step(runs, spec.model, w_bps, WORLD_SIZE)
             text = f"{not_run} {w_.prediction(pred, policy, dev, w_src)}"
             body.append(str(env.prediction_table(pred)).strip())
-            score = Score("not run: needs two GPUs, not lent; predicted from one-GPU rows", w_.score_predicted(pred),
+            score = Score(w_.score_predicted_answer(), w_.score_predicted(pred),
                           "–", f"{dev} + {w_dev}", run_date(d))
-    return Page(name, "leaderboard (2026): the 8B training step on two GPUs", [problem(name)],
+    return Page(name, w_.title(), [problem(name)],
                 [Answer(w_.question(spec), text)], "\n\n".join(body), score={name: score})
 
 

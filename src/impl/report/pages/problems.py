@@ -1,57 +1,43 @@
-"""Every problem of both course editions (SPEC.md), in the index's order, with the page that
-answers it. A page module declares the problems it answers by these names."""
+"""Every problem of both course editions (impl.workloads.problems.Problem: its name and editions,
+defined once), in the index's order, with the page that answers it. A page module declares the
+problems it answers by these names."""
 from __future__ import annotations
 
 from impl.report.pages import Problem
+from impl.workloads.problems import Problem as P, StoredGroup
 
-B, N, BOTH = "2025", "2026", "2025, 2026"
+# Each page (its file stem under reports/) and the problems it answers; the index lists the problems
+# in the enum's order.
+PAGES: dict[str, tuple[P, ...]] = {
+    "benchmarking_script": (P.BENCHMARKING_SCRIPT,),
+    "nsys_profile": (P.NSYS_PROFILE,),
+    "mixed_precision": (P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MIXED_PRECISION),
+    "memory_profiling": (P.MEMORY_PROFILING,),
+    "gradient_checkpointing": (P.GRADIENT_CHECKPOINTING,),
+    "pytorch_attention": (P.PYTORCH_ATTENTION,),
+    "torch_compile": (P.TORCH_COMPILE,),
+    "flash_attention": (P.FLASH_FORWARD, P.FLASH_BACKWARD),
+    "flash_benchmarking": (P.FLASH_BENCHMARKING,),
+    "leaderboard": (P.LEADERBOARD,),
+    "distributed_communication": (P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE,),
+    "ddp": (P.NAIVE_DDP, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING, P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS,
+            P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, P.DDP_OVERLAP_BUCKETED, P.DDP_BUCKETED_BENCHMARKING),
+    "communication_accounting": (P.COMMUNICATION_ACCOUNTING,),
+    "optimizer_sharding": (P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
+    "fsdp": (P.FSDP, P.FSDP_ACCOUNTING),
+    "parallelism_calcs": (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS,
+                          P.FSDP_TP_CALCS),
+    "leaderboard_2026": (P.LEADERBOARD_2026,),
+    "training_step": (P.TRAINING_STEP,),
+    "flash_shapes": (P.FLASH_SHAPES,),
+}
+SLUGS: dict[P, str] = {p: slug for slug, ps in PAGES.items() for p in ps}
 
-# Editions exactly as the handouts (shared/handouts) pose each problem.
-PROBLEMS: list[Problem] = [
-    # 1.1 profiling and benchmarking
-    Problem("benchmarking_script", BOTH, "benchmarking_script"),
-    Problem("nsys_profile", BOTH, "nsys_profile"),
-    Problem("mixed_precision_accumulation", BOTH, "mixed_precision"),
-    Problem("benchmarking_mixed_precision", BOTH, "mixed_precision"),
-    Problem("memory_profiling", BOTH, "memory_profiling"),
-    Problem("gradient_checkpointing", N, "gradient_checkpointing"),
-    # 1.2-1.3 attention
-    Problem("pytorch_attention", BOTH, "pytorch_attention"),
-    Problem("torch_compile", BOTH, "torch_compile"),
-    Problem("flash_forward", BOTH, "flash_attention"),
-    Problem("flash_backward", BOTH, "flash_attention"),
-    Problem("flash_benchmarking", BOTH, "flash_benchmarking"),
-    Problem("leaderboard", B, "leaderboard"),  # 2025's FlashAttention leaderboard (section 1.3.3)
-    # 2 distributed data parallel
-    Problem("distributed_communication_single_node", BOTH, "distributed_communication"),
-    Problem("naive_ddp", BOTH, "ddp"),
-    Problem("naive_ddp_benchmarking", BOTH, "ddp"),
-    Problem("minimal_ddp_flat_benchmarking", BOTH, "ddp"),
-    Problem("ddp_overlap_individual_parameters", BOTH, "ddp"),
-    Problem("ddp_overlap_individual_parameters_benchmarking", BOTH, "ddp"),
-    Problem("ddp_overlap_bucketed", B, "ddp"),
-    Problem("ddp_bucketed_benchmarking", B, "ddp"),
-    Problem("communication_accounting", B, "communication_accounting"),
-    # 3 optimizer state sharding
-    Problem("optimizer_state_sharding", BOTH, "optimizer_sharding"),
-    Problem("optimizer_state_sharding_accounting", BOTH, "optimizer_sharding"),
-    # the 2026 edition's new problems
-    Problem("fsdp", N, "fsdp"),
-    Problem("fsdp_accounting", N, "fsdp"),
-    Problem("alternate_ring_all_reduce", N, "parallelism_calcs"),
-    Problem("data_parallel_calcs", N, "parallelism_calcs"),
-    Problem("fsdp_calcs", N, "parallelism_calcs"),
-    Problem("tp_calcs", N, "parallelism_calcs"),
-    Problem("fsdp_tp_calcs", N, "parallelism_calcs"),
-    Problem("leaderboard_2026", N, "leaderboard_2026"),  # 2026's "leaderboard": an 8B training step
-    # beyond the assignment
-    Problem("training_step", "suite", "training_step"),
-    Problem("flash_shapes", "suite", "flash_shapes"),
-]
+PROBLEMS: list[Problem] = [Problem(p, p.edition_tag, SLUGS[p]) for p in P]
 
 # Benchmark groups stored under another name than the handout's problem (older runs): read as the
 # handout's name everywhere (impl.report.pages.Context applies it to the loaded rows).
-STORED_ALIASES = {"ddp_overlap_bucketed_benchmarking": "ddp_bucketed_benchmarking"}
+STORED_ALIASES = {StoredGroup.DDP_OVERLAP_BUCKETED_BENCHMARKING.value: P.DDP_BUCKETED_BENCHMARKING.value}
 
 BY_NAME = {p.name: p for p in PROBLEMS}
 

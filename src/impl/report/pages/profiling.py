@@ -57,9 +57,8 @@ def _grid_tables(e: bs.EditionFacts) -> str:
             pct(r.train.mfu_measured_peak) if r.train and r.train.ok else "–",
             "–" if r.train is None else gib(r.train.peak_bytes) if r.train.ok else _mean_cell(r.train)] if train else [])
             for r in rows]
-        header = ["size", "context"] + [f"{m} (ms)" for m in modes] + (
-            ["train tokens/s", "train MFU", "train peak GiB"] if train else [])
-        out.append(f"**{dtype}** (mean ± std over the timed steps)\n\n" + table(header, body))
+        header = ["size", "context"] + [BS.mode_col(m) for m in modes] + (BS.train_header().split("|") if train else [])
+        out.append(BS.dtype_head(dtype) + "\n\n" + table(header, body))
     return "\n\n".join(out)
 
 
@@ -69,14 +68,13 @@ def _warmup_table(e: bs.EditionFacts, left_out: str) -> str:
             [" / ".join(ms(x.first_parts.get(k)) for k in ("forward", "backward", "optimizer")) if x.first_parts
              else "–"] if parts else [])
             for c in e.warmup for w, x in c.by_warmup.items()]
-    return table(["size", "context", "dtype", "mode", "warm-up steps", "mean ± std (ms)", "first timed step (ms)",
-                  "slowest timed step (ms)"] + (["first step: forward / backward / optimizer (ms)"] if parts else []),
-                 rows) + (f"\n\nNot run in this study: {left_out}." if left_out else "")
+    return table(BS.warmup_header().split("|") + ([BS.warmup_parts_header()] if parts else []),
+                 rows) + (f"\n\n{BS.not_run(left_out)}" if left_out else "")
 
 
 def benchmarking_script_page(ctx: Context) -> Page:
     slug = name = "benchmarking_script"
-    words = macros("benchmarking_script.md.j2")
+    words = BS
     qs = [words.q_b(), words.q_c(), words.q_opt()]
     found = gpu_rows(ctx, name)
     if not found:
@@ -99,18 +97,17 @@ def benchmarking_script_page(ctx: Context) -> Page:
             main = ed[ed.apply(study, axis=1).isin(["main", "main_2026"])]
             warm_n, rounds_n = benchmarking.timing_text(main)
             peaks = next((p for p in main["row"].map(lambda row: row.peaks) if p is not None), None)
-            peak = ("–" if peaks is None else f"{num(peaks.measured_flops / 1e12, 2)} TFLOP/s ({peaks.measured_dtype}, "
-                    f"{peaks.measured_n}³)")
-            body += [f"### (b) timings, {e.edition} sizes", words.grid_intro(e, warm_n, rounds_n, peak), _grid_tables(e)]
+            peak = ("–" if peaks is None else
+                    words.peak(num(peaks.measured_flops / 1e12, 2), peaks.measured_dtype, peaks.measured_n))
+            body += [words.h_timings(e.edition), words.grid_intro(e, warm_n, rounds_n, peak), _grid_tables(e)]
             if any(r.train is not None for r in e.grid):
                 stem = f"{device}-train-step" + ("" if e.edition == "2025" else f"-{e.edition}")
                 path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, stem)
                 benchmarking.plot(e.grid, path)
-                body.append(f"![train step vs context]({link})\n\n*Training step time (mean) against context, "
-                            f"{device}, runs of {run_date(main)}.*")
+                body.append(words.figure(link, device, run_date(main)))
             if e.warmup:
                 warm = ed[ed.apply(study, axis=1).isin(["warmup", "warmup_fresh_process"])]
-                body += [f"### (c) warm-up steps, {e.edition} sizes", words.warmup_intro(e),
+                body += [words.h_warmup(e.edition), words.warmup_intro(e),
                          _warmup_table(e, warm["details"].iloc[0].get("left_out", "") if not warm.empty else "")]
         body.append(runs_line(device, d))
     return Page(slug, name, [problem(name)], answers, "\n\n".join(body), score={name: score})
@@ -154,13 +151,12 @@ def nsys_page(ctx: Context) -> Page:
                                    f"{words.edition_head('2026', sizes(f26))} {a(f26)}" + (f" {extra}" if extra else ""))
         rows = [[c.size, c.context, ms(c.forward_ms / 1e3, c.forward_std_ms / 1e3 if c.forward_std_ms else None),
                  num(c.kernel_ms, 1), f"`{c.top_name[:60]}`", c.top_calls, "yes" if c.top_stays else "no"]
-                if c.measured else [c.size, c.context, "OOM" + (f" (needs {c.need_bytes / 1e9:.0f} GB)"
-                                                                 if c.need_bytes else ""), "–", "–", "–", "–"]
+                if c.measured else [c.size, c.context, words.oom_need(c.need_bytes / 1e9 if c.need_bytes else None),
+                                    "–", "–", "–", "–"]
                 for c in cases]
-        body += ["### 2026 sizes: " + ", ".join(dict.fromkeys(c.size for c in cases)),
+        body += [words.h_2026_sizes(list(dict.fromkeys(c.size for c in cases))),
                  words.cases_intro("2026", [c for c in cases if not c.measured and c.need_bytes]),
-                 table(["size", "context", "forward (ms)", "forward kernels (ms)", "top forward kernel",
-                        "calls per forward", "top for fwd+bwd"], rows)]
+                 table(words.cases_header().split("|"), rows)]
         score = Score(words.score_answer_2026(f26), words.score_headline(f26), "–", device, run_date(d26))
     body.append(runs_line(device, d_all))
     return Page(slug, "nsys_profile", [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
@@ -196,14 +192,14 @@ def mixed_precision_page(ctx: Context) -> Page:
     if f.accumulation:
         body += ["### mixed_precision_accumulation", words.body_acc(f.accumulation)]
     if f.dtypes:
-        body += ["### benchmarking_mixed_precision (a), (b)", words.body_dtypes(f.dtypes)]
+        body += [words.h_dtypes(), words.body_dtypes(f.dtypes)]
     for t in f.trends:
         if t.train():
-            body += [f"### benchmarking_mixed_precision (c), {t.edition} sizes", words.body_c(t)]
+            body += [words.h_trend(t.edition), words.body_c(t)]
         elif t.largest_fb:
-            body += [f"### benchmarking_mixed_precision (c), {t.edition} sizes", words.body_c_fb(t)]
+            body += [words.h_trend(t.edition), words.body_c_fb(t)]
     body.append(runs_line(device, d))
-    return Page(slug, "mixed_precision: accumulation and bf16 autocast", [problem(n) for n in names], answers,
+    return Page(slug, words.title(), [problem(n) for n in names], answers,
                 "\n\n".join(body), score=score)
 
 
@@ -228,8 +224,8 @@ def checkpointing_page(ctx: Context) -> Page:
     if not nested.empty:
         r = nested.iloc[0]
         n0 = none.iloc[0] if not none.empty else None
-        none_txt = ("runs out of memory" if n0 is not None and n0["status"] == OOM else
-                    f"peaks at {gib(n0['peak_alloc'])} GiB" if n0 is not None else "was not run")
+        none_txt = (words.none_oom() if n0 is not None and n0["status"] == OOM else
+                    words.none_peak(n0["peak_alloc"]) if n0 is not None else words.none_not_run())
         layers = r.cfg.size_ref.config.num_layers if r.cfg.size_ref else "–"
         answers.append(Answer(qs[0], words.a_nested(
             r["peak_alloc"], r.cfg.dtype, label(r), _i(r.cfg.context), checkpointing.predicted_peak(r), none_txt,
@@ -237,7 +233,7 @@ def checkpointing_page(ctx: Context) -> Page:
             checkpointing.forwards_cell(r).split(" /")[0], layers) + note))
         score = Score(words.score_answer(label(r), _i(r.cfg.context), r["peak_alloc"]),
                       words.score_headline(r["peak_alloc"], r.cfg.dtype),
-                      "no checkpointing: OOM" if n0 is not None and n0["status"] == OOM else "–", device, run_date(d))
+                      words.score_vs_oom() if n0 is not None and n0["status"] == OOM else "–", device, run_date(d))
     else:
         answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
     if not ok.empty and "best_k" in ok["details"].iloc[0]:
@@ -269,9 +265,8 @@ def _single_level_table(f) -> str:
     rows = [[c.label, gib(c.peak_bytes) if c.measured else ("OOM" if c.status is Status.OOM else c.status.value),
              gib(c.predicted_peak_bytes), gib(c.predicted_activation_bytes), ms(c.mean_s) if c.mean_s else "–",
              num(c.block_forwards, 0) if c.block_forwards else "–"] for c in f.cases]
-    return (f"### 2026 (b): single-level checkpointing, {f.size}, batch {f.batch} × context {f.context}, fp32\n\n"
-            + table(["policy", "measured peak GiB", "predicted peak GiB (fp32 closed form)",
-                     "predicted activations GiB", "forward+backward (ms)", "block forwards"], rows))
+    words = macros("gradient_checkpointing.md.j2")
+    return words.single_level_head(f) + "\n\n" + table(words.single_level_header().split("|"), rows)
 
 
 # ------------------------------------------------------------------------------------ training_step
@@ -296,11 +291,12 @@ def training_step_page(ctx: Context) -> Page:
         body += [f"## {device}"] + parts + [runs_line(device, every)]
         if not index_figs and (ctx.fig_dir / fig_name).exists():
             index_figs.append((TS.index_figure(device), f"{ctx.fig_rel}/{fig_name}"))
-    return Page(slug, "training_step: the full training step, ablated", [problem(name)], answers, "\n\n".join(body),
+    return Page(slug, TS.title(), [problem(name)], answers, "\n\n".join(body),
                 score={name: score}, index_figures=index_figs)
 
 
 TS = macros("training_step.md.j2")
+BS = macros("benchmarking_script.md.j2")
 
 
 def _vs(r, ref, name: str):
