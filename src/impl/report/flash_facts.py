@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from impl.attention import backward_choice, flash_torch
+from impl.report.rows import Bench
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,51 @@ class FlashShapesFacts:
     @property
     def median(self) -> float | None:
         return self.ratios[len(self.ratios) // 2] if self.ratios else None
+
+
+@dataclass(frozen=True)
+class HostCall:
+    impl: str
+    mean_us: float
+    stddev_us: float
+    rounds: int
+
+
+@dataclass(frozen=True)
+class HostCostFacts:
+    """flash_shapes' host-cost rows of one run: host time per fwd+bwd call at a tiny shape, where the
+    device work is nothing (HostTimer: one call a round, no synchronisation)."""
+
+    shape: str  # "1×1×128×64 bf16 causal"
+    calls: dict[str, HostCall]  # by impl
+
+    def _ratio(self, ours: str, anchor: str) -> float | None:
+        a, b = self.calls.get(ours), self.calls.get(anchor)
+        return a.mean_us / b.mean_us if a and b else None
+
+    @property
+    def anchor(self) -> str | None:
+        """The SDPA backend with the lower host cost."""
+        sdpa = [c for c in self.calls.values() if c.impl.startswith("sdpa")]
+        return min(sdpa, key=lambda c: c.mean_us).impl if sdpa else None
+
+    @property
+    def eager_vs_anchor(self) -> float | None:
+        return self._ratio("flash_triton", self.anchor) if self.anchor else None
+
+    @property
+    def compiled_vs_eager(self) -> float | None:
+        return self._ratio("flash_triton_compiled", "flash_triton")
+
+
+def host_cost_facts(rows: list[Bench]) -> HostCostFacts | None:
+    """The newest run's measured host-cost rows (config host=True), or None where no run has them."""
+    rows = [b for b in rows if b.cfg.host and b.measured]
+    if not rows:
+        return None
+    newest = max(b.run.datetime for b in rows)
+    rows = [b for b in rows if b.run.datetime == newest]
+    c = rows[0].cfg
+    shape = f"{c.batch}×{c.heads}×{c.seq}×{c.d} {c.dtype}" + (" causal" if c.causal else "")
+    return HostCostFacts(shape, {b.cfg.impl: HostCall(b.cfg.impl, b.stats.mean * 1e6, (b.stats.stddev or 0) * 1e6,
+                                                      int(b.stats.rounds or 0)) for b in rows})

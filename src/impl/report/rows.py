@@ -62,6 +62,7 @@ class Config:
     optimizer: str | None = None
     weights: str | None = None
     width: int | None = None
+    host: bool | None = None  # flash_shapes' host-cost rows (timed on the host clock)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod

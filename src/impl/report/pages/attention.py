@@ -21,7 +21,7 @@ from impl.report.markdown import gib, num, pct, table
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
 from impl.report.compile_facts import compile_attention_facts, compile_model_facts, newest_paired_run
-from impl.report.flash_facts import FlashShapesFacts, backward_probe, flash_attention_facts
+from impl.report.flash_facts import FlashShapesFacts, backward_probe, flash_attention_facts, host_cost_facts
 from impl.report.leaderboard import leaderboard_facts
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches
@@ -627,6 +627,8 @@ def flash_shapes_page(ctx: Context) -> Page:
         fs = problem_rows(ctx.device_rows(dev), name)
         if fs.empty:
             continue
+        host = host_cost_facts(benches(fs))  # the host-cost rows have a table of their own
+        host_rows, fs = fs[fs.cfg.host.map(lambda h: h is True)], fs[fs.cfg.host.map(lambda h: h is not True)]
         grid = flash_shapes_table(fs)
         f = flash_shapes_facts(fs, grid)
         answers.append(Answer(FS.question(), FS.answer(f)))
@@ -641,6 +643,9 @@ def flash_shapes_page(ctx: Context) -> Page:
             body.append(FS.figure(rel))
         if not_run_reasons(fs):
             body.append("Cells not run:\n" + not_run_reasons(fs))
+        if host is not None and host.anchor:
+            answers.append(Answer(FS.host_question(), FS.host_answer(host)))
+            body += [FS.host_method(host), FS.host_table(host), runs_line(dev, host_rows)]
         if f.median is not None:
             score[name] = Score(answer=FS.score_answer(f), headline=FS.score_headline(f), vs_anchor=FS.score_vs(f),
                                 device=fs["row"].iloc[0].env.device, date=_date(fs))
