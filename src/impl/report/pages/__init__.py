@@ -14,15 +14,7 @@ import pandas as pd
 
 from impl.report.runs import run_date  # noqa: F401  (pages import it from here)
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One problem of the course (SPEC.md): its name, which edition(s) ask it, the page it is on."""
-
-    name: str
-    edition: str  # "2025", "2026" or "2025, 2026"
-    slug: str  # the page's file stem under reports/
+from impl.report.pages.problems import STORED_ALIASES, PageProblem as Problem, problem  # noqa: F401
 
 
 @dataclass
@@ -65,7 +57,6 @@ class Context:
     fig_rel: str = "figures"  # figure paths as a page links them
 
     def __post_init__(self):
-        from impl.report.pages.problems import STORED_ALIASES
         for frame in (self.df, self.history):  # stored group names -> the handout's problem names
             if not frame.empty:
                 frame["problem"] = frame["problem"].replace(STORED_ALIASES)
@@ -106,8 +97,3 @@ def render_page(page: Page) -> str:
     out += [f"## {a.question}\n\n{a.text}" for a in page.answers]
     out.append(page.body)
     return "\n\n".join(x for x in out if x) + "\n"
-
-
-def problem(name: str) -> Problem:
-    from impl.report.pages.problems import problem as lookup  # problems.py imports Problem from here
-    return lookup(name)

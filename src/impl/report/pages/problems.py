@@ -3,8 +3,19 @@ defined once), in the index's order, with the page that answers it. A page modul
 problems it answers by these names."""
 from __future__ import annotations
 
-from impl.report.pages import Problem
+from dataclasses import dataclass
+
 from impl.workloads.problems import Problem as P, StoredGroup
+
+
+@dataclass(frozen=True)
+class PageProblem:
+    """One problem of the course (SPEC.md) as the index lists it: its name, which edition(s) ask it,
+    the page it is on."""
+
+    name: str
+    edition: str  # "2025", "2026" or "2025, 2026"
+    slug: str  # the page's file stem under reports/
 
 # Each page (its file stem under reports/) and the problems it answers; the index lists the problems
 # in the enum's order.
@@ -33,7 +44,7 @@ PAGES: dict[str, tuple[P, ...]] = {
 }
 SLUGS: dict[P, str] = {p: slug for slug, ps in PAGES.items() for p in ps}
 
-PROBLEMS: list[Problem] = [Problem(p, p.edition_tag, SLUGS[p]) for p in P]
+PROBLEMS: list[PageProblem] = [PageProblem(p, p.edition_tag, SLUGS[p]) for p in P]
 
 # Benchmark groups stored under another name than the handout's problem (older runs): read as the
 # handout's name everywhere (impl.report.pages.Context applies it to the loaded rows).
@@ -42,7 +53,7 @@ STORED_ALIASES = {StoredGroup.DDP_OVERLAP_BUCKETED_BENCHMARKING.value: P.DDP_BUC
 BY_NAME = {p.name: p for p in PROBLEMS}
 
 
-def problem(name: str) -> Problem:
+def problem(name: str) -> PageProblem:
     try:
         return BY_NAME[name]
     except KeyError:
