@@ -1,7 +1,7 @@
 """GPU probe (issue 36): where the host time of one FlashAttentionTriton fwd+bwd call goes at a tiny
 shape (1x1x128x64, bf16, causal), where the device work is nothing.
     PYTHONPATH=src python tools/probes/flash_host_profile.py OUT.json
-Rows: host µs per call (perf_counter over 300 calls after 30 warm-up, then one synchronize) for an
+Rows: host µs per call (flash_host_overhead.host_us: perf_counter over 300 calls after 20 warm-up) for an
 empty Triton kernel launch, SDPA's flash and cuDNN backends, ours eager and under torch.compile;
 then cProfile of 300 eager fwd+bwd calls (own time and cumulative time, top 45 each)."""
 import cProfile
@@ -9,32 +9,19 @@ import io
 import json
 import pstats
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from flash_host_overhead import host_us  # the probe beside this one (its folder is on sys.path)
 from impl.attention.flash_triton import FlashAttentionTriton
 
 
 @triton.jit
 def _empty(x_ptr):
     pass
-
-
-def host_us(fn, n=300):
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return host
 
 
 def main(path):
