@@ -34,7 +34,7 @@ import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
-from impl.attention import attention_flops, backward_choice
+from impl.attention import FlashOptions, LaunchRecorder, attention_flops, backward_choice
 from impl.attention import flash_triton as ft
 
 
@@ -70,7 +70,7 @@ CONFIGS_FULL = dict(fwd=[(64, 128, 4, 3)], kv=[(64, 64, 4, 3)], q=[(64, 64, 4, 3
                     atomic=[(64, 128, 8, 2), (32, 128, 8, 3)])
 CONFIGS_QUICK = {name: configs[:1] for name, configs in CONFIGS_FULL.items()}
 
-# Variants of the backward: (name, backward_choice variant, ATOMIC_DQ_TMA).
+# Variants of the backward: (name, FlashOptions.variant, FlashOptions.atomic_dq_tma).
 VARIANTS = [("two_pass", "two_pass", True), ("atomic", "atomic", True), ("atomic_elem", "atomic", False)]
 
 
@@ -105,10 +105,9 @@ def check(s: Shape, q, k, v, do) -> Dict[str, Dict[str, float]]:
     refs = [o_ref.detach()] + [t.grad for t in leaves]
     out = {}
     for name, variant, dq_tma in VARIANTS:
-        ft.ATOMIC_DQ_TMA = dq_tma
-        backward_choice.set_backward_variant(variant)
+        options = FlashOptions(variant=variant, atomic_dq_tma=dq_tma)
         ours = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-        o = ft.FlashAttentionTriton.apply(*ours, s.causal)
+        o = ft.FlashAttentionTriton.apply(*ours, s.causal, options)
         o.backward(do)
         out[name] = {n: rel(x, r) for n, x, r in zip(("o", "dq", "dk", "dv"), [o] + [t.grad for t in ours], refs)}
     return out
@@ -128,26 +127,27 @@ def measure(s: Shape) -> Row:
         row.failed["check"] = repr(e)[:300]
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
 
+    recorder = LaunchRecorder()
+    fwd_options = FlashOptions(recorder=recorder)
+
     def fwd():
-        return ft.flash_attention_triton_forward(q, k, v, s.causal)
+        return ft.flash_attention_triton_forward(q, k, v, s.causal, options=fwd_options)
 
     row.ms["ours fwd"] = bench(fwd)
-    row.configs["ours fwd"] = ft.tuned_configs()
+    row.configs["ours fwd"] = recorder.summary()
     o, lse = fwd()
     for name, variant, dq_tma in VARIANTS:
         if name == "atomic_elem" and not s.label:
             continue
-        ft.ATOMIC_DQ_TMA = dq_tma
-        backward_choice.set_backward_variant(variant)
+        options = FlashOptions(variant=variant, atomic_dq_tma=dq_tma, recorder=recorder)
         try:
-            row.ms[f"ours bwd {name}"] = bench(lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, s.causal))
+            row.ms[f"ours bwd {name}"] = bench(
+                lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, s.causal, options=options))
             row.ms[f"ours fwd+bwd {name}"] = bench(
-                lambda: ft.FlashAttentionTriton.apply(*leaves, s.causal).backward(do), leaves)
-            row.configs[f"ours {name}"] = ft.tuned_configs()
+                lambda: ft.FlashAttentionTriton.apply(*leaves, s.causal, options).backward(do), leaves)
+            row.configs[f"ours {name}"] = recorder.summary()
         except Exception as e:  # noqa: BLE001
             row.failed[name] = repr(e)[:300]
-    ft.ATOMIC_DQ_TMA = True
-    backward_choice.set_backward_variant("auto")
     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa flash", SDPBackend.FLASH_ATTENTION)):
         try:
             with sdpa_kernel(backend):
@@ -190,9 +190,9 @@ def host_overhead() -> Dict[str, float]:
     for name, variant, _ in VARIANTS[:2]:
         res[f"backward launcher {name}"] = host_us(
             lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant=variant))
-        backward_choice.set_backward_variant(variant)
-        res[f"apply fwd+bwd {name}"] = host_us(lambda: ft.FlashAttentionTriton.apply(*leaves, True).backward(do))
-    backward_choice.set_backward_variant("auto")
+        options = FlashOptions(variant=variant)
+        res[f"apply fwd+bwd {name}"] = host_us(
+            lambda: ft.FlashAttentionTriton.apply(*leaves, True, options).backward(do))
     return res
 
 

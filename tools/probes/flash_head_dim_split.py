@@ -1,6 +1,6 @@
 """GPU probe for the head-dim split (issue 24): head dims 80 and 96 computed as two power-of-two
-tiles (64 + 16, 64 + 32; flash_triton._head_dim_tiles) against the same kernels padded to 128
-columns (the tiling before the split: _head_dim_tiles forced to (next power of two, 0)), in one
+tiles (64 + 16, 64 + 32; FlashOptions(split_head_dim=True), the default) against the same kernels padded
+to 128 columns (the tiling before the split: FlashOptions(split_head_dim=False)), in one
 process, at one fixed config per kernel (the leaderboard picks, as flash_bwd_variants.py --quick)
 so that only the tiling differs. d 64 is the control (the same kernels either way).
 
@@ -26,7 +26,8 @@ if "--smoke" in sys.argv:
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from impl.attention import attention_flops  # noqa: E402
+from impl.attention import FlashOptions, LaunchRecorder, attention_flops  # noqa: E402
+from impl.attention.flash_options import with_configs  # noqa: E402
 from impl.attention import flash_triton as ft  # noqa: E402
 
 CONFIGS = dict(fwd=[(64, 128, 4, 3)], kv=[(64, 64, 4, 3)], q=[(64, 64, 4, 3)], atomic=[(64, 128, 8, 2)])
@@ -34,11 +35,6 @@ CONFIGS = dict(fwd=[(64, 128, 4, 3)], kv=[(64, 64, 4, 3)], q=[(64, 64, 4, 3)], a
 SHAPES = [(4, 32, 512, 80, True), (1, 16, 8192, 80, True), (1, 16, 8192, 96, True),
           (1, 16, 8192, 64, True)]
 SMOKE_SHAPES = [(1, 2, 40, 80, True), (1, 2, 40, 64, False)]
-SPLIT = ft._head_dim_tiles
-
-
-def padded(d: int):
-    return ft._block_d(d), 0
 
 
 def timer(smoke: bool):
@@ -58,23 +54,24 @@ def rel(x, ref) -> float:
 
 def measure(shape, tiling: str, smoke: bool) -> dict:
     b, h, n, d, causal = shape
-    ft._head_dim_tiles = SPLIT if tiling == "split" else padded
-    ft.use_configs(**({} if smoke else CONFIGS))  # forgets picks and compiled kernels' configs
+    recorder = LaunchRecorder()
+    options = with_configs(FlashOptions(split_head_dim=tiling == "split", recorder=recorder),
+                           **({} if smoke else CONFIGS))
     device, dtype = ("cpu", torch.float16) if smoke else ("cuda", torch.bfloat16)
     g = torch.Generator(device=device).manual_seed(0)
     q, k, v, do = (torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g) for _ in range(4))
     bench = timer(smoke)
     row = {"shape": list(shape), "tiling": tiling, "ms": {}, "err": {}}
-    row["ms"]["fwd"] = bench(lambda: ft.flash_attention_triton_forward(q, k, v, causal))
-    o, lse = ft.flash_attention_triton_forward(q, k, v, causal)
-    row["d_tiles"] = ft.tuned_configs()["d_tiles"]
+    row["ms"]["fwd"] = bench(lambda: ft.flash_attention_triton_forward(q, k, v, causal, options=options))
+    o, lse = ft.flash_attention_triton_forward(q, k, v, causal, options=options)
+    row["d_tiles"] = recorder.summary()["d_tiles"]
     refs = [t[:, :2].float().requires_grad_() for t in (q, k, v)]
     o_ref = F.scaled_dot_product_attention(*refs, is_causal=causal)
     o_ref.backward(do[:, :2].float())
     row["err"]["o"] = rel(o[:, :2], o_ref.detach())
     for variant in ("two_pass", "atomic"):
         def bwd():
-            return ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal, variant=variant)
+            return ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal, variant=variant, options=options)
         row["ms"][variant] = bench(bwd)
         dq = bwd()[0]
         row["err"][f"dq {variant}"] = rel(dq[:, :2], refs[0].grad)
@@ -88,13 +85,10 @@ def main() -> None:
     args = ap.parse_args()
     start = time.time()
     rows = []
-    try:
-        for shape in SMOKE_SHAPES if args.smoke else SHAPES:
-            for tiling in ("padded", "split"):
-                rows.append(measure(shape, tiling, args.smoke))
-                print(json.dumps(rows[-1]), flush=True)
-    finally:
-        ft._head_dim_tiles = SPLIT
+    for shape in SMOKE_SHAPES if args.smoke else SHAPES:
+        for tiling in ("padded", "split"):
+            rows.append(measure(shape, tiling, args.smoke))
+            print(json.dumps(rows[-1]), flush=True)
     res = {"device": "cpu (interpreter)" if args.smoke else torch.cuda.get_device_name(), "configs": CONFIGS,
            "rows": rows, "seconds": time.time() - start}
     json.dump(res, open(os.path.join(os.environ.get("OUT", "."), "flash_head_dim_split.json"), "w"), indent=1)
