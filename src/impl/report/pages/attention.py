@@ -28,6 +28,7 @@ from impl.report.rows import benches
 from impl.report.runs import run_ids, runs_line
 from impl.report.templating import macros
 from impl.report.pages.problems import problem
+from impl.workloads.problems import Problem as P
 
 #: A version counts as faster or slower only beyond this factor on top of the anchors' own change
 #: between the same two runs (the anchors' code did not change, so their change is the machine's).
@@ -143,7 +144,7 @@ def seed_comparison(pa: pd.DataFrame) -> str | None:
 
 
 def pytorch_attention_page(ctx: Context) -> Page | None:
-    name, answers, body, score = "pytorch_attention", [], [], {}
+    name, answers, body, score = P.PYTORCH_ATTENTION, [], [], {}
     for dev in ctx.gpu_devices():
         pa = problem_rows(ctx.device_rows(dev), name)
         if pa.empty:
@@ -176,7 +177,7 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
                             date=_date(pa))
         break  # the first GPU with rows answers; the others have none for this problem
     if not answers:
-        return missing_page("pytorch_attention", name, [name], [name], where="pytorch_attention")
+        return missing_page("pytorch_attention", name, [name], [name], where=P.PYTORCH_ATTENTION)
     return Page("pytorch_attention", "pytorch_attention: naive attention, time and memory", [problem(name)], answers,
                 "\n\n".join(x for x in body if x), score)
 
@@ -184,10 +185,10 @@ def pytorch_attention_page(ctx: Context) -> Page | None:
 # --- torch_compile -----------------------------------------------------------------------------------------
 
 def torch_compile_page(ctx: Context) -> Page | None:
-    name, answers, body, score = "torch_compile", [], [], {}
+    name, answers, body, score = P.TORCH_COMPILE, [], [], {}
     for dev in ctx.gpu_devices():
         df = ctx.device_rows(dev)
-        tc, pa = problem_rows(df, name, "attention"), problem_rows(df, "pytorch_attention")
+        tc, pa = problem_rows(df, name, "attention"), problem_rows(df, P.PYTORCH_ATTENTION)
         # runs since issue 33 time the eager cells beside the compiled ones (impl "eager"); older
         # runs compare with the pytorch_attention rows
         same_run = not tc.empty and (tc.cfg.impl == "eager").any()
@@ -218,7 +219,7 @@ def torch_compile_page(ctx: Context) -> Page | None:
                 body.append(runs_line(dev, mrows))
         break
     if not answers:
-        return missing_page("torch_compile", name, [name], [name], where="torch_compile")
+        return missing_page("torch_compile", name, [name], [name], where=P.TORCH_COMPILE)
     return Page("torch_compile", "torch_compile: compiled attention and model", [problem(name)], answers,
                 "\n\n".join(body), score)
 
@@ -238,7 +239,7 @@ def flash_attention_page(ctx: Context) -> Page:
     answers = [Answer(FA.q_torch(), FA.a_torch(f)), Answer(FA.q_triton(), FA.a_triton()),
                Answer(FA.q_backward(), FA.a_backward(f))]
     body = [FA.tests(f.tests)]
-    score = {"flash_forward": Score(answer=FA.score_forward()), "flash_backward": Score(answer=FA.score_backward())}
+    score = {P.FLASH_FORWARD: Score(answer=FA.score_forward()), P.FLASH_BACKWARD: Score(answer=FA.score_backward())}
     for dev in ctx.gpu_devices():
         doc = _probe(ctx, dev, PROBE_BWD)
         if doc is None:
@@ -250,25 +251,25 @@ def flash_attention_page(ctx: Context) -> Page:
                         "fwd+bwd atomic (ms)", "atomic / two-pass"],
                        [[s.shape, s.label, f"{s.bwd_two_pass:.3f}", f"{s.bwd_atomic:.3f}", f"{s.e2e_two_pass:.3f}",
                          f"{s.e2e_atomic:.3f}", f"{s.atomic_over_two_pass:.2f}×"] for s in p.shapes])]
-        score["flash_backward"].headline = FA.headline_probe(p)
+        score[P.FLASH_BACKWARD].headline = FA.headline_probe(p)
         break
     for dev in ctx.gpu_devices():
-        lb = problem_rows(ctx.device_rows(dev), "leaderboard")
+        lb = problem_rows(ctx.device_rows(dev), P.LEADERBOARD)
         ours, cudnn = _pick(lb, impl="flash_triton", mode="fwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd")
         ours2, cudnn2 = _pick(lb, impl="flash_triton", mode="fwd_bwd"), _pick(lb, impl="sdpa_cudnn", mode="fwd_bwd")
         if ours2 is not None and cudnn2 is not None and ours is not None and cudnn is not None:
             # the backward alone: forward+backward less the forward, of one run
-            score["flash_backward"].vs_anchor = FA.vs_backward(median_ms(ours2) - median_ms(ours),
+            score[P.FLASH_BACKWARD].vs_anchor = FA.vs_backward(median_ms(ours2) - median_ms(ours),
                                                                median_ms(cudnn2) - median_ms(cudnn))
-            score["flash_backward"].device = ours2["row"].env.device
-            score["flash_backward"].date = _date(lb)
+            score[P.FLASH_BACKWARD].device = ours2["row"].env.device
+            score[P.FLASH_BACKWARD].date = _date(lb)
         if ours is not None and cudnn is not None:
-            score["flash_forward"] = Score(answer=FA.score_forward(), headline=FA.headline_forward(median_ms(ours)),
+            score[P.FLASH_FORWARD] = Score(answer=FA.score_forward(), headline=FA.headline_forward(median_ms(ours)),
                                            vs_anchor=ratio_text(ours, cudnn, "cuDNN"), device=ours["row"].env.device,
                                            date=_date(lb))
             break
     return Page("flash_attention", "FlashAttention-2: forward and backward (flash_forward, flash_backward)",
-                [problem("flash_forward"), problem("flash_backward")], answers, "\n\n".join(body), score)
+                [problem(P.FLASH_FORWARD), problem(P.FLASH_BACKWARD)], answers, "\n\n".join(body), score)
 
 
 # --- flash_benchmarking ------------------------------------------------------------------------------------
@@ -399,7 +400,7 @@ FB = macros("flash_benchmarking.md.j2")
 
 
 def flash_benchmarking_page(ctx: Context) -> Page:
-    name, answers, body, score = "flash_benchmarking", [], [], {}
+    name, answers, body, score = P.FLASH_BENCHMARKING, [], [], {}
     for dev in ctx.gpu_devices():
         fb = problem_rows(ctx.device_rows(dev), name)
         if fb.empty:
@@ -477,7 +478,7 @@ class Version:
 
 
 def leaderboard_versions(cur: pd.DataFrame, history: pd.DataFrame) -> list[Version]:
-    runs = pd.concat([history[(history.problem == "leaderboard") & (history.device == cur.device.iloc[0])], cur]) \
+    runs = pd.concat([history[(history.problem == P.LEADERBOARD) & (history.device == cur.device.iloc[0])], cur]) \
         if not history.empty else cur
     out = []
     for (when, commit), g in runs.groupby(["datetime", "commit"], sort=True):
@@ -512,7 +513,7 @@ def leaderboard_plot(versions: list[Version], path: Path) -> PlotInfo:
 
 
 def leaderboard_page(ctx: Context) -> Page:
-    name, answers, body, score, index = "leaderboard", [], [], {}, []
+    name, answers, body, score, index = P.LEADERBOARD, [], [], {}, []
     for dev in ctx.gpu_devices():
         lb = problem_rows(ctx.device_rows(dev), name)
         if lb.empty:
@@ -622,7 +623,7 @@ def flash_shapes_facts(fs: pd.DataFrame, grid: pd.DataFrame) -> FlashShapesFacts
 
 
 def flash_shapes_page(ctx: Context) -> Page:
-    name, answers, body, score = "flash_shapes", [], [], {}
+    name, answers, body, score = P.FLASH_SHAPES, [], [], {}
     for dev in ctx.gpu_devices():
         fs = problem_rows(ctx.device_rows(dev), name)
         if fs.empty:
