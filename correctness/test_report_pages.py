@@ -180,6 +180,7 @@ def test_compile_prose_has_no_typed_numbers(tmp_path):
     assert typed not in text and WHY in text
 # ------------------------------------------------------------------------------- attention pages
 from impl.report.pages import attention as attention_pages  # noqa: E402
+from impl.report.pages import flash as flash_pages  # noqa: E402
 
 ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
 ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_forward", "flash_backward", "flash_benchmarking",
@@ -223,9 +224,10 @@ def _referenced(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def stored_pages(tmp_path_factory):
-    """The attention pages built from the stored runs (reports/data), written under a temporary reports/."""
+    """The attention and flash pages built from the stored runs (reports/data), written under a temporary reports/."""
     out = tmp_path_factory.mktemp("reports")
-    return out, attention_pages.pages(builder.context(ROOT / "reports" / "data", out))
+    ctx = builder.context(ROOT / "reports" / "data", out)
+    return out, attention_pages.pages(ctx) + flash_pages.pages(ctx)
 
 
 def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages):
@@ -247,10 +249,11 @@ def test_attention_pages_show_no_typed_compile_times(stored_pages):
     assert "12.7 + 19.4" not in text and "on the H100 the whole small model took" not in text
 
 
-def test_attention_page_prose_types_no_numbers():
-    """No string literal of the page module (docstrings aside) holds a number: prose numbers are
+@pytest.mark.parametrize("module", [attention_pages, flash_pages], ids=["attention", "flash"])
+def test_attention_page_prose_types_no_numbers(module):
+    """No string literal of the page modules (docstrings aside) holds a number: prose numbers are
     formatted from the data. Comparisons with 1 ("> 1: compiled faster") are allowed."""
-    tree = ast.parse(Path(attention_pages.__file__).read_text())
+    tree = ast.parse(Path(module.__file__).read_text())
     docs = {id(n.body[0].value) for n in ast.walk(tree)
             if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and isinstance(n.body[0], ast.Expr)}
     prose = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
@@ -275,7 +278,7 @@ def test_flash_plot_legend_lists_every_series_drawn(tmp_path):
            _flash_rows(16, ["flash_triton", "sdpa_cudnn"])
            + _flash_rows(64, ["flash_triton", "flash_triton_compiled_bwd", "sdpa_flash", "sdpa_cudnn"]))
     ctx = _ctx(tmp_path, data)
-    info = attention_pages.flash_plot(ctx.df[ctx.df.problem == "flash_benchmarking"], tmp_path / "f.png")
+    info = flash_pages.flash_plot(ctx.df[ctx.df.problem == "flash_benchmarking"], tmp_path / "f.png")
     assert sorted(info.legend) == info.drawn and len(info.drawn) == 4 and info.path.exists()
 
 
@@ -307,7 +310,7 @@ def test_leaderboard_answer_is_ours_over_cudnn_of_the_newest_run_with_every_vers
     assert f.headline_timer == "CUDA events" and f.course_ratio is None  # no do_bench in these rows
     assert (round(f.headline.value, 3), f.headline.verdict) == (1.25, "slower")
     assert f.correctness.passes and f.correctness.err_grad == 2e-3
-    page = attention_pages.leaderboard_page(ctx)
+    page = flash_pages.leaderboard_page(ctx)
     assert "1.25×" in page.score["leaderboard"].vs_anchor
     history = page.body.split("### Version history")[1]
     assert "`aaaaaaaa`" in history and "`bbbbbbbb`" in history and "| 1.50× |" in history and "| 1.25× |" in history
@@ -323,7 +326,7 @@ def test_leaderboard_headline_is_the_courses_timer_do_bench(tmp_path):
     assert f.headline_timer == "do_bench" and f.headline == f.course_ratio
     assert round(f.course_ratio.value, 2) == 1.03 and round(f.event_ratio.value, 2) == 1.18
     assert round(f.cudnn.do_bench_over_event, 3) == round(5.030 / 4.474, 3)
-    score = attention_pages.leaderboard_page(ctx).score["leaderboard"]
+    score = flash_pages.leaderboard_page(ctx).score["leaderboard"]
     assert score.vs_anchor.startswith("1.03×") and "1.18×" in score.vs_anchor
 
 
@@ -349,14 +352,14 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
     data = tmp_path / "data"
     _store(data, "flash_shapes", "20260301T000000Z_aaaaaaaa", rows, not_run)
     ctx = _ctx(tmp_path, data)
-    page = attention_pages.flash_shapes_page(ctx)
+    page = flash_pages.flash_shapes_page(ctx)
     grid = pd.read_csv(tmp_path / "data-tables" / "flash_shapes-gpu-x1.csv")
     first = grid[grid["batch×heads×seq"] == "4×32×512"].iloc[0]
     assert (first["faster anchor (ms)"], first["eager / anchor"], first["compiled / anchor"]) == \
         ("0.300 (cuDNN backend)", "3.00×", "6.00×")
     cut = grid[grid["batch×heads×seq"] == "4×32×3000"].iloc[0]
     assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
-    f = attention_pages.flash_shapes_facts(ctx.df[ctx.df.problem == "flash_shapes"], grid.astype(str))
+    f = flash_pages.flash_shapes_facts(ctx.df[ctx.df.problem == "flash_shapes"], grid.astype(str))
     assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", [0.8, 3.0], 3.0)
     assert page.answers[0].question and page.score["flash_shapes"].headline != "–"
     assert "| bf16 | 80 | yes | forward | 3 | 1 | 3.00× (2) | 6.00× (1) |" in page.body

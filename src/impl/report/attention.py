@@ -1,4 +1,4 @@
-"""Tables of 1.2–1.3 attention, used by impl.report.pages.attention: pytorch_attention (+ memory
+"""Tables of 1.2–1.3 attention, used by impl.report.pages.attention and .flash: pytorch_attention (+ memory
 accounting), torch_compile (a), flash_benchmarking (grids, longest sequence reached), flash_shapes and
 leaderboard.
 
@@ -58,6 +58,19 @@ def problem_rows(df, problem, study=None) -> pd.DataFrame:
     if study is not None and not d.empty:
         d = d[d["details"].map(lambda i: (i or {}).get("study")) == study]
     return d
+
+
+def newest_date(d: pd.DataFrame) -> str:
+    """The newest row's date (UTC, YYYY-MM-DD)."""
+    return str(d["datetime"].max())[:10]
+
+
+def pick(d: pd.DataFrame, **cfg):
+    """The one ran row whose config keys equal the given values, or None."""
+    sel = d[d.apply(ran, axis=1)] if not d.empty else d
+    for k, v in cfg.items():
+        sel = sel[getattr(sel.cfg, k) == v]  # a key no row has reads as None: nothing matches
+    return None if sel.empty else sel.iloc[0]
 
 
 def not_run_reasons(d: pd.DataFrame) -> str:

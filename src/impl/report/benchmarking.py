@@ -12,6 +12,7 @@ from impl.model import size_rank
 from impl.report import figures
 from impl.report.markdown import missing, ms
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+from impl.workloads.problems import Problem as P
 
 MEASURED = Status.MEASURED.value
 
@@ -23,7 +24,7 @@ def study(r) -> str | None:
 
 
 def _rows(df: pd.DataFrame, name: str) -> pd.DataFrame:
-    d = df[df.problem == "benchmarking_script"]
+    d = df[df.problem == P.BENCHMARKING_SCRIPT]
     if d.empty:
         return d
     return d[d.apply(study, axis=1) == name]

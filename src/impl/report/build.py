@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]
 PAGE_MODULES = [
     "impl.report.pages.profiling",
     "impl.report.pages.attention",
+    "impl.report.pages.flash",
     "impl.report.pages.distributed",
     "impl.report.pages.parallelism",
     "impl.report.pages.cpu_smoke",

@@ -13,10 +13,11 @@ from impl.report.benchmarking import stat_name, step_s, study
 from impl.report.markdown import missing, ms, num, table
 from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+from impl.workloads.problems import Problem as P
 
 W = macros("gradient_checkpointing.md.j2")
 
-PROBLEM = "gradient_checkpointing"
+PROBLEM = P.GRADIENT_CHECKPOINTING
 POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench
+from impl.workloads.problems import Problem as P
 
 
 def same_run(a: Bench, b: Bench) -> bool:
@@ -49,7 +50,7 @@ class CompileAttentionFacts:
 
 
 def _is_eager(b: Bench) -> bool:
-    return b.problem == "pytorch_attention" or b.cfg.impl == "eager"
+    return b.problem == P.PYTORCH_ATTENTION or b.cfg.impl == "eager"
 
 
 def newest_paired_run(rows: list[Bench]) -> list[Bench]:

@@ -14,6 +14,7 @@ from impl.report.distributed import figure
 from impl.report.templating import environment, macros
 from impl.report.markdown import gib, missing, ms, num, table
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+from impl.workloads.problems import Problem as P
 
 LABEL = {v.value: v.label for v in FSDPVariant}
 OURS_FSDP = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")
@@ -66,7 +67,7 @@ def _main_table(d: pd.DataFrame) -> str:
 def _not_yet_run(d: pd.DataFrame, device: str) -> str | None:
     """Variants of today's grid that this device's data lacks (added after its newest run), so a
     reader sees what the next run on such a machine will measure."""
-    variants = grid("fsdp", "smoke" if device == "cpu" else "full").variants
+    variants = grid(P.FSDP, "smoke" if device == "cpu" else "full").variants
     absent = [LABEL.get(v, v) for v in variants if v not in set(d.cfg.variant)]
     return WORDS.not_yet_run(absent) if absent else None
 
@@ -78,7 +79,7 @@ SHARDING_LABEL = dict(none="DDP + AdamW (no sharding)", sharded="ShardedOptimize
 def _sharding_table(df: pd.DataFrame, first) -> str | None:
     """The optimizer_state_sharding_accounting rows of the same device and shape, for the memory
     comparison: peak = the largest of the peaks before and during the optimizer step, over ranks."""
-    s = df[(df.problem == "optimizer_state_sharding_accounting")]
+    s = df[(df.problem == P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)]
     if s.empty:
         return None
     s = s[(s.cfg.size == first.cfg.size) & (s.cfg.context == first.cfg.context)
@@ -215,7 +216,7 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
 
 
 def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    d = df[df.problem == "fsdp"]
+    d = df[df.problem == P.FSDP]
     if d.empty:
         return None
     first = d.iloc[0]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from impl.report.benchmarking_script import Cell, EditionFacts
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench
+from impl.workloads.problems import Problem as P
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def bf16_trend(e: EditionFacts) -> Bf16Trend:
 
 
 def accumulation(rows: list[Bench]) -> Accumulation | None:
-    b = next((b for b in rows if b.problem == "mixed_precision_accumulation"), None)
+    b = next((b for b in rows if b.problem == P.MIXED_PRECISION_ACCUMULATION), None)
     if b is None:
         return None
     i = b.details
@@ -111,7 +112,7 @@ def accumulation(rows: list[Bench]) -> Accumulation | None:
 
 
 def dtypes(rows: list[Bench]) -> Dtypes | None:
-    mp = [b for b in rows if b.problem == "benchmarking_mixed_precision"]
+    mp = [b for b in rows if b.problem == P.BENCHMARKING_MIXED_PRECISION]
     if not mp:
         return None
     return Dtypes([b.details["dtypes"] for b in mp], next((b.details["formats"] for b in mp if b.details.get("formats")),

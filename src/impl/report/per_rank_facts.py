@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.report.rows import Bench, size_label
+from impl.workloads.problems import StoredGroup
 
 PARTS = ("parameters", "gradients", "optimizer_state", "activations")
 
@@ -41,7 +42,7 @@ class PerRankFacts:
 
 
 def per_rank_facts(rows: list[Bench]) -> PerRankFacts | None:
-    rows = [b for b in rows if b.problem == "per_rank_memory" and b.details.get("closed_form")]
+    rows = [b for b in rows if b.problem == StoredGroup.PER_RANK_MEMORY and b.details.get("closed_form")]
     if not rows:
         return None
     b = next((b for b in rows if b.measured), rows[0])

@@ -20,10 +20,11 @@ from impl.report.benchmarking import ratio_cell, stat_name, step_s, timing_text
 from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+from impl.workloads.problems import Problem as P
 
 W = macros("training_step.md.j2")
 
-PROBLEM = "training_step"
+PROBLEM = P.TRAINING_STEP
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "+bf16_weights", "fast", "fast+cudagraphs", "anchor"]
 

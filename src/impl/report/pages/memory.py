@@ -16,10 +16,11 @@ from impl.report.pages.problems import problem
 from impl.report.rows import Bench, benches, size_label
 from impl.report.runs import device_short, runs_line
 from impl.report.templating import macros
+from impl.workloads.problems import Problem as P
 
-SLUG = NAME = "memory_profiling"
+SLUG, NAME = "memory_profiling", P.MEMORY_PROFILING
 # The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).
-CASES_2026 = {tuple(c) for c in grid("memory_profiling", "full").cases_2026}
+CASES_2026 = {tuple(c) for c in grid(P.MEMORY_PROFILING, "full").cases_2026}
 W = macros("memory_profiling.md.j2")
 
 

@@ -26,6 +26,7 @@ from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows
 from impl.report.runs import device_short, runs_line
 from impl.report.pages.problems import problem
 from impl.report.pages.memory import memory_page
+from impl.workloads.problems import Problem as P
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 
@@ -73,7 +74,7 @@ def _warmup_table(e: bs.EditionFacts, left_out: str) -> str:
 
 
 def benchmarking_script_page(ctx: Context) -> Page:
-    slug = name = "benchmarking_script"
+    slug, name = "benchmarking_script", P.BENCHMARKING_SCRIPT
     words = BS
     qs = [words.q_b(), words.q_c(), words.q_opt()]
     found = gpu_rows(ctx, name)
@@ -119,12 +120,12 @@ def _nsys_ok(d: pd.DataFrame) -> pd.DataFrame:
 
 
 def nsys_page(ctx: Context) -> Page:
-    slug, name = "nsys_profile", "nsys_profile"
+    slug, name = "nsys_profile", P.NSYS_PROFILE
     words = macros("nsys_profile.md.j2")
     qs = [words.q_a(), words.q_b(), words.q_c(), words.q_d(), words.q_e()]
     found = gpu_rows(ctx, name)
     if not found or _nsys_ok(found[0][1]).empty:
-        return missing_page(slug, "nsys_profile", [name], qs)
+        return missing_page(slug, P.NSYS_PROFILE, [name], qs)
     device, d_all = found[0]
     in_2026 = d_all.cfg.edition.astype(str) == "2026"
     d, d26 = d_all[~in_2026], d_all[in_2026]
@@ -159,16 +160,16 @@ def nsys_page(ctx: Context) -> Page:
                  table(words.cases_header().split("|"), rows)]
         score = Score(words.score_answer_2026(f26), words.score_headline(f26), "–", device, run_date(d26))
     body.append(runs_line(device, d_all))
-    return Page(slug, "nsys_profile", [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
+    return Page(slug, P.NSYS_PROFILE, [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
 
 
 # ---------------------------------------------------------------------------------- mixed precision
 def mixed_precision_page(ctx: Context) -> Page:
     slug = "mixed_precision"
-    names = ["mixed_precision_accumulation", "benchmarking_mixed_precision"]
+    names = [P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MIXED_PRECISION]
     words = macros("mixed_precision.md.j2")
     qs = [words.q_acc(), words.q_a(), words.q_b(), words.q_c()]
-    found = gpu_rows(ctx, *names, "benchmarking_script")
+    found = gpu_rows(ctx, *names, P.BENCHMARKING_SCRIPT)
     if not found:
         return missing_page(slug, "mixed_precision", names, qs)
     device, d = found[0]
@@ -183,9 +184,9 @@ def mixed_precision_page(ctx: Context) -> Page:
     score = {names[0]: Score(words.score_acc(f.accumulation), words.headline_acc(f.accumulation), "–", device,
                              date(names[0])) if f.accumulation else Score(NOT_ON_GPU),
              names[1]: Score(words.score_c(f.headline), words.headline_c(f.headline), "–", device,
-                             date("benchmarking_script")) if f.headline else Score(NOT_ON_GPU)}
+                             date(P.BENCHMARKING_SCRIPT)) if f.headline else Score(NOT_ON_GPU)}
     if f.headline_fb is not None and (f.headline is None or f.headline_fb.edition > f.headline.edition):
-        d26 = d[(d.problem == "benchmarking_script") & (d.cfg.edition == f.headline_fb.edition)]
+        d26 = d[(d.problem == P.BENCHMARKING_SCRIPT) & (d.cfg.edition == f.headline_fb.edition)]
         score[names[1]] = Score(words.score_fb(f.headline_fb), words.headline_fb(f.headline_fb), "–", device,
                                 run_date(d26))
     body = [f"## {device}"]
@@ -205,12 +206,12 @@ def mixed_precision_page(ctx: Context) -> Page:
 
 # ---------------------------------------------------------------------------- gradient_checkpointing
 def checkpointing_page(ctx: Context) -> Page:
-    slug, name = "gradient_checkpointing", "gradient_checkpointing"
+    slug, name = "gradient_checkpointing", P.GRADIENT_CHECKPOINTING
     words = macros("gradient_checkpointing.md.j2")
     qs = [words.q_a(), words.q_b()]
     found = gpu_rows(ctx, name)
     if not found:
-        return missing_page(slug, "gradient_checkpointing", [name], qs)
+        return missing_page(slug, P.GRADIENT_CHECKPOINTING, [name], qs)
     device, d = found[0]
     pol = d[d.apply(study, axis=1) == "policies"]
     ok = pol[pol["status"] == MEASURED]
@@ -257,7 +258,7 @@ def checkpointing_page(ctx: Context) -> Page:
     path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-depth")
     b = checkpointing.body(d, path.parent, link.rsplit("/", 1)[0], path.name)
     body = [f"## {device}", _single_level_table(sl) if sl else "", b or "", runs_line(device, d)]
-    return Page(slug, "gradient_checkpointing", [problem(name)], answers, "\n\n".join(x for x in body if x),
+    return Page(slug, P.GRADIENT_CHECKPOINTING, [problem(name)], answers, "\n\n".join(x for x in body if x),
                 score={name: score})
 
 
@@ -271,11 +272,11 @@ def _single_level_table(f) -> str:
 
 # ------------------------------------------------------------------------------------ training_step
 def training_step_page(ctx: Context) -> Page:
-    slug, name = "training_step", "training_step"
+    slug, name = "training_step", P.TRAINING_STEP
     qs = [TS.q_ablation(), TS.q_mfu(), TS.q_anchor()]
     found = gpu_rows(ctx, name)
     if not found:
-        return missing_page(slug, "training_step", [name], qs)
+        return missing_page(slug, P.TRAINING_STEP, [name], qs)
     index_figs, body, answers, score = [], [], None, None
     for device, newest in found:
         # every run of the device: a later command may have left a row "not run" that an earlier one
