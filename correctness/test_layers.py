@@ -1,6 +1,7 @@
 """The package's layers (DESIGN.md): imports go one way. Every import in src/impl, at module level or
-inside a function, is an edge; no module reaches itself through them, the measurement core
-(impl.bench) imports neither the workload recipes nor the report, nothing imports the pytest plugin
+inside a function, is an edge; no module reaches itself through them, the implementation modules
+(model, attention, distributed, ...) import none of the layers above them (bench, workloads, report),
+the measurement core (impl.bench) imports neither the workload recipes nor the report, nothing imports the pytest plugin
 (pytest loads it through conftest's `pytest_plugins`), and nothing imports the test kits."""
 import ast
 from pathlib import Path
@@ -69,6 +70,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     assert _cycles(_graph()) == []
+
+
+def test_implementation_imports_no_upper_layer():
+    upper = ("impl.bench", "impl.workloads", "impl.report")
+    for module, deps in _graph().items():
+        if not module.startswith(upper):
+            bad = sorted(d for d in deps if d.startswith(upper))
+            assert not bad, f"{module} imports {bad}"
 
 
 def test_measurement_core_imports_no_recipe_or_report():

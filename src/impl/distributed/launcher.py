@@ -146,7 +146,7 @@ def spawn_ranks(
     ``(r, ok, payload)`` once through ``reporters[r].put`` (payload: fn's picklable return value, or
     the traceback of what it raised). ``timeout_s`` is the group's own timeout for a collective
     whose peer is gone. The caller waits for the reports and ends the processes with
-    ``stop_ranks``; ``launch`` is the one-shot use, impl.bench.worker_group a persistent one."""
+    ``stop_ranks``; ``launch`` is the one-shot use; a caller may also keep the ranks for many calls."""
     check_world(backend, world_size)
     port = _free_port()
     procs = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench
+from impl.report.rows import Bench, of_newest_run
 from impl.workloads.problems import Problem as P
 
 
@@ -57,10 +57,7 @@ def newest_paired_run(rows: list[Bench]) -> list[Bench]:
     """The rows of the newest run that timed eager beside compiled (since issue 33), or all `rows`
     where no run did: such a run answers (a) alone, its ratios never mixing runs."""
     eager = [b for b in rows if b.cfg.impl == "eager"]
-    if not eager:
-        return rows
-    newest = max(b.run.datetime for b in eager)
-    return [b for b in rows if b.run.datetime == newest]
+    return of_newest_run(rows, among=eager) if eager else rows
 
 
 def compile_attention_facts(compiled: list[Bench], eager_candidates: list[Bench]) -> CompileAttentionFacts:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from impl.attention import backward_choice, flash_torch
-from impl.report.rows import Bench
+from impl.report.rows import Bench, of_newest_run
 
 
 @dataclass(frozen=True)
@@ -129,11 +129,9 @@ class HostCostFacts:
 
 def host_cost_facts(rows: list[Bench]) -> HostCostFacts | None:
     """The newest run's measured host-cost rows (config host=True), or None where no run has them."""
-    rows = [b for b in rows if b.cfg.host and b.measured]
+    rows = of_newest_run([b for b in rows if b.cfg.host and b.measured])
     if not rows:
         return None
-    newest = max(b.run.datetime for b in rows)
-    rows = [b for b in rows if b.run.datetime == newest]
     c = rows[0].cfg
     shape = f"{c.batch}×{c.heads}×{c.seq}×{c.d} {c.dtype}" + (" causal" if c.causal else "")
     return HostCostFacts(shape, {b.cfg.impl: HostCall(b.cfg.impl, b.stats.mean * 1e6, (b.stats.stddev or 0) * 1e6,

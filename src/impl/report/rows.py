@@ -221,6 +221,16 @@ def benches(d: pd.DataFrame) -> list[Bench]:
     return [] if d is None or d.empty else [bench(line) for _, line in d.iterrows()]
 
 
+def of_newest_run(rows: list[Bench], among: list[Bench] | None = None) -> list[Bench]:
+    """The `rows` of the newest run that `among` (default: `rows`) has rows of: a page answering from
+    one run divides only numbers of that run."""
+    among = rows if among is None else among
+    if not among:
+        return []
+    newest = max(b.run.datetime for b in among)
+    return [b for b in rows if b.run.datetime == newest]
+
+
 def by_edition(rows: Iterable[Bench]) -> dict[str, list[Bench]]:
     """{edition: its rows} for both editions (an edition without rows maps to [])."""
     out: dict[str, list[Bench]] = {e: [] for e in EDITIONS}
