@@ -23,7 +23,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from impl.attention import (FlashAttentionTorch, FlashAttentionTriton, attention_by_name,  # noqa: E402
                             attention_flops, naive_attention, set_flash_backward)
-from impl.attention import backward_choice, flash_triton  # noqa: E402
+from impl.attention import backward_choice, flash_configs, flash_kernels, flash_launch, flash_triton  # noqa: E402
 from impl.attention.backward_choice import BACKWARD_VARIANTS, ShapeKey  # noqa: E402
 from impl.model import TransformerLM, cross_entropy  # noqa: E402
 from impl.annotate import annotate  # noqa: E402
@@ -229,7 +229,7 @@ def log_gpu_case(test: str, **case) -> None:
 
 def set_flash_defaults(monkeypatch, **changes):
     """Changes flash_triton's default FlashOptions for one test (monkeypatch restores them)."""
-    monkeypatch.setattr(flash_triton, "_default_options", dataclasses.replace(flash_triton.default_options(), **changes))
+    monkeypatch.setattr(flash_launch, "_default_options", dataclasses.replace(flash_launch.default_options(), **changes))
 
 
 @pytest.fixture
@@ -290,10 +290,10 @@ def test_triton_descriptor_and_pointer_paths(n_q, n_k, d, is_causal, dtype, monk
     (On the GPU small problems take pointers by size: the threshold is lifted here.)"""
     set_flash_defaults(monkeypatch, tma_min_scores=0)
     q, k, v, do = make_inputs((1, 2, n_q, d), (1, 2, n_k, d), dtype, TRITON_DEVICE)
-    assert flash_triton._tma_ok(q, k, v, do)
+    assert flash_launch._tma_ok(q, k, v, do)
     try:
         flash_triton.set_tma(False)
-        assert not flash_triton._tma_ok(q, k, v, do)
+        assert not flash_launch._tma_ok(q, k, v, do)
         check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
     finally:
         flash_triton.set_tma(True)
@@ -306,12 +306,12 @@ def test_head_dim_tiles_split_where_the_rest_is_a_power_of_two_of_at_least_16():
     """48, 80, 96 split (largest power of two + a power-of-two rest >= 16, a dot's least K); powers
     of two are one tile; the rest (e.g. 24 = 16 + 8, 112 = 64 + 48) is padded to the next power of
     two. tuned_configs() names the choice through _head_dim_label."""
-    tiles = {d: flash_triton._head_dim_tiles(d) for d in range(16, 129)}
+    tiles = {d: flash_configs._head_dim_tiles(d) for d in range(16, 129)}
     assert {d: t for d, t in tiles.items() if t[1]} == {48: (32, 16), 80: (64, 16), 96: (64, 32)}
     assert tiles[16] == (16, 0) and tiles[64] == (64, 0) and tiles[128] == (128, 0)
     assert tiles[24] == (32, 0) and tiles[40] == (64, 0) and tiles[72] == (128, 0) and tiles[112] == (128, 0)
-    assert all(t == (flash_triton._block_d(d), 0) for d, t in tiles.items() if not t[1])
-    assert [flash_triton._head_dim_label(d) for d in (80, 96, 48, 24, 64)] == ["64+16", "64+32", "32+16",
+    assert all(t == (flash_configs._block_d(d), 0) for d, t in tiles.items() if not t[1])
+    assert [flash_launch._head_dim_label(d) for d in (80, 96, 48, 24, 64)] == ["64+16", "64+32", "32+16",
                                                                                "32 padded", "64"]
 
 
@@ -329,10 +329,10 @@ def test_triton_split_head_dims_match_reference(d, dtype, is_causal, variant, tm
     backward_variant(variant)
     set_flash_defaults(monkeypatch, tma_min_scores=0, tma=tma)
     q, k, v, do = make_inputs((1, 2, 45, d), (1, 2, 30, d), dtype, TRITON_DEVICE, seed=d)
-    assert flash_triton._tma_ok(q, k, v, do) == tma
+    assert flash_launch._tma_ok(q, k, v, do) == tma
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
     picks = flash_triton.tuned_configs()
-    assert picks["bwd"] == variant and picks["d_tiles"] == flash_triton._head_dim_label(d)
+    assert picks["bwd"] == variant and picks["d_tiles"] == flash_launch._head_dim_label(d)
     assert "+" in picks["d_tiles"]
 
 
@@ -341,11 +341,11 @@ def test_triton_unaligned_layouts_take_the_pointer_path():
     """Rows of 20 fp16 values (40 bytes) or a non-unit stride along d cannot be described to the
     copy engine: those inputs take the pointer path, still correct."""
     q, k, v, do = make_inputs((1, 2, 33, 20), (1, 2, 33, 20), torch.float16, TRITON_DEVICE)
-    assert not flash_triton._tma_ok(q, k, v, do)
+    assert not flash_launch._tma_ok(q, k, v, do)
     check_against_reference(FlashAttentionTriton, q, k, v, do, True)
     q, k, v, do = (t.transpose(-1, -2).contiguous().transpose(-1, -2)
                    for t in make_inputs((1, 2, 33, 32), (1, 2, 33, 32), torch.float32, TRITON_DEVICE))
-    assert q.stride(-1) != 1 and not flash_triton._tma_ok(q, k, v, do)
+    assert q.stride(-1) != 1 and not flash_launch._tma_ok(q, k, v, do)
     check_against_reference(FlashAttentionTriton, q, k, v, do, False)
 
 
@@ -591,7 +591,7 @@ def test_triton_two_pass_backward_has_no_preprocessing_launch(monkeypatch, backw
             raise AssertionError("the preprocessing kernel was launched")
 
     backward_variant("two_pass")
-    monkeypatch.setattr(flash_triton, "_attn_bwd_preprocess", NoLaunch())
+    monkeypatch.setattr(flash_launch, "_attn_bwd_preprocess", NoLaunch())
     q, k, v, do = make_inputs((1, 2, 40, 32), (1, 2, 40, 32), torch.float32, TRITON_DEVICE)
     check_against_reference(FlashAttentionTriton, q, k, v, do, True)
     backward_variant("atomic")
@@ -606,7 +606,7 @@ def test_triton_autotune_pick_is_resolved_once_per_shape_key(monkeypatch):
     q, k, v, _ = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, TRITON_DEVICE)
     flash_triton.use_configs()  # forgets the resolved picks
     calls = []
-    tuner = flash_triton._kernel("fwd", flash_triton.default_options())  # the GPU's autotune-off tuner too
+    tuner = flash_launch._kernel("fwd", flash_triton.default_options())  # the GPU's autotune-off tuner too
     real_run = tuner.run
 
     def counting_run(*args, **kwargs):
@@ -667,7 +667,7 @@ def test_flash_options_validate_and_hash_without_recorder():
 
 
 class _FakeCompiled:
-    """Stands in for a CompiledKernel: records the launcher calls a _Plan makes."""
+    """Stands in for a CompiledKernel: records the launcher calls a _DirectCall makes."""
 
     def __init__(self, log):
         self.log, self.function, self.packed_metadata = log, "fn", "packed"
@@ -712,16 +712,16 @@ def test_direct_launch_plan_cache_is_keyed_on_everything_that_changes_the_kernel
     tuners = {}
 
     def fake_kernel(name, options):
-        real = flash_triton._kernels()[name]
+        real = flash_launch._kernels()[name]
         key = (name, options.config_list(name))
         return tuners.setdefault(key, _FakeTuner(real, log))
 
-    monkeypatch.setattr(flash_triton, "_INTERPRETED", False)
-    monkeypatch.setattr(flash_triton, "_kernel", fake_kernel)
-    monkeypatch.setattr(flash_triton, "_driver", types.SimpleNamespace(
+    monkeypatch.setattr(flash_launch, "_INTERPRETED", False)
+    monkeypatch.setattr(flash_launch, "_kernel", fake_kernel)
+    monkeypatch.setattr(flash_launch, "_driver", types.SimpleNamespace(
         active=types.SimpleNamespace(get_current_stream=lambda idx: 0)))
-    monkeypatch.setattr(flash_triton, "_resolved", {})
-    monkeypatch.setattr(flash_triton, "_plans", {})
+    monkeypatch.setattr(flash_launch, "_resolved", {})
+    monkeypatch.setattr(flash_launch, "_calls", {})
     opts = FlashOptions(tma_min_scores=0)
 
     def call(q, k, v, causal=True, options=opts):
@@ -733,13 +733,13 @@ def test_direct_launch_plan_cache_is_keyed_on_everything_that_changes_the_kernel
     assert call(q, k, v) == ["tune"]
     assert call(q, k, v) == ["jit"]
     assert call(q, k, v) == ["direct"]
-    n_args = len(flash_triton._attn_fwd.fn.arg_names)
+    n_args = len(flash_kernels._attn_fwd.fn.arg_names)
     assert len(log[0][1]) == 9 + n_args  # grid x3, stream, function, packed, metadata, hooks x2, then every param
-    names = flash_triton._attn_fwd.fn.arg_names
+    names = flash_kernels._attn_fwd.fn.arg_names
     full = dict(zip(names, log[0][1][9:]))
     assert full["IS_CAUSAL"] is True and full["HEAD_DIM"] == 64 and full["BLOCK_M"] == tuners[("fwd", None)].best_config.kwargs["BLOCK_M"]
     assert full["Q"].data_ptr() == q.data_ptr() and full["N_K"] == 40
-    plans = len(flash_triton._plans)
+    plans = len(flash_launch._calls)
 
     variants = {
         "dtype": make_inputs((1, 2, 40, 64), (1, 2, 40, 64), torch.float16, "cpu")[:3],
@@ -753,7 +753,7 @@ def test_direct_launch_plan_cache_is_keyed_on_everything_that_changes_the_kernel
         assert first in (["tune"], ["jit"]), (what, first)  # a new key or a new plan, never "direct"
         call(a, b, c)
         assert call(a, b, c) == ["direct"], what
-        assert len(flash_triton._plans) == plans + 1, what
+        assert len(flash_launch._calls) == plans + 1, what
         plans += 1
     assert call(q, k, v, causal=False)[0] != "direct"
     assert call(q, k, v, options=FlashOptions(tma=False))[0] != "direct"  # the TMA constexpr
@@ -793,8 +793,8 @@ def test_triton_gpu_direct_launch_matches_jit_launch(shape_q, shape_k, causal, l
     direct = FlashOptions(variant=variant, tma=tma, tma_min_scores=0, autotune=False)
     jit = dataclasses.replace(direct, direct_launch=False)
     launches = []
-    real = flash_triton._Plan.launch
-    monkeypatch.setattr(flash_triton._Plan, "launch", lambda self, *a: (launches.append(1), real(self, *a))[1])
+    real = flash_launch._DirectCall.__call__
+    monkeypatch.setattr(flash_launch._DirectCall, "__call__", lambda self, *a: (launches.append(1), real(self, *a))[1])
     ref = _fwd_bwd(q, k, v, do, causal, jit)
     for _ in range(3):
         got = _fwd_bwd(q, k, v, do, causal, direct)
@@ -855,7 +855,7 @@ _SM90 = r"""
 import os, re, subprocess, tempfile, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from impl.attention import flash_triton as ft
+from impl.attention import flash_configs as fc, flash_kernels as ft
 
 def sm90(fn, ptrs, const, num_warps, num_stages):
     const = {n: v for n, v in const.items() if n in fn.arg_names}
@@ -955,14 +955,14 @@ def shared(fn, const, w, s):
     src = ASTSource(fn=fn, signature=sig, constexprs=const,
                     attrs={(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in F32 if n in fn.arg_names})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w, "num_stages": s}).metadata.shared
-safe = ft._config(ft._BWD_ATOMIC_SAFE)
+safe = fc._config(fc._BWD_ATOMIC_SAFE)
 for d in (80, 96, 128):
-    block_d, d1 = ft._head_dim_tiles(d)
-    for name, c in (("launch", ft._pinned_atomic_config(torch.float32, d) or safe), ("safe", safe)):
+    block_d, d1 = fc._head_dim_tiles(d)
+    for name, c in (("launch", fc._pinned_atomic_config(torch.float32, d) or safe), ("safe", safe)):
         if name == "safe" and d != 128:
             continue
         const = dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=True, TMA=True, DQ_TMA=True, **c.kwargs)
-        print(d, name, shared(ft._attn_bwd_atomic.fn, const, c.num_warps, c.num_stages), ft.SM90_MAX_SHARED)
+        print(d, name, shared(ft._attn_bwd_atomic.fn, const, c.num_warps, c.num_stages), fc.SM90_MAX_SHARED)
 """)
     got = {(int(d), name): (int(used), int(limit)) for d, name, used, limit in lines}
     assert set(got) == {(80, "launch"), (96, "launch"), (128, "launch"), (128, "safe")}, got
@@ -1152,7 +1152,7 @@ def test_triton_gpu_split_head_dims_bf16(d, is_causal, variant, tma, monkeypatch
     set_flash_defaults(monkeypatch, tma_min_scores=0, tma=tma)
     q, k, v, do = make_inputs((2, 4, 333, d), (2, 4, 517, d), torch.bfloat16, "cuda")
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
-    assert flash_triton.tuned_configs()["d_tiles"] == flash_triton._head_dim_label(d)
+    assert flash_triton.tuned_configs()["d_tiles"] == flash_launch._head_dim_label(d)
 
 
 @gpu

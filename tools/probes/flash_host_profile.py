@@ -2,7 +2,8 @@
 shape (1x1x128x64, bf16, causal), where the device work is nothing.
     PYTHONPATH=src python tools/probes/flash_host_profile.py OUT.json
 Rows: host µs per call (flash_host_overhead.host_us: perf_counter over 300 calls after 20 warm-up) for an
-empty Triton kernel launch, SDPA's flash and cuDNN backends, ours eager and under torch.compile;
+empty Triton kernel launch, a trivial elementwise fwd+bwd eager and compiled (torch.compile's own
+per-call floor), SDPA's flash and cuDNN backends (and SDPA compiled), ours eager and compiled;
 then cProfile of 300 eager fwd+bwd calls (own time and cumulative time, top 45 each)."""
 import cProfile
 import io
@@ -49,7 +50,20 @@ def main(path):
     def ours_compiled():
         compiled(q, k, v).backward(do)
 
+    trivial = torch.compile(lambda a, b, c: a * b + c)
+
+    def trivial_eager():
+        (q * k + v).backward(do)
+
+    def trivial_compiled():  # torch.compile's own per-call floor for a fwd+bwd of three inputs
+        trivial(q, k, v).backward(do)
+
+    sdpa_compiled = torch.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True))
+
     cases = {"empty triton launch": lambda: _empty[(1,)](x),
+             "trivial a*b+c fwd+bwd eager": trivial_eager,
+             "trivial a*b+c fwd+bwd compiled": trivial_compiled,
+             "sdpa (default backend) compiled fwd+bwd": lambda: sdpa_compiled(q, k, v).backward(do),
              "sdpa flash fwd+bwd": sdpa(SDPBackend.FLASH_ATTENTION),
              "sdpa cudnn fwd+bwd": sdpa(SDPBackend.CUDNN_ATTENTION),
              "ours fwd (no grad)": ours_fwd,

@@ -10,7 +10,7 @@ import time
 import torch
 from triton.testing import do_bench
 
-from impl.attention import flash_triton as ft
+from impl.attention import FlashOptions, LaunchRecorder, flash_triton as ft
 from impl.workloads.attention import attention_inputs
 
 SHAPES = {
@@ -68,11 +68,13 @@ def autotuned(shape, dtype, causal):
     dev = torch.device("cuda")
     q, k, v, do = attention_inputs(shape, dtype, dev, grad=False)
     ft.set_autotune(True)
-    o, lse = ft.flash_attention_triton_forward(q, k, v, causal)
-    res = {"shape": list(shape), "fwd_ms": bench(lambda: ft.flash_attention_triton_forward(q, k, v, causal)),
-           "bwd_ms": bench(lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal)),
-           "picked": {name: str(kern.best_config) for name, kern in
-                      (("fwd", ft._attn_fwd), ("kv", ft._attn_bwd_dkdv), ("q", ft._attn_bwd_dq))}}
+    rec = LaunchRecorder()
+    opts = FlashOptions(recorder=rec)
+    o, lse = ft.flash_attention_triton_forward(q, k, v, causal, options=opts)
+    res = {"shape": list(shape),
+           "fwd_ms": bench(lambda: ft.flash_attention_triton_forward(q, k, v, causal, options=opts)),
+           "bwd_ms": bench(lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal, options=opts)),
+           "picked": rec.summary()}
     print(json.dumps(res), flush=True)
     return res
 

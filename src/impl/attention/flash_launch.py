@@ -1,0 +1,540 @@
+"""FlashAttention-2 (Triton): from one call's tensors and options to its kernel launches.
+
+The host path of a call is what every small attention row measures (seq <= 1024: the kernels take
+microseconds), so it is built in two layers:
+
+* **Call plans** (`_CallPlan`, the fast path). A call's *signature* holds everything its launches
+  depend on except the tensors' addresses: shapes, strides, dtype, device, causal, the options
+  value, the backward variant, each pointer's 16-byte alignment (Triton specializes on it). A
+  signature seen before has a plan: the outputs to allocate and, per kernel, the compiled kernel
+  with its grid and the non-tensor arguments (strides, lengths, scales, constexprs) already bound.
+  A hit allocates the outputs and calls each compiled kernel's launcher the way
+  ``JITFunction.run`` does after its cache hit; no autotuner, no argument specialization, no views.
+* **The slow path** (`_forward_slow`, `_backward_slow`) runs a signature's first calls: a shape
+  key's first call goes through the autotuner (benchmarking its list), later ones through
+  ``JITFunction.run`` with the resolved config, which compiles the kernel and returns it; when every
+  kernel of the call has one, the call's plan is stored. Under the interpreter (or
+  ``direct_launch=False``) a plan's kernels are ordinary JIT calls with the same bound arguments,
+  so the CPU tests run the plan logic too.
+
+The two launchers are also registered as torch.library custom ops (at the end): torch.compile keeps
+each as one opaque node (output metadata from its fake), so a graph through FlashAttentionTriton has
+no break and Dynamo never traces the launch path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+import triton
+from triton import knobs as _knobs
+from triton.runtime import driver as _driver
+
+from impl.runtime import launch_ctx
+
+from .backward_choice import ShapeKey, resolve_backward
+from .flash_configs import (_BWD_ATOMIC_SAFE, _BWD_KV_SAFE, _BWD_Q_SAFE, _FWD_SAFE, _INTERPRETED, _PRE_BLOCK_M,
+                            _PRUNE, _AUTOTUNE_KEY, _block_d, _cdiv, _config, _head_dim_tiles, _pinned_atomic_config,
+                            _seq_bucket)
+from .flash_kernels import _attn_bwd_atomic, _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_preprocess, _attn_fwd
+from .flash_options import FlashOptions, LaunchRecord, LaunchRecorder, options_by_key
+
+Tensor = torch.Tensor
+
+LOG2E = 1.4426950408889634
+
+
+# ---------------------------------------------------------------------------
+# Layout: head-dim tiles, 4-D views, tensor descriptors
+# ---------------------------------------------------------------------------
+
+def _as_4d(x: Tensor) -> Tensor:
+    """(B, S, d) -> (B, 1, S, d) view; (B, H, S, d) as is; more dims flattened."""
+    if x.dim() == 3:
+        return x.unsqueeze(1)
+    if x.dim() == 4:
+        return x
+    return x.reshape(-1, x.shape[-2], x.shape[-1]).unsqueeze(1)
+
+
+def _tiles(d: int, options: FlashOptions) -> Tuple[int, int]:
+    """(BLOCK_D, D1) of head dim d under `options` (split_head_dim False: padded to a power of two)."""
+    return _head_dim_tiles(d) if options.split_head_dim else (_block_d(d), 0)
+
+
+def _tiles_label(d: int, block_d: int, d1: int) -> str:
+    return f"{block_d}+{d1}" if d1 else f"{block_d}" if block_d == d else f"{block_d} padded"
+
+
+def _head_dim_label(d: int) -> str:
+    """How head dim d is tiled, for launch records: "64+16" (split), "128 padded", or "64"."""
+    return _tiles_label(d, *_head_dim_tiles(d))
+
+
+def _tma_ok(*tensors: Tensor, options: Optional[FlashOptions] = None) -> bool:
+    """Tensor descriptors need a unit stride along d and 16-byte aligned bases and row strides
+    (true for contiguous inputs and their head/sequence transposes whenever d * itemsize is a
+    multiple of 16); other layouts take the pointer path. False when `options` (default: the
+    module defaults) switch descriptors off."""
+    if not (options or _default_options).tma:
+        return False
+    for t in tensors:
+        size = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any((st * size) % 16 for st in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _set_allocator(device: torch.device) -> None:
+    """Triton allocates device-side descriptors' scratch memory through this per-thread allocator
+    (the backward runs on autograd's thread, so every call sets it)."""
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
+
+
+def _tma_flag(scores: int, options: FlashOptions, *tensors: Tensor) -> bool:
+    """The TMA constexpr of one launch of `scores` (batch·heads·n_q·n_k) tile elements. Device-side
+    descriptors cost host time per launch (Triton allocates their scratch memory at every launch):
+    +~50 us per forward call on the H100's host (probes/flash_host_overhead.json), so below
+    options.tma_min_scores (one head of 8192 x 8192 by default) a GPU launch takes the pointer path.
+    The interpreter has no launch cost to weigh: it takes descriptors whenever the layout allows, so
+    the CPU tests run that path."""
+    if not options.tma:
+        return False
+    cuda = tensors[0].is_cuda
+    if cuda and scores < options.tma_min_scores:  # the threshold first: it skips the layout checks
+        return False
+    tma = _tma_ok(*tensors, options=options)
+    if tma and cuda:
+        _set_allocator(tensors[0].device)
+    return tma
+
+
+# ---------------------------------------------------------------------------
+# Options -> kernels
+# ---------------------------------------------------------------------------
+
+#: Used when a call passes options=None (flash_triton's compatibility setters replace this value).
+#: Launches whose options carry no recorder are recorded in _LAST, which tuned_configs() reads.
+_LAST = LaunchRecorder()
+_default_options = FlashOptions()
+
+_SAFE = {"fwd": _FWD_SAFE, "kv": _BWD_KV_SAFE, "q": _BWD_Q_SAFE, "atomic": _BWD_ATOMIC_SAFE}
+# Autotuners built for config lists other than the committed ones, keyed (kernel, list); each wraps
+# the same JITFunction as the module's autotuner, so compiled kernels are shared.
+_TUNERS: Dict[tuple, object] = {}
+
+
+def default_options() -> FlashOptions:
+    """The options a call with options=None runs with."""
+    return _default_options
+
+
+def set_default_options(options: FlashOptions) -> None:
+    """Replace the module defaults (what flash_triton's set_backward/set_tma/... change)."""
+    global _default_options
+    _default_options = options
+
+
+def _kernels() -> Dict[str, object]:
+    return {"fwd": _attn_fwd, "kv": _attn_bwd_dkdv, "q": _attn_bwd_dq, "atomic": _attn_bwd_atomic}
+
+
+def _kernel(name: str, options: FlashOptions):
+    """The autotuner launching kernel `name` ("fwd", "kv", "q", "atomic") under `options`: the
+    module's (the committed list) unless options name a list or switch autotuning off. Under the
+    interpreter always the module's (one small config)."""
+    base = _kernels()[name]
+    if _INTERPRETED:
+        return base
+    shapes = options.config_list(name)
+    if shapes is None and not options.autotune:
+        shapes = (_SAFE[name],)
+    if shapes is None:
+        return base
+    tuner = _TUNERS.get((name, shapes))
+    if tuner is None:
+        extra = {"reset_to_zero": ["DQ"]} if name == "atomic" else {}
+        tuner = _TUNERS[(name, shapes)] = triton.autotune(configs=[_config(s) for s in shapes], key=_AUTOTUNE_KEY,
+                                                          prune_configs_by=_PRUNE, **extra)(base.fn)
+    return tuner
+
+
+def _options_key(options: Optional[FlashOptions]) -> int:
+    """The int the custom ops carry for `options` (FlashOptions.key; 0: the module defaults)."""
+    return 0 if options is None else options.key
+
+
+def _options_of(key: int) -> FlashOptions:
+    return _default_options if key == 0 else options_by_key(key)
+
+
+def _record(options: FlashOptions, record: LaunchRecord) -> LaunchRecord:
+    (options.recorder or _LAST)(record)
+    return record
+
+
+# ---------------------------------------------------------------------------
+# One kernel of a plan
+# ---------------------------------------------------------------------------
+
+class _DirectCall:
+    """A compiled kernel with its grid and the arguments after the call's tensors bound: launched by
+    calling its launcher as JITFunction.run does after its cache hit (triton 3.6, runtime/jit.py),
+    minus the argument specialization and cache-key building that found it."""
+
+    __slots__ = ("kernel", "grid", "rest", "function", "packed")
+
+    def __init__(self, kernel, grid: tuple, rest: tuple) -> None:
+        if hasattr(kernel, "result"):  # an async-compile future
+            kernel = kernel.result()
+        self.kernel = kernel
+        self.grid = (grid + (1, 1))[:3]
+        self.rest = rest
+        kernel.run  # noqa: B018 -- loads the module (_init_handles) so .function is set
+        self.function = kernel.function
+        self.packed = kernel.packed_metadata
+
+    def __call__(self, tensors: tuple, stream) -> None:
+        kernel = self.kernel
+        enter = _knobs.runtime.launch_enter_hook
+        full = tensors + self.rest
+        g0, g1, g2 = self.grid
+        meta = None if enter is None else kernel.launch_metadata(self.grid, stream, *full)
+        kernel.run(g0, g1, g2, stream, self.function, self.packed, meta, enter, _knobs.runtime.launch_exit_hook,
+                   *full)
+
+
+class _JitCall:
+    """The same bound arguments launched through JITFunction.run (the interpreter, direct_launch=False)."""
+
+    __slots__ = ("fn", "grid", "ints", "constexprs")
+
+    def __init__(self, fn, grid: tuple, ints: tuple, constexprs: dict) -> None:
+        self.fn, self.grid, self.ints, self.constexprs = fn, grid, ints, constexprs
+
+    def __call__(self, tensors: tuple, stream) -> None:
+        self.fn[self.grid](*tensors, *self.ints, **self.constexprs)
+
+
+# The autotuner's pick per (kernel, autotuner, shape key), resolved once. Value: (config, its kwargs,
+# str(config) for records).
+_resolved: Dict[tuple, Tuple[triton.Config, dict, str]] = {}
+
+
+def _run_kernel(kernel, name: str, key: tuple, grid: Callable[[int, int], tuple], tensors: tuple, ints: tuple,
+                constexprs: dict, options: FlashOptions, pinned: Optional[triton.Config] = None):
+    """Launch the autotuned `kernel` on grid(BLOCK_M, BLOCK_N) with `tensors` then `ints` positional.
+    Returns (str(config) of what ran, the call to keep in a plan or None). A shape key's first call
+    goes through the autotuner and gives no call; later ones launch the resolved config through
+    JITFunction.run, which returns the compiled kernel (a _DirectCall; a _JitCall under the
+    interpreter or direct_launch=False). A `pinned` config is launched as if the autotuner had picked it."""
+    rkey = (name, id(kernel)) + key
+    hit = _resolved.get(rkey)
+    if hit is None and pinned is not None and not _INTERPRETED:
+        hit = _resolved[rkey] = (pinned, pinned.all_kwargs(), str(pinned))
+    if hit is None:
+        kernel[lambda meta: grid(meta["BLOCK_M"], meta["BLOCK_N"])](*tensors, *ints, **constexprs)
+        config = kernel.best_config
+        hit = _resolved[rkey] = (config, config.all_kwargs(), str(config))
+        return hit[2], None
+    config, kwargs, text = hit
+    g = grid(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
+    if _INTERPRETED or not options.direct_launch:
+        call = _JitCall(kernel.fn, g, ints, {**constexprs, **kwargs})
+        call(tensors, None)
+        return text, call
+    compiled = kernel.fn[g](*tensors, *ints, **constexprs, **kwargs)
+    if compiled is None:
+        return text, None
+    merged = {**constexprs, **config.kwargs}
+    names = kernel.fn.arg_names
+    tail = tuple(merged[n] for n in names[len(tensors) + len(ints):])
+    return text, _DirectCall(compiled, g, ints + tail)
+
+
+def _plain_call(fn, grid: tuple, tensors: tuple, ints: tuple, constexprs: dict, options: FlashOptions):
+    """A kernel without an autotuner (the atomic backward's preprocessing): launched now, returned as
+    a call for the plan."""
+    if _INTERPRETED or not options.direct_launch:
+        call = _JitCall(fn, grid, ints, constexprs)
+        call(tensors, None)
+        return call
+    compiled = fn[grid](*tensors, *ints, **constexprs)
+    names = fn.arg_names
+    tail = tuple(constexprs[n] for n in names[len(tensors) + len(ints):])
+    return None if compiled is None else _DirectCall(compiled, grid, ints + tail)
+
+
+def _tune_key(q: Tensor, n_q: int, n_k: int, d: int, causal: bool) -> tuple:
+    """The autotuner's own key (sequence bucket, head dim, causal, dtypes: all inputs share q's)."""
+    return (_seq_bucket(n_q, n_k), d, causal, q.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Call plans
+# ---------------------------------------------------------------------------
+
+class _CallPlan:
+    """What one signature's call does after its first calls: allocate `outputs` (shape, dtype,
+    zeroed) and run `calls` in order, each on its slice of the call's tensors (`slots`: indices into
+    inputs + outputs); `record` is the call's LaunchRecord."""
+
+    __slots__ = ("device", "outputs", "calls", "slots", "record", "tma", "cast")
+
+    def __init__(self, device: torch.device, outputs: tuple, calls: tuple, slots: tuple, record: LaunchRecord,
+                 tma: bool, cast: Optional[torch.dtype] = None) -> None:
+        self.device, self.outputs, self.calls, self.slots = device, outputs, calls, slots
+        self.record, self.tma, self.cast = record, tma, cast
+
+    def run(self, inputs: tuple) -> tuple:
+        device = self.device
+        outs = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs)
+        tensors = inputs + outs
+        if device.type == "cuda":
+            index = device.index
+            if self.tma:
+                _set_allocator(device)
+            if torch.cuda.current_device() != index or torch.autograd.profiler._is_profiler_enabled:
+                with launch_ctx(inputs[0], "impl_flash::kernels"):
+                    self._launch(tensors, _driver.active.get_current_stream(index))
+            else:
+                self._launch(tensors, _driver.active.get_current_stream(index))
+        else:
+            self._launch(tensors, None)
+        return outs
+
+    def _launch(self, tensors: tuple, stream) -> None:
+        for call, slots in zip(self.calls, self.slots):
+            call(tuple(tensors[i] for i in slots), stream)
+
+
+# signature -> _CallPlan, for forward and backward calls (the signature's first element says which).
+_calls: Dict[tuple, _CallPlan] = {}
+
+
+def _aligned(*tensors: Tensor) -> tuple:
+    return tuple(t.data_ptr() & 15 == 0 for t in tensors)
+
+
+def clear_plans() -> None:
+    """Forget resolved autotune picks and call plans (after the config lists change)."""
+    _resolved.clear()
+    _calls.clear()
+
+
+# ---------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------
+
+def _forward_signature(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions) -> tuple:
+    return ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device, causal, options.key,
+            _aligned(q, k, v))
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions):
+    sig = _forward_signature(q, k, v, causal, options)
+    plan = _calls.get(sig)
+    if plan is None:
+        return _forward_slow(q, k, v, causal, options, sig)
+    o, lse = plan.run((q, k, v))
+    _record(options, plan.record)
+    return o, lse, plan.record
+
+
+def _forward_slow(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions, sig: tuple):
+    q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    # o and lse are allocated in the shapes returned; contiguous, so the 4-D views' strides are theirs.
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    o4 = _as_4d(o)
+    sm_scale = 1.0 / math.sqrt(d)
+    block_d, d1 = _tiles(d, options)
+    tma = _tma_flag(B * H * n_q * n_k, options, k4, v4)
+    tensors = (q4, k4, v4, o4, lse)
+    ints = (*q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), H, n_q, n_k, _seq_bucket(n_q, n_k),
+            sm_scale * LOG2E)
+    with launch_ctx(q, "impl_flash::forward_kernel"):
+        text, call = _run_kernel(_kernel("fwd", options), "fwd", _tune_key(q, n_q, n_k, d, causal),
+                                 lambda m, n: (_cdiv(n_q, m), B * H), tensors, ints,
+                                 dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma), options)
+    record = _record(options, LaunchRecord("fwd", (("fwd", text),), _tiles_label(d, block_d, d1), tma))
+    if call is not None and q4.data_ptr() == q.data_ptr():  # a >4-D input reshaped by copying has no plan
+        _calls[sig] = _CallPlan(q.device, ((q.shape, q.dtype), (q.shape[:-1], torch.float32)), (call,),
+                                ((0, 1, 2, 3, 4),), record, tma)
+    return o, lse, record
+
+
+def _backward_signature(q, k, v, o, do, lse, causal: bool, options: FlashOptions, kind: str) -> tuple:
+    return ("bwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), o.stride(), do.shape, do.stride(),
+            lse.shape, lse.is_contiguous(), q.dtype, q.device, causal, options.key, kind, _aligned(q, k, v, o, do))
+
+
+def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
+              options: FlashOptions, variant: Optional[str] = None):
+    d = q.shape[-1]
+    bh = q.numel() // (q.shape[-2] * d)
+    kind = resolve_backward(ShapeKey(bh, q.shape[-2], k.shape[-2], d, q.dtype, causal),
+                            variant if variant is not None else options.variant)
+    sig = _backward_signature(q, k, v, o, do, lse, causal, options, kind)
+    plan = _calls.get(sig)
+    if plan is None:
+        return _backward_slow(q, k, v, o, do, lse, causal, options, kind, sig)
+    if kind == "two_pass":
+        dq, dk, dv, _ = plan.run((q, k, v, o, do, lse))
+    else:
+        acc, dk, dv, _ = plan.run((q, k, v, o, do, lse))
+        dq = acc if plan.cast is None else acc.to(plan.cast)
+    _record(options, plan.record)
+    return dq, dk, dv, plan.record
+
+
+def _backward_slow(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
+                   options: FlashOptions, kind: str, sig: tuple):
+    q4, k4, v4, o4, do4 = (_as_4d(t) for t in (q, k, v, o, do))
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    lse3 = lse.reshape(B, H, n_q).contiguous()
+    # Outputs in the shapes returned, contiguous (their 4-D views share their strides); the
+    # slots below index inputs (q, k, v, o, do, lse) then outputs.
+    dq_shape, dq_dtype = (q.shape, q.dtype) if kind == "two_pass" else (q.shape, torch.float32)
+    outputs = ((dq_shape, dq_dtype), (k.shape, k.dtype), (v.shape, v.dtype), ((B, H, n_q), torch.float32))
+    dq, dk, dv, delta = (torch.empty(s, dtype=t, device=q.device) for s, t in outputs)
+    dq4, dk4, dv4 = _as_4d(dq), _as_4d(dk), _as_4d(dv)
+    sm_scale = 1.0 / math.sqrt(d)
+    block_d, d1 = _tiles(d, options)
+    key = _tune_key(q, n_q, n_k, d, causal)
+    tma = _tma_flag(B * H * n_q * n_k, options, q4, k4, v4, do4)
+    bucket = _seq_bucket(n_q, n_k)
+    tail = (H, n_q, n_k, bucket, sm_scale, sm_scale * LOG2E)
+
+    def grid_kv(m, n):
+        return (_cdiv(n_k, n), B * H)
+
+    with launch_ctx(q, "impl_flash::backward_kernels"):
+        if kind == "two_pass":
+            const = dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma)
+            # dQ first: it writes D, which the dK/dV kernel reads.
+            dq_text, dq_call = _run_kernel(
+                _kernel("q", options), "dq", key, lambda m, n: (_cdiv(n_q, m), B * H),
+                (q4, k4, v4, o4, do4, dq4, lse3, delta),
+                (*q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *do4.stride(), *dq4.stride()) + tail,
+                const, options)
+            kv_text, kv_call = _run_kernel(
+                _kernel("kv", options), "dkdv", key, grid_kv, (q4, k4, v4, do4, dk4, dv4, lse3, delta),
+                (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dk4.stride(), *dv4.stride()) + tail,
+                const, options)
+            configs = (("dq", dq_text), ("dkdv", kv_text))
+            calls = (dq_call, kv_call)
+            slots = ((0, 1, 2, 3, 4, 6, 5, 9), (0, 1, 2, 4, 7, 8, 5, 9))
+            cast = None
+        else:
+            # fp32 inputs accumulate into dQ itself; 16-bit ones into an fp32 buffer, cast at the end.
+            pre_call = _plain_call(_attn_bwd_preprocess, (_cdiv(n_q, _PRE_BLOCK_M), B * H), (o4, do4, delta, dq4),
+                                   (*o4.stride(), *do4.stride(), *dq4.stride(), H, n_q),
+                                   dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, BLOCK_M=_PRE_BLOCK_M), options)
+            dq_tma = tma and options.atomic_dq_tma and not _INTERPRETED and _tma_ok(dq4, options=options)
+            text, atomic_call = _run_kernel(
+                _kernel("atomic", options), "atomic", key, grid_kv, (q4, k4, v4, do4, dq4, dk4, dv4, lse3, delta),
+                (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dq4.stride(), *dk4.stride(),
+                 *dv4.stride()) + tail,
+                dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma, DQ_TMA=dq_tma),
+                options, pinned=_pinned_atomic_config(q.dtype, d, (block_d, d1)))
+            configs = (("atomic", text),)
+            calls = (pre_call, atomic_call)
+            slots = ((3, 4, 9, 6), (0, 1, 2, 4, 6, 7, 8, 5, 9))
+            cast = None if q.dtype == torch.float32 else q.dtype
+            if cast is not None:
+                dq = dq.to(cast)
+    record = _record(options, LaunchRecord("bwd", configs, _tiles_label(d, block_d, d1), tma, kind))
+    same_memory = all(a.data_ptr() == b.data_ptr() for a, b in ((q4, q), (k4, k), (v4, v), (o4, o), (do4, do)))
+    if all(c is not None for c in calls) and same_memory and lse.is_contiguous():
+        _calls[sig] = _CallPlan(q.device, outputs, calls, slots, record, tma, cast)
+    return dq, dk, dv, record
+
+
+def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                                   options: Optional[FlashOptions] = None) -> Tuple[Tensor, Tensor]:
+    """Run the forward kernel. Returns ``(o, lse)`` with ``lse`` of shape q.shape[:-1], fp32.
+    `options` None: the module defaults. The launch record goes to options.recorder (see
+    flash_attention_triton_forward_recorded for it returned)."""
+    o, lse, _ = _forward(q, k, v, bool(is_causal), options or _default_options)
+    return o, lse
+
+
+def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                                    is_causal: bool = False, variant: Optional[str] = None,
+                                    options: Optional[FlashOptions] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """Run the backward kernels. Returns ``(dq, dk, dv)`` in the input dtypes.
+
+    `variant` ("two_pass", "atomic", "auto"; None: options.variant, then the module setting,
+    impl.attention.backward_choice.set_backward_variant) picks the implementation; the choice is
+    recorded per shape (backward_choice.backward_choices) and in the launch record."""
+    dq, dk, dv, _ = _backward(q, k, v, o, do, lse, bool(is_causal), options or _default_options, variant)
+    return dq, dk, dv
+
+
+def flash_attention_triton_forward_recorded(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                                            options: Optional[FlashOptions] = None):
+    """flash_attention_triton_forward returning ``(o, lse, LaunchRecord)``."""
+    return _forward(q, k, v, bool(is_causal), options or _default_options)
+
+
+def flash_attention_triton_backward_recorded(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                                             is_causal: bool = False, variant: Optional[str] = None,
+                                             options: Optional[FlashOptions] = None):
+    """flash_attention_triton_backward returning ``(dq, dk, dv, LaunchRecord)``."""
+    return _backward(q, k, v, o, do, lse, bool(is_causal), options or _default_options, variant)
+
+
+# ---------------------------------------------------------------------------
+# Custom ops (the torch.compile boundary)
+# ---------------------------------------------------------------------------
+
+# The ops (any device: CUDA tensors, or CPU tensors under the interpreter) take the options as their
+# registered int (_options_key). The fakes give what the launchers return: new contiguous tensors of
+# the input shapes (inputs may be strided), lse fp32.
+def _forward_op_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                     options_key: int = 0) -> Tuple[Tensor, Tensor]:
+    o, lse, _ = _forward(q, k, v, bool(is_causal), _options_of(options_key))
+    return o, lse
+
+
+def _backward_op_impl(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                      is_causal: bool = False, variant: Optional[str] = None,
+                      options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    dq, dk, dv, _ = _backward(q, k, v, o, do, lse, bool(is_causal), _options_of(options_key), variant)
+    return dq, dk, dv
+
+
+# Defined with torch.library.Library rather than torch.library.custom_op: a custom_op call runs its
+# Python autograd wrapper, a redispatch and an aliasing check of the outputs on every call (about
+# 100 us each of the two ops per compiled fwd+bwd on this CPU, NOTES.md); these ops are only ever
+# called inside a compiled graph (grad mode off there: no autograd kernel is needed), where the
+# dispatcher goes straight to the implementation.
+_LIB = torch.library.Library("impl_flash", "DEF")
+_LIB.define("triton_forward(Tensor q, Tensor k, Tensor v, bool is_causal=False, int options_key=0) -> (Tensor, Tensor)")
+_LIB.define("triton_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor do, Tensor lse, bool is_causal=False, "
+            "str? variant=None, int options_key=0) -> (Tensor, Tensor, Tensor)")
+for _key in ("CUDA", "CPU"):  # CPU: the interpreter
+    _LIB.impl("triton_forward", _forward_op_impl, _key)
+    _LIB.impl("triton_backward", _backward_op_impl, _key)
+
+flash_forward_op = torch.ops.impl_flash.triton_forward.default
+flash_backward_op = torch.ops.impl_flash.triton_backward.default
+
+
+@torch.library.register_fake("impl_flash::triton_forward")
+def _flash_forward_fake(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                        options_key: int = 0) -> Tuple[Tensor, Tensor]:
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.register_fake("impl_flash::triton_backward")
+def _flash_backward_fake(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                         is_causal: bool = False, variant: Optional[str] = None,
+                         options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
