@@ -2,7 +2,8 @@
 shape (1x1x128x64, bf16, causal), where the device work is nothing.
     PYTHONPATH=src python tools/probes/flash_host_profile.py OUT.json
 Rows: host µs per call (flash_host_overhead.host_us: perf_counter over 300 calls after 20 warm-up) for an
-empty Triton kernel launch, a trivial elementwise fwd+bwd eager and compiled (torch.compile's own
+empty Triton kernel launch (grads accumulating into .grad, and again with them reset to None
+before each call as the flash_shapes host row does), a trivial elementwise fwd+bwd eager and compiled (torch.compile's own
 per-call floor), SDPA's flash and cuDNN backends (and SDPA compiled), ours eager and compiled;
 then cProfile of 300 eager fwd+bwd calls (own time and cumulative time, top 45 each)."""
 import cProfile
@@ -71,6 +72,17 @@ def main(path):
              "ours compiled fwd+bwd": ours_compiled}
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "shape": shape, "dtype": "bf16", "causal": True, "rows": []}
+    def reset(fn):  # the flash_shapes host row's call: input grads cleared first (no accumulation)
+        def call():
+            q.grad = k.grad = v.grad = None
+            fn()
+        return call
+
+    for name in ("sdpa flash fwd+bwd", "sdpa cudnn fwd+bwd", "ours fwd+bwd", "ours compiled fwd+bwd",
+                 "trivial a*b+c fwd+bwd eager"):
+        cases[name + ", grads reset"] = reset(cases[name])
+    # twice, interleaved: the host's speed drifts within a run
+    cases.update({name + " (again)": cases[name] for name in list(cases) if "grads reset" in name})
     for name, fn in cases.items():
         try:
             row = {"case": name, "host_us": host_us(fn)}
