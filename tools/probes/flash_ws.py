@@ -65,6 +65,7 @@ def main(path):
                 max_abs_diff_vs_default=err, configs=dict(rec.last["fwd"].configs))
             if name in ("ours default", "ours ws") and shape[2] <= 16384:
                 row(name, "fwd+bwd", lambda: FlashAttentionTriton.apply(qg, kg, vg, True, opts).backward(do))
+        del q, k, v, do, qg, kg, vg
         torch.cuda.empty_cache()
     print(f"{'shape':18} {'kind':8} {'impl':34} {'ms':>8} {'/cudnn':>7}")
     for r in rows:
