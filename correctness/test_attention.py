@@ -807,47 +807,6 @@ def test_triton_gpu_direct_launch_matches_jit_launch(shape_q, shape_k, causal, l
     check_against_reference(FlashAttentionTriton, q, k, v, do, causal)
 
 
-WS_DTYPES = [torch.float16] if TRITON_DEVICE == "cpu" else [torch.float16, torch.bfloat16]  # interpreter: no bf16 dot
-
-
-@needs_triton
-@pytest.mark.parametrize("dtype", WS_DTYPES, ids=lambda t: str(t).removeprefix("torch."))
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape_q,shape_k", [((1, 2, 200, 64), (1, 2, 200, 64)), ((2, 1, 77, 128), (2, 1, 150, 128)),
-                                             ((1, 3, 300, 32), (1, 3, 97, 32))])
-def test_triton_warp_specialized_forward_matches_reference(shape_q, shape_k, causal, dtype):
-    """FlashOptions(warp_specialize=True): the forward runs _attn_fwd_ws (its record says so) and its o
-    and lse match the float64 reference, ragged lengths and n_q != n_k included; the backward, which
-    reads that lse, still matches."""
-    from impl.attention import FlashOptions, LaunchRecorder
-    rec = LaunchRecorder()
-    options = FlashOptions(warp_specialize=True, tma_min_scores=0, autotune=False, recorder=rec)
-    q, k, v, do = make_inputs(shape_q, shape_k, dtype, TRITON_DEVICE)
-    o, lse = flash_triton.flash_attention_triton_forward(q, k, v, causal, options=options)
-    assert dict(rec.last["fwd"].configs).keys() == {"fwd_ws"}
-    ref_o, ref_lse, ref_dq, ref_dk, ref_dv = reference(q, k, v, causal, do, o_saved=o)
-    tol = tolerance(dtype, q.device)
-    torch.testing.assert_close(o.double().cpu(), ref_o, rtol=tol, atol=tol)
-    torch.testing.assert_close(lse.double().cpu(), ref_lse, rtol=tol, atol=tol)
-    dq, dk, dv = flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, causal, options=options)
-    for x, r in ((dq, ref_dq), (dk, ref_dk), (dv, ref_dv)):
-        torch.testing.assert_close(x.double().cpu(), r, rtol=4 * tol, atol=4 * tol)
-
-
-@needs_triton
-@pytest.mark.parametrize("why,dtype,d,tma", [("fp32", torch.float32, 64, True), ("split d", torch.float16, 80, True),
-                                             ("no descriptors", torch.float16, 64, False)])
-def test_triton_warp_specialized_forward_falls_back(why, dtype, d, tma):
-    """Where the warp-specialized form does not apply (fp32, a head dim split in two tiles,
-    descriptors off) warp_specialize=True runs the ordinary forward."""
-    from impl.attention import FlashOptions, LaunchRecorder
-    rec = LaunchRecorder()
-    options = FlashOptions(warp_specialize=True, tma=tma, tma_min_scores=0, autotune=False, recorder=rec)
-    q, k, v, _ = make_inputs((1, 1, 40, d), (1, 1, 40, d), dtype, TRITON_DEVICE)
-    flash_triton.flash_attention_triton_forward(q, k, v, True, options=options)
-    assert dict(rec.last["fwd"].configs).keys() == {"fwd"}, why
-
-
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("variant", BACKWARD_VARIANTS)

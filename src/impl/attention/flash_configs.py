@@ -90,17 +90,6 @@ def _fwd_configs() -> List[triton.Config]:
                      (128, 128, 8, 3), (128, 32, 4, 4), (64, 32, 4, 4), _FWD_SAFE], interpreter_shape=(32, 16, 4, 1))
 
 
-# The warp-specialized forward compiles to its producer/consumer form on sm_90 only at BLOCK_M 128 and
-# 4 warps (12 with the producer warpgroup; ptxas on the CPU, NOTES.md); 128 x 128 at 3 stages takes
-# 226 KB of the 227 KB of shared memory.
-_FWD_WS_SAFE = (128, 64, 4, 2)
-
-
-def _fwd_ws_configs() -> List[triton.Config]:
-    return _configs([(128, 128, 4, 2), (128, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 3)],
-                    interpreter_shape=(32, 16, 4, 1))
-
-
 def _bwd_kv_configs() -> List[triton.Config]:
     # BLOCK_N: key tile held by the program; BLOCK_M: query tile of the loop.
     return _configs([(64, 64, 4, 3), (64, 128, 4, 3), (32, 64, 4, 4), (128, 128, 8, 2), (32, 128, 8, 3),

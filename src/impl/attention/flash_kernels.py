@@ -1,6 +1,6 @@
 """FlashAttention-2 (Triton): the kernels and their small @triton.jit helpers.
 
-Forward (`_attn_fwd`; `_attn_fwd_ws` with automatic warp specialization), two-pass backward (`_attn_bwd_dq`, which also stores D = rowsum(O·dO), then
+Forward (`_attn_fwd`), two-pass backward (`_attn_bwd_dq`, which also stores D = rowsum(O·dO), then
 `_attn_bwd_dkdv`), single-pass backward (`_attn_bwd_preprocess`, then `_attn_bwd_atomic`). Every
 option is a constexpr argument (head-dim tiling BLOCK_D + D1, causal, TMA, tiles); the autotune
 lists come from :mod:`impl.attention.flash_configs`. The layout and numerics are described in
@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .flash_configs import (_AUTOTUNE_KEY, _PRUNE, _bwd_atomic_configs, _bwd_kv_configs, _bwd_q_configs,
-                            _fwd_configs, _fwd_ws_configs)
+                            _fwd_configs)
 
 # ---------------------------------------------------------------------------
 # Small helpers
@@ -307,66 +307,6 @@ def _attn_fwd(Q, K, V, O, L,
     o = (acc[0] / l_i[:, None], acc[1] / l_i[:, None] if D1 > 0 else 0)
     _store_pair(O + b * stride_ob + h * stride_oh, o, offs_m, N_Q, stride_os, stride_od, HEAD_DIM, BLOCK_D, D1)
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
-    tl.store(L + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
-
-
-@triton.autotune(configs=_fwd_ws_configs(), key=_AUTOTUNE_KEY)
-@triton.jit
-def _attn_fwd_ws(Q, K, V, O, L,
-                 stride_qb, stride_qh, stride_qs, stride_qd,
-                 stride_kb, stride_kh, stride_ks, stride_kd,
-                 stride_vb, stride_vh, stride_vs, stride_vd,
-                 stride_ob, stride_oh, stride_os, stride_od,
-                 H, N_Q, N_K, SEQ_BUCKET, qk_scale,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                 TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The forward with Triton's automatic warp specialization (sm_90: one producer warpgroup issuing
-    the TMA loads, two consumer warpgroups of BLOCK_M / 2 rows). Triton 3.6 applies it on Hopper only
-    to this form: every operand through device-side descriptors, num_warps 4, BLOCK_M 128, and one
-    key loop with the mask applied on every tile (two loops, or a branch in the loop, fail to compile
-    or silently drop the specialization; NOTES.md). So d = BLOCK_D (no split), 16-bit inputs."""
-    if IS_CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = (pid_bh % H).to(tl.int64)
-    q_desc = tl.make_tensor_descriptor(Q + b * stride_qb + h * stride_qh, shape=[N_Q, HEAD_DIM],
-                                       strides=[stride_qs, 1], block_shape=[BLOCK_M, BLOCK_D])
-    k_desc = tl.make_tensor_descriptor(K + b * stride_kb + h * stride_kh, shape=[N_K, HEAD_DIM],
-                                       strides=[stride_ks, 1], block_shape=[BLOCK_N, BLOCK_D])
-    v_desc = tl.make_tensor_descriptor(V + b * stride_vb + h * stride_vh, shape=[N_K, HEAD_DIM],
-                                       strides=[stride_vs, 1], block_shape=[BLOCK_N, BLOCK_D])
-    start_m = pid_m * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    q = q_desc.load([start_m, 0])
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if IS_CAUSAL:
-        hi = tl.minimum(start_m + BLOCK_M, N_K)
-    else:
-        hi = N_K
-    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
-        k = k_desc.load([start_n, 0])
-        qk = tl.dot(q, k.T)
-        offs_n = start_n + offs_n0
-        valid = offs_n[None, :] < N_K
-        if IS_CAUSAL:
-            valid = valid & (offs_m[:, None] >= offs_n[None, :])
-        qk = tl.where(valid, qk * qk_scale, -1.0e6)
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = v_desc.load([start_n, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
-    o = acc / l_i[:, None]
-    _store_pair(O + b * stride_ob + h * stride_oh, (o, 0), offs_m, N_Q, stride_os, stride_od, HEAD_DIM, BLOCK_D, 0)
-    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
     tl.store(L + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
 
 

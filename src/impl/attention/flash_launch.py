@@ -35,11 +35,10 @@ from triton.runtime import driver as _driver
 from impl.runtime import launch_ctx
 
 from .backward_choice import ShapeKey, resolve_backward
-from .flash_configs import (_BWD_ATOMIC_SAFE, _BWD_KV_SAFE, _BWD_Q_SAFE, _FWD_SAFE, _FWD_WS_SAFE, _INTERPRETED, _PRE_BLOCK_M,
+from .flash_configs import (_BWD_ATOMIC_SAFE, _BWD_KV_SAFE, _BWD_Q_SAFE, _FWD_SAFE, _INTERPRETED, _PRE_BLOCK_M,
                             _PRUNE, _AUTOTUNE_KEY, _block_d, _cdiv, _config, _head_dim_tiles, _pinned_atomic_config,
                             _seq_bucket)
-from .flash_kernels import (_attn_bwd_atomic, _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_preprocess, _attn_fwd,
-                            _attn_fwd_ws)
+from .flash_kernels import _attn_bwd_atomic, _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_preprocess, _attn_fwd
 from .flash_options import FlashOptions, LaunchRecord, LaunchRecorder, options_by_key
 
 Tensor = torch.Tensor
@@ -121,7 +120,7 @@ def _tma_flag(scores: int, options: FlashOptions, *tensors: Tensor) -> bool:
 _LAST = LaunchRecorder()
 _default_options = FlashOptions()
 
-_SAFE = {"fwd": _FWD_SAFE, "fwd_ws": _FWD_WS_SAFE, "kv": _BWD_KV_SAFE, "q": _BWD_Q_SAFE, "atomic": _BWD_ATOMIC_SAFE}
+_SAFE = {"fwd": _FWD_SAFE, "kv": _BWD_KV_SAFE, "q": _BWD_Q_SAFE, "atomic": _BWD_ATOMIC_SAFE}
 # Autotuners built for config lists other than the committed ones, keyed (kernel, list); each wraps
 # the same JITFunction as the module's autotuner, so compiled kernels are shared.
 _TUNERS: Dict[tuple, object] = {}
@@ -139,11 +138,11 @@ def set_default_options(options: FlashOptions) -> None:
 
 
 def _kernels() -> Dict[str, object]:
-    return {"fwd": _attn_fwd, "fwd_ws": _attn_fwd_ws, "kv": _attn_bwd_dkdv, "q": _attn_bwd_dq, "atomic": _attn_bwd_atomic}
+    return {"fwd": _attn_fwd, "kv": _attn_bwd_dkdv, "q": _attn_bwd_dq, "atomic": _attn_bwd_atomic}
 
 
 def _kernel(name: str, options: FlashOptions):
-    """The autotuner launching kernel `name` ("fwd", "fwd_ws", "kv", "q", "atomic") under `options`: the
+    """The autotuner launching kernel `name` ("fwd", "kv", "q", "atomic") under `options`: the
     module's (the committed list) unless options name a list or switch autotuning off. Under the
     interpreter always the module's (one small config)."""
     base = _kernels()[name]
@@ -358,13 +357,11 @@ def _forward_slow(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashO
     tensors = (q4, k4, v4, o4, lse)
     ints = (*q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), H, n_q, n_k, _seq_bucket(n_q, n_k),
             sm_scale * LOG2E)
-    ws = options.warp_specialize and tma and d1 == 0 and q.dtype != torch.float32 and _tma_ok(q4, options=options)
-    name = "fwd_ws" if ws else "fwd"
     with launch_ctx(q, "impl_flash::forward_kernel"):
-        text, call = _run_kernel(_kernel(name, options), name, _tune_key(q, n_q, n_k, d, causal),
+        text, call = _run_kernel(_kernel("fwd", options), "fwd", _tune_key(q, n_q, n_k, d, causal),
                                  lambda m, n: (_cdiv(n_q, m), B * H), tensors, ints,
                                  dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma), options)
-    record = _record(options, LaunchRecord("fwd", ((name, text),), _tiles_label(d, block_d, d1), tma))
+    record = _record(options, LaunchRecord("fwd", (("fwd", text),), _tiles_label(d, block_d, d1), tma))
     if call is not None and q4.data_ptr() == q.data_ptr():  # a >4-D input reshaped by copying has no plan
         _calls[sig] = _CallPlan(q.device, ((q.shape, q.dtype), (q.shape[:-1], torch.float32)), (call,),
                                 ((0, 1, 2, 3, 4),), record, tma)

@@ -22,7 +22,7 @@ ConfigShape = Tuple[int, int, int, int]  # (BLOCK_M, BLOCK_N, num_warps, num_sta
 
 BACKWARD_KINDS = ("triton", "compiled")
 VARIANT_SETTINGS = ("auto", "two_pass", "atomic")
-CONFIG_KERNELS = ("fwd", "fwd_ws", "kv", "q", "atomic")
+CONFIG_KERNELS = ("fwd", "kv", "q", "atomic")
 
 
 @dataclass(frozen=True)
@@ -83,14 +83,11 @@ class FlashOptions:
         (batch·heads·n_q·n_k) a GPU launch takes the pointer path (descriptors cost host time).
     atomic_dq_tma: the atomic backward adds dQ through a descriptor when its loads use them.
     autotune: False = one shared-memory-safe config per kernel (fast test suites).
-    configs: per kernel ("fwd", "fwd_ws", "kv", "q", "atomic") a tuple of (BLOCK_M, BLOCK_N, warps, stages)
+    configs: per kernel ("fwd", "kv", "q", "atomic") a tuple of (BLOCK_M, BLOCK_N, warps, stages)
         replacing its autotune list (one entry: launched without benchmarking); None = the list.
     split_head_dim: tile d 48/80/96 as two power-of-two tiles (default) or pad to the next power.
     direct_launch: after a shape key's first calls, launch the compiled kernels directly (no
         JITFunction.run); False keeps every launch on Triton's ordinary path (tests compare them).
-    warp_specialize: the forward runs `_attn_fwd_ws` (Triton's automatic warp specialization: a
-        producer warpgroup issuing TMA loads, two consumer warpgroups) where it applies: descriptors
-        in use (the tma options and the layout), 16-bit inputs, d not split in two tiles.
     recorder: receives a LaunchRecord per launcher call (not part of equality or hashing).
     """
 
@@ -103,7 +100,6 @@ class FlashOptions:
     configs: Optional[Tuple[Tuple[str, Tuple[ConfigShape, ...]], ...]] = None
     split_head_dim: bool = True
     direct_launch: bool = True
-    warp_specialize: bool = False
     recorder: Optional[LaunchRecorder] = field(default=None, compare=False, hash=False, repr=False)
     key: int = field(default=0, init=False, compare=False, hash=False, repr=False)
 
