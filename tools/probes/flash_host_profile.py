@@ -7,10 +7,12 @@ before each call as the flash_shapes host row does), a trivial elementwise fwd+b
 per-call floor), SDPA's flash and cuDNN backends (and SDPA compiled), ours eager and compiled;
 then cProfile of 300 eager fwd+bwd calls (own time and cumulative time, top 45 each)."""
 import cProfile
+import gc
 import io
 import json
 import pstats
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -90,6 +92,38 @@ def main(path):
             row = {"case": name, "error": f"{type(e).__name__}: {e}"[:300]}
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
+    # Per-call distribution (1000 calls timed one by one, gc on and off): a uniformly slower call and
+    # one with periodic spikes have the same mean; the host row's std told them apart poorly.
+    res["distribution"] = []
+    for name in ("sdpa flash fwd+bwd, grads reset", "ours fwd+bwd, grads reset", "sdpa flash fwd+bwd", "ours fwd+bwd"):
+        for gc_on in (True, False):
+            fn = cases[name]
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+            if not gc_on:
+                gc.disable()
+            times = []
+            for _ in range(1000):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e6)
+            gc.enable()
+            torch.cuda.synchronize()
+            times.sort()
+            row = {"case": name, "gc": gc_on, **{f"p{p}": round(times[min(999, p * 10)], 1) for p in (10, 50, 90, 99)},
+                   "max": round(times[-1], 1), "mean": round(sum(times) / len(times), 1)}
+            res["distribution"].append(row)
+            print(json.dumps(row), flush=True)
+    # The C++ side (aten ops, autograd nodes) of 50 calls each, by self CPU time.
+    from torch.profiler import ProfilerActivity, profile
+    for name in ("sdpa flash fwd+bwd, grads reset", "ours fwd+bwd, grads reset"):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(50):
+                cases[name]()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+        res[f"torch_profile {name}"] = table
+        print(name, "\n", table, flush=True)
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(300):

@@ -353,7 +353,7 @@ def _forward_slow(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashO
     o4 = _as_4d(o)
     sm_scale = 1.0 / math.sqrt(d)
     block_d, d1 = _tiles(d, options)
-    tma = _tma_flag(B * H * n_q * n_k, options, k4, v4)
+    tma = block_d <= options.fwd_tma_max_block_d and _tma_flag(B * H * n_q * n_k, options, k4, v4)
     tensors = (q4, k4, v4, o4, lse)
     ints = (*q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), H, n_q, n_k, _seq_bucket(n_q, n_k),
             sm_scale * LOG2E)

@@ -81,6 +81,10 @@ class FlashOptions:
         backward_choice's module setting (set_backward_variant), for compatibility.
     tma: tensor-descriptor loads where the layout allows; tma_min_scores: below this many scores
         (batch·heads·n_q·n_k) a GPU launch takes the pointer path (descriptors cost host time).
+    fwd_tma_max_block_d: the forward's descriptors only where its head-dim tile (BLOCK_D) is at most
+        this wide: at a 128-wide tile the pointer path's best config ran 4-7% faster than the
+        descriptors' best on the H100 (4x32x4096x128 and 1x32x32768x128, bf16, causal;
+        probes/flash_d128_a3c533a.json), at 64 the descriptors ~2% faster (NOTES.md, v3).
     atomic_dq_tma: the atomic backward adds dQ through a descriptor when its loads use them.
     autotune: False = one shared-memory-safe config per kernel (fast test suites).
     configs: per kernel ("fwd", "kv", "q", "atomic") a tuple of (BLOCK_M, BLOCK_N, warps, stages)
@@ -95,6 +99,7 @@ class FlashOptions:
     variant: Optional[str] = None
     tma: bool = True
     tma_min_scores: int = 1 << 26
+    fwd_tma_max_block_d: int = 64
     atomic_dq_tma: bool = True
     autotune: bool = True
     configs: Optional[Tuple[Tuple[str, Tuple[ConfigShape, ...]], ...]] = None
