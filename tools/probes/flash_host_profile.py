@@ -28,6 +28,21 @@ def _empty(x_ptr):
     pass
 
 
+class _EmptyFunction(torch.autograd.Function):
+    """The floor of any Python autograd.Function of (q, k, v) -> o: no kernels, fresh outputs and
+    gradients (what our Function adds to the engine's cost, whatever its launchers do)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return torch.empty_like(q)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = ctx.saved_tensors
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 def main(path):
     dev = torch.device("cuda")
     shape = (1, 1, 128, 64)
@@ -69,6 +84,7 @@ def main(path):
              "sdpa (default backend) compiled fwd+bwd": lambda: sdpa_compiled(q, k, v).backward(do),
              "sdpa flash fwd+bwd": sdpa(SDPBackend.FLASH_ATTENTION),
              "sdpa cudnn fwd+bwd": sdpa(SDPBackend.CUDNN_ATTENTION),
+             "empty Python autograd.Function fwd+bwd": lambda: _EmptyFunction.apply(q, k, v).backward(do),
              "ours fwd (no grad)": ours_fwd,
              "ours fwd+bwd": ours,
              "ours compiled fwd+bwd": ours_compiled}
@@ -81,7 +97,7 @@ def main(path):
         return call
 
     for name in ("sdpa flash fwd+bwd", "sdpa cudnn fwd+bwd", "ours fwd+bwd", "ours compiled fwd+bwd",
-                 "trivial a*b+c fwd+bwd eager"):
+                 "trivial a*b+c fwd+bwd eager", "empty Python autograd.Function fwd+bwd"):
         cases[name + ", grads reset"] = reset(cases[name])
     # twice, interleaved: the host's speed drifts within a run
     cases.update({name + " (again)": cases[name] for name in list(cases) if "grads reset" in name})
@@ -95,7 +111,8 @@ def main(path):
     # Per-call distribution (1000 calls timed one by one, gc on and off): a uniformly slower call and
     # one with periodic spikes have the same mean; the host row's std told them apart poorly.
     res["distribution"] = []
-    for name in ("sdpa flash fwd+bwd, grads reset", "ours fwd+bwd, grads reset", "sdpa flash fwd+bwd", "ours fwd+bwd"):
+    for name in ("sdpa flash fwd+bwd, grads reset", "ours fwd+bwd, grads reset",
+                 "empty Python autograd.Function fwd+bwd, grads reset"):
         for gc_on in (True, False):
             fn = cases[name]
             for _ in range(20):
@@ -117,7 +134,8 @@ def main(path):
             print(json.dumps(row), flush=True)
     # The C++ side (aten ops, autograd nodes) of 50 calls each, by self CPU time.
     from torch.profiler import ProfilerActivity, profile
-    for name in ("sdpa flash fwd+bwd, grads reset", "ours fwd+bwd, grads reset"):
+    for name in ("sdpa flash fwd+bwd, grads reset", "ours fwd+bwd, grads reset",
+                 "empty Python autograd.Function fwd+bwd, grads reset"):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(50):
                 cases[name]()

@@ -94,6 +94,20 @@ def resolve_backward(key: ShapeKey, variant: Optional[str] = None) -> str:
     return kind
 
 
+def record_choice(key: ShapeKey, kind: str) -> None:
+    """Record that a backward call of `key` ran `kind` (what resolve_backward records), for a caller
+    that resolved it earlier for the same key and settings (the flash launcher's call plans)."""
+    global _last
+    _choices[key] = kind
+    _last = (key, kind)
+
+
+def settings_key(variant: Optional[str] = None) -> tuple:
+    """Everything resolve_backward's answer depends on besides the shape: a per-call override, the
+    setting, the threshold. Equal keys and shapes give the same variant."""
+    return (variant, _setting, ATOMIC_MIN_WORK)
+
+
 def backward_choices() -> Dict[ShapeKey, str]:
     """The variant each shape's last backward call ran."""
     return dict(_choices)
@@ -113,6 +127,8 @@ __all__ = [
     "backward_variant",
     "choose_backward",
     "last_backward_choice",
+    "record_choice",
     "resolve_backward",
     "set_backward_variant",
+    "settings_key",
 ]

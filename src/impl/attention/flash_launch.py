@@ -25,6 +25,7 @@ no break and Dynamo never traces the launch path.
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
@@ -34,6 +35,7 @@ from triton.runtime import driver as _driver
 
 from impl.runtime import launch_ctx
 
+from . import backward_choice
 from .backward_choice import ShapeKey, resolve_backward
 from .flash_configs import (_BWD_ATOMIC_SAFE, _BWD_KV_SAFE, _BWD_Q_SAFE, _FWD_SAFE, _INTERPRETED, _PRE_BLOCK_M,
                             _PRUNE, _AUTOTUNE_KEY, _block_d, _cdiv, _config, _head_dim_tiles, _pinned_atomic_config,
@@ -277,45 +279,51 @@ def _tune_key(q: Tensor, n_q: int, n_k: int, d: int, causal: bool) -> tuple:
 # ---------------------------------------------------------------------------
 
 class _CallPlan:
-    """What one signature's call does after its first calls: allocate `outputs` (shape, dtype,
-    zeroed) and run `calls` in order, each on its slice of the call's tensors (`slots`: indices into
-    inputs + outputs); `record` is the call's LaunchRecord."""
+    """What one signature's call does after its first calls: allocate `outputs` (shape, dtype) and run
+    `calls` in order, each on its slice of the call's tensors (`slots`: indices into inputs +
+    outputs); `record` is the call's LaunchRecord; a backward plan also keeps its ShapeKey and variant
+    (recorded per call, as resolve_backward does) and the dtype dQ is cast to (the atomic variant)."""
 
-    __slots__ = ("device", "outputs", "calls", "slots", "record", "tma", "cast")
+    __slots__ = ("device", "outputs", "calls", "pick", "record", "tma", "cast", "shape_key", "kind")
 
     def __init__(self, device: torch.device, outputs: tuple, calls: tuple, slots: tuple, record: LaunchRecord,
-                 tma: bool, cast: Optional[torch.dtype] = None) -> None:
-        self.device, self.outputs, self.calls, self.slots = device, outputs, calls, slots
-        self.record, self.tma, self.cast = record, tma, cast
+                 tma: bool, cast: Optional[torch.dtype] = None, shape_key: Optional[ShapeKey] = None,
+                 kind: Optional[str] = None) -> None:
+        self.device, self.outputs, self.calls = device, outputs, calls
+        self.pick = tuple(itemgetter(*s) for s in slots)  # every slot tuple has >= 2 indices: a tuple back
+        self.record, self.tma, self.cast, self.shape_key, self.kind = record, tma, cast, shape_key, kind
 
     def run(self, inputs: tuple) -> tuple:
         device = self.device
-        outs = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs)
+        outs = tuple([torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs])
         tensors = inputs + outs
         if device.type == "cuda":
             index = device.index
             if self.tma:
                 _set_allocator(device)
-            if torch.cuda.current_device() != index or torch.autograd.profiler._is_profiler_enabled:
+            if torch._C._cuda_getDevice() != index or torch.autograd.profiler._is_profiler_enabled:
                 with launch_ctx(inputs[0], "impl_flash::kernels"):
-                    self._launch(tensors, _driver.active.get_current_stream(index))
+                    self._launch(tensors, _current_stream(index))
             else:
-                self._launch(tensors, _driver.active.get_current_stream(index))
+                self._launch(tensors, _current_stream(index))
         else:
             self._launch(tensors, None)
         return outs
 
     def _launch(self, tensors: tuple, stream) -> None:
-        for call, slots in zip(self.calls, self.slots):
-            call(tuple(tensors[i] for i in slots), stream)
+        for call, pick in zip(self.calls, self.pick):
+            call(pick(tensors), stream)
+
+
+def _current_stream(index: int):
+    """The raw CUDA stream Triton launches on (its driver's get_current_stream, looked up once)."""
+    global _current_stream
+    _current_stream = _driver.active.get_current_stream
+    return _current_stream(index)
 
 
 # signature -> _CallPlan, for forward and backward calls (the signature's first element says which).
 _calls: Dict[tuple, _CallPlan] = {}
-
-
-def _aligned(*tensors: Tensor) -> tuple:
-    return tuple(t.data_ptr() & 15 == 0 for t in tensors)
 
 
 def clear_plans() -> None:
@@ -329,14 +337,15 @@ def clear_plans() -> None:
 # ---------------------------------------------------------------------------
 
 def _forward_signature(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions) -> tuple:
-    return ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device, causal, options.key,
-            _aligned(q, k, v))
+    return ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device, causal, options.key)
 
 
+# Triton specializes each pointer on 16-byte alignment; plans are made for aligned inputs only (the
+# usual case: the caching allocator aligns to 512 bytes), misaligned ones always take the slow path.
 def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions):
     sig = _forward_signature(q, k, v, causal, options)
     plan = _calls.get(sig)
-    if plan is None:
+    if plan is None or (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
         return _forward_slow(q, k, v, causal, options, sig)
     o, lse = plan.run((q, k, v))
     _record(options, plan.record)
@@ -362,38 +371,41 @@ def _forward_slow(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashO
                                  lambda m, n: (_cdiv(n_q, m), B * H), tensors, ints,
                                  dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma), options)
     record = _record(options, LaunchRecord("fwd", (("fwd", text),), _tiles_label(d, block_d, d1), tma))
-    if call is not None and q4.data_ptr() == q.data_ptr():  # a >4-D input reshaped by copying has no plan
+    aligned = not (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
+    same_memory = all(a.data_ptr() == b.data_ptr() for a, b in ((q4, q), (k4, k), (v4, v)))  # not a >4-D copy
+    if call is not None and aligned and same_memory:
         _calls[sig] = _CallPlan(q.device, ((q.shape, q.dtype), (q.shape[:-1], torch.float32)), (call,),
                                 ((0, 1, 2, 3, 4),), record, tma)
     return o, lse, record
 
 
-def _backward_signature(q, k, v, o, do, lse, causal: bool, options: FlashOptions, kind: str) -> tuple:
+def _backward_signature(q, k, v, o, do, lse, causal: bool, options: FlashOptions, variant: Optional[str]) -> tuple:
     return ("bwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), o.stride(), do.shape, do.stride(),
-            lse.shape, lse.is_contiguous(), q.dtype, q.device, causal, options.key, kind, _aligned(q, k, v, o, do))
+            lse.shape, lse.is_contiguous(), q.dtype, q.device, causal, options.key,
+            backward_choice.settings_key(variant if variant is not None else options.variant))
 
 
 def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
               options: FlashOptions, variant: Optional[str] = None):
-    d = q.shape[-1]
-    bh = q.numel() // (q.shape[-2] * d)
-    kind = resolve_backward(ShapeKey(bh, q.shape[-2], k.shape[-2], d, q.dtype, causal),
-                            variant if variant is not None else options.variant)
-    sig = _backward_signature(q, k, v, o, do, lse, causal, options, kind)
+    sig = _backward_signature(q, k, v, o, do, lse, causal, options, variant)
     plan = _calls.get(sig)
-    if plan is None:
-        return _backward_slow(q, k, v, o, do, lse, causal, options, kind, sig)
-    if kind == "two_pass":
+    if plan is None or (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr()) & 15:
+        d = q.shape[-1]
+        shape_key = ShapeKey(q.numel() // (q.shape[-2] * d), q.shape[-2], k.shape[-2], d, q.dtype, causal)
+        kind = resolve_backward(shape_key, variant if variant is not None else options.variant)
+        return _backward_slow(q, k, v, o, do, lse, causal, options, kind, sig, shape_key)
+    backward_choice.record_choice(plan.shape_key, plan.kind)
+    if plan.cast is None:
         dq, dk, dv, _ = plan.run((q, k, v, o, do, lse))
     else:
         acc, dk, dv, _ = plan.run((q, k, v, o, do, lse))
-        dq = acc if plan.cast is None else acc.to(plan.cast)
+        dq = acc.to(plan.cast)
     _record(options, plan.record)
     return dq, dk, dv, plan.record
 
 
 def _backward_slow(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
-                   options: FlashOptions, kind: str, sig: tuple):
+                   options: FlashOptions, kind: str, sig: tuple, shape_key: ShapeKey):
     q4, k4, v4, o4, do4 = (_as_4d(t) for t in (q, k, v, o, do))
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
@@ -451,8 +463,9 @@ def _backward_slow(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: 
                 dq = dq.to(cast)
     record = _record(options, LaunchRecord("bwd", configs, _tiles_label(d, block_d, d1), tma, kind))
     same_memory = all(a.data_ptr() == b.data_ptr() for a, b in ((q4, q), (k4, k), (v4, v), (o4, o), (do4, do)))
-    if all(c is not None for c in calls) and same_memory and lse.is_contiguous():
-        _calls[sig] = _CallPlan(q.device, outputs, calls, slots, record, tma, cast)
+    aligned = not (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr()) & 15
+    if all(c is not None for c in calls) and same_memory and aligned and lse.is_contiguous():
+        _calls[sig] = _CallPlan(q.device, outputs, calls, slots, record, tma, cast, shape_key, kind)
     return dq, dk, dv, record
 
 
