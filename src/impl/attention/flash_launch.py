@@ -35,8 +35,7 @@ from triton.runtime import driver as _driver
 
 from impl.runtime import launch_ctx
 
-from . import backward_choice
-from .backward_choice import ShapeKey, resolve_backward
+from .backward_choice import ShapeKey, record_choice, resolve_backward, settings_key
 from .flash_configs import (_BWD_ATOMIC_SAFE, _BWD_KV_SAFE, _BWD_Q_SAFE, _FWD_SAFE, _INTERPRETED, _PRE_BLOCK_M,
                             _PRUNE, _AUTOTUNE_KEY, _block_d, _cdiv, _config, _head_dim_tiles, _pinned_atomic_config,
                             _seq_bucket)
@@ -382,7 +381,7 @@ def _forward_slow(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashO
 def _backward_signature(q, k, v, o, do, lse, causal: bool, options: FlashOptions, variant: Optional[str]) -> tuple:
     return ("bwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), o.stride(), do.shape, do.stride(),
             lse.shape, lse.is_contiguous(), q.dtype, q.device, causal, options.key,
-            backward_choice.settings_key(variant if variant is not None else options.variant))
+            settings_key(variant if variant is not None else options.variant))
 
 
 def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
@@ -394,7 +393,7 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tenso
         shape_key = ShapeKey(q.numel() // (q.shape[-2] * d), q.shape[-2], k.shape[-2], d, q.dtype, causal)
         kind = resolve_backward(shape_key, variant if variant is not None else options.variant)
         return _backward_slow(q, k, v, o, do, lse, causal, options, kind, sig, shape_key)
-    backward_choice.record_choice(plan.shape_key, plan.kind)
+    record_choice(plan.shape_key, plan.kind)
     if plan.cast is None:
         dq, dk, dv, _ = plan.run((q, k, v, o, do, lse))
     else:

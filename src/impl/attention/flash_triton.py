@@ -76,10 +76,9 @@ from typing import Optional
 import torch
 import triton
 
-from . import flash_launch
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_configs import _INTERPRETED
-from .flash_launch import (_LAST, _backward, _forward, _options_key, _options_of, clear_plans, default_options,
+from .flash_launch import (_LAST, _backward, _forward, _kernel, _options_key, _options_of, clear_plans, default_options,
                            flash_attention_triton_backward, flash_attention_triton_backward_recorded,
                            flash_attention_triton_forward, flash_attention_triton_forward_recorded,
                            flash_backward_op, flash_forward_op, set_default_options)
@@ -134,7 +133,7 @@ def tuned_configs() -> dict:
 
 
 def autotune_enabled() -> bool:
-    return _INTERPRETED or len(flash_launch._kernel("fwd", default_options()).configs) > 1
+    return _INTERPRETED or len(_kernel("fwd", default_options()).configs) > 1
 
 
 class FlashAttentionTriton(torch.autograd.Function):

@@ -283,9 +283,12 @@ def leaderboard_table(d: pd.DataFrame) -> str:
     return table(macros("leaderboard.md.j2").table_header().split("|"), rows)
 
 
-def short_config(text: str) -> str:
-    """'BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, ..., num_stages: 3, ...' -> '64×128 w4 s3'."""
-    v = dict(re.findall(r"(\w+): (\w+)", text or ""))
+def short_config(text) -> str:
+    """'BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, ..., num_stages: 3, ...' -> '64×128 w4 s3'; other
+    launch-record values (the tiling label, the variant, the tma flag) as they are."""
+    if not isinstance(text, str):
+        return str(text)
+    v = dict(re.findall(r"(\w+): (\w+)", text))
     if "BLOCK_M" not in v:
         return text
     return f"{v['BLOCK_M']}×{v['BLOCK_N']} w{v.get('num_warps', '?')} s{v.get('num_stages', '?')}"
