@@ -1,7 +1,7 @@
 """GPU probe for issue 10: time every candidate tile config of each FlashAttention kernel on one
 shape (one config per launch, no autotuner), then the per-kernel split of the best backward.
     PYTHONPATH=src python tools/probes/flash_tune.py OUT.json [leaderboard|d128]
-Writes all timings to OUT.json; the numbers feed the autotune lists in flash_triton.py."""
+Writes all timings to OUT.json; the numbers feed the autotune lists in flash_configs.py."""
 import itertools
 import json
 import sys
