@@ -600,6 +600,43 @@ def test_triton_two_pass_backward_has_no_preprocessing_launch(monkeypatch, backw
 
 
 @needs_triton
+def test_triton_call_plan_follows_the_backward_setting(backward_variant):
+    """A backward call served by its call plan (from a signature's third call on) still records its
+    variant in backward_choice, and a changed setting is never served the plan of the old one."""
+    from impl.attention import FlashOptions, LaunchRecorder
+    rec = LaunchRecorder()
+    options = FlashOptions(autotune=False, recorder=rec)
+    q, k, v, do = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, TRITON_DEVICE)
+    o, lse = flash_triton.flash_attention_triton_forward(q, k, v, True, options=options)
+    key = ShapeKey(2, 24, 24, 16, torch.float32, True)
+    decoy = ShapeKey(1, 1, 1, 16, torch.float32, False)
+    for kind in ("two_pass", "atomic", "two_pass"):
+        backward_variant(kind)
+        for _ in range(3):
+            backward_choice.record_choice(decoy, "unset")  # each call, plan hit or not, records its own
+            flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, options=options)
+            assert rec.last["bwd"].variant == kind
+            assert backward_choice.last_backward_choice() == (key, kind)
+
+
+@needs_triton
+@pytest.mark.parametrize("d,limit,tma", [(128, None, False), (128, 128, True), (64, None, True)])
+def test_triton_forward_descriptors_up_to_a_head_dim_tile(d, limit, tma):
+    """The forward takes descriptors only where its head-dim tile is at most
+    FlashOptions.fwd_tma_max_block_d wide (64 by default: the d 128 sweep, NOTES.md); the backward
+    keeps them at d 128."""
+    from impl.attention import FlashOptions, LaunchRecorder
+    rec = LaunchRecorder()
+    extra = {} if limit is None else {"fwd_tma_max_block_d": limit}
+    options = FlashOptions(autotune=False, tma_min_scores=0, recorder=rec, **extra)
+    q, k, v, do = make_inputs((1, 1, 20, d), (1, 1, 20, d), torch.float32, TRITON_DEVICE)
+    o, lse = flash_triton.flash_attention_triton_forward(q, k, v, True, options=options)
+    flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, options=options)
+    assert rec.last["fwd"].tma is tma
+    assert rec.last["bwd"].tma is True
+
+
+@needs_triton
 def test_triton_autotune_pick_is_resolved_once_per_shape_key(monkeypatch):
     """The first call of a shape key goes through the autotuner; later calls of the same key launch
     its pick directly (no autotuner on the launch path), a new key goes through it again."""

@@ -588,3 +588,12 @@ def test_fsdp_page_names_grid_variants_the_device_has_not_run():
     assert line.startswith("Not yet run on this device: ") and F.LABEL["fsdp_block_bf16"] in line
     assert F.LABEL["torch_fsdp_bf16"] not in line
     assert F._not_yet_run(pd.DataFrame({"cfg.variant": variants}), "h200-141gb-x2") is None
+
+
+def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values():
+    """The leaderboard page lists a launch record's entries: kernel configs abbreviated, the rest
+    (tiling label, variant, the tma flag) as they are."""
+    from impl.report.attention import short_config
+    assert short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") == \
+        "64×128 w4 s3"
+    assert [short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]

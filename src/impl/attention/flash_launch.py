@@ -315,10 +315,8 @@ class _CallPlan:
 
 
 def _current_stream(index: int):
-    """The raw CUDA stream Triton launches on (its driver's get_current_stream, looked up once)."""
-    global _current_stream
-    _current_stream = _driver.active.get_current_stream
-    return _current_stream(index)
+    """The raw CUDA stream Triton launches on (its driver's choice)."""
+    return _driver.active.get_current_stream(index)
 
 
 # signature -> _CallPlan, for forward and backward calls (the signature's first element says which).
@@ -339,12 +337,26 @@ def _forward_signature(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: F
     return ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device, causal, options.key)
 
 
-# Triton specializes each pointer on 16-byte alignment; plans are made for aligned inputs only (the
-# usual case: the caching allocator aligns to 512 bytes), misaligned ones always take the slow path.
+def _aligned(*tensors: Tensor) -> bool:
+    """Every pointer 16-byte aligned. Triton specializes each pointer on it; plans are made for aligned
+    inputs only (the usual case: the caching allocator aligns to 512 bytes), so misaligned ones always
+    take the slow path."""
+    ptrs = 0
+    for t in tensors:
+        ptrs |= t.data_ptr()
+    return not ptrs & 15
+
+
+def _plannable(views: tuple, tensors: tuple) -> bool:
+    """A plan launches on the call's own tensors: each 4-D view the kernels got must start where its
+    tensor does (a >4-D input reshaped by copying does not), and every pointer must be aligned."""
+    return all(a.data_ptr() == b.data_ptr() for a, b in zip(views, tensors)) and _aligned(*tensors)
+
+
 def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions):
     sig = _forward_signature(q, k, v, causal, options)
     plan = _calls.get(sig)
-    if plan is None or (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+    if plan is None or not _aligned(q, k, v):
         return _forward_slow(q, k, v, causal, options, sig)
     o, lse = plan.run((q, k, v))
     _record(options, plan.record)
@@ -370,9 +382,7 @@ def _forward_slow(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashO
                                  lambda m, n: (_cdiv(n_q, m), B * H), tensors, ints,
                                  dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma), options)
     record = _record(options, LaunchRecord("fwd", (("fwd", text),), _tiles_label(d, block_d, d1), tma))
-    aligned = not (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15
-    same_memory = all(a.data_ptr() == b.data_ptr() for a, b in ((q4, q), (k4, k), (v4, v)))  # not a >4-D copy
-    if call is not None and aligned and same_memory:
+    if call is not None and _plannable((q4, k4, v4), (q, k, v)):
         _calls[sig] = _CallPlan(q.device, ((q.shape, q.dtype), (q.shape[:-1], torch.float32)), (call,),
                                 ((0, 1, 2, 3, 4),), record, tma)
     return o, lse, record
@@ -388,7 +398,7 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tenso
               options: FlashOptions, variant: Optional[str] = None):
     sig = _backward_signature(q, k, v, o, do, lse, causal, options, variant)
     plan = _calls.get(sig)
-    if plan is None or (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr()) & 15:
+    if plan is None or not _aligned(q, k, v, o, do):
         d = q.shape[-1]
         shape_key = ShapeKey(q.numel() // (q.shape[-2] * d), q.shape[-2], k.shape[-2], d, q.dtype, causal)
         kind = resolve_backward(shape_key, variant if variant is not None else options.variant)
@@ -461,9 +471,8 @@ def _backward_slow(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: 
             if cast is not None:
                 dq = dq.to(cast)
     record = _record(options, LaunchRecord("bwd", configs, _tiles_label(d, block_d, d1), tma, kind))
-    same_memory = all(a.data_ptr() == b.data_ptr() for a, b in ((q4, q), (k4, k), (v4, v), (o4, o), (do4, do)))
-    aligned = not (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr()) & 15
-    if all(c is not None for c in calls) and same_memory and aligned and lse.is_contiguous():
+    if all(c is not None for c in calls) and _plannable((q4, k4, v4, o4, do4), (q, k, v, o, do)) \
+            and lse.is_contiguous():
         _calls[sig] = _CallPlan(q.device, outputs, calls, slots, record, tma, cast, shape_key, kind)
     return dq, dk, dv, record
 
