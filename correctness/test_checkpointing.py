@@ -204,3 +204,86 @@ def test_step_peak_phases():
     assert ek["peak"] == max(ek["forward_end"], ek["backward"])
     nested = acc.checkpoint_step_peak_bytes("nested", 8, B, R, out, P, P)
     assert nested["forward_end"] == P + out + 3 * R + B
+
+
+# ---- keep_attention: the recompute never runs the attention forward --------------------------
+
+class _CountingHalves:
+    """attention_halves("flash_torch") with the forward's calls counted."""
+
+    def __init__(self):
+        from impl.attention import attention_halves
+        self.forward_fn, self.backward = attention_halves("flash_torch")
+        self.calls = 0
+
+    def forward(self, *args):
+        self.calls += 1
+        return self.forward_fn(*args)
+
+
+def _flash_model(num_layers, seq=16):
+    model = _model(num_layers, seq)
+    model.set_attention("flash_torch")
+    return model
+
+
+@pytest.mark.parametrize("plain", [0, 1, 3])
+def test_keep_attention_same_loss_and_grads_and_one_attention_forward_per_block(plain):
+    model = _flash_model(4)
+    x, y = _batch()
+    ref_loss, ref_grads = _loss_and_grads(model, x, y)
+    apply_checkpointing(model, "keep_attention", plain)
+    counter = _CountingHalves()
+    for block in model.layers:
+        block.attn.attend.forward = counter.forward
+    with BlockCallCounter(model) as blocks:
+        loss, grads = _loss_and_grads(model, x, y)
+    torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
+    for n in ref_grads:
+        torch.testing.assert_close(grads[n], ref_grads[n], rtol=0, atol=0, msg=n)
+    assert counter.calls == 4  # once per block: the recomputes replay the kept o and lse
+    assert blocks.calls == 4 + (4 - plain)  # every checkpointed block's forward runs again
+    # nothing kept for a later step: every slot was replayed (popped) by its recompute
+    assert all(b.attn.attend.slot is None for b in model.layers)
+
+
+def test_keep_attention_keeps_o_and_lse_until_its_recompute(monkeypatch):
+    """Between forward and backward each checkpointed block holds exactly one (o, lse) beside its
+    checkpointed input; its recompute takes them, so after backward nothing is held."""
+    slots, real = [], ckpt.AttentionKeeper.recording
+
+    def recording(self, slot, replay):
+        if not replay and all(slot is not seen for seen in slots):
+            slots.append(slot)
+        return real(self, slot, replay)
+
+    monkeypatch.setattr(ckpt.AttentionKeeper, "recording", recording)
+    layers, plain, (b, s) = 3, 1, (2, 16)
+    model = apply_checkpointing(_flash_model(layers, seq=s), "keep_attention", plain)
+    x, y = _batch(b, s)
+    loss = cross_entropy(model(x), y)
+    h, hd = TINY["num_heads"], TINY["d_model"] // TINY["num_heads"]
+    assert len(slots) == layers - plain
+    for slot in slots:
+        (o, lse), = slot
+        assert o.shape == (b, h, s, hd) and lse.shape == (b, h, s) and lse.dtype == torch.float32
+    loss.backward()
+    assert all(slot == [] for slot in slots)
+
+
+def test_keep_attention_refuses_an_attention_without_halves_and_bad_k():
+    with pytest.raises(ValueError, match="no separate forward and backward halves"):
+        apply_checkpointing(_model(2), "keep_attention", 0)  # the naive attention
+    with pytest.raises(ValueError, match="k >= 0"):
+        apply_checkpointing(_flash_model(2), "keep_attention", None)
+    with pytest.raises(ValueError, match="plain blocks, but the model has 2"):
+        apply_checkpointing(_flash_model(2), "keep_attention", 3)
+
+
+def test_keep_attention_then_none_restores_the_plain_attention():
+    model = _flash_model(2)
+    plain = model.layers[0].attn.attend
+    apply_checkpointing(model, "keep_attention", 1)
+    assert isinstance(model.layers[0].attn.attend, ckpt.AttentionKeeper)
+    apply_checkpointing(model, "none")
+    assert model.layers[0].attn.attend is plain

@@ -81,7 +81,8 @@ def test_bf16_step_follows_an_fp32_reference_step(device):
     assert _rel(*joined) < BF16_ALL_UPDATES_TOL
 
 
-@pytest.mark.parametrize("policy,k", [("every_k", 1), ("every_k", 2), ("nested", None)])
+@pytest.mark.parametrize("policy,k", [("every_k", 1), ("every_k", 2), ("nested", None), ("keep_attention", 0),
+                                      ("keep_attention", 1)])
 def test_checkpointing_changes_nothing(policy, k):
     plain = build_step(StepSpec(**{**SPEC.__dict__, "checkpointing": "none", "checkpoint_k": None}), CPU)
     ckpt = build_step(StepSpec(**{**SPEC.__dict__, "checkpointing": policy, "checkpoint_k": k}), CPU)
@@ -137,6 +138,8 @@ def test_bad_input_is_refused_by_name():
         StepSpec(checkpointing="none", checkpoint_k=1)
     with pytest.raises(ValueError, match="checkpoint_k"):
         StepSpec(checkpointing="every_k", checkpoint_k=0)
+    with pytest.raises(ValueError, match="checkpoint_k"):
+        StepSpec(checkpointing="keep_attention", checkpoint_k=-1)
     model = TransformerLM(**MODEL_CONFIGS["tiny"], context_length=8)
     x = torch.zeros(1, 8, dtype=torch.long)
     with pytest.raises(ValueError, match="reduction must be one of"):

@@ -16,7 +16,8 @@ part not hidden behind backward for the overlapped variants); details["steps"] h
 steps of the slowest rank's figures, Metric.COMM_SHARE that comm_s over the median step. torch DDP
 hides its communication inside backward(), so its comm_s is not measured: the overhead over the
 single-GPU floor stands for it. One model per worker (built with the largest context), re-wrapped
-per variant. The (b) timeline is a payload of the naive and individual rows at the trace context:
+per variant. Memory: the largest CUDA peak over the ranks in one more step after the timed ones
+(None on the CPU). The (b) timeline is a payload of the naive and individual rows at the trace context:
 after their timed steps, a few more steps profiled on rank 0 (impl.bench.traces)."""
 from dataclasses import asdict
 
@@ -25,7 +26,7 @@ import pytest
 from impl.workloads import dist_steps
 from impl.workloads.dist_steps import StepSummary
 from impl.workloads.editions import GridSize
-from impl.bench.row import Metric, Status
+from impl.bench.row import Memory, Metric, Status
 from impl.workloads.problems import Problem, StoredGroup
 from impl.workloads.sweeps import grid
 from impl.bench.worker_group import Workers, measure_on_ranks
@@ -75,6 +76,10 @@ def _run(bench, workers, size: GridSize, context, batch, variant, bucket_mb=None
     row.details["steps"] = asdict(summary)
     if summary.comm_s is not None:
         row.metrics[Metric.COMM_SHARE] = summary.comm_s / stats.median
+    # The step's peak from one more step after the timed ones (the readings synchronise): rank 0's
+    # for the single-GPU floor, the largest over the ranks otherwise.
+    peaks = [r.memory.peak() for r in group.call(dist_steps.memory_step) if r is not None and r.memory.peak() is not None]
+    row.memory = Memory(peak_allocated=max(peaks, default=None))
     trace = (variant, bucket_mb) in TRACE.variants and context == TRACE.context
     if trace:
         row.details["timeline"] = group.call(dist_steps.profiled_steps, warmup=TRACE.warmup, steps=TRACE.steps,

@@ -24,6 +24,13 @@ prediction too, and every row fsdp_accounting (a)'s expected saving at the peak
 (impl.accounting.fsdp_peak_saving, details["expected_saving"]), to read against the measured
 peaks of the ddp and fsdp rows of the same run.
 
+Tensor parallelism (test_fsdp_tensor_parallel, the 2026 xl only): impl.distributed.TensorParallel in
+fp32 over 2 and 4 ranks (4: the 4-GPU machine; elsewhere a needs-hardware row) on the same model and
+global batch (every rank runs all WS x batch sequences), AdamW on each rank's shards; beside the
+step, the all-reduce traffic of one step (counted) and tp_calcs' prediction from this run's matmul
+rate and all-reduce bus bandwidth (impl.workloads.fsdp_steps.tp_probe). Its COMM_SHARE is that
+predicted communication time over the measured step: TP's all-reduces are not overlapped.
+
 Timeline (our FSDP rows): after that, one more step records when each all-gather / reduce-scatter
 was issued, was ready and was needed by its layer (impl.distributed.fsdp_timeline).
 details["timeline"] holds rank 0's rows (at most timeline_rows) and summary,
@@ -39,6 +46,7 @@ from dataclasses import asdict
 import pytest
 
 from impl import accounting as acc
+from impl import parallelism_calcs as pc
 from impl.workloads import dist_steps, fsdp_steps
 from impl.workloads.dist_steps import StepSummary
 from impl.workloads.editions import GridSize
@@ -146,3 +154,83 @@ def test_fsdp(bench, workers, size: GridSize, variant):
                 assert s.init.allocated < 0.6 * param_bytes
     if variant.ours:
         _check_timeline(row.details["timeline"])
+
+
+# ---- tensor parallelism beside them ------------------------------------------------------------
+
+TP_CASES = [(z, n) for z in G.sizes if z.edition == "2026" for n in G.tp_world_sizes]
+
+
+def _tp_prediction(size: GridSize, tokens: int, n: int, probe: fsdp_steps.TPProbe, calls: int) -> dict:
+    """tp_calcs' terms for the whole model from this run's measured matmul rate C and all-reduce bus
+    bandwidth W: each block is an attention and an FFN sublayer, each one all-reduce of a (tokens,
+    d_model) activation in forward and one in backward (tp_forward/backward_comm_time); the blocks'
+    matmul FLOPs split N ways, the embedding and LM head's replicated (the model's own count)."""
+    shape, p = size.config, probe.allreduce_bytes // (tokens * size.config.d_model)
+    D, D_FF, L = shape.d_model, shape.d_ff, shape.num_layers
+    W = probe.allreduce_bytes * 2 * (n - 1) / n / probe.allreduce_s  # the ring's bus bandwidth
+    C = probe.matmul_flops_per_s
+    comm_s = L * 2 * (pc.tp_forward_comm_time(tokens, D, n, W, p) + pc.tp_backward_comm_time(tokens, D, n, W, p))
+    batch, context = tokens // G.context, G.context
+    per_block = (shape.replace(num_layers=2).flops("train_step", batch, context)
+                 - shape.replace(num_layers=1).flops("train_step", batch, context))
+    flops = shape.flops("train_step", batch, context) - L * per_block * (1 - 1 / n)
+    return dict(matmul_flops_per_s=C, allreduce_busbw_Bps=W, allreduce_s=probe.allreduce_s,
+                activation_bytes=probe.allreduce_bytes, flops_per_rank=flops, compute_s=flops / C,
+                comm_s=comm_s, step_s=flops / C + comm_s, allreduces_per_step=4 * L,
+                payload_bytes_per_step=4 * L * probe.allreduce_bytes,
+                ring_bytes_sent_per_rank=calls * pc.ring_all_reduce_bytes(probe.allreduce_bytes, n),
+                max_devices_forward=pc.tp_max_devices_forward(D_FF, C, W, p),
+                max_devices_backward=pc.tp_max_devices_backward(D_FF, C, W, p))
+
+
+@pytest.mark.parametrize("size,n_tp", TP_CASES, ids=[f"{z.id}-tp{n}" for z, n in TP_CASES])
+def test_fsdp_tensor_parallel(bench, workers, size: GridSize, n_tp: int):
+    """TP over n_tp ranks on the same model and global batch as the rows above (WS x batch
+    sequences, all of them on every rank), fp32: step time, the activation bytes its all-reduces
+    moved, and tp_calcs' prediction from this run's matmul and all-reduce speeds."""
+    context, global_batch = G.context, G.batch * WS
+    config = dict(size.row_config(), context=context, batch_per_rank=global_batch, world_size=n_tp, backend=BACKEND,
+                  variant="tp", dtype="fp32")
+    if workers.skip(bench, problem=PROBLEM, config=config, world_size=n_tp, backend=BACKEND):
+        return
+    group = workers.get(n_tp, BACKEND)
+    setups = set_up_or_oom(bench, lambda: group.call(fsdp_steps.tp_setup, size=size.build_name, context=context,
+                                                     batch=global_batch), problem=PROBLEM, config=config)
+    if setups is None:
+        return
+    tokens = global_batch * context
+    row, timed = measure_on_ranks(bench, group, dist_steps.step, problem=PROBLEM, config=config,
+                                  round=f"one training step on each of {n_tp} ranks (slowest rank's time)",
+                                  warmup=G.warmup, rounds=G.rounds, tokens=tokens)
+    if row.status is not Status.MEASURED or bench.benchmark.stats is None:
+        return
+    last = group.call(dist_steps.memory_step)
+    traffic = group.call(fsdp_steps.tp_step_traffic)
+    probes = group.call(fsdp_steps.tp_probe, tokens=tokens, d_model=size.config.d_model, d_ff=size.config.d_ff,
+                        reps=G.tp_probe_reps)
+    group.call(dist_steps.teardown)
+    # The slowest rank's figures: its matmul rate, the all-reduce as its slowest rank saw it.
+    probe = fsdp_steps.TPProbe(matmul_flops_per_s=min(q.matmul_flops_per_s for q in probes),
+                               allreduce_s=max(q.allreduce_s for q in probes),
+                               allreduce_bytes=probes[0].allreduce_bytes)
+    predicted = _tp_prediction(size, tokens, n_tp, probe, traffic[0].calls)
+    peaks = [st.memory.peak() for st in last if st.memory.peak() is not None]
+    row.memory = Memory(peak_allocated=max(peaks, default=None))
+    row.details.update(n_params=setups[0].n_params, peak_bytes=row.memory.peak_allocated, tp_predicted=predicted,
+                       tp_traffic=asdict(traffic[0]), steps=asdict(StepSummary.of(timed)),
+                       ranks=[dict(init_allocated=s.init.allocated, local_param_bytes=s.local_param_bytes,
+                                   step_peak=st.memory.peak(), probe=asdict(q))
+                              for s, st, q in zip(setups, last, probes)])
+    row.metrics[Metric.COMM_SHARE] = predicted["comm_s"] / bench.benchmark.stats.stats.median
+    bench.save(row)
+
+    # Exact where the layout is exact: four all-reduces of one activation per block per step, the
+    # same on every rank; the blocks' weights split n ways.
+    assert all(t == traffic[0] for t in traffic)
+    assert traffic[0].calls == predicted["allreduces_per_step"]
+    assert traffic[0].payload_bytes == predicted["payload_bytes_per_step"]
+    assert all(st.loss == st.loss for st in last), "loss must be finite"
+    shape = size.config
+    sharded = shape.num_layers * (4 * shape.d_model ** 2 + 3 * shape.d_model * shape.d_ff)  # BLOCK_SHARDING's weights
+    assert all(s.local_param_bytes == acc.param_bytes(shape.params - sharded + sharded // n_tp) for s in setups)

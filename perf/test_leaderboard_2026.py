@@ -3,14 +3,21 @@ fewer layers, at one rank's share of the two-GPU batch, timed per layer count an
 policy. Each row builds a fresh model and optimizer, runs one first step timed apart (FlashAttention
 autotuning, optimizer-state allocation: the first_call_s metric), then warm-up and timed steps through
 the harness (step time, tokens/s, MFU, CUDA peak memory). OOM anywhere is a row with status OOM and
-the sweep goes on; rows past the file's time budget are left out by budget. The two-GPU step itself
-is predicted from these rows (impl.leaderboard_prediction), not run. Grid: impl.workloads.sweeps."""
+the sweep goes on; rows past the file's time budget are left out by budget. The page predicts the
+two-GPU step from these rows (impl.leaderboard_prediction).
+
+test_leaderboard_2026_two_gpus runs the step itself on two GPUs, one row per checkpointing candidate
+(`-k two_gpus`; smoke: the tiny config on 2 gloo CPU processes). Grid: impl.workloads.sweeps."""
+from dataclasses import asdict
+
 import pytest
 
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import time_once
-from impl.workloads.leaderboard_2026 import StepSpec, build_step
-from impl.bench.row import Metric, Status
+from impl.bench.worker_group import Workers, measure_on_ranks
+from impl.workloads.leaderboard_2026 import (StepRankState, StepSpec, build_step, rank_do_bench, rank_first_step,
+                                             rank_peak, rank_setup, rank_step, rank_teardown)
+from impl.bench.row import Memory, Metric, Status
 from impl.workloads.problems import Problem
 from impl.workloads.sweeps import grid
 from impl.runtime import free_memory, profile_name
@@ -46,3 +53,70 @@ def test_leaderboard_2026(bench, policy, k, layers):
                   details=details)
     del step, got
     free_memory()
+
+
+# ---- the two-GPU step itself --------------------------------------------------------------------
+
+TWO = G.two_gpus
+BACKEND = "nccl" if profile_name() == "full" else "gloo"
+
+
+@pytest.fixture(scope="module")
+def workers():
+    w = Workers(TWO.budget_s, TWO.timeout_s, StepRankState)
+    yield w
+    w.close()
+
+
+@pytest.mark.parametrize("policy,k", TWO.candidates, ids=[f"{p}-{k}" for p, k in TWO.candidates])
+def test_leaderboard_2026_two_gpus(bench, peaks, workers, policy, k):
+    """The whole step on TWO.world_size ranks (one process a GPU, NCCL; smoke: gloo on the CPU):
+    DDP with summed gradients and sharded optimizer states (impl.workloads.leaderboard_2026). The
+    first call from an empty cache is timed apart; then triton.testing.do_bench as the handout
+    times it (its median; the slowest rank's) and the harness's rounds (the slowest rank's clock).
+    Peak memory per rank over everything."""
+    ws = TWO.world_size
+    spec = StepSpec(config=TWO.config, num_layers=TWO.num_layers, batch=TWO.batch, context=TWO.context,
+                    checkpointing=policy, checkpoint_k=k, attn_impl=TWO.attn_impl)
+    row_config = dict(config=spec.config, layers=spec.model.num_layers, batch=spec.batch, context=spec.context,
+                      checkpointing=policy, k=k, attn_impl=spec.attn_impl, world_size=ws, backend=BACKEND,
+                      parallelism="ddp+sharded_optimizer", dtype="bf16", weights="bf16", loss="sum")
+    details = dict(params=spec.model.params)
+    if workers.skip(bench, problem=PROBLEM, config=row_config, world_size=ws, backend=BACKEND):
+        return
+    if bench.device.type == "cuda":
+        peaks()  # the session's matmul peak, measured before the ranks fill the GPUs
+    group = workers.get(ws, BACKEND)
+
+    def set_up():
+        init = group.call(rank_setup, spec=spec)
+        return init, max(r.seconds for r in group.call(rank_first_step))
+    got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=row_config, details=details)
+    if got is None:
+        return
+    init, first_s = got
+    row, _ = measure_on_ranks(bench, group, rank_step, problem=PROBLEM, config=row_config,
+                              round=f"one training step (zero_grad, forward, summed cross-entropy, backward, AdamW "
+                                    f"step) on each of {ws} ranks (slowest rank's time)",
+                              warmup=TWO.warmup, rounds=TWO.rounds, flops=spec.flops(ws),
+                              tokens=spec.batch * spec.context, metrics={Metric.FIRST_CALL_S: first_s},
+                              details=details)
+    if row.status is not Status.MEASURED or bench.benchmark.stats is None:
+        return
+    # do_bench calls the step as often as its estimate says; the ranks must agree, which they do
+    # when one step outlasts its warm-up and rep (one call of each on every rank).
+    step_ms = bench.benchmark.stats.stats.min * 1e3
+    if bench.device.type == "cuda" and step_ms > 2 * max(TWO.do_bench_warmup_ms, TWO.do_bench_rep_ms):
+        row.metrics[Metric.DO_BENCH_MS] = 1e3 * max(group.call(rank_do_bench, warmup_ms=TWO.do_bench_warmup_ms,
+                                                               rep_ms=TWO.do_bench_rep_ms))
+        row.details["do_bench"] = dict(warmup_ms=TWO.do_bench_warmup_ms, rep_ms=TWO.do_bench_rep_ms,
+                                       return_mode="median", ranks="slowest")
+    else:
+        row.details["do_bench"] = dict(skipped="needs CUDA and a step longer than twice do_bench's warm-up and "
+                                               "rep (else its call counts could differ between ranks)")
+    mem = group.call(rank_peak)
+    group.call(rank_teardown)
+    row.memory = Memory(peak_allocated=max((m.peak for m in mem if m.peak is not None), default=None))
+    row.details.update(ranks=[dict(init_allocated=i.allocated, peak=m.peak) for i, m in zip(init, mem)],
+                       peaks_device=asdict(peaks()) if bench.device.type == "cuda" else None)
+    bench.save(row)

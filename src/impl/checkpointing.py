@@ -18,12 +18,19 @@ Policies (L blocks; B = bytes one block saves for backward; R = one residual-str
            half; one block runs plainly. Every recursion level keeps one boundary, so
            peak = ceil(log2 L)·R + B = O(log L) boundaries, and each level recomputes half
            its blocks once: block forwards L + (L/2)·log2 L for L a power of two = O(L log L).
+  keep_attention  every block checkpointed but the last k (k >= 0, run plainly), each keeping its
+           attention's output o and log-sum-exp beside its input, so the recompute in backward
+           runs the norms, projections, RoPE and SwiGLU again but never the attention forward (on
+           long contexts the most expensive part of a block's forward). Needs a FlashAttention with
+           separate halves (impl.attention.attention_halves: flash_torch, flash_triton). Per
+           checkpointed block: R + o + lse saved; block forwards L + (L − k), attention forwards L.
 The closed forms (exact recursions, not only the asymptotics) are
 impl.accounting.checkpoint_peak_activation_bytes / checkpoint_block_forwards.
 """
 from __future__ import annotations
 
 import types
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -31,7 +38,82 @@ from torch.utils.checkpoint import checkpoint
 
 from impl.saved_tensors import saved_tensor_bytes
 
-POLICIES = ("none", "every_k", "nested")
+POLICIES = ("none", "every_k", "nested", "keep_attention")
+
+
+class _KeptAttention(torch.autograd.Function):
+    """Attention whose forward was already run: returns the given o, saves what the FlashAttention
+    backward reads (the same five tensors as the flash Functions save, so a checkpoint's recompute
+    saves tensors of the same metadata as its forward did)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, o, lse, backward, is_causal):
+        ctx.save_for_backward(lse, q, k, v, o)
+        ctx.backward, ctx.is_causal = backward, is_causal
+        return o.view_as(o)
+
+    @staticmethod
+    def backward(ctx, do):
+        lse, q, k, v, o = ctx.saved_tensors
+        dq, dk, dv = ctx.backward(q, k, v, o, do, lse, ctx.is_causal)
+        return dq, dk, dv, None, None, None, None
+
+
+class AttentionKeeper:
+    """A block's `attend` for keep_attention. Outside a keeping checkpoint it is plain
+    FlashAttention. Inside one, the checkpoint's forward records each call's (o, lse) in the
+    checkpoint's own slot, and its recompute replays them in the same order instead of running the
+    forward again. A slot belongs to one checkpoint call (made by its context_fn), so a forward that
+    never reaches backward leaves nothing for a later step to replay."""
+
+    def __init__(self, attn_impl: str):
+        from impl.attention import attention_halves  # late: attention imports triton
+
+        self.attn_impl = attn_impl
+        self.forward, self.backward = attention_halves(attn_impl)
+        self.slot: list | None = None
+        self.replay = False
+
+    def __call__(self, q, k, v, is_causal=False):
+        if self.replay:
+            o, lse = self.slot.pop(0)
+        else:
+            with torch.no_grad():
+                o, lse = self.forward(q, k, v, bool(is_causal))
+            if self.slot is not None:
+                self.slot.append((o, lse))
+        return _KeptAttention.apply(q, k, v, o, lse, self.backward, bool(is_causal))
+
+    @contextmanager
+    def recording(self, slot: list, replay: bool):
+        saved = self.slot, self.replay
+        self.slot, self.replay = slot, replay
+        try:
+            yield
+        finally:
+            self.slot, self.replay = saved
+
+
+def _keeping_contexts(keepers: list[AttentionKeeper]) -> Callable:
+    """checkpoint's context_fn: one fresh slot per checkpoint call, recorded into by its forward
+    and replayed from by its recompute."""
+    def context_fn():
+        slot: list = []
+        return _all(k.recording(slot, replay=False) for k in keepers), _all(k.recording(slot, replay=True)
+                                                                             for k in keepers)
+    return context_fn
+
+
+@contextmanager
+def _all(contexts):
+    contexts = list(contexts)
+    for c in contexts:
+        c.__enter__()
+    try:
+        yield
+    finally:
+        for c in reversed(contexts):
+            c.__exit__(None, None, None)
 
 
 def _run_plain(blocks, lo: int, hi: int, x, rope, positions):
@@ -71,6 +153,16 @@ def run_nested(blocks, x, rope, positions, lo: int = 0, hi: int | None = None):
     return run_nested(blocks, x, rope, positions, mid, hi)
 
 
+def run_keep_attention(blocks, x, rope, positions, plain: int):
+    """Every block but the last `plain` checkpointed alone, keeping its attention's o and lse."""
+    n = len(blocks)
+    for i in range(n - plain):
+        keepers = [blocks[i].attn.attend]
+        x = checkpoint(lambda t, i=i: blocks[i](t, rope, positions), x, use_reentrant=False,
+                       context_fn=_keeping_contexts(keepers))
+    return _run_plain(blocks, n - plain, n, x, rope, positions)
+
+
 def run_layers(model, x: torch.Tensor, positions: torch.Tensor, policy: str, k: int | None = None):
     blocks = model.layers
     if policy == "none":
@@ -79,6 +171,8 @@ def run_layers(model, x: torch.Tensor, positions: torch.Tensor, policy: str, k: 
         return run_every_k(blocks, x, model.rope, positions, k)
     if policy == "nested":
         return run_nested(blocks, x, model.rope, positions)
+    if policy == "keep_attention":
+        return run_keep_attention(blocks, x, model.rope, positions, k)
     raise ValueError(f"unknown checkpointing policy {policy!r}; expected one of {POLICIES}")
 
 
@@ -93,19 +187,32 @@ def _checkpointed_forward(self, token_ids: torch.Tensor, return_hidden: bool = F
     return h if return_hidden else self.lm_head(h)
 
 
+TAKES_K = {"every_k": 1, "keep_attention": 0}  # policy -> the smallest k it takes
+
+
 def apply_checkpointing(model, policy: str, k: int | None = None):
     """Sets the policy on `model` in place and returns it. every_k needs 1 <= k; k >= L is the
-    same as none (one plain segment)."""
+    same as none (one plain segment). keep_attention needs 0 <= k <= L (k = L is none)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown checkpointing policy {policy!r}; expected one of {POLICIES}")
-    if policy == "every_k" and (k is None or int(k) < 1):
-        raise ValueError(f"every_k needs a segment length k >= 1, got {k!r}")
-    if policy != "every_k" and k is not None:
+    if policy in TAKES_K and (k is None or int(k) < TAKES_K[policy]):
+        raise ValueError(f"{policy} needs k >= {TAKES_K[policy]}, got {k!r}")
+    if policy == "keep_attention" and int(k) > len(model.layers):
+        raise ValueError(f"keep_attention: k={k} plain blocks, but the model has {len(model.layers)}")
+    if policy not in TAKES_K and k is not None:
         raise ValueError(f"policy {policy!r} takes no k")
+    # Each block's attend back to its plain kernel; keep_attention then swaps in its keepers.
+    for block in model.layers:
+        if isinstance(block.attn.attend, AttentionKeeper):
+            model.set_attention(block.attn.attend.attn_impl)
+            break
     if policy == "none":
         model.__dict__.pop("forward", None)  # back to the class's forward
         model.__dict__.pop("checkpoint_policy", None)
         return model
+    if policy == "keep_attention":
+        for block in model.layers:
+            block.attn.attend = AttentionKeeper(block.attn.attn_impl)
     model.checkpoint_policy = (policy, None if k is None else int(k))
     model.forward = types.MethodType(_checkpointed_forward, model)
     return model

@@ -56,6 +56,25 @@ def _sdpa(q, k, v, is_causal=False):
 _BY_NAME = {"naive": _naive, "flash_torch": _flash_torch, "flash_triton": _flash_triton, "sdpa": _sdpa}
 
 
+# FlashAttention split in its two halves: forward(q, k, v, is_causal) -> (o, lse) and
+# backward(q, k, v, o, do, lse, is_causal) -> (dq, dk, dv), for callers that keep o and lse themselves
+# (impl.checkpointing's keep_attention policy).
+AttentionHalves = tuple[Callable[..., tuple], Callable[..., tuple]]
+
+
+def attention_halves(name: str) -> AttentionHalves:
+    """(forward, backward) of a FlashAttention implementation ("flash_torch", "flash_triton")."""
+    if name == "flash_torch":
+        from .flash_torch import flash_forward_torch
+        return flash_forward_torch, flash_backward
+    if name == "flash_triton":
+        if flash_triton is None:
+            raise ImportError(f"flash_triton needs triton, which failed to import: {_TRITON_ERROR}")
+        return flash_triton.flash_attention_triton_forward, flash_triton.flash_attention_triton_backward
+    raise ValueError(f"attention {name!r} has no separate forward and backward halves (o, lse); "
+                     "expected 'flash_torch' or 'flash_triton'")
+
+
 def attention_by_name(name: str) -> AttentionFn:
     """Return ``f(q, k, v, is_causal) -> o`` for "naive", "flash_torch", "flash_triton", "sdpa"."""
     try:
@@ -117,7 +136,9 @@ __all__ = [
     "FlashOptions",
     "LaunchRecord",
     "LaunchRecorder",
+    "AttentionHalves",
     "attention_by_name",
+    "attention_halves",
     "attention_flops",
     "backward_choices",
     "backward_variant",

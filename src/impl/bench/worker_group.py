@@ -192,13 +192,15 @@ class SlowestRankClock:
 
 def measure_on_ranks(bench, group: WorkerGroup, fn: Command, *, problem: str, config: dict, round: str,
                      warmup: int, rounds: int, kernel: bool = False, tokens: int | None = None,
-                     details: dict | None = None, **kwargs):
+                     flops: float | None = None, metrics: dict | None = None, details: dict | None = None, **kwargs):
     """A benchmark row whose round is command `fn` on every rank, timed by the slowest rank's own
-    clock (`kwargs` go to the command). Returns (row, the timed rounds' replies: one list of
-    per-rank replies per command; empty when the row did not measure)."""
+    clock (`kwargs` go to the command). `flops`: one rank's share of a round (MFU is per GPU).
+    Returns (row, the timed rounds' replies: one list of per-rank replies per command; empty when
+    the row did not measure)."""
     clock = SlowestRankClock()
     row = bench.measure(problem=problem, config=config, fn=clock.command(group, fn, **kwargs), round=round,
-                        warmup=warmup, rounds=rounds, kernel=kernel, tokens=tokens, details=details, clock=clock)
+                        warmup=warmup, rounds=rounds, kernel=kernel, tokens=tokens, flops=flops, metrics=metrics,
+                        details=details, clock=clock)
     timed = clock.last(row.timing.rounds * row.timing.iterations) if row.timing else []
     return row, timed
 

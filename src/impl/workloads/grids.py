@@ -298,6 +298,10 @@ class FSDPGrid(DistributedGrid):
     batch: int
     variants: tuple[FSDPVariant, ...]
     timeline_rows: int
+    # Tensor parallelism beside them on the same model and global batch (world_size x batch
+    # sequences, all of them on every TP rank), at each of these group sizes
+    tp_world_sizes: tuple[int, ...] = ()
+    tp_probe_reps: int = 10  # timed repeats of the matmul and all-reduce behind TP's prediction
 
 
 @dataclass(frozen=True)
@@ -377,3 +381,21 @@ class Leaderboard2026Grid(Rounds):
     policies: tuple[tuple[str, int | None], ...]  # (checkpointing policy, its k)
     attn_impl: str
     budget_s: float
+    two_gpus: "LeaderboardTwoGPUGrid | None" = None
+
+
+@dataclass(frozen=True)
+class LeaderboardTwoGPUGrid(DistributedGrid):
+    """The leaderboard step itself on `world_size` ranks: each candidate (checkpointing policy, its
+    k) is one row, timed by the harness's rounds and by triton.testing.do_bench with its default
+    warm-up and rep (recorded: on a multi-second step they come to one warm-up and one timed call)."""
+
+    config: str
+    num_layers: int | None  # None: the config's own
+    batch: int  # global
+    context: int
+    world_size: int
+    candidates: tuple[tuple[str, int | None], ...]
+    attn_impl: str
+    do_bench_warmup_ms: float = 25.0  # triton.testing.do_bench's defaults
+    do_bench_rep_ms: float = 100.0

@@ -13,7 +13,8 @@ the masters and moments of the parameters it owns and broadcasts their new value
 reduce-scatter schedule does not compose with AdamWMaster (impl.distributed.sharded_optimizer).
 
 `num_layers` below the config's gives the reduced-layer steps that one GPU can hold, from which
-impl.leaderboard_prediction predicts the 34-layer step on two GPUs.
+impl.leaderboard_prediction predicts the 34-layer step on two GPUs. The worker commands at the end
+run the step on every rank of an impl.bench.worker_group (perf/test_leaderboard_2026.py's two-GPU rows).
 """
 from __future__ import annotations
 
@@ -23,8 +24,13 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from impl.bench.timers import time_once
+from impl.bench.worker_group import RankState, Timed, timed
+from impl.workloads.rank_memory import Allocated
+from impl.runtime import free_memory
+
 from impl.workloads.steps import TrainConfig, linear_weights, make_train_step, random_batch
-from impl.checkpointing import POLICIES, apply_checkpointing
+from impl.checkpointing import POLICIES, TAKES_K, apply_checkpointing
 from impl.model import ModelConfig, TransformerLM, model_config
 
 CONFIG = "8B"
@@ -41,7 +47,8 @@ class StepSpec:
     num_layers     None for the config's own; fewer for the reduced-layer runs
     batch          the global batch (sequences); each of N ranks takes batch / N
     context        tokens per sequence (the model's context_length too)
-    checkpointing  impl.checkpointing policy: "none", "every_k" (with checkpoint_k) or "nested"
+    checkpointing  impl.checkpointing policy: "none", "every_k" (checkpoint_k: the segment length),
+                   "nested", or "keep_attention" (checkpoint_k: the blocks at the end run plainly)
     attn_impl      "flash_triton" (ours); "flash_torch" for CPU checks in bf16, where the Triton
                    interpreter's bf16 dot is wrong
     """
@@ -66,11 +73,11 @@ class StepSpec:
                 raise ValueError(f"StepSpec.{name} must be a positive int, got {value!r}")
         if self.checkpointing not in POLICIES:
             raise ValueError(f"StepSpec.checkpointing must be one of {POLICIES}, got {self.checkpointing!r}")
-        k = self.checkpoint_k
-        if (self.checkpointing == "every_k") != (k is not None) or \
-                (k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1)):
-            raise ValueError(f"StepSpec.checkpoint_k is given for checkpointing 'every_k' only (a positive int), "
-                             f"got checkpointing={self.checkpointing!r}, checkpoint_k={k!r}")
+        k, least = self.checkpoint_k, TAKES_K.get(self.checkpointing)
+        if (least is None) != (k is None) or \
+                (k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < least)):
+            raise ValueError(f"StepSpec.checkpoint_k is given for checkpointing {sorted(TAKES_K)} only (an int >= "
+                             f"{TAKES_K}), got checkpointing={self.checkpointing!r}, checkpoint_k={k!r}")
 
     @property
     def model(self) -> ModelConfig:
@@ -158,5 +165,54 @@ def master_weights(built: LeaderboardStep) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["BATCH", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepSpec", "WORLD_SIZE", "build_step",
-           "local_batch", "master_weights"]
+# ---- worker commands: the step on every rank of a worker group ------------------------------------
+
+
+@dataclass
+class StepRankState(RankState):
+    built: LeaderboardStep | None = None
+
+
+def rank_setup(state: StepRankState, spec: StepSpec) -> Allocated:
+    """Build this rank's step (the group is the whole world); the allocator's reading after it, its
+    peak counted from an emptied allocator."""
+    state.built = None
+    free_memory()
+    if state.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(state.device)
+    state.built = build_step(spec, state.device, group=dist.group.WORLD)
+    return Allocated.read(state.device)
+
+
+def rank_first_step(state: StepRankState) -> Timed:
+    """The first call, from this process's empty autotune cache (compilation, autotuning, optimizer
+    state allocation), timed apart."""
+    return Timed(time_once(state.built.step, state.device))
+
+
+def rank_step(state: StepRankState) -> Timed:
+    return Timed(timed(state, state.built.step, kernel=False))
+
+
+def rank_do_bench(state: StepRankState, warmup_ms: float, rep_ms: float) -> float:
+    """The handout's timing of the step: triton.testing.do_bench's median, in seconds. Every rank
+    must call the step equally often: with warm-up and rep far below one step (the defaults, on a
+    multi-second step), do_bench's estimate gives one warm-up and one timed call on every rank."""
+    from triton.testing import do_bench
+
+    return do_bench(state.built.step, warmup=warmup_ms, rep=rep_ms, return_mode="median") / 1e3
+
+
+def rank_peak(state: StepRankState) -> Allocated:
+    """The allocator now and its peak since set-up: the step's peak, first call included."""
+    return Allocated.read(state.device)
+
+
+def rank_teardown(state: StepRankState) -> None:
+    state.built = None
+    free_memory()
+
+
+__all__ = ["BATCH", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepRankState", "StepSpec", "WORLD_SIZE",
+           "build_step", "local_batch", "master_weights", "rank_do_bench", "rank_first_step", "rank_peak", "rank_setup",
+           "rank_step", "rank_teardown"]

@@ -8,7 +8,7 @@ from impl.model import MODEL_SIZES, MODEL_SIZES_2026, SizeRef
 from impl.workloads.grids import (
     AttentionGrid, CheckpointCase2026, CheckpointDepth, CheckpointingGrid, CommAccountingGrid, CommunicationGrid,
     CompiledAttentionGrid, CompileModelGrid, DDPGrid, DDPTrace, FFNShape, FlashGrid, FlashShapesGrid, FreshWarmupGrid,
-    FSDPGrid, HostCost, Leaderboard2026Grid, LeaderboardGrid, MemoryAccountingGrid, MemoryProfilingGrid, MixedPrecisionGrid,
+    FSDPGrid, HostCost, Leaderboard2026Grid, LeaderboardGrid, LeaderboardTwoGPUGrid, MemoryAccountingGrid, MemoryProfilingGrid, MixedPrecisionGrid,
     NsysGrid, Nsys2026Grid, ParallelismGrid, PerRankMemoryGrid, Script2026Grid, ScriptGrid, ScriptWarmupGrid,
     ShardingGrid, Tolerance, TrainingStepGrid)
 from impl.workloads.variants import DDPVariant, FSDPVariant, ShardVariant, StepMode
@@ -289,12 +289,17 @@ GRIDS.update({
 # Per [edition, size] of `sizes` (fsdp and fsdp_accounting are 2026 questions on xl (2026); the 2025
 # xl rows are kept as history). H200 estimate for `-k 2026`: 6 variants x (~10 s build + 7 steps of
 # ~1-1.5 s + the timeline step): ~2.5-3 min.
+# Tensor parallelism (impl.distributed.TensorParallel, fp32) on the same model and global batch, at 2
+# and 4 ranks (4 needs the 4-GPU machine: `-k tensor_parallel` there), the 2026 xl only (a 2026-edition
+# extension; the 2025 rows are history). H200 estimate: ~1.1 s a step at 2 ranks (each rank does half of
+# every block's work on the whole batch: the DDP floor's FLOPs) + ~20 s build and probes: ~40 s a row.
 GRIDS["fsdp"] = {
     "full": FSDPGrid(sizes=_sizes(("2025", "xl"), ("2026", "xl")), world_size=2, context=512, batch=4,
-                     variants=tuple(FSDPVariant), warmup=2, rounds=5, timeline_rows=1500, budget_s=300, timeout_s=300),
+                     variants=tuple(FSDPVariant), warmup=2, rounds=5, timeline_rows=1500, budget_s=360, timeout_s=300,
+                     tp_world_sizes=(2, 4)),
     "smoke": FSDPGrid(sizes=_sizes(("2025", "tiny"), ("2026", "tiny")), world_size=2, context=32, batch=2,
-                      variants=tuple(FSDPVariant), warmup=1, rounds=10, timeline_rows=1500, budget_s=120,
-                      timeout_s=120),
+                      variants=tuple(FSDPVariant), warmup=1, rounds=10, timeline_rows=1500, budget_s=150,
+                      timeout_s=120, tp_world_sizes=(2,), tp_probe_reps=3),
 }
 
 # per_rank_memory (issue 37, beyond): do the per-rank states of the 2026 distributed questions' xl fit
@@ -392,10 +397,24 @@ def grid(problem: str, profile: str):
 # ~60 s of steps, ~1 min of FlashAttention autotuning at (32 heads, 32,768, d 128) and start-up: ~2-3
 # min; budget_s cuts the rest. The CPU smoke runs the tiny config with flash_torch (the interpreter's
 # Triton kernels take minutes a step) at a short context.
+# The two-GPU step itself (`-k two_gpus`; issue 43): the whole 8B model, batch 2 x 32,768 over 2 ranks
+# (DDP with sharded optimizer states, impl.workloads.leaderboard_2026), one row per checkpointing
+# candidate: every block recomputed (every_k 1), then every block keeping its attention's o and lse
+# (keep_attention, the last k blocks plain). 2xH200 estimate: ~30 s to build, ~45 s first call
+# (FlashAttention autotuning at 32 heads x 32,768 x d 128), 14 steps of ~7 s: ~3 min a candidate.
 _LB26_POLICIES = (("every_k", 1), ("none", None))
+_LB26_CANDIDATES = (("every_k", 1), ("keep_attention", 0))
 GRIDS["leaderboard_2026"] = {
     "full": Leaderboard2026Grid(config="8B", layers=(1, 2, 4, 8), batch=1, context=32_768, policies=_LB26_POLICIES,
-                                attn_impl="flash_triton", warmup=2, rounds=5, budget_s=240),
+                                attn_impl="flash_triton", warmup=2, rounds=5, budget_s=240,
+                                two_gpus=LeaderboardTwoGPUGrid(config="8B", num_layers=None, batch=2, context=32_768,
+                                                               world_size=2, candidates=_LB26_CANDIDATES,
+                                                               attn_impl="flash_triton", warmup=1, rounds=5,
+                                                               budget_s=420, timeout_s=600)),
     "smoke": Leaderboard2026Grid(config="tiny", layers=(1, 2), batch=1, context=32, policies=_LB26_POLICIES,
-                                 attn_impl="flash_torch", warmup=1, rounds=5, budget_s=60),
+                                 attn_impl="flash_torch", warmup=1, rounds=5, budget_s=60,
+                                 two_gpus=LeaderboardTwoGPUGrid(config="tiny", num_layers=None, batch=2, context=32,
+                                                                world_size=2, candidates=_LB26_CANDIDATES,
+                                                                attn_impl="flash_torch", warmup=1, rounds=5,
+                                                                budget_s=120, timeout_s=120)),
 }
