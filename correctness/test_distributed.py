@@ -6,6 +6,7 @@ worker runs once per module (fixtures) and many small tests read its results.
 Worker functions live in correctness/kits/distributed.py (spawn must import them).
 """
 
+import re
 import time
 
 import pytest
@@ -201,3 +202,39 @@ def test_bucketed_rejects_bad_bucket_size(size):
             DDPBucketed(torch.nn.Linear(2, 2), bucket_size_mb=size)
     finally:
         dist.destroy_process_group()
+
+
+# ------------------------------------------------- ranks that disagree (issue 46) --
+
+LINEAR_4_OR_5 = ("parameter 0 (weight)", f"shape (2, 4), {T.F32}=True", f"shape (2, 5), {T.F32}=True")
+# nn.Linear(4 + rank, 2) used to construct fine and silently overwrite part of rank 1's weight.
+DDP_REFUSALS = {
+    "ddp_naive": T.refusal("DDPNaive", *LINEAR_4_OR_5),
+    "ddp_flat": T.refusal("DDPFlat", *LINEAR_4_OR_5),
+    "ddp_individual": T.refusal("DDPIndividualParameters", *LINEAR_4_OR_5),
+    "ddp_bucketed": T.refusal("DDPBucketed", *LINEAR_4_OR_5),
+    "ddp_requires_grad": T.refusal("DDPFlat", "parameter 0 (weight)", f"shape (2, 4), {T.F32}=True",
+                                   f"shape (2, 4), {T.F32}=False"),
+    "ddp_buffer": T.refusal("DDPNaive", "buffer 0 (scale)", f"shape (3,), {T.F32}=False",
+                            f"shape (4,), {T.F32}=False"),
+}
+
+
+@pytest.fixture(scope="module")
+def ddp_refusals():
+    return launch(T.refusals, WORLD_SIZE, args=(list(DDP_REFUSALS),), timeout_s=120)
+
+
+@pytest.mark.parametrize("case", DDP_REFUSALS)
+def test_ddp_refuses_ranks_that_disagree_on_every_rank(ddp_refusals, case):
+    T.assert_refused_by_every_rank([r[case]["message"] for r in ddp_refusals], DDP_REFUSALS[case])
+    assert all(r[case]["in_step"] for r in ddp_refusals), "a rank was left behind in a collective"
+
+
+def test_disagreeing_ranks_fail_the_launch_naming_the_refusal():
+    with pytest.raises(RuntimeError) as err:
+        launch(T.refuse, WORLD_SIZE, args=("ddp_naive",), timeout_s=60)
+    msg = str(err.value)
+    assert re.match(r"rank [01] of 2 failed:\n", msg), msg
+    assert "ValueError: " + DDP_REFUSALS["ddp_naive"] in msg
+    assert re.search(r"\(then ranks \[[01]\] failed too\)$", msg), "both ranks refuse"

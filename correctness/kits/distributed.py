@@ -372,11 +372,13 @@ def sharded_balance(rank, world_size, sizes):
     }
 
 
-def sharded_resume_and_balance(rank, world_size, sharded_names, opt_names, sizes):
-    """Both cheap checks in one launch (process start-up dominates)."""
+def sharded_resume_and_balance(rank, world_size, sharded_names, opt_names, sizes, refusal_cases):
+    """The cheap checks in one launch (process start-up dominates): resume, balance, and the
+    refusals of ranks that disagree."""
     return {
         "resume": sharded_resume(rank, world_size, sharded_names, opt_names, 5, 5),
         "balance": sharded_balance(rank, world_size, sizes),
+        "refusals": refusals(rank, world_size, refusal_cases),
     }
 
 
@@ -492,3 +494,85 @@ def zero1_memory_structure(rank, world_size, steps, chunk_numel):
         max_diff=worst,
     )
     return out
+
+
+# ------------------------------------------- ranks that disagree (issue 46) --
+
+def _params(shapes, frozen=()) -> list[nn.Parameter]:
+    return [nn.Parameter(torch.zeros(s), requires_grad=i not in frozen) for i, s in enumerate(shapes)]
+
+
+class _Scaled(nn.Module):
+    """A Linear and a buffer whose length is given: the buffer is broadcast with the parameters."""
+
+    def __init__(self, buffer_len: int):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.register_buffer("scale", torch.ones(buffer_len))
+
+
+def _zero1_added_group(rank):
+    opt = ZeRO1Optimizer(_params([(3,)]), torch.optim.SGD, lr=0.1)
+    opt.add_param_group({"params": _params([(2,)] * (1 + rank))})
+
+
+# The issue's inputs, each built on every rank from its rank: every rank must refuse it.
+DISAGREEING = {
+    "ddp_naive": lambda rank: DDPNaive(nn.Linear(4 + rank, 2)),
+    "ddp_flat": lambda rank: DDPFlat(nn.Linear(4 + rank, 2)),
+    "ddp_individual": lambda rank: DDPIndividualParameters(nn.Linear(4 + rank, 2)),
+    "ddp_bucketed": lambda rank: DDPBucketed(nn.Linear(4 + rank, 2), bucket_size_mb=1),
+    "ddp_requires_grad": lambda rank: DDPFlat(nn.Linear(4, 2).requires_grad_(rank == 0)),
+    "ddp_buffer": lambda rank: DDPNaive(_Scaled(3 + rank)),
+    "sharded_count": lambda rank: ShardedOptimizer(_params([(3,)] * (2 + rank)), torch.optim.SGD, lr=0.1),
+    "sharded_requires_grad": lambda rank: ShardedOptimizer(_params([(3,), (4,)], frozen={1} if rank else ()),
+                                                           torch.optim.SGD, lr=0.1),
+    "sharded_group_bounds": lambda rank: ShardedOptimizer(
+        [{"params": ps} for ps in ([_params([(3,), (4,)])] if rank == 0 else [_params([(3,)]), _params([(4,)])])],
+        torch.optim.SGD, lr=0.1),
+    "zero1_list": lambda rank: ZeRO1Optimizer(_params([(3,), (5,)] + [(7,)] * rank), torch.optim.SGD, lr=0.1),
+    "zero1_added_group": _zero1_added_group,
+}
+
+
+def refusal(wrapper: str, what: str, rank0: str, others: str, differ: tuple[int, ...] = (1,)) -> str:
+    """The start of impl.distributed.agreement's message when rank 0 holds `rank0` at the first
+    difference and every rank in `differ` holds `others`."""
+    label = f"rank {differ[0]}" if len(differ) == 1 else "ranks " + ", ".join(map(str, differ))
+    return (f"{wrapper}: the ranks disagree on {what}: rank 0: {rank0}; {label}: {others}. "
+            f"Ranks {list(differ)} differ from rank 0")
+
+
+F32 = "torch.float32, requires_grad"  # in a tensor's description: shape (..), {F32}=True
+
+
+def assert_refused_by_every_rank(messages: list[str | None], expected: str) -> None:
+    """Every rank raised (its message is not None), the same message, which starts as `expected`."""
+    refused = [rank for rank, m in enumerate(messages) if m is not None]
+    assert refused == list(range(len(messages))), f"only ranks {refused} refused: {messages}"
+    assert len(set(messages)) == 1, messages
+    assert messages[0].startswith(expected), f"{messages[0]!r}\ndoes not start with\n{expected!r}"
+
+
+def refusals(rank, world_size, cases):
+    """Each case of DISAGREEING built on this rank: its ValueError message (None if accepted), and
+    whether every rank then met in one all-reduce (none was left in a collective of the case)."""
+    device = _device(rank)
+    out = {}
+    for case in cases:
+        try:
+            DISAGREEING[case](rank)
+            message = None
+        except ValueError as e:
+            message = str(e)
+        ranks = torch.tensor([float(rank)], device=device)
+        dist.all_reduce(ranks)
+        out[case] = {"message": message, "in_step": ranks.item() == sum(range(world_size))}
+    return out
+
+
+def refuse(rank, world_size, case):
+    """One case of DISAGREEING, not caught: the launcher reports the refusal."""
+    _device(rank)
+    DISAGREEING[case](rank)
+    return rank
