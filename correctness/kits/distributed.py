@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import io
 import os
+import re
 import time
 import weakref
 
@@ -26,7 +27,8 @@ from torch import nn
 
 from impl.distributed.collectives import allreduce_benchmark
 from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
-from impl.distributed.launcher import device_for
+from impl.distributed.fsdp import FSDP
+from impl.distributed.launcher import device_for, launch
 from impl.distributed.sharded_optimizer import ShardedOptimizer, ZeRO1Optimizer
 
 PER_RANK_BATCH = 4
@@ -498,8 +500,8 @@ def zero1_memory_structure(rank, world_size, steps, chunk_numel):
 
 # ------------------------------------------- ranks that disagree (issue 46) --
 
-def _params(shapes, frozen=()) -> list[nn.Parameter]:
-    return [nn.Parameter(torch.zeros(s), requires_grad=i not in frozen) for i, s in enumerate(shapes)]
+def _params(shapes, device, frozen=()) -> list[nn.Parameter]:
+    return [nn.Parameter(torch.zeros(s, device=device), requires_grad=i not in frozen) for i, s in enumerate(shapes)]
 
 
 class _Scaled(nn.Module):
@@ -511,27 +513,39 @@ class _Scaled(nn.Module):
         self.register_buffer("scale", torch.ones(buffer_len))
 
 
-def _zero1_added_group(rank):
-    opt = ZeRO1Optimizer(_params([(3,)]), torch.optim.SGD, lr=0.1)
-    opt.add_param_group({"params": _params([(2,)] * (1 + rank))})
+class _Affine(nn.Module):
+    """nn.Linear's parameters (weight (2, 4), bias) in a layer FSDP does not shard."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(2, 4))
+        self.bias = nn.Parameter(torch.zeros(2))
 
 
-# The issue's inputs, each built on every rank from its rank: every rank must refuse it.
+def _zero1_added_group(rank, dev):
+    opt = ZeRO1Optimizer(_params([(3,)], dev), torch.optim.SGD, lr=0.1)
+    opt.add_param_group({"params": _params([(2,)] * (1 + rank), dev)})
+
+
+SGD = torch.optim.SGD
+# The issue's inputs, each built on every rank from its rank (on its device): every rank must refuse it.
 DISAGREEING = {
-    "ddp_naive": lambda rank: DDPNaive(nn.Linear(4 + rank, 2)),
-    "ddp_flat": lambda rank: DDPFlat(nn.Linear(4 + rank, 2)),
-    "ddp_individual": lambda rank: DDPIndividualParameters(nn.Linear(4 + rank, 2)),
-    "ddp_bucketed": lambda rank: DDPBucketed(nn.Linear(4 + rank, 2), bucket_size_mb=1),
-    "ddp_requires_grad": lambda rank: DDPFlat(nn.Linear(4, 2).requires_grad_(rank == 0)),
-    "ddp_buffer": lambda rank: DDPNaive(_Scaled(3 + rank)),
-    "sharded_count": lambda rank: ShardedOptimizer(_params([(3,)] * (2 + rank)), torch.optim.SGD, lr=0.1),
-    "sharded_requires_grad": lambda rank: ShardedOptimizer(_params([(3,), (4,)], frozen={1} if rank else ()),
-                                                           torch.optim.SGD, lr=0.1),
-    "sharded_group_bounds": lambda rank: ShardedOptimizer(
-        [{"params": ps} for ps in ([_params([(3,), (4,)])] if rank == 0 else [_params([(3,)]), _params([(4,)])])],
-        torch.optim.SGD, lr=0.1),
-    "zero1_list": lambda rank: ZeRO1Optimizer(_params([(3,), (5,)] + [(7,)] * rank), torch.optim.SGD, lr=0.1),
+    "ddp_naive": lambda rank, dev: DDPNaive(nn.Linear(4 + rank, 2).to(dev)),
+    "ddp_flat": lambda rank, dev: DDPFlat(nn.Linear(4 + rank, 2).to(dev)),
+    "ddp_individual": lambda rank, dev: DDPIndividualParameters(nn.Linear(4 + rank, 2).to(dev)),
+    "ddp_bucketed": lambda rank, dev: DDPBucketed(nn.Linear(4 + rank, 2).to(dev), bucket_size_mb=1),
+    "ddp_requires_grad": lambda rank, dev: DDPFlat(nn.Linear(4, 2).to(dev).requires_grad_(rank == 0)),
+    "ddp_buffer": lambda rank, dev: DDPNaive(_Scaled(3 + rank).to(dev)),
+    "sharded_count": lambda rank, dev: ShardedOptimizer(_params([(3,)] * (2 + rank), dev), SGD, lr=0.1),
+    "sharded_requires_grad": lambda rank, dev: ShardedOptimizer(
+        _params([(3,), (4,)], dev, frozen={1} if rank else ()), SGD, lr=0.1),
+    "sharded_group_bounds": lambda rank, dev: ShardedOptimizer(
+        [{"params": _params(shapes, dev)} for shapes in ([[(3,), (4,)]] if rank == 0 else [[(3,)], [(4,)]])],
+        SGD, lr=0.1),
+    "zero1_list": lambda rank, dev: ZeRO1Optimizer(_params([(3,), (5,)] + [(7,)] * rank, dev), SGD, lr=0.1),
     "zero1_added_group": _zero1_added_group,
+    "fsdp_linear": lambda rank, dev: FSDP(nn.Linear(4 + rank, 2).to(dev)),
+    "fsdp_sharding": lambda rank, dev: FSDP(nn.Sequential(_Affine() if rank else nn.Linear(4, 2)).to(dev)),
 }
 
 
@@ -554,6 +568,12 @@ def assert_refused_by_every_rank(messages: list[str | None], expected: str) -> N
     assert messages[0].startswith(expected), f"{messages[0]!r}\ndoes not start with\n{expected!r}"
 
 
+def assert_refusals(results: list[dict], expected: str) -> None:
+    """`refusals`' results for one case, one per rank: every rank refused alike, then all met again."""
+    assert_refused_by_every_rank([r["message"] for r in results], expected)
+    assert all(r["in_step"] for r in results), "a rank was left behind in a collective"
+
+
 def refusals(rank, world_size, cases):
     """Each case of DISAGREEING built on this rank: its ValueError message (None if accepted), and
     whether every rank then met in one all-reduce (none was left in a collective of the case)."""
@@ -561,7 +581,7 @@ def refusals(rank, world_size, cases):
     out = {}
     for case in cases:
         try:
-            DISAGREEING[case](rank)
+            DISAGREEING[case](rank, device)
             message = None
         except ValueError as e:
             message = str(e)
@@ -573,6 +593,21 @@ def refusals(rank, world_size, cases):
 
 def refuse(rank, world_size, case):
     """One case of DISAGREEING, not caught: the launcher reports the refusal."""
-    _device(rank)
-    DISAGREEING[case](rank)
+    DISAGREEING[case](rank, _device(rank))
     return rank
+
+
+def assert_launch_refused(case: str, expected: str, world_size: int = 2, backend: str | None = None) -> None:
+    """Launching `refuse` on `case` fails naming the first failing rank and its ValueError, which
+    starts as `expected`, and every other rank failed too (none hung in a collective)."""
+    try:
+        launch(refuse, world_size, backend=backend, args=(case,), timeout_s=60)
+    except RuntimeError as err:
+        msg = str(err)
+    else:
+        raise AssertionError(f"{case}: every rank accepted it")
+    first = re.match(rf"rank (\d+) of {world_size} failed:\n", msg)
+    assert first, msg
+    assert f"ValueError: {expected}" in msg, msg
+    others = sorted(set(range(world_size)) - {int(first.group(1))})
+    assert msg.endswith(f"(then ranks {others} failed too)"), msg
