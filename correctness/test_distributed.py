@@ -201,3 +201,33 @@ def test_bucketed_rejects_bad_bucket_size(size):
             DDPBucketed(torch.nn.Linear(2, 2), bucket_size_mb=size)
     finally:
         dist.destroy_process_group()
+
+
+# ------------------------------------------------- ranks that disagree (issue 46) --
+
+LINEAR_4_OR_5 = ("parameter 0 (weight)", f"shape (2, 4), {T.F32}=True", f"shape (2, 5), {T.F32}=True")
+# nn.Linear(4 + rank, 2) used to construct fine and silently overwrite part of rank 1's weight.
+DDP_REFUSALS = {
+    "ddp_naive": T.refusal("DDPNaive", *LINEAR_4_OR_5),
+    "ddp_flat": T.refusal("DDPFlat", *LINEAR_4_OR_5),
+    "ddp_individual": T.refusal("DDPIndividualParameters", *LINEAR_4_OR_5),
+    "ddp_bucketed": T.refusal("DDPBucketed", *LINEAR_4_OR_5),
+    "ddp_requires_grad": T.refusal("DDPFlat", "parameter 0 (weight)", f"shape (2, 4), {T.F32}=True",
+                                   f"shape (2, 4), {T.F32}=False"),
+    "ddp_buffer": T.refusal("DDPNaive", "buffer 0 (scale)", f"shape (3,), {T.F32}=False",
+                            f"shape (4,), {T.F32}=False"),
+}
+
+
+@pytest.fixture(scope="module")
+def ddp_refusals():
+    return launch(T.refusals, WORLD_SIZE, args=(list(DDP_REFUSALS),), timeout_s=120)
+
+
+@pytest.mark.parametrize("case", DDP_REFUSALS)
+def test_ddp_refuses_ranks_that_disagree_on_every_rank(ddp_refusals, case):
+    T.assert_refusals([r[case] for r in ddp_refusals], DDP_REFUSALS[case])
+
+
+def test_disagreeing_ranks_fail_the_launch_naming_the_refusal():
+    T.assert_launch_refused("ddp_naive", DDP_REFUSALS["ddp_naive"])

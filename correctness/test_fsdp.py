@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from kits import distributed as D
 from kits import fsdp as T
 from impl.distributed import launch
 
@@ -163,9 +164,33 @@ def test_toy_model_shards_every_linear_and_embedding(results):
     assert results[0][C("toy", "fp32", "sgd", 1, "whole")]["unit_names"] == ["ToyLM"]
 
 
+# The issue's nn.Linear(4 + rank, 2) used to kill a rank by SIGABRT; a layer FSDP shards on one rank
+# where another has a look-alike it replicates would issue different collectives.
+REFUSALS = {
+    "fsdp_linear": D.refusal("FSDP", "parameter 0 (weight)", f"shape (2, 4), {D.F32}=True, sharded",
+                             f"shape (2, 5), {D.F32}=True, sharded"),
+    "fsdp_sharding": D.refusal("FSDP", "parameter 0 (0.weight)", f"shape (2, 4), {D.F32}=True, sharded",
+                               f"shape (2, 4), {D.F32}=True, replicated"),
+}
+
+
 @pytest.fixture(scope="module")
-def misuse():
-    return launch(T.misuse, WORLD_SIZE, backend="gloo", timeout_s=60)[0]
+def misuse_ranks():
+    return launch(T.misuse, WORLD_SIZE, backend="gloo", args=(list(REFUSALS),), timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def misuse(misuse_ranks):
+    return misuse_ranks[0]
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_ranks_that_disagree_are_refused_on_every_rank(misuse_ranks, case):
+    D.assert_refusals([r["refusals"][case] for r in misuse_ranks], REFUSALS[case])
+
+
+def test_disagreeing_ranks_fail_the_launch_naming_the_refusal():
+    D.assert_launch_refused("fsdp_linear", REFUSALS["fsdp_linear"], backend="gloo")
 
 
 def test_bad_arguments_raise_value_error(misuse):

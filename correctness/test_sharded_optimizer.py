@@ -54,13 +54,34 @@ BALANCE_SIZES = [100, 60, 50, 40, 10, 10, 3, 1]
 RESUME_OPTIMIZERS = ["sgd_momentum", "adam"]
 
 
+# Each used to run on: ShardedOptimizer stepped "successfully" without ever updating rank 1's extra
+# parameter; a requires_grad or ZeRO-1 parameter-list mismatch killed a rank by SIGABRT, no hint.
+REFUSALS = {
+    "sharded_count": T.refusal(
+        "ShardedOptimizer", "parameter 2 (param_groups[0]['params'][2])", "none (it has 2)",
+        f"shape (3,), {T.F32}=True, in param group 0"),
+    "sharded_requires_grad": T.refusal(
+        "ShardedOptimizer", "parameter 1 (param_groups[0]['params'][1])",
+        f"shape (4,), {T.F32}=True, in param group 0", f"shape (4,), {T.F32}=False, in param group 0"),
+    "sharded_group_bounds": T.refusal(
+        "ShardedOptimizer", "parameter 1 (param_groups[0]['params'][1])", f"shape (4,), {T.F32}=True, in param group 0",
+        f"param_groups[1]['params'][0]: shape (4,), {T.F32}=True, in param group 1"),
+    "zero1_list": T.refusal(
+        "ZeRO1Optimizer", "parameter 2 (param_groups[0]['params'][2])", "none (it has 2)",
+        f"shape (7,), {T.F32}=True, in param group 0"),
+    "zero1_added_group": T.refusal(
+        "ZeRO1Optimizer.add_param_group", "parameter 1 (param_groups[1]['params'][1])", "none (it has 1)",
+        f"shape (2,), {T.F32}=True, in param group 1"),
+}
+
+
 @pytest.fixture(scope="module")
 def resume_and_balance():
-    # Both checks share one launch to pay process start-up once.
+    # The cheap checks share one launch to pay process start-up once.
     return launch(
         T.sharded_resume_and_balance,
         WORLD_SIZE,
-        args=(SHARDED, RESUME_OPTIMIZERS, BALANCE_SIZES),
+        args=(SHARDED, RESUME_OPTIMIZERS, BALANCE_SIZES, list(REFUSALS)),
         timeout_s=240,
     )
 
@@ -84,6 +105,16 @@ def test_parameters_balanced_by_size(resume_and_balance):
     assert owners[0] != owners[1]
     for rank, v in enumerate(views):
         assert v["local_numel"] == loads[rank]
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_ranks_that_disagree_are_refused_on_every_rank(resume_and_balance, case):
+    T.assert_refusals([per_rank["refusals"][case] for per_rank in resume_and_balance], REFUSALS[case])
+
+
+def test_zero1_list_mismatch_fails_the_launch_naming_the_refusal():
+    """The launch used to end in "rank N was killed by SIGABRT" with no hint at the cause."""
+    T.assert_launch_refused("zero1_list", REFUSALS["zero1_list"])
 
 
 MEMORY_STEPS, CHUNK_NUMEL = 3, 1000

@@ -6,6 +6,7 @@ import pytest
 
 from impl import parallelism_calcs as pc
 from impl.distributed import launch
+from kits import distributed as D
 from kits import parallelism_workers as W
 
 SIZES = [2, 4]
@@ -65,6 +66,15 @@ def test_tp_rejects_indivisible_heads_and_d_ff(tp_results, n):
     assert "d_ff=31" in errors["d_ff"] and f"world size {n}" in errors["d_ff"]
 
 
+@pytest.mark.parametrize("n", SIZES)
+def test_tp_refuses_ranks_that_disagree_on_every_rank_of_its_group(tp_results, n):
+    """Rank 0's d_ff is half the others': refused by every rank of the group (a subgroup for n=2)."""
+    d, f = W.TINY_LM["d_model"], W.TINY_LM["d_ff"]
+    expected = D.refusal("TensorParallel", "parameter 7 (layers.0.ffn.w1.weight)", f"shape ({f}, {d}), {D.F32}=True",
+                         f"shape ({2 * f}, {d}), {D.F32}=True", differ=tuple(range(1, n)))
+    D.assert_refused_by_every_rank([res["errors"]["disagree"] for res in _ranks(tp_results, n)], expected)
+
+
 # --- 2-D FSDP x TP FFN ---------------------------------------------------------------------------
 
 N_TP, N_FSDP = 2, 2
@@ -115,3 +125,10 @@ def test_fsdp_tp_traffic_per_axis_matches_formulas(mesh_results):
 def test_fsdp_tp_rejects_indivisible_dims(mesh_results):
     err = mesh_results[0]["error"]
     assert "d_model=9" in err and f"n_fsdp={N_FSDP}" in err
+
+
+def test_fsdp_tp_refuses_ranks_that_disagree_on_every_rank(mesh_results):
+    d, f = W.FFN_DIMS["d_model"], W.FFN_DIMS["d_ff"]
+    expected = D.refusal("FSDPTPFeedForward", "parameter 0 (w1.weight)", f"shape ({f}, {d}), {D.F32}=True",
+                         f"shape ({2 * f}, {d}), {D.F32}=True", differ=(1, 2, 3))
+    D.assert_refused_by_every_rank([res["disagree"] for res in mesh_results], expected)

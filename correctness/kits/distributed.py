@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import io
 import os
+import re
 import time
 import weakref
 
@@ -26,7 +27,8 @@ from torch import nn
 
 from impl.distributed.collectives import allreduce_benchmark
 from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
-from impl.distributed.launcher import device_for
+from impl.distributed.fsdp import FSDP
+from impl.distributed.launcher import device_for, launch
 from impl.distributed.sharded_optimizer import ShardedOptimizer, ZeRO1Optimizer
 
 PER_RANK_BATCH = 4
@@ -372,11 +374,13 @@ def sharded_balance(rank, world_size, sizes):
     }
 
 
-def sharded_resume_and_balance(rank, world_size, sharded_names, opt_names, sizes):
-    """Both cheap checks in one launch (process start-up dominates)."""
+def sharded_resume_and_balance(rank, world_size, sharded_names, opt_names, sizes, refusal_cases):
+    """The cheap checks in one launch (process start-up dominates): resume, balance, and the
+    refusals of ranks that disagree."""
     return {
         "resume": sharded_resume(rank, world_size, sharded_names, opt_names, 5, 5),
         "balance": sharded_balance(rank, world_size, sizes),
+        "refusals": refusals(rank, world_size, refusal_cases),
     }
 
 
@@ -492,3 +496,118 @@ def zero1_memory_structure(rank, world_size, steps, chunk_numel):
         max_diff=worst,
     )
     return out
+
+
+# ------------------------------------------- ranks that disagree (issue 46) --
+
+def _params(shapes, device, frozen=()) -> list[nn.Parameter]:
+    return [nn.Parameter(torch.zeros(s, device=device), requires_grad=i not in frozen) for i, s in enumerate(shapes)]
+
+
+class _Scaled(nn.Module):
+    """A Linear and a buffer whose length is given: the buffer is broadcast with the parameters."""
+
+    def __init__(self, buffer_len: int):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.register_buffer("scale", torch.ones(buffer_len))
+
+
+class _Affine(nn.Module):
+    """nn.Linear's parameters (weight (2, 4), bias) in a layer FSDP does not shard."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(2, 4))
+        self.bias = nn.Parameter(torch.zeros(2))
+
+
+def _zero1_added_group(rank, dev):
+    opt = ZeRO1Optimizer(_params([(3,)], dev), torch.optim.SGD, lr=0.1)
+    opt.add_param_group({"params": _params([(2,)] * (1 + rank), dev)})
+
+
+SGD = torch.optim.SGD
+# The issue's inputs, each built on every rank from its rank (on its device): every rank must refuse it.
+DISAGREEING = {
+    "ddp_naive": lambda rank, dev: DDPNaive(nn.Linear(4 + rank, 2).to(dev)),
+    "ddp_flat": lambda rank, dev: DDPFlat(nn.Linear(4 + rank, 2).to(dev)),
+    "ddp_individual": lambda rank, dev: DDPIndividualParameters(nn.Linear(4 + rank, 2).to(dev)),
+    "ddp_bucketed": lambda rank, dev: DDPBucketed(nn.Linear(4 + rank, 2).to(dev), bucket_size_mb=1),
+    "ddp_requires_grad": lambda rank, dev: DDPFlat(nn.Linear(4, 2).to(dev).requires_grad_(rank == 0)),
+    "ddp_buffer": lambda rank, dev: DDPNaive(_Scaled(3 + rank).to(dev)),
+    "sharded_count": lambda rank, dev: ShardedOptimizer(_params([(3,)] * (2 + rank), dev), SGD, lr=0.1),
+    "sharded_requires_grad": lambda rank, dev: ShardedOptimizer(
+        _params([(3,), (4,)], dev, frozen={1} if rank else ()), SGD, lr=0.1),
+    "sharded_group_bounds": lambda rank, dev: ShardedOptimizer(
+        [{"params": _params(shapes, dev)} for shapes in ([[(3,), (4,)]] if rank == 0 else [[(3,)], [(4,)]])],
+        SGD, lr=0.1),
+    "zero1_list": lambda rank, dev: ZeRO1Optimizer(_params([(3,), (5,)] + [(7,)] * rank, dev), SGD, lr=0.1),
+    "zero1_added_group": _zero1_added_group,
+    "fsdp_linear": lambda rank, dev: FSDP(nn.Linear(4 + rank, 2).to(dev)),
+    "fsdp_sharding": lambda rank, dev: FSDP(nn.Sequential(_Affine() if rank else nn.Linear(4, 2)).to(dev)),
+}
+
+
+def refusal(wrapper: str, what: str, rank0: str, others: str, differ: tuple[int, ...] = (1,)) -> str:
+    """The start of impl.distributed.agreement's message when rank 0 holds `rank0` at the first
+    difference and every rank in `differ` holds `others`."""
+    label = f"rank {differ[0]}" if len(differ) == 1 else "ranks " + ", ".join(map(str, differ))
+    return (f"{wrapper}: the ranks disagree on {what}: rank 0: {rank0}; {label}: {others}. "
+            f"Ranks {list(differ)} differ from rank 0")
+
+
+F32 = "torch.float32, requires_grad"  # in a tensor's description: shape (..), {F32}=True
+
+
+def assert_refused_by_every_rank(messages: list[str | None], expected: str) -> None:
+    """Every rank raised (its message is not None), the same message, which starts as `expected`."""
+    refused = [rank for rank, m in enumerate(messages) if m is not None]
+    assert refused == list(range(len(messages))), f"only ranks {refused} refused: {messages}"
+    assert len(set(messages)) == 1, messages
+    assert messages[0].startswith(expected), f"{messages[0]!r}\ndoes not start with\n{expected!r}"
+
+
+def assert_refusals(results: list[dict], expected: str) -> None:
+    """`refusals`' results for one case, one per rank: every rank refused alike, then all met again."""
+    assert_refused_by_every_rank([r["message"] for r in results], expected)
+    assert all(r["in_step"] for r in results), "a rank was left behind in a collective"
+
+
+def refusals(rank, world_size, cases):
+    """Each case of DISAGREEING built on this rank: its ValueError message (None if accepted), and
+    whether every rank then met in one all-reduce (none was left in a collective of the case)."""
+    device = _device(rank)
+    out = {}
+    for case in cases:
+        try:
+            DISAGREEING[case](rank, device)
+            message = None
+        except ValueError as e:
+            message = str(e)
+        ranks = torch.tensor([float(rank)], device=device)
+        dist.all_reduce(ranks)
+        out[case] = {"message": message, "in_step": ranks.item() == sum(range(world_size))}
+    return out
+
+
+def refuse(rank, world_size, case):
+    """One case of DISAGREEING, not caught: the launcher reports the refusal."""
+    DISAGREEING[case](rank, _device(rank))
+    return rank
+
+
+def assert_launch_refused(case: str, expected: str, world_size: int = 2, backend: str | None = None) -> None:
+    """Launching `refuse` on `case` fails naming the first failing rank and its ValueError, which
+    starts as `expected`, and every other rank failed too (none hung in a collective)."""
+    try:
+        launch(refuse, world_size, backend=backend, args=(case,), timeout_s=60)
+    except RuntimeError as err:
+        msg = str(err)
+    else:
+        raise AssertionError(f"{case}: every rank accepted it")
+    first = re.match(rf"rank (\d+) of {world_size} failed:\n", msg)
+    assert first, msg
+    assert f"ValueError: {expected}" in msg, msg
+    others = sorted(set(range(world_size)) - {int(first.group(1))})
+    assert msg.endswith(f"(then ranks {others} failed too)"), msg

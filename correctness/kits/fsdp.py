@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from impl.distributed.fsdp import FSDP
+from kits.distributed import refusals
 from impl.distributed.launcher import device_for
 from impl.model import AdamW, Embedding, Linear, RMSNorm, TransformerLM, cross_entropy
 from impl.model import MODEL_CONFIGS
@@ -262,10 +263,11 @@ def _expected_bytes(fsdp: FSDP, dtype, micro: int) -> int:
     return micro * per_pair + sum(p.numel() for p in fsdp.replicated) * 4
 
 
-def misuse(rank, world_size):
-    """Error paths that need a process group."""
+def misuse(rank, world_size, refusal_cases):
+    """Error paths that need a process group, and the refusals (kits.distributed.DISAGREEING) of
+    ranks that disagree."""
     torch.set_num_threads(1)
-    errors = {}
+    errors = {"refusals": refusals(rank, world_size, refusal_cases)}
     for label, fn in {
         "bad_dtype": lambda: FSDP(ToyLM(), compute_dtype=torch.int32),
         "bad_prefetch": lambda: FSDP(ToyLM(), prefetch=5),

@@ -140,13 +140,11 @@ def tp_equivalence(rank: int, world: int, sizes: list[int]) -> dict:
         if rank >= n:
             continue
         res = {kind: _tp_run(model, reference, tokens, targets, kind, group) for kind in ("torch", "ring")}
-        res["errors"] = {}
-        for label, cfg in (("heads", dict(TINY_LM, d_model=12, num_heads=3)), ("d_ff", dict(TINY_LM, d_ff=31))):
-            try:
-                TensorParallel(TransformerLM(**cfg), group=group)
-                res["errors"][label] = None
-            except ValueError as e:
-                res["errors"][label] = str(e)
+        # Indivisible sizes; and d_ff of rank 0 unlike the others' (refused on every rank of the group).
+        configs = {"heads": dict(TINY_LM, d_model=12, num_heads=3), "d_ff": dict(TINY_LM, d_ff=31),
+                   "disagree": dict(TINY_LM, d_ff=TINY_LM["d_ff"] * (1 if rank == 0 else 2))}
+        res["errors"] = {label: _value_error(lambda: TensorParallel(TransformerLM(**cfg), group=group))
+                         for label, cfg in configs.items()}
         out[n] = res
     return out
 
@@ -183,9 +181,15 @@ def fsdp_tp_equivalence(rank: int, world: int, n_tp: int, n_fsdp: int) -> dict:
             shard_shapes={n: tuple(getattr(m, n).shape) for n in ("w1", "w2", "w3")},
             gathered=max(_max_abs(full[n], getattr(ffn, n).weight) for n in ("w1", "w2", "w3")),
             traffic={f"{axis}/{phase}": vars(t) for (axis, phase), t in m.traffic.items()})
-    try:
-        FSDPTPFeedForward(SwiGLU(d + 1, f), mesh)
-        out["error"] = None
-    except ValueError as e:
-        out["error"] = str(e)
+    out["error"] = _value_error(lambda: FSDPTPFeedForward(SwiGLU(d + 1, f), mesh))
+    out["disagree"] = _value_error(lambda: FSDPTPFeedForward(SwiGLU(d, f if rank == 0 else 2 * f), mesh))
     return out
+
+
+def _value_error(build) -> str | None:
+    """The message of the ValueError `build()` raises, None if it raises none."""
+    try:
+        build()
+    except ValueError as e:
+        return str(e)
+    return None

@@ -7,6 +7,9 @@ rank runs forward/backward on its own slice of the batch, and after
 ranks — so with a mean loss over equal shards it equals the full-batch gradient.
 With ``average=False`` it holds the sum instead: the full-batch gradient of a loss
 summed over tokens (the 2026 leaderboard's), each rank summing over its own.
+The broadcast pairs tensors across ranks by position, so construction first checks
+that every rank wraps the same parameters and buffers (impl.distributed.agreement)
+and raises on every rank otherwise.
 
 Usage per step::
 
@@ -45,6 +48,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from impl.distributed.agreement import verify_module
 from impl.distributed.release import Released, await_release
 
 
@@ -75,6 +79,7 @@ class _DataParallelBase(nn.Module):
         # parameters() dedupes tied weights by identity; frozen params never sync.
         self.trainable = [p for p in module.parameters() if p.requires_grad]
         self._hook_handles: list = []
+        verify_module(type(self).__name__, module)  # before the broadcast pairs tensors by position
         self._broadcast_from_rank0()
 
     def _register_grad_hooks(self) -> None:

@@ -88,6 +88,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from impl.distributed.agreement import verify_module
 from impl.distributed.fsdp_timeline import Clock, StepRecorder
 from impl.distributed.release import Released
 from impl.model.layers import Embedding, Linear
@@ -248,7 +249,9 @@ class FSDP(nn.Module):
                 raise ValueError(f"{name} must be a floating torch.dtype or None, got {dt!r}")
         if not isinstance(prefetch, int) or not 0 <= prefetch <= 2:
             raise ValueError(f"prefetch must be 0, 1 or 2 units, got {prefetch!r}")
-        groups = self._find_groups(module, _unit_classes(unit))  # before any collective
+        # First: ranks whose modules disagree all raise here, before any rank-dependent check.
+        verify_module("FSDP", module, sharded_layers=SHARDABLE)
+        groups = self._find_groups(module, _unit_classes(unit))  # before the broadcast
         self.module = module
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.compute_dtype, self.prefetch = compute_dtype, prefetch

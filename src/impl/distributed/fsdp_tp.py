@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from impl.distributed.agreement import verify_module
 from impl.distributed.release import Released
 from torch import nn
 
@@ -107,6 +108,9 @@ class FSDPTPFeedForward(nn.Module):
 
     def __init__(self, ffn: SwiGLU, mesh: Mesh2D, collectives: str = "torch"):
         super().__init__()
+        # Every rank cuts its block from its own copy of the full FFN (nothing is broadcast): the
+        # whole mesh (the world) must hold the same one.
+        verify_module("FSDPTPFeedForward", ffn)
         d_ff, d_model = ffn.w1.weight.shape
         if d_ff % mesh.n_tp or d_model % mesh.n_fsdp:
             raise ValueError(f"FSDPTPFeedForward: d_ff={d_ff} must be divisible by n_tp={mesh.n_tp} and "

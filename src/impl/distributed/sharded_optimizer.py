@@ -44,6 +44,7 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.optim import Optimizer
 
+from impl.distributed.agreement import verify_param_groups
 from impl.distributed.collectives import all_gather_single, reduce_scatter_single
 from impl.distributed.release import Released
 
@@ -67,6 +68,18 @@ def _normalize_group(param_group: dict) -> dict:
     return group
 
 
+def _param_groups(params) -> list[dict]:
+    """`params` as torch.optim takes them (an iterable of tensors, or of group dicts) as a list of
+    normalized groups: read once (it may be a generator) for the agreement check and the base class."""
+    if isinstance(params, torch.Tensor):  # torch.optim's refusal, before it would be iterated
+        raise TypeError(f"params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                        f"but got {torch.typename(params)}")
+    params = list(params)
+    if params and not isinstance(params[0], dict):
+        params = [{"params": params}]
+    return [_normalize_group(g) for g in params]
+
+
 def _hyperparams(group: dict) -> dict:
     return {k: v for k, v in group.items() if k != "params"}
 
@@ -85,6 +98,10 @@ class _ShardedBase(Optimizer):
         # local_owner[j]: index of the group that local group j belongs to
         # (a group may map to several local groups, see ZeRO1Optimizer).
         self.local_owner: list[int] = []
+        params = _param_groups(params)
+        # One check of all groups (their count and bounds too), before any is registered: the
+        # ownership and flat shards pair parameters across ranks by group and position.
+        verify_param_groups(type(self).__name__, params)
         super().__init__(params, defaults=kwargs)
         local_groups = []
         for i in range(len(self.param_groups)):
@@ -94,7 +111,10 @@ class _ShardedBase(Optimizer):
         self.local_optimizer = optimizer_cls(local_groups, **kwargs)
 
     def add_param_group(self, param_group: dict) -> None:
-        super().add_param_group(_normalize_group(param_group))
+        param_group = _normalize_group(param_group)
+        if self.local_optimizer is not None:  # added after construction (the constructor checked the rest)
+            verify_param_groups(f"{type(self).__name__}.add_param_group", [param_group], len(self.param_groups))
+        super().add_param_group(param_group)
         self._register_group(self.param_groups[-1])
         if self.local_optimizer is not None:
             index = len(self.param_groups) - 1

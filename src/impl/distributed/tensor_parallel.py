@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from impl.distributed.agreement import verify_module
 from impl.distributed.release import Released
 from torch import nn
 
@@ -146,6 +147,8 @@ class TensorParallel(nn.Module):
             raise ValueError("TensorParallel needs an initialised default process group (dist.init_process_group)")
         if group is not None and not isinstance(group, dist.ProcessGroup):
             raise ValueError(f"group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}")
+        # First: ranks whose modules disagree all raise here, before the checks that read the module.
+        verify_module("TensorParallel", module, group)
         blocks = [(name, m) for name, m in module.named_modules() if isinstance(m, TransformerBlock)]
         if not blocks:
             raise ValueError("TensorParallel: the module has no impl.model TransformerBlock to shard")
