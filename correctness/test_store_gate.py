@@ -196,10 +196,50 @@ BAD_FILES = {
     "failed tests": (json.dumps(_run({A: 1e-3}, ) | dict(suite=dict(failed=[dict(test=f"perf/test_leaderboard.py::{A}", when="call")] * 4))),
                      "4 tests failed or errored"),
 }
-STORE_ONLY = {  # a file the store refuses to file under this section (the loader reads any section's rows)
-    "rows of another section": (json.dumps(dict(_run({}), benchmarks=[dict(_bench(A, 1e-3), fullname=f"perf/test_fsdp.py::{A}")])),
-                                "not perf/test_leaderboard.py"),
+
+
+def _edited(edit, doc: dict | None = None) -> str:
+    """A run of one row (A) with `edit` applied to its benchmark entry, as file text (NaN and
+    infinity as JSON's NaN and Infinity, as json.dumps writes them)."""
+    doc = doc or _run({A: 1e-3})
+    edit(doc["benchmarks"][0])
+    return json.dumps(doc)
+
+
+def _set(*path_value):
+    """An edit setting bench[path...] = value."""
+    *path, value = path_value
+
+    def edit(bench):
+        node = bench
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return edit
+
+
+NAN, INF = float("nan"), float("inf")
+# issue 46, item 4: every number of a row is checked, not only the timing stats
+BAD_FILES |= {
+    "negative mfu": (_edited(_set("extra_info", "metrics", "mfu", -3.0)), f"row {A}: metrics.mfu -3.0 is not a finite number >= 0"),
+    "NaN tflops": (_edited(_set("extra_info", "metrics", "tflops", NAN)), f"row {A}: metrics.tflops nan is not a finite"),
+    "infinite tokens/s": (_edited(_set("extra_info", "metrics", "tokens_per_s", INF)), "metrics.tokens_per_s inf"),
+    "a metric that is text": (_edited(_set("extra_info", "metrics", "gbps", "fast")), "metrics.gbps 'fast'"),
+    "negative peak memory": (_edited(_set("extra_info", "memory", "peak_allocated", -1024)),
+                             f"row {A}: memory.peak_allocated -1024 is not a finite number >= 0"),
+    "zero measured peak": (_edited(_set("extra_info", "peaks", dict(measured_flops=0.0, measured_dtype="bf16",
+                                                                    measured_n=8, datasheet_flops=None))),
+                           "peaks.measured_flops 0.0 is not a finite number >= 1"),
+    "zero timed rounds": (_edited(_set("extra_info", "timing", "rounds", 0)), "timing.rounds 0 is not a whole number >= 1"),
+    "NaN in details": (_edited(_set("extra_info", "details", "step", dict(gap_ms=NAN))), "details.step.gap_ms nan is not finite"),
+    "negative stddev": (_edited(_set("stats", "stddev", -1.0)), f"row {A}: stats must be finite and >= 0: stddev -1.0"),
+    "NaN iqr": (_edited(_set("stats", "iqr", NAN)), "stats must be finite and >= 0: iqr nan"),
+    "an infinite round": (_edited(_set("stats", "data", [1e-3, INF])), "data[1] inf"),
+    "NaN in a not-run row": (json.dumps(dict(_run({A: 1e-3}), not_run=[dict(name=B, fullname=f"perf/test_leaderboard.py::{B}",
+                             group="leaderboard", row=dict(_row(Status.OOM), metrics=dict(flops=NAN)))])),
+                             f"row {B}: metrics.flops nan"),
 }
+
 
 
 @pytest.mark.parametrize("case", BAD_FILES)
@@ -216,6 +256,12 @@ def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, 
     assert f"CORRUPT run file {bad}" in capsys.readouterr().err
     assert {r.run.path for r in report_data.load_records(data_dir)} == {str(good)}
     assert f"warning: skipped {bad}" in capsys.readouterr().err
+
+
+STORE_ONLY = {  # a file the store refuses to file under this section (the loader reads any section's rows)
+    "rows of another section": (json.dumps(dict(_run({}), benchmarks=[dict(_bench(A, 1e-3), fullname=f"perf/test_fsdp.py::{A}")])),
+                                "not perf/test_leaderboard.py"),
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_FILES) + list(STORE_ONLY))
@@ -577,3 +623,89 @@ def test_gate_config_files_are_read_or_refused_by_name(entries, bands, tmp_path_
             assert math.isfinite(band) and band > 0
     except gate.ConfigError as exc:
         assert str(noise) in str(exc)
+
+
+# --- Issue 46: runs filed only where they belong ---
+
+CPU_RUN = _run({A: 1e-3}) | dict(suite=dict(device_slug="cpu", interrupted=False, why=None, args=[], failed=[]))
+for _bench_entry in CPU_RUN["benchmarks"]:
+    _bench_entry["extra_info"]["env"].update(device="x86_64", device_type="cpu")
+
+
+@pytest.mark.parametrize("doc,target,words", [
+    (CPU_RUN, GPU, f"the run's own device is 'cpu', not '{GPU}'"),  # item 1: a CPU run given --device h100-80gb-x1
+    (CPU_RUN | dict(suite={}), GPU, f"row {A}: env.device_type 'cpu', where a {GPU} run's is 'cuda'"),  # no slug of its own: its rows tell
+    (_run({A: 1e-3}), "h200-141gb-x1", f"the run's own device is '{GPU}', not 'h200-141gb-x1'"),  # another GPU's
+    (_run({A: 1e-3}), "cpu", f"the run's own device is '{GPU}', not 'cpu'; row {A}: env.device_type 'cuda', where a cpu run's is 'cpu'"),
+])
+def test_store_refuses_a_run_of_another_device_naming_both(doc, target, words, tmp_path, capsys):
+    run = tmp_path / "leaderboard.json"
+    run.write_text(json.dumps(doc))
+    data_dir = tmp_path / "data"
+    with pytest.raises(ValueError, match=re.escape(words)):
+        store.store_run(run, "leaderboard", data_dir, device=target)
+    assert store.main([str(run), "--section", "leaderboard", "--data-dir", str(data_dir), "--device", target]) == 1
+    assert f"store: {run}: {words}" in capsys.readouterr().err
+    assert not data_dir.exists()
+
+
+def test_concurrent_stores_of_distinct_runs_stamped_in_one_second_all_land(tmp_path, monkeypatch):
+    """Item 3: every store has written its run and reaches for the first free name at the same
+    moment; each must land in a file of its own holding its own run."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    n, data_dir = 24, tmp_path / "data"
+    barrier, write_partial = threading.Barrier(n), store._write_partial
+
+    def then_wait(folder, doc):
+        tmp = write_partial(folder, doc)
+        barrier.wait(timeout=60)
+        return tmp
+    monkeypatch.setattr(store, "_write_partial", then_wait)
+    runs = []
+    for i in range(n):
+        runs.append(tmp_path / f"leaderboard-{i}.json")
+        runs[-1].write_text(json.dumps(_run({A: (i + 1) * 1e-3}, f"2099-01-01T00:00:00.{i:06d}+00:00")))
+    with ThreadPoolExecutor(n) as pool:
+        dests = list(pool.map(lambda run: store.store_run(run, "leaderboard", data_dir), runs))
+    assert len(set(dests)) == n
+    assert sorted(p.name for p in dests[0].parent.iterdir()) == sorted(p.name for p in dests)  # no leftovers
+    for run, dest in zip(runs, dests):  # each success names the file that holds its run
+        assert json.loads(dest.read_text()) == json.loads(run.read_text())
+
+
+def test_concurrent_stores_of_one_run_keep_one_file(tmp_path, monkeypatch):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    n, data_dir = 8, tmp_path / "data"
+    barrier, write_partial = threading.Barrier(n), store._write_partial
+    monkeypatch.setattr(store, "_write_partial", lambda folder, doc: (write_partial(folder, doc), barrier.wait(60))[0])
+    run = tmp_path / "leaderboard.json"
+    run.write_text(json.dumps(_run({A: 1e-3})))
+
+    def attempt(_):
+        try:
+            return store.store_run(run, "leaderboard", data_dir)
+        except ValueError as exc:
+            return str(exc)
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(attempt, range(n)))
+    kept = [r for r in results if isinstance(r, Path)]
+    assert len(kept) == 1 and [p.name for p in kept[0].parent.iterdir()] == [kept[0].name]
+    assert all(f"the same run is already stored as {kept[0]}" in r for r in results if r not in kept)
+
+
+def test_stored_runs_and_test_records_are_world_readable(tmp_path):
+    from impl.bench import test_record as tr
+
+    run = tmp_path / "leaderboard.json"
+    run.write_text(json.dumps(_run({A: 1e-3})))
+    dest = store.store_run(run, "leaderboard", tmp_path / "data")
+    rec = tr.TestRecord(device="cpu", datetime="2099-01-01T00:00:00+00:00", commit="c0ffee00", dirty=False,
+                        source_digest="s", kernel_digest="k", command="pytest", passed=1, failed=0, errors=0,
+                        skipped=0, duration_s=1.0)
+    for path in (dest, tr.store_record(rec, tmp_path / "data")):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
