@@ -81,8 +81,9 @@ def test_gate_acceptance_for_another_run_does_not_carry_over(h100_leaderboard, t
     _store(_later_copy(src, {OURS: 1.3}, "2099-01-01T00:00:00+00:00"), tmp_path, data_dir)
     (data_dir.parent / "accepted-changes.toml").write_text(
         f'[[accepted]]\ndevice = "h100-80gb-x1"\nsection = "leaderboard"\nrow = "{OURS}"\n'
-        'run = "20000101T000000Z_00000000"\nreason = "an older change"\n')
-    assert gate.main(["--data-dir", str(data_dir)]) == 1
+        f'run = "{src.stem}"\nreason = "an older change"\n')
+    verdict = gate.compare(data_dir)
+    assert [c.row for c in verdict.changes if c.regressed and not c.accepted] == [OURS]
 
 
 def test_gate_within_band_and_measured_bands(h100_leaderboard, tmp_path):
@@ -196,15 +197,67 @@ BAD_FILES = {
     "failed tests": (json.dumps(_run({A: 1e-3}, ) | dict(suite=dict(failed=[dict(test=f"perf/test_leaderboard.py::{A}", when="call")] * 4))),
                      "4 tests failed or errored"),
 }
-STORE_ONLY = {  # a file the store refuses to file under this section (the loader reads any section's rows)
+
+
+def _edited(edit, doc: dict | None = None) -> str:
+    """A run of one row (A) with `edit` applied to its benchmark entry, as file text (NaN and
+    infinity as JSON's NaN and Infinity, as json.dumps writes them)."""
+    doc = doc or _run({A: 1e-3})
+    edit(doc["benchmarks"][0])
+    return json.dumps(doc)
+
+
+def _set(*path_value):
+    """An edit setting bench[path...] = value."""
+    *path, value = path_value
+
+    def edit(bench):
+        node = bench
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return edit
+
+
+NAN, INF = float("nan"), float("inf")
+# issue 46, item 4: every number of a row is checked, not only the timing stats
+BAD_FILES |= {
+    "negative mfu": (_edited(_set("extra_info", "metrics", "mfu", -3.0)), f"row {A}: metrics.mfu -3.0 is not a finite number >= 0"),
+    "NaN tflops": (_edited(_set("extra_info", "metrics", "tflops", NAN)), f"row {A}: metrics.tflops nan is not a finite"),
+    "infinite tokens/s": (_edited(_set("extra_info", "metrics", "tokens_per_s", INF)), "metrics.tokens_per_s inf"),
+    "a metric that is text": (_edited(_set("extra_info", "metrics", "gbps", "fast")), "metrics.gbps 'fast'"),
+    "negative peak memory": (_edited(_set("extra_info", "memory", "peak_allocated", -1024)),
+                             f"row {A}: memory.peak_allocated -1024 is not a finite number >= 0"),
+    "zero measured peak": (_edited(_set("extra_info", "peaks", dict(measured_flops=0.0, measured_dtype="bf16",
+                                                                    measured_n=8, datasheet_flops=None))),
+                           "peaks.measured_flops 0.0 is not a finite number >= 1"),
+    "zero timed rounds": (_edited(_set("extra_info", "timing", "rounds", 0)), "timing.rounds 0 is not a whole number >= 1"),
+    "NaN in details": (_edited(_set("extra_info", "details", "step", dict(gap_ms=NAN))), "details.step.gap_ms nan is not finite"),
+    "negative stddev": (_edited(_set("stats", "stddev", -1.0)), f"row {A}: stats must be finite and >= 0: stddev -1.0"),
+    "NaN iqr": (_edited(_set("stats", "iqr", NAN)), "stats must be finite and >= 0: iqr nan"),
+    "an infinite round": (_edited(_set("stats", "data", [1e-3, INF])), "data[1] inf"),
+    "NaN in a not-run row": (json.dumps(dict(_run({A: 1e-3}), not_run=[dict(name=B, fullname=f"perf/test_leaderboard.py::{B}",
+                             group="leaderboard", row=dict(_row(Status.OOM), metrics=dict(flops=NAN)))])),
+                             f"row {B}: metrics.flops nan"),
+    # issue 46, item 2: the loader reads a file's rows only where they belong
     "rows of another section": (json.dumps(dict(_run({}), benchmarks=[dict(_bench(A, 1e-3), fullname=f"perf/test_fsdp.py::{A}")])),
                                 "not perf/test_leaderboard.py"),
 }
+LOAD_ONLY = {  # files the store would file elsewhere or cannot tell (the loader knows their folder and format)
+    "a CPU run in the H100 folder": (json.dumps(_run({A: 1e-3}) | dict(suite=dict(device_slug="cpu"))),
+                                     f"the run's own device is 'cpu', not '{GPU}'"),
+    "CPU rows without a device slug": (_edited(_set("extra_info", "env", "device_type", "cpu"), dict(_run({A: 1e-3}), suite={})),
+                                       f"row {A}: env.device_type 'cpu', where a {GPU} run's is 'cuda'"),
+    "an older-format row with a negative mfu": (json.dumps(dict(datetime="2099-01-01T00:00:00+00:00", benchmarks=[dict(
+        name=A, fullname=f"perf/test_leaderboard.py::{A}", group="leaderboard", stats=_bench(A, 1e-3)["stats"],
+        extra_info=dict(problem="leaderboard", env=dict(device="NVIDIA H100", device_type="cuda"),
+                        metrics=dict(mfu=-3.0)))])), f"row {A}: metrics.mfu_measured_peak -3.0"),
+}
 
 
-@pytest.mark.parametrize("case", BAD_FILES)
+@pytest.mark.parametrize("case", list(BAD_FILES) + list(LOAD_ONLY))
 def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, tmp_path, capsys):
-    text, words = BAD_FILES[case]
+    text, words = (BAD_FILES | LOAD_ONLY)[case]
     data_dir = tmp_path / "data"
     good = _file(data_dir, _run({A: 1e-3, B: 2e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
     bad = _file(data_dir, text)
@@ -218,9 +271,9 @@ def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, 
     assert f"warning: skipped {bad}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("case", list(BAD_FILES) + list(STORE_ONLY))
+@pytest.mark.parametrize("case", BAD_FILES)
 def test_the_store_refuses_each_bad_run_and_writes_nothing(case, tmp_path):
-    text, words = (BAD_FILES | STORE_ONLY)[case]
+    text, words = BAD_FILES[case]
     run = tmp_path / "leaderboard.json"
     run.write_text(text)
     data_dir = tmp_path / "data"
@@ -577,3 +630,250 @@ def test_gate_config_files_are_read_or_refused_by_name(entries, bands, tmp_path_
             assert math.isfinite(band) and band > 0
     except gate.ConfigError as exc:
         assert str(noise) in str(exc)
+
+
+# --- Issue 46: histories judged row by row, runs filed only where they belong ---
+
+CPU_RUN = _run({A: 1e-3}) | dict(suite=dict(device_slug="cpu", interrupted=False, why=None, args=[], failed=[]))
+for _bench_entry in CPU_RUN["benchmarks"]:
+    _bench_entry["extra_info"]["env"].update(device="x86_64", device_type="cpu")
+
+
+@pytest.mark.parametrize("doc,target,words", [
+    (CPU_RUN, GPU, f"the run's own device is 'cpu', not '{GPU}'"),  # item 1: a CPU run given --device h100-80gb-x1
+    (CPU_RUN | dict(suite={}), GPU, f"row {A}: env.device_type 'cpu', where a {GPU} run's is 'cuda'"),  # no slug of its own: its rows tell
+    (_run({A: 1e-3}), "h200-141gb-x1", f"the run's own device is '{GPU}', not 'h200-141gb-x1'"),  # another GPU's
+    (_run({A: 1e-3}), "cpu", f"the run's own device is '{GPU}', not 'cpu'; row {A}: env.device_type 'cuda', where a cpu run's is 'cpu'"),
+])
+def test_store_refuses_a_run_of_another_device_naming_both(doc, target, words, tmp_path, capsys):
+    run = tmp_path / "leaderboard.json"
+    run.write_text(json.dumps(doc))
+    data_dir = tmp_path / "data"
+    with pytest.raises(ValueError, match=re.escape(words)):
+        store.store_run(run, "leaderboard", data_dir, device=target)
+    assert store.main([str(run), "--section", "leaderboard", "--data-dir", str(data_dir), "--device", target]) == 1
+    assert f"store: {run}: {words}" in capsys.readouterr().err
+    assert not data_dir.exists()
+
+
+def test_concurrent_stores_of_distinct_runs_stamped_in_one_second_all_land(tmp_path, monkeypatch):
+    """Item 3: every store has written its run and reaches for the first free name at the same
+    moment; each must land in a file of its own holding its own run."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    n, data_dir = 24, tmp_path / "data"
+    barrier, write_partial = threading.Barrier(n), store._write_partial
+
+    def then_wait(folder, doc):
+        tmp = write_partial(folder, doc)
+        barrier.wait(timeout=60)
+        return tmp
+    monkeypatch.setattr(store, "_write_partial", then_wait)
+    runs = []
+    for i in range(n):
+        runs.append(tmp_path / f"leaderboard-{i}.json")
+        runs[-1].write_text(json.dumps(_run({A: (i + 1) * 1e-3}, f"2099-01-01T00:00:00.{i:06d}+00:00")))
+    with ThreadPoolExecutor(n) as pool:
+        dests = list(pool.map(lambda run: store.store_run(run, "leaderboard", data_dir), runs))
+    assert len(set(dests)) == n
+    assert sorted(p.name for p in dests[0].parent.iterdir()) == sorted(p.name for p in dests)  # no leftovers
+    for run, dest in zip(runs, dests):  # each success names the file that holds its run
+        assert json.loads(dest.read_text()) == json.loads(run.read_text())
+
+
+def test_concurrent_stores_of_one_run_keep_one_file(tmp_path, monkeypatch):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    n, data_dir = 8, tmp_path / "data"
+    barrier, write_partial = threading.Barrier(n), store._write_partial
+    monkeypatch.setattr(store, "_write_partial", lambda folder, doc: (write_partial(folder, doc), barrier.wait(60))[0])
+    run = tmp_path / "leaderboard.json"
+    run.write_text(json.dumps(_run({A: 1e-3})))
+
+    def attempt(_):
+        try:
+            return store.store_run(run, "leaderboard", data_dir)
+        except ValueError as exc:
+            return str(exc)
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(attempt, range(n)))
+    kept = [r for r in results if isinstance(r, Path)]
+    assert len(kept) == 1 and [p.name for p in kept[0].parent.iterdir()] == [kept[0].name]
+    assert all(f"the same run is already stored as {kept[0]}" in r for r in results if r not in kept)
+
+
+def test_stored_runs_and_test_records_are_world_readable(tmp_path):
+    from impl.bench import test_record as tr
+
+    run = tmp_path / "leaderboard.json"
+    run.write_text(json.dumps(_run({A: 1e-3})))
+    dest = store.store_run(run, "leaderboard", tmp_path / "data")
+    rec = tr.TestRecord(device="cpu", datetime="2099-01-01T00:00:00+00:00", commit="c0ffee00", dirty=False,
+                        source_digest="s", kernel_digest="k", command="pytest", passed=1, failed=0, errors=0,
+                        skipped=0, duration_s=1.0)
+    for path in (dest, tr.store_record(rec, tmp_path / "data")):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
+
+def _gate_errors(data_dir: Path, capsys) -> str:
+    assert gate.main(["--data-dir", str(data_dir)]) == 1
+    return capsys.readouterr().err
+
+
+@pytest.fixture
+def regressed(tmp_path):
+    """A folder whose second run made B 30% slower: what a later file must not hide."""
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3, B: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    slow = _file(data_dir, _run({A: 1e-3, B: 1.3e-3}, "2098-06-01T00:00:00+00:00"), "20980601T000000Z_abcdef12.json")
+    return data_dir, slow
+
+
+def test_a_later_partial_run_does_not_hide_a_regression(regressed, capsys):
+    """Item 2: a `-k` run of A alone, after the run that made B slower."""
+    data_dir, slow = regressed
+    _file(data_dir, _run({A: 1e-3}))
+    err = _gate_errors(data_dir, capsys)
+    assert f"REGRESSION {GPU}/leaderboard {B}: 1 -> 1.3 ms" in err
+    change = next(c for c in gate.compare(data_dir).changes if c.row == B)
+    assert (change.old_run, change.new_run) == ("20980101T000000Z_abcdef12", slow.stem)
+
+
+def test_a_copy_of_the_regressed_run_is_ignored_by_name(regressed, capsys):
+    data_dir, slow = regressed
+    copy = _file(data_dir, slow.read_text())  # the same run, under a later name
+    err = _gate_errors(data_dir, capsys)
+    assert f"REGRESSION {GPU}/leaderboard {B}" in err
+    assert f"gate: ignored {copy}: the same run as {slow}" in err
+    assert [str(c) for c in report_data.load_stored(data_dir).copies] == [f"{copy}: the same run as {slow} (the same start time)"]
+
+
+@pytest.mark.parametrize("misplaced,words", [
+    (dict(_run({A: 1e-3, B: 1e-3}), benchmarks=[dict(_bench(n, 1e-3), fullname=f"perf/test_fsdp.py::{n}") for n in (A, B)]),
+     f"row {A}: from 'perf/test_fsdp.py::{A}', not perf/test_leaderboard.py"),
+    (CPU_RUN, f"the run's own device is 'cpu', not '{GPU}'"),
+])
+def test_a_file_of_another_section_or_device_fails_the_gate_and_hides_nothing(misplaced, words, regressed, capsys):
+    data_dir, _ = regressed
+    stray = _file(data_dir, misplaced)  # newest by name
+    err = _gate_errors(data_dir, capsys)
+    assert f"CORRUPT run file {stray}: " in err and words in err
+    assert f"REGRESSION {GPU}/leaderboard {B}" in err  # judged without the stray file
+
+
+def test_each_row_is_judged_against_its_own_previous_measurement(tmp_path):
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3, B: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    _file(data_dir, _run({A: 2e-3}, "2098-06-01T00:00:00+00:00"), "20980601T000000Z_abcdef12.json")
+    _file(data_dir, _run({B: 1.05e-3}))
+    changes = {c.row: c for c in gate.compare(data_dir).changes}
+    assert changes[A].ratio == pytest.approx(2) and changes[A].regressed
+    assert changes[B].old_run == "20980101T000000Z_abcdef12" and not changes[B].regressed
+
+
+def _config_case(tmp_path, name: str, text: str) -> Path:
+    """Two stored runs, A and B in the first, A alone in the second; the config file `name` holds `text`."""
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3, B: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    _file(data_dir, _run({A: 1e-3}))
+    (tmp_path / name).write_text(text)
+    return data_dir
+
+
+def _accepted(**entry) -> str:
+    entry = dict(device=GPU, section="leaderboard", row=A, reason="why") | entry
+    return "[[accepted]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in entry.items())
+
+
+CONFIG_UNKNOWN = {  # item 5: typos in the gate's configuration
+    "accepted: unknown section": ("accepted-changes.toml", _accepted(section="leaderbord"),
+                                  f"entry 1 (row '{A}'): no stored {GPU} runs of section 'leaderbord' (sections: leaderboard)"),
+    "accepted: unknown device": ("accepted-changes.toml", _accepted(device="h100-80gb"),
+                                 f"no stored runs of device 'h100-80gb' (devices: {GPU})"),
+    "accepted: unknown row": ("accepted-changes.toml", _accepted(row="test_leaderboard[flash_triton-fwd-bwd]"),
+                              f"no row 'test_leaderboard[flash_triton-fwd-bwd]' in any stored {GPU}/leaderboard run"),
+    "accepted: unknown run": ("accepted-changes.toml", _accepted(run="20990101T000000Z_abcdef13"),
+                              f"no stored {GPU}/leaderboard run '20990101T000000Z_abcdef13'"),
+    "accepted: a run without the row": ("accepted-changes.toml", _accepted(row=B, run="20990101T000000Z_abcdef12"),
+                                        f"row '{B}' is not in the run '20990101T000000Z_abcdef12'"),
+    "band: 1e9": ("noise-bands.toml", f'["{GPU}"."leaderboard"]\n"{A}" = 1e9\n',
+                  f"[{GPU}.leaderboard] '{A}': a band is a relative spread > 0 and <= {gate.MAX_BAND}"),
+    "band: unknown section": ("noise-bands.toml", f'["{GPU}"."flash_shape"]\n"{A}" = 0.05\n',
+                              f"[{GPU}.flash_shape]: no stored {GPU} runs of section 'flash_shape'"),
+    "band: unknown row": ("noise-bands.toml", f'["{GPU}"."leaderboard"]\n"{A}x" = 0.05\n',
+                          f"[{GPU}.leaderboard] '{A}x': no row '{A}x'"),
+}
+
+
+@pytest.mark.parametrize("case", CONFIG_UNKNOWN)
+def test_gate_configuration_must_name_what_is_stored(case, tmp_path, capsys):
+    name, text, words = CONFIG_UNKNOWN[case]
+    data_dir = _config_case(tmp_path, name, text)
+    with pytest.raises(gate.ConfigError, match=re.escape(words)):
+        gate.compare(data_dir)
+    err = _gate_errors(data_dir, capsys)
+    assert f"gate: {tmp_path / name}: " in err
+
+
+def test_accepted_entry_naming_the_run_and_row_is_read(tmp_path):
+    data_dir = _config_case(tmp_path, "accepted-changes.toml", _accepted(run="20990101T000000Z_abcdef12"))
+    assert gate.compare(data_dir).changes[0].accepted == "why"
+
+
+def test_bands_refuse_two_copies_of_one_run_and_rows_of_another_section(tmp_path, capsys):
+    data_dir = tmp_path / "data"
+    bands = tmp_path / "noise-bands.toml"
+    one = _file(data_dir, _run({A: 1.00e-3}), "r1.json")
+    copy = _file(data_dir, one.read_text(), "r1-copy.json")
+    two = _file(data_dir, _run({A: 1.01e-3}, "2099-01-02T00:00:00+00:00"), "r2.json")
+    args = ["--data-dir", str(data_dir), "--device", GPU, "--bands"]
+    assert gate.main(args + [str(one), str(copy), "--section", "leaderboard"]) == 1
+    assert f"{copy} and {one} are the same run" in capsys.readouterr().err
+    assert gate.main(args + [str(one), str(two), "--section", "flash_shapes"]) == 1
+    assert f"row {A}: from 'perf/test_leaderboard.py::{A}', not perf/test_flash_shapes.py" in capsys.readouterr().err
+    assert gate.main(args + [str(one), str(two), "--device", "cpu", "--section", "leaderboard"]) == 1
+    assert f"the run's own device is '{GPU}', not 'cpu'" in capsys.readouterr().err
+    assert not bands.exists()
+
+
+def test_bands_from_runs_that_differ_wildly_are_refused(tmp_path, capsys):
+    data_dir = tmp_path / "data"
+    one = _file(data_dir, _run({A: 1e-3}), "r1.json")
+    two = _file(data_dir, _run({A: 9e-3}, "2099-01-02T00:00:00+00:00"), "r2.json")
+    with pytest.raises(ValueError, match=re.escape(f"bands beyond {gate.MAX_BAND} (the runs were not identical): {A} 12.00")):
+        gate.measure_bands([one, two], GPU, "leaderboard")
+
+
+def test_compare_judges_each_row_against_its_own_newest_committed_record(tmp_path):
+    """A later partial committed run (A alone) does not hide B's status change."""
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3, B: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    _file(data_dir, _run({A: 1e-3}))
+    fresh = tmp_path / "leaderboard.json"
+    fresh.write_text(json.dumps(dict(_run({A: 1e-3}), not_run=[dict(
+        name=B, fullname=f"perf/test_leaderboard.py::{B}", group="leaderboard", row=_row(Status.OOM))])))
+    rows, problems = compare.compare_run(fresh, GPU, data_dir)
+    assert problems == [f"leaderboard: {B} was measured in 20980101T000000Z_abcdef12, now oom"]
+    assert [r[1:4] for r in rows] == [[A, "measured", "measured"], [B, "measured", "oom"]]
+
+
+def test_compare_refuses_a_fresh_run_of_another_device(tmp_path):
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3}))
+    fresh = tmp_path / "leaderboard.json"
+    fresh.write_text(json.dumps(CPU_RUN))
+    rows, problems = compare.compare_run(fresh, GPU, data_dir)
+    assert not rows and problems == [f"leaderboard: {fresh}: the run's own device is 'cpu', not '{GPU}'; "
+                                     f"row {A}: env.device_type 'cpu', where a {GPU} run's is 'cuda'"]
+
+
+def test_the_report_warns_once_of_a_skipped_file(tmp_path, capsys):
+    from impl.report import build
+
+    data_dir = tmp_path / "data"
+    _file(data_dir, _run({A: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    bad = _file(data_dir, "{")
+    build.context(data_dir, tmp_path / "reports")
+    assert capsys.readouterr().err.count(f"warning: skipped {bad}") == 1

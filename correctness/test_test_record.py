@@ -82,3 +82,12 @@ def test_cli_files_a_record_made_elsewhere(tmp_path):
     assert out.returncode == 1, out.stderr  # filed, and the exit status says it was red
     assert "3 passed, 1 failed" in out.stdout
     assert len(list((tmp_path / "data/h100-80gb-x1/tests").glob("*.json"))) == 1
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"benchmarks": []}', '{"device": "cpu"}'])
+def test_filing_a_file_that_is_not_a_record_names_the_file(tmp_path, capsys, text):
+    path = tmp_path / "record.json"
+    path.write_text(text)
+    assert tr.main(["--file", str(path), "--data-dir", str(tmp_path / "data")]) == 2
+    assert capsys.readouterr().err.startswith(f"test_record: {path}: not a test record (")
+    assert not (tmp_path / "data").exists()

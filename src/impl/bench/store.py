@@ -5,16 +5,21 @@
 The slug names the GPU model, its memory and the GPU count (`h100-80gb-x1`, `h200-141gb-x2`;
 `cpu` for any CPU), so a one-GPU run never lands beside two-GPU data. pytest writes a run's JSON
 outside reports/ first (`--benchmark-json`); `python -m impl.bench.store RUN.json --section S`
-then files it: atomically (a temporary file renamed into place), under a name no earlier run has,
-and only if the run is whole: not interrupted (Ctrl-C, a session timeout), no failed or errored
-test (the plugin records both in the JSON's `suite` block), every row's stats finite and positive,
-every status known. A refused run stays where pytest wrote it (under out/) and reports/ is left as
-it was. The same checks (`read_run`) are the only way run files are read, by the store, the
-report's loader and the committed baseline of `--benchmark-compare`.
+then files it: written whole beside its name, then linked to a name no other file has (two stores
+at once never share one), world-readable like the committed files, and only if the run is whole
+and belongs there: not interrupted (Ctrl-C, a session timeout), no failed or errored test (the
+plugin records both in the JSON's `suite` block), every status known, every number one that can
+be (stats finite and positive; metrics, memory, peaks and counts finite and >= 0), its rows
+those of perf/test_<S>.py, its device the folder's (the suite block's slug and the rows'
+env.device_type), and not filed before. A refused run stays where pytest wrote it (under out/) and
+reports/ is left as it was. The same checks (`read_run`, given the folder's section and
+device) are the only way run files are read, by the store, the report's loader, the gate and the
+committed baseline of `--benchmark-compare`.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -137,30 +142,167 @@ class Suite:
                    tuple(FailedTest(f["test"], f["when"]) for f in s.get("failed") or ()))
 
 
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _positive(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    return _real(v) and math.isfinite(v) and v > 0
 
 
-def _row_problem(row: dict) -> str | None:
-    """Why a schema-2 row cannot be read, or None."""
+def _bad(field_name: str, v, *, least: int = 0, whole: bool = False, optional: bool = False) -> str | None:
+    """`field_name v` where v is not a finite number >= least (a whole one if `whole`; None allowed
+    if `optional`), else None."""
+    if v is None and optional:
+        return None
+    number = (isinstance(v, int) and not isinstance(v, bool)) if whole else (_real(v) and math.isfinite(v))
+    if number and v >= least:
+        return None
+    return f"{field_name} {v!r} is not a {'whole' if whole else 'finite'} number >= {least}"
+
+
+def _non_finite(x, where: str):
+    """(path, value) of every NaN or infinity in a JSON payload."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _non_finite(v, f"{where}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _non_finite(v, f"{where}[{i}]")
+    elif isinstance(x, float) and not math.isfinite(x):
+        yield where, x
+
+
+def row_number_problems(row) -> list[str]:
+    """Each number of a row (impl.bench.row.Row) that cannot be, naming its field. Metrics are
+    counts, rates, shares and times; memory is bytes; peaks are FLOP rates; timing counts rounds:
+    none can be negative or non-finite. `details` are section payloads that hold signed figures (a
+    backward pass's memory change, a saving, a host gap, -1 for none): there only NaN and infinity
+    are refused."""
+    from impl.bench.row import Metric
+
+    found = [_bad(f"metrics.{Metric(m).value}", v) for m, v in row.metrics.items()]
+    found += [_bad(f"memory.{k}", v, optional=True) for k, v in vars(row.memory).items()]
+    if row.peaks is not None:
+        found += [_bad("peaks.measured_flops", row.peaks.measured_flops, least=1),
+                  _bad("peaks.datasheet_flops", row.peaks.datasheet_flops, least=1, optional=True)]
+    if row.timing is not None:
+        found += [_bad("timing.warmup_rounds", row.timing.warmup_rounds, whole=True),
+                  _bad("timing.rounds", row.timing.rounds, least=1, whole=True),
+                  _bad("timing.iterations", row.timing.iterations, least=1, whole=True)]
+    found += [f"{where} {v!r} is not finite" for where, v in _non_finite(row.details, "details")]
+    return [f for f in found if f]
+
+
+def _row_problems(row: dict) -> list[str]:
+    """Why a schema-2 row cannot be read or cannot be true; [] for a good one."""
     from impl.bench.row import Row, Status
 
     status = row.get("status")
     if status not in {s.value for s in Status}:
-        return f"unknown status {status!r}"
+        return [f"unknown status {status!r}"]
     try:
-        Row.from_json(row)
+        return row_number_problems(Row.from_json(row))
     except (KeyError, TypeError, ValueError) as exc:
-        return f"unreadable row ({type(exc).__name__}: {exc})"
+        return [f"unreadable row ({type(exc).__name__}: {exc})"]
+
+
+def _stats_problems(stats: dict) -> list[str]:
+    """pytest-benchmark's stats: the times per call finite and > 0 (the median required), at least
+    one round, and every other figure (spreads, quartiles, outlier counts, ops, the raw rounds)
+    finite and >= 0."""
+    bad = [f"{k} {stats.get(k)!r}" for k in STAT_KEYS if (k == "median" or k in stats) and not _positive(stats.get(k))]
+    if not (isinstance(stats.get("rounds"), int) and stats["rounds"] >= 1):
+        bad.append(f"rounds {stats.get('rounds')!r}")
+    out = [f"stats must be finite and > 0: {', '.join(bad)}"] if bad else []
+    others = [(k, v) for k, v in stats.items() if k not in (*STAT_KEYS, "rounds", "data") and _real(v)]
+    data = stats.get("data")
+    others += [(f"data[{i}]", v) for i, v in enumerate(data)] if isinstance(data, list) else []
+    if bad_others := [f"{k} {v!r}" for k, v in others if _bad(k, v)]:
+        out.append(f"stats must be finite and >= 0: {', '.join(bad_others)}")
+    return out
+
+
+def _section_problem(entry: dict, section: str) -> str | None:
+    """A row that names its test file (pytest's fullname `perf/test_<section>.py::test[...]`) must
+    name this section's; a hand-made name without one says nothing."""
+    fullname = str(entry.get("fullname", ""))
+    if "::" in fullname and not fullname.split("::")[0].endswith(f"test_{section}.py"):
+        return f"row {entry['name']}: from {fullname!r}, not perf/test_{section}.py"
     return None
 
 
-def run_problems(doc, section: str | None = None) -> list[str]:
-    """Everything that makes `doc` (a parsed run file) untrustworthy, each naming its row; [] for a
-    whole run. `section` is given when filing the run: then its rows must come from that perf file,
-    and it needs a `datetime` (its file name); reading, a `datetime` is checked where there is one."""
+def _suite_problems(doc: dict) -> list[str]:
+    try:
+        suite = Suite.from_json(doc)
+    except (KeyError, TypeError, AttributeError) as exc:
+        return [f"unreadable 'suite' block ({exc!r})"]
+    problems = [f"the run was interrupted ({suite.why})"] if suite.interrupted else []
+    if suite.failed:
+        problems.append(f"{len(suite.failed)} tests failed or errored: "
+                        + ", ".join(f"{f.test} ({f.when})" for f in suite.failed))
+    return problems
+
+
+def _bench_problems(bench, i: int) -> list[str]:
+    """One pytest-benchmark entry: named, its stats sane, its row (schema 2) readable and true."""
     from impl.bench.row import SCHEMA
 
+    if not isinstance(bench, dict) or not isinstance(bench.get("name"), str):
+        return [f"benchmark {i}: not a named benchmark entry"]
+    name, stats, info = bench["name"], bench.get("stats"), bench.get("extra_info") or {}
+    if not isinstance(info, dict):
+        return [f"row {name}: 'extra_info' must be an object"]
+    if not isinstance(stats, dict):
+        return [f"row {name}: no stats"]
+    problems = [f"row {name}: {p}" for p in _stats_problems(stats)]
+    if info.get("schema") == SCHEMA:
+        problems += [f"row {name}: {p}" for p in _row_problems(info)]
+    return problems
+
+
+def _not_run_problems(entry, i: int) -> list[str]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not isinstance(entry.get("row"), dict):
+        return [f"not_run {i}: not a named row"]
+    return [f"row {entry['name']}: {p}" for p in _row_problems(entry["row"])]
+
+
+def _row_kinds(doc: dict) -> list[tuple[str, str | None, bool]]:
+    """(name, env.device_type, whether it is a schema-2 row) of each row of a whole run."""
+    from impl.bench.row import SCHEMA
+
+    rows = [(b["name"], b.get("extra_info") or {}) for b in doc["benchmarks"]]
+    rows += [(e["name"], e["row"]) for e in doc.get("not_run", [])]
+    out = []
+    for name, info in rows:
+        env = info.get("env") if isinstance(info.get("env"), dict) else {}
+        out.append((name, env.get("device_type"), info.get("schema") == SCHEMA))
+    return out
+
+
+def device_problems(doc: dict, device: str) -> list[str]:
+    """Why a whole run does not belong under `device`'s folder: its own device slug (the suite
+    block's) is another, or its rows ran on another kind of device (env.device_type: `cpu` for
+    the cpu folder, `cuda` for a GPU's)."""
+    own = Suite.from_json(doc).device_slug
+    problems = [f"the run's own device is {own!r}, not {device!r}"] if own and own != device else []
+    want = "cpu" if device == "cpu" else "cuda"
+    kinds = _row_kinds(doc)
+    problems += [f"row {name}: env.device_type {kind!r}, where a {device} run's is {want!r}"
+                 for name, kind, current in kinds if current and kind != want]
+    # an older-format file recorded a GPU run's host-side rows (distributed_communication's fits)
+    # with the host's env: it ran on the GPU when any row did (a row without an env tells nothing)
+    older = {kind for _, kind, current in kinds if not current and kind is not None}
+    if older and ("cuda" if "cuda" in older else "cpu") != want:
+        problems.append(f"its rows' env.device_type {', '.join(sorted(map(repr, older)))}, where a {device} run's is {want!r}")
+    return problems
+
+
+def run_problems(doc, section: str | None = None, device: str | None = None) -> list[str]:
+    """Everything that makes `doc` (a parsed run file) untrustworthy, each naming its row; [] for a
+    whole run. `section` and `device` are where the run is filed or found: then its rows must come
+    from that perf file and that device (device_problems), and it needs a `datetime` (its file
+    name, its identity); otherwise a `datetime` is checked where there is one."""
     if not isinstance(doc, dict):
         return [f"not a run: a JSON object is expected, found {type(doc).__name__}"]
     problems = []
@@ -176,95 +318,109 @@ def run_problems(doc, section: str | None = None) -> list[str]:
         return problems + ["'benchmarks' and 'not_run' must be lists"]
     if not benches and not not_run:
         problems.append("no rows")
-    try:
-        suite = Suite.from_json(doc)
-    except (KeyError, TypeError, AttributeError) as exc:
-        return problems + [f"unreadable 'suite' block ({exc!r})"]
-    if suite.interrupted:
-        problems.append(f"the run was interrupted ({suite.why})")
-    if suite.failed:
-        problems.append(f"{len(suite.failed)} tests failed or errored: "
-                        + ", ".join(f"{f.test} ({f.when})" for f in suite.failed))
-    file = f"test_{section}.py" if section else None
+    problems += _suite_problems(doc)
     for i, bench in enumerate(benches):
-        if not isinstance(bench, dict) or not isinstance(bench.get("name"), str):
-            problems.append(f"benchmark {i}: not a named benchmark entry")
-            continue
-        name, stats, info = bench["name"], bench.get("stats"), bench.get("extra_info") or {}
-        if not isinstance(info, dict):
-            problems.append(f"row {name}: 'extra_info' must be an object")
-            continue
-        if file and "fullname" in bench and not str(bench["fullname"]).split("::")[0].endswith(file):
-            problems.append(f"row {name}: from {bench.get('fullname')!r}, not perf/{file}")
-        if not isinstance(stats, dict):
-            problems.append(f"row {name}: no stats")
-            continue
-        bad = [f"{k} {stats.get(k)!r}" for k in STAT_KEYS if (k == "median" or k in stats) and not _positive(stats.get(k))]
-        if not (isinstance(stats.get("rounds"), int) and stats["rounds"] >= 1):
-            bad.append(f"rounds {stats.get('rounds')!r}")
-        if bad:
-            problems.append(f"row {name}: stats must be finite and > 0: {', '.join(bad)}")
-        if info.get("schema") == SCHEMA and (why := _row_problem(info)):
-            problems.append(f"row {name}: {why}")
+        problems += _bench_problems(bench, i)
     for i, entry in enumerate(not_run):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not isinstance(entry.get("row"), dict):
-            problems.append(f"not_run {i}: not a named row")
-            continue
-        if file and "fullname" in entry and not str(entry["fullname"]).split("::")[0].endswith(file):
-            problems.append(f"row {entry['name']}: from {entry['fullname']!r}, not perf/{file}")
-        if why := _row_problem(entry["row"]):
-            problems.append(f"row {entry['name']}: {why}")
-    return problems
+        problems += _not_run_problems(entry, i)
+    if problems:  # where a row cannot be read, neither can its section or device
+        return problems
+    if section:
+        problems += [p for e in benches + not_run if (p := _section_problem(e, section))]
+    return problems + (device_problems(doc, device) if device else [])
 
 
-def parse_run(text: str, where: str, section: str | None = None) -> dict:
+def run_identity(doc: dict) -> str | None:
+    """What tells one run from another: its start time to the microsecond (pytest-benchmark's
+    `datetime`). Two files with one are copies of one run."""
+    return doc.get("datetime")
+
+
+def parse_run(text: str, where: str, section: str | None = None, device: str | None = None) -> dict:
     """A run file's text → its document; BadRunFile naming `where` and each problem otherwise."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadRunFile(where, ["empty file" if not text.strip() else f"not JSON (truncated?): {exc}"]) from None
-    problems = run_problems(doc, section)
+    problems = run_problems(doc, section, device)
     if problems:
         raise BadRunFile(where, problems)
     return doc
 
 
-def read_run(path: Path, section: str | None = None) -> dict:
-    """The one reader of run files (the store, the report's loader, the committed baseline)."""
+def read_run(path: Path, section: str | None = None, device: str | None = None) -> dict:
+    """The one reader of run files (the store, the report's loader, the gate, the committed
+    baseline); `section` and `device` where the file is filed or found."""
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise BadRunFile(str(path), [f"unreadable: {exc}"]) from None
-    return parse_run(text, str(path), section)
+    return parse_run(text, str(path), section, device)
 
 
-def free_name(folder: Path, stamp: str) -> Path:
-    """`<stamp>.json` in folder, or where taken `<stamp>_2.json`, `_3`...: each sorts after the one
-    before it, so the later file reads as the newer (a `-2` suffix would sort before)."""
-    path, n = folder / f"{stamp}.json", 1
-    while path.exists():
-        n += 1
-        path = folder / f"{stamp}_{n}.json"
-    return path
+def _write_partial(folder: Path, doc: dict) -> Path:
+    """doc written whole beside its final name as `.partial-*` (which run_files skips), readable by
+    all like the committed files (mkstemp makes it 0600); removed if writing fails."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-", suffix=".json")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
 
 
 def write_atomically(dest: Path, doc: dict) -> None:
-    """A reader sees the whole file or none: written beside dest as `.partial-*` (which run_files
-    skips), then renamed; the partial file is removed if writing fails."""
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".partial-", suffix=".json")
+    """Replaces dest, a reader seeing the old file or the whole new one: for what is rewritten on
+    purpose (--benchmark-compare's baseline); runs and records are filed by write_new."""
+    tmp = _write_partial(dest.parent, doc)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2)
         os.replace(tmp, dest)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
 
 
-def _filed_before(folder: Path, stamp: str, doc: dict) -> Path | None:
-    """The file that already holds this run (same start time, to the microsecond), if any."""
-    for path in sorted(folder.glob(f"{stamp}*.json")):
+def _claim_number(path: Path, stamp: str) -> int | None:
+    """n of a name write_new claims: 1 for `<stamp>.json`, n for `<stamp>_<n>.json`, else None."""
+    if not path.stem.startswith(stamp):
+        return None
+    rest = path.stem[len(stamp):]
+    if not rest:
+        return 1
+    return int(rest[1:]) if rest[0] == "_" and rest[1:].isdigit() else None
+
+
+def write_new(folder: Path, stamp: str, doc: dict) -> Path:
+    """Writes doc as a new file, `<stamp>.json` or where taken `<stamp>_2.json`, `_3`..., and returns
+    it. The file is written whole first, then hard-linked to the name: a link fails where the name
+    exists, so two writers at once never share a file (a rename would silently replace the other's)
+    and a reader never sees a partial one."""
+    tmp = _write_partial(folder, doc)
+    try:
+        n = 1
+        while True:
+            dest = folder / (f"{stamp}.json" if n == 1 else f"{stamp}_{n}.json")
+            try:
+                os.link(tmp, dest)
+                return dest
+            except FileExistsError:
+                n += 1
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _filed_before(dest: Path, stamp: str, doc: dict) -> Path | None:
+    """A file claimed before dest that holds the same run (run_identity), if any. Only earlier
+    claims count: of two stores of one run at once, the first claim stays and the second yields."""
+    mine = _claim_number(dest, stamp)
+    for path in sorted(dest.parent.glob(f"{glob.escape(stamp)}*.json")):
+        n = _claim_number(path, stamp)
+        if n is None or n >= mine:
+            continue
         try:
-            if json.loads(path.read_text()).get("datetime") == doc.get("datetime"):
+            if run_identity(json.loads(path.read_text())) == run_identity(doc):
                 return path
         except (OSError, ValueError, AttributeError):
             continue
@@ -273,22 +429,25 @@ def _filed_before(folder: Path, stamp: str, doc: dict) -> Path | None:
 
 def store_run(run_json: Path, section: str, data_dir: Path = DATA_DIR, device: str | None = None) -> Path:
     """File one finished run; returns its new path. Raises ValueError (naming the run and what is
-    wrong) for an unknown section or device, a run that is not whole (read_run) or one filed
-    before, leaving data_dir untouched."""
+    wrong) for an unknown section or device, a run that is not whole (read_run), one that is not
+    from `device` (device_problems: the device given against the run's own) or one filed before,
+    leaving data_dir as it was."""
     check_section(section)
     doc = read_run(run_json, section)
     device = device or Suite.from_json(doc).device_slug or device_slug()
     if not _SLUG.fullmatch(device):
         raise ValueError(f"{run_json}: device {device!r} is not a device folder name (like h100-80gb-x1 or cpu)")
+    if problems := device_problems(doc, device):
+        raise BadRunFile(str(run_json), problems)
     folder = data_dir / device / section
     if not folder.resolve().is_relative_to(data_dir.resolve()):  # belt and braces: names are checked above
         raise ValueError(f"{run_json}: {folder} is outside {data_dir}")
     folder.mkdir(parents=True, exist_ok=True)
     stamp = run_stamp(doc)
-    if (before := _filed_before(folder, stamp, doc)) is not None:
+    dest = write_new(folder, stamp, doc)
+    if (before := _filed_before(dest, stamp, doc)) is not None:
+        dest.unlink()
         raise ValueError(f"{run_json}: the same run is already stored as {before}")
-    dest = free_name(folder, stamp)
-    write_atomically(dest, doc)
     return dest
 
 
@@ -346,7 +505,8 @@ def committed_runs(device: str, data_dir: Path = DATA_DIR) -> tuple[list[tuple[R
         if where is None or where[0] != device:
             continue
         try:
-            runs.append((RunFile(*where, data_dir.joinpath(*f.parts)), parse_run(f.text, "/".join(f.parts))))
+            runs.append((RunFile(*where, data_dir.joinpath(*f.parts)),
+                         parse_run(f.text, "/".join(f.parts), section=where[1], device=where[0])))
         except BadRunFile as exc:
             skipped.append(str(exc))
     return runs, skipped, source

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from impl.bench.store import DATA_DIR, device_slug, free_name, write_atomically
+from impl.bench.store import DATA_DIR, device_slug, write_new
 
 ROOT = Path(__file__).resolve().parents[3]
 TESTS_FOLDER = "tests"  # beside the sections under reports/data/<device>/
@@ -126,15 +126,23 @@ def store_record(record: TestRecord, data_dir: Path = DATA_DIR) -> Path:
     """File a record under <device>/tests/, atomically and under a name no earlier record has."""
     folder = data_dir / record.device / TESTS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    dest = free_name(folder, record.stamp())
-    write_atomically(dest, record.to_json())
-    return dest
+    return write_new(folder, record.stamp(), record.to_json())
+
+
+def read_record(path: Path) -> TestRecord:
+    """The record in `path`; ValueError naming the file when it is not one (another JSON, a run
+    file, a record without a valid datetime, which its file name needs)."""
+    try:
+        record = TestRecord.from_json(json.loads(path.read_text()))
+        record.stamp()
+        return record
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not a test record ({type(exc).__name__}: {exc})") from None
 
 
 def load_records(data_dir: Path = DATA_DIR) -> list[TestRecord]:
     """Every committed record, oldest first per device (the file names sort by time)."""
-    return [TestRecord.from_json(json.loads(p.read_text()))
-            for p in sorted(data_dir.glob(f"*/{TESTS_FOLDER}/*.json")) if not p.name.startswith(".")]
+    return [read_record(p) for p in sorted(data_dir.glob(f"*/{TESTS_FOLDER}/*.json")) if not p.name.startswith(".")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.file:
-            record = TestRecord.from_json(json.loads(args.file.read_text()))
+            record = read_record(args.file)
         elif args.junit:
             record = record_from_junit(args.junit, args.command)
         else:
             ap.error("give a junit XML or --file RECORD.json")
-    except (ValueError, TypeError, json.JSONDecodeError, OSError) as exc:
+    except ValueError as exc:  # each names its file
         print(f"test_record: {exc}", file=sys.stderr)
         return 2
     if args.out:

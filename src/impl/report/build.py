@@ -6,7 +6,7 @@ import importlib
 import re
 from pathlib import Path
 
-from impl.report.data import load, load_history
+from impl.report.data import load_frames
 from impl.report import test_records
 from impl.report.index import device_names, index_facts, render_index
 from impl.report.pages import Context, Page, render_page
@@ -55,8 +55,8 @@ def index(pages: list[Page], older: list[str] | None = None, names: dict[str, st
 
 def context(data_dir: Path, reports_dir: Path) -> Context:
     """Every stored run under data_dir, loaded for pages that write their figures and CSVs under reports_dir."""
-    return Context(df=load(data_dir), history=load_history(data_dir), reports_dir=reports_dir,
-                   fig_dir=reports_dir / "figures")
+    df, history = load_frames(data_dir)
+    return Context(df=df, history=history, reports_dir=reports_dir, fig_dir=reports_dir / "figures")
 
 
 def build(root: Path | None = None) -> dict[str, str]:

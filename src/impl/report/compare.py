@@ -1,10 +1,13 @@
 """`make compare`: each section's newest fresh run (`make smoke`'s out/smoke/<section>.json or `make
-perf`'s out/runs/<run>/<section>.json, whichever is newer) against the newest committed run (git's
-HEAD) of the same section on the run's own device. It prints each row's median beside the committed one, and fails when the
-rows themselves changed: a row the baseline measured that the fresh run did not measure (gone,
-OOM, unsupported, left out) or whose status changed. A change to or from "left out by budget" is
-shown, not judged: how many rows fit a section's wall-clock budget depends on the machine. Timings are shown, not judged: a smoke run
-on a shared 2-core machine is no timing baseline; `make gate` judges timings of stored runs.
+perf`'s out/runs/<run>/<section>.json, whichever is newer) against the committed runs (git's HEAD)
+of the same section on the run's own device, row by row: each row of the fresh run against that
+row's newest committed record, in whichever committed run has it last (a later partial run does
+not hide the others), and each row of the newest committed run that the fresh run lacks. It prints
+each row's median beside the committed one, and fails when the rows themselves changed: a row the
+baseline measured that the fresh run did not measure (gone, OOM, unsupported, left out) or whose
+status changed. A change to or from "left out by budget" is shown, not judged: how many rows fit a
+section's wall-clock budget depends on the machine. Timings are shown, not judged: a smoke run on a
+shared 2-core machine is no timing baseline; `make gate` judges timings of stored runs.
 """
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import sys
 from pathlib import Path
 
 from impl.bench.row import Status
-from impl.bench.store import DATA_DIR, BadRunFile, Suite, check_section, committed_runs, read_run
+from impl.bench.store import (DATA_DIR, BadRunFile, RunFile, Suite, check_section, committed_runs, device_problems,
+                              read_run)
 from impl.report.data import Record, load_doc
 from impl.report.markdown import table
 from impl.report.templating import macros
@@ -31,28 +35,40 @@ def newest_fresh(out: Path, section: str) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
+def _baseline(stored: list[tuple[RunFile, dict]], device: str, section: str) -> tuple[dict[str, tuple[str, Record]], set[str]]:
+    """({row: (run stem, its newest committed record)}, the rows of the newest committed run)."""
+    newest: dict[str, tuple[str, Record]] = {}
+    for rf, doc in stored:  # oldest first: a later run's record replaces an earlier one's
+        records = load_doc(doc, rf.path, device, section)
+        newest.update((rec.name, (rf.stamp, rec)) for rec in records)
+    return newest, {rec.name for rec in records}  # the last run read is the newest
+
+
 def compare_run(fresh: Path, device: str | None = None, data_dir: Path = DATA_DIR) -> tuple[list[list], list[str]]:
-    """(table rows, problems) of one fresh run against the newest whole committed run of its section
-    on `device` (default: the run's own). A fresh or committed file that is not a whole run is
-    named: a bad fresh run is a problem, a bad committed one is skipped with a warning."""
+    """(table rows, problems) of one fresh run against the committed runs of its section on
+    `device` (default: the run's own), row by row. A fresh or committed file that is not a whole
+    run of its section and device is named: a bad fresh run is a problem, a bad committed one is
+    skipped with a warning."""
     section = fresh.stem
     try:
         fresh_doc = read_run(fresh, section)
+        device = device or Suite.from_json(fresh_doc).device_slug or "cpu"
+        if problems := device_problems(fresh_doc, device):
+            raise BadRunFile(str(fresh), problems)
     except BadRunFile as exc:
         return [], [f"{section}: {exc}"]
-    device = device or Suite.from_json(fresh_doc).device_slug or "cpu"
     stored, skipped, _ = committed_runs(device, data_dir)
     for why in skipped:
         print(WORDS.compare_skipped(why), file=sys.stderr)
     stored = [(rf, doc) for rf, doc in stored if rf.section == section]
     if not stored:
         return [], [WORDS.compare_no_baseline(section, device)]
-    base_rf, base_doc = stored[-1]
-    base = _by_name(load_doc(base_doc, base_rf.path, device, section))
+    base, newest_rows = _baseline(stored, device, section)
     new = _by_name(load_doc(fresh_doc, fresh, device, section))
     rows, problems = [], []
-    for name in sorted(base.keys() | new.keys()):
-        b, n = base.get(name), new.get(name)
+    for name in sorted(newest_rows | new.keys()):
+        stamp, b = base.get(name, (None, None))
+        n = new.get(name)
         b_status = b.row.status.value if b else "absent"
         n_status = n.row.status.value if n else "absent"
         b_ms = f"{b.stats.median * 1e3:.4g}" if b and b.stats and b.stats.median else "–"
@@ -60,7 +76,7 @@ def compare_run(fresh: Path, device: str | None = None, data_dir: Path = DATA_DI
         rows.append([section, name, b_status, n_status, b_ms, n_ms])
         budget = Status.LEFT_OUT_BY_BUDGET.value
         if b is not None and b_status != n_status and budget not in (b_status, n_status):
-            problems.append(WORDS.compare_changed(section, name, b_status, base_rf.stamp, n_status))
+            problems.append(WORDS.compare_changed(section, name, b_status, stamp, n_status))
     return rows, problems
 
 

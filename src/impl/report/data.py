@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from impl.bench.row import SCHEMA, Row, Status
-from impl.bench.store import BadRunFile, read_run, run_files
+from impl.bench.store import BadRunFile, RunFile, read_run, row_number_problems, run_files, run_identity
 from impl.report.legacy import legacy_row
 
 STAT_KEYS = ("mean", "stddev", "median", "min", "max", "iqr", "rounds")
@@ -69,16 +69,31 @@ def _commit(info: dict) -> str:
 
 def load_file(path: Path, device: str | None = None, section: str | None = None) -> list[Record]:
     """One run file's records; BadRunFile (naming the file and each bad row) for a file that is
-    not a whole run (impl.bench.store.read_run: truncated, empty, failed tests, NaN stats...)."""
-    return load_doc(read_run(path), path, device, section)
+    not a whole run (impl.bench.store.read_run: truncated, empty, failed tests, NaN stats...) or,
+    where `device` and `section` are given, not a run of them."""
+    return load_doc(read_run(path, section, device), path, device, section)
 
 
 def load_doc(doc: dict, path: Path, device: str | None = None, section: str | None = None) -> list[Record]:
     """The records of a run already read (impl.bench.store.read_run or parse_run) from `path`."""
     try:
         return _records(doc, path, device, section)
+    except BadRunFile:
+        raise
     except (AttributeError, KeyError, TypeError, ValueError) as exc:  # an older-format row read_run cannot check
         raise BadRunFile(str(path), [f"unreadable row ({type(exc).__name__}: {exc})"]) from None
+
+
+def _legacy_record(bench: dict, stats: Stats, path: Path) -> tuple[Row, Stats | None]:
+    """An older-format row, its numbers checked as the store checks a schema-2 row's."""
+    row, kernel_s = legacy_row(bench.get("extra_info") or {}, bench.get("group"))
+    if problems := row_number_problems(row):
+        raise BadRunFile(str(path), [f"row {bench['name']}: {p}" for p in problems])
+    if row.status is not Status.MEASURED:
+        return row, None  # its one round timed a no-op
+    if kernel_s is not None:  # the real figure was do_bench's; the stats timed one round
+        return row, Stats(kernel_s, None, kernel_s, None, None, None, None, None)
+    return row, stats
 
 
 def _records(doc: dict, path: Path, device: str | None, section: str | None) -> list[Record]:
@@ -90,14 +105,7 @@ def _records(doc: dict, path: Path, device: str | None, section: str | None) -> 
     for bench in benches:
         info = bench.get("extra_info") or {}
         stats = Stats.from_json(bench.get("stats") or {})
-        if info.get("schema") == SCHEMA:
-            row = Row.from_json(info)
-        else:
-            row, kernel_s = legacy_row(info, bench.get("group"))
-            if row.status is not Status.MEASURED:
-                stats = None  # its one round timed a no-op
-            elif kernel_s is not None:  # the real figure was do_bench's; the stats timed one round
-                stats = Stats(kernel_s, None, kernel_s, None, None, None, None, None)
+        row, stats = (Row.from_json(info), stats) if info.get("schema") == SCHEMA else _legacy_record(bench, stats, path)
         out.append(Record(bench["name"], run, row, stats))
     for entry in doc.get("not_run", []):
         out.append(Record(entry["name"], run, Row.from_json(entry["row"]), None))
@@ -123,16 +131,65 @@ def frame(records: list[Record]) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
-def load_records(data_dir: Path) -> list[Record]:
-    """Every stored run of every device and section (impl.bench.store's layout), oldest first. A
-    file that is not a whole run is left out with a warning naming it (`make gate` fails on it)."""
-    records = []
+@dataclass(frozen=True)
+class StoredRun:
+    """A whole run of its folder's device and section, and its records."""
+
+    file: RunFile
+    records: list[Record]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A file holding a run already read from another file of its folder (impl.bench.store.run_identity)."""
+
+    path: Path
+    original: Path
+
+    def __str__(self) -> str:
+        return f"{self.path}: the same run as {self.original} (the same start time)"
+
+
+@dataclass
+class Stored:
+    """Every stored run file read once: the whole runs in their folders, oldest first within each
+    (device, section); the files that are not whole runs or not runs of their folder's device and
+    section; the copies of a run already read, each kept out so a run counts once."""
+
+    runs: list[StoredRun]
+    bad: list[BadRunFile]
+    copies: list[Copy]
+
+    def warnings(self) -> list[str]:
+        return [f"warning: skipped {exc}" for exc in self.bad] + [f"warning: skipped {c}" for c in self.copies]
+
+
+def load_stored(data_dir: Path) -> Stored:
+    stored, first = Stored([], [], []), {}
     for rf in run_files(data_dir):
         try:
-            records.extend(load_file(rf.path, rf.device, rf.section))
+            doc = read_run(rf.path, rf.section, rf.device)
+            records = load_doc(doc, rf.path, rf.device, rf.section)
         except BadRunFile as exc:
-            print(f"warning: skipped {exc}", file=sys.stderr)
-    return records
+            stored.bad.append(exc)
+            continue
+        key = (rf.device, rf.section, run_identity(doc))
+        if key in first:
+            stored.copies.append(Copy(rf.path, first[key]))
+            continue
+        first[key] = rf.path
+        stored.runs.append(StoredRun(rf, records))
+    return stored
+
+
+def load_records(data_dir: Path) -> list[Record]:
+    """Every stored run of every device and section (impl.bench.store's layout), oldest first. A
+    file that is not a whole run of its folder, or a copy of a run already read, is left out with
+    a warning naming it (`make gate` fails on the first)."""
+    stored = load_stored(data_dir)
+    for line in stored.warnings():
+        print(line, file=sys.stderr)
+    return [rec for run in stored.runs for rec in run.records]
 
 
 def _split_newest(records: list[Record]) -> tuple[list[Record], list[Record]]:
@@ -145,11 +202,18 @@ def _split_newest(records: list[Record]) -> tuple[list[Record], list[Record]]:
     return list(newest.values()), [r for r in records if id(r) not in keep]
 
 
+def load_frames(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(each row's newest run, every earlier run of each row), the files read once, so a skipped
+    file is warned of once."""
+    newest, earlier = _split_newest(load_records(data_dir))
+    return frame(newest), frame(earlier)
+
+
 def load(data_dir: Path) -> pd.DataFrame:
     """Each row's newest run: what the report shows."""
-    return frame(_split_newest(load_records(data_dir))[0])
+    return load_frames(data_dir)[0]
 
 
 def load_history(data_dir: Path) -> pd.DataFrame:
     """Every earlier run of each row, for version and history tables."""
-    return frame(_split_newest(load_records(data_dir))[1])
+    return load_frames(data_dir)[1]

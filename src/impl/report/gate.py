@@ -1,20 +1,25 @@
-"""The regression gate (`make gate`): for each device and section, every measured row of the
-newest stored run is compared, on pytest-benchmark's median, with the same row in the latest
-earlier run that measured it with the same clock. A row slower by more than its noise band fails the gate unless
-`reports/accepted-changes.toml` accepts it with a reason:
+"""The regression gate (`make gate`): each stored row is judged by its own history. For each
+device, section and row, the row's newest measurement (in whichever stored run measured it last)
+is compared, on pytest-benchmark's median, with the row's previous measurement taken with the same
+clock. So a later partial run (`-k`) leaves the other rows judged by their own newest runs, a copy
+of a run is read once (the later file is ignored by name), and a file whose rows are not of its
+folder's section and device fails the gate by name. A row slower by more than its noise band
+fails the gate unless `reports/accepted-changes.toml` accepts it with a reason:
 
     [[accepted]]
     device = "h100-80gb-x1"
     section = "leaderboard"
     row = "test_leaderboard[flash_triton-fwd_bwd]"
-    run = "20261124T101500Z_abcdef12"   # optional: the newest run's file stem; without it, every run
+    run = "20261124T101500Z_abcdef12"   # optional: the run file's stem of the slower measurement; without it, every run
     reason = "why this row may be slower"
 
 Noise bands (relative, per row) come from repeated identical runs: `python -m impl.report.gate
 --bands A.json B.json ...` writes them to `reports/noise-bands.toml`; a row without one uses
 DEFAULT_BAND for its device type. Both files are validated: an error names the file, the entry
-and what is wrong. A run file that is not a whole run (impl.bench.store.read_run: truncated, NaN
-or non-positive stats, failed tests...) fails the gate by name, so committed corruption is caught.
+and what is wrong, a value that is not sane (a band above MAX_BAND) or a device, section, row or
+run that no stored run has. A run file that is not a whole run (impl.bench.store.read_run:
+truncated, NaN or negative numbers, failed tests, rows of another section or device...) fails the
+gate by name, so committed corruption is caught.
 """
 from __future__ import annotations
 
@@ -26,8 +31,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from impl.bench.row import Status
-from impl.bench.store import DATA_DIR, BadRunFile, run_files
-from impl.report.data import Record, load_file
+from impl.bench.store import DATA_DIR, BadRunFile, read_run, run_identity
+from impl.report.data import Copy, Record, Stored, load_doc, load_stored
 from impl.report.markdown import table
 from impl.report.templating import macros
 
@@ -39,6 +44,9 @@ REPORTS = DATA_DIR.parent
 DEFAULT_BAND = {"cuda": 0.10}
 BAND_SAFETY = 1.5  # a measured band is this times the largest spread seen between identical runs
 MIN_BAND = 0.02
+# A band lets a row take (1 + band) times as long before it fails. Beyond 2 (three times as long)
+# it judges nothing; the widest measured so far is 1.32 (flash_shapes' host-bound d80 rows).
+MAX_BAND = 2.0
 
 
 @dataclass(frozen=True)
@@ -126,9 +134,10 @@ def read_bands(path: Path) -> dict[str, dict[str, dict[str, float]]]:
             if not isinstance(rows, dict):
                 raise ConfigError(f"{path}: [{device}.{section}] must be a table of row = band")
             for row, band in rows.items():
-                if isinstance(band, bool) or not isinstance(band, (int, float)) or not math.isfinite(band) or band <= 0:
+                if (isinstance(band, bool) or not isinstance(band, (int, float)) or not math.isfinite(band)
+                        or not 0 < band <= MAX_BAND):
                     raise ConfigError(f"{path}: [{device}.{section}] {row!r}: a band is a relative spread > 0 "
-                                      f"(0.02 is 2%), got {band!r}")
+                                      f"and <= {MAX_BAND} (0.02 is 2%), got {band!r}")
     return doc
 
 
@@ -143,58 +152,131 @@ def _measured(records: list[Record]) -> dict[str, Record]:
             if r.row.status is Status.MEASURED and r.stats is not None and r.stats.median}
 
 
+@dataclass(frozen=True)
+class Measurement:
+    run: str  # the run file's stem
+    record: Record
+
+
+@dataclass
+class Histories:
+    """What the stored runs hold, row by row: (device, section) → row → its measurements, oldest
+    first; and (device, section) → row → the runs that have it in any status (what the gate's
+    configuration may name)."""
+
+    measured: dict[tuple[str, str], dict[str, list[Measurement]]] = field(default_factory=dict)
+    rows: dict[tuple[str, str], dict[str, set[str]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stored: Stored) -> Histories:
+        out = cls()
+        for run in stored.runs:  # file order: oldest first within a folder
+            where, stamp = (run.file.device, run.file.section), run.file.stamp
+            rows = out.rows.setdefault(where, {})
+            for rec in run.records:
+                rows.setdefault(rec.name, set()).add(stamp)
+            for name, rec in _measured(run.records).items():
+                out.measured.setdefault(where, {}).setdefault(name, []).append(Measurement(stamp, rec))
+        return out
+
+    def where_unknown(self, device: str, section: str, row: str | None = None, run: str | None = None) -> str | None:
+        """What of (device, section, row, run) no stored run has, in words; None where all exist."""
+        devices = sorted({d for d, _ in self.rows})
+        if device not in devices:
+            return f"no stored runs of device {device!r} (devices: {', '.join(devices)})"
+        if (device, section) not in self.rows:
+            sections = sorted(s for d, s in self.rows if d == device)
+            return f"no stored {device} runs of section {section!r} (sections: {', '.join(sections)})"
+        rows = self.rows[(device, section)]
+        if run is not None and not any(run in runs for runs in rows.values()):
+            return f"no stored {device}/{section} run {run!r}"
+        if row is not None and row not in rows:
+            return f"no row {row!r} in any stored {device}/{section} run"
+        if row is not None and run is not None and run not in rows[row]:
+            return f"row {row!r} is not in the run {run!r}"
+        return None
+
+
+def _judged(history: list[Measurement]) -> tuple[Measurement, Measurement] | None:
+    """(previous, newest) of a row's measurements: the newest against the latest earlier one timed
+    with the same clock; None where there is none."""
+    newest = history[-1]
+    prev = next((m for m in reversed(history[:-1]) if _clock(m.record) == _clock(newest.record)), None)
+    return None if prev is None else (prev, newest)
+
+
+def check_accepted(path: Path, entries: list[Acceptance], known: Histories) -> None:
+    """ConfigError naming the entry that names a device, section, row or run no stored run has."""
+    for i, a in enumerate(entries, 1):
+        if why := known.where_unknown(a.device, a.section, a.row, a.run):
+            raise ConfigError(f"{path}: [[accepted]] entry {i} (row {a.row!r}): {why}")
+
+
+def check_bands(path: Path, bands: dict[str, dict[str, dict[str, float]]], known: Histories) -> None:
+    """ConfigError naming the band whose device, section or row no stored run has."""
+    for device, by_section in bands.items():
+        for section, rows in by_section.items():
+            for row in [None, *rows]:
+                if why := known.where_unknown(device, section, row):
+                    raise ConfigError(f"{path}: [{device}.{section}]{f' {row!r}' if row else ''}: {why}")
+
+
 @dataclass
 class Verdict:
     changes: list[Change]
-    bad_files: list[BadRunFile] = field(default_factory=list)  # fail the gate: committed corruption
+    bad_files: list[BadRunFile] = field(default_factory=list)  # fail the gate: committed corruption or misplaced runs
+    copies: list[Copy] = field(default_factory=list)  # a run's second file: ignored, named
 
 
 def compare(data_dir: Path = DATA_DIR, bands_path: Path | None = None,
             accepted_path: Path | None = None) -> Verdict:
-    bands = read_bands(bands_path or data_dir.parent / "noise-bands.toml")
+    bands_path = bands_path or data_dir.parent / "noise-bands.toml"
+    accepted_path = accepted_path or data_dir.parent / "accepted-changes.toml"
+    bands, entries = read_bands(bands_path), read_accepted(accepted_path)
+    stored = load_stored(data_dir)  # every file is read, CPU ones too: a bad file fails the gate wherever it is
+    known = Histories.of(stored)
+    check_bands(bands_path, bands, known)
+    check_accepted(accepted_path, entries, known)
     # an entry naming a run accepts the change into that run only; without one, every run of the row
-    accepted = {(a.device, a.section, a.row, a.run): a.reason
-                for a in read_accepted(accepted_path or data_dir.parent / "accepted-changes.toml")}
-    verdict = Verdict([])
-    by_section: dict[tuple[str, str], list] = {}
-    for rf in run_files(data_dir):
-        try:  # every file is read, CPU ones too: a corrupt file fails the gate wherever it is
-            rows = _measured(load_file(rf.path, rf.device, rf.section))
-        except BadRunFile as exc:
-            verdict.bad_files.append(exc)
-            continue
-        by_section.setdefault((rf.device, rf.section), []).append((rf, rows))
-    changes = verdict.changes
-    for (device, section), loaded in sorted(by_section.items()):
-        loaded.sort(key=lambda pair: pair[0].stamp)
-        runs = [rf for rf, _ in loaded]
-        newest = loaded[-1][1]
-        earlier = list(reversed(loaded[:-1]))
+    accepted = {(a.device, a.section, a.row, a.run): a.reason for a in entries}
+    changes = []
+    for (device, section), rows in sorted(known.measured.items()):
         if device == "cpu":
             continue
-        default = DEFAULT_BAND["cuda"]
-        for name, rec in sorted(newest.items()):
-            prev = next(((rf, rows[name]) for rf, rows in earlier
-                         if name in rows and _clock(rows[name]) == _clock(rec)), None)
-            if prev is None:
+        for name, history in sorted(rows.items()):
+            if (pair := _judged(history)) is None:
                 continue
-            band = bands.get(device, {}).get(section, {}).get(name, default)
-            changes.append(Change(device, section, name, prev[0].stamp, runs[-1].stamp, prev[1].stats.median,
-                                  rec.stats.median, band, accepted.get((device, section, name, runs[-1].stamp))
+            prev, newest = pair
+            band = bands.get(device, {}).get(section, {}).get(name, DEFAULT_BAND["cuda"])
+            changes.append(Change(device, section, name, prev.run, newest.run, prev.record.stats.median,
+                                  newest.record.stats.median, band,
+                                  accepted.get((device, section, name, newest.run))
                                   or accepted.get((device, section, name, None))))
-    return verdict
+    return Verdict(changes, stored.bad, stored.copies)
 
 
 def measure_bands(run_paths: list[Path], device: str, section: str) -> dict[str, float]:
     """Per row measured in two runs or more, BAND_SAFETY × the largest relative spread of the
-    median across identical runs. ValueError for fewer than two distinct runs: one run has no spread."""
-    if len({p.resolve() for p in run_paths}) < 2:
-        raise ValueError(f"--bands needs at least two different runs of the same code, got {len(set(run_paths))}")
+    median across identical runs. ValueError for fewer than two runs, two files of one run (a
+    copy has no spread), a run of another device or section (each named), or a band beyond
+    MAX_BAND (the runs were not identical)."""
+    docs = [(path, read_run(path, section, device)) for path in run_paths]
+    first: dict[str | None, Path] = {}
+    for path, doc in docs:
+        if (identity := run_identity(doc)) in first:
+            raise ValueError(f"{path} and {first[identity]} are the same run (the same start time): a copy has no spread")
+        first[identity] = path
+    if len(docs) < 2:
+        raise ValueError(f"--bands needs at least two different runs of the same code, got {len(docs)}")
     medians: dict[str, list[float]] = {}
-    for path in run_paths:
-        for name, rec in _measured(load_file(path, device, section)).items():
+    for path, doc in docs:
+        for name, rec in _measured(load_doc(doc, path, device, section)).items():
             medians.setdefault(name, []).append(rec.stats.median)
-    return {name: max(MIN_BAND, BAND_SAFETY * (max(m) / min(m) - 1)) for name, m in medians.items() if len(m) > 1}
+    bands = {name: max(MIN_BAND, BAND_SAFETY * (max(m) / min(m) - 1)) for name, m in medians.items() if len(m) > 1}
+    if wide := {name: band for name, band in bands.items() if band > MAX_BAND}:
+        raise ValueError(f"bands beyond {MAX_BAND} (the runs were not identical): "
+                         + ", ".join(f"{name} {band:.2f}" for name, band in sorted(wide.items())))
+    return bands
 
 
 def write_bands(path: Path, device: str, section: str, bands: dict[str, float]) -> None:
@@ -245,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     changes = verdict.changes
     for exc in verdict.bad_files:
         print(WORDS.gate_corrupt(exc), file=sys.stderr)
+    for copy in verdict.copies:
+        print(WORDS.gate_copy(copy), file=sys.stderr)
     shown = changes if args.all else [c for c in changes if c.verdict != "within band"]
     print(WORDS.gate_summary(len(changes), len({(c.device, c.section) for c in changes})))
     if shown:
