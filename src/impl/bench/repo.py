@@ -1,8 +1,9 @@
 """The repository a command works on. Each CLI (impl.report, impl.report.gate, impl.report.compare,
-impl.bench.store, impl.bench.test_record) reads and writes only under one: the folder given by
-`--root`, or else the nearest folder at or above the current one that holds both `reports/data/`
-and `pyproject.toml`. Never the package's own location: installed, that is a site-packages folder,
-and a report built there once deleted the pages it found (issue 46)."""
+impl.bench.store, impl.bench.test_record) reads and writes only under one (and a `--data-dir` the
+user names): the folder given by `--root`, or else the nearest folder at or above the current one
+that holds both `reports/data/` and `pyproject.toml`; where there is none it refuses before doing
+anything. Never the package's own location: installed, that is a site-packages folder, and a report
+built there once deleted the pages it found (issue 46)."""
 from __future__ import annotations
 
 import argparse
