@@ -1,7 +1,10 @@
 """impl.bench.harness.set_up_or_oom: an OOM while building a row becomes the row's OOM record, made
 only after the half-built objects are gone (their memory is what the next rows need); an error the
-caller names unsupported (an SDPA backend refusing a config) becomes an unsupported row."""
+caller names unsupported (an SDPA backend refusing a config) becomes an unsupported row. A perf
+file's Budget starts with the file's first test, not at its import."""
 import gc
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -73,3 +76,53 @@ def test_an_error_named_unsupported_becomes_an_unsupported_row_and_others_still_
     assert rec.calls == []
     with pytest.raises(RuntimeError, match="No available kernel"):  # our kernels' errors are failures
         set_up_or_oom(rec, build, problem="p", config={}, unsupported=sdpa_rejects("flash_triton"))
+
+
+# Two perf files as a session collects them (`pytest perf -k flash`): both are imported before the
+# first test runs. The first spends its budget; the second's budgets start with its own first test.
+FIRST_FILE = """
+import time
+from impl.bench.harness import Budget
+
+BUDGET = Budget({budget})
+
+def test_spends_the_budget():
+    time.sleep({budget} + 0.2)
+    assert BUDGET.exhausted()
+
+def test_later_rows_share_it():  # one clock per file, not one per test
+    assert BUDGET.exhausted()
+"""
+SECOND_FILE = """
+import time
+from impl.bench.harness import Budget
+
+BUDGET = Budget({budget})
+LATER_GRID = Budget(0.3)  # a second grid's budget, first checked by a later test (nsys_profile's 2026 rows)
+
+def test_keeps_its_whole_budget():
+    assert BUDGET.deadline - time.monotonic() > {budget} - {slack}
+    time.sleep(0.5)
+
+def test_every_budget_of_the_file_started_with_its_first_test():
+    assert LATER_GRID.exhausted()
+"""
+
+
+def test_each_perf_file_budget_starts_with_its_first_test(tmp_path):
+    budget, slack = 2.0, 1.0  # slack: pytest's own time between starting a file and its first test, on a busy machine
+    (tmp_path / "test_first_file.py").write_text(FIRST_FILE.format(budget=budget))
+    (tmp_path / "test_second_file.py").write_text(SECOND_FILE.format(budget=budget, slack=slack))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "impl.bench.plugin", "-p", "no:cacheprovider", "-q",
+                           "test_first_file.py", "test_second_file.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "4 passed" in done.stdout
+
+
+def test_a_budget_made_outside_a_test_file_starts_at_its_first_check():
+    from impl.bench.harness import Budget
+
+    budget = Budget(60)
+    assert budget.deadline is None
+    assert not budget.exhausted() and budget.deadline is not None

@@ -587,7 +587,7 @@ def test_backward_probe_counts_shapes_where_atomic_was_slower():
                                                  dict(shape=shape, ms={"ours bwd two_pass": 1.0})]))
     assert len(p.shapes) == 2 and (p.slower_e2e, p.slower_bwd) == (1, 1)
     assert p.shapes[0].shape == "1×2×4096×64 causal" and round(p.shapes[0].atomic_over_two_pass, 2) == 1.1
-    f = flash_attention_facts()
+    f = flash_attention_facts(ROOT)
     assert f.block_q > 0 and f.block_k > 0 and f.tests
 
 

@@ -404,7 +404,8 @@ def test_compare_baseline_from_any_folder_and_saved_runs_shadow_only_their_rows(
     from pytest_benchmark.utils import get_machine_id
 
     committed = _run({A: 1e-3, B: 2e-3})
-    monkeypatch.setattr(store, "committed_baseline", lambda device: store.Baseline(committed, "git HEAD:reports/data"))
+    monkeypatch.setattr(store, "committed_baseline",
+                        lambda device, data_dir: store.Baseline(committed, "git HEAD:reports/data"))
     monkeypatch.setattr(store, "device_slug", lambda: GPU)
     saved = tmp_path / ".benchmarks" / get_machine_id()
     saved.mkdir(parents=True)

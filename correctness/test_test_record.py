@@ -29,7 +29,7 @@ def test_junit_counts_and_failure_names(tmp_path, monkeypatch):
     path = tmp_path / "junit.xml"
     path.write_text(JUNIT)
     monkeypatch.setenv("SUITE_COMMIT", "0123456789abcdef")
-    rec = tr.record_from_junit(path, "pytest correctness -n 8", device="h100-80gb-x1")
+    rec = tr.record_from_junit(path, "pytest correctness -n 8", _tree(tmp_path / "repo"), device="h100-80gb-x1")
     assert (rec.passed, rec.failed, rec.errors, rec.skipped) == (4, 2, 1, 3)
     assert rec.failures == ["correctness.test_a::test_bad[fp32]", "correctness.test_b::test_worse",
                             "correctness.test_c::test_setup"]
@@ -50,7 +50,7 @@ def test_records_are_filed_never_overwritten(tmp_path, monkeypatch):
     path.write_text('<testsuite tests="2" failures="0" errors="0" skipped="0" time="1"><testcase classname="a" '
                     'name="t1"/><testcase classname="a" name="t2"/></testsuite>')
     monkeypatch.setenv("SUITE_COMMIT", "abcdef0123")
-    rec = tr.record_from_junit(path, "pytest correctness", device="cpu")
+    rec = tr.record_from_junit(path, "pytest correctness", _tree(tmp_path / "repo"), device="cpu")
     first, second = tr.store_record(rec, tmp_path / "data"), tr.store_record(rec, tmp_path / "data")
     assert first != second and first.parent == second.parent == tmp_path / "data/cpu/tests"
     assert [r.to_json() for r in tr.load_records(tmp_path / "data")] == [rec.to_json()] * 2

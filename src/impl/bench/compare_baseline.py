@@ -21,7 +21,7 @@ def write_compare_baseline(config) -> list[str]:
     if config.getoption("benchmark_storage") != f"file://{config.rootpath / '.benchmarks'}":
         return notes  # the user named a storage: theirs to fill and compare with
     device = store.device_slug()
-    baseline = store.committed_baseline(device)
+    baseline = store.committed_baseline(device, config.rootpath / "reports" / "data")  # rootdir: the repository
     for why in baseline.skipped:
         notes.append(f"compare: skipped {why}")
     folder = config.rootpath / ".benchmarks" / get_machine_id()

@@ -40,15 +40,24 @@ def peak_memory(device: torch.device) -> Memory:
 
 
 class Budget:
-    """Wall-clock budget of one perf file (started at import, i.e. at collection): rows past it
-    are recorded as left out by budget, so a run that would overrun the GPU machine's 10-minute
-    command limit still ends and writes its JSON."""
+    """Wall-clock budget of one perf file: rows past it are recorded as left out by budget, so a
+    run that would overrun the GPU machine's 10-minute command limit still ends and writes its JSON.
+    A perf file makes its budgets at import, i.e. at collection, but their clock starts with the
+    file's first test (impl.bench.plugin starts every Budget a test module holds): a session that
+    collects several files (`pytest perf -k flash`) spends no later file's budget while the earlier
+    ones run. A budget made elsewhere (a fixture's) starts at its first check."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
-        self.deadline = time.monotonic() + seconds
+        self.deadline: float | None = None  # time.monotonic() when it runs out, once started
+
+    def start(self) -> None:
+        """Starts the clock; a started budget keeps its deadline."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.seconds
 
     def exhausted(self) -> bool:
+        self.start()
         return time.monotonic() > self.deadline
 
     def reason(self) -> str:

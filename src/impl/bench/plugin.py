@@ -4,7 +4,8 @@ run's `BenchSession` (impl.bench.session: rows that did not run, failed tests, t
 the compare baseline), keeps it on `config.stash[SESSION]` and registers it, so its hooks and the
 fixtures below read the run's state from pytest's config, not from module globals.
 
-Fixtures for perf tests: `device`, `profile`, `peaks`, `bench` (impl.bench.harness.Harness).
+Fixtures for perf tests: `device`, `profile`, `peaks`, `bench` (impl.bench.harness.Harness); every
+test module's budgets start with its first test.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import os
 import pytest
 import torch
 
-from impl.bench.harness import Harness
+from impl.bench.harness import Budget, Harness
 from impl.bench.peaks import measure_peaks
 from impl.bench.session import BenchSession
 from impl.runtime import default_device, profile_name
@@ -80,6 +81,16 @@ def profile() -> str:
 def peaks(device):
     """MFU's denominators, measured once per session on first use (impl.bench.peaks)."""
     return functools.cache(lambda: measure_peaks(device))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _budgets_start_with_the_file(request):
+    """A perf file's budgets (module-level Budget objects, made when pytest imports the file at
+    collection) start when the file's first test does, before its module fixtures: a later file of
+    the session keeps its whole budget (issue 46)."""
+    for value in vars(request.module).values():
+        if isinstance(value, Budget):
+            value.start()
 
 
 @pytest.fixture

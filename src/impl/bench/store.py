@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
-DATA_DIR = REPO / "reports" / "data"
-PERF_DIR = REPO / "perf"
+from impl.bench.repo import add_repo_arguments, find_repo, repo_from_args
+
 NOT_RUNS = ("probes", "logs", "tests", "history")  # folders beside the sections that hold no runs (tests: test records)
 STAT_KEYS = ("median", "mean", "min", "max")  # seconds per call: each finite and > 0 (the median required)
 _SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")  # a device folder's name (gpu_slug, "cpu")
@@ -90,7 +89,7 @@ def _run_path(parts: tuple[str, ...]) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-def run_files(data_dir: Path = DATA_DIR) -> list[RunFile]:
+def run_files(data_dir: Path) -> list[RunFile]:
     """Every stored run, oldest first within each (device, section)."""
     out = []
     for path in sorted(data_dir.glob("*/*/*.json")):
@@ -100,12 +99,12 @@ def run_files(data_dir: Path = DATA_DIR) -> list[RunFile]:
     return out
 
 
-def sections(perf_dir: Path = PERF_DIR) -> list[str]:
+def sections(perf_dir: Path) -> list[str]:
     """The suite's sections: one per perf/test_<section>.py."""
     return sorted(p.stem.removeprefix("test_") for p in perf_dir.glob("test_*.py"))
 
 
-def check_section(section: str, perf_dir: Path = PERF_DIR) -> None:
+def check_section(section: str, perf_dir: Path) -> None:
     known = sections(perf_dir)
     if section not in known:
         raise ValueError(f"unknown section {section!r}: there is no perf/test_{section}.py (sections: {', '.join(known)})")
@@ -427,12 +426,13 @@ def _filed_before(dest: Path, stamp: str, doc: dict) -> Path | None:
     return None
 
 
-def store_run(run_json: Path, section: str, data_dir: Path = DATA_DIR, device: str | None = None) -> Path:
+def store_run(run_json: Path, section: str, data_dir: Path, device: str | None = None,
+              perf_dir: Path | None = None) -> Path:
     """File one finished run; returns its new path. Raises ValueError (naming the run and what is
-    wrong) for an unknown section or device, a run that is not whole (read_run), one that is not
-    from `device` (device_problems: the device given against the run's own) or one filed before,
-    leaving data_dir as it was."""
-    check_section(section)
+    wrong) for an unknown section (perf_dir's; default: the repository run in) or device, a run
+    that is not whole (read_run), one that is not from `device` (device_problems: the device given
+    against the run's own) or one filed before, leaving data_dir as it was."""
+    check_section(section, perf_dir or find_repo().perf_dir)
     doc = read_run(run_json, section)
     device = device or Suite.from_json(doc).device_slug or device_slug()
     if not _SLUG.fullmatch(device):
@@ -467,7 +467,7 @@ class CommittedFile:
     text: str
 
 
-def committed_files(data_dir: Path = DATA_DIR) -> tuple[list[CommittedFile], str]:
+def committed_files(data_dir: Path) -> tuple[list[CommittedFile], str]:
     """(every file under data_dir as git's HEAD has it, sorted; where they were read from). Where
     data_dir is not in a git checkout with a HEAD, the working tree, and the source says so."""
     def git(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
@@ -495,7 +495,7 @@ def committed_files(data_dir: Path = DATA_DIR) -> tuple[list[CommittedFile], str
     return files, f"git HEAD:{rel}"
 
 
-def committed_runs(device: str, data_dir: Path = DATA_DIR) -> tuple[list[tuple[RunFile, dict]], list[str], str]:
+def committed_runs(device: str, data_dir: Path) -> tuple[list[tuple[RunFile, dict]], list[str], str]:
     """(the committed runs of `device`, oldest first within a section, as (file, document); the
     files skipped as not whole runs, each named with why; where they were read from)."""
     files, source = committed_files(data_dir)
@@ -512,7 +512,7 @@ def committed_runs(device: str, data_dir: Path = DATA_DIR) -> tuple[list[tuple[R
     return runs, skipped, source
 
 
-def committed_baseline(device: str, data_dir: Path = DATA_DIR) -> Baseline:
+def committed_baseline(device: str, data_dir: Path) -> Baseline:
     """For every row stored for `device` in the committed runs (git's HEAD, never the working tree,
     so an unfiled or uncommitted run is no baseline), its newest schema-2 measurement: what `pytest
     perf --benchmark-compare` compares with (impl.bench.plugin). Older-format rows are left out:
@@ -537,13 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark JSON of finished runs")
     ap.add_argument("--section", help="section name (default: the JSON file's stem up to its first '-')")
-    ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
     ap.add_argument("--device", help="device slug (default: the run's own)")
+    add_repo_arguments(ap)
     args = ap.parse_args(argv)
+    repo = repo_from_args(ap, args)
     status = 0
     for run in args.runs:
         try:
-            dest = store_run(run, args.section or run.stem.split("-")[0], args.data_dir, args.device)
+            dest = store_run(run, args.section or run.stem.split("-")[0], repo.data_dir, args.device, repo.perf_dir)
             print(f"stored {run} -> {dest}")
         except ValueError as exc:  # BadRunFile included: it names the file and each row
             print(f"store: {exc}; not stored", file=sys.stderr)

@@ -24,18 +24,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from impl.bench.store import DATA_DIR, device_slug, write_new
+from impl.bench.repo import add_repo_arguments, repo_from_args
+from impl.bench.store import device_slug, write_new
 
-ROOT = Path(__file__).resolve().parents[3]
 TESTS_FOLDER = "tests"  # beside the sections under reports/data/<device>/
 # What a GPU test record vouches for: the Triton kernels and the code that launches them.
 KERNEL_PATHS = ("src/impl/attention", "src/impl/model/adamw_master.py")
 SOURCE_PATHS = ("src", "correctness", "conftest.py", "pyproject.toml")
 
 
-def digest(paths: tuple[str, ...] = SOURCE_PATHS, root: Path = ROOT) -> str:
-    """sha256 over the .py/.toml files under `paths` (relative names and contents, sorted), read from
-    the working tree: the same code gives the same digest on any machine, committed or not."""
+def digest(paths: tuple[str, ...], root: Path) -> str:
+    """sha256 over the .py/.toml files under `paths` (relative to the repository `root`; names and
+    contents, sorted), read from the working tree: the same code gives the same digest on any
+    machine, committed or not."""
     h = hashlib.sha256()
     files = []
     for p in paths:
@@ -48,9 +49,9 @@ def digest(paths: tuple[str, ...] = SOURCE_PATHS, root: Path = ROOT) -> str:
     return h.hexdigest()[:16]
 
 
-def _git(*args: str) -> str | None:
+def _git(root: Path, *args: str) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -110,19 +111,21 @@ def parse_junit(path: Path) -> tuple[dict[str, int], float, list[str]]:
     return counts, seconds, failures
 
 
-def record_from_junit(path: Path, command: str, device: str | None = None) -> TestRecord:
+def record_from_junit(path: Path, command: str, root: Path, device: str | None = None) -> TestRecord:
+    """The record of a run of the tests of the repository `root` (its commit and digests)."""
     counts, seconds, failures = parse_junit(path)
-    commit = os.environ.get("SUITE_COMMIT") or _git("rev-parse", "HEAD")
-    dirty = not os.environ.get("SUITE_COMMIT") and bool(_git("status", "--porcelain", "--", *SOURCE_PATHS))
+    commit = os.environ.get("SUITE_COMMIT") or _git(root, "rev-parse", "HEAD")
+    dirty = not os.environ.get("SUITE_COMMIT") and bool(_git(root, "status", "--porcelain", "--", *SOURCE_PATHS))
     return TestRecord(
         device=device or device_slug(), datetime=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        commit=commit, dirty=dirty, source_digest=digest(), kernel_digest=digest(KERNEL_PATHS), command=command,
+        commit=commit, dirty=dirty, source_digest=digest(SOURCE_PATHS, root), kernel_digest=digest(KERNEL_PATHS, root),
+        command=command,
         passed=counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
         failed=counts["failures"], errors=counts["errors"], skipped=counts["skipped"], duration_s=round(seconds, 1),
         failures=failures)
 
 
-def store_record(record: TestRecord, data_dir: Path = DATA_DIR) -> Path:
+def store_record(record: TestRecord, data_dir: Path) -> Path:
     """File a record under <device>/tests/, atomically and under a name no earlier record has."""
     folder = data_dir / record.device / TESTS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
@@ -140,7 +143,7 @@ def read_record(path: Path) -> TestRecord:
         raise ValueError(f"{path}: not a test record ({type(exc).__name__}: {exc})") from None
 
 
-def load_records(data_dir: Path = DATA_DIR) -> list[TestRecord]:
+def load_records(data_dir: Path) -> list[TestRecord]:
     """Every committed record, oldest first per device (the file names sort by time)."""
     return [read_record(p) for p in sorted(data_dir.glob(f"*/{TESTS_FOLDER}/*.json")) if not p.name.startswith(".")]
 
@@ -151,13 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--command", default="pytest correctness", help="what ran, for the record")
     ap.add_argument("--out", type=Path, help="write the record here (JSON) instead of filing it")
     ap.add_argument("--file", type=Path, help="file an existing record (e.g. one made on the GPU machine)")
-    ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    add_repo_arguments(ap)
     args = ap.parse_args(argv)
+    repo = repo_from_args(ap, args)
     try:
         if args.file:
             record = read_record(args.file)
         elif args.junit:
-            record = record_from_junit(args.junit, args.command)
+            record = record_from_junit(args.junit, args.command, repo.root)
         else:
             ap.error("give a junit XML or --file RECORD.json")
     except ValueError as exc:  # each names its file
@@ -168,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(record.to_json(), indent=2))
         where = args.out
     else:
-        where = store_record(record, args.data_dir)
+        where = store_record(record, repo.data_dir)
     print(f"test record ({record.device}, {record.commit and record.commit[:8]}{'+' if record.dirty else ''}): "
           f"{record.passed} passed, {record.failed} failed, {record.errors} errors, {record.skipped} skipped "
           f"-> {where}")

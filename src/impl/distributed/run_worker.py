@@ -16,6 +16,9 @@ from impl.distributed.launcher import init_from_env
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return
     if not argv or ":" not in argv[0]:
         raise SystemExit("usage: -m impl.distributed.run_worker module:function [args...]")
     mod_name, fn_name = argv[0].split(":", 1)

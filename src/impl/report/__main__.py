@@ -1,5 +1,5 @@
-"""`python -m impl.report`: rebuilds reports/ (the index, one page per problem, the CPU smoke page,
-figures and CSVs) from reports/data/** (impl.report.build)."""
+"""`python -m impl.report [--root ROOT]`: rebuilds reports/ (the index, one page per problem, the CPU
+smoke page, figures and CSVs) from reports/data/** of the repository it is run in (impl.report.build)."""
 import sys
 
 from impl.report.build import main

@@ -1,17 +1,19 @@
 """Builds reports/ from reports/data/** only: the index (README.md), one page per problem, the CPU
-smoke page, figures and CSVs. `python -m impl.report` runs it."""
+smoke page, figures and CSVs. `python -m impl.report` runs it on the repository it is run in (or
+`--root`, impl.bench.repo), and writes and deletes only under that repository's reports/."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import re
 from pathlib import Path
 
+from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.report.data import load_frames
 from impl.report import test_records
 from impl.report.index import device_names, index_facts, render_index
 from impl.report.pages import Context, Page, render_page
 
-ROOT = Path(__file__).resolve().parents[3]
 # Page modules in index order (each: pages(ctx) -> list[Page]).
 PAGE_MODULES = [
     "impl.report.pages.profiling",
@@ -59,9 +61,8 @@ def context(data_dir: Path, reports_dir: Path) -> Context:
     return Context(df=df, history=history, reports_dir=reports_dir, fig_dir=reports_dir / "figures")
 
 
-def build(root: Path | None = None) -> dict[str, str]:
-    """{file name under reports/: text}; figures and CSVs are written as a side effect."""
-    root = root or ROOT
+def build(root: Path) -> dict[str, str]:
+    """{file name under root/reports/: text}; figures and CSVs are written as a side effect."""
     data_dir = root / "reports" / "data"
     ctx = context(data_dir, root / "reports")
     pages = collect(ctx)
@@ -71,9 +72,12 @@ def build(root: Path | None = None) -> dict[str, str]:
     return files
 
 
-def main() -> int:
-    reports = ROOT / "reports"
-    files = build()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_repo_arguments(ap, data_dir=False)  # the pages link reports/data: it is always ROOT's
+    repo = repo_from_args(ap, ap.parse_args(argv))
+    reports = repo.reports
+    files = build(repo.root)
     for name, text in files.items():
         (reports / name).write_text(text)
     stale = [p for p in reports.glob("*.md") if p.name not in files]

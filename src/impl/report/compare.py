@@ -15,8 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.row import Status
-from impl.bench.store import (DATA_DIR, BadRunFile, RunFile, Suite, check_section, committed_runs, device_problems,
+from impl.bench.store import (BadRunFile, RunFile, Suite, check_section, committed_runs, device_problems,
                               read_run)
 from impl.report.data import Record, load_doc
 from impl.report.markdown import table
@@ -44,7 +45,7 @@ def _baseline(stored: list[tuple[RunFile, dict]], device: str, section: str) -> 
     return newest, {rec.name for rec in records}  # the last run read is the newest
 
 
-def compare_run(fresh: Path, device: str | None = None, data_dir: Path = DATA_DIR) -> tuple[list[list], list[str]]:
+def compare_run(fresh: Path, device: str | None, data_dir: Path) -> tuple[list[list], list[str]]:
     """(table rows, problems) of one fresh run against the committed runs of its section on
     `device` (default: the run's own), row by row. A fresh or committed file that is not a whole
     run of its section and device is named: a bad fresh run is a problem, a bad committed one is
@@ -85,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", help=WORDS.compare_help_runs())
     ap.add_argument("--out", type=Path, help=WORDS.compare_help_out())
     ap.add_argument("--device", help=WORDS.compare_help_device())
-    ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    add_repo_arguments(ap)
     args = ap.parse_args(argv)
+    repo = repo_from_args(ap, args)
     all_rows, problems = [], []
     for name in args.runs:
         if args.out is not None:
             try:
-                check_section(name)
+                check_section(name, repo.perf_dir)
             except ValueError as exc:
                 problems.append(str(exc))
                 continue
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if not run.exists():
             problems.append(WORDS.compare_no_run(run))
             continue
-        rows, bad = compare_run(run, args.device, args.data_dir)
+        rows, bad = compare_run(run, args.device, repo.data_dir)
         all_rows += rows
         problems += bad
     print(table(WORDS.compare_header().split("|"), all_rows))

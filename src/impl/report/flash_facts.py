@@ -19,20 +19,22 @@ class FlashAttentionFacts:
     tests: list[str]  # correctness/test_attention.py's tests of both implementations
 
 
-def _tests(*patterns: str) -> list[str]:
-    """Names of correctness/test_attention.py's tests containing each pattern, in turn."""
-    path = Path(__file__).resolve().parents[3] / "correctness" / "test_attention.py"
+def _tests(root: Path, *patterns: str) -> list[str]:
+    """Names of the tests in root's correctness/test_attention.py containing each pattern, in turn."""
+    path = root / "correctness" / "test_attention.py"
     if not path.exists():
         return []
     lines = [ln for ln in path.read_text().splitlines() if ln.startswith("def test_")]
     return [ln.split("(")[0][4:] for p in patterns for ln in lines if p in ln]
 
 
-def flash_attention_facts() -> FlashAttentionFacts:
+def flash_attention_facts(root: Path) -> FlashAttentionFacts:
+    """The facts of the code, with the tests of the repository at `root` (the one whose report is built)."""
     sig = inspect.signature(flash_torch.flash_forward_torch).parameters
     threshold = backward_choice.ATOMIC_MIN_WORK
     return FlashAttentionFacts(sig["block_q"].default, sig["block_k"].default,
-                               None if threshold == float("inf") else threshold, _tests("flash", "backward_variants"))
+                               None if threshold == float("inf") else threshold,
+                               _tests(root, "flash", "backward_variants"))
 
 
 @dataclass(frozen=True)

@@ -30,14 +30,14 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.row import Status
-from impl.bench.store import DATA_DIR, BadRunFile, read_run, run_identity
+from impl.bench.store import BadRunFile, read_run, run_identity
 from impl.report.data import Copy, Record, Stored, load_doc, load_stored
 from impl.report.markdown import table
 from impl.report.templating import macros
 
 WORDS = macros("cli.txt.j2")
-REPORTS = DATA_DIR.parent
 # The one default: GPU kernel and step rows repeat within a few % (README: measured bands). CPU
 # smoke runs are not judged: on a shared 2-core machine two back-to-back runs moved by up to 120x
 # (NOTES.md, "Bench layer"), so no band separates a regression from the machine's load.
@@ -228,7 +228,7 @@ class Verdict:
     copies: list[Copy] = field(default_factory=list)  # a run's second file: ignored, named
 
 
-def compare(data_dir: Path = DATA_DIR, bands_path: Path | None = None,
+def compare(data_dir: Path, bands_path: Path | None = None,
             accepted_path: Path | None = None) -> Verdict:
     bands_path = bands_path or data_dir.parent / "noise-bands.toml"
     accepted_path = accepted_path or data_dir.parent / "accepted-changes.toml"
@@ -300,12 +300,13 @@ def render(changes: list[Change]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=WORDS.gate_description())
-    ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    add_repo_arguments(ap)
     ap.add_argument("--all", action="store_true", help=WORDS.gate_help_all())
     ap.add_argument("--bands", nargs="+", type=Path, metavar="RUN", help=WORDS.gate_help_bands())
     ap.add_argument("--device", help=WORDS.gate_help_device())
     ap.add_argument("--section", help=WORDS.gate_help_section())
     args = ap.parse_args(argv)
+    data_dir = repo_from_args(ap, args).data_dir
     if args.bands:
         if not (args.device and args.section):
             ap.error(WORDS.gate_bands_needs())
@@ -313,14 +314,14 @@ def main(argv: list[str] | None = None) -> int:
             bands = measure_bands(args.bands, args.device, args.section)
             if not bands:
                 raise ValueError(WORDS.gate_no_bands())
-            write_bands(args.data_dir.parent / "noise-bands.toml", args.device, args.section, bands)
+            write_bands(data_dir.parent / "noise-bands.toml", args.device, args.section, bands)
         except ValueError as exc:  # BadRunFile and ConfigError included: each names its file
             print(WORDS.gate_bands_error(exc), file=sys.stderr)
             return 1
         print(WORDS.gate_bands_written(len(bands), args.device, args.section, max(bands.values(), default=0)))
         return 0
     try:
-        verdict = compare(args.data_dir)
+        verdict = compare(data_dir)
     except ConfigError as exc:
         print(WORDS.gate_error(exc), file=sys.stderr)
         return 1

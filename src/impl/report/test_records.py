@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from impl.bench.test_record import KERNEL_PATHS, ROOT, TestRecord, digest, load_records
+from impl.bench.test_record import KERNEL_PATHS, TestRecord, digest, load_records
 from impl.report import templating
 
 
@@ -19,9 +19,10 @@ class DeviceTests:
         return self.record.device
 
 
-def device_tests(data_dir: Path, root: Path = ROOT) -> list[DeviceTests]:
+def device_tests(data_dir: Path, root: Path) -> list[DeviceTests]:
     """The newest record of each device, GPUs first; kernels_changed compares the record's kernel
-    digest with the checkout's (a later kernel change, committed or not, leaves the record stale)."""
+    digest with that of the checkout at `root` (a later kernel change, committed or not, leaves the
+    record stale)."""
     newest: dict[str, TestRecord] = {}
     for rec in load_records(data_dir):
         if rec.device not in newest or rec.datetime > newest[rec.device].datetime:

@@ -88,7 +88,7 @@ FA = macros("flash_attention.md.j2")
 
 
 def flash_attention_page(ctx: Context) -> Page:
-    f = flash_attention_facts()
+    f = flash_attention_facts(ctx.reports_dir.parent)  # the repository: its reports/ is reports_dir
     answers = [Answer(FA.q_torch(), FA.a_torch(f)), Answer(FA.q_triton(), FA.a_triton()),
                Answer(FA.q_backward(), FA.a_backward(f))]
     body = [FA.tests(f.tests)]
