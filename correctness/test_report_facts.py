@@ -107,7 +107,7 @@ def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     ctx, pages = built_pages
     facts = index_facts(pages, [], device_names(ctx.df))
     assert [r.problem for r in facts.rows] == [p.name for p in PROBLEMS]
-    shorts = {"H100", "H200", "2×H200", "closed form", "–"}
+    shorts = {"H100", "H200", "2×H200", "4×H200", "closed form", "–"}
     for r in facts.rows:
         assert set(r.device.split(" + ")) <= shorts, (r.problem, r.device)
     assert facts.answered == sum(r.answered for r in facts.rows) and facts.measured <= facts.answered
