@@ -272,9 +272,18 @@ def _split_groups(model, lr):
     return [{"params": params[:half], "lr": lr}, {"params": params[half:], "lr": lr * 0.5}]
 
 
+# Buckets of about 100 elements: the mlp's first group (400 elements) is cut into 4, splitting
+# fc1.weight and fc2.weight, with two collectives in flight at a time. (Smaller buckets split
+# more but cost ~1 ms of gloo per collective here.)
+SMALL_BUCKET_NUMEL = 100
+
+
 def _make_sharded(sharded_name, model, cls, kwargs, groups):
     if sharded_name == "zero1":
         return DDPNaive(model, reduce_gradients=False), ZeRO1Optimizer(groups, cls, **kwargs)
+    if sharded_name == "zero1_small_buckets":
+        return (DDPNaive(model, reduce_gradients=False),
+                ZeRO1Optimizer(groups, cls, bucket_numel=SMALL_BUCKET_NUMEL, **kwargs))
     return DDPFlat(model), ShardedOptimizer(groups, cls, **kwargs)
 
 
@@ -302,7 +311,7 @@ def sharded_equivalence(rank, world_size, sharded_names, model_kinds, opt_names,
                     seed, ref_seed = _seeds(rank, 0)
                     # ZeRO-1 steps a trainable-but-unused param with a zero
                     # grad (documented), so leave that one out for it.
-                    unused = name != "zero1"
+                    unused = not name.startswith("zero1")
                     ref = make_model(kind, ref_seed, device, unused=unused)
                     model = make_model(kind, seed, device, unused=unused)
                     ref_groups, groups = _split_groups(ref, kwargs["lr"]), _split_groups(model, kwargs["lr"])
@@ -433,13 +442,13 @@ class _WideMLP(nn.Module):
         return self.out(torch.tanh(self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))))
 
 
-def zero1_memory_structure(rank, world_size, steps, chunk_numel):
-    """What a ZeRO-1 rank keeps alive, measured from the objects (no device
-    allocator needed): distinct storages reachable from the model and the
-    optimizer after construction and after ``steps`` Adam steps, whether the
-    pre-flattening parameter storages were released, whether params / grads /
-    local optimizer params alias the flat buffers, and the max difference to
-    plain single-process Adam (small ``chunk_numel`` gives many chunks)."""
+def zero1_memory_structure(rank, world_size, steps, bucket_numel):
+    """What a ZeRO-1 rank keeps alive, measured from the objects (no device allocator needed):
+    distinct storages reachable from the model and the optimizer after construction, after the
+    last backward (before its step), after that step and after zero_grad; whether the
+    pre-flattening parameter storages were released; whether params and the local optimizer's
+    chunks alias the flat buffer; whether a bucket boundary splits a parameter; and the max
+    difference to plain single-process Adam (a small ``bucket_numel`` gives many buckets)."""
     import gc
 
     device = _device(rank)
@@ -454,16 +463,18 @@ def zero1_memory_structure(rank, world_size, steps, chunk_numel):
     old_storages = [weakref.ref(p.untyped_storage()) for p in trainable]
 
     ddp = DDPNaive(model, reduce_gradients=False)
-    opt = ZeRO1Optimizer(model.parameters(), torch.optim.Adam, chunk_numel=chunk_numel, lr=1e-2)
+    opt = ZeRO1Optimizer(model.parameters(), torch.optim.Adam, bucket_numel=bucket_numel, lr=1e-2)
     ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
     gc.collect()
+    (fg,) = opt.flat_groups
     out = {
         "P": param_bytes,
         "G": grad_bytes,
         "S": 2 * grad_bytes,  # Adam: exp_avg + exp_avg_sq
         "old_storages_alive": sum(r() is not None for r in old_storages),
         "init_bytes": _distinct_storage_bytes(_reachable_tensors(model, opt)),
-        "chunks": sum(len(fg.chunks) for fg in opt.flat_groups),
+        "buckets": len(fg.buckets),
+        "splits_a_param": any(o < b.start < e for b in fg.buckets for o, e in zip(fg.offsets, fg.ends)),
     }
     worst = 0.0
     for step in range(steps):
@@ -475,20 +486,40 @@ def zero1_memory_structure(rank, world_size, steps, chunk_numel):
             F.mse_loss(m(xs), ys).backward()
             if m is model:
                 ddp.finish_gradient_synchronization()
+                gc.collect()
+                out.update(_zero1_before_step(model, opt))
             o.step()
         worst = max(worst, max_param_diff(ref, model))
     gc.collect()
-    (fg,) = opt.flat_groups
     local = [p for grp in opt.local_optimizer.param_groups for p in grp["params"]]
     state = [v for s in opt.local_optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     out.update(
         step_bytes=_distinct_storage_bytes(_reachable_tensors(model, opt)),
         state_bytes=sum(t.numel() * t.element_size() for t in state),
         params_in_flat=all(_inside(p, fg.flat_param) for p in trainable),
-        grads_in_flat=all(p.grad is not None and _inside(p.grad, fg.flat_grad) for p in trainable),
-        local_in_shard=all(_inside(p, fg.my_slice(fg.flat_param)) and _inside(p.grad, fg.my_slice(fg.flat_grad))
-                           for p in local),
+        chunks_own_their_bucket_part=local == fg.chunks and all(
+            c.data_ptr() == b.owned(fg.flat_param, rank, world_size).data_ptr() for c, b in zip(local, fg.buckets)),
+        model_grads_after_step=sum(p.grad is not None for p in params),
+        shard_grad_bytes=_distinct_storage_bytes([c.grad for c in fg.chunks]),
+        shard_numel=fg.flat_param.numel() // world_size,
         old_storages_alive_after=sum(r() is not None for r in old_storages),
         max_diff=worst,
     )
+    opt.zero_grad()
+    gc.collect()
+    out["zeroed_bytes"] = _distinct_storage_bytes(_reachable_tensors(model, opt))
     return out
+
+
+def _zero1_before_step(model, opt) -> dict:
+    """After backward, before the step: are the params' grads autograd's own tensors (storages
+    of exactly their size, no views of a shared buffer), and what does the optimizer hold beside
+    them (storages reachable from it that are no param's grad)?"""
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    grad_storages = {g.untyped_storage().data_ptr() for g in grads}
+    held = [t for t in _reachable_tensors(opt) if t.untyped_storage().data_ptr() not in grad_storages]
+    return {
+        "grads_own_storage": all(g.untyped_storage().nbytes() == g.numel() * g.element_size() for g in grads),
+        "optimizer_bytes_before_step": _distinct_storage_bytes(held),
+        "before_step_bytes": _distinct_storage_bytes(_reachable_tensors(model, opt)),
+    }
