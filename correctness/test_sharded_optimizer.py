@@ -162,3 +162,26 @@ def test_zero1_keeps_one_copy_of_params_and_a_gradient_shard(memory_structure):
         assert r["step_bytes"] <= P + G / ws + S / ws + SLACK_BYTES, (rank, r)
         # zero_grad drops the gradient shard too.
         assert r["zeroed_bytes"] <= P + S / ws + SLACK_BYTES, (rank, r)
+
+
+PEAK_BUCKET_NUMEL, PEAK_BATCH = 512, 256
+
+
+@pytest.fixture(scope="module")
+def peaks():
+    return launch(T.zero1_peak_bytes, WORLD_SIZE, args=(PEAK_BUCKET_NUMEL, PEAK_BATCH), timeout_s=120)
+
+
+def test_zero1_peak_is_half_the_adam_state_below_unsharded(peaks):
+    """Live bytes counted per storage (kits.distributed.zero1_peak_bytes), activations larger
+    than the gradients as in the xl model. A persistent flat gradient buffer (G bytes, = S/2 for
+    Adam) would cancel the saving: the forward/backward difference would read 0."""
+    for rank, r in enumerate(peaks):
+        u, z, S = r["unsharded"], r["zero1"], r["S"]
+        # Forward + backward: the same activations and gradients, S/2 less optimizer state.
+        assert u["fwd_bwd"] - z["fwd_bwd"] == pytest.approx(S / 2, rel=0.01), (rank, r)
+        # The step: the grads are packed into two staging buckets and each freed once packed
+        # (a grad only once all of it is: until then the shard grads of its buckets pile up).
+        staging = 2 * 4 * PEAK_BUCKET_NUMEL + r["largest"] / WORLD_SIZE
+        assert z["step"] <= u["step"] - S / 2 + staging, (rank, r)
+        assert max(z.values()) <= max(u.values()) - 0.99 * S / 2, (rank, r)

@@ -523,3 +523,73 @@ def _zero1_before_step(model, opt) -> dict:
         "optimizer_bytes_before_step": _distinct_storage_bytes(held),
         "before_step_bytes": _distinct_storage_bytes(_reachable_tensors(model, opt)),
     }
+
+
+# ------------------------------------------------------ ZeRO-1 peak memory --
+
+class _DeepMLP(nn.Module):
+    """Equal 64-wide layers: no parameter dominates (ZeRO-1 frees a grad only once all of it is
+    packed); with a large batch, activations outweigh the gradients, as in the xl model."""
+
+    def __init__(self, width: int = 64, depth: int = 8):
+        super().__init__()
+        self.layers = nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.Tanh())])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def _peak_of_step(model, ddp, opt, batch) -> dict:
+    """Peak live bytes of one training step, per phase (forward + backward + gradient sync; the
+    optimizer step): the storages that stay alive across it (reachable from the model, wrapper,
+    optimizer and batch after zero_grad) plus the peak of what was allocated since, counted by a
+    StorageLedger (every storage an op creates, until freed)."""
+    import gc
+
+    from impl.workloads.block_memory import StorageLedger
+
+    x, y = batch
+    opt.zero_grad(set_to_none=True)
+    gc.collect()
+    resident = _distinct_storage_bytes(_reachable_tensors(model, ddp, opt, x, y))
+    with StorageLedger() as ledger:
+        F.mse_loss(model(x), y).backward()
+        ddp.finish_gradient_synchronization()
+        fwd_bwd = ledger.peak_bytes
+        ledger.reset_peak()
+        opt.step()
+        step = ledger.peak_bytes
+    return {"resident": resident, "fwd_bwd": resident + fwd_bwd, "step": resident + step}
+
+
+def zero1_peak_bytes(rank, world_size, bucket_numel, batch_per_rank):
+    """Peak live bytes per phase of a training step of ``_DeepMLP`` with Adam, unsharded
+    (DDPNaive + Adam) and ZeRO-1 (``bucket_numel`` elements per bucket), after a first step
+    that created the optimizer state; with the model's gradient and Adam-state bytes and its
+    largest parameter's bytes."""
+    import gc
+
+    device = _device(rank)
+    out = {}
+    for name in ("unsharded", "zero1"):
+        torch.manual_seed(0)
+        model = _DeepMLP().to(device)
+        if name == "zero1":
+            ddp = DDPNaive(model, reduce_gradients=False)
+            opt = ZeRO1Optimizer(model.parameters(), torch.optim.Adam, bucket_numel=bucket_numel, lr=1e-3)
+        else:
+            ddp, opt = DDPNaive(model), torch.optim.Adam(model.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(rank)
+        batches = [(torch.randn(batch_per_rank, 64, generator=g).to(device),
+                    torch.randn(batch_per_rank, 64, generator=g).to(device)) for _ in range(2)]
+        opt.zero_grad()
+        F.mse_loss(model(batches[0][0]), batches[0][1]).backward()
+        ddp.finish_gradient_synchronization()
+        opt.step()
+        out[name] = _peak_of_step(model, ddp, opt, batches[1])
+        del model, ddp, opt, batches
+        gc.collect()
+    params = list(_DeepMLP().parameters())
+    grad_bytes = sum(p.numel() * p.element_size() for p in params)
+    out.update(G=grad_bytes, S=2 * grad_bytes, largest=max(p.numel() * p.element_size() for p in params))
+    return out
