@@ -281,9 +281,11 @@ SMALL_BUCKET_NUMEL = 100
 def _make_sharded(sharded_name, model, cls, kwargs, groups):
     if sharded_name == "zero1":
         return DDPNaive(model, reduce_gradients=False), ZeRO1Optimizer(groups, cls, **kwargs)
-    if sharded_name == "zero1_small_buckets":
-        return (DDPNaive(model, reduce_gradients=False),
-                ZeRO1Optimizer(groups, cls, bucket_numel=SMALL_BUCKET_NUMEL, **kwargs))
+    if sharded_name in ("zero1_small_buckets", "zero1_all_reduce"):
+        opt = ZeRO1Optimizer(groups, cls, bucket_numel=SMALL_BUCKET_NUMEL, **kwargs)
+        # The path of gloo builds without reduce_scatter: all-reduce, keep this rank's part.
+        opt._use_reduce_scatter = sharded_name == "zero1_small_buckets"
+        return DDPNaive(model, reduce_gradients=False), opt
     return DDPFlat(model), ShardedOptimizer(groups, cls, **kwargs)
 
 
