@@ -321,7 +321,7 @@ class _FlatGroup:
         and drop each param's ``.grad`` once its last part is copied, which frees it. No grad this
         step means zeros (unlike torch.optim, which would skip the param; a flat shard cannot skip
         a slice); the padding is zeros too."""
-        first = bisect.bisect_right(self.ends, bucket.start)  # the first param ending inside
+        first = bisect.bisect_right(self.ends, bucket.start)  # the first param ending after its start
         for i in range(first, len(self.params)):
             p, start, end = self.params[i], self.offsets[i], self.ends[i]
             if start >= bucket.stop:
@@ -339,7 +339,7 @@ class _FlatGroup:
 
 @dataclass
 class _Pending:
-    work: Any  # dist.Work
+    work: dist.Work | None
     release: Released
     then: Callable[[], None] | None
 
@@ -395,7 +395,8 @@ class ZeRO1Optimizer(_ShardedBase):
     ``bucket_numel`` (rounded up to a multiple of world_size) sets the elements per collective
     and staging buffer: two staging buffers of it are alive during the reduce-scatters (packing
     one bucket overlaps the previous one's collective), and the local optimizer's per-group
-    temporaries are the size of one chunk (bucket_numel / world_size). ``in_place`` (default:
+    temporaries are the size of one chunk (bucket_numel / world_size). The default, 2**26 (256 MiB
+    of fp32), keeps each collective's fixed latency small next to its transfer. ``in_place`` (default:
     only on NCCL, which documents in-place all-gather with this rank's part of the output as the
     input) all-gathers without staging; otherwise a chunk-sized copy is sent. Every other
     keyword goes to ``optimizer_cls``. A saved state_dict loads only with the same world_size,
