@@ -15,7 +15,7 @@ of the last timed step: the peak of forward+backward+gradient sync (reset at the
 and the allocated bytes directly before the step; the peak during the step and the allocated
 bytes directly after it (impl.workloads.dist_steps.train_step with memory=True). Breakdown, computed from the tensors on this rank at those two points:
 parameters (distinct storages of the model's parameters), gradients, optimizer state (tensors in
-this rank's optimizer state), buffers (storages not counted as parameters or gradients: DDP buckets, ZeRO-1 flat buffers),
+this rank's optimizer state), buffers (storages not counted as parameters or gradients: DDP buckets, ZeRO-1's gradient shard after its step),
 other = allocated − those, and activations = peak before the step − allocated before the step
 (the transient of forward/backward on top of what stays). The prediction next to it is
 impl.accounting.memory_breakdown (ZeRO stage 0 or 1) with activation_bytes for the activations.
@@ -122,6 +122,11 @@ def test_optimizer_state_sharding_accounting(bench, workers, size: GridSize, var
             assert acc.param_bytes(n) <= nb.parameters < acc.param_bytes(n) + 4 * WS
         else:
             assert nb.parameters == acc.param_bytes(n)
+    if variant == "zero1":  # after the step: the model's grads are gone, this rank's (padded) shard is left
+        for st in last:
+            na = st.memory.named_after
+            assert na.gradients == 0
+            assert acc.grad_bytes(n) / WS <= na.buffers < acc.grad_bytes(n) / WS + 4
     states = [nb.optimizer_state for nb in named]
     if variant == "none":
         assert states == [state_full] * WS

@@ -274,9 +274,20 @@ def _split_groups(model, lr):
     return [{"params": params[:half], "lr": lr}, {"params": params[half:], "lr": lr * 0.5}]
 
 
+# Buckets of about 100 elements: the mlp's first group (400 elements) is cut into 4, splitting
+# fc1.weight and fc2.weight, with two collectives in flight at a time. (Smaller buckets split
+# more but cost ~1 ms of gloo per collective here.)
+SMALL_BUCKET_NUMEL = 100
+
+
 def _make_sharded(sharded_name, model, cls, kwargs, groups):
     if sharded_name == "zero1":
         return DDPNaive(model, reduce_gradients=False), ZeRO1Optimizer(groups, cls, **kwargs)
+    if sharded_name in ("zero1_small_buckets", "zero1_all_reduce"):
+        opt = ZeRO1Optimizer(groups, cls, bucket_numel=SMALL_BUCKET_NUMEL, **kwargs)
+        # The path of gloo builds without reduce_scatter: all-reduce, keep this rank's part.
+        opt._use_reduce_scatter = sharded_name == "zero1_small_buckets"
+        return DDPNaive(model, reduce_gradients=False), opt
     return DDPFlat(model), ShardedOptimizer(groups, cls, **kwargs)
 
 
@@ -304,7 +315,7 @@ def sharded_equivalence(rank, world_size, sharded_names, model_kinds, opt_names,
                     seed, ref_seed = _seeds(rank, 0)
                     # ZeRO-1 steps a trainable-but-unused param with a zero
                     # grad (documented), so leave that one out for it.
-                    unused = name != "zero1"
+                    unused = not name.startswith("zero1")
                     ref = make_model(kind, ref_seed, device, unused=unused)
                     model = make_model(kind, seed, device, unused=unused)
                     ref_groups, groups = _split_groups(ref, kwargs["lr"]), _split_groups(model, kwargs["lr"])
@@ -437,13 +448,13 @@ class _WideMLP(nn.Module):
         return self.out(torch.tanh(self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))))
 
 
-def zero1_memory_structure(rank, world_size, steps, chunk_numel):
-    """What a ZeRO-1 rank keeps alive, measured from the objects (no device
-    allocator needed): distinct storages reachable from the model and the
-    optimizer after construction and after ``steps`` Adam steps, whether the
-    pre-flattening parameter storages were released, whether params / grads /
-    local optimizer params alias the flat buffers, and the max difference to
-    plain single-process Adam (small ``chunk_numel`` gives many chunks)."""
+def zero1_memory_structure(rank, world_size, steps, bucket_numel):
+    """What a ZeRO-1 rank keeps alive, measured from the objects (no device allocator needed):
+    distinct storages reachable from the model and the optimizer after construction, after the
+    last backward (before its step), after that step and after zero_grad; whether the
+    pre-flattening parameter storages were released; whether params and the local optimizer's
+    chunks alias the flat buffer; whether a bucket boundary splits a parameter; and the max
+    difference to plain single-process Adam (a small ``bucket_numel`` gives many buckets)."""
     import gc
 
     device = _device(rank)
@@ -458,16 +469,18 @@ def zero1_memory_structure(rank, world_size, steps, chunk_numel):
     old_storages = [weakref.ref(p.untyped_storage()) for p in trainable]
 
     ddp = DDPNaive(model, reduce_gradients=False)
-    opt = ZeRO1Optimizer(model.parameters(), torch.optim.Adam, chunk_numel=chunk_numel, lr=1e-2)
+    opt = ZeRO1Optimizer(model.parameters(), torch.optim.Adam, bucket_numel=bucket_numel, lr=1e-2)
     ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
     gc.collect()
+    (fg,) = opt.flat_groups
     out = {
         "P": param_bytes,
         "G": grad_bytes,
         "S": 2 * grad_bytes,  # Adam: exp_avg + exp_avg_sq
         "old_storages_alive": sum(r() is not None for r in old_storages),
         "init_bytes": _distinct_storage_bytes(_reachable_tensors(model, opt)),
-        "chunks": sum(len(fg.chunks) for fg in opt.flat_groups),
+        "buckets": len(fg.buckets),
+        "splits_a_param": any(o < b.start < e for b in fg.buckets for o, e in zip(fg.offsets, fg.ends)),
     }
     worst = 0.0
     for step in range(steps):
@@ -479,22 +492,112 @@ def zero1_memory_structure(rank, world_size, steps, chunk_numel):
             F.mse_loss(m(xs), ys).backward()
             if m is model:
                 ddp.finish_gradient_synchronization()
+                gc.collect()
+                out.update(_zero1_before_step(model, opt))
             o.step()
         worst = max(worst, max_param_diff(ref, model))
     gc.collect()
-    (fg,) = opt.flat_groups
     local = [p for grp in opt.local_optimizer.param_groups for p in grp["params"]]
     state = [v for s in opt.local_optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     out.update(
         step_bytes=_distinct_storage_bytes(_reachable_tensors(model, opt)),
         state_bytes=sum(t.numel() * t.element_size() for t in state),
         params_in_flat=all(_inside(p, fg.flat_param) for p in trainable),
-        grads_in_flat=all(p.grad is not None and _inside(p.grad, fg.flat_grad) for p in trainable),
-        local_in_shard=all(_inside(p, fg.my_slice(fg.flat_param)) and _inside(p.grad, fg.my_slice(fg.flat_grad))
-                           for p in local),
+        chunks_own_their_bucket_part=local == fg.chunks and all(
+            c.data_ptr() == b.owned(fg.flat_param, rank, world_size).data_ptr() for c, b in zip(local, fg.buckets)),
+        model_grads_after_step=sum(p.grad is not None for p in params),
+        shard_grad_bytes=_distinct_storage_bytes([c.grad for c in fg.chunks]),
+        shard_numel=fg.flat_param.numel() // world_size,
         old_storages_alive_after=sum(r() is not None for r in old_storages),
         max_diff=worst,
     )
+    opt.zero_grad()
+    gc.collect()
+    out["zeroed_bytes"] = _distinct_storage_bytes(_reachable_tensors(model, opt))
+    return out
+
+
+def _zero1_before_step(model, opt) -> dict:
+    """After backward, before the step: are the params' grads autograd's own tensors (storages
+    of exactly their size, no views of a shared buffer), and what does the optimizer hold beside
+    them (storages reachable from it that are no param's grad)?"""
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    grad_storages = {g.untyped_storage().data_ptr() for g in grads}
+    held = [t for t in _reachable_tensors(opt) if t.untyped_storage().data_ptr() not in grad_storages]
+    return {
+        "grads_own_storage": all(g.untyped_storage().nbytes() == g.numel() * g.element_size() for g in grads),
+        "optimizer_bytes_before_step": _distinct_storage_bytes(held),
+        "before_step_bytes": _distinct_storage_bytes(_reachable_tensors(model, opt)),
+    }
+
+
+# ------------------------------------------------------ ZeRO-1 peak memory --
+
+class _DeepMLP(nn.Module):
+    """Equal 64-wide layers: no parameter dominates (ZeRO-1 frees a grad only once all of it is
+    packed); with a large batch, activations outweigh the gradients, as in the xl model."""
+
+    def __init__(self, width: int = 64, depth: int = 8):
+        super().__init__()
+        self.layers = nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.Tanh())])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def _peak_of_step(model, ddp, opt, batch) -> dict:
+    """Peak live bytes of one training step, per phase (forward + backward + gradient sync; the
+    optimizer step): the storages that stay alive across it (reachable from the model, wrapper,
+    optimizer and batch after zero_grad) plus the peak of what was allocated since, counted by a
+    StorageLedger (every storage an op creates, until freed)."""
+    import gc
+
+    from impl.workloads.block_memory import StorageLedger
+
+    x, y = batch
+    opt.zero_grad(set_to_none=True)
+    gc.collect()
+    resident = _distinct_storage_bytes(_reachable_tensors(model, ddp, opt, x, y))
+    with StorageLedger() as ledger:
+        F.mse_loss(model(x), y).backward()
+        ddp.finish_gradient_synchronization()
+        fwd_bwd = ledger.peak_bytes
+        ledger.reset_peak()
+        opt.step()
+        step = ledger.peak_bytes
+    return {"resident": resident, "fwd_bwd": resident + fwd_bwd, "step": resident + step}
+
+
+def zero1_peak_bytes(rank, world_size, bucket_numel, batch_per_rank):
+    """Peak live bytes per phase of a training step of ``_DeepMLP`` with Adam, unsharded
+    (DDPNaive + Adam) and ZeRO-1 (``bucket_numel`` elements per bucket), after a first step
+    that created the optimizer state; with the model's gradient and Adam-state bytes and its
+    largest parameter's bytes."""
+    import gc
+
+    device = _device(rank)
+    out = {}
+    for name in ("unsharded", "zero1"):
+        torch.manual_seed(0)
+        model = _DeepMLP().to(device)
+        if name == "zero1":
+            ddp = DDPNaive(model, reduce_gradients=False)
+            opt = ZeRO1Optimizer(model.parameters(), torch.optim.Adam, bucket_numel=bucket_numel, lr=1e-3)
+        else:
+            ddp, opt = DDPNaive(model), torch.optim.Adam(model.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(rank)
+        batches = [(torch.randn(batch_per_rank, 64, generator=g).to(device),
+                    torch.randn(batch_per_rank, 64, generator=g).to(device)) for _ in range(2)]
+        opt.zero_grad()
+        F.mse_loss(model(batches[0][0]), batches[0][1]).backward()
+        ddp.finish_gradient_synchronization()
+        opt.step()
+        out[name] = _peak_of_step(model, ddp, opt, batches[1])
+        del model, ddp, opt, batches
+        gc.collect()
+    params = list(_DeepMLP().parameters())
+    grad_bytes = sum(p.numel() * p.element_size() for p in params)
+    out.update(G=grad_bytes, S=2 * grad_bytes, largest=max(p.numel() * p.element_size() for p in params))
     return out
 
 

@@ -7,15 +7,19 @@ AdamWMaster (bf16 parameters, fp32 masters), ``cast_params_`` leaves each
 master with its owner only.
 
 ``ZeRO1Optimizer``: parameters of each group are packed into one flat buffer
-cut into equal contiguous per-rank shards. Each step reduce-scatters the raw
-local gradients (so it replaces DDP's all-reduce: wrap the model with
+cut into buckets; rank r owns the r-th 1/world_size of every bucket. Each step
+walks the buckets: it packs the raw local gradients of a bucket into a staging
+buffer (freeing each parameter's gradient once packed) and reduce-scatters it
+(so it replaces DDP's all-reduce: wrap the model with
 ``DDPNaive(model, reduce_gradients=False)``), steps the local optimizer on the
-flat shard, and all-gathers the updated shards back into the flat buffer,
-which the model parameters are views of. Same traffic as one all-reduce
-(reduce-scatter + all-gather), with 1/world_size of the optimizer state.
-Per rank it keeps one copy of the parameters (the flat buffer), one of the
-gradients (a flat buffer the params' ``.grad`` are views of) and the state of
-its shard: the local optimizer steps views of the buffers, no shard copies.
+owned parts, and all-gathers every bucket back into the flat buffer, which the
+model parameters are views of. Same traffic as one all-reduce (reduce-scatter
++ all-gather), with 1/world_size of the optimizer state. Per rank it keeps one
+copy of the parameters (the flat buffer) and the state of its parts; gradients
+are autograd's own until the step, which turns them into this rank's averaged
+shard (1/world_size of them), so the step's peak is the parameters, the
+gradients, 1/world_size of the state and two staging buckets, and forward and
+backward run with 1/world_size of the state and no gradient buffer.
 
 Both are real ``torch.optim.Optimizer`` subclasses wrapping any torch.optim
 class (SGD, Adam, AdamW, ...). Hyperparameters edited in ``param_groups``
@@ -27,16 +31,18 @@ taken from the fp32 value before the parameter is rounded to bf16.
 
 Checkpoints: ``state_dict()`` returns only this rank's shard of optimizer
 state. Save one file per rank and load it on the same rank of a run with the
-same world size and the same parameters/groups (the sharding is deterministic,
-so the same shard is rebuilt). ``bytes_communicated_last_step`` counts the
+same world size and the same parameters/groups (and, for ZeRO-1, the same
+bucket_numel): the sharding is deterministic, so the same shard is rebuilt. ``bytes_communicated_last_step`` counts the
 buffer sizes handed to collectives in the last ``step``.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
-import weakref
-from typing import Any, Iterable
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -247,33 +253,60 @@ class ShardedOptimizer(_ShardedBase):
         self.bytes_communicated_last_step = nbytes
 
 
+# Collectives in flight at once in a ZeRO-1 step: packing (or staging) the next bucket overlaps
+# the current one's collective; more would only hold more staging memory.
+_DEPTH = 2
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    """``[start, stop)`` of a group's padded flat index space, a multiple of world_size long: the
+    unit of one reduce-scatter and one all-gather. Rank r owns its r-th 1/world_size (ownership
+    interleaved per bucket), which keeps each collective's equal-split contract."""
+
+    start: int
+    stop: int
+
+    @property
+    def numel(self) -> int:
+        return self.stop - self.start
+
+    def of(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat[self.start : self.stop]
+
+    def owned(self, flat: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+        """Rank ``rank``'s part of this bucket of ``flat``."""
+        return self.of(flat).view(world_size, -1)[rank]
+
+
+def _cut(padded: int, bucket_numel: int) -> list[_Bucket]:
+    """Consecutive buckets of ``bucket_numel`` elements (the last one shorter) covering
+    ``padded``; both are multiples of world_size, so every bucket is too."""
+    return [_Bucket(start, min(start + bucket_numel, padded)) for start in range(0, padded, bucket_numel)]
+
+
 class _FlatGroup:
-    """One param group's trainable params packed into padded flat buffers.
+    """One param group's trainable params packed into one padded flat buffer, cut into buckets.
 
-    Per rank this holds exactly one full copy of the parameters and one of the
-    gradients, nothing else:
+    * ``flat_param``: the params' ``.data`` are views into it (their original storages are
+      released), so the all-gathers writing it update the model.
+    * ``buckets``: consecutive ranges of ``flat_param``; a bucket boundary may split a param.
+    * ``chunks``: this rank's part of each bucket, an ``nn.Parameter`` aliasing ``flat_param``.
+      The local optimizer steps these in place, one local param group per chunk, so that
+      temporaries of optimizers such as AdamW (``sqrt(v)``, the size of a whole group) stay the
+      size of a chunk instead of the shard. A chunk's ``.grad`` is its part of the averaged
+      gradient, written by the step's reduce-scatter.
 
-    * ``flat_param``: the params' ``.data`` are views into it (their original
-      storages are released), so the all-gather writing it updates the model.
-    * ``flat_grad``: each param's ``.grad`` is re-pointed to its view of it as
-      soon as autograd has accumulated the grad (post-accumulate-grad hook), so
-      the separate grad autograd allocated is freed during backward; a later
-      backward without ``zero_grad`` accumulates straight into the view.
-    * ``chunks``: this rank's shard of ``flat_param`` cut into views of at most
-      ``chunk_numel`` elements, each an ``nn.Parameter`` aliasing the buffer
-      with ``.grad`` the matching view of ``flat_grad``. The local optimizer
-      steps these in place: no shard copy, no separate shard gradient. One
-      local param group per chunk because optimizers such as AdamW allocate a
-      temporary the size of a whole group (``sqrt(v)``); per chunk, that
-      transient stays small instead of the size of the shard.
+    No gradient buffer is kept: during backward the params' ``.grad`` are autograd's own tensors;
+    the step packs them bucket by bucket (``pack_grads``) and frees them.
     """
 
-    def __init__(self, params: list[torch.Tensor], rank: int, world_size: int, chunk_numel: int):
+    def __init__(self, params: list[torch.Tensor], rank: int, world_size: int, bucket_numel: int):
         # Frozen params are left out: in a flat shard they would be stepped
         # with a zero grad (weight decay, momentum) unlike torch.optim.
         self.params = [p for p in params if p.requires_grad]
-        self.rank, self.world_size = rank, world_size
         self.numel = sum(p.numel() for p in self.params)
+        self.buckets: list[_Bucket] = []
         self.chunks: list[nn.Parameter] = []
         if not self.params:
             return
@@ -283,9 +316,8 @@ class _FlatGroup:
         dtype, device = kinds.pop()
 
         padded = -(-self.numel // world_size) * world_size
-        self.shard_numel = padded // world_size
         self.flat_param = torch.zeros(padded, dtype=dtype, device=device)
-        self.offsets, self.param_views = [], []
+        self.offsets: list[int] = []
         offset = 0
         with torch.no_grad():
             for p in self.params:
@@ -296,86 +328,111 @@ class _FlatGroup:
                 p.data = view
                 self.offsets.append(offset)
                 offset += p.numel()
-        # Allocated after the old parameter storages are gone, so the
-        # construction peak is two copies of the params, not three.
-        self.flat_grad = torch.zeros_like(self.flat_param)
-        self.grad_views = [self.flat_grad[o : o + p.numel()].view_as(p) for p, o in zip(self.params, self.offsets)]
-        param_shard, grad_shard = self.my_slice(self.flat_param), self.my_slice(self.flat_grad)
-        for start in range(0, self.shard_numel, chunk_numel):
-            end = min(start + chunk_numel, self.shard_numel)
-            chunk = nn.Parameter(param_shard[start:end])  # aliases flat_param
-            chunk.grad = grad_shard[start:end]
-            self.chunks.append(chunk)
-        # The hook holds the group only weakly: a strong reference from the
-        # params back to the optimizer would be a cycle through a C++ hook
-        # that gc cannot see, keeping the model and buffers alive forever.
-        me = weakref.ref(self)
-        self.hook_handles = [p.register_post_accumulate_grad_hook(functools.partial(_grad_ready, me, i))
-                             for i, p in enumerate(self.params)]
-
-    def my_slice(self, flat: torch.Tensor) -> torch.Tensor:
-        start = self.rank * self.shard_numel
-        return flat[start : start + self.shard_numel]
+        self.ends = [o + p.numel() for o, p in zip(self.offsets, self.params)]
+        self.buckets = _cut(padded, bucket_numel)
+        self.chunks = [nn.Parameter(b.owned(self.flat_param, rank, world_size)) for b in self.buckets]
 
     @property
     def nbytes(self) -> int:
         return self.flat_param.numel() * self.flat_param.element_size()
 
-    def adopt_grad(self, i: int) -> None:
-        """Make param i's ``.grad`` its view of ``flat_grad``: a grad that is
-        elsewhere (fresh from autograd, or set by the user) is copied in and
-        released; no grad this step means zeros (unlike torch.optim, which
-        would skip it; a flat shard cannot skip a slice)."""
-        p, view = self.params[i], self.grad_views[i]
-        g = p.grad
-        if g is None:
-            view.zero_()
-        elif g.data_ptr() != view.data_ptr():
-            view.copy_(g)
-            p.grad = view
+    def pack_grads(self, bucket: _Bucket, out: torch.Tensor) -> None:
+        """Copy the parts of the params' grads that fall in ``bucket`` into ``out`` (its length),
+        and drop each param's ``.grad`` once its last part is copied, which frees it. No grad this
+        step means zeros (unlike torch.optim, which would skip the param; a flat shard cannot skip
+        a slice); the padding is zeros too."""
+        first = bisect.bisect_right(self.ends, bucket.start)  # the first param ending after its start
+        for i in range(first, len(self.params)):
+            p, start, end = self.params[i], self.offsets[i], self.ends[i]
+            if start >= bucket.stop:
+                break
+            lo, hi = max(start, bucket.start), min(end, bucket.stop)
+            dst = out[lo - bucket.start : hi - bucket.start]
+            if p.grad is None:
+                dst.zero_()
+            else:
+                dst.copy_(p.grad.reshape(-1)[lo - start : hi - start])
+            if end <= bucket.stop:
+                p.grad = None
+        out[max(self.numel, bucket.start) - bucket.start :].zero_()
 
-    def pack_grads(self) -> None:
-        for i in range(len(self.params)):
-            self.adopt_grad(i)
+
+@dataclass
+class _Pending:
+    work: dist.Work | None
+    release: Released
+    then: Callable[[], None] | None
 
 
-@torch.no_grad()
-def _grad_ready(group_ref, index: int, param: torch.Tensor) -> None:
-    fg = group_ref()
-    if fg is not None and param.grad is not None:
-        fg.adopt_grad(index)
+class _InFlight:
+    """Collectives launched asynchronously, at most ``depth`` at once. Each is finished in launch
+    order: its work waited for, its tensors released by gloo's worker (issue 23), then its
+    ``then`` run."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self._pending: deque[_Pending] = deque()
+
+    def make_room(self) -> None:
+        """Finish the oldest collectives until another may start: the buffers the one launched
+        ``depth`` ago read are free again."""
+        while len(self._pending) >= self.depth:
+            self._finish_oldest()
+
+    def launch(self, collective: Callable, *tensors: torch.Tensor, then: Callable[[], None] | None = None) -> None:
+        self.make_room()
+        release = Released()
+        work = collective(*map(release, tensors), async_op=True)
+        self._pending.append(_Pending(work, release, then))
+
+    def drain(self) -> None:
+        while self._pending:
+            self._finish_oldest()
+
+    def _finish_oldest(self) -> None:
+        pending = self._pending.popleft()
+        pending.work.wait()
+        pending.work = None  # the worker may let go of the tensors only once no handle is left
+        pending.release.wait()
+        if pending.then is not None:
+            pending.then()
 
 
 class ZeRO1Optimizer(_ShardedBase):
-    """Flat, rank-aligned shards; reduce-scatter grads, all-gather params.
+    """Flat buffers cut into buckets; reduce-scatter grads, all-gather params, bucket by bucket.
 
     Reads each parameter's *local, unreduced* ``.grad``: do not average grads
     beforehand (``DDPNaive(model, reduce_gradients=False)``). One flat buffer
     per param group, so groups keep their own hyperparameters.
 
-    The step reduce-scatters in place: afterwards this rank's slice of the
-    flat gradient (seen through the params' ``.grad`` views) holds the
-    averaged gradient and the rest the local one, so call ``zero_grad``
-    before the next backward (as every training loop does).
+    Gradients: during backward the params' ``.grad`` are autograd's own tensors. ``step()``
+    consumes them: it packs each bucket's grads into a staging buffer, freeing every param's
+    ``.grad`` once packed, and reduce-scatters the bucket into this rank's chunk of it. After
+    ``step()`` the model params' ``.grad`` are None, and the local optimizer's chunks hold this
+    rank's averaged gradient shard until ``zero_grad`` drops it. A trainable param without a
+    ``.grad`` at ``step()`` is stepped with a zero gradient (weight decay and momentum still act).
 
-    ``chunk_numel`` bounds the local optimizer's per-group temporaries (see
-    ``_FlatGroup``). ``in_place`` (default: only on NCCL, which documents
-    in-place reduce-scatter / all-gather with this rank's slice of the full
-    buffer as output / input) runs both collectives without a staging
-    tensor; otherwise a shard-sized temporary is used instead of relying on
-    aliasing. Every other keyword goes to ``optimizer_cls``.
+    ``bucket_numel`` (rounded up to a multiple of world_size) sets the elements per collective
+    and staging buffer: two staging buffers of it are alive during the reduce-scatters (packing
+    one bucket overlaps the previous one's collective), and the local optimizer's per-group
+    temporaries are the size of one chunk (bucket_numel / world_size). The default, 2**26 (256 MiB
+    of fp32), keeps each collective's fixed latency small next to its transfer. ``in_place`` (default:
+    only on NCCL, which documents in-place all-gather with this rank's part of the output as the
+    input) all-gathers without staging; otherwise a chunk-sized copy is sent. Every other
+    keyword goes to ``optimizer_cls``. A saved state_dict loads only with the same world_size,
+    bucket_numel and param groups (the chunks are the local optimizer's params).
     """
 
-    def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], chunk_numel: int = 2**25,
+    def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], bucket_numel: int = 2**26,
                  in_place: bool | None = None, **kwargs: Any):
         self.flat_groups: list[_FlatGroup] = []
-        self.chunk_numel = chunk_numel
+        self.bucket_numel = _bucket_numel(bucket_numel, dist.get_world_size())
         self._in_place = dist.get_backend() == "nccl" if in_place is None else in_place
         self._use_reduce_scatter = True
         super().__init__(params, optimizer_cls, **kwargs)
 
     def _register_group(self, group: dict) -> None:
-        self.flat_groups.append(_FlatGroup(group["params"], self.rank, self.world_size, self.chunk_numel))
+        self.flat_groups.append(_FlatGroup(group["params"], self.rank, self.world_size, self.bucket_numel))
 
     def _local_groups(self, index: int) -> list[dict]:
         # At least one (possibly empty) local group per group keeps the
@@ -383,47 +440,75 @@ class ZeRO1Optimizer(_ShardedBase):
         chunks = self.flat_groups[index].chunks or [None]
         return [{**_hyperparams(self.param_groups[index]), "params": [] if c is None else [c]} for c in chunks]
 
-    def _reduce_scatter_mean(self, fg: _FlatGroup) -> int:
-        shard = fg.my_slice(fg.flat_grad)
-        if self._use_reduce_scatter:
-            try:
-                if self._in_place:
-                    with Released() as keep:
-                        reduce_scatter_single(keep(shard), keep(fg.flat_grad))
-                else:
-                    out = torch.empty_like(shard)
-                    with Released() as keep:
-                        reduce_scatter_single(keep(out), keep(fg.flat_grad))
-                    shard.copy_(out)
-                shard.div_(self.world_size)
-                return fg.nbytes
-            except (RuntimeError, NotImplementedError):
-                # Older gloo builds lack reduce_scatter; torch 2.13's gloo has
-                # it. Every rank fails identically, so they switch together.
-                self._use_reduce_scatter = False
-        with Released() as keep:
-            dist.all_reduce(keep(fg.flat_grad))
-        shard.div_(self.world_size)
-        return fg.nbytes
-
-    def _all_gather(self, fg: _FlatGroup) -> int:
-        shard = fg.my_slice(fg.flat_param)
-        with Released() as keep:
-            all_gather_single(keep(fg.flat_param), keep(shard if self._in_place else shard.clone()))
-        return fg.nbytes
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The model params' grads as in torch.optim; this rank's gradient shard is dropped either
+        way (the next step rewrites it), so it is not held through the next forward and backward."""
+        super().zero_grad(set_to_none)
+        for fg in self.flat_groups:
+            for chunk in fg.chunks:
+                chunk.grad = None
 
     def flat_buffers(self) -> list[torch.Tensor]:
-        """Every tensor this optimizer allocated (flat params and grads; the
-        local optimizer's params and grads are views of these)."""
-        return [t for fg in self.flat_groups if fg.chunks for t in (fg.flat_param, fg.flat_grad)]
+        """Every tensor this optimizer keeps: the flat params and this rank's gradient shard (the
+        local optimizer's params are views of the former)."""
+        grads = [c.grad for fg in self.flat_groups for c in fg.chunks if c.grad is not None]
+        return [fg.flat_param for fg in self.flat_groups if fg.chunks] + grads
 
     def _step_shard(self, **kwargs) -> None:
-        nbytes = 0
         active = [fg for fg in self.flat_groups if fg.chunks]
-        for fg in active:
-            fg.pack_grads()
-            nbytes += self._reduce_scatter_mean(fg)
+        nbytes = sum(self._reduce_scatter_grads(fg) for fg in active)
         self.local_optimizer.step(**kwargs)
-        for fg in active:
-            nbytes += self._all_gather(fg)
+        nbytes += sum(self._all_gather_params(fg) for fg in active)
         self.bytes_communicated_last_step = nbytes
+
+    def _reduce_scatter_grads(self, fg: _FlatGroup) -> int:
+        """Bucket by bucket: pack the grads into a reused staging buffer (freeing each param's
+        grad once packed) and reduce-scatter it into the chunk's ``.grad``, averaged. The peak
+        is the grads not yet freed plus the staging buffers, not a second full-size copy."""
+        staging = [fg.flat_param.new_empty(fg.buckets[0].numel) for _ in range(min(_DEPTH, len(fg.buckets)))]
+        inflight = _InFlight(len(staging))
+        for k, (bucket, chunk) in enumerate(zip(fg.buckets, fg.chunks)):
+            inflight.make_room()  # the collective that last read this staging buffer is done
+            packed = staging[k % len(staging)][: bucket.numel]
+            fg.pack_grads(bucket, packed)
+            # A shard grad left by a step without zero_grad is overwritten, not reallocated.
+            out = chunk.grad if chunk.grad is not None else torch.empty_like(chunk)
+            self._launch_reduce_scatter(inflight, out, packed, functools.partial(self._set_shard_grad, chunk, out))
+        inflight.drain()
+        return fg.nbytes
+
+    def _launch_reduce_scatter(self, inflight: _InFlight, out: torch.Tensor, packed: torch.Tensor,
+                               then: Callable[[], None]) -> None:
+        if self._use_reduce_scatter:
+            try:
+                inflight.launch(reduce_scatter_single, out, packed, then=then)
+                return
+            except (RuntimeError, NotImplementedError):
+                # Older gloo builds lack reduce_scatter; torch 2.13's gloo has it. Every rank
+                # fails identically, so they switch together.
+                self._use_reduce_scatter = False
+        mine = packed.view(self.world_size, -1)[self.rank]
+        inflight.launch(dist.all_reduce, packed, then=functools.partial(_copy_then, out, mine, then))
+
+    def _set_shard_grad(self, chunk: nn.Parameter, summed: torch.Tensor) -> None:
+        chunk.grad = summed.div_(self.world_size)
+
+    def _all_gather_params(self, fg: _FlatGroup) -> int:
+        inflight = _InFlight(_DEPTH)
+        for bucket in fg.buckets:
+            mine = bucket.owned(fg.flat_param, self.rank, self.world_size)
+            inflight.launch(all_gather_single, bucket.of(fg.flat_param), mine if self._in_place else mine.clone())
+        inflight.drain()
+        return fg.nbytes
+
+
+def _copy_then(dst: torch.Tensor, src: torch.Tensor, then: Callable[[], None]) -> None:
+    dst.copy_(src)
+    then()
+
+
+def _bucket_numel(bucket_numel: int, world_size: int) -> int:
+    """``bucket_numel`` rounded up to a multiple of ``world_size`` (each rank owns an equal part)."""
+    if not isinstance(bucket_numel, int) or isinstance(bucket_numel, bool) or bucket_numel < 1:
+        raise ValueError(f"ZeRO1Optimizer: bucket_numel must be an int >= 1, got {bucket_numel!r}")
+    return -(-bucket_numel // world_size) * world_size

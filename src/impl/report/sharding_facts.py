@@ -57,9 +57,14 @@ class InitPeak:
 
 @dataclass(frozen=True)
 class Zero1Activations:
+    """ZeRO-1's forward/backward transient against the simple sharded optimizer's, where it exceeds
+    it by more than half the gradients: the signature of the flat gradient buffer ZeRO-1 kept
+    through backward before the bucketed step (`commit`: the ZeRO-1 row's run)."""
+
     zero1: float
     sharded: float
     grads: float
+    commit: str
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ def sharding_facts(device: str, rows: list[Bench], log_tail: str | None) -> Shar
     if "zero1" in by and "sharded" in by:
         za = by["zero1"].row.details["ranks"][0]
         ba = by["sharded"].row.details["ranks"][0]["activations"]
-        if za["activations"] is not None and ba is not None:
-            z1 = Zero1Activations(za["activations"], ba, za["named_before"]["gradients"])
+        grads = za["named_before"]["gradients"]
+        if za["activations"] is not None and ba is not None and za["activations"] - ba > grads / 2:
+            z1 = Zero1Activations(za["activations"], ba, grads, by["zero1"].row.run.commit)
     return ShardingFacts(device, log_tail, by.get("none"), by.get("sharded"), by.get("zero1"), init, z1)

@@ -50,13 +50,18 @@ class Origin:
 
 
 class StorageLedger(TorchDispatchMode):
-    """Origin of every storage allocated while active, and the bytes of those still alive."""
+    """Origin of every storage allocated while active, the bytes of those still alive, and the
+    most those bytes have been (since construction or `reset_peak`)."""
 
-    def __init__(self, where: Callable[[], tuple[int | None, str]]):
+    def __init__(self, where: Callable[[], tuple[int | None, str]] = lambda: (None, "")):
         super().__init__()
         self.where = where
         self.origins: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.live_bytes = 0
+        self.peak_bytes = 0
+
+    def reset_peak(self) -> None:
+        self.peak_bytes = self.live_bytes
 
     def _free(self, nbytes: int) -> None:
         self.live_bytes -= nbytes
@@ -75,6 +80,7 @@ class StorageLedger(TorchDispatchMode):
             block, module = self.where()
             self.origins[s] = Origin(func._schema.name, module, block)
             self.live_bytes += s.nbytes()
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
             weakref.finalize(s, self._free, s.nbytes())
         return out
 

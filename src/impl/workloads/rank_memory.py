@@ -63,8 +63,8 @@ def _state_tensors(opt) -> list[torch.Tensor]:
 def _buffer_tensors(wrapper, opt, counted: set) -> list[torch.Tensor]:
     """Communication / staging buffers the wrappers own (DDP buckets; ZeRO-1's flat buffers) whose
     storage is not already counted as parameters or gradients (`counted`: storage pointers).
-    ZeRO-1's params and grads are views of its flat buffers, so its flat gradient shows here only
-    while no param has a grad (before the first backward)."""
+    ZeRO-1's params are views of its flat buffer (counted as parameters); its gradient shard shows
+    here from its step until zero_grad."""
     out = [b.buffer for b in getattr(wrapper, "buckets", []) or []]
     if hasattr(opt, "flat_buffers"):
         out += opt.flat_buffers()
