@@ -15,7 +15,8 @@ import pytest
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import time_once
 from impl.bench.worker_group import Workers, measure_on_ranks
-from impl.workloads.leaderboard_2026 import (StepRankState, StepSpec, build_step, rank_do_bench, rank_first_step,
+from impl.workloads.leaderboard_2026 import (StepRankState, StepSpec, build_step, rank_breakdown, rank_do_bench,
+                                             rank_first_step,
                                              rank_peak, rank_setup, rank_step, rank_teardown)
 from impl.bench.row import Memory, Metric, Status
 from impl.workloads.problems import Problem
@@ -73,7 +74,8 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, policy, k):
     """The whole step on TWO.world_size ranks (one process a GPU, NCCL; smoke: gloo on the CPU):
     DDP with summed gradients and sharded optimizer states (impl.workloads.leaderboard_2026). The
     first call from an empty cache is timed apart; then triton.testing.do_bench as the handout
-    times it (its median; the slowest rank's) and the harness's rounds (the slowest rank's clock).
+    times it (its median; the slowest rank's) and the harness's rounds (the slowest rank's clock);
+    then one profiled step on rank 0 (details["breakdown"]: kernel time per phase and category).
     Peak memory per rank over everything."""
     ws = TWO.world_size
     spec = StepSpec(config=TWO.config, num_layers=TWO.num_layers, batch=TWO.batch, context=TWO.context,
@@ -114,6 +116,7 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, policy, k):
     else:
         row.details["do_bench"] = dict(skipped="needs CUDA and a step longer than twice do_bench's warm-up and "
                                                "rep (else its call counts could differ between ranks)")
+    row.details["breakdown"] = group.call(rank_breakdown, step_s=bench.benchmark.stats.stats.median)[0]
     mem = group.call(rank_peak)
     group.call(rank_teardown)
     row.memory = Memory(peak_allocated=max((m.peak for m in mem if m.peak is not None), default=None))

@@ -203,6 +203,21 @@ def rank_do_bench(state: StepRankState, warmup_ms: float, rep_ms: float) -> floa
     return do_bench(state.built.step, warmup=warmup_ms, rep=rep_ms, return_mode="median") / 1e3
 
 
+def rank_breakdown(state: StepRankState, step_s: float, warmup: int = 1) -> dict | None:
+    """Where one step's time goes on rank 0 (impl.workloads.kernels.step_breakdown: kernel time per
+    phase and category, the top kernels, the gap to `step_s`, the unprofiled step time), from one
+    profiled step after `warmup` unrecorded ones; the other ranks run as many steps unprofiled."""
+    from impl.workloads.kernels import profile_calls, step_breakdown
+
+    if state.rank != 0:
+        for _ in range(warmup + 1):
+            state.built.step()
+        torch.cuda.synchronize(state.device) if state.device.type == "cuda" else None
+        return None
+    profile, _ = profile_calls(lambda: state.built.step(annotated=True), state.device, warmup=warmup, steps=1)
+    return step_breakdown(profile, step_s)
+
+
 def rank_peak(state: StepRankState) -> Allocated:
     """The allocator now and its peak since set-up: the step's peak, first call included."""
     return Allocated.read(state.device)
@@ -214,5 +229,5 @@ def rank_teardown(state: StepRankState) -> None:
 
 
 __all__ = ["BATCH", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepRankState", "StepSpec", "WORLD_SIZE",
-           "build_step", "local_batch", "master_weights", "rank_do_bench", "rank_first_step", "rank_peak", "rank_setup",
+           "build_step", "local_batch", "master_weights", "rank_breakdown", "rank_do_bench", "rank_first_step", "rank_peak", "rank_setup",
            "rank_step", "rank_teardown"]
