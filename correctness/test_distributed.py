@@ -77,6 +77,23 @@ def test_rank_dying_after_its_report_fails_the_launch(how, status):
         launch(T.die_at_exit_on_rank, WORLD_SIZE, args=(1, how), timeout_s=60)
 
 
+def test_a_rank_dying_at_exit_shows_its_stderr_in_the_failure():
+    """What a rank wrote to stderr before dying (a library's teardown error) ends the message: a
+    failure at exit explains itself, not only "exited with code 3"."""
+    with pytest.raises(RuntimeError) as err:
+        launch(T.die_at_exit_saying, WORLD_SIZE, args=(1, "teardown said: store gone (marker 7f3a)"), timeout_s=60)
+    msg = str(err.value)
+    assert msg.startswith("rank 1 of 2 exited with code 3 after reporting its result"), msg
+    assert "--- rank 1's stderr, last 1 of 1 lines ---\nteardown said: store gone (marker 7f3a)" in msg
+
+
+def test_the_store_outlives_every_rank():
+    """The launching process serves the group's store: a rank may still use it after rank 0 has
+    exited (when rank 0 served it, the peers' teardown could find it gone)."""
+    out = launch(T.store_outlives_rank0, WORLD_SIZE, timeout_s=60)
+    assert out == ["left"] + ["ok"] * (WORLD_SIZE - 1)
+
+
 # Issue 23: a rank of an overlapped wrapper aborted at exit about 4 runs in 10 before the fix
 # ("terminate called without an active exception"); the launcher used to count it a success.
 # 4 launches per variant: an unfixed wrapper passes all of them with probability < 2%.

@@ -17,6 +17,7 @@ import atexit
 import io
 import os
 import re
+import sys
 import time
 import weakref
 
@@ -79,6 +80,28 @@ def die_at_exit_on_rank(rank, world_size, bad_rank, how):
     elif rank == bad_rank:
         atexit.register(os.abort)
     return rank
+
+
+def die_at_exit_saying(rank, world_size, bad_rank, words):
+    """`bad_rank` reports its result, then writes `words` to its stderr and exits with code 3 at
+    interpreter exit (what a failing teardown in a C++ library leaves behind)."""
+    if rank == bad_rank:
+        atexit.register(os._exit, 3)
+        atexit.register(lambda: (sys.stderr.write(f"{words}\n"), sys.stderr.flush()))
+    return rank
+
+
+def store_outlives_rank0(rank, world_size):
+    """Rank 0 returns (and exits); the others wait until it has, then use the group's store, as a
+    teardown or a watchdog may. Returns what the store then reads back."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        store.set("rank0_leaving", "1")
+        return "left"
+    store.wait(["rank0_leaving"])
+    time.sleep(2.0)  # rank 0 has destroyed its group and exited by now
+    store.set(f"after_rank0_{rank}", "ok")
+    return store.get(f"after_rank0_{rank}").decode()
 
 
 def ddp_train_and_exit(rank, world_size, variant):

@@ -34,7 +34,7 @@ import torch.distributed as dist
 from impl.bench.harness import Budget
 from impl.bench.row import Status
 from impl.bench.timers import make_timer
-from impl.distributed.launcher import SPAWN, device_for, spawn_ranks, stop_ranks
+from impl.distributed.launcher import SPAWN, device_for, host_store, spawn_ranks, stop_ranks
 
 Command = Callable[..., Any]  # fn(state: RankState, **kwargs), module-level
 
@@ -107,9 +107,10 @@ class WorkerGroup:
         self.commands = [SPAWN.Queue() for _ in range(world_size)]
         # The process group's own timeout bounds a collective whose peer is gone; the parent's
         # command timeout bounds everything else.
+        self.store = host_store(command_timeout_s)  # held until close(): the ranks' rendezvous
         self.procs = spawn_ranks(serve, world_size, backend, command_timeout_s,
                                  rank_args=[(state_type, q, self.replies) for q in self.commands],
-                                 reporters=[self.replies] * world_size)
+                                 reporters=[self.replies] * world_size, store_port=self.store.port)
         self.dead = False
         self.call(noop, timeout_s=start_timeout_s)  # returns once every rank joined the group
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
-import socket
+import sys
+import tempfile
 import time
 import signal
 import traceback
@@ -69,18 +70,24 @@ def check_world(backend: str, world_size: int) -> None:
             )
 
 
-def _free_port() -> int:
-    # Bind to port 0 so the OS picks an unused port. There is a small window
-    # in which another process could grab it before rank 0 binds; acceptable
-    # for a single-host launcher.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def host_store(timeout_s: float) -> dist.TCPStore:
+    """The group's rendezvous store, served by the launching process (as torchrun's agent serves its
+    workers'), on a port the OS picks as it binds. The caller keeps it until every rank has exited:
+    a rank's exit then never takes the store away from a peer still shutting down, and no other
+    process can take the port between its choice and its use (both possible when rank 0 hosted it
+    on a port picked beforehand)."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def _rank_entry(rank, world_size, backend, port, timeout_s, fn, args, results):
+def _rank_entry(rank, world_size, backend, port, timeout_s, fn, args, results, stderr_path=None):
     """Body of each spawned process: join the group, run fn, report ``(rank, ok, payload)`` with
-    ``results.put`` (payload: fn's return value, or the traceback)."""
+    ``results.put`` (payload: fn's return value, or the traceback). `stderr_path`: this process's
+    standard error (Python's and the C++ libraries') goes to that file, for the parent to read."""
+    if stderr_path is not None:
+        fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
     _apply_required_env()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -90,13 +97,9 @@ def _rank_entry(rank, world_size, backend, port, timeout_s, fn, args, results):
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-        )
+        timeout = datetime.timedelta(seconds=timeout_s)
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         # Every rank finishes connecting before any runs fn: a rank whose fn does no collective could
         # otherwise exit while a peer is still in gloo's connectFullMesh, which then fails with
         # "Connection closed by peer" (seen in CI on a loaded machine).
@@ -140,19 +143,23 @@ def spawn_ranks(
     timeout_s: float,
     rank_args: Sequence[tuple],
     reporters: Sequence[Any],
+    store_port: int,
+    stderr_paths: Sequence[str] | None = None,
 ) -> list:
-    """Start ``world_size`` spawned processes in one new process group (a free port on this host):
-    rank r joins the group, runs ``fn(r, world_size, *rank_args[r])`` and reports
-    ``(r, ok, payload)`` once through ``reporters[r].put`` (payload: fn's picklable return value, or
-    the traceback of what it raised). ``timeout_s`` is the group's own timeout for a collective
-    whose peer is gone. The caller waits for the reports and ends the processes with
-    ``stop_ranks``; ``launch`` is the one-shot use; a caller may also keep the ranks for many calls."""
+    """Start ``world_size`` spawned processes in one new process group, whose store the caller
+    serves on ``store_port`` (``host_store``, kept until the ranks have exited): rank r joins the
+    group, runs ``fn(r, world_size, *rank_args[r])`` and reports ``(r, ok, payload)`` once through
+    ``reporters[r].put`` (payload: fn's picklable return value, or the traceback of what it
+    raised). ``timeout_s`` is the group's own timeout for a collective whose peer is gone;
+    ``stderr_paths[r]``, if given, receives rank r's standard error. The caller waits for the
+    reports and ends the processes with ``stop_ranks``; ``launch`` is the one-shot use; a caller
+    may also keep the ranks for many calls."""
     check_world(backend, world_size)
-    port = _free_port()
     procs = [
         SPAWN.Process(
             target=_rank_entry,
-            args=(rank, world_size, backend, port, timeout_s, fn, tuple(rank_args[rank]), reporters[rank]),
+            args=(rank, world_size, backend, store_port, timeout_s, fn, tuple(rank_args[rank]), reporters[rank],
+                  stderr_paths[rank] if stderr_paths else None),
             # Not daemonic, so workers may start their own processes
             # (DataLoader workers); stop_ranks kills them.
             daemon=False,
@@ -197,17 +204,55 @@ def launch(
     """
     backend = backend or default_backend(world_size if isinstance(world_size, int) else 1)
     check_world(backend, world_size)
+    store = host_store(timeout_s)
     pipes = [SPAWN.Pipe(duplex=False) for _ in range(world_size)]
-    procs = spawn_ranks(fn, world_size, backend, timeout_s, [tuple(args)] * world_size,
-                        [_PipeReporter(writer) for _, writer in pipes])
-    for _, writer in pipes:
-        writer.close()  # the children hold their own copies
-    try:
-        return _collect(procs, [reader for reader, _ in pipes], timeout_s)
-    finally:
-        stop_ranks(procs)
-        for reader, _ in pipes:
-            reader.close()
+    with tempfile.TemporaryDirectory(prefix="launch-") as logs:
+        stderr = [os.path.join(logs, f"rank{r}.stderr") for r in range(world_size)]
+        procs = spawn_ranks(fn, world_size, backend, timeout_s, [tuple(args)] * world_size,
+                            [_PipeReporter(writer) for _, writer in pipes], store.port, stderr)
+        for _, writer in pipes:
+            writer.close()  # the children hold their own copies
+        try:
+            return _collect(procs, [reader for reader, _ in pipes], timeout_s)
+        except (RuntimeError, TimeoutError) as exc:
+            raise type(exc)(f"{exc}{_stderr_tails(stderr)}") from None
+        finally:
+            stop_ranks(procs)
+            for reader, _ in pipes:
+                reader.close()
+            _forward(stderr)
+            del store  # served until every rank has exited
+
+
+# Lines of each rank's standard error a failure message ends with.
+STDERR_TAIL_LINES = 15
+
+
+def _stderr_tails(paths: Sequence[str]) -> str:
+    """The last lines each rank wrote to its standard error (warnings and tracebacks of the C++
+    libraries included: an abort at exit leaves its reason only there)."""
+    out = []
+    for rank, path in enumerate(paths):
+        try:
+            lines = open(path, errors="replace").read().splitlines()
+        except OSError:
+            continue
+        if lines:
+            out.append(f"--- rank {rank}'s stderr, last {min(len(lines), STDERR_TAIL_LINES)} of {len(lines)} lines ---")
+            out += lines[-STDERR_TAIL_LINES:]
+    return "\n" + "\n".join(out) if out else ""
+
+
+def _forward(paths: Sequence[str]) -> None:
+    """Copy what the ranks wrote to standard error to ours (what they showed before it was captured)."""
+    for path in paths:
+        try:
+            text = open(path, errors="replace").read()
+        except OSError:
+            continue
+        if text:
+            sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 # A rank whose peer vanished fails with one of these; the peer is the cause.
