@@ -612,3 +612,54 @@ def test_flash_shapes_host_cost_is_its_own_table(built_pages):
     assert h.eager_vs_anchor == pytest.approx(h.calls["flash_triton"].mean_us / sdpa[h.anchor])
     page = next(p for p in pages if p.slug == "flash_shapes")
     assert len(page.answers) == 2  # the kernel grid's question, then the host cost's
+
+
+# ------------------------------------------------------------- rows split by [edition, size] and run
+def _dist_frame(rows, device: str = "gpu-x2", section: str = "ddp"):
+    """A frame of synthetic rows: (Row, run stamp "YYYYMMDDTHHMM", median s, iqr s); a measured row
+    gets statistics, any other none (as a file's not_run entry)."""
+    from impl.bench.row import Status
+    from impl.report.data import Record, Run, Stats, frame
+
+    records = []
+    for row, stamp, med, iqr in rows:
+        when = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:00+00:00"
+        run = Run(device, section, f"/x/reports/data/{device}/{section}/{stamp}Z_abc.json", when, "abc", False)
+        stats = Stats(med, iqr, med, med, med, iqr, 5, [med] * 5) if row.status is Status.MEASURED else None
+        name = f"test_{row.problem}[{'-'.join(str(v) for v in row.config.values())}]"
+        records.append(Record(name, run, row, stats))
+    return frame(records)
+
+
+def _ddp_row(variant, edition="2026", size="xl", context=512, batch=4, comm_s=None, peak=None, timeline=None,
+             bucket_mb=None, problem=None):
+    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
+
+    cfg = dict(size=size, edition=edition, context=context, batch_per_rank=batch, world_size=2, backend="nccl",
+               variant=variant, bucket_mb=bucket_mb, dtype="fp32")
+    details = dict(grad_bytes=4e9, n_params=1e9, num_buckets=0, steps=dict(comm_s=comm_s))
+    if timeline:
+        details["timeline"] = timeline
+    problem = problem or {"single": "ddp_benchmarking_anchors", "torch_ddp": "ddp_benchmarking_anchors",
+                          "naive": "naive_ddp_benchmarking", "flat": "minimal_ddp_flat_benchmarking",
+                          "individual": "ddp_overlap_individual_parameters_benchmarking",
+                          "bucketed": "ddp_overlap_bucketed_benchmarking"}[variant]
+    return Row(problem=problem, config=cfg, env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"),
+               status=Status.MEASURED, timing=Timing("one step", "SlowestRankClock", 2, 5),
+               metrics={Metric.COMM_SHARE: 0.05} if comm_s else {}, details=details, memory=Memory(peak, None))
+
+
+def test_size_runs_split_by_edition_size_and_run_2026_first_and_name_their_files():
+    from impl.report.rows import newest_per_size, size_runs
+
+    d = _dist_frame([(_ddp_row("naive", "2025"), "20260101T0000", 1.0, 0.01),
+                     (_ddp_row("naive", "2026"), "20260102T0000", 2.0, 0.01),
+                     (_ddp_row("flat", "2026"), "20260102T0000", 2.1, 0.01),
+                     (_ddp_row("single", "2026"), "20260103T0000", 1.9, 0.01)])
+    groups = size_runs(d)
+    assert [(g.edition, g.date, len(g.rows)) for g in groups] == [("2026", "2026-01-03", 1), ("2026", "2026-01-02", 2),
+                                                                   ("2025", "2026-01-01", 1)]
+    assert groups[0].described == "xl (2026): d_model 2560, 32 layers, 3.4B params"
+    assert groups[-1].described == "xl (2025): d_model 1600, 48 layers, 2.0B params"
+    assert groups[1].files == ["reports/data/gpu-x2/ddp/20260102T0000Z_abc.json"]
+    assert [g.datetime for g in newest_per_size(groups)] == [groups[0].datetime, groups[2].datetime]
