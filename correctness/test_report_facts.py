@@ -343,25 +343,52 @@ def test_comm_facts_compare_backends_at_nccls_largest_size_and_process_count():
 
 # ------------------------------------------------------------- ddp
 def test_ddp_facts_group_rows_by_context_and_score_each_variant_against_its_rows(built_pages):
-    """The committed 2×H200 run: each benchmarking problem's scoreboard ratio is its own variant's row
-    ÷ torch DDP at the largest context, and the bucketed headline is the fastest bucket."""
+    """The committed 2×H200 runs: each benchmarking problem's scoreboard ratio is its own variant's row
+    ÷ torch DDP at the largest context of the current edition's run (naive, flat, overlapped: xl
+    (2026); bucketed, a 2025 question: xl (2025)), and the bucketed headline is the fastest bucket."""
     from impl.report.ddp_facts import TORCH, ddp_facts
-    from impl.report.rows import benches
+    from impl.report.rows import size_runs
 
     ctx, pages = built_pages
     d = ctx.df[(ctx.df.device == "h200-141gb-x2") & ctx.df.problem.isin(
         ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
          "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"])]
-    f = ddp_facts("dev", "date", benches(d), None, {})
-    g = f.largest
-    assert g.context == max(x.context for x in f.groups)
+    by_edition = {run.edition: ddp_facts("dev", run, None) for run in reversed(size_runs(d))}  # newest run wins
     score = next(p for p in pages if p.slug == "ddp").score
+    g = by_edition["2026"].largest
+    assert g.context == max(x.context for x in by_edition["2026"].groups) and not g.buckets
     naive = g.ratio(("naive", None), TORCH, "torch DDP")
     assert score["naive_ddp_benchmarking"].vs_anchor == str(naive)
+    assert score["naive_ddp_benchmarking"].answer.startswith("xl (2026): ")
     assert naive.value == g.get(("naive", None)).stats.median / g.get(TORCH).stats.median
+    g = by_edition["2025"].largest
     best = g.best_bucket
     assert all(g.buckets[best].stats.median <= b.stats.median for b in g.buckets.values())
     assert f"{best:g} MB" in score["ddp_bucketed_benchmarking"].answer
+    assert score["ddp_bucketed_benchmarking"].answer.startswith("xl (2025): ")
+    assert score["ddp_bucketed_benchmarking"].vs_anchor == str(g.ratio(("bucketed", best), TORCH, "torch DDP"))
+
+
+def test_ddp_facts_of_one_size_run_divide_only_its_own_rows():
+    """Rows of xl (2025) and xl (2026) in one frame: each [edition, size] run's groups hold its own rows
+    only, so the 2026 floor never divides a 2025 bucketed row; its peak and files come with it."""
+    from impl.report.ddp_facts import SINGLE, answering, ddp_facts
+    from impl.report.rows import size_runs
+    from impl.workloads.problems import Problem
+
+    d = _dist_frame([(_ddp_row("single", "2025"), "20260101T0000", 0.70, 0.001),
+                     (_ddp_row("bucketed", "2025", bucket_mb=100), "20260101T0000", 0.72, 0.001),
+                     (_ddp_row("single", "2026", peak=60 * 2**30), "20260102T0000", 1.00, 0.001),
+                     (_ddp_row("naive", "2026", comm_s=0.05, peak=61 * 2**30), "20260102T0000", 1.10, 0.001)])
+    facts = [ddp_facts("dev", run, None) for run in size_runs(d)]
+    f26, f25 = facts
+    assert (f26.edition, f26.size_short, f25.size_short) == ("2026", "xl (2026)", "xl (2025)")
+    g = f26.largest
+    assert not g.buckets and g.ratio(("naive", None), SINGLE, "floor").value == pytest.approx(1.10)
+    assert g.peak(("naive", None)) == 61 * 2**30 and f26.files == ("reports/data/gpu-x2/ddp/20260102T0000Z_abc.json",)
+    assert f25.largest.ratio(("bucketed", 100), SINGLE, "floor").value == pytest.approx(0.72 / 0.70)
+    assert answering(facts, Problem.DDP_BUCKETED_BENCHMARKING.editions) == [f25]
+    assert answering(facts, Problem.NAIVE_DDP_BENCHMARKING.editions) == [f26, f25]
 
 
 # ------------------------------------------------------------- optimizer_state_sharding_accounting

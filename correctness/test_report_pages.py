@@ -433,6 +433,23 @@ def test_ddp_score_line_is_ours_against_torch_ddp(dist_pages):
     assert ddp.index_figures and "torch DDP" in ddp.index_figures[0][0]
 
 
+def test_ddp_page_answers_each_edition_from_its_own_run_and_names_the_files(dist_pages):
+    """xl (2026) and xl (2025) each get their own section, tables and timeline: no 2025 bucketed row sits
+    in a 2026 table, the 2026 timeline is naive against per-parameter overlapped, and every
+    benchmarking answer names the run file it read, the 2026 edition first."""
+    page = next(p for p in dist_pages if p.slug == "ddp")
+    text = render_page(page)
+    new, old = text.split("### xl (2026)")[1].split("### xl (2025)")
+    assert "| bucketed" not in new and "| bucketed 1000 MB" in old
+    assert "ddp-h200-141gb-x2-2026-xl_ddp_timeline.png" in new and "individual parameters (overlapped) |" in new
+    assert "peak allocated (GiB)" in new
+    for a in page.answers:
+        if "benchmarking" in a.question:
+            assert "`reports/data/h200-141gb-x2/ddp/" in a.text, a.question
+            if not a.question.startswith("ddp_bucketed"):
+                assert a.text.index("xl (2026)") < a.text.index("xl (2025)"), a.question
+
+
 def test_fixed_inconsistencies_stay_fixed(dist_pages):
     ddp = render_page(next(p for p in dist_pages if p.slug == "ddp"))
     comm = render_page(next(p for p in dist_pages if p.slug == "distributed_communication"))

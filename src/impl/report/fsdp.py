@@ -13,7 +13,7 @@ from impl.report import figures
 from impl.report.distributed import figure
 from impl.report.templating import environment, macros
 from impl.report.markdown import gib, missing, ms, num, table
-import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+from impl.report.rows import size_label  # (also registers the typed .cfg accessors of rows and frames)
 from impl.workloads.problems import Problem as P
 
 LABEL = {v.value: v.label for v in FSDPVariant}
@@ -221,7 +221,8 @@ def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | 
         return None
     first = d.iloc[0]
     head = str(environment().get_template(TEMPLATE).module.method(
-        first.cfg.size, int(first.cfg.context), int(first.cfg.batch_per_rank), int(first.cfg.world_size),
+        size_label(first.cfg.size_ref, first.cfg.size), int(first.cfg.context), int(first.cfg.batch_per_rank),
+        int(first.cfg.world_size),
         first.cfg.backend)).strip()
     parts = [head, _main_table(d)]
     unrun = _not_yet_run(d, device)

@@ -19,11 +19,11 @@ from impl.report.per_rank_facts import per_rank_facts
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, spread
 from impl.report.comm_facts import comm_facts
-from impl.report.ddp_facts import TORCH, ddp_facts
+from impl.report.ddp_facts import TORCH, answering, ddp_facts
 from impl.report.ddp_facts import label as ddp_label
 from impl.report.fsdp_facts import fsdp_facts
 from impl.report.sharding_facts import sharding_facts
-from impl.report.rows import benches
+from impl.report.rows import benches, size_runs
 from impl.report.runs import device_label, runs_line
 from impl.report.templating import macros
 from impl.report.pages.problems import problem
@@ -129,6 +129,11 @@ def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
     return lines[-1] if lines else None
 
 
+def _current(name) -> str:
+    """The newest edition that poses problem `name`: its rows answer, older editions' rows are history."""
+    return max(str(e) for e in P(name).editions)
+
+
 def ddp_page(ctx: Context) -> Page:
     slug = problem(P.NAIVE_DDP).slug
     names = [P.NAIVE_DDP, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING,
@@ -138,50 +143,61 @@ def ddp_page(ctx: Context) -> Page:
     implemented = {P.NAIVE_DDP: "naive", P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: "DDPIndividualParameters",
                    P.DDP_OVERLAP_BUCKETED: "DDPBucketed"}
     words = macros("ddp.md.j2")
-    runs = gpu_rows(ctx, *dr.DDP_PROBLEMS)
     comm_runs = dict(gpu_rows(ctx, dr.COMM_PROBLEM))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
-    body, index_figures = [], []
+    body, index_figures, facts = [], [], []
     steps = {P.NAIVE_DDP_BENCHMARKING: ("naive", None), P.MINIMAL_DDP_FLAT_BENCHMARKING: ("flat", None),
              P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: ("individual", None)}
-    for dev, d in runs:
-        label, date = device_label(dev, d), run_date(d)
-        bench = d[d.cfg.kind != "trace"]
-        overlap = dr.overlap_shares(d)
-        f = ddp_facts(label, date, benches(d), _log_tail(ctx, dev, "correctness-nccl.txt"), overlap)
-        if f.log_tail:
+    for dev, d in gpu_rows(ctx, *dr.DDP_PROBLEMS):
+        label = device_label(dev, d)
+        log_tail = _log_tail(ctx, dev, "correctness-nccl.txt")
+        if log_tail:
+            f0 = ddp_facts(label, size_runs(d)[0], log_tail)
             for n, what in implemented.items():
-                answers[n] = words.a_implemented(f, what)
-                scores[n] = Score(words.score_implemented(), f.passed, "–", dev, "–")
-        answers[P.NAIVE_DDP_BENCHMARKING] = words.a_naive_bench(f)
-        answers[P.MINIMAL_DDP_FLAT_BENCHMARKING] = words.a_flat(f)
-        answers[P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING] = words.a_individual_bench(f)
-        answers[P.DDP_BUCKETED_BENCHMARKING] = words.a_bucketed_bench(f)
-        g = f.largest  # scoreboard: each variant's own row at the largest context, against torch DDP
-        if g is not None:
-            for n, k in steps.items():
-                b = g.get(k)
-                if b is not None:
-                    scores[n] = Score(words.score_step(g, k, ddp_label(b)), f"{ms(b.stats.median)} ms/step",
-                                      str(g.ratio(k, TORCH, "torch DDP") or "–"), dev, date)
-            if g.best_bucket is not None:
-                b = g.buckets[g.best_bucket]
-                scores[P.DDP_BUCKETED_BENCHMARKING] = Score(
-                    words.score_bucket(g, ddp_label(g.best_ours)), f"{ms(b.stats.median)} ms/step",
-                    str(g.ratio(("bucketed", g.best_bucket), TORCH, "torch DDP") or "–"), dev, date)
-        # body
-        fig_name = f"{slug}-{dev}-overhead-vs-torch-ddp.png"
-        ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, run {date}")
-        index_figures.append((words.fig_caption(label, date), f"{ctx.fig_rel}/{fig_name}"))
-        text, data = dr.ddp_section(d)
+                answers[n] = words.a_implemented(f0, what)
+                scores[n] = Score(words.score_implemented(), f0.passed, "–", dev, "–")
+        body.append(f"## {label}")
         comm = comm_runs.get(dev)
         fits = dr.allreduce_fits(comm) if comm is not None else {}
-        body += [f"## {label}", words.h_vs_torch(), f"![{words.fig_alt()}]({ctx.fig_rel}/{fig_name})", text,
-                 words.h_bucket_model(), dr.bucket_model_section(fits, data, overlap) or words.no_bucketed(),
-                 words.h_timeline(),
-                 dr.timeline_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or words.no_timeline(),
-                 runs_line(dev, d)]
+        for run in size_runs(d):  # each [edition, size] run apart: its ratios divide its own rows
+            f = ddp_facts(label, run, log_tail)
+            facts.append((dev, f))
+            current = "2026" if f.edition == "2026" else _current(P.NAIVE_DDP_BENCHMARKING)
+            fig_name = f"{slug}-{dev}-{run.id}-overhead-vs-torch-ddp.png"
+            bench = run.rows[run.rows.cfg.kind != "trace"]
+            ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, {f.size_short}, run {f.date}")
+            index_figures.append((words.fig_caption(label, f.size_short, f.date), f"{ctx.fig_rel}/{fig_name}"))
+            text, data = dr.ddp_section(run.rows)
+            body += [words.h_size_run(f, current), words.size_run_intro(f), words.h_vs_torch(),
+                     f"![{words.fig_alt()}]({ctx.fig_rel}/{fig_name})", text,
+                     words.h_bucket_model(), dr.bucket_model_section(fits, data, f.overlap) or words.no_bucketed(f),
+                     words.h_timeline(),
+                     dr.timeline_section(run.rows, f"{slug}-{dev}-{run.id}", ctx.fig_dir, ctx.fig_rel)
+                     or words.no_timeline()]
+        body.append(runs_line(dev, d))
+    ordered = [f for _, f in sorted(facts, key=lambda x: -int(x[1].edition))]  # stable: devices, then runs
+    for n in (*steps, P.DDP_BUCKETED_BENCHMARKING):
+        current = _current(n)
+        fs = answering(ordered, P(n).editions)
+        answers[n] = getattr(words, {P.NAIVE_DDP_BENCHMARKING: "a_naive_bench", P.MINIMAL_DDP_FLAT_BENCHMARKING: "a_flat",
+                                     P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: "a_individual_bench",
+                                     P.DDP_BUCKETED_BENCHMARKING: "a_bucketed_bench"}[n])(fs, current)
+        # the scoreboard: the current edition's run, each variant's own row at the largest context vs torch DDP
+        for dev, f in facts:
+            g = f.largest
+            if f.edition != current or g is None:
+                continue
+            if n in steps and g.get(steps[n]) is not None:
+                b = g.get(steps[n])
+                scores[n] = Score(words.score_step(f, g, steps[n], ddp_label(b)), f"{ms(b.stats.median)} ms/step",
+                                  str(g.ratio(steps[n], TORCH, "torch DDP") or "–"), dev, f.date)
+                break
+            if n == P.DDP_BUCKETED_BENCHMARKING and g.best_bucket is not None:
+                b = g.buckets[g.best_bucket]
+                scores[n] = Score(words.score_bucket(f, g, ddp_label(g.best_ours)), f"{ms(b.stats.median)} ms/step",
+                                  str(g.ratio(("bucketed", g.best_bucket), TORCH, "torch DDP") or "–"), dev, f.date)
+                break
     questions = {P.NAIVE_DDP: words.q_naive(), P.NAIVE_DDP_BENCHMARKING: words.q_naive_bench(),
                  P.MINIMAL_DDP_FLAT_BENCHMARKING: words.q_flat(),
                  P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: words.q_individual(),
