@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from impl.bench.row import Metric
 from impl.report.distributed import VARIANT_LABEL, overlap_shares
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, SizeRun, benches
+from impl.report.rows import Bench, RunLabel, SizeRun, benches
 
 Key = tuple[str, float | None]  # (variant, bucket MB for bucketed rows)
 SINGLE, TORCH = ("single", None), ("torch_ddp", None)
@@ -75,11 +75,7 @@ class DdpFacts:
     log_tail: str | None  # the last line of the NCCL correctness log
     groups: list[Group]  # by context
     overlap: dict[str, float]  # variant label -> share of its profiled communication overlapping compute
-    edition: str = "2025"
-    size: str = "–"  # "xl (2026): d_model 2560, 32 layers, 3.4B params"
-    size_short: str = "–"  # "xl (2026)"
-    when: str = "–"  # the run, UTC
-    files: tuple[str, ...] = ()  # the run files read
+    run: RunLabel | None = None  # the [edition, size] run the facts come from
 
     @property
     def passed(self) -> str | None:
@@ -99,13 +95,5 @@ def ddp_facts(device: str, run: SizeRun, log_tail: str | None) -> DdpFacts:
     groups: dict[tuple[int, int], dict[Key, Bench]] = {}
     for b in bench:
         groups.setdefault((int(b.cfg.context), int(b.cfg.batch_per_rank)), {})[key(b)] = b
-    short = f"{run.size.name} ({run.edition})" if run.size is not None else "–"
     return DdpFacts(device, run.date, log_tail, [Group(c, n, by) for (c, n), by in sorted(groups.items())],
-                    overlap_shares(run.rows), run.edition, run.described, short, run.when, tuple(run.files))
-
-
-def answering(facts: list[DdpFacts], editions) -> list[DdpFacts]:
-    """The facts that answer a problem posed in `editions` (its Problem.editions), the newest edition
-    first: the current edition answers, an older one is kept as history."""
-    names = {str(e) for e in editions}
-    return [f for f in facts if f.edition in names]
+                    overlap_shares(run.rows), run.label(device))

@@ -173,6 +173,37 @@ class SizeRun:
         """For figure names: "2026-xl"."""
         return f"{self.edition}-{self.size.name}" if self.size is not None else "nosize"
 
+    def label(self, device: str) -> RunLabel:
+        short = f"{self.size.name} ({self.edition})" if self.size is not None else "–"
+        return RunLabel(device, self.described, short, self.edition, self.when, self.date, tuple(self.files))
+
+
+@dataclass(frozen=True)
+class RunLabel:
+    """How an answer names the rows it read: the device, the size with its edition and dimensions, the
+    run (UTC) and its files (templates/_editions.md.j2 words it)."""
+
+    device: str
+    size: str  # "xl (2026): d_model 2560, 32 layers, 3.4B params"
+    size_short: str  # "xl (2026)"
+    edition: str
+    when: str  # "2026-11-26 04:04"
+    date: str
+    files: tuple[str, ...]
+
+
+def current_edition(problem) -> str:
+    """The newest edition that poses a problem (impl.workloads.problems.Problem): its rows answer,
+    an older edition's rows are kept as history."""
+    return max(str(e) for e in problem.editions)
+
+
+def answering(facts: list, problem) -> list:
+    """The facts (each with `.run`, a RunLabel) that answer `problem`: those of an edition that poses it,
+    the newest edition first (a stable sort keeps devices and runs in their order)."""
+    names = {str(e) for e in problem.editions}
+    return sorted((f for f in facts if f.run is not None and f.run.edition in names), key=lambda f: -int(f.run.edition))
+
 
 def _edition_order(ref: SizeRef | None) -> tuple:
     """2026 first (the current edition answers; 2025 is history), then the edition's table order."""

@@ -19,11 +19,11 @@ from impl.report.per_rank_facts import per_rank_facts
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, spread
 from impl.report.comm_facts import comm_facts
-from impl.report.ddp_facts import TORCH, answering, ddp_facts
+from impl.report.ddp_facts import TORCH, ddp_facts
 from impl.report.ddp_facts import label as ddp_label
 from impl.report.fsdp_facts import fsdp_facts
 from impl.report.sharding_facts import sharding_facts
-from impl.report.rows import benches, size_runs
+from impl.report.rows import answering, benches, current_edition, size_runs
 from impl.report.runs import device_label, runs_line
 from impl.report.templating import macros
 from impl.report.pages.problems import problem
@@ -129,9 +129,7 @@ def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
     return lines[-1] if lines else None
 
 
-def _current(name) -> str:
-    """The newest edition that poses problem `name`: its rows answer, older editions' rows are history."""
-    return max(str(e) for e in P(name).editions)
+EDITIONS = macros("_editions.md.j2")
 
 
 def ddp_page(ctx: Context) -> Page:
@@ -163,30 +161,29 @@ def ddp_page(ctx: Context) -> Page:
         for run in size_runs(d):  # each [edition, size] run apart: its ratios divide its own rows
             f = ddp_facts(label, run, log_tail)
             facts.append((dev, f))
-            current = "2026" if f.edition == "2026" else _current(P.NAIVE_DDP_BENCHMARKING)
+            current = current_edition(P.NAIVE_DDP_BENCHMARKING)
             fig_name = f"{slug}-{dev}-{run.id}-overhead-vs-torch-ddp.png"
             bench = run.rows[run.rows.cfg.kind != "trace"]
-            ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, {f.size_short}, run {f.date}")
-            index_figures.append((words.fig_caption(label, f.size_short, f.date), f"{ctx.fig_rel}/{fig_name}"))
+            ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, {f.run.size_short}, run {f.date}")
+            index_figures.append((words.fig_caption(label, f.run.size_short, f.date), f"{ctx.fig_rel}/{fig_name}"))
             text, data = dr.ddp_section(run.rows)
-            body += [words.h_size_run(f, current), words.size_run_intro(f), words.h_vs_torch(),
+            body += [EDITIONS.h_size_run(f.run, current), EDITIONS.size_run_intro(f.run), words.h_vs_torch(),
                      f"![{words.fig_alt()}]({ctx.fig_rel}/{fig_name})", text,
                      words.h_bucket_model(), dr.bucket_model_section(fits, data, f.overlap) or words.no_bucketed(f),
                      words.h_timeline(),
                      dr.timeline_section(run.rows, f"{slug}-{dev}-{run.id}", ctx.fig_dir, ctx.fig_rel)
                      or words.no_timeline()]
         body.append(runs_line(dev, d))
-    ordered = [f for _, f in sorted(facts, key=lambda x: -int(x[1].edition))]  # stable: devices, then runs
     for n in (*steps, P.DDP_BUCKETED_BENCHMARKING):
-        current = _current(n)
-        fs = answering(ordered, P(n).editions)
+        current = current_edition(P(n))
+        fs = answering([f for _, f in facts], P(n))
         answers[n] = getattr(words, {P.NAIVE_DDP_BENCHMARKING: "a_naive_bench", P.MINIMAL_DDP_FLAT_BENCHMARKING: "a_flat",
                                      P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: "a_individual_bench",
                                      P.DDP_BUCKETED_BENCHMARKING: "a_bucketed_bench"}[n])(fs, current)
         # the scoreboard: the current edition's run, each variant's own row at the largest context vs torch DDP
         for dev, f in facts:
             g = f.largest
-            if f.edition != current or g is None:
+            if f.run.edition != current or g is None:
                 continue
             if n in steps and g.get(steps[n]) is not None:
                 b = g.get(steps[n])
