@@ -175,7 +175,8 @@ class SizeRun:
 
     def label(self, device: str) -> RunLabel:
         short = f"{self.size.name} ({self.edition})" if self.size is not None else "–"
-        return RunLabel(device, self.described, short, self.edition, self.when, self.date, tuple(self.files))
+        return RunLabel(device, self.described, short, self.edition, self.when, self.date, tuple(self.files),
+                        self.size.name if self.size is not None else "–")
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ class RunLabel:
     when: str  # "2026-11-26 04:04"
     date: str
     files: tuple[str, ...]
+    name: str = "–"  # the size's name in its edition: "xl"
 
 
 def current_edition(problem) -> str:

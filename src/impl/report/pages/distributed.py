@@ -241,18 +241,31 @@ def sharding_page(ctx: Context) -> Page:
     words = macros("optimizer_sharding.md.j2")
     answers = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
-    body = []
+    current = current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
+    body, facts = [], []
     for dev, d in gpu_rows(ctx, dr.SHARD):
-        label, date = device_label(dev, d), run_date(d)
-        f = sharding_facts(label, benches(d), _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt"))
-        if f.log_tail:
-            answers[P.OPTIMIZER_STATE_SHARDING] = words.a_sharding(f)
-            scores[P.OPTIMIZER_STATE_SHARDING] = Score(words.score_correct(), f.passed, "–", dev, "–")
+        label = device_label(dev, d)
+        log_tail = _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt")
+        body.append(f"## {label}")
+        for run in size_runs(d):  # each [edition, size] run apart: its ratios divide its own rows
+            f = sharding_facts(label, run, log_tail)
+            facts.append((dev, f))
+            body += [EDITIONS.h_size_run(f.run, current), EDITIONS.size_run_intro(f.run),
+                     dr.sharding_section(run.rows) or "", words.notes(f)]
+        body.append(runs_line(dev, d))
+        if log_tail:
+            answers[P.OPTIMIZER_STATE_SHARDING] = words.a_sharding(facts[-1][1])
+            scores[P.OPTIMIZER_STATE_SHARDING] = Score(words.score_correct(), facts[-1][1].passed, "–", dev, "–")
+    fs = answering([f for _, f in facts], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
+    if fs:
+        answers[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = words.a_accounting(fs, current)
+    # the scoreboard: the newest edition's run that has both rows (labelled with its size)
+    for dev, f in sorted(facts, key=lambda x: -int(x[1].run.edition)):
         if f.none is not None and f.sharded is not None:
-            answers[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = words.a_accounting(f)
             scores[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = Score(
-                words.score_answer(f), words.score_headline(f), str(f.sharded.vs(f.none, words.vs_what())), dev, date)
-        body += [f"## {label}", dr.sharding_section(d) or "", words.notes(f), runs_line(dev, d)]
+                words.score_answer(f), words.score_headline(f), str(f.sharded.vs(f.none, words.vs_what())), dev,
+                f.run.date)
+            break
     qs = {P.OPTIMIZER_STATE_SHARDING: words.q_sharding(), P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: words.q_accounting()}
     return Page(slug, words.title(), [problem(n) for n in names],
                 [Answer(qs[n], answers[n]) for n in names], "\n\n".join(x for x in body if x), score=scores)
