@@ -692,3 +692,57 @@ def test_size_runs_split_by_edition_size_and_run_2026_first_and_name_their_files
     assert groups[-1].described == "xl (2025): d_model 1600, 48 layers, 2.0B params"
     assert groups[1].files == ["reports/data/gpu-x2/ddp/20260102T0000Z_abc.json"]
     assert [g.datetime for g in newest_per_size(groups)] == [groups[0].datetime, groups[2].datetime]
+
+
+# ------------------------------------------------------------- tensor parallelism beside DDP and FSDP
+def _fsdp_row(variant, world=2, batch=4, peak=40 * 2**30, tp=None, edition="2026"):
+    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
+
+    cfg = dict(size="xl", edition=edition, context=512, batch_per_rank=batch, world_size=world, backend="nccl",
+               variant=variant, dtype="fp32")
+    details = dict(n_params=3.4e9, peak_bytes=peak)
+    if tp is not None:
+        details.update(tp_predicted=tp, tp_traffic=dict(calls=128, payload_bytes=tp["payload_bytes_per_step"]))
+    return Row(problem="fsdp", config=cfg, env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"),
+               status=Status.MEASURED, timing=Timing("one step", "SlowestRankClock", 2, 5),
+               metrics={Metric.TOKENS_PER_S: 8 * 512 / 1.0}, details=details, memory=Memory(peak, None))
+
+
+def _tp_pred(step_s):
+    return dict(matmul_flops_per_s=48e12, allreduce_busbw_Bps=190e9, compute_s=step_s - 0.03, comm_s=0.03,
+                step_s=step_s, payload_bytes_per_step=4 * 32 * 8 * 512 * 2560 * 4, max_devices_forward=31.6,
+                max_devices_backward=62.3)
+
+
+def test_tp_facts_divide_only_rows_of_one_run_and_check_the_traffic_against_the_closed_form():
+    """TP at 2 ranks shares a run with our FSDP and DDP rows of the same model and global batch (2 × 4
+    sequences): TP ÷ each is a ratio. TP at 4 ranks comes from another run and device: shown, divided
+    by nothing. The ddp section's rows stand beside TP only while the fsdp runs have no DDP row."""
+    from impl.parallelism_calcs import tp_step_allreduce_payload
+    from impl.report.tp_facts import tp_facts
+
+    labels = {"fsdp": "FSDP (ours), fp32", "ddp": "DDPBucketed 100 MB (ours)"}
+    x2 = _dist_frame([(_fsdp_row("tp", 2, 8, tp=_tp_pred(1.0)), "20260105T0000", 1.10, 0.002),
+                      (_fsdp_row("fsdp"), "20260105T0000", 0.80, 0.002),
+                      (_fsdp_row("ddp"), "20260105T0000", 1.00, 0.002),
+                      (_fsdp_row("fsdp", edition="2025"), "20260101T0000", 0.70, 0.002)], section="fsdp")
+    x4 = _dist_frame([(_fsdp_row("tp", 4, 8, tp=_tp_pred(0.5)), "20260106T0000", 0.60, 0.002)], "gpu-x4", "fsdp")
+    ddp = _dist_frame([(_ddp_row("naive"), "20260102T0000", 1.05, 0.002)])
+    (f,) = tp_facts([("gpu-x2", x2), ("gpu-x4", x4)], [("gpu-x2", ddp)], labels, lambda b: "naive")
+    assert (f.context, f.batch, [r.world for r in f.rows]) == (512, 8, [2, 4])
+    assert f.size.startswith("xl (2026)") and f.has_fsdp and f.shared_runs
+    by = {b.label: b for b in f.beside}
+    assert set(by) == set(labels.values())  # no ddp-section row: the fsdp run has its own DDP
+    assert by["FSDP (ours), fp32"].vs_tp.value == pytest.approx(1.10 / 0.80)
+    assert by["DDPBucketed 100 MB (ours)"].vs_tp.value == pytest.approx(1.10)
+    two, four = f.rows
+    assert two.closed_form_bytes == tp_step_allreduce_payload(8 * 512, 2560, 32, 4) == two.counted["payload_bytes"]
+    assert two.closed_form_calls == 128 and two.ring_bytes_per_rank == two.closed_form_bytes
+    assert four.ring_bytes_per_rank == pytest.approx(1.5 * four.closed_form_bytes)
+    assert two.measured_over_predicted == pytest.approx(1.10) and four.measured_over_predicted == pytest.approx(1.2)
+    assert four.run.files == ("reports/data/gpu-x4/fsdp/20260106T0000Z_abc.json",)
+
+    x2_tp_only = x2[x2.cfg.variant == "tp"]
+    (f,) = tp_facts([("gpu-x2", x2_tp_only)], [("gpu-x2", ddp)], labels, lambda b: "naive")
+    assert not f.has_fsdp and not f.shared_runs and [b.label for b in f.beside] == ["naive"]
+    assert f.beside[0].vs_tp is None and f.beside[0].section == "ddp"

@@ -460,6 +460,26 @@ def test_sharding_answer_labels_each_edition_and_says_what_the_current_one_lacks
     assert page.score["optimizer_state_sharding_accounting"].answer.startswith("xl (202")
 
 
+def test_fsdp_page_puts_tp_beside_ddp_and_fsdp_with_each_rows_device_and_run(dist_pages):
+    """TP at 2 ranks (2×H200) and 4 ranks (4×H200) of xl (2026), each with its run file, its counted
+    all-reduce bytes against the closed form and tp_calcs' prediction against the measured step; the
+    page says plainly when TP and the rows beside it are from different runs; the FSDP answers label
+    their size and edition."""
+    page = next(p for p in dist_pages if p.slug == "fsdp")
+    text = render_page(page)
+    tp = text.split("## Tensor parallelism beside DDP and FSDP: xl (2026)")[1]
+    for dev in ("h200-141gb-x2", "h200-141gb-x4"):
+        assert f"`reports/data/{dev}/fsdp/" in tp
+    assert "| TP over 2 ranks" in tp and "| TP over 4 ranks" in tp and "needs_hardware" not in tp
+    assert "counted / closed form" in tp and "measured ÷ predicted" in tp
+    assert "Different runs" in tp or "divides them" in tp
+    tp_answer = next(a.text for a in page.answers if a.question.startswith("tensor parallelism"))
+    assert "4·L·p·B·D" in tp_answer and "tp_calcs" in tp_answer
+    for a in page.answers[:3]:
+        assert re.findall(r"\*\*(xl \(20\d\d\))", a.text)[:1] == ["xl (2026)"], a.question
+    assert "| tp |" not in text  # TP rows live in their own section
+
+
 def test_fixed_inconsistencies_stay_fixed(dist_pages):
     ddp = render_page(next(p for p in dist_pages if p.slug == "ddp"))
     comm = render_page(next(p for p in dist_pages if p.slug == "distributed_communication"))

@@ -201,10 +201,13 @@ def current_edition(problem) -> str:
 
 
 def answering(facts: list, problem) -> list:
-    """The facts (each with `.run`, a RunLabel) that answer `problem`: those of an edition that poses it,
-    the newest edition first (a stable sort keeps devices and runs in their order)."""
-    names = {str(e) for e in problem.editions}
-    return sorted((f for f in facts if f.run is not None and f.run.edition in names), key=lambda f: -int(f.run.edition))
+    """The facts (each with `.run`, a RunLabel) that answer `problem`: its current edition's, then older
+    editions' rows as history (a 2026-only problem's 2025-size rows included); a newer edition's rows
+    never answer an older edition's problem. Newest edition first (a stable sort keeps devices and
+    runs in their order)."""
+    current = int(current_edition(problem))
+    return sorted((f for f in facts if f.run is not None and int(f.run.edition) <= current),
+                  key=lambda f: -int(f.run.edition))
 
 
 def _edition_order(ref: SizeRef | None) -> tuple:
