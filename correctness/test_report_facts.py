@@ -339,6 +339,11 @@ def test_comm_facts_compare_backends_at_nccls_largest_size_and_process_count():
     assert (f.size_bytes, f.nccl_procs, f.nccl.busbw_gbps) == (1000 * mb, 2, 300.0)
     assert f.gloo_over_nccl == pytest.approx(150.0) and f.gloo_by_procs == [(2, 2.0), (4, 1.5)]
     assert comm_facts("dev", {k: v for k, v in pts.items() if k[0] == "gloo"}, 0) is None
+    pts[("nccl", 4)] = {mb: (7.0, 2e-4), 1000 * mb: (340.0, 4.6e-3)}
+    f = comm_facts("dev", pts, 4, ("nccl, 6 processes: needs_hardware (6 ranks, 4 GPU(s) here)",), ("a.json",))
+    assert f.nccl_procs == 4 and [n for n, _ in f.nccl_by_procs] == [2, 4] and f.smallest[0] == mb
+    assert f.algbw_gbps(f.nccl) == pytest.approx(1000 * mb / 4.6e-3 / 1e9) and f.gloo_same is not None
+    assert f.reasons and f.files == ("a.json",)
 
 
 # ------------------------------------------------------------- ddp

@@ -480,6 +480,14 @@ def test_fsdp_page_puts_tp_beside_ddp_and_fsdp_with_each_rows_device_and_run(dis
     assert "| tp |" not in text  # TP rows live in their own section
 
 
+def test_comm_answer_reads_one_run_with_every_nccl_process_count_and_says_what_did_not_run(dist_pages):
+    a = next(p for p in dist_pages if p.slug == "distributed_communication").answers[0].text
+    assert a.startswith("From 4× NVIDIA H200 (h200-141gb-x4)")
+    assert "`reports/data/h200-141gb-x4/distributed_communication/" in a
+    assert "across 2 GPUs" in a and "across 4 GPUs" in a and "2(n−1)/n" in a
+    assert "nccl, 6 processes: needs_hardware" in a
+
+
 def test_fixed_inconsistencies_stay_fixed(dist_pages):
     ddp = render_page(next(p for p in dist_pages if p.slug == "ddp"))
     comm = render_page(next(p for p in dist_pages if p.slug == "distributed_communication"))
