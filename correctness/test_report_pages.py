@@ -652,3 +652,66 @@ def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values()
     assert short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") == \
         "64×128 w4 s3"
     assert [short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]
+
+
+def _lb26_two_gpu_rows(policies: list[tuple[str, int, float, float]], breakdown: bool = True):
+    """Two-GPU rows: (policy, k, harness median ms, do_bench ms), first call 60 s for the first, 7 s after."""
+    from impl.bench.row import Peaks
+
+    out = []
+    for i, (policy, k, med_ms, db_ms) in enumerate(policies):
+        row = Row(problem="leaderboard_2026",
+                  config=dict(config="8B", layers=34, batch=2, context=32768, checkpointing=policy, k=k, world_size=2,
+                              backend="nccl"),
+                  env=ENV, status=Status.MEASURED, timing=Timing("one training step", "SlowestRankClock", 1, 5),
+                  metrics={Metric.DO_BENCH_MS: db_ms, Metric.FIRST_CALL_S: 60.0 if i == 0 else 7.0,
+                           Metric.FLOPS: 3.2e15, Metric.TOKENS_PER_S: 65536 / med_ms * 1e3},
+                  peaks=Peaks(measured_flops=800e12, measured_dtype="bfloat16", measured_n=8192, datasheet_flops=989.4e12),
+                  details=dict(ranks=[dict(peak=100 * 2**30), dict(peak=101 * 2**30)],
+                               do_bench=dict(warmup_ms=25.0, rep_ms=100.0, return_mode="median", ranks="slowest")))
+        if breakdown:
+            row.details["breakdown"] = dict(
+                timing_source="cuda", step_ms=med_ms, kernel_ms=med_ms - 300.0, gap_ms=300.0,
+                phase_ms={"forward": 1500.0, "backward": med_ms - 2100.0, "optimizer step": 300.0},
+                category_ms={"matmul": med_ms / 2, "attention": med_ms / 4, "communication": 100.0, "other": 0.0},
+                top=[dict(name="nvjet_gemm", category="matmul", ms=900.0, calls=400.0)])
+        row.memory.peak_allocated = 101 * 2**30
+        out.append((row, med_ms, 10.0))
+    return out
+
+
+def test_leaderboard_2026_page_answers_with_the_measured_two_gpu_step_beside_the_prediction(tmp_path):
+    """Two-GPU rows of one run: the fastest by do_bench answers, with its MFU by the datasheet and the
+    run's measured peak, the first calls against the handout's 10 minutes, the class's best scaled by
+    the B200's datasheet peak (named constants, not typed), where the time goes, and the one-GPU
+    prediction of the same policy beside it."""
+    from impl.bench.peaks import datasheet_bf16_flops
+    from impl.report.pages import parallelism
+    from impl.workloads.leaderboard_2026 import CLASS_BEST_GPU, CLASS_BEST_STEP_S
+
+    data = tmp_path / "data"
+    _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa",
+           _lb26_rows([(n, 300 + 200 * n, 20 + 3 * n) for n in (1, 2, 4)]))
+    _store(data, "leaderboard_2026", "20260303T000000Z_bbbbbbbb",
+           _lb26_two_gpu_rows([("every_k", 1, 7500.0, 7450.0), ("keep_attention", 0, 6900.0, 6880.0)]),
+           device="gpu-x2")
+    _allreduce_run(data, 300.0)
+    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
+    text, where = (a.text for a in page.answers)
+    assert "**keep_attention (k 0): 6.88 s per step** (do_bench" in text
+    ours_mfu = 3.2e15 / 6.88 / 989.4e12
+    assert f"{ours_mfu:.1%} MFU against the datasheet" in text and f"{3.2e15 / 6.88 / 800e12:.1%} against the run's" in text
+    assert "every_k (k 1) 60.0 s (the run's first" in text and "within the 10 minutes" in text
+    scale = datasheet_bf16_flops(CLASS_BEST_GPU) / 989.4e12
+    assert CLASS_BEST_GPU == "B200" and f"{6.88 / CLASS_BEST_STEP_S:.2f}× its time" in text
+    assert f"{scale:.2f}× an H200's" in text and f"{3.2e15 / CLASS_BEST_STEP_S / (scale * 989.4e12):.1%} MFU" in text
+    from impl.leaderboard_prediction import LayerRun, predict_step
+    from impl.model import MODEL_CONFIGS
+    pred = predict_step([LayerRun(n, (300 + 200 * n) / 1e3, (20 + 3 * n) * 2**30) for n in (1, 2, 4)],
+                        MODEL_CONFIGS["8B"], 300e9)
+    assert f"the measured every_k (k 1) step is 7.45 s, {7.45 / pred.total_s:.2f}× the prediction" in text
+    assert "gap" in where and "keep_attention (k 0)" in where and "communication 0.10 s" in where
+    assert "| keep_attention (k 0) | 2026-03-03 00:00 | 6.880 |" in page.body and "`nvjet_gemm`" in page.body
+    assert "`reports/data/gpu-x2/leaderboard_2026/20260303T000000Z_bbbbbbbb.json`" in text
+    score = page.score["leaderboard_2026"]
+    assert score.headline.startswith("6.88 s/step") and score.device == "gpu-x2"
