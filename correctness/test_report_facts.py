@@ -113,6 +113,11 @@ def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     assert facts.answered == sum(r.answered for r in facts.rows) and facts.measured <= facts.answered
     by = {r.problem: r for r in facts.rows}
     assert by["ddp_bucketed_benchmarking"].measured and by["ddp_overlap_individual_parameters_benchmarking"].measured
+    # each problem names the devices its answers read: the all-reduce answer reads the 4-GPU run (2 and 4
+    # processes), the fsdp page's TP rows ran on 2 and 4 GPUs, the leaderboard step on two
+    assert by["distributed_communication_single_node"].device == "4×H200"
+    assert "4×H200" in by["fsdp"].device.split(" + ") and "4×H200" in facts.devices
+    assert by["leaderboard_2026"].device.split(" + ")[0] == "2×H200"
 
 
 # ------------------------------------------------------------- benchmarking_script

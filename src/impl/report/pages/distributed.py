@@ -352,6 +352,11 @@ def fsdp_page(ctx: Context) -> Page:
     if tps:
         answers.append(Answer(words.q_tp(), words.a_tp(tps)))
         body += [_tp_section(words, f) for f in tps]
+        fs_score = scores[P.FSDP]
+        if fs_score.answer != NOT_ON_GPU:  # the page's fsdp answers read the TP rows' devices too
+            devices = dict.fromkeys([fs_score.device] + [r.run.device for f in tps for r in f.rows])
+            scores[P.FSDP] = Score(fs_score.answer, fs_score.headline, fs_score.vs_anchor, " + ".join(devices),
+                                   fs_score.date)
     for dev, d in gpu_rows(ctx, StoredGroup.PER_RANK_MEMORY):
         pr = per_rank_facts(benches(d))
         if pr is None:

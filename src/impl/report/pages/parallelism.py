@@ -320,6 +320,7 @@ def leaderboard_2026_page(ctx: Context) -> Page:
                 beside = w_.versus_prediction(pred, policy, same[-1] if same else None)
                 text = f"{lead}\n\n{beside}"
                 body += [prediction, beside]
+                score = Score(score.answer, score.headline, score.vs_anchor, f"{score.device} + {dev1}", score.date)
             else:
                 text = f"{lead} {prediction}"
                 score = Score(w_.score_predicted_answer(), w_.score_predicted(pred), "–", f"{dev1} + {w_dev}",
