@@ -47,6 +47,6 @@ def num(x, digits=1) -> str:
     return "–" if missing(x) else f"{x:,.{digits}f}"
 
 
-def ms_share(x_ms, step_ms) -> str:
+def ms_share(x_ms, step_ms, digits: int = 2) -> str:
     """Milliseconds with their share of a step: "12.34 (5%)"."""
-    return f"{num(x_ms, 2)} ({pct(x_ms / step_ms, 0)})" if step_ms and not missing(x_ms) else num(x_ms, 2)
+    return f"{num(x_ms, digits)} ({pct(x_ms / step_ms, 0)})" if step_ms and not missing(x_ms) else num(x_ms, digits)

@@ -218,7 +218,7 @@ def tp_facts(fsdp: list[tuple[str, object]], ddp: list[tuple[str, object]], labe
             vs = None
             if same:
                 t = same[0]
-                vs = ratio(t.step_s, b.stats.median, label, t.spread, spread(b.stats.stddev, b.stats.iqr))
+                vs = ratio(t.step_s, b.stats.median, "", t.spread, spread(b.stats.stddev, b.stats.iqr))
             beside.append(Beside(label, b, run.label(device), _where(device), b.run.section, vs))
         if measured or not_run:
             out.append(TpFacts(measured[0].run.size if measured else not_run[0].run.size, shape.context, shape.batch,

@@ -257,13 +257,14 @@ def _breakdown_tables(f) -> list[str]:
     for c in profiled:
         b = c.breakdown
         step = b["step_ms"]
-        rows.append([c.policy, c.run_when, num(step, 0)] + [ms_share(b["phase_ms"].get(ph), step) for ph in phases]
-                    + [ms_share(b["category_ms"].get(k, 0.0), step) for k in cats]
-                    + [ms_share(b["kernel_ms"], step), ms_share(b["gap_ms"], step)])
+        rows.append([c.policy, c.run_when, num(step, 0)] + [ms_share(b["phase_ms"].get(ph), step, 0) for ph in phases]
+                    + [ms_share(b["category_ms"].get(k, 0.0), step, 0) for k in cats]
+                    + [ms_share(b["kernel_ms"], step, 0), ms_share(b["gap_ms"], step, 0)])
     head = ["checkpointing", "run (UTC)", "step (ms)"] + [f"{ph} (ms)" for ph in phases] + cats + ["kernels", "gap"]
-    best = min(profiled, key=lambda c: c.step_s)
+    best = min((c for c in profiled if c.run_when == f.newest.run_when), key=lambda c: c.step_s,
+               default=profiled[-1])
     top = [[f"`{k['name'][:70]}`", k["category"], num(k["ms"], 1), num(k["calls"], 0)] for k in best.breakdown["top"]]
-    return [w.h_breakdown(), w.breakdown_intro(), table(head, rows), f"**{best.policy}**:",
+    return [w.h_breakdown(), w.breakdown_intro(), table(head, rows), w.top_intro(best),
             table(w.top_header().split("|"), top)]
 
 
@@ -295,7 +296,10 @@ def leaderboard_2026_page(ctx: Context) -> Page:
         if f.class_best is not None:
             body += [w_.h_class_best(), w_.class_best(f.class_best)]
         body.append(runs_line(dev, d))
-        time_text = "\n\n".join(w_.breakdown(c) for c in f.profiled) or w_.no_breakdown(f)
+        profiled = [c for c in f.profiled if c.run_when == best.run_when]
+        fastest = min(profiled, key=lambda c: c.step_s) if profiled else None
+        time_text = (w_.breakdown(fastest, [c for c in f.profiled if c is not fastest]) if fastest
+                     else w_.no_breakdown(f))
     else:
         lead = w_.not_run(spec)
         time_text = None
