@@ -163,9 +163,11 @@ def _draw_slack(ax, tl: dict) -> None:
     ax.legend(fontsize=7, frameon=False)
 
 
-def _render_figure(items: list[tuple[str, dict]], path: Path) -> None:
+def _render_figure(items: list[tuple[str, dict]], path: Path, title: str | None = None) -> None:
     fig, axes = figures.plt.subplots(len(items), 2, figsize=(15, 4.6 * len(items) + 0.4), squeeze=False,
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
+    if title:
+        fig.suptitle(title, fontsize=11, x=0.01, ha="left")
     for (gantt, slack), (label, tl) in zip(axes, items):
         s = tl["summary"]
         _draw(gantt, tl, f"{WORDS.fig_title(label, s)}\n{WORDS.fig_subtitle(s)}")
@@ -207,7 +209,10 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
         return None if ran.empty else f"{head}\n\n{WORDS.no_timeline()}"
     items = [(_label(r), r["details"]["timeline"]) for _, r in with_tl.iterrows()]
     name = f"{device}_fsdp_timeline.png"
-    _render_figure(items, fig_dir / name)
+    first = with_tl.iloc[0]
+    _render_figure(items, fig_dir / name, WORDS.fig_suptitle(size_label(first.cfg.size_ref, first.cfg.size),
+                                                             int(first.cfg.context), int(first.cfg.batch_per_rank),
+                                                             int(first.cfg.world_size)))
     tl0 = items[0][1]
     rows = [row for (label, tl) in items for row in _group_rows(label, tl)]
     parts = [head, WORDS.timeline_intro(tl0["source"], len(tl0["rows"]), tl0["rows_total"], "host clock" in tl0["source"]),
