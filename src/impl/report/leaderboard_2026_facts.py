@@ -118,6 +118,11 @@ class ClassBest:
     ours: Candidate
 
     @property
+    def ours_gpu(self) -> str:
+        """Our GPU as its row's environment names it, without the vendor: "H200"."""
+        return self.ours.bench.row.env.device.removeprefix("NVIDIA ").strip()
+
+    @property
     def scale(self) -> float:
         """How much more dense bf16 work one of its GPUs does than one of ours (datasheets)."""
         return self.gpu_flops / self.ours_gpu_flops

@@ -85,10 +85,14 @@ class TpRow:
         return self.bench.details.get("tp_traffic") or {}
 
     @property
+    def bytes_per_value(self) -> int:
+        """p of the closed form: the activations' bytes per value in the row's dtype."""
+        return BYTES_PER_VALUE[str(self.bench.cfg.dtype)]
+
+    @property
     def closed_form_bytes(self) -> float:
         shape = self.bench.cfg.size_ref.config
-        p = BYTES_PER_VALUE[str(self.bench.cfg.dtype)]
-        return pc.tp_step_allreduce_payload(self.tokens, shape.d_model, shape.num_layers, p)
+        return pc.tp_step_allreduce_payload(self.tokens, shape.d_model, shape.num_layers, self.bytes_per_value)
 
     @property
     def closed_form_calls(self) -> int:

@@ -311,7 +311,7 @@ def _tp_section(words, f) -> str:
              f"{num(r.predicted.get('max_devices_forward'), 1)} / {num(r.predicted.get('max_devices_backward'), 1)}"]
             for r in f.rows]
     return "\n\n".join([words.h_tp(f), words.tp_intro(f), words.tp_runs(f),
-                         table(words.tp_header().split("|"), side), words.tp_traffic_intro(),
+                         table(words.tp_header().split("|"), side), words.tp_traffic_intro(f),
                          table(words.tp_traffic_header().split("|"), traffic), words.tp_prediction_intro(),
                          table(words.tp_prediction_header().split("|"), pred)])
 

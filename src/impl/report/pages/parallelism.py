@@ -290,7 +290,7 @@ def leaderboard_2026_page(ctx: Context) -> Page:
         lead = w_.measured(f, best, f.slowest_first_call)
         if f.class_best is not None:
             lead += "\n\n" + w_.class_best(f.class_best)
-        score = Score(w_.score_measured(best), w_.score_measured_headline(best, f.class_best), "–", dev, run_date(d))
+        score = Score(w_.score_measured(best, f.world), w_.score_measured_headline(best, f.class_best), "–", dev, run_date(d))
         body += [w_.h_two(f), w_.two_intro(f), _two_gpu_table(f)]
         body += _breakdown_tables(f) or [w_.no_breakdown(f)]
         if f.class_best is not None:
