@@ -704,7 +704,7 @@ def test_leaderboard_2026_page_answers_with_the_measured_two_gpu_step_beside_the
     assert "every_k (k 1) 60.0 s (the run's first" in text and "within the 10 minutes" in text
     scale = datasheet_bf16_flops(CLASS_BEST_GPU) / 989.4e12
     assert CLASS_BEST_GPU == "B200" and f"{6.88 / CLASS_BEST_STEP_S:.2f}× its time" in text
-    assert f"{scale:.2f}× an H200's" in text and f"{3.2e15 / CLASS_BEST_STEP_S / (scale * 989.4e12):.1%} MFU" in text
+    assert f"{scale:.2f}× an {ENV.device}'s" in text and f"{3.2e15 / CLASS_BEST_STEP_S / (scale * 989.4e12):.1%} MFU" in text
     from impl.leaderboard_prediction import LayerRun, predict_step
     from impl.model import MODEL_CONFIGS
     pred = predict_step([LayerRun(n, (300 + 200 * n) / 1e3, (20 + 3 * n) * 2**30) for n in (1, 2, 4)],
