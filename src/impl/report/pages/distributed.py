@@ -281,7 +281,7 @@ def sharding_page(ctx: Context) -> Page:
     for dev, f in sorted(facts, key=lambda x: -int(x[1].run.edition)):
         if f.none is not None and f.sharded is not None:
             scores[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = Score(
-                words.score_answer(f), words.score_headline(f), str(f.sharded.vs(f.none, words.vs_what())), dev,
+                words.score_answer(f, current), words.score_headline(f), str(f.sharded.vs(f.none, words.vs_what())), dev,
                 f.run.date)
             break
     qs = {P.OPTIMIZER_STATE_SHARDING: words.q_sharding(), P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: words.q_accounting()}
