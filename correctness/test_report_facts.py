@@ -113,6 +113,11 @@ def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     assert facts.answered == sum(r.answered for r in facts.rows) and facts.measured <= facts.answered
     by = {r.problem: r for r in facts.rows}
     assert by["ddp_bucketed_benchmarking"].measured and by["ddp_overlap_individual_parameters_benchmarking"].measured
+    # each problem names the devices its answers read: the all-reduce answer reads the 4-GPU run (2 and 4
+    # processes), the fsdp page's TP rows ran on 2 and 4 GPUs, the leaderboard step on two
+    assert by["distributed_communication_single_node"].device == "4×H200"
+    assert "4×H200" in by["fsdp"].device.split(" + ") and "4×H200" in facts.devices
+    assert by["leaderboard_2026"].device.split(" + ")[0] == "2×H200"
 
 
 # ------------------------------------------------------------- benchmarking_script
@@ -339,39 +344,73 @@ def test_comm_facts_compare_backends_at_nccls_largest_size_and_process_count():
     assert (f.size_bytes, f.nccl_procs, f.nccl.busbw_gbps) == (1000 * mb, 2, 300.0)
     assert f.gloo_over_nccl == pytest.approx(150.0) and f.gloo_by_procs == [(2, 2.0), (4, 1.5)]
     assert comm_facts("dev", {k: v for k, v in pts.items() if k[0] == "gloo"}, 0) is None
+    pts[("nccl", 4)] = {mb: (7.0, 2e-4), 1000 * mb: (340.0, 4.6e-3)}
+    f = comm_facts("dev", pts, 4, ("nccl, 6 processes: needs_hardware (6 ranks, 4 GPU(s) here)",), ("a.json",))
+    assert f.nccl_procs == 4 and [n for n, _ in f.nccl_by_procs] == [2, 4] and f.smallest[0] == mb
+    assert f.algbw_gbps(f.nccl) == pytest.approx(1000 * mb / 4.6e-3 / 1e9) and f.gloo_same is not None
+    assert f.reasons and f.files == ("a.json",)
 
 
 # ------------------------------------------------------------- ddp
 def test_ddp_facts_group_rows_by_context_and_score_each_variant_against_its_rows(built_pages):
-    """The committed 2×H200 run: each benchmarking problem's scoreboard ratio is its own variant's row
-    ÷ torch DDP at the largest context, and the bucketed headline is the fastest bucket."""
+    """The committed 2×H200 runs: each benchmarking problem's scoreboard ratio is its own variant's row
+    ÷ torch DDP at the largest context of the current edition's run (naive, flat, overlapped: xl
+    (2026); bucketed, a 2025 question: xl (2025)), and the bucketed headline is the fastest bucket."""
     from impl.report.ddp_facts import TORCH, ddp_facts
-    from impl.report.rows import benches
+    from impl.report.rows import size_runs
 
     ctx, pages = built_pages
     d = ctx.df[(ctx.df.device == "h200-141gb-x2") & ctx.df.problem.isin(
         ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
          "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"])]
-    f = ddp_facts("dev", "date", benches(d), None, {})
-    g = f.largest
-    assert g.context == max(x.context for x in f.groups)
+    by_edition = {run.edition: ddp_facts("dev", run, None) for run in reversed(size_runs(d))}  # newest run wins
     score = next(p for p in pages if p.slug == "ddp").score
+    g = by_edition["2026"].largest
+    assert g.context == max(x.context for x in by_edition["2026"].groups) and not g.buckets
     naive = g.ratio(("naive", None), TORCH, "torch DDP")
     assert score["naive_ddp_benchmarking"].vs_anchor == str(naive)
+    assert score["naive_ddp_benchmarking"].answer.startswith("xl (2026): ")
     assert naive.value == g.get(("naive", None)).stats.median / g.get(TORCH).stats.median
+    g = by_edition["2025"].largest
     best = g.best_bucket
     assert all(g.buckets[best].stats.median <= b.stats.median for b in g.buckets.values())
     assert f"{best:g} MB" in score["ddp_bucketed_benchmarking"].answer
+    assert score["ddp_bucketed_benchmarking"].answer.startswith("xl (2025): ")
+    assert score["ddp_bucketed_benchmarking"].vs_anchor == str(g.ratio(("bucketed", best), TORCH, "torch DDP"))
+
+
+def test_ddp_facts_of_one_size_run_divide_only_its_own_rows():
+    """Rows of xl (2025) and xl (2026) in one frame: each [edition, size] run's groups hold its own rows
+    only, so the 2026 floor never divides a 2025 bucketed row; its peak and files come with it."""
+    from impl.report.ddp_facts import SINGLE, ddp_facts
+    from impl.report.rows import answering, size_runs
+    from impl.workloads.problems import Problem
+
+    d = _dist_frame([(_ddp_row("single", "2025"), "20260101T0000", 0.70, 0.001),
+                     (_ddp_row("bucketed", "2025", bucket_mb=100), "20260101T0000", 0.72, 0.001),
+                     (_ddp_row("single", "2026", peak=60 * 2**30), "20260102T0000", 1.00, 0.001),
+                     (_ddp_row("naive", "2026", comm_s=0.05, peak=61 * 2**30), "20260102T0000", 1.10, 0.001)])
+    facts = [ddp_facts("dev", run, None) for run in size_runs(d)]
+    f26, f25 = facts
+    assert (f26.run.edition, f26.run.size_short, f25.run.size_short) == ("2026", "xl (2026)", "xl (2025)")
+    g = f26.largest
+    assert not g.buckets and g.ratio(("naive", None), SINGLE, "floor").value == pytest.approx(1.10)
+    assert g.peak(("naive", None)) == 61 * 2**30 and f26.run.files == ("reports/data/gpu-x2/ddp/20260102T0000Z_abc.json",)
+    assert f25.largest.ratio(("bucketed", 100), SINGLE, "floor").value == pytest.approx(0.72 / 0.70)
+    assert answering(facts, Problem.DDP_BUCKETED_BENCHMARKING) == [f25]
+    assert answering(facts[::-1], Problem.NAIVE_DDP_BENCHMARKING) == [f26, f25]
 
 
 # ------------------------------------------------------------- optimizer_state_sharding_accounting
 def test_sharding_facts_read_each_variants_largest_rank(built_pages):
-    from impl.report.rows import benches
+    from impl.report.rows import size_runs
     from impl.report.sharding_facts import sharding_facts
 
     ctx, _ = built_pages
     d = ctx.df[(ctx.df.device == "h200-141gb-x2") & (ctx.df.problem == "optimizer_state_sharding_accounting")]
-    f = sharding_facts("dev", benches(d), None)
+    run = next(r for r in size_runs(d) if r.edition == "2025")
+    f = sharding_facts("dev", run, None)
+    assert f.run.size_short == "xl (2025)" and all(x.startswith("reports/data/h200-141gb-x2/") for x in f.run.files)
     ranks = f.sharded.row.details["ranks"]
     assert f.sharded.after_peak == max(r["after_peak"] for r in ranks)
     assert f.sharded.state < f.none.state  # sharding keeps ~1/world of the optimizer state per rank
@@ -612,3 +651,143 @@ def test_flash_shapes_host_cost_is_its_own_table(built_pages):
     assert h.eager_vs_anchor == pytest.approx(h.calls["flash_triton"].mean_us / sdpa[h.anchor])
     page = next(p for p in pages if p.slug == "flash_shapes")
     assert len(page.answers) == 2  # the kernel grid's question, then the host cost's
+
+
+# ------------------------------------------------------------- rows split by [edition, size] and run
+def _dist_frame(rows, device: str = "gpu-x2", section: str = "ddp"):
+    """A frame of synthetic rows: (Row, run stamp "YYYYMMDDTHHMM", median s, iqr s); a measured row
+    gets statistics, any other none (as a file's not_run entry)."""
+    from impl.bench.row import Status
+    from impl.report.data import Record, Run, Stats, frame
+
+    records = []
+    for row, stamp, med, iqr in rows:
+        when = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:00+00:00"
+        run = Run(device, section, f"/x/reports/data/{device}/{section}/{stamp}Z_abc.json", when, "abc", False)
+        stats = Stats(med, iqr, med, med, med, iqr, 5, [med] * 5) if row.status is Status.MEASURED else None
+        name = f"test_{row.problem}[{'-'.join(str(v) for v in row.config.values())}]"
+        records.append(Record(name, run, row, stats))
+    return frame(records)
+
+
+def _ddp_row(variant, edition="2026", size="xl", context=512, batch=4, comm_s=None, peak=None, timeline=None,
+             bucket_mb=None, problem=None):
+    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
+
+    cfg = dict(size=size, edition=edition, context=context, batch_per_rank=batch, world_size=2, backend="nccl",
+               variant=variant, bucket_mb=bucket_mb, dtype="fp32")
+    details = dict(grad_bytes=4e9, n_params=1e9, num_buckets=0, steps=dict(comm_s=comm_s))
+    if timeline:
+        details["timeline"] = timeline
+    problem = problem or {"single": "ddp_benchmarking_anchors", "torch_ddp": "ddp_benchmarking_anchors",
+                          "naive": "naive_ddp_benchmarking", "flat": "minimal_ddp_flat_benchmarking",
+                          "individual": "ddp_overlap_individual_parameters_benchmarking",
+                          "bucketed": "ddp_overlap_bucketed_benchmarking"}[variant]
+    return Row(problem=problem, config=cfg, env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"),
+               status=Status.MEASURED, timing=Timing("one step", "SlowestRankClock", 2, 5),
+               metrics={Metric.COMM_SHARE: 0.05} if comm_s else {}, details=details, memory=Memory(peak, None))
+
+
+def test_size_runs_split_by_edition_size_and_run_2026_first_and_name_their_files():
+    from impl.report.rows import newest_per_size, size_runs
+
+    d = _dist_frame([(_ddp_row("naive", "2025"), "20260101T0000", 1.0, 0.01),
+                     (_ddp_row("naive", "2026"), "20260102T0000", 2.0, 0.01),
+                     (_ddp_row("flat", "2026"), "20260102T0000", 2.1, 0.01),
+                     (_ddp_row("single", "2026"), "20260103T0000", 1.9, 0.01)])
+    groups = size_runs(d)
+    assert [(g.edition, g.date, len(g.rows)) for g in groups] == [("2026", "2026-01-03", 1), ("2026", "2026-01-02", 2),
+                                                                   ("2025", "2026-01-01", 1)]
+    assert groups[0].described == "xl (2026): d_model 2560, 32 layers, 3.4B params"
+    assert groups[-1].described == "xl (2025): d_model 1600, 48 layers, 2.0B params"
+    assert groups[1].files == ["reports/data/gpu-x2/ddp/20260102T0000Z_abc.json"]
+    assert [g.datetime for g in newest_per_size(groups)] == [groups[0].datetime, groups[2].datetime]
+
+
+# ------------------------------------------------------------- tensor parallelism beside DDP and FSDP
+def _fsdp_row(variant, world=2, batch=4, peak=40 * 2**30, tp=None, edition="2026"):
+    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
+
+    cfg = dict(size="xl", edition=edition, context=512, batch_per_rank=batch, world_size=world, backend="nccl",
+               variant=variant, dtype="fp32")
+    details = dict(n_params=3.4e9, peak_bytes=peak)
+    if tp is not None:
+        details.update(tp_predicted=tp, tp_traffic=dict(calls=128, payload_bytes=tp["payload_bytes_per_step"]))
+    return Row(problem="fsdp", config=cfg, env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"),
+               status=Status.MEASURED, timing=Timing("one step", "SlowestRankClock", 2, 5),
+               metrics={Metric.TOKENS_PER_S: 8 * 512 / 1.0}, details=details, memory=Memory(peak, None))
+
+
+def _tp_pred(step_s):
+    return dict(matmul_flops_per_s=48e12, allreduce_busbw_Bps=190e9, compute_s=step_s - 0.03, comm_s=0.03,
+                step_s=step_s, payload_bytes_per_step=4 * 32 * 8 * 512 * 2560 * 4, max_devices_forward=31.6,
+                max_devices_backward=62.3)
+
+
+def test_tp_facts_divide_only_rows_of_one_run_and_check_the_traffic_against_the_closed_form():
+    """TP at 2 ranks shares a run with our FSDP and DDP rows of the same model and global batch (2 × 4
+    sequences): TP ÷ each is a ratio. TP at 4 ranks comes from another run and device: shown, divided
+    by nothing. The ddp section's rows stand beside TP only while the fsdp runs have no DDP row."""
+    from impl.parallelism_calcs import tp_step_allreduce_payload
+    from impl.report.tp_facts import tp_facts
+
+    labels = {"fsdp": "FSDP (ours), fp32", "ddp": "DDPBucketed 100 MB (ours)"}
+    x2 = _dist_frame([(_fsdp_row("tp", 2, 8, tp=_tp_pred(1.0)), "20260105T0000", 1.10, 0.002),
+                      (_fsdp_row("fsdp"), "20260105T0000", 0.80, 0.002),
+                      (_fsdp_row("ddp"), "20260105T0000", 1.00, 0.002),
+                      (_fsdp_row("fsdp", edition="2025"), "20260101T0000", 0.70, 0.002)], section="fsdp")
+    x4 = _dist_frame([(_fsdp_row("tp", 4, 8, tp=_tp_pred(0.5)), "20260106T0000", 0.60, 0.002)], "gpu-x4", "fsdp")
+    ddp = _dist_frame([(_ddp_row("naive"), "20260102T0000", 1.05, 0.002)])
+    (f,) = tp_facts([("gpu-x2", x2), ("gpu-x4", x4)], [("gpu-x2", ddp)], labels, lambda b: "naive")
+    assert (f.context, f.batch, [r.world for r in f.rows]) == (512, 8, [2, 4])
+    assert f.size.startswith("xl (2026)") and f.has_fsdp and f.shared_runs
+    by = {b.label: b for b in f.beside}
+    assert set(by) == set(labels.values())  # no ddp-section row: the fsdp run has its own DDP
+    assert by["FSDP (ours), fp32"].vs_tp.value == pytest.approx(1.10 / 0.80)
+    assert by["DDPBucketed 100 MB (ours)"].vs_tp.value == pytest.approx(1.10)
+    two, four = f.rows
+    assert two.closed_form_bytes == tp_step_allreduce_payload(8 * 512, 2560, 32, 4) == two.counted["payload_bytes"]
+    assert two.closed_form_calls == 128 and two.ring_bytes_per_rank == two.closed_form_bytes
+    assert four.ring_bytes_per_rank == pytest.approx(1.5 * four.closed_form_bytes)
+    assert two.measured_over_predicted == pytest.approx(1.10) and four.measured_over_predicted == pytest.approx(1.2)
+    assert four.run.files == ("reports/data/gpu-x4/fsdp/20260106T0000Z_abc.json",)
+
+    x2_tp_only = x2[x2.cfg.variant == "tp"]
+    (f,) = tp_facts([("gpu-x2", x2_tp_only)], [("gpu-x2", ddp)], labels, lambda b: "naive")
+    assert not f.has_fsdp and not f.shared_runs and [b.label for b in f.beside] == ["naive"]
+    assert f.beside[0].vs_tp is None and f.beside[0].section == "ddp"
+
+
+# ------------------------------------------------------------- leaderboard (2026) on two GPUs
+def _lb_row(policy, k, do_bench_ms, world=2):
+    from impl.bench.row import Env, Metric, Peaks, Row, Status, Timing
+
+    return Row(problem="leaderboard_2026", config=dict(config="8B", layers=34, batch=2, context=32768,
+                                                        checkpointing=policy, k=k, world_size=world),
+               env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"), status=Status.MEASURED,
+               timing=Timing("one step", "SlowestRankClock", 1, 5),
+               metrics={Metric.DO_BENCH_MS: do_bench_ms, Metric.FLOPS: 3.0e15, Metric.FIRST_CALL_S: 50.0},
+               peaks=Peaks(800e12, "bfloat16", 8192, 989.4e12), details=dict(ranks=[dict(peak=1.0), dict(peak=2.0)]))
+
+
+def test_two_gpu_leaderboard_facts_pick_the_fastest_of_each_run_and_scale_the_class_best_by_datasheets():
+    from impl.bench.peaks import datasheet_bf16_flops
+    from impl.report.leaderboard_2026_facts import two_gpu_facts
+    from impl.report.rows import benches
+    from impl.workloads.leaderboard_2026 import CLASS_BEST_GPUS, CLASS_BEST_STEP_S
+
+    d = _dist_frame([(_lb_row("every_k", 1, 7000.0), "20260101T0000", 7.1, 0.1),
+                     (_lb_row("keep_attention", 0, 6000.0), "20260101T0000", 6.1, 0.1),
+                     (_lb_row("keep_attention", 3, 6500.0), "20260102T0000", 6.6, 0.1),
+                     (_lb_row("every_k", 1, 9000.0, world=1), "20260102T0000", 9.0, 0.1)], section="leaderboard_2026")
+    f = two_gpu_facts("dev", benches(d))
+    assert len(f.candidates) == 3 and f.world == 2  # the one-GPU row is not a candidate
+    assert [c.policy for c in f.fastest.values()] == ["keep_attention (k 0)", "keep_attention (k 3)"]
+    assert f.newest.policy == "keep_attention (k 3)"  # the newest run answers; runs are not compared
+    cb = f.class_best
+    assert datasheet_bf16_flops("NVIDIA B200") == 2250e12 and datasheet_bf16_flops("NVIDIA H200") == 989.4e12
+    assert (cb.step_s, cb.gpus) == (CLASS_BEST_STEP_S, CLASS_BEST_GPUS) and cb.scale == pytest.approx(2250 / 989.4)
+    assert cb.ratio.value == pytest.approx(6.5 / CLASS_BEST_STEP_S)
+    assert cb.mfu == pytest.approx(3.0e15 / CLASS_BEST_STEP_S / 2250e12)
+    assert f.newest.mfu == pytest.approx(3.0e15 / 6.5 / 989.4e12) and f.newest.rank_peaks == [1.0, 2.0]
+    assert cb.at_our_peak_s == pytest.approx(CLASS_BEST_STEP_S * 2250 / 989.4)

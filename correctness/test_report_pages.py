@@ -433,6 +433,61 @@ def test_ddp_score_line_is_ours_against_torch_ddp(dist_pages):
     assert ddp.index_figures and "torch DDP" in ddp.index_figures[0][0]
 
 
+def test_ddp_page_answers_each_edition_from_its_own_run_and_names_the_files(dist_pages):
+    """xl (2026) and xl (2025) each get their own section, tables and timeline: no 2025 bucketed row sits
+    in a 2026 table, the 2026 timeline is naive against per-parameter overlapped, and every
+    benchmarking answer names the run file it read, the 2026 edition first."""
+    page = next(p for p in dist_pages if p.slug == "ddp")
+    text = render_page(page)
+    new, old = text.split("### xl (2026)")[1].split("### xl (2025)")
+    assert "| bucketed" not in new and "| bucketed 1000 MB" in old
+    assert "ddp-h200-141gb-x2-2026-xl_ddp_timeline.png" in new and "individual parameters (overlapped) |" in new
+    assert "peak allocated (GiB)" in new
+    for a in page.answers:
+        if "benchmarking" in a.question:
+            assert "`reports/data/h200-141gb-x2/ddp/" in a.text, a.question
+            if not a.question.startswith("ddp_bucketed"):
+                assert a.text.index("xl (2026)") < a.text.index("xl (2025)"), a.question
+
+
+def test_sharding_answer_labels_each_edition_and_says_what_the_current_one_lacks(dist_pages):
+    """The 2026 question is asked of xl (2026): until its rows are filed the answer says so, and the xl
+    (2025) rows answer as history with their run file."""
+    page = next(p for p in dist_pages if p.slug == "optimizer_sharding")
+    a = page.answers[1].text
+    assert re.findall(r"\*\*(xl \(20\d\d\))", a)[:1] == ["xl (2026)"]  # measured or said to be missing, first
+    assert "xl (2025): d_model 1600, 48 layers, 2.0B params" in a and "`reports/data/h200-141gb-x2/optimizer_sharding/" in a
+    assert page.score["optimizer_state_sharding_accounting"].answer.startswith("xl (202")
+
+
+def test_fsdp_page_puts_tp_beside_ddp_and_fsdp_with_each_rows_device_and_run(dist_pages):
+    """TP at 2 ranks (2×H200) and 4 ranks (4×H200) of xl (2026), each with its run file, its counted
+    all-reduce bytes against the closed form and tp_calcs' prediction against the measured step; the
+    page says plainly when TP and the rows beside it are from different runs; the FSDP answers label
+    their size and edition."""
+    page = next(p for p in dist_pages if p.slug == "fsdp")
+    text = render_page(page)
+    tp = text.split("## Tensor parallelism beside DDP and FSDP: xl (2026)")[1]
+    for dev in ("h200-141gb-x2", "h200-141gb-x4"):
+        assert f"`reports/data/{dev}/fsdp/" in tp
+    assert "| TP over 2 ranks" in tp and "| TP over 4 ranks" in tp and "needs_hardware" not in tp
+    assert "counted / closed form" in tp and "measured ÷ predicted" in tp
+    assert "Different runs" in tp or "divides them" in tp
+    tp_answer = next(a.text for a in page.answers if a.question.startswith("tensor parallelism"))
+    assert "4·L·p·B·D" in tp_answer and "tp_calcs" in tp_answer
+    for a in page.answers[:3]:
+        assert re.findall(r"\*\*(xl \(20\d\d\))", a.text)[:1] == ["xl (2026)"], a.question
+    assert "| tp |" not in text  # TP rows live in their own section
+
+
+def test_comm_answer_reads_one_run_with_every_nccl_process_count_and_says_what_did_not_run(dist_pages):
+    a = next(p for p in dist_pages if p.slug == "distributed_communication").answers[0].text
+    assert a.startswith("From 4× NVIDIA H200 (h200-141gb-x4)")
+    assert "`reports/data/h200-141gb-x4/distributed_communication/" in a
+    assert "across 2 GPUs" in a and "across 4 GPUs" in a and "2(n−1)/n" in a
+    assert "nccl, 6 processes: needs_hardware" in a
+
+
 def test_fixed_inconsistencies_stay_fixed(dist_pages):
     ddp = render_page(next(p for p in dist_pages if p.slug == "ddp"))
     comm = render_page(next(p for p in dist_pages if p.slug == "distributed_communication"))
@@ -597,3 +652,66 @@ def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values()
     assert short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") == \
         "64×128 w4 s3"
     assert [short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]
+
+
+def _lb26_two_gpu_rows(policies: list[tuple[str, int, float, float]], breakdown: bool = True):
+    """Two-GPU rows: (policy, k, harness median ms, do_bench ms), first call 60 s for the first, 7 s after."""
+    from impl.bench.row import Peaks
+
+    out = []
+    for i, (policy, k, med_ms, db_ms) in enumerate(policies):
+        row = Row(problem="leaderboard_2026",
+                  config=dict(config="8B", layers=34, batch=2, context=32768, checkpointing=policy, k=k, world_size=2,
+                              backend="nccl"),
+                  env=ENV, status=Status.MEASURED, timing=Timing("one training step", "SlowestRankClock", 1, 5),
+                  metrics={Metric.DO_BENCH_MS: db_ms, Metric.FIRST_CALL_S: 60.0 if i == 0 else 7.0,
+                           Metric.FLOPS: 3.2e15, Metric.TOKENS_PER_S: 65536 / med_ms * 1e3},
+                  peaks=Peaks(measured_flops=800e12, measured_dtype="bfloat16", measured_n=8192, datasheet_flops=989.4e12),
+                  details=dict(ranks=[dict(peak=100 * 2**30), dict(peak=101 * 2**30)],
+                               do_bench=dict(warmup_ms=25.0, rep_ms=100.0, return_mode="median", ranks="slowest")))
+        if breakdown:
+            row.details["breakdown"] = dict(
+                timing_source="cuda", step_ms=med_ms, kernel_ms=med_ms - 300.0, gap_ms=300.0,
+                phase_ms={"forward": 1500.0, "backward": med_ms - 2100.0, "optimizer step": 300.0},
+                category_ms={"matmul": med_ms / 2, "attention": med_ms / 4, "communication": 100.0, "other": 0.0},
+                top=[dict(name="nvjet_gemm", category="matmul", ms=900.0, calls=400.0)])
+        row.memory.peak_allocated = 101 * 2**30
+        out.append((row, med_ms, 10.0))
+    return out
+
+
+def test_leaderboard_2026_page_answers_with_the_measured_two_gpu_step_beside_the_prediction(tmp_path):
+    """Two-GPU rows of one run: the fastest by do_bench answers, with its MFU by the datasheet and the
+    run's measured peak, the first calls against the handout's 10 minutes, the class's best scaled by
+    the B200's datasheet peak (named constants, not typed), where the time goes, and the one-GPU
+    prediction of the same policy beside it."""
+    from impl.bench.peaks import datasheet_bf16_flops
+    from impl.report.pages import parallelism
+    from impl.workloads.leaderboard_2026 import CLASS_BEST_GPU, CLASS_BEST_STEP_S
+
+    data = tmp_path / "data"
+    _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa",
+           _lb26_rows([(n, 300 + 200 * n, 20 + 3 * n) for n in (1, 2, 4)]))
+    _store(data, "leaderboard_2026", "20260303T000000Z_bbbbbbbb",
+           _lb26_two_gpu_rows([("every_k", 1, 7500.0, 7450.0), ("keep_attention", 0, 6900.0, 6880.0)]),
+           device="gpu-x2")
+    _allreduce_run(data, 300.0)
+    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
+    text, where = (a.text for a in page.answers)
+    assert "**keep_attention (k 0): 6.88 s per step** (do_bench" in text
+    ours_mfu = 3.2e15 / 6.88 / 989.4e12
+    assert f"{ours_mfu:.1%} MFU against the datasheet" in text and f"{3.2e15 / 6.88 / 800e12:.1%} against the run's" in text
+    assert "every_k (k 1) 60.0 s (the run's first" in text and "within the 10 minutes" in text
+    scale = datasheet_bf16_flops(CLASS_BEST_GPU) / 989.4e12
+    assert CLASS_BEST_GPU == "B200" and f"{6.88 / CLASS_BEST_STEP_S:.2f}× its time" in text
+    assert f"{scale:.2f}× an {ENV.device}'s" in text and f"{3.2e15 / CLASS_BEST_STEP_S / (scale * 989.4e12):.1%} MFU" in text
+    from impl.leaderboard_prediction import LayerRun, predict_step
+    from impl.model import MODEL_CONFIGS
+    pred = predict_step([LayerRun(n, (300 + 200 * n) / 1e3, (20 + 3 * n) * 2**30) for n in (1, 2, 4)],
+                        MODEL_CONFIGS["8B"], 300e9)
+    assert f"the measured every_k (k 1) step is 7.45 s, {7.45 / pred.total_s:.2f}× the prediction" in text
+    assert "gap" in where and "keep_attention (k 0)" in where and "communication 0.10 s" in where
+    assert "| keep_attention (k 0) | 2026-03-03 00:00 | 6.880 |" in page.body and "`nvjet_gemm`" in page.body
+    assert "`reports/data/gpu-x2/leaderboard_2026/20260303T000000Z_bbbbbbbb.json`" in text
+    score = page.score["leaderboard_2026"]
+    assert score.headline.startswith("6.88 s/step") and score.device == "gpu-x2 + gpu-x1"  # measured + predicted from

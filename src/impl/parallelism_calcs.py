@@ -291,6 +291,14 @@ def tp_backward_comm_time(B: float, D: float, N: float, W: float, p: int = FP16)
     return ring_all_reduce_time(p * B * D, N, W)
 
 
+@formula("4·L·p·B·D", "bytes")
+def tp_step_allreduce_payload(B: float, D: float, L: float, p: int = FP16) -> float:
+    """The activation bytes a TP training step hands to its all-reduces (each device): every one of the
+    L blocks has two sublayers (attention, FFN) that each all-reduce one B × D activation in forward
+    (y) and one in backward (dx). The ring moves 2(N−1)/N of it per device (ring_all_reduce_bytes)."""
+    return 4 * L * p * B * D
+
+
 @formula("1 + 3·D_FF·W / (p·C)", "devices")
 def tp_max_devices_forward(D_FF: float, C: float, W: float, p: int = FP16) -> float:
     """2(N−1)/N · p·B·D/W ≤ 6·B·D·D_FF/(N·C) ⇔ N − 1 ≤ 3·D_FF·W/(p·C). B and D cancel: TP's bound

@@ -16,6 +16,7 @@ DATASHEET_BF16_FLOPS: tuple[tuple[str, float], ...] = (
     ("H100 PCIe", 756.5e12),
     ("H100", 989.4e12),
     ("H200", 989.4e12),
+    ("B200", 2250e12),
     ("A100", 312e12),
 )
 

@@ -34,6 +34,16 @@ class Run:
     commit: str  # short, "+" where the tree had changes
     legacy: bool  # the older format (no schema-2 rows)
 
+    @property
+    def file(self) -> str:
+        """The run file as the report names it: reports/data/<device>/<section>/<name>.json."""
+        return run_file_name(self.path)
+
+
+def run_file_name(path: str | Path) -> str:
+    """A stored run's path under the repository (impl.bench.store's layout <device>/<section>/<name>.json)."""
+    return "/".join(("reports", "data", *Path(path).parts[-3:]))
+
 
 @dataclass
 class Stats:
@@ -118,7 +128,7 @@ def frame(records: list[Record]) -> pd.DataFrame:
         row, run = rec.row, rec.run
         line = dict(device=run.device, section=run.section, name=rec.name, group=row.problem, problem=row.problem,
                     status=row.status.value, reason=row.reason, oom=row.status is Status.OOM,
-                    datetime=run.datetime, commit=run.commit, legacy=run.legacy,
+                    datetime=run.datetime, commit=run.commit, legacy=run.legacy, file=run.file,
                     peak_alloc=row.memory.peak_allocated, details=row.details, row=row,
                     data=rec.stats.data if rec.stats else None)
         for k in STAT_KEYS:

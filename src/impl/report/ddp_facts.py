@@ -1,13 +1,14 @@
-"""The DDP page as facts, per device: each (context, per-rank batch) group's rows by variant, the
-correctness log's verdict, and the profiled overlap shares; templates/ddp.md.j2 holds the words."""
+"""The DDP page as facts, per device and [edition, size] run (impl.report.rows.size_runs): each
+(context, per-rank batch) group's rows by variant, the correctness log's verdict, and the profiled
+overlap shares; templates/ddp.md.j2 holds the words. Every ratio divides rows of one run and size."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from impl.bench.row import Metric
-from impl.report.distributed import VARIANT_LABEL
+from impl.report.distributed import VARIANT_LABEL, overlap_shares
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench
+from impl.report.rows import Bench, RunLabel, SizeRun, benches
 
 Key = tuple[str, float | None]  # (variant, bucket MB for bucketed rows)
 SINGLE, TORCH = ("single", None), ("torch_ddp", None)
@@ -47,6 +48,11 @@ class Group:
         b = self.get(k)
         return None if b is None else b.figure("comm_share", Metric.COMM_SHARE)
 
+    def peak(self, k: Key) -> float | None:
+        """The row's peak allocated memory (the largest rank's), where the row recorded it."""
+        b = self.get(k)
+        return None if b is None else b.row.memory.peak_allocated
+
     @property
     def buckets(self) -> dict[float, Bench]:
         return {k[1]: b for k, b in self.by.items() if k[0] == "bucketed" and b.measured}
@@ -69,6 +75,7 @@ class DdpFacts:
     log_tail: str | None  # the last line of the NCCL correctness log
     groups: list[Group]  # by context
     overlap: dict[str, float]  # variant label -> share of its profiled communication overlapping compute
+    run: RunLabel | None = None  # the [edition, size] run the facts come from
 
     @property
     def passed(self) -> str | None:
@@ -82,9 +89,11 @@ class DdpFacts:
         return self.groups[-1] if self.groups else None
 
 
-def ddp_facts(device: str, date: str, rows: list[Bench], log_tail: str | None, overlap: dict[str, float]) -> DdpFacts:
-    bench = [b for b in rows if b.cfg.kind != "trace"]  # older files: trace rows apart
+def ddp_facts(device: str, run: SizeRun, log_tail: str | None) -> DdpFacts:
+    """The facts of one [edition, size] run (impl.report.rows.size_runs) on `device`."""
+    bench = [b for b in benches(run.rows) if b.cfg.kind != "trace"]  # older files: trace rows apart
     groups: dict[tuple[int, int], dict[Key, Bench]] = {}
     for b in bench:
         groups.setdefault((int(b.cfg.context), int(b.cfg.batch_per_rank)), {})[key(b)] = b
-    return DdpFacts(device, date, log_tail, [Group(c, n, by) for (c, n), by in sorted(groups.items())], overlap)
+    return DdpFacts(device, run.date, log_tail, [Group(c, n, by) for (c, n), by in sorted(groups.items())],
+                    overlap_shares(run.rows), run.label(device))

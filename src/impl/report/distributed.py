@@ -17,8 +17,8 @@ from impl.workloads.variants import DDPVariant, ShardVariant
 from impl.report import figures
 from impl.report.templating import macros
 from impl.workloads.problems import Problem as P, StoredGroup
-from impl.report.markdown import missing, ms, num, pct, table
-import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.rows import size_label  # (also registers the typed .cfg accessors of rows and frames)
 
 COMM_PROBLEM = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
 DDP_PROBLEMS = [StoredGroup.DDP_BENCHMARKING_ANCHORS, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING,
@@ -176,7 +176,7 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
     bench = d[d.cfg.kind != "trace"]  # older files: trace rows apart
     out, buckets = [], {}
     first = bench.iloc[0]
-    out.append(DDP.method(first.cfg.size, int(first.cfg.world_size), first.cfg.backend))
+    out.append(DDP.method(size_label(first.cfg.size_ref, first.cfg.size), int(first.cfg.world_size), first.cfg.backend))
     grad_bytes = None
     for (ctx, batch), g in bench.groupby([bench.cfg.context, bench.cfg.batch_per_rank]):
         ctx, batch = int(ctx), int(batch)
@@ -190,13 +190,14 @@ def ddp_section(d: pd.DataFrame) -> tuple[str, dict]:
             r = by[k]
             nr = _not_run(r)
             if nr:
-                rows.append([variant_label(r), nr, "", "", "", ""])
+                rows.append([variant_label(r), nr, "", "", "", "", ""])
                 continue
             grad_bytes = grad_bytes or _info(r, "grad_bytes")
             ratio = lambda ref: ("–" if ref is None or _not_run(ref) or missing(ref["median"])
                                  else f"{r['median'] / ref['median']:.2f}×")
             rows.append([variant_label(r), ms(r["median"], r["stddev"]), ms(figure(r, "comm_s")),
-                         pct(figure(r, "comm_share", Metric.COMM_SHARE)), ratio(floor), ratio(anchor)])
+                         pct(figure(r, "comm_share", Metric.COMM_SHARE)), gib(r["peak_alloc"]), ratio(floor),
+                         ratio(anchor)])
             if k[0] == "bucketed":
                 buckets.setdefault(ctx, {})[k[1]] = BucketRun(r["median"], r["stddev"], figure(r, "comm_s"),
                                                               _info(r, "num_buckets"))
@@ -287,12 +288,14 @@ def _bucket_gap_text(s: float, o: float, w: float, buckets: dict, overlap: dict[
     return " ".join(parts) or None
 
 
-def _render_timeline(rows: list, path: Path) -> None:
+def _render_timeline(rows: list, path: Path, title: str | None = None) -> None:
     """One panel per variant, a lane each for compute and communication. The JSON keeps each lane's
     kernels merged across short gaps (impl.bench.traces), so a drawn bar can span idle time; each
     lane is shaded by its busy share (busy ÷ drawn) and labelled with both, so a bar never reads as
     busier than the table says."""
     fig, axes = figures.plt.subplots(len(rows), 1, figsize=(9.5, 1.9 * len(rows) + 0.9), squeeze=False)
+    if title:
+        fig.suptitle(title, fontsize=10, x=0.02, ha="left")
     for k_ax, (ax, (label, tl)) in enumerate(zip(axes[:, 0], rows)):
         ticks = []
         for y, lane, color in ((1, "compute", "C0"), (0, "communication", "C3")):
@@ -329,12 +332,15 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
                       ms(tl["overlap_us"] / 1e6),
                       pct(tl["overlap_us"] / busy["communication"]) if busy["communication"] else "–"])
     name = f"{device}_ddp_timeline.png"
-    _render_timeline(rows, fig_dir / name)
-    src = rows[0][1]["source"]
     first = tr.iloc[0]
+    _render_timeline(rows, fig_dir / name, DDP.timeline_title(size_label(first.cfg.size_ref, first.cfg.size),
+                                                              int(first.cfg.context), int(first.cfg.batch_per_rank)))
+    src = rows[0][1]["source"]
     traced = ", ".join(label for label, _ in rows)
+    variants = set(tr.cfg.variant)
+    bucketed_for_overlap = "bucketed" in variants and "individual" not in variants
     return "\n\n".join([
-        DDP.timeline_intro(src, int(first.cfg.context), int(first.cfg.batch_per_rank), traced),
+        DDP.timeline_intro(src, int(first.cfg.context), int(first.cfg.batch_per_rank), traced, bucketed_for_overlap),
         f"![{DDP.timeline_alt()}]({fig_rel}/{name})", table(DDP.timeline_header().split("|"), stats)])
 
 
@@ -373,7 +379,7 @@ def sharding_section(d: pd.DataFrame) -> str | None:
                          _gb(_info(r, "comm_bytes_per_step")), _info(r, "comm_bytes_source"), _gb(vol)])
     psi = _info(first, "n_params", 0) * 4
     return "\n\n".join([
-        SHARDING.method(first.cfg.size, int(first.cfg.batch_per_rank), int(first.cfg.context),
+        SHARDING.method(size_label(first.cfg.size_ref, first.cfg.size), int(first.cfg.batch_per_rank), int(first.cfg.context),
                         int(first.cfg.world_size), first.cfg.backend),
         table(SHARDING.memory_header(u.bin_name).split("|"), mem_rows),
         SHARDING.zero1_intro(_gb(psi), u.dec_name),

@@ -13,7 +13,7 @@ from impl.report import figures
 from impl.report.distributed import figure
 from impl.report.templating import environment, macros
 from impl.report.markdown import gib, missing, ms, num, table
-import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+from impl.report.rows import line_size_ref, size_label  # (also registers the typed .cfg accessors of rows and frames)
 from impl.workloads.problems import Problem as P
 
 LABEL = {v.value: v.label for v in FSDPVariant}
@@ -77,13 +77,14 @@ SHARDING_LABEL = dict(none="DDP + AdamW (no sharding)", sharded="ShardedOptimize
 
 
 def _sharding_table(df: pd.DataFrame, first) -> str | None:
-    """The optimizer_state_sharding_accounting rows of the same device and shape, for the memory
-    comparison: peak = the largest of the peaks before and during the optimizer step, over ranks."""
+    """The optimizer_state_sharding_accounting rows of the same device and shape (size by edition),
+    for the memory comparison: peak = the largest of the peaks before and during the optimizer step,
+    over ranks."""
     s = df[(df.problem == P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)]
     if s.empty:
         return None
-    s = s[(s.cfg.size == first.cfg.size) & (s.cfg.context == first.cfg.context)
-          & (s.cfg.batch_per_rank == first.cfg.batch_per_rank)]
+    same_size = s.apply(lambda r: line_size_ref(r) == first.cfg.size_ref, axis=1)
+    s = s[same_size & (s.cfg.context == first.cfg.context) & (s.cfg.batch_per_rank == first.cfg.batch_per_rank)]
     rows = []
     for _, r in s.iterrows():
         ranks = r["details"].get("ranks") or []
@@ -162,9 +163,11 @@ def _draw_slack(ax, tl: dict) -> None:
     ax.legend(fontsize=7, frameon=False)
 
 
-def _render_figure(items: list[tuple[str, dict]], path: Path) -> None:
+def _render_figure(items: list[tuple[str, dict]], path: Path, title: str | None = None) -> None:
     fig, axes = figures.plt.subplots(len(items), 2, figsize=(15, 4.6 * len(items) + 0.4), squeeze=False,
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
+    if title:
+        fig.suptitle(title, fontsize=11, x=0.01, ha="left")
     for (gantt, slack), (label, tl) in zip(axes, items):
         s = tl["summary"]
         _draw(gantt, tl, f"{WORDS.fig_title(label, s)}\n{WORDS.fig_subtitle(s)}")
@@ -206,7 +209,10 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
         return None if ran.empty else f"{head}\n\n{WORDS.no_timeline()}"
     items = [(_label(r), r["details"]["timeline"]) for _, r in with_tl.iterrows()]
     name = f"{device}_fsdp_timeline.png"
-    _render_figure(items, fig_dir / name)
+    first = with_tl.iloc[0]
+    _render_figure(items, fig_dir / name, WORDS.fig_suptitle(size_label(first.cfg.size_ref, first.cfg.size),
+                                                             int(first.cfg.context), int(first.cfg.batch_per_rank),
+                                                             int(first.cfg.world_size)))
     tl0 = items[0][1]
     rows = [row for (label, tl) in items for row in _group_rows(label, tl)]
     parts = [head, WORDS.timeline_intro(tl0["source"], len(tl0["rows"]), tl0["rows_total"], "host clock" in tl0["source"]),
@@ -215,21 +221,25 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     return "\n\n".join(parts)
 
 
-def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    d = df[df.problem == P.FSDP]
+def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str, sharding: pd.DataFrame | None = None
+           ) -> str | None:
+    """The fsdp rows of `df` (one run and size; the TP rows have their own section, impl.report.tp_facts),
+    beside the optimizer-sharding rows of `sharding` (default: `df`'s) of the same shape."""
+    d = df[(df.problem == P.FSDP) & (df.cfg.variant != "tp")]
     if d.empty:
         return None
     first = d.iloc[0]
     head = str(environment().get_template(TEMPLATE).module.method(
-        first.cfg.size, int(first.cfg.context), int(first.cfg.batch_per_rank), int(first.cfg.world_size),
+        size_label(first.cfg.size_ref, first.cfg.size), int(first.cfg.context), int(first.cfg.batch_per_rank),
+        int(first.cfg.world_size),
         first.cfg.backend)).strip()
     parts = [head, _main_table(d)]
     unrun = _not_yet_run(d, device)
     if unrun:
         parts.append(unrun)
-    sharding = _sharding_table(df, first)
-    if sharding:
-        parts.append(sharding)
+    shard = _sharding_table(df if sharding is None else sharding, first)
+    if shard:
+        parts.append(shard)
     errors = [f"{_label(r)}: {r['details']['timeline_error']}" for _, r in d.iterrows()
               if r["details"].get("timeline_error")]  # older files
     if errors:

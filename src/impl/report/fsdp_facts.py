@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from impl import accounting as acc
 from impl.report import fsdp as fr
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, size_label
+from impl.report.rows import Bench, RunLabel, SizeRun, benches, size_label
 
 
 def _peak(b: Bench) -> float | None:
@@ -107,7 +107,10 @@ class FsdpFacts:
     saving: Saving | None
     gathers: list[Gathers]
     headline: Headline | None
+    run: RunLabel | None = None  # the [edition, size] run the facts come from
 
 
-def fsdp_facts(device: str, label: str, date: str, rows: list[Bench]) -> FsdpFacts:
-    return FsdpFacts(device, label, date, saving(rows), gathers(rows), headline(rows))
+def fsdp_facts(device: str, label: str, run: SizeRun) -> FsdpFacts:
+    """The facts of one [edition, size] run of the fsdp section (its TP rows aside: impl.report.tp_facts)."""
+    rows = [b for b in benches(run.rows) if b.cfg.variant != "tp"]
+    return FsdpFacts(device, label, run.date, saving(rows), gathers(rows), headline(rows), run.label(label))

@@ -124,6 +124,123 @@ def size_label(ref: SizeRef | None, fallback: str = "–") -> str:
     return ref.label if ref is not None else fallback
 
 
+def size_described(ref: SizeRef | None, fallback: str = "–") -> str:
+    """A size with its edition and dimensions, as the distributed answers name it:
+    "xl (2026): d_model 2560, 32 layers, 3.4B params"."""
+    if ref is None:
+        return fallback
+    c = ref.config
+    params = f"{c.params / 1e9:.1f}B" if c.params >= 1e9 else f"{c.params / 1e6:.1f}M"
+    return f"{ref.name} ({ref.edition}): d_model {c.d_model}, {c.num_layers} layers, {params} params"
+
+
+def line_size_ref(line: pd.Series) -> SizeRef | None:
+    """The SizeRef of one line of the frame (None where it names no size of either table)."""
+    return Config.of(line["row"].config).size_ref if "row" in line.index else None
+
+
+@dataclass(frozen=True)
+class SizeRun:
+    """The rows of one model size (edition and name) that came from one stored run: the unit a
+    distributed page answers from, so that every ratio it prints divides rows of one run and size."""
+
+    size: SizeRef | None
+    datetime: str
+    rows: pd.DataFrame = field(compare=False)
+
+    @property
+    def edition(self) -> str:
+        return self.size.edition if self.size is not None else "2025"
+
+    @property
+    def described(self) -> str:
+        return size_described(self.size)
+
+    @property
+    def files(self) -> list[str]:
+        return sorted(set(self.rows["file"])) if "file" in self.rows else []
+
+    @property
+    def date(self) -> str:
+        return str(self.datetime)[:10]
+
+    @property
+    def when(self) -> str:
+        return str(self.datetime)[:16].replace("T", " ")
+
+    @property
+    def id(self) -> str:
+        """For figure names: "2026-xl"."""
+        return f"{self.edition}-{self.size.name}" if self.size is not None else "nosize"
+
+    def label(self, device: str) -> RunLabel:
+        short = f"{self.size.name} ({self.edition})" if self.size is not None else "–"
+        return RunLabel(device, self.described, short, self.edition, self.when, self.date, tuple(self.files),
+                        self.size.name if self.size is not None else "–")
+
+
+@dataclass(frozen=True)
+class RunLabel:
+    """How an answer names the rows it read: the device, the size with its edition and dimensions, the
+    run (UTC) and its files (templates/_editions.md.j2 words it)."""
+
+    device: str
+    size: str  # "xl (2026): d_model 2560, 32 layers, 3.4B params"
+    size_short: str  # "xl (2026)"
+    edition: str
+    when: str  # "2026-11-26 04:04"
+    date: str
+    files: tuple[str, ...]
+    name: str = "–"  # the size's name in its edition: "xl"
+
+
+def current_edition(problem) -> str:
+    """The newest edition that poses a problem (impl.workloads.problems.Problem): its rows answer,
+    an older edition's rows are kept as history."""
+    return max(str(e) for e in problem.editions)
+
+
+def answering(facts: list, problem) -> list:
+    """The facts (each with `.run`, a RunLabel) that answer `problem`: its current edition's, then older
+    editions' rows as history (a 2026-only problem's 2025-size rows included); a newer edition's rows
+    never answer an older edition's problem. Newest edition first (a stable sort keeps devices and
+    runs in their order)."""
+    current = int(current_edition(problem))
+    return sorted((f for f in facts if f.run is not None and int(f.run.edition) <= current),
+                  key=lambda f: -int(f.run.edition))
+
+
+def _edition_order(ref: SizeRef | None) -> tuple:
+    """2026 first (the current edition answers; 2025 is history), then the edition's table order."""
+    if ref is None:
+        return (1, 99, "")
+    names = list(EDITION_SIZES.get(ref.edition, {}))
+    return (-int(ref.edition), names.index(ref.name) if ref.name in names else len(names), ref.name)
+
+
+def size_runs(d: pd.DataFrame) -> list[SizeRun]:
+    """The frame's rows split by [edition, size] and by run: each edition's sizes (2026 first), and
+    within a size its runs newest first."""
+    if d is None or d.empty:
+        return []
+    refs = [line_size_ref(line) for _, line in d.iterrows()]
+    keys = pd.Series([(r, str(t)) for r, t in zip(refs, d["datetime"])], index=d.index)
+    out = [SizeRun(ref, when, d[keys.map(lambda k, key=(ref, when): k == key)])
+           for ref, when in dict.fromkeys(keys)]
+    newest_first = sorted(out, key=lambda g: g.datetime, reverse=True)
+    return sorted(newest_first, key=lambda g: _edition_order(g.size))
+
+
+def newest_per_size(groups: list[SizeRun]) -> list[SizeRun]:
+    """The newest run of each [edition, size] (what a page's answers read; older runs stay in the body)."""
+    seen, out = set(), []
+    for g in groups:
+        if g.size not in seen:
+            seen.add(g.size)
+            out.append(g)
+    return out
+
+
 @dataclass(frozen=True)
 class Stats:
     """pytest-benchmark's statistics of a measured row, seconds per call."""
@@ -145,6 +262,7 @@ class RunRef:
     datetime: str | None
     commit: str
     legacy: bool
+    file: str = ""  # reports/data/<device>/<section>/<name>.json
 
     @property
     def date(self) -> str:
@@ -213,7 +331,8 @@ def bench(line: pd.Series) -> Bench:
         stats = Stats(_opt(line.get("mean")), _opt(line.get("stddev")), _opt(line.get("median")),
                       _opt(line.get("iqr")), None if not _num(line.get("rounds")) else int(line["rounds"]),
                       list(data) if isinstance(data, list) else None)
-    run = RunRef(line["device"], line["section"], line.get("datetime"), line.get("commit") or "", bool(line["legacy"]))
+    run = RunRef(line["device"], line["section"], line.get("datetime"), line.get("commit") or "", bool(line["legacy"]),
+                 line.get("file") or "")
     return Bench(line["name"], line["row"], run, stats, Config.of(line["row"].config))
 
 

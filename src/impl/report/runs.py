@@ -33,12 +33,20 @@ def device_label(device: str, d: pd.DataFrame) -> str:
     return device_name(device, d["row"].iloc[0].env.device)
 
 
-def run_ids(d: pd.DataFrame) -> str:
-    """Each run the rows come from, oldest first: "2026-11-23 22:37 UTC, commit `1a2b3c4d` (12 rows)"."""
+def files_text(files) -> str:
+    """Run files as the report names them: "`reports/data/<device>/<section>/<name>.json`, ..."."""
+    return ", ".join(f"`{f}`" for f in files)
+
+
+def run_ids(d: pd.DataFrame, files: bool = False) -> str:
+    """Each run the rows come from, oldest first: "2026-11-23 22:37 UTC, commit `1a2b3c4d` (12 rows)",
+    with its file (`files`) where the frame says it."""
     runs = []
     for (when, commit), g in d.groupby(["datetime", "commit"], sort=True):
+        named = files and "file" in g and g["file"].notna().all()
         runs.append(f"{str(when)[:16].replace('T', ' ')} UTC, commit `{commit or '–'}` ({len(g)} rows"
-                    + (", older format" if g["legacy"].all() else "") + ")")
+                    + (", older format" if g["legacy"].all() else "") + ")"
+                    + (f": {files_text(sorted(set(g['file'])))}" if named else ""))
     return "; ".join(runs)
 
 
@@ -46,7 +54,7 @@ def runs_line(device: str, d: pd.DataFrame) -> str:
     """Which machine and runs the rows come from: device, software, each run's UTC time and commit."""
     env = d["row"].iloc[-1].env
     return (f"**Runs** on `{device}` ({env.device}, torch {env.torch}, CUDA {env.cuda}, profile `{env.profile}`): "
-            + run_ids(d) + ".")
+            + run_ids(d, files=True) + ".")
 
 
 def run_date(d: pd.DataFrame) -> str:

@@ -1,12 +1,13 @@
-"""optimizer_state_sharding(_accounting) as facts, per device: each variant's per-rank memory at the
-points the handout names and its step time, and the two oddities the table shows, with the numbers
-that explain them; templates/optimizer_sharding.md.j2 holds the words."""
+"""optimizer_state_sharding(_accounting) as facts, per device and [edition, size] run
+(impl.report.rows.size_runs): each variant's per-rank memory at the points the handout names and its
+step time, and the two oddities the table shows, with the numbers that explain them;
+templates/optimizer_sharding.md.j2 holds the words."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench
+from impl.report.rows import Bench, RunLabel, SizeRun, benches
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,15 @@ class ShardingFacts:
     zero1: Variant | None
     init: InitPeak | None
     zero1_activations: Zero1Activations | None
+    run: RunLabel | None = None  # the [edition, size] run the facts come from
 
     @property
     def passed(self) -> str | None:
         return None if self.log_tail is None else self.log_tail.split(" in ")[0]
 
 
-def sharding_facts(device: str, rows: list[Bench], log_tail: str | None) -> ShardingFacts:
-    by = {b.cfg.variant: Variant(b) for b in rows if b.measured}
+def sharding_facts(device: str, run: SizeRun, log_tail: str | None) -> ShardingFacts:
+    by = {b.cfg.variant: Variant(b) for b in benches(run.rows) if b.measured}
     init = z1 = None
     if by:
         r0 = next(iter(by.values())).row.details["ranks"][0]
@@ -95,4 +97,5 @@ def sharding_facts(device: str, rows: list[Bench], log_tail: str | None) -> Shar
         grads = za["named_before"]["gradients"]
         if za["activations"] is not None and ba is not None and za["activations"] - ba > grads / 2:
             z1 = Zero1Activations(za["activations"], ba, grads, by["zero1"].row.run.commit)
-    return ShardingFacts(device, log_tail, by.get("none"), by.get("sharded"), by.get("zero1"), init, z1)
+    return ShardingFacts(device, log_tail, by.get("none"), by.get("sharded"), by.get("zero1"), init, z1,
+                         run.label(device))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from impl.report import markdown
+from impl.report import markdown, runs
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -19,7 +19,7 @@ def environment() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
                              autoescape=False, extensions=["jinja2.ext.do"])
     env.filters.update(ms=markdown.ms, gib=markdown.gib, pct=markdown.pct, num=markdown.num, fmt=format,
-                       gb=markdown.gb, mib=markdown.mib,
+                       gb=markdown.gb, mib=markdown.mib, files=runs.files_text,
                        gib1=lambda x: markdown.gib(x, 1), format_code=lambda x: f"`{x}`")
     env.globals.update(table=markdown.table)
     return env

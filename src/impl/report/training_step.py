@@ -17,7 +17,7 @@ from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report import figures
 from impl.report.benchmarking import ratio_cell, stat_name, step_s, timing_text
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import gib, missing, ms, ms_share, num, pct, table
 from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 from impl.workloads.problems import Problem as P
@@ -243,10 +243,6 @@ def _profiled(d: pd.DataFrame) -> pd.DataFrame:
     return d[d["details"].map(lambda i: "profile" in i or "profile_error" in i)]
 
 
-def _ms_share(x_ms: float, step_ms: float) -> str:
-    return f"{num(x_ms, 2)} ({pct(x_ms / step_ms, 0)})" if step_ms else num(x_ms, 2)
-
-
 # Profiles from before step_breakdown recorded "launch_ops" missed the kernels of our own Triton
 # launchers (impl.runtime.launch_ctx); their rows are marked and footnoted.
 UNATTRIBUTED = "†"
@@ -303,8 +299,8 @@ def time_table(d: pd.DataFrame) -> str | None:
         step = pr["step_ms"]
         rows.append(head + [num(step, 2)] + [num(pr["phase_ms"][ph], 2) for ph in phases]
                     + ([_host_cell(pr, phases)] if host else [])
-                    + [_ms_share(pr["category_ms"][c], step) for c in cats]
-                    + [_ms_share(pr["kernel_ms"], step), _ms_share(pr["gap_ms"], step)])
+                    + [ms_share(pr["category_ms"][c], step) for c in cats]
+                    + [ms_share(pr["kernel_ms"], step), ms_share(pr["gap_ms"], step)])
     host_head = [f"host {' / '.join(_SHORT.get(ph, ph) for ph in phases)} (ms)"] if host else []
     return table(["size", "context", "config", "step (ms)"] + [f"{ph} (ms)" for ph in phases] + host_head + cats
                  + ["kernels", "gap"], rows)

@@ -14,16 +14,17 @@ from impl.report import accounting as acc_r
 from impl.report import distributed as dr
 from impl.report import figures
 from impl.report import fsdp as fr
-from impl.report.markdown import gib, missing, ms, table
+from impl.report.markdown import gb, gib, missing, ms, num, table
 from impl.report.per_rank_facts import per_rank_facts
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
-from impl.report.ratio import ratio, spread
+from impl.report.ratio import ratio, ratio_cell, spread
 from impl.report.comm_facts import comm_facts
 from impl.report.ddp_facts import TORCH, ddp_facts
 from impl.report.ddp_facts import label as ddp_label
 from impl.report.fsdp_facts import fsdp_facts
 from impl.report.sharding_facts import sharding_facts
-from impl.report.rows import benches
+from impl.report.tp_facts import tp_facts
+from impl.report.rows import answering, benches, current_edition, size_runs
 from impl.report.runs import device_label, runs_line
 from impl.report.templating import macros
 from impl.report.pages.problems import problem
@@ -53,19 +54,36 @@ def _comm_points(d: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
     return out
 
 
+def _comm_run_facts(dev: str, d: pd.DataFrame):
+    """The facts of the device's newest all-reduce run (a ratio between backends divides rows of one run)."""
+    rows = dr.comm_rows(d)
+    if rows.empty:
+        return None
+    run = rows[rows["datetime"] == rows["datetime"].max()]
+    not_run = run[run.status != Status.MEASURED.value]
+    reasons = tuple(dict.fromkeys(f"{r.cfg.backend}, {int(r.cfg.world_size)} processes: {r['status']} ({r['reason']})"
+                                  for _, r in not_run.iterrows()))
+    return comm_facts(device_label(dev, d), _comm_points(run), len(not_run), reasons, tuple(sorted(set(run["file"]))),
+                      str(run["datetime"].iloc[0])[:16].replace("T", " "))
+
+
 def comm_page(ctx: Context) -> Page:
     name = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
     slug = problem(name).slug
     words = macros("distributed_communication.md.j2")
     body, score, text = [], Score(NOT_ON_GPU), f"{NOT_ON_GPU}."
+    found = []
     for dev, d in gpu_rows(ctx, name):
-        f = comm_facts(device_label(dev, d), _comm_points(d),
-                       int((dr.comm_rows(d).status != Status.MEASURED.value).sum()))
+        f = _comm_run_facts(dev, d)
         if f:
-            text = words.answer(f)
-            score = Score(words.score_answer(f), words.score_headline(f), words.score_vs(f), dev, run_date(d))
+            found.append((dev, d, f))
         body += [f"## {device_label(dev, d)}",
                  dr.allreduce_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel), runs_line(dev, d)]
+    if found:  # the run that measured the most NCCL process counts answers (the newest on a tie)
+        dev, d, f = max(found, key=lambda x: (len(x[2].nccl_by_procs), x[2].nccl_procs, x[2].when))
+        others = [(o_dev, o) for o_dev, _, o in found if o is not f]
+        text = words.answer(f, others)
+        score = Score(words.score_answer(f), words.score_headline(f), words.score_vs(f), dev, run_date(d))
     return Page(slug, words.title(), [problem(name)],
                 [Answer(words.question(), text)], "\n\n".join(body), score={name: score})
 
@@ -129,6 +147,9 @@ def _log_tail(ctx: Context, dev: str, name: str) -> str | None:
     return lines[-1] if lines else None
 
 
+EDITIONS = macros("_editions.md.j2")
+
+
 def ddp_page(ctx: Context) -> Page:
     slug = problem(P.NAIVE_DDP).slug
     names = [P.NAIVE_DDP, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING,
@@ -138,50 +159,60 @@ def ddp_page(ctx: Context) -> Page:
     implemented = {P.NAIVE_DDP: "naive", P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: "DDPIndividualParameters",
                    P.DDP_OVERLAP_BUCKETED: "DDPBucketed"}
     words = macros("ddp.md.j2")
-    runs = gpu_rows(ctx, *dr.DDP_PROBLEMS)
     comm_runs = dict(gpu_rows(ctx, dr.COMM_PROBLEM))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
-    body, index_figures = [], []
+    body, index_figures, facts = [], [], []
     steps = {P.NAIVE_DDP_BENCHMARKING: ("naive", None), P.MINIMAL_DDP_FLAT_BENCHMARKING: ("flat", None),
              P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: ("individual", None)}
-    for dev, d in runs:
-        label, date = device_label(dev, d), run_date(d)
-        bench = d[d.cfg.kind != "trace"]
-        overlap = dr.overlap_shares(d)
-        f = ddp_facts(label, date, benches(d), _log_tail(ctx, dev, "correctness-nccl.txt"), overlap)
-        if f.log_tail:
+    for dev, d in gpu_rows(ctx, *dr.DDP_PROBLEMS):
+        label = device_label(dev, d)
+        log_tail = _log_tail(ctx, dev, "correctness-nccl.txt")
+        if log_tail:
+            f0 = ddp_facts(label, size_runs(d)[0], log_tail)
             for n, what in implemented.items():
-                answers[n] = words.a_implemented(f, what)
-                scores[n] = Score(words.score_implemented(), f.passed, "–", dev, "–")
-        answers[P.NAIVE_DDP_BENCHMARKING] = words.a_naive_bench(f)
-        answers[P.MINIMAL_DDP_FLAT_BENCHMARKING] = words.a_flat(f)
-        answers[P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING] = words.a_individual_bench(f)
-        answers[P.DDP_BUCKETED_BENCHMARKING] = words.a_bucketed_bench(f)
-        g = f.largest  # scoreboard: each variant's own row at the largest context, against torch DDP
-        if g is not None:
-            for n, k in steps.items():
-                b = g.get(k)
-                if b is not None:
-                    scores[n] = Score(words.score_step(g, k, ddp_label(b)), f"{ms(b.stats.median)} ms/step",
-                                      str(g.ratio(k, TORCH, "torch DDP") or "–"), dev, date)
-            if g.best_bucket is not None:
-                b = g.buckets[g.best_bucket]
-                scores[P.DDP_BUCKETED_BENCHMARKING] = Score(
-                    words.score_bucket(g, ddp_label(g.best_ours)), f"{ms(b.stats.median)} ms/step",
-                    str(g.ratio(("bucketed", g.best_bucket), TORCH, "torch DDP") or "–"), dev, date)
-        # body
-        fig_name = f"{slug}-{dev}-overhead-vs-torch-ddp.png"
-        ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, run {date}")
-        index_figures.append((words.fig_caption(label, date), f"{ctx.fig_rel}/{fig_name}"))
-        text, data = dr.ddp_section(d)
+                answers[n] = words.a_implemented(f0, what)
+                scores[n] = Score(words.score_implemented(), f0.passed, "–", dev, "–")
+        body.append(f"## {label}")
         comm = comm_runs.get(dev)
         fits = dr.allreduce_fits(comm) if comm is not None else {}
-        body += [f"## {label}", words.h_vs_torch(), f"![{words.fig_alt()}]({ctx.fig_rel}/{fig_name})", text,
-                 words.h_bucket_model(), dr.bucket_model_section(fits, data, overlap) or words.no_bucketed(),
-                 words.h_timeline(),
-                 dr.timeline_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or words.no_timeline(),
-                 runs_line(dev, d)]
+        for run in size_runs(d):  # each [edition, size] run apart: its ratios divide its own rows
+            f = ddp_facts(label, run, log_tail)
+            facts.append((dev, f))
+            current = current_edition(P.NAIVE_DDP_BENCHMARKING)
+            fig_name = f"{slug}-{dev}-{run.id}-overhead-vs-torch-ddp.png"
+            bench = run.rows[run.rows.cfg.kind != "trace"]
+            ddp_overhead_figure(bench, ctx.fig_dir / fig_name, f"{label}, {f.run.size_short}, run {f.date}")
+            index_figures.append((words.fig_caption(label, f.run.size_short, f.date), f"{ctx.fig_rel}/{fig_name}"))
+            text, data = dr.ddp_section(run.rows)
+            body += [EDITIONS.h_size_run(f.run, current), EDITIONS.size_run_intro(f.run), words.h_vs_torch(),
+                     f"![{words.fig_alt()}]({ctx.fig_rel}/{fig_name})", text,
+                     words.h_bucket_model(), dr.bucket_model_section(fits, data, f.overlap) or words.no_bucketed(f),
+                     words.h_timeline(),
+                     dr.timeline_section(run.rows, f"{slug}-{dev}-{run.id}", ctx.fig_dir, ctx.fig_rel)
+                     or words.no_timeline()]
+        body.append(runs_line(dev, d))
+    for n in (*steps, P.DDP_BUCKETED_BENCHMARKING):
+        current = current_edition(P(n))
+        fs = answering([f for _, f in facts], P(n))
+        answers[n] = getattr(words, {P.NAIVE_DDP_BENCHMARKING: "a_naive_bench", P.MINIMAL_DDP_FLAT_BENCHMARKING: "a_flat",
+                                     P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: "a_individual_bench",
+                                     P.DDP_BUCKETED_BENCHMARKING: "a_bucketed_bench"}[n])(fs, current)
+        # the scoreboard: the current edition's run, each variant's own row at the largest context vs torch DDP
+        for dev, f in facts:
+            g = f.largest
+            if f.run.edition != current or g is None:
+                continue
+            if n in steps and g.get(steps[n]) is not None:
+                b = g.get(steps[n])
+                scores[n] = Score(words.score_step(f, g, steps[n], ddp_label(b)), f"{ms(b.stats.median)} ms/step",
+                                  str(g.ratio(steps[n], TORCH, "torch DDP") or "–"), dev, f.date)
+                break
+            if n == P.DDP_BUCKETED_BENCHMARKING and g.best_bucket is not None:
+                b = g.buckets[g.best_bucket]
+                scores[n] = Score(words.score_bucket(f, g, ddp_label(g.best_ours)), f"{ms(b.stats.median)} ms/step",
+                                  str(g.ratio(("bucketed", g.best_bucket), TORCH, "torch DDP") or "–"), dev, f.date)
+                break
     questions = {P.NAIVE_DDP: words.q_naive(), P.NAIVE_DDP_BENCHMARKING: words.q_naive_bench(),
                  P.MINIMAL_DDP_FLAT_BENCHMARKING: words.q_flat(),
                  P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: words.q_individual(),
@@ -228,18 +259,31 @@ def sharding_page(ctx: Context) -> Page:
     words = macros("optimizer_sharding.md.j2")
     answers = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
-    body = []
+    current = current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
+    body, facts = [], []
     for dev, d in gpu_rows(ctx, dr.SHARD):
-        label, date = device_label(dev, d), run_date(d)
-        f = sharding_facts(label, benches(d), _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt"))
-        if f.log_tail:
-            answers[P.OPTIMIZER_STATE_SHARDING] = words.a_sharding(f)
-            scores[P.OPTIMIZER_STATE_SHARDING] = Score(words.score_correct(), f.passed, "–", dev, "–")
+        label = device_label(dev, d)
+        log_tail = _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt")
+        body.append(f"## {label}")
+        for run in size_runs(d):  # each [edition, size] run apart: its ratios divide its own rows
+            f = sharding_facts(label, run, log_tail)
+            facts.append((dev, f))
+            body += [EDITIONS.h_size_run(f.run, current), EDITIONS.size_run_intro(f.run),
+                     dr.sharding_section(run.rows) or "", words.notes(f)]
+        body.append(runs_line(dev, d))
+        if log_tail:
+            answers[P.OPTIMIZER_STATE_SHARDING] = words.a_sharding(facts[-1][1])
+            scores[P.OPTIMIZER_STATE_SHARDING] = Score(words.score_correct(), facts[-1][1].passed, "–", dev, "–")
+    fs = answering([f for _, f in facts], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
+    if fs:
+        answers[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = words.a_accounting(fs, current)
+    # the scoreboard: the newest edition's run that has both rows (labelled with its size)
+    for dev, f in sorted(facts, key=lambda x: -int(x[1].run.edition)):
         if f.none is not None and f.sharded is not None:
-            answers[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = words.a_accounting(f)
             scores[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = Score(
-                words.score_answer(f), words.score_headline(f), str(f.sharded.vs(f.none, words.vs_what())), dev, date)
-        body += [f"## {label}", dr.sharding_section(d) or "", words.notes(f), runs_line(dev, d)]
+                words.score_answer(f, current), words.score_headline(f), str(f.sharded.vs(f.none, words.vs_what())), dev,
+                f.run.date)
+            break
     qs = {P.OPTIMIZER_STATE_SHARDING: words.q_sharding(), P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: words.q_accounting()}
     return Page(slug, words.title(), [problem(n) for n in names],
                 [Answer(qs[n], answers[n]) for n in names], "\n\n".join(x for x in body if x), score=scores)
@@ -248,27 +292,71 @@ def sharding_page(ctx: Context) -> Page:
 # ---- fsdp and fsdp_accounting ----------------------------------------------------------------------
 
 
+def _tp_section(words, f) -> str:
+    """Tensor parallelism beside DDP and FSDP on one model and global batch (impl.report.tp_facts)."""
+    ms_or = lambda x: ms(x) if x is not None else "–"  # noqa: E731
+    side = [[words.tp_label(r.world), r.world, r.where, words.run_cell(r.run),
+             ms(r.step_s, r.spread), gib(r.peak), num(r.tokens_per_s, 0), "–"] for r in f.rows]
+    side += [[b.label, b.world, b.where, words.run_cell(b.run), ms(b.step_s, b.spread), gib(b.peak),
+              num(b.tokens_per_s, 0), ratio_cell(b.vs_tp)] for b in f.beside]
+    side += [[words.tp_label(r.world), r.world, r.where, words.run_cell(r.run),
+              f"{r.bench.status.value}: {r.bench.row.reason or ''}", "", "", ""] for r in f.not_run]
+    traffic = [[r.world, r.where, f"{r.counted.get('calls', '–')} / {r.closed_form_calls}",
+                f"{gb(r.counted.get('payload_bytes'), 2)} / {gb(r.closed_form_bytes, 2)}", gb(r.ring_bytes_per_rank, 2)]
+               for r in f.rows]
+    pred = [[r.world, r.where, num(r.predicted.get("matmul_flops_per_s", 0) / 1e12, 1),
+             num(r.predicted.get("allreduce_busbw_Bps", 0) / 1e9, 1), ms_or(r.predicted.get("compute_s")),
+             ms_or(r.predicted.get("comm_s")), ms_or(r.predicted.get("step_s")), ms(r.step_s, r.spread),
+             num(r.measured_over_predicted, 2) + "×" if r.measured_over_predicted else "–",
+             f"{num(r.predicted.get('max_devices_forward'), 1)} / {num(r.predicted.get('max_devices_backward'), 1)}"]
+            for r in f.rows]
+    return "\n\n".join([words.h_tp(f), words.tp_intro(f), words.tp_runs(f),
+                         table(words.tp_header().split("|"), side), words.tp_traffic_intro(f),
+                         table(words.tp_traffic_header().split("|"), traffic), words.tp_prediction_intro(),
+                         table(words.tp_prediction_header().split("|"), pred)])
+
+
 def fsdp_page(ctx: Context) -> Page:
     slug = problem(P.FSDP).slug
     words = macros("fsdp.md.j2")
-    qa, qb, qf = words.q_a(), words.q_b(), words.q_f()
-    ta = tb = tf = f"{NOT_ON_GPU}."
+    current = current_edition(P.FSDP)
     scores = {P.FSDP_ACCOUNTING: Score(NOT_ON_GPU), P.FSDP: Score(NOT_ON_GPU)}
-    body = []
+    shard_rows = dict(gpu_rows(ctx, dr.SHARD))
+    body, facts = [], []
     for dev, d in gpu_rows(ctx, P.FSDP):
-        f = fsdp_facts(dev, device_label(dev, d), run_date(d), benches(d))
-        if f.saving:
-            ta = words.a_a(f)
-            scores[P.FSDP_ACCOUNTING] = Score(words.score_a(f), words.headline_a(f), words.vs_a(f), dev, f.date)
-        if f.gathers:
-            tb = words.a_b(f)
-        if f.headline:
-            tf = words.a_f(f)
-            scores[P.FSDP] = Score(words.score_f(f), words.headline_f(f), str(f.headline.vs_anchor), dev, f.date)
-        label = f.label
-        fsdp_text = fr.render(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel) or ""
-        body += [f"## {label}", fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text,
-                 runs_line(dev, d)]
+        label = device_label(dev, d)
+        sections = []
+        for run in size_runs(d):  # each [edition, size] run apart: its ratios divide its own rows
+            fsdp_text = fr.render(run.rows, f"{slug}-{dev}-{run.id}", ctx.fig_dir, ctx.fig_rel,
+                                  sharding=shard_rows.get(dev))
+            if not fsdp_text:
+                continue  # a run of TP rows only: the TP section below
+            f = fsdp_facts(dev, label, run)
+            facts.append((dev, f))
+            sections += [EDITIONS.h_size_run(f.run, current), EDITIONS.size_run_intro(f.run),
+                         fsdp_text.split("\n\n", 1)[1] if fsdp_text.startswith("## ") else fsdp_text]
+        if sections:
+            body += [f"## {label}", *sections, runs_line(dev, d[d.cfg.variant != "tp"])]
+    fs = answering([f for _, f in facts], P.FSDP)
+    ta, tb, tf = words.a_a(fs, current), words.a_b(fs, current), words.a_f(fs, current)
+    # the scoreboard: the newest edition's run that has the numbers (labelled with its size)
+    for dev, f in sorted(facts, key=lambda x: -int(x[1].run.edition)):
+        if f.saving and scores[P.FSDP_ACCOUNTING].answer == NOT_ON_GPU:
+            scores[P.FSDP_ACCOUNTING] = Score(words.score_a(f, current), words.headline_a(f), words.vs_a(f), dev,
+                                              f.date)
+        if f.headline and scores[P.FSDP].answer == NOT_ON_GPU:
+            scores[P.FSDP] = Score(words.score_f(f, current), words.headline_f(f), str(f.headline.vs_anchor), dev,
+                                   f.date)
+    answers = [Answer(words.q_a(), ta), Answer(words.q_b(), tb), Answer(words.q_f(), tf)]
+    tps = tp_facts(gpu_rows(ctx, P.FSDP), gpu_rows(ctx, *dr.DDP_PROBLEMS), fr.LABEL, ddp_label)
+    if tps:
+        answers.append(Answer(words.q_tp(), words.a_tp(tps)))
+        body += [_tp_section(words, f) for f in tps]
+        fs_score = scores[P.FSDP]
+        if fs_score.answer != NOT_ON_GPU:  # the page's fsdp answers read the TP rows' devices too
+            devices = dict.fromkeys([fs_score.device] + [r.run.device for f in tps for r in f.rows])
+            scores[P.FSDP] = Score(fs_score.answer, fs_score.headline, fs_score.vs_anchor, " + ".join(devices),
+                                   fs_score.date)
     for dev, d in gpu_rows(ctx, StoredGroup.PER_RANK_MEMORY):
         pr = per_rank_facts(benches(d))
         if pr is None:
@@ -278,8 +366,8 @@ def fsdp_page(ctx: Context) -> Page:
                 for v in pr.variants]
         body += [words.h_per_rank(device_label(dev, d)), words.per_rank(pr, device_label(dev, d)),
                  table(words.per_rank_header().split("|"), rows), runs_line(dev, d)]
-    return Page(slug, words.title(), [problem(P.FSDP_ACCOUNTING), problem(P.FSDP)],
-                [Answer(qa, ta), Answer(qb, tb), Answer(qf, tf)], "\n\n".join(body), score=scores)
+    return Page(slug, words.title(), [problem(P.FSDP_ACCOUNTING), problem(P.FSDP)], answers, "\n\n".join(body),
+                score=scores)
 
 
 def pages(ctx: Context) -> list[Page]:
