@@ -4,8 +4,8 @@
 #   make test     correctness tests + the perf suite's smoke profile, then the diff against the CPU baseline
 #   make test-record  the correctness tests, their record filed under reports/data/<device>/tests/
 #   make report   rebuild reports/ from reports/data/** only
-#   make compare  each section's newest fresh run (make smoke or make perf) against its newest committed run
-#   make gate     each section's newest stored run against the run before it (fails on a regression
+#   make compare  each section's newest fresh run (make smoke or make perf), row by row, against the committed rows
+#   make gate     each stored row's newest measurement against its previous one (fails on a regression
 #                 beyond the row's noise band unless reports/accepted-changes.toml gives a reason)
 #   make stress   the distributed correctness files N times in a row (N=10 by default; N=100 for a soak)
 # Options: SECTIONS="benchmarking_script flash_benchmarking" picks perf files; SUITE_PROFILE=smoke|full.
