@@ -202,6 +202,28 @@ class _SavedWeight:
     offset: int
 
 
+@dataclass(frozen=True)
+class _PackWeight:
+    """The pack hook of one layer call: a saved view of the visit's gathered buffer (known by its
+    storage address and dtype) becomes a _SavedWeight marker; anything else is saved as is.
+    Autograd keeps a pack hook alive with every tensor saved under it until backward frees that
+    tensor (torch's PySavedVariableHooks holds both hooks), so this must hold the buffer's address,
+    never the buffer: a closure over the weight kept every visit's buffer from its forward to its
+    backward (a full unsharded copy of the model at the end of forward)."""
+
+    owner: FSDP
+    visit: int
+    unit: _Unit
+    storage: int
+    dtype: torch.dtype
+
+    def __call__(self, t: torch.Tensor):
+        if t.untyped_storage().data_ptr() != self.storage or t.dtype != self.dtype:
+            return t
+        self.owner._count_saved(self.visit)
+        return _SavedWeight(self.visit, self.unit, t.size(), t.stride(), t.storage_offset())
+
+
 class _AttachWeight(torch.autograd.Function):
     """Forward: returns the already-gathered full weight (a view of its unit's flat buffer) as a
     function of the unit's shard. Backward: hands the weight's gradient to the owner, which adds it
@@ -399,16 +421,7 @@ class FSDP(nn.Module):
                 if torch.is_grad_enabled():
                     weight = _AttachWeight.apply(unit.shard, self, unit, slot, visit.index, weight)
                     self._uses[unit.index] = self._uses.get(unit.index, 0) + 1
-                storage = weight.untyped_storage().data_ptr()
-
-                def pack(t):
-                    if t.untyped_storage().data_ptr() == storage and t.dtype == weight.dtype:
-                        if not self._packed_visits or self._packed_visits[-1] != visit.index:
-                            self._packed_visits.append(visit.index)
-                        self._saved_left[visit.index] = self._saved_left.get(visit.index, 0) + 1
-                        return _SavedWeight(visit.index, unit, t.size(), t.stride(), t.storage_offset())
-                    return t
-
+                pack = _PackWeight(self, visit.index, unit, weight.untyped_storage().data_ptr(), weight.dtype)
                 layer.__dict__["weight"] = weight
                 try:
                     with torch.autograd.graph.saved_tensors_hooks(pack, self._unpack):
@@ -416,6 +429,12 @@ class FSDP(nn.Module):
                 finally:
                     layer.__dict__["weight"] = None  # the buffer is freed with its visit unless a caller holds it
         return forward
+
+    def _count_saved(self, visit: int) -> None:
+        """One more saved view of `visit`'s buffer for backward to re-gather (visits in forward order)."""
+        if not self._packed_visits or self._packed_visits[-1] != visit:
+            self._packed_visits.append(visit)
+        self._saved_left[visit] = self._saved_left.get(visit, 0) + 1
 
     def _begin_forward(self, module, args) -> None:
         """A new forward: keep the last visit order for prefetching, reset per-forward state."""
