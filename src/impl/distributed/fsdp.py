@@ -118,7 +118,7 @@ class _Unit:
     each weight lies in the full flat buffer. A per-layer unit is a group of one weight."""
 
     def __init__(self, weights: list[tuple[str, torch.Tensor]], rank: int, world: int, name: str, index: int):
-        self.name, self.index, self.world = name, index, world
+        self.name, self.index, self.rank, self.world = name, index, rank, world
         self.slots: list[_Slot] = []
         offset = 0
         for key, w in weights:
@@ -133,9 +133,14 @@ class _Unit:
 
     def gather(self, dtype: torch.dtype, async_op: bool, keep: Released):
         """All-gather the full flat buffer (padded) in `dtype` (its tensors passed through `keep`);
-        returns (buffer, work handle or None)."""
-        src = self.shard.detach().to(dtype)
-        buf = torch.empty(self.gather_numel, dtype=dtype, device=src.device)
+        returns (buffer, work handle or None). A shard of another dtype is cast straight into this
+        rank's slice of the buffer (an in-place all-gather): no cast copy lives until the wait."""
+        shard = self.shard.detach()
+        buf = torch.empty(self.gather_numel, dtype=dtype, device=shard.device)
+        if dtype == shard.dtype:
+            src = shard
+        else:
+            src = buf.narrow(0, self.rank * self.shard_numel, self.shard_numel).copy_(shard)
         work = _all_gather(keep(buf), keep(src), async_op=async_op)
         return buf, work
 
