@@ -316,16 +316,19 @@ def test_timeline_summary_counts_every_row(timelines, case):
 # Before the fix the saved-tensor pack hook (a closure over the gathered weight) kept every visit's
 # gathered buffer alive from its forward to its backward: a full unsharded copy of the weights in the
 # compute dtype at the end of forward (here 8 buffers, 1.6 MB in fp32; 6.8 GB in bf16 on the 2026 xl,
-# the gap to fully_shard's peak there). The peak against fully_shard's is not asserted as "at or
-# below": ours keeps up to MAX_OUTSTANDING_REDUCE_SCATTERS (2) reduce-scatters in flight where
-# fully_shard keeps one, and folds a finished one early only when the backend reports completion
-# (NCCL does, gloo's reduce-scatter never does), so on gloo the two peaks land within one unit's
-# flat gradient of each other, either side (on this model: fp32 -0.6 %, bf16 +0.3 %).
+# the gap to fully_shard's peak there). Ours may keep MAX_OUTSTANDING_REDUCE_SCATTERS (2)
+# reduce-scatters in flight where fully_shard keeps one, and folds a finished one at the next
+# gradient delivery only when the backend reports completion: NCCL does, gloo's reduce-scatter never
+# does. So the peak is pinned at or below fully_shard's in the cases whose reduce-scatters report
+# completion (`completes`: at once, the best NCCL can do), and within one unit's fp32 flat gradient
+# of it otherwise (on this model, bf16: 1.7 % above).
 M = TM.MemCase
 MEMORY_CASES = [M("ours", "fp32", "block", 1), M("ours", "bf16", "block", 1), M("ours", "fp32", "layer", 1),
-                M("ours", "bf16", "layer", 2), M("ours", "fp32", "layer", 0)]
+                M("ours", "bf16", "layer", 2), M("ours", "fp32", "layer", 0),
+                M("ours", "fp32", "block", 1, completes=True), M("ours", "bf16", "block", 1, completes=True)]
 FULLY_SHARD = {d: M("fully_shard", d) for d in ("fp32", "bf16")}
 MEMORY_IDS = [c.id for c in MEMORY_CASES]
+BLOCK_CASES = [c for c in MEMORY_CASES if c.unit == "block"]
 
 
 @pytest.fixture(scope="module")
@@ -349,15 +352,16 @@ def test_gathered_buffers_live_only_through_their_visit(memory, case):
 @pytest.mark.parametrize("case", MEMORY_CASES, ids=MEMORY_IDS)
 def test_flat_gradients_are_bounded_by_the_outstanding_reduce_scatters(memory, case):
     """A unit's full-size flat gradient exists only while it is sent: at most
-    MAX_OUTSTANDING_REDUCE_SCATTERS at once, none before backward or after finish."""
+    MAX_OUTSTANDING_REDUCE_SCATTERS at once (one when each completes before the next delivery),
+    none before backward or after finish."""
     for rank_out in memory:
         r = rank_out[case]
         assert r["num_flat_grads"] == r["num_units"]
-        assert 1 <= r["most_flat_grads"] <= r["max_outstanding"]
+        assert 1 <= r["most_flat_grads"] <= (1 if case.completes else r["max_outstanding"])
         assert r["alive"]["backward"]["flat_grads"] == (0, 0) and r["alive"]["optimizer"]["flat_grads"] == (0, 0)
 
 
-@pytest.mark.parametrize("case", [c for c in MEMORY_CASES if c.unit == "block"], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=lambda c: c.id)
 def test_end_of_forward_holds_no_more_than_fully_shard(memory, case):
     """Same model, dtype and batch: at the end of forward ours holds its shards, AdamW state and the
     activations; fully_shard the same plus its root's unsharded weights (it does not reshard the
@@ -366,13 +370,13 @@ def test_end_of_forward_holds_no_more_than_fully_shard(memory, case):
         assert rank_out[case]["at"]["backward"] <= rank_out[FULLY_SHARD[case.dtype]]["at"]["backward"]
 
 
-@pytest.mark.parametrize("case", [c for c in MEMORY_CASES if c.unit == "block"], ids=lambda c: c.id)
-def test_peak_within_one_flat_gradient_of_fully_shard(memory, case):
-    """The step's peak: at most one full-size fp32 flat gradient of the largest unit above
-    fully_shard's (the second reduce-scatter ours may keep in flight; see the note above)."""
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=lambda c: c.id)
+def test_peak_against_fully_shard(memory, case):
+    """The step's peak: at or below fully_shard's where reduce-scatters report completion; else at
+    most the second in-flight reduce-scatter's fp32 flat gradient of the largest unit above it."""
     for rank_out in memory:
         r, anchor = rank_out[case], rank_out[FULLY_SHARD[case.dtype]]
-        assert r["peak"] <= anchor["peak"] + 4 * r["largest_unit_numel"]
+        assert r["peak"] <= anchor["peak"] + (0 if case.completes else 4 * r["largest_unit_numel"])
 
 
 @pytest.mark.parametrize("case", [c for c in MEMORY_CASES if c.dtype == "fp32"], ids=lambda c: c.id)

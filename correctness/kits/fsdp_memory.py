@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+import impl.distributed.fsdp as fsdp_module
 from impl.distributed.fsdp import FSDP, _UnitGrad
 from impl.model import AdamW, TransformerLM, cross_entropy
 from impl.workloads.fsdp_steps import fsdp_wrapper
@@ -32,10 +33,11 @@ class MemCase:
     dtype: str  # kits.fsdp.DTYPES
     unit: str = "block"  # ours: kits.fsdp.UNITS (fully_shard: always a unit per block + the root)
     prefetch: int = 1
+    completes: bool = False  # ours: reduce-scatters report completion (see _completing)
 
     @property
     def id(self) -> str:
-        return "-".join(map(str, (self.wrapper, self.dtype, self.unit, self.prefetch)))
+        return "-".join(map(str, (self.wrapper, self.dtype, self.unit, self.prefetch))) + ("-completes" * self.completes)
 
 
 @dataclass
@@ -83,6 +85,32 @@ def _watch_flat_grads():
         _UnitGrad.take = real
 
 
+class _Completing:
+    """A reduce-scatter's work that reports completion, as NCCL's does once the GPU finished it
+    (gloo's never does): here as soon as it is asked (it waits for gloo's)."""
+
+    def __init__(self, work):
+        self._work = work
+
+    def is_completed(self) -> bool:
+        self._work.wait()
+        return True
+
+    def wait(self):
+        return self._work.wait()
+
+
+@contextmanager
+def _completing(on: bool):
+    real = fsdp_module._reduce_scatter
+    if on:
+        fsdp_module._reduce_scatter = lambda *args, **kwargs: _Completing(real(*args, **kwargs))
+    try:
+        yield
+    finally:
+        fsdp_module._reduce_scatter = real
+
+
 def _wrap(case: MemCase, model: torch.nn.Module):
     if case.wrapper == "ours":
         return FSDP(model, compute_dtype=DTYPES[case.dtype], unit=UNITS[case.unit], prefetch=case.prefetch)
@@ -122,7 +150,7 @@ def memory(rank, world_size, cases: list[MemCase]) -> dict[MemCase, dict]:
             _step(wrapper, opt, x, y)
         ours = isinstance(wrapper, FSDP)
         gathers = _watch_gathers(wrapper) if ours else _Watched()
-        with _watch_flat_grads() as flats:
+        with _watch_flat_grads() as flats, _completing(case.completes):
             tracker = LiveBytes()
             tracker.note(x, y, *wrapper.parameters(), *wrapper.buffers(),
                          *(t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)))

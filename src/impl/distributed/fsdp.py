@@ -38,7 +38,9 @@ outside the group module's forward is a visit of its own (correct; one whole-uni
   of the unit since the last issue has delivered, they are summed into the unit's full-size flat
   gradient in ``reduce_dtype`` (fp32 by default) and ONE reduce-scatter of it is issued
   asynchronously. Those buffers are the big transient: at most MAX_OUTSTANDING_REDUCE_SCATTERS
-  exist at once (the oldest waited on before the next is made). A fold adds ``sum / world``
+  exist at once (the oldest waited on before the next is made), and one whose reduce-scatter has
+  completed is folded at the next delivery without waiting (NCCL reports completion; gloo's
+  reduce-scatter never does, so on the CPU they go at the next issue). A fold adds ``sum / world``
   into the shard's ``.grad`` (so gradient accumulation over several backwards works).
   ``finish_gradient_synchronization`` issues those of units with uses that never delivered (a use
   outside the loss, a forward without backward) and folds the rest; replicated gradients go
@@ -569,6 +571,7 @@ class FSDP(nn.Module):
     def _deliver_grad(self, unit: _Unit, slot: _Slot, visit: int, grad: torch.Tensor) -> None:
         """A use's weight gradient, added to the unit's _UnitGrad; the unit's last outstanding use
         issues its reduce-scatter."""
+        self._fold_completed()
         if unit.index not in self._grads:
             self._grads[unit.index] = _UnitGrad(unit, self.reduce_dtype)
         self._grads[unit.index].add(slot, grad)
@@ -595,6 +598,12 @@ class FSDP(nn.Module):
         if entry is not None:
             rec.launched(entry, work)
         self._grad_work.append(_PendingReduce(unit, out, work, released, entry))
+
+    def _fold_completed(self) -> None:
+        """Fold the oldest reduce-scatters that have already completed (a query, no wait): a
+        finished one's full-size gradient buffer is dropped now, not at the next issue."""
+        while self._grad_work and self._grad_work[0].work.is_completed():
+            self._fold_grad(self._grad_work.pop(0))
 
     def _fold_grad(self, pending: _PendingReduce) -> None:
         """Wait for a reduce-scatter and add its shard to the grad."""
