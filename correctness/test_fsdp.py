@@ -394,3 +394,25 @@ def test_fp32_peak_within_the_closed_form(memory, case):
         bound = acc.fsdp_peak_saving(r["n_params"], WORLD_SIZE, r["largest_unit_numel"], activations,
                                      prefetch=case.prefetch, outstanding_reduce_scatters=r["max_outstanding"])
         assert r["peak"] <= bound.fsdp_peak
+
+
+def test_unit_grad_holds_gradients_until_they_would_outgrow_the_flat_gradient():
+    """_UnitGrad (no process group needed): bf16 gradients of a one-weight unit are held while they
+    take at most the fp32 flat gradient's bytes, then summed into it (and every later one at once),
+    in delivery order: the sum an fp32 flat gradient filled use by use gives."""
+    from impl.distributed.fsdp import _Unit, _UnitGrad
+
+    unit = _Unit([("w", torch.zeros(3, 4))], rank=0, world=2, name="w", index=0)
+    grads = [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)).bfloat16() for i in range(4)]
+    unit_grad = _UnitGrad(unit, torch.float32)
+    unit_grad.add(unit.slots[0], grads[0])
+    unit_grad.add(unit.slots[0], grads[1])
+    assert unit_grad.flat is None and len(unit_grad.held) == 2, "two bf16 gradients: the fp32 flat gradient's bytes"
+    unit_grad.add(unit.slots[0], grads[2])
+    assert unit_grad.flat is not None and unit_grad.held == [], "a third would outgrow it: summed"
+    unit_grad.add(unit.slots[0], grads[3])
+    assert unit_grad.held == []
+    expected = torch.zeros(unit.gather_numel)
+    for g in grads:
+        _Unit.view(expected, unit.slots[0]).add_(g)
+    assert torch.equal(unit_grad.take(), expected)

@@ -26,8 +26,8 @@ outside the group module's forward is a visit of its own (correct; one whole-uni
 * forward: a visit all-gathers its unit (in ``compute_dtype`` when given: the shard is cast into
   its slice of the gather buffer, an in-place all-gather) and issues the gathers of the next
   ``prefetch`` visits (0 to 2 units, default 1; in the previous forward's visit order)
-  asynchronously. Each layer's weight is attached to
-  autograd through ``_AttachWeight``, whose backward hands the weight's gradient to FSDP.
+  asynchronously. Each layer's weight is attached to autograd through ``_AttachWeight``, whose
+  backward hands the weight's gradient to FSDP.
 * autograd would keep the full weight alive for backward (matmul saves it). A
   ``saved_tensors_hooks`` pair replaces any saved view of the gathered buffer by a small marker
   (``_SavedWeight``); the first unpack of a visit's markers re-gathers the unit's whole buffer,
@@ -205,7 +205,8 @@ class _UnitGrad:
 
     def add(self, slot: _Slot, grad: torch.Tensor) -> None:
         self.held.append((slot, grad))
-        if self.flat is not None or sum(g.nbytes for _, g in self.held) > self.unit.gather_numel * self.dtype.itemsize:
+        flat_bytes = self.unit.gather_numel * self.dtype.itemsize
+        if self.flat is not None or sum(g.nbytes for _, g in self.held) > flat_bytes:
             self._sum()
 
     def take(self) -> torch.Tensor:
