@@ -23,23 +23,28 @@ weight alive keeps the buffer). So in forward at most the open visits (one, or a
 visit nested in a group's) and ``prefetch`` prefetched units are full. A group's layer called
 outside the group module's forward is a visit of its own (correct; one whole-unit gather per call).
 
-* forward: a visit all-gathers its unit (in ``compute_dtype`` when given: the shard is cast before
-  communication) and issues the gathers of the next ``prefetch`` visits (0 to 2 units, default 1;
-  in the previous forward's visit order) asynchronously. Each layer's weight is attached to
-  autograd through ``_AttachWeight``, whose backward hands the weight's gradient to FSDP.
+* forward: a visit all-gathers its unit (in ``compute_dtype`` when given: the shard is cast into
+  its slice of the gather buffer, an in-place all-gather) and issues the gathers of the next
+  ``prefetch`` visits (0 to 2 units, default 1; in the previous forward's visit order)
+  asynchronously. Each layer's weight is attached to autograd through ``_AttachWeight``, whose
+  backward hands the weight's gradient to FSDP.
 * autograd would keep the full weight alive for backward (matmul saves it). A
   ``saved_tensors_hooks`` pair replaces any saved view of the gathered buffer by a small marker
   (``_SavedWeight``); the first unpack of a visit's markers re-gathers the unit's whole buffer,
   which is kept until the visit's last marker is unpacked, and prefetches the visits that backward
-  reaches next (reverse forward order).
-* gradients: each use's weight gradient is added into the unit's full-size flat gradient in
-  ``reduce_dtype`` (fp32 by default); when every use of the unit since the last issue has
-  delivered, ONE reduce-scatter of the unit is issued asynchronously (at most
-  MAX_OUTSTANDING_REDUCE_SCATTERS in flight, the oldest waited on first: they hold full-size
-  buffers). ``finish_gradient_synchronization`` issues those of units with uses that never
-  delivered (a use outside the loss, a forward without backward), waits, and adds ``sum / world``
-  into the shard's ``.grad`` (so gradient accumulation over several backwards works); replicated
-  gradients go through one flat all-reduce there.
+  reaches next (reverse forward order). The pack hook (``_PackWeight``) holds no reference to the
+  buffer: autograd keeps it alive with every tensor saved under it.
+* gradients: each use's weight gradient is held as autograd made it (``_UnitGrad``); when every use
+  of the unit since the last issue has delivered, they are summed into the unit's full-size flat
+  gradient in ``reduce_dtype`` (fp32 by default) and ONE reduce-scatter of it is issued
+  asynchronously. Those buffers are the big transient: at most MAX_OUTSTANDING_REDUCE_SCATTERS
+  exist at once (the oldest waited on before the next is made), and one whose reduce-scatter has
+  completed is folded at the next delivery without waiting (NCCL reports completion; gloo's
+  reduce-scatter never does, so on the CPU they go at the next issue). A fold adds ``sum / world``
+  into the shard's ``.grad`` (so gradient accumulation over several backwards works).
+  ``finish_gradient_synchronization`` issues those of units with uses that never delivered (a use
+  outside the loss, a forward without backward) and folds the rest; replicated gradients go
+  through one flat all-reduce there.
 
 Usage per step (as for the DDP wrappers)::
 
@@ -119,7 +124,7 @@ class _Unit:
     each weight lies in the full flat buffer. A per-layer unit is a group of one weight."""
 
     def __init__(self, weights: list[tuple[str, torch.Tensor]], rank: int, world: int, name: str, index: int):
-        self.name, self.index, self.world = name, index, world
+        self.name, self.index, self.rank, self.world = name, index, rank, world
         self.slots: list[_Slot] = []
         offset = 0
         for key, w in weights:
@@ -134,9 +139,14 @@ class _Unit:
 
     def gather(self, dtype: torch.dtype, async_op: bool, keep: Released):
         """All-gather the full flat buffer (padded) in `dtype` (its tensors passed through `keep`);
-        returns (buffer, work handle or None)."""
-        src = self.shard.detach().to(dtype)
-        buf = torch.empty(self.gather_numel, dtype=dtype, device=src.device)
+        returns (buffer, work handle or None). A shard of another dtype is cast straight into this
+        rank's slice of the buffer (an in-place all-gather): no cast copy lives until the wait."""
+        shard = self.shard.detach()
+        buf = torch.empty(self.gather_numel, dtype=dtype, device=shard.device)
+        if dtype == shard.dtype:
+            src = shard
+        else:
+            src = buf.narrow(0, self.rank * self.shard_numel, self.shard_numel).copy_(shard)
         work = _all_gather(keep(buf), keep(src), async_op=async_op)
         return buf, work
 
@@ -181,6 +191,38 @@ class _PendingReduce:
     entry: dict | None = None
 
 
+class _UnitGrad:
+    """One unit's gradient while its uses deliver. Each use's gradient is held as autograd made it
+    until the unit is sent, or until the held ones would take more bytes than the unit's full-size
+    flat gradient in the reduce dtype (a weight used many times); then, and from then on, they are
+    summed into that flat gradient, in delivery order either way. With bf16 compute and each
+    weight used once, a unit waits in half the bytes of its flat gradient (as fully_shard's
+    unsharded gradients do), and the flat gradient exists only while it is being sent."""
+
+    def __init__(self, unit: _Unit, dtype: torch.dtype):
+        self.unit, self.dtype = unit, dtype
+        self.held: list[tuple[_Slot, torch.Tensor]] = []
+        self.flat: torch.Tensor | None = None
+
+    def add(self, slot: _Slot, grad: torch.Tensor) -> None:
+        self.held.append((slot, grad))
+        flat_bytes = self.unit.gather_numel * self.dtype.itemsize
+        if self.flat is not None or sum(g.nbytes for _, g in self.held) > flat_bytes:
+            self._sum()
+
+    def take(self) -> torch.Tensor:
+        """The flat gradient, every held gradient summed into it."""
+        self._sum()
+        return self.flat
+
+    def _sum(self) -> None:
+        if self.flat is None:
+            self.flat = torch.zeros(self.unit.gather_numel, dtype=self.dtype, device=self.held[0][1].device)
+        while self.held:  # each dropped once added
+            slot, grad = self.held.pop(0)
+            _Unit.view(self.flat, slot).add_(grad)
+
+
 @dataclass
 class _Visit:
     """A unit's gathered flat buffer during forward: `index` is the visit's position in this
@@ -203,11 +245,33 @@ class _SavedWeight:
     offset: int
 
 
+@dataclass(frozen=True)
+class _PackWeight:
+    """The pack hook of one layer call: a saved view of the visit's gathered buffer (known by its
+    storage address and dtype) becomes a _SavedWeight marker; anything else is saved as is.
+    Autograd keeps a pack hook alive with every tensor saved under it until backward frees that
+    tensor (torch's PySavedVariableHooks holds both hooks), so this must hold the buffer's address,
+    never the buffer: a closure over the weight kept every visit's buffer from its forward to its
+    backward (a full unsharded copy of the model at the end of forward)."""
+
+    owner: FSDP
+    visit: int
+    unit: _Unit
+    storage: int
+    dtype: torch.dtype
+
+    def __call__(self, t: torch.Tensor):
+        if t.untyped_storage().data_ptr() != self.storage or t.dtype != self.dtype:
+            return t
+        self.owner._count_saved(self.visit)
+        return _SavedWeight(self.visit, self.unit, t.size(), t.stride(), t.storage_offset())
+
+
 class _AttachWeight(torch.autograd.Function):
     """Forward: returns the already-gathered full weight (a view of its unit's flat buffer) as a
-    function of the unit's shard. Backward: hands the weight's gradient to the owner, which adds it
-    into the unit's flat gradient and reduce-scatters that once every use delivered (the shard's
-    .grad is filled in by finish_gradient_synchronization, hence no gradient returned here)."""
+    function of the unit's shard. Backward: hands the weight's gradient to the owner, which
+    reduce-scatters the unit's gradient once every use delivered (the shard's .grad is filled in
+    when that is folded, hence no gradient returned here)."""
 
     @staticmethod
     def forward(ctx, shard, fsdp, unit, slot, visit, full):
@@ -286,9 +350,9 @@ class FSDP(nn.Module):
         self._pending_fwd: dict[int, _Pending] = {}
         self._pending_bwd: dict[int, _Pending] = {}
         self._bwd_full: dict[int, torch.Tensor] = {}  # visit -> re-gathered buffer, until its last unpack
-        # Gradients: per unit the uses not yet delivered and the flat gradient being filled.
+        # Gradients: per unit the uses not yet delivered and the delivered ones' gradients.
         self._uses: dict[int, int] = {}
-        self._grad_flat: dict[int, torch.Tensor] = {}
+        self._grads: dict[int, _UnitGrad] = {}
         self._grad_work: list[_PendingReduce] = []
         # Runs however the model is called (fsdp(x) or module(x) from a loss method).
         module.register_forward_pre_hook(self._begin_forward)
@@ -402,16 +466,7 @@ class FSDP(nn.Module):
                 if torch.is_grad_enabled():
                     weight = _AttachWeight.apply(unit.shard, self, unit, slot, visit.index, weight)
                     self._uses[unit.index] = self._uses.get(unit.index, 0) + 1
-                storage = weight.untyped_storage().data_ptr()
-
-                def pack(t):
-                    if t.untyped_storage().data_ptr() == storage and t.dtype == weight.dtype:
-                        if not self._packed_visits or self._packed_visits[-1] != visit.index:
-                            self._packed_visits.append(visit.index)
-                        self._saved_left[visit.index] = self._saved_left.get(visit.index, 0) + 1
-                        return _SavedWeight(visit.index, unit, t.size(), t.stride(), t.storage_offset())
-                    return t
-
+                pack = _PackWeight(self, visit.index, unit, weight.untyped_storage().data_ptr(), weight.dtype)
                 layer.__dict__["weight"] = weight
                 try:
                     with torch.autograd.graph.saved_tensors_hooks(pack, self._unpack):
@@ -419,6 +474,12 @@ class FSDP(nn.Module):
                 finally:
                     layer.__dict__["weight"] = None  # the buffer is freed with its visit unless a caller holds it
         return forward
+
+    def _count_saved(self, visit: int) -> None:
+        """One more saved view of `visit`'s buffer for backward to re-gather (visits in forward order)."""
+        if not self._packed_visits or self._packed_visits[-1] != visit:
+            self._packed_visits.append(visit)
+        self._saved_left[visit] = self._saved_left.get(visit, 0) + 1
 
     def _begin_forward(self, module, args) -> None:
         """A new forward: keep the last visit order for prefetching, reset per-forward state."""
@@ -512,19 +573,26 @@ class FSDP(nn.Module):
     # ---- gradients ---------------------------------------------------------------------------
 
     def _deliver_grad(self, unit: _Unit, slot: _Slot, visit: int, grad: torch.Tensor) -> None:
-        """A use's weight gradient, added into the unit's flat gradient (reduce dtype); the last
-        outstanding use of the unit issues its reduce-scatter."""
-        flat = self._grad_flat.get(unit.index)
-        if flat is None:
-            flat = self._grad_flat[unit.index] = torch.zeros(unit.gather_numel, dtype=self.reduce_dtype,
-                                                             device=grad.device)
-        _Unit.view(flat, slot).add_(grad)
+        """A use's weight gradient, added to the unit's _UnitGrad; the unit's last outstanding use
+        issues its reduce-scatter."""
+        self._fold_completed()
+        if unit.index not in self._grads:
+            self._grads[unit.index] = _UnitGrad(unit, self.reduce_dtype)
+        self._grads[unit.index].add(slot, grad)
         self._uses[unit.index] = self._uses.get(unit.index, 0) - 1
         if self._uses[unit.index] <= 0:
             del self._uses[unit.index]
-            self._reduce_scatter_async(unit, visit, self._grad_flat.pop(unit.index), "backward")
+            self._reduce_scatter_async(unit, visit, self._grads.pop(unit.index), "backward")
 
-    def _reduce_scatter_async(self, unit: _Unit, visit: int, flat: torch.Tensor, phase: str) -> None:
+    def _reduce_scatter_async(self, unit: _Unit, visit: int, grad: _UnitGrad, phase: str) -> None:
+        """Reduce-scatter the unit's flat gradient, asynchronously."""
+        # Each outstanding reduce-scatter keeps a full-size gradient buffer alive. The oldest are
+        # waited on (their buffers dropped) before this one's is made, so at most
+        # MAX_OUTSTANDING_REDUCE_SCATTERS buffers exist at once, this one's included; the newest
+        # still overlap the rest of backward, and the collectives run in issue order anyway.
+        while len(self._grad_work) >= self.MAX_OUTSTANDING_REDUCE_SCATTERS:
+            self._fold_grad(self._grad_work.pop(0))
+        flat = grad.take()
         out = torch.empty(unit.shard_numel, dtype=self.reduce_dtype, device=flat.device)
         rec = self._rec
         entry = rec.issue("reduce_scatter", phase, visit, unit.index, True) if rec is not None else None
@@ -534,10 +602,11 @@ class FSDP(nn.Module):
         if entry is not None:
             rec.launched(entry, work)
         self._grad_work.append(_PendingReduce(unit, out, work, released, entry))
-        # Each outstanding reduce-scatter keeps a full-size gradient buffer alive; waiting on the
-        # oldest bounds that to a few units (sharded gradients, not a full replica, at the peak)
-        # while the newest still overlaps the rest of backward.
-        while len(self._grad_work) > self.MAX_OUTSTANDING_REDUCE_SCATTERS:
+
+    def _fold_completed(self) -> None:
+        """Fold the oldest reduce-scatters that have already completed (a query, no wait): a
+        finished one's full-size gradient buffer is dropped now, not at the next issue."""
+        while self._grad_work and self._grad_work[0].work.is_completed():
             self._fold_grad(self._grad_work.pop(0))
 
     def _fold_grad(self, pending: _PendingReduce) -> None:
@@ -567,9 +636,9 @@ class FSDP(nn.Module):
         self._pending_bwd.clear()
         self._bwd_full = {}
         # Units whose uses did not all deliver (a use outside the loss, a forward without backward).
-        for index, flat in sorted(self._grad_flat.items()):  # the same order on every rank
-            self._reduce_scatter_async(self.units[index], -1, flat, "finish")
-        self._grad_flat, self._uses = {}, {}
+        for index in sorted(self._grads):  # the same order on every rank
+            self._reduce_scatter_async(self.units[index], -1, self._grads.pop(index), "finish")
+        self._uses = {}
         for pending in self._grad_work:
             self._fold_grad(pending)
         self._grad_work.clear()
