@@ -41,8 +41,10 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+                                                              warpgroup_mma_init, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .flash_configs import SM90_MAX_SHARED
 
 Tensor = torch.Tensor
 
@@ -50,38 +52,45 @@ LOG2E = 1.4426950408889634
 #: Head dims this kernel supports, as (lo, hi) tiles; hi 0: one tile.
 HEAD_DIM_TILES = {64: (64, 0), 80: (64, 16), 96: (64, 32), 128: (128, 0)}
 DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
-SM90_MAX_SHARED = 232_448  # bytes one block may opt into on the H100 (227 KB)
 
 
 @dataclass(frozen=True)
 class GluonFwdConfig:
-    """One launch's tiles: BLOCK_M query rows per program (16 per warp: every warp owns its rows of
-    S and O), BLOCK_N keys per tile, num_warps (4 = one warpgroup, 8 = two), num_stages K/V slots."""
+    """One launch's tiles: block_m query rows per program (16 per warp: each warp owns whole rows of
+    S and O), block_n keys per tile, num_warps (4: one warpgroup, 8: two), num_stages K/V slots."""
 
     block_m: int = 128
     block_n: int = 128
     num_warps: int = 8
-    num_stages: int = 2
+    num_stages: int = 3
 
     def __post_init__(self) -> None:
-        if self.block_m != 16 * self.num_warps or self.num_warps not in (4, 8):
+        if self.num_warps not in (4, 8) or self.block_m != 16 * self.num_warps:
             raise ValueError(f"block_m must be 16 x num_warps with 4 or 8 warps, got {self}")
         if self.block_n not in (64, 128) or not 2 <= self.num_stages <= 4:
             raise ValueError(f"block_n must be 64 or 128 and num_stages 2..4, got {self}")
 
 
+#: The configs the GPU probe measures (tools/probes/flash_gluon_fwd.py) and the GPU tests check; at d 128
+#: those over the H100's shared memory (four 128-key slots) are refused by the launcher.
+CANDIDATE_CONFIGS = (GluonFwdConfig(128, 128, 8, 3), GluonFwdConfig(128, 128, 8, 2), GluonFwdConfig(128, 64, 8, 3),
+                     GluonFwdConfig(128, 64, 8, 4), GluonFwdConfig(64, 128, 4, 3), GluonFwdConfig(64, 64, 4, 4))
+
+
 def default_config(d: int) -> GluonFwdConfig:
-    """128 x 128 tiles on two warpgroups (the Triton sweep's best d 128 shape, NOTES.md) with as
-    many K/V slots as fit the H100's 227 KB: at d 128 a slot holds 64 KB (K and V, bf16), so Q's
-    32 KB leaves room for 3 slots; at d 64-96 every third slot fits easily."""
-    return GluonFwdConfig(128, 128, 8, 3 if d <= 128 else 2)
+    """128 x 128 tiles on two warpgroups (the Triton sweep's best d 128 tile, NOTES.md) and three
+    K/V slots, the most that fit the H100's 227 KB at d 128 (Q 32 KB + 3 x 64 KB). Not yet measured:
+    the probe (tools/probes/flash_gluon_fwd.py) sweeps the alternatives."""
+    return GluonFwdConfig(128, 128, 8, 3)
 
 
 def shared_bytes(d: int, config: GluonFwdConfig, itemsize: int = 2) -> int:
-    """Shared memory the kernel allocates: Q (reused for O), the K/V ring, the mbarriers."""
+    """Shared memory the kernel allocates: Q (reused for O), the K/V ring, and the mbarriers (8 bytes
+    each in three allocations, each counted here up to a 16-byte boundary: at most 15 bytes over)."""
     q = config.block_m * d * itemsize
     ring = config.num_stages * 2 * config.block_n * d * itemsize
-    return q + ring + 8 * (1 + 2 * config.num_stages)
+    barriers = 16 + 2 * (-(-8 * config.num_stages // 16) * 16)
+    return q + ring + barriers
 
 
 # ---------------------------------------------------------------------------
@@ -91,7 +100,10 @@ def shared_bytes(d: int, config: GluonFwdConfig, itemsize: int = 2) -> int:
 @gluon.constexpr_function
 def _mma_layout(num_warps, n):
     """wgmma accumulator layout of a (16 x num_warps, n) tile: warps stacked along the rows (each
-    warp owns 16 whole rows, so row max and row sum stay inside a warp), instructions m16 n k16."""
+    warp owns 16 whole rows, so row max and row sum stay inside a warp), instructions m16 n k16.
+    None for n == 0 (no hi tile)."""
+    if n == 0:
+        return None
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16])
 
 
@@ -128,15 +140,21 @@ def _tile_2d(smem, ROWS: gl.constexpr, COLS: gl.constexpr):
 
 
 @gluon.jit
-def _kv_loop(acc, acc_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles, b, h, N_K, qk_scale,
+def _kv_loop(acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles, b, h, N_K, qk_scale,
              k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars,
              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
              NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """Online softmax over key tiles [j_lo, j_hi) (tile indices). MASKED: the diagonal / ragged
-    tiles (bounds and causal masks); otherwise no mask at all."""
+    tiles (bounds and causal masks); otherwise no mask at all.
+
+    The P·V product of a tile is left in flight when its iteration ends: it runs on the tensor
+    cores while the next iteration waits for its K tile and issues its Q·Kᵀ, and both are waited
+    for together. So acc (acc_h) arrive and leave as wgmma accumulator tokens, and p (p_h), the
+    register operand of the product in flight, is carried along to stay live until that wait."""
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = _mma_layout(NW, BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
+    oh_layout: gl.constexpr = _mma_layout(NW, D1)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     for j in range(j_lo, j_hi):
@@ -148,10 +166,12 @@ def _kv_loop(acc, acc_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles, b, h, N
         if D1 > 0:
             kh_t = _tile_2d(kh_smem.index(slot), BLOCK_N, D1).permute((1, 0))
             s = warpgroup_mma(qh2, kh_t, s, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            s, acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc, acc_h, p, p_h))
+        else:
+            s, acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc, p))
 
-        # Every warp has waited for its P·V of tile j - 1 (end of the last iteration) before this
-        # barrier, so that tile's slot is free: refill it with tile j + NUM_STAGES - 1.
+        # Every warp has now waited for its P·V of tile j - 1, so past this barrier that tile's
+        # slot is free: refill it with tile j + NUM_STAGES - 1.
         gl.thread_barrier()
         _issue_kv(j + NUM_STAGES - 1, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem,
                   vh_smem, k_bars, v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
@@ -170,25 +190,21 @@ def _kv_loop(acc, acc_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles, b, h, N
             # The scale folds into the max and into one multiply-add per score.
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             s = s * qk_scale - gl.expand_dims(m_new, 1)
-        p = gl.exp2(s)
+        p32 = gl.exp2(s)
         alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, 1)
+        l_i = l_i * alpha + gl.sum(p32, 1)
         m_i = m_new
 
+        # The S accumulator's registers are the A operand's: P goes to the tensor cores from registers.
+        p = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
         alpha_o = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        p_op = gl.convert_layout(p.to(k_smem.dtype), p_layout)
         mbarrier.wait(v_bars.index(slot), phase)
-        acc = warpgroup_mma(p_op, _tile_2d(v_smem.index(slot), BLOCK_N, BLOCK_D), acc * alpha_o, is_async=True)
+        acc = warpgroup_mma(p, _tile_2d(v_smem.index(slot), BLOCK_N, BLOCK_D), acc * alpha_o, is_async=True)
         if D1 > 0:
-            oh_layout: gl.constexpr = _mma_layout(NW, D1)
-            ph_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=oh_layout, k_width=2)
+            p_h = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0, parent=oh_layout, k_width=2))
             alpha_h = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, oh_layout)), 1)
-            acc_h = warpgroup_mma(gl.convert_layout(p_op, ph_layout), _tile_2d(vh_smem.index(slot), BLOCK_N, D1),
-                                  acc_h * alpha_h, is_async=True)
-            acc, acc_h = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_h))
-        else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    return acc, acc_h, l_i, m_i
+            acc_h = warpgroup_mma(p_h, _tile_2d(vh_smem.index(slot), BLOCK_N, D1), acc_h * alpha_h, is_async=True)
+    return acc, acc_h, p, p_h, l_i, m_i
 
 
 # ---------------------------------------------------------------------------
@@ -206,6 +222,7 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
     gl.static_assert(BLOCK_M == 16 * NW, "each warp owns 16 query rows")
     s_layout: gl.constexpr = _mma_layout(NW, BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
+    oh_layout: gl.constexpr = _mma_layout(NW, D1)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     dtype: gl.constexpr = q_desc.dtype
 
@@ -261,10 +278,14 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
 
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
-    acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
+    # The loops carry the accumulators as wgmma tokens and P as the operand of the product in flight.
+    acc = warpgroup_mma_init(gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout))
+    p = gl.zeros([BLOCK_M, BLOCK_N], dtype, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     acc_h = 0
+    p_h = 0
     if D1 > 0:
-        acc_h = gl.zeros([BLOCK_M, D1], gl.float32, _mma_layout(NW, D1))
+        acc_h = warpgroup_mma_init(gl.zeros([BLOCK_M, D1], gl.float32, oh_layout))
+        p_h = gl.zeros([BLOCK_M, BLOCK_N], dtype, gl.DotOperandLayout(operand_index=0, parent=oh_layout, k_width=2))
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
 
     mbarrier.wait(q_bar, 0)
@@ -272,12 +293,19 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
     qh2 = 0
     if D1 > 0:
         qh2 = _tile_2d(qh_smem, BLOCK_M, D1)
-    acc, acc_h, l_i, m_i = _kv_loop(acc, acc_h, l_i, m_i, q2, qh2, offs_m, 0, mid, n_tiles, b, h, N_K, qk_scale,
-                                    k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars,
-                                    v_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, IS_CAUSAL)
-    acc, acc_h, l_i, m_i = _kv_loop(acc, acc_h, l_i, m_i, q2, qh2, offs_m, mid, n_tiles, n_tiles, b, h, N_K,
-                                    qk_scale, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem,
-                                    k_bars, v_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, IS_CAUSAL)
+    acc, acc_h, p, p_h, l_i, m_i = _kv_loop(
+        acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, 0, mid, n_tiles, b, h, N_K, qk_scale, k_desc, v_desc, kh_desc,
+        vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
+        False, IS_CAUSAL)
+    acc, acc_h, p, p_h, l_i, m_i = _kv_loop(
+        acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, mid, n_tiles, n_tiles, b, h, N_K, qk_scale, k_desc, v_desc,
+        kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1,
+        NUM_STAGES, True, IS_CAUSAL)
+    # The last tile's P·V.
+    if D1 > 0:
+        acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_h, p, p_h))
+    else:
+        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
 
     mbarrier.invalidate(q_bar)
     for i in gl.static_range(NUM_STAGES):
@@ -289,7 +317,6 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
     inv_l = 1.0 / l_i
     q2.store((acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(1, o_layout)), 1)).to(dtype))
     if D1 > 0:
-        oh_layout: gl.constexpr = _mma_layout(NW, D1)
         qh2.store((acc_h * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(1, oh_layout)), 1)).to(dtype))
     # Generic-proxy writes, then the copy engine reads them: fence in every thread, then a barrier.
     fence_async_shared()
@@ -366,6 +393,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
     n_k = k4.shape[2]
     lo, hi = HEAD_DIM_TILES[d]
     config = config or default_config(d)
+    if shared_bytes(d, config, q.element_size()) > SM90_MAX_SHARED:
+        raise ValueError(f"flash_gluon_forward: {config} needs {shared_bytes(d, config, q.element_size())} bytes of "
+                         f"shared memory at head dim {d}, more than the {SM90_MAX_SHARED} an H100 block may use")
     bm, bn = config.block_m, config.block_n
     args = (_descriptor(q4, bm, 0, lo), _descriptor(k4, bn, 0, lo), _descriptor(v4, bn, 0, lo),
             _descriptor(o4, bm, 0, lo), _descriptor(q4, bm, lo, hi), _descriptor(k4, bn, lo, hi),
@@ -401,5 +431,5 @@ def flash_gluon_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
     return o, lse
 
 
-__all__ = ["DTYPES", "GluonFwdConfig", "HEAD_DIM_TILES", "default_config", "flash_gluon_forward", "launch_args",
-           "shared_bytes", "validate"]
+__all__ = ["CANDIDATE_CONFIGS", "DTYPES", "GluonFwdConfig", "HEAD_DIM_TILES", "default_config", "flash_gluon_forward",
+           "launch_args", "shared_bytes", "validate"]
