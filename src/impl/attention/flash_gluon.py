@@ -257,7 +257,7 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
     # The copy engine must see the initialised barriers before the first copy signals one.
     fence_async_shared()
 
-    # Key tiles [0, mid) are full and wholly below the diagonal (no masks); [mid, hi) hold the
+    # Key tiles [0, mid) are full and wholly below the diagonal (no masks); [mid, n_tiles) hold the
     # diagonal and/or the ragged tail. Tiles above the diagonal are never loaded.
     n_full = N_K // BLOCK_N
     if IS_CAUSAL:
