@@ -18,6 +18,10 @@ import sys
 import pytest
 import torch
 
+pytest.importorskip("triton.experimental.gluon")  # triton is a dependency on Linux only
+
+from impl.attention.flash_gluon import CANDIDATE_CONFIGS  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_CUDA = torch.cuda.is_available()
 IS_SM90 = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -81,6 +85,10 @@ for d in (64, 80, 96, 128):
         config = fg.default_config(d)
         rows.append(dict(d=d, causal=causal, config=str(config), predicted=fg.shared_bytes(d, config),
                          **figures(compile_sm90(d, causal, config))))
+for d in (80, 128):  # fp16: the same code on another element type
+    config = fg.default_config(d)
+    rows.append(dict(d=d, causal=True, config=str(config) + " fp16", predicted=fg.shared_bytes(d, config),
+                     **figures(compile_sm90(d, True, config, torch.float16))))
 for config in fg.CANDIDATE_CONFIGS:  # the probe's sweep, at d 128 causal: each fits, or the launcher refuses it
     try:
         ck = compile_sm90(128, True, config)
@@ -93,19 +101,20 @@ print(json.dumps(rows))
 
 
 def test_gluon_forward_compiles_for_hopper():
-    """Every head dim, causal and full, at the default config, and every probe candidate at d 128:
+    """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), and every
+    probe candidate at d 128:
     compiles for sm_90a with no spills (no local memory, no stack), within the H100's 227 KB of
     shared memory (what shared_bytes predicts: no conversion scratch), its products on
     wgmma (HGMMA in SASS, no HMMA) and its loads and stores through TMA."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     rows = json.loads(_run(_COMPILE))
-    print(f"\n{'d':>4} {'causal':>6} {'config':<58} {'regs':>4} {'spill B':>7} {'shared B':>8} {'HGMMA':>5} {'TMA ld/st':>9}")
+    print(f"\n{'d':>4} {'causal':>6} {'config':<63} {'regs':>4} {'spill B':>7} {'shared B':>8} {'HGMMA':>5} {'TMA ld/st':>9}")
     for r in rows:
         if "refused" in r:
-            print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<58} refused: {r['predicted']} B > {SM90_MAX_SHARED}")
+            print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<63} refused: {r['predicted']} B > {SM90_MAX_SHARED}")
             continue
-        print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<58} {r['regs']:>4} {r['local']:>7} {r['shared']:>8} "
+        print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<63} {r['regs']:>4} {r['local']:>7} {r['shared']:>8} "
               f"{r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']}")
     assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
     for r in rows:
@@ -266,13 +275,13 @@ def test_gluon_gpu_strided_and_3d_inputs_match_contiguous(d, is_causal):
 @needs_sm90
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [80, 128])
-@pytest.mark.parametrize("index", range(6))
-def test_gluon_gpu_candidate_configs(index, d, is_causal):
+@pytest.mark.parametrize("config", CANDIDATE_CONFIGS,
+                         ids=lambda c: f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}")
+def test_gluon_gpu_candidate_configs(config, d, is_causal):
     """Each config the probe times is correct (those over shared memory are refused, not run)."""
-    from impl.attention.flash_gluon import CANDIDATE_CONFIGS, flash_gluon_forward, shared_bytes
     from impl.attention.flash_configs import SM90_MAX_SHARED
+    from impl.attention.flash_gluon import flash_gluon_forward, shared_bytes
 
-    config = CANDIDATE_CONFIGS[index]
     q, k, v = _qkv((2, 2, 1000, d), dtype=torch.bfloat16, device="cuda")
     if shared_bytes(d, config) > SM90_MAX_SHARED:
         with pytest.raises(ValueError, match="shared memory"):
