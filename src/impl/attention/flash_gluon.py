@@ -12,7 +12,10 @@ Hopper machinery written out instead of left to Triton's pipeliner:
   used, by the same warps that compute (stage 2 moves this into a load partition).
 * **Products.** ``warpgroup_mma`` (wgmma): S = Q·Kᵀ with Q and K from shared memory (Kᵀ as a
   permuted view), O += P·V with P from registers (the S accumulator's layout is the A operand's
-  register layout, so P never goes through shared memory) and V from shared memory.
+  register layout, so P never goes through shared memory) and V from shared memory. A tile's P·V
+  is left in flight into the next iteration and waited for with the next Q·Kᵀ, so the two run back
+  to back on the tensor cores. Without specialization the softmax overlaps no MMA otherwise: that,
+  and the CTA barriers each iteration needs, is what stage 2 (warp specialization) removes.
 * **Softmax.** Online, in base 2: the scale·log2(e) is folded into the scores (one multiply-add per
   score with the running max), exp2, fp32 row statistics.
 * **Masks only on diagonal tiles.** Key tiles wholly below the causal diagonal and inside N_K run
