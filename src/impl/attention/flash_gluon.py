@@ -1,0 +1,438 @@
+"""FlashAttention forward for Hopper (sm_90a) in Gluon: issue 47, stage 1 (no warp specialization).
+
+One program computes one query tile of one (batch, head), as the Triton forward does, but with the
+Hopper machinery written out instead of left to Triton's pipeliner:
+
+* **Loads.** Q, K and V come through host-built tensor descriptors (TMA, the bulk tensor copy
+  engine) over the (B, H, N, d) tensors with their own strides: the descriptors are rank 4 with
+  blocks of shape (1, 1, rows, d), so no layout needs to be contiguous, and the copy engine
+  zero-fills rows past N (ragged lengths need no load masks). K and V stream through a ring of
+  NUM_STAGES shared-memory slots, each slot with one mbarrier for its K tile and one for its V tile
+  (Q·Kᵀ may start before V has landed). Tile t is issued NUM_STAGES - 1 iterations before it is
+  used, by the same warps that compute (stage 2 moves this into a load partition).
+* **Products.** ``warpgroup_mma`` (wgmma): S = Q·Kᵀ with Q and K from shared memory (Kᵀ as a
+  permuted view), O += P·V with P from registers (the S accumulator's layout is the A operand's
+  register layout, so P never goes through shared memory) and V from shared memory. A tile's P·V
+  is left in flight into the next iteration and waited for with the next Q·Kᵀ, so the two run back
+  to back on the tensor cores. Without specialization the softmax overlaps no MMA otherwise: that,
+  and the CTA barriers each iteration needs, is what stage 2 (warp specialization) removes.
+* **Softmax.** Online, in base 2: the scale·log2(e) is folded into the scores (one multiply-add per
+  score with the running max), exp2, fp32 row statistics.
+* **Masks only on diagonal tiles.** Key tiles wholly below the causal diagonal and inside N_K run
+  the unmasked loop; only the tiles holding the diagonal or the ragged tail run the masked one;
+  tiles above the diagonal are never loaded. Causal programs start with the heaviest query tiles.
+* **Head dims 64, 80, 96, 128.** Gluon tiles are powers of two, so 80 and 96 are held as two tiles,
+  64 + 16 and 64 + 32 (as the Triton kernels do, ``flash_configs._head_dim_tiles``): Q·Kᵀ is two
+  chained wgmma, P·V two accumulators, each operand two descriptors. D1 = 0 compiles the hi half out.
+* **Epilogue.** O = acc / l is written into Q's shared memory (free by then) and stored by TMA, which
+  drops rows past N_Q; the natural-log logsumexp goes to ``lse`` (fp32, q.shape[:-1]) by pointer.
+
+Causal masking is top-left aligned (query i sees keys j <= i), like the Triton forward and SDPA.
+
+Nothing on the default paths imports this module (issue 47, stage 4 wires it in). Importing it needs
+triton (Gluon) but no GPU; :func:`launch_args` builds a launch's arguments for CPU tensors too, which
+is how correctness/test_flash_gluon.py compiles the kernel for sm_90a without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_init, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .flash_configs import SM90_MAX_SHARED
+
+Tensor = torch.Tensor
+
+LOG2E = 1.4426950408889634
+#: Head dims this kernel supports, as (lo, hi) tiles; hi 0: one tile.
+HEAD_DIM_TILES = {64: (64, 0), 80: (64, 16), 96: (64, 32), 128: (128, 0)}
+DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+@dataclass(frozen=True)
+class GluonFwdConfig:
+    """One launch's tiles: block_m query rows per program (16 per warp: each warp owns whole rows of
+    S and O), block_n keys per tile, num_warps (4: one warpgroup, 8: two), num_stages K/V slots."""
+
+    block_m: int = 128
+    block_n: int = 128
+    num_warps: int = 8
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        if self.num_warps not in (4, 8) or self.block_m != 16 * self.num_warps:
+            raise ValueError(f"block_m must be 16 x num_warps with 4 or 8 warps, got {self}")
+        if self.block_n not in (64, 128) or not 2 <= self.num_stages <= 4:
+            raise ValueError(f"block_n must be 64 or 128 and num_stages 2..4, got {self}")
+
+
+#: The configs the GPU probe measures (tools/probes/flash_gluon_fwd.py) and the GPU tests check; at d 128
+#: those over the H100's shared memory (four 128-key slots) are refused by the launcher.
+CANDIDATE_CONFIGS = (GluonFwdConfig(128, 128, 8, 3), GluonFwdConfig(128, 128, 8, 2), GluonFwdConfig(128, 64, 8, 3),
+                     GluonFwdConfig(128, 64, 8, 4), GluonFwdConfig(64, 128, 4, 3), GluonFwdConfig(64, 64, 4, 4))
+
+
+def default_config(d: int) -> GluonFwdConfig:
+    """128 x 128 tiles on two warpgroups (the Triton sweep's best d 128 tile, NOTES.md) and three
+    K/V slots, the most that fit the H100's 227 KB at d 128 (Q 32 KB + 3 x 64 KB). Not yet measured:
+    the probe (tools/probes/flash_gluon_fwd.py) sweeps the alternatives."""
+    return GluonFwdConfig(128, 128, 8, 3)
+
+
+def shared_bytes(d: int, config: GluonFwdConfig, itemsize: int = 2) -> int:
+    """Shared memory the kernel allocates: Q (reused for O), the K/V ring, and the mbarriers (8 bytes
+    each in three allocations, each counted here up to a 16-byte boundary: at most 15 bytes over)."""
+    q = config.block_m * d * itemsize
+    ring = config.num_stages * 2 * config.block_n * d * itemsize
+    barriers = 16 + 2 * (-(-8 * config.num_stages // 16) * 16)
+    return q + ring + barriers
+
+
+# ---------------------------------------------------------------------------
+# Layouts
+# ---------------------------------------------------------------------------
+
+@gluon.constexpr_function
+def _mma_layout(num_warps, n):
+    """wgmma accumulator layout of a (16 x num_warps, n) tile: warps stacked along the rows (each
+    warp owns 16 whole rows, so row max and row sum stay inside a warp), instructions m16 n k16.
+    None for n == 0 (no hi tile)."""
+    if n == 0:
+        return None
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16])
+
+
+# ---------------------------------------------------------------------------
+# Kernel helpers
+# ---------------------------------------------------------------------------
+
+@gluon.jit
+def _issue_kv(t, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars,
+              BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Start the TMA loads of key tile t (K and V, lo and hi halves) into slot t % NUM_STAGES; a
+    no-op past the last tile (the copies and the byte counts are predicated, so the ring's phases
+    stay in step without a branch)."""
+    slot = t % NUM_STAGES
+    live = t < n_tiles
+    row = t * BLOCK_N
+    k_bar = k_bars.index(slot)
+    v_bar = v_bars.index(slot)
+    nbytes: gl.constexpr = k_desc.block_type.nbytes + (kh_desc.block_type.nbytes if D1 > 0 else 0)
+    mbarrier.expect(k_bar, nbytes, pred=live)
+    tma.async_copy_global_to_shared(k_desc, [b, h, row, 0], k_bar, k_smem.index(slot), pred=live)
+    if D1 > 0:
+        tma.async_copy_global_to_shared(kh_desc, [b, h, row, BLOCK_D], k_bar, kh_smem.index(slot), pred=live)
+    mbarrier.expect(v_bar, nbytes, pred=live)
+    tma.async_copy_global_to_shared(v_desc, [b, h, row, 0], v_bar, v_smem.index(slot), pred=live)
+    if D1 > 0:
+        tma.async_copy_global_to_shared(vh_desc, [b, h, row, BLOCK_D], v_bar, vh_smem.index(slot), pred=live)
+
+
+@gluon.jit
+def _tile_2d(smem, ROWS: gl.constexpr, COLS: gl.constexpr):
+    """A (1, 1, ROWS, COLS) TMA block as the (ROWS, COLS) matrix wgmma reads."""
+    return smem.reshape([ROWS, COLS])
+
+
+@gluon.jit
+def _kv_loop(acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles, b, h, N_K, qk_scale,
+             k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars,
+             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
+             NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Online softmax over key tiles [j_lo, j_hi) (tile indices). MASKED: the diagonal / ragged
+    tiles (bounds and causal masks); otherwise no mask at all.
+
+    The P·V product of a tile is left in flight when its iteration ends: it runs on the tensor
+    cores while the next iteration waits for its K tile and issues its Q·Kᵀ, and both are waited
+    for together. So acc (acc_h) arrive and leave as wgmma accumulator tokens, and p (p_h), the
+    register operand of the product in flight, is carried along to stay live until that wait."""
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _mma_layout(NW, BLOCK_N)
+    o_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
+    oh_layout: gl.constexpr = _mma_layout(NW, D1)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    for j in range(j_lo, j_hi):
+        slot = j % NUM_STAGES
+        phase = (j // NUM_STAGES) & 1
+        mbarrier.wait(k_bars.index(slot), phase)
+        k_t = _tile_2d(k_smem.index(slot), BLOCK_N, BLOCK_D).permute((1, 0))
+        s = warpgroup_mma(q2, k_t, s_zero, use_acc=False, is_async=True)
+        if D1 > 0:
+            kh_t = _tile_2d(kh_smem.index(slot), BLOCK_N, D1).permute((1, 0))
+            s = warpgroup_mma(qh2, kh_t, s, is_async=True)
+            s, acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc, acc_h, p, p_h))
+        else:
+            s, acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc, p))
+
+        # Every warp has now waited for its P·V of tile j - 1, so past this barrier that tile's
+        # slot is free: refill it with tile j + NUM_STAGES - 1.
+        gl.thread_barrier()
+        _issue_kv(j + NUM_STAGES - 1, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem,
+                  vh_smem, k_bars, v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
+
+        if MASKED:
+            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            valid = gl.expand_dims(offs_n < N_K, 0)
+            if IS_CAUSAL:
+                valid = valid & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
+            # Finite, not -inf: tile 0 holds key 0, which every row sees, so no row's max stays at
+            # the mask value and exp2 of a masked score is exactly 0.
+            s = gl.where(valid, s * qk_scale, -1.0e6)
+            m_new = gl.maximum(m_i, gl.max(s, 1))
+            s = s - gl.expand_dims(m_new, 1)
+        else:
+            # The scale folds into the max and into one multiply-add per score.
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            s = s * qk_scale - gl.expand_dims(m_new, 1)
+        p32 = gl.exp2(s)
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p32, 1)
+        m_i = m_new
+
+        # The S accumulator's registers are the A operand's: P goes to the tensor cores from registers.
+        p = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
+        alpha_o = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        mbarrier.wait(v_bars.index(slot), phase)
+        acc = warpgroup_mma(p, _tile_2d(v_smem.index(slot), BLOCK_N, BLOCK_D), acc * alpha_o, is_async=True)
+        if D1 > 0:
+            p_h = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0, parent=oh_layout, k_width=2))
+            alpha_h = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, oh_layout)), 1)
+            acc_h = warpgroup_mma(p_h, _tile_2d(vh_smem.index(slot), BLOCK_N, D1), acc_h * alpha_h, is_async=True)
+    return acc, acc_h, p, p_h, l_i, m_i
+
+
+# ---------------------------------------------------------------------------
+# Kernel
+# ---------------------------------------------------------------------------
+
+@gluon.jit
+def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc, L,
+                   H, N_Q, N_K, qk_scale,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
+                   IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Grid (query tiles, B·H). Descriptors are rank 4 over (B, H, N, d) with blocks (1, 1, rows,
+    BLOCK_D) (lo) and (1, 1, rows, D1) at column BLOCK_D (hi; None when D1 == 0)."""
+    NW: gl.constexpr = gl.num_warps()
+    gl.static_assert(BLOCK_M == 16 * NW, "each warp owns 16 query rows")
+    s_layout: gl.constexpr = _mma_layout(NW, BLOCK_N)
+    o_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
+    oh_layout: gl.constexpr = _mma_layout(NW, D1)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_desc.dtype
+
+    if IS_CAUSAL:
+        # Causal work grows with the query tile index: the heaviest tiles start first.
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    start_m = pid_m * BLOCK_M
+
+    # Shared memory: Q (later O), the K/V ring, one mbarrier for Q and one per slot for K and for V.
+    q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], v_desc.layout)
+    qh_smem = 0
+    kh_smem = 0
+    vh_smem = 0
+    if D1 > 0:
+        qh_smem = gl.allocate_shared_memory(dtype, qh_desc.block_type.shape, qh_desc.layout)
+        kh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], kh_desc.layout)
+        vh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], vh_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(v_bars.index(i), count=1)
+    # The copy engine must see the initialised barriers before the first copy signals one.
+    fence_async_shared()
+
+    # Key tiles [0, mid) are full and wholly below the diagonal (no masks); [mid, n_tiles) hold the
+    # diagonal and/or the ragged tail. Tiles above the diagonal are never loaded.
+    n_full = N_K // BLOCK_N
+    if IS_CAUSAL:
+        mid = gl.minimum(start_m // BLOCK_N, n_full)
+        n_tiles = gl.cdiv(gl.minimum(start_m + BLOCK_M, N_K), BLOCK_N)
+    else:
+        mid = n_full
+        n_tiles = gl.cdiv(N_K, BLOCK_N)
+
+    q_bytes: gl.constexpr = q_desc.block_type.nbytes + (qh_desc.block_type.nbytes if D1 > 0 else 0)
+    mbarrier.expect(q_bar, q_bytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+    if D1 > 0:
+        tma.async_copy_global_to_shared(qh_desc, [b, h, start_m, BLOCK_D], q_bar, qh_smem)
+    for t in gl.static_range(NUM_STAGES - 1):
+        _issue_kv(t, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars,
+                  v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
+
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+    # The loops carry the accumulators as wgmma tokens and P as the operand of the product in flight.
+    acc = warpgroup_mma_init(gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout))
+    p = gl.zeros([BLOCK_M, BLOCK_N], dtype, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    acc_h = 0
+    p_h = 0
+    if D1 > 0:
+        acc_h = warpgroup_mma_init(gl.zeros([BLOCK_M, D1], gl.float32, oh_layout))
+        p_h = gl.zeros([BLOCK_M, BLOCK_N], dtype, gl.DotOperandLayout(operand_index=0, parent=oh_layout, k_width=2))
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+
+    mbarrier.wait(q_bar, 0)
+    q2 = _tile_2d(q_smem, BLOCK_M, BLOCK_D)
+    qh2 = 0
+    if D1 > 0:
+        qh2 = _tile_2d(qh_smem, BLOCK_M, D1)
+    acc, acc_h, p, p_h, l_i, m_i = _kv_loop(
+        acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, 0, mid, n_tiles, b, h, N_K, qk_scale, k_desc, v_desc, kh_desc,
+        vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
+        False, IS_CAUSAL)
+    acc, acc_h, p, p_h, l_i, m_i = _kv_loop(
+        acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, mid, n_tiles, n_tiles, b, h, N_K, qk_scale, k_desc, v_desc,
+        kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1,
+        NUM_STAGES, True, IS_CAUSAL)
+    # The last tile's P·V.
+    if D1 > 0:
+        acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_h, p, p_h))
+    else:
+        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(k_bars.index(i))
+        mbarrier.invalidate(v_bars.index(i))
+
+    # Epilogue. Every warp is past its last wgmma on Q before any writes O over it.
+    gl.thread_barrier()
+    inv_l = 1.0 / l_i
+    q2.store((acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(1, o_layout)), 1)).to(dtype))
+    if D1 > 0:
+        qh2.store((acc_h * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(1, oh_layout)), 1)).to(dtype))
+    # Generic-proxy writes, then the copy engine reads them: fence in every thread, then a barrier.
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(o_desc, [b, h, start_m, 0], q_smem)
+    if D1 > 0:
+        tma.async_copy_shared_to_global(oh_desc, [b, h, start_m, BLOCK_D], qh_smem)
+
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
+    gl.store(L + pid_bh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+    tma.store_wait(pendings=0)
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+def _check_layout(name: str, t: Tensor) -> None:
+    """TMA's constraints on a (B, H, N, d) operand, each named when it fails."""
+    size = t.element_size()
+    if t.stride(-1) != 1:
+        raise ValueError(f"flash_gluon_forward: {name} needs unit stride along the head dim (TMA), got strides "
+                         f"{tuple(t.stride())}")
+    if t.data_ptr() % 16:
+        raise ValueError(f"flash_gluon_forward: {name}'s data must start 16-byte aligned (TMA), got address "
+                         f"{t.data_ptr():#x}")
+    bad = [s for s in t.stride()[:-1] if (s * size) % 16]
+    if bad:
+        raise ValueError(f"flash_gluon_forward: {name}'s strides must be multiples of 16 bytes (TMA), got strides "
+                         f"{tuple(t.stride())} of {size}-byte elements")
+
+
+def _as_4d(x: Tensor) -> Tensor:
+    return x.unsqueeze(1) if x.dim() == 3 else x
+
+
+def validate(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise ValueError naming the first constraint the inputs break (any device)."""
+    if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(f"flash_gluon_forward: q, k, v must all be (B, H, N, d) or (B, N, d), got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"flash_gluon_forward: q, k, v must share one dtype of bf16/fp16, got "
+                         f"{q.dtype}, {k.dtype}, {v.dtype}")
+    d = q.shape[-1]
+    if d not in HEAD_DIM_TILES:
+        raise ValueError(f"flash_gluon_forward: head dim must be one of {sorted(HEAD_DIM_TILES)}, got {d}")
+    if k.shape != v.shape or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != d:
+        raise ValueError(f"flash_gluon_forward: k and v must be {tuple(q.shape[:-2])} x N_K x {d}, got "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[-2] < 1 or k.shape[-2] < 1:
+        raise ValueError("flash_gluon_forward: sequence lengths must be at least 1")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"flash_gluon_forward: q, k, v on different devices: {q.device}, {k.device}, {v.device}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_layout(name, t)
+
+
+def _descriptor(t: Tensor, rows: int, col0: int, width: int) -> Optional[TensorDescriptor]:
+    """A rank-4 descriptor of blocks (1, 1, rows, width) over the 4-D t (width 0: none)."""
+    if width == 0:
+        return None
+    block = [1, 1, rows, width]
+    layout = gl.NVMMASharedLayout.get_default_for(block, DTYPES[t.dtype])
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_causal: bool,
+                config: Optional[GluonFwdConfig] = None) -> Tuple[tuple, tuple, dict]:
+    """(grid, positional arguments, launch options) of one forward launch, for tensors on any
+    device (the sm_90a compile test builds them from CPU tensors). o and lse contiguous."""
+    q4, k4, v4, o4 = _as_4d(q), _as_4d(k), _as_4d(v), _as_4d(o)
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    lo, hi = HEAD_DIM_TILES[d]
+    config = config or default_config(d)
+    if shared_bytes(d, config, q.element_size()) > SM90_MAX_SHARED:
+        raise ValueError(f"flash_gluon_forward: {config} needs {shared_bytes(d, config, q.element_size())} bytes of "
+                         f"shared memory at head dim {d}, more than the {SM90_MAX_SHARED} an H100 block may use")
+    bm, bn = config.block_m, config.block_n
+    args = (_descriptor(q4, bm, 0, lo), _descriptor(k4, bn, 0, lo), _descriptor(v4, bn, 0, lo),
+            _descriptor(o4, bm, 0, lo), _descriptor(q4, bm, lo, hi), _descriptor(k4, bn, lo, hi),
+            _descriptor(v4, bn, lo, hi), _descriptor(o4, bm, lo, hi), lse,
+            H, n_q, n_k, LOG2E / math.sqrt(d),
+            bm, bn, lo, hi, bool(is_causal), config.num_stages)
+    grid = (-(-n_q // bm), B * H)
+    return grid, args, {"num_warps": config.num_warps}
+
+
+def _check_device(device: torch.device) -> None:
+    if device.type != "cuda":
+        raise RuntimeError(f"flash_gluon_forward runs on an sm_90 GPU (H100/H200); got a {device.type} tensor")
+    cap = torch.cuda.get_device_capability(device)
+    if cap != (9, 0):
+        raise RuntimeError(f"flash_gluon_forward is written for sm_90a (wgmma, TMA: H100/H200); "
+                           f"{torch.cuda.get_device_name(device)} is sm_{cap[0]}{cap[1]}")
+
+
+def flash_gluon_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                        config: Optional[GluonFwdConfig] = None) -> Tuple[Tensor, Tensor]:
+    """FlashAttention forward on an sm_90 GPU. q (B, H, N_Q, d) or (B, N_Q, d), k and v (.., N_K, d),
+    bf16 or fp16, any strides TMA accepts (unit stride along d, 16-byte aligned start and strides).
+    Returns (o, lse): o contiguous in q's shape and dtype, lse fp32 of shape q.shape[:-1], the
+    natural-log logsumexp of each query's scaled scores (flash_attention_triton_forward's contract).
+    Raises ValueError naming the constraint inputs break, RuntimeError off sm_90."""
+    validate(q, k, v)
+    _check_device(q.device)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    grid, args, opts = launch_args(q, k, v, o, lse, is_causal, config)
+    _attn_fwd_sm90[grid](*args, **opts)
+    return o, lse
+
+
+__all__ = ["CANDIDATE_CONFIGS", "DTYPES", "GluonFwdConfig", "HEAD_DIM_TILES", "default_config", "flash_gluon_forward",
+           "launch_args", "shared_bytes", "validate"]

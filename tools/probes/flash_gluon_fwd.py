@@ -1,0 +1,195 @@
+"""GPU probe (issue 47, stage 1): the Gluon forward for sm_90 against our Triton forward and SDPA.
+
+Shapes: issue 47's table (bf16; causal unless marked): 4x32x4096x128, 1x32x32768x128, 8x32x2048x128,
+4x16x8192x128 full, 1x16x16384x64 (the leaderboard's), and 4x16x4096x80 and x96 (the split head dims).
+Per shape: SDPA cuDNN and SDPA flash forward, our Triton forward (default options: autotuned, the
+shape key's pick), the Gluon forward at its default config; the Gluon candidate configs
+(flash_gluon.CANDIDATE_CONFIGS) at 4x32x4096x128 (after the table) and 1x16x16384x64 (last). Each Gluon row also records its
+relative error against the Triton forward's output of the same inputs ("err"; > 2e-2 marks the row
+wrong, its time is kept but flagged). do_bench medians (warmup 25, rep 100); TFLOP/s from
+impl.attention.attention_flops; "/cudnn" and "/triton": ms over that row's ms on the same shape.
+
+A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
+A failing row (compile, launch) is a row with its error text.
+
+    PYTHONPATH=src python tools/probes/flash_gluon_fwd.py [OUT.json] [--budget-s S] [--dry-run]
+writes OUT.json (default $OUT/flash_gluon_fwd.json, else ./flash_gluon_fwd.json) after every row and
+prints a table. --dry-run prints the plan without touching the GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+# (batch, heads, seq, d, causal)
+TABLE = [(4, 32, 4096, 128, True), (1, 32, 32768, 128, True), (8, 32, 2048, 128, True), (4, 16, 8192, 128, False),
+         (1, 16, 16384, 64, True)]
+SPLIT = [(4, 16, 4096, 80, True), (4, 16, 4096, 96, True)]
+MAIN, LEADERBOARD = TABLE[0], TABLE[4]
+WRONG = 2e-2  # bf16 tolerance of the correctness tests
+COMPILE_S = 5.0  # a new compile on the H100's host, roughly
+TRITON_FWD_CONFIGS = 9  # the forward's autotune list: compiled once per (d, causal), re-timed per sequence bucket
+
+
+def shape_name(s) -> str:
+    return "x".join(map(str, s[:4])) + ("" if s[4] else " full")
+
+
+def plan():
+    """Rows in the order they run, most informative first: the issue's table with the Gluon default,
+    the candidate configs at 4x32x4096x128, the split head dims, the candidates at the leaderboard shape."""
+    from impl.attention.flash_gluon import CANDIDATE_CONFIGS, default_config
+
+    rows, compiled = [], set()
+
+    def shape_rows(s):
+        for impl in ("cudnn", "sdpa flash"):
+            rows.append(dict(shape=s, impl=impl, config=None, est=2.0))
+        new = (s[3], s[4]) not in compiled
+        compiled.add((s[3], s[4]))
+        rows.append(dict(shape=s, impl="triton", config="autotuned", est=6.0 + TRITON_FWD_CONFIGS * COMPILE_S * new))
+        rows.append(dict(shape=s, impl="gluon", config=default_config(s[3]), est=2.0 + COMPILE_S * new))
+
+    def sweep(s):
+        for c in CANDIDATE_CONFIGS:
+            if c != default_config(s[3]):
+                rows.append(dict(shape=s, impl="gluon", config=c, est=2.0 + COMPILE_S))
+
+    for s in TABLE:
+        shape_rows(s)
+    sweep(MAIN)
+    for s in SPLIT:
+        shape_rows(s)
+    sweep(LEADERBOARD)
+    return rows
+
+
+def cfg_text(c) -> str:
+    if c is None or isinstance(c, str):
+        return c or ""
+    return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}"
+
+
+def bench(fn) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def inputs(s):
+    b, h, n, d, _ = s
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+
+
+def rel_err(out, ref) -> float:
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def measure(row, qkv, cache) -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from impl.attention.flash_gluon import flash_gluon_forward
+    from impl.attention.flash_launch import flash_attention_triton_forward
+
+    q, k, v = qkv
+    causal = row["shape"][4]
+    if row["impl"] in ("cudnn", "sdpa flash"):
+        backend = SDPBackend.CUDNN_ATTENTION if row["impl"] == "cudnn" else SDPBackend.FLASH_ATTENTION
+        with sdpa_kernel(backend):
+            return {"ms": bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))}
+    if "triton" not in cache:
+        cache["triton"] = flash_attention_triton_forward(q, k, v, causal)
+    if row["impl"] == "triton":
+        return {"ms": bench(lambda: flash_attention_triton_forward(q, k, v, causal))}
+    o, _ = flash_gluon_forward(q, k, v, causal, row["config"])
+    err = rel_err(o, cache["triton"][0])
+    return {"ms": bench(lambda: flash_gluon_forward(q, k, v, causal, row["config"])), "err": err,
+            "wrong": err > WRONG}
+
+
+def fill_ratios(rows) -> None:
+    from impl.attention import attention_flops
+
+    anchor = {}
+    for r in rows:
+        if r.get("ms") is not None and r["impl"] in ("cudnn", "triton"):
+            anchor[(r["shape_name"], r["impl"])] = r["ms"]
+    for r in rows:
+        ms = r.get("ms")
+        b, h, n, d, causal = r["shape"]
+        r["tflops"] = attention_flops(b * h, n, n, d, causal, "fwd") / ms * 1e-9 if ms else None
+        for impl in ("cudnn", "triton"):
+            a = anchor.get((r["shape_name"], impl))
+            r[f"/{impl}"] = ms / a if ms and a else None
+
+
+HEAD = f"{'shape':<22}{'impl':<12}{'config':<18}{'ms':>9}{'TF/s':>7}{'/cudnn':>8}{'/triton':>8}{'err':>9}  note"
+
+
+def line(r) -> str:
+    num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
+    note = "WRONG " if r.get("wrong") else ""
+    return (f"{r['shape_name']:<22}{r['impl']:<12}{cfg_text(r['config']):<18}{num(r.get('ms'), '9.3f'):>9}"
+            f"{num(r.get('tflops'), '7.0f'):>7}{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}"
+            f"{num(r.get('err'), '9.1e'):>9}  {note}{(r.get('error') or '')[:80]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", nargs="?", default=os.path.join(os.environ.get("OUT", "."), "flash_gluon_fwd.json"))
+    ap.add_argument("--budget-s", type=float, default=420.0, help="start no row that would end past this")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan, touch no GPU")
+    args = ap.parse_args()
+    specs = plan()
+    if args.dry_run:
+        for s in specs:
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<12}{cfg_text(s['config']):<18} est {s['est']:4.0f} s")
+        print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
+        return
+    import triton
+
+    start, rows = time.time(), []
+    res = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
+           "torch": torch.__version__, "triton": triton.__version__, "budget_s": args.budget_s,
+           "stopped_by_budget": False, "left_out": [], "rows": rows}
+    shape, qkv, cache = None, None, {}
+    print(HEAD, flush=True)
+    for i, spec in enumerate(specs):
+        if time.time() - start + spec["est"] > args.budget_s:
+            res["stopped_by_budget"] = True
+            res["left_out"] = [f"{shape_name(s['shape'])} {s['impl']} {cfg_text(s['config'])}" for s in specs[i:]]
+            print(f"budget: stopped after {time.time() - start:.0f} s, {len(specs) - i} rows left out", flush=True)
+            break
+        if spec["shape"] != shape:
+            qkv, cache = None, {}  # free the last shape's tensors first
+            torch.cuda.empty_cache()
+            shape, qkv = spec["shape"], inputs(spec["shape"])
+        row = dict(shape=spec["shape"], shape_name=shape_name(spec["shape"]), impl=spec["impl"],
+                   config=spec["config"], ms=None, err=None, wrong=None, error=None)
+        t0 = time.time()
+        try:
+            row.update(measure(row, qkv, cache))
+        except Exception as e:  # noqa: BLE001 - a failed row is a result; the probe goes on
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        row["s"] = round(time.time() - t0, 1)
+        rows.append(row)
+        fill_ratios(rows)
+        print(line(row), flush=True)
+        res["seconds"] = time.time() - start
+        json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
+    res["seconds"] = time.time() - start
+    json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
+    print(HEAD)
+    print("\n".join(line(r) for r in rows))
+    print(f"{res['seconds']:.0f} s; {res['device']}, torch {res['torch']}, triton {res['triton']}"
+          + (f"; budget stop, {len(res['left_out'])} rows left out" if res["stopped_by_budget"] else ""))
+
+
+if __name__ == "__main__":
+    main()
