@@ -102,7 +102,7 @@ DIST_LOSS_TOL, DIST_UPDATE_TOL, DIST_BF16_EQUAL = 1e-4, 0.1, 0.8
 
 @pytest.mark.slow
 def test_two_gloo_ranks_equal_one_process_on_the_whole_batch():
-    results = launch(W.sharded_step_equivalence, 2, args=(SPEC, 2), timeout_s=300)
+    results = launch(W.sharded_step_equivalence, 2, backend="gloo", args=(SPEC, 2), timeout_s=300)
     owned = [set(r["owned"]) for r in results]
     assert not owned[0] & owned[1] and len(owned[0] | owned[1]) == results[0]["params"]
     for rank, r in enumerate(results):

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 from torch.multiprocessing.reductions import StorageWeakRef
 
 import impl.distributed.fsdp as fsdp_module
@@ -114,7 +115,12 @@ def _completing(on: bool):
 def _wrap(case: MemCase, model: torch.nn.Module):
     if case.wrapper == "ours":
         return FSDP(model, compute_dtype=DTYPES[case.dtype], unit=UNITS[case.unit], prefetch=case.prefetch)
-    return fsdp_wrapper(model, "torch_fsdp_bf16" if case.dtype == "bf16" else "torch_fsdp")
+    # A CPU mesh: by default fully_shard moves the model to the GPU where there is one, and the
+    # live-bytes tracker counts CPU storages only.
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    return fsdp_wrapper(model, "torch_fsdp_bf16" if case.dtype == "bf16" else "torch_fsdp", mesh=mesh)
 
 
 def _step(wrapper, opt, x, y, mark=lambda phase: None) -> None:

@@ -22,7 +22,9 @@ from impl.distributed.tensor_parallel import TensorParallel
 from impl.model import AdamW
 from impl.model.transformer import TransformerBlock
 
-def fsdp_wrapper(model: torch.nn.Module, variant: FSDPVariant | str):
+def fsdp_wrapper(model: torch.nn.Module, variant: FSDPVariant | str, mesh=None):
+    """The variant's wrapper of `model`. `mesh`: fully_shard's device mesh (None: torch's default,
+    which is the GPUs where there are any; a CPU measurement passes a CPU mesh)."""
     from impl.distributed.ddp import DDPBucketed
 
     V, variant = FSDPVariant, FSDPVariant.of(variant)
@@ -41,8 +43,8 @@ def fsdp_wrapper(model: torch.nn.Module, variant: FSDPVariant | str):
             if variant is V.TORCH_FSDP_BF16 else MixedPrecisionPolicy()
         # One FSDP unit per block plus the root (embeddings, final norm, head), torch's usual layout.
         for block in model.layers:
-            fully_shard(block, mp_policy=mp)
-        return fully_shard(model, mp_policy=mp)
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        return fully_shard(model, mesh=mesh, mp_policy=mp)
     raise AssertionError(f"no wrapper for {variant!r}")
 
 
