@@ -27,7 +27,7 @@ import torch.distributed as dist
 from impl.bench.timers import time_once
 from impl.bench.worker_group import RankState, Timed, timed
 from impl.workloads.rank_memory import Allocated
-from impl.runtime import free_memory
+from impl.runtime import free_memory, synchronize
 
 from impl.workloads.steps import TrainConfig, linear_weights, make_train_step, random_batch
 from impl.checkpointing import POLICIES, TAKES_K, apply_checkpointing
@@ -220,7 +220,7 @@ def rank_breakdown(state: StepRankState, step_s: float, warmup: int = 1) -> dict
     if state.rank != 0:
         for _ in range(warmup + 1):
             state.built.step()
-        torch.cuda.synchronize(state.device) if state.device.type == "cuda" else None
+        synchronize(state.device)
         return None
     profile, _ = profile_calls(lambda: state.built.step(annotated=True), state.device, warmup=warmup, steps=1)
     return step_breakdown(profile, step_s)
