@@ -120,6 +120,32 @@ def test_each_perf_file_budget_starts_with_its_first_test(tmp_path):
     assert "4 passed" in done.stdout
 
 
+NOTHING_TIMED_FILE = """
+from impl.bench.row import Status
+
+def test_a_row_that_cannot_run_here(bench):
+    bench.not_run(problem="leaderboard", config=dict(case=1), status=Status.NEEDS_HARDWARE,
+                  reason="needs 2 GPUs, 0 here")
+"""
+
+
+def test_a_run_whose_rows_all_did_not_run_is_still_written(tmp_path):
+    """pytest-benchmark writes no --benchmark-json when nothing was timed; the suite writes it, so a
+    section whose every row was an OOM or lacked the hardware still files its rows (a 2-GPU run of
+    the 8B step on 80 GB cards left an empty file and lost its OOM row)."""
+    import json
+
+    (tmp_path / "test_nothing_timed.py").write_text(NOTHING_TIMED_FILE)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "impl.bench.plugin", "-p", "no:cacheprovider", "-q",
+                           "test_nothing_timed.py", "--benchmark-json=run.json"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["benchmarks"] == []
+    assert [(r["row"]["status"], r["row"]["reason"]) for r in run["not_run"]] == [("needs_hardware", "needs 2 GPUs, 0 here")]
+    assert run["suite"]["interrupted"] is False
+
+
 def test_a_budget_made_outside_a_test_file_starts_at_its_first_check():
     from impl.bench.harness import Budget
 

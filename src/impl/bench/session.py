@@ -79,6 +79,23 @@ class BenchSession:
     def pytest_sessionfinish(self, session, exitstatus):
         if session.shouldstop and self.stop_reason is None:  # e.g. pytest-timeout's --session-timeout
             self.stop_reason = str(session.shouldstop)
+        self._save_when_nothing_was_timed(session.config)
+
+    def _save_when_nothing_was_timed(self, config) -> None:
+        """pytest-benchmark writes no --benchmark-json when no benchmark was timed. A run whose every
+        row did not run (an OOM, too few GPUs, the budget) must still be written, or those rows are
+        lost: write it as pytest-benchmark would (its own hooks, then ours), with no benchmarks.
+        (pytest-benchmark's sessionfinish hook wrapper has saved, or not, before this runs.)"""
+        bs = getattr(config, "_benchmarksession", None)
+        if bs is None or not bs.json or bs.benchmarks or not self.recorder.not_run:
+            return
+        commit_info = config.hook.pytest_benchmark_generate_commit_info(config=config)
+        config.hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
+        output_json = config.hook.pytest_benchmark_generate_json(
+            config=config, benchmarks=[], include_data=True, machine_info=bs.get_machine_info(),
+            commit_info=commit_info)
+        config.hook.pytest_benchmark_update_json(config=config, benchmarks=[], output_json=output_json)
+        bs.save_json(output_json)
 
     def pytest_benchmark_update_json(self, config, benchmarks, output_json):
         """Beside pytest-benchmark's entries: the rows that did not run, and what impl.bench.store
