@@ -43,21 +43,14 @@ class Shape:
         return cls(b.cfg.size_ref, int(b.cfg.context), global_batch(b))
 
 
-@dataclass(frozen=True)
-class TpRow:
-    """One TP row: measured, counted, closed form and predicted."""
+class _Timed:
+    """What TP's rows and the rows beside them read alike off their bench row."""
 
     bench: Bench
-    run: RunLabel
-    where: str  # "2×H200 (h200-141gb-x2)"
 
     @property
     def world(self) -> int:
         return int(self.bench.cfg.world_size)
-
-    @property
-    def measured(self) -> bool:
-        return self.bench.measured
 
     @property
     def step_s(self) -> float:
@@ -69,11 +62,24 @@ class TpRow:
 
     @property
     def peak(self) -> float | None:
-        return self.bench.row.memory.peak_allocated
+        return self.bench.row.memory.peak_allocated or self.bench.figure("peak_bytes")
 
     @property
     def tokens_per_s(self) -> float | None:
         return self.bench.metric(Metric.TOKENS_PER_S)
+
+
+@dataclass(frozen=True)
+class TpRow(_Timed):
+    """One TP row: measured, counted, closed form and predicted."""
+
+    bench: Bench
+    run: RunLabel
+    where: str  # "2×H200 (h200-141gb-x2)"
+
+    @property
+    def measured(self) -> bool:
+        return self.bench.measured
 
     @property
     def tokens(self) -> int:
@@ -119,7 +125,7 @@ class TpRow:
 
 
 @dataclass(frozen=True)
-class Beside:
+class Beside(_Timed):
     """A row of the same model and global batch that shards the batch (DDP, FSDP), and TP's ratio
     against it where the two come from one run."""
 
@@ -129,26 +135,6 @@ class Beside:
     where: str
     section: str  # the section it was read from ("fsdp", "ddp")
     vs_tp: Ratio | None  # the same-run TP row (the same rank count) ÷ this row
-
-    @property
-    def step_s(self) -> float:
-        return self.bench.stats.median
-
-    @property
-    def spread(self) -> float | None:
-        return spread(self.bench.stats.stddev, self.bench.stats.iqr)
-
-    @property
-    def peak(self) -> float | None:
-        return self.bench.row.memory.peak_allocated or self.bench.figure("peak_bytes")
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        return self.bench.metric(Metric.TOKENS_PER_S)
-
-    @property
-    def world(self) -> int:
-        return int(self.bench.cfg.world_size)
 
 
 @dataclass(frozen=True)
