@@ -30,6 +30,7 @@ from impl.distributed.collectives import allreduce_benchmark
 from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
 from impl.distributed.fsdp import FSDP
 from impl.distributed.launcher import device_for, launch
+from impl.distributed.release import released
 from impl.distributed.sharded_optimizer import ShardedOptimizer, ZeRO1Optimizer
 
 PER_RANK_BATCH = 4
@@ -40,8 +41,10 @@ VOCAB, SEQ = 11, 3
 
 def report_rank(rank, world_size, payload):
     t = torch.tensor([float(rank)], device=_device(rank))
-    dist.all_reduce(t)
+    before = t._use_count()
+    released(dist.all_reduce, t)
     return {
+        "held_after": t._use_count() - before,  # references gloo's worker still holds
         "rank": rank,
         "world_size": world_size,
         "payload": payload,
@@ -712,7 +715,7 @@ def refusals(rank, world_size, cases):
         except ValueError as e:
             message = str(e)
         ranks = torch.tensor([float(rank)], device=device)
-        dist.all_reduce(ranks)
+        released(dist.all_reduce, ranks)
         out[case] = {"message": message, "in_step": ranks.item() == sum(range(world_size))}
     return out
 

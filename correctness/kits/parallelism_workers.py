@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from impl.distributed.release import released
 from impl.distributed.fsdp_tp import FSDPTPFeedForward, make_mesh
 from impl.distributed.ring import (Traffic, alternate_ring_all_reduce, ring_all_gather, ring_all_reduce,
                                    ring_reduce_scatter)
@@ -46,11 +47,11 @@ def ring_simulation(rank: int, world: int, sizes: list[int], numels: list[int]) 
         for numel in numels:
             x = _ints(1000 * rank + numel, numel)
             total = x.clone()
-            dist.all_reduce(total, group=group)
+            released(dist.all_reduce, total, group=group)
 
             t = Traffic()
             parts = [torch.empty_like(x) for _ in range(n)]
-            dist.all_gather(parts, x, group=group)
+            released(dist.all_gather, parts, x, group=group)
             out[n, "all_gather", numel] = _case(ring_all_gather(x, group, t), torch.cat(parts), t)
             t = Traffic()
             out[n, "reduce_scatter", numel] = _case(ring_reduce_scatter(x, group, t),

@@ -19,6 +19,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from impl.distributed.release import Released, released
+
 # Version-tolerant names: newer torch renames the *_tensor collectives to
 # *_single and warns on the old names.
 reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -63,23 +65,27 @@ def allreduce_benchmark(
     for nbytes in sizes_bytes:
         numel = max(1, int(nbytes) // 4)
         x = torch.ones(numel, dtype=torch.float32, device=device)
-        for _ in range(warmup):
-            dist.all_reduce(x)
-        _sync(device)
-
         local_times = []
-        for _ in range(iters):
-            # Line ranks up so one rank's late start does not count as comm time.
-            dist.barrier()
+        # gloo must let go of x before this rank may exit (issue 23); waited once, after the timing
+        with Released() as keep:
+            keep(x)
+            for _ in range(warmup):
+                dist.all_reduce(x)
             _sync(device)
-            t0 = time.perf_counter()
-            dist.all_reduce(x)
-            _sync(device)
-            local_times.append(time.perf_counter() - t0)
+            for _ in range(iters):
+                # Line ranks up so one rank's late start does not count as comm time.
+                dist.barrier()
+                _sync(device)
+                t0 = time.perf_counter()
+                dist.all_reduce(x)
+                _sync(device)
+                local_times.append(time.perf_counter() - t0)
 
-        gathered: list = [None] * world_size
-        dist.all_gather_object(gathered, local_times)
-        per_iter = [max(ts[i] for ts in gathered) for i in range(iters)]
+        # A tensor all-gather, not all_gather_object: its staging tensors would bypass Released.
+        mine = torch.tensor(local_times, dtype=torch.float64, device=device)
+        gathered = [torch.empty_like(mine) for _ in range(world_size)]
+        released(dist.all_gather, gathered, mine)
+        per_iter = torch.stack(gathered).amax(dim=0).tolist()
         actual_bytes = numel * 4
         median = statistics.median(per_iter)
         results.append(

@@ -56,3 +56,18 @@ class Released:
 
     def __exit__(self, *exc) -> None:
         self.wait()
+
+
+def released(collective, *args, **kwargs):
+    """``collective(*args, **kwargs)`` (blocking), then wait until gloo let go of the tensors among
+    `args`, lists of tensors included: ``released(dist.all_reduce, t)``. For code whose collectives
+    have no Released of their own (test kits, benchmarks): the last collective before a rank exits
+    is the one that aborts it."""
+    with Released() as keep:
+        def kept(a):
+            if isinstance(a, torch.Tensor):
+                return keep(a)
+            if isinstance(a, (list, tuple)) and a and all(isinstance(x, torch.Tensor) for x in a):
+                return type(a)(keep(x) for x in a)
+            return a
+        return collective(*(kept(a) for a in args), **kwargs)
