@@ -92,3 +92,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "multi_gpu" in item.keywords and gpus < 2:
             item.add_marker(pytest.mark.skip(reason=f"needs >= 2 CUDA GPUs, found {gpus}"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-snapshots", action="store_true", default=False,
+                     help="rewrite the report pages' golden files (correctness/report_snapshots/) from this run")

@@ -267,37 +267,3 @@ def test_gradient_checkpointing_bench_layer_rows(tmp_path):
     assert "| nested | OOM |" in text and "| every_k k=7 | not run |" in text
     assert "step, median (ms)" in text
     assert "(time budget exhausted)." in text and "every_k-7" in text
-
-def _allreduce_doc(times: dict) -> dict:
-    """Bench-layer rows of distributed_communication: {bytes: median seconds} for gloo at 2 ranks, and
-    the NCCL run listed as not run (needs_hardware)."""
-    from impl.bench.row import Env, Metric, NotRunEntry, Row, Status, Timing
-
-    env = Env(device="cpu", device_type="cpu", torch="2", triton=None, cuda=None, profile="smoke")
-
-    def cfg(backend, nbytes):
-        return dict(backend=backend, world_size=2, size_mb=nbytes / 2**20, bytes=nbytes, dtype="float32")
-    benches = [dict(name=f"test_ar[gloo-{b}]", group="g", stats=dict(median=t, mean=t, stddev=0.0, rounds=10),
-                    extra_info=Row(problem="distributed_communication_single_node", config=cfg("gloo", b), env=env,
-                                   status=Status.MEASURED,
-                                   timing=Timing("one all-reduce", "SlowestRankClock", 1, 10, 3), metrics={Metric.BUS_BW: b / t / 1e9}, details=dict(left_out="smoke")).to_json())
-               for b, t in times.items()]
-    not_run = NotRunEntry("test_ar[nccl]", "test_ar[nccl]", "g", Row(
-        problem="distributed_communication_single_node", config=cfg("nccl", 2**20), env=env,
-        status=Status.NEEDS_HARDWARE, reason="NCCL needs one GPU per rank"))
-    return dict(datetime="2026-01-01T00:00", benchmarks=benches, not_run=[not_run.to_json()])
-
-
-def test_allreduce_section_fits_latency_and_bandwidth_to_the_medians(tmp_path):
-    from impl.report import distributed
-    from impl.report.data import load
-
-    o, w = 100e-6, 1e9  # t = o + S / w
-    data = tmp_path / "data" / "cpu" / "distributed_communication"  # impl.bench.store's layout
-    data.mkdir(parents=True)
-    (data / "20260101T000000Z_test.json").write_text(json.dumps(_allreduce_doc(
-        {b: o + b / w for b in (2**20, 10 * 2**20)})))
-    text = distributed.render(load(tmp_path / "data"), "cpu", tmp_path, "figures")
-    assert "| gloo | 2 | 100.0 | 1.00 |" in text  # the fit: o in µs, w in GB/s
-    assert "| nccl | 2 | 1 | not run (needs_hardware: NCCL needs one GPU per rank) |" in text
-    assert "| gloo | 2 | 1 | 1.149 |" in text and "| 3 |" in text  # median in ms; iterations per round

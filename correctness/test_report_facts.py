@@ -333,53 +333,6 @@ def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
     assert not t26.train() and t26.best is None
 
 
-# ------------------------------------------------------------- distributed_communication_single_node
-def test_comm_facts_compare_backends_at_nccls_largest_size_and_process_count():
-    from impl.report.comm_facts import comm_facts
-
-    mb = 2**20
-    pts = {("nccl", 2): {mb: (10.0, 1e-4), 1000 * mb: (300.0, 3e-3)},
-           ("gloo", 2): {mb: (0.5, 2e-3), 1000 * mb: (2.0, 0.45)},
-           ("gloo", 4): {1000 * mb: (1.5, 0.9)}}
-    f = comm_facts("dev", pts, not_run=3)
-    assert (f.size_bytes, f.nccl_procs, f.nccl.busbw_gbps) == (1000 * mb, 2, 300.0)
-    assert f.gloo_over_nccl == pytest.approx(150.0) and f.gloo_by_procs == [(2, 2.0), (4, 1.5)]
-    assert comm_facts("dev", {k: v for k, v in pts.items() if k[0] == "gloo"}, 0) is None
-    pts[("nccl", 4)] = {mb: (7.0, 2e-4), 1000 * mb: (340.0, 4.6e-3)}
-    f = comm_facts("dev", pts, 4, ("nccl, 6 processes: needs_hardware (6 ranks, 4 GPU(s) here)",), ("a.json",))
-    assert f.nccl_procs == 4 and [n for n, _ in f.nccl_by_procs] == [2, 4] and f.smallest[0] == mb
-    assert f.algbw_gbps(f.nccl) == pytest.approx(1000 * mb / 4.6e-3 / 1e9) and f.gloo_same is not None
-    assert f.reasons and f.files == ("a.json",)
-
-
-# ------------------------------------------------------------- ddp
-def test_ddp_facts_group_rows_by_context_and_score_each_variant_against_its_rows(built_pages):
-    """The committed 2×H200 runs: each benchmarking problem's scoreboard ratio is its own variant's row
-    ÷ torch DDP at the largest context of the current edition's run (naive, flat, overlapped: xl
-    (2026); bucketed, a 2025 question: xl (2025)), and the bucketed headline is the fastest bucket."""
-    from impl.report.ddp_facts import TORCH, ddp_facts
-    from impl.report.rows import size_runs
-
-    ctx, pages = built_pages
-    d = ctx.df[(ctx.df.device == "h200-141gb-x2") & ctx.df.problem.isin(
-        ["ddp_benchmarking_anchors", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
-         "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking"])]
-    by_edition = {run.edition: ddp_facts("dev", run, None) for run in reversed(size_runs(d))}  # newest run wins
-    score = next(p for p in pages if p.slug == "ddp").score
-    g = by_edition["2026"].largest
-    assert g.context == max(x.context for x in by_edition["2026"].groups) and not g.buckets
-    naive = g.ratio(("naive", None), TORCH, "torch DDP")
-    assert score["naive_ddp_benchmarking"].vs_anchor == str(naive)
-    assert score["naive_ddp_benchmarking"].answer.startswith("xl (2026): ")
-    assert naive.value == g.get(("naive", None)).stats.median / g.get(TORCH).stats.median
-    g = by_edition["2025"].largest
-    best = g.best_bucket
-    assert all(g.buckets[best].stats.median <= b.stats.median for b in g.buckets.values())
-    assert f"{best:g} MB" in score["ddp_bucketed_benchmarking"].answer
-    assert score["ddp_bucketed_benchmarking"].answer.startswith("xl (2025): ")
-    assert score["ddp_bucketed_benchmarking"].vs_anchor == str(g.ratio(("bucketed", best), TORCH, "torch DDP"))
-
-
 def test_ddp_facts_of_one_size_run_divide_only_its_own_rows():
     """Rows of xl (2025) and xl (2026) in one frame: each [edition, size] run's groups hold its own rows
     only, so the 2026 floor never divides a 2025 bucketed row; its peak and files come with it."""

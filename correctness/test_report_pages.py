@@ -366,7 +366,7 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
 # ---------------------------------------------------------------------------------------------------
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
 
-DIST_SLUGS = {"distributed_communication", "ddp", "communication_accounting", "optimizer_sharding", "fsdp"}
+DIST_SLUGS = {"ddp", "communication_accounting", "optimizer_sharding", "fsdp"}
 PAR_SLUGS = {"parallelism_calcs", "leaderboard_2026"}
 
 
@@ -480,19 +480,8 @@ def test_fsdp_page_puts_tp_beside_ddp_and_fsdp_with_each_rows_device_and_run(dis
     assert "| tp |" not in text  # TP rows live in their own section
 
 
-def test_comm_answer_reads_one_run_with_every_nccl_process_count_and_says_what_did_not_run(dist_pages):
-    a = next(p for p in dist_pages if p.slug == "distributed_communication").answers[0].text
-    assert a.startswith("From 4× NVIDIA H200 (h200-141gb-x4)")
-    assert "`reports/data/h200-141gb-x4/distributed_communication/" in a
-    assert "across 2 GPUs" in a and "across 4 GPUs" in a and "2(n−1)/n" in a
-    assert "nccl, 6 processes: needs_hardware" in a
-
-
 def test_fixed_inconsistencies_stay_fixed(dist_pages):
     ddp = render_page(next(p for p in dist_pages if p.slug == "ddp"))
-    comm = render_page(next(p for p in dist_pages if p.slug == "distributed_communication"))
-    fits = comm.split("| backend | processes | o (µs) | w (GB/s) |")[1].split("\n\n")[0]
-    assert not re.search(r"\| -[\d,.]+ \|", fits), "a fitted per-call overhead is negative"
     assert "closest to the grid" not in ddp
     assert "buckets formed" in ddp and "s/w =" in ddp  # the model at DDPBucketed's buckets, the gap explained
     shard = render_page(next(p for p in dist_pages if p.slug == "optimizer_sharding"))

@@ -9,16 +9,21 @@ import re
 from pathlib import Path
 
 from impl.bench.repo import add_repo_arguments, repo_from_args
-from impl.report.data import load_frames
+from impl.report.data import frame, load_records, split_newest
 from impl.report import test_records
 from impl.report.index import device_names, index_facts, render_index
 from impl.report.pages import Context, Page, render_page
+from impl.report.pages.problems import PAGES, STORED_ALIASES, problem
+from impl.report.rows import Rows, of_record
+from impl.report.templating import render_page as render_whole
 
-# Page modules in index order (each: pages(ctx) -> list[Page]).
+# Page modules in index order: a two-file page's module is named for its slug (facts(ctx) and
+# templates/<slug>.md.j2); the others expose pages(ctx) -> list[Page].
 PAGE_MODULES = [
     "impl.report.pages.profiling",
     "impl.report.pages.attention",
     "impl.report.pages.flash",
+    "impl.report.pages.distributed_communication",
     "impl.report.pages.distributed",
     "impl.report.pages.parallelism",
     "impl.report.pages.cpu_smoke",
@@ -27,17 +32,33 @@ INDEX_LIMIT_BYTES = 25_000
 LINK = re.compile(r"\]\(([^)\s]+\.(?:png|csv))\)")
 
 
+class PageModuleError(RuntimeError):
+    """A page module that cannot be imported or has neither facts nor pages: the build fails naming it
+    (a page must never vanish from the report because of a typo)."""
+
+
 def collect(ctx: Context) -> list[Page]:
     pages = []
     for name in PAGE_MODULES:
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue  # a page module not written yet: its problems show as not answered
-        pages.extend(module.pages(ctx))
+        except Exception as exc:
+            raise PageModuleError(f"page module {name} failed to import: {type(exc).__name__}: {exc}") from exc
+        if hasattr(module, "facts"):
+            pages.append(two_file_page(name.rsplit(".", 1)[-1], module.facts(ctx)))
+        elif hasattr(module, "pages"):
+            pages.extend(module.pages(ctx))
+        else:
+            raise PageModuleError(f"page module {name} has neither facts(ctx) nor pages(ctx)")
     return pages
+
+
+def two_file_page(slug: str, facts) -> Page:
+    """The page of `slug` rendered whole by templates/<slug>.md.j2 from its facts."""
+    if slug not in PAGES:
+        raise PageModuleError(f"page module {slug}: no such page in impl.report.pages.problems.PAGES")
+    return Page(slug, "", [problem(p) for p in PAGES[slug]], [], "", score=dict(facts.scores),
+                index_figures=list(facts.index_figures), text=render_whole(f"{slug}.md.j2", f=facts), facts=facts)
 
 
 def older_format(df) -> list[str]:
@@ -57,8 +78,10 @@ def index(pages: list[Page], older: list[str] | None = None, names: dict[str, st
 
 def context(data_dir: Path, reports_dir: Path) -> Context:
     """Every stored run under data_dir, loaded for pages that write their figures and CSVs under reports_dir."""
-    df, history = load_frames(data_dir)
-    return Context(df=df, history=history, reports_dir=reports_dir, fig_dir=reports_dir / "figures")
+    newest, earlier = split_newest(load_records(data_dir))
+    rows = Rows(*(tuple(of_record(r, STORED_ALIASES.get(r.row.problem)) for r in recs) for recs in (newest, earlier)))
+    return Context(df=frame(newest), history=frame(earlier), reports_dir=reports_dir, fig_dir=reports_dir / "figures",
+                   rows=rows)
 
 
 def build(root: Path) -> dict[str, str]:

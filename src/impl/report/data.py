@@ -202,7 +202,7 @@ def load_records(data_dir: Path) -> list[Record]:
     return [rec for run in stored.runs for rec in run.records]
 
 
-def _split_newest(records: list[Record]) -> tuple[list[Record], list[Record]]:
+def split_newest(records: list[Record]) -> tuple[list[Record], list[Record]]:
     """(each row's newest record, every earlier one): a row is a (device, benchmark name); run
     files sort by their UTC timestamp, so the last seen is the newest."""
     newest: dict[tuple[str, str], Record] = {}
@@ -215,7 +215,7 @@ def _split_newest(records: list[Record]) -> tuple[list[Record], list[Record]]:
 def load_frames(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(each row's newest run, every earlier run of each row), the files read once, so a skipped
     file is warned of once."""
-    newest, earlier = _split_newest(load_records(data_dir))
+    newest, earlier = split_newest(load_records(data_dir))
     return frame(newest), frame(earlier)
 
 

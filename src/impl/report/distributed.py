@@ -20,11 +20,10 @@ from impl.workloads.problems import Problem as P, StoredGroup
 from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.report.rows import size_label  # (also registers the typed .cfg accessors of rows and frames)
 
-COMM_PROBLEM = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
 DDP_PROBLEMS = [StoredGroup.DDP_BENCHMARKING_ANCHORS, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING,
                 P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, P.DDP_BUCKETED_BENCHMARKING]
 SHARD = P.OPTIMIZER_STATE_SHARDING_ACCOUNTING
-COMM, DDP, SHARDING = (macros(f"{name}.md.j2") for name in ("distributed_communication", "ddp", "optimizer_sharding"))
+DDP, SHARDING = (macros(f"{name}.md.j2") for name in ("ddp", "optimizer_sharding"))
 VARIANT_LABEL = {v.value: v.label for v in DDPVariant}
 VARIANT_ORDER = list(VARIANT_LABEL)
 SHARD_LABEL = {v.value: v.label for v in ShardVariant}
@@ -80,72 +79,13 @@ class _Unit:
 # all-reduce
 
 
-def comm_rows(d: pd.DataFrame) -> pd.DataFrame:
-    """The all-reduce rows (older files also held fit rows, config kind "fit")."""
-    return d[d.cfg.kind != "fit"] if not d.empty else d
-
-
-def per_op(r):
-    """Seconds per all-reduce: the median (the rows are kernel-level: the stats are one all-reduce);
-    the older format kept it as time_s."""
-    return figure(r, "time_s") or r["median"]
-
-
 def allreduce_fits(d: pd.DataFrame) -> dict:
-    """t = o + S/w over each (backend, processes) run's measured sizes, by relative least squares
-    (impl.accounting.fit_latency_bandwidth, relative=True: the absolute fit is a line through the
-    1 GB point alone and its intercept went negative for gloo at 4 and 6 processes)."""
-    points: dict = {}
-    for _, r in comm_rows(d).iterrows():
-        if not _not_run(r) and not missing(per_op(r)):
-            points.setdefault((r.cfg.backend, int(r.cfg.world_size)), []).append((r.cfg.bytes, per_op(r)))
-    out = {}
-    for key, pts in points.items():
-        if len({b for b, _ in pts}) >= 2:
-            sizes, times = zip(*pts)
-            o, w = acc.fit_latency_bandwidth(sizes, times, relative=True)
-            out[key] = dict(o_s=o, w_Bps=w)
-    return out
+    """{(backend, processes): {o_s, w_Bps}} of the all-reduce rows of `d`: the DDP page's bucket model
+    reads them (impl.report.pages.distributed_communication.allreduce_fits)."""
+    from impl.report.pages.distributed_communication import allreduce_fits as fits
+    from impl.report.rows import benches
 
-
-def allreduce_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str:
-    rows, series = [], {}
-    runs = comm_rows(d).sort_values(["cfg.backend", "cfg.world_size", "cfg.bytes"])
-    for _, r in runs.iterrows():
-        key = (r.cfg.backend, int(r.cfg.world_size))
-        nr = _not_run(r)
-        head = [key[0], key[1], _mb(r.cfg.bytes)]
-        if nr:
-            rows.append(head + [nr, "", "", ""])
-            continue
-        timing = r["row"].timing
-        busbw = figure(r, "busbw_GBps", Metric.BUS_BW)
-        rows.append(head + [ms(per_op(r), digits=3), num(figure(r, "algbw_GBps", Metric.ALG_BW), 2), num(busbw, 2),
-                            timing.iterations if timing else _info(r, "inner")])
-        if not missing(busbw):
-            series.setdefault(key, []).append((r.cfg.bytes, busbw))
-    left_out = {i["left_out"] for i in runs["details"] if i.get("left_out")}
-    out = [COMM.method(),
-           table(COMM.table_header().split("|"), rows)]
-    if left_out:
-        out.append(COMM.left_out(sorted(left_out)))
-    if series:
-        fig, ax = figures.new()
-        for (backend, n), pts in sorted(series.items()):
-            xs, ys = zip(*sorted(pts))
-            ax.plot([x / 2**20 for x in xs], ys, marker="o", ls="-" if backend == "nccl" else "--",
-                    label=COMM.fig_series(backend, n))
-        ax.set(xscale="log", yscale="log", xlabel=COMM.fig_x(), ylabel=COMM.fig_y(), title=COMM.fig_title())
-        ax.legend(fontsize=8)
-        name = f"{device}_allreduce_busbw.png"
-        figures.save(fig, fig_dir / name)
-        out.append(f"![{COMM.fig_title()}]({fig_rel}/{name})")
-    fits = allreduce_fits(d)
-    if fits:
-        out.append(COMM.fit_note())
-        out.append(table(["backend", "processes", "o (µs)", "w (GB/s)"],
-                         [[b, n, num(f["o_s"] * 1e6, 1), num(f["w_Bps"] / 1e9, 2)] for (b, n), f in sorted(fits.items())]))
-    return "\n\n".join(out)
+    return {(x.backend, x.processes): dict(o_s=x.o_s, w_Bps=x.w_bps) for x in fits(benches(d))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,27 +327,3 @@ def sharding_section(d: pd.DataFrame) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-def render(df: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) -> str | None:
-    if "problem" not in df:
-        return None
-    parts = []
-    comm = df[df.problem == COMM_PROBLEM]
-    fits = allreduce_fits(comm) if not comm.empty else {}
-    if not comm.empty:
-        parts.append("## distributed_communication_single_node\n\n" + allreduce_section(comm, device, fig_dir, fig_rel))
-    ddp = df[df.problem.isin(DDP_PROBLEMS)]
-    if not ddp.empty:
-        text, data = ddp_section(ddp)
-        parts.append("## DDP benchmarking\n\n" + text)
-        bucket = bucket_model_section(fits, data, overlap_shares(ddp))
-        if bucket:
-            parts.append(bucket)
-        tl = timeline_section(ddp, device, fig_dir, fig_rel)
-        if tl:
-            parts.append(tl)
-    shard = sharding_section(df[df.problem == SHARD])
-    if shard:
-        parts.append(f"## {SHARD}\n\n" + shard)
-    return "\n\n".join(parts) if parts else None

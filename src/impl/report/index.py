@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from impl.report.pages import NOT_ON_GPU, Page, Score
+from impl.report.pages import NOT_ON_GPU, Kind, Page, Score, Scored
 from impl.report.pages.problems import PROBLEMS
 from impl.report.runs import device_short
 from impl.report.templating import render
@@ -19,17 +19,22 @@ class IndexRow:
     problem: str
     editions: str  # as the handouts pose it: "2025", "2026", "2025, 2026" or "suite"
     slug: str | None  # the page answering it, None when no page does yet
-    score: Score | None  # None: not answered yet
+    score: Score | Scored | None  # None: not answered yet; Scored: a two-file page's (worded from `facts`)
     device: str  # the device column, one naming for every page ("H100", "2×H200", "closed form")
+    facts: object = None  # the two-file page's facts
 
     @property
     def answered(self) -> bool:
+        if isinstance(self.score, Scored):
+            return self.score.kind is not Kind.NOT_MEASURED
         return self.score is not None and not self.score.answer.startswith(NOT_ON_GPU) \
             and not self.score.answer.startswith("not computed")
 
     @property
     def measured(self) -> bool:
         """Answered from stored GPU rows (not a closed form)."""
+        if isinstance(self.score, Scored):
+            return self.score.kind is Kind.MEASURED
         return self.answered and self.device not in ("–", CLOSED_FORM)
 
 
@@ -87,7 +92,7 @@ def index_facts(pages: list[Page], older: list[str], names: dict[str, str]) -> I
     for p in PROBLEMS:
         page, score = scores.get(p.name, (None, None))
         rows.append(IndexRow(p.name, p.edition, page.slug if page else None, score,
-                             _device(score.device, names) if score else "–"))
+                             _device(score.device, names) if score else "–", page.facts if page else None))
     figures = [f for page in pages for f in page.index_figures]
     return IndexFacts(rows, older, figures)
 

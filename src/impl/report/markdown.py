@@ -39,6 +39,11 @@ def mib(nbytes) -> str:
     return "–" if missing(nbytes) else f"{nbytes / 2**20:,.1f}"
 
 
+def mb0(nbytes) -> str:
+    """Whole MiB, grouped: a buffer size."""
+    return "–" if missing(nbytes) else f"{nbytes / 2**20:,.0f}"
+
+
 def pct(x, digits=1) -> str:
     return "–" if missing(x) else f"{100 * x:.{digits}f}%"
 

@@ -8,8 +8,8 @@ as 2025's; a row's size label comes from one function, `size_label`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
-from typing import Any, Iterable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterable, TypeVar
 
 import pandas as pd
 
@@ -17,6 +17,7 @@ from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 
 EDITIONS = tuple(EDITION_SIZES)  # ("2025", "2026")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,46 @@ def bench(line: pd.Series) -> Bench:
 
 def benches(d: pd.DataFrame) -> list[Bench]:
     return [] if d is None or d.empty else [bench(line) for _, line in d.iterrows()]
+
+
+def of_record(rec, problem: str | None = None) -> Bench:
+    """The Bench of one stored record (impl.report.data.Record), read without a frame; `problem`:
+    the handout's name where the row was stored under an older one."""
+    s = rec.stats
+    stats = None if s is None or not (_num(s.median) or _num(s.mean)) else Stats(
+        _opt(s.mean), _opt(s.stddev), _opt(s.median), _opt(s.iqr), s.rounds, list(s.data) if s.data else None)
+    run = RunRef(rec.run.device, rec.run.section, rec.run.datetime, rec.run.commit, rec.run.legacy, rec.run.file)
+    row = rec.row if problem in (None, rec.row.problem) else replace(rec.row, problem=problem)
+    return Bench(rec.name, row, run, stats, Config.of(row.config))
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What a page reads: each stored benchmark's newest row (per device), and every earlier one."""
+
+    newest: tuple[Bench, ...]
+    history: tuple[Bench, ...] = ()
+
+    def of(self, *problems: str, device: str | None = None) -> list[Bench]:
+        """The newest rows of `problems` (all where none is named), on `device` where given."""
+        return [b for b in self.newest if (not problems or b.problem in problems)
+                and (device is None or b.run.device == device)]
+
+    def gpu_devices(self) -> list[str]:
+        """GPU device folders that have rows, one-GPU kinds first (the CPU smoke rows have their own page)."""
+        devs = sorted({b.run.device for b in self.newest} - {"cpu"})
+        return sorted(devs, key=lambda d: (not d.endswith("-x1"), d))
+
+    def per_gpu(self, *problems: str) -> list[tuple[str, list[Bench]]]:
+        """(device, its newest rows of `problems`) for each GPU device that has any, one-GPU kinds first."""
+        return [(dev, rows) for dev in self.gpu_devices() if (rows := self.of(*problems, device=dev))]
+
+
+def view(cls: type[V], b: Bench) -> V:
+    """A page's typed view of a row's config (a frozen dataclass of the keys it reads, each with a
+    default): no catch-all config class; a key the view does not declare is not read."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in b.row.config.items() if k in names})
 
 
 def of_newest_run(rows: list[Bench], among: list[Bench] | None = None) -> list[Bench]:

@@ -2,7 +2,11 @@
 commit, how many rows) a page's rows were read from."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
+
+from impl.bench.row import Env
 
 
 def gpu_count(device: str) -> int | None:
@@ -60,3 +64,39 @@ def runs_line(device: str, d: pd.DataFrame) -> str:
 def run_date(d: pd.DataFrame) -> str:
     """The newest run's UTC date of the rows."""
     return max(str(t) for t in d["datetime"] if t)[:10] if d["datetime"].notna().any() else "–"
+
+
+@dataclass(frozen=True)
+class RunId:
+    """One stored run as a page names it (templates/_runs.md.j2)."""
+
+    when: str  # "2026-11-23 22:37" (UTC)
+    commit: str
+    rows: int  # how many of the page's rows it holds
+    legacy: bool  # the older format
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunsFacts:
+    """Which machine and runs a section's rows come from: the device folder, the newest row's
+    environment, and each run oldest first."""
+
+    device: str
+    env: Env
+    runs: tuple[RunId, ...]
+
+    @classmethod
+    def of(cls, device: str, rows: list) -> RunsFacts:
+        """From Bench rows (impl.report.rows) in load order."""
+        by: dict[tuple[str, str], list] = {}
+        for b in rows:
+            by.setdefault((str(b.run.datetime), b.run.commit), []).append(b)
+        runs = tuple(RunId(when[:16].replace("T", " "), commit, len(g), all(b.run.legacy for b in g),
+                           tuple(sorted({b.run.file for b in g})) if all(b.run.file for b in g) else ())
+                     for (when, commit), g in sorted(by.items()))
+        return cls(device, rows[-1].row.env, runs)
+
+    @property
+    def files(self) -> list[str]:
+        return [f for r in self.runs for f in r.files]

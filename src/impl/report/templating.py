@@ -20,7 +20,7 @@ def environment() -> jinja2.Environment:
                              autoescape=False, extensions=["jinja2.ext.do"])
     env.filters.update(ms=markdown.ms, gib=markdown.gib, pct=markdown.pct, num=markdown.num, fmt=format,
                        gb=markdown.gb, mib=markdown.mib, files=runs.files_text,
-                       gib1=lambda x: markdown.gib(x, 1), format_code=lambda x: f"`{x}`")
+                       gib1=lambda x: markdown.gib(x, 1), format_code=lambda x: f"`{x}`", mb0=markdown.mb0)
     env.globals.update(table=markdown.table)
     return env
 
@@ -28,6 +28,13 @@ def environment() -> jinja2.Environment:
 def render(name: str, **facts) -> str:
     """The template `name` (e.g. "index.md.j2") filled from `facts`; surrounding blank lines trimmed."""
     return environment().get_template(name).render(**facts).strip()
+
+
+def render_page(name: str, **facts) -> str:
+    """A whole page from its template: a template line is a sentence, so each paragraph's lines are
+    joined (as `macros` joins them); a table, a list or a code block keeps its lines."""
+    paragraphs = re.split(r"\n\s*\n", render(name, **facts))
+    return "\n\n".join(p for p in (_paragraph(par) for par in paragraphs) if p) + "\n"
 
 
 def macros(name: str):
@@ -54,4 +61,4 @@ def _paragraph(text: str) -> str:
     lines = [x.strip() for x in text.splitlines() if x.strip()]
     if text.lstrip().startswith("```"):  # a code block keeps its lines and indentation
         return "\n".join(x for x in text.strip().splitlines() if x.strip())
-    return "\n".join(lines) if any(x.startswith("|") for x in lines) else " ".join(lines)
+    return "\n".join(lines) if any(x.startswith(("|", "- ")) for x in lines) else " ".join(lines)

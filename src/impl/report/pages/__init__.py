@@ -2,18 +2,23 @@
 course editions, then the few figures that tell the story); each problem has its page
 `reports/<slug>.md` that opens with its questions answered, then tables, figures and method.
 
-A page module exposes `pages(ctx: Context) -> list[Page]`; PAGE_MODULES lists them in index order.
-Prose is templated: every number in it is read from `ctx` (the loaded rows), never typed.
+A page is two files: `pages/<slug>.py` with `facts(ctx) -> <PageFacts>` (a frozen dataclass holding
+every number, table row and figure path the page shows, and its `scores` and `index_figures` for the
+index) and `templates/<slug>.md.j2`, which renders the whole page from it in one call. Every number
+comes from `ctx.rows` (the stored rows), never typed. Pages not yet rewritten so (issue 44) expose
+`pages(ctx) -> list[Page]` and read the frame `ctx.df`; build.PAGE_MODULES lists both kinds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import pandas as pd
 
 from impl.report.runs import run_date  # noqa: F401  (pages import it from here)
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
+from impl.report.rows import Rows
 from impl.report.pages.problems import STORED_ALIASES, PageProblem as Problem, problem  # noqa: F401
 
 
@@ -21,6 +26,26 @@ from impl.report.pages.problems import STORED_ALIASES, PageProblem as Problem, p
 class Answer:
     question: str  # as the course asks it (heading)
     text: str  # 1-3 sentences whose numbers come from the data
+
+
+class Kind(StrEnum):
+    """What kind of answer a scoreboard row is (the index counts them apart)."""
+
+    MEASURED = "measured"
+    CLOSED_FORM = "closed form"
+    PREDICTED = "predicted"
+    NOT_MEASURED = "not measured"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A two-file page's scoreboard row of one problem: the kind of answer, its device and run date.
+    Its words are the page template's `score_answer`, `score_headline` and `score_vs` macros, called
+    with the page's facts and the problem by the index template."""
+
+    kind: Kind
+    device: str = "–"
+    date: str = "–"
 
 
 @dataclass
@@ -43,6 +68,8 @@ class Page:
     body: str  # tables, figures, method, run metadata (markdown)
     score: dict[str, Score] = field(default_factory=dict)  # problem name -> its scoreboard row
     index_figures: list[tuple[str, str]] = field(default_factory=list)  # (caption, png path rel. to reports/)
+    text: str | None = None  # the whole page, rendered by its template (a two-file page)
+    facts: object = None  # a two-file page's facts (the index words its scores from them)
 
 
 @dataclass
@@ -55,6 +82,7 @@ class Context:
     reports_dir: Path
     fig_dir: Path  # reports/figures
     fig_rel: str = "figures"  # figure paths as a page links them
+    rows: Rows = Rows(())  # the same rows, typed: what a two-file page reads
 
     def __post_init__(self):
         for frame in (self.df, self.history):  # stored group names -> the handout's problem names
@@ -93,6 +121,8 @@ def missing_page(slug: str, title: str, names: list[str], questions: list[str], 
 
 
 def render_page(page: Page) -> str:
+    if page.text is not None:
+        return page.text
     out = [f"# {page.title}", "[← index](README.md)"]
     out += [f"## {a.question}\n\n{a.text}" for a in page.answers]
     out.append(page.body)

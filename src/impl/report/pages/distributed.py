@@ -18,7 +18,6 @@ from impl.report.markdown import gb, gib, missing, ms, num, table
 from impl.report.per_rank_facts import per_rank_facts
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, run_date
 from impl.report.ratio import ratio, ratio_cell, spread
-from impl.report.comm_facts import comm_facts
 from impl.report.ddp_facts import TORCH, ddp_facts
 from impl.report.ddp_facts import label as ddp_label
 from impl.report.fsdp_facts import fsdp_facts
@@ -39,53 +38,6 @@ DDP_VARIANTS = ("naive", "flat", "individual", "bucketed")
 
 def measured(r) -> bool:
     return r is not None and r["status"] == Status.MEASURED.value and not missing(r["median"])
-
-
-# ---- distributed_communication_single_node -------------------------------------------------------
-
-
-def _comm_points(d: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
-    """(backend, processes) -> {bytes: (bus bandwidth GB/s, seconds per all-reduce)} of the measured rows."""
-    out: dict = {}
-    for _, r in dr.comm_rows(d).iterrows():
-        bw = dr.figure(r, "busbw_GBps", Metric.BUS_BW)
-        if measured(r) and not missing(bw):
-            out.setdefault((r.cfg.backend, int(r.cfg.world_size)), {})[int(r.cfg.bytes)] = (bw, dr.per_op(r))
-    return out
-
-
-def _comm_run_facts(dev: str, d: pd.DataFrame):
-    """The facts of the device's newest all-reduce run (a ratio between backends divides rows of one run)."""
-    rows = dr.comm_rows(d)
-    if rows.empty:
-        return None
-    run = rows[rows["datetime"] == rows["datetime"].max()]
-    not_run = run[run.status != Status.MEASURED.value]
-    reasons = tuple(dict.fromkeys(f"{r.cfg.backend}, {int(r.cfg.world_size)} processes: {r['status']} ({r['reason']})"
-                                  for _, r in not_run.iterrows()))
-    return comm_facts(device_label(dev, d), _comm_points(run), len(not_run), reasons, tuple(sorted(set(run["file"]))),
-                      str(run["datetime"].iloc[0])[:16].replace("T", " "))
-
-
-def comm_page(ctx: Context) -> Page:
-    name = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
-    slug = problem(name).slug
-    words = macros("distributed_communication.md.j2")
-    body, score, text = [], Score(NOT_ON_GPU), f"{NOT_ON_GPU}."
-    found = []
-    for dev, d in gpu_rows(ctx, name):
-        f = _comm_run_facts(dev, d)
-        if f:
-            found.append((dev, d, f))
-        body += [f"## {device_label(dev, d)}",
-                 dr.allreduce_section(d, f"{slug}-{dev}", ctx.fig_dir, ctx.fig_rel), runs_line(dev, d)]
-    if found:  # the run that measured the most NCCL process counts answers (the newest on a tie)
-        dev, d, f = max(found, key=lambda x: (len(x[2].nccl_by_procs), x[2].nccl_procs, x[2].when))
-        others = [(o_dev, o) for o_dev, _, o in found if o is not f]
-        text = words.answer(f, others)
-        score = Score(words.score_answer(f), words.score_headline(f), words.score_vs(f), dev, run_date(d))
-    return Page(slug, words.title(), [problem(name)],
-                [Answer(words.question(), text)], "\n\n".join(body), score={name: score})
 
 
 # ---- DDP ------------------------------------------------------------------------------------------
@@ -159,7 +111,7 @@ def ddp_page(ctx: Context) -> Page:
     implemented = {P.NAIVE_DDP: "naive", P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: "DDPIndividualParameters",
                    P.DDP_OVERLAP_BUCKETED: "DDPBucketed"}
     words = macros("ddp.md.j2")
-    comm_runs = dict(gpu_rows(ctx, dr.COMM_PROBLEM))
+    comm_runs = dict(gpu_rows(ctx, P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE))
     answers: dict[str, str] = {n: f"{NOT_ON_GPU}." for n in names}
     scores = {n: Score(NOT_ON_GPU) for n in names}
     body, index_figures, facts = [], [], []
@@ -371,4 +323,4 @@ def fsdp_page(ctx: Context) -> Page:
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [comm_page(ctx), ddp_page(ctx), accounting_page(ctx), sharding_page(ctx), fsdp_page(ctx)]
+    return [ddp_page(ctx), accounting_page(ctx), sharding_page(ctx), fsdp_page(ctx)]
