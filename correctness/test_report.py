@@ -2,6 +2,7 @@
 history (earlier runs kept under reports/data/<device>/history/ are loaded apart from the current
 data), and the pages of training_step and gradient_checkpointing."""
 import json
+import pytest
 
 from impl.report import profiling
 from impl.report import build as pages_build
@@ -267,3 +268,11 @@ def test_gradient_checkpointing_bench_layer_rows(tmp_path):
     assert "| nested | OOM |" in text and "| every_k k=7 | not run |" in text
     assert "step, median (ms)" in text
     assert "(time budget exhausted)." in text and "every_k-7" in text
+
+
+def test_a_page_module_that_fails_to_import_fails_the_build_naming_it(monkeypatch, tmp_path):
+    from impl.report import build
+
+    monkeypatch.setattr(build, "PAGE_MODULES", [*build.PAGE_MODULES, "impl.report.pages.no_such_page"])
+    with pytest.raises(build.PageModuleError, match="impl.report.pages.no_such_page failed to import"):
+        build.collect(build.context(tmp_path / "data", tmp_path))
