@@ -5,7 +5,7 @@
 # CSVs are packed into $OUT/nsys/nsys-*.tar with $OUT/nsys/manifest.json, rewritten after every case
 # so a command stopped at the time limit still returns what finished. Unpack them here with
 # `python -m impl.nsys.outputs unpack DIR DEST`.
-#   [NSYS_BUDGET_S=480] tools/gpu_nsys.sh GROUP... [--only TEXT]...
+#   [NSYS_BUDGET_S=420] tools/gpu_nsys.sh GROUP... [--only TEXT]...
 #   GROUP: nsys_profile memory_profiling ddp fsdp
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ PY=$(tools/setup.sh)
 mkdir -p "$OUT/nsys"
 nvidia-smi --query-gpu=name,memory.total --format=csv
 # the log goes to $OUT as it is written: a command stopped at its limit still returns it
-PYTHONPATH=src $PY -m impl.nsys.run --out "$OUT/nsys" --budget-s "${NSYS_BUDGET_S:-480}" "$@" 2>&1 | tee "$OUT/nsys/log.txt"
+PYTHONPATH=src $PY -m impl.nsys.run --out "$OUT/nsys" --budget-s "${NSYS_BUDGET_S:-420}" "$@" 2>&1 | tee "$OUT/nsys/log.txt"
 rc=${PIPESTATUS[0]}
 ls -la "$OUT/nsys"
 exit "$rc"
