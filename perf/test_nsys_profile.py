@@ -15,7 +15,7 @@ then the forward without autograd, and records which one it got (nsys.profiled) 
 
 The 2026 edition's rows (test_nsys_profile_2026) profile two sizes of its own table at three
 power-of-two contexts above 128, the largest the longest that fits, chosen from the closed-form
-memory need at collection (sweeps "nsys_profile_2026"); (b)'s calls per forward is
+memory need at collection (sweeps "nsys_profile_2026", impl.workloads.steps.chosen_2026_cases); (b)'s calls per forward is
 nsys.top_forward.calls_per_pass."""
 import os
 from pathlib import Path
@@ -28,7 +28,7 @@ from impl.bench.timers import time_once
 from impl.workloads.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
 from impl.bench.row import Status
 from impl.workloads.problems import Problem
-from impl.workloads.steps import ModelCache, device_memory_bytes, fitting_contexts, memory_need, model_and_batch
+from impl.workloads.steps import ModelCache, chosen_2026_cases, device_memory_bytes, memory_need, model_and_batch
 from impl.runtime import default_device, first_line, free_memory, is_oom, profile_name
 from impl.workloads.sweeps import grid
 from impl.model import SizeRef
@@ -80,22 +80,8 @@ def _profile(model, x, y, trace_path, start: str, g: dict):
     return None, None, failures
 
 
-def _cases_2026(g: dict) -> list[tuple[str, int]]:
-    """(size, context) of the 2026 rows: the `n_sizes` largest candidates with `n_contexts` fitting
-    contexts (sweeps "nsys_profile_2026"), smallest first."""
-    device = default_device()
-    device_bytes = g.device_bytes or device_memory_bytes(device)
-    chosen = []
-    for name in reversed(g.candidates):
-        fit = fitting_contexts(SizeRef(g.edition, name), g.batch, g.dtype, device_bytes,
-                               lo=g.min_context, hi=g.max_context, headroom=g.headroom)
-        if len(fit) >= g.n_contexts and len(chosen) < g.n_sizes:
-            chosen.append((name, fit[-g.n_contexts:]))
-    return [(name, c) for name, fit in reversed(chosen) for c in fit]
-
-
 G26 = grid("nsys_profile_2026", PROFILE)
-CASES_2026 = _cases_2026(G26)
+CASES_2026 = chosen_2026_cases(G26, device_memory_bytes(default_device()))
 BUDGET_2026 = Budget(G26.budget_s)
 
 
@@ -166,7 +152,7 @@ def test_nsys_profile(bench, size, context):
 @pytest.mark.parametrize("size,context", CASES_2026)
 def test_nsys_profile_2026(bench, size, context):
     """2026: two sizes of the 2026 table at three power-of-two contexts above 128, the largest the
-    longest whose training step fits (chosen by _cases_2026; the choice is in the row's details)."""
+    longest whose training step fits (chosen by chosen_2026_cases; the choice is in the row's details)."""
     ref = SizeRef(G26.edition, size)
     config = dict(**ref.row_config(), context=context, dtype=G26.dtype, batch=G26.batch, mode="forward",
                   study="nsys_2026")

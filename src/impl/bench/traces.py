@@ -18,7 +18,7 @@ from impl.annotate import PHASES as ANNOTATED
 _COMM = re.compile(r"nccl|gloo|c10d|all_?reduce|broadcast|all_?gather|reduce_?scatter", re.IGNORECASE)
 
 
-def _merge(intervals: list[tuple[float, float]], gap: float) -> list[list[float]]:
+def merge_intervals(intervals: list[tuple[float, float]], gap: float) -> list[list[float]]:
     """Union of (start, end) intervals, joining neighbours closer than `gap`."""
     out: list[list[float]] = []
     for s, e in sorted(intervals):
@@ -29,11 +29,11 @@ def _merge(intervals: list[tuple[float, float]], gap: float) -> list[list[float]
     return out
 
 
-def _busy(iv: list[list[float]]) -> float:
+def busy_length(iv: list[list[float]]) -> float:
     return sum(e - s for s, e in iv)
 
 
-def _overlap(a: list[list[float]], b: list[list[float]]) -> float:
+def overlap_length(a: list[list[float]], b: list[list[float]]) -> float:
     """Total length of the intersection of two sorted disjoint interval lists."""
     i = j = 0
     total = 0.0
@@ -62,17 +62,17 @@ def build_timeline(ops, phases, start_us: float, max_intervals: int, source: str
     for lane, s, e in ops:
         if s >= start_us:
             lanes[lane].append((s, e))
-    exact = {k: _merge(v, 0.0) for k, v in lanes.items()}
+    exact = {k: merge_intervals(v, 0.0) for k, v in lanes.items()}
     end = max([iv[-1][1] for iv in exact.values() if iv] + [start_us])
     span = end - start_us
-    out = dict(span_us=span, busy_us={k: _busy(v) for k, v in exact.items()},
-               overlap_us=_overlap(exact["compute"], exact["communication"]), source=source, lanes={},
+    out = dict(span_us=span, busy_us={k: busy_length(v) for k, v in exact.items()},
+               overlap_us=overlap_length(exact["compute"], exact["communication"]), source=source, lanes={},
                phases=[dict(name=n, start_us=s - start_us, dur_us=e - s) for n, s, e in phases if s >= start_us])
     for k, iv in exact.items():
         gap, coarse = 0.0, iv
         while len(coarse) > max_intervals:
             gap = max(gap * 2, span / max_intervals)
-            coarse = _merge([tuple(x) for x in iv], gap)
+            coarse = merge_intervals([tuple(x) for x in iv], gap)
         out["lanes"][k] = [[round(s - start_us, 1), round(e - s, 1)] for s, e in coarse]
     return out
 
@@ -120,4 +120,4 @@ def step_timeline(prof, last_step: str, max_intervals: int, cuda: bool) -> dict:
     return (cuda_timeline if cuda else cpu_timeline)(prof, last_step, max_intervals)
 
 
-__all__ = ["PHASES", "SYNC", "build_timeline", "step_timeline"]
+__all__ = ["PHASES", "SYNC", "build_timeline", "busy_length", "merge_intervals", "overlap_length", "step_timeline"]

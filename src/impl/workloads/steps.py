@@ -102,6 +102,21 @@ def fitting_contexts(size: Size, batch: int, dtype: str, device_bytes: float | N
     return out
 
 
+def chosen_2026_cases(g, device_bytes: int | None) -> list[tuple[str, int]]:
+    """nsys_profile (2026)'s (size, context) pairs for grid `g` (impl.workloads.grids.Nsys2026Grid):
+    the `n_sizes` largest candidates that have `n_contexts` fitting contexts (fitting_contexts on
+    g.device_bytes, else `device_bytes`), each with its longest `n_contexts`, smallest size first.
+    Shared by perf/test_nsys_profile.py and the Nsight Systems cases (impl.nsys.cases)."""
+    device_bytes = g.device_bytes or device_bytes
+    chosen = []
+    for name in reversed(g.candidates):
+        fit = fitting_contexts(SizeRef(g.edition, name), g.batch, g.dtype, device_bytes,
+                               lo=g.min_context, hi=g.max_context, headroom=g.headroom)
+        if len(fit) >= g.n_contexts and len(chosen) < g.n_sizes:
+            chosen.append((name, fit[-g.n_contexts:]))
+    return [(name, c) for name, fit in reversed(chosen) for c in fit]
+
+
 def device_memory_bytes(device: torch.device) -> int | None:
     """The device's total memory, or None off CUDA."""
     return torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
