@@ -366,7 +366,7 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
 # ---------------------------------------------------------------------------------------------------
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
 
-DIST_SLUGS = {"communication_accounting", "optimizer_sharding", "fsdp"}
+DIST_SLUGS = {"optimizer_sharding", "fsdp"}
 PAR_SLUGS = {"parallelism_calcs", "leaderboard_2026"}
 
 
@@ -393,22 +393,6 @@ def test_distributed_pages_one_per_slug_each_problem_answered(dist_pages):
     assert scored == mine
     for page in dist_pages:
         assert page.answers and all(a.text.strip() for a in page.answers), page.slug
-
-
-def test_communication_accounting_answers_carry_the_stored_closed_forms(dist_pages, dist_ctx):
-    """The page's numbers are the stored xxl case's (impl.accounting via the perf rows), one per answer."""
-    page = next(p for p in dist_pages if p.slug == "communication_accounting")
-    rows = dist_ctx.df[dist_ctx.df.problem == "communication_accounting"]
-    r = next(x["details"]["results"] for _, x in rows.iterrows() if x.cfg.case == "xxl")
-    n0 = next((x for x in r["fsdp"] if x["tokens"] == 0), r["fsdp"][0])
-    cb = r["compute_bound"]
-    a, b, c, _ = (x.text for x in page.answers)
-    assert f"{r['n_params']:,}" in a and f"{r['h100_needed']} H100" in a
-    assert f"N_FSDP = {n0['n_fsdp']} " in b and f"{r['fsdp_max_tokens']:,} tokens" in b
-    assert f"{cb['global_tokens_int']:,} tokens overall on N = {cb['n_chips']}" in c
-    assert ("holds" if cb["tp_compute_bound"] else "fails") in c
-    score = page.score["communication_accounting"]
-    assert (score.headline, score.device) == (f"{cb['global_tokens_int']:,} tokens/step", "closed form")
 
 
 def test_distributed_pages_reference_only_existing_images(dist_pages, dist_ctx):

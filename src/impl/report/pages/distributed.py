@@ -1,11 +1,10 @@
-"""Pages of sections 2-3 and FSDP: communication_accounting,
-optimizer_sharding and fsdp (with the 2026 edition's fsdp_accounting). Tables and figures come from
-the section helpers impl.report.distributed, .fsdp and .accounting; this module puts the answers
-first, GPU devices only (the CPU smoke rows have their own page), and the run metadata last.
+"""Pages of sections 2-3 and FSDP: optimizer_sharding and fsdp (with the 2026 edition's
+fsdp_accounting). Tables and figures come from the section helpers impl.report.distributed and .fsdp;
+this module puts the answers first, GPU devices only (the CPU smoke rows have their own page), and
+the run metadata last.
 """
 from __future__ import annotations
 
-from impl.report import accounting as acc_r
 from impl.report import distributed as dr
 from impl.report import fsdp as fr
 from impl.report.markdown import gb, gib, ms, num, table
@@ -24,33 +23,6 @@ from impl.workloads.problems import Problem as P
 from impl.workloads.problems import StoredGroup
 
 EDITIONS = macros("_editions.md.j2")
-
-
-# ---- communication_accounting ---------------------------------------------------------------------
-
-
-def accounting_page(ctx: Context) -> Page:
-    """Closed forms (impl.accounting), the same on every device: read from the rows of
-    perf/test_communication_accounting.py, which carry the computed tables."""
-    name = P.COMMUNICATION_ACCOUNTING
-    slug = problem(name).slug
-    rows = ctx.df[ctx.df.problem == name] if not ctx.df.empty else ctx.df
-    if not rows.empty:  # the same closed forms wherever they ran: one device's rows
-        rows = rows[rows.device == rows.device.iloc[0]]
-    by = {r.cfg.case: r["details"]["results"] for _, r in rows.iterrows()} if not rows.empty else {}
-    words = macros("communication_accounting.md.j2")
-    qs = [words.q_a(), words.q_b(), words.q_c(), words.q_d()]
-    if "xxl" not in by:
-        return Page(slug, name, [problem(name)], [Answer(q, f"{words.not_computed()}.") for q in qs],
-                    "", score={name: Score(words.not_computed())})
-    r = by["xxl"]
-    n0 = next((x for x in r["fsdp"] if x["tokens"] == 0), r["fsdp"][0])  # the FSDP row without activations
-    texts = [words.a_a(r), words.a_b(r, n0), words.a_c(r), words.a_d()]
-    worked = acc_r.render(rows, "all", ctx.fig_dir, ctx.fig_rel) or ""
-    body = [worked.removeprefix(f"## {name}\n\n"), words.closed_form_note()]
-    score = Score(words.score_answer(r), words.score_headline(r), "–", "closed form", "–")
-    return Page(slug, words.title(), [problem(name)],
-                [Answer(q, t) for q, t in zip(qs, texts)], "\n\n".join(body), score={name: score})
 
 
 # ---- optimizer state sharding -------------------------------------------------------------------
@@ -174,4 +146,4 @@ def fsdp_page(ctx: Context) -> Page:
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [accounting_page(ctx), sharding_page(ctx), fsdp_page(ctx)]
+    return [sharding_page(ctx), fsdp_page(ctx)]
