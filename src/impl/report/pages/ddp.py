@@ -246,12 +246,8 @@ class Timeline:
     figure: str
 
 
-def _traced(rows) -> list[Bench]:
-    return [b for b in rows if "timeline" in b.details]
-
-
 def _timeline(rows, ctx: Context, name: str) -> Timeline | None:
-    traced = _traced(rows)
+    traced = [b for b in rows if "timeline" in b.details]
     if not traced:
         return None
     c = _cfg(traced[0])
@@ -334,7 +330,6 @@ class RunFacts:
     world: int
     backend: str
     groups: tuple[Group, ...]  # by context
-    overlap: tuple[tuple[str, float], ...]  # (variant, share of its profiled communication overlapping compute)
     figure: str  # the overhead figure's link
     model: BucketModel | None
     timeline: Timeline | None
@@ -343,6 +338,13 @@ class RunFacts:
     @property
     def date(self) -> str:
         return self.run.date
+
+    @property
+    def overlap(self) -> list[tuple[str, float]]:
+        """(variant, share of its profiled communication overlapping compute), as the answers list them."""
+        rows = [] if self.timeline is None else self.timeline.rows
+        return sorted(((r.label, r.overlap_share) for r in rows if r.overlap_share is not None),
+                      key=lambda x: x[0].lower())
 
     @property
     def largest(self) -> Group | None:
@@ -361,12 +363,9 @@ def _run_facts(dev: str, heading: str, run: SizeRun, fits: list[Fit], fit_files:
     name = f"{SLUG}-{dev}-{run.id}"
     _draw_overhead(groups, ctx.fig_dir / f"{name}-overhead-vs-torch-ddp.png",
                    f"{heading}, {named.size_short}, run {named.date}")
-    shares = [(label(b), tl["overlap_us"] / tl["busy_us"]["communication"])
-              for b in _traced(run.rows) if (tl := b.details["timeline"])["busy_us"]["communication"]]
-    overlap = sorted(shares, key=lambda x: x[0].lower())  # as the answers list them
     model = _bucket_model(groups, fits, c.backend, int(c.world_size))
     return RunFacts(dev, heading, named, size_label(size_ref(c.size, c.edition), c.size), int(c.world_size),
-                    c.backend, tuple(groups), tuple(overlap), f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png",
+                    c.backend, tuple(groups), f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png",
                     model, _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"),
                     fit_files if model is not None and model.fit is not None else ())
 
