@@ -333,28 +333,6 @@ def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
     assert not t26.train() and t26.best is None
 
 
-def test_ddp_facts_of_one_size_run_divide_only_its_own_rows():
-    """Rows of xl (2025) and xl (2026) in one frame: each [edition, size] run's groups hold its own rows
-    only, so the 2026 floor never divides a 2025 bucketed row; its peak and files come with it."""
-    from impl.report.ddp_facts import SINGLE, ddp_facts
-    from impl.report.rows import answering, size_runs
-    from impl.workloads.problems import Problem
-
-    d = _dist_frame([(_ddp_row("single", "2025"), "20260101T0000", 0.70, 0.001),
-                     (_ddp_row("bucketed", "2025", bucket_mb=100), "20260101T0000", 0.72, 0.001),
-                     (_ddp_row("single", "2026", peak=60 * 2**30), "20260102T0000", 1.00, 0.001),
-                     (_ddp_row("naive", "2026", comm_s=0.05, peak=61 * 2**30), "20260102T0000", 1.10, 0.001)])
-    facts = [ddp_facts("dev", run, None) for run in size_runs(d)]
-    f26, f25 = facts
-    assert (f26.run.edition, f26.run.size_short, f25.run.size_short) == ("2026", "xl (2026)", "xl (2025)")
-    g = f26.largest
-    assert not g.buckets and g.ratio(("naive", None), SINGLE, "floor").value == pytest.approx(1.10)
-    assert g.peak(("naive", None)) == 61 * 2**30 and f26.run.files == ("reports/data/gpu-x2/ddp/20260102T0000Z_abc.json",)
-    assert f25.largest.ratio(("bucketed", 100), SINGLE, "floor").value == pytest.approx(0.72 / 0.70)
-    assert answering(facts, Problem.DDP_BUCKETED_BENCHMARKING) == [f25]
-    assert answering(facts[::-1], Problem.NAIVE_DDP_BENCHMARKING) == [f26, f25]
-
-
 # ------------------------------------------------------------- optimizer_state_sharding_accounting
 def test_sharding_facts_read_each_variants_largest_rank(built_pages):
     from impl.report.rows import size_runs

@@ -24,6 +24,8 @@ PAGE_MODULES = [
     "impl.report.pages.attention",
     "impl.report.pages.flash",
     "impl.report.pages.distributed_communication",
+    "impl.report.pages.ddp",
+    "impl.report.pages.communication_accounting",
     "impl.report.pages.distributed",
     "impl.report.pages.parallelism",
     "impl.report.pages.cpu_smoke",

@@ -1,0 +1,169 @@
+"""ddp (impl.report.pages.ddp): facts from synthetic rows, and the page's words as a snapshot."""
+from __future__ import annotations
+
+import pytest
+
+from impl import accounting as acc
+from impl.bench.row import Metric, Status
+from impl.report.pages import Kind, Scored
+from impl.report.pages import ddp as page
+from impl.report.templating import render_page
+from impl.workloads.problems import Problem as P
+from kits.report_rows import assert_snapshot, bench, context
+
+DEV = "h200-141gb-x2"
+OLD, NEW = "2026-11-22T05:00:00", "2026-11-26T04:00:00"
+PROBLEM = {"single": "ddp_benchmarking_anchors", "torch_ddp": "ddp_benchmarking_anchors",
+           "naive": P.NAIVE_DDP_BENCHMARKING, "flat": P.MINIMAL_DDP_FLAT_BENCHMARKING,
+           "individual": P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, "bucketed": P.DDP_BUCKETED_BENCHMARKING}
+O, W = 50e-6, 100e9  # the all-reduce fit: t = o + S / w
+S = 4 * 2**30  # fp32 gradient bytes
+
+
+def _ddp(variant, median=None, *, edition="2026", context=512, batch=4, bucket_mb=None, when=NEW, comm_s=None,
+         peak=None, n_buckets=None, timeline=None, status=Status.MEASURED, reason=None):
+    details = dict(grad_bytes=S, steps=dict(comm_s=comm_s), num_buckets=n_buckets)
+    if timeline:
+        details["timeline"] = timeline
+    return bench(PROBLEM[variant], dict(size="xl", edition=edition, context=context, batch_per_rank=batch,
+                                        world_size=2, backend="nccl", variant=variant, bucket_mb=bucket_mb),
+                 median, device=DEV, section="ddp", when=when, details=details, peak=peak, status=status, reason=reason,
+                 metrics={Metric.COMM_SHARE: comm_s / median} if comm_s and median else {})
+
+
+def _timeline(compute_us, comm_us, overlap_us):
+    return dict(source="cuda kernels", span_us=compute_us + comm_us - overlap_us, overlap_us=overlap_us,
+                busy_us=dict(compute=compute_us, communication=comm_us),
+                lanes=dict(compute=[[0, compute_us]], communication=[[compute_us - overlap_us, comm_us]]),
+                phases=[dict(name="backward", start_us=0, dur_us=compute_us)])
+
+
+def _new_run():
+    """xl (2026): the floor, naive, flat, per-parameter overlapped and torch DDP at two contexts; a profiled
+    naive and overlapped step."""
+    out = []
+    for context, batch, k in ((128, 2, 0.25), (512, 4, 1.0)):
+        traced = context == 128  # the profiled step rides on the first context's rows
+        out += [_ddp("single", 1.00 * k, context=context, batch=batch, peak=60 * 2**30),
+                _ddp("naive", 1.10 * k, context=context, batch=batch, comm_s=0.08 * k, peak=61 * 2**30,
+                     timeline=traced and _timeline(200e3, 50e3, 0)),
+                _ddp("flat", 1.12 * k, context=context, batch=batch, comm_s=0.09 * k),
+                _ddp("individual", 1.04 * k, context=context, batch=batch, comm_s=0.01 * k,
+                     timeline=traced and _timeline(200e3, 60e3, 45e3)),
+                _ddp("torch_ddp", 1.05 * k, context=context, batch=batch)]
+    return out
+
+
+def _old_run():
+    """xl (2025): the floor, naive, four bucket sizes and torch DDP at one context (one bucket OOM)."""
+    return [_ddp("single", 0.70, edition="2025", when=OLD),
+            _ddp("naive", 0.80, edition="2025", when=OLD, comm_s=0.05),
+            _ddp("bucketed", 0.78, edition="2025", when=OLD, bucket_mb=1, comm_s=0.04, n_buckets=400),
+            _ddp("bucketed", 0.72, edition="2025", when=OLD, bucket_mb=100, comm_s=0.03, n_buckets=90),
+            _ddp("bucketed", 0.7201, edition="2025", when=OLD, bucket_mb=1000, comm_s=0.06, n_buckets=8),
+            _ddp("bucketed", edition="2025", when=OLD, bucket_mb=10, status=Status.OOM, reason="CUDA out of memory"),
+            _ddp("torch_ddp", 0.75, edition="2025", when=OLD)]
+
+
+def _allreduce():
+    """The same device's all-reduce rows the bucket model's fit reads."""
+    return [bench("distributed_communication_single_node", dict(backend="nccl", world_size=2, bytes=n), O + n / W,
+                  device=DEV, when=OLD) for n in (2**20, 2**24, 2**28)]
+
+
+def _facts(tmp_path, rows=None, log: str | None = None):
+    if log:
+        (tmp_path / "data" / DEV / "logs").mkdir(parents=True)
+        (tmp_path / "data" / DEV / "logs" / page.LOG).write_text(f"...\n{log}\n")
+    return page.facts(context(_old_run() + _new_run() + _allreduce() if rows is None else rows, tmp_path))
+
+
+def test_each_size_run_divides_only_its_own_rows(tmp_path):
+    """xl (2026) and xl (2025) on one device: each [edition, size] run's groups hold its own rows only, so the
+    2026 floor never divides a 2025 bucketed row; the 2026 run comes first, and its files come with it."""
+    f = _facts(tmp_path)
+    (s,) = f.sections
+    new, old = s.runs
+    assert (new.run.edition, new.run.size_short, old.run.size_short) == ("2026", "xl (2026)", "xl (2025)")
+    assert new.run.files == (f"reports/data/{DEV}/ddp/20261126T0400Z_abcdef12.json",)
+    g = new.largest
+    assert (g.context, g.batch) == (512, 4) and not g.buckets
+    assert g.ratio(("naive", None), page.SINGLE).value == pytest.approx(1.10)
+    naive = g.get(("naive", None))
+    assert naive.peak == 61 * 2**30 and naive.comm_share == pytest.approx(0.08 / 1.10) and naive.comm_s == 0.08
+    assert old.largest.ratio(("bucketed", 100), page.SINGLE).value == pytest.approx(0.72 / 0.70)
+    assert [r.run.edition for r in f.steps_runs] == ["2026", "2025"]
+    assert f.bucketed_runs == (old,) and f.bucketed_current == "2025" and f.steps_current == "2026"
+
+
+def test_the_gap_over_the_floor_is_the_best_of_ours(tmp_path):
+    g = _facts(tmp_path).sections[0].runs[0].largest
+    assert g.best_ours.label == "individual parameters (overlapped)"
+    assert g.gap_s == pytest.approx(0.04) and g.best_ours.comm_s == pytest.approx(0.01)
+    assert [v.key[0] for v in g.variants] == ["single", "naive", "flat", "individual", "torch_ddp"]
+
+
+def test_not_run_rows_are_named_and_divide_nothing(tmp_path):
+    g = _facts(tmp_path).sections[0].runs[1].largest
+    oom = next(v for v in g.variants if v.key == ("bucketed", 10))
+    assert oom.not_run == "oom: CUDA out of memory" and g.get(oom.key) is None
+    assert sorted(g.buckets) == [1, 100, 1000] and g.best_bucket == 100
+
+
+def test_scores_read_the_current_editions_largest_context(tmp_path):
+    f = _facts(tmp_path, log="87 passed in 67.91s (0:01:07)")
+    new, old = f.sections[0].runs
+    s = f.score(P.NAIVE_DDP_BENCHMARKING)
+    assert (s.run, s.group.context, s.key) == (new, 512, ("naive", None))
+    b = f.score(P.DDP_BUCKETED_BENCHMARKING)
+    assert (b.run, b.key, b.best_ours) == (old, ("bucketed", 100), "bucketed 100 MB")
+    assert b.group.ratio(b.key, page.TORCH).value == pytest.approx(0.72 / 0.75)
+    assert f.scores[P.DDP_BUCKETED_BENCHMARKING] == Scored(Kind.MEASURED, DEV, "2026-11-22")
+    assert f.scores[P.NAIVE_DDP] == Scored(Kind.MEASURED, DEV) and f.passed == "87 passed"
+    assert f.index_figures == [("DDP overhead against torch DDP (2× NVIDIA H200 (h200-141gb-x2), xl (2026), run "
+                                "2026-11-26)", f"figures/ddp-{DEV}-2026-xl-overhead-vs-torch-ddp.png")]
+
+
+def test_without_a_log_the_implementations_are_not_measured(tmp_path):
+    f = _facts(tmp_path)
+    assert f.log is None and f.scores[P.NAIVE_DDP].kind is Kind.NOT_MEASURED
+
+
+def test_bucket_model_fits_the_devices_allreduce_and_reads_the_buckets_formed(tmp_path):
+    f = _facts(tmp_path)
+    m = f.sections[0].runs[1].model
+    assert m.fit.o_s == pytest.approx(O) and m.fit.w_bps == pytest.approx(W)
+    assert m.best_mb == pytest.approx(acc.optimal_bucket_bytes(S, O, W) / 2**20) and m.whole_s == pytest.approx(S / W)
+    (g,) = m.groups
+    assert (g.best_bucket, g.ties(g.best_bucket), m.around(g)) == (100, [1000], (100, 1000))
+    assert m.t_formed(g.buckets[1].n_buckets) == pytest.approx(acc.bucketed_overhead(S, 400, O, W))
+    assert m.t_equal(1) == pytest.approx(acc.overhead_for_bucket_size(S, 2**20, O, W))
+    assert f.sections[0].runs[0].model is None  # the 2026 run has no bucketed rows
+    assert any("distributed_communication" in x for x in f.sources)
+
+
+def test_bucket_model_without_allreduce_rows_names_no_fit(tmp_path):
+    f = _facts(tmp_path, _old_run())
+    m = f.sections[0].runs[0].model
+    assert m.fit is None and sorted(m.groups[0].buckets) == [1, 100, 1000] and all("/ddp/" in x for x in f.sources)
+
+
+def test_timeline_reads_the_profiled_steps(tmp_path):
+    r = _facts(tmp_path).sections[0].runs[0]
+    t = r.timeline
+    assert [x.label for x in t.rows] == ["naive (per-parameter, after backward)", "individual parameters (overlapped)"]
+    assert t.rows[1].overlap_share == pytest.approx(0.75) and not t.bucketed_for_overlap
+    assert dict(r.overlap) == {"individual parameters (overlapped)": pytest.approx(0.75),
+                               "naive (per-parameter, after backward)": 0.0}
+    assert (tmp_path / t.figure).is_file() and (tmp_path / r.figure).is_file()
+
+
+def test_no_gpu_rows_is_not_measured(tmp_path):
+    f = page.facts(context([], tmp_path))
+    assert f.sections == () and {s.kind for s in f.scores.values()} == {Kind.NOT_MEASURED}
+    assert len(f.scores) == 7 and f.index_figures == []
+
+
+def test_page_words(request, tmp_path):
+    f = _facts(tmp_path, log="87 passed in 67.91s (0:01:07)")
+    assert_snapshot(request, "ddp", render_page("ddp.md.j2", f=f))

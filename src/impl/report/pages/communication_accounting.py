@@ -1,0 +1,54 @@
+"""communication_accounting: the XXL model's memory, its FSDP sharding, the TPU v5p compute-bound batch,
+the bucket overhead model and the per-rank communication volumes. Closed forms (impl.accounting, the
+same on every device), read from the rows of perf/test_communication_accounting.py, which carry each
+case's computed tables in details["results"] as stored. templates/communication_accounting.md.j2
+holds every word."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from impl.report.pages import Context, Kind, Scored
+from impl.report.rows import view
+from impl.workloads.problems import Problem as P
+
+PROBLEM = P.COMMUNICATION_ACCOUNTING
+
+
+@dataclass(frozen=True)
+class CaseConfig:
+    case: str = ""  # "xxl", "bucket_model" or "comm_volumes"
+
+
+@dataclass(frozen=True)
+class AccountingPage:
+    """Each case's stored results (impl.accounting's closed forms, as the perf rows carry them); None
+    where the case has no row. Without the xxl case the page says it is not computed."""
+
+    xxl: Mapping[str, Any] | None
+    bucket_model: Mapping[str, Any] | None
+    comm_volumes: Mapping[str, Any] | None
+    files: tuple[str, ...]  # the run files read
+    index_figures: tuple = ()
+
+    @property
+    def no_activations(self) -> Mapping[str, Any]:
+        """The FSDP row of weights and state alone (T = 0 tokens)."""
+        fsdp = self.xxl["fsdp"]
+        return next((x for x in fsdp if x["tokens"] == 0), fsdp[0])
+
+    @property
+    def scores(self) -> dict[str, Scored]:
+        return {PROBLEM: Scored(Kind.CLOSED_FORM, "closed form") if self.xxl else Scored(Kind.NOT_MEASURED)}
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted(self.files)
+
+
+def facts(ctx: Context) -> AccountingPage:
+    rows = ctx.rows.of(PROBLEM)
+    rows = [b for b in rows if b.run.device == rows[0].run.device]  # the same closed forms wherever they ran
+    by = {view(CaseConfig, b).case: b.details["results"] for b in rows}
+    return AccountingPage(by.get("xxl"), by.get("bucket_model"), by.get("comm_volumes"),
+                          tuple(sorted({b.run.file for b in rows})))
