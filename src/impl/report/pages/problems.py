@@ -41,6 +41,7 @@ PAGES: dict[str, tuple[P, ...]] = {
     "leaderboard_2026": (P.LEADERBOARD_2026,),
     "training_step": (P.TRAINING_STEP,),
     "flash_shapes": (P.FLASH_SHAPES,),
+    "cpu_smoke": (),  # the plumbing check: answers no problem
 }
 SLUGS: dict[P, str] = {p: slug for slug, ps in PAGES.items() for p in ps}
 
