@@ -20,14 +20,14 @@ from impl.report.pages import Context, render_page
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# ------------------------------------------------------------- pages of 1.1, training_step, cpu_smoke
+# ------------------------------------------------------------- pages of 1.1, training_step
 PROFILING_SLUGS = {"benchmarking_script", "nsys_profile", "mixed_precision", "memory_profiling",
                    "gradient_checkpointing", "training_step"}
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(pages of impl.report.pages.profiling and cpu_smoke, the legends drawn, reports dir): built
+    """(pages of impl.report.pages.profiling, the legends drawn, reports dir): built
     from the committed data into a scratch reports/ folder; every figure's legend is recorded with
     the labels of the series the axes drew."""
     root = tmp_path_factory.mktemp("root")
@@ -44,20 +44,20 @@ def built(tmp_path_factory):
         save(fig, path)
     mp = pytest.MonkeyPatch()
     mp.setattr(figures, "save", recording_save)
-    from impl.report.pages import cpu_smoke, profiling
+    from impl.report.pages import profiling
     from impl.report.data import load, load_history
     from impl.report.pages import Context
     data = root / "reports" / "data"
     ctx = Context(df=load(data), history=load_history(data), reports_dir=root / "reports",
                   fig_dir=root / "reports" / "figures")
-    pages = profiling.pages(ctx) + cpu_smoke.pages(ctx)
+    pages = profiling.pages(ctx)
     mp.undo()
     return pages, legends, root / "reports"
 
 
 def test_profiling_pages_answer_every_question(built):
     pages, _, _ = built
-    assert {p.slug for p in pages} == PROFILING_SLUGS | {"cpu_smoke"}
+    assert {p.slug for p in pages} == PROFILING_SLUGS
     for page in pages:
         assert page.answers, page.slug
         for a in page.answers:

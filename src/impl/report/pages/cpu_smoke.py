@@ -1,39 +1,72 @@
 """The CPU smoke page: the `smoke` profile's rows of every section as a check of the plumbing (did
 each section run, how many rows were measured or listed as not run, when, at which commit). No
-problem is answered here: CPU timings say nothing about the GPU questions."""
+problem is answered here: CPU timings say nothing about the GPU questions.
+templates/cpu_smoke.md.j2 holds every word."""
 from __future__ import annotations
 
-import pandas as pd
+from collections import Counter
+from dataclasses import dataclass
 
-from impl.bench.row import Status
-from impl.report.pages import Answer, Context, Page
-from impl.report.templating import environment, macros
+from impl.bench.row import Env, Status
+from impl.report.pages import Context
+from impl.report.rows import Bench
 
 DEVICE = "cpu"
-SLUG = "cpu_smoke"
 
 
-def section_rows(d: pd.DataFrame) -> list[list]:
-    """One row per section: its problems, rows measured, OOM, not run (by status), newest run, commit."""
-    rows = []
-    for section, g in d.groupby("section", sort=True):
-        not_run = g[~g["status"].isin([Status.MEASURED.value, Status.OOM.value])]
-        kinds = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in not_run["status"].value_counts().sort_index().items())
-        newest = g.loc[g["datetime"].astype(str).idxmax()]
-        rows.append([f"`{section}`", ", ".join(sorted(set(g["problem"]))),
-                     int((g["status"] == Status.MEASURED.value).sum()), int((g["status"] == Status.OOM.value).sum()),
-                     kinds or "0", str(newest["datetime"])[:16].replace("T", " "), f"`{newest['commit'] or '–'}`",
-                     "older" if g["legacy"].all() else "bench layer"])
-    return rows
+@dataclass(frozen=True)
+class SectionRow:
+    """One section's CPU rows."""
+
+    section: str
+    problems: tuple[str, ...]
+    measured: int
+    oom: int
+    not_run: tuple[tuple[str, int], ...]  # (status, rows) of the other statuses, by status
+    newest: str  # the newest row's run, "YYYY-MM-DD HH:MM" (UTC)
+    commit: str
+    legacy: bool  # every row in the older format
 
 
-def pages(ctx: Context) -> list[Page]:
-    words = macros("cpu_smoke.md.j2")
-    d = ctx.device_rows(DEVICE)
-    if d.empty:
-        return [Page(SLUG, words.title(), [], [Answer(words.question(), words.no_data())], "")]
-    rows = section_rows(d)
-    measured = sum(r[2] for r in rows)
-    answer = words.answer(len(rows), measured, len(d) - measured, [r[0] for r in rows if r[2] == 0])
-    body = str(environment().get_template("cpu_smoke.md.j2").module.body(d["row"].iloc[-1].env, rows)).strip()
-    return [Page(SLUG, words.title(), [], [Answer(words.question(), answer)], body)]
+@dataclass(frozen=True)
+class CpuSmokeFacts:
+    env: Env | None  # None: no CPU rows
+    sections: tuple[SectionRow, ...]
+    sources: tuple[str, ...]
+    index_figures: tuple = ()
+
+    @property
+    def scores(self) -> dict:
+        """None: the page answers no problem of the index."""
+        return {}
+
+    @property
+    def measured(self) -> int:
+        return sum(s.measured for s in self.sections)
+
+    @property
+    def others(self) -> int:
+        return sum(s.oom + sum(n for _, n in s.not_run) for s in self.sections)
+
+    @property
+    def silent(self) -> list[str]:
+        """Sections without a measured row."""
+        return [s.section for s in self.sections if s.measured == 0]
+
+
+def _section(section: str, rows: list[Bench]) -> SectionRow:
+    statuses = Counter(b.status for b in rows)
+    newest = max(rows, key=lambda b: str(b.run.datetime))  # the first of the newest run
+    return SectionRow(section, tuple(sorted({b.problem for b in rows})), statuses[Status.MEASURED],
+                      statuses[Status.OOM],
+                      tuple(sorted((s.value, n) for s, n in statuses.items() if s not in (Status.MEASURED, Status.OOM))),
+                      newest.run.when, newest.run.commit or "–", all(b.run.legacy for b in rows))
+
+
+def facts(ctx: Context) -> CpuSmokeFacts:
+    rows = ctx.rows.of(device=DEVICE)
+    by: dict[str, list[Bench]] = {}
+    for b in rows:
+        by.setdefault(b.run.section, []).append(b)
+    return CpuSmokeFacts(rows[-1].row.env if rows else None, tuple(_section(s, by[s]) for s in sorted(by)),
+                         tuple(sorted({b.run.file for b in rows if b.run.file})))
