@@ -1,5 +1,4 @@
-"""Tables of 1.2–1.3 attention, used by impl.report.pages.attention and .flash: pytorch_attention (+ memory
-accounting), torch_compile (a), flash_benchmarking (grids, longest sequence reached), flash_shapes and
+"""Tables of 1.2–1.3 attention, used by impl.report.pages.attention and .flash: torch_compile (a), flash_benchmarking (grids, longest sequence reached), flash_shapes and
 leaderboard.
 
 Times are pytest-benchmark's medians: for kernel rows (flash_benchmarking, flash_shapes,
@@ -11,7 +10,6 @@ import re
 
 import pandas as pd
 
-from impl.attention.memory import flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Status
 from impl.report.markdown import gib, missing, ms, num, pct, table
 from impl.report.templating import macros
@@ -87,68 +85,6 @@ def not_run_reasons(d: pd.DataFrame) -> str:
 def _rel(r, key):
     v, base = detail_of(r, key), detail_of(r, "baseline_bytes")
     return None if v is None or base is None else v - base
-
-
-def pytorch_attention_table(d: pd.DataFrame) -> str:
-    rows = []
-    for (dm, seq), g in d.groupby([d.cfg.d_model, d.cfg.seq]):
-        by = {r.cfg.mode: r for _, r in g.iterrows()}
-        f, b = by.get("forward"), by.get("backward")
-        cell = lambda r: "–" if r is None else (status(r) or ms(r["median"]))  # noqa: E731
-        mem = "–" if b is None else (status(b) or gib(_rel(b, "memory_before_backward_bytes")))
-        base = None if b is None else detail_of(b, "baseline_bytes")
-        peak = ("–" if b is None or not ran(b) or missing(b["peak_alloc"]) or base is None
-                else gib(b["peak_alloc"] - base))
-        derived = naive_attention_memory(int(g.cfg.batch.iloc[0]), int(seq), int(dm), g.cfg.dtype.iloc[0])
-        rows.append([int(dm), int(seq), cell(f), cell(b),
-                     "–" if f is None or not ran(f) else num(f.get("m.tflops"), 2),
-                     mem, gib(derived.before_backward), peak, gib(derived.backward_peak)])
-    return table(macros("pytorch_attention.md.j2").table_header().split("|"), rows)
-
-
-def accounting_case(d: pd.DataFrame):
-    """The smallest OOM case, else the largest case that ran (by seq, then d)."""
-    ooms = d[d.status == Status.OOM.value]
-    if not ooms.empty:
-        r = ooms.sort_values(["cfg.seq", "cfg.d_model"]).iloc[0]
-        return int(r.cfg.d_model), int(r.cfg.seq), True
-    ok = d[d.apply(ran, axis=1)]
-    if ok.empty:
-        return None
-    r = ok.sort_values(["cfg.seq", "cfg.d_model"]).iloc[-1]
-    return int(r.cfg.d_model), int(r.cfg.seq), False
-
-
-def memory_accounting(d: pd.DataFrame) -> str | None:
-    case = accounting_case(d)
-    if case is None:
-        return None
-    dm, seq, is_oom = case
-    batch, dtype = int(d.cfg.batch.iloc[0]), d.cfg.dtype.iloc[0]
-    m = naive_attention_memory(batch, seq, dm, dtype)
-    sel = d[(d.cfg.d_model == dm) & (d.cfg.seq == seq)]
-    by = {r.cfg.mode: r for _, r in sel.iterrows()}
-    b, f = by.get("backward"), by.get("forward")
-
-    def measured(r, key, minus=0):
-        if r is None:
-            return "–"
-        if not ran(r):
-            return status(r)
-        v = r["peak_alloc"] if key == "peak" else detail_of(r, key)
-        base = detail_of(r, "baseline_bytes")
-        return "–" if v is None or base is None else gib(v - base - minus)
-
-    words = macros("pytorch_attention.md.j2")
-    derived = [m.qkv, m.output + m.grad_output, m.scores_matrix, m.saved_for_backward, m.before_backward,
-               m.forward_peak + m.grad_output, m.backward_peak]
-    measured_ = ["", "", "", "", measured(b, "memory_before_backward_bytes"), measured(f, "peak"), measured(b, "peak")]
-    rows = [[what, gib(x), y] for what, x, y in zip(words.accounting_rows().split("|"), derived, measured_)]
-    share = m.scores_matrix / m.before_backward
-    flash = flash_saved_for_backward(batch, seq, dm, dtype)
-    total = d["row"].iloc[0].env.gpu_memory_bytes
-    return "\n\n".join([words.accounting_head(dm, seq, is_oom), words.accounting_text(batch, dtype, share, flash, total),
-                        table(words.accounting_header().split("|"), rows)])
 
 
 # --- torch_compile (a) ---------------------------------------------------------------------------

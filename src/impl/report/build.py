@@ -21,6 +21,7 @@ from impl.report.templating import render_page as render_whole
 # templates/<slug>.md.j2); the others expose pages(ctx) -> list[Page].
 PAGE_MODULES = [
     "impl.report.pages.profiling",
+    "impl.report.pages.pytorch_attention",
     "impl.report.pages.attention",
     "impl.report.pages.flash",
     "impl.report.pages.distributed_communication",
