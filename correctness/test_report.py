@@ -4,14 +4,7 @@ data), and the pages of training_step and gradient_checkpointing."""
 import json
 import pytest
 
-from impl.report import profiling
 from impl.report import build as pages_build
-from impl.report.data import load
-
-
-def build(root) -> str:
-    """torch_compile (b)'s section for root's one device folder (its page is the attention page's)."""
-    return profiling.compile_section(load(root / "reports" / "data")) or ""
 
 
 def page(root, slug: str) -> str:
@@ -178,12 +171,12 @@ def _bench_doc(rows: list, not_run: list) -> dict:
 
 
 def _section(tmp_path, doc: dict, section: str) -> str:
-    """torch_compile (b)'s section (`section` its heading) or the page `section`.md."""
+    """The page `section`.md of the run `doc`."""
     dev = tmp_path / "reports" / "data" / "gpu-x" / "run"  # impl.bench.store's layout
     dev.mkdir(parents=True)
     (tmp_path / "reports" / "figures").mkdir()
     (dev / "run.json").write_text(json.dumps(doc))
-    return build(tmp_path).split(section)[1] if section.startswith("## ") else page(tmp_path, section)
+    return page(tmp_path, section)
 
 
 def test_training_step_bench_layer_rows(tmp_path):
@@ -214,33 +207,6 @@ def test_training_step_bench_layer_rows(tmp_path):
     assert "3 warm-up and 5 timed steps (step = their median)" in text
     assert "(1,000.00 TFLOP/s, bfloat16)" in text
     assert "Not run: 1 row(s) (time budget of this perf file exhausted)." in text
-
-
-def test_torch_compile_model_bench_layer_rows(tmp_path):
-    """torch_compile (b) from bench-layer rows: medians, the first call from the first_call_s metric,
-    compile_s and the reused graph from details, and a budget cut listed with its reason."""
-    from impl.bench.row import Env, Metric, Row, Status, Timing
-
-    env = Env(device="NVIDIA H100", device_type="cuda", torch="2", triton=None, cuda="12", profile="full")
-    timing = Timing(round="one forward pass (no grad)", timer="SyncTimer", warmup_rounds=1, rounds=5)
-
-    def row(context, impl, status=Status.MEASURED, details=None, first=0.5, **kw):
-        return Row(problem="torch_compile", config=dict(size="small", context=context, mode="forward", impl=impl,
-                                                        study="model"),
-                   env=env, status=status, timing=timing if status is Status.MEASURED else None,
-                   metrics={Metric.FIRST_CALL_S: first} if status is Status.MEASURED else {},
-                   details=dict(compiled_what="regional", **(details or {})), **kw)
-
-    measured = [(row(128, "eager"), 0.03, 0.02),
-                (row(128, "compiled", details=dict(compiled_now=True, compile_s=9.99, graph="inference",
-                                                   graph_breaks=0), first=10.0), 0.02, 0.01),
-                (row(256, "eager"), 0.05, 0.04)]
-    cut = [row(256, "compiled", status=Status.LEFT_OUT_BY_BUDGET, reason="time budget exhausted")]
-    text = _section(tmp_path, _bench_doc(measured, cut), "## torch_compile (b)")
-    assert "| small | 128 | 20.0 | 10.0 | 0.50× |" in text and "| small | 256 | 40.0 | left out | – |" in text  # compiled ÷ eager
-    assert "| small | inference | 128 | 10.0 | 10.0 | – | 0 |" in text
-    assert "times are pytest-benchmark medians" in text
-    assert "Left out (time budget exhausted): small@256 (forward compiled)." in text
 
 
 def test_gradient_checkpointing_bench_layer_rows(tmp_path):

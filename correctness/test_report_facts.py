@@ -258,50 +258,6 @@ def test_committed_nsys_c_answer_has_no_optimizer_kernel(built_pages):
     assert "optimizer" not in c and "multi_tensor" not in c
 
 
-# ------------------------------------------------------------- torch_compile (a)
-def _b(problem: str, cfg: dict, median: float, section: str, when: str):
-    from impl.bench.row import Env, Row, Status, Timing
-    from impl.report.rows import Bench, Config, RunRef, Stats
-
-    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
-    row = Row(problem, cfg, env, Status.MEASURED, Timing("call", "CudaEventTimer", 2, 10))
-    return Bench(f"{section}-{cfg}", row, RunRef("gpu-x1", section, when, "c", False),
-                 Stats(median, median / 100, median, median / 100, 10, None), Config.of(cfg))
-
-
-def test_torch_compile_ratio_pairs_rows_of_one_run_only():
-    from impl.report.compile_facts import compile_attention_facts
-
-    shape = dict(d_model=64, seq=4096, mode="forward")
-    compiled = _b("torch_compile", dict(impl="compiled", **shape), 1.0, "torch_compile_attention", "2026-12-02")
-    same = _b("torch_compile", dict(impl="eager", **shape), 2.0, "torch_compile_attention", "2026-12-02")
-    other = _b("pytorch_attention", dict(shape), 4.0, "pytorch_attention", "2026-12-01")
-    f = compile_attention_facts([compiled], [other])
-    assert f.paired == [] and f.pairs[0].eager is None and f.other_run_eager == [other]
-    f = compile_attention_facts([compiled, same], [compiled, same, other])
-    (pair,) = f.pairs
-    assert pair.eager is same and pair.ratio.value == 0.5 and pair.ratio.verdict == "faster"
-    assert f.longest == [pair]
-
-
-def test_committed_torch_compile_a_divides_within_one_run(built_pages):
-    """(a) answers from the newest run that timed eager beside compiled: the whole grid (4 d x 5 seq x
-    forward/backward) paired, every pair from that one run, and the score's range is the pairs' at the
-    longest sequence."""
-    from impl.report.attention import problem_rows
-    from impl.report.compile_facts import compile_attention_facts, newest_paired_run, same_run
-    from impl.report.rows import benches
-
-    ctx, pages = built_pages
-    rows = newest_paired_run(benches(problem_rows(ctx.df[ctx.df.device == "h100-80gb-x1"], "torch_compile", "attention")))
-    f = compile_attention_facts([b for b in rows if b.cfg.impl != "eager"], rows)
-    assert len(f.paired) == 40 and all(same_run(p.compiled, p.eager) for p in f.paired)
-    assert len({b.run.datetime for b in rows}) == 1
-    values = [p.ratio.value for p in f.longest]
-    score = next(p for p in pages if p.slug == "torch_compile").score["torch_compile"]
-    assert f"{min(values):.2f}–{max(values):.2f}×" in score.vs_anchor
-
-
 # ------------------------------------------------------------- fsdp_accounting
 def test_fsdp_saving_reads_the_rows_size_by_edition(built_pages):
     """(a)'s prediction uses the row's own size table: the committed run's xl is the 2025 table's."""
@@ -386,18 +342,6 @@ def test_every_timed_number_in_an_answer_comes_from_a_row(built_pages, tmp_path)
     unchanged = [(slug, q) for slug, q, text in timed if after[(slug, q)] == text
                  and slug not in from_details and not q.startswith("fsdp_accounting (b)")]
     assert unchanged == [], unchanged
-
-
-def test_torch_compile_b_is_compiled_over_eager_of_one_run():
-    from impl.report.compile_facts import compile_model_facts
-
-    def row(size, ctx, impl, t, when="2026-12-02"):
-        return _b("torch_compile", dict(size=size, context=ctx, mode="forward", impl=impl), t, "torch_compile_model", when)
-    rows = [row("small", 128, "eager", 2.0), row("small", 128, "compiled", 1.0),
-            row("xl", 128, "eager", 2.0), row("xl", 128, "compiled", 1.8),
-            row("xl", 256, "compiled", 0.1, when="2026-12-03")]  # another run's row: no pair
-    (m,) = compile_model_facts(rows)
-    assert m.by_size == {"small": 0.5, "xl": 0.9} and m.gain_shrinks
 
 
 def test_gradient_checkpointing_names_the_rows_size_by_edition(built_pages):

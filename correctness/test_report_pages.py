@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from impl.workloads.compiled import WHY
 from impl.report import build as builder
 from impl.report import figures
 from impl.bench.row import Env, Metric, Row, Status, Timing
@@ -156,34 +155,11 @@ def test_speedups_within_their_spread_read_within_noise():
     assert ratio_cell(pd.Series(dict(status="oom", stddev=None)), row(0.30, 0.01)) == "–"
 
 
-def test_compile_prose_has_no_typed_numbers(tmp_path):
-    """torch_compile (b)'s reason is the code's WHY, never the prose an older run stored with
-    hand-typed compile times; WHY itself carries no figures."""
-    from impl.bench.row import Env, Row, Status, Timing
-    from impl.report.data import frame, load_file
-    from impl.report.profiling import compile_section
-    import json
-
-    assert not re.search(r"\d", WHY)
-    env = Env(device="NVIDIA H100", device_type="cuda", torch="2", triton=None, cuda="12", profile="full")
-    typed = "the whole small model took 31 + 65 s on the H100"
-    row = Row(problem="torch_compile", config=dict(size="small", context=128, mode="forward", impl="eager",
-                                                  study="model"),
-              env=env, status=Status.MEASURED, timing=Timing("one forward", "SyncTimer", 1, 5),
-              details=dict(compiled_what="regional", compiled_why=typed))
-    path = tmp_path / "gpu" / "torch_compile_model" / "run.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(dict(datetime="2026-03-01T00:00", benchmarks=[dict(
-        name="t", group="torch_compile", extra_info=row.to_json(),
-        stats=dict(mean=0.01, stddev=0.0, median=0.01, min=0.01, max=0.01, rounds=5))])))
-    text = compile_section(frame(load_file(path)))
-    assert typed not in text and WHY in text
 # ------------------------------------------------------------------------------- attention pages
-from impl.report.pages import attention as attention_pages  # noqa: E402
 from impl.report.pages import flash as flash_pages  # noqa: E402
 
 ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
-ATTENTION_PROBLEMS = {"torch_compile", "flash_forward", "flash_backward", "flash_benchmarking",
+ATTENTION_PROBLEMS = {"flash_forward", "flash_backward", "flash_benchmarking",
                       "leaderboard", "flash_shapes"}
 
 
@@ -224,10 +200,10 @@ def _referenced(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def stored_pages(tmp_path_factory):
-    """The attention and flash pages built from the stored runs (reports/data), written under a temporary reports/."""
+    """The flash pages built from the stored runs (reports/data), written under a temporary reports/."""
     out = tmp_path_factory.mktemp("reports")
     ctx = builder.context(ROOT / "reports" / "data", out)
-    return out, attention_pages.pages(ctx) + flash_pages.pages(ctx)
+    return out, flash_pages.pages(ctx)
 
 
 def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages):
@@ -242,14 +218,7 @@ def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages
             assert (out / fig).exists()
 
 
-def test_attention_pages_show_no_typed_compile_times(stored_pages):
-    """The older H100 run's `compiled_why` typed compile times into prose; the page shows the compilation table."""
-    _, pages = stored_pages
-    text = "".join(render_page(p) for p in pages)
-    assert "12.7 + 19.4" not in text and "on the H100 the whole small model took" not in text
-
-
-@pytest.mark.parametrize("module", [attention_pages, flash_pages], ids=["attention", "flash"])
+@pytest.mark.parametrize("module", [flash_pages], ids=["flash"])
 def test_attention_page_prose_types_no_numbers(module):
     """No string literal of the page modules (docstrings aside) holds a number: prose numbers are
     formatted from the data. Comparisons with 1 ("> 1: compiled faster") are allowed."""

@@ -1,4 +1,4 @@
-"""Tables of 1.2–1.3 attention, used by impl.report.pages.attention and .flash: torch_compile (a), flash_benchmarking (grids, longest sequence reached), flash_shapes and
+"""Tables of 1.3 attention, used by impl.report.pages.flash: flash_benchmarking (grids, longest sequence reached), flash_shapes and
 leaderboard.
 
 Times are pytest-benchmark's medians: for kernel rows (flash_benchmarking, flash_shapes,
@@ -11,7 +11,7 @@ import re
 import pandas as pd
 
 from impl.bench.row import Status
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import missing, num, pct, table
 from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
@@ -78,38 +78,6 @@ def not_run_reasons(d: pd.DataFrame) -> str:
         if r["reason"] and status(r) and (status(r), r["reason"]) not in seen:
             seen.append((status(r), r["reason"]))
     return "\n".join(f"- {s}: {reason}" for s, reason in seen)
-
-
-# --- pytorch_attention -------------------------------------------------------------------------
-
-def _rel(r, key):
-    v, base = detail_of(r, key), detail_of(r, "baseline_bytes")
-    return None if v is None or base is None else v - base
-
-
-# --- torch_compile (a) ---------------------------------------------------------------------------
-
-def torch_compile_table(comp: pd.DataFrame, eager: pd.DataFrame) -> str:
-    rows = []
-    for (dm, seq), g in comp.groupby([comp.cfg.d_model, comp.cfg.seq]):
-        row = [int(dm), int(seq)]
-        cby = {r.cfg.mode: r for _, r in g.iterrows()}
-        e = eager[(eager.cfg.d_model == dm) & (eager.cfg.seq == seq)]
-        eby = {r.cfg.mode: r for _, r in e.iterrows()}
-        for mode in ("forward", "backward"):
-            er, cr = eby.get(mode), cby.get(mode)
-            cells = ["–" if x is None else (status(x) or ms(x["median"])) for x in (er, cr)]
-            same = er is not None and cr is not None and (er["section"], er["datetime"]) == (cr["section"], cr["datetime"])
-            speed = ("–" if not same or not ran(er) or not ran(cr)  # a ratio within one run only
-                     else f"{cr['median'] / er['median']:.2f}×")
-            row += cells + [speed]
-        anyc = next(iter(cby.values()))
-        row += [num(detail_of(anyc, "compile_forward_s"), 1), num(detail_of(anyc, "compile_backward_s"), 1)]
-        cb, eb = cby.get("backward"), eby.get("backward")
-        row += ["–" if x is None or not ran(x) or _rel(x, "memory_before_backward_bytes") is None
-                else gib(_rel(x, "memory_before_backward_bytes")) for x in (eb, cb)]
-        rows.append(row)
-    return table(macros("torch_compile.md.j2").a_table_header().split("|"), rows)
 
 
 # --- flash_benchmarking -------------------------------------------------------------------------------

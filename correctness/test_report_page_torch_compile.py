@@ -1,0 +1,138 @@
+"""torch_compile (impl.report.pages.torch_compile): facts from synthetic rows, and the page's words as a
+snapshot."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from impl.bench.row import Metric, Status
+from impl.report.pages import Kind
+from impl.report.pages import torch_compile as page
+from impl.report.templating import render_page
+from impl.workloads.compiled import WHY
+from kits.report_rows import assert_snapshot, bench, context
+
+ROOT = Path(__file__).resolve().parents[1]
+P = "torch_compile"
+DEVICE = "h100-80gb-x1"
+SHAPE = dict(d_model=64, seq=4096, mode="forward")
+
+
+def _att(impl, seconds, when="2026-12-02T00:00:00", status=Status.MEASURED, **shape):
+    cfg = dict(SHAPE, **shape)
+    problem, section = (P, "torch_compile_attention") if impl else ("pytorch_attention", "pytorch_attention")
+    return bench(problem, dict(cfg, impl=impl, backend="inductor") if impl else cfg,
+                 seconds if status is Status.MEASURED else None, device=DEVICE, section=section, when=when,
+                 status=status, reason=None if status is Status.MEASURED else "CUDA out of memory",
+                 details=dict(study="attention", compile_forward_s=1.5, compile_backward_s=0.5, baseline_bytes=0,
+                              memory_before_backward_bytes=2**30) if impl else dict(baseline_bytes=0))
+
+
+def _model(size, context, impl, seconds, mode="forward", status=Status.MEASURED, details=None, first=None):
+    return bench(P, dict(size=size, context=context, mode=mode, impl=impl, study="model"),
+                 seconds if status is Status.MEASURED else None, device=DEVICE, section="torch_compile_model",
+                 when="2026-12-01T00:00:00", status=status,
+                 reason=None if status is Status.MEASURED else "time budget exhausted",
+                 metrics={Metric.FIRST_CALL_S: first} if first else {},
+                 details=dict(compiled_what="regional", **(details or {})))
+
+
+def _model_rows():
+    return [_model("small", 128, "eager", 0.02),
+            _model("small", 128, "compiled", 0.01, details=dict(compiled_now=True, compile_s=9.99, graph="inference",
+                                                                graph_breaks=0), first=10.0),
+            _model("small", 256, "eager", 0.04), _model("small", 256, "compiled", 0.03,
+                                                        details=dict(graph="inference", reused_graph=True)),
+            _model("xl", 128, "eager", 0.2), _model("xl", 128, "compiled", 0.18),
+            _model("xl", 256, "eager", 0.4), _model("xl", 256, "compiled", status=Status.LEFT_OUT_BY_BUDGET,
+                                                    seconds=None),
+            _model("small", None, "eager", 0.001, mode="optimizer_step"),
+            _model("small", None, "compiled", 0.002, mode="optimizer_step")]
+
+
+def test_a_ratio_pairs_rows_of_one_run_only():
+    compiled = _att("compiled", 1.0)
+    same = _att("eager", 2.0)
+    other = _att(None, 4.0, when="2026-12-01T00:00:00")
+    (pair,) = page.pairs([compiled], [other])
+    assert pair.ratio is None
+    (pair,) = page.pairs([compiled], [compiled, same, other])
+    assert pair.ratio.value == 0.5 and pair.ratio.verdict == "faster"
+
+
+def test_a_answers_from_the_newest_run_that_timed_eager_beside_compiled(tmp_path):
+    rows = [_att("compiled", 1.0), _att("eager", 2.0), _att("compiled", 3.0, when="2026-11-01T00:00:00", seq=1024),
+            _att("eager", 9.0, when="2026-11-01T00:00:00", seq=1024), _att(None, 4.0, when="2026-11-30T00:00:00")]
+    a = page.facts(context(rows, tmp_path)).attention
+    assert [(p.seq, p.ratio.value) for p in a.paired] == [(4096, 0.5)]  # the older run is left out
+    assert a.longest_range == (0.5, 0.5) and len(a.runs.runs) == 1
+    (r,) = a.rows
+    assert r.forward.ratio == 0.5 and r.forward.eager.value == 2.0 and r.backward.eager is None
+    assert (r.compile_forward_s, r.eager_before_backward) == (1.5, None)
+
+
+def test_a_without_eager_in_its_run_shows_another_runs_eager_undivided(tmp_path):
+    rows = [_att("compiled", 1.0), _att("compiled", None, status=Status.OOM, seq=16384),
+            _att(None, 4.0, when="2026-11-30T00:00:00")]
+    f = page.facts(context(rows, tmp_path))
+    a = f.attention
+    assert a.paired == [] and a.eager_runs is not None and a.not_run_rows == 1
+    assert a.rows[0].forward.eager.value == 4.0 and a.rows[0].forward.ratio is None
+    assert a.rows[1].forward.compiled.status is Status.OOM
+    assert f.scores[P].kind is Kind.MEASURED and f.scores[P].date == "2026-12-02"
+
+
+def test_b_is_compiled_over_eager_of_one_run():
+    def row(size, ctx, impl, t, when="2026-12-02T00:00:00"):
+        return bench(P, dict(size=size, context=ctx, mode="forward", impl=impl), t, when=when)
+    rows = [row("small", 128, "eager", 2.0), row("small", 128, "compiled", 1.0),
+            row("xl", 128, "eager", 2.0), row("xl", 128, "compiled", 1.8),
+            row("xl", 256, "compiled", 0.1, when="2026-12-03T00:00:00")]  # another run's row: no pair
+    (m,) = page.mode_ratios(rows)
+    assert m.by_size == {"small": 0.5, "xl": 0.9} and m.gain_shrinks
+
+
+def test_b_tables_read_medians_first_calls_reused_graphs_and_budget_cuts(tmp_path):
+    m = page.facts(context(_model_rows(), tmp_path)).model
+    assert m.modes == ("forward",) and m.stat == "median"
+    small = m.rows[0]
+    assert (small.size, small.context, small.modes[0].eager.value, small.modes[0].ratio) == ("small", 128, 0.02, 0.5)
+    assert small.train_step == (None, None)  # no forward_backward rows to add the optimizer step to
+    cut = m.rows[-1]
+    assert (cut.size, cut.context, cut.modes[0].compiled.status) == ("xl", 256, Status.LEFT_OUT_BY_BUDGET)
+    (c,) = m.compilations
+    assert (c.size, c.graph, c.context, c.first_call_s, c.compile_s, c.reused_at, c.graph_breaks) == \
+        ("small", "inference", 128, 10.0, 9.99, (256,), 0)
+    assert m.left_out_reason == "time budget exhausted"
+    assert [(x.size, x.context, x.parts) for x in m.left_out] == [("xl", 256, (("forward", "compiled"),))]
+    assert [(size, c.ratio) for size, c in m.optimizer] == [("small", 2.0)]
+
+
+def test_b_says_why_from_the_code_never_a_stored_copy(tmp_path):
+    """An older run stored prose with hand-typed compile times as `compiled_why`: the page says the
+    code's WHY, which carries no figures."""
+    rows = [_model("small", 128, "eager", 0.02, details=dict(compiled_why="the whole small model took 31 + 65 s"))]
+    m = page.facts(context(rows, tmp_path)).model
+    assert m.why == WHY and not re.search(r"\d", WHY)
+
+
+def test_committed_a_divides_within_one_run(tmp_path):
+    """(a) answers from the newest run that timed eager beside compiled: the whole grid (4 d x 5 seq x
+    forward/backward) paired, from that one run."""
+    from impl.report import build
+
+    a = page.facts(build.context(ROOT / "reports" / "data", tmp_path)).attention
+    assert len(a.paired) == 40 and len(a.runs.runs) == 1
+
+
+def test_no_gpu_rows_is_not_measured(tmp_path):
+    f = page.facts(context([], tmp_path))
+    assert f.device is None and f.scores[P].kind is Kind.NOT_MEASURED
+
+
+def test_page_words(request, tmp_path):
+    rows = [_att("compiled", 1.0), _att("eager", 2.0), _att("compiled", 0.5, mode="backward"),
+            _att("eager", 0.6, mode="backward"), _att("compiled", None, status=Status.OOM, seq=16384)]
+    assert_snapshot(request, P, render_page("torch_compile.md.j2", f=page.facts(context(rows + _model_rows(), tmp_path))))
