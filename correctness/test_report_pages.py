@@ -191,7 +191,7 @@ def _store(data: Path, section: str, stamp: str, measured: list[tuple[Row, float
 
 
 def _ctx(tmp_path: Path, data: Path) -> Context:
-    return Context(df=load(data), history=load_history(data), reports_dir=tmp_path, fig_dir=tmp_path / "figures")
+    return builder.context(data, tmp_path)  # the frames and the typed rows
 
 
 def _referenced(text: str) -> list[str]:
@@ -336,7 +336,7 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
 
 DIST_SLUGS = {"optimizer_sharding", "fsdp"}
-PAR_SLUGS = {"parallelism_calcs", "leaderboard_2026"}
+PAR_SLUGS = {"leaderboard_2026"}
 
 
 @pytest.fixture(scope="module")
@@ -413,29 +413,6 @@ def test_fixed_inconsistencies_stay_fixed(dist_pages):
     shard = render_page(next(p for p in dist_pages if p.slug == "optimizer_sharding"))
     assert shard.index("Ψ =") < shard.index("·Ψ") or "with Ψ the" in shard.split("·Ψ")[0]
     assert "Peak after init is about twice" in shard and "ZeRO-1's \"activations\"" in shard
-
-
-def test_parallelism_page_prints_each_function_beside_its_symbolic_form(dist_pages):
-    from impl import parallelism_calcs as pc
-
-    page = render_page(next(p for p in dist_pages if p.slug == "parallelism_calcs"))
-    for f in (pc.dp_max_devices, pc.fsdp_max_devices, pc.tp_max_devices_forward, pc.fsdp_tp_max_devices,
-              pc.fsdp_tp_max_devices_serial, pc.alternate_ring_all_reduce_time):
-        assert f.symbolic in page
-    for f in (pc.dp_max_devices, pc.tp_max_devices_forward, pc.fsdp_tp_max_devices):
-        assert f"`{f.symbolic}` | `{f.name}`" in page
-    assert "TPU v5p" in page and "borrowed" in page
-
-
-def test_bounds_table_evaluates_parallelism_bounds(dist_ctx):
-    from impl import parallelism_calcs as pc
-    from impl.report.pages import parallelism
-
-    devices, _ = parallelism.device_figures(dist_ctx)
-    wl = parallelism.workload()
-    text = parallelism.bounds_table(devices, wl)
-    tpu = pc.parallelism_bounds(pc.TPU_V5P_FIGURES, wl.B, wl.D_FF)
-    assert f"| {tpu.dp.value:,.1f} | {tpu.fsdp.value:,.1f} | {tpu.tp_forward.value:,.1f} /" in text
 
 
 # ------------------------------------------------------------- the index

@@ -28,6 +28,7 @@ PAGE_MODULES = [
     "impl.report.pages.ddp",
     "impl.report.pages.communication_accounting",
     "impl.report.pages.distributed",
+    "impl.report.pages.parallelism_calcs",
     "impl.report.pages.parallelism",
     "impl.report.pages.cpu_smoke",
 ]

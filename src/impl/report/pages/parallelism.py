@@ -1,23 +1,9 @@
-"""Pages of the 2026 edition's parallelism problems: `parallelism_calcs` (alternate_ring_all_reduce,
-data_parallel_calcs, fsdp_calcs, tp_calcs, fsdp_tp_calcs: each answer's symbolic form beside the
-impl.parallelism_calcs function that computes it, and the bounds evaluated for the devices measured
-here and TPU v5p) and `leaderboard_2026` (not run on two GPUs: the one-GPU rows of the step with
-fewer layers, when present, and the two-GPU step predicted from them, impl.leaderboard_prediction).
-
-C and W of each device come from the data: the H100's C is the bf16 matmul peak measured in its
-newest run (the rows' `peaks`); W is the NCCL all-reduce bus bandwidth at the largest size of the
-2×H200 distributed_communication run (bus bandwidth = bytes each device sends per second in a ring,
-the calculations' W). No H100 all-reduce was measured (one GPU), so the H100 row borrows the H200's
-W and says so.
+"""The leaderboard_2026 page (not run on two GPUs: the one-GPU rows of the step with fewer layers, when
+present, and the two-GPU step predicted from them, impl.leaderboard_prediction). Its W is the
+parallelism_calcs page's (impl.report.pages.parallelism_calcs.nccl_bus_bandwidth).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-from impl import accounting as acc
-from impl import parallelism_calcs as pc
-from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.workloads.leaderboard_2026 import LEADERBOARD, WORLD_SIZE
 from impl.leaderboard_prediction import LayerRun, predict_step
@@ -27,162 +13,18 @@ from impl.report.rows import benches
 from impl.report.runs import runs_line
 from impl.report.pages import Answer, Context, Page, Score
 from impl.report.pages import gpu_rows, run_date
+from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
 from impl.report.runs import device_label, gpu_model
 from impl.report.templating import environment, macros
 from impl.report.pages.problems import problem
 from impl.workloads.problems import Problem as P
 
-CALC_PROBLEMS = [P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS]
-COMM = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
 WORDS = "parallelism_calcs.md.j2"
 
 
-@dataclass(frozen=True)
-class Workload:
-    """The FFN and batch the bounds are evaluated at: communication_accounting's XXL FFN at the global
-    batch that makes it compute-bound on the TPU v5p mesh of that problem (so the two pages agree)."""
-
-    B: float
-    D: float
-    D_FF: float
-    source: str
-
-
-def workload() -> Workload:
-    return Workload(B=acc.compute_bound_batch()["global_tokens_int"], D=acc.XXL["d_model"], D_FF=acc.XXL["d_ff"],
-                    source=macros(WORDS).workload_source())
-
-
-def measured_peak(ctx: Context, device: str):
-    """(C FLOP/s, run datetime, section) of the newest row of `device` that carries a measured matmul peak."""
-    d = ctx.device_rows(device)
-    rows = [(r.datetime, r.section, r.row.peaks) for r in d.itertuples() if getattr(r.row, "peaks", None)]
-    if not rows:
-        return None
-    when, section, peaks = max(rows, key=lambda x: str(x[0]))
-    return peaks.measured_flops, str(when)[:10], section
-
-
-def nccl_bus_bandwidth(ctx: Context, world_size: int | None = None):
-    """(W bytes/s, device, size in bytes, processes, date) of the largest measured NCCL all-reduce on a
-    GPU device (bus bandwidth: the bytes each device sends per second in a ring all-reduce), of
-    `world_size` processes when given."""
-    best = None
-    for dev, d in gpu_rows(ctx, COMM):
-        for _, r in d.iterrows():
-            bw = r.get(f"m.{Metric.BUS_BW.value}")
-            if missing(bw):
-                bw = (r["details"].get("legacy_metrics") or {}).get("busbw_GBps")
-            if r["status"] != Status.MEASURED.value or r.cfg.backend != "nccl" or missing(bw):
-                continue
-            if world_size is not None and int(r.cfg.world_size) != world_size:
-                continue
-            key = (int(r.cfg.bytes), int(r.cfg.world_size))
-            if best is None or key > best[2:4]:
-                best = (bw * 1e9, dev, *key, str(r["datetime"])[:10])
-    return best
-
-
-def bandwidth_source(w) -> str:
+def bandwidth_source(w: Bandwidth) -> str:
     """Where a W of nccl_bus_bandwidth comes from, in words."""
-    _, w_dev, size, procs, w_date = w
-    return macros(WORDS).bandwidth_source(size, procs, w_dev, w_date)
-
-
-def device_figures(ctx: Context) -> tuple[list[pc.DeviceFigures], list[str]]:
-    """The table's devices (C, W with sources) and the notes on what was borrowed or is missing."""
-    notes, out, words = [], [], macros(WORDS)
-    w = nccl_bus_bandwidth(ctx)
-    h100 = measured_peak(ctx, "h100-80gb-x1")
-    if w is None:
-        notes.append(words.no_bandwidth())
-    else:
-        w_bps, w_dev, w_src = w[0], w[1], bandwidth_source(w)
-        if h100:
-            c, date, section = h100
-            out.append(pc.DeviceFigures("H100 (h100-80gb-x1)", C=c, W=w_bps,
-                                        source=words.measured_source(section, date, w_src)))
-            notes.append(words.h100_borrows_w())
-        h200_c = datasheet_bf16_flops("H200")
-        h200 = measured_peak(ctx, w_dev)
-        if h200:
-            out.append(pc.DeviceFigures(f"2×H200 ({w_dev})", C=h200[0], W=w_bps,
-                                        source=words.measured_source(h200[2], h200[1], w_src)))
-        elif h200_c:
-            out.append(pc.DeviceFigures(f"2×H200 ({w_dev})", C=h200_c, W=w_bps,
-                                        source=words.datasheet_source(w_dev, w_src)))
-    out.append(pc.TPU_V5P_FIGURES)
-    return out, notes
-
-
-def _e(x: float) -> str:
-    return f"{x:.3g}"
-
-
-def bounds_table(devices: list[pc.DeviceFigures], wl: Workload) -> str:
-    rows = []
-    for dev in devices:
-        b = pc.parallelism_bounds(dev, wl.B, wl.D_FF)
-        rows.append([dev.name, _e(dev.C / 1e12), _e(dev.W / 1e9), f"{b.dp.value:,.1f}", f"{b.fsdp.value:,.1f}",
-                     f"{b.tp_forward.value:,.1f} / {b.tp_backward.value:,.1f}",
-                     f"{b.fsdp_tp.value:,.0f} ({b.fsdp_tp_split.n_tp:,.1f} × {b.fsdp_tp_split.n_fsdp:,.1f})",
-                     f"{b.fsdp_tp_serial.value:,.0f} ({b.fsdp_tp_serial_split.n_tp:,.1f} × "
-                     f"{b.fsdp_tp_serial_split.n_fsdp:,.1f})"])
-    return table(macros(WORDS).bounds_header().split("|"), rows)
-
-
-def _formulas(record) -> str:
-    return table(macros(WORDS).formulas_header().split("|"),
-                 [[a.part, f"`{a.symbolic}`", f"`{a.formula.name}`"] for a in pc.answers(record)])
-
-
-@dataclass(frozen=True)
-class CalcsFacts:
-    """The closed forms at the workload (symbolic forms: any device would do; TPU v5p's figures) and
-    the devices whose bounds the page evaluates."""
-
-    wl: Workload
-    devices: list
-    dp: object
-    fs: object
-    tp: object
-    ft: object
-    ar: object = pc.alternate_ring_all_reduce_time
-    ring: object = pc.ring_all_reduce_time
-    fp16: int = pc.FP16
-
-    @property
-    def first(self):
-        return pc.parallelism_bounds(self.devices[0], self.wl.B, self.wl.D_FF)
-
-
-def calcs_facts(devices: list[pc.DeviceFigures]) -> CalcsFacts:
-    wl, tpu, n = workload(), pc.TPU_V5P_FIGURES, 4
-    return CalcsFacts(wl, devices, pc.data_parallel_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W),
-                      pc.fsdp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W), pc.tp_calcs(wl.B, wl.D, wl.D_FF, n, tpu.C, tpu.W),
-                      pc.fsdp_tp_calcs(wl.B, wl.D, wl.D_FF, 2, 2, tpu.C, tpu.W))
-
-
-def calcs_page(ctx: Context) -> Page:
-    slug = problem(P.DATA_PARALLEL_CALCS).slug
-    devices, notes = device_figures(ctx)
-    c = calcs_facts(devices)
-    w = macros(WORDS)
-    answers = [Answer(w.q_ring(), w.a_ring(c)), Answer(w.q_dp(), w.a_dp(c)), Answer(w.q_fsdp(), w.a_fsdp(c)),
-               Answer(w.q_tp(), w.a_tp(c)), Answer(w.q_fsdp_tp(), w.a_fsdp_tp(c))]
-    formulas = {k: _formulas(getattr(c, k)) for k in ("dp", "fs", "tp", "ft")}
-    body = environment().get_template(WORDS).module.body(
-        c, bounds_table(devices, c.wl), notes, formulas, pc.TP_BACKWARD_EQUATIONS)
-    first, closed = c.first, "closed form"
-    scores = {
-        P.ALTERNATE_RING_ALL_REDUCE: Score(w.score_ring(c), "–", "–", closed),
-        P.DATA_PARALLEL_CALCS: Score(w.score_dp(c), w.on_first(c, first.dp.value, 1), "–", closed),
-        P.FSDP_CALCS: Score(w.score_fsdp(c), w.on_first(c, first.fsdp.value, 1), "–", closed),
-        P.TP_CALCS: Score(w.score_tp(c), w.on_first(c, first.tp_forward.value, 1), "–", closed),
-        P.FSDP_TP_CALCS: Score(w.score_fsdp_tp(c), w.on_first(c, first.fsdp_tp.value, 0), "–", closed),
-    }
-    return Page(slug, w.title(), [problem(p) for p in CALC_PROBLEMS], answers,
-                str(body).strip(), score=scores)
+    return macros(WORDS).bandwidth_source(w)
 
 
 LB26 = P.LEADERBOARD_2026
@@ -280,8 +122,8 @@ def leaderboard_2026_page(ctx: Context) -> Page:
         f = None if dev.endswith("-x1") else two_gpu_facts(device_label(dev, d), benches(d))
         if f is not None and multi is None:
             multi = (dev, d[d.cfg.world_size.fillna(1).astype(int) > 1], f)
-    w = nccl_bus_bandwidth(ctx, world_size=WORLD_SIZE)
-    found = one_gpu_runs(ctx, like=None if w is None else w[1])
+    w = nccl_bus_bandwidth(ctx.rows, world_size=WORLD_SIZE)
+    found = one_gpu_runs(ctx, like=None if w is None else w.device)
     body = [str(env.intro(spec, WORLD_SIZE, two_gpu)).strip()]
     answers, score = [], Score(w_.score_not_run())
     best = multi[2].newest if multi else None
@@ -315,7 +157,7 @@ def leaderboard_2026_page(ctx: Context) -> Page:
         elif w is None:
             text = f"{lead} {w_.no_bandwidth()}"
         else:
-            w_bps, w_dev, w_src = w[0], w[1], bandwidth_source(w)
+            w_bps, w_dev, w_src = w.bps, w.device, bandwidth_source(w)
             pred = predict_step(runs, spec.model, w_bps, WORLD_SIZE)
             prediction = w_.prediction(pred, policy, dev1, w_src)
             body.append(str(env.prediction_table(pred)).strip())
@@ -336,4 +178,4 @@ def leaderboard_2026_page(ctx: Context) -> Page:
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [calcs_page(ctx), leaderboard_2026_page(ctx)]
+    return [leaderboard_2026_page(ctx)]
