@@ -632,38 +632,3 @@ def test_tp_facts_divide_only_rows_of_one_run_and_check_the_traffic_against_the_
     (f,) = tp_facts([("gpu-x2", x2_tp_only)], [("gpu-x2", ddp)], labels, lambda b: "naive")
     assert not f.has_fsdp and not f.shared_runs and [b.label for b in f.beside] == ["naive"]
     assert f.beside[0].vs_tp is None and f.beside[0].section == "ddp"
-
-
-# ------------------------------------------------------------- leaderboard (2026) on two GPUs
-def _lb_row(policy, k, do_bench_ms, world=2):
-    from impl.bench.row import Env, Metric, Peaks, Row, Status, Timing
-
-    return Row(problem="leaderboard_2026", config=dict(config="8B", layers=34, batch=2, context=32768,
-                                                        checkpointing=policy, k=k, world_size=world),
-               env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"), status=Status.MEASURED,
-               timing=Timing("one step", "SlowestRankClock", 1, 5),
-               metrics={Metric.DO_BENCH_MS: do_bench_ms, Metric.FLOPS: 3.0e15, Metric.FIRST_CALL_S: 50.0},
-               peaks=Peaks(800e12, "bfloat16", 8192, 989.4e12), details=dict(ranks=[dict(peak=1.0), dict(peak=2.0)]))
-
-
-def test_two_gpu_leaderboard_facts_pick_the_fastest_of_each_run_and_scale_the_class_best_by_datasheets():
-    from impl.bench.peaks import datasheet_bf16_flops
-    from impl.report.leaderboard_2026_facts import two_gpu_facts
-    from impl.report.rows import benches
-    from impl.workloads.leaderboard_2026 import CLASS_BEST_GPUS, CLASS_BEST_STEP_S
-
-    d = _dist_frame([(_lb_row("every_k", 1, 7000.0), "20260101T0000", 7.1, 0.1),
-                     (_lb_row("keep_attention", 0, 6000.0), "20260101T0000", 6.1, 0.1),
-                     (_lb_row("keep_attention", 3, 6500.0), "20260102T0000", 6.6, 0.1),
-                     (_lb_row("every_k", 1, 9000.0, world=1), "20260102T0000", 9.0, 0.1)], section="leaderboard_2026")
-    f = two_gpu_facts("dev", benches(d))
-    assert len(f.candidates) == 3 and f.world == 2  # the one-GPU row is not a candidate
-    assert [c.policy for c in f.fastest.values()] == ["keep_attention (k 0)", "keep_attention (k 3)"]
-    assert f.newest.policy == "keep_attention (k 3)"  # the newest run answers; runs are not compared
-    cb = f.class_best
-    assert datasheet_bf16_flops("NVIDIA B200") == 2250e12 and datasheet_bf16_flops("NVIDIA H200") == 989.4e12
-    assert (cb.step_s, cb.gpus) == (CLASS_BEST_STEP_S, CLASS_BEST_GPUS) and cb.scale == pytest.approx(2250 / 989.4)
-    assert cb.ratio.value == pytest.approx(6.5 / CLASS_BEST_STEP_S)
-    assert cb.mfu == pytest.approx(3.0e15 / CLASS_BEST_STEP_S / 2250e12)
-    assert f.newest.mfu == pytest.approx(3.0e15 / 6.5 / 989.4e12) and f.newest.rank_peaks == [1.0, 2.0]
-    assert cb.at_our_peak_s == pytest.approx(CLASS_BEST_STEP_S * 2250 / 989.4)

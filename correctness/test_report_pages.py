@@ -333,10 +333,9 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
     assert page.answers[0].question and page.score["flash_shapes"].headline != "–"
     assert "| bf16 | 80 | yes | forward | 3 | 1 | 3.00× (2) | 6.00× (1) |" in page.body
 # ---------------------------------------------------------------------------------------------------
-# distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
+# distributed pages (impl.report.pages.distributed)
 
 DIST_SLUGS = {"optimizer_sharding", "fsdp"}
-PAR_SLUGS = {"leaderboard_2026"}
 
 
 @pytest.fixture(scope="module")
@@ -348,16 +347,16 @@ def dist_ctx(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dist_pages(dist_ctx):
-    from impl.report.pages import distributed, parallelism
+    from impl.report.pages import distributed
 
-    return distributed.pages(dist_ctx) + parallelism.pages(dist_ctx)
+    return distributed.pages(dist_ctx)
 
 
 def test_distributed_pages_one_per_slug_each_problem_answered(dist_pages):
     from impl.report.pages.problems import PROBLEMS
 
-    assert {p.slug for p in dist_pages} == DIST_SLUGS | PAR_SLUGS
-    mine = {p.name for p in PROBLEMS if p.slug in DIST_SLUGS | PAR_SLUGS}
+    assert {p.slug for p in dist_pages} == DIST_SLUGS
+    mine = {p.name for p in PROBLEMS if p.slug in DIST_SLUGS}
     scored = {name for p in dist_pages for name in p.score}
     assert scored == mine
     for page in dist_pages:
@@ -444,67 +443,6 @@ def test_index_has_a_row_per_problem_links_existing_pages_and_stays_small(tmp_pa
 
 
 # ------------------------------------------------------------- leaderboard (2026)
-def _lb26_rows(layers_ms_gib: list[tuple[int, float, float]], policy: str = "every_k") -> list[tuple[Row, float, float]]:
-    out = []
-    for layers, med_ms, gib in layers_ms_gib:
-        row = Row(problem="leaderboard_2026", config=dict(config="8B", layers=layers, batch=1, context=32768,
-                                                           checkpointing=policy, k=1 if policy == "every_k" else None),
-                  env=ENV, status=Status.MEASURED, timing=Timing("one training step", "SyncTimer", 2, 5),
-                  metrics={Metric.TOKENS_PER_S: 32768 / med_ms * 1e3, Metric.MFU: 0.4})
-        row.memory.peak_allocated = int(gib * 2**30)
-        out.append((row, med_ms, 1.0))
-    return out
-
-
-def _allreduce_run(data: Path, busbw_gbps: float) -> None:
-    rows = [(Row(problem="distributed_communication_single_node",
-                 config=dict(backend=backend, world_size=n, bytes=2**30), env=ENV, status=Status.MEASURED,
-                 timing=Timing("one all-reduce", "SyncTimer", 2, 10), metrics={Metric.BUS_BW: bw}), 5.0, 0.1)
-            for backend, n, bw in (("nccl", 2, busbw_gbps), ("nccl", 4, 10 * busbw_gbps), ("gloo", 2, 1.0))]
-    _store(data, "distributed_communication", "20260301T000000Z_cccccccc", rows, device="gpu-x2")
-
-
-def test_leaderboard_2026_page_predicts_two_gpus_from_one_gpu_rows(tmp_path):
-    """Synthetic one-GPU rows at 1, 2, 4 layers on a line (0.3 s + 0.2 s/layer; 20 GiB + 3 GiB/layer) and
-    a 2-GPU all-reduce: the answer stays "not run on two GPUs" and prints the prediction of
-    impl.leaderboard_prediction at 34 layers with the 2-process bus bandwidth, not the 4-process one."""
-    from impl.model import MODEL_CONFIGS
-    from impl.leaderboard_prediction import LayerRun, predict_step
-    from impl.report.pages import parallelism
-
-    data = tmp_path / "data"
-    line = [(n, 300 + 200 * n, 20 + 3 * n) for n in (1, 2, 4)]
-    plain_oom = Row(problem="leaderboard_2026", config=dict(config="8B", layers=8, batch=1, context=32768,
-                                                            checkpointing="none", k=None),
-                    env=ENV, status=Status.OOM, reason="CUDA out of memory")
-    _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa", _lb26_rows(line) + _lb26_rows([(1, 250, 26)], "none"),
-           [plain_oom])
-    _allreduce_run(data, 300.0)
-    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
-    text = page.answers[0].text
-    pred = predict_step([LayerRun(n, t / 1e3, g * 2**30) for n, t, g in line], MODEL_CONFIGS["8B"], 300e9)
-    assert text.startswith("Not run on two GPUs") and "checkpointing every_k (k 1), 3 runs" in text
-    assert f"**{pred.total_s:.2f} s** per step" in text and f"{pred.compute_s:.2f} s of one rank's compute" in text
-    assert abs(pred.compute_s - (0.3 + 0.2 * 34)) < 1e-9 and "at 300 GB/s" in text and "on 2 GPUs" in text
-    assert f"**{pred.per_rank_peak_bytes / 2**30:,.1f} GiB**" in text
-    assert page.score["leaderboard_2026"].headline == f"{pred.total_s:.2f} s (predicted)"
-    assert "| 8 | none | oom |" in page.body and "CUDA out of memory" in page.body
-    assert "| 4 | every_k (k 1) | 1100 ± 1 |" in page.body
-
-
-def test_leaderboard_2026_page_without_rows_says_what_is_missing(tmp_path):
-    from impl.report.pages import parallelism
-
-    data = tmp_path / "data"
-    _allreduce_run(data, 300.0)
-    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
-    assert "Not run on two GPUs" in page.answers[0].text and "no prediction" in page.answers[0].text
-    assert page.score["leaderboard_2026"].headline == "–"
-    _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa", _lb26_rows([(2, 700, 26)]))
-    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
-    assert "fewer than two layer counts" in page.answers[0].text and "| 2 | every_k (k 1) |" in page.body
-
-
 def test_fsdp_page_names_grid_variants_the_device_has_not_run():
     """A variant added to the fsdp grid after a device's newest run is named on that device's
     section (the next run measures it), and nothing is named once every variant has a row."""
@@ -526,66 +464,3 @@ def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values()
     assert short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") == \
         "64×128 w4 s3"
     assert [short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]
-
-
-def _lb26_two_gpu_rows(policies: list[tuple[str, int, float, float]], breakdown: bool = True):
-    """Two-GPU rows: (policy, k, harness median ms, do_bench ms), first call 60 s for the first, 7 s after."""
-    from impl.bench.row import Peaks
-
-    out = []
-    for i, (policy, k, med_ms, db_ms) in enumerate(policies):
-        row = Row(problem="leaderboard_2026",
-                  config=dict(config="8B", layers=34, batch=2, context=32768, checkpointing=policy, k=k, world_size=2,
-                              backend="nccl"),
-                  env=ENV, status=Status.MEASURED, timing=Timing("one training step", "SlowestRankClock", 1, 5),
-                  metrics={Metric.DO_BENCH_MS: db_ms, Metric.FIRST_CALL_S: 60.0 if i == 0 else 7.0,
-                           Metric.FLOPS: 3.2e15, Metric.TOKENS_PER_S: 65536 / med_ms * 1e3},
-                  peaks=Peaks(measured_flops=800e12, measured_dtype="bfloat16", measured_n=8192, datasheet_flops=989.4e12),
-                  details=dict(ranks=[dict(peak=100 * 2**30), dict(peak=101 * 2**30)],
-                               do_bench=dict(warmup_ms=25.0, rep_ms=100.0, return_mode="median", ranks="slowest")))
-        if breakdown:
-            row.details["breakdown"] = dict(
-                timing_source="cuda", step_ms=med_ms, kernel_ms=med_ms - 300.0, gap_ms=300.0,
-                phase_ms={"forward": 1500.0, "backward": med_ms - 2100.0, "optimizer step": 300.0},
-                category_ms={"matmul": med_ms / 2, "attention": med_ms / 4, "communication": 100.0, "other": 0.0},
-                top=[dict(name="nvjet_gemm", category="matmul", ms=900.0, calls=400.0)])
-        row.memory.peak_allocated = 101 * 2**30
-        out.append((row, med_ms, 10.0))
-    return out
-
-
-def test_leaderboard_2026_page_answers_with_the_measured_two_gpu_step_beside_the_prediction(tmp_path):
-    """Two-GPU rows of one run: the fastest by do_bench answers, with its MFU by the datasheet and the
-    run's measured peak, the first calls against the handout's 10 minutes, the class's best scaled by
-    the B200's datasheet peak (named constants, not typed), where the time goes, and the one-GPU
-    prediction of the same policy beside it."""
-    from impl.bench.peaks import datasheet_bf16_flops
-    from impl.report.pages import parallelism
-    from impl.workloads.leaderboard_2026 import CLASS_BEST_GPU, CLASS_BEST_STEP_S
-
-    data = tmp_path / "data"
-    _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa",
-           _lb26_rows([(n, 300 + 200 * n, 20 + 3 * n) for n in (1, 2, 4)]))
-    _store(data, "leaderboard_2026", "20260303T000000Z_bbbbbbbb",
-           _lb26_two_gpu_rows([("every_k", 1, 7500.0, 7450.0), ("keep_attention", 0, 6900.0, 6880.0)]),
-           device="gpu-x2")
-    _allreduce_run(data, 300.0)
-    page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
-    text, where = (a.text for a in page.answers)
-    assert "**keep_attention (k 0): 6.88 s per step** (do_bench" in text
-    ours_mfu = 3.2e15 / 6.88 / 989.4e12
-    assert f"{ours_mfu:.1%} MFU against the datasheet" in text and f"{3.2e15 / 6.88 / 800e12:.1%} against the run's" in text
-    assert "every_k (k 1) 60.0 s (the run's first" in text and "within the 10 minutes" in text
-    scale = datasheet_bf16_flops(CLASS_BEST_GPU) / 989.4e12
-    assert CLASS_BEST_GPU == "B200" and f"{6.88 / CLASS_BEST_STEP_S:.2f}× its time" in text
-    assert f"{scale:.2f}× an {ENV.device}'s" in text and f"{3.2e15 / CLASS_BEST_STEP_S / (scale * 989.4e12):.1%} MFU" in text
-    from impl.leaderboard_prediction import LayerRun, predict_step
-    from impl.model import MODEL_CONFIGS
-    pred = predict_step([LayerRun(n, (300 + 200 * n) / 1e3, (20 + 3 * n) * 2**30) for n in (1, 2, 4)],
-                        MODEL_CONFIGS["8B"], 300e9)
-    assert f"the measured every_k (k 1) step is 7.45 s, {7.45 / pred.total_s:.2f}× the prediction" in text
-    assert "gap" in where and "keep_attention (k 0)" in where and "communication 0.10 s" in where
-    assert "| keep_attention (k 0) | 2026-03-03 00:00 | 6.880 |" in page.body and "`nvjet_gemm`" in page.body
-    assert "`reports/data/gpu-x2/leaderboard_2026/20260303T000000Z_bbbbbbbb.json`" in text
-    score = page.score["leaderboard_2026"]
-    assert score.headline.startswith("6.88 s/step") and score.device == "gpu-x2 + gpu-x1"  # measured + predicted from

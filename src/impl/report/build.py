@@ -29,7 +29,7 @@ PAGE_MODULES = [
     "impl.report.pages.communication_accounting",
     "impl.report.pages.distributed",
     "impl.report.pages.parallelism_calcs",
-    "impl.report.pages.parallelism",
+    "impl.report.pages.leaderboard_2026",
     "impl.report.pages.cpu_smoke",
 ]
 INDEX_LIMIT_BYTES = 25_000

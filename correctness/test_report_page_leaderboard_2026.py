@@ -1,0 +1,121 @@
+"""leaderboard_2026 (impl.report.pages.leaderboard_2026): facts from synthetic rows (the measured
+multi-GPU step, the class's best, where the time goes, the one-GPU rows and the prediction), and the
+page's words as a snapshot."""
+from __future__ import annotations
+
+import pytest
+
+from impl.bench.peaks import datasheet_bf16_flops
+from impl.bench.row import Metric, Peaks, Status
+from impl.leaderboard_prediction import LayerRun, predict_step
+from impl.model import MODEL_CONFIGS
+from impl.report.pages import Kind, Scored
+from impl.report.pages import leaderboard_2026 as page
+from impl.report.templating import render_page
+from impl.workloads.leaderboard_2026 import CLASS_BEST_GPU, CLASS_BEST_GPUS, CLASS_BEST_STEP_S
+from kits.report_rows import assert_snapshot, bench, context
+
+P = "leaderboard_2026"
+COMM = "distributed_communication_single_node"
+LINE = [(n, 0.3 + 0.2 * n, 20 + 3 * n) for n in (1, 2, 4)]  # (layers, s, GiB): 0.3 s + 0.2 s/layer, 20 GiB + 3 GiB/layer
+
+
+def _one(layers, seconds, gib, policy="every_k", status=Status.MEASURED, device="h200-141gb-x1",
+         when="2026-03-02T00:00:00"):
+    ok = status is Status.MEASURED
+    return bench(P, dict(config="8B", layers=layers, batch=1, context=32768, checkpointing=policy,
+                         k=1 if policy == "every_k" else None), seconds if ok else None, device=device, when=when,
+                 status=status, reason=None if ok else "CUDA out of memory", peak=int(gib * 2**30) if ok else None,
+                 metrics={Metric.TOKENS_PER_S: 32768 / seconds, Metric.MFU: 0.4} if ok else {})
+
+
+def _two(policy, k, median_s, do_bench_ms, first_call_s, when="2026-03-03T00:00:00", world=2, breakdown=True):
+    details = dict(ranks=[dict(peak=100 * 2**30), dict(peak=101 * 2**30)],
+                   do_bench=dict(warmup_ms=25.0, rep_ms=100.0, return_mode="median", ranks="slowest"))
+    ms = median_s * 1e3
+    if breakdown:
+        details["breakdown"] = dict(
+            timing_source="cuda", step_ms=ms, kernel_ms=ms - 300.0, gap_ms=300.0,
+            phase_ms={"forward": 1500.0, "backward": ms - 2100.0, "optimizer step": 300.0},
+            category_ms={"matmul": ms / 2, "attention": ms / 4, "communication": 100.0, "other": 0.0},
+            top=[dict(name="nvjet_gemm", category="matmul", ms=900.0, calls=400.0)])
+    b = bench(P, dict(config="8B", layers=34, batch=2, context=32768, checkpointing=policy, k=k, world_size=world),
+              median_s, device="h200-141gb-x2", when=when, details=details, peak=101 * 2**30,
+              metrics={Metric.DO_BENCH_MS: do_bench_ms, Metric.FIRST_CALL_S: first_call_s, Metric.FLOPS: 3.2e15,
+                       Metric.TOKENS_PER_S: 65536 / median_s})
+    b.row.peaks = Peaks(800e12, "bfloat16", 8192, 989.4e12)
+    return b
+
+
+def _allreduce(busbw_gbps=300.0):
+    return [bench(COMM, dict(backend=backend, world_size=n, bytes=2**30), 0.005, device="h200-141gb-x2",
+                  when="2026-03-01T00:00:00", metrics={Metric.BUS_BW: bw})
+            for backend, n, bw in (("nccl", 2, busbw_gbps), ("nccl", 4, 10 * busbw_gbps), ("gloo", 2, 1.0))]
+
+
+def _line_rows():
+    return [_one(n, t, g) for n, t, g in LINE]
+
+
+def _pred():
+    return predict_step([LayerRun(n, t, g * 2**30) for n, t, g in LINE], MODEL_CONFIGS["8B"], 300e9)
+
+
+def test_fastest_of_each_run_and_the_class_best_scaled_by_datasheets():
+    rows = [_two("every_k", 1, 7.1, 7000.0, 50.0, when="2026-01-01T00:00:00"),
+            _two("keep_attention", 0, 6.1, 6000.0, 7.0, when="2026-01-01T00:00:00"),
+            _two("keep_attention", 3, 6.6, 6500.0, 50.0, when="2026-01-02T00:00:00"),
+            _two("every_k", 1, 9.0, 9000.0, 50.0, when="2026-01-02T00:00:00", world=1)]
+    f = page.two_gpu_facts("h200-141gb-x2", rows)
+    assert len(f.candidates) == 3 and f.world == 2  # the one-GPU row is not a candidate
+    assert [c.policy for c in f.fastest.values()] == ["keep_attention (k 0)", "keep_attention (k 3)"]
+    assert f.newest.policy == "keep_attention (k 3)"  # the newest run answers; runs are not compared
+    cb = f.class_best
+    assert datasheet_bf16_flops("NVIDIA B200") == 2250e12 and datasheet_bf16_flops("NVIDIA H200") == 989.4e12
+    assert (cb.step_s, cb.gpus) == (CLASS_BEST_STEP_S, CLASS_BEST_GPUS) and cb.scale == pytest.approx(2250 / 989.4)
+    assert cb.ratio.value == pytest.approx(6.5 / CLASS_BEST_STEP_S)
+    assert cb.mfu == pytest.approx(3.2e15 / CLASS_BEST_STEP_S / 2250e12)
+    assert f.newest.mfu == pytest.approx(3.2e15 / 6.5 / 989.4e12) and f.newest.rank_peaks == [100 * 2**30, 101 * 2**30]
+    assert cb.at_our_peak_s == pytest.approx(CLASS_BEST_STEP_S * 2250 / 989.4)
+
+
+def test_measured_step_answers_with_the_prediction_beside(tmp_path):
+    rows = _line_rows() + _allreduce() + [_two("every_k", 1, 7.5, 7450.0, 60.0), _two("keep_attention", 0, 6.9, 6880.0, 7.0)]
+    f = page.facts(context(rows, tmp_path))
+    m = f.multi
+    assert m.newest.policy == "keep_attention (k 0)" and m.newest.step_s == pytest.approx(6.88)
+    assert [c.policy for c in m.first_calls] == ["every_k (k 1)", "keep_attention (k 0)"]
+    assert m.slowest_first_call.first_call_s == 60.0 and m.answer_profile is m.newest
+    assert m.breakdown.categories == ("matmul", "attention", "communication")  # "other" has no time
+    assert CLASS_BEST_GPU == "B200" and m.class_best.ours_gpu == "H200"
+    assert f.pred == _pred() and f.beside.policy == "every_k (k 1)" and f.beside.step_s == pytest.approx(7.45)
+    assert f.scores[P] == Scored(Kind.MEASURED, "h200-141gb-x2 + h200-141gb-x1", "2026-03-03")
+    assert "reports/data/h200-141gb-x2/distributed_communication_single_node/20260301T0000Z_abcdef12.json" in f.sources
+
+
+def test_one_gpu_rows_alone_predict_with_the_two_process_bus_bandwidth(tmp_path):
+    oom = _one(8, None, 0, "none", status=Status.OOM)
+    f = page.facts(context(_line_rows() + [_one(1, 0.25, 26, "none"), oom] + _allreduce(), tmp_path))
+    assert f.multi is None and f.w.processes == 2 and f.w.bps == 300e9  # not the 4-process one
+    assert f.one.fit_policy == "every_k (k 1)" and len(f.one.fit_runs) == 3  # the policy with most layer counts
+    assert f.pred == _pred() and f.pred.compute_s == pytest.approx(0.3 + 0.2 * 34)
+    assert [(r.layers, r.policy, r.status) for r in f.one.rows] == [
+        (1, "every_k (k 1)", Status.MEASURED), (2, "every_k (k 1)", Status.MEASURED),
+        (4, "every_k (k 1)", Status.MEASURED), (1, "none", Status.MEASURED), (8, "none", Status.OOM)]
+    assert f.one.rows[-1].reason == "CUDA out of memory" and f.one.rows[2].median_s == pytest.approx(1.1)
+    assert f.scores[P] == Scored(Kind.PREDICTED, "h200-141gb-x1 + h200-141gb-x2", "2026-03-02")
+
+
+def test_without_rows_or_a_fit_nothing_is_predicted(tmp_path):
+    f = page.facts(context(_allreduce(), tmp_path))
+    assert f.one is None and f.pred is None and f.scores[P].kind is Kind.NOT_MEASURED
+    f = page.facts(context(_allreduce() + [_one(2, 0.7, 26)], tmp_path))
+    assert not f.fits and f.pred is None and [r.layers for r in f.one.rows] == [2]
+    f = page.facts(context(_line_rows(), tmp_path))
+    assert f.fits and f.w is None and f.pred is None
+
+
+def test_page_words(request, tmp_path):
+    rows = _line_rows() + [_one(8, None, 0, "none", status=Status.OOM)] + _allreduce() + [
+        _two("every_k", 1, 7.5, 7450.0, 60.0), _two("keep_attention", 0, 6.9, 6880.0, 7.0)]
+    assert_snapshot(request, P, render_page("leaderboard_2026.md.j2", f=page.facts(context(rows, tmp_path))))
