@@ -75,7 +75,7 @@ def test_fastest_of_each_run_and_the_class_best_scaled_by_datasheets():
     assert (cb.step_s, cb.gpus) == (CLASS_BEST_STEP_S, CLASS_BEST_GPUS) and cb.scale == pytest.approx(2250 / 989.4)
     assert cb.ratio.value == pytest.approx(6.5 / CLASS_BEST_STEP_S)
     assert cb.mfu == pytest.approx(3.2e15 / CLASS_BEST_STEP_S / 2250e12)
-    assert f.newest.mfu == pytest.approx(3.2e15 / 6.5 / 989.4e12) and f.newest.rank_peaks == [100 * 2**30, 101 * 2**30]
+    assert f.newest.mfu == pytest.approx(3.2e15 / 6.5 / 989.4e12) and f.newest.rank_peaks == (100 * 2**30, 101 * 2**30)
     assert cb.at_our_peak_s == pytest.approx(CLASS_BEST_STEP_S * 2250 / 989.4)
 
 
@@ -87,7 +87,7 @@ def test_measured_step_answers_with_the_prediction_beside(tmp_path):
     assert [c.policy for c in m.first_calls] == ["every_k (k 1)", "keep_attention (k 0)"]
     assert m.slowest_first_call.first_call_s == 60.0 and m.answer_profile is m.newest
     assert m.breakdown.categories == ("matmul", "attention", "communication")  # "other" has no time
-    assert CLASS_BEST_GPU == "B200" and m.class_best.ours_gpu == "H200"
+    assert CLASS_BEST_GPU == "B200" and m.class_best.ours.gpu == "H200"
     assert f.pred == _pred() and f.beside.policy == "every_k (k 1)" and f.beside.step_s == pytest.approx(7.45)
     assert f.scores[P] == Scored(Kind.MEASURED, "h200-141gb-x2 + h200-141gb-x1", "2026-03-03")
     assert "reports/data/h200-141gb-x2/distributed_communication_single_node/20260301T0000Z_abcdef12.json" in f.sources

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bench.peaks import datasheet_bf16_flops
-from impl.bench.row import Env, Metric, Status
+from impl.bench.row import Metric, Status
 from impl.leaderboard_prediction import LayerRun, StepPrediction, predict_step
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
@@ -54,76 +54,49 @@ def policy(b: Bench) -> str:
 class Candidate:
     """One checkpointing policy's multi-GPU row."""
 
-    bench: Bench
+    policy: str
+    run_when: str  # its run, UTC
+    status: Status
+    reason: str
+    median_s: float | None  # the harness's
+    iqr_s: float | None
+    rounds: int | None
+    do_bench_s: float | None  # the handout's timer, where the row has it
+    first_call_s: float | None
+    tokens_per_s: float | None
+    flops: float | None  # model FLOPs of one rank's share of the step
+    datasheet_flops: float | None
+    measured_peak_flops: float | None  # the run's measured bf16 matmul peak
+    rank_peaks: tuple[float, ...]
+    do_bench: dict  # its settings (warmup_ms, rep_ms)
+    breakdown: dict | None  # the profiled step (impl.workloads.kernels.step_breakdown)
+    gpu: str  # as the row's environment names it, without the vendor: "H200"
+    datetime: str
+    file: str
 
-    @property
-    def policy(self) -> str:
-        return policy(self.bench)
+    @classmethod
+    def of(cls, b: Bench) -> Candidate:
+        ok, peaks, d = b.measured, b.row.peaks, b.details
+        ms = b.metric(Metric.DO_BENCH_MS)
+        return cls(policy(b), b.run.when, b.status, b.row.reason or "", b.stats.median if ok else None,
+                   b.stats.iqr if ok else None, b.stats.rounds if ok else None, None if ms is None else ms / 1e3,
+                   b.metric(Metric.FIRST_CALL_S), b.metric(Metric.TOKENS_PER_S), b.metric(Metric.FLOPS),
+                   peaks.datasheet_flops if peaks else None, peaks.measured_flops if peaks else None,
+                   tuple(r["peak"] for r in d.get("ranks") or [] if r.get("peak") is not None), d.get("do_bench") or {},
+                   d.get("breakdown"), b.row.env.device.removeprefix("NVIDIA ").strip(), str(b.run.datetime), b.run.file)
 
     @property
     def measured(self) -> bool:
-        return self.bench.measured
-
-    @property
-    def status(self) -> Status:
-        return self.bench.status
-
-    @property
-    def reason(self) -> str:
-        return self.bench.row.reason or ""
-
-    @property
-    def do_bench_s(self) -> float | None:
-        ms = self.bench.metric(Metric.DO_BENCH_MS)
-        return None if ms is None else ms / 1e3
+        return self.median_s is not None
 
     @property
     def step_s(self) -> float:
         """The handout's timer (do_bench) where the row has it, else the harness median."""
-        return self.do_bench_s if self.do_bench_s is not None else self.bench.stats.median
+        return self.do_bench_s if self.do_bench_s is not None else self.median_s
 
     @property
     def timer(self) -> str:
         return "do_bench" if self.do_bench_s is not None else "harness median"
-
-    @property
-    def median_s(self) -> float:
-        return self.bench.stats.median
-
-    @property
-    def iqr_s(self) -> float | None:
-        return self.bench.stats.iqr
-
-    @property
-    def rounds(self) -> int | None:
-        return self.bench.stats.rounds
-
-    @property
-    def first_call_s(self) -> float | None:
-        return self.bench.metric(Metric.FIRST_CALL_S)
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        return self.bench.metric(Metric.TOKENS_PER_S)
-
-    @property
-    def rank_peaks(self) -> list[float]:
-        return [r["peak"] for r in self.bench.details.get("ranks") or [] if r.get("peak") is not None]
-
-    @property
-    def flops(self) -> float | None:
-        """Model FLOPs of one rank's share of the step (the row's flops metric)."""
-        return self.bench.metric(Metric.FLOPS)
-
-    @property
-    def datasheet_flops(self) -> float | None:
-        p = self.bench.row.peaks
-        return p.datasheet_flops if p is not None else None
-
-    @property
-    def measured_peak_flops(self) -> float | None:
-        p = self.bench.row.peaks
-        return p.measured_flops if p is not None else None
 
     @property
     def mfu(self) -> float | None:
@@ -134,18 +107,6 @@ class Candidate:
         peak = self.measured_peak_flops
         return self.flops / self.step_s / peak if self.flops and peak else None
 
-    @property
-    def do_bench(self) -> dict:
-        return self.bench.details.get("do_bench") or {}
-
-    @property
-    def breakdown(self) -> dict | None:
-        return self.bench.details.get("breakdown")
-
-    @property
-    def run_when(self) -> str:
-        return self.bench.run.when
-
 
 @dataclass(frozen=True)
 class ClassBest:
@@ -155,18 +116,12 @@ class ClassBest:
     gpus: int
     gpu: str
     gpu_flops: float  # its datasheet dense bf16 FLOP/s
-    ours_gpu_flops: float  # our device's
     ours: Candidate
-
-    @property
-    def ours_gpu(self) -> str:
-        """Our GPU as its row's environment names it, without the vendor: "H200"."""
-        return self.ours.bench.row.env.device.removeprefix("NVIDIA ").strip()
 
     @property
     def scale(self) -> float:
         """How much more dense bf16 work one of its GPUs does than one of ours (datasheets)."""
-        return self.gpu_flops / self.ours_gpu_flops
+        return self.gpu_flops / self.ours.datasheet_flops
 
     @property
     def ratio(self) -> Ratio:
@@ -220,7 +175,7 @@ class TwoGpuFacts:
 
     @property
     def files(self) -> list[str]:
-        return sorted({c.bench.run.file for c in self.candidates})
+        return sorted({c.file for c in self.candidates})
 
     @property
     def newest_run(self) -> list[Candidate]:
@@ -258,7 +213,7 @@ class TwoGpuFacts:
 def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
     """The facts of a device's multi-GPU leaderboard_2026 rows (None where it has no measured one)."""
     rows = [b for b in rows if (_cfg(b).world_size or 1) > 1]
-    cands = tuple(Candidate(b) for b in rows)
+    cands = tuple(Candidate.of(b) for b in rows)
     fastest: dict[str, Candidate] = {}
     for c in cands:
         if c.measured and (c.run_when not in fastest or c.step_s < fastest[c.run_when].step_s):
@@ -268,7 +223,7 @@ def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
     fastest = dict(sorted(fastest.items()))
     newest = fastest[max(fastest)]
     gpu_flops = datasheet_bf16_flops(CLASS_BEST_GPU)
-    best = ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest.datasheet_flops, newest) \
+    best = ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest) \
         if gpu_flops and newest.datasheet_flops else None
     return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
                        fastest, best, RunsFacts.of(device, rows))
@@ -367,7 +322,7 @@ class Leaderboard2026Facts:
     def scores(self) -> dict[str, Scored]:
         if self.multi is not None:
             device = self.multi.device + (f" + {self.one.device}" if self.pred else "")
-            return {PROBLEM: Scored(Kind.MEASURED, device, max(str(c.bench.run.datetime) for c in self.multi.candidates)[:10])}
+            return {PROBLEM: Scored(Kind.MEASURED, device, max(c.datetime for c in self.multi.candidates)[:10])}
         if self.pred is not None:
             return {PROBLEM: Scored(Kind.PREDICTED, f"{self.one.device} + {self.w.device}", self.one.date)}
         return {PROBLEM: Scored(Kind.NOT_MEASURED)}

@@ -207,11 +207,6 @@ def step_s(b: Bench) -> float | None:
     return (b.stats.mean if b.run.legacy else b.stats.median) if b.stats else None
 
 
-def _step_cell(b: Bench | None) -> Cell | None:
-    return None if b is None else Cell(step_s(b) if b.status is Status.MEASURED else None,
-                                      None if b.status is Status.MEASURED else b.status)
-
-
 def _ok(c: Cell | None) -> bool:
     return c is not None and c.status is None and c.value is not None
 
@@ -224,6 +219,10 @@ def _over(e: Cell | None, c: Cell | None) -> float | None:
 class ModelCells:
     eager: Cell | None
     compiled: Cell | None
+
+    @classmethod
+    def of(cls, eager: Bench | None, compiled: Bench | None) -> ModelCells:
+        return cls(cell(eager, step_s), cell(compiled, step_s))
 
     @property
     def ratio(self) -> float | None:
@@ -328,14 +327,13 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
         train = None
         if opt:  # the training step = forward+backward + the size's optimizer step (derived)
             o = opt.get(size, {})
-            train = tuple(step_s(fb) + step_s(st) if _ok(_step_cell(fb)) and _ok(_step_cell(st)) else None
+            train = tuple(step_s(fb) + step_s(st) if _ok(cell(fb, step_s)) and _ok(cell(st, step_s)) else None
                           for fb, st in ((sel.get(("forward_backward", i)), o.get(i)) for i in ("eager", "compiled")))
-        table.append(ModelRow(size, context, tuple(ModelCells(_step_cell(sel.get((m, "eager"))),
-                                                              _step_cell(sel.get((m, "compiled")))) for m in modes),
-                              train))
+        table.append(ModelRow(size, context, tuple(ModelCells.of(sel.get((m, "eager")), sel.get((m, "compiled")))
+                                                   for m in modes), train))
     left = [b for b in ordered if b.status not in (Status.MEASURED, Status.OOM)]
     return ModelFacts(modes, tuple(table),
-                      tuple((s, ModelCells(_step_cell(o.get("eager")), _step_cell(o.get("compiled")))) for s, o in opt.items()),
+                      tuple((s, ModelCells.of(o.get("eager"), o.get("compiled"))) for s, o in opt.items()),
                       next((b.details["compiled_what"] for b in ordered if b.details.get("compiled_what")), None), WHY,
                       _stat(ordered), tuple(_compilations(ordered)), left[0].row.reason if left else None,
                       tuple(_left_out(ordered)), tuple(mode_ratios(rows)), RunsFacts.of(device, rows))
