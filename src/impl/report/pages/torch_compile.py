@@ -104,10 +104,6 @@ class AttentionFacts:
         return min(values), max(values)
 
 
-def _is_eager(b: Bench) -> bool:
-    return b.problem == P.PYTORCH_ATTENTION or _cfg(b).impl == "eager"
-
-
 def newest_paired_run(rows: list[Bench]) -> list[Bench]:
     """The rows of the newest run that timed eager beside compiled (since issue 33), or all `rows`
     where no run did: such a run answers (a) alone, its ratios never mixing runs."""
@@ -120,7 +116,7 @@ def pairs(compiled: list[Bench], eager: list[Bench]) -> list[Pair]:
     out = []
     for c in compiled:
         k = _cfg(c)
-        e = next((e for e in eager if _is_eager(e) and same_run(c, e)
+        e = next((e for e in eager if same_run(c, e)
                   and (_cfg(e).d_model, _cfg(e).seq, _cfg(e).mode) == (k.d_model, k.seq, k.mode)), None)
         r = None
         if e is not None and c.measured and e.measured:
@@ -155,7 +151,7 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
         compiled, eager = [b for b in run if _cfg(b).impl != "eager"], [b for b in run if _cfg(b).impl == "eager"]
     else:
         eager = attention
-    return AttentionFacts(tuple(pairs([b for b in compiled if _cfg(b).impl != "eager"], compiled + eager)),
+    return AttentionFacts(tuple(pairs(compiled, eager)),
                           tuple(_attention_row(compiled, eager, d, s) for d, s in shapes(compiled)),
                           _cfg(compiled[0]).backend, tuple(not_run(compiled)),
                           sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
