@@ -99,7 +99,7 @@ def test_b_tables_read_medians_first_calls_reused_graphs_and_budget_cuts(tmp_pat
     assert m.modes == ("forward",) and m.stat == "median"
     small = m.rows[0]
     assert (small.size, small.context, small.modes[0].eager.value, small.modes[0].ratio) == ("small", 128, 0.02, 0.5)
-    assert small.train_step == (None, None)  # no forward_backward rows to add the optimizer step to
+    assert small.train_step == page.ModelCells(None, None)  # no forward_backward rows to add the optimizer step to
     cut = m.rows[-1]
     assert (cut.size, cut.context, cut.modes[0].compiled.status) == ("xl", 256, Status.LEFT_OUT_BY_BUDGET)
     (c,) = m.compilations

@@ -52,9 +52,10 @@ def policy(b: Bench) -> str:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One checkpointing policy's multi-GPU row."""
+    """One stored row of the step: a checkpointing candidate on several GPUs, or a layer count on one."""
 
     policy: str
+    layers: int
     run_when: str  # its run, UTC
     status: Status
     reason: str
@@ -64,6 +65,8 @@ class Candidate:
     do_bench_s: float | None  # the handout's timer, where the row has it
     first_call_s: float | None
     tokens_per_s: float | None
+    row_mfu: float | None  # the row's own MFU metric (of the harness median)
+    peak_bytes: float | None  # allocated, the row's process
     flops: float | None  # model FLOPs of one rank's share of the step
     datasheet_flops: float | None
     measured_peak_flops: float | None  # the run's measured bf16 matmul peak
@@ -78,9 +81,10 @@ class Candidate:
     def of(cls, b: Bench) -> Candidate:
         ok, peaks, d = b.measured, b.row.peaks, b.details
         ms = b.metric(Metric.DO_BENCH_MS)
-        return cls(policy(b), b.run.when, b.status, b.row.reason or "", b.stats.median if ok else None,
+        return cls(policy(b), _cfg(b).layers, b.run.when, b.status, b.row.reason or "", b.stats.median if ok else None,
                    b.stats.iqr if ok else None, b.stats.rounds if ok else None, None if ms is None else ms / 1e3,
-                   b.metric(Metric.FIRST_CALL_S), b.metric(Metric.TOKENS_PER_S), b.metric(Metric.FLOPS),
+                   b.metric(Metric.FIRST_CALL_S), b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU),
+                   b.row.memory.peak_allocated, b.metric(Metric.FLOPS),
                    peaks.datasheet_flops if peaks else None, peaks.measured_flops if peaks else None,
                    tuple(r["peak"] for r in d.get("ranks") or [] if r.get("peak") is not None), d.get("do_bench") or {},
                    d.get("breakdown"), b.row.env.device.removeprefix("NVIDIA ").strip(), str(b.run.datetime), b.run.file)
@@ -232,36 +236,16 @@ def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
 # ---- one GPU, fewer layers, and the prediction ----------------------------------------------------
 
 @dataclass(frozen=True)
-class OneGpuRow:
-    layers: int
-    policy: str
-    status: Status
-    median_s: float | None
-    iqr_s: float | None
-    tokens_per_s: float | None
-    mfu: float | None
-    peak_bytes: float | None
-    reason: str
-
-
-@dataclass(frozen=True)
 class OneGpu:
     device: str
     heading: str
     date: str  # the newest row's run
     batch: int
     context: int
-    rows: tuple[OneGpuRow, ...]
+    rows: tuple[Candidate, ...]
     fit_policy: str  # the policy the prediction fits
     fit_runs: tuple[LayerRun, ...]
     files: tuple[str, ...]
-
-
-def _one_gpu_row(b: Bench) -> OneGpuRow:
-    ok = b.status is Status.MEASURED
-    return OneGpuRow(_cfg(b).layers, policy(b), b.status, b.stats.median if ok else None, b.stats.iqr if ok else None,
-                     b.metric(Metric.TOKENS_PER_S) if ok else None, b.metric(Metric.MFU) if ok else None,
-                     b.row.memory.peak_allocated, "" if ok else (b.row.reason or "")[:80])
 
 
 def layer_runs(rows: list[Bench]) -> tuple[str, list[LayerRun]]:
@@ -291,7 +275,7 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
     rows = sorted(rows, key=lambda b: (_cfg(b).checkpointing, _cfg(b).k is None, _cfg(b).k or 0, _cfg(b).layers))
     fit_policy, runs = layer_runs(rows)
     return OneGpu(device, device_name(device, rows[0].row.env.device), max(str(b.run.datetime) for b in rows)[:10],
-                  _cfg(rows[0]).batch, _cfg(rows[0]).context, tuple(_one_gpu_row(b) for b in rows), fit_policy,
+                  _cfg(rows[0]).batch, _cfg(rows[0]).context, tuple(Candidate.of(b) for b in rows), fit_policy,
                   tuple(runs), tuple(sorted({b.run.file for b in rows})))
 
 

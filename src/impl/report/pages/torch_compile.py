@@ -203,16 +203,10 @@ def step_s(b: Bench) -> float | None:
     return (b.stats.mean if b.run.legacy else b.stats.median) if b.stats else None
 
 
-def _ok(c: Cell | None) -> bool:
-    return c is not None and c.status is None and c.value is not None
-
-
-def _over(e: Cell | None, c: Cell | None) -> float | None:
-    return c.value / e.value if _ok(e) and _ok(c) else None
-
-
 @dataclass(frozen=True)
 class ModelCells:
+    """Eager and compiled time of one configuration (a mode's rows, or the derived training step)."""
+
     eager: Cell | None
     compiled: Cell | None
 
@@ -222,7 +216,15 @@ class ModelCells:
 
     @property
     def ratio(self) -> float | None:
-        return _over(self.eager, self.compiled)
+        """Compiled ÷ eager (below 1: compiled is faster)."""
+        e, c = (x.value if x else None for x in (self.eager, self.compiled))
+        return c / e if e and c is not None else None
+
+
+def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:
+    """forward+backward + the size's optimizer step (derived, not timed together); None unless both ran."""
+    parts = [cell(x, step_s) for x in (fb, opt)]
+    return Cell(sum(p.value for p in parts)) if all(p and p.value is not None for p in parts) else None
 
 
 @dataclass(frozen=True)
@@ -230,12 +232,7 @@ class ModelRow:
     size: str
     context: int
     modes: tuple[ModelCells, ...]  # per the table's modes
-    train_step: tuple[float | None, float | None] | None  # (eager, compiled) fwd+bwd + the size's optimizer step
-
-    @property
-    def train_ratio(self) -> float | None:
-        e, c = self.train_step or (None, None)
-        return c / e if e is not None and c is not None else None
+    train_step: ModelCells | None  # None: no optimizer-step rows
 
 
 @dataclass(frozen=True)
@@ -320,11 +317,9 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
         cells.setdefault((_cfg(b).size, _cfg(b).context), {})[(_cfg(b).mode, _cfg(b).impl)] = b
     table = []
     for (size, context), sel in cells.items():
-        train = None
-        if opt:  # the training step = forward+backward + the size's optimizer step (derived)
-            o = opt.get(size, {})
-            train = tuple(step_s(fb) + step_s(st) if _ok(cell(fb, step_s)) and _ok(cell(st, step_s)) else None
-                          for fb, st in ((sel.get(("forward_backward", i)), o.get(i)) for i in ("eager", "compiled")))
+        o = opt.get(size, {})
+        train = ModelCells(*(_train_step(sel.get(("forward_backward", i)), o.get(i)) for i in ("eager", "compiled"))) \
+            if opt else None
         table.append(ModelRow(size, context, tuple(ModelCells.of(sel.get((m, "eager")), sel.get((m, "compiled")))
                                                    for m in modes), train))
     left = [b for b in ordered if b.status not in (Status.MEASURED, Status.OOM)]
