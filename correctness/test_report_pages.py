@@ -73,8 +73,7 @@ def test_profiling_pages_images_exist_and_gpu_pages_leave_out_cpu(built):
             assert (reports / link).is_file(), (page.slug, link)
         for link in re.findall(r"\]\((data-tables/[^)]+)\)", text):
             assert (reports / link).is_file(), (page.slug, link)
-        if page.slug != "cpu_smoke":
-            assert "Runs** on `cpu`" not in text and "## cpu" not in text, page.slug
+        assert "Runs** on `cpu`" not in text and "## cpu" not in text, page.slug
     for caption, path in (f for p in pages for f in p.index_figures):
         assert (reports / path).is_file(), caption
 
