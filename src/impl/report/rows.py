@@ -75,16 +75,21 @@ class Config:
     @property
     def size_ref(self) -> SizeRef | None:
         """(edition, name) of the row's model size; None for sizes outside both tables (tiny)."""
-        if self.size is None:
-            return None
-        try:
-            return SizeRef.from_row({"size": self.size, "edition": self.edition})
-        except ValueError:
-            return None
+        return size_ref(self.size, self.edition)
 
     @property
     def edition_or_default(self) -> str:
         return str(self.edition or "2025")
+
+
+def size_ref(size: str | None, edition: str | None) -> SizeRef | None:
+    """(edition, name) of a row's model size (no edition: 2025's); None for sizes outside both tables (tiny)."""
+    if size is None:
+        return None
+    try:
+        return SizeRef.from_row({"size": size, "edition": edition})
+    except ValueError:
+        return None
 
 
 CONFIG_KEYS = frozenset(f.name for f in fields(Config)) - {"extra"}
@@ -147,7 +152,7 @@ class SizeRun:
 
     size: SizeRef | None
     datetime: str
-    rows: pd.DataFrame = field(compare=False)
+    rows: pd.DataFrame | tuple[Bench, ...] = field(compare=False)  # tuple: of size_runs_of
 
     @property
     def edition(self) -> str:
@@ -159,6 +164,8 @@ class SizeRun:
 
     @property
     def files(self) -> list[str]:
+        if not isinstance(self.rows, pd.DataFrame):  # Bench rows (size_runs_of)
+            return sorted({b.run.file for b in self.rows})
         return sorted(set(self.rows["file"])) if "file" in self.rows else []
 
     @property
@@ -228,6 +235,24 @@ def size_runs(d: pd.DataFrame) -> list[SizeRun]:
     keys = pd.Series([(r, str(t)) for r, t in zip(refs, d["datetime"])], index=d.index)
     out = [SizeRun(ref, when, d[keys.map(lambda k, key=(ref, when): k == key)])
            for ref, when in dict.fromkeys(keys)]
+    newest_first = sorted(out, key=lambda g: g.datetime, reverse=True)
+    return sorted(newest_first, key=lambda g: _edition_order(g.size))
+
+
+@dataclass(frozen=True)
+class _SizeOf:
+    """The keys of a row's config that name its model size (rows.view)."""
+
+    size: str | None = None
+    edition: str | None = None
+
+
+def size_runs_of(rows: Iterable[Bench]) -> list[SizeRun]:
+    """size_runs of Bench rows (no frame): each edition's sizes (2026 first), within a size its runs newest
+    first; a SizeRun's rows are then a tuple of Bench."""
+    keyed = [((size_ref(c.size, c.edition), str(b.run.datetime)), b) for b in rows for c in [view(_SizeOf, b)]]
+    out = [SizeRun(ref, when, tuple(b for k, b in keyed if k == (ref, when)))
+           for ref, when in dict.fromkeys(k for k, _ in keyed)]
     newest_first = sorted(out, key=lambda g: g.datetime, reverse=True)
     return sorted(newest_first, key=lambda g: _edition_order(g.size))
 
