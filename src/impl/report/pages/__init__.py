@@ -89,6 +89,12 @@ class Context:
             if not frame.empty:
                 frame["problem"] = frame["problem"].replace(STORED_ALIASES)
 
+    def log_tail(self, device: str, name: str) -> str | None:
+        """The last line of reports/data/<device>/logs/<name> (a correctness suite's verdict), None without one."""
+        path = self.reports_dir / "data" / device / "logs" / name
+        lines = [x.strip() for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+        return lines[-1] if lines else None
+
     def device_rows(self, device: str) -> pd.DataFrame:
         return self.df[self.df.device == device] if not self.df.empty else self.df
 
