@@ -319,23 +319,6 @@ def test_ddp_facts_of_one_size_run_divide_only_its_own_rows():
     assert answering(facts[::-1], Problem.NAIVE_DDP_BENCHMARKING) == [f26, f25]
 
 
-# ------------------------------------------------------------- optimizer_state_sharding_accounting
-def test_sharding_facts_read_each_variants_largest_rank(built_pages):
-    from impl.report.rows import size_runs
-    from impl.report.sharding_facts import sharding_facts
-
-    ctx, _ = built_pages
-    d = ctx.df[(ctx.df.device == "h200-141gb-x2") & (ctx.df.problem == "optimizer_state_sharding_accounting")]
-    run = next(r for r in size_runs(d) if r.edition == "2025")
-    f = sharding_facts("dev", run, None)
-    assert f.run.size_short == "xl (2025)" and all(x.startswith("reports/data/h200-141gb-x2/") for x in f.run.files)
-    ranks = f.sharded.row.details["ranks"]
-    assert f.sharded.after_peak == max(r["after_peak"] for r in ranks)
-    assert f.sharded.state < f.none.state  # sharding keeps ~1/world of the optimizer state per rank
-    assert f.sharded.vs(f.none, "x").value == f.sharded.median / f.none.median
-    assert f.zero1_activations.zero1 - f.zero1_activations.sharded > 0
-
-
 # ------------------------------------------------------------- every page: structure and sources
 def test_every_page_answers_each_question_under_its_heading_first(built_pages):
     from impl.report.pages import render_page

@@ -366,7 +366,7 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
 # ---------------------------------------------------------------------------------------------------
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
 
-DIST_SLUGS = {"ddp", "communication_accounting", "optimizer_sharding"}
+DIST_SLUGS = {"ddp", "communication_accounting"}
 PAR_SLUGS = {"parallelism_calcs", "leaderboard_2026"}
 
 
@@ -450,23 +450,10 @@ def test_ddp_page_answers_each_edition_from_its_own_run_and_names_the_files(dist
                 assert a.text.index("xl (2026)") < a.text.index("xl (2025)"), a.question
 
 
-def test_sharding_answer_labels_each_edition_and_says_what_the_current_one_lacks(dist_pages):
-    """The 2026 question is asked of xl (2026): until its rows are filed the answer says so, and the xl
-    (2025) rows answer as history with their run file."""
-    page = next(p for p in dist_pages if p.slug == "optimizer_sharding")
-    a = page.answers[1].text
-    assert re.findall(r"\*\*(xl \(20\d\d\))", a)[:1] == ["xl (2026)"]  # measured or said to be missing, first
-    assert "xl (2025): d_model 1600, 48 layers, 2.0B params" in a and "`reports/data/h200-141gb-x2/optimizer_sharding/" in a
-    assert page.score["optimizer_state_sharding_accounting"].answer.startswith("xl (202")
-
-
 def test_fixed_inconsistencies_stay_fixed(dist_pages):
     ddp = render_page(next(p for p in dist_pages if p.slug == "ddp"))
     assert "closest to the grid" not in ddp
     assert "buckets formed" in ddp and "s/w =" in ddp  # the model at DDPBucketed's buckets, the gap explained
-    shard = render_page(next(p for p in dist_pages if p.slug == "optimizer_sharding"))
-    assert shard.index("Ψ =") < shard.index("·Ψ") or "with Ψ the" in shard.split("·Ψ")[0]
-    assert "Peak after init is about twice" in shard and "ZeRO-1's \"activations\"" in shard
 
 
 def test_parallelism_page_prints_each_function_beside_its_symbolic_form(dist_pages):

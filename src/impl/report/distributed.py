@@ -1,9 +1,8 @@
 """Report sections 2-3: distributed_communication_single_node (table, bus-bandwidth plot, o/w fit),
 the DDP benchmarks (step time, communication share, overhead against the single-GPU floor and
 torch DDP), the bucket model checked against the measured bucket sizes, the profiler timeline of
-naive vs bucketed DDP, and optimizer_state_sharding_accounting (memory breakdown with the
-closed-form prediction, ZeRO-1 vs the simple sharded optimizer). Every number is read from the
-rows of perf/test_distributed_communication.py, perf/test_ddp.py, perf/test_optimizer_sharding.py."""
+naive vs bucketed DDP. Every number is read from the rows of perf/test_distributed_communication.py
+and perf/test_ddp.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ import pandas as pd
 
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
-from impl.workloads.variants import DDPVariant, ShardVariant
+from impl.workloads.variants import DDPVariant
 from impl.report import figures
 from impl.report.templating import macros
 from impl.workloads.problems import Problem as P, StoredGroup
@@ -22,13 +21,9 @@ from impl.report.rows import size_label  # (also registers the typed .cfg access
 
 DDP_PROBLEMS = [StoredGroup.DDP_BENCHMARKING_ANCHORS, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING,
                 P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, P.DDP_BUCKETED_BENCHMARKING]
-SHARD = P.OPTIMIZER_STATE_SHARDING_ACCOUNTING
-DDP, SHARDING = (macros(f"{name}.md.j2") for name in ("ddp", "optimizer_sharding"))
+DDP = macros("ddp.md.j2")
 VARIANT_LABEL = {v.value: v.label for v in DDPVariant}
 VARIANT_ORDER = list(VARIANT_LABEL)
-SHARD_LABEL = {v.value: v.label for v in ShardVariant}
-# comm_volume_per_rank keys for each sharding variant's schedule
-SHARD_VOLUME = dict(none="ddp", sharded="sharded_simple", zero1="zero1", torch_zero="sharded_simple")
 
 
 def _info(r, key, default=None):
@@ -282,48 +277,3 @@ def timeline_section(d: pd.DataFrame, device: str, fig_dir: Path, fig_rel: str) 
     return "\n\n".join([
         DDP.timeline_intro(src, int(first.cfg.context), int(first.cfg.batch_per_rank), traced, bucketed_for_overlap),
         f"![{DDP.timeline_alt()}]({fig_rel}/{name})", table(DDP.timeline_header().split("|"), stats)])
-
-
-# ---------------------------------------------------------------------------------------------
-# optimizer state sharding
-
-
-def sharding_section(d: pd.DataFrame) -> str | None:
-    if d.empty:
-        return None
-    first = d.iloc[0]
-    u = _Unit(_info(first, "n_params", 0) * 4)
-    gib, _gb = u.b, u.d  # noqa: N806 - the unit follows the model size
-    mem_rows, cmp_rows = [], []
-    for _, r in d.iterrows():
-        v = r.cfg.variant
-        label = SHARD_LABEL.get(v, v)
-        nr = _not_run(r)
-        if nr:
-            mem_rows.append([label, "", nr] + [""] * 10)
-            continue
-        pred = _info(r, "predicted")
-        for k, m in enumerate(_info(r, "ranks")):
-            nb = m["named_before"]
-            mem_rows.append([label if k == 0 else "", k, gib(m["init_peak"]), gib(m["before_peak"]),
-                             gib(m["after_peak"]), gib(nb["parameters"]), gib(nb["gradients"]),
-                             gib(m["named_after"]["optimizer_state"]), gib(nb["buffers"]), gib(m.get("activations")),
-                             gib(m.get("other_before")),
-                             f"{gib(pred['parameters'])} / {gib(pred['gradients'])} / {gib(pred['optimizer_state'])}",
-                             gib(pred["activations"])])
-        states = [m["named_after"]["optimizer_state"] for m in _info(r, "ranks")]
-        vol = _info(r, "predicted_ring_bytes_per_rank")[SHARD_VOLUME.get(v, "ddp")]
-        opt_s = figure(r, "opt_s") or figure(r, "opt_step_s")  # older files: opt_step_s
-        cmp_rows.append([label, ms(r["median"], r["stddev"]), ms(opt_s), gib(max(states)),
-                         gib(max(m["after_peak"] for m in _info(r, "ranks")) if _info(r, "ranks")[0]["after_peak"] is not None else None),
-                         _gb(_info(r, "comm_bytes_per_step")), _info(r, "comm_bytes_source"), _gb(vol)])
-    psi = _info(first, "n_params", 0) * 4
-    return "\n\n".join([
-        SHARDING.method(size_label(first.cfg.size_ref, first.cfg.size), int(first.cfg.batch_per_rank), int(first.cfg.context),
-                        int(first.cfg.world_size), first.cfg.backend),
-        table(SHARDING.memory_header(u.bin_name).split("|"), mem_rows),
-        SHARDING.zero1_intro(_gb(psi), u.dec_name),
-        table(SHARDING.compare_header(u.bin_name, u.dec_name).split("|"), cmp_rows)])
-
-
-# ---------------------------------------------------------------------------------------------

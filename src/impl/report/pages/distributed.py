@@ -1,4 +1,4 @@
-"""Pages of sections 2-3: ddp, communication_accounting and optimizer_sharding (distributed_communication
+"""Pages of sections 2-3: ddp and communication_accounting (distributed_communication, optimizer_sharding
 and fsdp are two-file pages of their own). Tables and figures come from the section helpers
 impl.report.distributed and .accounting; this module puts the answers
 first, GPU devices only (the CPU smoke rows have their own page), and the run metadata last.
@@ -18,7 +18,6 @@ from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows
 from impl.report.ratio import ratio, spread
 from impl.report.ddp_facts import TORCH, ddp_facts
 from impl.report.ddp_facts import label as ddp_label
-from impl.report.sharding_facts import sharding_facts
 from impl.report.rows import answering, current_edition, size_runs
 from impl.report.runs import device_label, runs_line
 from impl.report.templating import macros
@@ -197,44 +196,5 @@ def accounting_page(ctx: Context) -> Page:
                 [Answer(q, t) for q, t in zip(qs, texts)], "\n\n".join(body), score={name: score})
 
 
-# ---- optimizer state sharding -------------------------------------------------------------------
-
-
-def sharding_page(ctx: Context) -> Page:
-    slug = problem(P.OPTIMIZER_STATE_SHARDING).slug
-    names = [P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING]
-    words = macros("optimizer_sharding.md.j2")
-    answers = {n: f"{NOT_ON_GPU}." for n in names}
-    scores = {n: Score(NOT_ON_GPU) for n in names}
-    current = current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
-    body, facts = [], []
-    for dev, d in gpu_rows(ctx, dr.SHARD):
-        label = device_label(dev, d)
-        log_tail = _log_tail(ctx, dev, "correctness-nccl-fsdp-sharding.txt")
-        body.append(f"## {label}")
-        for run in size_runs(d):  # each [edition, size] run apart: its ratios divide its own rows
-            f = sharding_facts(label, run, log_tail)
-            facts.append((dev, f))
-            body += [EDITIONS.h_size_run(f.run, current), EDITIONS.size_run_intro(f.run),
-                     dr.sharding_section(run.rows) or "", words.notes(f)]
-        body.append(runs_line(dev, d))
-        if log_tail:
-            answers[P.OPTIMIZER_STATE_SHARDING] = words.a_sharding(facts[-1][1])
-            scores[P.OPTIMIZER_STATE_SHARDING] = Score(words.score_correct(), facts[-1][1].passed, "–", dev, "–")
-    fs = answering([f for _, f in facts], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
-    if fs:
-        answers[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = words.a_accounting(fs, current)
-    # the scoreboard: the newest edition's run that has both rows (labelled with its size)
-    for dev, f in sorted(facts, key=lambda x: -int(x[1].run.edition)):
-        if f.none is not None and f.sharded is not None:
-            scores[P.OPTIMIZER_STATE_SHARDING_ACCOUNTING] = Score(
-                words.score_answer(f, current), words.score_headline(f), str(f.sharded.vs(f.none, words.vs_what())), dev,
-                f.run.date)
-            break
-    qs = {P.OPTIMIZER_STATE_SHARDING: words.q_sharding(), P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: words.q_accounting()}
-    return Page(slug, words.title(), [problem(n) for n in names],
-                [Answer(qs[n], answers[n]) for n in names], "\n\n".join(x for x in body if x), score=scores)
-
-
 def pages(ctx: Context) -> list[Page]:
-    return [ddp_page(ctx), accounting_page(ctx), sharding_page(ctx)]
+    return [ddp_page(ctx), accounting_page(ctx)]

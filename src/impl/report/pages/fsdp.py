@@ -14,17 +14,17 @@ from impl.bench.row import Metric, Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.pages import Context, Kind, Scored
+from impl.report.pages.optimizer_sharding import LABEL as SHARD_LABEL
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, RunLabel, SizeRun, answering, current_edition, size_label, size_ref, \
     size_runs_of, view
 from impl.report.runs import RunsFacts, device_name, device_short
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
-from impl.workloads.variants import DDPVariant, FSDPVariant, ShardVariant
+from impl.workloads.variants import DDPVariant, FSDPVariant
 
 SLUG = "fsdp"
 LABEL = {v.value: v.label for v in FSDPVariant}
-SHARD_LABEL = {v.value: v.label for v in ShardVariant}
 DDP_LABEL = {v.value: v.label for v in DDPVariant}
 OURS = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")
 TP = "tp"  # perf/test_fsdp.py's tensor-parallel rows: the whole global batch on every rank
