@@ -25,6 +25,7 @@ PAGE_MODULES = [
     "impl.report.pages.flash",
     "impl.report.pages.distributed_communication",
     "impl.report.pages.distributed",
+    "impl.report.pages.optimizer_sharding",
     "impl.report.pages.fsdp",
     "impl.report.pages.parallelism",
     "impl.report.pages.cpu_smoke",
