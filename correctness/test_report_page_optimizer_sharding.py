@@ -22,7 +22,8 @@ N_PARAMS = 2e9  # Ψ = 8 GB of fp32 gradients
 
 def _rank(state, after_peak, activations=10 * GiB, grads=7.5 * GiB):
     return dict(init_peak=15 * GiB, init_allocated=7.6 * GiB, before_peak=30 * GiB + state, after_peak=after_peak,
-                named_before=dict(parameters=7.5 * GiB, gradients=grads, buffers=0), named_after=dict(optimizer_state=state),
+                named_before=dict(parameters=7.5 * GiB, gradients=grads, buffers=0),
+                named_after=dict(optimizer_state=state),
                 activations=activations, other_before=0.1 * GiB)
 
 
@@ -30,7 +31,8 @@ def _row(variant, median, *, device=X2, when=NEW, edition="2026", state=15 * GiB
          activations=10 * GiB, status=Status.MEASURED, reason=None, size="xl", n_params=N_PARAMS):
     """A variant's row: two ranks, the second with the smaller peak after the step."""
     details = dict(n_params=n_params, comm_bytes_per_step=n_params * 4, comm_bytes_source="counted",
-                   predicted=dict(parameters=7.5 * GiB, gradients=7.5 * GiB, optimizer_state=state, activations=22 * GiB),
+                   predicted=dict(parameters=7.5 * GiB, gradients=7.5 * GiB, optimizer_state=state,
+                                  activations=22 * GiB),
                    predicted_ring_bytes_per_rank=dict(ddp=8e9, sharded_simple=12e9, zero1=8e9),
                    ranks=[_rank(state, p, activations) for p in peaks], steps=dict(opt_s=(median or 0) / 10))
     return bench(P, dict(size=size, edition=edition, context=512, batch_per_rank=4, world_size=2, backend="nccl",
@@ -93,7 +95,7 @@ def test_table_rows_per_rank_and_not_run_variants_named_with_their_reason(f):
     new, _ = f.answers
     none, sharded, zero1, torch_zero = new.variants
     assert torch_zero.not_run == "needs_hardware: needs 2 GPUs" and torch_zero.ranks == ()
-    assert [r.rank for r in sharded.ranks] == [0, 1] and sharded.max_after_peak == 51 * GiB
+    assert [r.rank for r in sharded.ranks] == [0, 1] and sharded.after_peak == 51 * GiB
     assert (sharded.predicted_volume, none.predicted_volume, zero1.predicted_volume) == (12e9, 8e9, 8e9)
     assert sharded.opt_s == pytest.approx(0.115) and sharded.payload_source == "counted"
     assert new.big and new.psi == N_PARAMS * 4
@@ -132,4 +134,5 @@ def test_committed_2025_run_reads_the_rows_size_and_its_zero1_transient(tmp_path
 
 
 def test_page_words(request, tmp_path):
-    assert_snapshot(request, "optimizer_sharding", render_page("optimizer_sharding.md.j2", f=page.facts(_ctx(tmp_path))))
+    text = render_page("optimizer_sharding.md.j2", f=page.facts(_ctx(tmp_path)))
+    assert_snapshot(request, "optimizer_sharding", text)

@@ -128,7 +128,8 @@ def _shard_rows(rows: list[Bench], first: Bench) -> list[ShardRow]:
             continue
         peaks = [max(x.get("before_peak") or 0, x.get("after_peak") or 0) for x in b.details.get("ranks") or []]
         if b.status is Status.MEASURED and peaks and max(peaks):
-            out.append(ShardRow(c.variant, SHARD_LABEL.get(c.variant, c.variant), b.stats.median, b.stats.stddev, max(peaks), b.run.file))
+            out.append(ShardRow(c.variant, SHARD_LABEL.get(c.variant, c.variant), b.stats.median, b.stats.stddev,
+                                max(peaks), b.run.file))
     return out
 
 
@@ -517,7 +518,8 @@ def _where(device: str) -> str:
     return f"{device_short(device)} ({device})"
 
 
-def _newest_of_shape(per_device: list[tuple[str, list[Bench]]], shape: Shape, keep) -> list[tuple[str, SizeRun, Bench]]:
+def _newest_of_shape(per_device: list[tuple[str, list[Bench]]], shape: Shape, keep
+                     ) -> list[tuple[str, SizeRun, Bench]]:
     """(device, its newest run of `shape`'s size, each measured row of that run with `shape` that `keep` accepts)."""
     out = []
     for device, rows in per_device:
@@ -555,7 +557,8 @@ def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Benc
                 if same else None
             beside.append(Beside(label, b, run.label(device), _where(device), b.run.section, vs))
         if measured or not_run:
-            out.append(TpFacts((measured or not_run)[0].run.size, shape.context, shape.batch, measured, not_run, beside))
+            size = (measured or not_run)[0].run.size
+            out.append(TpFacts(size, shape.context, shape.batch, measured, not_run, beside))
     return sorted(out, key=lambda f: -int((f.rows or f.not_run)[0].run.edition))
 
 
@@ -645,7 +648,8 @@ def facts(ctx: Context) -> FsdpPage:
         runs = [f for run in size_runs_of(rows) if (f := run_facts(device, heading, run, shard.get(device, []), ctx))]
         if runs:
             found += runs
-            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, [b for b in rows if cfg(b).variant != TP])))
+            but_tp = [b for b in rows if cfg(b).variant != TP]
+            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, but_tp)))
     newest_first = sorted(found, key=lambda f: -int(f.run.edition))
     saving_run = next((f for f in newest_first if f.saving), None)
     headline_run = next((f for f in newest_first if f.headline), None)

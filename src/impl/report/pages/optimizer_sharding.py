@@ -38,46 +38,6 @@ def cfg(b: Bench) -> ShardConfig:
 
 
 @dataclass(frozen=True)
-class Variant:
-    """A measured variant: its ranks' memory (the largest rank's) and step time."""
-
-    row: Bench
-
-    def _ranks(self, key: str) -> float:
-        return max(x[key] for x in self.row.details["ranks"])
-
-    @property
-    def state(self) -> float:
-        """Optimizer state per rank (the largest rank's), after the step."""
-        return max(x["named_after"]["optimizer_state"] for x in self.row.details["ranks"])
-
-    @property
-    def before_peak(self) -> float:
-        return self._ranks("before_peak")
-
-    @property
-    def after_peak(self) -> float:
-        return self._ranks("after_peak")
-
-    @property
-    def median(self) -> float:
-        return self.row.stats.median
-
-    @property
-    def stddev(self) -> float | None:
-        return self.row.stats.stddev
-
-    @property
-    def grad_gb(self) -> float:
-        """The fp32 gradients Ψ in GB."""
-        return self.row.details["n_params"] * 4 / 1e9
-
-    def vs(self, other: Variant, name: str) -> Ratio:
-        s, o = self.row.stats, other.row.stats
-        return ratio(s.median, o.median, name, spread(s.stddev, s.iqr), spread(o.stddev, o.iqr))
-
-
-@dataclass(frozen=True)
 class InitPeak:
     peak: float
     allocated: float
@@ -113,42 +73,62 @@ class RankMemory:
 
 
 @dataclass(frozen=True)
-class VariantRows:
-    """A variant's rows of the run's two tables; `not_run`: "status: reason" where it did not run."""
+class Variant:
+    """A variant's row of the run's two tables and the answer; `not_run`: "status: reason" where it did not run."""
 
+    row: Bench
     label: str
     not_run: str | None
-    ranks: list[RankMemory] = ()
-    predicted: dict | None = None  # impl.accounting.memory_breakdown's parameters, gradients, optimizer_state, activations
-    step_s: float | None = None
-    step_std: float | None = None
+    ranks: tuple[RankMemory, ...] = ()
+    predicted: dict | None = None  # impl.accounting.memory_breakdown's parts: parameters, gradients, ...
     opt_s: float | None = None  # the optimizer step, slowest rank
     payload_bytes: float | None = None
     payload_source: str | None = None
     predicted_volume: float | None = None  # ring bytes per rank
 
     @property
-    def max_state(self) -> float:
+    def median(self) -> float:
+        return self.row.stats.median
+
+    @property
+    def stddev(self) -> float | None:
+        return self.row.stats.stddev
+
+    @property
+    def state(self) -> float:
+        """Optimizer state per rank (the largest rank's), after the step."""
         return max(r.optimizer_state for r in self.ranks)
 
     @property
-    def max_after_peak(self) -> float | None:
+    def before_peak(self) -> float:
+        return max(r.before_peak for r in self.ranks)
+
+    @property
+    def after_peak(self) -> float | None:
         return None if self.ranks[0].after_peak is None else max(r.after_peak for r in self.ranks)
 
+    @property
+    def grad_gb(self) -> float:
+        """The fp32 gradients Ψ in GB."""
+        return self.row.details["n_params"] * 4 / 1e9
 
-def _variant_rows(b: Bench) -> VariantRows:
+    def vs(self, other: Variant, name: str) -> Ratio:
+        s, o = self.row.stats, other.row.stats
+        return ratio(s.median, o.median, name, spread(s.stddev, s.iqr), spread(o.stddev, o.iqr))
+
+
+def variant(b: Bench) -> Variant:
     v = cfg(b).variant
-    label = LABEL.get(v, v)
     if b.status is not Status.MEASURED:
-        return VariantRows(label, f"{b.status.value}: {b.row.reason}")
+        return Variant(b, LABEL.get(v, v), f"{b.status.value}: {b.row.reason}")
     d = b.details
-    ranks = [RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
-                        m["named_before"]["gradients"], m["named_after"]["optimizer_state"], m["named_before"]["buffers"],
-                        m.get("activations"), m.get("other_before")) for k, m in enumerate(d["ranks"])]
-    return VariantRows(label, None, ranks, d["predicted"], b.stats.median, b.stats.stddev,
-                       b.figure("opt_s") or b.figure("opt_step_s"),  # older files: opt_step_s
-                       d.get("comm_bytes_per_step"), d.get("comm_bytes_source"),
-                       d["predicted_ring_bytes_per_rank"][VOLUME.get(v, "ddp")])
+    ranks = tuple(RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
+                             m["named_before"]["gradients"], m["named_after"]["optimizer_state"],
+                             m["named_before"]["buffers"], m.get("activations"), m.get("other_before"))
+                  for k, m in enumerate(d["ranks"]))
+    return Variant(b, LABEL.get(v, v), None, ranks, d["predicted"], b.figure("opt_s") or b.figure("opt_step_s"),
+                   d.get("comm_bytes_per_step"), d.get("comm_bytes_source"),  # older files: opt_step_s
+                   d["predicted_ring_bytes_per_rank"][VOLUME.get(v, "ddp")])
 
 
 @dataclass(frozen=True)
@@ -162,7 +142,7 @@ class RunFacts:
     world: int
     backend: str
     psi: float  # the fp32 gradients' bytes (= the parameters')
-    variants: list[VariantRows]
+    variants: list[Variant]  # every row of the run
     none: Variant | None
     sharded: Variant | None
     zero1: Variant | None
@@ -176,22 +156,21 @@ class RunFacts:
 
 
 def run_facts(label: str, run: SizeRun) -> RunFacts:
-    by = {cfg(b).variant: Variant(b) for b in run.rows if b.measured}
+    variants = [variant(b) for b in run.rows]
+    by = {cfg(v.row).variant: v for v in variants if v.row.measured}
     init = z1 = None
     if by:
         r0 = next(iter(by.values())).row.details["ranks"][0]
         if r0.get("init_peak") and r0.get("init_allocated"):
             init = InitPeak(r0["init_peak"], r0["init_allocated"], r0["named_before"]["parameters"])
     if "zero1" in by and "sharded" in by:
-        za = by["zero1"].row.details["ranks"][0]
-        ba = by["sharded"].row.details["ranks"][0]["activations"]
-        grads = za["named_before"]["gradients"]
-        if za["activations"] is not None and ba is not None and za["activations"] - ba > grads / 2:
-            z1 = Zero1Activations(za["activations"], ba, grads, by["zero1"].row.run.commit)
+        za, sa = by["zero1"].ranks[0], by["sharded"].ranks[0]
+        if None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2:
+            z1 = Zero1Activations(za.activations, sa.activations, za.gradients, by["zero1"].row.run.commit)
     first, c = run.rows[0], cfg(run.rows[0])
     return RunFacts(run.label(label), size_label(size_ref(c.size, c.edition), c.size), c.batch_per_rank, c.context,
-                    c.world_size, c.backend, first.details.get("n_params", 0) * 4,
-                    [_variant_rows(b) for b in run.rows], by.get("none"), by.get("sharded"), by.get("zero1"), init, z1)
+                    c.world_size, c.backend, first.details.get("n_params", 0) * 4, variants, by.get("none"),
+                    by.get("sharded"), by.get("zero1"), init, z1)
 
 
 @dataclass(frozen=True)
