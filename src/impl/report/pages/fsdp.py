@@ -14,7 +14,7 @@ from impl.bench.row import Metric, Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.pages import Context, Kind, Scored
-from impl.report.pages.optimizer_sharding import LABEL as SHARD_LABEL
+from impl.report.pages import optimizer_sharding as opt_sharding
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, RunLabel, SizeRun, answering, current_edition, size_label, size_ref, \
     size_runs_of, view
@@ -107,30 +107,12 @@ def _config_row(b: Bench) -> ConfigRow:
                      b.figure("predicted_total_bytes"), b.figure("tokens_per_s", Metric.TOKENS_PER_S))
 
 
-@dataclass(frozen=True)
-class ShardRow:
-    """An optimizer_state_sharding_accounting row of the same device and shape: peak = the largest of
-    the peaks before and during the optimizer step, over ranks."""
-
-    variant: str
-    label: str
-    step_s: float
-    step_std: float | None
-    peak_bytes: float
-    file: str
-
-
-def _shard_rows(rows: list[Bench], first: Bench) -> list[ShardRow]:
-    c0, out = cfg(first), []
-    for b in rows:
-        c = cfg(b)
-        if (c.size_ref, c.context, c.batch_per_rank) != (c0.size_ref, c0.context, c0.batch_per_rank):
-            continue
-        peaks = [max(x.get("before_peak") or 0, x.get("after_peak") or 0) for x in b.details.get("ranks") or []]
-        if b.status is Status.MEASURED and peaks and max(peaks):
-            out.append(ShardRow(c.variant, SHARD_LABEL.get(c.variant, c.variant), b.stats.median, b.stats.stddev,
-                                max(peaks), b.run.file))
-    return out
+def _sharding(rows: list[Bench], first: Bench) -> list[opt_sharding.Variant]:
+    """The optimizer_state_sharding_accounting rows (same device) of `first`'s shape: size by edition,
+    context, per-rank batch; measured, with a peak."""
+    shape = lambda b: (cfg(b).size_ref, cfg(b).context, cfg(b).batch_per_rank)  # noqa: E731
+    return [v for b in rows if shape(b) == shape(first) and b.status is Status.MEASURED and b.details.get("ranks")
+            and (v := opt_sharding.variant(b)).peak]
 
 
 @dataclass(frozen=True)
@@ -262,7 +244,7 @@ class RunFacts:
     backend: str
     rows: list[ConfigRow]
     not_yet_run: list[str]  # labels of today's grid's variants the run lacks
-    sharding: list[ShardRow]
+    sharding: list[opt_sharding.Variant]  # beside, of the same shape
     timeline_errors: list[str]  # "label: error" (older files)
     ran_ours: bool  # one of our configurations ran (so a timeline is expected)
     timelines: list[Timeline]
@@ -359,7 +341,7 @@ def run_facts(device: str, label: str, run: SizeRun, shard: list[Bench], ctx: Co
         run.label(label), device, c.size_label, c.context, c.batch_per_rank, c.world_size, c.backend,
         [_config_row(b) for b in rows],
         [LABEL.get(v, v) for v in grid(P.FSDP, "full").variants if v not in have],
-        _shard_rows(shard, rows[0]),
+        _sharding(shard, rows[0]),
         [f"{LABEL.get(cfg(b).variant, cfg(b).variant)}: {b.details['timeline_error']}" for b in rows
          if b.details.get("timeline_error")],
         bool(ours), [_timeline(b) for b in with_tl], tl0.get("source", ""), len(tl0.get("rows", ())),
@@ -632,7 +614,7 @@ class FsdpPage:
     @property
     def sources(self) -> list[str]:
         files = {f for s in self.sections for f in s.source.files}
-        files |= {r.file for s in self.sections for f in s.runs for r in f.sharding}
+        files |= {v.row.run.file for s in self.sections for f in s.runs for v in f.sharding}
         files |= {f for t in self.tps for f in t.tp_files + t.beside_files}
         files |= {f for p in self.per_rank for f in p.source.files}
         return sorted(files)

@@ -108,6 +108,15 @@ class Variant:
         return None if self.ranks[0].after_peak is None else max(r.after_peak for r in self.ranks)
 
     @property
+    def peak(self) -> float:
+        """The largest of the peaks before and during the optimizer step, over ranks (the fsdp page's)."""
+        return max(self.before_peak, self.after_peak or 0)
+
+    @property
+    def name(self) -> str:
+        return cfg(self.row).variant
+
+    @property
     def grad_gb(self) -> float:
         """The fp32 gradients Ψ in GB."""
         return self.row.details["n_params"] * 4 / 1e9
