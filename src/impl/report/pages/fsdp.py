@@ -237,11 +237,7 @@ class RunFacts:
 
     run: RunLabel
     device: str  # the device folder
-    size: str  # size_label: "xl (2026) = 2.7B (2025)"
-    context: int
-    batch: int  # per rank
-    world: int
-    backend: str
+    config: DistConfig  # its first row's: size, context, per-rank batch, ranks, backend
     rows: list[ConfigRow]
     not_yet_run: list[str]  # labels of today's grid's variants the run lacks
     sharding: list[opt_sharding.Variant]  # beside, of the same shape
@@ -332,13 +328,12 @@ def run_facts(device: str, label: str, run: SizeRun, shard: list[Bench], ctx: Co
     rows = [b for b in run.rows if b.problem == P.FSDP and cfg(b).variant != TP]
     if not rows:
         return None
-    c = cfg(rows[0])
     have = {cfg(b).variant for b in rows}
     ours = [b for b in rows if cfg(b).variant in OURS and b.status is Status.MEASURED]
     with_tl = [b for b in ours if b.details.get("timeline")]
     tl0 = with_tl[0].details["timeline"] if with_tl else {}
     return RunFacts(
-        run.label(label), device, c.size_label, c.context, c.batch_per_rank, c.world_size, c.backend,
+        run.label(label), device, cfg(rows[0]),
         [_config_row(b) for b in rows],
         [LABEL.get(v, v) for v in grid(P.FSDP, "full").variants if v not in have],
         _sharding(shard, rows[0]),
@@ -378,10 +373,17 @@ class Shape:
         return cls(cfg(b).size_ref, cfg(b).context, global_batch(b))
 
 
-class _Timed:
-    """What TP's rows and the rows beside them read alike off their bench row."""
+@dataclass(frozen=True)
+class Side:
+    """A row of the TP section: a TP row, or one of the same model and global batch that shards the batch
+    (DDP, FSDP) with TP's ratio against it where the two come from one run."""
 
     bench: Bench
+    run: RunLabel
+    where: str  # "2×H200 (h200-141gb-x2)"
+    label: str = ""
+    section: str = "fsdp"  # the section it was read from ("fsdp", "ddp")
+    vs_tp: Ratio | None = None  # the same-run TP row (the same rank count) ÷ this row
 
     @property
     def world(self) -> int:
@@ -404,13 +406,8 @@ class _Timed:
         return self.bench.metric(Metric.TOKENS_PER_S)
 
 
-@dataclass(frozen=True)
-class TpRow(_Timed):
+class TpRow(Side):
     """One TP row: measured, counted, closed form and predicted."""
-
-    bench: Bench
-    run: RunLabel
-    where: str  # "2×H200 (h200-141gb-x2)"
 
     @property
     def dtype(self) -> str:
@@ -452,26 +449,13 @@ class TpRow(_Timed):
 
 
 @dataclass(frozen=True)
-class Beside(_Timed):
-    """A row of the same model and global batch that shards the batch (DDP, FSDP), and TP's ratio
-    against it where the two come from one run."""
-
-    label: str
-    bench: Bench
-    run: RunLabel
-    where: str
-    section: str  # the section it was read from ("fsdp", "ddp")
-    vs_tp: Ratio | None  # the same-run TP row (the same rank count) ÷ this row
-
-
-@dataclass(frozen=True)
 class TpFacts:
     size: str  # described: "xl (2026): d_model 2560, 32 layers, 3.4B params"
     context: int
     batch: int  # global sequences per step
     rows: list[TpRow]  # measured TP rows, fewest ranks first
     not_run: list[TpRow]  # TP rows of a rank count no device measured
-    beside: list[Beside]
+    beside: list[Side]
 
     @property
     def dtype(self) -> str:
@@ -537,7 +521,7 @@ def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Benc
             same = [r for r in measured if r.bench.run.datetime == b.run.datetime and r.world == cfg(b).world_size]
             vs = ratio(same[0].step_s, b.stats.median, "", same[0].spread, spread(b.stats.stddev, b.stats.iqr)) \
                 if same else None
-            beside.append(Beside(label, b, run.label(device), _where(device), b.run.section, vs))
+            beside.append(Side(b, run.label(device), _where(device), label, b.run.section, vs))
         if measured or not_run:
             size = (measured or not_run)[0].run.size
             out.append(TpFacts(size, shape.context, shape.batch, measured, not_run, beside))
