@@ -1,4 +1,4 @@
-"""The report as facts (impl.report.index, rows, ratio, fsdp headline): which problems the index lists
+"""The report as facts (impl.report.index, rows, ratio): which problems the index lists
 and with which editions, which row is a page's headline, the ratio convention. Numbers and verdicts,
 not wording."""
 from __future__ import annotations
@@ -71,34 +71,12 @@ def test_ratio_is_ours_over_anchor_with_one_verdict_word():
     assert ratio(None, 1.0) is None and ratio(1.0, float("nan")) is None
 
 
-def test_fsdp_headline_pair_is_the_target_configuration_not_the_best_looking_row():
-    from impl.report.fsdp import headline_pair
-
-    every = ["fsdp_block_bf16", "torch_fsdp_bf16", "fsdp_bf16", "torch_fsdp", "fsdp", "ddp"]
-    assert headline_pair(every) == ("fsdp_block_bf16", "torch_fsdp_bf16")
-    assert headline_pair([v for v in every if v != "fsdp_block_bf16"]) == ("fsdp_bf16", "torch_fsdp_bf16")
-    assert headline_pair(["fsdp", "torch_fsdp", "ddp"]) == ("fsdp", "torch_fsdp")
-    assert headline_pair(["fsdp", "ddp"]) is None
-
-
 @pytest.fixture(scope="module")
 def built_pages(tmp_path_factory):
     from impl.report import build
 
     ctx = build.context(ROOT / "reports" / "data", tmp_path_factory.mktemp("reports"))
     return ctx, build.collect(ctx)
-
-
-def test_committed_fsdp_headline_reads_the_per_block_pair(built_pages):
-    """The committed xl (2026) run (2×H100) has the per-block row: the headline is ours with a unit per
-    block against fully_shard, both bf16 (the target pair, chosen by rule), from that one run."""
-    ctx, pages = built_pages
-    fsdp = next(p for p in pages if p.slug == "fsdp").score["fsdp"]
-    d = ctx.df[(ctx.df.problem == "fsdp") & (ctx.df.device == "h100-80gb-x2")]
-    med = {r.config["variant"]: m for r, m in zip(d["row"], d["median"]) if r.config.get("edition") == "2026"}
-    ratio = med["fsdp_block_bf16"] / med["torch_fsdp_bf16"]
-    assert f"{ratio:.2f}×" in fsdp.vs_anchor
-    assert ("faster" if ratio < 1 else "slower") in fsdp.vs_anchor
 
 
 def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
@@ -302,20 +280,6 @@ def test_committed_torch_compile_a_divides_within_one_run(built_pages):
     assert f"{min(values):.2f}–{max(values):.2f}×" in score.vs_anchor
 
 
-# ------------------------------------------------------------- fsdp_accounting
-def test_fsdp_saving_reads_the_rows_size_by_edition(built_pages):
-    """(a)'s prediction uses the row's own size table: the committed run's xl is the 2025 table's."""
-    from impl.model.sizes import SizeRef
-    from impl.report.fsdp_facts import saving
-    from impl.report.rows import benches
-
-    ctx, _ = built_pages
-    rows = benches(ctx.df[(ctx.df.problem == "fsdp") & (ctx.df.device == "h200-141gb-x2")])
-    s = saving(rows)
-    assert s.size == SizeRef("2025", "xl").label
-    assert s.measured == s.ddp_peak - s.fsdp_peak and s.of_predicted == pytest.approx(s.measured / s.predicted.saving)
-
-
 # ------------------------------------------------------------- mixed_precision
 def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
     from impl.report.mixed_precision import bf16_trend
@@ -333,21 +297,6 @@ def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
     assert not t26.train() and t26.best is None
 
 
-# ------------------------------------------------------------- optimizer_state_sharding_accounting
-def test_sharding_facts_read_each_variants_largest_rank(built_pages):
-    from impl.report.rows import size_runs
-    from impl.report.sharding_facts import sharding_facts
-
-    ctx, _ = built_pages
-    d = ctx.df[(ctx.df.device == "h200-141gb-x2") & (ctx.df.problem == "optimizer_state_sharding_accounting")]
-    run = next(r for r in size_runs(d) if r.edition == "2025")
-    f = sharding_facts("dev", run, None)
-    assert f.run.size_short == "xl (2025)" and all(x.startswith("reports/data/h200-141gb-x2/") for x in f.run.files)
-    ranks = f.sharded.row.details["ranks"]
-    assert f.sharded.after_peak == max(r["after_peak"] for r in ranks)
-    assert f.sharded.state < f.none.state  # sharding keeps ~1/world of the optimizer state per rank
-    assert f.sharded.vs(f.none, "x").value == f.sharded.median / f.none.median
-    assert f.zero1_activations.zero1 - f.zero1_activations.sharded > 0
 
 
 # ------------------------------------------------------------- every page: structure and sources
@@ -498,22 +447,6 @@ def test_memory_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows
     assert p.grad_from_change == 419450880 == p.grad_bytes_expected and p.grad_over_expected == 1.0
 
 
-def test_per_rank_facts_read_each_variants_closed_form_and_the_measured_rank():
-    from impl.report.per_rank_facts import per_rank_facts
-
-    cf = {v: dict(parameters=p, gradients=p, optimizer_state=o, activations=10.0, total=2 * p + o + 10.0)
-          for v, p, o in (("fsdp", 1.0, 2.0), ("ddp", 2.0, 4.0), ("sharded_optimizer", 2.0, 2.0))}
-    b = _row_bench("per_rank_memory", dict(size="xl", edition="2026", world_size=2, batch_per_rank=4, context=512,
-                                           variant="ddp"),
-                   details=dict(closed_form=cf, stages={"ddp": 0, "sharded_optimizer": 1, "fsdp": 3},
-                                fits_this_gpu={"ddp": True, "sharded_optimizer": True, "fsdp": True},
-                                gpu_memory_bytes=85e9), mean=1.1, peak=9)
-    f = per_rank_facts([b])
-    assert [v.name for v in f.variants] == ["ddp", "sharded_optimizer", "fsdp"]
-    assert f.variant("ddp").total == 18.0 and f.measured_peak == 9 and f.measured_over_closed_form == 0.5
-    assert f.size.startswith("xl (2026)") and f.world_size == 2
-
-
 def test_memory_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
     """(a) from the timelines' phase levels at the longest context, (b) the fp32 peaks per context, (e) the
     bf16 forward's FFN-weight-sized allocations named as autocast copies (3 per block)."""
@@ -634,60 +567,6 @@ def test_size_runs_split_by_edition_size_and_run_2026_first_and_name_their_files
     assert groups[-1].described == "xl (2025): d_model 1600, 48 layers, 2.0B params"
     assert groups[1].files == ["reports/data/gpu-x2/ddp/20260102T0000Z_abc.json"]
     assert [g.datetime for g in newest_per_size(groups)] == [groups[0].datetime, groups[2].datetime]
-
-
-# ------------------------------------------------------------- tensor parallelism beside DDP and FSDP
-def _fsdp_row(variant, world=2, batch=4, peak=40 * 2**30, tp=None, edition="2026"):
-    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
-
-    cfg = dict(size="xl", edition=edition, context=512, batch_per_rank=batch, world_size=world, backend="nccl",
-               variant=variant, dtype="fp32")
-    details = dict(n_params=3.4e9, peak_bytes=peak)
-    if tp is not None:
-        details.update(tp_predicted=tp, tp_traffic=dict(calls=128, payload_bytes=tp["payload_bytes_per_step"]))
-    return Row(problem="fsdp", config=cfg, env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"),
-               status=Status.MEASURED, timing=Timing("one step", "SlowestRankClock", 2, 5),
-               metrics={Metric.TOKENS_PER_S: 8 * 512 / 1.0}, details=details, memory=Memory(peak, None))
-
-
-def _tp_pred(step_s):
-    return dict(matmul_flops_per_s=48e12, allreduce_busbw_Bps=190e9, compute_s=step_s - 0.03, comm_s=0.03,
-                step_s=step_s, payload_bytes_per_step=4 * 32 * 8 * 512 * 2560 * 4, max_devices_forward=31.6,
-                max_devices_backward=62.3)
-
-
-def test_tp_facts_divide_only_rows_of_one_run_and_check_the_traffic_against_the_closed_form():
-    """TP at 2 ranks shares a run with our FSDP and DDP rows of the same model and global batch (2 × 4
-    sequences): TP ÷ each is a ratio. TP at 4 ranks comes from another run and device: shown, divided
-    by nothing. The ddp section's rows stand beside TP only while the fsdp runs have no DDP row."""
-    from impl.parallelism_calcs import tp_step_allreduce_payload
-    from impl.report.tp_facts import tp_facts
-
-    labels = {"fsdp": "FSDP (ours), fp32", "ddp": "DDPBucketed 100 MB (ours)"}
-    x2 = _dist_frame([(_fsdp_row("tp", 2, 8, tp=_tp_pred(1.0)), "20260105T0000", 1.10, 0.002),
-                      (_fsdp_row("fsdp"), "20260105T0000", 0.80, 0.002),
-                      (_fsdp_row("ddp"), "20260105T0000", 1.00, 0.002),
-                      (_fsdp_row("fsdp", edition="2025"), "20260101T0000", 0.70, 0.002)], section="fsdp")
-    x4 = _dist_frame([(_fsdp_row("tp", 4, 8, tp=_tp_pred(0.5)), "20260106T0000", 0.60, 0.002)], "gpu-x4", "fsdp")
-    ddp = _dist_frame([(_ddp_row("naive"), "20260102T0000", 1.05, 0.002)])
-    (f,) = tp_facts([("gpu-x2", x2), ("gpu-x4", x4)], [("gpu-x2", ddp)], labels, lambda b: "naive")
-    assert (f.context, f.batch, [r.world for r in f.rows]) == (512, 8, [2, 4])
-    assert f.size.startswith("xl (2026)") and f.has_fsdp and f.shared_runs
-    by = {b.label: b for b in f.beside}
-    assert set(by) == set(labels.values())  # no ddp-section row: the fsdp run has its own DDP
-    assert by["FSDP (ours), fp32"].vs_tp.value == pytest.approx(1.10 / 0.80)
-    assert by["DDPBucketed 100 MB (ours)"].vs_tp.value == pytest.approx(1.10)
-    two, four = f.rows
-    assert two.closed_form_bytes == tp_step_allreduce_payload(8 * 512, 2560, 32, 4) == two.counted["payload_bytes"]
-    assert two.closed_form_calls == 128 and two.ring_bytes_per_rank == two.closed_form_bytes
-    assert four.ring_bytes_per_rank == pytest.approx(1.5 * four.closed_form_bytes)
-    assert two.measured_over_predicted == pytest.approx(1.10) and four.measured_over_predicted == pytest.approx(1.2)
-    assert four.run.files == ("reports/data/gpu-x4/fsdp/20260106T0000Z_abc.json",)
-
-    x2_tp_only = x2[x2.cfg.variant == "tp"]
-    (f,) = tp_facts([("gpu-x2", x2_tp_only)], [("gpu-x2", ddp)], labels, lambda b: "naive")
-    assert not f.has_fsdp and not f.shared_runs and [b.label for b in f.beside] == ["naive"]
-    assert f.beside[0].vs_tp is None and f.beside[0].section == "ddp"
 
 
 # ------------------------------------------------------------- leaderboard (2026) on two GPUs

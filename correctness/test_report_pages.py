@@ -366,7 +366,7 @@ def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_sho
 # ---------------------------------------------------------------------------------------------------
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
 
-DIST_SLUGS = {"optimizer_sharding", "fsdp"}
+DIST_SLUGS: set[str] = set()  # every distributed page is a two-file page with its own test file
 PAR_SLUGS = {"parallelism_calcs", "leaderboard_2026"}
 
 
@@ -379,9 +379,9 @@ def dist_ctx(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dist_pages(dist_ctx):
-    from impl.report.pages import distributed, parallelism
+    from impl.report.pages import parallelism
 
-    return distributed.pages(dist_ctx) + parallelism.pages(dist_ctx)
+    return parallelism.pages(dist_ctx)
 
 
 def test_distributed_pages_one_per_slug_each_problem_answered(dist_pages):
@@ -410,40 +410,6 @@ def test_gpu_pages_show_no_cpu_smoke_rows(dist_pages):
         assert "(cpu)" not in render_page(page) and "tiny," not in page.body, page.slug
 
 
-def test_sharding_answer_labels_each_edition_and_says_what_the_current_one_lacks(dist_pages):
-    """The 2026 question is asked of xl (2026): until its rows are filed the answer says so, and the xl
-    (2025) rows answer as history with their run file."""
-    page = next(p for p in dist_pages if p.slug == "optimizer_sharding")
-    a = page.answers[1].text
-    assert re.findall(r"\*\*(xl \(20\d\d\))", a)[:1] == ["xl (2026)"]  # measured or said to be missing, first
-    assert "xl (2025): d_model 1600, 48 layers, 2.0B params" in a and "`reports/data/h200-141gb-x2/optimizer_sharding/" in a
-    assert page.score["optimizer_state_sharding_accounting"].answer.startswith("xl (202")
-
-
-def test_fsdp_page_puts_tp_beside_ddp_and_fsdp_with_each_rows_device_and_run(dist_pages):
-    """TP at 2 ranks (2×H200) and 4 ranks (4×H200) of xl (2026), each with its run file, its counted
-    all-reduce bytes against the closed form and tp_calcs' prediction against the measured step; the
-    page says plainly when TP and the rows beside it are from different runs; the FSDP answers label
-    their size and edition."""
-    page = next(p for p in dist_pages if p.slug == "fsdp")
-    text = render_page(page)
-    tp = text.split("## Tensor parallelism beside DDP and FSDP: xl (2026)")[1]
-    for dev in ("h200-141gb-x2", "h200-141gb-x4"):
-        assert f"`reports/data/{dev}/fsdp/" in tp
-    assert "| TP over 2 ranks" in tp and "| TP over 4 ranks" in tp and "needs_hardware" not in tp
-    assert "counted / closed form" in tp and "measured ÷ predicted" in tp
-    assert "Different runs" in tp or "divides them" in tp
-    tp_answer = next(a.text for a in page.answers if a.question.startswith("tensor parallelism"))
-    assert "4·L·p·B·D" in tp_answer and "tp_calcs" in tp_answer
-    for a in page.answers[:3]:
-        assert re.findall(r"\*\*(xl \(20\d\d\))", a.text)[:1] == ["xl (2026)"], a.question
-    assert "| tp |" not in text  # TP rows live in their own section
-
-
-def test_fixed_inconsistencies_stay_fixed(dist_pages):
-    shard = render_page(next(p for p in dist_pages if p.slug == "optimizer_sharding"))
-    assert shard.index("Ψ =") < shard.index("·Ψ") or "with Ψ the" in shard.split("·Ψ")[0]
-    assert "Peak after init is about twice" in shard and "ZeRO-1's \"activations\"" in shard
 
 
 def test_parallelism_page_prints_each_function_beside_its_symbolic_form(dist_pages):
@@ -557,20 +523,6 @@ def test_leaderboard_2026_page_without_rows_says_what_is_missing(tmp_path):
     _store(data, "leaderboard_2026", "20260302T000000Z_aaaaaaaa", _lb26_rows([(2, 700, 26)]))
     page = parallelism.leaderboard_2026_page(_ctx(tmp_path, data))
     assert "fewer than two layer counts" in page.answers[0].text and "| 2 | every_k (k 1) |" in page.body
-
-
-def test_fsdp_page_names_grid_variants_the_device_has_not_run():
-    """A variant added to the fsdp grid after a device's newest run is named on that device's
-    section (the next run measures it), and nothing is named once every variant has a row."""
-    from impl.workloads.sweeps import grid
-    from impl.report import fsdp as F
-
-    variants = grid("fsdp", "full").variants
-    older = pd.DataFrame({"cfg.variant": [v for v in variants if v != "fsdp_block_bf16"]})
-    line = F._not_yet_run(older, "h200-141gb-x2")
-    assert line.startswith("Not yet run on this device: ") and F.LABEL["fsdp_block_bf16"] in line
-    assert F.LABEL["torch_fsdp_bf16"] not in line
-    assert F._not_yet_run(pd.DataFrame({"cfg.variant": variants}), "h200-141gb-x2") is None
 
 
 def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values():

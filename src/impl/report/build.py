@@ -26,7 +26,8 @@ PAGE_MODULES = [
     "impl.report.pages.distributed_communication",
     "impl.report.pages.ddp",
     "impl.report.pages.communication_accounting",
-    "impl.report.pages.distributed",
+    "impl.report.pages.optimizer_sharding",
+    "impl.report.pages.fsdp",
     "impl.report.pages.parallelism",
     "impl.report.pages.cpu_smoke",
 ]
