@@ -183,8 +183,7 @@ from impl.report.pages import attention as attention_pages  # noqa: E402
 from impl.report.pages import flash as flash_pages  # noqa: E402
 
 ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
-ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_forward", "flash_backward", "flash_benchmarking",
-                      "leaderboard", "flash_shapes"}
+ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_benchmarking", "leaderboard", "flash_shapes"}
 
 
 def _kernel_row(problem: str, config: dict, **details) -> Row:

@@ -1,85 +1,10 @@
-"""flash_attention and flash_shapes as facts: the code's tile defaults and backward choice, the
-backward-variants probe (two-pass against atomic), and flash_shapes' counts and ratios of ours to the
-faster SDPA anchor. templates/flash_attention.md.j2 and flash_shapes.md.j2 hold the words."""
+"""flash_shapes as facts: its counts and ratios of ours to the faster SDPA anchor, and its host-cost
+rows. templates/flash_shapes.md.j2 holds the words."""
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
-from pathlib import Path
 
-from impl.attention import backward_choice, flash_torch
 from impl.report.rows import Bench, of_newest_run
-
-
-@dataclass(frozen=True)
-class FlashAttentionFacts:
-    block_q: int  # flash_forward_torch's default tiles
-    block_k: int
-    atomic_min_work: float | None  # score elements from which the atomic backward is picked; None: never
-    tests: list[str]  # correctness/test_attention.py's tests of both implementations
-
-
-def _tests(root: Path, *patterns: str) -> list[str]:
-    """Names of the tests in root's correctness/test_attention.py containing each pattern, in turn."""
-    path = root / "correctness" / "test_attention.py"
-    if not path.exists():
-        return []
-    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("def test_")]
-    return [ln.split("(")[0][4:] for p in patterns for ln in lines if p in ln]
-
-
-def flash_attention_facts(root: Path) -> FlashAttentionFacts:
-    """The facts of the code, with the tests of the repository at `root` (the one whose report is built)."""
-    sig = inspect.signature(flash_torch.flash_forward_torch).parameters
-    threshold = backward_choice.ATOMIC_MIN_WORK
-    return FlashAttentionFacts(sig["block_q"].default, sig["block_k"].default,
-                               None if threshold == float("inf") else threshold,
-                               _tests(root, "flash", "backward_variants"))
-
-
-@dataclass(frozen=True)
-class ProbeShape:
-    """One probe shape's times (ms): each backward alone and with its forward."""
-
-    shape: str  # b×h×s×d [causal]
-    label: str
-    bwd_two_pass: float
-    bwd_atomic: float
-    e2e_two_pass: float
-    e2e_atomic: float
-
-    @property
-    def atomic_over_two_pass(self) -> float:
-        return self.e2e_atomic / self.e2e_two_pass
-
-
-@dataclass(frozen=True)
-class BackwardProbe:
-    device: str
-    shapes: list[ProbeShape]
-
-    @property
-    def slower_e2e(self) -> int:
-        """Shapes where the atomic backward's forward+backward was slower than the two-pass one's."""
-        return sum(s.e2e_atomic > s.e2e_two_pass for s in self.shapes)
-
-    @property
-    def slower_bwd(self) -> int:
-        return sum(s.bwd_atomic > s.bwd_two_pass for s in self.shapes)
-
-
-def backward_probe(doc: dict) -> BackwardProbe:
-    """The backward-variants probe file's shapes that timed both variants both ways."""
-    shapes = []
-    for r in doc["rows"]:
-        ms, s = r["ms"], r["shape"]
-        times = [ms.get(k) for k in ("ours bwd two_pass", "ours bwd atomic", "ours fwd+bwd two_pass",
-                                     "ours fwd+bwd atomic")]
-        if None in times:
-            continue
-        shapes.append(ProbeShape(f"{s['batch']}×{s['heads']}×{s['seq']}×{s['d']}" + (" causal" if s["causal"] else ""),
-                                 s.get("label") or "", *times))
-    return BackwardProbe(doc["device"], shapes)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@ leaderboard and flash_shapes. Tables come from impl.report.attention; every numb
 from the rows, the code or the probe files under reports/data/<device>/probes/."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_S
 from impl.report.markdown import num, pct, table
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
-from impl.report.flash_facts import FlashShapesFacts, backward_probe, flash_attention_facts, host_cost_facts
+from impl.report.flash_facts import FlashShapesFacts, host_cost_facts
 from impl.report.leaderboard import leaderboard_facts
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches
@@ -31,7 +30,6 @@ from impl.workloads.problems import Problem as P
 DRIFT_BAND = 1.05
 #: IMPL_LABELS[impl] colour in every figure, so one implementation has one colour on every panel.
 IMPL_COLORS = {impl: f"C{i}" for i, impl in enumerate(IMPL_ORDER)}
-PROBE_BWD = "flash_bwd_variants-v4.json"
 
 
 @dataclass
@@ -75,54 +73,6 @@ def _pow2_axis(ax, values) -> None:
     ax.xaxis.set_major_locator(FixedLocator(ticks[::2]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{int(x) // 1024}K" if x >= 1024 else f"{int(x)}"))
-
-
-# --- flash_attention (flash_forward, flash_backward) -------------------------------------------------------
-
-def _probe(ctx: Context, dev: str, name: str) -> dict | None:
-    path = ctx.reports_dir / "data" / dev / "probes" / name
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-FA = macros("flash_attention.md.j2")
-
-
-def flash_attention_page(ctx: Context) -> Page:
-    f = flash_attention_facts(ctx.reports_dir.parent)  # the repository: its reports/ is reports_dir
-    answers = [Answer(FA.q_torch(), FA.a_torch(f)), Answer(FA.q_triton(), FA.a_triton()),
-               Answer(FA.q_backward(), FA.a_backward(f))]
-    body = [FA.tests(f.tests)]
-    score = {P.FLASH_FORWARD: Score(answer=FA.score_forward()), P.FLASH_BACKWARD: Score(answer=FA.score_backward())}
-    for dev in ctx.gpu_devices():
-        doc = _probe(ctx, dev, PROBE_BWD)
-        if doc is None:
-            continue
-        p = backward_probe(doc)
-        answers.append(Answer(FA.q_faster(), FA.a_faster(p)))
-        body += [FA.probe_head(dev, f"reports/data/{dev}/probes/{PROBE_BWD}"),
-                 table(["shape (b×h×s×d)", "label", "bwd two-pass (ms)", "bwd atomic (ms)", "fwd+bwd two-pass (ms)",
-                        "fwd+bwd atomic (ms)", "atomic / two-pass"],
-                       [[s.shape, s.label, f"{s.bwd_two_pass:.3f}", f"{s.bwd_atomic:.3f}", f"{s.e2e_two_pass:.3f}",
-                         f"{s.e2e_atomic:.3f}", f"{s.atomic_over_two_pass:.2f}×"] for s in p.shapes])]
-        score[P.FLASH_BACKWARD].headline = FA.headline_probe(p)
-        break
-    for dev in ctx.gpu_devices():
-        lb = problem_rows(ctx.device_rows(dev), P.LEADERBOARD)
-        ours, cudnn = pick(lb, impl="flash_triton", mode="fwd"), pick(lb, impl="sdpa_cudnn", mode="fwd")
-        ours2, cudnn2 = pick(lb, impl="flash_triton", mode="fwd_bwd"), pick(lb, impl="sdpa_cudnn", mode="fwd_bwd")
-        if ours2 is not None and cudnn2 is not None and ours is not None and cudnn is not None:
-            # the backward alone: forward+backward less the forward, of one run
-            score[P.FLASH_BACKWARD].vs_anchor = FA.vs_backward(median_ms(ours2) - median_ms(ours),
-                                                               median_ms(cudnn2) - median_ms(cudnn))
-            score[P.FLASH_BACKWARD].device = ours2["row"].env.device
-            score[P.FLASH_BACKWARD].date = newest_date(lb)
-        if ours is not None and cudnn is not None:
-            score[P.FLASH_FORWARD] = Score(answer=FA.score_forward(), headline=FA.headline_forward(median_ms(ours)),
-                                           vs_anchor=ratio_text(ours, cudnn, "cuDNN"), device=ours["row"].env.device,
-                                           date=newest_date(lb))
-            break
-    return Page("flash_attention", "FlashAttention-2: forward and backward (flash_forward, flash_backward)",
-                [problem(P.FLASH_FORWARD), problem(P.FLASH_BACKWARD)], answers, "\n\n".join(body), score)
 
 
 # --- flash_benchmarking ------------------------------------------------------------------------------------
@@ -512,4 +462,4 @@ def flash_shapes_page(ctx: Context) -> Page:
 # --- pages -------------------------------------------------------------------------------------------------
 
 def pages(ctx: Context) -> list[Page]:
-    return [flash_attention_page(ctx), flash_benchmarking_page(ctx), leaderboard_page(ctx), flash_shapes_page(ctx)]
+    return [flash_benchmarking_page(ctx), leaderboard_page(ctx), flash_shapes_page(ctx)]
