@@ -22,6 +22,7 @@ from impl.report.templating import render_page as render_whole
 PAGE_MODULES = [
     "impl.report.pages.profiling",
     "impl.report.pages.attention",
+    "impl.report.pages.flash_attention",
     "impl.report.pages.flash",
     "impl.report.pages.distributed_communication",
     "impl.report.pages.distributed",
