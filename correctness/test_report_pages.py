@@ -183,7 +183,7 @@ from impl.report.pages import attention as attention_pages  # noqa: E402
 from impl.report.pages import flash as flash_pages  # noqa: E402
 
 ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
-ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_benchmarking", "leaderboard", "flash_shapes"}
+ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_benchmarking", "flash_shapes"}
 
 
 def _kernel_row(problem: str, config: dict, **details) -> Row:
@@ -279,61 +279,6 @@ def test_flash_plot_legend_lists_every_series_drawn(tmp_path):
     ctx = _ctx(tmp_path, data)
     info = flash_pages.flash_plot(ctx.df[ctx.df.problem == "flash_benchmarking"], tmp_path / "f.png")
     assert sorted(info.legend) == info.drawn and len(info.drawn) == 4 and info.path.exists()
-
-
-def _leaderboard_run(data: Path, stamp: str, ours_ms: float, cudnn_ms: float, iqr: float = 0.02,
-                     do_bench_ms: tuple[float, float] | None = None) -> None:
-    cfg = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
-    ours = _kernel_row("leaderboard", dict(impl="flash_triton", mode="fwd_bwd", **cfg), compiled=True,
-                       rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2e-3), tol=dict(out=1e-2, grad=2e-2), graph_breaks=0)
-    cudnn = _kernel_row("leaderboard", dict(impl="sdpa_cudnn", mode="fwd_bwd", **cfg))
-    if do_bench_ms:
-        ours.metrics[Metric.DO_BENCH_MS], cudnn.metrics[Metric.DO_BENCH_MS] = do_bench_ms
-    _store(data, "leaderboard", stamp, [(ours, ours_ms, iqr), (cudnn, cudnn_ms, iqr)])
-
-
-def _leaderboard_facts(tmp_path, data):
-    from impl.report.leaderboard import leaderboard_facts
-    from impl.report.rows import benches
-
-    ctx = _ctx(tmp_path, data)
-    return leaderboard_facts("gpu-x1", benches(ctx.df[ctx.df.problem == "leaderboard"])), ctx
-
-
-def test_leaderboard_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path):
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 6.0, 4.0)
-    _leaderboard_run(data, "20260302T000000Z_bbbbbbbb", 5.0, 4.0)
-    f, ctx = _leaderboard_facts(tmp_path, data)
-    assert (f.commit, f.ours.event_s, f.cudnn.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
-    assert f.headline_timer == "CUDA events" and f.course_ratio is None  # no do_bench in these rows
-    assert (round(f.headline.value, 3), f.headline.verdict) == (1.25, "slower")
-    assert f.correctness.passes and f.correctness.err_grad == 2e-3
-    page = flash_pages.leaderboard_page(ctx)
-    assert "1.25×" in page.score["leaderboard"].vs_anchor
-    history = page.body.split("### Version history")[1]
-    assert "`aaaaaaaa`" in history and "`bbbbbbbb`" in history and "| 1.50× |" in history and "| 1.25× |" in history
-    assert page.index_figures and (tmp_path / page.index_figures[0][1]).exists()
-
-
-def test_leaderboard_headline_is_the_courses_timer_do_bench(tmp_path):
-    """The handout times the leaderboard with do_bench: where a run has it, the headline is do_bench's
-    ratio, with the CUDA-event ratio beside it and each timer's difference stated."""
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 5.258, 4.474, do_bench_ms=(5.174, 5.030))
-    f, ctx = _leaderboard_facts(tmp_path, data)
-    assert f.headline_timer == "do_bench" and f.headline == f.course_ratio
-    assert round(f.course_ratio.value, 2) == 1.03 and round(f.event_ratio.value, 2) == 1.18
-    assert round(f.cudnn.do_bench_over_event, 3) == round(5.030 / 4.474, 3)
-    score = flash_pages.leaderboard_page(ctx).score["leaderboard"]
-    assert score.vs_anchor.startswith("1.03×") and "1.18×" in score.vs_anchor
-
-
-def test_leaderboard_ratio_within_noise_when_spreads_overlap(tmp_path):
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 4.1, 4.0, iqr=0.5)
-    f, _ = _leaderboard_facts(tmp_path, data)
-    assert f.headline.verdict == "within noise"
 
 
 def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_shown(tmp_path):
@@ -631,15 +576,6 @@ def test_fsdp_page_names_grid_variants_the_device_has_not_run():
     assert line.startswith("Not yet run on this device: ") and F.LABEL["fsdp_block_bf16"] in line
     assert F.LABEL["torch_fsdp_bf16"] not in line
     assert F._not_yet_run(pd.DataFrame({"cfg.variant": variants}), "h200-141gb-x2") is None
-
-
-def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values():
-    """The leaderboard page lists a launch record's entries: kernel configs abbreviated, the rest
-    (tiling label, variant, the tma flag) as they are."""
-    from impl.report.attention import short_config
-    assert short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") == \
-        "64×128 w4 s3"
-    assert [short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]
 
 
 def _lb26_two_gpu_rows(policies: list[tuple[str, int, float, float]], breakdown: bool = True):

@@ -1,19 +1,15 @@
 """Tables of 1.2–1.3 attention, used by impl.report.pages.attention and .flash: pytorch_attention (+ memory
-accounting), torch_compile (a), flash_benchmarking (grids, longest sequence reached), flash_shapes and
-leaderboard.
+accounting), torch_compile (a), flash_benchmarking (grids, longest sequence reached) and flash_shapes.
 
-Times are pytest-benchmark's medians: for kernel rows (flash_benchmarking, flash_shapes,
-leaderboard) the kernel time (CUDA-event timer); for older files the loader puts the do_bench
-median there (impl.report.legacy)."""
+Times are pytest-benchmark's medians: for kernel rows (flash_benchmarking, flash_shapes) the kernel
+time (CUDA-event timer); for older files the loader puts the do_bench median there (impl.report.legacy)."""
 from __future__ import annotations
-
-import re
 
 import pandas as pd
 
 from impl.attention.memory import flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Status
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import gib, missing, ms, num, table
 from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 
@@ -263,32 +259,3 @@ def flash_shapes_table(d: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)",
                                        "ours compiled (ms)", "faster anchor (ms)", "eager / anchor",
                                        "compiled / anchor"])
-
-
-# --- leaderboard ---------------------------------------------------------------------------------------------
-
-def leaderboard_table(d: pd.DataFrame) -> str:
-    rows = []
-    for _, r in d.iterrows():
-        err = detail_of(r, "rel_err") or {}
-        impl = r.cfg.impl
-        label = IMPL_LABELS.get(impl, impl)
-        if impl == "flash_triton":
-            label = macros("leaderboard.md.j2").ours_label(bool(detail_of(r, "compiled")))
-        s = status(r)
-        rows.append([label, MODE_LABELS[r.cfg.mode], s or f"{median_ms(r):.3f}",
-                     "–" if s else num(r.get("m.do_bench_ms"), 3), "–" if s else num(r.get("m.tflops"), 1),
-                     "–" if s else pct(r.get("m.mfu")),
-                     *[("–" if missing(err.get(k)) else f"{err[k]:.1e}") for k in ("out", "dq", "dk", "dv")]])
-    return table(macros("leaderboard.md.j2").table_header().split("|"), rows)
-
-
-def short_config(text) -> str:
-    """'BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, ..., num_stages: 3, ...' -> '64×128 w4 s3'; other
-    launch-record values (the tiling label, the variant, the tma flag) as they are."""
-    if not isinstance(text, str):
-        return str(text)
-    v = dict(re.findall(r"(\w+): (\w+)", text))
-    if "BLOCK_M" not in v:
-        return text
-    return f"{v['BLOCK_M']}×{v['BLOCK_N']} w{v.get('num_warps', '?')} s{v.get('num_stages', '?')}"

@@ -11,13 +11,12 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from impl.report import figures
 from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, detail_of, impls_of, median_ms,
-                                   newest_date, pick, problem_rows, not_run_reasons, short_config, timer_name,
-                                   flash_grid, flash_shapes_table, leaderboard_table, longest_sequence, ran)
-from impl.report.markdown import num, pct, table
+                                   newest_date, problem_rows, not_run_reasons, timer_name,
+                                   flash_grid, flash_shapes_table, longest_sequence, ran)
+from impl.report.markdown import num, table
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
 from impl.report.flash_facts import FlashShapesFacts, host_cost_facts
-from impl.report.leaderboard import leaderboard_facts
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches
 from impl.report.runs import run_ids, runs_line
@@ -263,103 +262,6 @@ def flash_benchmarking_page(ctx: Context) -> Page:
                 "\n\n".join(body), score)
 
 
-# --- leaderboard -------------------------------------------------------------------------------------------
-
-@dataclass
-class Version:
-    """One stored leaderboard run: ours and cuDNN forward+backward from the same run."""
-
-    datetime: str
-    commit: str
-    legacy: bool
-    ours: pd.Series
-    cudnn: pd.Series | None
-
-    @property
-    def basis(self) -> str:
-        return "do_bench median (older format)" if self.legacy else "CUDA-event median (the row's own)"
-
-
-def leaderboard_versions(cur: pd.DataFrame, history: pd.DataFrame) -> list[Version]:
-    runs = pd.concat([history[(history.problem == P.LEADERBOARD) & (history.device == cur.device.iloc[0])], cur]) \
-        if not history.empty else cur
-    out = []
-    for (when, commit), g in runs.groupby(["datetime", "commit"], sort=True):
-        ours, cudnn = pick(g, impl="flash_triton", mode="fwd_bwd"), pick(g, impl="sdpa_cudnn", mode="fwd_bwd")
-        if ours is not None:
-            out.append(Version(when, commit, bool(g.legacy.iloc[0]), ours, cudnn))
-    return out
-
-
-def leaderboard_plot(versions: list[Version], path: Path) -> PlotInfo:
-    fig, ax = figures.new(figsize=(8, 4.2))
-    x = list(range(len(versions)))
-    drawn = []
-    for key, label, color in (("ours", "ours: torch.compile(FlashAttentionTriton.apply)", IMPL_COLORS["flash_triton"]),
-                              ("cudnn", IMPL_LABELS["sdpa_cudnn"], IMPL_COLORS["sdpa_cudnn"])):
-        pts = [(i, median_ms(getattr(v, key)), v.legacy) for i, v in zip(x, versions) if getattr(v, key) is not None]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=color, label=label, lw=1.2)
-        drawn.append(label)
-        for legacy, marker in ((True, "o"), (False, "s")):
-            sel = [p for p in pts if p[2] == legacy]
-            ax.plot([p[0] for p in sel], [p[1] for p in sel], marker, color=color, ms=5,
-                    mfc="none" if legacy else color)
-    ax.set_xticks(x, [f"{v.datetime[5:16].replace('T', ' ')}\n{v.commit}" for v in versions], fontsize=7, rotation=30,
-                  ha="right")
-    ax.set(ylabel="forward+backward (ms, median)", title="leaderboard: every stored run (open marker: do_bench median, "
-                                                          "older format; filled: CUDA-event median)")
-    ax.title.set_fontsize(9)
-    ax.set_ylim(bottom=0)
-    legend = [t.get_text() for t in ax.legend(fontsize=8, loc="lower left").get_texts()]
-    figures.save(fig, path)
-    return PlotInfo(path, drawn, legend)
-
-
-def leaderboard_page(ctx: Context) -> Page:
-    name, answers, body, score, index = P.LEADERBOARD, [], [], {}, []
-    for dev in ctx.gpu_devices():
-        lb = problem_rows(ctx.device_rows(dev), name)
-        if lb.empty:
-            continue
-        f = leaderboard_facts(dev, benches(lb))
-        if f is None:
-            continue
-        words = macros("leaderboard.md.j2")
-        ours = pick(lb, impl="flash_triton", mode="fwd_bwd")
-        answers.append(Answer(words.question_time(f), words.answer_time(f)))
-        if f.correctness:
-            answers.append(Answer(words.question_correct(f), words.answer_correct(f)))
-        versions = leaderboard_versions(lb, ctx.history)
-        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{dev}")
-        leaderboard_plot(versions, png)
-        caption = f"leaderboard versions on {ours['row'].env.device}: ours forward+backward vs SDPA cuDNN per stored run"
-        index.append((caption, rel))
-        rows = [[v.datetime[:16].replace("T", " "), f"`{v.commit}`", v.basis, f"{median_ms(v.ours):.3f}", pct(v.ours.get("m.mfu")),
-                 "–" if v.cudnn is None else f"{median_ms(v.cudnn):.3f}", "–" if v.cudnn is None else pct(v.cudnn.get("m.mfu")),
-                 "–" if v.cudnn is None else f"{v.ours['median'] / v.cudnn['median']:.2f}×",
-                 "; ".join(f"{k}: {short_config(c)}" for k, c in (detail_of(v.ours, "tuned_configs") or {}).items())
-                 or "not recorded"] for v in versions]
-        new = [v for v in versions if not v.legacy and v.cudnn is not None]
-        rs = [v.ours["median"] / v.cudnn["median"] for v in new]
-        noise = (min(rs), max(rs), len(new)) if len(new) > 1 else None
-        body += [f"### Newest run ({dev})", words.newest_intro(f),
-                 runs_line(dev, lb), leaderboard_table(lb),
-                 "### Version history", words.history_intro(noise),
-                 table(["run (UTC)", "commit", "timer", "ours fwd+bwd (ms)", "ours MFU", "cuDNN fwd+bwd (ms)",
-                        "cuDNN MFU", "ours / cuDNN", "autotuner picks (M×N, warps, stages)"], rows),
-                 f"![{caption}]({rel})"]
-        notes = sorted({detail_of(r, "note") for _, r in lb.iterrows() if detail_of(r, "note")})
-        if notes:
-            body.append("Note: " + "; ".join(notes))
-        score[name] = Score(answer=words.score_answer(f), headline=words.score_headline(f),
-                            vs_anchor=words.score_vs(f), device=dev, date=newest_date(lb))
-        break
-    if not answers:
-        return missing_page(name, name, [name], [name], where=name)
-    return Page(name, "leaderboard: FlashAttention-2 forward+backward against cuDNN", [problem(name)], answers,
-                "\n\n".join(body), score, index)
-
-
 # --- flash_shapes ------------------------------------------------------------------------------------------
 
 def flash_shapes_plot(grid: pd.DataFrame, path: Path) -> PlotInfo | None:
@@ -462,4 +364,4 @@ def flash_shapes_page(ctx: Context) -> Page:
 # --- pages -------------------------------------------------------------------------------------------------
 
 def pages(ctx: Context) -> list[Page]:
-    return [flash_benchmarking_page(ctx), leaderboard_page(ctx), flash_shapes_page(ctx)]
+    return [flash_benchmarking_page(ctx), flash_shapes_page(ctx)]
