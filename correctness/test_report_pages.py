@@ -183,7 +183,7 @@ from impl.report.pages import attention as attention_pages  # noqa: E402
 from impl.report.pages import flash as flash_pages  # noqa: E402
 
 ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
-ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_benchmarking", "flash_shapes"}
+ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_benchmarking"}
 
 
 def _kernel_row(problem: str, config: dict, **details) -> Row:
@@ -281,32 +281,6 @@ def test_flash_plot_legend_lists_every_series_drawn(tmp_path):
     assert sorted(info.legend) == info.drawn and len(info.drawn) == 4 and info.path.exists()
 
 
-def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_shown(tmp_path):
-    def cfg(impl, seq):
-        return dict(impl=impl, mode="fwd", batch=4, heads=32, seq=seq, d=80, causal=True, dtype="bf16")
-    rows = [(_kernel_row("flash_shapes", cfg("flash_triton", 512)), 0.9, 0.0),
-            (_kernel_row("flash_shapes", cfg("flash_triton_compiled", 512)), 1.8, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_cudnn", 512)), 0.3, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_flash", 512)), 0.45, 0.0),
-            (_kernel_row("flash_shapes", cfg("flash_triton", 3000)), 2.0, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_flash", 3000)), 2.5, 0.0)]
-    not_run = [Row(problem="flash_shapes", config=cfg("sdpa_cudnn", 3000), env=ENV, status=Status.OOM, reason="OOM"),
-               Row(problem="flash_shapes", config=cfg("flash_triton_compiled", 3000), env=ENV,
-                   status=Status.LEFT_OUT_BY_BUDGET, reason="time budget")]
-    data = tmp_path / "data"
-    _store(data, "flash_shapes", "20260301T000000Z_aaaaaaaa", rows, not_run)
-    ctx = _ctx(tmp_path, data)
-    page = flash_pages.flash_shapes_page(ctx)
-    grid = pd.read_csv(tmp_path / "data-tables" / "flash_shapes-gpu-x1.csv")
-    first = grid[grid["batch×heads×seq"] == "4×32×512"].iloc[0]
-    assert (first["faster anchor (ms)"], first["eager / anchor"], first["compiled / anchor"]) == \
-        ("0.300 (cuDNN backend)", "3.00×", "6.00×")
-    cut = grid[grid["batch×heads×seq"] == "4×32×3000"].iloc[0]
-    assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
-    f = flash_pages.flash_shapes_facts(ctx.df[ctx.df.problem == "flash_shapes"], grid.astype(str))
-    assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", [0.8, 3.0], 3.0)
-    assert page.answers[0].question and page.score["flash_shapes"].headline != "–"
-    assert "| bf16 | 80 | yes | forward | 3 | 1 | 3.00× (2) | 6.00× (1) |" in page.body
 # ---------------------------------------------------------------------------------------------------
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
 

@@ -223,39 +223,3 @@ def longest_sequence(d: pd.DataFrame) -> str:
 #: Sequences up to this length are host-bound in flash_benchmarking (NOTES.md): one call's Python,
 #: autotuner lookup and launches cost more than its kernels, so their times follow the host.
 SHORT_SEQ = 4096
-
-
-# --- flash_shapes ----------------------------------------------------------------------------------------
-
-def timer_name(r) -> str | None:
-    """The clock of a row: its timing record, or the older format's `timer` detail."""
-    timing = r["row"].timing
-    return timing.timer if timing is not None else detail_of(r, "timer")
-
-
-def flash_shapes_table(d: pd.DataFrame) -> pd.DataFrame:
-    """Per shape and pass: ours eager and compiled, the faster anchor of the same run, and each of
-    ours over it (< 1: ours is faster); the page writes it as CSV."""
-    rows = []
-    key = ["cfg.dtype", "cfg.d", "cfg.causal", "cfg.batch", "cfg.heads", "cfg.seq", "cfg.mode"]
-    order = {m: i for i, m in enumerate(MODE_LABELS)}
-    for (dtype, dim, causal, b, h, seq, mode), g in sorted(
-            d.groupby(key), key=lambda kv: (kv[0][0], -kv[0][1], not kv[0][2], kv[0][5], order[kv[0][6]])):
-        by = {r.cfg.impl: r for _, r in g.iterrows()}
-        anchors = [by[i] for i in ("sdpa_cudnn", "sdpa_flash") if i in by and ran(by[i])]
-        best = min(anchors, key=lambda r: r["median"]) if anchors else None
-
-        def cell(impl):
-            r = by.get(impl)
-            return "–" if r is None else (status(r) or f"{median_ms(r):.3f}")
-
-        def ratio(impl):
-            r = by.get(impl)
-            return "–" if r is None or best is None or not ran(r) else f"{r['median'] / best['median']:.2f}×"
-        anchor = "–" if best is None else f"{median_ms(best):.3f} ({IMPL_LABELS[best.cfg.impl].replace('SDPA ', '')})"
-        rows.append([dtype, int(dim), "yes" if causal else "no", f"{int(b)}×{int(h)}×{int(seq)}", MODE_LABELS[mode],
-                     cell("flash_triton"), cell("flash_triton_compiled"), anchor, ratio("flash_triton"),
-                     ratio("flash_triton_compiled")])
-    return pd.DataFrame(rows, columns=["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)",
-                                       "ours compiled (ms)", "faster anchor (ms)", "eager / anchor",
-                                       "compiled / anchor"])

@@ -11,14 +11,14 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from impl.report import figures
 from impl.report.attention import (IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, detail_of, impls_of, median_ms,
-                                   newest_date, problem_rows, not_run_reasons, timer_name,
-                                   flash_grid, flash_shapes_table, longest_sequence, ran)
+                                   newest_date, problem_rows, not_run_reasons,
+                                   flash_grid, longest_sequence, ran)
+from impl.report import flash_rows
 from impl.report.markdown import num, table
+from impl.report.rows import benches
 from impl.report.output import figure_path, write_csv
 from impl.report.pages import Answer, Context, Page, Score, missing_page
-from impl.report.flash_facts import FlashShapesFacts, host_cost_facts
 from impl.report.ratio import ratio, spread
-from impl.report.rows import benches
 from impl.report.runs import run_ids, runs_line
 from impl.report.templating import macros
 from impl.report.pages.problems import problem
@@ -228,7 +228,7 @@ def flash_benchmarking_page(ctx: Context) -> Page:
             score[name] = Score(answer=FB.score_answer(int(ours.cfg.seq.max()), sp[0], sp[-1]) if sp
                                 else "ours against SDPA on the page", headline=FB.score_headline(bf[0]),
                                 vs_anchor=bf[0][6], device=dev, date=newest_date(fb))
-        timers = sorted({timer_name(r) for _, r in fb.iterrows() if timer_name(r)})
+        timers = flash_rows.timers(benches(fb))
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{dev}")
         plot = flash_plot(fb, png)
         grid_link = write_csv(ctx.reports_dir, f"flash_benchmarking-{dev}", flash_grid(fb))
@@ -262,106 +262,7 @@ def flash_benchmarking_page(ctx: Context) -> Page:
                 "\n\n".join(body), score)
 
 
-# --- flash_shapes ------------------------------------------------------------------------------------------
-
-def flash_shapes_plot(grid: pd.DataFrame, path: Path) -> PlotInfo | None:
-    """Ours (eager, compiled) over the faster anchor per measured shape and pass."""
-    meas = grid[grid["eager / anchor"] != "–"]
-    if meas.empty:
-        return None
-    labels = [f"{r['dtype']} d{r['d']} {'c' if r['causal'] == 'yes' else 'nc'} {r['batch×heads×seq']} "
-              f"{'fwd' if r['pass'] == 'forward' else 'f+b'}" for _, r in meas.iterrows()]
-    fig, ax = figures.new(figsize=(10, 4.8))
-    x = range(len(meas))
-    drawn = []
-    for col, label, color, marker in (("eager / anchor", "ours eager / faster anchor", IMPL_COLORS["flash_triton"], "o"),
-                                      ("compiled / anchor", "ours compiled / faster anchor",
-                                       IMPL_COLORS["flash_triton_compiled"], "s")):
-        pts = [(i, float(v.rstrip("×"))) for i, v in zip(x, meas[col]) if v != "–"]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=color, label=label, ms=5)
-            drawn.append(label)
-    ax.axhline(1.0, color="0.4", lw=0.8, ls="--")  # ratios stay within one decade: linear axis
-    ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=6)
-    ax.set(ylabel="time / faster SDPA anchor (< 1: ours faster)", title="flash_shapes: measured shapes")
-    legend = [t.get_text() for t in ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0)).get_texts()]
-    figures.save(fig, path)
-    return PlotInfo(path, drawn, legend)
-
-
-def flash_shapes_summary(fs: pd.DataFrame) -> list[list]:
-    """Per (dtype, d, causal, pass): rows measured and left out, and the median ratios of ours to the faster anchor."""
-    rows = []
-    for (dtype, dim, causal, mode), g in fs.groupby([fs.cfg.dtype, fs.cfg.d, fs.cfg.causal, fs.cfg.mode]):
-        shapes = g.groupby([g.cfg.batch, g.cfg.heads, g.cfg.seq])
-        ratios = {"flash_triton": [], "flash_triton_compiled": []}
-        measured = left = 0
-        for _, s in shapes:
-            best = _best_anchor(s)
-            for impl in ratios:
-                r = s[s.cfg.impl == impl]
-                if r.empty:
-                    continue
-                if ran(r.iloc[0]):
-                    measured += 1
-                    if best is not None:
-                        ratios[impl].append(r.iloc[0]["median"] / best["median"])
-                else:
-                    left += 1
-
-        def med(xs):
-            xs = sorted(xs)
-            return f"{xs[len(xs) // 2]:.2f}× ({len(xs)})" if xs else "–"
-        rows.append([dtype, int(dim), "yes" if causal else "no", MODE_LABELS[mode], measured, left,
-                     med(ratios["flash_triton"]), med(ratios["flash_triton_compiled"])])
-    return rows
-
-
-FS = macros("flash_shapes.md.j2")
-
-
-def flash_shapes_facts(fs: pd.DataFrame, grid: pd.DataFrame) -> FlashShapesFacts:
-    """Rows measured and cut by the budget, and ours eager ÷ the faster anchor per measured shape-pass."""
-    cut = fs[fs.status == "left_out_by_budget"]
-    return FlashShapesFacts(int(fs.apply(ran, axis=1).sum()), len(cut), cut["reason"].iloc[0] if len(cut) else None,
-                            sorted(float(v.rstrip("×")) for v in grid["eager / anchor"] if v != "–"))
-
-
-def flash_shapes_page(ctx: Context) -> Page:
-    name, answers, body, score = P.FLASH_SHAPES, [], [], {}
-    for dev in ctx.gpu_devices():
-        fs = problem_rows(ctx.device_rows(dev), name)
-        if fs.empty:
-            continue
-        host = host_cost_facts(benches(fs))  # the host-cost rows have a table of their own
-        host_rows, fs = fs[fs.cfg.host.map(lambda h: h is True)], fs[fs.cfg.host.map(lambda h: h is not True)]
-        grid = flash_shapes_table(fs)
-        f = flash_shapes_facts(fs, grid)
-        answers.append(Answer(FS.question(), FS.answer(f)))
-        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{dev}")
-        plot = flash_shapes_plot(grid, png)
-        timers = sorted({timer_name(r) for _, r in fs.iterrows() if timer_name(r)})
-        body += [f"### {dev}", FS.method(timers), runs_line(dev, fs), FS.summary_intro(),
-                 table(["dtype", "d", "causal", "pass", "measured", "left out", "eager / anchor", "compiled / anchor"],
-                       flash_shapes_summary(fs)),
-                 FS.grid(write_csv(ctx.reports_dir, f"flash_shapes-{dev}", grid))]
-        if plot:
-            body.append(FS.figure(rel))
-        if not_run_reasons(fs):
-            body.append("Cells not run:\n" + not_run_reasons(fs))
-        if host is not None and host.anchor:
-            answers.append(Answer(FS.host_question(), FS.host_answer(host)))
-            body += [FS.host_method(host), FS.host_table(host), runs_line(dev, host_rows)]
-        if f.median is not None:
-            score[name] = Score(answer=FS.score_answer(f), headline=FS.score_headline(f), vs_anchor=FS.score_vs(f),
-                                device=fs["row"].iloc[0].env.device, date=newest_date(fs))
-        break
-    if not answers:
-        return missing_page(name, name, [name], [name], where=name)
-    return Page(name, "flash_shapes: ours on model shapes", [problem(name)], answers, "\n\n".join(body), score)
-
-
 # --- pages -------------------------------------------------------------------------------------------------
 
 def pages(ctx: Context) -> list[Page]:
-    return [flash_benchmarking_page(ctx), flash_shapes_page(ctx)]
+    return [flash_benchmarking_page(ctx)]
