@@ -25,6 +25,7 @@ PAGE_MODULES = [
     "impl.report.pages.flash_attention",
     "impl.report.pages.flash",
     "impl.report.pages.leaderboard",
+    "impl.report.pages.flash_shapes",
     "impl.report.pages.distributed_communication",
     "impl.report.pages.distributed",
     "impl.report.pages.parallelism",
