@@ -76,7 +76,8 @@ def test_no_rows_and_no_probe(tmp_path):
 def test_code_facts_and_the_tests_of_the_built_repository(tmp_path):
     (tmp_path / "correctness").mkdir()
     (tmp_path / "correctness" / "test_attention.py").write_text(
-        "def test_other():\n    pass\ndef test_triton_backward_variants_x(a):\n    pass\ndef test_flash_y():\n    pass\n")
+        "def test_other():\n    pass\ndef test_triton_backward_variants_x(a):\n    pass\n"
+        "def test_flash_y():\n    pass\n")
     f = page.facts(context([], tmp_path / "reports"))
     assert f.block_q > 0 and f.block_k > 0
     assert f.tests == ("test_flash_y", "test_triton_backward_variants_x")

@@ -57,7 +57,8 @@ def test_grid_csv_names_the_anchor_and_the_left_out_cells(tmp_path):
     first = grid["4×32×512"]
     assert (first["faster anchor (ms)"], first["eager / anchor"], first["compiled / anchor"]) == \
         ("0.300 (cuDNN backend)", "3.00×", "6.00×")
-    assert (grid["4×32×3000"]["ours compiled (ms)"], grid["4×32×3000"]["eager / anchor"]) == ("left out (budget)", "0.80×")
+    cut = grid["4×32×3000"]
+    assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
 
 
 def test_host_cost_rows_are_their_own_table_from_the_newest_run(tmp_path):

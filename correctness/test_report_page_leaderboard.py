@@ -23,7 +23,8 @@ def _run(when, ours_ms, cudnn_ms, iqr_ms=0.02, do_bench_ms=None, commit="abcdef1
         return bench("leaderboard", dict(impl=impl, mode=mode, **SHAPE), ms / 1e3, device=device, when=when,
                      commit=commit, iqr=iqr_ms / 1e3, metrics=metrics, details=details)
     ours_db, cudnn_db = do_bench_ms or (None, None)
-    return [row("flash_triton", "fwd_bwd", ours_ms, ours_db, OURS_DETAILS), row("sdpa_cudnn", "fwd_bwd", cudnn_ms, cudnn_db),
+    return [row("flash_triton", "fwd_bwd", ours_ms, ours_db, OURS_DETAILS),
+            row("sdpa_cudnn", "fwd_bwd", cudnn_ms, cudnn_db),
             bench("leaderboard", dict(impl="sdpa_flash", mode="fwd_bwd", **SHAPE), None, device=device, when=when,
                   commit=commit, status=Status.OOM, reason="CUDA out of memory")]
 

@@ -78,6 +78,12 @@ def pick(rows: list[Bench], **cfg) -> Bench | None:
     return next((b for b in rows if ran(b) and all(getattr(kernel(b), k) == v for k, v in cfg.items())), None)
 
 
+def best_anchor(rows: list[Bench]) -> Bench | None:
+    """The faster SDPA backend that ran among `rows` (the first on a tie)."""
+    return min((b for b in rows if kernel(b).impl.startswith("sdpa") and ran(b)), key=lambda b: b.stats.median,
+               default=None)
+
+
 def not_run(rows: list[Bench]) -> list[tuple[str, str]]:
     """(status, reason) of the rows that did not run, each once, in row order."""
     return list(dict.fromkeys((status_label(b), b.row.reason) for b in rows if b.row.reason and not ran(b)))

@@ -60,8 +60,8 @@ def backward_probe(doc: dict, folder: str = "", path: str = "") -> BackwardProbe
                                      "ours fwd+bwd atomic")]
         if None in times:
             continue
-        shapes.append(ProbeShape(f"{s['batch']}×{s['heads']}×{s['seq']}×{s['d']}" + (" causal" if s["causal"] else ""),
-                                 s.get("label") or "", *times))
+        shape = f"{s['batch']}×{s['heads']}×{s['seq']}×{s['d']}" + (" causal" if s["causal"] else "")
+        shapes.append(ProbeShape(shape, s.get("label") or "", *times))
     return BackwardProbe(doc["device"], folder, path, tuple(shapes))
 
 

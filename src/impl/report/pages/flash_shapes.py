@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from impl.bench.row import Status
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, kernel, median_ms, newest_date,
-                                    not_run, ran, status_label, timers)
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, kernel, median_ms,
+                                    newest_date, not_run, ran, status_label, timers)
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import med
@@ -24,12 +24,6 @@ GRID_COLUMNS = ["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager
                 "faster anchor (ms)", "eager / anchor", "compiled / anchor"]
 
 
-def best_anchor(rows: list[Bench]) -> Bench | None:
-    """The faster SDPA backend that ran among `rows` (the first on a tie)."""
-    return min((b for b in rows if kernel(b).impl.startswith("sdpa") and ran(b)), key=lambda b: b.stats.median,
-               default=None)
-
-
 @dataclass(frozen=True)
 class GridRow:
     """One shape and pass: ours eager and compiled, and the faster anchor of the same run."""
@@ -41,7 +35,9 @@ class GridRow:
 
     def over(self, b: Bench | None) -> float | None:
         """Ours ÷ the faster anchor, as the grid prints it (two decimals)."""
-        return None if b is None or self.anchor is None or not ran(b) else round(b.stats.median / self.anchor.stats.median, 2)
+        if b is None or self.anchor is None or not ran(b):
+            return None
+        return round(b.stats.median / self.anchor.stats.median, 2)
 
     def cells(self) -> list:
         def cell(b):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, newest_date, pick, status_label
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, newest_date, pick,
+                                    status_label)
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
