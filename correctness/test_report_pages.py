@@ -180,17 +180,9 @@ def test_compile_prose_has_no_typed_numbers(tmp_path):
     assert typed not in text and WHY in text
 # ------------------------------------------------------------------------------- attention pages
 from impl.report.pages import attention as attention_pages  # noqa: E402
-from impl.report.pages import flash as flash_pages  # noqa: E402
 
 ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
-ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_benchmarking"}
-
-
-def _kernel_row(problem: str, config: dict, **details) -> Row:
-    timing = Timing(round="one call", timer="CudaEventTimer", warmup_rounds=2, rounds=10, iterations=4)
-    metrics = {Metric.TFLOPS: 100.0, Metric.MFU: 0.25}
-    return Row(problem=problem, config=config, env=ENV, status=Status.MEASURED, timing=timing, metrics=metrics,
-               details=details)
+ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile"}
 
 
 def _store(data: Path, section: str, stamp: str, measured: list[tuple[Row, float, float]], not_run=(),
@@ -223,10 +215,10 @@ def _referenced(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def stored_pages(tmp_path_factory):
-    """The attention and flash pages built from the stored runs (reports/data), written under a temporary reports/."""
+    """The attention pages built from the stored runs (reports/data), written under a temporary reports/."""
     out = tmp_path_factory.mktemp("reports")
     ctx = builder.context(ROOT / "reports" / "data", out)
-    return out, attention_pages.pages(ctx) + flash_pages.pages(ctx)
+    return out, attention_pages.pages(ctx)
 
 
 def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages):
@@ -248,7 +240,7 @@ def test_attention_pages_show_no_typed_compile_times(stored_pages):
     assert "12.7 + 19.4" not in text and "on the H100 the whole small model took" not in text
 
 
-@pytest.mark.parametrize("module", [attention_pages, flash_pages], ids=["attention", "flash"])
+@pytest.mark.parametrize("module", [attention_pages], ids=["attention"])
 def test_attention_page_prose_types_no_numbers(module):
     """No string literal of the page modules (docstrings aside) holds a number: prose numbers are
     formatted from the data. Comparisons with 1 ("> 1: compiled faster") are allowed."""
@@ -261,24 +253,6 @@ def test_attention_page_prose_types_no_numbers(module):
     allowed = ("FlashAttention-2", "< 1", "> 1")
     typed = [s for s in prose if re.search(number, re.sub("|".join(map(re.escape, allowed)), "", s))]
     assert typed == []
-
-
-def _flash_rows(d: int, impls: list[str]) -> list[tuple[Row, float, float]]:
-    return [(_kernel_row("flash_benchmarking", dict(impl=i, mode="fwd_bwd", batch=1, seq=s, d=d, dtype="bf16",
-                                                    causal=True)), 1.0 + k, 0.01)
-            for k, i in enumerate(impls) for s in (1024, 2048)]
-
-
-def test_flash_plot_legend_lists_every_series_drawn(tmp_path):
-    """A panel with one more implementation than the first (the H100's d = 64 had the compiled backward)
-    still gets a legend entry, in the colour its line has on every panel."""
-    data = tmp_path / "data"
-    _store(data, "flash_benchmarking", "20260301T000000Z_aaaaaaaa",
-           _flash_rows(16, ["flash_triton", "sdpa_cudnn"])
-           + _flash_rows(64, ["flash_triton", "flash_triton_compiled_bwd", "sdpa_flash", "sdpa_cudnn"]))
-    ctx = _ctx(tmp_path, data)
-    info = flash_pages.flash_plot(ctx.df[ctx.df.problem == "flash_benchmarking"], tmp_path / "f.png")
-    assert sorted(info.legend) == info.drawn and len(info.drawn) == 4 and info.path.exists()
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,8 +1,6 @@
-"""Tables of 1.2–1.3 attention, used by impl.report.pages.attention and .flash: pytorch_attention (+ memory
-accounting), torch_compile (a), flash_benchmarking (grids, longest sequence reached) and flash_shapes.
-
-Times are pytest-benchmark's medians: for kernel rows (flash_benchmarking, flash_shapes) the kernel
-time (CUDA-event timer); for older files the loader puts the do_bench median there (impl.report.legacy)."""
+"""Tables of 1.2 attention, used by impl.report.pages.attention: pytorch_attention (+ memory accounting)
+and torch_compile (a); times are pytest-benchmark's medians. (The FlashAttention pages read their rows
+through impl.report.flash_rows.)"""
 from __future__ import annotations
 
 import pandas as pd
@@ -12,19 +10,6 @@ from impl.bench.row import Status
 from impl.report.markdown import gib, missing, ms, num, table
 from impl.report.templating import macros
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
-
-IMPL_LABELS = {
-    "flash_triton": "ours (Triton fwd + Triton bwd)",
-    "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
-    "flash_triton_compiled": "torch.compile(ours)",
-    "naive": "naive PyTorch",
-    "sdpa_flash": "SDPA flash backend",
-    "sdpa_cudnn": "SDPA cuDNN backend",
-}
-IMPL_ORDER = list(IMPL_LABELS)
-MODE_LABELS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
-DTYPE_ORDER = ["bf16", "fp16", "fp32"]
-
 
 STATUS_LABELS = {Status.OOM.value: "OOM", Status.UNSUPPORTED.value: "unsupported", Status.LEFT_OUT.value: "left out",
                  Status.LEFT_OUT_BY_BUDGET.value: "left out (budget)", Status.NEEDS_HARDWARE.value: "needs hardware",
@@ -170,56 +155,3 @@ def torch_compile_table(comp: pd.DataFrame, eager: pd.DataFrame) -> str:
                 else gib(_rel(x, "memory_before_backward_bytes")) for x in (eb, cb)]
         rows.append(row)
     return table(macros("torch_compile.md.j2").a_table_header().split("|"), rows)
-
-
-# --- flash_benchmarking -------------------------------------------------------------------------------
-
-def impls_of(d):
-    return [i for i in IMPL_ORDER if i in set(d.cfg.impl)]
-
-
-def _kernel_cell(r) -> str:
-    s = status(r)
-    if s:
-        return s
-    return f"{median_ms(r):.3f} ({num(r.get('m.tflops'), 1)})"
-
-
-def flash_grid(d: pd.DataFrame) -> pd.DataFrame:
-    """Every (dtype, pass, d, seq) of a flash_benchmarking run, one column per implementation:
-    "ms (TFLOP/s)" or why it did not run; the page writes it as CSV."""
-    impls = impls_of(d)
-    lines = []
-    for (dtype, mode, dim, seq), g in d.groupby([d.cfg.dtype, d.cfg.mode, d.cfg.d, d.cfg.seq]):
-        by = {r.cfg.impl: r for _, r in g.iterrows()}
-        lines.append({"dtype": dtype, "pass": MODE_LABELS[mode], "d": int(dim), "seq": int(seq)}
-                     | {f"{IMPL_LABELS[i]}: ms (TFLOP/s)": _kernel_cell(by[i]) if i in by else "" for i in impls})
-    return pd.DataFrame(lines)
-
-
-def longest_sequence(d: pd.DataFrame) -> str:
-    """Per implementation, dtype and d: the longest sequence whose forward+backward ran, and what
-    stopped the next one (OOM, unsupported, left out) when something did."""
-    e2e = d[d.cfg.mode == "fwd_bwd"]
-    dims = sorted(e2e.cfg.d.unique())
-    rows = []
-    for impl in impls_of(e2e):
-        for dtype in sorted(e2e.cfg.dtype.unique(), key=DTYPE_ORDER.index):
-            row = [IMPL_LABELS[impl], dtype]
-            for dim in dims:
-                g = e2e[(e2e.cfg.impl == impl) & (e2e.cfg.dtype == dtype) & (e2e.cfg.d == dim)]
-                g = g.sort_values("cfg.seq")
-                ok = [int(r.cfg.seq) for _, r in g.iterrows() if ran(r)]
-                stop = [(int(r.cfg.seq), status(r)) for _, r in g.iterrows() if not ran(r)]
-                best = str(max(ok)) if ok else "none"
-                if stop and (not ok or stop[-1][0] > max(ok)):
-                    first = next(s for s in stop if not ok or s[0] > max(ok))
-                    best += f" ({first[1]} at {first[0]})"
-                row.append(best if len(g) else "–")
-            rows.append(row)
-    return table(["implementation", "dtype"] + [f"d {int(x)}" for x in dims], rows)
-
-
-#: Sequences up to this length are host-bound in flash_benchmarking (NOTES.md): one call's Python,
-#: autotuner lookup and launches cost more than its kernels, so their times follow the host.
-SHORT_SEQ = 4096
