@@ -23,7 +23,7 @@ PAGE_MODULES = [
     "impl.report.pages.profiling",
     "impl.report.pages.attention",
     "impl.report.pages.flash_attention",
-    "impl.report.pages.flash",
+    "impl.report.pages.flash_benchmarking",
     "impl.report.pages.leaderboard",
     "impl.report.pages.flash_shapes",
     "impl.report.pages.distributed_communication",
