@@ -78,6 +78,14 @@ def pick(rows: list[Bench], **cfg) -> Bench | None:
     return next((b for b in rows if ran(b) and all(getattr(kernel(b), k) == v for k, v in cfg.items())), None)
 
 
+def groups(rows: list[Bench], *keys: str) -> list[tuple[tuple, list[Bench]]]:
+    """`rows` grouped by config keys (Kernel's), in row order within a group; groups in the keys' order."""
+    out: dict[tuple, list[Bench]] = {}
+    for b in rows:
+        out.setdefault(tuple(getattr(kernel(b), k) for k in keys), []).append(b)
+    return sorted(out.items(), key=lambda kv: kv[0])
+
+
 def best_anchor(rows: list[Bench]) -> Bench | None:
     """The faster SDPA backend that ran among `rows` (the first on a tie)."""
     return min((b for b in rows if kernel(b).impl.startswith("sdpa") and ran(b)), key=lambda b: b.stats.median,

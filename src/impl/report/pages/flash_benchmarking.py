@@ -10,7 +10,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from impl.bench.row import Metric
 from impl.report import figures
 from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, Kernel,
-                                    best_anchor, kernel, median_ms, newest_date, not_run, over, ran, spread_of,
+                                    best_anchor, groups, kernel, median_ms, newest_date, not_run, over, ran, spread_of,
                                     status_label, timers)
 from impl.report.markdown import num
 from impl.report.output import figure_path, write_table_csv
@@ -58,8 +58,7 @@ class Longest:
 def longest(rows: list[Bench]) -> list[Longest]:
     e2e = [b for b in _e2e(rows) if ran(b)]
     out = []
-    for dtype, d in sorted({(kernel(b).dtype, kernel(b).d) for b in e2e}):
-        g = [b for b in e2e if (kernel(b).dtype, kernel(b).d) == (dtype, d)]
+    for (dtype, d), g in groups(e2e, "dtype", "d"):
         ours = [b for b in g if kernel(b).impl == "flash_triton"]
         if not ours:
             continue
@@ -146,13 +145,9 @@ class Odd:
 
 
 def odd(rows: list[Bench]) -> list[Odd]:
-    by: dict[tuple, dict[str, Bench]] = {}
-    for b in rows:
-        if ran(b):
-            k = kernel(b)
-            by.setdefault((k.impl, k.dtype, k.d, k.seq), {})[k.mode] = b
     out = []
-    for (impl, _, _, seq), modes in sorted(by.items()):
+    for (impl, _, _, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
+        modes = {kernel(b).mode: b for b in g}
         b, e = modes.get("bwd"), modes.get("fwd_bwd")
         if b is None or e is None or b.stats.median <= e.stats.median:
             continue
@@ -216,15 +211,13 @@ def previous_run(newest: list[Bench], history: tuple[Bench, ...]) -> list[Bench]
 def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:
     """Every (dtype, pass, d, seq), one column per implementation: "ms (TFLOP/s)" or why it did not run."""
     impls = _impls(rows)
-    cells: dict[tuple, dict[str, Bench]] = {}
-    for b in rows:
-        k = kernel(b)
-        cells.setdefault((k.dtype, k.mode, k.d, k.seq), {})[k.impl] = b
 
     def cell(b: Bench | None) -> str:
         return "" if b is None else status_label(b) or f"{median_ms(b):.3f} ({num(b.metric(Metric.TFLOPS), 1)})"
-    lines = [[dtype, MODE_LABELS[mode], d, seq, *(cell(by.get(i)) for i in impls)]
-             for (dtype, mode, d, seq), by in sorted(cells.items())]
+    lines = []
+    for (dtype, mode, d, seq), g in groups(rows, "dtype", "mode", "d", "seq"):
+        by = {kernel(b).impl: b for b in g}
+        lines.append([dtype, MODE_LABELS[mode], d, seq, *(cell(by.get(i)) for i in impls)])
     header = ["dtype", "pass", "d", "seq", *(f"{IMPL_LABELS[i]}: ms (TFLOP/s)" for i in impls)]
     return write_table_csv(ctx.reports_dir, f"flash_benchmarking-{device}", header, lines)
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from impl.bench.row import Status
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, kernel, median_ms,
-                                    newest_date, not_run, ran, status_label, timers)
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, kernel,
+                                    median_ms, newest_date, not_run, ran, status_label, timers)
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import med
@@ -53,19 +53,11 @@ class GridRow:
                 ratio(self.eager), ratio(self.compiled)]
 
 
-def _groups(rows: list[Bench], *keys: str) -> list[tuple[tuple, list[Bench]]]:
-    """`rows` grouped by config keys, groups in the keys' order."""
-    out: dict[tuple, list[Bench]] = {}
-    for b in rows:
-        out.setdefault(tuple(getattr(kernel(b), k) for k in keys), []).append(b)
-    return sorted(out.items(), key=lambda kv: kv[0])
-
-
 def grid(rows: list[Bench]) -> list[GridRow]:
     """Per shape and pass, dtype first, then d descending, causal first, then sequence and pass."""
     order = {m: i for i, m in enumerate(MODE_LABELS)}
     out = []
-    for key, g in _groups(rows, "dtype", "d", "causal", "batch", "heads", "seq", "mode"):
+    for key, g in groups(rows, "dtype", "d", "causal", "batch", "heads", "seq", "mode"):
         by = {kernel(b).impl: b for b in g}
         out.append(GridRow(kernel(g[0]), by.get(OURS[0]), by.get(OURS[1]), best_anchor(g)))
     return sorted(out, key=lambda r: (r.k.dtype, -r.k.d, not r.k.causal, r.k.seq, order[r.k.mode]))
@@ -95,10 +87,10 @@ class Summary:
 
 def summary(rows: list[Bench]) -> list[Summary]:
     out = []
-    for (dtype, d, causal, mode), g in _groups(rows, "dtype", "d", "causal", "mode"):
+    for (dtype, d, causal, mode), g in groups(rows, "dtype", "d", "causal", "mode"):
         ratios: dict[str, list[float]] = {impl: [] for impl in OURS}
         measured = left = 0
-        for _, shape in _groups(g, "batch", "heads", "seq"):
+        for _, shape in groups(g, "batch", "heads", "seq"):
             best = best_anchor(shape)
             for impl in OURS:
                 r = next((b for b in shape if kernel(b).impl == impl), None)

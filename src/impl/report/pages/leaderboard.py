@@ -101,13 +101,9 @@ def _correctness(b: Bench) -> Correctness | None:
                        b.details.get("graph_breaks"))
 
 
-def fwd_bwd(rows: list[Bench], impl: str) -> Bench | None:
-    return next((b for b in rows if b.measured and kernel(b).impl == impl and kernel(b).mode == "fwd_bwd"), None)
-
-
 def leaderboard_facts(device: str, rows: list[Bench]) -> LeaderboardFacts | None:
     """The facts of one device's newest leaderboard rows; None unless ours and cuDNN both ran."""
-    ours, cudnn = fwd_bwd(rows, OURS), fwd_bwd(rows, ANCHOR)
+    ours, cudnn = pick(rows, impl=OURS, mode="fwd_bwd"), pick(rows, impl=ANCHOR, mode="fwd_bwd")
     if ours is None or cudnn is None:
         return None
     c = kernel(ours)
