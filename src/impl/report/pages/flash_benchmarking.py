@@ -16,7 +16,7 @@ from impl.report.markdown import num
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio, med
-from impl.report.rows import Bench
+from impl.report.rows import Bench, of_newest_run
 from impl.report.runs import RunsFacts
 from impl.workloads.problems import Problem as P
 
@@ -200,10 +200,8 @@ def previous_run(newest: list[Bench], history: tuple[Bench, ...]) -> list[Bench]
     """The newest earlier run of the same problem, device and dtypes as `newest` (empty if none)."""
     dtypes, device = {kernel(b).dtype for b in newest}, newest[0].run.device
     first = min(str(b.run.datetime) for b in newest)
-    h = [b for b in history if b.problem == PROBLEM and b.run.device == device and kernel(b).dtype in dtypes
-         and str(b.run.datetime) < first]
-    last = max((str(b.run.datetime) for b in h), default=None)
-    return [b for b in h if str(b.run.datetime) == last]
+    return of_newest_run([b for b in history if b.problem == PROBLEM and b.run.device == device
+                          and kernel(b).dtype in dtypes and str(b.run.datetime) < first])
 
 
 # ---- the files beside the page -------------------------------------------------------------------------
@@ -331,16 +329,17 @@ def facts(ctx: Context) -> FlashBenchmarkingPage:
     for device, rows in ctx.rows.per_gpu(PROBLEM):
         ks = [kernel(b) for b in rows]
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{device}")
-        newest_when = max(str(b.run.datetime) for b in rows)
-        newest = [b for b in rows if str(b.run.datetime) == newest_when]
+        newest = of_newest_run(rows)
         prev = previous_run(newest, ctx.rows.history)
         dims, reached = reach(rows)
         return FlashBenchmarkingPage(
-            device, ks[0], (min(k.seq for k in ks), max(k.seq for k in ks)), tuple(sorted({k.d for k in ks})),
-            tuple(sorted({k.dtype for k in ks})), vs_naive(rows), tuple(longest(rows)), tuple(timers(rows)),
-            rows[0].details.get("autotune"), rows[0].details.get("left_out", "–"), _grid_csv(ctx, device, rows),
-            rel if plot(rows, png) else None, RunsFacts.of(device, rows), tuple(dims), tuple(reached), tuple(odd(rows)),
-            RunsFacts.of(device, newest), RunsFacts.of(device, prev) if prev else None,
-            tuple(drift(newest, prev)), tuple(not_run(rows)), newest_date(rows),
-            tuple(sorted({b.run.file for b in rows + prev if b.run.file})))
+            device=device, first=ks[0], seqs=(min(k.seq for k in ks), max(k.seq for k in ks)),
+            dims=tuple(sorted({k.d for k in ks})), dtypes=tuple(sorted({k.dtype for k in ks})),
+            vs_naive=vs_naive(rows), longest=tuple(longest(rows)), timers=tuple(timers(rows)),
+            autotune=rows[0].details.get("autotune"), left_out=rows[0].details.get("left_out", "–"),
+            grid_link=_grid_csv(ctx, device, rows), figure=rel if plot(rows, png) else None,
+            runs=RunsFacts.of(device, rows), reach_dims=tuple(dims), reach=tuple(reached), odd=tuple(odd(rows)),
+            newest=RunsFacts.of(device, newest), previous=RunsFacts.of(device, prev) if prev else None,
+            drift=tuple(drift(newest, prev)), not_run=tuple(not_run(rows)), date=newest_date(rows),
+            files=tuple(sorted({b.run.file for b in rows + prev if b.run.file})))
     return FlashBenchmarkingPage()

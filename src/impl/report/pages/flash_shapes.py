@@ -222,10 +222,11 @@ def facts(ctx: Context) -> FlashShapesPage:
         cut = [b for b in fs if b.status is Status.LEFT_OUT_BY_BUDGET]
         link = write_table_csv(ctx.reports_dir, f"flash_shapes-{device}", GRID_COLUMNS, [r.cells() for r in cells])
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{device}")
-        return FlashShapesPage(device, fs[0].row.env.device, newest_date(fs), sum(ran(b) for b in fs), len(cut),
-                               cut[0].row.reason if cut else None,
-                               tuple(sorted(r.over(r.eager) for r in cells if r.over(r.eager) is not None)),
-                               tuple(timers(fs)), RunsFacts.of(device, fs), tuple(summary(fs)), link,
-                               rel if _plot(cells, png) else None, tuple(not_run(fs)), host_cost_facts(device, rows),
-                               tuple(sorted({b.run.file for b in rows if b.run.file})))
+        return FlashShapesPage(
+            device=device, gpu=fs[0].row.env.device, date=newest_date(fs), measured=sum(ran(b) for b in fs),
+            budget=len(cut), budget_reason=cut[0].row.reason if cut else None,
+            ratios=tuple(sorted(r.over(r.eager) for r in cells if r.over(r.eager) is not None)),
+            timers=tuple(timers(fs)), runs=RunsFacts.of(device, fs), summary=tuple(summary(fs)), grid_link=link,
+            figure=rel if _plot(cells, png) else None, not_run=tuple(not_run(fs)),
+            host=host_cost_facts(device, rows), files=tuple(sorted({b.run.file for b in rows if b.run.file})))
     return FlashShapesPage()
