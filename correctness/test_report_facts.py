@@ -480,44 +480,6 @@ def test_memory_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows
         ("ffn_copy", ffn, 3 * m.num_layers)]
 
 
-def test_backward_probe_counts_shapes_where_atomic_was_slower():
-    from impl.report.flash_facts import backward_probe, flash_attention_facts
-
-    shape = dict(batch=1, heads=2, seq=4096, d=64, causal=True)
-    ms = lambda b2, ba, e2, ea: {"ours bwd two_pass": b2, "ours bwd atomic": ba,  # noqa: E731
-                                 "ours fwd+bwd two_pass": e2, "ours fwd+bwd atomic": ea}
-    p = backward_probe(dict(device="GPU", rows=[dict(shape=shape, ms=ms(1.0, 0.9, 2.0, 2.2)),
-                                                 dict(shape=dict(shape, causal=False), ms=ms(1.0, 1.1, 2.0, 1.8)),
-                                                 dict(shape=shape, ms={"ours bwd two_pass": 1.0})]))
-    assert len(p.shapes) == 2 and (p.slower_e2e, p.slower_bwd) == (1, 1)
-    assert p.shapes[0].shape == "1×2×4096×64 causal" and round(p.shapes[0].atomic_over_two_pass, 2) == 1.1
-    f = flash_attention_facts(ROOT)
-    assert f.block_q > 0 and f.block_k > 0 and f.tests
-
-
-# ------------------------------------------------------------- flash_shapes host cost
-def test_flash_shapes_host_cost_is_its_own_table(built_pages):
-    """The host-cost rows (config host=True) answer their own question from the newest run: the anchor
-    is the SDPA backend with the lower host cost, ratios are means of that run; they never enter the
-    kernel-time grid's counts."""
-    from impl.report.attention import problem_rows
-    from impl.report.flash_facts import host_cost_facts
-    from impl.report.rows import benches
-
-    ctx, pages = built_pages
-    rows = benches(problem_rows(ctx.df[ctx.df.device == "h100-80gb-x1"], "flash_shapes"))
-    h = host_cost_facts(rows)
-    assert h is not None and set(h.calls) >= {"flash_triton", "sdpa_flash", "sdpa_cudnn"}
-    host = [b for b in rows if b.cfg.host and b.measured]
-    newest = max(b.run.datetime for b in host)
-    assert {b.run.datetime for b in host if b.cfg.impl in h.calls and b.run.datetime == newest} == {newest}
-    sdpa = {i: c.mean_us for i, c in h.calls.items() if i.startswith("sdpa")}
-    assert h.anchor == min(sdpa, key=sdpa.get)
-    assert h.eager_vs_anchor == pytest.approx(h.calls["flash_triton"].mean_us / sdpa[h.anchor])
-    page = next(p for p in pages if p.slug == "flash_shapes")
-    assert len(page.answers) == 2  # the kernel grid's question, then the host cost's
-
-
 # ------------------------------------------------------------- rows split by [edition, size] and run
 def _dist_frame(rows, device: str = "gpu-x2", section: str = "ddp"):
     """A frame of synthetic rows: (Row, run stamp "YYYYMMDDTHHMM", median s, iqr s); a measured row

@@ -180,18 +180,9 @@ def test_compile_prose_has_no_typed_numbers(tmp_path):
     assert typed not in text and WHY in text
 # ------------------------------------------------------------------------------- attention pages
 from impl.report.pages import attention as attention_pages  # noqa: E402
-from impl.report.pages import flash as flash_pages  # noqa: E402
 
 ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
-ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile", "flash_forward", "flash_backward", "flash_benchmarking",
-                      "leaderboard", "flash_shapes"}
-
-
-def _kernel_row(problem: str, config: dict, **details) -> Row:
-    timing = Timing(round="one call", timer="CudaEventTimer", warmup_rounds=2, rounds=10, iterations=4)
-    metrics = {Metric.TFLOPS: 100.0, Metric.MFU: 0.25}
-    return Row(problem=problem, config=config, env=ENV, status=Status.MEASURED, timing=timing, metrics=metrics,
-               details=details)
+ATTENTION_PROBLEMS = {"pytorch_attention", "torch_compile"}
 
 
 def _store(data: Path, section: str, stamp: str, measured: list[tuple[Row, float, float]], not_run=(),
@@ -224,10 +215,10 @@ def _referenced(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def stored_pages(tmp_path_factory):
-    """The attention and flash pages built from the stored runs (reports/data), written under a temporary reports/."""
+    """The attention pages built from the stored runs (reports/data), written under a temporary reports/."""
     out = tmp_path_factory.mktemp("reports")
     ctx = builder.context(ROOT / "reports" / "data", out)
-    return out, attention_pages.pages(ctx) + flash_pages.pages(ctx)
+    return out, attention_pages.pages(ctx)
 
 
 def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages):
@@ -249,7 +240,7 @@ def test_attention_pages_show_no_typed_compile_times(stored_pages):
     assert "12.7 + 19.4" not in text and "on the H100 the whole small model took" not in text
 
 
-@pytest.mark.parametrize("module", [attention_pages, flash_pages], ids=["attention", "flash"])
+@pytest.mark.parametrize("module", [attention_pages], ids=["attention"])
 def test_attention_page_prose_types_no_numbers(module):
     """No string literal of the page modules (docstrings aside) holds a number: prose numbers are
     formatted from the data. Comparisons with 1 ("> 1: compiled faster") are allowed."""
@@ -264,105 +255,6 @@ def test_attention_page_prose_types_no_numbers(module):
     assert typed == []
 
 
-def _flash_rows(d: int, impls: list[str]) -> list[tuple[Row, float, float]]:
-    return [(_kernel_row("flash_benchmarking", dict(impl=i, mode="fwd_bwd", batch=1, seq=s, d=d, dtype="bf16",
-                                                    causal=True)), 1.0 + k, 0.01)
-            for k, i in enumerate(impls) for s in (1024, 2048)]
-
-
-def test_flash_plot_legend_lists_every_series_drawn(tmp_path):
-    """A panel with one more implementation than the first (the H100's d = 64 had the compiled backward)
-    still gets a legend entry, in the colour its line has on every panel."""
-    data = tmp_path / "data"
-    _store(data, "flash_benchmarking", "20260301T000000Z_aaaaaaaa",
-           _flash_rows(16, ["flash_triton", "sdpa_cudnn"])
-           + _flash_rows(64, ["flash_triton", "flash_triton_compiled_bwd", "sdpa_flash", "sdpa_cudnn"]))
-    ctx = _ctx(tmp_path, data)
-    info = flash_pages.flash_plot(ctx.df[ctx.df.problem == "flash_benchmarking"], tmp_path / "f.png")
-    assert sorted(info.legend) == info.drawn and len(info.drawn) == 4 and info.path.exists()
-
-
-def _leaderboard_run(data: Path, stamp: str, ours_ms: float, cudnn_ms: float, iqr: float = 0.02,
-                     do_bench_ms: tuple[float, float] | None = None) -> None:
-    cfg = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
-    ours = _kernel_row("leaderboard", dict(impl="flash_triton", mode="fwd_bwd", **cfg), compiled=True,
-                       rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2e-3), tol=dict(out=1e-2, grad=2e-2), graph_breaks=0)
-    cudnn = _kernel_row("leaderboard", dict(impl="sdpa_cudnn", mode="fwd_bwd", **cfg))
-    if do_bench_ms:
-        ours.metrics[Metric.DO_BENCH_MS], cudnn.metrics[Metric.DO_BENCH_MS] = do_bench_ms
-    _store(data, "leaderboard", stamp, [(ours, ours_ms, iqr), (cudnn, cudnn_ms, iqr)])
-
-
-def _leaderboard_facts(tmp_path, data):
-    from impl.report.leaderboard import leaderboard_facts
-    from impl.report.rows import benches
-
-    ctx = _ctx(tmp_path, data)
-    return leaderboard_facts("gpu-x1", benches(ctx.df[ctx.df.problem == "leaderboard"])), ctx
-
-
-def test_leaderboard_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path):
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 6.0, 4.0)
-    _leaderboard_run(data, "20260302T000000Z_bbbbbbbb", 5.0, 4.0)
-    f, ctx = _leaderboard_facts(tmp_path, data)
-    assert (f.commit, f.ours.event_s, f.cudnn.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
-    assert f.headline_timer == "CUDA events" and f.course_ratio is None  # no do_bench in these rows
-    assert (round(f.headline.value, 3), f.headline.verdict) == (1.25, "slower")
-    assert f.correctness.passes and f.correctness.err_grad == 2e-3
-    page = flash_pages.leaderboard_page(ctx)
-    assert "1.25×" in page.score["leaderboard"].vs_anchor
-    history = page.body.split("### Version history")[1]
-    assert "`aaaaaaaa`" in history and "`bbbbbbbb`" in history and "| 1.50× |" in history and "| 1.25× |" in history
-    assert page.index_figures and (tmp_path / page.index_figures[0][1]).exists()
-
-
-def test_leaderboard_headline_is_the_courses_timer_do_bench(tmp_path):
-    """The handout times the leaderboard with do_bench: where a run has it, the headline is do_bench's
-    ratio, with the CUDA-event ratio beside it and each timer's difference stated."""
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 5.258, 4.474, do_bench_ms=(5.174, 5.030))
-    f, ctx = _leaderboard_facts(tmp_path, data)
-    assert f.headline_timer == "do_bench" and f.headline == f.course_ratio
-    assert round(f.course_ratio.value, 2) == 1.03 and round(f.event_ratio.value, 2) == 1.18
-    assert round(f.cudnn.do_bench_over_event, 3) == round(5.030 / 4.474, 3)
-    score = flash_pages.leaderboard_page(ctx).score["leaderboard"]
-    assert score.vs_anchor.startswith("1.03×") and "1.18×" in score.vs_anchor
-
-
-def test_leaderboard_ratio_within_noise_when_spreads_overlap(tmp_path):
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 4.1, 4.0, iqr=0.5)
-    f, _ = _leaderboard_facts(tmp_path, data)
-    assert f.headline.verdict == "within noise"
-
-
-def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_shown(tmp_path):
-    def cfg(impl, seq):
-        return dict(impl=impl, mode="fwd", batch=4, heads=32, seq=seq, d=80, causal=True, dtype="bf16")
-    rows = [(_kernel_row("flash_shapes", cfg("flash_triton", 512)), 0.9, 0.0),
-            (_kernel_row("flash_shapes", cfg("flash_triton_compiled", 512)), 1.8, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_cudnn", 512)), 0.3, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_flash", 512)), 0.45, 0.0),
-            (_kernel_row("flash_shapes", cfg("flash_triton", 3000)), 2.0, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_flash", 3000)), 2.5, 0.0)]
-    not_run = [Row(problem="flash_shapes", config=cfg("sdpa_cudnn", 3000), env=ENV, status=Status.OOM, reason="OOM"),
-               Row(problem="flash_shapes", config=cfg("flash_triton_compiled", 3000), env=ENV,
-                   status=Status.LEFT_OUT_BY_BUDGET, reason="time budget")]
-    data = tmp_path / "data"
-    _store(data, "flash_shapes", "20260301T000000Z_aaaaaaaa", rows, not_run)
-    ctx = _ctx(tmp_path, data)
-    page = flash_pages.flash_shapes_page(ctx)
-    grid = pd.read_csv(tmp_path / "data-tables" / "flash_shapes-gpu-x1.csv")
-    first = grid[grid["batch×heads×seq"] == "4×32×512"].iloc[0]
-    assert (first["faster anchor (ms)"], first["eager / anchor"], first["compiled / anchor"]) == \
-        ("0.300 (cuDNN backend)", "3.00×", "6.00×")
-    cut = grid[grid["batch×heads×seq"] == "4×32×3000"].iloc[0]
-    assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
-    f = flash_pages.flash_shapes_facts(ctx.df[ctx.df.problem == "flash_shapes"], grid.astype(str))
-    assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", [0.8, 3.0], 3.0)
-    assert page.answers[0].question and page.score["flash_shapes"].headline != "–"
-    assert "| bf16 | 80 | yes | forward | 3 | 1 | 3.00× (2) | 6.00× (1) |" in page.body
 # ---------------------------------------------------------------------------------------------------
 # distributed and parallelism pages (impl.report.pages.distributed, .parallelism)
 
@@ -525,13 +417,6 @@ def test_leaderboard_2026_page_without_rows_says_what_is_missing(tmp_path):
     assert "fewer than two layer counts" in page.answers[0].text and "| 2 | every_k (k 1) |" in page.body
 
 
-def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values():
-    """The leaderboard page lists a launch record's entries: kernel configs abbreviated, the rest
-    (tiling label, variant, the tma flag) as they are."""
-    from impl.report.attention import short_config
-    assert short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") == \
-        "64×128 w4 s3"
-    assert [short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]
 
 
 def _lb26_two_gpu_rows(policies: list[tuple[str, int, float, float]], breakdown: bool = True):

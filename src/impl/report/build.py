@@ -22,7 +22,10 @@ from impl.report.templating import render_page as render_whole
 PAGE_MODULES = [
     "impl.report.pages.profiling",
     "impl.report.pages.attention",
-    "impl.report.pages.flash",
+    "impl.report.pages.flash_attention",
+    "impl.report.pages.flash_benchmarking",
+    "impl.report.pages.leaderboard",
+    "impl.report.pages.flash_shapes",
     "impl.report.pages.distributed_communication",
     "impl.report.pages.ddp",
     "impl.report.pages.communication_accounting",

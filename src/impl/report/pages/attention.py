@@ -1,6 +1,7 @@
-"""Pages of 1.2 attention: pytorch_attention and torch_compile (the FlashAttention-2 pages are
-impl.report.pages.flash). Tables come from impl.report.attention (and torch_compile (b)'s from
-impl.report.profiling); every number in the prose is read from the rows."""
+"""Pages of 1.2 attention: pytorch_attention and torch_compile (the FlashAttention-2 pages are two-file
+pages: impl.report.pages.flash_attention, flash_benchmarking, leaderboard, flash_shapes). Tables come
+from impl.report.attention (and torch_compile (b)'s from impl.report.profiling); every number in the
+prose is read from the rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
