@@ -1,18 +1,13 @@
-"""The benchmarking_script figure, read by
-the pages in impl.report.pages.profiling; `step_s`, `stat_name` and `ratio_cell` serve the other
-sections' timings too."""
+"""The timing conventions the pages share: `study`, `step_s`, `stat_name`, `timing_text` and
+`ratio_cell` (frame lines), with typed-row forms (`bench_step_s`, `stat_of`, `rows_timing_text`)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pandas as pd
 
-from impl.bench.row import Status
-from impl.model import size_rank
-from impl.report import figures
+from impl.bench.row import Row, Status
 from impl.report.markdown import missing, ms
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
-from impl.workloads.problems import Problem as P
+from impl.report.rows import Bench
 
 MEASURED = Status.MEASURED.value
 
@@ -23,23 +18,26 @@ def study(r) -> str | None:
     return r["details"].get("study") if missing(s) else s
 
 
-def _rows(df: pd.DataFrame, name: str) -> pd.DataFrame:
-    d = df[df.problem == P.BENCHMARKING_SCRIPT]
-    if d.empty:
-        return d
-    return d[d.apply(study, axis=1) == name]
-
-
 def step_s(r) -> float:
     """A row's time per call: the median (the bench layer's metrics divide by it); older-format runs
     computed their tokens/s and MFU from the mean, so their tables keep showing the mean."""
     return r["mean"] if r["legacy"] else r["median"]
 
 
+def bench_step_s(b: Bench) -> float | None:
+    """step_s of a typed row (None where it has no statistics)."""
+    return None if b.stats is None else b.stats.mean if b.run.legacy else b.stats.median
+
+
 def stat_name(d: pd.DataFrame) -> str:
     """What step_s shows for the rows of `d`, for tables' captions."""
-    ran = d[d["status"] == MEASURED]  # an OOM row of an older run times nothing
-    kinds = set((ran if not ran.empty else d)["legacy"])
+    return stat_of([(s == MEASURED, bool(legacy)) for s, legacy in zip(d["status"], d["legacy"])])
+
+
+def stat_of(rows: list[tuple[bool, bool]]) -> str:
+    """stat_name of rows given as (measured, older format): an OOM row of an older run times nothing."""
+    ran = [legacy for measured, legacy in rows if measured] or [legacy for _, legacy in rows]
+    kinds = set(ran)
     return "mean" if kinds == {True} else "median" if kinds == {False} else "median (mean in older-format runs)"
 
 
@@ -61,47 +59,23 @@ def ratio_cell(ours, ref) -> str:
     return "within noise" if within_noise(ours, ref) else f"{step_s(ours) / step_s(ref):.2f}×"
 
 
-def _cell(r) -> str:
-    if _ok(r):
-        return ms(step_s(r), r["stddev"])
-    return "OOM" if r["status"] == Status.OOM.value else r["status"].replace("_", " ")
-
-
 def timing_text(d: pd.DataFrame) -> tuple[str, str]:
+    return rows_timing_text(list(d["row"]))
+
+
+def rows_timing_text(rows: list[Row]) -> tuple[str, str]:
     """(warm-up calls, timed rounds) of the measured rows, as text ("5", or "5–10" where rows differ:
     the harness gives short rows more rounds); the bench layer's rows carry their timing, the older
     format kept the grid's warmup and rounds in its details."""
     warm, rounds = set(), set()
-    for _, r in d[d["status"] == MEASURED].iterrows():
-        t = r["row"].timing
-        warm.add(t.warmup_rounds if t else r["details"].get("warmup"))
-        rounds.add(t.rounds if t else r["details"].get("rounds"))
+    for row in rows:
+        if row.status is not Status.MEASURED:
+            continue
+        t = row.timing
+        warm.add(t.warmup_rounds if t else row.details.get("warmup"))
+        rounds.add(t.rounds if t else row.details.get("rounds"))
 
     def text(xs):
         xs = sorted(x for x in xs if x is not None)
         return "–" if not xs else (str(xs[0]) if xs[0] == xs[-1] else f"{xs[0]}–{xs[-1]}")
     return text(warm), text(rounds)
-
-
-def _sizes(d):
-    return sorted(d.cfg.size.unique(), key=size_rank)
-
-
-def plot(grid, path: Path) -> None:
-    """Training-step mean against context, one colour per size, the dtype by line style (OOM points absent);
-    `grid`: impl.report.benchmarking_script.GridRow rows."""
-    fig, ax = figures.new(figsize=(8, 4.2))
-    sizes = list(dict.fromkeys(r.size for r in grid))
-    for dtype, style in (("fp32", "-o"), ("bf16", "--s")):
-        for k, size in enumerate(sizes):
-            pts = [(r.context, r.train.mean_s * 1e3) for r in grid
-                   if r.size == size and r.dtype == dtype and r.train is not None and r.train.ok]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}", label=f"{size} {dtype}")
-    ctxs = sorted({r.context for r in grid})
-    ax.set(xscale="log", yscale="log", xlabel="context length", ylabel="train step, mean (ms)",
-           title="benchmarking_script: full training step (OOM points absent)")
-    ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
-    ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    figures.save(fig, path)

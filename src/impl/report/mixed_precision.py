@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from impl.report.benchmarking_script import Cell, EditionFacts
+from impl.report.pages.benchmarking_script import Cell, EditionFacts
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench
 from impl.workloads.problems import Problem as P

@@ -9,10 +9,9 @@ import pandas as pd
 
 from impl.bench.row import Status
 from impl.model import MODEL_SIZES
-from impl.report import benchmarking, checkpointing, profiling, training_step
-from impl.report import benchmarking_script as bs
+from impl.report import checkpointing, profiling, training_step
+from impl.report.pages import benchmarking_script as bs
 from impl.report import mixed_precision as mp
-from impl.workloads.sweeps import MODES
 from impl.report.checkpointing_facts import single_level_facts
 from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef
@@ -34,84 +33,6 @@ MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 # ------------------------------------------------------------------------------------ shared
 def _i(x):
     return int(x) if not missing(x) else x
-
-
-# ------------------------------------------------------------------------------ benchmarking_script
-def _mean_cell(c: bs.Cell | None) -> str:
-    if c is None:
-        return "–"
-    if c.ok:
-        return ms(c.mean_s, c.std_s)
-    if c.status is Status.OOM:
-        return "OOM" + (f" (needs {c.need_bytes / 1e9:.0f} GB)" if c.need_bytes else "")
-    return c.status.value.replace("_", " ")
-
-
-def _grid_tables(e: bs.EditionFacts) -> str:
-    out = []
-    for dtype in dict.fromkeys(r.dtype for r in e.grid):
-        rows = [r for r in e.grid if r.dtype == dtype]
-        modes = [m for m in MODES if any(m in r.modes for r in rows)]
-        train = any(r.train is not None for r in rows)  # the 2026 grid times the parts, not the whole step
-        body = [[r.size, r.context] + [_mean_cell(r.modes.get(m)) for m in modes] + ([
-            num(r.train.tokens_per_s, 0) if r.train and r.train.ok else "–",
-            pct(r.train.mfu_measured_peak) if r.train and r.train.ok else "–",
-            "–" if r.train is None else gib(r.train.peak_bytes) if r.train.ok else _mean_cell(r.train)] if train else [])
-            for r in rows]
-        header = ["size", "context"] + [BS.mode_col(m) for m in modes] + (BS.train_header().split("|") if train else [])
-        out.append(BS.dtype_head(dtype) + "\n\n" + table(header, body))
-    return "\n\n".join(out)
-
-
-def _warmup_table(e: bs.EditionFacts, left_out: str) -> str:
-    parts = any(x.first_parts for c in e.warmup for x in c.by_warmup.values())
-    rows = [[c.size, c.context, c.dtype, c.mode, w, _mean_cell(x), ms(x.first_s), ms(x.max_s)] + (
-            [" / ".join(ms(x.first_parts.get(k)) for k in ("forward", "backward", "optimizer")) if x.first_parts
-             else "–"] if parts else [])
-            for c in e.warmup for w, x in c.by_warmup.items()]
-    return table(BS.warmup_header().split("|") + ([BS.warmup_parts_header()] if parts else []),
-                 rows) + (f"\n\n{BS.not_run(left_out)}" if left_out else "")
-
-
-def benchmarking_script_page(ctx: Context) -> Page:
-    slug, name = "benchmarking_script", P.BENCHMARKING_SCRIPT
-    words = BS
-    qs = [words.q_b(), words.q_c(), words.q_opt()]
-    found = gpu_rows(ctx, name)
-    if not found:
-        return missing_page(slug, name, [name], qs)
-    body, answers, score = [], None, None
-    for device, d in found:
-        f = bs.benchmarking_script_facts(device, benches(d))
-        if answers is None:  # the first (one-GPU) device answers; every device's tables follow
-            answers = [Answer(qs[0], words.a_b(f)), Answer(qs[1], words.a_c(f)), Answer(qs[2], words.a_opt(f))]
-            head, e26 = f.headline, f.editions[-1]
-            score = Score(NOT_ON_GPU) if head is None else Score(
-                words.score_answer(*head), words.score_headline(*head), "–", device, run_date(d))
-            if e26.fwd_bwd is not None:  # a problem of both editions: the index reads the newer one's rows
-                d26 = d[d.cfg.edition == e26.edition]
-                score = Score(words.score_answer_fb(e26, e26.fwd_bwd[1]), words.score_headline_fb(e26, e26.fwd_bwd[1]),
-                              "–", device, run_date(d26))
-        body.append(f"## {device}")
-        for e in (e for e in f.editions if e.measured):
-            ed = d[d.cfg.edition.fillna("2025").astype(str) == e.edition]
-            main = ed[ed.apply(study, axis=1).isin(["main", "main_2026"])]
-            warm_n, rounds_n = benchmarking.timing_text(main)
-            peaks = next((p for p in main["row"].map(lambda row: row.peaks) if p is not None), None)
-            peak = ("–" if peaks is None else
-                    words.peak(num(peaks.measured_flops / 1e12, 2), peaks.measured_dtype, peaks.measured_n))
-            body += [words.h_timings(e.edition), words.grid_intro(e, warm_n, rounds_n, peak), _grid_tables(e)]
-            if any(r.train is not None for r in e.grid):
-                stem = f"{device}-train-step" + ("" if e.edition == "2025" else f"-{e.edition}")
-                path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, stem)
-                benchmarking.plot(e.grid, path)
-                body.append(words.figure(link, device, run_date(main)))
-            if e.warmup:
-                warm = ed[ed.apply(study, axis=1).isin(["warmup", "warmup_fresh_process"])]
-                body += [words.h_warmup(e.edition), words.warmup_intro(e),
-                         _warmup_table(e, warm["details"].iloc[0].get("left_out", "") if not warm.empty else "")]
-        body.append(runs_line(device, d))
-    return Page(slug, name, [problem(name)], answers, "\n\n".join(body), score={name: score})
 
 
 # ------------------------------------------------------------------------------------ nsys_profile
@@ -297,7 +218,6 @@ def training_step_page(ctx: Context) -> Page:
 
 
 TS = macros("training_step.md.j2")
-BS = macros("benchmarking_script.md.j2")
 
 
 def _vs(r, ref, name: str):
@@ -361,5 +281,5 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [benchmarking_script_page(ctx), nsys_page(ctx), mixed_precision_page(ctx), memory_page(ctx),
+    return [nsys_page(ctx), mixed_precision_page(ctx), memory_page(ctx),
             checkpointing_page(ctx), training_step_page(ctx)]

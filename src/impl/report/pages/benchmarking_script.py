@@ -1,5 +1,6 @@
-"""benchmarking_script as facts: the (b) grid, the (c) warm-up study and the 2026 edition's split of
-a training step, for each edition's sizes apart; templates/benchmarking_script.md.j2 holds the words.
+"""benchmarking_script: the (b) grid, the (c) warm-up study and the 2026 edition's split of a training
+step, for each edition's sizes apart. The first GPU device answers; every device's tables follow.
+templates/benchmarking_script.md.j2 holds every word (the mixed_precision page reads the same grid).
 
 Both handouts ask for the average and the standard deviation of the timed steps, so every time here
 is pytest-benchmark's mean ± stddev over the timed rounds, never the median."""
@@ -9,11 +10,51 @@ from dataclasses import dataclass, field
 
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
-from impl.workloads.sweeps import MODES
 from impl.model.sizes import EDITION_SIZES, SizeRef
-from impl.report.rows import Bench, by_edition, size_label
+from impl.report import figures
+from impl.report.benchmarking import rows_timing_text
+from impl.report.output import figure_path
+from impl.report.pages import Context, Kind, Scored
+from impl.report.rows import Bench, size_label, size_ref, view
+from impl.report.runs import RunsFacts, newest_date
+from impl.workloads.problems import Problem as P
+from impl.workloads.sweeps import MODES
+
+PROBLEM = P.BENCHMARKING_SCRIPT
+SLUG = "benchmarking_script"
 
 STABLE = 0.05  # a row whose std is under this share of its mean is called stable
+
+
+@dataclass(frozen=True)
+class ScriptConfig:
+    """What the page reads of a row's config."""
+
+    size: str | None = None
+    edition: str | None = None
+    context: int | None = None
+    dtype: str | None = None
+    mode: str | None = None
+    study: str | None = None
+    warmup: int | None = None
+    batch: int | None = None
+
+    @property
+    def ref(self) -> SizeRef | None:
+        return size_ref(self.size, self.edition)
+
+    @property
+    def label(self) -> str:
+        return size_label(self.ref, self.size)
+
+    @property
+    def edition_or_default(self) -> str:
+        """Rows stored before the 2026 table carry no edition: 2025's."""
+        return str(self.edition or "2025")
+
+
+def _cfg(b: Bench) -> ScriptConfig:
+    return view(ScriptConfig, b)
 
 
 @dataclass(frozen=True)
@@ -141,6 +182,14 @@ class OptimizerSplit:
 
 
 @dataclass(frozen=True)
+class DtypeTable:
+    dtype: str
+    modes: list[str]  # its columns
+    rows: list[GridRow]
+    train: bool  # a training step was timed whole: its tokens/s, MFU and peak columns follow
+
+
+@dataclass(frozen=True)
 class EditionFacts:
     """One edition's answers: its sizes (labels), the rows measured at them, or none yet."""
 
@@ -157,6 +206,21 @@ class EditionFacts:
     @property
     def measured(self) -> bool:
         return bool(self.grid)
+
+    @property
+    def tables(self) -> list[DtypeTable]:
+        """The grid as one table per dtype, with the modes any of its rows has."""
+        out = []
+        for dtype in dict.fromkeys(r.dtype for r in self.grid):
+            rows = [r for r in self.grid if r.dtype == dtype]
+            out.append(DtypeTable(dtype, [m for m in MODES if any(m in r.modes for r in rows)], rows,
+                                  any(r.train is not None for r in rows)))
+        return out
+
+    @property
+    def warmup_parts(self) -> bool:
+        """Whether the warm-up rows kept each step's forward/backward/optimizer times (a table column)."""
+        return any(x.first_parts for c in self.warmup for x in c.by_warmup.values())
 
     def cells(self) -> list[Cell]:
         return [c for r in self.grid for c in r.modes.values() if c.ok]
@@ -204,17 +268,13 @@ STUDIES = {"main_2026": "main", "warmup_fresh_process": "warmup"}
 
 
 def _study(b: Bench) -> str | None:
-    s = b.cfg.study or b.details.get("study")  # older files kept it in details
+    s = _cfg(b).study or b.details.get("study")  # older files kept it in details
     return STUDIES.get(s, s)
-
-
-def _fresh(rows: list[Bench]) -> bool:
-    return any((b.cfg.study or "") == "warmup_fresh_process" for b in rows)
 
 
 def _size_order(edition: str):
     names = list(EDITION_SIZES[edition])
-    return lambda b: (names.index(b.cfg.size) if b.cfg.size in names else len(names))
+    return lambda b: (names.index(_cfg(b).size) if _cfg(b).size in names else len(names))
 
 
 def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
@@ -224,24 +284,21 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
         return EditionFacts(edition, sizes)
     grid: dict[tuple, dict[str, Cell]] = {}
     for b in main:
-        key = (size_label(b.cfg.size_ref, b.cfg.size), b.cfg.context, b.cfg.dtype)
-        grid.setdefault(key, {})[b.cfg.mode] = cell(b)
+        c = _cfg(b)
+        grid.setdefault((c.label, c.context, c.dtype), {})[c.mode] = cell(b)
     order = {"fp32": 0, "bf16": 1, "fp16": 2}
     rows_ = sorted((GridRow(s, c, d, {m: modes[m] for m in MODES if m in modes}) for (s, c, d), modes in grid.items()),
-                   key=lambda r: order.get(r.dtype, 9))  # stable: sizes stay in table order within a dtype
-    rows_ = sorted(rows_, key=lambda r: (order.get(r.dtype, 9), sizes.index(r.size) if r.size in sizes else 99,
-                                         r.context))
-    ooms = [f"{size_label(b.cfg.size_ref, b.cfg.size)} ctx {b.cfg.context} {b.cfg.dtype} {b.cfg.mode}"
-            for b in main if b.status is Status.OOM]
+                   key=lambda r: (order.get(r.dtype, 9), sizes.index(r.size) if r.size in sizes else 99, r.context))
+    oom = [(b, _cfg(b)) for b in main if b.status is Status.OOM]
     warm: dict[tuple, dict[int, Cell]] = {}
     for b in sorted((b for b in rows if _study(b) == "warmup" and b.measured), key=_size_order(edition)):
-        key = (size_label(b.cfg.size_ref, b.cfg.size), b.cfg.context, b.cfg.dtype, b.cfg.mode)
-        warm.setdefault(key, {})[int(b.cfg.warmup)] = cell(b)
+        c = _cfg(b)
+        warm.setdefault((c.label, c.context, c.dtype, c.mode), {})[int(c.warmup)] = cell(b)
     cases = [WarmupCase(*k, dict(sorted(v.items()))) for k, v in warm.items() if len(v) > 1]
-    oom_cells = [(size_label(b.cfg.size_ref, b.cfg.size), b.cfg.context, b.cfg.dtype, b.cfg.mode, cell(b))
-                 for b in main if b.status is Status.OOM]
-    return EditionFacts(edition, sizes, rows_, ooms, cases, _optimizer(main), main[0].cfg.batch,
-                        _fresh(rows), oom_cells)
+    return EditionFacts(edition, sizes, rows_, [f"{c.label} ctx {c.context} {c.dtype} {c.mode}" for _, c in oom],
+                        cases, _optimizer(main), _cfg(main[0]).batch,
+                        any(_cfg(b).study == "warmup_fresh_process" for b in rows),
+                        [(c.label, c.context, c.dtype, c.mode, cell(b)) for b, c in oom])
 
 
 def _optimizer(main: list[Bench]) -> list[OptimizerSplit]:
@@ -249,13 +306,13 @@ def _optimizer(main: list[Bench]) -> list[OptimizerSplit]:
     training step, where timed) at the same context."""
     out = []
     for dtype in ("fp32", "bf16"):
-        for b in reversed([b for b in main if b.measured and b.cfg.mode == "optimizer_step" and b.cfg.dtype == dtype]):
-            same = {o.cfg.mode: o.stats.mean for o in main if o.measured and o.cfg.dtype == dtype
-                    and o.cfg.size == b.cfg.size and o.cfg.context == b.cfg.context}
-            if {"forward", "backward"} <= set(same) and b.cfg.size_ref is not None:
-                out.append(OptimizerSplit(size_label(b.cfg.size_ref), b.cfg.context, dtype, same["forward"],
-                                          same["backward"], b.stats.mean, same.get("train_step"),
-                                          acc.adamw_step_bytes(b.cfg.size_ref.config.params)))
+        for b in reversed([b for b in main if b.measured and _cfg(b).mode == "optimizer_step" and _cfg(b).dtype == dtype]):
+            c = _cfg(b)
+            same = {_cfg(o).mode: o.stats.mean for o in main if o.measured and _cfg(o).dtype == dtype
+                    and _cfg(o).size == c.size and _cfg(o).context == c.context}
+            if {"forward", "backward"} <= set(same) and c.ref is not None:
+                out.append(OptimizerSplit(c.label, c.context, dtype, same["forward"], same["backward"], b.stats.mean,
+                                          same.get("train_step"), acc.adamw_step_bytes(c.ref.config.params)))
                 break
     return out
 
@@ -274,6 +331,111 @@ class BenchmarkingScriptFacts:
         return None
 
 
+def of_edition(rows: list[Bench], edition: str) -> list[Bench]:
+    return [b for b in rows if _cfg(b).edition_or_default == edition]
+
+
 def benchmarking_script_facts(device: str, rows: list[Bench]) -> BenchmarkingScriptFacts:
-    per = by_edition(rows)
-    return BenchmarkingScriptFacts(device, [edition_facts(e, per.get(e, [])) for e in EDITION_SIZES])
+    return BenchmarkingScriptFacts(device, [edition_facts(e, of_edition(rows, e)) for e in EDITION_SIZES])
+
+
+# ---- each device's tables -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Peak:
+    """The matmul peak measured in the run (MFU's denominator)."""
+
+    tflops: float
+    dtype: str
+    n: int  # the n of its n³ matmul
+
+
+@dataclass(frozen=True)
+class EditionTables:
+    """One edition's (b) grid and (c) warm-up study on one device."""
+
+    e: EditionFacts
+    warmup_steps: str  # "5", or "5–10" where rows differ
+    timed_steps: str
+    peak: Peak | None
+    figure: str | None  # the training-step figure's link (where the grid timed the whole step)
+    date: str  # the grid's newest run date
+    left_out: str  # what the warm-up study did not run
+
+
+@dataclass(frozen=True)
+class DeviceSection:
+    device: str
+    editions: list[EditionTables]
+    runs: RunsFacts
+
+
+def plot(grid: list[GridRow], path) -> None:
+    """Training-step mean against context, one colour per size, the dtype by line style (OOM points absent)."""
+    fig, ax = figures.new(figsize=(8, 4.2))
+    sizes = list(dict.fromkeys(r.size for r in grid))
+    for dtype, style in (("fp32", "-o"), ("bf16", "--s")):
+        for k, size in enumerate(sizes):
+            pts = [(r.context, r.train.mean_s * 1e3) for r in grid
+                   if r.size == size and r.dtype == dtype and r.train is not None and r.train.ok]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}", label=f"{size} {dtype}")
+    ctxs = sorted({r.context for r in grid})
+    ax.set(xscale="log", yscale="log", xlabel="context length", ylabel="train step, mean (ms)",
+           title="benchmarking_script: full training step (OOM points absent)")
+    ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
+    ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figures.save(fig, path)
+
+
+def _tables(e: EditionFacts, rows: list[Bench], device: str, ctx: Context) -> EditionTables:
+    ed = of_edition(rows, e.edition)
+    main = [b for b in ed if _study(b) == "main"]
+    warm_n, rounds_n = rows_timing_text([b.row for b in main])
+    p = next((b.row.peaks for b in main if b.row.peaks is not None), None)
+    figure = None
+    if any(r.train is not None for r in e.grid):
+        path, figure = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG,
+                                   f"{device}-train-step" + ("" if e.edition == "2025" else f"-{e.edition}"))
+        plot(e.grid, path)
+    warm = [b for b in ed if _study(b) == "warmup"]
+    return EditionTables(e, warm_n, rounds_n, None if p is None else Peak(p.measured_flops / 1e12, p.measured_dtype,
+                                                                        p.measured_n),
+                         figure, newest_date(main), warm[0].details.get("left_out", "") if warm else "")
+
+
+# ---- the page ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScriptPage:
+    answer: BenchmarkingScriptFacts | None  # the first GPU device's; None: no GPU rows
+    sections: list[DeviceSection]
+    score_row: tuple[EditionFacts, GridRow] | None = None  # what the index words
+    score_fb: bool = False  # score_row is 2026's forward and backward, not a training step
+    score_device: str = "–"
+    score_date: str = "–"
+    index_figures: tuple = ()
+
+    @property
+    def scores(self) -> dict[str, Scored]:
+        if self.score_row is None:
+            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
+        return {PROBLEM: Scored(Kind.MEASURED, self.score_device, self.score_date)}
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({f for s in self.sections for f in s.runs.files})
+
+
+def facts(ctx: Context) -> ScriptPage:
+    found = [(device, rows, benchmarking_script_facts(device, rows)) for device, rows in ctx.rows.per_gpu(PROBLEM)]
+    if not found:
+        return ScriptPage(None, [])
+    sections = [DeviceSection(device, [_tables(e, rows, device, ctx) for e in f.editions if e.measured],
+                              RunsFacts.of(device, rows)) for device, rows, f in found]
+    device, rows, f = found[0]  # the first (one-GPU) device answers
+    e26 = f.editions[-1]
+    if e26.fwd_bwd is not None:  # a problem of both editions: the index reads the newer one's rows
+        return ScriptPage(f, sections, (e26, e26.fwd_bwd[1]), True, device, newest_date(of_edition(rows, e26.edition)))
+    return ScriptPage(f, sections, f.headline, False, device, newest_date(rows))
