@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from impl.report.data import load
 from impl.report.pages import Context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,17 +120,6 @@ def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     assert by["leaderboard_2026"].device.split(" + ")[0] == "2×H200"
 
 
-# ------------------------------------------------------------- benchmarking_script
-@pytest.fixture(scope="module")
-def h100_benchmarking():
-    from impl.report.pages.benchmarking_script import benchmarking_script_facts
-    from impl.report.rows import benches
-
-    df = load(ROOT / "reports" / "data")
-    d = df[(df.device == "h100-80gb-x1") & (df.problem == "benchmarking_script")]
-    return benchmarking_script_facts("h100-80gb-x1", benches(d)), d
-
-
 # ------------------------------------------------------------- nsys_profile (c)
 def test_nsys_c_reads_the_forwards_kernels_only():
     """(c) asks about the forward pass: the answer's kernels come from the forward's table, so an
@@ -212,23 +200,6 @@ def test_fsdp_saving_reads_the_rows_size_by_edition(built_pages):
     s = saving(rows)
     assert s.size == SizeRef("2025", "xl").label
     assert s.measured == s.ddp_peak - s.fsdp_peak and s.of_predicted == pytest.approx(s.measured / s.predicted.saving)
-
-
-# ------------------------------------------------------------- mixed_precision
-def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
-    from impl.report.mixed_precision import bf16_trend
-
-    f, _ = h100_benchmarking
-    t = bf16_trend(f.editions[0])
-    best = t.best
-    assert best.mode == "train_step" and best.ratio.value == best.bf16.mean_s / best.fp32.mean_s
-    assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
-    assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
-    t26 = bf16_trend(f.editions[1])  # 2026: forward and backward of every size (10B's backward is OOM)
-    assert {p.size for p in t26.of("forward")} == set(f.editions[1].sizes)
-    fw, bw = t26.largest_fb
-    assert bw.size == "xl (2026) = 2.7B (2025)" and bw.ratio.value == bw.bf16.mean_s / bw.fp32.mean_s
-    assert not t26.train() and t26.best is None
 
 
 # ------------------------------------------------------------- optimizer_state_sharding_accounting

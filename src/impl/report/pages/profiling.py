@@ -10,8 +10,6 @@ import pandas as pd
 from impl.bench.row import Status
 from impl.model import MODEL_SIZES
 from impl.report import checkpointing, profiling, training_step
-from impl.report.pages import benchmarking_script as bs
-from impl.report import mixed_precision as mp
 from impl.report.checkpointing_facts import single_level_facts
 from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef
@@ -82,47 +80,6 @@ def nsys_page(ctx: Context) -> Page:
         score = Score(words.score_answer_2026(f26), words.score_headline(f26), "–", device, run_date(d26))
     body.append(runs_line(device, d_all))
     return Page(slug, P.NSYS_PROFILE, [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
-
-
-# ---------------------------------------------------------------------------------- mixed precision
-def mixed_precision_page(ctx: Context) -> Page:
-    slug = "mixed_precision"
-    names = [P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MIXED_PRECISION]
-    words = macros("mixed_precision.md.j2")
-    qs = [words.q_acc(), words.q_a(), words.q_b(), words.q_c()]
-    found = gpu_rows(ctx, *names, P.BENCHMARKING_SCRIPT)
-    if not found:
-        return missing_page(slug, "mixed_precision", names, qs)
-    device, d = found[0]
-    rows = benches(d)
-    f = mp.mixed_precision_facts(rows, bs.benchmarking_script_facts(device, rows).editions)
-    not_yet = f"{NOT_ON_GPU.capitalize()}."
-    answers = [Answer(qs[0], words.a_acc(f.accumulation) if f.accumulation else not_yet),
-               Answer(qs[1], words.a_a(f.dtypes) if f.dtypes else not_yet),
-               Answer(qs[2], words.a_b(f.dtypes) if f.dtypes else not_yet),
-               Answer(qs[3], words.a_c(f) if f.headline or f.headline_fb else not_yet)]
-    date = lambda problem: run_date(d[d.problem == problem])  # noqa: E731
-    score = {names[0]: Score(words.score_acc(f.accumulation), words.headline_acc(f.accumulation), "–", device,
-                             date(names[0])) if f.accumulation else Score(NOT_ON_GPU),
-             names[1]: Score(words.score_c(f.headline), words.headline_c(f.headline), "–", device,
-                             date(P.BENCHMARKING_SCRIPT)) if f.headline else Score(NOT_ON_GPU)}
-    if f.headline_fb is not None and (f.headline is None or f.headline_fb.edition > f.headline.edition):
-        d26 = d[(d.problem == P.BENCHMARKING_SCRIPT) & (d.cfg.edition == f.headline_fb.edition)]
-        score[names[1]] = Score(words.score_fb(f.headline_fb), words.headline_fb(f.headline_fb), "–", device,
-                                run_date(d26))
-    body = [f"## {device}"]
-    if f.accumulation:
-        body += ["### mixed_precision_accumulation", words.body_acc(f.accumulation)]
-    if f.dtypes:
-        body += [words.h_dtypes(), words.body_dtypes(f.dtypes)]
-    for t in f.trends:
-        if t.train():
-            body += [words.h_trend(t.edition), words.body_c(t)]
-        elif t.largest_fb:
-            body += [words.h_trend(t.edition), words.body_c_fb(t)]
-    body.append(runs_line(device, d))
-    return Page(slug, words.title(), [problem(n) for n in names], answers,
-                "\n\n".join(body), score=score)
 
 
 # ---------------------------------------------------------------------------- gradient_checkpointing
@@ -281,5 +238,5 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [nsys_page(ctx), mixed_precision_page(ctx), memory_page(ctx),
+    return [nsys_page(ctx), memory_page(ctx),
             checkpointing_page(ctx), training_step_page(ctx)]
