@@ -120,30 +120,6 @@ def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     assert by["leaderboard_2026"].device.split(" + ")[0] == "2×H200"
 
 
-# ------------------------------------------------------------- nsys_profile (c)
-def test_nsys_c_reads_the_forwards_kernels_only():
-    """(c) asks about the forward pass: the answer's kernels come from the forward's table, so an
-    optimizer kernel (multi-tensor apply) that tops the training step's table is not among them."""
-    from impl.report.nsys_facts import forward_non_matmul
-
-    nsys = dict(nontrivial_threshold=0.01, tables={
-        "forward": [dict(name="gemm", category="matmul", share=0.8, calls=10),
-                    dict(name="softmax_warp_forward<float>", category="softmax", share=0.05, calls=4),
-                    dict(name="BinaryFunctor<MulFunctor<float>>", category="elementwise", share=0.02, calls=8),
-                    dict(name="tiny", category="elementwise", share=0.001, calls=1)],
-        "train step": [dict(name="multi_tensor_apply_kernel<AdamW>", category="elementwise", share=0.3, calls=1)]})
-    f = forward_non_matmul(nsys)
-    assert [k.share for k in f.kernels] == [0.05, 0.02] and f.categories == ["elementwise", "softmax"]
-    assert f.total_share == pytest.approx(0.07) and f.kernels[1].op == "MulFunctor"
-
-
-def test_committed_nsys_c_answer_has_no_optimizer_kernel(built_pages):
-    _, pages = built_pages
-    page = next(p for p in pages if p.slug == "nsys_profile")
-    c = next(a.text for a in page.answers if a.question.startswith("(c)"))
-    assert "optimizer" not in c and "multi_tensor" not in c
-
-
 # ------------------------------------------------------------- torch_compile (a)
 def _b(problem: str, cfg: dict, median: float, section: str, when: str):
     from impl.bench.row import Env, Row, Status, Timing
@@ -296,23 +272,6 @@ def _row_bench(problem, cfg, status="measured", details=None, mean=None, peak=No
               Memory(peak_allocated=peak), details=details or {})
     stats = Stats(mean, mean / 50, mean, 0.0, 5, [mean] * 5) if mean else None
     return Bench(f"{problem}-{len(str(cfg))}-{id(cfg)}", row, run, stats, Config.of(cfg))
-
-
-def test_nsys_cases_keep_the_studys_order_top_kernel_calls_and_oom_need():
-    from impl.report.nsys_facts import nsys_cases
-
-    cases = [["medium", 512], ["medium", 2048], ["large", 256]]
-    top = {"name": "gemm_a", "category": "matmul", "calls_per_pass": 169.0, "share": 0.7}
-    rows = [_row_bench("nsys_profile", dict(size="large", edition="2026", context=256), details=dict(
-                cases=cases, nsys=dict(top_forward=dict(top, calls_per_pass=72.0), forward_kernel_ms=50.0)), mean=0.12),
-            _row_bench("nsys_profile", dict(size="medium", edition="2026", context=2048), "oom",
-                       dict(cases=cases, memory_need={"total": 57.6e9})),
-            _row_bench("nsys_profile", dict(size="medium", edition="2026", context=512),
-                       details=dict(cases=cases, nsys=dict(top_forward=top, forward_kernel_ms=40.0)), mean=0.06)]
-    got = nsys_cases(rows)
-    assert [(c.size, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
-    assert (got[0].top_name, got[0].top_calls, got[0].forward_ms) == ("gemm_a", 169, 60.0)
-    assert not got[1].measured and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72
 
 
 def test_single_level_facts_read_the_closed_forms_k_and_its_neighbours_measured_peaks():

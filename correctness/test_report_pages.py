@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------- pages of 1.1, training_step, cpu_smoke
-PROFILING_SLUGS = {"nsys_profile", "memory_profiling",
+PROFILING_SLUGS = {"memory_profiling",
                    "gradient_checkpointing", "training_step"}
 
 

@@ -21,6 +21,7 @@ from impl.report.templating import render_page as render_whole
 # templates/<slug>.md.j2); the others expose pages(ctx) -> list[Page].
 PAGE_MODULES = [
     "impl.report.pages.benchmarking_script",
+    "impl.report.pages.nsys_profile",
     "impl.report.pages.mixed_precision",
     "impl.report.pages.profiling",
     "impl.report.pages.attention",

@@ -9,15 +9,14 @@ import pandas as pd
 
 from impl.bench.row import Status
 from impl.model import MODEL_SIZES
-from impl.report import checkpointing, profiling, training_step
+from impl.report import checkpointing, training_step
 from impl.report.checkpointing_facts import single_level_facts
-from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches, size_label
 from impl.report.templating import macros
 from impl.report.benchmarking import step_s, study
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import gib, missing, ms, num, table
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
 from impl.report.runs import device_short, runs_line
@@ -31,55 +30,6 @@ MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 # ------------------------------------------------------------------------------------ shared
 def _i(x):
     return int(x) if not missing(x) else x
-
-
-# ------------------------------------------------------------------------------------ nsys_profile
-def _nsys_ok(d: pd.DataFrame) -> pd.DataFrame:
-    return d[(d["status"] == MEASURED) & d["details"].map(lambda i: bool(i.get("nsys")))]
-
-
-def nsys_page(ctx: Context) -> Page:
-    slug, name = "nsys_profile", P.NSYS_PROFILE
-    words = macros("nsys_profile.md.j2")
-    qs = [words.q_a(), words.q_b(), words.q_c(), words.q_d(), words.q_e()]
-    found = gpu_rows(ctx, name)
-    if not found or _nsys_ok(found[0][1]).empty:
-        return missing_page(slug, P.NSYS_PROFILE, [name], qs)
-    device, d_all = found[0]
-    in_2026 = d_all.cfg.edition.astype(str) == "2026"
-    d, d26 = d_all[~in_2026], d_all[in_2026]
-    if _nsys_ok(d).empty:  # only 2026 rows: they answer alone
-        d, d26 = d26, d26.iloc[0:0]
-
-    def facts(rows: pd.DataFrame) -> NsysFacts:
-        ok = profiling.sorted_by(_nsys_ok(rows), "cfg.context")
-        return NsysFacts([profiled(f"{size_label(b.cfg.size_ref, b.cfg.size)} at context {b.cfg.context}",
-                                   step_s(line), b.details["nsys"])
-                          for (_, line), b in zip(ok.iterrows(), benches(ok))])
-    f = facts(d)
-    makers = (words.a_a, words.a_b, words.a_c, words.a_d, words.a_e)
-    answers = [Answer(q, a(f)) for q, a in zip(qs, makers)]
-    body = [f"## {device}", profiling.nsys_body(d)]
-    score = Score(words.score_answer(f), words.score_headline(f), "–", device, run_date(d))
-    if not _nsys_ok(d26).empty:
-        f26, cases = facts(d26), nsys_cases(benches(d26))
-        e25 = d.iloc[0].cfg.edition or "2025"
-        sizes = lambda fx: sorted({c.config.split(" at ")[0] for c in fx.configs})  # noqa: E731
-        for i, (q, a) in enumerate(zip(qs, makers)):
-            extra = words.a_b_cases(cases) if i == 1 else ""
-            answers[i] = Answer(q, f"{words.edition_head(e25, sizes(f))} {a(f)}\n\n"
-                                   f"{words.edition_head('2026', sizes(f26))} {a(f26)}" + (f" {extra}" if extra else ""))
-        rows = [[c.size, c.context, ms(c.forward_ms / 1e3, c.forward_std_ms / 1e3 if c.forward_std_ms else None),
-                 num(c.kernel_ms, 1), f"`{c.top_name[:60]}`", c.top_calls, "yes" if c.top_stays else "no"]
-                if c.measured else [c.size, c.context, words.oom_need(c.need_bytes / 1e9 if c.need_bytes else None),
-                                    "–", "–", "–", "–"]
-                for c in cases]
-        body += [words.h_2026_sizes(list(dict.fromkeys(c.size for c in cases))),
-                 words.cases_intro("2026", [c for c in cases if not c.measured and c.need_bytes]),
-                 table(words.cases_header().split("|"), rows)]
-        score = Score(words.score_answer_2026(f26), words.score_headline(f26), "–", device, run_date(d26))
-    body.append(runs_line(device, d_all))
-    return Page(slug, P.NSYS_PROFILE, [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
 
 
 # ---------------------------------------------------------------------------- gradient_checkpointing
@@ -238,5 +188,5 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [nsys_page(ctx), memory_page(ctx),
+    return [memory_page(ctx),
             checkpointing_page(ctx), training_step_page(ctx)]
