@@ -77,8 +77,8 @@ def test_2026_oom_rows_carry_their_need_and_fresh_warmup_its_first_step():
     case, = e26.warmup
     assert e26.fresh_warmup and sorted(case.by_warmup) == [0, 1, 2]
     assert case.cold.first_s == 1.1 and case.first_step_excess == pytest.approx(1.1 / case.warm.mean_s)
-    assert case.cold.first_parts == {"forward": 0.5, "backward": 0.4, "optimizer": 0.2}
-    assert case.cold.later_parts["forward"] == pytest.approx(0.1)
+    assert case.cold.first_parts == page.Parts(0.5, 0.4, 0.2)
+    assert case.cold.later_parts.forward == pytest.approx(0.1) and case.warm.later_parts is None
     assert e26.warmup_parts
 
 

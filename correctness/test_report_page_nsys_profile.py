@@ -119,7 +119,7 @@ def test_the_table_names_oom_and_fallback_rows_and_the_middle_configs_kernels(tm
     assert [(r.size, r.context, r.status) for r in t.rows] == [
         ("small", 128, "measured"), ("small", 512, "measured"), ("large", 128, "measured"),
         ("large", 1024, "measured"), ("2.7B", 1024, "oom")]
-    assert t.rows[3].profiled == "forward_backward" and t.stat == "median"
+    assert t.rows[3].profile.profiled == "forward_backward" and t.rows[4].profile is None and t.stat == "median"
     assert (t.steps, t.warmup, sum(t.parse_s), t.artifact) == ([2], [1], 2.0, "nsys_small.trace.json.gz")
     k = t.kernels
     assert (k.size, k.context) == ("large", 128)  # the middle of the four profiled configs

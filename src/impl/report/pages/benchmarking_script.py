@@ -58,6 +58,15 @@ def _cfg(b: Bench) -> ScriptConfig:
 
 
 @dataclass(frozen=True)
+class Parts:
+    """A training step's forward, backward and optimizer step (s), where the row kept them."""
+
+    forward: float | None = None
+    backward: float | None = None
+    optimizer: float | None = None
+
+
+@dataclass(frozen=True)
 class Cell:
     """One row's timing: mean ± std over the timed steps (seconds), or why it has none."""
 
@@ -70,8 +79,8 @@ class Cell:
     tokens_per_s: float | None = None
     mfu_measured_peak: float | None = None
     need_bytes: float | None = None  # the closed-form memory need (details["memory_need"]["total"])
-    first_parts: dict[str, float] | None = None  # the first timed step's forward/backward/optimizer (s)
-    later_parts: dict[str, float] | None = None  # the mean of the other timed steps' parts (s)
+    first_parts: Parts | None = None  # the first timed step's
+    later_parts: Parts | None = None  # the mean of the other timed steps'
 
     @property
     def ok(self) -> bool:
@@ -90,13 +99,12 @@ def _need(b: Bench) -> float | None:
     return (b.details.get("memory_need") or {}).get("total")
 
 
-def _parts(b: Bench) -> tuple[dict[str, float] | None, dict[str, float] | None]:
+def _parts(b: Bench) -> tuple[Parts | None, Parts | None]:
     """(the first timed step's parts, the other steps' mean parts) of a row that kept details["steps"]."""
-    steps = {k.removesuffix("_s"): v for k, v in (b.details.get("steps") or {}).items() if isinstance(v, list) and v}
-    if not steps:
-        return None, None
-    return ({k: v[0] for k, v in steps.items()},
-            {k: sum(v[1:]) / len(v[1:]) for k, v in steps.items() if len(v) > 1})
+    steps = {k.removesuffix("_s"): v for k, v in (b.details.get("steps") or {}).items() if isinstance(v, list) and v
+             and k.removesuffix("_s") in ("forward", "backward", "optimizer")}
+    later = {k: sum(v[1:]) / len(v[1:]) for k, v in steps.items() if len(v) > 1}
+    return (Parts(**{k: v[0] for k, v in steps.items()}) if steps else None), (Parts(**later) if later else None)
 
 
 def cell(b: Bench) -> Cell:
@@ -196,7 +204,6 @@ class EditionFacts:
     edition: str
     sizes: list[str]
     grid: list[GridRow] = field(default_factory=list)
-    ooms: list[str] = field(default_factory=list)  # "size ctx N dtype mode"
     warmup: list[WarmupCase] = field(default_factory=list)
     optimizer: list[OptimizerSplit] = field(default_factory=list)
     batch: int | None = None
@@ -295,8 +302,7 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
         c = _cfg(b)
         warm.setdefault((c.label, c.context, c.dtype, c.mode), {})[int(c.warmup)] = cell(b)
     cases = [WarmupCase(*k, dict(sorted(v.items()))) for k, v in warm.items() if len(v) > 1]
-    return EditionFacts(edition, sizes, rows_, [f"{c.label} ctx {c.context} {c.dtype} {c.mode}" for _, c in oom],
-                        cases, _optimizer(main), _cfg(main[0]).batch,
+    return EditionFacts(edition, sizes, rows_, cases, _optimizer(main), _cfg(main[0]).batch,
                         any(_cfg(b).study == "warmup_fresh_process" for b in rows),
                         [(c.label, c.context, c.dtype, c.mode, cell(b)) for b, c in oom])
 

@@ -79,7 +79,8 @@ class Profiled:
 
     size: str  # its label (impl.report.rows.size_label)
     context: int
-    timer_ms: float  # pytest-benchmark's time of the same forward
+    timer_s: float  # pytest-benchmark's time of the same forward (impl.report.benchmarking.bench_step_s)
+    timer_std_s: float | None
     range_ms: float  # the annotated forward range
     kernel_ms: float  # kernel time inside it
     top_name: str
@@ -87,10 +88,21 @@ class Profiled:
     top_calls: int  # per forward
     top_stays: bool  # still on top for forward+backward
     matmul_fwd: float
-    matmul_train: float | None  # None where the training step was not profiled
+    trained: bool  # the training step was profiled (matmul_train is its share)
+    profiled: str  # what the table's training share covers: train_step, forward_backward, forward, ...
+    train_share: float | None  # matmul share of what was profiled beyond the forward
     softmax_time: float  # softmax ÷ (the two attention matmuls), time
     softmax_flops: float  # the same in FLOPs
     non_matmul: ForwardNonMatmul
+
+    @property
+    def timer_ms(self) -> float:
+        return self.timer_s * 1e3
+
+    @property
+    def matmul_train(self) -> float | None:
+        """The matmul share of a training step; None where the training step was not profiled."""
+        return self.train_share if self.trained else None
 
     @property
     def config(self) -> str:
@@ -113,10 +125,12 @@ class Profiled:
 def profiled(b: Bench) -> Profiled:
     nsys = b.details["nsys"]
     top = nsys["top_forward"]
-    train = nsys["matmul_share_train_step"] if (nsys.get("profiled") or "train_step") == "train_step" else None
-    return Profiled(_cfg(b).label, _cfg(b).context, bench_step_s(b) * 1e3, nsys["forward_range_ms"], nsys["forward_kernel_ms"], top["name"],
-                    top["category"] == "matmul", int(top["calls_per_pass"]), bool(nsys.get("top_stays_on_top")),
-                    nsys["matmul_share_forward"], train, nsys["softmax_to_matmuls_time_ratio"],
+    return Profiled(_cfg(b).label, _cfg(b).context, bench_step_s(b), b.stats.stddev if b.stats else None,
+                    nsys["forward_range_ms"], nsys["forward_kernel_ms"], top["name"], top["category"] == "matmul",
+                    int(top["calls_per_pass"]), bool(nsys.get("top_stays_on_top")), nsys["matmul_share_forward"],
+                    (nsys.get("profiled") or "train_step") == "train_step",
+                    nsys.get("profiled") or ("forward" if nsys.get("train_oom") else "train_step"),
+                    nsys.get("matmul_share_train_step"), nsys["softmax_to_matmuls_time_ratio"],
                     nsys["softmax_to_matmuls_flop_ratio"], forward_non_matmul(nsys))
 
 
@@ -200,18 +214,7 @@ class ConfigRow:
     size: str  # as stored ("xl", "2.7B")
     context: int
     status: str  # "measured", "oom" (or measured without a profile), "left out"
-    timer_s: float | None = None  # the Python timer (bench_step_s) and its std
-    timer_std_s: float | None = None
-    range_ms: float | None = None
-    kernel_ms: float | None = None
-    top_name: str = "–"
-    top_calls: float | None = None
-    top_stays: bool = False
-    matmul_fwd: float | None = None
-    profiled: str = "train_step"  # what the training figure covers: train_step, forward_backward, forward, ...
-    matmul_train: float | None = None
-    softmax_time: float | None = None
-    softmax_flops: float | None = None
+    profile: Profiled | None = None
 
 
 @dataclass(frozen=True)
@@ -253,18 +256,12 @@ def _by_context(rows: list[Bench]) -> list[Bench]:
 
 
 def _config_row(b: Bench) -> ConfigRow:
-    c, n = _cfg(b), b.details.get("nsys")
+    c = _cfg(b)
     if b.status not in (Status.MEASURED, Status.OOM):
         return ConfigRow(c.size, c.context, "left out")
-    if b.status is Status.OOM or not n:
+    if b.status is Status.OOM or not b.details.get("nsys"):
         return ConfigRow(c.size, c.context, "oom")
-    top = n.get("top_forward", {})
-    return ConfigRow(c.size, c.context, "measured", bench_step_s(b), b.stats.stddev if b.stats else None,
-                     n["forward_range_ms"], n["forward_kernel_ms"], top.get("name", "–"), top.get("calls_per_pass"),
-                     bool(n.get("top_stays_on_top")), n["matmul_share_forward"],
-                     n.get("profiled") or ("forward" if n.get("train_oom") else "train_step"),
-                     n.get("matmul_share_train_step"), n["softmax_to_matmuls_time_ratio"],
-                     n["softmax_to_matmuls_flop_ratio"])
+    return ConfigRow(c.size, c.context, "measured", profiled(b))
 
 
 def _kernel_tables(b: Bench) -> KernelTables:
@@ -338,9 +335,6 @@ def facts(ctx: Context) -> NsysPage:
     if not _profiled(older):  # only 2026 rows: they answer alone
         older, new = new, []
     answer = NsysFacts([profiled(b) for b in _by_context(_profiled(older))])
-    edition = _cfg(older[0]).edition or "2025"
-    if not _profiled(new):
-        return NsysPage(device, answer, edition, None, [], profile_tables(older), RunsFacts.of(device, every),
-                        newest_date(older))
-    return NsysPage(device, answer, edition, NsysFacts([profiled(b) for b in _by_context(_profiled(new))]),
-                    nsys_cases(new), profile_tables(older), RunsFacts.of(device, every), newest_date(new))
+    answer26 = NsysFacts([profiled(b) for b in _by_context(_profiled(new))]) if _profiled(new) else None
+    return NsysPage(device, answer, _cfg(older[0]).edition or "2025", answer26, nsys_cases(new) if answer26 else [],
+                    profile_tables(older), RunsFacts.of(device, every), newest_date(new if answer26 else older))
