@@ -16,7 +16,6 @@ import pandas as pd
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 
-EDITIONS = tuple(EDITION_SIZES)  # ("2025", "2026")
 V = TypeVar("V")
 
 
@@ -414,11 +413,3 @@ def of_newest_run(rows: list[Bench], among: list[Bench] | None = None) -> list[B
         return []
     newest = max(b.run.datetime for b in among)
     return [b for b in rows if b.run.datetime == newest]
-
-
-def by_edition(rows: Iterable[Bench]) -> dict[str, list[Bench]]:
-    """{edition: its rows} for both editions (an edition without rows maps to [])."""
-    out: dict[str, list[Bench]] = {e: [] for e in EDITIONS}
-    for b in rows:
-        out.setdefault(b.cfg.edition_or_default, []).append(b)
-    return out
