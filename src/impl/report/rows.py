@@ -328,6 +328,12 @@ class Bench:
     def metric(self, m: Metric) -> float | None:
         return self.row.metric(m)
 
+    @property
+    def step_s(self) -> float | None:
+        """Time per call: the median (the bench layer's metrics divide by it); older-format runs computed
+        their tokens/s and MFU from the mean, so their tables keep showing the mean."""
+        return None if self.stats is None else self.stats.mean if self.run.legacy else self.stats.median
+
     def figure(self, key: str, metric: Metric | None = None):
         """A figure of a (distributed) row: its Metric, else the mean of its timed steps
         (details["steps"]), a details key, or where the older format kept it (its free-form metrics)."""
@@ -396,6 +402,13 @@ class Rows:
     def per_gpu(self, *problems: str) -> list[tuple[str, list[Bench]]]:
         """(device, its newest rows of `problems`) for each GPU device that has any, one-GPU kinds first."""
         return [(dev, rows) for dev in self.gpu_devices() if (rows := self.of(*problems, device=dev))]
+
+
+def stat_name(rows: Iterable[Bench]) -> str:
+    """What Bench.step_s shows for `rows` (their measured ones, else all), for tables' captions."""
+    rows = list(rows)
+    kinds = {b.run.legacy for b in ([b for b in rows if b.status is Status.MEASURED] or rows)}
+    return "mean" if kinds == {True} else "median" if kinds == {False} else "median (mean in older-format runs)"
 
 
 def view(cls: type[V], b: Bench) -> V:
