@@ -411,6 +411,22 @@ def stat_name(rows: Iterable[Bench]) -> str:
     return "mean" if kinds == {True} else "median" if kinds == {False} else "median (mean in older-format runs)"
 
 
+def timing_text(rows: Iterable[Bench]) -> tuple[str, str]:
+    """(warm-up calls, timed rounds) of the measured rows, as "5", or "5–10" where rows differ (the harness
+    gives short rows more rounds); the older format kept the grid's warmup and rounds in its details."""
+    warm, rounds = set(), set()
+    for b in rows:
+        if b.status is Status.MEASURED:
+            t = b.row.timing
+            warm.add(t.warmup_rounds if t else b.details.get("warmup"))
+            rounds.add(t.rounds if t else b.details.get("rounds"))
+
+    def text(xs):
+        xs = sorted(x for x in xs if x is not None)
+        return "–" if not xs else str(xs[0]) if xs[0] == xs[-1] else f"{xs[0]}–{xs[-1]}"
+    return text(warm), text(rounds)
+
+
 def view(cls: type[V], b: Bench) -> V:
     """A page's typed view of a row's config (a frozen dataclass of the keys it reads, each with a
     default): no catch-all config class; a key the view does not declare is not read."""
