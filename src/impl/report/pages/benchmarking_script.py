@@ -12,10 +12,9 @@ from impl import accounting as acc
 from impl.bench.row import Metric, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
-from impl.report.benchmarking import rows_timing_text
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, size_label, size_ref, view
+from impl.report.rows import Bench, size_label, size_ref, timing_text, view
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
@@ -398,7 +397,7 @@ def plot(grid: list[GridRow], path) -> None:
 def _tables(e: EditionFacts, rows: list[Bench], device: str, ctx: Context) -> EditionTables:
     ed = of_edition(rows, e.edition)
     main = [b for b in ed if _study(b) == "main"]
-    warm_n, rounds_n = rows_timing_text([b.row for b in main])
+    warm_n, rounds_n = timing_text(main)
     p = next((b.row.peaks for b in main if b.row.peaks is not None), None)
     figure = None
     if any(r.train is not None for r in e.grid):

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 
 from impl.bench.row import Status
 from impl.model import size_rank
-from impl.report.benchmarking import bench_step_s, stat_of
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, size_label, size_ref, view
+from impl.report.rows import Bench, size_label, size_ref, stat_name, view
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -79,7 +78,7 @@ class Profiled:
 
     size: str  # its label (impl.report.rows.size_label)
     context: int
-    timer_s: float  # pytest-benchmark's time of the same forward (impl.report.benchmarking.bench_step_s)
+    timer_s: float  # pytest-benchmark's time of the same forward (Bench.step_s)
     timer_std_s: float | None
     range_ms: float  # the annotated forward range
     kernel_ms: float  # kernel time inside it
@@ -125,7 +124,7 @@ class Profiled:
 def profiled(b: Bench) -> Profiled:
     nsys = b.details["nsys"]
     top = nsys["top_forward"]
-    return Profiled(_cfg(b).label, _cfg(b).context, bench_step_s(b), b.stats.stddev if b.stats else None,
+    return Profiled(_cfg(b).label, _cfg(b).context, b.step_s, b.stats.stddev if b.stats else None,
                     nsys["forward_range_ms"], nsys["forward_kernel_ms"], top["name"], top["category"] == "matmul",
                     int(top["calls_per_pass"]), bool(nsys.get("top_stays_on_top")), nsys["matmul_share_forward"],
                     (nsys.get("profiled") or "train_step") == "train_step",
@@ -244,7 +243,7 @@ class ProfileTables:
     steps: list[int]  # recorded steps per config
     warmup: list[int]  # warm-up steps run through unrecorded ([]: recorded and excluded)
     parse_s: list[float]  # building each config's tables
-    stat: str  # what the Python timer shows (impl.report.benchmarking.stat_of)
+    stat: str  # what the Python timer shows (impl.report.rows.stat_name)
     rows: list[ConfigRow]
     kernels: KernelTables | None
     artifact: str | None  # the kept Chrome trace
@@ -281,7 +280,7 @@ def profile_tables(rows: list[Bench]) -> ProfileTables:
         next((n["timing_source"] for n in ns), "kernels") == "kernels", sorted({n.get("steps_profiled") for n in ns}),
         sorted({n["warmup_steps"] for n in ns if n.get("warmup_steps") is not None}),
         [n["parse_s"] for n in ns if n.get("parse_s") is not None],
-        stat_of([(b.status is Status.MEASURED, b.run.legacy) for b in rows]), [_config_row(b) for b in rows],
+        stat_name(rows), [_config_row(b) for b in rows],
         _kernel_tables(with_profile[len(with_profile) // 2]) if with_profile else None,
         next((b.details["artifact"] for b in rows if b.details.get("artifact")), None),
         next((b.details["artifact_skipped"] for b in rows if b.details.get("artifact_skipped")), None))
