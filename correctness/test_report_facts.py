@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from impl.report.data import load
 from impl.report.pages import Context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,143 +98,6 @@ def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     assert by["leaderboard_2026"].device.split(" + ")[0] == "2×H200"
 
 
-# ------------------------------------------------------------- benchmarking_script
-@pytest.fixture(scope="module")
-def h100_benchmarking():
-    from impl.report.benchmarking_script import benchmarking_script_facts
-    from impl.report.rows import benches
-
-    df = load(ROOT / "reports" / "data")
-    d = df[(df.device == "h100-80gb-x1") & (df.problem == "benchmarking_script")]
-    return benchmarking_script_facts("h100-80gb-x1", benches(d)), d
-
-
-def test_benchmarking_script_times_are_means_and_std_of_their_rows(h100_benchmarking):
-    """Both handouts ask for the average and standard deviation: every cell is the row's stats mean and
-    stddev, not its median."""
-    f, d = h100_benchmarking
-    e25, e26 = f.editions
-    assert (e25.edition, e26.edition) == ("2025", "2026")
-    head_ed, head = f.headline
-    assert head_ed is e25 and head.dtype == "fp32" and head.size == "2.7B (2025) = xl (2026)"
-    src = d[d["row"].map(lambda r: r.config.get("size") == "2.7B" and r.config.get("dtype") == "fp32"
-                         and r.config.get("mode") == "train_step" and r.config.get("context") == head.context
-                         and r.config.get("study") in (None, "main"))]
-    src = src[src.status == "measured"]
-    assert len(src) == 1
-    assert head.train.mean_s == src["mean"].iloc[0] and head.train.std_s == src["stddev"].iloc[0]
-    assert head.context == max(r.context for r in e25.largest() if r.train is not None and r.train.ok)
-
-
-def test_benchmarking_script_2026_edition_reads_its_own_studies(h100_benchmarking):
-    """The committed 2026 rows (study main_2026, warmup_fresh_process) answer the 2026 edition: every
-    size in its grid, 10B's OOM rows with their closed-form need, a fresh-process warm-up study."""
-    f, d = h100_benchmarking
-    e26 = f.editions[1]
-    assert e26.sizes == ["small", "medium", "large", "xl (2026) = 2.7B (2025)", "10B (2026)"]
-    assert {r.size for r in e26.grid} == set(e26.sizes) and e26.fresh_warmup
-    assert all(c.need_bytes and c.need_bytes > 80e9 for *_, c in e26.oom_cells) and e26.oom_cells
-    lo, hi = e26.fwd_bwd
-    assert hi.size == "xl (2026) = 2.7B (2025)"  # 10B's backward is OOM: the largest size with both
-    assert {c.size for c in e26.warmup} >= {"small", "xl (2026) = 2.7B (2025)"}
-
-
-def _bs_bench(edition, size, mode, mean, study="main", status=None, details=None, warmup=None, data=None):
-    from impl.bench.row import Env, Row, Status, Timing
-    from impl.report.rows import Bench, Config, RunRef, Stats
-
-    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
-    run = RunRef("gpu-x1", "benchmarking_script", "2026-12-01T00:00:00", "abc", False)
-    cfg = dict(size=size, edition=edition, context=512, dtype="fp32", mode=mode, study=study, batch=4)
-    if warmup is not None:
-        cfg["warmup"] = warmup
-    status = status or Status.MEASURED
-    row = Row("benchmarking_script", cfg, env, status, Timing("step", "SyncTimer", 5, 10), details=details or {})
-    stats = None if mean is None else Stats(mean, mean / 100, mean, 0.0, 10, data or [mean] * 10)
-    return Bench(f"{edition}-{size}-{mode}-{warmup}", row, run, stats, Config.of(cfg))
-
-
-def test_benchmarking_script_2026_oom_rows_carry_their_need_and_fresh_warmup_its_first_step():
-    from impl.bench.row import Status
-    from impl.report.benchmarking_script import benchmarking_script_facts
-
-    need = {"memory_need": {"total": 154.5e9}}
-    rows = [_bs_bench("2026", "xl", "forward", 0.3, "main_2026"), _bs_bench("2026", "xl", "backward", 0.6, "main_2026"),
-            _bs_bench("2026", "10B", "forward", 1.2, "main_2026"),
-            _bs_bench("2026", "10B", "backward", None, "main_2026", Status.OOM, need)]
-    steps = {"steps": {"forward_s": [0.5, 0.1, 0.1], "backward_s": [0.4, 0.2, 0.2], "optimizer_s": [0.2, 0.05, 0.05]}}
-    for w, first in ((0, 1.1), (1, 0.36), (2, 0.35)):
-        rows.append(_bs_bench("2026", "xl", "train_step", (first + 0.35 * 9) / 10, "warmup_fresh_process",
-                              details=steps if w == 0 else {}, warmup=w, data=[first] + [0.35] * 9))
-    e26 = benchmarking_script_facts("gpu-x1", rows).editions[1]
-    (size, ctx, dtype, mode, cell), = e26.oom_cells
-    assert (size, mode, cell.need_bytes) == ("10B (2026)", "backward", 154.5e9)
-    assert e26.fwd_bwd[1].size == "xl (2026) = 2.7B (2025)" and e26.fwd_bwd[1].modes["backward"].mean_s == 0.6
-    case, = e26.warmup
-    assert e26.fresh_warmup and sorted(case.by_warmup) == [0, 1, 2]
-    assert case.cold.first_s == 1.1 and case.first_step_excess == pytest.approx(1.1 / case.warm.mean_s)
-    assert case.cold.first_parts == {"forward": 0.5, "backward": 0.4, "optimizer": 0.2}
-    assert case.cold.later_parts["forward"] == pytest.approx(0.1)
-
-
-def test_benchmarking_script_optimizer_split_adds_the_rows_means(h100_benchmarking):
-    f, _ = h100_benchmarking
-    e25 = f.editions[0]
-    assert {o.dtype for o in e25.optimizer} == {"fp32", "bf16"}
-    for o in e25.optimizer:
-        row = next(r for r in e25.grid if r.size == o.size and r.context == o.context and r.dtype == o.dtype)
-        assert o.forward_s == row.modes["forward"].mean_s and o.optimizer_s == row.modes["optimizer_step"].mean_s
-        assert o.optimizer_share == pytest.approx(o.optimizer_s / (o.forward_s + o.backward_s + o.optimizer_s))
-
-
-def test_benchmarking_script_rows_of_the_2026_edition_answer_its_sizes():
-    from impl.bench.row import Env, Row, Status, Timing
-    from impl.report.benchmarking_script import benchmarking_script_facts
-    from impl.report.rows import Bench, Config, RunRef, Stats
-
-    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
-    run = RunRef("gpu-x1", "benchmarking_script", "2026-12-01T00:00:00", "abc", False)
-
-    def bench(edition, size, mode, mean):
-        cfg = dict(size=size, edition=edition, context=512, dtype="fp32", mode=mode, study="main", batch=4)
-        row = Row("benchmarking_script", cfg, env, Status.MEASURED, Timing("step", "SyncTimer", 5, 10))
-        return Bench(f"{edition}-{size}-{mode}", row, run, Stats(mean, mean / 100, mean * 2, 0.0, 10, [mean] * 10),
-                     Config.of(cfg))
-
-    rows = [bench("2026", "xl", m, t) for m, t in (("forward", 0.3), ("backward", 0.6), ("train_step", 1.0))]
-    rows.append(bench(None, "xl", "forward", 0.1))  # no edition: a 2025 row (the 2025 xl is another model)
-    f = benchmarking_script_facts("gpu-x1", rows)
-    e25, e26 = f.editions
-    assert [r.size for r in e26.grid] == ["xl (2026) = 2.7B (2025)"] and [r.size for r in e25.grid] == ["xl (2025)"]
-    assert f.headline[0] is e26 and f.headline[1].train.mean_s == 1.0  # the mean, not the median (2.0)
-    lo, hi = e26.fwd_bwd
-    assert hi.modes["backward"].mean_s == 0.6
-
-
-# ------------------------------------------------------------- nsys_profile (c)
-def test_nsys_c_reads_the_forwards_kernels_only():
-    """(c) asks about the forward pass: the answer's kernels come from the forward's table, so an
-    optimizer kernel (multi-tensor apply) that tops the training step's table is not among them."""
-    from impl.report.nsys_facts import forward_non_matmul
-
-    nsys = dict(nontrivial_threshold=0.01, tables={
-        "forward": [dict(name="gemm", category="matmul", share=0.8, calls=10),
-                    dict(name="softmax_warp_forward<float>", category="softmax", share=0.05, calls=4),
-                    dict(name="BinaryFunctor<MulFunctor<float>>", category="elementwise", share=0.02, calls=8),
-                    dict(name="tiny", category="elementwise", share=0.001, calls=1)],
-        "train step": [dict(name="multi_tensor_apply_kernel<AdamW>", category="elementwise", share=0.3, calls=1)]})
-    f = forward_non_matmul(nsys)
-    assert [k.share for k in f.kernels] == [0.05, 0.02] and f.categories == ["elementwise", "softmax"]
-    assert f.total_share == pytest.approx(0.07) and f.kernels[1].op == "MulFunctor"
-
-
-def test_committed_nsys_c_answer_has_no_optimizer_kernel(built_pages):
-    _, pages = built_pages
-    page = next(p for p in pages if p.slug == "nsys_profile")
-    c = next(a.text for a in page.answers if a.question.startswith("(c)"))
-    assert "optimizer" not in c and "multi_tensor" not in c
-
-
 # ------------------------------------------------------------- torch_compile (a)
 def _b(problem: str, cfg: dict, median: float, section: str, when: str):
     from impl.bench.row import Env, Row, Status, Timing
@@ -278,23 +140,6 @@ def test_committed_torch_compile_a_divides_within_one_run(built_pages):
     values = [p.ratio.value for p in f.longest]
     score = next(p for p in pages if p.slug == "torch_compile").score["torch_compile"]
     assert f"{min(values):.2f}–{max(values):.2f}×" in score.vs_anchor
-
-
-# ------------------------------------------------------------- mixed_precision
-def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
-    from impl.report.mixed_precision import bf16_trend
-
-    f, _ = h100_benchmarking
-    t = bf16_trend(f.editions[0])
-    best = t.best
-    assert best.mode == "train_step" and best.ratio.value == best.bf16.mean_s / best.fp32.mean_s
-    assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
-    assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
-    t26 = bf16_trend(f.editions[1])  # 2026: forward and backward of every size (10B's backward is OOM)
-    assert {p.size for p in t26.of("forward")} == set(f.editions[1].sizes)
-    fw, bw = t26.largest_fb
-    assert bw.size == "xl (2026) = 2.7B (2025)" and bw.ratio.value == bw.bf16.mean_s / bw.fp32.mean_s
-    assert not t26.train() and t26.best is None
 
 
 
@@ -376,23 +221,6 @@ def _row_bench(problem, cfg, status="measured", details=None, mean=None, peak=No
               Memory(peak_allocated=peak), details=details or {})
     stats = Stats(mean, mean / 50, mean, 0.0, 5, [mean] * 5) if mean else None
     return Bench(f"{problem}-{len(str(cfg))}-{id(cfg)}", row, run, stats, Config.of(cfg))
-
-
-def test_nsys_cases_keep_the_studys_order_top_kernel_calls_and_oom_need():
-    from impl.report.nsys_facts import nsys_cases
-
-    cases = [["medium", 512], ["medium", 2048], ["large", 256]]
-    top = {"name": "gemm_a", "category": "matmul", "calls_per_pass": 169.0, "share": 0.7}
-    rows = [_row_bench("nsys_profile", dict(size="large", edition="2026", context=256), details=dict(
-                cases=cases, nsys=dict(top_forward=dict(top, calls_per_pass=72.0), forward_kernel_ms=50.0)), mean=0.12),
-            _row_bench("nsys_profile", dict(size="medium", edition="2026", context=2048), "oom",
-                       dict(cases=cases, memory_need={"total": 57.6e9})),
-            _row_bench("nsys_profile", dict(size="medium", edition="2026", context=512),
-                       details=dict(cases=cases, nsys=dict(top_forward=top, forward_kernel_ms=40.0)), mean=0.06)]
-    got = nsys_cases(rows)
-    assert [(c.size, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
-    assert (got[0].top_name, got[0].top_calls, got[0].forward_ms) == ("gemm_a", 169, 60.0)
-    assert not got[1].measured and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72
 
 
 def test_single_level_facts_read_the_closed_forms_k_and_its_neighbours_measured_peaks():

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------- pages of 1.1, training_step, cpu_smoke
-PROFILING_SLUGS = {"benchmarking_script", "nsys_profile", "mixed_precision", "memory_profiling",
+PROFILING_SLUGS = {"memory_profiling",
                    "gradient_checkpointing", "training_step"}
 
 
@@ -113,14 +113,6 @@ def test_memory_profiling_2026_answers_read_2026_rows_only(built):
     assert all(head26 in t for t in texts)
     assert all(f"**{SizeRef('2025', '2.7B').label} (2025 rows):**" in t for t in texts[:5])
     assert "1600" not in " ".join(t.split(head26)[1] for t in texts)  # no number of the 2025 xl's rows
-
-
-def test_benchmarking_script_answers_each_question_for_each_edition(built):
-    pages, _, _ = built
-    page = next(p for p in pages if p.slug == "benchmarking_script")
-    assert len(page.answers) == 3
-    for a in page.answers:  # the 2025 and 2026 answers side by side, each labelled with its sizes
-        assert a.text.index("**2025 sizes**") < a.text.index("**2026 sizes**"), a.question
 
 
 def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():

@@ -20,6 +20,9 @@ from impl.report.templating import render_page as render_whole
 # Page modules in index order: a two-file page's module is named for its slug (facts(ctx) and
 # templates/<slug>.md.j2); the others expose pages(ctx) -> list[Page].
 PAGE_MODULES = [
+    "impl.report.pages.benchmarking_script",
+    "impl.report.pages.nsys_profile",
+    "impl.report.pages.mixed_precision",
     "impl.report.pages.profiling",
     "impl.report.pages.attention",
     "impl.report.pages.flash_attention",
