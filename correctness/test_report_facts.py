@@ -1,4 +1,4 @@
-"""The report as facts (impl.report.index, rows, ratio, fsdp headline): which problems the index lists
+"""The report as facts (impl.report.index, rows, ratio): which problems the index lists
 and with which editions, which row is a page's headline, the ratio convention. Numbers and verdicts,
 not wording."""
 from __future__ import annotations
@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from impl.report.data import load
 from impl.report.pages import Context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,34 +70,12 @@ def test_ratio_is_ours_over_anchor_with_one_verdict_word():
     assert ratio(None, 1.0) is None and ratio(1.0, float("nan")) is None
 
 
-def test_fsdp_headline_pair_is_the_target_configuration_not_the_best_looking_row():
-    from impl.report.fsdp import headline_pair
-
-    every = ["fsdp_block_bf16", "torch_fsdp_bf16", "fsdp_bf16", "torch_fsdp", "fsdp", "ddp"]
-    assert headline_pair(every) == ("fsdp_block_bf16", "torch_fsdp_bf16")
-    assert headline_pair([v for v in every if v != "fsdp_block_bf16"]) == ("fsdp_bf16", "torch_fsdp_bf16")
-    assert headline_pair(["fsdp", "torch_fsdp", "ddp"]) == ("fsdp", "torch_fsdp")
-    assert headline_pair(["fsdp", "ddp"]) is None
-
-
 @pytest.fixture(scope="module")
 def built_pages(tmp_path_factory):
     from impl.report import build
 
     ctx = build.context(ROOT / "reports" / "data", tmp_path_factory.mktemp("reports"))
     return ctx, build.collect(ctx)
-
-
-def test_committed_fsdp_headline_reads_the_per_block_pair(built_pages):
-    """The committed xl (2026) run (2×H100) has the per-block row: the headline is ours with a unit per
-    block against fully_shard, both bf16 (the target pair, chosen by rule), from that one run."""
-    ctx, pages = built_pages
-    fsdp = next(p for p in pages if p.slug == "fsdp").score["fsdp"]
-    d = ctx.df[(ctx.df.problem == "fsdp") & (ctx.df.device == "h100-80gb-x2")]
-    med = {r.config["variant"]: m for r, m in zip(d["row"], d["median"]) if r.config.get("edition") == "2026"}
-    ratio = med["fsdp_block_bf16"] / med["torch_fsdp_bf16"]
-    assert f"{ratio:.2f}×" in fsdp.vs_anchor
-    assert ("faster" if ratio < 1 else "slower") in fsdp.vs_anchor
 
 
 def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
@@ -119,191 +96,6 @@ def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     assert by["distributed_communication_single_node"].device == "4×H200"
     assert "4×H200" in by["fsdp"].device.split(" + ") and "4×H200" in facts.devices
     assert by["leaderboard_2026"].device.split(" + ")[0] == "2×H200"
-
-
-# ------------------------------------------------------------- benchmarking_script
-@pytest.fixture(scope="module")
-def h100_benchmarking():
-    from impl.report.benchmarking_script import benchmarking_script_facts
-    from impl.report.rows import benches
-
-    df = load(ROOT / "reports" / "data")
-    d = df[(df.device == "h100-80gb-x1") & (df.problem == "benchmarking_script")]
-    return benchmarking_script_facts("h100-80gb-x1", benches(d)), d
-
-
-def test_benchmarking_script_times_are_means_and_std_of_their_rows(h100_benchmarking):
-    """Both handouts ask for the average and standard deviation: every cell is the row's stats mean and
-    stddev, not its median."""
-    f, d = h100_benchmarking
-    e25, e26 = f.editions
-    assert (e25.edition, e26.edition) == ("2025", "2026")
-    head_ed, head = f.headline
-    assert head_ed is e25 and head.dtype == "fp32" and head.size == "2.7B (2025) = xl (2026)"
-    src = d[d["row"].map(lambda r: r.config.get("size") == "2.7B" and r.config.get("dtype") == "fp32"
-                         and r.config.get("mode") == "train_step" and r.config.get("context") == head.context
-                         and r.config.get("study") in (None, "main"))]
-    src = src[src.status == "measured"]
-    assert len(src) == 1
-    assert head.train.mean_s == src["mean"].iloc[0] and head.train.std_s == src["stddev"].iloc[0]
-    assert head.context == max(r.context for r in e25.largest() if r.train is not None and r.train.ok)
-
-
-def test_benchmarking_script_2026_edition_reads_its_own_studies(h100_benchmarking):
-    """The committed 2026 rows (study main_2026, warmup_fresh_process) answer the 2026 edition: every
-    size in its grid, 10B's OOM rows with their closed-form need, a fresh-process warm-up study."""
-    f, d = h100_benchmarking
-    e26 = f.editions[1]
-    assert e26.sizes == ["small", "medium", "large", "xl (2026) = 2.7B (2025)", "10B (2026)"]
-    assert {r.size for r in e26.grid} == set(e26.sizes) and e26.fresh_warmup
-    assert all(c.need_bytes and c.need_bytes > 80e9 for *_, c in e26.oom_cells) and e26.oom_cells
-    lo, hi = e26.fwd_bwd
-    assert hi.size == "xl (2026) = 2.7B (2025)"  # 10B's backward is OOM: the largest size with both
-    assert {c.size for c in e26.warmup} >= {"small", "xl (2026) = 2.7B (2025)"}
-
-
-def _bs_bench(edition, size, mode, mean, study="main", status=None, details=None, warmup=None, data=None):
-    from impl.bench.row import Env, Row, Status, Timing
-    from impl.report.rows import Bench, Config, RunRef, Stats
-
-    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
-    run = RunRef("gpu-x1", "benchmarking_script", "2026-12-01T00:00:00", "abc", False)
-    cfg = dict(size=size, edition=edition, context=512, dtype="fp32", mode=mode, study=study, batch=4)
-    if warmup is not None:
-        cfg["warmup"] = warmup
-    status = status or Status.MEASURED
-    row = Row("benchmarking_script", cfg, env, status, Timing("step", "SyncTimer", 5, 10), details=details or {})
-    stats = None if mean is None else Stats(mean, mean / 100, mean, 0.0, 10, data or [mean] * 10)
-    return Bench(f"{edition}-{size}-{mode}-{warmup}", row, run, stats, Config.of(cfg))
-
-
-def test_benchmarking_script_2026_oom_rows_carry_their_need_and_fresh_warmup_its_first_step():
-    from impl.bench.row import Status
-    from impl.report.benchmarking_script import benchmarking_script_facts
-
-    need = {"memory_need": {"total": 154.5e9}}
-    rows = [_bs_bench("2026", "xl", "forward", 0.3, "main_2026"), _bs_bench("2026", "xl", "backward", 0.6, "main_2026"),
-            _bs_bench("2026", "10B", "forward", 1.2, "main_2026"),
-            _bs_bench("2026", "10B", "backward", None, "main_2026", Status.OOM, need)]
-    steps = {"steps": {"forward_s": [0.5, 0.1, 0.1], "backward_s": [0.4, 0.2, 0.2], "optimizer_s": [0.2, 0.05, 0.05]}}
-    for w, first in ((0, 1.1), (1, 0.36), (2, 0.35)):
-        rows.append(_bs_bench("2026", "xl", "train_step", (first + 0.35 * 9) / 10, "warmup_fresh_process",
-                              details=steps if w == 0 else {}, warmup=w, data=[first] + [0.35] * 9))
-    e26 = benchmarking_script_facts("gpu-x1", rows).editions[1]
-    (size, ctx, dtype, mode, cell), = e26.oom_cells
-    assert (size, mode, cell.need_bytes) == ("10B (2026)", "backward", 154.5e9)
-    assert e26.fwd_bwd[1].size == "xl (2026) = 2.7B (2025)" and e26.fwd_bwd[1].modes["backward"].mean_s == 0.6
-    case, = e26.warmup
-    assert e26.fresh_warmup and sorted(case.by_warmup) == [0, 1, 2]
-    assert case.cold.first_s == 1.1 and case.first_step_excess == pytest.approx(1.1 / case.warm.mean_s)
-    assert case.cold.first_parts == {"forward": 0.5, "backward": 0.4, "optimizer": 0.2}
-    assert case.cold.later_parts["forward"] == pytest.approx(0.1)
-
-
-def test_benchmarking_script_optimizer_split_adds_the_rows_means(h100_benchmarking):
-    f, _ = h100_benchmarking
-    e25 = f.editions[0]
-    assert {o.dtype for o in e25.optimizer} == {"fp32", "bf16"}
-    for o in e25.optimizer:
-        row = next(r for r in e25.grid if r.size == o.size and r.context == o.context and r.dtype == o.dtype)
-        assert o.forward_s == row.modes["forward"].mean_s and o.optimizer_s == row.modes["optimizer_step"].mean_s
-        assert o.optimizer_share == pytest.approx(o.optimizer_s / (o.forward_s + o.backward_s + o.optimizer_s))
-
-
-def test_benchmarking_script_rows_of_the_2026_edition_answer_its_sizes():
-    from impl.bench.row import Env, Row, Status, Timing
-    from impl.report.benchmarking_script import benchmarking_script_facts
-    from impl.report.rows import Bench, Config, RunRef, Stats
-
-    env = Env(device="GPU", device_type="cuda", torch="x", triton=None, cuda=None, profile="full")
-    run = RunRef("gpu-x1", "benchmarking_script", "2026-12-01T00:00:00", "abc", False)
-
-    def bench(edition, size, mode, mean):
-        cfg = dict(size=size, edition=edition, context=512, dtype="fp32", mode=mode, study="main", batch=4)
-        row = Row("benchmarking_script", cfg, env, Status.MEASURED, Timing("step", "SyncTimer", 5, 10))
-        return Bench(f"{edition}-{size}-{mode}", row, run, Stats(mean, mean / 100, mean * 2, 0.0, 10, [mean] * 10),
-                     Config.of(cfg))
-
-    rows = [bench("2026", "xl", m, t) for m, t in (("forward", 0.3), ("backward", 0.6), ("train_step", 1.0))]
-    rows.append(bench(None, "xl", "forward", 0.1))  # no edition: a 2025 row (the 2025 xl is another model)
-    f = benchmarking_script_facts("gpu-x1", rows)
-    e25, e26 = f.editions
-    assert [r.size for r in e26.grid] == ["xl (2026) = 2.7B (2025)"] and [r.size for r in e25.grid] == ["xl (2025)"]
-    assert f.headline[0] is e26 and f.headline[1].train.mean_s == 1.0  # the mean, not the median (2.0)
-    lo, hi = e26.fwd_bwd
-    assert hi.modes["backward"].mean_s == 0.6
-
-
-# ------------------------------------------------------------- nsys_profile (c)
-def test_nsys_c_reads_the_forwards_kernels_only():
-    """(c) asks about the forward pass: the answer's kernels come from the forward's table, so an
-    optimizer kernel (multi-tensor apply) that tops the training step's table is not among them."""
-    from impl.report.nsys_facts import forward_non_matmul
-
-    nsys = dict(nontrivial_threshold=0.01, tables={
-        "forward": [dict(name="gemm", category="matmul", share=0.8, calls=10),
-                    dict(name="softmax_warp_forward<float>", category="softmax", share=0.05, calls=4),
-                    dict(name="BinaryFunctor<MulFunctor<float>>", category="elementwise", share=0.02, calls=8),
-                    dict(name="tiny", category="elementwise", share=0.001, calls=1)],
-        "train step": [dict(name="multi_tensor_apply_kernel<AdamW>", category="elementwise", share=0.3, calls=1)]})
-    f = forward_non_matmul(nsys)
-    assert [k.share for k in f.kernels] == [0.05, 0.02] and f.categories == ["elementwise", "softmax"]
-    assert f.total_share == pytest.approx(0.07) and f.kernels[1].op == "MulFunctor"
-
-
-def test_committed_nsys_c_answer_has_no_optimizer_kernel(built_pages):
-    _, pages = built_pages
-    page = next(p for p in pages if p.slug == "nsys_profile")
-    c = next(a.text for a in page.answers if a.question.startswith("(c)"))
-    assert "optimizer" not in c and "multi_tensor" not in c
-
-
-# ------------------------------------------------------------- fsdp_accounting
-def test_fsdp_saving_reads_the_rows_size_by_edition(built_pages):
-    """(a)'s prediction uses the row's own size table: the committed run's xl is the 2025 table's."""
-    from impl.model.sizes import SizeRef
-    from impl.report.fsdp_facts import saving
-    from impl.report.rows import benches
-
-    ctx, _ = built_pages
-    rows = benches(ctx.df[(ctx.df.problem == "fsdp") & (ctx.df.device == "h200-141gb-x2")])
-    s = saving(rows)
-    assert s.size == SizeRef("2025", "xl").label
-    assert s.measured == s.ddp_peak - s.fsdp_peak and s.of_predicted == pytest.approx(s.measured / s.predicted.saving)
-
-
-# ------------------------------------------------------------- mixed_precision
-def test_bf16_trend_is_bf16_over_fp32_of_the_grids_means(h100_benchmarking):
-    from impl.report.mixed_precision import bf16_trend
-
-    f, _ = h100_benchmarking
-    t = bf16_trend(f.editions[0])
-    best = t.best
-    assert best.mode == "train_step" and best.ratio.value == best.bf16.mean_s / best.fp32.mean_s
-    assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
-    assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
-    t26 = bf16_trend(f.editions[1])  # 2026: forward and backward of every size (10B's backward is OOM)
-    assert {p.size for p in t26.of("forward")} == set(f.editions[1].sizes)
-    fw, bw = t26.largest_fb
-    assert bw.size == "xl (2026) = 2.7B (2025)" and bw.ratio.value == bw.bf16.mean_s / bw.fp32.mean_s
-    assert not t26.train() and t26.best is None
-
-
-# ------------------------------------------------------------- optimizer_state_sharding_accounting
-def test_sharding_facts_read_each_variants_largest_rank(built_pages):
-    from impl.report.rows import size_runs
-    from impl.report.sharding_facts import sharding_facts
-
-    ctx, _ = built_pages
-    d = ctx.df[(ctx.df.device == "h200-141gb-x2") & (ctx.df.problem == "optimizer_state_sharding_accounting")]
-    run = next(r for r in size_runs(d) if r.edition == "2025")
-    f = sharding_facts("dev", run, None)
-    assert f.run.size_short == "xl (2025)" and all(x.startswith("reports/data/h200-141gb-x2/") for x in f.run.files)
-    ranks = f.sharded.row.details["ranks"]
-    assert f.sharded.after_peak == max(r["after_peak"] for r in ranks)
-    assert f.sharded.state < f.none.state  # sharding keeps ~1/world of the optimizer state per rank
-    assert f.sharded.vs(f.none, "x").value == f.sharded.median / f.none.median
-    assert f.zero1_activations.zero1 - f.zero1_activations.sharded > 0
 
 
 # ------------------------------------------------------------- every page: structure and sources
@@ -335,7 +127,7 @@ def test_every_timed_number_in_an_answer_comes_from_a_row(built_pages, tmp_path)
     after = {(p.slug, a.question): a.text for p in build.collect(scaled) for a in p.answers}
     timed = [(p.slug, a.question, a.text) for p in pages for a in p.answers
              if re.search(r"\d ms\b", a.text)]
-    assert len(timed) > 10
+    assert timed  # the pages not yet two-file; a two-file page pins this in its own facts tests
     # times these answers read from a row's details, which scaling the statistics leaves alone: the
     # older all-reduce files' time_s, the FSDP instrumented step's timeline
     from_details = {"distributed_communication"}
@@ -371,23 +163,6 @@ def _row_bench(problem, cfg, status="measured", details=None, mean=None, peak=No
               Memory(peak_allocated=peak), details=details or {})
     stats = Stats(mean, mean / 50, mean, 0.0, 5, [mean] * 5) if mean else None
     return Bench(f"{problem}-{len(str(cfg))}-{id(cfg)}", row, run, stats, Config.of(cfg))
-
-
-def test_nsys_cases_keep_the_studys_order_top_kernel_calls_and_oom_need():
-    from impl.report.nsys_facts import nsys_cases
-
-    cases = [["medium", 512], ["medium", 2048], ["large", 256]]
-    top = {"name": "gemm_a", "category": "matmul", "calls_per_pass": 169.0, "share": 0.7}
-    rows = [_row_bench("nsys_profile", dict(size="large", edition="2026", context=256), details=dict(
-                cases=cases, nsys=dict(top_forward=dict(top, calls_per_pass=72.0), forward_kernel_ms=50.0)), mean=0.12),
-            _row_bench("nsys_profile", dict(size="medium", edition="2026", context=2048), "oom",
-                       dict(cases=cases, memory_need={"total": 57.6e9})),
-            _row_bench("nsys_profile", dict(size="medium", edition="2026", context=512),
-                       details=dict(cases=cases, nsys=dict(top_forward=top, forward_kernel_ms=40.0)), mean=0.06)]
-    got = nsys_cases(rows)
-    assert [(c.size, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
-    assert (got[0].top_name, got[0].top_calls, got[0].forward_ms) == ("gemm_a", 169, 60.0)
-    assert not got[1].measured and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72
 
 
 def test_single_level_facts_read_the_closed_forms_k_and_its_neighbours_measured_peaks():
@@ -442,22 +217,6 @@ def test_memory_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows
     assert p.grad_from_change == 419450880 == p.grad_bytes_expected and p.grad_over_expected == 1.0
 
 
-def test_per_rank_facts_read_each_variants_closed_form_and_the_measured_rank():
-    from impl.report.per_rank_facts import per_rank_facts
-
-    cf = {v: dict(parameters=p, gradients=p, optimizer_state=o, activations=10.0, total=2 * p + o + 10.0)
-          for v, p, o in (("fsdp", 1.0, 2.0), ("ddp", 2.0, 4.0), ("sharded_optimizer", 2.0, 2.0))}
-    b = _row_bench("per_rank_memory", dict(size="xl", edition="2026", world_size=2, batch_per_rank=4, context=512,
-                                           variant="ddp"),
-                   details=dict(closed_form=cf, stages={"ddp": 0, "sharded_optimizer": 1, "fsdp": 3},
-                                fits_this_gpu={"ddp": True, "sharded_optimizer": True, "fsdp": True},
-                                gpu_memory_bytes=85e9), mean=1.1, peak=9)
-    f = per_rank_facts([b])
-    assert [v.name for v in f.variants] == ["ddp", "sharded_optimizer", "fsdp"]
-    assert f.variant("ddp").total == 18.0 and f.measured_peak == 9 and f.measured_over_closed_form == 0.5
-    assert f.size.startswith("xl (2026)") and f.world_size == 2
-
-
 def test_memory_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
     """(a) from the timelines' phase levels at the longest context, (b) the fp32 peaks per context, (e) the
     bf16 forward's FFN-weight-sized allocations named as autocast copies (3 per block)."""
@@ -489,44 +248,6 @@ def test_memory_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows
     assert (f.residual.context, f.residual.nbytes, f.residual.found) == (128, 4 * 128 * m.d_model * 4, True)
     assert f.largest_context == 128 and [(x.kind, x.nbytes, x.count) for x in f.named] == [
         ("ffn_copy", ffn, 3 * m.num_layers)]
-
-
-def test_backward_probe_counts_shapes_where_atomic_was_slower():
-    from impl.report.flash_facts import backward_probe, flash_attention_facts
-
-    shape = dict(batch=1, heads=2, seq=4096, d=64, causal=True)
-    ms = lambda b2, ba, e2, ea: {"ours bwd two_pass": b2, "ours bwd atomic": ba,  # noqa: E731
-                                 "ours fwd+bwd two_pass": e2, "ours fwd+bwd atomic": ea}
-    p = backward_probe(dict(device="GPU", rows=[dict(shape=shape, ms=ms(1.0, 0.9, 2.0, 2.2)),
-                                                 dict(shape=dict(shape, causal=False), ms=ms(1.0, 1.1, 2.0, 1.8)),
-                                                 dict(shape=shape, ms={"ours bwd two_pass": 1.0})]))
-    assert len(p.shapes) == 2 and (p.slower_e2e, p.slower_bwd) == (1, 1)
-    assert p.shapes[0].shape == "1×2×4096×64 causal" and round(p.shapes[0].atomic_over_two_pass, 2) == 1.1
-    f = flash_attention_facts(ROOT)
-    assert f.block_q > 0 and f.block_k > 0 and f.tests
-
-
-# ------------------------------------------------------------- flash_shapes host cost
-def test_flash_shapes_host_cost_is_its_own_table(built_pages):
-    """The host-cost rows (config host=True) answer their own question from the newest run: the anchor
-    is the SDPA backend with the lower host cost, ratios are means of that run; they never enter the
-    kernel-time grid's counts."""
-    from impl.report.attention import problem_rows
-    from impl.report.flash_facts import host_cost_facts
-    from impl.report.rows import benches
-
-    ctx, pages = built_pages
-    rows = benches(problem_rows(ctx.df[ctx.df.device == "h100-80gb-x1"], "flash_shapes"))
-    h = host_cost_facts(rows)
-    assert h is not None and set(h.calls) >= {"flash_triton", "sdpa_flash", "sdpa_cudnn"}
-    host = [b for b in rows if b.cfg.host and b.measured]
-    newest = max(b.run.datetime for b in host)
-    assert {b.run.datetime for b in host if b.cfg.impl in h.calls and b.run.datetime == newest} == {newest}
-    sdpa = {i: c.mean_us for i, c in h.calls.items() if i.startswith("sdpa")}
-    assert h.anchor == min(sdpa, key=sdpa.get)
-    assert h.eager_vs_anchor == pytest.approx(h.calls["flash_triton"].mean_us / sdpa[h.anchor])
-    page = next(p for p in pages if p.slug == "flash_shapes")
-    assert len(page.answers) == 2  # the kernel grid's question, then the host cost's
 
 
 # ------------------------------------------------------------- rows split by [edition, size] and run
@@ -578,57 +299,3 @@ def test_size_runs_split_by_edition_size_and_run_2026_first_and_name_their_files
     assert groups[-1].described == "xl (2025): d_model 1600, 48 layers, 2.0B params"
     assert groups[1].files == ["reports/data/gpu-x2/ddp/20260102T0000Z_abc.json"]
     assert [g.datetime for g in newest_per_size(groups)] == [groups[0].datetime, groups[2].datetime]
-
-
-# ------------------------------------------------------------- tensor parallelism beside DDP and FSDP
-def _fsdp_row(variant, world=2, batch=4, peak=40 * 2**30, tp=None, edition="2026"):
-    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
-
-    cfg = dict(size="xl", edition=edition, context=512, batch_per_rank=batch, world_size=world, backend="nccl",
-               variant=variant, dtype="fp32")
-    details = dict(n_params=3.4e9, peak_bytes=peak)
-    if tp is not None:
-        details.update(tp_predicted=tp, tp_traffic=dict(calls=128, payload_bytes=tp["payload_bytes_per_step"]))
-    return Row(problem="fsdp", config=cfg, env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"),
-               status=Status.MEASURED, timing=Timing("one step", "SlowestRankClock", 2, 5),
-               metrics={Metric.TOKENS_PER_S: 8 * 512 / 1.0}, details=details, memory=Memory(peak, None))
-
-
-def _tp_pred(step_s):
-    return dict(matmul_flops_per_s=48e12, allreduce_busbw_Bps=190e9, compute_s=step_s - 0.03, comm_s=0.03,
-                step_s=step_s, payload_bytes_per_step=4 * 32 * 8 * 512 * 2560 * 4, max_devices_forward=31.6,
-                max_devices_backward=62.3)
-
-
-def test_tp_facts_divide_only_rows_of_one_run_and_check_the_traffic_against_the_closed_form():
-    """TP at 2 ranks shares a run with our FSDP and DDP rows of the same model and global batch (2 × 4
-    sequences): TP ÷ each is a ratio. TP at 4 ranks comes from another run and device: shown, divided
-    by nothing. The ddp section's rows stand beside TP only while the fsdp runs have no DDP row."""
-    from impl.parallelism_calcs import tp_step_allreduce_payload
-    from impl.report.tp_facts import tp_facts
-
-    labels = {"fsdp": "FSDP (ours), fp32", "ddp": "DDPBucketed 100 MB (ours)"}
-    x2 = _dist_frame([(_fsdp_row("tp", 2, 8, tp=_tp_pred(1.0)), "20260105T0000", 1.10, 0.002),
-                      (_fsdp_row("fsdp"), "20260105T0000", 0.80, 0.002),
-                      (_fsdp_row("ddp"), "20260105T0000", 1.00, 0.002),
-                      (_fsdp_row("fsdp", edition="2025"), "20260101T0000", 0.70, 0.002)], section="fsdp")
-    x4 = _dist_frame([(_fsdp_row("tp", 4, 8, tp=_tp_pred(0.5)), "20260106T0000", 0.60, 0.002)], "gpu-x4", "fsdp")
-    ddp = _dist_frame([(_ddp_row("naive"), "20260102T0000", 1.05, 0.002)])
-    (f,) = tp_facts([("gpu-x2", x2), ("gpu-x4", x4)], [("gpu-x2", ddp)], labels, lambda b: "naive")
-    assert (f.context, f.batch, [r.world for r in f.rows]) == (512, 8, [2, 4])
-    assert f.size.startswith("xl (2026)") and f.has_fsdp and f.shared_runs
-    by = {b.label: b for b in f.beside}
-    assert set(by) == set(labels.values())  # no ddp-section row: the fsdp run has its own DDP
-    assert by["FSDP (ours), fp32"].vs_tp.value == pytest.approx(1.10 / 0.80)
-    assert by["DDPBucketed 100 MB (ours)"].vs_tp.value == pytest.approx(1.10)
-    two, four = f.rows
-    assert two.closed_form_bytes == tp_step_allreduce_payload(8 * 512, 2560, 32, 4) == two.counted["payload_bytes"]
-    assert two.closed_form_calls == 128 and two.ring_bytes_per_rank == two.closed_form_bytes
-    assert four.ring_bytes_per_rank == pytest.approx(1.5 * four.closed_form_bytes)
-    assert two.measured_over_predicted == pytest.approx(1.10) and four.measured_over_predicted == pytest.approx(1.2)
-    assert four.run.files == ("reports/data/gpu-x4/fsdp/20260106T0000Z_abc.json",)
-
-    x2_tp_only = x2[x2.cfg.variant == "tp"]
-    (f,) = tp_facts([("gpu-x2", x2_tp_only)], [("gpu-x2", ddp)], labels, lambda b: "naive")
-    assert not f.has_fsdp and not f.shared_runs and [b.label for b in f.beside] == ["naive"]
-    assert f.beside[0].vs_tp is None and f.beside[0].section == "ddp"

@@ -2,8 +2,6 @@
 only images and tables that exist, draw legends from their series, and type no numbers by hand."""
 from __future__ import annotations
 
-import ast
-import json
 import re
 from pathlib import Path
 
@@ -12,15 +10,12 @@ import pytest
 
 from impl.report import build as builder
 from impl.report import figures
-from impl.bench.row import Env, Metric, Row, Status, Timing
-from impl.report.data import load, load_history
-from impl.report.pages import Context, render_page
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------- pages of 1.1, training_step
-PROFILING_SLUGS = {"benchmarking_script", "nsys_profile", "mixed_precision", "memory_profiling",
+PROFILING_SLUGS = {"memory_profiling",
                    "gradient_checkpointing", "training_step"}
 
 
@@ -113,14 +108,6 @@ def test_memory_profiling_2026_answers_read_2026_rows_only(built):
     assert "1600" not in " ".join(t.split(head26)[1] for t in texts)  # no number of the 2025 xl's rows
 
 
-def test_benchmarking_script_answers_each_question_for_each_edition(built):
-    pages, _, _ = built
-    page = next(p for p in pages if p.slug == "benchmarking_script")
-    assert len(page.answers) == 3
-    for a in page.answers:  # the 2025 and 2026 answers side by side, each labelled with its sizes
-        assert a.text.index("**2025 sizes**") < a.text.index("**2026 sizes**"), a.question
-
-
 def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():
     from impl.model.sizes import SizeRef
     from impl.report.memory_2025_facts import shape_labels as _shape_labels
@@ -154,265 +141,6 @@ def test_speedups_within_their_spread_read_within_noise():
     assert ratio_cell(pd.Series(dict(status="oom", stddev=None)), row(0.30, 0.01)) == "–"
 
 
-# ------------------------------------------------------------------------------- attention pages
-from impl.report.pages import flash as flash_pages  # noqa: E402
-
-ENV = Env(device="GPU", device_type="cuda", torch="2", triton="3", cuda="12", profile="full")
-ATTENTION_PROBLEMS = {"flash_forward", "flash_backward", "flash_benchmarking",
-                      "leaderboard", "flash_shapes"}
-
-
-def _kernel_row(problem: str, config: dict, **details) -> Row:
-    timing = Timing(round="one call", timer="CudaEventTimer", warmup_rounds=2, rounds=10, iterations=4)
-    metrics = {Metric.TFLOPS: 100.0, Metric.MFU: 0.25}
-    return Row(problem=problem, config=config, env=ENV, status=Status.MEASURED, timing=timing, metrics=metrics,
-               details=details)
-
-
-def _store(data: Path, section: str, stamp: str, measured: list[tuple[Row, float, float]], not_run=(),
-           device: str = "gpu-x1") -> None:
-    """One stored run in impl.bench.store's layout: rows with (median ms, iqr ms)."""
-    def name(row):
-        return f"test_{row.problem}[{'-'.join(map(str, row.config.values()))}]"
-
-    def entry(row, med, iqr):
-        s, q = med / 1e3, iqr / 1e3
-        return dict(name=name(row), group=row.problem,
-                    extra_info=row.to_json(), stats=dict(mean=s, stddev=q, median=s, min=s, max=s, iqr=q, rounds=10,
-                                                         data=[s] * 10))
-    doc = dict(datetime=f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:00",
-               commit_info=dict(id=stamp[-8:] + "0" * 32, dirty=False),
-               benchmarks=[entry(*m) for m in measured],
-               not_run=[dict(name=name(r), fullname="x", group=r.problem, row=r.to_json()) for r in not_run])
-    folder = data / device / section
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{stamp}.json").write_text(json.dumps(doc))
-
-
-def _ctx(tmp_path: Path, data: Path) -> Context:
-    return builder.context(data, tmp_path)  # the frames and the typed rows
-
-
-def _referenced(text: str) -> list[str]:
-    return re.findall(r"\]\(((?:figures|data-tables)/[^)]+)\)", text)
-
-
-@pytest.fixture(scope="module")
-def stored_pages(tmp_path_factory):
-    """The flash pages built from the stored runs (reports/data), written under a temporary reports/."""
-    out = tmp_path_factory.mktemp("reports")
-    ctx = builder.context(ROOT / "reports" / "data", out)
-    return out, flash_pages.pages(ctx)
-
-
-def test_attention_pages_answer_and_reference_only_files_that_exist(stored_pages):
-    out, pages = stored_pages
-    assert {name for p in pages for name in p.score} == ATTENTION_PROBLEMS
-    for page in pages:
-        assert page.answers and all(a.question and a.text for a in page.answers), page.slug
-        text = render_page(page)
-        for ref in _referenced(text):
-            assert (out / ref).exists(), (page.slug, ref)
-        for _, fig in page.index_figures:
-            assert (out / fig).exists()
-
-
-@pytest.mark.parametrize("module", [flash_pages], ids=["flash"])
-def test_attention_page_prose_types_no_numbers(module):
-    """No string literal of the page modules (docstrings aside) holds a number: prose numbers are
-    formatted from the data. Comparisons with 1 ("> 1: compiled faster") are allowed."""
-    tree = ast.parse(Path(module.__file__).read_text())
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and isinstance(n.body[0], ast.Expr)}
-    prose = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-             and len(n.value) > 12 and id(n) not in docs]
-    number = r"(?<![\w.])\d+(\.\d+)?(?!\w)"
-    allowed = ("FlashAttention-2", "< 1", "> 1")
-    typed = [s for s in prose if re.search(number, re.sub("|".join(map(re.escape, allowed)), "", s))]
-    assert typed == []
-
-
-def _flash_rows(d: int, impls: list[str]) -> list[tuple[Row, float, float]]:
-    return [(_kernel_row("flash_benchmarking", dict(impl=i, mode="fwd_bwd", batch=1, seq=s, d=d, dtype="bf16",
-                                                    causal=True)), 1.0 + k, 0.01)
-            for k, i in enumerate(impls) for s in (1024, 2048)]
-
-
-def test_flash_plot_legend_lists_every_series_drawn(tmp_path):
-    """A panel with one more implementation than the first (the H100's d = 64 had the compiled backward)
-    still gets a legend entry, in the colour its line has on every panel."""
-    data = tmp_path / "data"
-    _store(data, "flash_benchmarking", "20260301T000000Z_aaaaaaaa",
-           _flash_rows(16, ["flash_triton", "sdpa_cudnn"])
-           + _flash_rows(64, ["flash_triton", "flash_triton_compiled_bwd", "sdpa_flash", "sdpa_cudnn"]))
-    ctx = _ctx(tmp_path, data)
-    info = flash_pages.flash_plot(ctx.df[ctx.df.problem == "flash_benchmarking"], tmp_path / "f.png")
-    assert sorted(info.legend) == info.drawn and len(info.drawn) == 4 and info.path.exists()
-
-
-def _leaderboard_run(data: Path, stamp: str, ours_ms: float, cudnn_ms: float, iqr: float = 0.02,
-                     do_bench_ms: tuple[float, float] | None = None) -> None:
-    cfg = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
-    ours = _kernel_row("leaderboard", dict(impl="flash_triton", mode="fwd_bwd", **cfg), compiled=True,
-                       rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2e-3), tol=dict(out=1e-2, grad=2e-2), graph_breaks=0)
-    cudnn = _kernel_row("leaderboard", dict(impl="sdpa_cudnn", mode="fwd_bwd", **cfg))
-    if do_bench_ms:
-        ours.metrics[Metric.DO_BENCH_MS], cudnn.metrics[Metric.DO_BENCH_MS] = do_bench_ms
-    _store(data, "leaderboard", stamp, [(ours, ours_ms, iqr), (cudnn, cudnn_ms, iqr)])
-
-
-def _leaderboard_facts(tmp_path, data):
-    from impl.report.leaderboard import leaderboard_facts
-    from impl.report.rows import benches
-
-    ctx = _ctx(tmp_path, data)
-    return leaderboard_facts("gpu-x1", benches(ctx.df[ctx.df.problem == "leaderboard"])), ctx
-
-
-def test_leaderboard_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path):
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 6.0, 4.0)
-    _leaderboard_run(data, "20260302T000000Z_bbbbbbbb", 5.0, 4.0)
-    f, ctx = _leaderboard_facts(tmp_path, data)
-    assert (f.commit, f.ours.event_s, f.cudnn.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
-    assert f.headline_timer == "CUDA events" and f.course_ratio is None  # no do_bench in these rows
-    assert (round(f.headline.value, 3), f.headline.verdict) == (1.25, "slower")
-    assert f.correctness.passes and f.correctness.err_grad == 2e-3
-    page = flash_pages.leaderboard_page(ctx)
-    assert "1.25×" in page.score["leaderboard"].vs_anchor
-    history = page.body.split("### Version history")[1]
-    assert "`aaaaaaaa`" in history and "`bbbbbbbb`" in history and "| 1.50× |" in history and "| 1.25× |" in history
-    assert page.index_figures and (tmp_path / page.index_figures[0][1]).exists()
-
-
-def test_leaderboard_headline_is_the_courses_timer_do_bench(tmp_path):
-    """The handout times the leaderboard with do_bench: where a run has it, the headline is do_bench's
-    ratio, with the CUDA-event ratio beside it and each timer's difference stated."""
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 5.258, 4.474, do_bench_ms=(5.174, 5.030))
-    f, ctx = _leaderboard_facts(tmp_path, data)
-    assert f.headline_timer == "do_bench" and f.headline == f.course_ratio
-    assert round(f.course_ratio.value, 2) == 1.03 and round(f.event_ratio.value, 2) == 1.18
-    assert round(f.cudnn.do_bench_over_event, 3) == round(5.030 / 4.474, 3)
-    score = flash_pages.leaderboard_page(ctx).score["leaderboard"]
-    assert score.vs_anchor.startswith("1.03×") and "1.18×" in score.vs_anchor
-
-
-def test_leaderboard_ratio_within_noise_when_spreads_overlap(tmp_path):
-    data = tmp_path / "data"
-    _leaderboard_run(data, "20260301T000000Z_aaaaaaaa", 4.1, 4.0, iqr=0.5)
-    f, _ = _leaderboard_facts(tmp_path, data)
-    assert f.headline.verdict == "within noise"
-
-
-def test_flash_shapes_ratio_is_against_the_faster_anchor_and_budget_cuts_are_shown(tmp_path):
-    def cfg(impl, seq):
-        return dict(impl=impl, mode="fwd", batch=4, heads=32, seq=seq, d=80, causal=True, dtype="bf16")
-    rows = [(_kernel_row("flash_shapes", cfg("flash_triton", 512)), 0.9, 0.0),
-            (_kernel_row("flash_shapes", cfg("flash_triton_compiled", 512)), 1.8, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_cudnn", 512)), 0.3, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_flash", 512)), 0.45, 0.0),
-            (_kernel_row("flash_shapes", cfg("flash_triton", 3000)), 2.0, 0.0),
-            (_kernel_row("flash_shapes", cfg("sdpa_flash", 3000)), 2.5, 0.0)]
-    not_run = [Row(problem="flash_shapes", config=cfg("sdpa_cudnn", 3000), env=ENV, status=Status.OOM, reason="OOM"),
-               Row(problem="flash_shapes", config=cfg("flash_triton_compiled", 3000), env=ENV,
-                   status=Status.LEFT_OUT_BY_BUDGET, reason="time budget")]
-    data = tmp_path / "data"
-    _store(data, "flash_shapes", "20260301T000000Z_aaaaaaaa", rows, not_run)
-    ctx = _ctx(tmp_path, data)
-    page = flash_pages.flash_shapes_page(ctx)
-    grid = pd.read_csv(tmp_path / "data-tables" / "flash_shapes-gpu-x1.csv")
-    first = grid[grid["batch×heads×seq"] == "4×32×512"].iloc[0]
-    assert (first["faster anchor (ms)"], first["eager / anchor"], first["compiled / anchor"]) == \
-        ("0.300 (cuDNN backend)", "3.00×", "6.00×")
-    cut = grid[grid["batch×heads×seq"] == "4×32×3000"].iloc[0]
-    assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
-    f = flash_pages.flash_shapes_facts(ctx.df[ctx.df.problem == "flash_shapes"], grid.astype(str))
-    assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", [0.8, 3.0], 3.0)
-    assert page.answers[0].question and page.score["flash_shapes"].headline != "–"
-    assert "| bf16 | 80 | yes | forward | 3 | 1 | 3.00× (2) | 6.00× (1) |" in page.body
-# ---------------------------------------------------------------------------------------------------
-# distributed pages (impl.report.pages.distributed)
-
-DIST_SLUGS = {"optimizer_sharding", "fsdp"}
-
-
-@pytest.fixture(scope="module")
-def dist_ctx(tmp_path_factory):
-    fig = tmp_path_factory.mktemp("reports") / "figures"
-    data = ROOT / "reports" / "data"
-    return Context(df=load(data), history=load_history(data), reports_dir=ROOT / "reports", fig_dir=fig)
-
-
-@pytest.fixture(scope="module")
-def dist_pages(dist_ctx):
-    from impl.report.pages import distributed
-
-    return distributed.pages(dist_ctx)
-
-
-def test_distributed_pages_one_per_slug_each_problem_answered(dist_pages):
-    from impl.report.pages.problems import PROBLEMS
-
-    assert {p.slug for p in dist_pages} == DIST_SLUGS
-    mine = {p.name for p in PROBLEMS if p.slug in DIST_SLUGS}
-    scored = {name for p in dist_pages for name in p.score}
-    assert scored == mine
-    for page in dist_pages:
-        assert page.answers and all(a.text.strip() for a in page.answers), page.slug
-
-
-def test_distributed_pages_reference_only_existing_images(dist_pages, dist_ctx):
-    for page in dist_pages:
-        text = render_page(page)
-        for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
-            assert (dist_ctx.fig_dir.parent / link).exists(), (page.slug, link)
-            assert Path(link).name.startswith(page.slug + "-"), (page.slug, link)
-        for _, link in page.index_figures:
-            assert (dist_ctx.fig_dir.parent / link).exists()
-
-
-def test_gpu_pages_show_no_cpu_smoke_rows(dist_pages):
-    for page in dist_pages:
-        assert "(cpu)" not in render_page(page) and "tiny," not in page.body, page.slug
-
-
-def test_sharding_answer_labels_each_edition_and_says_what_the_current_one_lacks(dist_pages):
-    """The 2026 question is asked of xl (2026): until its rows are filed the answer says so, and the xl
-    (2025) rows answer as history with their run file."""
-    page = next(p for p in dist_pages if p.slug == "optimizer_sharding")
-    a = page.answers[1].text
-    assert re.findall(r"\*\*(xl \(20\d\d\))", a)[:1] == ["xl (2026)"]  # measured or said to be missing, first
-    assert "xl (2025): d_model 1600, 48 layers, 2.0B params" in a and "`reports/data/h200-141gb-x2/optimizer_sharding/" in a
-    assert page.score["optimizer_state_sharding_accounting"].answer.startswith("xl (202")
-
-
-def test_fsdp_page_puts_tp_beside_ddp_and_fsdp_with_each_rows_device_and_run(dist_pages):
-    """TP at 2 ranks (2×H200) and 4 ranks (4×H200) of xl (2026), each with its run file, its counted
-    all-reduce bytes against the closed form and tp_calcs' prediction against the measured step; the
-    page says plainly when TP and the rows beside it are from different runs; the FSDP answers label
-    their size and edition."""
-    page = next(p for p in dist_pages if p.slug == "fsdp")
-    text = render_page(page)
-    tp = text.split("## Tensor parallelism beside DDP and FSDP: xl (2026)")[1]
-    for dev in ("h200-141gb-x2", "h200-141gb-x4"):
-        assert f"`reports/data/{dev}/fsdp/" in tp
-    assert "| TP over 2 ranks" in tp and "| TP over 4 ranks" in tp and "needs_hardware" not in tp
-    assert "counted / closed form" in tp and "measured ÷ predicted" in tp
-    assert "Different runs" in tp or "divides them" in tp
-    tp_answer = next(a.text for a in page.answers if a.question.startswith("tensor parallelism"))
-    assert "4·L·p·B·D" in tp_answer and "tp_calcs" in tp_answer
-    for a in page.answers[:3]:
-        assert re.findall(r"\*\*(xl \(20\d\d\))", a.text)[:1] == ["xl (2026)"], a.question
-    assert "| tp |" not in text  # TP rows live in their own section
-
-
-def test_fixed_inconsistencies_stay_fixed(dist_pages):
-    shard = render_page(next(p for p in dist_pages if p.slug == "optimizer_sharding"))
-    assert shard.index("Ψ =") < shard.index("·Ψ") or "with Ψ the" in shard.split("·Ψ")[0]
-    assert "Peak after init is about twice" in shard and "ZeRO-1's \"activations\"" in shard
-
-
 # ------------------------------------------------------------- the index
 def test_index_has_a_row_per_problem_links_existing_pages_and_stays_small(tmp_path):
     """The index (issue 22's contract): under 25 KB, one scoreboard row per problem of both
@@ -439,27 +167,3 @@ def test_index_has_a_row_per_problem_links_existing_pages_and_stays_small(tmp_pa
             linked.add((reports / ref).resolve())
     assert not (reports / "figures" / "orphan.png").exists()
     assert {p.resolve() for p in reports.glob("figures/*.png")} <= linked
-
-
-# ------------------------------------------------------------- leaderboard (2026)
-def test_fsdp_page_names_grid_variants_the_device_has_not_run():
-    """A variant added to the fsdp grid after a device's newest run is named on that device's
-    section (the next run measures it), and nothing is named once every variant has a row."""
-    from impl.workloads.sweeps import grid
-    from impl.report import fsdp as F
-
-    variants = grid("fsdp", "full").variants
-    older = pd.DataFrame({"cfg.variant": [v for v in variants if v != "fsdp_block_bf16"]})
-    line = F._not_yet_run(older, "h200-141gb-x2")
-    assert line.startswith("Not yet run on this device: ") and F.LABEL["fsdp_block_bf16"] in line
-    assert F.LABEL["torch_fsdp_bf16"] not in line
-    assert F._not_yet_run(pd.DataFrame({"cfg.variant": variants}), "h200-141gb-x2") is None
-
-
-def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values():
-    """The leaderboard page lists a launch record's entries: kernel configs abbreviated, the rest
-    (tiling label, variant, the tma flag) as they are."""
-    from impl.report.attention import short_config
-    assert short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") == \
-        "64×128 w4 s3"
-    assert [short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]

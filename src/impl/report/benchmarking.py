@@ -1,15 +1,11 @@
-"""The benchmarking_script figure, read by
-the pages in impl.report.pages.profiling; `step_s`, `stat_name` and `ratio_cell` serve the other
-sections' timings too."""
+"""Timing conventions of the frame's lines (`study`, `step_s`, `stat_name`, `ratio_cell`, `timing_text`),
+read by the pages not yet rewritten on typed rows (impl.report.rows has their typed forms)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pandas as pd
 
 from impl.bench.row import Status
 from impl.model import size_rank
-from impl.report import figures
 from impl.report.markdown import missing, ms
 import impl.report.rows  # noqa: F401  (registers the typed .cfg accessors of rows and frames)
 from impl.workloads.problems import Problem as P
@@ -85,23 +81,3 @@ def timing_text(d: pd.DataFrame) -> tuple[str, str]:
 
 def _sizes(d):
     return sorted(d.cfg.size.unique(), key=size_rank)
-
-
-def plot(grid, path: Path) -> None:
-    """Training-step mean against context, one colour per size, the dtype by line style (OOM points absent);
-    `grid`: impl.report.benchmarking_script.GridRow rows."""
-    fig, ax = figures.new(figsize=(8, 4.2))
-    sizes = list(dict.fromkeys(r.size for r in grid))
-    for dtype, style in (("fp32", "-o"), ("bf16", "--s")):
-        for k, size in enumerate(sizes):
-            pts = [(r.context, r.train.mean_s * 1e3) for r in grid
-                   if r.size == size and r.dtype == dtype and r.train is not None and r.train.ok]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}", label=f"{size} {dtype}")
-    ctxs = sorted({r.context for r in grid})
-    ax.set(xscale="log", yscale="log", xlabel="context length", ylabel="train step, mean (ms)",
-           title="benchmarking_script: full training step (OOM points absent)")
-    ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
-    ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    figures.save(fig, path)

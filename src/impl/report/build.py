@@ -20,14 +20,21 @@ from impl.report.templating import render_page as render_whole
 # Page modules in index order: a two-file page's module is named for its slug (facts(ctx) and
 # templates/<slug>.md.j2); the others expose pages(ctx) -> list[Page].
 PAGE_MODULES = [
+    "impl.report.pages.benchmarking_script",
+    "impl.report.pages.nsys_profile",
+    "impl.report.pages.mixed_precision",
     "impl.report.pages.profiling",
     "impl.report.pages.pytorch_attention",
     "impl.report.pages.torch_compile",
-    "impl.report.pages.flash",
+    "impl.report.pages.flash_attention",
+    "impl.report.pages.flash_benchmarking",
+    "impl.report.pages.leaderboard",
+    "impl.report.pages.flash_shapes",
     "impl.report.pages.distributed_communication",
     "impl.report.pages.ddp",
     "impl.report.pages.communication_accounting",
-    "impl.report.pages.distributed",
+    "impl.report.pages.optimizer_sharding",
+    "impl.report.pages.fsdp",
     "impl.report.pages.parallelism_calcs",
     "impl.report.pages.leaderboard_2026",
     "impl.report.pages.cpu_smoke",

@@ -46,3 +46,10 @@ def spread(stddev, iqr) -> float | None:
 
 def ratio_cell(r: Ratio | None) -> str:
     return "–" if r is None else str(r)
+
+
+def med(xs) -> float | None:
+    """The median of ratios as the report states it: the upper middle one of an even count (a ratio
+    that was measured, never the mean of two), None for none."""
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else None

@@ -16,7 +16,6 @@ import pandas as pd
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 
-EDITIONS = tuple(EDITION_SIZES)  # ("2025", "2026")
 V = TypeVar("V")
 
 
@@ -329,6 +328,12 @@ class Bench:
     def metric(self, m: Metric) -> float | None:
         return self.row.metric(m)
 
+    @property
+    def step_s(self) -> float | None:
+        """Time per call: the median (the bench layer's metrics divide by it); older-format runs computed
+        their tokens/s and MFU from the mean, so their tables keep showing the mean."""
+        return None if self.stats is None else self.stats.mean if self.run.legacy else self.stats.median
+
     def figure(self, key: str, metric: Metric | None = None):
         """A figure of a (distributed) row: its Metric, else the mean of its timed steps
         (details["steps"]), a details key, or where the older format kept it (its free-form metrics)."""
@@ -399,6 +404,29 @@ class Rows:
         return [(dev, rows) for dev in self.gpu_devices() if (rows := self.of(*problems, device=dev))]
 
 
+def stat_name(rows: Iterable[Bench]) -> str:
+    """What Bench.step_s shows for `rows` (their measured ones, else all), for tables' captions."""
+    rows = list(rows)
+    kinds = {b.run.legacy for b in ([b for b in rows if b.status is Status.MEASURED] or rows)}
+    return "mean" if kinds == {True} else "median" if kinds == {False} else "median (mean in older-format runs)"
+
+
+def timing_text(rows: Iterable[Bench]) -> tuple[str, str]:
+    """(warm-up calls, timed rounds) of the measured rows, as "5", or "5–10" where rows differ (the harness
+    gives short rows more rounds); the older format kept the grid's warmup and rounds in its details."""
+    warm, rounds = set(), set()
+    for b in rows:
+        if b.status is Status.MEASURED:
+            t = b.row.timing
+            warm.add(t.warmup_rounds if t else b.details.get("warmup"))
+            rounds.add(t.rounds if t else b.details.get("rounds"))
+
+    def text(xs):
+        xs = sorted(x for x in xs if x is not None)
+        return "–" if not xs else str(xs[0]) if xs[0] == xs[-1] else f"{xs[0]}–{xs[-1]}"
+    return text(warm), text(rounds)
+
+
 def view(cls: type[V], b: Bench) -> V:
     """A page's typed view of a row's config (a frozen dataclass of the keys it reads, each with a
     default): no catch-all config class; a key the view does not declare is not read."""
@@ -414,11 +442,3 @@ def of_newest_run(rows: list[Bench], among: list[Bench] | None = None) -> list[B
         return []
     newest = max(b.run.datetime for b in among)
     return [b for b in rows if b.run.datetime == newest]
-
-
-def by_edition(rows: Iterable[Bench]) -> dict[str, list[Bench]]:
-    """{edition: its rows} for both editions (an edition without rows maps to [])."""
-    out: dict[str, list[Bench]] = {e: [] for e in EDITIONS}
-    for b in rows:
-        out.setdefault(b.cfg.edition_or_default, []).append(b)
-    return out

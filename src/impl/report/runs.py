@@ -66,6 +66,12 @@ def run_date(d: pd.DataFrame) -> str:
     return max(str(t) for t in d["datetime"] if t)[:10] if d["datetime"].notna().any() else "–"
 
 
+def newest_date(rows) -> str:
+    """The newest run's UTC date of Bench rows (impl.report.rows), "–" where none has a time."""
+    times = [str(b.run.datetime) for b in rows if b.run.datetime]
+    return max(times)[:10] if times else "–"
+
+
 @dataclass(frozen=True)
 class RunId:
     """One stored run as a page names it (templates/_runs.md.j2)."""

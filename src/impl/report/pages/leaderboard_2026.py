@@ -20,7 +20,7 @@ from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, view
-from impl.report.runs import RunsFacts, device_name, gpu_model
+from impl.report.runs import RunsFacts, device_name, gpu_model, newest_date
 from impl.workloads.leaderboard_2026 import (CLASS_BEST_GPU, CLASS_BEST_GPUS, CLASS_BEST_STEP_S, COLD_RUN_LIMIT_S,
                                              LEADERBOARD, WORLD_SIZE, StepSpec)
 from impl.workloads.problems import Problem as P
@@ -74,7 +74,6 @@ class Candidate:
     do_bench: dict  # its settings (warmup_ms, rep_ms)
     breakdown: dict | None  # the profiled step (impl.workloads.kernels.step_breakdown)
     gpu: str  # as the row's environment names it, without the vendor: "H200"
-    datetime: str
     file: str
 
     @classmethod
@@ -87,7 +86,7 @@ class Candidate:
                    b.row.memory.peak_allocated, b.metric(Metric.FLOPS),
                    peaks.datasheet_flops if peaks else None, peaks.measured_flops if peaks else None,
                    tuple(r["peak"] for r in d.get("ranks") or [] if r.get("peak") is not None), d.get("do_bench") or {},
-                   d.get("breakdown"), b.row.env.device.removeprefix("NVIDIA ").strip(), str(b.run.datetime), b.run.file)
+                   d.get("breakdown"), b.row.env.device.removeprefix("NVIDIA ").strip(), b.run.file)
 
     @property
     def measured(self) -> bool:
@@ -166,6 +165,7 @@ class TwoGpuFacts:
     fastest: dict[str, Candidate]  # run (UTC) -> its fastest measured candidate
     class_best: ClassBest | None
     runs: RunsFacts
+    date: str  # the newest run's
     cold_limit_s: float = COLD_RUN_LIMIT_S
 
     def is_fastest(self, c: Candidate) -> bool:
@@ -230,7 +230,7 @@ def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
     best = ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest) \
         if gpu_flops and newest.datasheet_flops else None
     return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
-                       fastest, best, RunsFacts.of(device, rows))
+                       fastest, best, RunsFacts.of(device, rows), newest_date(rows))
 
 
 # ---- one GPU, fewer layers, and the prediction ----------------------------------------------------
@@ -274,7 +274,7 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
     device, rows = (same or found)[0]
     rows = sorted(rows, key=lambda b: (_cfg(b).checkpointing, _cfg(b).k is None, _cfg(b).k or 0, _cfg(b).layers))
     fit_policy, runs = layer_runs(rows)
-    return OneGpu(device, device_name(device, rows[0].row.env.device), max(str(b.run.datetime) for b in rows)[:10],
+    return OneGpu(device, device_name(device, rows[0].row.env.device), newest_date(rows),
                   _cfg(rows[0]).batch, _cfg(rows[0]).context, tuple(Candidate.of(b) for b in rows), fit_policy,
                   tuple(runs), tuple(sorted({b.run.file for b in rows})))
 
@@ -306,7 +306,7 @@ class Leaderboard2026Facts:
     def scores(self) -> dict[str, Scored]:
         if self.multi is not None:
             device = self.multi.device + (f" + {self.one.device}" if self.pred else "")
-            return {PROBLEM: Scored(Kind.MEASURED, device, max(c.datetime for c in self.multi.candidates)[:10])}
+            return {PROBLEM: Scored(Kind.MEASURED, device, self.multi.date)}
         if self.pred is not None:
             return {PROBLEM: Scored(Kind.PREDICTED, f"{self.one.device} + {self.w.device}", self.one.date)}
         return {PROBLEM: Scored(Kind.NOT_MEASURED)}

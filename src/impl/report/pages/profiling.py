@@ -9,18 +9,14 @@ import pandas as pd
 
 from impl.bench.row import Status
 from impl.model import MODEL_SIZES
-from impl.report import benchmarking, checkpointing, profiling, training_step
-from impl.report import benchmarking_script as bs
-from impl.report import mixed_precision as mp
-from impl.workloads.sweeps import MODES
+from impl.report import checkpointing, training_step
 from impl.report.checkpointing_facts import single_level_facts
-from impl.report.nsys_facts import NsysFacts, nsys_cases, profiled
 from impl.model.sizes import SizeRef
 from impl.report.ratio import ratio, spread
 from impl.report.rows import benches, size_label
 from impl.report.templating import macros
 from impl.report.benchmarking import step_s, study
-from impl.report.markdown import gib, missing, ms, num, pct, table
+from impl.report.markdown import gib, missing, ms, num, table
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
 from impl.report.runs import device_short, runs_line
@@ -34,174 +30,6 @@ MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 # ------------------------------------------------------------------------------------ shared
 def _i(x):
     return int(x) if not missing(x) else x
-
-
-# ------------------------------------------------------------------------------ benchmarking_script
-def _mean_cell(c: bs.Cell | None) -> str:
-    if c is None:
-        return "–"
-    if c.ok:
-        return ms(c.mean_s, c.std_s)
-    if c.status is Status.OOM:
-        return "OOM" + (f" (needs {c.need_bytes / 1e9:.0f} GB)" if c.need_bytes else "")
-    return c.status.value.replace("_", " ")
-
-
-def _grid_tables(e: bs.EditionFacts) -> str:
-    out = []
-    for dtype in dict.fromkeys(r.dtype for r in e.grid):
-        rows = [r for r in e.grid if r.dtype == dtype]
-        modes = [m for m in MODES if any(m in r.modes for r in rows)]
-        train = any(r.train is not None for r in rows)  # the 2026 grid times the parts, not the whole step
-        body = [[r.size, r.context] + [_mean_cell(r.modes.get(m)) for m in modes] + ([
-            num(r.train.tokens_per_s, 0) if r.train and r.train.ok else "–",
-            pct(r.train.mfu_measured_peak) if r.train and r.train.ok else "–",
-            "–" if r.train is None else gib(r.train.peak_bytes) if r.train.ok else _mean_cell(r.train)] if train else [])
-            for r in rows]
-        header = ["size", "context"] + [BS.mode_col(m) for m in modes] + (BS.train_header().split("|") if train else [])
-        out.append(BS.dtype_head(dtype) + "\n\n" + table(header, body))
-    return "\n\n".join(out)
-
-
-def _warmup_table(e: bs.EditionFacts, left_out: str) -> str:
-    parts = any(x.first_parts for c in e.warmup for x in c.by_warmup.values())
-    rows = [[c.size, c.context, c.dtype, c.mode, w, _mean_cell(x), ms(x.first_s), ms(x.max_s)] + (
-            [" / ".join(ms(x.first_parts.get(k)) for k in ("forward", "backward", "optimizer")) if x.first_parts
-             else "–"] if parts else [])
-            for c in e.warmup for w, x in c.by_warmup.items()]
-    return table(BS.warmup_header().split("|") + ([BS.warmup_parts_header()] if parts else []),
-                 rows) + (f"\n\n{BS.not_run(left_out)}" if left_out else "")
-
-
-def benchmarking_script_page(ctx: Context) -> Page:
-    slug, name = "benchmarking_script", P.BENCHMARKING_SCRIPT
-    words = BS
-    qs = [words.q_b(), words.q_c(), words.q_opt()]
-    found = gpu_rows(ctx, name)
-    if not found:
-        return missing_page(slug, name, [name], qs)
-    body, answers, score = [], None, None
-    for device, d in found:
-        f = bs.benchmarking_script_facts(device, benches(d))
-        if answers is None:  # the first (one-GPU) device answers; every device's tables follow
-            answers = [Answer(qs[0], words.a_b(f)), Answer(qs[1], words.a_c(f)), Answer(qs[2], words.a_opt(f))]
-            head, e26 = f.headline, f.editions[-1]
-            score = Score(NOT_ON_GPU) if head is None else Score(
-                words.score_answer(*head), words.score_headline(*head), "–", device, run_date(d))
-            if e26.fwd_bwd is not None:  # a problem of both editions: the index reads the newer one's rows
-                d26 = d[d.cfg.edition == e26.edition]
-                score = Score(words.score_answer_fb(e26, e26.fwd_bwd[1]), words.score_headline_fb(e26, e26.fwd_bwd[1]),
-                              "–", device, run_date(d26))
-        body.append(f"## {device}")
-        for e in (e for e in f.editions if e.measured):
-            ed = d[d.cfg.edition.fillna("2025").astype(str) == e.edition]
-            main = ed[ed.apply(study, axis=1).isin(["main", "main_2026"])]
-            warm_n, rounds_n = benchmarking.timing_text(main)
-            peaks = next((p for p in main["row"].map(lambda row: row.peaks) if p is not None), None)
-            peak = ("–" if peaks is None else
-                    words.peak(num(peaks.measured_flops / 1e12, 2), peaks.measured_dtype, peaks.measured_n))
-            body += [words.h_timings(e.edition), words.grid_intro(e, warm_n, rounds_n, peak), _grid_tables(e)]
-            if any(r.train is not None for r in e.grid):
-                stem = f"{device}-train-step" + ("" if e.edition == "2025" else f"-{e.edition}")
-                path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, stem)
-                benchmarking.plot(e.grid, path)
-                body.append(words.figure(link, device, run_date(main)))
-            if e.warmup:
-                warm = ed[ed.apply(study, axis=1).isin(["warmup", "warmup_fresh_process"])]
-                body += [words.h_warmup(e.edition), words.warmup_intro(e),
-                         _warmup_table(e, warm["details"].iloc[0].get("left_out", "") if not warm.empty else "")]
-        body.append(runs_line(device, d))
-    return Page(slug, name, [problem(name)], answers, "\n\n".join(body), score={name: score})
-
-
-# ------------------------------------------------------------------------------------ nsys_profile
-def _nsys_ok(d: pd.DataFrame) -> pd.DataFrame:
-    return d[(d["status"] == MEASURED) & d["details"].map(lambda i: bool(i.get("nsys")))]
-
-
-def nsys_page(ctx: Context) -> Page:
-    slug, name = "nsys_profile", P.NSYS_PROFILE
-    words = macros("nsys_profile.md.j2")
-    qs = [words.q_a(), words.q_b(), words.q_c(), words.q_d(), words.q_e()]
-    found = gpu_rows(ctx, name)
-    if not found or _nsys_ok(found[0][1]).empty:
-        return missing_page(slug, P.NSYS_PROFILE, [name], qs)
-    device, d_all = found[0]
-    in_2026 = d_all.cfg.edition.astype(str) == "2026"
-    d, d26 = d_all[~in_2026], d_all[in_2026]
-    if _nsys_ok(d).empty:  # only 2026 rows: they answer alone
-        d, d26 = d26, d26.iloc[0:0]
-
-    def facts(rows: pd.DataFrame) -> NsysFacts:
-        ok = profiling.sorted_by(_nsys_ok(rows), "cfg.context")
-        return NsysFacts([profiled(f"{size_label(b.cfg.size_ref, b.cfg.size)} at context {b.cfg.context}",
-                                   step_s(line), b.details["nsys"])
-                          for (_, line), b in zip(ok.iterrows(), benches(ok))])
-    f = facts(d)
-    makers = (words.a_a, words.a_b, words.a_c, words.a_d, words.a_e)
-    answers = [Answer(q, a(f)) for q, a in zip(qs, makers)]
-    body = [f"## {device}", profiling.nsys_body(d)]
-    score = Score(words.score_answer(f), words.score_headline(f), "–", device, run_date(d))
-    if not _nsys_ok(d26).empty:
-        f26, cases = facts(d26), nsys_cases(benches(d26))
-        e25 = d.iloc[0].cfg.edition or "2025"
-        sizes = lambda fx: sorted({c.config.split(" at ")[0] for c in fx.configs})  # noqa: E731
-        for i, (q, a) in enumerate(zip(qs, makers)):
-            extra = words.a_b_cases(cases) if i == 1 else ""
-            answers[i] = Answer(q, f"{words.edition_head(e25, sizes(f))} {a(f)}\n\n"
-                                   f"{words.edition_head('2026', sizes(f26))} {a(f26)}" + (f" {extra}" if extra else ""))
-        rows = [[c.size, c.context, ms(c.forward_ms / 1e3, c.forward_std_ms / 1e3 if c.forward_std_ms else None),
-                 num(c.kernel_ms, 1), f"`{c.top_name[:60]}`", c.top_calls, "yes" if c.top_stays else "no"]
-                if c.measured else [c.size, c.context, words.oom_need(c.need_bytes / 1e9 if c.need_bytes else None),
-                                    "–", "–", "–", "–"]
-                for c in cases]
-        body += [words.h_2026_sizes(list(dict.fromkeys(c.size for c in cases))),
-                 words.cases_intro("2026", [c for c in cases if not c.measured and c.need_bytes]),
-                 table(words.cases_header().split("|"), rows)]
-        score = Score(words.score_answer_2026(f26), words.score_headline(f26), "–", device, run_date(d26))
-    body.append(runs_line(device, d_all))
-    return Page(slug, P.NSYS_PROFILE, [problem(name)], answers, "\n\n".join(x for x in body if x), score={name: score})
-
-
-# ---------------------------------------------------------------------------------- mixed precision
-def mixed_precision_page(ctx: Context) -> Page:
-    slug = "mixed_precision"
-    names = [P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MIXED_PRECISION]
-    words = macros("mixed_precision.md.j2")
-    qs = [words.q_acc(), words.q_a(), words.q_b(), words.q_c()]
-    found = gpu_rows(ctx, *names, P.BENCHMARKING_SCRIPT)
-    if not found:
-        return missing_page(slug, "mixed_precision", names, qs)
-    device, d = found[0]
-    rows = benches(d)
-    f = mp.mixed_precision_facts(rows, bs.benchmarking_script_facts(device, rows).editions)
-    not_yet = f"{NOT_ON_GPU.capitalize()}."
-    answers = [Answer(qs[0], words.a_acc(f.accumulation) if f.accumulation else not_yet),
-               Answer(qs[1], words.a_a(f.dtypes) if f.dtypes else not_yet),
-               Answer(qs[2], words.a_b(f.dtypes) if f.dtypes else not_yet),
-               Answer(qs[3], words.a_c(f) if f.headline or f.headline_fb else not_yet)]
-    date = lambda problem: run_date(d[d.problem == problem])  # noqa: E731
-    score = {names[0]: Score(words.score_acc(f.accumulation), words.headline_acc(f.accumulation), "–", device,
-                             date(names[0])) if f.accumulation else Score(NOT_ON_GPU),
-             names[1]: Score(words.score_c(f.headline), words.headline_c(f.headline), "–", device,
-                             date(P.BENCHMARKING_SCRIPT)) if f.headline else Score(NOT_ON_GPU)}
-    if f.headline_fb is not None and (f.headline is None or f.headline_fb.edition > f.headline.edition):
-        d26 = d[(d.problem == P.BENCHMARKING_SCRIPT) & (d.cfg.edition == f.headline_fb.edition)]
-        score[names[1]] = Score(words.score_fb(f.headline_fb), words.headline_fb(f.headline_fb), "–", device,
-                                run_date(d26))
-    body = [f"## {device}"]
-    if f.accumulation:
-        body += ["### mixed_precision_accumulation", words.body_acc(f.accumulation)]
-    if f.dtypes:
-        body += [words.h_dtypes(), words.body_dtypes(f.dtypes)]
-    for t in f.trends:
-        if t.train():
-            body += [words.h_trend(t.edition), words.body_c(t)]
-        elif t.largest_fb:
-            body += [words.h_trend(t.edition), words.body_c_fb(t)]
-    body.append(runs_line(device, d))
-    return Page(slug, words.title(), [problem(n) for n in names], answers,
-                "\n\n".join(body), score=score)
 
 
 # ---------------------------------------------------------------------------- gradient_checkpointing
@@ -297,7 +125,6 @@ def training_step_page(ctx: Context) -> Page:
 
 
 TS = macros("training_step.md.j2")
-BS = macros("benchmarking_script.md.j2")
 
 
 def _vs(r, ref, name: str):
@@ -361,5 +188,5 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [benchmarking_script_page(ctx), nsys_page(ctx), mixed_precision_page(ctx), memory_page(ctx),
+    return [memory_page(ctx),
             checkpointing_page(ctx), training_step_page(ctx)]

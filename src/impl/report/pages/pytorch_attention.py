@@ -13,7 +13,7 @@ from impl.attention.memory import NaiveAttentionMemory, flash_saved_for_backward
 from impl.bench.row import Env, Metric, Status
 from impl.report.pages import Context, Kind, Scored
 from impl.report.rows import Bench, view
-from impl.report.runs import RunsFacts
+from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEM = P.PYTORCH_ATTENTION
@@ -234,4 +234,4 @@ def facts(ctx: Context) -> PytorchAttentionFacts:
         (cfg(ooms[0]).d_model, cfg(ooms[0]).seq, cfg(ooms[0]).mode) if ooms else None,
         tuple(_table_row(rows, x, s, c0.batch, c0.dtype) for x, s in shapes(rows)), tuple(not_run(rows)),
         _accounting(rows, *case, bool(ooms), c0.batch, c0.dtype), _seed(rows), RunsFacts.of(device, rows),
-        max(str(b.run.datetime) for b in rows)[:10])
+        newest_date(rows))

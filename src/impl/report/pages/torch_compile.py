@@ -7,18 +7,20 @@ templates/torch_compile.md.j2 holds every word."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from impl.bench.row import Metric, Status
 from impl.model import size_rank
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.pytorch_attention import Cell, by_mode, cell, in_use, median, not_run, shapes
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, of_newest_run, view
-from impl.report.runs import RunsFacts
+from impl.report.rows import Bench, of_newest_run, stat_name, view
+from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.compiled import WHY
 from impl.workloads.problems import Problem as P
 
 PROBLEM = P.TORCH_COMPILE
+STEP = attrgetter("step_s")  # (b)'s time of a row: Bench.step_s (the mean in older-format runs)
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
                           _cfg(compiled[0]).backend, tuple(not_run(compiled)),
                           sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
                           RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager),
-                          max(str(b.run.datetime) for b in compiled)[:10])
+                          newest_date(compiled))
 
 
 # ---- (b) compiled model vs eager -------------------------------------------------------------------
@@ -197,12 +199,6 @@ def mode_ratios(rows: list[Bench]) -> list[ModeRatios]:
     return out
 
 
-def step_s(b: Bench) -> float | None:
-    """A row's time per call: the median; older-format runs computed their rates from the mean, so
-    their tables keep showing the mean."""
-    return (b.stats.mean if b.run.legacy else b.stats.median) if b.stats else None
-
-
 @dataclass(frozen=True)
 class ModelCells:
     """Eager and compiled time of one configuration (a mode's rows, or the derived training step)."""
@@ -212,7 +208,7 @@ class ModelCells:
 
     @classmethod
     def of(cls, eager: Bench | None, compiled: Bench | None) -> ModelCells:
-        return cls(cell(eager, step_s), cell(compiled, step_s))
+        return cls(cell(eager, STEP), cell(compiled, STEP))
 
     @property
     def ratio(self) -> float | None:
@@ -223,7 +219,7 @@ class ModelCells:
 
 def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:
     """forward+backward + the size's optimizer step (derived, not timed together); None unless both ran."""
-    parts = [cell(x, step_s) for x in (fb, opt)]
+    parts = [cell(x, STEP) for x in (fb, opt)]
     return Cell(sum(p.value for p in parts)) if all(p and p.value is not None for p in parts) else None
 
 
@@ -260,18 +256,12 @@ class ModelFacts:
     optimizer: tuple[tuple[str, ModelCells], ...]  # (size, its optimizer step)
     compiled_what: str | None  # the row's record of what was compiled (regional); None: the whole model
     why: str  # impl.workloads.compiled.WHY: the code's reason (an older run's stored copy typed its compile times)
-    stat: str  # "mean", "median" or "mixed": what the times are
+    stat: str  # what the times are (rows.stat_name)
     compilations: tuple[Compilation, ...]
     left_out_reason: str | None
     left_out: tuple[LeftOut, ...]
     answer: tuple[ModeRatios, ...]
     runs: RunsFacts
-
-
-def _stat(rows: list[Bench]) -> str:
-    ran = [b for b in rows if b.status is Status.MEASURED] or rows  # an OOM row of an older run times nothing
-    kinds = {b.run.legacy for b in ran}
-    return "mean" if kinds == {True} else "median" if kinds == {False} else "mixed"
 
 
 def _compilations(rows: list[Bench]) -> list[Compilation]:
@@ -326,7 +316,7 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
     return ModelFacts(modes, tuple(table),
                       tuple((s, ModelCells.of(o.get("eager"), o.get("compiled"))) for s, o in opt.items()),
                       next((b.details["compiled_what"] for b in ordered if b.details.get("compiled_what")), None), WHY,
-                      _stat(ordered), tuple(_compilations(ordered)), left[0].row.reason if left else None,
+                      stat_name(ordered), tuple(_compilations(ordered)), left[0].row.reason if left else None,
                       tuple(_left_out(ordered)), tuple(mode_ratios(rows)), RunsFacts.of(device, rows))
 
 

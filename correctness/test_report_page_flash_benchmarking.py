@@ -1,0 +1,104 @@
+"""flash_benchmarking (impl.report.pages.flash_benchmarking): facts from synthetic rows, the figure's
+legend, and the page's words as a snapshot."""
+from __future__ import annotations
+
+import pytest
+
+from impl.bench.row import Metric, Status
+from impl.report.flash_rows import IMPL_LABELS
+from impl.report.pages import Kind
+from impl.report.pages import flash_benchmarking as page
+from impl.report.templating import render_page
+from kits.report_rows import assert_snapshot, bench, context
+
+DEV = "h100-80gb-x1"
+NEW, OLD = "2026-03-02T00:00:00", "2026-03-01T00:00:00"
+
+
+def _row(impl, seq, ms=None, mode="fwd_bwd", d=64, dtype="bf16", when=NEW, status=Status.MEASURED, reason=None,
+         iqr_ms=None):
+    return bench("flash_benchmarking", dict(impl=impl, mode=mode, batch=1, seq=seq, d=d, dtype=dtype, causal=True),
+                 None if ms is None else ms / 1e3, device=DEV, when=when, status=status, reason=reason,
+                 iqr=None if iqr_ms is None else iqr_ms / 1e3, metrics={Metric.TFLOPS: 100.0} if ms else {},
+                 details=dict(autotune=True, left_out="naive beyond seq 8192"))
+
+
+def _grid(when=NEW, scale=1.0):
+    """bf16, d 16 and 64: ours, SDPA cuDNN and flash to seq 16384, naive to 8192 (left out beyond)."""
+    rows = []
+    for d in (16, 64):
+        for seq in (1024, 8192, 16384):
+            rows += [_row("flash_triton", seq, seq / 1000 * scale, d=d, when=when),
+                     _row("sdpa_cudnn", seq, seq / 1200, d=d, when=when),
+                     _row("sdpa_flash", seq, seq / 900, d=d, when=when)]
+            rows.append(_row("naive", seq, seq / 100, d=d, when=when) if seq <= 8192 else
+                        _row("naive", seq, d=d, when=when, status=Status.LEFT_OUT, reason="naive beyond seq 8192"))
+    return rows
+
+
+def test_ours_over_naive_and_the_faster_anchor_of_one_run(tmp_path):
+    f = page.facts(context(_grid(), tmp_path))
+    n = f.vs_naive
+    assert (n.seq, n.ours_max, n.naive_max, n.stop_reason) == (8192, 16384, 8192, "naive beyond seq 8192")
+    assert (n.low, n.high) == (pytest.approx(0.1), pytest.approx(0.1))
+    h = f.headline
+    assert (h.dtype, h.d, h.seq, h.anchor, h.naive_seq) == ("bf16", 64, 16384, IMPL_LABELS["sdpa_cudnn"], 8192)
+    assert round(h.vs_anchor.value, 2) == 1.2 and h.vs_anchor.verdict == "slower"
+    assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, DEV, "2026-03-02")
+
+
+def test_naive_of_another_run_is_not_divided(tmp_path):
+    rows = [b for b in _grid() if b.row.config["impl"] != "naive"] + \
+        [b for b in _grid(OLD) if b.row.config["impl"] == "naive"]
+    assert page.facts(context(rows, tmp_path)).vs_naive is None
+
+
+def test_longest_sequence_reached_names_what_stopped_each(tmp_path):
+    f = page.facts(context(_grid(), tmp_path))
+    reach = {(r.impl, r.dtype): r.cells for r in f.reach}
+    assert f.reach_dims == (16, 64)
+    assert reach[(IMPL_LABELS["naive"], "bf16")] == ((8192, (16384, "left out")),) * 2
+    assert reach[(IMPL_LABELS["flash_triton"], "bf16")] == ((16384, None),) * 2
+    assert f.not_run == (("left out", "naive beyond seq 8192"),)
+
+
+def test_a_backward_slower_than_its_forward_backward_is_explained(tmp_path):
+    rows = [_row("flash_triton", 1024, 1.2, mode="bwd"), _row("flash_triton", 1024, 1.0),
+            _row("flash_triton", 16384, 10.3, mode="bwd", iqr_ms=1.0), _row("flash_triton", 16384, 10.0, iqr_ms=1.0),
+            _row("sdpa_cudnn", 16384, 9.0, mode="bwd", iqr_ms=0.01), _row("sdpa_cudnn", 16384, 8.0, iqr_ms=0.01)]
+    f = page.facts(context(rows, tmp_path))
+    assert [(x.impl, x.k.seq, x.why) for x in f.odd] == [
+        (IMPL_LABELS["flash_triton"], 1024, "host-bound"), (IMPL_LABELS["flash_triton"], 16384, "within noise"),
+        (IMPL_LABELS["sdpa_cudnn"], 16384, "unexplained")]
+    assert f.unexplained
+
+
+def test_newest_run_against_the_previous_one_beside_the_anchors_drift(tmp_path):
+    f = page.facts(context(_grid(), tmp_path, history=_grid(OLD, scale=1.25)))
+    assert [r.when for r in f.previous.runs] == ["2026-03-01 00:00"]
+    fb = {(x.d, x.mode): x for x in f.drift}
+    x = fb[(64, "forward+backward")]
+    assert (x.ours_long, x.anchors, x.ours_short, x.change) == (pytest.approx(0.8), 1.0, pytest.approx(0.8), -1)
+    assert f.changes(-1) == 2 and len(f.sources) == 2
+
+
+def test_plot_legend_lists_every_series_drawn(tmp_path):
+    """A panel with one more implementation than the first (the H100's d = 64 had the compiled backward)
+    still gets a legend entry, in the colour its line has on every panel."""
+    rows = [_row(i, s, 1.0 + k, d=16) for k, i in enumerate(["flash_triton", "sdpa_cudnn"]) for s in (1024, 2048)]
+    rows += [_row(i, s, 1.0 + k) for k, i in enumerate(["flash_triton", "flash_triton_compiled_bwd", "sdpa_flash",
+                                                         "sdpa_cudnn"]) for s in (1024, 2048)]
+    legend = page.plot(rows, tmp_path / "f.png")
+    assert sorted(legend) == sorted(IMPL_LABELS[i] for i in ("flash_triton", "flash_triton_compiled_bwd",
+                                                             "sdpa_flash", "sdpa_cudnn"))
+    assert (tmp_path / "f.png").exists()
+
+
+def test_no_rows_is_not_measured(tmp_path):
+    assert page.facts(context([], tmp_path)).scores[page.PROBLEM].kind is Kind.NOT_MEASURED
+
+
+def test_page_words(request, tmp_path):
+    rows = _grid() + [_row("flash_triton", 1024, 1.5, mode="bwd")]  # slower than its forward+backward
+    f = page.facts(context(rows, tmp_path, history=_grid(OLD, scale=1.25)))
+    assert_snapshot(request, "flash_benchmarking", render_page("flash_benchmarking.md.j2", f=f))

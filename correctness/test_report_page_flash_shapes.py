@@ -1,0 +1,83 @@
+"""flash_shapes (impl.report.pages.flash_shapes): facts from synthetic rows, the CSV grid, and the
+page's words as a snapshot."""
+from __future__ import annotations
+
+import csv
+
+from impl.bench.row import Status
+from impl.report.pages import Kind
+from impl.report.pages import flash_shapes as page
+from impl.report.templating import render_page
+from kits.report_rows import assert_snapshot, bench, context
+
+DEV = "h100-80gb-x1"
+NEW, OLD = "2026-03-02T00:00:00", "2026-03-01T00:00:00"
+
+
+def _cfg(impl, seq, mode="fwd", **kw):
+    return dict(impl=impl, mode=mode, batch=4, heads=32, seq=seq, d=80, causal=True, dtype="bf16") | kw
+
+
+def _row(impl, seq, ms=None, status=Status.MEASURED, reason=None, when=NEW, **kw):
+    return bench("flash_shapes", _cfg(impl, seq, **kw), None if ms is None else ms / 1e3, device=DEV, when=when,
+                 status=status, reason=reason)
+
+
+def _rows():
+    return [_row("flash_triton", 512, 0.9), _row("flash_triton_compiled", 512, 1.8), _row("sdpa_cudnn", 512, 0.3),
+            _row("sdpa_flash", 512, 0.45), _row("flash_triton", 3000, 2.0), _row("sdpa_flash", 3000, 2.5),
+            _row("sdpa_cudnn", 3000, status=Status.OOM, reason="OOM"),
+            _row("flash_triton_compiled", 3000, status=Status.LEFT_OUT_BY_BUDGET, reason="time budget")]
+
+
+def _host(impl, mean_us, when):
+    return bench("flash_shapes", dict(impl=impl, mode="fwd_bwd", batch=1, heads=1, seq=128, d=64, dtype="bf16",
+                                      causal=True, host=True), mean_us / 1e6, device=DEV, when=when)
+
+
+def _hosts():
+    return ([_host("flash_triton", 300, NEW), _host("flash_triton_compiled", 900, NEW), _host("sdpa_cudnn", 200, NEW),
+             _host("sdpa_flash", 250, NEW)])
+
+
+def test_ratio_is_against_the_faster_anchor_and_budget_cuts_are_counted(tmp_path):
+    f = page.facts(context(_rows(), tmp_path))
+    assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", (0.8, 3.0), 3.0)
+    [s] = f.summary
+    assert (s.mode, s.measured, s.left_out, s.eager_median, s.compiled) == ("forward", 3, 1, 3.0, (6.0,))
+    assert f.not_run == (("OOM", "OOM"), ("left out (budget)", "time budget"))
+    assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, "NVIDIA H200", "2026-03-02")
+    assert f.figure and (tmp_path / f.figure).exists()
+
+
+def test_grid_csv_names_the_anchor_and_the_left_out_cells(tmp_path):
+    page.facts(context(_rows(), tmp_path))
+    with open(tmp_path / "data-tables" / f"flash_shapes-{DEV}.csv") as fh:
+        grid = {r["batch×heads×seq"]: r for r in csv.DictReader(fh)}
+    first = grid["4×32×512"]
+    assert (first["faster anchor (ms)"], first["eager / anchor"], first["compiled / anchor"]) == \
+        ("0.300 (cuDNN backend)", "3.00×", "6.00×")
+    cut = grid["4×32×3000"]
+    assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
+
+
+def test_host_cost_rows_are_their_own_table_from_the_newest_run(tmp_path):
+    """The host-cost rows (config host=True) answer from the newest run: the anchor is the SDPA backend
+    with the lower host cost; they never enter the kernel grid's counts."""
+    older = [_host("sdpa_flash", 100, OLD)]  # another run's row: not compared with the newest run's
+    f = page.facts(context(_rows() + _hosts() + older, tmp_path))
+    h = f.host
+    assert list(h.calls) == ["flash_triton", "flash_triton_compiled", "sdpa_cudnn", "sdpa_flash"]
+    assert h.anchor == "sdpa_cudnn" and round(h.eager_vs_anchor, 2) == 1.5 and round(h.compiled_vs_eager, 2) == 3.0
+    assert f.measured == 6 and len(h.runs.runs) == 2
+
+
+def test_no_shape_with_an_anchor_leaves_the_problem_unanswered_and_no_rows_not_measured(tmp_path):
+    f = page.facts(context([_row("flash_triton", 512, 0.9)], tmp_path))
+    assert f.ratios == () and f.scores == {} and f.figure is None
+    assert page.facts(context([], tmp_path)).scores[page.PROBLEM].kind is Kind.NOT_MEASURED
+
+
+def test_page_words(request, tmp_path):
+    f = page.facts(context(_rows() + _hosts(), tmp_path))
+    assert_snapshot(request, "flash_shapes", render_page("flash_shapes.md.j2", f=f))

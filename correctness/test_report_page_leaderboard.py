@@ -1,0 +1,85 @@
+"""leaderboard (impl.report.pages.leaderboard): facts from synthetic rows, and the page's words as a
+snapshot."""
+from __future__ import annotations
+
+import pytest
+
+from impl.bench.row import Metric, Status
+from impl.report.pages import Kind
+from impl.report.pages import leaderboard as page
+from impl.report.templating import render_page
+from kits.report_rows import assert_snapshot, bench, context
+
+DEV = "h100-80gb-x1"
+SHAPE = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
+OURS_DETAILS = dict(compiled=True, rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2e-3), tol=dict(out=1e-2, grad=2e-2),
+                    graph_breaks=0, tuned_configs={"fwd": "BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_stages: 3",
+                                                   "bwd": "two_pass"})
+
+
+def _run(when, ours_ms, cudnn_ms, iqr_ms=0.02, do_bench_ms=None, commit="abcdef12", device=DEV):
+    def row(impl, mode, ms, db, details=None):
+        metrics = {Metric.TFLOPS: 300.0, Metric.MFU: 0.3} | ({Metric.DO_BENCH_MS: db} if db else {})
+        return bench("leaderboard", dict(impl=impl, mode=mode, **SHAPE), ms / 1e3, device=device, when=when,
+                     commit=commit, iqr=iqr_ms / 1e3, metrics=metrics, details=details)
+    ours_db, cudnn_db = do_bench_ms or (None, None)
+    return [row("flash_triton", "fwd_bwd", ours_ms, ours_db, OURS_DETAILS),
+            row("sdpa_cudnn", "fwd_bwd", cudnn_ms, cudnn_db),
+            bench("leaderboard", dict(impl="sdpa_flash", mode="fwd_bwd", **SHAPE), None, device=device, when=when,
+                  commit=commit, status=Status.OOM, reason="CUDA out of memory")]
+
+
+def test_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path):
+    older = _run("2026-03-01T00:00:00", 6.0, 4.0, commit="aaaaaaaa")
+    f = page.facts(context(_run("2026-03-02T00:00:00", 5.0, 4.0, commit="bbbbbbbb"), tmp_path, history=older))
+    a = f.answer
+    assert (a.commit, a.ours.event_s, a.cudnn.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
+    assert a.headline_timer == "CUDA events" and a.course_ratio is None  # no do_bench in these rows
+    assert (round(a.headline.value, 3), a.headline.verdict) == (1.25, "slower")
+    assert a.correctness.passes and a.correctness.err_grad == 2e-3
+    assert [(v.commit, round(v.over_cudnn, 2)) for v in f.versions] == [("aaaaaaaa", 1.5), ("bbbbbbbb", 1.25)]
+    assert f.versions[0].picks == (("fwd", "64×128 w4 s3"), ("bwd", "two_pass"))
+    assert f.noise == (1.25, 1.5, 2)
+    assert f.index_figures and (tmp_path / f.index_figures[0][1]).exists()
+    assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, DEV, "2026-03-02")
+    assert len(f.sources) == 2
+
+
+def test_headline_is_the_courses_timer_do_bench(tmp_path):
+    """The handout times the leaderboard with do_bench: where a run has it, the headline is do_bench's
+    ratio, with the CUDA-event ratio beside it and each timer's difference stated."""
+    f = page.facts(context(_run("2026-03-01T00:00:00", 5.258, 4.474, do_bench_ms=(5.174, 5.030)), tmp_path)).answer
+    assert f.headline_timer == "do_bench" and f.headline == f.course_ratio
+    assert round(f.course_ratio.value, 2) == 1.03 and round(f.event_ratio.value, 2) == 1.18
+    assert round(f.cudnn.do_bench_over_event, 3) == round(5.030 / 4.474, 3)
+
+
+def test_ratio_within_noise_when_spreads_overlap(tmp_path):
+    f = page.facts(context(_run("2026-03-01T00:00:00", 4.1, 4.0, iqr_ms=0.5), tmp_path)).answer
+    assert f.headline.verdict == "within noise"
+
+
+def test_not_run_rows_are_lines_naming_their_status(tmp_path):
+    f = page.facts(context(_run("2026-03-01T00:00:00", 5.0, 4.0), tmp_path))
+    assert [(x.impl, x.status, x.ms) for x in f.lines][2] == ("sdpa_flash", "OOM", None)
+
+
+def test_a_device_without_cudnn_is_skipped_and_none_is_not_measured(tmp_path):
+    rows = [b for b in _run("2026-03-01T00:00:00", 5.0, 4.0) if b.row.config["impl"] != "sdpa_cudnn"]
+    f = page.facts(context(rows, tmp_path))
+    assert f.answer is None and f.scores[page.PROBLEM].kind is Kind.NOT_MEASURED and not f.index_figures
+
+
+def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values():
+    """The page lists a launch record's entries: kernel configs abbreviated, the rest (tiling label,
+    variant, the tma flag) as they are."""
+    assert page.short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") \
+        == "64×128 w4 s3"
+    assert [page.short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]
+
+
+@pytest.mark.parametrize("case", ["measured", "missing"])
+def test_page_words(request, tmp_path, case):
+    rows = _run("2026-03-02T00:00:00", 5.258, 4.474, do_bench_ms=(5.174, 5.030)) if case == "measured" else []
+    f = page.facts(context(rows, tmp_path, history=_run("2026-03-01T00:00:00", 6.0, 4.0, commit="aaaaaaaa")))
+    assert_snapshot(request, f"leaderboard-{case}", render_page("leaderboard.md.j2", f=f))

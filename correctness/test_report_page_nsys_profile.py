@@ -1,0 +1,155 @@
+"""nsys_profile (impl.report.pages.nsys_profile): facts from synthetic and committed rows, and the page's
+words as a snapshot."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from impl.bench.row import Status
+from impl.report.pages import Kind
+from impl.report.pages import nsys_profile as page
+from impl.report.rows import Stats
+from impl.report.templating import render_page
+from kits.report_rows import assert_snapshot, bench, context
+
+ROOT = Path(__file__).resolve().parents[1]
+P = "nsys_profile"
+DEV = "h100-80gb-x1"
+GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_execute_kernel"
+
+
+def _kernels(n, **first):
+    rows = [dict(name=f"{GEMM}_{i}", category="matmul", time_us=1000.0 * (n - i), calls=72, share=0.5 / (i + 1))
+            for i in range(n)]
+    rows[0].update(first)
+    return rows
+
+
+def _nsys(timer_ms, kernel_ms, calls=72, stays=True, profiled="train_step", **extra):
+    return dict(
+        steps_profiled=2, timing_source="kernels", warmup_steps=1, parse_s=0.5, nontrivial_threshold=0.01,
+        top_forward=dict(name=GEMM, category="matmul", calls_per_pass=float(calls)), top_stays_on_top=stays,
+        forward_range_ms=timer_ms * 1.02, forward_kernel_ms=kernel_ms, matmul_share_forward=0.8,
+        matmul_share_train_step=0.7, softmax_to_matmuls_time_ratio=0.15, softmax_to_matmuls_flop_ratio=0.02,
+        profiled=profiled,
+        tables={"forward": _kernels(3) + [dict(name="softmax_warp_forward<float>", category="softmax", share=0.05,
+                                               calls=24, time_us=50.0)],
+                "forward+backward": _kernels(10), "optimizer step": [], "train step": _kernels(2)},
+        category_share={"forward": {"matmul": 0.8, "softmax": 0.05}, "train step": {"matmul": 0.7, "softmax": 0.03}},
+        **extra)
+
+
+def _row(size, ctx_, timer_ms=None, kernel_ms=None, edition=None, status=Status.MEASURED, when="2026-11-23T06:00:00",
+         device=DEV, details=None, **nsys):
+    cfg = dict(size=size, context=ctx_, **({"edition": edition} if edition else {}))
+    d = dict(details or {})
+    if timer_ms is not None:
+        d["nsys"] = _nsys(timer_ms, kernel_ms, **nsys)
+    return bench(P, cfg, timer_ms / 1e3 if timer_ms and status is Status.MEASURED else None, status=status,
+                 details=d, when=when, device=device)
+
+
+def _rows(device=DEV):
+    """2025: small and large at two contexts (small's kernels a fraction of its timer), 2.7B at 1024 OOM;
+    2026: the study's cases, medium at 2048 OOM with its closed-form need."""
+    rows = [_row("small", 128, 25.0, 5.0, calls=73, stays=False, device=device),
+            _row("small", 512, 27.0, 18.0, calls=61, device=device),
+            _row("large", 128, 76.0, 31.0, device=device, details=dict(artifact="nsys_small.trace.json.gz")),
+            _row("large", 1024, 253.0, 249.0, calls=145, profiled="forward_backward", device=device),
+            _row("2.7B", 1024, status=Status.OOM, device=device)]
+    cases = [["medium", 512], ["medium", 2048], ["large", 256]]
+    w26 = "2026-11-24T15:00:00"
+    rows += [_row("large", 256, 135.0, 58.0, "2026", calls=72, when=w26, device=device, details=dict(cases=cases)),
+             _row("medium", 2048, None, None, "2026", Status.OOM, w26, device,
+                  dict(cases=cases, memory_need={"total": 57.6e9})),
+             _row("medium", 512, 59.0, 50.0, "2026", calls=169, when=w26, device=device, details=dict(cases=cases))]
+    return rows
+
+
+def test_c_reads_the_forwards_kernels_only():
+    """(c) asks about the forward pass: the answer's kernels come from the forward's table, so an
+    optimizer kernel (multi-tensor apply) that tops the training step's table is not among them."""
+    nsys = dict(nontrivial_threshold=0.01, tables={
+        "forward": [dict(name="gemm", category="matmul", share=0.8, calls=10),
+                    dict(name="softmax_warp_forward<float>", category="softmax", share=0.05, calls=4),
+                    dict(name="BinaryFunctor<MulFunctor<float>>", category="elementwise", share=0.02, calls=8),
+                    dict(name="tiny", category="elementwise", share=0.001, calls=1)],
+        "train step": [dict(name="multi_tensor_apply_kernel<AdamW>", category="elementwise", share=0.3, calls=1)]})
+    f = page.forward_non_matmul(nsys)
+    assert [k.share for k in f.kernels] == [0.05, 0.02] and f.categories == ["elementwise", "softmax"]
+    assert f.total_share == pytest.approx(0.07) and f.kernels[1].op == "MulFunctor"
+
+
+def test_cases_keep_the_studys_order_top_kernel_calls_and_oom_need():
+    got = page.nsys_cases([b for b in _rows() if b.row.config.get("edition") == "2026"])
+    assert [(c.size, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
+    assert (got[0].top_name, got[0].top_calls, got[0].forward_ms) == (GEMM, 169, pytest.approx(59.0))
+    assert not got[1].measured and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72
+
+
+def test_each_edition_answers_from_its_own_profiled_rows(tmp_path):
+    f = page.facts(context(_rows(), tmp_path))
+    assert [c.config for c in f.answer.configs] == ["small at context 128", "small at context 512",
+                                                    "large at context 128", "large at context 1024"]
+    assert f.edition == "2025" and f.answer.sizes == ["large", "small"]
+    assert [c.config for c in f.answer26.configs] == ["medium at context 512", "large at context 256"]
+    assert f.case_sizes == ["medium", "large"] and f.scored is f.answer26
+    s = f.scores[P]
+    assert s.kind is Kind.MEASURED and (s.device, s.date) == (DEV, "2026-11-24")
+
+
+def test_kernel_busy_share_and_range_agreement():
+    f = page.NsysFacts([page.profiled(b) for b in _rows()[:4]])
+    assert f.busiest.config == "large at context 1024" and f.idlest.config == "small at context 128"
+    assert f.idlest.busy == pytest.approx(5.0 / 25.0) and f.agree == 4  # the ranges are 2% over the timer
+    assert f.top_calls == [61, 72, 73, 145] and f.middle.config == "large at context 128"
+    assert f.matmul_train == [0.7, 0.7, 0.7]  # the forward+backward fallback is no training-step share
+
+
+def test_only_2026_rows_answer_alone(tmp_path):
+    f = page.facts(context([b for b in _rows() if b.row.config.get("edition") == "2026"], tmp_path))
+    assert f.edition == "2026" and f.answer26 is None and f.cases == [] and len(f.answer.configs) == 2
+    assert f.scores[P].date == "2026-11-24"
+
+
+def test_the_table_names_oom_and_fallback_rows_and_the_middle_configs_kernels(tmp_path):
+    t = page.facts(context(_rows(), tmp_path)).tables
+    assert [(r.size, r.context, r.status) for r in t.rows] == [
+        ("small", 128, "measured"), ("small", 512, "measured"), ("large", 128, "measured"),
+        ("large", 1024, "measured"), ("2.7B", 1024, "oom")]
+    assert t.rows[3].profile.profiled == "forward_backward" and t.rows[4].profile is None and t.stat == "median"
+    assert (t.steps, t.warmup, sum(t.parse_s), t.artifact) == ([2], [1], 2.0, "nsys_small.trace.json.gz")
+    k = t.kernels
+    assert (k.size, k.context) == ("large", 128)  # the middle of the four profiled configs
+    assert [(p, len(rows)) for p, rows in k.phases] == [("forward", 4), ("forward+backward", 8)]
+    assert [x.category for x in k.non_matmul.kernels] == ["softmax"]
+    assert k.categories == [("matmul", 0.8, 0.7), ("softmax", 0.05, 0.03)]
+
+
+def test_an_older_format_rows_timer_is_its_mean(tmp_path):
+    b = _rows()[1]
+    old = replace(b, run=replace(b.run, legacy=True), stats=Stats(0.030, 0.001, 0.027, 0.0, 5, None))
+    f = page.facts(context([old], tmp_path))
+    assert f.answer.configs[0].timer_ms == pytest.approx(30.0) and f.tables.stat == "mean"
+
+
+def test_no_profiled_gpu_rows_is_not_measured(tmp_path):
+    assert page.facts(context(_rows("cpu"), tmp_path)).scores[P].kind is Kind.NOT_MEASURED
+    oom_only = [_row("2.7B", 1024, status=Status.OOM)]
+    f = page.facts(context(oom_only, tmp_path))
+    assert f.device is None and f.scores[P].kind is Kind.NOT_MEASURED
+
+
+def test_committed_c_answer_has_no_optimizer_kernel(tmp_path):
+    from impl.report import build
+
+    f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
+    for facts in (f.answer, f.answer26):
+        names = [k.name for k in facts.middle.non_matmul.kernels]
+        assert names and not [n for n in names if "multi_tensor" in n or "optimizer" in n.lower()]
+
+
+def test_page_words(request, tmp_path):
+    assert_snapshot(request, P, render_page(f"{P}.md.j2", f=page.facts(context(_rows(), tmp_path))))
