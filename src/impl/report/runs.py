@@ -33,10 +33,6 @@ def device_name(device: str, env_device: str) -> str:
     return f"{n}× {env_device} ({device})" if n else f"{env_device} ({device})"
 
 
-def device_label(device: str, d: pd.DataFrame) -> str:
-    return device_name(device, d["row"].iloc[0].env.device)
-
-
 def files_text(files) -> str:
     """Run files as the report names them: "`reports/data/<device>/<section>/<name>.json`, ..."."""
     return ", ".join(f"`{f}`" for f in files)
