@@ -1,6 +1,6 @@
 """The report's section renderers and pages from synthetic runs: the attention sections' version
 history (earlier runs kept under reports/data/<device>/history/ are loaded apart from the current
-data), and the pages of training_step and gradient_checkpointing."""
+data), and the page of training_step."""
 import json
 import pytest
 
@@ -207,33 +207,6 @@ def test_training_step_bench_layer_rows(tmp_path):
     assert "3 warm-up and 5 timed steps (step = their median)" in text
     assert "(1,000.00 TFLOP/s, bfloat16)" in text
     assert "Not run: 1 row(s) (time budget of this perf file exhausted)." in text
-
-
-def test_gradient_checkpointing_bench_layer_rows(tmp_path):
-    """gradient_checkpointing from bench-layer rows: the measured peak from the row's memory, the
-    prediction and block forwards from details, the step's median, and an OOM and a budget cut."""
-    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
-
-    env = Env(device="NVIDIA H100", device_type="cuda", torch="2", triton=None, cuda="12", profile="full")
-    timing = Timing(round="one forward and backward pass", timer="SyncTimer", warmup_rounds=1, rounds=5)
-    pred = dict(hook_terms=dict(peak=2 * 2**30, activations=2**30), closed_form_fp32=dict(peak=3 * 2**30))
-
-    def row(policy, k, status=Status.MEASURED, **kw):
-        return Row(problem="gradient_checkpointing", env=env, status=status,
-                   config=dict(size="xl", batch=4, context=2048, dtype="bf16", policy=policy, k=k, study="policies"),
-                   timing=timing if status is Status.MEASURED else None, **kw)
-
-    none = row("none", None, memory=Memory(peak_allocated=int(2.5 * 2**30)), metrics={Metric.TOKENS_PER_S: 1e4},
-               details=dict(predicted=pred, predicted_block_forwards=48, measured_block_forwards=48.0, best_k=7,
-                            ks=[6, 7, 8]))
-    text = _section(tmp_path, _bench_doc([(none, 0.4, 0.3)], [
-        row("nested", None, status=Status.OOM, reason="CUDA out of memory"),
-        row("every_k", 7, status=Status.LEFT_OUT_BY_BUDGET, reason="time budget exhausted")]),
-        "gradient_checkpointing")
-    assert "| none | 2.50 | 2.00 | 1.25 | 3.00 | 1.00 | 300.0 ± 0.0 | 10,000 | 48 / 48 |" in text
-    assert "| nested | OOM |" in text and "| every_k k=7 | not run |" in text
-    assert "step, median (ms)" in text
-    assert "(time budget exhausted)." in text and "every_k-7" in text
 
 
 def test_a_page_module_that_fails_to_import_fails_the_build_naming_it(monkeypatch, tmp_path):

@@ -136,21 +136,6 @@ def test_every_timed_number_in_an_answer_comes_from_a_row(built_pages, tmp_path)
     assert unchanged == [], unchanged
 
 
-def test_gradient_checkpointing_names_the_rows_size_by_edition(built_pages):
-    """The policies study's rows are the 2025 table's xl (d_model 1600), labelled as such; the 2026 rows
-    (single_level_2026) are xl (2026) and the page's headline reads them."""
-    from impl.model.sizes import SizeRef
-
-    ctx, pages = built_pages
-    d = ctx.df[(ctx.df.problem == "gradient_checkpointing") & (ctx.df.device == "h100-80gb-x1")]
-    refs = {r.cfg.size_ref for _, r in d.iterrows() if r.cfg.size}  # the depth study rows name a width
-    assert refs == {SizeRef("2025", "xl"), SizeRef("2026", "xl")}
-    assert {r.cfg.size_ref for _, r in d.iterrows() if r.cfg.study == "single_level_2026"} == {SizeRef("2026", "xl")}
-    page = next(p for p in pages if p.slug == "gradient_checkpointing")
-    assert SizeRef("2026", "xl").label in page.score["gradient_checkpointing"].answer
-    assert all(SizeRef("2025", "xl").label in a.text for a in page.answers)  # the 2025 rows keep their label
-
-
 # ------------------------------------------------------------- 2026 edition's rows (synthetic)
 def _row_bench(problem, cfg, status="measured", details=None, mean=None, peak=None):
     from impl.bench.row import Env, Memory, Row, Status, Timing
@@ -163,27 +148,6 @@ def _row_bench(problem, cfg, status="measured", details=None, mean=None, peak=No
               Memory(peak_allocated=peak), details=details or {})
     stats = Stats(mean, mean / 50, mean, 0.0, 5, [mean] * 5) if mean else None
     return Bench(f"{problem}-{len(str(cfg))}-{id(cfg)}", row, run, stats, Config.of(cfg))
-
-
-def test_single_level_facts_read_the_closed_forms_k_and_its_neighbours_measured_peaks():
-    from impl.report.checkpointing_facts import single_level_facts
-
-    base = dict(size="xl", edition="2026", batch=4, context=2048, dtype="fp32", study="single_level_2026")
-    det = dict(best_k=1, best_k_rule="argmin", terms={"closed_form_fp32": {"a_block": 4.6e9, "a_resid": 8.4e7}})
-
-    def case(policy, k, status="measured", peak=None, pred=1.0e9):
-        d = dict(det, predicted={"closed_form_fp32": {"peak": pred, "activations": pred / 2}},
-                 measured_block_forwards=63.0 if k else None)
-        return _row_bench("gradient_checkpointing", dict(base, policy=policy, k=k), status, d,
-                          mean=5.7 if status == "measured" else None, peak=peak)
-    rows = [case("every_k", 2, peak=40e9), case("none", None, "oom", pred=176e9), case("every_k", 1, peak=36e9),
-            case("every_k", 6, peak=57e9), _row_bench("gradient_checkpointing", dict(base, study="policies"))]
-    f = single_level_facts(rows)
-    assert [c.k for c in f.cases] == [None, 1, 2, 6] and f.layers == 32 and f.size.startswith("xl (2026)")
-    assert f.best.peak_bytes == 36e9 and f.confirmed
-    lo, hi = f.neighbours
-    assert lo.k is None and not lo.measured and lo.predicted_peak_bytes == 176e9  # OOM with its need
-    assert hi.k == 2 and hi.peak_bytes == 40e9
 
 
 def test_memory_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():

@@ -15,8 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------- pages of 1.1, training_step
-PROFILING_SLUGS = {"memory_profiling",
-                   "gradient_checkpointing", "training_step"}
+PROFILING_SLUGS = {"memory_profiling", "training_step"}
 
 
 @pytest.fixture(scope="module")

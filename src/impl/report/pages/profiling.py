@@ -9,15 +9,12 @@ import pandas as pd
 
 from impl.bench.row import Status
 from impl.model import MODEL_SIZES
-from impl.report import checkpointing, training_step
-from impl.report.checkpointing_facts import single_level_facts
-from impl.model.sizes import SizeRef
+from impl.report import training_step
 from impl.report.ratio import ratio, spread
-from impl.report.rows import benches, size_label
 from impl.report.templating import macros
-from impl.report.benchmarking import step_s, study
-from impl.report.markdown import gib, missing, ms, num, table
-from impl.report.output import figure_path, write_table_csv
+from impl.report.benchmarking import step_s
+from impl.report.markdown import missing, ms, num
+from impl.report.output import write_table_csv
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
 from impl.report.runs import device_short, runs_line
 from impl.report.pages.problems import problem
@@ -30,72 +27,6 @@ MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
 # ------------------------------------------------------------------------------------ shared
 def _i(x):
     return int(x) if not missing(x) else x
-
-
-# ---------------------------------------------------------------------------- gradient_checkpointing
-def checkpointing_page(ctx: Context) -> Page:
-    slug, name = "gradient_checkpointing", P.GRADIENT_CHECKPOINTING
-    words = macros("gradient_checkpointing.md.j2")
-    qs = [words.q_a(), words.q_b()]
-    found = gpu_rows(ctx, name)
-    if not found:
-        return missing_page(slug, P.GRADIENT_CHECKPOINTING, [name], qs)
-    device, d = found[0]
-    pol = d[d.apply(study, axis=1) == "policies"]
-    ok = pol[pol["status"] == MEASURED]
-    label = lambda r: size_label(r.cfg.size_ref, r.cfg.size)  # noqa: E731
-    note = words.edition_note(sorted({label(r) for _, r in ok.iterrows()}), size_label(SizeRef("2026", "xl")))
-    note = f" {note}" if note else ""
-    answers, score = [], Score(NOT_ON_GPU)
-    bf = ok[ok.cfg.dtype == "bf16"] if "bf16" in set(ok.cfg.dtype) else ok
-    nested = bf[bf.cfg.policy == "nested"]
-    none = pol[(pol.cfg.policy == "none") & (pol.cfg.dtype == (bf.cfg.dtype.iloc[0] if not bf.empty else None))]
-    if not nested.empty:
-        r = nested.iloc[0]
-        n0 = none.iloc[0] if not none.empty else None
-        none_txt = (words.none_oom() if n0 is not None and n0["status"] == OOM else
-                    words.none_peak(n0["peak_alloc"]) if n0 is not None else words.none_not_run())
-        layers = r.cfg.size_ref.config.num_layers if r.cfg.size_ref else "–"
-        answers.append(Answer(qs[0], words.a_nested(
-            r["peak_alloc"], r.cfg.dtype, label(r), _i(r.cfg.context), checkpointing.predicted_peak(r), none_txt,
-            checkpointing.predicted_peak(n0) if n0 is not None else None,
-            checkpointing.forwards_cell(r).split(" /")[0], layers) + note))
-        score = Score(words.score_answer(label(r), _i(r.cfg.context), r["peak_alloc"]),
-                      words.score_headline(r["peak_alloc"], r.cfg.dtype),
-                      words.score_vs_oom() if n0 is not None and n0["status"] == OOM else "–", device, run_date(d))
-    else:
-        answers.append(Answer(qs[0], f"{NOT_ON_GPU.capitalize()}."))
-    if not ok.empty and "best_k" in ok["details"].iloc[0]:
-        i = ok["details"].iloc[0]
-        ks = bf[bf.cfg.policy == "every_k"].sort_values("cfg.k")
-        best = ks.loc[ks["peak_alloc"].idxmin()] if not ks.empty else None
-        answers.append(Answer(qs[1], words.a_best_k(
-            i.get("best_k"), i.get("best_k_rule"), bf.cfg.dtype.iloc[0],
-            [(_i(r.cfg.k), r["peak_alloc"]) for _, r in ks.iterrows()], None if best is None else _i(best.cfg.k))
-            + note))
-    else:
-        answers.append(Answer(qs[1], f"{NOT_ON_GPU.capitalize()}."))
-    sl = single_level_facts(benches(d))
-    earlier = words.earlier_rows(sorted({label(r) for _, r in ok.iterrows()}))
-    if sl is not None and sl.best is not None and sl.best.measured:
-        answers = [Answer(a.question, a.text.replace(note, "") if note else a.text) for a in answers]
-        answers[1] = Answer(qs[1], words.a_single_level(sl) + "\n\n" + earlier + " " + answers[1].text)
-        d26 = d[d.cfg.study == "single_level_2026"]
-        score = Score(words.score_single_level(sl), words.headline_single_level(sl), "–", device, run_date(d26))
-    answers[0] = Answer(qs[0], words.a_strategy() + "\n\n" + (earlier + " " if sl else "") + answers[0].text)
-    path, link = figure_path(ctx.fig_dir, ctx.fig_rel, slug, f"{device}-depth")
-    b = checkpointing.body(d, path.parent, link.rsplit("/", 1)[0], path.name)
-    body = [f"## {device}", _single_level_table(sl) if sl else "", b or "", runs_line(device, d)]
-    return Page(slug, P.GRADIENT_CHECKPOINTING, [problem(name)], answers, "\n\n".join(x for x in body if x),
-                score={name: score})
-
-
-def _single_level_table(f) -> str:
-    rows = [[c.label, gib(c.peak_bytes) if c.measured else ("OOM" if c.status is Status.OOM else c.status.value),
-             gib(c.predicted_peak_bytes), gib(c.predicted_activation_bytes), ms(c.mean_s) if c.mean_s else "–",
-             num(c.block_forwards, 0) if c.block_forwards else "–"] for c in f.cases]
-    words = macros("gradient_checkpointing.md.j2")
-    return words.single_level_head(f) + "\n\n" + table(words.single_level_header().split("|"), rows)
 
 
 # ------------------------------------------------------------------------------------ training_step
@@ -188,5 +119,4 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [memory_page(ctx),
-            checkpointing_page(ctx), training_step_page(ctx)]
+    return [memory_page(ctx), training_step_page(ctx)]
