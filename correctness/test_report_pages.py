@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------- pages of 1.1, training_step
-PROFILING_SLUGS = {"memory_profiling", "training_step"}
+PROFILING_SLUGS = {"training_step"}
 
 
 @pytest.fixture(scope="module")
@@ -77,46 +77,6 @@ def test_profiling_figures_legends_are_the_series_drawn(built):
     assert legends, "the pages draw figures with legends"
     for name, shown, drawn in legends:
         assert shown == list(dict.fromkeys(drawn)), name
-
-
-def test_memory_profiling_peak_table_labels_each_edition_its_own_rows(built):
-    """xl (2025) and xl (2026) share the stored name "xl": each row of the peak table is one edition's."""
-    from impl.model.sizes import SizeRef
-
-    pages, _, _ = built
-    page = next(p for p in pages if p.slug == "memory_profiling")
-    table = page.body.split("### peak memory")[1].split("###")[0]
-    sizes = [line.split(" | ")[0].strip("| ") for line in table.splitlines() if line.startswith("| ") and "context" not in line]
-    assert SizeRef("2025", "xl").label in sizes and SizeRef("2026", "xl").label in sizes
-    assert len(sizes) == len(set(zip(sizes, [line.split(" | ")[1] for line in table.splitlines()
-                                              if line.startswith("| ") and "context" not in line])))
-    assert "GiB" in page.score["memory_profiling"].headline
-
-
-def test_memory_profiling_2026_answers_read_2026_rows_only(built):
-    """The 2026 answers are about xl (2026) = 2.7B (2025), read from the edition-2026 rows at contexts 128
-    and 2048 and set beside the 2025 answers (each labelled); the 2025 answers read the 2.7B rows."""
-    from impl.model.sizes import SizeRef
-
-    pages, _, _ = built
-    page = next(p for p in pages if p.slug == "memory_profiling")
-    texts = [a.text for a in page.answers]
-    head26 = f"**{SizeRef('2026', 'xl').label}, batch 4, contexts 128 and 2048 (2026):**"
-    assert all(head26 in t for t in texts)
-    assert all(f"**{SizeRef('2025', '2.7B').label} (2025 rows):**" in t for t in texts[:5])
-    assert "1600" not in " ".join(t.split(head26)[1] for t in texts)  # no number of the 2025 xl's rows
-
-
-def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():
-    from impl.model.sizes import SizeRef
-    from impl.report.memory_2025_facts import shape_labels as _shape_labels
-    # xl (2025), batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
-    xl = SizeRef("2025", "xl").config
-    size = 4 * 128 * 10_000 * 4
-    assert _shape_labels(xl, 4, 128, "fp32")[size] == "fp32, logits (batch × ctx × vocab)"
-    both = _shape_labels(xl, 4, 128, "bf16")[size]
-    assert "fp32, logits" in both and "bf16, FFN-weight-sized" in both
-    assert not any("bf16" in v for v in _shape_labels(xl, 4, 128, "fp32").values())
 
 
 def test_timeline_axis_starts_at_zero(tmp_path, monkeypatch):

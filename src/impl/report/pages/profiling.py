@@ -18,7 +18,6 @@ from impl.report.output import write_table_csv
 from impl.report.pages import NOT_ON_GPU, Answer, Context, Page, Score, gpu_rows, missing_page, run_date
 from impl.report.runs import device_short, runs_line
 from impl.report.pages.problems import problem
-from impl.report.pages.memory import memory_page
 from impl.workloads.problems import Problem as P
 
 MEASURED, OOM = Status.MEASURED.value, Status.OOM.value
@@ -119,4 +118,4 @@ def _training_answers(device: str, d: pd.DataFrame, ok: pd.DataFrame, qs: list[s
 
 
 def pages(ctx: Context) -> list[Page]:
-    return [memory_page(ctx), training_step_page(ctx)]
+    return [training_step_page(ctx)]

@@ -1,0 +1,154 @@
+"""memory_profiling (impl.report.pages.memory_profiling): facts from synthetic rows, and the page's words as a
+snapshot."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from impl.bench.row import Status
+from impl.model.sizes import SizeRef
+from impl.report.pages import Kind
+from impl.report.pages import memory_profiling as page
+from impl.report.templating import render_page
+from kits.report_rows import assert_snapshot, bench, context
+
+ROOT = Path(__file__).resolve().parents[1]
+P = "memory_profiling"
+DEV = "h100-80gb-x1"
+SMALL = SizeRef("2025", "small").config
+STEP_TL = {"x": [0, 1, 2, 3, 4, 5], "y": [10, 30, 20, 5, 5, 9],
+           "markers": [dict(x=0, name="forward"), dict(x=2, name="backward"), dict(x=4, name="optimizer"),
+                       dict(x=6, name="end")]}
+FWD_TL = {"x": [0, 1], "y": [10, 11], "markers": [dict(x=0, name="forward"), dict(x=2, name="end")]}
+CF = {"param_bytes": 13.6e9, "train_step_need_bytes": 204.8e9}
+WHEN_2025, WHEN_2026 = "2026-11-22T05:04:00", "2026-11-24T15:42:00"
+
+
+def _mem(cfg, peak=None, status=Status.MEASURED, details=None, when=WHEN_2025):
+    return bench(P, dict(batch=4, **cfg), 0.1 if status is Status.MEASURED else None, device=DEV, when=when,
+                 status=status, details=details, peak=peak)
+
+
+def _rows_2025():
+    """small (2025) at 128 and 256: fp32 forward and training step with timelines, a bf16 forward whose
+    largest allocations are autocast's FFN-weight copies."""
+    ffn = SMALL.d_model * SMALL.d_ff * 2
+    rows = []
+    for c, step_peak in ((128, 40), (256, 41)):
+        rows.append(_mem(dict(size="small", context=c, dtype="fp32", mode="train_step"), step_peak,
+                         details=dict(snapshot=dict(timeline=STEP_TL))))
+        rows.append(_mem(dict(size="small", context=c, dtype="fp32", mode="forward"), 12 + c, details=dict(
+            snapshot=dict(timeline=FWD_TL, residual={"4": dict(bytes=4 * c * SMALL.d_model * 4, found=True, count=7,
+                                                               frames=["layers.py:40"])}))))
+    rows.append(_mem(dict(size="small", context=128, dtype="bf16", mode="forward"), 13, details=dict(
+        snapshot=dict(largest=[dict(size=ffn, count=3 * SMALL.num_layers, frames=["l:26"])]))))
+    return rows
+
+
+def _rows_2026():
+    """xl (2026) at 2048: an fp32 forward (residual stream, largest allocations), its OOM training step,
+    and a block probe."""
+    base = dict(size="xl", edition="2026", dtype="fp32", context=2048)
+    fwd = _mem(dict(base, mode="forward"), 19_000_000_000, when=WHEN_2026, details=dict(
+        closed_form=CF, residual_derivation=dict(batch=4, context=2048, d_model=2560, bytes_per_elem=4),
+        snapshot=dict(timeline={"x": [0, 1], "y": [1, 2]}, residual={"4": dict(found=True, count=580, frames=["l:40"])},
+                      largest=[dict(size=2**31, count=64, frames=["naive.py:25"]), dict(size=2**20, count=9, frames=[])])))
+    oom = _mem(dict(base, mode="train_step"), status=Status.OOM, when=WHEN_2026, details=dict(closed_form=CF))
+    probe = _mem(dict(base, mode="block_probe"), when=WHEN_2026, details=dict(
+        block_saved_bytes_closed_form_fp32=4669636608, block_memory=dict(
+            block=1, saved_bytes=4669636608, top_share=0.82, backward_change_bytes=[-4250185728] * 3,
+            grad_bytes_measured=419450880, grad_bytes_expected=419450880, block_params=104862720,
+            top=[dict(op="aten::_softmax", module="attn", nbytes=2147483648, tensors=1, share=0.46)])))
+    return [oom, fwd, probe]
+
+
+def test_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():
+    old = _mem(dict(size="2.7B", context=512, dtype="fp32", mode="forward"), 1)
+    m = page.memory_2026_facts([old] + _rows_2026())
+    assert m.size.startswith("xl (2026)") and m.contexts == [2048] and m.d_model == 2560 and m.date == "2026-11-24"
+    c = m.case(2048, "fp32", "forward")
+    assert c.peak_bytes == 19_000_000_000 and m.case(2048, "fp32", "train_step").need_bytes == 204.8e9
+    assert m.ooms == [m.case(2048, "fp32", "train_step")]
+    r, = m.residuals
+    assert r.nbytes == 4 * 2048 * 2560 * 4 and r.found and r.count == 580
+    case, big = m.largest
+    assert big["size"] == 2**31 and case.context == 2048 and m.forward_largest == [(case, big)]
+    p = m.probe("fp32")
+    assert p.top[0].op == "aten::_softmax" and p.top[0].share == 0.46
+    assert p.grad_from_change == 419450880 == p.grad_bytes_expected and p.grad_over_expected == 1.0
+
+
+def test_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
+    """(a) from the timelines' phase levels at the longest context, (b) the fp32 peaks per context, (e) the
+    bf16 forward's FFN-weight-sized allocations named as autocast copies (3 per block)."""
+    f = page.memory_2025_facts(_rows_2025())
+    assert f.contexts == [128, 256] and f.timeline_context == 256 and f.train_fp32 == [40, 41]
+    assert f.forward_fp32 == [140, 268] and not f.bf16  # the bf16 training step was not run
+    assert f.timelines and (f.step["forward"].start, f.step["forward"].top, f.step["backward"].end) == (10, 30, 5)
+    assert f.optimizer_spikes == [4, 4] and f.step_forward_tops == {128: 30, 256: 30}
+    assert (f.residual.context, f.residual.nbytes, f.residual.found) == (128, 4 * 128 * SMALL.d_model * 4, True)
+    ffn = SMALL.d_model * SMALL.d_ff * 2
+    assert f.largest_context == 128 and [(x.kind, x.nbytes, x.count) for x in f.named] == [
+        ("ffn_copy", ffn, 3 * SMALL.num_layers)]
+
+
+def test_the_page_sets_the_2026_rows_beside_the_2025_ones(tmp_path):
+    f = page.facts(context(_rows_2025() + _rows_2026(), tmp_path))
+    assert f.facts_2025.size == SizeRef("2025", "small").label and f.facts_2026.size == SizeRef("2026", "xl").label
+    assert f.earlier is None and [mode for mode, _ in f.facts_2026.figures] == ["forward"]
+    assert [(mode, dtype) for mode, dtype, _ in f.timelines] == [("forward", "fp32"), ("train_step", "fp32")]
+    assert all((tmp_path / link).is_file() for *_, link in f.timelines)
+    # the index reads the newer edition's run
+    assert f.scores[P] == page.Scored(Kind.MEASURED, "H100", "2026-11-24")
+    assert f.sources == sorted({b.run.file for b in _rows_2025() + _rows_2026()})
+    # one peak row per (size, context): the OOM step is its cell, a mode not run is None
+    xl = next(r for r in f.peaks if r.size == SizeRef("2026", "xl").label)
+    assert xl.cells[1].status is Status.OOM and xl.cells[2] is None and xl.cells[0].peak_bytes == 19_000_000_000
+
+
+def test_without_2026_rows_an_earlier_grid_at_its_contexts_is_named_not_the_answer(tmp_path):
+    """The 2025 table's xl at the 2026 contexts is another model: its rows are kept apart from (a)-(e),
+    named by the 2026 questions' answer and shown under their own label."""
+    xl = [_mem(dict(size="xl", context=c, dtype="fp32", mode=m), 7 * 2**30 + c, details=dict(snapshot=dict(
+        residual={"4": dict(bytes=4 * c * 1600 * 4, found=True, count=3, frames=["l:40"])})))
+        for c in (128, 2048) for m in ("forward", "train_step")]
+    f = page.facts(context(_rows_2025() + xl, tmp_path))
+    assert f.facts_2026 is None and f.facts_2025.contexts == [128, 256]  # (a)-(e) read small only
+    e = f.earlier
+    assert not e.own and e.size == SizeRef("2025", "xl").label and e.contexts == [128, 2048]
+    assert f.no_2026_sizes == [SizeRef("2025", "xl").label]
+    assert [p.context for p in e.peaks] == [128, 2048] and e.peaks[1].fwd16 is None and e.peaks[0].step32.measured
+    assert [r.context for r in e.residuals] == [128, 2048]
+    assert f.scores[P] == page.Scored(Kind.MEASURED, "H100", "2026-11-22")
+
+
+def test_no_gpu_rows_is_not_measured(tmp_path):
+    f = page.facts(context(_rows_2026(), tmp_path))  # 2026 rows alone answer no 2025 question
+    assert f.facts_2025 is None and f.scores[P].kind is Kind.NOT_MEASURED and f.sources == []
+    assert page.facts(context([], tmp_path)).device is None
+
+
+def test_committed_rows_label_each_edition_its_own_rows(tmp_path):
+    """xl (2025) and xl (2026) share the stored name "xl": each row of the peak table is one edition's,
+    and the 2026 answers read the edition-2026 rows at contexts 128 and 2048 only."""
+    from impl.report import build
+
+    f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
+    sizes = [(r.size, r.context) for r in f.peaks]
+    assert {SizeRef("2025", "xl").label, SizeRef("2026", "xl").label} <= {s for s, _ in sizes}
+    assert len(sizes) == len(set(sizes))
+    assert f.facts_2026.size == SizeRef("2026", "xl").label and f.facts_2026.contexts == [128, 2048]
+    assert f.facts_2025.size == SizeRef("2025", "2.7B").label and f.facts_2026.batch == 4
+
+
+def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():
+    # xl (2025), batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
+    xl = SizeRef("2025", "xl").config
+    size = 4 * 128 * 10_000 * 4
+    assert page.shape_labels(xl, 4, 128, "fp32")[size] == "fp32, logits (batch × ctx × vocab)"
+    both = page.shape_labels(xl, 4, 128, "bf16")[size]
+    assert "fp32, logits" in both and "bf16, FFN-weight-sized" in both
+    assert not any("bf16" in v for v in page.shape_labels(xl, 4, 128, "fp32").values())
+
+
+def test_page_words(request, tmp_path):
+    assert_snapshot(request, P, render_page(f"{P}.md.j2", f=page.facts(context(_rows_2025() + _rows_2026(), tmp_path))))
