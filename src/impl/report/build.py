@@ -24,6 +24,7 @@ PAGE_MODULES = [
     "impl.report.pages.nsys_profile",
     "impl.report.pages.mixed_precision",
     "impl.report.pages.profiling",
+    "impl.report.pages.memory_profiling",
     "impl.report.pages.gradient_checkpointing",
     "impl.report.pages.pytorch_attention",
     "impl.report.pages.torch_compile",
