@@ -2,10 +2,8 @@
 only images and tables that exist, draw legends from their series, and type no numbers by hand."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from impl.report import build as builder
@@ -14,15 +12,12 @@ from impl.report import figures
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# ------------------------------------------------------------- pages of 1.1, training_step
-PROFILING_SLUGS = {"training_step"}
-
-
+# ------------------------------------------------------------- figures of the profiling pages
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(pages of impl.report.pages.profiling, the legends drawn, reports dir): built
-    from the committed data into a scratch reports/ folder; every figure's legend is recorded with
-    the labels of the series the axes drew."""
+    """(the legends drawn, reports dir): the figures of memory_profiling, gradient_checkpointing and
+    training_step drawn from the committed data into a scratch reports/ folder; every figure's legend is
+    recorded with the labels of the series the axes drew."""
     root = tmp_path_factory.mktemp("root")
     (root / "reports").mkdir()
     (root / "reports" / "data").symlink_to(ROOT / "reports" / "data")
@@ -37,43 +32,17 @@ def built(tmp_path_factory):
         save(fig, path)
     mp = pytest.MonkeyPatch()
     mp.setattr(figures, "save", recording_save)
-    from impl.report.pages import profiling
-    from impl.report.data import load, load_history
-    from impl.report.pages import Context
-    data = root / "reports" / "data"
-    ctx = Context(df=load(data), history=load_history(data), reports_dir=root / "reports",
-                  fig_dir=root / "reports" / "figures")
-    pages = profiling.pages(ctx)
+    from impl.report import build
+    from impl.report.pages import gradient_checkpointing, memory_profiling, training_step
+    ctx = build.context(root / "reports" / "data", root / "reports")
+    for page in (memory_profiling, gradient_checkpointing, training_step):
+        page.facts(ctx)
     mp.undo()
-    return pages, legends, root / "reports"
-
-
-def test_profiling_pages_answer_every_question(built):
-    pages, _, _ = built
-    assert {p.slug for p in pages} == PROFILING_SLUGS
-    for page in pages:
-        assert page.answers, page.slug
-        for a in page.answers:
-            assert a.question.strip() and a.text.strip(), (page.slug, a.question)
-        for name in (p.name for p in page.problems):
-            assert page.score[name].answer, (page.slug, name)
-
-
-def test_profiling_pages_images_exist_and_gpu_pages_leave_out_cpu(built):
-    pages, _, reports = built
-    for page in pages:
-        text = builder.render_page(page)
-        for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
-            assert (reports / link).is_file(), (page.slug, link)
-        for link in re.findall(r"\]\((data-tables/[^)]+)\)", text):
-            assert (reports / link).is_file(), (page.slug, link)
-        assert "Runs** on `cpu`" not in text and "## cpu" not in text, page.slug
-    for caption, path in (f for p in pages for f in p.index_figures):
-        assert (reports / path).is_file(), caption
+    return legends, root / "reports"
 
 
 def test_profiling_figures_legends_are_the_series_drawn(built):
-    _, legends, _ = built
+    legends, _ = built
     assert legends, "the pages draw figures with legends"
     for name, shown, drawn in legends:
         assert shown == list(dict.fromkeys(drawn)), name
@@ -88,16 +57,6 @@ def test_timeline_axis_starts_at_zero(tmp_path, monkeypatch):
                 markers=[dict(name="forward", x=0), dict(name="end", x=3)])
     figures.memory_timelines([("a", data), ("b", data)], tmp_path / "t.png", "t")
     assert all(lo == 0 and hi >= 13.1 for lo, hi in seen[0])
-
-
-def test_speedups_within_their_spread_read_within_noise():
-    from impl.report.benchmarking import ratio_cell
-
-    def row(median, std):
-        return pd.Series(dict(status="measured", legacy=False, median=median, mean=median, stddev=std))
-    assert ratio_cell(row(0.25, 0.03), row(0.30, 0.05)) == "within noise"
-    assert ratio_cell(row(0.15, 0.01), row(0.30, 0.01)) == "0.50×"  # ours ÷ reference
-    assert ratio_cell(pd.Series(dict(status="oom", stddev=None)), row(0.30, 0.01)) == "–"
 
 
 # ------------------------------------------------------------- the index

@@ -21,8 +21,6 @@ from impl.annotate import PHASES, annotate
 from impl.workloads.compiled import graph_breaks, raise_recompile_limit, unique_graphs
 from impl.workloads.steps import (TRAIN_CONFIGS, build_model, linear_weights, make_train_step, named_train_config,
                                   random_batch, train_config)
-from impl.report.data import frame, load_file
-from impl.report.training_step import body
 from impl.workloads.sweeps import GRIDS
 from impl.model import MODEL_CONFIGS
 
@@ -652,7 +650,7 @@ def test_model_with_flash_triton_matches_naive(device):
         assert rel_err(a, b) < 1e-4
 
 
-# --- perf/test_training_step.py: where the time goes, compiled graphs across contexts, leaks, report
+# --- perf/test_training_step.py: where the time goes, compiled graphs across contexts, leaks
 CPU = torch.device("cpu")
 
 
@@ -730,46 +728,3 @@ def test_compiled_graphs_keep_no_model(name):
     del model, step
     gc.collect()
     assert param() is None
-
-
-def _synthetic_row(config: str, profile: dict | None = None, error: str | None = None) -> dict:
-    info = dict(problem="training_step", oom=False, warmup=3, rounds=5, peak_flops=1e15, peak_dtype="bfloat16",
-                env=dict(device_type="cuda"), metrics=dict(tokens_per_s=1e5, mfu=0.4),
-                config=dict(size="xl", context=512, config=config, batch=4, dtype="bf16", attn_impl="sdpa",
-                            compile="none", optimizer="adamw", fused_ce=False, compile_backend=None))
-    if profile is not None:
-        info["profile"] = profile
-    if error is not None:
-        info["profile_error"] = error
-    return dict(name=f"test_training_step[xl-512-{config}]", group="training_step", extra_info=info,
-                stats=dict(mean=0.01, stddev=0.0, median=0.01, min=0.01, max=0.01, rounds=5))
-
-
-def test_report_where_the_time_goes(tmp_path):
-    """The report's tables from a synthetic JSON whose profiles come from step_breakdown: a
-    10 ms step with 6 ms of matmul, 1 ms of attention, 0.5 ms of elementwise (8.5 ms of kernels)."""
-    prof = K.PhaseProfile(steps=1, device_type="cuda", kernels={
-        "forward": {"sm90_xmma_gemm_bf16": [2000.0, 8], "_attn_fwd": [400.0, 2]},
-        "backward": {"sm90_xmma_gemm_bf16": [4000.0, 16], "_attn_bwd_dkdv": [600.0, 2]},
-        "optimizer step": {"multi_tensor_apply_kernel": [500.0, 3]}})
-    breakdown = K.step_breakdown(prof, step_s=0.01)
-    rows = [_synthetic_row("bf16"), _synthetic_row("fast", breakdown), _synthetic_row("anchor", error="OOM: boom")]
-    path = tmp_path / "gpu" / "training_step.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(dict(benchmarks=rows)))
-    text = "\n\n".join(body(frame(load_file(path)), tmp_path / "figures", "figures", "t.png"))
-    part = text[text.index("Where the time goes"):]
-    line = next(ln for ln in part.splitlines() if ln.startswith("| xl | 512 | fast |"))
-    cells = [c.strip() for c in line.strip("|").split("|")]
-    head = [c.strip() for c in part.splitlines()[part.splitlines().index(line) - 2].strip("|").split("|")]
-    got = dict(zip(head, cells))
-    assert got["step (ms)"] == "10.00" and got["forward (ms)"] == "2.40" and got["backward (ms)"] == "4.60"
-    assert got["optimizer step (ms)"] == "0.50"
-    assert got["matmul"] == "6.00 (60%)" and got["attention"] == "1.00 (10%)" and got["elementwise"] == "0.50 (5%)"
-    assert got["kernels"] == "7.50 (75%)" and got["gap"] == "2.50 (25%)"
-    assert "communication" not in head  # no time in any row
-    assert "anchor: OOM: boom" in part and "| xl | 512 | bf16 |" not in part  # bf16 was not profiled
-    assert "| xl | 512 | fast | `sm90_xmma_gemm_bf16` | matmul | 6.000 | 24 | 60.0% |" in part
-    # rows from before the profiles (no profile keys): no such part
-    path.write_text(json.dumps(dict(benchmarks=[_synthetic_row("bf16")])))
-    assert "Where the time goes" not in "".join(body(frame(load_file(path)), tmp_path / "figures", "figures", "t.png"))

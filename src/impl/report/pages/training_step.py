@@ -1,0 +1,505 @@
+"""training_step (the suite's own, perf/test_training_step.py): the full training step ablated. Per GPU
+device: what each config runs (per size where a config's settings differ between sizes), the ablation
+(step time, tokens/s, MFU, peak memory, compile time; a CSV where it is long), the runs it comes from,
+ours against the anchor, repeated runs, tokens/s as bars, and where the time of the profiled steps goes.
+A device's folder may hold several runs (one file per GPU command): each (size, context, config) shows
+its newest measurement. The first device answers the questions. templates/training_step.md.j2 holds
+every word but the ablation CSV's cells (`ablation_cells`, shared by the CSV and the inline table)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from impl.bench.row import Metric, Peaks, Status
+from impl.model import MODEL_SIZES, size_rank
+from impl.report import figures
+from impl.report.markdown import gib, missing, ms, num, pct
+from impl.report.output import write_table_csv
+from impl.report.pages import Context, Kind, Scored
+from impl.report.ratio import Ratio, ratio, spread
+from impl.report.rows import Bench, stat_name, timing_text
+from impl.report.runs import RunsFacts, device_short
+from impl.workloads.problems import Problem as P
+
+PROBLEM = P.TRAINING_STEP
+SLUG = "training_step"
+CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "+bf16_weights", "fast",
+                "fast+cudagraphs", "anchor"]
+OURS = ["fast", "fast+cudagraphs"]  # the all-speed-ups configs set against the anchor
+INLINE_ROWS = 20  # a longer ablation goes to a CSV, the page shows its grid
+INDEX_CAPTION = "training_step ablation: tokens/s per config ({device})"  # the index's figure caption
+ABLATION_HEADER = ["config", "size", "context", "step (ms)", "tokens/s", "MFU (datasheet)", "MFU (measured peak)",
+                   "vs bf16", "peak GiB", "first step (s)", "compile (s)", "new graphs", "OOM / not run", "run (UTC)",
+                   "commit"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a row ran, as the config legend's cells (normalised: equal settings compare equal)."""
+
+    dtype: str
+    weights: str  # rows from before the option: fp32
+    attn_impl: str
+    compile: str
+    compile_backend: str | None  # only where it compiled
+    optimizer: str
+    fused_ce: bool
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training_step row as the page reads it."""
+
+    size: str
+    context: int
+    config: str
+    status: Status
+    reason: str | None
+    step_s: float | None
+    std_s: float | None
+    iqr_s: float | None
+    tokens_per_s: float | None
+    mfu: float | None
+    mfu_measured: float | None
+    peak_bytes: int | None
+    first_step_s: float | None
+    details: dict
+    settings: Settings
+    datetime: str
+    commit: str
+    section: str
+    peaks: Peaks | None  # the matmul peak measured in the row's run (its MFU's denominator), the datasheet's
+    batch: int | None
+
+    @property
+    def matmul_peak(self) -> float | None:
+        return self.peaks.measured_flops if self.peaks else None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.MEASURED and not missing(self.step_s)
+
+    @property
+    def not_run(self) -> bool:
+        return self.status not in (Status.MEASURED, Status.OOM)
+
+    @property
+    def run(self) -> str:
+        """The row's run, as its JSON's UTC start time (MM-DD HH:MM)."""
+        t = self.datetime
+        return f"{t[5:10]} {t[11:16]}" if len(t) >= 16 else "–"
+
+    @property
+    def order(self) -> tuple:
+        rank = CONFIG_ORDER.index(self.config) if self.config in CONFIG_ORDER else 99
+        return size_rank(self.size), self.context, rank
+
+    @property
+    def profile(self) -> dict | None:
+        return self.details.get("profile")
+
+    @property
+    def unattributed(self) -> bool:
+        """Profiled before launch_ops, in a config that ran one of our launchers outside a torch op: AdamWMaster,
+        or FlashAttention eagerly (compiled, it ran as custom ops): those kernels are missing from the profile."""
+        s = self.settings
+        ours = self.adamw_master or (s.attn_impl == "flash_triton" and s.compile == "none")
+        return ours and self.profile is not None and not self.profile.get("launch_ops")
+
+    @property
+    def adamw_master(self) -> bool:
+        return str(self.settings.optimizer or "").startswith("adamw_master")
+
+
+def step(b: Bench) -> Step:
+    c, st = b.cfg, b.stats
+    first = b.metric(Metric.FIRST_CALL_S)
+    return Step(c.size, int(c.context), c.config, b.status, b.row.reason, b.step_s, st and st.stddev, st and st.iqr,
+                b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU), b.metric(Metric.MFU_MEASURED_PEAK),
+                b.row.memory.peak_allocated, b.details.get("first_step_s") if missing(first) else first, b.details,
+                Settings(c.dtype, c.weights or "fp32", c.attn_impl, c.compile,
+                         None if c.compile_backend is None or c.compile == "none" else c.compile_backend,
+                         c.optimizer, bool(c.fused_ce)),
+                str(b.run.datetime or ""), b.run.commit, b.run.section, b.row.peaks, c.batch)
+
+
+def latest(every: list[Step]) -> list[Step]:
+    """One row per (size, context, config): from the newest run that ran it (an OOM is a result and counts as
+    run), else the newest run's not-run row: a command cut at its time limit leaves rows "not run" that an
+    earlier run measured, and a later command may measure only a few configs."""
+    out, seen = [], set()
+    for s in sorted(every, key=lambda s: (s.status in (Status.MEASURED, Status.OOM), s.datetime), reverse=True):
+        if (s.size, s.context, s.config) not in seen:
+            seen.add((s.size, s.context, s.config))
+            out.append(s)
+    return out
+
+
+def ordered(steps: list[Step]) -> list[Step]:
+    return sorted(steps, key=lambda s: s.order)
+
+
+def groups(steps: list[Step]) -> dict[tuple[str, int], list[Step]]:
+    """(size, context) -> its rows, in the page's order."""
+    out: dict = {}
+    for s in ordered(steps):
+        out.setdefault((s.size, s.context), []).append(s)
+    return out
+
+
+def noise_ratio(ours: Step, ref: Step | None) -> str:
+    """ours ÷ ref as "0.64×", "within noise" where medians ± std overlap; "–" unless both ran."""
+    if ref is None or not (ours.status is Status.MEASURED and ref.status is Status.MEASURED):
+        return "–"
+    if abs(ours.step_s - ref.step_s) <= (ours.std_s or 0.0) + (ref.std_s or 0.0):
+        return "within noise"
+    return f"{ours.step_s / ref.step_s:.2f}×"
+
+
+def _compile_cell(info: dict) -> str:
+    """compile_s where the row's first step compiled; "reused" where it ran graphs compiled at an earlier
+    context of its size; "–" for eager configs."""
+    if info.get("compiled_now"):
+        return num(info.get("compile_s"), 2)
+    return "reused" if info.get("reused_graph") else "–"
+
+
+def ablation_cells(s: Step, base: Step | None) -> list:
+    """ABLATION_HEADER's cells of a row (the CSV's and the inline table's); `base`: bf16 of its (size, context)."""
+    ok = s.ok
+    vs = "1.00×" if ok and s.config == "bf16" else noise_ratio(s, base) if ok and base is not None else "–"
+    status = "not run" if s.not_run else "OOM" if s.status is Status.OOM else ""
+    return [s.config, s.size, s.context, ms(s.step_s, s.std_s) if ok else "–", num(s.tokens_per_s, 0) if ok else "–",
+            pct(s.mfu) if ok else "–", pct(s.mfu_measured) if ok else "–", vs, gib(s.peak_bytes) if ok else "–",
+            num(s.first_step_s, 2) if ok else "–", _compile_cell(s.details) if ok else "–",
+            s.details.get("new_graphs", "–") if ok else "–", status, s.run, f"`{s.commit or '–'}`"]
+
+
+# ---- the tables of a device's section ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LegendRow:
+    config: str
+    sizes: list[tuple[str, list[int] | None]]  # each size, with its contexts where the config's others differ
+    settings: Settings
+
+
+def legend(d: list[Step]) -> list[LegendRow]:
+    """One row per config and settings: a config's rows can differ between sizes (a size measured with older
+    code), so each distinct settings gets a row with the sizes that ran it."""
+    by: dict[str, list[Step]] = {}
+    for s in sorted(ordered(d), key=lambda s: s.order[2]):
+        by.setdefault(s.config, []).append(s)
+    out = []
+    for config, rows in by.items():
+        for settings in dict.fromkeys(s.settings for s in rows):
+            sizes: dict[str, list[int]] = {}
+            for s in rows:
+                if s.settings == settings:
+                    sizes.setdefault(s.size, []).append(s.context)
+            out.append(LegendRow(config, [
+                (size, None if sorted(set(cs)) == sorted({s.context for s in rows if s.size == size})
+                 else sorted(set(cs))) for size, cs in sizes.items()], settings))
+    return out
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run the rows come from: the matmul peak it measured (its rows' MFU divides by it)."""
+
+    run: str
+    commits: list[str]
+    sections: list[str]
+    matmul_peak: float | None
+    rows: int
+
+
+def runs_table(d: list[Step]) -> list[RunRow]:
+    by: dict[str, list[Step]] = {}
+    for s in d:
+        by.setdefault(s.run, []).append(s)
+    return [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
+                   next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by.items())]
+
+
+@dataclass(frozen=True)
+class Versus:
+    """One of OURS beside the anchor of its (size, context)."""
+
+    ours: Step
+    anchor: Step
+
+    @property
+    def same_run(self) -> bool:
+        return self.ours.datetime == self.anchor.datetime
+
+    @property
+    def ratio(self) -> str:
+        return noise_ratio(self.ours, self.anchor)
+
+
+def versus_anchor(d: list[Step]) -> list[Versus]:
+    out = []
+    for g in groups(d).values():
+        a = next((s for s in g if s.config == "anchor"), None)
+        if a is not None and a.ok:
+            for name in OURS:
+                r = next((s for s in g if s.config == name), None)
+                if r is not None and r.ok:
+                    out.append(Versus(r, a))
+    return out
+
+
+def repeats(every: list[Step]) -> list[tuple[Step, float | None]]:
+    """Ours and the anchor, every run that measured them where a (size, context, config) ran in more than one
+    (the newest-row tables hide run-to-run spread); ours with its step ÷ the anchor of its own run."""
+    d = [s for s in ordered(every) if s.config in OURS + ["anchor"] and s.ok]
+    anchor = {(s.size, s.context, s.datetime): s.step_s for s in d if s.config == "anchor"}
+    by: dict = {}
+    for s in d:
+        by.setdefault((s.size, s.context, s.config), []).append(s)
+    out = []
+    for (size, ctx, config), g in by.items():
+        if len({s.datetime for s in g}) > 1:
+            for s in sorted(g, key=lambda s: s.datetime):
+                a = anchor.get((size, ctx, s.datetime)) if config != "anchor" else None
+                out.append((s, s.step_s / a if a else None))
+    return out
+
+
+# Profiles from before step_breakdown recorded "launch_ops" missed the kernels of our own Triton launchers
+# (impl.runtime.launch_ctx): their rows are marked and footnoted.
+SHORT_PHASE = {"forward": "fwd", "backward": "bwd", "optimizer step": "opt"}
+
+
+@dataclass(frozen=True)
+class TimeSection:
+    """Where the time of the profiled steps goes (a folded part of the section)."""
+
+    rows: list[Step]  # profiled, or whose profile failed
+    phases: list[str]
+    categories: list[str]  # those with time in any profile, in the JSON's order
+    host: bool  # some profile has host time per phase
+    warmup: object
+    kernels: bool  # timed from GPU kernels (else CPU ops)
+    example: Step | None  # a marked row that ran AdamWMaster (the footnote's example)
+    top: list[tuple[Step, dict]]  # OURS' top kernels
+
+    @property
+    def configs(self) -> list[str]:
+        return list(dict.fromkeys(s.config for s in self.rows))
+
+    @property
+    def marked(self) -> bool:
+        return any(s.unattributed for s in self.rows)
+
+    @property
+    def failed(self) -> list[Step]:
+        return [s for s in self.rows if "profile_error" in s.details]
+
+    @property
+    def profiled(self) -> bool:
+        return any(s.profile for s in self.rows)
+
+    @property
+    def short_phases(self) -> list[str]:
+        return [SHORT_PHASE.get(ph, ph) for ph in self.phases]
+
+
+def time_section(d: list[Step]) -> TimeSection | None:
+    p = [s for s in ordered(d) if "profile" in s.details or "profile_error" in s.details]
+    if not p:
+        return None
+    profiles = [s.profile for s in p if s.profile]
+    first = profiles[0] if profiles else {}
+    cats = [c for c in first.get("category_ms", {}) if any(pr["category_ms"].get(c, 0.0) > 0 for pr in profiles)]
+    return TimeSection(p, list(first.get("phase_ms", {})), cats, any("phase_host_ms" in pr for pr in profiles),
+                       first.get("warmup_steps", "–"), first.get("timing_source") == "kernels",
+                       next((s for s in p if s.unattributed and s.adamw_master), None),
+                       [(s, k) for s in p if s.config in OURS for k in (s.profile or {}).get("top", [])])
+
+
+def _plot(d: list[Step], path) -> bool:
+    """Tokens/s per config, a group of bars per (size, context); False (nothing drawn) without a measured row."""
+    gs = groups(d)
+    configs = [c for c in CONFIG_ORDER if any(s.config == c for s in d)]
+    if not configs or not any(s.ok for s in d):
+        return False
+    fig, ax = figures.new(figsize=(8, 4.2))
+    width = 0.8 / len(configs)
+    x = np.arange(len(gs))
+    for i, cfg in enumerate(configs):
+        heights = []
+        for g in gs.values():
+            r = next((s for s in g if s.config == cfg), None)
+            heights.append(float("nan") if r is not None and r.ok and r.tokens_per_s is None
+                           else r.tokens_per_s if r is not None and r.ok else 0.0)
+        ax.bar(x + (i - (len(configs) - 1) / 2) * width, heights, width, label=cfg)
+    ax.set_xticks(x, labels=[f"{s} ctx {c}" for s, c in gs])
+    ax.set(ylabel="tokens/s (training step)", title="training_step: ablation (missing bar = OOM / not run)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
+    figures.save(fig, path)
+    return True
+
+
+@dataclass(frozen=True)
+class Section:
+    device: str
+    rows: list[Step]  # each (size, context, config)'s newest row, newest runs first
+    stat: str
+    warmup: str
+    rounds: str
+    legend: list[LegendRow]
+    ablation: list[list]  # ABLATION_HEADER's cells, in the page's order
+    csv: str | None  # the ablation's CSV link where it is too long to show inline
+    runs_table: list[RunRow]
+    versus: list[Versus]
+    repeats: list[tuple[Step, float | None]]
+    figure: str | None
+    time: TimeSection | None
+    runs: RunsFacts
+
+    @property
+    def batch(self) -> int:
+        return int(self.rows[0].batch)
+
+    @property
+    def peaks(self) -> Peaks | None:
+        """The first row's run's measured matmul peak (the method names it where the rows come from one run)."""
+        return next((s.peaks for s in self.rows if s.peaks), None)
+
+    @property
+    def run_labels(self) -> list[str]:
+        return sorted({s.run for s in self.rows})
+
+    @property
+    def grid(self) -> tuple[list[tuple[str, int]], list[tuple[str, list[list | None]]]]:
+        """The ablation at a glance: (size, context) columns, and per config its cells of each."""
+        cols = list(dict.fromkeys((r[1], r[2]) for r in self.ablation))
+        cell = {(r[0], r[1], r[2]): r for r in self.ablation}
+        return cols, [(c, [cell.get((c, *g)) for g in cols]) for c in CONFIG_ORDER if any(r[0] == c for r in self.ablation)]
+
+    @property
+    def not_run(self) -> list[Step]:
+        return [s for s in self.rows if s.not_run]
+
+
+def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
+    every = [step(b) for b in benches]
+    d = latest(every)
+    cells = []
+    for g in groups(d).values():
+        base = next((s for s in g if s.config == "bf16"), None)
+        cells += [ablation_cells(s, base) for s in g]
+    csv = write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) \
+        if len(cells) > INLINE_ROWS else None
+    fig_name = f"{SLUG}-{device}-ablation.png"
+    kept = {id(s) for s in d}
+    ran = [b for b, s in zip(benches, every) if id(s) in kept]
+    warm, rounds = timing_text(ran)
+    return Section(device, d, stat_name(ran), warm, rounds, legend(d), cells, csv, runs_table(d), versus_anchor(d),
+                   repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None,
+                   time_section(d), RunsFacts.of(device, benches))
+
+
+# ---- the answers (the first device) ------------------------------------------------------------
+
+def vs(ours: Step, ref: Step, name: str) -> Ratio | None:
+    """Row ours ÷ row ref (their step times), the report's one convention."""
+    return ratio(ours.step_s, ref.step_s, name, spread(ours.std_s, ours.iqr_s), spread(ref.std_s, ref.iqr_s))
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """At the (size, context) with the most measured configs: each speed-up against bf16."""
+
+    size: str
+    context: int
+    base: Step | None  # bf16 (None: not measured there)
+    top: tuple[str, Ratio] | None  # the single speed-up that buys the most
+    noisy: list[str]  # single speed-ups within noise of bf16
+    best: Step | None  # the fastest of ours
+    best_vs: Ratio | None
+    product: float  # the single speed-ups' ratios multiplied
+
+
+def _ablation(ok: list[Step]) -> Ablation:
+    counts: dict[tuple[str, int], int] = {}
+    for s in ok:
+        counts[(s.size, s.context)] = counts.get((s.size, s.context), 0) + 1
+    size, c = max(counts, key=lambda k: (counts[k], MODEL_SIZES[k[0]].params, -k[1]))
+    g = {s.config: s for s in ok if (s.size, s.context) == (size, c)}
+    base = g.get("bf16")
+    if base is None:
+        return Ablation(size, c, None, None, [], None, None, 1.0)
+    singles = [x for x in g if x.startswith("+")]
+    r = {x: vs(g[x], base, "bf16") for x in g}
+    top = min(singles, key=lambda x: r[x].value, default=None)
+    best = min((x for x in g if x != "anchor"), key=lambda x: g[x].step_s)
+    return Ablation(size, c, base, (top, r[top]) if top else None, [x for x in singles if r[x].noise], g[best],
+                    r[best], math.prod(r[x].value for x in singles))
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Ours and the anchor measured in the same run, at the largest such (size, context)."""
+
+    ours: Step
+    anchor: Step
+    vs: Ratio
+    pairs: int  # how many same-run pairs there are
+
+
+def _pair(ok: list[Step]) -> Pair | None:
+    by: dict = {}
+    for s in sorted(ok, key=lambda s: (s.size, s.context)):  # the groups in key order
+        by.setdefault((s.size, s.context), {})[s.config] = s
+    pairs = [(g[o], g["anchor"]) for g in by.values() if "anchor" in g for o in OURS
+             if o in g and g[o].datetime == g["anchor"].datetime]
+    if not pairs:
+        return None
+    r, a = max(pairs, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context))
+    return Pair(r, a, vs(r, a, "the anchor's step"), len(pairs))
+
+
+@dataclass(frozen=True)
+class TrainingStepPage:
+    measured: bool  # the first device measured a row
+    ablation: Ablation | None
+    top_mfu: Step | None  # the highest MFU of ours
+    pair: Pair | None
+    sections: list[Section]
+    index_figures: tuple[tuple[str, str], ...] = ()
+    ablation_header = ABLATION_HEADER  # the CSV's columns, and the inline table's
+    ours = OURS
+
+    @property
+    def scores(self) -> dict[str, Scored]:
+        if not self.sections or not self.measured:
+            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
+        s = self.sections[0]
+        date = self.pair.ours.datetime[:10] if self.pair else max(x.datetime for x in s.rows)[:10]
+        return {PROBLEM: Scored(Kind.MEASURED, device_short(s.device), date)}
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({f for s in self.sections for f in s.runs.files})
+
+
+def facts(ctx: Context) -> TrainingStepPage:
+    sections = []
+    for device, newest in ctx.rows.per_gpu(PROBLEM):
+        # every run of the device: a later command may have left a row "not run" that an earlier one
+        # measured, and repeated rows show their spread
+        sections.append(_section(ctx, device, newest + [b for b in ctx.rows.history
+                                                        if b.run.device == device and b.problem == PROBLEM]))
+    figs = tuple((INDEX_CAPTION.format(device=s.device), s.figure) for s in sections if s.figure)[:1]
+    ok = [s for s in sections[0].rows if s.ok] if sections else []
+    if not ok:
+        return TrainingStepPage(False, None, None, None, sections, figs)
+    ours = [s for s in ok if s.config in OURS]
+    mfu = next((k for k in ("mfu", "mfu_measured") if any(getattr(s, k) is not None for s in ours)), None)
+    top = max((s for s in ours if getattr(s, mfu) is not None), key=lambda s: getattr(s, mfu)) if mfu else None
+    return TrainingStepPage(True, _ablation(ok), top, _pair(ok), sections, figs)
