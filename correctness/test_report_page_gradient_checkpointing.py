@@ -90,7 +90,7 @@ def test_policy_table_rows_ooms_and_rows_not_run_are_named(tmp_path):
     p = page.facts(context(_older(), tmp_path)).section
     assert [b.name for b in p.not_run] == [_older()[4].name] and p.not_run[0].row.reason == "time budget exhausted"
     pol = p.policies
-    assert pol.unit.name == "GiB" and pol.stat == "median" and pol.b0.details["ks"] == [1, 2, 7]
+    assert pol.unit.name == "GiB" and pol.stat == "median" and pol.details["ks"] == [1, 2, 7]
     assert [d for d, _ in pol.by_dtype] == ["bf16", "fp32"]
     rows = dict(pol.by_dtype)["bf16"]
     assert [r.label for r in rows] == ["none", "nested", "every_k k=1", "every_k k=2", "every_k k=7"]

@@ -12,7 +12,7 @@ from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, size_label, stat_name
+from impl.report.rows import Bench, size_label, size_ref, stat_name, view
 from impl.report.runs import RunsFacts
 from impl.workloads.problems import Problem as P
 
@@ -23,12 +23,37 @@ POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
 ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
 
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """The config keys this page reads (rows.view)."""
+
+    size: str | None = None
+    edition: str | None = None
+    study: str | None = None
+    policy: str | None = None
+    k: int | None = None
+    layers: int | None = None
+    num_layers: int | None = None
+    width: str | None = None  # depth study: the size whose width it keeps
+    dtype: str | None = None
+    batch: int | None = None
+    context: int | None = None
+
+    @property
+    def ref(self) -> SizeRef | None:
+        return size_ref(self.size, self.edition)
+
+
+def _cfg(b: Bench) -> CheckpointConfig:
+    return view(CheckpointConfig, b)
+
+
 def _study(b: Bench) -> str | None:
-    return b.cfg.study or b.details.get("study")  # the older format kept it in details
+    return _cfg(b).study or b.details.get("study")  # the older format kept it in details
 
 
 def _label(b: Bench) -> str:
-    return size_label(b.cfg.size_ref, b.cfg.size)
+    return size_label(_cfg(b).ref, _cfg(b).size)
 
 
 @dataclass(frozen=True)
@@ -72,8 +97,8 @@ class PolicyRow:
 def policy_row(b: Bench) -> PolicyRow:
     pred, d, st = b.details.get("predicted") or {}, b.details, b.stats
     hook, cf = pred.get("hook_terms") or {}, pred.get("closed_form_fp32") or {}
-    return PolicyRow(b.cfg.policy, None if b.cfg.k is None or b.cfg.policy == "none" else int(b.cfg.k),
-                     None if b.cfg.layers is None else int(b.cfg.layers), b.status, b.row.memory.peak_allocated,
+    return PolicyRow(_cfg(b).policy, None if _cfg(b).k is None or _cfg(b).policy == "none" else int(_cfg(b).k),
+                     None if _cfg(b).layers is None else int(_cfg(b).layers), b.status, b.row.memory.peak_allocated,
                      hook.get("peak"), hook.get("activations"), cf.get("peak"), cf.get("activations"), b.step_s,
                      st and st.stddev, st and st.mean, b.metric(Metric.TOKENS_PER_S), d.get("measured_block_forwards"),
                      d.get("predicted_block_forwards"))
@@ -107,7 +132,8 @@ class Study:
     """The `policies` study (xl (2025), every policy per dtype, the best k reasoned) or the `depth` study
     (nested against none over the number of layers, drawn)."""
 
-    b0: Bench  # its first row (size, batch, context, details)
+    cfg: CheckpointConfig  # its first row's
+    details: dict  # its first row's (best_k, best_k_rule, ks)
     by_dtype: list[tuple[str, list[PolicyRow]]]  # depth: one dtype, by layers
     stat: str
     unit: Unit
@@ -121,20 +147,20 @@ def _policies(rows: list[Bench]) -> Study | None:
         return None
     by: dict[str, list[Bench]] = {}
     for b in rows:
-        by.setdefault(b.cfg.dtype, []).append(b)
+        by.setdefault(_cfg(b).dtype, []).append(b)
     hooks = [Terms(d, h["a_block"], h["a_resid"], h["a_outside"]) for d, bs in by.items()
              for h in [next((b.details["terms"]["hook_terms"] for b in bs if "terms" in b.details), None)] if h]
     cf = next((b.details["terms"].get("closed_form_fp32") for b in rows if "terms" in b.details), None)
-    key = lambda b: POLICY_ORDER[b.cfg.policy] * 10_000 + (b.cfg.k or 0)  # noqa: E731
+    key = lambda b: POLICY_ORDER[_cfg(b).policy] * 10_000 + (_cfg(b).k or 0)  # noqa: E731
     table = [(d, [policy_row(b) for b in sorted(bs, key=key)]) for d, bs in by.items()]
-    return Study(rows[0], table, stat_name(rows), Unit.of([r for _, rs in table for r in rs]),
+    return Study(_cfg(rows[0]), rows[0].details, table, stat_name(rows), Unit.of([r for _, rs in table for r in rs]),
                  Terms("fp32", cf["a_block"], cf["a_resid"]) if cf else None, tuple(hooks))
 
 
 def _depth(rows: list[Bench], ctx: Context, device: str) -> Study | None:
     if not rows:
         return None
-    table = [policy_row(b) for b in sorted(rows, key=lambda b: (b.cfg.layers, b.cfg.policy))]
+    table = [policy_row(b) for b in sorted(rows, key=lambda b: (_cfg(b).layers, _cfg(b).policy))]
     fig, ax = figures.new()  # predicted (dashed) and measured peaks over layers
     drawn = False
     for policy, style in (("none", "o"), ("nested", "s")):
@@ -154,7 +180,7 @@ def _depth(rows: list[Bench], ctx: Context, device: str) -> Study | None:
         ax.legend(fontsize=8)
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-depth")
         figures.save(fig, path)
-    return Study(rows[0], [(rows[0].cfg.dtype, table)], stat_name(rows), Unit.of(table), figure=link)
+    return Study(_cfg(rows[0]), rows[0].details, [(_cfg(rows[0]).dtype, table)], stat_name(rows), Unit.of(table), figure=link)
 
 
 @dataclass(frozen=True)
@@ -197,13 +223,13 @@ class SingleLevel:
 
 
 def single_level(rows: list[Bench]) -> SingleLevel | None:
-    rows = [b for b in rows if b.cfg.study == STUDY_2026]
+    rows = [b for b in rows if _cfg(b).study == STUDY_2026]
     if not rows:
         return None
-    b0, ref = rows[0], rows[0].cfg.size_ref
+    b0, ref = rows[0], _cfg(rows[0]).ref
     terms = (b0.details.get("terms") or {}).get("closed_form_fp32") or {}
-    return SingleLevel(_label(b0), int(b0.cfg.batch), int(b0.cfg.context),
-                       ref.config.num_layers if ref else int(b0.cfg.num_layers), int(b0.details["best_k"]),
+    return SingleLevel(_label(b0), int(_cfg(b0).batch), int(_cfg(b0).context),
+                       ref.config.num_layers if ref else int(_cfg(b0).num_layers), int(b0.details["best_k"]),
                        b0.details.get("best_k_rule", ""), terms.get("a_block"), terms.get("a_resid"),
                        sorted(map(policy_row, rows), key=lambda c: -1 if c.k is None else c.k),
                        max(str(b.run.datetime) for b in rows)[:10])
@@ -281,17 +307,17 @@ def facts(ctx: Context) -> CheckpointingPage:
     pol = [b for b in rows if _study(b) == "policies"]
     dep = [b for b in rows if _study(b) == "depth"]
     ok = [b for b in pol if b.status is Status.MEASURED]
-    bf = [b for b in ok if b.cfg.dtype == "bf16"] or ok
-    nested, best = next((b for b in bf if b.cfg.policy == "nested"), None), None
+    bf = [b for b in ok if _cfg(b).dtype == "bf16"] or ok
+    nested, best = next((b for b in bf if _cfg(b).policy == "nested"), None), None
     if nested:
-        none = next((b for b in pol if b.cfg.policy == "none" and b.cfg.dtype == bf[0].cfg.dtype), None)
-        ref = nested.cfg.size_ref
-        nested = Nested(policy_row(nested), none and policy_row(none), nested.cfg.dtype, _label(nested),
-                        int(nested.cfg.context), ref.config.num_layers if ref else "–")
+        none = next((b for b in pol if _cfg(b).policy == "none" and _cfg(b).dtype == _cfg(bf[0]).dtype), None)
+        ref = _cfg(nested).ref
+        nested = Nested(policy_row(nested), none and policy_row(none), _cfg(nested).dtype, _label(nested),
+                        int(_cfg(nested).context), ref.config.num_layers if ref else "–")
     if ok and "best_k" in ok[0].details:
-        ks = sorted((b for b in bf if b.cfg.policy == "every_k"), key=lambda b: b.cfg.k)
-        best = BestK(ok[0].details.get("best_k"), ok[0].details.get("best_k_rule"), bf[0].cfg.dtype,
-                     [(int(b.cfg.k), b.row.memory.peak_allocated) for b in ks])
+        ks = sorted((b for b in bf if _cfg(b).policy == "every_k"), key=lambda b: _cfg(b).k)
+        best = BestK(ok[0].details.get("best_k"), ok[0].details.get("best_k_rule"), _cfg(bf[0]).dtype,
+                     [(int(_cfg(b).k), b.row.memory.peak_allocated) for b in ks])
     sl = single_level(rows)
     section = Section(device, sl, _policies(pol), _depth(dep, ctx, device),
                       [b for b in pol + dep if b.status not in (Status.MEASURED, Status.OOM)], RunsFacts.of(device, rows))

@@ -15,7 +15,7 @@ from impl.model.sizes import SizeRef, size_rank
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, size_label
+from impl.report.rows import Bench, size_label, size_ref, view
 from impl.report.runs import RunsFacts, device_short
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
@@ -28,14 +28,34 @@ ASKED = size_label(SizeRef("2026", "xl"))
 MiB = 2**20
 
 
+@dataclass(frozen=True)
+class MemConfig:
+    """The config keys this page reads (rows.view)."""
+
+    size: str | None = None
+    edition: str | None = None
+    context: int | None = None
+    dtype: str | None = None
+    mode: str | None = None
+    batch: int | None = None
+
+    @property
+    def ref(self) -> SizeRef | None:
+        return size_ref(self.size, self.edition)
+
+
+def _cfg(b: Bench) -> MemConfig:
+    return view(MemConfig, b)
+
+
 def _snapshot(b: Bench) -> dict:
     return b.details.get("snapshot") or {}
 
 
 def ordered(rows: list[Bench]) -> list[Bench]:
     """By size (and its edition), context, dtype and mode (the page's order)."""
-    return sorted(rows, key=lambda b: (size_rank(b.cfg.size), b.cfg.edition_or_default, b.cfg.context, b.cfg.dtype,
-                                       b.cfg.mode))
+    return sorted(rows, key=lambda b: (size_rank(_cfg(b).size), (_cfg(b).edition or "2025"), _cfg(b).context, _cfg(b).dtype,
+                                       _cfg(b).mode))
 
 
 def _date(rows: list[Bench]) -> str:
@@ -63,9 +83,9 @@ class MemCase:
 
 def mem_case(b: Bench) -> MemCase:
     cf, snap = b.details.get("closed_form") or {}, _snapshot(b)
-    need = cf.get("param_bytes") if b.cfg.mode == "forward" else cf.get("train_step_need_bytes")
+    need = cf.get("param_bytes") if _cfg(b).mode == "forward" else cf.get("train_step_need_bytes")
     ok = b.status is Status.MEASURED
-    return MemCase(int(b.cfg.context), b.cfg.dtype, b.cfg.mode, b.status, b.row.memory.peak_allocated if ok else None,
+    return MemCase(int(_cfg(b).context), _cfg(b).dtype, _cfg(b).mode, b.status, b.row.memory.peak_allocated if ok else None,
                    b.row.memory.peak_reserved if ok else None, need, snap.get("timeline"), list(snap.get("largest") or []))
 
 
@@ -86,7 +106,7 @@ class Residual:
 
 
 def residuals_seen(b: Bench) -> list[Residual]:
-    return [Residual(b.cfg.dtype, int(n), b.cfg.batch, b.cfg.context, b.cfg.size_ref.config.d_model, x["bytes"],
+    return [Residual(_cfg(b).dtype, int(n), _cfg(b).batch, _cfg(b).context, _cfg(b).ref.config.d_model, x["bytes"],
                          x["found"], x["count"], (x["frames"] or ["–"])[0])
             for n, x in (_snapshot(b).get("residual") or {}).items()]
 
@@ -162,25 +182,25 @@ def largest_allocations(ok: list[Bench]) -> tuple[int | None, list[LargestTable]
     findings of (e)); entries without frames repeat ones with frames (their frames were not kept)."""
     if not ok:
         return None, [], []
-    c0 = min(b.cfg.context for b in ok)
+    c0 = min(_cfg(b).context for b in ok)
     tables, named = [], []
-    for b in ordered([b for b in ok if b.cfg.context == c0 and not (b.cfg.dtype == "bf16" and b.cfg.mode == "train_step")]):
+    for b in ordered([b for b in ok if _cfg(b).context == c0 and not (_cfg(b).dtype == "bf16" and _cfg(b).mode == "train_step")]):
         big = [x for x in _snapshot(b).get("largest") or [] if x["frames"]][:6]
         if not big:
             continue
-        m = b.cfg.size_ref.config
-        labels = shape_labels(m, b.cfg.batch, c0, b.cfg.dtype)
-        tables.append(LargestTable(b.cfg.dtype, b.cfg.mode, c0,
+        m = _cfg(b).ref.config
+        labels = shape_labels(m, _cfg(b).batch, c0, _cfg(b).dtype)
+        tables.append(LargestTable(_cfg(b).dtype, _cfg(b).mode, c0,
                                    [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"]) for x in big]))
-        if b.cfg.mode == "forward" and b.cfg.dtype == "bf16":
+        if _cfg(b).mode == "forward" and _cfg(b).dtype == "bf16":
             ffn = [x for x in big if x["size"] == m.d_model * m.d_ff * 2]
             if ffn:
                 named.append(NamedAllocation("ffn_copy", ffn[0]["size"], ffn[0]["count"], (ffn[0]["frames"] or ["–"])[0]))
-        if b.cfg.mode == "train_step" and b.cfg.dtype == "fp32":
+        if _cfg(b).mode == "train_step" and _cfg(b).dtype == "fp32":
             opt = [x for x in big if any("optim" in f for f in x["frames"])]
             if opt:
                 named.append(NamedAllocation("optimizer", opt[0]["size"], opt[0]["count"], opt[0]["frames"][0]))
-        if b.cfg.mode == "forward" and b.cfg.dtype == "fp32":
+        if _cfg(b).mode == "forward" and _cfg(b).dtype == "fp32":
             named.append(NamedAllocation("activation", big[0]["size"], big[0]["count"], "",
                                          labels.get(big[0]["size"], "unnamed")))
     return c0, tables, named
@@ -239,12 +259,12 @@ def memory_2025_facts(rows: list[Bench]) -> Memory2025Facts | None:
     ok = ordered([b for b in rows if b.status is Status.MEASURED])
     if not ok:
         return None
-    ref = ok[0].cfg.size_ref
+    ref = _cfg(ok[0]).ref
     m = ref.config
-    key = lambda b: (b.cfg.context, b.cfg.dtype, b.cfg.mode)  # noqa: E731
+    key = lambda b: (_cfg(b).context, _cfg(b).dtype, _cfg(b).mode)  # noqa: E731
     peaks = {key(b): b.row.memory.peak_allocated for b in ok}
     tl = {key(b): phase_levels(_snapshot(b)["timeline"]) for b in ok if _snapshot(b).get("timeline")}
-    contexts = sorted(b.cfg.context for b in ok if (b.cfg.dtype, b.cfg.mode) == ("fp32", "train_step"))
+    contexts = sorted(_cfg(b).context for b in ok if (_cfg(b).dtype, _cfg(b).mode) == ("fp32", "train_step"))
     last = contexts[-1] if contexts else None
     spikes = [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v]
     tops = {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v}
@@ -340,9 +360,9 @@ def _residual(b: Bench) -> Residual | None:
     der = b.details.get("residual_derivation")
     if not der:
         return None
-    n, batch, d, c = int(der["bytes_per_elem"]), int(der["batch"]), int(der["d_model"]), int(b.cfg.context)
+    n, batch, d, c = int(der["bytes_per_elem"]), int(der["batch"]), int(der["d_model"]), int(_cfg(b).context)
     x = (_snapshot(b).get("residual") or {}).get(str(n)) or {}
-    return Residual(b.cfg.dtype, n, batch, c, d, batch * c * d * n, x.get("found"), x.get("count"),
+    return Residual(_cfg(b).dtype, n, batch, c, d, batch * c * d * n, x.get("found"), x.get("count"),
                     (x.get("frames") or [None])[0])
 
 
@@ -350,7 +370,7 @@ def _probe(b: Bench) -> BlockProbe | None:
     m = b.details.get("block_memory")
     if not m:
         return None
-    return BlockProbe(int(b.cfg.context), b.cfg.dtype, int(m["block"]), int(m["saved_bytes"]),
+    return BlockProbe(int(_cfg(b).context), _cfg(b).dtype, int(m["block"]), int(m["saved_bytes"]),
                       b.details.get("block_saved_bytes_closed_form_fp32"),
                       [SavedOp(t["op"], t["module"], int(t["nbytes"]), float(t["share"])) for t in m["top"]],
                       float(m["top_share"]), [int(x) for x in m["backward_change_bytes"]],
@@ -358,17 +378,17 @@ def _probe(b: Bench) -> BlockProbe | None:
 
 
 def memory_2026_facts(rows: list[Bench]) -> Memory2026Facts | None:
-    rows = [b for b in rows if str(b.cfg.edition) == "2026"]
+    rows = [b for b in rows if str(_cfg(b).edition) == "2026"]
     if not rows:
         return None
-    ref, b0 = rows[0].cfg.size_ref, rows[0]
-    cases = sorted((mem_case(b) for b in rows if b.cfg.mode in ("forward", "train_step")),
+    ref, b0 = _cfg(rows[0]).ref, rows[0]
+    cases = sorted((mem_case(b) for b in rows if _cfg(b).mode in ("forward", "train_step")),
                    key=lambda c: (c.context, c.dtype != "fp32", c.mode))
-    residuals = sorted((r for b in rows if b.cfg.mode == "forward" and b.cfg.dtype == "fp32"
+    residuals = sorted((r for b in rows if _cfg(b).mode == "forward" and _cfg(b).dtype == "fp32"
                         for r in [_residual(b)] if r), key=lambda r: r.context)
-    probes = sorted((p for b in rows if b.cfg.mode == "block_probe" for p in [_probe(b)] if p),
+    probes = sorted((p for b in rows if _cfg(b).mode == "block_probe" for p in [_probe(b)] if p),
                     key=lambda p: (p.context, p.dtype))
-    return Memory2026Facts(size_label(ref, b0.cfg.size), int(b0.cfg.batch), ref.config.d_model,
+    return Memory2026Facts(size_label(ref, _cfg(b0).size), int(_cfg(b0).batch), ref.config.d_model,
                            ref.config.num_layers, ref.config.params, cases, residuals, probes, _date(rows))
 
 
@@ -404,17 +424,17 @@ class EarlierGrid:
 
 def _earlier_grid(rows: list[Bench], own: bool) -> EarlierGrid:
     ok = [b for b in rows if b.status is Status.MEASURED]
-    m, batch = rows[0].cfg.size_ref.config, int(rows[0].cfg.batch)
+    m, batch = _cfg(rows[0]).ref.config, int(_cfg(rows[0]).batch)
     cases = {(c.context, c.dtype, c.mode): c for c in map(mem_case, rows)}
     peaks = []
-    for c in sorted({int(b.cfg.context) for b in rows}):
+    for c in sorted({int(_cfg(b).context) for b in rows}):
         acts = acc.checkpoint_terms(batch, c, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
         peaks.append(ContextPeaks(c, *(cases.get((c, d, mode)) for mode in ("forward", "train_step")
                                       for d in ("fp32", "bf16")),
                                   m.num_layers * acts["a_block"] + acts["a_outside"], acc.training_state_bytes(m.params)))
-    fwd = [b for b in ok if b.cfg.mode == "forward"]
-    return EarlierGrid(own, size_label(rows[0].cfg.size_ref), rows[0].cfg.batch, sorted({b.cfg.context for b in rows}),
-                       peaks, [r for b in fwd if b.cfg.dtype == "fp32" for r in [residual_seen(b)] if r],
+    fwd = [b for b in ok if _cfg(b).mode == "forward"]
+    return EarlierGrid(own, size_label(_cfg(rows[0]).ref), _cfg(rows[0]).batch, sorted({_cfg(b).context for b in rows}),
+                       peaks, [r for b in fwd if _cfg(b).dtype == "fp32" for r in [residual_seen(b)] if r],
                        [r for b in fwd for r in residuals_seen(b)], memory_2025_facts(ok))
 
 
@@ -464,7 +484,7 @@ class MemoryPage:
 def _peak_rows(rows: list[Bench]) -> list[PeakRow]:
     by: dict[tuple, dict] = {}
     for b in rows:
-        by.setdefault((size_label(b.cfg.size_ref, b.cfg.size), b.cfg.context), {})[(b.cfg.dtype, b.cfg.mode)] = b
+        by.setdefault((size_label(_cfg(b).ref, _cfg(b).size), _cfg(b).context), {})[(_cfg(b).dtype, _cfg(b).mode)] = b
     return [PeakRow(size, c, [mem_case(cells[k]) if k in cells else None for k in CELLS])
             for (size, c), cells in by.items()]
 
@@ -474,10 +494,10 @@ def _draw_2025(ctx: Context, device: str, size: str, rows: list[Bench]) -> list[
     out = []
     for mode in ("forward", "train_step"):
         for dtype in ("fp32", "bf16"):
-            g = [b for b in rows if (b.cfg.mode, b.cfg.dtype) == (mode, dtype) and _snapshot(b).get("timeline")]
+            g = [b for b in rows if (_cfg(b).mode, _cfg(b).dtype) == (mode, dtype) and _snapshot(b).get("timeline")]
             if g:
                 path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-{mode}-{dtype}")
-                figures.memory_timelines([(f"context {b.cfg.context}", _snapshot(b)["timeline"]) for b in g], path,
+                figures.memory_timelines([(f"context {_cfg(b).context}", _snapshot(b)["timeline"]) for b in g], path,
                                          f"{size} {dtype} {mode.replace('_', ' ')}: active memory ({device}, {_date(g)})")
                 out.append((mode, dtype, link))
     return out
@@ -503,11 +523,11 @@ def facts(ctx: Context) -> MemoryPage:
         return missing
     device, every = found[0]  # the first (one-GPU) device answers
     rows = ordered(every)
-    d26 = [b for b in rows if b.cfg.edition == "2026"]
+    d26 = [b for b in rows if _cfg(b).edition == "2026"]
     # 2025 rows at the 2026 contexts are another grid's (the 2025 table's xl): kept apart from (a)–(e)
-    at_2026 = [b.cfg.edition != "2026" and (b.cfg.size, b.cfg.context) in CASES_2026 for b in rows]
+    at_2026 = [_cfg(b).edition != "2026" and (_cfg(b).size, _cfg(b).context) in CASES_2026 for b in rows]
     earlier = [b for b, x in zip(rows, at_2026) if x]
-    d = [b for b, x in zip(rows, at_2026) if not x and b.cfg.edition != "2026"]
+    d = [b for b, x in zip(rows, at_2026) if not x and _cfg(b).edition != "2026"]
     f = memory_2025_facts(d)
     if f is None:
         return missing
@@ -520,7 +540,7 @@ def facts(ctx: Context) -> MemoryPage:
     ok = [b for b in d if b.status is Status.MEASURED]
     artifact = next((_snapshot(b)["artifact"] for b in d if _snapshot(b).get("artifact")), None)
     return MemoryPage(device, f, m26, _earlier_grid(grid_rows, bool(d26)) if grid_rows else None,
-                      sorted({size_label(b.cfg.size_ref, b.cfg.size) for b in earlier}) if not (m26 or d26) else [],
+                      sorted({size_label(_cfg(b).ref, _cfg(b).size) for b in earlier}) if not (m26 or d26) else [],
                       _peak_rows(rows), _draw_2025(ctx, device, f.size, d),
-                      [r for b in ok if b.cfg.mode == "forward" for r in residuals_seen(b)], artifact,
+                      [r for b in ok if _cfg(b).mode == "forward" for r in residuals_seen(b)], artifact,
                       RunsFacts.of(device, every), _date(d))

@@ -19,7 +19,7 @@ from impl.report.markdown import gib, missing, ms, num, pct
 from impl.report.output import write_table_csv
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, stat_name, timing_text
+from impl.report.rows import Bench, stat_name, timing_text, view
 from impl.report.runs import RunsFacts, device_short
 from impl.workloads.problems import Problem as P
 
@@ -46,6 +46,23 @@ class Settings:
     compile_backend: str | None  # only where it compiled
     optimizer: str
     fused_ce: bool
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """The config keys this page reads (rows.view)."""
+
+    size: str | None = None
+    context: int | None = None
+    config: str | None = None
+    batch: int | None = None
+    dtype: str | None = None
+    weights: str | None = None
+    attn_impl: str | None = None
+    compile: str | None = None
+    compile_backend: str | None = None
+    optimizer: str | None = None
+    fused_ce: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +131,7 @@ class Step:
 
 
 def step(b: Bench) -> Step:
-    c, st = b.cfg, b.stats
+    c, st = view(StepConfig, b), b.stats
     first = b.metric(Metric.FIRST_CALL_S)
     return Step(c.size, int(c.context), c.config, b.status, b.row.reason, b.step_s, st and st.stddev, st and st.iqr,
                 b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU), b.metric(Metric.MFU_MEASURED_PEAK),
