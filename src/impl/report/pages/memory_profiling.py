@@ -1,13 +1,8 @@
-"""memory_profiling: the 2025 edition's (a)–(e) on one size's rows (fp32 and bf16, forward and training
-step, several contexts: timelines' phase levels, peaks, the residual stream found among the allocations,
-the largest allocations named by the model's tensor shapes) beside the 2026 edition's (a)–(f) on xl (2026)
-at the contexts its sweep asks (128 and 2048: peaks with the closed-form need of an OOM, the residual
-stream derived against the allocation found, one block's saved tensors by op and its gradients from the
-backward's per-block change). The first GPU device answers. templates/memory_profiling.md.j2 holds
-every word."""
+"""memory_profiling: the 2025 edition's (a)–(e) on one size's rows beside the 2026 edition's (a)–(f) on xl (2026)
+at contexts 128 and 2048. The first GPU device answers; templates/memory_profiling.md.j2 holds every word."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from impl import accounting as acc
 from impl.bench.row import Status
@@ -16,16 +11,15 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
 from impl.report.rows import Bench, size_label, size_ref, view
-from impl.report.runs import RunsFacts, device_short
+from impl.report.runs import RunsFacts, device_short, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
 
 PROBLEM = P.MEMORY_PROFILING
 SLUG = "memory_profiling"
-# The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).
-CASES_2026 = {tuple(c) for c in grid(P.MEMORY_PROFILING, "full").cases_2026}
+CASES_2026 = {tuple(c) for c in grid(P.MEMORY_PROFILING, "full").cases_2026}  # (size, context) the 2026 sweep asks
 ASKED = size_label(SizeRef("2026", "xl"))
-MiB = 2**20
+CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf16", "train_step"))
 
 
 @dataclass(frozen=True)
@@ -36,12 +30,16 @@ class MemConfig:
     edition: str | None = None
     context: int | None = None
     dtype: str | None = None
-    mode: str | None = None
+    mode: str | None = None  # forward / train_step / block_probe
     batch: int | None = None
 
     @property
     def ref(self) -> SizeRef | None:
         return size_ref(self.size, self.edition)
+
+    @property
+    def label(self) -> str:
+        return size_label(self.ref, self.size)
 
 
 def _cfg(b: Bench) -> MemConfig:
@@ -53,28 +51,23 @@ def _snapshot(b: Bench) -> dict:
 
 
 def ordered(rows: list[Bench]) -> list[Bench]:
-    """By size (and its edition), context, dtype and mode (the page's order)."""
-    return sorted(rows, key=lambda b: (size_rank(_cfg(b).size), (_cfg(b).edition or "2025"), _cfg(b).context, _cfg(b).dtype,
-                                       _cfg(b).mode))
+    """By size (and its edition), context, dtype and mode."""
+    def key(c: MemConfig):
+        return size_rank(c.size), c.edition or "2025", c.context, c.dtype, c.mode
+    return sorted(rows, key=lambda b: key(_cfg(b)))
 
-
-def _date(rows: list[Bench]) -> str:
-    return max(str(b.run.datetime) for b in rows)[:10] if rows else "–"
-
-
-# ---- one row's peaks, allocations and residual stream ---------------------------------------------
 
 @dataclass(frozen=True)
 class MemCase:
     context: int
     dtype: str
-    mode: str  # forward / train_step
+    mode: str
     status: Status
     peak_bytes: int | None  # peak allocated (measured rows)
     reserved_bytes: int | None
     need_bytes: int | None  # closed form: the parameters (forward) or the fp32 training step's need
     timeline: dict | None  # {"x", "y", "markers", "blocks"}
-    largest: list[dict] = field(default_factory=list)  # allocations by size, with frames
+    largest: list[dict]  # allocations by size, with frames
 
     @property
     def measured(self) -> bool:
@@ -82,17 +75,16 @@ class MemCase:
 
 
 def mem_case(b: Bench) -> MemCase:
-    cf, snap = b.details.get("closed_form") or {}, _snapshot(b)
-    need = cf.get("param_bytes") if _cfg(b).mode == "forward" else cf.get("train_step_need_bytes")
-    ok = b.status is Status.MEASURED
-    return MemCase(int(_cfg(b).context), _cfg(b).dtype, _cfg(b).mode, b.status, b.row.memory.peak_allocated if ok else None,
-                   b.row.memory.peak_reserved if ok else None, need, snap.get("timeline"), list(snap.get("largest") or []))
+    c, cf, snap, ok = _cfg(b), b.details.get("closed_form") or {}, _snapshot(b), b.status is Status.MEASURED
+    return MemCase(int(c.context), c.dtype, c.mode, b.status, b.row.memory.peak_allocated if ok else None,
+                   b.row.memory.peak_reserved if ok else None,
+                   cf.get("param_bytes" if c.mode == "forward" else "train_step_need_bytes"), snap.get("timeline"),
+                   list(snap.get("largest") or []))
 
 
 @dataclass(frozen=True)
 class Residual:
-    """A residual-stream-sized allocation (batch × context × d_model × bytes per element) looked up among
-    a forward's allocations."""
+    """A residual-stream-sized allocation (batch × context × d_model × bytes per element) looked up."""
 
     dtype: str
     bytes_per_elem: int
@@ -105,15 +97,12 @@ class Residual:
     made_at: str | None
 
 
-def residuals_seen(b: Bench) -> list[Residual]:
-    return [Residual(_cfg(b).dtype, int(n), _cfg(b).batch, _cfg(b).context, _cfg(b).ref.config.d_model, x["bytes"],
-                         x["found"], x["count"], (x["frames"] or ["–"])[0])
-            for n, x in (_snapshot(b).get("residual") or {}).items()]
-
-
-def residual_seen(b: Bench) -> Residual | None:
-    """The fp32 residual stream of row b, None where not recorded."""
-    return next((r for r in residuals_seen(b) if r.bytes_per_elem == 4), None)
+def residuals_seen(b: Bench, n: int | None = None) -> list[Residual]:
+    """The row's looked-up residual streams (of `n` bytes per element where given)."""
+    c = _cfg(b)
+    return [Residual(c.dtype, int(k), c.batch, c.context, c.ref.config.d_model, x["bytes"], x["found"], x["count"],
+                     (x["frames"] or ["–"])[0]) for k, x in (_snapshot(b).get("residual") or {}).items()
+            if n in (None, int(k))]
 
 
 # ---- the 2025 edition's (a)-(e) -----------------------------------------------------------------
@@ -128,20 +117,14 @@ class Phase:
 
 
 def phase_levels(t: dict) -> dict[str, Phase]:
-    """phase name -> its levels, from a timeline's markers."""
     x, y, marks = t["x"], t["y"], t.get("markers", [])
-    out = {}
-    for k, m in enumerate(marks[:-1]):
-        ys = [v for xi, v in zip(x, y) if m["x"] <= xi < marks[k + 1]["x"]]
-        if ys:
-            out[m["name"]] = Phase(ys[0], max(ys), ys[-1])
-    return out
+    spans = ((m["name"], [v for xi, v in zip(x, y) if m["x"] <= xi < n["x"]]) for m, n in zip(marks, marks[1:]))
+    return {name: Phase(ys[0], max(ys), ys[-1]) for name, ys in spans if ys}
 
 
 @dataclass(frozen=True)
 class NamedAllocation:
-    """One finding of (e): `kind` is "ffn_copy" (autocast's bf16 copy of an FFN weight), "optimizer" (the
-    optimizer's parameter-sized temporaries) or "activation" (the fp32 forward's largest)."""
+    """(e): "ffn_copy" (autocast's bf16 FFN weight), "optimizer" (its temporaries) or "activation"."""
 
     kind: str
     nbytes: int
@@ -152,8 +135,6 @@ class NamedAllocation:
 
 @dataclass(frozen=True)
 class LargestTable:
-    """The largest allocations with a stack trace of one row at the shortest context."""
-
     dtype: str
     mode: str
     context: int
@@ -161,9 +142,7 @@ class LargestTable:
 
 
 def shape_labels(m, batch: int, context: int, dtype: str) -> dict[int, str]:
-    """Allocation sizes in bytes → the model's tensors of that size, for naming the largest allocations:
-    fp32 only in an fp32 row, fp32 and bf16 under autocast; two tensors of one size are both named
-    (xl (2025): fp32 logits at context 128 = bf16 FFN weight). `m`: the row's ModelConfig."""
+    """Bytes → the model's (ModelConfig `m`) tensors of that size, fp32 (and bf16 under autocast), all named."""
     out: dict[int, list[str]] = {}
     for nbytes, kind in ((4, "fp32"), (2, "bf16")) if dtype == "bf16" else ((4, "fp32"),):
         for n, what in ((m.d_model * m.d_ff, "FFN-weight-sized (d_model × d_ff)"),
@@ -178,29 +157,27 @@ def shape_labels(m, batch: int, context: int, dtype: str) -> dict[int, str]:
 
 
 def largest_allocations(ok: list[Bench]) -> tuple[int | None, list[LargestTable], list[NamedAllocation]]:
-    """(the shortest context, the largest-allocations tables of its rows but the bf16 training step, the
-    findings of (e)); entries without frames repeat ones with frames (their frames were not kept)."""
+    """(the shortest context, its rows' largest-allocation tables but the bf16 step's, (e)'s findings); entries
+    without frames repeat ones with frames."""
     if not ok:
         return None, [], []
-    c0 = min(_cfg(b).context for b in ok)
-    tables, named = [], []
-    for b in ordered([b for b in ok if _cfg(b).context == c0 and not (_cfg(b).dtype == "bf16" and _cfg(b).mode == "train_step")]):
+    c0, tables, named = min(_cfg(b).context for b in ok), [], []
+    for b in ordered(ok):
+        c = _cfg(b)
         big = [x for x in _snapshot(b).get("largest") or [] if x["frames"]][:6]
-        if not big:
+        if c.context != c0 or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
             continue
-        m = _cfg(b).ref.config
-        labels = shape_labels(m, _cfg(b).batch, c0, _cfg(b).dtype)
-        tables.append(LargestTable(_cfg(b).dtype, _cfg(b).mode, c0,
-                                   [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"]) for x in big]))
-        if _cfg(b).mode == "forward" and _cfg(b).dtype == "bf16":
-            ffn = [x for x in big if x["size"] == m.d_model * m.d_ff * 2]
-            if ffn:
-                named.append(NamedAllocation("ffn_copy", ffn[0]["size"], ffn[0]["count"], (ffn[0]["frames"] or ["–"])[0]))
-        if _cfg(b).mode == "train_step" and _cfg(b).dtype == "fp32":
-            opt = [x for x in big if any("optim" in f for f in x["frames"])]
-            if opt:
-                named.append(NamedAllocation("optimizer", opt[0]["size"], opt[0]["count"], opt[0]["frames"][0]))
-        if _cfg(b).mode == "forward" and _cfg(b).dtype == "fp32":
+        m = c.ref.config
+        labels = shape_labels(m, c.batch, c0, c.dtype)
+        tables.append(LargestTable(c.dtype, c.mode, c0, [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"])
+                                                         for x in big]))
+        ffn = [x for x in big if x["size"] == m.d_model * m.d_ff * 2]
+        opt = [x for x in big if any("optim" in f for f in x["frames"])]
+        if (c.dtype, c.mode) == ("bf16", "forward") and ffn:
+            named.append(NamedAllocation("ffn_copy", ffn[0]["size"], ffn[0]["count"], ffn[0]["frames"][0]))
+        if (c.dtype, c.mode) == ("fp32", "train_step") and opt:
+            named.append(NamedAllocation("optimizer", opt[0]["size"], opt[0]["count"], opt[0]["frames"][0]))
+        if (c.dtype, c.mode) == ("fp32", "forward"):
             named.append(NamedAllocation("activation", big[0]["size"], big[0]["count"], "",
                                          labels.get(big[0]["size"], "unnamed")))
     return c0, tables, named
@@ -221,28 +198,19 @@ class Memory2025Facts:
     step_forward_tops: dict[int, float]  # per context: the fp32 training step's forward-phase top
     residual: Residual | None  # of the first row (shortest context) that looked it up
     largest_context: int | None
-    named: list[NamedAllocation] = field(default_factory=list)
-    largest: list[LargestTable] = field(default_factory=list)
-
-    @property
-    def timeline_context(self) -> int:
-        return self.contexts[-1]
+    named: list[NamedAllocation]
+    largest: list[LargestTable]
 
     @property
     def timelines(self) -> bool:
         return self.forward is not None and {"forward", "backward", "optimizer"} <= set(self.step)
 
     def series(self, dtype: str, mode: str) -> list[int | None]:
-        """Peaks at each context of `contexts` (None where not measured)."""
+        """Peaks at each of `contexts` (None where not measured)."""
         return [self.peaks.get((c, dtype, mode)) for c in self.contexts]
 
-    @property
-    def train_fp32(self) -> list[int]:
-        return [p for p in self.series("fp32", "train_step") if p]
-
-    @property
-    def forward_fp32(self) -> list[int]:
-        return [p for p in self.series("fp32", "forward") if p]
+    def measured(self, dtype: str, mode: str) -> list[int]:
+        return [p for p in self.series(dtype, mode) if p]
 
     @property
     def bf16(self) -> bool:
@@ -259,19 +227,18 @@ def memory_2025_facts(rows: list[Bench]) -> Memory2025Facts | None:
     ok = ordered([b for b in rows if b.status is Status.MEASURED])
     if not ok:
         return None
-    ref = _cfg(ok[0]).ref
-    m = ref.config
-    key = lambda b: (_cfg(b).context, _cfg(b).dtype, _cfg(b).mode)  # noqa: E731
-    peaks = {key(b): b.row.memory.peak_allocated for b in ok}
-    tl = {key(b): phase_levels(_snapshot(b)["timeline"]) for b in ok if _snapshot(b).get("timeline")}
-    contexts = sorted(_cfg(b).context for b in ok if (_cfg(b).dtype, _cfg(b).mode) == ("fp32", "train_step"))
-    last = contexts[-1] if contexts else None
-    spikes = [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v]
-    tops = {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v}
+    key = {id(b): (c.context, c.dtype, c.mode) for b in ok for c in [_cfg(b)]}
+    tl = {key[id(b)]: phase_levels(_snapshot(b)["timeline"]) for b in ok if _snapshot(b).get("timeline")}
+    contexts = sorted(k[0] for k in key.values() if k[1:] == ("fp32", "train_step"))
+    last, m = contexts[-1] if contexts else None, _cfg(ok[0]).ref.config
     c0, tables, named = largest_allocations(ok)
-    return Memory2025Facts(size_label(ref), m.params * 4, m.d_model, m.d_ff, m.num_layers, contexts, peaks,
-                           tl.get((last, "fp32", "forward"), {}).get("forward"), tl.get((last, "fp32", "train_step"), {}),
-                           spikes, tops, next((r for b in ok for r in [residual_seen(b)] if r), None), c0, named, tables)
+    return Memory2025Facts(
+        _cfg(ok[0]).label, m.params * 4, m.d_model, m.d_ff, m.num_layers, contexts,
+        {key[id(b)]: b.row.memory.peak_allocated for b in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
+        tl.get((last, "fp32", "train_step"), {}),
+        [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
+        {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v},
+        next((r for b in ok for r in residuals_seen(b, 4)), None), c0, named, tables)
 
 
 # ---- the 2026 edition's (a)-(f) -----------------------------------------------------------------
@@ -286,8 +253,8 @@ class SavedOp:
 
 @dataclass(frozen=True)
 class BlockProbe:
-    """(f): one TransformerBlock's tensors saved for backward (by op) and its gradients, from the
-    backward's per-block memory change: gradients = saved bytes freed + the change."""
+    """(f): one TransformerBlock's tensors saved for backward (by op) and its gradients, from the backward's
+    per-block memory change: gradients = saved bytes freed + the change."""
 
     context: int
     dtype: str
@@ -303,7 +270,6 @@ class BlockProbe:
 
     @property
     def grad_from_change(self) -> int:
-        """The gradients a block's backward leaves: its change plus the saved tensors it freed."""
         return self.backward_change_bytes[0] + self.saved_bytes
 
     @property
@@ -311,12 +277,30 @@ class BlockProbe:
         return self.grad_bytes_measured / self.grad_bytes_expected
 
 
+def _probe(b: Bench) -> BlockProbe | None:
+    m, c = b.details.get("block_memory"), _cfg(b)
+    return None if not m else BlockProbe(
+        int(c.context), c.dtype, int(m["block"]), int(m["saved_bytes"]), b.details.get("block_saved_bytes_closed_form_fp32"),
+        [SavedOp(t["op"], t["module"], int(t["nbytes"]), float(t["share"])) for t in m["top"]], float(m["top_share"]),
+        [int(x) for x in m["backward_change_bytes"]], int(m["grad_bytes_measured"]), int(m["grad_bytes_expected"]),
+        int(m["block_params"]))
+
+
+def _residual(b: Bench) -> Residual | None:
+    """The 2026 rows derive the residual stream's size (details) and look it up."""
+    der, c = b.details.get("residual_derivation"), _cfg(b)
+    if not der:
+        return None
+    n, batch, d = int(der["bytes_per_elem"]), int(der["batch"]), int(der["d_model"])
+    x = (_snapshot(b).get("residual") or {}).get(str(n)) or {}
+    return Residual(c.dtype, n, batch, int(c.context), d, batch * int(c.context) * d * n, x.get("found"), x.get("count"),
+                    (x.get("frames") or [None])[0])
+
+
 @dataclass(frozen=True)
 class Memory2026Facts:
     size: str
     batch: int
-    d_model: int
-    layers: int
     params: int
     cases: list[MemCase]
     residuals: list[Residual]  # fp32 forward rows, by context
@@ -331,14 +315,9 @@ class Memory2026Facts:
     def case(self, context: int, dtype: str, mode: str) -> MemCase | None:
         return next((c for c in self.cases if (c.context, c.dtype, c.mode) == (context, dtype, mode)), None)
 
-    @property
-    def ooms(self) -> list[MemCase]:
-        return [c for c in self.cases if c.status is Status.OOM]
-
     def probe(self, dtype: str = "fp32") -> BlockProbe | None:
         """The probe at the longest context of `dtype` (where the attention's scores dominate)."""
-        ps = [p for p in self.probes if p.dtype == dtype]
-        return max(ps, key=lambda p: p.context) if ps else None
+        return max((p for p in self.probes if p.dtype == dtype), key=lambda p: p.context, default=None)
 
     @property
     def forward_largest(self) -> list[tuple[MemCase, dict]]:
@@ -348,56 +327,33 @@ class Memory2026Facts:
     @property
     def largest(self) -> tuple[MemCase, dict] | None:
         """The fp32 forward at the longest context with an allocation trace, and its largest allocation."""
-        for c in sorted(self.cases, key=lambda c: -c.context):
-            if c.dtype == "fp32" and c.mode == "forward" and c.largest:
-                with_frames = [a for a in c.largest if a.get("frames")] or c.largest
-                return c, max(with_frames, key=lambda a: a["size"])
-        return None
-
-
-def _residual(b: Bench) -> Residual | None:
-    """The 2026 rows derive the residual stream's size (details) and look it up."""
-    der = b.details.get("residual_derivation")
-    if not der:
-        return None
-    n, batch, d, c = int(der["bytes_per_elem"]), int(der["batch"]), int(der["d_model"]), int(_cfg(b).context)
-    x = (_snapshot(b).get("residual") or {}).get(str(n)) or {}
-    return Residual(_cfg(b).dtype, n, batch, c, d, batch * c * d * n, x.get("found"), x.get("count"),
-                    (x.get("frames") or [None])[0])
-
-
-def _probe(b: Bench) -> BlockProbe | None:
-    m = b.details.get("block_memory")
-    if not m:
-        return None
-    return BlockProbe(int(_cfg(b).context), _cfg(b).dtype, int(m["block"]), int(m["saved_bytes"]),
-                      b.details.get("block_saved_bytes_closed_form_fp32"),
-                      [SavedOp(t["op"], t["module"], int(t["nbytes"]), float(t["share"])) for t in m["top"]],
-                      float(m["top_share"]), [int(x) for x in m["backward_change_bytes"]],
-                      int(m["grad_bytes_measured"]), int(m["grad_bytes_expected"]), int(m["block_params"]))
+        c = next((c for c in sorted(self.cases, key=lambda c: -c.context)
+                  if c.dtype == "fp32" and c.mode == "forward" and c.largest), None)
+        return c and (c, max([a for a in c.largest if a.get("frames")] or c.largest, key=lambda a: a["size"]))
 
 
 def memory_2026_facts(rows: list[Bench]) -> Memory2026Facts | None:
     rows = [b for b in rows if str(_cfg(b).edition) == "2026"]
     if not rows:
         return None
-    ref, b0 = _cfg(rows[0]).ref, rows[0]
-    cases = sorted((mem_case(b) for b in rows if _cfg(b).mode in ("forward", "train_step")),
-                   key=lambda c: (c.context, c.dtype != "fp32", c.mode))
-    residuals = sorted((r for b in rows if _cfg(b).mode == "forward" and _cfg(b).dtype == "fp32"
-                        for r in [_residual(b)] if r), key=lambda r: r.context)
-    probes = sorted((p for b in rows if _cfg(b).mode == "block_probe" for p in [_probe(b)] if p),
-                    key=lambda p: (p.context, p.dtype))
-    return Memory2026Facts(size_label(ref, _cfg(b0).size), int(_cfg(b0).batch), ref.config.d_model,
-                           ref.config.num_layers, ref.config.params, cases, residuals, probes, _date(rows))
+    c0 = _cfg(rows[0])
+    by = [(b, _cfg(b)) for b in rows]
+    return Memory2026Facts(
+        c0.label, int(c0.batch), c0.ref.config.params,
+        sorted((mem_case(b) for b, c in by if c.mode in ("forward", "train_step")),
+               key=lambda c: (c.context, c.dtype != "fp32", c.mode)),
+        sorted(filter(None, (_residual(b) for b, c in by if (c.mode, c.dtype) == ("forward", "fp32"))),
+               key=lambda r: r.context),
+        sorted(filter(None, (_probe(b) for b, c in by if c.mode == "block_probe")), key=lambda p: (p.context, p.dtype)),
+        newest_date(rows))
 
 
 # ---- the 2026 questions without 2026 measurements: an earlier grid's rows at those contexts --------
 
 @dataclass(frozen=True)
 class ContextPeaks:
-    """An earlier grid's rows at one of the 2026 contexts: the four peaks, and the fp32 closed form's
-    saved activations against the fp32 training state (why a step is an OOM)."""
+    """An earlier grid's peaks at one 2026 context, and the fp32 closed form's saved activations against the
+    fp32 training state (why a step is an OOM)."""
 
     context: int
     fwd32: MemCase | None
@@ -423,19 +379,17 @@ class EarlierGrid:
 
 
 def _earlier_grid(rows: list[Bench], own: bool) -> EarlierGrid:
-    ok = [b for b in rows if b.status is Status.MEASURED]
-    m, batch = _cfg(rows[0]).ref.config, int(_cfg(rows[0]).batch)
+    c0, m = _cfg(rows[0]), _cfg(rows[0]).ref.config
     cases = {(c.context, c.dtype, c.mode): c for c in map(mem_case, rows)}
-    peaks = []
-    for c in sorted({int(_cfg(b).context) for b in rows}):
-        acts = acc.checkpoint_terms(batch, c, m.d_model, m.d_ff, m.num_heads, m.vocab_size)
-        peaks.append(ContextPeaks(c, *(cases.get((c, d, mode)) for mode in ("forward", "train_step")
-                                      for d in ("fp32", "bf16")),
-                                  m.num_layers * acts["a_block"] + acts["a_outside"], acc.training_state_bytes(m.params)))
-    fwd = [b for b in ok if _cfg(b).mode == "forward"]
-    return EarlierGrid(own, size_label(_cfg(rows[0]).ref), _cfg(rows[0]).batch, sorted({_cfg(b).context for b in rows}),
-                       peaks, [r for b in fwd if _cfg(b).dtype == "fp32" for r in [residual_seen(b)] if r],
-                       [r for b in fwd for r in residuals_seen(b)], memory_2025_facts(ok))
+    contexts = sorted({int(_cfg(b).context) for b in rows})
+    acts = {c: acc.checkpoint_terms(int(c0.batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
+    fwd = [b for b in rows if b.status is Status.MEASURED and _cfg(b).mode == "forward"]
+    return EarlierGrid(own, c0.label, c0.batch, contexts, [
+        ContextPeaks(c, *(cases.get((c, d, mode)) for mode in ("forward", "train_step") for d in ("fp32", "bf16")),
+                     m.num_layers * acts[c]["a_block"] + acts[c]["a_outside"], acc.training_state_bytes(m.params))
+        for c in contexts], [r for b in fwd if _cfg(b).dtype == "fp32" for r in residuals_seen(b, 4)],
+        [r for b in fwd for r in residuals_seen(b)],
+        memory_2025_facts([b for b in rows if b.status is Status.MEASURED]))
 
 
 # ---- the page ------------------------------------------------------------------------------------
@@ -447,9 +401,6 @@ class PeakRow:
     size: str
     context: int
     cells: list[MemCase | None]
-
-
-CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf16", "train_step"))
 
 
 @dataclass(frozen=True)
@@ -484,36 +435,19 @@ class MemoryPage:
 def _peak_rows(rows: list[Bench]) -> list[PeakRow]:
     by: dict[tuple, dict] = {}
     for b in rows:
-        by.setdefault((size_label(_cfg(b).ref, _cfg(b).size), _cfg(b).context), {})[(_cfg(b).dtype, _cfg(b).mode)] = b
+        c = _cfg(b)
+        by.setdefault((c.label, c.context), {})[(c.dtype, c.mode)] = b
     return [PeakRow(size, c, [mem_case(cells[k]) if k in cells else None for k in CELLS])
             for (size, c), cells in by.items()]
 
 
-def _draw_2025(ctx: Context, device: str, size: str, rows: list[Bench]) -> list[tuple[str, str, str]]:
-    """The 2025 rows' timeline figures, one per mode and dtype (a panel per context)."""
-    out = []
-    for mode in ("forward", "train_step"):
-        for dtype in ("fp32", "bf16"):
-            g = [b for b in rows if (_cfg(b).mode, _cfg(b).dtype) == (mode, dtype) and _snapshot(b).get("timeline")]
-            if g:
-                path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-{mode}-{dtype}")
-                figures.memory_timelines([(f"context {_cfg(b).context}", _snapshot(b)["timeline"]) for b in g], path,
-                                         f"{size} {dtype} {mode.replace('_', ' ')}: active memory ({device}, {_date(g)})")
-                out.append((mode, dtype, link))
-    return out
-
-
-def _draw_2026(ctx: Context, device: str, m: Memory2026Facts) -> tuple[tuple[str, str], ...]:
-    """The 2026 rows' timelines, one figure per mode (a panel per dtype and context, zoomed, block starts marked)."""
-    out = []
-    for mode in ("forward", "train_step"):
-        panels = [(f"{c.dtype}, context {c.context}", c.timeline) for c in m.cases if c.mode == mode and c.timeline]
-        if panels:
-            path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-2026-{mode}")
-            figures.memory_timelines(panels, path, f"{m.size} {mode.replace('_', ' ')}: active memory ({device}, {m.date})",
-                                     from_zero=False)
-            out.append((mode, link))
-    return tuple(out)
+def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], from_zero: bool = True) -> str | None:
+    """A figure of timeline panels; its link, None without panels."""
+    if not panels:
+        return None
+    path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, stem)
+    figures.memory_timelines(panels, path, title, from_zero=from_zero)
+    return link
 
 
 def facts(ctx: Context) -> MemoryPage:
@@ -525,22 +459,29 @@ def facts(ctx: Context) -> MemoryPage:
     rows = ordered(every)
     d26 = [b for b in rows if _cfg(b).edition == "2026"]
     # 2025 rows at the 2026 contexts are another grid's (the 2025 table's xl): kept apart from (a)–(e)
-    at_2026 = [_cfg(b).edition != "2026" and (_cfg(b).size, _cfg(b).context) in CASES_2026 for b in rows]
-    earlier = [b for b, x in zip(rows, at_2026) if x]
-    d = [b for b, x in zip(rows, at_2026) if not x and _cfg(b).edition != "2026"]
+    old = [b for b in rows if _cfg(b).edition != "2026"]
+    earlier = [b for b in old if (_cfg(b).size, _cfg(b).context) in CASES_2026]
+    d = [b for b in old if (_cfg(b).size, _cfg(b).context) not in CASES_2026]
     f = memory_2025_facts(d)
     if f is None:
         return missing
     m26 = memory_2026_facts(d26)
     if m26 is not None and any(c.measured for c in m26.cases):
-        m26 = replace(m26, figures=_draw_2026(ctx, device, m26))
+        m26 = replace(m26, figures=tuple((mode, link) for mode in ("forward", "train_step") for link in [_draw(
+            ctx, f"{device}-2026-{mode}", f"{m26.size} {mode.replace('_', ' ')}: active memory ({device}, {m26.date})",
+            [(f"{c.dtype}, context {c.context}", c.timeline) for c in m26.cases if c.mode == mode and c.timeline],
+            from_zero=False)] if link))
         grid_rows = []
     else:
         m26, grid_rows = None, d26 or earlier
-    ok = [b for b in d if b.status is Status.MEASURED]
-    artifact = next((_snapshot(b)["artifact"] for b in d if _snapshot(b).get("artifact")), None)
+    timelines = []
+    for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
+        g = [b for b in d if (_cfg(b).mode, _cfg(b).dtype) == (mode, dtype) and _snapshot(b).get("timeline")]
+        link = _draw(ctx, f"{device}-{mode}-{dtype}", f"{f.size} {dtype} {mode.replace('_', ' ')}: active memory "
+                     f"({device}, {newest_date(g)})", [(f"context {_cfg(b).context}", _snapshot(b)["timeline"]) for b in g])
+        timelines += [(mode, dtype, link)] if link else []
     return MemoryPage(device, f, m26, _earlier_grid(grid_rows, bool(d26)) if grid_rows else None,
-                      sorted({size_label(_cfg(b).ref, _cfg(b).size) for b in earlier}) if not (m26 or d26) else [],
-                      _peak_rows(rows), _draw_2025(ctx, device, f.size, d),
-                      [r for b in ok if _cfg(b).mode == "forward" for r in residuals_seen(b)], artifact,
-                      RunsFacts.of(device, every), _date(d))
+                      sorted({_cfg(b).label for b in earlier}) if not (m26 or d26) else [], _peak_rows(rows), timelines,
+                      [r for b in d if b.status is Status.MEASURED and _cfg(b).mode == "forward" for r in residuals_seen(b)],
+                      next((_snapshot(b)["artifact"] for b in d if _snapshot(b).get("artifact")), None),
+                      RunsFacts.of(device, every), newest_date(d))
