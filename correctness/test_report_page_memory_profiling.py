@@ -63,7 +63,7 @@ def _rows_2026():
 
 def test_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():
     old = _mem(dict(size="2.7B", context=512, dtype="fp32", mode="forward"), 1)
-    m = page.memory_2026_facts([old] + _rows_2026())
+    m = page.memory_2026_facts([page.mem_case(b) for b in [old] + _rows_2026()])
     assert m.size.startswith("xl (2026)") and m.contexts == [2048] and m.params == SizeRef("2026", "xl").config.params and m.date == "2026-11-24"
     c = m.case(2048, "fp32", "forward")
     assert c.peak_bytes == 19_000_000_000 and m.case(2048, "fp32", "train_step").need_bytes == 204.8e9
@@ -79,7 +79,7 @@ def test_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():
 def test_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
     """(a) from the timelines' phase levels at the longest context, (b) the fp32 peaks per context, (e) the
     bf16 forward's FFN-weight-sized allocations named as autocast copies (3 per block)."""
-    f = page.memory_2025_facts(_rows_2025())
+    f = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025()])
     assert f.contexts == [128, 256] and f.measured("fp32", "train_step") == [40, 41]
     assert f.measured("fp32", "forward") == [140, 268] and not f.bf16  # the bf16 training step was not run
     assert f.timelines and (f.step["forward"].start, f.step["forward"].top, f.step["backward"].end) == (10, 30, 5)

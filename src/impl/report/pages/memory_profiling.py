@@ -2,7 +2,7 @@
 at contexts 128 and 2048. The first GPU device answers; templates/memory_profiling.md.j2 holds every word."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from impl import accounting as acc
 from impl.bench.row import Status
@@ -10,7 +10,7 @@ from impl.model.sizes import SizeRef, size_rank
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, size_label, size_ref, view
+from impl.report.rows import Bench, RunRef, size_label, size_ref, view
 from impl.report.runs import RunsFacts, device_short, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
@@ -23,8 +23,8 @@ CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf1
 
 
 @dataclass(frozen=True)
-class MemConfig:
-    """The config keys this page reads (rows.view)."""
+class MemCase:
+    """One row: its config (rows.view) and, from mem_case, what it measured."""
 
     size: str | None = None
     edition: str | None = None
@@ -32,6 +32,12 @@ class MemConfig:
     dtype: str | None = None
     mode: str | None = None  # forward / train_step / block_probe
     batch: int | None = None
+    status: Status | None = None
+    peak_bytes: int | None = None  # peak allocated (measured rows)
+    reserved_bytes: int | None = None
+    need_bytes: int | None = None  # closed form: the parameters (forward) or the fp32 training step's need
+    details: dict = field(default_factory=dict, repr=False)
+    run: RunRef | None = None
 
     @property
     def ref(self) -> SizeRef | None:
@@ -41,33 +47,17 @@ class MemConfig:
     def label(self) -> str:
         return size_label(self.ref, self.size)
 
+    @property
+    def snapshot(self) -> dict:
+        return self.details.get("snapshot") or {}
 
-def _cfg(b: Bench) -> MemConfig:
-    return view(MemConfig, b)
+    @property
+    def timeline(self) -> dict | None:  # {"x", "y", "markers", "blocks"}
+        return self.snapshot.get("timeline")
 
-
-def _snapshot(b: Bench) -> dict:
-    return b.details.get("snapshot") or {}
-
-
-def ordered(rows: list[Bench]) -> list[Bench]:
-    """By size (and its edition), context, dtype and mode."""
-    def key(c: MemConfig):
-        return size_rank(c.size), c.edition or "2025", c.context, c.dtype, c.mode
-    return sorted(rows, key=lambda b: key(_cfg(b)))
-
-
-@dataclass(frozen=True)
-class MemCase:
-    context: int
-    dtype: str
-    mode: str
-    status: Status
-    peak_bytes: int | None  # peak allocated (measured rows)
-    reserved_bytes: int | None
-    need_bytes: int | None  # closed form: the parameters (forward) or the fp32 training step's need
-    timeline: dict | None  # {"x", "y", "markers", "blocks"}
-    largest: list[dict]  # allocations by size, with frames
+    @property
+    def largest(self) -> list[dict]:  # allocations by size, with frames
+        return list(self.snapshot.get("largest") or [])
 
     @property
     def measured(self) -> bool:
@@ -75,11 +65,16 @@ class MemCase:
 
 
 def mem_case(b: Bench) -> MemCase:
-    c, cf, snap, ok = _cfg(b), b.details.get("closed_form") or {}, _snapshot(b), b.status is Status.MEASURED
-    return MemCase(int(c.context), c.dtype, c.mode, b.status, b.row.memory.peak_allocated if ok else None,
-                   b.row.memory.peak_reserved if ok else None,
-                   cf.get("param_bytes" if c.mode == "forward" else "train_step_need_bytes"), snap.get("timeline"),
-                   list(snap.get("largest") or []))
+    cf, ok, c = b.details.get("closed_form") or {}, b.status is Status.MEASURED, view(MemCase, b)
+    return replace(c, status=b.status, peak_bytes=b.row.memory.peak_allocated if ok else None,
+                   reserved_bytes=b.row.memory.peak_reserved if ok else None,
+                   need_bytes=cf.get("param_bytes" if c.mode == "forward" else "train_step_need_bytes"),
+                   details=b.details, run=b.run)
+
+
+def ordered(rows: list[MemCase]) -> list[MemCase]:
+    """By size (and its edition), context, dtype and mode."""
+    return sorted(rows, key=lambda c: (size_rank(c.size), c.edition or "2025", c.context, c.dtype, c.mode))
 
 
 @dataclass(frozen=True)
@@ -97,11 +92,10 @@ class Residual:
     made_at: str | None
 
 
-def residuals_seen(b: Bench, n: int | None = None) -> list[Residual]:
+def residuals_seen(c: MemCase, n: int | None = None) -> list[Residual]:
     """The row's looked-up residual streams (of `n` bytes per element where given)."""
-    c = _cfg(b)
     return [Residual(c.dtype, int(k), c.batch, c.context, c.ref.config.d_model, x["bytes"], x["found"], x["count"],
-                     (x["frames"] or ["–"])[0]) for k, x in (_snapshot(b).get("residual") or {}).items()
+                     (x["frames"] or ["–"])[0]) for k, x in (c.snapshot.get("residual") or {}).items()
             if n in (None, int(k))]
 
 
@@ -156,18 +150,14 @@ def shape_labels(m, batch: int, context: int, dtype: str) -> dict[int, str]:
     return {n: " or ".join(labels) for n, labels in out.items()}
 
 
-def largest_allocations(ok: list[Bench]) -> tuple[int | None, list[LargestTable], list[NamedAllocation]]:
-    """(the shortest context, its rows' largest-allocation tables but the bf16 step's, (e)'s findings); entries
+def largest_allocations(ok: list[MemCase]) -> tuple[int | None, list[NamedAllocation], list[LargestTable]]:
+    """(the shortest context, (e)'s findings, its rows' largest-allocation tables but the bf16 step's); entries
     without frames repeat ones with frames."""
-    if not ok:
-        return None, [], []
-    c0, tables, named = min(_cfg(b).context for b in ok), [], []
-    for b in ordered(ok):
-        c = _cfg(b)
-        big = [x for x in _snapshot(b).get("largest") or [] if x["frames"]][:6]
+    c0, tables, named = min((c.context for c in ok), default=None), [], []
+    for c in ordered(ok):
+        big, m = [x for x in c.largest if x["frames"]][:6], c.ref.config
         if c.context != c0 or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
             continue
-        m = c.ref.config
         labels = shape_labels(m, c.batch, c0, c.dtype)
         tables.append(LargestTable(c.dtype, c.mode, c0, [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"])
                                                          for x in big]))
@@ -180,7 +170,7 @@ def largest_allocations(ok: list[Bench]) -> tuple[int | None, list[LargestTable]
         if (c.dtype, c.mode) == ("fp32", "forward"):
             named.append(NamedAllocation("activation", big[0]["size"], big[0]["count"], "",
                                          labels.get(big[0]["size"], "unnamed")))
-    return c0, tables, named
+    return c0, named, tables
 
 
 @dataclass(frozen=True)
@@ -222,23 +212,21 @@ class Memory2025Facts:
         return max(abs(a - b) for a, b in zip(self.series("bf16", "train_step"), self.series("fp32", "train_step")))
 
 
-def memory_2025_facts(rows: list[Bench]) -> Memory2025Facts | None:
+def memory_2025_facts(rows: list[MemCase]) -> Memory2025Facts | None:
     """The facts of one size's rows (None without a measured row)."""
-    ok = ordered([b for b in rows if b.status is Status.MEASURED])
+    ok = ordered([c for c in rows if c.status is Status.MEASURED])
     if not ok:
         return None
-    key = {id(b): (c.context, c.dtype, c.mode) for b in ok for c in [_cfg(b)]}
-    tl = {key[id(b)]: phase_levels(_snapshot(b)["timeline"]) for b in ok if _snapshot(b).get("timeline")}
-    contexts = sorted(k[0] for k in key.values() if k[1:] == ("fp32", "train_step"))
-    last, m = contexts[-1] if contexts else None, _cfg(ok[0]).ref.config
-    c0, tables, named = largest_allocations(ok)
+    tl = {(c.context, c.dtype, c.mode): phase_levels(c.snapshot["timeline"]) for c in ok if c.snapshot.get("timeline")}
+    contexts = sorted(c.context for c in ok if (c.dtype, c.mode) == ("fp32", "train_step"))
+    last, m = contexts[-1] if contexts else None, ok[0].ref.config
     return Memory2025Facts(
-        _cfg(ok[0]).label, m.params * 4, m.d_model, m.d_ff, m.num_layers, contexts,
-        {key[id(b)]: b.row.memory.peak_allocated for b in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
+        ok[0].label, m.params * 4, m.d_model, m.d_ff, m.num_layers, contexts,
+        {(c.context, c.dtype, c.mode): c.peak_bytes for c in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
         {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v},
-        next((r for b in ok for r in residuals_seen(b, 4)), None), c0, named, tables)
+        next((r for c in ok for r in residuals_seen(c, 4)), None), *largest_allocations(ok))
 
 
 # ---- the 2026 edition's (a)-(f) -----------------------------------------------------------------
@@ -277,23 +265,23 @@ class BlockProbe:
         return self.grad_bytes_measured / self.grad_bytes_expected
 
 
-def _probe(b: Bench) -> BlockProbe | None:
-    m, c = b.details.get("block_memory"), _cfg(b)
+def _probe(c: MemCase) -> BlockProbe | None:
+    m = c.details.get("block_memory")
     return None if not m else BlockProbe(
-        int(c.context), c.dtype, int(m["block"]), int(m["saved_bytes"]), b.details.get("block_saved_bytes_closed_form_fp32"),
+        int(c.context), c.dtype, int(m["block"]), int(m["saved_bytes"]), c.details.get("block_saved_bytes_closed_form_fp32"),
         [SavedOp(t["op"], t["module"], int(t["nbytes"]), float(t["share"])) for t in m["top"]], float(m["top_share"]),
         [int(x) for x in m["backward_change_bytes"]], int(m["grad_bytes_measured"]), int(m["grad_bytes_expected"]),
         int(m["block_params"]))
 
 
-def _residual(b: Bench) -> Residual | None:
+def _residual(c: MemCase) -> Residual | None:
     """The 2026 rows derive the residual stream's size (details) and look it up."""
-    der, c = b.details.get("residual_derivation"), _cfg(b)
+    der = c.details.get("residual_derivation")
     if not der:
         return None
-    n, batch, d = int(der["bytes_per_elem"]), int(der["batch"]), int(der["d_model"])
-    x = (_snapshot(b).get("residual") or {}).get(str(n)) or {}
-    return Residual(c.dtype, n, batch, int(c.context), d, batch * int(c.context) * d * n, x.get("found"), x.get("count"),
+    n, batch, d, ctx = int(der["bytes_per_elem"]), int(der["batch"]), int(der["d_model"]), int(c.context)
+    x = (c.snapshot.get("residual") or {}).get(str(n)) or {}
+    return Residual(c.dtype, n, batch, ctx, d, batch * ctx * d * n, x.get("found"), x.get("count"),
                     (x.get("frames") or [None])[0])
 
 
@@ -302,7 +290,7 @@ class Memory2026Facts:
     size: str
     batch: int
     params: int
-    cases: list[MemCase]
+    cases: list[MemCase]  # forward and train_step rows
     residuals: list[Residual]  # fp32 forward rows, by context
     probes: list[BlockProbe]
     date: str = "–"  # the newest of its rows' runs
@@ -332,20 +320,14 @@ class Memory2026Facts:
         return c and (c, max([a for a in c.largest if a.get("frames")] or c.largest, key=lambda a: a["size"]))
 
 
-def memory_2026_facts(rows: list[Bench]) -> Memory2026Facts | None:
-    rows = [b for b in rows if str(_cfg(b).edition) == "2026"]
-    if not rows:
-        return None
-    c0 = _cfg(rows[0])
-    by = [(b, _cfg(b)) for b in rows]
-    return Memory2026Facts(
-        c0.label, int(c0.batch), c0.ref.config.params,
-        sorted((mem_case(b) for b, c in by if c.mode in ("forward", "train_step")),
-               key=lambda c: (c.context, c.dtype != "fp32", c.mode)),
-        sorted(filter(None, (_residual(b) for b, c in by if (c.mode, c.dtype) == ("forward", "fp32"))),
-               key=lambda r: r.context),
-        sorted(filter(None, (_probe(b) for b, c in by if c.mode == "block_probe")), key=lambda p: (p.context, p.dtype)),
-        newest_date(rows))
+def memory_2026_facts(rows: list[MemCase]) -> Memory2026Facts | None:
+    rows = [c for c in rows if str(c.edition) == "2026"]
+    return rows and Memory2026Facts(
+        rows[0].label, int(rows[0].batch), rows[0].ref.config.params,
+        sorted((c for c in rows if c.mode in ("forward", "train_step")), key=lambda c: (c.context, c.dtype != "fp32", c.mode)),
+        sorted(filter(None, (_residual(c) for c in rows if (c.mode, c.dtype) == ("forward", "fp32"))), key=lambda r: r.context),
+        sorted(filter(None, (_probe(c) for c in rows if c.mode == "block_probe")), key=lambda p: (p.context, p.dtype)),
+        newest_date(rows)) or None
 
 
 # ---- the 2026 questions without 2026 measurements: an earlier grid's rows at those contexts --------
@@ -378,18 +360,16 @@ class EarlierGrid:
     facts: Memory2025Facts | None  # its largest allocations
 
 
-def _earlier_grid(rows: list[Bench], own: bool) -> EarlierGrid:
-    c0, m = _cfg(rows[0]), _cfg(rows[0]).ref.config
-    cases = {(c.context, c.dtype, c.mode): c for c in map(mem_case, rows)}
-    contexts = sorted({int(_cfg(b).context) for b in rows})
-    acts = {c: acc.checkpoint_terms(int(c0.batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
-    fwd = [b for b in rows if b.status is Status.MEASURED and _cfg(b).mode == "forward"]
-    return EarlierGrid(own, c0.label, c0.batch, contexts, [
-        ContextPeaks(c, *(cases.get((c, d, mode)) for mode in ("forward", "train_step") for d in ("fp32", "bf16")),
-                     m.num_layers * acts[c]["a_block"] + acts[c]["a_outside"], acc.training_state_bytes(m.params))
-        for c in contexts], [r for b in fwd if _cfg(b).dtype == "fp32" for r in residuals_seen(b, 4)],
-        [r for b in fwd for r in residuals_seen(b)],
-        memory_2025_facts([b for b in rows if b.status is Status.MEASURED]))
+def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
+    m, cases = rows[0].ref.config, {(c.context, c.dtype, c.mode): c for c in rows}
+    contexts = sorted({int(c.context) for c in rows})
+    acts = {c: acc.checkpoint_terms(int(rows[0].batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
+    fwd = [c for c in rows if c.status is Status.MEASURED and c.mode == "forward"]
+    return EarlierGrid(own, rows[0].label, rows[0].batch, contexts, [
+        ContextPeaks(x, *(cases.get((x, d, mode)) for mode in ("forward", "train_step") for d in ("fp32", "bf16")),
+                     m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
+        for x in contexts], [r for c in fwd if c.dtype == "fp32" for r in residuals_seen(c, 4)],
+        [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows))
 
 
 # ---- the page ------------------------------------------------------------------------------------
@@ -432,15 +412,6 @@ class MemoryPage:
         return self.runs.files if self.runs else []
 
 
-def _peak_rows(rows: list[Bench]) -> list[PeakRow]:
-    by: dict[tuple, dict] = {}
-    for b in rows:
-        c = _cfg(b)
-        by.setdefault((c.label, c.context), {})[(c.dtype, c.mode)] = b
-    return [PeakRow(size, c, [mem_case(cells[k]) if k in cells else None for k in CELLS])
-            for (size, c), cells in by.items()]
-
-
 def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], from_zero: bool = True) -> str | None:
     """A figure of timeline panels; its link, None without panels."""
     if not panels:
@@ -456,32 +427,33 @@ def facts(ctx: Context) -> MemoryPage:
     if not found:
         return missing
     device, every = found[0]  # the first (one-GPU) device answers
-    rows = ordered(every)
-    d26 = [b for b in rows if _cfg(b).edition == "2026"]
+    rows = ordered(map(mem_case, every))
+    d26 = [c for c in rows if c.edition == "2026"]
     # 2025 rows at the 2026 contexts are another grid's (the 2025 table's xl): kept apart from (a)–(e)
-    old = [b for b in rows if _cfg(b).edition != "2026"]
-    earlier = [b for b in old if (_cfg(b).size, _cfg(b).context) in CASES_2026]
-    d = [b for b in old if (_cfg(b).size, _cfg(b).context) not in CASES_2026]
+    earlier = [c for c in rows if c.edition != "2026" and (c.size, c.context) in CASES_2026]
+    d = [c for c in rows if c.edition != "2026" and (c.size, c.context) not in CASES_2026]
     f = memory_2025_facts(d)
     if f is None:
         return missing
     m26 = memory_2026_facts(d26)
-    if m26 is not None and any(c.measured for c in m26.cases):
-        m26 = replace(m26, figures=tuple((mode, link) for mode in ("forward", "train_step") for link in [_draw(
+    m26 = m26 and any(c.measured for c in m26.cases) and replace(m26, figures=tuple(
+        (mode, link) for mode in ("forward", "train_step") for link in [_draw(
             ctx, f"{device}-2026-{mode}", f"{m26.size} {mode.replace('_', ' ')}: active memory ({device}, {m26.date})",
             [(f"{c.dtype}, context {c.context}", c.timeline) for c in m26.cases if c.mode == mode and c.timeline],
-            from_zero=False)] if link))
-        grid_rows = []
-    else:
-        m26, grid_rows = None, d26 or earlier
+            from_zero=False)] if link)) or None
+    grid = [] if m26 else d26 or earlier
     timelines = []
     for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
-        g = [b for b in d if (_cfg(b).mode, _cfg(b).dtype) == (mode, dtype) and _snapshot(b).get("timeline")]
+        g = [c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]
         link = _draw(ctx, f"{device}-{mode}-{dtype}", f"{f.size} {dtype} {mode.replace('_', ' ')}: active memory "
-                     f"({device}, {newest_date(g)})", [(f"context {_cfg(b).context}", _snapshot(b)["timeline"]) for b in g])
+                     f"({device}, {newest_date(g)})", [(f"context {c.context}", c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
-    return MemoryPage(device, f, m26, _earlier_grid(grid_rows, bool(d26)) if grid_rows else None,
-                      sorted({_cfg(b).label for b in earlier}) if not (m26 or d26) else [], _peak_rows(rows), timelines,
-                      [r for b in d if b.status is Status.MEASURED and _cfg(b).mode == "forward" for r in residuals_seen(b)],
-                      next((_snapshot(b)["artifact"] for b in d if _snapshot(b).get("artifact")), None),
+    peaks: dict[tuple, dict] = {}
+    for c in rows:
+        peaks.setdefault((c.label, c.context), {})[(c.dtype, c.mode)] = c
+    return MemoryPage(device, f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
+                      sorted({c.label for c in earlier}) if not (m26 or d26) else [],
+                      [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()], timelines,
+                      [r for c in d if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)],
+                      next((c.snapshot["artifact"] for c in d if c.snapshot.get("artifact")), None),
                       RunsFacts.of(device, every), newest_date(d))
