@@ -63,7 +63,7 @@ def _rows_2026():
 def test_single_level_reads_the_closed_forms_k_and_its_neighbours_measured_peaks(tmp_path):
     f = page.facts(context(_rows_2026() + _older(), tmp_path))
     s = f.single
-    assert [c.k for c in s.cases] == [None, 1, 2, 6] and s.layers == 32 and s.size.startswith("xl (2026)")
+    assert [c.k for c in s.cases] == [None, 1, 2, 6] and s.layers == 32 and s.first.size_name.startswith("xl (2026)")
     assert s.best.peak == 36e9 and s.confirmed and s.date == "2026-11-24"
     lo, hi = s.neighbours
     assert lo.k is None and not lo.measured and lo.closed_form == 176e9  # OOM with its need
@@ -75,9 +75,9 @@ def test_single_level_reads_the_closed_forms_k_and_its_neighbours_measured_peaks
 def test_nested_answer_reads_the_bf16_rows_and_no_checkpointings_oom(tmp_path):
     f = page.facts(context(_older(), tmp_path))
     n = f.nested
-    assert (n.row.peak, n.dtype, n.context, n.row.predicted, n.row.forwards, n.layers) == (
+    assert (n.peak, n.dtype, n.context, n.predicted, n.forwards, n.model_layers) == (
         int(2.5 * GiB), "bf16", 2048, 2 * GiB, 48, 48)
-    assert n.none.status is Status.OOM and n.size == SizeRef("2025", "xl").label
+    assert f.nested_none.status is Status.OOM and n.size_name == SizeRef("2025", "xl").label
     assert f.best_k.peaks == [(1, int(2.4 * GiB)), (2, int(2.6 * GiB))] and f.best_k.lowest == 1 == f.best_k.best_k
     # no 2026 study: the older rows answer, noted as another size than the question's
     assert f.single is None and f.note and f.older_sizes == [SizeRef("2025", "xl").label]
@@ -87,10 +87,10 @@ def test_nested_answer_reads_the_bf16_rows_and_no_checkpointings_oom(tmp_path):
 def test_policy_table_rows_ooms_and_rows_not_run_are_named(tmp_path):
     """Bench-layer rows: the measured peak from the row's memory, predictions and block forwards from
     details, the step's median; an OOM and a budget cut."""
-    p = page.facts(context(_older(), tmp_path)).section
-    assert [b.name for b in p.not_run] == [_older()[4].name] and p.not_run[0].row.reason == "time budget exhausted"
+    p = page.facts(context(_older(), tmp_path))
+    assert [b.name for b in p.not_run] == [_older()[4].name] and p.not_run[0].reason == "time budget exhausted"
     pol = p.policies
-    assert pol.unit.name == "GiB" and pol.stat == "median" and pol.details["ks"] == [1, 2, 7]
+    assert pol.unit == "GiB" and pol.stat == "median" and pol.first.details["ks"] == [1, 2, 7]
     assert [d for d, _ in pol.by_dtype] == ["bf16", "fp32"]
     rows = dict(pol.by_dtype)["bf16"]
     assert [r.label for r in rows] == ["none", "nested", "every_k k=1", "every_k k=2", "every_k k=7"]
@@ -111,7 +111,7 @@ def test_depth_rows_and_the_figures_legend_are_the_series_drawn(tmp_path, monkey
         save(fig, path)
     monkeypatch.setattr(figures, "save", recording)
     rows = [_depth(p, n, n * GiB / (4 if p == "nested" else 1)) for n in (16, 8) for p in ("none", "nested")]
-    d = page.facts(context(rows, tmp_path)).section.depth
+    d = page.facts(context(rows, tmp_path)).depth
     assert [(r.layers, r.policy) for r in d.by_dtype[0][1]] == [(8, "nested"), (8, "none"), (16, "nested"), (16, "none")]
     assert d.figure == f"figures/gradient_checkpointing-{DEV}-depth.png" and (tmp_path / d.figure).is_file()
     assert legends == [(["none predicted", "none measured", "nested predicted", "nested measured"],) * 2]
@@ -128,7 +128,7 @@ def test_committed_rows_name_each_size_by_edition(tmp_path):
     from impl.report import build
 
     f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
-    assert f.older_sizes == [SizeRef("2025", "xl").label] and f.single.size == SizeRef("2026", "xl").label
+    assert f.older_sizes == [SizeRef("2025", "xl").label] and f.single.first.size_name == SizeRef("2026", "xl").label
     assert f.scores[P].kind is Kind.MEASURED and f.single.confirmed
 
 

@@ -1,19 +1,17 @@
-"""gradient_checkpointing (2026): (a) the nested strategy's measured peak, (b) the best single-level k, from
-perf/test_gradient_checkpointing.py's rows of the first GPU device. The 2026 study `single_level_2026` (xl
-(2026) at batch 4 × 2048) answers (b); the older `policies` and `depth` studies (the 2025 table's xl) follow,
-labelled as another model. Measured peaks are the rows' peak allocated; predictions and terms their details.
-templates/gradient_checkpointing.md.j2 holds every word."""
+"""gradient_checkpointing (2026): (a) the nested strategy's measured peak, (b) the best single-level k (study
+`single_level_2026`, xl (2026)); the older `policies` and `depth` studies (the 2025 table's xl) follow, labelled
+as another model. The first GPU device answers; templates/gradient_checkpointing.md.j2 holds every word."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from impl.bench.row import Metric, Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, size_label, size_ref, stat_name, view
-from impl.report.runs import RunsFacts
+from impl.report.rows import Bench, RunRef, size_label, size_ref, stat_name, view
+from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEM = P.GRADIENT_CHECKPOINTING
@@ -24,62 +22,50 @@ ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
 
 @dataclass(frozen=True)
-class CheckpointConfig:
-    """The config keys this page reads (rows.view)."""
+class PolicyRow:
+    """One row: its config (rows.view) and, from policy_row, its measured peak, the predictions (the hook
+    terms' and the fp32 closed form's, each a step peak and the block stack's activations) and its step."""
 
+    policy: str | None = None
+    k: int | None = None  # None for none and nested
+    layers: int | None = None  # the depth study's
+    study: str | None = None
     size: str | None = None
     edition: str | None = None
-    study: str | None = None
-    policy: str | None = None
-    k: int | None = None
-    layers: int | None = None
     num_layers: int | None = None
-    width: str | None = None  # depth study: the size whose width it keeps
+    width: str | None = None  # the depth study's: the size whose width it keeps
     dtype: str | None = None
     batch: int | None = None
     context: int | None = None
-
-    @property
-    def ref(self) -> SizeRef | None:
-        return size_ref(self.size, self.edition)
-
-
-def _cfg(b: Bench) -> CheckpointConfig:
-    return view(CheckpointConfig, b)
-
-
-def _study(b: Bench) -> str | None:
-    return _cfg(b).study or b.details.get("study")  # the older format kept it in details
-
-
-def _label(b: Bench) -> str:
-    return size_label(_cfg(b).ref, _cfg(b).size)
-
-
-@dataclass(frozen=True)
-class PolicyRow:
-    """One row of a study: its measured peak, the predictions (the hook terms' and the fp32 closed
-    form's, each a step peak and the block stack's activations) and its step."""
-
-    policy: str
-    k: int | None  # None for none and nested
-    layers: int | None
-    status: Status
-    peak: int | None  # measured peak allocated
-    predicted: int | None
-    activations: int | None
-    closed_form: int | None
-    closed_form_activations: int | None
-    step_s: float | None
-    std_s: float | None
-    mean_s: float | None
-    tokens_per_s: float | None
-    forwards: float | None  # block forwards per step, counted by forward pre-hooks
-    forwards_predicted: int | None
+    name: str = ""
+    status: Status | None = None
+    reason: str | None = None
+    peak: int | None = None  # measured peak allocated
+    predicted: int | None = None
+    activations: int | None = None
+    closed_form: int | None = None
+    closed_form_activations: int | None = None
+    step_s: float | None = None
+    std_s: float | None = None
+    mean_s: float | None = None
+    tokens_per_s: float | None = None
+    forwards: float | None = None  # block forwards per step, counted by forward pre-hooks
+    forwards_predicted: int | None = None
+    details: dict = field(default_factory=dict, repr=False)  # best_k, best_k_rule, ks, terms
+    run: RunRef | None = None
 
     @property
     def label(self) -> str:
         return self.policy + ("" if self.k is None else f" k={self.k}")
+
+    @property
+    def size_name(self) -> str:
+        return size_label(size_ref(self.size, self.edition), self.size)
+
+    @property
+    def model_layers(self) -> int | None:
+        ref = size_ref(self.size, self.edition)
+        return ref.config.num_layers if ref else self.num_layers
 
     @property
     def not_run(self) -> bool:
@@ -95,26 +81,16 @@ class PolicyRow:
 
 
 def policy_row(b: Bench) -> PolicyRow:
-    pred, d, st = b.details.get("predicted") or {}, b.details, b.stats
+    c, d, st, pred = view(PolicyRow, b), b.details, b.stats, b.details.get("predicted") or {}
     hook, cf = pred.get("hook_terms") or {}, pred.get("closed_form_fp32") or {}
-    return PolicyRow(_cfg(b).policy, None if _cfg(b).k is None or _cfg(b).policy == "none" else int(_cfg(b).k),
-                     None if _cfg(b).layers is None else int(_cfg(b).layers), b.status, b.row.memory.peak_allocated,
-                     hook.get("peak"), hook.get("activations"), cf.get("peak"), cf.get("activations"), b.step_s,
-                     st and st.stddev, st and st.mean, b.metric(Metric.TOKENS_PER_S), d.get("measured_block_forwards"),
-                     d.get("predicted_block_forwards"))
-
-
-@dataclass(frozen=True)
-class Unit:
-    """GiB on a GPU; MiB where the largest prediction is under 1 GiB (a tiny model would print zeros)."""
-
-    name: str
-    bytes: int
-
-    @classmethod
-    def of(cls, rows: list[PolicyRow]) -> Unit:
-        peaks = [r.predicted for r in rows if r.predicted is not None]
-        return cls("GiB", 2**30) if peaks and max(peaks) >= 2**30 else cls("MiB", 2**20)
+    return replace(c, k=None if c.k is None or c.policy == "none" else int(c.k),
+                   layers=None if c.layers is None else int(c.layers), study=c.study or d.get("study"), name=b.name,
+                   status=b.status, reason=b.row.reason, peak=b.row.memory.peak_allocated, predicted=hook.get("peak"),
+                   activations=hook.get("activations"), closed_form=cf.get("peak"),
+                   closed_form_activations=cf.get("activations"), step_s=b.step_s, std_s=st and st.stddev,
+                   mean_s=st and st.mean, tokens_per_s=b.metric(Metric.TOKENS_PER_S),
+                   forwards=d.get("measured_block_forwards"), forwards_predicted=d.get("predicted_block_forwards"),
+                   details=d, run=b.run)
 
 
 @dataclass(frozen=True)
@@ -129,58 +105,56 @@ class Terms:
 
 @dataclass(frozen=True)
 class Study:
-    """The `policies` study (xl (2025), every policy per dtype, the best k reasoned) or the `depth` study
-    (nested against none over the number of layers, drawn)."""
+    """The `policies` study (every policy per dtype, the best k reasoned) or the `depth` study (nested against
+    none over the number of layers, drawn)."""
 
-    cfg: CheckpointConfig  # its first row's
-    details: dict  # its first row's (best_k, best_k_rule, ks)
+    first: PolicyRow  # its first row (size, batch, context, the best k reasoned)
     by_dtype: list[tuple[str, list[PolicyRow]]]  # depth: one dtype, by layers
     stat: str
-    unit: Unit
+    unit: str  # GiB; MiB where the largest prediction is under 1 GiB (a tiny model would print zeros)
     closed_form: Terms | None = None
     hooks: tuple[Terms, ...] = ()
     figure: str | None = None
 
 
-def _policies(rows: list[Bench]) -> Study | None:
-    if not rows:
-        return None
-    by: dict[str, list[Bench]] = {}
-    for b in rows:
-        by.setdefault(_cfg(b).dtype, []).append(b)
-    hooks = [Terms(d, h["a_block"], h["a_resid"], h["a_outside"]) for d, bs in by.items()
-             for h in [next((b.details["terms"]["hook_terms"] for b in bs if "terms" in b.details), None)] if h]
-    cf = next((b.details["terms"].get("closed_form_fp32") for b in rows if "terms" in b.details), None)
-    key = lambda b: POLICY_ORDER[_cfg(b).policy] * 10_000 + (_cfg(b).k or 0)  # noqa: E731
-    table = [(d, [policy_row(b) for b in sorted(bs, key=key)]) for d, bs in by.items()]
-    return Study(_cfg(rows[0]), rows[0].details, table, stat_name(rows), Unit.of([r for _, rs in table for r in rs]),
-                 Terms("fp32", cf["a_block"], cf["a_resid"]) if cf else None, tuple(hooks))
+def _unit(rows: list[PolicyRow]) -> str:
+    return "GiB" if max((r.predicted for r in rows if r.predicted is not None), default=0) >= 2**30 else "MiB"
 
 
-def _depth(rows: list[Bench], ctx: Context, device: str) -> Study | None:
+def _policies(rows: list[PolicyRow]) -> Study | None:
+    by: dict[str, list[PolicyRow]] = {}
+    for r in rows:
+        by.setdefault(r.dtype, []).append(r)
+
+    def terms(rs):
+        return next((r.details["terms"] for r in rs if "terms" in r.details), {})
+    table = [(d, sorted(rs, key=lambda r: POLICY_ORDER[r.policy] * 10_000 + (r.k or 0))) for d, rs in by.items()]
+    cf = terms(rows).get("closed_form_fp32")
+    return rows and Study(rows[0], table, stat_name(rows), _unit(rows), Terms("fp32", cf["a_block"], cf["a_resid"]) if cf else None,
+                          tuple(Terms(d, h["a_block"], h["a_resid"], h["a_outside"]) for d, rs in by.items()
+                                for h in [terms(rs).get("hook_terms")] if h)) or None
+
+
+def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
     if not rows:
         return None
-    table = [policy_row(b) for b in sorted(rows, key=lambda b: (_cfg(b).layers, _cfg(b).policy))]
-    fig, ax = figures.new()  # predicted (dashed) and measured peaks over layers
-    drawn = False
+    table = sorted(rows, key=lambda r: (r.layers, r.policy))
+    fig, ax, link = *figures.new(), None  # predicted (dashed) and measured peaks over layers
     for policy, style in (("none", "o"), ("nested", "s")):
-        sel = sorted((r for r in table if r.policy == policy), key=lambda r: r.layers)
+        sel = [r for r in table if r.policy == policy]
         if sel:
             ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30
                                               for r in sel], "--" + style, label=f"{policy} predicted")
             meas = [r for r in sel if r.measured]
             if meas:
-                ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,
-                        label=f"{policy} measured")
-            drawn = True
-    link = None
-    if drawn:
+                ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style, label=f"{policy} measured")
+    if ax.lines:
         ax.set(xlabel="layers", ylabel="peak GiB (forward+backward step)",
                title="gradient_checkpointing: nested vs none over depth")
         ax.legend(fontsize=8)
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-depth")
         figures.save(fig, path)
-    return Study(_cfg(rows[0]), rows[0].details, [(_cfg(rows[0]).dtype, table)], stat_name(rows), Unit.of(table), figure=link)
+    return Study(rows[0], [(rows[0].dtype, table)], stat_name(rows), _unit(table), figure=link)
 
 
 @dataclass(frozen=True)
@@ -188,9 +162,7 @@ class SingleLevel:
     """(b) of the 2026 edition: the k the fp32 closed form picks, and the measured peaks of it and of its
     neighbours (no checkpointing stands for the next smaller block count's limit: it keeps every block)."""
 
-    size: str
-    batch: int
-    context: int
+    first: PolicyRow  # size, batch, context
     layers: int
     best_k: int  # the closed form's argmin
     rule: str
@@ -222,29 +194,14 @@ class SingleLevel:
         return self.case(smaller[-1] if smaller else None), self.case(larger[0]) if larger else None
 
 
-def single_level(rows: list[Bench]) -> SingleLevel | None:
-    rows = [b for b in rows if _cfg(b).study == STUDY_2026]
+def single_level(rows: list[PolicyRow]) -> SingleLevel | None:
+    rows = [r for r in rows if r.study == STUDY_2026]
     if not rows:
         return None
-    b0, ref = rows[0], _cfg(rows[0]).ref
-    terms = (b0.details.get("terms") or {}).get("closed_form_fp32") or {}
-    return SingleLevel(_label(b0), int(_cfg(b0).batch), int(_cfg(b0).context),
-                       ref.config.num_layers if ref else int(_cfg(b0).num_layers), int(b0.details["best_k"]),
-                       b0.details.get("best_k_rule", ""), terms.get("a_block"), terms.get("a_resid"),
-                       sorted(map(policy_row, rows), key=lambda c: -1 if c.k is None else c.k),
-                       max(str(b.run.datetime) for b in rows)[:10])
-
-
-@dataclass(frozen=True)
-class Nested:
-    """(a) from the `policies` study: nested checkpointing's row, and no checkpointing's at its dtype."""
-
-    row: PolicyRow
-    none: PolicyRow | None
-    dtype: str
-    size: str
-    context: int
-    layers: int | str
+    r0, terms = rows[0], (rows[0].details.get("terms") or {}).get("closed_form_fp32") or {}
+    return SingleLevel(r0, int(r0.model_layers), int(r0.details["best_k"]), r0.details.get("best_k_rule", ""),
+                       terms.get("a_block"), terms.get("a_resid"),
+                       sorted(rows, key=lambda c: -1 if c.k is None else c.k), newest_date(rows))
 
 
 @dataclass(frozen=True)
@@ -262,23 +219,18 @@ class BestK:
 
 
 @dataclass(frozen=True)
-class Section:
-    device: str
-    single: SingleLevel | None
-    policies: Study | None
-    depth: Study | None
-    not_run: list[Bench]
-    runs: RunsFacts
-
-
-@dataclass(frozen=True)
 class CheckpointingPage:
     device: str | None  # None: no GPU rows
     older_sizes: list[str]  # the older studies' measured sizes
-    nested: Nested | None
+    nested: PolicyRow | None  # (a) from the `policies` study (bf16 where measured)
+    nested_none: PolicyRow | None  # no checkpointing at its dtype
     best_k: BestK | None
-    single: SingleLevel | None  # the 2026 study, where its k's row was measured (then it answers (b))
-    section: Section | None
+    single: SingleLevel | None  # the 2026 study where its k's row was measured (then it answers (b))
+    study_2026: SingleLevel | None  # the 2026 study's table
+    policies: Study | None
+    depth: Study | None
+    not_run: list[PolicyRow]
+    runs: RunsFacts | None
     date: str = "–"  # the device's newest run
     asked: str = ASKED
     index_figures: tuple = ()
@@ -296,31 +248,25 @@ class CheckpointingPage:
 
     @property
     def sources(self) -> list[str]:
-        return self.section.runs.files if self.section else []
+        return self.runs.files if self.runs else []
 
 
 def facts(ctx: Context) -> CheckpointingPage:
     found = ctx.rows.per_gpu(PROBLEM)
     if not found:
-        return CheckpointingPage(None, [], None, None, None, None)
-    device, rows = found[0]  # the first (one-GPU) device answers
-    pol = [b for b in rows if _study(b) == "policies"]
-    dep = [b for b in rows if _study(b) == "depth"]
-    ok = [b for b in pol if b.status is Status.MEASURED]
-    bf = [b for b in ok if _cfg(b).dtype == "bf16"] or ok
-    nested, best = next((b for b in bf if _cfg(b).policy == "nested"), None), None
-    if nested:
-        none = next((b for b in pol if _cfg(b).policy == "none" and _cfg(b).dtype == _cfg(bf[0]).dtype), None)
-        ref = _cfg(nested).ref
-        nested = Nested(policy_row(nested), none and policy_row(none), _cfg(nested).dtype, _label(nested),
-                        int(_cfg(nested).context), ref.config.num_layers if ref else "–")
-    if ok and "best_k" in ok[0].details:
-        ks = sorted((b for b in bf if _cfg(b).policy == "every_k"), key=lambda b: _cfg(b).k)
-        best = BestK(ok[0].details.get("best_k"), ok[0].details.get("best_k_rule"), _cfg(bf[0]).dtype,
-                     [(int(_cfg(b).k), b.row.memory.peak_allocated) for b in ks])
+        return CheckpointingPage(None, [], None, None, None, None, None, None, None, [], None)
+    device, benches = found[0]  # the first (one-GPU) device answers
+    rows = [policy_row(b) for b in benches]
+    pol, dep = [r for r in rows if r.study == "policies"], [r for r in rows if r.study == "depth"]
+    ok = [r for r in pol if r.status is Status.MEASURED]
+    bf = [r for r in ok if r.dtype == "bf16"] or ok
+    nested = next((r for r in bf if r.policy == "nested"), None)
+    best = BestK(ok[0].details.get("best_k"), ok[0].details.get("best_k_rule"), bf[0].dtype,
+                 [(r.k, r.peak) for r in sorted((r for r in bf if r.policy == "every_k"), key=lambda r: r.k)]) \
+        if ok and "best_k" in ok[0].details else None
     sl = single_level(rows)
-    section = Section(device, sl, _policies(pol), _depth(dep, ctx, device),
-                      [b for b in pol + dep if b.status not in (Status.MEASURED, Status.OOM)], RunsFacts.of(device, rows))
-    return CheckpointingPage(device, sorted({_label(b) for b in ok}), nested, best,
-                             sl if sl and sl.best and sl.best.measured else None, section,
-                             max(str(b.run.datetime) for b in rows)[:10])
+    return CheckpointingPage(
+        device, sorted({r.size_name for r in ok}), nested,
+        nested and next((r for r in pol if r.policy == "none" and r.dtype == bf[0].dtype), None), best,
+        sl if sl and sl.best and sl.best.measured else None, sl, _policies(pol), _depth(dep, ctx, device),
+        [r for r in pol + dep if r.not_run], RunsFacts.of(device, benches), newest_date(benches))
