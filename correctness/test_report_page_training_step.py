@@ -75,7 +75,7 @@ def test_each_row_is_its_newest_measurement(tmp_path):
         ("02-01 07:16", 1e15, 1), ("02-02 14:11", 1e15, 3), ("02-02 14:30", 1e15, 1)]
     assert [(v.ours.config, v.same_run, v.ratio) for v in s.versus] == [("fast", True, "0.84×"),
                                                                          ("fast+cudagraphs", False, "0.74×")]
-    assert s.not_run == [] and s.stat == "median" and (s.warmup, s.rounds) == ("2", "5")
+    assert not any(r.not_run for r in s.rows) and s.stat == "median" and (s.warmup, s.rounds) == ("2", "5")
 
 
 def test_answers_read_the_same_run_pair_and_the_shape_with_most_configs(tmp_path):
@@ -128,7 +128,7 @@ def test_profiles_host_time_and_the_unattributed_marker(tmp_path):
             _row("2.7B", 512, "fast", FAST_NEW, details=dict(profile=_profile(160.0, (25.0, 52.0, 0.34)))),
             _row("2.7B", 512, "bf16", BF16, details=dict(profile=_profile(200.0, (50.0, 100.0, 40.0))))]
     w = _facts(tmp_path, rows).sections[0].time
-    assert w.host and w.short_phases == ["fwd", "bwd", "opt"] and w.categories == ["matmul"]
+    assert w.host and w.phases == ["forward", "backward", "optimizer step"] and w.categories == ["matmul"]
     assert [(r.size, r.config, r.unattributed) for r in w.rows] == [("xl", "bf16", False), ("2.7B", "bf16", False),
                                                                     ("2.7B", "fast", True)]
     assert w.marked and w.example.config == "fast"
@@ -175,7 +175,7 @@ def test_bench_layer_cells_and_rows_not_run(tmp_path):
     assert cells["bf16"][3:12] == ["200.0 ± 2.0", "10,000", "15.0%", "30.0%", "1.00×", "–", "1.50", "–", "–"]
     assert cells["fast"][7] == "0.50×" and cells["fast"][10:12] == ["12.00", 2]
     assert cells["anchor"][3] == "–" and cells["anchor"][12] == "not run"
-    assert [x.config for x in s.not_run] == ["anchor"] and s.not_run[0].reason == "time budget exhausted"
+    assert [(x.config, x.reason) for x in s.rows if x.not_run] == [("anchor", "time budget exhausted")]
     assert s.csv is None and s.peaks == PEAKS
 
 

@@ -1,14 +1,11 @@
-"""training_step (the suite's own, perf/test_training_step.py): the full training step ablated. Per GPU
-device: what each config runs (per size where a config's settings differ between sizes), the ablation
-(step time, tokens/s, MFU, peak memory, compile time; a CSV where it is long), the runs it comes from,
-ours against the anchor, repeated runs, tokens/s as bars, and where the time of the profiled steps goes.
-A device's folder may hold several runs (one file per GPU command): each (size, context, config) shows
-its newest measurement. The first device answers the questions. templates/training_step.md.j2 holds
-every word but the ablation CSV's cells (`ablation_cells`, shared by the CSV and the inline table)."""
+"""training_step (perf/test_training_step.py): the full training step ablated, per GPU device: the config legend,
+the ablation (a CSV where long), its runs, ours against the anchor, repeated runs, tokens/s bars and where the
+profiled steps' time goes. Each (size, context, config) shows its newest measurement; the first device answers.
+templates/training_step.md.j2 holds every word but the ablation's cells (`ablation_cells`, shared with its CSV)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -49,8 +46,8 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class StepConfig:
-    """The config keys this page reads (rows.view)."""
+class Step:
+    """One row: its config (rows.view) and, from step(), what it measured."""
 
     size: str | None = None
     context: int | None = None
@@ -63,32 +60,27 @@ class StepConfig:
     compile_backend: str | None = None
     optimizer: str | None = None
     fused_ce: bool | None = None
+    status: Status | None = None
+    reason: str | None = None
+    step_s: float | None = None
+    std_s: float | None = None
+    iqr_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    mfu_measured: float | None = None
+    peak_bytes: int | None = None
+    first_step_s: float | None = None
+    details: dict = field(default_factory=dict, repr=False)
+    datetime: str = ""
+    commit: str = ""
+    section: str = ""
+    peaks: Peaks | None = None  # the matmul peak measured in the row's run (its MFU's denominator), the datasheet's
 
-
-@dataclass(frozen=True)
-class Step:
-    """One training_step row as the page reads it."""
-
-    size: str
-    context: int
-    config: str
-    status: Status
-    reason: str | None
-    step_s: float | None
-    std_s: float | None
-    iqr_s: float | None
-    tokens_per_s: float | None
-    mfu: float | None
-    mfu_measured: float | None
-    peak_bytes: int | None
-    first_step_s: float | None
-    details: dict
-    settings: Settings
-    datetime: str
-    commit: str
-    section: str
-    peaks: Peaks | None  # the matmul peak measured in the row's run (its MFU's denominator), the datasheet's
-    batch: int | None
+    @property
+    def settings(self) -> Settings:
+        return Settings(self.dtype, self.weights or "fp32", self.attn_impl, self.compile,
+                        None if self.compile_backend is None or self.compile == "none" else self.compile_backend,
+                        self.optimizer, bool(self.fused_ce))
 
     @property
     def matmul_peak(self) -> float | None:
@@ -110,42 +102,37 @@ class Step:
 
     @property
     def order(self) -> tuple:
-        rank = CONFIG_ORDER.index(self.config) if self.config in CONFIG_ORDER else 99
-        return size_rank(self.size), self.context, rank
+        return size_rank(self.size), self.context, CONFIG_ORDER.index(self.config) if self.config in CONFIG_ORDER else 99
 
     @property
     def profile(self) -> dict | None:
         return self.details.get("profile")
 
     @property
-    def unattributed(self) -> bool:
-        """Profiled before launch_ops, in a config that ran one of our launchers outside a torch op: AdamWMaster,
-        or FlashAttention eagerly (compiled, it ran as custom ops): those kernels are missing from the profile."""
-        s = self.settings
-        ours = self.adamw_master or (s.attn_impl == "flash_triton" and s.compile == "none")
-        return ours and self.profile is not None and not self.profile.get("launch_ops")
+    def adamw_master(self) -> bool:
+        return str(self.optimizer or "").startswith("adamw_master")
 
     @property
-    def adamw_master(self) -> bool:
-        return str(self.settings.optimizer or "").startswith("adamw_master")
+    def unattributed(self) -> bool:
+        """Profiled before launch_ops, in a config that ran one of our launchers outside a torch op (AdamWMaster,
+        or FlashAttention eagerly; compiled, it ran as custom ops): those kernels are missing from the profile."""
+        ours = self.adamw_master or (self.attn_impl == "flash_triton" and self.compile == "none")
+        return ours and self.profile is not None and not self.profile.get("launch_ops")
 
 
 def step(b: Bench) -> Step:
-    c, st = view(StepConfig, b), b.stats
-    first = b.metric(Metric.FIRST_CALL_S)
-    return Step(c.size, int(c.context), c.config, b.status, b.row.reason, b.step_s, st and st.stddev, st and st.iqr,
-                b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU), b.metric(Metric.MFU_MEASURED_PEAK),
-                b.row.memory.peak_allocated, b.details.get("first_step_s") if missing(first) else first, b.details,
-                Settings(c.dtype, c.weights or "fp32", c.attn_impl, c.compile,
-                         None if c.compile_backend is None or c.compile == "none" else c.compile_backend,
-                         c.optimizer, bool(c.fused_ce)),
-                str(b.run.datetime or ""), b.run.commit, b.run.section, b.row.peaks, c.batch)
+    c, st, first = view(Step, b), b.stats, b.metric(Metric.FIRST_CALL_S)
+    return replace(c, context=int(c.context), status=b.status, reason=b.row.reason, step_s=b.step_s,
+                   std_s=st and st.stddev, iqr_s=st and st.iqr, tokens_per_s=b.metric(Metric.TOKENS_PER_S),
+                   mfu=b.metric(Metric.MFU), mfu_measured=b.metric(Metric.MFU_MEASURED_PEAK),
+                   peak_bytes=b.row.memory.peak_allocated,
+                   first_step_s=b.details.get("first_step_s") if missing(first) else first, details=b.details,
+                   datetime=str(b.run.datetime or ""), commit=b.run.commit, section=b.run.section, peaks=b.row.peaks)
 
 
 def latest(every: list[Step]) -> list[Step]:
-    """One row per (size, context, config): from the newest run that ran it (an OOM is a result and counts as
-    run), else the newest run's not-run row: a command cut at its time limit leaves rows "not run" that an
-    earlier run measured, and a later command may measure only a few configs."""
+    """One row per (size, context, config): from the newest run that ran it (an OOM is a result), else the newest
+    run's not-run row: a command cut at its time limit leaves rows "not run" that an earlier run measured."""
     out, seen = [], set()
     for s in sorted(every, key=lambda s: (s.status in (Status.MEASURED, Status.OOM), s.datetime), reverse=True):
         if (s.size, s.context, s.config) not in seen:
@@ -175,23 +162,17 @@ def noise_ratio(ours: Step, ref: Step | None) -> str:
     return f"{ours.step_s / ref.step_s:.2f}×"
 
 
-def _compile_cell(info: dict) -> str:
-    """compile_s where the row's first step compiled; "reused" where it ran graphs compiled at an earlier
-    context of its size; "–" for eager configs."""
-    if info.get("compiled_now"):
-        return num(info.get("compile_s"), 2)
-    return "reused" if info.get("reused_graph") else "–"
-
-
 def ablation_cells(s: Step, base: Step | None) -> list:
-    """ABLATION_HEADER's cells of a row (the CSV's and the inline table's); `base`: bf16 of its (size, context)."""
-    ok = s.ok
-    vs = "1.00×" if ok and s.config == "bf16" else noise_ratio(s, base) if ok and base is not None else "–"
-    status = "not run" if s.not_run else "OOM" if s.status is Status.OOM else ""
-    return [s.config, s.size, s.context, ms(s.step_s, s.std_s) if ok else "–", num(s.tokens_per_s, 0) if ok else "–",
-            pct(s.mfu) if ok else "–", pct(s.mfu_measured) if ok else "–", vs, gib(s.peak_bytes) if ok else "–",
-            num(s.first_step_s, 2) if ok else "–", _compile_cell(s.details) if ok else "–",
-            s.details.get("new_graphs", "–") if ok else "–", status, s.run, f"`{s.commit or '–'}`"]
+    """ABLATION_HEADER's cells of a row (the CSV's and the inline table's); `base`: bf16 of its (size, context).
+    compile: compile_s where the first step compiled, "reused" where it ran an earlier context's graphs."""
+    if not s.ok:
+        return [s.config, s.size, s.context] + ["–"] * 9 + ["not run" if s.not_run else "OOM" if s.status is Status.OOM
+                                                          else "", s.run, f"`{s.commit or '–'}`"]
+    d = s.details
+    compiled = num(d.get("compile_s"), 2) if d.get("compiled_now") else "reused" if d.get("reused_graph") else "–"
+    return [s.config, s.size, s.context, ms(s.step_s, s.std_s), num(s.tokens_per_s, 0), pct(s.mfu), pct(s.mfu_measured),
+            "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–", gib(s.peak_bytes),
+            num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.run, f"`{s.commit or '–'}`"]
 
 
 # ---- the tables of a device's section ------------------------------------------------------------
@@ -209,17 +190,12 @@ def legend(d: list[Step]) -> list[LegendRow]:
     by: dict[str, list[Step]] = {}
     for s in sorted(ordered(d), key=lambda s: s.order[2]):
         by.setdefault(s.config, []).append(s)
-    out = []
-    for config, rows in by.items():
-        for settings in dict.fromkeys(s.settings for s in rows):
-            sizes: dict[str, list[int]] = {}
-            for s in rows:
-                if s.settings == settings:
-                    sizes.setdefault(s.size, []).append(s.context)
-            out.append(LegendRow(config, [
-                (size, None if sorted(set(cs)) == sorted({s.context for s in rows if s.size == size})
-                 else sorted(set(cs))) for size, cs in sizes.items()], settings))
-    return out
+
+    def contexts(rows, size, settings=None):
+        return sorted({s.context for s in rows if s.size == size and settings in (None, s.settings)})
+    return [LegendRow(config, [(size, None if contexts(rows, size, x) == contexts(rows, size) else contexts(rows, size, x))
+                               for size in dict.fromkeys(s.size for s in rows if s.settings == x)], x)
+            for config, rows in by.items() for x in dict.fromkeys(s.settings for s in rows)]
 
 
 @dataclass(frozen=True)
@@ -231,14 +207,6 @@ class RunRow:
     sections: list[str]
     matmul_peak: float | None
     rows: int
-
-
-def runs_table(d: list[Step]) -> list[RunRow]:
-    by: dict[str, list[Step]] = {}
-    for s in d:
-        by.setdefault(s.run, []).append(s)
-    return [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
-                   next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by.items())]
 
 
 @dataclass(frozen=True)
@@ -257,18 +225,6 @@ class Versus:
         return noise_ratio(self.ours, self.anchor)
 
 
-def versus_anchor(d: list[Step]) -> list[Versus]:
-    out = []
-    for g in groups(d).values():
-        a = next((s for s in g if s.config == "anchor"), None)
-        if a is not None and a.ok:
-            for name in OURS:
-                r = next((s for s in g if s.config == name), None)
-                if r is not None and r.ok:
-                    out.append(Versus(r, a))
-    return out
-
-
 def repeats(every: list[Step]) -> list[tuple[Step, float | None]]:
     """Ours and the anchor, every run that measured them where a (size, context, config) ran in more than one
     (the newest-row tables hide run-to-run spread); ours with its step ÷ the anchor of its own run."""
@@ -277,18 +233,9 @@ def repeats(every: list[Step]) -> list[tuple[Step, float | None]]:
     by: dict = {}
     for s in d:
         by.setdefault((s.size, s.context, s.config), []).append(s)
-    out = []
-    for (size, ctx, config), g in by.items():
-        if len({s.datetime for s in g}) > 1:
-            for s in sorted(g, key=lambda s: s.datetime):
-                a = anchor.get((size, ctx, s.datetime)) if config != "anchor" else None
-                out.append((s, s.step_s / a if a else None))
-    return out
-
-
-# Profiles from before step_breakdown recorded "launch_ops" missed the kernels of our own Triton launchers
-# (impl.runtime.launch_ctx): their rows are marked and footnoted.
-SHORT_PHASE = {"forward": "fwd", "backward": "bwd", "optimizer step": "opt"}
+    return [(s, s.step_s / a if a else None) for g in by.values() if len({s.datetime for s in g}) > 1
+            for s in sorted(g, key=lambda s: s.datetime)
+            for a in [anchor.get((s.size, s.context, s.datetime)) if s.config != "anchor" else None]]
 
 
 @dataclass(frozen=True)
@@ -305,10 +252,6 @@ class TimeSection:
     top: list[tuple[Step, dict]]  # OURS' top kernels
 
     @property
-    def configs(self) -> list[str]:
-        return list(dict.fromkeys(s.config for s in self.rows))
-
-    @property
     def marked(self) -> bool:
         return any(s.unattributed for s in self.rows)
 
@@ -316,26 +259,17 @@ class TimeSection:
     def failed(self) -> list[Step]:
         return [s for s in self.rows if "profile_error" in s.details]
 
-    @property
-    def profiled(self) -> bool:
-        return any(s.profile for s in self.rows)
-
-    @property
-    def short_phases(self) -> list[str]:
-        return [SHORT_PHASE.get(ph, ph) for ph in self.phases]
-
 
 def time_section(d: list[Step]) -> TimeSection | None:
     p = [s for s in ordered(d) if "profile" in s.details or "profile_error" in s.details]
-    if not p:
-        return None
     profiles = [s.profile for s in p if s.profile]
     first = profiles[0] if profiles else {}
-    cats = [c for c in first.get("category_ms", {}) if any(pr["category_ms"].get(c, 0.0) > 0 for pr in profiles)]
-    return TimeSection(p, list(first.get("phase_ms", {})), cats, any("phase_host_ms" in pr for pr in profiles),
-                       first.get("warmup_steps", "–"), first.get("timing_source") == "kernels",
-                       next((s for s in p if s.unattributed and s.adamw_master), None),
-                       [(s, k) for s in p if s.config in OURS for k in (s.profile or {}).get("top", [])])
+    return p and TimeSection(
+        p, list(first.get("phase_ms", {})),
+        [c for c in first.get("category_ms", {}) if any(pr["category_ms"].get(c, 0.0) > 0 for pr in profiles)],
+        any("phase_host_ms" in pr for pr in profiles), first.get("warmup_steps", "–"), first.get("timing_source") == "kernels",
+        next((s for s in p if s.unattributed and s.adamw_master), None),
+        [(s, k) for s in p if s.config in OURS for k in (s.profile or {}).get("top", [])]) or None
 
 
 def _plot(d: list[Step], path) -> bool:
@@ -345,15 +279,11 @@ def _plot(d: list[Step], path) -> bool:
     if not configs or not any(s.ok for s in d):
         return False
     fig, ax = figures.new(figsize=(8, 4.2))
-    width = 0.8 / len(configs)
-    x = np.arange(len(gs))
+    width, x = 0.8 / len(configs), np.arange(len(gs))
     for i, cfg in enumerate(configs):
-        heights = []
-        for g in gs.values():
-            r = next((s for s in g if s.config == cfg), None)
-            heights.append(float("nan") if r is not None and r.ok and r.tokens_per_s is None
-                           else r.tokens_per_s if r is not None and r.ok else 0.0)
-        ax.bar(x + (i - (len(configs) - 1) / 2) * width, heights, width, label=cfg)
+        cells = [next((s for s in g if s.config == cfg and s.ok), None) for g in gs.values()]
+        ax.bar(x + (i - (len(configs) - 1) / 2) * width, [0.0 if r is None else float("nan") if r.tokens_per_s is None
+                                                          else r.tokens_per_s for r in cells], width, label=cfg)
     ax.set_xticks(x, labels=[f"{s} ctx {c}" for s, c in gs])
     ax.set(ylabel="tokens/s (training step)", title="training_step: ablation (missing bar = OOM / not run)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
@@ -379,10 +309,6 @@ class Section:
     runs: RunsFacts
 
     @property
-    def batch(self) -> int:
-        return int(self.rows[0].batch)
-
-    @property
     def peaks(self) -> Peaks | None:
         """The first row's run's measured matmul peak (the method names it where the rows come from one run)."""
         return next((s.peaks for s in self.rows if s.peaks), None)
@@ -398,27 +324,27 @@ class Section:
         cell = {(r[0], r[1], r[2]): r for r in self.ablation}
         return cols, [(c, [cell.get((c, *g)) for g in cols]) for c in CONFIG_ORDER if any(r[0] == c for r in self.ablation)]
 
-    @property
-    def not_run(self) -> list[Step]:
-        return [s for s in self.rows if s.not_run]
-
 
 def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     every = [step(b) for b in benches]
     d = latest(every)
-    cells = []
-    for g in groups(d).values():
-        base = next((s for s in g if s.config == "bf16"), None)
-        cells += [ablation_cells(s, base) for s in g]
-    csv = write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) \
-        if len(cells) > INLINE_ROWS else None
-    fig_name = f"{SLUG}-{device}-ablation.png"
+    cells = [ablation_cells(s, next((x for x in g if x.config == "bf16"), None)) for g in groups(d).values() for s in g]
     kept = {id(s) for s in d}
     ran = [b for b, s in zip(benches, every) if id(s) in kept]
-    warm, rounds = timing_text(ran)
-    return Section(device, d, stat_name(ran), warm, rounds, legend(d), cells, csv, runs_table(d), versus_anchor(d),
-                   repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None,
-                   time_section(d), RunsFacts.of(device, benches))
+    fig_name = f"{SLUG}-{device}-ablation.png"
+    by_run: dict[str, list[Step]] = {}
+    for s in d:
+        by_run.setdefault(s.run, []).append(s)
+    by_shape = [{s.config: s for s in g} for g in groups(d).values()]
+    return Section(
+        device, d, stat_name(ran), *timing_text(ran), legend(d), cells,
+        write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) if len(cells) > INLINE_ROWS
+        else None,
+        [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
+                next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
+        [Versus(g[o], g["anchor"]) for g in by_shape if "anchor" in g and g["anchor"].ok for o in OURS if o in g and g[o].ok],
+        repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
+        RunsFacts.of(device, benches))
 
 
 # ---- the answers (the first device) ------------------------------------------------------------
@@ -451,8 +377,7 @@ def _ablation(ok: list[Step]) -> Ablation:
     base = g.get("bf16")
     if base is None:
         return Ablation(size, c, None, None, [], None, None, 1.0)
-    singles = [x for x in g if x.startswith("+")]
-    r = {x: vs(g[x], base, "bf16") for x in g}
+    singles, r = [x for x in g if x.startswith("+")], {x: vs(g[x], base, "bf16") for x in g}
     top = min(singles, key=lambda x: r[x].value, default=None)
     best = min((x for x in g if x != "anchor"), key=lambda x: g[x].step_s)
     return Ablation(size, c, base, (top, r[top]) if top else None, [x for x in singles if r[x].noise], g[best],
@@ -467,18 +392,6 @@ class Pair:
     anchor: Step
     vs: Ratio
     pairs: int  # how many same-run pairs there are
-
-
-def _pair(ok: list[Step]) -> Pair | None:
-    by: dict = {}
-    for s in sorted(ok, key=lambda s: (s.size, s.context)):  # the groups in key order
-        by.setdefault((s.size, s.context), {})[s.config] = s
-    pairs = [(g[o], g["anchor"]) for g in by.values() if "anchor" in g for o in OURS
-             if o in g and g[o].datetime == g["anchor"].datetime]
-    if not pairs:
-        return None
-    r, a = max(pairs, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context))
-    return Pair(r, a, vs(r, a, "the anchor's step"), len(pairs))
 
 
 @dataclass(frozen=True)
@@ -506,12 +419,11 @@ class TrainingStepPage:
 
 
 def facts(ctx: Context) -> TrainingStepPage:
-    sections = []
-    for device, newest in ctx.rows.per_gpu(PROBLEM):
-        # every run of the device: a later command may have left a row "not run" that an earlier one
-        # measured, and repeated rows show their spread
-        sections.append(_section(ctx, device, newest + [b for b in ctx.rows.history
-                                                        if b.run.device == device and b.problem == PROBLEM]))
+    # every run of each device: a later command may have left a row "not run" that an earlier one measured, and
+    # repeated rows show their spread
+    sections = [_section(ctx, device, newest + [b for b in ctx.rows.history if b.run.device == device
+                                                 and b.problem == PROBLEM])
+                for device, newest in ctx.rows.per_gpu(PROBLEM)]
     figs = tuple((INDEX_CAPTION.format(device=s.device), s.figure) for s in sections if s.figure)[:1]
     ok = [s for s in sections[0].rows if s.ok] if sections else []
     if not ok:
@@ -519,4 +431,12 @@ def facts(ctx: Context) -> TrainingStepPage:
     ours = [s for s in ok if s.config in OURS]
     mfu = next((k for k in ("mfu", "mfu_measured") if any(getattr(s, k) is not None for s in ours)), None)
     top = max((s for s in ours if getattr(s, mfu) is not None), key=lambda s: getattr(s, mfu)) if mfu else None
-    return TrainingStepPage(True, _ablation(ok), top, _pair(ok), sections, figs)
+    # the same-run pairs of ours and the anchor; the largest (size, context) answers
+    by: dict = {}
+    for s in sorted(ok, key=lambda s: (s.size, s.context)):
+        by.setdefault((s.size, s.context), {})[s.config] = s
+    pairs = [(g[o], g["anchor"]) for g in by.values() if "anchor" in g for o in OURS
+             if o in g and g[o].datetime == g["anchor"].datetime]
+    r, a = max(pairs, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context)) if pairs else (None, None)
+    return TrainingStepPage(True, _ablation(ok), top, pairs and Pair(r, a, vs(r, a, "the anchor's step"), len(pairs))
+                            or None, sections, figs)
