@@ -2,11 +2,11 @@
 at contexts 128 and 2048. The first GPU device answers; templates/memory_profiling.md.j2 holds every word."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from impl import accounting as acc
 from impl.bench.row import Status
-from impl.model.sizes import SizeRef, size_rank
+from impl.model.sizes import ModelConfig, SizeRef, size_rank
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
@@ -177,9 +177,7 @@ def largest_allocations(ok: list[MemCase]) -> tuple[int | None, list[NamedAlloca
 class Memory2025Facts:
     size: str
     param_bytes: int  # fp32 parameters
-    d_model: int
-    d_ff: int
-    layers: int
+    model: ModelConfig  # its dimensions
     contexts: list[int]  # the measured fp32 training steps', ascending
     peaks: dict[tuple[int, str, str], int]  # (context, dtype, mode) -> peak allocated
     forward: Phase | None  # fp32 forward-only timeline at the longest context
@@ -221,7 +219,7 @@ def memory_2025_facts(rows: list[MemCase]) -> Memory2025Facts | None:
     contexts = sorted(c.context for c in ok if (c.dtype, c.mode) == ("fp32", "train_step"))
     last, m = contexts[-1] if contexts else None, ok[0].ref.config
     return Memory2025Facts(
-        ok[0].label, m.params * 4, m.d_model, m.d_ff, m.num_layers, contexts,
+        ok[0].label, m.params * 4, m, contexts,
         {(c.context, c.dtype, c.mode): c.peak_bytes for c in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
@@ -246,10 +244,10 @@ class BlockProbe:
 
     context: int
     dtype: str
-    block: int
-    saved_bytes: int
     closed_form_bytes: int | None
     top: list[SavedOp]
+    block: int  # this and the fields below: details["block_memory"]'s keys
+    saved_bytes: int
     top_share: float
     backward_change_bytes: list[int]  # per probed block, allocated after − before its backward
     grad_bytes_measured: int
@@ -257,7 +255,7 @@ class BlockProbe:
     block_params: int
 
     @property
-    def grad_from_change(self) -> int:
+    def grad_from_change(self) -> int:  # what a block's backward leaves: its change plus the saved tensors it freed
         return self.backward_change_bytes[0] + self.saved_bytes
 
     @property
@@ -268,10 +266,8 @@ class BlockProbe:
 def _probe(c: MemCase) -> BlockProbe | None:
     m = c.details.get("block_memory")
     return None if not m else BlockProbe(
-        int(c.context), c.dtype, int(m["block"]), int(m["saved_bytes"]), c.details.get("block_saved_bytes_closed_form_fp32"),
-        [SavedOp(t["op"], t["module"], int(t["nbytes"]), float(t["share"])) for t in m["top"]], float(m["top_share"]),
-        [int(x) for x in m["backward_change_bytes"]], int(m["grad_bytes_measured"]), int(m["grad_bytes_expected"]),
-        int(m["block_params"]))
+        c.context, c.dtype, c.details.get("block_saved_bytes_closed_form_fp32"),
+        [SavedOp(t["op"], t["module"], t["nbytes"], t["share"]) for t in m["top"]], **{x.name: m[x.name] for x in fields(BlockProbe)[4:]})
 
 
 def _residual(c: MemCase) -> Residual | None:

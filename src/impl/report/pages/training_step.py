@@ -211,18 +211,11 @@ class RunRow:
 
 @dataclass(frozen=True)
 class Versus:
-    """One of OURS beside the anchor of its (size, context)."""
+    """One of OURS beside the anchor of its (size, context): ours ÷ the anchor (noise_ratio)."""
 
     ours: Step
     anchor: Step
-
-    @property
-    def same_run(self) -> bool:
-        return self.ours.datetime == self.anchor.datetime
-
-    @property
-    def ratio(self) -> str:
-        return noise_ratio(self.ours, self.anchor)
+    ratio: str
 
 
 def repeats(every: list[Step]) -> list[tuple[Step, float | None]]:
@@ -314,10 +307,6 @@ class Section:
         return next((s.peaks for s in self.rows if s.peaks), None)
 
     @property
-    def run_labels(self) -> list[str]:
-        return sorted({s.run for s in self.rows})
-
-    @property
     def grid(self) -> tuple[list[tuple[str, int]], list[tuple[str, list[list | None]]]]:
         """The ablation at a glance: (size, context) columns, and per config its cells of each."""
         cols = list(dict.fromkeys((r[1], r[2]) for r in self.ablation))
@@ -342,7 +331,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
         else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
-        [Versus(g[o], g["anchor"]) for g in by_shape if "anchor" in g and g["anchor"].ok for o in OURS if o in g and g[o].ok],
+        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_shape if "anchor" in g and g["anchor"].ok for o in OURS if o in g and g[o].ok],
         repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
         RunsFacts.of(device, benches))
 
