@@ -93,7 +93,8 @@ def test_policy_table_rows_ooms_and_rows_not_run_are_named(tmp_path):
     assert pol.unit == "GiB" and pol.stat == "median" and pol.first.details["ks"] == [1, 2, 7]
     assert [d for d, _ in pol.by_dtype] == ["bf16", "fp32"]
     rows = dict(pol.by_dtype)["bf16"]
-    assert [r.label for r in rows] == ["none", "nested", "every_k k=1", "every_k k=2", "every_k k=7"]
+    assert [(r.policy, r.k) for r in rows] == [("none", None), ("nested", None), ("every_k", 1), ("every_k", 2),
+                                               ("every_k", 7)]
     nested = rows[1]
     assert (nested.peak / GiB, nested.predicted / GiB, nested.over_predicted, nested.closed_form / GiB) == (
         2.5, 2.0, 1.25, 3.0)

@@ -64,7 +64,8 @@ def _rows_2026():
 def test_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():
     old = _mem(dict(size="2.7B", context=512, dtype="fp32", mode="forward"), 1)
     m = page.memory_2026_facts([page.mem_case(b) for b in [old] + _rows_2026()])
-    assert m.size.startswith("xl (2026)") and m.contexts == [2048] and m.params == SizeRef("2026", "xl").config.params and m.date == "2026-11-24"
+    assert m.size.startswith("xl (2026)") and m.contexts == [2048] and m.date == "2026-11-24"
+    assert m.params == SizeRef("2026", "xl").config.params
     c = m.case(2048, "fp32", "forward")
     assert c.peak_bytes == 19_000_000_000 and m.case(2048, "fp32", "train_step").need_bytes == 204.8e9
     r, = m.residuals

@@ -55,10 +55,6 @@ class PolicyRow:
     run: RunRef | None = None
 
     @property
-    def label(self) -> str:
-        return self.policy + ("" if self.k is None else f" k={self.k}")
-
-    @property
     def size_name(self) -> str:
         return size_label(size_ref(self.size, self.edition), self.size)
 
@@ -122,6 +118,8 @@ def _unit(rows: list[PolicyRow]) -> str:
 
 
 def _policies(rows: list[PolicyRow]) -> Study | None:
+    if not rows:
+        return None
     by: dict[str, list[PolicyRow]] = {}
     for r in rows:
         by.setdefault(r.dtype, []).append(r)
@@ -130,9 +128,9 @@ def _policies(rows: list[PolicyRow]) -> Study | None:
         return next((r.details["terms"] for r in rs if "terms" in r.details), {})
     table = [(d, sorted(rs, key=lambda r: POLICY_ORDER[r.policy] * 10_000 + (r.k or 0))) for d, rs in by.items()]
     cf = terms(rows).get("closed_form_fp32")
-    return rows and Study(rows[0], table, stat_name(rows), _unit(rows), Terms("fp32", cf["a_block"], cf["a_resid"]) if cf else None,
-                          tuple(Terms(d, h["a_block"], h["a_resid"], h["a_outside"]) for d, rs in by.items()
-                                for h in [terms(rs).get("hook_terms")] if h)) or None
+    return Study(rows[0], table, stat_name(rows), _unit(rows), Terms("fp32", cf["a_block"], cf["a_resid"]) if cf else None,
+                 tuple(Terms(d, h["a_block"], h["a_resid"], h["a_outside"]) for d, rs in by.items()
+                       for h in [terms(rs).get("hook_terms")] if h))
 
 
 def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:

@@ -267,7 +267,8 @@ def _probe(c: MemCase) -> BlockProbe | None:
     m = c.details.get("block_memory")
     return None if not m else BlockProbe(
         c.context, c.dtype, c.details.get("block_saved_bytes_closed_form_fp32"),
-        [SavedOp(t["op"], t["module"], t["nbytes"], t["share"]) for t in m["top"]], **{x.name: m[x.name] for x in fields(BlockProbe)[4:]})
+        [SavedOp(t["op"], t["module"], t["nbytes"], t["share"]) for t in m["top"]],
+        **{x.name: m[x.name] for x in fields(BlockProbe)[4:]})
 
 
 def _residual(c: MemCase) -> Residual | None:
@@ -318,12 +319,16 @@ class Memory2026Facts:
 
 def memory_2026_facts(rows: list[MemCase]) -> Memory2026Facts | None:
     rows = [c for c in rows if str(c.edition) == "2026"]
-    return rows and Memory2026Facts(
+    if not rows:
+        return None
+    return Memory2026Facts(
         rows[0].label, int(rows[0].batch), rows[0].ref.config.params,
-        sorted((c for c in rows if c.mode in ("forward", "train_step")), key=lambda c: (c.context, c.dtype != "fp32", c.mode)),
-        sorted(filter(None, (_residual(c) for c in rows if (c.mode, c.dtype) == ("forward", "fp32"))), key=lambda r: r.context),
+        sorted((c for c in rows if c.mode in ("forward", "train_step")),
+               key=lambda c: (c.context, c.dtype != "fp32", c.mode)),
+        sorted(filter(None, (_residual(c) for c in rows if (c.mode, c.dtype) == ("forward", "fp32"))),
+               key=lambda r: r.context),
         sorted(filter(None, (_probe(c) for c in rows if c.mode == "block_probe")), key=lambda p: (p.context, p.dtype)),
-        newest_date(rows)) or None
+        newest_date(rows))
 
 
 # ---- the 2026 questions without 2026 measurements: an earlier grid's rows at those contexts --------
@@ -432,12 +437,13 @@ def facts(ctx: Context) -> MemoryPage:
     if f is None:
         return missing
     m26 = memory_2026_facts(d26)
-    m26 = m26 and any(c.measured for c in m26.cases) and replace(m26, figures=tuple(
-        (mode, link) for mode in ("forward", "train_step") for link in [_draw(
+    if m26 is None or not any(c.measured for c in m26.cases):  # the earlier grid's rows stand in
+        m26, grid = None, d26 or earlier
+    else:
+        m26, grid = replace(m26, figures=tuple((mode, link) for mode in ("forward", "train_step") for link in [_draw(
             ctx, f"{device}-2026-{mode}", f"{m26.size} {mode.replace('_', ' ')}: active memory ({device}, {m26.date})",
             [(f"{c.dtype}, context {c.context}", c.timeline) for c in m26.cases if c.mode == mode and c.timeline],
-            from_zero=False)] if link)) or None
-    grid = [] if m26 else d26 or earlier
+            from_zero=False)] if link)), []
     timelines = []
     for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
         g = [c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]

@@ -255,14 +255,16 @@ class TimeSection:
 
 def time_section(d: list[Step]) -> TimeSection | None:
     p = [s for s in ordered(d) if "profile" in s.details or "profile_error" in s.details]
+    if not p:
+        return None
     profiles = [s.profile for s in p if s.profile]
     first = profiles[0] if profiles else {}
-    return p and TimeSection(
+    return TimeSection(
         p, list(first.get("phase_ms", {})),
         [c for c in first.get("category_ms", {}) if any(pr["category_ms"].get(c, 0.0) > 0 for pr in profiles)],
-        any("phase_host_ms" in pr for pr in profiles), first.get("warmup_steps", "–"), first.get("timing_source") == "kernels",
-        next((s for s in p if s.unattributed and s.adamw_master), None),
-        [(s, k) for s in p if s.config in OURS for k in (s.profile or {}).get("top", [])]) or None
+        any("phase_host_ms" in pr for pr in profiles), first.get("warmup_steps", "–"),
+        first.get("timing_source") == "kernels", next((s for s in p if s.unattributed and s.adamw_master), None),
+        [(s, k) for s in p if s.config in OURS for k in (s.profile or {}).get("top", [])])
 
 
 def _plot(d: list[Step], path) -> bool:
@@ -331,7 +333,8 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
         else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
-        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_shape if "anchor" in g and g["anchor"].ok for o in OURS if o in g and g[o].ok],
+        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_shape if "anchor" in g and g["anchor"].ok
+         for o in OURS if o in g and g[o].ok],
         repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
         RunsFacts.of(device, benches))
 
@@ -427,5 +430,5 @@ def facts(ctx: Context) -> TrainingStepPage:
     pairs = [(g[o], g["anchor"]) for g in by.values() if "anchor" in g for o in OURS
              if o in g and g[o].datetime == g["anchor"].datetime]
     r, a = max(pairs, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context)) if pairs else (None, None)
-    return TrainingStepPage(True, _ablation(ok), top, pairs and Pair(r, a, vs(r, a, "the anchor's step"), len(pairs))
-                            or None, sections, figs)
+    return TrainingStepPage(True, _ablation(ok), top, Pair(r, a, vs(r, a, "the anchor's step"), len(pairs)) if pairs
+                            else None, sections, figs)
