@@ -116,8 +116,8 @@ def test_without_2026_rows_an_earlier_grid_at_its_contexts_is_named_not_the_answ
     e = f.earlier
     assert not e.own and e.size == SizeRef("2025", "xl").label and e.contexts == [128, 2048]
     assert f.no_2026_sizes == [SizeRef("2025", "xl").label]
-    assert [p.context for p in e.peaks] == [128, 2048] and e.peaks[1].fwd16 is None and e.peaks[0].step32.measured
-    assert [r.context for r in e.residuals] == [128, 2048]
+    assert [p.context for p in e.peaks] == [128, 2048] and e.peaks[1].cells[2] is None and e.peaks[0].cells[1].measured
+    assert [(r.context, r.dtype, r.bytes_per_elem) for r in e.residual_rows] == [(128, "fp32", 4), (2048, "fp32", 4)]
     assert f.scores[P] == page.Scored(Kind.MEASURED, "H100", "2026-11-22")
 
 

@@ -135,8 +135,8 @@ class LargestTable:
     rows: list[tuple[int, int, str, list[str]]]  # (bytes, count, tensor of that size, frames)
 
 
-def shape_labels(m, batch: int, context: int, dtype: str) -> dict[int, str]:
-    """Bytes → the model's (ModelConfig `m`) tensors of that size, fp32 (and bf16 under autocast), all named."""
+def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[int, str]:
+    """Bytes → the model's tensors of that size, fp32 (and bf16 under autocast), all named."""
     out: dict[int, list[str]] = {}
     for nbytes, kind in ((4, "fp32"), (2, "bf16")) if dtype == "bf16" else ((4, "fp32"),):
         for n, what in ((m.d_model * m.d_ff, "FFN-weight-sized (d_model × d_ff)"),
@@ -155,9 +155,10 @@ def largest_allocations(ok: list[MemCase]) -> tuple[int | None, list[NamedAlloca
     without frames repeat ones with frames."""
     c0, tables, named = min((c.context for c in ok), default=None), [], []
     for c in ordered(ok):
-        big, m = [x for x in c.largest if x["frames"]][:6], c.ref.config
+        big = [x for x in c.largest if x["frames"]][:6]
         if c.context != c0 or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
             continue
+        m = c.ref.config
         labels = shape_labels(m, c.batch, c0, c.dtype)
         tables.append(LargestTable(c.dtype, c.mode, c0, [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"])
                                                          for x in big]))
@@ -334,17 +335,15 @@ def memory_2026_facts(rows: list[MemCase]) -> Memory2026Facts | None:
 # ---- the 2026 questions without 2026 measurements: an earlier grid's rows at those contexts --------
 
 @dataclass(frozen=True)
-class ContextPeaks:
-    """An earlier grid's peaks at one 2026 context, and the fp32 closed form's saved activations against the
-    fp32 training state (why a step is an OOM)."""
+class PeakRow:
+    """One (size, context) of the peak table: a cell per (dtype, mode) of CELLS, None where not run; an earlier
+    grid's rows add the fp32 closed form's saved activations against the fp32 training state (why a step OOMs)."""
 
+    size: str
     context: int
-    fwd32: MemCase | None
-    fwd16: MemCase | None
-    step32: MemCase | None
-    step16: MemCase | None
-    saved_bytes: int  # activations saved for backward (fp32 closed form)
-    state_bytes: int  # fp32 parameters, gradients and AdamW's two moments
+    cells: list[MemCase | None]
+    saved_bytes: int | None = None  # activations saved for backward
+    state_bytes: int | None = None  # fp32 parameters, gradients and AdamW's two moments
 
 
 @dataclass(frozen=True)
@@ -355,9 +354,8 @@ class EarlierGrid:
     size: str
     batch: int
     contexts: list[int]
-    peaks: list[ContextPeaks]
-    residuals: list[Residual]  # fp32 forward rows'
-    residual_rows: list[Residual]  # every forward row's, for the table
+    peaks: list[PeakRow]  # with the fp32 closed form's saved activations and training state
+    residual_rows: list[Residual]  # every forward row's
     facts: Memory2025Facts | None  # its largest allocations
 
 
@@ -367,22 +365,12 @@ def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
     acts = {c: acc.checkpoint_terms(int(rows[0].batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
     fwd = [c for c in rows if c.status is Status.MEASURED and c.mode == "forward"]
     return EarlierGrid(own, rows[0].label, rows[0].batch, contexts, [
-        ContextPeaks(x, *(cases.get((x, d, mode)) for mode in ("forward", "train_step") for d in ("fp32", "bf16")),
-                     m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
-        for x in contexts], [r for c in fwd if c.dtype == "fp32" for r in residuals_seen(c, 4)],
-        [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows))
+        PeakRow(rows[0].label, x, [cases.get((x, *k)) for k in CELLS],
+                m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
+        for x in contexts], [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows))
 
 
 # ---- the page ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class PeakRow:
-    """One (size, context) of the peak table: a cell per (dtype, mode) of CELLS, None where not run."""
-
-    size: str
-    context: int
-    cells: list[MemCase | None]
-
 
 @dataclass(frozen=True)
 class MemoryPage:
