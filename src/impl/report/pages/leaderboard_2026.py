@@ -144,11 +144,8 @@ class TwoGpuFacts:
     runs: RunsFacts
     date: str  # the newest run's
     files: list[str]
+    slowest_first_call: Candidate | None
     cold_limit_s: float = COLD_RUN_LIMIT_S
-
-    @property
-    def slowest_first_call(self) -> Candidate | None:
-        return max(self.first_calls, key=lambda c: c.first_call_s, default=None)
 
 
 def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
@@ -167,13 +164,15 @@ def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
                  if any(c.breakdown["category_ms"].get(k, 0.0) > 0 for c in profiled)) if profiled else ()
     gpu_flops = datasheet_bf16_flops(CLASS_BEST_GPU)
     top = answer or (profiled[-1] if profiled else None)
+    first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
     return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
-                       fastest, newest, run, tuple(c for c in run if c.measured and c.first_call_s is not None),
+                       fastest, newest, run, first_calls,
                        profiled, answer,
                        Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, top) if profiled else None,
                        ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest)
                        if gpu_flops and newest.datasheet_flops else None,
-                       RunsFacts.of(device, rows), newest_date(rows), sorted({c.file for c in cands}))
+                       RunsFacts.of(device, rows), newest_date(rows), sorted({c.file for c in cands}),
+                       max(first_calls, key=lambda c: c.first_call_s, default=None))
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,7 @@ def _seed(rows: list[Bench]) -> Seed | None:
     (f, b), (small, _) = passes(ran_, s.d, s.seq), passes(ran_, min(cfg(x).d_model for x in rows), s.seq)
     if f is None or b is None or small is None:
         return None
+
     def bps(x: Bench) -> float:  # over its score matrix, at NAIVE_FORWARD_PASSES passes
         return NAIVE_FORWARD_PASSES * cfg(x).batch * cfg(x).seq ** 2 * DTYPE_BYTES[cfg(x).dtype] / x.stats.median
     c = cfg(f)

@@ -255,9 +255,10 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
     what = next((b.details["compiled_what"] for b in ordered if b.details.get("compiled_what")), None)
     compilations = [_compilation(b, ordered) for b in ordered
                     if _cfg(b).impl == "compiled" and b.details.get("compiled_now")]
-    return ModelFacts(modes, tuple(table), tuple((s, _cells(o.get("eager"), o.get("compiled"))) for s, o in opt.items()),
-                      what, WHY, stat_name(ordered), tuple(compilations), cut[0].row.reason if cut else None,
-                      tuple(left_out), tuple(mode_ratios(rows)), RunsFacts.of(device, rows))
+    optimizer = tuple((s, _cells(o.get("eager"), o.get("compiled"))) for s, o in opt.items())
+    return ModelFacts(modes, tuple(table), optimizer, what, WHY, stat_name(ordered), tuple(compilations),
+                      cut[0].row.reason if cut else None, tuple(left_out), tuple(mode_ratios(rows)),
+                      RunsFacts.of(device, rows))
 
 
 @dataclass(frozen=True)
