@@ -57,7 +57,7 @@ def test_bounds_are_impl_parallelism_calcs_at_each_devices_c_and_w(tmp_path):
     f = page.facts(context(_rows(), tmp_path))
     for d in f.devices:
         assert d.bounds == pc.parallelism_bounds(d.figures, f.wl.B, f.wl.D_FF)
-    assert f.first.kind == "h100"
+    assert f.devices[0].kind == "h100"
 
 
 def test_every_answer_is_the_symbolic_form_of_its_function(tmp_path):
