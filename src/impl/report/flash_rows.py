@@ -12,13 +12,11 @@ IMPL_LABELS = {"flash_triton": "ours (Triton fwd + Triton bwd)",
                "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
                "flash_triton_compiled": "torch.compile(ours)", "naive": "naive PyTorch",
                "sdpa_flash": "SDPA flash backend", "sdpa_cudnn": "SDPA cuDNN backend"}
-IMPL_ORDER = list(IMPL_LABELS)
 IMPL_COLORS = {impl: f"C{i}" for i, impl in enumerate(IMPL_LABELS)}  # one colour per implementation in every figure
 MODE_LABELS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
 STATUS_LABELS = {Status.OOM: "OOM", Status.UNSUPPORTED: "unsupported", Status.LEFT_OUT: "left out",
                  Status.LEFT_OUT_BY_BUDGET: "left out (budget)", Status.NEEDS_HARDWARE: "needs hardware",
                  Status.FAILED: "failed"}
-SHORT_SEQ = 4096  # up to this length flash_benchmarking's calls are host-bound (NOTES.md)
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,3 @@ def not_run(rows: list[Bench]) -> tuple[tuple[str, str], ...]:  # (status, reaso
 def timers(rows: list[Bench]) -> tuple[str, ...]:  # the clocks: timing records', or older files' `timer` detail
     names = {b.row.timing.timer if b.row.timing is not None else b.details.get("timer") for b in rows}
     return tuple(sorted(n for n in names if n))
-
-
-def newest_date(rows: list[Bench]) -> str:
-    return max(str(b.run.datetime) for b in rows)[:10]
