@@ -1,6 +1,5 @@
-"""flash_benchmarking: ours against the naive attention and the SDPA backends (batch 1, causal, seq × d × dtype
-× pass) on the first GPU device with rows, and its newest run against the previous saved one. Every ratio
-divides rows of one run."""
+"""flash_benchmarking: ours against naive attention and the SDPA backends on the first GPU device with rows, and its
+newest run against the previous saved one. Every ratio divides rows of one run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -170,8 +169,7 @@ def plot(rows: list[Bench], path) -> list[str] | None:
     e2e = [b for b in _e2e(rows) if ran(b)]
     if not e2e:
         return None
-    dtypes = {kernel(b).dtype for b in e2e}
-    dtype = "bf16" if "bf16" in dtypes else min(dtypes)
+    dtype = min({kernel(b).dtype for b in e2e}, key=lambda t: (t != "bf16", t))  # bf16 where it ran
     e2e = [b for b in e2e if kernel(b).dtype == dtype]
     dims, seqs = sorted({kernel(b).d for b in e2e}), sorted({kernel(b).seq for b in e2e})
     ncol = 2 if len(dims) > 1 else 1
