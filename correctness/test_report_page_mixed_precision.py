@@ -9,7 +9,7 @@ import pytest
 
 from impl.report.pages import Kind
 from impl.report.pages import mixed_precision as page
-from impl.report.pages.benchmarking_script import benchmarking_script_facts
+from impl.report.pages.benchmarking_script import editions
 from impl.report.rows import Stats
 from impl.report.templating import render_page
 from kits.report_rows import assert_snapshot, bench, context
@@ -74,7 +74,7 @@ def test_dtypes_are_typed_and_formats_compare_epsilons():
 
 
 def test_bf16_trend_divides_the_grids_means_of_one_row_pair():
-    e25, e26 = benchmarking_script_facts(DEV, _rows()).editions
+    e25, e26 = editions(_rows())
     t = page.bf16_trend(e25)
     assert t.best.size == "large" and t.best.ratio.value == pytest.approx(0.26 / 0.38)
     assert t.best.ratio.value == t.best.bf16.mean_s / t.best.fp32.mean_s
@@ -116,14 +116,14 @@ def test_committed_bf16_trend_is_bf16_over_fp32_of_the_grids_means(tmp_path):
     from impl.report import build
 
     ctx = build.context(ROOT / "reports" / "data", tmp_path)
-    f = benchmarking_script_facts(DEV, ctx.rows.of("benchmarking_script", device=DEV))
-    t = page.bf16_trend(f.editions[0])
+    eds = editions(ctx.rows.of("benchmarking_script", device=DEV))
+    t = page.bf16_trend(eds[0])
     best = t.best
     assert best.mode == "train_step" and best.ratio.value == best.bf16.mean_s / best.fp32.mean_s
     assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
     assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
-    t26 = page.bf16_trend(f.editions[1])  # 2026: forward and backward of every size (10B's backward is OOM)
-    assert {p.size for p in t26.of("forward")} == set(f.editions[1].sizes)
+    t26 = page.bf16_trend(eds[1])  # 2026: forward and backward of every size (10B's backward is OOM)
+    assert {p.size for p in t26.of("forward")} == set(eds[1].sizes)
     fw, bw = t26.largest_fb
     assert bw.size == "xl (2026) = 2.7B (2025)" and bw.ratio.value == bw.bf16.mean_s / bw.fp32.mean_s
     assert not t26.train() and t26.best is None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from impl.report.pages import Context, Kind, Scored
-from impl.report.pages.benchmarking_script import Cell, EditionFacts, benchmarking_script_facts, of_edition
+from impl.report.pages.benchmarking_script import Cell, EditionFacts, editions, of_edition
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, view
 from impl.report.runs import RunsFacts, newest_date
@@ -209,7 +209,7 @@ def facts(ctx: Context) -> MixedPrecisionPage:
     if not found:
         return MixedPrecisionPage(None)
     device, rows = found[0]
-    trends = [bf16_trend(e) for e in benchmarking_script_facts(device, rows).editions]
+    trends = [bf16_trend(e) for e in editions(rows)]
     script = [b for b in rows if b.problem == SCRIPT]
     f = MixedPrecisionPage(device, accumulation(rows), dtypes(rows), trends, RunsFacts.of(device, rows),
                            newest_date([b for b in rows if b.problem == ACCUMULATION]), False, newest_date(script))
