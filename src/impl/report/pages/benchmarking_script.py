@@ -227,16 +227,17 @@ def of_edition(rows: list[Bench], edition: str) -> list[Bench]:
 def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
     names = list(EDITION_SIZES[edition])
     sizes = [size_label(SizeRef(edition, n)) for n in names]
-    main_, warm_ = ([b for b in rows if _study(b) == s] for s in ("main", "warmup"))
-    main, warmed = (sorted(((b, _cfg(b)) for b in bs), key=lambda x: names.index(x[1].size) if x[1].size in names
-                           else len(names)) for bs in (main_, [b for b in warm_ if b.measured]))
+    main_rows, warm_rows = ([b for b in rows if _study(b) == s] for s in ("main", "warmup"))
+    by_size = lambda bs: sorted(((b, _cfg(b)) for b in bs),  # noqa: E731  (row, its config), smallest size first
+                                key=lambda x: names.index(x[1].size) if x[1].size in names else len(names))
+    main = by_size(main_rows)
     if not main:
         return EditionFacts(edition, sizes)
     grid: dict[tuple, dict[str, Cell]] = {}
     for b, c in main:
         grid.setdefault((c.label, c.context, c.dtype), {})[c.mode] = cell(b)
     warm: dict[tuple, dict[int, Cell]] = {}
-    for b, c in warmed:
+    for b, c in by_size(b for b in warm_rows if b.measured):
         warm.setdefault((c.label, c.context, c.dtype, c.mode), {})[int(c.warmup)] = cell(b)
     order = {"fp32": 0, "bf16": 1, "fp16": 2}
     grid_rows = sorted((GridRow(*k, {m: v[m] for m in MODES if m in v}) for k, v in grid.items()),
@@ -246,13 +247,12 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
                                      for k, v in warm.items() if len(v) > 1],
         _optimizer(main), main[0][1].batch, any(_cfg(b).study == "warmup_fresh_process" for b in rows),
         [(c.label, c.context, c.dtype, c.mode, cell(b)) for b, c in main if b.status is Status.OOM],
-        *timing_text(main_), next((b.row.peaks for b in main_ if b.row.peaks is not None), None), newest_date(main_),
-        warm_[0].details.get("left_out", "") if warm_ else "")
+        *timing_text(main_rows), next((b.row.peaks for b in main_rows if b.row.peaks is not None), None),
+        newest_date(main_rows), warm_rows[0].details.get("left_out", "") if warm_rows else "")
 
 
 def _optimizer(main: list[tuple[Bench, ScriptConfig]]) -> list[OptimizerSplit]:
-    """For fp32 and bf16: the largest size with an optimizer-step row and forward and backward (and the
-    training step, where timed) at the same context."""
+    """Per dtype (fp32, bf16): the largest size with optimizer-step, forward and backward rows at one context."""
     done = [(b, c) for b, c in main if b.measured]
     out = []
     for dtype in ("fp32", "bf16"):
@@ -270,8 +270,7 @@ def editions(rows: list[Bench]) -> list[EditionFacts]:  # 2025 then 2026
 
 
 def _plot(e: EditionFacts, device: str, ctx: Context) -> str | None:
-    """Training-step mean against context, a colour per size, the dtype by line style (OOM points absent);
-    its link, None where the grid did not time the whole step."""
+    """Training-step mean against context (a colour per size, a line style per dtype); its link, or None."""
     if not any(r.train is not None for r in e.grid):
         return None
     path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG,

@@ -1,6 +1,5 @@
-"""mixed_precision: mixed_precision_accumulation's four loops, benchmarking_mixed_precision (a)/(b) dtypes and
-format facts, and (c) fp32 against bf16 autocast per edition's sizes (the benchmarking_script grid's means,
-bf16 ÷ fp32 in one run). The first GPU device answers."""
+"""mixed_precision: the four accumulation loops, the dtypes under autocast and (c) bf16 ÷ fp32 of the
+benchmarking_script grid's means in one run, per edition's sizes. The first GPU device answers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
