@@ -125,8 +125,6 @@ class BucketModel:
     buckets it assumes and at those DDPBucketed formed, beside each context's measured buckets."""
 
     s_bytes: float  # fp32 gradient bytes
-    backend: str
-    world: int
     fit: Fit | None  # None: no all-reduce fit of that backend and process count
     groups: tuple[Group, ...]  # the contexts that ran bucketed rows
 
@@ -269,7 +267,7 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
     s = next((v.grad_bytes for g in groups for v in g.variants if v.measured and v.grad_bytes), None)
     fit = next((x for x in fits if (x.backend, x.processes) == (c.backend, int(c.world_size))), None)
     with_buckets = tuple(g for g in groups if g.buckets)
-    model = BucketModel(s, c.backend, int(c.world_size), fit, with_buckets) if with_buckets and s is not None else None
+    model = BucketModel(s, fit, with_buckets) if with_buckets and s is not None else None
     return RunFacts(dev, heading, named, c.size_label, int(c.world_size), c.backend, tuple(groups),
                     f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png", model,
                     _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"), fit_files if model and fit else ())

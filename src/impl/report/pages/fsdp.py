@@ -234,22 +234,6 @@ def _draw(ax, tl: dict, title: str) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
-def _draw_slack(ax, tl: dict) -> None:
-    """Per all-gather, need - ready (below zero its layer waited): readable where the Gantt's bars are too short."""
-    rows = [r for r in (dict(zip(tl["columns"], x)) for x in tl["rows"])
-            if r["kind"] == "all_gather" and r["need_ms"] is not None]
-    for phase, color in (("forward", "C0"), ("backward", "C1")):
-        pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in rows if r["phase"] == phase]
-        ax.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=f"{phase} all-gather")
-        late = [(c, s) for c, s in pts if s < 0]
-        ax.scatter([c for c, _ in late], [s for _, s in late], s=10, facecolors="none", edgecolors="red", lw=0.6)
-    ax.axhline(0, color="0.4", lw=0.6)
-    ax.xaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
-    ax.set(xlabel="layer call (forward order)", ylabel="ready before needed (ms); < 0: stalled")
-    ax.set_title("slack per all-gather (red: stalled)", fontsize=9)
-    ax.legend(fontsize=7, frameon=False)
-
-
 def _draw_timelines(rows: list[Bench], tls: list[Timeline], ctx: Context, name: str) -> str:
     c = cfg(rows[0])
     fig, axes = figures.plt.subplots(len(rows), 2, figsize=(15, 4.6 * len(rows) + 0.4), squeeze=False,
@@ -259,7 +243,21 @@ def _draw_timelines(rows: list[Bench], tls: list[Timeline], ctx: Context, name: 
     for (gantt, slack), b, t in zip(axes, rows, tls):
         _draw(gantt, b.details["timeline"], f"{t.label}, rank 0\n{t.gathers_in_time} of {t.gathers} all-gathers "
               f"ready in time; {t.exposed_ms:.2f} ms of communication exposed in a {t.span_ms:.2f} ms step")
-        _draw_slack(slack, b.details["timeline"])
+        # per all-gather, need - ready (below zero its layer waited): readable where the Gantt's bars are too short
+        tl = b.details["timeline"]
+        rows = [r for r in (dict(zip(tl["columns"], x)) for x in tl["rows"])
+                if r["kind"] == "all_gather" and r["need_ms"] is not None]
+        for phase, color in (("forward", "C0"), ("backward", "C1")):
+            pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in rows if r["phase"] == phase]
+            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=f"{phase} all-gather")
+            late = [(c, s) for c, s in pts if s < 0]
+            slack.scatter([c for c, _ in late], [s for _, s in late], s=10, facecolors="none", edgecolors="red",
+                          lw=0.6)
+        slack.axhline(0, color="0.4", lw=0.6)
+        slack.xaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
+        slack.set(xlabel="layer call (forward order)", ylabel="ready before needed (ms); < 0: stalled")
+        slack.set_title("slack per all-gather (red: stalled)", fontsize=9)
+        slack.legend(fontsize=7, frameon=False)
     figures.save(fig, ctx.fig_dir / name)
     return f"{ctx.fig_rel}/{name}"
 
@@ -301,11 +299,11 @@ class Side:
 
     bench: Bench
     run: RunLabel
-    where: str  # "2×H200 (h200-141gb-x2)"
     label: str = ""
     section: str = "fsdp"  # the section it was read from ("fsdp", "ddp")
     vs_tp: Ratio | None = None
 
+    where = property(lambda self: f"{device_short(self.run.device)} ({self.run.device})")  # "2×H200 (h200-141gb-x2)"
     world = property(lambda self: cfg(self.bench).world_size)
     step_s = property(lambda self: self.bench.stats.median)
     spread = property(lambda self: spread(self.bench.stats.stddev, self.bench.stats.iqr))
@@ -351,10 +349,6 @@ class TpFacts:
     beside_files = property(lambda self: sorted({f for b in self.beside for f in b.run.files}))
 
 
-def _where(device: str) -> str:
-    return f"{device_short(device)} ({device})"
-
-
 def _newest_of_shape(per_device: list[tuple[str, list[Bench]]], shape: tuple, keep) -> list[tuple]:
     """(device, its newest run of the shape's size, each measured row of that run and shape that `keep` accepts)."""
     return [(device, run, b) for device, rows in per_device
@@ -365,21 +359,18 @@ def _newest_of_shape(per_device: list[tuple[str, list[Bench]]], shape: tuple, ke
 def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Bench]]]) -> list[TpFacts]:
     """One TpFacts per TP shape, newest edition first. fsdp, ddp: (device, its rows) of those sections; the ddp
     section's rows stand beside TP only while the fsdp runs have no DDP row of the shape."""
-    tp_rows: dict[tuple, list[TpRow]] = {}
-    for device, rows in fsdp:
-        for run in size_runs_of(rows):
-            for b in run.rows:
-                if cfg(b).variant == TP and cfg(b).size_ref is not None:
-                    tp_rows.setdefault(cfg(b).shape, []).append(TpRow(b, run.label(device), _where(device)))
+    tp = [TpRow(b, run.label(device)) for device, rows in fsdp for run in size_runs_of(rows) for b in run.rows
+          if cfg(b).variant == TP and cfg(b).size_ref is not None]
     out = []
-    for shape, rows in tp_rows.items():
+    for shape in dict.fromkeys(cfg(r.bench).shape for r in tp):
+        rows = [r for r in tp if cfg(r.bench).shape == shape]
         measured = sorted((r for r in rows if r.bench.measured), key=lambda r: (r.world, r.run.device))
         not_run = [r for r in rows if not r.bench.measured and r.world not in {m.world for m in measured}]
         beside = _newest_of_shape(fsdp, shape, lambda b: cfg(b).variant != TP)
         if not any(cfg(b).variant == "ddp" for _, _, b in beside):
             beside += _newest_of_shape(ddp, shape, lambda b: cfg(b).variant not in ("single", "bucketed")
                                        and cfg(b).kind != "trace")
-        beside = [Side(b, run.label(device), _where(device), (DDP_LABEL if b.run.section == "ddp" else LABEL).get(
+        beside = [Side(b, run.label(device), (DDP_LABEL if b.run.section == "ddp" else LABEL).get(
             cfg(b).variant, cfg(b).variant), b.run.section, next((_vs(r.bench, b, "") for r in measured if (
                 r.bench.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None))
             for device, run, b in beside]
