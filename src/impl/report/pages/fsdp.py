@@ -390,10 +390,7 @@ class RankVariant:
 
 
 @dataclass(frozen=True)
-class PerRankFacts:
-    """The closed-form memory of one rank at world size 2 for DDP, the sharded optimizer and FSDP, and the measured
-    peak of the replicated (DDP) rank's step run on one GPU."""
-
+class PerRankFacts:  # one rank's closed-form memory per variant, and the DDP rank's measured peak on one GPU
     heading: str  # the device, as headings name it
     source: RunsFacts
     config: DistConfig  # the measured row's (its variant: the one whose rank ran on one GPU)
@@ -401,7 +398,6 @@ class PerRankFacts:
     variants: list[RankVariant]
     measured_peak: int | None
     mean_s: float | None
-
     measured_over_closed_form: float | None
 
 
