@@ -11,6 +11,7 @@ from impl.bench.row import Env, Status
 from impl.report.pages import Context
 from impl.report.rows import Bench
 
+PROBLEMS = ()
 DEVICE = "cpu"
 
 

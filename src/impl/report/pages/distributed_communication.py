@@ -15,6 +15,7 @@ from impl.report.rows import Bench, view
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE,)
 PROBLEM = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
 SLUG = "distributed_communication"
 FIGURE_WORDS = dict(x="buffer size (MB)", y="bus bandwidth (GB/s)")  # the figure's axes (its title is the page's)

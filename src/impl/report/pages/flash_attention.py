@@ -15,6 +15,7 @@ from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.FLASH_FORWARD, P.FLASH_BACKWARD)
 PROBE = "flash_bwd_variants-v4.json"
 
 

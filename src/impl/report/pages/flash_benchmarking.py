@@ -20,6 +20,7 @@ from impl.report.rows import Bench, of_newest_run
 from impl.report.runs import RunsFacts
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.FLASH_BENCHMARKING,)
 PROBLEM = P.FLASH_BENCHMARKING
 #: A version counts as faster or slower only beyond this factor on top of the anchors' own change
 #: between the same two runs (the anchors' code did not change, so their change is the machine's).

@@ -17,6 +17,7 @@ from impl.report.rows import Bench, of_newest_run
 from impl.report.runs import RunsFacts
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.FLASH_SHAPES,)
 PROBLEM = P.FLASH_SHAPES
 OURS = ("flash_triton", "flash_triton_compiled")  # eager, compiled
 #: The CSV grid's columns (a data file beside the page).

@@ -16,6 +16,7 @@ from impl.report.rows import Bench, view
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.PYTORCH_ATTENTION,)
 PROBLEM = P.PYTORCH_ATTENTION
 #: Bytes per element of the naive attention's dtypes.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
