@@ -11,7 +11,7 @@ from impl.bench.row import Metric, Peaks
 from impl.report.index import index_facts
 from impl.report.pages import Kind, Scored
 from impl.report.pages import parallelism_calcs as page
-from impl.report.build import two_file_page
+from impl.report.build import page_of
 from impl.report.templating import render_page
 from kits.report_rows import assert_snapshot, bench, context
 
@@ -79,10 +79,10 @@ def test_the_index_counts_each_calculation_as_closed_form(tmp_path):
     f = page.facts(context(_rows(), tmp_path))
     assert set(f.scores) == set(CALCS)
     assert all(s == Scored(Kind.CLOSED_FORM, "closed form") for s in f.scores.values())
-    rows = {r.problem: r for r in index_facts([two_file_page("parallelism_calcs", f)], [], {}).rows}
+    rows = {r.problem: r for r in index_facts([page_of("parallelism_calcs", f)], [], {}).rows}
     for p in CALCS:
         assert rows[p].answered and not rows[p].measured and rows[p].device == "closed form"
-    assert index_facts([two_file_page("parallelism_calcs", f)], [], {}).closed_form == len(CALCS)
+    assert index_facts([page_of("parallelism_calcs", f)], [], {}).closed_form == len(CALCS)
 
 
 def test_page_words(request, tmp_path):

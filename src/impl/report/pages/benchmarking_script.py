@@ -16,6 +16,7 @@ from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
 
+PROBLEMS = (P.BENCHMARKING_SCRIPT,)
 PROBLEM = P.BENCHMARKING_SCRIPT
 SLUG = "benchmarking_script"
 STABLE = 0.05  # a row whose std is under this share of its mean is called stable

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from impl.bench.row import Env, Status
 from impl.report.pages import Context
 
+PROBLEMS = ()
+
 
 @dataclass(frozen=True)
 class SectionRow:

@@ -14,6 +14,7 @@ from impl.report.rows import Bench, of_newest_run, view
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE,)
 PROBLEM = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
 SLUG = "distributed_communication"
 

@@ -13,6 +13,7 @@ from impl.report.ratio import Ratio
 from impl.report.runs import newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.FLASH_FORWARD, P.FLASH_BACKWARD)
 PROBE = "flash_bwd_variants-v4.json"  # under reports/data/<device>/probes/
 PROBE_TIMES = ("ours bwd two_pass", "ours bwd atomic", "ours fwd+bwd two_pass", "ours fwd+bwd atomic")
 

@@ -18,6 +18,7 @@ from impl.report.rows import Bench, of_newest_run
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.FLASH_BENCHMARKING,)
 PROBLEM = P.FLASH_BENCHMARKING
 SHORT_SEQ = 4096  # up to this length a call is host-bound (NOTES.md): its times follow the host, not the kernels
 DRIFT_BAND = 1.05  # a version changed only beyond this factor on the anchors' own change (the machine's drift)

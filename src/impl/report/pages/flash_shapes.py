@@ -16,6 +16,7 @@ from impl.report.rows import Bench, of_newest_run
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.FLASH_SHAPES,)
 PROBLEM = P.FLASH_SHAPES
 OURS = ("flash_triton", "flash_triton_compiled")  # eager, compiled
 GRID_COLUMNS = ["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)", "ours compiled (ms)",

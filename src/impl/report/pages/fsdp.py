@@ -18,6 +18,7 @@ from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
 from impl.workloads.variants import DDPVariant, FSDPVariant
 
+PROBLEMS = (P.FSDP, P.FSDP_ACCOUNTING)
 SLUG = "fsdp"
 LABEL = {v.value: v.label for v in FSDPVariant}
 DDP_LABEL = {v.value: v.label for v in DDPVariant}

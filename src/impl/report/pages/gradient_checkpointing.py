@@ -16,6 +16,7 @@ from impl.report.rows import Bench, size_label, stat_name
 from impl.report.runs import RunsFacts
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.GRADIENT_CHECKPOINTING,)
 PROBLEM = P.GRADIENT_CHECKPOINTING
 SLUG = "gradient_checkpointing"
 STUDY_2026 = "single_level_2026"

@@ -15,6 +15,7 @@ from impl.report.rows import Bench
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.LEADERBOARD,)
 PROBLEM = P.LEADERBOARD
 OURS, ANCHOR = "flash_triton", "sdpa_cudnn"
 

@@ -18,6 +18,7 @@ from impl.workloads.leaderboard_2026 import (CLASS_BEST_GPU, CLASS_BEST_GPUS, CL
                                              LEADERBOARD, WORLD_SIZE, StepSpec)
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.LEADERBOARD_2026,)
 PROBLEM = P.LEADERBOARD_2026
 
 

@@ -20,6 +20,7 @@ from impl.report.runs import RunsFacts, device_short
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
 
+PROBLEMS = (P.MEMORY_PROFILING,)
 PROBLEM = P.MEMORY_PROFILING
 SLUG = "memory_profiling"
 # The 2026 edition's variant: xl at contexts 128 and 2048 (the sweep table's cases_2026).

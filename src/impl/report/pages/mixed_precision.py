@@ -11,6 +11,7 @@ from impl.report.rows import Bench, view
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MIXED_PRECISION)
 ACCUMULATION, DTYPES, SCRIPT = P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MIXED_PRECISION, P.BENCHMARKING_SCRIPT
 
 

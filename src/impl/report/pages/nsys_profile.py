@@ -12,6 +12,7 @@ from impl.report.rows import Bench, size_label, size_ref, stat_name, view
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.NSYS_PROFILE,)
 PROBLEM = P.NSYS_PROFILE
 PHASES = ("forward", "forward+backward", "optimizer step")  # the kernel tables the page prints
 TOP_KERNELS = 8  # rows of each kernel table

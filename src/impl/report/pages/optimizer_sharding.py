@@ -13,6 +13,7 @@ from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 from impl.workloads.variants import ShardVariant
 
+PROBLEMS = (P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
 LABEL = {v.value: v.label for v in ShardVariant}
 # impl.accounting.comm_volume_per_rank's schedule of each variant (predicted_ring_bytes_per_rank's keys)
 VOLUME = dict(none="ddp", sharded="sharded_simple", zero1="zero1", torch_zero="sharded_simple")

@@ -14,6 +14,7 @@ from impl.report.pages import Context, Kind, Scored
 from impl.report.rows import Rows, view
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS)
 CALC_PROBLEMS = (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS)
 H100 = "h100-80gb-x1"  # the one-GPU device whose measured C has a row
 

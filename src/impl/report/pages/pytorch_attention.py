@@ -12,6 +12,7 @@ from impl.report.rows import Bench, view
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.PYTORCH_ATTENTION,)
 PROBLEM = P.PYTORCH_ATTENTION
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # naive_attention's forward passes over the (b, s, s) scores at least this often: QKᵀ writes them, the

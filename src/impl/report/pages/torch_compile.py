@@ -17,6 +17,7 @@ from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.compiled import WHY
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.TORCH_COMPILE,)
 PROBLEM = P.TORCH_COMPILE
 STEP = attrgetter("step_s")  # (b)'s time of a row (the mean in older-format runs)
 RAN = (Status.MEASURED, Status.OOM)  # any other status: left out
