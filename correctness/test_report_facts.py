@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from impl.report.pages import Context
+from impl.workloads.problems import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 # "Problem (<name>)" of each handout, in order (shared/handouts/cs336_assignment2_{2025,2026}.txt);
@@ -31,32 +30,34 @@ POSED = {
 
 
 def test_index_tags_each_problem_with_the_editions_of_the_handouts():
-    from impl.report.pages.problems import PROBLEMS
-
-    listed = {p.name: p for p in PROBLEMS}
     for e, names in POSED.items():  # one index row per handout problem
-        assert set(names) <= set(listed), (e, set(names) - set(listed))
-    for p in PROBLEMS:
-        got = {e for e, names in POSED.items() if p.name in names}
-        assert (set(p.edition.split(", ")) if p.edition != "suite" else set()) == got, (p.name, p.edition, got)
+        assert set(names) <= set(Problem), (e, set(names) - set(Problem))
+    for p in Problem:
+        got = {e for e, names in POSED.items() if p in names}
+        assert (set(p.edition_tag.split(", ")) if p.edition_tag != "suite" else set()) == got, (p, p.edition_tag, got)
 
 
-def test_problem_names_are_defined_once_in_the_enum():
+def test_problem_names_are_defined_once_in_the_enum_and_each_is_on_one_page():
     import json
 
-    from impl.report.pages.problems import PROBLEMS, SLUGS
-    from impl.workloads.problems import Edition, Problem
+    from impl.report.build import slugs
+    from impl.workloads.problems import Edition
 
-    assert [p.name for p in PROBLEMS] == list(Problem) and set(SLUGS) == set(Problem)
-    assert all(p.name == p.name.value and json.dumps(p.name) == json.dumps(p.name.value) for p in PROBLEMS)
+    assert set(slugs()) == set(Problem)
+    assert all(json.dumps(p) == json.dumps(p.value) for p in Problem)
     assert Problem("fsdp") is Problem.FSDP and Problem.FSDP.editions == (Edition.E2026,)
     assert Problem.NAIVE_DDP.edition_tag == "2025, 2026" and all(p.label for p in Problem)
 
 
-def test_stored_group_alias_reads_as_the_handouts_problem(tmp_path):
-    row = pd.DataFrame([dict(problem="ddp_overlap_bucketed_benchmarking", device="x")])
-    ctx = Context(df=row, history=row.copy(), reports_dir=tmp_path, fig_dir=tmp_path)
-    assert list(ctx.df.problem) == ["ddp_bucketed_benchmarking"]
+def test_stored_group_alias_reads_as_the_handouts_problem():
+    from impl.bench.row import Env, Row, Status
+    from impl.report.build import rows_of
+    from impl.report.data import Record, Run
+
+    run = Run("x", "ddp", "/x/reports/data/x/ddp/20260101T0000Z_abc.json", "2026-01-01T00:00:00", "abc", False)
+    row = Row("ddp_overlap_bucketed_benchmarking", {}, Env("cpu", "cpu", "2", None, None, "smoke"), Status.UNSUPPORTED, reason="x")
+    rows = rows_of([Record("a", run, row, None)], [Record("a", run, row, None)])
+    assert [b.problem for b in (*rows.newest, *rows.history)] == ["ddp_bucketed_benchmarking"] * 2
 
 
 def test_ratio_is_ours_over_anchor_with_one_verdict_word():
@@ -79,11 +80,10 @@ def built_pages(tmp_path_factory):
 
 def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     from impl.report.index import device_names, index_facts
-    from impl.report.pages.problems import PROBLEMS
 
     ctx, pages = built_pages
-    facts = index_facts(pages, [], device_names(ctx.df))
-    assert [r.problem for r in facts.rows] == [p.name for p in PROBLEMS]
+    facts = index_facts(pages, [], device_names(list(ctx.rows.newest)))
+    assert [r.problem for r in facts.rows] == list(Problem)
     shorts = {"H100", "H200", "2×H100", "2×H200", "4×H200", "closed form", "–"}
     for r in facts.rows:
         assert set(r.device.split(" + ")) <= shorts, (r.problem, r.device)
@@ -97,66 +97,26 @@ def test_index_facts_one_row_per_problem_devices_named_one_way(built_pages):
     assert by["leaderboard_2026"].device.split(" + ")[0] == "2×H200"
 
 
-# ------------------------------------------------------------- every page: structure and sources
-def test_every_page_answers_each_question_under_its_heading_first(built_pages):
-    from impl.report.pages import render_page
-
-    _, pages = built_pages
-    for page in pages:
-        text = render_page(page)
-        body_at = text.find(page.body.strip()[:80]) if page.body.strip() else len(text)
-        for a in page.answers:
-            head = f"## {a.question}\n\n{a.text}"
-            assert a.question.strip() and a.text.strip(), (page.slug, a.question)
-            assert head in text and text.index(head) < body_at, (page.slug, a.question)
-
-
 # ------------------------------------------------------------- rows split by [edition, size] and run
-def _dist_frame(rows, device: str = "gpu-x2", section: str = "ddp"):
-    """A frame of synthetic rows: (Row, run stamp "YYYYMMDDTHHMM", median s, iqr s); a measured row
-    gets statistics, any other none (as a file's not_run entry)."""
-    from impl.bench.row import Status
-    from impl.report.data import Record, Run, Stats, frame
+def _ddp_row(variant, edition, when, median):
+    from kits.report_rows import bench
 
-    records = []
-    for row, stamp, med, iqr in rows:
-        when = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:00+00:00"
-        run = Run(device, section, f"/x/reports/data/{device}/{section}/{stamp}Z_abc.json", when, "abc", False)
-        stats = Stats(med, iqr, med, med, med, iqr, 5, [med] * 5) if row.status is Status.MEASURED else None
-        name = f"test_{row.problem}[{'-'.join(str(v) for v in row.config.values())}]"
-        records.append(Record(name, run, row, stats))
-    return frame(records)
-
-
-def _ddp_row(variant, edition="2026", size="xl", context=512, batch=4, comm_s=None, peak=None, timeline=None,
-             bucket_mb=None, problem=None):
-    from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
-
-    cfg = dict(size=size, edition=edition, context=context, batch_per_rank=batch, world_size=2, backend="nccl",
-               variant=variant, bucket_mb=bucket_mb, dtype="fp32")
-    details = dict(grad_bytes=4e9, n_params=1e9, num_buckets=0, steps=dict(comm_s=comm_s))
-    if timeline:
-        details["timeline"] = timeline
-    problem = problem or {"single": "ddp_benchmarking_anchors", "torch_ddp": "ddp_benchmarking_anchors",
-                          "naive": "naive_ddp_benchmarking", "flat": "minimal_ddp_flat_benchmarking",
-                          "individual": "ddp_overlap_individual_parameters_benchmarking",
-                          "bucketed": "ddp_overlap_bucketed_benchmarking"}[variant]
-    return Row(problem=problem, config=cfg, env=Env("NVIDIA H200", "cuda", "2", None, "13", "full"),
-               status=Status.MEASURED, timing=Timing("one step", "SlowestRankClock", 2, 5),
-               metrics={Metric.COMM_SHARE: 0.05} if comm_s else {}, details=details, memory=Memory(peak, None))
+    cfg = dict(size="xl", edition=edition, context=512, batch_per_rank=4, world_size=2, backend="nccl", variant=variant)
+    problem = {"single": "ddp_benchmarking_anchors", "naive": "naive_ddp_benchmarking",
+               "flat": "minimal_ddp_flat_benchmarking"}[variant]
+    stamp = f"{when[:4]}-{when[4:6]}-{when[6:8]}T{when[9:11]}:{when[11:13]}:00"
+    return bench(problem, cfg, median, device="gpu-x2", section="ddp", when=stamp, commit="abc")
 
 
 def test_size_runs_split_by_edition_size_and_run_2026_first_and_name_their_files():
-    from impl.report.rows import newest_per_size, size_runs
+    from impl.report.rows import size_runs_of
 
-    d = _dist_frame([(_ddp_row("naive", "2025"), "20260101T0000", 1.0, 0.01),
-                     (_ddp_row("naive", "2026"), "20260102T0000", 2.0, 0.01),
-                     (_ddp_row("flat", "2026"), "20260102T0000", 2.1, 0.01),
-                     (_ddp_row("single", "2026"), "20260103T0000", 1.9, 0.01)])
-    groups = size_runs(d)
+    groups = size_runs_of([_ddp_row("naive", "2025", "20260101T0000", 1.0),
+                           _ddp_row("naive", "2026", "20260102T0000", 2.0),
+                           _ddp_row("flat", "2026", "20260102T0000", 2.1),
+                           _ddp_row("single", "2026", "20260103T0000", 1.9)])
     assert [(g.edition, g.date, len(g.rows)) for g in groups] == [("2026", "2026-01-03", 1), ("2026", "2026-01-02", 2),
                                                                    ("2025", "2026-01-01", 1)]
     assert groups[0].described == "xl (2026): d_model 2560, 32 layers, 3.4B params"
     assert groups[-1].described == "xl (2025): d_model 1600, 48 layers, 2.0B params"
     assert groups[1].files == ["reports/data/gpu-x2/ddp/20260102T0000Z_abc.json"]
-    assert [g.datetime for g in newest_per_size(groups)] == [groups[0].datetime, groups[2].datetime]

@@ -55,11 +55,10 @@ def test_cells_are_the_rows_mean_and_std_not_their_median():
     stddev, not its median."""
     rows = [_b("2026", "xl", m, t, median=2 * t) for m, t in (("forward", 0.3), ("backward", 0.6), ("train_step", 1.0))]
     rows.append(_b(None, "xl", "forward", 0.1))  # no edition: a 2025 row (the 2025 xl is another model)
-    f = page.benchmarking_script_facts(DEV, rows)
-    e25, e26 = f.editions
+    e25, e26 = page.editions(rows)
     assert [r.size for r in e26.grid] == ["xl (2026) = 2.7B (2025)"] and [r.size for r in e25.grid] == ["xl (2025)"]
-    assert f.headline[0] is e26 and f.headline[1].train.mean_s == 1.0  # the mean, not the median (2.0)
-    assert f.headline[1].train.std_s == pytest.approx(0.01)
+    assert e26.headline.train.mean_s == 1.0  # the mean, not the median (2.0)
+    assert e26.headline.train.std_s == pytest.approx(0.01)
     lo, hi = e26.fwd_bwd
     assert hi.modes["backward"].mean_s == 0.6
 
@@ -70,7 +69,7 @@ def test_2026_oom_rows_carry_their_need_and_fresh_warmup_its_first_step():
     for w, first in ((0, 1.1), (1, 0.36), (2, 0.35)):
         rows.append(_b("2026", "xl", "train_step", (first + 0.35 * 9) / 10, "warmup_fresh_process",
                        details=steps if w == 0 else {}, warmup=w, data=[first] + [0.35] * 9))
-    e26 = page.benchmarking_script_facts(DEV, rows).editions[1]
+    e26 = page.editions(rows)[1]
     (size, ctx, dtype, mode, cell), = e26.oom_cells
     assert (size, mode, cell.need_bytes) == ("10B (2026)", "backward", 154.5e9)
     assert e26.fwd_bwd[1].size == "xl (2026) = 2.7B (2025)" and e26.fwd_bwd[1].modes["backward"].mean_s == 0.6
@@ -83,7 +82,7 @@ def test_2026_oom_rows_carry_their_need_and_fresh_warmup_its_first_step():
 
 
 def test_optimizer_split_adds_the_rows_means():
-    e26 = page.benchmarking_script_facts(DEV, _grid()).editions[1]
+    e26 = page.editions(_grid())[1]
     assert [(o.size, o.dtype) for o in e26.optimizer] == [("xl (2026) = 2.7B (2025)", "fp32"),
                                                           ("xl (2026) = 2.7B (2025)", "bf16")]
     fp32 = e26.optimizer[0]
@@ -92,7 +91,7 @@ def test_optimizer_split_adds_the_rows_means():
 
 
 def test_tables_split_the_grid_by_dtype_with_the_modes_it_has():
-    e25, e26 = page.benchmarking_script_facts(DEV, _grid()).editions
+    e25, e26 = page.editions(_grid())
     assert [(t.dtype, t.modes, t.train) for t in e26.tables] == [
         ("fp32", ["forward", "backward", "optimizer_step"], False), ("bf16", ["forward", "backward", "optimizer_step"],
                                                                      False)]
@@ -119,7 +118,7 @@ def test_without_2026_forward_and_backward_the_training_step_scores(tmp_path):
 def test_each_gpu_device_has_its_tables_the_first_answers_cpu_is_left_out(tmp_path):
     rows = _grid() + _grid("h100-80gb-x2") + _grid("cpu")
     f = page.facts(context(rows, tmp_path))
-    assert [s.device for s in f.sections] == [DEV, "h100-80gb-x2"] and f.answer.device == DEV
+    assert [s.runs.device for s in f.sections] == [DEV, "h100-80gb-x2"] and f.scores[P].device == DEV
     t25 = f.sections[0].editions[0]
     assert t25.figure == f"figures/{P}-{DEV}-train-step.png" and (tmp_path / t25.figure).is_file()
     assert f.sections[0].editions[1].figure is None  # the 2026 grid times the parts, not the whole step
@@ -127,11 +126,10 @@ def test_each_gpu_device_has_its_tables_the_first_answers_cpu_is_left_out(tmp_pa
     assert not any("cpu" in s for s in f.sources) and len(f.sources) == 4
 
 
-def test_the_matmul_peak_is_the_runs_own(tmp_path):
+def test_the_matmul_peak_is_the_runs_own():
     rows = _grid()
     rows[-1] = replace(rows[-1], row=replace(rows[-1].row, peaks=Peaks(700e12, "bfloat16", 8192, 989e12)))
-    t = page._tables(page.benchmarking_script_facts(DEV, rows).editions[0], rows, DEV, context([], tmp_path))
-    assert t.peak == page.Peak(700.0, "bfloat16", 8192)
+    assert page.editions(rows)[0].peak == Peaks(700e12, "bfloat16", 8192, 989e12)
 
 
 def test_no_gpu_rows_is_not_measured(tmp_path):
@@ -145,26 +143,25 @@ def committed(tmp_path_factory):
 
     ctx = build.context(ROOT / "reports" / "data", tmp_path_factory.mktemp("reports"))
     rows = ctx.rows.of(P, device=DEV)
-    return page.benchmarking_script_facts(DEV, rows), rows
+    return page.editions(rows), rows
 
 
 def test_committed_headline_is_the_mean_of_its_row(committed):
-    f, rows = committed
-    e25, e26 = f.editions
-    head_ed, head = f.headline
-    assert head_ed is e25 and head.dtype == "fp32" and head.size == "2.7B (2025) = xl (2026)"
+    (e25, e26), rows = committed
+    head = e25.headline  # 2026 times forward and backward apart: no training-step headline
+    assert e26.headline is None and head.dtype == "fp32" and head.size == "2.7B (2025) = xl (2026)"
     src, = [b for b in rows if b.measured and b.row.config.get("size") == "2.7B" and b.row.config.get("dtype") == "fp32"
             and b.row.config.get("mode") == "train_step" and b.row.config.get("context") == head.context
             and b.row.config.get("study") in (None, "main")]
     assert head.train.mean_s == src.stats.mean and head.train.std_s == src.stats.stddev
-    assert head.context == max(r.context for r in e25.largest() if r.train is not None and r.train.ok)
+    assert head.context == max(r.context for r in e25.grid if (r.size, r.dtype) == (head.size, "fp32") and r.train
+                               and r.train.ok)
 
 
 def test_committed_2026_edition_reads_its_own_studies(committed):
     """The committed 2026 rows (study main_2026, warmup_fresh_process) answer the 2026 edition: every
     size in its grid, 10B's OOM rows with their closed-form need, a fresh-process warm-up study."""
-    f, _ = committed
-    e25, e26 = f.editions
+    (e25, e26), _ = committed
     assert e26.sizes == ["small", "medium", "large", "xl (2026) = 2.7B (2025)", "10B (2026)"]
     assert {r.size for r in e26.grid} == set(e26.sizes) and e26.fresh_warmup
     assert all(c.need_bytes and c.need_bytes > 80e9 for *_, c in e26.oom_cells) and e26.oom_cells

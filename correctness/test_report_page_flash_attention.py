@@ -69,7 +69,7 @@ def test_a_missing_forward_backward_row_leaves_the_backward_answered_from_the_co
 
 def test_no_rows_and_no_probe(tmp_path):
     f = page.facts(context([], tmp_path))
-    assert f.anchor is None and f.probe is None and f.sources == []
+    assert f.anchor is None and f.probe is None and f.sources == ()
     assert all(s.kind is Kind.CLOSED_FORM for s in f.scores.values())
 
 

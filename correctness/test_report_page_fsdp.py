@@ -202,7 +202,7 @@ def test_per_rank_reads_each_variants_closed_form_and_the_measured_rank(f):
     (p,) = f.per_rank
     assert [v.name for v in p.variants] == ["ddp", "sharded_optimizer", "fsdp"]
     assert p.measured_peak == 9 * GiB and p.measured_over_closed_form == 0.5 and p.variants[-1].fits is False
-    assert p.size.startswith("xl (2026)") and p.world_size == 2 and p.heading.endswith(f"({X1})")
+    assert p.config.size_label.startswith("xl (2026)") and p.config.world_size == 2 and p.heading.endswith(f"({X1})")
 
 
 def test_sources_name_every_run_file_read(f):

@@ -9,7 +9,7 @@ import pytest
 
 from impl.report.pages import Kind
 from impl.report.pages import mixed_precision as page
-from impl.report.pages.benchmarking_script import benchmarking_script_facts
+from impl.report.pages.benchmarking_script import editions
 from impl.report.rows import Stats
 from impl.report.templating import render_page
 from kits.report_rows import assert_snapshot, bench, context
@@ -68,22 +68,23 @@ def test_dtypes_are_typed_and_formats_compare_epsilons():
     d = page.dtypes(_rows())
     assert [(r.autocast_dtype, r.fc1_output, r.layernorm_output) for r in d.runs] == [
         ("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32")]
-    assert [x.name for x in d.formats] == ["fp32", "fp16", "bf16"] and d.bf16_eps_over_fp16 == 8
+    assert list(d.formats) == ["fp32", "fp16", "bf16"] and d.formats["fp16"].max == 65504.0
+    assert d.bf16_eps_over_fp16 == 8
     without = page.dtypes(_rows(formats=False))
-    assert without.formats == [] and without.bf16_eps_over_fp16 is None
+    assert without.formats == {} and without.bf16_eps_over_fp16 is None
 
 
 def test_bf16_trend_divides_the_grids_means_of_one_row_pair():
-    e25, e26 = benchmarking_script_facts(DEV, _rows()).editions
+    e25, e26 = editions(_rows())
     t = page.bf16_trend(e25)
     assert t.best.size == "large" and t.best.ratio.value == pytest.approx(0.26 / 0.38)
     assert t.best.ratio.value == t.best.bf16.mean_s / t.best.fp32.mean_s
-    assert [(p.size, p.context) for p in t.in_noise] == [("small", 512)]  # 0.072 vs 0.070 ± 0.01 each
-    assert [(p.size, p.context) for p in t.slower] == [("small", 256)]
+    assert [(p.size, p.context, p.ratio.verdict) for p in t.of("train_step")] == [
+        ("small", 256, "slower"), ("small", 512, "within noise"), ("large", 512, "faster")]  # 0.072 vs 0.070 ± 0.01
     t26 = page.bf16_trend(e26)
     fw, bw = t26.largest_fb
     assert bw.size == "xl (2026) = 2.7B (2025)" and bw.ratio.value == pytest.approx(0.070 / 0.333)
-    assert not t26.train() and t26.best is None
+    assert not t26.of("train_step") and t26.best is None
 
 
 def test_the_newer_editions_forward_and_backward_score_c_with_their_rows_date(tmp_path):
@@ -116,17 +117,16 @@ def test_committed_bf16_trend_is_bf16_over_fp32_of_the_grids_means(tmp_path):
     from impl.report import build
 
     ctx = build.context(ROOT / "reports" / "data", tmp_path)
-    f = benchmarking_script_facts(DEV, ctx.rows.of("benchmarking_script", device=DEV))
-    t = page.bf16_trend(f.editions[0])
+    eds = editions(ctx.rows.of("benchmarking_script", device=DEV))
+    t = page.bf16_trend(eds[0])
     best = t.best
     assert best.mode == "train_step" and best.ratio.value == best.bf16.mean_s / best.fp32.mean_s
-    assert best.ratio.value == min(p.ratio.value for p in t.train() if not p.ratio.noise)
-    assert all(p.ratio.value > 1 and not p.ratio.noise for p in t.slower)
-    t26 = page.bf16_trend(f.editions[1])  # 2026: forward and backward of every size (10B's backward is OOM)
-    assert {p.size for p in t26.of("forward")} == set(f.editions[1].sizes)
+    assert best.ratio.value == min(p.ratio.value for p in t.of("train_step") if not p.ratio.noise)
+    t26 = page.bf16_trend(eds[1])  # 2026: forward and backward of every size (10B's backward is OOM)
+    assert {p.size for p in t26.of("forward")} == set(eds[1].sizes)
     fw, bw = t26.largest_fb
     assert bw.size == "xl (2026) = 2.7B (2025)" and bw.ratio.value == bw.bf16.mean_s / bw.fp32.mean_s
-    assert not t26.train() and t26.best is None
+    assert not t26.of("train_step") and t26.best is None
 
 
 def test_page_words(request, tmp_path):

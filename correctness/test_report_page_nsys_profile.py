@@ -78,39 +78,38 @@ def test_c_reads_the_forwards_kernels_only():
                     dict(name="tiny", category="elementwise", share=0.001, calls=1)],
         "train step": [dict(name="multi_tensor_apply_kernel<AdamW>", category="elementwise", share=0.3, calls=1)]})
     f = page.forward_non_matmul(nsys)
-    assert [k.share for k in f.kernels] == [0.05, 0.02] and f.categories == ["elementwise", "softmax"]
+    assert [(k.share, k.category) for k in f.kernels] == [(0.05, "softmax"), (0.02, "elementwise")]
     assert f.total_share == pytest.approx(0.07) and f.kernels[1].op == "MulFunctor"
 
 
 def test_cases_keep_the_studys_order_top_kernel_calls_and_oom_need():
     got = page.nsys_cases([b for b in _rows() if b.row.config.get("edition") == "2026"])
     assert [(c.size, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
-    assert (got[0].top_name, got[0].top_calls, got[0].forward_ms) == (GEMM, 169, pytest.approx(59.0))
+    assert (got[0].top_name, got[0].top_calls, got[0].forward_s) == (GEMM, 169, pytest.approx(0.059))
     assert not got[1].measured and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72
 
 
 def test_each_edition_answers_from_its_own_profiled_rows(tmp_path):
     f = page.facts(context(_rows(), tmp_path))
-    assert [c.config for c in f.answer.configs] == ["small at context 128", "small at context 512",
-                                                    "large at context 128", "large at context 1024"]
-    assert f.edition == "2025" and f.answer.sizes == ["large", "small"]
-    assert [c.config for c in f.answer26.configs] == ["medium at context 512", "large at context 256"]
-    assert f.case_sizes == ["medium", "large"] and f.scored is f.answer26
+    assert [(c.size, c.context) for c in f.answer] == [("small", 128), ("small", 512), ("large", 128), ("large", 1024)]
+    assert f.edition == "2025" and [(c.size, c.context) for c in f.answer26] == [("medium", 512), ("large", 256)]
+    assert [c.size for c in f.cases] == ["medium", "medium", "large"]
     s = f.scores[P]
     assert s.kind is Kind.MEASURED and (s.device, s.date) == (DEV, "2026-11-24")
 
 
 def test_kernel_busy_share_and_range_agreement():
-    f = page.NsysFacts([page.profiled(b) for b in _rows()[:4]])
-    assert f.busiest.config == "large at context 1024" and f.idlest.config == "small at context 128"
-    assert f.idlest.busy == pytest.approx(5.0 / 25.0) and f.agree == 4  # the ranges are 2% over the timer
-    assert f.top_calls == [61, 72, 73, 145] and f.middle.config == "large at context 128"
-    assert f.matmul_train == [0.7, 0.7, 0.7]  # the forward+backward fallback is no training-step share
+    cs = [page.profiled(b) for b in _rows()[:4]]
+    assert [c.busy for c in cs] == pytest.approx([5 / 25, 18 / 27, 31 / 76, 249 / 253])
+    assert all(c.range_agrees for c in cs)  # the ranges are 2% over the timer
+    assert [c.top_calls for c in cs] == [73, 61, 72, 145]
+    assert [c.matmul_train for c in cs] == [0.7, 0.7, 0.7, None]  # the forward+backward fallback is no training step
+    assert cs[3].train_share == 0.7 and cs[3].profiled == "forward_backward"
 
 
 def test_only_2026_rows_answer_alone(tmp_path):
     f = page.facts(context([b for b in _rows() if b.row.config.get("edition") == "2026"], tmp_path))
-    assert f.edition == "2026" and f.answer26 is None and f.cases == [] and len(f.answer.configs) == 2
+    assert f.edition == "2026" and not f.answer26 and f.cases == [] and len(f.answer) == 2
     assert f.scores[P].date == "2026-11-24"
 
 
@@ -132,7 +131,7 @@ def test_an_older_format_rows_timer_is_its_mean(tmp_path):
     b = _rows()[1]
     old = replace(b, run=replace(b.run, legacy=True), stats=Stats(0.030, 0.001, 0.027, 0.0, 5, None))
     f = page.facts(context([old], tmp_path))
-    assert f.answer.configs[0].timer_ms == pytest.approx(30.0) and f.tables.stat == "mean"
+    assert f.answer[0].timer_ms == pytest.approx(30.0) and f.tables.stat == "mean"
 
 
 def test_no_profiled_gpu_rows_is_not_measured(tmp_path):
@@ -147,7 +146,7 @@ def test_committed_c_answer_has_no_optimizer_kernel(tmp_path):
 
     f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
     for facts in (f.answer, f.answer26):
-        names = [k.name for k in facts.middle.non_matmul.kernels]
+        names = [k.name for k in facts[len(facts) // 2].non_matmul.kernels]
         assert names and not [n for n in names if "multi_tensor" in n or "optimizer" in n.lower()]
 
 

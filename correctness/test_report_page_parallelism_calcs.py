@@ -11,7 +11,7 @@ from impl.bench.row import Metric, Peaks
 from impl.report.index import index_facts
 from impl.report.pages import Kind, Scored
 from impl.report.pages import parallelism_calcs as page
-from impl.report.build import two_file_page
+from impl.report.build import page_of
 from impl.report.templating import render_page
 from kits.report_rows import assert_snapshot, bench, context
 
@@ -57,7 +57,7 @@ def test_bounds_are_impl_parallelism_calcs_at_each_devices_c_and_w(tmp_path):
     f = page.facts(context(_rows(), tmp_path))
     for d in f.devices:
         assert d.bounds == pc.parallelism_bounds(d.figures, f.wl.B, f.wl.D_FF)
-    assert f.first.kind == "h100"
+    assert f.devices[0].kind == "h100"
 
 
 def test_every_answer_is_the_symbolic_form_of_its_function(tmp_path):
@@ -79,10 +79,10 @@ def test_the_index_counts_each_calculation_as_closed_form(tmp_path):
     f = page.facts(context(_rows(), tmp_path))
     assert set(f.scores) == set(CALCS)
     assert all(s == Scored(Kind.CLOSED_FORM, "closed form") for s in f.scores.values())
-    rows = {r.problem: r for r in index_facts([two_file_page("parallelism_calcs", f)], [], {}).rows}
+    rows = {r.problem: r for r in index_facts([page_of("parallelism_calcs", f)], [], {}).rows}
     for p in CALCS:
         assert rows[p].answered and not rows[p].measured and rows[p].device == "closed form"
-    assert index_facts([two_file_page("parallelism_calcs", f)], [], {}).closed_form == len(CALCS)
+    assert index_facts([page_of("parallelism_calcs", f)], [], {}).closed_form == len(CALCS)
 
 
 def test_page_words(request, tmp_path):

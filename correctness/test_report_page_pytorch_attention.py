@@ -52,7 +52,7 @@ def test_without_oom_the_largest_case_answers_and_is_accounted(tmp_path):
     assert a.before_backward.value == a.derived.before_backward  # measured = allocated minus the baseline
     assert a.backward_peak.value == a.derived.backward_peak
     assert f.scores[P] == Scored(Kind.MEASURED, DEVICE, "2026-11-22")
-    assert f.sources == [f"reports/data/{DEVICE}/{P}/20261122T0455Z_abcdef12.json"]
+    assert f.runs.files == [f"reports/data/{DEVICE}/{P}/20261122T0455Z_abcdef12.json"]
 
 
 def test_the_smallest_oom_case_is_named_and_accounted_with_its_own_memory(tmp_path):
@@ -103,7 +103,7 @@ def test_the_first_gpu_with_rows_answers(tmp_path):
 
 def test_no_gpu_rows_is_not_measured(tmp_path):
     f = page.facts(context([], tmp_path))
-    assert f.device is None and f.scores[P].kind is Kind.NOT_MEASURED and f.sources == []
+    assert f.device is None and f.scores[P].kind is Kind.NOT_MEASURED and f.runs is None
 
 
 def test_page_words(request, tmp_path):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
 from impl.report.pages import Context
 from impl.report.rows import Bench, Config, Rows, RunRef, Stats
@@ -35,8 +33,7 @@ def bench(problem: str, config: dict, median: float | None = None, *, device: st
 
 def context(rows: list[Bench], tmp_path: Path, history: list[Bench] = ()) -> Context:
     """The Context of a build over `rows` (figures go under tmp_path/figures)."""
-    return Context(df=pd.DataFrame(), history=pd.DataFrame(), reports_dir=tmp_path, fig_dir=tmp_path / "figures",
-                   rows=Rows(tuple(rows), tuple(history)))
+    return Context(reports_dir=tmp_path, fig_dir=tmp_path / "figures", rows=Rows(tuple(rows), tuple(history)))
 
 
 def assert_snapshot(request, name: str, text: str) -> None:

@@ -5,83 +5,102 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import re
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 from impl.bench.repo import add_repo_arguments, repo_from_args
-from impl.report.data import frame, load_records, split_newest
-from impl.report import test_records
+from impl.report import pages as pages_package, test_records
+from impl.report.data import Record, load_records, split_newest
 from impl.report.index import device_names, index_facts, render_index
-from impl.report.pages import Context, Page, render_page
-from impl.report.pages.problems import PAGES, STORED_ALIASES, problem
-from impl.report.rows import Rows, of_record
-from impl.report.templating import render_page as render_whole
+from impl.report.pages import Context, Page
+from impl.report.rows import Bench, Rows, of_record
+from impl.report.templating import render_page
+from impl.workloads.problems import Problem, StoredGroup
 
-# Page modules in index order: a two-file page's module is named for its slug (facts(ctx) and
-# templates/<slug>.md.j2); the others expose pages(ctx) -> list[Page].
-PAGE_MODULES = [
-    "impl.report.pages.benchmarking_script",
-    "impl.report.pages.nsys_profile",
-    "impl.report.pages.mixed_precision",
-    "impl.report.pages.memory_profiling",
-    "impl.report.pages.gradient_checkpointing",
-    "impl.report.pages.training_step",
-    "impl.report.pages.pytorch_attention",
-    "impl.report.pages.torch_compile",
-    "impl.report.pages.flash_attention",
-    "impl.report.pages.flash_benchmarking",
-    "impl.report.pages.leaderboard",
-    "impl.report.pages.flash_shapes",
-    "impl.report.pages.distributed_communication",
-    "impl.report.pages.ddp",
-    "impl.report.pages.communication_accounting",
-    "impl.report.pages.optimizer_sharding",
-    "impl.report.pages.fsdp",
-    "impl.report.pages.parallelism_calcs",
-    "impl.report.pages.leaderboard_2026",
-    "impl.report.pages.cpu_smoke",
-]
 INDEX_LIMIT_BYTES = 25_000
 LINK = re.compile(r"\]\(([^)\s]+\.(?:png|csv))\)")
+# Benchmark groups stored under another name than the handout's problem (older runs): read as the
+# handout's name everywhere (applied to the loaded rows).
+STORED_ALIASES = {StoredGroup.DDP_OVERLAP_BUCKETED_BENCHMARKING.value: Problem.DDP_BUCKETED_BENCHMARKING.value}
 
 
 class PageModuleError(RuntimeError):
-    """A page module that cannot be imported or has neither facts nor pages: the build fails naming it
-    (a page must never vanish from the report because of a typo)."""
+    """A page module that cannot be imported, lacks `PROBLEMS` or `facts`, or answers a problem another
+    page answers: the build fails naming it (a page must never vanish from the report because of a typo)."""
 
 
-def collect(ctx: Context) -> list[Page]:
-    pages = []
-    for name in PAGE_MODULES:
+def page_order(modules: list[ModuleType], problems: tuple = tuple(Problem)) -> list[ModuleType]:
+    """The pages in the index's order: by the place of each page's first problem in `problems` (the
+    Problem enum's, the handouts' order), pages answering none last, by name."""
+    return sorted(modules, key=lambda m: (problems.index(m.PROBLEMS[0]) if m.PROBLEMS else len(problems), m.__name__))
+
+
+@cache
+def page_modules() -> tuple[ModuleType, ...]:
+    """Every page module of impl.report.pages (each module there but the "_"-named helpers), imported
+    and checked, in page_order."""
+    modules = []
+    for info in pkgutil.iter_modules(pages_package.__path__):
+        if info.name.startswith("_"):
+            continue
+        name = f"{pages_package.__name__}.{info.name}"
         try:
             module = importlib.import_module(name)
         except Exception as exc:
             raise PageModuleError(f"page module {name} failed to import: {type(exc).__name__}: {exc}") from exc
-        if hasattr(module, "facts"):
-            pages.append(two_file_page(name.rsplit(".", 1)[-1], module.facts(ctx)))
-        elif hasattr(module, "pages"):
-            pages.extend(module.pages(ctx))
-        else:
-            raise PageModuleError(f"page module {name} has neither facts(ctx) nor pages(ctx)")
-    return pages
+        for attr in ("PROBLEMS", "facts"):
+            if not hasattr(module, attr):
+                raise PageModuleError(f"page module {name} has no {attr} (a helper module's name starts with '_')")
+        modules.append(module)
+    answered: dict[Problem, str] = {}
+    for module in modules:
+        for p in module.PROBLEMS:
+            if p in answered:
+                raise PageModuleError(f"page module {module.__name__}: {p} is answered by {answered[p]} too")
+            answered[p] = module.__name__
+    return tuple(page_order(modules))
 
 
-def two_file_page(slug: str, facts) -> Page:
-    """The page of `slug` rendered whole by templates/<slug>.md.j2 from its facts."""
-    if slug not in PAGES:
-        raise PageModuleError(f"page module {slug}: no such page in impl.report.pages.problems.PAGES")
-    return Page(slug, "", [problem(p) for p in PAGES[slug]], [], "", score=dict(facts.scores),
-                index_figures=list(facts.index_figures), text=render_whole(f"{slug}.md.j2", f=facts), facts=facts)
+def slug(module: ModuleType) -> str:
+    """A page's file stem under reports/ and its template's under templates/: its module's name."""
+    return module.__name__.rsplit(".", 1)[-1]
 
 
-def older_format(df) -> list[str]:
+def page_problems() -> dict[str, tuple[Problem, ...]]:
+    """{each page's slug: the problems it answers}, in page order."""
+    return {slug(m): tuple(m.PROBLEMS) for m in page_modules()}
+
+
+def slugs() -> dict[Problem, str]:
+    """{each problem: the slug of the page answering it}."""
+    return {p: s for s, ps in page_problems().items() for p in ps}
+
+
+def collect(ctx: Context) -> list[Page]:
+    """Every page, built from its module's facts(ctx), in page order."""
+    return [page_of(slug(m), m.facts(ctx)) for m in page_modules()]
+
+
+def page_of(name: str, facts) -> Page:
+    """The page `name` rendered whole by templates/<name>.md.j2 from its facts."""
+    return Page(name, page_problems()[name], render_page(f"{name}.md.j2", f=facts), dict(facts.scores),
+                tuple(facts.index_figures), facts)
+
+
+def older_format(rows: list[Bench]) -> list[str]:
     """`device: section, ...` for GPU sections whose newest run is still in the older format (its
     kernel rows' figures are do_bench medians, its statistics from before the bench layer)."""
-    if df.empty:
-        return []
-    newest = df.sort_values("datetime").groupby(["device", "section"]).tail(1)
-    old = newest[newest.legacy & (newest.device != "cpu")]
-    return [f"{dev}: {', '.join(sorted(g.section))}" for dev, g in old.groupby("device")]
+    newest: dict[tuple[str, str], Bench] = {}
+    for b in sorted(rows, key=lambda b: str(b.run.datetime)):
+        newest[(b.run.device, b.run.section)] = b
+    old: dict[str, list[str]] = {}
+    for (device, section), b in newest.items():
+        if b.run.legacy and device != "cpu":
+            old.setdefault(device, []).append(section)
+    return [f"{dev}: {', '.join(sorted(old[dev]))}" for dev in sorted(old)]
 
 
 def index(pages: list[Page], older: list[str] | None = None, names: dict[str, str] | None = None,
@@ -89,12 +108,15 @@ def index(pages: list[Page], older: list[str] | None = None, names: dict[str, st
     return render_index(index_facts(pages, older or [], names or {}), test_records.render(tests or []))
 
 
+def rows_of(newest: list[Record], earlier: list[Record]) -> Rows:
+    """The rows of the loaded records, each stored under an older group name read as its problem's."""
+    return Rows(*(tuple(of_record(r, STORED_ALIASES.get(r.row.problem)) for r in recs) for recs in (newest, earlier)))
+
+
 def context(data_dir: Path, reports_dir: Path) -> Context:
     """Every stored run under data_dir, loaded for pages that write their figures and CSVs under reports_dir."""
-    newest, earlier = split_newest(load_records(data_dir))
-    rows = Rows(*(tuple(of_record(r, STORED_ALIASES.get(r.row.problem)) for r in recs) for recs in (newest, earlier)))
-    return Context(df=frame(newest), history=frame(earlier), reports_dir=reports_dir, fig_dir=reports_dir / "figures",
-                   rows=rows)
+    return Context(reports_dir=reports_dir, fig_dir=reports_dir / "figures",
+                   rows=rows_of(*split_newest(load_records(data_dir))))
 
 
 def build(root: Path) -> dict[str, str]:
@@ -102,8 +124,8 @@ def build(root: Path) -> dict[str, str]:
     data_dir = root / "reports" / "data"
     ctx = context(data_dir, root / "reports")
     pages = collect(ctx)
-    files = {f"{page.slug}.md": render_page(page) for page in pages}
-    files["README.md"] = index(pages, older_format(ctx.df), device_names(ctx.df),
+    files = {f"{page.slug}.md": page.text for page in pages}
+    files["README.md"] = index(pages, older_format(list(ctx.rows.newest)), device_names(list(ctx.rows.newest)),
                                test_records.device_tests(data_dir, root))
     return files
 

@@ -1,22 +1,16 @@
-"""The report's one loader: saved pytest-benchmark JSON → typed records → one flat table.
+"""The report's one loader: saved pytest-benchmark JSON → typed records, read once.
 
 A record is a benchmark row (impl.bench.row.Row), the pytest-benchmark stats that measured it
 (None for rows that did not run: they come from the file's `not_run` list), and the run it came
-from (device folder, section, date, commit, whether the file is in the older format).
-
-The table (`frame`) has one line per record; columns: device, section, name, group, problem,
-status (a Status value), reason, oom (status is OOM), datetime, commit, legacy, the stats in
-seconds per call (mean, stddev, median, min, max, iqr, rounds, data), peak_alloc, every config
-key as `cfg.<key>`, every metric as `m.<Metric value>`, `details` (the row's section-specific
-payloads) and `row` (the Row itself).
+from (device folder, section, date, commit, whether the file is in the older format: read through
+impl.report.legacy, the one adapter, and never rewritten). `split_newest` splits the records into
+each row's newest and every earlier one; impl.report.rows turns them into the rows pages read.
 """
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
 
 from impl.bench.row import SCHEMA, Row, Status
 from impl.bench.store import BadRunFile, RunFile, read_run, row_number_problems, run_files, run_identity
@@ -122,25 +116,6 @@ def _records(doc: dict, path: Path, device: str | None, section: str | None) -> 
     return out
 
 
-def frame(records: list[Record]) -> pd.DataFrame:
-    lines = []
-    for rec in records:
-        row, run = rec.row, rec.run
-        line = dict(device=run.device, section=run.section, name=rec.name, group=row.problem, problem=row.problem,
-                    status=row.status.value, reason=row.reason, oom=row.status is Status.OOM,
-                    datetime=run.datetime, commit=run.commit, legacy=run.legacy, file=run.file,
-                    peak_alloc=row.memory.peak_allocated, details=row.details, row=row,
-                    data=rec.stats.data if rec.stats else None)
-        for k in STAT_KEYS:
-            line[k] = getattr(rec.stats, k) if rec.stats else None
-        for k, v in row.config.items():
-            line[f"cfg.{k}"] = v
-        for k, v in row.metrics.items():
-            line[f"m.{k.value}"] = v
-        lines.append(line)
-    return pd.DataFrame(lines)
-
-
 @dataclass(frozen=True)
 class StoredRun:
     """A whole run of its folder's device and section, and its records."""
@@ -210,20 +185,3 @@ def split_newest(records: list[Record]) -> tuple[list[Record], list[Record]]:
         newest[(rec.run.device, rec.name)] = rec
     keep = {id(r) for r in newest.values()}
     return list(newest.values()), [r for r in records if id(r) not in keep]
-
-
-def load_frames(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(each row's newest run, every earlier run of each row), the files read once, so a skipped
-    file is warned of once."""
-    newest, earlier = split_newest(load_records(data_dir))
-    return frame(newest), frame(earlier)
-
-
-def load(data_dir: Path) -> pd.DataFrame:
-    """Each row's newest run: what the report shows."""
-    return load_frames(data_dir)[0]
-
-
-def load_history(data_dir: Path) -> pd.DataFrame:
-    """Every earlier run of each row, for version and history tables."""
-    return load_frames(data_dir)[1]

@@ -1,9 +1,5 @@
-"""The kernel rows of the FlashAttention pages (flash_attention, flash_benchmarking, leaderboard,
-flash_shapes), typed: their config view, the names of implementations, passes and statuses, and
-ours ÷ an anchor of one run in the report's one ratio convention (impl.report.ratio).
-
-Times are pytest-benchmark's medians: the kernel time of the CUDA-event timer; for older files the
-loader puts the do_bench median there (impl.report.legacy)."""
+"""The kernel rows of the FlashAttention pages, typed: their config view, labels, and ours ÷ an anchor of one
+run (impl.report.ratio). Times are pytest-benchmark medians (do_bench's in older files, impl.report.legacy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,30 +8,19 @@ from impl.bench.row import Status
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, view
 
-IMPL_LABELS = {
-    "flash_triton": "ours (Triton fwd + Triton bwd)",
-    "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
-    "flash_triton_compiled": "torch.compile(ours)",
-    "naive": "naive PyTorch",
-    "sdpa_flash": "SDPA flash backend",
-    "sdpa_cudnn": "SDPA cuDNN backend",
-}
-IMPL_ORDER = list(IMPL_LABELS)
-#: One colour per implementation in every figure.
-IMPL_COLORS = {impl: f"C{i}" for i, impl in enumerate(IMPL_ORDER)}
+IMPL_LABELS = {"flash_triton": "ours (Triton fwd + Triton bwd)",
+               "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
+               "flash_triton_compiled": "torch.compile(ours)", "naive": "naive PyTorch",
+               "sdpa_flash": "SDPA flash backend", "sdpa_cudnn": "SDPA cuDNN backend"}
+IMPL_COLORS = {impl: f"C{i}" for i, impl in enumerate(IMPL_LABELS)}  # one colour per implementation in every figure
 MODE_LABELS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
 STATUS_LABELS = {Status.OOM: "OOM", Status.UNSUPPORTED: "unsupported", Status.LEFT_OUT: "left out",
                  Status.LEFT_OUT_BY_BUDGET: "left out (budget)", Status.NEEDS_HARDWARE: "needs hardware",
                  Status.FAILED: "failed"}
-#: Sequences up to this length are host-bound in flash_benchmarking (NOTES.md): one call's Python,
-#: autotuner lookup and launches cost more than its kernels, so their times follow the host.
-SHORT_SEQ = 4096
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """The config keys of an attention kernel row."""
-
     impl: str = ""
     mode: str = ""  # fwd, bwd, fwd_bwd
     dtype: str = ""
@@ -55,8 +40,7 @@ def ran(b: Bench) -> bool:
     return b.status is Status.MEASURED
 
 
-def status_label(b: Bench) -> str | None:
-    """A cell's text for a row without a timing (OOM, unsupported, left out); None if it ran."""
+def status_label(b: Bench) -> str | None:  # None: it ran
     return None if ran(b) else STATUS_LABELS.get(b.status, b.status.value)
 
 
@@ -69,39 +53,29 @@ def spread_of(b: Bench) -> float | None:
 
 
 def over(ours: Bench, anchor: Bench, name: str) -> Ratio:
-    """Ours ÷ the anchor, medians of two rows of one run, with the noise verdict of their spreads."""
     return ratio(ours.stats.median, anchor.stats.median, name, spread_of(ours), spread_of(anchor))
 
 
-def pick(rows: list[Bench], **cfg) -> Bench | None:
-    """The first row that ran whose config keys equal the given values."""
+def pick(rows: list[Bench], **cfg) -> Bench | None:  # the first row that ran with these config values
     return next((b for b in rows if ran(b) and all(getattr(kernel(b), k) == v for k, v in cfg.items())), None)
 
 
-def groups(rows: list[Bench], *keys: str) -> list[tuple[tuple, list[Bench]]]:
-    """`rows` grouped by config keys (Kernel's), in row order within a group; groups in the keys' order."""
+def groups(rows: list[Bench], *keys: str) -> list[tuple[tuple, list[Bench]]]:  # sorted by key; rows in order
     out: dict[tuple, list[Bench]] = {}
     for b in rows:
         out.setdefault(tuple(getattr(kernel(b), k) for k in keys), []).append(b)
     return sorted(out.items(), key=lambda kv: kv[0])
 
 
-def best_anchor(rows: list[Bench]) -> Bench | None:
-    """The faster SDPA backend that ran among `rows` (the first on a tie)."""
+def best_anchor(rows: list[Bench]) -> Bench | None:  # the faster SDPA backend that ran, the first on a tie
     return min((b for b in rows if kernel(b).impl.startswith("sdpa") and ran(b)), key=lambda b: b.stats.median,
                default=None)
 
 
-def not_run(rows: list[Bench]) -> list[tuple[str, str]]:
-    """(status, reason) of the rows that did not run, each once, in row order."""
-    return list(dict.fromkeys((status_label(b), b.row.reason) for b in rows if b.row.reason and not ran(b)))
+def not_run(rows: list[Bench]) -> tuple[tuple[str, str], ...]:  # (status, reason) of each once, in row order
+    return tuple(dict.fromkeys((status_label(b), b.row.reason) for b in rows if b.row.reason and not ran(b)))
 
 
-def timers(rows: list[Bench]) -> list[str]:
-    """The clocks of the rows: each one's timing record, or the older format's `timer` detail."""
+def timers(rows: list[Bench]) -> tuple[str, ...]:  # the clocks: timing records', or older files' `timer` detail
     names = {b.row.timing.timer if b.row.timing is not None else b.details.get("timer") for b in rows}
-    return sorted(n for n in names if n)
-
-
-def newest_date(rows: list[Bench]) -> str:
-    return max(str(b.run.datetime) for b in rows)[:10]
+    return tuple(sorted(n for n in names if n))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
-
-from impl.report.pages import NOT_ON_GPU, Kind, Page, Score, Scored
-from impl.report.pages.problems import PROBLEMS
+from impl.report.pages import Kind, Page, Scored
+from impl.report.rows import Bench
 from impl.report.runs import device_short
 from impl.report.templating import render
+from impl.workloads.problems import Problem
 
 CLOSED_FORM = "closed form"
+# The story the index's figures tell, by the pages that draw them: these pages' figures first, in this
+# order, then any other page's in page order.
+STORY = ("training_step", "leaderboard", "ddp")
 
 
 @dataclass(frozen=True)
@@ -19,23 +21,18 @@ class IndexRow:
     problem: str
     editions: str  # as the handouts pose it: "2025", "2026", "2025, 2026" or "suite"
     slug: str | None  # the page answering it, None when no page does yet
-    score: Score | Scored | None  # None: not answered yet; Scored: a two-file page's (worded from `facts`)
+    score: Scored | None  # None: not answered yet (worded from `facts` by its page's template)
     device: str  # the device column, one naming for every page ("H100", "2×H200", "closed form")
-    facts: object = None  # the two-file page's facts
+    facts: object = None  # the page's facts
 
     @property
     def answered(self) -> bool:
-        if isinstance(self.score, Scored):
-            return self.score.kind is not Kind.NOT_MEASURED
-        return self.score is not None and not self.score.answer.startswith(NOT_ON_GPU) \
-            and not self.score.answer.startswith("not computed")
+        return self.score is not None and self.score.kind is not Kind.NOT_MEASURED
 
     @property
     def measured(self) -> bool:
         """Answered from stored GPU rows (not a closed form)."""
-        if isinstance(self.score, Scored):
-            return self.score.kind is Kind.MEASURED
-        return self.answered and self.device not in ("–", CLOSED_FORM)
+        return self.score is not None and self.score.kind is Kind.MEASURED
 
 
 @dataclass(frozen=True)
@@ -66,15 +63,16 @@ class IndexFacts:
         return max(dates) if dates else "–"
 
 
-def device_names(df: pd.DataFrame) -> dict[str, str]:
+def device_names(rows: list[Bench]) -> dict[str, str]:
     """{a device folder or a GPU's environment name: the index's short name}: pages name devices either
     way; the index says each one way."""
+    by: dict[str, set[str]] = {}
+    for b in rows:
+        by.setdefault(b.run.device, set()).add(b.row.env.device)
     out: dict[str, str] = {}
-    if df.empty:
-        return out
-    for dev, g in df.groupby("device"):
+    for dev in sorted(by):
         out[dev] = device_short(dev)
-        for env in {r.env.device for r in g["row"]}:
+        for env in by[dev]:
             out.setdefault(env, device_short(dev) if dev.endswith("-x1") else env)
     return out
 
@@ -83,17 +81,21 @@ def _device(text: str, names: dict[str, str]) -> str:
     return " + ".join(names.get(part, part) for part in text.split(" + "))
 
 
+def _story(page: Page) -> int:
+    return STORY.index(page.slug) if page.slug in STORY else len(STORY)
+
+
 def index_facts(pages: list[Page], older: list[str], names: dict[str, str]) -> IndexFacts:
-    scores: dict[str, tuple[Page, Score]] = {}
+    scores: dict[str, tuple[Page, Scored]] = {}
     for page in pages:
-        for name, score in page.score.items():
+        for name, score in page.scores.items():
             scores[name] = (page, score)
     rows = []
-    for p in PROBLEMS:
-        page, score = scores.get(p.name, (None, None))
-        rows.append(IndexRow(p.name, p.edition, page.slug if page else None, score,
+    for p in Problem:
+        page, score = scores.get(p, (None, None))
+        rows.append(IndexRow(p.value, p.edition_tag, page.slug if page else None, score,
                              _device(score.device, names) if score else "–", page.facts if page else None))
-    figures = [f for page in pages for f in page.index_figures]
+    figures = [f for page in sorted(pages, key=_story) for f in page.index_figures]
     return IndexFacts(rows, older, figures)
 
 

@@ -51,7 +51,3 @@ def pct(x, digits=1) -> str:
 def num(x, digits=1) -> str:
     return "–" if missing(x) else f"{x:,.{digits}f}"
 
-
-def ms_share(x_ms, step_ms, digits: int = 2) -> str:
-    """Milliseconds with their share of a step: "12.34 (5%)"."""
-    return f"{num(x_ms, digits)} ({pct(x_ms / step_ms, 0)})" if step_ms and not missing(x_ms) else num(x_ms, digits)

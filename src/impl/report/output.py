@@ -2,9 +2,8 @@
 tables (reports/data-tables/<slug>-<name>.csv), each with the link the page puts in its text."""
 from __future__ import annotations
 
+import csv
 from pathlib import Path
-
-import pandas as pd
 
 
 def figure_path(fig_dir: Path, fig_rel: str, slug: str, stem: str | None = None) -> tuple[Path, str]:
@@ -13,14 +12,11 @@ def figure_path(fig_dir: Path, fig_rel: str, slug: str, stem: str | None = None)
     return fig_dir / name, f"{fig_rel}/{name}"
 
 
-def write_csv(reports_dir: Path, name: str, frame: pd.DataFrame) -> str:
-    """Writes reports/data-tables/<name>.csv; returns its markdown link from a page under reports/."""
+def write_table_csv(reports_dir: Path, name: str, header: list[str], rows: list[list]) -> str:
+    """Writes a markdown table's cells (code backticks dropped) to reports/data-tables/<name>.csv; returns
+    its markdown link from a page under reports/."""
     path = reports_dir / "data-tables" / f"{name}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(path, index=False)
+    with path.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows([header, *([str(c).strip("`") for c in r] for r in rows)])
     return f"[data-tables/{path.name}](data-tables/{path.name})"
-
-
-def write_table_csv(reports_dir: Path, name: str, header: list[str], rows: list[list]) -> str:
-    """write_csv of a markdown table's cells (code backticks dropped)."""
-    return write_csv(reports_dir, name, pd.DataFrame([[str(c).strip("`") for c in r] for r in rows], columns=header))

@@ -1,7 +1,6 @@
-"""Typed access to the loaded rows: a page reads `Bench` objects (one stored benchmark row with its
-run and statistics) and their `Config`, not `"cfg.<key>"` columns of the flat frame.
-
-The loader (impl.report.data) stays as it is; `benches(frame)` turns its lines into these objects.
+"""The rows a page reads: `Bench`, one stored benchmark row with its run and statistics, loaded once
+(`of_record`, from impl.report.data's records) into `Rows` (each row's newest, and every earlier one).
+A page reads a row's config through its own typed view (`view`: a frozen dataclass of the keys it reads).
 Sizes are `SizeRef`s (edition, name): rows stored before the 2026 table carry no `edition` and read
 as 2025's; a row's size label comes from one function, `size_label`.
 """
@@ -10,8 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, TypeVar
-
-import pandas as pd
 
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
@@ -91,39 +88,6 @@ def size_ref(size: str | None, edition: str | None) -> SizeRef | None:
         return None
 
 
-CONFIG_KEYS = frozenset(f.name for f in fields(Config)) - {"extra"}
-
-
-@pd.api.extensions.register_dataframe_accessor("cfg")
-class FrameConfig:
-    """`d.cfg.<key>`: the frame's column of a config key, by a declared name (Config's fields); a key no
-    row of `d` has reads as a column of None."""
-
-    def __init__(self, frame: pd.DataFrame):
-        self._frame = frame
-
-    def __getattr__(self, key: str) -> pd.Series:
-        if key not in CONFIG_KEYS:
-            raise AttributeError(f"no config key {key!r}; declare it in impl.report.rows.Config")
-        column = f"cfg.{key}"
-        if column in self._frame:
-            return self._frame[column]
-        return pd.Series([None] * len(self._frame), index=self._frame.index, dtype=object)
-
-
-@pd.api.extensions.register_series_accessor("cfg")
-class LineConfig:
-    """`r.cfg`: the typed Config of one line of the frame (its Row's config), None where unset."""
-
-    def __init__(self, line: pd.Series):
-        self._config = Config.of(line["row"].config) if "row" in line.index else None
-
-    def __getattr__(self, key: str):
-        if self._config is None:
-            raise AttributeError("not a line of impl.report.data.frame (no row)")
-        return getattr(self._config, key)
-
-
 def size_label(ref: SizeRef | None, fallback: str = "–") -> str:
     """The one label of a size across the report: "small", "xl (2025)", "xl (2026) = 2.7B (2025)"."""
     return ref.label if ref is not None else fallback
@@ -139,11 +103,6 @@ def size_described(ref: SizeRef | None, fallback: str = "–") -> str:
     return f"{ref.name} ({ref.edition}): d_model {c.d_model}, {c.num_layers} layers, {params} params"
 
 
-def line_size_ref(line: pd.Series) -> SizeRef | None:
-    """The SizeRef of one line of the frame (None where it names no size of either table)."""
-    return Config.of(line["row"].config).size_ref if "row" in line.index else None
-
-
 @dataclass(frozen=True)
 class SizeRun:
     """The rows of one model size (edition and name) that came from one stored run: the unit a
@@ -151,7 +110,7 @@ class SizeRun:
 
     size: SizeRef | None
     datetime: str
-    rows: pd.DataFrame | tuple[Bench, ...] = field(compare=False)  # tuple: of size_runs_of
+    rows: tuple[Bench, ...] = field(compare=False)
 
     @property
     def edition(self) -> str:
@@ -163,9 +122,7 @@ class SizeRun:
 
     @property
     def files(self) -> list[str]:
-        if not isinstance(self.rows, pd.DataFrame):  # Bench rows (size_runs_of)
-            return sorted({b.run.file for b in self.rows})
-        return sorted(set(self.rows["file"])) if "file" in self.rows else []
+        return sorted({b.run.file for b in self.rows})
 
     @property
     def date(self) -> str:
@@ -225,19 +182,6 @@ def _edition_order(ref: SizeRef | None) -> tuple:
     return (-int(ref.edition), names.index(ref.name) if ref.name in names else len(names), ref.name)
 
 
-def size_runs(d: pd.DataFrame) -> list[SizeRun]:
-    """The frame's rows split by [edition, size] and by run: each edition's sizes (2026 first), and
-    within a size its runs newest first."""
-    if d is None or d.empty:
-        return []
-    refs = [line_size_ref(line) for _, line in d.iterrows()]
-    keys = pd.Series([(r, str(t)) for r, t in zip(refs, d["datetime"])], index=d.index)
-    out = [SizeRun(ref, when, d[keys.map(lambda k, key=(ref, when): k == key)])
-           for ref, when in dict.fromkeys(keys)]
-    newest_first = sorted(out, key=lambda g: g.datetime, reverse=True)
-    return sorted(newest_first, key=lambda g: _edition_order(g.size))
-
-
 @dataclass(frozen=True)
 class _SizeOf:
     """The keys of a row's config that name its model size (rows.view)."""
@@ -247,23 +191,13 @@ class _SizeOf:
 
 
 def size_runs_of(rows: Iterable[Bench]) -> list[SizeRun]:
-    """size_runs of Bench rows (no frame): each edition's sizes (2026 first), within a size its runs newest
-    first; a SizeRun's rows are then a tuple of Bench."""
+    """The rows split by [edition, size] and by run: each edition's sizes (2026 first), within a size its
+    runs newest first."""
     keyed = [((size_ref(c.size, c.edition), str(b.run.datetime)), b) for b in rows for c in [view(_SizeOf, b)]]
     out = [SizeRun(ref, when, tuple(b for k, b in keyed if k == (ref, when)))
            for ref, when in dict.fromkeys(k for k, _ in keyed)]
     newest_first = sorted(out, key=lambda g: g.datetime, reverse=True)
     return sorted(newest_first, key=lambda g: _edition_order(g.size))
-
-
-def newest_per_size(groups: list[SizeRun]) -> list[SizeRun]:
-    """The newest run of each [edition, size] (what a page's answers read; older runs stay in the body)."""
-    seen, out = set(), []
-    for g in groups:
-        if g.size not in seen:
-            seen.add(g.size)
-            out.append(g)
-    return out
 
 
 @dataclass(frozen=True)
@@ -354,25 +288,8 @@ def _opt(x):
     return x if _num(x) else None
 
 
-def bench(line: pd.Series) -> Bench:
-    """The Bench of one line of impl.report.data.frame."""
-    stats = None
-    if _num(line.get("median")) or _num(line.get("mean")):
-        data = line.get("data")
-        stats = Stats(_opt(line.get("mean")), _opt(line.get("stddev")), _opt(line.get("median")),
-                      _opt(line.get("iqr")), None if not _num(line.get("rounds")) else int(line["rounds"]),
-                      list(data) if isinstance(data, list) else None)
-    run = RunRef(line["device"], line["section"], line.get("datetime"), line.get("commit") or "", bool(line["legacy"]),
-                 line.get("file") or "")
-    return Bench(line["name"], line["row"], run, stats, Config.of(line["row"].config))
-
-
-def benches(d: pd.DataFrame) -> list[Bench]:
-    return [] if d is None or d.empty else [bench(line) for _, line in d.iterrows()]
-
-
 def of_record(rec, problem: str | None = None) -> Bench:
-    """The Bench of one stored record (impl.report.data.Record), read without a frame; `problem`:
+    """The Bench of one stored record (impl.report.data.Record), `problem`:
     the handout's name where the row was stored under an older one."""
     s = rec.stats
     stats = None if s is None or not (_num(s.median) or _num(s.mean)) else Stats(

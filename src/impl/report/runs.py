@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
-
 from impl.bench.row import Env
 
 
@@ -36,30 +34,6 @@ def device_name(device: str, env_device: str) -> str:
 def files_text(files) -> str:
     """Run files as the report names them: "`reports/data/<device>/<section>/<name>.json`, ..."."""
     return ", ".join(f"`{f}`" for f in files)
-
-
-def run_ids(d: pd.DataFrame, files: bool = False) -> str:
-    """Each run the rows come from, oldest first: "2026-11-23 22:37 UTC, commit `1a2b3c4d` (12 rows)",
-    with its file (`files`) where the frame says it."""
-    runs = []
-    for (when, commit), g in d.groupby(["datetime", "commit"], sort=True):
-        named = files and "file" in g and g["file"].notna().all()
-        runs.append(f"{str(when)[:16].replace('T', ' ')} UTC, commit `{commit or '–'}` ({len(g)} rows"
-                    + (", older format" if g["legacy"].all() else "") + ")"
-                    + (f": {files_text(sorted(set(g['file'])))}" if named else ""))
-    return "; ".join(runs)
-
-
-def runs_line(device: str, d: pd.DataFrame) -> str:
-    """Which machine and runs the rows come from: device, software, each run's UTC time and commit."""
-    env = d["row"].iloc[-1].env
-    return (f"**Runs** on `{device}` ({env.device}, torch {env.torch}, CUDA {env.cuda}, profile `{env.profile}`): "
-            + run_ids(d, files=True) + ".")
-
-
-def run_date(d: pd.DataFrame) -> str:
-    """The newest run's UTC date of the rows."""
-    return max(str(t) for t in d["datetime"] if t)[:10] if d["datetime"].notna().any() else "–"
 
 
 def newest_date(rows) -> str:

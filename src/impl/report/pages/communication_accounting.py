@@ -12,6 +12,7 @@ from impl.report.pages import Context, Kind, Scored
 from impl.report.rows import view
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.COMMUNICATION_ACCOUNTING,)
 PROBLEM = P.COMMUNICATION_ACCOUNTING
 
 

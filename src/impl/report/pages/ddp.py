@@ -1,8 +1,6 @@
-"""naive_ddp … ddp_bucketed_benchmarking: our DDP variants' training step against the single-GPU floor
-and torch DDP, the bucket model against the measured buckets, and a profiled step's timeline. Each
-device's rows are split by [edition, size] and run (rows.size_runs_of): every ratio divides rows of
-one run and size. The implementation problems are answered by the NCCL correctness log.
-templates/ddp.md.j2 holds every word."""
+"""naive_ddp … ddp_bucketed_benchmarking: our DDP variants' step against the single-GPU floor and torch DDP, the
+bucket model against the measured buckets, and a profiled step's timeline, per device and [edition, size] run (every
+ratio divides rows of one run); the implementation problems are answered by the NCCL correctness log."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,18 +11,18 @@ from impl.report import figures
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import (Bench, RunLabel, SizeRun, answering, current_edition, size_label, size_ref, size_runs_of,
-                              view)
+from impl.report.rows import Bench, RunLabel, answering, current_edition, size_label, size_ref, size_runs_of, view
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
 
+PROBLEMS = (P.NAIVE_DDP, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING, P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS,
+            P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, P.DDP_OVERLAP_BUCKETED, P.DDP_BUCKETED_BENCHMARKING)
 SLUG = "ddp"
 ROWS = (StoredGroup.DDP_BENCHMARKING_ANCHORS, P.NAIVE_DDP_BENCHMARKING, P.MINIMAL_DDP_FLAT_BENCHMARKING,
         P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, P.DDP_BUCKETED_BENCHMARKING)  # the stored problems read
-# the implementation problems: answered by the correctness suite, each naming its class
-IMPLEMENTED = {P.NAIVE_DDP: "naive", P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS: "DDPIndividualParameters",
-               P.DDP_OVERLAP_BUCKETED: "DDPBucketed"}
+# the implementation problems, answered by the correctness suite
+IMPLEMENTED = (P.NAIVE_DDP, P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS, P.DDP_OVERLAP_BUCKETED)
 LOG = "correctness-nccl.txt"  # under reports/data/<device>/logs/
 Key = tuple[str, float | None]  # (variant, bucket MB of a bucketed row)
 SINGLE, TORCH, NAIVE = ("single", None), ("torch_ddp", None), ("naive", None)
@@ -33,14 +31,6 @@ STEPS: dict[str, Key] = {P.NAIVE_DDP_BENCHMARKING: NAIVE, P.MINIMAL_DDP_FLAT_BEN
                          P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: ("individual", None)}
 OURS = ("naive", "flat", "individual", "bucketed")
 VARIANT_LABEL = {v.value: v.label for v in DDPVariant}
-VARIANT_ORDER = list(VARIANT_LABEL)
-# the figures' words (drawn, not templated; the index's caption of the overhead figure is its alt text, with its run)
-FIGURE_WORDS = dict(caption="DDP overhead against torch DDP ({}, {}, run {})",
-                    overhead_y="step time over the single-GPU floor (%)",
-                    overhead_title="DDP overhead, ours vs torch DDP (hatched); ±1 std of both",
-                    legend="context {}, per-rank batch {}", timeline_x="ms from step start",
-                    busy="busy {:.0f} of {:.0f} ms drawn",
-                    timeline_title="{}: one step on rank 0, context {}, per-rank batch {}")
 
 
 @dataclass(frozen=True)
@@ -55,36 +45,22 @@ class DdpConfig:
     bucket_mb: float | None = None
     kind: str | None = None  # older files: "trace" rows beside the benchmarks
 
+    key = property(lambda self: (self.variant, self.bucket_mb if self.variant == "bucketed" else None))
+    size_label = property(lambda self: size_label(size_ref(self.size, self.edition), self.size))
+    # as the tables name it: "bucketed 100 MB", "flat (one all-reduce)"
+    label = property(lambda self: f"bucketed {self.bucket_mb:g} MB" if self.variant == "bucketed"
+                     else VARIANT_LABEL.get(self.variant, self.variant))
+
 
 def _cfg(b: Bench) -> DdpConfig:
     return view(DdpConfig, b)
 
 
-def key(b: Bench) -> Key:
-    c = _cfg(b)
-    return c.variant, c.bucket_mb if c.variant == "bucketed" else None
-
-
-def label(b: Bench) -> str:
-    """A row's variant as the tables name it: "bucketed 100 MB", "flat (one all-reduce)" (the fsdp page's
-    TP section names DDP rows so too)."""
-    c = _cfg(b)
-    return f"bucketed {c.bucket_mb:g} MB" if c.variant == "bucketed" else VARIANT_LABEL.get(c.variant, c.variant)
-
-
-def _order(k: Key) -> tuple:
-    return VARIANT_ORDER.index(k[0]) if k[0] in VARIANT_ORDER else 99, k[1] or 0
-
-
-# ---- one (context, per-rank batch) of one run -----------------------------------------------------
-
 @dataclass(frozen=True)
-class Variant:
-    """One row of a context's table."""
-
+class Variant:  # one row of a context's table; `not_run`: "oom: ..." where it did not run
     key: Key
     label: str
-    not_run: str | None  # "oom: ..." where the row did not run
+    not_run: str | None
     step_s: float | None = None  # median
     step_std: float | None = None
     spread: float | None = None  # for the noise verdict (ratio.spread)
@@ -94,91 +70,71 @@ class Variant:
     grad_bytes: float | None = None
     n_buckets: int | None = None  # buckets DDPBucketed formed (None in files that did not record it)
 
+    measured = property(lambda self: self.not_run is None and self.step_s is not None)
+
     @classmethod
     def of(cls, b: Bench) -> Variant:
+        c, s = _cfg(b), b.stats
         if b.status is not Status.MEASURED:
-            return cls(key(b), label(b), f"{b.status.value}: {b.row.reason}")
-        s = b.stats
+            return cls(c.key, c.label, f"{b.status.value}: {b.row.reason}")
         if s is None or s.median is None:
-            return cls(key(b), label(b), None)
-        return cls(key(b), label(b), None, s.median, s.stddev, spread(s.stddev, s.iqr), b.figure("comm_s"),
+            return cls(c.key, c.label, None)
+        return cls(c.key, c.label, None, s.median, s.stddev, spread(s.stddev, s.iqr), b.figure("comm_s"),
                    b.figure("comm_share", Metric.COMM_SHARE), b.row.memory.peak_allocated,
                    b.details.get("grad_bytes"), b.details.get("num_buckets"))
 
-    @property
-    def measured(self) -> bool:
-        return self.not_run is None and self.step_s is not None
-
 
 @dataclass(frozen=True)
-class Group:
-    """The rows of one (context, per-rank batch), in table order."""
-
+class Group:  # the rows of one (context, per-rank batch), in table order
     context: int
     batch: int
     variants: tuple[Variant, ...]
 
     def get(self, k: Key) -> Variant | None:
-        v = next((v for v in self.variants if v.key == tuple(k)), None)
-        return v if v is not None and v.measured else None
+        return next((v for v in self.variants if v.key == tuple(k) and v.measured), None)
 
-    def ratio(self, k: Key, ref: Key, name: str = "") -> Ratio | None:
-        """Row k ÷ row ref (medians), the report's one convention."""
+    def ratio(self, k: Key, ref: Key, name: str = "") -> Ratio | None:  # row k ÷ row ref (medians)
         a, r = self.get(k), self.get(ref)
         return None if a is None or r is None else ratio(a.step_s, r.step_s, name, a.spread, r.spread)
 
-    @property
-    def buckets(self) -> dict[float, Variant]:
-        return {v.key[1]: v for v in self.variants if v.key[0] == "bucketed" and v.measured}
+    buckets = property(lambda self: {v.key[1]: v for v in self.variants if v.key[0] == "bucketed" and v.measured})
+    best_bucket = property(lambda self: min(self.buckets, key=lambda mb: self.buckets[mb].step_s, default=None))
+    best_ours = property(lambda self: min((v for v in self.variants if v.key[0] in OURS and v.measured),
+                                          key=lambda v: v.step_s, default=None))
 
-    @property
-    def best_bucket(self) -> float | None:
-        bk = self.buckets
-        return min(bk, key=lambda mb: bk[mb].step_s) if bk else None
-
-    def ties(self, mb: float) -> list[float]:
-        """The other buckets whose step's ± 1 std spread overlaps that of bucket `mb`."""
+    def ties(self, mb: float) -> list[float]:  # the other buckets whose step's ± 1 std overlaps bucket `mb`'s
         bk = self.buckets
         return [x for x in sorted(bk) if x != mb
                 and abs(bk[x].step_s - bk[mb].step_s) <= (bk[x].step_std or 0.0) + (bk[mb].step_std or 0.0)]
 
-    @property
-    def best_ours(self) -> Variant | None:
-        ours = [v for v in self.variants if v.key[0] in OURS and v.measured]
-        return min(ours, key=lambda v: v.step_s) if ours else None
-
-    @property
-    def gap_s(self) -> float | None:
-        """The best of ours over the single-GPU floor."""
-        best, floor = self.best_ours, self.get(SINGLE)
-        return None if best is None or floor is None else best.step_s - floor.step_s
+    # the best of ours over the single-GPU floor
+    gap_s = property(lambda self: None if self.best_ours is None or self.get(SINGLE) is None
+                     else self.best_ours.step_s - self.get(SINGLE).step_s)
 
 
 def _groups(rows: list[Bench]) -> list[Group]:
     by: dict[tuple[int, int], dict[Key, Bench]] = {}
     for b in rows:
-        c = _cfg(b)
-        by.setdefault((int(c.context), int(c.batch_per_rank)), {})[key(b)] = b
-    return [Group(c, n, tuple(Variant.of(g[k]) for k in sorted(g, key=_order))) for (c, n), g in sorted(by.items())]
+        by.setdefault((int(_cfg(b).context), int(_cfg(b).batch_per_rank)), {})[_cfg(b).key] = b
+    order = list(VARIANT_LABEL)
+    return [Group(c, n, tuple(Variant.of(g[k]) for k in sorted(
+        g, key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[1] or 0)))) for (c, n), g in sorted(by.items())]
 
-
-# ---- the bucket model against the measured buckets ------------------------------------------------
 
 @dataclass(frozen=True)
 class BucketModel:
-    """T(n_b) = n_b·o + s/(n_b·w) (impl.accounting) with o, w fitted to the same device's all-reduces, at the
-    equal buckets it assumes and at those DDPBucketed formed, beside each context's measured buckets."""
+    """T(n_b) = n_b·o + s/(n_b·w) (impl.accounting) with o, w fitted to the same device's all-reduces, at the equal
+    buckets it assumes and at those DDPBucketed formed, beside each context's measured buckets."""
 
     s_bytes: float  # fp32 gradient bytes
-    backend: str
-    world: int
     fit: Fit | None  # None: no all-reduce fit of that backend and process count
     groups: tuple[Group, ...]  # the contexts that ran bucketed rows
 
-    @property
-    def big(self) -> bool:
-        """GB for the real model sizes, MB for the smoke model (else every cell reads 0.01)."""
-        return self.s_bytes >= 2**30
+    big = property(lambda self: self.s_bytes >= 2**30)  # GB for the real model sizes, MB for the smoke model
+    best_mb = property(lambda self: acc.optimal_bucket_bytes(self.s_bytes, self.fit.o_s, self.fit.w_bps) / 2**20)
+    n_b = property(lambda self: acc.optimal_n_buckets(self.s_bytes, self.fit.o_s, self.fit.w_bps))
+    t_star_s = property(lambda self: acc.min_bucketed_overhead(self.s_bytes, self.fit.o_s, self.fit.w_bps))
+    whole_s = property(lambda self: self.s_bytes / self.fit.w_bps)  # the whole gradient all-reduce
 
     def t_equal(self, mb: float) -> float:
         return acc.overhead_for_bucket_size(self.s_bytes, mb * 2**20, self.fit.o_s, self.fit.w_bps)
@@ -186,42 +142,10 @@ class BucketModel:
     def t_formed(self, n_buckets: int | None) -> float | None:
         return acc.bucketed_overhead(self.s_bytes, n_buckets, self.fit.o_s, self.fit.w_bps) if n_buckets else None
 
-    @property
-    def best_mb(self) -> float:
-        """√(s·o·w), the optimal bucket."""
-        return acc.optimal_bucket_bytes(self.s_bytes, self.fit.o_s, self.fit.w_bps) / 2**20
+    def around(self, g: Group) -> tuple[float | None, float | None]:  # the grid's buckets either side of the optimum
+        return (max((mb for mb in g.buckets if mb <= self.best_mb), default=None),
+                min((mb for mb in g.buckets if mb >= self.best_mb), default=None))
 
-    @property
-    def n_b(self) -> float:
-        return acc.optimal_n_buckets(self.s_bytes, self.fit.o_s, self.fit.w_bps)
-
-    @property
-    def t_star_s(self) -> float:
-        return acc.min_bucketed_overhead(self.s_bytes, self.fit.o_s, self.fit.w_bps)
-
-    @property
-    def whole_s(self) -> float:
-        """s / w: the whole gradient all-reduce at the fitted bandwidth."""
-        return self.s_bytes / self.fit.w_bps
-
-    def around(self, g: Group) -> tuple[float | None, float | None]:
-        """The grid's largest bucket ≤ the optimum and its smallest ≥ it (None past an end)."""
-        grid = sorted(g.buckets)
-        return (max((mb for mb in grid if mb <= self.best_mb), default=None),
-                min((mb for mb in grid if mb >= self.best_mb), default=None))
-
-
-def _bucket_model(groups: list[Group], fits: list[Fit], backend: str, world: int) -> BucketModel | None:
-    """None without bucketed rows."""
-    s = next((v.grad_bytes for g in groups for v in g.variants if v.measured and v.grad_bytes), None)
-    with_buckets = tuple(g for g in groups if g.buckets)
-    if not with_buckets or s is None:
-        return None
-    fit = next((x for x in fits if (x.backend, x.processes) == (backend, world)), None)
-    return BucketModel(s, backend, world, fit, with_buckets)
-
-
-# ---- the profiled step --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TimelineRow:
@@ -231,9 +155,7 @@ class TimelineRow:
     comm_s: float
     overlap_s: float
 
-    @property
-    def overlap_share(self) -> float | None:
-        return self.overlap_s / self.comm_s if self.comm_s else None
+    overlap_share = property(lambda self: self.overlap_s / self.comm_s if self.comm_s else None)
 
 
 @dataclass(frozen=True)
@@ -246,15 +168,14 @@ class Timeline:
     figure: str
 
 
-def _timeline(rows, ctx: Context, name: str) -> Timeline | None:
+def _timeline(rows: list[Bench], ctx: Context, name: str) -> Timeline | None:
     traced = [b for b in rows if "timeline" in b.details]
     if not traced:
         return None
-    c = _cfg(traced[0])
-    tls = [(label(b), b.details["timeline"]) for b in traced]
-    size = size_label(size_ref(c.size, c.edition), c.size)
-    _draw_timeline(tls, ctx.fig_dir / name, FIGURE_WORDS["timeline_title"].format(size, c.context, c.batch_per_rank))
-    variants = {_cfg(b).variant for b in traced}
+    c, variants = _cfg(traced[0]), {_cfg(b).variant for b in traced}
+    tls = [(_cfg(b).label, b.details["timeline"]) for b in traced]
+    _draw_timeline(tls, ctx.fig_dir / name, f"{c.size_label}: one step on rank 0, context {c.context}, per-rank "
+                                            f"batch {c.batch_per_rank}")
     return Timeline(tls[0][1]["source"], int(c.context), int(c.batch_per_rank),
                     tuple(TimelineRow(lb, tl["span_us"] / 1e6, tl["busy_us"]["compute"] / 1e6,
                                       tl["busy_us"]["communication"] / 1e6, tl["overlap_us"] / 1e6) for lb, tl in tls),
@@ -262,26 +183,22 @@ def _timeline(rows, ctx: Context, name: str) -> Timeline | None:
 
 
 def _draw_timeline(rows: list, path, title: str) -> None:
-    """One panel per variant, a lane each for compute and communication. The JSON keeps each lane's
-    kernels merged across short gaps (impl.bench.traces), so a drawn bar can span idle time; each
-    lane is shaded by its busy share (busy ÷ drawn) and labelled with both, so a bar never reads as
-    busier than the table says."""
+    """A panel per variant, a lane each for compute and communication; the stored lanes merge kernels across short
+    gaps, so a lane is shaded by its busy share and labelled busy ÷ drawn (a bar never reads busier than the table)."""
     fig, axes = figures.plt.subplots(len(rows), 1, figsize=(9.5, 1.9 * len(rows) + 0.9), squeeze=False)
     fig.suptitle(title, fontsize=10, x=0.02, ha="left")
     for k_ax, (ax, (name, tl)) in enumerate(zip(axes[:, 0], rows)):
         ticks = []
         for y, lane, color in ((1, "compute", "C0"), (0, "communication", "C3")):
-            bars = tl["lanes"][lane]
+            bars, busy = tl["lanes"][lane], tl["busy_us"][lane]
             drawn = sum(dur for _, dur in bars)
-            busy = tl["busy_us"][lane]
-            alpha = max(0.1, min(1.0, busy / drawn)) if drawn else 1.0
             ax.broken_barh([(st / 1e3, max(dur / 1e3, 1e-3)) for st, dur in bars], (y - 0.35, 0.7), color=color,
-                           alpha=alpha)
-            ticks.append(f"{lane}\n{FIGURE_WORDS['busy'].format(busy / 1e3, drawn / 1e3)}")
+                           alpha=max(0.1, min(1.0, busy / drawn)) if drawn else 1.0)
+            ticks.append(f"{lane}\nbusy {busy / 1e3:.0f} of {drawn / 1e3:.0f} ms drawn")
         for k, p in enumerate(tl["phases"]):
             ax.axvspan(p["start_us"] / 1e3, (p["start_us"] + p["dur_us"]) / 1e3, color=f"C{k + 4}", alpha=0.12,
                        label=p["name"])
-        ax.set(yticks=[1, 0], xlabel=FIGURE_WORDS["timeline_x"])
+        ax.set(yticks=[1, 0], xlabel="ms from step start")
         ax.set_yticklabels(ticks, fontsize=7)
         ax.set_title(name, fontsize=9, loc="left")
         if k_ax == 0:  # the same phases in every panel: one legend, beside the first
@@ -293,18 +210,16 @@ def _draw_timeline(rows: list, path, title: str) -> None:
 def _draw_overhead(groups: list[Group], path, title: str) -> None:
     """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std)."""
     fig, ax = figures.new(figsize=(8.5, 4.2))
-    width = 0.8 / max(len(groups), 1)
-    labels: list[str] = []
+    width, labels = 0.8 / max(len(groups), 1), []
     for k, g in enumerate(groups):
-        floor = g.get(SINGLE)
-        if floor is None:
+        if (floor := g.get(SINGLE)) is None:
             continue
         vs = [v for v in g.variants if v.key != SINGLE]
         labels = labels or [v.label.split(" (")[0] for v in vs]
         vals = [100 * (v.step_s / floor.step_s - 1) if v.measured else float("nan") for v in vs]
         errs = [100 * ((v.step_std or 0) + (floor.step_std or 0)) / floor.step_s if v.measured else 0 for v in vs]
         xs = [i + (k - (len(groups) - 1) / 2) * width for i in range(len(vs))]
-        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=FIGURE_WORDS["legend"].format(g.context, g.batch),
+        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=f"context {g.context}, per-rank batch {g.batch}",
                       color=f"C{k}")
         for bar, v in zip(bars, vs):
             if v.key == TORCH:
@@ -313,16 +228,15 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
     ax.axhline(0, color="0.3", lw=0.6)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
-    ax.set(ylabel=FIGURE_WORDS["overhead_y"], title=f"{FIGURE_WORDS['overhead_title']}\n{title}")
+    ax.set(ylabel="step time over the single-GPU floor (%)",
+           title=f"DDP overhead, ours vs torch DDP (hatched); ±1 std of both\n{title}")
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
     figures.save(fig, path)
 
 
-# ---- one [edition, size] run of one device ------------------------------------------------------
-
 @dataclass(frozen=True)
-class RunFacts:
+class RunFacts:  # one [edition, size] run of one device
     device: str  # folder
     heading: str  # the device as headings name it
     run: RunLabel
@@ -333,41 +247,32 @@ class RunFacts:
     figure: str  # the overhead figure's link
     model: BucketModel | None
     timeline: Timeline | None
-    fit_files: tuple[str, ...] = ()  # the all-reduce runs the bucket model's fit read
+    fit_files: tuple[str, ...]  # the all-reduce runs the bucket model's fit read
+
+    largest = property(lambda self: self.groups[-1] if self.groups else None)
 
     @property
-    def date(self) -> str:
-        return self.run.date
-
-    @property
-    def overlap(self) -> list[tuple[str, float]]:
-        """(variant, share of its profiled communication overlapping compute), as the answers list them."""
-        rows = [] if self.timeline is None else self.timeline.rows
-        return sorted(((r.label, r.overlap_share) for r in rows if r.overlap_share is not None),
-                      key=lambda x: x[0].lower())
-
-    @property
-    def largest(self) -> Group | None:
-        return self.groups[-1] if self.groups else None
+    def overlap(self) -> list[tuple[str, float]]:  # (variant, share of its profiled communication overlapped)
+        return sorted(((r.label, r.overlap_share) for r in (self.timeline.rows if self.timeline else ())
+                       if r.overlap_share is not None), key=lambda x: x[0].lower())
 
     def measured(self, k: Key) -> list[Group]:
         return [g for g in self.groups if g.get(k) is not None]
 
 
-def _run_facts(dev: str, heading: str, run: SizeRun, fits: list[Fit], fit_files: tuple[str, ...],
-               ctx: Context) -> RunFacts:
+def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[str, ...], ctx: Context) -> RunFacts:
     rows = [b for b in run.rows if _cfg(b).kind != "trace"]  # older files: trace rows apart
-    groups = _groups(rows)
-    c = _cfg(rows[0])
-    named = run.label(heading)
-    name = f"{SLUG}-{dev}-{run.id}"
+    groups, c, named, name = _groups(rows), _cfg(rows[0]), run.label(heading), f"{SLUG}-{dev}-{run.id}"
     _draw_overhead(groups, ctx.fig_dir / f"{name}-overhead-vs-torch-ddp.png",
                    f"{heading}, {named.size_short}, run {named.date}")
-    model = _bucket_model(groups, fits, c.backend, int(c.world_size))
-    return RunFacts(dev, heading, named, size_label(size_ref(c.size, c.edition), c.size), int(c.world_size),
-                    c.backend, tuple(groups), f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png",
-                    model, _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"),
-                    fit_files if model is not None and model.fit is not None else ())
+    # the bucket model: None without bucketed rows
+    s = next((v.grad_bytes for g in groups for v in g.variants if v.measured and v.grad_bytes), None)
+    fit = next((x for x in fits if (x.backend, x.processes) == (c.backend, int(c.world_size))), None)
+    with_buckets = tuple(g for g in groups if g.buckets)
+    model = BucketModel(s, fit, with_buckets) if with_buckets and s is not None else None
+    return RunFacts(dev, heading, named, c.size_label, int(c.world_size), c.backend, tuple(groups),
+                    f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png", model,
+                    _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"), fit_files if model and fit else ())
 
 
 @dataclass(frozen=True)
@@ -378,12 +283,8 @@ class DeviceSection:
     runs_line: RunsFacts
 
 
-# ---- the page -----------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
-class Score:
-    """A timed problem's scoreboard row: the current edition's run, its largest context's row."""
-
+class Score:  # a timed problem's scoreboard row: the current edition's run, its largest context's row
     run: RunFacts
     group: Group
     key: Key  # the row (the bucketed problem: its fastest bucket)
@@ -399,14 +300,9 @@ class DdpPage:
     bucketed_runs: tuple[RunFacts, ...]
     score_rows: tuple[tuple[str, Score], ...]  # (problem, its score) of the timed problems answered
 
-    @property
-    def log(self) -> DeviceSection | None:
-        """The device whose correctness log answers the implementation problems (the last that has one)."""
-        return next((s for s in reversed(self.sections) if s.log), None)
-
-    @property
-    def passed(self) -> str | None:
-        return None if self.log is None else self.log.log.split(" in ")[0]
+    # the device whose correctness log answers the implementation problems (the last that has one)
+    log = property(lambda self: next((s for s in reversed(self.sections) if s.log), None))
+    passed = property(lambda self: None if self.log is None else self.log.log.split(" in ")[0])
 
     def score(self, problem: str) -> Score | None:
         return next((s for p, s in self.score_rows if p == problem), None)
@@ -416,27 +312,23 @@ class DdpPage:
         out = {p: Scored(Kind.NOT_MEASURED) for p in (*IMPLEMENTED, *STEPS, P.DDP_BUCKETED_BENCHMARKING)}
         if self.log is not None:
             out.update({p: Scored(Kind.MEASURED, self.log.runs_line.device) for p in IMPLEMENTED})
-        out.update({p: Scored(Kind.MEASURED, s.run.device, s.run.date) for p, s in self.score_rows})
-        return out
+        return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.score_rows}
 
     @property
-    def index_figures(self) -> list[tuple[str, str]]:
-        """The first run's overhead figure, captioned as the page's alt text with its run."""
-        return [(FIGURE_WORDS["caption"].format(r.heading, r.run.size_short, r.date), r.figure)
+    def index_figures(self) -> list[tuple[str, str]]:  # the first run's overhead figure, captioned with its run
+        return [(f"DDP overhead against torch DDP ({r.heading}, {r.run.size_short}, run {r.run.date})", r.figure)
                 for s in self.sections for r in s.runs][:1]
 
     @property
-    def sources(self) -> list[str]:
-        """The DDP runs, and the all-reduce runs a bucket model's fit read."""
+    def sources(self) -> list[str]:  # the DDP runs, and the all-reduce runs a bucket model's fit read
         return sorted({f for s in self.sections for f in s.runs_line.files}
                       | {f for s in self.sections for r in s.runs for f in r.fit_files})
 
 
 def _score(runs: list[RunFacts], problem: str, current: str) -> Score | None:
-    """The first run of the current edition whose largest context has the problem's row."""
+    """A timed problem's scoreboard row: the first current-edition run whose largest context has its row."""
     for f in runs:
-        g = f.largest
-        if f.run.edition != current or g is None:
+        if f.run.edition != current or (g := f.largest) is None:
             continue
         if problem in STEPS and g.get(STEPS[problem]) is not None:
             return Score(f, g, STEPS[problem])
@@ -446,14 +338,13 @@ def _score(runs: list[RunFacts], problem: str, current: str) -> Score | None:
 
 
 def facts(ctx: Context) -> DdpPage:
-    sections, runs = [], []
+    sections = []
     for dev, rows in ctx.rows.per_gpu(*ROWS):
-        heading = device_name(dev, rows[0].row.env.device)
-        comm = ctx.rows.of(ALLREDUCE, device=dev)
+        heading, comm = device_name(dev, rows[0].row.env.device), ctx.rows.of(ALLREDUCE, device=dev)
         fits, fit_files = allreduce_fits(comm), tuple(sorted({b.run.file for b in comm}))
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
         sections.append(DeviceSection(heading, found, ctx.log_tail(dev, LOG), RunsFacts.of(dev, rows)))
-        runs += found
+    runs = [r for s in sections for r in s.runs]
     steps_current = current_edition(P.NAIVE_DDP_BENCHMARKING)  # the three step problems share their editions
     bucketed_current = current_edition(P.DDP_BUCKETED_BENCHMARKING)
     scores = tuple((p, s) for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING)

@@ -1,6 +1,5 @@
-"""flash_benchmarking: ours against the naive attention and the SDPA backends over batch 1, causal,
-sequence × d × dtype × pass, from the first GPU device with rows; its newest run against the previous
-saved one. Every ratio divides rows of one run. templates/flash_benchmarking.md.j2 holds every word."""
+"""flash_benchmarking: ours against naive attention and the SDPA backends on the first GPU device with rows, and its
+newest run against the previous saved one. Every ratio divides rows of one run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,46 +8,39 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, IMPL_ORDER, MODE_LABELS, SHORT_SEQ, Kernel,
-                                    best_anchor, groups, kernel, median_ms, newest_date, not_run, over, ran, spread_of,
-                                    status_label, timers)
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, kernel,
+                                    median_ms, not_run, over, ran, spread_of, status_label, timers)
 from impl.report.markdown import num
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio, med
 from impl.report.rows import Bench, of_newest_run
-from impl.report.runs import RunsFacts
+from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.FLASH_BENCHMARKING,)
 PROBLEM = P.FLASH_BENCHMARKING
-#: A version counts as faster or slower only beyond this factor on top of the anchors' own change
-#: between the same two runs (the anchors' code did not change, so their change is the machine's).
-DRIFT_BAND = 1.05
+SHORT_SEQ = 4096  # up to this length a call is host-bound (NOTES.md): its times follow the host, not the kernels
+DRIFT_BAND = 1.05  # a version changed only beyond this factor on the anchors' own change (the machine's drift)
 DTYPE_ORDER = ["bf16", "fp16", "fp32"]
 
 
-def _impls(rows: list[Bench]) -> list[str]:
-    present = {kernel(b).impl for b in rows}
-    return [i for i in IMPL_ORDER if i in present]
+def _impls(rows: list[Bench]) -> list[str]:  # those present, in IMPL_LABELS' order
+    return [i for i in IMPL_LABELS if any(kernel(b).impl == i for b in rows)]
 
 
 def _e2e(rows: list[Bench]) -> list[Bench]:
     return [b for b in rows if kernel(b).mode == "fwd_bwd"]
 
 
-# ---- the answers ---------------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
-class Longest:
-    """At the longest sequence ours' forward+backward ran, per dtype and d: ours, the faster SDPA anchor
-    of the same shape, and the naive attention at its own longest."""
-
+class Longest:  # per dtype and d, at the longest sequence ours' forward+backward ran; naive at its own longest
     dtype: str
     d: int
     seq: int
     ours_ms: float
     ours_tflops: float | None
-    anchor_ms: float | None
+    anchor_ms: float | None  # the faster SDPA anchor at that shape
     anchor: str | None  # its label
     vs_anchor: Ratio | None
     naive_seq: int | None
@@ -56,27 +48,20 @@ class Longest:
 
 
 def longest(rows: list[Bench]) -> list[Longest]:
-    e2e = [b for b in _e2e(rows) if ran(b)]
     out = []
-    for (dtype, d), g in groups(e2e, "dtype", "d"):
-        ours = [b for b in g if kernel(b).impl == "flash_triton"]
-        if not ours:
-            continue
-        seq = max(kernel(b).seq for b in ours)
-        at = [b for b in g if kernel(b).seq == seq]
-        o = next(b for b in at if kernel(b).impl == "flash_triton")
-        best = best_anchor(at)
-        naive = max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq, default=None)
-        out.append(Longest(dtype, d, seq, median_ms(o), o.metric(Metric.TFLOPS),
-                           best and median_ms(best), best and IMPL_LABELS[kernel(best).impl],
-                           best and over(o, best, "anchor"), naive and kernel(naive).seq, naive and median_ms(naive)))
+    for (dtype, d), g in groups([b for b in _e2e(rows) if ran(b)], "dtype", "d"):
+        o = max((b for b in g if kernel(b).impl == "flash_triton"), key=lambda b: kernel(b).seq, default=None)
+        if o:
+            a = best_anchor([b for b in g if kernel(b).seq == kernel(o).seq])
+            n = max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq, default=None)
+            out.append(Longest(dtype, d, kernel(o).seq, median_ms(o), o.metric(Metric.TFLOPS), a and median_ms(a),
+                               a and IMPL_LABELS[kernel(a).impl], a and over(o, a, "anchor"), n and kernel(n).seq,
+                               n and median_ms(n)))
     return out
 
 
 @dataclass(frozen=True)
-class VsNaive:
-    """Ours ÷ naive forward+backward of one run at the longest sequence both ran."""
-
+class VsNaive:  # ours ÷ naive forward+backward of one run at the longest sequence both ran
     seq: int
     low: float  # over d and dtype
     high: float
@@ -86,57 +71,44 @@ class VsNaive:
 
 
 def vs_naive(rows: list[Bench]) -> VsNaive | None:
-    e2e = _e2e(rows)
-    naive = [b for b in e2e if kernel(b).impl == "naive"]
-    naive_ok = [b for b in naive if ran(b)]
-    ours = [b for b in e2e if kernel(b).impl == "flash_triton" and ran(b)]
+    naive = [b for b in _e2e(rows) if kernel(b).impl == "naive"]
+    ours = [b for b in _e2e(rows) if kernel(b).impl == "flash_triton" and ran(b)]
 
-    def key(b):  # a pair is of one shape and one run
+    def key(b: Bench) -> tuple:  # a pair is of one shape and one run
         return kernel(b).dtype, kernel(b).d, kernel(b).seq, b.run.datetime
-    pairs = [(o, n) for o in ours for n in naive_ok if key(o) == key(n)]
+    pairs = [(o, n) for o in ours for n in naive if ran(n) and key(o) == key(n)]
     if not pairs:
         return None
     top = max(kernel(o).seq for o, _ in pairs)
     sp = sorted(o.stats.median / n.stats.median for o, n in pairs if kernel(o).seq == top)
-    stop = next((b.row.reason for b in naive if not ran(b)), None)
-    return VsNaive(top, sp[0], sp[-1], max(kernel(b).seq for b in ours), max(kernel(b).seq for b in naive_ok), stop)
+    return VsNaive(top, sp[0], sp[-1], max(kernel(b).seq for b in ours), max(kernel(b).seq for b in naive if ran(b)),
+                   next((b.row.reason for b in naive if not ran(b)), None))
 
-
-# ---- the tables ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Reach:
-    """The longest sequence one implementation's forward+backward ran at one dtype, per d."""
-
+class Reach:  # the longest sequence one implementation's forward+backward ran at one dtype, per d
     impl: str  # its label
     dtype: str
     # per d: (the longest sequence that ran, (the sequence, status) that stopped it); None: no rows
     cells: tuple[tuple[int | None, tuple[int, str] | None] | None, ...]
 
 
-def reach(rows: list[Bench]) -> tuple[list[int], list[Reach]]:
-    """(the d's, a row per implementation and dtype)."""
+def _reach(g: list[Bench]) -> tuple[int | None, tuple[int, str] | None] | None:
+    top = max((kernel(b).seq for b in g if ran(b)), default=None)
+    stops = [(kernel(b).seq, status_label(b)) for b in g if not ran(b) and (top is None or kernel(b).seq > top)]
+    return (top, min(stops, key=lambda s: s[0], default=None)) if g else None
+
+
+def reach(rows: list[Bench]) -> list[Reach]:
     e2e = _e2e(rows)
+    cells = dict(groups(e2e, "impl", "dtype", "d"))
     dims = sorted({kernel(b).d for b in e2e})
-    out = []
-    for impl in _impls(e2e):
-        for dtype in sorted({kernel(b).dtype for b in e2e}, key=DTYPE_ORDER.index):
-            cells = []
-            for d in dims:
-                g = sorted((b for b in e2e if (kernel(b).impl, kernel(b).dtype, kernel(b).d) == (impl, dtype, d)),
-                           key=lambda b: kernel(b).seq)
-                ok = [kernel(b).seq for b in g if ran(b)]
-                stops = [(kernel(b).seq, status_label(b)) for b in g if not ran(b)]
-                stop = next((s for s in stops if not ok or s[0] > max(ok)), None)
-                cells.append((max(ok) if ok else None, stop) if g else None)
-            out.append(Reach(IMPL_LABELS[impl], dtype, tuple(cells)))
-    return dims, out
+    return [Reach(IMPL_LABELS[i], t, tuple(_reach(cells.get((i, t, d), [])) for d in dims)) for i in _impls(e2e)
+            for t in sorted({kernel(b).dtype for b in e2e}, key=DTYPE_ORDER.index)]
 
 
 @dataclass(frozen=True)
-class Odd:
-    """A backward that took longer than its forward+backward."""
-
+class Odd:  # a backward that took longer than its forward+backward
     impl: str  # its label
     k: Kernel
     bwd_ms: float
@@ -146,100 +118,61 @@ class Odd:
 
 def odd(rows: list[Bench]) -> list[Odd]:
     out = []
-    for (impl, _, _, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
-        modes = {kernel(b).mode: b for b in g}
-        b, e = modes.get("bwd"), modes.get("fwd_bwd")
-        if b is None or e is None or b.stats.median <= e.stats.median:
-            continue
-        sb, se = spread_of(b), spread_of(e)
-        noise = sb is not None and se is not None and b.stats.median - sb <= e.stats.median + se
-        out.append(Odd(IMPL_LABELS[impl], kernel(b), median_ms(b), median_ms(e),
-                       "host-bound" if seq <= SHORT_SEQ else "within noise" if noise else "unexplained"))
+    for (impl, *_, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
+        b, e = map({kernel(b).mode: b for b in g}.get, ("bwd", "fwd_bwd"))
+        if b and e and b.stats.median > e.stats.median:
+            noise = None not in (sb := spread_of(b), se := spread_of(e)) and b.stats.median - sb <= e.stats.median + se
+            out.append(Odd(IMPL_LABELS[impl], kernel(b), median_ms(b), median_ms(e),
+                           "host-bound" if seq <= SHORT_SEQ else "within noise" if noise else "unexplained"))
     return out
 
 
 @dataclass(frozen=True)
-class Drift:
-    """One (dtype, d, pass): median new/old of ours over the shapes both runs measured, long and short
-    sequences apart, beside the SDPA anchors' own median new/old (each run's own medians)."""
-
+class Drift:  # one (dtype, d, pass): median new/old of ours and of the SDPA anchors, each run's own medians
     dtype: str
     d: int
     mode: str  # MODE_LABELS'
-    ours_long: float
+    ours_long: float  # over the shapes both runs measured with seq > SHORT_SEQ
     anchors: float | None
     ours_short: float | None
 
     @property
-    def change(self) -> int:
-        """-1 faster, 1 slower, 0 within the anchors' drift (DRIFT_BAND around their change)."""
+    def change(self) -> int:  # -1 faster, 1 slower, 0 within the anchors' drift
         base = self.anchors or 1.0
         return -1 if self.ours_long < base / DRIFT_BAND else 1 if self.ours_long > base * DRIFT_BAND else 0
 
 
 def drift(now_rows: list[Bench], before_rows: list[Bench]) -> list[Drift]:
-    def times(rows):
-        return {(k.impl, k.dtype, k.mode, k.d, k.seq): median_ms(b) for b in rows if ran(b) for k in [kernel(b)]}
-    now, before = times(now_rows), times(before_rows)
-    out = []
-    for dtype in sorted({k[1] for k in now}):
-        for d in sorted({k[3] for k in now if k[1] == dtype}):
-            for mode in MODE_LABELS:
-                common = [k for k in now if k in before and k[1:4] == (dtype, mode, d)]
+    now, before = ({(k.impl, k.dtype, k.mode, k.d, k.seq): median_ms(b) for b in rows if ran(b) for k in [kernel(b)]}
+                   for rows in (now_rows, before_rows))
 
-                def change(anchors: bool, long: bool):
-                    return med(now[k] / before[k] for k in common if (k[4] > SHORT_SEQ) == long
-                               and (k[0].startswith("sdpa") if anchors else k[0] == "flash_triton"))
-                ours_long = change(False, True)
-                if ours_long is not None:
-                    out.append(Drift(dtype, d, MODE_LABELS[mode], ours_long, change(True, True), change(False, False)))
-    return out
+    def change(dtype, mode, d, anchors: bool, long: bool) -> float | None:
+        return med(now[k] / before[k] for k in now if k in before and k[1:4] == (dtype, mode, d)
+                   and (k[4] > SHORT_SEQ) == long and (k[0].startswith("sdpa") if anchors else k[0] == "flash_triton"))
+    return [Drift(dtype, d, MODE_LABELS[m], ours, change(dtype, m, d, True, True), change(dtype, m, d, False, False))
+            for dtype, d in sorted({(k[1], k[3]) for k in now}) for m in MODE_LABELS
+            if (ours := change(dtype, m, d, False, True)) is not None]
 
 
-def previous_run(newest: list[Bench], history: tuple[Bench, ...]) -> list[Bench]:
-    """The newest earlier run of the same problem, device and dtypes as `newest` (empty if none)."""
-    dtypes, device = {kernel(b).dtype for b in newest}, newest[0].run.device
-    first = min(str(b.run.datetime) for b in newest)
-    return of_newest_run([b for b in history if b.problem == PROBLEM and b.run.device == device
-                          and kernel(b).dtype in dtypes and str(b.run.datetime) < first])
-
-
-# ---- the files beside the page -------------------------------------------------------------------------
-
-def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:
-    """Every (dtype, pass, d, seq), one column per implementation: "ms (TFLOP/s)" or why it did not run."""
+def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cell: "ms (TFLOP/s)" or why not run
     impls = _impls(rows)
 
     def cell(b: Bench | None) -> str:
         return "" if b is None else status_label(b) or f"{median_ms(b):.3f} ({num(b.metric(Metric.TFLOPS), 1)})"
-    lines = []
-    for (dtype, mode, d, seq), g in groups(rows, "dtype", "mode", "d", "seq"):
-        by = {kernel(b).impl: b for b in g}
-        lines.append([dtype, MODE_LABELS[mode], d, seq, *(cell(by.get(i)) for i in impls)])
-    header = ["dtype", "pass", "d", "seq", *(f"{IMPL_LABELS[i]}: ms (TFLOP/s)" for i in impls)]
-    return write_table_csv(ctx.reports_dir, f"flash_benchmarking-{device}", header, lines)
-
-
-def _pow2_axis(ax, values) -> None:
-    """Log₂ x axis labelled at every other power of two present (labels of neighbours overlap)."""
-    ticks = sorted(set(values))
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(ticks[::2]))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{int(x) // 1024}K" if x >= 1024 else f"{int(x)}"))
+    lines = [[dtype, MODE_LABELS[mode], d, seq, *map(cell, map({kernel(b).impl: b for b in g}.get, impls))]
+             for (dtype, mode, d, seq), g in groups(rows, "dtype", "mode", "d", "seq")]
+    return write_table_csv(ctx.reports_dir, f"flash_benchmarking-{device}",
+                           ["dtype", "pass", "d", "seq", *(f"{IMPL_LABELS[i]}: ms (TFLOP/s)" for i in impls)], lines)
 
 
 def plot(rows: list[Bench], path) -> list[str] | None:
-    """TFLOP/s against sequence length of the forward+backward rows, one panel per head dimension, one
-    colour per implementation on every panel, one legend (below the panels) built from the lines drawn;
-    its labels, None where nothing ran."""
+    """TFLOP/s of the forward+backward rows by sequence, a panel per d, one legend of the lines drawn (its labels)."""
     e2e = [b for b in _e2e(rows) if ran(b)]
     if not e2e:
         return None
-    dtypes = {kernel(b).dtype for b in e2e}
-    dtype = "bf16" if "bf16" in dtypes else sorted(dtypes)[0]
+    dtype = min({kernel(b).dtype for b in e2e}, key=lambda t: (t != "bf16", t))  # bf16 where it ran
     e2e = [b for b in e2e if kernel(b).dtype == dtype]
-    dims = sorted({kernel(b).d for b in e2e})
+    dims, seqs = sorted({kernel(b).d for b in e2e}), sorted({kernel(b).seq for b in e2e})
     ncol = 2 if len(dims) > 1 else 1
     nrow = (len(dims) + ncol - 1) // ncol
     fig, _ = figures.new(figsize=(10, 3.2 * nrow + 0.9))
@@ -250,14 +183,16 @@ def plot(rows: list[Bench], path) -> list[str] | None:
         ax = fig.add_subplot(gs[idx // ncol, idx % ncol])
         for impl in _impls(e2e):
             sel = sorted((b for b in e2e if (kernel(b).impl, kernel(b).d) == (impl, d)), key=lambda b: kernel(b).seq)
-            if not sel:
-                continue
-            style = "-o" if impl.startswith("flash_triton") else "--s"  # ours solid, others dashed
-            tflops = [b.metric(Metric.TFLOPS) for b in sel]
-            (line,) = ax.plot([kernel(b).seq for b in sel], [float("nan") if t is None else t for t in tflops], style,
-                              ms=3, color=IMPL_COLORS[impl], label=IMPL_LABELS[impl])
-            handles.setdefault(IMPL_LABELS[impl], line)
-        _pow2_axis(ax, [kernel(b).seq for b in e2e])
+            if sel:  # ours solid, others dashed
+                tflops = [b.metric(Metric.TFLOPS) for b in sel]
+                (line,) = ax.plot([kernel(b).seq for b in sel], [float("nan") if t is None else t for t in tflops],
+                                  "-o" if impl.startswith("flash_triton") else "--s", ms=3, color=IMPL_COLORS[impl],
+                                  label=IMPL_LABELS[impl])
+                handles.setdefault(IMPL_LABELS[impl], line)
+        ax.set_xscale("log", base=2)  # labelled at every other power of two: neighbours' labels overlap
+        ax.xaxis.set_major_locator(FixedLocator(seqs[::2]))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{int(x) // 1024}K" if x >= 1024 else f"{int(x)}"))
         ax.set_yscale("log")
         ax.set(xlabel="sequence length", ylabel="TFLOP/s", title=f"d = {d}")
     ax = fig.add_subplot(gs[nrow, :])  # the legend's own row keeps tight_layout clear of the axis labels
@@ -270,14 +205,12 @@ def plot(rows: list[Bench], path) -> list[str] | None:
     return [t.get_text() for t in legend.get_texts()]
 
 
-# ---- the page ------------------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class FlashBenchmarkingPage:
     device: str = ""  # the device folder; "": no GPU device has rows
-    first: Kernel | None = None  # the first row's config (its batch)
+    batch: int = 0
     seqs: tuple[int, int] = (0, 0)  # the grid's shortest and longest sequence
-    dims: tuple[int, ...] = ()  # every d of the grid
+    dims: tuple[int, ...] = ()
     dtypes: tuple[str, ...] = ()
     vs_naive: VsNaive | None = None
     longest: tuple[Longest, ...] = ()
@@ -295,16 +228,14 @@ class FlashBenchmarkingPage:
     drift: tuple[Drift, ...] = ()
     not_run: tuple[tuple[str, str], ...] = ()
     date: str = "–"
-    files: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
     index_figures: tuple = ()
     short_seq = SHORT_SEQ  # the constants the words state
     band = DRIFT_BAND
 
     @property
-    def headline(self) -> Longest | None:
-        """bf16 at d 64 where it ran, else the first dtype and d."""
-        return next((x for x in self.longest if (x.dtype, x.d) == ("bf16", 64)), None) or \
-            (self.longest[0] if self.longest else None)
+    def headline(self) -> Longest | None:  # bf16 at d 64 where it ran, else the first
+        return next((x for x in self.longest if (x.dtype, x.d) == ("bf16", 64)), (self.longest or [None])[0])
 
     @property
     def unexplained(self) -> bool:
@@ -314,32 +245,28 @@ class FlashBenchmarkingPage:
         return sum(x.change == change for x in self.drift)
 
     @property
-    def scores(self) -> dict[str, Scored]:
+    def scores(self) -> dict[str, Scored]:  # without ours' longest-sequence row the problem stays unanswered
         if not self.device:
             return {PROBLEM: Scored(Kind.NOT_MEASURED)}
-        # without a longest-sequence row (ours never ran) the problem stays unanswered in the index
         return {PROBLEM: Scored(Kind.MEASURED, self.device, self.date)} if self.headline else {}
-
-    @property
-    def sources(self) -> list[str]:
-        return list(self.files)
 
 
 def facts(ctx: Context) -> FlashBenchmarkingPage:
     for device, rows in ctx.rows.per_gpu(PROBLEM):
-        ks = [kernel(b) for b in rows]
+        ks, newest = [kernel(b) for b in rows], of_newest_run(rows)
+        dtypes, first = {kernel(b).dtype for b in newest}, min(str(b.run.datetime) for b in newest)
+        prev = of_newest_run([b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device
+                              and kernel(b).dtype in dtypes and str(b.run.datetime) < first])  # the previous run
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{device}")
-        newest = of_newest_run(rows)
-        prev = previous_run(newest, ctx.rows.history)
-        dims, reached = reach(rows)
         return FlashBenchmarkingPage(
-            device=device, first=ks[0], seqs=(min(k.seq for k in ks), max(k.seq for k in ks)),
-            dims=tuple(sorted({k.d for k in ks})), dtypes=tuple(sorted({k.dtype for k in ks})),
-            vs_naive=vs_naive(rows), longest=tuple(longest(rows)), timers=tuple(timers(rows)),
-            autotune=rows[0].details.get("autotune"), left_out=rows[0].details.get("left_out", "–"),
-            grid_link=_grid_csv(ctx, device, rows), figure=rel if plot(rows, png) else None,
-            runs=RunsFacts.of(device, rows), reach_dims=tuple(dims), reach=tuple(reached), odd=tuple(odd(rows)),
-            newest=RunsFacts.of(device, newest), previous=RunsFacts.of(device, prev) if prev else None,
-            drift=tuple(drift(newest, prev)), not_run=tuple(not_run(rows)), date=newest_date(rows),
-            files=tuple(sorted({b.run.file for b in rows + prev if b.run.file})))
+            device=device, batch=ks[0].batch, seqs=(min(k.seq for k in ks), max(k.seq for k in ks)),
+            dims=tuple(sorted({k.d for k in ks})), dtypes=tuple(sorted({k.dtype for k in ks})), vs_naive=vs_naive(rows),
+            longest=tuple(longest(rows)), timers=timers(rows), autotune=rows[0].details.get("autotune"),
+            left_out=rows[0].details.get("left_out", "–"), grid_link=_grid_csv(ctx, device, rows),
+            figure=rel if plot(rows, png) else None, runs=RunsFacts.of(device, rows),
+            reach_dims=tuple(sorted({k.d for k in ks if k.mode == "fwd_bwd"})), reach=tuple(reach(rows)),
+            odd=tuple(odd(rows)), newest=RunsFacts.of(device, newest),
+            previous=RunsFacts.of(device, prev) if prev else None, drift=tuple(drift(newest, prev)),
+            not_run=not_run(rows), date=newest_date(rows),
+            sources=tuple(sorted({b.run.file for b in rows + prev if b.run.file})))
     return FlashBenchmarkingPage()

@@ -14,6 +14,7 @@ from impl.report.rows import Bench, RunRef, size_label, size_ref, stat_name, vie
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.GRADIENT_CHECKPOINTING,)
 PROBLEM = P.GRADIENT_CHECKPOINTING
 SLUG = "gradient_checkpointing"
 STUDY_2026 = "single_level_2026"

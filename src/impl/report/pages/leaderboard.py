@@ -1,37 +1,28 @@
-"""The 2025 leaderboard: FlashAttention-2 forward+backward at bf16, causal, 16 heads × 16,384 × 64,
-ours against SDPA cuDNN of the same run, and every stored run of the device as its version history.
-templates/leaderboard.md.j2 holds every word.
-
-The course times the leaderboard with `triton.testing.do_bench` (2025 handout §1.3.3), so the headline
-ratio is do_bench's. The rows' own statistics come from CUDA-event rounds of back-to-back calls; both
-are stored, and the page states how far apart they are for each implementation."""
+"""The 2025 leaderboard: ours against SDPA cuDNN of one run, headline on do_bench (the handout's timer, §1.3.3)
+beside the rows' own CUDA-event medians, and every stored run of the device as its version history."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, newest_date, pick,
-                                    status_label)
+from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, over, pick, status_label
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.ratio import Ratio, ratio, spread
+from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench
-from impl.report.runs import RunsFacts
+from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.LEADERBOARD,)
 PROBLEM = P.LEADERBOARD
 OURS, ANCHOR = "flash_triton", "sdpa_cudnn"
 
 
 @dataclass(frozen=True)
-class Timers:
-    """One implementation's forward+backward under the two timers of the same run (seconds)."""
-
+class Timers:  # one implementation's forward+backward under the two timers of one run (seconds)
     event_s: float  # the row's CUDA-event median (rounds of back-to-back calls)
-    event_spread: float | None
     do_bench_s: float | None  # triton.testing.do_bench's median (the course's timer)
     mfu: float | None  # against the datasheet peak, from the event median
 
@@ -40,9 +31,13 @@ class Timers:
         return None if self.do_bench_s is None else self.do_bench_s / self.event_s
 
     @property
-    def headline_s(self) -> float:
-        """do_bench's median where the run has it (the course's timer), else the event median."""
+    def headline_s(self) -> float:  # do_bench's where the run has it
         return self.event_s if self.do_bench_s is None else self.do_bench_s
+
+
+def _timers(b: Bench) -> Timers:
+    db = b.metric(Metric.DO_BENCH_MS)
+    return Timers(b.stats.median, None if db is None else db / 1e3, b.metric(Metric.MFU))
 
 
 @dataclass(frozen=True)
@@ -67,16 +62,8 @@ class LeaderboardFacts:
     ours: Timers
     cudnn: Timers
     correctness: Correctness | None
-
-    @property
-    def course_ratio(self) -> Ratio | None:
-        """Ours ÷ cuDNN on do_bench medians: the course's timer, the headline."""
-        return ratio(self.ours.do_bench_s, self.cudnn.do_bench_s, "SDPA cuDNN")
-
-    @property
-    def event_ratio(self) -> Ratio:
-        return ratio(self.ours.event_s, self.cudnn.event_s, "SDPA cuDNN", self.ours.event_spread,
-                     self.cudnn.event_spread)
+    course_ratio: Ratio | None  # ours ÷ cuDNN on do_bench medians (the course's timer)
+    event_ratio: Ratio  # on the CUDA-event medians
 
     @property
     def headline(self) -> Ratio:
@@ -87,42 +74,13 @@ class LeaderboardFacts:
         return "do_bench" if self.course_ratio is not None else "CUDA events"
 
 
-def _timers(b: Bench) -> Timers:
-    db = b.metric(Metric.DO_BENCH_MS)
-    return Timers(b.stats.median, spread(b.stats.stddev, b.stats.iqr), None if db is None else db / 1e3,
-                  b.metric(Metric.MFU))
-
-
-def _correctness(b: Bench) -> Correctness | None:
-    err, tol = b.details.get("rel_err") or {}, b.details.get("tol") or {}
-    if not (err and tol):
-        return None
-    return Correctness(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
-                       b.details.get("graph_breaks"))
-
-
-def leaderboard_facts(device: str, rows: list[Bench]) -> LeaderboardFacts | None:
-    """The facts of one device's newest leaderboard rows; None unless ours and cuDNN both ran."""
-    ours, cudnn = pick(rows, impl=OURS, mode="fwd_bwd"), pick(rows, impl=ANCHOR, mode="fwd_bwd")
-    if ours is None or cudnn is None:
-        return None
-    c = kernel(ours)
-    shape = f"{c.dtype}, causal, batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}"
-    return LeaderboardFacts(device, shape, ours.run.when, ours.run.commit, _timers(ours), _timers(cudnn),
-                            _correctness(ours))
-
-
-# ---- the newest run's rows and every stored version --------------------------------------------------
-
 @dataclass(frozen=True)
-class Line:
-    """One newest row of the table."""
-
+class Line:  # one newest row of the table
     impl: str
     label: str  # IMPL_LABELS'
     compiled: bool  # ours under torch.compile
     mode: str  # MODE_LABELS'
-    status: str | None  # why it did not run; None: it ran
+    status: str | None  # why it did not run; None: it ran (the other figures are read only then)
     ms: float | None
     do_bench_ms: float | None
     tflops: float | None
@@ -133,27 +91,21 @@ class Line:
 def _line(b: Bench) -> Line:
     c, s, err = kernel(b), status_label(b), b.details.get("rel_err") or {}
     return Line(c.impl, IMPL_LABELS.get(c.impl, c.impl), bool(b.details.get("compiled")), MODE_LABELS[c.mode], s,
-                None if s else median_ms(b), None if s else b.metric(Metric.DO_BENCH_MS),
-                None if s else b.metric(Metric.TFLOPS), None if s else b.metric(Metric.MFU),
-                tuple(err.get(k) for k in ("out", "dq", "dk", "dv")))
+                None if s else median_ms(b), b.metric(Metric.DO_BENCH_MS), b.metric(Metric.TFLOPS),
+                b.metric(Metric.MFU), tuple(err.get(k) for k in ("out", "dq", "dk", "dv")))
 
 
 def short_config(text) -> str:
-    """'BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, ..., num_stages: 3, ...' -> '64×128 w4 s3'; other
-    launch-record values (the tiling label, the variant, the tma flag) as they are."""
-    if not isinstance(text, str):
-        return str(text)
-    v = dict(re.findall(r"(\w+): (\w+)", text))
-    if "BLOCK_M" not in v:
-        return text
-    return f"{v['BLOCK_M']}×{v['BLOCK_N']} w{v.get('num_warps', '?')} s{v.get('num_stages', '?')}"
+    """'BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, ..., num_stages: 3, ...' -> '64×128 w4 s3'; other launch-record
+    values (the tiling label, the variant, the tma flag) as they are."""
+    v = dict(re.findall(r"(\w+): (\w+)", text)) if isinstance(text, str) else {}
+    return f"{v['BLOCK_M']}×{v['BLOCK_N']} w{v.get('num_warps', '?')} s{v.get('num_stages', '?')}" if "BLOCK_M" in v \
+        else str(text)
 
 
 @dataclass(frozen=True)
-class Version:
-    """One stored leaderboard run: ours and cuDNN forward+backward from the same run."""
-
-    datetime: str
+class Version:  # one stored run: ours and cuDNN forward+backward of the same run
+    when: str  # UTC, "YYYY-MM-DD HH:MM"
     commit: str
     legacy: bool  # the older format: its medians are do_bench's
     ours_s: float
@@ -163,41 +115,36 @@ class Version:
     picks: tuple[tuple[str, str], ...]  # the autotuner's (kernel, short config) of ours
 
     @property
-    def when(self) -> str:
-        return self.datetime[:16].replace("T", " ")
-
-    @property
     def over_cudnn(self) -> float | None:
         return None if self.cudnn_s is None else self.ours_s / self.cudnn_s
 
 
-def versions(rows: list[Bench]) -> list[Version]:
-    """Every run of `rows` (load order) in which ours ran, oldest first."""
+def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran, oldest first
     runs: dict[tuple[str, str], list[Bench]] = {}
     for b in rows:
         runs.setdefault((str(b.run.datetime), b.run.commit), []).append(b)
     out = []
     for (when, commit), g in sorted(runs.items()):
-        ours, cudnn = pick(g, impl=OURS, mode="fwd_bwd"), pick(g, impl=ANCHOR, mode="fwd_bwd")
+        ours, cudnn = (pick(g, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
         if ours is not None:
             picks = tuple((k, short_config(c)) for k, c in (ours.details.get("tuned_configs") or {}).items())
-            out.append(Version(when, commit, g[0].run.legacy, ours.stats.median, ours.metric(Metric.MFU),
-                               cudnn and cudnn.stats.median, cudnn and cudnn.metric(Metric.MFU), picks))
+            out.append(Version(when[:16].replace("T", " "), commit, g[0].run.legacy, ours.stats.median,
+                               ours.metric(Metric.MFU), cudnn and cudnn.stats.median,
+                               cudnn and cudnn.metric(Metric.MFU), picks))
     return out
 
 
-def _plot(vs: list[Version], path: Path) -> None:
+def _plot(vs: list[Version], path) -> None:
     fig, ax = figures.new(figsize=(8, 4.2))
-    x = list(range(len(vs)))
-    for key, label, color in (("ours", "ours: torch.compile(FlashAttentionTriton.apply)", IMPL_COLORS[OURS]),
-                              ("cudnn", IMPL_LABELS[ANCHOR], IMPL_COLORS[ANCHOR])):
-        pts = [(i, getattr(v, f"{key}_s") * 1e3, v.legacy) for i, v in zip(x, vs) if getattr(v, f"{key}_s") is not None]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=color, label=label, lw=1.2)
-        for legacy, marker in ((True, "o"), (False, "s")):
+    for impl, label, times in ((OURS, "ours: torch.compile(FlashAttentionTriton.apply)", [v.ours_s for v in vs]),
+                               (ANCHOR, IMPL_LABELS[ANCHOR], [v.cudnn_s for v in vs])):
+        pts = [(i, s * 1e3, v.legacy) for i, (v, s) in enumerate(zip(vs, times)) if s is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=IMPL_COLORS[impl], label=label, lw=1.2)
+        for legacy, marker in ((True, "o"), (False, "s")):  # open: the older format's do_bench median
             sel = [p for p in pts if p[2] == legacy]
-            ax.plot([p[0] for p in sel], [p[1] for p in sel], marker, color=color, ms=5,
-                    mfc="none" if legacy else color)
-    ax.set_xticks(x, [f"{v.datetime[5:16].replace('T', ' ')}\n{v.commit}" for v in vs], fontsize=7, rotation=30,
+            ax.plot([p[0] for p in sel], [p[1] for p in sel], marker, color=IMPL_COLORS[impl], ms=5,
+                    mfc="none" if legacy else IMPL_COLORS[impl])
+    ax.set_xticks(list(range(len(vs))), [f"{v.when[5:]}\n{v.commit}" for v in vs], fontsize=7, rotation=30,
                   ha="right")
     ax.set(ylabel="forward+backward (ms, median)", title="leaderboard: every stored run (open marker: do_bench median, "
                                                           "older format; filled: CUDA-event median)")
@@ -210,54 +157,45 @@ def _plot(vs: list[Version], path: Path) -> None:
 @dataclass(frozen=True)
 class LeaderboardPage:
     answer: LeaderboardFacts | None  # None: no GPU device ran ours and cuDNN
-    gpu: str = ""  # the GPU's name
     lines: tuple[Line, ...] = ()
     runs: RunsFacts | None = None
     versions: tuple[Version, ...] = ()
-    figure: str = ""
     notes: tuple[str, ...] = ()  # the rows' `note` details
     date: str = "–"
-    files: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    index_figures: tuple[tuple[str, str], ...] = ()  # the version history's (caption, link)
 
     @property
-    def noise(self) -> tuple[float, float, int] | None:
-        """(lowest, highest ours/cuDNN, runs) over the newer-format runs: the spread between runs."""
+    def noise(self) -> tuple[float, float, int] | None:  # (lowest, highest ours/cuDNN, runs) of the newer format
         rs = [v.over_cudnn for v in self.versions if not v.legacy and v.cudnn_s is not None]
         return (min(rs), max(rs), len(rs)) if len(rs) > 1 else None
 
     @property
-    def caption(self) -> str:
-        return f"leaderboard versions on {self.gpu}: ours forward+backward vs SDPA cuDNN per stored run"
-
-    @property
-    def index_figures(self) -> list[tuple[str, str]]:
-        return [(self.caption, self.figure)] if self.answer else []
-
-    @property
     def scores(self) -> dict[str, Scored]:
-        if self.answer is None:
-            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
-        return {PROBLEM: Scored(Kind.MEASURED, self.answer.device, self.date)}
-
-    @property
-    def sources(self) -> list[str]:
-        return list(self.files)
+        a = self.answer
+        return {PROBLEM: Scored(Kind.MEASURED, a.device, self.date) if a else Scored(Kind.NOT_MEASURED)}
 
 
-def facts(ctx: Context) -> LeaderboardPage:
-    """The first GPU device whose newest rows have ours and cuDNN answers."""
+def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest rows have ours and cuDNN
     for device in ctx.rows.gpu_devices():
         lb = ctx.rows.of(PROBLEM, device=device)
-        f = leaderboard_facts(device, lb) if lb else None
-        if f is None:
+        ours, cudnn = (pick(lb, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
+        if ours is None or cudnn is None:
             continue
-        earlier = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device]
-        vs = versions(earlier + lb)
+        c, t, tc = kernel(ours), _timers(ours), _timers(cudnn)
+        err, tol = ours.details.get("rel_err") or {}, ours.details.get("tol") or {}
+        right = Correctness(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
+                            ours.details.get("graph_breaks")) if err and tol else None
+        shape = f"{c.dtype}, causal, batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}"
+        answer = LeaderboardFacts(device, shape, ours.run.when, ours.run.commit, t, tc, right,
+                                  ratio(t.do_bench_s, tc.do_bench_s, "SDPA cuDNN"),
+                                  over(ours, cudnn, "SDPA cuDNN"))
+        rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
-        _plot(vs, png)
-        ours = pick(lb, impl=OURS, mode="fwd_bwd")
-        notes = sorted({b.details["note"] for b in lb if b.details.get("note")})
-        return LeaderboardPage(f, ours.row.env.device, tuple(_line(b) for b in lb), RunsFacts.of(device, lb),
-                               tuple(vs), rel, tuple(notes), newest_date(lb),
-                               tuple(sorted({b.run.file for b in earlier + lb if b.run.file})))
+        _plot(vs := versions(rows), png)
+        caption = f"leaderboard versions on {ours.row.env.device}: ours forward+backward vs SDPA cuDNN per stored run"
+        return LeaderboardPage(answer, tuple(map(_line, lb)), RunsFacts.of(device, lb), tuple(vs),
+                               tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
+                               newest_date(lb), tuple(sorted({b.run.file for b in rows if b.run.file})),
+                               ((caption, rel),))
     return LeaderboardPage(None)

@@ -1,14 +1,7 @@
-"""leaderboard (2026): one training step of the 8B model on two GPUs (SPEC.md). The answer is the
-measured step of the first multi-GPU device with rows (one row per checkpointing candidate,
-perf/test_leaderboard_2026.py's test_leaderboard_2026_two_gpus: the fastest of each run, where its
-time goes where the row carries a profiled step, details["breakdown"]) and the class's best entry
-scaled by the datasheets; beside it, the one-GPU rows of the step with fewer layers and the two-GPU
-step predicted from them (impl.leaderboard_prediction, priced with the parallelism_calcs page's W).
-templates/leaderboard_2026.md.j2 holds every word.
-
-The step time is the handout's: triton.testing.do_bench's median (the slowest rank's), where the row
-has it, else the harness median. MFU divides the row's model FLOPs per GPU by that time and by the
-datasheet's or the run's measured bf16 matmul peak, so ours and the class's best are counted alike."""
+"""leaderboard (2026): one 8B training step on two GPUs (SPEC.md), measured on the first multi-GPU device
+with rows (the fastest checkpointing candidate of each run) against the class's best scaled by the
+datasheets; beside it the one-GPU rows with fewer layers and the two-GPU step predicted from them
+(impl.leaderboard_prediction, priced with parallelism_calcs' W). The template holds every word."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,6 +18,7 @@ from impl.workloads.leaderboard_2026 import (CLASS_BEST_GPU, CLASS_BEST_GPUS, CL
                                              LEADERBOARD, WORLD_SIZE, StepSpec)
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.LEADERBOARD_2026,)
 PROBLEM = P.LEADERBOARD_2026
 
 
@@ -42,19 +36,11 @@ def _cfg(b: Bench) -> StepConfig:
     return view(StepConfig, b)
 
 
-def policy(b: Bench) -> str:
-    """The checkpointing candidate: "none", "every_k (k 1)"."""
-    c = _cfg(b)
-    return c.checkpointing + ("" if c.k is None else f" (k {c.k})")
-
-
-# ---- the multi-GPU rows ---------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Candidate:
     """One stored row of the step: a checkpointing candidate on several GPUs, or a layer count on one."""
 
-    policy: str
+    policy: str  # "none", "every_k (k 1)"
     layers: int
     run_when: str  # its run, UTC
     status: Status
@@ -62,7 +48,7 @@ class Candidate:
     median_s: float | None  # the harness's
     iqr_s: float | None
     rounds: int | None
-    do_bench_s: float | None  # the handout's timer, where the row has it
+    do_bench_s: float | None  # the handout's timer (the slowest rank's median), where the row has it
     first_call_s: float | None
     tokens_per_s: float | None
     row_mfu: float | None  # the row's own MFU metric (of the harness median)
@@ -78,13 +64,13 @@ class Candidate:
 
     @classmethod
     def of(cls, b: Bench) -> Candidate:
-        ok, peaks, d = b.measured, b.row.peaks, b.details
-        ms = b.metric(Metric.DO_BENCH_MS)
-        return cls(policy(b), _cfg(b).layers, b.run.when, b.status, b.row.reason or "", b.stats.median if ok else None,
-                   b.stats.iqr if ok else None, b.stats.rounds if ok else None, None if ms is None else ms / 1e3,
-                   b.metric(Metric.FIRST_CALL_S), b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU),
-                   b.row.memory.peak_allocated, b.metric(Metric.FLOPS),
-                   peaks.datasheet_flops if peaks else None, peaks.measured_flops if peaks else None,
+        ok, peaks, d, c, ms = b.measured, b.row.peaks, b.details, _cfg(b), b.metric(Metric.DO_BENCH_MS)
+        return cls(c.checkpointing + ("" if c.k is None else f" (k {c.k})"), c.layers, b.run.when, b.status,
+                   b.row.reason or "", b.stats.median if ok else None, b.stats.iqr if ok else None,
+                   b.stats.rounds if ok else None, None if ms is None else ms / 1e3, b.metric(Metric.FIRST_CALL_S),
+                   b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU), b.row.memory.peak_allocated,
+                   b.metric(Metric.FLOPS), peaks.datasheet_flops if peaks else None,
+                   peaks.measured_flops if peaks else None,
                    tuple(r["peak"] for r in d.get("ranks") or [] if r.get("peak") is not None), d.get("do_bench") or {},
                    d.get("breakdown"), b.row.env.device.removeprefix("NVIDIA ").strip(), b.run.file)
 
@@ -94,15 +80,10 @@ class Candidate:
 
     @property
     def step_s(self) -> float:
-        """The handout's timer (do_bench) where the row has it, else the harness median."""
         return self.do_bench_s if self.do_bench_s is not None else self.median_s
 
     @property
-    def timer(self) -> str:
-        return "do_bench" if self.do_bench_s is not None else "harness median"
-
-    @property
-    def mfu(self) -> float | None:
+    def mfu(self) -> float | None:  # of the datasheet's dense bf16 peak
         return self.flops / self.step_s / self.datasheet_flops if self.flops and self.datasheet_flops else None
 
     @property
@@ -112,18 +93,15 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class ClassBest:
-    """The class's best entry against ours, scaled by the GPUs' datasheet dense bf16 peaks."""
-
+class ClassBest:  # the class's best entry against ours, scaled by the GPUs' datasheet dense bf16 peaks
     step_s: float
     gpus: int
     gpu: str
-    gpu_flops: float  # its datasheet dense bf16 FLOP/s
+    gpu_flops: float
     ours: Candidate
 
     @property
-    def scale(self) -> float:
-        """How much more dense bf16 work one of its GPUs does than one of ours (datasheets)."""
+    def scale(self) -> float:  # one of its GPUs' dense bf16 work ÷ one of ours'
         return self.gpu_flops / self.ours.datasheet_flops
 
     @property
@@ -131,29 +109,23 @@ class ClassBest:
         return ratio(self.ours.step_s, self.step_s, "the class's best")
 
     @property
-    def mfu(self) -> float | None:
-        """The MFU the class's best implies, with our row's FLOPs per GPU (the same model and batch)."""
+    def mfu(self) -> float | None:  # with our row's FLOPs per GPU (the same model and batch)
         return self.ours.flops / self.step_s / self.gpu_flops if self.ours.flops else None
 
     @property
-    def at_our_peak_s(self) -> float:
-        """The class's best step on our GPUs at its own MFU: its time × the datasheet ratio."""
+    def at_our_peak_s(self) -> float:  # its step on our GPUs at its MFU
         return self.step_s * self.scale
 
     @property
     def ours_at_its_peak_s(self) -> float:
-        """Our step on its GPUs at our MFU."""
         return self.ours.step_s / self.scale
 
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Where the time of the profiled candidates goes: the phases and kinds their table shows, and the
-    top kernels of the newest run's fastest profiled candidate."""
-
     phases: tuple[str, ...]
     categories: tuple[str, ...]  # those with time in any profiled candidate
-    top_of: Candidate
+    top_of: Candidate  # whose top kernels the page lists
 
 
 @dataclass(frozen=True)
@@ -163,77 +135,46 @@ class TwoGpuFacts:
     world: int
     candidates: tuple[Candidate, ...]  # every candidate's newest row, in run order
     fastest: dict[str, Candidate]  # run (UTC) -> its fastest measured candidate
+    newest: Candidate  # the newest run's fastest: the answer
+    newest_run: tuple[Candidate, ...]  # the candidates of its run
+    first_calls: tuple[Candidate, ...]  # the newest run's, in run order
+    profiled: tuple[Candidate, ...]
+    answer_profile: Candidate | None  # the newest run's fastest profiled candidate
+    breakdown: Breakdown | None
     class_best: ClassBest | None
     runs: RunsFacts
     date: str  # the newest run's
+    files: list[str]
+    slowest_first_call: Candidate | None
     cold_limit_s: float = COLD_RUN_LIMIT_S
-
-    def is_fastest(self, c: Candidate) -> bool:
-        """`c` is the fastest of its run."""
-        return self.fastest.get(c.run_when) is c
-
-    @property
-    def newest(self) -> Candidate:
-        """The newest run's fastest candidate: the page's answer."""
-        return self.fastest[max(self.fastest)]
-
-    @property
-    def files(self) -> list[str]:
-        return sorted({c.file for c in self.candidates})
-
-    @property
-    def newest_run(self) -> list[Candidate]:
-        """The candidates of the newest run (the answer's), in run order."""
-        return [c for c in self.candidates if c.run_when == self.newest.run_when]
-
-    @property
-    def first_calls(self) -> list[Candidate]:
-        """The newest run's first calls, in run order: the first from fresh worker processes."""
-        return [c for c in self.newest_run if c.measured and c.first_call_s is not None]
-
-    @property
-    def slowest_first_call(self) -> Candidate | None:
-        return max(self.first_calls, key=lambda c: c.first_call_s, default=None)
-
-    @property
-    def profiled(self) -> list[Candidate]:
-        return [c for c in self.candidates if c.measured and c.breakdown]
-
-    @property
-    def answer_profile(self) -> Candidate | None:
-        """The newest run's fastest profiled candidate (the time question's answer)."""
-        return min((c for c in self.profiled if c.run_when == self.newest.run_when), key=lambda c: c.step_s,
-                   default=None)
-
-    @property
-    def breakdown(self) -> Breakdown | None:
-        p = self.profiled
-        if not p:
-            return None
-        cats = tuple(k for k in p[0].breakdown["category_ms"] if any(c.breakdown["category_ms"].get(k, 0.0) > 0 for c in p))
-        return Breakdown(tuple(p[0].breakdown["phase_ms"]), cats, self.answer_profile or p[-1])
 
 
 def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
-    """The facts of a device's multi-GPU leaderboard_2026 rows (None where it has no measured one)."""
+    """The facts of a device's multi-GPU rows (None where it has no measured one)."""
     rows = [b for b in rows if (_cfg(b).world_size or 1) > 1]
     cands = tuple(Candidate.of(b) for b in rows)
-    fastest: dict[str, Candidate] = {}
-    for c in cands:
-        if c.measured and (c.run_when not in fastest or c.step_s < fastest[c.run_when].step_s):
-            fastest[c.run_when] = c
+    fastest = {w: min((c for c in cands if c.measured and c.run_when == w), key=lambda c: c.step_s)
+               for w in sorted({c.run_when for c in cands if c.measured})}
     if not fastest:
         return None
-    fastest = dict(sorted(fastest.items()))
     newest = fastest[max(fastest)]
+    run = tuple(c for c in cands if c.run_when == newest.run_when)
+    profiled = tuple(c for c in cands if c.measured and c.breakdown)
+    answer = min((c for c in profiled if c.run_when == newest.run_when), key=lambda c: c.step_s, default=None)
+    cats = tuple(k for k in profiled[0].breakdown["category_ms"]
+                 if any(c.breakdown["category_ms"].get(k, 0.0) > 0 for c in profiled)) if profiled else ()
     gpu_flops = datasheet_bf16_flops(CLASS_BEST_GPU)
-    best = ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest) \
-        if gpu_flops and newest.datasheet_flops else None
+    top = answer or (profiled[-1] if profiled else None)
+    first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
     return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
-                       fastest, best, RunsFacts.of(device, rows), newest_date(rows))
+                       fastest, newest, run, first_calls,
+                       profiled, answer,
+                       Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, top) if profiled else None,
+                       ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest)
+                       if gpu_flops and newest.datasheet_flops else None,
+                       RunsFacts.of(device, rows), newest_date(rows), sorted({c.file for c in cands}),
+                       max(first_calls, key=lambda c: c.first_call_s, default=None))
 
-
-# ---- one GPU, fewer layers, and the prediction ----------------------------------------------------
 
 @dataclass(frozen=True)
 class OneGpu:
@@ -249,9 +190,8 @@ class OneGpu:
 
 
 def layer_runs(rows: list[Bench]) -> tuple[str, list[LayerRun]]:
-    """(policy, runs) of the checkpointing policy with the most measured layer counts (checkpointed
-    first on a tie: 34 plain layers would not fit): the points the prediction fits. One line per
-    (policy, k) and run: rows of another k or another run (code, machine) are not one model."""
+    """(policy, runs) of the (policy, k, run) with the most measured layer counts (checkpointed first on a
+    tie: 34 plain layers would not fit): the points the prediction fits. Other k or runs are other models."""
     groups: dict[tuple, list[Bench]] = {}
     for b in rows:
         if b.status is Status.MEASURED:
@@ -265,8 +205,7 @@ def layer_runs(rows: list[Bench]) -> tuple[str, list[LayerRun]]:
 
 
 def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
-    """The leaderboard_2026 rows of a one-GPU device: the one with the same GPU as `like` (the device
-    whose bandwidth prices the prediction) when it has rows, else the first that has any."""
+    """The rows of the one-GPU device with `like`'s GPU (the W's device) when it has rows, else the first."""
     found = [(d, rows) for d, rows in ctx.rows.per_gpu(PROBLEM) if d.endswith("-x1")]
     same = [x for x in found if like is not None and gpu_model(x[0]) == gpu_model(like)]
     if not (same or found):
@@ -279,8 +218,6 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
                   tuple(runs), tuple(sorted({b.run.file for b in rows})))
 
 
-# ---- the page ------------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Leaderboard2026Facts:
     spec: StepSpec
@@ -289,18 +226,11 @@ class Leaderboard2026Facts:
     multi: TwoGpuFacts | None  # the answer, None: not run on more than one GPU
     one: OneGpu | None
     w: Bandwidth | None  # the prediction's bus bandwidth
-    pred: StepPrediction | None  # None: no one-GPU fit of two layer counts, or no W
+    fits: bool  # the one-GPU rows have two layer counts of a policy
+    pred: StepPrediction | None  # None: no fit, or no W
+    beside: Candidate | None  # the newest measured multi-GPU candidate of the prediction's policy
+    sources: list[str]
     index_figures: tuple = ()
-
-    @property
-    def fits(self) -> bool:
-        return self.one is not None and len({r.layers for r in self.one.fit_runs}) >= 2
-
-    @property
-    def beside(self) -> Candidate | None:
-        """The newest measured multi-GPU candidate of the prediction's policy."""
-        same = [c for c in self.multi.candidates if c.measured and c.policy == self.one.fit_policy]
-        return same[-1] if same else None
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -311,11 +241,6 @@ class Leaderboard2026Facts:
             return {PROBLEM: Scored(Kind.PREDICTED, f"{self.one.device} + {self.w.device}", self.one.date)}
         return {PROBLEM: Scored(Kind.NOT_MEASURED)}
 
-    @property
-    def sources(self) -> list[str]:
-        files = (self.multi.files if self.multi else []) + list(self.one.files if self.one else ())
-        return sorted({*files, *([self.w.file] if self.pred else [])})
-
 
 def facts(ctx: Context) -> Leaderboard2026Facts:
     sections = tuple((device_name(d, rows[0].row.env.device), tuple(sorted({b.run.section for b in rows})))
@@ -324,8 +249,9 @@ def facts(ctx: Context) -> Leaderboard2026Facts:
                   and (f := two_gpu_facts(d, rows)) is not None), None)
     w = nccl_bus_bandwidth(ctx.rows, world_size=WORLD_SIZE)
     one = one_gpu(ctx, None if w is None else w.device)
-    f = Leaderboard2026Facts(LEADERBOARD, WORLD_SIZE, sections, multi, one, w, None)
-    if f.fits and w is not None:
-        f = Leaderboard2026Facts(LEADERBOARD, WORLD_SIZE, sections, multi, one, w,
-                                 predict_step(list(one.fit_runs), LEADERBOARD.model, w.bps, WORLD_SIZE))
-    return f
+    fits = one is not None and len({r.layers for r in one.fit_runs}) >= 2
+    pred = predict_step(list(one.fit_runs), LEADERBOARD.model, w.bps, WORLD_SIZE) if fits and w is not None else None
+    beside = next((c for c in reversed(multi.candidates) if c.measured and c.policy == one.fit_policy), None) \
+        if multi and one else None
+    files = {*(multi.files if multi else []), *(one.files if one else ()), *([w.file] if pred else [])}
+    return Leaderboard2026Facts(LEADERBOARD, WORLD_SIZE, sections, multi, one, w, fits, pred, beside, sorted(files))

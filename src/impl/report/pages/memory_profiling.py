@@ -15,6 +15,7 @@ from impl.report.runs import RunsFacts, device_short, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
 
+PROBLEMS = (P.MEMORY_PROFILING,)
 PROBLEM = P.MEMORY_PROFILING
 SLUG = "memory_profiling"
 CASES_2026 = {tuple(c) for c in grid(P.MEMORY_PROFILING, "full").cases_2026}  # (size, context) the 2026 sweep asks

@@ -1,10 +1,6 @@
-"""pytorch_attention: naive attention's time and memory over (d, seq), the first out-of-memory case,
-its memory accounting (derived by impl.attention.memory beside the measured bytes) and our times
-against the course seed's published ones. The first GPU device with rows answers.
-templates/pytorch_attention.md.j2 holds every word.
-
-The cells, not-run reasons and memory reads here are torch_compile (a)'s too (its eager side is
-these configurations): impl.report.pages.torch_compile imports them."""
+"""pytorch_attention: naive attention's time and memory over (d, seq) on the first GPU with rows, the
+first OOM case's memory accounting (impl.attention.memory beside the measured bytes) and our times
+against the course seed's. torch_compile imports the cell helpers. The template holds every word."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,20 +12,16 @@ from impl.report.rows import Bench, view
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.PYTORCH_ATTENTION,)
 PROBLEM = P.PYTORCH_ATTENTION
-#: Bytes per element of the naive attention's dtypes.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-#: Memory passes over the (b, s, s) score matrix in naive_attention's forward: QKᵀ writes it, the
-#: scaling reads and writes it, softmax reads it and writes P, P·V reads P (at least; softmax may
-#: read its row more than once).
+# naive_attention's forward passes over the (b, s, s) scores at least this often: QKᵀ writes them, the
+# scaling reads and writes, softmax reads them and writes P, P·V reads P
 NAIVE_FORWARD_PASSES = 6
 
 
 @dataclass(frozen=True)
-class SeedTimes:
-    """A course seed's published naive-attention times (not our data: quoted for comparison; the
-    template names the source)."""
-
+class SeedTimes:  # a course seed's published naive-attention times, quoted (not our data)
     batch: int
     dtype: str
     d: int
@@ -57,47 +49,48 @@ def cfg(b: Bench) -> AttentionConfig:
 
 @dataclass(frozen=True)
 class Cell:
-    """A table cell of one row: its value (seconds or bytes), or the status it did not run with."""
-
-    value: float | None
+    value: float | None  # seconds or bytes
     status: Status | None = None  # None: the row ran
 
 
+def ran(b: Bench | None, value):
+    """value(b) where the row ran, else None."""
+    return value(b) if b is not None and b.status is Status.MEASURED else None
+
+
 def cell(b: Bench | None, value) -> Cell | None:
-    """The cell of `b` (None: no row): `value(b)` where it ran, else its status."""
-    if b is None:
-        return None
-    return Cell(value(b)) if b.status is Status.MEASURED else Cell(None, b.status)
+    return None if b is None else Cell(value(b)) if b.status is Status.MEASURED else Cell(None, b.status)
 
 
 def median(b: Bench) -> float | None:
     return b.stats.median if b.stats else None
 
 
-def in_use(b: Bench, key: str) -> float | None:
-    """Bytes of a details key above what was allocated before the inputs (details["baseline_bytes"])."""
-    v, base = b.details.get(key), b.details.get("baseline_bytes")
+def _above_baseline(b: Bench, v: float | None) -> float | None:
+    base = b.details.get("baseline_bytes")  # allocated before the inputs
     return None if v is None or base is None else v - base
+
+
+def before_backward(b: Bench) -> float | None:
+    return _above_baseline(b, b.details.get("memory_before_backward_bytes"))
 
 
 def peak(b: Bench) -> float | None:
-    """The row's peak allocated bytes above the baseline."""
-    v, base = b.row.memory.peak_allocated, b.details.get("baseline_bytes")
-    return None if v is None or base is None else v - base
+    return _above_baseline(b, b.row.memory.peak_allocated)
 
 
 def not_run(rows: list[Bench]) -> list[tuple[Status, str]]:
-    """The distinct (status, reason) of the rows that did not run."""
-    return list(dict.fromkeys((b.status, b.row.reason) for b in rows if b.row.reason and b.status is not Status.MEASURED))
+    return list(dict.fromkeys((b.status, b.row.reason) for b in rows
+                              if b.row.reason and b.status is not Status.MEASURED))
 
 
-def by_mode(rows: list[Bench], d: int, seq: int) -> dict[str, Bench]:
-    """The rows of one (d, seq) by pass (the last row of a pass where it has several)."""
-    return {cfg(b).mode: b for b in rows if (cfg(b).d_model, cfg(b).seq) == (d, seq)}
+def passes(rows: list[Bench], d: int, seq: int) -> tuple[Bench | None, Bench | None]:
+    """The (forward, backward) rows of one (d, seq), the last where a pass has several."""
+    by = {cfg(b).mode: b for b in rows if (cfg(b).d_model, cfg(b).seq) == (d, seq)}
+    return by.get("forward"), by.get("backward")
 
 
 def shapes(rows: list[Bench]) -> list[tuple[int, int]]:
-    """The (d, seq) of the rows, sorted."""
     return sorted({(cfg(b).d_model, cfg(b).seq) for b in rows})
 
 
@@ -114,9 +107,7 @@ class TableRow:
 
 
 @dataclass(frozen=True)
-class Accounting:
-    """The memory accounting of one case: derived (impl.attention.memory) and measured."""
-
+class Accounting:  # one case's memory, derived (impl.attention.memory) and measured
     d: int
     seq: int
     oom: bool  # the smallest case that ran out of memory; else the largest case
@@ -129,9 +120,7 @@ class Accounting:
 
 
 @dataclass(frozen=True)
-class Seed:
-    """Ours against the seed's times at its shape, and the bytes our forward moved."""
-
+class Seed:  # ours against the seed's times at its shape, and the bytes our forward moved
     seed: SeedTimes
     forward_s: float
     backward_s: float
@@ -146,8 +135,7 @@ class Seed:
     passes: int = NAIVE_FORWARD_PASSES
 
     @property
-    def seed_bps(self) -> float:
-        """The seed's forward at the same passes."""
+    def seed_bps(self) -> float:  # the seed's forward at the same passes
         return self.bps * self.forward_s * 1e3 / self.seed.forward_ms
 
 
@@ -171,49 +159,20 @@ class PytorchAttentionFacts:
 
     @property
     def scores(self) -> dict[str, Scored]:
-        if self.device is None:
-            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
-        return {PROBLEM: Scored(Kind.MEASURED, self.device, self.date)}
-
-    @property
-    def sources(self) -> list[str]:
-        return self.runs.files if self.runs else []
-
-
-def _bandwidth(b: Bench) -> float:
-    """Bytes per second the forward row moved over its score matrix, at NAIVE_FORWARD_PASSES passes."""
-    c = cfg(b)
-    return NAIVE_FORWARD_PASSES * c.batch * c.seq * c.seq * DTYPE_BYTES[c.dtype] / b.stats.median
+        return {PROBLEM: Scored(Kind.MEASURED, self.device, self.date) if self.device else Scored(Kind.NOT_MEASURED)}
 
 
 def _seed(rows: list[Bench]) -> Seed | None:
-    s = SEED_NAIVE
-    ran = [b for b in rows if b.measured]
-    f, b = (by_mode(ran, s.d, s.seq).get(m) for m in ("forward", "backward"))
-    small = by_mode(ran, min(cfg(x).d_model for x in rows), s.seq).get("forward")
+    s, ran_ = SEED_NAIVE, [b for b in rows if b.measured]
+    (f, b), (small, _) = passes(ran_, s.d, s.seq), passes(ran_, min(cfg(x).d_model for x in rows), s.seq)
     if f is None or b is None or small is None:
         return None
+
+    def bps(x: Bench) -> float:  # over its score matrix, at NAIVE_FORWARD_PASSES passes
+        return NAIVE_FORWARD_PASSES * cfg(x).batch * cfg(x).seq ** 2 * DTYPE_BYTES[cfg(x).dtype] / x.stats.median
     c = cfg(f)
     return Seed(s, f.stats.median, b.stats.median, c.batch, c.dtype, bool(f.details.get("tf32")), f.stats.rounds,
-                c.batch * s.seq ** 2 * DTYPE_BYTES[c.dtype], cfg(small).d_model, _bandwidth(small), _bandwidth(f))
-
-
-def _accounting(rows: list[Bench], d: int, seq: int, oom: bool, batch: int, dtype: str) -> Accounting:
-    by = by_mode(rows, d, seq)
-    f, b = by.get("forward"), by.get("backward")
-    return Accounting(d, seq, oom, naive_attention_memory(batch, seq, d, dtype),
-                      naive_attention_memory(batch, seq // 2, d, dtype), flash_saved_for_backward(batch, seq, d, dtype),
-                      cell(b, lambda x: in_use(x, "memory_before_backward_bytes")), cell(f, peak), cell(b, peak))
-
-
-def _table_row(rows: list[Bench], d: int, seq: int, batch: int, dtype: str) -> TableRow:
-    by = by_mode(rows, d, seq)
-    f, b = by.get("forward"), by.get("backward")
-    return TableRow(d, seq, cell(f, median), cell(b, median),
-                    f.metric(Metric.TFLOPS) if f is not None and f.status is Status.MEASURED else None,
-                    cell(b, lambda x: in_use(x, "memory_before_backward_bytes")),
-                    peak(b) if b is not None and b.status is Status.MEASURED else None,
-                    naive_attention_memory(batch, seq, d, dtype))
+                c.batch * s.seq ** 2 * DTYPE_BYTES[c.dtype], cfg(small).d_model, bps(small), bps(f))
 
 
 def facts(ctx: Context) -> PytorchAttentionFacts:
@@ -221,17 +180,23 @@ def facts(ctx: Context) -> PytorchAttentionFacts:
     if not found:
         return PytorchAttentionFacts(None)
     device, rows = found[0]  # the first GPU with rows answers; the others have none for this problem
-    c0 = cfg(rows[0])
-    ran = [b for b in rows if b.measured]
+    batch, dtype = cfg(rows[0]).batch, cfg(rows[0]).dtype
     ooms = sorted((b for b in rows if b.status is Status.OOM), key=lambda b: (cfg(b).seq, cfg(b).d_model))
-    d, seq = max((cfg(b).seq, cfg(b).d_model) for b in ran)[::-1]
-    largest = by_mode(ran, d, seq)
+    d, seq = max((cfg(b).seq, cfg(b).d_model) for b in rows if b.measured)[::-1]
+    table = []
+    for x, s in shapes(rows):
+        f, b = passes(rows, x, s)
+        table.append(TableRow(x, s, cell(f, median), cell(b, median), ran(f, lambda f: f.metric(Metric.TFLOPS)),
+                              cell(b, before_backward), ran(b, peak), naive_attention_memory(batch, s, x, dtype)))
     # the accounting's case: the smallest that ran out of memory, else the largest that ran
-    case = (cfg(ooms[0]).d_model, cfg(ooms[0]).seq) if ooms else (d, seq)
+    x, s = (cfg(ooms[0]).d_model, cfg(ooms[0]).seq) if ooms else (d, seq)
+    f, b = passes(rows, x, s)
+    accounting = Accounting(x, s, bool(ooms), naive_attention_memory(batch, s, x, dtype),
+                            naive_attention_memory(batch, s // 2, x, dtype),
+                            flash_saved_for_backward(batch, s, x, dtype), cell(b, before_backward), cell(f, peak),
+                            cell(b, peak))
     return PytorchAttentionFacts(
-        device, rows[0].row.env, c0.batch, c0.dtype, max(b.stats.rounds for b in rows if b.stats), (d, seq),
-        tuple(median(b) if b else None for b in (largest.get("forward"), largest.get("backward"))),
-        (cfg(ooms[0]).d_model, cfg(ooms[0]).seq, cfg(ooms[0]).mode) if ooms else None,
-        tuple(_table_row(rows, x, s, c0.batch, c0.dtype) for x, s in shapes(rows)), tuple(not_run(rows)),
-        _accounting(rows, *case, bool(ooms), c0.batch, c0.dtype), _seed(rows), RunsFacts.of(device, rows),
-        newest_date(rows))
+        device, rows[0].row.env, batch, dtype, max(b.stats.rounds for b in rows if b.stats), (d, seq),
+        tuple(median(b) if b else None for b in passes([b for b in rows if b.measured], d, seq)),
+        (cfg(ooms[0]).d_model, cfg(ooms[0]).seq, cfg(ooms[0]).mode) if ooms else None, tuple(table),
+        tuple(not_run(rows)), accounting, _seed(rows), RunsFacts.of(device, rows), newest_date(rows))

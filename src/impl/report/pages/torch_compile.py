@@ -1,9 +1,7 @@
-"""torch_compile: (a) compiled naive attention against eager on the pytorch_attention configurations,
-(b) the compiled Transformer against eager per size and context, the compiled optimizer step and the
-compilations themselves. The first GPU device with rows answers. A ratio divides rows of one run only:
-runs since issue 33 time the eager attention beside the compiled one (impl "eager"); older compiled
-rows are shown beside the pytorch_attention rows of another run, undivided.
-templates/torch_compile.md.j2 holds every word."""
+"""torch_compile on the first GPU with rows: (a) compiled naive attention against eager, (b) the compiled
+Transformer and optimizer step against eager, and the compilations. A ratio divides rows of one run
+only (runs since issue 33 time eager beside compiled; older compiled rows sit beside another run's
+pytorch_attention rows, undivided). templates/torch_compile.md.j2 holds every word."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,15 +10,17 @@ from operator import attrgetter
 from impl.bench.row import Metric, Status
 from impl.model import size_rank
 from impl.report.pages import Context, Kind, Scored
-from impl.report.pages.pytorch_attention import Cell, by_mode, cell, in_use, median, not_run, shapes
-from impl.report.ratio import Ratio, ratio, spread
+from impl.report.pages.pytorch_attention import Cell, before_backward, cell, median, not_run, passes, ran, shapes
+from impl.report.ratio import Ratio, med, ratio, spread
 from impl.report.rows import Bench, of_newest_run, stat_name, view
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.compiled import WHY
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.TORCH_COMPILE,)
 PROBLEM = P.TORCH_COMPILE
-STEP = attrgetter("step_s")  # (b)'s time of a row: Bench.step_s (the mean in older-format runs)
+STEP = attrgetter("step_s")  # (b)'s time of a row (the mean in older-format runs)
+RAN = (Status.MEASURED, Status.OOM)  # any other status: left out
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,6 @@ def _cfg(b: Bench) -> CompileConfig:
     return view(CompileConfig, b)
 
 
-def _study(b: Bench) -> str | None:
-    """(a) "attention" or (b) "model": a config key of the bench layer's rows, a details key in the older format."""
-    return b.row.config.get("study") or b.details.get("study")
-
-
 def same_run(a: Bench, b: Bench) -> bool:
     return (a.run.device, a.run.section, a.run.datetime) == (b.run.device, b.run.section, b.run.datetime)
 
@@ -51,27 +46,25 @@ def same_run(a: Bench, b: Bench) -> bool:
 
 @dataclass(frozen=True)
 class Pair:
-    """A compiled attention row and the eager row of its run (compiled ÷ eager: below 1, compiled is faster)."""
-
     d: int
     seq: int
     mode: str
-    ratio: Ratio | None  # None: no eager row of the same run, or one of the two did not run
+    ratio: Ratio | None  # compiled ÷ eager; None: no eager row of the same run, or one did not run
 
 
 @dataclass(frozen=True)
-class PassCells:
-    eager: Cell | None  # seconds
+class Times:  # a configuration's eager and compiled cells (seconds)
+    eager: Cell | None
     compiled: Cell | None
-    ratio: float | None  # compiled ÷ eager, rows of one run only
+    ratio: float | None  # compiled ÷ eager (below 1: compiled is faster); in (a), rows of one run only
 
 
 @dataclass(frozen=True)
 class AttentionRow:
     d: int
     seq: int
-    forward: PassCells
-    backward: PassCells
+    forward: Times
+    backward: Times
     compile_forward_s: float | None  # the first call, timed once
     compile_backward_s: float | None
     eager_before_backward: float | None  # bytes in use before backward
@@ -89,76 +82,49 @@ class AttentionFacts:
     eager_runs: RunsFacts | None  # the eager rows' runs (another run's where not paired)
     runs: RunsFacts  # compiled and eager rows together
     date: str
-
-    @property
-    def paired(self) -> list[Pair]:
-        return [p for p in self.pairs if p.ratio is not None]
-
-    @property
-    def longest(self) -> list[Pair]:
-        """The same-run pairs at the longest sequence paired."""
-        seq = max((p.seq for p in self.paired), default=None)
-        return [p for p in self.paired if p.seq == seq]
-
-    @property
-    def longest_range(self) -> tuple[float, float]:
-        values = [p.ratio.value for p in self.longest]
-        return min(values), max(values)
-
-
-def newest_paired_run(rows: list[Bench]) -> list[Bench]:
-    """The rows of the newest run that timed eager beside compiled (since issue 33), or all `rows`
-    where no run did: such a run answers (a) alone, its ratios never mixing runs."""
-    eager = [b for b in rows if _cfg(b).impl == "eager"]
-    return of_newest_run(rows, among=eager) if eager else rows
+    paired: tuple[Pair, ...]  # the pairs with a same-run ratio
+    longest: tuple[Pair, ...]  # those at the longest sequence paired
+    longest_range: tuple[float, float] | None  # their lowest and highest ratio
 
 
 def pairs(compiled: list[Bench], eager: list[Bench]) -> list[Pair]:
     """Each compiled row with the eager row of the same run and shape, where there is one."""
+    key = lambda b: (_cfg(b).d_model, _cfg(b).seq, _cfg(b).mode)  # noqa: E731
     out = []
     for c in compiled:
-        k = _cfg(c)
-        e = next((e for e in eager if same_run(c, e)
-                  and (_cfg(e).d_model, _cfg(e).seq, _cfg(e).mode) == (k.d_model, k.seq, k.mode)), None)
-        r = None
-        if e is not None and c.measured and e.measured:
-            r = ratio(c.stats.median, e.stats.median, "eager", spread(c.stats.stddev, c.stats.iqr),
-                      spread(e.stats.stddev, e.stats.iqr))
-        out.append(Pair(k.d_model, k.seq, k.mode, r))
+        e = next((e for e in eager if same_run(c, e) and key(e) == key(c)), None)
+        ok = e is not None and c.measured and e.measured
+        out.append(Pair(*key(c), ratio(c.stats.median, e.stats.median, "eager", spread(c.stats.stddev, c.stats.iqr),
+                                       spread(e.stats.stddev, e.stats.iqr)) if ok else None))
     return out
 
 
-def _pass(e: Bench | None, c: Bench | None) -> PassCells:
+def _pass(e: Bench | None, c: Bench | None) -> Times:
     ok = e is not None and c is not None and e.measured and c.measured and same_run(e, c)
-    return PassCells(cell(e, median), cell(c, median), c.stats.median / e.stats.median if ok else None)
-
-
-def _before_backward(b: Bench | None) -> float | None:
-    return in_use(b, "memory_before_backward_bytes") if b is not None and b.status is Status.MEASURED else None
-
-
-def _attention_row(compiled: list[Bench], eager: list[Bench], d: int, seq: int) -> AttentionRow:
-    c, e = by_mode(compiled, d, seq), by_mode(eager, d, seq)
-    first = next(b for b in compiled if (_cfg(b).d_model, _cfg(b).seq) == (d, seq))
-    return AttentionRow(d, seq, _pass(e.get("forward"), c.get("forward")), _pass(e.get("backward"), c.get("backward")),
-                        first.details.get("compile_forward_s"), first.details.get("compile_backward_s"),
-                        _before_backward(e.get("backward")), _before_backward(c.get("backward")))
+    return Times(cell(e, median), cell(c, median), c.stats.median / e.stats.median if ok else None)
 
 
 def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) -> AttentionFacts:
-    """`compiled`: the device's torch_compile (a) rows; `attention`: its pytorch_attention rows (the
-    eager side where no run of (a) timed eager)."""
+    """`compiled`: the device's (a) rows; `attention`: its pytorch_attention rows, the eager side where no
+    run of (a) timed eager (else the newest such run answers alone)."""
+    eager = attention
     if any(_cfg(b).impl == "eager" for b in compiled):
-        run = newest_paired_run(compiled)
+        run = of_newest_run(compiled, among=[b for b in compiled if _cfg(b).impl == "eager"])
         compiled, eager = [b for b in run if _cfg(b).impl != "eager"], [b for b in run if _cfg(b).impl == "eager"]
-    else:
-        eager = attention
-    return AttentionFacts(tuple(pairs(compiled, eager)),
-                          tuple(_attention_row(compiled, eager, d, s) for d, s in shapes(compiled)),
-                          _cfg(compiled[0]).backend, tuple(not_run(compiled)),
+    rows = []
+    for d, s in shapes(compiled):
+        (cf, cb), (ef, eb) = passes(compiled, d, s), passes(eager, d, s)
+        first = next(b for b in compiled if (_cfg(b).d_model, _cfg(b).seq) == (d, s)).details
+        rows.append(AttentionRow(d, s, _pass(ef, cf), _pass(eb, cb), first.get("compile_forward_s"),
+                                 first.get("compile_backward_s"), ran(eb, before_backward), ran(cb, before_backward)))
+    ps = tuple(pairs(compiled, eager))
+    paired = tuple(p for p in ps if p.ratio is not None)
+    longest = tuple(p for p in paired if p.seq == max(q.seq for q in paired))
+    values = [p.ratio.value for p in longest]
+    return AttentionFacts(ps, tuple(rows), _cfg(compiled[0]).backend, tuple(not_run(compiled)),
                           sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
                           RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager),
-                          newest_date(compiled))
+                          newest_date(compiled), paired, longest, (min(values), max(values)) if values else None)
 
 
 # ---- (b) compiled model vs eager -------------------------------------------------------------------
@@ -169,14 +135,11 @@ GRID_MODES = ("forward", "forward_backward", "train_step")  # the table's, where
 
 @dataclass(frozen=True)
 class ModeRatios:
-    """One mode: compiled ÷ eager (same run), the median over contexts, of the smallest and largest size."""
-
     mode: str
-    by_size: dict[str, float]
+    by_size: dict[str, float]  # compiled ÷ eager (same run), median over contexts: smallest, largest size
 
     @property
-    def gain_shrinks(self) -> bool:
-        """The compiled gain is smaller on the largest size than on the smallest."""
+    def gain_shrinks(self) -> bool:  # smaller on the largest size than on the smallest
         vals = list(self.by_size.values())
         return len(vals) == 2 and vals[-1] > vals[0]
 
@@ -190,31 +153,22 @@ def mode_ratios(rows: list[Bench]) -> list[ModeRatios]:
         per = {}
         for size in dict.fromkeys((sizes[0], sizes[-1])) if sizes else ():
             sel = [b for b in rows if _cfg(b).mode == mode and _cfg(b).size == size]
-            rs = sorted(c.stats.median / e.stats.median for c in sel if _cfg(c).impl == "compiled"
-                        for e in sel if _cfg(e).impl == "eager" and same_run(c, e) and _cfg(e).context == _cfg(c).context)
+            rs = [c.stats.median / e.stats.median for c in sel if _cfg(c).impl == "compiled"
+                  for e in sel if _cfg(e).impl == "eager" and same_run(c, e) and _cfg(e).context == _cfg(c).context]
             if rs:
-                per[size] = rs[len(rs) // 2]
+                per[size] = med(rs)
         if per:
             out.append(ModeRatios(mode, per))
     return out
 
 
-@dataclass(frozen=True)
-class ModelCells:
-    """Eager and compiled time of one configuration (a mode's rows, or the derived training step)."""
+def _times(eager: Cell | None, compiled: Cell | None) -> Times:
+    e, c = (x.value if x else None for x in (eager, compiled))
+    return Times(eager, compiled, c / e if e and c is not None else None)
 
-    eager: Cell | None
-    compiled: Cell | None
 
-    @classmethod
-    def of(cls, eager: Bench | None, compiled: Bench | None) -> ModelCells:
-        return cls(cell(eager, STEP), cell(compiled, STEP))
-
-    @property
-    def ratio(self) -> float | None:
-        """Compiled ÷ eager (below 1: compiled is faster)."""
-        e, c = (x.value if x else None for x in (self.eager, self.compiled))
-        return c / e if e and c is not None else None
+def _cells(eager: Bench | None, compiled: Bench | None) -> Times:
+    return _times(cell(eager, STEP), cell(compiled, STEP))
 
 
 def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:
@@ -227,8 +181,8 @@ def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:
 class ModelRow:
     size: str
     context: int
-    modes: tuple[ModelCells, ...]  # per the table's modes
-    train_step: ModelCells | None  # None: no optimizer-step rows
+    modes: tuple[Times, ...]  # per the table's modes
+    train_step: Times | None  # None: no optimizer-step rows
 
 
 @dataclass(frozen=True)
@@ -253,9 +207,9 @@ class LeftOut:
 class ModelFacts:
     modes: tuple[str, ...]  # the table's grid modes
     rows: tuple[ModelRow, ...]
-    optimizer: tuple[tuple[str, ModelCells], ...]  # (size, its optimizer step)
+    optimizer: tuple[tuple[str, Times], ...]  # (size, its optimizer step)
     compiled_what: str | None  # the row's record of what was compiled (regional); None: the whole model
-    why: str  # impl.workloads.compiled.WHY: the code's reason (an older run's stored copy typed its compile times)
+    why: str  # the code's reason (an older run's stored copy typed its compile times)
     stat: str  # what the times are (rows.stat_name)
     compilations: tuple[Compilation, ...]
     left_out_reason: str | None
@@ -264,63 +218,49 @@ class ModelFacts:
     runs: RunsFacts
 
 
-def _compilations(rows: list[Bench]) -> list[Compilation]:
-    out = []
-    for b in rows:
-        k, i = _cfg(b), b.details
-        if k.impl != "compiled" or not i.get("compiled_now"):
-            continue
-        graph = i.get("graph") or ("inference" if k.mode == "forward" else "training")
-        reused = sorted({_cfg(x).context for x in rows if _cfg(x).impl == "compiled" and _cfg(x).size == k.size
-                         and x.details.get("graph") == graph and x.details.get("reused_graph")
-                         and _cfg(x).context is not None})
-        first = b.metric(Metric.FIRST_CALL_S)
-        out.append(Compilation(k.size, graph, k.context, i.get("first_call_s") if first is None else first,
-                               i.get("compile_s"), tuple(reused), i.get("graph_breaks")))
-    return out
-
-
-def _left_out(rows: list[Bench]) -> list[LeftOut]:
-    groups: dict[tuple, list[Bench]] = {}
-    for b in rows:
-        groups.setdefault((_cfg(b).size, _cfg(b).context), []).append(b)
-    out = []
-    for (size, context), g in groups.items():
-        left = [b for b in g if b.status not in (Status.MEASURED, Status.OOM)]
-        if left:
-            out.append(LeftOut(size, context, () if len(left) == len(g) else
-                               tuple((_cfg(b).mode, _cfg(b).impl) for b in left)))
-    return out
+def _compilation(b: Bench, rows: list[Bench]) -> Compilation:
+    k, i = _cfg(b), b.details
+    graph = i.get("graph") or ("inference" if k.mode == "forward" else "training")
+    reused = {_cfg(x).context for x in rows if _cfg(x).impl == "compiled" and _cfg(x).size == k.size
+              and x.details.get("graph") == graph and x.details.get("reused_graph") and _cfg(x).context is not None}
+    first = b.metric(Metric.FIRST_CALL_S)
+    return Compilation(k.size, graph, k.context, i.get("first_call_s") if first is None else first,
+                       i.get("compile_s"), tuple(sorted(reused)), i.get("graph_breaks"))
 
 
 def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
-    """`rows`: the device's torch_compile (b) rows, in load order."""
+    """`rows`: the device's (b) rows, in load order."""
     ordered = sorted(rows, key=lambda b: (size_rank(_cfg(b).size), _cfg(b).context is None, _cfg(b).context or 0))
     grid = [b for b in ordered if _cfg(b).mode != "optimizer_step"]
     modes = tuple(m for m in GRID_MODES if any(_cfg(b).mode == m for b in grid))
     opt: dict[str, dict[str, Bench]] = {}
-    for b in ordered:
-        if _cfg(b).mode == "optimizer_step":
-            opt.setdefault(_cfg(b).size, {})[_cfg(b).impl] = b
     cells: dict[tuple[str, int], dict[tuple[str, str], Bench]] = {}
-    for b in grid:
-        cells.setdefault((_cfg(b).size, _cfg(b).context), {})[(_cfg(b).mode, _cfg(b).impl)] = b
-    table = []
-    for (size, context), sel in cells.items():
-        o = opt.get(size, {})
-        train = ModelCells(*(_train_step(sel.get(("forward_backward", i)), o.get(i)) for i in ("eager", "compiled"))) \
-            if opt else None
-        table.append(ModelRow(size, context, tuple(ModelCells.of(sel.get((m, "eager")), sel.get((m, "compiled")))
-                                                   for m in modes), train))
-    left = [b for b in ordered if b.status not in (Status.MEASURED, Status.OOM)]
-    return ModelFacts(modes, tuple(table),
-                      tuple((s, ModelCells.of(o.get("eager"), o.get("compiled"))) for s, o in opt.items()),
-                      next((b.details["compiled_what"] for b in ordered if b.details.get("compiled_what")), None), WHY,
-                      stat_name(ordered), tuple(_compilations(ordered)), left[0].row.reason if left else None,
-                      tuple(_left_out(ordered)), tuple(mode_ratios(rows)), RunsFacts.of(device, rows))
+    groups: dict[tuple, list[Bench]] = {}  # every row of a (size, context)
+    for b in ordered:
+        k = _cfg(b)
+        groups.setdefault((k.size, k.context), []).append(b)
+        if k.mode == "optimizer_step":
+            opt.setdefault(k.size, {})[k.impl] = b
+        else:
+            cells.setdefault((k.size, k.context), {})[(k.mode, k.impl)] = b
+    table = [ModelRow(size, context, tuple(_cells(sel.get((m, "eager")), sel.get((m, "compiled"))) for m in modes),
+                      _times(*(_train_step(sel.get(("forward_backward", i)), opt.get(size, {}).get(i))
+                                   for i in ("eager", "compiled"))) if opt else None)
+             for (size, context), sel in cells.items()]
+    left_out = []
+    for (size, context), g in groups.items():
+        if cut := [b for b in g if b.status not in RAN]:
+            parts = () if len(cut) == len(g) else tuple((_cfg(b).mode, _cfg(b).impl) for b in cut)
+            left_out.append(LeftOut(size, context, parts))
+    cut = [b for b in ordered if b.status not in RAN]
+    what = next((b.details["compiled_what"] for b in ordered if b.details.get("compiled_what")), None)
+    compilations = [_compilation(b, ordered) for b in ordered
+                    if _cfg(b).impl == "compiled" and b.details.get("compiled_now")]
+    optimizer = tuple((s, _cells(o.get("eager"), o.get("compiled"))) for s, o in opt.items())
+    return ModelFacts(modes, tuple(table), optimizer, what, WHY, stat_name(ordered), tuple(compilations),
+                      cut[0].row.reason if cut else None, tuple(left_out), tuple(mode_ratios(rows)),
+                      RunsFacts.of(device, rows))
 
-
-# ---- the page ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TorchCompileFacts:
@@ -333,22 +273,21 @@ class TorchCompileFacts:
     def scores(self) -> dict[str, Scored]:
         if self.device is None:
             return {PROBLEM: Scored(Kind.NOT_MEASURED)}
-        a = self.attention
-        return {PROBLEM: Scored(Kind.MEASURED, self.device, a.date)} if a else {}
+        return {PROBLEM: Scored(Kind.MEASURED, self.device, self.attention.date)} if self.attention else {}
 
     @property
     def sources(self) -> list[str]:
-        runs = [r for r in (self.attention and self.attention.runs, self.model and self.model.runs) if r]
-        return sorted({f for r in runs for f in r.files})
+        return sorted({f for part in (self.attention, self.model) if part for f in part.runs.files})
 
 
 def facts(ctx: Context) -> TorchCompileFacts:
     for device in ctx.rows.gpu_devices():
         rows = ctx.rows.of(PROBLEM, device=device)
-        compiled = [b for b in rows if _study(b) == "attention"]
-        model = [b for b in rows if _study(b) == "model"]
-        if compiled or model:  # the first GPU with rows answers
-            return TorchCompileFacts(
-                device, attention_facts(device, compiled, ctx.rows.of(P.PYTORCH_ATTENTION, device=device))
-                if compiled else None, model_facts(device, model) if model else None)
+        # (a) "attention" or (b) "model": a config key of the bench layer's rows, a details key in older ones
+        a, m = ([b for b in rows if (b.row.config.get("study") or b.details.get("study")) == s]
+                for s in ("attention", "model"))
+        if a or m:  # the first GPU with rows answers
+            eager = ctx.rows.of(P.PYTORCH_ATTENTION, device=device)
+            return TorchCompileFacts(device, attention_facts(device, a, eager) if a else None,
+                                     model_facts(device, m) if m else None)
     return TorchCompileFacts(None)

@@ -20,6 +20,7 @@ from impl.report.rows import Bench, stat_name, timing_text, view
 from impl.report.runs import RunsFacts, device_short
 from impl.workloads.problems import Problem as P
 
+PROBLEMS = (P.TRAINING_STEP,)
 PROBLEM = P.TRAINING_STEP
 SLUG = "training_step"
 CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce", "+bf16_weights", "fast",
