@@ -35,15 +35,15 @@ ABLATION_HEADER = ["config", "size", "context", "step (ms)", "tokens/s", "MFU (d
 
 @dataclass(frozen=True)
 class Settings:
-    """What a row ran, as the config legend's cells (normalised: equal settings compare equal)."""
+    """What a row ran (rows.view), as the config legend's cells: normalised by step(), equal settings compare equal."""
 
-    dtype: str
-    weights: str  # rows from before the option: fp32
-    attn_impl: str
-    compile: str
-    compile_backend: str | None  # only where it compiled
-    optimizer: str
-    fused_ce: bool
+    dtype: str | None = None
+    weights: str | None = None  # rows from before the option: fp32
+    attn_impl: str | None = None
+    compile: str | None = None
+    compile_backend: str | None = None  # only where it compiled
+    optimizer: str | None = None
+    fused_ce: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -54,13 +54,7 @@ class Step:
     context: int | None = None
     config: str | None = None
     batch: int | None = None
-    dtype: str | None = None
-    weights: str | None = None
-    attn_impl: str | None = None
-    compile: str | None = None
-    compile_backend: str | None = None
-    optimizer: str | None = None
-    fused_ce: bool | None = None
+    settings: Settings | None = None
     status: Status | None = None
     reason: str | None = None
     step_s: float | None = None
@@ -76,12 +70,6 @@ class Step:
     commit: str = ""
     section: str = ""
     peaks: Peaks | None = None  # the matmul peak measured in the row's run (its MFU's denominator), the datasheet's
-
-    @property
-    def settings(self) -> Settings:
-        return Settings(self.dtype, self.weights or "fp32", self.attn_impl, self.compile,
-                        None if self.compile_backend is None or self.compile == "none" else self.compile_backend,
-                        self.optimizer, bool(self.fused_ce))
 
     @property
     def matmul_peak(self) -> float | None:
@@ -111,19 +99,21 @@ class Step:
 
     @property
     def adamw_master(self) -> bool:
-        return str(self.optimizer or "").startswith("adamw_master")
+        return str(self.settings.optimizer or "").startswith("adamw_master")
 
     @property
     def unattributed(self) -> bool:
         """Profiled before launch_ops, in a config that ran one of our launchers outside a torch op (AdamWMaster,
         or FlashAttention eagerly; compiled, it ran as custom ops): those kernels are missing from the profile."""
-        ours = self.adamw_master or (self.attn_impl == "flash_triton" and self.compile == "none")
+        ours = self.adamw_master or (self.settings.attn_impl == "flash_triton" and self.settings.compile == "none")
         return ours and self.profile is not None and not self.profile.get("launch_ops")
 
 
 def step(b: Bench) -> Step:
-    c, st, first = view(Step, b), b.stats, b.metric(Metric.FIRST_CALL_S)
-    return replace(c, context=int(c.context), status=b.status, reason=b.row.reason, step_s=b.step_s,
+    c, x, st, first = view(Step, b), view(Settings, b), b.stats, b.metric(Metric.FIRST_CALL_S)
+    x = replace(x, weights=x.weights or "fp32", compile_backend=None if x.compile == "none" else x.compile_backend,
+                fused_ce=bool(x.fused_ce))
+    return replace(c, context=int(c.context), settings=x, status=b.status, reason=b.row.reason, step_s=b.step_s,
                    std_s=st and st.stddev, iqr_s=st and st.iqr, tokens_per_s=b.metric(Metric.TOKENS_PER_S),
                    mfu=b.metric(Metric.MFU), mfu_measured=b.metric(Metric.MFU_MEASURED_PEAK),
                    peak_bytes=b.row.memory.peak_allocated,
