@@ -8,7 +8,7 @@ from pathlib import Path
 
 from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
 from impl.report.pages import Context
-from impl.report.rows import Bench, Config, Rows, RunRef, Stats
+from impl.report.rows import Bench, Rows, RunRef, Stats
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "report_snapshots"
 GPU = Env("NVIDIA H200", "cuda", "2.11.0", "3.6.0", "13.0", "full")
@@ -28,7 +28,7 @@ def bench(problem: str, config: dict, median: float | None = None, *, device: st
     stats = Stats(median, median / 100, median, iqr if iqr is not None else median / 50, 5, [median] * 5) \
         if measured else None
     run = RunRef(device, section, when, commit, False, f"reports/data/{device}/{section}/{stamp}Z_{commit}.json")
-    return Bench(name or f"test_{problem}[{'-'.join(map(str, config.values()))}]", row, run, stats, Config.of(config))
+    return Bench(name or f"test_{problem}[{'-'.join(map(str, config.values()))}]", row, run, stats)
 
 
 def context(rows: list[Bench], tmp_path: Path, history: list[Bench] = ()) -> Context:

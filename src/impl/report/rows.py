@@ -16,68 +16,6 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 V = TypeVar("V")
 
 
-@dataclass(frozen=True)
-class Config:
-    """A row's swept parameters, typed; a key the report does not read stays in `extra`."""
-
-    size: str | None = None
-    edition: str | None = None
-    context: int | None = None
-    batch: int | None = None
-    dtype: str | None = None
-    mode: str | None = None
-    study: str | None = None
-    warmup: int | None = None
-    impl: str | None = None
-    seq: int | None = None
-    d: int | None = None
-    heads: int | None = None
-    causal: bool | None = None
-    config: str | None = None
-    variant: str | None = None
-    world_size: int | None = None
-    backend: str | None = None
-    bytes: int | None = None
-    d_model: int | None = None
-    d_ff: int | None = None
-    num_layers: int | None = None
-    num_heads: int | None = None
-    # distributed, training-step and checkpointing grids
-    batch_per_rank: int | None = None
-    bucket_mb: float | None = None
-    kind: str | None = None  # older distributed files: "trace" / "fit" rows beside the benchmarks
-    layers: int | None = None
-    k: int | None = None
-    policy: str | None = None
-    checkpointing: str | None = None
-    case: str | None = None
-    steps: int | None = None
-    compile: bool | str | None = None
-    compile_backend: str | None = None
-    attn_impl: str | None = None
-    fused_ce: bool | None = None
-    optimizer: str | None = None
-    weights: str | None = None
-    width: int | None = None
-    host: bool | None = None  # flash_shapes' host-cost rows (timed on the host clock)
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @classmethod
-    def of(cls, config: dict[str, Any]) -> Config:
-        known = {f.name for f in fields(cls)} - {"extra"}
-        return cls(**{k: v for k, v in config.items() if k in known},
-                   extra={k: v for k, v in config.items() if k not in known})
-
-    @property
-    def size_ref(self) -> SizeRef | None:
-        """(edition, name) of the row's model size; None for sizes outside both tables (tiny)."""
-        return size_ref(self.size, self.edition)
-
-    @property
-    def edition_or_default(self) -> str:
-        return str(self.edition or "2025")
-
-
 def size_ref(size: str | None, edition: str | None) -> SizeRef | None:
     """(edition, name) of a row's model size (no edition: 2025's); None for sizes outside both tables (tiny)."""
     if size is None:
@@ -241,7 +179,6 @@ class Bench:
     row: Row
     run: RunRef
     stats: Stats | None
-    cfg: Config
 
     @property
     def problem(self) -> str:
@@ -296,7 +233,7 @@ def of_record(rec, problem: str | None = None) -> Bench:
         _opt(s.mean), _opt(s.stddev), _opt(s.median), _opt(s.iqr), s.rounds, list(s.data) if s.data else None)
     run = RunRef(rec.run.device, rec.run.section, rec.run.datetime, rec.run.commit, rec.run.legacy, rec.run.file)
     row = rec.row if problem in (None, rec.row.problem) else replace(rec.row, problem=problem)
-    return Bench(rec.name, row, run, stats, Config.of(row.config))
+    return Bench(rec.name, row, run, stats)
 
 
 @dataclass(frozen=True)
