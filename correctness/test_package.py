@@ -155,7 +155,7 @@ def test_the_wheel_holds_every_file_the_package_reads(wheel):
 
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory) -> Path:
-    """A venv with the wheel installed (not editable) by pip. Its other packages (torch, pandas...)
+    """A venv with the wheel installed (not editable) by pip. Its other packages (torch, matplotlib...)
     are this interpreter's, named in a .pth file: nothing is downloaded or copied."""
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", str(venv)], check=True, timeout=120)

@@ -5,7 +5,7 @@
 #    multi-GB CUDA build) and the rest of the dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-probe='import torch, pytest, pytest_benchmark, hypothesis, pandas, matplotlib'
+probe='import torch, pytest, pytest_benchmark, hypothesis, matplotlib'
 if [[ -x .venv/bin/python ]] && .venv/bin/python -c "$probe" 2>/dev/null; then
   echo "$PWD/.venv/bin/python"; exit 0
 fi
@@ -13,7 +13,7 @@ if python3 -c "$probe" 2>/dev/null; then
   command -v python3; exit 0
 fi
 # the tested versions (constraints.txt); torch first, alone, so nothing else can pull a CUDA build
-rest=(triton numpy pytest pytest-benchmark pytest-xdist pytest-timeout hypothesis pandas matplotlib pygal pygaljs)
+rest=(triton numpy pytest pytest-benchmark pytest-xdist pytest-timeout hypothesis matplotlib pygal pygaljs)
 {
   if python3 -c 'import torch' 2>/dev/null; then
     # torch is there (a GPU box) but not the rest: keep that torch, add only what is missing.
