@@ -85,9 +85,10 @@ def collect(ctx: Context) -> list[Page]:
 
 
 def page_of(name: str, facts) -> Page:
-    """The page `name` rendered whole by templates/<name>.md.j2 from its facts."""
+    """The page `name` rendered whole by templates/<name>.md.j2 from its facts (most pages' facts
+    have no `index_figures`: they show none on the index)."""
     return Page(name, page_problems()[name], render_page(f"{name}.md.j2", f=facts), dict(facts.scores),
-                tuple(facts.index_figures), facts)
+                tuple(getattr(facts, "index_figures", ())), facts)
 
 
 def older_format(rows: list[Bench]) -> list[str]:

@@ -306,7 +306,6 @@ class ScriptPage:
     scores: dict[str, Scored]
     score_row: tuple[EditionFacts, GridRow] | None = None  # what the index words
     score_fb: bool = False  # score_row is 2026's forward and backward, not a training step
-    index_figures: tuple = ()
 
     @property
     def sources(self) -> list[str]:

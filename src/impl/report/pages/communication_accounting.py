@@ -30,7 +30,6 @@ class AccountingPage:
     bucket_model: Mapping[str, Any] | None
     comm_volumes: Mapping[str, Any] | None
     files: tuple[str, ...]  # the run files read
-    index_figures: tuple = ()
 
     @property
     def no_activations(self) -> Mapping[str, Any]:

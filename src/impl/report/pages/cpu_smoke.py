@@ -31,7 +31,6 @@ class CpuSmokeFacts:
     measured: int  # rows, all sections
     others: int  # OOM or not run, all sections
     silent: list[str]  # sections without a measured row
-    index_figures: tuple = ()
     scores = {}  # the page answers no problem of the index
 
 

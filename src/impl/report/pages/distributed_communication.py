@@ -168,7 +168,6 @@ class CommPage:
     sections: list[DeviceSection]
     score_device: str = "–"
     score_date: str = "–"
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:

@@ -87,7 +87,6 @@ class FlashAttentionPage:
     probe: BackwardProbe | None
     anchor: Anchor | None
     sources: tuple[str, ...] = ()
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:  # answered from the code where no GPU row measures it

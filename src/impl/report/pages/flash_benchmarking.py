@@ -229,7 +229,6 @@ class FlashBenchmarkingPage:
     not_run: tuple[tuple[str, str], ...] = ()
     date: str = "–"
     sources: tuple[str, ...] = ()
-    index_figures: tuple = ()
     short_seq = SHORT_SEQ  # the constants the words state
     band = DRIFT_BAND
 

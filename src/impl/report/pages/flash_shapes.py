@@ -150,7 +150,6 @@ class FlashShapesPage:
     not_run: tuple[tuple[str, str], ...] = ()  # (status, reason), each once
     host: HostCostFacts | None = None
     sources: tuple[str, ...] = ()
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:  # no shape with both ours and an anchor: the problem stays unanswered

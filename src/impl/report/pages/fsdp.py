@@ -429,7 +429,6 @@ class FsdpPage:
     saving_run: RunFacts | None = None  # the scoreboard's runs: the newest edition's with the numbers
     headline_run: RunFacts | None = None
     headline_devices: str = "–"  # the fsdp row's devices: the headline run's and the TP rows'
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:

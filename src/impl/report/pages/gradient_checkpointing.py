@@ -232,7 +232,6 @@ class CheckpointingPage:
     runs: RunsFacts | None
     date: str = "–"  # the device's newest run
     asked: str = ASKED
-    index_figures: tuple = ()
 
     @property
     def note(self) -> bool:

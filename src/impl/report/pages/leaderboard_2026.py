@@ -230,7 +230,6 @@ class Leaderboard2026Facts:
     pred: StepPrediction | None  # None: no fit, or no W
     beside: Candidate | None  # the newest measured multi-GPU candidate of the prediction's policy
     sources: list[str]
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:

@@ -387,7 +387,6 @@ class MemoryPage:
     runs: RunsFacts | None
     date_2025: str = "–"
     asked: str = ASKED
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:

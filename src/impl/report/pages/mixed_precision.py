@@ -141,7 +141,6 @@ class MixedPrecisionPage:
     headline_fb: Bf16Trend | None = None  # the newest with forward and backward pairs (2026's question)
     score_fb: bool = False  # (c) is scored by forward and backward, not the training step
     runs: RunsFacts | None = None
-    index_figures: tuple = ()
 
     @property
     def sources(self) -> list[str]:

@@ -224,7 +224,6 @@ class NsysPage:
     cases: list[NsysCase] = field(default_factory=list)  # the 2026 study's cases, OOM ones included
     tables: ProfileTables | None = None  # of the older edition's rows
     runs: RunsFacts | None = None
-    index_figures: tuple = ()
 
     @property
     def sources(self) -> list[str]:

@@ -153,7 +153,6 @@ class ShardingPage:
     answers: list[RunFacts]  # answering order (impl.report.rows.answering)
     verdict: DeviceSection | None = None  # the device whose correctness log answers optimizer_state_sharding
     scored: tuple[str, RunFacts] | None = None  # (device, run): the newest edition's run with both rows
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:

@@ -92,7 +92,6 @@ class CalcsFacts:
     ring: pc.Formula = pc.ring_all_reduce_time
     fp16: int = pc.FP16
     tp_backward: str = pc.TP_BACKWARD_EQUATIONS
-    index_figures: tuple = ()
     scores = {p: Scored(Kind.CLOSED_FORM, "closed form") for p in CALC_PROBLEMS}
 
     def answers(self, record: str) -> list[pc.Answer]:

@@ -155,7 +155,6 @@ class PytorchAttentionFacts:
     seed: Seed | None = None
     runs: RunsFacts | None = None
     date: str = "–"
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:

@@ -267,7 +267,6 @@ class TorchCompileFacts:
     device: str | None  # None: no GPU device has rows of either part
     attention: AttentionFacts | None = None
     model: ModelFacts | None = None
-    index_figures: tuple = ()
 
     @property
     def scores(self) -> dict[str, Scored]:
