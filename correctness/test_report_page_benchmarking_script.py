@@ -10,7 +10,7 @@ import pytest
 from impl.bench.row import Metric, Peaks, Status
 from impl.report.pages import Kind
 from impl.report.pages import benchmarking_script as page
-from impl.report.rows import Stats, view
+from impl.report.rows import Stats
 from impl.report.templating import render_page
 from kits.report_rows import assert_snapshot, bench, context
 
@@ -64,7 +64,7 @@ def test_cells_are_the_rows_mean_and_std_not_their_median():
 
 
 def test_2026_oom_rows_carry_their_need_and_fresh_warmup_its_first_step():
-    rows = [b for b in _grid() if view(page.ScriptConfig, b).edition == "2026"]
+    rows = [b for b in _grid() if page.ScriptConfig.of(b).edition == "2026"]
     steps = {"steps": {"forward_s": [0.5, 0.1, 0.1], "backward_s": [0.4, 0.2, 0.2], "optimizer_s": [0.2, 0.05, 0.05]}}
     for w, first in ((0, 1.1), (1, 0.36), (2, 0.35)):
         rows.append(_b("2026", "xl", "train_step", (first + 0.35 * 9) / 10, "warmup_fresh_process",

@@ -63,7 +63,7 @@ def _rows_2026():
 def test_single_level_reads_the_closed_forms_k_and_its_neighbours_measured_peaks(tmp_path):
     f = page.facts(context(_rows_2026() + _older(), tmp_path))
     s = f.single
-    assert [c.k for c in s.cases] == [None, 1, 2, 6] and s.layers == 32 and s.first.size_name.startswith("xl (2026)")
+    assert [c.k for c in s.cases] == [None, 1, 2, 6] and s.layers == 32 and s.first.size_label.startswith("xl (2026)")
     assert s.best.peak == 36e9 and s.confirmed and s.date == "2026-11-24"
     lo, hi = s.neighbours
     assert lo.k is None and not lo.measured and lo.closed_form == 176e9  # OOM with its need
@@ -77,7 +77,7 @@ def test_nested_answer_reads_the_bf16_rows_and_no_checkpointings_oom(tmp_path):
     n = f.nested
     assert (n.peak, n.dtype, n.context, n.predicted, n.forwards, n.model_layers) == (
         int(2.5 * GiB), "bf16", 2048, 2 * GiB, 48, 48)
-    assert f.nested_none.status is Status.OOM and n.size_name == SizeRef("2025", "xl").label
+    assert f.nested_none.status is Status.OOM and n.size_label == SizeRef("2025", "xl").label
     assert f.best_k.peaks == [(1, int(2.4 * GiB)), (2, int(2.6 * GiB))] and f.best_k.lowest == 1 == f.best_k.best_k
     # no 2026 study: the older rows answer, noted as another size than the question's
     assert f.single is None and f.note and f.older_sizes == [SizeRef("2025", "xl").label]
@@ -129,7 +129,7 @@ def test_committed_rows_name_each_size_by_edition(tmp_path):
     from impl.report import build
 
     f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
-    assert f.older_sizes == [SizeRef("2025", "xl").label] and f.single.first.size_name == SizeRef("2026", "xl").label
+    assert f.older_sizes == [SizeRef("2025", "xl").label] and f.single.first.size_label == SizeRef("2026", "xl").label
     assert f.scores[P].kind is Kind.MEASURED and f.single.confirmed
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, TypeVar
+from typing import Any, Iterable, Self, TypeVar
 
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
@@ -120,18 +120,10 @@ def _edition_order(ref: SizeRef | None) -> tuple:
     return (-int(ref.edition), names.index(ref.name) if ref.name in names else len(names), ref.name)
 
 
-@dataclass(frozen=True)
-class _SizeOf:
-    """The keys of a row's config that name its model size (rows.view)."""
-
-    size: str | None = None
-    edition: str | None = None
-
-
 def size_runs_of(rows: Iterable[Bench]) -> list[SizeRun]:
     """The rows split by [edition, size] and by run: each edition's sizes (2026 first), within a size its
     runs newest first."""
-    keyed = [((size_ref(c.size, c.edition), str(b.run.datetime)), b) for b in rows for c in [view(_SizeOf, b)]]
+    keyed = [((SizedView.of(b).size_ref, str(b.run.datetime)), b) for b in rows]
     out = [SizeRun(ref, when, tuple(b for k, b in keyed if k == (ref, when)))
            for ref, when in dict.fromkeys(k for k, _ in keyed)]
     newest_first = sorted(out, key=lambda g: g.datetime, reverse=True)
@@ -286,6 +278,30 @@ def view(cls: type[V], b: Bench) -> V:
     default): no catch-all config class; a key the view does not declare is not read."""
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in b.row.config.items() if k in names})
+
+
+class View:
+    """Base of a page's typed view of a row's config: `MyConfig.of(b)` is `view(MyConfig, b)`."""
+
+    @classmethod
+    def of(cls, b: Bench) -> Self:
+        return view(cls, b)
+
+
+@dataclass(frozen=True)
+class SizedView(View):
+    """A view of a row that names its model size: its size and edition keys, and the size's one label."""
+
+    size: str | None = None
+    edition: str | None = None  # None: stored before the 2026 table, 2025's
+
+    @property
+    def size_ref(self) -> SizeRef | None:
+        return size_ref(self.size, self.edition)
+
+    @property
+    def size_label(self) -> str:  # the size's own name where it is in neither table
+        return size_label(self.size_ref, self.size)
 
 
 def of_newest_run(rows: list[Bench], among: list[Bench] | None = None) -> list[Bench]:

@@ -11,7 +11,7 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, size_label, size_ref, timing_text, view
+from impl.report.rows import Bench, SizedView, size_label, timing_text
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
@@ -24,9 +24,7 @@ STUDIES = {"main_2026": "main", "warmup_fresh_process": "warmup"}  # 2026's stud
 
 
 @dataclass(frozen=True)
-class ScriptConfig:
-    size: str | None = None
-    edition: str | None = None  # None: stored before the 2026 table, 2025's
+class ScriptConfig(SizedView):
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None
@@ -34,13 +32,8 @@ class ScriptConfig:
     warmup: int | None = None
     batch: int | None = None
 
-    @property
-    def label(self) -> str:
-        return size_label(size_ref(self.size, self.edition), self.size)
 
-
-def _cfg(b: Bench) -> ScriptConfig:
-    return view(ScriptConfig, b)
+_cfg = ScriptConfig.of
 
 
 @dataclass(frozen=True)
@@ -236,10 +229,10 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
         return EditionFacts(edition, sizes)
     grid: dict[tuple, dict[str, Cell]] = {}
     for b, c in main:
-        grid.setdefault((c.label, c.context, c.dtype), {})[c.mode] = cell(b)
+        grid.setdefault((c.size_label, c.context, c.dtype), {})[c.mode] = cell(b)
     warm: dict[tuple, dict[int, Cell]] = {}
     for b, c in by_size(b for b in warm_rows if b.measured):
-        warm.setdefault((c.label, c.context, c.dtype, c.mode), {})[int(c.warmup)] = cell(b)
+        warm.setdefault((c.size_label, c.context, c.dtype, c.mode), {})[int(c.warmup)] = cell(b)
     order = {"fp32": 0, "bf16": 1, "fp16": 2}
     grid_rows = sorted((GridRow(*k, {m: v[m] for m in MODES if m in v}) for k, v in grid.items()),
                        key=lambda r: (order.get(r.dtype, 9), sizes.index(r.size) if r.size in sizes else 99, r.context))
@@ -247,7 +240,7 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
         edition, sizes, grid_rows, [WarmupCase(*k, dict(sorted(v.items())), v[min(v)], v[max(v)])
                                      for k, v in warm.items() if len(v) > 1],
         _optimizer(main), main[0][1].batch, any(_cfg(b).study == "warmup_fresh_process" for b in rows),
-        [(c.label, c.context, c.dtype, c.mode, cell(b)) for b, c in main if b.status is Status.OOM],
+        [(c.size_label, c.context, c.dtype, c.mode, cell(b)) for b, c in main if b.status is Status.OOM],
         *timing_text(main_rows), next((b.row.peaks for b in main_rows if b.row.peaks is not None), None),
         newest_date(main_rows), warm_rows[0].details.get("left_out", "") if warm_rows else "")
 
@@ -259,8 +252,8 @@ def _optimizer(main: list[tuple[Bench, ScriptConfig]]) -> list[OptimizerSplit]:
     for dtype in ("fp32", "bf16"):
         for b, c in reversed([(b, c) for b, c in done if c.mode == "optimizer_step" and c.dtype == dtype]):
             same = {o.mode: x.stats.mean for x, o in done if (o.dtype, o.size, o.context) == (dtype, c.size, c.context)}
-            if {"forward", "backward"} <= set(same) and (ref := size_ref(c.size, c.edition)) is not None:
-                out.append(OptimizerSplit(c.label, c.context, dtype, same["forward"], same["backward"], b.stats.mean,
+            if {"forward", "backward"} <= set(same) and (ref := c.size_ref) is not None:
+                out.append(OptimizerSplit(c.size_label, c.context, dtype, same["forward"], same["backward"], b.stats.mean,
                                           same.get("train_step"), acc.adamw_step_bytes(ref.config.params)))
                 break
     return out

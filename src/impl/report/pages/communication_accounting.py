@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import view
+from impl.report.rows import View
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.COMMUNICATION_ACCOUNTING,)
@@ -17,7 +17,7 @@ PROBLEM = P.COMMUNICATION_ACCOUNTING
 
 
 @dataclass(frozen=True)
-class CaseConfig:
+class CaseConfig(View):
     case: str = ""  # "xxl", "bucket_model" or "comm_volumes"
 
 
@@ -49,6 +49,6 @@ class AccountingPage:
 def facts(ctx: Context) -> AccountingPage:
     rows = ctx.rows.of(PROBLEM)
     rows = [b for b in rows if b.run.device == rows[0].run.device]  # the same closed forms wherever they ran
-    by = {view(CaseConfig, b).case: b.details["results"] for b in rows}
+    by = {CaseConfig.of(b).case: b.details["results"] for b in rows}
     return AccountingPage(by.get("xxl"), by.get("bucket_model"), by.get("comm_volumes"),
                           tuple(sorted({b.run.file for b in rows})))

@@ -11,7 +11,7 @@ from impl.report import figures
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, RunLabel, answering, current_edition, size_label, size_ref, size_runs_of, view
+from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
@@ -34,9 +34,7 @@ VARIANT_LABEL = {v.value: v.label for v in DDPVariant}
 
 
 @dataclass(frozen=True)
-class DdpConfig:
-    size: str | None = None
-    edition: str | None = None
+class DdpConfig(SizedView):
     context: int = 0
     batch_per_rank: int = 0
     world_size: int = 0
@@ -46,14 +44,12 @@ class DdpConfig:
     kind: str | None = None  # older files: "trace" rows beside the benchmarks
 
     key = property(lambda self: (self.variant, self.bucket_mb if self.variant == "bucketed" else None))
-    size_label = property(lambda self: size_label(size_ref(self.size, self.edition), self.size))
     # as the tables name it: "bucketed 100 MB", "flat (one all-reduce)"
     label = property(lambda self: f"bucketed {self.bucket_mb:g} MB" if self.variant == "bucketed"
                      else VARIANT_LABEL.get(self.variant, self.variant))
 
 
-def _cfg(b: Bench) -> DdpConfig:
-    return view(DdpConfig, b)
+_cfg = DdpConfig.of
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.markdown import missing
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, of_newest_run, view
+from impl.report.rows import Bench, View, of_newest_run
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 
@@ -20,7 +20,7 @@ SLUG = "distributed_communication"
 
 
 @dataclass(frozen=True)
-class AllReduceConfig:
+class AllReduceConfig(View):
     backend: str = ""
     world_size: int = 0
     bytes: int = 0
@@ -31,8 +31,7 @@ class AllReduceConfig:
         return self.backend, int(self.world_size)
 
 
-def _cfg(b: Bench) -> AllReduceConfig:
-    return view(AllReduceConfig, b)
+_cfg = AllReduceConfig.of
 
 
 def per_op(b: Bench) -> float | None:

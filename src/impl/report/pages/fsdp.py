@@ -12,7 +12,7 @@ from impl.report import figures
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, RunLabel, answering, current_edition, size_label, size_ref, size_runs_of, view
+from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
@@ -39,10 +39,8 @@ def _collective(kind: str, phase: str) -> tuple[str, str, float]:
 
 
 @dataclass(frozen=True)
-class DistConfig:  # what this page reads of an fsdp, ddp, optimizer-sharding or per_rank_memory row's config
+class DistConfig(SizedView):  # what this page reads of an fsdp, ddp, optimizer-sharding or per_rank_memory row's config
     variant: str = ""
-    size: str | None = None
-    edition: str | None = None
     context: int = 0
     batch_per_rank: int = 0
     world_size: int = 0
@@ -50,16 +48,13 @@ class DistConfig:  # what this page reads of an fsdp, ddp, optimizer-sharding or
     dtype: str = ""
     kind: str | None = None  # older ddp files: "trace" rows beside the benchmarks
 
-    size_ref = property(lambda self: size_ref(self.size, self.edition))
-    size_label = property(lambda self: size_label(self.size_ref, self.size))
     label = property(lambda self: LABEL.get(self.variant, self.variant))
     # the workload: size, context and global batch (a TP row's ranks all take the whole batch)
     shape = property(lambda self: (self.size_ref, self.context,
                                    self.batch_per_rank * (1 if self.variant == TP else self.world_size)))
 
 
-def cfg(b: Bench) -> DistConfig:
-    return view(DistConfig, b)
+cfg = DistConfig.of
 
 
 def headline_pair(measured_variants) -> tuple[str, str] | None:

@@ -10,7 +10,7 @@ from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, RunRef, size_label, size_ref, stat_name, view
+from impl.report.rows import Bench, RunRef, SizedView, size_label, stat_name
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -23,7 +23,7 @@ ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
 
 @dataclass(frozen=True)
-class PolicyRow:
+class PolicyRow(SizedView):
     """One row: its config (rows.view) and, from policy_row, its measured peak, the predictions (the hook
     terms' and the fp32 closed form's, each a step peak and the block stack's activations) and its step."""
 
@@ -31,8 +31,6 @@ class PolicyRow:
     k: int | None = None  # None for none and nested
     layers: int | None = None  # the depth study's
     study: str | None = None
-    size: str | None = None
-    edition: str | None = None
     num_layers: int | None = None
     width: str | None = None  # the depth study's: the size whose width it keeps
     dtype: str | None = None
@@ -56,12 +54,8 @@ class PolicyRow:
     run: RunRef | None = None
 
     @property
-    def size_name(self) -> str:
-        return size_label(size_ref(self.size, self.edition), self.size)
-
-    @property
     def model_layers(self) -> int | None:
-        ref = size_ref(self.size, self.edition)
+        ref = self.size_ref
         return ref.config.num_layers if ref else self.num_layers
 
     @property
@@ -78,7 +72,7 @@ class PolicyRow:
 
 
 def policy_row(b: Bench) -> PolicyRow:
-    c, d, st, pred = view(PolicyRow, b), b.details, b.stats, b.details.get("predicted") or {}
+    c, d, st, pred = PolicyRow.of(b), b.details, b.stats, b.details.get("predicted") or {}
     hook, cf = pred.get("hook_terms") or {}, pred.get("closed_form_fp32") or {}
     return replace(c, k=None if c.k is None or c.policy == "none" else int(c.k),
                    layers=None if c.layers is None else int(c.layers), study=c.study or d.get("study"), name=b.name,
@@ -264,7 +258,7 @@ def facts(ctx: Context) -> CheckpointingPage:
         if ok and "best_k" in ok[0].details else None
     sl = single_level(rows)
     return CheckpointingPage(
-        device, sorted({r.size_name for r in ok}), nested,
+        device, sorted({r.size_label for r in ok}), nested,
         nested and next((r for r in pol if r.policy == "none" and r.dtype == bf[0].dtype), None), best,
         sl if sl and sl.best and sl.best.measured else None, sl, _policies(pol), _depth(dep, ctx, device),
         [r for r in pol + dep if r.not_run], RunsFacts.of(device, benches), newest_date(benches))

@@ -12,7 +12,7 @@ from impl.leaderboard_prediction import LayerRun, StepPrediction, predict_step
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
 from impl.report.ratio import Ratio, ratio
-from impl.report.rows import Bench, view
+from impl.report.rows import Bench, View
 from impl.report.runs import RunsFacts, device_name, gpu_model, newest_date
 from impl.workloads.leaderboard_2026 import (CLASS_BEST_GPU, CLASS_BEST_GPUS, CLASS_BEST_STEP_S, COLD_RUN_LIMIT_S,
                                              LEADERBOARD, WORLD_SIZE, StepSpec)
@@ -23,7 +23,7 @@ PROBLEM = P.LEADERBOARD_2026
 
 
 @dataclass(frozen=True)
-class StepConfig:
+class StepConfig(View):
     checkpointing: str = ""
     k: int | None = None
     layers: int = 0
@@ -32,8 +32,7 @@ class StepConfig:
     context: int = 0
 
 
-def _cfg(b: Bench) -> StepConfig:
-    return view(StepConfig, b)
+_cfg = StepConfig.of
 
 
 @dataclass(frozen=True)

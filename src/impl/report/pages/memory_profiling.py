@@ -10,7 +10,7 @@ from impl.model.sizes import ModelConfig, SizeRef, size_rank
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, RunRef, size_label, size_ref, view
+from impl.report.rows import Bench, RunRef, SizedView, size_label
 from impl.report.runs import RunsFacts, device_short, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
@@ -24,11 +24,9 @@ CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf1
 
 
 @dataclass(frozen=True)
-class MemCase:
+class MemCase(SizedView):
     """One row: its config (rows.view) and, from mem_case, what it measured."""
 
-    size: str | None = None
-    edition: str | None = None
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None  # forward / train_step / block_probe
@@ -39,14 +37,6 @@ class MemCase:
     need_bytes: int | None = None  # closed form: the parameters (forward) or the fp32 training step's need
     details: dict = field(default_factory=dict, repr=False)
     run: RunRef | None = None
-
-    @property
-    def ref(self) -> SizeRef | None:
-        return size_ref(self.size, self.edition)
-
-    @property
-    def label(self) -> str:
-        return size_label(self.ref, self.size)
 
     @property
     def snapshot(self) -> dict:
@@ -66,7 +56,7 @@ class MemCase:
 
 
 def mem_case(b: Bench) -> MemCase:
-    cf, ok, c = b.details.get("closed_form") or {}, b.status is Status.MEASURED, view(MemCase, b)
+    cf, ok, c = b.details.get("closed_form") or {}, b.status is Status.MEASURED, MemCase.of(b)
     return replace(c, status=b.status, peak_bytes=b.row.memory.peak_allocated if ok else None,
                    reserved_bytes=b.row.memory.peak_reserved if ok else None,
                    need_bytes=cf.get("param_bytes" if c.mode == "forward" else "train_step_need_bytes"),
@@ -95,7 +85,7 @@ class Residual:
 
 def residuals_seen(c: MemCase, n: int | None = None) -> list[Residual]:
     """The row's looked-up residual streams (of `n` bytes per element where given)."""
-    return [Residual(c.dtype, int(k), c.batch, c.context, c.ref.config.d_model, x["bytes"], x["found"], x["count"],
+    return [Residual(c.dtype, int(k), c.batch, c.context, c.size_ref.config.d_model, x["bytes"], x["found"], x["count"],
                      (x["frames"] or ["–"])[0]) for k, x in (c.snapshot.get("residual") or {}).items()
             if n in (None, int(k))]
 
@@ -159,7 +149,7 @@ def largest_allocations(ok: list[MemCase]) -> tuple[int | None, list[NamedAlloca
         big = [x for x in c.largest if x["frames"]][:6]
         if c.context != c0 or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
             continue
-        m = c.ref.config
+        m = c.size_ref.config
         labels = shape_labels(m, c.batch, c0, c.dtype)
         tables.append(LargestTable(c.dtype, c.mode, c0, [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"])
                                                          for x in big]))
@@ -219,9 +209,9 @@ def memory_2025_facts(rows: list[MemCase]) -> Memory2025Facts | None:
         return None
     tl = {(c.context, c.dtype, c.mode): phase_levels(c.snapshot["timeline"]) for c in ok if c.snapshot.get("timeline")}
     contexts = sorted(c.context for c in ok if (c.dtype, c.mode) == ("fp32", "train_step"))
-    last, m = contexts[-1] if contexts else None, ok[0].ref.config
+    last, m = contexts[-1] if contexts else None, ok[0].size_ref.config
     return Memory2025Facts(
-        ok[0].label, m.params * 4, m, contexts,
+        ok[0].size_label, m.params * 4, m, contexts,
         {(c.context, c.dtype, c.mode): c.peak_bytes for c in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
@@ -324,7 +314,7 @@ def memory_2026_facts(rows: list[MemCase]) -> Memory2026Facts | None:
     if not rows:
         return None
     return Memory2026Facts(
-        rows[0].label, int(rows[0].batch), rows[0].ref.config.params,
+        rows[0].size_label, int(rows[0].batch), rows[0].size_ref.config.params,
         sorted((c for c in rows if c.mode in ("forward", "train_step")),
                key=lambda c: (c.context, c.dtype != "fp32", c.mode)),
         sorted(filter(None, (_residual(c) for c in rows if (c.mode, c.dtype) == ("forward", "fp32"))),
@@ -361,12 +351,12 @@ class EarlierGrid:
 
 
 def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
-    m, cases = rows[0].ref.config, {(c.context, c.dtype, c.mode): c for c in rows}
+    m, cases = rows[0].size_ref.config, {(c.context, c.dtype, c.mode): c for c in rows}
     contexts = sorted({int(c.context) for c in rows})
     acts = {c: acc.checkpoint_terms(int(rows[0].batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
     fwd = [c for c in rows if c.status is Status.MEASURED and c.mode == "forward"]
-    return EarlierGrid(own, rows[0].label, rows[0].batch, contexts, [
-        PeakRow(rows[0].label, x, [cases.get((x, *k)) for k in CELLS],
+    return EarlierGrid(own, rows[0].size_label, rows[0].batch, contexts, [
+        PeakRow(rows[0].size_label, x, [cases.get((x, *k)) for k in CELLS],
                 m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
         for x in contexts], [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows))
 
@@ -440,9 +430,9 @@ def facts(ctx: Context) -> MemoryPage:
         timelines += [(mode, dtype, link)] if link else []
     peaks: dict[tuple, dict] = {}
     for c in rows:
-        peaks.setdefault((c.label, c.context), {})[(c.dtype, c.mode)] = c
+        peaks.setdefault((c.size_label, c.context), {})[(c.dtype, c.mode)] = c
     return MemoryPage(device, f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
-                      sorted({c.label for c in earlier}) if not (m26 or d26) else [],
+                      sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
                       [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()], timelines,
                       [r for c in d if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)],
                       next((c.snapshot["artifact"] for c in d if c.snapshot.get("artifact")), None),

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.benchmarking_script import Cell, EditionFacts, editions, of_edition
 from impl.report.ratio import Ratio
-from impl.report.rows import Bench, view
+from impl.report.rows import Bench, View
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -38,7 +38,7 @@ class Accumulation:
 
 
 @dataclass(frozen=True)
-class AccumulationConfig:
+class AccumulationConfig(View):
     steps: int = 0
 
 
@@ -117,7 +117,7 @@ def bf16_trend(e: EditionFacts) -> Bf16Trend:
 
 def accumulation(rows: list[Bench]) -> Accumulation | None:
     b = next((b for b in rows if b.problem == ACCUMULATION), None)
-    return None if b is None else Accumulation(int(view(AccumulationConfig, b).steps), b.details["exact"], [
+    return None if b is None else Accumulation(int(AccumulationConfig.of(b).steps), b.details["exact"], [
         Loop(k, v, b.details["errors"][k]) for k, v in b.details["values"].items()])
 
 

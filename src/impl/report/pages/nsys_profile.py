@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, size_label, size_ref, stat_name, view
+from impl.report.rows import Bench, SizedView, stat_name
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -20,14 +20,11 @@ _OP = re.compile(r"(\w+Functor|\w+_kernel\w*|softmax_warp_forward|Memcpy \w+|\w+
 
 
 @dataclass(frozen=True)
-class NsysConfig:
-    size: str | None = None
-    edition: str | None = None
+class NsysConfig(SizedView):
     context: int | None = None
 
 
-def _cfg(b: Bench) -> NsysConfig:
-    return view(NsysConfig, b)
+_cfg = NsysConfig.of
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,7 @@ class Profiled:  # one profiled config: its Python timer against the profiler's 
 
 
 def _label(b: Bench) -> str:
-    return size_label(size_ref(_cfg(b).size, _cfg(b).edition), _cfg(b).size)
+    return _cfg(b).size_label
 
 
 def profiled(b: Bench) -> Profiled:

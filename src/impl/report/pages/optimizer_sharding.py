@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from impl.bench.row import Status
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, RunLabel, answering, current_edition, size_label, size_ref, size_runs_of, view
+from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 from impl.workloads.variants import ShardVariant
@@ -21,10 +21,8 @@ LOG = "correctness-nccl-fsdp-sharding.txt"  # the sharded optimizer's correctnes
 
 
 @dataclass(frozen=True)
-class ShardConfig:
+class ShardConfig(SizedView):
     variant: str = ""
-    size: str | None = None
-    edition: str | None = None
     context: int = 0
     batch_per_rank: int = 0
     world_size: int = 0
@@ -72,7 +70,7 @@ class Variant:  # a row of the run's two tables and the answer; `not_run`: "stat
     payload_source: str | None = None
     predicted_volume: float | None = None  # ring bytes per rank
 
-    name = property(lambda self: view(ShardConfig, self.row).variant)
+    name = property(lambda self: ShardConfig.of(self.row).variant)
     median = property(lambda self: self.row.stats.median)
     stddev = property(lambda self: self.row.stats.stddev)
     # per rank, the largest rank's: optimizer state after the step, peaks before and during it
@@ -89,7 +87,7 @@ class Variant:  # a row of the run's two tables and the answer; `not_run`: "stat
 
 
 def variant(b: Bench) -> Variant:
-    v, d = view(ShardConfig, b).variant, b.details
+    v, d = ShardConfig.of(b).variant, b.details
     if b.status is not Status.MEASURED:
         return Variant(b, LABEL.get(v, v), f"{b.status.value}: {b.row.reason}")
     ranks = tuple(RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
@@ -129,8 +127,8 @@ def run_facts(label: str, run) -> RunFacts:
         za, sa = by["zero1"].ranks[0], by["sharded"].ranks[0]
         if None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2:
             z1 = Zero1Activations(za.activations, sa.activations, za.gradients, by["zero1"].row.run.commit)
-    c = view(ShardConfig, run.rows[0])
-    return RunFacts(run.label(label), c, size_label(size_ref(c.size, c.edition), c.size),
+    c = ShardConfig.of(run.rows[0])
+    return RunFacts(run.label(label), c, c.size_label,
                     run.rows[0].details.get("n_params", 0) * 4, variants, by.get("none"), by.get("sharded"),
                     by.get("zero1"), init, z1)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from impl.attention.memory import NaiveAttentionMemory, flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Env, Metric, Status
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Bench, view
+from impl.report.rows import Bench, View
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -35,7 +35,7 @@ SEED_NAIVE = SeedTimes(8, "fp32", 64, 16384, 69.9, 144.6)
 
 
 @dataclass(frozen=True)
-class AttentionConfig:
+class AttentionConfig(View):
     d_model: int = 0
     seq: int = 0
     mode: str = ""  # "forward" or "backward"
@@ -43,8 +43,7 @@ class AttentionConfig:
     dtype: str = "fp32"
 
 
-def cfg(b: Bench) -> AttentionConfig:
-    return view(AttentionConfig, b)
+cfg = AttentionConfig.of
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from impl.model import size_rank
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.pytorch_attention import Cell, before_backward, cell, median, not_run, passes, ran, shapes
 from impl.report.ratio import Ratio, med, ratio, spread
-from impl.report.rows import Bench, of_newest_run, stat_name, view
+from impl.report.rows import Bench, View, of_newest_run, stat_name
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.compiled import WHY
 from impl.workloads.problems import Problem as P
@@ -24,7 +24,7 @@ RAN = (Status.MEASURED, Status.OOM)  # any other status: left out
 
 
 @dataclass(frozen=True)
-class CompileConfig:
+class CompileConfig(View):
     d_model: int | None = None
     seq: int | None = None
     mode: str = ""
@@ -34,8 +34,7 @@ class CompileConfig:
     context: int | None = None  # (b); None: the optimizer step
 
 
-def _cfg(b: Bench) -> CompileConfig:
-    return view(CompileConfig, b)
+_cfg = CompileConfig.of
 
 
 def same_run(a: Bench, b: Bench) -> bool:

@@ -16,7 +16,7 @@ from impl.report.markdown import gib, missing, ms, num, pct
 from impl.report.output import write_table_csv
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, stat_name, timing_text, view
+from impl.report.rows import Bench, View, stat_name, timing_text
 from impl.report.runs import RunsFacts, device_short
 from impl.workloads.problems import Problem as P
 
@@ -34,7 +34,7 @@ ABLATION_HEADER = ["config", "size", "context", "step (ms)", "tokens/s", "MFU (d
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(View):
     """What a row ran (rows.view), as the config legend's cells: normalised by step(), equal settings compare equal."""
 
     dtype: str | None = None
@@ -47,7 +47,7 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(View):
     """One row: its config (rows.view) and, from step(), what it measured."""
 
     size: str | None = None
@@ -110,7 +110,7 @@ class Step:
 
 
 def step(b: Bench) -> Step:
-    c, x, st, first = view(Step, b), view(Settings, b), b.stats, b.metric(Metric.FIRST_CALL_S)
+    c, x, st, first = Step.of(b), Settings.of(b), b.stats, b.metric(Metric.FIRST_CALL_S)
     x = replace(x, weights=x.weights or "fp32", compile_backend=None if x.compile == "none" else x.compile_backend,
                 fused_ce=bool(x.fused_ce))
     return replace(c, context=int(c.context), settings=x, status=b.status, reason=b.row.reason, step_s=b.step_s,
