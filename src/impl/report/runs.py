@@ -42,6 +42,11 @@ def newest_date(rows) -> str:
     return max(times)[:10] if times else "–"
 
 
+def files_of(rows) -> tuple[str, ...]:
+    """The run files Bench rows were read from, sorted, each once (a page's or a section's sources)."""
+    return tuple(sorted({b.run.file for b in rows if b.run.file}))
+
+
 @dataclass(frozen=True)
 class RunId:
     """One stored run as a page names it (templates/_runs.md.j2)."""
@@ -56,11 +61,12 @@ class RunId:
 @dataclass(frozen=True)
 class RunsFacts:
     """Which machine and runs a section's rows come from: the device folder, the newest row's
-    environment, and each run oldest first."""
+    environment, each run oldest first, and the newest run's UTC date."""
 
     device: str
     env: Env
     runs: tuple[RunId, ...]
+    date: str = "–"
 
     @classmethod
     def of(cls, device: str, rows: list) -> RunsFacts:
@@ -69,9 +75,9 @@ class RunsFacts:
         for b in rows:
             by.setdefault((str(b.run.datetime), b.run.commit), []).append(b)
         runs = tuple(RunId(when[:16].replace("T", " "), commit, len(g), all(b.run.legacy for b in g),
-                           tuple(sorted({b.run.file for b in g})) if all(b.run.file for b in g) else ())
+                           files_of(g) if all(b.run.file for b in g) else ())
                      for (when, commit), g in sorted(by.items()))
-        return cls(device, rows[-1].row.env, runs)
+        return cls(device, rows[-1].row.env, runs, newest_date(rows))
 
     @property
     def files(self) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from impl.report.pages import Context, Kind, Scored
 from impl.report.rows import View
+from impl.report.runs import files_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.COMMUNICATION_ACCOUNTING,)
@@ -51,4 +52,4 @@ def facts(ctx: Context) -> AccountingPage:
     rows = [b for b in rows if b.run.device == rows[0].run.device]  # the same closed forms wherever they ran
     by = {CaseConfig.of(b).case: b.details["results"] for b in rows}
     return AccountingPage(by.get("xxl"), by.get("bucket_model"), by.get("comm_volumes"),
-                          tuple(sorted({b.run.file for b in rows})))
+                          files_of(rows))

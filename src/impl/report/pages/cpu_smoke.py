@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from impl.bench.row import Env, Status
 from impl.report.pages import Context
+from impl.report.runs import files_of
 
 PROBLEMS = ()
 
@@ -43,7 +44,6 @@ def facts(ctx: Context) -> CpuSmokeFacts:
         out.append(SectionRow(sec, tuple(sorted({b.problem for b in rs})), n[Status.MEASURED], n[Status.OOM],
                               tuple(sorted((s.value, k) for s, k in n.items() if s not in ok)),
                               newest.run.when, newest.run.commit or "–", all(b.run.legacy for b in rs)))
-    files = tuple(sorted({b.run.file for b in rows if b.run.file}))
-    return CpuSmokeFacts(rows[-1].row.env if rows else None, tuple(out), files, sum(s.measured for s in out),
+    return CpuSmokeFacts(rows[-1].row.env if rows else None, tuple(out), files_of(rows), sum(s.measured for s in out),
                          sum(s.oom + sum(k for _, k in s.not_run) for s in out),
                          [s.section for s in out if s.measured == 0])

@@ -12,7 +12,7 @@ from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
-from impl.report.runs import RunsFacts, device_name
+from impl.report.runs import RunsFacts, device_name, files_of
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
 
@@ -337,7 +337,7 @@ def facts(ctx: Context) -> DdpPage:
     sections = []
     for dev, rows in ctx.rows.per_gpu(*ROWS):
         heading, comm = device_name(dev, rows[0].row.env.device), ctx.rows.of(ALLREDUCE, device=dev)
-        fits, fit_files = allreduce_fits(comm), tuple(sorted({b.run.file for b in comm}))
+        fits, fit_files = allreduce_fits(comm), files_of(comm)
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
         sections.append(DeviceSection(heading, found, ctx.log_tail(dev, LOG), RunsFacts.of(dev, rows)))
     runs = [r for s in sections for r in s.runs]

@@ -11,7 +11,7 @@ from impl.report import figures
 from impl.report.markdown import missing
 from impl.report.pages import Context, Kind, Scored
 from impl.report.rows import Bench, View, of_newest_run
-from impl.report.runs import RunsFacts, device_name
+from impl.report.runs import RunsFacts, device_name, files_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE,)
@@ -109,7 +109,7 @@ def _run_facts(device: str, rows: list[Bench]) -> CommFacts | None:
                      [(n, points[k, n][big].busbw_gbps) for k, n in at if k == "gloo"], len(not_run),
                      [(n, points[k, n][big]) for k, n in at if k == "nccl"],
                      (small, points[nccl][small]) if small != big else None, tuple(reasons),
-                     tuple(sorted({b.run.file for b in run})), run[0].run.when)
+                     files_of(run), run[0].run.when)
 
 
 @dataclass(frozen=True)

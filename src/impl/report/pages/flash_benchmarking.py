@@ -15,7 +15,7 @@ from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio, med
 from impl.report.rows import Bench, of_newest_run
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts, files_of, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_BENCHMARKING,)
@@ -267,5 +267,5 @@ def facts(ctx: Context) -> FlashBenchmarkingPage:
             odd=tuple(odd(rows)), newest=RunsFacts.of(device, newest),
             previous=RunsFacts.of(device, prev) if prev else None, drift=tuple(drift(newest, prev)),
             not_run=not_run(rows), date=newest_date(rows),
-            sources=tuple(sorted({b.run.file for b in rows + prev if b.run.file})))
+            sources=files_of(rows + prev))
     return FlashBenchmarkingPage()

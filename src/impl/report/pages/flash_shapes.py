@@ -13,7 +13,7 @@ from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import med
 from impl.report.rows import Bench, of_newest_run
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts, files_of, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_SHAPES,)
@@ -171,5 +171,5 @@ def facts(ctx: Context) -> FlashShapesPage:
             grid_link=write_table_csv(ctx.reports_dir, f"flash_shapes-{device}", GRID_COLUMNS,
                                       [r.cells() for r in cells]),
             figure=rel if _plot(cells, png) else None, not_run=not_run(fs), host=host_cost_facts(device, rows),
-            sources=tuple(sorted({b.run.file for b in rows if b.run.file})))
+            sources=files_of(rows))
     return FlashShapesPage()

@@ -12,7 +12,7 @@ from impl.report.output import figure_path
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts, files_of, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.LEADERBOARD,)
@@ -196,6 +196,6 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         caption = f"leaderboard versions on {ours.row.env.device}: ours forward+backward vs SDPA cuDNN per stored run"
         return LeaderboardPage(answer, tuple(map(_line, lb)), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
-                               newest_date(lb), tuple(sorted({b.run.file for b in rows if b.run.file})),
+                               newest_date(lb), files_of(rows),
                                ((caption, rel),))
     return LeaderboardPage(None)

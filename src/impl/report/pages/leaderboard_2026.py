@@ -13,7 +13,7 @@ from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, View
-from impl.report.runs import RunsFacts, device_name, gpu_model, newest_date
+from impl.report.runs import RunsFacts, device_name, files_of, gpu_model, newest_date
 from impl.workloads.leaderboard_2026 import (CLASS_BEST_GPU, CLASS_BEST_GPUS, CLASS_BEST_STEP_S, COLD_RUN_LIMIT_S,
                                              LEADERBOARD, WORLD_SIZE, StepSpec)
 from impl.workloads.problems import Problem as P
@@ -214,7 +214,7 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
     fit_policy, runs = layer_runs(rows)
     return OneGpu(device, device_name(device, rows[0].row.env.device), newest_date(rows),
                   _cfg(rows[0]).batch, _cfg(rows[0]).context, tuple(Candidate.of(b) for b in rows), fit_policy,
-                  tuple(runs), tuple(sorted({b.run.file for b in rows})))
+                  tuple(runs), files_of(rows))
 
 
 @dataclass(frozen=True)
