@@ -17,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from impl.report.rows import Rows
+from impl.report.runs import RunsFacts
 from impl.workloads.problems import Problem
 
 
@@ -38,6 +39,15 @@ class Scored:
     kind: Kind
     device: str = "–"
     date: str = "–"
+
+    @classmethod
+    def of(cls, runs: RunsFacts | None, device: str | None = None) -> Scored:
+        """Measured by the rows `runs` names (on its device, unless `device` words it otherwise; at its newest
+        run's date); not measured where no rows answered (`runs` None)."""
+        return NOT_MEASURED if runs is None else cls(Kind.MEASURED, device or runs.device, runs.date)
+
+
+NOT_MEASURED = Scored(Kind.NOT_MEASURED)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from impl.bench.row import Metric, Peaks, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, SizedView, size_label, timing_text
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
@@ -308,12 +308,12 @@ class ScriptPage:
 def facts(ctx: Context) -> ScriptPage:
     found = [(device, rows, editions(rows)) for device, rows in ctx.rows.per_gpu(PROBLEM)]
     if not found:
-        return ScriptPage(None, [], {PROBLEM: Scored(Kind.NOT_MEASURED)})
+        return ScriptPage(None, [], {PROBLEM: NOT_MEASURED})
     sections = [DeviceSection(RunsFacts.of(device, rows), [replace(e, figure=_plot(e, device, ctx)) for e in eds
                                                            if e.grid]) for device, rows, eds in found]
     device, rows, eds = found[0]  # the first (one-GPU) device answers
     fb = eds[-1].fwd_bwd  # a problem of both editions: the index reads the newer one's rows
     head = (eds[-1], fb[1]) if fb else next(((e, e.headline) for e in reversed(eds) if e.headline is not None), None)
     date = newest_date(of_edition(rows, eds[-1].edition) if fb else rows)
-    score = Scored(Kind.MEASURED, device, date) if head else Scored(Kind.NOT_MEASURED)
+    score = Scored(Kind.MEASURED, device, date) if head else NOT_MEASURED
     return ScriptPage(eds, sections, {PROBLEM: score}, head, fb is not None)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
 from impl.report import figures
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
@@ -305,7 +305,7 @@ class DdpPage:
 
     @property
     def scores(self) -> dict[str, Scored]:
-        out = {p: Scored(Kind.NOT_MEASURED) for p in (*IMPLEMENTED, *STEPS, P.DDP_BUCKETED_BENCHMARKING)}
+        out = {p: NOT_MEASURED for p in (*IMPLEMENTED, *STEPS, P.DDP_BUCKETED_BENCHMARKING)}
         if self.log is not None:
             out.update({p: Scored(Kind.MEASURED, self.log.runs_line.device) for p in IMPLEMENTED})
         return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.score_rows}

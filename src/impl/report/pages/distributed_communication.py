@@ -9,7 +9,7 @@ from impl import accounting as acc
 from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.markdown import missing
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import Context, Scored
 from impl.report.rows import Bench, View, of_newest_run
 from impl.report.runs import RunsFacts, device_name, files_of
 from impl.workloads.problems import Problem as P
@@ -165,13 +165,11 @@ class CommPage:
     answer: CommFacts | None  # None: no GPU device ran both backends
     history: list[CommFacts]  # the other devices' runs, kept below
     sections: list[DeviceSection]
-    score_device: str = "–"
-    score_date: str = "–"
+    answer_runs: RunsFacts | None = None  # the answering device's
 
     @property
     def scores(self) -> dict[str, Scored]:
-        return {PROBLEM: Scored(Kind.MEASURED, self.score_device, self.score_date) if self.answer
-                else Scored(Kind.NOT_MEASURED)}
+        return {PROBLEM: Scored.of(self.answer_runs)}
 
     @property
     def sources(self) -> list[str]:
@@ -188,10 +186,9 @@ def facts(ctx: Context) -> CommPage:
                                       _draw(table, ctx, f"{SLUG}-{device}_allreduce_busbw.png"), allreduce_fits(rows),
                                       RunsFacts.of(device, rows)))
         if f := _run_facts(sections[-1].heading, rows):
-            found.append((device, rows, f))
+            found.append((sections[-1].runs, f))
     if not found:
         return CommPage(None, [], sections)
     # the run that measured the most NCCL process counts answers (the newest on a tie)
-    device, rows, f = max(found, key=lambda x: (len(x[2].nccl_by_procs), x[2].nccl_procs, x[2].when))
-    return CommPage(f, [o for _, _, o in found if o is not f], sections, device,
-                    max(str(b.run.datetime) for b in rows)[:10])
+    runs, f = max(found, key=lambda x: (len(x[1].nccl_by_procs), x[1].nccl_procs, x[1].when))
+    return CommPage(f, [o for _, o in found if o is not f], sections, runs)

@@ -12,10 +12,10 @@ from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kerne
                                     median_ms, not_run, over, ran, spread_of, status_label, timers)
 from impl.report.markdown import num
 from impl.report.output import figure_path, write_table_csv
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import Context, Scored
 from impl.report.ratio import Ratio, med
 from impl.report.rows import Bench, of_newest_run
-from impl.report.runs import RunsFacts, files_of, newest_date
+from impl.report.runs import RunsFacts, files_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_BENCHMARKING,)
@@ -227,7 +227,6 @@ class FlashBenchmarkingPage:
     previous: RunsFacts | None = None
     drift: tuple[Drift, ...] = ()
     not_run: tuple[tuple[str, str], ...] = ()
-    date: str = "–"
     sources: tuple[str, ...] = ()
     short_seq = SHORT_SEQ  # the constants the words state
     band = DRIFT_BAND
@@ -244,10 +243,8 @@ class FlashBenchmarkingPage:
         return sum(x.change == change for x in self.drift)
 
     @property
-    def scores(self) -> dict[str, Scored]:  # without ours' longest-sequence row the problem stays unanswered
-        if not self.device:
-            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
-        return {PROBLEM: Scored(Kind.MEASURED, self.device, self.date)} if self.headline else {}
+    def scores(self) -> dict[str, Scored]:  # rows without ours' longest-sequence row leave the problem unanswered
+        return {PROBLEM: Scored.of(self.runs)} if self.headline or self.runs is None else {}
 
 
 def facts(ctx: Context) -> FlashBenchmarkingPage:
@@ -266,6 +263,5 @@ def facts(ctx: Context) -> FlashBenchmarkingPage:
             reach_dims=tuple(sorted({k.d for k in ks if k.mode == "fwd_bwd"})), reach=tuple(reach(rows)),
             odd=tuple(odd(rows)), newest=RunsFacts.of(device, newest),
             previous=RunsFacts.of(device, prev) if prev else None, drift=tuple(drift(newest, prev)),
-            not_run=not_run(rows), date=newest_date(rows),
-            sources=files_of(rows + prev))
+            not_run=not_run(rows), sources=files_of(rows + prev))
     return FlashBenchmarkingPage()

@@ -10,10 +10,10 @@ from impl.report import figures
 from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, kernel,
                                     median_ms, not_run, ran, status_label, timers)
 from impl.report.output import figure_path, write_table_csv
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import Context, Scored
 from impl.report.ratio import med
 from impl.report.rows import Bench, of_newest_run
-from impl.report.runs import RunsFacts, files_of, newest_date
+from impl.report.runs import RunsFacts, files_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_SHAPES,)
@@ -136,7 +136,6 @@ def host_cost_facts(device: str, rows: list[Bench]) -> HostCostFacts | None:  # 
 class FlashShapesPage:
     device: str = ""  # the device folder; "": no GPU device has rows
     gpu: str = ""  # its GPU's name
-    date: str = "–"
     measured: int = 0  # rows measured (every implementation)
     budget: int = 0  # rows left out by the file's time budget
     budget_reason: str | None = None
@@ -152,10 +151,8 @@ class FlashShapesPage:
     sources: tuple[str, ...] = ()
 
     @property
-    def scores(self) -> dict[str, Scored]:  # no shape with both ours and an anchor: the problem stays unanswered
-        if not self.device:
-            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
-        return {PROBLEM: Scored(Kind.MEASURED, self.gpu, self.date)} if self.ratios else {}
+    def scores(self) -> dict[str, Scored]:  # rows without a shape of both ours and an anchor leave it unanswered
+        return {PROBLEM: Scored.of(self.runs, self.gpu)} if self.ratios or self.runs is None else {}
 
 
 def facts(ctx: Context) -> FlashShapesPage:
@@ -165,7 +162,7 @@ def facts(ctx: Context) -> FlashShapesPage:
         ratios = tuple(sorted(x for r in cells if (x := r.over(r.eager)) is not None))
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{device}")
         return FlashShapesPage(
-            device=device, gpu=fs[0].row.env.device, date=newest_date(fs), measured=sum(ran(b) for b in fs),
+            device=device, gpu=fs[0].row.env.device, measured=sum(ran(b) for b in fs),
             budget=len(cut), budget_reason=cut[0].row.reason if cut else None, ratios=ratios, median=med(ratios),
             timers=timers(fs), runs=RunsFacts.of(device, fs), summary=tuple(summary(fs)),
             grid_link=write_table_csv(ctx.reports_dir, f"flash_shapes-{device}", GRID_COLUMNS,

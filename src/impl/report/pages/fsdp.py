@@ -9,7 +9,7 @@ from impl import accounting as acc
 from impl import parallelism_calcs as pc
 from impl.bench.row import Metric, Status
 from impl.report import figures
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
@@ -428,8 +428,8 @@ class FsdpPage:
     @property
     def scores(self) -> dict[str, Scored]:
         a, h = self.saving_run, self.headline_run
-        return {P.FSDP_ACCOUNTING: Scored(Kind.MEASURED, a.device, a.run.date) if a else Scored(Kind.NOT_MEASURED),
-                P.FSDP: Scored(Kind.MEASURED, self.headline_devices, h.run.date) if h else Scored(Kind.NOT_MEASURED)}
+        return {P.FSDP_ACCOUNTING: Scored(Kind.MEASURED, a.device, a.run.date) if a else NOT_MEASURED,
+                P.FSDP: Scored(Kind.MEASURED, self.headline_devices, h.run.date) if h else NOT_MEASURED}
 
     @property
     def sources(self) -> list[str]:

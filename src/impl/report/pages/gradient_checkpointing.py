@@ -9,7 +9,7 @@ from impl.bench.row import Metric, Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RunRef, SizedView, size_label, stat_name
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
@@ -236,7 +236,7 @@ class CheckpointingPage:
     def scores(self) -> dict[str, Scored]:
         if self.single or self.nested:
             return {PROBLEM: Scored(Kind.MEASURED, self.device, self.single.date if self.single else self.date)}
-        return {PROBLEM: Scored(Kind.NOT_MEASURED)}
+        return {PROBLEM: NOT_MEASURED}
 
     @property
     def sources(self) -> list[str]:

@@ -9,10 +9,10 @@ from impl.bench.row import Metric
 from impl.report import figures
 from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, over, pick, status_label
 from impl.report.output import figure_path
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import Context, Scored
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench
-from impl.report.runs import RunsFacts, files_of, newest_date
+from impl.report.runs import RunsFacts, files_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.LEADERBOARD,)
@@ -161,7 +161,6 @@ class LeaderboardPage:
     runs: RunsFacts | None = None
     versions: tuple[Version, ...] = ()
     notes: tuple[str, ...] = ()  # the rows' `note` details
-    date: str = "–"
     sources: tuple[str, ...] = ()
     index_figures: tuple[tuple[str, str], ...] = ()  # the version history's (caption, link)
 
@@ -172,8 +171,7 @@ class LeaderboardPage:
 
     @property
     def scores(self) -> dict[str, Scored]:
-        a = self.answer
-        return {PROBLEM: Scored(Kind.MEASURED, a.device, self.date) if a else Scored(Kind.NOT_MEASURED)}
+        return {PROBLEM: Scored.of(self.runs)}
 
 
 def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest rows have ours and cuDNN
@@ -196,6 +194,5 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         caption = f"leaderboard versions on {ours.row.env.device}: ours forward+backward vs SDPA cuDNN per stored run"
         return LeaderboardPage(answer, tuple(map(_line, lb)), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
-                               newest_date(lb), files_of(rows),
-                               ((caption, rel),))
+                               files_of(rows), ((caption, rel),))
     return LeaderboardPage(None)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.leaderboard_prediction import LayerRun, StepPrediction, predict_step
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, View
@@ -237,7 +237,7 @@ class Leaderboard2026Facts:
             return {PROBLEM: Scored(Kind.MEASURED, device, self.multi.date)}
         if self.pred is not None:
             return {PROBLEM: Scored(Kind.PREDICTED, f"{self.one.device} + {self.w.device}", self.one.date)}
-        return {PROBLEM: Scored(Kind.NOT_MEASURED)}
+        return {PROBLEM: NOT_MEASURED}
 
 
 def facts(ctx: Context) -> Leaderboard2026Facts:

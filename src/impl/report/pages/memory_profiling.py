@@ -9,7 +9,7 @@ from impl.bench.row import Status
 from impl.model.sizes import ModelConfig, SizeRef, size_rank
 from impl.report import figures
 from impl.report.output import figure_path
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RunRef, SizedView, size_label
 from impl.report.runs import RunsFacts, device_short, newest_date
 from impl.workloads.problems import Problem as P
@@ -381,7 +381,7 @@ class MemoryPage:
     @property
     def scores(self) -> dict[str, Scored]:
         if self.facts_2025 is None:
-            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
+            return {PROBLEM: NOT_MEASURED}
         # a problem of both editions: the index reads the newer one's rows
         return {PROBLEM: Scored(Kind.MEASURED, device_short(self.device),
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages.benchmarking_script import Cell, EditionFacts, editions, of_edition
 from impl.report.ratio import Ratio
 from impl.report.rows import Bench, View
@@ -150,7 +150,7 @@ class MixedPrecisionPage:
 def facts(ctx: Context) -> MixedPrecisionPage:
     found = ctx.rows.per_gpu(ACCUMULATION, DTYPES, SCRIPT)
     if not found:
-        return MixedPrecisionPage(None, {p: Scored(Kind.NOT_MEASURED) for p in (ACCUMULATION, DTYPES)})
+        return MixedPrecisionPage(None, {p: NOT_MEASURED for p in (ACCUMULATION, DTYPES)})
     device, rows = found[0]
     trends = [bf16_trend(e) for e in editions(rows)]
     head = next((t for t in reversed(trends) if t.best is not None), None)
@@ -160,6 +160,6 @@ def facts(ctx: Context) -> MixedPrecisionPage:
     scores = {ACCUMULATION: (acc, [b for b in rows if b.problem == ACCUMULATION]),
               DTYPES: (head or score_fb, of_edition(script, fb.edition) if score_fb else script)}
     return MixedPrecisionPage(
-        device, {p: Scored(Kind.MEASURED, device, newest_date(rs)) if ok else Scored(Kind.NOT_MEASURED)
+        device, {p: Scored(Kind.MEASURED, device, newest_date(rs)) if ok else NOT_MEASURED
                  for p, (ok, rs) in scores.items()},
         acc, dtypes(rows), trends, head, fb, score_fb, RunsFacts.of(device, rows))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from impl.bench.row import Status
 from impl.model import size_rank
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, SizedView, stat_name
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
@@ -230,7 +230,7 @@ class NsysPage:
 def facts(ctx: Context) -> NsysPage:
     found = ctx.rows.per_gpu(PROBLEM)
     if not found or not _profiled(found[0][1]):
-        return NsysPage(None, {PROBLEM: Scored(Kind.NOT_MEASURED)})
+        return NsysPage(None, {PROBLEM: NOT_MEASURED})
     device, every = found[0]  # the first (one-GPU) device answers
     older = [b for b in every if str(_cfg(b).edition) != "2026"]
     new = [b for b in every if str(_cfg(b).edition) == "2026"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bench.row import Status
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
 from impl.report.runs import RunsFacts, device_name
@@ -155,9 +155,9 @@ class ShardingPage:
     @property
     def scores(self) -> dict[str, Scored]:
         v, s = self.verdict, self.scored
-        return {P.OPTIMIZER_STATE_SHARDING: Scored(Kind.MEASURED, v.device) if v else Scored(Kind.NOT_MEASURED),
+        return {P.OPTIMIZER_STATE_SHARDING: Scored(Kind.MEASURED, v.device) if v else NOT_MEASURED,
                 P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: Scored(Kind.MEASURED, s[0], s[1].run.date) if s
-                else Scored(Kind.NOT_MEASURED)}
+                else NOT_MEASURED}
 
     @property
     def sources(self) -> list[str]:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from impl.attention.memory import NaiveAttentionMemory, flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Env, Metric, Status
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import Context, Scored
 from impl.report.rows import Bench, View
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.PYTORCH_ATTENTION,)
@@ -153,11 +153,10 @@ class PytorchAttentionFacts:
     accounting: Accounting | None = None
     seed: Seed | None = None
     runs: RunsFacts | None = None
-    date: str = "–"
 
     @property
     def scores(self) -> dict[str, Scored]:
-        return {PROBLEM: Scored(Kind.MEASURED, self.device, self.date) if self.device else Scored(Kind.NOT_MEASURED)}
+        return {PROBLEM: Scored.of(self.runs)}
 
 
 def _seed(rows: list[Bench]) -> Seed | None:
@@ -197,4 +196,4 @@ def facts(ctx: Context) -> PytorchAttentionFacts:
         device, rows[0].row.env, batch, dtype, max(b.stats.rounds for b in rows if b.stats), (d, seq),
         tuple(median(b) if b else None for b in passes([b for b in rows if b.measured], d, seq)),
         (cfg(ooms[0]).d_model, cfg(ooms[0]).seq, cfg(ooms[0]).mode) if ooms else None, tuple(table),
-        tuple(not_run(rows)), accounting, _seed(rows), RunsFacts.of(device, rows), newest_date(rows))
+        tuple(not_run(rows)), accounting, _seed(rows), RunsFacts.of(device, rows))

@@ -9,11 +9,11 @@ from operator import attrgetter
 
 from impl.bench.row import Metric, Status
 from impl.model import size_rank
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Scored
 from impl.report.pages.pytorch_attention import Cell, before_backward, cell, median, not_run, passes, ran, shapes
 from impl.report.ratio import Ratio, med, ratio, spread
 from impl.report.rows import Bench, View, of_newest_run, stat_name
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts
 from impl.workloads.compiled import WHY
 from impl.workloads.problems import Problem as P
 
@@ -80,7 +80,6 @@ class AttentionFacts:
     compiled_runs: RunsFacts
     eager_runs: RunsFacts | None  # the eager rows' runs (another run's where not paired)
     runs: RunsFacts  # compiled and eager rows together
-    date: str
     paired: tuple[Pair, ...]  # the pairs with a same-run ratio
     longest: tuple[Pair, ...]  # those at the longest sequence paired
     longest_range: tuple[float, float] | None  # their lowest and highest ratio
@@ -123,7 +122,7 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
     return AttentionFacts(ps, tuple(rows), _cfg(compiled[0]).backend, tuple(not_run(compiled)),
                           sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
                           RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager),
-                          newest_date(compiled), paired, longest, (min(values), max(values)) if values else None)
+                          paired, longest, (min(values), max(values)) if values else None)
 
 
 # ---- (b) compiled model vs eager -------------------------------------------------------------------
@@ -270,8 +269,8 @@ class TorchCompileFacts:
     @property
     def scores(self) -> dict[str, Scored]:
         if self.device is None:
-            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
-        return {PROBLEM: Scored(Kind.MEASURED, self.device, self.attention.date)} if self.attention else {}
+            return {PROBLEM: NOT_MEASURED}
+        return {PROBLEM: Scored.of(self.attention.compiled_runs)} if self.attention else {}
 
     @property
     def sources(self) -> list[str]:

@@ -14,7 +14,7 @@ from impl.model import MODEL_SIZES, size_rank
 from impl.report import figures
 from impl.report.markdown import gib, missing, ms, num, pct
 from impl.report.output import write_table_csv
-from impl.report.pages import Context, Kind, Scored
+from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, View, stat_name, timing_text
 from impl.report.runs import RunsFacts, device_short
@@ -391,7 +391,7 @@ class TrainingStepPage:
     @property
     def scores(self) -> dict[str, Scored]:
         if not self.sections or not self.measured:
-            return {PROBLEM: Scored(Kind.NOT_MEASURED)}
+            return {PROBLEM: NOT_MEASURED}
         s = self.sections[0]
         date = self.pair.ours.datetime[:10] if self.pair else max(x.datetime for x in s.rows)[:10]
         return {PROBLEM: Scored(Kind.MEASURED, device_short(s.device), date)}
