@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bench.row import Status
-from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, view
 
 IMPL_LABELS = {"flash_triton": "ours (Triton fwd + Triton bwd)",
@@ -46,14 +45,6 @@ def status_label(b: Bench) -> str | None:  # None: it ran
 
 def median_ms(b: Bench) -> float:
     return b.stats.median * 1e3
-
-
-def spread_of(b: Bench) -> float | None:
-    return spread(b.stats.stddev, b.stats.iqr)
-
-
-def over(ours: Bench, anchor: Bench, name: str) -> Ratio:
-    return ratio(ours.stats.median, anchor.stats.median, name, spread_of(ours), spread_of(anchor))
 
 
 def pick(rows: list[Bench], **cfg) -> Bench | None:  # the first row that ran with these config values

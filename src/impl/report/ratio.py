@@ -38,6 +38,11 @@ def ratio(ours_s, anchor_s, anchor: str = "", ours_spread=None, anchor_spread=No
     return Ratio(float(ours_s), float(anchor_s), anchor, abs(ours_s - anchor_s) <= spread if spread else False)
 
 
+def of_benches(ours, anchor, name: str = "") -> Ratio | None:
+    """Ours ÷ anchor of two rows' medians (impl.report.rows.Bench, measured), each with its spread."""
+    return ratio(ours.stats.median, anchor.stats.median, name, ours.spread, anchor.spread)
+
+
 def spread(stddev, iqr) -> float | None:
     """A row's spread around its median: half its IQR (one slow round does not move it), else its
     standard deviation (older-format rows kept no IQR)."""

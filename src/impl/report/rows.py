@@ -12,6 +12,7 @@ from typing import Any, Iterable, Self, TypeVar
 
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
+from impl.report.ratio import spread
 
 V = TypeVar("V")
 
@@ -190,6 +191,11 @@ class Bench:
 
     def metric(self, m: Metric) -> float | None:
         return self.row.metric(m)
+
+    @property
+    def spread(self) -> float | None:
+        """Its spread around the median (impl.report.ratio.spread); None without statistics."""
+        return None if self.stats is None else spread(self.stats.stddev, self.stats.iqr)
 
     @property
     def step_s(self) -> float | None:

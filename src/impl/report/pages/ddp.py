@@ -10,7 +10,7 @@ from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
-from impl.report.ratio import Ratio, ratio, spread
+from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
 from impl.report.runs import RunsFacts, device_name, files_of
 from impl.workloads.problems import Problem as P, StoredGroup
@@ -75,7 +75,7 @@ class Variant:  # one row of a context's table; `not_run`: "oom: ..." where it d
             return cls(c.key, c.label, f"{b.status.value}: {b.row.reason}")
         if s is None or s.median is None:
             return cls(c.key, c.label, None)
-        return cls(c.key, c.label, None, s.median, s.stddev, spread(s.stddev, s.iqr), b.figure("comm_s"),
+        return cls(c.key, c.label, None, s.median, s.stddev, b.spread, b.figure("comm_s"),
                    b.figure("comm_share", Metric.COMM_SHARE), b.row.memory.peak_allocated,
                    b.details.get("grad_bytes"), b.details.get("num_buckets"))
 

@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass
 
 from impl.attention import backward_choice, flash_torch
-from impl.report.flash_rows import median_ms, over, pick
+from impl.report.flash_rows import median_ms, pick
 from impl.report.pages import Context, Kind, Scored
-from impl.report.ratio import Ratio
+from impl.report.ratio import Ratio, of_benches
 from impl.report.runs import newest_date
 from impl.workloads.problems import Problem as P
 
@@ -74,7 +74,7 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
         if ours and cudnn:
             back = ((median_ms(ours2) - median_ms(ours), median_ms(cudnn2) - median_ms(cudnn)) if ours2 and cudnn2
                     else ())
-            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), over(ours, cudnn, "cuDNN"), *back)
+            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), of_benches(ours, cudnn, "cuDNN"), *back)
     return None
 
 

@@ -9,11 +9,11 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from impl.bench.row import Metric
 from impl.report import figures
 from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, kernel,
-                                    median_ms, not_run, over, ran, spread_of, status_label, timers)
+                                    median_ms, not_run, ran, status_label, timers)
 from impl.report.markdown import num
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Scored
-from impl.report.ratio import Ratio, med
+from impl.report.ratio import Ratio, med, of_benches
 from impl.report.rows import Bench, of_newest_run
 from impl.report.runs import RunsFacts, files_of
 from impl.workloads.problems import Problem as P
@@ -55,7 +55,7 @@ def longest(rows: list[Bench]) -> list[Longest]:
             a = best_anchor([b for b in g if kernel(b).seq == kernel(o).seq])
             n = max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq, default=None)
             out.append(Longest(dtype, d, kernel(o).seq, median_ms(o), o.metric(Metric.TFLOPS), a and median_ms(a),
-                               a and IMPL_LABELS[kernel(a).impl], a and over(o, a, "anchor"), n and kernel(n).seq,
+                               a and IMPL_LABELS[kernel(a).impl], a and of_benches(o, a, "anchor"), n and kernel(n).seq,
                                n and median_ms(n)))
     return out
 
@@ -121,7 +121,7 @@ def odd(rows: list[Bench]) -> list[Odd]:
     for (impl, *_, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
         b, e = map({kernel(b).mode: b for b in g}.get, ("bwd", "fwd_bwd"))
         if b and e and b.stats.median > e.stats.median:
-            noise = None not in (sb := spread_of(b), se := spread_of(e)) and b.stats.median - sb <= e.stats.median + se
+            noise = None not in (sb := b.spread, se := e.spread) and b.stats.median - sb <= e.stats.median + se
             out.append(Odd(IMPL_LABELS[impl], kernel(b), median_ms(b), median_ms(e),
                            "host-bound" if seq <= SHORT_SEQ else "within noise" if noise else "unexplained"))
     return out

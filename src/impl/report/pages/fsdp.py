@@ -11,7 +11,7 @@ from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
-from impl.report.ratio import Ratio, ratio, spread
+from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
 from impl.workloads.problems import Problem as P, StoredGroup
@@ -59,11 +59,6 @@ cfg = DistConfig.of
 
 def headline_pair(measured_variants) -> tuple[str, str] | None:
     return next((p for p in HEADLINE_PAIRS if set(p) <= set(measured_variants)), None)
-
-
-def _vs(o: Bench, x: Bench, name: str) -> Ratio:
-    return ratio(o.stats.median, x.stats.median, name, spread(o.stats.stddev, o.stats.iqr),
-                 spread(x.stats.stddev, x.stats.iqr))
 
 
 def _pick(cls, stored: dict, **given):
@@ -176,8 +171,8 @@ def _headline(by: dict[str, Bench]) -> Headline | None:
     if (pair := headline_pair(by)) is None:
         return None
     o, a, ddp = by[pair[0]], by[pair[1]], by.get("ddp")
-    return Headline(LABEL[pair[0]], LABEL[pair[1]], o.stats.median, o.stats.stddev, _vs(o, a, LABEL[pair[1]]),
-                    _vs(o, ddp, "our DDP") if ddp is not None else None)
+    return Headline(LABEL[pair[0]], LABEL[pair[1]], o.stats.median, o.stats.stddev, of_benches(o, a, LABEL[pair[1]]),
+                    of_benches(o, ddp, "our DDP") if ddp is not None else None)
 
 
 @dataclass(frozen=True)
@@ -302,7 +297,7 @@ class Side:
     where = property(lambda self: f"{device_short(self.run.device)} ({self.run.device})")  # "2×H200 (h200-141gb-x2)"
     world = property(lambda self: cfg(self.bench).world_size)
     step_s = property(lambda self: self.bench.stats.median)
-    spread = property(lambda self: spread(self.bench.stats.stddev, self.bench.stats.iqr))
+    spread = property(lambda self: self.bench.spread)
     peak = property(lambda self: self.bench.row.memory.peak_allocated or self.bench.figure("peak_bytes"))
     tokens_per_s = property(lambda self: self.bench.metric(Metric.TOKENS_PER_S))
 
@@ -367,7 +362,7 @@ def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Benc
             beside += _newest_of_shape(ddp, shape, lambda b: cfg(b).variant not in ("single", "bucketed")
                                        and cfg(b).kind != "trace")
         beside = [Side(b, run.label(device), (DDP_LABEL if b.run.section == "ddp" else LABEL).get(
-            cfg(b).variant, cfg(b).variant), b.run.section, next((_vs(r.bench, b, "") for r in measured if (
+            cfg(b).variant, cfg(b).variant), b.run.section, next((of_benches(r.bench, b) for r in measured if (
                 r.bench.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None))
             for device, run, b in beside]
         if measured or not_run:

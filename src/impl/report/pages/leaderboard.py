@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, over, pick, status_label
+from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, pick, status_label
 from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
-from impl.report.ratio import Ratio, ratio
+from impl.report.ratio import Ratio, of_benches, ratio
 from impl.report.rows import Bench
 from impl.report.runs import RunsFacts, files_of
 from impl.workloads.problems import Problem as P
@@ -187,7 +187,7 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         shape = f"{c.dtype}, causal, batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}"
         answer = LeaderboardFacts(device, shape, ours.run.when, ours.run.commit, t, tc, right,
                                   ratio(t.do_bench_s, tc.do_bench_s, "SDPA cuDNN"),
-                                  over(ours, cudnn, "SDPA cuDNN"))
+                                  of_benches(ours, cudnn, "SDPA cuDNN"))
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
         _plot(vs := versions(rows), png)

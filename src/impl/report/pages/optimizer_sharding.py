@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from impl.bench.row import Status
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.ratio import Ratio, ratio, spread
+from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
@@ -82,8 +82,7 @@ class Variant:  # a row of the run's two tables and the answer; `not_run`: "stat
     grad_gb = property(lambda self: self.row.details["n_params"] * 4 / 1e9)  # the fp32 gradients Ψ in GB
 
     def vs(self, other: Variant, name: str) -> Ratio:
-        s, o = self.row.stats, other.row.stats
-        return ratio(s.median, o.median, name, spread(s.stddev, s.iqr), spread(o.stddev, o.iqr))
+        return of_benches(self.row, other.row, name)
 
 
 def variant(b: Bench) -> Variant:

@@ -11,7 +11,7 @@ from impl.bench.row import Metric, Status
 from impl.model import size_rank
 from impl.report.pages import NOT_MEASURED, Context, Scored
 from impl.report.pages.pytorch_attention import Cell, before_backward, cell, median, not_run, passes, ran, shapes
-from impl.report.ratio import Ratio, med, ratio, spread
+from impl.report.ratio import Ratio, med, of_benches
 from impl.report.rows import Bench, View, of_newest_run, stat_name
 from impl.report.runs import RunsFacts
 from impl.workloads.compiled import WHY
@@ -92,8 +92,7 @@ def pairs(compiled: list[Bench], eager: list[Bench]) -> list[Pair]:
     for c in compiled:
         e = next((e for e in eager if same_run(c, e) and key(e) == key(c)), None)
         ok = e is not None and c.measured and e.measured
-        out.append(Pair(*key(c), ratio(c.stats.median, e.stats.median, "eager", spread(c.stats.stddev, c.stats.iqr),
-                                       spread(e.stats.stddev, e.stats.iqr)) if ok else None))
+        out.append(Pair(*key(c), of_benches(c, e, "eager") if ok else None))
     return out
 
 
