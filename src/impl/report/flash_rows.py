@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bench.row import Status
-from impl.report.rows import Bench, view
+from impl.report.rows import Bench, group, view
 
 IMPL_LABELS = {"flash_triton": "ours (Triton fwd + Triton bwd)",
                "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
@@ -52,10 +52,8 @@ def pick(rows: list[Bench], **cfg) -> Bench | None:  # the first row that ran wi
 
 
 def groups(rows: list[Bench], *keys: str) -> list[tuple[tuple, list[Bench]]]:  # sorted by key; rows in order
-    out: dict[tuple, list[Bench]] = {}
-    for b in rows:
-        out.setdefault(tuple(getattr(kernel(b), k) for k in keys), []).append(b)
-    return sorted(out.items(), key=lambda kv: kv[0])
+    by = group(rows, lambda b: tuple(getattr(kernel(b), k) for k in keys))
+    return sorted(by.items(), key=lambda kv: kv[0])
 
 
 def best_anchor(rows: list[Bench]) -> Bench | None:  # the faster SDPA backend that ran, the first on a tie

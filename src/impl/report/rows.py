@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, Self, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Self, TypeVar
 
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report.ratio import spread
 
 V = TypeVar("V")
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+
+def group(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """The items by `key`: keys in the order they first appear, each group in the items' order."""
+    out: dict[K, list[T]] = {}
+    for x in items:
+        out.setdefault(key(x), []).append(x)
+    return out
 
 
 def size_ref(size: str | None, edition: str | None) -> SizeRef | None:

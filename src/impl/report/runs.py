@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bench.row import Env
+from impl.report.rows import group
 
 
 def gpu_count(device: str) -> int | None:
@@ -71,9 +72,7 @@ class RunsFacts:
     @classmethod
     def of(cls, device: str, rows: list) -> RunsFacts:
         """From Bench rows (impl.report.rows) in load order."""
-        by: dict[tuple[str, str], list] = {}
-        for b in rows:
-            by.setdefault((str(b.run.datetime), b.run.commit), []).append(b)
+        by = group(rows, lambda b: (str(b.run.datetime), b.run.commit))
         runs = tuple(RunId(when[:16].replace("T", " "), commit, len(g), all(b.run.legacy for b in g),
                            files_of(g) if all(b.run.file for b in g) else ())
                      for (when, commit), g in sorted(by.items()))

@@ -10,7 +10,7 @@ from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, RunRef, SizedView, size_label, stat_name
+from impl.report.rows import Bench, RunRef, SizedView, group, size_label, stat_name
 from impl.report.runs import RunsFacts, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -115,9 +115,7 @@ def _unit(rows: list[PolicyRow]) -> str:
 def _policies(rows: list[PolicyRow]) -> Study | None:
     if not rows:
         return None
-    by: dict[str, list[PolicyRow]] = {}
-    for r in rows:
-        by.setdefault(r.dtype, []).append(r)
+    by = group(rows, lambda r: r.dtype)
 
     def terms(rs):
         return next((r.details["terms"] for r in rs if "terms" in r.details), {})

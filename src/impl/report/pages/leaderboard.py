@@ -11,7 +11,7 @@ from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel
 from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
 from impl.report.ratio import Ratio, of_benches, ratio
-from impl.report.rows import Bench
+from impl.report.rows import Bench, group
 from impl.report.runs import RunsFacts, files_of
 from impl.workloads.problems import Problem as P
 
@@ -120,9 +120,7 @@ class Version:  # one stored run: ours and cuDNN forward+backward of the same ru
 
 
 def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran, oldest first
-    runs: dict[tuple[str, str], list[Bench]] = {}
-    for b in rows:
-        runs.setdefault((str(b.run.datetime), b.run.commit), []).append(b)
+    runs = group(rows, lambda b: (str(b.run.datetime), b.run.commit))
     out = []
     for (when, commit), g in sorted(runs.items()):
         ours, cudnn = (pick(g, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))

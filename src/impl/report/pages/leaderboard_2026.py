@@ -12,7 +12,7 @@ from impl.leaderboard_prediction import LayerRun, StepPrediction, predict_step
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
 from impl.report.ratio import Ratio, ratio
-from impl.report.rows import Bench, View
+from impl.report.rows import Bench, View, group
 from impl.report.runs import RunsFacts, device_name, files_of, gpu_model, newest_date
 from impl.workloads.leaderboard_2026 import (CLASS_BEST_GPU, CLASS_BEST_GPUS, CLASS_BEST_STEP_S, COLD_RUN_LIMIT_S,
                                              LEADERBOARD, WORLD_SIZE, StepSpec)
@@ -191,10 +191,8 @@ class OneGpu:
 def layer_runs(rows: list[Bench]) -> tuple[str, list[LayerRun]]:
     """(policy, runs) of the (policy, k, run) with the most measured layer counts (checkpointed first on a
     tie: 34 plain layers would not fit): the points the prediction fits. Other k or runs are other models."""
-    groups: dict[tuple, list[Bench]] = {}
-    for b in rows:
-        if b.status is Status.MEASURED:
-            groups.setdefault((_cfg(b).checkpointing, _cfg(b).k or 0, b.run.datetime), []).append(b)
+    groups = group([b for b in rows if b.status is Status.MEASURED],
+                   lambda b: (_cfg(b).checkpointing, _cfg(b).k or 0, b.run.datetime))
     best: tuple[str, list[LayerRun]] = ("", [])
     for (checkpointing, k, _), g in sorted(groups.items(), key=lambda kv: kv[0][0] == "none"):
         runs = [LayerRun(_cfg(b).layers, b.stats.median, b.row.memory.peak_allocated) for b in g]

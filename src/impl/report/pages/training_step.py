@@ -16,7 +16,7 @@ from impl.report.markdown import gib, missing, ms, num, pct
 from impl.report.output import write_table_csv
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
-from impl.report.rows import Bench, View, stat_name, timing_text
+from impl.report.rows import Bench, View, group, stat_name, timing_text
 from impl.report.runs import RunsFacts, device_short
 from impl.workloads.problems import Problem as P
 
@@ -138,10 +138,7 @@ def ordered(steps: list[Step]) -> list[Step]:
 
 def groups(steps: list[Step]) -> dict[tuple[str, int], list[Step]]:
     """(size, context) -> its rows, in the page's order."""
-    out: dict = {}
-    for s in ordered(steps):
-        out.setdefault((s.size, s.context), []).append(s)
-    return out
+    return group(ordered(steps), lambda s: (s.size, s.context))
 
 
 def noise_ratio(ours: Step, ref: Step | None) -> str:
@@ -178,9 +175,7 @@ class LegendRow:
 def legend(d: list[Step]) -> list[LegendRow]:
     """One row per config and settings: a config's rows can differ between sizes (a size measured with older
     code), so each distinct settings gets a row with the sizes that ran it."""
-    by: dict[str, list[Step]] = {}
-    for s in sorted(ordered(d), key=lambda s: s.order[2]):
-        by.setdefault(s.config, []).append(s)
+    by = group(sorted(ordered(d), key=lambda s: s.order[2]), lambda s: s.config)
 
     def contexts(rows, size, settings=None):
         return sorted({s.context for s in rows if s.size == size and settings in (None, s.settings)})
@@ -214,9 +209,7 @@ def repeats(every: list[Step]) -> list[tuple[Step, float | None]]:
     (the newest-row tables hide run-to-run spread); ours with its step ÷ the anchor of its own run."""
     d = [s for s in ordered(every) if s.config in OURS + ["anchor"] and s.ok]
     anchor = {(s.size, s.context, s.datetime): s.step_s for s in d if s.config == "anchor"}
-    by: dict = {}
-    for s in d:
-        by.setdefault((s.size, s.context, s.config), []).append(s)
+    by = group(d, lambda s: (s.size, s.context, s.config))
     return [(s, s.step_s / a if a else None) for g in by.values() if len({s.datetime for s in g}) > 1
             for s in sorted(g, key=lambda s: s.datetime)
             for a in [anchor.get((s.size, s.context, s.datetime)) if s.config != "anchor" else None]]
@@ -314,9 +307,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     kept = {id(s) for s in d}
     ran = [b for b, s in zip(benches, every) if id(s) in kept]
     fig_name = f"{SLUG}-{device}-ablation.png"
-    by_run: dict[str, list[Step]] = {}
-    for s in d:
-        by_run.setdefault(s.run, []).append(s)
+    by_run = group(d, lambda s: s.run)
     by_shape = [{s.config: s for s in g} for g in groups(d).values()]
     return Section(
         device, d, stat_name(ran), *timing_text(ran), legend(d), cells,
