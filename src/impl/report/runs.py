@@ -81,3 +81,11 @@ class RunsFacts:
     @property
     def files(self) -> list[str]:
         return [f for r in self.runs for f in r.files]
+
+
+class SourcedFromRuns:
+    """Facts whose sources (the run files the page names) are their `runs`' (a RunsFacts; None: no rows)."""
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted(set(self.runs.files)) if self.runs else []

@@ -11,7 +11,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RunRef, SizedView, group, size_label, stat_name
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.GRADIENT_CHECKPOINTING,)
@@ -210,7 +210,7 @@ class BestK:
 
 
 @dataclass(frozen=True)
-class CheckpointingPage:
+class CheckpointingPage(SourcedFromRuns):
     device: str | None  # None: no GPU rows
     older_sizes: list[str]  # the older studies' measured sizes
     nested: PolicyRow | None  # (a) from the `policies` study (bf16 where measured)
@@ -235,10 +235,6 @@ class CheckpointingPage:
         if self.single or self.nested:
             return {PROBLEM: Scored(Kind.MEASURED, self.device, self.single.date if self.single else self.date)}
         return {PROBLEM: NOT_MEASURED}
-
-    @property
-    def sources(self) -> list[str]:
-        return self.runs.files if self.runs else []
 
 
 def facts(ctx: Context) -> CheckpointingPage:

@@ -11,7 +11,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RunRef, SizedView, size_label
-from impl.report.runs import RunsFacts, device_short, newest_date
+from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
 
@@ -364,7 +364,7 @@ def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
 # ---- the page ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class MemoryPage:
+class MemoryPage(SourcedFromRuns):
     device: str | None  # None: no GPU rows answer
     facts_2025: Memory2025Facts | None
     facts_2026: Memory2026Facts | None  # None unless a 2026 row was measured
@@ -385,10 +385,6 @@ class MemoryPage:
         # a problem of both editions: the index reads the newer one's rows
         return {PROBLEM: Scored(Kind.MEASURED, device_short(self.device),
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}
-
-    @property
-    def sources(self) -> list[str]:
-        return self.runs.files if self.runs else []
 
 
 def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], from_zero: bool = True) -> str | None:

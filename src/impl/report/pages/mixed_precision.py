@@ -8,7 +8,7 @@ from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages.benchmarking_script import Cell, EditionFacts, editions, of_edition
 from impl.report.ratio import Ratio
 from impl.report.rows import Bench, View
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MIXED_PRECISION)
@@ -131,7 +131,7 @@ def dtypes(rows: list[Bench]) -> Dtypes | None:
 
 
 @dataclass(frozen=True)
-class MixedPrecisionPage:
+class MixedPrecisionPage(SourcedFromRuns):
     device: str | None  # the answering GPU device; None: no GPU rows
     scores: dict[str, Scored]
     accumulation: Accumulation | None = None
@@ -141,10 +141,6 @@ class MixedPrecisionPage:
     headline_fb: Bf16Trend | None = None  # the newest with forward and backward pairs (2026's question)
     score_fb: bool = False  # (c) is scored by forward and backward, not the training step
     runs: RunsFacts | None = None
-
-    @property
-    def sources(self) -> list[str]:
-        return sorted(self.runs.files) if self.runs else []
 
 
 def facts(ctx: Context) -> MixedPrecisionPage:

@@ -9,7 +9,7 @@ from impl.bench.row import Status
 from impl.model import size_rank
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, SizedView, stat_name
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.NSYS_PROFILE,)
@@ -212,7 +212,7 @@ def _profiled(rows: list[Bench]) -> list[Bench]:  # by context
 
 
 @dataclass(frozen=True)
-class NsysPage:
+class NsysPage(SourcedFromRuns):
     device: str | None  # the answering GPU device; None: no profiled rows
     scores: dict[str, Scored]
     answer: list[Profiled] = field(default_factory=list)  # the older edition's configs (or the only edition's)
@@ -221,10 +221,6 @@ class NsysPage:
     cases: list[NsysCase] = field(default_factory=list)  # the 2026 study's cases, OOM ones included
     tables: ProfileTables | None = None  # of the older edition's rows
     runs: RunsFacts | None = None
-
-    @property
-    def sources(self) -> list[str]:
-        return sorted(self.runs.files) if self.runs else []
 
 
 def facts(ctx: Context) -> NsysPage:

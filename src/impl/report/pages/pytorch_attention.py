@@ -9,7 +9,7 @@ from impl.attention.memory import NaiveAttentionMemory, flash_saved_for_backward
 from impl.bench.row import Env, Metric, Status
 from impl.report.pages import Context, Scored
 from impl.report.rows import Bench, View
-from impl.report.runs import RunsFacts
+from impl.report.runs import RunsFacts, SourcedFromRuns
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.PYTORCH_ATTENTION,)
@@ -139,7 +139,7 @@ class Seed:  # ours against the seed's times at its shape, and the bytes our for
 
 
 @dataclass(frozen=True)
-class PytorchAttentionFacts:
+class PytorchAttentionFacts(SourcedFromRuns):
     device: str | None  # None: no GPU rows
     env: Env | None = None
     batch: int = 0
