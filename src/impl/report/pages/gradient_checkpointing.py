@@ -222,7 +222,6 @@ class CheckpointingPage(SourcedFromRuns):
     depth: Study | None
     not_run: list[PolicyRow]
     runs: RunsFacts | None
-    date: str = "–"  # the device's newest run
     asked: str = ASKED
 
     @property
@@ -233,7 +232,7 @@ class CheckpointingPage(SourcedFromRuns):
     @property
     def scores(self) -> dict[str, Scored]:
         if self.single or self.nested:
-            return {PROBLEM: Scored(Kind.MEASURED, self.device, self.single.date if self.single else self.date)}
+            return {PROBLEM: Scored(Kind.MEASURED, self.device, self.single.date if self.single else self.runs.date)}
         return {PROBLEM: NOT_MEASURED}
 
 
@@ -255,4 +254,4 @@ def facts(ctx: Context) -> CheckpointingPage:
         device, sorted({r.size_label for r in ok}), nested,
         nested and next((r for r in pol if r.policy == "none" and r.dtype == bf[0].dtype), None), best,
         sl if sl and sl.best and sl.best.measured else None, sl, _policies(pol), _depth(dep, ctx, device),
-        [r for r in pol + dep if r.not_run], RunsFacts.of(device, benches), newest_date(benches))
+        [r for r in pol + dep if r.not_run], RunsFacts.of(device, benches))
