@@ -2,6 +2,7 @@
 only images and tables that exist, draw legends from their series, and type no numbers by hand."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,8 +75,11 @@ def test_index_has_a_row_per_problem_links_existing_pages_and_stays_small(tmp_pa
     assert len(index.encode()) < builder.INDEX_LIMIT_BYTES
     rows = [line for line in index.splitlines() if line.startswith("| [") or line.startswith("| ")]
     for p, slug in builder.slugs().items():
-        assert any(line.startswith(f"| [{p}]({slug}.md)") for line in rows), p
+        assert any(line.startswith(f"| [{p}]({slug}.md) [") for line in rows), p  # with its parts' links
         assert (reports / f"{slug}.md").exists(), slug
+    from impl.report.index import headings
+    refs = re.findall(r"^\[[^\]]+\]: ([\w.]+\.md)#(\S+)$", index, re.M)
+    assert refs and all(a in {x for _, _, x in headings((reports / md).read_text())} for md, a in refs), refs
     linked = set()
     for md in reports.glob("*.md"):
         for ref in builder.LINK.findall(md.read_text()):
