@@ -244,3 +244,22 @@ def test_timeline_block_markers():
     assert t["blocks"] == [dict(name="block 0 forward", x=3)] and t["blocks_found"] == t["blocks_expected"] == 1
     assert t["markers"] == [dict(name="forward", x=0), dict(name="backward", x=7)]
     assert all(M.BLOCK_MARKER_FUNC not in f for e in M.largest_allocations(snap) for f in e["frames"])
+
+
+def test_first_level_that_fits_records_each_oom_and_raises_anything_else():
+    from impl.workloads.kernels import PROFILED, first_level_that_fits
+
+    cleaned = []
+
+    def run(level):
+        if level in PROFILED[:2]:
+            raise RuntimeError(f"CUDA out of memory at {level}\nmore")
+        return level.upper()
+
+    out, level, failures = first_level_that_fits(run, cleanup=lambda: cleaned.append(1))
+    assert (out, level) == (PROFILED[2].upper(), PROFILED[2]) and len(cleaned) == 2
+    assert failures == [f"{lv}: CUDA out of memory at {lv}" for lv in PROFILED[:2]]
+    none_fit = first_level_that_fits(lambda lv: run(PROFILED[0]), start=PROFILED[1])  # OOM at every level
+    assert none_fit[:2] == (None, None) and len(none_fit[2]) == len(PROFILED) - 1
+    with pytest.raises(ValueError):
+        first_level_that_fits(lambda lv: int("x"))

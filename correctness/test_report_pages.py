@@ -2,6 +2,7 @@
 only images and tables that exist, draw legends from their series, and type no numbers by hand."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,8 +75,11 @@ def test_index_has_a_row_per_problem_links_existing_pages_and_stays_small(tmp_pa
     assert len(index.encode()) < builder.INDEX_LIMIT_BYTES
     rows = [line for line in index.splitlines() if line.startswith("| [") or line.startswith("| ")]
     for p, slug in builder.slugs().items():
-        assert any(line.startswith(f"| [{p}]({slug}.md)") for line in rows), p
+        assert any(line.startswith(f"| [{p}]({slug}.md) [") for line in rows), p  # with its parts' links
         assert (reports / f"{slug}.md").exists(), slug
+    from impl.report.index import headings
+    refs = re.findall(r"^\[[^\]]+\]: ([\w.]+\.md)#(\S+)$", index, re.M)
+    assert refs and all(a in {x for _, _, x in headings((reports / md).read_text())} for md, a in refs), refs
     linked = set()
     for md in reports.glob("*.md"):
         for ref in builder.LINK.findall(md.read_text()):
@@ -83,3 +87,31 @@ def test_index_has_a_row_per_problem_links_existing_pages_and_stays_small(tmp_pa
             linked.add((reports / ref).resolve())
     assert not (reports / "figures" / "orphan.png").exists()
     assert {p.resolve() for p in reports.glob("figures/*.png")} <= linked
+    for md in reports.glob("*.md"):
+        assert _ragged_tables(md.read_text()) == [], md.name
+
+
+def _cells(line: str) -> int:
+    """Cells of a markdown table line: its unescaped pipes, less the outer two."""
+    return len(re.findall(r"(?<!\\)\|", line)) - 1
+
+
+def _ragged_tables(text: str) -> list[str]:
+    """Table lines whose cell count differs from their table's delimiter row (GitHub then drops or
+    shifts cells: an unescaped | inside a cell, such as |error|, breaks the row)."""
+    out, width = [], None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            width = None
+            continue
+        if width is None and i + 1 < len(lines) and re.fullmatch(r"\|(-+\|)+", lines[i + 1]):
+            width = _cells(lines[i + 1])
+        if width is not None and _cells(line) != width:
+            out.append(line)
+    return out
+
+
+def test_ragged_tables_are_found():
+    assert _ragged_tables("| a | |b| |\n|---|---|\n| 1 | 2 |\n") == ["| a | |b| |"]
+    assert _ragged_tables("| a | \\|b\\| |\n|---|---|\n| 1 | 2 |\n\ntext | x |") == []

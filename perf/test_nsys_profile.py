@@ -25,7 +25,7 @@ import torch
 
 from impl.bench.harness import Budget
 from impl.bench.timers import time_once
-from impl.workloads.kernels import PROFILED, forward_loss, nsys_answers, profile_steps
+from impl.workloads.kernels import first_level_that_fits, forward_loss, nsys_answers, profile_steps
 from impl.bench.row import Status
 from impl.workloads.problems import Problem
 from impl.workloads.steps import ModelCache, chosen_2026_cases, device_memory_bytes, memory_need, model_and_batch
@@ -67,17 +67,8 @@ def _profile(model, x, y, trace_path, start: str, g: dict):
     """(profile, parse_s), the level profiled (kernels.PROFILED) and the OOM messages of the levels
     that did not fit; (None, None, messages) when none did."""
     kw = dict(dtype=g.dtype, warmup=g.prof_warmup, steps=g.prof_steps, trace_path=trace_path)
-    failures = []
-    for upto in PROFILED[PROFILED.index(start):]:
-        try:
-            return profile_steps(model, x, y, upto=upto, **kw), upto, failures
-        except Exception as exc:  # noqa: BLE001
-            if not is_oom(exc):
-                raise
-            failures.append(f"{upto}: {first_line(exc)}")
-        model.zero_grad(set_to_none=True)
-        free_memory()
-    return None, None, failures
+    return first_level_that_fits(lambda upto: profile_steps(model, x, y, upto=upto, **kw), start,
+                                 lambda: model.zero_grad(set_to_none=True))
 
 
 G26 = grid("nsys_profile_2026", PROFILE)

@@ -21,7 +21,7 @@ import torch
 
 from impl.annotate import annotate
 from impl.nsys.cases import MEASURED
-from impl.runtime import first_line, free_memory, is_oom, synchronize
+from impl.runtime import first_line, is_oom, synchronize
 
 WARMUP = "warm-up"
 
@@ -43,27 +43,20 @@ def nsys_profile(a) -> dict:
     """The benchmarking script's step, falling back like perf/test_nsys_profile.py where it runs out
     of memory (train step, forward+backward, forward, forward without autograd)."""
     from impl.model import AdamW, SizeRef
-    from impl.workloads.kernels import PROFILED, annotated_train_step
+    from impl.workloads.kernels import annotated_train_step, first_level_that_fits
     from impl.workloads.steps import build_model, random_batch
 
     device = torch.device(a.device)
     model = build_model(SizeRef(a.edition, a.size), a.context, device)
     x, y = random_batch(model, a.batch, a.context, device)
     opt = AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    failures = []
-    for upto in PROFILED:
-        try:  # the warm-up finds the level that fits; the measured steps run that level only
-            for _ in range(a.warmup):
-                with annotate(WARMUP):
-                    annotated_train_step(model, x, y, a.dtype, opt, upto=upto)
-            break
-        except Exception as exc:  # noqa: BLE001
-            if not is_oom(exc):
-                raise
-            failures.append(f"{upto}: {first_line(exc)}")
-        opt.zero_grad(set_to_none=True)
-        free_memory()
-    else:
+    def warmup(upto):  # the warm-up finds the level that fits; the measured steps run that level only
+        for _ in range(a.warmup):
+            with annotate(WARMUP):
+                annotated_train_step(model, x, y, a.dtype, opt, upto=upto)
+
+    _, upto, failures = first_level_that_fits(warmup, cleanup=lambda: opt.zero_grad(set_to_none=True))
+    if upto is None:
         return dict(status="oom", profiled=None, oom=failures)
     _steps(lambda: annotated_train_step(model, x, y, a.dtype, opt, upto=upto), device, 0, a.steps, MEASURED)
     return dict(status="ok", profiled=upto, oom=failures)

@@ -2,6 +2,8 @@
 at its top, and the figures that tell the story; templates/index.md.j2 holds its words."""
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import dataclass
 
 from impl.report.pages import Kind, Page, Scored
@@ -10,10 +12,102 @@ from impl.report.runs import device_short
 from impl.report.templating import render
 from impl.workloads.problems import Problem
 
-CLOSED_FORM = "closed form"
 # The story the index's figures tell, by the pages that draw them: these pages' figures first, in this
 # order, then any other page's in page order.
 STORY = ("training_step", "leaderboard", "ddp")
+
+
+# A heading's part markers: "(a)" anywhere in it (a heading may answer several: "(a) ..., (b) ..."), or an
+# edition tag "(2026)" that opens it (a part the edition adds; "leaderboard (2026): ..." is no part).
+_LETTER = re.compile(r"\(([a-z])\)")
+_YEAR = re.compile(r"^\((20\d\d)\)")
+_ATX = re.compile(r"^(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+
+
+def github_anchor(text: str) -> str:
+    """A heading's anchor as GitHub writes it, before duplicates are numbered: the text lowercased, every
+    character but letters, marks, decimal digits, connector punctuation ("_"), hyphens and spaces
+    removed (Ruby's /[^\\p{Word}\\- ]/), each space a hyphen. `text` is the heading as rendered: a link
+    counts by its text."""
+    text = _LINK.sub(r"\1", text).lower()
+    return "".join(c for c in text if c in "- " or _word(unicodedata.category(c))).replace(" ", "-")
+
+
+def _word(category: str) -> bool:
+    """Of Ruby's \\p{Word}: a letter, a mark, a decimal digit or connector punctuation."""
+    return category[0] in "LM" or category in ("Nd", "Pc")
+
+
+def headings(text: str) -> list[tuple[int, str, str]]:
+    """(level, text, anchor) of every ATX heading of a markdown page, in order, fenced code left out;
+    a repeated anchor is suffixed -1, -2, ... as GitHub numbers them (over headings of every level)."""
+    seen: dict[str, int] = {}
+    out, fence = [], None
+    for line in text.splitlines():
+        if m := _FENCE.match(line):
+            mark = m.group(1)
+            if fence is None:
+                fence = mark
+            elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip(mark[0] + " \t"):
+                fence = None
+            continue
+        if fence is not None or not (m := _ATX.match(line)):
+            continue
+        base = github_anchor(m.group(2))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.append((len(m.group(1)), m.group(2), f"{base}-{n}" if n else base))
+    return out
+
+
+def is_question(heading: str) -> bool:
+    """A page's question headings are worded as the handout's sub-questions: they end in "?" or "."."""
+    return heading.rstrip().endswith(("?", "."))
+
+
+@dataclass(frozen=True)
+class SubPart:
+    """One sub-part of a problem as its page heads it: the part's marker ("a", "2026"; None: the heading
+    names no part), its heading's place among the problem's question headings (1, 2, ...) and its anchor
+    on the page."""
+
+    marker: str | None
+    number: int
+    anchor: str
+
+
+def markers(heading: str) -> list[str]:
+    """The parts a heading answers: its "(a)"-style letters in order, else an opening "(2026)" tag."""
+    letters = list(dict.fromkeys(_LETTER.findall(heading)))
+    return letters or _YEAR.findall(heading)
+
+
+def _named(heading: str, problems: tuple[Problem, ...]) -> Problem | None:
+    """The page problem a heading names (as a whole word; the first named when several are)."""
+    found = [(m.start(), p) for p in problems if (m := re.search(rf"(?<!\w){re.escape(p.value)}(?!\w)", heading))]
+    return min(found, key=lambda x: x[0])[1] if found else None
+
+
+def sub_parts(page: Page) -> dict[Problem, tuple[SubPart, ...]]:
+    """{each problem of the page: its sub-parts}: the page's question headings are the `## ` headings it
+    opens with (up to the first that is not a question); each belongs to the problem it names, else to
+    the page's only problem, else to the problem of the question before it (a heading of a
+    many-problem page naming none before any named one belongs to none). A heading answering several
+    parts gives each its sub-part, all at its anchor."""
+    heads: dict[Problem, list[tuple[str, str]]] = {p: [] for p in page.problems}
+    current = page.problems[0] if len(page.problems) == 1 else None
+    for level, text, anchor in headings(page.text):
+        if level != 2:
+            continue
+        if not is_question(text):
+            break
+        current = _named(text, page.problems) or current
+        if current is not None:
+            heads[current].append((text, anchor))
+    return {p: tuple(SubPart(m, i, anchor) for i, (text, anchor) in enumerate(hs, 1) for m in markers(text) or [None])
+            for p, hs in heads.items()}
 
 
 @dataclass(frozen=True)
@@ -24,15 +118,21 @@ class IndexRow:
     score: Scored | None  # None: not answered yet (worded from `facts` by its page's template)
     device: str  # the device column, one naming for every page ("H100", "2×H200", "closed form")
     facts: object = None  # the page's facts
+    parts: tuple[SubPart, ...] = ()  # its sub-parts on its page, in the page's order
+
+    @property
+    def kind(self) -> Kind | None:
+        """The kind of its answer; None: no page answers it."""
+        return self.score.kind if self.score is not None else None
 
     @property
     def answered(self) -> bool:
-        return self.score is not None and self.score.kind is not Kind.NOT_MEASURED
+        return self.kind not in (None, Kind.NOT_MEASURED)
 
     @property
     def measured(self) -> bool:
-        """Answered from stored GPU rows (not a closed form)."""
-        return self.score is not None and self.score.kind is Kind.MEASURED
+        """Answered from stored GPU rows (not a closed form, not a prediction)."""
+        return self.kind is Kind.MEASURED
 
 
 @dataclass(frozen=True)
@@ -51,7 +151,12 @@ class IndexFacts:
 
     @property
     def closed_form(self) -> int:
-        return sum(r.answered and r.device == CLOSED_FORM for r in self.rows)
+        return sum(r.kind is Kind.CLOSED_FORM for r in self.rows)
+
+    @property
+    def predicted(self) -> int:
+        """Answered by a prediction from other runs: answered, never counted as measured."""
+        return sum(r.kind is Kind.PREDICTED for r in self.rows)
 
     @property
     def devices(self) -> list[str]:
@@ -87,14 +192,17 @@ def _story(page: Page) -> int:
 
 def index_facts(pages: list[Page], older: list[str], names: dict[str, str]) -> IndexFacts:
     scores: dict[str, tuple[Page, Scored]] = {}
+    parts: dict[str, tuple[SubPart, ...]] = {}
     for page in pages:
         for name, score in page.scores.items():
             scores[name] = (page, score)
+        parts.update(sub_parts(page))
     rows = []
     for p in Problem:
         page, score = scores.get(p, (None, None))
         rows.append(IndexRow(p.value, p.edition_tag, page.slug if page else None, score,
-                             _device(score.device, names) if score else "–", page.facts if page else None))
+                             _device(score.device, names) if score else "–", page.facts if page else None,
+                             parts.get(p, ())))
     figures = [f for page in sorted(pages, key=_story) for f in page.index_figures]
     return IndexFacts(rows, older, figures)
 

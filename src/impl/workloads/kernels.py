@@ -303,6 +303,26 @@ def forward_loss(model, x, y, dtype: str = "fp32"):
 PROFILED = ("train_step", "forward_backward", "forward", "forward_no_grad")  # fallbacks, in order
 
 
+def first_level_that_fits(run, start: str = PROFILED[0], cleanup=None):
+    """(run(level), level, the OOM messages of the levels before it) for the first level of PROFILED
+    from `start` whose `run` does not run out of memory; (None, None, messages) when none fits.
+    `cleanup()` (grads, optimizer state) and free_memory run after each level that did not."""
+    from impl.runtime import first_line, free_memory, is_oom
+
+    failures = []
+    for level in PROFILED[PROFILED.index(start):]:
+        try:
+            return run(level), level, failures
+        except Exception as exc:  # noqa: BLE001  (an OOM is recorded, anything else raised)
+            if not is_oom(exc):
+                raise
+            failures.append(f"{level}: {first_line(exc)}")
+        if cleanup is not None:
+            cleanup()
+        free_memory()
+    return None, None, failures
+
+
 def annotated_train_step(model, x, y, dtype: str, optimizer, forward_only: bool = False,
                          upto: str | None = None) -> None:
     """One training step with each phase in its own range; each phase ends in a device sync
