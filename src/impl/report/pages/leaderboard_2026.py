@@ -142,8 +142,7 @@ class TwoGpuFacts:
     breakdown: Breakdown | None
     class_best: ClassBest | None
     runs: RunsFacts
-    date: str  # the newest run's
-    files: list[str]
+    files: tuple[str, ...]
     slowest_first_call: Candidate | None
     cold_limit_s: float = COLD_RUN_LIMIT_S
 
@@ -166,12 +165,11 @@ def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
     top = answer or (profiled[-1] if profiled else None)
     first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
     return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
-                       fastest, newest, run, first_calls,
-                       profiled, answer,
+                       fastest, newest, run, first_calls, profiled, answer,
                        Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, top) if profiled else None,
                        ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest)
                        if gpu_flops and newest.datasheet_flops else None,
-                       RunsFacts.of(device, rows), newest_date(rows), sorted({c.file for c in cands}),
+                       RunsFacts.of(device, rows), files_of(rows),
                        max(first_calls, key=lambda c: c.first_call_s, default=None))
 
 
@@ -232,7 +230,7 @@ class Leaderboard2026Facts:
     def scores(self) -> dict[str, Scored]:
         if self.multi is not None:
             device = self.multi.device + (f" + {self.one.device}" if self.pred else "")
-            return {PROBLEM: Scored(Kind.MEASURED, device, self.multi.date)}
+            return {PROBLEM: Scored(Kind.MEASURED, device, self.multi.runs.date)}
         if self.pred is not None:
             return {PROBLEM: Scored(Kind.PREDICTED, f"{self.one.device} + {self.w.device}", self.one.date)}
         return {PROBLEM: NOT_MEASURED}
