@@ -1,6 +1,7 @@
 """The package's layers (DESIGN.md): imports go one way. Every import in src/impl, at module level or
 inside a function, is an edge; no module reaches itself through them, the implementation modules
-(model, attention, distributed, ...) import none of the layers above them (bench, workloads, report),
+(model, attention, distributed, ...) import none of the layers above them (bench, workloads, nsys: the
+Nsight Systems runner and readers, which run workloads, and report),
 the measurement core (impl.bench) imports neither the workload recipes nor the report, nothing imports the pytest plugin
 (pytest loads it through conftest's `pytest_plugins`), and nothing imports the test kits."""
 import ast
@@ -73,7 +74,7 @@ def test_no_import_cycles():
 
 
 def test_implementation_imports_no_upper_layer():
-    upper = ("impl.bench", "impl.workloads", "impl.report")
+    upper = ("impl.bench", "impl.workloads", "impl.nsys", "impl.report")
     for module, deps in _graph().items():
         if not module.startswith(upper):
             bad = sorted(d for d in deps if d.startswith(upper))
