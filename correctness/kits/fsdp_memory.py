@@ -7,6 +7,7 @@ buffer (`_Unit.gather`) and every full-size flat gradient (`_UnitGrad.take`), so
 which of them outlive the point where they are needed."""
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -41,6 +42,9 @@ class MemCase:
         return "-".join(map(str, (self.wrapper, self.dtype, self.unit, self.prefetch))) + ("-completes" * self.completes)
 
 
+SETTLE_S = 0.5  # at most this long per phase boundary (see _Watched.settle)
+
+
 @dataclass
 class _Watched:
     """Weak references to buffers, with their bytes, and the most alive at once (counted as each
@@ -57,6 +61,17 @@ class _Watched:
         """(count, bytes) of those not freed."""
         live = [n for ref, n in self.refs if not ref.expired()]
         return len(live), sum(live)
+
+    def settle(self, timeout_s: float = SETTLE_S) -> float:
+        """Wait (sleeping, the GIL released) until none is alive or `timeout_s` passed; the seconds
+        waited. A buffer FSDP dropped can outlive its collective by the moment gloo's worker thread
+        needs to let go of the work (issue 23): once in CI's stress loop the end of forward found one
+        still alive (24,832 B, the last unit's), not reproduced in 198 runs here under load. A buffer
+        FSDP itself keeps stays alive past the timeout and fails the checks as before."""
+        t0 = time.monotonic()
+        while self.alive()[0] and time.monotonic() - t0 < timeout_s:
+            time.sleep(1e-3)
+        return time.monotonic() - t0
 
 
 def _watch_gathers(fsdp: FSDP) -> _Watched:
@@ -160,9 +175,10 @@ def memory(rank, world_size, cases: list[MemCase]) -> dict[MemCase, dict]:
             tracker = LiveBytes()
             tracker.note(x, y, *wrapper.parameters(), *wrapper.buffers(),
                          *(t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)))
-            at, alive = {}, {}
+            at, alive, settled = {}, {}, {}
 
             def mark(phase):
+                settled[phase] = gathers.settle()
                 at[phase] = tracker.mark(phase)
                 alive[phase] = dict(gathered=gathers.alive(), flat_grads=flats.alive())
             with tracker:
@@ -170,7 +186,7 @@ def memory(rank, world_size, cases: list[MemCase]) -> dict[MemCase, dict]:
         res = dict(at=at, peak=tracker.peak, peak_phase=tracker.peak_phase, phase_peaks=tracker.phase_peaks,
                    n_params=n_params)
         if ours:
-            res.update(alive=alive, most_gathered=gathers.most, most_flat_grads=flats.most,
+            res.update(alive=alive, settled_s=settled, most_gathered=gathers.most, most_flat_grads=flats.most,
                        num_gathers=len(gathers.refs), num_flat_grads=len(flats.refs), num_units=len(wrapper.units),
                        max_outstanding=wrapper.MAX_OUTSTANDING_REDUCE_SCATTERS,
                        largest_unit_numel=max(u.gather_numel for u in wrapper.units))
