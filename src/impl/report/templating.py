@@ -38,9 +38,10 @@ def render_page(name: str, **facts) -> str:
 
 
 def macros(name: str):
-    """The macros of template `name`, each called with a page's facts: `macros("leaderboard.md.j2").answer_time(f)`.
-    A template line is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph;
-    a markdown table (lines starting "|") keeps its lines."""
+    """The macros of template `name` as functions: the command-line words of the gate and compare
+    (`macros("cli.txt.j2").some_line(...)`); pages render whole through render_page. A template line
+    is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph; a markdown
+    table (lines starting "|") keeps its lines."""
     return _Macros(environment().get_template(name).module)
 
 
