@@ -1,4 +1,5 @@
-"""The Gluon forward for Hopper (impl.attention.flash_gluon, issue 47 stage 1).
+"""The Gluon forwards for Hopper: impl.attention.flash_gluon (issue 47 stage 1) and the warp-specialized
+impl.attention.flash_gluon_ws (stage 2), each test run against both where both apply.
 
 On the CPU: the kernel compiles for sm_90a (Gluon kernels do not run in the Triton interpreter; their
 PTX and cubin need no GPU) at every head dim, causal and full, within the H100's registers and shared
@@ -20,7 +21,7 @@ import torch
 
 pytest.importorskip("triton.experimental.gluon")  # triton is a dependency on Linux only
 
-from impl.attention.flash_gluon import CANDIDATE_CONFIGS  # noqa: E402
+from impl.attention import flash_gluon, flash_gluon_ws  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_CUDA = torch.cuda.is_available()
@@ -29,12 +30,22 @@ gpu = pytest.mark.gpu
 needs_sm90 = pytest.mark.skipif(not IS_SM90, reason="the Gluon forward is written for sm_90 (H100/H200)")
 
 HEAD_DIMS = (64, 80, 96, 128)
+#: kernel name -> (module, launcher name): stage 1 and stage 2 share the launcher contract.
+KERNELS = {"stage1": (flash_gluon, "flash_gluon_forward"), "ws": (flash_gluon_ws, "flash_gluon_ws_forward")}
 
 
-def _run(code: str) -> str:
-    """Run `code` in a fresh Python without the interpreter (these tests compile, never interpret)."""
+def forward(kernel: str):
+    mod, name = KERNELS[kernel]
+    return getattr(mod, name)
+
+
+def _run(code: str, *args: str) -> str:
+    """Run `code` (with args) in a fresh Python without the interpreter (these tests compile, never
+    interpret), this checkout's src first on its path."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=900,
+                         cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -46,19 +57,20 @@ def _run(code: str) -> str:
 # reads the cubin Triton produced: registers, stack and local (spill) bytes from cuobjdump's resource
 # usage, instruction counts from its SASS; dynamic shared memory from the kernel's metadata.
 _COMPILE = r"""
-import json, os, re, subprocess, tempfile, torch, triton
+import json, os, re, subprocess, sys, tempfile, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
-from impl.attention import flash_gluon as fg
+from impl.attention import flash_gluon, flash_gluon_ws
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+KERNEL = sys.argv[1]
+mod, fn = {"stage1": (flash_gluon, flash_gluon._attn_fwd_sm90), "ws": (flash_gluon_ws, flash_gluon_ws._attn_fwd_ws_sm90)}[KERNEL]
 
 def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     q, k, v = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
-    grid, args, opts = fg.launch_args(q, k, v, o, lse, causal, config)
-    fn = fg._attn_fwd_sm90
+    grid, args, opts = mod.launch_args(q, k, v, o, lse, causal, config)
     sig, const = {}, {}
     for i, (name, a) in enumerate(zip(fn.arg_names, args)):
         if fn.params[i].is_constexpr or a is None:
@@ -67,6 +79,22 @@ def compile_sm90(d, causal, config, dtype=torch.bfloat16):
             sig[name] = mangle_type(a)  # what the runtime specializes a tensor / descriptor / scalar to
     src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("L"),): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+def partitions(sass):
+    # Each stretch of SASS after a setmaxnreg (USETMAXREG): its budget and the registers it touches
+    # (highest Rn + 1); per budget, the most any stretch under it uses.
+    out, budget, top = {}, None, 0
+    for line in sass.splitlines():
+        m = re.search(r"USETMAXREG\.\S+\.CTAPOOL\s+(?:UP\d+,\s*)?(0x[0-9a-f]+|\d+)", line)
+        if m:
+            if budget is not None:
+                out[budget] = max(out.get(budget, 0), top)
+            budget, top = int(m.group(1), 0), 0
+            continue
+        top = max([top] + [int(r) + 1 for r in re.findall(r"\bR(\d+)\b", line)])
+    if budget is not None:
+        out[budget] = max(out.get(budget, 0), top)
+    return {str(b): r for b, r in sorted(out.items())}
 
 def figures(ck):
     path = tempfile.mktemp(suffix=".cubin")
@@ -77,45 +105,53 @@ def figures(ck):
     return dict(regs=int(usage["REG"]), stack=int(usage["STACK"]), local=int(usage["LOCAL"]), shared=ck.metadata.shared,
                 hgmma=len(re.findall(r"\bHGMMA\.", sass)), hmma=len(re.findall(r"\bHMMA\.", sass)),
                 tma_loads=len(re.findall(r"\bUTMALDG\b", sass)), tma_stores=len(re.findall(r"\bUTMASTG\b", sass)),
-                target=re.search(r"\.target\s+(\S+)", ck.asm["ptx"]).group(1))
+                ex2=len(re.findall(r"\bMUFU\.EX2\b", sass)), bar_sync=len(re.findall(r"\bBAR\.SYNC\b", sass)),
+                setmaxnreg=len(re.findall(r"\bUSETMAXREG\b", sass)), partitions=partitions(sass),
+                warps=ck.metadata.num_warps, target=re.search(r"\.target\s+(\S+)", ck.asm["ptx"]).group(1))
 
 rows = []
 for d in (64, 80, 96, 128):
     for causal in (False, True):
-        config = fg.default_config(d)
-        rows.append(dict(d=d, causal=causal, config=str(config), predicted=fg.shared_bytes(d, config),
+        config = mod.default_config(d)
+        rows.append(dict(d=d, causal=causal, config=str(config), predicted=mod.shared_bytes(d, config),
                          **figures(compile_sm90(d, causal, config))))
 for d in (80, 128):  # fp16: the same code on another element type
-    config = fg.default_config(d)
-    rows.append(dict(d=d, causal=True, config=str(config) + " fp16", predicted=fg.shared_bytes(d, config),
+    config = mod.default_config(d)
+    rows.append(dict(d=d, causal=True, config=str(config) + " fp16", predicted=mod.shared_bytes(d, config),
                      **figures(compile_sm90(d, True, config, torch.float16))))
-for config in fg.CANDIDATE_CONFIGS:  # the probe's sweep, at d 128 causal: each fits, or the launcher refuses it
+for config in mod.CANDIDATE_CONFIGS:  # the probe's sweep, at d 128 causal: each fits, or the launcher refuses it
     try:
         ck = compile_sm90(128, True, config)
     except ValueError as e:
-        rows.append(dict(d=128, causal=True, config=str(config), predicted=fg.shared_bytes(128, config), refused=str(e)))
+        rows.append(dict(d=128, causal=True, config=str(config), predicted=mod.shared_bytes(128, config), refused=str(e)))
         continue
-    rows.append(dict(d=128, causal=True, config=str(config), predicted=fg.shared_bytes(128, config), **figures(ck)))
+    rows.append(dict(d=128, causal=True, config=str(config), predicted=mod.shared_bytes(128, config), **figures(ck)))
 print(json.dumps(rows))
 """
 
 
-def test_gluon_forward_compiles_for_hopper():
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_gluon_forward_compiles_for_hopper(kernel):
     """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), and every
     probe candidate at d 128:
     compiles for sm_90a with no spills (no local memory, no stack), within the H100's 227 KB of
-    shared memory (what shared_bytes predicts: no conversion scratch), its products on
-    wgmma (HGMMA in SASS, no HMMA) and its loads and stores through TMA."""
+    shared memory (stage 1: what shared_bytes predicts, no conversion scratch; ws: at most its bound,
+    which adds the warp-specialize captures), its products on wgmma (HGMMA in SASS, no HMMA) and its
+    loads and stores through TMA. ws also: 12 warps, setmaxnreg in the SASS, its budgets the config's
+    (consumers 240, the load warp's warpgroup 24) and no partition past its budget."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
-    rows = json.loads(_run(_COMPILE))
-    print(f"\n{'d':>4} {'causal':>6} {'config':<63} {'regs':>4} {'spill B':>7} {'shared B':>8} {'HGMMA':>5} {'TMA ld/st':>9}")
+    mod = KERNELS[kernel][0]
+    rows = json.loads(_run(_COMPILE, kernel))
+    print(f"\n{'d':>4} {'causal':>6} {'config':<63} {'regs':>4} {'spill B':>7} {'shared B':>8} {'HGMMA':>5} "
+          f"{'TMA ld/st':>9} {'EX2':>4} {'BAR':>4}  setmaxnreg budget: regs touched")
     for r in rows:
         if "refused" in r:
             print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<63} refused: {r['predicted']} B > {SM90_MAX_SHARED}")
             continue
         print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<63} {r['regs']:>4} {r['local']:>7} {r['shared']:>8} "
-              f"{r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']}")
+              f"{r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']:<3} {r['ex2']:>4} {r['bar_sync']:>4}  "
+              f"{r['partitions'] or ''}")
     assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
     for r in rows:
         if "refused" in r:
@@ -124,9 +160,16 @@ def test_gluon_forward_compiles_for_hopper():
         assert r["target"] == "sm_90a", r
         assert r["local"] == 0 and r["stack"] == 0, f"spills: {r}"
         assert r["regs"] <= 255, r
-        assert r["predicted"] - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         assert r["hgmma"] > 0 and r["hmma"] == 0, r
         assert r["tma_loads"] > 0 and r["tma_stores"] > 0, r
+        if kernel == "stage1":
+            assert r["predicted"] - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+            continue
+        assert r["predicted"] - mod.WS_CAPTURE_BYTES - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+        assert r["warps"] == 12 and r["setmaxnreg"] > 0, r
+        budgets = {int(b): used for b, used in r["partitions"].items()}
+        assert {240, 24} <= set(budgets), r
+        assert all(used <= b for b, used in budgets.items()), r
 
 
 # ----------------------------------------------------------------------------- CPU: refusals, isolation
@@ -140,6 +183,7 @@ def _qkv(shape_q, shape_k=None, dtype=torch.bfloat16, device="cpu", seed=0):
     return q, k, v
 
 
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("case,match", [
     ("fp32", "bf16/fp16"),
     ("mixed dtypes", "bf16/fp16"),
@@ -150,9 +194,7 @@ def _qkv(shape_q, shape_k=None, dtype=torch.bfloat16, device="cpu", seed=0):
     ("misaligned start", "16-byte aligned"),
     ("2-D", r"\(B, H, N, d\)"),
 ])
-def test_gluon_forward_names_the_broken_constraint(case, match):
-    from impl.attention.flash_gluon import flash_gluon_forward
-
+def test_gluon_forward_names_the_broken_constraint(case, match, kernel):
     q, k, v = _qkv((2, 3, 40, 64))
     if case == "fp32":
         q, k, v = q.float(), k.float(), v.float()
@@ -170,32 +212,54 @@ def test_gluon_forward_names_the_broken_constraint(case, match):
         q = torch.randn(2 * 3 * 40 * 64 + 1).to(torch.bfloat16)[1:].view(2, 3, 40, 64)
     elif case == "2-D":
         q, k, v = q[0, 0], k[0, 0], v[0, 0]
-    with pytest.raises(ValueError, match=match):
-        flash_gluon_forward(q, k, v, True)
+    with pytest.raises(ValueError, match=f"^{KERNELS[kernel][1]}: .*{match}"):
+        forward(kernel)(q, k, v, True)
 
 
-def test_gluon_forward_refuses_other_devices():
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_gluon_forward_refuses_other_devices(kernel):
     """Valid inputs off an sm_90 GPU: a RuntimeError that says what the kernel needs."""
-    from impl.attention.flash_gluon import flash_gluon_forward
-
-    with pytest.raises(RuntimeError, match="sm_90"):
-        flash_gluon_forward(*_qkv((1, 2, 40, 64)), False)
+    with pytest.raises(RuntimeError, match=f"^{KERNELS[kernel][1]} .*sm_90"):
+        forward(kernel)(*_qkv((1, 2, 40, 64)), False)
 
 
-def test_gluon_forward_refuses_configs_over_shared_memory():
-    from impl.attention.flash_gluon import GluonFwdConfig, launch_args
-
+@pytest.mark.parametrize("kernel,config", [("stage1", flash_gluon.GluonFwdConfig(128, 128, 8, 4)),
+                                           ("ws", flash_gluon_ws.GluonWsConfig(num_stages=4))])
+def test_gluon_forward_refuses_configs_over_shared_memory(kernel, config):
     q, k, v = _qkv((1, 2, 40, 128))
     with pytest.raises(ValueError, match="shared memory"):
-        launch_args(q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1]), True, GluonFwdConfig(128, 128, 8, 4))
+        KERNELS[kernel][0].launch_args(q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1]), True, config)
+
+
+@pytest.mark.parametrize("fields,match", [(dict(block_m=128), "spill"), (dict(block_n=32), "block_n"),
+                                          (dict(num_stages=5), "num_stages"), (dict(consumer_regs=248), "register"),
+                                          (dict(load_regs=20), "register")])
+def test_ws_config_refuses_what_cannot_compile_cleanly(fields, match):
+    with pytest.raises(ValueError, match=match):
+        flash_gluon_ws.GluonWsConfig(**fields)
+
+
+def test_ws_persistent_grid_and_head_groups():
+    """Persistent: one program per SM (fewer when there are fewer tiles), heads grouped so a group's
+    K and V fit the L2 budget; per-tile grid otherwise (each head's tiles in a row: group 1)."""
+    ws = flash_gluon_ws
+    q, k, v = _qkv((2, 3, 1000, 128))
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
+    tiles = 2 * 3 * 8  # 128-row CTA tiles of 1000 queries, 6 heads
+    grid, args, _ = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig())
+    assert grid == (tiles, ) and args[15] == 1
+    grid, args, _ = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True), num_sms=20)
+    assert grid == (20, ) and args[13:16] == (8, 6, 6)  # n_m, n_bh, group: 6 heads x 0.5 MB fit
+    assert ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True), num_sms=132)[0] == (tiles, )
+    assert ws.group_heads(32768, 128, 32) == 1 and ws.group_heads(4096, 128, 128) == 12
 
 
 def test_gluon_forward_is_off_the_default_paths():
     """Issue 47 wires the kernel in at stage 4: until then importing the attention package, the Triton
     path and the model does not import it."""
     out = _run("import sys, impl.attention, impl.attention.flash_triton, impl.model\n"
-               "print('impl.attention.flash_gluon' in sys.modules)")
-    assert out.split() == ["False"]
+               "print('impl.attention.flash_gluon' in sys.modules, 'impl.attention.flash_gluon_ws' in sys.modules)")
+    assert out.split() == ["False", "False"]
 
 
 # ----------------------------------------------------------------------------- GPU (unrun until a GPU session)
@@ -232,16 +296,15 @@ SHAPES = [(2, 3, 300, 300), (1, 2, 1000, 1000), (2, 2, 200, 333), (1, 3, 257, 12
 
 @gpu
 @needs_sm90
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gluon_gpu_matches_reference_and_triton(shape, d, is_causal, dtype):
-    from impl.attention.flash_gluon import flash_gluon_forward
-
+def test_gluon_gpu_matches_reference_and_triton(shape, d, is_causal, dtype, kernel):
     B, H, n_q, n_k = shape
     q, k, v = _qkv((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
-    o, lse = flash_gluon_forward(q, k, v, is_causal)
+    o, lse = forward(kernel)(q, k, v, is_causal)
     assert o.shape == q.shape and o.dtype == dtype and lse.shape == q.shape[:-1] and lse.dtype == torch.float32
     assert torch.isfinite(o).all() and torch.isfinite(lse).all()
     r_o, r_lse = reference(q, k, v, is_causal)
@@ -253,54 +316,83 @@ def test_gluon_gpu_matches_reference_and_triton(shape, d, is_causal, dtype):
 
 @gpu
 @needs_sm90
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
-def test_gluon_gpu_strided_and_3d_inputs_match_contiguous(d, is_causal):
+def test_gluon_gpu_strided_and_3d_inputs_match_contiguous(d, is_causal, kernel):
     """Heads and sequence transposed ((B, N, H, d) storage, as a model's projections give) and 3-D
     inputs run the same kernel code on the same values: bit-identical to contiguous 4-D inputs."""
-    from impl.attention.flash_gluon import flash_gluon_forward
-
+    fwd = forward(kernel)
     B, H, n = 2, 3, 300
     q, k, v = (x.transpose(1, 2) for x in _qkv((B, n, H, d), dtype=torch.bfloat16, device="cuda"))
     assert not q.is_contiguous()
-    o, lse = flash_gluon_forward(q, k, v, is_causal)
-    o_c, lse_c = flash_gluon_forward(q.contiguous(), k.contiguous(), v.contiguous(), is_causal)
+    o, lse = fwd(q, k, v, is_causal)
+    o_c, lse_c = fwd(q.contiguous(), k.contiguous(), v.contiguous(), is_causal)
     assert torch.equal(o, o_c) and torch.equal(lse, lse_c)
-    o3, lse3 = flash_gluon_forward(q[:, 0], k[:, 0], v[:, 0], is_causal)
+    o3, lse3 = fwd(q[:, 0], k[:, 0], v[:, 0], is_causal)
     assert o3.shape == q[:, 0].shape and lse3.shape == (B, n)
     assert torch.equal(o3, o_c[:, 0]) and torch.equal(lse3, lse_c[:, 0])
+
+
+def _config_id(c) -> str:
+    if isinstance(c, str):  # the kernel's name: the config's id says it
+        return ""
+    if isinstance(c, flash_gluon.GluonFwdConfig):
+        return f"stage1-{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}"
+    return (f"ws-{c.block_m}x{c.block_n}s{c.num_stages}" + ("-pingpong" if c.pingpong else "")
+            + ("-persistent" if c.persistent else ""))
 
 
 @gpu
 @needs_sm90
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [80, 128])
-@pytest.mark.parametrize("config", CANDIDATE_CONFIGS,
-                         ids=lambda c: f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}")
-def test_gluon_gpu_candidate_configs(config, d, is_causal):
+@pytest.mark.parametrize("kernel,config", [("stage1", c) for c in flash_gluon.CANDIDATE_CONFIGS]
+                         + [("ws", c) for c in flash_gluon_ws.CANDIDATE_CONFIGS], ids=_config_id)
+def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
     """Each config the probe times is correct (those over shared memory are refused, not run)."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
-    from impl.attention.flash_gluon import flash_gluon_forward, shared_bytes
 
     q, k, v = _qkv((2, 2, 1000, d), dtype=torch.bfloat16, device="cuda")
-    if shared_bytes(d, config) > SM90_MAX_SHARED:
+    if KERNELS[kernel][0].shared_bytes(d, config) > SM90_MAX_SHARED:
         with pytest.raises(ValueError, match="shared memory"):
-            flash_gluon_forward(q, k, v, is_causal, config)
+            forward(kernel)(q, k, v, is_causal, config)
         return
-    o, lse = flash_gluon_forward(q, k, v, is_causal, config)
+    o, lse = forward(kernel)(q, k, v, is_causal, config)
     r_o, r_lse = reference(q, k, v, is_causal)
     assert rel_err(o, r_o) < TOL[torch.bfloat16] and rel_err(lse, r_lse) < TOL[torch.bfloat16]
 
 
 @gpu
 @needs_sm90
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-def test_gluon_gpu_long_sequences_match_triton(is_causal):
+def test_gluon_gpu_long_sequences_match_triton(is_causal, kernel):
     """4096 keys (32 tiles: the ring wraps ten times, 32 query tiles per head) against the Triton forward."""
-    from impl.attention.flash_gluon import flash_gluon_forward
-
     q, k, v = _qkv((2, 4, 4096, 128), dtype=torch.bfloat16, device="cuda")
-    o, lse = flash_gluon_forward(q, k, v, is_causal)
+    o, lse = forward(kernel)(q, k, v, is_causal)
     t_o, t_lse = triton_forward(q, k, v, is_causal)
     assert rel_err(o, t_o) < TOL[torch.bfloat16], rel_err(o, t_o)
     torch.testing.assert_close(lse, t_lse, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_ws_gpu_schedules_agree_bitwise(d, is_causal):
+    """Ping-pong on or off, one tile per program or persistent (several tiles per program, heads
+    grouped, the ring and the turns carried across tiles): each tile's arithmetic is the same, so
+    the outputs are bit-identical. 2 x 5 heads x 1500 rows: 120 CTA tiles of 128 rows, ragged."""
+    ws = flash_gluon_ws
+    q, k, v = _qkv((2, 5, 1500, d), dtype=torch.bfloat16, device="cuda")
+    o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal)
+    for config in (ws.GluonWsConfig(pingpong=False), ws.GluonWsConfig(persistent=True),
+                   ws.GluonWsConfig(persistent=True, num_stages=2, pingpong=False)):
+        o2, lse2 = ws.flash_gluon_ws_forward(q, k, v, is_causal, config)
+        assert torch.equal(o, o2) and torch.equal(lse, lse2), config
+    # A persistent grid smaller than the tiles, built by hand: 7 programs walk 17 tiles each.
+    o3, lse3 = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda")
+    grid, args, opts = ws.launch_args(q, k, v, o3, lse3, is_causal, ws.GluonWsConfig(persistent=True), num_sms=7)
+    ws._attn_fwd_ws_sm90[grid](*args, **opts)
+    assert torch.equal(o, o3) and torch.equal(lse, lse3)

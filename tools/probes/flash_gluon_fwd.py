@@ -1,10 +1,13 @@
-"""GPU probe (issue 47, stage 1): the Gluon forward for sm_90 against our Triton forward and SDPA.
+"""GPU probe (issue 47, stages 1 and 2): the Gluon forwards for sm_90 against our Triton forward and SDPA.
 
 Shapes: issue 47's table (bf16; causal unless marked): 4x32x4096x128, 1x32x32768x128, 8x32x2048x128,
 4x16x8192x128 full, 1x16x16384x64 (the leaderboard's), and 4x16x4096x80 and x96 (the split head dims).
 Per shape: SDPA cuDNN and SDPA flash forward, our Triton forward (default options: autotuned, the
-shape key's pick), the Gluon forward at its default config; the Gluon candidate configs
-(flash_gluon.CANDIDATE_CONFIGS) at 4x32x4096x128 (after the table) and 1x16x16384x64 (last). Each Gluon row also records its
+shape key's pick), the stage-1 Gluon forward ("gluon") at its default config, the warp-specialized one
+("gluon-ws", flash_gluon_ws) at its default config and persistent. Order: the issue's d 128 table first
+(the stage-2 target: ws ÷ cuDNN), then the ws candidate configs (flash_gluon_ws.CANDIDATE_CONFIGS) and
+the stage-1 ones (flash_gluon.CANDIDATE_CONFIGS) at 4x32x4096x128, the leaderboard and split head dims,
+and the stage-1 candidates at 1x16x16384x64 last. Each Gluon row also records its
 relative error against the Triton forward's output of the same inputs ("err"; > 2e-2 marks the row
 wrong, its time is kept but flagged). do_bench medians (warmup 25, rep 100); TFLOP/s from
 impl.attention.attention_flops; "/cudnn" and "/triton": ms over that row's ms on the same shape.
@@ -19,6 +22,7 @@ prints a table. --dry-run prints the plan without touching the GPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -40,39 +44,65 @@ def shape_name(s) -> str:
     return "x".join(map(str, s[:4])) + ("" if s[4] else " full")
 
 
-def plan():
-    """Rows in the order they run, most informative first: the issue's table with the Gluon default,
-    the candidate configs at 4x32x4096x128, the split head dims, the candidates at the leaderboard shape."""
-    from impl.attention.flash_gluon import CANDIDATE_CONFIGS, default_config
+def _kernels():
+    """impl name -> the Gluon module whose forward, default_config and CANDIDATE_CONFIGS it times."""
+    from impl.attention import flash_gluon, flash_gluon_ws
 
+    return {"gluon": flash_gluon, "gluon-ws": flash_gluon_ws}
+
+
+def launcher(impl):
+    mod = _kernels()[impl]
+    return mod.flash_gluon_ws_forward if impl == "gluon-ws" else mod.flash_gluon_forward
+
+
+def plan():
+    """Rows in the order they run, most informative first: the issue's d 128 table with both Gluon
+    kernels (ws also persistent), the ws and stage-1 candidates at 4x32x4096x128, the leaderboard and
+    split head dims, the stage-1 candidates at the leaderboard shape."""
+    kernels = _kernels()
     rows, compiled = [], set()
+
+    def gluon_row(s, impl, c):
+        new = (impl, c, s[3], s[4]) not in compiled  # Triton's cache keys on the constexprs, not the grid
+        compiled.add((impl, c, s[3], s[4]))
+        rows.append(dict(shape=s, impl=impl, config=c, est=2.0 + COMPILE_S * new))
 
     def shape_rows(s):
         for impl in ("cudnn", "sdpa flash"):
             rows.append(dict(shape=s, impl=impl, config=None, est=2.0))
-        new = (s[3], s[4]) not in compiled
-        compiled.add((s[3], s[4]))
+        new = ("triton", s[3], s[4]) not in compiled
+        compiled.add(("triton", s[3], s[4]))
         rows.append(dict(shape=s, impl="triton", config="autotuned", est=6.0 + TRITON_FWD_CONFIGS * COMPILE_S * new))
-        rows.append(dict(shape=s, impl="gluon", config=default_config(s[3]), est=2.0 + COMPILE_S * new))
+        for impl, mod in kernels.items():
+            gluon_row(s, impl, mod.default_config(s[3]))
+        ws = kernels["gluon-ws"].default_config(s[3])
+        gluon_row(s, "gluon-ws", dataclasses.replace(ws, persistent=True))
 
-    def sweep(s):
-        for c in CANDIDATE_CONFIGS:
-            if c != default_config(s[3]):
-                rows.append(dict(shape=s, impl="gluon", config=c, est=2.0 + COMPILE_S))
+    def sweep(s, impl):
+        mod = kernels[impl]
+        for c in mod.CANDIDATE_CONFIGS:
+            if not any(r["impl"] == impl and r["config"] == c and r["shape"] == s for r in rows):
+                gluon_row(s, impl, c)
 
     for s in TABLE:
+        if s[3] == 128:
+            shape_rows(s)
+    sweep(MAIN, "gluon-ws")
+    sweep(MAIN, "gluon")
+    for s in [s for s in TABLE if s[3] != 128] + SPLIT:
         shape_rows(s)
-    sweep(MAIN)
-    for s in SPLIT:
-        shape_rows(s)
-    sweep(LEADERBOARD)
+    sweep(LEADERBOARD, "gluon")
     return rows
 
 
 def cfg_text(c) -> str:
     if c is None or isinstance(c, str):
         return c or ""
-    return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}"
+    if hasattr(c, "num_warps"):  # stage 1
+        return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}"
+    return (f"2x{c.block_m}x{c.block_n} s{c.num_stages}" + (" pp" if c.pingpong else "")
+            + (" persist" if c.persistent else ""))
 
 
 def bench(fn) -> float:
@@ -94,7 +124,6 @@ def rel_err(out, ref) -> float:
 def measure(row, qkv, cache) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from impl.attention.flash_gluon import flash_gluon_forward
     from impl.attention.flash_launch import flash_attention_triton_forward
 
     q, k, v = qkv
@@ -107,10 +136,10 @@ def measure(row, qkv, cache) -> dict:
         cache["triton"] = flash_attention_triton_forward(q, k, v, causal)
     if row["impl"] == "triton":
         return {"ms": bench(lambda: flash_attention_triton_forward(q, k, v, causal))}
-    o, _ = flash_gluon_forward(q, k, v, causal, row["config"])
+    fwd = launcher(row["impl"])
+    o, _ = fwd(q, k, v, causal, row["config"])
     err = rel_err(o, cache["triton"][0])
-    return {"ms": bench(lambda: flash_gluon_forward(q, k, v, causal, row["config"])), "err": err,
-            "wrong": err > WRONG}
+    return {"ms": bench(lambda: fwd(q, k, v, causal, row["config"])), "err": err, "wrong": err > WRONG}
 
 
 def fill_ratios(rows) -> None:
@@ -129,13 +158,13 @@ def fill_ratios(rows) -> None:
             r[f"/{impl}"] = ms / a if ms and a else None
 
 
-HEAD = f"{'shape':<22}{'impl':<12}{'config':<18}{'ms':>9}{'TF/s':>7}{'/cudnn':>8}{'/triton':>8}{'err':>9}  note"
+HEAD = f"{'shape':<22}{'impl':<12}{'config':<26}{'ms':>9}{'TF/s':>7}{'/cudnn':>8}{'/triton':>8}{'err':>9}  note"
 
 
 def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = "WRONG " if r.get("wrong") else ""
-    return (f"{r['shape_name']:<22}{r['impl']:<12}{cfg_text(r['config']):<18}{num(r.get('ms'), '9.3f'):>9}"
+    return (f"{r['shape_name']:<22}{r['impl']:<12}{cfg_text(r['config']):<26}{num(r.get('ms'), '9.3f'):>9}"
             f"{num(r.get('tflops'), '7.0f'):>7}{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}"
             f"{num(r.get('err'), '9.1e'):>9}  {note}{(r.get('error') or '')[:80]}")
 
@@ -149,7 +178,7 @@ def main() -> None:
     specs = plan()
     if args.dry_run:
         for s in specs:
-            print(f"{shape_name(s['shape']):<22}{s['impl']:<12}{cfg_text(s['config']):<18} est {s['est']:4.0f} s")
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<12}{cfg_text(s['config']):<26} est {s['est']:4.0f} s")
         print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
         return
     import triton

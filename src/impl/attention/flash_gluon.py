@@ -143,6 +143,65 @@ def _tile_2d(smem, ROWS: gl.constexpr, COLS: gl.constexpr):
 
 
 @gluon.jit
+def _qk_async(q2, qh2, k_slot, kh_slot, s_zero, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """Issue S = Q·Kᵀ for one key tile (slot views of the ring; Kᵀ a permuted view), the hi half
+    chained onto the lo one; returns the accumulator token."""
+    s = warpgroup_mma(q2, _tile_2d(k_slot, BLOCK_N, BLOCK_D).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if D1 > 0:
+        s = warpgroup_mma(qh2, _tile_2d(kh_slot, BLOCK_N, D1).permute((1, 0)), s, is_async=True)
+    return s
+
+
+@gluon.jit
+def _online_softmax(s, m_i, l_i, offs_m, n0, N_K, qk_scale, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """One key tile's step of the base-2 online softmax: returns (P in fp32, alpha, l, m) with alpha
+    the factor that rescales what was accumulated against the old max. MASKED: bounds (keys from n0
+    past N_K) and causal masks; otherwise no mask at all."""
+    if MASKED:
+        offs_n = n0 + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+        valid = gl.expand_dims(offs_n < N_K, 0)
+        if IS_CAUSAL:
+            valid = valid & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
+        # Finite, not -inf: tile 0 holds key 0, which every row sees, so no row's max stays at
+        # the mask value and exp2 of a masked score is exactly 0.
+        s = gl.where(valid, s * qk_scale, -1.0e6)
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        s = s - gl.expand_dims(m_new, 1)
+    else:
+        # The scale folds into the max and into one multiply-add per score.
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        s = s * qk_scale - gl.expand_dims(m_new, 1)
+    p32 = gl.exp2(s)
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p32, 1)
+    return p32, alpha, l_i, m_new
+
+
+@gluon.jit
+def _rows(x, acc):
+    """A per-row vector (S's row layout) as a column broadcastable against acc (its own layout)."""
+    return gl.expand_dims(gl.convert_layout(x, gl.SliceLayout(1, acc.type.layout)), 1)
+
+
+@gluon.jit
+def _pv_async(p, acc, acc_h, alpha, v_slot, vh_slot, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
+              D1: gl.constexpr):
+    """Issue O = alpha·O + P·V for one key tile (alpha None: O as it is), P from registers (the lo
+    accumulator's A-operand layout, converted for the hi one). Returns the accumulator tokens and
+    the hi P, which must stay live until the product is waited for (p itself is the caller's)."""
+    if alpha is not None:
+        acc = acc * _rows(alpha, acc)
+    acc = warpgroup_mma(p, _tile_2d(v_slot, BLOCK_N, BLOCK_D), acc, is_async=True)
+    p_h = 0
+    if D1 > 0:
+        p_h = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0, parent=acc_h.type.layout, k_width=2))
+        if alpha is not None:
+            acc_h = acc_h * _rows(alpha, acc_h)
+        acc_h = warpgroup_mma(p_h, _tile_2d(vh_slot, BLOCK_N, D1), acc_h, is_async=True)
+    return acc, acc_h, p_h
+
+
+@gluon.jit
 def _kv_loop(acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles, b, h, N_K, qk_scale,
              k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars,
              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
@@ -157,18 +216,14 @@ def _kv_loop(acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles,
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = _mma_layout(NW, BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
-    oh_layout: gl.constexpr = _mma_layout(NW, D1)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     for j in range(j_lo, j_hi):
         slot = j % NUM_STAGES
         phase = (j // NUM_STAGES) & 1
         mbarrier.wait(k_bars.index(slot), phase)
-        k_t = _tile_2d(k_smem.index(slot), BLOCK_N, BLOCK_D).permute((1, 0))
-        s = warpgroup_mma(q2, k_t, s_zero, use_acc=False, is_async=True)
+        s = _qk_async(q2, qh2, k_smem.index(slot), kh_smem.index(slot) if D1 > 0 else 0, s_zero, BLOCK_N, BLOCK_D, D1)
         if D1 > 0:
-            kh_t = _tile_2d(kh_smem.index(slot), BLOCK_N, D1).permute((1, 0))
-            s = warpgroup_mma(qh2, kh_t, s, is_async=True)
             s, acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc, acc_h, p, p_h))
         else:
             s, acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc, p))
@@ -179,35 +234,34 @@ def _kv_loop(acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles,
         _issue_kv(j + NUM_STAGES - 1, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem,
                   vh_smem, k_bars, v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
 
-        if MASKED:
-            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            valid = gl.expand_dims(offs_n < N_K, 0)
-            if IS_CAUSAL:
-                valid = valid & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
-            # Finite, not -inf: tile 0 holds key 0, which every row sees, so no row's max stays at
-            # the mask value and exp2 of a masked score is exactly 0.
-            s = gl.where(valid, s * qk_scale, -1.0e6)
-            m_new = gl.maximum(m_i, gl.max(s, 1))
-            s = s - gl.expand_dims(m_new, 1)
-        else:
-            # The scale folds into the max and into one multiply-add per score.
-            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-            s = s * qk_scale - gl.expand_dims(m_new, 1)
-        p32 = gl.exp2(s)
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p32, 1)
-        m_i = m_new
-
+        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, j * BLOCK_N, N_K, qk_scale, MASKED, IS_CAUSAL)
         # The S accumulator's registers are the A operand's: P goes to the tensor cores from registers.
         p = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
-        alpha_o = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         mbarrier.wait(v_bars.index(slot), phase)
-        acc = warpgroup_mma(p, _tile_2d(v_smem.index(slot), BLOCK_N, BLOCK_D), acc * alpha_o, is_async=True)
-        if D1 > 0:
-            p_h = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0, parent=oh_layout, k_width=2))
-            alpha_h = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, oh_layout)), 1)
-            acc_h = warpgroup_mma(p_h, _tile_2d(vh_smem.index(slot), BLOCK_N, D1), acc_h * alpha_h, is_async=True)
+        acc, acc_h, p_h = _pv_async(p, acc, acc_h, alpha, v_smem.index(slot),
+                                    vh_smem.index(slot) if D1 > 0 else 0, BLOCK_N, BLOCK_D, D1)
     return acc, acc_h, p, p_h, l_i, m_i
+
+
+@gluon.jit
+def _store_tile(acc, acc_h, l_i, m_i, o_smem, oh_smem, o_desc, oh_desc, L, b, h, pid_bh, start_m, offs_m, N_Q,
+                BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """O = acc / l through shared memory (the query tile's, free once every warp of the caller is
+    past its last wgmma on it) to a TMA store, which drops rows past N_Q; lse by pointer. The
+    caller waits for the store (tma.store_wait) before it reuses o_smem."""
+    inv_l = 1.0 / l_i
+    dtype: gl.constexpr = o_desc.dtype
+    o_smem.reshape(acc.shape).store((acc * _rows(inv_l, acc)).to(dtype))
+    if D1 > 0:
+        oh_smem.reshape(acc_h.shape).store((acc_h * _rows(inv_l, acc_h)).to(dtype))
+    # Generic-proxy writes, then the copy engine reads them: fence in every thread, then a barrier.
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(o_desc, [b, h, start_m, 0], o_smem)
+    if D1 > 0:
+        tma.async_copy_shared_to_global(oh_desc, [b, h, start_m, BLOCK_D], oh_smem)
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
+    gl.store(L + pid_bh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
 
 
 # ---------------------------------------------------------------------------
@@ -317,19 +371,7 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
 
     # Epilogue. Every warp is past its last wgmma on Q before any writes O over it.
     gl.thread_barrier()
-    inv_l = 1.0 / l_i
-    q2.store((acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(1, o_layout)), 1)).to(dtype))
-    if D1 > 0:
-        qh2.store((acc_h * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(1, oh_layout)), 1)).to(dtype))
-    # Generic-proxy writes, then the copy engine reads them: fence in every thread, then a barrier.
-    fence_async_shared()
-    gl.thread_barrier()
-    tma.async_copy_shared_to_global(o_desc, [b, h, start_m, 0], q_smem)
-    if D1 > 0:
-        tma.async_copy_shared_to_global(oh_desc, [b, h, start_m, BLOCK_D], qh_smem)
-
-    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
-    gl.store(L + pid_bh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+    _store_tile(acc, acc_h, l_i, m_i, q_smem, qh_smem, o_desc, oh_desc, L, b, h, pid_bh, start_m, offs_m, N_Q, BLOCK_D, D1)
     tma.store_wait(pendings=0)
 
 
@@ -337,45 +379,46 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
 # Host side
 # ---------------------------------------------------------------------------
 
-def _check_layout(name: str, t: Tensor) -> None:
-    """TMA's constraints on a (B, H, N, d) operand, each named when it fails."""
+def _check_layout(name: str, t: Tensor, fn: str) -> None:
+    """TMA's constraints on a (B, H, N, d) operand, each named (with the launcher fn) when it fails."""
     size = t.element_size()
     if t.stride(-1) != 1:
-        raise ValueError(f"flash_gluon_forward: {name} needs unit stride along the head dim (TMA), got strides "
+        raise ValueError(f"{fn}: {name} needs unit stride along the head dim (TMA), got strides "
                          f"{tuple(t.stride())}")
     if t.data_ptr() % 16:
-        raise ValueError(f"flash_gluon_forward: {name}'s data must start 16-byte aligned (TMA), got address "
+        raise ValueError(f"{fn}: {name}'s data must start 16-byte aligned (TMA), got address "
                          f"{t.data_ptr():#x}")
     bad = [s for s in t.stride()[:-1] if (s * size) % 16]
     if bad:
-        raise ValueError(f"flash_gluon_forward: {name}'s strides must be multiples of 16 bytes (TMA), got strides "
+        raise ValueError(f"{fn}: {name}'s strides must be multiples of 16 bytes (TMA), got strides "
                          f"{tuple(t.stride())} of {size}-byte elements")
 
 
-def _as_4d(x: Tensor) -> Tensor:
+def as_4d(x: Tensor) -> Tensor:
     return x.unsqueeze(1) if x.dim() == 3 else x
 
 
-def validate(q: Tensor, k: Tensor, v: Tensor) -> None:
-    """Raise ValueError naming the first constraint the inputs break (any device)."""
+def validate(q: Tensor, k: Tensor, v: Tensor, fn: str = "flash_gluon_forward") -> None:
+    """Raise ValueError naming the first constraint the inputs break (any device); fn, the launcher
+    whose contract it checks, starts the message."""
     if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"flash_gluon_forward: q, k, v must all be (B, H, N, d) or (B, N, d), got "
+        raise ValueError(f"{fn}: q, k, v must all be (B, H, N, d) or (B, N, d), got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"flash_gluon_forward: q, k, v must share one dtype of bf16/fp16, got "
+        raise ValueError(f"{fn}: q, k, v must share one dtype of bf16/fp16, got "
                          f"{q.dtype}, {k.dtype}, {v.dtype}")
     d = q.shape[-1]
     if d not in HEAD_DIM_TILES:
-        raise ValueError(f"flash_gluon_forward: head dim must be one of {sorted(HEAD_DIM_TILES)}, got {d}")
+        raise ValueError(f"{fn}: head dim must be one of {sorted(HEAD_DIM_TILES)}, got {d}")
     if k.shape != v.shape or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != d:
-        raise ValueError(f"flash_gluon_forward: k and v must be {tuple(q.shape[:-2])} x N_K x {d}, got "
+        raise ValueError(f"{fn}: k and v must be {tuple(q.shape[:-2])} x N_K x {d}, got "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[-2] < 1 or k.shape[-2] < 1:
-        raise ValueError("flash_gluon_forward: sequence lengths must be at least 1")
+        raise ValueError(f"{fn}: sequence lengths must be at least 1")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"flash_gluon_forward: q, k, v on different devices: {q.device}, {k.device}, {v.device}")
+        raise ValueError(f"{fn}: q, k, v on different devices: {q.device}, {k.device}, {v.device}")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_layout(name, t)
+        _check_layout(name, t, fn)
 
 
 def _descriptor(t: Tensor, rows: int, col0: int, width: int) -> Optional[TensorDescriptor]:
@@ -387,34 +430,45 @@ def _descriptor(t: Tensor, rows: int, col0: int, width: int) -> Optional[TensorD
     return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 
+def descriptors(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, rows_q: int, rows_kv: int) -> tuple:
+    """The kernels' eight descriptors over 4-D q, k, v, o: Q, K, V, O lo halves, then the hi halves
+    (None at d 64 and 128), with blocks of rows_q query rows and rows_kv key rows."""
+    lo, hi = HEAD_DIM_TILES[q4.shape[-1]]
+    return tuple(_descriptor(t, rows, col0, width) for col0, width in ((0, lo), (lo, hi))
+                 for t, rows in ((q4, rows_q), (k4, rows_kv), (v4, rows_kv), (o4, rows_q)))
+
+
+def check_shared(nbytes: int, d: int, config, fn: str = "flash_gluon_forward") -> None:
+    """ValueError when a config needs more shared memory than an H100 block may use."""
+    if nbytes > SM90_MAX_SHARED:
+        raise ValueError(f"{fn}: {config} needs {nbytes} bytes of shared memory at head dim {d}, more than the "
+                         f"{SM90_MAX_SHARED} an H100 block may use")
+
+
 def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_causal: bool,
                 config: Optional[GluonFwdConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, positional arguments, launch options) of one forward launch, for tensors on any
     device (the sm_90a compile test builds them from CPU tensors). o and lse contiguous."""
-    q4, k4, v4, o4 = _as_4d(q), _as_4d(k), _as_4d(v), _as_4d(o)
+    q4, k4, v4, o4 = as_4d(q), as_4d(k), as_4d(v), as_4d(o)
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
     lo, hi = HEAD_DIM_TILES[d]
     config = config or default_config(d)
-    if shared_bytes(d, config, q.element_size()) > SM90_MAX_SHARED:
-        raise ValueError(f"flash_gluon_forward: {config} needs {shared_bytes(d, config, q.element_size())} bytes of "
-                         f"shared memory at head dim {d}, more than the {SM90_MAX_SHARED} an H100 block may use")
+    check_shared(shared_bytes(d, config, q.element_size()), d, config)
     bm, bn = config.block_m, config.block_n
-    args = (_descriptor(q4, bm, 0, lo), _descriptor(k4, bn, 0, lo), _descriptor(v4, bn, 0, lo),
-            _descriptor(o4, bm, 0, lo), _descriptor(q4, bm, lo, hi), _descriptor(k4, bn, lo, hi),
-            _descriptor(v4, bn, lo, hi), _descriptor(o4, bm, lo, hi), lse,
-            H, n_q, n_k, LOG2E / math.sqrt(d),
+    args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d),
             bm, bn, lo, hi, bool(is_causal), config.num_stages)
     grid = (-(-n_q // bm), B * H)
     return grid, args, {"num_warps": config.num_warps}
 
 
-def _check_device(device: torch.device) -> None:
+def check_device(device: torch.device, fn: str = "flash_gluon_forward") -> None:
+    """RuntimeError off an sm_90 GPU, naming the launcher fn."""
     if device.type != "cuda":
-        raise RuntimeError(f"flash_gluon_forward runs on an sm_90 GPU (H100/H200); got a {device.type} tensor")
+        raise RuntimeError(f"{fn} runs on an sm_90 GPU (H100/H200); got a {device.type} tensor")
     cap = torch.cuda.get_device_capability(device)
     if cap != (9, 0):
-        raise RuntimeError(f"flash_gluon_forward is written for sm_90a (wgmma, TMA: H100/H200); "
+        raise RuntimeError(f"{fn} is written for sm_90a (wgmma, TMA: H100/H200); "
                            f"{torch.cuda.get_device_name(device)} is sm_{cap[0]}{cap[1]}")
 
 
@@ -426,7 +480,7 @@ def flash_gluon_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
     natural-log logsumexp of each query's scaled scores (flash_attention_triton_forward's contract).
     Raises ValueError naming the constraint inputs break, RuntimeError off sm_90."""
     validate(q, k, v)
-    _check_device(q.device)
+    check_device(q.device)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid, args, opts = launch_args(q, k, v, o, lse, is_causal, config)

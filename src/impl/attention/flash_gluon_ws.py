@@ -1,0 +1,441 @@
+"""FlashAttention forward for Hopper (sm_90a) in Gluon, warp-specialized: issue 47, stage 2.
+
+Stage 1 (:mod:`impl.attention.flash_gluon`) runs every step in the same 8 warps, so a tile's softmax
+overlaps no MMA but the P·V left in flight, and its ring needs CTA barriers. Here the work is split
+with ``gl.warp_specialize`` into partitions that synchronise only through mbarriers:
+
+* **Load partition** (1 warp, few registers): issues every TMA copy. Per CTA tile it loads the two
+  consumers' query tiles (each behind a ready/empty mbarrier pair, so a persistent CTA refills Q only
+  once its consumer has stored O out of it), then streams K and V through a ring of NUM_STAGES
+  shared-memory slots: per slot a ready barrier for K, one for V (Q·Kᵀ may start before V lands)
+  and an empty barrier that both consumers arrive at once their P·V on the slot is done (count 2).
+* **Two consumer warpgroups** (the default partition and one 4-warp worker), each owning its own
+  BLOCK_M-row query tile of the CTA's 2·BLOCK_M rows; both read every K/V slot (one load serves
+  both). Per key tile j a consumer issues S_j = Q·K_jᵀ and then O += P_{j-1}·V_{j-1}, waits for S_j
+  only, runs the softmax of S_j while its P·V runs, then waits for the P·V, frees the slot and
+  rescales O (FA3's intra-warpgroup overlap; P from registers).
+* **Ping-pong.** With PINGPONG the two consumers take turns to issue their MMAs (an mbarrier per
+  consumer, each passing the turn to the other after its issue group), so the tensor cores run one
+  warpgroup's Q·Kᵀ and P·V while the other does its softmax. Both consumers run the same number of
+  issue groups per tile (same key tiles: the causal range is the CTA tile's), so the turns stay in
+  step across tiles.
+* **Register budgets.** setmaxnreg per partition: the load warp's warpgroup (padded by the compiler)
+  drops to LOAD_REGS, the worker consumer asks for CONSUMER_REGS, the default consumer gets what is
+  left of the 64 K registers (Triton's AllocateWarpGroups: 504 - CONSUMER_REGS - LOAD_REGS per
+  thread at 12 warps; 240 / 240 / 24 by default, FA3's split).
+* **Persistence.** Every partition walks the same tile list ``t = program_id, + num_programs, ...``,
+  so a one-tile-per-program grid and a persistent grid (SM count) run the same kernel. Tiles are
+  ordered in groups of GROUP heads, heaviest causal query tile first inside a group and the group's
+  heads fastest: CTAs running at once share the K/V of a few heads in L2, and the long causal tiles
+  start first (the short ones fill the tail).
+
+Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding, the epilogue through Q's shared
+memory and the launcher's checks are stage 1's (shared helpers). The first key tile of a tile always
+runs the masked softmax (it has no P·V before it, so it is peeled anyway).
+
+Nothing on the default paths imports this module (a test checks it). Importing it needs triton
+(Gluon) but no GPU; :func:`launch_args` builds a launch for CPU tensors too (the sm_90a compile test).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma_wait)
+
+from .flash_gluon import (HEAD_DIM_TILES, LOG2E, _mma_layout, _online_softmax, _pv_async, _qk_async, _rows,
+                          _store_tile, _tile_2d, as_4d, check_device, check_shared, descriptors, validate)
+
+Tensor = torch.Tensor
+FN = "flash_gluon_ws_forward"
+#: Triton gives each warp-specialized program 12 warps (4 per consumer, the load warp padded to 4);
+#: 65,536 / 384 threads = 168 registers each, and setmaxnreg moves them between warpgroups.
+_REG_POOL = 3 * 168
+#: H100 SMs, used when the launch arguments are built for CPU tensors (the compile test).
+H100_SMS = 132
+#: L2 bytes of K/V a persistent group of heads may keep in flight (half the H100's 50 MB L2).
+L2_KV_BYTES = 24 << 20
+
+
+@dataclass(frozen=True)
+class GluonWsConfig:
+    """block_m query rows per consumer warpgroup (the CTA tile is 2 x block_m), block_n keys per
+    tile, num_stages K/V slots; pingpong: consumers take turns issuing MMAs; persistent: grid of SM
+    count; consumer_regs / load_regs: setmaxnreg budgets of the worker consumer and the load warp."""
+
+    block_m: int = 64
+    block_n: int = 128
+    num_stages: int = 3
+    pingpong: bool = True
+    persistent: bool = False
+    consumer_regs: int = 240
+    load_regs: int = 24
+
+    def __post_init__(self) -> None:
+        # 128 rows per consumer spill under 240 registers (sm_90a compile: 1,064 stack bytes at d 128,
+        # 8 at d 64 with 64-key tiles): O and S alone would be 128 + 128 registers a thread at d 128.
+        if self.block_m != 64:
+            raise ValueError(f"block_m must be 64 (128 rows per consumer spill), got {self}")
+        if self.block_n not in (64, 128) or not 2 <= self.num_stages <= 4:
+            raise ValueError(f"block_n must be 64 or 128 and num_stages 2..4, got {self}")
+        regs = (self.consumer_regs, self.load_regs)
+        if any(r % 8 or not 24 <= r <= 256 for r in regs) or 2 * self.consumer_regs + self.load_regs > _REG_POOL:
+            raise ValueError(f"register budgets must be multiples of 8 in 24..256 with 2 x consumer + load <= "
+                             f"{_REG_POOL} (the default consumer gets the rest), got {self}")
+
+
+#: Configs the probe times and the GPU tests check (those over shared memory are refused at d 128).
+CANDIDATE_CONFIGS = (GluonWsConfig(), GluonWsConfig(num_stages=2), GluonWsConfig(pingpong=False),
+                     GluonWsConfig(persistent=True), GluonWsConfig(persistent=True, num_stages=2),
+                     GluonWsConfig(block_n=64, num_stages=4))
+
+
+def default_config(d: int) -> GluonWsConfig:
+    """64 query rows per consumer (FA3's d 128 split: O and S are 64 registers each per thread),
+    128-key tiles, 3 slots (224 KB of the H100's 227 at d 128), ping-pong, one tile per program.
+    Not yet measured: the probe sweeps CANDIDATE_CONFIGS."""
+    return GluonWsConfig()
+
+
+#: Shared memory the warp-specialize lowering adds: the worker partitions' captured arguments and
+#: their dispatch state (measured 264 B at d 64/128, 376 B at d 80/96; the bound leaves room).
+WS_CAPTURE_BYTES = 512
+
+
+def shared_bytes(d: int, config: GluonWsConfig, itemsize: int = 2) -> int:
+    """An upper bound on the shared memory a launch uses: two query tiles (reused for O), the K/V
+    ring, six mbarrier arrays (8 bytes a barrier, each array counted up to 16 bytes) and
+    WS_CAPTURE_BYTES."""
+    q = 2 * config.block_m * d * itemsize
+    ring = config.num_stages * 2 * config.block_n * d * itemsize
+    barriers = 3 * 16 + 3 * (-(-8 * config.num_stages // 16) * 16)
+    return q + ring + barriers + WS_CAPTURE_BYTES
+
+
+# ---------------------------------------------------------------------------
+# Kernel helpers
+# ---------------------------------------------------------------------------
+
+@gluon.jit
+def _tile_coords(t, n_m, n_bh, GROUP):
+    """(query tile, batch·head) of linear tile t: heads in groups of GROUP; in a group the query
+    tiles in order (the caller reverses them for causal) and the group's heads fastest."""
+    per_group = n_m * GROUP
+    g = t // per_group
+    r = t % per_group
+    heads = gl.minimum(GROUP, n_bh - g * GROUP)
+    return r // heads, g * GROUP + r % heads
+
+
+@gluon.jit
+def _tile_work(t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Where tile t's rows start (the CTA's 2·BLOCK_M), its batch, head, batch·head, and its key
+    tiles: [0, mid) full and below the diagonal (no masks), [mid, n_tiles) with masks. The same for
+    every partition, so all walk the same ring positions."""
+    L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP = sched
+    i, bh = _tile_coords(t, n_m, n_bh, GROUP)
+    if IS_CAUSAL:
+        i = n_m - 1 - i  # heaviest first
+    start = i * (2 * BLOCK_M)
+    n_full = N_K // BLOCK_N
+    if IS_CAUSAL:
+        mid = gl.minimum(start // BLOCK_N, n_full)
+        n_tiles = gl.cdiv(gl.minimum(start + 2 * BLOCK_M, N_K), BLOCK_N)
+    else:
+        mid = n_full
+        n_tiles = gl.cdiv(N_K, BLOCK_N)
+    return start, bh // H, bh % H, bh, mid, n_tiles
+
+
+@gluon.jit
+def _copy(desc, desc_h, coord_row, b, h, bar, dst, dst_h, BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """TMA of one block (lo and hi halves) onto one barrier, with its byte count."""
+    nbytes: gl.constexpr = desc.block_type.nbytes + (desc_h.block_type.nbytes if D1 > 0 else 0)
+    mbarrier.expect(bar, nbytes)
+    tma.async_copy_global_to_shared(desc, [b, h, coord_row, 0], bar, dst)
+    if D1 > 0:
+        tma.async_copy_global_to_shared(desc_h, [b, h, coord_row, BLOCK_D], bar, dst_h)
+
+
+@gluon.jit
+def _slot(buf, i, D1: gl.constexpr):
+    """Slot i of a ring (0 for a missing hi half)."""
+    view = 0
+    if D1 > 0:
+        view = buf.index(i)
+    return view
+
+
+@gluon.jit
+def _load_partition(descs, smem, bars, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """One warp: per tile the two query tiles (once their consumers have stored the last tile's O
+    out of them), then every key tile's K and V into the ring (once both consumers freed the slot)."""
+    q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
+    q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
+    q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
+    n_tiles_all = sched[5] * sched[6]
+    pos = 0
+    n_done = 0
+    for t in range(gl.program_id(0), n_tiles_all, gl.num_programs(0)):
+        start, b, h, bh, mid, n_tiles = _tile_work(t, sched, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        for c in gl.static_range(2):
+            # Barriers start as if phase -1 had completed: the first tile does not wait.
+            mbarrier.wait(q_empty.index(c), (n_done & 1) ^ 1)
+            _copy(q_desc, qh_desc, start + c * BLOCK_M, b, h, q_ready.index(c), q_smem.index(c),
+                  _slot(qh_smem, c, D1), BLOCK_D, D1)
+        for j in range(n_tiles):
+            slot = pos % NUM_STAGES
+            mbarrier.wait(kv_empty.index(slot), ((pos // NUM_STAGES) & 1) ^ 1)
+            _copy(k_desc, kh_desc, j * BLOCK_N, b, h, k_ready.index(slot), k_smem.index(slot),
+                  _slot(kh_smem, slot, D1), BLOCK_D, D1)
+            _copy(v_desc, vh_desc, j * BLOCK_N, b, h, v_ready.index(slot), v_smem.index(slot),
+                  _slot(vh_smem, slot, D1), BLOCK_D, D1)
+            pos += 1
+        n_done += 1
+
+
+@gluon.jit
+def _take_turn(turn, k, C: gl.constexpr, PINGPONG: gl.constexpr):
+    """Wait until it is consumer C's k-th turn to issue MMAs (consumer 0 goes first: its first
+    wait is on the phase a fresh barrier counts as complete). Returns k + 1."""
+    if PINGPONG:
+        mbarrier.wait(turn.index(C), (k & 1) ^ (1 - C))
+    return k + 1
+
+
+@gluon.jit
+def _pass_turn(turn, C: gl.constexpr, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - C))
+
+
+@gluon.jit
+def _wait_ring(bar_array, pos, NUM_STAGES: gl.constexpr):
+    mbarrier.wait(bar_array.index(pos % NUM_STAGES), (pos // NUM_STAGES) & 1)
+
+
+@gluon.jit
+def _consumer_loop(acc, acc_h, p, l_i, m_i, pos, k, j_lo, j_hi, q2, qh2, offs_m, N_K, qk_scale, smem, bars,
+                   C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
+                   D1: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
+                   IS_CAUSAL: gl.constexpr):
+    """Key tiles [j_lo, j_hi). On entry the previous tile's P (p) is computed but its P·V not issued;
+    pos is that tile's ring position. Each iteration: (turn) issue S_j, then P_{j-1}·V_{j-1};
+    (pass turn) wait for S_j only, softmax of S_j while the P·V runs; wait for the P·V, free its
+    slot, rescale O."""
+    q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
+    q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
+    s_layout: gl.constexpr = _mma_layout(4, BLOCK_N)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    # wgmma groups complete in order; the P·V is one group per head-dim half.
+    PV_GROUPS: gl.constexpr = 2 if D1 > 0 else 1
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    for j in range(j_lo, j_hi):
+        cur = (pos + 1) % NUM_STAGES
+        prev = pos % NUM_STAGES
+        k = _take_turn(turn, k, C, PINGPONG)
+        _wait_ring(k_ready, pos + 1, NUM_STAGES)
+        s = _qk_async(q2, qh2, k_smem.index(cur), _slot(kh_smem, cur, D1), s_zero, BLOCK_N, BLOCK_D, D1)
+        _wait_ring(v_ready, pos, NUM_STAGES)
+        acc, acc_h, p_h = _pv_async(p, acc, acc_h, None, v_smem.index(prev), _slot(vh_smem, prev, D1), BLOCK_N,
+                                    BLOCK_D, D1)
+        _pass_turn(turn, C, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=PV_GROUPS, deps=(s, ))
+        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, j * BLOCK_N, N_K, qk_scale, MASKED, IS_CAUSAL)
+        p_next = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
+        if D1 > 0:
+            acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_h, p, p_h))
+            acc_h = acc_h * _rows(alpha, acc_h)
+        else:
+            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+        mbarrier.arrive(kv_empty.index(prev))
+        acc = acc * _rows(alpha, acc)
+        p = p_next
+        pos += 1
+    return acc, acc_h, p, l_i, m_i, pos, k
+
+
+@gluon.jit
+def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, BLOCK_M: gl.constexpr,
+                        BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
+                        NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Consumer warpgroup C (4 warps): rows [C·BLOCK_M, (C+1)·BLOCK_M) of each CTA tile."""
+    q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
+    q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
+    q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
+    L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP = sched
+    gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup")
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = _mma_layout(4, BLOCK_N)
+    o_layout: gl.constexpr = _mma_layout(4, BLOCK_D)
+    oh_layout: gl.constexpr = _mma_layout(4, D1)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+
+    pos = 0  # ring position of the key tile in hand
+    k = 0  # this consumer's MMA issue groups so far (the ping-pong turns)
+    n_done = 0
+    for t in range(gl.program_id(0), n_m * n_bh, gl.num_programs(0)):
+        start, b, h, bh, mid, n_tiles = _tile_work(t, sched, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        start_m = start + C * BLOCK_M
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+        mbarrier.wait(q_ready.index(C), n_done & 1)
+        q2 = _tile_2d(q_smem.index(C), BLOCK_M, BLOCK_D)
+        qh2 = 0
+        if D1 > 0:
+            qh2 = _tile_2d(qh_smem.index(C), BLOCK_M, D1)
+
+        # Key tile 0: S only (no P·V before it), always through the masked softmax.
+        k = _take_turn(turn, k, C, PINGPONG)
+        _wait_ring(k_ready, pos, NUM_STAGES)
+        s = _qk_async(q2, qh2, k_smem.index(pos % NUM_STAGES), _slot(kh_smem, pos % NUM_STAGES, D1), s_zero,
+                      BLOCK_N, BLOCK_D, D1)
+        _pass_turn(turn, C, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, 0, N_K, qk_scale, True, IS_CAUSAL)
+        p = gl.convert_layout(p32.to(dtype), p_layout)
+        acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
+        acc_h = 0
+        if D1 > 0:
+            acc_h = gl.zeros([BLOCK_M, D1], gl.float32, oh_layout)
+
+        acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
+            acc, acc_h, p, l_i, m_i, pos, k, 1, mid, q2, qh2, offs_m, N_K, qk_scale, smem, bars, C, BLOCK_M,
+            BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, False, IS_CAUSAL)
+        acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
+            acc, acc_h, p, l_i, m_i, pos, k, gl.maximum(mid, 1), n_tiles, q2, qh2, offs_m, N_K, qk_scale, smem,
+            bars, C, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, True, IS_CAUSAL)
+
+        # The last tile's P·V.
+        k = _take_turn(turn, k, C, PINGPONG)
+        _wait_ring(v_ready, pos, NUM_STAGES)
+        acc, acc_h, p_h = _pv_async(p, acc, acc_h, None, v_smem.index(pos % NUM_STAGES),
+                                    _slot(vh_smem, pos % NUM_STAGES, D1), BLOCK_N, BLOCK_D, D1)
+        _pass_turn(turn, C, PINGPONG)
+        if D1 > 0:
+            acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_h, p, p_h))
+        else:
+            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+        mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
+        pos += 1
+
+        # O through this consumer's query tile (its last Q·Kᵀ is done); once the store has read it,
+        # the load warp may bring the next tile's Q.
+        _store_tile(acc, acc_h, l_i, m_i, q_smem.index(C), _slot(qh_smem, C, D1), o_desc, oh_desc, L, b, h, bh,
+                    start_m, offs_m, N_Q, BLOCK_D, D1)
+        tma.store_wait(pendings=0)
+        mbarrier.arrive(q_empty.index(C))
+        n_done += 1
+
+
+# ---------------------------------------------------------------------------
+# Kernel
+# ---------------------------------------------------------------------------
+
+@gluon.jit
+def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc, L,
+                      H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP,
+                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                      CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """Grid: tiles (one per program) or SMs (persistent); 4 warps (consumer 0) + a 4-warp consumer
+    + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows."""
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], v_desc.layout)
+    qh_smem = 0
+    kh_smem = 0
+    vh_smem = 0
+    if D1 > 0:
+        qh_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, D1], qh_desc.layout)
+        kh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], kh_desc.layout)
+        vh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], vh_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2):
+        mbarrier.init(q_ready.index(c), count=1)
+        mbarrier.init(q_empty.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)  # both consumers
+    # The copy engine must see the initialised barriers before the first copy signals one.
+    fence_async_shared()
+
+    descs = (q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc)
+    smem = (q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem)
+    bars = (q_ready, q_empty, k_ready, v_ready, kv_empty, turn)
+    sched = (L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP)
+    gl.warp_specialize([
+        (_consumer_partition, (descs, smem, bars, sched, 0, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG,
+                               IS_CAUSAL)),
+        (_consumer_partition, (descs, smem, bars, sched, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG,
+                               IS_CAUSAL)),
+        (_load_partition, (descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+def group_heads(n_k: int, d: int, n_bh: int, itemsize: int = 2) -> int:
+    """Heads per persistent group: as many as keep their K and V within L2_KV_BYTES (at least 1)."""
+    return max(1, min(n_bh, L2_KV_BYTES // (2 * n_k * d * itemsize)))
+
+
+def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_causal: bool,
+                config: Optional[GluonWsConfig] = None, num_sms: int = H100_SMS) -> Tuple[tuple, tuple, dict]:
+    """(grid, positional arguments, launch options) of one launch, for tensors on any device (the
+    sm_90a compile test builds them from CPU tensors); num_sms sizes a persistent grid."""
+    q4, k4, v4, o4 = as_4d(q), as_4d(k), as_4d(v), as_4d(o)
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    lo, hi = HEAD_DIM_TILES[d]
+    config = config or default_config(d)
+    check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
+    bm, bn = config.block_m, config.block_n
+    n_m, n_bh = -(-n_q // (2 * bm)), B * H
+    n_tiles = n_m * n_bh
+    if config.persistent:
+        grid, group = (min(num_sms, n_tiles), ), group_heads(n_k, d, n_bh, q.element_size())
+    else:
+        grid, group = (n_tiles, ), 1  # each head's query tiles in a row, heaviest first: stage 1's order
+    args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d), n_m, n_bh, group,
+            bm, bn, lo, hi, bool(is_causal), config.num_stages, config.pingpong, config.consumer_regs,
+            config.load_regs)
+    return grid, args, {"num_warps": 4}
+
+
+def flash_gluon_ws_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                           config: Optional[GluonWsConfig] = None) -> Tuple[Tensor, Tensor]:
+    """flash_gluon_forward's contract (shapes, dtypes, strides, (o, lse), the same ValueError and
+    RuntimeError checks) on the warp-specialized kernel."""
+    validate(q, k, v, FN)
+    check_device(q.device, FN)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    grid, args, opts = launch_args(q, k, v, o, lse, is_causal, config, sms)
+    _attn_fwd_ws_sm90[grid](*args, **opts)
+    return o, lse
+
+
+__all__ = ["CANDIDATE_CONFIGS", "GluonWsConfig", "default_config", "flash_gluon_ws_forward", "group_heads",
+           "launch_args", "shared_bytes"]
