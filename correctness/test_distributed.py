@@ -278,6 +278,7 @@ DDP_REFUSALS = {
                                    f"shape (2, 4), {T.F32}=False"),
     "ddp_buffer": T.refusal("DDPNaive", "buffer 0 (scale)", f"shape (3,), {T.F32}=False",
                             f"shape (4,), {T.F32}=False"),
+    "ddp_bucket_size": T.refusal("DDPBucketed", "option bucket_size_mb", "1", "2"),
 }
 
 

@@ -8,6 +8,8 @@ wrapper's parameters, one row per variant in the same run:
                    weights, fp32 reduce-scatter)
   fsdp_block_bf16  fsdp_bf16 with unit=TransformerBlock (one all-gather / reduce-scatter per block,
                    embedding and head per weight; prefetch 1 unit): torch_fsdp_bf16's layout
+  fsdp_block_bf16_rs1  fsdp_block_bf16 with one reduce-scatter in flight (fully_shard's count; ours
+                   defaults to 2): the lower peak, at what cost in step time
   ddp              our DDPBucketed (100 MB buckets): replicated weights, the ZeRO-0 reference
   torch_fsdp       torch.distributed.fsdp.fully_shard per block + root, fp32 (the anchor)
   torch_fsdp_bf16  the same with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)

@@ -675,6 +675,11 @@ DISAGREEING = {
     "zero1_added_group": _zero1_added_group,
     "fsdp_linear": lambda rank, dev: FSDP(nn.Linear(4 + rank, 2).to(dev)),
     "fsdp_sharding": lambda rank, dev: FSDP(nn.Sequential(_Affine() if rank else nn.Linear(4, 2)).to(dev)),
+    # options that decide the collectives: buckets of other sizes, gathers of another dtype or order
+    "ddp_bucket_size": lambda rank, dev: DDPBucketed(nn.Linear(4, 2).to(dev), bucket_size_mb=1 + rank),
+    "fsdp_prefetch": lambda rank, dev: FSDP(nn.Linear(4, 2).to(dev), prefetch=rank % 2),
+    "fsdp_reduce_dtype": lambda rank, dev: FSDP(nn.Linear(4, 2).to(dev),
+                                                reduce_dtype=torch.bfloat16 if rank else torch.float32),
 }
 
 

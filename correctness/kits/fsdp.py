@@ -272,6 +272,7 @@ def misuse(rank, world_size, refusal_cases):
     for label, fn in {
         "bad_dtype": lambda: FSDP(ToyLM(), compute_dtype=torch.int32),
         "bad_prefetch": lambda: FSDP(ToyLM(), prefetch=5),
+        "bad_outstanding": lambda: FSDP(ToyLM(), max_outstanding_reduce_scatters=0),
         "biased_half": lambda: FSDP(nn.Sequential(nn.Linear(4, 4)), compute_dtype=torch.bfloat16),
         "unit_name": lambda: FSDP(ToyLM(), unit="TransformerBlock"),
         "unit_instance": lambda: FSDP(ToyLM(), unit=Stage(3)),

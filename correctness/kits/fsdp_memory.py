@@ -36,10 +36,12 @@ class MemCase:
     unit: str = "block"  # ours: kits.fsdp.UNITS (fully_shard: always a unit per block + the root)
     prefetch: int = 1
     completes: bool = False  # ours: reduce-scatters report completion (see _completing)
+    outstanding: int = 2  # ours: max_outstanding_reduce_scatters
 
     @property
     def id(self) -> str:
-        return "-".join(map(str, (self.wrapper, self.dtype, self.unit, self.prefetch))) + ("-completes" * self.completes)
+        return "-".join(map(str, (self.wrapper, self.dtype, self.unit, self.prefetch))) + (
+            "-completes" * self.completes) + (f"-rs{self.outstanding}" if self.outstanding != 2 else "")
 
 
 SETTLE_S = 0.5  # at most this long per phase boundary (see _Watched.settle)
@@ -129,7 +131,8 @@ def _completing(on: bool):
 
 def _wrap(case: MemCase, model: torch.nn.Module):
     if case.wrapper == "ours":
-        return FSDP(model, compute_dtype=DTYPES[case.dtype], unit=UNITS[case.unit], prefetch=case.prefetch)
+        return FSDP(model, compute_dtype=DTYPES[case.dtype], unit=UNITS[case.unit], prefetch=case.prefetch,
+                    max_outstanding_reduce_scatters=case.outstanding)
     # A CPU mesh: by default fully_shard moves the model to the GPU where there is one, and the
     # live-bytes tracker counts CPU storages only.
     from torch.distributed.device_mesh import init_device_mesh
@@ -188,7 +191,7 @@ def memory(rank, world_size, cases: list[MemCase]) -> dict[MemCase, dict]:
         if ours:
             res.update(alive=alive, settled_s=settled, most_gathered=gathers.most, most_flat_grads=flats.most,
                        num_gathers=len(gathers.refs), num_flat_grads=len(flats.refs), num_units=len(wrapper.units),
-                       max_outstanding=wrapper.MAX_OUTSTANDING_REDUCE_SCATTERS,
+                       max_outstanding=wrapper.max_outstanding_reduce_scatters,
                        largest_unit_numel=max(u.gather_numel for u in wrapper.units))
         out[case] = res
     return out

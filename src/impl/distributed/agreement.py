@@ -10,7 +10,9 @@ through ``verify_module`` (a model: its parameters and buffers) or ``verify_para
 optimizer's groups), before its first collective.
 
 Compared per tensor: shape, dtype, requires_grad and the wrapper's role for it (FSDP: sharded or
-replicated; an optimizer: its param group). Names are shown, not compared (torch pairs by position
+replicated; an optimizer: its param group). Compared first, the wrapper's options that decide which
+collectives it issues (DDPBucketed's bucket size, FSDP's dtypes, units and prefetch): ranks that
+differ there pair buffers of different sizes or dtypes. Names are shown, not compared (torch pairs by position
 too). The message names the wrapper, the first tensor that differs (its kind, index and name), what
 each rank has there, and the ranks that differ from the group's first.
 
@@ -33,7 +35,7 @@ from torch import nn
 
 from impl.distributed.release import Released
 
-KINDS = ("parameter", "buffer")  # compared in this order
+KINDS = ("option", "parameter", "buffer")  # compared in this order
 
 
 @dataclass(frozen=True)
@@ -55,15 +57,36 @@ class _Entry:
         return f"shape {self.shape}, {self.dtype}, requires_grad={self.requires_grad}{role}"
 
 
+@dataclass(frozen=True)
+class _Option:
+    """One rank's value of one wrapper option, compared by its repr."""
+
+    name: str
+    value: str
+
+    @property
+    def key(self) -> tuple:
+        return (self.value,)
+
+    def describe(self) -> str:
+        return self.value
+
+
+def _options(options: dict[str, object] | None) -> list[_Option]:
+    return [_Option(k, repr(v)) for k, v in sorted((options or {}).items())]
+
+
 def _entry(name: str, t: torch.Tensor, role: str = "") -> _Entry:
     return _Entry(name, tuple(t.shape), str(t.dtype), t.requires_grad, role)
 
 
-def verify_module(wrapper: str, module: nn.Module, group=None, sharded_layers: tuple[type, ...] = ()) -> None:
-    """Raise ValueError on every rank of `group` (None: the default group) unless all of them hold
-    parameters and buffers of the same count, shapes, dtypes and requires_grad, in the same order.
-    `sharded_layers`: the layer classes whose ``weight`` the wrapper shards (FSDP), so the ranks
-    must also agree on which parameters are sharded. A collective: every rank of `group` calls it."""
+def verify_module(wrapper: str, module: nn.Module, group=None, sharded_layers: tuple[type, ...] = (),
+                  options: dict[str, object] | None = None) -> None:
+    """Raise ValueError on every rank of `group` (None: the default group) unless all of them give
+    the same `options` (compared by repr) and hold parameters and buffers of the same count, shapes,
+    dtypes and requires_grad, in the same order. `sharded_layers`: the layer classes whose ``weight``
+    the wrapper shards (FSDP), so the ranks must also agree on which parameters are sharded. A
+    collective: every rank of `group` calls it."""
     sharded = {id(m._parameters.get("weight")) for m in module.modules() if isinstance(m, sharded_layers)}
 
     def role(p: torch.Tensor) -> str:
@@ -72,7 +95,8 @@ def verify_module(wrapper: str, module: nn.Module, group=None, sharded_layers: t
         return "sharded" if id(p) in sharded else "replicated"
 
     tensors = list(module.parameters()) + list(module.buffers())
-    _verify(wrapper, {"parameter": [_entry(n, p, role(p)) for n, p in module.named_parameters()],
+    _verify(wrapper, {"option": _options(options),
+                      "parameter": [_entry(n, p, role(p)) for n, p in module.named_parameters()],
                       "buffer": [_entry(n, b) for n, b in module.named_buffers()]}, tensors, group)
 
 
@@ -132,7 +156,7 @@ def _all_gather(t: torch.Tensor, group) -> list[torch.Tensor]:
     return parts
 
 
-def _first_difference(wrapper: str, views: dict[int, dict[str, list[_Entry]]]) -> str | None:
+def _first_difference(wrapper: str, views: dict[int, dict[str, list]]) -> str | None:
     """The refusal message for the first tensor on which the ranks differ from the group's first
     rank (the broadcast source), or None. `views`: global rank -> description, in group rank order.
     Pure, so every rank, given the same views, raises the same message."""
@@ -148,7 +172,7 @@ def _first_difference(wrapper: str, views: dict[int, dict[str, list[_Entry]]]) -
     return None
 
 
-def _message(wrapper: str, kind: str, i: int, at: dict[int, _Entry | None], lists: dict[int, list[_Entry]],
+def _message(wrapper: str, kind: str, i: int, at: dict[int, _Entry | _Option | None], lists: dict[int, list],
              differ: list[int], first: int) -> str:
     name = next(e.name for e in at.values() if e is not None)
     seen: dict[str, list[int]] = {}  # what a rank has there -> the ranks that have it
@@ -159,6 +183,9 @@ def _message(wrapper: str, kind: str, i: int, at: dict[int, _Entry | None], list
             what = (f"{e.name}: " if e.name != name else "") + e.describe()
         seen.setdefault(what, []).append(rank)
     per_rank = "; ".join(f"{_ranks(rs)}: {what}" for what, rs in seen.items())
+    if kind == "option":
+        return (f"{wrapper}: the ranks disagree on option {name}: {per_rank}. Ranks {differ} differ from rank "
+                f"{first}: every rank must construct the wrapper with the same options")
     return (f"{wrapper}: the ranks disagree on {kind} {i} ({name}): {per_rank}. Ranks {differ} differ from "
             f"rank {first}: every rank must give the same {kind}s (count, order, shapes, dtypes, requires_grad)")
 

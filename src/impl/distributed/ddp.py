@@ -68,7 +68,8 @@ def _group_by_dtype_device(tensors):
 
 
 class _DataParallelBase(nn.Module):
-    def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True):
+    def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True,
+                 options: dict[str, object] | None = None):
         super().__init__()
         self.module = module
         self.world_size = dist.get_world_size()
@@ -79,7 +80,9 @@ class _DataParallelBase(nn.Module):
         # parameters() dedupes tied weights by identity; frozen params never sync.
         self.trainable = [p for p in module.parameters() if p.requires_grad]
         self._hook_handles: list = []
-        verify_module(type(self).__name__, module)  # before the broadcast pairs tensors by position
+        # before the broadcast pairs tensors by position; `options`: a subclass's that shape its collectives
+        verify_module(type(self).__name__, module,
+                      options=dict(reduce_gradients=reduce_gradients, average=average, **(options or {})))
         self._broadcast_from_rank0()
 
     def _register_grad_hooks(self) -> None:
@@ -246,7 +249,7 @@ class DDPBucketed(_DataParallelBase):
         if isinstance(bucket_size_mb, bool) or not isinstance(bucket_size_mb, (int, float)) \
                 or not math.isfinite(bucket_size_mb) or bucket_size_mb <= 0:
             raise ValueError(f"bucket_size_mb must be a finite number > 0 (MiB per bucket), got {bucket_size_mb!r}")
-        super().__init__(module, reduce_gradients, average)
+        super().__init__(module, reduce_gradients, average, options=dict(bucket_size_mb=bucket_size_mb))
         self.bucket_size_bytes = bucket_size_mb * 1024 * 1024
         self.buckets = self._build_buckets()
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}

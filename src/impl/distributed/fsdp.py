@@ -37,8 +37,8 @@ outside the group module's forward is a visit of its own (correct; one whole-uni
 * gradients: each use's weight gradient is held as autograd made it (``_UnitGrad``); when every use
   of the unit since the last issue has delivered, they are summed into the unit's full-size flat
   gradient in ``reduce_dtype`` (fp32 by default) and ONE reduce-scatter of it is issued
-  asynchronously. Those buffers are the big transient: at most MAX_OUTSTANDING_REDUCE_SCATTERS
-  exist at once (the oldest waited on before the next is made), and one whose reduce-scatter has
+  asynchronously. Those buffers are the big transient: at most max_outstanding_reduce_scatters
+  (2 by default, fully_shard keeps 1) exist at once (the oldest waited on before the next is made), and one whose reduce-scatter has
   completed is folded at the next delivery without waiting (NCCL reports completion; gloo's
   reduce-scatter never does, so on the CPU they go at the next issue). A fold adds ``sum / world``
   into the shard's ``.grad`` (so gradient accumulation over several backwards works).
@@ -300,11 +300,11 @@ def _unit_classes(unit) -> tuple[type, ...]:
 
 
 class FSDP(nn.Module):
-    MAX_OUTSTANDING_REDUCE_SCATTERS = 2
+    MAX_OUTSTANDING_REDUCE_SCATTERS = 2  # the default of max_outstanding_reduce_scatters
 
     def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None,
                  reduce_dtype: torch.dtype = torch.float32, prefetch: int = 1, record_timeline: bool = False,
-                 unit=None):
+                 unit=None, max_outstanding_reduce_scatters: int = MAX_OUTSTANDING_REDUCE_SCATTERS):
         super().__init__()
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError("FSDP needs an initialised default process group (dist.init_process_group)")
@@ -313,12 +313,19 @@ class FSDP(nn.Module):
                 raise ValueError(f"{name} must be a floating torch.dtype or None, got {dt!r}")
         if not isinstance(prefetch, int) or not 0 <= prefetch <= 2:
             raise ValueError(f"prefetch must be 0, 1 or 2 units, got {prefetch!r}")
+        # 1 is fully_shard's (one flat gradient in flight: the lower peak); 2 lets a reduce-scatter
+        # overlap the next unit's backward while the one before it completes.
+        if not isinstance(max_outstanding_reduce_scatters, int) or not 1 <= max_outstanding_reduce_scatters <= 4:
+            raise ValueError("max_outstanding_reduce_scatters must be an int from 1 to 4, got "
+                             f"{max_outstanding_reduce_scatters!r}")
         # First: ranks whose modules disagree all raise here, before any rank-dependent check.
-        verify_module("FSDP", module, sharded_layers=SHARDABLE)
+        verify_module("FSDP", module, sharded_layers=SHARDABLE, options=dict(
+            compute_dtype=compute_dtype, reduce_dtype=reduce_dtype, prefetch=prefetch, unit=unit))
         groups = self._find_groups(module, _unit_classes(unit))  # before the broadcast
         self.module = module
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.compute_dtype, self.prefetch = compute_dtype, prefetch
+        self.max_outstanding_reduce_scatters = max_outstanding_reduce_scatters
         self.reduce_dtype = reduce_dtype or torch.float32
         self.comm_time_s = 0.0
         self.bytes_communicated_last_step = 0
@@ -588,9 +595,9 @@ class FSDP(nn.Module):
         """Reduce-scatter the unit's flat gradient, asynchronously."""
         # Each outstanding reduce-scatter keeps a full-size gradient buffer alive. The oldest are
         # waited on (their buffers dropped) before this one's is made, so at most
-        # MAX_OUTSTANDING_REDUCE_SCATTERS buffers exist at once, this one's included; the newest
+        # max_outstanding_reduce_scatters buffers exist at once, this one's included; the newest
         # still overlap the rest of backward, and the collectives run in issue order anyway.
-        while len(self._grad_work) >= self.MAX_OUTSTANDING_REDUCE_SCATTERS:
+        while len(self._grad_work) >= self.max_outstanding_reduce_scatters:
             self._fold_grad(self._grad_work.pop(0))
         flat = grad.take()
         out = torch.empty(unit.shard_numel, dtype=self.reduce_dtype, device=flat.device)

@@ -34,6 +34,9 @@ def fsdp_wrapper(model: torch.nn.Module, variant: FSDPVariant | str, mesh=None):
         return FSDP(model, compute_dtype=torch.bfloat16)
     if variant is V.FSDP_BLOCK_BF16:  # torch_fsdp_bf16's layout: one unit per block, the rest per weight
         return FSDP(model, compute_dtype=torch.bfloat16, unit=TransformerBlock, prefetch=1)
+    if variant is V.FSDP_BLOCK_BF16_RS1:  # and fully_shard's single flat gradient in flight
+        return FSDP(model, compute_dtype=torch.bfloat16, unit=TransformerBlock, prefetch=1,
+                    max_outstanding_reduce_scatters=1)
     if variant is V.DDP:
         return DDPBucketed(model, bucket_size_mb=100.0)
     if variant in (V.TORCH_FSDP, V.TORCH_FSDP_BF16):
