@@ -395,7 +395,7 @@ class LeaderboardTwoGPUGrid(DistributedGrid):
     batch: int  # global
     context: int
     world_size: int
-    candidates: tuple[tuple[str, int | None], ...]
+    candidates: tuple[tuple[str, int | None, str], ...]  # (checkpointing, its k, StepSpec.compile)
     attn_impl: str
     do_bench_warmup_ms: float = 25.0  # triton.testing.do_bench's defaults
     do_bench_rep_ms: float = 100.0

@@ -26,6 +26,7 @@ PROBLEM = P.LEADERBOARD_2026
 class StepConfig(View):
     checkpointing: str = ""
     k: int | None = None
+    compile: str = "none"  # StepSpec.compile (rows before it: none)
     layers: int = 0
     world_size: int | None = None
     batch: int = 0
@@ -33,6 +34,12 @@ class StepConfig(View):
 
 
 _cfg = StepConfig.of
+
+
+def policy_label(c: StepConfig) -> str:
+    """"every_k (k 1)", "keep_attention (k 3), pointwise compiled": a row's checkpointing and compile."""
+    label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
+    return label if c.compile == "none" else f"{label}, {c.compile} compiled"
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ class Candidate:
     @classmethod
     def of(cls, b: Bench) -> Candidate:
         ok, peaks, d, c, ms = b.measured, b.row.peaks, b.details, _cfg(b), b.metric(Metric.DO_BENCH_MS)
-        return cls(c.checkpointing + ("" if c.k is None else f" (k {c.k})"), c.layers, b.run.when, b.status,
+        return cls(policy_label(c), c.layers, b.run.when, b.status,
                    b.row.reason or "", b.stats.median if ok else None, b.stats.iqr if ok else None,
                    b.stats.rounds if ok else None, None if ms is None else ms / 1e3, b.metric(Metric.FIRST_CALL_S),
                    b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU), b.row.memory.peak_allocated,
