@@ -140,7 +140,7 @@ class MemoryProfilingGrid(Rounds):
 
 @dataclass(frozen=True)
 class CompileModelGrid:
-    sizes: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]  # by edition: the 2026 edition's 10B beside the 2025 table
     contexts: tuple[int, ...]
     modes: tuple[StepMode, ...]
     dtype: str
