@@ -115,16 +115,26 @@ GRIDS = {
     # ~1 min of steps and snapshots at 128, ~1 min at 2048 (forwards; the fp32 and bf16 training steps
     # need ~54 GB of state + ~140 GB of saved activations, an OOM on an H100 and on an H200, recorded
     # with that closed form), ~30 s of block probes: ~3-4 min.
+    # The 2025 rows (-k 2025; issue 45): (d) and (e) are asked "at our reference hyperparameters", batch 4
+    # and context 512 (reference_context: those rows carry details.reference_context, the 128 and 256
+    # rows stay as extra rows); at 512 the residual stream is 4 x 512 x 2560 x 4 B = 20 MiB and the
+    # forward's largest allocations the (4, 32, 512, 512) fp32 scores and probabilities, 128 MiB each.
+    # The fp32 forward at 512 also keeps its raw snapshot (for memory_viz, (e)). H100 estimate for
+    # -k 2025: ~30 s start-up and the 2.7B build, 12 rows (forwards ~0.1-0.35 s, training steps ~0.5-1.2 s,
+    # 1 + 5 timed calls and one recorded step each, with the snapshot's analysis ~5-15 s a row):
+    # ~2.5-3.5 min.
     "memory_profiling": {
         "full": MemoryProfilingGrid(sizes=("2.7B",), contexts=(128, 256, 512), dtypes=("fp32", "bf16"), modes=(F, TRAIN),
                                     batch=4, warmup=1, rounds=5, snapshot_dtypes=("fp32", "bf16"), max_points=4000,
-                                    artifacts=(("2025", "2.7B", 256, "fp32", TRAIN), ("2026", "xl", 128, "fp32", F),
-                                               ("2026", "xl", 128, "fp32", TRAIN)),
-                                    cases_2026=(("xl", 128), ("xl", 2048)), probe_layers=3, probe_top=5),
+                                    artifacts=(("2025", "2.7B", 256, "fp32", TRAIN), ("2025", "2.7B", 512, "fp32", F),
+                                               ("2026", "xl", 128, "fp32", F), ("2026", "xl", 128, "fp32", TRAIN)),
+                                    cases_2026=(("xl", 128), ("xl", 2048)), probe_layers=3, probe_top=5,
+                                    reference_context=512),
         "smoke": MemoryProfilingGrid(sizes=("tiny",), contexts=(32,), dtypes=("fp32", "bf16"), modes=(F, TRAIN),
                                      batch=2, warmup=1, rounds=5, snapshot_dtypes=("fp32", "bf16"), max_points=4000,
                                      artifacts=(("2025", "tiny", 32, "fp32", TRAIN),),
-                                     cases_2026=(("tiny", 16), ("tiny", 64)), probe_layers=3, probe_top=5),
+                                     cases_2026=(("tiny", 16), ("tiny", 64)), probe_layers=3, probe_top=5,
+                                     reference_context=32),
     },
     # torch_compile (b): eager vs compiled model, forward, forward+backward and the timed training step
     # (forward, backward, AdamW step as one timed call) per size × context, and the AdamW step alone per
