@@ -129,7 +129,8 @@ def test_each_edition_run_answers_apart_newest_edition_first(f):
     new, old = f.answers
     assert new.headline.ours == "FSDP (ours), bf16 compute, a unit per block"
     assert new.headline.vs_anchor.value == pytest.approx(0.30 / 0.40) and new.headline.vs_ddp is None  # DDP OOM
-    assert old.headline.anchor == "torch fully_shard, bf16" and old.headline.vs_ddp.value == pytest.approx(0.63 / 0.76)
+    # against DDP (fp32) the fp32 FSDP row, not the bf16 headline pair: the same precision on both sides
+    assert old.headline.anchor == "torch fully_shard, bf16" and old.headline.vs_ddp.value == pytest.approx(0.74 / 0.76)
     assert f.headline_run is new and f.headline_devices == f"{X2} + {X4}"  # the TP rows' devices too
 
 
@@ -214,9 +215,10 @@ def test_no_gpu_rows_is_not_measured(tmp_path):
     assert f.answers == [] and {s.kind for s in f.scores.values()} == {Kind.NOT_MEASURED}
 
 
-def test_committed_runs_headline_is_the_per_block_pair_and_saving_reads_2025_xl(tmp_path):
-    """The committed xl (2026) run (2×H100) has the per-block row: the headline is ours with a unit per
-    block against fully_shard, both bf16, from that one run; (a) reads the 2025 xl run's own size."""
+def test_committed_runs_headline_is_the_per_block_pair_and_saving_reads_2026_xl(tmp_path):
+    """The newest committed xl (2026) run (2×H200, 2026-11-26 09:04) has the per-block row: the headline is
+    ours with a unit per block against fully_shard, both bf16, from that one run; its DDP row fits the
+    H200, so (a) reads the 2026 xl run's own size."""
     from impl.report import build
 
     ctx = build.context(ROOT / "reports" / "data", tmp_path)
@@ -224,9 +226,9 @@ def test_committed_runs_headline_is_the_per_block_pair_and_saving_reads_2025_xl(
     h = f.headline_run
     med = {page.cfg(b).variant: b.stats.median for b in ctx.rows.of("fsdp", device=h.device)
            if page.cfg(b).edition == "2026" and b.measured}
-    assert h.device == "h100-80gb-x2" and h.headline.ours == page.LABEL["fsdp_block_bf16"]
+    assert h.device == "h200-141gb-x2" and h.headline.ours == page.LABEL["fsdp_block_bf16"]
     assert h.headline.vs_anchor.value == pytest.approx(med["fsdp_block_bf16"] / med["torch_fsdp_bf16"])
-    assert f.saving_run.run.size_short == SizeRef("2025", "xl").label
+    assert (f.saving_run.run.edition, f.saving_run.run.name) == ("2026", "xl")
     (t,) = f.tps
     assert {r.run.device for r in t.rows} >= {"h200-141gb-x2", "h200-141gb-x4"} and t.not_run == []
 

@@ -448,6 +448,23 @@ def test_failed_tests_are_recorded_in_the_run_json(monkeypatch):
     assert store.Suite.from_json(out).failed == (store.FailedTest("perf/test_x.py::t[a]", "call"),)
 
 
+def test_a_run_records_the_sent_commit_when_suite_commit_names_it(monkeypatch):
+    """On a GPU machine git HEAD is the session's first commit (the tree sent since makes it dirty):
+    SUITE_COMMIT, where set, is the run's commit, and the stamp names it."""
+    config = SimpleNamespace(invocation_params=SimpleNamespace(args=()))
+    session = BenchSession(config)
+    head = dict(id="93703375edf7cd01b7c543fd4f1f8b3f07dd7889", dirty=True, branch="main")
+    monkeypatch.delenv("SUITE_COMMIT", raising=False)
+    out = dict(commit_info=dict(head), datetime="2026-11-26T09:04:53+00:00")
+    session.pytest_benchmark_update_json(config, [], out)
+    assert out["commit_info"] == head and store.run_stamp(out) == "20261126T090453Z_93703375+"
+    monkeypatch.setenv("SUITE_COMMIT", "36ed28e")
+    out = dict(commit_info=dict(head), datetime="2026-11-26T09:04:53+00:00")
+    session.pytest_benchmark_update_json(config, [], out)
+    assert out["commit_info"] == dict(head, id="36ed28e", dirty=False, source="SUITE_COMMIT", git_head=head["id"])
+    assert store.run_stamp(out) == "20261126T090453Z_36ed28e"
+
+
 def test_a_second_run_on_a_device_is_refused_naming_the_first_and_a_stale_lock_is_taken_over(tmp_path):
     first, second = runlock.RunLock(tmp_path, GPU), runlock.RunLock(tmp_path, GPU)
     first.acquire()

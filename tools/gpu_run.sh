@@ -3,7 +3,9 @@
 # optionally, the correctness tests. Each section's JSON lands in $OUT/data as soon as it ends, so a
 # command stopped at the device's time limit still returns what finished (at most 8 files come back).
 # File them here with `python -m impl.bench.store FILE.json` (a run stopped early is refused).
-#   [CORRECTNESS="correctness/test_x.py ..."] [SECTION_TIMEOUT=540] tools/gpu_run.sh SECTION[:PYTEST_K_EXPR]|correctness ...
+#   [SUITE_COMMIT=abc1234] [CORRECTNESS="correctness/test_x.py ..."] [SECTION_TIMEOUT=540] tools/gpu_run.sh SECTION[:PYTEST_K_EXPR]|correctness ...
+# SUITE_COMMIT names the commit whose tree the device tool sent: the runs record it (the machine's git
+# HEAD is the session's first commit, so without it a run reads "<that commit>+").
 # SECTION_TIMEOUT stops a section between tests (pytest-timeout's session timeout), so its JSON is
 # still written when the grid runs long; the missing rows then show as absent in the report.
 set -uo pipefail
@@ -14,7 +16,7 @@ export SUITE_PROFILE=full SUITE_ARTIFACTS_DIR="$OUT/artifacts" PYTHONUNBUFFERED=
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=$(tools/setup.sh)
 slug=$(PYTHONPATH=src $PY -c "from impl.bench.store import device_slug; print(device_slug())")
-echo "device slug: $slug"
+echo "device slug: $slug; commit recorded: ${SUITE_COMMIT:-git HEAD + dirty (SUITE_COMMIT unset)}"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/nvidia-smi.txt"
 # The word `correctness` among the sections runs the files in $CORRECTNESS at that point.
 run_correctness() {

@@ -100,9 +100,11 @@ class BenchSession:
     def pytest_benchmark_update_json(self, config, benchmarks, output_json):
         """Beside pytest-benchmark's entries: the rows that did not run, and what impl.bench.store
         needs to file the run (its device slug, and whether it was interrupted: such a run is not
-        stored)."""
+        stored); the commit is SUITE_COMMIT's where set (store.sent_commit)."""
         session = self.session
         stopped = self.stop_reason or (str(session.shouldstop) if session is not None and session.shouldstop else None)
+        output_json["commit_info"] = store.sent_commit(output_json.get("commit_info") or {},
+                                                       os.environ.get("SUITE_COMMIT"))
         output_json["not_run"] = [e.to_json() for e in self.recorder.not_run]
         output_json["suite"] = dict(device_slug=store.device_slug(), interrupted=stopped is not None, why=stopped,
                                     args=list(config.invocation_params.args),

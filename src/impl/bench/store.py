@@ -60,6 +60,15 @@ def device_slug() -> str:
     return gpu_slug(props.name, torch.cuda.device_count(), props.total_memory)
 
 
+def sent_commit(info: dict, suite_commit: str | None) -> dict:
+    """pytest-benchmark's commit_info as a run should record it. On a GPU machine the checkout's git
+    HEAD is the session's first commit and the tree is whatever was sent since (HEAD + dirty), so
+    when SUITE_COMMIT names the commit whose tree was sent, that is the run's commit (not dirty)."""
+    if not suite_commit:
+        return info
+    return dict(info, id=suite_commit, dirty=False, source="SUITE_COMMIT", git_head=info.get("id"))
+
+
 def run_stamp(doc: dict) -> str:
     """`<UTC timestamp>_<commit>` of a pytest-benchmark JSON: its `datetime` and commit_info
     (`+` marks a tree with uncommitted changes, as on the GPU machine, whose HEAD stays the

@@ -107,6 +107,12 @@ class RunLabel:
     name: str = "–"  # the size's name in its edition: "xl"
 
 
+def newest_first(items, label=lambda x: x.run):
+    """`items` ordered newest edition first, then newest run (UTC) first: an answer headlines the latest
+    run of the current edition, whichever device folder it sits in."""
+    return sorted(items, key=lambda x: (int(label(x).edition), label(x).when), reverse=True)
+
+
 def current_edition(problem) -> str:
     """The newest edition that poses a problem (impl.workloads.problems.Problem): its rows answer,
     an older edition's rows are kept as history."""

@@ -12,7 +12,7 @@ from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
+from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
@@ -164,15 +164,15 @@ class Headline:
     ours_s: float
     ours_std: float | None
     vs_anchor: Ratio
-    vs_ddp: Ratio | None
+    vs_ddp: Ratio | None  # our fp32 FSDP against our DDP (fp32): the same precision, whatever the headline pair's
 
 
 def _headline(by: dict[str, Bench]) -> Headline | None:
     if (pair := headline_pair(by)) is None:
         return None
-    o, a, ddp = by[pair[0]], by[pair[1]], by.get("ddp")
+    o, a, ddp, fp32 = by[pair[0]], by[pair[1]], by.get("ddp"), by.get("fsdp")
     return Headline(LABEL[pair[0]], LABEL[pair[1]], o.stats.median, o.stats.stddev, of_benches(o, a, LABEL[pair[1]]),
-                    of_benches(o, ddp, "our DDP") if ddp is not None else None)
+                    of_benches(fp32, ddp, "our DDP") if ddp is not None and fp32 is not None else None)
 
 
 @dataclass(frozen=True)
@@ -444,8 +444,8 @@ def facts(ctx: Context) -> FsdpPage:
             sections.append(DeviceSection(heading, runs, RunsFacts.of(device, [b for b in rows
                                                                               if cfg(b).variant != TP])))
     found = [f for s in sections for f in s.runs]
-    newest_first = sorted(found, key=lambda f: -int(f.run.edition))
-    headline_run = next((f for f in newest_first if f.headline), None)
+    newest = newest_first(found)
+    headline_run = next((f for f in newest if f.headline), None)
     ddp = [(dev, rows) for dev in ctx.rows.gpu_devices()
            if (rows := [b for b in ctx.rows.of(device=dev) if b.run.section == "ddp"])]
     tps = tp_facts(fsdp, ddp)
@@ -454,4 +454,4 @@ def facts(ctx: Context) -> FsdpPage:
     per_rank = [p for dev, rows in ctx.rows.per_gpu(StoredGroup.PER_RANK_MEMORY)
                 if (p := per_rank_facts(rows, device_name(dev, rows[0].row.env.device), RunsFacts.of(dev, rows)))]
     return FsdpPage(current_edition(P.FSDP), answering(found, P.FSDP), sections, tps, per_rank,
-                    next((f for f in newest_first if f.saving), None), headline_run, devices)
+                    next((f for f in newest if f.saving), None), headline_run, devices)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from impl.bench.row import Status
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
+from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 from impl.workloads.variants import ShardVariant
@@ -169,7 +169,7 @@ def facts(ctx: Context) -> ShardingPage:
                 for device, rows in ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
                 for heading in [device_name(device, rows[0].row.env.device)]]
     found = [(s.device, f) for s in sections for f in s.runs]
-    scored = next(((d, f) for d, f in sorted(found, key=lambda x: -int(x[1].run.edition))
+    scored = next(((d, f) for d, f in newest_first(found, lambda x: x[1].run)
                    if f.none is not None and f.sharded is not None), None)
     return ShardingPage(current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING), sections,
                         answering([f for _, f in found], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
