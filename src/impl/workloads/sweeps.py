@@ -217,7 +217,8 @@ GRIDS.update({
     # backward at d 64: ~2.5 s of compilation a shape, its 65536 rows ~1 s) it takes ~1000 s, so the GPU
     # runs it as four `-k` pieces at one commit (the report keeps each cell's newest row, so the four
     # JSONs make the whole grid of one kernel version):
-    #   "bf16 and not compiled_bwd"  ~310 s (480 rows: 218 s autotuning + ~90 s of rows)
+    #   "bf16 and not compiled_bwd"  ~330 s (480 rows: the 20261123T230756Z run did these 468 + 3 compiled rows
+    #                                 in its 330 s budget: 218 s autotuning, ~0.2 s a row besides; + start-up)
     #   "fp32 and not compiled_bwd"  ~290 s (480 rows: ~180 s autotuning + ~90 s + start-up)
     #   "bf16 and compiled_bwd"      ~210 s (80 rows: 40 compiles × ~2.5 s, the Triton forward's autotuning
     #                                 ~1 s a shape, ~15 s of rows, start-up)
