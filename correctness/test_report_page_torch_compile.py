@@ -30,11 +30,12 @@ def _att(impl, seconds, when="2026-12-02T00:00:00", status=Status.MEASURED, **sh
                               memory_before_backward_bytes=2**30) if impl else dict(baseline_bytes=0))
 
 
-def _model(size, context, impl, seconds, mode="forward", status=Status.MEASURED, details=None, first=None):
+def _model(size, context, impl, seconds, mode="forward", status=Status.MEASURED, details=None, first=None,
+           reason="time budget exhausted"):
     return bench(P, dict(size=size, context=context, mode=mode, impl=impl, study="model"),
                  seconds if status is Status.MEASURED else None, device=DEVICE, section="torch_compile_model",
                  when="2026-12-01T00:00:00", status=status,
-                 reason=None if status is Status.MEASURED else "time budget exhausted",
+                 reason=None if status is Status.MEASURED else reason,
                  metrics={Metric.FIRST_CALL_S: first} if first else {},
                  details=dict(compiled_what="regional", **(details or {})))
 
@@ -136,3 +137,48 @@ def test_page_words(request, tmp_path):
     rows = [_att("compiled", 1.0), _att("eager", 2.0), _att("compiled", 0.5, mode="backward"),
             _att("eager", 0.6, mode="backward"), _att("compiled", None, status=Status.OOM, seq=16384)]
     assert_snapshot(request, P, render_page("torch_compile.md.j2", f=page.facts(context(rows + _model_rows(), tmp_path))))
+
+
+OOM_IMPLIED = "not run: forward_backward eager ran out of memory at context 128"
+
+
+def _timed_rows():
+    """A run with timed training steps (issue 45): fwd+bwd, train_step, and an OOM-answered row."""
+    rows = _model_rows()[:2] + [
+        _model("small", 128, "eager", 0.05, mode="forward_backward"),
+        _model("small", 128, "compiled", 0.04, mode="forward_backward"),
+        _model("small", 128, "eager", 0.06, mode="train_step"),
+        _model("small", 128, "compiled", 0.045, mode="train_step"),
+        _model("small", None, "eager", 0.001, mode="optimizer_step"),
+        _model("small", None, "compiled", 0.002, mode="optimizer_step"),
+        _model("10B", 128, "eager", None, mode="train_step", status=Status.LEFT_OUT, reason=OOM_IMPLIED),
+    ]
+    return rows
+
+
+def test_b_timed_train_step_is_its_own_column_not_a_sum(tmp_path):
+    rows = _timed_rows()
+    m = page.facts(context(rows, tmp_path)).model
+    assert m.timed_train_step and m.modes == ("forward", "forward_backward", "train_step")
+    small = m.rows[0]
+    assert small.train_step is None  # no derived fwd+bwd + optimizer column beside the timed one
+    assert small.modes[2].eager.value == 0.06 and small.modes[2].ratio == pytest.approx(0.75)
+    assert [r.mode for r in m.answer] == ["forward", "forward_backward", "optimizer_step", "train_step"]
+    text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
+    assert "timed as one call" in text and "No timed compiled training step" not in text
+    assert "= fwd+bwd + opt" not in text
+
+
+def test_b_without_timed_rows_says_no_timed_step_has_run(tmp_path):
+    text = render_page("torch_compile.md.j2", f=page.facts(context(_model_rows(), tmp_path)))
+    assert "No timed compiled training step has run yet" in text
+
+
+def test_b_left_out_rows_are_grouped_by_reason(tmp_path):
+    rows = _model_rows() + [_model("10B", 128, "eager", None, mode="train_step", status=Status.LEFT_OUT,
+                                   reason=OOM_IMPLIED)]
+    m = page.facts(context(rows, tmp_path)).model
+    assert [(r, [(x.size, x.context) for x in xs]) for r, xs in m.left_out_by_reason] == \
+        [("time budget exhausted", [("xl", 256)]), (OOM_IMPLIED, [("10B", 128)])]
+    text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
+    assert f"Left out ({OOM_IMPLIED}): 10B@128." in text

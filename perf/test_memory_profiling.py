@@ -121,6 +121,8 @@ def test_memory_profiling(bench, case: Case):
     details = dict(residual_bytes={str(b): residual_stream_bytes(batch, case.context, m.d_model, b) for b in (4, 2)},
                    residual_derivation=dict(batch=batch, context=case.context, d_model=m.d_model, bytes_per_elem=4),
                    closed_form=_closed_form(case, batch), snapshot=None)
+    if case.size.edition == "2025":  # (d) and (e) are asked at the reference context; the others are extra rows
+        details["reference_context"] = case.context == G.reference_context
     got = model_and_batch(bench, MODELS, problem=Problem.MEMORY_PROFILING, config=config, size=case.size.build_name,
                           context_length=max(c.context for c in CASES), batch=batch, context=case.context,
                           details=details)

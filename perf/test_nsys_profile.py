@@ -25,10 +25,12 @@ import torch
 
 from impl.bench.harness import Budget
 from impl.bench.timers import time_once
-from impl.workloads.kernels import first_level_that_fits, forward_loss, nsys_answers, profile_steps
+from impl.workloads.kernels import (first_level_that_fits, forward_loss, nsys_answers, oom_vs_closed_form, profile_steps,
+                                    timer_forward_loss)
 from impl.bench.row import Status
 from impl.workloads.problems import Problem
-from impl.workloads.steps import ModelCache, chosen_2026_cases, device_memory_bytes, memory_need, model_and_batch
+from impl.workloads.steps import (ModelCache, chosen_2026_cases, device_memory_bytes, fallback_2026_cases, memory_need,
+                                  model_and_batch)
 from impl.runtime import default_device, first_line, free_memory, is_oom, profile_name
 from impl.workloads.sweeps import grid
 from impl.model import SizeRef
@@ -44,8 +46,8 @@ def _timer_forward(model, x, y, dtype):
     """(forward fn, grad): the training forward if one call of it fits, else the forward without
     autograd. The probe call is the timer's first warm-up call."""
 
-    def train_forward():
-        return forward_loss(model, x, y, dtype)
+    def train_forward():  # the loss detached: a round must not keep its graph alive into the next (issue 45)
+        return timer_forward_loss(model, x, y, dtype)
 
     failure = None
     try:
@@ -72,23 +74,29 @@ def _profile(model, x, y, trace_path, start: str, g: dict):
 
 
 G26 = grid("nsys_profile_2026", PROFILE)
-CASES_2026 = chosen_2026_cases(G26, device_memory_bytes(default_device()))
+DEVICE_BYTES = device_memory_bytes(default_device())
+CASES_2026 = chosen_2026_cases(G26, DEVICE_BYTES)
 BUDGET_2026 = Budget(G26.budget_s)
+# per size, the chosen contexts whose row ran out of memory in this run; a size with one gets its
+# fallback context (fallback_2026_cases: the power of two below its shortest, if still >= min_context)
+OOM_2026: dict[str, list[int]] = {}
+FALLBACK_2026 = fallback_2026_cases(G26, CASES_2026)
 
 
 def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, context_length: int, config: dict,
-                 trace: Path | None, details: dict | None = None) -> None:
-    """One row: the Python timer's forward (the benchmark) and the profiled steps' answers."""
+                 trace: Path | None, details: dict | None = None) -> Status:
+    """One row: the Python timer's forward (the benchmark) and the profiled steps' answers; its status
+    (OOM where the model, its batch or the timer's forward did not fit)."""
     batch, dtype = g.batch, g.dtype
     shape = ref.config
     if budget.exhausted():
         bench.not_run(problem=Problem.NSYS_PROFILE, config=config, status=Status.LEFT_OUT_BY_BUDGET,
                       reason=budget.reason(), details=details)
-        return
+        return Status.LEFT_OUT_BY_BUDGET
     got = model_and_batch(bench, MODELS, problem=Problem.NSYS_PROFILE, config=config, size=ref,
                           context_length=context_length, batch=batch, context=context, details=details)
     if got is None:
-        return
+        return Status.OOM
     model, x, y = got
     # (a) the Python timer on the same forward the profile's "forward" range holds
     fn, grad, timer_oom = _timer_forward(model, x, y, dtype)
@@ -98,7 +106,7 @@ def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, con
                         details=dict(details or {}, timer_forward="training" if grad else "no_grad",
                                      timer_oom_message=timer_oom))
     if row.status is not Status.MEASURED:
-        return
+        return row.status
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -109,7 +117,7 @@ def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, con
     if got is None:
         row.details.update(nsys=None, profile_oom="; ".join(failures))
         bench.save(row)
-        return
+        return row.status
     prof, parse_s = got
     answers = nsys_answers(prof, batch=batch, heads=shape.num_heads, seq=context, head_dim=shape.head_dim,
                            layers=shape.num_layers, top=g.top)
@@ -129,6 +137,7 @@ def _profile_row(bench, g: dict, budget: Budget, ref: SizeRef, context: int, con
     fwd = answers["tables"]["forward"]
     assert fwd and fwd[0]["time_us"] >= fwd[-1]["time_us"]
     assert 0.0 <= answers["matmul_share_forward"] <= 1.0
+    return row.status
 
 
 @pytest.mark.parametrize("size,context", [(s, c) for s in G.sizes for c in G.contexts])
@@ -140,17 +149,39 @@ def test_nsys_profile(bench, size, context):
     _profile_row(bench, G, BUDGET, ref, context, max(G.contexts), config, trace)
 
 
+def _details_2026(ref: SizeRef, context: int, **extra) -> dict:
+    need = memory_need(ref, "train_step", G26.dtype, G26.batch, context)
+    return dict(cases=[list(c) for c in CASES_2026], chosen_by="the largest 2026 sizes with three powers of two "
+                "whose closed-form fp32 training step fits headroom x device memory (impl.workloads.steps.fitting_contexts)",
+                memory_need=need, oom_vs_closed_form=oom_vs_closed_form(need, DEVICE_BYTES), **extra)
+
+
 @pytest.mark.parametrize("size,context", CASES_2026)
 def test_nsys_profile_2026(bench, size, context):
     """2026: two sizes of the 2026 table at three power-of-two contexts above 128, the largest the
-    longest whose training step fits (chosen by chosen_2026_cases; the choice is in the row's details)."""
+    longest whose training step fits (chosen by chosen_2026_cases; the choice is in the row's details).
+    An OOM row carries the closed form beside it (details.oom_vs_closed_form; the measured peak at the
+    OOM is the row's memory) and gives its size the fallback context below."""
     ref = SizeRef(G26.edition, size)
     config = dict(**ref.row_config(), context=context, dtype=G26.dtype, batch=G26.batch, mode="forward",
                   study="nsys_2026")
     trace = ARTIFACTS / f"nsys_profile_2026_{size}_ctx{context}.trace.json.gz" if (size, context) == CASES_2026[0] \
         else None
-    details = dict(cases=[list(c) for c in CASES_2026], chosen_by="the largest 2026 sizes with three powers of two "
-                   "whose closed-form fp32 training step fits headroom x device memory (impl.workloads.steps.fitting_contexts)",
-                   memory_need=memory_need(ref, "train_step", G26.dtype, G26.batch, context))
-    _profile_row(bench, G26, BUDGET_2026, ref, context, max(c for s, c in CASES_2026 if s == size), config, trace,
-                 details)
+    status = _profile_row(bench, G26, BUDGET_2026, ref, context, max(c for s, c in CASES_2026 if s == size), config,
+                          trace, _details_2026(ref, context))
+    if status is Status.OOM:
+        OOM_2026.setdefault(size, []).append(context)
+
+
+@pytest.mark.parametrize("size,context", FALLBACK_2026)
+def test_nsys_profile_2026_fallback(bench, size, context):
+    """The shorter context of a size whose chosen context ran out of memory, so the size still has
+    three that ran (the handout's "the largest ... the longest you can fit"); skipped, with no row,
+    when every chosen context of the size ran."""
+    if not OOM_2026.get(size):
+        pytest.skip(f"not needed: every chosen context of {size} ran")
+    ref = SizeRef(G26.edition, size)
+    config = dict(**ref.row_config(), context=context, dtype=G26.dtype, batch=G26.batch, mode="forward",
+                  study="nsys_2026")
+    _profile_row(bench, G26, BUDGET_2026, ref, context, max(c for s, c in CASES_2026 if s == size), config, None,
+                 _details_2026(ref, context, fallback_for=OOM_2026[size]))

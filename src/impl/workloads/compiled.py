@@ -199,4 +199,50 @@ class CompiledAdamW(AdamW):
 
 
 __all__ = ["STRATEGIES", "WHY", "CompiledAdamW", "RegionalLM", "WholeLM", "compile_blocks_in_place", "compile_model",
-           "describe", "graph_breaks", "mark_seq_dynamic", "raise_recompile_limit", "unique_graphs"]
+           "compile_model_case_id", "compile_model_cases", "describe", "graph_breaks", "implied_by_oom",
+           "mark_seq_dynamic", "raise_recompile_limit", "unique_graphs"]
+
+
+# ---- torch_compile (b)'s sweep: its cases, and the rows an earlier OOM already answers ----------------
+
+OPTIMIZER_STEP = "optimizer_step"
+# What a step of each mode keeps alive grows in this order at one context (impl.workloads.steps
+# STEP_MODE_STATE): the forward holds the parameters, forward+backward adds gradients and saved
+# activations, the timed training step adds AdamW's moments on top.
+_MODE_RANK = {"forward": 0, "forward_backward": 1, "train_step": 2}
+
+
+def compile_model_cases(sizes, contexts, modes) -> list[tuple]:
+    """torch_compile (b)'s (size, context, mode, impl) rows in run order: sizes as given (SizeRef),
+    per size the optimizer step first (context None), then contexts ascending, `modes` in the
+    given order, eager before compiled. A budget cut falls on the largest size's longest context."""
+    cases = []
+    for size in sizes:
+        cases += [(size, None, OPTIMIZER_STEP, impl) for impl in ("eager", "compiled")]
+        cases += [(size, c, str(m), impl) for c in sorted(contexts) for m in modes for impl in ("eager", "compiled")]
+    return cases
+
+
+def compile_model_case_id(size, context, mode, impl) -> str:
+    """Test ids: the 2025 sizes as before ("small-128-forward-eager"), others with their edition
+    ("2026-10B-128-train_step-compiled"), so `-k 2026` selects the 2026-only sizes."""
+    name = size.name if size.edition == "2025" else size.id
+    return f"{name}-{context}-{mode}-{impl}"
+
+
+def implied_by_oom(ooms: dict, size_key, context: int | None, mode: str, impl: str) -> str | None:
+    """Why this row cannot fit, from an OOM this run already hit, or None. `ooms`: {(size_key,
+    impl): [(mode, context), ...]} of the rows that ran out of memory. A row is answered when the same
+    size and impl ran out of memory at a mode that keeps no more alive (forward < forward+backward <
+    training step) and a context no longer than this one; an optimizer-step OOM (parameters,
+    gradients and AdamW's moments alone) answers every training step of that size."""
+    if mode == OPTIMIZER_STEP or mode not in _MODE_RANK:
+        return None
+    for m, c in ooms.get((size_key, impl), ()):
+        if m == OPTIMIZER_STEP and mode == "train_step":
+            return (f"not run: this size's {impl} optimizer step (parameters, gradients and AdamW state, no "
+                    "activations) already ran out of memory; a training step holds all of that and more")
+        if m in _MODE_RANK and _MODE_RANK[m] <= _MODE_RANK[mode] and c is not None and c <= context:
+            return (f"not run: {m} {impl} ran out of memory at context {c}; this {mode} at context {context} "
+                    "keeps at least as much alive")
+    return None

@@ -136,11 +136,14 @@ class MemoryProfilingGrid(Rounds):
     cases_2026: tuple[tuple[str, int], ...]  # (size of the 2026 table, context)
     probe_layers: int
     probe_top: int
+    # the 2025 handout's reference hyperparameters' context (batch 4, context 512), at which its (d) and (e)
+    # are asked: its rows are marked (details.reference_context); the other contexts' rows are extra rows
+    reference_context: int | None = None
 
 
 @dataclass(frozen=True)
 class CompileModelGrid:
-    sizes: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]  # by edition: the 2026 edition's 10B beside the 2025 table
     contexts: tuple[int, ...]
     modes: tuple[StepMode, ...]
     dtype: str

@@ -300,6 +300,35 @@ def forward_loss(model, x, y, dtype: str = "fp32"):
         return cross_entropy(model(x), y)
 
 
+def timer_forward_loss(model, x, y, dtype: str = "fp32"):
+    """forward_loss for a timer's rounds: the loss detached, so each call's autograd graph (every
+    activation the forward saved) is freed when the call returns. pytest-benchmark's pedantic keeps
+    each round's return value until the next round has returned, so a loss returned with its graph kept
+    two training forwards' activations alive: nsys_profile (2026) medium@2048 ran out of memory so
+    (issue 45; NOTES.md), at 2 x 50.8 GB of activations + parameters, though one training step's
+    closed form (57.6 GB) fits the H100's 85 GB."""
+    return forward_loss(model, x, y, dtype).detach()
+
+
+TWO_GRAPHS_CAUSE = ("the Python timer's rounds kept the previous round's loss, and with it that forward's whole "
+                    "autograd graph, alive while the next forward ran (pytest-benchmark holds each round's return "
+                    "value): two training forwards' activations at once, 2 x activations + parameters, against the "
+                    "one step the closed form counts; fixed since issue 45 (the timer's forward returns the loss "
+                    "detached: kernels.timer_forward_loss)")
+
+
+def oom_vs_closed_form(need: dict, device_bytes: int | None) -> dict:
+    """What an nsys_profile (2026) row records beside an OOM: the closed-form training step
+    (impl.workloads.steps.memory_need) and the timer's training forward (parameters + activations),
+    the two-graphs figure the timer needed before issue 45's fix, the device's bytes, and that known
+    cause; the measured peak at the OOM is the row's memory."""
+    forward = need["parameters"] + need["activations"]
+    return dict(closed_form_train_step_bytes=need["total"], closed_form_training_forward_bytes=forward,
+                two_forward_graphs_bytes=forward + need["activations"], device_bytes=device_bytes,
+                fits_by_closed_form=device_bytes is None or need["total"] <= device_bytes,
+                known_cause_before_fix=TWO_GRAPHS_CAUSE)
+
+
 PROFILED = ("train_step", "forward_backward", "forward", "forward_no_grad")  # fallbacks, in order
 
 

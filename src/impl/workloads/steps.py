@@ -118,6 +118,18 @@ def chosen_2026_cases(g, device_bytes: int | None) -> list[tuple[str, int]]:
     return [(name, c) for name, fit in reversed(chosen) for c in fit]
 
 
+def fallback_2026_cases(g, cases: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Per size of `cases` (chosen_2026_cases), the power of two below its shortest chosen context,
+    where that is still >= g.min_context: the context nsys_profile (2026) runs instead when one of
+    the size's chosen contexts runs out of memory, so the size keeps three that ran."""
+    out = []
+    for name in dict.fromkeys(s for s, _ in cases):
+        low = min(c for s, c in cases if s == name) // 2
+        if low >= g.min_context:
+            out.append((name, low))
+    return out
+
+
 def device_memory_bytes(device: torch.device) -> int | None:
     """The device's total memory, or None off CUDA."""
     return torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None

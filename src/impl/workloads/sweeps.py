@@ -81,14 +81,22 @@ GRIDS = {
     # powers of two in [min_context, max_context] whose fp32 training step fits `headroom` of the
     # device's memory (the rest: transient score gradients, allocator slack), each with its top
     # `n_contexts`. On an H100 80GB: medium 512-2048 and large 256-1024 (xl (2026) fits only 256;
-    # on an H200 it would be large and xl). device_bytes None = the device's. H100 estimate: ~20 s a
-    # config (timer, three steps profiled, kineto parse): ~2-3 min; the first config keeps its trace.
+    # on an H200 it would be large and xl). device_bytes None = the device's. A size whose chosen context
+    # runs out of memory also runs the power of two below its shortest (steps.fallback_2026_cases: medium
+    # 256; large has none above 128), and the OOM row carries the closed form beside its measured peak.
+    # The first H100 run's medium@2048 OOM (83 GB peak against 57.6 GB by the closed form) was the
+    # timer's: pytest-benchmark kept each round's loss, and its whole graph, alive into the next round
+    # (2 x 50.8 GB of activations + parameters); the measured peaks of that run's fitting configs match
+    # 2 x activations + parameters within 1% (correctness/test_nsys_2026_grid.py). Fixed: the timer's
+    # forward returns the loss detached (kernels.timer_forward_loss). H100 estimate: ~20 s a config
+    # (timer, three steps profiled, kineto parse), medium@2048 ~30 s: ~2.5-3 min for the six, ~3.5 min
+    # with a fallback row; budget_s 360 (SECTION_TIMEOUT 420 is ample). The first config keeps its trace.
     "nsys_profile_2026": {
         "full": Nsys2026Grid(edition="2026", candidates=tuple(MODEL_SIZES_2026), n_sizes=2, n_contexts=3,
                              min_context=256, max_context=16384, headroom=0.9, device_bytes=None, dtype="fp32", batch=4,
                              timer_warmup=2, timer_rounds=5, prof_warmup=1, prof_steps=2, top=15, trace_max_mb=10,
                              budget_s=360),
-        "smoke": Nsys2026Grid(edition="2026", candidates=("tiny",), n_sizes=1, n_contexts=3, min_context=16,
+        "smoke": Nsys2026Grid(edition="2026", candidates=("tiny",), n_sizes=1, n_contexts=3, min_context=8,
                               max_context=64, headroom=0.9, device_bytes=None, dtype="fp32", batch=2, timer_warmup=1,
                               timer_rounds=5, prof_warmup=1, prof_steps=2, top=15, trace_max_mb=10, budget_s=60),
     },
@@ -107,37 +115,59 @@ GRIDS = {
     # ~1 min of steps and snapshots at 128, ~1 min at 2048 (forwards; the fp32 and bf16 training steps
     # need ~54 GB of state + ~140 GB of saved activations, an OOM on an H100 and on an H200, recorded
     # with that closed form), ~30 s of block probes: ~3-4 min.
+    # The 2025 rows (-k 2025; issue 45): (d) and (e) are asked "at our reference hyperparameters", batch 4
+    # and context 512 (reference_context: those rows carry details.reference_context, the 128 and 256
+    # rows stay as extra rows); at 512 the residual stream is 4 x 512 x 2560 x 4 B = 20 MiB and the
+    # forward's largest allocations the (4, 32, 512, 512) fp32 scores and probabilities, 128 MiB each.
+    # The fp32 forward at 512 also keeps its raw snapshot (for memory_viz, (e)). H100 estimate for
+    # -k 2025: ~30 s start-up and the 2.7B build, 12 rows (forwards ~0.1-0.35 s, training steps ~0.5-1.2 s,
+    # 1 + 5 timed calls and one recorded step each, with the snapshot's analysis ~5-15 s a row):
+    # ~2.5-3.5 min.
     "memory_profiling": {
         "full": MemoryProfilingGrid(sizes=("2.7B",), contexts=(128, 256, 512), dtypes=("fp32", "bf16"), modes=(F, TRAIN),
                                     batch=4, warmup=1, rounds=5, snapshot_dtypes=("fp32", "bf16"), max_points=4000,
-                                    artifacts=(("2025", "2.7B", 256, "fp32", TRAIN), ("2026", "xl", 128, "fp32", F),
-                                               ("2026", "xl", 128, "fp32", TRAIN)),
-                                    cases_2026=(("xl", 128), ("xl", 2048)), probe_layers=3, probe_top=5),
+                                    artifacts=(("2025", "2.7B", 256, "fp32", TRAIN), ("2025", "2.7B", 512, "fp32", F),
+                                               ("2026", "xl", 128, "fp32", F), ("2026", "xl", 128, "fp32", TRAIN)),
+                                    cases_2026=(("xl", 128), ("xl", 2048)), probe_layers=3, probe_top=5,
+                                    reference_context=512),
         "smoke": MemoryProfilingGrid(sizes=("tiny",), contexts=(32,), dtypes=("fp32", "bf16"), modes=(F, TRAIN),
                                      batch=2, warmup=1, rounds=5, snapshot_dtypes=("fp32", "bf16"), max_points=4000,
                                      artifacts=(("2025", "tiny", 32, "fp32", TRAIN),),
-                                     cases_2026=(("tiny", 16), ("tiny", 64)), probe_layers=3, probe_top=5),
+                                     cases_2026=(("tiny", 16), ("tiny", 64)), probe_layers=3, probe_top=5,
+                                     reference_context=32),
     },
-    # torch_compile (b): eager vs compiled model, forward and forward+backward per size × context, and
-    # the AdamW step per size (perf/test_torch_compile_model.py). Regional compilation with a dynamic
-    # sequence dimension: one inference and one training graph per size serve every context (on the
-    # CPU, cold: small model 12.7 + 19.4 s regional vs 44.5 + 70.2 s whole-model; impl.workloads.compiled).
-    # Each row: one first call (the compile when a graph is new), `warmup` untimed calls (they size the
-    # harness's rounds) and rounds = row_s / that first call's time within [rounds_min, rounds_max] (at
-    # least 5, the harness's floor). H100 estimate for the full grid (made with 3-10 rounds and no
-    # warm-up call, so now an underestimate): ~10 s start-up,
-    # ~10-25 s of compilation per size, ~90 s of timed steps (dominated by xl / 2.7B at 512-1024):
-    # 160-240 s; rows past budget_s are recorded as left out, and as the longest row (a new size's
-    # training-graph compile, or 2.7B@1024) takes ~25 s, the section ends within ~310 s. (The first H100
-    # run, with budget_s 240, ended at 244 s and left out its last row, 2.7B@1024 compiled fwd+bwd.)
+    # torch_compile (b): eager vs compiled model, forward, forward+backward and the timed training step
+    # (forward, backward, AdamW step as one timed call) per size × context, and the AdamW step alone per
+    # size (perf/test_torch_compile_model.py). Sizes: the 2025 table, then the 2026 edition's 10B (its
+    # other sizes are the 2025 table's; xl (2026) is 2.7B). Regional compilation with a dynamic
+    # sequence dimension: one inference and one training graph per size serve every context, and the
+    # training step reuses the training graph and CompiledAdamW's graphs (on the CPU, cold: small model
+    # 12.7 + 19.4 s regional vs 44.5 + 70.2 s whole-model; impl.workloads.compiled).
+    # Each row: one first call (the compile when a graph is new), `warmup` untimed calls and rounds =
+    # row_s / that first call's time within [rounds_min, rounds_max] (at least 5, the harness's floor).
+    # H100 estimate (issue 45), per row = first call + (warmup + rounds) × the step, from the H100 run
+    # reports/data/h100-80gb-x1/torch_compile_model/20261123T063738Z (its medians and compile times;
+    # 2.7B@1024 compiled fwd+bwd, cut there, taken as 0.88 × eager like xl@1024): ~10 s start-up;
+    # the forward, fwd+bwd and optimizer rows of small..2.7B ~300 s (compilation ~10-25 s a size; 2.7B
+    # at 1024 ~35 s); the training-step rows (fwd+bwd + optimizer step, 7 calls each) ~110 s (those
+    # that run out of memory, by the closed form xl@1024 and 2.7B@1024 at 90 and 112 GB, cost one
+    # forward+backward each); the 10B (12.7B parameters, fp32: 51 GB, so only its forwards fit 80 GB):
+    # ~15 s build, ~75 s of forwards (eager ~0.3-2.7 s a step by 3.75 × 2.7B's), its optimizer step
+    # and fwd+bwd at 128 out of memory (~15 s with the training graph's compile), every longer or
+    # heavier row answered by those OOMs (implied_by_oom: recorded, not run). Total ~510 s, so
+    # budget_s 470 (checked before each row; the longest row, 10B@1024 forward, ~20 s) ends the file
+    # by ~495 s, inside gpu_run.sh's 540 s section timeout; a cut falls on the 10B's longest
+    # forwards, which `-k 2026` (~2 min) completes. On an H200 the 10B's fwd+bwd at 128-512 fits
+    # (114-155 GB by the closed form) and costs more: run `-k "not 2026"` and `-k 2026` there.
     # The smoke profile compiles with aot_eager (dynamo + AOTAutograd, no code generation) to stay fast.
     "torch_compile_model": {
-        "full": CompileModelGrid(sizes=tuple(MODEL_SIZES), contexts=(128, 256, 512, 1024), modes=(F, FB),
+        "full": CompileModelGrid(sizes=_sizes(*(("2025", s) for s in MODEL_SIZES), ("2026", "10B")),
+                                 contexts=(128, 256, 512, 1024), modes=(F, FB, TRAIN),
                                  dtype="fp32", batch=4, compile="regional", dynamic_seq=True, backend="inductor",
-                                 warmup=1, rounds_min=5, rounds_max=10, row_s=0.6, budget_s=280),
-        "smoke": CompileModelGrid(sizes=("tiny",), contexts=(32, 64), modes=(F, FB),
+                                 warmup=1, rounds_min=5, rounds_max=10, row_s=0.6, budget_s=470),
+        "smoke": CompileModelGrid(sizes=_sizes(("2025", "tiny"), ("2026", "tiny")), contexts=(32, 64), modes=(F, FB, TRAIN),
                                   dtype="fp32", batch=2, compile="regional", dynamic_seq=True, backend="aot_eager",
-                                  warmup=1, rounds_min=5, rounds_max=10, row_s=0.05, budget_s=50),
+                                  warmup=1, rounds_min=5, rounds_max=10, row_s=0.05, budget_s=80),
     },
 }
 
@@ -174,19 +204,34 @@ GRIDS.update({
                                        backend="aot_eager", budget_s=60),
     },
     # flash_benchmarking: kernel rows (CUDA-event timer, rounds of >= 1 ms; do_bench_ms as a cross-check),
-    # batch 1, causal. On the GPU: two commands (-k bf16, -k fp32), each ending within budget_s (later
-    # rows recorded as left out by budget; impls run in the listed order, the assignment's two first).
-    # Autotuning every kernel for every (seq, d, dtype) is most of the cost; a row then takes `warmup`
-    # calls, `rounds` rounds (>= 10 where a round is under 20 ms) and do_bench's warmup_ms + rep_ms.
-    # naive beyond naive_max_seq is left out (time; the row's text carries its derived memory); the
-    # compiled backward (one torch.compile per shape) only for compiled_bwd_dims; the SDPA anchors
-    # reject fp32 (recorded unsupported).
+    # batch 1, causal. Autotuning every kernel for every (seq, d, dtype) is most of the cost; a row then
+    # takes `warmup` calls, `rounds` rounds (>= 10 where a round is under 20 ms) and do_bench's warmup_ms +
+    # rep_ms. Every cell of the grid runs (issue 45): naive up to the longest sequence (naive_max_seq =
+    # the grid's longest: its derived backward peak at 65536 is 36 GiB in bf16, 68 GiB in fp32, so it runs
+    # or is an OOM row), the compiled backward (one static-shape torch.compile per shape) at every d;
+    # the SDPA anchors reject fp32 (recorded unsupported). budget_s is per pytest process.
+    # The whole grid does not fit one 540 s command: H100 estimate from the committed runs
+    # (reports/data/h100-80gb-x1/flash_benchmarking: 20261123T230756Z, bf16, current kernels, 471 rows in
+    # its 330 s budget: flash_triton's first calls (autotuning) 218 s, ~0.2 s a row besides;
+    # 20261123T073042Z, fp32 flash_triton: 177 s of first calls; 20261123T090719Z/093026Z, compiled
+    # backward at d 64: ~2.5 s of compilation a shape, its 65536 rows ~1 s) it takes ~1000 s, so the GPU
+    # runs it as four `-k` pieces at one commit (the report keeps each cell's newest row, so the four
+    # JSONs make the whole grid of one kernel version):
+    #   "bf16 and not compiled_bwd"  ~330 s (480 rows: the 20261123T230756Z run did these 468 + 3 compiled rows
+    #                                 in its 330 s budget: 218 s autotuning, ~0.2 s a row besides; + start-up)
+    #   "fp32 and not compiled_bwd"  ~290 s (480 rows: ~180 s autotuning + ~90 s + start-up)
+    #   "bf16 and compiled_bwd"      ~210 s (80 rows: 40 compiles × ~2.5 s, the Triton forward's autotuning
+    #                                 ~1 s a shape, ~15 s of rows, start-up)
+    #   "fp32 and compiled_bwd"      ~210 s
+    # the two compiled_bwd pieces fit one device command together (~430 s). budget_s 480 per piece
+    # (checked before each row; the longest row, an autotuned d 128 backward at 65536, ~10 s).
+    # impls run in the listed order within a dtype (the assignment's two first).
     "flash_benchmarking": {
         "full": FlashGrid(batch=1, seqs=tuple(2 ** i for i in range(7, 17)), dims=(16, 32, 64, 128),
                           dtypes=("bf16", "fp32"), modes=("fwd", "bwd", "fwd_bwd"),
                           impls=("flash_triton", "naive", "sdpa_flash", "sdpa_cudnn", "flash_triton_compiled_bwd"),
-                          naive_max_seq=32768, compiled_bwd_dims=(64,), autotune=True,
-                          warmup=2, rounds=5, warmup_ms=5, rep_ms=25, budget_s=330),
+                          naive_max_seq=65536, compiled_bwd_dims=(16, 32, 64, 128), autotune=True,
+                          warmup=2, rounds=5, warmup_ms=5, rep_ms=25, budget_s=480),
         "smoke": FlashGrid(batch=1, seqs=(16, 32), dims=(16,), dtypes=("fp32",), modes=("fwd", "bwd", "fwd_bwd"),
                            impls=("flash_triton", "naive", "sdpa_flash", "sdpa_cudnn", "flash_triton_compiled_bwd"),
                            naive_max_seq=16, compiled_bwd_dims=(16,), autotune=True,
@@ -428,3 +473,9 @@ GRIDS["leaderboard_2026"] = {
                                                                 attn_impl="flash_torch", warmup=1, rounds=5,
                                                                 budget_s=120, timeout_s=120)),
 }
+
+
+# flash_benchmarking's full grid as the `-k` pieces the GPU runs (one 540 s section each; the estimates
+# beside the grid above). Together they select every case exactly once (correctness/test_flash_benchmarking_grid.py).
+FLASH_BENCHMARKING_PIECES = ("bf16 and not compiled_bwd", "fp32 and not compiled_bwd", "bf16 and compiled_bwd",
+                             "fp32 and compiled_bwd")

@@ -228,6 +228,9 @@ class FlashBenchmarkingPage:
     drift: tuple[Drift, ...] = ()
     not_run: tuple[tuple[str, str], ...] = ()
     sources: tuple[str, ...] = ()
+    cells: int = 0  # the grid's cells with a row (every status)
+    oom_cells: int = 0  # of them, those that ran out of memory ("OOM" in the CSV)
+    commits: tuple[str, ...] = ()  # the commits the cells' rows come from (one: one kernel version), oldest run first
     short_seq = SHORT_SEQ  # the constants the words state
     band = DRIFT_BAND
 
@@ -263,5 +266,7 @@ def facts(ctx: Context) -> FlashBenchmarkingPage:
             reach_dims=tuple(sorted({k.d for k in ks if k.mode == "fwd_bwd"})), reach=tuple(reach(rows)),
             odd=tuple(odd(rows)), newest=RunsFacts.of(device, newest),
             previous=RunsFacts.of(device, prev) if prev else None, drift=tuple(drift(newest, prev)),
-            not_run=not_run(rows), sources=files_of(rows + prev))
+            not_run=not_run(rows), sources=files_of(rows + prev), cells=len(rows),
+            oom_cells=sum(status_label(b) == "OOM" for b in rows),
+            commits=tuple(dict.fromkeys(r.commit for r in RunsFacts.of(device, rows).runs)))
     return FlashBenchmarkingPage()

@@ -126,7 +126,7 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
 
 # ---- (b) compiled model vs eager -------------------------------------------------------------------
 
-MODES_B = ("forward", "forward_backward", "optimizer_step")  # the answer's modes
+MODES_B = ("forward", "forward_backward", "optimizer_step", "train_step")  # the answer's modes, where rows have them
 GRID_MODES = ("forward", "forward_backward", "train_step")  # the table's, where the rows have them
 
 
@@ -169,7 +169,8 @@ def _cells(eager: Bench | None, compiled: Bench | None) -> Times:
 
 
 def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:
-    """forward+backward + the size's optimizer step (derived, not timed together); None unless both ran."""
+    """forward+backward + the size's optimizer step (derived, not timed together; shown only where no timed
+    training-step row exists); None unless both ran."""
     parts = [cell(x, STEP) for x in (fb, opt)]
     return Cell(sum(p.value for p in parts)) if all(p and p.value is not None for p in parts) else None
 
@@ -178,8 +179,8 @@ def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:
 class ModelRow:
     size: str
     context: int
-    modes: tuple[Times, ...]  # per the table's modes
-    train_step: Times | None  # None: no optimizer-step rows
+    modes: tuple[Times, ...]  # per the table's modes (train_step: the timed training step, where rows have it)
+    train_step: Times | None  # the derived fwd+bwd + optimizer step; None: timed train_step rows, or no optimizer rows
 
 
 @dataclass(frozen=True)
@@ -198,12 +199,14 @@ class LeftOut:
     size: str
     context: int | None  # None: the optimizer step
     parts: tuple[tuple[str, str], ...]  # (mode, impl) where only some of the configuration's rows were left out
+    reason: str | None = None  # the first left-out row's reason
 
 
 @dataclass(frozen=True)
 class ModelFacts:
     modes: tuple[str, ...]  # the table's grid modes
     rows: tuple[ModelRow, ...]
+    timed_train_step: bool  # the rows have timed training steps (mode train_step); else the column is derived
     optimizer: tuple[tuple[str, Times], ...]  # (size, its optimizer step)
     compiled_what: str | None  # the row's record of what was compiled (regional); None: the whole model
     why: str  # the code's reason (an older run's stored copy typed its compile times)
@@ -211,6 +214,7 @@ class ModelFacts:
     compilations: tuple[Compilation, ...]
     left_out_reason: str | None
     left_out: tuple[LeftOut, ...]
+    left_out_by_reason: tuple[tuple[str | None, tuple[LeftOut, ...]], ...]  # grouped, first appearance first
     answer: tuple[ModeRatios, ...]
     runs: RunsFacts
 
@@ -230,6 +234,7 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
     ordered = sorted(rows, key=lambda b: (size_rank(_cfg(b).size), _cfg(b).context is None, _cfg(b).context or 0))
     grid = [b for b in ordered if _cfg(b).mode != "optimizer_step"]
     modes = tuple(m for m in GRID_MODES if any(_cfg(b).mode == m for b in grid))
+    timed = "train_step" in modes
     opt: dict[str, dict[str, Bench]] = {}
     cells: dict[tuple[str, int], dict[tuple[str, str], Bench]] = {}
     groups: dict[tuple, list[Bench]] = {}  # every row of a (size, context)
@@ -242,20 +247,24 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
             cells.setdefault((k.size, k.context), {})[(k.mode, k.impl)] = b
     table = [ModelRow(size, context, tuple(_cells(sel.get((m, "eager")), sel.get((m, "compiled"))) for m in modes),
                       _times(*(_train_step(sel.get(("forward_backward", i)), opt.get(size, {}).get(i))
-                                   for i in ("eager", "compiled"))) if opt else None)
+                                   for i in ("eager", "compiled"))) if opt and not timed else None)
              for (size, context), sel in cells.items()]
     left_out = []
     for (size, context), g in groups.items():
         if cut := [b for b in g if b.status not in RAN]:
             parts = () if len(cut) == len(g) else tuple((_cfg(b).mode, _cfg(b).impl) for b in cut)
-            left_out.append(LeftOut(size, context, parts))
+            left_out.append(LeftOut(size, context, parts, cut[0].row.reason))
     cut = [b for b in ordered if b.status not in RAN]
     what = next((b.details["compiled_what"] for b in ordered if b.details.get("compiled_what")), None)
     compilations = [_compilation(b, ordered) for b in ordered
                     if _cfg(b).impl == "compiled" and b.details.get("compiled_now")]
     optimizer = tuple((s, _cells(o.get("eager"), o.get("compiled"))) for s, o in opt.items())
-    return ModelFacts(modes, tuple(table), optimizer, what, WHY, stat_name(ordered), tuple(compilations),
-                      cut[0].row.reason if cut else None, tuple(left_out), tuple(mode_ratios(rows)),
+    by_reason: dict[str | None, list[LeftOut]] = {}
+    for x in left_out:
+        by_reason.setdefault(x.reason, []).append(x)
+    return ModelFacts(modes, tuple(table), timed, optimizer, what, WHY, stat_name(ordered), tuple(compilations),
+                      cut[0].row.reason if cut else None, tuple(left_out),
+                      tuple((r, tuple(xs)) for r, xs in by_reason.items()), tuple(mode_ratios(rows)),
                       RunsFacts.of(device, rows))
 
 
