@@ -141,3 +141,23 @@ def file_run(data_dir: Path, device: str, stamp: str, cases: list[tuple[str, str
     (folder / "manifest.json").write_text(m.to_json())
     (folder / "FILED.json").write_text(json.dumps(dict(device=device, note="synthetic", lost_files={})))
     return folder
+
+
+MEMORY_SCHEMA = "start INT NOT NULL, globalPid INT NOT NULL, deviceId INT NOT NULL, bytes INT NOT NULL, memKind INT NOT NULL, memoryOperationType INT NOT NULL"
+
+
+def write_memory_export(path: Path, events, ranges) -> Path:
+    """A --cuda-memory-usage export: `events` (us, bytes, 0 alloc / 1 free, memKind), `ranges` (name, us, us)."""
+    db = sqlite3.connect(path)
+    db.execute(f"CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS ({MEMORY_SCHEMA})")
+    db.execute(f"CREATE TABLE NVTX_EVENTS ({NVTX_SCHEMA})")
+    db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    for t, b, op, kind in events:
+        db.execute("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, 1, 0, ?, ?, ?)", (t * US, b, kind, op))
+    cols = [c.split()[0] for c in NVTX_SCHEMA.split(", ")]
+    for name, s, e in ranges:
+        row = dict(start=s * US, end=e * US, eventType=59, text=name, globalTid=gtid(100, 1))
+        db.execute(f"INSERT INTO NVTX_EVENTS VALUES ({', '.join('?' * len(cols))})", [row.get(c, 0) for c in cols])
+    db.commit()
+    db.close()
+    return path

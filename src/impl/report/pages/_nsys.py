@@ -7,7 +7,8 @@ import gzip
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,12 +82,19 @@ def newest_with(reports_dir: Path, group: str) -> Filed | None:
     return found[-1] if found else None
 
 
-def open_timeline(gz: Path, kernels_required: bool = False) -> Timeline:
-    """The timeline of a filed export (gunzipped to a temporary file; the stored file is only read)."""
+@contextmanager
+def open_gz(gz: Path) -> Iterator[Path]:
+    """A filed export gunzipped to a temporary file for the block's time (the stored file is only read)."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / Path(gz).name.removesuffix(".gz")
         with gzip.open(gz, "rb") as src, open(db, "wb") as dst:
             shutil.copyfileobj(src, dst)
+        yield db
+
+
+def open_timeline(gz: Path, kernels_required: bool = False) -> Timeline:
+    """The timeline of a filed export."""
+    with open_gz(gz) as db:
         return read_timeline(db, kernels_required=kernels_required)
 
 
@@ -155,4 +163,5 @@ def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: s
                         tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None)
 
 
-__all__ = ["Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_timeline", "step_timeline"]
+__all__ = ["Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
+           "step_timeline"]
