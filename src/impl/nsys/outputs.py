@@ -141,11 +141,14 @@ def plan_parts(files: list[Path], part_bytes: int = PART_BYTES, max_parts: int =
     return parts, left
 
 
-def write_parts(files: list[Path], out_dir: Path, stem: str = "nsys") -> tuple[list[str], list[str]]:
-    """Pack `files` into out_dir/STEM-i.tar (replacing earlier parts); (part names, left-out names)."""
+def write_parts(files: list[Path], out_dir: Path, stem: str = "nsys",
+                max_parts: int = MAX_PARTS) -> tuple[list[str], list[str]]:
+    """Pack `files` into out_dir/STEM-i.tar (replacing earlier parts); (part names, left-out names).
+    `max_parts`: fewer where other files of the same device call take some of its 8 returned files (on
+    2026-11-26 the third part of 3 did not come back for that reason)."""
     for old in out_dir.glob(f"{stem}-*.tar"):
         old.unlink()
-    parts, left = plan_parts(files)
+    parts, left = plan_parts(files, max_parts=max_parts)
     names = []
     for i, members in enumerate(parts, start=1):
         name = f"{stem}-{i}.tar"
