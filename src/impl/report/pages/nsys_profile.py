@@ -252,6 +252,9 @@ class NsysRow:
     files: tuple[str, ...]
 
     top_stays = property(lambda self: self.top_forward == self.top_step)
+    # (c)'s kernels by the readable handle the torch.profiler tables use (Kernel.op)
+    non_matmul_ops = property(lambda self: [(Kernel(n, classify_kernel(n), sh, c).op, sh, c)
+                                            for n, sh, c in self.non_matmul])
     softmax_per_flop = property(lambda self: None if self.softmax_time is None else self.softmax_time / self.softmax_flops)
 
 
