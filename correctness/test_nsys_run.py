@@ -112,8 +112,40 @@ def test_manifest_errors_name_the_file(tmp_path):
         O.read_manifest(tmp_path / "manifest.json")
     m = O.Manifest("v", "d", "c", "s", (), ("nsys-1.tar",))
     (tmp_path / "manifest.json").write_text(m.to_json())
-    with pytest.raises(NsysOutputError, match=r"nsys-1\.tar: listed in the manifest but missing"):
+    with pytest.raises(NsysOutputError, match=r"missing: nsys-1\.tar"):
         O.unpack(tmp_path, tmp_path / "dest")
+
+
+def test_a_missing_part_names_each_cases_lost_files_and_partial_extracts_the_rest(tmp_path, capsys):
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir(), out.mkdir()
+    a, b = O.CaseFiles(work, "case_a"), O.CaseFiles(work, "case_b")
+    for f in (a, b):
+        f.csv("nvtx_sum").write_text("x")
+        f.result.write_text("{}")
+        f.rep.write_bytes(b"rep")
+    for name, members in (("nsys-1.tar", [a.csv("nvtx_sum"), a.result, b.csv("nvtx_sum"), b.result, a.rep]),
+                          ("nsys-2.tar", [b.rep])):
+        import tarfile
+        with tarfile.open(out / name, "w") as tar:
+            for f in members:
+                tar.add(f, arcname=f.name)
+    recs = tuple(O.CaseRecord(n, "g", "profiled", reports=("nvtx_sum",), rep=True, workload={"status": "ok"})
+                 for n in ("case_a", "case_b"))
+    recs += (O.CaseRecord("case_c", "g", "left_out_by_budget"),)
+    (out / O.MANIFEST).write_text(O.Manifest("v", "d", "c", "s", recs, ("nsys-1.tar", "nsys-2.tar")).to_json())
+    (out / "nsys-2.tar").unlink()  # the device did not return it
+    with pytest.raises(NsysOutputError, match=r"(?s)missing: nsys-2\.tar.*case_b: case_b\.nsys-rep"):
+        O.unpack(out, tmp_path / "strict")
+    assert not (tmp_path / "strict").exists()  # nothing extracted
+    lost = O.lost_files(O.read_manifest(out / O.MANIFEST), out)
+    assert lost.missing_parts == ("nsys-2.tar",) and lost.files == {"case_b": ("case_b.nsys-rep",)}
+    dest = tmp_path / "dest"
+    assert O.main(["unpack", str(out), str(dest)]) == 1
+    assert O.main(["unpack", str(out), str(dest), "--partial"]) == 0
+    assert "case_b: case_b.nsys-rep" in capsys.readouterr().err
+    assert (dest / "case_a.nsys-rep").exists() and (dest / "case_b_nvtx_sum.csv").exists()
+    assert not (dest / "case_b.nsys-rep").exists()
 
 
 def test_a_single_gpu_workload_runs_on_the_cpu(tmp_path):

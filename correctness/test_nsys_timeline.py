@@ -105,5 +105,17 @@ def test_figure_is_written(export, tmp_path):
     out = draw_timeline(tl, tmp_path / "fig" / "t.png", "synthetic step",
                         range_names=("forward", "backward", "optimizer step"))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
-    with pytest.raises(ValueError, match="no kernel ran in the window"):
+    with pytest.raises(ValueError, match="no kernel ran and no range was open in the window"):
         draw_timeline(tl, tmp_path / "empty.png", "none", window=(5000 * US, 6000 * US))
+
+
+def test_an_export_without_kernels_reads_and_draws_its_ranges_when_asked(tmp_path):
+    """2026-11-26's two-GPU cases: nsys kept the spawned ranks' NVTX ranges but none of their kernels."""
+    path = write_export(tmp_path / "nvtx.sqlite", drop_table="CUPTI_ACTIVITY_KIND_KERNEL")
+    with pytest.raises(NsysOutputError, match="CUPTI_ACTIVITY_KIND_KERNEL is missing"):
+        read_timeline(path)
+    tl = read_timeline(path, kernels_required=False)
+    assert tl.kernels == () and {r.name for r in tl.ranges} == {"step 0", "forward", "backward", "optimizer step"}
+    assert tl.window("step 0") == (0, 1000 * US) and tl.overlap() == []
+    out = draw_timeline(tl, tmp_path / "nvtx.png", "ranges only", window=tl.window("step 0"))
+    assert out.stat().st_size > 5000

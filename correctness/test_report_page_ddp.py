@@ -5,10 +5,13 @@ import pytest
 
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
+from impl.bench.test_record import TestRecord as Record
+from impl.bench.test_record import store_record
 from impl.report.pages import Kind, Scored
 from impl.report.pages import ddp as page
 from impl.report.templating import render_page
 from impl.workloads.problems import Problem as P
+from kits.nsys_outputs import file_run, write_export
 from kits.report_rows import assert_snapshot, bench, context
 
 DEV = "h200-141gb-x2"
@@ -71,10 +74,20 @@ def _allreduce():
                   device=DEV, when=OLD) for n in (2**20, 2**24, 2**28)]
 
 
-def _facts(tmp_path, rows=None, log: str | None = None):
-    if log:
-        (tmp_path / "data" / DEV / "logs").mkdir(parents=True)
-        (tmp_path / "data" / DEV / "logs" / page.LOG).write_text(f"...\n{log}\n")
+def _record(tmp_path, device, when, commit, passed, failures=()):
+    rec = Record(device, when, commit, False, "s", "k", "pytest correctness -n 12", passed, len(failures), 0, 7,
+                     100.0, list(failures))
+    return store_record(rec, tmp_path / "data")
+
+
+RECORDS = (("h100-80gb-x1", "2026-11-26T10:00:00+00:00", "aaaaaaa", 900, ()),  # one GPU: not a multi-GPU record
+           (DEV, "2026-11-26T09:02:51+00:00", "36ed28e", 1544, ()),
+           (DEV, "2026-11-26T09:20:43+00:00", "897afeb", 1666, ("correctness.test_training_step::test_fast",)))
+
+
+def _facts(tmp_path, rows=None, records=RECORDS):
+    for r in records or ():
+        _record(tmp_path, *r)
     return page.facts(context(_old_run() + _new_run() + _allreduce() if rows is None else rows, tmp_path))
 
 
@@ -111,7 +124,7 @@ def test_not_run_rows_are_named_and_divide_nothing(tmp_path):
 
 
 def test_scores_read_the_current_editions_largest_context(tmp_path):
-    f = _facts(tmp_path, log="87 passed in 67.91s (0:01:07)")
+    f = _facts(tmp_path)
     new, old = f.sections[0].runs
     s = f.score(P.NAIVE_DDP_BENCHMARKING)
     assert (s.run, s.group.context, s.key) == (new, 512, ("naive", None))
@@ -119,14 +132,32 @@ def test_scores_read_the_current_editions_largest_context(tmp_path):
     assert (b.run, b.key, b.best_ours) == (old, ("bucketed", 100), "bucketed 100 MB")
     assert b.group.ratio(b.key, page.TORCH).value == pytest.approx(0.72 / 0.75)
     assert f.scores[P.DDP_BUCKETED_BENCHMARKING] == Scored(Kind.MEASURED, DEV, "2026-11-22")
-    assert f.scores[P.NAIVE_DDP] == Scored(Kind.MEASURED, DEV) and f.passed == "87 passed"
+    assert f.scores[P.NAIVE_DDP] == Scored(Kind.MEASURED, DEV, "2026-11-26") and f.passed == "1666 passed, 1 failed"
     assert f.index_figures == [("DDP overhead against torch DDP (2× NVIDIA H200 (h200-141gb-x2), xl (2026), run "
                                 "2026-11-26)", f"figures/ddp-{DEV}-2026-xl-overhead-vs-torch-ddp.png")]
 
 
-def test_without_a_log_the_implementations_are_not_measured(tmp_path):
+def test_without_a_multi_gpu_record_the_implementations_are_not_measured(tmp_path):
+    f = _facts(tmp_path, records=RECORDS[:1])
+    assert f.tests is None and f.scores[P.NAIVE_DDP].kind is Kind.NOT_MEASURED
+
+
+def test_the_newest_multi_gpu_record_answers_failures_and_all(tmp_path):
+    """The newest record of a two-GPU device, not the newest green one; its failure is not in a distributed file."""
     f = _facts(tmp_path)
-    assert f.log is None and f.scores[P.NAIVE_DDP].kind is Kind.NOT_MEASURED
+    t = f.tests
+    assert (t.device, t.record.commit, t.counts, t.when) == (DEV, "897afeb", "1666 passed, 1 failed", "2026-11-26 09:20")
+    assert t.distributed_failures == () and t.other_failures == ("correctness.test_training_step::test_fast",)
+    assert t.file == f"reports/data/{DEV}/tests/20261126T092043Z_897afeb.json" and t.file in f.sources
+
+
+def test_a_failure_in_a_distributed_file_is_named(tmp_path):
+    recs = ((DEV, "2026-11-26T09:20:43+00:00", "897afeb", 10,
+             ("correctness.test_distributed::test_overlapped_ddp_ranks_exit_cleanly[bucketed]",)),)
+    t = _facts(tmp_path, records=recs).tests
+    assert t.distributed_failures == ("correctness.test_distributed::test_overlapped_ddp_ranks_exit_cleanly[bucketed]",)
+    text = render_page("ddp.md.j2", f=_facts(tmp_path / "x", records=recs))
+    assert "not shown to hold at that commit" in text
 
 
 def test_bucket_model_fits_the_devices_allreduce_and_reads_the_buckets_formed(tmp_path):
@@ -143,7 +174,7 @@ def test_bucket_model_fits_the_devices_allreduce_and_reads_the_buckets_formed(tm
 
 
 def test_bucket_model_without_allreduce_rows_names_no_fit(tmp_path):
-    f = _facts(tmp_path, _old_run())
+    f = _facts(tmp_path, _old_run(), records=())
     m = f.sections[0].runs[0].model
     assert m.fit is None and sorted(m.groups[0].buckets) == [1, 100, 1000] and all("/ddp/" in x for x in f.sources)
 
@@ -165,5 +196,36 @@ def test_no_gpu_rows_is_not_measured(tmp_path):
 
 
 def test_page_words(request, tmp_path):
-    f = _facts(tmp_path, log="87 passed in 67.91s (0:01:07)")
+    _nsys(tmp_path)
+    f = _facts(tmp_path)
     assert_snapshot(request, "ddp", render_page("ddp.md.j2", f=f))
+
+
+DDP_RANGES = [("step 1", 0, 1000), ("forward", 0, 300), ("backward", 300, 700), ("finish_gradient_synchronization", 700, 900),
+              ("optimizer step", 900, 1000)]
+
+
+def _nsys(tmp_path):
+    """Two filed NVTX-only DDP cases of the 2026 xl: naive issues its all-reduce after backward, the overlapped one
+    inside it."""
+    cases = []
+    for variant, nccl_at, wait in (("naive", 710, (700, 900)), ("individual", 400, (700, 720))):
+        ranges = [r if r[0] != "finish_gradient_synchronization" else (r[0], *wait) for r in DDP_RANGES]
+        ranges += [("ncclAllReduce", nccl_at, nccl_at + 5)]
+        export = write_export(tmp_path / f"{variant}.sqlite", drop_table="CUPTI_ACTIVITY_KIND_KERNEL", ranges=ranges)
+        cases.append((f"ddp_2026_xl_{variant}_ctx128", "ddp",
+                      dict(edition="2026", size="xl", variant=variant, context=128, batch=2), export))
+    file_run(tmp_path / "data", DEV, "20261126T090839Z", cases)
+
+
+def test_nsys_timelines_read_the_filed_exports(tmp_path):
+    _nsys(tmp_path)
+    n = _facts(tmp_path).nsys
+    assert (n.context, n.batch, n.editions, n.kernels) == (128, 2, ["2026"], 0)
+    naive, ind = n.get("2026", "naive"), n.get("2026", "individual")
+    assert naive.ranks[0].phase("finish_gradient_synchronization") == pytest.approx(0.2)
+    assert naive.ranks[0].issued == (("ncclAllReduce", 1, 0, 0),) and ind.ranks[0].issued == (("ncclAllReduce", 1, 0, 1),)
+    assert ind.ranks[0].phase("finish_gradient_synchronization") == pytest.approx(0.02) and len(ind.ranks) == 2
+    assert (tmp_path / naive.figure).is_file() and naive.overlap == ()
+    assert any(x.endswith("ddp_2026_xl_individual_ctx128.nsys-rep") for x in _facts(tmp_path / "x").sources) is False
+    assert any(x.endswith("sqlite/ddp_2026_xl_naive_ctx128.sqlite.gz") for x in _facts(tmp_path).sources)

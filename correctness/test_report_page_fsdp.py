@@ -236,3 +236,33 @@ def test_committed_runs_headline_is_the_per_block_pair_and_saving_reads_2026_xl(
 
 def test_page_words(request, tmp_path):
     assert_snapshot(request, "fsdp", render_page("fsdp.md.j2", f=page.facts(context(_rows(), tmp_path))))
+
+
+FSDP_RANGES = [("step 1", 0, 1000), ("forward", 0, 300), ("backward", 300, 800), ("optimizer step", 900, 1000),
+               ("ncclAllGather", 10, 12), ("ncclAllGather", 150, 152), ("ncclAllGather", 400, 402),
+               ("ncclReduceScatter", 500, 502)]
+
+
+def _nsys(tmp_path):
+    from kits.nsys_outputs import file_run, write_export
+
+    cases = [(f"fsdp_2026_xl_{v}_ctx512", "fsdp", dict(edition="2026", size="xl", variant=v, context=512, batch=4),
+              write_export(tmp_path / f"{v}.sqlite", drop_table="CUPTI_ACTIVITY_KIND_KERNEL", ranges=FSDP_RANGES))
+             for v in ("fsdp", "fsdp_block_bf16")]
+    file_run(tmp_path / "data", X2, "20261126T090839Z", cases)
+
+
+def test_nsys_timelines_count_the_gathers_issued_per_phase(tmp_path):
+    _nsys(tmp_path)
+    n = page.facts(context(_rows(), tmp_path)).nsys
+    assert [v for v, _ in n.timelines] == ["fsdp_block_bf16", "fsdp"]  # the run order: per block first
+    assert (n.context, n.batch, n.kernels) == (512, 4, 0)
+    r = n.timelines[0][1].ranks[0]
+    assert r.issued == (("ncclAllGather", 3, 2, 1), ("ncclReduceScatter", 1, 0, 1)) and r.phase("backward") == 0.5
+    assert (tmp_path / n.timelines[0][1].figure).is_file()
+    assert page.facts(context(_rows(), tmp_path / "none")).nsys is None
+
+
+def test_page_words_with_nsys(request, tmp_path):
+    _nsys(tmp_path)
+    assert_snapshot(request, "fsdp_nsys", render_page("fsdp.md.j2", f=page.facts(context(_rows(), tmp_path))))

@@ -152,3 +152,37 @@ def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtyp
 
 def test_page_words(request, tmp_path):
     assert_snapshot(request, P, render_page(f"{P}.md.j2", f=page.facts(context(_rows_2025() + _rows_2026(), tmp_path))))
+
+
+def _filed_nsys(tmp_path, saved=4669636608):
+    """A filed memory_profiling case at the probe's context: each of 3 blocks keeps `saved` bytes."""
+    from kits.nsys_outputs import file_run, write_memory_export
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    ev, ranges = [(0, 2**30, 0, 2)], [("step 0", 0, 100), ("forward", 1, 40), ("backward", 50, 90)]
+    for k in range(3):
+        t = 10 * k + 5
+        ev += [(t, saved, 0, 2), (t + 1, 2**20, 0, 2), (t + 2, 2**20, 1, 2)]
+        ranges.append((f"block {k}", t - 1, t + 3))
+    ev += [(60 + k, saved, 1, 2) for k in range(3)]
+    export = write_memory_export(tmp_path / "mem.sqlite", ev, ranges)
+    file_run(tmp_path / "data", "h200-141gb-x2", "20261126T090839Z",
+             [("memory_profiling_2026_xl_ctx2048_fp32", "memory_profiling",
+               dict(edition="2026", size="xl", context=2048, batch=4, dtype="fp32"), export)])
+
+
+def test_nsys_blocks_leave_their_saved_bytes_beside_torch_profilers_probe(tmp_path):
+    _filed_nsys(tmp_path)
+    f = page.facts(context(_rows_2025() + _rows_2026(), tmp_path))
+    (c,) = f.nsys.cases
+    assert [b.net for b in c.blocks] == [4669636608] * 3 and c.per_block.allocations == 2
+    assert c.torch_saved == 4669636608 and c.agrees and c.backward.net == -3 * 4669636608
+    assert (tmp_path / c.figure).is_file() and any(s.endswith(".sqlite.gz") for s in f.sources)
+    _filed_nsys(tmp_path / "off", saved=4 * 10**9)
+    assert not page.facts(context(_rows_2025() + _rows_2026(), tmp_path / "off")).nsys.cases[0].agrees
+
+
+def test_page_words_with_nsys(request, tmp_path):
+    _filed_nsys(tmp_path)
+    assert_snapshot(request, f"{P}_nsys",
+                    render_page(f"{P}.md.j2", f=page.facts(context(_rows_2025() + _rows_2026(), tmp_path))))

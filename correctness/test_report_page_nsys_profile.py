@@ -152,3 +152,53 @@ def test_committed_c_answer_has_no_optimizer_kernel(tmp_path):
 
 def test_page_words(request, tmp_path):
     assert_snapshot(request, P, render_page(f"{P}.md.j2", f=page.facts(context(_rows(), tmp_path))))
+
+
+NK = '''"NVTX Range","Style","PID","TID","NVTX Inst","Kern Inst","Total Time (ns)","Avg (ns)","Med (ns)","Min (ns)","Max (ns)","StdDev (ns)","Kernel Name"
+":forward","PushPop","100","1","2","4","4000000","1.0","1.0","1","1","0.0","sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_cublas"
+":forward","PushPop","100","1","2","2","600000","1.0","1.0","1","1","0.0","void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>"
+":forward","PushPop","100","1","2","2","10000","1.0","1.0","1","1","0.0","void at::native::FillFunctor<float>"
+":computing attention scores","PushPop","100","1","2","2","1000000","1.0","1.0","1","1","0.0","sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_cublas"
+":computing softmax","PushPop","100","1","2","2","300000","1.0","1.0","1","1","0.0","void softmax_warp_forward<float>"
+":final matmul","PushPop","100","1","2","2","1000000","1.0","1.0","1","1","0.0","sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x32x8_cublas"
+":backward","PushPop","100","1","2","2","20000","1.0","1.0","1","1","0.0","void at::native::FillFunctor<float>"
+"","","100","2","0","8","6000000","1.0","1.0","1","1","0.0","void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
+'''
+KS = '''"Time (%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)","Max (ns)","StdDev (ns)","Name"
+"56.0","6000000","8","1.0","1.0","1","1","0.0","void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
+"37.0","4000000","4","1.0","1.0","1","1","0.0","sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_cublas"
+"7.0","630000","4","1.0","1.0","1","1","0.0","void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>"
+'''
+NS = '''"Time (%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)","Max (ns)","StdDev (ns)","Style","Range"
+"50.0","10000000","2","5000000.0","5000000.0","1","1","0.0","PushPop",":forward"
+'''
+
+
+def _filed_nsys(tmp_path):
+    from kits.nsys_outputs import file_run
+
+    folder = file_run(tmp_path / "data", "h200-141gb-x2", "20261126T091116Z",
+                      [("nsys_profile_2025_small_ctx128", "nsys_profile",
+                        dict(edition="2025", size="small", context=128, steps=2), None)])
+    for report, text in (("nvtx_kern_sum", NK), ("cuda_gpu_kern_sum", KS), ("nvtx_sum", NS)):
+        (folder / "tables" / f"nsys_profile_2025_small_ctx128_{report}.csv").write_text(text)
+    (folder / "tables" / "nsys_profile_2025_small_ctx128.result.json").write_text('{"profiled": "train_step"}')
+
+
+def test_nsys_tables_answer_a_to_e_and_show_the_autograd_threads_kernels_under_no_range(tmp_path):
+    _filed_nsys(tmp_path)
+    f = page.facts(context(_rows(), tmp_path))
+    (r,) = f.nsys.rows
+    assert (r.size, r.context, r.forward_range_ms, r.forward_kernel_ms) == ("small", 128, 5.0, 2.305)
+    assert r.top_forward.startswith("sm80_xmma") and r.top_forward_calls == 2 and not r.top_stays
+    assert r.matmul_forward == pytest.approx(4.0 / 4.61) and r.matmul_step == pytest.approx(10.0 / 10.63)
+    assert [n[:30] for n, _, _ in r.non_matmul] == ["void at::native::vectorized_el"]  # Fill is under 1%
+    assert r.softmax_time == pytest.approx(0.15) and r.softmax_flops == pytest.approx(5 / (4 * 64))
+    assert (r.backward_range_ms, r.unranged_ms, r.unranged_tids) == (0.01, 3.0, (2,))
+    assert f.beside(r).size == "small" and f.nsys_alone == []
+    assert any(s.endswith("manifest.json") and "/nsys/" in s for s in f.sources)
+
+
+def test_page_words_with_nsys(request, tmp_path):
+    _filed_nsys(tmp_path)
+    assert_snapshot(request, f"{P}_nsys", render_page(f"{P}.md.j2", f=page.facts(context(_rows(), tmp_path))))

@@ -5,7 +5,9 @@
 # CSVs are packed into $OUT/nsys/nsys-*.tar with $OUT/nsys/manifest.json, rewritten after every case
 # so a command stopped at the time limit still returns what finished. Unpack them here with
 # `python -m impl.nsys.outputs unpack DIR DEST`.
-#   [NSYS_BUDGET_S=420] tools/gpu_nsys.sh GROUP... [--only TEXT]...
+#   [NSYS_BUDGET_S=420] [NSYS_MAX_PARTS=6] tools/gpu_nsys.sh GROUP... [--only TEXT]...
+# The device returns 8 files of $OUT: manifest, log and at most NSYS_MAX_PARTS parts; lower it by one for
+# every other file the same call leaves under $OUT, or a part is lost (2026-11-26: nsys-3.tar of 3).
 #   GROUP: nsys_profile memory_profiling ddp fsdp
 set -uo pipefail
 cd "$(dirname "$0")/.."

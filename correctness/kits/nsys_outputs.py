@@ -50,7 +50,7 @@ RANGES = [("step 0", 0, 1000), ("forward", 0, 300), ("backward", 300, 800), ("op
 
 
 def write_export(path: Path, *, kernels=KERNELS, drop_table: str | None = None, drop_column: tuple[str, str] | None = None,
-                 registered_names: bool = False) -> Path:
+                 registered_names: bool = False, ranges=RANGES) -> Path:
     """The synthetic export at `path`. `drop_table` / `drop_column` (table, column) leave part of the
     schema out, for the error tests; `registered_names`: NVTX names via textId (text NULL), as
     registered strings are exported."""
@@ -84,7 +84,7 @@ def write_export(path: Path, *, kernels=KERNELS, drop_table: str | None = None, 
         insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=launch * US, end=launch * US + 5 * US, eventClass=1,
                globalTid=gtid(pid, tid), correlationId=corr, nameId=sid("cudaLaunchKernel_v7000"))
     for pid in (100, 200):
-        for name, start, end in RANGES:
+        for name, start, end in ranges:
             text, text_id = (None, sid(name)) if registered_names else (name, None)
             insert("NVTX_EVENTS", start=start * US, end=end * US, eventType=59, text=text, textId=text_id,
                    globalTid=gtid(pid, 1), domainId=0)
@@ -115,3 +115,49 @@ NVTX_KERN_SUM = '''"NVTX Range","Style","PID","TID","NVTX Inst","Kern Inst","Tot
 ":forward","PushPop","100","1","1","1","60000","60000.0","60000.0","60000","60000","0.0","void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>"
 ":step 0","PushPop","100","1","1","3","260000","86666.7","80000.0","60000","100000","20816.7","sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas"
 '''
+
+
+def file_run(data_dir: Path, device: str, stamp: str, cases: list[tuple[str, str, dict, Path | None]],
+             commit: str = "abcdef1") -> Path:
+    """A filed nsys call as impl.nsys.store lays it out: data_dir/<device>/nsys/<stamp>_<commit>/ with its manifest
+    and FILED.json; `cases`: (name, group, workload args, export or None), each export gzipped under sqlite/ with an
+    empty report under rep/. Returns the folder."""
+    import gzip
+    import json
+
+    from impl.nsys.outputs import CaseRecord, Manifest
+
+    folder = data_dir / device / "nsys" / f"{stamp}_{commit}"
+    for sub in ("tables", "sqlite", "rep"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    recs = []
+    for name, group, args, export in cases:
+        if export is not None:
+            (folder / "sqlite" / f"{name}.sqlite.gz").write_bytes(gzip.compress(Path(export).read_bytes()))
+            (folder / "rep" / f"{name}.nsys-rep").write_bytes(b"rep")
+        recs.append(CaseRecord(name, group, "profiled", 10.0, sqlite=export is not None, rep=export is not None,
+                               workload=dict(status="ok", args=args)))
+    m = Manifest("NVIDIA Nsight Systems version 2025.3.1.0", "2x NVIDIA H200", commit, stamp, tuple(recs))
+    (folder / "manifest.json").write_text(m.to_json())
+    (folder / "FILED.json").write_text(json.dumps(dict(device=device, note="synthetic", lost_files={})))
+    return folder
+
+
+MEMORY_SCHEMA = "start INT NOT NULL, globalPid INT NOT NULL, deviceId INT NOT NULL, bytes INT NOT NULL, memKind INT NOT NULL, memoryOperationType INT NOT NULL"
+
+
+def write_memory_export(path: Path, events, ranges) -> Path:
+    """A --cuda-memory-usage export: `events` (us, bytes, 0 alloc / 1 free, memKind), `ranges` (name, us, us)."""
+    db = sqlite3.connect(path)
+    db.execute(f"CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS ({MEMORY_SCHEMA})")
+    db.execute(f"CREATE TABLE NVTX_EVENTS ({NVTX_SCHEMA})")
+    db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    for t, b, op, kind in events:
+        db.execute("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, 1, 0, ?, ?, ?)", (t * US, b, kind, op))
+    cols = [c.split()[0] for c in NVTX_SCHEMA.split(", ")]
+    for name, s, e in ranges:
+        row = dict(start=s * US, end=e * US, eventType=59, text=name, globalTid=gtid(100, 1))
+        db.execute(f"INSERT INTO NVTX_EVENTS VALUES ({', '.join('?' * len(cols))})", [row.get(c, 0) for c in cols])
+    db.commit()
+    db.close()
+    return path

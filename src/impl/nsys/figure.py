@@ -56,8 +56,9 @@ def draw_timeline(tl: Timeline, path: Path, title: str, *, window: tuple[int, in
     these NVTX ranges are drawn (default: all), at most `max_levels` nested rows per process."""
     start, end = window or (min((k.start_ns for k in tl.kernels), default=0), max((k.end_ns for k in tl.kernels), default=0))
     tl = tl.between(start, end)
-    if not tl.kernels:
-        raise ValueError(f"{tl.source}: no kernel ran in the window [{start}, {end}] ns: nothing to draw")
+    if not tl.kernels and not any(range_names is None or r.name in range_names for r in tl.ranges):
+        raise ValueError(f"{tl.source}: no kernel ran and no range was open in the window [{start}, {end}] ns: "
+                         "nothing to draw")
     ms = lambda t: (t - start) / 1e6  # noqa: E731
     span_ms = ms(end)
     gap = span_ms / PIXELS
@@ -83,7 +84,8 @@ def draw_timeline(tl: Timeline, path: Path, title: str, *, window: tuple[int, in
 
     fig, ax = plt.subplots(figsize=(16, 1.2 + 0.42 * height))
     y, ticks, labels = 0.0, [], []
-    colour_of: dict[str, str] = {}
+    # a range keeps its colour from figure to figure: range_names' order first, then as met
+    colour_of: dict[str, str] = {n: _RANGE_COLOURS[i % len(_RANGE_COLOURS)] for i, n in enumerate(range_names or ())}
     for label, block in reversed(blocks):  # drawn bottom-up
         if not isinstance(block, list):  # a stream
             ks = [k for k in tl.kernels if k.lane == block]
@@ -112,8 +114,9 @@ def draw_timeline(tl: Timeline, path: Path, title: str, *, window: tuple[int, in
     ax.set_xlabel("time (ms) from the window's start")
     ax.grid(axis="x", color="0.85", lw=0.5)
     ax.set_axisbelow(True)
-    handles = [Patch(color=COMPUTE, label="compute kernels"), Patch(color=NCCL, label="NCCL kernels")]
-    handles += [Patch(color=c, alpha=0.55, label=n) for n, c in colour_of.items()]
+    handles = [Patch(color=COMPUTE, label="compute kernels"), Patch(color=NCCL, label="NCCL kernels")] if tl.kernels else []
+    drawn = {r.name for _, b in blocks if isinstance(b, list) for r, _ in b}
+    handles += [Patch(color=c, alpha=0.55, label=n) for n, c in colour_of.items() if n in drawn]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     names = sorted(set(tl.gpus.values()))
     ax.set_title(title + (f" ({', '.join(names)})" if names else ""), fontsize=10)

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from impl.nsys.cases import GROUPS, NsysCase, cases
-from impl.nsys.outputs import MANIFEST, REPORTS, CaseFiles, CaseRecord, Manifest, gzip_file, write_parts
+from impl.nsys.outputs import MANIFEST, MAX_PARTS, REPORTS, CaseFiles, CaseRecord, Manifest, gzip_file, write_parts
 from impl.nsys.timeline import trim_export
 
 DEFAULT_NSYS = "/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys"
@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/gpu/nsys"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/nsys-work"))
     ap.add_argument("--nsys", default=os.environ.get("NSYS", DEFAULT_NSYS))
+    ap.add_argument("--max-parts", type=int, default=int(os.environ.get("NSYS_MAX_PARTS", MAX_PARTS)),
+                    help="tar parts at most: 8 returned files less manifest, log and any other file the call "
+                         "writes under $OUT (NSYS_MAX_PARTS)")
     a = ap.parse_args(argv)
     start = time.monotonic()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             r = records[-1]
             print(f"{r.name}: {r.status} in {r.seconds:.0f} s; stats {list(r.reports)}; sqlite {r.sqlite}"
                   + (f"; {r.message}" if r.message else ""), flush=True)
-        parts, left = write_parts(_case_files(a.work, records), a.out)
+        parts, left = write_parts(_case_files(a.work, records), a.out, max_parts=a.max_parts)
         manifest = Manifest(nsys_version=version, device=device, commit=commit, started_utc=stamp,
                             cases=tuple(records), parts=tuple(parts), left_out_files=tuple(left))
         (a.out / MANIFEST).write_text(manifest.to_json())

@@ -176,9 +176,13 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
 
-def _check(db: sqlite3.Connection, path: Path) -> dict[str, bool]:
+def _check(db: sqlite3.Connection, path: Path, kernels_required: bool = True) -> dict[str, bool]:
     """Raises naming the file and what is missing from the required tables; returns which optional
-    tables are complete."""
+    tables are complete (and, as "CUPTI_ACTIVITY_KIND_KERNEL", whether kernels are there)."""
+    if not kernels_required and not _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL"):
+        if not {"id", "value"} <= _columns(db, "StringIds"):
+            raise NsysOutputError(f"{path}: table StringIds is missing")
+        return {t: set(cols) <= _columns(db, t) for t, cols in OPTIONAL.items()} | {"CUPTI_ACTIVITY_KIND_KERNEL": False}
     for table, cols in REQUIRED.items():
         have = _columns(db, table)
         if not have:
@@ -190,7 +194,7 @@ def _check(db: sqlite3.Connection, path: Path) -> dict[str, bool]:
     names = _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL") & {"demangledName", "shortName"}
     if not names:
         raise NsysOutputError(f"{path}: table CUPTI_ACTIVITY_KIND_KERNEL has neither demangledName nor shortName")
-    return {t: set(cols) <= _columns(db, t) for t, cols in OPTIONAL.items()}
+    return {t: set(cols) <= _columns(db, t) for t, cols in OPTIONAL.items()} | {"CUPTI_ACTIVITY_KIND_KERNEL": True}
 
 
 def _attribute(kernels: list[Kernel], ranges: list[NvtxRange]) -> list[Kernel]:
@@ -218,8 +222,10 @@ def _attribute(kernels: list[Kernel], ranges: list[NvtxRange]) -> list[Kernel]:
     return sorted(out, key=lambda k: (k.start_ns, k.device, k.stream))
 
 
-def read_timeline(path: Path) -> Timeline:
-    """The timeline of the export at `path` (read-only)."""
+def read_timeline(path: Path, kernels_required: bool = True) -> Timeline:
+    """The timeline of the export at `path` (read-only). An export without a kernel table raises, unless
+    `kernels_required` is False: then its NVTX ranges alone (no kernels), as in a profile whose CUDA trace of
+    spawned processes came back empty (2026-11-26's two-GPU cases: nsys followed the ranks' NVTX only)."""
     path = Path(path)
     if not path.is_file():
         raise NsysOutputError(f"{path}: no such file (nsys export --type sqlite writes it)")
@@ -229,17 +235,17 @@ def read_timeline(path: Path) -> Timeline:
     except sqlite3.DatabaseError as exc:
         raise NsysOutputError(f"{path}: not an SQLite database ({exc})") from None
     try:
-        has = _check(db, path)
+        has = _check(db, path, kernels_required)
         strings = dict(db.execute("SELECT id, value FROM StringIds"))
         name_col = "demangledName" if "demangledName" in _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL") else "shortName"
         launches: dict[tuple[int, int], int] = {}
-        if has["CUPTI_ACTIVITY_KIND_RUNTIME"]:
+        if has["CUPTI_ACTIVITY_KIND_RUNTIME"] and has["CUPTI_ACTIVITY_KIND_KERNEL"]:
             for start, gtid, corr in db.execute("SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
                 launches[(pid_of(gtid), corr)] = start
         kernels = []
-        for start, end, dev, stream, corr, gpid, name_id in db.execute(
-                f"SELECT start, end, deviceId, streamId, correlationId, globalPid, {name_col} "
-                "FROM CUPTI_ACTIVITY_KIND_KERNEL"):
+        rows = db.execute(f"SELECT start, end, deviceId, streamId, correlationId, globalPid, {name_col} "
+                          "FROM CUPTI_ACTIVITY_KIND_KERNEL") if has["CUPTI_ACTIVITY_KIND_KERNEL"] else ()
+        for start, end, dev, stream, corr, gpid, name_id in rows:
             name = strings.get(name_id)
             if name is None:
                 raise NsysOutputError(f"{path}: kernel name id {name_id} is not in StringIds")

@@ -103,6 +103,12 @@ def ranked_steps(state, warmup: int, steps: int) -> float:
 
     dist.barrier()
     _steps(lambda: train_step(state), state.device, warmup, steps, None)
+    if state.device.type == "cuda":
+        # The worker group kills its ranks once they report closed, before CUPTI flushes its activity buffers at
+        # exit: on 2026-11-26 nsys kept the ranks' NVTX ranges but none of their kernels. cudaProfilerStop makes
+        # nsys flush the CUDA trace buffers (its --flush-on-cudaprofilerstop, true by default). *Untested*.
+        torch.cuda.synchronize(state.device)
+        torch.cuda.profiler.stop()
     return torch.cuda.max_memory_allocated(state.device) if state.device.type == "cuda" else None
 
 

@@ -1,14 +1,20 @@
 """naive_ddp … ddp_bucketed_benchmarking: our DDP variants' step against the single-GPU floor and torch DDP, the
 bucket model against the measured buckets, and a profiled step's timeline, per device and [edition, size] run (every
-ratio divides rows of one run); the implementation problems are answered by the NCCL correctness log."""
+ratio divides rows of one run); the implementation problems are answered by the newest correctness record of a
+multi-GPU device (impl.bench.test_record, reports/data/<device>/tests/), failures included; the ddp (b) timeline
+also from Nsight Systems (impl.report.pages._nsys)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
+from impl.bench.test_record import TESTS_FOLDER, TestRecord, load_records
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.pages._nsys import Filed, StepTimeline, newest_with, step_timeline
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
@@ -23,7 +29,9 @@ ROWS = (StoredGroup.DDP_BENCHMARKING_ANCHORS, P.NAIVE_DDP_BENCHMARKING, P.MINIMA
         P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING, P.DDP_BUCKETED_BENCHMARKING)  # the stored problems read
 # the implementation problems, answered by the correctness suite
 IMPLEMENTED = (P.NAIVE_DDP, P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS, P.DDP_OVERLAP_BUCKETED)
-LOG = "correctness-nccl.txt"  # under reports/data/<device>/logs/
+# the correctness files that run DDP, FSDP, the sharded optimizer and TP over the device's process group
+DISTRIBUTED_FILES = ("correctness/test_distributed.py", "correctness/test_fsdp.py",
+                     "correctness/test_sharded_optimizer.py", "correctness/test_tensor_parallel.py")
 Key = tuple[str, float | None]  # (variant, bucket MB of a bucketed row)
 SINGLE, TORCH, NAIVE = ("single", None), ("torch_ddp", None), ("naive", None)
 # each timed problem: the variant whose row answers it (the bucketed one: its fastest bucket)
@@ -275,8 +283,97 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
 class DeviceSection:
     heading: str
     runs: tuple[RunFacts, ...]  # 2026 first, newest first
-    log: str | None  # the last line of the device's NCCL correctness log
     runs_line: RunsFacts
+
+
+def gpu_count(device: str) -> int:
+    """The GPU count a device slug names (`h200-141gb-x2` -> 2; `cpu` -> 0)."""
+    m = re.search(r"-x(\d+)$", device)
+    return int(m.group(1)) if m else 0
+
+
+def _module(node_id: str) -> str:
+    """`correctness.test_fsdp::test_x[a]` or `correctness/test_fsdp.py::test_x` -> correctness/test_fsdp.py"""
+    mod = node_id.split("::")[0]
+    return mod if mod.endswith(".py") else mod.replace(".", "/") + ".py"
+
+
+@dataclass(frozen=True)
+class Tests:
+    """The newest correctness record of any multi-GPU device (newest by its datetime, green or not)."""
+
+    record: TestRecord
+    file: str  # the record, as sources name it
+
+    device = property(lambda self: self.record.device)
+    date = property(lambda self: self.record.datetime[:10])
+    when = property(lambda self: self.record.datetime[:16].replace("T", " "))
+    distributed_failures = property(lambda self: tuple(f for f in self.record.failures
+                                                       if _module(f) in DISTRIBUTED_FILES))
+    other_failures = property(lambda self: tuple(f for f in self.record.failures
+                                                 if _module(f) not in DISTRIBUTED_FILES))
+    counts = property(lambda self: f"{self.record.passed} passed, {self.record.failed} failed"
+                                   + (f", {self.record.errors} errors" if self.record.errors else ""))
+
+
+NSYS_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
+NSYS_COLLECTIVES = ("ncclAllReduce",)
+NSYS_VARIANTS = ("naive", "individual")  # ddp (b): not overlapped, then overlapped
+
+
+@dataclass(frozen=True)
+class DdpNsys:
+    """ddp (b) under Nsight Systems: naive and per-parameter overlapped DDP, each edition's xl (2026 first), the
+    last profiled step of each."""
+
+    filed: Filed
+    context: int
+    batch: int
+    timelines: tuple[tuple[str, str, StepTimeline], ...]  # (edition, variant, timeline)
+
+    kernels = property(lambda self: sum(t.kernels for _, _, t in self.timelines))
+
+    def get(self, edition: str, variant: str) -> StepTimeline | None:
+        return next((t for e, v, t in self.timelines if (e, v) == (edition, variant)), None)
+
+    @property
+    def editions(self) -> list[str]:
+        return list(dict.fromkeys(e for e, _, _ in self.timelines))
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"{self.filed.rel}/manifest.json"] + [x for _, _, t in self.timelines for x in t.sources]
+
+
+def ddp_nsys(ctx: Context) -> DdpNsys | None:
+    filed = newest_with(ctx.reports_dir, "ddp")
+    if filed is None:
+        return None
+    found = []
+    for c in filed.cases("ddp"):
+        a = c.workload.get("args", {})
+        if c.status != "profiled" or a.get("variant") not in NSYS_VARIANTS:
+            continue
+        label = f"xl ({a['edition']}), {VARIANT_LABEL.get(a['variant'], a['variant'])}"
+        t = step_timeline(filed, c.name, label, ctx.fig_dir, ctx.fig_rel, phases=NSYS_PHASES,
+                          collectives=NSYS_COLLECTIVES)
+        if t is not None:
+            found.append((a["edition"], a["variant"], t, int(a["context"]), int(a["batch"])))
+    if not found:
+        return None
+    found.sort(key=lambda x: (-int(x[0]), NSYS_VARIANTS.index(x[1])))
+    return DdpNsys(filed, found[0][3], found[0][4], tuple((e, v, t) for e, v, t, _, _ in found))
+
+
+def newest_multi_gpu_tests(reports_dir: Path) -> Tests | None:
+    data = Path(reports_dir) / "data"
+    recs = [r for r in load_records(data) if gpu_count(r.device) > 1]
+    if not recs:
+        return None
+    rec = max(recs, key=lambda r: r.datetime)
+    found = sorted((data / rec.device / TESTS_FOLDER).glob(f"{rec.stamp()}*.json"))
+    name = found[0].name if found else f"{rec.stamp()}.json"
+    return Tests(rec, f"reports/data/{rec.device}/{TESTS_FOLDER}/{name}")
 
 
 @dataclass(frozen=True)
@@ -295,10 +392,10 @@ class DdpPage:
     bucketed_current: str
     bucketed_runs: tuple[RunFacts, ...]
     score_rows: tuple[tuple[str, Score], ...]  # (problem, its score) of the timed problems answered
+    tests: Tests | None = None  # the implementation problems' answer
+    nsys: object = None  # ddp (b) in Nsight Systems (impl.report.pages._nsys.DdpNsys), None without data
 
-    # the device whose correctness log answers the implementation problems (the last that has one)
-    log = property(lambda self: next((s for s in reversed(self.sections) if s.log), None))
-    passed = property(lambda self: None if self.log is None else self.log.log.split(" in ")[0])
+    passed = property(lambda self: None if self.tests is None else self.tests.counts)
 
     def score(self, problem: str) -> Score | None:
         return next((s for p, s in self.score_rows if p == problem), None)
@@ -306,8 +403,8 @@ class DdpPage:
     @property
     def scores(self) -> dict[str, Scored]:
         out = {p: NOT_MEASURED for p in (*IMPLEMENTED, *STEPS, P.DDP_BUCKETED_BENCHMARKING)}
-        if self.log is not None:
-            out.update({p: Scored(Kind.MEASURED, self.log.runs_line.device) for p in IMPLEMENTED})
+        if self.tests is not None:
+            out.update({p: Scored(Kind.MEASURED, self.tests.device, self.tests.date) for p in IMPLEMENTED})
         return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.score_rows}
 
     @property
@@ -318,7 +415,9 @@ class DdpPage:
     @property
     def sources(self) -> list[str]:  # the DDP runs, and the all-reduce runs a bucket model's fit read
         return sorted({f for s in self.sections for f in s.runs_line.files}
-                      | {f for s in self.sections for r in s.runs for f in r.fit_files})
+                      | {f for s in self.sections for r in s.runs for f in r.fit_files}
+                      | ({self.tests.file} if self.tests else set())
+                      | (set(self.nsys.sources) if self.nsys else set()))
 
 
 def _score(runs: list[RunFacts], problem: str, current: str) -> Score | None:
@@ -339,11 +438,12 @@ def facts(ctx: Context) -> DdpPage:
         heading, comm = device_name(dev, rows[0].row.env.device), ctx.rows.of(ALLREDUCE, device=dev)
         fits, fit_files = allreduce_fits(comm), files_of(comm)
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
-        sections.append(DeviceSection(heading, found, ctx.log_tail(dev, LOG), RunsFacts.of(dev, rows)))
+        sections.append(DeviceSection(heading, found, RunsFacts.of(dev, rows)))
     runs = [r for s in sections for r in s.runs]
     steps_current = current_edition(P.NAIVE_DDP_BENCHMARKING)  # the three step problems share their editions
     bucketed_current = current_edition(P.DDP_BUCKETED_BENCHMARKING)
     scores = tuple((p, s) for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING)
                    if (s := _score(runs, p, bucketed_current if p == P.DDP_BUCKETED_BENCHMARKING else steps_current)))
     return DdpPage(tuple(sections), steps_current, tuple(answering(runs, P.NAIVE_DDP_BENCHMARKING)), bucketed_current,
-                   tuple(answering(runs, P.DDP_BUCKETED_BENCHMARKING)), scores)
+                   tuple(answering(runs, P.DDP_BUCKETED_BENCHMARKING)), scores,
+                   newest_multi_gpu_tests(ctx.reports_dir), ddp_nsys(ctx))

@@ -11,6 +11,7 @@ from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
+from impl.report.pages._nsys import Filed, StepTimeline, newest_with, step_timeline
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
@@ -407,6 +408,48 @@ def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRan
                         b.stats.mean if b.measured else None, peak / v.total if v and peak else None)
 
 
+# ---- fsdp_accounting (b) under Nsight Systems ---------------------------------------------------------------
+
+NSYS_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
+NSYS_COLLECTIVES = ("ncclAllGather", "ncclReduceScatter")
+
+
+@dataclass(frozen=True)
+class FsdpNsys:
+    """Our FSDP's last profiled step under Nsight Systems, per variant (bf16 per block first)."""
+
+    filed: Filed
+    context: int
+    batch: int
+    timelines: tuple[tuple[str, StepTimeline], ...]  # (variant, timeline)
+
+    kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"{self.filed.rel}/manifest.json"] + [x for _, t in self.timelines for x in t.sources]
+
+
+def fsdp_nsys(ctx: Context) -> FsdpNsys | None:
+    filed = newest_with(ctx.reports_dir, "fsdp")
+    if filed is None:
+        return None
+    order, found = [v.value for v in FSDPVariant], []
+    for c in filed.cases("fsdp"):
+        a = c.workload.get("args", {})
+        if c.status != "profiled" or a.get("variant") not in order:
+            continue
+        label = f"xl ({a['edition']}), {FSDPVariant(a['variant']).label}"
+        t = step_timeline(filed, c.name, label, ctx.fig_dir, ctx.fig_rel, phases=NSYS_PHASES,
+                          collectives=NSYS_COLLECTIVES)
+        if t is not None:
+            found.append((a["variant"], t, int(a["context"]), int(a["batch"])))
+    if not found:
+        return None
+    found.sort(key=lambda x: order.index(x[0]))
+    return FsdpNsys(filed, found[0][2], found[0][3], tuple((v, t) for v, t, _, _ in found))
+
+
 # ---- the page ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -419,6 +462,7 @@ class FsdpPage:
     saving_run: RunFacts | None = None  # the scoreboard's runs: the newest edition's with the numbers
     headline_run: RunFacts | None = None
     headline_devices: str = "–"  # the fsdp row's devices: the headline run's and the TP rows'
+    nsys: FsdpNsys | None = None
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -431,7 +475,8 @@ class FsdpPage:
         return sorted({f for s in self.sections for f in s.source.files}
                       | {v.row.run.file for s in self.sections for f in s.runs for v in f.sharding}
                       | {f for t in self.tps for f in t.tp_files + t.beside_files}
-                      | {f for p in self.per_rank for f in p.source.files})
+                      | {f for p in self.per_rank for f in p.source.files}
+                      | set(self.nsys.sources if self.nsys else ()))
 
 
 def facts(ctx: Context) -> FsdpPage:
@@ -454,4 +499,4 @@ def facts(ctx: Context) -> FsdpPage:
     per_rank = [p for dev, rows in ctx.rows.per_gpu(StoredGroup.PER_RANK_MEMORY)
                 if (p := per_rank_facts(rows, device_name(dev, rows[0].row.env.device), RunsFacts.of(dev, rows)))]
     return FsdpPage(current_edition(P.FSDP), answering(found, P.FSDP), sections, tps, per_rank,
-                    next((f for f in newest if f.saving), None), headline_run, devices)
+                    next((f for f in newest if f.saving), None), headline_run, devices, fsdp_nsys(ctx))

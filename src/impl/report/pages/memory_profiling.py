@@ -2,13 +2,16 @@
 at contexts 128 and 2048. The first GPU device answers; templates/memory_profiling.md.j2 holds every word."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 
 from impl import accounting as acc
 from impl.bench.row import Status
 from impl.model.sizes import ModelConfig, SizeRef, size_rank
+from impl.nsys.memory import MemoryTrace, RangeMemory, read_memory
 from impl.report import figures
 from impl.report.output import figure_path
+from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RunRef, SizedView, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
@@ -363,6 +366,81 @@ def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
 
 # ---- the page ------------------------------------------------------------------------------------
 
+# ---- (f) under Nsight Systems (--cuda-memory-usage=true, caching allocator off) ---------------------------------
+
+@dataclass(frozen=True)
+class NsysMemCase:
+    """One memory_profiling case under nsys: the `layers`-block stack's forward and backward, every device
+    allocation and free nsys saw (one cudaMalloc per tensor), per NVTX range."""
+
+    context: int
+    dtype: str
+    batch: int
+    blocks: tuple[RangeMemory, ...]  # "block 0", "block 1", ... of the forward
+    forward: RangeMemory
+    backward: RangeMemory
+    figure: str
+    files: tuple[str, ...]
+    torch_saved: int | None = None  # torch.profiler's block probe: bytes block 1 saved for backward, same case
+
+    per_block = property(lambda self: self.blocks[1] if len(self.blocks) > 1 else self.blocks[0])
+    # nsys's bytes left by a block against torch.profiler's saved bytes, within 1%
+    agrees = property(lambda self: self.torch_saved is not None
+                      and abs(self.per_block.net / self.torch_saved - 1) <= 0.01)
+
+
+@dataclass(frozen=True)
+class NsysMemory:
+    filed: Filed
+    size: str
+    cases: tuple[NsysMemCase, ...]
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"{self.filed.rel}/manifest.json"] + [x for c in self.cases for x in c.files]
+
+
+def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> None:
+    """Bytes live (counted from the first recorded event) over the step, the forward's blocks and backward shaded."""
+    start, end = trace.range("step 0") if any(n == "step 0" for n, _, _ in trace.ranges) else trace.range("measured")
+    pts = [(t, v) for t, v in trace.live() if start <= t <= end]
+    fig, ax = figures.new(figsize=(9, 3.6))
+    ax.step([(t - start) / 1e6 for t, _ in pts], [v / 2**30 for _, v in pts], where="post", color="C0", lw=1)
+    for k, name in enumerate([*blocks, "backward"]):
+        a, b = trace.range(name)
+        ax.axvspan((a - start) / 1e6, (b - start) / 1e6, color=f"C{k + 1}", alpha=0.15, label=name)
+    ax.set(xlabel="ms from the step's start", ylabel="GiB allocated (nsys, from its first event)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    figures.save(fig, path)
+
+
+def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
+    filed = newest_with(ctx.reports_dir, "memory_profiling")
+    if filed is None:
+        return None
+    out, size = [], "–"
+    for c in filed.cases("memory_profiling"):
+        gz = filed.sqlite(c.name)
+        if c.status != "profiled" or gz is None:
+            continue
+        a = c.workload.get("args", {})
+        size = SizeRef(str(a["edition"]), str(a["size"])).label
+        with open_gz(gz) as db:
+            trace = read_memory(db)
+        blocks = [n for n in dict.fromkeys(n for n, _, _ in trace.ranges) if re.fullmatch(r"block \d+", n)]
+        path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"nsys-{c.name}")
+        _draw_memory(trace, blocks, path, f"{size}, {len(blocks)} blocks, context {a['context']}, batch {a['batch']}, "
+                                          f"{a['dtype']}: device memory in nsys ({filed.device}, {filed.when} UTC)")
+        probe = next((p for p in probes if (p.context, p.dtype) == (int(a["context"]), a["dtype"])), None)
+        out.append(NsysMemCase(int(a["context"]), a["dtype"], int(a["batch"]),
+                               tuple(trace.in_range(n) for n in blocks), trace.in_range("forward"),
+                               trace.in_range("backward"), link, (filed.rel_of(gz),)
+                               + ((filed.rel_of(filed.rep(c.name)),) if filed.rep(c.name) else ()),
+                               probe.saved_bytes if probe else None))
+    return NsysMemory(filed, size, tuple(sorted(out, key=lambda x: x.context))) if out else None
+
+
 @dataclass(frozen=True)
 class MemoryPage(SourcedFromRuns):
     device: str | None  # None: no GPU rows answer
@@ -377,6 +455,11 @@ class MemoryPage(SourcedFromRuns):
     runs: RunsFacts | None
     date_2025: str = "–"
     asked: str = ASKED
+    nsys: NsysMemory | None = None
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted(set(super().sources) | set(self.nsys.sources if self.nsys else ()))
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -432,4 +515,5 @@ def facts(ctx: Context) -> MemoryPage:
                       [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()], timelines,
                       [r for c in d if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)],
                       next((c.snapshot["artifact"] for c in d if c.snapshot.get("artifact")), None),
-                      RunsFacts.of(device, every), newest_date(d))
+                      RunsFacts.of(device, every), newest_date(d),
+                      nsys=nsys_memory(ctx, m26.probes if m26 else []))

@@ -1,13 +1,20 @@
 """nsys_profile: one `Profiled` per profiled config of the first GPU device, each edition answered apart
-(2025's sizes, then the 2026 study's cases); (c) reads the forward's own kernel table, as the question asks."""
+(2025's sizes, then the 2026 study's cases); (c) reads the forward's own kernel table, as the question asks.
+Beside them, (a)-(e) from Nsight Systems' own tables (cuda_gpu_kern_sum, nvtx_sum, nvtx_kern_sum) of the newest
+filed nsys call (impl.nsys.store), `NsysRow` per profiled case, matched to torch.profiler's row of the same
+edition, size and context where there is one."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
 from impl.bench.row import Status
+from impl.model import SizeRef
+from impl.nsys.tables import read_kernel_summary, read_nvtx_kernels, read_nvtx_summary
+from impl.workloads.kernels import attention_part_flops, classify_kernel
 from impl.model import size_rank
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.pages._nsys import Filed, newest_with
 from impl.report.rows import Bench, SizedView, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.problems import Problem as P
@@ -211,6 +218,139 @@ def _profiled(rows: list[Bench]) -> list[Bench]:  # by context
     return _by_context([b for b in rows if b.status is Status.MEASURED and b.details.get("nsys")])
 
 
+# ---- (a)-(e) from Nsight Systems' own tables ------------------------------------------------------------------
+
+ATTENTION = ("computing attention scores", "computing softmax", "final matmul")
+
+
+@dataclass(frozen=True)
+class NsysRow:
+    """One profiled case of the nsys_profile group, read from its three nsys stats tables. Times per step (the
+    capture holds `steps` measured steps). The forward's kernels are nvtx_kern_sum's rows of range "forward"
+    (launched from the main thread); backward's kernels run on PyTorch's autograd thread, which holds no NVTX range,
+    so nvtx_kern_sum gives the "backward" range (almost) nothing and lists them under no range."""
+
+    edition: str
+    size: str  # its label
+    context: int
+    profiled: str  # what each measured step ran (train_step, or a fallback)
+    steps: int
+    forward_range_ms: float  # nvtx_sum: the "forward" range (host time), mean
+    forward_kernel_ms: float  # nvtx_kern_sum: kernels launched inside "forward", per step
+    top_forward: str  # the forward's largest kernel by time
+    top_forward_calls: float  # its calls per forward
+    top_step: str  # cuda_gpu_kern_sum's first row: the largest kernel over the whole captured steps
+    matmul_forward: float  # matmul share of the forward's kernel time
+    matmul_step: float  # matmul share of every kernel captured (the training step, where profiled is train_step)
+    non_matmul: tuple[tuple[str, float, int], ...]  # (kernel, share of forward, calls) above 1% of the forward
+    softmax_time: float | None  # softmax ÷ (scores + final matmul ranges' kernels), time
+    softmax_flops: float
+    backward_range_ms: float  # nvtx_kern_sum's kernels inside "backward", per step
+    unranged_ms: float  # its kernels under no range (the autograd thread's), per step
+    unranged_tids: tuple[int, ...]
+    step_kernel_ms: float  # every kernel, per step (cuda_gpu_kern_sum)
+    files: tuple[str, ...]
+
+    top_stays = property(lambda self: self.top_forward == self.top_step)
+    # (c)'s kernels by the readable handle the torch.profiler tables use (Kernel.op)
+    non_matmul_ops = property(lambda self: [(Kernel(n, classify_kernel(n), sh, c).op, sh, c)
+                                            for n, sh, c in self.non_matmul])
+    softmax_per_flop = property(lambda self: None if self.softmax_time is None else self.softmax_time / self.softmax_flops)
+
+
+def nsys_row(filed: Filed, case) -> NsysRow | None:
+    a = case.workload.get("args", {})
+    paths = [filed.table(case.name, r) for r in ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum")]
+    if case.status != "profiled" or None in paths:
+        return None
+    ksum, nsum, nk = read_kernel_summary(paths[0]), read_nvtx_summary(paths[1]), read_nvtx_kernels(paths[2])
+    steps = int(a.get("steps") or 2)
+    fwd = [k for k in nk if k.range == "forward"]
+    fwd_total = sum(k.time.total_ns for k in fwd)
+    by_kernel: dict[str, list] = {}
+    for k in fwd:
+        by_kernel.setdefault(k.kernel, []).append(k)
+    ranked = sorted(((sum(x.time.total_ns for x in v), sum(x.kernel_instances for x in v), n)
+                     for n, v in by_kernel.items()), reverse=True)
+    fwd_range = next((r for r in nsum if r.name == "forward"), None)
+    ref = SizeRef(str(a["edition"]), str(a["size"]))
+    cfg = ref.config
+    head_dim = cfg.d_model // cfg.num_heads
+    flops = attention_part_flops(1, cfg.num_heads, int(a["context"]), head_dim)
+    part = {p: sum(k.time.total_ns for k in nk if k.range == p) for p in ATTENTION}
+    mm = part["computing attention scores"] + part["final matmul"]
+    main_tids = {k.tid for k in nk if k.range == "forward"}
+    unranged = [k for k in nk if not k.range]
+    all_total = sum(k.time.total_ns for k in ksum)
+    return NsysRow(
+        str(a["edition"]), ref.label, int(a["context"]), (filed.result(case.name) or {}).get("profiled") or "train_step",
+        steps, (fwd_range.time.avg_ns if fwd_range else float("nan")) / 1e6, fwd_total / steps / 1e6,
+        ranked[0][2] if ranked else "–", ranked[0][1] / steps if ranked else 0.0, ksum[0].name if ksum else "–",
+        sum(t for t, _, n in ranked if classify_kernel(n) == "matmul") / fwd_total if fwd_total else float("nan"),
+        sum(k.time.total_ns for k in ksum if k.category == "matmul") / all_total if all_total else float("nan"),
+        tuple((n, t / fwd_total, c // steps) for t, c, n in ranked if classify_kernel(n) != "matmul"
+              and t / fwd_total > 0.01) if fwd_total else (),
+        part["computing softmax"] / mm if mm else None,
+        flops["computing softmax"] / (flops["computing attention scores"] + flops["final matmul"]),
+        sum(k.time.total_ns for k in nk if k.range == "backward") / steps / 1e6,
+        sum(k.time.total_ns for k in unranged) / steps / 1e6,
+        tuple(sorted({k.tid for k in unranged} - main_tids)), all_total / steps / 1e6,
+        tuple(filed.rel_of(p) for p in paths))
+
+
+@dataclass(frozen=True)
+class NsysTables:
+    filed: Filed
+    rows: tuple[NsysRow, ...]  # 2026 first, then by size and context
+    not_profiled: tuple[tuple[str, str], ...]  # (case, status: reason)
+
+    @property
+    def sources(self) -> list[str]:
+        # the three tables of every case, named once by their pattern
+        return [f"{self.filed.rel}/manifest.json",
+                f"{self.filed.rel}/tables/nsys_profile_*_{{cuda_gpu_kern_sum,nvtx_sum,nvtx_kern_sum}}.csv"]
+
+    def edition(self, e: str) -> list[NsysRow]:
+        return [r for r in self.rows if r.edition == e]
+
+    editions = property(lambda self: list(dict.fromkeys(r.edition for r in self.rows)))
+
+    @staticmethod
+    def span(values) -> tuple[float, float]:
+        vs = [v for v in values if v is not None and v == v]
+        return (min(vs), max(vs)) if vs else (float("nan"), float("nan"))
+
+    @property
+    def busy(self) -> tuple[NsysRow, NsysRow]:  # (a) the least and the most busy forward range
+        key = lambda r: r.forward_kernel_ms / r.forward_range_ms  # noqa: E731
+        return min(self.rows, key=key), max(self.rows, key=key)
+
+    top_matmul = property(lambda self: sum(classify_kernel(r.top_forward) == "matmul" for r in self.rows))
+    top_stays = property(lambda self: sum(r.top_stays for r in self.rows))
+    backward_ms = property(lambda self: sum(r.backward_range_ms for r in self.rows))
+    unranged_ms = property(lambda self: sum(r.unranged_ms for r in self.rows))
+
+
+def nsys_tables(ctx: Context) -> NsysTables | None:
+    filed = newest_with(ctx.reports_dir, "nsys_profile")
+    if filed is None:
+        return None
+    rows, skipped = [], []
+    for c in filed.cases("nsys_profile"):
+        r = nsys_row(filed, c)
+        if r is None:
+            skipped.append((c.name, f"{c.status}: {c.message or 'no tables'}"))
+        else:
+            rows.append(r)
+    return NsysTables(filed, tuple(rows), tuple(skipped))
+
+
+def torch_beside(f, r: NsysRow):
+    """torch.profiler's Profiled row of the same edition, size and context (None: it has none)."""
+    pool = f.answer26 if r.edition == "2026" and f.answer26 else f.answer if f.edition == r.edition else []
+    return next((p for p in pool if (p.size, p.context) == (r.size, r.context)), None)
+
+
 @dataclass(frozen=True)
 class NsysPage(SourcedFromRuns):
     device: str | None  # the answering GPU device; None: no profiled rows
@@ -221,12 +361,24 @@ class NsysPage(SourcedFromRuns):
     cases: list[NsysCase] = field(default_factory=list)  # the 2026 study's cases, OOM ones included
     tables: ProfileTables | None = None  # of the older edition's rows
     runs: RunsFacts | None = None
+    nsys: NsysTables | None = None
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted(set(super().sources) | set(self.nsys.sources if self.nsys else ()))
+
+    def beside(self, r: NsysRow):
+        return torch_beside(self, r)
+
+    @property
+    def nsys_alone(self) -> list[NsysRow]:  # nsys cases without a torch.profiler row of the same config
+        return [r for r in (self.nsys.rows if self.nsys else ()) if self.beside(r) is None]
 
 
 def facts(ctx: Context) -> NsysPage:
     found = ctx.rows.per_gpu(PROBLEM)
     if not found or not _profiled(found[0][1]):
-        return NsysPage(None, {PROBLEM: NOT_MEASURED})
+        return NsysPage(None, {PROBLEM: NOT_MEASURED}, nsys=nsys_tables(ctx))
     device, every = found[0]  # the first (one-GPU) device answers
     older = [b for b in every if str(_cfg(b).edition) != "2026"]
     new = [b for b in every if str(_cfg(b).edition) == "2026"]
@@ -235,4 +387,5 @@ def facts(ctx: Context) -> NsysPage:
     answer26 = [profiled(b) for b in _profiled(new)]
     return NsysPage(device, {PROBLEM: Scored(Kind.MEASURED, device, newest_date(new if answer26 else older))},
                     [profiled(b) for b in _profiled(older)], _cfg(older[0]).edition or "2025", answer26,
-                    nsys_cases(new) if answer26 else [], profile_tables(older), RunsFacts.of(device, every))
+                    nsys_cases(new) if answer26 else [], profile_tables(older), RunsFacts.of(device, every),
+                    nsys_tables(ctx))

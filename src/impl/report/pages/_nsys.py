@@ -1,0 +1,167 @@
+"""Nsight Systems outputs as the pages read them: the folders impl.nsys.store files under
+reports/data/<device>/nsys/<started UTC>_<commit>/ (manifest.json, tables/, sqlite/, rep/, FILED.json), and the
+per-rank NVTX phase timelines of the two-GPU cases (ddp (b), fsdp_accounting (b)) drawn from their exports."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from impl.nsys.figure import draw_timeline
+from impl.nsys.outputs import MANIFEST, CaseRecord, Manifest, read_manifest
+from impl.nsys.store import FILED, FOLDER, REP, SQLITE, TABLES
+from impl.nsys.timeline import Overlap, Timeline, read_timeline
+
+
+@dataclass(frozen=True)
+class Filed:
+    """One filed device call."""
+
+    device: str
+    stamp: str  # <started UTC>_<commit>
+    folder: Path
+    rel: str  # the folder as sources name it (reports/data/...)
+    manifest: Manifest
+    filed: dict  # FILED.json
+
+    when = property(lambda self: f"{self.stamp[:4]}-{self.stamp[4:6]}-{self.stamp[6:8]} {self.stamp[9:11]}:"
+                                 f"{self.stamp[11:13]}")
+    date = property(lambda self: self.when[:10])
+    commit = property(lambda self: self.manifest.commit)
+    note = property(lambda self: self.filed.get("note", ""))
+    lost = property(lambda self: self.filed.get("lost_files", {}))
+
+    def case(self, name: str) -> CaseRecord | None:
+        return next((c for c in self.manifest.cases if c.name == name), None)
+
+    def cases(self, group: str) -> list[CaseRecord]:
+        return [c for c in self.manifest.cases if c.group == group]
+
+    def _file(self, sub: str, name: str) -> Path | None:
+        p = self.folder / sub / name
+        return p if p.is_file() else None
+
+    def table(self, case: str, report: str) -> Path | None:
+        return self._file(TABLES, f"{case}_{report}.csv")
+
+    def result(self, case: str) -> dict | None:
+        p = self._file(TABLES, f"{case}.result.json")
+        return json.loads(p.read_text()) if p else None
+
+    def sqlite(self, case: str) -> Path | None:
+        return self._file(SQLITE, f"{case}.sqlite.gz")
+
+    def rep(self, case: str) -> Path | None:
+        return self._file(REP, f"{case}.nsys-rep")
+
+    def rel_of(self, path: Path) -> str:
+        return f"{self.rel}/{Path(path).relative_to(self.folder).as_posix()}"
+
+
+def filed_runs(reports_dir: Path) -> list[Filed]:
+    """Every filed nsys call under reports_dir/data, oldest first (by stamp)."""
+    out = []
+    for folder in sorted(Path(reports_dir, "data").glob(f"*/{FOLDER}/*/")):
+        if folder.name.startswith(".") or not (folder / MANIFEST).is_file():
+            continue
+        filed = json.loads((folder / FILED).read_text()) if (folder / FILED).is_file() else {}
+        device = folder.parent.parent.name
+        out.append(Filed(device, folder.name, folder, f"reports/data/{device}/{FOLDER}/{folder.name}",
+                         read_manifest(folder / MANIFEST), filed))
+    return sorted(out, key=lambda f: f.stamp)
+
+
+def newest_with(reports_dir: Path, group: str) -> Filed | None:
+    """The newest filed call with a profiled case of `group`."""
+    found = [f for f in filed_runs(reports_dir) if any(c.status == "profiled" for c in f.cases(group))]
+    return found[-1] if found else None
+
+
+@contextmanager
+def open_gz(gz: Path) -> Iterator[Path]:
+    """A filed export gunzipped to a temporary file for the block's time (the stored file is only read)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / Path(gz).name.removesuffix(".gz")
+        with gzip.open(gz, "rb") as src, open(db, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        yield db
+
+
+def open_timeline(gz: Path, kernels_required: bool = False) -> Timeline:
+    """The timeline of a filed export."""
+    with open_gz(gz) as db:
+        return read_timeline(db, kernels_required=kernels_required)
+
+
+@dataclass(frozen=True)
+class RankPhases:
+    """One rank's phases in one step (NVTX ranges: host time from the call's start to its end; each phase ends in
+    whatever wait its code does, the step itself in a device synchronize) and the collectives its NCCL NVTX ranges
+    show it issuing (host calls that enqueue the kernel; when the kernel ran is not in these ranges)."""
+
+    rank: int  # by process start order (the ranks' pids in order)
+    step_ms: float
+    phases: tuple[tuple[str, float], ...]  # (phase, ms), in the step's order
+    issued: tuple[tuple[str, int, int, int], ...]  # (collective, calls, inside forward, inside backward)
+
+    def phase(self, name: str) -> float | None:
+        return next((ms for n, ms in self.phases if n == name), None)
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    """One two-GPU case's last step: each rank's phases, the figure, and the kernel overlap where the export has
+    kernels (empty when nsys recorded none of the ranks' CUDA activity)."""
+
+    case: str
+    label: str
+    ranks: tuple[RankPhases, ...]
+    figure: str
+    kernels: int  # kernels the export holds in the step (0: NVTX only)
+    overlap: tuple[Overlap, ...]
+    sources: tuple[str, ...]  # the export and the report files, as sources name them
+    rep: str | None
+
+    step_ms = property(lambda self: max(r.step_ms for r in self.ranks))
+
+
+def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: str, *, step: str = "step 1",
+                  phases: Sequence[str], collectives: Sequence[str]) -> StepTimeline | None:
+    """The last measured step (`step`) of `case` from its filed export, drawn into fig_dir; None without one."""
+    gz = filed.sqlite(case)
+    if gz is None:
+        return None
+    tl = open_timeline(gz)
+    start, end = tl.window(step)
+    win = tl.between(start, end)
+    ranks = []
+    for k, pid in enumerate(sorted({r.pid for r in tl.named(step)})):
+        st = tl.named(step, pid)[-1]
+        inside = [r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns]
+        got = tuple((n, sum(r.duration_ns for r in inside if r.name == n) / 1e6) for n in phases
+                    if any(r.name == n for r in inside))
+        fwd = [r for r in inside if r.name == "forward"]
+        bwd = [r for r in inside if r.name == "backward"]
+
+        def within(r, spans):
+            return any(s.start_ns <= r.start_ns <= s.end_ns for s in spans)
+
+        issued = tuple((c, len(rs), sum(within(r, fwd) for r in rs), sum(within(r, bwd) for r in rs))
+                       for c in collectives if (rs := [r for r in inside if r.name == c]))
+        ranks.append(RankPhases(k, st.duration_ns / 1e6, got, issued))
+    name = f"nsys-{case}.png"
+    draw_timeline(win, fig_dir / name, f"{label}: {step}, NVTX ranges of both ranks (nsys)", window=(start, end),
+                  range_names=(step, *phases, *collectives))
+    rep = filed.rep(case)
+    srcs = (filed.rel_of(gz),) + ((filed.rel_of(rep),) if rep else ())
+    return StepTimeline(case, label, tuple(ranks), f"{fig_rel}/{name}", len(win.kernels),
+                        tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None)
+
+
+__all__ = ["Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
+           "step_timeline"]
