@@ -23,7 +23,7 @@ PROBLEMS = (P.FSDP, P.FSDP_ACCOUNTING)
 SLUG = "fsdp"
 LABEL = {v.value: v.label for v in FSDPVariant}
 DDP_LABEL = {v.value: v.label for v in DDPVariant}
-OURS = ("fsdp", "fsdp_bf16", "fsdp_block_bf16")
+OURS = tuple(v.value for v in FSDPVariant if v.ours)  # the rows with an instrumented step
 TP = "tp"  # perf/test_fsdp.py's tensor-parallel rows: the whole global batch on every rank
 # the headline pair by rule, not by the best-looking row: the target configuration, else the nearest, bf16 first
 HEADLINE_PAIRS = (("fsdp_block_bf16", "torch_fsdp_bf16"), ("fsdp_bf16", "torch_fsdp_bf16"), ("fsdp", "torch_fsdp"))
