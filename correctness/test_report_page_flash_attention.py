@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from impl.bench.row import Status
+from impl.bench.row import Metric, Status
 from impl.report.pages import Kind
 from impl.report.pages import flash_attention as page
-from impl.report.templating import render_page
+from impl.report.templating import macros, render_page
 from kits.report_rows import assert_snapshot, bench, context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,8 +18,10 @@ DEV = "h100-80gb-x1"
 SHAPE = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
 
 
-def _lb(impl, mode, seconds, when="2026-11-24T21:00:00", status=Status.MEASURED):
-    return bench("leaderboard", dict(impl=impl, mode=mode, **SHAPE), seconds, device=DEV, when=when, status=status)
+def _lb(impl, mode, seconds, when="2026-11-24T21:00:00", status=Status.MEASURED, do_bench_ms=None):
+    metrics = {Metric.DO_BENCH_MS: do_bench_ms} if do_bench_ms is not None else None
+    return bench("leaderboard", dict(impl=impl, mode=mode, **SHAPE), seconds, device=DEV, when=when, status=status,
+                 metrics=metrics)
 
 
 def _leaderboard(when="2026-11-24T21:00:00", ours_bwd=True):
@@ -61,6 +63,22 @@ def test_scores_read_ours_over_cudnn_of_the_newest_leaderboard_rows(tmp_path):
         Kind.MEASURED, "NVIDIA H200", "2026-11-24")
 
 
+def test_do_bench_flattering_cudnn_forward_headlines_the_events_and_shows_both(tmp_path):
+    """flash_forward's headline follows the report's one rule: where do_bench reads ours' forward 16% above
+    its events (the 2026-11-24 21:04 run: 1.493 against 1.288 ms) and cuDNN's level, do_bench's ratio
+    (1.15×) stands beside the events' (1.01×, within noise), and ours is named with both numbers."""
+    rows = [_lb("flash_triton", "fwd", 1.288e-3, do_bench_ms=1.493), _lb("sdpa_cudnn", "fwd", 1.281e-3, do_bench_ms=1.283)]
+    f = page.facts(context(rows, tmp_path))
+    h = f.anchor.forward
+    assert round(h.ratio.value, 2) == 1.01 and h.ratio.verdict == "within noise" and round(h.do_bench.value, 2) == 1.16
+    assert [name for name, _ in h.disagreements] == ["ours"]
+    assert f.sources == (f"reports/data/{DEV}/leaderboard/20261124T2100Z_abcdef12.json",)
+    vs = macros("flash_attention.md.j2").score_vs(f, "flash_forward")
+    assert vs.startswith("1.01× cuDNN (within noise); do_bench beside: 1.16×") and "ours (+15.9%)" in vs
+    text = render_page("flash_attention.md.j2", f=f)
+    assert "disagree beyond noise for ours: do_bench 1.493 ms against its CUDA-event median 1.288 ms" in text
+
+
 def test_a_missing_forward_backward_row_leaves_the_backward_answered_from_the_code(tmp_path):
     f = page.facts(context(_leaderboard(ours_bwd=False), tmp_path))
     assert f.anchor.backward_ms is None and f.scores[page.P.FLASH_FORWARD].kind is Kind.MEASURED
@@ -85,5 +103,7 @@ def test_code_facts_and_the_tests_of_the_built_repository(tmp_path):
 
 def test_page_words(request, tmp_path):
     _probe(tmp_path)
-    f = page.facts(context(_leaderboard(), tmp_path))
+    rows = [_lb("flash_triton", "fwd", 1.2e-3, do_bench_ms=1.4), _lb("sdpa_cudnn", "fwd", 1.0e-3, do_bench_ms=1.01),
+            _lb("sdpa_cudnn", "fwd_bwd", 4.0e-3), _lb("flash_triton", "fwd_bwd", 5.2e-3)]
+    f = page.facts(context(rows, tmp_path))
     assert_snapshot(request, "flash_attention", render_page("flash_attention.md.j2", f=f))

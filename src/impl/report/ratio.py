@@ -1,6 +1,10 @@
 """The report's one ratio convention: ours ÷ anchor, "slower" above 1 and "faster" below, or "within
 noise" where the two times lie within each other's spread (`spread`: half the IQR around a
-median, the standard deviation where a row kept no IQR)."""
+median, the standard deviation where a row kept no IQR).
+
+A headline ratio follows one rule, written once here (`headline`, issue 45): it divides the suite's primary
+measurement, each row's CUDA-event median of the same run; do_bench's figures stand beside it, and a side
+whose do_bench median lies beyond the noise of its own rounds (`Timers`) is named with both numbers."""
 from __future__ import annotations
 
 import math
@@ -58,3 +62,94 @@ def med(xs) -> float | None:
     that was measured, never the mean of two), None for none."""
     xs = sorted(xs)
     return xs[len(xs) // 2] if xs else None
+
+
+# --- The headline rule (issue 45): one rule for every headline ratio, written once. -------------------------
+
+PRIMARY = "CUDA-event medians"  # what a headline divides: each row's own rounds (impl.bench.timers)
+
+
+@dataclass(frozen=True)
+class Timers:
+    """One implementation's row under the suite's primary timer and under do_bench, in one run (seconds).
+
+    `event_s` is the row's median over its timed rounds (CUDA events around back-to-back calls;
+    do_bench's median in an older-format run, `legacy`); `do_bench_s` is triton.testing.do_bench's median
+    kept beside it as a cross-check; `band` is the band of the row's ordinary rounds.
+
+    **Beyond noise.** do_bench and the events disagree beyond noise when do_bench's median lies outside
+    `band`: median ± 2·IQR of the row's own rounds. That is Tukey's fences (q1 − 1.5·IQR, q3 + 1.5·IQR,
+    the rounds pytest-benchmark does not count as outliers) for rounds spread evenly about their median:
+    no ordinary round of the primary timer reads as far as do_bench did. A row that kept no IQR uses
+    median ± 3·stddev (the same fences for normally spread rounds). Without either there is no band and
+    no verdict."""
+
+    event_s: float
+    do_bench_s: float | None = None
+    band: tuple[float, float] | None = None
+    legacy: bool = False
+
+    @property
+    def do_bench_over_event(self) -> float | None:
+        return None if self.do_bench_s is None else self.do_bench_s / self.event_s
+
+    @property
+    def disagrees(self) -> bool:
+        """do_bench's median lies outside the band of the row's ordinary rounds (beyond noise)."""
+        if self.do_bench_s is None or self.band is None or self.legacy:
+            return False
+        return not self.band[0] <= self.do_bench_s <= self.band[1]
+
+
+def band(median, stddev=None, iqr=None) -> tuple[float, float] | None:
+    """The band of a row's ordinary rounds about its median (`Timers`' definition of noise)."""
+    half = 2 * iqr if _ok(iqr) and iqr > 0 else 3 * stddev if _ok(stddev) and stddev > 0 else None
+    return None if half is None or not _ok(median) else (median - half, median + half)
+
+
+def timers(b) -> Timers:
+    """The `Timers` of a measured row (impl.report.rows.Bench)."""
+    from impl.bench.row import Metric  # the bench layer's names; ratio.py stays importable by rows.py
+
+    db = b.metric(Metric.DO_BENCH_MS)
+    s = b.stats
+    return Timers(s.median, None if db is None else db / 1e3, band(s.median, s.stddev, s.iqr), b.run.legacy)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A headline ratio by the report's one rule: ours ÷ anchor of the suite's primary measurement (each
+    row's CUDA-event median) of the same run, with its noise verdict (`Ratio`). do_bench's ratio of the same
+    run stands beside it (`do_bench`), never in its place: a headline must not pick the kindest timer.
+    `disagreements` names each side whose do_bench median lies beyond noise of its own rounds (`Timers`),
+    which the page must say with both numbers. (The rule's other source, interleaved repeats of both sides
+    with their spread, applies where a row stores such repeats; no stored row does yet.)"""
+
+    ratio: Ratio
+    ours: Timers
+    anchor: Timers
+    ours_name: str = "ours"
+
+    @property
+    def do_bench(self) -> Ratio | None:
+        """do_bench's ratio of the same run (no noise verdict: the rows keep only do_bench's median)."""
+        o, a = self.ours, self.anchor
+        return None if o.legacy or a.legacy else ratio(o.do_bench_s, a.do_bench_s, self.ratio.anchor)
+
+    @property
+    def timer(self) -> str:
+        """What the ratio divides, as the text names it."""
+        return "do_bench medians (older-format run)" if self.ours.legacy or self.anchor.legacy else PRIMARY
+
+    @property
+    def disagreements(self) -> tuple[tuple[str, Timers], ...]:
+        """(name, timers) of each side whose do_bench median lies beyond noise of its event rounds."""
+        return tuple((n, t) for n, t in ((self.ours_name, self.ours), (self.ratio.anchor, self.anchor))
+                     if t.disagrees)
+
+
+def headline(ours, anchor, name: str, ours_name: str = "ours") -> Headline | None:
+    """The headline of two measured rows (impl.report.rows.Bench) of one run: ours ÷ anchor of their
+    primary-timer medians (`of_benches`), do_bench beside; None unless both have medians."""
+    r = of_benches(ours, anchor, name)
+    return None if r is None else Headline(r, timers(ours), timers(anchor), ours_name)

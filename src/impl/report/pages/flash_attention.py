@@ -1,5 +1,6 @@
 """flash_forward and flash_backward: the code's tiles and backward choice (impl.attention), the tests that pin it,
-the backward-variants probe and, for the scoreboard, ours against cuDNN at the leaderboard shape."""
+the backward-variants probe and ours against cuDNN at the leaderboard shape, headlined by the report's one rule
+(impl.report.ratio.headline: CUDA-event medians of one run, do_bench beside)."""
 from __future__ import annotations
 
 import inspect
@@ -9,8 +10,8 @@ from dataclasses import dataclass
 from impl.attention import backward_choice, flash_torch
 from impl.report.flash_rows import median_ms, pick
 from impl.report.pages import Context, Kind, Scored
-from impl.report.ratio import Ratio, of_benches
-from impl.report.runs import newest_date
+from impl.report.ratio import Headline, Ratio, headline
+from impl.report.runs import files_of, newest_date
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_FORWARD, P.FLASH_BACKWARD)
@@ -61,9 +62,14 @@ class Anchor:  # ours against SDPA cuDNN at the leaderboard shape (one device's 
     device: str  # the GPU's name
     date: str
     forward_ms: float
-    forward_vs: Ratio
-    backward_ms: float | None = None  # forward+backward less the forward, of one run
+    forward: Headline  # ours ÷ cuDNN forward: CUDA-event medians, do_bench beside (impl.report.ratio)
+    backward_ms: float | None = None  # forward+backward less the forward, of one run (CUDA-event medians)
     cudnn_backward_ms: float | None = None
+    sources: tuple[str, ...] = ()  # the leaderboard run files it read
+
+    @property
+    def forward_vs(self) -> Ratio:
+        return self.forward.ratio
 
 
 def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' and cuDNN's forward
@@ -74,7 +80,9 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
         if ours and cudnn:
             back = ((median_ms(ours2) - median_ms(ours), median_ms(cudnn2) - median_ms(cudnn)) if ours2 and cudnn2
                     else ())
-            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), of_benches(ours, cudnn, "cuDNN"), *back)
+            used = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None]
+            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), headline(ours, cudnn, "cuDNN"), *back,
+                          sources=tuple(files_of(used)))
     return None
 
 
@@ -99,7 +107,8 @@ def facts(ctx: Context) -> FlashAttentionPage:
     sig, work = inspect.signature(flash_torch.flash_forward_torch).parameters, backward_choice.ATOMIC_MIN_WORK
     tests = ctx.reports_dir.parent / "correctness" / "test_attention.py"  # the built repository's
     lines = [ln for ln in tests.read_text().splitlines() if ln.startswith("def test_")] if tests.exists() else []
-    probe = _probe(ctx)
+    probe, anchor = _probe(ctx), _anchor(ctx)
+    sources = ((probe.path,) if probe else ()) + (anchor.sources if anchor else ())
     return FlashAttentionPage(sig["block_q"].default, sig["block_k"].default, None if work == float("inf") else work,
                               tuple(ln.split("(")[0][4:] for p in ("flash", "backward_variants") for ln in lines
-                                    if p in ln), probe, _anchor(ctx), (probe.path,) if probe else ())
+                                    if p in ln), probe, anchor, sources)

@@ -1,5 +1,7 @@
-"""The 2025 leaderboard: ours against SDPA cuDNN of one run, headline on do_bench (the handout's timer, §1.3.3)
-beside the rows' own CUDA-event medians, and every stored run of the device as its version history."""
+"""The 2025 leaderboard: ours against SDPA cuDNN of one run, headlined by the report's one rule
+(impl.report.ratio.headline: the rows' own CUDA-event medians), do_bench (the handout's timer, §1.3.3) beside it
+with every side where the two timers disagree beyond noise, and every stored run of the device as its
+version history."""
 from __future__ import annotations
 
 import re
@@ -10,7 +12,7 @@ from impl.report import figures
 from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, pick, status_label
 from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
-from impl.report.ratio import Ratio, of_benches, ratio
+from impl.report.ratio import Headline, Timers, headline, timers
 from impl.report.rows import Bench, group
 from impl.report.runs import RunsFacts, files_of
 from impl.workloads.problems import Problem as P
@@ -18,26 +20,6 @@ from impl.workloads.problems import Problem as P
 PROBLEMS = (P.LEADERBOARD,)
 PROBLEM = P.LEADERBOARD
 OURS, ANCHOR = "flash_triton", "sdpa_cudnn"
-
-
-@dataclass(frozen=True)
-class Timers:  # one implementation's forward+backward under the two timers of one run (seconds)
-    event_s: float  # the row's CUDA-event median (rounds of back-to-back calls)
-    do_bench_s: float | None  # triton.testing.do_bench's median (the course's timer)
-    mfu: float | None  # against the datasheet peak, from the event median
-
-    @property
-    def do_bench_over_event(self) -> float | None:
-        return None if self.do_bench_s is None else self.do_bench_s / self.event_s
-
-    @property
-    def headline_s(self) -> float:  # do_bench's where the run has it
-        return self.event_s if self.do_bench_s is None else self.do_bench_s
-
-
-def _timers(b: Bench) -> Timers:
-    db = b.metric(Metric.DO_BENCH_MS)
-    return Timers(b.stats.median, None if db is None else db / 1e3, b.metric(Metric.MFU))
 
 
 @dataclass(frozen=True)
@@ -59,19 +41,18 @@ class LeaderboardFacts:
     shape: str
     when: str  # the run's UTC time
     commit: str
-    ours: Timers
-    cudnn: Timers
+    headline: Headline  # ours ÷ cuDNN of the CUDA-event medians, do_bench beside (impl.report.ratio)
+    ours_mfu: float | None  # against the datasheet peak, from the event medians
+    cudnn_mfu: float | None
     correctness: Correctness | None
-    course_ratio: Ratio | None  # ours ÷ cuDNN on do_bench medians (the course's timer)
-    event_ratio: Ratio  # on the CUDA-event medians
 
     @property
-    def headline(self) -> Ratio:
-        return self.course_ratio or self.event_ratio
+    def ours(self) -> Timers:
+        return self.headline.ours
 
     @property
-    def headline_timer(self) -> str:
-        return "do_bench" if self.course_ratio is not None else "CUDA events"
+    def cudnn(self) -> Timers:
+        return self.headline.anchor
 
 
 @dataclass(frozen=True)
@@ -82,7 +63,7 @@ class Line:  # one newest row of the table
     mode: str  # MODE_LABELS'
     status: str | None  # why it did not run; None: it ran (the other figures are read only then)
     ms: float | None
-    do_bench_ms: float | None
+    timers: Timers | None  # its CUDA-event median and do_bench's, with the noise verdict (None: it did not run)
     tflops: float | None
     mfu: float | None
     errors: tuple[float | None, ...]  # relative errors of O, dQ, dK, dV
@@ -91,7 +72,7 @@ class Line:  # one newest row of the table
 def _line(b: Bench) -> Line:
     c, s, err = kernel(b), status_label(b), b.details.get("rel_err") or {}
     return Line(c.impl, IMPL_LABELS.get(c.impl, c.impl), bool(b.details.get("compiled")), MODE_LABELS[c.mode], s,
-                None if s else median_ms(b), b.metric(Metric.DO_BENCH_MS), b.metric(Metric.TFLOPS),
+                None if s else median_ms(b), None if s else timers(b), b.metric(Metric.TFLOPS),
                 b.metric(Metric.MFU), tuple(err.get(k) for k in ("out", "dq", "dk", "dv")))
 
 
@@ -178,14 +159,13 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         ours, cudnn = (pick(lb, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
         if ours is None or cudnn is None:
             continue
-        c, t, tc = kernel(ours), _timers(ours), _timers(cudnn)
+        c = kernel(ours)
         err, tol = ours.details.get("rel_err") or {}, ours.details.get("tol") or {}
         right = Correctness(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
                             ours.details.get("graph_breaks")) if err and tol else None
         shape = f"{c.dtype}, causal, batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}"
-        answer = LeaderboardFacts(device, shape, ours.run.when, ours.run.commit, t, tc, right,
-                                  ratio(t.do_bench_s, tc.do_bench_s, "SDPA cuDNN"),
-                                  of_benches(ours, cudnn, "SDPA cuDNN"))
+        answer = LeaderboardFacts(device, shape, ours.run.when, ours.run.commit, headline(ours, cudnn, "SDPA cuDNN"),
+                                  ours.metric(Metric.MFU), cudnn.metric(Metric.MFU), right)
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
         _plot(vs := versions(rows), png)

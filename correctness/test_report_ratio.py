@@ -1,0 +1,64 @@
+"""The headline rule (impl.report.ratio.headline, issue 45): a headline divides the rows' CUDA-event medians of
+one run; do_bench stands beside it; a side whose do_bench median lies outside its own rounds' band (median ±
+2·IQR) is named. Synthetic rows only."""
+from __future__ import annotations
+
+import pytest
+
+from impl.bench.row import Metric
+from impl.report.ratio import Timers, band, headline, timers
+from kits.report_rows import bench
+
+SHAPE = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
+
+
+def _row(impl, event_ms, do_bench_ms=None, iqr_ms=0.05):
+    metrics = {Metric.DO_BENCH_MS: do_bench_ms} if do_bench_ms is not None else {}
+    return bench("leaderboard", dict(impl=impl, mode="fwd_bwd", **SHAPE), event_ms / 1e3, iqr=iqr_ms / 1e3,
+                 metrics=metrics)
+
+
+def test_band_is_median_plus_minus_two_iqr_else_three_stddev_else_none():
+    assert band(10.0, stddev=1.0, iqr=0.5) == (9.0, 11.0)
+    assert band(10.0, stddev=0.5) == (8.5, 11.5)
+    assert band(10.0) is None and band(10.0, stddev=0.0, iqr=0.0) is None
+
+
+def test_disagreement_is_do_bench_outside_the_band_and_never_for_older_format_rows():
+    t = Timers(1.0, 1.1, (0.9, 1.05))
+    assert t.disagrees and round(t.do_bench_over_event, 3) == 1.1
+    assert not Timers(1.0, 1.05, (0.9, 1.05)).disagrees  # on the edge: inside
+    assert not Timers(1.0, None, (0.9, 1.05)).disagrees and not Timers(1.0, 2.0, None).disagrees
+    assert not Timers(1.0, 2.0, (0.9, 1.05), legacy=True).disagrees  # its median is do_bench's own
+
+
+def test_do_bench_flattering_the_anchor_headlines_the_events_ratio_and_names_the_anchor():
+    """The leaderboard's case (2026-11-24 21:04): do_bench reads cuDNN 16% above its own events and ours
+    about level, so do_bench's ratio (1.01×) is kinder to ours than the events' (1.19×). The headline is the
+    events'; do_bench's stands beside; cuDNN is named with both numbers, ours is not."""
+    h = headline(_row("flash_triton", 5.228, 5.179), _row("sdpa_cudnn", 4.404, 5.122), "SDPA cuDNN")
+    assert round(h.ratio.value, 2) == 1.19 and h.ratio.verdict == "slower" and h.timer == "CUDA-event medians"
+    assert round(h.do_bench.value, 2) == 1.01
+    assert [name for name, _ in h.disagreements] == ["SDPA cuDNN"]
+    (_, t), = h.disagreements
+    assert (t.event_s, t.do_bench_s) == (pytest.approx(4.404e-3), pytest.approx(5.122e-3))
+    assert t.band == (pytest.approx(4.304e-3), pytest.approx(4.504e-3))
+
+
+def test_do_bench_flattering_ours_is_not_the_headline_either():
+    """The other direction: do_bench reads ours faster than its events would (ours 0.9× by do_bench), the
+    headline stays the events' 1.10× and ours is named."""
+    h = headline(_row("flash_triton", 5.5, 4.5), _row("sdpa_cudnn", 5.0, 5.0), "cuDNN")
+    assert round(h.ratio.value, 2) == 1.1 and round(h.do_bench.value, 2) == 0.9
+    assert [name for name, _ in h.disagreements] == ["ours"]
+
+
+def test_rows_without_do_bench_headline_the_events_alone():
+    h = headline(_row("flash_triton", 5.0), _row("sdpa_cudnn", 4.0), "cuDNN")
+    assert round(h.ratio.value, 2) == 1.25 and h.do_bench is None and h.disagreements == ()
+
+
+def test_timers_of_a_row_read_its_median_do_bench_and_band():
+    t = timers(_row("flash_triton", 2.0, 2.5, iqr_ms=0.1))
+    assert (t.event_s, t.do_bench_s) == (pytest.approx(2e-3), pytest.approx(2.5e-3)) and t.disagrees
+    assert t.band == (pytest.approx(1.8e-3), pytest.approx(2.2e-3))
