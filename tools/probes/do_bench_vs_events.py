@@ -1,0 +1,385 @@
+"""GPU probe (issue 45): why does triton.testing.do_bench read SDPA cuDNN's forward+backward 16% above its own
+CUDA-event median at the leaderboard shape while ours barely moves, and ours' forward 16% above while cuDNN's
+barely moves? (reports/data/h100-80gb-x1/leaderboard/20261124T210448Z_95227b00+.json; NOTES.md, "Issue 45:
+do_bench against CUDA events", has the hypotheses this tells apart.)
+
+The two callables are the leaderboard's own (perf/test_leaderboard.py): torch.compile(FlashAttentionTriton.apply)
+with FlashOptions(backward="triton", autotune=True) and SDPA restricted to the cuDNN backend, at bf16, causal,
+1×16×16384×64, forward and forward+backward (input gradients reset first: impl.workloads.attention.attention_step).
+Each (impl, mode) is timed by these methods, in this order, on one warm process:
+
+  events          the suite's timer: rounds of k back-to-back calls between two CUDA events (k: a round >= 25 ms),
+                  30 rounds, per-call median (impl.bench.timers.CudaEventTimer's way)
+  events_barrier  the same rounds with a tiny kernel (a 4-byte zero_) before every call, less the rounds of those
+                  alone: breaks any overlap of one call's tail with the next call's head (PDL, a side stream)
+                  without evicting L2
+  events_flush    the same rounds with do_bench's L2 flush (its 256 MB zero_) before every call, less the same
+                  rounds of flushes alone: cold L2, the host still runs ahead of the device
+  alone           every call alone: synchronise, event, call, event (no flush): the host's launch is exposed,
+                  L2 warm from the previous call
+  do_bench        triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="all"): the suite's cross-check
+  do_bench_noflush  the same with the driver's clear_cache made a no-op for the call (do_bench has no argument
+                  for it in triton 3.6: it always zeroes the buffer)
+  do_bench_spin   do_bench's own loop (copied from triton 3.6's testing.py) with a ~1 ms GPU spin
+                  (torch.cuda._sleep) enqueued after each flush and before the start event: cold L2 kept, the
+                  host gets ahead before the timed call
+  do_bench_long   triton.testing.do_bench(fn, warmup=250, rep=1000): ten times the warm-up and the calls
+  interleaved     (per mode) R repeats of one events round of ours then one of cuDNN (order alternating): the
+                  per-repeat ratio's median and IQR, the headline rule's other source
+and, per (impl, mode), the host's time to enqueue one call while the device is busy, the flush's own device
+time, and the caching allocator's counters (cudaMalloc segments, allocations, retries) over a do_bench call and
+over an events round.
+
+Reading it (NOTES.md): H1 cold L2: events_flush and do_bench close, events_barrier and do_bench_noflush near
+events. H5 overlap across calls: events_barrier already near do_bench. H2 the host's
+launch exposed: do_bench_spin near events while do_bench is not, alone >= do_bench, host enqueue above the
+flush's device time. H3 do_bench's warm-up estimate: do_bench_long near events, or do_bench's "all" times
+falling from first to last. H4 the allocator / cuDNN's workspace: segments allocated during do_bench but not
+during events rounds.
+
+    PYTHONPATH=src python tools/probes/do_bench_vs_events.py OUT.json [--budget-s 420] [--dry-run]
+writes OUT.json after every measurement ({"device", "plan", "rows": [...], "left_out": [...]}); a method is
+started only while the elapsed time plus its estimate is within --budget-s. --dry-run prints the plan and
+writes it without touching the GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SHAPE = (1, 16, 16384, 64)  # batch, heads, seq, d: the leaderboard's (2025)
+DTYPE = "bf16"
+IMPLS = ("flash_triton", "sdpa_cudnn")
+MODES = ("fwd_bwd", "fwd")
+METHODS = ("events", "events_barrier", "events_flush", "alone", "do_bench", "do_bench_noflush", "do_bench_spin", "do_bench_long")
+ROUNDS, ROUND_MS, INTERLEAVED = 30, 25.0, 20
+# seconds each step is expected to take on an H100 (ours' first call compiles and autotunes: 29 s in the run)
+ESTIMATE_S = {"setup:flash_triton": 60.0, "setup:sdpa_cudnn": 5.0, "events": 2.0, "events_barrier": 4.0, "events_flush": 4.0, "alone": 1.0,
+              "do_bench": 1.0, "do_bench_noflush": 1.0, "do_bench_spin": 1.0, "do_bench_long": 3.0, "interleaved": 3.0}
+
+
+def plan() -> list[tuple[str, str | None, str | None]]:
+    """(step, impl, mode) in the order they run: each implementation's setup, its methods for both modes, then
+    the interleaved repeats of each mode (both implementations are set up by then)."""
+    steps: list[tuple[str, str | None, str | None]] = []
+    for impl in IMPLS:
+        steps.append((f"setup:{impl}", impl, None))
+        steps += [(m, impl, mode) for mode in MODES for m in METHODS]
+    steps += [("interleaved", None, mode) for mode in MODES]
+    return steps
+
+
+def quartiles(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    if len(xs) < 2:
+        return dict(median=xs[0] if xs else None, q1=None, q3=None, n=len(xs))
+    q1, _, q3 = statistics.quantiles(xs, n=4)
+    return dict(median=statistics.median(xs), q1=q1, q3=q3, n=len(xs))
+
+
+class Probe:
+    def __init__(self, out: Path, budget_s: float):
+        import torch
+
+        self.torch, self.out, self.budget_s, self.t0 = torch, out, budget_s, time.time()
+        self.device = torch.device("cuda")
+        self.doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, shape=SHAPE, dtype=DTYPE,
+                        causal=True, budget_s=budget_s, plan=[list(s) for s in plan()], rows=[], left_out=[])
+        self.fns: dict = {}  # (impl, mode) -> callable
+        self.cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device=self.device)  # do_bench's size
+        self.tiny = torch.empty(1, dtype=torch.int, device=self.device)
+        self.spin_cycles = self._calibrate_spin(1.0)
+
+    # --- helpers -------------------------------------------------------------------------------------------
+    def sync(self):
+        self.torch.cuda.synchronize()
+
+    def event(self):
+        e = self.torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def _calibrate_spin(self, ms: float) -> int:
+        """torch.cuda._sleep cycles for about `ms` of device time."""
+        cycles = 1_000_000
+        self.sync()
+        a = self.event()
+        self.torch.cuda._sleep(cycles)
+        b = self.event()
+        self.sync()
+        return max(1, int(cycles * ms / max(a.elapsed_time(b), 1e-3)))
+
+    def flush(self):
+        self.cache.zero_()  # triton 3.6's clear_cache
+
+    def save(self):
+        tmp = self.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.doc, indent=1))
+        os.replace(tmp, self.out)
+
+    def alloc_counters(self) -> dict:
+        s = self.torch.cuda.memory_stats(self.device)
+        keys = ("segment.all.allocated", "allocation.all.allocated", "num_alloc_retries", "num_device_alloc",
+                "num_device_free", "num_sync_all_streams")
+        return {k: s.get(k) for k in keys}
+
+    @staticmethod
+    def delta(a: dict, b: dict) -> dict:
+        return {k: (b[k] - a[k]) if a.get(k) is not None and b.get(k) is not None else None for k in a}
+
+    # --- setup ---------------------------------------------------------------------------------------------
+    def setup(self, impl: str) -> dict:
+        import torch
+
+        from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder
+        from impl.workloads.attention import attention_inputs, attention_step, sdpa_anchor
+
+        if impl == "flash_triton":
+            recorder = LaunchRecorder()
+            options = FlashOptions(backward="triton", autotune=True, recorder=recorder)
+            apply = torch.compile(FlashAttentionTriton.apply)
+            attn = lambda q, k, v: apply(q, k, v, True, options)  # noqa: E731
+        else:
+            recorder, attn = None, sdpa_anchor(impl, causal=True)
+        q, k, v, do = attention_inputs(SHAPE, DTYPE, self.device)
+        t = time.perf_counter()
+        for mode in MODES:
+            fn = attention_step(attn, mode, q, k, v, do)
+            fn()  # compile and autotune (ours), cuDNN's plan
+            self.fns[(impl, mode)] = fn
+        self.sync()
+        return dict(first_calls_s=time.perf_counter() - t, tuned=recorder.summary() if recorder else None)
+
+    # --- methods (ms per call) -----------------------------------------------------------------------------
+    def per_call_k(self, fn) -> int:
+        self.sync()
+        a = self.event()
+        for _ in range(3):
+            fn()
+        b = self.event()
+        self.sync()
+        return max(1, int(ROUND_MS / max(a.elapsed_time(b) / 3, 1e-3)))
+
+    def rounds(self, body, k: int, n: int = ROUNDS) -> list[float]:
+        """n rounds of body() called k times between two events (each round starting on an idle device, as
+        CudaEventTimer's do): per-call ms of each round."""
+        out = []
+        for _ in range(3):  # warm-up rounds
+            body()
+        for _ in range(n):
+            self.sync()
+            a = self.event()
+            for _ in range(k):
+                body()
+            b = self.event()
+            self.sync()
+            out.append(a.elapsed_time(b) / k)
+        return out
+
+    def m_events(self, fn):
+        k = self.per_call_k(fn)
+        before = self.alloc_counters()
+        xs = self.rounds(fn, k)
+        return dict(quartiles(xs), k=k, allocator=self.delta(before, self.alloc_counters()))
+
+    def _events_with(self, fn, before):
+        """Rounds of k × (before(); fn()), less the median of rounds of before() alone."""
+        k = self.per_call_k(fn)
+
+        def both():
+            before()
+            fn()
+        with_it, alone = self.rounds(both, k), self.rounds(before, k)
+        f = statistics.median(alone)
+        return dict(quartiles([x - f for x in with_it]), k=k, before_ms=f, with_before=quartiles(with_it))
+
+    def m_events_flush(self, fn):
+        return self._events_with(fn, self.flush)
+
+    def m_events_barrier(self, fn):
+        return self._events_with(fn, self.tiny.zero_)
+
+    def m_alone(self, fn):
+        xs = []
+        for i in range(3 + ROUNDS):
+            self.sync()
+            a = self.event()
+            fn()
+            b = self.event()
+            self.sync()
+            if i >= 3:
+                xs.append(a.elapsed_time(b))
+        return quartiles(xs)
+
+    def _do_bench(self, fn, warmup=25, rep=100):
+        from triton.testing import do_bench
+
+        before = self.alloc_counters()
+        xs = do_bench(fn, warmup=warmup, rep=rep, return_mode="all")
+        half = len(xs) // 2
+        return dict(quartiles(xs), first_half=quartiles(xs[:half]) if half else None,
+                    second_half=quartiles(xs[half:]), times=xs, allocator=self.delta(before, self.alloc_counters()))
+
+    def m_do_bench(self, fn):
+        return self._do_bench(fn)
+
+    def m_do_bench_long(self, fn):
+        return self._do_bench(fn, warmup=250, rep=1000)
+
+    def m_do_bench_noflush(self, fn):
+        from triton import runtime
+
+        drv = runtime.driver.active
+        with _patched(drv, "clear_cache", lambda cache: None):
+            return self._do_bench(fn)
+
+    def m_do_bench_spin(self, fn, warmup=25, rep=100):
+        """triton 3.6's do_bench loop (its estimate, warm-up and timed calls), the flush kept, plus a GPU spin
+        after each flush so the host enqueues the call before the device reaches the start event."""
+        fn()
+        self.sync()
+        a = self.event()
+        for _ in range(5):
+            self.flush()
+            fn()
+        b = self.event()
+        self.sync()
+        estimate = a.elapsed_time(b) / 5
+        n_warmup, n_repeat = max(1, int(warmup / estimate)), max(1, int(rep / estimate))
+        starts = [self.torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+        ends = [self.torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+        for _ in range(n_warmup):
+            fn()
+        for i in range(n_repeat):
+            self.flush()
+            self.torch.cuda._sleep(self.spin_cycles)
+            starts[i].record()
+            fn()
+            ends[i].record()
+        self.sync()
+        xs = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        return dict(quartiles(xs), times=xs, n_warmup=n_warmup, n_repeat=n_repeat, spin_cycles=self.spin_cycles)
+
+    def host_enqueue(self, fn) -> dict:
+        """Host ms to enqueue one call while the device is busy (a ~50 ms spin ahead of it), 5 calls."""
+        xs = []
+        for _ in range(5):
+            self.sync()
+            self.torch.cuda._sleep(self.spin_cycles * 50)
+            t = time.perf_counter()
+            fn()
+            xs.append((time.perf_counter() - t) * 1e3)
+        self.sync()
+        return quartiles(xs)
+
+    def interleaved(self, mode: str) -> dict:
+        ours, cudnn = self.fns[("flash_triton", mode)], self.fns[("sdpa_cudnn", mode)]
+        k = min(self.per_call_k(ours), self.per_call_k(cudnn))
+        ratios, pairs = [], []
+        for i in range(INTERLEAVED):
+            order = (("ours", ours), ("cudnn", cudnn)) if i % 2 == 0 else (("cudnn", cudnn), ("ours", ours))
+            got = {name: statistics.median(self.rounds(fn, k, n=1)) for name, fn in order}
+            pairs.append(got)
+            ratios.append(got["ours"] / got["cudnn"])
+        return dict(ratio=quartiles(ratios), k=k, pairs=pairs)
+
+    # --- the run -------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        for step, impl, mode in plan():
+            elapsed = time.time() - self.t0
+            if elapsed + ESTIMATE_S[step] > self.budget_s:
+                self.doc["left_out"].append(dict(step=step, impl=impl, mode=mode, why="budget"))
+                continue
+            row = dict(step=step, impl=impl, mode=mode)
+            try:
+                if step.startswith("setup:"):
+                    row.update(self.setup(impl))
+                elif step == "interleaved":
+                    if not all((i, mode) in self.fns for i in IMPLS):
+                        self.doc["left_out"].append(dict(step=step, mode=mode, why="an implementation is not set up"))
+                        continue
+                    row.update(self.interleaved(mode))
+                else:
+                    fn = self.fns.get((impl, mode))
+                    if fn is None:
+                        self.doc["left_out"].append(dict(step=step, impl=impl, mode=mode, why="not set up"))
+                        continue
+                    row.update(getattr(self, f"m_{step}")(fn))
+                    if step == "events":
+                        row["host_enqueue_ms"] = self.host_enqueue(fn)
+            except Exception as exc:  # noqa: BLE001 - a failing step is a row with its error
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                self.torch.cuda.empty_cache()
+            row["elapsed_s"] = round(time.time() - self.t0, 1)
+            self.doc["rows"].append(row)
+            self.save()
+            med = row.get("median", (row.get("ratio") or {}).get("median"))
+            print(f"{row['elapsed_s']:7.1f}s {step:18s} {impl or '':13s} {mode or '':8s} "
+                  f"{'' if med is None else f'{med:.4f}'} {row.get('error', '')}", flush=True)
+        self.save()
+        print(summary(self.doc))
+
+
+@contextlib.contextmanager
+def _patched(obj, name, value):
+    had = name in vars(obj)
+    old = vars(obj).get(name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+
+
+def summary(doc: dict) -> str:
+    """Per (impl, mode): each method's median ms and its ratio to the events median."""
+    lines, events = [], {}
+    for r in doc["rows"]:
+        if r["step"] == "events" and r.get("median"):
+            events[(r["impl"], r["mode"])] = r["median"]
+    for r in doc["rows"]:
+        if r["step"] in METHODS and r.get("median") is not None:
+            e = events.get((r["impl"], r["mode"]))
+            lines.append(f"{r['impl']:13s} {r['mode']:8s} {r['step']:17s} {r['median']:.4f} ms"
+                         + (f"  {r['median'] / e:.3f}× events" if e else ""))
+        elif r["step"] == "interleaved" and r.get("ratio"):
+            q = r["ratio"]
+            lines.append(f"interleaved   {r['mode']:8s} ours/cuDNN median {q['median']:.3f} (IQR {q['q1']:.3f}–{q['q3']:.3f})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", nargs="?", default=os.path.join(os.environ.get("OUT", "."), "do_bench_vs_events.json"))
+    ap.add_argument("--budget-s", type=float, default=420.0, help="start no step whose estimate would pass this")
+    ap.add_argument("--dry-run", action="store_true", help="print and write the plan only")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        steps = plan()
+        for s in steps:
+            print(*[x or "" for x in s], ESTIMATE_S[s[0]], sep="\t")
+        print(f"{len(steps)} steps, estimate {sum(ESTIMATE_S[s[0]] for s in steps):.0f} s")
+        out.write_text(json.dumps(dict(plan=[list(s) for s in steps], dry_run=True), indent=1))
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU (use --dry-run here)", file=sys.stderr)
+        return 2
+    Probe(out, args.budget_s).run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
