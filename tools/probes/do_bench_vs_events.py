@@ -6,7 +6,7 @@ do_bench against CUDA events", has the hypotheses this tells apart.)
 The two callables are the leaderboard's own (perf/test_leaderboard.py): torch.compile(FlashAttentionTriton.apply)
 with FlashOptions(backward="triton", autotune=True) and SDPA restricted to the cuDNN backend, at bf16, causal,
 1×16×16384×64, forward and forward+backward (input gradients reset first: impl.workloads.attention.attention_step).
-Each (impl, mode) is timed by these methods, in this order, on one warm process:
+Each (impl, mode) is timed by these methods on one warm process (run order: METHODS, do_bench_fresh first):
 
   events          the suite's timer: rounds of k back-to-back calls between two CUDA events (k: a round >= 25 ms),
                   30 rounds, per-call median (impl.bench.timers.CudaEventTimer's way)
@@ -17,7 +17,10 @@ Each (impl, mode) is timed by these methods, in this order, on one warm process:
                   rounds of flushes alone: cold L2, the host still runs ahead of the device
   alone           every call alone: synchronise, event, call, event (no flush): the host's launch is exposed,
                   L2 warm from the previous call
-  do_bench        triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="all"): the suite's cross-check
+  do_bench_fresh  triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="all") right after the first calls,
+                  before any timed rounds of that implementation
+  do_bench        the same right after the events rounds: the suite's cross-check, in the suite's order
+  do_bench_after_alone  the same right after the calls alone (the suite's rounds before 2026-11-23 22:37)
   do_bench_noflush  the same with the driver's clear_cache made a no-op for the call (do_bench has no argument
                   for it in triton 3.6: it always zeroes the buffer)
   do_bench_spin   do_bench's own loop (copied from triton 3.6's testing.py) with a ~1 ms GPU spin
@@ -30,12 +33,17 @@ and, per (impl, mode), the host's time to enqueue one call while the device is b
 time, and the caching allocator's counters (cudaMalloc segments, allocations, retries) over a do_bench call and
 over an events round.
 
-Reading it (NOTES.md): H1 cold L2: events_flush and do_bench close, events_barrier and do_bench_noflush near
-events. H5 overlap across calls: events_barrier already near do_bench. H2 the host's
-launch exposed: do_bench_spin near events while do_bench is not, alone >= do_bench, host enqueue above the
-flush's device time. H3 do_bench's warm-up estimate: do_bench_long near events, or do_bench's "all" times
-falling from first to last. H4 the allocator / cuDNN's workspace: segments allocated during do_bench but not
-during events rounds.
+Reading it (NOTES.md, hypotheses H1-H6):
+  H1 cold L2: events_flush and do_bench close; events_barrier and do_bench_noflush near events.
+  H2 the host's launch exposed: do_bench_spin near events while do_bench is not; alone >= do_bench; the host's
+     enqueue time above the flush's device time.
+  H3 do_bench's warm-up estimate and sample: do_bench_long near events, or do_bench's "all" times falling from
+     the first half to the second.
+  H4 the allocator / cuDNN's workspace: segments allocated during do_bench but not during events rounds.
+  H5 overlap across calls in back-to-back rounds: events_barrier already near do_bench.
+  H6 state left by the timed rounds: do_bench_fresh and do_bench_after_alone near events (or near the pre-22:37
+     do_bench, 4.36-4.52 ms for cuDNN) while do_bench right after the events rounds is not; the GPU's clock,
+     temperature and power are recorded before and after every step.
 
     PYTHONPATH=src python tools/probes/do_bench_vs_events.py OUT.json [--budget-s 420] [--dry-run]
 writes OUT.json after every measurement ({"device", "plan", "rows": [...], "left_out": [...]}); a method is
@@ -57,10 +65,12 @@ SHAPE = (1, 16, 16384, 64)  # batch, heads, seq, d: the leaderboard's (2025)
 DTYPE = "bf16"
 IMPLS = ("flash_triton", "sdpa_cudnn")
 MODES = ("fwd_bwd", "fwd")
-METHODS = ("events", "events_barrier", "events_flush", "alone", "do_bench", "do_bench_noflush", "do_bench_spin", "do_bench_long")
+# the suite's order first (its rounds, then do_bench right after them), then the variants
+METHODS = ("events", "do_bench", "events_barrier", "events_flush", "alone", "do_bench_after_alone", "do_bench_noflush",
+           "do_bench_spin", "do_bench_long")
 ROUNDS, ROUND_MS, INTERLEAVED = 30, 25.0, 20
 # seconds each step is expected to take on an H100 (ours' first call compiles and autotunes: 29 s in the run)
-ESTIMATE_S = {"setup:flash_triton": 60.0, "setup:sdpa_cudnn": 5.0, "events": 2.0, "events_barrier": 4.0, "events_flush": 4.0, "alone": 1.0,
+ESTIMATE_S = {"setup:flash_triton": 60.0, "setup:sdpa_cudnn": 5.0, "do_bench_fresh": 1.0, "do_bench_after_alone": 1.0, "events": 2.0, "events_barrier": 4.0, "events_flush": 4.0, "alone": 1.0,
               "do_bench": 1.0, "do_bench_noflush": 1.0, "do_bench_spin": 1.0, "do_bench_long": 3.0, "interleaved": 3.0}
 
 
@@ -70,6 +80,7 @@ def plan() -> list[tuple[str, str | None, str | None]]:
     steps: list[tuple[str, str | None, str | None]] = []
     for impl in IMPLS:
         steps.append((f"setup:{impl}", impl, None))
+        steps += [("do_bench_fresh", impl, mode) for mode in MODES]  # before any timed rounds of the process' impl
         steps += [(m, impl, mode) for mode in MODES for m in METHODS]
     steps += [("interleaved", None, mode) for mode in MODES]
     return steps
@@ -128,6 +139,16 @@ class Probe:
         keys = ("segment.all.allocated", "allocation.all.allocated", "num_alloc_retries", "num_device_alloc",
                 "num_device_free", "num_sync_all_streams")
         return {k: s.get(k) for k in keys}
+
+    def gpu_state(self) -> dict:
+        """Clock (MHz), temperature (C) and power (mW) through torch's NVML wrappers; None where unavailable."""
+        out = {}
+        for name in ("clock_rate", "temperature", "power_draw"):
+            try:
+                out[name] = getattr(self.torch.cuda, name)(self.device)
+            except Exception:  # noqa: BLE001 - pynvml missing or the query unsupported
+                out[name] = None
+        return out
 
     @staticmethod
     def delta(a: dict, b: dict) -> dict:
@@ -229,6 +250,12 @@ class Probe:
     def m_do_bench(self, fn):
         return self._do_bench(fn)
 
+    def m_do_bench_fresh(self, fn):
+        return self._do_bench(fn)
+
+    def m_do_bench_after_alone(self, fn):
+        return self._do_bench(fn)
+
     def m_do_bench_long(self, fn):
         return self._do_bench(fn, warmup=250, rep=1000)
 
@@ -296,7 +323,7 @@ class Probe:
             if elapsed + ESTIMATE_S[step] > self.budget_s:
                 self.doc["left_out"].append(dict(step=step, impl=impl, mode=mode, why="budget"))
                 continue
-            row = dict(step=step, impl=impl, mode=mode)
+            row = dict(step=step, impl=impl, mode=mode, gpu_before=self.gpu_state())
             try:
                 if step.startswith("setup:"):
                     row.update(self.setup(impl))
@@ -316,6 +343,7 @@ class Probe:
             except Exception as exc:  # noqa: BLE001 - a failing step is a row with its error
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 self.torch.cuda.empty_cache()
+            row["gpu_after"] = self.gpu_state()
             row["elapsed_s"] = round(time.time() - self.t0, 1)
             self.doc["rows"].append(row)
             self.save()
