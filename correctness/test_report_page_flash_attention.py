@@ -79,9 +79,26 @@ def test_do_bench_flattering_cudnn_forward_headlines_the_events_and_shows_both(t
     assert "disagree beyond noise for ours: do_bench 1.493 ms against its CUDA-event median 1.288 ms" in text
 
 
+def test_the_backward_headlines_the_events_differences_with_do_bench_beside(tmp_path):
+    """The backward (forward+backward less the forward): the 2026-11-24 21:04 run's rows read 1.26× cuDNN by the
+    events and 0.96× by do_bench (ours' forward and cuDNN's forward+backward both moved by do_bench). The
+    headline is the events' with a noise verdict; do_bench's stands beside, with the moved rows named."""
+    rows = [_lb("flash_triton", "fwd", 1.288e-3, do_bench_ms=1.493), _lb("sdpa_cudnn", "fwd", 1.281e-3, do_bench_ms=1.300),
+            _lb("flash_triton", "fwd_bwd", 5.228e-3, do_bench_ms=5.179),
+            _lb("sdpa_cudnn", "fwd_bwd", 4.404e-3, do_bench_ms=5.122)]
+    a = page.facts(context(rows, tmp_path)).anchor
+    assert round(a.backward.value, 2) == 1.26 and a.backward.verdict == "slower"
+    assert round(a.backward_do_bench.value, 2) == 0.96
+    assert [n for n, _ in a.forward_backward.disagreements] == ["cuDNN"]
+    f = page.facts(context(rows, tmp_path))
+    vs = macros("flash_attention.md.j2").score_vs(f, "flash_backward")
+    assert vs.endswith("1.26× cuDNN (slower); do_bench beside: 0.96×")
+    assert "do_bench lies beyond noise of the events for ours forward (+15.9%)" in render_page("flash_attention.md.j2", f=f)
+
+
 def test_a_missing_forward_backward_row_leaves_the_backward_answered_from_the_code(tmp_path):
     f = page.facts(context(_leaderboard(ours_bwd=False), tmp_path))
-    assert f.anchor.backward_ms is None and f.scores[page.P.FLASH_FORWARD].kind is Kind.MEASURED
+    assert f.anchor.backward_ms is None and f.anchor.backward is None and f.scores[page.P.FLASH_FORWARD].kind is Kind.MEASURED
     assert f.scores[page.P.FLASH_BACKWARD] == page.Scored(Kind.CLOSED_FORM)
 
 
@@ -104,6 +121,6 @@ def test_code_facts_and_the_tests_of_the_built_repository(tmp_path):
 def test_page_words(request, tmp_path):
     _probe(tmp_path)
     rows = [_lb("flash_triton", "fwd", 1.2e-3, do_bench_ms=1.4), _lb("sdpa_cudnn", "fwd", 1.0e-3, do_bench_ms=1.01),
-            _lb("sdpa_cudnn", "fwd_bwd", 4.0e-3), _lb("flash_triton", "fwd_bwd", 5.2e-3)]
+            _lb("sdpa_cudnn", "fwd_bwd", 4.0e-3, do_bench_ms=4.5), _lb("flash_triton", "fwd_bwd", 5.2e-3, do_bench_ms=5.2)]
     f = page.facts(context(rows, tmp_path))
     assert_snapshot(request, "flash_attention", render_page("flash_attention.md.j2", f=f))

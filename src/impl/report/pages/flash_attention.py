@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from impl.attention import backward_choice, flash_torch
 from impl.report.flash_rows import median_ms, pick
 from impl.report.pages import Context, Kind, Scored
-from impl.report.ratio import Headline, Ratio, headline
+from impl.report.ratio import Headline, Ratio, headline, ratio, timers
 from impl.report.runs import files_of, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -65,11 +65,26 @@ class Anchor:  # ours against SDPA cuDNN at the leaderboard shape (one device's 
     forward: Headline  # ours ÷ cuDNN forward: CUDA-event medians, do_bench beside (impl.report.ratio)
     backward_ms: float | None = None  # forward+backward less the forward, of one run (CUDA-event medians)
     cudnn_backward_ms: float | None = None
+    backward: Ratio | None = None  # ours ÷ cuDNN of those differences, each side's two spreads summed
+    backward_do_bench: Ratio | None = None  # the same differences of do_bench's medians, beside (no verdict)
+    forward_backward: Headline | None = None  # the forward+backward rows the backward is read from
     sources: tuple[str, ...] = ()  # the leaderboard run files it read
 
     @property
     def forward_vs(self) -> Ratio:
         return self.forward.ratio
+
+
+def _backward(ours, cudnn, ours2, cudnn2) -> dict:
+    """The backward as forward+backward less the forward, of one run: the CUDA-event medians' ratio (the
+    headline rule; each side's spread the sum of its two rows') and do_bench's beside."""
+    t = {k: timers(b) for k, b in (("o", ours), ("c", cudnn), ("o2", ours2), ("c2", cudnn2))}
+    ob, cb = t["o2"].event_s - t["o"].event_s, t["c2"].event_s - t["c"].event_s
+    spread = [None if None in (x.spread, y.spread) else x.spread + y.spread for x, y in ((ours2, ours), (cudnn2, cudnn))]
+    db = [None if None in (x.do_bench_s, y.do_bench_s) else x.do_bench_s - y.do_bench_s
+          for x, y in ((t["o2"], t["o"]), (t["c2"], t["c"]))]
+    return dict(backward_ms=ob * 1e3, cudnn_backward_ms=cb * 1e3, backward=ratio(ob, cb, "cuDNN", *spread),
+                backward_do_bench=ratio(*db, "cuDNN"), forward_backward=headline(ours2, cudnn2, "cuDNN"))
 
 
 def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' and cuDNN's forward
@@ -78,11 +93,10 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
         ours, cudnn, ours2, cudnn2 = (pick(lb, impl=i, mode=m) for m in ("fwd", "fwd_bwd")
                                       for i in ("flash_triton", "sdpa_cudnn"))
         if ours and cudnn:
-            back = ((median_ms(ours2) - median_ms(ours), median_ms(cudnn2) - median_ms(cudnn)) if ours2 and cudnn2
-                    else ())
+            back = _backward(ours, cudnn, ours2, cudnn2) if ours2 and cudnn2 else {}
             used = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None]
-            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), headline(ours, cudnn, "cuDNN"), *back,
-                          sources=tuple(files_of(used)))
+            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), headline(ours, cudnn, "cuDNN"),
+                          sources=tuple(files_of(used)), **back)
     return None
 
 
