@@ -67,7 +67,8 @@ def test_do_bench_flattering_cudnn_forward_headlines_the_events_and_shows_both(t
     """flash_forward's headline follows the report's one rule: where do_bench reads ours' forward 16% above
     its events (the 2026-11-24 21:04 run: 1.493 against 1.288 ms) and cuDNN's level, do_bench's ratio
     (1.15×) stands beside the events' (1.01×, within noise), and ours is named with both numbers."""
-    rows = [_lb("flash_triton", "fwd", 1.288e-3, do_bench_ms=1.493), _lb("sdpa_cudnn", "fwd", 1.281e-3, do_bench_ms=1.283)]
+    rows = [_lb("flash_triton", "fwd", 1.288e-3, do_bench_ms=1.493),
+            _lb("sdpa_cudnn", "fwd", 1.281e-3, do_bench_ms=1.283)]
     f = page.facts(context(rows, tmp_path))
     h = f.anchor.forward
     assert round(h.ratio.value, 2) == 1.01 and h.ratio.verdict == "within noise" and round(h.do_bench.value, 2) == 1.16
@@ -83,7 +84,8 @@ def test_the_backward_headlines_the_events_differences_with_do_bench_beside(tmp_
     """The backward (forward+backward less the forward): the 2026-11-24 21:04 run's rows read 1.26× cuDNN by the
     events and 0.96× by do_bench (ours' forward and cuDNN's forward+backward both moved by do_bench). The
     headline is the events' with a noise verdict; do_bench's stands beside, with the moved rows named."""
-    rows = [_lb("flash_triton", "fwd", 1.288e-3, do_bench_ms=1.493), _lb("sdpa_cudnn", "fwd", 1.281e-3, do_bench_ms=1.300),
+    rows = [_lb("flash_triton", "fwd", 1.288e-3, do_bench_ms=1.493),
+            _lb("sdpa_cudnn", "fwd", 1.281e-3, do_bench_ms=1.300),
             _lb("flash_triton", "fwd_bwd", 5.228e-3, do_bench_ms=5.179),
             _lb("sdpa_cudnn", "fwd_bwd", 4.404e-3, do_bench_ms=5.122)]
     a = page.facts(context(rows, tmp_path)).anchor
@@ -93,12 +95,14 @@ def test_the_backward_headlines_the_events_differences_with_do_bench_beside(tmp_
     f = page.facts(context(rows, tmp_path))
     vs = macros("flash_attention.md.j2").score_vs(f, "flash_backward")
     assert vs.endswith("1.26× cuDNN (slower); do_bench beside: 0.96×")
-    assert "do_bench lies beyond noise of the events for ours forward (+15.9%)" in render_page("flash_attention.md.j2", f=f)
+    text = render_page("flash_attention.md.j2", f=f)
+    assert "do_bench lies beyond noise of the events for ours forward (+15.9%)" in text
 
 
 def test_a_missing_forward_backward_row_leaves_the_backward_answered_from_the_code(tmp_path):
     f = page.facts(context(_leaderboard(ours_bwd=False), tmp_path))
-    assert f.anchor.backward_ms is None and f.anchor.backward is None and f.scores[page.P.FLASH_FORWARD].kind is Kind.MEASURED
+    assert f.anchor.backward_ms is None and f.anchor.backward is None
+    assert f.scores[page.P.FLASH_FORWARD].kind is Kind.MEASURED
     assert f.scores[page.P.FLASH_BACKWARD] == page.Scored(Kind.CLOSED_FORM)
 
 
@@ -121,6 +125,7 @@ def test_code_facts_and_the_tests_of_the_built_repository(tmp_path):
 def test_page_words(request, tmp_path):
     _probe(tmp_path)
     rows = [_lb("flash_triton", "fwd", 1.2e-3, do_bench_ms=1.4), _lb("sdpa_cudnn", "fwd", 1.0e-3, do_bench_ms=1.01),
-            _lb("sdpa_cudnn", "fwd_bwd", 4.0e-3, do_bench_ms=4.5), _lb("flash_triton", "fwd_bwd", 5.2e-3, do_bench_ms=5.2)]
+            _lb("sdpa_cudnn", "fwd_bwd", 4.0e-3, do_bench_ms=4.5),
+            _lb("flash_triton", "fwd_bwd", 5.2e-3, do_bench_ms=5.2)]
     f = page.facts(context(rows, tmp_path))
     assert_snapshot(request, "flash_attention", render_page("flash_attention.md.j2", f=f))

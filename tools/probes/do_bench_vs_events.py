@@ -70,7 +70,8 @@ METHODS = ("events", "do_bench", "events_barrier", "events_flush", "alone", "do_
            "do_bench_spin", "do_bench_long")
 ROUNDS, ROUND_MS, INTERLEAVED = 30, 25.0, 20
 # seconds each step is expected to take on an H100 (ours' first call compiles and autotunes: 29 s in the run)
-ESTIMATE_S = {"setup:flash_triton": 60.0, "setup:sdpa_cudnn": 5.0, "do_bench_fresh": 1.0, "do_bench_after_alone": 1.0, "events": 2.0, "events_barrier": 4.0, "events_flush": 4.0, "alone": 1.0,
+ESTIMATE_S = {"setup:flash_triton": 60.0, "setup:sdpa_cudnn": 5.0, "do_bench_fresh": 1.0, "do_bench_after_alone": 1.0,
+              "events": 2.0, "events_barrier": 4.0, "events_flush": 4.0, "alone": 1.0,
               "do_bench": 1.0, "do_bench_noflush": 1.0, "do_bench_spin": 1.0, "do_bench_long": 3.0, "interleaved": 3.0}
 
 
@@ -381,7 +382,8 @@ def summary(doc: dict) -> str:
                          + (f"  {r['median'] / e:.3f}× events" if e else ""))
         elif r["step"] == "interleaved" and r.get("ratio"):
             q = r["ratio"]
-            lines.append(f"interleaved   {r['mode']:8s} ours/cuDNN median {q['median']:.3f} (IQR {q['q1']:.3f}–{q['q3']:.3f})")
+            lines.append(f"interleaved   {r['mode']:8s} ours/cuDNN median {q['median']:.3f} "
+                         f"(IQR {q['q1']:.3f}–{q['q3']:.3f})")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 from impl.attention import backward_choice, flash_torch
-from impl.report.flash_rows import median_ms, pick
+from impl.report.flash_rows import kernel, median_ms, pick
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Headline, Ratio, headline, ratio, timers
 from impl.report.runs import files_of, newest_date
@@ -69,6 +69,7 @@ class Anchor:  # ours against SDPA cuDNN at the leaderboard shape (one device's 
     backward_do_bench: Ratio | None = None  # the same differences of do_bench's medians, beside (no verdict)
     forward_backward: Headline | None = None  # the forward+backward rows the backward is read from
     sources: tuple[str, ...] = ()  # the leaderboard run files it read
+    shape: str = ""  # the rows' dtype and shape, as the leaderboard page words it
 
     @property
     def forward_vs(self) -> Ratio:
@@ -80,7 +81,8 @@ def _backward(ours, cudnn, ours2, cudnn2) -> dict:
     headline rule; each side's spread the sum of its two rows') and do_bench's beside."""
     t = {k: timers(b) for k, b in (("o", ours), ("c", cudnn), ("o2", ours2), ("c2", cudnn2))}
     ob, cb = t["o2"].event_s - t["o"].event_s, t["c2"].event_s - t["c"].event_s
-    spread = [None if None in (x.spread, y.spread) else x.spread + y.spread for x, y in ((ours2, ours), (cudnn2, cudnn))]
+    spread = [None if None in (x.spread, y.spread) else x.spread + y.spread
+              for x, y in ((ours2, ours), (cudnn2, cudnn))]
     db = [None if None in (x.do_bench_s, y.do_bench_s) else x.do_bench_s - y.do_bench_s
           for x, y in ((t["o2"], t["o"]), (t["c2"], t["c"]))]
     return dict(backward_ms=ob * 1e3, cudnn_backward_ms=cb * 1e3, backward=ratio(ob, cb, "cuDNN", *spread),
@@ -94,9 +96,11 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
                                       for i in ("flash_triton", "sdpa_cudnn"))
         if ours and cudnn:
             back = _backward(ours, cudnn, ours2, cudnn2) if ours2 and cudnn2 else {}
-            used = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None]
+            used, c = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None], kernel(ours)
+            shape = (f"{c.dtype}, {'causal' if c.causal else 'not causal'}, "
+                     f"batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}")
             return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), headline(ours, cudnn, "cuDNN"),
-                          sources=tuple(files_of(used)), **back)
+                          sources=tuple(files_of(used)), shape=shape, **back)
     return None
 
 
