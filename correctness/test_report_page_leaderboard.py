@@ -97,3 +97,20 @@ def test_page_words(request, tmp_path, case):
         else []
     f = page.facts(context(rows, tmp_path, history=_run("2026-03-01T00:00:00", 6.0, 4.0, commit="aaaaaaaa")))
     assert_snapshot(request, f"leaderboard-{case}", render_page("leaderboard.md.j2", f=f))
+
+
+def test_the_index_row_headlines_the_events_with_do_bench_beside(tmp_path):
+    """The scoreboard row (index.md.j2 through this page's score macros) of a run where do_bench flatters ours:
+    its answer, headline and ratio read the CUDA-event medians; do_bench's ratio only beside."""
+    from impl.report.index import index_facts, render_index
+    from impl.report.pages import Page
+
+    f = page.facts(context(_run("2026-03-01T00:00:00", 5.228, 4.404, iqr_ms=0.05, do_bench_ms=(5.179, 5.122)),
+                           tmp_path))
+    built = Page("leaderboard", page.PROBLEMS, render_page("leaderboard.md.j2", f=f), f.scores, f.index_figures, f)
+    row = next(x for x in render_index(index_facts([built], [], {})).splitlines() if x.startswith("| [leaderboard]"))
+    cells = [c.strip() for c in row.split(" | ")]
+    assert cells[3:6] == ["ours 5.228 ms vs cuDNN 4.404 ms (fwd+bwd, CUDA-event medians)",
+                          "5.228 ms (CUDA-event median)",
+                          "1.19× SDPA cuDNN (slower); do_bench beside: 1.01×, its median off the events beyond noise "
+                          "for SDPA cuDNN (+16.3%)"]
