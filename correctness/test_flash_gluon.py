@@ -396,3 +396,52 @@ def test_ws_gpu_schedules_agree_bitwise(d, is_causal):
     grid, args, opts = ws.launch_args(q, k, v, o3, lse3, is_causal, ws.GluonWsConfig(persistent=True), num_sms=7)
     ws._attn_fwd_ws_sm90[grid](*args, **opts)
     assert torch.equal(o, o3) and torch.equal(lse, lse3)
+
+
+# ------------------------------------------- flash_gluon_ws as a model attention (the 8B step's option)
+
+def test_flash_gluon_ws_attention_pairs_the_ws_forward_with_the_triton_backward(monkeypatch):
+    """attention_by_name("flash_gluon_ws"): the ws forward's (o, lse) with the Triton backward, through
+    PrecomputedAttention. On the CPU the wiring is checked with flash_torch's halves in their place
+    (the same gradients as flash_torch's own Function), and the real one refuses the CPU by name."""
+    import impl.attention as A
+    from impl.attention.flash_launch import flash_attention_triton_backward
+    from impl.attention.flash_torch import flash_forward_torch
+
+    assert A.attention_halves("flash_gluon_ws") == (flash_gluon_ws.flash_gluon_ws_forward,
+                                                    flash_attention_triton_backward)
+    with pytest.raises(RuntimeError, match="flash_gluon_ws_forward runs on an sm_90 GPU"):
+        A.attention_by_name("flash_gluon_ws")(*_qkv((1, 2, 40, 64)), True)
+    monkeypatch.setattr(A, "attention_halves", lambda name: (flash_forward_torch, A.flash_backward))
+    for causal in (False, True):
+        ours = [t.float().requires_grad_() for t in _qkv((1, 2, 40, 64), seed=3)]
+        ref = [t.detach().clone().requires_grad_() for t in ours]
+        out = A.attention_by_name("flash_gluon_ws")(*ours, causal)
+        expect = A.attention_by_name("flash_torch")(*ref, causal)
+        torch.testing.assert_close(out, expect, rtol=0, atol=0)
+        g = torch.randn_like(out)
+        out.backward(g)
+        expect.backward(g)
+        for a, b in zip(ours, ref):
+            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", (64, 128))
+@pytest.mark.parametrize("causal", (False, True))
+def test_flash_gluon_ws_attention_matches_flash_triton_on_the_gpu(d, causal):
+    """The ws forward + Triton backward against our Triton Function: the same outputs and gradients up
+    to bf16 rounding (the forwards agree to test_attention.py's tolerance; the backward is the same
+    kernel fed the ws forward's o and lse)."""
+    import impl.attention as A
+
+    qkv = [t.requires_grad_() for t in _qkv((2, 4, 1000, d), device="cuda")]
+    ref = [t.detach().clone().requires_grad_() for t in qkv]
+    out = A.attention_by_name("flash_gluon_ws")(*qkv, causal)
+    expect = A.attention_by_name("flash_triton")(*ref, causal)
+    g = torch.randn_like(out)
+    out.backward(g)
+    expect.backward(g)
+    assert rel_err(out, expect) < TOL[torch.bfloat16]
+    for a, b in zip(qkv, ref):
+        assert rel_err(a.grad, b.grad) < TOL[torch.bfloat16]

@@ -22,7 +22,7 @@ Policies (L blocks; B = bytes one block saves for backward; R = one residual-str
            attention's output o and log-sum-exp beside its input, so the recompute in backward
            runs the norms, projections, RoPE and SwiGLU again but never the attention forward (on
            long contexts the most expensive part of a block's forward). Needs a FlashAttention with
-           separate halves (impl.attention.attention_halves: flash_torch, flash_triton). Per
+           separate halves (impl.attention.attention_halves: flash_torch, flash_triton, flash_gluon_ws). Per
            checkpointed block: R + o + lse saved; block forwards L + (L − k), attention forwards L.
 The closed forms (exact recursions, not only the asymptotics) are
 impl.accounting.checkpoint_peak_activation_bytes / checkpoint_block_forwards.
@@ -41,24 +41,6 @@ from impl.saved_tensors import saved_tensor_bytes
 POLICIES = ("none", "every_k", "nested", "keep_attention")
 
 
-class _KeptAttention(torch.autograd.Function):
-    """Attention whose forward was already run: returns the given o, saves what the FlashAttention
-    backward reads (the same five tensors as the flash Functions save, so a checkpoint's recompute
-    saves tensors of the same metadata as its forward did)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, o, lse, backward, is_causal):
-        ctx.save_for_backward(lse, q, k, v, o)
-        ctx.backward, ctx.is_causal = backward, is_causal
-        return o.view_as(o)
-
-    @staticmethod
-    def backward(ctx, do):
-        lse, q, k, v, o = ctx.saved_tensors
-        dq, dk, dv = ctx.backward(q, k, v, o, do, lse, ctx.is_causal)
-        return dq, dk, dv, None, None, None, None
-
-
 class AttentionKeeper:
     """A block's `attend` for keep_attention. Outside a keeping checkpoint it is plain
     FlashAttention. Inside one, the checkpoint's forward records each call's (o, lse) in the
@@ -67,10 +49,11 @@ class AttentionKeeper:
     never reaches backward leaves nothing for a later step to replay."""
 
     def __init__(self, attn_impl: str):
-        from impl.attention import attention_halves  # late: attention imports triton
+        from impl.attention import PrecomputedAttention, attention_halves  # late: attention imports triton
 
         self.attn_impl = attn_impl
         self.forward, self.backward = attention_halves(attn_impl)
+        self.precomputed = PrecomputedAttention
         self.slot: list | None = None
         self.replay = False
 
@@ -82,7 +65,7 @@ class AttentionKeeper:
                 o, lse = self.forward(q, k, v, bool(is_causal))
             if self.slot is not None:
                 self.slot.append((o, lse))
-        return _KeptAttention.apply(q, k, v, o, lse, self.backward, bool(is_causal))
+        return self.precomputed.apply(q, k, v, o, lse, self.backward, bool(is_causal))
 
     @contextmanager
     def recording(self, slot: list, replay: bool):

@@ -34,7 +34,7 @@ except ImportError as _triton_import_error:  # triton is only a dependency on Li
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
-ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "sdpa")
+ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "flash_gluon_ws", "sdpa")
 
 
 def _naive(q, k, v, is_causal=False):
@@ -53,7 +53,35 @@ def _sdpa(q, k, v, is_causal=False):
     return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
 
 
-_BY_NAME = {"naive": _naive, "flash_torch": _flash_torch, "flash_triton": _flash_triton, "sdpa": _sdpa}
+class PrecomputedAttention(torch.autograd.Function):
+    """Attention whose forward already ran: returns the given o and saves what a FlashAttention
+    backward reads (the same five tensors as the flash Functions save, so a checkpoint's recompute
+    saves tensors of the same metadata as its forward did); `backward(q, k, v, o, do, lse, is_causal)`
+    gives the gradients. Pairs a forward and a backward of different kernels (flash_gluon_ws) and
+    serves impl.checkpointing's keep_attention."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, o, lse, backward, is_causal):
+        ctx.save_for_backward(lse, q, k, v, o)
+        ctx.backward, ctx.is_causal = backward, is_causal
+        return o.view_as(o)
+
+    @staticmethod
+    def backward(ctx, do):
+        lse, q, k, v, o = ctx.saved_tensors
+        dq, dk, dv = ctx.backward(q, k, v, o, do, lse, ctx.is_causal)
+        return dq, dk, dv, None, None, None, None
+
+
+def _flash_gluon_ws(q, k, v, is_causal=False):
+    forward, backward = attention_halves("flash_gluon_ws")
+    with torch.no_grad():
+        o, lse = forward(q, k, v, bool(is_causal))
+    return PrecomputedAttention.apply(q, k, v, o, lse, backward, bool(is_causal))
+
+
+_BY_NAME = {"naive": _naive, "flash_torch": _flash_torch, "flash_triton": _flash_triton,
+            "flash_gluon_ws": _flash_gluon_ws, "sdpa": _sdpa}
 
 
 # FlashAttention split in its two halves: forward(q, k, v, is_causal) -> (o, lse) and
@@ -63,7 +91,9 @@ AttentionHalves = tuple[Callable[..., tuple], Callable[..., tuple]]
 
 
 def attention_halves(name: str) -> AttentionHalves:
-    """(forward, backward) of a FlashAttention implementation ("flash_torch", "flash_triton")."""
+    """(forward, backward) of a FlashAttention implementation: "flash_torch", "flash_triton", or
+    "flash_gluon_ws" (issue 47 stage 2's warp-specialized Hopper forward with the Triton backward:
+    its lse is the Triton forward's, natural log, shape q.shape[:-1], fp32)."""
     if name == "flash_torch":
         from .flash_torch import flash_forward_torch
         return flash_forward_torch, flash_backward
@@ -71,12 +101,17 @@ def attention_halves(name: str) -> AttentionHalves:
         if flash_triton is None:
             raise ImportError(f"flash_triton needs triton, which failed to import: {_TRITON_ERROR}")
         return flash_triton.flash_attention_triton_forward, flash_triton.flash_attention_triton_backward
+    if name == "flash_gluon_ws":
+        if flash_triton is None:
+            raise ImportError(f"flash_gluon_ws needs triton, which failed to import: {_TRITON_ERROR}")
+        from .flash_gluon_ws import flash_gluon_ws_forward  # late: Gluon, Hopper only
+        return flash_gluon_ws_forward, flash_triton.flash_attention_triton_backward
     raise ValueError(f"attention {name!r} has no separate forward and backward halves (o, lse); "
-                     "expected 'flash_torch' or 'flash_triton'")
+                     "expected 'flash_torch', 'flash_triton' or 'flash_gluon_ws'")
 
 
 def attention_by_name(name: str) -> AttentionFn:
-    """Return ``f(q, k, v, is_causal) -> o`` for "naive", "flash_torch", "flash_triton", "sdpa"."""
+    """Return ``f(q, k, v, is_causal) -> o`` for one of ATTENTION_NAMES."""
     try:
         return _BY_NAME[name]
     except KeyError:
@@ -136,6 +171,7 @@ __all__ = [
     "FlashOptions",
     "LaunchRecord",
     "LaunchRecorder",
+    "PrecomputedAttention",
     "AttentionHalves",
     "attention_by_name",
     "attention_halves",

@@ -388,6 +388,22 @@ class Leaderboard2026Grid(Rounds):
 
 
 @dataclass(frozen=True)
+class StepCandidate:
+    """One way to run the two-GPU leaderboard step: impl.workloads.leaderboard_2026.StepSpec's
+    checkpointing, checkpoint_k, compile and attn_impl (None: the grid's)."""
+
+    checkpointing: str
+    k: int | None
+    compile: str = "none"
+    attn_impl: str | None = None
+
+    @property
+    def id(self) -> str:  # the test id: "keep_attention-3", "keep_attention-3-pointwise-flash_gluon_ws"
+        return "-".join([self.checkpointing, str(self.k)] + [self.compile] * (self.compile != "none")
+                        + [self.attn_impl] * (self.attn_impl is not None))
+
+
+@dataclass(frozen=True)
 class LeaderboardTwoGPUGrid(DistributedGrid):
     """The leaderboard step itself on `world_size` ranks: each candidate (checkpointing policy, its
     k) is one row, timed by the harness's rounds and by triton.testing.do_bench with its default
@@ -398,7 +414,7 @@ class LeaderboardTwoGPUGrid(DistributedGrid):
     batch: int  # global
     context: int
     world_size: int
-    candidates: tuple[tuple[str, int | None, str], ...]  # (checkpointing, its k, StepSpec.compile)
+    candidates: tuple[StepCandidate, ...]
     attn_impl: str
     do_bench_warmup_ms: float = 25.0  # triton.testing.do_bench's defaults
     do_bench_rep_ms: float = 100.0

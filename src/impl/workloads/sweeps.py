@@ -10,7 +10,7 @@ from impl.workloads.grids import (
     CompiledAttentionGrid, CompileModelGrid, DDPGrid, DDPTrace, FFNShape, FlashGrid, FlashShapesGrid, FreshWarmupGrid,
     FSDPGrid, HostCost, Leaderboard2026Grid, LeaderboardGrid, LeaderboardTwoGPUGrid, MemoryAccountingGrid, MemoryProfilingGrid, MixedPrecisionGrid,
     NsysGrid, Nsys2026Grid, ParallelismGrid, PerRankMemoryGrid, Script2026Grid, ScriptGrid, ScriptWarmupGrid,
-    ShardingGrid, Tolerance, TrainingStepGrid)
+    ShardingGrid, StepCandidate, Tolerance, TrainingStepGrid)
 from impl.workloads.variants import DDPVariant, FSDPVariant, ShardVariant, StepMode
 
 MODES = tuple(StepMode)
@@ -454,8 +454,11 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # keep_attention 3 with compile "pointwise" (its RMSNorms, RoPE and SwiGLUs compiled, attention and the
 # checkpointing eager): the 1.24 s of elementwise kernels in keep_attention 3's profiled step, fused;
 # + ~30-60 s of first call (Inductor compiles three small graphs, forward and backward).
-_LB26_CANDIDATES = (("every_k", 1, "none"), ("keep_attention", 0, "none"), ("keep_attention", 3, "none"),
-                    ("keep_attention", 2, "none"), ("keep_attention", 3, "pointwise"))
+# and the same with issue 47 stage 2's warp-specialized Gluon forward (attn_impl flash_gluon_ws: the Triton
+# backward fed its o and lse): 18.5 -> ~14.8 ms a layer forward on an H200 (the probe), ~0.13 s a step.
+_LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
+                    StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 3, "pointwise"),
+                    StepCandidate("keep_attention", 3, "pointwise", "flash_gluon_ws"))
 GRIDS["leaderboard_2026"] = {
     "full": Leaderboard2026Grid(config="8B", layers=(1, 2, 4, 8), batch=1, context=32_768, policies=_LB26_POLICIES,
                                 attn_impl="flash_triton", warmup=2, rounds=5, budget_s=240,
@@ -466,10 +469,11 @@ GRIDS["leaderboard_2026"] = {
     "smoke": Leaderboard2026Grid(config="tiny", layers=(1, 2), batch=1, context=32, policies=_LB26_POLICIES,
                                  attn_impl="flash_torch", warmup=1, rounds=5, budget_s=60,
                                  two_gpus=LeaderboardTwoGPUGrid(config="tiny", num_layers=None, batch=2, context=32,
-                                                                world_size=2, candidates=(("every_k", 1, "none"),
-                                                                                          ("keep_attention", 0, "none"),
-                                                                                          ("keep_attention", 1, "none"),
-                                                                                          ("keep_attention", 1, "pointwise")),
+                                                                world_size=2, candidates=(StepCandidate("every_k", 1),
+                                                                                          StepCandidate("keep_attention", 0),
+                                                                                          StepCandidate("keep_attention", 1),
+                                                                                          StepCandidate("keep_attention", 1,
+                                                                                                        "pointwise")),
                                                                 attn_impl="flash_torch", warmup=1, rounds=5,
                                                                 budget_s=120, timeout_s=120)),
 }

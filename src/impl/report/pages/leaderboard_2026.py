@@ -27,6 +27,7 @@ class StepConfig(View):
     checkpointing: str = ""
     k: int | None = None
     compile: str = "none"  # StepSpec.compile (rows before it: none)
+    attn_impl: str = "flash_triton"
     layers: int = 0
     world_size: int | None = None
     batch: int = 0
@@ -37,9 +38,11 @@ _cfg = StepConfig.of
 
 
 def policy_label(c: StepConfig) -> str:
-    """"every_k (k 1)", "keep_attention (k 3), pointwise compiled": a row's checkpointing and compile."""
+    """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": a row's checkpointing,
+    compile and attention where not our Triton FlashAttention."""
     label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
-    return label if c.compile == "none" else f"{label}, {c.compile} compiled"
+    label += "" if c.compile == "none" else f", {c.compile} compiled"
+    return label + ("" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}")
 
 
 @dataclass(frozen=True)
