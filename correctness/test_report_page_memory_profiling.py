@@ -28,19 +28,29 @@ def _mem(cfg, peak=None, status=Status.MEASURED, details=None, when=WHEN_2025):
                  status=status, details=details, peak=peak)
 
 
-def _rows_2025():
-    """small (2025) at 128 and 256: fp32 forward and training step with timelines, a bf16 forward whose
-    largest allocations are autocast's FFN-weight copies."""
-    ffn = SMALL.d_model * SMALL.d_ff * 2
+def _rows_2025(contexts=(128, 256, 512), marked=False):
+    """small (2025) at `contexts`: fp32 forward and training step with timelines, the fp32 forward's largest
+    allocations (the FFN hidden below 512, the attention scores at 512), a bf16 forward at 128 and 512 whose
+    FFN-weight-sized allocations are autocast's copies. `marked`: the rows carry details.reference_context
+    (newer runs) with 256 as the reference."""
+    ffn, hidden = SMALL.d_model * SMALL.d_ff * 2, lambda c: 4 * c * SMALL.d_ff * 4
+    scores = lambda c: 4 * SMALL.num_heads * c * c * 4  # noqa: E731
     rows = []
-    for c, step_peak in ((128, 40), (256, 41)):
-        rows.append(_mem(dict(size="small", context=c, dtype="fp32", mode="train_step"), step_peak,
-                         details=dict(snapshot=dict(timeline=STEP_TL))))
-        rows.append(_mem(dict(size="small", context=c, dtype="fp32", mode="forward"), 12 + c, details=dict(
-            snapshot=dict(timeline=FWD_TL, residual={"4": dict(bytes=4 * c * SMALL.d_model * 4, found=True, count=7,
-                                                               frames=["layers.py:40"])}))))
-    rows.append(_mem(dict(size="small", context=128, dtype="bf16", mode="forward"), 13, details=dict(
-        snapshot=dict(largest=[dict(size=ffn, count=3 * SMALL.num_layers, frames=["l:26"])]))))
+    for c in contexts:
+        mark = dict(reference_context=c == 256) if marked else {}
+        big = [dict(size=scores(c), count=2 * SMALL.num_layers, frames=["naive.py:25"]),
+               dict(size=scores(c), count=SMALL.num_layers, frames=["naive.py:31"])] if c >= 512 else \
+            [dict(size=hidden(c), count=2 * SMALL.num_layers, frames=["layers.py:26"])]
+        step_big = [dict(size=scores(c), count=5 * SMALL.num_layers, frames=[])] + big[:1] if c >= 512 else []
+        rows.append(_mem(dict(size="small", context=c, dtype="fp32", mode="train_step"), 40 + c // 256,
+                         details=dict(mark, snapshot=dict(timeline=STEP_TL, largest=step_big))))
+        rows.append(_mem(dict(size="small", context=c, dtype="fp32", mode="forward"), 12 + c, details=dict(mark,
+            snapshot=dict(timeline=FWD_TL, largest=big, residual={"4": dict(
+                bytes=4 * c * SMALL.d_model * 4, found=True, count=7, frames=["layers.py:40"])}))))
+        if c in (128, 512):
+            top = [dict(size=scores(c), count=SMALL.num_layers, frames=["naive.py:31"])] if c >= 512 else []
+            rows.append(_mem(dict(size="small", context=c, dtype="bf16", mode="forward"), 13, details=dict(mark,
+                snapshot=dict(largest=top + [dict(size=ffn, count=3 * SMALL.num_layers, frames=["l:26"])]))))
     return rows
 
 
@@ -78,17 +88,53 @@ def test_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():
 
 
 def test_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
-    """(a) from the timelines' phase levels at the longest context, (b) the fp32 peaks per context, (e) the
-    bf16 forward's FFN-weight-sized allocations named as autocast copies (3 per block)."""
+    """(a) from the timelines' phase levels at the longest context, (b) the fp32 peaks per context, (d) and (e) at
+    the grid's reference context (512): the residual stream there, the forward's largest allocations the
+    attention scores, the bf16 forward's FFN-weight-sized allocations named as autocast copies (3 per block)."""
     f = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025()])
-    assert f.contexts == [128, 256] and f.measured("fp32", "train_step") == [40, 41]
-    assert f.measured("fp32", "forward") == [140, 268] and not f.bf16  # the bf16 training step was not run
+    assert f.contexts == [128, 256, 512] and f.measured("fp32", "train_step") == [40, 41, 42]
+    assert f.measured("fp32", "forward") == [140, 268, 524] and not f.bf16  # the bf16 training step was not run
     assert f.timelines and (f.step["forward"].start, f.step["forward"].top, f.step["backward"].end) == (10, 30, 5)
-    assert f.optimizer_spikes == [4, 4] and f.step_forward_tops == {128: 30, 256: 30}
-    assert (f.residual.context, f.residual.nbytes, f.residual.found) == (128, 4 * 128 * SMALL.d_model * 4, True)
-    ffn = SMALL.d_model * SMALL.d_ff * 2
-    assert f.largest_context == 128 and [(x.kind, x.nbytes, x.count) for x in f.named] == [
-        ("ffn_copy", ffn, 3 * SMALL.num_layers)]
+    assert f.optimizer_spikes == [4, 4, 4] and f.step_forward_tops == {128: 30, 256: 30, 512: 30}
+    assert page.REFERENCE_CONTEXT == 512 and f.reference_context == 512 and f.answer_context == 512 and f.at_reference
+    assert (f.residual.context, f.residual.nbytes, f.residual.found) == (512, 4 * 512 * SMALL.d_model * 4, True)
+    # the other contexts' residual streams are extra rows, one per context
+    assert [(r.context, r.nbytes) for r in f.residuals] == [(c, 4 * c * SMALL.d_model * 4) for c in (128, 256, 512)]
+    ffn, scores = SMALL.d_model * SMALL.d_ff * 2, 4 * SMALL.num_heads * 512 * 512 * 4
+    assert f.largest_context == 512 and [(x.kind, x.dtype, x.nbytes, x.count, x.secondary) for x in f.named] == [
+        ("largest", "fp32", scores, 3 * SMALL.num_layers, False), ("largest", "bf16", scores, SMALL.num_layers, False),
+        ("ffn_copy", "bf16", ffn, 3 * SMALL.num_layers, True), ("largest", "fp32", scores, 7 * SMALL.num_layers, False)]
+    # the training step's: every allocation of that size, those without a Python stack trace counted apart
+    assert f.named[-1].mode == "train_step" and f.named[-1].untraced == 5 * SMALL.num_layers and not f.named[0].untraced
+    assert f.named[0].sites == (("naive.py:25", 24), ("naive.py:31", 12))
+    assert "attention scores" in f.named[0].label and f.batch == 4
+    assert {t.context for t in f.largest} == {512}
+    # (e)'s extra rows: each context's largest allocation, the FFN hidden below 512
+    assert [(x, a.dtype, a.mode, a.nbytes) for x, a in f.largest_rows] == [
+        (128, "fp32", "forward", 4 * 128 * SMALL.d_ff * 4), (128, "bf16", "forward", ffn),
+        (256, "fp32", "forward", 4 * 256 * SMALL.d_ff * 4), (512, "fp32", "forward", scores),
+        (512, "bf16", "forward", scores), (512, "fp32", "train_step", scores)]
+    assert "FFN hidden" in f.largest_rows[0][1].label
+
+
+def test_2025_facts_without_the_reference_context_answer_at_the_nearest_and_say_so(tmp_path):
+    """No rows at 512: (d) and (e) read the nearest measured context (256), and the page names both."""
+    f = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025((128, 256))])
+    assert f.reference_context == 512 and f.answer_context == 256 and not f.at_reference
+    assert f.residual.context == 256 and [x.context for x in f.residuals] == [128, 256]
+    assert [(x.kind, x.dtype, x.nbytes) for x in f.named] == [("largest", "fp32", 4 * 256 * SMALL.d_ff * 4)]
+    text = render_page(f"{P}.md.j2", f=page.facts(context(_rows_2025((128, 256)), tmp_path)))
+    assert "at context 256, not the handout's reference context 512: no row was measured there" in text
+    assert "At context 256, not the handout's reference context 512" in text and "(reference)" not in text
+    # without a reference context at all: the shortest
+    g = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025((128, 256))], reference=None)
+    assert g.answer_context == 128 and g.reference_context is None and not g.at_reference
+
+
+def test_2025_facts_read_the_rows_mark_before_the_grids():
+    """Newer runs mark their reference rows (details.reference_context): the mark wins over the grid's 512."""
+    f = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025(marked=True)])
+    assert f.reference_context == 256 and f.answer_context == 256 and f.at_reference and f.residual.context == 256
 
 
 def test_the_page_sets_the_2026_rows_beside_the_2025_ones(tmp_path):
@@ -112,7 +158,7 @@ def test_without_2026_rows_an_earlier_grid_at_its_contexts_is_named_not_the_answ
         residual={"4": dict(bytes=4 * c * 1600 * 4, found=True, count=3, frames=["l:40"])})))
         for c in (128, 2048) for m in ("forward", "train_step")]
     f = page.facts(context(_rows_2025() + xl, tmp_path))
-    assert f.facts_2026 is None and f.facts_2025.contexts == [128, 256]  # (a)-(e) read small only
+    assert f.facts_2026 is None and f.facts_2025.contexts == [128, 256, 512]  # (a)-(e) read small only
     e = f.earlier
     assert not e.own and e.size == SizeRef("2025", "xl").label and e.contexts == [128, 2048]
     assert f.no_2026_sizes == [SizeRef("2025", "xl").label]

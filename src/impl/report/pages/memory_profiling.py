@@ -1,4 +1,5 @@
-"""memory_profiling: the 2025 edition's (a)–(e) on one size's rows beside the 2026 edition's (a)–(f) on xl (2026)
+"""memory_profiling: the 2025 edition's (a)–(e) on one size's rows ((d), (e) at the handout's reference context, the
+grid's reference_context, the other contexts as extra rows) beside the 2026 edition's (a)–(f) on xl (2026)
 at contexts 128 and 2048. The first GPU device answers; templates/memory_profiling.md.j2 holds every word."""
 from __future__ import annotations
 
@@ -112,13 +113,23 @@ def phase_levels(t: dict) -> dict[str, Phase]:
 
 @dataclass(frozen=True)
 class NamedAllocation:
-    """(e): "ffn_copy" (autocast's bf16 FFN weight), "optimizer" (its temporaries) or "activation"."""
+    """(e): "largest" (a row's largest allocation size), "ffn_copy" (autocast's bf16 FFN weight) or "optimizer"
+    (its parameter-sized temporaries)."""
 
     kind: str
     nbytes: int
     count: int
     made_at: str
-    label: str = ""  # the tensor of that size (activation)
+    label: str = ""  # the model's tensors of that size
+    dtype: str = "fp32"
+    mode: str = "forward"
+    sites: tuple[tuple[str, int], ...] = ()  # (first frame, allocations) of each call site with a stack trace
+    secondary: bool = False  # below the row's largest (ffn_copy, optimizer)
+
+    @property
+    def untraced(self) -> int:
+        """Allocations of this size without a Python stack trace (made outside Python, e.g. by the autograd engine)."""
+        return self.count - sum(n for _, n in self.sites) if self.sites else 0
 
 
 @dataclass(frozen=True)
@@ -144,28 +155,57 @@ def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[i
     return {n: " or ".join(labels) for n, labels in out.items()}
 
 
-def largest_allocations(ok: list[MemCase]) -> tuple[int | None, list[NamedAllocation], list[LargestTable]]:
-    """(the shortest context, (e)'s findings, its rows' largest-allocation tables but the bf16 step's); entries
-    without frames repeat ones with frames."""
-    c0, tables, named = min((c.context for c in ok), default=None), [], []
+def largest_of(c: MemCase) -> NamedAllocation | None:
+    """The row's largest allocation size in its recorded step: every allocation of that size (call sites
+    without a stack trace too), and the call sites with one."""
+    if not c.largest:
+        return None
+    n = max(x["size"] for x in c.largest)
+    same = [x for x in c.largest if x["size"] == n]
+    sites = tuple((x["frames"][0], x["count"]) for x in same if x["frames"])
+    label = shape_labels(c.size_ref.config, c.batch, c.context, c.dtype).get(n, "unnamed")
+    return NamedAllocation("largest", n, sum(x["count"] for x in same), sites[0][0] if sites else "", label,
+                           c.dtype, c.mode, sites)
+
+
+def nearest(contexts: list[int], reference: int | None) -> int | None:
+    """The reference context where measured, else the measured one nearest it (the shorter on a tie), else
+    (no reference) the shortest."""
+    if not contexts:
+        return None
+    if reference is None:
+        return min(contexts)
+    return min(contexts, key=lambda x: (abs(x - reference), x))
+
+
+def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAllocation], list[LargestTable]]:
+    """(e)'s findings at context `at`, and its rows' largest-allocation tables there but the bf16 step's (the
+    tables list the entries with a stack trace; largest_of counts the others too)."""
+    tables, named = [], []
     for c in ordered(ok):
         big = [x for x in c.largest if x["frames"]][:6]
-        if c.context != c0 or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
+        if c.context != at or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
             continue
         m = c.size_ref.config
-        labels = shape_labels(m, c.batch, c0, c.dtype)
-        tables.append(LargestTable(c.dtype, c.mode, c0, [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"])
+        labels = shape_labels(m, c.batch, at, c.dtype)
+        tables.append(LargestTable(c.dtype, c.mode, at, [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"])
                                                          for x in big]))
+        top = largest_of(c)
+        if (c.dtype, c.mode) not in (("fp32", "forward"), ("bf16", "forward"), ("fp32", "train_step")):
+            continue
+        named.append(top)
         ffn = [x for x in big if x["size"] == m.d_model * m.d_ff * 2]
         opt = [x for x in big if any("optim" in f for f in x["frames"])]
-        if (c.dtype, c.mode) == ("bf16", "forward") and ffn:
-            named.append(NamedAllocation("ffn_copy", ffn[0]["size"], ffn[0]["count"], ffn[0]["frames"][0]))
-        if (c.dtype, c.mode) == ("fp32", "train_step") and opt:
-            named.append(NamedAllocation("optimizer", opt[0]["size"], opt[0]["count"], opt[0]["frames"][0]))
-        if (c.dtype, c.mode) == ("fp32", "forward"):
-            named.append(NamedAllocation("activation", big[0]["size"], big[0]["count"], "",
-                                         labels.get(big[0]["size"], "unnamed")))
-    return c0, named, tables
+        for kind, hit, where in (("ffn_copy", ffn, ("bf16", "forward")), ("optimizer", opt, ("fp32", "train_step"))):
+            if (c.dtype, c.mode) != where or not hit:
+                continue
+            if hit[0]["size"] == top.nbytes:  # the largest is it
+                named[-1] = replace(top, kind=kind)
+            else:
+                named.append(NamedAllocation(kind, hit[0]["size"], hit[0]["count"], hit[0]["frames"][0],
+                                             dtype=c.dtype, mode=c.mode, secondary=True))
+    order = {("fp32", "forward"): 0, ("bf16", "forward"): 1, ("fp32", "train_step"): 2}
+    return sorted(named, key=lambda x: (order[(x.dtype, x.mode)], x.secondary)), tables
 
 
 @dataclass(frozen=True)
@@ -179,10 +219,27 @@ class Memory2025Facts:
     step: dict[str, Phase]  # the fp32 training step's phases at the longest context
     optimizer_spikes: list[float]  # per training-step timeline: the optimizer phase's rise
     step_forward_tops: dict[int, float]  # per context: the fp32 training step's forward-phase top
-    residual: Residual | None  # of the first row (shortest context) that looked it up
-    largest_context: int | None
-    named: list[NamedAllocation]
-    largest: list[LargestTable]
+    reference_context: int | None  # the handout's reference context for (d), (e) (the grid's, or the rows' mark)
+    answer_context: int | None  # where (d), (e) are answered: the reference where measured, else the nearest
+    residual: Residual | None  # fp32, at answer_context
+    residuals: list[Residual]  # fp32, one per context (forward rows first), ascending
+    named: list[NamedAllocation]  # (e) at answer_context
+    largest: list[LargestTable]  # (e)'s tables at answer_context
+    largest_by_context: list[NamedAllocation] = field(default_factory=list)  # every row's largest allocation
+    largest_contexts: list[int] = field(default_factory=list)  # per entry of largest_by_context
+    batch: int | None = None
+
+    @property
+    def at_reference(self) -> bool:
+        return self.reference_context is not None and self.answer_context == self.reference_context
+
+    @property
+    def largest_context(self) -> int | None:
+        return self.answer_context
+
+    @property
+    def largest_rows(self) -> list[tuple[int, NamedAllocation]]:
+        return list(zip(self.largest_contexts, self.largest_by_context))
 
     @property
     def timelines(self) -> bool:
@@ -205,21 +262,41 @@ class Memory2025Facts:
         return max(abs(a - b) for a, b in zip(self.series("bf16", "train_step"), self.series("fp32", "train_step")))
 
 
-def memory_2025_facts(rows: list[MemCase]) -> Memory2025Facts | None:
-    """The facts of one size's rows (None without a measured row)."""
+REFERENCE_CONTEXT = grid(P.MEMORY_PROFILING, "full").reference_context  # the 2025 handout's, for (d) and (e)
+
+
+def reference_of(rows: list[MemCase], default: int | None = REFERENCE_CONTEXT) -> int | None:
+    """The context the rows mark as the reference (details.reference_context, newer runs), else `default`."""
+    return min((c.context for c in rows if c.details.get("reference_context") is True), default=default)
+
+
+def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CONTEXT) -> Memory2025Facts | None:
+    """The facts of one size's rows (None without a measured row); (d) and (e) at `reference` (or the context
+    the rows mark) where a forward was measured there, else at the measured context nearest it."""
     ok = ordered([c for c in rows if c.status is Status.MEASURED])
     if not ok:
         return None
     tl = {(c.context, c.dtype, c.mode): phase_levels(c.snapshot["timeline"]) for c in ok if c.snapshot.get("timeline")}
     contexts = sorted(c.context for c in ok if (c.dtype, c.mode) == ("fp32", "train_step"))
     last, m = contexts[-1] if contexts else None, ok[0].size_ref.config
+    ref = reference_of(ok, reference)
+    at = nearest(sorted({c.context for c in ok if c.mode == "forward"} or {c.context for c in ok}), ref)
+    # the fp32 residual per context: the fp32 forward's lookup first, then any row's
+    by_pref = sorted(ok, key=lambda c: (c.context, c.mode != "forward", c.dtype != "fp32"))
+    res: dict[int, Residual] = {}
+    for c in by_pref:
+        for r in residuals_seen(c, 4):
+            res.setdefault(c.context, replace(r, dtype="fp32"))
+    tops = [(c.context, t) for c in ok if (c.dtype, c.mode) != ("bf16", "train_step") for t in [largest_of(c)] if t]
+    tops.sort(key=lambda x: (x[0], x[1].mode != "forward", x[1].dtype != "fp32"))
     return Memory2025Facts(
         ok[0].size_label, m.params * 4, m, contexts,
         {(c.context, c.dtype, c.mode): c.peak_bytes for c in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
         {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v},
-        next((r for c in ok for r in residuals_seen(c, 4)), None), *largest_allocations(ok))
+        ref, at, res.get(at), [res[x] for x in sorted(res)], *largest_allocations(ok, at),
+        [t for _, t in tops], [x for x, _ in tops], ok[0].batch)
 
 
 # ---- the 2026 edition's (a)-(f) -----------------------------------------------------------------
@@ -361,7 +438,7 @@ def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
     return EarlierGrid(own, rows[0].size_label, rows[0].batch, contexts, [
         PeakRow(rows[0].size_label, x, [cases.get((x, *k)) for k in CELLS],
                 m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
-        for x in contexts], [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows))
+        for x in contexts], [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows, None))
 
 
 # ---- the page ------------------------------------------------------------------------------------
