@@ -125,7 +125,7 @@ def test_2025_facts_without_the_reference_context_answer_at_the_nearest_and_say_
     assert [(x.kind, x.dtype, x.nbytes) for x in f.named] == [("largest", "fp32", 4 * 256 * SMALL.d_ff * 4)]
     text = render_page(f"{P}.md.j2", f=page.facts(context(_rows_2025((128, 256)), tmp_path)))
     assert "at context 256, not the suite's reference context 512: no row was measured there" in text
-    assert "At context 256, not the handout's reference context 512" in text and "(reference)" not in text
+    assert "At context 256, not the suite's reference context 512" in text and "(reference)" not in text
     # without a reference context at all: the shortest
     g = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025((128, 256))], reference=None)
     assert g.answer_context == 128 and g.reference_context is None and not g.at_reference
