@@ -39,7 +39,7 @@ def _swiglu(ffn: SwiGLU, x: torch.Tensor) -> torch.Tensor:
 def compile_pointwise_in_place(lm: TransformerLM, *, backend: str = "inductor") -> list[str]:
     """Routes every RMSNorm, RotaryEmbedding and SwiGLU of `lm` through one compiled function per
     kind (their results and parameters unchanged); the names of the modules routed."""
-    raise_recompile_limit()  # one graph per grad mode and input dtype: well under the default limit, but never silently eager
+    raise_recompile_limit()  # a graph per grad mode and input dtype: under the default limit; never silently eager
     fns = {RMSNorm: torch.compile(_rmsnorm, backend=backend), RotaryEmbedding: torch.compile(_rope, backend=backend),
            SwiGLU: torch.compile(_swiglu, backend=backend)}
     routed = []

@@ -7,7 +7,7 @@ import gzip
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,3 +165,25 @@ def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: s
 
 __all__ = ["Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
            "step_timeline"]
+
+
+# The phases a distributed step's ranks mark (impl.nsys.workloads), in step order.
+STEP_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
+
+
+def profiled_steps(ctx, group: str, label_of: Callable[[dict], str | None],
+                   collectives: Sequence[str]) -> tuple[Filed | None, list[tuple[dict, StepTimeline]]]:
+    """The newest filed call of `group` and, per profiled case whose workload args `label_of` names
+    (None: skipped), its args and last measured step (step_timeline, drawn into ctx.fig_dir)."""
+    filed = newest_with(ctx.reports_dir, group)
+    if filed is None:
+        return None, []
+    found = []
+    for c in filed.cases(group):
+        args = c.workload.get("args", {})
+        if c.status != "profiled" or (label := label_of(args)) is None:
+            continue
+        t = step_timeline(filed, c.name, label, ctx.fig_dir, ctx.fig_rel, phases=STEP_PHASES, collectives=collectives)
+        if t is not None:
+            found.append((args, t))
+    return filed, found

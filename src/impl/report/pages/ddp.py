@@ -14,7 +14,7 @@ from impl.bench.row import Metric, Status
 from impl.bench.test_record import TESTS_FOLDER, TestRecord, load_records
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages._nsys import Filed, StepTimeline, newest_with, step_timeline
+from impl.report.pages._nsys import Filed, StepTimeline, profiled_steps
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
@@ -316,7 +316,6 @@ class Tests:
                                    + (f", {self.record.errors} errors" if self.record.errors else ""))
 
 
-NSYS_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
 NSYS_COLLECTIVES = ("ncclAllReduce",)
 NSYS_VARIANTS = ("naive", "individual")  # ddp (b): not overlapped, then overlapped
 
@@ -346,19 +345,12 @@ class DdpNsys:
 
 
 def ddp_nsys(ctx: Context) -> DdpNsys | None:
-    filed = newest_with(ctx.reports_dir, "ddp")
-    if filed is None:
-        return None
-    found = []
-    for c in filed.cases("ddp"):
-        a = c.workload.get("args", {})
-        if c.status != "profiled" or a.get("variant") not in NSYS_VARIANTS:
-            continue
-        label = f"xl ({a['edition']}), {VARIANT_LABEL.get(a['variant'], a['variant'])}"
-        t = step_timeline(filed, c.name, label, ctx.fig_dir, ctx.fig_rel, phases=NSYS_PHASES,
-                          collectives=NSYS_COLLECTIVES)
-        if t is not None:
-            found.append((a["edition"], a["variant"], t, int(a["context"]), int(a["batch"])))
+    def label(a: dict) -> str | None:
+        v = a.get("variant")
+        return f"xl ({a['edition']}), {VARIANT_LABEL.get(v, v)}" if v in NSYS_VARIANTS else None
+
+    filed, steps = profiled_steps(ctx, "ddp", label, NSYS_COLLECTIVES)
+    found = [(a["edition"], a["variant"], t, int(a["context"]), int(a["batch"])) for a, t in steps]
     if not found:
         return None
     found.sort(key=lambda x: (-int(x[0]), NSYS_VARIANTS.index(x[1])))

@@ -11,7 +11,7 @@ from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
-from impl.report.pages._nsys import Filed, StepTimeline, newest_with, step_timeline
+from impl.report.pages._nsys import Filed, StepTimeline, profiled_steps
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
@@ -410,7 +410,6 @@ def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRan
 
 # ---- fsdp_accounting (b) under Nsight Systems ---------------------------------------------------------------
 
-NSYS_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
 NSYS_COLLECTIVES = ("ncclAllGather", "ncclReduceScatter")
 
 
@@ -431,19 +430,10 @@ class FsdpNsys:
 
 
 def fsdp_nsys(ctx: Context) -> FsdpNsys | None:
-    filed = newest_with(ctx.reports_dir, "fsdp")
-    if filed is None:
-        return None
-    order, found = [v.value for v in FSDPVariant], []
-    for c in filed.cases("fsdp"):
-        a = c.workload.get("args", {})
-        if c.status != "profiled" or a.get("variant") not in order:
-            continue
-        label = f"xl ({a['edition']}), {FSDPVariant(a['variant']).label}"
-        t = step_timeline(filed, c.name, label, ctx.fig_dir, ctx.fig_rel, phases=NSYS_PHASES,
-                          collectives=NSYS_COLLECTIVES)
-        if t is not None:
-            found.append((a["variant"], t, int(a["context"]), int(a["batch"])))
+    order = [v.value for v in FSDPVariant]
+    filed, steps = profiled_steps(ctx, "fsdp", lambda a: f"xl ({a['edition']}), {FSDPVariant(a['variant']).label}"
+                                  if a.get("variant") in order else None, NSYS_COLLECTIVES)
+    found = [(a["variant"], t, int(a["context"]), int(a["batch"])) for a, t in steps]
     if not found:
         return None
     found.sort(key=lambda x: order.index(x[0]))
