@@ -38,9 +38,10 @@ outside the group module's forward is a visit of its own (correct; one whole-uni
   of the unit since the last issue has delivered, they are summed into the unit's full-size flat
   gradient in ``reduce_dtype`` (fp32 by default) and ONE reduce-scatter of it is issued
   asynchronously. Those buffers are the big transient: at most max_outstanding_reduce_scatters
-  (2 by default, fully_shard keeps 1) exist at once (the oldest waited on before the next is made), and one whose reduce-scatter has
-  completed is folded at the next delivery without waiting (NCCL reports completion; gloo's
-  reduce-scatter never does, so on the CPU they go at the next issue). A fold adds ``sum / world``
+  (2 by default, fully_shard keeps 1) exist at once (the oldest waited on before the next is
+  made), and one whose reduce-scatter has completed is folded at the next delivery without
+  waiting (NCCL reports completion; gloo's reduce-scatter never does, so on the CPU they go at
+  the next issue). A fold adds ``sum / world``
   into the shard's ``.grad`` (so gradient accumulation over several backwards works).
   ``finish_gradient_synchronization`` issues those of units with uses that never delivered (a use
   outside the loss, a forward without backward) and folds the rest; replicated gradients go
@@ -315,7 +316,8 @@ class FSDP(nn.Module):
             raise ValueError(f"prefetch must be 0, 1 or 2 units, got {prefetch!r}")
         # 1 is fully_shard's (one flat gradient in flight: the lower peak); 2 lets a reduce-scatter
         # overlap the next unit's backward while the one before it completes.
-        if not isinstance(max_outstanding_reduce_scatters, int) or not 1 <= max_outstanding_reduce_scatters <= 4:
+        n = max_outstanding_reduce_scatters
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4:
             raise ValueError("max_outstanding_reduce_scatters must be an int from 1 to 4, got "
                              f"{max_outstanding_reduce_scatters!r}")
         # First: ranks whose modules disagree all raise here, before any rank-dependent check.

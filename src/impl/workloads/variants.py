@@ -63,7 +63,8 @@ class FSDPVariant(Labelled):
 
     FSDP_BLOCK_BF16 = "fsdp_block_bf16", "FSDP (ours), bf16 compute, a unit per block"
     TORCH_FSDP_BF16 = "torch_fsdp_bf16", "torch fully_shard, bf16"
-    FSDP_BLOCK_BF16_RS1 = "fsdp_block_bf16_rs1", "FSDP (ours), bf16 compute, a unit per block, one reduce-scatter in flight"
+    FSDP_BLOCK_BF16_RS1 = ("fsdp_block_bf16_rs1",
+                           "FSDP (ours), bf16 compute, a unit per block, one reduce-scatter in flight")
     FSDP_BF16 = "fsdp_bf16", "FSDP (ours), bf16 compute"
     TORCH_FSDP = "torch_fsdp", "torch fully_shard, fp32"
     FSDP = "fsdp", "FSDP (ours), fp32"
