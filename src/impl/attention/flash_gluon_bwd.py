@@ -164,29 +164,33 @@ def _acc_product(a, acc, acc_h, x_slot, xh_slot, BLOCK_M: gl.constexpr, BLOCK_D:
 
 
 @gluon.jit
-def _dq_tile(ds_smem, k2, kh2, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale,
-             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr):
-    """dQ of one query tile from this key tile, dS·K·(1/sqrt d) with dS the transposed view of the
-    dSᵀ tile in shared memory, added into the fp32 dQ buffer by TMA reduce-add through the staging
-    tile(s). The caller has made dSᵀ visible to the async proxy; the previous reduce out of the
-    staging tile has been waited for here before it is overwritten."""
+def _dq_issue(ds_smem, k2, kh2, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """Issue dQ_tile = dS·K for one query tile (lo and hi halves): dS is the transposed view of the
+    dSᵀ tile in shared memory (A), K the resident tile (B); query rows on M (the two warpgroups split
+    d). The caller has made dSᵀ visible to the async proxy. Returns the accumulator tokens."""
     NW: gl.constexpr = gl.num_warps()
     ds2 = ds_smem.permute((1, 0))
     dq = warpgroup_mma(ds2, k2, gl.zeros([BLOCK_M, BLOCK_D], gl.float32, _dq_layout(NW, BLOCK_D)), use_acc=False,
                        is_async=True)
+    dq_h = 0
     if D1 > 0:
-        dqh = warpgroup_mma(ds2, kh2, gl.zeros([BLOCK_M, D1], gl.float32, _dq_layout(NW, D1)), use_acc=False,
-                            is_async=True)
-        dq, dqh = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dqh))
-    else:
-        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
-    # The previous tile's reduce has read the staging tile (the issuing thread waits, the barrier
-    # tells every thread) before it is overwritten.
+        dq_h = warpgroup_mma(ds2, kh2, gl.zeros([BLOCK_M, D1], gl.float32, _dq_layout(NW, D1)), use_acc=False,
+                             is_async=True)
+    return dq, dq_h
+
+
+@gluon.jit
+def _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M: gl.constexpr,
+               BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """dQ_tile·(1/sqrt d) (fp32, waited for) into the staging tile(s), then added into the fp32 dQ
+    buffer by TMA reduce-add (rows past N_Q dropped). The previous tile's reduce must have read the
+    staging tile first: the issuing thread waits for it and a barrier tells every thread."""
     tma.store_wait(pendings=0)
     gl.thread_barrier()
     dq_smem.reshape([BLOCK_M, BLOCK_D]).store(dq * sm_scale)
     if D1 > 0:
-        dqh_smem.reshape([BLOCK_M, D1]).store(dqh * sm_scale)
+        dqh_smem.reshape([BLOCK_M, D1]).store(dq_h * sm_scale)
+    # Generic-proxy writes, then the copy engine reads them: fence in every thread, then a barrier.
     fence_async_shared()
     gl.thread_barrier()
     _tma_reduce_add(dq_desc, [b, h, m0, 0], dq_smem)
@@ -240,23 +244,29 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, L_base, D_base, 
         else:
             dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
         dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
-        # The previous tile's dQ product has read ds_smem (waited in _dq_tile) in every warp (the
-        # barriers there): overwrite it, make it visible to the async proxy, then use it.
+        # Every warp is past the previous tile's dQ product on ds_smem (the barrier ending the last
+        # iteration): overwrite it, make it visible to the async proxy, then use it.
         ds_smem.store(dst16)
         fence_async_shared()
         gl.thread_barrier()
+        dq, dq_h = _dq_issue(ds_smem, k2, kh2, BLOCK_M, BLOCK_D, D1)
         ds16 = gl.convert_layout(dst16, a_layout)
         dk, dk_h, ds16_h = _acc_product(ds16, dk, dk_h, q_slot, qh_slot, BLOCK_M, BLOCK_D, D1)
-        _dq_tile(ds_smem, k2, kh2, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M, BLOCK_N,
-                 BLOCK_D, D1)
-        # _dq_tile's wait retired every product issued before it: dV, dK of this tile too.
+        # Groups retire in order: wait for dQ with dK's group(s) left in flight under its epilogue.
+        if D1 > 0:
+            dq, dq_h = warpgroup_mma_wait(num_outstanding=2, deps=(dq, dq_h))
+        else:
+            dq = warpgroup_mma_wait(num_outstanding=1, deps=(dq,))
+        _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M, BLOCK_D, D1)
         if D1 > 0:
             dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h = warpgroup_mma_wait(
                 num_outstanding=0, deps=(dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h))
         else:
             dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt16, ds16))
-        # Every warp is past its products on this slot (the barrier in _dq_tile follows the waits):
-        # refill it with the tile NUM_STAGES ahead.
+        # Every warp has waited for its products on this slot and on dSᵀ; the barrier below (no
+        # other orders the last wait before the refill and the next tile's dSᵀ store) frees both.
+        gl.thread_barrier()
+        # Refill the slot with the tile NUM_STAGES ahead.
         _issue_q(t + NUM_STAGES, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem,
                  doh_smem, q_bars, do_bars, BLOCK_M, BLOCK_D, D1, NUM_STAGES)
     return dk, dk_h, dv, dv_h
