@@ -199,13 +199,18 @@ def _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scal
 
 
 @gluon.jit
-def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, L_base, D_base, qk_scale, sm_scale, offs_n,
+def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n,
             k2, kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc,
             q_smem, do_smem, qh_smem, doh_smem, ds_smem, dq_smem, dqh_smem, q_bars, do_bars,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
-            NUM_STAGES: gl.constexpr, MASKED: gl.constexpr):
+            NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr):
     """The key tile's work over its query tiles t in [t_lo, t_hi) (query tile index j0 + t). MASKED:
-    the tiles holding the causal diagonal; otherwise no mask at all."""
+    the tiles holding the causal diagonal (causal mask); KEY_MASK: the key tile runs past N_K (P of
+    the padded keys set to 0); neither: no mask at all.
+
+    Why padded keys need a mask although K = V = 0 there: their score is 0, so P = exp(-lse), which
+    overflows to inf when a row's lse < -88 (all its scores very negative), and dQ = dS·K would
+    take inf·0 = NaN from them."""
     NW: gl.constexpr = gl.num_warps()
     st_layout: gl.constexpr = _mma_layout(NW, BLOCK_M)
     kv_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
@@ -236,6 +241,8 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, L_base, D_base, 
         pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
         if MASKED:
             pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
+        if KEY_MASK:
+            pt = gl.where(gl.expand_dims(offs_n < N_K, 1), pt, 0.0)
         # dV += Pᵀ·dO runs while dSᵀ is formed.
         pt16 = gl.convert_layout(pt.to(dtype), a_layout)
         dv, dv_h, pt16_h = _acc_product(pt16, dv, dv_h, do_slot, doh_slot, BLOCK_M, BLOCK_D, D1)
@@ -253,16 +260,17 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, L_base, D_base, 
         ds16 = gl.convert_layout(dst16, a_layout)
         dk, dk_h, ds16_h = _acc_product(ds16, dk, dk_h, q_slot, qh_slot, BLOCK_M, BLOCK_D, D1)
         # Groups retire in order: wait for dQ with dK's group(s) left in flight under its epilogue.
+        # dV's product is retired with it: Pᵀ's registers are free from here.
         if D1 > 0:
-            dq, dq_h = warpgroup_mma_wait(num_outstanding=2, deps=(dq, dq_h))
+            dq, dq_h, dv, dv_h, pt16, pt16_h = warpgroup_mma_wait(num_outstanding=2,
+                                                                   deps=(dq, dq_h, dv, dv_h, pt16, pt16_h))
         else:
-            dq = warpgroup_mma_wait(num_outstanding=1, deps=(dq,))
+            dq, dv, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv, pt16))
         _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M, BLOCK_D, D1)
         if D1 > 0:
-            dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h = warpgroup_mma_wait(
-                num_outstanding=0, deps=(dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h))
+            dk, dk_h, ds16, ds16_h = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dk_h, ds16, ds16_h))
         else:
-            dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt16, ds16))
+            dk, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds16))
         # Every warp has waited for its products on this slot and on dSᵀ; the barrier below (no
         # other orders the last wait before the refill and the next tile's dSᵀ store) frees both.
         gl.thread_barrier()
@@ -383,14 +391,23 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     D_base = Delta + pid_bh.to(gl.int64) * N_Q
 
     mbarrier.wait(kv_bar, 0)
-    dk, dk_h, dv, dv_h = _q_loop(
-        dk, dk_h, dv, dv_h, 0, n_diag, n_t, j0, b, h, N_Q, L_base, D_base, qk_scale, sm_scale, offs_n, k2, kh2, v2,
-        vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem, ds_smem,
-        dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True)
-    dk, dk_h, dv, dv_h = _q_loop(
-        dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, L_base, D_base, qk_scale, sm_scale, offs_n, k2, kh2, v2,
-        vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem, ds_smem,
-        dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False)
+    # The diagonal tiles (causal only) with every mask; then the rest, with the key mask only in
+    # the program whose key tile is ragged (a uniform branch: the hot loop carries no mask).
+    if IS_CAUSAL:
+        dk, dk_h, dv, dv_h = _q_loop(
+            dk, dk_h, dv, dv_h, 0, n_diag, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
+            kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True)
+    if n0 + BLOCK_N > N_K:
+        dk, dk_h, dv, dv_h = _q_loop(
+            dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
+            kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True)
+    else:
+        dk, dk_h, dv, dv_h = _q_loop(
+            dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
+            kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False)
 
     mbarrier.invalidate(kv_bar)
     for i in gl.static_range(NUM_STAGES):
