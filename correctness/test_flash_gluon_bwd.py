@@ -9,7 +9,7 @@ attention paths imports the module.
 On an H100 (marked gpu): dQ, dK, dV against a float64 CPU reference (D from the o the forward
 stored, as correctness/test_attention.py does) for d 64/80/96/128, causal and full, ragged lengths,
 batch and heads > 1, bf16 and fp16, with o and lse from the Triton forward and from both Gluon
-forwards; every candidate config; rows whose every score is very negative (padded keys); 3-D and
+forwards; the dK/dV-only kernel with the Triton dQ kernel; every candidate config; rows whose every score is very negative (padded keys); 3-D and
 strided inputs; 4096-long sequences against the Triton backward.
 """
 import json
@@ -66,7 +66,8 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
 def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
-    dq32, dk, dv = torch.empty(q.shape), torch.empty_like(k), torch.empty_like(v)
+    dq32 = torch.empty(q.shape) if config.dq == "reduce" else None
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, dq32, dk, dv, causal, config)
     sig, const = {}, {}
     for i, (name, a) in enumerate(zip(fn.arg_names, args)):
@@ -93,7 +94,7 @@ def figures(ck):
 
 rows = []
 def add(d, causal, config, label, dtype=torch.bfloat16):
-    row = dict(d=d, causal=causal, config=label, predicted=mod.shared_bytes(d, config))
+    row = dict(d=d, causal=causal, config=label, predicted=mod.shared_bytes(d, config), reduce=config.dq == "reduce")
     try:
         ck = compile_sm90(d, causal, config, dtype)
     except ValueError as e:
@@ -108,26 +109,28 @@ for d in (80, 128):
     add(d, True, mod.default_config(d), str(mod.default_config(d)) + " fp16", torch.float16)
 for config in mod.CANDIDATE_CONFIGS[1:]:
     add(128, True, config, str(config))
+for d in (64, 80, 96):  # dK/dV only (dQ from the Triton kernel) at the other head dims
+    add(d, True, mod.GluonBwdConfig(dq="triton"), str(mod.GluonBwdConfig(dq="triton")))
 print(json.dumps(rows))
 """
 
 
 def test_gluon_backward_compiles_for_hopper():
-    """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), and the
-    other candidates at d 128 causal: compiles for sm_90a, no local memory and stack within
+    """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), the other
+    candidates at d 128 causal and the dK/dV-only kernel (dq "triton") at d 64/80/96 causal: compiles for sm_90a, no local memory and stack within
     STACK_BOUND, shared memory what shared_bytes predicts (within the H100's 227 KB), products on
     wgmma (no HMMA), Q/dO/K/V through TMA loads, dK/dV through TMA stores and dQ through the bulk
-    tensor reduce."""
+    tensor reduce (none in the dK/dV-only kernel)."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     rows = json.loads(_run(_COMPILE))
-    print(f"\n{'d':>4} {'causal':>6} {'config':<62} {'regs':>4} {'stack':>5} {'shared B':>8} {'HGMMA':>5} "
+    print(f"\n{'d':>4} {'causal':>6} {'config':<76} {'regs':>4} {'stack':>5} {'shared B':>8} {'HGMMA':>5} "
           f"{'TMA ld/st/red':>13} {'EX2':>4} {'BAR':>4} {'STL/LDL':>7}")
     for r in rows:
         if "refused" in r:
-            print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<62} refused: {r['predicted']} B")
+            print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<76} refused: {r['predicted']} B")
             continue
-        print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<62} {r['regs']:>4} {r['stack']:>5} {r['shared']:>8} "
+        print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<76} {r['regs']:>4} {r['stack']:>5} {r['shared']:>8} "
               f"{r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']}/{r['tma_reduce']:<4} {r['ex2']:>4} "
               f"{r['bar_sync']:>4} {r['stl']:>3}/{r['ldl']:<3}")
     assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
@@ -140,7 +143,7 @@ def test_gluon_backward_compiles_for_hopper():
         assert r["regs"] <= 255, r
         assert r["predicted"] - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         assert r["hgmma"] > 0 and r["hmma"] == 0, r
-        assert r["tma_loads"] > 0 and r["tma_stores"] > 0 and r["tma_reduce"] > 0, r
+        assert r["tma_loads"] > 0 and r["tma_stores"] > 0 and (r["tma_reduce"] > 0) == r["reduce"], r
 
 
 # ----------------------------------------------------------------------------- CPU: refusals, isolation
@@ -219,7 +222,8 @@ def test_gluon_backward_refuses_configs_over_shared_memory():
 
 
 @pytest.mark.parametrize("fields,match", [(dict(block_n=32), "block_n"), (dict(num_warps=4), "block_n"),
-                                          (dict(block_m=32), "block_m"), (dict(num_stages=5), "num_stages")])
+                                          (dict(block_m=32), "block_m"), (dict(num_stages=5), "num_stages"),
+                                          (dict(dq="atomic"), "dq must be")])
 def test_gluon_backward_config_refuses_what_it_cannot_run(fields, match):
     with pytest.raises(ValueError, match=match):
         bwd.GluonBwdConfig(**fields)
@@ -317,6 +321,18 @@ def test_gluon_backward_gpu_matches_reference(shape, d, is_causal, dtype):
 
 @gpu
 @needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gluon_backward_gpu_dkdv_only_with_triton_dq(shape, d, is_causal):
+    """dq "triton": this kernel for dK and dV, the Triton dQ kernel (which writes D) for dQ."""
+    B, H, n_q, n_k = shape
+    check(*_inputs((B, H, n_q, d), (B, H, n_k, d), torch.bfloat16, "cuda"), is_causal,
+          config=bwd.GluonBwdConfig(dq="triton"))
+
+
+@gpu
+@needs_sm90
 @pytest.mark.parametrize("fwd", ["stage1", "ws"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -326,7 +342,7 @@ def test_gluon_backward_gpu_pairs_with_the_gluon_forwards(d, is_causal, fwd):
 
 
 def _config_id(c) -> str:
-    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}"
+    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}"
 
 
 @gpu

@@ -67,17 +67,23 @@ class GluonBwdConfig:
     block_n: int = 128
     num_warps: int = 8
     num_stages: int = 2
+    #: "reduce": dQ in this kernel, added by TMA reduce-add (one pass, 5 products); "triton": this
+    #: kernel computes dK and dV only (4 products) and dQ comes from the Triton two-pass backward's
+    #: dQ kernel (3 products), the issue's alternative "if that measures faster".
+    dq: str = "reduce"
 
     def __post_init__(self) -> None:
         if self.num_warps not in (4, 8) or self.block_n != 16 * self.num_warps:
             raise ValueError(f"block_n must be 16 x num_warps with 4 or 8 warps, got {self}")
         if self.block_m not in (64, 128) or self.block_n % self.block_m or not 2 <= self.num_stages <= 4:
             raise ValueError(f"block_m must be 64 or 128 and divide block_n, num_stages 2..4, got {self}")
+        if self.dq not in ("reduce", "triton"):
+            raise ValueError(f"dq must be 'reduce' or 'triton', got {self}")
 
 
 #: The configs the GPU probe measures and the GPU tests check (those over 227 KB are refused).
 CANDIDATE_CONFIGS = (GluonBwdConfig(64, 128, 8, 2), GluonBwdConfig(64, 128, 8, 3), GluonBwdConfig(64, 64, 4, 2),
-                     GluonBwdConfig(64, 64, 4, 3))
+                     GluonBwdConfig(64, 64, 4, 3), GluonBwdConfig(64, 128, 8, 2, dq="triton"))
 
 
 def default_config(d: int) -> GluonBwdConfig:
@@ -87,12 +93,13 @@ def default_config(d: int) -> GluonBwdConfig:
 
 
 def shared_bytes(d: int, config: GluonBwdConfig, itemsize: int = 2) -> int:
-    """Shared memory the kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ, the fp32 dQ
-    staging tile and the mbarriers (three allocations, each up to a 16-byte boundary)."""
+    """Shared memory the kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ and the fp32 dQ
+    staging tile (dq "reduce" only) and the mbarriers (three allocations, each up to a 16-byte boundary)."""
     kv = 2 * config.block_n * d * itemsize
     ring = config.num_stages * 2 * config.block_m * d * itemsize
-    ds = config.block_n * config.block_m * itemsize
-    dq = config.block_m * d * 4
+    reduce = config.dq == "reduce"
+    ds = config.block_n * config.block_m * itemsize if reduce else 0
+    dq = config.block_m * d * 4 if reduce else 0
     barriers = 16 + 2 * (-(-8 * config.num_stages // 16) * 16)
     return kv + ring + ds + dq + barriers
 
@@ -203,10 +210,10 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
             k2, kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc,
             q_smem, do_smem, qh_smem, doh_smem, ds_smem, dq_smem, dqh_smem, q_bars, do_bars,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
-            NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr):
+            NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr, DQ: gl.constexpr):
     """The key tile's work over its query tiles t in [t_lo, t_hi) (query tile index j0 + t). MASKED:
     the tiles holding the causal diagonal (causal mask); KEY_MASK: the key tile runs past N_K (P of
-    the padded keys set to 0); neither: no mask at all.
+    the padded keys set to 0); neither: no mask at all. DQ: also dQ, by TMA reduce-add.
 
     Why padded keys need a mask although K = V = 0 there: their score is 0, so P = exp(-lse), which
     overflows to inf when a row's lse < -88 (all its scores very negative), and dQ = dS·K would
@@ -251,26 +258,29 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         else:
             dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
         dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
-        # Every warp is past the previous tile's dQ product on ds_smem (the barrier ending the last
-        # iteration): overwrite it, make it visible to the async proxy, then use it.
-        ds_smem.store(dst16)
-        fence_async_shared()
-        gl.thread_barrier()
-        dq, dq_h = _dq_issue(ds_smem, k2, kh2, BLOCK_M, BLOCK_D, D1)
+        if DQ:
+            # Every warp is past the previous tile's dQ product on ds_smem (the barrier ending the
+            # last iteration): overwrite it, make it visible to the async proxy, then use it.
+            ds_smem.store(dst16)
+            fence_async_shared()
+            gl.thread_barrier()
+            dq, dq_h = _dq_issue(ds_smem, k2, kh2, BLOCK_M, BLOCK_D, D1)
         ds16 = gl.convert_layout(dst16, a_layout)
         dk, dk_h, ds16_h = _acc_product(ds16, dk, dk_h, q_slot, qh_slot, BLOCK_M, BLOCK_D, D1)
-        # Groups retire in order: wait for dQ with dK's group(s) left in flight under its epilogue.
-        # dV's product is retired with it: Pᵀ's registers are free from here.
+        if DQ:
+            # Groups retire in order: wait for dQ with dK's group(s) left in flight under its
+            # epilogue. dV's product is retired with it: Pᵀ's registers are free from here.
+            if D1 > 0:
+                dq, dq_h, dv, dv_h, pt16, pt16_h = warpgroup_mma_wait(num_outstanding=2,
+                                                                       deps=(dq, dq_h, dv, dv_h, pt16, pt16_h))
+            else:
+                dq, dv, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv, pt16))
+            _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M, BLOCK_D, D1)
         if D1 > 0:
-            dq, dq_h, dv, dv_h, pt16, pt16_h = warpgroup_mma_wait(num_outstanding=2,
-                                                                   deps=(dq, dq_h, dv, dv_h, pt16, pt16_h))
+            dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h = warpgroup_mma_wait(
+                num_outstanding=0, deps=(dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h))
         else:
-            dq, dv, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv, pt16))
-        _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M, BLOCK_D, D1)
-        if D1 > 0:
-            dk, dk_h, ds16, ds16_h = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dk_h, ds16, ds16_h))
-        else:
-            dk, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds16))
+            dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt16, ds16))
         # Every warp has waited for its products on this slot and on dSᵀ; the barrier below (no
         # other orders the last wait before the refill and the next tile's dSᵀ store) frees both.
         gl.thread_barrier()
@@ -305,10 +315,10 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
                    qh_desc, kh_desc, vh_desc, doh_desc, dqh_desc, dkh_desc, dvh_desc, L, Delta,
                    H, N_Q, N_K, qk_scale, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
-                   IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr):
+                   IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ: gl.constexpr):
     """Grid (key tiles, B·H). Descriptors are rank 4 over (B, H, N, d) with blocks (1, 1, rows, BLOCK_D)
     (lo) and (1, 1, rows, D1) at column BLOCK_D (hi; None when D1 == 0); dq_desc over the fp32 dQ
-    buffer. L (natural-log lse) and Delta are (B·H, N_Q) fp32."""
+    buffer (None without DQ: dK and dV only). L (natural-log lse) and Delta are (B·H, N_Q) fp32."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BLOCK_N == 16 * NW, "each warp owns 16 key rows")
     gl.static_assert(BLOCK_N % BLOCK_M == 0, "query tiles nest in the key tile")
@@ -327,9 +337,12 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], do_desc.layout)
-    ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M],
-                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
-    dq_smem = gl.allocate_shared_memory(gl.float32, dq_desc.block_type.shape, dq_desc.layout)
+    ds_smem = 0
+    dq_smem = 0
+    if DQ:
+        ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M],
+                                            gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
+        dq_smem = gl.allocate_shared_memory(gl.float32, dq_desc.block_type.shape, dq_desc.layout)
     kh_smem = 0
     vh_smem = 0
     qh_smem = 0
@@ -340,7 +353,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
         vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
         qh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, D1], qh_desc.layout)
         doh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, D1], doh_desc.layout)
-        dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
+        if DQ:
+            dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     do_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -397,17 +411,17 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, 0, n_diag, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
-            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True)
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True, DQ)
     if n0 + BLOCK_N > N_K:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
-            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True)
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True, DQ)
     else:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
-            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False)
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False, DQ)
 
     mbarrier.invalidate(kv_bar)
     for i in gl.static_range(NUM_STAGES):
@@ -451,7 +465,9 @@ def _descriptors(q4, k4, v4, do4, dq4, dk4, dv4, rows_q: int, rows_k: int) -> tu
     for col0, width in ((0, lo), (lo, hi)):
         for t, rows in ((q4, rows_q), (k4, rows_k), (v4, rows_k), (do4, rows_q), (dq4, rows_q), (dk4, rows_k),
                         (dv4, rows_k)):
-            if t.dtype == torch.float32:
+            if t is None:
+                out.append(None)
+            elif t.dtype == torch.float32:
                 out.append(None if width == 0 else TensorDescriptor(
                     t, list(t.shape), list(t.stride()), [1, 1, rows, width],
                     gl.NVMMASharedLayout.get_default_for([1, 1, rows, width], gl.float32)))
@@ -465,21 +481,43 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     """(grid, positional arguments, launch options) of the Gluon kernel's launch, for tensors on any
     device (the compile test builds them from CPU tensors). lse, delta contiguous (B·H·N_Q fp32);
     dq32 an fp32 buffer in q's shape, contiguous; dk, dv contiguous."""
-    q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
+    q4, k4, v4, do4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dk, dv))
+    dq4 = None if dq32 is None else as_4d(dq32)
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
     lo, hi = HEAD_DIM_TILES[d]
     config = config or default_config(d)
     check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
+    if (config.dq == "reduce") != (dq32 is not None):
+        raise ValueError(f"{FN}: dq32 is the fp32 dQ buffer of dq='reduce' and None otherwise; config {config}")
     bm, bn = config.block_m, config.block_n
     sm_scale = 1.0 / math.sqrt(d)
     args = (*_descriptors(q4, k4, v4, do4, dq4, dk4, dv4, bm, bn), lse, delta, H, n_q, n_k, sm_scale * LOG2E,
-            sm_scale, bm, bn, lo, hi, bool(is_causal), config.num_stages)
+            sm_scale, bm, bn, lo, hi, bool(is_causal), config.num_stages, config.dq == "reduce")
     grid = (-(-n_k // bn), B * H)
     return grid, args, {"num_warps": config.num_warps}
 
 
 _PRE_BLOCK_M = 64
+
+
+def _triton_dq(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, do4: Tensor, dq4: Tensor, lse3: Tensor, delta: Tensor,
+               causal: bool) -> None:
+    """dQ (and D, which it stores for the dK/dV kernel) by the Triton two-pass backward's dQ kernel,
+    launched as flash_launch launches it (default options: autotuned, descriptors by its rule)."""
+    from . import flash_launch as fl  # imported only where it runs: the Triton launch machinery
+
+    options = fl.default_options()
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    block_d, d1 = fl._tiles(d, options)
+    sm_scale = 1.0 / math.sqrt(d)
+    tail = (H, n_q, n_k, fl._seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E)
+    tma = fl._tma_flag(B * H * n_q * n_k, options, q4, k4, v4, do4)
+    fl._run_kernel(fl._kernel("q", options), "dq", fl._tune_key(q4, n_q, n_k, d, causal),
+                   lambda m, n: (-(-n_q // m), B * H), (q4, k4, v4, o4, do4, dq4, lse3, delta),
+                   (*q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *do4.stride(), *dq4.stride()) + tail,
+                   dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma), options)
 
 
 def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, is_causal: bool = False,
@@ -489,22 +527,34 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     or fp16 with TMA's layout constraints (unit stride along d, 16-byte aligned start and strides) on
     q, k, v, do; lse fp32 of shape q.shape[:-1], the natural-log logsumexp of each query's scaled
     scores as flash_attention_triton_forward and the Gluon forwards return it. Raises ValueError
-    naming the constraint inputs break, RuntimeError off sm_90."""
+    naming the constraint inputs break, RuntimeError off sm_90.
+
+    config.dq "reduce" (default): D and a zeroed fp32 dQ buffer from the Triton preprocessing kernel,
+    then this kernel (dK, dV, dQ by reduce-add), then the buffer's cast. "triton": the Triton dQ
+    kernel (which writes D), then this kernel for dK and dV."""
     validate_backward(q, k, v, o, do, lse)
     check_device(q.device, FN)
-    from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
-    q4, o4, do4 = as_4d(q), as_4d(o), as_4d(do)
+    config = config or default_config(q.shape[-1])
+    q4, k4, v4, o4, do4 = (as_4d(t) for t in (q, k, v, o, do))
     B, H, n_q, d = q4.shape
     lo, hi = HEAD_DIM_TILES[d]
-    dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    lse = lse.contiguous()
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    if config.dq == "triton":
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        _triton_dq(q4, k4, v4, o4, do4, as_4d(dq), lse.reshape(B, H, n_q), delta, bool(is_causal))
+        grid, args, opts = launch_args(q, k, v, do, lse, delta, None, dk, dv, is_causal, config)
+        _attn_bwd_sm90[grid](*args, **opts)
+        return dq, dk, dv
+    from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
+    dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     dq4 = as_4d(dq32)
     _attn_bwd_preprocess[(-(-n_q // _PRE_BLOCK_M), B * H)](
         o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q,
         HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M)
-    grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal, config)
+    grid, args, opts = launch_args(q, k, v, do, lse, delta, dq32, dk, dv, is_causal, config)
     _attn_bwd_sm90[grid](*args, **opts)
     return dq32.to(q.dtype), dk, dv
 
