@@ -9,7 +9,8 @@ head dims 4x16x4096x80 and x96. Per shape, each row times three things with do_b
 Rows: "cudnn" (SDPA cuDNN), "sdpa flash", "triton" (our Triton forward and backward, default options:
 the two-pass backward), "triton atomic" (our single-pass Triton backward), "gluon-bwd" (our Triton
 forward, one config, unautotuned + flash_gluon_bwd at its default config: its "bwd" is the figure), "ws+gluon-bwd" (the stage-2 warp-specialized Gluon
-forward + flash_gluon_bwd: the issue's target pair), then flash_gluon_bwd's candidate configs at
+forward + flash_gluon_bwd: the issue's target pair), then flash_gluon_bwd's candidate configs (among them
+dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel) at
 1x32x32768x128 and 4x32x4096x128. Each Gluon row records its relative errors of dQ, dK, dV against the
 Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
 "/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms.
@@ -52,7 +53,7 @@ def shape_name(s) -> str:
 def cfg_text(c) -> str:
     if c is None or isinstance(c, str):
         return c or ""
-    return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}"
+    return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + (" dq-triton" if c.dq == "triton" else "")
 
 
 def est_s(s, impl, new_compile: bool) -> float:
@@ -184,14 +185,14 @@ def fill_ratios(rows) -> None:
             r[f"/{impl}"] = ms / a if ms and a else None
 
 
-HEAD = (f"{'shape':<22}{'impl':<14}{'config':<16}{'fwd ms':>9}{'bwd ms':>9}{'f+b ms':>9}{'TF/s':>6}"
+HEAD = (f"{'shape':<22}{'impl':<14}{'config':<26}{'fwd ms':>9}{'bwd ms':>9}{'f+b ms':>9}{'TF/s':>6}"
         f"{'/cudnn':>8}{'/triton':>8}{'err':>9}  note")
 
 
 def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = ("WRONG " if r.get("wrong") else "") + ("bwd by difference " if r.get("bwd_by") else "")
-    return (f"{r['shape_name']:<22}{r['impl']:<14}{cfg_text(r['config']):<16}{num(r.get('fwd'), '9.3f'):>9}"
+    return (f"{r['shape_name']:<22}{r['impl']:<14}{cfg_text(r['config']):<26}{num(r.get('fwd'), '9.3f'):>9}"
             f"{num(r.get('bwd'), '9.3f'):>9}{num(r.get('fwd+bwd'), '9.3f'):>9}{num(r.get('tflops'), '6.0f'):>6}"
             f"{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}{num(r.get('err'), '9.1e'):>9}  "
             f"{note}{(r.get('error') or '')[:80]}")
@@ -208,7 +209,7 @@ def main() -> None:
     specs = plan(args.skip_triton)
     if args.dry_run:
         for s in specs:
-            print(f"{shape_name(s['shape']):<22}{s['impl']:<14}{cfg_text(s['config']):<16} est {s['est']:5.1f} s")
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<14}{cfg_text(s['config']):<26} est {s['est']:5.1f} s")
         print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
         return
     import triton
