@@ -435,3 +435,76 @@ def test_gluon_backward_gpu_writes_every_element(d, is_causal):
     assert torch.isfinite(dq).all() and torch.isfinite(dk).all() and torch.isfinite(dv).all()
     ref = reference_grads(q, k, v, do, o, is_causal)
     assert all(rel_err(g, r) < TOL[torch.bfloat16] for g, r in zip((dq, dk, dv), ref))
+
+
+# ----------------------------------------------------------------------------- CPU: the schedule, emulated
+
+def _emulate(q, k, v, do, o, lse, is_causal, config):
+    """The kernel's schedule in float64 torch, line for line with _attn_bwd_sm90 / _q_loop: per key
+    tile the query tiles from j0 (causal: the tile holding query n0) with the first n_diag masked,
+    zero-filled rows past N_Q / N_K, the key mask only in the ragged key tile's program, P in base 2
+    from the natural-log lse, dQ accumulated tile by tile as the reduce-adds do. A check of the
+    kernel's index arithmetic and conventions that runs on the CPU (the kernel itself cannot)."""
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    bm, bn = config.block_m, config.block_n
+    log2e = 1.4426950408889634
+    sm_scale = 1 / math.sqrt(d)
+    qk_scale = sm_scale * log2e
+    n_m = -(-n_q // bm)
+    pad_q, pad_k = n_m * bm - n_q, -(-n_k // bn) * bn - n_k
+    zq = lambda x: F.pad(x, (0, 0, 0, pad_q))  # noqa: E731 - TMA's zero fill
+    zk = lambda x: F.pad(x, (0, 0, 0, pad_k))  # noqa: E731
+    q_, do_, k_, v_ = zq(q), zq(do), zk(k), zk(v)
+    delta = (o * do).sum(-1)
+    lse_, delta_ = F.pad(lse, (0, pad_q)), F.pad(delta, (0, pad_q))  # masked loads, other=0
+    dq, dk, dv = torch.zeros_like(q_), torch.zeros_like(k_), torch.zeros_like(v_)
+    for pid_n in range(-(-n_k // bn)):
+        n0 = pid_n * bn
+        if is_causal:
+            j0 = min(n0 // bm, n_m)
+            n_t = n_m - j0
+            n_diag = min(bn // bm, n_t)
+        else:
+            j0, n_t, n_diag = 0, n_m, 0
+        offs_n = torch.arange(n0, n0 + bn)
+        kt, vt = k_[:, :, n0:n0 + bn], v_[:, :, n0:n0 + bn]
+        for t in range(n_t):
+            m0 = (j0 + t) * bm
+            offs_m = torch.arange(m0, m0 + bm)
+            qt, dot = q_[:, :, m0:m0 + bm], do_[:, :, m0:m0 + bm]
+            st = kt @ qt.transpose(-1, -2)
+            pt = torch.exp2(st * qk_scale - lse_[:, :, None, m0:m0 + bm] * log2e)
+            if t < n_diag:
+                pt = torch.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
+            if t < n_diag or n0 + bn > n_k:
+                pt = torch.where((offs_n < n_k)[:, None], pt, 0.0)
+            dv[:, :, n0:n0 + bn] += pt @ dot
+            dst = pt * (vt @ dot.transpose(-1, -2) - delta_[:, :, None, m0:m0 + bm])
+            dk[:, :, n0:n0 + bn] += dst @ qt
+            dq[:, :, m0:m0 + bm] += dst.transpose(-1, -2) @ kt * sm_scale
+    return dq[:, :, :n_q], dk[:, :, :n_k] * sm_scale, dv[:, :, :n_k]
+
+
+@pytest.mark.parametrize("very_negative", [False, True], ids=["normal", "very-negative"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES + [(1, 1, 129, 300), (1, 2, 64, 64)], ids=lambda s: "x".join(map(str, s)))
+def test_gluon_backward_schedule_emulated_on_cpu(shape, is_causal, very_negative):
+    """The kernel's tile schedule and conventions (emulated: _emulate) give the reference gradients,
+    for ragged lengths, N_Q != N_K both ways, one tile, both tile shapes of the candidates, and scores
+    so negative that a padded key's P overflows (the key mask of the ragged key tile)."""
+    B, H, n_q, n_k = shape
+    q, k, v, do = (x.double() for x in _inputs((B, H, n_q, 32), (B, H, n_k, 32), torch.float32, seed=5))
+    if very_negative:  # every score near -1000: lse < -710, so exp(-lse) of a padded key overflows float64
+        direction = F.normalize(torch.randn(32, generator=torch.Generator().manual_seed(6), dtype=torch.float64), dim=0)
+        q, k = 40 * direction + 0.1 * q, -25 * math.sqrt(32) * direction + 0.1 * k
+    s = q @ k.transpose(-2, -1) / math.sqrt(32)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool).tril(), float("-inf"))
+    lse, o = torch.logsumexp(s, -1), torch.softmax(s, -1) @ v
+    ref = reference_grads(q, k, v, do, o, is_causal)
+    for config in (bwd.GluonBwdConfig(), bwd.GluonBwdConfig(64, 64, 4, 2)):
+        got = _emulate(q, k, v, do, o, lse, is_causal, config)
+        for n, g, r in zip(("dq", "dk", "dv"), got, ref):
+            assert torch.isfinite(g).all(), n
+            torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-9, msg=n)
