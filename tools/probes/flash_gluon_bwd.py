@@ -9,7 +9,8 @@ head dims 4x16x4096x80 and x96. Per shape, each row times three things with do_b
 Rows: "cudnn" (SDPA cuDNN), "sdpa flash", "triton" (our Triton forward and backward, default options:
 the two-pass backward), "triton atomic" (our single-pass Triton backward), "gluon-bwd" (our Triton
 forward, one config, unautotuned + flash_gluon_bwd at its default config: its "bwd" is the figure), "ws+gluon-bwd" (the stage-2 warp-specialized Gluon
-forward + flash_gluon_bwd: the issue's target pair), then flash_gluon_bwd's candidate configs (among them
+forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same with stage 3b's
+warp-specialized backward, flash_gluon_bwd_ws, d 128 only), then flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel) at
 1x32x32768x128 and 4x32x4096x128. Each Gluon row records its relative errors of dQ, dK, dV against the
 Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
@@ -43,7 +44,8 @@ IMPLS = ("cudnn", "sdpa flash", "ws+gluon-bwd", "gluon-bwd", "triton", "triton a
 #: Compiles a row's first call at a (d, causal) pays: the Triton rows autotune (forward 9 configs,
 #: dQ + dK/dV 12, atomic 6), the Gluon rows compile their kernel and the unautotuned Triton
 #: reference (forward, dQ, dK/dV: one config each).
-COMPILES = {"cudnn": 0, "sdpa flash": 0, "ws+gluon-bwd": 5, "gluon-bwd": 1, "triton": 21, "triton atomic": 6}
+COMPILES = {"cudnn": 0, "sdpa flash": 0, "ws+gluon-bwd": 5, "gluon-bwd": 1, "ws+gluon-bwd-ws": 1, "triton": 21,
+            "triton atomic": 6}
 
 
 def shape_name(s) -> str:
@@ -79,6 +81,8 @@ def plan(skip_triton: bool = False):
     for s in TABLE:
         for impl in IMPLS:
             add(s, impl)
+            if impl == "gluon-bwd":  # stage 3b, the warp-specialized experiment (d 128 only)
+                add(s, "ws+gluon-bwd-ws")
     for s in SWEEP:
         for c in bwd.CANDIDATE_CONFIGS:
             if c != bwd.default_config(s[3]):
@@ -152,6 +156,20 @@ def measure(row, tensors, cache) -> dict:
         out["err"] = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
         out["wrong"] = out["err"] > WRONG
         return out
+    if impl == "ws+gluon-bwd-ws":
+        from impl.attention.flash_gluon_bwd_ws import flash_gluon_backward_ws
+        from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
+
+        fwd = lambda: flash_gluon_ws_forward(q, k, v, causal)  # noqa: E731
+        o, lse = fwd()
+        bwd = lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal)  # noqa: E731
+
+        def both():
+            o2, lse2 = fwd()
+            return flash_gluon_backward_ws(q, k, v, o2, do, lse2, causal)
+
+        err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
+        return {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
     if impl == "gluon-bwd":
         from impl.attention.flash_launch import flash_attention_triton_forward as forward
         fwd = lambda: forward(q, k, v, causal, options=plain)  # noqa: E731 - its fwd ms is not the baseline
@@ -185,14 +203,14 @@ def fill_ratios(rows) -> None:
             r[f"/{impl}"] = ms / a if ms and a else None
 
 
-HEAD = (f"{'shape':<22}{'impl':<14}{'config':<26}{'fwd ms':>9}{'bwd ms':>9}{'f+b ms':>9}{'TF/s':>6}"
+HEAD = (f"{'shape':<22}{'impl':<17}{'config':<26}{'fwd ms':>9}{'bwd ms':>9}{'f+b ms':>9}{'TF/s':>6}"
         f"{'/cudnn':>8}{'/triton':>8}{'err':>9}  note")
 
 
 def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = ("WRONG " if r.get("wrong") else "") + ("bwd by difference " if r.get("bwd_by") else "")
-    return (f"{r['shape_name']:<22}{r['impl']:<14}{cfg_text(r['config']):<26}{num(r.get('fwd'), '9.3f'):>9}"
+    return (f"{r['shape_name']:<22}{r['impl']:<17}{cfg_text(r['config']):<26}{num(r.get('fwd'), '9.3f'):>9}"
             f"{num(r.get('bwd'), '9.3f'):>9}{num(r.get('fwd+bwd'), '9.3f'):>9}{num(r.get('tflops'), '6.0f'):>6}"
             f"{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}{num(r.get('err'), '9.1e'):>9}  "
             f"{note}{(r.get('error') or '')[:80]}")
@@ -209,7 +227,7 @@ def main() -> None:
     specs = plan(args.skip_triton)
     if args.dry_run:
         for s in specs:
-            print(f"{shape_name(s['shape']):<22}{s['impl']:<14}{cfg_text(s['config']):<26} est {s['est']:5.1f} s")
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{cfg_text(s['config']):<26} est {s['est']:5.1f} s")
         print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
         return
     import triton
