@@ -19,7 +19,7 @@ Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is k
 A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
 A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row.
 
-    PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--dry-run]
+    PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--skip-ws] [--dry-run]
 writes OUT.json (default $OUT/flash_gluon_bwd.json, else ./flash_gluon_bwd.json) after every row.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def est_s(s, impl, new_compile: bool) -> float:
     return 1.5 + 30 * ms / 1e3 + compile_s
 
 
-def plan(skip_triton: bool = False):
+def plan(skip_triton: bool = False, skip_ws: bool = False):
     from impl.attention import flash_gluon_bwd as bwd
 
     rows, compiled = [], set()
@@ -81,7 +81,7 @@ def plan(skip_triton: bool = False):
     for s in TABLE:
         for impl in IMPLS:
             add(s, impl)
-            if impl == "gluon-bwd":  # stage 3b, the warp-specialized experiment (d 128 only)
+            if impl == "gluon-bwd" and not skip_ws:  # stage 3b, the warp-specialized experiment (d 128 only)
                 add(s, "ws+gluon-bwd-ws")
     for s in SWEEP:
         for c in bwd.CANDIDATE_CONFIGS:
@@ -223,8 +223,9 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the plan, touch no GPU")
     ap.add_argument("--skip-triton", action="store_true",
                     help="leave out our Triton rows (their autotuning costs ~2 min per head dim)")
+    ap.add_argument("--skip-ws", action="store_true", help="leave out the stage-3b rows (ws+gluon-bwd-ws)")
     args = ap.parse_args()
-    specs = plan(args.skip_triton)
+    specs = plan(args.skip_triton, args.skip_ws)
     if args.dry_run:
         for s in specs:
             print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{cfg_text(s['config']):<26} est {s['est']:5.1f} s")
