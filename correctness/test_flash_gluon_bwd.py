@@ -107,8 +107,9 @@ for d in (64, 80, 96, 128):
         add(d, causal, mod.default_config(d), str(mod.default_config(d)))
 for d in (80, 128):
     add(d, True, mod.default_config(d), str(mod.default_config(d)) + " fp16", torch.float16)
-for config in mod.CANDIDATE_CONFIGS[1:]:
-    add(128, True, config, str(config))
+for config in mod.CANDIDATE_CONFIGS:
+    if config != mod.default_config(128):
+        add(128, True, config, str(config))
 for d in (64, 80, 96):  # dK/dV only (dQ from the Triton kernel) at the other head dims
     add(d, True, mod.GluonBwdConfig(dq="triton"), str(mod.GluonBwdConfig(dq="triton")))
 print(json.dumps(rows))
@@ -117,7 +118,7 @@ print(json.dumps(rows))
 
 def test_gluon_backward_compiles_for_hopper():
     """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), the other
-    candidates at d 128 causal and the dK/dV-only kernel (dq "triton") at d 64/80/96 causal: compiles for sm_90a, no local memory and stack within
+    candidates at d 128 causal (the one-pass reduce among them) and the dK/dV-only kernel (dq "triton") at d 64/80/96 causal: compiles for sm_90a, no local memory and stack within
     STACK_BOUND, shared memory what shared_bytes predicts (within the H100's 227 KB), products on
     wgmma (no HMMA), Q/dO/K/V through TMA loads, dK/dV through TMA stores and dQ through the bulk
     tensor reduce (none in the dK/dV-only kernel)."""
@@ -236,7 +237,7 @@ def test_gluon_backward_launch_args():
         a = _args((2, 3, 1000, d))
         q = a["q"]
         grid, args, opts = bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], torch.empty(q.shape),
-                                           torch.empty_like(q), torch.empty_like(q), True)
+                                           torch.empty_like(q), torch.empty_like(q), True, bwd.GluonBwdConfig())
         assert grid == (8, 6) and opts == {"num_warps": 8}
         assert all(x is not None for x in args[:7]) and all((x is not None) == hi for x in args[7:14])
         assert args[19] == pytest.approx(1.4426950408889634 / math.sqrt(d)) and args[20] == pytest.approx(d ** -0.5)
@@ -370,12 +371,17 @@ def test_gluon_backward_gpu_candidate_configs(config, d, is_causal):
 def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal):
     """Every score of every row below -100, so lse < -100: a padded key row (K = 0, score 0) would
     get P = exp(-lse) = inf, and dQ = dS·K would take inf·0 = NaN from it unless the ragged key tile
-    masks it (n_k = 37 and 200 are not multiples of 128)."""
+    masks it (n_k = 37 and 200 are not multiples of 128).
+
+    The magnitude is in Q, not K: keys sharing a large common component make dQ = Σ_j dS_j·K_j cancel
+    (Σ_j dS_j = 0), and dS rounded to bf16 for the MMA alone then costs ~2e-2 relative error in dQ,
+    any kernel's floor (float64 emulation; an H100 run failed the bf16 tolerance by that, 2.09e-2 at
+    d 128). Large queries keep every score below -100 with a floor of ~3e-3."""
     g = torch.Generator().manual_seed(4)
     direction = F.normalize(torch.randn(d, generator=g), dim=0)
     for n_q, n_k in ((40, 37), (300, 200)):
-        q = 12 * direction + 0.1 * torch.randn(1, 2, n_q, d, generator=g)
-        k = -12 * math.sqrt(d) * direction + torch.randn(1, 2, n_k, d, generator=g)
+        q = 13 * math.sqrt(d) * direction + 0.1 * torch.randn(1, 2, n_q, d, generator=g)
+        k = -13 * direction + torch.randn(1, 2, n_k, d, generator=g)
         v, do = torch.randn(1, 2, n_k, d, generator=g), torch.randn(1, 2, n_q, d, generator=g)
         q, k, v, do = (t.to(device="cuda", dtype=torch.bfloat16) for t in (q, k, v, do))
         check(q, k, v, do, is_causal)

@@ -88,8 +88,10 @@ CANDIDATE_CONFIGS = (GluonBwdConfig(64, 128, 8, 2), GluonBwdConfig(64, 128, 8, 3
 
 def default_config(d: int) -> GluonBwdConfig:
     """128 keys on two warpgroups, 64-row query tiles (FA3's d 128 backward tile), two Q/dO slots.
-    Not yet measured: the probe (tools/probes/flash_gluon_bwd.py) sweeps the alternatives."""
-    return GluonBwdConfig(64, 128, 8, 2)
+    At d 128, dK/dV here and dQ from the Triton dQ kernel: the one-pass kernel spills there, and on an
+    H100 (probes/flash_gluon_bwd_2fbd353-bwd.json) the split ran 50.9 against 67.0 ms at
+    1x32x32768x128 and 3.69 against 4.97 ms at 4x32x4096x128, causal. Below d 128 one pass (unswept)."""
+    return GluonBwdConfig(64, 128, 8, 2, dq="triton" if d == 128 else "reduce")
 
 
 def shared_bytes(d: int, config: GluonBwdConfig, itemsize: int = 2) -> int:
