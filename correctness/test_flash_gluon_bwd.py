@@ -1,0 +1,640 @@
+"""The Gluon backward for Hopper: impl.attention.flash_gluon_bwd (issue 47, stage 3).
+
+On the CPU: the kernel compiles for sm_90a at every head dim, causal and full (bf16; fp16 at d 80
+and 128) and at each candidate config, within the H100's shared memory, its products on wgmma, its
+loads and stores through TMA and its dQ through the bulk tensor reduce (UTMAREDG in the SASS); the
+launcher refuses what it cannot run with a message naming the constraint; nothing on the default
+attention paths imports the module.
+
+On an H100 (marked gpu): dQ, dK, dV against a float64 CPU reference (D from the o the forward
+stored, as correctness/test_attention.py does) for d 64/80/96/128, causal and full, ragged lengths,
+batch and heads > 1, bf16 and fp16, with o and lse from the Triton forward and from both Gluon
+forwards; the dK/dV-only kernel with the Triton dQ kernel; every candidate config; rows whose every score is very negative (padded keys); 3-D and
+strided inputs; 4096-long sequences against the Triton backward.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton.experimental.gluon")  # triton is a dependency on Linux only
+
+from impl.attention import flash_gluon_bwd as bwd  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAS_CUDA = torch.cuda.is_available()
+IS_SM90 = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+gpu = pytest.mark.gpu
+needs_sm90 = pytest.mark.skipif(not IS_SM90, reason="the Gluon backward is written for sm_90 (H100/H200)")
+
+HEAD_DIMS = (64, 80, 96, 128)
+#: Stack bytes ptxas may use at each head dim (spilled loop-invariant values: wgmma descriptors and
+#: addresses; the fp32 dK and dV accumulators alone are 128 of the 255 registers at d 128). Read in
+#: NOTES.md ("Issue 47, stage 3"); a bound so that a change which spills more shows.
+STACK_BOUND = {64: 0, 80: 0, 96: 64, 128: 512}
+
+
+def _run(code: str, *args: str) -> str:
+    """Run `code` in a fresh Python without the interpreter, this checkout's src first on its path."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=900,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+# ----------------------------------------------------------------------------- CPU: compile for sm_90a
+
+# The launcher's own launch_args (CPU tensors), triton.compile for sm_90a, cuobjdump of the cubin:
+# registers, stack and local bytes; instruction counts from the SASS; shared memory from the metadata.
+_COMPILE = r"""
+import json, os, re, subprocess, sys, tempfile, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.runtime.jit import mangle_type
+from impl.attention import flash_gluon_bwd as mod
+
+fn = mod._attn_bwd_sm90
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+def compile_sm90(d, causal, config, dtype=torch.bfloat16):
+    q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+    dq32 = torch.empty(q.shape) if config.dq == "reduce" else None
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, dq32, dk, dv, causal, config)
+    sig, const = {}, {}
+    for i, (name, a) in enumerate(zip(fn.arg_names, args)):
+        if fn.params[i].is_constexpr or a is None:
+            sig[name], const[(i,)] = "constexpr", a
+        else:
+            sig[name] = mangle_type(a)
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("L", "Delta")}
+    return triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
+
+def figures(ck):
+    path = tempfile.mktemp(suffix=".cubin")
+    open(path, "wb").write(ck.asm["cubin"])
+    res = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True, check=True).stdout
+    os.unlink(path)
+    usage = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", res))
+    count = lambda pattern: len(re.findall(pattern, sass))
+    return dict(regs=int(usage["REG"]), stack=int(usage["STACK"]), local=int(usage["LOCAL"]), shared=ck.metadata.shared,
+                hgmma=count(r"\bHGMMA\."), hmma=count(r"\bHMMA\."), tma_loads=count(r"\bUTMALDG\b"),
+                tma_stores=count(r"\bUTMASTG\b"), tma_reduce=count(r"\bUTMAREDG\b"), ex2=count(r"\bMUFU\.EX2\b"),
+                bar_sync=count(r"\bBAR\.SYNC\b"), stl=count(r"\bSTL\b"), ldl=count(r"\bLDL\b"),
+                warps=ck.metadata.num_warps, target=re.search(r"\.target\s+(\S+)", ck.asm["ptx"]).group(1))
+
+rows = []
+def add(d, causal, config, label, dtype=torch.bfloat16):
+    row = dict(d=d, causal=causal, config=label, predicted=mod.shared_bytes(d, config), reduce=config.dq == "reduce")
+    try:
+        ck = compile_sm90(d, causal, config, dtype)
+    except ValueError as e:
+        rows.append(dict(row, refused=str(e)))
+        return
+    rows.append(dict(row, **figures(ck)))
+
+for d in (64, 80, 96, 128):
+    for causal in (False, True):
+        add(d, causal, mod.default_config(d), str(mod.default_config(d)))
+for d in (80, 128):
+    add(d, True, mod.default_config(d), str(mod.default_config(d)) + " fp16", torch.float16)
+for config in mod.CANDIDATE_CONFIGS:
+    if config != mod.default_config(128):
+        add(128, True, config, str(config))
+for d in (64, 80, 96):  # dK/dV only (dQ from the Triton kernel) at the other head dims
+    add(d, True, mod.GluonBwdConfig(dq="triton"), str(mod.GluonBwdConfig(dq="triton")))
+print(json.dumps(rows))
+"""
+
+
+def test_gluon_backward_compiles_for_hopper():
+    """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), the other
+    candidates at d 128 causal (the one-pass reduce among them) and the dK/dV-only kernel (dq "triton") at d 64/80/96 causal: compiles for sm_90a, no local memory and stack within
+    STACK_BOUND, shared memory what shared_bytes predicts (within the H100's 227 KB), products on
+    wgmma (no HMMA), Q/dO/K/V through TMA loads, dK/dV through TMA stores and dQ through the bulk
+    tensor reduce (none in the dK/dV-only kernel)."""
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    rows = json.loads(_run(_COMPILE))
+    print(f"\n{'d':>4} {'causal':>6} {'config':<76} {'regs':>4} {'stack':>5} {'shared B':>8} {'HGMMA':>5} "
+          f"{'TMA ld/st/red':>13} {'EX2':>4} {'BAR':>4} {'STL/LDL':>7}")
+    for r in rows:
+        if "refused" in r:
+            print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<76} refused: {r['predicted']} B")
+            continue
+        print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<76} {r['regs']:>4} {r['stack']:>5} {r['shared']:>8} "
+              f"{r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']}/{r['tma_reduce']:<4} {r['ex2']:>4} "
+              f"{r['bar_sync']:>4} {r['stl']:>3}/{r['ldl']:<3}")
+    assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
+    for r in rows:
+        if "refused" in r:
+            assert r["predicted"] > SM90_MAX_SHARED, r
+            continue
+        assert r["target"] == "sm_90a", r
+        assert r["local"] == 0 and r["stack"] <= STACK_BOUND[r["d"]], f"spills: {r}"
+        assert r["regs"] <= 255, r
+        assert r["predicted"] - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+        assert r["hgmma"] > 0 and r["hmma"] == 0, r
+        assert r["tma_loads"] > 0 and r["tma_stores"] > 0 and (r["tma_reduce"] > 0) == r["reduce"], r
+
+
+# ----------------------------------------------------------------------------- CPU: refusals, isolation
+
+def _inputs(shape_q, shape_k=None, dtype=torch.bfloat16, device="cpu", seed=0, scale=1.0):
+    """q, k, v, do (unit normal; q and k times scale)."""
+    g = torch.Generator().manual_seed(seed)
+    shape_k = shape_k or shape_q
+    q = (torch.randn(shape_q, generator=g) * scale).to(dtype=dtype, device=device)
+    k = (torch.randn(shape_k, generator=g) * scale).to(dtype=dtype, device=device)
+    v = torch.randn(shape_k, generator=g).to(dtype=dtype, device=device)
+    do = torch.randn(shape_q, generator=g).to(dtype=dtype, device=device)
+    return q, k, v, do
+
+
+def _args(shape=(2, 3, 40, 64), dtype=torch.bfloat16):
+    q, k, v, do = _inputs(shape, dtype=dtype)
+    return dict(q=q, k=k, v=v, o=torch.empty_like(q), do=do, lse=torch.zeros(q.shape[:-1]))
+
+
+@pytest.mark.parametrize("case,match", [
+    ("fp32", "bf16/fp16"),
+    ("mixed dtypes", "bf16/fp16"),
+    ("head dim 48", "head dim must be one of"),
+    ("k, v shapes differ", "k and v must be"),
+    ("2-D", r"\(B, H, N, d\)"),
+    ("do shape", "do must match q's shape"),
+    ("o dtype", "o must match q's shape .* and dtype"),
+    ("lse dtype", "lse must be float32"),
+    ("lse shape", "lse must be float32 of shape"),
+    ("do not innermost", "do needs unit stride along the head dim"),
+    ("q row stride not 16 B", "multiples of 16 bytes"),
+])
+def test_gluon_backward_names_the_broken_constraint(case, match):
+    a = _args()
+    if case == "fp32":
+        a = _args(dtype=torch.float32)
+    elif case == "mixed dtypes":
+        a["v"] = a["v"].half()
+    elif case == "head dim 48":
+        a = _args((2, 3, 40, 48))
+    elif case == "k, v shapes differ":
+        a["v"] = a["v"][:, :, :30]
+    elif case == "2-D":
+        a = {n: t[0, 0] for n, t in a.items()}
+    elif case == "do shape":
+        a["do"] = a["do"][:, :, :30]
+    elif case == "o dtype":
+        a["o"] = a["o"].half()
+    elif case == "lse dtype":
+        a["lse"] = a["lse"].double()
+    elif case == "lse shape":
+        a["lse"] = a["lse"][..., :30]
+    elif case == "do not innermost":
+        a["do"] = a["do"].transpose(-1, -2).contiguous().transpose(-1, -2)
+    elif case == "q row stride not 16 B":  # rows 68 elements apart: 136 bytes
+        a["q"] = torch.randn(2, 3, 40, 68).to(torch.bfloat16)[..., :64]
+    with pytest.raises(ValueError, match=f"^flash_gluon_backward: .*{match}"):
+        bwd.flash_gluon_backward(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True)
+
+
+def test_gluon_backward_refuses_other_devices():
+    """Valid inputs off an sm_90 GPU: a RuntimeError that says what the kernel needs."""
+    a = _args()
+    with pytest.raises(RuntimeError, match="^flash_gluon_backward .*sm_90"):
+        bwd.flash_gluon_backward(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], False)
+
+
+def test_gluon_backward_refuses_configs_over_shared_memory():
+    a = _args((1, 2, 40, 128))
+    q = a["q"]
+    config = bwd.GluonBwdConfig(64, 128, 8, 4)  # 64 KB K/V + 4 x 32 KB ring + 16 + 32 KB > 227 KB
+    with pytest.raises(ValueError, match="shared memory"):
+        bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], torch.empty(q.shape), torch.empty_like(q),
+                        torch.empty_like(q), True, config)
+
+
+@pytest.mark.parametrize("fields,match", [(dict(block_n=32), "block_n"), (dict(num_warps=4), "block_n"),
+                                          (dict(block_m=32), "block_m"), (dict(num_stages=5), "num_stages"),
+                                          (dict(dq="atomic"), "dq must be")])
+def test_gluon_backward_config_refuses_what_it_cannot_run(fields, match):
+    with pytest.raises(ValueError, match=match):
+        bwd.GluonBwdConfig(**fields)
+
+
+def test_gluon_backward_launch_args():
+    """One program per key tile and (batch, head); the scale and its base-2 form as the forwards pass
+    them; 14 descriptors, the hi halves None at d 128 and set at d 80 (64 + 16)."""
+    for d, hi in ((128, False), (80, True)):
+        a = _args((2, 3, 1000, d))
+        q = a["q"]
+        grid, args, opts = bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], torch.empty(q.shape),
+                                           torch.empty_like(q), torch.empty_like(q), True, bwd.GluonBwdConfig())
+        assert grid == (8, 6) and opts == {"num_warps": 8}
+        assert all(x is not None for x in args[:7]) and all((x is not None) == hi for x in args[7:14])
+        assert args[19] == pytest.approx(1.4426950408889634 / math.sqrt(d)) and args[20] == pytest.approx(d ** -0.5)
+
+
+def test_gluon_backward_is_off_the_default_paths():
+    """Issue 47 wires the kernels in at stage 4: until then importing the attention package, the
+    Triton path and the model does not import it."""
+    out = _run("import sys, impl.attention, impl.attention.flash_triton, impl.model\n"
+               "print('impl.attention.flash_gluon_bwd' in sys.modules, 'impl.attention.flash_gluon_bwd_ws' in sys.modules)")
+    assert out.split() == ["False", "False"]
+
+
+# ----------------------------------------------------------------------------- GPU (unrun until a GPU session)
+
+def rel_err(out, ref):
+    """||out - ref|| / max(||ref||, 0.1 sqrt(numel)), as correctness/test_attention.py measures."""
+    ref = ref.double().cpu()
+    floor = 0.1 * math.sqrt(max(ref.numel(), 1))
+    return ((out.double().cpu() - ref).norm() / max(ref.norm().item(), floor)).item()
+
+
+TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3}  # test_attention.py's tolerances by dtype
+
+
+def reference_grads(q, k, v, do, o, is_causal):
+    """float64 on the CPU: (dq, dk, dv), causal top-left aligned, D = rowsum(dO·O) from the o the
+    forward stored (test_attention.py's convention: O's rounding is no backward's error)."""
+    q, k, v, do, o = (x.detach().cpu().double() for x in (q, k, v, do, o))
+    scale = 1 / math.sqrt(q.shape[-1])
+    s = q @ k.transpose(-2, -1) * scale
+    if is_causal:
+        s = s.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    ds = p * (do @ v.transpose(-2, -1) - (do * o).sum(-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, p.transpose(-2, -1) @ do
+
+
+def forward(kind, q, k, v, is_causal):
+    """(o, lse) of one of the forwards the backward pairs with."""
+    if kind == "triton":
+        from impl.attention.flash_launch import flash_attention_triton_forward
+        from impl.attention.flash_options import FlashOptions
+
+        return flash_attention_triton_forward(q, k, v, is_causal, options=FlashOptions(autotune=False))
+    if kind == "stage1":
+        from impl.attention.flash_gluon import flash_gluon_forward
+
+        return flash_gluon_forward(q, k, v, is_causal)
+    from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
+
+    return flash_gluon_ws_forward(q, k, v, is_causal)
+
+
+def check(q, k, v, do, is_causal, fwd="triton", config=None, tol=None):
+    o, lse = forward(fwd, q, k, v, is_causal)
+    dq, dk, dv = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, config)
+    for g, x in ((dq, q), (dk, k), (dv, v)):
+        assert g.shape == x.shape and g.dtype == x.dtype and g.device == x.device
+        assert torch.isfinite(g).all()
+    ref = reference_grads(q, k, v, do, o, is_causal)
+    errs = {n: rel_err(g, r) for n, g, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref)}
+    tol = tol or TOL[q.dtype]
+    assert all(e < tol for e in errs.values()), f"rel errors above {tol}: {errs}"
+    return dq, dk, dv
+
+
+# (B, H, N_Q, N_K): ragged lengths; 1000 queries are 16 tiles of 64, so the 2-slot ring wraps 8 times.
+SHAPES = [(2, 3, 300, 300), (1, 2, 1000, 1000), (2, 2, 200, 333), (1, 3, 257, 129)]
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gluon_backward_gpu_matches_reference(shape, d, is_causal, dtype):
+    B, H, n_q, n_k = shape
+    check(*_inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda"), is_causal)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gluon_backward_gpu_dkdv_only_with_triton_dq(shape, d, is_causal):
+    """dq "triton": this kernel for dK and dV, the Triton dQ kernel (which writes D) for dQ."""
+    B, H, n_q, n_k = shape
+    check(*_inputs((B, H, n_q, d), (B, H, n_k, d), torch.bfloat16, "cuda"), is_causal,
+          config=bwd.GluonBwdConfig(dq="triton"))
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("fwd", ["stage1", "ws"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_gluon_backward_gpu_pairs_with_the_gluon_forwards(d, is_causal, fwd):
+    """o and lse from the stage-1 and stage-2 Gluon forwards (same natural-log lse contract)."""
+    check(*_inputs((2, 3, 1000, d), dtype=torch.bfloat16, device="cuda"), is_causal, fwd=fwd)
+
+
+def _config_id(c) -> str:
+    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}"
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [80, 128])
+@pytest.mark.parametrize("config", bwd.CANDIDATE_CONFIGS, ids=_config_id)
+def test_gluon_backward_gpu_candidate_configs(config, d, is_causal):
+    """Each config the probe times is correct (those over shared memory are refused, not run)."""
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    q, k, v, do = _inputs((2, 2, 1000, d), dtype=torch.bfloat16, device="cuda")
+    if bwd.shared_bytes(d, config) > SM90_MAX_SHARED:
+        o, lse = forward("triton", q, k, v, is_causal)
+        with pytest.raises(ValueError, match="shared memory"):
+            bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, config)
+        return
+    check(q, k, v, do, is_causal, config=config)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal):
+    """Every score of every row below -100, so lse < -100: a padded key row (K = 0, score 0) would
+    get P = exp(-lse) = inf, and dQ = dS·K would take inf·0 = NaN from it unless the ragged key tile
+    masks it (n_k = 37 and 200 are not multiples of 128).
+
+    The magnitude is in Q, not K: keys sharing a large common component make dQ = Σ_j dS_j·K_j cancel
+    (Σ_j dS_j = 0), and dS rounded to bf16 for the MMA alone then costs ~2e-2 relative error in dQ,
+    any kernel's floor (float64 emulation; an H100 run failed the bf16 tolerance by that, 2.09e-2 at
+    d 128). Large queries keep every score below -100 with a floor of ~3e-3."""
+    g = torch.Generator().manual_seed(4)
+    direction = F.normalize(torch.randn(d, generator=g), dim=0)
+    for n_q, n_k in ((40, 37), (300, 200)):
+        q = 13 * math.sqrt(d) * direction + 0.1 * torch.randn(1, 2, n_q, d, generator=g)
+        k = -13 * direction + torch.randn(1, 2, n_k, d, generator=g)
+        v, do = torch.randn(1, 2, n_k, d, generator=g), torch.randn(1, 2, n_q, d, generator=g)
+        q, k, v, do = (t.to(device="cuda", dtype=torch.bfloat16) for t in (q, k, v, do))
+        check(q, k, v, do, is_causal)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_gluon_backward_gpu_strided_and_3d_inputs(d, is_causal):
+    """(B, N, H, d) storage (a model's projections) and 3-D inputs run the same code on the same
+    values: dK and dV bit-identical to contiguous 4-D inputs (one program owns each key tile); dQ is
+    summed by reduce-adds in whatever order the programs reach them, so only close."""
+    B, H, n = 2, 3, 300
+    q, k, v, do = (x.transpose(1, 2) for x in _inputs((B, n, H, d), dtype=torch.bfloat16, device="cuda"))
+    assert not q.is_contiguous()
+    o, lse = forward("triton", q, k, v, is_causal)
+    dq, dk, dv = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal)
+    c = [x.contiguous() for x in (q, k, v, o, do)]
+    dq_c, dk_c, dv_c = bwd.flash_gluon_backward(*c, lse, is_causal)
+    assert torch.equal(dk, dk_c) and torch.equal(dv, dv_c)
+    torch.testing.assert_close(dq, dq_c, rtol=1e-2, atol=1e-2)
+    dq3, dk3, dv3 = bwd.flash_gluon_backward(q[:, 0], k[:, 0], v[:, 0], o[:, 0], do[:, 0], lse[:, 0], is_causal)
+    assert dq3.shape == q[:, 0].shape and torch.equal(dk3, dk_c[:, 0]) and torch.equal(dv3, dv_c[:, 0])
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_gluon_backward_gpu_long_sequences_match_triton(is_causal):
+    """4096 queries and keys at d 128 (64 query tiles per key tile: the ring wraps 32 times, 32
+    programs add into each dQ tile) against the Triton two-pass backward."""
+    from impl.attention.flash_launch import flash_attention_triton_backward
+    from impl.attention.flash_options import FlashOptions
+
+    q, k, v, do = _inputs((2, 4, 4096, 128), dtype=torch.bfloat16, device="cuda")
+    o, lse = forward("triton", q, k, v, is_causal)
+    got = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal)
+    want = flash_attention_triton_backward(q, k, v, o, do, lse, is_causal, options=FlashOptions(autotune=False))
+    for n, g, w in zip(("dq", "dk", "dv"), got, want[:3]):
+        assert rel_err(g, w) < TOL[torch.bfloat16], (n, rel_err(g, w))
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [80, 128])
+@pytest.mark.parametrize("dq", ["reduce", "triton"])
+def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
+    """Every torch.empty is NaN-poisoned (as test_attention.py does): the launcher's outputs (dK, dV,
+    dQ or the fp32 dQ buffer, D) must have every element written or zeroed by a kernel (the ragged key
+    tile's rows, the dQ rows every program adds into)."""
+    q, k, v, do = _inputs((2, 3, 333, d), (2, 3, 200, d), dtype=torch.bfloat16, device="cuda", seed=3)
+    o, lse = forward("triton", q, k, v, is_causal)
+    orig_empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):
+        t = orig_empty(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    dq_, dk, dv = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, bwd.GluonBwdConfig(dq=dq))
+    monkeypatch.undo()
+    assert torch.isfinite(dq_).all() and torch.isfinite(dk).all() and torch.isfinite(dv).all()
+    ref = reference_grads(q, k, v, do, o, is_causal)
+    assert all(rel_err(g, r) < TOL[torch.bfloat16] for g, r in zip((dq_, dk, dv), ref))
+
+
+# ----------------------------------------------------------------------------- CPU: the schedule, emulated
+
+def _emulate(q, k, v, do, o, lse, is_causal, config):
+    """The kernel's schedule in float64 torch, line for line with _attn_bwd_sm90 / _q_loop: per key
+    tile the query tiles from j0 (causal: the tile holding query n0) with the first n_diag masked,
+    zero-filled rows past N_Q / N_K, the key mask only in the ragged key tile's program, P in base 2
+    from the natural-log lse, dQ accumulated tile by tile as the reduce-adds do. A check of the
+    kernel's index arithmetic and conventions that runs on the CPU (the kernel itself cannot)."""
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    bm, bn = config.block_m, config.block_n
+    log2e = 1.4426950408889634
+    sm_scale = 1 / math.sqrt(d)
+    qk_scale = sm_scale * log2e
+    n_m = -(-n_q // bm)
+    pad_q, pad_k = n_m * bm - n_q, -(-n_k // bn) * bn - n_k
+    zq = lambda x: F.pad(x, (0, 0, 0, pad_q))  # noqa: E731 - TMA's zero fill
+    zk = lambda x: F.pad(x, (0, 0, 0, pad_k))  # noqa: E731
+    q_, do_, k_, v_ = zq(q), zq(do), zk(k), zk(v)
+    delta = (o * do).sum(-1)
+    lse_, delta_ = F.pad(lse, (0, pad_q)), F.pad(delta, (0, pad_q))  # masked loads, other=0
+    dq, dk, dv = torch.zeros_like(q_), torch.zeros_like(k_), torch.zeros_like(v_)
+    for pid_n in range(-(-n_k // bn)):
+        n0 = pid_n * bn
+        if is_causal:
+            j0 = min(n0 // bm, n_m)
+            n_t = n_m - j0
+            n_diag = min(bn // bm, n_t)
+        else:
+            j0, n_t, n_diag = 0, n_m, 0
+        offs_n = torch.arange(n0, n0 + bn)
+        kt, vt = k_[:, :, n0:n0 + bn], v_[:, :, n0:n0 + bn]
+        for t in range(n_t):
+            m0 = (j0 + t) * bm
+            offs_m = torch.arange(m0, m0 + bm)
+            qt, dot = q_[:, :, m0:m0 + bm], do_[:, :, m0:m0 + bm]
+            st = kt @ qt.transpose(-1, -2)
+            pt = torch.exp2(st * qk_scale - lse_[:, :, None, m0:m0 + bm] * log2e)
+            if t < n_diag:
+                pt = torch.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
+            if t < n_diag or n0 + bn > n_k:
+                pt = torch.where((offs_n < n_k)[:, None], pt, 0.0)
+            dv[:, :, n0:n0 + bn] += pt @ dot
+            dst = pt * (vt @ dot.transpose(-1, -2) - delta_[:, :, None, m0:m0 + bm])
+            dk[:, :, n0:n0 + bn] += dst @ qt
+            dq[:, :, m0:m0 + bm] += dst.transpose(-1, -2) @ kt * sm_scale
+    return dq[:, :, :n_q], dk[:, :, :n_k] * sm_scale, dv[:, :, :n_k]
+
+
+@pytest.mark.parametrize("very_negative", [False, True], ids=["normal", "very-negative"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES + [(1, 1, 129, 300), (1, 2, 64, 64)], ids=lambda s: "x".join(map(str, s)))
+def test_gluon_backward_schedule_emulated_on_cpu(shape, is_causal, very_negative):
+    """The kernel's tile schedule and conventions (emulated: _emulate) give the reference gradients,
+    for ragged lengths, N_Q != N_K both ways, one tile, both tile shapes of the candidates, and scores
+    so negative that a padded key's P overflows (the key mask of the ragged key tile)."""
+    B, H, n_q, n_k = shape
+    q, k, v, do = (x.double() for x in _inputs((B, H, n_q, 32), (B, H, n_k, 32), torch.float32, seed=5))
+    if very_negative:  # every score near -1000: lse < -710, so exp(-lse) of a padded key overflows float64
+        direction = F.normalize(torch.randn(32, generator=torch.Generator().manual_seed(6), dtype=torch.float64), dim=0)
+        q, k = 40 * direction + 0.1 * q, -25 * math.sqrt(32) * direction + 0.1 * k
+    s = q @ k.transpose(-2, -1) / math.sqrt(32)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool).tril(), float("-inf"))
+    lse, o = torch.logsumexp(s, -1), torch.softmax(s, -1) @ v
+    ref = reference_grads(q, k, v, do, o, is_causal)
+    for config in (bwd.GluonBwdConfig(), bwd.GluonBwdConfig(64, 64, 4, 2)):
+        got = _emulate(q, k, v, do, o, lse, is_causal, config)
+        for n, g, r in zip(("dq", "dk", "dv"), got, ref):
+            assert torch.isfinite(g).all(), n
+            torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-9, msg=n)
+
+
+# ----------------------------------------------------------------------------- stage 3b: the warp-specialized experiment
+
+_COMPILE_WS = r"""
+import json, os, re, subprocess, sys, tempfile, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.runtime.jit import mangle_type
+from impl.attention import flash_gluon_bwd_ws as mod
+
+fn = mod._attn_bwd_ws_sm90
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+rows = []
+for causal in (False, True):
+    q, k, v, do = (torch.randn(2, 3, 1000, 128, dtype=torch.bfloat16) for _ in range(4))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                       torch.empty_like(v), causal)
+    sig, const = {}, {}
+    for i, (name, a) in enumerate(zip(fn.arg_names, args)):
+        if fn.params[i].is_constexpr or a is None:
+            sig[name], const[(i,)] = "constexpr", a
+        else:
+            sig[name] = mangle_type(a)
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("L", "Delta")}
+    ck = triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
+    path = tempfile.mktemp(suffix=".cubin")
+    open(path, "wb").write(ck.asm["cubin"])
+    res = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True, check=True).stdout
+    os.unlink(path)
+    budgets, budget, top = {}, None, 0
+    for line in sass.splitlines():
+        m = re.search(r"USETMAXREG\.\S+\.CTAPOOL\s+(?:UP\d+,\s*)?(0x[0-9a-f]+|\d+)", line)
+        if m:
+            if budget is not None:
+                budgets[budget] = max(budgets.get(budget, 0), top)
+            budget, top = int(m.group(1), 0), 0
+            continue
+        top = max([top] + [int(r) + 1 for r in re.findall(r"\bR(\d+)\b", line)])
+    if budget is not None:
+        budgets[budget] = max(budgets.get(budget, 0), top)
+    usage = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", res))
+    count = lambda pattern: len(re.findall(pattern, sass))
+    rows.append(dict(causal=causal, stack=int(usage["STACK"]), local=int(usage["LOCAL"]), shared=ck.metadata.shared,
+                     predicted=mod.shared_bytes(128), warps=ck.metadata.num_warps, hgmma=count(r"\bHGMMA\."),
+                     hmma=count(r"\bHMMA\."), tma_reduce=count(r"\bUTMAREDG\b"), stl=count(r"\bSTL\b"),
+                     ldl=count(r"\bLDL\b"), bar_sync=count(r"\bBAR\.SYNC\b"),
+                     budgets={str(b): r for b, r in sorted(budgets.items())}))
+print(json.dumps(rows))
+"""
+
+
+def test_ws_backward_compiles_for_hopper():
+    """Stage 3b at d 128, full and causal: 12 warps, setmaxnreg budgets 240 (consumers) / 24 (load
+    warp) with no partition past its budget, wgmma only, dQ by reduce, shared memory within its bound;
+    the stack is what the 240-register budget spills (read in NOTES.md), bounded."""
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    rows = json.loads(_run(_COMPILE_WS))
+    for r in rows:
+        print(f"\nws d 128 causal={r['causal']}: stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared "
+              f"{r['shared']} B, HGMMA {r['hgmma']}, UTMAREDG {r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, "
+              f"budget: regs touched {r['budgets']}")
+        assert r["local"] == 0 and r["stack"] <= 512, r
+        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["budgets"]}, r
+        assert all(used <= int(b) for b, used in r["budgets"].items()), r
+        assert r["hgmma"] > 0 and r["hmma"] == 0 and r["tma_reduce"] > 0, r
+        assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+
+
+def test_ws_backward_refuses_other_head_dims_and_devices():
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((1, 2, 40, 64))
+    with pytest.raises(ValueError, match="^flash_gluon_backward_ws: head dim 128 only"):
+        ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True)
+    a = _args((1, 2, 40, 128))
+    with pytest.raises(RuntimeError, match="^flash_gluon_backward_ws .*sm_90"):
+        ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_gpu_matches_reference(shape, is_causal, monkeypatch):
+    """Stage 3b at d 128 against the float64 reference (every torch.empty NaN-poisoned)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    B, H, n_q, n_k = shape
+    q, k, v, do = _inputs((B, H, n_q, 128), (B, H, n_k, 128), torch.bfloat16, "cuda")
+    o, lse = forward("triton", q, k, v, is_causal)
+    orig_empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):
+        t = orig_empty(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal)
+    monkeypatch.undo()
+    assert all(torch.isfinite(g).all() for g in got)
+    if n_q > 2000:  # against the Triton backward (the float64 reference is slow there)
+        from impl.attention.flash_launch import flash_attention_triton_backward
+        from impl.attention.flash_options import FlashOptions
+
+        want = flash_attention_triton_backward(q, k, v, o, do, lse, is_causal, options=FlashOptions(autotune=False))
+    else:
+        want = reference_grads(q, k, v, do, o, is_causal)
+    errs = [rel_err(g, w) for g, w in zip(got, want)]
+    assert all(e < TOL[torch.bfloat16] for e in errs), errs

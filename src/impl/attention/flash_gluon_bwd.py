@@ -1,0 +1,565 @@
+"""FlashAttention backward for Hopper (sm_90a) in Gluon: issue 47, stage 3 (one pass, dQ by TMA reduce-add).
+
+One program owns one key tile (BLOCK_N keys) of one (batch, head) and walks the query tiles that see
+it, as the Triton single-pass backward (``flash_kernels._attn_bwd_atomic``) does, with the Hopper
+machinery written out:
+
+* **Resident K and V.** The key tile's K and V are loaded once by TMA and stay in shared memory; the
+  dK and dV accumulators (fp32, BLOCK_N x d) stay in registers for the whole program.
+* **Streamed Q and dO.** Query tiles (BLOCK_M rows) stream through a ring of NUM_STAGES slots, one
+  mbarrier per slot for Q and one for dO; lse and D = rowsum(O·dO) come by pointer (BLOCK_M floats).
+* **Transposed products** (keys are the wgmma M dimension, 16 key rows per warp, so dK and dV need
+  no transposes): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory (Qᵀ, dOᵀ permuted views);
+  Pᵀ = exp2(Sᵀ·scale·log2 e − lse·log2 e); dV += Pᵀ·dO with Pᵀ from registers (the Sᵀ accumulator's
+  layout is the A operand's); dSᵀ = Pᵀ∘(dPᵀ − D); dK += dSᵀ·Q, dSᵀ from registers.
+* **dQ by TMA reduce-add.** dSᵀ also goes to shared memory (bf16/fp16), dQ_tile = dS·K runs as a
+  wgmma with the transposed dSᵀ view as A and the resident K as B (query rows on M: two warpgroups
+  split d), is scaled by 1/sqrt(d), written to an fp32 staging tile and added into an fp32 dQ buffer
+  by the copy engine (``cp.reduce.async.bulk.tensor.add``, what FlashAttention-3 does; Triton's
+  ``desc.atomic_add``, exposed in Gluon 3.6 only as the builder's ``create_async_tma_reduce``, wrapped
+  here as :func:`_tma_reduce_add`). The buffer is zeroed, and D computed, by the Triton backward's
+  preprocessing kernel (``_attn_bwd_preprocess``), and cast to the input dtype at the end.
+  5 tile products per (query tile, key tile) pair, against the two-pass Triton backward's 7.
+* **Masks only on diagonal tiles** (causal, top-left aligned: query i sees keys j <= i). Query tiles
+  before the key tile's first key are never loaded; rows past N_Q / N_K are zero-filled by TMA, which
+  makes their contributions exactly zero (Q = dO = 0 rows; K = V = 0 rows add 0 to dQ), and dropped on
+  the stores and the reduce.
+* **Head dims 64, 80, 96, 128** as the forwards hold them (80 = 64 + 16, 96 = 64 + 32): every product
+  over d is two chained wgmma, every d-wide accumulator two, every operand two descriptors.
+* **Epilogue.** dK·(1/sqrt d) and dV into K's and V's shared memory, then TMA stores.
+
+No warp specialization yet (stage 1's structure: CTA barriers in the loop, the elementwise work
+overlaps only the wgmma left in flight). The contract is the Triton backward's: it consumes the
+natural-log lse (fp32, q.shape[:-1]) and o of either forward (Triton, stage 1 or stage 2 Gluon).
+
+Nothing on the default paths imports this module (stage 4 wires it in). Importing it needs triton
+(Gluon) but no GPU; :func:`launch_args` builds a launch for CPU tensors (the sm_90a compile test).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+from triton._C.libtriton import ir
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .flash_gluon import (DTYPES, HEAD_DIM_TILES, LOG2E, _check_layout, _descriptor, _mma_layout, _tile_2d, as_4d,
+                          check_device, check_shared, validate)
+
+Tensor = torch.Tensor
+FN = "flash_gluon_backward"
+
+
+@dataclass(frozen=True)
+class GluonBwdConfig:
+    """One launch's tiles: block_n keys per program (16 per warp: each warp owns whole key rows of
+    Sᵀ, dK and dV), block_m query rows per streamed tile, num_warps (4 or 8), num_stages Q/dO slots."""
+
+    block_m: int = 64
+    block_n: int = 128
+    num_warps: int = 8
+    num_stages: int = 2
+    #: "reduce": dQ in this kernel, added by TMA reduce-add (one pass, 5 products); "triton": this
+    #: kernel computes dK and dV only (4 products) and dQ comes from the Triton two-pass backward's
+    #: dQ kernel (3 products), the issue's alternative "if that measures faster".
+    dq: str = "reduce"
+
+    def __post_init__(self) -> None:
+        if self.num_warps not in (4, 8) or self.block_n != 16 * self.num_warps:
+            raise ValueError(f"block_n must be 16 x num_warps with 4 or 8 warps, got {self}")
+        if self.block_m not in (64, 128) or self.block_n % self.block_m or not 2 <= self.num_stages <= 4:
+            raise ValueError(f"block_m must be 64 or 128 and divide block_n, num_stages 2..4, got {self}")
+        if self.dq not in ("reduce", "triton"):
+            raise ValueError(f"dq must be 'reduce' or 'triton', got {self}")
+
+
+#: The configs the GPU probe measures and the GPU tests check (those over 227 KB are refused).
+CANDIDATE_CONFIGS = (GluonBwdConfig(64, 128, 8, 2), GluonBwdConfig(64, 128, 8, 3), GluonBwdConfig(64, 64, 4, 2),
+                     GluonBwdConfig(64, 64, 4, 3), GluonBwdConfig(64, 128, 8, 2, dq="triton"))
+
+
+def default_config(d: int) -> GluonBwdConfig:
+    """128 keys on two warpgroups, 64-row query tiles (FA3's d 128 backward tile), two Q/dO slots.
+    At d 128, dK/dV here and dQ from the Triton dQ kernel: the one-pass kernel spills there, and on an
+    H100 (probes/flash_gluon_bwd_2fbd353-bwd.json) the split ran 50.9 against 67.0 ms at
+    1x32x32768x128 and 3.69 against 4.97 ms at 4x32x4096x128, causal. Below d 128 one pass (unswept)."""
+    return GluonBwdConfig(64, 128, 8, 2, dq="triton" if d == 128 else "reduce")
+
+
+def shared_bytes(d: int, config: GluonBwdConfig, itemsize: int = 2) -> int:
+    """Shared memory the kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ and the fp32 dQ
+    staging tile (dq "reduce" only) and the mbarriers (three allocations, each up to a 16-byte boundary)."""
+    kv = 2 * config.block_n * d * itemsize
+    ring = config.num_stages * 2 * config.block_m * d * itemsize
+    reduce = config.dq == "reduce"
+    ds = config.block_n * config.block_m * itemsize if reduce else 0
+    dq = config.block_m * d * 4 if reduce else 0
+    barriers = 16 + 2 * (-(-8 * config.num_stages // 16) * 16)
+    return kv + ring + ds + dq + barriers
+
+
+# ---------------------------------------------------------------------------
+# Gluon pieces
+# ---------------------------------------------------------------------------
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add the shared-memory tile src into global memory at coord through the descriptor, by the
+    copy engine (cp.reduce.async.bulk.tensor .add); completion as a TMA store's (tma.store_wait)."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+@gluon.constexpr_function
+def _dq_layout(num_warps, n):
+    """wgmma accumulator layout of a (64, n) dQ tile: one warpgroup's 4 warps along the 64 rows, the
+    warpgroups (num_warps // 4) splitting the n columns. None for n == 0."""
+    if n == 0:
+        return None
+    wg = num_warps // 4
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, wg], instr_shape=[16, n // wg, 16])
+
+
+@gluon.jit
+def _issue_q(t, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem, doh_smem, q_bars,
+             do_bars, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Start the TMA loads of the program's t-th query tile (query tile index j0 + t: Q and dO, lo and
+    hi halves) into slot t % NUM_STAGES; predicated off past the last one (n_t)."""
+    slot = t % NUM_STAGES
+    live = t < n_t
+    row = (j0 + t) * BLOCK_M
+    q_bar = q_bars.index(slot)
+    do_bar = do_bars.index(slot)
+    nbytes: gl.constexpr = q_desc.block_type.nbytes + (qh_desc.block_type.nbytes if D1 > 0 else 0)
+    mbarrier.expect(q_bar, nbytes, pred=live)
+    tma.async_copy_global_to_shared(q_desc, [b, h, row, 0], q_bar, q_smem.index(slot), pred=live)
+    if D1 > 0:
+        tma.async_copy_global_to_shared(qh_desc, [b, h, row, BLOCK_D], q_bar, qh_smem.index(slot), pred=live)
+    mbarrier.expect(do_bar, nbytes, pred=live)
+    tma.async_copy_global_to_shared(do_desc, [b, h, row, 0], do_bar, do_smem.index(slot), pred=live)
+    if D1 > 0:
+        tma.async_copy_global_to_shared(doh_desc, [b, h, row, BLOCK_D], do_bar, doh_smem.index(slot), pred=live)
+
+
+@gluon.jit
+def _t_product(a2, ah2, x_slot, xh_slot, zero, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """Issue A·Xᵀ over d (Sᵀ = K·Qᵀ or dPᵀ = V·dOᵀ): A resident (keys x d), X a ring slot (queries x
+    d) read as a permuted view; the hi half chained. Returns the accumulator token."""
+    acc = warpgroup_mma(a2, _tile_2d(x_slot, BLOCK_M, BLOCK_D).permute((1, 0)), zero, use_acc=False, is_async=True)
+    if D1 > 0:
+        acc = warpgroup_mma(ah2, _tile_2d(xh_slot, BLOCK_M, D1).permute((1, 0)), acc, is_async=True)
+    return acc
+
+
+@gluon.jit
+def _acc_product(a, acc, acc_h, x_slot, xh_slot, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """Issue acc += A·X (dV += Pᵀ·dO or dK += dSᵀ·Q): A from registers (keys x queries, the lo
+    accumulator's A-operand layout; converted for the hi one), X a ring slot. Returns the tokens and
+    the hi A, which must stay live until the product is waited for."""
+    acc = warpgroup_mma(a, _tile_2d(x_slot, BLOCK_M, BLOCK_D), acc, is_async=True)
+    a_h = 0
+    if D1 > 0:
+        a_h = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=acc_h.type.layout, k_width=2))
+        acc_h = warpgroup_mma(a_h, _tile_2d(xh_slot, BLOCK_M, D1), acc_h, is_async=True)
+    return acc, acc_h, a_h
+
+
+@gluon.jit
+def _dq_issue(ds_smem, k2, kh2, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """Issue dQ_tile = dS·K for one query tile (lo and hi halves): dS is the transposed view of the
+    dSᵀ tile in shared memory (A), K the resident tile (B); query rows on M (the two warpgroups split
+    d). The caller has made dSᵀ visible to the async proxy. Returns the accumulator tokens."""
+    NW: gl.constexpr = gl.num_warps()
+    ds2 = ds_smem.permute((1, 0))
+    dq = warpgroup_mma(ds2, k2, gl.zeros([BLOCK_M, BLOCK_D], gl.float32, _dq_layout(NW, BLOCK_D)), use_acc=False,
+                       is_async=True)
+    dq_h = 0
+    if D1 > 0:
+        dq_h = warpgroup_mma(ds2, kh2, gl.zeros([BLOCK_M, D1], gl.float32, _dq_layout(NW, D1)), use_acc=False,
+                             is_async=True)
+    return dq, dq_h
+
+
+@gluon.jit
+def _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M: gl.constexpr,
+               BLOCK_D: gl.constexpr, D1: gl.constexpr):
+    """dQ_tile·(1/sqrt d) (fp32, waited for) into the staging tile(s), then added into the fp32 dQ
+    buffer by TMA reduce-add (rows past N_Q dropped). The previous tile's reduce must have read the
+    staging tile first: the issuing thread waits for it and a barrier tells every thread."""
+    tma.store_wait(pendings=0)
+    gl.thread_barrier()
+    dq_smem.reshape([BLOCK_M, BLOCK_D]).store(dq * sm_scale)
+    if D1 > 0:
+        dqh_smem.reshape([BLOCK_M, D1]).store(dq_h * sm_scale)
+    # Generic-proxy writes, then the copy engine reads them: fence in every thread, then a barrier.
+    fence_async_shared()
+    gl.thread_barrier()
+    _tma_reduce_add(dq_desc, [b, h, m0, 0], dq_smem)
+    if D1 > 0:
+        _tma_reduce_add(dqh_desc, [b, h, m0, BLOCK_D], dqh_smem)
+
+
+@gluon.jit
+def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n,
+            k2, kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc,
+            q_smem, do_smem, qh_smem, doh_smem, ds_smem, dq_smem, dqh_smem, q_bars, do_bars,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
+            NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr, DQ: gl.constexpr):
+    """The key tile's work over its query tiles t in [t_lo, t_hi) (query tile index j0 + t). MASKED:
+    the tiles holding the causal diagonal (causal mask); KEY_MASK: the key tile runs past N_K (P of
+    the padded keys set to 0); neither: no mask at all. DQ: also dQ, by TMA reduce-add.
+
+    Why padded keys need a mask although K = V = 0 there: their score is 0, so P = exp(-lse), which
+    overflows to inf when a row's lse < -88 (all its scores very negative), and dQ = dS·K would
+    take inf·0 = NaN from them."""
+    NW: gl.constexpr = gl.num_warps()
+    st_layout: gl.constexpr = _mma_layout(NW, BLOCK_M)
+    kv_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    col_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+    dtype: gl.constexpr = q_desc.dtype
+    st_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
+    for t in range(t_lo, t_hi):
+        slot = t % NUM_STAGES
+        phase = (t // NUM_STAGES) & 1
+        m0 = (j0 + t) * BLOCK_M
+        offs_m = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        in_q = offs_m < N_Q
+        # Rows past N_Q: lse = D = 0 with Q = dO = 0 (zero-filled), so their terms vanish.
+        lse2 = gl.load(L_base + offs_m, mask=in_q, other=0.0) * 1.4426950408889634
+        delta = gl.load(D_base + offs_m, mask=in_q, other=0.0)
+        q_slot = q_smem.index(slot)
+        do_slot = do_smem.index(slot)
+        qh_slot = qh_smem.index(slot) if D1 > 0 else 0
+        doh_slot = doh_smem.index(slot) if D1 > 0 else 0
+
+        mbarrier.wait(q_bars.index(slot), phase)
+        st = _t_product(k2, kh2, q_slot, qh_slot, st_zero, BLOCK_M, BLOCK_D, D1)
+        mbarrier.wait(do_bars.index(slot), phase)
+        dpt = _t_product(v2, vh2, do_slot, doh_slot, st_zero, BLOCK_M, BLOCK_D, D1)
+        # Groups retire in order (one per wgmma): 1 (d 64/128) or 2 (split d) left = dPᵀ's.
+        st = warpgroup_mma_wait(num_outstanding=2 if D1 > 0 else 1, deps=(st,))
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+        if MASKED:
+            pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
+        if KEY_MASK:
+            pt = gl.where(gl.expand_dims(offs_n < N_K, 1), pt, 0.0)
+        # dV += Pᵀ·dO runs while dSᵀ is formed.
+        pt16 = gl.convert_layout(pt.to(dtype), a_layout)
+        dv, dv_h, pt16_h = _acc_product(pt16, dv, dv_h, do_slot, doh_slot, BLOCK_M, BLOCK_D, D1)
+        if D1 > 0:
+            dpt, pt16, pt16_h = warpgroup_mma_wait(num_outstanding=2, deps=(dpt, pt16, pt16_h))
+        else:
+            dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
+        dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        if DQ:
+            # Every warp is past the previous tile's dQ product on ds_smem (the barrier ending the
+            # last iteration): overwrite it, make it visible to the async proxy, then use it.
+            ds_smem.store(dst16)
+            fence_async_shared()
+            gl.thread_barrier()
+            dq, dq_h = _dq_issue(ds_smem, k2, kh2, BLOCK_M, BLOCK_D, D1)
+        ds16 = gl.convert_layout(dst16, a_layout)
+        dk, dk_h, ds16_h = _acc_product(ds16, dk, dk_h, q_slot, qh_slot, BLOCK_M, BLOCK_D, D1)
+        if DQ:
+            # Groups retire in order: wait for dQ with dK's group(s) left in flight under its
+            # epilogue. dV's product is retired with it: Pᵀ's registers are free from here.
+            if D1 > 0:
+                dq, dq_h, dv, dv_h, pt16, pt16_h = warpgroup_mma_wait(num_outstanding=2,
+                                                                       deps=(dq, dq_h, dv, dv_h, pt16, pt16_h))
+            else:
+                dq, dv, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv, pt16))
+            _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M, BLOCK_D, D1)
+        if D1 > 0:
+            dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h = warpgroup_mma_wait(
+                num_outstanding=0, deps=(dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h))
+        else:
+            dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt16, ds16))
+        # Every warp has waited for its products on this slot and on dSᵀ; the barrier below (no
+        # other orders the last wait before the refill and the next tile's dSᵀ store) frees both.
+        gl.thread_barrier()
+        # Refill the slot with the tile NUM_STAGES ahead.
+        _issue_q(t + NUM_STAGES, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem,
+                 doh_smem, q_bars, do_bars, BLOCK_M, BLOCK_D, D1, NUM_STAGES)
+    return dk, dk_h, dv, dv_h
+
+
+@gluon.jit
+def _store_kv(acc, acc_h, smem, smem_h, desc, desc_h, b, h, n0, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
+              D1: gl.constexpr):
+    """An fp32 (BLOCK_N, d) accumulator into its resident shared-memory tile (free: the caller has
+    passed a barrier after every product that read it), then a TMA store (rows past N dropped)."""
+    dtype: gl.constexpr = desc.dtype
+    smem.reshape([BLOCK_N, BLOCK_D]).store(acc.to(dtype))
+    if D1 > 0:
+        smem_h.reshape([BLOCK_N, D1]).store(acc_h.to(dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(desc, [b, h, n0, 0], smem)
+    if D1 > 0:
+        tma.async_copy_shared_to_global(desc_h, [b, h, n0, BLOCK_D], smem_h)
+
+
+# ---------------------------------------------------------------------------
+# Kernel
+# ---------------------------------------------------------------------------
+
+@gluon.jit
+def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
+                   qh_desc, kh_desc, vh_desc, doh_desc, dqh_desc, dkh_desc, dvh_desc, L, Delta,
+                   H, N_Q, N_K, qk_scale, sm_scale,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
+                   IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ: gl.constexpr):
+    """Grid (key tiles, B·H). Descriptors are rank 4 over (B, H, N, d) with blocks (1, 1, rows, BLOCK_D)
+    (lo) and (1, 1, rows, D1) at column BLOCK_D (hi; None when D1 == 0); dq_desc over the fp32 dQ
+    buffer (None without DQ: dK and dV only). L (natural-log lse) and Delta are (B·H, N_Q) fp32."""
+    NW: gl.constexpr = gl.num_warps()
+    gl.static_assert(BLOCK_N == 16 * NW, "each warp owns 16 key rows")
+    gl.static_assert(BLOCK_N % BLOCK_M == 0, "query tiles nest in the key tile")
+    kv_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
+    kvh_layout: gl.constexpr = _mma_layout(NW, D1)
+    row_layout: gl.constexpr = gl.SliceLayout(1, _mma_layout(NW, BLOCK_M))
+    dtype: gl.constexpr = q_desc.dtype
+
+    pid_n = gl.program_id(0)  # causal: key tile 0 sees every query tile, the heaviest start first
+    pid_bh = gl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    n0 = pid_n * BLOCK_N
+
+    k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], do_desc.layout)
+    ds_smem = 0
+    dq_smem = 0
+    if DQ:
+        ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M],
+                                            gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
+        dq_smem = gl.allocate_shared_memory(gl.float32, dq_desc.block_type.shape, dq_desc.layout)
+    kh_smem = 0
+    vh_smem = 0
+    qh_smem = 0
+    doh_smem = 0
+    dqh_smem = 0
+    if D1 > 0:
+        kh_smem = gl.allocate_shared_memory(dtype, kh_desc.block_type.shape, kh_desc.layout)
+        vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
+        qh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, D1], qh_desc.layout)
+        doh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, D1], doh_desc.layout)
+        if DQ:
+            dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    do_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(q_bars.index(i), count=1)
+        mbarrier.init(do_bars.index(i), count=1)
+    fence_async_shared()
+
+    # Query tiles j0 + t, t in [0, n_t): causal ones start at the tile holding query n0; the first
+    # n_diag hold the diagonal (masked), the rest see the whole key tile.
+    n_m = gl.cdiv(N_Q, BLOCK_M)
+    if IS_CAUSAL:
+        j0 = gl.minimum(n0 // BLOCK_M, n_m)
+        n_t = n_m - j0
+        n_diag = gl.minimum(BLOCK_N // BLOCK_M, n_t)
+    else:
+        j0 = 0
+        n_t = n_m
+        n_diag = 0
+
+    kv_bytes: gl.constexpr = 2 * (k_desc.block_type.nbytes + (kh_desc.block_type.nbytes if D1 > 0 else 0))
+    mbarrier.expect(kv_bar, kv_bytes)
+    tma.async_copy_global_to_shared(k_desc, [b, h, n0, 0], kv_bar, k_smem)
+    tma.async_copy_global_to_shared(v_desc, [b, h, n0, 0], kv_bar, v_smem)
+    if D1 > 0:
+        tma.async_copy_global_to_shared(kh_desc, [b, h, n0, BLOCK_D], kv_bar, kh_smem)
+        tma.async_copy_global_to_shared(vh_desc, [b, h, n0, BLOCK_D], kv_bar, vh_smem)
+    for t in gl.static_range(NUM_STAGES):
+        _issue_q(t, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem, doh_smem, q_bars,
+                 do_bars, BLOCK_M, BLOCK_D, D1, NUM_STAGES)
+
+    dk = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, kv_layout)
+    dv = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, kv_layout)
+    dk_h = 0
+    dv_h = 0
+    kh2 = 0
+    vh2 = 0
+    if D1 > 0:
+        dk_h = gl.zeros([BLOCK_N, D1], gl.float32, kvh_layout)
+        dv_h = gl.zeros([BLOCK_N, D1], gl.float32, kvh_layout)
+        kh2 = _tile_2d(kh_smem, BLOCK_N, D1)
+        vh2 = _tile_2d(vh_smem, BLOCK_N, D1)
+    k2 = _tile_2d(k_smem, BLOCK_N, BLOCK_D)
+    v2 = _tile_2d(v_smem, BLOCK_N, BLOCK_D)
+    offs_n = n0 + gl.arange(0, BLOCK_N, layout=row_layout)
+    L_base = L + pid_bh.to(gl.int64) * N_Q
+    D_base = Delta + pid_bh.to(gl.int64) * N_Q
+
+    mbarrier.wait(kv_bar, 0)
+    # The diagonal tiles (causal only) with every mask; then the rest, with the key mask only in
+    # the program whose key tile is ragged (a uniform branch: the hot loop carries no mask).
+    if IS_CAUSAL:
+        dk, dk_h, dv, dv_h = _q_loop(
+            dk, dk_h, dv, dv_h, 0, n_diag, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
+            kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True, DQ)
+    if n0 + BLOCK_N > N_K:
+        dk, dk_h, dv, dv_h = _q_loop(
+            dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
+            kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True, DQ)
+    else:
+        dk, dk_h, dv, dv_h = _q_loop(
+            dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
+            kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False, DQ)
+
+    mbarrier.invalidate(kv_bar)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(q_bars.index(i))
+        mbarrier.invalidate(do_bars.index(i))
+
+    # Epilogue: every warp is past its last product on K and V (the loop's last barrier, or none ran).
+    gl.thread_barrier()
+    _store_kv(dk * sm_scale, dk_h * sm_scale if D1 > 0 else 0, k_smem, kh_smem, dk_desc, dkh_desc, b, h, n0,
+              BLOCK_N, BLOCK_D, D1)
+    _store_kv(dv, dv_h, v_smem, vh_smem, dv_desc, dvh_desc, b, h, n0, BLOCK_N, BLOCK_D, D1)
+    tma.store_wait(pendings=0)
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+def validate_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, fn: str = FN) -> None:
+    """Raise ValueError naming the first constraint the inputs break (any device)."""
+    validate(q, k, v, fn)
+    for name, t in (("o", o), ("do", do)):
+        if t.shape != q.shape or t.dtype != q.dtype:
+            raise ValueError(f"{fn}: {name} must match q's shape {tuple(q.shape)} and dtype {q.dtype}, got "
+                             f"{tuple(t.shape)} {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{fn}: {name} on {t.device}, q on {q.device}")
+    _check_layout("do", do, fn)
+    if lse.shape != q.shape[:-1] or lse.dtype != torch.float32:
+        raise ValueError(f"{fn}: lse must be float32 of shape {tuple(q.shape[:-1])} (the forward's natural-log "
+                         f"logsumexp), got {lse.dtype} {tuple(lse.shape)}")
+    if lse.device != q.device:
+        raise ValueError(f"{fn}: lse on {lse.device}, q on {q.device}")
+
+
+def _descriptors(q4, k4, v4, do4, dq4, dk4, dv4, rows_q: int, rows_k: int) -> tuple:
+    """The kernel's fourteen descriptors: Q, K, V, dO, dQ (fp32), dK, dV lo halves, then the hi halves
+    (None at d 64 and 128)."""
+    lo, hi = HEAD_DIM_TILES[q4.shape[-1]]
+    out = []
+    for col0, width in ((0, lo), (lo, hi)):
+        for t, rows in ((q4, rows_q), (k4, rows_k), (v4, rows_k), (do4, rows_q), (dq4, rows_q), (dk4, rows_k),
+                        (dv4, rows_k)):
+            if t is None:
+                out.append(None)
+            elif t.dtype == torch.float32:
+                out.append(None if width == 0 else TensorDescriptor(
+                    t, list(t.shape), list(t.stride()), [1, 1, rows, width],
+                    gl.NVMMASharedLayout.get_default_for([1, 1, rows, width], gl.float32)))
+            else:
+                out.append(_descriptor(t, rows, col0, width))
+    return tuple(out)
+
+
+def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
+                dv: Tensor, is_causal: bool, config: Optional[GluonBwdConfig] = None) -> Tuple[tuple, tuple, dict]:
+    """(grid, positional arguments, launch options) of the Gluon kernel's launch, for tensors on any
+    device (the compile test builds them from CPU tensors). lse, delta contiguous (B·H·N_Q fp32);
+    dq32 an fp32 buffer in q's shape, contiguous; dk, dv contiguous."""
+    q4, k4, v4, do4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dk, dv))
+    dq4 = None if dq32 is None else as_4d(dq32)
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    lo, hi = HEAD_DIM_TILES[d]
+    config = config or default_config(d)
+    check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
+    if (config.dq == "reduce") != (dq32 is not None):
+        raise ValueError(f"{FN}: dq32 is the fp32 dQ buffer of dq='reduce' and None otherwise; config {config}")
+    bm, bn = config.block_m, config.block_n
+    sm_scale = 1.0 / math.sqrt(d)
+    args = (*_descriptors(q4, k4, v4, do4, dq4, dk4, dv4, bm, bn), lse, delta, H, n_q, n_k, sm_scale * LOG2E,
+            sm_scale, bm, bn, lo, hi, bool(is_causal), config.num_stages, config.dq == "reduce")
+    grid = (-(-n_k // bn), B * H)
+    return grid, args, {"num_warps": config.num_warps}
+
+
+_PRE_BLOCK_M = 64
+
+
+def _triton_dq(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, do4: Tensor, dq4: Tensor, lse3: Tensor, delta: Tensor,
+               causal: bool) -> None:
+    """dQ (and D, which it stores for the dK/dV kernel) by the Triton two-pass backward's dQ kernel,
+    launched as flash_launch launches it (default options: autotuned, descriptors by its rule)."""
+    from . import flash_launch as fl  # imported only where it runs: the Triton launch machinery
+
+    options = fl.default_options()
+    B, H, n_q, d = q4.shape
+    n_k = k4.shape[2]
+    block_d, d1 = fl._tiles(d, options)
+    sm_scale = 1.0 / math.sqrt(d)
+    tail = (H, n_q, n_k, fl._seq_bucket(n_q, n_k), sm_scale, sm_scale * LOG2E)
+    tma = fl._tma_flag(B * H * n_q * n_k, options, q4, k4, v4, do4)
+    fl._run_kernel(fl._kernel("q", options), "dq", fl._tune_key(q4, n_q, n_k, d, causal),
+                   lambda m, n: (-(-n_q // m), B * H), (q4, k4, v4, o4, do4, dq4, lse3, delta),
+                   (*q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *do4.stride(), *dq4.stride()) + tail,
+                   dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma), options)
+
+
+def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, is_causal: bool = False,
+                         config: Optional[GluonBwdConfig] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """FlashAttention backward on an sm_90 GPU: (dq, dk, dv) in q's, k's, v's shapes and dtypes
+    (contiguous). q (B, H, N_Q, d) or (B, N_Q, d), k and v (.., N_K, d), o and do in q's shape, bf16
+    or fp16 with TMA's layout constraints (unit stride along d, 16-byte aligned start and strides) on
+    q, k, v, do; lse fp32 of shape q.shape[:-1], the natural-log logsumexp of each query's scaled
+    scores as flash_attention_triton_forward and the Gluon forwards return it. Raises ValueError
+    naming the constraint inputs break, RuntimeError off sm_90.
+
+    config.dq "reduce" (default): D and a zeroed fp32 dQ buffer from the Triton preprocessing kernel,
+    then this kernel (dK, dV, dQ by reduce-add), then the buffer's cast. "triton": the Triton dQ
+    kernel (which writes D), then this kernel for dK and dV."""
+    validate_backward(q, k, v, o, do, lse)
+    check_device(q.device, FN)
+    config = config or default_config(q.shape[-1])
+    q4, k4, v4, o4, do4 = (as_4d(t) for t in (q, k, v, o, do))
+    B, H, n_q, d = q4.shape
+    lo, hi = HEAD_DIM_TILES[d]
+    lse = lse.contiguous()
+    dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
+    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    if config.dq == "triton":
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        _triton_dq(q4, k4, v4, o4, do4, as_4d(dq), lse.reshape(B, H, n_q), delta, bool(is_causal))
+        grid, args, opts = launch_args(q, k, v, do, lse, delta, None, dk, dv, is_causal, config)
+        _attn_bwd_sm90[grid](*args, **opts)
+        return dq, dk, dv
+    from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
+    dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    dq4 = as_4d(dq32)
+    _attn_bwd_preprocess[(-(-n_q // _PRE_BLOCK_M), B * H)](
+        o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q,
+        HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M)
+    grid, args, opts = launch_args(q, k, v, do, lse, delta, dq32, dk, dv, is_causal, config)
+    _attn_bwd_sm90[grid](*args, **opts)
+    return dq32.to(q.dtype), dk, dv
+
+
+__all__ = ["CANDIDATE_CONFIGS", "GluonBwdConfig", "default_config", "flash_gluon_backward", "launch_args",
+           "shared_bytes", "validate_backward"]

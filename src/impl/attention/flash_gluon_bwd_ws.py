@@ -1,0 +1,297 @@
+"""FlashAttention backward for Hopper in Gluon, warp-specialized: issue 47, stage 3b (an experiment; d 128 only).
+
+The stage-3 kernel (:mod:`impl.attention.flash_gluon_bwd`) runs every step in the same 8 warps with CTA
+barriers between them. Here (stage 2's structure, :mod:`impl.attention.flash_gluon_ws`) the work is split
+with ``gl.warp_specialize``:
+
+* **Load warp** (1 warp, 24 registers): K and V of the CTA's 128-key tile once, then the Q and dO tiles
+  (64 rows) of each query tile through a ring of NUM_STAGES slots, each slot with ready barriers for Q
+  and for dO and an empty barrier of count 2 (both consumers arrive after their dK / dV products).
+* **Two consumer warpgroups** (the default partition and a 4-warp worker, 240 registers each): consumer
+  c owns keys n0 + 64c … + 63, holds its dK and dV (64 × 128 fp32: 64 + 64 registers) and per query
+  tile computes Sᵀ, dPᵀ, Pᵀ, dSᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q as stage 3 does, on its 64 keys.
+* **dQ across the consumers.** dQ_tile = dS·K needs every key's dS: each consumer stores its 64 rows of
+  dSᵀ into the shared tile, fences and arrives at ``ds_ready`` (count 2), waits for it, computes dQ for
+  its half of d (64 × 64: the A operand the whole transposed dSᵀ, B its columns of K), and arrives at
+  ``ds_free`` (count 2) once that product is done: the next tile's dSᵀ store waits for ``ds_free``.
+  Each consumer adds its half through its own fp32 staging tile by TMA reduce-add.
+
+D and the zeroed fp32 dQ buffer come from the Triton preprocessing kernel, as in stage 3. Masks as in
+stage 3 (diagonal query tiles masked; the ragged key tile's program with a key mask).
+
+Only head dim 128 (the two dQ halves are 64-column slices of K's 128-byte-swizzled tile) and bf16/fp16.
+Nothing imports this module outside its compile test; it has not run on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .flash_gluon import LOG2E, _descriptor, _mma_layout, _tile_2d, as_4d, check_shared
+from .flash_gluon_bwd import _tma_reduce_add
+
+Tensor = torch.Tensor
+FN = "flash_gluon_backward_ws"
+BLOCK_M = gl.constexpr(64)
+BLOCK_N = gl.constexpr(128)
+NUM_STAGES = gl.constexpr(2)
+CONSUMER_REGS = gl.constexpr(240)
+LOAD_REGS = gl.constexpr(24)
+WS_CAPTURE_BYTES = 512
+
+
+def shared_bytes(d: int, itemsize: int = 2) -> int:
+    """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves; mbarriers; the ws captures (bound)."""
+    bm, bn, ns = BLOCK_M.value, BLOCK_N.value, NUM_STAGES.value
+    return (2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + bm * d * 4 + 16 * 3 + 3 * 16 * ns + WS_CAPTURE_BYTES
+
+
+@gluon.jit
+def _load_partition(descs, smem, bars, sched):
+    """One warp: K and V once, then each query tile's Q and dO into the ring once both consumers have
+    freed the slot."""
+    q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
+    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
+    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
+    L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
+    b, h, n0, j0, n_t, n_diag = _program(H, N_Q, sched)
+    mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
+    for c in gl.static_range(2):  # each consumer's 64 keys in their own half (one TMA block each)
+        tma.async_copy_global_to_shared(k_desc, [b, h, n0 + c * BLOCK_M, 0], kv_bar, k_smem.index(c))
+        tma.async_copy_global_to_shared(v_desc, [b, h, n0 + c * BLOCK_M, 0], kv_bar, v_smem.index(c))
+    for t in range(n_t):
+        slot = t % NUM_STAGES
+        mbarrier.wait(slot_empty.index(slot), ((t // NUM_STAGES) & 1) ^ 1)  # fresh: phase -1 complete
+        row = (j0 + t) * BLOCK_M
+        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, row, 0], q_ready.index(slot), q_smem.index(slot))
+        mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(do_desc, [b, h, row, 0], do_ready.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _program(H, N_Q, sched):
+    """(b, h, n0, j0, n_t, n_diag) of this program: its key tile and its query tiles j0 + t, t < n_t,
+    the first n_diag of them on the causal diagonal (sched's last entry: 1 causal, 0 full)."""
+    pid_bh = gl.program_id(1)
+    n0 = gl.program_id(0) * BLOCK_N
+    n_m = gl.cdiv(N_Q, BLOCK_M)
+    j0 = gl.minimum(n0 // BLOCK_M, n_m) * sched[7]  # IS_CAUSAL as 0/1: full attention starts at 0
+    n_t = n_m - j0
+    n_diag = gl.minimum(BLOCK_N // BLOCK_M, n_t) * sched[7]
+    return pid_bh // H, pid_bh % H, n0, j0, n_t, n_diag
+
+
+@gluon.jit
+def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
+                   MASKED: gl.constexpr, KEY_MASK: gl.constexpr):
+    q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
+    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
+    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
+    L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
+    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
+    HALF: gl.constexpr = BLOCK_D // 2
+    KEYS: gl.constexpr = BLOCK_N // 2
+    dtype: gl.constexpr = q_desc.dtype
+    st_layout: gl.constexpr = _mma_layout(4, BLOCK_M)
+    kv_layout: gl.constexpr = _mma_layout(4, BLOCK_D)
+    dq_layout: gl.constexpr = _mma_layout(4, HALF)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    col_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+    row_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
+    pid_bh = gl.program_id(1)
+    L_base = L + pid_bh.to(gl.int64) * N_Q
+    D_base = Delta + pid_bh.to(gl.int64) * N_Q
+    k2 = _tile_2d(k_smem.index(C), KEYS, BLOCK_D)
+    v2 = _tile_2d(v_smem.index(C), KEYS, BLOCK_D)
+    # This consumer's dQ columns of K, per key half (the product over keys is two chained wgmma).
+    kq0 = _tile_2d(k_smem.index(0), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
+    kq1 = _tile_2d(k_smem.index(1), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
+    my_dq = dq_smem.index(C)
+    offs_n = n0 + C * KEYS + gl.arange(0, KEYS, layout=row_layout)
+    st_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout)
+    for t in range(t_lo, t_hi):
+        slot = t % NUM_STAGES
+        phase = (t // NUM_STAGES) & 1
+        m0 = (j0 + t) * BLOCK_M
+        offs_m = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        in_q = offs_m < N_Q
+        lse2 = gl.load(L_base + offs_m, mask=in_q, other=0.0) * 1.4426950408889634
+        delta = gl.load(D_base + offs_m, mask=in_q, other=0.0)
+        q2 = _tile_2d(q_smem.index(slot), BLOCK_M, BLOCK_D)
+        do2 = _tile_2d(do_smem.index(slot), BLOCK_M, BLOCK_D)
+        mbarrier.wait(q_ready.index(slot), phase)
+        st = warpgroup_mma(k2, q2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        mbarrier.wait(do_ready.index(slot), phase)
+        dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+        if MASKED:
+            pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
+        if KEY_MASK:
+            pt = gl.where(gl.expand_dims(offs_n < N_K, 1), pt, 0.0)
+        pt16 = gl.convert_layout(pt.to(dtype), a_layout)
+        dv = warpgroup_mma(pt16, do2, dv, is_async=True)
+        dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
+        dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        ds16 = gl.convert_layout(dst16, a_layout)
+        dk = warpgroup_mma(ds16, q2, dk, is_async=True)
+        # dSᵀ rows of this consumer into the shared tile, once both consumers' dQ products of the
+        # previous tile are done with it (a fresh barrier counts phase -1 as complete).
+        mbarrier.wait(ds_free, (t & 1) ^ 1)
+        ds_smem.index(C).store(dst16)
+        fence_async_shared()
+        mbarrier.arrive(ds_ready)
+        mbarrier.wait(ds_ready, t & 1)
+        dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), kq0, gl.zeros([BLOCK_M, HALF], gl.float32, dq_layout),
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), kq1, dq, is_async=True)
+        dv, dk, dq, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt16, ds16))
+        mbarrier.arrive(ds_free)
+        mbarrier.arrive(slot_empty.index(slot))
+        # This consumer's half of dQ: its staging tile is free once its previous reduce has read it.
+        tma.store_wait(pendings=0)
+        gl.thread_barrier()
+        my_dq.reshape([BLOCK_M, HALF]).store(dq * sm_scale)
+        fence_async_shared()
+        gl.thread_barrier()
+        _tma_reduce_add(dq_desc, [b, h, m0, C * HALF], my_dq)
+    return dk, dv
+
+
+@gluon.jit
+def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr):
+    """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
+    q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
+    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
+    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
+    L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
+    gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup")
+    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
+    KEYS: gl.constexpr = BLOCK_N // 2
+    kv_layout: gl.constexpr = _mma_layout(4, BLOCK_D)
+    b, h, n0, j0, n_t, n_diag = _program(H, N_Q, sched)
+    dk = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
+    dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
+    mbarrier.wait(kv_bar, 0)
+    dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True)
+    if n0 + BLOCK_N > N_K:
+        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True)
+    else:
+        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False)
+    # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
+    # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete.
+    mbarrier.wait(ds_free, (n_t - 1) & 1)
+    dtype: gl.constexpr = q_desc.dtype
+    rows_k = k_smem.index(C)
+    rows_v = v_smem.index(C)
+    _tile_2d(rows_k, KEYS, BLOCK_D).store((dk * sm_scale).to(dtype))
+    _tile_2d(rows_v, KEYS, BLOCK_D).store(dv.to(dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(dk_desc, [b, h, n0 + C * KEYS, 0], rows_k)
+    tma.async_copy_shared_to_global(dv_desc, [b, h, n0 + C * KEYS, 0], rows_v)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, L, Delta,
+                      H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr):
+    """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
+    Descriptors rank 4 over (B, H, N, d), blocks of 64 rows (K, V, dK, dV in two halves, one per
+    consumer); dQ (fp32) (1, 1, 64, d / 2)."""
+    dtype: gl.constexpr = q_desc.dtype
+    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
+    gl.static_assert(BLOCK_D == 128, "head dim 128 only")
+    k_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], do_desc.layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N // 2, BLOCK_M],
+                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N // 2, BLOCK_M], dtype))
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, 1, BLOCK_M, BLOCK_D // 2], dq_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    slot_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    mbarrier.init(ds_ready, count=2)
+    mbarrier.init(ds_free, count=2)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(slot_empty.index(i), count=2)
+    fence_async_shared()
+
+    descs = (q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc)
+    smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
+    bars = (kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free)
+    sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
+    gl.warp_specialize([
+        (_consumer_partition, (descs, smem, bars, sched, 0)),
+        (_consumer_partition, (descs, smem, bars, sched, 1)),
+        (_load_partition, (descs, smem, bars, sched)),
+    ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
+
+
+def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
+                dv: Tensor, is_causal: bool) -> Tuple[tuple, tuple, dict]:
+    """(grid, arguments, options) of one launch, for tensors on any device (the compile test)."""
+    q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
+    B, H, n_q, d = q4.shape
+    if d != 128:
+        raise ValueError(f"{FN}: head dim 128 only, got {d}")
+    check_shared(shared_bytes(d, q.element_size()), d, "ws backward", FN)
+    n_k = k4.shape[2]
+    bm, bn = BLOCK_M.value, BLOCK_N.value
+    dq_block = [1, 1, bm, d // 2]
+    dq_desc = TensorDescriptor(dq4, list(dq4.shape), list(dq4.stride()), dq_block,
+                               gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
+    sm_scale = 1.0 / math.sqrt(d)
+    args = (_descriptor(q4, bm, 0, d), _descriptor(k4, bm, 0, d), _descriptor(v4, bm, 0, d),
+            _descriptor(do4, bm, 0, d), dq_desc, _descriptor(dk4, bm, 0, d),
+            _descriptor(dv4, bm, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
+    return (-(-n_k // bn), B * H), args, {"num_warps": 4}
+
+
+
+
+def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                            is_causal: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    """flash_gluon_bwd.flash_gluon_backward's contract at head dim 128 (ValueError otherwise), through
+    the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel,
+    this kernel, the buffer's cast."""
+    from .flash_gluon import check_device
+    from .flash_gluon_bwd import _PRE_BLOCK_M, validate_backward
+    from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
+
+    validate_backward(q, k, v, o, do, lse, FN)
+    if q.shape[-1] != 128:
+        raise ValueError(f"{FN}: head dim 128 only, got {q.shape[-1]}")
+    check_device(q.device, FN)
+    q4, o4, do4 = as_4d(q), as_4d(o), as_4d(do)
+    B, H, n_q, d = q4.shape
+    dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
+    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    dq4 = as_4d(dq32)
+    _attn_bwd_preprocess[(-(-n_q // _PRE_BLOCK_M), B * H)](
+        o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q,
+        HEAD_DIM=d, BLOCK_D=d, D1=0, BLOCK_M=_PRE_BLOCK_M)
+    grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal)
+    _attn_bwd_ws_sm90[grid](*args, **opts)
+    return dq32.to(q.dtype), dk, dv
+
+
+__all__ = ["flash_gluon_backward_ws", "launch_args", "shared_bytes"]

@@ -1,0 +1,275 @@
+"""GPU probe (issue 47, stage 3): the Gluon backward for sm_90 against SDPA cuDNN and our Triton backward.
+
+Shapes: issue 47's d 128 table first (bf16; causal unless marked): 1x32x32768x128 (the 8B step's),
+4x32x4096x128, 8x32x2048x128, 4x16x8192x128 full; then the leaderboard's 1x16x16384x64 and the split
+head dims 4x16x4096x80 and x96. Per shape, each row times three things with do_bench (median, warmup
+25, rep 100), all from the same inputs and upstream gradient dO:
+- "fwd": the forward alone; "bwd": the backward alone from the saved o and lse; "fwd+bwd": both in
+  one call (SDPA: autograd, its backward not separable, so its "bwd" is fwd+bwd minus fwd).
+Rows: "cudnn" (SDPA cuDNN), "sdpa flash", "triton" (our Triton forward and backward, default options:
+the two-pass backward), "triton atomic" (our single-pass Triton backward), "gluon-bwd" (our Triton
+forward, one config, unautotuned + flash_gluon_bwd at its default config: its "bwd" is the figure), "ws+gluon-bwd" (the stage-2 warp-specialized Gluon
+forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same with stage 3b's
+warp-specialized backward, flash_gluon_bwd_ws, d 128 only), then flash_gluon_bwd's candidate configs (among them
+dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel) at
+1x32x32768x128 and 4x32x4096x128. Each Gluon row records its relative errors of dQ, dK, dV against the
+Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
+"/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms.
+
+A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
+A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row.
+
+    PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--skip-ws] [--dry-run]
+writes OUT.json (default $OUT/flash_gluon_bwd.json, else ./flash_gluon_bwd.json) after every row.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+# (batch, heads, seq, d, causal)
+TABLE = [(1, 32, 32768, 128, True), (4, 32, 4096, 128, True), (8, 32, 2048, 128, True), (4, 16, 8192, 128, False)]
+OTHERS = [(1, 16, 16384, 64, True), (4, 16, 4096, 80, True), (4, 16, 4096, 96, True)]
+SWEEP = [TABLE[0], TABLE[1]]
+WRONG = 2e-2  # bf16 tolerance of the correctness tests
+COMPILE_S = 5.0  # a new compile (or autotune entry) on the H100's host, roughly
+#: Per shape, in this order: the Gluon rows before our Triton ones, whose first call at a (d, causal)
+#: autotunes (~20 configs compiled and timed).
+IMPLS = ("cudnn", "sdpa flash", "ws+gluon-bwd", "gluon-bwd", "triton", "triton atomic")
+#: Compiles a row's first call at a (d, causal) pays: the Triton rows autotune (forward 9 configs,
+#: dQ + dK/dV 12, atomic 6), the Gluon rows compile their kernel and the unautotuned Triton
+#: reference (forward, dQ, dK/dV: one config each).
+COMPILES = {"cudnn": 0, "sdpa flash": 0, "ws+gluon-bwd": 5, "gluon-bwd": 1, "ws+gluon-bwd-ws": 1, "triton": 21,
+            "triton atomic": 6}
+
+
+def shape_name(s) -> str:
+    return "x".join(map(str, s[:4])) + ("" if s[4] else " full")
+
+
+def cfg_text(c) -> str:
+    if c is None or isinstance(c, str):
+        return c or ""
+    return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + (" dq-triton" if c.dq == "triton" else "")
+
+
+def est_s(s, impl, new_compile: bool) -> float:
+    """Three do_bench runs (~0.4 s each plus ~10 calls of the row's own time) and the compiles."""
+    b, h, n, d, causal = s
+    ms = 3.5 * 4 * b * h * n * n * d / (2 if causal else 1) / 400e12 * 1e3  # at ~400 TFLOP/s
+    compile_s = COMPILES[impl] * COMPILE_S if new_compile else 0.0
+    return 1.5 + 30 * ms / 1e3 + compile_s
+
+
+def plan(skip_triton: bool = False, skip_ws: bool = False):
+    from impl.attention import flash_gluon_bwd as bwd
+
+    rows, compiled = [], set()
+
+    def add(s, impl, config=None):
+        if skip_triton and impl.startswith("triton"):
+            return
+        key = (impl, cfg_text(config), s[3], s[4])
+        rows.append(dict(shape=s, impl=impl, config=config, est=est_s(s, impl, key not in compiled)))
+        compiled.add(key)
+
+    for s in TABLE:
+        for impl in IMPLS:
+            add(s, impl)
+            if impl == "gluon-bwd" and not skip_ws:  # stage 3b, the warp-specialized experiment (d 128 only)
+                add(s, "ws+gluon-bwd-ws")
+    for s in SWEEP:
+        for c in bwd.CANDIDATE_CONFIGS:
+            if c != bwd.default_config(s[3]):
+                add(s, "ws+gluon-bwd", c)
+    for s in OTHERS:
+        for impl in IMPLS:
+            add(s, impl)
+    return rows
+
+
+def bench(fn) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def inputs(s):
+    b, h, n, d, _ = s
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+
+
+def rel_err(out, ref) -> float:
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def _triton(q, k, v, do, causal, variant, options=None):
+    """(forward, backward from the saved o and lse, both) of our Triton kernels; options None: the
+    defaults (autotuned)."""
+    from impl.attention.flash_launch import flash_attention_triton_backward, flash_attention_triton_forward
+
+    fwd = lambda: flash_attention_triton_forward(q, k, v, causal, options=options)  # noqa: E731
+    o, lse = fwd()
+    bwd = lambda: flash_attention_triton_backward(q, k, v, o, do, lse, causal, variant, options)  # noqa: E731
+
+    def both():
+        o2, lse2 = fwd()
+        return flash_attention_triton_backward(q, k, v, o2, do, lse2, causal, variant, options)
+
+    return fwd, bwd, both
+
+
+def measure(row, tensors, cache) -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from impl.attention import flash_gluon_bwd as gbwd
+
+    q, k, v, do = tensors
+    causal = row["shape"][4]
+    impl = row["impl"]
+    if impl in ("cudnn", "sdpa flash"):
+        backend = SDPBackend.CUDNN_ATTENTION if impl == "cudnn" else SDPBackend.FLASH_ATTENTION
+        qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
+        with sdpa_kernel(backend):
+            fwd_ms = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+            def both():
+                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                return torch.autograd.grad(out, (qg, kg, vg), do)
+
+            both_ms = bench(both)
+        return {"fwd": fwd_ms, "fwd+bwd": both_ms, "bwd": both_ms - fwd_ms, "bwd_by": "difference"}
+    from impl.attention.flash_options import FlashOptions
+
+    plain = FlashOptions(autotune=False)  # one config per kernel: a reference, not a baseline
+    if "ref" not in cache:  # the Triton two-pass backward's gradients: every other row is checked against them
+        cache["ref"] = _triton(q, k, v, do, causal, "two_pass", plain)[1]()
+    if impl in ("triton", "triton atomic"):
+        fwd, bwd, both = _triton(q, k, v, do, causal, "two_pass" if impl == "triton" else "atomic")
+        out = {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both)}
+        out["err"] = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
+        out["wrong"] = out["err"] > WRONG
+        return out
+    if impl == "ws+gluon-bwd-ws":
+        from impl.attention.flash_gluon_bwd_ws import flash_gluon_backward_ws
+        from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
+
+        fwd = lambda: flash_gluon_ws_forward(q, k, v, causal)  # noqa: E731
+        o, lse = fwd()
+        bwd = lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal)  # noqa: E731
+
+        def both():
+            o2, lse2 = fwd()
+            return flash_gluon_backward_ws(q, k, v, o2, do, lse2, causal)
+
+        err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
+        return {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
+    if impl == "gluon-bwd":
+        from impl.attention.flash_launch import flash_attention_triton_forward as forward
+        fwd = lambda: forward(q, k, v, causal, options=plain)  # noqa: E731 - its fwd ms is not the baseline
+    else:
+        from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
+        fwd = lambda: flash_gluon_ws_forward(q, k, v, causal)  # noqa: E731
+    config = row["config"]
+    o, lse = fwd()
+    bwd = lambda: gbwd.flash_gluon_backward(q, k, v, o, do, lse, causal, config)  # noqa: E731
+
+    def both():
+        o2, lse2 = fwd()
+        return gbwd.flash_gluon_backward(q, k, v, o2, do, lse2, causal, config)
+
+    err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
+    return {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
+
+
+def fill_ratios(rows) -> None:
+    from impl.attention import attention_flops
+
+    anchor = {(r["shape_name"], r["impl"]): r["fwd+bwd"] for r in rows
+              if r.get("fwd+bwd") is not None and r["impl"] in ("cudnn", "triton") and not r["config"]}
+    for r in rows:
+        b, h, n, d, causal = r["shape"]
+        ms = r.get("fwd+bwd")
+        r["tflops"] = attention_flops(b * h, n, n, d, causal, "fwd_bwd") / ms * 1e-9 if ms else None
+        r["bwd_tflops"] = attention_flops(b * h, n, n, d, causal, "bwd") / r["bwd"] * 1e-9 if r.get("bwd") else None
+        for impl in ("cudnn", "triton"):
+            a = anchor.get((r["shape_name"], impl))
+            r[f"/{impl}"] = ms / a if ms and a else None
+
+
+HEAD = (f"{'shape':<22}{'impl':<17}{'config':<26}{'fwd ms':>9}{'bwd ms':>9}{'f+b ms':>9}{'TF/s':>6}"
+        f"{'/cudnn':>8}{'/triton':>8}{'err':>9}  note")
+
+
+def line(r) -> str:
+    num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
+    note = ("WRONG " if r.get("wrong") else "") + ("bwd by difference " if r.get("bwd_by") else "")
+    return (f"{r['shape_name']:<22}{r['impl']:<17}{cfg_text(r['config']):<26}{num(r.get('fwd'), '9.3f'):>9}"
+            f"{num(r.get('bwd'), '9.3f'):>9}{num(r.get('fwd+bwd'), '9.3f'):>9}{num(r.get('tflops'), '6.0f'):>6}"
+            f"{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}{num(r.get('err'), '9.1e'):>9}  "
+            f"{note}{(r.get('error') or '')[:80]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", nargs="?", default=os.path.join(os.environ.get("OUT", "."), "flash_gluon_bwd.json"))
+    ap.add_argument("--budget-s", type=float, default=420.0, help="start no row that would end past this")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan, touch no GPU")
+    ap.add_argument("--skip-triton", action="store_true",
+                    help="leave out our Triton rows (their autotuning costs ~2 min per head dim)")
+    ap.add_argument("--skip-ws", action="store_true", help="leave out the stage-3b rows (ws+gluon-bwd-ws)")
+    args = ap.parse_args()
+    specs = plan(args.skip_triton, args.skip_ws)
+    if args.dry_run:
+        for s in specs:
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{cfg_text(s['config']):<26} est {s['est']:5.1f} s")
+        print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
+        return
+    import triton
+
+    start, rows = time.time(), []
+    res = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
+           "torch": torch.__version__, "triton": triton.__version__, "budget_s": args.budget_s,
+           "stopped_by_budget": False, "left_out": [], "rows": rows}
+    shape, tensors, cache = None, None, {}
+    print(HEAD, flush=True)
+    for i, spec in enumerate(specs):
+        if time.time() - start + spec["est"] > args.budget_s:
+            res["stopped_by_budget"] = True
+            res["left_out"] = [f"{shape_name(s['shape'])} {s['impl']} {cfg_text(s['config'])}" for s in specs[i:]]
+            print(f"budget: stopped after {time.time() - start:.0f} s, {len(specs) - i} rows left out", flush=True)
+            break
+        if spec["shape"] != shape:
+            tensors, cache = None, {}  # free the last shape's tensors first
+            torch.cuda.empty_cache()
+            shape, tensors = spec["shape"], inputs(spec["shape"])
+        row = dict(shape=spec["shape"], shape_name=shape_name(spec["shape"]), impl=spec["impl"],
+                   config=spec["config"], fwd=None, bwd=None, err=None, wrong=None, error=None)
+        row["fwd+bwd"] = None
+        t0 = time.time()
+        try:
+            row.update(measure(row, tensors, cache))
+        except Exception as e:  # noqa: BLE001 - a failed row is a result; the probe goes on
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        row["s"] = round(time.time() - t0, 1)
+        rows.append(row)
+        fill_ratios(rows)
+        print(line(row), flush=True)
+        res["seconds"] = time.time() - start
+        json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
+    res["seconds"] = time.time() - start
+    json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
+    print(HEAD)
+    print("\n".join(line(r) for r in rows))
+    print(f"{res['seconds']:.0f} s; {res['device']}, torch {res['torch']}, triton {res['triton']}"
+          + (f"; budget stop, {len(res['left_out'])} rows left out" if res["stopped_by_budget"] else ""))
+
+
+if __name__ == "__main__":
+    main()
