@@ -398,25 +398,33 @@ def test_ws_gpu_schedules_agree_bitwise(d, is_causal):
     assert torch.equal(o, o3) and torch.equal(lse, lse3)
 
 
-# ------------------------------------------- flash_gluon_ws as a model attention (the 8B step's option)
+# ------------------------------- flash_gluon_ws and flash_gluon as model attentions (the 8B step's options)
 
-def test_flash_gluon_ws_attention_pairs_the_ws_forward_with_the_triton_backward(monkeypatch):
-    """attention_by_name("flash_gluon_ws"): the ws forward's (o, lse) with the Triton backward, through
-    PrecomputedAttention. On the CPU the wiring is checked with flash_torch's halves in their place
-    (the same gradients as flash_torch's own Function), and the real one refuses the CPU by name."""
-    import impl.attention as A
+def _gluon_halves():
+    """Each Gluon attention name with the (forward, backward) it must pair."""
+    from impl.attention.flash_gluon_bwd import flash_gluon_backward
     from impl.attention.flash_launch import flash_attention_triton_backward
+    return {"flash_gluon_ws": (flash_gluon_ws.flash_gluon_ws_forward, flash_attention_triton_backward),
+            "flash_gluon": (flash_gluon_ws.flash_gluon_ws_forward, flash_gluon_backward)}
+
+
+@pytest.mark.parametrize("name", ["flash_gluon_ws", "flash_gluon"])
+def test_gluon_attention_pairs_the_ws_forward_with_its_backward(name, monkeypatch):
+    """attention_by_name(name): the ws forward's (o, lse) with the Triton backward (flash_gluon_ws) or
+    the Gluon backward (flash_gluon), through PrecomputedAttention. On the CPU the wiring is checked
+    with flash_torch's halves in their place (the same gradients as flash_torch's own Function), and
+    the real one refuses the CPU by name."""
+    import impl.attention as A
     from impl.attention.flash_torch import flash_forward_torch
 
-    assert A.attention_halves("flash_gluon_ws") == (flash_gluon_ws.flash_gluon_ws_forward,
-                                                    flash_attention_triton_backward)
+    assert A.attention_halves(name) == _gluon_halves()[name]
     with pytest.raises(RuntimeError, match="flash_gluon_ws_forward runs on an sm_90 GPU"):
-        A.attention_by_name("flash_gluon_ws")(*_qkv((1, 2, 40, 64)), True)
+        A.attention_by_name(name)(*_qkv((1, 2, 40, 64)), True)
     monkeypatch.setattr(A, "attention_halves", lambda name: (flash_forward_torch, A.flash_backward))
     for causal in (False, True):
         ours = [t.float().requires_grad_() for t in _qkv((1, 2, 40, 64), seed=3)]
         ref = [t.detach().clone().requires_grad_() for t in ours]
-        out = A.attention_by_name("flash_gluon_ws")(*ours, causal)
+        out = A.attention_by_name(name)(*ours, causal)
         expect = A.attention_by_name("flash_torch")(*ref, causal)
         torch.testing.assert_close(out, expect, rtol=0, atol=0)
         g = torch.randn_like(out)
@@ -427,17 +435,19 @@ def test_flash_gluon_ws_attention_pairs_the_ws_forward_with_the_triton_backward(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", ["flash_gluon_ws", "flash_gluon"])
 @pytest.mark.parametrize("d", (64, 128))
 @pytest.mark.parametrize("causal", (False, True))
-def test_flash_gluon_ws_attention_matches_flash_triton_on_the_gpu(d, causal):
-    """The ws forward + Triton backward against our Triton Function: the same outputs and gradients up
-    to bf16 rounding (the forwards agree to test_attention.py's tolerance; the backward is the same
-    kernel fed the ws forward's o and lse)."""
+def test_gluon_attention_matches_flash_triton_on_the_gpu(name, d, causal):
+    """The ws forward with its backward against our Triton Function: the same outputs and gradients up
+    to bf16 rounding (the forwards agree to test_attention.py's tolerance; flash_gluon_ws's backward is
+    the same kernel fed the ws forward's o and lse, flash_gluon's the Gluon one, one pass at d 64, dK/dV
+    + the Triton dQ kernel at d 128)."""
     import impl.attention as A
 
     qkv = [t.requires_grad_() for t in _qkv((2, 4, 1000, d), device="cuda")]
     ref = [t.detach().clone().requires_grad_() for t in qkv]
-    out = A.attention_by_name("flash_gluon_ws")(*qkv, causal)
+    out = A.attention_by_name(name)(*qkv, causal)
     expect = A.attention_by_name("flash_triton")(*ref, causal)
     g = torch.randn_like(out)
     out.backward(g)

@@ -22,7 +22,7 @@ Policies (L blocks; B = bytes one block saves for backward; R = one residual-str
            attention's output o and log-sum-exp beside its input, so the recompute in backward
            runs the norms, projections, RoPE and SwiGLU again but never the attention forward (on
            long contexts the most expensive part of a block's forward). Needs a FlashAttention with
-           separate halves (impl.attention.attention_halves: flash_torch, flash_triton, flash_gluon_ws). Per
+           separate halves (impl.attention.attention_halves: flash_torch, flash_triton, the Gluon pairs). Per
            checkpointed block: R + o + lse saved; block forwards L + (L − k), attention forwards L.
 The closed forms (exact recursions, not only the asymptotics) are
 impl.accounting.checkpoint_peak_activation_bytes / checkpoint_block_forwards.

@@ -34,7 +34,7 @@ except ImportError as _triton_import_error:  # triton is only a dependency on Li
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
-ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "flash_gluon_ws", "sdpa")
+ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "flash_gluon_ws", "flash_gluon", "sdpa")
 
 
 def _naive(q, k, v, is_causal=False):
@@ -57,7 +57,7 @@ class PrecomputedAttention(torch.autograd.Function):
     """Attention whose forward already ran: returns the given o and saves what a FlashAttention
     backward reads (the same five tensors as the flash Functions save, so a checkpoint's recompute
     saves tensors of the same metadata as its forward did); `backward(q, k, v, o, do, lse, is_causal)`
-    gives the gradients. Pairs a forward and a backward of different kernels (flash_gluon_ws) and
+    gives the gradients. Pairs a forward and a backward of different kernels (the Gluon pairs) and
     serves impl.checkpointing's keep_attention."""
 
     @staticmethod
@@ -73,15 +73,19 @@ class PrecomputedAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def _flash_gluon_ws(q, k, v, is_causal=False):
-    forward, backward = attention_halves("flash_gluon_ws")
-    with torch.no_grad():
-        o, lse = forward(q, k, v, bool(is_causal))
-    return PrecomputedAttention.apply(q, k, v, o, lse, backward, bool(is_causal))
+def _halves_attention(name: str) -> AttentionFn:
+    """Attention from a pair of halves: the forward without autograd, then PrecomputedAttention."""
+    def attention(q, k, v, is_causal=False):
+        forward, backward = attention_halves(name)
+        with torch.no_grad():
+            o, lse = forward(q, k, v, bool(is_causal))
+        return PrecomputedAttention.apply(q, k, v, o, lse, backward, bool(is_causal))
+    return attention
 
 
 _BY_NAME = {"naive": _naive, "flash_torch": _flash_torch, "flash_triton": _flash_triton,
-            "flash_gluon_ws": _flash_gluon_ws, "sdpa": _sdpa}
+            "flash_gluon_ws": _halves_attention("flash_gluon_ws"), "flash_gluon": _halves_attention("flash_gluon"),
+            "sdpa": _sdpa}
 
 
 # FlashAttention split in its two halves: forward(q, k, v, is_causal) -> (o, lse) and
@@ -91,9 +95,10 @@ AttentionHalves = tuple[Callable[..., tuple], Callable[..., tuple]]
 
 
 def attention_halves(name: str) -> AttentionHalves:
-    """(forward, backward) of a FlashAttention implementation: "flash_torch", "flash_triton", or
+    """(forward, backward) of a FlashAttention implementation: "flash_torch", "flash_triton",
     "flash_gluon_ws" (issue 47 stage 2's warp-specialized Hopper forward with the Triton backward:
-    its lse is the Triton forward's, natural log, shape q.shape[:-1], fp32)."""
+    its lse is the Triton forward's, natural log, shape q.shape[:-1], fp32) or "flash_gluon" (that
+    forward with stage 3's Gluon backward at its default config; sm_90, bf16/fp16, d 64/80/96/128)."""
     if name == "flash_torch":
         from .flash_torch import flash_forward_torch
         return flash_forward_torch, flash_backward
@@ -101,13 +106,16 @@ def attention_halves(name: str) -> AttentionHalves:
         if flash_triton is None:
             raise ImportError(f"flash_triton needs triton, which failed to import: {_TRITON_ERROR}")
         return flash_triton.flash_attention_triton_forward, flash_triton.flash_attention_triton_backward
-    if name == "flash_gluon_ws":
+    if name in ("flash_gluon_ws", "flash_gluon"):
         if flash_triton is None:
-            raise ImportError(f"flash_gluon_ws needs triton, which failed to import: {_TRITON_ERROR}")
+            raise ImportError(f"{name} needs triton, which failed to import: {_TRITON_ERROR}")
         from .flash_gluon_ws import flash_gluon_ws_forward  # late: Gluon, Hopper only
-        return flash_gluon_ws_forward, flash_triton.flash_attention_triton_backward
+        if name == "flash_gluon_ws":
+            return flash_gluon_ws_forward, flash_triton.flash_attention_triton_backward
+        from .flash_gluon_bwd import flash_gluon_backward
+        return flash_gluon_ws_forward, flash_gluon_backward
     raise ValueError(f"attention {name!r} has no separate forward and backward halves (o, lse); "
-                     "expected 'flash_torch', 'flash_triton' or 'flash_gluon_ws'")
+                     "expected 'flash_torch', 'flash_triton', 'flash_gluon_ws' or 'flash_gluon'")
 
 
 def attention_by_name(name: str) -> AttentionFn:

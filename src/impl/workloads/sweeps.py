@@ -455,9 +455,13 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # checkpointing eager): the 1.24 s of elementwise kernels in keep_attention 3's profiled step, fused;
 # + ~30-60 s of first call (Inductor compiles three small graphs, forward and backward).
 # and the same with issue 47 stage 2's warp-specialized Gluon forward (attn_impl flash_gluon_ws: the Triton
-# backward fed its o and lse): 18.5 -> ~14.8 ms a layer forward on an H200 (the probe), ~0.13 s a step.
+# backward fed its o and lse): 18.5 -> ~14.8 ms a layer forward on an H200 (the probe), ~0.13 s a step;
+# and with stage 3's Gluon backward too (flash_gluon: dK/dV in Gluon, dQ from the Triton dQ kernel at d 128):
+# ~64.8 -> ~51 ms a layer backward by the H100 probe's ratio, ~0.47 s a step more. It runs first of the
+# pointwise candidates (`-k "two_gpus and pointwise"`), the best predicted, so a budget stop cuts the others.
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
-                    StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 3, "pointwise"),
+                    StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 3, "pointwise", "flash_gluon"),
+                    StepCandidate("keep_attention", 3, "pointwise"),
                     StepCandidate("keep_attention", 3, "pointwise", "flash_gluon_ws"))
 GRIDS["leaderboard_2026"] = {
     "full": Leaderboard2026Grid(config="8B", layers=(1, 2, 4, 8), batch=1, context=32_768, policies=_LB26_POLICIES,
