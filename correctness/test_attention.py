@@ -907,7 +907,7 @@ def sm90(fn, ptrs, const, num_warps, num_stages):
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
     path = os.path.join(tempfile.mkdtemp(), "k.ptx")
     open(path, "w").write(ptx)
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    ptxas = triton.knobs.nvidia.ptxas.path  # the one triton chose the PTX version for (TRITON_PTXAS_PATH wins)
     done = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path + ".cubin"], capture_output=True, text=True)
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
     if done.returncode or not spills:  # name what ptxas said (once on the H100 it printed no spill line)

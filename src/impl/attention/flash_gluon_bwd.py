@@ -507,7 +507,8 @@ def _triton_dq(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, do4: Tensor, dq4:
                causal: bool) -> None:
     """dQ (and D, which it stores for the dK/dV kernel) by the Triton two-pass backward's dQ kernel,
     launched as flash_launch launches it (default options: autotuned, descriptors by its rule)."""
-    from . import flash_launch as fl  # imported only where it runs: the Triton launch machinery
+    import impl.attention.flash_launch as fl  # only where it runs: the Triton launch machinery (not `from .`, which
+    # imports the package, impl.attention, whose attention_halves imports this module: a cycle)
 
     options = fl.default_options()
     B, H, n_q, d = q4.shape
