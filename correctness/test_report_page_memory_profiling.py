@@ -137,6 +137,33 @@ def test_2025_facts_read_the_rows_mark_before_the_grids():
     assert f.reference_context == 256 and f.answer_context == 256 and f.at_reference and f.residual.context == 256
 
 
+def test_a_case_stored_under_an_older_name_is_answered_by_its_newest_row_only(tmp_path):
+    """An older run named its rows without the edition (`small-512-fp32-forward`), a newer one with it
+    (`2025-small-512-...`): both are the same case, so the page reads the newer row alone and no longer names
+    the older run; the newer rows' kept snapshot at the answering context is linked first where it is stored."""
+    old = _rows_2025()
+    new = [bench(P, dict(b.row.config, edition="2025"), 0.1, device=DEV, when="2026-11-26T11:37:00",
+                 commit="2fbd353", peak=b.row.memory.peak_allocated + 1, name=b.name.replace("[", "[2025-"),
+                 details=dict(b.details, snapshot=dict(b.details["snapshot"], artifact=f"snap-{i}.pickle")))
+           for i, b in enumerate(old)]
+    assert not {b.name for b in old} & {b.name for b in new}
+    (tmp_path / "artifacts").mkdir()
+    (tmp_path / "artifacts" / "snap-6.pickle").write_bytes(b"x")  # small-512-fp32-forward's
+    f = page.facts(context(old + new, tmp_path))
+    assert f.facts_2025.measured("fp32", "forward") == [141, 269, 525]  # the newer rows' peaks
+    assert f.sources == sorted({b.run.file for b in new}) and len(f.runs.runs) == 1
+    assert len(f.peaks) == 3  # one row per (size, context)
+    first, *rest = f.artifacts
+    assert (first.name, first.context, first.mode, first.reference, first.link) == (
+        "snap-6.pickle", 512, "forward", True, "artifacts/snap-6.pickle")
+    assert all(a.link is None for a in rest) and [a.reference for a in f.artifacts] == [True] * 3 + [False] * 5
+    assert [(a.context, a.dtype, a.mode) for a in f.artifacts[:3]] == [
+        (512, "fp32", "forward"), (512, "fp32", "train_step"), (512, "bf16", "forward")]
+    text = render_page(f"{P}.md.j2", f=f)
+    assert "[`snap-6.pickle`](artifacts/snap-6.pickle) (fp32 forward, context 512, where (d) and (e) are answered)" in text
+    assert "`snap-0.pickle` (not stored under `reports/artifacts/`)" in text
+
+
 def test_the_page_sets_the_2026_rows_beside_the_2025_ones(tmp_path):
     f = page.facts(context(_rows_2025() + _rows_2026(), tmp_path))
     assert f.facts_2025.size == SizeRef("2025", "small").label and f.facts_2026.size == SizeRef("2026", "xl").label
@@ -184,6 +211,26 @@ def test_committed_rows_label_each_edition_its_own_rows(tmp_path):
     assert len(sizes) == len(set(sizes))
     assert f.facts_2026.size == SizeRef("2026", "xl").label and f.facts_2026.contexts == [128, 2048]
     assert f.facts_2025.size == SizeRef("2025", "2.7B").label and f.facts_2026.batch == 4
+
+
+def test_committed_2025_rows_answer_d_and_e_at_the_reference_context(tmp_path):
+    """The committed 2025 rows mark context 512 (details.reference_context): (d) and (e) are answered there, (e)'s
+    largest allocations are the (batch, heads, 512, 512) fp32 score/probability tensors, every (size, context) is
+    one row although the older run stored the same cases under other names, and the 512 snapshot is stored."""
+    from impl.report import build
+
+    f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
+    y, m = f.facts_2025, SizeRef("2025", "2.7B").config
+    assert y.reference_context == 512 == y.answer_context and y.at_reference and y.residual.context == 512
+    assert y.residual.nbytes == y.batch * 512 * m.d_model * 4 and y.residual.found
+    top = y.named[0]
+    assert (top.dtype, top.mode, top.nbytes) == ("fp32", "forward", y.batch * m.num_heads * 512 * 512 * 4)
+    assert "attention scores" in top.label
+    assert {x for x, _ in y.largest_rows} == {128, 256, 512}
+    assert len([r for r in f.peaks if r.size == y.size]) == 3
+    a = f.artifacts[0]
+    assert (a.context, a.dtype, a.mode, a.reference) == (512, "fp32", "forward", True)
+    assert (ROOT / "reports" / "artifacts" / a.name).is_file()
 
 
 def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtypes():

@@ -150,6 +150,21 @@ def test_committed_c_answer_has_no_optimizer_kernel(tmp_path):
         assert names and not [n for n in names if "multi_tensor" in n or "optimizer" in n.lower()]
 
 
+def test_committed_2026_study_has_three_measured_contexts_per_size_and_no_stale_oom(tmp_path):
+    """The 2fbd353 run measured medium at 512/1024/2048 and large at 256/512/1024 (medium@2048's earlier OOM was
+    the timer keeping two training forwards alive, fixed): every case measured, and the page names no OOM there."""
+    from impl.report import build
+
+    f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
+    by: dict[str, list[int]] = {}
+    for c in f.cases:
+        assert c.measured, (c.size, c.context)
+        by.setdefault(c.size, []).append(c.context)
+    assert by == {"medium": [512, 1024, 2048], "large": [256, 512, 1024]}
+    text = render_page(f"{P}.md.j2", f=f)
+    assert "ran out of memory all the same" not in text and "| medium | 2048 | OOM" not in text
+
+
 def test_page_words(request, tmp_path):
     assert_snapshot(request, P, render_page(f"{P}.md.j2", f=page.facts(context(_rows(), tmp_path))))
 

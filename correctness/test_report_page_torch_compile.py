@@ -182,3 +182,63 @@ def test_b_left_out_rows_are_grouped_by_reason(tmp_path):
         [("time budget exhausted", [("xl", 256)]), (OOM_IMPLIED, [("10B", 128)])]
     text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
     assert f"Left out ({OOM_IMPLIED}): 10B@128." in text
+
+
+def test_b_answer_takes_each_modes_largest_size_that_ran_both(tmp_path):
+    """The 10B's forward ran at context 128 only and its fwd+bwd ran out of memory: the forward's largest size is the
+    10B (its one context named), forward+backward's the largest size that ran it (xl), not a missing 10B."""
+    rows = _model_rows()[:6] + [
+        _model("small", 128, "eager", 0.05, mode="forward_backward"),
+        _model("small", 128, "compiled", 0.04, mode="forward_backward"),
+        _model("xl", 128, "eager", 0.5, mode="forward_backward"),
+        _model("xl", 128, "compiled", 0.45, mode="forward_backward"),
+        _model("10B", 128, "eager", 1.0), _model("10B", 128, "compiled", 0.96),
+        _model("10B", 128, "eager", None, mode="forward_backward", status=Status.OOM, reason="CUDA out of memory",
+               details=dict(closed_form_need_bytes=114e9)),
+        _model("10B", 128, "compiled", None, mode="forward_backward", status=Status.OOM, reason="CUDA out of memory",
+               details=dict(closed_form_need_bytes=114e9))]
+    m = page.facts(context(rows, tmp_path)).model
+    fwd, fb = m.answer
+    assert list(fwd.by_size) == ["small", "10B"] and fwd.by_size["10B"] == pytest.approx(0.96)
+    assert fwd.only_context("10B") == 128 and fwd.only_context("small") is None
+    assert list(fb.by_size) == ["small", "xl"] and fb.by_size["xl"] == pytest.approx(0.9)
+    text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
+    assert ", 10B 0.96× (context 128 only); forward+backward small 0.80×, xl 0.90×." in text  # one context each: unmarked
+
+
+def test_b_out_of_memory_rows_are_listed_with_their_closed_form_need(tmp_path):
+    """OOM rows are listed per (size, context, mode) with the need they recorded; where the other impl of the same
+    cell ran, the page says so with its time and peak."""
+    oom = dict(status=Status.OOM, reason="CUDA out of memory", mode="train_step")
+    rows = _model_rows() + [
+        _model("xl", 1024, "eager", None, details=dict(closed_form_need_bytes=90.3e9), **oom),
+        bench(P, dict(size="xl", context=1024, mode="train_step", impl="compiled", study="model"), 1.35,
+              device=DEVICE, section="torch_compile_model", when="2026-12-01T00:00:00", peak=70_553_039_872,
+              details=dict(compiled_what="regional")),
+        _model("2.7B", 1024, "eager", None, details=dict(closed_form_need_bytes=112.5e9), **oom),
+        _model("2.7B", 1024, "compiled", None, details=dict(closed_form_need_bytes=112.5e9), **oom)]
+    m = page.facts(context(rows, tmp_path)).model
+    assert [(x.size, x.context, x.mode, x.impls, x.need_bytes) for x in m.oom] == [
+        ("xl", 1024, "train_step", ("eager",), 90.3e9), ("2.7B", 1024, "train_step", ("eager", "compiled"), 112.5e9)]
+    assert m.oom[0].other_peak == 70_553_039_872 and m.oom[1].other_ran is None
+    text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
+    assert "xl@1024 training step eager (90 GB); 2.7B@1024 training step eager and compiled (112 GB)." in text
+    assert "xl@1024's training step ran compiled (1350 ms, peak 70.6 GB allocated) where eager ran out of memory." \
+        in text
+
+
+def test_committed_b_uses_the_timed_training_step(tmp_path):
+    """The 2fbd353 run timed training steps: the table's column and the answer read them (largest size that ran
+    both: 2.7B), no derived sum or "no timed step" sentence is left, and its OOM rows are listed."""
+    from impl.report import build
+
+    f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
+    m = f.model
+    assert m.timed_train_step and "train_step" in m.modes
+    step = next(r for r in m.answer if r.mode == "train_step")
+    assert list(step.by_size) == ["small", "2.7B"]
+    assert all(r.train_step is None for r in m.rows)
+    assert ("xl", 1024, "train_step") in {(x.size, x.context, x.mode) for x in m.oom}
+    text = render_page("torch_compile.md.j2", f=f)
+    assert "No timed compiled training step" not in text and "= fwd+bwd + opt" not in text
+    assert "no timed training step has run yet" not in text

@@ -12,6 +12,7 @@ from impl.report.flash_rows import kernel, median_ms, pick
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Headline, Ratio, headline, ratio, timers
 from impl.report.runs import files_of, newest_date
+from impl.report.timer_probe import ProbeCheck, check, probe_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_FORWARD, P.FLASH_BACKWARD)
@@ -70,6 +71,7 @@ class Anchor:  # ours against SDPA cuDNN at the leaderboard shape (one device's 
     forward_backward: Headline | None = None  # the forward+backward rows the backward is read from
     sources: tuple[str, ...] = ()  # the leaderboard run files it read
     shape: str = ""  # the rows' dtype and shape, as the leaderboard page words it
+    probe: ProbeCheck | None = None  # the forward beside the do_bench-against-events probe at this shape
 
     @property
     def forward_vs(self) -> Ratio:
@@ -99,8 +101,11 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
             used, c = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None], kernel(ours)
             shape = (f"{c.dtype}, {'causal' if c.causal else 'not causal'}, "
                      f"batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}")
-            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), headline(ours, cudnn, "cuDNN"),
-                          sources=tuple(files_of(used)), shape=shape, **back)
+            h, tp = headline(ours, cudnn, "cuDNN"), probe_of(ctx.reports_dir, device)
+            pc = check(tp, h, "fwd") if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
+            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), h,
+                          sources=tuple(files_of(used)) + ((pc.probe.path,) if pc else ()), shape=shape, probe=pc,
+                          **back)
     return None
 
 

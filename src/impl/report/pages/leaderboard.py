@@ -15,6 +15,7 @@ from impl.report.pages import Context, Scored
 from impl.report.ratio import Headline, Timers, headline, timers
 from impl.report.rows import Bench, group
 from impl.report.runs import RunsFacts, files_of
+from impl.report.timer_probe import ProbeCheck, check, probe_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.LEADERBOARD,)
@@ -45,6 +46,7 @@ class LeaderboardFacts:
     ours_mfu: float | None  # against the datasheet peak, from the event medians
     cudnn_mfu: float | None
     correctness: Correctness | None
+    probe: ProbeCheck | None = None  # the do_bench-against-events probe at this shape (impl.report.timer_probe)
 
     @property
     def ours(self) -> Timers:
@@ -164,13 +166,15 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         right = Correctness(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
                             ours.details.get("graph_breaks")) if err and tol else None
         shape = f"{c.dtype}, causal, batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}"
-        answer = LeaderboardFacts(device, shape, ours.run.when, ours.run.commit, headline(ours, cudnn, "SDPA cuDNN"),
-                                  ours.metric(Metric.MFU), cudnn.metric(Metric.MFU), right)
+        h, tp = headline(ours, cudnn, "SDPA cuDNN"), probe_of(ctx.reports_dir, device)
+        pc = check(tp, h, "fwd_bwd") if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
+        answer = LeaderboardFacts(device, shape, ours.run.when, ours.run.commit, h,
+                                  ours.metric(Metric.MFU), cudnn.metric(Metric.MFU), right, pc)
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
         _plot(vs := versions(rows), png)
         caption = f"leaderboard versions on {ours.row.env.device}: ours forward+backward vs SDPA cuDNN per stored run"
         return LeaderboardPage(answer, tuple(map(_line, lb)), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
-                               files_of(rows), ((caption, rel),))
+                               tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ((caption, rel),))
     return LeaderboardPage(None)

@@ -67,6 +67,21 @@ def mem_case(b: Bench) -> MemCase:
                    details=b.details, run=b.run)
 
 
+def case_key(c: MemCase) -> tuple:
+    """What a row measured: its size (an edition-less older row is 2025's), context, dtype and mode."""
+    return c.size_label, c.context, c.dtype, c.mode
+
+
+def newest_per_case(rows: list[Bench]) -> list[Bench]:
+    """Each case's row of the newest run: a row stored under an older name (before the edition prefix, e.g.
+    `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case, and the newer one answers."""
+    newest: dict[tuple, Bench] = {}
+    for b in sorted(rows, key=lambda b: str(b.run.datetime)):
+        newest[case_key(MemCase.of(b))] = b
+    keep = {id(b) for b in newest.values()}
+    return [b for b in rows if id(b) in keep]
+
+
 def ordered(rows: list[MemCase]) -> list[MemCase]:
     """By size (and its edition), context, dtype and mode."""
     return sorted(rows, key=lambda c: (size_rank(c.size), c.edition or "2025", c.context, c.dtype, c.mode))
@@ -519,6 +534,25 @@ def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """A raw allocator snapshot a row kept (for pytorch.org/memory_viz)."""
+
+    name: str
+    context: int
+    dtype: str
+    mode: str
+    link: str | None  # its path under reports/ where the file is stored there, else None
+    reference: bool = False  # at the context (d) and (e) are answered at
+
+
+def snapshots(rows: list[MemCase], reports_dir, at: int | None) -> list[Snapshot]:
+    """The rows' kept snapshots, those at context `at` first (fp32 and forwards first within a context)."""
+    out = [Snapshot(n, c.context, c.dtype, c.mode, f"artifacts/{n}" if (reports_dir / "artifacts" / n).is_file()
+                    else None, c.context == at) for c in rows for n in [c.snapshot.get("artifact")] if n]
+    return sorted(out, key=lambda x: (not x.reference, x.context, x.dtype != "fp32", x.mode != "forward"))
+
+
+@dataclass(frozen=True)
 class MemoryPage(SourcedFromRuns):
     device: str | None  # None: no GPU rows answer
     facts_2025: Memory2025Facts | None
@@ -528,7 +562,7 @@ class MemoryPage(SourcedFromRuns):
     peaks: list[PeakRow]
     timelines: list[tuple[str, str, str]]  # (mode, dtype, link) of the 2025 rows' figures
     residual_rows: list[Residual]  # the 2025 forward rows'
-    artifact: str | None
+    artifacts: list[Snapshot]  # the 2025 rows' raw snapshots, at (d)/(e)'s context first
     runs: RunsFacts | None
     date_2025: str = "–"
     asked: str = ASKED
@@ -558,10 +592,11 @@ def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], f
 
 def facts(ctx: Context) -> MemoryPage:
     found = ctx.rows.per_gpu(PROBLEM)
-    missing = MemoryPage(None, None, None, None, [], [], [], [], None, None)
+    missing = MemoryPage(None, None, None, None, [], [], [], [], [], None)
     if not found:
         return missing
     device, every = found[0]  # the first (one-GPU) device answers
+    every = newest_per_case(every)
     rows = ordered(map(mem_case, every))
     d26 = [c for c in rows if c.edition == "2026"]
     # 2025 rows at the 2026 contexts are another grid's (the 2025 table's xl): kept apart from (a)–(e)
@@ -591,6 +626,6 @@ def facts(ctx: Context) -> MemoryPage:
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
                       [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()], timelines,
                       [r for c in d if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)],
-                      next((c.snapshot["artifact"] for c in d if c.snapshot.get("artifact")), None),
+                      snapshots(d, ctx.reports_dir, f.answer_context),
                       RunsFacts.of(device, every), newest_date(d),
                       nsys=nsys_memory(ctx, m26.probes if m26 else []))

@@ -4,7 +4,7 @@ only (runs since issue 33 time eager beside compiled; older compiled rows sit be
 pytorch_attention rows, undivided). templates/torch_compile.md.j2 holds every word."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from impl.bench.row import Metric, Status
@@ -133,29 +133,38 @@ GRID_MODES = ("forward", "forward_backward", "train_step")  # the table's, where
 @dataclass(frozen=True)
 class ModeRatios:
     mode: str
-    by_size: dict[str, float]  # compiled ÷ eager (same run), median over contexts: smallest, largest size
+    by_size: dict[str, float]  # compiled ÷ eager (same run), median over contexts: smallest, largest size of the mode
+    contexts: dict[str, tuple[int, ...]] = field(default_factory=dict)  # per size: the contexts of its pairs
 
     @property
     def gain_shrinks(self) -> bool:  # smaller on the largest size than on the smallest
         vals = list(self.by_size.values())
         return len(vals) == 2 and vals[-1] > vals[0]
 
+    def only_context(self, size: str) -> int | None:
+        """The one context the size's ratio reads, where it reads one only and another size of the mode more."""
+        xs = self.contexts.get(size, ())
+        wider = any(len(v) > 1 for v in self.contexts.values())
+        return xs[0] if len(xs) == 1 and xs[0] is not None and wider else None
+
 
 def mode_ratios(rows: list[Bench]) -> list[ModeRatios]:
-    """`rows` in load order (the smallest size first)."""
-    rows = [b for b in rows if b.measured]
-    sizes = list(dict.fromkeys(_cfg(b).size for b in rows))
+    """Per mode, the smallest and the largest size that have same-run eager and compiled rows of that mode (a size
+    whose larger modes ran out of memory, e.g. the 10B's training steps, does not stand in as the largest)."""
+    rows = sorted((b for b in rows if b.measured), key=lambda b: size_rank(_cfg(b).size))
     out = []
     for mode in MODES_B:
-        per = {}
-        for size in dict.fromkeys((sizes[0], sizes[-1])) if sizes else ():
+        per, ctxs = {}, {}
+        for size in dict.fromkeys(_cfg(b).size for b in rows):
             sel = [b for b in rows if _cfg(b).mode == mode and _cfg(b).size == size]
-            rs = [c.stats.median / e.stats.median for c in sel if _cfg(c).impl == "compiled"
-                  for e in sel if _cfg(e).impl == "eager" and same_run(c, e) and _cfg(e).context == _cfg(c).context]
-            if rs:
-                per[size] = med(rs)
-        if per:
-            out.append(ModeRatios(mode, per))
+            pairs = [(c, e) for c in sel if _cfg(c).impl == "compiled" for e in sel if _cfg(e).impl == "eager"
+                     and same_run(c, e) and _cfg(e).context == _cfg(c).context]
+            if pairs:
+                per[size] = med([c.stats.median / e.stats.median for c, e in pairs])
+                ctxs[size] = tuple(sorted({_cfg(c).context for c, _ in pairs}, key=lambda x: (x is None, x or 0)))
+        ends = list(dict.fromkeys(list(per)[:1] + list(per)[-1:]))
+        if ends:
+            out.append(ModeRatios(mode, {k: per[k] for k in ends}, {k: ctxs[k] for k in ends}))
     return out
 
 
@@ -203,6 +212,40 @@ class LeftOut:
 
 
 @dataclass(frozen=True)
+class OutOfMemory:
+    """The rows of one (size, context, mode) that ran out of memory, with the closed-form need they recorded."""
+
+    size: str
+    context: int | None  # None: the optimizer step
+    mode: str
+    impls: tuple[str, ...]  # eager, compiled
+    need_bytes: float | None  # details.closed_form_need_bytes (the eager step's count)
+    other_ran: Bench | None = None  # the other impl's measured row of the same cell, where one ran
+
+    @property
+    def other_peak(self) -> int | None:
+        return self.other_ran.row.memory.peak_allocated if self.other_ran and self.other_ran.row.memory else None
+
+
+def out_of_memory(ordered: list[Bench]) -> list[OutOfMemory]:
+    """The OOM rows grouped per (size, context, mode), in the table's order."""
+    cells: dict[tuple, list[Bench]] = {}
+    for b in ordered:
+        if _cfg(b).mode in MODES_B:
+            cells.setdefault((_cfg(b).size, _cfg(b).context, _cfg(b).mode), []).append(b)
+    out = []
+    for (size, context, mode), g in cells.items():
+        oom = [b for b in g if b.status is Status.OOM]
+        if not oom:
+            continue
+        ran = [b for b in g if b.measured]
+        out.append(OutOfMemory(size, context, mode, tuple(_cfg(b).impl for b in oom),
+                               next((b.details["closed_form_need_bytes"] for b in oom
+                                     if b.details.get("closed_form_need_bytes")), None), ran[0] if ran else None))
+    return out
+
+
+@dataclass(frozen=True)
 class ModelFacts:
     modes: tuple[str, ...]  # the table's grid modes
     rows: tuple[ModelRow, ...]
@@ -217,6 +260,8 @@ class ModelFacts:
     left_out_by_reason: tuple[tuple[str | None, tuple[LeftOut, ...]], ...]  # grouped, first appearance first
     answer: tuple[ModeRatios, ...]
     runs: RunsFacts
+    oom: tuple[OutOfMemory, ...] = ()
+    device_bytes: int | None = None  # the GPU's memory (the rows' environment)
 
 
 def _compilation(b: Bench, rows: list[Bench]) -> Compilation:
@@ -265,7 +310,8 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
     return ModelFacts(modes, tuple(table), timed, optimizer, what, WHY, stat_name(ordered), tuple(compilations),
                       cut[0].row.reason if cut else None, tuple(left_out),
                       tuple((r, tuple(xs)) for r, xs in by_reason.items()), tuple(mode_ratios(rows)),
-                      RunsFacts.of(device, rows))
+                      RunsFacts.of(device, rows), tuple(out_of_memory(ordered)),
+                      next((b.row.env.gpu_memory_bytes for b in ordered if b.row.env.gpu_memory_bytes), None))
 
 
 @dataclass(frozen=True)

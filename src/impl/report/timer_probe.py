@@ -1,0 +1,107 @@
+"""The do_bench-against-CUDA-events probe (tools/probes/do_bench_vs_events.py, issue 45), read for the pages whose
+headline it checks (leaderboard, flash_forward): its interleaved same-run ratio of ours and cuDNN per pass (the
+headline rule's other source: repeats of both sides, with their spread), and each side's do_bench median against
+its own CUDA-event median in the probe, beside the same offsets of the run the page headlines. The headline itself
+stays `impl.report.ratio.headline`'s; this only stands beside it."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from impl.report.ratio import Headline, Timers, band
+
+PATTERN = "do_bench_vs_events*.json"  # under reports/data/<device>/probes/
+OURS, ANCHOR = "flash_triton", "sdpa_cudnn"  # the probe's names of the leaderboard's two callables
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    q1: float
+    q3: float
+    n: int
+
+    def holds(self, x: float | None) -> bool:
+        """`x` lies within the interquartile range."""
+        return x is not None and self.q1 <= x <= self.q3
+
+
+@dataclass(frozen=True)
+class TimerProbe:
+    path: str  # the probe file, from the repository root
+    device: str  # the GPU's name, as the probe gives it
+    shape: tuple[int, int, int, int]  # batch, heads, seq, d
+    dtype: str
+    causal: bool
+    interleaved: dict[str, Spread]  # per mode ("fwd", "fwd_bwd"): ours ÷ cuDNN over the interleaved pairs
+    steps: dict[tuple[str, str, str], Spread]  # (step, impl, mode) -> the step's times (ms)
+
+    def timers(self, impl: str, mode: str) -> Timers | None:
+        """One side's event rounds and do_bench in the probe, as the headline rule reads a row (`ratio.Timers`:
+        do_bench beyond noise where outside the event median ± 2·IQR)."""
+        ev, db = self.steps.get(("events", impl, mode)), self.steps.get(("do_bench", impl, mode))
+        if ev is None:
+            return None
+        return Timers(ev.median / 1e3, None if db is None else db.median / 1e3,
+                      band(ev.median / 1e3, iqr=(ev.q3 - ev.q1) / 1e3))
+
+    def at(self, batch: int, heads: int, seq: int, d: int, dtype: str, causal: bool) -> bool:
+        return self.shape == (batch, heads, seq, d) and self.dtype == dtype and self.causal == bool(causal)
+
+
+def read(path: Path, rel: str) -> TimerProbe | None:
+    """The probe file at `path` (named `rel` on the page); None where it holds no interleaved step."""
+    doc = json.loads(path.read_text())
+    rows = doc.get("rows") or []
+    inter = {r["mode"]: Spread(r["ratio"]["median"], r["ratio"]["q1"], r["ratio"]["q3"], r["ratio"]["n"])
+             for r in rows if r.get("step") == "interleaved" and r.get("ratio")}
+    if not inter:
+        return None
+    steps = {(r["step"], r["impl"], r["mode"]): Spread(r["median"], r.get("q1", r["median"]), r.get("q3", r["median"]),
+                                                       r.get("n", 0))
+             for r in rows if r.get("impl") and r.get("mode") and r.get("median") is not None}
+    return TimerProbe(rel, doc.get("device", "–"), tuple(doc["shape"]), doc.get("dtype", ""), bool(doc.get("causal")),
+                      inter, steps)
+
+
+def probe_of(reports_dir: Path, device: str) -> TimerProbe | None:
+    """The device folder's probe (the last file by name where there are several), None without one."""
+    folder = reports_dir / "data" / device / "probes"
+    files = sorted(folder.glob(PATTERN)) if folder.is_dir() else []
+    return read(files[-1], f"reports/data/{device}/probes/{files[-1].name}") if files else None
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    """One headline beside the probe's same pass: the interleaved ratio and whether the run's event ratio and
+    do_bench ratio lie within its IQR; each side's event rounds and do_bench in the probe (`Timers`), to set
+    beside the run's (the headline's own `Timers`)."""
+
+    probe: TimerProbe
+    mode: str
+    interleaved: Spread
+    event_ratio: float
+    do_bench_ratio: float | None
+    ours: Timers | None  # in the probe
+    anchor: Timers | None
+
+    @property
+    def event_inside(self) -> bool:
+        return self.interleaved.holds(self.event_ratio)
+
+    @property
+    def do_bench_inside(self) -> bool:
+        return self.interleaved.holds(self.do_bench_ratio)
+
+    def of(self, side: str) -> Timers | None:
+        """The probe's Timers of the headline's `ours` or `anchor` side."""
+        return self.ours if side == "ours" else self.anchor
+
+
+def check(probe: TimerProbe | None, h: Headline | None, mode: str) -> ProbeCheck | None:
+    """`h` (a headline of `mode` at the probe's shape: the caller checks the shape) beside the probe."""
+    if probe is None or h is None or mode not in probe.interleaved:
+        return None
+    return ProbeCheck(probe, mode, probe.interleaved[mode], h.ratio.value, h.do_bench.value if h.do_bench else None,
+                      probe.timers(OURS, mode), probe.timers(ANCHOR, mode))
