@@ -459,8 +459,13 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # and with stage 3's Gluon backward too (flash_gluon: dK/dV in Gluon, dQ from the Triton dQ kernel at d 128):
 # ~64.8 -> ~51 ms a layer backward by the H100 probe's ratio, ~0.47 s a step more. It runs first of the
 # pointwise candidates (`-k "two_gpus and pointwise"`), the best predicted, so a budget stop cuts the others.
+# Measured (2xH200, 2026-11-26, leaderboard_2026/20261126T120418Z_8876506.json): 6.136 s do_bench, peak
+# 115.6 GiB a rank: room for more plain blocks (~8.4 GB each, ~25 ms of recompute saved each): k 5 (~131
+# GiB predicted) and k 4 after it (`-k "two_gpus and flash_gluon and not ws"`; an OOM is a row).
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
-                    StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 3, "pointwise", "flash_gluon"),
+                    StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
+                    StepCandidate("keep_attention", 4, "pointwise", "flash_gluon"),
+                    StepCandidate("keep_attention", 3, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 3, "pointwise"),
                     StepCandidate("keep_attention", 3, "pointwise", "flash_gluon_ws"))
 GRIDS["leaderboard_2026"] = {
