@@ -157,3 +157,20 @@ def test_a_single_gpu_workload_runs_on_the_cpu(tmp_path):
                  "--device", "cpu", "--result", str(out)]) == 0
     r = json.loads(out.read_text())
     assert (r["status"], r["profiled"], r["kind"]) == ("ok", "train_step", "nsys_profile")
+
+
+def test_the_leaderboard_workload_runs_its_step_on_two_gloo_ranks(tmp_path):
+    """The 8B case's code path (leaderboard_2026.rank_setup, then the annotated step on every rank) at
+    the tiny config on two CPU processes; its case is the grid's fastest measured candidate."""
+    from impl.nsys import cases as C
+    from impl.nsys.workloads import main
+
+    (case,) = C.leaderboard_cases()
+    assert case.gpus == 2 and case.capture is None and C.LEADERBOARD_CANDIDATE.id in case.name
+    assert case.args[case.args.index("--attn") + 1] == "flash_gluon" and "--k" in case.args
+    out = tmp_path / "r.json"
+    assert main(["leaderboard_2026", "--config", "tiny", "--context", "32", "--batch", "2", "--checkpointing",
+                 "keep_attention", "--k", "1", "--compile", "none", "--attn", "flash_torch", "--warmup", "1",
+                 "--steps", "1", "--world-size", "2", "--device", "cpu", "--result", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert (r["status"], r["kind"], len(r["peak_allocated"])) == ("ok", "leaderboard_2026", 2)

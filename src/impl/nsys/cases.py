@@ -11,6 +11,8 @@ taken from the perf files' own grids so nsys sees what the suite measures:
                     ddp_benchmarking, each edition's xl, two GPUs
   fsdp              fsdp_accounting (b): our FSDP (fp32 per weight, bf16 per block) on the 2026 xl,
                     two GPUs
+  leaderboard_2026  the 8B step on two GPUs at its fastest measured candidate (LEADERBOARD_CANDIDATE):
+                    where its compute stream waits (communication under and after backward)
 
 A single-GPU case records only its measured steps (nsys --capture-range=nvtx on the range
 "measured"; warm-up runs before it). A two-GPU case records its ranks' whole processes: its steps
@@ -20,15 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impl.workloads.grids import DDPGrid, FSDPGrid, MemoryProfilingGrid
+from impl.workloads.grids import DDPGrid, FSDPGrid, MemoryProfilingGrid, StepCandidate
 from impl.workloads.steps import chosen_2026_cases
 from impl.workloads.sweeps import grid
 from impl.workloads.variants import DDPVariant, FSDPVariant
 
-GROUPS = ("nsys_profile", "memory_profiling", "ddp", "fsdp")
+GROUPS = ("nsys_profile", "memory_profiling", "ddp", "fsdp", "leaderboard_2026")
 MEASURED = "measured"  # the NVTX range a single-GPU case's capture starts at
 DDP_VARIANTS = (DDPVariant.NAIVE, DDPVariant.INDIVIDUAL)  # ddp (b): not overlapped against overlapped
 FSDP_VARIANTS = (FSDPVariant.FSDP, FSDPVariant.FSDP_BLOCK_BF16)
+# The fastest two-GPU 8B candidate measured (2xH200, leaderboard_2026/20261126T120418Z_8876506.json: 6.136 s)
+LEADERBOARD_CANDIDATE = StepCandidate("keep_attention", 3, "pointwise", "flash_gluon")
 
 
 @dataclass(frozen=True)
@@ -86,15 +90,28 @@ def fsdp_cases() -> list[NsysCase]:
             for z in g.sizes if z.edition == "2026" for v in FSDP_VARIANTS]
 
 
+def leaderboard_cases() -> list[NsysCase]:
+    two = grid("leaderboard_2026", "full").two_gpus
+    c = LEADERBOARD_CANDIDATE
+    if c not in two.candidates:
+        raise ValueError(f"nsys leaderboard_2026: candidate {c.id} is not in the grid's {[x.id for x in two.candidates]}")
+    return [NsysCase(name=_stem("leaderboard_2026", c.id), group="leaderboard_2026", gpus=two.world_size, capture=None,
+                     args=("leaderboard_2026", "--config", two.config, "--context", str(two.context), "--batch",
+                           str(two.batch), "--checkpointing", c.checkpointing, *(("--k", str(c.k)) if c.k is not None else ()),
+                           "--compile", c.compile,
+                           "--attn", c.attn_impl or two.attn_impl, "--warmup", "2", "--steps", "2",
+                           "--world-size", str(two.world_size)))]
+
+
 def cases(groups: list[str], device_bytes: int | None) -> list[NsysCase]:
     """The cases of `groups` in the order given."""
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
         raise ValueError(f"unknown nsys case groups {unknown}; the groups are {list(GROUPS)}")
     made = {"nsys_profile": lambda: nsys_profile_cases(device_bytes), "memory_profiling": memory_cases,
-            "ddp": ddp_cases, "fsdp": fsdp_cases}
+            "ddp": ddp_cases, "fsdp": fsdp_cases, "leaderboard_2026": leaderboard_cases}
     return [c for g in groups for c in made[g]()]
 
 
-__all__ = ["DDP_VARIANTS", "FSDP_VARIANTS", "GROUPS", "MEASURED", "NsysCase", "cases", "ddp_cases", "fsdp_cases",
-           "memory_cases", "nsys_profile_cases"]
+__all__ = ["DDP_VARIANTS", "FSDP_VARIANTS", "GROUPS", "LEADERBOARD_CANDIDATE", "MEASURED", "NsysCase", "cases",
+           "ddp_cases", "fsdp_cases", "leaderboard_cases", "memory_cases", "nsys_profile_cases"]

@@ -2,7 +2,7 @@
 
   python -m impl.nsys.workloads KIND --edition E --size S --context C --batch B [...] --result FILE
 
-KIND is nsys_profile, memory_block, ddp or fsdp. Single-GPU kinds run their warm-up inside "warm-up"
+KIND is nsys_profile, memory_block, ddp, fsdp or leaderboard_2026 (the 8B step of one StepSpec). Single-GPU kinds run their warm-up inside "warm-up"
 and their measured steps inside "measured" (the capture range), each step "step i"; the two-GPU
 kinds run every rank's steps as "step i" (nsys records the whole process tree). The steps
 themselves are the suite's: impl.workloads.kernels.annotated_train_step (forward, backward,
@@ -97,12 +97,22 @@ def memory_block(a) -> dict:
 def ranked_steps(state, warmup: int, steps: int) -> float:
     """Worker command: `warmup` then `steps` training steps (dist_steps.train_step: forward,
     backward, the wrapper's wait, optimizer step) as "step i", the ranks lined up first."""
-    import torch.distributed as dist
-
     from impl.workloads.dist_steps import train_step
 
+    return _ranked(state, lambda: train_step(state), warmup, steps)
+
+
+def leaderboard_steps(state, warmup: int, steps: int) -> float:
+    """Worker command: the leaderboard step built by leaderboard_2026.rank_setup, with its forward,
+    backward and optimizer step ranges, as ranked_steps runs a DDP or FSDP step."""
+    return _ranked(state, lambda: state.built.step(annotated=True), warmup, steps)
+
+
+def _ranked(state, step, warmup: int, steps: int) -> float:
+    import torch.distributed as dist
+
     dist.barrier()
-    _steps(lambda: train_step(state), state.device, warmup, steps, None)
+    _steps(step, state.device, warmup, steps, None)
     if state.device.type == "cuda":
         # The worker group kills its ranks once they report closed, before CUPTI flushes its activity buffers at
         # exit: on 2026-11-26 nsys kept the ranks' NVTX ranges but none of their kernels. cudaProfilerStop makes
@@ -112,17 +122,18 @@ def ranked_steps(state, warmup: int, steps: int) -> float:
     return torch.cuda.max_memory_allocated(state.device) if state.device.type == "cuda" else None
 
 
-def distributed(a, setup, **kwargs) -> dict:
-    """A worker group of `world_size` NCCL ranks: command `setup(**kwargs)` on each, then ranked_steps."""
+def distributed(a, setup, state=None, steps=ranked_steps, **kwargs) -> dict:
+    """A worker group of `world_size` NCCL ranks: command `setup(**kwargs)` on each, then `steps`
+    (ranked_steps; leaderboard_steps with the leaderboard's rank state)."""
     from impl.bench.worker_group import WorkerGroup
     from impl.workloads.dist_steps import WorkerState
 
     backend = "nccl" if a.device == "cuda" else "gloo"  # gloo: the CPU check of this path
-    group = WorkerGroup(a.world_size, backend, WorkerState, command_timeout_s=300)
+    group = WorkerGroup(a.world_size, backend, state or WorkerState, command_timeout_s=300)
     try:
         try:
             group.call(setup, **kwargs)
-            peaks = group.call(ranked_steps, warmup=a.warmup, steps=a.steps)
+            peaks = group.call(steps, warmup=a.warmup, steps=a.steps)
         except Exception as exc:  # noqa: BLE001 - an OOM on a rank is a result
             if not is_oom(exc):
                 raise
@@ -134,9 +145,13 @@ def distributed(a, setup, **kwargs) -> dict:
 
 def _args(argv: list[str]):
     p = argparse.ArgumentParser(prog="python -m impl.nsys.workloads")
-    p.add_argument("kind", choices=("nsys_profile", "memory_block", "ddp", "fsdp"))
+    p.add_argument("kind", choices=("nsys_profile", "memory_block", "ddp", "fsdp", "leaderboard_2026"))
     for name in ("--edition", "--size", "--dtype", "--variant"):
         p.add_argument(name, default="fp32" if name == "--dtype" else None)
+    # leaderboard_2026: the StepSpec's fields (impl.workloads.leaderboard_2026)
+    for name in ("--config", "--checkpointing", "--compile", "--attn"):
+        p.add_argument(name)
+    p.add_argument("--k", type=int)
     for name in ("--context", "--batch", "--warmup", "--steps", "--layers", "--world-size"):
         p.add_argument(name, type=int, default=dict(warmup=1, steps=2, layers=3, world_size=2).get(name[2:].replace("-", "_")))
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))  # cpu: the tests' run of the same code
@@ -153,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         kw = dict(size=SizeRef(a.edition, a.size).build_name, context=a.context, batch=a.batch, variant=a.variant)
         result = (distributed(a, dist_steps.ddp_setup, max_context=a.context, **kw) if a.kind == "ddp"
                   else distributed(a, fsdp_steps.fsdp_setup, **kw))
+    elif a.kind == "leaderboard_2026":
+        from impl.workloads import leaderboard_2026 as lb
+
+        spec = lb.StepSpec(config=a.config, batch=a.batch, context=a.context, checkpointing=a.checkpointing,
+                           checkpoint_k=a.k, attn_impl=a.attn, compile=a.compile)
+        result = distributed(a, lb.rank_setup, state=lb.StepRankState, steps=leaderboard_steps, spec=spec)
     else:
         result = {"nsys_profile": nsys_profile, "memory_block": memory_block}[a.kind](a)
     a.result.write_text(json.dumps(dict(result, kind=a.kind, args=vars(a) | {"result": str(a.result)})))
