@@ -52,7 +52,7 @@ LONG_FIRST = ("test_fast_options_follow_fp32_loss_curve", "test_triton_hypothesi
               "test_triton_gpu_split_head_dims_autotuned", "test_fast_cudagraphs_follows_fast",
               "test_triton_split_head_dim_kernels_compile_for_hopper",
               "test_triton_fp32_atomic_configs_fit_hopper_shared_memory", "test_overlapped_ddp_ranks_exit_cleanly",
-              "test_two_gloo_ranks_equal_one_process_on_the_whole_batch", "test_model_with_flash_triton_matches_naive",
+              "test_two_ranks_equal_one_process_on_the_whole_batch", "test_model_with_flash_triton_matches_naive",
               "test_triton_gpu_hypothesis", "test_compiled_graphs_serve_every_context")
 
 

@@ -44,18 +44,18 @@ def sharded_step_equivalence(rank: int, world_size: int, spec: StepSpec, steps: 
                    if ours.optimizer.local_optimizer.state.get(p)]
     return dict(losses=losses, update_err=update_err, owned=sorted(owned), bf16_equal=bf16_equal,
                 local_state=len(local_state), params=len(list(ours.model.parameters())),
-                tokens=ours.tokens, ref_tokens=ref.tokens, sum_gradients=_ddp_sums(rank, world_size))
+                tokens=ours.tokens, ref_tokens=ref.tokens, sum_gradients=_ddp_sums(rank, world_size, device))
 
 
-def _ddp_sums(rank: int, world_size: int) -> dict[str, float]:
+def _ddp_sums(rank: int, world_size: int, device: torch.device) -> dict[str, float]:
     """Every DDP variant with average=False: the synchronised gradient of a summed loss over this
     rank's rows equals the gradient of the sum over every rank's rows (max abs difference)."""
     out = {}
     for name, wrap in (("naive", DDPNaive), ("flat", DDPFlat), ("individual", DDPIndividualParameters),
                        ("bucketed", lambda m, **kw: DDPBucketed(m, 1, **kw))):
         torch.manual_seed(0)
-        model = torch.nn.Linear(5, 3)
-        x = torch.randn(4 * world_size, 5)
+        model = torch.nn.Linear(5, 3).to(device)
+        x = torch.randn(4 * world_size, 5).to(device)
         ref = torch.autograd.grad(model(x).square().sum(), model.weight)[0]
         ddp = wrap(model, average=False)
         model(x[4 * rank:4 * (rank + 1)]).square().sum().backward()
