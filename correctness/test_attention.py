@@ -282,8 +282,8 @@ def test_triton_descriptor_and_pointer_paths(n_q, n_k, d, is_causal, dtype):
     (On the GPU small problems take pointers by size: the threshold is lifted here.)"""
     descriptors, pointers = opts(tma_min_scores=0), opts(tma_min_scores=0, tma=False)
     q, k, v, do = make_inputs((1, 2, n_q, d), (1, 2, n_k, d), dtype, TRITON_DEVICE)
-    assert flash_launch._tma_ok(descriptors, q, k, v, do)
-    assert not flash_launch._tma_ok(pointers, q, k, v, do)
+    assert flash_launch._tma_ok(q, k, v, do, options=descriptors)
+    assert not flash_launch._tma_ok(q, k, v, do, options=pointers)
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=pointers)
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=descriptors)
 
@@ -317,7 +317,7 @@ def test_triton_split_head_dims_match_reference(d, dtype, is_causal, variant, tm
     rec = LaunchRecorder()
     options = opts(tma_min_scores=0, tma=tma, variant=variant, recorder=rec)
     q, k, v, do = make_inputs((1, 2, 45, d), (1, 2, 30, d), dtype, TRITON_DEVICE, seed=d)
-    assert flash_launch._tma_ok(options, q, k, v, do) == tma
+    assert flash_launch._tma_ok(q, k, v, do, options=options) == tma
     check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=options)
     picks = rec.summary()
     assert picks["bwd"] == variant and picks["d_tiles"] == flash_launch._head_dim_label(d)
@@ -329,11 +329,11 @@ def test_triton_unaligned_layouts_take_the_pointer_path():
     """Rows of 20 fp16 values (40 bytes) or a non-unit stride along d cannot be described to the
     copy engine: those inputs take the pointer path, still correct."""
     q, k, v, do = make_inputs((1, 2, 33, 20), (1, 2, 33, 20), torch.float16, TRITON_DEVICE)
-    assert not flash_launch._tma_ok(OPTS, q, k, v, do)
+    assert not flash_launch._tma_ok(q, k, v, do, options=OPTS)
     check_against_reference(FlashAttentionTriton, q, k, v, do, True)
     q, k, v, do = (t.transpose(-1, -2).contiguous().transpose(-1, -2)
                    for t in make_inputs((1, 2, 33, 32), (1, 2, 33, 32), torch.float32, TRITON_DEVICE))
-    assert q.stride(-1) != 1 and not flash_launch._tma_ok(OPTS, q, k, v, do)
+    assert q.stride(-1) != 1 and not flash_launch._tma_ok(q, k, v, do, options=OPTS)
     check_against_reference(FlashAttentionTriton, q, k, v, do, False)
 
 
@@ -341,7 +341,7 @@ def test_triton_unaligned_layouts_take_the_pointer_path():
 def test_flash_saves_exactly_one_lse(cls, device):
     q, k, v, _ = make_inputs((1, 2, 20, 16), (1, 2, 20, 16), torch.float32, device)
     q.requires_grad_(True)
-    o = cls.apply(q, k, v, True)
+    o = cls.apply(q, k, v, True, OPTS) if cls is FlashAttentionTriton else cls.apply(q, k, v, True)
     saved = o.grad_fn.saved_tensors
     assert len(saved) == 5  # L, q, k, v, o
     assert sum(t.shape == q.shape[:-1] for t in saved) == 1
@@ -396,11 +396,11 @@ def test_triton_custom_ops_opcheck(is_causal, layout):
     against the real outputs (shapes, dtypes, strides) and the ops under aot_dispatch with dynamic
     shapes."""
     q, k, v, do = _opcheck_inputs(layout, TRITON_DEVICE)
-    torch.library.opcheck(flash_triton.flash_forward_op, (q, k, v, is_causal))
-    o, lse = flash_triton.flash_forward_op(q, k, v, is_causal)
+    torch.library.opcheck(flash_triton.flash_forward_op, (q, k, v, is_causal, OPTS.key))
+    o, lse = flash_triton.flash_forward_op(q, k, v, is_causal, OPTS.key)
     assert o.is_contiguous() and lse.shape == q.shape[:-1] and lse.dtype == torch.float32
     for variant in BACKWARD_VARIANTS:
-        torch.library.opcheck(flash_triton.flash_backward_op, (q, k, v, o, do, lse, is_causal, variant))
+        torch.library.opcheck(flash_triton.flash_backward_op, (q, k, v, o, do, lse, is_causal, variant, OPTS.key))
 
 
 @needs_triton
@@ -1147,7 +1147,7 @@ def test_attention_by_name(name):
         pytest.skip("no CUDA and TRITON_INTERPRET != 1")
     device = TRITON_DEVICE if name == "flash_triton" else "cpu"
     q, k, v, _ = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, device)
-    f = attention_by_name(name)
+    f = attention_by_name(name, OPTS) if name == "flash_triton" else attention_by_name(name)
     out = f(q, k, v, True)
     r_o = reference(q, k, v, True, torch.zeros_like(q))[0]
     assert rel_err(out, r_o) < tolerance(torch.float32, device)

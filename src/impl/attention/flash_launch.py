@@ -74,11 +74,11 @@ def _head_dim_label(d: int) -> str:
     return _tiles_label(d, *_head_dim_tiles(d))
 
 
-def _tma_ok(options: FlashOptions, *tensors: Tensor) -> bool:
+def _tma_ok(*tensors: Tensor, options: FlashOptions) -> bool:
     """Tensor descriptors need a unit stride along d and 16-byte aligned bases and row strides
     (true for contiguous inputs and their head/sequence transposes whenever d * itemsize is a
-    multiple of 16); other layouts take the pointer path. False when `options` switch descriptors
-    off."""
+    multiple of 16); other layouts take the pointer path. False when `options` (required: there are
+    no module defaults to fall back on) switch descriptors off."""
     if not options.tma:
         return False
     for t in tensors:
@@ -106,7 +106,7 @@ def _tma_flag(scores: int, options: FlashOptions, *tensors: Tensor) -> bool:
     cuda = tensors[0].is_cuda
     if cuda and scores < options.tma_min_scores:  # the threshold first: it skips the layout checks
         return False
-    tma = _tma_ok(options, *tensors)
+    tma = _tma_ok(*tensors, options=options)
     if tma and cuda:
         _set_allocator(tensors[0].device)
     return tma
@@ -442,7 +442,7 @@ def _backward_slow(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: 
             pre_call = _plain_call(_attn_bwd_preprocess, (_cdiv(n_q, _PRE_BLOCK_M), B * H), (o4, do4, delta, dq4),
                                    (*o4.stride(), *do4.stride(), *dq4.stride(), H, n_q),
                                    dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, BLOCK_M=_PRE_BLOCK_M), options)
-            dq_tma = tma and options.atomic_dq_tma and not _INTERPRETED and _tma_ok(options, dq4)
+            dq_tma = tma and options.atomic_dq_tma and not _INTERPRETED and _tma_ok(dq4, options=options)
             text, atomic_call = _run_kernel(
                 _kernel("atomic", options), "atomic", key, grid_kv, (q4, k4, v4, do4, dq4, dk4, dv4, lse3, delta),
                 (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *dq4.stride(), *dk4.stride(),
