@@ -21,8 +21,8 @@ import torch.nn.functional as F  # noqa: E402
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from impl.attention import (FlashAttentionTorch, FlashAttentionTriton, attention_by_name,  # noqa: E402
-                            attention_flops, naive_attention, set_flash_backward)
+from impl.attention import (FlashAttentionTorch, FlashAttentionTriton, FlashOptions, LaunchRecorder,  # noqa: E402
+                            attention_by_name, attention_flops, default_options, naive_attention)
 from impl.attention import backward_choice, flash_configs, flash_kernels, flash_launch, flash_triton  # noqa: E402
 from impl.attention.backward_choice import BACKWARD_VARIANTS, ShapeKey  # noqa: E402
 from impl.model import TransformerLM, cross_entropy  # noqa: E402
@@ -47,14 +47,16 @@ HEAD_DIMS = [16, 24, 32, 48, 64, 80, 96, 128]
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _fixed_triton_configs():
-    """On the GPU, run with one fixed config per kernel: autotuning every config for every
-    (shape, head dim, dtype) drawn here would dominate the runtime.  The autotuned path has its
-    own test below.  (Under the interpreter there is a single config anyway.)"""
-    flash_triton.set_autotune(False)
-    yield
-    flash_triton.set_autotune(True)
+# The options the Triton tests pass (every call takes its options; nothing is set process-wide): on
+# the GPU one fixed config per kernel, since autotuning every config for every (shape, head dim, dtype)
+# drawn here would dominate the runtime. The autotuned path has its own tests below. (Under the
+# interpreter there is a single config anyway.)
+OPTS = FlashOptions(autotune=False)
+
+
+def opts(**changes) -> FlashOptions:
+    """OPTS with `changes` (FlashOptions fields: variant, tma, recorder, ...)."""
+    return dataclasses.replace(OPTS, **changes)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -114,10 +116,14 @@ def test_reference_with_exact_saved_output_is_autograd():
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def run_flash(cls, q, k, v, is_causal, do):
-    """Forward + backward through `cls`; returns (o, lse, dq, dk, dv, saved_tensors_shapes)."""
+def run_flash(cls, q, k, v, is_causal, do, options=OPTS):
+    """Forward + backward through `cls` (FlashAttentionTriton with `options`; None: apply without
+    them, i.e. default_options()); returns (o, lse, dq, dk, dv)."""
     q, k, v = (x.detach().requires_grad_(True) for x in (q, k, v))
-    o = cls.apply(q, k, v, is_causal)
+    if cls is FlashAttentionTriton and options is not None:
+        o = cls.apply(q, k, v, is_causal, options)
+    else:
+        o = cls.apply(q, k, v, is_causal)
     saved = o.grad_fn.saved_tensors
     lse_candidates = [t for t in saved if t.shape == q.shape[:-1]]
     assert len(lse_candidates) == 1, [tuple(t.shape) for t in saved]
@@ -136,9 +142,9 @@ def make_inputs(shape_q, shape_k, dtype, device, seed=0, scale=1.0):
     return q, k, v, do
 
 
-def check_against_reference(cls, q, k, v, do, is_causal, tol=None):
+def check_against_reference(cls, q, k, v, do, is_causal, tol=None, options=OPTS):
     tol = tol if tol is not None else tolerance(q.dtype, q.device)
-    o, lse, dq, dk, dv = run_flash(cls, q, k, v, is_causal, do)
+    o, lse, dq, dk, dv = run_flash(cls, q, k, v, is_causal, do, options)
     assert o.dtype == q.dtype and o.shape == q.shape and o.device == q.device
     assert dq.dtype == q.dtype and dk.dtype == k.dtype and dv.dtype == v.dtype
     for t in (o, lse, dq, dk, dv):
@@ -227,35 +233,21 @@ def log_gpu_case(test: str, **case) -> None:
                                     **{k: str(v) for k, v in case.items()})) + "\n")
 
 
-def set_flash_defaults(monkeypatch, **changes):
-    """Changes flash_triton's default FlashOptions for one test (monkeypatch restores them)."""
-    monkeypatch.setattr(flash_launch, "_default_options", dataclasses.replace(flash_launch.default_options(), **changes))
-
-
-@pytest.fixture
-def backward_variant():
-    """Sets impl.attention.backward_choice's variant for one test (restored after it)."""
-    previous = backward_choice.backward_variant()
-    yield backward_choice.set_backward_variant
-    backward_choice.set_backward_variant(previous)
-
-
 # 60 examples, sharded by dtype x backward variant (15 each): every pair is drawn, and on a GPU, where
 # each example compiles its own kernels (~6 s), the shards run on separate xdist workers instead of
 # one test setting the suite's wall time (387 s in run 19, NOTES.md).
 @needs_triton
 @pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=attention_case())
-def test_triton_hypothesis(case, dtype, variant, backward_variant):
+def test_triton_hypothesis(case, dtype, variant):
     is_causal, n_q, n_k, d, lead, seed = case
-    backward_variant(variant)
+    rec = LaunchRecorder()
     log_gpu_case("test_triton_hypothesis", case=case, dtype=dtype, variant=variant)
     q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, TRITON_DEVICE, seed=seed)
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
-    assert flash_triton.tuned_configs()["bwd"] == variant
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=opts(variant=variant, recorder=rec))
+    assert rec.summary()["bwd"] == variant
 
 
 @settings(max_examples=60, deadline=None)
@@ -284,20 +276,16 @@ def test_flash_non_contiguous_inputs(cls, device, is_causal):
 @needs_triton
 @pytest.mark.parametrize("n_q,n_k,d,is_causal,dtype", [(70, 70, 64, True, torch.float32), (45, 30, 80, False, torch.float16),
                                                        (17, 50, 48, True, torch.float32)])
-def test_triton_descriptor_and_pointer_paths(n_q, n_k, d, is_causal, dtype, monkeypatch):
+def test_triton_descriptor_and_pointer_paths(n_q, n_k, d, is_causal, dtype):
     """Both load paths of the kernels (tensor descriptors where the layout allows, pointers
     otherwise) are correct on ragged lengths and padded head dims, and the layout rule picks them.
     (On the GPU small problems take pointers by size: the threshold is lifted here.)"""
-    set_flash_defaults(monkeypatch, tma_min_scores=0)
+    descriptors, pointers = opts(tma_min_scores=0), opts(tma_min_scores=0, tma=False)
     q, k, v, do = make_inputs((1, 2, n_q, d), (1, 2, n_k, d), dtype, TRITON_DEVICE)
-    assert flash_launch._tma_ok(q, k, v, do)
-    try:
-        flash_triton.set_tma(False)
-        assert not flash_launch._tma_ok(q, k, v, do)
-        check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
-    finally:
-        flash_triton.set_tma(True)
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    assert flash_launch._tma_ok(q, k, v, do, options=descriptors)
+    assert not flash_launch._tma_ok(q, k, v, do, options=pointers)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=pointers)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=descriptors)
 
 
 # ----------------------------------------------------------------------------- head dims split in two tiles
@@ -305,7 +293,7 @@ def test_triton_descriptor_and_pointer_paths(n_q, n_k, d, is_causal, dtype, monk
 def test_head_dim_tiles_split_where_the_rest_is_a_power_of_two_of_at_least_16():
     """48, 80, 96 split (largest power of two + a power-of-two rest >= 16, a dot's least K); powers
     of two are one tile; the rest (e.g. 24 = 16 + 8, 112 = 64 + 48) is padded to the next power of
-    two. tuned_configs() names the choice through _head_dim_label."""
+    two. Launch records name the choice through _head_dim_label."""
     tiles = {d: flash_configs._head_dim_tiles(d) for d in range(16, 129)}
     assert {d: t for d, t in tiles.items() if t[1]} == {48: (32, 16), 80: (64, 16), 96: (64, 32)}
     assert tiles[16] == (16, 0) and tiles[64] == (64, 0) and tiles[128] == (128, 0)
@@ -321,17 +309,17 @@ def test_head_dim_tiles_split_where_the_rest_is_a_power_of_two_of_at_least_16():
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("d", [48, 80, 96])
-def test_triton_split_head_dims_match_reference(d, dtype, is_causal, variant, tma, monkeypatch, backward_variant):
+def test_triton_split_head_dims_match_reference(d, dtype, is_causal, variant, tma):
     """The split head dims through every kernel (forward, dQ, dK/dV, atomic, D) on ragged lengths
     (45 queries, 30 keys: not tile multiples), loading through descriptors and through pointers; the
     hi tile sits at column BLOCK_D of the same rows, so a wrong offset or a dropped half shows in
     every output. (The interpreter's bf16 dot is wrong: bf16 runs in the GPU test below.)"""
-    backward_variant(variant)
-    set_flash_defaults(monkeypatch, tma_min_scores=0, tma=tma)
+    rec = LaunchRecorder()
+    options = opts(tma_min_scores=0, tma=tma, variant=variant, recorder=rec)
     q, k, v, do = make_inputs((1, 2, 45, d), (1, 2, 30, d), dtype, TRITON_DEVICE, seed=d)
-    assert flash_launch._tma_ok(q, k, v, do) == tma
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
-    picks = flash_triton.tuned_configs()
+    assert flash_launch._tma_ok(q, k, v, do, options=options) == tma
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=options)
+    picks = rec.summary()
     assert picks["bwd"] == variant and picks["d_tiles"] == flash_launch._head_dim_label(d)
     assert "+" in picks["d_tiles"]
 
@@ -341,11 +329,11 @@ def test_triton_unaligned_layouts_take_the_pointer_path():
     """Rows of 20 fp16 values (40 bytes) or a non-unit stride along d cannot be described to the
     copy engine: those inputs take the pointer path, still correct."""
     q, k, v, do = make_inputs((1, 2, 33, 20), (1, 2, 33, 20), torch.float16, TRITON_DEVICE)
-    assert not flash_launch._tma_ok(q, k, v, do)
+    assert not flash_launch._tma_ok(q, k, v, do, options=OPTS)
     check_against_reference(FlashAttentionTriton, q, k, v, do, True)
     q, k, v, do = (t.transpose(-1, -2).contiguous().transpose(-1, -2)
                    for t in make_inputs((1, 2, 33, 32), (1, 2, 33, 32), torch.float32, TRITON_DEVICE))
-    assert q.stride(-1) != 1 and not flash_launch._tma_ok(q, k, v, do)
+    assert q.stride(-1) != 1 and not flash_launch._tma_ok(q, k, v, do, options=OPTS)
     check_against_reference(FlashAttentionTriton, q, k, v, do, False)
 
 
@@ -353,7 +341,7 @@ def test_triton_unaligned_layouts_take_the_pointer_path():
 def test_flash_saves_exactly_one_lse(cls, device):
     q, k, v, _ = make_inputs((1, 2, 20, 16), (1, 2, 20, 16), torch.float32, device)
     q.requires_grad_(True)
-    o = cls.apply(q, k, v, True)
+    o = cls.apply(q, k, v, True, OPTS) if cls is FlashAttentionTriton else cls.apply(q, k, v, True)
     saved = o.grad_fn.saved_tensors
     assert len(saved) == 5  # L, q, k, v, o
     assert sum(t.shape == q.shape[:-1] for t in saved) == 1
@@ -362,10 +350,9 @@ def test_flash_saves_exactly_one_lse(cls, device):
 @pytest.mark.parametrize("cls,device,variant", [(*p.values, "two_pass") for p in _impl_params()]
                          + [pytest.param(FlashAttentionTriton, TRITON_DEVICE, "atomic", id="triton-atomic",
                                          marks=needs_triton)])
-def test_flash_outputs_do_not_depend_on_uninitialised_memory(cls, device, variant, monkeypatch, backward_variant):
+def test_flash_outputs_do_not_depend_on_uninitialised_memory(cls, device, variant, monkeypatch):
     """Every torch.empty is NaN-poisoned: any element the kernels fail to write shows up (the
     single-pass backward's fp32 dQ buffer must be zeroed by its preprocessing kernel)."""
-    backward_variant(variant)
     q, k, v, do = make_inputs((1, 2, 33, 80), (1, 2, 21, 80), torch.float32, device)
     r_o, r_lse, r_dq, r_dk, r_dv = reference(q, k, v, False, do)
     orig_empty = torch.empty
@@ -377,7 +364,7 @@ def test_flash_outputs_do_not_depend_on_uninitialised_memory(cls, device, varian
         return t
 
     monkeypatch.setattr(torch, "empty", poisoned_empty)
-    o, lse, dq, dk, dv = run_flash(cls, q, k, v, False, do)
+    o, lse, dq, dk, dv = run_flash(cls, q, k, v, False, do, opts(variant=variant))
     monkeypatch.undo()
     for t in (o, lse, dq, dk, dv):
         assert not torch.isnan(t).any()
@@ -409,11 +396,11 @@ def test_triton_custom_ops_opcheck(is_causal, layout):
     against the real outputs (shapes, dtypes, strides) and the ops under aot_dispatch with dynamic
     shapes."""
     q, k, v, do = _opcheck_inputs(layout, TRITON_DEVICE)
-    torch.library.opcheck(flash_triton.flash_forward_op, (q, k, v, is_causal))
-    o, lse = flash_triton.flash_forward_op(q, k, v, is_causal)
+    torch.library.opcheck(flash_triton.flash_forward_op, (q, k, v, is_causal, OPTS.key))
+    o, lse = flash_triton.flash_forward_op(q, k, v, is_causal, OPTS.key)
     assert o.is_contiguous() and lse.shape == q.shape[:-1] and lse.dtype == torch.float32
     for variant in BACKWARD_VARIANTS:
-        torch.library.opcheck(flash_triton.flash_backward_op, (q, k, v, o, do, lse, is_causal, variant))
+        torch.library.opcheck(flash_triton.flash_backward_op, (q, k, v, o, do, lse, is_causal, variant, OPTS.key))
 
 
 @needs_triton
@@ -432,10 +419,10 @@ def test_triton_under_torch_compile(is_causal, kind, monkeypatch):
         return eager_only(*args)
 
     monkeypatch.setattr(flash_triton, "compiled_flash_backward", compiled_backward_eagerly)
-    set_flash_defaults(monkeypatch, backward=kind)
+    options = opts(backward=kind)
 
     def f(q, k, v):
-        return FlashAttentionTriton.apply(q, k, v, is_causal)
+        return FlashAttentionTriton.apply(q, k, v, is_causal, options)
 
     results = []
     for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
@@ -462,6 +449,7 @@ def test_triton_model_compiles_whole_without_graph_breaks():
     torch.manual_seed(0)
     model = TransformerLM(d_model=32, num_heads=2, d_ff=64, num_layers=2, vocab_size=50, context_length=16,
                           attn_impl="flash_triton").to(TRITON_DEVICE)
+    model.set_attention("flash_triton", OPTS)  # every block's attention passes the options
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     params = list(model.parameters())
     for seq in (12, 7):
@@ -483,21 +471,17 @@ def test_triton_model_compiles_whole_without_graph_breaks():
 
 @needs_triton
 @pytest.mark.parametrize("kind", ["triton", "compiled"])
-def test_triton_backward_selection(kind):
+def test_triton_backward_selection(kind, monkeypatch):
+    """FlashOptions.backward picks the backward of the call: the Triton kernels or the (compiled)
+    PyTorch backward, which must then run and the Triton backward must not."""
+    ran = []
+    real = flash_triton.compiled_flash_backward
+    monkeypatch.setattr(flash_triton, "compiled_flash_backward", lambda *a: (ran.append("compiled"), real(*a))[1])
+    rec = LaunchRecorder()
     q, k, v, do = make_inputs((1, 2, 30, 32), (1, 2, 30, 32), torch.float32, TRITON_DEVICE)
-    previous = flash_triton.BACKWARD
-    try:
-        set_flash_backward(kind)
-        assert flash_triton.BACKWARD == kind
-        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
-    finally:
-        set_flash_backward(previous)
-
-
-def test_set_flash_backward_rejects_unknown():
-    with pytest.raises(ValueError, match="unknown flash backward"):
-        set_flash_backward("cuda-magic")
-    assert flash_triton.BACKWARD in ("triton", "compiled")
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=opts(backward=kind, recorder=rec))
+    assert ran == ([] if kind == "triton" else ["compiled"])
+    assert ("bwd" in rec.last) == (kind == "triton")
 
 
 # ----------------------------------------------------------------------------- two-pass / single-pass (atomic) backward
@@ -512,111 +496,115 @@ VARIANT_SHAPES = [((2, 45, 32), (2, 45, 32)), ((1, 2, 70, 80), (1, 2, 37, 80)), 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("shape_q,shape_k", VARIANT_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_triton_backward_variants_match_reference(shape_q, shape_k, dtype, is_causal, variant, backward_variant):
+def test_triton_backward_variants_match_reference(shape_q, shape_k, dtype, is_causal, variant):
     """Both backward implementations, 3-D and 4-D inputs, lengths that are and are not tile
     multiples, n_q != n_k, head dims 16..128 with the split 80 and 96 (64 + 16, 64 + 32)."""
-    backward_variant(variant)
+    rec = LaunchRecorder()
     q, k, v, do = make_inputs(shape_q, shape_k, dtype, TRITON_DEVICE)
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
-    assert flash_triton.tuned_configs()["bwd"] == variant
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=opts(variant=variant, recorder=rec))
+    assert rec.summary()["bwd"] == variant
 
 
 @needs_triton
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # two-pass dK/dV rows never stored
 @pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-def test_triton_backward_ragged_keys_with_very_negative_scores(variant, is_causal, backward_variant):
+def test_triton_backward_ragged_keys_with_very_negative_scores(variant, is_causal):
     """Rows whose every score is below -100 have L < -100, so a padded key row (K = 0, score 0)
     would get P = exp(-L) = inf in fp32; the single-pass kernel multiplies those rows of dS into dQ,
     where inf * 0 is NaN: its masks must zero them (n_k = 37 is not a tile multiple; without the
     key mask this test's dQ is NaN)."""
-    backward_variant(variant)
     g = torch.Generator().manual_seed(4)
     direction = F.normalize(torch.randn(16, generator=g), dim=0)
     q = 12 * direction + 0.1 * torch.randn(1, 2, 40, 16, generator=g)
     k = -50 * direction + torch.randn(1, 2, 37, 16, generator=g)
     v, do = torch.randn(1, 2, 37, 16, generator=g), torch.randn(1, 2, 40, 16, generator=g)
     q, k, v, do = (t.to(TRITON_DEVICE) for t in (q, k, v, do))
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=opts(variant=variant))
 
 
 @needs_triton
 @pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
-def test_triton_backward_launcher_takes_a_per_call_variant(variant, backward_variant):
-    """flash_attention_triton_backward(..., variant=) overrides the setting and records the choice
-    per shape; both variants give the same gradients."""
-    backward_variant("two_pass" if variant == "atomic" else "atomic")
+def test_triton_backward_launcher_takes_a_per_call_variant(variant):
+    """flash_attention_triton_backward(..., variant=) overrides options.variant and its launch record
+    names the choice; both variants give the same gradients."""
+    rec = LaunchRecorder()
+    other_variant = "two_pass" if variant == "atomic" else "atomic"
+    options = opts(variant=other_variant, recorder=rec)
     q, k, v, do = make_inputs((1, 2, 50, 32), (1, 2, 50, 32), torch.float32, TRITON_DEVICE)
-    o, lse = flash_triton.flash_attention_triton_forward(q, k, v, True)
-    grads = flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant=variant)
-    assert backward_choice.last_backward_choice() == (ShapeKey(2, 50, 50, 32, torch.float32, True), variant)
-    assert backward_choice.backward_choices()[ShapeKey(2, 50, 50, 32, torch.float32, True)] == variant
-    other = flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True)
+    o, lse = flash_triton.flash_attention_triton_forward(q, k, v, True, options=options)
+    grads = flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant=variant, options=options)
+    assert rec.last["bwd"].variant == variant
+    other = flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, options=options)
+    assert rec.last["bwd"].variant == other_variant
     for a, b in zip(grads, other):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="flash backward variant"):
-        flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant="sideways")
+        flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant="sideways", options=options)
 
 
-def test_choose_backward_rule(monkeypatch):
-    """Default: two-pass for every shape (not measured yet); with a threshold, atomic from that much
-    work (batch·heads·n_q·n_k, halved when causal) on."""
+def test_choose_backward_rule():
+    """Default (FlashOptions.atomic_min_work infinite): two-pass for every shape; with a threshold,
+    atomic from that much work (batch·heads·n_q·n_k, halved when causal) on."""
     big = ShapeKey(16, 16384, 16384, 64, torch.bfloat16, True)
     small = ShapeKey(128, 512, 512, 80, torch.bfloat16, False)
-    assert backward_choice.choose_backward(big) == backward_choice.choose_backward(small) == "two_pass"
+    default = default_options()
+    assert default.variant == "auto" and default.atomic_min_work == math.inf
+    assert {backward_choice.resolve_backward(key, default) for key in (big, small)} == {"two_pass"}
     assert big.work == 16 * 16384 ** 2 / 2 and small.work == 128 * 512 ** 2
-    monkeypatch.setattr(backward_choice, "ATOMIC_MIN_WORK", 2 ** 30)
-    assert backward_choice.choose_backward(big) == "atomic"
-    assert backward_choice.choose_backward(small) == "two_pass"
+    threshold = FlashOptions(atomic_min_work=2 ** 30)
+    assert backward_choice.resolve_backward(big, threshold) == backward_choice.choose_backward(big, 2 ** 30) == "atomic"
+    assert backward_choice.resolve_backward(small, threshold) == "two_pass"
     assert backward_choice.choose_backward(small, min_work=small.work) == "atomic"
 
 
-def test_set_backward_variant_forces_and_rejects_unknown(backward_variant):
+def test_options_variant_forces_and_rejects_unknown():
+    """FlashOptions.variant forces a variant for every shape ("auto": the rule); a per-call variant
+    overrides it; unknown names are refused by both."""
     key = ShapeKey(1, 8, 8, 16, torch.float32, False)
     for kind in BACKWARD_VARIANTS:
-        backward_variant(kind)
-        assert backward_choice.resolve_backward(key) == kind
-    backward_variant("auto")
-    assert backward_choice.resolve_backward(key) == backward_choice.choose_backward(key)
+        assert backward_choice.resolve_backward(key, FlashOptions(variant=kind)) == kind
+        assert backward_choice.resolve_backward(key, FlashOptions(variant="auto"), variant=kind) == kind
+    assert backward_choice.resolve_backward(key, FlashOptions(variant="auto")) == backward_choice.choose_backward(
+        key, math.inf)
     with pytest.raises(ValueError, match="unknown flash backward variant 'fused'"):
-        backward_variant("fused")
+        FlashOptions(variant="fused")
+    with pytest.raises(ValueError, match="unknown flash backward variant 'fused'"):
+        backward_choice.resolve_backward(key, OPTS, variant="fused")
 
 
 @needs_triton
-def test_triton_two_pass_backward_has_no_preprocessing_launch(monkeypatch, backward_variant):
+def test_triton_two_pass_backward_has_no_preprocessing_launch(monkeypatch):
     """The two-pass backward computes D inside its dQ kernel: two launches, no preprocessing kernel
     (which only the single-pass backward uses, to zero its fp32 dQ buffer)."""
     class NoLaunch:
         def __getitem__(self, grid):
             raise AssertionError("the preprocessing kernel was launched")
 
-    backward_variant("two_pass")
     monkeypatch.setattr(flash_launch, "_attn_bwd_preprocess", NoLaunch())
     q, k, v, do = make_inputs((1, 2, 40, 32), (1, 2, 40, 32), torch.float32, TRITON_DEVICE)
-    check_against_reference(FlashAttentionTriton, q, k, v, do, True)
-    backward_variant("atomic")
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=opts(variant="two_pass"))
     with pytest.raises(AssertionError, match="preprocessing kernel was launched"):
-        run_flash(FlashAttentionTriton, q, k, v, True, do)
+        run_flash(FlashAttentionTriton, q, k, v, True, do, opts(variant="atomic"))
 
 
 @needs_triton
-def test_triton_call_plan_follows_the_backward_setting(backward_variant):
+def test_triton_call_plan_follows_the_backward_variant():
     """A backward call served by its call plan (from a signature's third call on) still records its
-    variant in backward_choice, and a changed setting is never served the plan of the old one."""
-    from impl.attention import FlashOptions, LaunchRecorder
+    variant, and other options, or a per-call variant, are never served the plan of another variant."""
     rec = LaunchRecorder()
-    options = FlashOptions(autotune=False, recorder=rec)
+    by_kind = {kind: opts(variant=kind, recorder=rec) for kind in ("two_pass", "atomic")}
     q, k, v, do = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, TRITON_DEVICE)
-    o, lse = flash_triton.flash_attention_triton_forward(q, k, v, True, options=options)
-    key = ShapeKey(2, 24, 24, 16, torch.float32, True)
-    decoy = ShapeKey(1, 1, 1, 16, torch.float32, False)
+    o, lse = flash_triton.flash_attention_triton_forward(q, k, v, True, options=by_kind["two_pass"])
     for kind in ("two_pass", "atomic", "two_pass"):
-        backward_variant(kind)
         for _ in range(3):
-            backward_choice.record_choice(decoy, "unset")  # each call, plan hit or not, records its own
-            flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, options=options)
-            assert rec.last["bwd"].variant == kind
-            assert backward_choice.last_backward_choice() == (key, kind)
+            rec.clear()  # each call, plan hit or not, records its own
+            flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, options=by_kind[kind])
+            assert rec.count == 1 and rec.last["bwd"].variant == kind
+    other = "atomic" if kind == "two_pass" else "two_pass"
+    for _ in range(3):  # the per-call override is part of the signature too
+        flash_triton.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant=other, options=by_kind[kind])
+        assert rec.last["bwd"].variant == other
 
 
 @needs_triton
@@ -625,7 +613,6 @@ def test_triton_forward_descriptors_up_to_a_head_dim_tile(d, limit, tma):
     """The forward takes descriptors only where its head-dim tile is at most
     FlashOptions.fwd_tma_max_block_d wide (64 by default: the d 128 sweep, NOTES.md); the backward
     keeps them at d 128."""
-    from impl.attention import FlashOptions, LaunchRecorder
     rec = LaunchRecorder()
     extra = {} if limit is None else {"fwd_tma_max_block_d": limit}
     options = FlashOptions(autotune=False, tma_min_scores=0, recorder=rec, **extra)
@@ -641,9 +628,11 @@ def test_triton_autotune_pick_is_resolved_once_per_shape_key(monkeypatch):
     """The first call of a shape key goes through the autotuner; later calls of the same key launch
     its pick directly (no autotuner on the launch path), a new key goes through it again."""
     q, k, v, _ = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, TRITON_DEVICE)
-    flash_triton.use_configs()  # forgets the resolved picks
+    flash_triton.clear_plans()  # forgets the resolved picks
     calls = []
-    tuner = flash_launch._kernel("fwd", flash_triton.default_options())  # the GPU's autotune-off tuner too
+    rec = LaunchRecorder()
+    options = opts(recorder=rec)
+    tuner = flash_launch._kernel("fwd", options)  # the GPU's autotune-off tuner too
     real_run = tuner.run
 
     def counting_run(*args, **kwargs):
@@ -651,13 +640,13 @@ def test_triton_autotune_pick_is_resolved_once_per_shape_key(monkeypatch):
         return real_run(*args, **kwargs)
 
     monkeypatch.setattr(tuner, "run", counting_run)
-    first = flash_triton.flash_attention_triton_forward(q, k, v, True)
-    second = flash_triton.flash_attention_triton_forward(q, k, v, True)
+    first = flash_triton.flash_attention_triton_forward(q, k, v, True, options=options)
+    second = flash_triton.flash_attention_triton_forward(q, k, v, True, options=options)
     assert calls == [True]
     torch.testing.assert_close(first, second, rtol=0, atol=0)
-    flash_triton.flash_attention_triton_forward(q, k, v, False)
+    flash_triton.flash_attention_triton_forward(q, k, v, False, options=options)
     assert calls == [True, False]
-    assert "BLOCK_M" in flash_triton.tuned_configs()["fwd"]
+    assert "BLOCK_M" in rec.summary()["fwd"]
 
 
 # ----------------------------------------------------------------------------- options, launch records, direct launch
@@ -667,7 +656,6 @@ def test_triton_options_are_per_call_and_records_name_what_ran():
     """Two callers with different FlashOptions in one process: each call runs its own options
     (variant, descriptors) and hands its LaunchRecord to its own recorder; the module defaults and
     SPEC's apply(q, k, v, is_causal) are untouched."""
-    from impl.attention import FlashOptions, LaunchRecorder
     q, k, v, do = make_inputs((1, 2, 40, 48), (1, 2, 40, 48), torch.float32, TRITON_DEVICE)
     do = do.contiguous()
     before = flash_triton.default_options()
@@ -686,11 +674,10 @@ def test_triton_options_are_per_call_and_records_name_what_ran():
     o, lse, rec = flash_triton.flash_attention_triton_forward_recorded(q, k, v, True, options=b)
     assert rec.kind == "fwd" and rec.tma is False and dict(rec.configs).keys() == {"fwd"}
     torch.testing.assert_close(o, FlashAttentionTriton.apply(q, k, v, True), rtol=0, atol=0)
-    check_against_reference(FlashAttentionTriton, q, k, v, do, True)  # options=None still works
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=None)  # options=None still works
 
 
 def test_flash_options_validate_and_hash_without_recorder():
-    from impl.attention import FlashOptions, LaunchRecorder
     from impl.attention.flash_options import with_configs
     with pytest.raises(ValueError, match="unknown flash backward"):
         FlashOptions(backward="cuda-magic")
@@ -701,6 +688,53 @@ def test_flash_options_validate_and_hash_without_recorder():
     assert with_configs(fwd=[(64, 64, 4, 3)]).config_list("fwd") == ((64, 64, 4, 3),)
     with pytest.raises(ValueError, match="configs"):
         FlashOptions(configs={"fwd": []})
+
+
+def test_attention_package_keeps_no_module_settings():
+    """Options have one home (issue 47, stage 4): FlashOptions passed through the call. No module of
+    impl.attention rebinds a module global (no `global` statement), none answers attributes through a
+    module-level __getattr__, and the old setters are gone from the package."""
+    import ast
+    import pathlib
+
+    import impl.attention as A
+    root = pathlib.Path(A.__file__).parent
+    found = []
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        found += [f"{path.name}:{n.lineno} global" for n in ast.walk(tree) if isinstance(n, ast.Global)]
+        found += [f"{path.name}:{n.lineno} __getattr__" for n in tree.body
+                  if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
+    assert found == []
+    gone = {"set_flash_backward", "get_flash_backward", "set_flash_autotune", "set_backward_variant",
+            "backward_variant", "backward_choices", "last_backward_choice"}
+    assert not gone & set(A.__all__) and not any(hasattr(A, name) for name in gone)
+    for module, names in ((flash_triton, ("set_backward", "set_tma", "set_autotune", "use_configs", "tuned_configs",
+                                          "set_default_options", "BACKWARD", "_USE_TMA", "TMA_MIN_SCORES")),
+                          (flash_launch, ("set_default_options", "_default_options", "_LAST")),
+                          (backward_choice, ("ATOMIC_MIN_WORK", "set_backward_variant", "record_choice",
+                                             "settings_key"))):
+        assert not [n for n in names if hasattr(module, n)], module.__name__
+
+
+@needs_triton
+def test_triton_options_reach_the_launch_through_torch_compile():
+    """Options given to apply reach the launchers unchanged through the custom ops (as their
+    registered int) under torch.compile(fullgraph=True): the call's recorder gets both launches,
+    with the options' variant and descriptor choice; default_options() is unchanged and a call
+    without options records nothing there."""
+    rec = LaunchRecorder()
+    options = opts(variant="atomic", tma=False, recorder=rec)
+    before = default_options()
+    q, k, v, do = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, TRITON_DEVICE)
+    compiled = torch.compile(lambda a, b, c: FlashAttentionTriton.apply(a, b, c, True, options), fullgraph=True,
+                             backend="aot_eager")
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    compiled(*leaves).backward(do)
+    assert rec.count == 2 and rec.last["bwd"].variant == "atomic" and rec.last["fwd"].tma is False
+    assert rec.last["bwd"].tma is False
+    FlashAttentionTriton.apply(*leaves, True).backward(do)  # options=None: default_options(), no recorder
+    assert rec.count == 2 and default_options() is before and default_options().recorder is None
 
 
 class _FakeCompiled:
@@ -744,7 +778,6 @@ def test_direct_launch_plan_cache_is_keyed_on_everything_that_changes_the_kernel
     launches the plan with every argument in the kernel's parameter order; a change of dtype, head
     dim, causal, an int's value (strides: divisibility, ==1), the TMA flag or the options' configs gets
     a new plan, never a stale one; a pointer off 16-byte alignment never gets one."""
-    from impl.attention import FlashOptions
     log = []
     tuners = {}
 
@@ -825,7 +858,6 @@ def test_triton_gpu_direct_launch_matches_jit_launch(shape_q, shape_k, causal, l
     """The direct launch of a cached plan (third call of a key on) gives the same bits as Triton's
     ordinary JIT launch of the same kernel and config (direct_launch=False), and is actually taken.
     Atomic dQ sums in a nondeterministic order: dQ is compared with a tolerance there."""
-    from impl.attention import FlashOptions
     q, k, v, do = make_inputs(shape_q, shape_k, dtype, "cuda")
     if layout == "strided":  # (B, S, H, d) storage seen as (B, H, S, d)
         q, k, v, do = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, do))
@@ -852,7 +884,6 @@ def test_triton_gpu_direct_launch_matches_jit_launch(shape_q, shape_k, causal, l
 def test_triton_gpu_direct_launch_survives_shape_changes(variant):
     """Alternating shapes, layouts and dtypes between calls: each call's plan is its own (a stale
     plan would read the wrong strides or lengths), every output equals the JIT launch's."""
-    from impl.attention import FlashOptions
     direct = FlashOptions(variant=variant, autotune=False)
     jit = dataclasses.replace(direct, direct_launch=False)
     cases = [((1, 1, 128, 64), torch.bfloat16, True), ((2, 4, 257, 64), torch.bfloat16, True),
@@ -873,7 +904,6 @@ def test_triton_gpu_direct_launch_survives_shape_changes(variant):
 @needs_cuda
 def test_triton_gpu_compiled_with_options_matches_eager():
     """torch.compile through apply with explicit options (passed to the custom ops as an int)."""
-    from impl.attention import FlashOptions, LaunchRecorder
     rec = LaunchRecorder()
     opts = FlashOptions(variant="two_pass", autotune=False, recorder=rec)
     q, k, v, do = make_inputs((1, 2, 256, 64), (1, 2, 256, 64), torch.bfloat16, "cuda")
@@ -1117,7 +1147,7 @@ def test_attention_by_name(name):
         pytest.skip("no CUDA and TRITON_INTERPRET != 1")
     device = TRITON_DEVICE if name == "flash_triton" else "cpu"
     q, k, v, _ = make_inputs((1, 2, 24, 16), (1, 2, 24, 16), torch.float32, device)
-    f = attention_by_name(name)
+    f = attention_by_name(name, OPTS) if name == "flash_triton" else attention_by_name(name)
     out = f(q, k, v, True)
     r_o = reference(q, k, v, True, torch.zeros_like(q))[0]
     assert rel_err(out, r_o) < tolerance(torch.float32, device)
@@ -1126,6 +1156,8 @@ def test_attention_by_name(name):
 def test_attention_by_name_unknown():
     with pytest.raises(ValueError, match="unknown attention"):
         attention_by_name("flash_cuda")
+    with pytest.raises(ValueError, match="takes no FlashOptions"):
+        attention_by_name("sdpa", OPTS)
 
 
 def test_attention_flops():
@@ -1157,10 +1189,9 @@ def test_triton_gpu_matches_reference(dtype, is_causal, n_q, n_k, d):
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k,d", [(256, 256, 64), (333, 333, 80), (300, 300, 96), (200, 517, 128),
                                        (1024, 1024, 64)])
-def test_triton_gpu_backward_variants(dtype, is_causal, n_q, n_k, d, variant, backward_variant):
-    backward_variant(variant)
+def test_triton_gpu_backward_variants(dtype, is_causal, n_q, n_k, d, variant):
     q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=opts(variant=variant))
 
 
 @gpu
@@ -1168,14 +1199,13 @@ def test_triton_gpu_backward_variants(dtype, is_causal, n_q, n_k, d, variant, ba
 @pytest.mark.parametrize("dq_tma", [True, False], ids=["bulk-reduce", "element-atomics"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("n_q,n_k,d,is_causal", [(333, 333, 80, True), (512, 200, 64, False), (700, 700, 128, True)])
-def test_triton_gpu_atomic_dq_reduction_paths(n_q, n_k, d, is_causal, dtype, dq_tma, monkeypatch, backward_variant):
+def test_triton_gpu_atomic_dq_reduction_paths(n_q, n_k, d, is_causal, dtype, dq_tma):
     """The single-pass backward's dQ through descriptor bulk reductions and through element atomics
     (the interpreter has no descriptor reductions: only the GPU runs the first); descriptors forced
     on at these small sizes."""
-    backward_variant("atomic")
-    set_flash_defaults(monkeypatch, tma_min_scores=0, atomic_dq_tma=dq_tma)
+    options = opts(variant="atomic", tma_min_scores=0, atomic_dq_tma=dq_tma)
     q, k, v, do = make_inputs((2, 4, n_q, d), (2, 4, n_k, d), dtype, "cuda")
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=options)
 
 
 @gpu
@@ -1184,44 +1214,38 @@ def test_triton_gpu_atomic_dq_reduction_paths(n_q, n_k, d, is_causal, dtype, dq_
 @pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [48, 80, 96])
-def test_triton_gpu_split_head_dims_bf16(d, is_causal, variant, tma, monkeypatch, backward_variant):
+def test_triton_gpu_split_head_dims_bf16(d, is_causal, variant, tma):
     """bf16 (which the interpreter cannot check) at the split head dims, ragged lengths, both
     backward variants, descriptors forced on at this size (dQ by bulk reduce-add) or off."""
-    backward_variant(variant)
-    set_flash_defaults(monkeypatch, tma_min_scores=0, tma=tma)
+    rec = LaunchRecorder()
+    options = opts(variant=variant, tma_min_scores=0, tma=tma, recorder=rec)
     q, k, v, do = make_inputs((2, 4, 333, d), (2, 4, 517, d), torch.bfloat16, "cuda")
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
-    assert flash_triton.tuned_configs()["d_tiles"] == flash_launch._head_dim_label(d)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=options)
+    assert rec.summary()["d_tiles"] == flash_launch._head_dim_label(d)
 
 
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
 @pytest.mark.parametrize("d", [80, 96])
-def test_triton_gpu_split_head_dims_autotuned(d, variant, backward_variant):
+def test_triton_gpu_split_head_dims_autotuned(d, variant):
     """Every config of the autotune lists at the split head dims (bf16): the autotuner benchmarks
     each (one over the shared memory is skipped by the autotuner, any other failure raises); the pick
     is correct."""
-    backward_variant(variant)
-    flash_triton.set_autotune(True)
-    try:
-        q, k, v, do = make_inputs((1, 4, 1000, d), (1, 4, 1000, d), torch.bfloat16, "cuda")
-        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
-    finally:
-        flash_triton.set_autotune(False)
+    q, k, v, do = make_inputs((1, 4, 1000, d), (1, 4, 1000, d), torch.bfloat16, "cuda")
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=FlashOptions(variant=variant))
 
 
 @gpu
 @needs_cuda
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None)
 @given(case=attention_case(max_seq=300), dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]),
        variant=st.sampled_from(BACKWARD_VARIANTS))
-def test_triton_gpu_hypothesis(case, dtype, variant, backward_variant):
+def test_triton_gpu_hypothesis(case, dtype, variant):
     is_causal, n_q, n_k, d, lead, seed = case
-    backward_variant(variant)
     log_gpu_case("test_triton_gpu_hypothesis", case=case, dtype=dtype, variant=variant)
     q, k, v, do = make_inputs(lead + (n_q, d), lead + (n_k, d), dtype, "cuda", seed=seed)
-    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, is_causal, options=opts(variant=variant))
 
 
 @gpu
@@ -1229,12 +1253,7 @@ def test_triton_gpu_hypothesis(case, dtype, variant, backward_variant):
 @pytest.mark.parametrize("kind", ["triton", "compiled"])
 def test_triton_gpu_backward_selection(kind):
     q, k, v, do = make_inputs((1, 4, 300, 64), (1, 4, 300, 64), torch.bfloat16, "cuda")
-    previous = flash_triton.BACKWARD
-    try:
-        set_flash_backward(kind)
-        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
-    finally:
-        set_flash_backward(previous)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=opts(backward=kind))
 
 
 @gpu
@@ -1242,7 +1261,7 @@ def test_triton_gpu_backward_selection(kind):
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_triton_gpu_matches_sdpa_bf16(is_causal):
     q, k, v, _ = make_inputs((1, 8, 2048, 64), (1, 8, 2048, 64), torch.bfloat16, "cuda")
-    out = FlashAttentionTriton.apply(q, k, v, is_causal)
+    out = FlashAttentionTriton.apply(q, k, v, is_causal, OPTS)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=is_causal)
     assert rel_err(out, ref) < 2e-2
 
@@ -1251,17 +1270,13 @@ def test_triton_gpu_matches_sdpa_bf16(is_causal):
 @needs_cuda
 @pytest.mark.parametrize("variant", BACKWARD_VARIANTS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_triton_gpu_autotuned_configs(dtype, variant, backward_variant):
+def test_triton_gpu_autotuned_configs(dtype, variant):
     """The autotuned path (all configs benchmarked, the best one used) is correct too; for the
     single-pass backward the autotuner zeroes the dQ buffer before each timed run (reset_to_zero),
     else its atomics would accumulate every benchmark run into the result. The second call launches
     the resolved pick without the autotuner."""
-    backward_variant(variant)
-    flash_triton.set_autotune(True)
-    try:
-        q, k, v, do = make_inputs((1, 4, 1000, 64), (1, 4, 1000, 64), dtype, "cuda")
-        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
-        check_against_reference(FlashAttentionTriton, q, k, v, do, True)
-        assert flash_triton.autotune_enabled()
-    finally:
-        flash_triton.set_autotune(False)
+    options = FlashOptions(variant=variant)  # autotune=True, the default
+    q, k, v, do = make_inputs((1, 4, 1000, 64), (1, 4, 1000, 64), dtype, "cuda")
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=options)
+    check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=options)
+    assert flash_triton.autotune_enabled(options) and not flash_triton.autotune_enabled(OPTS)

@@ -10,7 +10,8 @@ kernel's launch (the floor). Shapes: the leaderboard (1x16x16384x64 causal), the
 attention (4x32x512x80), then d in {64, 80, 128} x seq in {512, 1024, 2048, 4096, 16384} x causal
 and not at batch x heads 64, and a length that is not a tile multiple (1000).
 
-Autotune lists are cut to 1-2 configs per kernel (below) and the element-atomics variant runs on
+Autotune lists are cut to 1-2 configs per kernel (below; every call's FlashOptions carries them) and
+the element-atomics variant runs on
 the named shapes only: compiles, not timings, would otherwise fill the time. Stops starting new shapes after --budget-s (default 300 s; the call's limit is
 10 minutes, the start of a machine takes up to 2); every finished row is in the JSON.
 
@@ -24,7 +25,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional
 
 import torch
@@ -36,6 +37,7 @@ from triton.testing import do_bench
 
 from impl.attention import FlashOptions, LaunchRecorder, attention_flops, backward_choice
 from impl.attention import flash_triton as ft
+from impl.attention.flash_options import with_configs
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class Row:
     shape: Shape
     ms: Dict[str, float] = field(default_factory=dict)       # case -> do_bench median (ms)
     errors: Dict[str, Dict[str, float]] = field(default_factory=dict)  # variant -> tensor -> rel error
-    configs: Dict[str, Dict[str, str]] = field(default_factory=dict)   # case -> tuned_configs()
+    configs: Dict[str, Dict[str, str]] = field(default_factory=dict)   # case -> LaunchRecorder.summary()
     failed: Dict[str, str] = field(default_factory=dict)      # case -> error text
     seconds: float = 0.0
 
@@ -95,7 +97,7 @@ def rel(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x.float() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def check(s: Shape, q, k, v, do) -> Dict[str, Dict[str, float]]:
+def check(s: Shape, q, k, v, do, base: FlashOptions) -> Dict[str, Dict[str, float]]:
     """Errors of each variant on at most 8 heads against fp32 SDPA (memory-efficient or math)."""
     q, k, v, do = (t.flatten(0, 1)[:8].unsqueeze(0).contiguous() for t in (q, k, v, do))
     leaves = [t.float().requires_grad_() for t in (q, k, v)]
@@ -105,7 +107,7 @@ def check(s: Shape, q, k, v, do) -> Dict[str, Dict[str, float]]:
     refs = [o_ref.detach()] + [t.grad for t in leaves]
     out = {}
     for name, variant, dq_tma in VARIANTS:
-        options = FlashOptions(variant=variant, atomic_dq_tma=dq_tma)
+        options = replace(base, variant=variant, atomic_dq_tma=dq_tma)
         ours = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         o = ft.FlashAttentionTriton.apply(*ours, s.causal, options)
         o.backward(do)
@@ -117,18 +119,18 @@ def bench(fn, leaves=None) -> float:
     return do_bench(fn, grad_to_none=leaves, return_mode="median")
 
 
-def measure(s: Shape) -> Row:
+def measure(s: Shape, base: FlashOptions) -> Row:
     row = Row(s)
     t0 = time.time()
     q, k, v, do = inputs(s)
     try:
-        row.errors = check(s, q, k, v, do)
+        row.errors = check(s, q, k, v, do, base)
     except Exception as e:  # noqa: BLE001 - a probe records what failed and goes on
         row.failed["check"] = repr(e)[:300]
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
 
     recorder = LaunchRecorder()
-    fwd_options = FlashOptions(recorder=recorder)
+    fwd_options = replace(base, recorder=recorder)
 
     def fwd():
         return ft.flash_attention_triton_forward(q, k, v, s.causal, options=fwd_options)
@@ -139,7 +141,7 @@ def measure(s: Shape) -> Row:
     for name, variant, dq_tma in VARIANTS:
         if name == "atomic_elem" and not s.label:
             continue
-        options = FlashOptions(variant=variant, atomic_dq_tma=dq_tma, recorder=recorder)
+        options = replace(base, variant=variant, atomic_dq_tma=dq_tma, recorder=recorder)
         try:
             row.ms[f"ours bwd {name}"] = bench(
                 lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, s.causal, options=options))
@@ -177,20 +179,20 @@ def host_us(fn, n=300) -> float:
     return us
 
 
-def host_overhead() -> Dict[str, float]:
+def host_overhead(base: FlashOptions) -> Dict[str, float]:
     """Host microseconds per call at the 2.7B shape (kernels short enough that the host sets the
     pace): the bare launch of an empty Triton kernel (the floor of one launch), our forward launcher,
     each backward launcher and the eager forward+backward."""
     s = Shape(4, 32, 512, 80, True)
     q, k, v, do = inputs(s)
-    o, lse = ft.flash_attention_triton_forward(q, k, v, True)
+    o, lse = ft.flash_attention_triton_forward(q, k, v, True, options=base)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     res = {"empty triton launch": host_us(lambda: _empty_kernel[(1,)](q, 1, BLOCK=16)),
-           "forward launcher": host_us(lambda: ft.flash_attention_triton_forward(q, k, v, True))}
+           "forward launcher": host_us(lambda: ft.flash_attention_triton_forward(q, k, v, True, options=base))}
     for name, variant, _ in VARIANTS[:2]:
         res[f"backward launcher {name}"] = host_us(
-            lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant=variant))
-        options = FlashOptions(variant=variant)
+            lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, True, variant=variant, options=base))
+        options = replace(base, variant=variant)
         res[f"apply fwd+bwd {name}"] = host_us(
             lambda: ft.FlashAttentionTriton.apply(*leaves, True, options).backward(do))
     return res
@@ -205,7 +207,7 @@ def best(row: Row, prefix: str, names) -> Optional[float]:
 def suggest_min_work(rows: List[Row]) -> float:
     """The smallest work (backward_choice.ShapeKey.work) from which the atomic backward (best of its
     two dQ paths) beat the two-pass one in every measured row of at least that work: the value for
-    backward_choice.ATOMIC_MIN_WORK (inf: never)."""
+    FlashOptions.atomic_min_work (inf: never)."""
     pts = []
     for r in rows:
         two, atom = r.ms.get("ours fwd+bwd two_pass"), best(r, "ours fwd+bwd", ("atomic", "atomic_elem"))
@@ -248,7 +250,9 @@ def main() -> None:
     args = ap.parse_args()
     start = time.time()
     path = os.path.join(os.environ.get("OUT", "."), "flash_bwd_variants.json")
-    ft.use_configs(**(CONFIGS_QUICK if args.quick else CONFIGS_FULL))
+    # Every call's options carry the cut lists (the old module setter use_configs reached only the
+    # calls without options: after the port to FlashOptions the rows autotuned the committed lists).
+    base = with_configs(FlashOptions(), **(CONFIGS_QUICK if args.quick else CONFIGS_FULL))
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "quick": args.quick, "configs": CONFIGS_QUICK if args.quick else CONFIGS_FULL, "rows": [],
            "left_out": []}
@@ -258,19 +262,19 @@ def main() -> None:
         if time.time() - start > args.budget_s:
             res["left_out"] = [x.name for x in todo[i:]]
             break
-        row = measure(s)
+        row = measure(s, base)
         rows.append(row)
         res["rows"].append(asdict(row))
         print(json.dumps({"shape": s.name, "ms": {k: round(v, 4) for k, v in row.ms.items()},
                           "errors": row.errors, "failed": row.failed, "s": round(row.seconds, 1)}), flush=True)
         json.dump(res, open(path, "w"), indent=1)
-    res["host_us"] = host_overhead()
+    res["host_us"] = host_overhead(base)
     res["suggested_atomic_min_work"] = suggest_min_work(rows)
     res["seconds"] = time.time() - start
     json.dump(res, open(path, "w"), indent=1)
     print(table(rows))
     print("host us per call:", {k: round(v, 1) for k, v in res["host_us"].items()})
-    print("suggested backward_choice.ATOMIC_MIN_WORK:", res["suggested_atomic_min_work"],
+    print("suggested FlashOptions.atomic_min_work:", res["suggested_atomic_min_work"],
           "| left out:", res["left_out"] or "none", f"| {res['seconds']:.0f} s")
 
 

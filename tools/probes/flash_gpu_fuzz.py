@@ -38,21 +38,20 @@ def cases(n: int, max_seq: int, seed: int = 0) -> list[dict]:
 def child(todo: list[dict], start: int, deadline: float) -> None:
     import torch
 
-    from impl.attention import FlashAttentionTriton, backward_choice, flash_triton
+    from impl.attention import FlashAttentionTriton, FlashOptions
 
-    flash_triton.set_autotune(False)
+    by_variant = {variant: FlashOptions(autotune=False, variant=variant) for variant in VARIANTS}
     for i in range(start, len(todo)):
         if time.time() > deadline:
             return
         c = todo[i]
         print(f"START {i}", flush=True)
-        backward_choice.set_backward_variant(c["variant"])
         g = torch.Generator().manual_seed(c["seed"])
         dt = getattr(torch, c["dtype"])
         q = torch.randn(*c["lead"], c["n_q"], c["d"], generator=g).to("cuda", dt).requires_grad_()
         k = torch.randn(*c["lead"], c["n_k"], c["d"], generator=g).to("cuda", dt).requires_grad_()
         v = torch.randn(*c["lead"], c["n_k"], c["d"], generator=g).to("cuda", dt).requires_grad_()
-        o = FlashAttentionTriton.apply(q, k, v, c["causal"])
+        o = FlashAttentionTriton.apply(q, k, v, c["causal"], by_variant[c["variant"]])
         o.backward(torch.randn_like(o))
         torch.cuda.synchronize()
         finite = all(bool(torch.isfinite(t).all()) for t in (o, q.grad, k.grad, v.grad))

@@ -9,7 +9,7 @@ import time
 import torch
 from triton.testing import do_bench
 
-from impl.attention import flash_triton as ft
+from impl.attention import FlashOptions, flash_triton as ft
 from impl.workloads.attention import attention_inputs
 
 
@@ -30,21 +30,20 @@ def main(path):
     for shape in ((1, 1, 8192, 64), (1, 1, 512, 16)):
         q, k, v, do = attention_inputs(shape, "bf16", torch.device("cuda"))
         o, lse = ft.flash_attention_triton_forward(q, k, v, True)
-        cases = {
-            "launcher fwd": lambda: ft.flash_attention_triton_forward(q, k, v, True),
-            "op fwd": lambda: ft.flash_forward_op(q, k, v, True),
-            "launcher bwd": lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, True),
-            "op bwd": lambda: ft.flash_backward_op(q, k, v, o, do, lse, True),
-            "apply fwd+bwd": lambda: ft.FlashAttentionTriton.apply(q, k, v, True).backward(do),
-        }
         for tma in (True, False):
-            ft.set_tma(tma)
+            opts = FlashOptions(tma=tma)  # the ops take the options as their registered int
+            cases = {
+                "launcher fwd": lambda: ft.flash_attention_triton_forward(q, k, v, True, options=opts),
+                "op fwd": lambda: ft.flash_forward_op(q, k, v, True, opts.key),
+                "launcher bwd": lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, True, options=opts),
+                "op bwd": lambda: ft.flash_backward_op(q, k, v, o, do, lse, True, None, opts.key),
+                "apply fwd+bwd": lambda: ft.FlashAttentionTriton.apply(q, k, v, True, opts).backward(do),
+            }
             for name, fn in cases.items():
                 row = {"shape": shape, "tma": tma, "case": name, "host_us": host_us(fn),
                        "do_bench_us": do_bench(fn, return_mode="median") * 1e3}
                 res["rows"].append(row)
                 print(json.dumps(row), flush=True)
-        ft.set_tma(True)
     # where the launcher's host time goes: cProfile of 200 forward launches
     import cProfile
     import io

@@ -9,18 +9,18 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from impl.attention import FlashAttentionTriton
-from impl.attention import flash_triton as ft
+from impl.attention import FlashAttentionTriton, FlashOptions
+from impl.attention.flash_options import with_configs
 from impl.workloads.attention import attention_inputs
 
 
 def main(fwd, kv, q):
     parse = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
-    ft.use_configs(fwd=[parse(fwd)], kv=[parse(kv)], q=[parse(q)])
+    options = with_configs(FlashOptions(), fwd=[parse(fwd)], kv=[parse(kv)], q=[parse(q)])
     qq, kk, vv, do = attention_inputs((1, 16, 16384, 64), "bf16", torch.device("cuda"))
 
     def ours():
-        FlashAttentionTriton.apply(qq, kk, vv, True).backward(do)
+        FlashAttentionTriton.apply(qq, kk, vv, True, options).backward(do)
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):

@@ -11,6 +11,7 @@ import torch
 from triton.testing import do_bench
 
 from impl.attention import FlashOptions, LaunchRecorder, flash_triton as ft
+from impl.attention.flash_options import with_configs
 from impl.workloads.attention import attention_inputs
 
 SHAPES = {
@@ -33,12 +34,12 @@ def bench(fn):
         return f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
-def sweep(kernel: str, configs, fn) -> list[dict]:
-    """fn timed with each config of one kernel launched alone (the others as they are)."""
+def sweep(kernel: str, configs, fn, base: FlashOptions) -> list[dict]:
+    """fn(options) timed with each config of one kernel launched alone (the others as in `base`)."""
     rows = []
     for c in configs:
-        ft.use_configs(**{kernel: [c]})
-        rows.append({"config": c, "ms": bench(fn)})
+        options = with_configs(base, **{kernel: [c]})  # one value per config: its plans are reused
+        rows.append({"config": c, "ms": bench(lambda: fn(options))})
     return rows
 
 
@@ -47,15 +48,15 @@ def best(rows):
     return min(ok, key=lambda r: r["ms"]) if ok else None
 
 
-def kernel_split(q, k, v, o, do, lse, causal):
+def kernel_split(q, k, v, o, do, lse, causal, options):
     """Per-kernel GPU time of one backward (torch.profiler), ms."""
     from torch.profiler import ProfilerActivity, profile
     for _ in range(3):
-        ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal)
+        ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal, options=options)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
-            ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal)
+            ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal, options=options)
         torch.cuda.synchronize()
     out = {}
     for e in prof.key_averages():
@@ -67,7 +68,6 @@ def kernel_split(q, k, v, o, do, lse, causal):
 def autotuned(shape, dtype, causal):
     dev = torch.device("cuda")
     q, k, v, do = attention_inputs(shape, dtype, dev, grad=False)
-    ft.set_autotune(True)
     rec = LaunchRecorder()
     opts = FlashOptions(recorder=rec)
     o, lse = ft.flash_attention_triton_forward(q, k, v, causal, options=opts)
@@ -93,24 +93,25 @@ def tune(shape, dtype, causal):
     q, k, v, do = attention_inputs(shape, dtype, dev, grad=False)
     res = {"shape": list(shape), "dtype": dtype, "causal": causal}
     t0 = time.time()
-    fwd = lambda: ft.flash_attention_triton_forward(q, k, v, causal)  # noqa: E731
-    res["fwd"] = sweep("fwd", FWD, fwd)
+    fwd = lambda options: ft.flash_attention_triton_forward(q, k, v, causal, options=options)  # noqa: E731
+    res["fwd"] = sweep("fwd", FWD, fwd, FlashOptions())
     _save(res)
-    o, lse = fwd()
-    bwd = lambda: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal)  # noqa: E731
-    ft.use_configs(q=[(128, 32, 4, 3)])  # dQ fixed while the dK/dV configs vary
-    res["bwd_vary_kv"] = sweep("kv", KV, bwd)
+    base = with_configs(FlashOptions(), fwd=[FWD[-1]])  # the forward as the sweep left it
+    o, lse = fwd(base)
+    bwd = lambda options: ft.flash_attention_triton_backward(q, k, v, o, do, lse, causal, options=options)  # noqa: E731
+    base = with_configs(base, q=[(128, 32, 4, 3)])  # dQ fixed while the dK/dV configs vary
+    res["bwd_vary_kv"] = sweep("kv", KV, bwd, base)
     _save(res)
     kv_best = best(res["bwd_vary_kv"])["config"]
-    ft.use_configs(kv=[kv_best])
-    res["bwd_vary_q"] = sweep("q", Q, bwd)
+    base = with_configs(base, kv=[kv_best])
+    res["bwd_vary_q"] = sweep("q", Q, bwd, base)
     q_best = best(res["bwd_vary_q"])["config"]
-    ft.use_configs(q=[q_best])
+    base = with_configs(base, q=[q_best])
     res["best"] = {"fwd": best(res["fwd"]), "kv": kv_best, "q": q_best, "bwd_ms": best(res["bwd_vary_q"])["ms"]}
-    res["bwd_kernel_split_ms"] = kernel_split(q, k, v, o, do, lse, causal)
-    ft.set_autotune(True)  # the committed lists, autotuned, for comparison
-    res["autotuned"] = {"fwd_ms": bench(fwd),
-                        "bwd_ms": bench(bwd)}
+    res["bwd_kernel_split_ms"] = kernel_split(q, k, v, o, do, lse, causal, base)
+    tuned = FlashOptions()  # the committed lists, autotuned, for comparison
+    res["autotuned"] = {"fwd_ms": bench(lambda: fwd(tuned)),
+                        "bwd_ms": bench(lambda: bwd(tuned))}
     if len(shape) == 4:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         qq, kk, vv, dd = attention_inputs(shape, dtype, dev, grad=True)

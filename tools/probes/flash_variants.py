@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
-from impl.attention import flash_triton as ft
+from impl.attention import FlashOptions, flash_triton as ft
+from impl.attention.flash_options import with_configs
 from impl.workloads.attention import attention_inputs
 
 SHAPE, DTYPE = (1, 16, 16384, 64), "bf16"
@@ -48,9 +49,9 @@ def per_kernel_ms(fn, iters=10):
     return out
 
 
-def errors(q, k, v, do, ref):
+def errors(q, k, v, do, ref, options):
     qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    o = ft.FlashAttentionTriton.apply(qq, kk, vv, True)
+    o = ft.FlashAttentionTriton.apply(qq, kk, vv, True, options)
     o.backward(do)
     return {n: float((x.float() - r).norm() / r.norm()) for n, x, r in
             zip(("o", "dq", "dk", "dv"), (o, qq.grad, kk.grad, vv.grad), ref)}
@@ -66,22 +67,23 @@ def main(path):
     del qh, kh, vh, out
     res = {"device": torch.cuda.get_device_name(), "shape": SHAPE, "dtype": DTYPE, "rows": []}
 
-    def step():
-        o, lse = ft.flash_attention_triton_forward(q, k, v, True)
-        ft.flash_attention_triton_backward(q, k, v, o, do, lse, True)
+    def step(options):
+        o, lse = ft.flash_attention_triton_forward(q, k, v, True, options=options)
+        ft.flash_attention_triton_backward(q, k, v, o, do, lse, True, options=options)
 
     for opts in VARIANTS:
-        ft.set_tma(opts["tma"])
         for kernel, configs in SWEEP.items():
             for c in configs:
-                ft.use_configs(**{n: [x] for n, x in {**PINNED, kernel: c}.items()})
+                options = with_configs(FlashOptions(tma=opts["tma"]),
+                                       **{n: [x] for n, x in {**PINNED, kernel: c}.items()})
                 row = {"options": dict(opts), "kernel": kernel, "config": c}
                 t0 = time.time()
                 try:
-                    row["ms"] = per_kernel_ms(step if kernel != "fwd" else
-                                              lambda: ft.flash_attention_triton_forward(q, k, v, True))[SHORT[kernel]]
+                    row["ms"] = per_kernel_ms((lambda: step(options)) if kernel != "fwd" else
+                                              lambda: ft.flash_attention_triton_forward(q, k, v, True,
+                                                                                       options=options))[SHORT[kernel]]
                     if c == PINNED[kernel]:
-                        row["errors"] = errors(q, k, v, do, ref)
+                        row["errors"] = errors(q, k, v, do, ref, options)
                 except Exception as exc:  # noqa: BLE001 - a variant that fails to compile is a result
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 row["seconds"] = round(time.time() - t0, 1)

@@ -6,15 +6,14 @@ Causal masking everywhere is top-left aligned (query ``i`` attends to keys
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
-from .backward_choice import (backward_choices, backward_variant, choose_backward, last_backward_choice,
-                              set_backward_variant)
+from .backward_choice import choose_backward
 from .flash_backward import compiled_flash_backward, flash_backward
-from .flash_options import FlashOptions, LaunchRecord, LaunchRecorder
+from .flash_options import FlashOptions, LaunchRecord, LaunchRecorder, default_options
 from .flash_torch import FlashAttentionTorch, validate_inputs
 from .naive import naive_attention
 
@@ -118,38 +117,21 @@ def attention_halves(name: str) -> AttentionHalves:
                      "expected 'flash_torch', 'flash_triton', 'flash_gluon_ws' or 'flash_gluon'")
 
 
-def attention_by_name(name: str) -> AttentionFn:
-    """Return ``f(q, k, v, is_causal) -> o`` for one of ATTENTION_NAMES."""
+def attention_by_name(name: str, options: Optional[FlashOptions] = None) -> AttentionFn:
+    """Return ``f(q, k, v, is_causal) -> o`` for one of ATTENTION_NAMES. `options`: the FlashOptions
+    every call of "flash_triton" passes (None: default_options()); the other names take none."""
     try:
-        return _BY_NAME[name]
+        fn = _BY_NAME[name]
     except KeyError:
         raise ValueError(f"unknown attention implementation {name!r}; expected one of {ATTENTION_NAMES}") from None
+    if options is None:
+        return fn
+    if name != "flash_triton":
+        raise ValueError(f"attention {name!r} takes no FlashOptions (only 'flash_triton' does)")
 
-
-_BACKWARD_KINDS = ("triton", "compiled")
-
-
-def set_flash_backward(kind: str) -> None:
-    """Select FlashAttentionTriton's backward: "triton" (default) or "compiled".
-
-    Changes the module defaults (calls with options=None); new code passes
-    ``FlashOptions(backward=kind)``. Which Triton backward runs (two-pass or single-pass with atomic
-    dQ) is FlashOptions.variant / set_backward_variant's choice.
-    """
-    if kind not in _BACKWARD_KINDS:
-        raise ValueError(f"unknown flash backward {kind!r}; expected one of {_BACKWARD_KINDS}")
-    if flash_triton is not None:
-        flash_triton.set_backward(kind)
-
-
-def get_flash_backward() -> str:
-    return flash_triton.BACKWARD if flash_triton is not None else "triton"
-
-
-def set_flash_autotune(enabled: bool) -> None:
-    """Autotune the Triton kernels (default) or use one fixed config per kernel (faster tests)."""
-    if flash_triton is not None:
-        flash_triton.set_autotune(enabled)
+    def flash_triton_with_options(q, k, v, is_causal=False):
+        return FlashAttentionTriton.apply(q, k, v, is_causal, options)
+    return flash_triton_with_options
 
 
 def attention_flops(batch_heads: int, seq_q: int, seq_k: int, d: int, is_causal: bool = False,
@@ -184,16 +166,10 @@ __all__ = [
     "attention_by_name",
     "attention_halves",
     "attention_flops",
-    "backward_choices",
-    "backward_variant",
     "choose_backward",
     "compiled_flash_backward",
+    "default_options",
     "flash_backward",
-    "get_flash_backward",
-    "last_backward_choice",
     "naive_attention",
-    "set_flash_autotune",
-    "set_backward_variant",
-    "set_flash_backward",
     "validate_inputs",
 ]

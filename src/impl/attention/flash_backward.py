@@ -21,8 +21,9 @@ with ``is_causal=True``.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Callable, Optional, Tuple
+from typing import Callable, Tuple
 
 import torch
 
@@ -65,7 +66,10 @@ def flash_backward(
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-_compiled_backward: Optional[Callable[..., Tuple[Tensor, Tensor, Tensor]]] = None
+@functools.cache
+def _compiled_backward() -> Callable[..., Tuple[Tensor, Tensor, Tensor]]:
+    """flash_backward under torch.compile, made on first use (a cache, not a module setting)."""
+    return torch.compile(flash_backward, dynamic=False)
 
 
 def compiled_flash_backward(
@@ -85,12 +89,9 @@ def compiled_flash_backward(
     takes tens of seconds per shape, which makes CPU-only CI slow and fragile,
     while buying nothing we measure (performance is only measured on the GPU).
     """
-    global _compiled_backward
     if not q.is_cuda:
         return flash_backward(q, k, v, o, do, lse, is_causal)
-    if _compiled_backward is None:
-        _compiled_backward = torch.compile(flash_backward, dynamic=False)
-    return _compiled_backward(q, k, v, o, do, lse, is_causal)
+    return _compiled_backward()(q, k, v, o, do, lse, is_causal)
 
 
 __all__ = ["flash_backward", "compiled_flash_backward"]

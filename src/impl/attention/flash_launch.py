@@ -35,12 +35,12 @@ from triton.runtime import driver as _driver
 
 from impl.runtime import launch_ctx
 
-from .backward_choice import ShapeKey, record_choice, resolve_backward, settings_key
+from .backward_choice import ShapeKey, resolve_backward
 from .flash_configs import (_BWD_ATOMIC_SAFE, _BWD_KV_SAFE, _BWD_Q_SAFE, _FWD_SAFE, _INTERPRETED, _PRE_BLOCK_M,
                             _PRUNE, _AUTOTUNE_KEY, _block_d, _cdiv, _config, _head_dim_tiles, _pinned_atomic_config,
                             _seq_bucket)
 from .flash_kernels import _attn_bwd_atomic, _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_preprocess, _attn_fwd
-from .flash_options import FlashOptions, LaunchRecord, LaunchRecorder, options_by_key
+from .flash_options import FlashOptions, LaunchRecord, default_options, options_by_key
 
 Tensor = torch.Tensor
 
@@ -74,12 +74,12 @@ def _head_dim_label(d: int) -> str:
     return _tiles_label(d, *_head_dim_tiles(d))
 
 
-def _tma_ok(*tensors: Tensor, options: Optional[FlashOptions] = None) -> bool:
+def _tma_ok(*tensors: Tensor, options: FlashOptions) -> bool:
     """Tensor descriptors need a unit stride along d and 16-byte aligned bases and row strides
     (true for contiguous inputs and their head/sequence transposes whenever d * itemsize is a
-    multiple of 16); other layouts take the pointer path. False when `options` (default: the
-    module defaults) switch descriptors off."""
-    if not (options or _default_options).tma:
+    multiple of 16); other layouts take the pointer path. False when `options` (required: there are
+    no module defaults to fall back on) switch descriptors off."""
+    if not options.tma:
         return False
     for t in tensors:
         size = t.element_size()
@@ -116,26 +116,10 @@ def _tma_flag(scores: int, options: FlashOptions, *tensors: Tensor) -> bool:
 # Options -> kernels
 # ---------------------------------------------------------------------------
 
-#: Used when a call passes options=None (flash_triton's compatibility setters replace this value).
-#: Launches whose options carry no recorder are recorded in _LAST, which tuned_configs() reads.
-_LAST = LaunchRecorder()
-_default_options = FlashOptions()
-
 _SAFE = {"fwd": _FWD_SAFE, "kv": _BWD_KV_SAFE, "q": _BWD_Q_SAFE, "atomic": _BWD_ATOMIC_SAFE}
 # Autotuners built for config lists other than the committed ones, keyed (kernel, list); each wraps
 # the same JITFunction as the module's autotuner, so compiled kernels are shared.
 _TUNERS: Dict[tuple, object] = {}
-
-
-def default_options() -> FlashOptions:
-    """The options a call with options=None runs with."""
-    return _default_options
-
-
-def set_default_options(options: FlashOptions) -> None:
-    """Replace the module defaults (what flash_triton's set_backward/set_tma/... change)."""
-    global _default_options
-    _default_options = options
 
 
 def _kernels() -> Dict[str, object]:
@@ -163,16 +147,18 @@ def _kernel(name: str, options: FlashOptions):
 
 
 def _options_key(options: Optional[FlashOptions]) -> int:
-    """The int the custom ops carry for `options` (FlashOptions.key; 0: the module defaults)."""
+    """The int the custom ops carry for `options` (FlashOptions.key; 0: default_options())."""
     return 0 if options is None else options.key
 
 
 def _options_of(key: int) -> FlashOptions:
-    return _default_options if key == 0 else options_by_key(key)
+    return options_by_key(key)
 
 
 def _record(options: FlashOptions, record: LaunchRecord) -> LaunchRecord:
-    (options.recorder or _LAST)(record)
+    """Hand `record` to options.recorder, when the caller set one (nothing is kept otherwise)."""
+    if options.recorder is not None:
+        options.recorder(record)
     return record
 
 
@@ -280,17 +266,16 @@ def _tune_key(q: Tensor, n_q: int, n_k: int, d: int, causal: bool) -> tuple:
 class _CallPlan:
     """What one signature's call does after its first calls: allocate `outputs` (shape, dtype) and run
     `calls` in order, each on its slice of the call's tensors (`slots`: indices into inputs +
-    outputs); `record` is the call's LaunchRecord; a backward plan also keeps its ShapeKey and variant
-    (recorded per call, as resolve_backward does) and the dtype dQ is cast to (the atomic variant)."""
+    outputs); `record` is the call's LaunchRecord (a backward plan's names its variant); a backward
+    plan also keeps the dtype dQ is cast to (the atomic variant)."""
 
-    __slots__ = ("device", "outputs", "calls", "pick", "record", "tma", "cast", "shape_key", "kind")
+    __slots__ = ("device", "outputs", "calls", "pick", "record", "tma", "cast")
 
     def __init__(self, device: torch.device, outputs: tuple, calls: tuple, slots: tuple, record: LaunchRecord,
-                 tma: bool, cast: Optional[torch.dtype] = None, shape_key: Optional[ShapeKey] = None,
-                 kind: Optional[str] = None) -> None:
+                 tma: bool, cast: Optional[torch.dtype] = None) -> None:
         self.device, self.outputs, self.calls = device, outputs, calls
         self.pick = tuple(itemgetter(*s) for s in slots)  # every slot tuple has >= 2 indices: a tuple back
-        self.record, self.tma, self.cast, self.shape_key, self.kind = record, tma, cast, shape_key, kind
+        self.record, self.tma, self.cast = record, tma, cast
 
     def run(self, inputs: tuple) -> tuple:
         device = self.device
@@ -389,9 +374,10 @@ def _forward_slow(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashO
 
 
 def _backward_signature(q, k, v, o, do, lse, causal: bool, options: FlashOptions, variant: Optional[str]) -> tuple:
+    # The variant a call runs is a function of its shape, its options (variant, atomic_min_work) and
+    # the per-call override: all in the signature, so a plan always runs the variant it was made for.
     return ("bwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), o.stride(), do.shape, do.stride(),
-            lse.shape, lse.is_contiguous(), q.dtype, q.device, causal, options.key,
-            settings_key(variant if variant is not None else options.variant))
+            lse.shape, lse.is_contiguous(), q.dtype, q.device, causal, options.key, variant)
 
 
 def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
@@ -401,9 +387,8 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tenso
     if plan is None or not _aligned(q, k, v, o, do):
         d = q.shape[-1]
         shape_key = ShapeKey(q.numel() // (q.shape[-2] * d), q.shape[-2], k.shape[-2], d, q.dtype, causal)
-        kind = resolve_backward(shape_key, variant if variant is not None else options.variant)
-        return _backward_slow(q, k, v, o, do, lse, causal, options, kind, sig, shape_key)
-    record_choice(plan.shape_key, plan.kind)
+        kind = resolve_backward(shape_key, options, variant)
+        return _backward_slow(q, k, v, o, do, lse, causal, options, kind, sig)
     if plan.cast is None:
         dq, dk, dv, _ = plan.run((q, k, v, o, do, lse))
     else:
@@ -414,7 +399,7 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tenso
 
 
 def _backward_slow(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
-                   options: FlashOptions, kind: str, sig: tuple, shape_key: ShapeKey):
+                   options: FlashOptions, kind: str, sig: tuple):
     q4, k4, v4, o4, do4 = (_as_4d(t) for t in (q, k, v, o, do))
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
@@ -473,16 +458,16 @@ def _backward_slow(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: 
     record = _record(options, LaunchRecord("bwd", configs, _tiles_label(d, block_d, d1), tma, kind))
     if all(c is not None for c in calls) and _plannable((q4, k4, v4, o4, do4), (q, k, v, o, do)) \
             and lse.is_contiguous():
-        _calls[sig] = _CallPlan(q.device, outputs, calls, slots, record, tma, cast, shape_key, kind)
+        _calls[sig] = _CallPlan(q.device, outputs, calls, slots, record, tma, cast)
     return dq, dk, dv, record
 
 
 def flash_attention_triton_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
                                    options: Optional[FlashOptions] = None) -> Tuple[Tensor, Tensor]:
     """Run the forward kernel. Returns ``(o, lse)`` with ``lse`` of shape q.shape[:-1], fp32.
-    `options` None: the module defaults. The launch record goes to options.recorder (see
+    `options` None: default_options(). The launch record goes to options.recorder (see
     flash_attention_triton_forward_recorded for it returned)."""
-    o, lse, _ = _forward(q, k, v, bool(is_causal), options or _default_options)
+    o, lse, _ = _forward(q, k, v, bool(is_causal), options or default_options())
     return o, lse
 
 
@@ -491,24 +476,23 @@ def flash_attention_triton_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, 
                                     options: Optional[FlashOptions] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """Run the backward kernels. Returns ``(dq, dk, dv)`` in the input dtypes.
 
-    `variant` ("two_pass", "atomic", "auto"; None: options.variant, then the module setting,
-    impl.attention.backward_choice.set_backward_variant) picks the implementation; the choice is
-    recorded per shape (backward_choice.backward_choices) and in the launch record."""
-    dq, dk, dv, _ = _backward(q, k, v, o, do, lse, bool(is_causal), options or _default_options, variant)
+    `variant` ("two_pass", "atomic", "auto"; None: options.variant) picks the implementation
+    (backward_choice.resolve_backward); the choice is in the launch record (options.recorder)."""
+    dq, dk, dv, _ = _backward(q, k, v, o, do, lse, bool(is_causal), options or default_options(), variant)
     return dq, dk, dv
 
 
 def flash_attention_triton_forward_recorded(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
                                             options: Optional[FlashOptions] = None):
     """flash_attention_triton_forward returning ``(o, lse, LaunchRecord)``."""
-    return _forward(q, k, v, bool(is_causal), options or _default_options)
+    return _forward(q, k, v, bool(is_causal), options or default_options())
 
 
 def flash_attention_triton_backward_recorded(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
                                              is_causal: bool = False, variant: Optional[str] = None,
                                              options: Optional[FlashOptions] = None):
     """flash_attention_triton_backward returning ``(dq, dk, dv, LaunchRecord)``."""
-    return _backward(q, k, v, o, do, lse, bool(is_causal), options or _default_options, variant)
+    return _backward(q, k, v, o, do, lse, bool(is_causal), options or default_options(), variant)
 
 
 # ---------------------------------------------------------------------------

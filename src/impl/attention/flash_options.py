@@ -1,9 +1,10 @@
 """What a FlashAttentionTriton call is told (FlashOptions) and what it reports back (LaunchRecord).
 
 Options are a frozen value passed through the call (``FlashAttentionTriton.apply(q, k, v, causal,
-options)``, the launchers' ``options=``); ``None`` means ``FlashOptions()``, the defaults. Two
-callers in one process can use different options: nothing is stored in module state except caches
-keyed on the options value.
+options)``, the launchers' ``options=``); ``None`` means :func:`default_options`, the dataclass
+defaults (the one home of every default: there are no module-level setters). Two callers in one
+process can use different options: nothing is stored in module state except caches keyed on the
+options value.
 
 A launch record names what one forward or backward call ran: the config of each kernel, the
 backward variant, how the head dim was tiled, whether the streamed tiles used tensor descriptors.
@@ -15,6 +16,7 @@ Pure Python: importing this module never touches Triton or CUDA.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
@@ -77,8 +79,15 @@ class FlashOptions:
     """How FlashAttentionTriton runs.
 
     backward: "triton" (our kernels) or "compiled" (torch.compile'd PyTorch backward).
-    variant: the Triton backward, "auto" (backward_choice's rule), "two_pass" or "atomic"; None:
-        backward_choice's module setting (set_backward_variant), for compatibility.
+    variant: the Triton backward, "auto" (backward_choice's rule, with atomic_min_work), "two_pass"
+        or "atomic" (forced for every shape).
+    atomic_min_work: the rule of "auto": the atomic backward from this much work per call on
+        (batch·heads·n_q·n_k scores, halved when causal), the two-pass one below it. Small problems
+        are launch-bound (the atomic path launches 3 kernels against 2, and pays the dQ cast), large
+        ones compute-bound, where 5 products against 7 can win if the fp32 reductions keep up.
+        Infinite (always two-pass): the H100 probe of NOTES.md's "Version 4, outcome" found the
+        atomic kernel slower at the leaderboard shape. tools/probes/flash_bwd_variants.py prints
+        the threshold to set here once it measures a crossover.
     tma: tensor-descriptor loads where the layout allows; tma_min_scores: below this many scores
         (batch·heads·n_q·n_k) a GPU launch takes the pointer path (descriptors cost host time).
     fwd_tma_max_block_d: the forward's descriptors only where its head-dim tile (BLOCK_D) is at most
@@ -96,7 +105,8 @@ class FlashOptions:
     """
 
     backward: str = "triton"
-    variant: Optional[str] = None
+    variant: str = "auto"
+    atomic_min_work: float = math.inf
     tma: bool = True
     tma_min_scores: int = 1 << 26
     fwd_tma_max_block_d: int = 64
@@ -110,12 +120,12 @@ class FlashOptions:
 
     def __post_init__(self) -> None:
         # The int the custom ops carry under torch.compile (a custom op takes no Python objects);
-        # every value is registered, so the ops' implementations find it (0: the module defaults).
+        # every value is registered, so the ops' implementations find it (0: default_options()).
         object.__setattr__(self, "key", len(_REGISTRY) + 1)
         _REGISTRY[self.key] = self
         if self.backward not in BACKWARD_KINDS:
             raise ValueError(f"unknown flash backward {self.backward!r}; expected one of {BACKWARD_KINDS}")
-        if self.variant is not None and self.variant not in VARIANT_SETTINGS:
+        if self.variant not in VARIANT_SETTINGS:
             raise ValueError(f"unknown flash backward variant {self.variant!r}; expected one of {VARIANT_SETTINGS}")
         if self.configs is not None:
             if isinstance(self.configs, dict):  # accept a dict, store a hashable tuple
@@ -132,19 +142,30 @@ class FlashOptions:
         return None
 
 
+_DEFAULT = FlashOptions()
+
+
+def default_options() -> FlashOptions:
+    """The options a call with options=None runs with: the dataclass defaults (one shared value, so
+    its key, and the caches keyed on it, stay the same across calls). Not settable: a caller that
+    wants other options passes them."""
+    return _DEFAULT
+
+
 def options_by_key(key: int) -> FlashOptions:
-    return _REGISTRY[key]
+    """The options registered under `key` (FlashOptions.key; 0: default_options())."""
+    return _DEFAULT if key == 0 else _REGISTRY[key]
 
 
 def with_configs(options: Optional[FlashOptions] = None, **lists) -> FlashOptions:
     """`options` with the autotune lists of the named kernels (fwd, kv, q, atomic) replaced by
     `lists` (each a sequence of (BLOCK_M, BLOCK_N, warps, stages)); the others keep theirs."""
     from dataclasses import replace
-    options = options or FlashOptions()
+    options = options or _DEFAULT
     merged = dict(options.configs or ())
     merged.update({name: tuple(tuple(c) for c in shapes) for name, shapes in lists.items() if shapes is not None})
     return replace(options, configs=merged or None)
 
 
 __all__ = ["BACKWARD_KINDS", "CONFIG_KERNELS", "FlashOptions", "LaunchRecord", "LaunchRecorder", "VARIANT_SETTINGS",
-           "with_configs"]
+           "default_options", "options_by_key", "with_configs"]

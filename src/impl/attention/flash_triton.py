@@ -41,14 +41,14 @@ Layout / conventions
   pointer arithmetic with masks; ``FlashOptions(tma=False)`` forces the pointer path.
 * Options are a value, :class:`impl.attention.flash_options.FlashOptions`, passed through the
   call (``FlashAttentionTriton.apply(q, k, v, is_causal, options)``, the launchers' ``options=``);
-  None means the module defaults (``default_options()``; the old setters set_backward, set_tma,
-  set_autotune, use_configs replace those). What each call ran comes back as a LaunchRecord
+  None means ``default_options()``, the dataclass defaults. There are no module-level settings:
+  a caller that wants other options passes them. What each call ran comes back as a LaunchRecord
   (the ``*_recorded`` launchers return it; ``options.recorder`` receives it).
 * The backward implementation is ``options.backward``: ``"triton"`` (default) or ``"compiled"``
   (the ``torch.compile``'d PyTorch backward of :mod:`impl.attention.flash_backward`).
 * Modules: :mod:`~impl.attention.flash_configs` (autotune lists), :mod:`~impl.attention.flash_kernels`
   (the @triton.jit code), :mod:`~impl.attention.flash_launch` (signatures, plans, launchers, custom
-  ops), this module (the autograd Function and the compatibility setters).
+  ops), this module (the autograd Function).
 * Launch (:mod:`impl.attention.flash_launch`): a call whose signature (shapes, strides, dtype,
   device, options, alignment) was seen before runs its *call plan*: the outputs allocated and each
   compiled kernel's launcher called with its arguments already bound, no autotuner and no Triton
@@ -70,77 +70,33 @@ Importing this module never touches CUDA.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 import torch
-import triton
 
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_configs import _INTERPRETED
-from .flash_launch import (_LAST, _backward, _forward, _kernel, _options_key, _options_of, clear_plans, default_options,
+from .flash_launch import (_backward, _forward, _kernel, _options_key, _options_of, clear_plans,
                            flash_attention_triton_backward, flash_attention_triton_backward_recorded,
                            flash_attention_triton_forward, flash_attention_triton_forward_recorded,
-                           flash_backward_op, flash_forward_op, set_default_options)
-from .flash_options import BACKWARD_KINDS, FlashOptions, LaunchRecord, LaunchRecorder, with_configs
+                           flash_backward_op, flash_forward_op)
+from .flash_options import BACKWARD_KINDS, FlashOptions, LaunchRecord, LaunchRecorder, default_options, with_configs
 from .flash_torch import validate_inputs
 
 Tensor = torch.Tensor
 
 
-# ---------------------------------------------------------------------------
-# Compatibility: module-default setters (new code passes FlashOptions)
-# ---------------------------------------------------------------------------
-
-def set_backward(kind: str) -> None:
-    """Select the default backward of FlashAttentionTriton: "triton" or "compiled"."""
-    set_default_options(dataclasses.replace(default_options(), backward=kind))
-
-
-def set_tma(enabled: bool) -> None:
-    """Default tensor-descriptor loads on/off (FlashOptions.tma)."""
-    set_default_options(dataclasses.replace(default_options(), tma=bool(enabled)))
-
-
-def set_autotune(enabled: bool) -> None:
-    """Switch autotuning on (default) or off in the defaults (FlashOptions.autotune; clears any
-    use_configs lists). Off, every kernel uses one shared-memory-safe config: this keeps test suites
-    that launch many different shapes / head dims / dtypes from compiling and benchmarking every
-    config for each. Under the interpreter there is only one config either way."""
-    set_default_options(dataclasses.replace(default_options(), autotune=bool(enabled), configs=None))
-
-
-def use_configs(fwd=None, kv=None, q=None, atomic=None) -> None:
-    """Replace the default autotune lists of the forward, dK/dV, dQ and single-pass backward kernels
-    (``None`` keeps a list; FlashOptions.configs); entries are (BLOCK_M, BLOCK_N, num_warps,
-    num_stages) or triton.Config. Forgets the picks resolved so far."""
-    def shapes(lst):
-        if lst is None:
-            return None
-        return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
-                if isinstance(c, triton.Config) else tuple(c) for c in lst]
-    clear_plans()
-    _LAST.clear()
-    lists = {"fwd": shapes(fwd), "kv": shapes(kv), "q": shapes(q), "atomic": shapes(atomic)}
-    set_default_options(with_configs(default_options(), **lists))
-
-
-def tuned_configs() -> dict:
-    """What the last calls ran (records of calls whose options carry no recorder), for a benchmark
-    row's JSON: the config of each kernel of the last forward and backward, "bwd" the backward
-    variant, "d_tiles" the head-dim tiling, "tma". Prefer a LaunchRecorder in FlashOptions."""
-    return _LAST.summary()
-
-
-def autotune_enabled() -> bool:
-    return _INTERPRETED or len(_kernel("fwd", default_options()).configs) > 1
+def autotune_enabled(options: Optional[FlashOptions] = None) -> bool:
+    """Whether calls with `options` (None: default_options()) autotune the forward (more than one
+    config to benchmark); under the interpreter always (one config, nothing to switch off)."""
+    return _INTERPRETED or len(_kernel("fwd", options or default_options()).configs) > 1
 
 
 class FlashAttentionTriton(torch.autograd.Function):
     """FlashAttention-2 with Triton forward and (by default) Triton backward.
 
-    ``apply(q, k, v, is_causal=False, options=None)``: `options` a FlashOptions (None: the module
-    defaults)."""
+    ``apply(q, k, v, is_causal=False, options=None)``: `options` a FlashOptions (None:
+    default_options())."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
@@ -176,21 +132,12 @@ class FlashAttentionTriton(torch.autograd.Function):
                 dq, dk, dv, _ = _backward(q, k, v, o, do, lse, ctx.is_causal, _options_of(ctx.options_key))
         elif kind == "compiled":
             # Being compiled, the PyTorch backward is traced into the outer graph: Dynamo rejects
-            # compiled_flash_backward's lazy torch.compile (a global store) inside the Function.
+            # compiled_flash_backward's lazy torch.compile (a cached factory) inside the Function.
             backward = flash_backward if torch.compiler.is_compiling() else compiled_flash_backward
             dq, dk, dv = backward(q, k, v, o, do, lse, ctx.is_causal)
         else:
             raise ValueError(f"unknown flash backward {kind!r}; expected one of {BACKWARD_KINDS}")
         return dq, dk, dv, None, None
-
-
-def __getattr__(name: str):
-    # BACKWARD, _USE_TMA, TMA_MIN_SCORES, ATOMIC_DQ_TMA were module settings; read-only views now.
-    views = {"BACKWARD": "backward", "_USE_TMA": "tma", "TMA_MIN_SCORES": "tma_min_scores",
-             "ATOMIC_DQ_TMA": "atomic_dq_tma"}
-    if name in views:
-        return getattr(default_options(), views[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
@@ -206,11 +153,6 @@ __all__ = [
     "flash_attention_triton_forward_recorded",
     "flash_backward_op",
     "flash_forward_op",
-    "set_autotune",
-    "set_backward",
-    "set_default_options",
-    "set_tma",
-    "tuned_configs",
-    "use_configs",
+    "clear_plans",
     "with_configs",
 ]

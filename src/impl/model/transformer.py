@@ -112,11 +112,12 @@ class TransformerLM(nn.Module):
         """The size of this model as a typed config."""
         return ModelConfig(**{k: self.config[k] for k in ModelConfig._keys()})
 
-    def set_attention(self, attn_impl: str) -> None:
-        """Switch every block to another attention implementation (same weights)."""
+    def set_attention(self, attn_impl: str, options=None) -> None:
+        """Switch every block to another attention implementation (same weights); `options`, a
+        FlashOptions for "flash_triton", is passed by every attention call (None: its defaults)."""
         from impl.attention import attention_by_name
 
-        fn = attention_by_name(attn_impl)
+        fn = attention_by_name(attn_impl, options)
         for block in self.layers:
             block.attn.attn_impl, block.attn.attend = attn_impl, fn
         self.config["attn_impl"] = attn_impl

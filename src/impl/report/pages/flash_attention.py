@@ -7,7 +7,7 @@ import inspect
 import json
 from dataclasses import dataclass
 
-from impl.attention import backward_choice, flash_torch
+from impl.attention import default_options, flash_torch
 from impl.report.flash_rows import kernel, median_ms, pick
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Headline, Ratio, headline, ratio, timers
@@ -127,7 +127,7 @@ class FlashAttentionPage:
 
 
 def facts(ctx: Context) -> FlashAttentionPage:
-    sig, work = inspect.signature(flash_torch.flash_forward_torch).parameters, backward_choice.ATOMIC_MIN_WORK
+    sig, work = inspect.signature(flash_torch.flash_forward_torch).parameters, default_options().atomic_min_work
     tests = ctx.reports_dir.parent / "correctness" / "test_attention.py"  # the built repository's
     lines = [ln for ln in tests.read_text().splitlines() if ln.startswith("def test_")] if tests.exists() else []
     probe, anchor = _probe(ctx), _anchor(ctx)
