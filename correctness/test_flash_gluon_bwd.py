@@ -9,8 +9,13 @@ attention paths imports the module.
 On an H100 (marked gpu): dQ, dK, dV against a float64 CPU reference (D from the o the forward
 stored, as correctness/test_attention.py does) for d 64/80/96/128, causal and full, ragged lengths,
 batch and heads > 1, bf16 and fp16, with o and lse from the Triton forward and from both Gluon
-forwards; the dK/dV-only kernel with the Triton dQ kernel; every candidate config; rows whose every score is very negative (padded keys); 3-D and
-strided inputs; 4096-long sequences against the Triton backward.
+forwards; the dK/dV-only kernel with the Triton dQ kernel; every candidate config; rows whose every score
+is very negative (padded keys); 3-D and strided inputs; 4096-long sequences against the Triton backward.
+
+Stage 3c, the Gluon dQ kernel (impl.attention.flash_gluon_dq, GluonBwdConfig(dq="gluon")): its sm_90a
+compile figures, refusals and a float64 emulation of its tile schedule on the CPU; on an H100 the same
+reference checks (every d, ragged, fp16, both Gluon forwards, very negative scores, NaN-poisoned
+outputs, strided and 3-D inputs bit-identical, 4096-long sequences).
 """
 import json
 import math
@@ -247,8 +252,9 @@ def test_gluon_backward_is_off_the_default_paths():
     """Issue 47 wires the kernels in at stage 4: until then importing the attention package, the
     Triton path and the model does not import it."""
     out = _run("import sys, impl.attention, impl.attention.flash_triton, impl.model\n"
-               "print('impl.attention.flash_gluon_bwd' in sys.modules, 'impl.attention.flash_gluon_bwd_ws' in sys.modules)")
-    assert out.split() == ["False", "False"]
+               "print(*(f'impl.attention.{m}' in sys.modules for m in ('flash_gluon_bwd', 'flash_gluon_bwd_ws', "
+               "'flash_gluon_dq')))")
+    assert out.split() == ["False", "False", "False"]
 
 
 # ----------------------------------------------------------------------------- GPU (unrun until a GPU session)
@@ -652,7 +658,8 @@ def test_gluon_dq_launch_args():
             assert all(x is not None for x in args[:4]) and all((x is not None) == hi for x in args[4:8])
             assert args[8] is not None and (args[9] is not None) == hi
             assert args[10] is o and args[13:17] == o.stride()
-            assert args[20] == pytest.approx(1.4426950408889634 / math.sqrt(d)) and args[21] == pytest.approx(d ** -0.5)
+            assert args[20] == pytest.approx(1.4426950408889634 / math.sqrt(d))
+            assert args[21] == pytest.approx(d ** -0.5)
             assert args[22:] == (tiles[0], tiles[1], 64 if hi else 128, d - 64 if hi else 0, True, tiles[2])
 
 
@@ -679,7 +686,8 @@ def test_gluon_dq_refuses_tiles_over_shared_memory():
 
     a = _args((1, 2, 40, 128))
     q, lse = a["q"], a["lse"]
-    with pytest.raises(ValueError, match=r"^flash_gluon_backward: the dQ kernel's tiles \(128, 128, 3\) .*shared memory"):
+    match = r"^flash_gluon_backward: the dQ kernel's tiles \(128, 128, 3\) .*shared memory"
+    with pytest.raises(ValueError, match=match):
         gdq.dq_launch_args(q, a["k"], a["v"], a["o"], a["do"], lse, lse, torch.empty_like(q), True, (128, 128, 3))
 
 

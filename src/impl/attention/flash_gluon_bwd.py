@@ -32,6 +32,9 @@ No warp specialization yet (stage 1's structure: CTA barriers in the loop, the e
 overlaps only the wgmma left in flight). The contract is the Triton backward's: it consumes the
 natural-log lse (fp32, q.shape[:-1]) and o of either forward (Triton, stage 1 or stage 2 Gluon).
 
+``GluonBwdConfig(dq="gluon")`` (stage 3c): this kernel for dK and dV, dQ and D from the Gluon dQ kernel
+(:mod:`impl.attention.flash_gluon_dq`: one program per query tile, K and V streamed), launched first.
+
 Nothing on the default paths imports this module (stage 4 wires it in). Importing it needs triton
 (Gluon) but no GPU; :func:`launch_args` builds a launch for CPU tensors (the sm_90a compile test).
 """
