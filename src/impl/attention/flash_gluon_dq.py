@@ -62,16 +62,21 @@ def dq_shared_bytes(d: int, dq_tiles: Tuple[int, int, int], itemsize: int = 2) -
 # ---------------------------------------------------------------------------
 
 @gluon.jit
-def _row_delta(O, o_base, stride_om, stride_od, do_smem, offs_m, N_Q, COL0: gl.constexpr, layout: gl.constexpr,
-               BLOCK_M: gl.constexpr, COLS: gl.constexpr):
-    """rowsum(O·dO) over COLS head-dim columns from COL0: O by pointer (rows past N_Q as 0), dO from
-    its resident tile; both in the (BLOCK_M, COLS) accumulator layout. Rows in that layout's slice."""
+def _load_o(O, o_base, stride_om, stride_od, offs_m, N_Q, COL0: gl.constexpr, layout: gl.constexpr,
+            COLS: gl.constexpr):
+    """O's (BLOCK_M, COLS) block from head-dim column COL0 by pointer (rows past N_Q as 0), in the
+    accumulator layout `layout`."""
     rows = gl.convert_layout(offs_m, gl.SliceLayout(1, layout))
     cols = COL0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
     ptrs = O + o_base + gl.expand_dims(rows.to(gl.int64) * stride_om, 1) + gl.expand_dims(cols * stride_od, 0)
-    o = gl.load(ptrs, mask=gl.expand_dims(rows < N_Q, 1), other=0.0)
-    do = do_smem.reshape([BLOCK_M, COLS]).load(layout)
-    return gl.sum(o.to(gl.float32) * do.to(gl.float32), 1)
+    return gl.load(ptrs, mask=gl.expand_dims(rows < N_Q, 1), other=0.0)
+
+
+@gluon.jit
+def _row_dot(o, do_smem, row_layout: gl.constexpr):
+    """rowsum(O·dO) in fp32 of a loaded O block and the matching resident dO tile, in row_layout."""
+    do = do_smem.reshape(o.shape).load(o.type.layout)
+    return gl.convert_layout(gl.sum(o.to(gl.float32) * do.to(gl.float32), 1), row_layout)
 
 
 @gluon.jit
@@ -204,14 +209,17 @@ def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, dq_desc, qh_desc, kh_desc, vh_desc
     # Rows past N_Q: lse = D = 0 with Q = dO = 0 (zero-filled), so their dS is exactly 0.
     lse2 = gl.load(L + row_base + offs_m, mask=in_q, other=0.0) * 1.4426950408889634
 
-    # D = rowsum(O·dO) for this tile's rows, stored for the dK/dV kernel.
+    # D = rowsum(O·dO) for this tile's rows, stored for the dK/dV kernel. O's loads are issued before
+    # the wait for Q and dO, so the two fetches overlap.
     o_base = b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
-    mbarrier.wait(q_bar, 0)
-    delta = gl.convert_layout(_row_delta(O, o_base, stride_om, stride_od, do_smem, offs_m, N_Q, 0, dq_layout,
-                                         BLOCK_M, BLOCK_D), row_layout)
+    o_lo = _load_o(O, o_base, stride_om, stride_od, offs_m, N_Q, 0, dq_layout, BLOCK_D)
+    o_hi = 0
     if D1 > 0:
-        delta += gl.convert_layout(_row_delta(O, o_base, stride_om, stride_od, doh_smem, offs_m, N_Q, BLOCK_D,
-                                              dqh_layout, BLOCK_M, D1), row_layout)
+        o_hi = _load_o(O, o_base, stride_om, stride_od, offs_m, N_Q, BLOCK_D, dqh_layout, D1)
+    mbarrier.wait(q_bar, 0)
+    delta = _row_dot(o_lo, do_smem, row_layout)
+    if D1 > 0:
+        delta += _row_dot(o_hi, doh_smem, row_layout)
     gl.store(Delta + row_base + offs_m, delta, mask=in_q)
 
     # The loops carry dQ as wgmma tokens and dS as the operand of the product in flight.
