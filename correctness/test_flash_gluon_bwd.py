@@ -9,8 +9,13 @@ attention paths imports the module.
 On an H100 (marked gpu): dQ, dK, dV against a float64 CPU reference (D from the o the forward
 stored, as correctness/test_attention.py does) for d 64/80/96/128, causal and full, ragged lengths,
 batch and heads > 1, bf16 and fp16, with o and lse from the Triton forward and from both Gluon
-forwards; the dK/dV-only kernel with the Triton dQ kernel; every candidate config; rows whose every score is very negative (padded keys); 3-D and
-strided inputs; 4096-long sequences against the Triton backward.
+forwards; the dK/dV-only kernel with the Triton dQ kernel; every candidate config; rows whose every score
+is very negative (padded keys); 3-D and strided inputs; 4096-long sequences against the Triton backward.
+
+Stage 3c, the Gluon dQ kernel (impl.attention.flash_gluon_dq, GluonBwdConfig(dq="gluon")): its sm_90a
+compile figures, refusals and a float64 emulation of its tile schedule on the CPU; on an H100 the same
+reference checks (every d, ragged, fp16, both Gluon forwards, very negative scores, NaN-poisoned
+outputs, strided and 3-D inputs bit-identical, 4096-long sequences).
 """
 import json
 import math
@@ -107,8 +112,8 @@ for d in (64, 80, 96, 128):
         add(d, causal, mod.default_config(d), str(mod.default_config(d)))
 for d in (80, 128):
     add(d, True, mod.default_config(d), str(mod.default_config(d)) + " fp16", torch.float16)
-for config in mod.CANDIDATE_CONFIGS:
-    if config != mod.default_config(128):
+for config in mod.CANDIDATE_CONFIGS:  # dq "gluon": this kernel is dq "triton"'s (the dQ kernel: test_gluon_dq_...)
+    if config != mod.default_config(128) and config.dq != "gluon":
         add(128, True, config, str(config))
 for d in (64, 80, 96):  # dK/dV only (dQ from the Triton kernel) at the other head dims
     add(d, True, mod.GluonBwdConfig(dq="triton"), str(mod.GluonBwdConfig(dq="triton")))
@@ -247,8 +252,9 @@ def test_gluon_backward_is_off_the_default_paths():
     """Issue 47 wires the kernels in at stage 4: until then importing the attention package, the
     Triton path and the model does not import it."""
     out = _run("import sys, impl.attention, impl.attention.flash_triton, impl.model\n"
-               "print('impl.attention.flash_gluon_bwd' in sys.modules, 'impl.attention.flash_gluon_bwd_ws' in sys.modules)")
-    assert out.split() == ["False", "False"]
+               "print(*(f'impl.attention.{m}' in sys.modules for m in ('flash_gluon_bwd', 'flash_gluon_bwd_ws', "
+               "'flash_gluon_dq')))")
+    assert out.split() == ["False", "False", "False"]
 
 
 # ----------------------------------------------------------------------------- GPU (unrun until a GPU session)
@@ -343,7 +349,8 @@ def test_gluon_backward_gpu_pairs_with_the_gluon_forwards(d, is_causal, fwd):
 
 
 def _config_id(c) -> str:
-    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}"
+    dq_tiles = "-" + "x".join(map(str, c.dq_tiles)) if c.dq == "gluon" else ""
+    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}{dq_tiles}"
 
 
 @gpu
@@ -366,9 +373,10 @@ def test_gluon_backward_gpu_candidate_configs(config, d, is_causal):
 
 @gpu
 @needs_sm90
+@pytest.mark.parametrize("dq", [None, "gluon"], ids=["default", "dq-gluon"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal):
+def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal, dq):
     """Every score of every row below -100, so lse < -100: a padded key row (K = 0, score 0) would
     get P = exp(-lse) = inf, and dQ = dS·K would take inf·0 = NaN from it unless the ragged key tile
     masks it (n_k = 37 and 200 are not multiples of 128).
@@ -376,7 +384,8 @@ def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal):
     The magnitude is in Q, not K: keys sharing a large common component make dQ = Σ_j dS_j·K_j cancel
     (Σ_j dS_j = 0), and dS rounded to bf16 for the MMA alone then costs ~2e-2 relative error in dQ,
     any kernel's floor (float64 emulation; an H100 run failed the bf16 tolerance by that, 2.09e-2 at
-    d 128). Large queries keep every score below -100 with a floor of ~3e-3."""
+    d 128). Large queries keep every score below -100 with a floor of ~3e-3. dq "gluon": the Gluon dQ
+    kernel's masked loop instance (keys past N_K) is what must keep its dQ finite."""
     g = torch.Generator().manual_seed(4)
     direction = F.normalize(torch.randn(d, generator=g), dim=0)
     for n_q, n_k in ((40, 37), (300, 200)):
@@ -384,7 +393,7 @@ def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal):
         k = -13 * direction + torch.randn(1, 2, n_k, d, generator=g)
         v, do = torch.randn(1, 2, n_k, d, generator=g), torch.randn(1, 2, n_q, d, generator=g)
         q, k, v, do = (t.to(device="cuda", dtype=torch.bfloat16) for t in (q, k, v, do))
-        check(q, k, v, do, is_causal)
+        check(q, k, v, do, is_causal, config=bwd.GluonBwdConfig(dq=dq) if dq else None)
 
 
 @gpu
@@ -410,16 +419,18 @@ def test_gluon_backward_gpu_strided_and_3d_inputs(d, is_causal):
 
 @gpu
 @needs_sm90
+@pytest.mark.parametrize("dq", [None, "gluon"], ids=["default", "dq-gluon"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-def test_gluon_backward_gpu_long_sequences_match_triton(is_causal):
+def test_gluon_backward_gpu_long_sequences_match_triton(is_causal, dq):
     """4096 queries and keys at d 128 (64 query tiles per key tile: the ring wraps 32 times, 32
-    programs add into each dQ tile) against the Triton two-pass backward."""
+    programs add into each dQ tile; dq "gluon": 64 key tiles per query tile through the dQ kernel's
+    3-slot ring) against the Triton two-pass backward."""
     from impl.attention.flash_launch import flash_attention_triton_backward
     from impl.attention.flash_options import FlashOptions
 
     q, k, v, do = _inputs((2, 4, 4096, 128), dtype=torch.bfloat16, device="cuda")
     o, lse = forward("triton", q, k, v, is_causal)
-    got = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal)
+    got = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, bwd.GluonBwdConfig(dq=dq) if dq else None)
     want = flash_attention_triton_backward(q, k, v, o, do, lse, is_causal, options=FlashOptions(autotune=False))
     for n, g, w in zip(("dq", "dk", "dv"), got, want[:3]):
         assert rel_err(g, w) < TOL[torch.bfloat16], (n, rel_err(g, w))
@@ -429,11 +440,12 @@ def test_gluon_backward_gpu_long_sequences_match_triton(is_causal):
 @needs_sm90
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [80, 128])
-@pytest.mark.parametrize("dq", ["reduce", "triton"])
+@pytest.mark.parametrize("dq", ["reduce", "triton", "gluon"])
 def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
     """Every torch.empty is NaN-poisoned (as test_attention.py does): the launcher's outputs (dK, dV,
     dQ or the fp32 dQ buffer, D) must have every element written or zeroed by a kernel (the ragged key
-    tile's rows, the dQ rows every program adds into)."""
+    tile's rows, the dQ rows every program adds into; dq "gluon": D, which the dQ kernel writes and
+    the dK/dV kernel reads, and the ragged query tile's dQ rows)."""
     q, k, v, do = _inputs((2, 3, 333, d), (2, 3, 200, d), dtype=torch.bfloat16, device="cuda", seed=3)
     o, lse = forward("triton", q, k, v, is_causal)
     orig_empty = torch.empty
@@ -523,6 +535,274 @@ def test_gluon_backward_schedule_emulated_on_cpu(shape, is_causal, very_negative
         for n, g, r in zip(("dq", "dk", "dv"), got, ref):
             assert torch.isfinite(g).all(), n
             torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-9, msg=n)
+
+
+# ----------------------------------------------------------------------------- stage 3c: the Gluon dQ kernel
+
+_COMPILE_DQ = r"""
+import json, os, re, subprocess, sys, tempfile, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.runtime.jit import mangle_type
+from impl.attention import flash_gluon_bwd as bwd
+from impl.attention import flash_gluon_dq as mod
+
+fn = mod._attn_bwd_dq_sm90
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+def compile_sm90(d, causal, tiles, dtype):
+    q, k, v, o, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(5))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+    grid, args, opts = mod.dq_launch_args(q, k, v, o, do, lse, delta, torch.empty_like(q), causal, tiles)
+    sig, const = {}, {}
+    for i, (name, a) in enumerate(zip(fn.arg_names, args)):
+        if fn.params[i].is_constexpr or a is None:
+            sig[name], const[(i,)] = "constexpr", a
+        else:
+            sig[name] = mangle_type(a)
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("O", "L", "Delta")}
+    return triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
+
+rows = []
+def add(d, causal, tiles, dtype=torch.bfloat16):
+    row = dict(d=d, causal=causal, tiles=list(tiles), dtype=str(dtype)[6:], predicted=mod.dq_shared_bytes(d, tiles))
+    try:
+        ck = compile_sm90(d, causal, tiles, dtype)
+    except ValueError as e:
+        rows.append(dict(row, refused=str(e)))
+        return
+    path = tempfile.mktemp(suffix=".cubin")
+    open(path, "wb").write(ck.asm["cubin"])
+    res = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True, check=True).stdout
+    os.unlink(path)
+    usage = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", res))
+    count = lambda pattern: len(re.findall(pattern, sass))
+    rows.append(dict(row, regs=int(usage["REG"]), stack=int(usage["STACK"]), local=int(usage["LOCAL"]),
+                     shared=ck.metadata.shared, warps=ck.metadata.num_warps, hgmma=count(r"\bHGMMA\."),
+                     hmma=count(r"\bHMMA\."), tma_loads=count(r"\bUTMALDG\b"), tma_stores=count(r"\bUTMASTG\b"),
+                     tma_reduce=count(r"\bUTMAREDG\b"), ex2=count(r"\bMUFU\.EX2\b"), bar_sync=count(r"\bBAR\.SYNC\b"),
+                     stl=count(r"\bSTL\b"), ldl=count(r"\bLDL\b"),
+                     target=re.search(r"\.target\s+(\S+)", ck.asm["ptx"]).group(1)))
+
+default = bwd.GluonBwdConfig(dq="gluon").dq_tiles
+for d in (64, 80, 96, 128):
+    for causal in (False, True):
+        add(d, causal, default)
+add(128, True, default, torch.float16)
+for config in bwd.CANDIDATE_CONFIGS:
+    if config.dq == "gluon" and config.dq_tiles != default:
+        add(128, True, config.dq_tiles)
+add(128, True, (64, 64, 4))  # one warpgroup
+add(128, True, (128, 128, 3))  # over the limit: refused
+print(json.dumps(rows))
+"""
+
+#: HGMMA instructions per key-tile loop body (one warpgroup's view: m64 per instruction, k16 steps):
+#: S and dP are d/16 k-steps each, dQ block_n/16 (two accumulators at split d, each block_n/16).
+def _dq_hgmma_per_tile(d, block_n):
+    lo, hi = (64, d - 64) if d in (80, 96) else (d, 0)
+    return 2 * (lo // 16 + hi // 16) + block_n // 16 * (2 if hi else 1)
+
+
+def test_gluon_dq_compiles_for_hopper():
+    """Stage 3c's dQ kernel (flash_gluon_dq) at every head dim, causal and full, at GluonBwdConfig(dq=
+    "gluon")'s tiles (bf16; fp16 at d 128) and the other candidate tiles at d 128 causal: compiles for
+    sm_90a, no local memory and no stack at all (the fp32 dQ accumulator is 64 of the registers at
+    d 128, S and dP 32 each at 64 keys), shared memory what dq_shared_bytes predicts, its products
+    on wgmma (no HMMA) with the HGMMA count of two loop instances of S + dP + dQ, Q/dO/K/V through
+    TMA loads, dQ through TMA stores, no reduce; tiles over 227 KB refused by the launcher."""
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    rows = json.loads(_run(_COMPILE_DQ))
+    print(f"\n{'d':>4} {'causal':>6} {'tiles':<14} {'dtype':<9} {'regs':>4} {'stack':>5} {'shared B':>8} "
+          f"{'HGMMA':>5} {'TMA ld/st':>9} {'EX2':>4} {'BAR':>4} {'STL/LDL':>7}")
+    for r in rows:
+        if "refused" in r:
+            print(f"{r['d']:>4} {str(r['causal']):>6} {str(r['tiles']):<14} refused: {r['predicted']} B")
+            continue
+        print(f"{r['d']:>4} {str(r['causal']):>6} {str(r['tiles']):<14} {r['dtype']:<9} {r['regs']:>4} "
+              f"{r['stack']:>5} {r['shared']:>8} {r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']:<3} "
+              f"{r['ex2']:>4} {r['bar_sync']:>4} {r['stl']:>3}/{r['ldl']:<3}")
+    assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
+    refused = [r for r in rows if "refused" in r]
+    assert [r["tiles"] for r in refused] == [[128, 128, 3]], refused
+    assert refused[0]["refused"].startswith("flash_gluon_backward: the dQ kernel's tiles (128, 128, 3) needs")
+    for r in rows:
+        if "refused" in r:
+            assert r["predicted"] > SM90_MAX_SHARED, r
+            continue
+        assert r["target"] == "sm_90a" and r["warps"] == r["tiles"][0] // 16, r
+        assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, f"spills: {r}"
+        assert r["regs"] <= 255, r
+        assert r["predicted"] - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+        assert r["hmma"] == 0 and r["hgmma"] == 2 * _dq_hgmma_per_tile(r["d"], r["tiles"][1]), r
+        split = r["d"] in (80, 96)
+        # Q, dO once; K, V in the prologue's NUM_STAGES - 1 slots and in each loop instance's refill.
+        assert r["tma_loads"] == (2 + 2 * (r["tiles"][2] - 1) + 2 * 2) * (2 if split else 1), r
+        assert r["tma_stores"] == (2 if split else 1) and r["tma_reduce"] == 0, r
+
+
+def test_gluon_dq_launch_args():
+    """One program per query tile and (batch, head), block_m / 16 warps; descriptors Q, K, V, dQ, their
+    hi halves, dO and its hi half (None at d 128, set at d 80); O by pointer with its own strides."""
+    from impl.attention import flash_gluon_dq as gdq
+
+    for d, hi in ((128, False), (80, True)):
+        q, k, v, do = _inputs((2, 3, 1000, d))
+        o = torch.empty(2, 1000, 3, d, dtype=q.dtype).transpose(1, 2)  # (B, N, H, d) storage
+        lse = torch.zeros(q.shape[:-1])
+        for tiles, grid in (((128, 64, 3), (8, 6)), ((64, 128, 3), (16, 6))):
+            g, args, opts = gdq.dq_launch_args(q, k, v, o, do, lse, lse, torch.empty_like(q), True, tiles)
+            assert g == grid and opts == {"num_warps": tiles[0] // 16}
+            assert all(x is not None for x in args[:4]) and all((x is not None) == hi for x in args[4:8])
+            assert args[8] is not None and (args[9] is not None) == hi
+            assert args[10] is o and args[13:17] == o.stride()
+            assert args[20] == pytest.approx(1.4426950408889634 / math.sqrt(d))
+            assert args[21] == pytest.approx(d ** -0.5)
+            assert args[22:] == (tiles[0], tiles[1], 64 if hi else 128, d - 64 if hi else 0, True, tiles[2])
+
+
+@pytest.mark.parametrize("fields", [dict(dq_tiles=(32, 64, 3)), dict(dq_tiles=(128, 256, 3)),
+                                    dict(dq_tiles=(128, 64, 1)), dict(dq_tiles=(128, 64, 5))])
+def test_gluon_dq_config_refuses_what_it_cannot_run(fields):
+    with pytest.raises(ValueError, match="dq_tiles must be"):
+        bwd.GluonBwdConfig(dq="gluon", **fields)
+
+
+def test_gluon_dq_refuses_on_the_cpu():
+    """dq "gluon" goes through the launcher's checks (a broken constraint named) and then needs an sm_90 GPU."""
+    config = bwd.GluonBwdConfig(dq="gluon")
+    a = _args((1, 2, 40, 128))
+    with pytest.raises(RuntimeError, match="^flash_gluon_backward .*sm_90"):
+        bwd.flash_gluon_backward(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True, config)
+    a["lse"] = a["lse"][..., :30]
+    with pytest.raises(ValueError, match="^flash_gluon_backward: lse must be float32 of shape"):
+        bwd.flash_gluon_backward(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True, config)
+
+
+def test_gluon_dq_refuses_tiles_over_shared_memory():
+    from impl.attention import flash_gluon_dq as gdq
+
+    a = _args((1, 2, 40, 128))
+    q, lse = a["q"], a["lse"]
+    match = r"^flash_gluon_backward: the dQ kernel's tiles \(128, 128, 3\) .*shared memory"
+    with pytest.raises(ValueError, match=match):
+        gdq.dq_launch_args(q, a["k"], a["v"], a["o"], a["do"], lse, lse, torch.empty_like(q), True, (128, 128, 3))
+
+
+def _emulate_dq(q, k, v, do, o, lse, is_causal, block_m, block_n):
+    """The dQ kernel's schedule in float64 torch, line for line with _attn_bwd_dq_sm90 / _k_loop: per
+    query tile, the unmasked key tiles [0, mid) and the masked ones [mid, n_tiles) (the forward's
+    split), zero-filled rows past N_Q / N_K, lse and D as 0 there, D from O and dO in the program, P in
+    base 2 from the natural-log lse, the mask as a select, dQ·(1/sqrt d) at the end."""
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    log2e = 1.4426950408889634
+    sm_scale = 1 / math.sqrt(d)
+    qk_scale = sm_scale * log2e
+    n_m = -(-n_q // block_m)
+    pad_q, pad_k = n_m * block_m - n_q, -(-n_k // block_n) * block_n - n_k
+    q_, do_, o_ = (F.pad(x, (0, 0, 0, pad_q)) for x in (q, do, o))
+    k_, v_ = (F.pad(x, (0, 0, 0, pad_k)) for x in (k, v))
+    lse_ = F.pad(lse, (0, pad_q))
+    dq = torch.zeros_like(q_)
+    n_full = n_k // block_n
+    for pid_m in range(n_m):
+        start_m = pid_m * block_m
+        if is_causal:
+            mid = min(start_m // block_n, n_full)
+            n_tiles = -(-min(start_m + block_m, n_k) // block_n)
+        else:
+            mid, n_tiles = n_full, -(-n_k // block_n)
+        rows = slice(start_m, start_m + block_m)
+        offs_m = torch.arange(start_m, start_m + block_m)
+        qt, dot = q_[:, :, rows], do_[:, :, rows]
+        delta = (o_[:, :, rows] * dot).sum(-1)
+        lse2 = lse_[:, :, rows] * log2e
+        acc = torch.zeros_like(qt)
+        for j in range(n_tiles):
+            cols = slice(j * block_n, (j + 1) * block_n)
+            offs_n = torch.arange(j * block_n, (j + 1) * block_n)
+            p = torch.exp2(qt @ k_[:, :, cols].transpose(-1, -2) * qk_scale - lse2[..., None])
+            if j >= mid:
+                valid = (offs_n < n_k)[None, :]
+                if is_causal:
+                    valid = valid & (offs_m[:, None] >= offs_n[None, :])
+                p = torch.where(valid, p, 0.0)
+            ds = p * (dot @ v_[:, :, cols].transpose(-1, -2) - delta[..., None])
+            acc += ds @ k_[:, :, cols]
+        dq[:, :, rows] = acc * sm_scale
+    return dq[:, :, :n_q]
+
+
+@pytest.mark.parametrize("very_negative", [False, True], ids=["normal", "very-negative"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES + [(1, 1, 129, 300), (1, 2, 64, 64), (1, 1, 300, 70)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gluon_dq_schedule_emulated_on_cpu(shape, is_causal, very_negative):
+    """The dQ kernel's tile schedule and conventions (emulated: _emulate_dq) give the reference dQ for
+    ragged lengths, N_Q != N_K both ways, one tile, every tiling the candidates use, and scores so
+    negative that a padded key's P overflows (the masked instance's key mask)."""
+    B, H, n_q, n_k = shape
+    q, k, v, do = (x.double() for x in _inputs((B, H, n_q, 32), (B, H, n_k, 32), torch.float32, seed=7))
+    if very_negative:  # every score near -1000: lse < -710, so exp(-lse) of a padded key overflows float64
+        direction = F.normalize(torch.randn(32, generator=torch.Generator().manual_seed(6), dtype=torch.float64), dim=0)
+        q, k = 40 * direction + 0.1 * q, -25 * math.sqrt(32) * direction + 0.1 * k
+    s = q @ k.transpose(-2, -1) / math.sqrt(32)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool).tril(), float("-inf"))
+    lse, o = torch.logsumexp(s, -1), torch.softmax(s, -1) @ v
+    ref = reference_grads(q, k, v, do, o, is_causal)[0]
+    for block_m, block_n in ((128, 64), (128, 128), (64, 64), (64, 128)):
+        got = _emulate_dq(q, k, v, do, o, lse, is_causal, block_m, block_n)
+        assert torch.isfinite(got).all(), (block_m, block_n)
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9, msg=f"tiles {block_m} x {block_n}")
+
+
+DQ_GLUON = bwd.GluonBwdConfig(dq="gluon")
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("shape", SHAPES + [(1, 1, 300, 70)], ids=lambda s: "x".join(map(str, s)))
+def test_gluon_dq_gpu_matches_reference(shape, d, is_causal, dtype):
+    """dq "gluon": the Gluon dQ kernel (D in it) and the dK/dV kernel, against the float64 reference."""
+    B, H, n_q, n_k = shape
+    check(*_inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda"), is_causal, config=DQ_GLUON)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("fwd", ["stage1", "ws"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [80, 128])
+def test_gluon_dq_gpu_pairs_with_the_gluon_forwards(d, is_causal, fwd):
+    check(*_inputs((2, 3, 1000, d), dtype=torch.bfloat16, device="cuda"), is_causal, fwd=fwd, config=DQ_GLUON)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_gluon_dq_gpu_strided_and_3d_inputs(d, is_causal):
+    """(B, N, H, d) storage for q, k, v, o, dO (o's strides reach the kernel's pointer loads of D) and
+    3-D inputs: every gradient bit-identical to contiguous 4-D inputs (one program owns each dQ tile,
+    one each dK/dV tile: no order-dependent sums)."""
+    B, H, n = 2, 3, 300
+    q, k, v, do = (x.transpose(1, 2) for x in _inputs((B, n, H, d), dtype=torch.bfloat16, device="cuda"))
+    o, lse = forward("triton", q, k, v, is_causal)
+    o = o.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not q.is_contiguous() and not o.is_contiguous()
+    got = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, DQ_GLUON)
+    c = [x.contiguous() for x in (q, k, v, o, do)]
+    want = bwd.flash_gluon_backward(*c, lse, is_causal, DQ_GLUON)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    got3 = bwd.flash_gluon_backward(q[:, 0], k[:, 0], v[:, 0], o[:, 0], do[:, 0], lse[:, 0], is_causal, DQ_GLUON)
+    assert all(g.shape == w[:, 0].shape and torch.equal(g, w[:, 0]) for g, w in zip(got3, want))
 
 
 # ----------------------------------------------------------------------------- stage 3b: the warp-specialized experiment

@@ -11,8 +11,10 @@ the two-pass backward), "triton atomic" (our single-pass Triton backward), "gluo
 forward, one config, unautotuned + flash_gluon_bwd at its default config: its "bwd" is the figure), "ws+gluon-bwd" (the stage-2 warp-specialized Gluon
 forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same with stage 3b's
 warp-specialized backward, flash_gluon_bwd_ws, d 128 only), then flash_gluon_bwd's candidate configs (among them
-dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel) at
-1x32x32768x128 and 4x32x4096x128. Each Gluon row records its relative errors of dQ, dK, dV against the
+dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
+Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape) at 1x32x32768x128 and
+4x32x4096x128. Rows of split configs (dq-triton, dq-gluon, and the d 128 default) also time the dQ kernel alone
+("dq_ms"). Each Gluon row records its relative errors of dQ, dK, dV against the
 Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
 "/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms.
 
@@ -55,15 +57,17 @@ def shape_name(s) -> str:
 def cfg_text(c) -> str:
     if c is None or isinstance(c, str):
         return c or ""
-    return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + (" dq-triton" if c.dq == "triton" else "")
+    dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles))}.get(c.dq, "")
+    return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + dq
 
 
-def est_s(s, impl, new_compile: bool) -> float:
-    """Three do_bench runs (~0.4 s each plus ~10 calls of the row's own time) and the compiles."""
+def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
+    """Three do_bench runs (~0.4 s each plus ~10 calls of the row's own time) and the compiles; split
+    (a Gluon row whose dQ is a separate kernel): a fourth, of the dQ kernel alone (~40% of the backward)."""
     b, h, n, d, causal = s
     ms = 3.5 * 4 * b * h * n * n * d / (2 if causal else 1) / 400e12 * 1e3  # at ~400 TFLOP/s
     compile_s = COMPILES[impl] * COMPILE_S if new_compile else 0.0
-    return 1.5 + 30 * ms / 1e3 + compile_s
+    return 1.5 + 30 * ms / 1e3 + compile_s + ((0.5 + 10 * 0.4 * ms / 3.5 * 2.5 / 1e3) if split else 0.0)
 
 
 def plan(skip_triton: bool = False, skip_ws: bool = False):
@@ -75,17 +79,22 @@ def plan(skip_triton: bool = False, skip_ws: bool = False):
         if skip_triton and impl.startswith("triton"):
             return
         key = (impl, cfg_text(config), s[3], s[4])
-        rows.append(dict(shape=s, impl=impl, config=config, est=est_s(s, impl, key not in compiled)))
+        split = impl.startswith("ws+gluon-bwd") and impl != "ws+gluon-bwd-ws" and \
+            (config or bwd.default_config(s[3])).dq != "reduce"
+        rows.append(dict(shape=s, impl=impl, config=config, est=est_s(s, impl, key not in compiled, split)))
         compiled.add(key)
 
+    dq_gluon = bwd.GluonBwdConfig(dq="gluon")  # stage 3c: the Gluon dQ kernel, at every d 128 shape
     for s in TABLE:
         for impl in IMPLS:
             add(s, impl)
+            if impl == "ws+gluon-bwd":
+                add(s, impl, dq_gluon)
             if impl == "gluon-bwd" and not skip_ws:  # stage 3b, the warp-specialized experiment (d 128 only)
                 add(s, "ws+gluon-bwd-ws")
     for s in SWEEP:
         for c in bwd.CANDIDATE_CONFIGS:
-            if c != bwd.default_config(s[3]):
+            if c != bwd.default_config(s[3]) and c != dq_gluon:
                 add(s, "ws+gluon-bwd", c)
     for s in OTHERS:
         for impl in IMPLS:
@@ -185,7 +194,29 @@ def measure(row, tensors, cache) -> dict:
         return gbwd.flash_gluon_backward(q, k, v, o2, do, lse2, causal, config)
 
     err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
-    return {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
+    out = {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
+    dq_fn = _dq_only(q, k, v, o, do, lse, causal, config or gbwd.default_config(q.shape[-1]))
+    if dq_fn is not None:  # the dQ kernel alone (Triton's or stage 3c's), from the same o and lse
+        out["dq_ms"] = bench(dq_fn)
+    return out
+
+
+def _dq_only(q, k, v, o, do, lse, causal, config):
+    """The dQ launch of a split config (dq "triton" or "gluon") as a callable, else None."""
+    from impl.attention import flash_gluon_bwd as gbwd
+
+    B, H, n_q, _ = q.shape
+    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    dq = torch.empty_like(q)
+    if config.dq == "triton":
+        lse3 = lse.contiguous().reshape(B, H, n_q)
+        return lambda: gbwd._triton_dq(q, k, v, o, do, dq, lse3, delta, causal)
+    if config.dq == "gluon":
+        from impl.attention.flash_gluon_dq import _attn_bwd_dq_sm90, dq_launch_args
+
+        grid, args, opts = dq_launch_args(q, k, v, o, do, lse.contiguous(), delta, dq, causal, config.dq_tiles)
+        return lambda: _attn_bwd_dq_sm90[grid](*args, **opts)
+    return None
 
 
 def fill_ratios(rows) -> None:
@@ -203,14 +234,15 @@ def fill_ratios(rows) -> None:
             r[f"/{impl}"] = ms / a if ms and a else None
 
 
-HEAD = (f"{'shape':<22}{'impl':<17}{'config':<26}{'fwd ms':>9}{'bwd ms':>9}{'f+b ms':>9}{'TF/s':>6}"
+HEAD = (f"{'shape':<22}{'impl':<17}{'config':<34}{'fwd ms':>9}{'bwd ms':>9}{'f+b ms':>9}{'TF/s':>6}"
         f"{'/cudnn':>8}{'/triton':>8}{'err':>9}  note")
 
 
 def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = ("WRONG " if r.get("wrong") else "") + ("bwd by difference " if r.get("bwd_by") else "")
-    return (f"{r['shape_name']:<22}{r['impl']:<17}{cfg_text(r['config']):<26}{num(r.get('fwd'), '9.3f'):>9}"
+    note += f"dQ kernel alone {r['dq_ms']:.3f} ms " if r.get("dq_ms") is not None else ""
+    return (f"{r['shape_name']:<22}{r['impl']:<17}{cfg_text(r['config']):<34}{num(r.get('fwd'), '9.3f'):>9}"
             f"{num(r.get('bwd'), '9.3f'):>9}{num(r.get('fwd+bwd'), '9.3f'):>9}{num(r.get('tflops'), '6.0f'):>6}"
             f"{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}{num(r.get('err'), '9.1e'):>9}  "
             f"{note}{(r.get('error') or '')[:80]}")
@@ -228,7 +260,7 @@ def main() -> None:
     specs = plan(args.skip_triton, args.skip_ws)
     if args.dry_run:
         for s in specs:
-            print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{cfg_text(s['config']):<26} est {s['est']:5.1f} s")
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{cfg_text(s['config']):<34} est {s['est']:5.1f} s")
         print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
         return
     import triton

@@ -32,6 +32,9 @@ No warp specialization yet (stage 1's structure: CTA barriers in the loop, the e
 overlaps only the wgmma left in flight). The contract is the Triton backward's: it consumes the
 natural-log lse (fp32, q.shape[:-1]) and o of either forward (Triton, stage 1 or stage 2 Gluon).
 
+``GluonBwdConfig(dq="gluon")`` (stage 3c): this kernel for dK and dV, dQ and D from the Gluon dQ kernel
+(:mod:`impl.attention.flash_gluon_dq`: one program per query tile, K and V streamed), launched first.
+
 Nothing on the default paths imports this module (stage 4 wires it in). Importing it needs triton
 (Gluon) but no GPU; :func:`launch_args` builds a launch for CPU tensors (the sm_90a compile test).
 """
@@ -69,21 +72,32 @@ class GluonBwdConfig:
     num_stages: int = 2
     #: "reduce": dQ in this kernel, added by TMA reduce-add (one pass, 5 products); "triton": this
     #: kernel computes dK and dV only (4 products) and dQ comes from the Triton two-pass backward's
-    #: dQ kernel (3 products), the issue's alternative "if that measures faster".
+    #: dQ kernel (3 products), the issue's alternative "if that measures faster"; "gluon": dK and dV
+    #: as with "triton", dQ (and D) from the Gluon dQ kernel (flash_gluon_dq, stage 3c, 3 products).
     dq: str = "reduce"
+    #: The Gluon dQ kernel's tiles (dq "gluon" only): block_m query rows per program (16 per warp:
+    #: block_m / 16 warps), block_n keys per streamed tile, num_stages K/V slots.
+    dq_tiles: Tuple[int, int, int] = (128, 64, 3)
 
     def __post_init__(self) -> None:
         if self.num_warps not in (4, 8) or self.block_n != 16 * self.num_warps:
             raise ValueError(f"block_n must be 16 x num_warps with 4 or 8 warps, got {self}")
         if self.block_m not in (64, 128) or self.block_n % self.block_m or not 2 <= self.num_stages <= 4:
             raise ValueError(f"block_m must be 64 or 128 and divide block_n, num_stages 2..4, got {self}")
-        if self.dq not in ("reduce", "triton"):
-            raise ValueError(f"dq must be 'reduce' or 'triton', got {self}")
+        if self.dq not in ("reduce", "triton", "gluon"):
+            raise ValueError(f"dq must be 'reduce', 'triton' or 'gluon', got {self}")
+        object.__setattr__(self, "dq_tiles", tuple(self.dq_tiles))  # hashable as a dict key / test id
+        bm, bn, stages = self.dq_tiles
+        if bm not in (64, 128) or bn not in (64, 128) or not 2 <= stages <= 4:
+            raise ValueError(f"dq_tiles must be (block_m 64 or 128, block_n 64 or 128, num_stages 2..4), got {self}")
 
 
-#: The configs the GPU probe measures and the GPU tests check (those over 227 KB are refused).
+#: The configs the GPU probe measures and the GPU tests check (those over 227 KB are refused). The
+#: dq "gluon" ones (stage 3c) pair the dK/dV kernel of dq "triton" with two tilings of the dQ kernel.
 CANDIDATE_CONFIGS = (GluonBwdConfig(64, 128, 8, 2), GluonBwdConfig(64, 128, 8, 3), GluonBwdConfig(64, 64, 4, 2),
-                     GluonBwdConfig(64, 64, 4, 3), GluonBwdConfig(64, 128, 8, 2, dq="triton"))
+                     GluonBwdConfig(64, 64, 4, 3), GluonBwdConfig(64, 128, 8, 2, dq="triton"),
+                     GluonBwdConfig(64, 128, 8, 2, dq="gluon"),
+                     GluonBwdConfig(64, 128, 8, 2, dq="gluon", dq_tiles=(128, 128, 2)))
 
 
 def default_config(d: int) -> GluonBwdConfig:
@@ -95,8 +109,9 @@ def default_config(d: int) -> GluonBwdConfig:
 
 
 def shared_bytes(d: int, config: GluonBwdConfig, itemsize: int = 2) -> int:
-    """Shared memory the kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ and the fp32 dQ
-    staging tile (dq "reduce" only) and the mbarriers (three allocations, each up to a 16-byte boundary)."""
+    """Shared memory the dK/dV kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ and the fp32
+    dQ staging tile (dq "reduce" only) and the mbarriers (three allocations, each up to a 16-byte boundary).
+    The dQ kernel of dq "gluon": flash_gluon_dq.dq_shared_bytes."""
     kv = 2 * config.block_n * d * itemsize
     ring = config.num_stages * 2 * config.block_m * d * itemsize
     reduce = config.dq == "reduce"
@@ -532,9 +547,10 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     scores as flash_attention_triton_forward and the Gluon forwards return it. Raises ValueError
     naming the constraint inputs break, RuntimeError off sm_90.
 
-    config.dq "reduce" (default): D and a zeroed fp32 dQ buffer from the Triton preprocessing kernel,
-    then this kernel (dK, dV, dQ by reduce-add), then the buffer's cast. "triton": the Triton dQ
-    kernel (which writes D), then this kernel for dK and dV."""
+    config.dq "reduce" (default below d 128): D and a zeroed fp32 dQ buffer from the Triton preprocessing
+    kernel, then this kernel (dK, dV, dQ by reduce-add), then the buffer's cast. "triton": the Triton dQ
+    kernel (which writes D), then this kernel for dK and dV. "gluon": the Gluon dQ kernel
+    (flash_gluon_dq, which writes D), then this kernel for dK and dV."""
     validate_backward(q, k, v, o, do, lse)
     check_device(q.device, FN)
     config = config or default_config(q.shape[-1])
@@ -545,6 +561,17 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    if config.dq == "gluon":
+        from .flash_gluon_dq import _attn_bwd_dq_sm90, dq_launch_args
+
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        # Both launches' arguments (and shared-memory checks) before either kernel runs. The dQ kernel
+        # first: it writes D, which the dK/dV kernel reads.
+        dq_grid, dq_args, dq_opts = dq_launch_args(q, k, v, o, do, lse, delta, dq, is_causal, config.dq_tiles)
+        grid, args, opts = launch_args(q, k, v, do, lse, delta, None, dk, dv, is_causal, config)
+        _attn_bwd_dq_sm90[dq_grid](*dq_args, **dq_opts)
+        _attn_bwd_sm90[grid](*args, **opts)
+        return dq, dk, dv
     if config.dq == "triton":
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         _triton_dq(q4, k4, v4, o4, do4, as_4d(dq), lse.reshape(B, H, n_q), delta, bool(is_causal))
