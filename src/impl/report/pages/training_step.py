@@ -17,7 +17,7 @@ from impl.report.output import write_table_csv
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, View, group, stat_name, timing_text
-from impl.report.runs import RunsFacts, device_short
+from impl.report.runs import RunsFacts, SourcedFromSections, device_short
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.TRAINING_STEP,)
@@ -369,7 +369,7 @@ class Pair:
 
 
 @dataclass(frozen=True)
-class TrainingStepPage:
+class TrainingStepPage(SourcedFromSections):  # its sources: its sections' run files
     measured: bool  # the first device measured a row
     ablation: Ablation | None
     top_mfu: Step | None  # the highest MFU of ours
@@ -386,10 +386,6 @@ class TrainingStepPage:
         s = self.sections[0]
         date = self.pair.ours.datetime[:10] if self.pair else max(x.datetime for x in s.rows)[:10]
         return {PROBLEM: Scored(Kind.MEASURED, device_short(s.device), date)}
-
-    @property
-    def sources(self) -> list[str]:
-        return sorted({f for s in self.sections for f in s.runs.files})
 
 
 def facts(ctx: Context) -> TrainingStepPage:
