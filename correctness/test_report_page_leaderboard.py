@@ -40,7 +40,8 @@ def test_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path
     assert [(v.commit, round(v.over_cudnn, 2)) for v in f.versions] == [("aaaaaaaa", 1.5), ("bbbbbbbb", 1.25)]
     assert f.versions[0].picks == (("fwd", "64×128 w4 s3"), ("bwd", "two_pass"))
     assert f.noise == (1.25, 1.5, 2)
-    assert f.index_figures and (tmp_path / f.index_figures[0][1]).exists()
+    assert f.index_figures == (f.figure,) == (f"figures/leaderboard-{DEV}.png",) and (tmp_path / f.figure).exists()
+    assert f.gpu == "NVIDIA H200"  # the rows' environment names the GPU the index caption names
     assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, DEV, "2026-03-02")
     assert len(f.sources) == 2
 

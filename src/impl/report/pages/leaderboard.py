@@ -143,7 +143,12 @@ class LeaderboardPage:
     versions: tuple[Version, ...] = ()
     notes: tuple[str, ...] = ()  # the rows' `note` details
     sources: tuple[str, ...] = ()
-    index_figures: tuple[tuple[str, str], ...] = ()  # the version history's (caption, link)
+    gpu: str = ""  # the device's GPU, as its rows' environment names it
+    figure: str | None = None  # the version history's png (the index shows it too)
+
+    @property
+    def index_figures(self) -> tuple[str, ...]:
+        return (self.figure,) if self.figure else ()
 
     @property
     def noise(self) -> tuple[float, float, int] | None:  # (lowest, highest ours/cuDNN, runs) of the newer format
@@ -173,8 +178,7 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
         _plot(vs := versions(rows), png)
-        caption = f"leaderboard versions on {ours.row.env.device}: ours forward+backward vs SDPA cuDNN per stored run"
         return LeaderboardPage(answer, tuple(map(_line, lb)), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
-                               tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ((caption, rel),))
+                               tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ours.row.env.device, rel)
     return LeaderboardPage(None)

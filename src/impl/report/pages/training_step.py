@@ -27,7 +27,6 @@ CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce
                 "fast+cudagraphs", "anchor"]
 OURS = ["fast", "fast+cudagraphs"]  # the all-speed-ups configs set against the anchor
 INLINE_ROWS = 20  # a longer ablation goes to a CSV, the page shows its grid
-INDEX_CAPTION = "training_step ablation: tokens/s per config ({device})"  # the index's figure caption
 ABLATION_HEADER = ["config", "size", "context", "step (ms)", "tokens/s", "MFU (datasheet)", "MFU (measured peak)",
                    "vs bf16", "peak GiB", "first step (s)", "compile (s)", "new graphs", "OOM / not run", "run (UTC)",
                    "commit"]
@@ -375,7 +374,7 @@ class TrainingStepPage(SourcedFromSections):  # its sources: its sections' run f
     top_mfu: Step | None  # the highest MFU of ours
     pair: Pair | None
     sections: list[Section]
-    index_figures: tuple[tuple[str, str], ...] = ()
+    index_figures: tuple[str, ...] = ()  # the first device's ablation figure
     ablation_header = ABLATION_HEADER  # the CSV's columns, and the inline table's
     ours = OURS
 
@@ -394,7 +393,7 @@ def facts(ctx: Context) -> TrainingStepPage:
     sections = [_section(ctx, device, newest + [b for b in ctx.rows.history if b.run.device == device
                                                  and b.problem == PROBLEM])
                 for device, newest in ctx.rows.per_gpu(PROBLEM)]
-    figs = tuple((INDEX_CAPTION.format(device=s.device), s.figure) for s in sections if s.figure)[:1]
+    figs = tuple(s.figure for s in sections if s.figure)[:1]
     ok = [s for s in sections[0].rows if s.ok] if sections else []
     if not ok:
         return TrainingStepPage(False, None, None, None, sections, figs)
