@@ -1,6 +1,6 @@
 """The report's build (impl.report.build): it finds the page modules of impl.report.pages by
 themselves, so adding a page is one Problem member, the page module, its template and their tests;
-a page module that fails to import fails the build, naming it."""
+a page module that fails to import, or whose facts or template raise, fails the build, naming it."""
 from __future__ import annotations
 
 import sys
@@ -66,6 +66,40 @@ def test_a_page_module_that_fails_to_import_fails_the_build_naming_it(extra_page
     extra_pages("no_such_page", "import impl.report.no_such_module\n")
     with pytest.raises(build.PageModuleError, match="impl.report.pages.no_such_page failed to import"):
         build.collect(build.context(tmp_path / "data", tmp_path))
+
+
+def test_a_page_whose_facts_raise_fails_the_build_naming_it(extra_pages, tmp_path):
+    extra_pages("raising_page", FAKE_PAGE.replace("return FakeFacts(", "return 1 / 0 or FakeFacts("), "# never\n")
+    with pytest.raises(build.PageBuildError, match=r"impl.report.pages.raising_page: facts\(ctx\) raised "
+                                                   r"ZeroDivisionError: division by zero") as err:
+        build.collect(build.context(tmp_path / "data", tmp_path))
+    assert isinstance(err.value.__cause__, ZeroDivisionError)
+
+
+def test_a_page_whose_template_fails_fails_the_build_naming_it(extra_pages, tmp_path):
+    extra_pages("bad_template_page", FAKE_PAGE, "# A page\n\n{{ f.no_such_fact }}\n")
+    with pytest.raises(build.PageBuildError, match="impl.report.pages.bad_template_page: templates/bad_template_page"
+                                                   ".md.j2 failed to render its facts: UndefinedError"):
+        build.collect(build.context(tmp_path / "data", tmp_path))
+
+
+def test_a_page_without_a_template_fails_the_build_naming_it(extra_pages, tmp_path):
+    extra_pages("no_template_page", FAKE_PAGE)
+    with pytest.raises(build.PageBuildError, match="impl.report.pages.no_template_page: .*TemplateNotFound"):
+        build.collect(build.context(tmp_path / "data", tmp_path))
+
+
+def test_the_build_command_fails_on_a_failing_page_and_writes_no_page(extra_pages, tmp_path):
+    """`python -m impl.report` stops with the page's error before it writes or deletes a page."""
+    extra_pages("raising_page", FAKE_PAGE.replace("return FakeFacts(", "return 1 / 0 or FakeFacts("), "# never\n")
+    root = tmp_path / "repo"
+    (root / "reports" / "data").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    (root / "reports" / "README.md").write_text("the committed index\n")
+    with pytest.raises(build.PageBuildError, match="raising_page"):
+        build.main(["--root", str(root)])
+    assert sorted(p.name for p in (root / "reports").glob("*.md")) == ["README.md"]
+    assert (root / "reports" / "README.md").read_text() == "the committed index\n"
 
 
 def test_a_page_module_without_problems_fails_the_build_naming_it(extra_pages, tmp_path):

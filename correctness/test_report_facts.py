@@ -120,3 +120,25 @@ def test_size_runs_split_by_edition_size_and_run_2026_first_and_name_their_files
     assert groups[0].described == "xl (2026): d_model 2560, 32 layers, 3.4B params"
     assert groups[-1].described == "xl (2025): d_model 1600, 48 layers, 2.0B params"
     assert groups[1].files == ["reports/data/gpu-x2/ddp/20260102T0000Z_abc.json"]
+
+
+def test_facts_sourced_from_sections_name_each_run_file_once_sorted():
+    """runs.SourcedFromSections: a page of device sections (benchmarking_script, distributed_communication,
+    training_step) names the run files of every section's runs, each once."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from impl.report.pages import benchmarking_script, distributed_communication, training_step
+    from impl.report.runs import SourcedFromSections
+
+    @dataclass(frozen=True)
+    class Facts(SourcedFromSections):
+        sections: list
+
+    def section(*files):
+        return SimpleNamespace(runs=SimpleNamespace(files=list(files)))
+
+    assert Facts([section("b.json", "a.json"), section("a.json", "c.json")]).sources == ["a.json", "b.json", "c.json"]
+    assert Facts([]).sources == []
+    for page in (benchmarking_script.ScriptPage, distributed_communication.CommPage, training_step.TrainingStepPage):
+        assert issubclass(page, SourcedFromSections)

@@ -139,7 +139,8 @@ def fake_template(monkeypatch):
     env = templating.environment()
     fake = ('{% macro score_answer(f, problem) %}answer of {{ problem }}{% endmacro %}'
             '{% macro score_headline(f, problem) %}headline{% endmacro %}'
-            '{% macro score_vs(f, problem) %}–{% endmacro %}')
+            '{% macro score_vs(f, problem) %}–{% endmacro %}'
+            '{% macro index_caption(f, path) %}{{ f[path] }} ({{ path }}){% endmacro %}')
     monkeypatch.setattr(env, "loader", jinja2.ChoiceLoader([jinja2.DictLoader({"fake.md.j2": fake}), env.loader]))
 
 
@@ -162,3 +163,15 @@ def test_the_index_marks_and_counts_each_kind_and_links_each_part_to_its_anchor(
     assert used == set(refs) and all(url.split("#")[0] == "fake.md" and url.split("#")[1] in anchors
                                      for url in refs.values())
     assert refs["tp_calcs-1"] == "fake.md#tp_calcs-a-the-backward-b-its-flops"
+
+
+def test_the_page_template_words_its_index_figures_captions(fake_template):
+    """A page's facts name its index figures by path; its template's `index_caption(f, path)` words each
+    caption (no caption in Python), and the index shows them in the story's order."""
+    facts = {"figures/a.png": "first story", "figures/b.png": "second story"}
+    page = Page("fake", tuple(SCORES), PAGE, dict(SCORES), tuple(facts), facts)
+    f = index_facts([page], [], NAMES)
+    assert [(x.slug, x.path) for x in f.figures] == [("fake", "figures/a.png"), ("fake", "figures/b.png")]
+    text = render_index(f)
+    assert "**first story (figures/a.png)**\n\n![first story (figures/a.png)](figures/a.png)" in text
+    assert text.index("second story") > text.index("first story")

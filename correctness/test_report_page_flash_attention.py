@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from impl.bench.row import Metric, Status
+from impl.report.flash_rows import Kernel
 from impl.report.pages import Kind
 from impl.report.pages import flash_attention as page
 from impl.report.templating import macros, render_page
@@ -76,8 +77,9 @@ def test_do_bench_flattering_cudnn_forward_headlines_the_events_and_shows_both(t
     assert f.sources == (f"reports/data/{DEV}/leaderboard/20261124T2100Z_abcdef12.json",)
     vs = macros("flash_attention.md.j2").score_vs(f, "flash_forward")
     assert vs.startswith("1.01× cuDNN (within noise); do_bench beside: 1.16×") and "ours (+15.9%)" in vs
-    text = render_page("flash_attention.md.j2", f=f)
-    assert "disagree beyond noise for ours: do_bench 1.493 ms against its CUDA-event median 1.288 ms" in text
+    ours = h.disagreements[0][1]  # named with both its numbers (the words: the page's snapshot)
+    assert (ours.do_bench_s, ours.event_s) == (pytest.approx(1.493e-3), pytest.approx(1.288e-3))
+    assert f.anchor.kernel == Kernel("flash_triton", "fwd", **SHAPE)  # the shape the page names
 
 
 def test_the_backward_headlines_the_events_differences_with_do_bench_beside(tmp_path):
@@ -95,8 +97,8 @@ def test_the_backward_headlines_the_events_differences_with_do_bench_beside(tmp_
     f = page.facts(context(rows, tmp_path))
     vs = macros("flash_attention.md.j2").score_vs(f, "flash_backward")
     assert vs.endswith("1.26× cuDNN (slower); do_bench beside: 0.96×")
-    text = render_page("flash_attention.md.j2", f=f)
-    assert "do_bench lies beyond noise of the events for ours forward (+15.9%)" in text
+    assert [n for n, _ in a.forward.disagreements] == ["ours"]  # the rows do_bench moved, named beside
+    assert round(a.forward.ours.do_bench_over_event - 1, 3) == 0.159
 
 
 def test_a_missing_forward_backward_row_leaves_the_backward_answered_from_the_code(tmp_path):

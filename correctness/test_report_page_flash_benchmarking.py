@@ -98,22 +98,33 @@ def test_no_rows_is_not_measured(tmp_path):
     assert page.facts(context([], tmp_path)).scores[page.PROBLEM].kind is Kind.NOT_MEASURED
 
 
-def test_page_words(request, tmp_path):
-    rows = _grid() + [_row("flash_triton", 1024, 1.5, mode="bwd")]  # slower than its forward+backward
-    f = page.facts(context(rows, tmp_path, history=_grid(OLD, scale=1.25)))
-    assert_snapshot(request, "flash_benchmarking", render_page("flash_benchmarking.md.j2", f=f))
+def _oom():
+    return _row("naive", 16384, d=16, dtype="fp32", status=Status.OOM, reason="CUDA out of memory")
+
+
+def _other_commit():  # a cell of an older run of other code
+    return bench("flash_benchmarking", dict(impl="naive", mode="fwd", batch=1, seq=128, d=16, dtype="fp32",
+                                            causal=True), 1e-3, device=DEV, when=OLD, commit="0123abcd")
+
+
+@pytest.mark.parametrize("case", ["one commit", "stitched"])
+def test_page_words(request, tmp_path, case):
+    """One commit with a compared previous run; and cells stitched from two commits, one out of memory."""
+    if case == "one commit":
+        rows = _grid() + [_row("flash_triton", 1024, 1.5, mode="bwd")]  # slower than its forward+backward
+        f = page.facts(context(rows, tmp_path, history=_grid(OLD, scale=1.25)))
+        assert_snapshot(request, "flash_benchmarking", render_page("flash_benchmarking.md.j2", f=f))
+    else:
+        f = page.facts(context(_grid() + [_oom(), _other_commit()], tmp_path))
+        assert_snapshot(request, "flash_benchmarking-stitched", render_page("flash_benchmarking.md.j2", f=f))
 
 
 def test_cells_name_their_commits_and_count_ooms(tmp_path):
     """Issue 45: the page says whether the grid is one version of the kernels (one commit) or a
     stitch of runs of different code, and how many cells ran out of memory."""
-    one = _grid() + [_row("naive", 16384, d=16, dtype="fp32", status=Status.OOM, reason="CUDA out of memory")]
+    one = _grid() + [_oom()]
     f = page.facts(context(one, tmp_path))
     assert f.commits == ("abcdef12",) and f.cells == len(one) and f.oom_cells == 1
-    text = render_page("flash_benchmarking.md.j2", f=f)
-    assert f"All {len(one)} cells come from commit abcdef12" in text and "1 ran out of memory" in text
-    two = _grid() + [bench("flash_benchmarking", dict(impl="naive", mode="fwd", batch=1, seq=128, d=16, dtype="fp32",
-                                                      causal=True), 1e-3, device=DEV, when=OLD, commit="0123abcd")]
+    two = _grid() + [_other_commit()]
     f = page.facts(context(two, tmp_path))
-    assert f.commits == ("0123abcd", "abcdef12")
-    assert "come from 2 commits (0123abcd, abcdef12)" in render_page("flash_benchmarking.md.j2", f=f)
+    assert f.commits == ("0123abcd", "abcdef12") and f.cells == len(two) and f.oom_cells == 0  # oldest run first

@@ -7,7 +7,8 @@ import pytest
 from impl.bench.row import Metric, Status
 from impl.report.pages import Kind
 from impl.report.pages import leaderboard as page
-from impl.report.templating import macros, render_page
+from impl.report.flash_rows import Kernel
+from impl.report.templating import render_page
 from kits.report_rows import assert_snapshot, bench, context
 
 DEV = "h100-80gb-x1"
@@ -34,13 +35,15 @@ def test_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path
     f = page.facts(context(_run("2026-03-02T00:00:00", 5.0, 4.0, commit="bbbbbbbb"), tmp_path, history=older))
     a = f.answer
     assert (a.commit, a.ours.event_s, a.cudnn.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
+    assert a.kernel == Kernel("flash_triton", "fwd_bwd", "bf16", 64, 16384, 1, 16, True)  # the shape the page names
     assert a.headline.timer == "CUDA-event medians" and a.headline.do_bench is None  # no do_bench in these rows
     assert (round(a.headline.ratio.value, 3), a.headline.ratio.verdict) == (1.25, "slower")
     assert a.correctness.passes and a.correctness.err_grad == 2e-3
     assert [(v.commit, round(v.over_cudnn, 2)) for v in f.versions] == [("aaaaaaaa", 1.5), ("bbbbbbbb", 1.25)]
     assert f.versions[0].picks == (("fwd", "64×128 w4 s3"), ("bwd", "two_pass"))
     assert f.noise == (1.25, 1.5, 2)
-    assert f.index_figures and (tmp_path / f.index_figures[0][1]).exists()
+    assert f.index_figures == (f.figure,) == (f"figures/leaderboard-{DEV}.png",) and (tmp_path / f.figure).exists()
+    assert f.gpu == "NVIDIA H200"  # the rows' environment names the GPU the index caption names
     assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, DEV, "2026-03-02")
     assert len(f.sources) == 2
 
@@ -49,21 +52,18 @@ def test_do_bench_flattering_cudnn_headlines_the_events_and_shows_both_numbers(t
     """The handout times the leaderboard with do_bench, but a headline must not pick the kindest timer: where
     do_bench reads cuDNN far above its own event rounds (the 2026-11-24 21:04 run: 5.122 against 4.404 ms)
     and ours level, the headline is the CUDA-event ratio (1.19×); do_bench's 1.01× stands beside it, and
-    the page and the index name cuDNN's disagreement with both numbers."""
+    the facts carry both timers of each side and cuDNN's disagreement (the words: the page's snapshot and
+    the index row's test below)."""
     f = page.facts(context(_run("2026-03-01T00:00:00", 5.228, 4.404, iqr_ms=0.05, do_bench_ms=(5.179, 5.122)),
                            tmp_path))
     h = f.answer.headline
     assert round(h.ratio.value, 2) == 1.19 and round(h.do_bench.value, 2) == 1.01
     assert [name for name, _ in h.disagreements] == ["SDPA cuDNN"]
     assert round(f.answer.cudnn.do_bench_over_event, 3) == round(5.122 / 4.404, 3)
-    text = render_page("leaderboard.md.j2", f=f)
-    assert "**1.19× SDPA cuDNN (slower)**" in text and "**1.01×" not in text
-    assert "disagree beyond noise for SDPA cuDNN: do_bench 5.122 ms against its CUDA-event median 4.404 ms" in text
-    assert "For ours they agree: do_bench 5.179 against 5.228 ms" in text
-    idx = macros("leaderboard.md.j2")
-    assert idx.score_vs(f, page.PROBLEM).startswith("1.19× SDPA cuDNN (slower); do_bench beside: 1.01×")
-    assert idx.score_headline(f, page.PROBLEM) == "5.228 ms (CUDA-event median)"
-    assert "5.122" not in idx.score_answer(f, page.PROBLEM)
+    ours, cudnn = f.answer.ours, f.answer.cudnn  # both timers of each side, and whether they disagree beyond noise
+    assert (ours.event_s, ours.do_bench_s, ours.disagrees) == (pytest.approx(5.228e-3), pytest.approx(5.179e-3), False)
+    assert (cudnn.event_s, cudnn.do_bench_s, cudnn.disagrees) == (pytest.approx(4.404e-3), pytest.approx(5.122e-3), True)
+    assert (h.ratio.ours_s, h.ratio.anchor_s) == (ours.event_s, cudnn.event_s)  # the headline divides the events
 
 
 def test_ratio_within_noise_when_spreads_overlap(tmp_path):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from impl.bench.row import Status
 from impl.model.sizes import SizeRef
 from impl.report.pages import Kind
@@ -123,9 +125,7 @@ def test_2025_facts_without_the_reference_context_answer_at_the_nearest_and_say_
     assert f.reference_context == 512 and f.answer_context == 256 and not f.at_reference
     assert f.residual.context == 256 and [x.context for x in f.residuals] == [128, 256]
     assert [(x.kind, x.dtype, x.nbytes) for x in f.named] == [("largest", "fp32", 4 * 256 * SMALL.d_ff * 4)]
-    text = render_page(f"{P}.md.j2", f=page.facts(context(_rows_2025((128, 256)), tmp_path)))
-    assert "at context 256, not the suite's reference context 512: no row was measured there" in text
-    assert "At context 256, not the suite's reference context 512" in text and "(reference)" not in text
+    assert page.facts(context(_rows_2025((128, 256)), tmp_path)).facts_2025 == f  # what the page words
     # without a reference context at all: the shortest
     g = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025((128, 256))], reference=None)
     assert g.answer_context == 128 and g.reference_context is None and not g.at_reference
@@ -137,10 +137,9 @@ def test_2025_facts_read_the_rows_mark_before_the_grids():
     assert f.reference_context == 256 and f.answer_context == 256 and f.at_reference and f.residual.context == 256
 
 
-def test_a_case_stored_under_an_older_name_is_answered_by_its_newest_row_only(tmp_path):
-    """An older run named its rows without the edition (`small-512-fp32-forward`), a newer one with it
-    (`2025-small-512-...`): both are the same case, so the page reads the newer row alone and no longer names
-    the older run; the newer rows' kept snapshot at the answering context is linked first where it is stored."""
+def _renamed_rows(tmp_path):
+    """An older run's rows named without the edition, a newer run's with it; the newer rows' snapshots named
+    snap-<i>.pickle, the one at the reference context (snap-6) stored under reports/artifacts/."""
     old = _rows_2025()
     new = [bench(P, dict(b.row.config, edition="2025"), 0.1, device=DEV, when="2026-11-26T11:37:00",
                  commit="2fbd353", peak=b.row.memory.peak_allocated + 1, name=b.name.replace("[", "[2025-"),
@@ -149,6 +148,14 @@ def test_a_case_stored_under_an_older_name_is_answered_by_its_newest_row_only(tm
     assert not {b.name for b in old} & {b.name for b in new}
     (tmp_path / "artifacts").mkdir()
     (tmp_path / "artifacts" / "snap-6.pickle").write_bytes(b"x")  # small-512-fp32-forward's
+    return old, new
+
+
+def test_a_case_stored_under_an_older_name_is_answered_by_its_newest_row_only(tmp_path):
+    """An older run named its rows without the edition (`small-512-fp32-forward`), a newer one with it
+    (`2025-small-512-...`): both are the same case, so the page reads the newer row alone and no longer names
+    the older run; the newer rows' kept snapshot at the answering context is linked first where it is stored."""
+    old, new = _renamed_rows(tmp_path)
     f = page.facts(context(old + new, tmp_path))
     assert f.facts_2025.measured("fp32", "forward") == [141, 269, 525]  # the newer rows' peaks
     assert f.sources == sorted({b.run.file for b in new}) and len(f.runs.runs) == 1
@@ -159,9 +166,7 @@ def test_a_case_stored_under_an_older_name_is_answered_by_its_newest_row_only(tm
     assert all(a.link is None for a in rest) and [a.reference for a in f.artifacts] == [True] * 3 + [False] * 5
     assert [(a.context, a.dtype, a.mode) for a in f.artifacts[:3]] == [
         (512, "fp32", "forward"), (512, "fp32", "train_step"), (512, "bf16", "forward")]
-    text = render_page(f"{P}.md.j2", f=f)
-    assert "[`snap-6.pickle`](artifacts/snap-6.pickle) (fp32 forward, context 512, where (d) and (e) are answered)" in text
-    assert "`snap-0.pickle` (not stored under `reports/artifacts/`)" in text
+    assert "snap-0.pickle" in {a.name for a in rest}  # named, not linked: not stored
 
 
 def test_the_page_sets_the_2026_rows_beside_the_2025_ones(tmp_path):
@@ -273,6 +278,14 @@ def test_nsys_blocks_leave_their_saved_bytes_beside_torch_profilers_probe(tmp_pa
     assert (tmp_path / c.figure).is_file() and any(s.endswith(".sqlite.gz") for s in f.sources)
     _filed_nsys(tmp_path / "off", saved=4 * 10**9)
     assert not page.facts(context(_rows_2025() + _rows_2026(), tmp_path / "off")).nsys.cases[0].agrees
+
+
+@pytest.mark.parametrize("case", ["off_reference", "artifacts"])
+def test_page_words_of_2025(request, tmp_path, case):
+    """2025's other wordings: (d) and (e) answered off the reference context (no row there), and the kept
+    snapshots named, the stored one linked."""
+    rows = _rows_2025((128, 256)) if case == "off_reference" else sum(_renamed_rows(tmp_path), [])
+    assert_snapshot(request, f"{P}-{case}", render_page(f"{P}.md.j2", f=page.facts(context(rows, tmp_path))))
 
 
 def test_page_words_with_nsys(request, tmp_path):

@@ -133,10 +133,23 @@ def test_no_gpu_rows_is_not_measured(tmp_path):
     assert f.device is None and f.scores[P].kind is Kind.NOT_MEASURED
 
 
-def test_page_words(request, tmp_path):
-    rows = [_att("compiled", 1.0), _att("eager", 2.0), _att("compiled", 0.5, mode="backward"),
+def _attention_rows():
+    return [_att("compiled", 1.0), _att("eager", 2.0), _att("compiled", 0.5, mode="backward"),
             _att("eager", 0.6, mode="backward"), _att("compiled", None, status=Status.OOM, seq=16384)]
-    assert_snapshot(request, P, render_page("torch_compile.md.j2", f=page.facts(context(rows + _model_rows(), tmp_path))))
+
+
+def test_page_words(request, tmp_path):  # (b) without a timed training step: the derived column
+    assert_snapshot(request, P, render_page("torch_compile.md.j2",
+                                            f=page.facts(context(_attention_rows() + _model_rows(), tmp_path))))
+
+
+@pytest.mark.parametrize("case", ["timed", "one context", "oom"])
+def test_page_words_of_b(request, tmp_path, case):
+    """(b)'s other wordings: a timed training step with rows left out by reason; a size that ran one context;
+    out-of-memory rows with their closed-form need and the other implementation that ran."""
+    rows = {"timed": _timed_rows, "one context": _one_context_rows, "oom": _oom_rows}[case]()
+    assert_snapshot(request, f"{P}-{case.replace(' ', '_')}",
+                    render_page("torch_compile.md.j2", f=page.facts(context(_attention_rows() + rows, tmp_path))))
 
 
 OOM_IMPLIED = "not run: forward_backward eager ran out of memory at context 128"
@@ -164,14 +177,13 @@ def test_b_timed_train_step_is_its_own_column_not_a_sum(tmp_path):
     assert small.train_step is None  # no derived fwd+bwd + optimizer column beside the timed one
     assert small.modes[2].eager.value == 0.06 and small.modes[2].ratio == pytest.approx(0.75)
     assert [r.mode for r in m.answer] == ["forward", "forward_backward", "optimizer_step", "train_step"]
-    text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
-    assert "timed as one call" in text and "No timed compiled training step" not in text
-    assert "= fwd+bwd + opt" not in text
 
 
-def test_b_without_timed_rows_says_no_timed_step_has_run(tmp_path):
-    text = render_page("torch_compile.md.j2", f=page.facts(context(_model_rows(), tmp_path)))
-    assert "No timed compiled training step has run yet" in text
+def test_b_without_timed_rows_the_training_step_is_derived(tmp_path):
+    """No timed training step: the table's derived column (forward+backward + the optimizer step) stands
+    in for it (the words: the `derived` snapshot)."""
+    m = page.facts(context(_model_rows(), tmp_path)).model
+    assert not m.timed_train_step and "train_step" not in m.modes and m.optimizer
 
 
 def test_b_left_out_rows_are_grouped_by_reason(tmp_path):
@@ -180,14 +192,11 @@ def test_b_left_out_rows_are_grouped_by_reason(tmp_path):
     m = page.facts(context(rows, tmp_path)).model
     assert [(r, [(x.size, x.context) for x in xs]) for r, xs in m.left_out_by_reason] == \
         [("time budget exhausted", [("xl", 256)]), (OOM_IMPLIED, [("10B", 128)])]
-    text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
-    assert f"Left out ({OOM_IMPLIED}): 10B@128." in text
 
 
-def test_b_answer_takes_each_modes_largest_size_that_ran_both(tmp_path):
-    """The 10B's forward ran at context 128 only and its fwd+bwd ran out of memory: the forward's largest size is the
-    10B (its one context named), forward+backward's the largest size that ran it (xl), not a missing 10B."""
-    rows = _model_rows()[:6] + [
+def _one_context_rows():
+    """The 10B's forward ran at context 128 only and its fwd+bwd ran out of memory."""
+    return _model_rows()[:6] + [
         _model("small", 128, "eager", 0.05, mode="forward_backward"),
         _model("small", 128, "compiled", 0.04, mode="forward_backward"),
         _model("xl", 128, "eager", 0.5, mode="forward_backward"),
@@ -197,34 +206,38 @@ def test_b_answer_takes_each_modes_largest_size_that_ran_both(tmp_path):
                details=dict(closed_form_need_bytes=114e9)),
         _model("10B", 128, "compiled", None, mode="forward_backward", status=Status.OOM, reason="CUDA out of memory",
                details=dict(closed_form_need_bytes=114e9))]
-    m = page.facts(context(rows, tmp_path)).model
+
+
+def test_b_answer_takes_each_modes_largest_size_that_ran_both(tmp_path):
+    """The forward's largest size is the 10B (its one context named), forward+backward's the largest size that
+    ran it (xl), not a missing 10B."""
+    m = page.facts(context(_one_context_rows(), tmp_path)).model
     fwd, fb = m.answer
     assert list(fwd.by_size) == ["small", "10B"] and fwd.by_size["10B"] == pytest.approx(0.96)
     assert fwd.only_context("10B") == 128 and fwd.only_context("small") is None
     assert list(fb.by_size) == ["small", "xl"] and fb.by_size["xl"] == pytest.approx(0.9)
-    text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
-    assert ", 10B 0.96× (context 128 only); forward+backward small 0.80×, xl 0.90×." in text  # one context each: unmarked
+    assert fb.only_context("xl") is None is fb.only_context("small")  # one context each: none is marked
 
 
 def test_b_out_of_memory_rows_are_listed_with_their_closed_form_need(tmp_path):
     """OOM rows are listed per (size, context, mode) with the need they recorded; where the other impl of the same
     cell ran, the page says so with its time and peak."""
+    m = page.facts(context(_oom_rows(), tmp_path)).model
+    assert [(x.size, x.context, x.mode, x.impls, x.need_bytes) for x in m.oom] == [
+        ("xl", 1024, "train_step", ("eager",), 90.3e9), ("2.7B", 1024, "train_step", ("eager", "compiled"), 112.5e9)]
+    assert m.oom[0].other_peak == 70_553_039_872 and m.oom[1].other_ran is None
+    assert (m.oom[0].other_ran.step_s, m.oom[0].other_ran.row.config["impl"]) == (1.35, "compiled")
+
+
+def _oom_rows():
     oom = dict(status=Status.OOM, reason="CUDA out of memory", mode="train_step")
-    rows = _model_rows() + [
+    return _model_rows() + [
         _model("xl", 1024, "eager", None, details=dict(closed_form_need_bytes=90.3e9), **oom),
         bench(P, dict(size="xl", context=1024, mode="train_step", impl="compiled", study="model"), 1.35,
               device=DEVICE, section="torch_compile_model", when="2026-12-01T00:00:00", peak=70_553_039_872,
               details=dict(compiled_what="regional")),
         _model("2.7B", 1024, "eager", None, details=dict(closed_form_need_bytes=112.5e9), **oom),
         _model("2.7B", 1024, "compiled", None, details=dict(closed_form_need_bytes=112.5e9), **oom)]
-    m = page.facts(context(rows, tmp_path)).model
-    assert [(x.size, x.context, x.mode, x.impls, x.need_bytes) for x in m.oom] == [
-        ("xl", 1024, "train_step", ("eager",), 90.3e9), ("2.7B", 1024, "train_step", ("eager", "compiled"), 112.5e9)]
-    assert m.oom[0].other_peak == 70_553_039_872 and m.oom[1].other_ran is None
-    text = render_page("torch_compile.md.j2", f=page.facts(context(rows, tmp_path)))
-    assert "xl@1024 training step eager (90 GB); 2.7B@1024 training step eager and compiled (112 GB)." in text
-    assert "xl@1024's training step ran compiled (1350 ms, peak 70.6 GB allocated) where eager ran out of memory." \
-        in text
 
 
 def test_committed_b_uses_the_timed_training_step(tmp_path):
@@ -239,6 +252,3 @@ def test_committed_b_uses_the_timed_training_step(tmp_path):
     assert list(step.by_size) == ["small", "2.7B"]
     assert all(r.train_step is None for r in m.rows)
     assert ("xl", 1024, "train_step") in {(x.size, x.context, x.mode) for x in m.oom}
-    text = render_page("torch_compile.md.j2", f=f)
-    assert "No timed compiled training step" not in text and "= fwd+bwd + opt" not in text
-    assert "no timed training step has run yet" not in text

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from impl.bench.row import Metric
-from impl.report.ratio import Timers, band, headline, timers
+from impl.report.ratio import Timers, band, headline, ratio, spread, timers
 from kits.report_rows import bench
 
 SHAPE = dict(batch=1, heads=16, seq=16384, d=64, dtype="bf16", causal=True)
@@ -62,3 +62,13 @@ def test_timers_of_a_row_read_its_median_do_bench_and_band():
     t = timers(_row("flash_triton", 2.0, 2.5, iqr_ms=0.1))
     assert (t.event_s, t.do_bench_s) == (pytest.approx(2e-3), pytest.approx(2.5e-3)) and t.disagrees
     assert t.band == (pytest.approx(1.8e-3), pytest.approx(2.2e-3))
+
+
+def test_a_missing_number_is_none_or_nan_in_ratios_spreads_and_bands():
+    """One test of a number's absence (impl.report.markdown.missing) serves ratio, spread, band and the rows."""
+    nan = float("nan")
+    assert ratio(1.0, nan) is None and ratio(None, 1.0) is None and ratio(1.0, 0.0) is None
+    assert ratio(1.0, 2.0, "x", nan, 0.5).noise is False and ratio(1.0, 2.0, "x", nan, 1.0).noise is True
+    assert spread(nan, 0.4) == 0.2 and spread(0.3, nan) == 0.3 and spread(nan, None) is None
+    assert spread(0.3, 0.0) == 0.0  # a zero IQR is a number: half of it
+    assert band(nan, stddev=1.0) is None and band(10.0, stddev=nan, iqr=nan) is None

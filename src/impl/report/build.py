@@ -32,6 +32,11 @@ class PageModuleError(RuntimeError):
     page answers: the build fails naming it (a page must never vanish from the report because of a typo)."""
 
 
+class PageBuildError(RuntimeError):
+    """A page whose `facts(ctx)` raised, or whose template failed to render its facts: the build fails
+    naming the page module and the error (the original exception is chained as its cause)."""
+
+
 def page_order(modules: list[ModuleType], problems: tuple = tuple(Problem)) -> list[ModuleType]:
     """The pages in the index's order: by the place of each page's first problem in `problems` (the
     Problem enum's, the handouts' order), pages answering none last, by name."""
@@ -80,8 +85,22 @@ def slugs() -> dict[Problem, str]:
 
 
 def collect(ctx: Context) -> list[Page]:
-    """Every page, built from its module's facts(ctx), in page order."""
-    return [page_of(slug(m), m.facts(ctx)) for m in page_modules()]
+    """Every page, built from its module's facts(ctx), in page order; PageBuildError naming the page
+    where its facts or its template raise."""
+    return [built(m, ctx) for m in page_modules()]
+
+
+def built(module: ModuleType, ctx: Context) -> Page:
+    """One page from its module's facts(ctx), rendered by its template."""
+    try:
+        facts = module.facts(ctx)
+    except Exception as exc:
+        raise PageBuildError(f"page module {module.__name__}: facts(ctx) raised {type(exc).__name__}: {exc}") from exc
+    try:
+        return page_of(slug(module), facts)
+    except Exception as exc:
+        raise PageBuildError(f"page module {module.__name__}: templates/{slug(module)}.md.j2 failed to render its facts: "
+                             f"{type(exc).__name__}: {exc}") from exc
 
 
 def page_of(name: str, facts) -> Page:

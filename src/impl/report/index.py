@@ -136,10 +136,20 @@ class IndexRow:
 
 
 @dataclass(frozen=True)
+class IndexFigure:
+    """A page's figure shown on the index: its page's slug and facts (the page template's
+    `index_caption(f, path)` macro words its caption) and its png path relative to reports/."""
+
+    slug: str
+    facts: object
+    path: str
+
+
+@dataclass(frozen=True)
 class IndexFacts:
     rows: list[IndexRow]
     older: list[str]  # "device: sections" whose newest GPU run is in the older format
-    figures: list[tuple[str, str]]  # (caption, png path relative to reports/)
+    figures: list[IndexFigure]
 
     @property
     def answered(self) -> int:
@@ -203,7 +213,8 @@ def index_facts(pages: list[Page], older: list[str], names: dict[str, str]) -> I
         rows.append(IndexRow(p.value, p.edition_tag, page.slug if page else None, score,
                              _device(score.device, names) if score else "–", page.facts if page else None,
                              parts.get(p, ())))
-    figures = [f for page in sorted(pages, key=_story) for f in page.index_figures]
+    figures = [IndexFigure(page.slug, page.facts, path) for page in sorted(pages, key=_story)
+               for path in page.index_figures]
     return IndexFacts(rows, older, figures)
 
 

@@ -11,6 +11,7 @@ def table(header: list[str], rows: list[list]) -> str:
 
 
 def missing(x) -> bool:
+    """No number: None or NaN (a cell shows "–"; the report's one test of a number's absence)."""
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 

@@ -7,12 +7,9 @@ measurement, each row's CUDA-event median of the same run; do_bench's figures st
 whose do_bench median lies beyond the noise of its own rounds (`Timers`) is named with both numbers."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-
-def _ok(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
+from impl.report.markdown import missing
 
 
 @dataclass(frozen=True)
@@ -36,9 +33,9 @@ class Ratio:
 
 def ratio(ours_s, anchor_s, anchor: str = "", ours_spread=None, anchor_spread=None) -> Ratio | None:
     """Ours ÷ anchor (seconds each) with the noise verdict; None unless both times exist."""
-    if not (_ok(ours_s) and _ok(anchor_s)) or anchor_s == 0:
+    if missing(ours_s) or missing(anchor_s) or anchor_s == 0:
         return None
-    spread = sum(s for s in (ours_spread, anchor_spread) if _ok(s))
+    spread = sum(s for s in (ours_spread, anchor_spread) if not missing(s))
     return Ratio(float(ours_s), float(anchor_s), anchor, abs(ours_s - anchor_s) <= spread if spread else False)
 
 
@@ -50,7 +47,7 @@ def of_benches(ours, anchor, name: str = "") -> Ratio | None:
 def spread(stddev, iqr) -> float | None:
     """A row's spread around its median: half its IQR (one slow round does not move it), else its
     standard deviation (older-format rows kept no IQR)."""
-    return iqr / 2 if _ok(iqr) else stddev if _ok(stddev) else None
+    return iqr / 2 if not missing(iqr) else None if missing(stddev) else stddev
 
 
 def ratio_cell(r: Ratio | None) -> str:
@@ -103,8 +100,8 @@ class Timers:
 
 def band(median, stddev=None, iqr=None) -> tuple[float, float] | None:
     """The band of a row's ordinary rounds about its median (`Timers`' definition of noise)."""
-    half = 2 * iqr if _ok(iqr) and iqr > 0 else 3 * stddev if _ok(stddev) and stddev > 0 else None
-    return None if half is None or not _ok(median) else (median - half, median + half)
+    half = 2 * iqr if not missing(iqr) and iqr > 0 else 3 * stddev if not missing(stddev) and stddev > 0 else None
+    return None if half is None or missing(median) else (median - half, median + half)
 
 
 def timers(b) -> Timers:

@@ -6,12 +6,12 @@ as 2025's; a row's size label comes from one function, `size_label`.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Hashable, Iterable, Self, TypeVar
 
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
+from impl.report.markdown import missing
 from impl.report.ratio import spread
 
 V = TypeVar("V")
@@ -199,7 +199,7 @@ class Bench:
 
     @property
     def measured(self) -> bool:
-        return self.row.status is Status.MEASURED and self.stats is not None and _num(self.stats.median)
+        return self.row.status is Status.MEASURED and self.stats is not None and not missing(self.stats.median)
 
     @property
     def details(self) -> dict[str, Any]:
@@ -222,7 +222,7 @@ class Bench:
     def figure(self, key: str, metric: Metric | None = None):
         """A figure of a (distributed) row: its Metric, else the mean of its timed steps
         (details["steps"]), a details key, or where the older format kept it (its free-form metrics)."""
-        if metric is not None and _num(self.metric(metric)):
+        if metric is not None and not missing(self.metric(metric)):
             return self.metric(metric)
         d = self.details
         for source in (d.get("steps") or {}, d, d.get("legacy_metrics") or {}):
@@ -231,19 +231,15 @@ class Bench:
         return None
 
 
-def _num(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
 def _opt(x):
-    return x if _num(x) else None
+    return None if missing(x) else x
 
 
 def of_record(rec, problem: str | None = None) -> Bench:
     """The Bench of one stored record (impl.report.data.Record), `problem`:
     the handout's name where the row was stored under an older one."""
     s = rec.stats
-    stats = None if s is None or not (_num(s.median) or _num(s.mean)) else Stats(
+    stats = None if s is None or (missing(s.median) and missing(s.mean)) else Stats(
         _opt(s.mean), _opt(s.stddev), _opt(s.median), _opt(s.iqr), s.rounds, list(s.data) if s.data else None)
     run = RunRef(rec.run.device, rec.run.section, rec.run.datetime, rec.run.commit, rec.run.legacy, rec.run.file)
     row = rec.row if problem in (None, rec.row.problem) else replace(rec.row, problem=problem)

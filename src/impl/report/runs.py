@@ -89,3 +89,11 @@ class SourcedFromRuns:
     @property
     def sources(self) -> list[str]:
         return sorted(set(self.runs.files)) if self.runs else []
+
+
+class SourcedFromSections:
+    """Facts whose sources are the run files of their `sections` (each with `runs`, a RunsFacts)."""
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({f for s in self.sections for f in s.runs.files})

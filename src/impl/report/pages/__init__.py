@@ -4,9 +4,10 @@ course editions, then the few figures that tell the story); each problem has its
 
 A page is two files: `pages/<slug>.py` declares the problems it answers (`PROBLEMS`, members of
 impl.workloads.problems.Problem) and has `facts(ctx) -> <PageFacts>` (a frozen dataclass holding every
-number, table row and figure path the page shows, its `scores` for the index, and `index_figures` where
-the index shows some of its figures); `templates/<slug>.md.j2` renders the whole page from it in one call,
-and words the index's scoreboard rows through its `score_answer`, `score_headline` and `score_vs` macros.
+number, table row and figure path the page shows, its `scores` for the index, and `index_figures` (png
+paths) where the index shows some of its figures); `templates/<slug>.md.j2` renders the whole page from it in
+one call, and words the index's scoreboard rows through its `score_answer`, `score_headline` and `score_vs`
+macros (and the captions of its index figures through `index_caption`).
 Every number comes from `ctx.rows` (the stored rows), never typed. impl.report.build finds the page
 modules here by themselves (a helper module's name starts with "_").
 """
@@ -60,7 +61,7 @@ class Page:
     problems: tuple[Problem, ...]
     text: str
     scores: dict[str, Scored]  # problem name -> its scoreboard row
-    index_figures: tuple[tuple[str, str], ...]  # (caption, png path rel. to reports/)
+    index_figures: tuple[str, ...]  # png paths rel. to reports/ (the page template's `index_caption` words each)
     facts: object
 
 

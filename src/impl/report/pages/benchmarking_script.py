@@ -12,7 +12,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, SizedView, size_label, timing_text
-from impl.report.runs import RunsFacts, newest_date
+from impl.report.runs import RunsFacts, SourcedFromSections, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
 
@@ -293,16 +293,12 @@ class DeviceSection:
 
 
 @dataclass(frozen=True)
-class ScriptPage:
+class ScriptPage(SourcedFromSections):  # its sources: its sections' run files
     answer: list[EditionFacts] | None  # the first GPU device's editions; None: no GPU rows
     sections: list[DeviceSection]
     scores: dict[str, Scored]
     score_row: tuple[EditionFacts, GridRow] | None = None  # what the index words
     score_fb: bool = False  # score_row is 2026's forward and backward, not a training step
-
-    @property
-    def sources(self) -> list[str]:
-        return sorted({f for s in self.sections for f in s.runs.files})
 
 
 def facts(ctx: Context) -> ScriptPage:

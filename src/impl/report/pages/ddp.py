@@ -400,9 +400,8 @@ class DdpPage:
         return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.score_rows}
 
     @property
-    def index_figures(self) -> list[tuple[str, str]]:  # the first run's overhead figure, captioned with its run
-        return [(f"DDP overhead against torch DDP ({r.heading}, {r.run.size_short}, run {r.run.date})", r.figure)
-                for s in self.sections for r in s.runs][:1]
+    def index_figures(self) -> list[str]:  # the first run's overhead figure
+        return [r.figure for s in self.sections for r in s.runs][:1]
 
     @property
     def sources(self) -> list[str]:  # the DDP runs, and the all-reduce runs a bucket model's fit read

@@ -11,7 +11,7 @@ from impl.report import figures
 from impl.report.markdown import missing
 from impl.report.pages import Context, Scored
 from impl.report.rows import Bench, View, of_newest_run
-from impl.report.runs import RunsFacts, device_name, files_of
+from impl.report.runs import RunsFacts, SourcedFromSections, device_name, files_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE,)
@@ -161,7 +161,7 @@ def _draw(rows: list[TableRow], ctx: Context, name: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class CommPage:
+class CommPage(SourcedFromSections):  # its sources: its sections' run files
     answer: CommFacts | None  # None: no GPU device ran both backends
     history: list[CommFacts]  # the other devices' runs, kept below
     sections: list[DeviceSection]
@@ -170,10 +170,6 @@ class CommPage:
     @property
     def scores(self) -> dict[str, Scored]:
         return {PROBLEM: Scored.of(self.answer_runs)}
-
-    @property
-    def sources(self) -> list[str]:
-        return sorted({f for s in self.sections for f in s.runs.files})
 
 
 def facts(ctx: Context) -> CommPage:

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 from impl.attention import default_options, flash_torch
-from impl.report.flash_rows import kernel, median_ms, pick
+from impl.report.flash_rows import Kernel, kernel, median_ms, pick
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Headline, Ratio, headline, ratio, timers
 from impl.report.runs import files_of, newest_date
@@ -70,7 +70,7 @@ class Anchor:  # ours against SDPA cuDNN at the leaderboard shape (one device's 
     backward_do_bench: Ratio | None = None  # the same differences of do_bench's medians, beside (no verdict)
     forward_backward: Headline | None = None  # the forward+backward rows the backward is read from
     sources: tuple[str, ...] = ()  # the leaderboard run files it read
-    shape: str = ""  # the rows' dtype and shape, as the leaderboard page words it
+    kernel: Kernel | None = None  # ours' forward row: its dtype and shape (templates/_kernels.md.j2 words it)
     probe: ProbeCheck | None = None  # the forward beside the do_bench-against-events probe at this shape
 
     @property
@@ -99,12 +99,10 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
         if ours and cudnn:
             back = _backward(ours, cudnn, ours2, cudnn2) if ours2 and cudnn2 else {}
             used, c = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None], kernel(ours)
-            shape = (f"{c.dtype}, {'causal' if c.causal else 'not causal'}, "
-                     f"batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}")
             h, tp = headline(ours, cudnn, "cuDNN"), probe_of(ctx.reports_dir, device)
             pc = check(tp, h, "fwd") if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
             return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), h,
-                          sources=tuple(files_of(used)) + ((pc.probe.path,) if pc else ()), shape=shape, probe=pc,
+                          sources=tuple(files_of(used)) + ((pc.probe.path,) if pc else ()), kernel=c, probe=pc,
                           **back)
     return None
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, median_ms, pick, status_label
+from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, kernel, median_ms, pick, status_label
 from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
 from impl.report.ratio import Headline, Timers, headline, timers
@@ -39,7 +39,7 @@ class Correctness:
 @dataclass(frozen=True)
 class LeaderboardFacts:
     device: str
-    shape: str
+    kernel: Kernel  # the shape (dtype, causal, batch, heads, seq, d) of ours' forward+backward row
     when: str  # the run's UTC time
     commit: str
     headline: Headline  # ours ÷ cuDNN of the CUDA-event medians, do_bench beside (impl.report.ratio)
@@ -143,7 +143,12 @@ class LeaderboardPage:
     versions: tuple[Version, ...] = ()
     notes: tuple[str, ...] = ()  # the rows' `note` details
     sources: tuple[str, ...] = ()
-    index_figures: tuple[tuple[str, str], ...] = ()  # the version history's (caption, link)
+    gpu: str = ""  # the device's GPU, as its rows' environment names it
+    figure: str | None = None  # the version history's png (the index shows it too)
+
+    @property
+    def index_figures(self) -> tuple[str, ...]:
+        return (self.figure,) if self.figure else ()
 
     @property
     def noise(self) -> tuple[float, float, int] | None:  # (lowest, highest ours/cuDNN, runs) of the newer format
@@ -165,16 +170,14 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         err, tol = ours.details.get("rel_err") or {}, ours.details.get("tol") or {}
         right = Correctness(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
                             ours.details.get("graph_breaks")) if err and tol else None
-        shape = f"{c.dtype}, causal, batch {c.batch} × {c.heads} heads × seq {c.seq} × d {c.d}"
         h, tp = headline(ours, cudnn, "SDPA cuDNN"), probe_of(ctx.reports_dir, device)
         pc = check(tp, h, "fwd_bwd") if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
-        answer = LeaderboardFacts(device, shape, ours.run.when, ours.run.commit, h,
+        answer = LeaderboardFacts(device, c, ours.run.when, ours.run.commit, h,
                                   ours.metric(Metric.MFU), cudnn.metric(Metric.MFU), right, pc)
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
         _plot(vs := versions(rows), png)
-        caption = f"leaderboard versions on {ours.row.env.device}: ours forward+backward vs SDPA cuDNN per stored run"
         return LeaderboardPage(answer, tuple(map(_line, lb)), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
-                               tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ((caption, rel),))
+                               tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ours.row.env.device, rel)
     return LeaderboardPage(None)

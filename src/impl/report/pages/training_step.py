@@ -17,7 +17,7 @@ from impl.report.output import write_table_csv
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, spread
 from impl.report.rows import Bench, View, group, stat_name, timing_text
-from impl.report.runs import RunsFacts, device_short
+from impl.report.runs import RunsFacts, SourcedFromSections, device_short
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.TRAINING_STEP,)
@@ -27,7 +27,6 @@ CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce
                 "fast+cudagraphs", "anchor"]
 OURS = ["fast", "fast+cudagraphs"]  # the all-speed-ups configs set against the anchor
 INLINE_ROWS = 20  # a longer ablation goes to a CSV, the page shows its grid
-INDEX_CAPTION = "training_step ablation: tokens/s per config ({device})"  # the index's figure caption
 ABLATION_HEADER = ["config", "size", "context", "step (ms)", "tokens/s", "MFU (datasheet)", "MFU (measured peak)",
                    "vs bf16", "peak GiB", "first step (s)", "compile (s)", "new graphs", "OOM / not run", "run (UTC)",
                    "commit"]
@@ -369,13 +368,13 @@ class Pair:
 
 
 @dataclass(frozen=True)
-class TrainingStepPage:
+class TrainingStepPage(SourcedFromSections):  # its sources: its sections' run files
     measured: bool  # the first device measured a row
     ablation: Ablation | None
     top_mfu: Step | None  # the highest MFU of ours
     pair: Pair | None
     sections: list[Section]
-    index_figures: tuple[tuple[str, str], ...] = ()
+    index_figures: tuple[str, ...] = ()  # the first device's ablation figure
     ablation_header = ABLATION_HEADER  # the CSV's columns, and the inline table's
     ours = OURS
 
@@ -387,10 +386,6 @@ class TrainingStepPage:
         date = self.pair.ours.datetime[:10] if self.pair else max(x.datetime for x in s.rows)[:10]
         return {PROBLEM: Scored(Kind.MEASURED, device_short(s.device), date)}
 
-    @property
-    def sources(self) -> list[str]:
-        return sorted({f for s in self.sections for f in s.runs.files})
-
 
 def facts(ctx: Context) -> TrainingStepPage:
     # every run of each device: a later command may have left a row "not run" that an earlier one measured, and
@@ -398,7 +393,7 @@ def facts(ctx: Context) -> TrainingStepPage:
     sections = [_section(ctx, device, newest + [b for b in ctx.rows.history if b.run.device == device
                                                  and b.problem == PROBLEM])
                 for device, newest in ctx.rows.per_gpu(PROBLEM)]
-    figs = tuple((INDEX_CAPTION.format(device=s.device), s.figure) for s in sections if s.figure)[:1]
+    figs = tuple(s.figure for s in sections if s.figure)[:1]
     ok = [s for s in sections[0].rows if s.ok] if sections else []
     if not ok:
         return TrainingStepPage(False, None, None, None, sections, figs)
