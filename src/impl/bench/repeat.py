@@ -46,8 +46,10 @@ from impl.bench.test_record import SOURCE_PATHS, _git, digest, parse_junit, test
 
 FILES = ("correctness/test_distributed.py", "correctness/test_sharded_optimizer.py", "correctness/test_fsdp.py",
          "correctness/test_tensor_parallel.py")
-# -x as in the failing run; the timeout as tools/gpu_run.sh's; the durations for the log.
-PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider", "--timeout=300", "--durations=25")
+# -x as in the failing run; the timeout as tools/gpu_run.sh's. -v names each test as it starts, so
+# the log of a repetition stopped at the budget says which test was running; the durations are
+# what a passed repetition's log keeps.
+PYTEST_ARGS = ("-x", "-v", "-p", "no:cacheprovider", "--timeout=300", "--durations=25")
 COMMAND = "pytest " + " ".join(FILES + PYTEST_ARGS)
 REPEATS_FOLDER = "repeats"  # beside the sections under reports/data/<device>/ (store.NOT_RUNS)
 SUMMARY, LOG = "repeat.json", "repeat.log"
@@ -206,9 +208,11 @@ class Runner:
             if self.stop.is_set() or self.next_index > self.n:
                 return None
             slowest = max([self.estimate_s] + [r.duration_s for r in self.reps if r.outcome != "stopped"])
-            if self.deadline - self.clock() < slowest:
+            left = self.deadline - self.clock()
+            if left < slowest or left <= 0:
                 self.ended = self.ended or (f"budget: {self.n - self.next_index + 1} of {self.n} not started "
-                                            f"({self.deadline - self.clock():.0f} s left, a repetition takes ~{slowest:.0f})")
+                                            f"({max(left, 0):.0f} s left before the stop"
+                                            + (f", a repetition takes ~{slowest:.0f} s)" if slowest else ")"))
                 return None
             self.next_index += 1
             return self.next_index - 1
