@@ -258,7 +258,8 @@ class Runner:
                 + "".join(f"\n  FAILED {f}" for f in rep.failures) + " =====\n")
         if rep.outcome == "passed":
             lines = text.decode(errors="replace").splitlines()
-            start = next((i for i, line in enumerate(lines) if "slowest" in line and "durations" in line), len(lines) - 3)
+            start = next((i for i, line in enumerate(lines) if "slowest" in line and "durations" in line),
+                         len(lines) - 3)
             body = "\n".join(lines[max(0, start):]) + "\n"
         elif len(text) <= WHOLE_LOG_BYTES:
             body = text.decode(errors="replace")
@@ -414,7 +415,7 @@ def tally(summaries: list[tuple[Path, dict]], since: str | None = None,
 
 def git_is_after(root: Path) -> Callable[[str, str], bool | None]:
     def is_after(since: str, commit: str) -> bool | None:
-        if _git(root, "cat-file", "-e", f"{commit}^{{commit}}") is None or _git(root, "cat-file", "-e", f"{since}^{{commit}}") is None:
+        if any(_git(root, "cat-file", "-e", f"{c}^{{commit}}") is None for c in (since, commit)):
             return None
         out = subprocess.run(["git", "merge-base", "--is-ancestor", since, commit], cwd=root, capture_output=True)
         return out.returncode == 0
@@ -431,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--pairs", nargs="+", help="CUDA_VISIBLE_DEVICES of each pair (default: 0,1 2,3 ... of the GPUs)")
     r.add_argument("--per-pair", type=int, default=1, help="repetitions at once on each pair (default 1)")
     r.add_argument("--cpu", action="store_true", help="gloo on the CPU (CUDA_VISIBLE_DEVICES empty)")
-    r.add_argument("--estimate-s", type=float, default=0.0, help="start none with less time left (default: the slowest so far)")
+    r.add_argument("--estimate-s", type=float, default=0.0,
+                   help="start no repetition with less time left (default: the slowest so far)")
     r.add_argument("--stop-grace-s", type=float, default=30.0)
     add_repo_arguments(r, data_dir=False)
     f = sub.add_parser("file", help="file a summary under reports/data/<device>/repeats/")
