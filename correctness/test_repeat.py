@@ -3,6 +3,7 @@ that pass, fail, crash or hang, not the suite), the budget stop, and the filed s
 import json
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -42,6 +43,12 @@ elif what == "hang":
         write(ok[:2]); sys.exit(2)
     signal.signal(signal.SIGINT, stop)
     print("hanging", flush=True)
+    time.sleep(120)
+elif what == "stubborn":  # ignores the interrupt, and has a child of its own (as pytest has ranks)
+    import subprocess
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(120)"])
+    Path("child.pid").write_text(str(child.pid))  # in the runner's cwd
     time.sleep(120)
 '''
 
@@ -105,12 +112,33 @@ def test_a_failure_is_recorded_named_and_counted(tmp_path):
 
 
 def test_the_budget_stops_a_repetition_cleanly_and_starts_no_more(tmp_path):
-    doc = _run(tmp_path, ["hang", "pass", "pass"], budget_s=4.0, stop_grace_s=2.0, reserve_s=0.5)
+    # 5.5 s before the stop: room for the stand-in to start under load and set its handler
+    doc = _run(tmp_path, ["hang", "pass", "pass"], budget_s=8.0, stop_grace_s=2.0, reserve_s=0.5)
     assert doc["finished"] and doc["ended"].startswith("budget: 2 of 3 not started")
     assert doc["totals"] == dict(passed=0, failed=0, stopped=1)
     (rep,) = doc["repetitions"]
     assert rep["outcome"] == "stopped" and rep["passed"] == 2 and rep["rc"] == 2
     assert "KeyboardInterrupt in correctness/test_fsdp.py::test_hangs" in (tmp_path / "out" / R.LOG).read_text()
+
+
+def test_a_repetition_deaf_to_the_interrupt_is_killed_with_what_it_started(tmp_path):
+    doc = _run(tmp_path, ["stubborn"], budget_s=7.5, stop_grace_s=1.0, reserve_s=0.5)
+    (rep,) = doc["repetitions"]
+    assert rep["outcome"] == "stopped" and rep["rc"] == -9 and rep["passed"] == 0
+    assert doc["finished"] and R.check_summary(doc)
+    # the child it started (as pytest starts ranks) was killed with its process group
+    pid = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 10
+    while not _ended(pid):
+        assert time.monotonic() < deadline, f"pid {pid} outlived its repetition"
+        time.sleep(0.05)
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
 
 
 def test_a_summary_that_does_not_add_up_is_refused(tmp_path):
@@ -151,8 +179,11 @@ def test_filed_summaries_count_since_a_commit(tmp_path):
         _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", str(i))
         commits.append(_git(repo, "rev-parse", "HEAD"))
     old = _run(tmp_path / "a", ["pass", "fail"]) | dict(commit=commits[0], device="h200-141gb-x2")
-    new = _run(tmp_path / "b", ["pass", "pass", "hang"], budget_s=6.0, stop_grace_s=2.0, reserve_s=0.5)
-    new |= dict(commit=commits[1], device="h200-141gb-x2")
+    new = _run(tmp_path / "b", ["pass", "pass"]) | dict(commit=commits[1], device="h200-141gb-x2")
+    stopped = R.judge(3, "cpu", new["started"], 1.0, 2, None, True)  # one cut at a budget
+    new["repetitions"].append(R.asdict(stopped))
+    new["totals"] = R.totals([R.Repetition(**r) for r in new["repetitions"]])
+    R.check_summary(new)
     data = repo / "reports" / "data"
     paths = [R.file_summary(d, data) for d in (old, new, new)]
     assert len(set(paths)) == 3 and all(p.parent == data / "h200-141gb-x2" / "repeats" for p in paths)

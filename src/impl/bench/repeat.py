@@ -238,8 +238,7 @@ class Runner:
                                 rc = proc.wait(timeout=self.stop_grace_s)
                             except subprocess.TimeoutExpired:
                                 _kill_group(proc.pid, signal.SIGKILL)
-                                proc.wait()
-                                rc = None
+                                rc = proc.wait()  # -9: killed without its report
             finally:
                 if proc.poll() is None:
                     _kill_group(proc.pid, signal.SIGKILL)
