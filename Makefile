@@ -8,6 +8,8 @@
 #   make gate     each stored row's newest measurement against its previous one (fails on a regression
 #                 beyond the row's noise band unless reports/accepted-changes.toml gives a reason)
 #   make stress   the distributed correctness files N times in a row (N=10 by default; N=100 for a soak)
+#   make repeat   issue 42's repeat on the CPU: N runs of the four distributed files with -x, each outcome
+#                 kept in $(OUT)/repeat/repeat.json (tools/nccl_repeat.sh on a GPU machine)
 # Options: SECTIONS="benchmarking_script flash_benchmarking" picks perf files; SUITE_PROFILE=smoke|full.
 
 # `make ... PY=/path/to/python` uses that interpreter and skips the set-up
@@ -22,7 +24,7 @@ PYTEST = PYTHONPATH=src $(PY) -m pytest
 # never share a file. (A second timed run on one device is refused anyway: impl.bench.runlock.)
 RUN_DIR := $(OUT)/runs/$(shell date -u +%Y%m%dT%H%M%SZ)-$(shell echo $$PPID)
 
-.PHONY: install test test-record correctness smoke perf report compare gate stress clean check-sections check-n
+.PHONY: install test test-record correctness smoke perf report compare gate stress repeat clean check-sections check-n
 
 # Make variables are checked before anything runs: a typo must not run nothing and pass.
 check-sections:
@@ -95,6 +97,13 @@ stress: check-n
 	@set -e; for i in $$(seq $(N)); do \
 	  echo "stress $$i/$(N)"; $(PYTEST) $(STRESS_FILES) -q --timeout=900 --durations=10; \
 	done; echo "stress: $(N) of $(N) passed"
+
+# Issue 42's repeat: the command that once failed on NCCL (the four distributed files, serially, -x)
+# N times within BUDGET_S seconds, every outcome kept in $(OUT)/repeat/repeat.json (impl.bench.repeat;
+# tools/nccl_repeat.sh on the GPU machines, one pair of GPUs per repetition). Here: gloo on the CPU.
+BUDGET_S ?= 3600
+repeat: check-n
+	PYTHONPATH=src $(PY) -m impl.bench.repeat run --cpu --n $(N) --budget-s $(BUDGET_S) --out $(OUT)/repeat
 
 clean:
 	rm -rf $(OUT) .benchmarks .pytest_cache .hypothesis

@@ -6,6 +6,7 @@ worker runs once per module (fixtures) and many small tests read its results.
 Worker functions live in correctness/kits/distributed.py (spawn must import them).
 """
 
+import re
 import time
 
 import pytest
@@ -96,64 +97,101 @@ def test_every_blocking_collective_of_the_kits_waits_for_gloo():
     assert [line for p in paths for line in _bare_collectives(p)] == []
 
 
-def test_failing_rank_raises_runtime_error_naming_it():
-    t0 = time.monotonic()
-    with pytest.raises(RuntimeError) as err:
-        launch(T.fail_on_rank, WORLD_SIZE, args=(1,), timeout_s=60)
-    msg = str(err.value)
+# The launcher's own cases: each a launch of its own, all started at once by one module fixture
+# (one after another they cost a launch each: ~10 s on NCCL, ~60 s in all); each test reads its
+# launch's outcome. The hang's 15 s bound the whole group's time.
+LAUNCHER_CASES = {
+    "fail": (T.fail_on_rank, (1,), 60),
+    "exit_silently": (T.exit_on_rank, (0, 3), 60),
+    "die_code": (T.die_at_exit_on_rank, (1, "code"), 60),
+    "die_abort": (T.die_at_exit_on_rank, (1, "abort"), 60),
+    "die_saying": (T.die_at_exit_saying, (1, "teardown said: store gone (marker 7f3a)"), 60),
+    "store": (T.store_outlives_rank0, (), 60),
+    "hang": (T.hang_on_rank, (1,), 15),
+}
+
+
+@pytest.fixture(scope="module")
+def launcher_cases():
+    return T.launch_at_once(LAUNCHER_CASES, WORLD_SIZE)
+
+
+def test_failing_rank_raises_runtime_error_naming_it(launcher_cases):
+    msg = launcher_cases["fail"].raised(RuntimeError)
     assert "rank 1" in msg
     assert "deliberate failure" in msg and "Traceback" in msg
     # the healthy rank was blocked in a barrier; we must not have waited for it
-    assert time.monotonic() - t0 < 60
+    assert launcher_cases["fail"].seconds < 60
 
 
-def test_rank_that_exits_silently_is_named_not_its_peer():
+def test_rank_that_exits_silently_is_named_not_its_peer(launcher_cases):
     # Rank 0 vanishes; rank 1 then fails in its barrier ("Connection reset by peer") and reports a
     # traceback. The first failure is rank 0's.
-    with pytest.raises(RuntimeError) as err:
-        launch(T.exit_on_rank, WORLD_SIZE, args=(0, 3), timeout_s=60)
-    msg = str(err.value)
+    msg = launcher_cases["exit_silently"].raised(RuntimeError)
     assert msg.startswith("rank 0 of 2 exited with code 3 without reporting a result"), msg
 
 
 @pytest.mark.parametrize("how, status", [("code", "exited with code 3"), ("abort", "killed by signal SIGABRT")])
-def test_rank_dying_after_its_report_fails_the_launch(how, status):
-    with pytest.raises(RuntimeError, match=rf"^rank 1 of 2 (was )?{status} after reporting its result"):
-        launch(T.die_at_exit_on_rank, WORLD_SIZE, args=(1, how), timeout_s=60)
+def test_rank_dying_after_its_report_fails_the_launch(launcher_cases, how, status):
+    msg = launcher_cases[f"die_{how}"].raised(RuntimeError)
+    assert re.match(rf"^rank 1 of 2 (was )?{status} after reporting its result", msg), msg
 
 
-def test_a_rank_dying_at_exit_shows_its_stderr_in_the_failure():
+def test_a_rank_dying_at_exit_shows_its_stderr_in_the_failure(launcher_cases):
     """What a rank wrote to stderr before dying (a library's teardown error) ends the message: a
     failure at exit explains itself, not only "exited with code 3"."""
-    with pytest.raises(RuntimeError) as err:
-        launch(T.die_at_exit_saying, WORLD_SIZE, args=(1, "teardown said: store gone (marker 7f3a)"), timeout_s=60)
-    msg = str(err.value)
+    msg = launcher_cases["die_saying"].raised(RuntimeError)
     assert msg.startswith("rank 1 of 2 exited with code 3 after reporting its result"), msg
     assert "--- rank 1's stderr, last 1 of 1 lines ---\nteardown said: store gone (marker 7f3a)" in msg
 
 
-def test_the_store_outlives_every_rank():
+def test_the_store_outlives_every_rank(launcher_cases):
     """The launching process serves the group's store: a rank may still use it after rank 0 has
-    exited (when rank 0 served it, the peers' teardown could find it gone)."""
-    out = launch(T.store_outlives_rank0, WORLD_SIZE, timeout_s=60)
-    assert out == ["left"] + ["ok"] * (WORLD_SIZE - 1)
+    exited (when rank 0 served it, the peers' teardown could find it gone). Rank 1 waits until rank
+    0's process has ended (kits.distributed.store_outlives_rank0)."""
+    out = launcher_cases["store"]
+    assert out.error is None, out
+    assert out.value == ["left"] + ["ok"] * (WORLD_SIZE - 1)
+
+
+def test_a_process_that_ended_is_seen_as_ended():
+    """store_outlives_rank0's wait: a live process is running, an unreaped one (zombie) has ended."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not T.process_has_exited(child.pid)
+    finally:
+        child.kill()
+    t0 = time.monotonic()
+    while not T.process_has_exited(child.pid):  # a zombie until waited for
+        assert time.monotonic() - t0 < 10
+        time.sleep(0.01)
+    child.wait()
+    assert T.process_has_exited(child.pid)
 
 
 # Issue 23: a rank of an overlapped wrapper aborted at exit about 4 runs in 10 before the fix
 # ("terminate called without an active exception"); the launcher used to count it a success.
 # 4 launches per variant: an unfixed wrapper passes all of them with probability < 2%.
+# The 4 are separate process groups (each its store, ranks and exit) started at once: one after
+# another they took 43-45 s per variant on 2×H200 (~10 s a launch, nearly all start-up).
+EXIT_LAUNCHES = 4
+
+
 @pytest.mark.parametrize("variant", ["individual", "bucketed"])
 def test_overlapped_ddp_ranks_exit_cleanly(variant):
-    for _ in range(4):
-        assert launch(T.ddp_train_and_exit, WORLD_SIZE, args=(variant,), timeout_s=120) == [0, 1]
+    outcomes = T.launch_at_once({f"launch {i + 1} of {EXIT_LAUNCHES}": (T.ddp_train_and_exit, (variant,), 120)
+                                 for i in range(EXIT_LAUNCHES)}, WORLD_SIZE)
+    bad = [f"{name}: {out!r}" for name, out in outcomes.items() if out.error is not None or out.value != [0, 1]]
+    assert not bad, "\n".join(bad)
 
 
-def test_hanging_rank_raises_timeout_error_naming_it():
-    t0 = time.monotonic()
-    with pytest.raises(TimeoutError) as err:
-        launch(T.hang_on_rank, WORLD_SIZE, args=(1,), timeout_s=15)
-    assert time.monotonic() - t0 < 30
-    msg = str(err.value)
+def test_hanging_rank_raises_timeout_error_naming_it(launcher_cases):
+    out = launcher_cases["hang"]
+    msg = out.raised(TimeoutError)
+    assert out.seconds < 30
     assert "1]" in msg  # "ranks [1] ... did not finish" (rank 0 may be listed if start-up was slow)
 
 

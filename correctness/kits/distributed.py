@@ -94,17 +94,70 @@ def die_at_exit_saying(rank, world_size, bad_rank, words):
     return rank
 
 
-def store_outlives_rank0(rank, world_size):
-    """Rank 0 returns (and exits); the others wait until it has, then use the group's store, as a
-    teardown or a watchdog may. Returns what the store then reads back."""
+def process_has_exited(pid: int) -> bool:
+    """Whether process `pid` has ended: gone, or a zombie its parent has not reaped yet (Linux's
+    /proc; the launcher reaps a rank only once it sees the exit)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]  # the field after "(comm)"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def store_outlives_rank0(rank, world_size, exit_wait_s=50.0):
+    """Rank 0 returns (and exits); the others wait until its process has ended, then use the
+    group's store, as a teardown or a watchdog may. Returns what the store then reads back.
+    (It waited a fixed 2 s before: slower than needed on gloo, and on NCCL, whose teardown can
+    take longer, not proof that rank 0 had gone.)"""
     store = dist.distributed_c10d._get_default_store()
     if rank == 0:
-        store.set("rank0_leaving", "1")
+        store.set("rank0_pid", str(os.getpid()))
         return "left"
-    store.wait(["rank0_leaving"])
-    time.sleep(2.0)  # rank 0 has destroyed its group and exited by now
+    pid = int(store.get("rank0_pid"))
+    deadline = time.monotonic() + exit_wait_s
+    while not process_has_exited(pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank 0 (pid {pid}) still running {exit_wait_s:.0f} s after it returned")
+        time.sleep(0.02)
     store.set(f"after_rank0_{rank}", "ok")
     return store.get(f"after_rank0_{rank}").decode()
+
+
+class Outcome:
+    """One launch's end: its results (`value`) or what it raised (`error`), and its seconds."""
+
+    def __init__(self, value=None, error: BaseException | None = None, seconds: float = 0.0):
+        self.value, self.error, self.seconds = value, error, seconds
+
+    def raised(self, kind: type) -> str:
+        """The message of the `kind` it raised; AssertionError naming what happened instead."""
+        assert isinstance(self.error, kind), f"expected {kind.__name__}, got {self!r}"
+        return str(self.error)
+
+    def __repr__(self) -> str:
+        what = f"raised {self.error!r}" if self.error is not None else f"returned {self.value!r}"
+        return f"<launch {what} after {self.seconds:.1f} s>"
+
+
+def launch_at_once(launches: dict, world_size: int = 2, backend: str | None = None) -> dict[str, Outcome]:
+    """Each `name: (fn, args, timeout_s)` launched at the same time, each a process group of its
+    own (its store, ranks and exit), as launch() would one after another; their outcomes by name.
+    A launch is mostly process start-up (on NCCL ~10 s: interpreters, CUDA, the communicator), which
+    a host with cores to spare does for several at once in about one's time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(item):
+        fn, args, timeout_s = item
+        t = time.monotonic()
+        try:
+            return Outcome(launch(fn, world_size, backend=backend, args=args, timeout_s=timeout_s),
+                           seconds=time.monotonic() - t)
+        except Exception as exc:  # noqa: BLE001 - each test judges its own launch's error
+            return Outcome(error=exc, seconds=time.monotonic() - t)
+
+    with ThreadPoolExecutor(len(launches)) as pool:
+        return dict(zip(launches, pool.map(one, launches.values())))
 
 
 def ddp_train_and_exit(rank, world_size, variant):

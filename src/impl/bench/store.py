@@ -33,7 +33,8 @@ from pathlib import Path
 
 from impl.bench.repo import add_repo_arguments, find_repo, repo_from_args
 
-NOT_RUNS = ("probes", "logs", "tests", "history")  # folders beside the sections that hold no runs (tests: test records)
+NOT_RUNS = ("probes", "logs", "tests", "history", "repeats")  # folders beside the sections that hold no runs
+# (tests: test records; repeats: impl.bench.repeat's summaries)
 STAT_KEYS = ("median", "mean", "min", "max")  # seconds per call: each finite and > 0 (the median required)
 _SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")  # a device folder's name (gpu_slug, "cpu")
 

@@ -111,11 +111,19 @@ def parse_junit(path: Path) -> tuple[dict[str, int], float, list[str]]:
     return counts, seconds, failures
 
 
+def tested_commit(root: Path) -> tuple[str | None, bool]:
+    """(commit, dirty) of the code a run tested: SUITE_COMMIT where set (the commit whose tree was
+    sent to a GPU machine, whose own HEAD is the session's first commit), else git's HEAD, dirty
+    when the tested paths differ from it."""
+    commit = os.environ.get("SUITE_COMMIT") or _git(root, "rev-parse", "HEAD")
+    dirty = not os.environ.get("SUITE_COMMIT") and bool(_git(root, "status", "--porcelain", "--", *SOURCE_PATHS))
+    return commit, dirty
+
+
 def record_from_junit(path: Path, command: str, root: Path, device: str | None = None) -> TestRecord:
     """The record of a run of the tests of the repository `root` (its commit and digests)."""
     counts, seconds, failures = parse_junit(path)
-    commit = os.environ.get("SUITE_COMMIT") or _git(root, "rev-parse", "HEAD")
-    dirty = not os.environ.get("SUITE_COMMIT") and bool(_git(root, "status", "--porcelain", "--", *SOURCE_PATHS))
+    commit, dirty = tested_commit(root)
     return TestRecord(
         device=device or device_slug(), datetime=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         commit=commit, dirty=dirty, source_digest=digest(SOURCE_PATHS, root), kernel_digest=digest(KERNEL_PATHS, root),
