@@ -162,6 +162,8 @@ def test_two_ranks_equal_one_process_on_the_whole_batch(backend):
 
 
 def test_bad_input_is_refused_by_name():
+    with pytest.raises(ValueError, match="StepSpec.allocator must be one of"):
+        StepSpec(allocator="expandable")
     with pytest.raises(ValueError, match="batch 3 is not divisible by the world size 2"):
         local_batch(3, 2)
     with pytest.raises(ValueError, match="world_size must be a positive int"):

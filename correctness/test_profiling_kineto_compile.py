@@ -92,6 +92,26 @@ def test_kineto_cuda_linking_synthetic():
     assert p.unlinked_us == pytest.approx(12.0)
 
 
+def test_blocking_runtime_calls_per_phase_synthetic():
+    """Host time in runtime calls that may wait for the device (a sync, the allocator's cudaMalloc /
+    cudaFree) is summed per range, apart from the kernels; launches are not among them, and a call in
+    the warm-up is left out. step_breakdown reports it per phase in ms per step."""
+    us = 1000
+    ev = [
+        _KE("warm-up", 0, 50 * us), _KE("cudaFree", 10 * us, 30 * us, corr=2),
+        _KE("forward", 100 * us, 200 * us), _KE("cudaMalloc", 110 * us, 115 * us, corr=3),
+        _KE("cudaStreamSynchronize", 150 * us, 190 * us, corr=4), _KE("cudaMalloc", 191 * us, 192 * us, corr=5),
+        _KE("aten::mm", 120 * us, 121 * us, corr=7), _KE("cudaLaunchKernel", 120 * us, 121 * us, corr=8, linked=7),
+        _KE("backward", 300 * us, 400 * us), _KE("cudaFree", 310 * us, 312 * us, corr=6),
+    ]
+    p = K.phase_profile_from_kineto(SimpleNamespace(events=lambda: ev, trace_start_ns=lambda: 0), 1, "cuda")
+    assert p.blocking == {"forward": {"cudaMalloc": [6.0, 2], "cudaStreamSynchronize": [40.0, 1]},
+                          "backward": {"cudaFree": [2.0, 1]}}
+    out = K.step_breakdown(p, step_s=0.4)["blocking_runtime_ms"]
+    assert out["forward"]["cudaStreamSynchronize"] == dict(ms=pytest.approx(0.04), calls=1)
+    assert out["backward"] == {"cudaFree": dict(ms=pytest.approx(0.002), calls=1)}
+
+
 def test_cpu_self_time_folds_same_name_child():
     """As torch's _remove_dup_nodes: a single child of the same name is one call, its self time
     the sum; a child of another name is a call of its own."""

@@ -119,3 +119,12 @@ def test_page_words(request, tmp_path):
     rows = _line_rows() + [_one(8, None, 0, "none", status=Status.OOM)] + _allreduce() + [
         _two("every_k", 1, 7.5, 7450.0, 60.0), _two("keep_attention", 0, 6.9, 6880.0, 7.0)]
     assert_snapshot(request, P, render_page("leaderboard_2026.md.j2", f=page.facts(context(rows, tmp_path))))
+
+
+def test_policy_label_names_every_option_away_from_the_default():
+    from impl.report.pages.leaderboard_2026 import StepConfig, policy_label
+
+    assert policy_label(StepConfig(checkpointing="every_k", k=1)) == "every_k (k 1)"
+    assert policy_label(StepConfig(checkpointing="keep_attention", k=5, compile="pointwise", attn_impl="flash_gluon",
+                                   allocator="expandable_segments")) == \
+        "keep_attention (k 5), pointwise compiled, flash_gluon, expandable segments"

@@ -390,17 +390,19 @@ class Leaderboard2026Grid(Rounds):
 @dataclass(frozen=True)
 class StepCandidate:
     """One way to run the two-GPU leaderboard step: impl.workloads.leaderboard_2026.StepSpec's
-    checkpointing, checkpoint_k, compile and attn_impl (None: the grid's)."""
+    checkpointing, checkpoint_k, compile, attn_impl (None: the grid's) and allocator."""
 
     checkpointing: str
     k: int | None
     compile: str = "none"
     attn_impl: str | None = None
+    allocator: str = "default"
 
     @property
     def id(self) -> str:  # the test id: "keep_attention-3", "keep_attention-3-pointwise-flash_gluon_ws"
         return "-".join([self.checkpointing, str(self.k)] + [self.compile] * (self.compile != "none")
-                        + [self.attn_impl] * (self.attn_impl is not None))
+                        + [self.attn_impl] * (self.attn_impl is not None)
+                        + [self.allocator] * (self.allocator != "default"))
 
 
 @dataclass(frozen=True)

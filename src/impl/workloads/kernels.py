@@ -106,6 +106,10 @@ class PhaseProfile:
     # kernel time in every profile while the phase tables held those kernels too (NOTES.md, fourth
     # pass): some other device record is counted as well; unexplained, so read it with care
     unlinked_us: float = 0.0
+    # CUDA: host time in runtime calls that can block the host on the device (BLOCKING_RUNTIME), per
+    # range: range name -> {call name: [time_us, calls]}. A phase whose host range outlasts its kernels
+    # is host-bound only if these are small; else it waits (a sync, an allocator cudaMalloc/cudaFree)
+    blocking: dict = field(default_factory=dict)
 
     def table(self, phases, top: int | None = None) -> list[dict]:
         """Kernel table over the union of `phases`: name, category, total time (us), calls, share."""
@@ -179,6 +183,9 @@ def build_phase_profile(events, steps: int, device_type: str) -> PhaseProfile:
 
 
 # Raw kineto events torch's own parser drops (torch.autograd.profiler_util._filter_name).
+# CUDA runtime calls that can hold the host until the device (or the allocator) catches up
+BLOCKING_RUNTIME = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMalloc",
+                              "cudaFree", "cudaMemcpy", "cudaMemcpyAsync", "cudaHostAlloc", "cudaFreeHost"})
 _FILTERED_NAMES = frozenset({"[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
                              "profiler::_record_function_enter_new", "profiler::_record_function_exit",
                              "aten::is_leaf", "aten::output_nr", "aten::_version"})
@@ -206,6 +213,7 @@ def phase_profile_from_kineto(result, steps: int, device_type: str) -> PhaseProf
     op_start: dict = {}                    # CUDA: correlation id -> launch time of the op
     device: dict = defaultdict(list)       # CUDA: linked correlation id -> [(kernel name, us)]
     ops: list = []                         # CPU: (thread, start, end, name)
+    blocking: list = []                    # CUDA: (start, runtime call, us) of BLOCKING_RUNTIME calls
     demangle = torch._C._demangle
     events = result.events()
     hidden = getattr(type(events[0]), "is_hidden_event", None) if events else None
@@ -223,6 +231,8 @@ def phase_profile_from_kineto(result, steps: int, device_type: str) -> PhaseProf
             if cuda:
                 if e.linked_correlation_id() == 0 and not _is_range_name(name):
                     op_start[e.correlation_id()] = start
+                if name in BLOCKING_RUNTIME:
+                    blocking.append((start, name, (e.end_ns() - e.start_ns()) / 1e3))
             else:
                 ops.append((e.start_thread_id(), start, (e.end_ns() - t0) / 1e3, name))
         elif cuda:
@@ -234,8 +244,10 @@ def phase_profile_from_kineto(result, steps: int, device_type: str) -> PhaseProf
         samples = ((op_start[c], k, d) for c, ks in device.items() if c in op_start for k, d in ks)
     else:
         samples = _cpu_self_samples(ops)
-    prof = _attribute({k: sorted(v) for k, v in intervals.items()}, samples, steps, device_type)
+    intervals = {k: sorted(v) for k, v in intervals.items()}
+    prof = _attribute(intervals, samples, steps, device_type)
     prof.unlinked_us = sum(d for c, ks in device.items() if c not in op_start for _, d in ks)
+    prof.blocking = _attribute(intervals, blocking, steps, device_type).kernels
     return prof
 
 
@@ -484,6 +496,8 @@ def step_breakdown(p: PhaseProfile, step_s: float, top: int = 8) -> dict:
     than unprofiled): the time the host took to issue the phase, which bounds a host-bound step.
     launch_ops: kernels launched by our Triton launchers outside a torch op are counted
     (impl.runtime.launch_ctx; earlier profiles missed them and counted their time in the gap);
+    blocking_runtime_ms: per phase, host time in runtime calls that may wait for the device
+    (PhaseProfile.blocking), so a phase_host_ms above the phase's kernels reads as waiting or issuing;
     unlinked_kernel_ms: the device time of events that still had no launching op (see
     PhaseProfile.unlinked_us: on the H100 this also counts a record beside the optimizer's
     kernels, so it is not simply what the tables miss)."""
@@ -494,6 +508,8 @@ def step_breakdown(p: PhaseProfile, step_s: float, top: int = 8) -> dict:
             "phase_ms": {ph: p.total_us((ph,)) / per_step_ms for ph in PHASES},
             "phase_host_ms": {ph: sum(p.range_wall_us.get(ph, [])) / per_step_ms for ph in PHASES},
             "unlinked_kernel_ms": p.unlinked_us / per_step_ms,
+            "blocking_runtime_ms": {ph: {n: dict(ms=t / per_step_ms, calls=c / p.steps) for n, (t, c) in calls.items()}
+                                    for ph, calls in p.blocking.items() if ph in PHASES},
             "category_ms": {c: t / per_step_ms for c, t in p.category_us(PHASES).items()},
             "top": [dict(name=r["name"][:160], category=r["category"], ms=r["time_us"] / per_step_ms,
                          calls=r["calls"] / p.steps) for r in p.table(PHASES, top)]}

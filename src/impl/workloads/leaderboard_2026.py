@@ -43,6 +43,9 @@ COLD_RUN_LIMIT_S = 600.0
 # The course's best class entry (SPEC "leaderboard (2026)"): one step in 3.84 s on two B200s, the GPU
 # named as impl.bench.peaks.DATASHEET_BF16_FLOPS names it.
 COMPILES = ("none", "pointwise")  # StepSpec.compile
+# StepSpec.allocator: the caching allocator's default segments, or expandable segments (one virtual range
+# grown in place: no cudaMalloc/cudaFree, and their device syncs, when a large block does not fit a segment)
+ALLOCATORS = ("default", "expandable_segments")
 CLASS_BEST_STEP_S = 3.84
 CLASS_BEST_GPUS = 2
 CLASS_BEST_GPU = "B200"
@@ -62,6 +65,7 @@ class StepSpec:
                    interpreter's bf16 dot is wrong
     compile        "none", or "pointwise": the RMSNorms, RoPE and SwiGLUs through torch.compile
                    (impl.workloads.pointwise_compile; Inductor on a GPU, aot_eager on the CPU)
+    allocator      one of ALLOCATORS, set by rank_setup on a CUDA rank before it builds the step
     """
 
     config: str = CONFIG
@@ -72,6 +76,7 @@ class StepSpec:
     checkpoint_k: int | None = 1
     attn_impl: str = "flash_triton"
     compile: str = "none"
+    allocator: str = "default"
     lr: float = 1e-4
     weight_decay: float = 0.01
 
@@ -85,6 +90,8 @@ class StepSpec:
                 raise ValueError(f"StepSpec.{name} must be a positive int, got {value!r}")
         if self.compile not in COMPILES:
             raise ValueError(f"StepSpec.compile must be one of {COMPILES}, got {self.compile!r}")
+        if self.allocator not in ALLOCATORS:
+            raise ValueError(f"StepSpec.allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
         if self.checkpointing not in POLICIES:
             raise ValueError(f"StepSpec.checkpointing must be one of {POLICIES}, got {self.checkpointing!r}")
         k, least = self.checkpoint_k, TAKES_K.get(self.checkpointing)
@@ -194,8 +201,10 @@ def rank_setup(state: StepRankState, spec: StepSpec) -> Allocated:
     """Build this rank's step (the group is the whole world); the allocator's reading after it, its
     peak counted from an emptied allocator."""
     state.built = None
-    free_memory()
+    free_memory()  # every segment of the previous candidate released, so the setting below governs them all
     if state.device.type == "cuda":
+        torch.cuda.memory._set_allocator_settings(
+            f"expandable_segments:{spec.allocator == 'expandable_segments'}")  # a worker runs several candidates
         torch.cuda.reset_peak_memory_stats(state.device)
     state.built = build_step(spec, state.device, group=dist.group.WORLD)
     return Allocated.read(state.device)
@@ -245,6 +254,6 @@ def rank_teardown(state: StepRankState) -> None:
     free_memory()
 
 
-__all__ = ["BATCH", "CLASS_BEST_GPU", "CLASS_BEST_GPUS", "CLASS_BEST_STEP_S", "COLD_RUN_LIMIT_S", "COMPILES", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepRankState", "StepSpec", "WORLD_SIZE",
+__all__ = ["ALLOCATORS", "BATCH", "CLASS_BEST_GPU", "CLASS_BEST_GPUS", "CLASS_BEST_STEP_S", "COLD_RUN_LIMIT_S", "COMPILES", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepRankState", "StepSpec", "WORLD_SIZE",
            "build_step", "local_batch", "master_weights", "rank_breakdown", "rank_do_bench", "rank_first_step", "rank_peak", "rank_setup",
            "rank_step", "rank_teardown"]

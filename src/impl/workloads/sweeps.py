@@ -461,9 +461,12 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # pointwise candidates (`-k "two_gpus and pointwise"`), the best predicted, so a budget stop cuts the others.
 # Measured (2xH200, 2026-11-26, leaderboard_2026/20261126T120418Z_8876506.json): 6.136 s do_bench, peak
 # 115.6 GiB a rank: room for more plain blocks (~8.4 GB each, ~25 ms of recompute saved each): k 5 (~131
-# GiB predicted) and k 4 after it (`-k "two_gpus and flash_gluon and not ws"`; an OOM is a row).
+# GiB predicted) and k 4 after it (`-k "two_gpus and flash_gluon and not ws"`; an OOM is a row). Its forward's
+# host range (1.50 s) outlasts its kernels (1.18 s): k 5 with expandable segments, second, tests whether
+# the allocator's cudaMalloc/cudaFree is what the host waits for (the breakdown's blocking_runtime_ms says).
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
+                    StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
                     StepCandidate("keep_attention", 4, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 3, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 3, "pointwise"),

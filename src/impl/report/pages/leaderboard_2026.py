@@ -28,6 +28,7 @@ class StepConfig(View):
     k: int | None = None
     compile: str = "none"  # StepSpec.compile (rows before it: none)
     attn_impl: str = "flash_triton"
+    allocator: str = "default"  # StepSpec.allocator (rows before it: default)
     layers: int = 0
     world_size: int | None = None
     batch: int = 0
@@ -42,7 +43,8 @@ def policy_label(c: StepConfig) -> str:
     compile and attention where not our Triton FlashAttention."""
     label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
     label += "" if c.compile == "none" else f", {c.compile} compiled"
-    return label + ("" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}")
+    label += "" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}"
+    return label + ("" if c.allocator == "default" else f", {c.allocator.replace('_', ' ')}")
 
 
 @dataclass(frozen=True)
