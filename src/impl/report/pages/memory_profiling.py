@@ -127,6 +127,14 @@ def phase_levels(t: dict) -> dict[str, Phase]:
 
 
 @dataclass(frozen=True)
+class SizedAs:
+    """A model tensor of an allocation's size: its dtype and which tensor (a key of the template's `TENSOR`)."""
+
+    dtype: str
+    tensor: str  # ffn_weight, embedding, projection, scores, ffn_hidden, logits, residual
+
+
+@dataclass(frozen=True)
 class NamedAllocation:
     """(e): "largest" (a row's largest allocation size), "ffn_copy" (autocast's bf16 FFN weight) or "optimizer"
     (its parameter-sized temporaries)."""
@@ -135,7 +143,7 @@ class NamedAllocation:
     nbytes: int
     count: int
     made_at: str
-    label: str = ""  # the model's tensors of that size
+    label: tuple[SizedAs, ...] = ()  # the model's tensors of that size (none: unnamed)
     dtype: str = "fp32"
     mode: str = "forward"
     sites: tuple[tuple[str, int], ...] = ()  # (first frame, allocations) of each call site with a stack trace
@@ -152,22 +160,19 @@ class LargestTable:
     dtype: str
     mode: str
     context: int
-    rows: list[tuple[int, int, str, list[str]]]  # (bytes, count, tensor of that size, frames)
+    rows: list[tuple[int, int, tuple[SizedAs, ...], list[str]]]  # (bytes, count, tensors of that size, frames)
 
 
-def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[int, str]:
+def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[int, tuple[SizedAs, ...]]:
     """Bytes → the model's tensors of that size, fp32 (and bf16 under autocast), all named."""
-    out: dict[int, list[str]] = {}
+    out: dict[int, list[SizedAs]] = {}
     for nbytes, kind in ((4, "fp32"), (2, "bf16")) if dtype == "bf16" else ((4, "fp32"),):
-        for n, what in ((m.d_model * m.d_ff, "FFN-weight-sized (d_model × d_ff)"),
-                        (m.vocab_size * m.d_model, "embedding / LM-head-sized (vocab × d_model)"),
-                        (m.d_model * m.d_model, "attention-projection-sized (d_model²)"),
-                        (batch * m.num_heads * context * context, "attention scores (batch × heads × ctx²)"),
-                        (batch * context * m.d_ff, "FFN hidden (batch × ctx × d_ff)"),
-                        (batch * context * m.vocab_size, "logits (batch × ctx × vocab)"),
-                        (batch * context * m.d_model, "residual-stream-sized (batch × ctx × d_model)")):
-            out.setdefault(n * nbytes, []).append(f"{kind}, {what}")
-    return {n: " or ".join(labels) for n, labels in out.items()}
+        for n, what in ((m.d_model * m.d_ff, "ffn_weight"), (m.vocab_size * m.d_model, "embedding"),
+                        (m.d_model * m.d_model, "projection"), (batch * m.num_heads * context * context, "scores"),
+                        (batch * context * m.d_ff, "ffn_hidden"), (batch * context * m.vocab_size, "logits"),
+                        (batch * context * m.d_model, "residual")):
+            out.setdefault(n * nbytes, []).append(SizedAs(kind, what))
+    return {n: tuple(labels) for n, labels in out.items()}
 
 
 def largest_of(c: MemCase) -> NamedAllocation | None:
@@ -178,7 +183,7 @@ def largest_of(c: MemCase) -> NamedAllocation | None:
     n = max(x["size"] for x in c.largest)
     same = [x for x in c.largest if x["size"] == n]
     sites = tuple((x["frames"][0], x["count"]) for x in same if x["frames"])
-    label = shape_labels(c.size_ref.config, c.batch, c.context, c.dtype).get(n, "unnamed")
+    label = shape_labels(c.size_ref.config, c.batch, c.context, c.dtype).get(n, ())
     return NamedAllocation("largest", n, sum(x["count"] for x in same), sites[0][0] if sites else "", label,
                            c.dtype, c.mode, sites)
 
@@ -203,7 +208,7 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
             continue
         m = c.size_ref.config
         labels = shape_labels(m, c.batch, at, c.dtype)
-        tables.append(LargestTable(c.dtype, c.mode, at, [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"])
+        tables.append(LargestTable(c.dtype, c.mode, at, [(x["size"], x["count"], labels.get(x["size"], ()), x["frames"])
                                                          for x in big]))
         top = largest_of(c)
         if (c.dtype, c.mode) not in (("fp32", "forward"), ("bf16", "forward"), ("fp32", "train_step")):
