@@ -28,17 +28,16 @@ OURS = tuple(v.value for v in FSDPVariant if v.ours)  # the rows with an instrum
 TP = "tp"  # perf/test_fsdp.py's tensor-parallel rows: the whole global batch on every rank
 # the headline pair by rule, not by the best-looking row: the target configuration, else the nearest, bf16 first
 HEADLINE_PAIRS = (("fsdp_block_bf16", "torch_fsdp_bf16"), ("fsdp_bf16", "torch_fsdp_bf16"), ("fsdp", "torch_fsdp"))
-# the timeline's collectives: (name in its table and legend, colour, row offset in the figure)
-COLLECTIVE = {("all_gather", "forward"): ("all-gather, forward", "C0", 0.0),
-              ("all_gather", "backward"): ("all-gather, backward", "C1", 0.0),
-              ("reduce_scatter", "backward"): ("reduce-scatter", "C2", 0.35),
-              ("all_reduce", "finish"): ("all-reduce (replicated)", "C7", 0.0)}
+# the timeline's collectives: (colour, row offset in the figure); figures.txt.j2's collective() names them
+COLLECTIVE = {("all_gather", "forward"): ("C0", 0.0), ("all_gather", "backward"): ("C1", 0.0),
+              ("reduce_scatter", "backward"): ("C2", 0.35), ("all_reduce", "finish"): ("C7", 0.0)}
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
 WORDS = macros("figures.txt.j2")  # the words drawn into the timeline figure
 
 
 def _collective(kind: str, phase: str) -> tuple[str, str, float]:
-    return COLLECTIVE.get((kind, phase), (f"{kind}, {phase}", "C7", 0.0))
+    """(name in the legend, colour, row offset) of a collective in the timeline figure."""
+    return (WORDS.collective(kind, phase), *COLLECTIVE.get((kind, phase), ("C7", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,8 @@ class ConfigRow:  # a configuration of the run's table; `status` other than meas
 
 @dataclass(frozen=True)
 class Collective:  # one kind of collective in the instrumented step (a summary group of the stored timeline)
-    name: str
+    kind: str  # all_gather, reduce_scatter, all_reduce
+    phase: str  # forward, backward, finish
     n: int
     prefetched: int
     used: int  # waited on
@@ -129,7 +129,7 @@ def _timeline(b: Bench) -> Timeline:
     fwd, bwd = gathers.get("forward", (0, 0)), gathers.get("backward", (0, 0))
     worst = lambda w: units[w] if isinstance(w, int) and 0 <= w < len(units) else "–"  # noqa: E731
     return _pick(Timeline, s, label=cfg(b).label, collectives=[
-        _pick(Collective, g, name=_collective(g["kind"], g["phase"])[0], worst=worst(g["max_stall_unit"]),
+        _pick(Collective, g, worst=worst(g["max_stall_unit"]),
               stalled=g["used"] - g["in_time"]) for g in s["groups"]], forward=fwd, backward=bwd,
         all_in_time=fwd[0] == fwd[1] and bwd[0] == bwd[1],
         rank_exposed_ms=tuple(x["summary"]["exposed_ms"] for x in b.details.get("timeline_ranks") or []),
@@ -207,7 +207,7 @@ def _draw(ax, tl: dict, title: str) -> None:
     shades, seen = {"forward": "C0", "backward": "C1", "finish": "C7"}, set()
     for p in tl["phases"]:  # a step with several forwards shades each, one legend entry per phase name
         ax.axvspan(p["start_ms"], p["end_ms"], color=shades.get(p["name"], "C4"), alpha=0.08, lw=0,
-                   label=None if p["name"] in seen else f"phase: {p['name']}")
+                   label=None if p["name"] in seen else WORDS.fsdp_phase(p["name"]))
         seen.add(p["name"])
     for kind, phase in sorted({(r["kind"], r["phase"]) for r in rows}):
         g = [r for r in rows if (r["kind"], r["phase"]) == (kind, phase)]
@@ -240,7 +240,7 @@ def _draw_timelines(rows: list[Bench], tls: list[Timeline], ctx: Context, name: 
                 if r["kind"] == "all_gather" and r["need_ms"] is not None]
         for phase, color in (("forward", "C0"), ("backward", "C1")):
             pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in rows if r["phase"] == phase]
-            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=f"{phase} all-gather")
+            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=WORDS.fsdp_gather(phase))
             late = [(c, s) for c, s in pts if s < 0]
             slack.scatter([c for c, _ in late], [s for _, s in late], s=10, facecolors="none", edgecolors="red",
                           lw=0.6)
