@@ -109,14 +109,14 @@ def test_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
     # the training step's: every allocation of that size, those without a Python stack trace counted apart
     assert f.named[-1].mode == "train_step" and f.named[-1].untraced == 5 * SMALL.num_layers and not f.named[0].untraced
     assert f.named[0].sites == (("naive.py:25", 24), ("naive.py:31", 12))
-    assert "attention scores" in f.named[0].label and f.batch == 4
+    assert page.SizedAs("fp32", "scores") in f.named[0].label and f.batch == 4
     assert {t.context for t in f.largest} == {512}
     # (e)'s extra rows: each context's largest allocation, the FFN hidden below 512
     assert [(x, a.dtype, a.mode, a.nbytes) for x, a in f.largest_rows] == [
         (128, "fp32", "forward", 4 * 128 * SMALL.d_ff * 4), (128, "bf16", "forward", ffn),
         (256, "fp32", "forward", 4 * 256 * SMALL.d_ff * 4), (512, "fp32", "forward", scores),
         (512, "bf16", "forward", scores), (512, "fp32", "train_step", scores)]
-    assert "FFN hidden" in f.largest_rows[0][1].label
+    assert f.largest_rows[0][1].label == (page.SizedAs("fp32", "ffn_hidden"),)
 
 
 def test_2025_facts_without_the_reference_context_answer_at_the_nearest_and_say_so(tmp_path):
@@ -230,7 +230,7 @@ def test_committed_2025_rows_answer_d_and_e_at_the_reference_context(tmp_path):
     assert y.residual.nbytes == y.batch * 512 * m.d_model * 4 and y.residual.found
     top = y.named[0]
     assert (top.dtype, top.mode, top.nbytes) == ("fp32", "forward", y.batch * m.num_heads * 512 * 512 * 4)
-    assert "attention scores" in top.label
+    assert page.SizedAs("fp32", "scores") in top.label
     assert {x for x, _ in y.largest_rows} == {128, 256, 512}
     assert len([r for r in f.peaks if r.size == y.size]) == 3
     a = f.artifacts[0]
@@ -242,10 +242,10 @@ def test_allocation_labels_name_every_tensor_of_that_size_and_only_the_rows_dtyp
     # xl (2025), batch 4, context 128: fp32 logits (4·128·10000·4 B) = bf16 FFN weight (1600·6400·2 B)
     xl = SizeRef("2025", "xl").config
     size = 4 * 128 * 10_000 * 4
-    assert page.shape_labels(xl, 4, 128, "fp32")[size] == "fp32, logits (batch × ctx × vocab)"
+    assert page.shape_labels(xl, 4, 128, "fp32")[size] == (page.SizedAs("fp32", "logits"),)
     both = page.shape_labels(xl, 4, 128, "bf16")[size]
-    assert "fp32, logits" in both and "bf16, FFN-weight-sized" in both
-    assert not any("bf16" in v for v in page.shape_labels(xl, 4, 128, "fp32").values())
+    assert page.SizedAs("fp32", "logits") in both and page.SizedAs("bf16", "ffn_weight") in both
+    assert not any(t.dtype == "bf16" for v in page.shape_labels(xl, 4, 128, "fp32").values() for t in v)
 
 
 def test_page_words(request, tmp_path):

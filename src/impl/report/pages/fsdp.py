@@ -15,6 +15,7 @@ from impl.report.pages._nsys import Filed, StepTimeline, profiled_steps
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
+from impl.report.templating import macros
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
 from impl.workloads.variants import DDPVariant, FSDPVariant
@@ -27,16 +28,16 @@ OURS = tuple(v.value for v in FSDPVariant if v.ours)  # the rows with an instrum
 TP = "tp"  # perf/test_fsdp.py's tensor-parallel rows: the whole global batch on every rank
 # the headline pair by rule, not by the best-looking row: the target configuration, else the nearest, bf16 first
 HEADLINE_PAIRS = (("fsdp_block_bf16", "torch_fsdp_bf16"), ("fsdp_bf16", "torch_fsdp_bf16"), ("fsdp", "torch_fsdp"))
-# the timeline's collectives: (name in its table and legend, colour, row offset in the figure)
-COLLECTIVE = {("all_gather", "forward"): ("all-gather, forward", "C0", 0.0),
-              ("all_gather", "backward"): ("all-gather, backward", "C1", 0.0),
-              ("reduce_scatter", "backward"): ("reduce-scatter", "C2", 0.35),
-              ("all_reduce", "finish"): ("all-reduce (replicated)", "C7", 0.0)}
+# the timeline's collectives: (colour, row offset in the figure); figures.txt.j2's collective() names them
+COLLECTIVE = {("all_gather", "forward"): ("C0", 0.0), ("all_gather", "backward"): ("C1", 0.0),
+              ("reduce_scatter", "backward"): ("C2", 0.35), ("all_reduce", "finish"): ("C7", 0.0)}
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
+WORDS = macros("figures.txt.j2")  # the words drawn into the timeline figure
 
 
 def _collective(kind: str, phase: str) -> tuple[str, str, float]:
-    return COLLECTIVE.get((kind, phase), (f"{kind}, {phase}", "C7", 0.0))
+    """(name in the legend, colour, row offset) of a collective in the timeline figure."""
+    return (WORDS.collective(kind, phase), *COLLECTIVE.get((kind, phase), ("C7", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ class ConfigRow:  # a configuration of the run's table; `status` other than meas
 
 @dataclass(frozen=True)
 class Collective:  # one kind of collective in the instrumented step (a summary group of the stored timeline)
-    name: str
+    kind: str  # all_gather, reduce_scatter, all_reduce
+    phase: str  # forward, backward, finish
     n: int
     prefetched: int
     used: int  # waited on
@@ -127,7 +129,7 @@ def _timeline(b: Bench) -> Timeline:
     fwd, bwd = gathers.get("forward", (0, 0)), gathers.get("backward", (0, 0))
     worst = lambda w: units[w] if isinstance(w, int) and 0 <= w < len(units) else "–"  # noqa: E731
     return _pick(Timeline, s, label=cfg(b).label, collectives=[
-        _pick(Collective, g, name=_collective(g["kind"], g["phase"])[0], worst=worst(g["max_stall_unit"]),
+        _pick(Collective, g, worst=worst(g["max_stall_unit"]),
               stalled=g["used"] - g["in_time"]) for g in s["groups"]], forward=fwd, backward=bwd,
         all_in_time=fwd[0] == fwd[1] and bwd[0] == bwd[1],
         rank_exposed_ms=tuple(x["summary"]["exposed_ms"] for x in b.details.get("timeline_ranks") or []),
@@ -205,7 +207,7 @@ def _draw(ax, tl: dict, title: str) -> None:
     shades, seen = {"forward": "C0", "backward": "C1", "finish": "C7"}, set()
     for p in tl["phases"]:  # a step with several forwards shades each, one legend entry per phase name
         ax.axvspan(p["start_ms"], p["end_ms"], color=shades.get(p["name"], "C4"), alpha=0.08, lw=0,
-                   label=None if p["name"] in seen else f"phase: {p['name']}")
+                   label=None if p["name"] in seen else WORDS.fsdp_phase(p["name"]))
         seen.add(p["name"])
     for kind, phase in sorted({(r["kind"], r["phase"]) for r in rows}):
         g = [r for r in rows if (r["kind"], r["phase"]) == (kind, phase)]
@@ -215,13 +217,12 @@ def _draw(ax, tl: dict, title: str) -> None:
     used = [r for r in rows if r["need_ms"] is not None]
     late = [r for r in used if (r["stall_ms"] or 0) > 0]
     ax.hlines([r["y"] for r in late], [r["need_ms"] for r in late], [r["ready_ms"] for r in late], color="red", lw=lw)
-    for pts, color, label, z in ((used, "black", "needed (in time)", 3),
-                                 (late, "red", "needed (stalled until ready, red)", 4)):
+    for pts, color, stalled, z in ((used, "black", False, 3), (late, "red", True, 4)):
         ax.scatter([r["need_ms"] for r in pts], [r["y"] for r in pts], marker="|", s=max(4.0, lw * 12), color=color,
-                   lw=0.8, label=label, zorder=z)
+                   lw=0.8, label=WORDS.fsdp_needed(stalled), zorder=z)
     ax.set_ylim(n_calls + 2, -1)
     ax.yaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
-    ax.set(xlabel="ms from the step's first forward", ylabel="layer call (forward order; all-reduce last)")
+    ax.set(xlabel=WORDS.fsdp_gantt_x(), ylabel=WORDS.fsdp_gantt_y())
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
@@ -230,25 +231,23 @@ def _draw_timelines(rows: list[Bench], tls: list[Timeline], ctx: Context, name: 
     c = cfg(rows[0])
     fig, axes = figures.plt.subplots(len(rows), 2, figsize=(15, 4.6 * len(rows) + 0.4), squeeze=False,
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
-    fig.suptitle(f"{c.size_label}: one instrumented step, context {c.context}, per-rank batch {c.batch_per_rank}, "
-                 f"{c.world_size} ranks", fontsize=11, x=0.01, ha="left")
+    fig.suptitle(WORDS.fsdp_step(c), fontsize=11, x=0.01, ha="left")
     for (gantt, slack), b, t in zip(axes, rows, tls):
-        _draw(gantt, b.details["timeline"], f"{t.label}, rank 0\n{t.gathers_in_time} of {t.gathers} all-gathers "
-              f"ready in time; {t.exposed_ms:.2f} ms of communication exposed in a {t.span_ms:.2f} ms step")
+        _draw(gantt, b.details["timeline"], f"{WORDS.fsdp_rank(t)}\n{WORDS.fsdp_exposed(t)}")
         # per all-gather, need - ready (below zero its layer waited): readable where the Gantt's bars are too short
         tl = b.details["timeline"]
         rows = [r for r in (dict(zip(tl["columns"], x)) for x in tl["rows"])
                 if r["kind"] == "all_gather" and r["need_ms"] is not None]
         for phase, color in (("forward", "C0"), ("backward", "C1")):
             pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in rows if r["phase"] == phase]
-            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=f"{phase} all-gather")
+            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=WORDS.fsdp_gather(phase))
             late = [(c, s) for c, s in pts if s < 0]
             slack.scatter([c for c, _ in late], [s for _, s in late], s=10, facecolors="none", edgecolors="red",
                           lw=0.6)
         slack.axhline(0, color="0.4", lw=0.6)
         slack.xaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
-        slack.set(xlabel="layer call (forward order)", ylabel="ready before needed (ms); < 0: stalled")
-        slack.set_title("slack per all-gather (red: stalled)", fontsize=9)
+        slack.set(xlabel=WORDS.fsdp_slack_x(), ylabel=WORDS.fsdp_slack_y())
+        slack.set_title(WORDS.fsdp_slack_title(), fontsize=9)
         slack.legend(fontsize=7, frameon=False)
     figures.save(fig, ctx.fig_dir / name)
     return f"{ctx.fig_rel}/{name}"

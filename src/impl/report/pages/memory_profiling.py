@@ -16,12 +16,14 @@ from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RunRef, SizedView, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
+from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
 
 PROBLEMS = (P.MEMORY_PROFILING,)
 PROBLEM = P.MEMORY_PROFILING
 SLUG = "memory_profiling"
+WORDS = macros("figures.txt.j2")  # the words drawn into the timeline figures
 CASES_2026 = {tuple(c) for c in grid(P.MEMORY_PROFILING, "full").cases_2026}  # (size, context) the 2026 sweep asks
 ASKED = size_label(SizeRef("2026", "xl"))
 CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf16", "train_step"))
@@ -127,6 +129,14 @@ def phase_levels(t: dict) -> dict[str, Phase]:
 
 
 @dataclass(frozen=True)
+class SizedAs:
+    """A model tensor of an allocation's size: its dtype and which tensor (a key of the template's `TENSOR`)."""
+
+    dtype: str
+    tensor: str  # ffn_weight, embedding, projection, scores, ffn_hidden, logits, residual
+
+
+@dataclass(frozen=True)
 class NamedAllocation:
     """(e): "largest" (a row's largest allocation size), "ffn_copy" (autocast's bf16 FFN weight) or "optimizer"
     (its parameter-sized temporaries)."""
@@ -135,7 +145,7 @@ class NamedAllocation:
     nbytes: int
     count: int
     made_at: str
-    label: str = ""  # the model's tensors of that size
+    label: tuple[SizedAs, ...] = ()  # the model's tensors of that size (none: unnamed)
     dtype: str = "fp32"
     mode: str = "forward"
     sites: tuple[tuple[str, int], ...] = ()  # (first frame, allocations) of each call site with a stack trace
@@ -152,22 +162,19 @@ class LargestTable:
     dtype: str
     mode: str
     context: int
-    rows: list[tuple[int, int, str, list[str]]]  # (bytes, count, tensor of that size, frames)
+    rows: list[tuple[int, int, tuple[SizedAs, ...], list[str]]]  # (bytes, count, tensors of that size, frames)
 
 
-def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[int, str]:
+def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[int, tuple[SizedAs, ...]]:
     """Bytes → the model's tensors of that size, fp32 (and bf16 under autocast), all named."""
-    out: dict[int, list[str]] = {}
+    out: dict[int, list[SizedAs]] = {}
     for nbytes, kind in ((4, "fp32"), (2, "bf16")) if dtype == "bf16" else ((4, "fp32"),):
-        for n, what in ((m.d_model * m.d_ff, "FFN-weight-sized (d_model × d_ff)"),
-                        (m.vocab_size * m.d_model, "embedding / LM-head-sized (vocab × d_model)"),
-                        (m.d_model * m.d_model, "attention-projection-sized (d_model²)"),
-                        (batch * m.num_heads * context * context, "attention scores (batch × heads × ctx²)"),
-                        (batch * context * m.d_ff, "FFN hidden (batch × ctx × d_ff)"),
-                        (batch * context * m.vocab_size, "logits (batch × ctx × vocab)"),
-                        (batch * context * m.d_model, "residual-stream-sized (batch × ctx × d_model)")):
-            out.setdefault(n * nbytes, []).append(f"{kind}, {what}")
-    return {n: " or ".join(labels) for n, labels in out.items()}
+        for n, what in ((m.d_model * m.d_ff, "ffn_weight"), (m.vocab_size * m.d_model, "embedding"),
+                        (m.d_model * m.d_model, "projection"), (batch * m.num_heads * context * context, "scores"),
+                        (batch * context * m.d_ff, "ffn_hidden"), (batch * context * m.vocab_size, "logits"),
+                        (batch * context * m.d_model, "residual")):
+            out.setdefault(n * nbytes, []).append(SizedAs(kind, what))
+    return {n: tuple(labels) for n, labels in out.items()}
 
 
 def largest_of(c: MemCase) -> NamedAllocation | None:
@@ -178,7 +185,7 @@ def largest_of(c: MemCase) -> NamedAllocation | None:
     n = max(x["size"] for x in c.largest)
     same = [x for x in c.largest if x["size"] == n]
     sites = tuple((x["frames"][0], x["count"]) for x in same if x["frames"])
-    label = shape_labels(c.size_ref.config, c.batch, c.context, c.dtype).get(n, "unnamed")
+    label = shape_labels(c.size_ref.config, c.batch, c.context, c.dtype).get(n, ())
     return NamedAllocation("largest", n, sum(x["count"] for x in same), sites[0][0] if sites else "", label,
                            c.dtype, c.mode, sites)
 
@@ -203,7 +210,7 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
             continue
         m = c.size_ref.config
         labels = shape_labels(m, c.batch, at, c.dtype)
-        tables.append(LargestTable(c.dtype, c.mode, at, [(x["size"], x["count"], labels.get(x["size"], "–"), x["frames"])
+        tables.append(LargestTable(c.dtype, c.mode, at, [(x["size"], x["count"], labels.get(x["size"], ()), x["frames"])
                                                          for x in big]))
         top = largest_of(c)
         if (c.dtype, c.mode) not in (("fp32", "forward"), ("bf16", "forward"), ("fp32", "train_step")):
@@ -501,7 +508,7 @@ def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> Non
     for k, name in enumerate([*blocks, "backward"]):
         a, b = trace.range(name)
         ax.axvspan((a - start) / 1e6, (b - start) / 1e6, color=f"C{k + 1}", alpha=0.15, label=name)
-    ax.set(xlabel="ms from the step's start", ylabel="GiB allocated (nsys, from its first event)")
+    ax.set(xlabel=WORDS.memory_nsys_x(), ylabel=WORDS.memory_nsys_y())
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     figures.save(fig, path)
@@ -522,8 +529,7 @@ def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
             trace = read_memory(db)
         blocks = [n for n in dict.fromkeys(n for n, _, _ in trace.ranges) if re.fullmatch(r"block \d+", n)]
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"nsys-{c.name}")
-        _draw_memory(trace, blocks, path, f"{size}, {len(blocks)} blocks, context {a['context']}, batch {a['batch']}, "
-                                          f"{a['dtype']}: device memory in nsys ({filed.device}, {filed.when} UTC)")
+        _draw_memory(trace, blocks, path, WORDS.memory_nsys(size, len(blocks), a, filed.device, filed.when))
         probe = next((p for p in probes if (p.context, p.dtype) == (int(a["context"]), a["dtype"])), None)
         out.append(NsysMemCase(int(a["context"]), a["dtype"], int(a["batch"]),
                                tuple(trace.in_range(n) for n in blocks), trace.in_range("forward"),
@@ -610,14 +616,14 @@ def facts(ctx: Context) -> MemoryPage:
         m26, grid = None, d26 or earlier
     else:
         m26, grid = replace(m26, figures=tuple((mode, link) for mode in ("forward", "train_step") for link in [_draw(
-            ctx, f"{device}-2026-{mode}", f"{m26.size} {mode.replace('_', ' ')}: active memory ({device}, {m26.date})",
+            ctx, f"{device}-2026-{mode}", WORDS.memory_active(m26.size, mode, device, m26.date),
             [(f"{c.dtype}, context {c.context}", c.timeline) for c in m26.cases if c.mode == mode and c.timeline],
             from_zero=False)] if link)), []
     timelines = []
     for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
         g = [c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]
-        link = _draw(ctx, f"{device}-{mode}-{dtype}", f"{f.size} {dtype} {mode.replace('_', ' ')}: active memory "
-                     f"({device}, {newest_date(g)})", [(f"context {c.context}", c.timeline) for c in g])
+        link = _draw(ctx, f"{device}-{mode}-{dtype}", WORDS.memory_active(f.size, mode, device, newest_date(g), dtype),
+                     [(f"context {c.context}", c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
     peaks: dict[tuple, dict] = {}
     for c in rows:
