@@ -125,7 +125,9 @@ def _environment() -> tuple[str, str, int | None]:
     """(device, commit, GPU 0's memory in bytes)."""
     import torch
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # SUITE_COMMIT names the tree the device tool sent (the machine's own git HEAD is stale there)
+    commit = os.environ.get("SUITE_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     if not torch.cuda.is_available():
         return "no CUDA device", commit or "unknown", None
     n = torch.cuda.device_count()
