@@ -109,12 +109,17 @@ def store_outlives_rank0(rank, world_size, exit_wait_s=50.0):
     """Rank 0 returns (and exits); the others wait until its process has ended, then use the
     group's store, as a teardown or a watchdog may. Returns what the store then reads back.
     (It waited a fixed 2 s before: slower than needed on gloo, and on NCCL, whose teardown can
-    take longer, not proof that rank 0 had gone.)"""
+    take longer, not proof that rank 0 had gone.)
+    Every rank destroys the group before rank 0 leaves: NCCL's communicator destruction is
+    collective, so a rank 0 left to the launcher's destroy_process_group waits for its peer, which
+    waits for rank 0's exit (2xH200, a4ea09d: rank 1 timed out at 50 s). The store object stays ours."""
     store = dist.distributed_c10d._get_default_store()
     if rank == 0:
         store.set("rank0_pid", str(os.getpid()))
-        return "left"
     pid = int(store.get("rank0_pid"))
+    dist.destroy_process_group()
+    if rank == 0:
+        return "left"
     deadline = time.monotonic() + exit_wait_s
     while not process_has_exited(pid):
         if time.monotonic() > deadline:
