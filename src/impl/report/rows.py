@@ -1,12 +1,12 @@
-"""The rows a page reads: `Bench`, one stored benchmark row with its run and statistics, loaded once
-(`of_record`, from impl.report.data's records) into `Rows` (each row's newest, and every earlier one).
+"""The report's one row type: `Bench`, one stored benchmark row with its run (`RunRef`) and statistics
+(`Stats`), as impl.report.data loads it, and `Rows` (each row's newest, and every earlier one).
 A page reads a row's config through its own typed view (`view`: a frozen dataclass of the keys it reads).
 Sizes are `SizeRef`s (edition, name): rows stored before the 2026 table carry no `edition` and read
 as 2025's; a row's size label comes from one function, `size_label`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Hashable, Iterable, Self, TypeVar
 
 from impl.bench.row import Metric, Row, Status
@@ -231,27 +231,20 @@ class Bench:
         return None
 
 
-def _opt(x):
-    return None if missing(x) else x
-
-
-def of_record(rec, problem: str | None = None) -> Bench:
-    """The Bench of one stored record (impl.report.data.Record), `problem`:
-    the handout's name where the row was stored under an older one."""
-    s = rec.stats
-    stats = None if s is None or (missing(s.median) and missing(s.mean)) else Stats(
-        _opt(s.mean), _opt(s.stddev), _opt(s.median), _opt(s.iqr), s.rounds, list(s.data) if s.data else None)
-    run = RunRef(rec.run.device, rec.run.section, rec.run.datetime, rec.run.commit, rec.run.legacy, rec.run.file)
-    row = rec.row if problem in (None, rec.row.problem) else replace(rec.row, problem=problem)
-    return Bench(rec.name, row, run, stats)
-
-
 @dataclass(frozen=True)
 class Rows:
     """What a page reads: each stored benchmark's newest row (per device), and every earlier one."""
 
     newest: tuple[Bench, ...]
     history: tuple[Bench, ...] = ()
+
+    @classmethod
+    def loaded(cls, rows: list[Bench]) -> Rows:
+        """Stored rows (oldest run first) split into each row's newest and every earlier one: a row is a
+        (device, benchmark name), and the last seen is the newest."""
+        newest = {(b.run.device, b.name): b for b in rows}
+        keep = {id(b) for b in newest.values()}
+        return cls(tuple(newest.values()), tuple(b for b in rows if id(b) not in keep))
 
     def of(self, *problems: str, device: str | None = None) -> list[Bench]:
         """The newest rows of `problems` (all where none is named), on `device` where given."""
