@@ -14,7 +14,6 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report.markdown import missing
 from impl.report.ratio import spread
 
-V = TypeVar("V")
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
@@ -75,11 +74,11 @@ class SizeRun:
 
     @property
     def date(self) -> str:
-        return str(self.datetime)[:10]
+        return self.rows[0].run.date
 
     @property
     def when(self) -> str:
-        return str(self.datetime)[:16].replace("T", " ")
+        return self.rows[0].run.when
 
     @property
     def id(self) -> str:
@@ -284,19 +283,14 @@ def timing_text(rows: Iterable[Bench]) -> tuple[str, str]:
     return text(warm), text(rounds)
 
 
-def view(cls: type[V], b: Bench) -> V:
-    """A page's typed view of a row's config (a frozen dataclass of the keys it reads, each with a
-    default): no catch-all config class; a key the view does not declare is not read."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in b.row.config.items() if k in names})
-
-
 class View:
-    """Base of a page's typed view of a row's config: `MyConfig.of(b)` is `view(MyConfig, b)`."""
+    """Base of a page's typed view of a row's config (a frozen dataclass of the keys it reads, each with
+    a default): no catch-all config class; a key the view does not declare is not read."""
 
     @classmethod
     def of(cls, b: Bench) -> Self:
-        return view(cls, b)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in b.row.config.items() if k in names})
 
 
 @dataclass(frozen=True)

@@ -73,9 +73,9 @@ class RunsFacts:
     def of(cls, device: str, rows: list) -> RunsFacts:
         """From Bench rows (impl.report.rows) in load order."""
         by = group(rows, lambda b: (str(b.run.datetime), b.run.commit))
-        runs = tuple(RunId(when[:16].replace("T", " "), commit, len(g), all(b.run.legacy for b in g),
+        runs = tuple(RunId(g[0].run.when, commit, len(g), all(b.run.legacy for b in g),
                            files_of(g) if all(b.run.file for b in g) else ())
-                     for (when, commit), g in sorted(by.items()))
+                     for (_, commit), g in sorted(by.items()))
         return cls(device, rows[-1].row.env, runs, newest_date(rows))
 
     @property
