@@ -111,7 +111,7 @@ def older_format(rows: list[Bench]) -> list[str]:
     """`device: section, ...` for GPU sections whose newest run is still in the older format (its
     kernel rows' figures are do_bench medians, its statistics from before the bench layer)."""
     newest: dict[tuple[str, str], Bench] = {}
-    for b in sorted(rows, key=lambda b: str(b.run.datetime)):
+    for b in sorted(rows, key=lambda b: b.run.datetime):
         newest[(b.run.device, b.run.section)] = b
     old: dict[str, list[str]] = {}
     for (device, section), b in newest.items():

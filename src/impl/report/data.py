@@ -42,7 +42,7 @@ def load_doc(doc: dict, path: Path, device: str | None = None, section: str | No
     """The rows of a run already read (impl.bench.store.read_run or parse_run) from `path`."""
     legacy = "not_run" not in doc and not any((b.get("extra_info") or {}).get("schema") == SCHEMA
                                               for b in doc["benchmarks"])
-    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime"),
+    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime") or "",
                  _commit(doc.get("commit_info") or {}), legacy, run_file_name(path))
     rows = [(b["name"], *_measured(b, path)) for b in doc["benchmarks"]]
     rows += [(e["name"], Row.from_json(e["row"]), None) for e in doc.get("not_run", [])]

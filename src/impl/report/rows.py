@@ -1,6 +1,6 @@
 """The report's one row type: `Bench`, one stored benchmark row with its run (`RunRef`) and statistics
 (`Stats`), as impl.report.data loads it, and `Rows` (each row's newest, and every earlier one).
-A page reads a row's config through its own typed view (`view`: a frozen dataclass of the keys it reads).
+A page reads a row's config through its own typed view (a `View`: a frozen dataclass of the keys it reads).
 Sizes are `SizeRef`s (edition, name): rows stored before the 2026 table carry no `edition` and read
 as 2025's; a row's size label comes from one function, `size_label`.
 """
@@ -139,7 +139,7 @@ def _edition_order(ref: SizeRef | None) -> tuple:
 def size_runs_of(rows: Iterable[Bench]) -> list[SizeRun]:
     """The rows split by [edition, size] and by run: each edition's sizes (2026 first), within a size its
     runs newest first."""
-    keyed = [((SizedView.of(b).size_ref, str(b.run.datetime)), b) for b in rows]
+    keyed = [((SizedView.of(b).size_ref, b.run.datetime), b) for b in rows]
     out = [SizeRun(ref, when, tuple(b for k, b in keyed if k == (ref, when)))
            for ref, when in dict.fromkeys(k for k, _ in keyed)]
     newest_first = sorted(out, key=lambda g: g.datetime, reverse=True)
@@ -164,19 +164,19 @@ class RunRef:
 
     device: str
     section: str
-    datetime: str | None
+    datetime: str  # the run's start, ISO UTC (pytest-benchmark's); "" where the file has none
     commit: str
     legacy: bool
     file: str = ""  # reports/data/<device>/<section>/<name>.json
 
     @property
     def date(self) -> str:
-        return str(self.datetime)[:10] if self.datetime else "–"
+        return self.datetime[:10] if self.datetime else "–"
 
     @property
     def when(self) -> str:
         """'YYYY-MM-DD HH:MM' (UTC)."""
-        return str(self.datetime)[:16].replace("T", " ") if self.datetime else "–"
+        return self.datetime[:16].replace("T", " ") if self.datetime else "–"
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ class Version:  # one stored run: ours and cuDNN forward+backward of the same ru
 
 
 def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran, oldest first
-    runs = group(rows, lambda b: (str(b.run.datetime), b.run.commit))
+    runs = group(rows, lambda b: (b.run.datetime, b.run.commit))
     out = []
     for (_, commit), g in sorted(runs.items()):
         ours, cudnn = (pick(g, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))

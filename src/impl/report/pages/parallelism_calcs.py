@@ -50,7 +50,7 @@ class Peak:
 
 
 def measured_peak(rows: Rows, device: str) -> Peak | None:
-    b = max((b for b in rows.of(device=device) if b.row.peaks is not None), key=lambda b: str(b.run.datetime),
+    b = max((b for b in rows.of(device=device) if b.row.peaks is not None), key=lambda b: b.run.datetime,
             default=None)
     return b and Peak(b.row.peaks.measured_flops, b.run.date, b.run.section, b.run.file)
 
