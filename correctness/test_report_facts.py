@@ -49,17 +49,6 @@ def test_problem_names_are_defined_once_in_the_enum_and_each_is_on_one_page():
     assert Problem.NAIVE_DDP.edition_tag == "2025, 2026" and all(p.label for p in Problem)
 
 
-def test_stored_group_alias_reads_as_the_handouts_problem():
-    from impl.bench.row import Env, Row, Status
-    from impl.report.build import rows_of
-    from impl.report.data import Record, Run
-
-    run = Run("x", "ddp", "/x/reports/data/x/ddp/20260101T0000Z_abc.json", "2026-01-01T00:00:00", "abc", False)
-    row = Row("ddp_overlap_bucketed_benchmarking", {}, Env("cpu", "cpu", "2", None, None, "smoke"), Status.UNSUPPORTED, reason="x")
-    rows = rows_of([Record("a", run, row, None)], [Record("a", run, row, None)])
-    assert [b.problem for b in (*rows.newest, *rows.history)] == ["ddp_bucketed_benchmarking"] * 2
-
-
 def test_ratio_is_ours_over_anchor_with_one_verdict_word():
     from impl.report.ratio import ratio
 

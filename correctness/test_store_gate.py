@@ -267,7 +267,7 @@ def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, 
     # the gate fails on it by name (committed corruption), the report skips it with a warning
     assert gate.main(["--data-dir", str(data_dir)]) == 1
     assert f"CORRUPT run file {bad}" in capsys.readouterr().err
-    assert {r.run.path for r in report_data.load_records(data_dir)} == {str(good)}
+    assert {r.run.file for r in report_data.load_rows(data_dir)} == {report_data.run_file_name(good)}
     assert f"warning: skipped {bad}" in capsys.readouterr().err
 
 
@@ -554,14 +554,14 @@ def test_loader_and_store_answer_hostile_files_by_name(cut, junk, stats, key, tm
         path = folder / "leaderboard.json"
         path.write_text(variant)
         try:
-            records = report_data.load_file(path, GPU, "leaderboard")
+            rows = report_data.load_file(path, GPU, "leaderboard")
         except store.BadRunFile as exc:
             assert exc.where == str(path) and exc.problems
             with pytest.raises(ValueError):
                 store.store_run(path, "leaderboard", folder / "data")
             assert not (folder / "data").exists()
             continue
-        for rec in records:  # what loads is whole: finite positive medians, known statuses
+        for rec in rows:  # what loads is whole: finite positive medians, known statuses
             assert rec.stats is None or (math.isfinite(rec.stats.median) and rec.stats.median > 0)
 
 

@@ -13,18 +13,15 @@ from types import ModuleType
 
 from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.report import pages as pages_package, test_records
-from impl.report.data import Record, load_records, split_newest
+from impl.report.data import load_rows
 from impl.report.index import device_names, index_facts, render_index
 from impl.report.pages import Context, Page
-from impl.report.rows import Bench, Rows, of_record
+from impl.report.rows import Bench, Rows
 from impl.report.templating import render_page
-from impl.workloads.problems import Problem, StoredGroup
+from impl.workloads.problems import Problem
 
 INDEX_LIMIT_BYTES = 25_000
 LINK = re.compile(r"\]\(([^)\s]+\.(?:png|csv))\)")
-# Benchmark groups stored under another name than the handout's problem (older runs): read as the
-# handout's name everywhere (applied to the loaded rows).
-STORED_ALIASES = {StoredGroup.DDP_OVERLAP_BUCKETED_BENCHMARKING.value: Problem.DDP_BUCKETED_BENCHMARKING.value}
 
 
 class PageModuleError(RuntimeError):
@@ -114,7 +111,7 @@ def older_format(rows: list[Bench]) -> list[str]:
     """`device: section, ...` for GPU sections whose newest run is still in the older format (its
     kernel rows' figures are do_bench medians, its statistics from before the bench layer)."""
     newest: dict[tuple[str, str], Bench] = {}
-    for b in sorted(rows, key=lambda b: str(b.run.datetime)):
+    for b in sorted(rows, key=lambda b: b.run.datetime):
         newest[(b.run.device, b.run.section)] = b
     old: dict[str, list[str]] = {}
     for (device, section), b in newest.items():
@@ -128,15 +125,10 @@ def index(pages: list[Page], older: list[str] | None = None, names: dict[str, st
     return render_index(index_facts(pages, older or [], names or {}), test_records.render(tests or []))
 
 
-def rows_of(newest: list[Record], earlier: list[Record]) -> Rows:
-    """The rows of the loaded records, each stored under an older group name read as its problem's."""
-    return Rows(*(tuple(of_record(r, STORED_ALIASES.get(r.row.problem)) for r in recs) for recs in (newest, earlier)))
-
-
 def context(data_dir: Path, reports_dir: Path) -> Context:
     """Every stored run under data_dir, loaded for pages that write their figures and CSVs under reports_dir."""
     return Context(reports_dir=reports_dir, fig_dir=reports_dir / "figures",
-                   rows=rows_of(*split_newest(load_records(data_dir))))
+                   rows=Rows.loaded(load_rows(data_dir)))
 
 
 def build(root: Path) -> dict[str, str]:

@@ -19,14 +19,15 @@ from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.row import Status
 from impl.bench.store import (BadRunFile, RunFile, Suite, check_section, committed_runs, device_problems,
                               read_run)
-from impl.report.data import Record, load_doc
+from impl.report.data import load_doc
+from impl.report.rows import Bench
 from impl.report.markdown import table
 from impl.report.templating import macros
 
 WORDS = macros("cli.txt.j2")
 
 
-def _by_name(records: list[Record]) -> dict[str, Record]:
+def _by_name(records: list[Bench]) -> dict[str, Bench]:
     return {r.name: r for r in records}
 
 
@@ -36,9 +37,9 @@ def newest_fresh(out: Path, section: str) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def _baseline(stored: list[tuple[RunFile, dict]], device: str, section: str) -> tuple[dict[str, tuple[str, Record]], set[str]]:
+def _baseline(stored: list[tuple[RunFile, dict]], device: str, section: str) -> tuple[dict[str, tuple[str, Bench]], set[str]]:
     """({row: (run stem, its newest committed record)}, the rows of the newest committed run)."""
-    newest: dict[str, tuple[str, Record]] = {}
+    newest: dict[str, tuple[str, Bench]] = {}
     for rf, doc in stored:  # oldest first: a later run's record replaces an earlier one's
         records = load_doc(doc, rf.path, device, section)
         newest.update((rec.name, (rf.stamp, rec)) for rec in records)

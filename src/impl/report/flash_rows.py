@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bench.row import Status
-from impl.report.rows import Bench, group, view
+from impl.report.rows import Bench, View, group
 
 IMPL_LABELS = {"flash_triton": "ours (Triton fwd + Triton bwd)",
                "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
@@ -19,7 +19,7 @@ STATUS_LABELS = {Status.OOM: "OOM", Status.UNSUPPORTED: "unsupported", Status.LE
 
 
 @dataclass(frozen=True)
-class Kernel:
+class Kernel(View):
     impl: str = ""
     mode: str = ""  # fwd, bwd, fwd_bwd
     dtype: str = ""
@@ -31,8 +31,7 @@ class Kernel:
     host: bool | None = None  # flash_shapes' host-cost rows (timed on the host clock)
 
 
-def kernel(b: Bench) -> Kernel:
-    return view(Kernel, b)
+kernel = Kernel.of
 
 
 def ran(b: Bench) -> bool:

@@ -33,7 +33,8 @@ from pathlib import Path
 from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.row import Status
 from impl.bench.store import BadRunFile, read_run, run_identity
-from impl.report.data import Copy, Record, Stored, load_doc, load_stored
+from impl.report.data import Copy, Stored, load_doc, load_stored
+from impl.report.rows import Bench
 from impl.report.markdown import table
 from impl.report.templating import macros
 
@@ -141,13 +142,13 @@ def read_bands(path: Path) -> dict[str, dict[str, dict[str, float]]]:
     return doc
 
 
-def _clock(rec: Record) -> str:
+def _clock(rec: Bench) -> str:
     """Which clock a median came from: rows are compared only with rows timed the same way (an
     older-format kernel row's figure is a do_bench median, a schema-2 row's its own rounds)."""
     return "older format" if rec.run.legacy else rec.row.timing.timer
 
 
-def _measured(records: list[Record]) -> dict[str, Record]:
+def _measured(records: list[Bench]) -> dict[str, Bench]:
     return {r.name: r for r in records
             if r.row.status is Status.MEASURED and r.stats is not None and r.stats.median}
 
@@ -155,7 +156,7 @@ def _measured(records: list[Record]) -> dict[str, Record]:
 @dataclass(frozen=True)
 class Measurement:
     run: str  # the run file's stem
-    record: Record
+    record: Bench
 
 
 @dataclass
@@ -173,9 +174,9 @@ class Histories:
         for run in stored.runs:  # file order: oldest first within a folder
             where, stamp = (run.file.device, run.file.section), run.file.stamp
             rows = out.rows.setdefault(where, {})
-            for rec in run.records:
+            for rec in run.rows:
                 rows.setdefault(rec.name, set()).add(stamp)
-            for name, rec in _measured(run.records).items():
+            for name, rec in _measured(run.rows).items():
                 out.measured.setdefault(where, {}).setdefault(name, []).append(Measurement(stamp, rec))
         return out
 

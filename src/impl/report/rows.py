@@ -1,12 +1,12 @@
-"""The rows a page reads: `Bench`, one stored benchmark row with its run and statistics, loaded once
-(`of_record`, from impl.report.data's records) into `Rows` (each row's newest, and every earlier one).
-A page reads a row's config through its own typed view (`view`: a frozen dataclass of the keys it reads).
+"""The report's one row type: `Bench`, one stored benchmark row with its run (`RunRef`) and statistics
+(`Stats`), as impl.report.data loads it, and `Rows` (each row's newest, and every earlier one).
+A page reads a row's config through its own typed view (a `View`: a frozen dataclass of the keys it reads).
 Sizes are `SizeRef`s (edition, name): rows stored before the 2026 table carry no `edition` and read
 as 2025's; a row's size label comes from one function, `size_label`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Hashable, Iterable, Self, TypeVar
 
 from impl.bench.row import Metric, Row, Status
@@ -14,7 +14,6 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report.markdown import missing
 from impl.report.ratio import spread
 
-V = TypeVar("V")
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
@@ -75,11 +74,11 @@ class SizeRun:
 
     @property
     def date(self) -> str:
-        return str(self.datetime)[:10]
+        return self.rows[0].run.date
 
     @property
     def when(self) -> str:
-        return str(self.datetime)[:16].replace("T", " ")
+        return self.rows[0].run.when
 
     @property
     def id(self) -> str:
@@ -140,7 +139,7 @@ def _edition_order(ref: SizeRef | None) -> tuple:
 def size_runs_of(rows: Iterable[Bench]) -> list[SizeRun]:
     """The rows split by [edition, size] and by run: each edition's sizes (2026 first), within a size its
     runs newest first."""
-    keyed = [((SizedView.of(b).size_ref, str(b.run.datetime)), b) for b in rows]
+    keyed = [((SizedView.of(b).size_ref, b.run.datetime), b) for b in rows]
     out = [SizeRun(ref, when, tuple(b for k, b in keyed if k == (ref, when)))
            for ref, when in dict.fromkeys(k for k, _ in keyed)]
     newest_first = sorted(out, key=lambda g: g.datetime, reverse=True)
@@ -165,19 +164,19 @@ class RunRef:
 
     device: str
     section: str
-    datetime: str | None
+    datetime: str  # the run's start, ISO UTC (pytest-benchmark's); "" where the file has none
     commit: str
     legacy: bool
     file: str = ""  # reports/data/<device>/<section>/<name>.json
 
     @property
     def date(self) -> str:
-        return str(self.datetime)[:10] if self.datetime else "–"
+        return self.datetime[:10] if self.datetime else "–"
 
     @property
     def when(self) -> str:
         """'YYYY-MM-DD HH:MM' (UTC)."""
-        return str(self.datetime)[:16].replace("T", " ") if self.datetime else "–"
+        return self.datetime[:16].replace("T", " ") if self.datetime else "–"
 
 
 @dataclass(frozen=True)
@@ -231,27 +230,20 @@ class Bench:
         return None
 
 
-def _opt(x):
-    return None if missing(x) else x
-
-
-def of_record(rec, problem: str | None = None) -> Bench:
-    """The Bench of one stored record (impl.report.data.Record), `problem`:
-    the handout's name where the row was stored under an older one."""
-    s = rec.stats
-    stats = None if s is None or (missing(s.median) and missing(s.mean)) else Stats(
-        _opt(s.mean), _opt(s.stddev), _opt(s.median), _opt(s.iqr), s.rounds, list(s.data) if s.data else None)
-    run = RunRef(rec.run.device, rec.run.section, rec.run.datetime, rec.run.commit, rec.run.legacy, rec.run.file)
-    row = rec.row if problem in (None, rec.row.problem) else replace(rec.row, problem=problem)
-    return Bench(rec.name, row, run, stats)
-
-
 @dataclass(frozen=True)
 class Rows:
     """What a page reads: each stored benchmark's newest row (per device), and every earlier one."""
 
     newest: tuple[Bench, ...]
     history: tuple[Bench, ...] = ()
+
+    @classmethod
+    def loaded(cls, rows: list[Bench]) -> Rows:
+        """Stored rows (oldest run first) split into each row's newest and every earlier one: a row is a
+        (device, benchmark name), and the last seen is the newest."""
+        newest = {(b.run.device, b.name): b for b in rows}
+        keep = {id(b) for b in newest.values()}
+        return cls(tuple(newest.values()), tuple(b for b in rows if id(b) not in keep))
 
     def of(self, *problems: str, device: str | None = None) -> list[Bench]:
         """The newest rows of `problems` (all where none is named), on `device` where given."""
@@ -291,19 +283,14 @@ def timing_text(rows: Iterable[Bench]) -> tuple[str, str]:
     return text(warm), text(rounds)
 
 
-def view(cls: type[V], b: Bench) -> V:
-    """A page's typed view of a row's config (a frozen dataclass of the keys it reads, each with a
-    default): no catch-all config class; a key the view does not declare is not read."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in b.row.config.items() if k in names})
-
-
 class View:
-    """Base of a page's typed view of a row's config: `MyConfig.of(b)` is `view(MyConfig, b)`."""
+    """Base of a page's typed view of a row's config (a frozen dataclass of the keys it reads, each with
+    a default): no catch-all config class; a key the view does not declare is not read."""
 
     @classmethod
     def of(cls, b: Bench) -> Self:
-        return view(cls, b)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in b.row.config.items() if k in names})
 
 
 @dataclass(frozen=True)

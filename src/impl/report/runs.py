@@ -39,7 +39,7 @@ def files_text(files) -> str:
 
 def newest_date(rows) -> str:
     """The newest run's UTC date of Bench rows (impl.report.rows), "–" where none has a time."""
-    times = [str(b.run.datetime) for b in rows if b.run.datetime]
+    times = [b.run.datetime for b in rows if b.run.datetime]
     return max(times)[:10] if times else "–"
 
 
@@ -72,10 +72,10 @@ class RunsFacts:
     @classmethod
     def of(cls, device: str, rows: list) -> RunsFacts:
         """From Bench rows (impl.report.rows) in load order."""
-        by = group(rows, lambda b: (str(b.run.datetime), b.run.commit))
-        runs = tuple(RunId(when[:16].replace("T", " "), commit, len(g), all(b.run.legacy for b in g),
+        by = group(rows, lambda b: (b.run.datetime, b.run.commit))
+        runs = tuple(RunId(g[0].run.when, commit, len(g), all(b.run.legacy for b in g),
                            files_of(g) if all(b.run.file for b in g) else ())
-                     for (when, commit), g in sorted(by.items()))
+                     for (_, commit), g in sorted(by.items()))
         return cls(device, rows[-1].row.env, runs, newest_date(rows))
 
     @property

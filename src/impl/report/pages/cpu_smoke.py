@@ -40,7 +40,7 @@ def facts(ctx: Context) -> CpuSmokeFacts:
     for sec in sorted({b.run.section for b in rows}):
         rs = [b for b in rows if b.run.section == sec]
         n = Counter(b.status for b in rs)
-        newest = max(rs, key=lambda b: str(b.run.datetime))  # the first of the newest run
+        newest = max(rs, key=lambda b: b.run.datetime)  # the first of the newest run
         out.append(SectionRow(sec, tuple(sorted({b.problem for b in rs})), n[Status.MEASURED], n[Status.OOM],
                               tuple(sorted((s.value, k) for s, k in n.items() if s not in ok)),
                               newest.run.when, newest.run.commit or "–", all(b.run.legacy for b in rs)))

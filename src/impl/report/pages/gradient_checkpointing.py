@@ -24,7 +24,7 @@ ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
 @dataclass(frozen=True)
 class PolicyRow(SizedView):
-    """One row: its config (rows.view) and, from policy_row, its measured peak, the predictions (the hook
+    """One row: its config (rows.View) and, from policy_row, its measured peak, the predictions (the hook
     terms' and the fp32 closed form's, each a step peak and the block stack's activations) and its step."""
 
     policy: str | None = None

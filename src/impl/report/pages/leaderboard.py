@@ -103,13 +103,13 @@ class Version:  # one stored run: ours and cuDNN forward+backward of the same ru
 
 
 def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran, oldest first
-    runs = group(rows, lambda b: (str(b.run.datetime), b.run.commit))
+    runs = group(rows, lambda b: (b.run.datetime, b.run.commit))
     out = []
-    for (when, commit), g in sorted(runs.items()):
+    for (_, commit), g in sorted(runs.items()):
         ours, cudnn = (pick(g, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
         if ours is not None:
             picks = tuple((k, short_config(c)) for k, c in (ours.details.get("tuned_configs") or {}).items())
-            out.append(Version(when[:16].replace("T", " "), commit, g[0].run.legacy, ours.stats.median,
+            out.append(Version(g[0].run.when, commit, g[0].run.legacy, ours.stats.median,
                                ours.metric(Metric.MFU), cudnn and cudnn.stats.median,
                                cudnn and cudnn.metric(Metric.MFU), picks))
     return out

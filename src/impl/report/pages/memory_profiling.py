@@ -31,7 +31,7 @@ CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf1
 
 @dataclass(frozen=True)
 class MemCase(SizedView):
-    """One row: its config (rows.view) and, from mem_case, what it measured."""
+    """One row: its config (rows.View) and, from mem_case, what it measured."""
 
     context: int | None = None
     dtype: str | None = None
@@ -78,7 +78,7 @@ def newest_per_case(rows: list[Bench]) -> list[Bench]:
     """Each case's row of the newest run: a row stored under an older name (before the edition prefix, e.g.
     `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case, and the newer one answers."""
     newest: dict[tuple, Bench] = {}
-    for b in sorted(rows, key=lambda b: str(b.run.datetime)):
+    for b in sorted(rows, key=lambda b: b.run.datetime):
         newest[case_key(MemCase.of(b))] = b
     keep = {id(b) for b in newest.values()}
     return [b for b in rows if id(b) in keep]

@@ -11,7 +11,8 @@ from impl import parallelism_calcs as pc
 from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.report.pages import Context, Kind, Scored
-from impl.report.rows import Rows, View
+from impl.report.pages.distributed_communication import AllReduceConfig
+from impl.report.rows import Rows
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS)
@@ -29,19 +30,12 @@ class Bandwidth:
     file: str
 
 
-@dataclass(frozen=True)
-class _AllReduce(View):
-    backend: str = ""
-    world_size: int = 0
-    bytes: int = 0
-
-
 def nccl_bus_bandwidth(rows: Rows, world_size: int | None = None) -> Bandwidth | None:
     """W of the largest (bytes, processes) measured NCCL all-reduce on a GPU, of `world_size` processes when
     given; the first device's on a tie."""
     found = [Bandwidth(bw * 1e9, device, c.bytes, c.world_size, b.run.date, b.run.file)
              for device, benches in rows.per_gpu(P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE) for b in benches
-             for c, bw in [(_AllReduce.of(b), b.figure("busbw_GBps", Metric.BUS_BW))]
+             for c, bw in [(AllReduceConfig.of(b), b.figure("busbw_GBps", Metric.BUS_BW))]
              if b.status is Status.MEASURED and c.backend == "nccl" and bw is not None
              and world_size in (None, c.world_size)]
     return max(found, key=lambda w: (w.bytes, w.processes), default=None)
@@ -56,7 +50,7 @@ class Peak:
 
 
 def measured_peak(rows: Rows, device: str) -> Peak | None:
-    b = max((b for b in rows.of(device=device) if b.row.peaks is not None), key=lambda b: str(b.run.datetime),
+    b = max((b for b in rows.of(device=device) if b.row.peaks is not None), key=lambda b: b.run.datetime,
             default=None)
     return b and Peak(b.row.peaks.measured_flops, b.run.date, b.run.section, b.run.file)
 

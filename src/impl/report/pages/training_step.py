@@ -34,7 +34,7 @@ ABLATION_HEADER = ["config", "size", "context", "step (ms)", "tokens/s", "MFU (d
 
 @dataclass(frozen=True)
 class Settings(View):
-    """What a row ran (rows.view), as the config legend's cells: normalised by step(), equal settings compare equal."""
+    """What a row ran (rows.View), as the config legend's cells: normalised by step(), equal settings compare equal."""
 
     dtype: str | None = None
     weights: str | None = None  # rows from before the option: fp32
@@ -47,7 +47,7 @@ class Settings(View):
 
 @dataclass(frozen=True)
 class Step(View):
-    """One row: its config (rows.view) and, from step(), what it measured."""
+    """One row: its config (rows.View) and, from step(), what it measured."""
 
     size: str | None = None
     context: int | None = None
@@ -117,7 +117,7 @@ def step(b: Bench) -> Step:
                    mfu=b.metric(Metric.MFU), mfu_measured=b.metric(Metric.MFU_MEASURED_PEAK),
                    peak_bytes=b.row.memory.peak_allocated,
                    first_step_s=b.details.get("first_step_s") if missing(first) else first, details=b.details,
-                   datetime=str(b.run.datetime or ""), commit=b.run.commit, section=b.run.section, peaks=b.row.peaks)
+                   datetime=b.run.datetime, commit=b.run.commit, section=b.run.section, peaks=b.row.peaks)
 
 
 def latest(every: list[Step]) -> list[Step]:
