@@ -55,15 +55,18 @@ def test_the_filter_selects_the_backward_kernels_only(probe):
         assert not rx.search(name), name
 
 
-def test_ncu_command_bounds_the_replay_and_round_trips(probe):
+@pytest.mark.parametrize("report", ["bwd", "src"])
+def test_ncu_command_bounds_the_replay_and_round_trips(probe, report):
     args = probe.parse_args(["--variants", "one-pass,cudnn", "--shape", "4,32,4096,128", "--full"])
-    cmd = probe.ncu_command(args)
+    cmd = probe.ncu_command(args, report)
     words = shlex.split(cmd)
-    assert words[0] == "ncu" and "$OUT/bwd" in cmd
+    assert words[0] == "ncu" and f"$OUT/{report}" in cmd
     for flag, value in (("--profile-from-start", "off"), ("--clock-control", "none"), ("--launch-count", "2"),
                         ("--kernel-name", "regex:" + probe.KERNEL_REGEX)):
         assert words[words.index(flag) + 1] == value
-    assert [words[i + 1] for i, w in enumerate(words) if w == "--section"] == list(probe.SECTIONS)
+    sections, metrics = probe.PROFILES[report]
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--section"] == list(sections)
+    assert ("--metrics" in words) == bool(metrics)
     again = probe.parse_args(words[words.index("tools/probes/flash_ncu_bwd.py") + 1:])
     assert (again.shape, again.full, again.variants, again.warmup) == (args.shape, args.full, args.variants,
                                                                       args.warmup)
@@ -80,4 +83,5 @@ def test_refuses_without_an_sm90_gpu(probe, monkeypatch, capsys):
     with pytest.raises(SystemExit, match="needs compute capability 9.0, found 8.0"):
         probe.main([])
     probe.main(["--ncu-command"])  # needs no GPU
-    assert capsys.readouterr().out.startswith("ncu ")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("ncu ") for line in lines)

@@ -9,9 +9,10 @@ from the same q, k, v, dO and the ws forward's o and lse (cuDNN: its own forward
 - split-gluon: the same dK/dV kernel + the Gluon dQ kernel (stage 3c) at its default tiles;
 - cudnn: SDPA cuDNN's backward (autograd.grad with the graph retained).
 Only the kernels KERNEL_REGEX matches are meant to be profiled (not the preprocess, the casts or
-cuDNN's small kernels); `kernels()` lists them in launch order, `--ncu-command` prints the command.
+cuDNN's small kernels); `kernels()` lists them in launch order, `--ncu-command` prints the two ncu
+commands (PROFILES: the counters, then the per-instruction sampling).
 
-    PYTHONPATH=src python tools/probes/flash_ncu_bwd.py --ncu-command    # the ncu line (no GPU needed)
+    PYTHONPATH=src python tools/probes/flash_ncu_bwd.py --ncu-command    # the ncu lines (no GPU needed)
     ncu ... python tools/probes/flash_ncu_bwd.py [--shape B,H,N,D] [--full] [--variants a,b] [--warmup N]
 """
 from __future__ import annotations
@@ -31,11 +32,17 @@ SHAPE_8B = (1, 32, 32768, 128)  # the 8B step's attention, where the one-pass ke
 TRITON_DQ = (128, 64, 8, 3)
 #: Our backward kernels (Triton/Gluon function names) and cuDNN's backward ("..._flash_bprop_...").
 KERNEL_REGEX = r"_attn_bwd_(sm90|ws_sm90|dq)|bprop"
-SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables",
-            "SchedulerStats", "WarpStateStats", "SourceCounters", "Occupancy", "LaunchStats")
-#: L2 sectors by operation (the reduce-adds are "red"), DRAM bytes: beside the sections' figures.
-METRICS = ("lts__t_sectors_op_red.sum", "lts__t_sectors_op_read.sum", "lts__t_sectors_op_write.sum",
-           "lts__t_sectors_op_atom.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
+#: Two profiles of the same launches, so that the per-instruction one (SourceCounters: PC sampling and
+#: SASS-patched counts, which the 255-register kernels may refuse) cannot cost the counters of the first.
+#: report name -> (sections, extra metrics). "bwd": the L2 sectors by operation (reduce-adds are "red")
+#: and DRAM bytes beside the sections' figures.
+PROFILES = {
+    "bwd": (("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables",
+             "SchedulerStats", "WarpStateStats", "Occupancy", "LaunchStats"),
+            ("lts__t_sectors_op_red.sum", "lts__t_sectors_op_read.sum", "lts__t_sectors_op_write.sum",
+             "lts__t_sectors_op_atom.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")),
+    "src": (("SourceCounters", "WarpStateStats"), ()),
+}
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS),
                     help=f"comma-separated, launch order kept: {', '.join(BY_NAME)}")
     ap.add_argument("--warmup", type=int, default=2, help="unprofiled calls of each variant first")
-    ap.add_argument("--ncu-command", action="store_true", help="print the ncu command for these arguments, exit")
+    ap.add_argument("--ncu-command", action="store_true", help="print the ncu commands for these arguments, exit")
     args = ap.parse_args(argv)
     try:
         args.shape = tuple(int(x) for x in args.shape.split(","))
@@ -85,18 +92,21 @@ def kernels(variants: Sequence[Variant]) -> List[str]:
     return [k for v in variants for k in v.kernels]
 
 
-def ncu_command(args: argparse.Namespace, out: str = "$OUT", python: str = "python3") -> str:
-    """The profiling command for `args` (the report to `out`/bwd.ncu-rep). Clocks left alone
-    (METHOD.md); one range, the kernels KERNEL_REGEX matches, at most as many as the probe launches."""
+def ncu_command(args: argparse.Namespace, report: str = "bwd", out: str = "$OUT", python: str = "python3") -> str:
+    """The ncu command of PROFILES[report] for `args`, its report to `out`/`report`.ncu-rep. Clocks left
+    alone (METHOD.md); one range, the kernels KERNEL_REGEX matches, at most as many as the probe launches."""
+    sections, metrics = PROFILES[report]
     probe = ["tools/probes/flash_ncu_bwd.py", "--shape", ",".join(map(str, args.shape)),
              "--variants", ",".join(v.name for v in args.variants), "--warmup", str(args.warmup)]
     if args.full:
         probe.append("--full")
     cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", f"regex:{KERNEL_REGEX}",
            "--launch-count", str(len(kernels(args.variants)))]
-    for s in SECTIONS:
+    for s in sections:
         cmd += ["--section", s]
-    cmd += ["--metrics", ",".join(METRICS), "-f", "--export", f"{out}/bwd", python] + probe
+    if metrics:
+        cmd += ["--metrics", ",".join(metrics)]
+    cmd += ["-f", "--export", f"{out}/{report}", python] + probe
     return " ".join(a if a.startswith(out) else shlex.quote(a) for a in cmd)  # $OUT expands in the shell
 
 
@@ -137,7 +147,7 @@ def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
     if args.ncu_command:
-        print(ncu_command(args))
+        print("\n".join(ncu_command(args, report) for report in PROFILES))
         return
     require_gpu(PROG, (9, 0))
     fns = _backwards(args)
