@@ -248,6 +248,23 @@ def test_gluon_backward_launch_args():
         assert args[19] == pytest.approx(1.4426950408889634 / math.sqrt(d)) and args[20] == pytest.approx(d ** -0.5)
 
 
+def test_gluon_backward_passes_options_to_the_triton_dq(monkeypatch):
+    """dq "triton": the caller's FlashOptions reach the Triton dQ launch (tools/probes/flash_ncu_bwd.py
+    pins its config through them); None stays None (the launch's defaults). Launches stubbed, CPU."""
+    from impl.attention.flash_options import FlashOptions, with_configs
+
+    seen = []
+    monkeypatch.setattr(bwd, "check_device", lambda *a: None)
+    monkeypatch.setattr(bwd, "_triton_dq", lambda *a: seen.append(a[-1]))
+    monkeypatch.setattr(bwd, "_attn_bwd_sm90", type("Stub", (), {"__getitem__": lambda s, g: lambda *a, **k: None})())
+    a = _args((1, 2, 40, 128))
+    pinned = with_configs(FlashOptions(), q=[(128, 64, 8, 3)])
+    for options in (pinned, None):
+        bwd.flash_gluon_backward(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True,
+                                 bwd.GluonBwdConfig(dq="triton"), options)
+    assert seen == [pinned, None]
+
+
 def test_gluon_backward_is_off_the_default_paths():
     """Issue 47 wires the kernels in at stage 4: until then importing the attention package, the
     Triton path and the model does not import it."""

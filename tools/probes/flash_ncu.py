@@ -2,19 +2,50 @@
 of SDPA's cuDNN backend on the leaderboard shape between cudaProfilerStart/Stop, for Nsight
 Compute's pipe utilisation (issue 10: is each kernel tensor-core, MUFU or issue bound?):
     ncu --profile-from-start off --section ComputeWorkloadAnalysis ... python tools/probes/flash_ncu.py FWD KV Q
-FWD/KV/Q: tile configs as "BLOCK_M,BLOCK_N,warps,stages"."""
+FWD/KV/Q: tile configs as "BLOCK_M,BLOCK_N,warps,stages".
+
+`require_gpu` and `profiled` are shared with flash_ncu_bwd.py (issue 47's backward kernels)."""
 import sys
+from typing import Callable, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from impl.attention import FlashAttentionTriton, FlashOptions
-from impl.attention.flash_options import with_configs
-from impl.workloads.attention import attention_inputs
+
+def require_gpu(prog: str, capability: Optional[Tuple[int, int]] = None) -> None:
+    """Exit with a message naming `prog` unless a CUDA GPU (of `capability`, when given) is visible:
+    an ncu run without one would profile nothing and say little about why."""
+    if not torch.cuda.is_available():
+        sys.exit(f"{prog}: needs a CUDA GPU (none visible); run it on the device machine under ncu")
+    got = torch.cuda.get_device_capability()
+    if capability is not None and tuple(got) != tuple(capability):
+        sys.exit(f"{prog}: needs compute capability {capability[0]}.{capability[1]}, found {got[0]}.{got[1]} "
+                 f"({torch.cuda.get_device_name()})")
+
+
+def profiled(fns: Sequence[Callable[[], object]], warmup: int = 3) -> None:
+    """Run each of `fns` `warmup` times (compiles, autotuning, cuDNN plans: all outside the range),
+    then each once between cudaProfilerStart and cudaProfilerStop, so that
+    `ncu --profile-from-start off` sees exactly those launches."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
 
 
 def main(fwd, kv, q):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from impl.attention import FlashAttentionTriton, FlashOptions
+    from impl.attention.flash_options import with_configs
+    from impl.workloads.attention import attention_inputs
+
+    require_gpu("flash_ncu")
     parse = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
     options = with_configs(FlashOptions(), fwd=[parse(fwd)], kv=[parse(kv)], q=[parse(q)])
     qq, kk, vv, do = attention_inputs((1, 16, 16384, 64), "bf16", torch.device("cuda"))
@@ -26,15 +57,7 @@ def main(fwd, kv, q):
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             F.scaled_dot_product_attention(qq, kk, vv, is_causal=True).backward(do)
 
-    for _ in range(3):
-        ours()
-        cudnn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    ours()
-    cudnn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profiled([ours, cudnn])
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import torch
 from triton._C.libtriton import ir
@@ -56,6 +56,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .flash_gluon import (DTYPES, HEAD_DIM_TILES, LOG2E, _check_layout, _descriptor, _mma_layout, _tile_2d, as_4d,
                           check_device, check_shared, validate)
+
+if TYPE_CHECKING:
+    from .flash_options import FlashOptions
 
 Tensor = torch.Tensor
 FN = "flash_gluon_backward"
@@ -519,13 +522,14 @@ _PRE_BLOCK_M = 64
 
 
 def _triton_dq(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, do4: Tensor, dq4: Tensor, lse3: Tensor, delta: Tensor,
-               causal: bool) -> None:
+               causal: bool, options: Optional["FlashOptions"] = None) -> None:
     """dQ (and D, which it stores for the dK/dV kernel) by the Triton two-pass backward's dQ kernel,
-    launched as flash_launch launches it (default options: autotuned, descriptors by its rule)."""
+    launched as flash_launch launches it under `options` (a FlashOptions; None: the defaults, autotuned,
+    descriptors by its rule; a pinned "q" config list skips the autotuning)."""
     import impl.attention.flash_launch as fl  # only where it runs: the Triton launch machinery (not `from .`, which
     # imports the package, impl.attention, whose attention_halves imports this module: a cycle)
 
-    options = fl.default_options()
+    options = options or fl.default_options()
     B, H, n_q, d = q4.shape
     n_k = k4.shape[2]
     block_d, d1 = fl._tiles(d, options)
@@ -539,7 +543,8 @@ def _triton_dq(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, do4: Tensor, dq4:
 
 
 def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, is_causal: bool = False,
-                         config: Optional[GluonBwdConfig] = None) -> Tuple[Tensor, Tensor, Tensor]:
+                         config: Optional[GluonBwdConfig] = None,
+                         options: Optional["FlashOptions"] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """FlashAttention backward on an sm_90 GPU: (dq, dk, dv) in q's, k's, v's shapes and dtypes
     (contiguous). q (B, H, N_Q, d) or (B, N_Q, d), k and v (.., N_K, d), o and do in q's shape, bf16
     or fp16 with TMA's layout constraints (unit stride along d, 16-byte aligned start and strides) on
@@ -550,7 +555,8 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     config.dq "reduce" (default below d 128): D and a zeroed fp32 dQ buffer from the Triton preprocessing
     kernel, then this kernel (dK, dV, dQ by reduce-add), then the buffer's cast. "triton": the Triton dQ
     kernel (which writes D), then this kernel for dK and dV. "gluon": the Gluon dQ kernel
-    (flash_gluon_dq, which writes D), then this kernel for dK and dV."""
+    (flash_gluon_dq, which writes D), then this kernel for dK and dV. options (a FlashOptions; None: the
+    defaults) reach only the Triton dQ kernel of "triton"."""
     validate_backward(q, k, v, o, do, lse)
     check_device(q.device, FN)
     config = config or default_config(q.shape[-1])
@@ -574,7 +580,7 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
         return dq, dk, dv
     if config.dq == "triton":
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        _triton_dq(q4, k4, v4, o4, do4, as_4d(dq), lse.reshape(B, H, n_q), delta, bool(is_causal))
+        _triton_dq(q4, k4, v4, o4, do4, as_4d(dq), lse.reshape(B, H, n_q), delta, bool(is_causal), options)
         grid, args, opts = launch_args(q, k, v, do, lse, delta, None, dk, dv, is_causal, config)
         _attn_bwd_sm90[grid](*args, **opts)
         return dq, dk, dv

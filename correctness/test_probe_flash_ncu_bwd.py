@@ -1,0 +1,87 @@
+"""tools/probes/flash_ncu_bwd.py (issue 47's Nsight Compute probe) on the CPU: its arguments, the kernels
+its ncu filter selects, the command it prints, and its refusal without an sm_90 GPU."""
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+PROBES = Path(__file__).resolve().parents[1] / "tools" / "probes"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    sys.path.insert(0, str(PROBES))  # as when run as a script: flash_ncu beside it
+    try:
+        import flash_ncu_bwd
+        yield flash_ncu_bwd
+    finally:
+        sys.path.remove(str(PROBES))
+
+
+def test_defaults_are_the_8b_shape_and_every_variant(probe):
+    args = probe.parse_args([])
+    assert args.shape == (1, 32, 32768, 128) and not args.full
+    assert [v.name for v in args.variants] == ["one-pass", "ws", "split-triton", "split-gluon", "cudnn"]
+    assert probe.kernels(args.variants) == ["_attn_bwd_sm90", "_attn_bwd_ws_sm90", "_attn_bwd_dq", "_attn_bwd_sm90",
+                                            "_attn_bwd_dq_sm90", "_attn_bwd_sm90",
+                                            "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
+
+
+@pytest.mark.parametrize("argv,match", [(["--shape", "1,2,3"], "B,H,N,D"), (["--shape", "a,b,c,d"], "integers"),
+                                        (["--variants", "one-pass,atomic"], "unknown"),
+                                        (["--shape", "4,32,4096,64"], "head dim 128 only"),
+                                        (["--warmup", "0"], "warmup")])
+def test_refuses_bad_arguments(probe, argv, match, capsys):
+    with pytest.raises(SystemExit):
+        probe.parse_args(argv)
+    assert re.search(match, capsys.readouterr().err)
+
+
+def test_the_filter_selects_the_backward_kernels_only(probe):
+    """Every kernel a variant profiles (and cuDNN's d 64 bprop name seen in flash_ncu-v3.txt) matches;
+    the forwards, the preprocess, the casts and cuDNN's small kernels do not."""
+    rx = re.compile(probe.KERNEL_REGEX)
+    for name in probe.kernels(probe.VARIANTS) + [
+            "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0"]:
+        assert rx.search(name), name
+    fprop = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0"
+    for name in ("_attn_bwd_preprocess", "_attn_fwd", "_attn_fwd_sm90", "_attn_fwd_ws_sm90",
+                 "vectorized_elementwise_kernel", fprop, "compute_dot_do_o_specialized", "convert_dq_to_16bits"):
+        assert not rx.search(name), name
+
+
+@pytest.mark.parametrize("report", ["bwd", "src"])
+def test_ncu_command_bounds_the_replay_and_round_trips(probe, report):
+    args = probe.parse_args(["--variants", "one-pass,cudnn", "--shape", "4,32,4096,128", "--full"])
+    cmd = probe.ncu_command(args, report)
+    words = shlex.split(cmd)
+    assert words[0] == "ncu" and f"$OUT/{report}" in cmd
+    for flag, value in (("--profile-from-start", "off"), ("--clock-control", "none"), ("--launch-count", "2"),
+                        ("--kernel-name", "regex:" + probe.KERNEL_REGEX)):
+        assert words[words.index(flag) + 1] == value
+    sections, metrics = probe.PROFILES[report]
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--section"] == list(sections)
+    assert ("--metrics" in words) == bool(metrics)
+    again = probe.parse_args(words[words.index("tools/probes/flash_ncu_bwd.py") + 1:])
+    assert (again.shape, again.full, again.variants, again.warmup) == (args.shape, args.full, args.variants,
+                                                                      args.warmup)
+
+
+def test_refuses_without_an_sm90_gpu(probe, monkeypatch, capsys):
+    """No GPU, or another one: a message, before any tensor or kernel."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="flash_ncu_bwd: needs a CUDA GPU"):
+        probe.main([])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100")
+    with pytest.raises(SystemExit, match="needs compute capability 9.0, found 8.0"):
+        probe.main([])
+    probe.main(["--ncu-command"])  # needs no GPU
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("ncu ") for line in lines)
