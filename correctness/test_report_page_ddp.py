@@ -254,3 +254,15 @@ def test_nsys_kernels_per_rank_and_a_rank_with_lost_records_is_incomplete(tmp_pa
     assert r0.overlap.nccl_hidden_share == pytest.approx(0.6) and r0.exposed_ms == pytest.approx(0.1)
     w = r0.wait("ncclAllReduce")
     assert (w.kernels, w.forward, w.waited) == (1, 0, 0)
+    assert r0.backward_gap_ms == pytest.approx(0.4)  # backward 300-800 us, its last launch at 400
+
+
+def test_a_rank_whose_backward_pauses_launching_past_the_bound_is_incomplete():
+    """2025 xl naive: both ranks recorded as many kernels as each other and every all-reduce, yet a 91 and a 156
+    ms stretch of backward without a launch: records lost on both, which the counts alone did not show."""
+    from dataclasses import replace
+
+    from impl.report.pages._nsys import LAUNCH_GAP_MS, CollectiveKernels, RankPhases
+    whole = CollectiveKernels("ncclAllReduce", 1, 0, 0.0, 0, 0, 0.0)
+    r = RankPhases(0, 1.0, (), (("ncclAllReduce", 1, 0, 1),), 0, 10, 1, 1.0, None, (whole,), LAUNCH_GAP_MS)
+    assert r.complete and not replace(r, backward_gap_ms=LAUNCH_GAP_MS + 1).complete

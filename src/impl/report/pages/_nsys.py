@@ -136,6 +136,7 @@ class RankPhases:
     recorded_share: float | None = None  # kernels ÷ the most any rank recorded in a measured step (None: no kernels)
     overlap: Overlap | None = None  # its GPU over the step: compute, NCCL and both (ns)
     waited: tuple[CollectiveKernels, ...] = ()  # per collective issued
+    backward_gap_ms: float | None = None  # the longest stretch of its backward without a kernel launch recorded
 
     def phase(self, name: str) -> float | None:
         return next((ms for n, ms in self.phases if n == name), None)
@@ -149,10 +150,11 @@ class RankPhases:
 
     @property
     def complete(self) -> bool:
-        """Its kernels look whole: the most kernels a measured step recorded (to 1%) and one NCCL kernel per
-        collective call issued."""
+        """Its kernels look whole: the most kernels a measured step recorded (to 1%), one NCCL kernel per
+        collective call issued, and no stretch of backward longer than LAUNCH_GAP_MS without a kernel launch."""
         return (self.recorded_share is not None and self.recorded_share >= COMPLETE_SHARE
-                and all(self.whole(c) for c, *_ in self.issued))
+                and all(self.whole(c) for c, *_ in self.issued)
+                and (self.backward_gap_ms is None or self.backward_gap_ms <= LAUNCH_GAP_MS))
 
     def whole(self, collective: str, phase: str | None = None) -> bool:
         """One kernel recorded per call of `collective` issued (inside `phase`: "forward" only, or the whole step)."""
@@ -163,6 +165,9 @@ class RankPhases:
 
 
 COMPLETE_SHARE = 0.99  # RankPhases.complete: the share of the most kernels a measured step recorded
+# RankPhases.complete: a backward launches kernels without pause (2026-11-26's whole ranks: at most 7 ms between
+# launches; the ranks that lost records: 46 ms and more, with as many kernels as their peer in the naive 2025 case)
+LAUNCH_GAP_MS = 25.0
 
 
 @dataclass(frozen=True)
@@ -189,60 +194,67 @@ def _rank_kernels(tl: Timeline, pid: int, step: str) -> tuple[NvtxRange, list]:
     return tl.named(step, pid)[-1], [k for k in tl.kernels if k.pid == pid and step in k.ranges]
 
 
-def _pick_step(tl: Timeline, pids: list[int], steps: list[str]) -> tuple[str, int]:
-    """(the measured step whose least complete rank recorded the most kernels, then the most in all, the later
-    on a tie; the most kernels any rank recorded in a measured step)."""
-    counts = {(s, pid): len(_rank_kernels(tl, pid, s)[1]) for s in steps for pid in pids if tl.named(s, pid)}
-    most = max(counts.values(), default=0)
-    if not most:
-        return steps[-1], 0
-    best = max(steps, key=lambda s: (min(counts.get((s, pid), 0) for pid in pids),
-                                     sum(counts.get((s, pid), 0) for pid in pids), steps.index(s)))
-    return best, most
+def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
+    """The longest stretch of `span` (host time) in which none of `kernels` was launched (ms; None: no span)."""
+    if span is None:
+        return None
+    ts = sorted([span.start_ns, span.end_ns] + [t for k in kernels if span.start_ns <= (
+        t := k.launch_ns if k.launch_ns is not None else k.start_ns) <= span.end_ns])
+    return max(b - a for a, b in zip(ts, ts[1:])) / 1e6
+
+
+def _rank_phases(tl: Timeline, rank: int, pid: int, step: str, most: int, phases: Sequence[str],
+                 collectives: Sequence[str]) -> RankPhases:
+    st, ks = _rank_kernels(tl, pid, step)
+    inside = [r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns]
+    got = tuple((n, sum(r.duration_ns for r in inside if r.name == n) / 1e6) for n in phases
+                if any(r.name == n for r in inside))
+    fwd = [r for r in inside if r.name == "forward"]
+    bwd = [r for r in inside if r.name == "backward"]
+
+    def within(r, spans):
+        return any(s.start_ns <= r.start_ns <= s.end_ns for s in spans)
+
+    issued = tuple((c, len(rs), sum(within(r, fwd) for r in rs), sum(within(r, bwd) for r in rs))
+                   for c in collectives if (rs := [r for r in inside if r.name == c]))
+    dev = Counter(x.device for x in ks).most_common(1)[0][0] if ks else None
+    own = replace(tl, kernels=tuple(ks))
+    waited = tuple(CollectiveKernels.of(c, own.waits(dev, c.removeprefix("nccl")))
+                   for c, *_ in issued if dev is not None)
+    return RankPhases(rank, st.duration_ns / 1e6, got, issued, dev, len(ks), sum(x.nccl for x in ks),
+                      len(ks) / most if most else None, own.overlap()[0] if ks else None, waited,
+                      _launch_gap_ms(ks, bwd[0] if bwd and ks else None))
 
 
 def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: str, *, phases: Sequence[str],
                   collectives: Sequence[str]) -> StepTimeline | None:
-    """The measured step of `case` from its filed export (_pick_step), drawn into fig_dir; None without one."""
+    """A measured step of `case` from its filed export, drawn into fig_dir; None without one. The step shown: the
+    one with the most whole ranks (RankPhases.complete), then whose least complete rank recorded the most kernels,
+    then the most in all, the later on a tie."""
     gz = filed.sqlite(case)
     if gz is None:
         return None
     tl = open_timeline(gz)
     steps = tl.measured_steps()
     pids = sorted({r.pid for s in steps for r in tl.named(s)})
-    step, most = _pick_step(tl, pids, steps)
+    counts = [len(_rank_kernels(tl, pid, s)[1]) for s in steps for pid in pids if tl.named(s, pid)]
+    most = max(counts, default=0)
+    per_step = {s: [_rank_phases(tl, k, pid, s, most, phases, collectives)
+                    for k, pid in enumerate(sorted({r.pid for r in tl.named(s)}))] for s in steps}
+    step = max(steps, key=lambda s: (sum(r.complete for r in per_step[s]), min(r.kernels for r in per_step[s]),
+                                     sum(r.kernels for r in per_step[s]), steps.index(s)))
     start, end = tl.window(step)
     win = tl.between(start, end)
-    ranks = []
-    for k, pid in enumerate(sorted({r.pid for r in tl.named(step)})):
-        st, ks = _rank_kernels(tl, pid, step)
-        inside = [r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns]
-        got = tuple((n, sum(r.duration_ns for r in inside if r.name == n) / 1e6) for n in phases
-                    if any(r.name == n for r in inside))
-        fwd = [r for r in inside if r.name == "forward"]
-        bwd = [r for r in inside if r.name == "backward"]
-
-        def within(r, spans):
-            return any(s.start_ns <= r.start_ns <= s.end_ns for s in spans)
-
-        issued = tuple((c, len(rs), sum(within(r, fwd) for r in rs), sum(within(r, bwd) for r in rs))
-                       for c in collectives if (rs := [r for r in inside if r.name == c]))
-        dev = Counter(x.device for x in ks).most_common(1)[0][0] if ks else None
-        own = replace(tl, kernels=tuple(ks))
-        waited = tuple(CollectiveKernels.of(c, own.waits(dev, c.removeprefix("nccl")))
-                       for c, *_ in issued if dev is not None)
-        ranks.append(RankPhases(k, st.duration_ns / 1e6, got, issued, dev, len(ks), sum(x.nccl for x in ks),
-                                len(ks) / most if most else None, own.overlap()[0] if ks else None, waited))
     name = f"nsys-{case}.png"
     draw_timeline(win, fig_dir / name, f"{label}: {step}, both ranks (nsys)", window=(start, end),
                   range_names=(step, *phases, *collectives))
     rep = filed.rep(case)
     srcs = (filed.rel_of(gz),) + ((filed.rel_of(rep),) if rep else ())
-    return StepTimeline(case, label, tuple(ranks), f"{fig_rel}/{name}", len(win.kernels),
+    return StepTimeline(case, label, tuple(per_step[step]), f"{fig_rel}/{name}", len(win.kernels),
                         tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None, step)
 
 
-__all__ = ["COMPLETE_SHARE", "CollectiveKernels", "Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
+__all__ = ["COMPLETE_SHARE", "LAUNCH_GAP_MS", "CollectiveKernels", "Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
            "step_timeline"]
 
 

@@ -12,7 +12,7 @@ from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
 from impl.nsys.timeline import RESUME_NS
-from impl.report.pages._nsys import COMPLETE_SHARE, Filed, StepTimeline, profiled_steps
+from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
@@ -423,6 +423,7 @@ class FsdpNsys:
     timelines: tuple[tuple[str, StepTimeline], ...]  # (variant, timeline)
 
     complete_share = COMPLETE_SHARE  # the words state it
+    launch_gap_ms = LAUNCH_GAP_MS
     resume_us = RESUME_NS / 1e3
     complete = property(lambda self: all(t.complete for _, t in self.timelines))
 
