@@ -266,3 +266,17 @@ def test_a_rank_whose_backward_pauses_launching_past_the_bound_is_incomplete():
     whole = CollectiveKernels("ncclAllReduce", 1, 0, 0.0, 0, 0, 0.0)
     r = RankPhases(0, 1.0, (), (("ncclAllReduce", 1, 0, 1),), 0, 10, 1, 1.0, None, (whole,), LAUNCH_GAP_MS)
     assert r.complete and not replace(r, backward_gap_ms=LAUNCH_GAP_MS + 1).complete
+
+
+def test_the_index_answer_says_not_shown_when_a_distributed_test_failed(tmp_path):
+    """The index row of an implementation problem follows the page: a failure in the distributed files at the
+    newest multi-GPU record's commit is not "weights match" (2xH200 a4ea09d: test_the_store_outlives_every_rank)."""
+    from impl.report.templating import macros
+
+    recs = ((DEV, "2026-11-26T14:27:42+00:00", "a4ea09d", 10,
+             ("correctness.test_distributed::test_the_store_outlives_every_rank",)),)
+    f = _facts(tmp_path, records=recs)
+    assert macros("ddp.md.j2").score_answer(f, "naive_ddp") == \
+        "not shown at `a4ea09d`: 1 failed in the distributed tests"
+    assert macros("ddp.md.j2").score_answer(_facts(tmp_path / "g"), "naive_ddp") == \
+        "weights match single-process training"
