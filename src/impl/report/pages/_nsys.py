@@ -166,7 +166,7 @@ class RankPhases:
 
 COMPLETE_SHARE = 0.99  # RankPhases.complete: the share of the most kernels a measured step recorded
 # RankPhases.complete: a backward launches kernels without pause (2026-11-26's whole ranks: at most 7 ms between
-# launches; the ranks that lost records: 46 ms and more, with as many kernels as their peer in the naive 2025 case)
+# launches; the ranks that lost records: 49.7 ms and more, with as many kernels as their peer in the naive 2025 case)
 LAUNCH_GAP_MS = 25.0
 
 
