@@ -70,3 +70,21 @@ def test_a_missing_part_is_refused_unless_partial_and_then_recorded(tmp_path):
     filed = json.loads((data / "h200-141gb-x2" / "nsys" / "20261126T090839Z_abcdef12" / S.FILED).read_text())
     assert filed["missing_parts"] == ["nsys-2.tar"] and filed["note"] == "n"
     assert filed["lost_files"]["nsys_profile_2025_small_ctx128"] == ["nsys_profile_2025_small_ctx128.nsys-rep"]
+
+
+def test_an_export_left_out_is_added_later_from_the_same_parts_only_once(tmp_path):
+    """2026-11-26's filing kept no export of the two-GPU cases the pages draw: they are added from the same
+    call's parts (ADDED.json says so), never from another call's, never over a stored file."""
+    out, data = _parts(tmp_path), tmp_path / "data"
+    dest = S.file_outputs(out, data, sqlite=[])
+    assert S.add_exports(out, dest, ["ddp_*"], note="the pages draw it") == ["ddp_2026_xl_naive_ctx128"]
+    assert sorted(p.name for p in (dest / "sqlite").iterdir()) == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
+    (added,) = json.loads((dest / S.ADDED).read_text())
+    assert added["sqlite"] == ["ddp_2026_xl_naive_ctx128.sqlite.gz"] and added["note"] == "the pages draw it"
+    with pytest.raises(NsysOutputError, match="never rewritten"):
+        S.add_exports(out, dest, ["ddp_*"])
+    with pytest.raises(NsysOutputError, match="no case"):
+        S.add_exports(out, dest, ["fsdp_*"])
+    (out / O.MANIFEST).write_text((out / O.MANIFEST).read_text().replace("abcdef123", "0000000"))
+    with pytest.raises(NsysOutputError, match="another call"):
+        S.add_exports(out, dest, ["nsys_*"])

@@ -119,3 +119,23 @@ def test_an_export_without_kernels_reads_and_draws_its_ranges_when_asked(tmp_pat
     assert tl.window("step 0") == (0, 1000 * US) and tl.overlap() == []
     out = draw_timeline(tl, tmp_path / "nvtx.png", "ranges only", window=tl.window("step 0"))
     assert out.stat().st_size > 5000
+
+
+def test_waits_count_the_compute_idle_up_to_an_nccl_kernel_it_resumes_after(tmp_path):
+    """fsdp_accounting (b) from kernels: compute idle when an all-gather ends and resuming within RESUME_NS
+    waited for it (from its last kernel's end); compute running at the end, or resuming much later, did not."""
+    ag = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    kernels = [(100, 0, 7, 1, 0, 0, 100, "gemm_a"), (100, 0, 20, 1, 1, 50, 150, ag),
+               (100, 0, 7, 1, 2, 160, 200, "gemm_b"),  # resumes 10 us after: waited 150 - 100 = 50 us
+               (100, 0, 20, 1, 3, 180, 190, ag),  # ends while gemm_b runs: no wait
+               (100, 0, 20, 1, 4, 400, 450, ag), (100, 0, 7, 1, 5, 600, 700, "gemm_c")]  # resumes 150 us after
+    tl = read_timeline(write_export(tmp_path / "w.sqlite", kernels=kernels))
+    assert [(k.start_ns // US, w // US) for k, w in tl.waits(0, "AllGather")] == [(50, 50), (180, 0), (400, 0)]
+    assert tl.waits(0, "ReduceScatter") == [] and tl.waits(1, "AllGather") == []
+    assert tl.measured_steps() == ["step 0"]
+
+
+def test_no_measured_step_is_named(tmp_path):
+    tl = read_timeline(write_export(tmp_path / "n.sqlite", ranges=[("forward", 0, 300)]))
+    with pytest.raises(NsysOutputError, match=r"no measured step range \('step N'\); the ranges are \['forward'\]"):
+        tl.measured_steps()

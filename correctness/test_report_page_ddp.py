@@ -234,3 +234,49 @@ def test_nsys_timelines_read_the_filed_exports(tmp_path):
     assert (tmp_path / naive.figure).is_file() and naive.overlap == ()
     assert any(x.endswith("ddp_2026_xl_individual_ctx128.nsys-rep") for x in _facts(tmp_path / "x").sources) is False
     assert any(x.endswith("sqlite/ddp_2026_xl_naive_ctx128.sqlite.gz") for x in _facts(tmp_path).sources)
+
+
+def test_nsys_kernels_per_rank_and_a_rank_with_lost_records_is_incomplete(tmp_path):
+    """2026-11-26 14:34's exports hold both ranks' kernels, some with records lost: a rank whose step launched
+    fewer kernels than the most a measured step recorded is incomplete, one with every kernel and one NCCL kernel
+    per all-reduce issued is whole; each rank's NCCL time under compute comes from its own GPU."""
+    from kits.nsys_outputs import RANGES
+    export = write_export(tmp_path / "k.sqlite", ranges=RANGES + [("ncclAllReduce", 395, 405)])
+    file_run(tmp_path / "data", DEV, "20261126T143456Z", [("ddp_2026_xl_individual_ctx128", "ddp",
+                                                            dict(edition="2026", size="xl", variant="individual",
+                                                                 context=128, batch=2), export)])
+    t = _facts(tmp_path).nsys.get("2026", "individual")
+    r0, r1 = t.ranks
+    assert t.step == "step 0" and (r0.device, r1.device) == (0, 1)
+    assert (r0.kernels, r0.nccl_kernels, r0.recorded_share, r0.complete) == (5, 1, 1.0, True)
+    assert (r1.kernels, r1.recorded_share, r1.complete) == (3, pytest.approx(0.6), False) and not t.complete
+    # rank 0: AllReduce 450-700 us, compute 320-600: 150 us of its 250 under compute
+    assert r0.overlap.nccl_hidden_share == pytest.approx(0.6) and r0.exposed_ms == pytest.approx(0.1)
+    w = r0.wait("ncclAllReduce")
+    assert (w.kernels, w.forward, w.waited) == (1, 0, 0)
+    assert r0.backward_gap_ms == pytest.approx(0.4)  # backward 300-800 us, its last launch at 400
+
+
+def test_a_rank_whose_backward_pauses_launching_past_the_bound_is_incomplete():
+    """2025 xl naive: both ranks recorded as many kernels as each other and every all-reduce, yet a 91 and a 156
+    ms stretch of backward without a launch: records lost on both, which the counts alone did not show."""
+    from dataclasses import replace
+
+    from impl.report.pages._nsys import LAUNCH_GAP_MS, CollectiveKernels, RankPhases
+    whole = CollectiveKernels("ncclAllReduce", 1, 0, 0.0, 0, 0, 0.0)
+    r = RankPhases(0, 1.0, (), (("ncclAllReduce", 1, 0, 1),), 0, 10, 1, 1.0, None, (whole,), LAUNCH_GAP_MS)
+    assert r.complete and not replace(r, backward_gap_ms=LAUNCH_GAP_MS + 1).complete
+
+
+def test_the_index_answer_says_not_shown_when_a_distributed_test_failed(tmp_path):
+    """The index row of an implementation problem follows the page: a failure in the distributed files at the
+    newest multi-GPU record's commit is not "weights match" (2xH200 a4ea09d: test_the_store_outlives_every_rank)."""
+    from impl.report.templating import macros
+
+    recs = ((DEV, "2026-11-26T14:27:42+00:00", "a4ea09d", 10,
+             ("correctness.test_distributed::test_the_store_outlives_every_rank",)),)
+    f = _facts(tmp_path, records=recs)
+    assert macros("ddp.md.j2").score_answer(f, "naive_ddp") == \
+        "not shown at `a4ea09d`: 1 failed in the distributed tests"
+    assert macros("ddp.md.j2").score_answer(_facts(tmp_path / "g"), "naive_ddp") == \
+        "weights match single-process training"

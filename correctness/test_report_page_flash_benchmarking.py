@@ -38,8 +38,9 @@ def _grid(when=NEW, scale=1.0):
 
 def test_ours_over_naive_and_the_faster_anchor_of_one_run(tmp_path):
     f = page.facts(context(_grid(), tmp_path))
-    n = f.vs_naive
-    assert (n.seq, n.ours_max, n.naive_max, n.stop_reason) == (8192, 16384, 8192, "naive beyond seq 8192")
+    (n,) = f.vs_naive
+    assert (n.dtype, n.seq, n.ours_max, n.naive_max, n.stop_reason) == ("bf16", 8192, 16384, 8192,
+                                                                        "naive beyond seq 8192")
     assert (n.low, n.high) == (pytest.approx(0.1), pytest.approx(0.1))
     h = f.headline
     assert (h.dtype, h.d, h.seq, h.anchor, h.naive_seq) == ("bf16", 64, 16384, IMPL_LABELS["sdpa_cudnn"], 8192)
@@ -50,7 +51,7 @@ def test_ours_over_naive_and_the_faster_anchor_of_one_run(tmp_path):
 def test_naive_of_another_run_is_not_divided(tmp_path):
     rows = [b for b in _grid() if b.row.config["impl"] != "naive"] + \
         [b for b in _grid(OLD) if b.row.config["impl"] == "naive"]
-    assert page.facts(context(rows, tmp_path)).vs_naive is None
+    assert page.facts(context(rows, tmp_path)).vs_naive == ()
 
 
 def test_longest_sequence_reached_names_what_stopped_each(tmp_path):
@@ -128,3 +129,42 @@ def test_cells_name_their_commits_and_count_ooms(tmp_path):
     two = _grid() + [_other_commit()]
     f = page.facts(context(two, tmp_path))
     assert f.commits == ("0123abcd", "abcdef12") and f.cells == len(two) and f.oom_cells == 0  # oldest run first
+
+
+def test_naive_is_compared_per_dtype_at_its_own_longest(tmp_path):
+    """bf16 naive reached ours' longest sequence, fp32 naive ran out of memory before it: each dtype's
+    sentence names its own longest shared sequence and what stopped naive (2026-11-26's H100 grid)."""
+    rows = _grid() + [_row("flash_triton", s, s / 1000, d=64, dtype="fp32") for s in (1024, 8192, 16384)]
+    rows += [_row("naive", 1024, 5.0, d=64, dtype="fp32"),
+             _row("naive", 8192, d=64, dtype="fp32", status=Status.OOM, reason="CUDA out of memory")]
+    f = page.facts(context(rows, tmp_path))
+    assert [(n.dtype, n.seq, n.ours_max, n.naive_max, n.stop_reason) for n in f.vs_naive] == [
+        ("bf16", 8192, 16384, 8192, "naive beyond seq 8192"), ("fp32", 1024, 16384, 1024, "CUDA out of memory")]
+
+
+def test_the_whole_grid_and_ours_over_each_anchor_of_one_run(tmp_path):
+    """Issue 45: every cell on the page (a table per dtype and pass), and ours ÷ the faster SDPA backend
+    and ÷ naive at each shape, both rows of one run; a variant of another run is in the grid, never divided."""
+    rows = _grid() + [_row("flash_triton_compiled_bwd", s, s / 800, d=64, when=OLD) for s in (1024, 8192)]
+    f = page.facts(context(rows, tmp_path))
+    (t,) = f.grid
+    assert (t.dtype, t.mode, t.seqs) == ("bf16", "forward+backward", (1024, 8192, 16384))
+    by = {(label, d): cells for label, d, cells in t.rows}
+    assert [c.ms for c in by[(IMPL_LABELS["flash_triton"], 64)]] == [pytest.approx(1.024), pytest.approx(8.192),
+                                                                     pytest.approx(16.384)]
+    assert [(c.ms, c.status) for c in by[(IMPL_LABELS["naive"], 16)]][2] == (None, "left out")
+    assert by[(IMPL_LABELS["flash_triton_compiled_bwd"], 64)][2] is None  # no row at 16384
+    sdpa, naive = f.ratios
+    assert (sdpa.anchor, naive.anchor) == ("sdpa", "naive")
+    (_, d, cells), _ = sdpa.rows
+    assert d == 16 and [round(r.value, 2) for r in cells] == [1.2, 1.2, 1.2]  # cuDNN's seq/1200 is the faster
+    assert [None if r is None else round(r.value, 2) for r in naive.rows[0][2]] == [0.1, 0.1, None]
+
+
+def test_a_newer_run_without_ours_leaves_the_comparison_to_ours_newest(tmp_path):
+    """A run of the compiled-backward variant alone (newer than ours') compares nothing of ours: the
+    version comparison is of the newest run with our kernel's rows."""
+    extra = [_row("flash_triton_compiled_bwd", 8192, 7.0, when="2026-03-03T00:00:00")]
+    f = page.facts(context(_grid() + extra, tmp_path, history=_grid(OLD, scale=1.25)))
+    assert [r.when for r in f.newest.runs] == ["2026-03-02 00:00"]
+    assert [r.when for r in f.previous.runs] == ["2026-03-01 00:00"] and f.changes(-1) == 2

@@ -268,3 +268,24 @@ def test_nsys_timelines_count_the_gathers_issued_per_phase(tmp_path):
 def test_page_words_with_nsys(request, tmp_path):
     _nsys(tmp_path)
     assert_snapshot(request, "fsdp_nsys", render_page("fsdp.md.j2", f=page.facts(context(_rows(), tmp_path))))
+
+
+def test_nsys_kernels_say_which_forward_gathers_compute_waited_for_and_a_lost_backward(tmp_path):
+    """fsdp_accounting (b) from kernels: both forward all-gathers recorded and compute waited for both (for the
+    first from its start, 12 us, to its end at 20, no compute having run; for the second idle from 120 us until it
+    ended at 160, resuming at 165): 48 us; backward's all-gather and reduce-scatter kernels are missing (records
+    lost), so no backward verdict."""
+    from kits.nsys_outputs import file_run, write_export
+
+    ag = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    kernels = [(p, dev, s, 1, launch, start, end, name) for p, dev in ((100, 0), (200, 1)) for s, launch, start, end, name
+               in ((20, 11, 12, 20, ag), (7, 21, 22, 120, "gemm"), (20, 151, 152, 160, ag), (7, 161, 165, 290, "gemm"))]
+    cases = [("fsdp_2026_xl_fsdp_block_bf16_ctx512", "fsdp",
+              dict(edition="2026", size="xl", variant="fsdp_block_bf16", context=512, batch=4),
+              write_export(tmp_path / "k.sqlite", kernels=kernels, ranges=FSDP_RANGES))]
+    file_run(tmp_path / "data", X2, "20261126T143456Z", cases)
+    n = page.facts(context(_rows(), tmp_path)).nsys
+    r = n.timelines[0][1].ranks[0]
+    w = r.wait("ncclAllGather")
+    assert (w.kernels, w.forward, w.forward_waited, w.forward_wait_ms) == (2, 2, 2, pytest.approx(0.048))
+    assert n.forward_whole and not n.forward_in_time and not n.backward_whole and not r.complete

@@ -128,3 +128,23 @@ def test_policy_label_names_every_option_away_from_the_default():
     assert policy_label(StepConfig(checkpointing="keep_attention", k=5, compile="pointwise", attn_impl="flash_gluon",
                                    allocator="expandable_segments")) == \
         "keep_attention (k 5), pointwise compiled, flash_gluon, expandable segments"
+
+
+def test_the_step_in_nsys_names_its_candidate_and_says_a_trace_that_lost_records(tmp_path, request):
+    """The 8B step's nsys capture (impl.nsys's leaderboard_2026 case): its candidate's label, each rank's
+    kernels; a rank with fewer all-reduce kernels than calls issued lost records, and the page says so."""
+    from kits.nsys_outputs import RANGES, file_run, write_export
+
+    export = write_export(tmp_path / "lb.sqlite", ranges=RANGES + [("ncclAllReduce", 395, 405),
+                                                                   ("ncclAllReduce", 500, 505)])
+    file_run(tmp_path / "data", "h200-141gb-x2", "20261126T143456Z", [(
+        "leaderboard_2026_keep_attention-3-pointwise-flash_gluon", "leaderboard_2026",
+        dict(config="8B", checkpointing="keep_attention", k=3, compile="pointwise", attn="flash_gluon"), export)])
+    rows = _line_rows() + _allreduce() + [_two("keep_attention", 0, 6.9, 6880.0, 7.0)]
+    f = page.facts(context(rows, tmp_path))
+    t = f.nsys.timeline
+    assert f.nsys.policy == "keep_attention (k 3), pointwise compiled, flash_gluon" and t.step == "step 0"
+    assert [r.wait("ncclAllReduce").kernels for r in t.ranks] == [1, 1] and not t.complete
+    assert any(s.endswith("sqlite/leaderboard_2026_keep_attention-3-pointwise-flash_gluon.sqlite.gz")
+               for s in f.sources)
+    assert "This capture lost kernel records" in render_page("leaderboard_2026.md.j2", f=f)

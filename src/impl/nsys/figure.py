@@ -63,7 +63,9 @@ def draw_timeline(tl: Timeline, path: Path, title: str, *, window: tuple[int, in
     span_ms = ms(end)
     gap = span_ms / PIXELS
     lanes = tl.lanes()
-    nccl_lanes = tl.nccl_lanes()
+    # a lane is labelled NCCL where most of its kernels are (a stray NCCL kernel on the compute stream does not count)
+    per_lane = Counter((k.lane, k.nccl) for k in tl.kernels)
+    nccl_lanes = {ln for ln in tl.nccl_lanes() if per_lane[(ln, True)] > per_lane[(ln, False)]}
     devices = _pid_devices(tl)
     shown = [r for r in tl.ranges if range_names is None or r.name in range_names]
     # top to bottom, per device: its process's NVTX rows, then its streams

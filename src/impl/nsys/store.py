@@ -8,9 +8,12 @@ benchmark runs (their `*/*/*.json` glob does not reach these folders), for the r
   FILED.json                      what was filed from where, what was not kept, and what the device lost
 
 A folder is never overwritten and stored data is never rewritten: filing into an existing folder fails.
+An export left out at filing (not_kept) can be added later from the same parts (`--into FOLDER`): only files not
+yet there, from parts whose manifest.json is byte-identical to the folder's; ADDED.json lists each addition.
 
   python -m impl.nsys.store PARTS_DIR [--data reports/data] [--device SLUG] [--note TEXT] [--partial]
                                       [--sqlite GLOB ...] [--rep GLOB ...]
+  python -m impl.nsys.store PARTS_DIR --into FOLDER --sqlite GLOB ... [--note TEXT]
 
 PARTS_DIR holds the device's manifest.json, log.txt and nsys-*.tar. A part the device did not return fails the
 filing (naming each case's lost files) unless --partial: FILED.json then lists the lost files. --device overrides
@@ -36,6 +39,7 @@ from impl.nsys.tables import NsysOutputError
 FOLDER = "nsys"  # reports/data/<device>/nsys/
 TABLES, SQLITE, REP = "tables", "sqlite", "rep"
 FILED = "FILED.json"
+ADDED = "ADDED.json"
 
 
 def device_of(manifest_device: str) -> str:
@@ -104,6 +108,39 @@ def file_outputs(parts_dir: Path, data_dir: Path, *, device: str | None = None, 
     return dest
 
 
+def add_exports(parts_dir: Path, folder: Path, sqlite: list[str], note: str = "") -> list[str]:
+    """Add to the filed `folder` the exports of the cases matching `sqlite` (fnmatch) that its filing left out,
+    from the same device call's parts; the names added. Refuses parts of another call (manifest.json differs) and
+    a name the folder already holds (stored data is never rewritten); appends a record to folder/ADDED.json."""
+    parts_dir, folder = Path(parts_dir), Path(folder)
+    if not (folder / MANIFEST).is_file():
+        raise NsysOutputError(f"{folder}: no {MANIFEST}; not a filed nsys folder")
+    if (parts_dir / MANIFEST).read_bytes() != (folder / MANIFEST).read_bytes():
+        raise NsysOutputError(f"{parts_dir / MANIFEST} differs from {folder / MANIFEST}: parts of another call")
+    manifest = read_manifest(folder / MANIFEST)
+    names = [c.name for c in manifest.cases if _matches(c.name, list(sqlite))]
+    if not names:
+        raise NsysOutputError(f"no case of {folder} matches {list(sqlite)}")
+    taken = [n for n in names if (folder / SQLITE / f"{n}.sqlite.gz").exists()]
+    if taken:
+        raise NsysOutputError(f"{folder / SQLITE}: already holds the exports of {taken}; stored data is never "
+                              "rewritten")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        unpack(parts_dir, work, partial=True)
+        missing = [n for n in names if not CaseFiles(work, n).sqlite_gz.is_file()]
+        if missing:
+            raise NsysOutputError(f"{parts_dir}: the parts hold no export of {missing}")
+        (folder / SQLITE).mkdir(exist_ok=True)
+        for n in names:
+            shutil.copy(CaseFiles(work, n).sqlite_gz, folder / SQLITE / f"{n}.sqlite.gz")
+    added = json.loads((folder / ADDED).read_text()) if (folder / ADDED).is_file() else []
+    added.append(dict(added_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), source=str(parts_dir),
+                      note=note, sqlite=[f"{n}.sqlite.gz" for n in names]))
+    (folder / ADDED).write_text(json.dumps(added, indent=1) + "\n")
+    return names
+
+
 def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
@@ -117,7 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partial", action="store_true")
     ap.add_argument("--sqlite", nargs="*", default=[])
     ap.add_argument("--rep", nargs="*", default=["*"])
+    ap.add_argument("--into", type=Path, help="a filed folder: add the --sqlite exports its filing left out")
     a = ap.parse_args(argv)
+    if a.into is not None:
+        try:
+            names = add_exports(a.parts_dir, a.into, a.sqlite, a.note)
+        except NsysOutputError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"added {len(names)} exports to {a.into} ({folder_bytes(a.into) / 1e6:.2f} MB now)")
+        return 0
     rep = [] if a.rep == ["none"] else a.rep
     try:
         dest = file_outputs(a.parts_dir, a.data, device=a.device, note=a.note, partial=a.partial, sqlite=a.sqlite,
@@ -137,4 +183,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["FILED", "FOLDER", "device_of", "file_outputs", "folder_bytes", "main", "stamp_of"]
+__all__ = ["ADDED", "FILED", "FOLDER", "add_exports", "device_of", "file_outputs", "folder_bytes", "main", "stamp_of"]

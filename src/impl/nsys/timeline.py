@@ -19,6 +19,7 @@ own GPU start stands in for its launch (`Kernel.launch_ns` is then None).
 """
 from __future__ import annotations
 
+import bisect
 import re
 import sqlite3
 from dataclasses import dataclass, replace
@@ -29,6 +30,7 @@ from impl.nsys.tables import NsysOutputError, range_name
 
 NVTX_PUSHPOP, NVTX_STARTEND = 59, 60  # NVTX_EVENTS.eventType of ranges (ENUM_NSYS_EVENT_TYPE)
 _NCCL = re.compile(r"nccl", re.IGNORECASE)
+RESUME_NS = 50_000  # Timeline.waits: compute that resumes this soon after an NCCL kernel's end was waiting for it
 
 REQUIRED = {"CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId", "correlationId", "globalPid"),
             "StringIds": ("id", "value")}
@@ -152,6 +154,16 @@ class Timeline:
                                   f"(instances per process: {counts})") from None
         return min(r.start_ns for r in picked), max(r.end_ns for r in picked)
 
+    def measured_steps(self) -> list[str]:
+        """The NVTX ranges of the measured steps ("step 0", "step 1", ...: impl.nsys.workloads), in order; raises
+        without one."""
+        names = sorted({r.name for r in self.ranges if re.fullmatch(r"step \d+", r.name)},
+                       key=lambda n: int(n.split()[1]))
+        if not names:
+            have = sorted({r.name for r in self.ranges})
+            raise NsysOutputError(f"{self.source}: no measured step range ('step N'); the ranges are {have[:20]}")
+        return names
+
     def between(self, start_ns: int, end_ns: int) -> Timeline:
         """The kernels that ran and the ranges that were open within [start_ns, end_ns]."""
         return replace(self, kernels=tuple(k for k in self.kernels if k.end_ns > start_ns and k.start_ns < end_ns),
@@ -160,6 +172,23 @@ class Timeline:
     def in_range(self, name: str) -> list[Kernel]:
         """Kernels launched inside any range called `name` (at any depth)."""
         return [k for k in self.kernels if name in k.ranges]
+
+    def waits(self, device: int, match: str, resume_ns: int = RESUME_NS) -> list[tuple[Kernel, int]]:
+        """Each NCCL kernel of `device` whose name holds `match` (case-insensitive), by start, with how long the
+        device's compute sat idle waiting for it (ns): 0 where compute ran at the kernel's end or did not resume
+        within `resume_ns` after it (idle then for another reason), else the idle stretch from the last compute
+        kernel's end up to the NCCL kernel's end."""
+        busy = merge_intervals([(k.start_ns, k.end_ns) for k in self.kernels if k.device == device and not k.nccl],
+                               0.0)
+        starts = [s for s, _ in busy]
+        out = []
+        for k in (k for k in self.kernels if k.device == device and k.nccl and match.lower() in k.name.lower()):
+            i = bisect.bisect_right(starts, k.end_ns)  # busy[i - 1] starts at or before the kernel's end
+            running = i > 0 and busy[i - 1][1] >= k.end_ns
+            resumed = i < len(busy) and busy[i][0] - k.end_ns <= resume_ns
+            wait = 0 if running or not resumed else k.end_ns - (busy[i - 1][1] if i > 0 else k.start_ns)
+            out.append((k, int(max(wait, 0))))
+        return out
 
     def overlap(self) -> list[Overlap]:
         """Per device: compute and NCCL busy time and their intersection over this timeline's kernels."""
@@ -289,5 +318,5 @@ def trim_export(path: Path) -> int:
     return before - path.stat().st_size
 
 
-__all__ = ["KEPT_TABLES", "Kernel", "Lane", "NVTX_PUSHPOP", "NVTX_STARTEND", "NvtxRange", "OPTIONAL", "Overlap",
+__all__ = ["KEPT_TABLES", "RESUME_NS", "Kernel", "Lane", "NVTX_PUSHPOP", "NVTX_STARTEND", "NvtxRange", "OPTIONAL", "Overlap",
            "REQUIRED", "Timeline", "is_nccl", "pid_of", "read_timeline", "tid_of", "trim_export"]

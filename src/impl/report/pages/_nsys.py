@@ -7,15 +7,16 @@ import gzip
 import json
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from impl.nsys.figure import draw_timeline
 from impl.nsys.outputs import MANIFEST, CaseRecord, Manifest, read_manifest
 from impl.nsys.store import FILED, FOLDER, REP, SQLITE, TABLES
-from impl.nsys.timeline import Overlap, Timeline, read_timeline
+from impl.nsys.timeline import NvtxRange, Overlap, Timeline, read_timeline
 
 
 @dataclass(frozen=True)
@@ -99,71 +100,161 @@ def open_timeline(gz: Path, kernels_required: bool = False) -> Timeline:
 
 
 @dataclass(frozen=True)
+class CollectiveKernels:
+    """One rank's NCCL kernels of one collective in the step, and how long its compute sat waiting for them
+    (impl.nsys.timeline.Timeline.waits): in the whole step and among those launched inside forward."""
+
+    collective: str  # its NVTX name ("ncclAllGather")
+    kernels: int
+    waited: int  # kernels its compute sat waiting for
+    wait_ms: float
+    forward: int  # kernels launched inside forward
+    forward_waited: int
+    forward_wait_ms: float
+
+    @classmethod
+    def of(cls, collective: str, waits) -> CollectiveKernels:
+        fwd = [(k, w) for k, w in waits if "forward" in k.ranges]
+        return cls(collective, len(waits), sum(w > 0 for _, w in waits), sum(w for _, w in waits) / 1e6, len(fwd),
+                   sum(w > 0 for _, w in fwd), sum(w for _, w in fwd) / 1e6)
+
+
+@dataclass(frozen=True)
 class RankPhases:
     """One rank's phases in one step (NVTX ranges: host time from the call's start to its end; each phase ends in
-    whatever wait its code does, the step itself in a device synchronize) and the collectives its NCCL NVTX ranges
-    show it issuing (host calls that enqueue the kernel; when the kernel ran is not in these ranges)."""
+    whatever wait its code does, the step itself in a device synchronize), the collectives its NCCL NVTX ranges
+    show it issuing (host calls that enqueue the kernel), and, where the export holds the rank's kernels, what its
+    GPU ran inside the step."""
 
     rank: int  # by process start order (the ranks' pids in order)
     step_ms: float
     phases: tuple[tuple[str, float], ...]  # (phase, ms), in the step's order
     issued: tuple[tuple[str, int, int, int], ...]  # (collective, calls, inside forward, inside backward)
+    device: int | None = None  # the GPU its kernels ran on (None: none recorded)
+    kernels: int = 0  # kernels recorded in the step (started inside the rank's step range)
+    nccl_kernels: int = 0
+    recorded_share: float | None = None  # kernels ÷ the most any rank recorded in a measured step (None: no kernels)
+    overlap: Overlap | None = None  # its GPU over the step: compute, NCCL and both (ns)
+    waited: tuple[CollectiveKernels, ...] = ()  # per collective issued
+    backward_gap_ms: float | None = None  # the longest stretch of its backward without a kernel launch recorded
 
     def phase(self, name: str) -> float | None:
         return next((ms for n, ms in self.phases if n == name), None)
 
+    def wait(self, collective: str) -> CollectiveKernels | None:
+        return next((w for w in self.waited if w.collective == collective), None)
+
+    @property
+    def exposed_ms(self) -> float | None:  # NCCL kernel time during which its compute did not run
+        return None if self.overlap is None else (self.overlap.nccl_ns - self.overlap.both_ns) / 1e6
+
+    @property
+    def complete(self) -> bool:
+        """Its kernels look whole: the most kernels a measured step recorded (to 1%), one NCCL kernel per
+        collective call issued, and no stretch of backward longer than LAUNCH_GAP_MS without a kernel launch."""
+        return (self.recorded_share is not None and self.recorded_share >= COMPLETE_SHARE
+                and all(self.whole(c) for c, *_ in self.issued)
+                and (self.backward_gap_ms is None or self.backward_gap_ms <= LAUNCH_GAP_MS))
+
+    def whole(self, collective: str, phase: str | None = None) -> bool:
+        """One kernel recorded per call of `collective` issued (inside `phase`: "forward" only, or the whole step)."""
+        i, w = next((x for x in self.issued if x[0] == collective), None), self.wait(collective)
+        if i is None or w is None:
+            return False
+        return w.forward == i[2] if phase == "forward" else w.kernels == i[1]
+
+
+COMPLETE_SHARE = 0.99  # RankPhases.complete: the share of the most kernels a measured step recorded
+# RankPhases.complete: a backward launches kernels without pause (2026-11-26's whole ranks: at most 7 ms between
+# launches; the ranks that lost records: 49.7 ms and more, with as many kernels as their peer in the naive 2025 case)
+LAUNCH_GAP_MS = 25.0
+
 
 @dataclass(frozen=True)
 class StepTimeline:
-    """One two-GPU case's last step: each rank's phases, the figure, and the kernel overlap where the export has
-    kernels (empty when nsys recorded none of the ranks' CUDA activity)."""
+    """One two-GPU case's measured step (the one whose kernel trace is most complete; the last without kernels):
+    each rank's phases and kernels, and the figure."""
 
     case: str
     label: str
     ranks: tuple[RankPhases, ...]
     figure: str
-    kernels: int  # kernels the export holds in the step (0: NVTX only)
+    kernels: int  # kernels the export holds in the step's window (0: NVTX only)
     overlap: tuple[Overlap, ...]
     sources: tuple[str, ...]  # the export and the report files, as sources name them
     rep: str | None
+    step: str = "step 1"  # the measured step shown
 
     step_ms = property(lambda self: max(r.step_ms for r in self.ranks))
+    complete = property(lambda self: bool(self.kernels) and all(r.complete for r in self.ranks))
 
 
-def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: str, *, step: str = "step 1",
-                  phases: Sequence[str], collectives: Sequence[str]) -> StepTimeline | None:
-    """The last measured step (`step`) of `case` from its filed export, drawn into fig_dir; None without one."""
+def _rank_kernels(tl: Timeline, pid: int, step: str) -> tuple[NvtxRange, list]:
+    """The rank's step range and the kernels it launched inside it (the step open at the launch)."""
+    return tl.named(step, pid)[-1], [k for k in tl.kernels if k.pid == pid and step in k.ranges]
+
+
+def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
+    """The longest stretch of `span` (host time) in which none of `kernels` was launched (ms; None: no span)."""
+    if span is None:
+        return None
+    ts = sorted([span.start_ns, span.end_ns] + [t for k in kernels if span.start_ns <= (
+        t := k.launch_ns if k.launch_ns is not None else k.start_ns) <= span.end_ns])
+    return max(b - a for a, b in zip(ts, ts[1:])) / 1e6
+
+
+def _rank_phases(tl: Timeline, rank: int, pid: int, step: str, most: int, phases: Sequence[str],
+                 collectives: Sequence[str]) -> RankPhases:
+    st, ks = _rank_kernels(tl, pid, step)
+    inside = [r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns]
+    got = tuple((n, sum(r.duration_ns for r in inside if r.name == n) / 1e6) for n in phases
+                if any(r.name == n for r in inside))
+    fwd = [r for r in inside if r.name == "forward"]
+    bwd = [r for r in inside if r.name == "backward"]
+
+    def within(r, spans):
+        return any(s.start_ns <= r.start_ns <= s.end_ns for s in spans)
+
+    issued = tuple((c, len(rs), sum(within(r, fwd) for r in rs), sum(within(r, bwd) for r in rs))
+                   for c in collectives if (rs := [r for r in inside if r.name == c]))
+    dev = Counter(x.device for x in ks).most_common(1)[0][0] if ks else None
+    own = replace(tl, kernels=tuple(ks))
+    waited = tuple(CollectiveKernels.of(c, own.waits(dev, c.removeprefix("nccl")))
+                   for c, *_ in issued if dev is not None)
+    return RankPhases(rank, st.duration_ns / 1e6, got, issued, dev, len(ks), sum(x.nccl for x in ks),
+                      len(ks) / most if most else None, own.overlap()[0] if ks else None, waited,
+                      _launch_gap_ms(ks, bwd[0] if bwd and ks else None))
+
+
+def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: str, *, phases: Sequence[str],
+                  collectives: Sequence[str]) -> StepTimeline | None:
+    """A measured step of `case` from its filed export, drawn into fig_dir; None without one. The step shown: the
+    one with the most whole ranks (RankPhases.complete), then whose least complete rank recorded the most kernels,
+    then the most in all, the later on a tie."""
     gz = filed.sqlite(case)
     if gz is None:
         return None
     tl = open_timeline(gz)
+    steps = tl.measured_steps()
+    pids = sorted({r.pid for s in steps for r in tl.named(s)})
+    counts = [len(_rank_kernels(tl, pid, s)[1]) for s in steps for pid in pids if tl.named(s, pid)]
+    most = max(counts, default=0)
+    per_step = {s: [_rank_phases(tl, k, pid, s, most, phases, collectives)
+                    for k, pid in enumerate(sorted({r.pid for r in tl.named(s)}))] for s in steps}
+    step = max(steps, key=lambda s: (sum(r.complete for r in per_step[s]), min(r.kernels for r in per_step[s]),
+                                     sum(r.kernels for r in per_step[s]), steps.index(s)))
     start, end = tl.window(step)
     win = tl.between(start, end)
-    ranks = []
-    for k, pid in enumerate(sorted({r.pid for r in tl.named(step)})):
-        st = tl.named(step, pid)[-1]
-        inside = [r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns]
-        got = tuple((n, sum(r.duration_ns for r in inside if r.name == n) / 1e6) for n in phases
-                    if any(r.name == n for r in inside))
-        fwd = [r for r in inside if r.name == "forward"]
-        bwd = [r for r in inside if r.name == "backward"]
-
-        def within(r, spans):
-            return any(s.start_ns <= r.start_ns <= s.end_ns for s in spans)
-
-        issued = tuple((c, len(rs), sum(within(r, fwd) for r in rs), sum(within(r, bwd) for r in rs))
-                       for c in collectives if (rs := [r for r in inside if r.name == c]))
-        ranks.append(RankPhases(k, st.duration_ns / 1e6, got, issued))
     name = f"nsys-{case}.png"
-    draw_timeline(win, fig_dir / name, f"{label}: {step}, NVTX ranges of both ranks (nsys)", window=(start, end),
+    draw_timeline(win, fig_dir / name, f"{label}: {step}, both ranks (nsys)", window=(start, end),
                   range_names=(step, *phases, *collectives))
     rep = filed.rep(case)
     srcs = (filed.rel_of(gz),) + ((filed.rel_of(rep),) if rep else ())
-    return StepTimeline(case, label, tuple(ranks), f"{fig_rel}/{name}", len(win.kernels),
-                        tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None)
+    return StepTimeline(case, label, tuple(per_step[step]), f"{fig_rel}/{name}", len(win.kernels),
+                        tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None, step)
 
 
-__all__ = ["Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
+__all__ = ["COMPLETE_SHARE", "LAUNCH_GAP_MS", "CollectiveKernels", "Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
            "step_timeline"]
 
 

@@ -14,7 +14,7 @@ from impl.bench.row import Metric, Status
 from impl.bench.test_record import TESTS_FOLDER, TestRecord, load_records
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages._nsys import Filed, StepTimeline, profiled_steps
+from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
@@ -330,6 +330,8 @@ class DdpNsys:
     batch: int
     timelines: tuple[tuple[str, str, StepTimeline], ...]  # (edition, variant, timeline)
 
+    complete_share = COMPLETE_SHARE  # the words state it
+    launch_gap_ms = LAUNCH_GAP_MS
     kernels = property(lambda self: sum(t.kernels for _, _, t in self.timelines))
 
     def get(self, edition: str, variant: str) -> StepTimeline | None:

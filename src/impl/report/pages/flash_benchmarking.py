@@ -61,28 +61,35 @@ def longest(rows: list[Bench]) -> list[Longest]:
 
 
 @dataclass(frozen=True)
-class VsNaive:  # ours ÷ naive forward+backward of one run at the longest sequence both ran
+class VsNaive:  # one dtype: ours ÷ naive forward+backward of one run at the longest sequence both ran
+    dtype: str
     seq: int
-    low: float  # over d and dtype
+    low: float  # over d
     high: float
-    ours_max: int  # the longest sequence ours ran
+    ours_max: int  # the longest sequence ours ran at this dtype
     naive_max: int
-    stop_reason: str | None  # why naive did not run beyond
+    stop_reason: str | None  # why naive did not run beyond (its first row beyond naive_max)
 
 
-def vs_naive(rows: list[Bench]) -> VsNaive | None:
-    naive = [b for b in _e2e(rows) if kernel(b).impl == "naive"]
-    ours = [b for b in _e2e(rows) if kernel(b).impl == "flash_triton" and ran(b)]
+def vs_naive(rows: list[Bench]) -> tuple[VsNaive, ...]:
+    """Per dtype (DTYPE_ORDER), where ours and naive ran one shape in one run."""
+    out = []
+    for (dtype,), g in sorted(groups(_e2e(rows), "dtype"), key=lambda kv: DTYPE_ORDER.index(kv[0][0])):
+        naive = [b for b in g if kernel(b).impl == "naive"]
+        ours = [b for b in g if kernel(b).impl == "flash_triton" and ran(b)]
 
-    def key(b: Bench) -> tuple:  # a pair is of one shape and one run
-        return kernel(b).dtype, kernel(b).d, kernel(b).seq, b.run.datetime
-    pairs = [(o, n) for o in ours for n in naive if ran(n) and key(o) == key(n)]
-    if not pairs:
-        return None
-    top = max(kernel(o).seq for o, _ in pairs)
-    sp = sorted(o.stats.median / n.stats.median for o, n in pairs if kernel(o).seq == top)
-    return VsNaive(top, sp[0], sp[-1], max(kernel(b).seq for b in ours), max(kernel(b).seq for b in naive if ran(b)),
-                   next((b.row.reason for b in naive if not ran(b)), None))
+        def key(b: Bench) -> tuple:  # a pair is of one shape and one run
+            return kernel(b).d, kernel(b).seq, b.run.datetime
+        pairs = [(o, n) for o in ours for n in naive if ran(n) and key(o) == key(n)]
+        if not pairs:
+            continue
+        top = max(kernel(o).seq for o, _ in pairs)
+        sp = sorted(o.stats.median / n.stats.median for o, n in pairs if kernel(o).seq == top)
+        naive_max = max(kernel(b).seq for b in naive if ran(b))
+        out.append(VsNaive(dtype, top, sp[0], sp[-1], max(kernel(b).seq for b in ours), naive_max,
+                           next((b.row.reason for b in sorted(naive, key=lambda b: kernel(b).seq)
+                                 if not ran(b) and kernel(b).seq > naive_max), None)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,65 @@ def drift(now_rows: list[Bench], before_rows: list[Bench]) -> list[Drift]:
             if (ours := change(dtype, m, d, False, True)) is not None]
 
 
+@dataclass(frozen=True)
+class Cell:  # one grid cell: its median, or why it did not run
+    ms: float | None
+    status: str | None  # STATUS_LABELS' (None: it ran)
+
+
+@dataclass(frozen=True)
+class GridTable:  # one dtype and pass of the grid: a row per implementation and d, a column per sequence
+    dtype: str
+    mode: str  # MODE_LABELS'
+    seqs: tuple[int, ...]
+    rows: tuple[tuple[str, int, tuple[Cell | None, ...]], ...]  # (implementation's label, d, a cell per seq)
+
+
+def grid(rows: list[Bench]) -> list[GridTable]:
+    """Every cell of the grid (the newest row of each), a table per dtype and pass (issue 45)."""
+    out = []
+    for (dtype, mode), g in sorted(groups(rows, "dtype", "mode"),
+                                   key=lambda kv: (DTYPE_ORDER.index(kv[0][0]), list(MODE_LABELS).index(kv[0][1]))):
+        seqs = tuple(sorted({kernel(b).seq for b in g}))
+        at = {(kernel(b).impl, kernel(b).d, kernel(b).seq): b for b in g}
+        table = [(IMPL_LABELS[i], d, tuple(None if (b := at.get((i, d, q))) is None else
+                                           Cell(median_ms(b) if ran(b) else None, status_label(b)) for q in seqs))
+                 for i in _impls(g) for d in sorted({kernel(b).d for b in g})
+                 if any(kernel(b).impl == i and kernel(b).d == d for b in g)]
+        out.append(GridTable(dtype, MODE_LABELS[mode], seqs, tuple(table)))
+    return out
+
+
+@dataclass(frozen=True)
+class RatioTable:  # ours (Triton fwd + Triton bwd) ÷ one anchor per cell, both rows of one run
+    dtype: str
+    anchor: str  # "sdpa" (the faster SDPA backend of the cell) or "naive"
+    seqs: tuple[int, ...]
+    rows: tuple[tuple[str, int, tuple[Ratio | None, ...]], ...]  # (pass label, d, a ratio per seq)
+
+
+def ratio_tables(rows: list[Bench]) -> list[RatioTable]:
+    """Per dtype and anchor kind that ran beside ours in one run: ours ÷ anchor at every shape both ran."""
+    out = []
+    for (dtype,), g in sorted(groups([b for b in rows if ran(b)], "dtype"),
+                              key=lambda kv: DTYPE_ORDER.index(kv[0][0])):
+        seqs = tuple(sorted({kernel(b).seq for b in g}))
+        cells = dict(groups(g, "mode", "d", "seq"))
+        for anchor in ("sdpa", "naive"):
+            def one(bs: list[Bench]) -> Ratio | None:
+                o = next((b for b in bs if kernel(b).impl == "flash_triton"), None)
+                same = [b for b in bs if o is not None and b.run.datetime == o.run.datetime]
+                a = best_anchor(same) if anchor == "sdpa" else next(
+                    (b for b in same if kernel(b).impl == "naive"), None)
+                return of_benches(o, a) if o and a else None
+            table = [(MODE_LABELS[m], d, tuple(one(cells.get((m, d, q), [])) for q in seqs))
+                     for m in MODE_LABELS for d in sorted({kernel(b).d for b in g})]
+            table = [r for r in table if any(r[2])]
+            if table:
+                out.append(RatioTable(dtype, anchor, seqs, tuple(table)))
+    return out
+
+
 def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cell: "ms (TFLOP/s)" or why not run
     impls = _impls(rows)
 
@@ -212,7 +278,9 @@ class FlashBenchmarkingPage:
     seqs: tuple[int, int] = (0, 0)  # the grid's shortest and longest sequence
     dims: tuple[int, ...] = ()
     dtypes: tuple[str, ...] = ()
-    vs_naive: VsNaive | None = None
+    vs_naive: tuple[VsNaive, ...] = ()  # per dtype
+    grid: tuple[GridTable, ...] = ()
+    ratios: tuple[RatioTable, ...] = ()
     longest: tuple[Longest, ...] = ()
     timers: tuple[str, ...] = ()
     autotune: bool | None = None
@@ -250,22 +318,44 @@ class FlashBenchmarkingPage:
         return {PROBLEM: Scored.of(self.runs)} if self.headline or self.runs is None else {}
 
 
+def _ours(rows: list[Bench], dtype: str) -> list[Bench]:
+    return [b for b in rows if kernel(b).impl == "flash_triton" and kernel(b).dtype == dtype]
+
+
+def _versions(ctx: Context, device: str, rows: list[Bench]) -> tuple[list[Bench], list[Bench], tuple[Drift, ...]]:
+    """Per dtype, the newest run with our kernel's rows of it and the previous saved run with them (a run of
+    the other implementations alone, the compiled-backward variant's, compares nothing of ours): (the newest
+    runs' rows, the previous runs' rows, the drift of each dtype)."""
+    newest, prev, out = [], [], []
+    history = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device]
+    for dtype in sorted({kernel(b).dtype for b in rows}, key=DTYPE_ORDER.index):
+        now = of_newest_run([b for b in rows if kernel(b).dtype == dtype], among=_ours(rows, dtype))
+        if not now:
+            continue
+        first = min(b.run.datetime for b in now)
+        older = [b for b in history if kernel(b).dtype == dtype and b.run.datetime < first]
+        before = of_newest_run(older, among=_ours(older, dtype))
+        newest += now
+        prev += before
+        out += drift(now, before)
+    return newest, prev, tuple(out)
+
+
 def facts(ctx: Context) -> FlashBenchmarkingPage:
     for device, rows in ctx.rows.per_gpu(PROBLEM):
-        ks, newest = [kernel(b) for b in rows], of_newest_run(rows)
-        dtypes, first = {kernel(b).dtype for b in newest}, min(str(b.run.datetime) for b in newest)
-        prev = of_newest_run([b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device
-                              and kernel(b).dtype in dtypes and str(b.run.datetime) < first])  # the previous run
+        ks = [kernel(b) for b in rows]
+        newest, prev, changes = _versions(ctx, device, rows)
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{device}")
         return FlashBenchmarkingPage(
             device=device, batch=ks[0].batch, seqs=(min(k.seq for k in ks), max(k.seq for k in ks)),
             dims=tuple(sorted({k.d for k in ks})), dtypes=tuple(sorted({k.dtype for k in ks})), vs_naive=vs_naive(rows),
+            grid=tuple(grid(rows)), ratios=tuple(ratio_tables(rows)),
             longest=tuple(longest(rows)), timers=timers(rows), autotune=rows[0].details.get("autotune"),
             left_out=rows[0].details.get("left_out", "–"), grid_link=_grid_csv(ctx, device, rows),
             figure=rel if plot(rows, png) else None, runs=RunsFacts.of(device, rows),
             reach_dims=tuple(sorted({k.d for k in ks if k.mode == "fwd_bwd"})), reach=tuple(reach(rows)),
             odd=tuple(odd(rows)), newest=RunsFacts.of(device, newest),
-            previous=RunsFacts.of(device, prev) if prev else None, drift=tuple(drift(newest, prev)),
+            previous=RunsFacts.of(device, prev) if prev else None, drift=changes,
             not_run=not_run(rows), sources=files_of(rows + prev), cells=len(rows),
             oom_cells=sum(status_label(b) == "OOM" for b in rows),
             commits=tuple(dict.fromkeys(r.commit for r in RunsFacts.of(device, rows).runs)))

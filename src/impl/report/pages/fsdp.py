@@ -11,7 +11,8 @@ from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
-from impl.report.pages._nsys import Filed, StepTimeline, profiled_steps
+from impl.nsys.timeline import RESUME_NS
+from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
@@ -421,6 +422,23 @@ class FsdpNsys:
     batch: int
     timelines: tuple[tuple[str, StepTimeline], ...]  # (variant, timeline)
 
+    complete_share = COMPLETE_SHARE  # the words state it
+    launch_gap_ms = LAUNCH_GAP_MS
+    resume_us = RESUME_NS / 1e3
+    complete = property(lambda self: all(t.complete for _, t in self.timelines))
+
+    @property
+    def forward_whole(self) -> bool:  # every rank recorded one kernel per all-gather it issued in forward
+        return all(r.whole("ncclAllGather", "forward") for _, t in self.timelines for r in t.ranks)
+
+    @property
+    def forward_in_time(self) -> bool:  # no rank's compute waited for a forward all-gather kernel
+        return all((w := r.wait("ncclAllGather")) is not None and w.forward_waited == 0
+                   for _, t in self.timelines for r in t.ranks)
+
+    @property
+    def backward_whole(self) -> bool:
+        return all(r.whole(c) for _, t in self.timelines for r in t.ranks for c, *_ in r.issued)
     kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
 
     @property

@@ -10,6 +10,7 @@ from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.leaderboard_prediction import LayerRun, StepPrediction, predict_step
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, View, group
@@ -225,6 +226,34 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
                   tuple(runs), files_of(rows))
 
 
+NSYS_COLLECTIVES = ("ncclAllReduce", "ncclBroadcast")  # DDPBucketed's gradient buckets; the sharded states'
+
+
+@dataclass(frozen=True)
+class StepNsys:
+    """The 8B step on two GPUs under Nsight Systems (impl.nsys's leaderboard_2026 case): its measured step's
+    timeline of both ranks, to see where the compute stream waits and what NCCL overlaps."""
+
+    filed: Filed
+    policy: str  # the candidate profiled (policy_label)
+    timeline: StepTimeline
+    complete_share = COMPLETE_SHARE  # the words state it
+    launch_gap_ms = LAUNCH_GAP_MS
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"{self.filed.rel}/manifest.json", *self.timeline.sources]
+
+
+def step_nsys(ctx: Context) -> StepNsys | None:
+    def label(a: dict) -> str | None:
+        return policy_label(StepConfig(checkpointing=a["checkpointing"], k=a.get("k"), compile=a.get("compile") or "none",
+                                       attn_impl=a.get("attn") or "flash_triton",
+                                       allocator=a.get("allocator") or "default")) if a.get("config") else None
+    filed, steps = profiled_steps(ctx, "leaderboard_2026", label, NSYS_COLLECTIVES)
+    return StepNsys(filed, steps[0][1].label, steps[0][1]) if steps else None
+
+
 @dataclass(frozen=True)
 class Leaderboard2026Facts:
     spec: StepSpec
@@ -237,6 +266,7 @@ class Leaderboard2026Facts:
     pred: StepPrediction | None  # None: no fit, or no W
     beside: Candidate | None  # the newest measured multi-GPU candidate of the prediction's policy
     sources: list[str]
+    nsys: StepNsys | None = None
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -259,5 +289,8 @@ def facts(ctx: Context) -> Leaderboard2026Facts:
     pred = predict_step(list(one.fit_runs), LEADERBOARD.model, w.bps, WORLD_SIZE) if fits and w is not None else None
     beside = next((c for c in reversed(multi.candidates) if c.measured and c.policy == one.fit_policy), None) \
         if multi and one else None
-    files = {*(multi.files if multi else []), *(one.files if one else ()), *([w.file] if pred else [])}
-    return Leaderboard2026Facts(LEADERBOARD, WORLD_SIZE, sections, multi, one, w, fits, pred, beside, sorted(files))
+    nsys = step_nsys(ctx)
+    files = {*(multi.files if multi else []), *(one.files if one else ()), *([w.file] if pred else []),
+             *(nsys.sources if nsys else [])}
+    return Leaderboard2026Facts(LEADERBOARD, WORLD_SIZE, sections, multi, one, w, fits, pred, beside, sorted(files),
+                                nsys)
