@@ -69,17 +69,11 @@ def mem_case(b: Bench) -> MemCase:
                    details=b.details, run=b.run)
 
 
-def case_key(c: MemCase) -> tuple:
-    """What a row measured: its size (an edition-less older row is 2025's), context, dtype and mode."""
-    return c.size_label, c.context, c.dtype, c.mode
-
-
 def newest_per_case(rows: list[Bench]) -> list[Bench]:
     """Each case's row of the newest run: a row stored under an older name (before the edition prefix, e.g.
     `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case, and the newer one answers."""
-    newest: dict[tuple, Bench] = {}
-    for b in sorted(rows, key=lambda b: b.run.datetime):
-        newest[case_key(MemCase.of(b))] = b
+    newest = {(c.size_label, c.context, c.dtype, c.mode): b  # an edition-less older row is 2025's
+              for b in sorted(rows, key=lambda b: b.run.datetime) for c in [MemCase.of(b)]}
     keep = {id(b) for b in newest.values()}
     return [b for b in rows if id(b) in keep]
 
@@ -247,21 +241,12 @@ class Memory2025Facts:
     residuals: list[Residual]  # fp32, one per context (forward rows first), ascending
     named: list[NamedAllocation]  # (e) at answer_context
     largest: list[LargestTable]  # (e)'s tables at answer_context
-    largest_by_context: list[NamedAllocation] = field(default_factory=list)  # every row's largest allocation
-    largest_contexts: list[int] = field(default_factory=list)  # per entry of largest_by_context
+    largest_rows: list[tuple[int, NamedAllocation]] = field(default_factory=list)  # (context, every row's largest)
     batch: int | None = None
 
     @property
     def at_reference(self) -> bool:
         return self.reference_context is not None and self.answer_context == self.reference_context
-
-    @property
-    def largest_context(self) -> int | None:
-        return self.answer_context
-
-    @property
-    def largest_rows(self) -> list[tuple[int, NamedAllocation]]:
-        return list(zip(self.largest_contexts, self.largest_by_context))
 
     @property
     def timelines(self) -> bool:
@@ -317,8 +302,7 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
         {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v},
-        ref, at, res.get(at), [res[x] for x in sorted(res)], *largest_allocations(ok, at),
-        [t for _, t in tops], [x for x, _ in tops], ok[0].batch)
+        ref, at, res.get(at), [res[x] for x in sorted(res)], *largest_allocations(ok, at), tops, ok[0].batch)
 
 
 # ---- the 2026 edition's (a)-(f) -----------------------------------------------------------------
@@ -462,8 +446,6 @@ def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
                 m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
         for x in contexts], [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows, None))
 
-
-# ---- the page ------------------------------------------------------------------------------------
 
 # ---- (f) under Nsight Systems (--cuda-memory-usage=true, caching allocator off) ---------------------------------
 
