@@ -140,6 +140,11 @@ def groups(steps: list[Step]) -> dict[tuple[str, int], list[Step]]:
     return group(ordered(steps), lambda s: (s.size, s.context))
 
 
+def by_config(steps: list[Step]) -> list[dict[str, Step]]:
+    """Per (size, context), in the page's order: config -> its row."""
+    return [{s.config: s for s in g} for g in groups(steps).values()]
+
+
 def noise_ratio(ours: Step, ref: Step | None) -> str:
     """ours ÷ ref as "0.64×", "within noise" where medians ± std overlap; "–" unless both ran."""
     if ref is None or not (ours.status is Status.MEASURED and ref.status is Status.MEASURED):
@@ -307,14 +312,13 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     ran = [b for b, s in zip(benches, every) if id(s) in kept]
     fig_name = f"{SLUG}-{device}-ablation.png"
     by_run = group(d, lambda s: s.run)
-    by_shape = [{s.config: s for s in g} for g in groups(d).values()]
     return Section(
         device, d, stat_name(ran), *timing_text(ran), legend(d), cells,
         write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) if len(cells) > INLINE_ROWS
         else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
-        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_shape if "anchor" in g and g["anchor"].ok
+        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
         repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
         RunsFacts.of(device, benches))
@@ -342,9 +346,7 @@ class Ablation:
 
 
 def _ablation(ok: list[Step]) -> Ablation:
-    counts: dict[tuple[str, int], int] = {}
-    for s in ok:
-        counts[(s.size, s.context)] = counts.get((s.size, s.context), 0) + 1
+    counts = {k: len(g) for k, g in group(ok, lambda s: (s.size, s.context)).items()}
     size, c = max(counts, key=lambda k: (counts[k], MODEL_SIZES[k[0]].params, -k[1]))
     g = {s.config: s for s in ok if (s.size, s.context) == (size, c)}
     base = g.get("bf16")
@@ -401,11 +403,8 @@ def facts(ctx: Context) -> TrainingStepPage:
     mfu = next((k for k in ("mfu", "mfu_measured") if any(getattr(s, k) is not None for s in ours)), None)
     top = max((s for s in ours if getattr(s, mfu) is not None), key=lambda s: getattr(s, mfu)) if mfu else None
     # the same-run pairs of ours and the anchor; the largest (size, context) answers
-    by: dict = {}
-    for s in sorted(ok, key=lambda s: (s.size, s.context)):
-        by.setdefault((s.size, s.context), {})[s.config] = s
-    pairs = [(g[o], g["anchor"]) for g in by.values() if "anchor" in g for o in OURS
+    pairs = [(g[o], g["anchor"]) for g in by_config(ok) if "anchor" in g for o in OURS
              if o in g and g[o].datetime == g["anchor"].datetime]
     r, a = max(pairs, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context)) if pairs else (None, None)
-    return TrainingStepPage(True, _ablation(ok), top, Pair(r, a, vs(r, a, "the anchor's step"), len(pairs)) if pairs
+    return TrainingStepPage(True, _ablation(ok), top, Pair(r, a, vs(r, a, ""), len(pairs)) if pairs
                             else None, sections, figs)
