@@ -11,7 +11,7 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, SizedView, size_label, timing_text
+from impl.report.rows import Bench, SizedView, group, size_label, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
@@ -172,7 +172,7 @@ class EditionFacts:  # one edition's answers on one device: its sizes (labels) a
 
     @property
     def tables(self) -> list[DtypeTable]:  # one per dtype, with the modes any of its rows has
-        by = {d: [r for r in self.grid if r.dtype == d] for d in dict.fromkeys(r.dtype for r in self.grid)}
+        by = group(self.grid, lambda r: r.dtype)
         return [DtypeTable(d, [m for m in MODES if any(m in r.modes for r in rows)], rows,
                            any(r.train is not None for r in rows)) for d, rows in by.items()]
 
@@ -227,12 +227,10 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
     main = by_size(main_rows)
     if not main:
         return EditionFacts(edition, sizes)
-    grid: dict[tuple, dict[str, Cell]] = {}
-    for b, c in main:
-        grid.setdefault((c.size_label, c.context, c.dtype), {})[c.mode] = cell(b)
-    warm: dict[tuple, dict[int, Cell]] = {}
-    for b, c in by_size(b for b in warm_rows if b.measured):
-        warm.setdefault((c.size_label, c.context, c.dtype, c.mode), {})[int(c.warmup)] = cell(b)
+    key = lambda x: (x[1].size_label, x[1].context, x[1].dtype)  # noqa: E731  (a row and its config)
+    grid = {k: {c.mode: cell(b) for b, c in g} for k, g in group(main, key).items()}
+    warm = {k: {int(c.warmup): cell(b) for b, c in g} for k, g in group(by_size(b for b in warm_rows if b.measured),
+                                                                      lambda x: (*key(x), x[1].mode)).items()}
     order = {"fp32": 0, "bf16": 1, "fp16": 2}
     grid_rows = sorted((GridRow(*k, {m: v[m] for m in MODES if m in v}) for k, v in grid.items()),
                        key=lambda r: (order.get(r.dtype, 9), sizes.index(r.size) if r.size in sizes else 99, r.context))

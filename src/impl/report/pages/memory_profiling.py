@@ -14,7 +14,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, RunRef, SizedView, size_label
+from impl.report.rows import Bench, RunRef, SizedView, group, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
@@ -607,9 +607,7 @@ def facts(ctx: Context) -> MemoryPage:
         link = _draw(ctx, f"{device}-{mode}-{dtype}", WORDS.memory_active(f.size, mode, device, newest_date(g), dtype),
                      [(f"context {c.context}", c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
-    peaks: dict[tuple, dict] = {}
-    for c in rows:
-        peaks.setdefault((c.size_label, c.context), {})[(c.dtype, c.mode)] = c
+    peaks = {k: {(c.dtype, c.mode): c for c in g} for k, g in group(rows, lambda c: (c.size_label, c.context)).items()}
     return MemoryPage(device, f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
                       [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()], timelines,
