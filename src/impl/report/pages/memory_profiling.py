@@ -14,7 +14,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, RunRef, SizedView, group, size_label
+from impl.report.rows import Bench, SizedView, group, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
@@ -31,18 +31,26 @@ CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf1
 
 @dataclass(frozen=True)
 class MemCase(SizedView):
-    """One row: its config (rows.View) and, from mem_case, what it measured."""
+    """One row: its config (rows.View) and the row (`b`, set by mem_case) that it reads what it measured from."""
 
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None  # forward / train_step / block_probe
     batch: int | None = None
-    status: Status | None = None
-    peak_bytes: int | None = None  # peak allocated (measured rows)
-    reserved_bytes: int | None = None
-    need_bytes: int | None = None  # closed form: the parameters (forward) or the fp32 training step's need
-    details: dict = field(default_factory=dict, repr=False)
-    run: RunRef | None = None
+    b: Bench | None = field(default=None, repr=False)
+
+    status = property(lambda self: self.b.status)
+    details = property(lambda self: self.b.details)
+    run = property(lambda self: self.b.run)
+    # peak allocated and reserved, measured rows only
+    peak_bytes = property(lambda self: self.b.row.memory.peak_allocated if self.status is Status.MEASURED else None)
+    reserved_bytes = property(lambda self: self.b.row.memory.peak_reserved if self.status is Status.MEASURED else None)
+
+    @property
+    def need_bytes(self) -> int | None:
+        """The closed form: the parameters (forward) or the fp32 training step's need."""
+        return (self.details.get("closed_form") or {}).get("param_bytes" if self.mode == "forward"
+                                                            else "train_step_need_bytes")
 
     @property
     def snapshot(self) -> dict:
@@ -62,11 +70,7 @@ class MemCase(SizedView):
 
 
 def mem_case(b: Bench) -> MemCase:
-    cf, ok, c = b.details.get("closed_form") or {}, b.status is Status.MEASURED, MemCase.of(b)
-    return replace(c, status=b.status, peak_bytes=b.row.memory.peak_allocated if ok else None,
-                   reserved_bytes=b.row.memory.peak_reserved if ok else None,
-                   need_bytes=cf.get("param_bytes" if c.mode == "forward" else "train_step_need_bytes"),
-                   details=b.details, run=b.run)
+    return replace(MemCase.of(b), b=b)
 
 
 def newest_per_case(rows: list[Bench]) -> list[Bench]:
