@@ -15,7 +15,7 @@ from impl.report import figures
 from impl.report.markdown import gib, missing, ms, num, pct
 from impl.report.output import write_table_csv
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.ratio import Ratio, ratio, spread
+from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, View, group, stat_name, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, device_short
 from impl.workloads.problems import Problem as P
@@ -47,28 +47,33 @@ class Settings(View):
 
 @dataclass(frozen=True)
 class Step(View):
-    """One row: its config (rows.View) and, from step(), what it measured."""
+    """One row: its config (rows.View), its settings, and the row (`b`, set by step()) it reads its measurement from."""
 
     size: str | None = None
     context: int | None = None
     config: str | None = None
     batch: int | None = None
     settings: Settings | None = None
-    status: Status | None = None
-    reason: str | None = None
-    step_s: float | None = None
-    std_s: float | None = None
-    iqr_s: float | None = None
-    tokens_per_s: float | None = None
-    mfu: float | None = None
-    mfu_measured: float | None = None
-    peak_bytes: int | None = None
-    first_step_s: float | None = None
-    details: dict = field(default_factory=dict, repr=False)
-    datetime: str = ""
-    commit: str = ""
-    section: str = ""
-    peaks: Peaks | None = None  # the matmul peak measured in the row's run (its MFU's denominator), the datasheet's
+    b: Bench | None = field(default=None, repr=False)
+
+    status = property(lambda self: self.b.status)
+    reason = property(lambda self: self.b.row.reason)
+    step_s = property(lambda self: self.b.step_s)
+    std_s = property(lambda self: self.b.stats and self.b.stats.stddev)
+    tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
+    mfu = property(lambda self: self.b.metric(Metric.MFU))
+    mfu_measured = property(lambda self: self.b.metric(Metric.MFU_MEASURED_PEAK))
+    peak_bytes = property(lambda self: self.b.row.memory.peak_allocated)
+    details = property(lambda self: self.b.details)
+    datetime = property(lambda self: self.b.run.datetime)
+    commit = property(lambda self: self.b.run.commit)
+    section = property(lambda self: self.b.run.section)
+    peaks = property(lambda self: self.b.row.peaks)  # its run's measured matmul peak (MFU's), the datasheet's
+
+    @property
+    def first_step_s(self) -> float | None:
+        first = self.b.metric(Metric.FIRST_CALL_S)
+        return self.details.get("first_step_s") if missing(first) else first
 
     @property
     def matmul_peak(self) -> float | None:
@@ -109,15 +114,10 @@ class Step(View):
 
 
 def step(b: Bench) -> Step:
-    c, x, st, first = Step.of(b), Settings.of(b), b.stats, b.metric(Metric.FIRST_CALL_S)
+    c, x = Step.of(b), Settings.of(b)
     x = replace(x, weights=x.weights or "fp32", compile_backend=None if x.compile == "none" else x.compile_backend,
                 fused_ce=bool(x.fused_ce))
-    return replace(c, context=int(c.context), settings=x, status=b.status, reason=b.row.reason, step_s=b.step_s,
-                   std_s=st and st.stddev, iqr_s=st and st.iqr, tokens_per_s=b.metric(Metric.TOKENS_PER_S),
-                   mfu=b.metric(Metric.MFU), mfu_measured=b.metric(Metric.MFU_MEASURED_PEAK),
-                   peak_bytes=b.row.memory.peak_allocated,
-                   first_step_s=b.details.get("first_step_s") if missing(first) else first, details=b.details,
-                   datetime=b.run.datetime, commit=b.run.commit, section=b.run.section, peaks=b.row.peaks)
+    return replace(c, context=int(c.context), settings=x, b=b)
 
 
 def latest(every: list[Step]) -> list[Step]:
@@ -328,7 +328,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
 
 def vs(ours: Step, ref: Step, name: str) -> Ratio | None:
     """Row ours ÷ row ref (their step times), the report's one convention."""
-    return ratio(ours.step_s, ref.step_s, name, spread(ours.std_s, ours.iqr_s), spread(ref.std_s, ref.iqr_s))
+    return ratio(ours.step_s, ref.step_s, name, ours.b.spread, ref.b.spread)
 
 
 @dataclass(frozen=True)
