@@ -65,6 +65,10 @@ class MemCase(SizedView):
         return list(self.snapshot.get("largest") or [])
 
     @property
+    def traced(self) -> list[dict]:  # those of `largest` with a Python stack trace
+        return [x for x in self.largest if x.get("frames")]
+
+    @property
     def measured(self) -> bool:
         return self.status is Status.MEASURED and self.peak_bytes is not None
 
@@ -203,7 +207,7 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
     tables list the entries with a stack trace; largest_of counts the others too)."""
     tables, named = [], []
     for c in ordered(ok):
-        big = [x for x in c.largest if x["frames"]][:6]
+        big = c.traced[:6]
         if c.context != at or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
             continue
         m = c.size_ref.config
@@ -389,14 +393,14 @@ class Memory2026Facts:
     @property
     def forward_largest(self) -> list[tuple[MemCase, dict]]:
         """Each forward's three largest allocations with a stack trace."""
-        return [(c, a) for c in self.cases if c.mode == "forward" for a in [x for x in c.largest if x.get("frames")][:3]]
+        return [(c, a) for c in self.cases if c.mode == "forward" for a in c.traced[:3]]
 
     @property
     def largest(self) -> tuple[MemCase, dict] | None:
         """The fp32 forward at the longest context with an allocation trace, and its largest allocation."""
         c = next((c for c in sorted(self.cases, key=lambda c: -c.context)
                   if c.dtype == "fp32" and c.mode == "forward" and c.largest), None)
-        return c and (c, max([a for a in c.largest if a.get("frames")] or c.largest, key=lambda a: a["size"]))
+        return c and (c, max(c.traced or c.largest, key=lambda a: a["size"]))
 
 
 def memory_2026_facts(rows: list[MemCase]) -> Memory2026Facts | None:
