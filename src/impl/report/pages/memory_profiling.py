@@ -113,6 +113,11 @@ def residuals_seen(c: MemCase, n: int | None = None) -> list[Residual]:
             if n in (None, int(k))]
 
 
+def forward_residuals(rows: list[MemCase]) -> list[Residual]:
+    """Every measured forward row's looked-up residual streams."""
+    return [r for c in rows if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)]
+
+
 # ---- the 2025 edition's (a)-(e) -----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -448,11 +453,10 @@ def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
     m, cases = rows[0].size_ref.config, {(c.context, c.dtype, c.mode): c for c in rows}
     contexts = sorted({int(c.context) for c in rows})
     acts = {c: acc.checkpoint_terms(int(rows[0].batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
-    fwd = [c for c in rows if c.status is Status.MEASURED and c.mode == "forward"]
     return EarlierGrid(own, rows[0].size_label, rows[0].batch, contexts, [
         PeakRow(rows[0].size_label, x, [cases.get((x, *k)) for k in CELLS],
                 m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
-        for x in contexts], [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows, None))
+        for x in contexts], forward_residuals(rows), memory_2025_facts(rows, None))
 
 
 # ---- (f) under Nsight Systems (--cuda-memory-usage=true, caching allocator off) ---------------------------------
@@ -618,8 +622,7 @@ def facts(ctx: Context) -> MemoryPage:
     peaks = {k: {(c.dtype, c.mode): c for c in g} for k, g in group(rows, lambda c: (c.size_label, c.context)).items()}
     return MemoryPage(device, f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
-                      [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()], timelines,
-                      [r for c in d if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)],
-                      snapshots(d, ctx.reports_dir, f.answer_context),
+                      [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()],
+                      timelines, forward_residuals(d), snapshots(d, ctx.reports_dir, f.answer_context),
                       RunsFacts.of(device, every), newest_date(d),
                       nsys=nsys_memory(ctx, m26.probes if m26 else []))
