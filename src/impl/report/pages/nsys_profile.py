@@ -245,7 +245,6 @@ class NsysRow:
     unranged_ms: float  # its kernels under no range (the autograd thread's), per step
     unranged_tids: tuple[int, ...]
     step_kernel_ms: float  # every kernel, per step (cuda_gpu_kern_sum)
-    files: tuple[str, ...]
 
     top_stays = property(lambda self: self.top_forward == self.top_step)
     # (c)'s kernels by the readable handle the torch.profiler tables use (Kernel.op)
@@ -290,8 +289,7 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
         part[softmax] / mm if mm else None, flops[softmax] / (flops[scores] + flops[final]),
         sum(k.time.total_ns for k in nk if k.range == "backward") / steps / 1e6,
         sum(k.time.total_ns for k in unranged) / steps / 1e6,
-        tuple(sorted({k.tid for k in unranged} - main_tids)), all_total / steps / 1e6,
-        tuple(filed.rel_of(p) for p in paths))
+        tuple(sorted({k.tid for k in unranged} - main_tids)), all_total / steps / 1e6)
 
 
 @dataclass(frozen=True)
