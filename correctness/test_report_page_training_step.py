@@ -192,7 +192,8 @@ def test_a_long_ablation_is_a_csv_beside_its_grid(tmp_path):
 
 def test_within_noise_where_the_spreads_overlap():
     def step(median, std, status=Status.MEASURED):
-        return dataclasses.replace(page.step(_row("xl", 512, "bf16", BF16, median, status=status)), std_s=std)
+        b = _row("xl", 512, "bf16", BF16, median, status=status)
+        return page.step(dataclasses.replace(b, stats=b.stats and dataclasses.replace(b.stats, stddev=std)))
     assert page.noise_ratio(step(0.25, 0.03), step(0.30, 0.05)) == "within noise"
     assert page.noise_ratio(step(0.15, 0.01), step(0.30, 0.01)) == "0.50×"  # ours ÷ reference
     assert page.noise_ratio(step(None, None, Status.OOM), step(0.30, 0.01)) == "–"

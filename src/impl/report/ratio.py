@@ -50,10 +50,6 @@ def spread(stddev, iqr) -> float | None:
     return iqr / 2 if not missing(iqr) else None if missing(stddev) else stddev
 
 
-def ratio_cell(r: Ratio | None) -> str:
-    return "–" if r is None else str(r)
-
-
 def med(xs) -> float | None:
     """The median of ratios as the report states it: the upper middle one of an even count (a ratio
     that was measured, never the mean of two), None for none."""

@@ -11,7 +11,7 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, SizedView, size_label, timing_text
+from impl.report.rows import Bench, SizedView, group, size_label, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
@@ -43,19 +43,40 @@ class Parts:  # a training step's forward, backward and optimizer step (s), wher
     optimizer: float | None = None
 
 
+def _measured(f):
+    """A Cell's property read from its row where the row was measured, else None."""
+    return property(lambda self: f(self.b) if self.b.measured else None)
+
+
 @dataclass(frozen=True)
-class Cell:  # one row's timing: mean ± std over the timed steps (s), or why it has none
-    status: Status
-    mean_s: float | None = None
-    std_s: float | None = None
-    first_s: float | None = None  # the first timed step
-    max_s: float | None = None  # the slowest timed step
-    peak_bytes: int | None = None
-    tokens_per_s: float | None = None
-    mfu_measured_peak: float | None = None
-    need_bytes: float | None = None  # the closed-form memory need
-    first_parts: Parts | None = None  # the first timed step's
-    later_parts: Parts | None = None  # the mean of the other timed steps'
+class Cell:  # one row's timing: mean ± std over the timed steps (s), or why it has none; read from the row
+    b: Bench = field(repr=False)
+
+    status = property(lambda self: self.b.status)
+    need_bytes = property(lambda self: (self.b.details.get("memory_need") or {}).get("total"))  # the closed form's
+    mean_s = _measured(lambda b: b.stats.mean)
+    std_s = _measured(lambda b: b.stats.stddev)
+    first_s = _measured(lambda b: b.stats.data[0] if b.stats.data else None)  # the first timed step
+    max_s = _measured(lambda b: max(b.stats.data) if b.stats.data else None)  # the slowest timed step
+    peak_bytes = _measured(lambda b: b.row.memory.peak_allocated)
+    tokens_per_s = _measured(lambda b: b.metric(Metric.TOKENS_PER_S))
+    mfu_measured_peak = _measured(lambda b: b.metric(Metric.MFU_MEASURED_PEAK))
+
+    @property
+    def steps(self) -> dict[str, list[float]]:
+        """The timed steps' forward, backward and optimizer times (s), where the (measured) row kept them."""
+        kept = (self.b.details.get("steps") or {}) if self.b.measured else {}
+        return {k.removesuffix("_s"): v for k, v in kept.items()
+                if isinstance(v, list) and v and k.removesuffix("_s") in ("forward", "backward", "optimizer")}
+
+    @property
+    def first_parts(self) -> Parts | None:  # the first timed step's
+        return Parts(**{k: v[0] for k, v in self.steps.items()}) if self.steps else None
+
+    @property
+    def later_parts(self) -> Parts | None:  # the mean of the other timed steps'
+        later = {k: sum(v[1:]) / len(v[1:]) for k, v in self.steps.items() if len(v) > 1}
+        return Parts(**later) if later else None
 
     @property
     def ok(self) -> bool:
@@ -67,19 +88,6 @@ class Cell:  # one row's timing: mean ± std over the timed steps (s), or why it
 
     def within_noise(self, other: Cell) -> bool:
         return abs(self.mean_s - other.mean_s) <= (self.std_s or 0.0) + (other.std_s or 0.0)
-
-
-def cell(b: Bench) -> Cell:
-    need = (b.details.get("memory_need") or {}).get("total")
-    if not b.measured:
-        return Cell(b.status, need_bytes=need)
-    steps = {k.removesuffix("_s"): v for k, v in (b.details.get("steps") or {}).items()
-             if isinstance(v, list) and v and k.removesuffix("_s") in ("forward", "backward", "optimizer")}
-    later = {k: sum(v[1:]) / len(v[1:]) for k, v in steps.items() if len(v) > 1}
-    data = b.stats.data or []
-    return Cell(b.status, b.stats.mean, b.stats.stddev, data[0] if data else None, max(data) if data else None,
-                b.row.memory.peak_allocated, b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU_MEASURED_PEAK), need,
-                Parts(**{k: v[0] for k, v in steps.items()}) if steps else None, Parts(**later) if later else None)
 
 
 @dataclass(frozen=True)
@@ -172,7 +180,7 @@ class EditionFacts:  # one edition's answers on one device: its sizes (labels) a
 
     @property
     def tables(self) -> list[DtypeTable]:  # one per dtype, with the modes any of its rows has
-        by = {d: [r for r in self.grid if r.dtype == d] for d in dict.fromkeys(r.dtype for r in self.grid)}
+        by = group(self.grid, lambda r: r.dtype)
         return [DtypeTable(d, [m for m in MODES if any(m in r.modes for r in rows)], rows,
                            any(r.train is not None for r in rows)) for d, rows in by.items()]
 
@@ -227,12 +235,10 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
     main = by_size(main_rows)
     if not main:
         return EditionFacts(edition, sizes)
-    grid: dict[tuple, dict[str, Cell]] = {}
-    for b, c in main:
-        grid.setdefault((c.size_label, c.context, c.dtype), {})[c.mode] = cell(b)
-    warm: dict[tuple, dict[int, Cell]] = {}
-    for b, c in by_size(b for b in warm_rows if b.measured):
-        warm.setdefault((c.size_label, c.context, c.dtype, c.mode), {})[int(c.warmup)] = cell(b)
+    key = lambda x: (x[1].size_label, x[1].context, x[1].dtype)  # noqa: E731  (a row and its config)
+    grid = {k: {c.mode: Cell(b) for b, c in g} for k, g in group(main, key).items()}
+    warm = {k: {int(c.warmup): Cell(b) for b, c in g} for k, g in group(by_size(b for b in warm_rows if b.measured),
+                                                                      lambda x: (*key(x), x[1].mode)).items()}
     order = {"fp32": 0, "bf16": 1, "fp16": 2}
     grid_rows = sorted((GridRow(*k, {m: v[m] for m in MODES if m in v}) for k, v in grid.items()),
                        key=lambda r: (order.get(r.dtype, 9), sizes.index(r.size) if r.size in sizes else 99, r.context))
@@ -240,7 +246,7 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
         edition, sizes, grid_rows, [WarmupCase(*k, dict(sorted(v.items())), v[min(v)], v[max(v)])
                                      for k, v in warm.items() if len(v) > 1],
         _optimizer(main), main[0][1].batch, any(_cfg(b).study == "warmup_fresh_process" for b in rows),
-        [(c.size_label, c.context, c.dtype, c.mode, cell(b)) for b, c in main if b.status is Status.OOM],
+        [(c.size_label, c.context, c.dtype, c.mode, Cell(b)) for b, c in main if b.status is Status.OOM],
         *timing_text(main_rows), next((b.row.peaks for b in main_rows if b.row.peaks is not None), None),
         newest_date(main_rows), warm_rows[0].details.get("left_out", "") if warm_rows else "")
 

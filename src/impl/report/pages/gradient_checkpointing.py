@@ -10,7 +10,7 @@ from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, RunRef, SizedView, group, size_label, stat_name
+from impl.report.rows import Bench, SizedView, group, size_label, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -24,8 +24,9 @@ ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
 @dataclass(frozen=True)
 class PolicyRow(SizedView):
-    """One row: its config (rows.View) and, from policy_row, its measured peak, the predictions (the hook
-    terms' and the fp32 closed form's, each a step peak and the block stack's activations) and its step."""
+    """One row: its config (rows.View) and the row (`b`, set by policy_row) it reads its measured peak, the
+    predictions (the hook terms' and the fp32 closed form's, each a step peak and the block stack's activations)
+    and its step from."""
 
     policy: str | None = None
     k: int | None = None  # None for none and nested
@@ -36,22 +37,26 @@ class PolicyRow(SizedView):
     dtype: str | None = None
     batch: int | None = None
     context: int | None = None
-    name: str = ""
-    status: Status | None = None
-    reason: str | None = None
-    peak: int | None = None  # measured peak allocated
-    predicted: int | None = None
-    activations: int | None = None
-    closed_form: int | None = None
-    closed_form_activations: int | None = None
-    step_s: float | None = None
-    std_s: float | None = None
-    mean_s: float | None = None
-    tokens_per_s: float | None = None
-    forwards: float | None = None  # block forwards per step, counted by forward pre-hooks
-    forwards_predicted: int | None = None
-    details: dict = field(default_factory=dict, repr=False)  # best_k, best_k_rule, ks, terms
-    run: RunRef | None = None
+    b: Bench | None = field(default=None, repr=False)
+
+    name = property(lambda self: self.b.name)
+    status = property(lambda self: self.b.status)
+    reason = property(lambda self: self.b.row.reason)
+    peak = property(lambda self: self.b.row.memory.peak_allocated)  # measured peak allocated
+    details = property(lambda self: self.b.details)  # best_k, best_k_rule, ks, terms
+    run = property(lambda self: self.b.run)
+    step_s = property(lambda self: self.b.step_s)
+    std_s = property(lambda self: self.b.stats and self.b.stats.stddev)
+    mean_s = property(lambda self: self.b.stats and self.b.stats.mean)
+    tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
+    forwards = property(lambda self: self.details.get("measured_block_forwards"))  # counted by forward pre-hooks
+    forwards_predicted = property(lambda self: self.details.get("predicted_block_forwards"))
+    _hook = property(lambda self: (self.details.get("predicted") or {}).get("hook_terms") or {})
+    _closed = property(lambda self: (self.details.get("predicted") or {}).get("closed_form_fp32") or {})
+    predicted = property(lambda self: self._hook.get("peak"))
+    activations = property(lambda self: self._hook.get("activations"))
+    closed_form = property(lambda self: self._closed.get("peak"))
+    closed_form_activations = property(lambda self: self._closed.get("activations"))
 
     @property
     def model_layers(self) -> int | None:
@@ -72,16 +77,9 @@ class PolicyRow(SizedView):
 
 
 def policy_row(b: Bench) -> PolicyRow:
-    c, d, st, pred = PolicyRow.of(b), b.details, b.stats, b.details.get("predicted") or {}
-    hook, cf = pred.get("hook_terms") or {}, pred.get("closed_form_fp32") or {}
+    c = PolicyRow.of(b)
     return replace(c, k=None if c.k is None or c.policy == "none" else int(c.k),
-                   layers=None if c.layers is None else int(c.layers), study=c.study or d.get("study"), name=b.name,
-                   status=b.status, reason=b.row.reason, peak=b.row.memory.peak_allocated, predicted=hook.get("peak"),
-                   activations=hook.get("activations"), closed_form=cf.get("peak"),
-                   closed_form_activations=cf.get("activations"), step_s=b.step_s, std_s=st and st.stddev,
-                   mean_s=st and st.mean, tokens_per_s=b.metric(Metric.TOKENS_PER_S),
-                   forwards=d.get("measured_block_forwards"), forwards_predicted=d.get("predicted_block_forwards"),
-                   details=d, run=b.run)
+                   layers=None if c.layers is None else int(c.layers), study=c.study or b.details.get("study"), b=b)
 
 
 @dataclass(frozen=True)

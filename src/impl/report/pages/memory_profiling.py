@@ -14,7 +14,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, RunRef, SizedView, size_label
+from impl.report.rows import Bench, SizedView, group, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
@@ -31,18 +31,26 @@ CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf1
 
 @dataclass(frozen=True)
 class MemCase(SizedView):
-    """One row: its config (rows.View) and, from mem_case, what it measured."""
+    """One row: its config (rows.View) and the row (`b`, set by mem_case) that it reads what it measured from."""
 
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None  # forward / train_step / block_probe
     batch: int | None = None
-    status: Status | None = None
-    peak_bytes: int | None = None  # peak allocated (measured rows)
-    reserved_bytes: int | None = None
-    need_bytes: int | None = None  # closed form: the parameters (forward) or the fp32 training step's need
-    details: dict = field(default_factory=dict, repr=False)
-    run: RunRef | None = None
+    b: Bench | None = field(default=None, repr=False)
+
+    status = property(lambda self: self.b.status)
+    details = property(lambda self: self.b.details)
+    run = property(lambda self: self.b.run)
+    # peak allocated and reserved, measured rows only
+    peak_bytes = property(lambda self: self.b.row.memory.peak_allocated if self.status is Status.MEASURED else None)
+    reserved_bytes = property(lambda self: self.b.row.memory.peak_reserved if self.status is Status.MEASURED else None)
+
+    @property
+    def need_bytes(self) -> int | None:
+        """The closed form: the parameters (forward) or the fp32 training step's need."""
+        return (self.details.get("closed_form") or {}).get("param_bytes" if self.mode == "forward"
+                                                            else "train_step_need_bytes")
 
     @property
     def snapshot(self) -> dict:
@@ -57,29 +65,23 @@ class MemCase(SizedView):
         return list(self.snapshot.get("largest") or [])
 
     @property
+    def traced(self) -> list[dict]:  # those of `largest` with a Python stack trace
+        return [x for x in self.largest if x.get("frames")]
+
+    @property
     def measured(self) -> bool:
         return self.status is Status.MEASURED and self.peak_bytes is not None
 
 
 def mem_case(b: Bench) -> MemCase:
-    cf, ok, c = b.details.get("closed_form") or {}, b.status is Status.MEASURED, MemCase.of(b)
-    return replace(c, status=b.status, peak_bytes=b.row.memory.peak_allocated if ok else None,
-                   reserved_bytes=b.row.memory.peak_reserved if ok else None,
-                   need_bytes=cf.get("param_bytes" if c.mode == "forward" else "train_step_need_bytes"),
-                   details=b.details, run=b.run)
-
-
-def case_key(c: MemCase) -> tuple:
-    """What a row measured: its size (an edition-less older row is 2025's), context, dtype and mode."""
-    return c.size_label, c.context, c.dtype, c.mode
+    return replace(MemCase.of(b), b=b)
 
 
 def newest_per_case(rows: list[Bench]) -> list[Bench]:
     """Each case's row of the newest run: a row stored under an older name (before the edition prefix, e.g.
     `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case, and the newer one answers."""
-    newest: dict[tuple, Bench] = {}
-    for b in sorted(rows, key=lambda b: b.run.datetime):
-        newest[case_key(MemCase.of(b))] = b
+    newest = {(c.size_label, c.context, c.dtype, c.mode): b  # an edition-less older row is 2025's
+              for b in sorted(rows, key=lambda b: b.run.datetime) for c in [MemCase.of(b)]}
     keep = {id(b) for b in newest.values()}
     return [b for b in rows if id(b) in keep]
 
@@ -109,6 +111,11 @@ def residuals_seen(c: MemCase, n: int | None = None) -> list[Residual]:
     return [Residual(c.dtype, int(k), c.batch, c.context, c.size_ref.config.d_model, x["bytes"], x["found"], x["count"],
                      (x["frames"] or ["–"])[0]) for k, x in (c.snapshot.get("residual") or {}).items()
             if n in (None, int(k))]
+
+
+def forward_residuals(rows: list[MemCase]) -> list[Residual]:
+    """Every measured forward row's looked-up residual streams."""
+    return [r for c in rows if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)]
 
 
 # ---- the 2025 edition's (a)-(e) -----------------------------------------------------------------
@@ -205,7 +212,7 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
     tables list the entries with a stack trace; largest_of counts the others too)."""
     tables, named = [], []
     for c in ordered(ok):
-        big = [x for x in c.largest if x["frames"]][:6]
+        big = c.traced[:6]
         if c.context != at or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
             continue
         m = c.size_ref.config
@@ -247,21 +254,12 @@ class Memory2025Facts:
     residuals: list[Residual]  # fp32, one per context (forward rows first), ascending
     named: list[NamedAllocation]  # (e) at answer_context
     largest: list[LargestTable]  # (e)'s tables at answer_context
-    largest_by_context: list[NamedAllocation] = field(default_factory=list)  # every row's largest allocation
-    largest_contexts: list[int] = field(default_factory=list)  # per entry of largest_by_context
+    largest_rows: list[tuple[int, NamedAllocation]] = field(default_factory=list)  # (context, every row's largest)
     batch: int | None = None
 
     @property
     def at_reference(self) -> bool:
         return self.reference_context is not None and self.answer_context == self.reference_context
-
-    @property
-    def largest_context(self) -> int | None:
-        return self.answer_context
-
-    @property
-    def largest_rows(self) -> list[tuple[int, NamedAllocation]]:
-        return list(zip(self.largest_contexts, self.largest_by_context))
 
     @property
     def timelines(self) -> bool:
@@ -317,8 +315,7 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
         {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v},
-        ref, at, res.get(at), [res[x] for x in sorted(res)], *largest_allocations(ok, at),
-        [t for _, t in tops], [x for x, _ in tops], ok[0].batch)
+        ref, at, res.get(at), [res[x] for x in sorted(res)], *largest_allocations(ok, at), tops, ok[0].batch)
 
 
 # ---- the 2026 edition's (a)-(f) -----------------------------------------------------------------
@@ -401,14 +398,14 @@ class Memory2026Facts:
     @property
     def forward_largest(self) -> list[tuple[MemCase, dict]]:
         """Each forward's three largest allocations with a stack trace."""
-        return [(c, a) for c in self.cases if c.mode == "forward" for a in [x for x in c.largest if x.get("frames")][:3]]
+        return [(c, a) for c in self.cases if c.mode == "forward" for a in c.traced[:3]]
 
     @property
     def largest(self) -> tuple[MemCase, dict] | None:
         """The fp32 forward at the longest context with an allocation trace, and its largest allocation."""
         c = next((c for c in sorted(self.cases, key=lambda c: -c.context)
                   if c.dtype == "fp32" and c.mode == "forward" and c.largest), None)
-        return c and (c, max([a for a in c.largest if a.get("frames")] or c.largest, key=lambda a: a["size"]))
+        return c and (c, max(c.traced or c.largest, key=lambda a: a["size"]))
 
 
 def memory_2026_facts(rows: list[MemCase]) -> Memory2026Facts | None:
@@ -456,14 +453,11 @@ def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
     m, cases = rows[0].size_ref.config, {(c.context, c.dtype, c.mode): c for c in rows}
     contexts = sorted({int(c.context) for c in rows})
     acts = {c: acc.checkpoint_terms(int(rows[0].batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
-    fwd = [c for c in rows if c.status is Status.MEASURED and c.mode == "forward"]
     return EarlierGrid(own, rows[0].size_label, rows[0].batch, contexts, [
         PeakRow(rows[0].size_label, x, [cases.get((x, *k)) for k in CELLS],
                 m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
-        for x in contexts], [r for c in fwd for r in residuals_seen(c)], memory_2025_facts(rows, None))
+        for x in contexts], forward_residuals(rows), memory_2025_facts(rows, None))
 
-
-# ---- the page ------------------------------------------------------------------------------------
 
 # ---- (f) under Nsight Systems (--cuda-memory-usage=true, caching allocator off) ---------------------------------
 
@@ -625,13 +619,10 @@ def facts(ctx: Context) -> MemoryPage:
         link = _draw(ctx, f"{device}-{mode}-{dtype}", WORDS.memory_active(f.size, mode, device, newest_date(g), dtype),
                      [(f"context {c.context}", c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
-    peaks: dict[tuple, dict] = {}
-    for c in rows:
-        peaks.setdefault((c.size_label, c.context), {})[(c.dtype, c.mode)] = c
+    peaks = {k: {(c.dtype, c.mode): c for c in g} for k, g in group(rows, lambda c: (c.size_label, c.context)).items()}
     return MemoryPage(device, f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
-                      [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()], timelines,
-                      [r for c in d if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)],
-                      snapshots(d, ctx.reports_dir, f.answer_context),
+                      [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()],
+                      timelines, forward_residuals(d), snapshots(d, ctx.reports_dir, f.answer_context),
                       RunsFacts.of(device, every), newest_date(d),
                       nsys=nsys_memory(ctx, m26.probes if m26 else []))

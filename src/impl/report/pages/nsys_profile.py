@@ -106,14 +106,10 @@ class Profiled:  # one profiled config: its Python timer against the profiler's 
         return self.softmax_time / self.softmax_flops
 
 
-def _label(b: Bench) -> str:
-    return _cfg(b).size_label
-
-
 def profiled(b: Bench) -> Profiled:
-    n = b.details["nsys"]
+    n, c = b.details["nsys"], _cfg(b)
     top, share = n["top_forward"], n.get("matmul_share_train_step")
-    return Profiled(_label(b), _cfg(b).context, b.step_s, b.stats.stddev if b.stats else None, n["forward_range_ms"],
+    return Profiled(c.size_label, c.context, b.step_s, b.stats.stddev if b.stats else None, n["forward_range_ms"],
                     n["forward_kernel_ms"], top["name"], top["category"] == "matmul", int(top["calls_per_pass"]),
                     bool(n.get("top_stays_on_top")), n["matmul_share_forward"],
                     n.get("profiled") or ("forward" if n.get("train_oom") else "train_step"), share,
@@ -139,7 +135,7 @@ def nsys_cases(rows: list[Bench]) -> list[NsysCase]:
     """The cases of `rows` (of nsys_profile), in the order the study lists them."""
     out = []
     for b in rows:
-        n, head = b.details.get("nsys"), (_label(b), int(_cfg(b).context))
+        n, head = b.details.get("nsys"), (_cfg(b).size_label, int(_cfg(b).context))
         need = (b.details.get("memory_need") or {}).get("total")
         if not (b.measured and n):
             out.append(NsysCase(*head, False, need_bytes=need))
@@ -249,7 +245,6 @@ class NsysRow:
     unranged_ms: float  # its kernels under no range (the autograd thread's), per step
     unranged_tids: tuple[int, ...]
     step_kernel_ms: float  # every kernel, per step (cuda_gpu_kern_sum)
-    files: tuple[str, ...]
 
     top_stays = property(lambda self: self.top_forward == self.top_step)
     # (c)'s kernels by the readable handle the torch.profiler tables use (Kernel.op)
@@ -278,7 +273,8 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
     head_dim = cfg.d_model // cfg.num_heads
     flops = attention_part_flops(1, cfg.num_heads, int(a["context"]), head_dim)
     part = {p: sum(k.time.total_ns for k in nk if k.range == p) for p in ATTENTION}
-    mm = part["computing attention scores"] + part["final matmul"]
+    scores, softmax, final = ATTENTION
+    mm = part[scores] + part[final]
     main_tids = {k.tid for k in nk if k.range == "forward"}
     unranged = [k for k in nk if not k.range]
     all_total = sum(k.time.total_ns for k in ksum)
@@ -290,12 +286,10 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
         sum(k.time.total_ns for k in ksum if k.category == "matmul") / all_total if all_total else float("nan"),
         tuple((n, t / fwd_total, c // steps) for t, c, n in ranked if classify_kernel(n) != "matmul"
               and t / fwd_total > 0.01) if fwd_total else (),
-        part["computing softmax"] / mm if mm else None,
-        flops["computing softmax"] / (flops["computing attention scores"] + flops["final matmul"]),
+        part[softmax] / mm if mm else None, flops[softmax] / (flops[scores] + flops[final]),
         sum(k.time.total_ns for k in nk if k.range == "backward") / steps / 1e6,
         sum(k.time.total_ns for k in unranged) / steps / 1e6,
-        tuple(sorted({k.tid for k in unranged} - main_tids)), all_total / steps / 1e6,
-        tuple(filed.rel_of(p) for p in paths))
+        tuple(sorted({k.tid for k in unranged} - main_tids)), all_total / steps / 1e6)
 
 
 @dataclass(frozen=True)
@@ -345,12 +339,6 @@ def nsys_tables(ctx: Context) -> NsysTables | None:
     return NsysTables(filed, tuple(rows), tuple(skipped))
 
 
-def torch_beside(f, r: NsysRow):
-    """torch.profiler's Profiled row of the same edition, size and context (None: it has none)."""
-    pool = f.answer26 if r.edition == "2026" and f.answer26 else f.answer if f.edition == r.edition else []
-    return next((p for p in pool if (p.size, p.context) == (r.size, r.context)), None)
-
-
 @dataclass(frozen=True)
 class NsysPage(SourcedFromRuns):
     device: str | None  # the answering GPU device; None: no profiled rows
@@ -367,8 +355,11 @@ class NsysPage(SourcedFromRuns):
     def sources(self) -> list[str]:
         return sorted(set(super().sources) | set(self.nsys.sources if self.nsys else ()))
 
-    def beside(self, r: NsysRow):
-        return torch_beside(self, r)
+    def beside(self, r: NsysRow) -> Profiled | None:
+        """torch.profiler's Profiled row of the same edition, size and context (None: it has none)."""
+        pool = (self.answer26 if r.edition == "2026" and self.answer26
+                else self.answer if self.edition == r.edition else [])
+        return next((p for p in pool if (p.size, p.context) == (r.size, r.context)), None)
 
     @property
     def nsys_alone(self) -> list[NsysRow]:  # nsys cases without a torch.profiler row of the same config

@@ -12,7 +12,7 @@ from impl.model import size_rank
 from impl.report.pages import NOT_MEASURED, Context, Scored
 from impl.report.pages.pytorch_attention import Cell, before_backward, cell, median, not_run, passes, ran, shapes
 from impl.report.ratio import Ratio, med, of_benches
-from impl.report.rows import Bench, View, of_newest_run, stat_name
+from impl.report.rows import Bench, View, group, of_newest_run, stat_name
 from impl.report.runs import RunsFacts
 from impl.workloads.compiled import WHY
 from impl.workloads.problems import Problem as P
@@ -35,6 +35,10 @@ class CompileConfig(View):
 
 
 _cfg = CompileConfig.of
+
+
+def _at(b: Bench) -> tuple:  # (b)'s (size, context)
+    return _cfg(b).size, _cfg(b).context
 
 
 def same_run(a: Bench, b: Bench) -> bool:
@@ -229,10 +233,7 @@ class OutOfMemory:
 
 def out_of_memory(ordered: list[Bench]) -> list[OutOfMemory]:
     """The OOM rows grouped per (size, context, mode), in the table's order."""
-    cells: dict[tuple, list[Bench]] = {}
-    for b in ordered:
-        if _cfg(b).mode in MODES_B:
-            cells.setdefault((_cfg(b).size, _cfg(b).context, _cfg(b).mode), []).append(b)
+    cells = group((b for b in ordered if _cfg(b).mode in MODES_B), lambda b: (*_at(b), _cfg(b).mode))
     out = []
     for (size, context, mode), g in cells.items():
         oom = [b for b in g if b.status is Status.OOM]
@@ -255,7 +256,6 @@ class ModelFacts:
     why: str  # the code's reason (an older run's stored copy typed its compile times)
     stat: str  # what the times are (rows.stat_name)
     compilations: tuple[Compilation, ...]
-    left_out_reason: str | None
     left_out: tuple[LeftOut, ...]
     left_out_by_reason: tuple[tuple[str | None, tuple[LeftOut, ...]], ...]  # grouped, first appearance first
     answer: tuple[ModeRatios, ...]
@@ -280,37 +280,25 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
     grid = [b for b in ordered if _cfg(b).mode != "optimizer_step"]
     modes = tuple(m for m in GRID_MODES if any(_cfg(b).mode == m for b in grid))
     timed = "train_step" in modes
-    opt: dict[str, dict[str, Bench]] = {}
-    cells: dict[tuple[str, int], dict[tuple[str, str], Bench]] = {}
-    groups: dict[tuple, list[Bench]] = {}  # every row of a (size, context)
-    for b in ordered:
-        k = _cfg(b)
-        groups.setdefault((k.size, k.context), []).append(b)
-        if k.mode == "optimizer_step":
-            opt.setdefault(k.size, {})[k.impl] = b
-        else:
-            cells.setdefault((k.size, k.context), {})[(k.mode, k.impl)] = b
+    opt = {size: {_cfg(b).impl: b for b in g} for size, g in
+           group((b for b in ordered if _cfg(b).mode == "optimizer_step"), lambda b: _cfg(b).size).items()}
+    cells = {k: {(_cfg(b).mode, _cfg(b).impl): b for b in g} for k, g in group(grid, _at).items()}
     table = [ModelRow(size, context, tuple(_cells(sel.get((m, "eager")), sel.get((m, "compiled"))) for m in modes),
                       _times(*(_train_step(sel.get(("forward_backward", i)), opt.get(size, {}).get(i))
                                    for i in ("eager", "compiled"))) if opt and not timed else None)
              for (size, context), sel in cells.items()]
     left_out = []
-    for (size, context), g in groups.items():
+    for (size, context), g in group(ordered, _at).items():
         if cut := [b for b in g if b.status not in RAN]:
             parts = () if len(cut) == len(g) else tuple((_cfg(b).mode, _cfg(b).impl) for b in cut)
             left_out.append(LeftOut(size, context, parts, cut[0].row.reason))
-    cut = [b for b in ordered if b.status not in RAN]
     what = next((b.details["compiled_what"] for b in ordered if b.details.get("compiled_what")), None)
     compilations = [_compilation(b, ordered) for b in ordered
                     if _cfg(b).impl == "compiled" and b.details.get("compiled_now")]
     optimizer = tuple((s, _cells(o.get("eager"), o.get("compiled"))) for s, o in opt.items())
-    by_reason: dict[str | None, list[LeftOut]] = {}
-    for x in left_out:
-        by_reason.setdefault(x.reason, []).append(x)
     return ModelFacts(modes, tuple(table), timed, optimizer, what, WHY, stat_name(ordered), tuple(compilations),
-                      cut[0].row.reason if cut else None, tuple(left_out),
-                      tuple((r, tuple(xs)) for r, xs in by_reason.items()), tuple(mode_ratios(rows)),
-                      RunsFacts.of(device, rows), tuple(out_of_memory(ordered)),
+                      tuple(left_out), tuple((r, tuple(xs)) for r, xs in group(left_out, lambda x: x.reason).items()),
+                      tuple(mode_ratios(rows)), RunsFacts.of(device, rows), tuple(out_of_memory(ordered)),
                       next((b.row.env.gpu_memory_bytes for b in ordered if b.row.env.gpu_memory_bytes), None))
 
 

@@ -15,7 +15,7 @@ from impl.report import figures
 from impl.report.markdown import gib, missing, ms, num, pct
 from impl.report.output import write_table_csv
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.ratio import Ratio, ratio, spread
+from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, View, group, stat_name, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, device_short
 from impl.workloads.problems import Problem as P
@@ -47,28 +47,33 @@ class Settings(View):
 
 @dataclass(frozen=True)
 class Step(View):
-    """One row: its config (rows.View) and, from step(), what it measured."""
+    """One row: its config (rows.View), its settings, and the row (`b`, set by step()) it reads its measurement from."""
 
     size: str | None = None
     context: int | None = None
     config: str | None = None
     batch: int | None = None
     settings: Settings | None = None
-    status: Status | None = None
-    reason: str | None = None
-    step_s: float | None = None
-    std_s: float | None = None
-    iqr_s: float | None = None
-    tokens_per_s: float | None = None
-    mfu: float | None = None
-    mfu_measured: float | None = None
-    peak_bytes: int | None = None
-    first_step_s: float | None = None
-    details: dict = field(default_factory=dict, repr=False)
-    datetime: str = ""
-    commit: str = ""
-    section: str = ""
-    peaks: Peaks | None = None  # the matmul peak measured in the row's run (its MFU's denominator), the datasheet's
+    b: Bench | None = field(default=None, repr=False)
+
+    status = property(lambda self: self.b.status)
+    reason = property(lambda self: self.b.row.reason)
+    step_s = property(lambda self: self.b.step_s)
+    std_s = property(lambda self: self.b.stats and self.b.stats.stddev)
+    tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
+    mfu = property(lambda self: self.b.metric(Metric.MFU))
+    mfu_measured = property(lambda self: self.b.metric(Metric.MFU_MEASURED_PEAK))
+    peak_bytes = property(lambda self: self.b.row.memory.peak_allocated)
+    details = property(lambda self: self.b.details)
+    datetime = property(lambda self: self.b.run.datetime)
+    commit = property(lambda self: self.b.run.commit)
+    section = property(lambda self: self.b.run.section)
+    peaks = property(lambda self: self.b.row.peaks)  # its run's measured matmul peak (MFU's), the datasheet's
+
+    @property
+    def first_step_s(self) -> float | None:
+        first = self.b.metric(Metric.FIRST_CALL_S)
+        return self.details.get("first_step_s") if missing(first) else first
 
     @property
     def matmul_peak(self) -> float | None:
@@ -109,15 +114,10 @@ class Step(View):
 
 
 def step(b: Bench) -> Step:
-    c, x, st, first = Step.of(b), Settings.of(b), b.stats, b.metric(Metric.FIRST_CALL_S)
+    c, x = Step.of(b), Settings.of(b)
     x = replace(x, weights=x.weights or "fp32", compile_backend=None if x.compile == "none" else x.compile_backend,
                 fused_ce=bool(x.fused_ce))
-    return replace(c, context=int(c.context), settings=x, status=b.status, reason=b.row.reason, step_s=b.step_s,
-                   std_s=st and st.stddev, iqr_s=st and st.iqr, tokens_per_s=b.metric(Metric.TOKENS_PER_S),
-                   mfu=b.metric(Metric.MFU), mfu_measured=b.metric(Metric.MFU_MEASURED_PEAK),
-                   peak_bytes=b.row.memory.peak_allocated,
-                   first_step_s=b.details.get("first_step_s") if missing(first) else first, details=b.details,
-                   datetime=b.run.datetime, commit=b.run.commit, section=b.run.section, peaks=b.row.peaks)
+    return replace(c, context=int(c.context), settings=x, b=b)
 
 
 def latest(every: list[Step]) -> list[Step]:
@@ -138,6 +138,11 @@ def ordered(steps: list[Step]) -> list[Step]:
 def groups(steps: list[Step]) -> dict[tuple[str, int], list[Step]]:
     """(size, context) -> its rows, in the page's order."""
     return group(ordered(steps), lambda s: (s.size, s.context))
+
+
+def by_config(steps: list[Step]) -> list[dict[str, Step]]:
+    """Per (size, context), in the page's order: config -> its row."""
+    return [{s.config: s for s in g} for g in groups(steps).values()]
 
 
 def noise_ratio(ours: Step, ref: Step | None) -> str:
@@ -307,14 +312,13 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     ran = [b for b, s in zip(benches, every) if id(s) in kept]
     fig_name = f"{SLUG}-{device}-ablation.png"
     by_run = group(d, lambda s: s.run)
-    by_shape = [{s.config: s for s in g} for g in groups(d).values()]
     return Section(
         device, d, stat_name(ran), *timing_text(ran), legend(d), cells,
         write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) if len(cells) > INLINE_ROWS
         else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
-        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_shape if "anchor" in g and g["anchor"].ok
+        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
         repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
         RunsFacts.of(device, benches))
@@ -324,7 +328,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
 
 def vs(ours: Step, ref: Step, name: str) -> Ratio | None:
     """Row ours ÷ row ref (their step times), the report's one convention."""
-    return ratio(ours.step_s, ref.step_s, name, spread(ours.std_s, ours.iqr_s), spread(ref.std_s, ref.iqr_s))
+    return ratio(ours.step_s, ref.step_s, name, ours.b.spread, ref.b.spread)
 
 
 @dataclass(frozen=True)
@@ -342,9 +346,7 @@ class Ablation:
 
 
 def _ablation(ok: list[Step]) -> Ablation:
-    counts: dict[tuple[str, int], int] = {}
-    for s in ok:
-        counts[(s.size, s.context)] = counts.get((s.size, s.context), 0) + 1
+    counts = {k: len(g) for k, g in group(ok, lambda s: (s.size, s.context)).items()}
     size, c = max(counts, key=lambda k: (counts[k], MODEL_SIZES[k[0]].params, -k[1]))
     g = {s.config: s for s in ok if (s.size, s.context) == (size, c)}
     base = g.get("bf16")
@@ -401,11 +403,8 @@ def facts(ctx: Context) -> TrainingStepPage:
     mfu = next((k for k in ("mfu", "mfu_measured") if any(getattr(s, k) is not None for s in ours)), None)
     top = max((s for s in ours if getattr(s, mfu) is not None), key=lambda s: getattr(s, mfu)) if mfu else None
     # the same-run pairs of ours and the anchor; the largest (size, context) answers
-    by: dict = {}
-    for s in sorted(ok, key=lambda s: (s.size, s.context)):
-        by.setdefault((s.size, s.context), {})[s.config] = s
-    pairs = [(g[o], g["anchor"]) for g in by.values() if "anchor" in g for o in OURS
+    pairs = [(g[o], g["anchor"]) for g in by_config(ok) if "anchor" in g for o in OURS
              if o in g and g[o].datetime == g["anchor"].datetime]
     r, a = max(pairs, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context)) if pairs else (None, None)
-    return TrainingStepPage(True, _ablation(ok), top, Pair(r, a, vs(r, a, "the anchor's step"), len(pairs)) if pairs
+    return TrainingStepPage(True, _ablation(ok), top, Pair(r, a, vs(r, a, ""), len(pairs)) if pairs
                             else None, sections, figs)
