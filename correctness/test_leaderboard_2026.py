@@ -249,6 +249,22 @@ def test_prediction_fits_lines_and_adds_communication():
     assert predict_step([LayerRun(1, 0.5), LayerRun(2, 0.7)], cfg, w).per_rank_peak_bytes is None
 
 
+def test_grad_sync_cost_halves_the_bytes_and_keeps_no_bucket_across_steps():
+    from impl.leaderboard_prediction import grad_sync_cost, param_split
+
+    cfg = MODEL_CONFIGS["8B"]
+    psi = param_split(cfg).grad_bytes
+    ar, rto = grad_sync_cost(cfg, "ddp_bucketed"), grad_sync_cost(cfg, "reduce_to_owner")
+    assert (ar.sent_bytes, ar.persistent_bytes, ar.after_backward_bytes) == (psi, psi, 2 * psi)
+    assert (rto.sent_bytes, rto.persistent_bytes, rto.after_backward_bytes) == (psi / 2, 0, psi / 2)
+    four = grad_sync_cost(cfg, "reduce_to_owner", world_size=4)
+    assert (four.sent_bytes, four.after_backward_bytes) == (0.75 * psi, psi / 4)
+    with pytest.raises(ValueError, match="grad_sync must be 'ddp_bucketed' or 'reduce_to_owner', got 'x'"):
+        grad_sync_cost(cfg, "x")
+    with pytest.raises(ValueError, match="world_size must be an int >= 2"):
+        grad_sync_cost(cfg, "ddp_bucketed", world_size=1)
+
+
 def test_prediction_bad_input():
     from impl.leaderboard_prediction import LayerRun, predict_step
 
