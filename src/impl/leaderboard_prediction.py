@@ -18,6 +18,8 @@ Memory per rank: c + d·L fitted to the one-GPU peaks, at L = 34, minus the opti
 parameters the other ranks own ((N−1)/N of it), plus DDPBucketed's buckets (one copy of Ψ), plus the
 flat message of one owner's parameters that ShardedOptimizer broadcasts while the gradients are
 still alive (Ψ/N; parameters and gradients have the same dtypes, so Ψ counts both).
+grad_sync_cost: what each StepSpec.grad_sync costs a rank in bytes sent and gradient memory (the
+all-reduce above, or each gradient reduced only to its owner), from the parameter split alone.
 """
 from __future__ import annotations
 
