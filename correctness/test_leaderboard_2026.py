@@ -10,8 +10,8 @@ import types
 import pytest
 import torch
 
-from impl.workloads.leaderboard_2026 import (BATCH, CONTEXT, LEADERBOARD, WORLD_SIZE, StepSpec, build_step, local_batch,
-                                         master_weights)
+from impl.workloads.leaderboard_2026 import (BATCH, CONTEXT, GRAD_SYNCS, LEADERBOARD, WORLD_SIZE, StepSpec, build_step,
+                                         local_batch, master_weights)
 from impl.workloads.steps import TrainConfig, make_train_step
 from impl.distributed import launch
 from impl.model import MODEL_CONFIGS, MODEL_SIZES, AdamW, TransformerLM, cross_entropy, param_count
@@ -135,13 +135,15 @@ two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2 or torch.cuda.get_de
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("grad_sync", GRAD_SYNCS)
 @pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=[pytest.mark.gpu, two_gpus])])
-def test_two_ranks_equal_one_process_on_the_whole_batch(backend):
+def test_two_ranks_equal_one_process_on_the_whole_batch(backend, grad_sync):
     """gloo: the tiny step on two CPU processes, the first loss to fp32 reassociation. nccl: the reduced
     8B step on two GPUs against one GPU's whole-batch step on each rank; per-rank batch 1 against 2
     changes the bf16 kernels' blocking, so every loss is held to the bf16 step bound, and bf16 weights
-    are not compared bit for bit."""
-    spec = SPEC if backend == "gloo" else GPU_SPEC
+    are not compared bit for bit. Either gradient sync: all-reduced, or reduced to each owner only
+    (then a rank holds only its own parameters' grads)."""
+    spec = StepSpec(**{**(SPEC if backend == "gloo" else GPU_SPEC).__dict__, "grad_sync": grad_sync})
     results = launch(W.sharded_step_equivalence, 2, backend=backend, args=(spec, 2), timeout_s=600)
     owned = [set(r["owned"]) for r in results]
     assert not owned[0] & owned[1] and len(owned[0] | owned[1]) == results[0]["params"]
@@ -158,6 +160,7 @@ def test_two_ranks_equal_one_process_on_the_whole_batch(backend):
             assert min(r["bf16_equal"].values()) > DIST_BF16_EQUAL, rank
         # the optimizer state is sharded: each rank keeps state for its own parameters only
         assert r["local_state"] == len(owned[rank]) < r["params"], rank
+        assert set(r["with_grad"]) == (owned[rank] if grad_sync == "reduce_to_owner" else owned[0] | owned[1]), rank
         # every DDP variant with average=False sums the ranks' gradients
         assert all(d < 1e-5 for d in r["sum_gradients"].values()), r["sum_gradients"]
 
@@ -186,6 +189,9 @@ def test_bad_input_is_refused_by_name():
         StepSpec(checkpointing="keep_attention", checkpoint_k=-1)
     with pytest.raises(ValueError, match=r"StepSpec.compile must be one of \('none', 'pointwise'\), got 'blocks'"):
         StepSpec(compile="blocks")
+    with pytest.raises(ValueError, match=r"StepSpec.grad_sync must be one of \('ddp_bucketed', 'reduce_to_owner'\), "
+                                         r"got 'zero2'"):
+        StepSpec(grad_sync="zero2")
     model = TransformerLM(**MODEL_CONFIGS["tiny"], context_length=8)
     x = torch.zeros(1, 8, dtype=torch.long)
     with pytest.raises(ValueError, match="reduction must be one of"):
@@ -196,6 +202,9 @@ def test_bad_input_is_refused_by_name():
         make_train_step(TrainConfig(grad_sync="ddp_bucketed", compile="blocks"), model, x, x)
     with pytest.raises(ValueError, match="'adamw_master_sharded' needs a grad_sync"):
         make_train_step(TrainConfig(optimizer="adamw_master_sharded"), model, x, x)
+    with pytest.raises(ValueError, match="grad_sync 'reduce_to_owner' needs optimizer 'adamw_master_sharded' .* got "
+                                         "'adamw'"):
+        make_train_step(TrainConfig(grad_sync="reduce_to_owner"), model, x, x)
 
 
 # ------------------------------------------------------------- the prediction (impl.leaderboard_prediction)
@@ -238,6 +247,22 @@ def test_prediction_fits_lines_and_adds_communication():
     four = predict_step(runs, cfg, w, world_size=4)
     assert abs(four.grad_allreduce_s - 1.5 * psi / w) < 1e-12
     assert predict_step([LayerRun(1, 0.5), LayerRun(2, 0.7)], cfg, w).per_rank_peak_bytes is None
+
+
+def test_grad_sync_cost_halves_the_bytes_and_keeps_no_bucket_across_steps():
+    from impl.leaderboard_prediction import grad_sync_cost, param_split
+
+    cfg = MODEL_CONFIGS["8B"]
+    psi = param_split(cfg).grad_bytes
+    ar, rto = grad_sync_cost(cfg, "ddp_bucketed"), grad_sync_cost(cfg, "reduce_to_owner")
+    assert (ar.sent_bytes, ar.persistent_bytes, ar.after_backward_bytes) == (psi, psi, 2 * psi)
+    assert (rto.sent_bytes, rto.persistent_bytes, rto.after_backward_bytes) == (psi / 2, 0, psi / 2)
+    four = grad_sync_cost(cfg, "reduce_to_owner", world_size=4)
+    assert (four.sent_bytes, four.after_backward_bytes) == (0.75 * psi, psi / 4)
+    with pytest.raises(ValueError, match="grad_sync must be 'ddp_bucketed' or 'reduce_to_owner', got 'x'"):
+        grad_sync_cost(cfg, "x")
+    with pytest.raises(ValueError, match="world_size must be an int >= 2"):
+        grad_sync_cost(cfg, "ddp_bucketed", world_size=1)
 
 
 def test_prediction_bad_input():

@@ -80,10 +80,10 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, cand):
     ws = TWO.world_size
     spec = StepSpec(config=TWO.config, num_layers=TWO.num_layers, batch=TWO.batch, context=TWO.context,
                     checkpointing=cand.checkpointing, checkpoint_k=cand.k, attn_impl=cand.attn_impl or TWO.attn_impl,
-                    compile=cand.compile, allocator=cand.allocator)
+                    compile=cand.compile, allocator=cand.allocator, grad_sync=cand.grad_sync)
     row_config = dict(config=spec.config, layers=spec.model.num_layers, batch=spec.batch, context=spec.context,
                       checkpointing=cand.checkpointing, k=cand.k, compile=cand.compile, attn_impl=spec.attn_impl,
-                      allocator=cand.allocator,
+                      allocator=cand.allocator, grad_sync=cand.grad_sync,
                       world_size=ws,
                       backend=BACKEND,
                       parallelism="ddp+sharded_optimizer", dtype="bf16", weights="bf16", loss="sum")

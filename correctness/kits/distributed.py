@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from impl.distributed.collectives import allreduce_benchmark
-from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
+from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive, DDPReduceToOwner
 from impl.distributed.fsdp import FSDP
 from impl.distributed.launcher import device_for, launch
 from impl.distributed.release import released
@@ -804,3 +804,29 @@ def assert_launch_refused(case: str, expected: str, world_size: int = 2, backend
     others = sorted(set(range(world_size)) - {int(first.group(1))})
     # the ranks' stderr may follow (impl.distributed.launcher appends its last lines)
     assert f"\n(then ranks {others} failed too)" in msg, msg
+
+
+def _owners(model: nn.Module, rank: int, world_size: int, how: str) -> dict[int, int]:
+    """An owner map of `model`'s parameters for DDPReduceToOwner's refusals: round robin, then spoiled."""
+    params = list(model.parameters())
+    owner = {id(p): i % world_size for i, p in enumerate(params)}
+    if how == "swapped" and rank:  # rank 1 and up name other owners
+        owner = {k: (v + 1) % world_size for k, v in owner.items()}
+    if how == "missing":  # every rank alike: the bias has no owner
+        del owner[id(params[1])]
+    if how == "outside":  # every rank alike: a rank the world lacks
+        owner[id(params[1])] = world_size
+    return owner
+
+
+def _reduce_to_owner(rank, dev, how):
+    model = nn.Linear(4, 2).to(dev)
+    return DDPReduceToOwner(model, 1, owner=_owners(model, rank, dist.get_world_size(), how))
+
+
+DISAGREEING.update({
+    "owner_swapped": lambda rank, dev: _reduce_to_owner(rank, dev, "swapped"),
+    # the same bad map on every rank: each raises the same after the agreement check (none hangs)
+    "owner_missing": lambda rank, dev: _reduce_to_owner(rank, dev, "missing"),
+    "owner_outside": lambda rank, dev: _reduce_to_owner(rank, dev, "outside"),
+})

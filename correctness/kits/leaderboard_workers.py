@@ -20,8 +20,8 @@ def sharded_step_equivalence(rank: int, world_size: int, spec: StepSpec, steps: 
     """`steps` steps of the data-parallel sharded step (this rank's share of spec.batch) beside the
     single-process step on the whole batch, both from the same seed. Returns the losses (the ranks'
     sum against the reference's), the relative error of each parameter's update against the
-    reference's (masters where this rank keeps them, the broadcast bf16 values elsewhere), and
-    how the optimizer state was split."""
+    reference's (masters where this rank keeps them, the broadcast bf16 values elsewhere), how
+    the optimizer state was split, and which parameters hold a grad after the last step."""
     device = device_for(dist.get_backend(), rank)
     ours = build_step(spec, device, group=dist.group.WORLD)
     ref = build_step(spec, device)
@@ -42,7 +42,8 @@ def sharded_step_equivalence(rank: int, world_size: int, spec: StepSpec, steps: 
                   if p.dtype == torch.bfloat16}
     local_state = [p for g in ours.optimizer.local_optimizer.param_groups for p in g["params"]
                    if ours.optimizer.local_optimizer.state.get(p)]
-    return dict(losses=losses, update_err=update_err, owned=sorted(owned), bf16_equal=bf16_equal,
+    with_grad = sorted(n for n, p in params.items() if p.grad is not None)  # after the last step
+    return dict(losses=losses, update_err=update_err, owned=sorted(owned), bf16_equal=bf16_equal, with_grad=with_grad,
                 local_state=len(local_state), params=len(list(ours.model.parameters())),
                 tokens=ours.tokens, ref_tokens=ref.tokens, sum_gradients=_ddp_sums(rank, world_size, device))
 

@@ -18,6 +18,8 @@ Memory per rank: c + d·L fitted to the one-GPU peaks, at L = 34, minus the opti
 parameters the other ranks own ((N−1)/N of it), plus DDPBucketed's buckets (one copy of Ψ), plus the
 flat message of one owner's parameters that ShardedOptimizer broadcasts while the gradients are
 still alive (Ψ/N; parameters and gradients have the same dtypes, so Ψ counts both).
+grad_sync_cost: what each StepSpec.grad_sync costs a rank in bytes sent and gradient memory (the
+all-reduce above, or each gradient reduced only to its owner), from the parameter split alone.
 """
 from __future__ import annotations
 
@@ -83,6 +85,37 @@ def param_split(config: ModelConfig) -> ParamSplit:
     d, L = config.d_model, config.num_layers
     bf16 = L * (4 * d * d + 3 * d * config.d_ff) + config.vocab_size * d
     return ParamSplit(bf16=bf16, fp32=config.params - bf16)
+
+
+@dataclass(frozen=True)
+class GradSyncCost:
+    """What one step's gradient sync costs a rank (impl.workloads.leaderboard_2026's StepSpec.grad_sync),
+    from the parameter split alone, ownership balanced (ShardedOptimizer's greedy split: within one
+    parameter of Ψ/N). Bytes on the wire by the ring algorithms (nccl-tests' convention).
+
+    sent_bytes           sent by each rank: a ring all-reduce sends 2(N−1)/N · Ψ; a ring reduce to
+                         each bucket's owner sends the bucket once from every rank but its owner, (N−1)/N · Ψ
+    persistent_bytes     gradient memory kept across steps: DDPBucketed's buckets (Ψ); none for
+                         DDPReduceToOwner (its buckets live within a step)
+    after_backward_bytes gradient memory when backward ends: the grads and the buckets (2Ψ); the
+                         owned buckets (Ψ/N), the others freed as their reduces complete
+    """
+
+    grad_sync: str
+    sent_bytes: float
+    persistent_bytes: float
+    after_backward_bytes: float
+
+
+def grad_sync_cost(config: ModelConfig, grad_sync: str, world_size: int = 2) -> GradSyncCost:
+    psi, n = param_split(config).grad_bytes, world_size
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"world_size must be an int >= 2, got {world_size!r}")
+    if grad_sync == "ddp_bucketed":
+        return GradSyncCost(grad_sync, 2 * (n - 1) / n * psi, float(psi), 2.0 * psi)
+    if grad_sync == "reduce_to_owner":
+        return GradSyncCost(grad_sync, (n - 1) / n * psi, 0.0, psi / n)
+    raise ValueError(f"grad_sync must be 'ddp_bucketed' or 'reduce_to_owner', got {grad_sync!r}")
 
 
 @dataclass(frozen=True)
@@ -156,4 +189,5 @@ def predict_step(runs: Sequence[LayerRun], config: ModelConfig, bus_bandwidth: f
         param_broadcast_s=params.grad_bytes / bus_bandwidth)
 
 
-__all__ = ["LayerRun", "LinearFit", "ParamSplit", "StepPrediction", "fit_line", "param_split", "predict_step"]
+__all__ = ["GradSyncCost", "LayerRun", "LinearFit", "ParamSplit", "StepPrediction", "fit_line", "grad_sync_cost",
+           "param_split", "predict_step"]

@@ -3,7 +3,7 @@ parallelism (DDP variants), optimizer-state sharding (ZeRO-1), fully sharded
 data parallelism (FSDP), tensor parallelism and the 2-D FSDP x TP FFN."""
 
 from impl.distributed.collectives import algorithm_bandwidth, allreduce_benchmark, bus_bandwidth
-from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
+from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive, DDPReduceToOwner
 from impl.distributed.fsdp import FSDP
 from impl.distributed.fsdp_tp import FSDPTPFeedForward, Mesh2D, make_mesh
 from impl.distributed.launcher import default_backend, device_for, init_from_env, launch
@@ -16,6 +16,7 @@ __all__ = [
     "DDPFlat",
     "DDPIndividualParameters",
     "DDPNaive",
+    "DDPReduceToOwner",
     "FSDP",
     "FSDPTPFeedForward",
     "Mesh2D",

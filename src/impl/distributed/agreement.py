@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -81,15 +81,18 @@ def _entry(name: str, t: torch.Tensor, role: str = "") -> _Entry:
 
 
 def verify_module(wrapper: str, module: nn.Module, group=None, sharded_layers: tuple[type, ...] = (),
-                  options: dict[str, object] | None = None) -> None:
+                  options: dict[str, object] | None = None, roles: Mapping[int, str] | None = None) -> None:
     """Raise ValueError on every rank of `group` (None: the default group) unless all of them give
     the same `options` (compared by repr) and hold parameters and buffers of the same count, shapes,
     dtypes and requires_grad, in the same order. `sharded_layers`: the layer classes whose ``weight``
-    the wrapper shards (FSDP), so the ranks must also agree on which parameters are sharded. A
-    collective: every rank of `group` calls it."""
+    the wrapper shards (FSDP), so the ranks must also agree on which parameters are sharded.
+    `roles`: id(parameter) -> the wrapper's role for it ("owned by rank 1"), for a role that is not
+    a layer class's (absent: ""). A collective: every rank of `group` calls it."""
     sharded = {id(m._parameters.get("weight")) for m in module.modules() if isinstance(m, sharded_layers)}
 
     def role(p: torch.Tensor) -> str:
+        if roles is not None:
+            return roles.get(id(p), "")
         if not sharded_layers:
             return ""
         return "sharded" if id(p) in sharded else "replicated"

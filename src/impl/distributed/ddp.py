@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from typing import Mapping
 
 import torch
 import torch.distributed as dist
@@ -82,8 +83,13 @@ class _DataParallelBase(nn.Module):
         self._hook_handles: list = []
         # before the broadcast pairs tensors by position; `options`: a subclass's that shape its collectives
         verify_module(type(self).__name__, module,
-                      options=dict(reduce_gradients=reduce_gradients, average=average, **(options or {})))
+                      options=dict(reduce_gradients=reduce_gradients, average=average, **(options or {})),
+                      roles=self._roles())
         self._broadcast_from_rank0()
+
+    def _roles(self) -> dict[int, str] | None:
+        """id(parameter) -> a subclass's role for it, which the ranks must agree on (None: no roles)."""
+        return None
 
     def _register_grad_hooks(self) -> None:
         """Calls self._on_grad_ready(p) when each trainable p's grad is final. The hook holds the
@@ -205,16 +211,18 @@ class DDPIndividualParameters(_DataParallelBase):
 
 
 class _Bucket:
-    """A fixed set of parameters whose grads are reduced as one flat buffer."""
+    """A fixed set of parameters whose grads are reduced as one flat buffer. `allocate`: the buffer
+    exists from construction (kept for every step), else it is None until ``new_buffer()``."""
 
-    def __init__(self, params: list[torch.Tensor]):
+    def __init__(self, params: list[torch.Tensor], allocate: bool = True):
         self.params = params
         self.offsets = []
         offset = 0
         for p in params:
             self.offsets.append(offset)
             offset += p.numel()
-        self.buffer = torch.zeros(offset, dtype=params[0].dtype, device=params[0].device)
+        self.numel, self.dtype, self.device = offset, params[0].dtype, params[0].device
+        self.buffer = torch.zeros(offset, dtype=self.dtype, device=self.device) if allocate else None
         self.index = {id(p): i for i, p in enumerate(params)}
         self.reset()
 
@@ -227,9 +235,14 @@ class _Bucket:
     def slice(self, i: int) -> torch.Tensor:
         return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
 
+    def new_buffer(self) -> torch.Tensor:
+        """A fresh buffer (unset: every slice is written before it is sent, see DDPBucketed._finish)."""
+        self.buffer = torch.empty(self.numel, dtype=self.dtype, device=self.device)
+        return self.buffer
+
     @property
     def nbytes(self) -> int:
-        return self.buffer.numel() * self.buffer.element_size()
+        return self.numel * self.dtype.itemsize
 
 
 class DDPBucketed(_DataParallelBase):
@@ -273,7 +286,10 @@ class DDPBucketed(_DataParallelBase):
     def _launch(self, bucket: _Bucket) -> None:
         self._prescale(bucket.buffer)
         bucket.count_before = bucket.buffer._use_count()
-        bucket.handle = dist.all_reduce(bucket.buffer, async_op=True)
+        bucket.handle = self._collective(bucket)
+
+    def _collective(self, bucket: _Bucket) -> dist.Work:
+        return dist.all_reduce(bucket.buffer, async_op=True)
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         bucket = self._bucket_of[id(p)]
@@ -297,16 +313,115 @@ class DDPBucketed(_DataParallelBase):
                     if not ready:
                         bucket.slice(i).zero_()
                 self._launch(bucket)
-        for bucket in self.buckets:
-            if bucket.handle is None:
-                continue
+        sent = [bucket for bucket in self.buckets if bucket.handle is not None]
+        for bucket in sent:
             bucket.handle.wait()
+            bucket.handle = None  # the worker lets go of the buffer only once no handle is left
+        # before unpacking: views of a buffer (DDPReduceToOwner's grads) would keep its count up
+        await_release([(b.buffer, b.count_before) for b in sent if b.buffer is not None])
+        for bucket in sent:
             nbytes += bucket.nbytes
-            for i, p in enumerate(bucket.params):
-                if bucket.ready[i]:
-                    p.grad.copy_(bucket.slice(i).view_as(p.grad))
-        sent = [(bucket.buffer, bucket.count_before) for bucket in self.buckets if bucket.handle is not None]
+            self._unpack(bucket)
         for bucket in self.buckets:
             bucket.reset()
-        await_release(sent)
         return nbytes
+
+    def _unpack(self, bucket: _Bucket) -> None:
+        """The reduced bucket into its parameters' grads."""
+        for i, p in enumerate(bucket.params):
+            if bucket.ready[i]:
+                p.grad.copy_(bucket.slice(i).view_as(p.grad))
+
+
+class DDPReduceToOwner(DDPBucketed):
+    """ZeRO-2's gradient sync: each gradient is reduced only to the rank that owns its parameter
+    (``owner``: id(parameter) -> rank, as ``ShardedOptimizer.owner``), which steps it and broadcasts
+    its new value; the other ranks never need the reduced gradient.
+
+    DDPBucketed's buckets and hooks, with each bucket split by owner (a bucket goes to one rank),
+    launched as an async ``dist.reduce(dst=owner)`` once full: each rank sends every gradient once
+    and receives only its own (a ring all-reduce sends and receives 2(N-1)/N of them). Memory: no
+    bucket buffer lives across steps. A bucket's buffer is allocated at its first gradient, and
+    each parameter's ``.grad`` is freed once copied into it, so during backward a rank holds the
+    buckets of the grads produced so far, not a full-size bucket set beside the grads. A bucket
+    another rank owns is dropped once sent (on the GPU right after its launch: NCCL keeps the
+    memory until its kernel is done; on gloo at the finish, see impl.distributed.release). After
+    ``finish_gradient_synchronization()`` owned parameters' ``.grad`` hold the reduced gradient
+    (the mean, or the sum for average=False) as views of their bucket, freed by the optimizer's
+    ``zero_grad(set_to_none=True)``; every other trainable parameter's ``.grad`` is None. Call
+    ``zero_grad(set_to_none=True)`` between steps: an owned grad left in place would accumulate the
+    next backward into the reduced one on its owner only.
+
+    Refused at construction, on every rank: ranks that disagree on any parameter's owner (compared
+    with the parameters, impl.distributed.agreement), then a map that misses a trainable parameter
+    or names a rank outside the world.
+    """
+
+    def __init__(self, module: nn.Module, bucket_size_mb: float, owner: Mapping[int, int],
+                 reduce_gradients: bool = True, average: bool = True):
+        if not isinstance(owner, Mapping):
+            raise TypeError(f"DDPReduceToOwner: owner must map id(parameter) -> rank (ShardedOptimizer.owner), "
+                            f"got {type(owner).__name__}")
+        # read by _roles() during the base class's agreement check, before nn.Module's __init__ ran
+        self.__dict__["owner"] = dict(owner)
+        self.__dict__["rank"] = dist.get_rank()
+        super().__init__(module, bucket_size_mb, reduce_gradients, average)
+
+    def _roles(self) -> dict[int, str]:
+        return {id(p): f"owned by rank {self.owner.get(id(p))}" for p in self.module.parameters()
+                if p.requires_grad}
+
+    def _check_owners(self) -> None:
+        """After the agreement check: every rank holds the same map, so every rank raises alike."""
+        names = {id(p): n for n, p in self.module.named_parameters()}
+        missing = [names[id(p)] for p in self.trainable if id(p) not in self.owner]
+        if missing:
+            raise ValueError(f"DDPReduceToOwner: owner names no rank for trainable parameters {missing}: every "
+                             "trainable parameter needs one owner")
+        bad = {names[id(p)]: self.owner[id(p)] for p in self.trainable
+               if isinstance(self.owner[id(p)], bool) or not isinstance(self.owner[id(p)], int)
+               or not 0 <= self.owner[id(p)] < self.world_size}
+        if bad:
+            raise ValueError(f"DDPReduceToOwner: owner names ranks outside the world of {self.world_size} "
+                             f"(0 to {self.world_size - 1}): {bad}")
+
+    def _build_buckets(self) -> list[_Bucket]:
+        self._check_owners()
+        buckets = []
+        for bucket in super()._build_buckets():
+            by_owner: dict[int, list[torch.Tensor]] = {}
+            for p in bucket.params:
+                by_owner.setdefault(self.owner[id(p)], []).append(p)
+            for owner, params in by_owner.items():
+                buckets.append(_OwnedBucket(params, owner))
+        return buckets
+
+    def _on_grad_ready(self, p: torch.Tensor) -> None:
+        bucket = self._bucket_of[id(p)]
+        if bucket.buffer is None:
+            bucket.new_buffer()
+        super()._on_grad_ready(p)
+        p.grad = None  # its values are in the bucket; the owner's come back as views at the finish
+
+    def _collective(self, bucket: _OwnedBucket) -> dist.Work:
+        return dist.reduce(bucket.buffer, dst=bucket.owner, async_op=True)
+
+    def _launch(self, bucket: _OwnedBucket) -> None:
+        super()._launch(bucket)
+        if bucket.owner != self.rank and bucket.buffer.is_cuda:
+            bucket.buffer = None  # NCCL holds it (record_stream, or its work's stash) until the reduce is done
+
+    def _unpack(self, bucket: _OwnedBucket) -> None:
+        if bucket.owner == self.rank:
+            for i, p in enumerate(bucket.params):
+                if bucket.ready[i]:
+                    p.grad = bucket.slice(i).view_as(p)
+        bucket.buffer = None  # the owner's grads keep theirs alive; a sent one is freed
+
+
+class _OwnedBucket(_Bucket):
+    """A bucket whose grads are reduced to one rank; its buffer exists only within a step."""
+
+    def __init__(self, params: list[torch.Tensor], owner: int):
+        super().__init__(params, allocate=False)
+        self.owner = owner

@@ -11,6 +11,9 @@ gradients are summed over the ranks during backward (DDPBucketed with average=Fa
 a sum) and the optimizer states are sharded (ShardedOptimizer over AdamWMaster: each rank keeps
 the masters and moments of the parameters it owns and broadcasts their new values). ZeRO-1's
 reduce-scatter schedule does not compose with AdamWMaster (impl.distributed.sharded_optimizer).
+StepSpec.grad_sync "reduce_to_owner" sends each gradient only to the rank that owns its parameter
+(impl.distributed.DDPReduceToOwner, ZeRO-2): half the bytes of the all-reduce, and no gradient of
+another rank's parameters kept.
 
 `num_layers` below the config's gives the reduced-layer steps that one GPU can hold, from which
 impl.leaderboard_prediction predicts the 34-layer step on two GPUs. The worker commands at the end
@@ -29,6 +32,7 @@ from impl.bench.worker_group import RankState, Timed, timed
 from impl.workloads.rank_memory import Allocated
 from impl.runtime import free_memory, synchronize
 
+from impl.workloads.steps import GRAD_SYNCS as TRAIN_GRAD_SYNCS
 from impl.workloads.steps import TrainConfig, linear_weights, make_train_step, random_batch
 from impl.checkpointing import POLICIES, TAKES_K, apply_checkpointing
 from impl.model import ModelConfig, TransformerLM, model_config
@@ -46,6 +50,7 @@ COMPILES = ("none", "pointwise")  # StepSpec.compile
 # StepSpec.allocator: the caching allocator's default segments, or expandable segments (one virtual range
 # grown in place: no cudaMalloc/cudaFree, and their device syncs, when a large block does not fit a segment)
 ALLOCATORS = ("default", "expandable_segments")
+GRAD_SYNCS = tuple(s for s in TRAIN_GRAD_SYNCS if s != "none")  # StepSpec.grad_sync (impl.workloads.steps)
 CLASS_BEST_STEP_S = 3.84
 CLASS_BEST_GPUS = 2
 CLASS_BEST_GPU = "B200"
@@ -66,6 +71,8 @@ class StepSpec:
     compile        "none", or "pointwise": the RMSNorms, RoPE and SwiGLUs through torch.compile
                    (impl.workloads.pointwise_compile; Inductor on a GPU, aot_eager on the CPU)
     allocator      one of ALLOCATORS, set by rank_setup on a CUDA rank before it builds the step
+    grad_sync      one of GRAD_SYNCS with N > 1 ranks: "ddp_bucketed" (every gradient all-reduced), or
+                   "reduce_to_owner" (each reduced to its owner in the sharded optimizer only: ZeRO-2)
     """
 
     config: str = CONFIG
@@ -77,6 +84,7 @@ class StepSpec:
     attn_impl: str = "flash_triton"
     compile: str = "none"
     allocator: str = "default"
+    grad_sync: str = "ddp_bucketed"
     lr: float = 1e-4
     weight_decay: float = 0.01
 
@@ -92,6 +100,8 @@ class StepSpec:
             raise ValueError(f"StepSpec.compile must be one of {COMPILES}, got {self.compile!r}")
         if self.allocator not in ALLOCATORS:
             raise ValueError(f"StepSpec.allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
+        if self.grad_sync not in GRAD_SYNCS:
+            raise ValueError(f"StepSpec.grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}")
         if self.checkpointing not in POLICIES:
             raise ValueError(f"StepSpec.checkpointing must be one of {POLICIES}, got {self.checkpointing!r}")
         k, least = self.checkpoint_k, TAKES_K.get(self.checkpointing)
@@ -110,7 +120,7 @@ class StepSpec:
         distributed = world_size > 1
         return TrainConfig(dtype="bf16", weights="bf16", attn_impl=self.attn_impl, compile=self.compile,
                            optimizer="adamw_master_sharded" if distributed else "adamw_master",
-                           fused_ce=True, loss="sum", grad_sync="ddp_bucketed" if distributed else "none")
+                           fused_ce=True, loss="sum", grad_sync=self.grad_sync if distributed else "none")
 
     def flops(self, world_size: int = 1) -> float:
         """Model FLOPs of one rank's share of the step (impl.model.flops: matmuls, full attention square)."""
@@ -254,6 +264,6 @@ def rank_teardown(state: StepRankState) -> None:
     free_memory()
 
 
-__all__ = ["ALLOCATORS", "BATCH", "CLASS_BEST_GPU", "CLASS_BEST_GPUS", "CLASS_BEST_STEP_S", "COLD_RUN_LIMIT_S", "COMPILES", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepRankState", "StepSpec", "WORLD_SIZE",
+__all__ = ["ALLOCATORS", "GRAD_SYNCS", "BATCH", "CLASS_BEST_GPU", "CLASS_BEST_GPUS", "CLASS_BEST_STEP_S", "COLD_RUN_LIMIT_S", "COMPILES", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepRankState", "StepSpec", "WORLD_SIZE",
            "build_step", "local_batch", "master_weights", "rank_breakdown", "rank_do_bench", "rank_first_step", "rank_peak", "rank_setup",
            "rank_step", "rank_teardown"]

@@ -297,7 +297,9 @@ class TrainConfig:
     grad_sync  "none", or "ddp_bucketed": data parallel over the default process group, gradients
                all-reduced in GRAD_BUCKET_MB buckets during backward (impl.distributed.DDPBucketed)
                and waited for before the optimizer step; averaged for loss "mean", summed for "sum",
-               so that either way the step is the single-process step on the ranks' joined batch
+               so that either way the step is the single-process step on the ranks' joined batch;
+               or "reduce_to_owner": each gradient reduced only to the rank that owns its parameter in
+               the sharded optimizer (impl.distributed.DDPReduceToOwner: ZeRO-2), the others freed
     """
 
     dtype: str = "fp32"
@@ -310,7 +312,7 @@ class TrainConfig:
     grad_sync: str = "none"
 
 
-GRAD_SYNCS = ("none", "ddp_bucketed")
+GRAD_SYNCS = ("none", "ddp_bucketed", "reduce_to_owner")
 GRAD_BUCKET_MB = 100  # the fsdp section's DDP bucket size
 
 
@@ -412,6 +414,9 @@ def _check_weights(cfg: TrainConfig) -> None:
     if cfg.optimizer == "adamw_master_sharded" and cfg.grad_sync == "none":
         raise ValueError("optimizer 'adamw_master_sharded' needs a grad_sync (each owner steps its parameters "
                          f"with the gradients of every rank); expected one of {GRAD_SYNCS[1:]}")
+    if cfg.grad_sync == "reduce_to_owner" and cfg.optimizer != "adamw_master_sharded":
+        raise ValueError(f"grad_sync 'reduce_to_owner' needs optimizer 'adamw_master_sharded' (it names each "
+                         f"parameter's owner, the one rank that receives its gradient), got {cfg.optimizer!r}")
     # DDP's hooks fire as each parameter's gradient is accumulated, in eager autograd: "pointwise"
     # compiles functions of the parameters, whose accumulation stays eager; the others are untested
     if cfg.grad_sync != "none" and cfg.compile not in ("none", "pointwise"):
@@ -437,12 +442,15 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     if cfg.weights == "bf16":
         optimizer.cast_params_(linear_weights(model), torch.bfloat16)
     sync = None
-    if cfg.grad_sync == "ddp_bucketed":
-        from impl.distributed.ddp import DDPBucketed
+    if cfg.grad_sync != "none":
+        from impl.distributed.ddp import DDPBucketed, DDPReduceToOwner
 
         # after the cast, so the bf16 weights' buckets are bf16; its hooks fire on the parameters
         # themselves, so the step calls the model, not the wrapper (kept alive by `sync`)
-        sync = DDPBucketed(model, GRAD_BUCKET_MB, average=cfg.loss == "mean").finish_gradient_synchronization
+        average = cfg.loss == "mean"
+        ddp = DDPBucketed(model, GRAD_BUCKET_MB, average=average) if cfg.grad_sync == "ddp_bucketed" else \
+            DDPReduceToOwner(model, GRAD_BUCKET_MB, owner=optimizer.owner, average=average)
+        sync = ddp.finish_gradient_synchronization
     target = compile_model(model, cfg.compile, backend)
     if cfg.compile.startswith("model"):
         torch._dynamo.maybe_mark_dynamic(x, 1)

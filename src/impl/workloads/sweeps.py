@@ -464,13 +464,19 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # GiB predicted) and k 4 after it (`-k "two_gpus and flash_gluon and not ws"`; an OOM is a row). Its forward's
 # host range (1.50 s) outlasts its kernels (1.18 s): k 5 with expandable segments, second, tests whether
 # the allocator's cudaMalloc/cudaFree is what the host waits for (the breakdown's blocking_runtime_ms says).
+# ZeRO-2 (`-k reduce_to_owner`; NOTES.md "The 8B step: gradients reduced to their owner"): the best measured
+# candidate with each gradient reduced to its owner only (half the bytes; no bucket kept across steps:
+# ~16 GiB a rank less), then two more plain blocks in that room, on the default allocator.
+_LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments", "reduce_to_owner"),
+               StepCandidate("keep_attention", 7, "pointwise", "flash_gluon", grad_sync="reduce_to_owner"))
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
                     StepCandidate("keep_attention", 4, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 3, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 3, "pointwise"),
-                    StepCandidate("keep_attention", 3, "pointwise", "flash_gluon_ws"))
+                    StepCandidate("keep_attention", 3, "pointwise", "flash_gluon_ws"),
+                    *_LB26_ZERO2)
 GRIDS["leaderboard_2026"] = {
     "full": Leaderboard2026Grid(config="8B", layers=(1, 2, 4, 8), batch=1, context=32_768, policies=_LB26_POLICIES,
                                 attn_impl="flash_triton", warmup=2, rounds=5, budget_s=240,
@@ -485,7 +491,10 @@ GRIDS["leaderboard_2026"] = {
                                                                                           StepCandidate("keep_attention", 0),
                                                                                           StepCandidate("keep_attention", 1),
                                                                                           StepCandidate("keep_attention", 1,
-                                                                                                        "pointwise")),
+                                                                                                        "pointwise"),
+                                                                                          StepCandidate("keep_attention", 1,
+                                                                                                        "pointwise",
+                                                                                                        grad_sync="reduce_to_owner")),
                                                                 attn_impl="flash_torch", warmup=1, rounds=5,
                                                                 budget_s=120, timeout_s=120)),
 }

@@ -30,6 +30,7 @@ class StepConfig(View):
     compile: str = "none"  # StepSpec.compile (rows before it: none)
     attn_impl: str = "flash_triton"
     allocator: str = "default"  # StepSpec.allocator (rows before it: default)
+    grad_sync: str = "ddp_bucketed"  # StepSpec.grad_sync (rows before it: ddp_bucketed)
     layers: int = 0
     world_size: int | None = None
     batch: int = 0
@@ -41,11 +42,13 @@ _cfg = StepConfig.of
 
 def policy_label(c: StepConfig) -> str:
     """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": a row's checkpointing,
-    compile and attention where not our Triton FlashAttention."""
+    compile and attention where not our Triton FlashAttention, allocator and gradient sync where not
+    the defaults."""
     label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
     label += "" if c.compile == "none" else f", {c.compile} compiled"
     label += "" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}"
-    return label + ("" if c.allocator == "default" else f", {c.allocator.replace('_', ' ')}")
+    label += "" if c.allocator == "default" else f", {c.allocator.replace('_', ' ')}"
+    return label + ("" if c.grad_sync == "ddp_bucketed" else f", {c.grad_sync.replace('_', ' ')}")
 
 
 @dataclass(frozen=True)
