@@ -1,7 +1,7 @@
 """Data-parallel wrappers, from simplest to most overlapped.
 
 All variants share one contract (as torch DDP): every rank holds a full model
-replica, rank 0's parameters and buffers are broadcast at construction, each
+replica, rank 0's (the group's first) parameters and buffers are broadcast at construction, each
 rank runs forward/backward on its own slice of the batch, and after
 ``finish_gradient_synchronization()`` every ``.grad`` holds the average over
 ranks — so with a mean loss over equal shards it equals the full-batch gradient.
@@ -9,7 +9,8 @@ With ``average=False`` it holds the sum instead: the full-batch gradient of a lo
 summed over tokens (the 2026 leaderboard's), each rank summing over its own.
 The broadcast pairs tensors across ranks by position, so construction first checks
 that every rank wraps the same parameters and buffers (impl.distributed.agreement)
-and raises on every rank otherwise.
+and raises on every rank otherwise. ``group``: the process group every collective runs on
+(None: the default one; the 8B step's NCCL options need a group of their own).
 
 Usage per step::
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from typing import Hashable
 
 import torch
 import torch.distributed as dist
@@ -69,10 +71,11 @@ def _group_by_dtype_device(tensors):
 
 class _DataParallelBase(nn.Module):
     def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True,
-                 options: dict[str, object] | None = None):
+                 options: dict[str, object] | None = None, group=None):
         super().__init__()
         self.module = module
-        self.world_size = dist.get_world_size()
+        self.group = group  # None: the default process group
+        self.world_size = dist.get_world_size(group)
         self.reduce_gradients = reduce_gradients
         self.average = average
         self.comm_time_s = 0.0
@@ -81,7 +84,7 @@ class _DataParallelBase(nn.Module):
         self.trainable = [p for p in module.parameters() if p.requires_grad]
         self._hook_handles: list = []
         # before the broadcast pairs tensors by position; `options`: a subclass's that shape its collectives
-        verify_module(type(self).__name__, module,
+        verify_module(type(self).__name__, module, group=group,
                       options=dict(reduce_gradients=reduce_gradients, average=average, **(options or {})))
         self._broadcast_from_rank0()
 
@@ -115,7 +118,7 @@ class _DataParallelBase(nn.Module):
         for group in _group_by_dtype_device(tensors):
             flat = _flatten_dense_tensors(group)
             with Released() as keep:
-                dist.broadcast(keep(flat), src=0)
+                dist.broadcast(keep(flat), group=self.group, group_src=0)
             for t, synced in zip(group, _unflatten_dense_tensors(flat, group)):
                 t.copy_(synced)
 
@@ -151,7 +154,7 @@ class DDPNaive(_DataParallelBase):
                 continue
             self._prescale(p.grad)
             with Released() as keep:
-                dist.all_reduce(keep(p.grad))
+                dist.all_reduce(keep(p.grad), group=self.group)
             nbytes += p.grad.numel() * p.grad.element_size()
         return nbytes
 
@@ -169,7 +172,7 @@ class DDPFlat(_DataParallelBase):
         for group in _group_by_dtype_device(grads):
             flat = self._prescale(_flatten_dense_tensors(group))
             with Released() as keep:
-                dist.all_reduce(keep(flat))
+                dist.all_reduce(keep(flat), group=self.group)
             for g, reduced in zip(group, _unflatten_dense_tensors(flat, group)):
                 g.copy_(reduced)
             nbytes += flat.numel() * flat.element_size()
@@ -182,8 +185,8 @@ class DDPIndividualParameters(_DataParallelBase):
     Communication overlaps the rest of backward; finish only waits.
     """
 
-    def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True):
-        super().__init__(module, reduce_gradients, average)
+    def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True, group=None):
+        super().__init__(module, reduce_gradients, average, group=group)
         self._pending: list = []
         if reduce_gradients:
             self._register_grad_hooks()
@@ -192,7 +195,7 @@ class DDPIndividualParameters(_DataParallelBase):
         # Pre-divide (average=True) so the summed result is already the mean.
         grad = self._prescale(p.grad)
         count_before = grad._use_count()
-        self._pending.append((dist.all_reduce(grad, async_op=True), grad, count_before))
+        self._pending.append((dist.all_reduce(grad, async_op=True, group=self.group), grad, count_before))
 
     def _finish(self) -> int:
         for handle, _, _ in self._pending:
@@ -202,6 +205,31 @@ class DDPIndividualParameters(_DataParallelBase):
         self._pending.clear()
         await_release(sent)
         return sum(grad.numel() * grad.element_size() for grad, _ in sent)
+
+
+def plan_buckets(sizes: list[tuple[int, Hashable]], cap_bytes: float) -> list[list[int]]:
+    """Buckets for tensors of (nbytes, kind) in the order their grads become ready: lists of indices
+    into `sizes`, ordered by each bucket's first member. A tensor joins the open bucket of its own
+    kind (a flat buffer has one dtype and device), which closes when the next tensor of that kind
+    would take it past `cap_bytes`; a tensor larger than the cap gets a bucket of its own. One open
+    bucket per kind, not one for the whole sequence: interleaved kinds (the 8B step's fp32 RMSNorm
+    gains between its bf16 weights) would otherwise close a bucket at every change of kind, one tiny
+    all-reduce per gain."""
+    buckets: list[list[int]] = []
+    open_: dict[Hashable, tuple[list[int], int]] = {}  # kind -> (its open bucket, the bucket's bytes)
+    for i, (size, kind) in enumerate(sizes):
+        members, used = open_.get(kind, (None, 0))
+        if members is None or used + size > cap_bytes:
+            members, used = [], 0
+            buckets.append(members)
+        members.append(i)
+        open_[kind] = (members, used + size)
+    return buckets
+
+
+def _aliases(grad: torch.Tensor, view: torch.Tensor) -> bool:
+    """Whether `grad` is `view`'s memory laid out as its flat slice (a grad left as the bucket's view)."""
+    return grad.data_ptr() == view.data_ptr() and grad.is_contiguous()
 
 
 class _Bucket:
@@ -238,18 +266,23 @@ class DDPBucketed(_DataParallelBase):
 
     Buckets are filled in reverse parameter order, roughly the order backward
     produces grads, so the first buckets complete (and start communicating)
-    early. A parameter larger than the cap gets a bucket of its own.
+    early; parameters of another dtype fill buckets of their own beside them
+    (plan_buckets). A parameter larger than the cap gets a bucket of its own.
     Expects one backward per ``finish_gradient_synchronization`` (no
     gradient accumulation across backward calls without a sync).
+
+    After ``finish_gradient_synchronization`` each ``p.grad`` is a view of its
+    bucket (as torch DDP's ``gradient_as_bucket_view``): the next backward
+    overwrites it, so a caller that keeps a step's grads must clone them.
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float, reduce_gradients: bool = True,
-                 average: bool = True):
+                 average: bool = True, group=None):
         # Checked before the base class's broadcast, so every rank raises instead of some hanging.
         if isinstance(bucket_size_mb, bool) or not isinstance(bucket_size_mb, (int, float)) \
                 or not math.isfinite(bucket_size_mb) or bucket_size_mb <= 0:
             raise ValueError(f"bucket_size_mb must be a finite number > 0 (MiB per bucket), got {bucket_size_mb!r}")
-        super().__init__(module, reduce_gradients, average, options=dict(bucket_size_mb=bucket_size_mb))
+        super().__init__(module, reduce_gradients, average, options=dict(bucket_size_mb=bucket_size_mb), group=group)
         self.bucket_size_bytes = bucket_size_mb * 1024 * 1024
         self.buckets = self._build_buckets()
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
@@ -257,28 +290,22 @@ class DDPBucketed(_DataParallelBase):
             self._register_grad_hooks()
 
     def _build_buckets(self) -> list[_Bucket]:
-        buckets, current, current_bytes = [], [], 0
-        for p in reversed(self.trainable):
-            size = p.numel() * p.element_size()
-            same_kind = not current or (p.dtype, p.device) == (current[0].dtype, current[0].device)
-            if current and (current_bytes + size > self.bucket_size_bytes or not same_kind):
-                buckets.append(_Bucket(current))
-                current, current_bytes = [], 0
-            current.append(p)
-            current_bytes += size
-        if current:
-            buckets.append(_Bucket(current))
-        return buckets
+        order = list(reversed(self.trainable))
+        plan = plan_buckets([(p.numel() * p.element_size(), (p.dtype, p.device)) for p in order],
+                            self.bucket_size_bytes)
+        return [_Bucket([order[i] for i in members]) for members in plan]
 
     def _launch(self, bucket: _Bucket) -> None:
         self._prescale(bucket.buffer)
         bucket.count_before = bucket.buffer._use_count()
-        bucket.handle = dist.all_reduce(bucket.buffer, async_op=True)
+        bucket.handle = dist.all_reduce(bucket.buffer, async_op=True, group=self.group)
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         bucket = self._bucket_of[id(p)]
         i = bucket.index[id(p)]
-        bucket.slice(i).copy_(p.grad.reshape(-1))
+        view = bucket.slice(i)
+        if not _aliases(p.grad, view):  # a view kept by zero_grad(set_to_none=False): accumulated in place
+            view.copy_(p.grad.reshape(-1))
         if not bucket.ready[i]:
             bucket.ready[i] = True
             bucket.num_ready += 1
@@ -302,9 +329,12 @@ class DDPBucketed(_DataParallelBase):
                 continue
             bucket.handle.wait()
             nbytes += bucket.nbytes
+            # each grad becomes its slice of the reduced buffer instead of a copy of it: no copy kernel a
+            # parameter at the end of backward (309 of them, ~10 ms, exposed, on the 8B step), and the
+            # autograd-made grads are freed here instead of at the next zero_grad
             for i, p in enumerate(bucket.params):
                 if bucket.ready[i]:
-                    p.grad.copy_(bucket.slice(i).view_as(p.grad))
+                    p.grad = bucket.slice(i).view_as(p)
         sent = [(bucket.buffer, bucket.count_before) for bucket in self.buckets if bucket.handle is not None]
         for bucket in self.buckets:
             bucket.reset()
