@@ -466,8 +466,8 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # the allocator's cudaMalloc/cudaFree is what the host waits for (the breakdown's blocking_runtime_ms says).
 # k 5 with expandable segments measured 6.12 s (leaderboard_2026/20261126T143432Z_a4ea09d.json), its 171 bf16
 # all-reduces' kernels resident 6.7 ms each where the transfer needs ~0.3 ms, attention backward ~20% slower
-# beside them: the same step with NCCL on a high-priority stream, then with NCCL capped at 8 CTAs (SMs) a
-# collective (`-k "two_gpus and expandable_segments"` runs the three; NOTES "eighteenth session" predicts).
+# beside them: the same step with NCCL on a high-priority stream, then with NCCL capped at 8 CTAs (SMs; 24 by
+# default here) a collective (`-k "two_gpus and expandable_segments"` runs the three; NOTES "eighteenth session").
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
