@@ -219,8 +219,8 @@ class _CopyCount(torch.utils._python_dispatch.TorchDispatchMode):
 def ddp_bucketed_mixed_dtypes(rank, world_size, steps):
     """DDPBucketed (a cap of two weights) on _GainedMLP against DDPNaive on the same model and batches:
     per step, whether every grad is bitwise the naive one; the buckets' dtypes and sizes; whether each
-    grad is its bucket's view after the sync; the copies finish made; and, with zero_grad keeping
-    the grads (set_to_none=False), the copies the hooks made."""
+    grad is its bucket's view after the sync; the copies finish made and its seconds; and, with zero_grad
+    keeping the grads (set_to_none=False), the copies the hooks made."""
     torch.manual_seed(0)
     device = _device(rank)
     models = [_GainedMLP().to(device) for _ in range(2)]
@@ -229,7 +229,7 @@ def ddp_bucketed_mixed_dtypes(rank, world_size, steps):
     bucketed = DDPBucketed(models[0], bucket_size_mb=2 * weight_bytes / 2**20, average=False)
     naive = DDPNaive(models[1], average=False)
     out = dict(buckets=[(str(b.buffer.dtype), len(b.params)) for b in bucketed.buckets], equal=[], views=[],
-               finish_copies=[], hook_copies=[])
+               finish_copies=[], hook_copies=[], finish_s=[])
     for step in range(steps):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * step + rank)).to(device)
         keep = step > 0  # from the second step on, the grads are kept and zeroed, not dropped
@@ -240,11 +240,12 @@ def ddp_bucketed_mixed_dtypes(rank, world_size, steps):
                 model(x).square().sum().backward()
             if ddp is bucketed:
                 out["hook_copies"].append(count.copies)
-            count = _CopyCount()
+            count, start = _CopyCount(), time.perf_counter()
             with count:
                 ddp.finish_gradient_synchronization()
             if ddp is bucketed:
                 out["finish_copies"].append(count.copies)
+                out["finish_s"].append(time.perf_counter() - start)
         out["equal"].append(all(torch.equal(a.grad, b.grad) for a, b in zip(models[0].parameters(),
                                                                             models[1].parameters())))
         out["views"].append(all(p.grad.untyped_storage().data_ptr() == bucketed._bucket_of[id(p)].buffer.data_ptr()

@@ -227,11 +227,6 @@ def plan_buckets(sizes: list[tuple[int, Hashable]], cap_bytes: float) -> list[li
     return buckets
 
 
-def _aliases(grad: torch.Tensor, view: torch.Tensor) -> bool:
-    """Whether `grad` is `view`'s memory laid out as its flat slice (a grad left as the bucket's view)."""
-    return grad.data_ptr() == view.data_ptr() and grad.is_contiguous()
-
-
 class _Bucket:
     """A fixed set of parameters whose grads are reduced as one flat buffer."""
 
@@ -243,6 +238,9 @@ class _Bucket:
             self.offsets.append(offset)
             offset += p.numel()
         self.buffer = torch.zeros(offset, dtype=params[0].dtype, device=params[0].device)
+        # each parameter's part of the buffer in its shape, made once: a view holds the buffer, so views made
+        # per step would raise its use count past the one recorded before an all-reduce (impl.distributed.release)
+        self.grads = [self.buffer[o:o + p.numel()].view_as(p) for o, p in zip(self.offsets, params)]
         self.index = {id(p): i for i, p in enumerate(params)}
         self.reset()
 
@@ -252,8 +250,9 @@ class _Bucket:
         self.handle = None
         self.count_before = 0  # the buffer's use count before its all-reduce (see impl.distributed.release)
 
-    def slice(self, i: int) -> torch.Tensor:
-        return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
+    def holds(self, i: int, grad: torch.Tensor) -> bool:
+        """Whether `grad` is parameter i's view of the buffer (left as its grad by the last sync)."""
+        return grad.data_ptr() == self.grads[i].data_ptr() and grad.stride() == self.grads[i].stride()
 
     @property
     def nbytes(self) -> int:
@@ -303,9 +302,8 @@ class DDPBucketed(_DataParallelBase):
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         bucket = self._bucket_of[id(p)]
         i = bucket.index[id(p)]
-        view = bucket.slice(i)
-        if not _aliases(p.grad, view):  # a view kept by zero_grad(set_to_none=False): accumulated in place
-            view.copy_(p.grad.reshape(-1))
+        if not bucket.holds(i, p.grad):  # a view kept by zero_grad(set_to_none=False): accumulated in place
+            bucket.grads[i].copy_(p.grad)
         if not bucket.ready[i]:
             bucket.ready[i] = True
             bucket.num_ready += 1
@@ -322,7 +320,7 @@ class DDPBucketed(_DataParallelBase):
             if bucket.handle is None and bucket.num_ready > 0:
                 for i, ready in enumerate(bucket.ready):
                     if not ready:
-                        bucket.slice(i).zero_()
+                        bucket.grads[i].zero_()
                 self._launch(bucket)
         for bucket in self.buckets:
             if bucket.handle is None:
@@ -334,7 +332,7 @@ class DDPBucketed(_DataParallelBase):
             # autograd-made grads are freed here instead of at the next zero_grad
             for i, p in enumerate(bucket.params):
                 if bucket.ready[i]:
-                    p.grad = bucket.slice(i).view_as(p)
+                    p.grad = bucket.grads[i]
         sent = [(bucket.buffer, bucket.count_before) for bucket in self.buckets if bucket.handle is not None]
         for bucket in self.buckets:
             bucket.reset()
