@@ -263,6 +263,71 @@ def test_bucket_layouts(ddp_results):
         assert one["num_buckets"] == 1
 
 
+def test_plan_buckets_keeps_an_open_bucket_per_kind():
+    from impl.distributed.ddp import plan_buckets
+
+    # big bf16 weights with a tiny fp32 gain between each pair: the gains share one bucket, and the
+    # weights' buckets close on the cap alone, not at every gain
+    sizes = [(4, "f32"), (50, "bf16"), (50, "bf16"), (4, "f32"), (50, "bf16"), (4, "f32"), (500, "f32")]
+    assert plan_buckets(sizes, cap_bytes=100) == [[0, 3, 5], [1, 2], [4], [6]]  # one bucket a change of kind before
+    assert plan_buckets(sizes, cap_bytes=1e9) == [[0, 3, 5, 6], [1, 2, 4]]
+    assert plan_buckets([(8, "a")] * 3, cap_bytes=1) == [[0], [1], [2]]  # each larger than the cap: alone
+    assert plan_buckets([], cap_bytes=1) == []
+
+
+def test_the_8b_steps_buckets():
+    """The 8B step's DDPBucketed plan (GRAD_BUCKET_MB): its 69 fp32 RMSNorm gains, one all-reduce each
+    when a change of dtype closed a bucket (the 70 fp32 all-reduces a profiled step counted, the
+    embedding's the 70th), now share one; the 171 bf16 buckets are unchanged."""
+    from impl.distributed.ddp import plan_buckets
+    from impl.model import TransformerLM, model_config
+    from impl.workloads.steps import GRAD_BUCKET_MB, linear_weights
+
+    model = TransformerLM(**model_config("8B"), context_length=32_768, attn_impl="flash_torch", device="meta")
+    for w in linear_weights(model):
+        w.data = w.data.to(torch.bfloat16)
+    order = [p for p in model.parameters() if p.requires_grad][::-1]
+    plan = plan_buckets([(p.numel() * p.element_size(), p.dtype) for p in order], GRAD_BUCKET_MB * 2**20)
+    kinds = [order[b[0]].dtype for b in plan]
+    assert (kinds.count(torch.bfloat16), kinds.count(torch.float32)) == (171, 2)
+    gains = [b for b in plan if order[b[0]].dtype == torch.float32 and order[b[0]].dim() == 1]
+    assert len(gains) == 1 and len(gains[0]) == 2 * 34 + 1
+
+
+@pytest.fixture(scope="module")
+def mixed_dtypes():
+    return launch(T.ddp_bucketed_mixed_dtypes, WORLD_SIZE, args=(3,), timeout_s=120)
+
+
+def test_bucketed_fp32_gains_share_a_bucket(mixed_dtypes):
+    # 3 gains, 3 bf16 weights, a cap of 2 weights: one fp32 bucket, two bf16 ones (not 3 + 2)
+    assert sorted(mixed_dtypes[0]["buckets"]) == [("torch.bfloat16", 1), ("torch.bfloat16", 2), ("torch.float32", 3)]
+
+
+def test_bucketed_grads_equal_naive_bitwise(mixed_dtypes):
+    for rank, r in enumerate(mixed_dtypes):
+        assert r["equal"] == [True] * 3, f"rank {rank}"
+
+
+def test_bucketed_grads_are_bucket_views_without_copies(mixed_dtypes):
+    """finish leaves each grad as its bucket's view (no copy back: the 8B step's 309 copies at the
+    end of backward); with grads kept across steps, the hooks find them in place (no copy in)."""
+    for r in mixed_dtypes:
+        assert r["views"] == [True] * 3
+        assert r["finish_copies"] == [0] * 3
+        assert r["hook_copies"][0] > 0 and r["hook_copies"][1:] == [0, 0]
+
+
+def test_bucketed_grad_views_do_not_hold_up_the_release(mixed_dtypes):
+    """A view holds its base: grads made as new views of a bucket at each sync raised the bucket's use count
+    past the one recorded before its all-reduce, and every gloo sync then slept through await_release's
+    whole timeout. The views are made once, with the buckets."""
+    from impl.distributed.release import RELEASE_TIMEOUT_S
+
+    for r in mixed_dtypes:
+        assert max(r["finish_s"]) < RELEASE_TIMEOUT_S / 2, r["finish_s"]
+
+
 @pytest.mark.parametrize("variant", ["individual", "bucketed"])
 def test_dropped_wrapper_frees_its_model(variant):
     """The overlapped wrappers hook every parameter; the hooks must not keep a dropped wrapper (and

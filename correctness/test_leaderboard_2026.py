@@ -165,9 +165,36 @@ def test_two_ranks_equal_one_process_on_the_whole_batch(backend, grad_sync):
         assert all(d < 1e-5 for d in r["sum_gradients"].values()), r["sum_gradients"]
 
 
+@pytest.mark.slow
+def test_step_runs_on_a_group_of_its_own_and_refuses_nccl_options_on_gloo():
+    """What step_group gives a step with NCCL options (a group of its own) carries every collective of
+    the step: on a gloo group of its own the step is bitwise the default group's. On gloo, step_group
+    refuses NCCL options by name rather than running without them."""
+    results = launch(W.step_on_own_group, 2, backend="gloo", args=(SPEC, 2), timeout_s=300)
+    for r in results:
+        assert all(a == b for a, b in r["losses"]) and r["params_equal"], r["losses"]
+        assert r["default_group"]
+        assert r["refusal"] == "StepSpec: nccl_high_priority configure(s) an NCCL communicator; the backend is gloo"
+
+
+def test_nccl_options_are_recorded_and_refused_off_nccl():
+    assert StepSpec().nccl_options == {} and StepSpec().nccl_refusal("gloo") is None
+    spec = StepSpec(nccl_high_priority=True, nccl_max_ctas=8)
+    assert spec.nccl_options == dict(nccl_high_priority=True, nccl_max_ctas=8)
+    assert spec.nccl_refusal("nccl") is None
+    assert spec.nccl_refusal("gloo") == ("nccl_high_priority, nccl_max_ctas configure(s) an NCCL communicator; the "
+                                         "backend is gloo")
+
+
 def test_bad_input_is_refused_by_name():
     with pytest.raises(ValueError, match="StepSpec.allocator must be one of"):
         StepSpec(allocator="expandable")
+    for value in ("yes", 1, None):
+        with pytest.raises(ValueError, match="StepSpec.nccl_high_priority must be a bool"):
+            StepSpec(nccl_high_priority=value)
+    for value in (0, 33, True, 8.0, "8"):
+        with pytest.raises(ValueError, match=r"StepSpec.nccl_max_ctas must be None or an int in 1..32"):
+            StepSpec(nccl_max_ctas=value)
     with pytest.raises(ValueError, match="batch 3 is not divisible by the world size 2"):
         local_batch(3, 2)
     with pytest.raises(ValueError, match="world_size must be a positive int"):

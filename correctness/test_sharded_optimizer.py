@@ -219,3 +219,14 @@ def test_zero1_peak_is_half_the_adam_state_below_unsharded(peaks):
         staging = 2 * 4 * PEAK_BUCKET_NUMEL + r["largest"] / WORLD_SIZE
         assert z["step"] <= u["step"] - S / 2 + staging, (rank, r)
         assert max(z.values()) <= max(u.values()) - 0.99 * S / 2, (rank, r)
+
+
+def test_zero1_refuses_a_process_group():
+    """ShardedOptimizer runs on a given group (the 8B step's NCCL-options group); ZeRO-1's collectives do
+    not take one, so it refuses it by name rather than running half on each group."""
+    import torch
+
+    from impl.distributed.sharded_optimizer import ZeRO1Optimizer
+
+    with pytest.raises(ValueError, match="ZeRO1Optimizer works on the default process group"):
+        ZeRO1Optimizer([torch.nn.Parameter(torch.ones(2))], torch.optim.Adam, process_group=object())

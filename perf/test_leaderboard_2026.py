@@ -80,15 +80,21 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, cand):
     ws = TWO.world_size
     spec = StepSpec(config=TWO.config, num_layers=TWO.num_layers, batch=TWO.batch, context=TWO.context,
                     checkpointing=cand.checkpointing, checkpoint_k=cand.k, attn_impl=cand.attn_impl or TWO.attn_impl,
-                    compile=cand.compile, allocator=cand.allocator, grad_sync=cand.grad_sync)
+                    compile=cand.compile, allocator=cand.allocator, grad_sync=cand.grad_sync,
+                    nccl_high_priority=cand.nccl_high_priority, nccl_max_ctas=cand.nccl_max_ctas)
     row_config = dict(config=spec.config, layers=spec.model.num_layers, batch=spec.batch, context=spec.context,
                       checkpointing=cand.checkpointing, k=cand.k, compile=cand.compile, attn_impl=spec.attn_impl,
-                      allocator=cand.allocator, grad_sync=cand.grad_sync,
+                      allocator=cand.allocator, grad_sync=cand.grad_sync, nccl_high_priority=spec.nccl_high_priority,
+                      nccl_max_ctas=spec.nccl_max_ctas,
                       world_size=ws,
                       backend=BACKEND,
                       parallelism="ddp+sharded_optimizer", dtype="bf16", weights="bf16", loss="sum")
     details = dict(params=spec.model.params)
     if workers.skip(bench, problem=PROBLEM, config=row_config, world_size=ws, backend=BACKEND):
+        return
+    refusal = spec.nccl_refusal(BACKEND)
+    if refusal is not None:  # rank_setup would raise the same; a row says so without starting the ranks
+        bench.not_run(problem=PROBLEM, config=row_config, status=Status.UNSUPPORTED, reason=refusal, details=details)
         return
     if bench.device.type == "cuda":
         peaks()  # the session's matmul peak, measured before the ranks fill the GPUs

@@ -182,6 +182,82 @@ def ddp_train_and_exit(rank, world_size, variant):
     return rank
 
 
+class _GainedMLP(nn.Module):
+    """The 8B step's parameter pattern in small: bf16 Linear weights with an fp32 norm-like gain
+    before each, so the dtypes alternate in parameter order."""
+
+    def __init__(self, layers: int = 3, width: int = 8):
+        super().__init__()
+        self.gains = nn.ParameterList([nn.Parameter(1 + 0.1 * torch.randn(width)) for _ in range(layers)])
+        self.linears = nn.ModuleList([nn.Linear(width, width, bias=False) for _ in range(layers)])
+        for lin in self.linears:
+            lin.weight.data = lin.weight.data.to(torch.bfloat16)
+
+    def named_parameters(self, *args, **kwargs):  # interleaved: gain 0, weight 0, gain 1, weight 1, ...
+        params = dict(super().named_parameters(*args, **kwargs))
+        for i in range(len(self.linears)):
+            yield f"gains.{i}", params[f"gains.{i}"]
+            yield f"linears.{i}.weight", params[f"linears.{i}.weight"]
+
+    def parameters(self, recurse=True):
+        return (p for _, p in self.named_parameters())
+
+    def forward(self, x):
+        for gain, lin in zip(self.gains, self.linears):
+            x = torch.tanh(F.linear((x * gain).to(torch.bfloat16), lin.weight).float())
+        return x
+
+
+class _CopyCount(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts aten copies (copy_, and the clone a reshape may make) dispatched while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.copies = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.copy_.default, torch.ops.aten.clone.default):
+            self.copies += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ddp_bucketed_mixed_dtypes(rank, world_size, steps):
+    """DDPBucketed (a cap of two weights) on _GainedMLP against DDPNaive on the same model and batches:
+    per step, whether every grad is bitwise the naive one; the buckets' dtypes and sizes; whether each
+    grad is its bucket's view after the sync; the copies finish made and its seconds; and, with zero_grad
+    keeping the grads (set_to_none=False), the copies the hooks made."""
+    torch.manual_seed(0)
+    device = _device(rank)
+    models = [_GainedMLP().to(device) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    weight_bytes = models[0].linears[0].weight.numel() * 2
+    bucketed = DDPBucketed(models[0], bucket_size_mb=2 * weight_bytes / 2**20, average=False)
+    naive = DDPNaive(models[1], average=False)
+    out = dict(buckets=[(str(b.buffer.dtype), len(b.params)) for b in bucketed.buckets], equal=[], views=[],
+               finish_copies=[], hook_copies=[], finish_s=[])
+    for step in range(steps):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * step + rank)).to(device)
+        keep = step > 0  # from the second step on, the grads are kept and zeroed, not dropped
+        for model, ddp in ((models[0], bucketed), (models[1], naive)):
+            model.zero_grad(set_to_none=not keep)
+            count = _CopyCount()
+            with count:
+                model(x).square().sum().backward()
+            if ddp is bucketed:
+                out["hook_copies"].append(count.copies)
+            count, start = _CopyCount(), time.perf_counter()
+            with count:
+                ddp.finish_gradient_synchronization()
+            if ddp is bucketed:
+                out["finish_copies"].append(count.copies)
+                out["finish_s"].append(time.perf_counter() - start)
+        out["equal"].append(all(torch.equal(a.grad, b.grad) for a, b in zip(models[0].parameters(),
+                                                                            models[1].parameters())))
+        out["views"].append(all(p.grad.untyped_storage().data_ptr() == bucketed._bucket_of[id(p)].buffer.data_ptr()
+                                for p in models[0].parameters()))
+    return out
+
+
 # ------------------------------------------------------------------ models --
 
 class MLP(nn.Module):

@@ -63,3 +63,28 @@ def _ddp_sums(rank: int, world_size: int, device: torch.device) -> dict[str, flo
         ddp.finish_gradient_synchronization()
         out[name] = (model.weight.grad - ref).abs().max().item()
     return out
+
+
+def step_on_own_group(rank: int, world_size: int, spec: StepSpec, steps: int) -> dict:
+    """The step on a process group of its own (a new gloo group of every rank, as step_group makes an NCCL
+    one) beside the same step on the default group: each step's loss on both (bitwise equal if the group
+    carries every collective: the gradient sync, the sharded optimizer's broadcasts, the agreement checks),
+    and what step_group says to NCCL options on gloo."""
+    from impl.workloads.leaderboard_2026 import step_group
+
+    device = device_for(dist.get_backend(), rank)
+    own = dist.new_group(backend="gloo")
+    try:
+        on_own, on_world = build_step(spec, device, group=own), build_step(spec, device, group=dist.group.WORLD)
+        losses = [(on_own.step().item(), on_world.step().item()) for _ in range(steps)]
+        equal = all(torch.equal(p, q) for p, q in zip(on_own.model.parameters(), on_world.model.parameters()))
+        del on_own, on_world
+    finally:
+        dist.destroy_process_group(own)
+    try:
+        step_group(StepSpec(**{**spec.__dict__, "nccl_high_priority": True}))
+        refusal = None
+    except ValueError as exc:
+        refusal = str(exc)
+    return dict(losses=losses, params_equal=equal, refusal=refusal,
+                default_group=step_group(spec) is dist.group.WORLD)

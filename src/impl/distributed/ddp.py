@@ -1,7 +1,7 @@
 """Data-parallel wrappers, from simplest to most overlapped.
 
 All variants share one contract (as torch DDP): every rank holds a full model
-replica, rank 0's parameters and buffers are broadcast at construction, each
+replica, rank 0's (the group's first) parameters and buffers are broadcast at construction, each
 rank runs forward/backward on its own slice of the batch, and after
 ``finish_gradient_synchronization()`` every ``.grad`` holds the average over
 ranks — so with a mean loss over equal shards it equals the full-batch gradient.
@@ -9,7 +9,8 @@ With ``average=False`` it holds the sum instead: the full-batch gradient of a lo
 summed over tokens (the 2026 leaderboard's), each rank summing over its own.
 The broadcast pairs tensors across ranks by position, so construction first checks
 that every rank wraps the same parameters and buffers (impl.distributed.agreement)
-and raises on every rank otherwise.
+and raises on every rank otherwise. ``group``: the process group every collective runs on
+(None: the default one; the 8B step's NCCL options need a group of their own).
 
 Usage per step::
 
@@ -42,7 +43,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from typing import Mapping
+from typing import Hashable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -70,10 +71,11 @@ def _group_by_dtype_device(tensors):
 
 class _DataParallelBase(nn.Module):
     def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True,
-                 options: dict[str, object] | None = None):
+                 options: dict[str, object] | None = None, group=None):
         super().__init__()
         self.module = module
-        self.world_size = dist.get_world_size()
+        self.group = group  # None: the default process group
+        self.world_size = dist.get_world_size(group)
         self.reduce_gradients = reduce_gradients
         self.average = average
         self.comm_time_s = 0.0
@@ -82,7 +84,7 @@ class _DataParallelBase(nn.Module):
         self.trainable = [p for p in module.parameters() if p.requires_grad]
         self._hook_handles: list = []
         # before the broadcast pairs tensors by position; `options`: a subclass's that shape its collectives
-        verify_module(type(self).__name__, module,
+        verify_module(type(self).__name__, module, group=group,
                       options=dict(reduce_gradients=reduce_gradients, average=average, **(options or {})),
                       roles=self._roles())
         self._broadcast_from_rank0()
@@ -121,7 +123,7 @@ class _DataParallelBase(nn.Module):
         for group in _group_by_dtype_device(tensors):
             flat = _flatten_dense_tensors(group)
             with Released() as keep:
-                dist.broadcast(keep(flat), src=0)
+                dist.broadcast(keep(flat), group=self.group, group_src=0)
             for t, synced in zip(group, _unflatten_dense_tensors(flat, group)):
                 t.copy_(synced)
 
@@ -157,7 +159,7 @@ class DDPNaive(_DataParallelBase):
                 continue
             self._prescale(p.grad)
             with Released() as keep:
-                dist.all_reduce(keep(p.grad))
+                dist.all_reduce(keep(p.grad), group=self.group)
             nbytes += p.grad.numel() * p.grad.element_size()
         return nbytes
 
@@ -175,7 +177,7 @@ class DDPFlat(_DataParallelBase):
         for group in _group_by_dtype_device(grads):
             flat = self._prescale(_flatten_dense_tensors(group))
             with Released() as keep:
-                dist.all_reduce(keep(flat))
+                dist.all_reduce(keep(flat), group=self.group)
             for g, reduced in zip(group, _unflatten_dense_tensors(flat, group)):
                 g.copy_(reduced)
             nbytes += flat.numel() * flat.element_size()
@@ -188,8 +190,8 @@ class DDPIndividualParameters(_DataParallelBase):
     Communication overlaps the rest of backward; finish only waits.
     """
 
-    def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True):
-        super().__init__(module, reduce_gradients, average)
+    def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True, group=None):
+        super().__init__(module, reduce_gradients, average, group=group)
         self._pending: list = []
         if reduce_gradients:
             self._register_grad_hooks()
@@ -198,7 +200,7 @@ class DDPIndividualParameters(_DataParallelBase):
         # Pre-divide (average=True) so the summed result is already the mean.
         grad = self._prescale(p.grad)
         count_before = grad._use_count()
-        self._pending.append((dist.all_reduce(grad, async_op=True), grad, count_before))
+        self._pending.append((dist.all_reduce(grad, async_op=True, group=self.group), grad, count_before))
 
     def _finish(self) -> int:
         for handle, _, _ in self._pending:
@@ -208,6 +210,26 @@ class DDPIndividualParameters(_DataParallelBase):
         self._pending.clear()
         await_release(sent)
         return sum(grad.numel() * grad.element_size() for grad, _ in sent)
+
+
+def plan_buckets(sizes: list[tuple[int, Hashable]], cap_bytes: float) -> list[list[int]]:
+    """Buckets for tensors of (nbytes, kind) in the order their grads become ready: lists of indices
+    into `sizes`, ordered by each bucket's first member. A tensor joins the open bucket of its own
+    kind (a flat buffer has one dtype and device), which closes when the next tensor of that kind
+    would take it past `cap_bytes`; a tensor larger than the cap gets a bucket of its own. One open
+    bucket per kind, not one for the whole sequence: interleaved kinds (the 8B step's fp32 RMSNorm
+    gains between its bf16 weights) would otherwise close a bucket at every change of kind, one tiny
+    all-reduce per gain."""
+    buckets: list[list[int]] = []
+    open_: dict[Hashable, tuple[list[int], int]] = {}  # kind -> (its open bucket, the bucket's bytes)
+    for i, (size, kind) in enumerate(sizes):
+        members, used = open_.get(kind, (None, 0))
+        if members is None or used + size > cap_bytes:
+            members, used = [], 0
+            buckets.append(members)
+        members.append(i)
+        open_[kind] = (members, used + size)
+    return buckets
 
 
 class _Bucket:
@@ -222,7 +244,10 @@ class _Bucket:
             self.offsets.append(offset)
             offset += p.numel()
         self.numel, self.dtype, self.device = offset, params[0].dtype, params[0].device
-        self.buffer = torch.zeros(offset, dtype=self.dtype, device=self.device) if allocate else None
+        self.buffer: torch.Tensor | None = None
+        self.grads: list[torch.Tensor] | None = None
+        if allocate:
+            self.new_buffer(torch.zeros)
         self.index = {id(p): i for i, p in enumerate(params)}
         self.reset()
 
@@ -232,13 +257,21 @@ class _Bucket:
         self.handle = None
         self.count_before = 0  # the buffer's use count before its all-reduce (see impl.distributed.release)
 
-    def slice(self, i: int) -> torch.Tensor:
-        return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
+    def holds(self, i: int, grad: torch.Tensor) -> bool:
+        """Whether `grad` is parameter i's view of the buffer (left as its grad by the last sync)."""
+        return grad.data_ptr() == self.grads[i].data_ptr() and grad.stride() == self.grads[i].stride()
 
-    def new_buffer(self) -> torch.Tensor:
-        """A fresh buffer (unset: every slice is written before it is sent, see DDPBucketed._finish)."""
-        self.buffer = torch.empty(self.numel, dtype=self.dtype, device=self.device)
+    def new_buffer(self, make=torch.empty) -> torch.Tensor:
+        """A fresh buffer (unset by default: every part is written before it is sent, see DDPBucketed._finish)
+        and each parameter's part of it in its shape, made together: a view holds the buffer, so views made
+        later would raise its use count past the one recorded before a collective (impl.distributed.release)."""
+        self.buffer = make(self.numel, dtype=self.dtype, device=self.device)
+        self.grads = [self.buffer[o:o + p.numel()].view_as(p) for o, p in zip(self.offsets, self.params)]
         return self.buffer
+
+    def drop_buffer(self) -> None:
+        """Let go of the buffer and its views (a view alone would keep the memory)."""
+        self.buffer = self.grads = None
 
     @property
     def nbytes(self) -> int:
@@ -251,18 +284,23 @@ class DDPBucketed(_DataParallelBase):
 
     Buckets are filled in reverse parameter order, roughly the order backward
     produces grads, so the first buckets complete (and start communicating)
-    early. A parameter larger than the cap gets a bucket of its own.
+    early; parameters of another dtype fill buckets of their own beside them
+    (plan_buckets). A parameter larger than the cap gets a bucket of its own.
     Expects one backward per ``finish_gradient_synchronization`` (no
     gradient accumulation across backward calls without a sync).
+
+    After ``finish_gradient_synchronization`` each ``p.grad`` is a view of its
+    bucket (as torch DDP's ``gradient_as_bucket_view``): the next backward
+    overwrites it, so a caller that keeps a step's grads must clone them.
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float, reduce_gradients: bool = True,
-                 average: bool = True):
+                 average: bool = True, group=None):
         # Checked before the base class's broadcast, so every rank raises instead of some hanging.
         if isinstance(bucket_size_mb, bool) or not isinstance(bucket_size_mb, (int, float)) \
                 or not math.isfinite(bucket_size_mb) or bucket_size_mb <= 0:
             raise ValueError(f"bucket_size_mb must be a finite number > 0 (MiB per bucket), got {bucket_size_mb!r}")
-        super().__init__(module, reduce_gradients, average, options=dict(bucket_size_mb=bucket_size_mb))
+        super().__init__(module, reduce_gradients, average, options=dict(bucket_size_mb=bucket_size_mb), group=group)
         self.bucket_size_bytes = bucket_size_mb * 1024 * 1024
         self.buckets = self._build_buckets()
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
@@ -270,18 +308,10 @@ class DDPBucketed(_DataParallelBase):
             self._register_grad_hooks()
 
     def _build_buckets(self) -> list[_Bucket]:
-        buckets, current, current_bytes = [], [], 0
-        for p in reversed(self.trainable):
-            size = p.numel() * p.element_size()
-            same_kind = not current or (p.dtype, p.device) == (current[0].dtype, current[0].device)
-            if current and (current_bytes + size > self.bucket_size_bytes or not same_kind):
-                buckets.append(_Bucket(current))
-                current, current_bytes = [], 0
-            current.append(p)
-            current_bytes += size
-        if current:
-            buckets.append(_Bucket(current))
-        return buckets
+        order = list(reversed(self.trainable))
+        plan = plan_buckets([(p.numel() * p.element_size(), (p.dtype, p.device)) for p in order],
+                            self.bucket_size_bytes)
+        return [_Bucket([order[i] for i in members]) for members in plan]
 
     def _launch(self, bucket: _Bucket) -> None:
         self._prescale(bucket.buffer)
@@ -289,12 +319,13 @@ class DDPBucketed(_DataParallelBase):
         bucket.handle = self._collective(bucket)
 
     def _collective(self, bucket: _Bucket) -> dist.Work:
-        return dist.all_reduce(bucket.buffer, async_op=True)
+        return dist.all_reduce(bucket.buffer, async_op=True, group=self.group)
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         bucket = self._bucket_of[id(p)]
         i = bucket.index[id(p)]
-        bucket.slice(i).copy_(p.grad.reshape(-1))
+        if not bucket.holds(i, p.grad):  # a view kept by zero_grad(set_to_none=False): accumulated in place
+            bucket.grads[i].copy_(p.grad)
         if not bucket.ready[i]:
             bucket.ready[i] = True
             bucket.num_ready += 1
@@ -311,13 +342,13 @@ class DDPBucketed(_DataParallelBase):
             if bucket.handle is None and bucket.num_ready > 0:
                 for i, ready in enumerate(bucket.ready):
                     if not ready:
-                        bucket.slice(i).zero_()
+                        bucket.grads[i].zero_()
                 self._launch(bucket)
         sent = [bucket for bucket in self.buckets if bucket.handle is not None]
         for bucket in sent:
             bucket.handle.wait()
             bucket.handle = None  # the worker lets go of the buffer only once no handle is left
-        # before unpacking: views of a buffer (DDPReduceToOwner's grads) would keep its count up
+        # every buffer let go by the backend before its parts become grads (impl.distributed.release)
         await_release([(b.buffer, b.count_before) for b in sent if b.buffer is not None])
         for bucket in sent:
             nbytes += bucket.nbytes
@@ -327,10 +358,12 @@ class DDPBucketed(_DataParallelBase):
         return nbytes
 
     def _unpack(self, bucket: _Bucket) -> None:
-        """The reduced bucket into its parameters' grads."""
+        """Each grad becomes its part of the reduced buffer instead of a copy of it: no copy kernel a parameter
+        at the end of backward (309 of them, ~10 ms, exposed, on the 8B step), and the autograd-made grads
+        are freed here instead of at the next zero_grad."""
         for i, p in enumerate(bucket.params):
             if bucket.ready[i]:
-                p.grad.copy_(bucket.slice(i).view_as(p.grad))
+                p.grad = bucket.grads[i]
 
 
 class DDPReduceToOwner(DDPBucketed):
@@ -358,14 +391,14 @@ class DDPReduceToOwner(DDPBucketed):
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float, owner: Mapping[int, int],
-                 reduce_gradients: bool = True, average: bool = True):
+                 reduce_gradients: bool = True, average: bool = True, group=None):
         if not isinstance(owner, Mapping):
             raise TypeError(f"DDPReduceToOwner: owner must map id(parameter) -> rank (ShardedOptimizer.owner), "
                             f"got {type(owner).__name__}")
         # read by _roles() during the base class's agreement check, before nn.Module's __init__ ran
         self.__dict__["owner"] = dict(owner)
-        self.__dict__["rank"] = dist.get_rank()
-        super().__init__(module, bucket_size_mb, reduce_gradients, average)
+        self.__dict__["rank"] = dist.get_rank(group)  # owners are ranks of `group`, as the optimizer's
+        super().__init__(module, bucket_size_mb, reduce_gradients, average, group=group)
 
     def _roles(self) -> dict[int, str]:
         return {id(p): f"owned by rank {self.owner.get(id(p))}" for p in self.module.parameters()
@@ -404,19 +437,17 @@ class DDPReduceToOwner(DDPBucketed):
         p.grad = None  # its values are in the bucket; the owner's come back as views at the finish
 
     def _collective(self, bucket: _OwnedBucket) -> dist.Work:
-        return dist.reduce(bucket.buffer, dst=bucket.owner, async_op=True)
+        return dist.reduce(bucket.buffer, async_op=True, group=self.group, group_dst=bucket.owner)
 
     def _launch(self, bucket: _OwnedBucket) -> None:
         super()._launch(bucket)
         if bucket.owner != self.rank and bucket.buffer.is_cuda:
-            bucket.buffer = None  # NCCL holds it (record_stream, or its work's stash) until the reduce is done
+            bucket.drop_buffer()  # NCCL holds it (record_stream, or its work's stash) until the reduce is done
 
     def _unpack(self, bucket: _OwnedBucket) -> None:
         if bucket.owner == self.rank:
-            for i, p in enumerate(bucket.params):
-                if bucket.ready[i]:
-                    p.grad = bucket.slice(i).view_as(p)
-        bucket.buffer = None  # the owner's grads keep theirs alive; a sent one is freed
+            super()._unpack(bucket)
+        bucket.drop_buffer()  # the owner's grads keep theirs alive; a sent one is freed
 
 
 class _OwnedBucket(_Bucket):

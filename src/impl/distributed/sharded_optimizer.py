@@ -95,9 +95,10 @@ class _ShardedBase(Optimizer):
     the local optimizer exists, so subclasses create it afterwards from the
     groups collected so far and forward later groups to it."""
 
-    def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], **kwargs: Any):
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
+    def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], process_group=None, **kwargs: Any):
+        self.process_group = process_group  # None: the default group
+        self.rank = dist.get_rank(process_group)
+        self.world_size = dist.get_world_size(process_group)
         self.optimizer_cls = optimizer_cls
         self.local_optimizer: Optimizer | None = None
         self.bytes_communicated_last_step = 0
@@ -107,7 +108,7 @@ class _ShardedBase(Optimizer):
         params = _param_groups(params)
         # One check of all groups (their count and bounds too), before any is registered: the
         # ownership and flat shards pair parameters across ranks by group and position.
-        verify_param_groups(type(self).__name__, params)
+        verify_param_groups(type(self).__name__, params, group=process_group)
         super().__init__(params, defaults=kwargs)
         local_groups = []
         for i in range(len(self.param_groups)):
@@ -183,13 +184,14 @@ class ShardedOptimizer(_ShardedBase):
     Ownership is greedy by size: within each added group, parameters sorted
     largest first (ties by position) go to the rank with the fewest elements
     so far (ties to the lowest rank). Deterministic, so all ranks agree
-    without communicating.
+    without communicating. ``process_group``: the ranks that share the
+    states (None: the default group); ranks are the group's.
     """
 
-    def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], **kwargs: Any):
+    def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], process_group=None, **kwargs: Any):
         self.owner: dict[int, int] = {}  # id(param) -> owning rank
-        self.rank_numel = [0] * dist.get_world_size()
-        super().__init__(params, optimizer_cls, **kwargs)
+        self.rank_numel = [0] * dist.get_world_size(process_group)
+        super().__init__(params, optimizer_cls, process_group=process_group, **kwargs)
 
     def _register_group(self, group: dict) -> None:
         order = sorted(range(len(group["params"])), key=lambda i: -group["params"][i].numel())
@@ -245,7 +247,7 @@ class ShardedOptimizer(_ShardedBase):
             for group in by_kind.values():
                 flat = _flatten_dense_tensors(group)
                 with Released() as keep:
-                    dist.broadcast(keep(flat), src=owner)
+                    dist.broadcast(keep(flat), group=self.process_group, group_src=owner)
                 nbytes += flat.numel() * flat.element_size()
                 if owner != self.rank:
                     for p, new in zip(group, _unflatten_dense_tensors(flat, group)):
@@ -425,6 +427,8 @@ class ZeRO1Optimizer(_ShardedBase):
 
     def __init__(self, params: Iterable, optimizer_cls: type[Optimizer], bucket_numel: int = 2**26,
                  in_place: bool | None = None, **kwargs: Any):
+        if "process_group" in kwargs:  # its reduce-scatters and gathers run on the default group only
+            raise ValueError("ZeRO1Optimizer works on the default process group; process_group is not supported")
         self.flat_groups: list[_FlatGroup] = []
         self.bucket_numel = _bucket_numel(bucket_numel, dist.get_world_size())
         self._in_place = dist.get_backend() == "nccl" if in_place is None else in_place

@@ -390,7 +390,7 @@ class Leaderboard2026Grid(Rounds):
 @dataclass(frozen=True)
 class StepCandidate:
     """One way to run the two-GPU leaderboard step: impl.workloads.leaderboard_2026.StepSpec's
-    checkpointing, checkpoint_k, compile, attn_impl (None: the grid's), allocator and grad_sync."""
+    checkpointing, checkpoint_k, compile, attn_impl (None: the grid's), allocator, grad_sync and NCCL options."""
 
     checkpointing: str
     k: int | None
@@ -398,13 +398,17 @@ class StepCandidate:
     attn_impl: str | None = None
     allocator: str = "default"
     grad_sync: str = "ddp_bucketed"
+    nccl_high_priority: bool = False
+    nccl_max_ctas: int | None = None
 
     @property
     def id(self) -> str:  # the test id: "keep_attention-3", "keep_attention-3-pointwise-flash_gluon_ws"
         return "-".join([self.checkpointing, str(self.k)] + [self.compile] * (self.compile != "none")
                         + [self.attn_impl] * (self.attn_impl is not None)
                         + [self.allocator] * (self.allocator != "default")
-                        + [self.grad_sync] * (self.grad_sync != "ddp_bucketed"))
+                        + [self.grad_sync] * (self.grad_sync != "ddp_bucketed")
+                        + ["nccl_high_priority"] * self.nccl_high_priority
+                        + [f"nccl_max_ctas{self.nccl_max_ctas}"] * (self.nccl_max_ctas is not None))
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,9 @@ COMPILES = ("none", "pointwise")  # StepSpec.compile
 # grown in place: no cudaMalloc/cudaFree, and their device syncs, when a large block does not fit a segment)
 ALLOCATORS = ("default", "expandable_segments")
 GRAD_SYNCS = tuple(s for s in TRAIN_GRAD_SYNCS if s != "none")  # StepSpec.grad_sync (impl.workloads.steps)
+# StepSpec.nccl_max_ctas's bound: a cap, so at most the channels NCCL uses on two NVLink GPUs; above its
+# MAXCHANNELS (32 or 64 by release) NCCL ignores the setting with a warning, and a row would claim a cap it never had
+MAX_NCCL_CTAS = 32
 CLASS_BEST_STEP_S = 3.84
 CLASS_BEST_GPUS = 2
 CLASS_BEST_GPU = "B200"
@@ -73,6 +76,15 @@ class StepSpec:
     allocator      one of ALLOCATORS, set by rank_setup on a CUDA rank before it builds the step
     grad_sync      one of GRAD_SYNCS with N > 1 ranks: "ddp_bucketed" (every gradient all-reduced), or
                    "reduce_to_owner" (each reduced to its owner in the sharded optimizer only: ZeRO-2)
+    nccl_high_priority  the step's collectives on a high-priority CUDA stream (ProcessGroupNCCL.Options'
+                   is_high_priority_stream): the SMs' block scheduler then places NCCL's blocks ahead of
+                   the compute kernels' waiting ones
+    nccl_max_ctas  None, or at most this many CTAs (channels: one SM each) per collective (the
+                   communicator's ncclConfig_t.maxCTAs, what NCCL_MAX_CTAS / NCCL_MAX_NCHANNELS set for a
+                   whole process); 1..MAX_NCCL_CTAS
+    With either NCCL option, rank_setup runs the step on a process group of its own made with them
+    (step_group): NCCL reads its options as it creates a communicator, and a worker's default group
+    has had its communicator since it started. NCCL only (nccl_refusal).
     """
 
     config: str = CONFIG
@@ -85,6 +97,8 @@ class StepSpec:
     compile: str = "none"
     allocator: str = "default"
     grad_sync: str = "ddp_bucketed"
+    nccl_high_priority: bool = False
+    nccl_max_ctas: int | None = None
     lr: float = 1e-4
     weight_decay: float = 0.01
 
@@ -102,6 +116,12 @@ class StepSpec:
             raise ValueError(f"StepSpec.allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
         if self.grad_sync not in GRAD_SYNCS:
             raise ValueError(f"StepSpec.grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}")
+        if not isinstance(self.nccl_high_priority, bool):
+            raise ValueError(f"StepSpec.nccl_high_priority must be a bool, got {self.nccl_high_priority!r}")
+        ctas = self.nccl_max_ctas
+        if ctas is not None and (isinstance(ctas, bool) or not isinstance(ctas, int) or not 1 <= ctas <= MAX_NCCL_CTAS):
+            raise ValueError(f"StepSpec.nccl_max_ctas must be None or an int in 1..{MAX_NCCL_CTAS} (NCCL's channels), "
+                             f"got {ctas!r}")
         if self.checkpointing not in POLICIES:
             raise ValueError(f"StepSpec.checkpointing must be one of {POLICIES}, got {self.checkpointing!r}")
         k, least = self.checkpoint_k, TAKES_K.get(self.checkpointing)
@@ -109,6 +129,19 @@ class StepSpec:
                 (k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < least)):
             raise ValueError(f"StepSpec.checkpoint_k is given for checkpointing {sorted(TAKES_K)} only (an int >= "
                              f"{TAKES_K}), got checkpointing={self.checkpointing!r}, checkpoint_k={k!r}")
+
+    @property
+    def nccl_options(self) -> dict[str, object]:
+        """The NCCL options this step sets (empty: NCCL's defaults on the default group)."""
+        return {k: v for k, v in (("nccl_high_priority", self.nccl_high_priority),
+                                  ("nccl_max_ctas", self.nccl_max_ctas)) if v not in (False, None)}
+
+    def nccl_refusal(self, backend: str) -> str | None:
+        """Why this step cannot run on `backend`, or None: its NCCL options configure an NCCL communicator,
+        and on another backend they would be silently nothing (a row claiming a setting it never had)."""
+        if self.nccl_options and backend != "nccl":
+            return f"{', '.join(self.nccl_options)} configure(s) an NCCL communicator; the backend is {backend}"
+        return None
 
     @property
     def model(self) -> ModelConfig:
@@ -163,14 +196,15 @@ def _world(group) -> tuple[int, int]:
         return 0, 1
     world_size = dist.get_world_size(group)
     if world_size != dist.get_world_size():
-        raise ValueError(f"group: DDPBucketed and ShardedOptimizer work on the default process group; got a group "
-                         f"of {world_size} ranks in a world of {dist.get_world_size()}")
+        raise ValueError(f"group: the step's batch is split over every rank; got a group of {world_size} ranks in a "
+                         f"world of {dist.get_world_size()}")
     return dist.get_rank(group), world_size
 
 
 def build_step(spec: StepSpec, device: torch.device, group=None, seed: int = 0) -> LeaderboardStep:
-    """This rank's step. group: None for one process; else the default process group (every rank
-    builds the same model from `seed` and the same global batch, and takes its share)."""
+    """This rank's step. group: None for one process; else a process group of every rank (the default
+    one, or step_group's): every rank builds the same model from `seed` and the same global batch, takes
+    its share, and the gradient sync and sharded optimizer run on `group`."""
     rank, world_size = _world(group)
     per_rank = local_batch(spec.batch, world_size)
     torch.manual_seed(seed)
@@ -182,7 +216,7 @@ def build_step(spec: StepSpec, device: torch.device, group=None, seed: int = 0) 
     # traces the same graphs without the C++ compiles that take ~40 s each on the CI machine
     backend = "inductor" if device.type == "cuda" else "aot_eager"
     step, optimizer = make_train_step(spec.train_config(world_size), model, x, y, backend=backend, lr=spec.lr,
-                                      weight_decay=spec.weight_decay)
+                                      weight_decay=spec.weight_decay, group=group)
     return LeaderboardStep(spec, step, model, optimizer, x, y, rank, world_size)
 
 
@@ -205,18 +239,43 @@ def master_weights(built: LeaderboardStep) -> dict[str, torch.Tensor]:
 @dataclass
 class StepRankState(RankState):
     built: LeaderboardStep | None = None
+    group: object = None  # step_group's own group, while a step with NCCL options is built
+
+
+def step_group(spec: StepSpec):
+    """The process group the step's collectives run on: the default one, or for a step with NCCL options a
+    new NCCL group of every rank whose communicator NCCL creates with them (at its first collective).
+    A collective call: every rank makes it. ValueError (spec.nccl_refusal) on another backend."""
+    if not spec.nccl_options:
+        return dist.group.WORLD
+    refusal = spec.nccl_refusal(dist.get_backend())
+    if refusal is not None:
+        raise ValueError(f"StepSpec: {refusal}")
+    options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=spec.nccl_high_priority)
+    if spec.nccl_max_ctas is not None:
+        options.config.max_ctas = spec.nccl_max_ctas
+    return dist.new_group(backend="nccl", pg_options=options)
+
+
+def _release_group(state: StepRankState) -> None:
+    if state.group is not None:
+        dist.destroy_process_group(state.group)
+        state.group = None
 
 
 def rank_setup(state: StepRankState, spec: StepSpec) -> Allocated:
-    """Build this rank's step (the group is the whole world); the allocator's reading after it, its
-    peak counted from an emptied allocator."""
+    """Build this rank's step on step_group's group; the allocator's reading after it, its peak counted
+    from an emptied allocator."""
     state.built = None
+    _release_group(state)
     free_memory()  # every segment of the previous candidate released, so the setting below governs them all
     if state.device.type == "cuda":
         torch.cuda.memory._set_allocator_settings(
             f"expandable_segments:{spec.allocator == 'expandable_segments'}")  # a worker runs several candidates
         torch.cuda.reset_peak_memory_stats(state.device)
-    state.built = build_step(spec, state.device, group=dist.group.WORLD)
+    group = step_group(spec)
+    state.group = None if group is dist.group.WORLD else group
+    state.built = build_step(spec, state.device, group=group)
     return Allocated.read(state.device)
 
 
@@ -261,9 +320,10 @@ def rank_peak(state: StepRankState) -> Allocated:
 
 def rank_teardown(state: StepRankState) -> None:
     state.built = None
+    _release_group(state)
     free_memory()
 
 
-__all__ = ["ALLOCATORS", "GRAD_SYNCS", "BATCH", "CLASS_BEST_GPU", "CLASS_BEST_GPUS", "CLASS_BEST_STEP_S", "COLD_RUN_LIMIT_S", "COMPILES", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepRankState", "StepSpec", "WORLD_SIZE",
+__all__ = ["ALLOCATORS", "GRAD_SYNCS", "MAX_NCCL_CTAS", "BATCH", "CLASS_BEST_GPU", "CLASS_BEST_GPUS", "CLASS_BEST_STEP_S", "COLD_RUN_LIMIT_S", "COMPILES", "CONFIG", "CONTEXT", "LEADERBOARD", "LeaderboardStep", "StepRankState", "StepSpec", "WORLD_SIZE",
            "build_step", "local_batch", "master_weights", "rank_breakdown", "rank_do_bench", "rank_first_step", "rank_peak", "rank_setup",
-           "rank_step", "rank_teardown"]
+           "rank_step", "rank_teardown", "step_group"]

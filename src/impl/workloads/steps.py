@@ -378,7 +378,9 @@ def compile_model(model: TransformerLM, how: str, backend: str = "inductor"):
     raise ValueError(f"unknown compile mode {how!r}; expected none, blocks, pointwise, model or model+cudagraphs")
 
 
-def make_optimizer(kind: str, params, lr: float = 1e-4, weight_decay: float = 0.01) -> torch.optim.Optimizer:
+def make_optimizer(kind: str, params, lr: float = 1e-4, weight_decay: float = 0.01,
+                   group=None) -> torch.optim.Optimizer:
+    """`group`: the process group of "adamw_master_sharded" (None: the default group)."""
     params = list(params)
     if kind in ("adamw", "adamw_fused"):
         return AdamW(params, lr=lr, weight_decay=weight_decay, fused=kind == "adamw_fused")
@@ -388,7 +390,7 @@ def make_optimizer(kind: str, params, lr: float = 1e-4, weight_decay: float = 0.
         if kind == "adamw_master_sharded":
             from impl.distributed.sharded_optimizer import ShardedOptimizer
 
-            return ShardedOptimizer(params, AdamWMaster, lr=lr, weight_decay=weight_decay)
+            return ShardedOptimizer(params, AdamWMaster, process_group=group, lr=lr, weight_decay=weight_decay)
         return AdamWMaster(params, lr=lr, weight_decay=weight_decay, fused=kind == "adamw_master_fused")
     if kind == "torch_adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=params[0].is_cuda)
@@ -425,7 +427,7 @@ def _check_weights(cfg: TrainConfig) -> None:
 
 
 def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
-                    backend: str = "inductor", lr: float = 1e-4, weight_decay: float = 0.01):
+                    backend: str = "inductor", lr: float = 1e-4, weight_decay: float = 0.01, group=None):
     """(step, optimizer): a full training step of `model` under `cfg`; step() returns the loss.
     Switches the model's attention to cfg.attn_impl and, for compile="blocks", compiles its blocks
     in place: give it a model of its own. The first calls of step() compile. The sequence
@@ -434,11 +436,12 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     RoPE tables' shape, a static graph input) is the same: build every context's model with the
     largest one. For weights="bf16" the model's Linear weights become bf16 (the same Parameter
     objects): the optimizer is built on the fp32 model and keeps each weight's fp32 value as
-    its master before the cast rounds it (AdamWMaster.cast_params_)."""
+    its master before the cast rounds it (AdamWMaster.cast_params_). `group`: the process group of
+    the data-parallel gradient sync and sharded optimizer (None: the default group)."""
     _check_weights(cfg)
     if model.config["attn_impl"] != cfg.attn_impl:
         model.set_attention(cfg.attn_impl)
-    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, group=group)
     if cfg.weights == "bf16":
         optimizer.cast_params_(linear_weights(model), torch.bfloat16)
     sync = None
@@ -448,8 +451,8 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
         # after the cast, so the bf16 weights' buckets are bf16; its hooks fire on the parameters
         # themselves, so the step calls the model, not the wrapper (kept alive by `sync`)
         average = cfg.loss == "mean"
-        ddp = DDPBucketed(model, GRAD_BUCKET_MB, average=average) if cfg.grad_sync == "ddp_bucketed" else \
-            DDPReduceToOwner(model, GRAD_BUCKET_MB, owner=optimizer.owner, average=average)
+        ddp = DDPBucketed(model, GRAD_BUCKET_MB, average=average, group=group) if cfg.grad_sync == "ddp_bucketed" \
+            else DDPReduceToOwner(model, GRAD_BUCKET_MB, owner=optimizer.owner, average=average, group=group)
         sync = ddp.finish_gradient_synchronization
     target = compile_model(model, cfg.compile, backend)
     if cfg.compile.startswith("model"):

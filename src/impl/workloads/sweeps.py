@@ -464,6 +464,10 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # GiB predicted) and k 4 after it (`-k "two_gpus and flash_gluon and not ws"`; an OOM is a row). Its forward's
 # host range (1.50 s) outlasts its kernels (1.18 s): k 5 with expandable segments, second, tests whether
 # the allocator's cudaMalloc/cudaFree is what the host waits for (the breakdown's blocking_runtime_ms says).
+# k 5 with expandable segments measured 6.12 s (leaderboard_2026/20261126T143432Z_a4ea09d.json), its 171 bf16
+# all-reduces' kernels resident 6.7 ms each where the transfer needs ~0.3 ms, attention backward ~20% slower
+# beside them: the same step with NCCL on a high-priority stream, then with NCCL capped at 8 CTAs (SMs; 24 by
+# default here) a collective (`-k "two_gpus and expandable_segments"` runs the three; NOTES "eighteenth session").
 # ZeRO-2 (`-k reduce_to_owner`; NOTES.md "The 8B step: gradients reduced to their owner"): the best measured
 # candidate with each gradient reduced to its owner only (half the bytes; no bucket kept across steps:
 # ~16 GiB a rank less), then two more plain blocks in that room, on the default allocator.
@@ -472,6 +476,10 @@ _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "e
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
+                    StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments",
+                                  nccl_high_priority=True),
+                    StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments",
+                                  nccl_max_ctas=8),
                     StepCandidate("keep_attention", 4, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 3, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 3, "pointwise"),
@@ -494,7 +502,11 @@ GRIDS["leaderboard_2026"] = {
                                                                                                         "pointwise"),
                                                                                           StepCandidate("keep_attention", 1,
                                                                                                         "pointwise",
-                                                                                                        grad_sync="reduce_to_owner")),
+                                                                                                        grad_sync="reduce_to_owner"),
+                                                                                          # NCCL's options: an unsupported row on gloo
+                                                                                          StepCandidate("keep_attention", 1,
+                                                                                                        nccl_high_priority=True,
+                                                                                                        nccl_max_ctas=8)),
                                                                 attn_impl="flash_torch", warmup=1, rounds=5,
                                                                 budget_s=120, timeout_s=120)),
 }
