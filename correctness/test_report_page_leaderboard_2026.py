@@ -131,6 +131,10 @@ def test_policy_label_names_every_option_away_from_the_default():
     assert policy_label(StepConfig(checkpointing="keep_attention", k=7, compile="pointwise", attn_impl="flash_gluon",
                                    grad_sync="reduce_to_owner")) == \
         "keep_attention (k 7), pointwise compiled, flash_gluon, reduce to owner"
+    assert policy_label(StepConfig(checkpointing="keep_attention", k=5, nccl_high_priority=True)) == \
+        "keep_attention (k 5), nccl high priority"
+    assert policy_label(StepConfig(checkpointing="keep_attention", k=5, nccl_max_ctas=8)) == \
+        "keep_attention (k 5), nccl max ctas 8"
 
 
 def test_the_step_in_nsys_names_its_candidate_and_says_a_trace_that_lost_records(tmp_path, request):

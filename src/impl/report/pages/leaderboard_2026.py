@@ -31,6 +31,8 @@ class StepConfig(View):
     attn_impl: str = "flash_triton"
     allocator: str = "default"  # StepSpec.allocator (rows before it: default)
     grad_sync: str = "ddp_bucketed"  # StepSpec.grad_sync (rows before it: ddp_bucketed)
+    nccl_high_priority: bool = False  # StepSpec's NCCL options (rows before them: NCCL's defaults)
+    nccl_max_ctas: int | None = None
     layers: int = 0
     world_size: int | None = None
     batch: int = 0
@@ -42,13 +44,17 @@ _cfg = StepConfig.of
 
 def policy_label(c: StepConfig) -> str:
     """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": a row's checkpointing,
-    compile and attention where not our Triton FlashAttention, allocator and gradient sync where not
-    the defaults."""
+    compile and attention where not our Triton FlashAttention, allocator, gradient sync and NCCL options
+    where not the defaults."""
     label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
     label += "" if c.compile == "none" else f", {c.compile} compiled"
     label += "" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}"
     label += "" if c.allocator == "default" else f", {c.allocator.replace('_', ' ')}"
-    return label + ("" if c.grad_sync == "ddp_bucketed" else f", {c.grad_sync.replace('_', ' ')}")
+    label += "" if c.grad_sync == "ddp_bucketed" else f", {c.grad_sync.replace('_', ' ')}"
+    for option, value in (("nccl_high_priority", c.nccl_high_priority), ("nccl_max_ctas", c.nccl_max_ctas)):
+        if value not in (False, None):  # a StepSpec field's name, and its value where not a flag
+            label += ", " + option.replace("_", " ") + ("" if value is True else f" {value}")
+    return label
 
 
 @dataclass(frozen=True)
