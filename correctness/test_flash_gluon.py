@@ -22,6 +22,7 @@ import torch
 pytest.importorskip("triton.experimental.gluon")  # triton is a dependency on Linux only
 
 from impl.attention import flash_gluon, flash_gluon_ws  # noqa: E402
+from kits.compile_table import print_compile_table  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_CUDA = torch.cuda.is_available()
@@ -143,15 +144,13 @@ def test_gluon_forward_compiles_for_hopper(kernel):
 
     mod = KERNELS[kernel][0]
     rows = json.loads(_run(_COMPILE, kernel))
-    print(f"\n{'d':>4} {'causal':>6} {'config':<63} {'regs':>4} {'spill B':>7} {'shared B':>8} {'HGMMA':>5} "
-          f"{'TMA ld/st':>9} {'EX2':>4} {'BAR':>4}  setmaxnreg budget: regs touched")
-    for r in rows:
-        if "refused" in r:
-            print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<63} refused: {r['predicted']} B > {SM90_MAX_SHARED}")
-            continue
-        print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<63} {r['regs']:>4} {r['local']:>7} {r['shared']:>8} "
-              f"{r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']:<3} {r['ex2']:>4} {r['bar_sync']:>4}  "
-              f"{r['partitions'] or ''}")
+    print_compile_table(
+        [dict(r, partitions=r.get("partitions") or "", limit=SM90_MAX_SHARED) for r in rows],
+        [("d", ">4", "{d:>4}"), ("causal", ">6", "{causal!s:>6}"), ("config", "<63", "{config:<63}"),
+         ("regs", ">4", "{regs:>4}"), ("spill B", ">7", "{local:>7}"), ("shared B", ">8", "{shared:>8}"),
+         ("HGMMA", ">5", "{hgmma:>5}"), ("TMA ld/st", ">9", "{tma_loads:>5}/{tma_stores:<3}"), ("EX2", ">4", "{ex2:>4}"),
+         ("BAR", ">4", "{bar_sync:>4}"), (" setmaxnreg budget: regs touched", "", " {partitions}")],
+        refused="refused: {predicted} B > {limit}")
     assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
     for r in rows:
         if "refused" in r:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton.experimental.gluon")  # triton is a dependency on Linux only
 
 from impl.attention import flash_gluon_bwd as bwd  # noqa: E402
+from kits.compile_table import print_compile_table  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_CUDA = torch.cuda.is_available()
@@ -121,6 +122,13 @@ print(json.dumps(rows))
 """
 
 
+# the compile-figure tables' columns (kits.compile_table): the kernel's place, then its figures
+_LEAD = [("d", ">4", "{d:>4}"), ("causal", ">6", "{causal!s:>6}")]
+_FIGURES = [("regs", ">4", "{regs:>4}"), ("stack", ">5", "{stack:>5}"), ("shared B", ">8", "{shared:>8}"),
+            ("HGMMA", ">5", "{hgmma:>5}"), ("EX2", ">4", "{ex2:>4}"), ("BAR", ">4", "{bar_sync:>4}"),
+            ("STL/LDL", ">7", "{stl:>3}/{ldl:<3}")]
+
+
 def test_gluon_backward_compiles_for_hopper():
     """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), the other
     candidates at d 128 causal (the one-pass reduce among them) and the dK/dV-only kernel (dq "triton") at d 64/80/96 causal: compiles for sm_90a, no local memory and stack within
@@ -130,15 +138,9 @@ def test_gluon_backward_compiles_for_hopper():
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     rows = json.loads(_run(_COMPILE))
-    print(f"\n{'d':>4} {'causal':>6} {'config':<76} {'regs':>4} {'stack':>5} {'shared B':>8} {'HGMMA':>5} "
-          f"{'TMA ld/st/red':>13} {'EX2':>4} {'BAR':>4} {'STL/LDL':>7}")
-    for r in rows:
-        if "refused" in r:
-            print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<76} refused: {r['predicted']} B")
-            continue
-        print(f"{r['d']:>4} {str(r['causal']):>6} {r['config']:<76} {r['regs']:>4} {r['stack']:>5} {r['shared']:>8} "
-              f"{r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']}/{r['tma_reduce']:<4} {r['ex2']:>4} "
-              f"{r['bar_sync']:>4} {r['stl']:>3}/{r['ldl']:<3}")
+    print_compile_table(rows, [*_LEAD, ("config", "<76", "{config:<76}"), *_FIGURES[:4],
+                               ("TMA ld/st/red", ">13", "{tma_loads:>5}/{tma_stores}/{tma_reduce:<4}"),
+                               *_FIGURES[4:]], refused="refused: {predicted} B")
     assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
     for r in rows:
         if "refused" in r:
@@ -632,15 +634,9 @@ def test_gluon_dq_compiles_for_hopper():
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     rows = json.loads(_run(_COMPILE_DQ))
-    print(f"\n{'d':>4} {'causal':>6} {'tiles':<14} {'dtype':<9} {'regs':>4} {'stack':>5} {'shared B':>8} "
-          f"{'HGMMA':>5} {'TMA ld/st':>9} {'EX2':>4} {'BAR':>4} {'STL/LDL':>7}")
-    for r in rows:
-        if "refused" in r:
-            print(f"{r['d']:>4} {str(r['causal']):>6} {str(r['tiles']):<14} refused: {r['predicted']} B")
-            continue
-        print(f"{r['d']:>4} {str(r['causal']):>6} {str(r['tiles']):<14} {r['dtype']:<9} {r['regs']:>4} "
-              f"{r['stack']:>5} {r['shared']:>8} {r['hgmma']:>5} {r['tma_loads']:>5}/{r['tma_stores']:<3} "
-              f"{r['ex2']:>4} {r['bar_sync']:>4} {r['stl']:>3}/{r['ldl']:<3}")
+    print_compile_table(rows, [*_LEAD, ("tiles", "<14", "{tiles!s:<14}"), ("dtype", "<9", "{dtype:<9}"),
+                               *_FIGURES[:4], ("TMA ld/st", ">9", "{tma_loads:>5}/{tma_stores:<3}"), *_FIGURES[4:]],
+                        refused="refused: {predicted} B")
     assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
     refused = [r for r in rows if "refused" in r]
     assert [r["tiles"] for r in refused] == [[128, 128, 3]], refused
