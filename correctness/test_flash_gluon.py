@@ -13,7 +13,6 @@ inputs give bit-identical results to contiguous 4-D ones; every candidate config
 import json
 import math
 import os
-import subprocess
 import sys
 
 import pytest
@@ -23,6 +22,7 @@ pytest.importorskip("triton.experimental.gluon")  # triton is a dependency on Li
 
 from impl.attention import flash_gluon, flash_gluon_ws  # noqa: E402
 from kits.compile_table import print_compile_table  # noqa: E402
+from kits.sm90_compile import run_without_interpreter  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_CUDA = torch.cuda.is_available()
@@ -40,17 +40,6 @@ def forward(kernel: str):
     return getattr(mod, name)
 
 
-def _run(code: str, *args: str) -> str:
-    """Run `code` (with args) in a fresh Python without the interpreter (these tests compile, never
-    interpret), this checkout's src first on its path."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in [env.get("PYTHONPATH")] if p])
-    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=900,
-                         cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
-
-
 # ----------------------------------------------------------------------------- CPU: compile for sm_90a
 
 # Builds each launch's arguments with the launcher's own launch_args (CPU tensors: the descriptors,
@@ -58,13 +47,10 @@ def _run(code: str, *args: str) -> str:
 # reads the cubin Triton produced: registers, stack and local (spill) bytes from cuobjdump's resource
 # usage, instruction counts from its SASS; dynamic shared memory from the kernel's metadata.
 _COMPILE = r"""
-import json, os, re, subprocess, sys, tempfile, torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from triton.runtime.jit import mangle_type
+import json, sys, torch
 from impl.attention import flash_gluon, flash_gluon_ws
 
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from kits.sm90_compile import compile_for_sm90, cubin_figures
 KERNEL = sys.argv[1]
 mod, fn = {"stage1": (flash_gluon, flash_gluon._attn_fwd_sm90), "ws": (flash_gluon_ws, flash_gluon_ws._attn_fwd_ws_sm90)}[KERNEL]
 
@@ -72,61 +58,25 @@ def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     q, k, v = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
     grid, args, opts = mod.launch_args(q, k, v, o, lse, causal, config)
-    sig, const = {}, {}
-    for i, (name, a) in enumerate(zip(fn.arg_names, args)):
-        if fn.params[i].is_constexpr or a is None:
-            sig[name], const[(i,)] = "constexpr", a
-        else:
-            sig[name] = mangle_type(a)  # what the runtime specializes a tensor / descriptor / scalar to
-    src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("L"),): [["tt.divisibility", 16]]})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-
-def partitions(sass):
-    # Each stretch of SASS after a setmaxnreg (USETMAXREG): its budget and the registers it touches
-    # (highest Rn + 1); per budget, the most any stretch under it uses.
-    out, budget, top = {}, None, 0
-    for line in sass.splitlines():
-        m = re.search(r"USETMAXREG\.\S+\.CTAPOOL\s+(?:UP\d+,\s*)?(0x[0-9a-f]+|\d+)", line)
-        if m:
-            if budget is not None:
-                out[budget] = max(out.get(budget, 0), top)
-            budget, top = int(m.group(1), 0), 0
-            continue
-        top = max([top] + [int(r) + 1 for r in re.findall(r"\bR(\d+)\b", line)])
-    if budget is not None:
-        out[budget] = max(out.get(budget, 0), top)
-    return {str(b): r for b, r in sorted(out.items())}
-
-def figures(ck):
-    path = tempfile.mktemp(suffix=".cubin")
-    open(path, "wb").write(ck.asm["cubin"])
-    res = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True).stdout
-    sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True, check=True).stdout
-    usage = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", res))
-    return dict(regs=int(usage["REG"]), stack=int(usage["STACK"]), local=int(usage["LOCAL"]), shared=ck.metadata.shared,
-                hgmma=len(re.findall(r"\bHGMMA\.", sass)), hmma=len(re.findall(r"\bHMMA\.", sass)),
-                tma_loads=len(re.findall(r"\bUTMALDG\b", sass)), tma_stores=len(re.findall(r"\bUTMASTG\b", sass)),
-                ex2=len(re.findall(r"\bMUFU\.EX2\b", sass)), bar_sync=len(re.findall(r"\bBAR\.SYNC\b", sass)),
-                setmaxnreg=len(re.findall(r"\bUSETMAXREG\b", sass)), partitions=partitions(sass),
-                warps=ck.metadata.num_warps, target=re.search(r"\.target\s+(\S+)", ck.asm["ptx"]).group(1))
+    return compile_for_sm90(fn, args, opts, divisible=("L",))
 
 rows = []
 for d in (64, 80, 96, 128):
     for causal in (False, True):
         config = mod.default_config(d)
         rows.append(dict(d=d, causal=causal, config=str(config), predicted=mod.shared_bytes(d, config),
-                         **figures(compile_sm90(d, causal, config))))
+                         **cubin_figures(compile_sm90(d, causal, config))))
 for d in (80, 128):  # fp16: the same code on another element type
     config = mod.default_config(d)
     rows.append(dict(d=d, causal=True, config=str(config) + " fp16", predicted=mod.shared_bytes(d, config),
-                     **figures(compile_sm90(d, True, config, torch.float16))))
+                     **cubin_figures(compile_sm90(d, True, config, torch.float16))))
 for config in mod.CANDIDATE_CONFIGS:  # the probe's sweep, at d 128 causal: each fits, or the launcher refuses it
     try:
         ck = compile_sm90(128, True, config)
     except ValueError as e:
         rows.append(dict(d=128, causal=True, config=str(config), predicted=mod.shared_bytes(128, config), refused=str(e)))
         continue
-    rows.append(dict(d=128, causal=True, config=str(config), predicted=mod.shared_bytes(128, config), **figures(ck)))
+    rows.append(dict(d=128, causal=True, config=str(config), predicted=mod.shared_bytes(128, config), **cubin_figures(ck)))
 print(json.dumps(rows))
 """
 
@@ -143,7 +93,7 @@ def test_gluon_forward_compiles_for_hopper(kernel):
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     mod = KERNELS[kernel][0]
-    rows = json.loads(_run(_COMPILE, kernel))
+    rows = json.loads(run_without_interpreter(_COMPILE, kernel))
     print_compile_table(
         [dict(r, partitions=r.get("partitions") or "", limit=SM90_MAX_SHARED) for r in rows],
         [("d", ">4", "{d:>4}"), ("causal", ">6", "{causal!s:>6}"), ("config", "<63", "{config:<63}"),
@@ -256,7 +206,7 @@ def test_ws_persistent_grid_and_head_groups():
 def test_gluon_forward_is_off_the_default_paths():
     """Issue 47 wires the kernel in at stage 4: until then importing the attention package, the Triton
     path and the model does not import it."""
-    out = _run("import sys, impl.attention, impl.attention.flash_triton, impl.model\n"
+    out = run_without_interpreter("import sys, impl.attention, impl.attention.flash_triton, impl.model\n"
                "print('impl.attention.flash_gluon' in sys.modules, 'impl.attention.flash_gluon_ws' in sys.modules)")
     assert out.split() == ["False", "False"]
 

@@ -20,7 +20,6 @@ outputs, strided and 3-D inputs bit-identical, 4096-long sequences).
 import json
 import math
 import os
-import subprocess
 import sys
 
 import pytest
@@ -31,6 +30,7 @@ pytest.importorskip("triton.experimental.gluon")  # triton is a dependency on Li
 
 from impl.attention import flash_gluon_bwd as bwd  # noqa: E402
 from kits.compile_table import print_compile_table  # noqa: E402
+from kits.sm90_compile import run_without_interpreter  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_CUDA = torch.cuda.is_available()
@@ -45,29 +45,16 @@ HEAD_DIMS = (64, 80, 96, 128)
 STACK_BOUND = {64: 0, 80: 0, 96: 64, 128: 512}
 
 
-def _run(code: str, *args: str) -> str:
-    """Run `code` in a fresh Python without the interpreter, this checkout's src first on its path."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in [env.get("PYTHONPATH")] if p])
-    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=900,
-                         cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
-
-
 # ----------------------------------------------------------------------------- CPU: compile for sm_90a
 
 # The launcher's own launch_args (CPU tensors), triton.compile for sm_90a, cuobjdump of the cubin:
 # registers, stack and local bytes; instruction counts from the SASS; shared memory from the metadata.
 _COMPILE = r"""
-import json, os, re, subprocess, sys, tempfile, torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from triton.runtime.jit import mangle_type
+import json, sys, torch
 from impl.attention import flash_gluon_bwd as mod
 
 fn = mod._attn_bwd_sm90
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from kits.sm90_compile import compile_for_sm90, cubin_figures
 
 def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
@@ -75,28 +62,7 @@ def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     dq32 = torch.empty(q.shape) if config.dq == "reduce" else None
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, dq32, dk, dv, causal, config)
-    sig, const = {}, {}
-    for i, (name, a) in enumerate(zip(fn.arg_names, args)):
-        if fn.params[i].is_constexpr or a is None:
-            sig[name], const[(i,)] = "constexpr", a
-        else:
-            sig[name] = mangle_type(a)
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("L", "Delta")}
-    return triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
-
-def figures(ck):
-    path = tempfile.mktemp(suffix=".cubin")
-    open(path, "wb").write(ck.asm["cubin"])
-    res = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True).stdout
-    sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True, check=True).stdout
-    os.unlink(path)
-    usage = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", res))
-    count = lambda pattern: len(re.findall(pattern, sass))
-    return dict(regs=int(usage["REG"]), stack=int(usage["STACK"]), local=int(usage["LOCAL"]), shared=ck.metadata.shared,
-                hgmma=count(r"\bHGMMA\."), hmma=count(r"\bHMMA\."), tma_loads=count(r"\bUTMALDG\b"),
-                tma_stores=count(r"\bUTMASTG\b"), tma_reduce=count(r"\bUTMAREDG\b"), ex2=count(r"\bMUFU\.EX2\b"),
-                bar_sync=count(r"\bBAR\.SYNC\b"), stl=count(r"\bSTL\b"), ldl=count(r"\bLDL\b"),
-                warps=ck.metadata.num_warps, target=re.search(r"\.target\s+(\S+)", ck.asm["ptx"]).group(1))
+    return compile_for_sm90(fn, args, opts, divisible=("L", "Delta"))
 
 rows = []
 def add(d, causal, config, label, dtype=torch.bfloat16):
@@ -106,7 +72,7 @@ def add(d, causal, config, label, dtype=torch.bfloat16):
     except ValueError as e:
         rows.append(dict(row, refused=str(e)))
         return
-    rows.append(dict(row, **figures(ck)))
+    rows.append(dict(row, **cubin_figures(ck)))
 
 for d in (64, 80, 96, 128):
     for causal in (False, True):
@@ -137,7 +103,7 @@ def test_gluon_backward_compiles_for_hopper():
     tensor reduce (none in the dK/dV-only kernel)."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
-    rows = json.loads(_run(_COMPILE))
+    rows = json.loads(run_without_interpreter(_COMPILE))
     print_compile_table(rows, [*_LEAD, ("config", "<76", "{config:<76}"), *_FIGURES[:4],
                                ("TMA ld/st/red", ">13", "{tma_loads:>5}/{tma_stores}/{tma_reduce:<4}"),
                                *_FIGURES[4:]], refused="refused: {predicted} B")
@@ -232,7 +198,7 @@ def test_gluon_backward_refuses_configs_over_shared_memory():
 @pytest.mark.parametrize("fields,match", [(dict(block_n=32), "block_n"), (dict(num_warps=4), "block_n"),
                                           (dict(block_m=32), "block_m"), (dict(num_stages=5), "num_stages"),
                                           (dict(dq="atomic"), "dq must be")])
-def test_gluon_backward_config_refuses_what_it_cannot_run(fields, match):
+def test_gluon_backward_config_refuses_what_it_cannotrun_without_interpreter(fields, match):
     with pytest.raises(ValueError, match=match):
         bwd.GluonBwdConfig(**fields)
 
@@ -270,7 +236,7 @@ def test_gluon_backward_passes_options_to_the_triton_dq(monkeypatch):
 def test_gluon_backward_is_off_the_default_paths():
     """Issue 47 wires the kernels in at stage 4: until then importing the attention package, the
     Triton path and the model does not import it."""
-    out = _run("import sys, impl.attention, impl.attention.flash_triton, impl.model\n"
+    out = run_without_interpreter("import sys, impl.attention, impl.attention.flash_triton, impl.model\n"
                "print(*(f'impl.attention.{m}' in sys.modules for m in ('flash_gluon_bwd', 'flash_gluon_bwd_ws', "
                "'flash_gluon_dq')))")
     assert out.split() == ["False", "False", "False"]
@@ -532,6 +498,21 @@ def _emulate(q, k, v, do, o, lse, is_causal, config):
     return dq[:, :, :n_q], dk[:, :, :n_k] * sm_scale, dv[:, :, :n_k]
 
 
+def _emulation_problem(shape, is_causal, very_negative, seed):
+    """float64 inputs at d 32 for the tile-schedule emulations, with o, lse and the reference (dq, dk, dv).
+    very_negative: every score near -1000, lse < -710, so exp(-lse) of a padded key overflows float64."""
+    B, H, n_q, n_k = shape
+    q, k, v, do = (x.double() for x in _inputs((B, H, n_q, 32), (B, H, n_k, 32), torch.float32, seed=seed))
+    if very_negative:
+        direction = F.normalize(torch.randn(32, generator=torch.Generator().manual_seed(6), dtype=torch.float64), dim=0)
+        q, k = 40 * direction + 0.1 * q, -25 * math.sqrt(32) * direction + 0.1 * k
+    s = q @ k.transpose(-2, -1) / math.sqrt(32)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool).tril(), float("-inf"))
+    lse, o = torch.logsumexp(s, -1), torch.softmax(s, -1) @ v
+    return q, k, v, do, o, lse, reference_grads(q, k, v, do, o, is_causal)
+
+
 @pytest.mark.parametrize("very_negative", [False, True], ids=["normal", "very-negative"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES + [(1, 1, 129, 300), (1, 2, 64, 64)], ids=lambda s: "x".join(map(str, s)))
@@ -539,16 +520,7 @@ def test_gluon_backward_schedule_emulated_on_cpu(shape, is_causal, very_negative
     """The kernel's tile schedule and conventions (emulated: _emulate) give the reference gradients,
     for ragged lengths, N_Q != N_K both ways, one tile, both tile shapes of the candidates, and scores
     so negative that a padded key's P overflows (the key mask of the ragged key tile)."""
-    B, H, n_q, n_k = shape
-    q, k, v, do = (x.double() for x in _inputs((B, H, n_q, 32), (B, H, n_k, 32), torch.float32, seed=5))
-    if very_negative:  # every score near -1000: lse < -710, so exp(-lse) of a padded key overflows float64
-        direction = F.normalize(torch.randn(32, generator=torch.Generator().manual_seed(6), dtype=torch.float64), dim=0)
-        q, k = 40 * direction + 0.1 * q, -25 * math.sqrt(32) * direction + 0.1 * k
-    s = q @ k.transpose(-2, -1) / math.sqrt(32)
-    if is_causal:
-        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool).tril(), float("-inf"))
-    lse, o = torch.logsumexp(s, -1), torch.softmax(s, -1) @ v
-    ref = reference_grads(q, k, v, do, o, is_causal)
+    q, k, v, do, o, lse, ref = _emulation_problem(shape, is_causal, very_negative, seed=5)
     for config in (bwd.GluonBwdConfig(), bwd.GluonBwdConfig(64, 64, 4, 2)):
         got = _emulate(q, k, v, do, o, lse, is_causal, config)
         for n, g, r in zip(("dq", "dk", "dv"), got, ref):
@@ -559,28 +531,18 @@ def test_gluon_backward_schedule_emulated_on_cpu(shape, is_causal, very_negative
 # ----------------------------------------------------------------------------- stage 3c: the Gluon dQ kernel
 
 _COMPILE_DQ = r"""
-import json, os, re, subprocess, sys, tempfile, torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from triton.runtime.jit import mangle_type
+import json, sys, torch
 from impl.attention import flash_gluon_bwd as bwd
 from impl.attention import flash_gluon_dq as mod
 
 fn = mod._attn_bwd_dq_sm90
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from kits.sm90_compile import compile_for_sm90, cubin_figures
 
 def compile_sm90(d, causal, tiles, dtype):
     q, k, v, o, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(5))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
     grid, args, opts = mod.dq_launch_args(q, k, v, o, do, lse, delta, torch.empty_like(q), causal, tiles)
-    sig, const = {}, {}
-    for i, (name, a) in enumerate(zip(fn.arg_names, args)):
-        if fn.params[i].is_constexpr or a is None:
-            sig[name], const[(i,)] = "constexpr", a
-        else:
-            sig[name] = mangle_type(a)
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("O", "L", "Delta")}
-    return triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
+    return compile_for_sm90(fn, args, opts, divisible=("O", "L", "Delta"))
 
 rows = []
 def add(d, causal, tiles, dtype=torch.bfloat16):
@@ -590,19 +552,7 @@ def add(d, causal, tiles, dtype=torch.bfloat16):
     except ValueError as e:
         rows.append(dict(row, refused=str(e)))
         return
-    path = tempfile.mktemp(suffix=".cubin")
-    open(path, "wb").write(ck.asm["cubin"])
-    res = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True).stdout
-    sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True, check=True).stdout
-    os.unlink(path)
-    usage = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", res))
-    count = lambda pattern: len(re.findall(pattern, sass))
-    rows.append(dict(row, regs=int(usage["REG"]), stack=int(usage["STACK"]), local=int(usage["LOCAL"]),
-                     shared=ck.metadata.shared, warps=ck.metadata.num_warps, hgmma=count(r"\bHGMMA\."),
-                     hmma=count(r"\bHMMA\."), tma_loads=count(r"\bUTMALDG\b"), tma_stores=count(r"\bUTMASTG\b"),
-                     tma_reduce=count(r"\bUTMAREDG\b"), ex2=count(r"\bMUFU\.EX2\b"), bar_sync=count(r"\bBAR\.SYNC\b"),
-                     stl=count(r"\bSTL\b"), ldl=count(r"\bLDL\b"),
-                     target=re.search(r"\.target\s+(\S+)", ck.asm["ptx"]).group(1)))
+    rows.append(dict(row, **cubin_figures(ck)))
 
 default = bwd.GluonBwdConfig(dq="gluon").dq_tiles
 for d in (64, 80, 96, 128):
@@ -633,7 +583,7 @@ def test_gluon_dq_compiles_for_hopper():
     TMA loads, dQ through TMA stores, no reduce; tiles over 227 KB refused by the launcher."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
-    rows = json.loads(_run(_COMPILE_DQ))
+    rows = json.loads(run_without_interpreter(_COMPILE_DQ))
     print_compile_table(rows, [*_LEAD, ("tiles", "<14", "{tiles!s:<14}"), ("dtype", "<9", "{dtype:<9}"),
                                *_FIGURES[:4], ("TMA ld/st", ">9", "{tma_loads:>5}/{tma_stores:<3}"), *_FIGURES[4:]],
                         refused="refused: {predicted} B")
@@ -678,7 +628,7 @@ def test_gluon_dq_launch_args():
 
 @pytest.mark.parametrize("fields", [dict(dq_tiles=(32, 64, 3)), dict(dq_tiles=(128, 256, 3)),
                                     dict(dq_tiles=(128, 64, 1)), dict(dq_tiles=(128, 64, 5))])
-def test_gluon_dq_config_refuses_what_it_cannot_run(fields):
+def test_gluon_dq_config_refuses_what_it_cannotrun_without_interpreter(fields):
     with pytest.raises(ValueError, match="dq_tiles must be"):
         bwd.GluonBwdConfig(dq="gluon", **fields)
 
@@ -757,16 +707,7 @@ def test_gluon_dq_schedule_emulated_on_cpu(shape, is_causal, very_negative):
     """The dQ kernel's tile schedule and conventions (emulated: _emulate_dq) give the reference dQ for
     ragged lengths, N_Q != N_K both ways, one tile, every tiling the candidates use, and scores so
     negative that a padded key's P overflows (the masked instance's key mask)."""
-    B, H, n_q, n_k = shape
-    q, k, v, do = (x.double() for x in _inputs((B, H, n_q, 32), (B, H, n_k, 32), torch.float32, seed=7))
-    if very_negative:  # every score near -1000: lse < -710, so exp(-lse) of a padded key overflows float64
-        direction = F.normalize(torch.randn(32, generator=torch.Generator().manual_seed(6), dtype=torch.float64), dim=0)
-        q, k = 40 * direction + 0.1 * q, -25 * math.sqrt(32) * direction + 0.1 * k
-    s = q @ k.transpose(-2, -1) / math.sqrt(32)
-    if is_causal:
-        s = s.masked_fill(~torch.ones(n_q, n_k, dtype=torch.bool).tril(), float("-inf"))
-    lse, o = torch.logsumexp(s, -1), torch.softmax(s, -1) @ v
-    ref = reference_grads(q, k, v, do, o, is_causal)[0]
+    q, k, v, do, o, lse, (ref, _, _) = _emulation_problem(shape, is_causal, very_negative, seed=7)
     for block_m, block_n in ((128, 64), (128, 128), (64, 64), (64, 128)):
         got = _emulate_dq(q, k, v, do, o, lse, is_causal, block_m, block_n)
         assert torch.isfinite(got).all(), (block_m, block_n)
@@ -821,51 +762,19 @@ def test_gluon_dq_gpu_strided_and_3d_inputs(d, is_causal):
 # ----------------------------------------------------------------------------- stage 3b: the warp-specialized experiment
 
 _COMPILE_WS = r"""
-import json, os, re, subprocess, sys, tempfile, torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from triton.runtime.jit import mangle_type
+import json, sys, torch
 from impl.attention import flash_gluon_bwd_ws as mod
 
 fn = mod._attn_bwd_ws_sm90
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from kits.sm90_compile import compile_for_sm90, cubin_figures
 rows = []
 for causal in (False, True):
     q, k, v, do = (torch.randn(2, 3, 1000, 128, dtype=torch.bfloat16) for _ in range(4))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
                                        torch.empty_like(v), causal)
-    sig, const = {}, {}
-    for i, (name, a) in enumerate(zip(fn.arg_names, args)):
-        if fn.params[i].is_constexpr or a is None:
-            sig[name], const[(i,)] = "constexpr", a
-        else:
-            sig[name] = mangle_type(a)
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("L", "Delta")}
-    ck = triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
-    path = tempfile.mktemp(suffix=".cubin")
-    open(path, "wb").write(ck.asm["cubin"])
-    res = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True).stdout
-    sass = subprocess.run([CUOBJDUMP, "-sass", path], capture_output=True, text=True, check=True).stdout
-    os.unlink(path)
-    budgets, budget, top = {}, None, 0
-    for line in sass.splitlines():
-        m = re.search(r"USETMAXREG\.\S+\.CTAPOOL\s+(?:UP\d+,\s*)?(0x[0-9a-f]+|\d+)", line)
-        if m:
-            if budget is not None:
-                budgets[budget] = max(budgets.get(budget, 0), top)
-            budget, top = int(m.group(1), 0), 0
-            continue
-        top = max([top] + [int(r) + 1 for r in re.findall(r"\bR(\d+)\b", line)])
-    if budget is not None:
-        budgets[budget] = max(budgets.get(budget, 0), top)
-    usage = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", res))
-    count = lambda pattern: len(re.findall(pattern, sass))
-    rows.append(dict(causal=causal, stack=int(usage["STACK"]), local=int(usage["LOCAL"]), shared=ck.metadata.shared,
-                     predicted=mod.shared_bytes(128), warps=ck.metadata.num_warps, hgmma=count(r"\bHGMMA\."),
-                     hmma=count(r"\bHMMA\."), tma_reduce=count(r"\bUTMAREDG\b"), stl=count(r"\bSTL\b"),
-                     ldl=count(r"\bLDL\b"), bar_sync=count(r"\bBAR\.SYNC\b"),
-                     budgets={str(b): r for b, r in sorted(budgets.items())}))
+    ck = compile_for_sm90(fn, args, opts, divisible=("L", "Delta"))
+    rows.append(dict(causal=causal, predicted=mod.shared_bytes(128), **cubin_figures(ck)))
 print(json.dumps(rows))
 """
 
@@ -876,14 +785,14 @@ def test_ws_backward_compiles_for_hopper():
     the stack is what the 240-register budget spills (read in NOTES.md), bounded."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
-    rows = json.loads(_run(_COMPILE_WS))
+    rows = json.loads(run_without_interpreter(_COMPILE_WS))
     for r in rows:
         print(f"\nws d 128 causal={r['causal']}: stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared "
               f"{r['shared']} B, HGMMA {r['hgmma']}, UTMAREDG {r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, "
-              f"budget: regs touched {r['budgets']}")
+              f"budget: regs touched {r['partitions']}")
         assert r["local"] == 0 and r["stack"] <= 512, r
-        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["budgets"]}, r
-        assert all(used <= int(b) for b, used in r["budgets"].items()), r
+        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+        assert all(used <= int(b) for b, used in r["partitions"].items()), r
         assert r["hgmma"] > 0 and r["hmma"] == 0 and r["tma_reduce"] > 0, r
         assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
 
