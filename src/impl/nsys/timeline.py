@@ -37,9 +37,11 @@ REQUIRED = {"CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId
 OPTIONAL = {"CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "globalTid", "correlationId"),
             "NVTX_EVENTS": ("start", "end", "eventType", "text", "textId", "globalTid"),
             "TARGET_INFO_GPU": ("id", "name")}
-# What trim_export keeps: the tables above, GPU memory and copies (memory_profiling (f)), metadata.
+# What trim_export keeps: the tables above, GPU memory and copies (memory_profiling (f)), metadata, and
+# nsys's diagnostics (where it says it dropped records: the a4ea09d captures lost stretches of backward).
 KEPT_TABLES = (*REQUIRED, *OPTIONAL, "CUDA_GPU_MEMORY_USAGE_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY",
-               "CUPTI_ACTIVITY_KIND_MEMSET", "TARGET_INFO_CUDA_DEVICE", "META_DATA_EXPORT", "META_DATA_CAPTURE")
+               "CUPTI_ACTIVITY_KIND_MEMSET", "TARGET_INFO_CUDA_DEVICE", "META_DATA_EXPORT", "META_DATA_CAPTURE",
+               "DIAGNOSTIC_EVENT")
 
 
 def is_nccl(name: str) -> bool:
