@@ -6,6 +6,7 @@ process on the whole batch, and bad input is refused by name.
 bf16 on the CPU: attention through flash_torch (the Triton interpreter's bf16 dot is wrong), AdamWMaster
 through its torch ops; the GPU runs the same step with flash_triton and the AdamWMaster kernel."""
 import types
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from impl.workloads.steps import TrainConfig, make_train_step
 from impl.distributed import launch
 from impl.model import MODEL_CONFIGS, MODEL_SIZES, AdamW, TransformerLM, cross_entropy, param_count
 from kits import leaderboard_workers as W
+from kits.whole_gpus import whole_gpus
 
 CPU = torch.device("cpu")
 # tiny dims, 2 layers, short context; lr large enough that one step moves every weight visibly
@@ -144,7 +146,8 @@ def test_two_ranks_equal_one_process_on_the_whole_batch(backend, grad_sync):
     are not compared bit for bit. Either gradient sync: all-reduced, or reduced to each owner only
     (then a rank holds only its own parameters' grads)."""
     spec = StepSpec(**{**(SPEC if backend == "gloo" else GPU_SPEC).__dict__, "grad_sync": grad_sync})
-    results = launch(W.sharded_step_equivalence, 2, backend=backend, args=(spec, 2), timeout_s=600)
+    with whole_gpus() if backend == "nccl" else nullcontext():
+        results = launch(W.sharded_step_equivalence, 2, backend=backend, args=(spec, 2), timeout_s=600)
     owned = [set(r["owned"]) for r in results]
     assert not owned[0] & owned[1] and len(owned[0] | owned[1]) == results[0]["params"]
     for rank, r in enumerate(results):
