@@ -472,7 +472,11 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # candidate with each gradient reduced to its owner only (half the bytes; no bucket kept across steps:
 # ~16 GiB a rank less), then two more plain blocks in that room, on the default allocator.
 _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments", "reduce_to_owner"),
-               StepCandidate("keep_attention", 7, "pointwise", "flash_gluon", grad_sync="reduce_to_owner"))
+               StepCandidate("keep_attention", 7, "pointwise", "flash_gluon", grad_sync="reduce_to_owner"),
+               # the two that helped (99ae8fa): NCCL's stream at high priority (6.06 against 6.16 s) and ZeRO-2's
+               # 16 GiB spent on more plain blocks (k 7: 6.08 s at 117 GiB), together (`-k "reduce_to_owner and nccl_high_priority"`)
+               *(StepCandidate("keep_attention", k, "pointwise", "flash_gluon", "expandable_segments",
+                               "reduce_to_owner", nccl_high_priority=True) for k in (8, 10)))
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
