@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from impl.workloads.leaderboard_2026 import StepSpec, build_step, master_weights
+from impl.workloads.leaderboard_2026 import StepSpec, build_step, master_weights, step_group
 from impl.distributed.ddp import DDPBucketed, DDPFlat, DDPIndividualParameters, DDPNaive
 from impl.distributed.launcher import device_for
 from impl.distributed.release import released
@@ -23,7 +23,8 @@ def sharded_step_equivalence(rank: int, world_size: int, spec: StepSpec, steps: 
     reference's (masters where this rank keeps them, the broadcast bf16 values elsewhere), how
     the optimizer state was split, and which parameters hold a grad after the last step."""
     device = device_for(dist.get_backend(), rank)
-    ours = build_step(spec, device, group=dist.group.WORLD)
+    group = step_group(spec)  # the spec's NCCL options, as the perf rows run them
+    ours = build_step(spec, device, group=group)
     ref = build_step(spec, device)
     init = master_weights(ref)
     losses = []
@@ -43,9 +44,12 @@ def sharded_step_equivalence(rank: int, world_size: int, spec: StepSpec, steps: 
     local_state = [p for g in ours.optimizer.local_optimizer.param_groups for p in g["params"]
                    if ours.optimizer.local_optimizer.state.get(p)]
     with_grad = sorted(n for n, p in params.items() if p.grad is not None)  # after the last step
+    if group is not dist.group.WORLD:
+        dist.destroy_process_group(group)  # collective on NCCL: every rank, before the launcher's teardown
     return dict(losses=losses, update_err=update_err, owned=sorted(owned), bf16_equal=bf16_equal, with_grad=with_grad,
                 local_state=len(local_state), params=len(list(ours.model.parameters())),
-                tokens=ours.tokens, ref_tokens=ref.tokens, sum_gradients=_ddp_sums(rank, world_size, device))
+                tokens=ours.tokens, ref_tokens=ref.tokens, sum_gradients=_ddp_sums(rank, world_size, device),
+                own_group=group is not dist.group.WORLD)
 
 
 def _ddp_sums(rank: int, world_size: int, device: torch.device) -> dict[str, float]:
@@ -70,8 +74,6 @@ def step_on_own_group(rank: int, world_size: int, spec: StepSpec, steps: int) ->
     one) beside the same step on the default group: each step's loss on both (bitwise equal if the group
     carries every collective: the gradient sync, the sharded optimizer's broadcasts, the agreement checks),
     and what step_group says to NCCL options on gloo."""
-    from impl.workloads.leaderboard_2026 import step_group
-
     device = device_for(dist.get_backend(), rank)
     own = dist.new_group(backend="gloo")
     try:
