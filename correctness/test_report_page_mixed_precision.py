@@ -66,9 +66,9 @@ def test_accumulation_orders_the_loops_by_error():
 
 def test_dtypes_are_typed_and_formats_compare_epsilons():
     d = page.dtypes(_rows())
-    assert [(r.autocast_dtype, r.fc1_output, r.layernorm_output) for r in d.runs] == [
+    assert [(r["autocast_dtype"], r["fc1 output"], r["layernorm output"]) for r in d.runs] == [
         ("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32")]
-    assert list(d.formats) == ["fp32", "fp16", "bf16"] and d.formats["fp16"].max == 65504.0
+    assert list(d.formats) == ["fp32", "fp16", "bf16"] and d.formats["fp16"]["max"] == 65504.0
     assert d.bf16_eps_over_fp16 == 8
     without = page.dtypes(_rows(formats=False))
     assert without.formats == {} and without.bf16_eps_over_fp16 is None

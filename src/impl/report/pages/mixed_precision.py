@@ -43,34 +43,13 @@ class AccumulationConfig(View):
 
 
 @dataclass(frozen=True)
-class Observed:  # the dtypes forward hooks saw in one autocast run (fc1 → ReLU → LayerNorm → fc2)
-    device_type: str
-    autocast_dtype: str
-    parameters: list[str]
-    fc1_output: str
-    layernorm_output: str
-    logits: str
-    loss: str
-    gradients: list[str]
-
-
-@dataclass(frozen=True)
-class Format:  # torch.finfo of one floating-point type
-    name: str
-    max: float
-    tiny: float  # smallest normal
-    eps: float
-    mantissa_bits: int
-
-
-@dataclass(frozen=True)
 class Dtypes:
-    runs: list[Observed]
-    formats: dict[str, Format]  # by name; empty where the run did not record them
+    runs: list[dict]  # per autocast run, the dtypes its forward hooks saw (fc1 → ReLU → LayerNorm → fc2), as stored
+    formats: dict[str, dict]  # torch.finfo by type name (max, tiny, eps, mantissa_bits); empty where not recorded
 
     @property
     def bf16_eps_over_fp16(self) -> float | None:
-        return self.formats["bf16"].eps / self.formats["fp16"].eps if self.formats else None
+        return self.formats["bf16"]["eps"] / self.formats["fp16"]["eps"] if self.formats else None
 
 
 @dataclass(frozen=True)
@@ -125,9 +104,7 @@ def dtypes(rows: list[Bench]) -> Dtypes | None:
     mp = [b for b in rows if b.problem == DTYPES]
     if not mp:
         return None
-    formats = next((b.details["formats"] for b in mp if b.details.get("formats")), {})
-    return Dtypes([Observed(**{k.replace(" ", "_"): v for k, v in b.details["dtypes"].items()}) for b in mp],
-                  {k: Format(k, v["max"], v["tiny"], v["eps"], v["mantissa_bits"]) for k, v in formats.items()})
+    return Dtypes([b.details["dtypes"] for b in mp], next((b.details["formats"] for b in mp if b.details.get("formats")), {}))
 
 
 @dataclass(frozen=True)
