@@ -85,7 +85,7 @@ def test_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():
     case, big = m.largest
     assert big["size"] == 2**31 and case.context == 2048 and m.forward_largest == [(case, big)]
     p = m.probe("fp32")
-    assert p.top[0].op == "aten::_softmax" and p.top[0].share == 0.46
+    assert p.top[0]["op"] == "aten::_softmax" and p.top[0]["share"] == 0.46
     assert p.grad_from_change == 419450880 == p.grad_bytes_expected and p.grad_over_expected == 1.0
 
 

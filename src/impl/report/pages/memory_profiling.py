@@ -240,7 +240,6 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
 @dataclass(frozen=True)
 class Memory2025Facts:
     size: str
-    param_bytes: int  # fp32 parameters
     model: ModelConfig  # its dimensions
     contexts: list[int]  # the measured fp32 training steps', ascending
     peaks: dict[tuple[int, str, str], int]  # (context, dtype, mode) -> peak allocated
@@ -250,12 +249,15 @@ class Memory2025Facts:
     step_forward_tops: dict[int, float]  # per context: the fp32 training step's forward-phase top
     reference_context: int | None  # the handout's reference context for (d), (e) (the grid's, or the rows' mark)
     answer_context: int | None  # where (d), (e) are answered: the reference where measured, else the nearest
-    residual: Residual | None  # fp32, at answer_context
     residuals: list[Residual]  # fp32, one per context (forward rows first), ascending
     named: list[NamedAllocation]  # (e) at answer_context
     largest: list[LargestTable]  # (e)'s tables at answer_context
     largest_rows: list[tuple[int, NamedAllocation]] = field(default_factory=list)  # (context, every row's largest)
     batch: int | None = None
+
+    @property
+    def residual(self) -> Residual | None:  # fp32, at answer_context
+        return next((r for r in self.residuals if r.context == self.answer_context), None)
 
     @property
     def at_reference(self) -> bool:
@@ -310,23 +312,15 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
     tops = [(c.context, t) for c in ok if (c.dtype, c.mode) != ("bf16", "train_step") for t in [largest_of(c)] if t]
     tops.sort(key=lambda x: (x[0], x[1].mode != "forward", x[1].dtype != "fp32"))
     return Memory2025Facts(
-        ok[0].size_label, m.params * 4, m, contexts,
+        ok[0].size_label, m, contexts,
         {(c.context, c.dtype, c.mode): c.peak_bytes for c in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
         {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v},
-        ref, at, res.get(at), [res[x] for x in sorted(res)], *largest_allocations(ok, at), tops, ok[0].batch)
+        ref, at, [res[x] for x in sorted(res)], *largest_allocations(ok, at), tops, ok[0].batch)
 
 
 # ---- the 2026 edition's (a)-(f) -----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SavedOp:
-    op: str
-    module: str
-    nbytes: int
-    share: float
-
 
 @dataclass(frozen=True)
 class BlockProbe:
@@ -336,7 +330,7 @@ class BlockProbe:
     context: int
     dtype: str
     closed_form_bytes: int | None
-    top: list[SavedOp]
+    top: list[dict]  # the ops saving most, as stored: op, module, nbytes, share
     block: int  # this and the fields below: details["block_memory"]'s keys
     saved_bytes: int
     top_share: float
@@ -358,7 +352,7 @@ def _probe(c: MemCase) -> BlockProbe | None:
     m = c.details.get("block_memory")
     return None if not m else BlockProbe(
         c.context, c.dtype, c.details.get("block_saved_bytes_closed_form_fp32"),
-        [SavedOp(t["op"], t["module"], t["nbytes"], t["share"]) for t in m["top"]],
+        m["top"],
         **{x.name: m[x.name] for x in fields(BlockProbe)[4:]})
 
 
