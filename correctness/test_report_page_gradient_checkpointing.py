@@ -100,7 +100,7 @@ def test_policy_table_rows_ooms_and_rows_not_run_are_named(tmp_path):
         2.5, 2.0, 1.25, 3.0)
     assert (nested.step_s, nested.tokens_per_s, nested.forwards, nested.forwards_predicted) == (0.3, 1e4, 48.0, 48)
     assert rows[0].status is Status.OOM and rows[0].over_predicted is None and rows[4].not_run
-    assert [t.dtype for t in pol.hooks] == ["bf16", "fp32"] and pol.closed_form.block == 3 * GiB
+    assert list(pol.hooks) == ["bf16", "fp32"] and pol.closed_form["a_block"] == 3 * GiB
 
 
 def test_depth_rows_and_the_figures_legend_are_the_series_drawn(tmp_path, monkeypatch):

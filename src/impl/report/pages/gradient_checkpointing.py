@@ -85,16 +85,6 @@ def policy_row(b: Bench) -> PolicyRow:
 
 
 @dataclass(frozen=True)
-class Terms:
-    """B (one block's saved bytes), R (one residual stream) and the loss head, of one dtype."""
-
-    dtype: str
-    block: float
-    resid: float
-    head: float | None = None
-
-
-@dataclass(frozen=True)
 class Study:
     """The `policies` study (every policy per dtype, the best k reasoned) or the `depth` study (nested against
     none over the number of layers, drawn)."""
@@ -103,8 +93,10 @@ class Study:
     by_dtype: list[tuple[str, list[PolicyRow]]]  # depth: one dtype, by layers
     stat: str
     unit: str  # GiB; MiB where the largest prediction is under 1 GiB (a tiny model would print zeros)
-    closed_form: Terms | None = None
-    hooks: tuple[Terms, ...] = ()
+    # B (a_block: one block's saved bytes), R (a_resid: one residual stream) and the loss head (a_outside), as the
+    # rows stored them: the fp32 closed form's, and per dtype those measured by saved-tensor hooks
+    closed_form: dict | None = None
+    hooks: dict[str, dict] = field(default_factory=dict)
     figure: str | None = None
 
 
@@ -120,10 +112,8 @@ def _policies(rows: list[PolicyRow]) -> Study | None:
     def terms(rs):
         return next((r.details["terms"] for r in rs if "terms" in r.details), {})
     table = [(d, sorted(rs, key=lambda r: POLICY_ORDER[r.policy] * 10_000 + (r.k or 0))) for d, rs in by.items()]
-    cf = terms(rows).get("closed_form_fp32")
-    return Study(rows[0], table, stat_name(rows), _unit(rows), Terms("fp32", cf["a_block"], cf["a_resid"]) if cf else None,
-                 tuple(Terms(d, h["a_block"], h["a_resid"], h["a_outside"]) for d, rs in by.items()
-                       for h in [terms(rs).get("hook_terms")] if h))
+    return Study(rows[0], table, stat_name(rows), _unit(rows), terms(rows).get("closed_form_fp32"),
+                 {d: h for d, rs in by.items() if (h := terms(rs).get("hook_terms"))})
 
 
 def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
