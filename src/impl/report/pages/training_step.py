@@ -63,11 +63,9 @@ class Step(View):
     tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
     mfu = property(lambda self: self.b.metric(Metric.MFU))
     mfu_measured = property(lambda self: self.b.metric(Metric.MFU_MEASURED_PEAK))
-    peak_bytes = property(lambda self: self.b.row.memory.peak_allocated)
     details = property(lambda self: self.b.details)
     datetime = property(lambda self: self.b.run.datetime)
     commit = property(lambda self: self.b.run.commit)
-    section = property(lambda self: self.b.run.section)
     peaks = property(lambda self: self.b.row.peaks)  # its run's measured matmul peak (MFU's), the datasheet's
 
     @property
@@ -163,7 +161,7 @@ def ablation_cells(s: Step, base: Step | None) -> list:
     d = s.details
     compiled = num(d.get("compile_s"), 2) if d.get("compiled_now") else "reused" if d.get("reused_graph") else "–"
     return [s.config, s.size, s.context, ms(s.step_s, s.std_s), num(s.tokens_per_s, 0), pct(s.mfu), pct(s.mfu_measured),
-            "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–", gib(s.peak_bytes),
+            "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–", gib(s.b.row.memory.peak_allocated),
             num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.run, f"`{s.commit or '–'}`"]
 
 
@@ -316,7 +314,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
         device, d, stat_name(ran), *timing_text(ran), legend(d), cells,
         write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) if len(cells) > INLINE_ROWS
         else None,
-        [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
+        [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.b.run.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
         [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
@@ -401,9 +399,8 @@ def facts(ctx: Context) -> TrainingStepPage:
     ours = [s for s in ok if s.config in OURS]
     mfu = next((k for k in ("mfu", "mfu_measured") if any(getattr(s, k) is not None for s in ours)), None)
     top = max((s for s in ours if getattr(s, mfu) is not None), key=lambda s: getattr(s, mfu)) if mfu else None
-    # the same-run pairs of ours and the anchor; the largest (size, context) answers
-    pairs = [(g[o], g["anchor"]) for g in by_config(ok) if "anchor" in g for o in OURS
-             if o in g and g[o].datetime == g["anchor"].datetime]
-    r, a = max(pairs, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context)) if pairs else (None, None)
-    return TrainingStepPage(True, _ablation(ok), top, Pair(r, a, vs(r, a, ""), len(pairs)) if pairs
-                            else None, sections, figs)
+    # the section's pairs of ours and the anchor that ran in the same run; the largest (size, context) answers
+    same = [v for v in sections[0].versus if v.ours.datetime == v.anchor.datetime]
+    v = max(same, key=lambda v: (MODEL_SIZES[v.ours.size].params, v.ours.context), default=None)
+    return TrainingStepPage(True, _ablation(ok), top, v and Pair(v.ours, v.anchor, vs(v.ours, v.anchor, ""), len(same)),
+                            sections, figs)
