@@ -443,14 +443,20 @@ class EarlierGrid:
     facts: Memory2025Facts | None  # its largest allocations
 
 
+def peak_rows(rows: list[MemCase]) -> list[PeakRow]:
+    """One per (size, context), in the rows' order."""
+    return [PeakRow(size, x, [next((c for c in g if (c.dtype, c.mode) == k), None) for k in CELLS])
+            for (size, x), g in group(rows, lambda c: (c.size_label, c.context)).items()]
+
+
 def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
-    m, cases = rows[0].size_ref.config, {(c.context, c.dtype, c.mode): c for c in rows}
-    contexts = sorted({int(c.context) for c in rows})
-    acts = {c: acc.checkpoint_terms(int(rows[0].batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
-    return EarlierGrid(own, rows[0].size_label, rows[0].batch, contexts, [
-        PeakRow(rows[0].size_label, x, [cases.get((x, *k)) for k in CELLS],
-                m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
-        for x in contexts], forward_residuals(rows), memory_2025_facts(rows, None))
+    """`rows`: one size's, ordered (by context)."""
+    m = rows[0].size_ref.config
+    peaks = [replace(p, saved_bytes=m.num_layers * a["a_block"] + a["a_outside"], state_bytes=acc.training_state_bytes(m.params))
+             for p in peak_rows(rows)
+             for a in [acc.checkpoint_terms(int(rows[0].batch), p.context, m.d_model, m.d_ff, m.num_heads, m.vocab_size)]]
+    return EarlierGrid(own, rows[0].size_label, rows[0].batch, [p.context for p in peaks], peaks, forward_residuals(rows),
+                       memory_2025_facts(rows, None))
 
 
 # ---- (f) under Nsight Systems (--cuda-memory-usage=true, caching allocator off) ---------------------------------
@@ -613,10 +619,9 @@ def facts(ctx: Context) -> MemoryPage:
         link = _draw(ctx, f"{device}-{mode}-{dtype}", WORDS.memory_active(f.size, mode, device, newest_date(g), dtype),
                      [(f"context {c.context}", c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
-    peaks = {k: {(c.dtype, c.mode): c for c in g} for k, g in group(rows, lambda c: (c.size_label, c.context)).items()}
     return MemoryPage(device, f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
-                      [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()],
+                      peak_rows(rows),
                       timelines, forward_residuals(d), snapshots(d, ctx.reports_dir, f.answer_context),
                       RunsFacts.of(device, every), newest_date(d),
                       nsys=nsys_memory(ctx, m26.probes if m26 else []))
