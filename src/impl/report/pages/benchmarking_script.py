@@ -190,6 +190,8 @@ class EditionFacts:  # one edition's answers on one device: its sizes (labels) a
     def warmup_parts(self) -> bool:
         return any(x.first_parts for c in self.warmup for x in c.by_warmup.values())
 
+    stable_share = STABLE  # the page names the threshold it counts by
+
     @property
     def stable(self) -> tuple[int, int]:  # (rows whose std is under STABLE of the mean, measured rows)
         rel = [c.rel_std for r in self.grid for c in r.modes.values() if c.ok]
