@@ -120,7 +120,7 @@ def test_depth_rows_and_the_figures_legend_are_the_series_drawn(tmp_path, monkey
 
 def test_no_gpu_rows_is_not_measured(tmp_path):
     f = page.facts(context([bench(P, dict(policy="none"), 0.1, device="cpu")], tmp_path))
-    assert f.device is None and f.scores[P].kind is Kind.NOT_MEASURED and f.sources == []
+    assert f.runs is None and f.scores[P].kind is Kind.NOT_MEASURED and f.sources == []
 
 
 def test_committed_rows_name_each_size_by_edition(tmp_path):

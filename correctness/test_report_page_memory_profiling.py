@@ -202,7 +202,7 @@ def test_without_2026_rows_an_earlier_grid_at_its_contexts_is_named_not_the_answ
 def test_no_gpu_rows_is_not_measured(tmp_path):
     f = page.facts(context(_rows_2026(), tmp_path))  # 2026 rows alone answer no 2025 question
     assert f.facts_2025 is None and f.scores[P].kind is Kind.NOT_MEASURED and f.sources == []
-    assert page.facts(context([], tmp_path)).device is None
+    assert page.facts(context([], tmp_path)).runs is None
 
 
 def test_committed_rows_label_each_edition_its_own_rows(tmp_path):

@@ -103,13 +103,13 @@ def test_without_2026_rows_the_training_step_scores_c(tmp_path):
 
 def test_the_first_gpu_device_answers_and_names_its_run_files(tmp_path):
     f = page.facts(context(_rows() + _rows("h100-80gb-x2") + _rows("cpu"), tmp_path))
-    assert f.device == DEV and f.runs.device == DEV
+    assert f.runs.device == DEV
     assert f.sources == sorted(f.sources) and all(f"/{DEV}/" in s for s in f.sources) and len(f.sources) == 3
 
 
 def test_no_gpu_rows_is_not_measured(tmp_path):
     f = page.facts(context(_rows("cpu"), tmp_path))
-    assert f.device is None and {k: s.kind for k, s in f.scores.items()} == {ACC: Kind.NOT_MEASURED,
+    assert f.runs is None and {k: s.kind for k, s in f.scores.items()} == {ACC: Kind.NOT_MEASURED,
                                                                              DTYPES: Kind.NOT_MEASURED}
 
 

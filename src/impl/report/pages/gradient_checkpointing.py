@@ -201,7 +201,6 @@ class BestK:
 
 @dataclass(frozen=True)
 class CheckpointingPage(SourcedFromRuns):
-    device: str | None  # None: no GPU rows
     older_sizes: list[str]  # the older studies' measured sizes
     nested: PolicyRow | None  # (a) from the `policies` study (bf16 where measured)
     nested_none: PolicyRow | None  # no checkpointing at its dtype
@@ -211,7 +210,7 @@ class CheckpointingPage(SourcedFromRuns):
     policies: Study | None
     depth: Study | None
     not_run: list[PolicyRow]
-    runs: RunsFacts | None
+    runs: RunsFacts | None  # its device answers; None: no GPU rows
     asked: str = ASKED
 
     @property
@@ -222,14 +221,14 @@ class CheckpointingPage(SourcedFromRuns):
     @property
     def scores(self) -> dict[str, Scored]:
         if self.single or self.nested:
-            return {PROBLEM: Scored(Kind.MEASURED, self.device, self.single.date if self.single else self.runs.date)}
+            return {PROBLEM: Scored(Kind.MEASURED, self.runs.device, self.single.date if self.single else self.runs.date)}
         return {PROBLEM: NOT_MEASURED}
 
 
 def facts(ctx: Context) -> CheckpointingPage:
     found = ctx.rows.per_gpu(PROBLEM)
     if not found:
-        return CheckpointingPage(None, [], None, None, None, None, None, None, None, [], None)
+        return CheckpointingPage([], None, None, None, None, None, None, None, [], None)
     device, benches = found[0]  # the first (one-GPU) device answers
     rows = [policy_row(b) for b in benches]
     pol, dep = [r for r in rows if r.study == "policies"], [r for r in rows if r.study == "depth"]
@@ -241,7 +240,7 @@ def facts(ctx: Context) -> CheckpointingPage:
         if ok and "best_k" in ok[0].details else None
     sl = single_level(rows)
     return CheckpointingPage(
-        device, sorted({r.size_label for r in ok}), nested,
+        sorted({r.size_label for r in ok}), nested,
         nested and next((r for r in pol if r.policy == "none" and r.dtype == bf[0].dtype), None), best,
         sl if sl and sl.best and sl.best.measured else None, sl, _policies(pol), _depth(dep, ctx, device),
         [r for r in pol + dep if r.not_run], RunsFacts.of(device, benches))

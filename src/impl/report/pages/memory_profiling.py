@@ -554,7 +554,6 @@ def snapshots(rows: list[MemCase], reports_dir, at: int | None) -> list[Snapshot
 
 @dataclass(frozen=True)
 class MemoryPage(SourcedFromRuns):
-    device: str | None  # None: no GPU rows answer
     facts_2025: Memory2025Facts | None
     facts_2026: Memory2026Facts | None  # None unless a 2026 row was measured
     earlier: EarlierGrid | None  # without facts_2026: rows at the 2026 contexts (None: none stored)
@@ -563,7 +562,7 @@ class MemoryPage(SourcedFromRuns):
     timelines: list[tuple[str, str, str]]  # (mode, dtype, link) of the 2025 rows' figures
     residual_rows: list[Residual]  # the 2025 forward rows'
     artifacts: list[Snapshot]  # the 2025 rows' raw snapshots, at (d)/(e)'s context first
-    runs: RunsFacts | None
+    runs: RunsFacts | None  # its device answers; None: no GPU rows answer
     date_2025: str = "–"
     asked: str = ASKED
     nsys: NsysMemory | None = None
@@ -577,7 +576,7 @@ class MemoryPage(SourcedFromRuns):
         if self.facts_2025 is None:
             return {PROBLEM: NOT_MEASURED}
         # a problem of both editions: the index reads the newer one's rows
-        return {PROBLEM: Scored(Kind.MEASURED, device_short(self.device),
+        return {PROBLEM: Scored(Kind.MEASURED, device_short(self.runs.device),
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}
 
 
@@ -592,7 +591,7 @@ def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], f
 
 def facts(ctx: Context) -> MemoryPage:
     found = ctx.rows.per_gpu(PROBLEM)
-    missing = MemoryPage(None, None, None, None, [], [], [], [], [], None)
+    missing = MemoryPage(None, None, None, [], [], [], [], [], None)
     if not found:
         return missing
     device, every = found[0]  # the first (one-GPU) device answers
@@ -619,7 +618,7 @@ def facts(ctx: Context) -> MemoryPage:
         link = _draw(ctx, f"{device}-{mode}-{dtype}", WORDS.memory_active(f.size, mode, device, newest_date(g), dtype),
                      [(f"context {c.context}", c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
-    return MemoryPage(device, f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
+    return MemoryPage(f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
                       peak_rows(rows),
                       timelines, forward_residuals(d), snapshots(d, ctx.reports_dir, f.answer_context),

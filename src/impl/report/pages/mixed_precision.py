@@ -109,7 +109,6 @@ def dtypes(rows: list[Bench]) -> Dtypes | None:
 
 @dataclass(frozen=True)
 class MixedPrecisionPage(SourcedFromRuns):
-    device: str | None  # the answering GPU device; None: no GPU rows
     scores: dict[str, Scored]
     accumulation: Accumulation | None = None
     dtypes: Dtypes | None = None
@@ -117,13 +116,13 @@ class MixedPrecisionPage(SourcedFromRuns):
     headline: Bf16Trend | None = None  # the newest edition with a bf16 training-step pair
     headline_fb: Bf16Trend | None = None  # the newest with forward and backward pairs (2026's question)
     score_fb: bool = False  # (c) is scored by forward and backward, not the training step
-    runs: RunsFacts | None = None
+    runs: RunsFacts | None = None  # its device answers; None: no GPU rows
 
 
 def facts(ctx: Context) -> MixedPrecisionPage:
     found = ctx.rows.per_gpu(ACCUMULATION, DTYPES, SCRIPT)
     if not found:
-        return MixedPrecisionPage(None, {p: NOT_MEASURED for p in (ACCUMULATION, DTYPES)})
+        return MixedPrecisionPage({p: NOT_MEASURED for p in (ACCUMULATION, DTYPES)})
     device, rows = found[0]
     trends = [bf16_trend(e) for e in editions(rows)]
     head = next((t for t in reversed(trends) if t.best is not None), None)
@@ -133,6 +132,6 @@ def facts(ctx: Context) -> MixedPrecisionPage:
     scores = {ACCUMULATION: (acc, [b for b in rows if b.problem == ACCUMULATION]),
               DTYPES: (head or score_fb, of_edition(script, fb.edition) if score_fb else script)}
     return MixedPrecisionPage(
-        device, {p: Scored(Kind.MEASURED, device, newest_date(rs)) if ok else NOT_MEASURED
+        {p: Scored(Kind.MEASURED, device, newest_date(rs)) if ok else NOT_MEASURED
                  for p, (ok, rs) in scores.items()},
         acc, dtypes(rows), trends, head, fb, score_fb, RunsFacts.of(device, rows))
