@@ -146,7 +146,6 @@ class SingleLevel:
     first: PolicyRow  # size, batch, context
     layers: int
     best_k: int  # the closed form's argmin
-    rule: str
     block_bytes: int  # B: one block's saved activations (fp32 closed form)
     resid_bytes: int  # R: one residual stream
     cases: list[PolicyRow]  # none first, then by k
@@ -180,8 +179,7 @@ def single_level(rows: list[PolicyRow]) -> SingleLevel | None:
     if not rows:
         return None
     r0, terms = rows[0], (rows[0].details.get("terms") or {}).get("closed_form_fp32") or {}
-    return SingleLevel(r0, int(r0.model_layers), int(r0.details["best_k"]), r0.details.get("best_k_rule", ""),
-                       terms.get("a_block"), terms.get("a_resid"),
+    return SingleLevel(r0, int(r0.model_layers), int(r0.details["best_k"]), terms.get("a_block"), terms.get("a_resid"),
                        sorted(rows, key=lambda c: -1 if c.k is None else c.k), newest_date(rows))
 
 
