@@ -14,6 +14,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.pages.training_step import newest
 from impl.report.rows import Bench, SizedView, group, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.report.templating import macros
@@ -78,11 +79,13 @@ def mem_case(b: Bench) -> MemCase:
 
 
 def newest_per_case(rows: list[Bench]) -> list[Bench]:
-    """Each case's row of the newest run: a row stored under an older name (before the edition prefix, e.g.
-    `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case, and the newer one answers."""
-    newest = {(c.size_label, c.context, c.dtype, c.mode): b  # an edition-less older row is 2025's
-              for b in sorted(rows, key=lambda b: b.run.datetime) for c in [MemCase.of(b)]}
-    keep = {id(b) for b in newest.values()}
+    """Each case's row of the newest run, in the rows' order: a row stored under an older name (before the edition
+    prefix, e.g. `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case (an edition-less
+    row is 2025's), and the newer one answers."""
+    def case(b: Bench) -> tuple:
+        c = MemCase.of(b)
+        return c.size_label, c.context, c.dtype, c.mode
+    keep = {id(b) for b in newest(rows, case, lambda b: b.run.datetime)}
     return [b for b in rows if id(b) in keep]
 
 

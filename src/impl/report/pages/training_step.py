@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, TypeVar
 
 import numpy as np
 
@@ -118,15 +119,23 @@ def step(b: Bench) -> Step:
     return replace(c, context=int(c.context), settings=x, b=b)
 
 
+T = TypeVar("T")
+
+
+def newest(items: Iterable[T], key: Callable, rank: Callable) -> list[T]:
+    """Per key, the item of the highest rank (of equal ranks, the first), highest first: one selection for this
+    page's rows and memory_profiling's cases (it belongs in impl.report.rows, beside `group`)."""
+    out: dict = {}
+    for x in sorted(items, key=rank, reverse=True):
+        out.setdefault(key(x), x)
+    return list(out.values())
+
+
 def latest(every: list[Step]) -> list[Step]:
     """One row per (size, context, config): from the newest run that ran it (an OOM is a result), else the newest
     run's not-run row: a command cut at its time limit leaves rows "not run" that an earlier run measured."""
-    out, seen = [], set()
-    for s in sorted(every, key=lambda s: (s.status in (Status.MEASURED, Status.OOM), s.datetime), reverse=True):
-        if (s.size, s.context, s.config) not in seen:
-            seen.add((s.size, s.context, s.config))
-            out.append(s)
-    return out
+    return newest(every, lambda s: (s.size, s.context, s.config),
+                  lambda s: (s.status in (Status.MEASURED, Status.OOM), s.datetime))
 
 
 def ordered(steps: list[Step]) -> list[Step]:
