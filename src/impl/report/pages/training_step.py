@@ -283,7 +283,6 @@ def _plot(d: list[Step], path) -> bool:
 
 @dataclass(frozen=True)
 class Section:
-    device: str
     rows: list[Step]  # each (size, context, config)'s newest row, newest runs first
     stat: str
     warmup: str
@@ -296,7 +295,7 @@ class Section:
     repeats: list[tuple[Step, float | None]]
     figure: str | None
     time: TimeSection | None
-    runs: RunsFacts
+    runs: RunsFacts  # its device heads the section
 
     @property
     def peaks(self) -> Peaks | None:
@@ -315,12 +314,11 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     every = [step(b) for b in benches]
     d = latest(every)
     cells = [ablation_cells(s, next((x for x in g if x.config == "bf16"), None)) for g in groups(d).values() for s in g]
-    kept = {id(s) for s in d}
-    ran = [b for b, s in zip(benches, every) if id(s) in kept]
+    ran = [s.b for s in d]
     fig_name = f"{SLUG}-{device}-ablation.png"
     by_run = group(d, lambda s: s.run)
     return Section(
-        device, d, stat_name(ran), *timing_text(ran), legend(d), cells,
+        d, stat_name(ran), *timing_text(ran), legend(d), cells,
         write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) if len(cells) > INLINE_ROWS
         else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.b.run.section for s in g)),
@@ -392,7 +390,7 @@ class TrainingStepPage(SourcedFromSections):  # its sources: its sections' run f
             return {PROBLEM: NOT_MEASURED}
         s = self.sections[0]
         date = self.pair.ours.datetime[:10] if self.pair else max(x.datetime for x in s.rows)[:10]
-        return {PROBLEM: Scored(Kind.MEASURED, device_short(s.device), date)}
+        return {PROBLEM: Scored(Kind.MEASURED, device_short(s.runs.device), date)}
 
 
 def facts(ctx: Context) -> TrainingStepPage:
