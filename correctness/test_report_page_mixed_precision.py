@@ -60,7 +60,7 @@ def _rows(device=DEV, formats=True):
 def test_accumulation_orders_the_loops_by_error():
     a = page.accumulation(_rows())
     assert a.steps == 1000 and a.exact == 10.0
-    assert [x.name for x in a.order][::3] == ["fp32 += fp32", "fp16 += fp16"]
+    assert a.order[::3] == ["fp32 += fp32", "fp16 += fp16"]
     assert a.worst_over_best == pytest.approx(0.046875 / 0.0001)
 
 

@@ -16,25 +16,19 @@ ACCUMULATION, DTYPES, SCRIPT = P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MI
 
 
 @dataclass(frozen=True)
-class Loop:
-    name: str  # "fp32 += fp16"
-    value: float  # the sum it reached
-    error: float  # |value - exact|
-
-
-@dataclass(frozen=True)
 class Accumulation:
     steps: int
     exact: float
-    loops: list[Loop]  # as the run stored them
+    values: dict[str, float]  # loop ("fp32 += fp16") -> the sum it reached, as the run stored them
+    errors: dict[str, float]  # loop -> |value - exact|
 
     @property
-    def order(self) -> list[Loop]:  # by error, smallest first (the ordering the test asserts)
-        return sorted(self.loops, key=lambda x: x.error)
+    def order(self) -> list[str]:  # the loops by error, smallest first (the ordering the test asserts)
+        return sorted(self.values, key=self.errors.__getitem__)
 
     @property
     def worst_over_best(self) -> float:
-        return self.order[-1].error / self.order[0].error
+        return self.errors[self.order[-1]] / self.errors[self.order[0]]
 
 
 @dataclass(frozen=True)
@@ -96,8 +90,8 @@ def bf16_trend(e: EditionFacts) -> Bf16Trend:
 
 def accumulation(rows: list[Bench]) -> Accumulation | None:
     b = next((b for b in rows if b.problem == ACCUMULATION), None)
-    return None if b is None else Accumulation(int(AccumulationConfig.of(b).steps), b.details["exact"], [
-        Loop(k, v, b.details["errors"][k]) for k, v in b.details["values"].items()])
+    return None if b is None else Accumulation(int(AccumulationConfig.of(b).steps), b.details["exact"],
+                                               b.details["values"], b.details["errors"])
 
 
 def dtypes(rows: list[Bench]) -> Dtypes | None:
