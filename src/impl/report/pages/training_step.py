@@ -176,21 +176,15 @@ def ablation_cells(s: Step, base: Step | None) -> list:
 
 # ---- the tables of a device's section ------------------------------------------------------------
 
-@dataclass(frozen=True)
-class LegendRow:
-    config: str
-    sizes: list[tuple[str, list[int] | None]]  # each size, with its contexts where the config's others differ
-    settings: Settings
-
-
-def legend(d: list[Step]) -> list[LegendRow]:
-    """One row per config and settings: a config's rows can differ between sizes (a size measured with older
-    code), so each distinct settings gets a row with the sizes that ran it."""
+def legend(d: list[Step]) -> list[tuple[str, list[tuple[str, list[int] | None]], Settings]]:
+    """(config, its sizes, settings), one per config and settings: a config's rows can differ between sizes (a size
+    measured with older code), so each distinct settings gets a row with the sizes that ran it, each with its
+    contexts where the config's others differ."""
     by = group(sorted(ordered(d), key=lambda s: s.order[2]), lambda s: s.config)
 
     def contexts(rows, size, settings=None):
         return sorted({s.context for s in rows if s.size == size and settings in (None, s.settings)})
-    return [LegendRow(config, [(size, None if contexts(rows, size, x) == contexts(rows, size) else contexts(rows, size, x))
+    return [(config, [(size, None if contexts(rows, size, x) == contexts(rows, size) else contexts(rows, size, x))
                                for size in dict.fromkeys(s.size for s in rows if s.settings == x)], x)
             for config, rows in by.items() for x in dict.fromkeys(s.settings for s in rows)]
 
@@ -204,15 +198,6 @@ class RunRow:
     sections: list[str]
     matmul_peak: float | None
     rows: int
-
-
-@dataclass(frozen=True)
-class Versus:
-    """One of OURS beside the anchor of its (size, context): ours ÷ the anchor (noise_ratio)."""
-
-    ours: Step
-    anchor: Step
-    ratio: str
 
 
 def repeats(every: list[Step]) -> list[tuple[Step, float | None]]:
@@ -287,11 +272,11 @@ class Section:
     stat: str
     warmup: str
     rounds: str
-    legend: list[LegendRow]
+    legend: list[tuple[str, list[tuple[str, list[int] | None]], Settings]]  # (config, sizes, settings)
     ablation: list[list]  # ABLATION_HEADER's cells, in the page's order
     csv: str | None  # the ablation's CSV link where it is too long to show inline
     runs_table: list[RunRow]
-    versus: list[Versus]
+    versus: list[tuple[Step, Step, str]]  # (one of OURS, the anchor of its (size, context), noise_ratio of the two)
     repeats: list[tuple[Step, float | None]]
     figure: str | None
     time: TimeSection | None
@@ -323,7 +308,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
         else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.b.run.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
-        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
+        [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
         repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
         RunsFacts.of(device, benches))
@@ -407,7 +392,6 @@ def facts(ctx: Context) -> TrainingStepPage:
     mfu = next((k for k in ("mfu", "mfu_measured") if any(getattr(s, k) is not None for s in ours)), None)
     top = max((s for s in ours if getattr(s, mfu) is not None), key=lambda s: getattr(s, mfu)) if mfu else None
     # the section's pairs of ours and the anchor that ran in the same run; the largest (size, context) answers
-    same = [v for v in sections[0].versus if v.ours.datetime == v.anchor.datetime]
-    v = max(same, key=lambda v: (MODEL_SIZES[v.ours.size].params, v.ours.context), default=None)
-    return TrainingStepPage(True, _ablation(ok), top, v and Pair(v.ours, v.anchor, vs(v.ours, v.anchor, ""), len(same)),
-                            sections, figs)
+    same = [(o, a) for o, a, _ in sections[0].versus if o.datetime == a.datetime]
+    o, a = max(same, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context), default=(None, None))
+    return TrainingStepPage(True, _ablation(ok), top, o and Pair(o, a, vs(o, a, ""), len(same)), sections, figs)
