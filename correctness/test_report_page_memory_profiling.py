@@ -110,7 +110,7 @@ def test_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
     assert f.named[-1].mode == "train_step" and f.named[-1].untraced == 5 * SMALL.num_layers and not f.named[0].untraced
     assert f.named[0].sites == (("naive.py:25", 24), ("naive.py:31", 12))
     assert page.SizedAs("fp32", "scores") in f.named[0].label and f.batch == 4
-    assert {t.context for t in f.largest} == {512}
+    assert {c.context for c, _ in f.largest} == {512}
     # (e)'s extra rows: each context's largest allocation, the FFN hidden below 512
     assert [(x, a.dtype, a.mode, a.nbytes) for x, a in f.largest_rows] == [
         (128, "fp32", "forward", 4 * 128 * SMALL.d_ff * 4), (128, "bf16", "forward", ffn),

@@ -167,14 +167,6 @@ class NamedAllocation:
         return self.count - sum(n for _, n in self.sites) if self.sites else 0
 
 
-@dataclass(frozen=True)
-class LargestTable:
-    dtype: str
-    mode: str
-    context: int
-    rows: list[tuple[int, int, tuple[SizedAs, ...], list[str]]]  # (bytes, count, tensors of that size, frames)
-
-
 def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[int, tuple[SizedAs, ...]]:
     """Bytes → the model's tensors of that size, fp32 (and bf16 under autocast), all named."""
     out: dict[int, list[SizedAs]] = {}
@@ -210,9 +202,9 @@ def nearest(contexts: list[int], reference: int | None) -> int | None:
     return min(contexts, key=lambda x: (abs(x - reference), x))
 
 
-def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAllocation], list[LargestTable]]:
-    """(e)'s findings at context `at`, and its rows' largest-allocation tables there but the bf16 step's (the
-    tables list the entries with a stack trace; largest_of counts the others too)."""
+def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAllocation], list[tuple[MemCase, list]]]:
+    """(e)'s findings at context `at`, and its rows' largest-allocation tables there but the bf16 step's: (row, its
+    (bytes, count, tensors of that size, frames) with a stack trace; largest_of counts the others too)."""
     tables, named = [], []
     for c in ordered(ok):
         big = c.traced[:6]
@@ -220,8 +212,7 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
             continue
         m = c.size_ref.config
         labels = shape_labels(m, c.batch, at, c.dtype)
-        tables.append(LargestTable(c.dtype, c.mode, at, [(x["size"], x["count"], labels.get(x["size"], ()), x["frames"])
-                                                         for x in big]))
+        tables.append((c, [(x["size"], x["count"], labels.get(x["size"], ()), x["frames"]) for x in big]))
         top = largest_of(c)
         if (c.dtype, c.mode) not in (("fp32", "forward"), ("bf16", "forward"), ("fp32", "train_step")):
             continue
@@ -254,7 +245,7 @@ class Memory2025Facts:
     answer_context: int | None  # where (d), (e) are answered: the reference where measured, else the nearest
     residuals: list[Residual]  # fp32, one per context (forward rows first), ascending
     named: list[NamedAllocation]  # (e) at answer_context
-    largest: list[LargestTable]  # (e)'s tables at answer_context
+    largest: list[tuple[MemCase, list]]  # (e)'s tables at answer_context
     largest_rows: list[tuple[int, NamedAllocation]] = field(default_factory=list)  # (context, every row's largest)
     batch: int | None = None
 
