@@ -151,14 +151,6 @@ class OptimizerSplit:  # forward, backward and the AdamW step timed apart, besid
         return self.floor_bytes / self.optimizer_s / 1e9
 
 
-@dataclass(frozen=True)
-class DtypeTable:
-    dtype: str
-    modes: list[str]  # its columns
-    rows: list[GridRow]
-    train: bool  # a training step was timed whole: its tokens/s, MFU and peak columns follow
-
-
 def _largest(rows: list[GridRow]) -> list[GridRow]:
     return [r for r in rows if r.size == rows[-1].size]
 
@@ -181,10 +173,11 @@ class EditionFacts:  # one edition's answers on one device: its sizes (labels) a
     figure: str | None = None  # the training-step figure's link (set per device section)
 
     @property
-    def tables(self) -> list[DtypeTable]:  # one per dtype, with the modes any of its rows has
-        by = group(self.grid, lambda r: r.dtype)
-        return [DtypeTable(d, [m for m in MODES if any(m in r.modes for r in rows)], rows,
-                           any(r.train is not None for r in rows)) for d, rows in by.items()]
+    def tables(self) -> list[tuple[str, list[str], list[GridRow], bool]]:
+        """(dtype, its columns: the modes any of its rows has, its rows, whether a training step was timed whole:
+        its tokens/s, MFU and peak columns follow), one per dtype."""
+        return [(d, [m for m in MODES if any(m in r.modes for r in rows)], rows, any(r.train is not None for r in rows))
+                for d, rows in group(self.grid, lambda r: r.dtype).items()]
 
     @property
     def warmup_parts(self) -> bool:
