@@ -219,7 +219,8 @@ class CheckpointingPage(SourcedFromRuns):
     @property
     def scores(self) -> dict[str, Scored]:
         if self.single or self.nested:
-            return {PROBLEM: Scored(Kind.MEASURED, self.runs.device, self.single.date if self.single else self.runs.date)}
+            return {PROBLEM: Scored(Kind.MEASURED, self.runs.device,
+                                    self.single.date if self.single else self.runs.date)}
         return {PROBLEM: NOT_MEASURED}
 
 

@@ -445,12 +445,12 @@ def peak_rows(rows: list[MemCase]) -> list[PeakRow]:
 
 def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
     """`rows`: one size's, ordered (by context)."""
-    m = rows[0].size_ref.config
-    peaks = [replace(p, saved_bytes=m.num_layers * a["a_block"] + a["a_outside"], state_bytes=acc.training_state_bytes(m.params))
-             for p in peak_rows(rows)
-             for a in [acc.checkpoint_terms(int(rows[0].batch), p.context, m.d_model, m.d_ff, m.num_heads, m.vocab_size)]]
-    return EarlierGrid(own, rows[0].size_label, rows[0].batch, [p.context for p in peaks], peaks, forward_residuals(rows),
-                       memory_2025_facts(rows, None))
+    m, batch = rows[0].size_ref.config, int(rows[0].batch)
+    peaks = [replace(p, saved_bytes=m.num_layers * a["a_block"] + a["a_outside"],
+                     state_bytes=acc.training_state_bytes(m.params)) for p in peak_rows(rows)
+             for a in [acc.checkpoint_terms(batch, p.context, m.d_model, m.d_ff, m.num_heads, m.vocab_size)]]
+    return EarlierGrid(own, rows[0].size_label, rows[0].batch, [p.context for p in peaks], peaks,
+                       forward_residuals(rows), memory_2025_facts(rows, None))
 
 
 # ---- (f) under Nsight Systems (--cuda-memory-usage=true, caching allocator off) ---------------------------------

@@ -38,7 +38,7 @@ class AccumulationConfig(View):
 
 @dataclass(frozen=True)
 class Dtypes:
-    runs: list[dict]  # per autocast run, the dtypes its forward hooks saw (fc1 → ReLU → LayerNorm → fc2), as stored
+    runs: list[dict]  # per autocast run, the dtypes its forward hooks saw (fc1 → ReLU → LayerNorm → fc2)
     formats: dict[str, dict]  # torch.finfo by type name (max, tiny, eps, mantissa_bits); empty where not recorded
 
     @property
@@ -98,7 +98,8 @@ def dtypes(rows: list[Bench]) -> Dtypes | None:
     mp = [b for b in rows if b.problem == DTYPES]
     if not mp:
         return None
-    return Dtypes([b.details["dtypes"] for b in mp], next((b.details["formats"] for b in mp if b.details.get("formats")), {}))
+    formats = next((b.details["formats"] for b in mp if b.details.get("formats")), {})
+    return Dtypes([b.details["dtypes"] for b in mp], formats)
 
 
 @dataclass(frozen=True)

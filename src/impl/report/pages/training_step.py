@@ -170,8 +170,8 @@ def ablation_cells(s: Step, base: Step | None) -> list:
     d = s.details
     compiled = num(d.get("compile_s"), 2) if d.get("compiled_now") else "reused" if d.get("reused_graph") else "–"
     return [s.config, s.size, s.context, ms(s.step_s, s.std_s), num(s.tokens_per_s, 0), pct(s.mfu), pct(s.mfu_measured),
-            "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–", gib(s.b.row.memory.peak_allocated),
-            num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.run, f"`{s.commit or '–'}`"]
+            "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–",
+            gib(s.b.row.memory.peak_allocated), num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.run, f"`{s.commit or '–'}`"]
 
 
 # ---- the tables of a device's section ------------------------------------------------------------
