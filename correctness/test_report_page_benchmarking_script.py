@@ -92,11 +92,11 @@ def test_optimizer_split_adds_the_rows_means():
 
 def test_tables_split_the_grid_by_dtype_with_the_modes_it_has():
     e25, e26 = page.editions(_grid())
-    assert [(t.dtype, t.modes, t.train) for t in e26.tables] == [
+    assert [(dtype, modes, train) for dtype, modes, _, train in e26.tables] == [
         ("fp32", ["forward", "backward", "optimizer_step"], False), ("bf16", ["forward", "backward", "optimizer_step"],
                                                                      False)]
-    (t,) = e25.tables
-    assert t.modes == ["forward", "train_step"] and t.train and [r.context for r in t.rows] == [256, 512]
+    ((_, modes, rows, train),) = e25.tables
+    assert modes == ["forward", "train_step"] and train and [r.context for r in rows] == [256, 512]
     assert e25.headline.context == 512 and e25.headline.train.mean_s == pytest.approx(0.27)
 
 

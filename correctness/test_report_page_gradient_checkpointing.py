@@ -100,7 +100,7 @@ def test_policy_table_rows_ooms_and_rows_not_run_are_named(tmp_path):
         2.5, 2.0, 1.25, 3.0)
     assert (nested.step_s, nested.tokens_per_s, nested.forwards, nested.forwards_predicted) == (0.3, 1e4, 48.0, 48)
     assert rows[0].status is Status.OOM and rows[0].over_predicted is None and rows[4].not_run
-    assert [t.dtype for t in pol.hooks] == ["bf16", "fp32"] and pol.closed_form.block == 3 * GiB
+    assert list(pol.hooks) == ["bf16", "fp32"] and pol.closed_form["a_block"] == 3 * GiB
 
 
 def test_depth_rows_and_the_figures_legend_are_the_series_drawn(tmp_path, monkeypatch):
@@ -120,7 +120,7 @@ def test_depth_rows_and_the_figures_legend_are_the_series_drawn(tmp_path, monkey
 
 def test_no_gpu_rows_is_not_measured(tmp_path):
     f = page.facts(context([bench(P, dict(policy="none"), 0.1, device="cpu")], tmp_path))
-    assert f.device is None and f.scores[P].kind is Kind.NOT_MEASURED and f.sources == []
+    assert f.runs is None and f.scores[P].kind is Kind.NOT_MEASURED and f.sources == []
 
 
 def test_committed_rows_name_each_size_by_edition(tmp_path):

@@ -85,7 +85,7 @@ def test_2026_facts_peaks_residual_and_block_gradients_come_from_the_rows():
     case, big = m.largest
     assert big["size"] == 2**31 and case.context == 2048 and m.forward_largest == [(case, big)]
     p = m.probe("fp32")
-    assert p.top[0].op == "aten::_softmax" and p.top[0].share == 0.46
+    assert p.top[0]["op"] == "aten::_softmax" and p.top[0]["share"] == 0.46
     assert p.grad_from_change == 419450880 == p.grad_bytes_expected and p.grad_over_expected == 1.0
 
 
@@ -110,7 +110,7 @@ def test_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
     assert f.named[-1].mode == "train_step" and f.named[-1].untraced == 5 * SMALL.num_layers and not f.named[0].untraced
     assert f.named[0].sites == (("naive.py:25", 24), ("naive.py:31", 12))
     assert page.SizedAs("fp32", "scores") in f.named[0].label and f.batch == 4
-    assert {t.context for t in f.largest} == {512}
+    assert {c.context for c, _ in f.largest} == {512}
     # (e)'s extra rows: each context's largest allocation, the FFN hidden below 512
     assert [(x, a.dtype, a.mode, a.nbytes) for x, a in f.largest_rows] == [
         (128, "fp32", "forward", 4 * 128 * SMALL.d_ff * 4), (128, "bf16", "forward", ffn),
@@ -202,7 +202,7 @@ def test_without_2026_rows_an_earlier_grid_at_its_contexts_is_named_not_the_answ
 def test_no_gpu_rows_is_not_measured(tmp_path):
     f = page.facts(context(_rows_2026(), tmp_path))  # 2026 rows alone answer no 2025 question
     assert f.facts_2025 is None and f.scores[P].kind is Kind.NOT_MEASURED and f.sources == []
-    assert page.facts(context([], tmp_path)).device is None
+    assert page.facts(context([], tmp_path)).runs is None
 
 
 def test_committed_rows_label_each_edition_its_own_rows(tmp_path):

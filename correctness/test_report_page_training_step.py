@@ -73,7 +73,7 @@ def test_each_row_is_its_newest_measurement(tmp_path):
     assert _by(s, "bf16").step_s == 0.25 and _by(s, "+flash").step_s == 0.37 and _by(s, "+flash").run == "02-01 07:16"
     assert [(r.run, r.matmul_peak, r.rows) for r in s.runs_table] == [
         ("02-01 07:16", 1e15, 1), ("02-02 14:11", 1e15, 3), ("02-02 14:30", 1e15, 1)]
-    assert [(v.ours.config, v.ours.datetime == v.anchor.datetime, v.ratio) for v in s.versus] == [
+    assert [(o.config, o.datetime == a.datetime, ratio) for o, a, ratio in s.versus] == [
         ("fast", True, "0.84×"), ("fast+cudagraphs", False, "0.74×")]
     assert not any(r.not_run for r in s.rows) and s.stat == "median" and (s.warmup, s.rounds) == ("2", "5")
 
@@ -114,10 +114,10 @@ def test_config_legend_has_a_row_per_settings(tmp_path):
         ("xl", 512, "+flash", dict(BF16, attn_impl="flash_triton")),
         ("xl", 1024, "+flash", dict(BF16, attn_impl="flash_torch"))]]
     legend = _facts(tmp_path, rows).sections[0].legend
-    assert [(r.config, r.sizes) for r in legend] == [
+    assert [(config, sizes) for config, sizes, _ in legend] == [
         ("bf16", [("xl", None), ("2.7B", None)]), ("+flash", [("xl", [512])]), ("+flash", [("xl", [1024])]),
         ("fast", [("xl", None)]), ("fast", [("2.7B", None)])]
-    old, new = legend[3].settings, legend[4].settings
+    old, new = legend[3][2], legend[4][2]
     assert (old.weights, old.compile_backend, old.fused_ce) == ("fp32", "inductor", True) and new.weights == "bf16"
 
 

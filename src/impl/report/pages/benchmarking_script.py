@@ -13,12 +13,14 @@ from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, SizedView, group, size_label, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, newest_date
+from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
 
 PROBLEMS = (P.BENCHMARKING_SCRIPT,)
 PROBLEM = P.BENCHMARKING_SCRIPT
 SLUG = "benchmarking_script"
+WORDS = macros(f"{SLUG}.md.j2")  # the words drawn into the training-step figure
 STABLE = 0.05  # a row whose std is under this share of its mean is called stable
 STUDIES = {"main_2026": "main", "warmup_fresh_process": "warmup"}  # 2026's studies answer the same questions
 
@@ -149,14 +151,6 @@ class OptimizerSplit:  # forward, backward and the AdamW step timed apart, besid
         return self.floor_bytes / self.optimizer_s / 1e9
 
 
-@dataclass(frozen=True)
-class DtypeTable:
-    dtype: str
-    modes: list[str]  # its columns
-    rows: list[GridRow]
-    train: bool  # a training step was timed whole: its tokens/s, MFU and peak columns follow
-
-
 def _largest(rows: list[GridRow]) -> list[GridRow]:
     return [r for r in rows if r.size == rows[-1].size]
 
@@ -179,14 +173,17 @@ class EditionFacts:  # one edition's answers on one device: its sizes (labels) a
     figure: str | None = None  # the training-step figure's link (set per device section)
 
     @property
-    def tables(self) -> list[DtypeTable]:  # one per dtype, with the modes any of its rows has
-        by = group(self.grid, lambda r: r.dtype)
-        return [DtypeTable(d, [m for m in MODES if any(m in r.modes for r in rows)], rows,
-                           any(r.train is not None for r in rows)) for d, rows in by.items()]
+    def tables(self) -> list[tuple[str, list[str], list[GridRow], bool]]:
+        """(dtype, its columns: the modes any of its rows has, its rows, whether a training step was timed whole:
+        its tokens/s, MFU and peak columns follow), one per dtype."""
+        return [(d, [m for m in MODES if any(m in r.modes for r in rows)], rows, any(r.train is not None for r in rows))
+                for d, rows in group(self.grid, lambda r: r.dtype).items()]
 
     @property
     def warmup_parts(self) -> bool:
         return any(x.first_parts for c in self.warmup for x in c.by_warmup.values())
+
+    stable_share = STABLE  # the page names the threshold it counts by
 
     @property
     def stable(self) -> tuple[int, int]:  # (rows whose std is under STABLE of the mean, measured rows)
@@ -283,8 +280,7 @@ def _plot(e: EditionFacts, device: str, ctx: Context) -> str | None:
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}", label=f"{size} {dtype}")
     ctxs = sorted({r.context for r in e.grid})
-    ax.set(xscale="log", yscale="log", xlabel="context length", ylabel="train step, mean (ms)",
-           title="benchmarking_script: full training step (OOM points absent)")
+    ax.set(xscale="log", yscale="log", xlabel=WORDS.plot_x(), ylabel=WORDS.plot_y(), title=WORDS.plot_title())
     ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
     ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

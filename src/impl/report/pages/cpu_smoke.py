@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from impl.bench.row import Env, Status
 from impl.report.pages import Context
+from impl.report.rows import group
 from impl.report.runs import files_of
 
 PROBLEMS = ()
@@ -37,8 +38,7 @@ class CpuSmokeFacts:
 
 def facts(ctx: Context) -> CpuSmokeFacts:
     rows, out, ok = ctx.rows.of(device="cpu"), [], (Status.MEASURED, Status.OOM)  # ok: not "not run"
-    for sec in sorted({b.run.section for b in rows}):
-        rs = [b for b in rows if b.run.section == sec]
+    for sec, rs in sorted(group(rows, lambda b: b.run.section).items()):
         n = Counter(b.status for b in rs)
         newest = max(rs, key=lambda b: b.run.datetime)  # the first of the newest run
         out.append(SectionRow(sec, tuple(sorted({b.problem for b in rs})), n[Status.MEASURED], n[Status.OOM],

@@ -12,12 +12,14 @@ from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, SizedView, group, size_label, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
+from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.GRADIENT_CHECKPOINTING,)
 PROBLEM = P.GRADIENT_CHECKPOINTING
 SLUG = "gradient_checkpointing"
 STUDY_2026 = "single_level_2026"
+WORDS = macros(f"{SLUG}.md.j2")  # the words drawn into the depth figure
 POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
 ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
@@ -83,16 +85,6 @@ def policy_row(b: Bench) -> PolicyRow:
 
 
 @dataclass(frozen=True)
-class Terms:
-    """B (one block's saved bytes), R (one residual stream) and the loss head, of one dtype."""
-
-    dtype: str
-    block: float
-    resid: float
-    head: float | None = None
-
-
-@dataclass(frozen=True)
 class Study:
     """The `policies` study (every policy per dtype, the best k reasoned) or the `depth` study (nested against
     none over the number of layers, drawn)."""
@@ -101,8 +93,10 @@ class Study:
     by_dtype: list[tuple[str, list[PolicyRow]]]  # depth: one dtype, by layers
     stat: str
     unit: str  # GiB; MiB where the largest prediction is under 1 GiB (a tiny model would print zeros)
-    closed_form: Terms | None = None
-    hooks: tuple[Terms, ...] = ()
+    # B (a_block: one block's saved bytes), R (a_resid: one residual stream) and the loss head (a_outside), as the
+    # rows stored them: the fp32 closed form's, and per dtype those measured by saved-tensor hooks
+    closed_form: dict | None = None
+    hooks: dict[str, dict] = field(default_factory=dict)
     figure: str | None = None
 
 
@@ -118,10 +112,8 @@ def _policies(rows: list[PolicyRow]) -> Study | None:
     def terms(rs):
         return next((r.details["terms"] for r in rs if "terms" in r.details), {})
     table = [(d, sorted(rs, key=lambda r: POLICY_ORDER[r.policy] * 10_000 + (r.k or 0))) for d, rs in by.items()]
-    cf = terms(rows).get("closed_form_fp32")
-    return Study(rows[0], table, stat_name(rows), _unit(rows), Terms("fp32", cf["a_block"], cf["a_resid"]) if cf else None,
-                 tuple(Terms(d, h["a_block"], h["a_resid"], h["a_outside"]) for d, rs in by.items()
-                       for h in [terms(rs).get("hook_terms")] if h))
+    return Study(rows[0], table, stat_name(rows), _unit(rows), terms(rows).get("closed_form_fp32"),
+                 {d: h for d, rs in by.items() if (h := terms(rs).get("hook_terms"))})
 
 
 def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
@@ -133,13 +125,13 @@ def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
         sel = [r for r in table if r.policy == policy]
         if sel:
             ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30
-                                              for r in sel], "--" + style, label=f"{policy} predicted")
+                                              for r in sel], "--" + style, label=WORDS.plot_series(policy, False))
             meas = [r for r in sel if r.measured]
             if meas:
-                ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style, label=f"{policy} measured")
+                ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,
+                        label=WORDS.plot_series(policy, True))
     if ax.lines:
-        ax.set(xlabel="layers", ylabel="peak GiB (forward+backward step)",
-               title="gradient_checkpointing: nested vs none over depth")
+        ax.set(xlabel=WORDS.plot_x(), ylabel=WORDS.plot_y(), title=WORDS.plot_title())
         ax.legend(fontsize=8)
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-depth")
         figures.save(fig, path)
@@ -154,7 +146,6 @@ class SingleLevel:
     first: PolicyRow  # size, batch, context
     layers: int
     best_k: int  # the closed form's argmin
-    rule: str
     block_bytes: int  # B: one block's saved activations (fp32 closed form)
     resid_bytes: int  # R: one residual stream
     cases: list[PolicyRow]  # none first, then by k
@@ -188,8 +179,7 @@ def single_level(rows: list[PolicyRow]) -> SingleLevel | None:
     if not rows:
         return None
     r0, terms = rows[0], (rows[0].details.get("terms") or {}).get("closed_form_fp32") or {}
-    return SingleLevel(r0, int(r0.model_layers), int(r0.details["best_k"]), r0.details.get("best_k_rule", ""),
-                       terms.get("a_block"), terms.get("a_resid"),
+    return SingleLevel(r0, int(r0.model_layers), int(r0.details["best_k"]), terms.get("a_block"), terms.get("a_resid"),
                        sorted(rows, key=lambda c: -1 if c.k is None else c.k), newest_date(rows))
 
 
@@ -209,7 +199,6 @@ class BestK:
 
 @dataclass(frozen=True)
 class CheckpointingPage(SourcedFromRuns):
-    device: str | None  # None: no GPU rows
     older_sizes: list[str]  # the older studies' measured sizes
     nested: PolicyRow | None  # (a) from the `policies` study (bf16 where measured)
     nested_none: PolicyRow | None  # no checkpointing at its dtype
@@ -219,7 +208,7 @@ class CheckpointingPage(SourcedFromRuns):
     policies: Study | None
     depth: Study | None
     not_run: list[PolicyRow]
-    runs: RunsFacts | None
+    runs: RunsFacts | None  # its device answers; None: no GPU rows
     asked: str = ASKED
 
     @property
@@ -230,14 +219,15 @@ class CheckpointingPage(SourcedFromRuns):
     @property
     def scores(self) -> dict[str, Scored]:
         if self.single or self.nested:
-            return {PROBLEM: Scored(Kind.MEASURED, self.device, self.single.date if self.single else self.runs.date)}
+            return {PROBLEM: Scored(Kind.MEASURED, self.runs.device,
+                                    self.single.date if self.single else self.runs.date)}
         return {PROBLEM: NOT_MEASURED}
 
 
 def facts(ctx: Context) -> CheckpointingPage:
     found = ctx.rows.per_gpu(PROBLEM)
     if not found:
-        return CheckpointingPage(None, [], None, None, None, None, None, None, None, [], None)
+        return CheckpointingPage([], None, None, None, None, None, None, None, [], None)
     device, benches = found[0]  # the first (one-GPU) device answers
     rows = [policy_row(b) for b in benches]
     pol, dep = [r for r in rows if r.study == "policies"], [r for r in rows if r.study == "depth"]
@@ -249,7 +239,7 @@ def facts(ctx: Context) -> CheckpointingPage:
         if ok and "best_k" in ok[0].details else None
     sl = single_level(rows)
     return CheckpointingPage(
-        device, sorted({r.size_label for r in ok}), nested,
+        sorted({r.size_label for r in ok}), nested,
         nested and next((r for r in pol if r.policy == "none" and r.dtype == bf[0].dtype), None), best,
         sl if sl and sl.best and sl.best.measured else None, sl, _policies(pol), _depth(dep, ctx, device),
         [r for r in pol + dep if r.not_run], RunsFacts.of(device, benches))

@@ -14,6 +14,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.pages.training_step import newest
 from impl.report.rows import Bench, SizedView, group, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.report.templating import macros
@@ -78,11 +79,13 @@ def mem_case(b: Bench) -> MemCase:
 
 
 def newest_per_case(rows: list[Bench]) -> list[Bench]:
-    """Each case's row of the newest run: a row stored under an older name (before the edition prefix, e.g.
-    `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case, and the newer one answers."""
-    newest = {(c.size_label, c.context, c.dtype, c.mode): b  # an edition-less older row is 2025's
-              for b in sorted(rows, key=lambda b: b.run.datetime) for c in [MemCase.of(b)]}
-    keep = {id(b) for b in newest.values()}
+    """Each case's row of the newest run, in the rows' order: a row stored under an older name (before the edition
+    prefix, e.g. `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case (an edition-less
+    row is 2025's), and the newer one answers."""
+    def case(b: Bench) -> tuple:
+        c = MemCase.of(b)
+        return c.size_label, c.context, c.dtype, c.mode
+    keep = {id(b) for b in newest(rows, case, lambda b: b.run.datetime)}
     return [b for b in rows if id(b) in keep]
 
 
@@ -164,14 +167,6 @@ class NamedAllocation:
         return self.count - sum(n for _, n in self.sites) if self.sites else 0
 
 
-@dataclass(frozen=True)
-class LargestTable:
-    dtype: str
-    mode: str
-    context: int
-    rows: list[tuple[int, int, tuple[SizedAs, ...], list[str]]]  # (bytes, count, tensors of that size, frames)
-
-
 def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[int, tuple[SizedAs, ...]]:
     """Bytes → the model's tensors of that size, fp32 (and bf16 under autocast), all named."""
     out: dict[int, list[SizedAs]] = {}
@@ -207,9 +202,9 @@ def nearest(contexts: list[int], reference: int | None) -> int | None:
     return min(contexts, key=lambda x: (abs(x - reference), x))
 
 
-def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAllocation], list[LargestTable]]:
-    """(e)'s findings at context `at`, and its rows' largest-allocation tables there but the bf16 step's (the
-    tables list the entries with a stack trace; largest_of counts the others too)."""
+def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAllocation], list[tuple[MemCase, list]]]:
+    """(e)'s findings at context `at`, and its rows' largest-allocation tables there but the bf16 step's: (row, its
+    (bytes, count, tensors of that size, frames) with a stack trace; largest_of counts the others too)."""
     tables, named = [], []
     for c in ordered(ok):
         big = c.traced[:6]
@@ -217,8 +212,7 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
             continue
         m = c.size_ref.config
         labels = shape_labels(m, c.batch, at, c.dtype)
-        tables.append(LargestTable(c.dtype, c.mode, at, [(x["size"], x["count"], labels.get(x["size"], ()), x["frames"])
-                                                         for x in big]))
+        tables.append((c, [(x["size"], x["count"], labels.get(x["size"], ()), x["frames"]) for x in big]))
         top = largest_of(c)
         if (c.dtype, c.mode) not in (("fp32", "forward"), ("bf16", "forward"), ("fp32", "train_step")):
             continue
@@ -240,7 +234,6 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
 @dataclass(frozen=True)
 class Memory2025Facts:
     size: str
-    param_bytes: int  # fp32 parameters
     model: ModelConfig  # its dimensions
     contexts: list[int]  # the measured fp32 training steps', ascending
     peaks: dict[tuple[int, str, str], int]  # (context, dtype, mode) -> peak allocated
@@ -250,12 +243,15 @@ class Memory2025Facts:
     step_forward_tops: dict[int, float]  # per context: the fp32 training step's forward-phase top
     reference_context: int | None  # the handout's reference context for (d), (e) (the grid's, or the rows' mark)
     answer_context: int | None  # where (d), (e) are answered: the reference where measured, else the nearest
-    residual: Residual | None  # fp32, at answer_context
     residuals: list[Residual]  # fp32, one per context (forward rows first), ascending
     named: list[NamedAllocation]  # (e) at answer_context
-    largest: list[LargestTable]  # (e)'s tables at answer_context
+    largest: list[tuple[MemCase, list]]  # (e)'s tables at answer_context
     largest_rows: list[tuple[int, NamedAllocation]] = field(default_factory=list)  # (context, every row's largest)
     batch: int | None = None
+
+    @property
+    def residual(self) -> Residual | None:  # fp32, at answer_context
+        return next((r for r in self.residuals if r.context == self.answer_context), None)
 
     @property
     def at_reference(self) -> bool:
@@ -310,23 +306,15 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
     tops = [(c.context, t) for c in ok if (c.dtype, c.mode) != ("bf16", "train_step") for t in [largest_of(c)] if t]
     tops.sort(key=lambda x: (x[0], x[1].mode != "forward", x[1].dtype != "fp32"))
     return Memory2025Facts(
-        ok[0].size_label, m.params * 4, m, contexts,
+        ok[0].size_label, m, contexts,
         {(c.context, c.dtype, c.mode): c.peak_bytes for c in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
         {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v},
-        ref, at, res.get(at), [res[x] for x in sorted(res)], *largest_allocations(ok, at), tops, ok[0].batch)
+        ref, at, [res[x] for x in sorted(res)], *largest_allocations(ok, at), tops, ok[0].batch)
 
 
 # ---- the 2026 edition's (a)-(f) -----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SavedOp:
-    op: str
-    module: str
-    nbytes: int
-    share: float
-
 
 @dataclass(frozen=True)
 class BlockProbe:
@@ -336,7 +324,7 @@ class BlockProbe:
     context: int
     dtype: str
     closed_form_bytes: int | None
-    top: list[SavedOp]
+    top: list[dict]  # the ops saving most, as stored: op, module, nbytes, share
     block: int  # this and the fields below: details["block_memory"]'s keys
     saved_bytes: int
     top_share: float
@@ -358,7 +346,7 @@ def _probe(c: MemCase) -> BlockProbe | None:
     m = c.details.get("block_memory")
     return None if not m else BlockProbe(
         c.context, c.dtype, c.details.get("block_saved_bytes_closed_form_fp32"),
-        [SavedOp(t["op"], t["module"], t["nbytes"], t["share"]) for t in m["top"]],
+        m["top"],
         **{x.name: m[x.name] for x in fields(BlockProbe)[4:]})
 
 
@@ -449,14 +437,20 @@ class EarlierGrid:
     facts: Memory2025Facts | None  # its largest allocations
 
 
+def peak_rows(rows: list[MemCase]) -> list[PeakRow]:
+    """One per (size, context), in the rows' order."""
+    return [PeakRow(size, x, [next((c for c in g if (c.dtype, c.mode) == k), None) for k in CELLS])
+            for (size, x), g in group(rows, lambda c: (c.size_label, c.context)).items()]
+
+
 def _earlier_grid(rows: list[MemCase], own: bool) -> EarlierGrid:
-    m, cases = rows[0].size_ref.config, {(c.context, c.dtype, c.mode): c for c in rows}
-    contexts = sorted({int(c.context) for c in rows})
-    acts = {c: acc.checkpoint_terms(int(rows[0].batch), c, m.d_model, m.d_ff, m.num_heads, m.vocab_size) for c in contexts}
-    return EarlierGrid(own, rows[0].size_label, rows[0].batch, contexts, [
-        PeakRow(rows[0].size_label, x, [cases.get((x, *k)) for k in CELLS],
-                m.num_layers * acts[x]["a_block"] + acts[x]["a_outside"], acc.training_state_bytes(m.params))
-        for x in contexts], forward_residuals(rows), memory_2025_facts(rows, None))
+    """`rows`: one size's, ordered (by context)."""
+    m, batch = rows[0].size_ref.config, int(rows[0].batch)
+    peaks = [replace(p, saved_bytes=m.num_layers * a["a_block"] + a["a_outside"],
+                     state_bytes=acc.training_state_bytes(m.params)) for p in peak_rows(rows)
+             for a in [acc.checkpoint_terms(batch, p.context, m.d_model, m.d_ff, m.num_heads, m.vocab_size)]]
+    return EarlierGrid(own, rows[0].size_label, rows[0].batch, [p.context for p in peaks], peaks,
+                       forward_residuals(rows), memory_2025_facts(rows, None))
 
 
 # ---- (f) under Nsight Systems (--cuda-memory-usage=true, caching allocator off) ---------------------------------
@@ -554,7 +548,6 @@ def snapshots(rows: list[MemCase], reports_dir, at: int | None) -> list[Snapshot
 
 @dataclass(frozen=True)
 class MemoryPage(SourcedFromRuns):
-    device: str | None  # None: no GPU rows answer
     facts_2025: Memory2025Facts | None
     facts_2026: Memory2026Facts | None  # None unless a 2026 row was measured
     earlier: EarlierGrid | None  # without facts_2026: rows at the 2026 contexts (None: none stored)
@@ -563,7 +556,7 @@ class MemoryPage(SourcedFromRuns):
     timelines: list[tuple[str, str, str]]  # (mode, dtype, link) of the 2025 rows' figures
     residual_rows: list[Residual]  # the 2025 forward rows'
     artifacts: list[Snapshot]  # the 2025 rows' raw snapshots, at (d)/(e)'s context first
-    runs: RunsFacts | None
+    runs: RunsFacts | None  # its device answers; None: no GPU rows answer
     date_2025: str = "–"
     asked: str = ASKED
     nsys: NsysMemory | None = None
@@ -577,7 +570,7 @@ class MemoryPage(SourcedFromRuns):
         if self.facts_2025 is None:
             return {PROBLEM: NOT_MEASURED}
         # a problem of both editions: the index reads the newer one's rows
-        return {PROBLEM: Scored(Kind.MEASURED, device_short(self.device),
+        return {PROBLEM: Scored(Kind.MEASURED, device_short(self.runs.device),
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}
 
 
@@ -592,7 +585,7 @@ def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], f
 
 def facts(ctx: Context) -> MemoryPage:
     found = ctx.rows.per_gpu(PROBLEM)
-    missing = MemoryPage(None, None, None, None, [], [], [], [], [], None)
+    missing = MemoryPage(None, None, None, [], [], [], [], [], None)
     if not found:
         return missing
     device, every = found[0]  # the first (one-GPU) device answers
@@ -619,10 +612,9 @@ def facts(ctx: Context) -> MemoryPage:
         link = _draw(ctx, f"{device}-{mode}-{dtype}", WORDS.memory_active(f.size, mode, device, newest_date(g), dtype),
                      [(f"context {c.context}", c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
-    peaks = {k: {(c.dtype, c.mode): c for c in g} for k, g in group(rows, lambda c: (c.size_label, c.context)).items()}
-    return MemoryPage(device, f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
+    return MemoryPage(f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
-                      [PeakRow(size, x, [cells.get(k) for k in CELLS]) for (size, x), cells in peaks.items()],
+                      peak_rows(rows),
                       timelines, forward_residuals(d), snapshots(d, ctx.reports_dir, f.answer_context),
                       RunsFacts.of(device, every), newest_date(d),
                       nsys=nsys_memory(ctx, m26.probes if m26 else []))

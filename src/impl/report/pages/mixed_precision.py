@@ -16,25 +16,19 @@ ACCUMULATION, DTYPES, SCRIPT = P.MIXED_PRECISION_ACCUMULATION, P.BENCHMARKING_MI
 
 
 @dataclass(frozen=True)
-class Loop:
-    name: str  # "fp32 += fp16"
-    value: float  # the sum it reached
-    error: float  # |value - exact|
-
-
-@dataclass(frozen=True)
 class Accumulation:
     steps: int
     exact: float
-    loops: list[Loop]  # as the run stored them
+    values: dict[str, float]  # loop ("fp32 += fp16") -> the sum it reached, as the run stored them
+    errors: dict[str, float]  # loop -> |value - exact|
 
     @property
-    def order(self) -> list[Loop]:  # by error, smallest first (the ordering the test asserts)
-        return sorted(self.loops, key=lambda x: x.error)
+    def order(self) -> list[str]:  # the loops by error, smallest first (the ordering the test asserts)
+        return sorted(self.values, key=self.errors.__getitem__)
 
     @property
     def worst_over_best(self) -> float:
-        return self.order[-1].error / self.order[0].error
+        return self.errors[self.order[-1]] / self.errors[self.order[0]]
 
 
 @dataclass(frozen=True)
@@ -43,34 +37,13 @@ class AccumulationConfig(View):
 
 
 @dataclass(frozen=True)
-class Observed:  # the dtypes forward hooks saw in one autocast run (fc1 → ReLU → LayerNorm → fc2)
-    device_type: str
-    autocast_dtype: str
-    parameters: list[str]
-    fc1_output: str
-    layernorm_output: str
-    logits: str
-    loss: str
-    gradients: list[str]
-
-
-@dataclass(frozen=True)
-class Format:  # torch.finfo of one floating-point type
-    name: str
-    max: float
-    tiny: float  # smallest normal
-    eps: float
-    mantissa_bits: int
-
-
-@dataclass(frozen=True)
 class Dtypes:
-    runs: list[Observed]
-    formats: dict[str, Format]  # by name; empty where the run did not record them
+    runs: list[dict]  # per autocast run, the dtypes its forward hooks saw (fc1 → ReLU → LayerNorm → fc2)
+    formats: dict[str, dict]  # torch.finfo by type name (max, tiny, eps, mantissa_bits); empty where not recorded
 
     @property
     def bf16_eps_over_fp16(self) -> float | None:
-        return self.formats["bf16"].eps / self.formats["fp16"].eps if self.formats else None
+        return self.formats["bf16"]["eps"] / self.formats["fp16"]["eps"] if self.formats else None
 
 
 @dataclass(frozen=True)
@@ -117,8 +90,8 @@ def bf16_trend(e: EditionFacts) -> Bf16Trend:
 
 def accumulation(rows: list[Bench]) -> Accumulation | None:
     b = next((b for b in rows if b.problem == ACCUMULATION), None)
-    return None if b is None else Accumulation(int(AccumulationConfig.of(b).steps), b.details["exact"], [
-        Loop(k, v, b.details["errors"][k]) for k, v in b.details["values"].items()])
+    return None if b is None else Accumulation(int(AccumulationConfig.of(b).steps), b.details["exact"],
+                                               b.details["values"], b.details["errors"])
 
 
 def dtypes(rows: list[Bench]) -> Dtypes | None:
@@ -126,13 +99,11 @@ def dtypes(rows: list[Bench]) -> Dtypes | None:
     if not mp:
         return None
     formats = next((b.details["formats"] for b in mp if b.details.get("formats")), {})
-    return Dtypes([Observed(**{k.replace(" ", "_"): v for k, v in b.details["dtypes"].items()}) for b in mp],
-                  {k: Format(k, v["max"], v["tiny"], v["eps"], v["mantissa_bits"]) for k, v in formats.items()})
+    return Dtypes([b.details["dtypes"] for b in mp], formats)
 
 
 @dataclass(frozen=True)
 class MixedPrecisionPage(SourcedFromRuns):
-    device: str | None  # the answering GPU device; None: no GPU rows
     scores: dict[str, Scored]
     accumulation: Accumulation | None = None
     dtypes: Dtypes | None = None
@@ -140,13 +111,13 @@ class MixedPrecisionPage(SourcedFromRuns):
     headline: Bf16Trend | None = None  # the newest edition with a bf16 training-step pair
     headline_fb: Bf16Trend | None = None  # the newest with forward and backward pairs (2026's question)
     score_fb: bool = False  # (c) is scored by forward and backward, not the training step
-    runs: RunsFacts | None = None
+    runs: RunsFacts | None = None  # its device answers; None: no GPU rows
 
 
 def facts(ctx: Context) -> MixedPrecisionPage:
     found = ctx.rows.per_gpu(ACCUMULATION, DTYPES, SCRIPT)
     if not found:
-        return MixedPrecisionPage(None, {p: NOT_MEASURED for p in (ACCUMULATION, DTYPES)})
+        return MixedPrecisionPage({p: NOT_MEASURED for p in (ACCUMULATION, DTYPES)})
     device, rows = found[0]
     trends = [bf16_trend(e) for e in editions(rows)]
     head = next((t for t in reversed(trends) if t.best is not None), None)
@@ -156,6 +127,6 @@ def facts(ctx: Context) -> MixedPrecisionPage:
     scores = {ACCUMULATION: (acc, [b for b in rows if b.problem == ACCUMULATION]),
               DTYPES: (head or score_fb, of_edition(script, fb.edition) if score_fb else script)}
     return MixedPrecisionPage(
-        device, {p: Scored(Kind.MEASURED, device, newest_date(rs)) if ok else NOT_MEASURED
+        {p: Scored(Kind.MEASURED, device, newest_date(rs)) if ok else NOT_MEASURED
                  for p, (ok, rs) in scores.items()},
         acc, dtypes(rows), trends, head, fb, score_fb, RunsFacts.of(device, rows))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, TypeVar
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, View, group, stat_name, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, device_short
+from impl.report.templating import environment, macros
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.TRAINING_STEP,)
@@ -27,9 +29,8 @@ CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce
                 "fast+cudagraphs", "anchor"]
 OURS = ["fast", "fast+cudagraphs"]  # the all-speed-ups configs set against the anchor
 INLINE_ROWS = 20  # a longer ablation goes to a CSV, the page shows its grid
-ABLATION_HEADER = ["config", "size", "context", "step (ms)", "tokens/s", "MFU (datasheet)", "MFU (measured peak)",
-                   "vs bf16", "peak GiB", "first step (s)", "compile (s)", "new graphs", "OOM / not run", "run (UTC)",
-                   "commit"]
+WORDS = macros(f"{SLUG}.md.j2")  # the words drawn into the ablation figure
+ABLATION_HEADER = environment().get_template(f"{SLUG}.md.j2").module.ABLATION_HEADER  # the CSV's (and table's) columns
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,9 @@ class Step(View):
     tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
     mfu = property(lambda self: self.b.metric(Metric.MFU))
     mfu_measured = property(lambda self: self.b.metric(Metric.MFU_MEASURED_PEAK))
-    peak_bytes = property(lambda self: self.b.row.memory.peak_allocated)
     details = property(lambda self: self.b.details)
     datetime = property(lambda self: self.b.run.datetime)
     commit = property(lambda self: self.b.run.commit)
-    section = property(lambda self: self.b.run.section)
     peaks = property(lambda self: self.b.row.peaks)  # its run's measured matmul peak (MFU's), the datasheet's
 
     @property
@@ -120,15 +119,23 @@ def step(b: Bench) -> Step:
     return replace(c, context=int(c.context), settings=x, b=b)
 
 
+T = TypeVar("T")
+
+
+def newest(items: Iterable[T], key: Callable, rank: Callable) -> list[T]:
+    """Per key, the item of the highest rank (of equal ranks, the first), highest first: one selection for this
+    page's rows and memory_profiling's cases (it belongs in impl.report.rows, beside `group`)."""
+    out: dict = {}
+    for x in sorted(items, key=rank, reverse=True):
+        out.setdefault(key(x), x)
+    return list(out.values())
+
+
 def latest(every: list[Step]) -> list[Step]:
     """One row per (size, context, config): from the newest run that ran it (an OOM is a result), else the newest
     run's not-run row: a command cut at its time limit leaves rows "not run" that an earlier run measured."""
-    out, seen = [], set()
-    for s in sorted(every, key=lambda s: (s.status in (Status.MEASURED, Status.OOM), s.datetime), reverse=True):
-        if (s.size, s.context, s.config) not in seen:
-            seen.add((s.size, s.context, s.config))
-            out.append(s)
-    return out
+    return newest(every, lambda s: (s.size, s.context, s.config),
+                  lambda s: (s.status in (Status.MEASURED, Status.OOM), s.datetime))
 
 
 def ordered(steps: list[Step]) -> list[Step]:
@@ -163,27 +170,21 @@ def ablation_cells(s: Step, base: Step | None) -> list:
     d = s.details
     compiled = num(d.get("compile_s"), 2) if d.get("compiled_now") else "reused" if d.get("reused_graph") else "–"
     return [s.config, s.size, s.context, ms(s.step_s, s.std_s), num(s.tokens_per_s, 0), pct(s.mfu), pct(s.mfu_measured),
-            "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–", gib(s.peak_bytes),
-            num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.run, f"`{s.commit or '–'}`"]
+            "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–",
+            gib(s.b.row.memory.peak_allocated), num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.run, f"`{s.commit or '–'}`"]
 
 
 # ---- the tables of a device's section ------------------------------------------------------------
 
-@dataclass(frozen=True)
-class LegendRow:
-    config: str
-    sizes: list[tuple[str, list[int] | None]]  # each size, with its contexts where the config's others differ
-    settings: Settings
-
-
-def legend(d: list[Step]) -> list[LegendRow]:
-    """One row per config and settings: a config's rows can differ between sizes (a size measured with older
-    code), so each distinct settings gets a row with the sizes that ran it."""
+def legend(d: list[Step]) -> list[tuple[str, list[tuple[str, list[int] | None]], Settings]]:
+    """(config, its sizes, settings), one per config and settings: a config's rows can differ between sizes (a size
+    measured with older code), so each distinct settings gets a row with the sizes that ran it, each with its
+    contexts where the config's others differ."""
     by = group(sorted(ordered(d), key=lambda s: s.order[2]), lambda s: s.config)
 
     def contexts(rows, size, settings=None):
         return sorted({s.context for s in rows if s.size == size and settings in (None, s.settings)})
-    return [LegendRow(config, [(size, None if contexts(rows, size, x) == contexts(rows, size) else contexts(rows, size, x))
+    return [(config, [(size, None if contexts(rows, size, x) == contexts(rows, size) else contexts(rows, size, x))
                                for size in dict.fromkeys(s.size for s in rows if s.settings == x)], x)
             for config, rows in by.items() for x in dict.fromkeys(s.settings for s in rows)]
 
@@ -197,15 +198,6 @@ class RunRow:
     sections: list[str]
     matmul_peak: float | None
     rows: int
-
-
-@dataclass(frozen=True)
-class Versus:
-    """One of OURS beside the anchor of its (size, context): ours ÷ the anchor (noise_ratio)."""
-
-    ours: Step
-    anchor: Step
-    ratio: str
 
 
 def repeats(every: list[Step]) -> list[tuple[Step, float | None]]:
@@ -267,8 +259,8 @@ def _plot(d: list[Step], path) -> bool:
         cells = [next((s for s in g if s.config == cfg and s.ok), None) for g in gs.values()]
         ax.bar(x + (i - (len(configs) - 1) / 2) * width, [0.0 if r is None else float("nan") if r.tokens_per_s is None
                                                           else r.tokens_per_s for r in cells], width, label=cfg)
-    ax.set_xticks(x, labels=[f"{s} ctx {c}" for s, c in gs])
-    ax.set(ylabel="tokens/s (training step)", title="training_step: ablation (missing bar = OOM / not run)")
+    ax.set_xticks(x, labels=[WORDS.plot_tick(s, c) for s, c in gs])
+    ax.set(ylabel=WORDS.plot_y(), title=WORDS.plot_title())
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     figures.save(fig, path)
     return True
@@ -276,20 +268,19 @@ def _plot(d: list[Step], path) -> bool:
 
 @dataclass(frozen=True)
 class Section:
-    device: str
     rows: list[Step]  # each (size, context, config)'s newest row, newest runs first
     stat: str
     warmup: str
     rounds: str
-    legend: list[LegendRow]
+    legend: list[tuple[str, list[tuple[str, list[int] | None]], Settings]]  # (config, sizes, settings)
     ablation: list[list]  # ABLATION_HEADER's cells, in the page's order
     csv: str | None  # the ablation's CSV link where it is too long to show inline
     runs_table: list[RunRow]
-    versus: list[Versus]
+    versus: list[tuple[Step, Step, str]]  # (one of OURS, the anchor of its (size, context), noise_ratio of the two)
     repeats: list[tuple[Step, float | None]]
     figure: str | None
     time: TimeSection | None
-    runs: RunsFacts
+    runs: RunsFacts  # its device heads the section
 
     @property
     def peaks(self) -> Peaks | None:
@@ -308,17 +299,16 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     every = [step(b) for b in benches]
     d = latest(every)
     cells = [ablation_cells(s, next((x for x in g if x.config == "bf16"), None)) for g in groups(d).values() for s in g]
-    kept = {id(s) for s in d}
-    ran = [b for b, s in zip(benches, every) if id(s) in kept]
+    ran = [s.b for s in d]
     fig_name = f"{SLUG}-{device}-ablation.png"
     by_run = group(d, lambda s: s.run)
     return Section(
-        device, d, stat_name(ran), *timing_text(ran), legend(d), cells,
+        d, stat_name(ran), *timing_text(ran), legend(d), cells,
         write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) if len(cells) > INLINE_ROWS
         else None,
-        [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.section for s in g)),
+        [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.b.run.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
-        [Versus(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
+        [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
         repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
         RunsFacts.of(device, benches))
@@ -377,7 +367,6 @@ class TrainingStepPage(SourcedFromSections):  # its sources: its sections' run f
     pair: Pair | None
     sections: list[Section]
     index_figures: tuple[str, ...] = ()  # the first device's ablation figure
-    ablation_header = ABLATION_HEADER  # the CSV's columns, and the inline table's
     ours = OURS
 
     @property
@@ -386,7 +375,7 @@ class TrainingStepPage(SourcedFromSections):  # its sources: its sections' run f
             return {PROBLEM: NOT_MEASURED}
         s = self.sections[0]
         date = self.pair.ours.datetime[:10] if self.pair else max(x.datetime for x in s.rows)[:10]
-        return {PROBLEM: Scored(Kind.MEASURED, device_short(s.device), date)}
+        return {PROBLEM: Scored(Kind.MEASURED, device_short(s.runs.device), date)}
 
 
 def facts(ctx: Context) -> TrainingStepPage:
@@ -402,9 +391,7 @@ def facts(ctx: Context) -> TrainingStepPage:
     ours = [s for s in ok if s.config in OURS]
     mfu = next((k for k in ("mfu", "mfu_measured") if any(getattr(s, k) is not None for s in ours)), None)
     top = max((s for s in ours if getattr(s, mfu) is not None), key=lambda s: getattr(s, mfu)) if mfu else None
-    # the same-run pairs of ours and the anchor; the largest (size, context) answers
-    pairs = [(g[o], g["anchor"]) for g in by_config(ok) if "anchor" in g for o in OURS
-             if o in g and g[o].datetime == g["anchor"].datetime]
-    r, a = max(pairs, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context)) if pairs else (None, None)
-    return TrainingStepPage(True, _ablation(ok), top, Pair(r, a, vs(r, a, ""), len(pairs)) if pairs
-                            else None, sections, figs)
+    # the section's pairs of ours and the anchor that ran in the same run; the largest (size, context) answers
+    same = [(o, a) for o, a, _ in sections[0].versus if o.datetime == a.datetime]
+    o, a = max(same, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context), default=(None, None))
+    return TrainingStepPage(True, _ablation(ok), top, o and Pair(o, a, vs(o, a, ""), len(same)), sections, figs)
