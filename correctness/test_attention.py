@@ -1280,3 +1280,19 @@ def test_triton_gpu_autotuned_configs(dtype, variant):
     check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=options)
     check_against_reference(FlashAttentionTriton, q, k, v, do, True, options=options)
     assert flash_triton.autotune_enabled(options) and not flash_triton.autotune_enabled(OPTS)
+
+
+def test_a_half_launched_outside_torch_ops_runs_inside_an_op_the_profiler_sees():
+    """impl.attention._launched_as: under a profiler the half runs inside an op of its own, the op that
+    kernels launched from Python (the Gluon halves) are linked to; its result is the half's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from impl.attention import _launched_as
+
+    half = _launched_as("impl_flash::test_forward", lambda q, k: (q @ k.transpose(-1, -2), q.sum()))
+    q, k = torch.randn(2, 8, 4), torch.randn(2, 8, 4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out, _ = half(q, k)
+    torch.testing.assert_close(out, q @ k.transpose(-1, -2), rtol=0, atol=0)
+    ops = [e for e in prof.events() if e.name == "impl_flash::test_forward"]
+    assert len(ops) == 1 and ops[0].cpu_children, [e.name for e in prof.events()]

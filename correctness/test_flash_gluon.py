@@ -366,7 +366,9 @@ def test_gluon_attention_pairs_the_ws_forward_with_its_backward(name, monkeypatc
     import impl.attention as A
     from impl.attention.flash_torch import flash_forward_torch
 
-    assert A.attention_halves(name) == _gluon_halves()[name]
+    halves = A.attention_halves(name)
+    assert tuple(getattr(h, "half", h) for h in halves) == _gluon_halves()[name]
+    assert halves[0].op == f"impl_flash::{name}_forward"  # launched inside an op: the profiler links its kernels
     with pytest.raises(RuntimeError, match="flash_gluon_ws_forward runs on an sm_90 GPU"):
         A.attention_by_name(name)(*_qkv((1, 2, 40, 64)), True)
     monkeypatch.setattr(A, "attention_halves", lambda name: (flash_forward_torch, A.flash_backward))

@@ -11,6 +11,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from impl.runtime import launch_ctx
+
 from .backward_choice import choose_backward
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_options import FlashOptions, LaunchRecord, LaunchRecorder, default_options
@@ -93,6 +95,17 @@ _BY_NAME = {"naive": _naive, "flash_torch": _flash_torch, "flash_triton": _flash
 AttentionHalves = tuple[Callable[..., tuple], Callable[..., tuple]]
 
 
+def _launched_as(op: str, half: Callable[..., tuple]) -> Callable[..., tuple]:
+    """`half` inside impl.runtime.launch_ctx: the Gluon launchers call their kernels from Python outside
+    any torch op, so under a profiler the kernels had no launching op, fell out of the phase tables and
+    their time read as host gap (the 8B step's forward attention, ~0.48 s a step, until 2026-11-26)."""
+    def launched(q: torch.Tensor, *args, **kwargs):
+        with launch_ctx(q, op):
+            return half(q, *args, **kwargs)
+    launched.op, launched.half = op, half
+    return launched
+
+
 def attention_halves(name: str) -> AttentionHalves:
     """(forward, backward) of a FlashAttention implementation: "flash_torch", "flash_triton",
     "flash_gluon_ws" (issue 47 stage 2's warp-specialized Hopper forward with the Triton backward:
@@ -110,9 +123,11 @@ def attention_halves(name: str) -> AttentionHalves:
             raise ImportError(f"{name} needs triton, which failed to import: {_TRITON_ERROR}")
         from .flash_gluon_ws import flash_gluon_ws_forward  # late: Gluon, Hopper only
         if name == "flash_gluon_ws":
-            return flash_gluon_ws_forward, flash_triton.flash_attention_triton_backward
+            return _launched_as(f"impl_flash::{name}_forward", flash_gluon_ws_forward), \
+                flash_triton.flash_attention_triton_backward
         from .flash_gluon_bwd import flash_gluon_backward
-        return flash_gluon_ws_forward, flash_gluon_backward
+        return (_launched_as(f"impl_flash::{name}_forward", flash_gluon_ws_forward),
+                _launched_as(f"impl_flash::{name}_backward", flash_gluon_backward))
     raise ValueError(f"attention {name!r} has no separate forward and backward halves (o, lse); "
                      "expected 'flash_torch', 'flash_triton', 'flash_gluon_ws' or 'flash_gluon'")
 
