@@ -59,11 +59,18 @@ def test_step_loss_is_the_sum_of_per_token_cross_entropy():
 BF16_LOSS_TOL, BF16_UPDATE_TOL, BF16_ALL_UPDATES_TOL = 1e-3, 0.25, 0.1
 
 
+@pytest.mark.parametrize("residual", ["fp32", "bf16"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_bf16_step_follows_an_fp32_reference_step(device):
-    """On the GPU with our Triton FlashAttention and the AdamWMaster kernel, as the perf rows run."""
-    spec = SPEC if device == "cpu" else StepSpec(**{**SPEC.__dict__, "attn_impl": "flash_triton"})
+def test_bf16_step_follows_an_fp32_reference_step(device, residual):
+    """On the GPU with our Triton FlashAttention and the AdamWMaster kernel, as the perf rows run. With
+    residual "bf16" the embedding is bf16 through its master too, and every block reads a bf16 stream."""
+    spec = StepSpec(**{**SPEC.__dict__, "residual": residual,
+                       "attn_impl": "flash_torch" if device == "cpu" else "flash_triton"})
     built = build_step(spec, torch.device(device))
+    seen = set()
+    for block in built.model.layers:
+        block.register_forward_pre_hook(lambda m, args: seen.add(args[0].dtype))
+    assert built.model.token_embeddings.weight.dtype == (torch.float32 if residual == "fp32" else torch.bfloat16)
     init = master_weights(built)
     torch.manual_seed(0)  # build_step's seed: the same initial weights
     ref = TransformerLM(**SPEC.model, context_length=SPEC.context, attn_impl="naive", device=device)
@@ -83,6 +90,7 @@ def test_bf16_step_follows_an_fp32_reference_step(device):
         assert _rel(mine, theirs) < BF16_UPDATE_TOL, n
     joined = [torch.cat([u[i].flatten() for u in ups.values()]) for i in (0, 1)]
     assert _rel(*joined) < BF16_ALL_UPDATES_TOL
+    assert seen == {torch.float32 if residual == "fp32" else torch.bfloat16}
 
 
 @pytest.mark.parametrize("policy,k", [("every_k", 1), ("every_k", 2), ("nested", None), ("keep_attention", 0),
@@ -145,10 +153,12 @@ def test_two_ranks_equal_one_process_on_the_whole_batch(backend, grad_sync):
     changes the bf16 kernels' blocking, so every loss is held to the bf16 step bound, and bf16 weights
     are not compared bit for bit. Either gradient sync: all-reduced, or reduced to each owner only
     (then a rank holds only its own parameters' grads)."""
-    # on NCCL, reduce-to-owner runs as the fastest measured step does: NCCL's stream at high priority
+    # on NCCL, reduce-to-owner runs as the fastest measured step does: NCCL's stream at high priority;
+    # on gloo, with the bf16 residual stream (a bf16 embedding gradient in the bf16 buckets)
     hp = backend == "nccl" and grad_sync == "reduce_to_owner"
+    residual = "bf16" if backend == "gloo" and grad_sync == "reduce_to_owner" else "fp32"
     spec = StepSpec(**{**(SPEC if backend == "gloo" else GPU_SPEC).__dict__, "grad_sync": grad_sync,
-                       "nccl_high_priority": hp})
+                       "nccl_high_priority": hp, "residual": residual})
     with whole_gpus() if backend == "nccl" else nullcontext():
         results = launch(W.sharded_step_equivalence, 2, backend=backend, args=(spec, 2), timeout_s=600)
     assert all(r["own_group"] == hp for r in results)
@@ -196,6 +206,8 @@ def test_nccl_options_are_recorded_and_refused_off_nccl():
 def test_bad_input_is_refused_by_name():
     with pytest.raises(ValueError, match="StepSpec.allocator must be one of"):
         StepSpec(allocator="expandable")
+    with pytest.raises(ValueError, match=r"StepSpec.residual must be one of \('fp32', 'bf16'\), got 'fp16'"):
+        StepSpec(residual="fp16")
     for value in ("yes", 1, None):
         with pytest.raises(ValueError, match="StepSpec.nccl_high_priority must be a bool"):
             StepSpec(nccl_high_priority=value)
@@ -230,6 +242,10 @@ def test_bad_input_is_refused_by_name():
     x = torch.zeros(1, 8, dtype=torch.long)
     with pytest.raises(ValueError, match="reduction must be one of"):
         make_train_step(TrainConfig(loss="max"), model, x, x)
+    with pytest.raises(ValueError, match=r"unknown weights 'fp16'; expected one of \('fp32', 'bf16', 'bf16_residual'\)"):
+        make_train_step(TrainConfig(weights="fp16"), model, x, x)
+    with pytest.raises(ValueError, match="weights='bf16_residual' needs dtype='bf16'"):
+        make_train_step(TrainConfig(weights="bf16_residual"), model, x, x)
     with pytest.raises(ValueError, match="unknown grad_sync 'allreduce'"):
         make_train_step(TrainConfig(grad_sync="allreduce"), model, x, x)
     with pytest.raises(ValueError, match="runs eagerly"):

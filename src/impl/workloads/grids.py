@@ -390,7 +390,8 @@ class Leaderboard2026Grid(Rounds):
 @dataclass(frozen=True)
 class StepCandidate:
     """One way to run the two-GPU leaderboard step: impl.workloads.leaderboard_2026.StepSpec's
-    checkpointing, checkpoint_k, compile, attn_impl (None: the grid's), allocator, grad_sync and NCCL options."""
+    checkpointing, checkpoint_k, compile, attn_impl (None: the grid's), allocator, grad_sync, NCCL options
+    and residual dtype."""
 
     checkpointing: str
     k: int | None
@@ -400,6 +401,7 @@ class StepCandidate:
     grad_sync: str = "ddp_bucketed"
     nccl_high_priority: bool = False
     nccl_max_ctas: int | None = None
+    residual: str = "fp32"
 
     @property
     def id(self) -> str:  # the test id: "keep_attention-3", "keep_attention-3-pointwise-flash_gluon_ws"
@@ -408,7 +410,8 @@ class StepCandidate:
                         + [self.allocator] * (self.allocator != "default")
                         + [self.grad_sync] * (self.grad_sync != "ddp_bucketed")
                         + ["nccl_high_priority"] * self.nccl_high_priority
-                        + [f"nccl_max_ctas{self.nccl_max_ctas}"] * (self.nccl_max_ctas is not None))
+                        + [f"nccl_max_ctas{self.nccl_max_ctas}"] * (self.nccl_max_ctas is not None)
+                        + [f"residual_{self.residual}"] * (self.residual != "fp32"))
 
 
 @dataclass(frozen=True)

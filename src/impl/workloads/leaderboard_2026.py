@@ -33,7 +33,7 @@ from impl.workloads.rank_memory import Allocated
 from impl.runtime import free_memory, synchronize
 
 from impl.workloads.steps import GRAD_SYNCS as TRAIN_GRAD_SYNCS
-from impl.workloads.steps import TrainConfig, linear_weights, make_train_step, random_batch
+from impl.workloads.steps import TrainConfig, bf16_params, make_train_step, random_batch
 from impl.checkpointing import POLICIES, TAKES_K, apply_checkpointing
 from impl.model import ModelConfig, TransformerLM, model_config
 
@@ -54,6 +54,7 @@ GRAD_SYNCS = tuple(s for s in TRAIN_GRAD_SYNCS if s != "none")  # StepSpec.grad_
 # StepSpec.nccl_max_ctas's bound: a cap, so at most the channels NCCL uses on two NVLink GPUs; above its
 # MAXCHANNELS (32 or 64 by release) NCCL ignores the setting with a warning, and a row would claim a cap it never had
 MAX_NCCL_CTAS = 32
+RESIDUALS = ("fp32", "bf16")  # StepSpec.residual
 CLASS_BEST_STEP_S = 3.84
 CLASS_BEST_GPUS = 2
 CLASS_BEST_GPU = "B200"
@@ -82,6 +83,10 @@ class StepSpec:
     nccl_max_ctas  None, or at most this many CTAs (channels: one SM each) per collective (the
                    communicator's ncclConfig_t.maxCTAs, what NCCL_MAX_CTAS / NCCL_MAX_NCHANNELS set for a
                    whole process); 1..MAX_NCCL_CTAS
+    residual       "fp32": the token embedding stays fp32, so the residual stream is fp32 under autocast;
+                   "bf16": the embedding is bf16 through its master too, so the residual stream, the
+                   checkpoints' saved block inputs and their gradients are bf16 (TrainConfig.weights
+                   "bf16_residual")
     With either NCCL option, rank_setup runs the step on a process group of its own made with them
     (step_group): NCCL reads its options as it creates a communicator, and a worker's default group
     has had its communicator since it started. NCCL only (nccl_refusal).
@@ -99,6 +104,7 @@ class StepSpec:
     grad_sync: str = "ddp_bucketed"
     nccl_high_priority: bool = False
     nccl_max_ctas: int | None = None
+    residual: str = "fp32"
     lr: float = 1e-4
     weight_decay: float = 0.01
 
@@ -122,6 +128,8 @@ class StepSpec:
         if ctas is not None and (isinstance(ctas, bool) or not isinstance(ctas, int) or not 1 <= ctas <= MAX_NCCL_CTAS):
             raise ValueError(f"StepSpec.nccl_max_ctas must be None or an int in 1..{MAX_NCCL_CTAS} (NCCL's channels), "
                              f"got {ctas!r}")
+        if self.residual not in RESIDUALS:
+            raise ValueError(f"StepSpec.residual must be one of {RESIDUALS}, got {self.residual!r}")
         if self.checkpointing not in POLICIES:
             raise ValueError(f"StepSpec.checkpointing must be one of {POLICIES}, got {self.checkpointing!r}")
         k, least = self.checkpoint_k, TAKES_K.get(self.checkpointing)
@@ -149,9 +157,11 @@ class StepSpec:
         return base if self.num_layers is None else base.replace(num_layers=self.num_layers)
 
     def train_config(self, world_size: int) -> TrainConfig:
-        """The step as a TrainConfig: bf16 weights, fp32 masters, fused LM head + summed loss."""
+        """The step as a TrainConfig: bf16 weights (the embedding too for residual "bf16"), fp32 masters,
+        fused LM head + summed loss."""
         distributed = world_size > 1
-        return TrainConfig(dtype="bf16", weights="bf16", attn_impl=self.attn_impl, compile=self.compile,
+        weights = "bf16" if self.residual == "fp32" else "bf16_residual"
+        return TrainConfig(dtype="bf16", weights=weights, attn_impl=self.attn_impl, compile=self.compile,
                            optimizer="adamw_master_sharded" if distributed else "adamw_master",
                            fused_ce=True, loss="sum", grad_sync=self.grad_sync if distributed else "none")
 
@@ -225,7 +235,7 @@ def master_weights(built: LeaderboardStep) -> dict[str, torch.Tensor]:
     (all of them on one process, its own shard's on a rank of a sharded step), else the values."""
     opt = built.optimizer
     local = getattr(opt, "local_optimizer", opt)
-    bf16 = {id(p) for p in linear_weights(built.model)}
+    bf16 = {id(p) for p in bf16_params(built.model, built.spec.train_config(built.world_size).weights)}
     out = {}
     for name, p in built.model.named_parameters():
         has_master = id(p) in bf16 and "master_lo" in local.state.get(p, {})

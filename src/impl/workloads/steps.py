@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 
 from impl import accounting as acc
-from impl.model import AdamW, Linear, TransformerLM, cross_entropy
+from impl.model import AdamW, Embedding, Linear, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
 from impl.model.loss import check_reduction
 from impl.annotate import PHASES, annotate
@@ -271,7 +271,10 @@ class TrainConfig:
                weight gradients are bf16; each weight is the upper half of its fp32 master,
                whose lower half lives in the optimizer (impl.model.adamw_master). The
                embedding and the RMSNorm gains stay fp32, so the residual stream stays fp32 as
-               under plain autocast. Needs dtype "bf16" and an "adamw_master" optimizer
+               under plain autocast; "bf16_residual": the token embedding too (through its master
+               alike), so the residual stream and every activation between blocks is bf16 (the
+               RMSNorms still compute in fp32 and return bf16; the gains stay fp32). Both need
+               dtype "bf16" and an "adamw_master" optimizer
     attn_impl  any impl.attention name: "naive", "flash_triton" (FlashAttention-2), "sdpa", ...
     compile    "none"; "blocks": torch.compile of each TransformerBlock in place (regional: the
                blocks share one code object, so one block's graph is compiled and reused by every
@@ -403,13 +406,25 @@ def linear_weights(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [m.weight for m in model.modules() if isinstance(m, Linear)]
 
 
+WEIGHTS = ("fp32", "bf16", "bf16_residual")  # TrainConfig.weights
+
+
+def bf16_params(model: torch.nn.Module, weights: str) -> list[torch.nn.Parameter]:
+    """The parameters that TrainConfig.weights stores in bf16 (through fp32 masters)."""
+    if weights == "fp32":
+        return []
+    extra = [m.weight for m in model.modules() if isinstance(m, Embedding)] if weights == "bf16_residual" else []
+    return linear_weights(model) + extra
+
+
 def _check_weights(cfg: TrainConfig) -> None:
-    if cfg.weights not in ("fp32", "bf16"):
-        raise ValueError(f"unknown weights {cfg.weights!r}; expected fp32 or bf16")
-    if cfg.weights == "bf16" and cfg.dtype != "bf16":
-        raise ValueError(f"weights='bf16' needs dtype='bf16' (autocast), got dtype={cfg.dtype!r}")
-    if cfg.weights == "bf16" and not cfg.optimizer.startswith("adamw_master"):
-        raise ValueError(f"weights='bf16' needs an adamw_master optimizer (fp32 masters), got {cfg.optimizer!r}")
+    if cfg.weights not in WEIGHTS:
+        raise ValueError(f"unknown weights {cfg.weights!r}; expected one of {WEIGHTS}")
+    if cfg.weights != "fp32" and cfg.dtype != "bf16":
+        raise ValueError(f"weights={cfg.weights!r} needs dtype='bf16' (autocast), got dtype={cfg.dtype!r}")
+    if cfg.weights != "fp32" and not cfg.optimizer.startswith("adamw_master"):
+        raise ValueError(f"weights={cfg.weights!r} needs an adamw_master optimizer (fp32 masters), "
+                         f"got {cfg.optimizer!r}")
     check_reduction(cfg.loss)
     if cfg.grad_sync not in GRAD_SYNCS:
         raise ValueError(f"unknown grad_sync {cfg.grad_sync!r}; expected one of {GRAD_SYNCS}")
@@ -434,7 +449,7 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     dimension is dynamic in the compiled graphs (the blocks mark theirs; for the whole model, the
     token ids'), so a model of another context reuses them, provided its context_length (the
     RoPE tables' shape, a static graph input) is the same: build every context's model with the
-    largest one. For weights="bf16" the model's Linear weights become bf16 (the same Parameter
+    largest one. For weights="bf16" the model's Linear weights (and for "bf16_residual" its embedding) become bf16 (the same Parameter
     objects): the optimizer is built on the fp32 model and keeps each weight's fp32 value as
     its master before the cast rounds it (AdamWMaster.cast_params_). `group`: the process group of
     the data-parallel gradient sync and sharded optimizer (None: the default group)."""
@@ -442,8 +457,8 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     if model.config["attn_impl"] != cfg.attn_impl:
         model.set_attention(cfg.attn_impl)
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, group=group)
-    if cfg.weights == "bf16":
-        optimizer.cast_params_(linear_weights(model), torch.bfloat16)
+    if cfg.weights != "fp32":
+        optimizer.cast_params_(bf16_params(model, cfg.weights), torch.bfloat16)
     sync = None
     if cfg.grad_sync != "none":
         from impl.distributed.ddp import DDPBucketed, DDPReduceToOwner

@@ -476,7 +476,12 @@ _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "e
                # the two that helped (99ae8fa): NCCL's stream at high priority (6.06 against 6.16 s) and ZeRO-2's
                # 16 GiB spent on more plain blocks (k 7: 6.08 s at 117 GiB), together (`-k "reduce_to_owner and nccl_high_priority"`)
                *(StepCandidate("keep_attention", k, "pointwise", "flash_gluon", "expandable_segments",
-                               "reduce_to_owner", nccl_high_priority=True) for k in (8, 10)))
+                               "reduce_to_owner", nccl_high_priority=True) for k in (8, 10)),
+               # the winner (k 10: 5.85 s) with a bf16 residual stream (the embedding bf16 through its master):
+               # its 242 fp32 adds a step (220 ms) at half the bytes, no autocast casts of fp32 norm outputs,
+               # checkpointed blocks' saved inputs halved (room for two more plain blocks) (`-k residual_bf16`)
+               *(StepCandidate("keep_attention", k, "pointwise", "flash_gluon", "expandable_segments",
+                               "reduce_to_owner", nccl_high_priority=True, residual="bf16") for k in (10, 12)))
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
