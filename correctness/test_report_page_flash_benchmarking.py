@@ -150,9 +150,9 @@ def test_the_whole_grid_and_ours_over_each_anchor_of_one_run(tmp_path):
     (t,) = f.grid
     assert (t.dtype, t.mode, t.seqs) == ("bf16", "forward+backward", (1024, 8192, 16384))
     by = {(label, d): cells for label, d, cells in t.rows}
-    assert [c.ms for c in by[(IMPL_LABELS["flash_triton"], 64)]] == [pytest.approx(1.024), pytest.approx(8.192),
+    assert [c.value for c in by[(IMPL_LABELS["flash_triton"], 64)]] == [pytest.approx(1.024), pytest.approx(8.192),
                                                                      pytest.approx(16.384)]
-    assert [(c.ms, c.status) for c in by[(IMPL_LABELS["naive"], 16)]][2] == (None, "left out")
+    assert [(c.value, c.status) for c in by[(IMPL_LABELS["naive"], 16)]][2] == (None, "left out")
     assert by[(IMPL_LABELS["flash_triton_compiled_bwd"], 64)][2] is None  # no row at 16384
     sdpa, naive = f.ratios
     assert (sdpa.anchor, naive.anchor) == ("sdpa", "naive")

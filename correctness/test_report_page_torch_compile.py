@@ -81,7 +81,7 @@ def test_a_without_eager_in_its_run_shows_another_runs_eager_undivided(tmp_path)
     a = f.attention
     assert a.paired == () and a.eager_runs is not None and a.not_run_rows == 1
     assert a.rows[0].forward.eager.value == 4.0 and a.rows[0].forward.ratio is None
-    assert a.rows[1].forward.compiled.status is Status.OOM
+    assert a.rows[1].forward.compiled.status == "OOM"
     assert f.scores[P].kind is Kind.MEASURED and f.scores[P].date == "2026-12-02"
 
 
@@ -102,7 +102,7 @@ def test_b_tables_read_medians_first_calls_reused_graphs_and_budget_cuts(tmp_pat
     assert (small.size, small.context, small.modes[0].eager.value, small.modes[0].ratio) == ("small", 128, 0.02, 0.5)
     assert small.train_step == page.Times(None, None, None)  # no forward_backward rows to add the optimizer step to
     cut = m.rows[-1]
-    assert (cut.size, cut.context, cut.modes[0].compiled.status) == ("xl", 256, Status.LEFT_OUT_BY_BUDGET)
+    assert (cut.size, cut.context, cut.modes[0].compiled.status) == ("xl", 256, "left out (budget)")
     (c,) = m.compilations
     assert (c.size, c.graph, c.context, c.first_call_s, c.compile_s, c.reused_at, c.graph_breaks) == \
         ("small", "inference", 128, 10.0, 9.99, (256,), 0)

@@ -1,5 +1,5 @@
-"""The kernel rows of the FlashAttention pages, typed: their config view, labels, and ours ÷ an anchor of one
-run (impl.report.ratio). Times are pytest-benchmark medians (do_bench's in older files, impl.report.legacy)."""
+"""The kernel rows of the FlashAttention pages, typed: their config view, labels, table cells (the attention pages'
+too), and ours ÷ an anchor of one run (impl.report.ratio). Times are pytest-benchmark medians (do_bench's in older files, impl.report.legacy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +40,16 @@ def ran(b: Bench) -> bool:
 
 def status_label(b: Bench) -> str | None:  # None: it ran
     return None if ran(b) else STATUS_LABELS.get(b.status, b.status.value)
+
+
+@dataclass(frozen=True)
+class Cell:  # a table cell of one row: its value where it ran, else why not (STATUS_LABELS')
+    value: float | None
+    status: str | None = None  # None: it ran
+
+
+def cell(b: Bench | None, value) -> Cell | None:  # None without a row
+    return None if b is None else Cell(value(b)) if ran(b) else Cell(None, status_label(b))
 
 
 def median_ms(b: Bench) -> float:

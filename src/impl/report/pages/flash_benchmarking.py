@@ -8,8 +8,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, kernel,
-                                    median_ms, not_run, ran, status_label, timers)
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Cell, Kernel, best_anchor, cell, groups,
+                                    kernel, median_ms, not_run, ran, status_label, timers)
 from impl.report.markdown import num
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Scored
@@ -162,12 +162,6 @@ def drift(now_rows: list[Bench], before_rows: list[Bench]) -> list[Drift]:
 
 
 @dataclass(frozen=True)
-class Cell:  # one grid cell: its median, or why it did not run
-    ms: float | None
-    status: str | None  # STATUS_LABELS' (None: it ran)
-
-
-@dataclass(frozen=True)
 class GridTable:  # one dtype and pass of the grid: a row per implementation and d, a column per sequence
     dtype: str
     mode: str  # MODE_LABELS'
@@ -182,8 +176,7 @@ def grid(rows: list[Bench]) -> list[GridTable]:
                                    key=lambda kv: (DTYPE_ORDER.index(kv[0][0]), list(MODE_LABELS).index(kv[0][1]))):
         seqs = tuple(sorted({kernel(b).seq for b in g}))
         at = {(kernel(b).impl, kernel(b).d, kernel(b).seq): b for b in g}
-        table = [(IMPL_LABELS[i], d, tuple(None if (b := at.get((i, d, q))) is None else
-                                           Cell(median_ms(b) if ran(b) else None, status_label(b)) for q in seqs))
+        table = [(IMPL_LABELS[i], d, tuple(cell(at.get((i, d, q)), median_ms) for q in seqs))
                  for i in _impls(g) for d in sorted({kernel(b).d for b in g})
                  if any(kernel(b).impl == i and kernel(b).d == d for b in g)]
         out.append(GridTable(dtype, MODE_LABELS[mode], seqs, tuple(table)))

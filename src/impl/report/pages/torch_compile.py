@@ -10,7 +10,8 @@ from operator import attrgetter
 from impl.bench.row import Metric, Status
 from impl.model import size_rank
 from impl.report.pages import NOT_MEASURED, Context, Scored
-from impl.report.pages.pytorch_attention import Cell, before_backward, cell, median, not_run, passes, ran, shapes
+from impl.report.flash_rows import Cell, cell, not_run
+from impl.report.pages.pytorch_attention import before_backward, if_ran, median, passes, shapes
 from impl.report.ratio import Ratio, med, of_benches
 from impl.report.rows import Bench, View, group, of_newest_run, stat_name
 from impl.report.runs import RunsFacts
@@ -117,12 +118,12 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
         (cf, cb), (ef, eb) = passes(compiled, d, s), passes(eager, d, s)
         first = next(b for b in compiled if (_cfg(b).d_model, _cfg(b).seq) == (d, s)).details
         rows.append(AttentionRow(d, s, _pass(ef, cf), _pass(eb, cb), first.get("compile_forward_s"),
-                                 first.get("compile_backward_s"), ran(eb, before_backward), ran(cb, before_backward)))
+                                 first.get("compile_backward_s"), if_ran(eb, before_backward), if_ran(cb, before_backward)))
     ps = tuple(pairs(compiled, eager))
     paired = tuple(p for p in ps if p.ratio is not None)
     longest = tuple(p for p in paired if p.seq == max(q.seq for q in paired))
     values = [p.ratio.value for p in longest]
-    return AttentionFacts(ps, tuple(rows), _cfg(compiled[0]).backend, tuple(not_run(compiled)),
+    return AttentionFacts(ps, tuple(rows), _cfg(compiled[0]).backend, not_run(compiled),
                           sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
                           RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager),
                           paired, longest, (min(values), max(values)) if values else None)
