@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bench.row import Status
+from impl.report.ratio import Headline
 from impl.report.rows import Bench, View, group
+from impl.report.timer_probe import ProbeCheck, check, probe_of
 
 IMPL_LABELS = {"flash_triton": "ours (Triton fwd + Triton bwd)",
                "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
@@ -72,6 +74,12 @@ def best_anchor(rows: list[Bench]) -> Bench | None:  # the faster SDPA backend t
 
 def not_run(rows: list[Bench]) -> tuple[tuple[str, str], ...]:  # (status, reason) of each once, in row order
     return tuple(dict.fromkeys((status_label(b), b.row.reason) for b in rows if b.row.reason and not ran(b)))
+
+
+def probe_check(reports_dir, device: str, ours: Bench, h: Headline, mode: str) -> ProbeCheck | None:
+    """`h` beside the device's do_bench-against-events probe (impl.report.timer_probe), where it timed ours' shape."""
+    tp, c = probe_of(reports_dir, device), kernel(ours)
+    return check(tp, h, mode) if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
 
 
 def timers(rows: list[Bench]) -> tuple[str, ...]:  # the clocks: timing records', or older files' `timer` detail

@@ -8,11 +8,11 @@ import json
 from dataclasses import dataclass
 
 from impl.attention import default_options, flash_torch
-from impl.report.flash_rows import Kernel, kernel, median_ms, pick
+from impl.report.flash_rows import Kernel, kernel, pick, probe_check
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Headline, Ratio, headline, ratio, timers
 from impl.report.runs import files_of, newest_date
-from impl.report.timer_probe import ProbeCheck, check, probe_of
+from impl.report.timer_probe import ProbeCheck
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_FORWARD, P.FLASH_BACKWARD)
@@ -62,20 +62,15 @@ def _probe(ctx: Context) -> BackwardProbe | None:  # the first GPU device's
 class Anchor:  # ours against SDPA cuDNN at the leaderboard shape (one device's newest leaderboard rows)
     device: str  # the GPU's name
     date: str
-    forward_ms: float
     forward: Headline  # ours ÷ cuDNN forward: CUDA-event medians, do_bench beside (impl.report.ratio)
-    backward_ms: float | None = None  # forward+backward less the forward, of one run (CUDA-event medians)
-    cudnn_backward_ms: float | None = None
-    backward: Ratio | None = None  # ours ÷ cuDNN of those differences, each side's two spreads summed
+    # ours ÷ cuDNN of the backward, forward+backward less the forward of one run (CUDA-event medians; each side's
+    # spread the sum of its two rows')
+    backward: Ratio | None = None
     backward_do_bench: Ratio | None = None  # the same differences of do_bench's medians, beside (no verdict)
     forward_backward: Headline | None = None  # the forward+backward rows the backward is read from
     sources: tuple[str, ...] = ()  # the leaderboard run files it read
     kernel: Kernel | None = None  # ours' forward row: its dtype and shape (templates/_kernels.md.j2 words it)
     probe: ProbeCheck | None = None  # the forward beside the do_bench-against-events probe at this shape
-
-    @property
-    def forward_vs(self) -> Ratio:
-        return self.forward.ratio
 
 
 def _backward(ours, cudnn, ours2, cudnn2) -> dict:
@@ -87,7 +82,7 @@ def _backward(ours, cudnn, ours2, cudnn2) -> dict:
               for x, y in ((ours2, ours), (cudnn2, cudnn))]
     db = [None if None in (x.do_bench_s, y.do_bench_s) else x.do_bench_s - y.do_bench_s
           for x, y in ((t["o2"], t["o"]), (t["c2"], t["c"]))]
-    return dict(backward_ms=ob * 1e3, cudnn_backward_ms=cb * 1e3, backward=ratio(ob, cb, "cuDNN", *spread),
+    return dict(backward=ratio(ob, cb, "cuDNN", *spread),
                 backward_do_bench=ratio(*db, "cuDNN"), forward_backward=headline(ours2, cudnn2, "cuDNN"))
 
 
@@ -99,9 +94,9 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
         if ours and cudnn:
             back = _backward(ours, cudnn, ours2, cudnn2) if ours2 and cudnn2 else {}
             used, c = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None], kernel(ours)
-            h, tp = headline(ours, cudnn, "cuDNN"), probe_of(ctx.reports_dir, device)
-            pc = check(tp, h, "fwd") if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
-            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), h,
+            h = headline(ours, cudnn, "cuDNN")
+            pc = probe_check(ctx.reports_dir, device, ours, h, "fwd")
+            return Anchor(ours.row.env.device, newest_date(lb), h,
                           sources=tuple(files_of(used)) + ((pc.probe.path,) if pc else ()), kernel=c, probe=pc,
                           **back)
     return None
@@ -121,7 +116,7 @@ class FlashAttentionPage:
     def scores(self) -> dict[str, Scored]:  # answered from the code where no GPU row measures it
         a, code = self.anchor, Scored(Kind.CLOSED_FORM)
         fwd = code if a is None else Scored(Kind.MEASURED, a.device, a.date)
-        return {P.FLASH_FORWARD: fwd, P.FLASH_BACKWARD: fwd if a and a.backward_ms is not None else code}
+        return {P.FLASH_FORWARD: fwd, P.FLASH_BACKWARD: fwd if a and a.backward is not None else code}
 
 
 def facts(ctx: Context) -> FlashAttentionPage:

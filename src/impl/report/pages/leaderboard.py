@@ -9,13 +9,14 @@ from dataclasses import dataclass
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, kernel, median_ms, pick, status_label
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, kernel, pick,
+                                    probe_check, status_label)
 from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
 from impl.report.ratio import Headline, Timers, headline, timers
 from impl.report.rows import Bench, group
 from impl.report.runs import RunsFacts, files_of
-from impl.report.timer_probe import ProbeCheck, check, probe_of
+from impl.report.timer_probe import ProbeCheck
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.LEADERBOARD,)
@@ -48,14 +49,6 @@ class LeaderboardFacts:
     correctness: Correctness | None
     probe: ProbeCheck | None = None  # the do_bench-against-events probe at this shape (impl.report.timer_probe)
 
-    @property
-    def ours(self) -> Timers:
-        return self.headline.ours
-
-    @property
-    def cudnn(self) -> Timers:
-        return self.headline.anchor
-
 
 @dataclass(frozen=True)
 class Line:  # one newest row of the table
@@ -64,7 +57,6 @@ class Line:  # one newest row of the table
     compiled: bool  # ours under torch.compile
     mode: str  # MODE_LABELS'
     status: str | None  # why it did not run; None: it ran (the other figures are read only then)
-    ms: float | None
     timers: Timers | None  # its CUDA-event median and do_bench's, with the noise verdict (None: it did not run)
     tflops: float | None
     mfu: float | None
@@ -74,7 +66,7 @@ class Line:  # one newest row of the table
 def _line(b: Bench) -> Line:
     c, s, err = kernel(b), status_label(b), b.details.get("rel_err") or {}
     return Line(c.impl, IMPL_LABELS.get(c.impl, c.impl), bool(b.details.get("compiled")), MODE_LABELS[c.mode], s,
-                None if s else median_ms(b), None if s else timers(b), b.metric(Metric.TFLOPS),
+                None if s else timers(b), b.metric(Metric.TFLOPS),
                 b.metric(Metric.MFU), tuple(err.get(k) for k in ("out", "dq", "dk", "dv")))
 
 
@@ -170,8 +162,8 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         err, tol = ours.details.get("rel_err") or {}, ours.details.get("tol") or {}
         right = Correctness(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
                             ours.details.get("graph_breaks")) if err and tol else None
-        h, tp = headline(ours, cudnn, "SDPA cuDNN"), probe_of(ctx.reports_dir, device)
-        pc = check(tp, h, "fwd_bwd") if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
+        h = headline(ours, cudnn, "SDPA cuDNN")
+        pc = probe_check(ctx.reports_dir, device, ours, h, "fwd_bwd")
         answer = LeaderboardFacts(device, c, ours.run.when, ours.run.commit, h,
                                   ours.metric(Metric.MFU), cudnn.metric(Metric.MFU), right, pc)
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
