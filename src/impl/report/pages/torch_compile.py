@@ -12,7 +12,7 @@ from impl.model import size_rank
 from impl.report.pages import NOT_MEASURED, Context, Scored
 from impl.report.flash_rows import Cell, cell, not_run
 from impl.report.pages.pytorch_attention import before_backward, if_ran, median, passes, shapes
-from impl.report.ratio import Ratio, med, of_benches
+from impl.report.ratio import Ratio, med, of_benches, ratio
 from impl.report.rows import Bench, View, group, of_newest_run, stat_name
 from impl.report.runs import RunsFacts
 from impl.workloads.compiled import WHY
@@ -49,18 +49,10 @@ def same_run(a: Bench, b: Bench) -> bool:
 # ---- (a) compiled vs eager attention -------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Pair:
-    d: int
-    seq: int
-    mode: str
-    ratio: Ratio | None  # compiled ÷ eager; None: no eager row of the same run, or one did not run
-
-
-@dataclass(frozen=True)
 class Times:  # a configuration's eager and compiled cells (seconds)
     eager: Cell | None
     compiled: Cell | None
-    ratio: float | None  # compiled ÷ eager (below 1: compiled is faster); in (a), rows of one run only
+    ratio: Ratio | None  # compiled ÷ eager (below 1: compiled is faster); in (a), rows of one run, with the noise verdict
 
 
 @dataclass(frozen=True)
@@ -77,7 +69,7 @@ class AttentionRow:
 
 @dataclass(frozen=True)
 class AttentionFacts:
-    pairs: tuple[Pair, ...]  # every compiled row
+    compiled: int  # compiled rows (every status)
     rows: tuple[AttentionRow, ...]
     backend: str | None
     not_run: tuple  # (status, reason) of compiled rows that did not run
@@ -85,25 +77,24 @@ class AttentionFacts:
     compiled_runs: RunsFacts
     eager_runs: RunsFacts | None  # the eager rows' runs (another run's where not paired)
     runs: RunsFacts  # compiled and eager rows together
-    paired: tuple[Pair, ...]  # the pairs with a same-run ratio
-    longest: tuple[Pair, ...]  # those at the longest sequence paired
-    longest_range: tuple[float, float] | None  # their lowest and highest ratio
 
+    @property
+    def paired(self) -> list[tuple[int, Ratio]]:  # (seq, compiled ÷ eager) of each shape and pass with a same-run ratio
+        return [(r.seq, t.ratio) for r in self.rows for t in (r.forward, r.backward) if t.ratio is not None]
 
-def pairs(compiled: list[Bench], eager: list[Bench]) -> list[Pair]:
-    """Each compiled row with the eager row of the same run and shape, where there is one."""
-    key = lambda b: (_cfg(b).d_model, _cfg(b).seq, _cfg(b).mode)  # noqa: E731
-    out = []
-    for c in compiled:
-        e = next((e for e in eager if same_run(c, e) and key(e) == key(c)), None)
-        ok = e is not None and c.measured and e.measured
-        out.append(Pair(*key(c), of_benches(c, e, "eager") if ok else None))
-    return out
+    @property
+    def longest(self) -> list[tuple[int, Ratio]]:  # those at the longest sequence paired
+        return [p for p in self.paired if p[0] == max(q for q, _ in self.paired)]
+
+    @property
+    def longest_range(self) -> tuple[float, float] | None:  # their lowest and highest ratio
+        values = [r.value for _, r in self.longest]
+        return (min(values), max(values)) if values else None
 
 
 def _pass(e: Bench | None, c: Bench | None) -> Times:
     ok = e is not None and c is not None and e.measured and c.measured and same_run(e, c)
-    return Times(cell(e, median), cell(c, median), c.stats.median / e.stats.median if ok else None)
+    return Times(cell(e, median), cell(c, median), of_benches(c, e, "eager") if ok else None)
 
 
 def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) -> AttentionFacts:
@@ -119,14 +110,9 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
         first = next(b for b in compiled if (_cfg(b).d_model, _cfg(b).seq) == (d, s)).details
         rows.append(AttentionRow(d, s, _pass(ef, cf), _pass(eb, cb), first.get("compile_forward_s"),
                                  first.get("compile_backward_s"), if_ran(eb, before_backward), if_ran(cb, before_backward)))
-    ps = tuple(pairs(compiled, eager))
-    paired = tuple(p for p in ps if p.ratio is not None)
-    longest = tuple(p for p in paired if p.seq == max(q.seq for q in paired))
-    values = [p.ratio.value for p in longest]
-    return AttentionFacts(ps, tuple(rows), _cfg(compiled[0]).backend, not_run(compiled),
+    return AttentionFacts(len(compiled), tuple(rows), _cfg(compiled[0]).backend, not_run(compiled),
                           sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
-                          RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager),
-                          paired, longest, (min(values), max(values)) if values else None)
+                          RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager))
 
 
 # ---- (b) compiled model vs eager -------------------------------------------------------------------
@@ -174,8 +160,7 @@ def mode_ratios(rows: list[Bench]) -> list[ModeRatios]:
 
 
 def _times(eager: Cell | None, compiled: Cell | None) -> Times:
-    e, c = (x.value if x else None for x in (eager, compiled))
-    return Times(eager, compiled, c / e if e and c is not None else None)
+    return Times(eager, compiled, ratio(*(x.value if x else None for x in (compiled, eager))))
 
 
 def _cells(eager: Bench | None, compiled: Bench | None) -> Times:
