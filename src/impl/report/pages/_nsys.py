@@ -254,10 +254,6 @@ def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: s
                         tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None, step)
 
 
-__all__ = ["COMPLETE_SHARE", "LAUNCH_GAP_MS", "CollectiveKernels", "Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
-           "step_timeline"]
-
-
 # The phases a distributed step's ranks mark (impl.nsys.workloads), in step order.
 STEP_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
 

@@ -13,7 +13,7 @@ from impl.model import SizeRef, size_rank
 from impl.nsys.tables import read_kernel_summary, read_nvtx_kernels, read_nvtx_summary
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import Filed, newest_with
-from impl.report.rows import Bench, SizedView, stat_name
+from impl.report.rows import Bench, SizedView, group, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.kernels import attention_part_flops, classify_kernel
 from impl.workloads.problems import Problem as P
@@ -142,7 +142,6 @@ class NsysRow:
     # (c)'s kernels by the readable handle the torch.profiler tables use (Kernel.op)
     non_matmul_ops = property(lambda self: [(Kernel(n, classify_kernel(n), sh, c).op, sh, c)
                                             for n, sh, c in self.non_matmul])
-    softmax_per_flop = property(lambda self: None if self.softmax_time is None else self.softmax_time / self.softmax_flops)
 
 
 def nsys_row(filed: Filed, case) -> NsysRow | None:
@@ -154,11 +153,8 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
     steps = int(a.get("steps") or 2)
     fwd = [k for k in nk if k.range == "forward"]
     fwd_total = sum(k.time.total_ns for k in fwd)
-    by_kernel: dict[str, list] = {}
-    for k in fwd:
-        by_kernel.setdefault(k.kernel, []).append(k)
     ranked = sorted(((sum(x.time.total_ns for x in v), sum(x.kernel_instances for x in v), n)
-                     for n, v in by_kernel.items()), reverse=True)
+                     for n, v in group(fwd, lambda k: k.kernel).items()), reverse=True)
     fwd_range = next((r for r in nsum if r.name == "forward"), None)
     ref = SizeRef(str(a["edition"]), str(a["size"]))
     cfg = ref.config
@@ -195,9 +191,6 @@ class NsysTables:
         # the three tables of every case, named once by their pattern
         return [f"{self.filed.rel}/manifest.json",
                 f"{self.filed.rel}/tables/nsys_profile_*_{{cuda_gpu_kern_sum,nvtx_sum,nvtx_kern_sum}}.csv"]
-
-    def edition(self, e: str) -> list[NsysRow]:
-        return [r for r in self.rows if r.edition == e]
 
     editions = property(lambda self: list(dict.fromkeys(r.edition for r in self.rows)))
 
