@@ -34,7 +34,7 @@ def test_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path
     older = _run("2026-03-01T00:00:00", 6.0, 4.0, commit="aaaaaaaa")
     f = page.facts(context(_run("2026-03-02T00:00:00", 5.0, 4.0, commit="bbbbbbbb"), tmp_path, history=older))
     a = f.answer
-    assert (a.commit, a.headline.ours.event_s, a.headline.anchor.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
+    assert (a.ours.run.commit, a.headline.ours.event_s, a.headline.anchor.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
     assert a.kernel == Kernel("flash_triton", "fwd_bwd", "bf16", 64, 16384, 1, 16, True)  # the shape the page names
     assert a.headline.timer == "CUDA-event medians" and a.headline.do_bench is None  # no do_bench in these rows
     assert (round(a.headline.ratio.value, 3), a.headline.ratio.verdict) == (1.25, "slower")

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, kernel, pick,
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, pick,
                                     probe_check, status_label)
 from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
-from impl.report.ratio import Headline, Timers, headline, timers
+from impl.report.ratio import Headline, headline, timers
 from impl.report.rows import Bench, group
 from impl.report.runs import RunsFacts, files_of
 from impl.report.timer_probe import ProbeCheck
@@ -36,38 +36,37 @@ class Correctness:
     def passes(self) -> bool:
         return self.err_out <= self.tol_out and self.err_grad <= self.tol_grad
 
+    @classmethod
+    def of(cls, b: Bench) -> Correctness | None:  # ours' row's relative errors against the test's tolerances
+        err, tol = b.details.get("rel_err") or {}, b.details.get("tol") or {}
+        return cls(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
+                   b.details.get("graph_breaks")) if err and tol else None
+
 
 @dataclass(frozen=True)
-class LeaderboardFacts:
+class LeaderboardFacts:  # ours and cuDNN forward+backward of the device's newest run (their run, metrics: the rows')
     device: str
-    kernel: Kernel  # the shape (dtype, causal, batch, heads, seq, d) of ours' forward+backward row
-    when: str  # the run's UTC time
-    commit: str
+    ours: Bench
+    cudnn: Bench
     headline: Headline  # ours ÷ cuDNN of the CUDA-event medians, do_bench beside (impl.report.ratio)
-    ours_mfu: float | None  # against the datasheet peak, from the event medians
-    cudnn_mfu: float | None
-    correctness: Correctness | None
     probe: ProbeCheck | None = None  # the do_bench-against-events probe at this shape (impl.report.timer_probe)
 
+    kernel = property(lambda self: kernel(self.ours))  # the shape (dtype, causal, batch, heads, seq, d)
+    correctness = property(lambda self: Correctness.of(self.ours))
+
 
 @dataclass(frozen=True)
-class Line:  # one newest row of the table
-    impl: str
-    label: str  # IMPL_LABELS'
-    compiled: bool  # ours under torch.compile
-    mode: str  # MODE_LABELS'
-    status: str | None  # why it did not run; None: it ran (the other figures are read only then)
-    timers: Timers | None  # its CUDA-event median and do_bench's, with the noise verdict (None: it did not run)
-    tflops: float | None
-    mfu: float | None
-    errors: tuple[float | None, ...]  # relative errors of O, dQ, dK, dV
+class Line:  # one newest row of the table (the template reads its metrics and details)
+    b: Bench
 
-
-def _line(b: Bench) -> Line:
-    c, s, err = kernel(b), status_label(b), b.details.get("rel_err") or {}
-    return Line(c.impl, IMPL_LABELS.get(c.impl, c.impl), bool(b.details.get("compiled")), MODE_LABELS[c.mode], s,
-                None if s else timers(b), b.metric(Metric.TFLOPS),
-                b.metric(Metric.MFU), tuple(err.get(k) for k in ("out", "dq", "dk", "dv")))
+    impl = property(lambda self: kernel(self.b).impl)
+    label = property(lambda self: IMPL_LABELS.get(self.impl, self.impl))
+    mode = property(lambda self: MODE_LABELS[kernel(self.b).mode])
+    status = property(lambda self: status_label(self.b))  # why it did not run; None: it ran
+    # its CUDA-event median and do_bench's, with the noise verdict (None: it did not run)
+    timers = property(lambda self: None if self.status else timers(self.b))
+    errors = property(lambda self: tuple((self.b.details.get("rel_err") or {}).get(k)  # of O, dQ, dK, dV
+                                         for k in ("out", "dq", "dk", "dv")))
 
 
 def short_config(text) -> str:
@@ -158,18 +157,13 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         ours, cudnn = (pick(lb, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
         if ours is None or cudnn is None:
             continue
-        c = kernel(ours)
-        err, tol = ours.details.get("rel_err") or {}, ours.details.get("tol") or {}
-        right = Correctness(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
-                            ours.details.get("graph_breaks")) if err and tol else None
         h = headline(ours, cudnn, "SDPA cuDNN")
         pc = probe_check(ctx.reports_dir, device, ours, h, "fwd_bwd")
-        answer = LeaderboardFacts(device, c, ours.run.when, ours.run.commit, h,
-                                  ours.metric(Metric.MFU), cudnn.metric(Metric.MFU), right, pc)
+        answer = LeaderboardFacts(device, ours, cudnn, h, pc)
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
         _plot(vs := versions(rows), png)
-        return LeaderboardPage(answer, tuple(map(_line, lb)), RunsFacts.of(device, lb), tuple(vs),
+        return LeaderboardPage(answer, tuple(map(Line, lb)), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
                                tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ours.row.env.device, rel)
     return LeaderboardPage(None)
