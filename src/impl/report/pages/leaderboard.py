@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, pick,
-                                    probe_check, status_label)
+from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, pick, probe_check, status_label
 from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
 from impl.report.ratio import Headline, headline, timers

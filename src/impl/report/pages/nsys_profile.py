@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from impl.bench.row import Status
 from impl.model import SizeRef, size_rank
+from impl.nsys.outputs import CaseRecord
 from impl.nsys.tables import read_kernel_summary, read_nvtx_kernels, read_nvtx_summary
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import Filed, newest_with
@@ -184,7 +185,7 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
 class NsysTables:
     filed: Filed
     rows: tuple[NsysRow, ...]  # 2026 first, then by size and context
-    not_profiled: tuple[tuple[str, str], ...]  # (case, status: reason)
+    not_profiled: tuple[CaseRecord, ...]  # the filed cases without a profile or its tables
 
     @property
     def sources(self) -> list[str]:
@@ -214,14 +215,8 @@ def nsys_tables(ctx: Context) -> NsysTables | None:
     filed = newest_with(ctx.reports_dir, "nsys_profile")
     if filed is None:
         return None
-    rows, skipped = [], []
-    for c in filed.cases("nsys_profile"):
-        r = nsys_row(filed, c)
-        if r is None:
-            skipped.append((c.name, f"{c.status}: {c.message or 'no tables'}"))
-        else:
-            rows.append(r)
-    return NsysTables(filed, tuple(rows), tuple(skipped))
+    rows = [(c, nsys_row(filed, c)) for c in filed.cases("nsys_profile")]
+    return NsysTables(filed, tuple(r for _, r in rows if r), tuple(c for c, r in rows if r is None))
 
 
 @dataclass(frozen=True)
