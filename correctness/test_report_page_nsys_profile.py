@@ -121,7 +121,7 @@ def test_the_table_names_oom_and_fallback_rows_and_the_middle_configs_kernels(tm
     assert t.rows[3].profiled == "forward_backward" and t.rows[4].n is None and t.stat == "median"
     assert (t.profiles("steps_profiled"), t.profiles("warmup_steps"), sum(t.profiles("parse_s")),
             t.detail("artifact")) == ([2] * 4, [1] * 4, 2.0, "nsys_small.trace.json.gz")
-    k = t.kernels
+    k = t.middle
     assert (k.size, k.context) == ("large", 128)  # the middle of the four profiled configs
     assert [(p, len(rows)) for p, rows in k.phases] == [("forward", 4), ("forward+backward", 8)]
     assert [x.category for x in k.non_matmul.kernels] == ["softmax"]

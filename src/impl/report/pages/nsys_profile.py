@@ -103,8 +103,8 @@ class Case:
 
     @property
     def phases(self) -> list[tuple[str, list[Kernel]]]:  # (phase, its top rows) of PHASES that have rows
-        return [(p, [_kernel(r) for r in self.n["tables"][p][:TOP_KERNELS]]) for p in PHASES if self.n["tables"].get(p)]
-
+        tables = self.n["tables"]
+        return [(p, [_kernel(r) for r in tables[p][:TOP_KERNELS]]) for p in PHASES if tables.get(p)]
 
 
 # ---- (a)-(e) from Nsight Systems' own tables ------------------------------------------------------------------
@@ -232,12 +232,12 @@ class NsysPage(SourcedFromRuns):
     answer26 = property(lambda self: sorted((c for c in self.cases if c.n), key=_by_context))
     edition = property(lambda self: _cfg(self.rows[0].b).edition or "2025")  # the answer's
     stat = property(lambda self: stat_name(c.b for c in self.rows))  # what the Python timer shows
-    kernels = property(lambda self: self.answer[len(self.answer) // 2])  # the middle profiled config's tables
+    middle = property(lambda self: self.answer[len(self.answer) // 2])  # the profiled config whose tables are shown
 
     def profiles(self, key: str) -> list:  # the answer's profiles' values of `key`, where they have one
         return [c.n[key] for c in self.answer if c.n.get(key) is not None]
 
-    def detail(self, key: str):  # the first of the answer's rows that has details[key] (the kept Chrome trace)
+    def detail(self, key: str):  # details[key] of the first of `rows` that has it (the kept Chrome trace)
         return next((c.b.details[key] for c in self.rows if c.b.details.get(key)), None)
 
     @property
