@@ -129,10 +129,9 @@ def odd(rows: list[Bench]) -> list[Odd]:
     out = []
     for (impl, *_, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
         b, e = map({kernel(b).mode: b for b in g}.get, ("bwd", "fwd_bwd"))
-        if b and e and b.stats.median > e.stats.median:
-            noise = None not in (sb := b.spread, se := e.spread) and b.stats.median - sb <= e.stats.median + se
-            out.append(Odd(IMPL_LABELS[impl], kernel(b), median_ms(b), median_ms(e),
-                           "host-bound" if seq <= SHORT_SEQ else "within noise" if noise else "unexplained"))
+        if b and e and b.stats.median > e.stats.median:  # within noise: impl.report.ratio's rule
+            out.append(Odd(IMPL_LABELS[impl], kernel(b), median_ms(b), median_ms(e), "host-bound" if seq <= SHORT_SEQ
+                           else "within noise" if of_benches(b, e).noise else "unexplained"))
     return out
 
 
