@@ -1,5 +1,6 @@
 """flash_benchmarking: ours against naive attention and the SDPA backends on the first GPU device with rows, and its
-newest run against the previous saved one. Every ratio divides rows of one run."""
+newest run against the previous saved one. Every ratio divides rows of one run. Tables and sections go by dtype
+in name order (bf16, fp16, fp32), the order flash_rows.groups sorts its keys in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,9 +23,6 @@ PROBLEMS = (P.FLASH_BENCHMARKING,)
 PROBLEM = P.FLASH_BENCHMARKING
 SHORT_SEQ = 4096  # up to this length a call is host-bound (NOTES.md): its times follow the host, not the kernels
 DRIFT_BAND = 1.05  # a version changed only beyond this factor on the anchors' own change (the machine's drift)
-
-
-# dtypes sort by name (bf16, fp16, fp32), as groups() sorts its keys
 
 
 def _impls(rows: list[Bench]) -> list[str]:  # those present, in IMPL_LABELS' order
