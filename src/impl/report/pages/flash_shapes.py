@@ -132,7 +132,6 @@ class FlashShapesPage:
     budget: int = 0  # rows left out by the file's time budget
     budget_reason: str | None = None
     ratios: tuple[float, ...] = ()  # ours eager ÷ the faster anchor per measured shape-pass, ascending
-    median: float | None = None  # theirs
     timers: tuple[str, ...] = ()
     runs: RunsFacts | None = None
     summary: tuple[Summary, ...] = ()
@@ -141,6 +140,8 @@ class FlashShapesPage:
     not_run: tuple[tuple[str, str], ...] = ()  # (status, reason), each once
     host: HostCost | None = None
     sources: tuple[str, ...] = ()
+
+    median = property(lambda self: med(self.ratios))  # of ours eager ÷ the faster anchor
 
     @property
     def scores(self) -> dict[str, Scored]:  # rows without a shape of both ours and an anchor leave it unanswered
@@ -155,7 +156,7 @@ def facts(ctx: Context) -> FlashShapesPage:
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{device}")
         return FlashShapesPage(
             device=device, gpu=fs[0].row.env.device, measured=sum(ran(b) for b in fs),
-            budget=len(cut), budget_reason=cut[0].row.reason if cut else None, ratios=ratios, median=med(ratios),
+            budget=len(cut), budget_reason=cut[0].row.reason if cut else None, ratios=ratios,
             timers=timers(fs), runs=RunsFacts.of(device, fs), summary=tuple(summary(cells)),
             grid_link=write_table_csv(ctx.reports_dir, f"flash_shapes-{device}", GRID_COLUMNS,
                                       [r.cells() for r in cells]),

@@ -239,7 +239,6 @@ class ModelFacts:
     timed_train_step: bool  # the rows have timed training steps (mode train_step); else the column is derived
     optimizer: tuple[tuple[str, Times], ...]  # (size, its optimizer step)
     compiled_what: str | None  # the row's record of what was compiled (regional); None: the whole model
-    why: str  # the code's reason (an older run's stored copy typed its compile times)
     stat: str  # what the times are (rows.stat_name)
     compilations: tuple[Compilation, ...]
     left_out: tuple[LeftOut, ...]
@@ -248,6 +247,7 @@ class ModelFacts:
     runs: RunsFacts
     oom: tuple[OutOfMemory, ...] = ()
     device_bytes: int | None = None  # the GPU's memory (the rows' environment)
+    why = WHY  # the code's reason, never a stored copy (an older run's typed its compile times)
 
 
 def _compilation(b: Bench, rows: list[Bench]) -> Compilation:
@@ -282,7 +282,7 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
     compilations = [_compilation(b, ordered) for b in ordered
                     if _cfg(b).impl == "compiled" and b.details.get("compiled_now")]
     optimizer = tuple((s, _cells(o.get("eager"), o.get("compiled"))) for s, o in opt.items())
-    return ModelFacts(modes, tuple(table), timed, optimizer, what, WHY, stat_name(ordered), tuple(compilations),
+    return ModelFacts(modes, tuple(table), timed, optimizer, what, stat_name(ordered), tuple(compilations),
                       tuple(left_out), tuple((r, tuple(xs)) for r, xs in group(left_out, lambda x: x.reason).items()),
                       tuple(mode_ratios(rows)), RunsFacts.of(device, rows), tuple(out_of_memory(ordered)),
                       next((b.row.env.gpu_memory_bytes for b in ordered if b.row.env.gpu_memory_bytes), None))
