@@ -39,7 +39,7 @@ def test_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path
     assert a.headline.timer == "CUDA-event medians" and a.headline.do_bench is None  # no do_bench in these rows
     assert (round(a.headline.ratio.value, 3), a.headline.ratio.verdict) == (1.25, "slower")
     assert a.correctness.passes and a.correctness.err_grad == 2e-3
-    assert [(v.commit, round(v.over_cudnn, 2)) for v in f.versions] == [("aaaaaaaa", 1.5), ("bbbbbbbb", 1.25)]
+    assert [(v.run.commit, round(v.over_cudnn, 2)) for v in f.versions] == [("aaaaaaaa", 1.5), ("bbbbbbbb", 1.25)]
     assert f.versions[0].picks == (("fwd", "64×128 w4 s3"), ("bwd", "two_pass"))
     assert f.noise == (1.25, 1.5, 2)
     assert f.index_figures == (f.figure,) == (f"figures/leaderboard-{DEV}.png",) and (tmp_path / f.figure).exists()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from impl.bench.row import Metric
 from impl.report import figures
 from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, pick, probe_check, status_label
 from impl.report.output import figure_path
@@ -77,45 +76,37 @@ def short_config(text) -> str:
 
 
 @dataclass(frozen=True)
-class Version:  # one stored run: ours and cuDNN forward+backward of the same run
-    when: str  # UTC, "YYYY-MM-DD HH:MM"
-    commit: str
-    legacy: bool  # the older format: its medians are do_bench's
-    ours_s: float
-    ours_mfu: float | None
-    cudnn_s: float | None
-    cudnn_mfu: float | None
-    picks: tuple[tuple[str, str], ...]  # the autotuner's (kernel, short config) of ours
+class Version:  # one stored run: ours' and cuDNN's forward+backward rows of it
+    ours: Bench
+    cudnn: Bench | None
+
+    run = property(lambda self: self.ours.run)  # its UTC time, commit, format (older: the medians are do_bench's)
+    ours_s = property(lambda self: self.ours.stats.median)
+    cudnn_s = property(lambda self: self.cudnn and self.cudnn.stats.median)
+    over_cudnn = property(lambda self: None if self.cudnn_s is None else self.ours_s / self.cudnn_s)
 
     @property
-    def over_cudnn(self) -> float | None:
-        return None if self.cudnn_s is None else self.ours_s / self.cudnn_s
+    def picks(self) -> tuple[tuple[str, str], ...]:  # the autotuner's (kernel, short config) of ours
+        return tuple((k, short_config(c)) for k, c in (self.ours.details.get("tuned_configs") or {}).items())
 
 
 def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran, oldest first
     runs = group(rows, lambda b: (b.run.datetime, b.run.commit))
-    out = []
-    for (_, commit), g in sorted(runs.items()):
-        ours, cudnn = (pick(g, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
-        if ours is not None:
-            picks = tuple((k, short_config(c)) for k, c in (ours.details.get("tuned_configs") or {}).items())
-            out.append(Version(g[0].run.when, commit, g[0].run.legacy, ours.stats.median,
-                               ours.metric(Metric.MFU), cudnn and cudnn.stats.median,
-                               cudnn and cudnn.metric(Metric.MFU), picks))
-    return out
+    return [Version(o, pick(g, impl=ANCHOR, mode="fwd_bwd")) for _, g in sorted(runs.items(), key=lambda kv: kv[0])
+            if (o := pick(g, impl=OURS, mode="fwd_bwd")) is not None]
 
 
 def _plot(vs: list[Version], path) -> None:
     fig, ax = figures.new(figsize=(8, 4.2))
     for impl, label, times in ((OURS, "ours: torch.compile(FlashAttentionTriton.apply)", [v.ours_s for v in vs]),
                                (ANCHOR, IMPL_LABELS[ANCHOR], [v.cudnn_s for v in vs])):
-        pts = [(i, s * 1e3, v.legacy) for i, (v, s) in enumerate(zip(vs, times)) if s is not None]
+        pts = [(i, s * 1e3, v.run.legacy) for i, (v, s) in enumerate(zip(vs, times)) if s is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=IMPL_COLORS[impl], label=label, lw=1.2)
         for legacy, marker in ((True, "o"), (False, "s")):  # open: the older format's do_bench median
             sel = [p for p in pts if p[2] == legacy]
             ax.plot([p[0] for p in sel], [p[1] for p in sel], marker, color=IMPL_COLORS[impl], ms=5,
                     mfc="none" if legacy else IMPL_COLORS[impl])
-    ax.set_xticks(list(range(len(vs))), [f"{v.when[5:]}\n{v.commit}" for v in vs], fontsize=7, rotation=30,
+    ax.set_xticks(list(range(len(vs))), [f"{v.run.when[5:]}\n{v.run.commit}" for v in vs], fontsize=7, rotation=30,
                   ha="right")
     ax.set(ylabel="forward+backward (ms, median)", title="leaderboard: every stored run (open marker: do_bench median, "
                                                           "older format; filled: CUDA-event median)")
@@ -142,7 +133,7 @@ class LeaderboardPage:
 
     @property
     def noise(self) -> tuple[float, float, int] | None:  # (lowest, highest ours/cuDNN, runs) of the newer format
-        rs = [v.over_cudnn for v in self.versions if not v.legacy and v.cudnn_s is not None]
+        rs = [v.over_cudnn for v in self.versions if not v.run.legacy and v.cudnn_s is not None]
         return (min(rs), max(rs), len(rs)) if len(rs) > 1 else None
 
     @property
