@@ -52,7 +52,7 @@ def same_run(a: Bench, b: Bench) -> bool:
 class Times:  # a configuration's eager and compiled cells (seconds)
     eager: Cell | None
     compiled: Cell | None
-    ratio: Ratio | None  # compiled ÷ eager (below 1: compiled is faster); in (a), rows of one run, with the noise verdict
+    ratio: Ratio | None  # compiled ÷ eager (below 1: compiled is faster); in (a) of one run's rows, noise judged
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class AttentionFacts:
     runs: RunsFacts  # compiled and eager rows together
 
     @property
-    def paired(self) -> list[tuple[int, Ratio]]:  # (seq, compiled ÷ eager) of each shape and pass with a same-run ratio
+    def paired(self) -> list[tuple[int, Ratio]]:  # (seq, compiled ÷ eager) of each shape and pass paired in one run
         return [(r.seq, t.ratio) for r in self.rows for t in (r.forward, r.backward) if t.ratio is not None]
 
     @property
@@ -109,7 +109,8 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
         (cf, cb), (ef, eb) = passes(compiled, d, s), passes(eager, d, s)
         first = next(b for b in compiled if (_cfg(b).d_model, _cfg(b).seq) == (d, s)).details
         rows.append(AttentionRow(d, s, _pass(ef, cf), _pass(eb, cb), first.get("compile_forward_s"),
-                                 first.get("compile_backward_s"), if_ran(eb, before_backward), if_ran(cb, before_backward)))
+                                 first.get("compile_backward_s"), if_ran(eb, before_backward),
+                                 if_ran(cb, before_backward)))
     return AttentionFacts(len(compiled), tuple(rows), _cfg(compiled[0]).backend, not_run(compiled),
                           sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
                           RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager))
