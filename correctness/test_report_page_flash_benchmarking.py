@@ -43,7 +43,8 @@ def test_ours_over_naive_and_the_faster_anchor_of_one_run(tmp_path):
                                                                         "naive beyond seq 8192")
     assert (n.low, n.high) == (pytest.approx(0.1), pytest.approx(0.1))
     h = f.headline
-    assert (h.dtype, h.d, h.seq, h.anchor, h.naive_seq) == ("bf16", 64, 16384, IMPL_LABELS["sdpa_cudnn"], 8192)
+    assert (h.k.dtype, h.k.d, h.k.seq, h.anchor_label, h.naive.row.config["seq"]) == (
+        "bf16", 64, 16384, IMPL_LABELS["sdpa_cudnn"], 8192)
     assert round(h.vs_anchor.value, 2) == 1.2 and h.vs_anchor.verdict == "slower"
     assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, DEV, "2026-03-02")
 

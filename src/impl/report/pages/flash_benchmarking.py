@@ -9,8 +9,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, cell, groups,
-                                    kernel, median_ms, not_run, ran, status_label, timers)
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, best_anchor, cell, groups, kernel,
+                                    median_ms, not_run, ran, status_label, timers)
 from impl.report.markdown import num
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Scored
@@ -34,29 +34,23 @@ def _e2e(rows: list[Bench], measured: bool = False) -> list[Bench]:  # the forwa
 
 
 @dataclass(frozen=True)
-class Longest:  # per dtype and d, at the longest sequence ours' forward+backward ran; naive at its own longest
-    dtype: str
-    d: int
-    seq: int
-    ours_ms: float
-    ours_tflops: float | None
-    anchor_ms: float | None  # the faster SDPA anchor at that shape
-    anchor: str | None  # its label
-    vs_anchor: Ratio | None
-    naive_seq: int | None
-    naive_ms: float | None
+class Longest:  # per dtype and d, forward+backward rows:
+    ours: Bench  # at the longest sequence ours ran
+    anchor: Bench | None  # the faster SDPA anchor at that shape
+    naive: Bench | None  # naive at its own longest
+
+    k = property(lambda self: kernel(self.ours))  # the dtype, d and sequence
+    anchor_label = property(lambda self: self.anchor and IMPL_LABELS[kernel(self.anchor).impl])
+    vs_anchor = property(lambda self: self.anchor and of_benches(self.ours, self.anchor, "anchor"))
 
 
 def longest(rows: list[Bench]) -> list[Longest]:
     out = []
-    for (dtype, d), g in groups(_e2e(rows, measured=True), "dtype", "d"):
-        o = max((b for b in g if kernel(b).impl == "flash_triton"), key=lambda b: kernel(b).seq, default=None)
-        if o:
-            a = best_anchor([b for b in g if kernel(b).seq == kernel(o).seq])
-            n = max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq, default=None)
-            out.append(Longest(dtype, d, kernel(o).seq, median_ms(o), o.metric(Metric.TFLOPS), a and median_ms(a),
-                               a and IMPL_LABELS[kernel(a).impl], a and of_benches(o, a, "anchor"), n and kernel(n).seq,
-                               n and median_ms(n)))
+    for _, g in groups(_e2e(rows, measured=True), "dtype", "d"):
+        if o := max((b for b in g if kernel(b).impl == "flash_triton"), key=lambda b: kernel(b).seq, default=None):
+            out.append(Longest(o, best_anchor([b for b in g if kernel(b).seq == kernel(o).seq]),
+                               max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq,
+                                   default=None)))
     return out
 
 
@@ -115,12 +109,13 @@ def reach(rows: list[Bench]) -> list[Reach]:
 
 
 @dataclass(frozen=True)
-class Odd:  # a backward that took longer than its forward+backward
-    impl: str  # its label
-    k: Kernel
-    bwd_ms: float
-    e2e_ms: float
+class Odd:  # a backward row that took longer than its forward+backward row
+    bwd: Bench
+    e2e: Bench
     why: str  # "host-bound" (seq ≤ SHORT_SEQ), "within noise" (spreads overlap) or "unexplained"
+
+    k = property(lambda self: kernel(self.bwd))
+    impl = property(lambda self: IMPL_LABELS[self.k.impl])  # its label
 
 
 def odd(rows: list[Bench]) -> list[Odd]:
@@ -128,7 +123,7 @@ def odd(rows: list[Bench]) -> list[Odd]:
     for (impl, *_, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
         b, e = map({kernel(b).mode: b for b in g}.get, ("bwd", "fwd_bwd"))
         if b and e and b.stats.median > e.stats.median:  # within noise: impl.report.ratio's rule
-            out.append(Odd(IMPL_LABELS[impl], kernel(b), median_ms(b), median_ms(e), "host-bound" if seq <= SHORT_SEQ
+            out.append(Odd(b, e, "host-bound" if seq <= SHORT_SEQ
                            else "within noise" if of_benches(b, e).noise else "unexplained"))
     return out
 
@@ -288,7 +283,7 @@ class FlashBenchmarkingPage:
 
     @property
     def headline(self) -> Longest | None:  # bf16 at d 64 where it ran, else the first
-        return next((x for x in self.longest if (x.dtype, x.d) == ("bf16", 64)), (self.longest or [None])[0])
+        return next((x for x in self.longest if (x.k.dtype, x.k.d) == ("bf16", 64)), (self.longest or [None])[0])
 
     @property
     def commits(self) -> tuple[str, ...]:  # those the cells' rows come from (one: one kernel version), oldest run first
