@@ -40,8 +40,10 @@ class BackwardProbe:
     folder: str  # the device folder under reports/data/
     path: str  # the probe file, from the repository root
     shapes: tuple[ProbeShape, ...]  # those that timed both variants both ways
-    slower_e2e: int  # shapes where the atomic forward+backward was the slower
-    slower_bwd: int  # the same of the backward alone
+
+    # the shapes where the atomic forward+backward was the slower, and the same of the backward alone
+    slower_e2e = property(lambda self: sum(s.e2e_atomic > s.e2e_two_pass for s in self.shapes))
+    slower_bwd = property(lambda self: sum(s.bwd_atomic > s.bwd_two_pass for s in self.shapes))
 
 
 def _probe(ctx: Context) -> BackwardProbe | None:  # the first GPU device's
@@ -52,9 +54,7 @@ def _probe(ctx: Context) -> BackwardProbe | None:  # the first GPU device's
             shapes = tuple(ProbeShape(f"{s['batch']}×{s['heads']}×{s['seq']}×{s['d']}" + " causal" * bool(s["causal"]),
                                       s.get("label") or "", *map(r["ms"].get, PROBE_TIMES))
                            for r in doc["rows"] for s in [r["shape"]] if None not in map(r["ms"].get, PROBE_TIMES))
-            return BackwardProbe(doc["device"], device, f"reports/data/{device}/probes/{PROBE}", shapes,
-                                 sum(s.e2e_atomic > s.e2e_two_pass for s in shapes),
-                                 sum(s.bwd_atomic > s.bwd_two_pass for s in shapes))
+            return BackwardProbe(doc["device"], device, f"reports/data/{device}/probes/{PROBE}", shapes)
     return None
 
 
