@@ -50,7 +50,8 @@ def test_backward_probe_counts_shapes_where_atomic_was_slower(tmp_path):
     _probe(tmp_path)
     p = page.facts(context(_leaderboard(), tmp_path)).probe
     assert len(p.shapes) == 2 and (p.slower_e2e, p.slower_bwd) == (1, 1)  # the half-timed shape is left out
-    assert p.shapes[0].shape == "1×2×4096×64 causal" and round(p.shapes[0].atomic_over_two_pass, 2) == 1.1
+    assert p.shapes[0].shape == dict(batch=1, heads=2, seq=4096, d=64, causal=True, label="leaderboard")
+    assert round(p.shapes[0].atomic_over_two_pass, 2) == 1.1
     assert p.path == f"reports/data/{DEV}/probes/{page.PROBE}"
 
 

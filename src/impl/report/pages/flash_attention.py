@@ -22,8 +22,7 @@ PROBE_TIMES = ("ours bwd two_pass", "ours bwd atomic", "ours fwd+bwd two_pass", 
 
 @dataclass(frozen=True)
 class ProbeShape:
-    shape: str  # b×h×s×d [causal]
-    label: str
+    shape: dict  # as the probe stores it: batch, heads, seq, d, causal and a label
     bwd_two_pass: float  # ms, each backward alone and with its forward
     bwd_atomic: float
     e2e_two_pass: float
@@ -51,9 +50,8 @@ def _probe(ctx: Context) -> BackwardProbe | None:  # the first GPU device's
         path = ctx.reports_dir / "data" / device / "probes" / PROBE
         if path.exists():
             doc = json.loads(path.read_text())
-            shapes = tuple(ProbeShape(f"{s['batch']}×{s['heads']}×{s['seq']}×{s['d']}" + " causal" * bool(s["causal"]),
-                                      s.get("label") or "", *map(r["ms"].get, PROBE_TIMES))
-                           for r in doc["rows"] for s in [r["shape"]] if None not in map(r["ms"].get, PROBE_TIMES))
+            shapes = tuple(ProbeShape(r["shape"], *map(r["ms"].get, PROBE_TIMES)) for r in doc["rows"]
+                           if None not in map(r["ms"].get, PROBE_TIMES))
             return BackwardProbe(doc["device"], device, f"reports/data/{device}/probes/{PROBE}", shapes)
     return None
 
