@@ -19,7 +19,7 @@ from impl.workloads.problems import Problem as P
 PROBLEMS = (P.FLASH_SHAPES,)
 PROBLEM = P.FLASH_SHAPES
 OURS = ("flash_triton", "flash_triton_compiled")  # eager, compiled
-SIDES = ("eager", "compiled")  # GridRow's fields of them
+SIDES = ("eager", "compiled")  # the GridRow fields that hold OURS' rows
 GRID_COLUMNS = ["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)", "ours compiled (ms)",
                 "faster anchor (ms)", "eager / anchor", "compiled / anchor"]  # the CSV grid beside the page
 
