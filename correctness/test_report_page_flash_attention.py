@@ -50,16 +50,17 @@ def test_backward_probe_counts_shapes_where_atomic_was_slower(tmp_path):
     _probe(tmp_path)
     p = page.facts(context(_leaderboard(), tmp_path)).probe
     assert len(p.shapes) == 2 and (p.slower_e2e, p.slower_bwd) == (1, 1)  # the half-timed shape is left out
-    assert p.shapes[0].shape == "1×2×4096×64 causal" and round(p.shapes[0].atomic_over_two_pass, 2) == 1.1
+    assert p.shapes[0].shape == dict(batch=1, heads=2, seq=4096, d=64, causal=True, label="leaderboard")
+    assert round(p.shapes[0].atomic_over_two_pass, 2) == 1.1
     assert p.path == f"reports/data/{DEV}/probes/{page.PROBE}"
 
 
 def test_scores_read_ours_over_cudnn_of_the_newest_leaderboard_rows(tmp_path):
     f = page.facts(context(_leaderboard(), tmp_path, history=_leaderboard("2026-11-20T00:00:00")))
     a = f.anchor
-    assert (a.forward_ms, a.date) == (pytest.approx(1.2), "2026-11-24")
-    assert round(a.forward_vs.value, 2) == 1.2 and a.forward_vs.verdict == "slower"
-    assert (a.backward_ms, a.cudnn_backward_ms) == (pytest.approx(4.0), pytest.approx(3.0))  # fwd+bwd − fwd
+    assert (a.forward.ours.event_s, a.date) == (pytest.approx(1.2e-3), "2026-11-24")
+    assert round(a.forward.ratio.value, 2) == 1.2 and a.forward.ratio.verdict == "slower"
+    assert (a.backward.ours_s, a.backward.anchor_s) == (pytest.approx(4e-3), pytest.approx(3e-3))  # fwd+bwd − fwd
     assert f.scores[page.P.FLASH_FORWARD] == f.scores[page.P.FLASH_BACKWARD] == page.Scored(
         Kind.MEASURED, "NVIDIA H200", "2026-11-24")
 
@@ -103,7 +104,7 @@ def test_the_backward_headlines_the_events_differences_with_do_bench_beside(tmp_
 
 def test_a_missing_forward_backward_row_leaves_the_backward_answered_from_the_code(tmp_path):
     f = page.facts(context(_leaderboard(ours_bwd=False), tmp_path))
-    assert f.anchor.backward_ms is None and f.anchor.backward is None
+    assert f.anchor.backward is None
     assert f.scores[page.P.FLASH_FORWARD].kind is Kind.MEASURED
     assert f.scores[page.P.FLASH_BACKWARD] == page.Scored(Kind.CLOSED_FORM)
 

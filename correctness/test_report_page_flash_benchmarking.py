@@ -43,7 +43,8 @@ def test_ours_over_naive_and_the_faster_anchor_of_one_run(tmp_path):
                                                                         "naive beyond seq 8192")
     assert (n.low, n.high) == (pytest.approx(0.1), pytest.approx(0.1))
     h = f.headline
-    assert (h.dtype, h.d, h.seq, h.anchor, h.naive_seq) == ("bf16", 64, 16384, IMPL_LABELS["sdpa_cudnn"], 8192)
+    assert (h.k.dtype, h.k.d, h.k.seq, h.anchor_label, h.naive.row.config["seq"]) == (
+        "bf16", 64, 16384, IMPL_LABELS["sdpa_cudnn"], 8192)
     assert round(h.vs_anchor.value, 2) == 1.2 and h.vs_anchor.verdict == "slower"
     assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, DEV, "2026-03-02")
 
@@ -148,14 +149,14 @@ def test_the_whole_grid_and_ours_over_each_anchor_of_one_run(tmp_path):
     rows = _grid() + [_row("flash_triton_compiled_bwd", s, s / 800, d=64, when=OLD) for s in (1024, 8192)]
     f = page.facts(context(rows, tmp_path))
     (t,) = f.grid
-    assert (t.dtype, t.mode, t.seqs) == ("bf16", "forward+backward", (1024, 8192, 16384))
+    assert (t.dtype, t.what, t.seqs) == ("bf16", "forward+backward", (1024, 8192, 16384))
     by = {(label, d): cells for label, d, cells in t.rows}
-    assert [c.ms for c in by[(IMPL_LABELS["flash_triton"], 64)]] == [pytest.approx(1.024), pytest.approx(8.192),
+    assert [c.value for c in by[(IMPL_LABELS["flash_triton"], 64)]] == [pytest.approx(1.024), pytest.approx(8.192),
                                                                      pytest.approx(16.384)]
-    assert [(c.ms, c.status) for c in by[(IMPL_LABELS["naive"], 16)]][2] == (None, "left out")
+    assert [(c.value, c.status) for c in by[(IMPL_LABELS["naive"], 16)]][2] == (None, "left out")
     assert by[(IMPL_LABELS["flash_triton_compiled_bwd"], 64)][2] is None  # no row at 16384
     sdpa, naive = f.ratios
-    assert (sdpa.anchor, naive.anchor) == ("sdpa", "naive")
+    assert (sdpa.what, naive.what) == ("sdpa", "naive")
     (_, d, cells), _ = sdpa.rows
     assert d == 16 and [round(r.value, 2) for r in cells] == [1.2, 1.2, 1.2]  # cuDNN's seq/1200 is the faster
     assert [None if r is None else round(r.value, 2) for r in naive.rows[0][2]] == [0.1, 0.1, None]

@@ -34,12 +34,12 @@ def test_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path
     older = _run("2026-03-01T00:00:00", 6.0, 4.0, commit="aaaaaaaa")
     f = page.facts(context(_run("2026-03-02T00:00:00", 5.0, 4.0, commit="bbbbbbbb"), tmp_path, history=older))
     a = f.answer
-    assert (a.commit, a.ours.event_s, a.cudnn.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
+    assert (a.ours.run.commit, a.headline.ours.event_s, a.headline.anchor.event_s) == ("bbbbbbbb", 5e-3, 4e-3)
     assert a.kernel == Kernel("flash_triton", "fwd_bwd", "bf16", 64, 16384, 1, 16, True)  # the shape the page names
     assert a.headline.timer == "CUDA-event medians" and a.headline.do_bench is None  # no do_bench in these rows
     assert (round(a.headline.ratio.value, 3), a.headline.ratio.verdict) == (1.25, "slower")
     assert a.correctness.passes and a.correctness.err_grad == 2e-3
-    assert [(v.commit, round(v.over_cudnn, 2)) for v in f.versions] == [("aaaaaaaa", 1.5), ("bbbbbbbb", 1.25)]
+    assert [(v.run.commit, round(v.over_cudnn, 2)) for v in f.versions] == [("aaaaaaaa", 1.5), ("bbbbbbbb", 1.25)]
     assert f.versions[0].picks == (("fwd", "64×128 w4 s3"), ("bwd", "two_pass"))
     assert f.noise == (1.25, 1.5, 2)
     assert f.index_figures == (f.figure,) == (f"figures/leaderboard-{DEV}.png",) and (tmp_path / f.figure).exists()
@@ -59,8 +59,8 @@ def test_do_bench_flattering_cudnn_headlines_the_events_and_shows_both_numbers(t
     h = f.answer.headline
     assert round(h.ratio.value, 2) == 1.19 and round(h.do_bench.value, 2) == 1.01
     assert [name for name, _ in h.disagreements] == ["SDPA cuDNN"]
-    assert round(f.answer.cudnn.do_bench_over_event, 3) == round(5.122 / 4.404, 3)
-    ours, cudnn = f.answer.ours, f.answer.cudnn  # both timers of each side, and whether they disagree beyond noise
+    assert round(f.answer.headline.anchor.do_bench_over_event, 3) == round(5.122 / 4.404, 3)
+    ours, cudnn = h.ours, h.anchor  # both timers of each side, and whether they disagree beyond noise
     assert (ours.event_s, ours.do_bench_s, ours.disagrees) == (pytest.approx(5.228e-3), pytest.approx(5.179e-3), False)
     assert (cudnn.event_s, cudnn.do_bench_s, cudnn.disagrees) == (pytest.approx(4.404e-3), pytest.approx(5.122e-3), True)
     assert (h.ratio.ours_s, h.ratio.anchor_s) == (ours.event_s, cudnn.event_s)  # the headline divides the events
@@ -73,7 +73,7 @@ def test_ratio_within_noise_when_spreads_overlap(tmp_path):
 
 def test_not_run_rows_are_lines_naming_their_status(tmp_path):
     f = page.facts(context(_run("2026-03-01T00:00:00", 5.0, 4.0), tmp_path))
-    assert [(x.impl, x.status, x.ms) for x in f.lines][2] == ("sdpa_flash", "OOM", None)
+    assert [(x.impl, x.status, x.timers) for x in f.lines][2] == ("sdpa_flash", "OOM", None)
 
 
 def test_a_device_without_cudnn_is_skipped_and_none_is_not_measured(tmp_path):

@@ -82,56 +82,58 @@ def test_c_reads_the_forwards_kernels_only():
     assert f.total_share == pytest.approx(0.07) and f.kernels[1].op == "MulFunctor"
 
 
-def test_cases_keep_the_studys_order_top_kernel_calls_and_oom_need():
-    got = page.nsys_cases([b for b in _rows() if b.row.config.get("edition") == "2026"])
-    assert [(c.size, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
-    assert (got[0].top_name, got[0].top_calls, got[0].forward_s) == (GEMM, 169, pytest.approx(0.059))
-    assert not got[1].measured and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72
+def test_cases_keep_the_studys_order_top_kernel_calls_and_oom_need(tmp_path):
+    got = page.facts(context(_rows(), tmp_path)).cases
+    assert [(c.label, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
+    assert (got[0].n["top_forward"]["name"], got[0].top_calls, got[0].b.stats.mean) == (GEMM, 169, pytest.approx(0.059))
+    assert got[1].n is None and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72
 
 
 def test_each_edition_answers_from_its_own_profiled_rows(tmp_path):
     f = page.facts(context(_rows(), tmp_path))
-    assert [(c.size, c.context) for c in f.answer] == [("small", 128), ("small", 512), ("large", 128), ("large", 1024)]
-    assert f.edition == "2025" and [(c.size, c.context) for c in f.answer26] == [("medium", 512), ("large", 256)]
-    assert [c.size for c in f.cases] == ["medium", "medium", "large"]
+    assert [(c.label, c.context) for c in f.answer] == [("small", 128), ("small", 512), ("large", 128), ("large", 1024)]
+    assert f.edition == "2025" and [(c.label, c.context) for c in f.answer26] == [("medium", 512), ("large", 256)]
+    assert [c.label for c in f.cases] == ["medium", "medium", "large"]
     s = f.scores[P]
     assert s.kind is Kind.MEASURED and (s.device, s.date) == (DEV, "2026-11-24")
 
 
 def test_kernel_busy_share_and_range_agreement():
-    cs = [page.profiled(b) for b in _rows()[:4]]
+    cs = [page.Case(b) for b in _rows()[:4]]
     assert [c.busy for c in cs] == pytest.approx([5 / 25, 18 / 27, 31 / 76, 249 / 253])
     assert all(c.range_agrees for c in cs)  # the ranges are 2% over the timer
     assert [c.top_calls for c in cs] == [73, 61, 72, 145]
     assert [c.matmul_train for c in cs] == [0.7, 0.7, 0.7, None]  # the forward+backward fallback is no training step
-    assert cs[3].train_share == 0.7 and cs[3].profiled == "forward_backward"
+    assert cs[3].n["matmul_share_train_step"] == 0.7 and cs[3].profiled == "forward_backward"
 
 
 def test_only_2026_rows_answer_alone(tmp_path):
     f = page.facts(context([b for b in _rows() if b.row.config.get("edition") == "2026"], tmp_path))
-    assert f.edition == "2026" and not f.answer26 and f.cases == [] and len(f.answer) == 2
+    assert f.edition == "2026" and not f.answer26 and f.cases == () and len(f.answer) == 2
     assert f.scores[P].date == "2026-11-24"
 
 
 def test_the_table_names_oom_and_fallback_rows_and_the_middle_configs_kernels(tmp_path):
-    t = page.facts(context(_rows(), tmp_path)).tables
+    t = page.facts(context(_rows(), tmp_path))
     assert [(r.size, r.context, r.status) for r in t.rows] == [
         ("small", 128, "measured"), ("small", 512, "measured"), ("large", 128, "measured"),
         ("large", 1024, "measured"), ("2.7B", 1024, "oom")]
-    assert t.rows[3].profile.profiled == "forward_backward" and t.rows[4].profile is None and t.stat == "median"
-    assert (t.steps, t.warmup, sum(t.parse_s), t.artifact) == ([2], [1], 2.0, "nsys_small.trace.json.gz")
-    k = t.kernels
+    assert t.rows[3].profiled == "forward_backward" and t.rows[4].n is None and t.stat == "median"
+    assert (t.profiles("steps_profiled"), t.profiles("warmup_steps"), sum(t.profiles("parse_s")),
+            t.detail("artifact")) == ([2] * 4, [1] * 4, 2.0, "nsys_small.trace.json.gz")
+    k = t.middle
     assert (k.size, k.context) == ("large", 128)  # the middle of the four profiled configs
     assert [(p, len(rows)) for p, rows in k.phases] == [("forward", 4), ("forward+backward", 8)]
     assert [x.category for x in k.non_matmul.kernels] == ["softmax"]
-    assert k.categories == [("matmul", 0.8, 0.7), ("softmax", 0.05, 0.03)]
+    assert k.n["category_share"] == {"forward": {"matmul": 0.8, "softmax": 0.05},
+                                     "train step": {"matmul": 0.7, "softmax": 0.03}}
 
 
 def test_an_older_format_rows_timer_is_its_mean(tmp_path):
     b = _rows()[1]
     old = replace(b, run=replace(b.run, legacy=True), stats=Stats(0.030, 0.001, 0.027, 0.0, 5, None))
     f = page.facts(context([old], tmp_path))
-    assert f.answer[0].timer_ms == pytest.approx(30.0) and f.tables.stat == "mean"
+    assert f.answer[0].timer_ms == pytest.approx(30.0) and f.stat == "mean"
 
 
 def test_no_profiled_gpu_rows_is_not_measured(tmp_path):
@@ -158,8 +160,8 @@ def test_committed_2026_study_has_three_measured_contexts_per_size_and_no_stale_
     f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
     by: dict[str, list[int]] = {}
     for c in f.cases:
-        assert c.measured, (c.size, c.context)
-        by.setdefault(c.size, []).append(c.context)
+        assert c.n, (c.label, c.context)
+        by.setdefault(c.label, []).append(c.context)
     assert by == {"medium": [512, 1024, 2048], "large": [256, 512, 1024]}  # so no OOM is named there
 
 
@@ -208,7 +210,7 @@ def test_nsys_tables_answer_a_to_e_and_show_the_autograd_threads_kernels_under_n
     assert [n[:30] for n, _, _ in r.non_matmul] == ["void at::native::vectorized_el"]  # Fill is under 1%
     assert r.softmax_time == pytest.approx(0.15) and r.softmax_flops == pytest.approx(5 / (4 * 64))
     assert (r.backward_range_ms, r.unranged_ms, r.unranged_tids) == (0.01, 3.0, (2,))
-    assert f.beside(r).size == "small" and f.nsys_alone == []
+    assert f.beside(r).label == "small" and f.nsys_alone == []
     assert any(s.endswith("manifest.json") and "/nsys/" in s for s in f.sources)
 
 

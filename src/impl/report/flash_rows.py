@@ -1,11 +1,14 @@
-"""The kernel rows of the FlashAttention pages, typed: their config view, labels, and ours ÷ an anchor of one
-run (impl.report.ratio). Times are pytest-benchmark medians (do_bench's in older files, impl.report.legacy)."""
+"""The kernel rows of the FlashAttention pages, typed: their config view, labels, table cells (the attention pages'
+too), and ours ÷ an anchor of one run (impl.report.ratio). Times are pytest-benchmark medians (do_bench's in older
+files, impl.report.legacy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from impl.bench.row import Status
+from impl.report.ratio import Headline
 from impl.report.rows import Bench, View, group
+from impl.report.timer_probe import ProbeCheck, check, probe_of
 
 IMPL_LABELS = {"flash_triton": "ours (Triton fwd + Triton bwd)",
                "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
@@ -42,6 +45,16 @@ def status_label(b: Bench) -> str | None:  # None: it ran
     return None if ran(b) else STATUS_LABELS.get(b.status, b.status.value)
 
 
+@dataclass(frozen=True)
+class Cell:  # a table cell of one row: its value where it ran, else why not (STATUS_LABELS')
+    value: float | None
+    status: str | None = None  # None: it ran
+
+
+def cell(b: Bench | None, value) -> Cell | None:  # None without a row
+    return None if b is None else Cell(value(b)) if ran(b) else Cell(None, status_label(b))
+
+
 def median_ms(b: Bench) -> float:
     return b.stats.median * 1e3
 
@@ -62,6 +75,12 @@ def best_anchor(rows: list[Bench]) -> Bench | None:  # the faster SDPA backend t
 
 def not_run(rows: list[Bench]) -> tuple[tuple[str, str], ...]:  # (status, reason) of each once, in row order
     return tuple(dict.fromkeys((status_label(b), b.row.reason) for b in rows if b.row.reason and not ran(b)))
+
+
+def probe_check(reports_dir, device: str, ours: Bench, h: Headline, mode: str) -> ProbeCheck | None:
+    """`h` beside the device's do_bench-against-events probe (impl.report.timer_probe), where it timed ours' shape."""
+    tp, c = probe_of(reports_dir, device), kernel(ours)
+    return check(tp, h, mode) if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
 
 
 def timers(rows: list[Bench]) -> tuple[str, ...]:  # the clocks: timing records', or older files' `timer` detail

@@ -17,6 +17,7 @@ from impl.nsys.figure import draw_timeline
 from impl.nsys.outputs import MANIFEST, CaseRecord, Manifest, read_manifest
 from impl.nsys.store import FILED, FOLDER, REP, SQLITE, TABLES
 from impl.nsys.timeline import NvtxRange, Overlap, Timeline, read_timeline
+from impl.report.rows import group
 
 
 @dataclass(frozen=True)
@@ -206,17 +207,16 @@ def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
 def _rank_phases(tl: Timeline, rank: int, pid: int, step: str, most: int, phases: Sequence[str],
                  collectives: Sequence[str]) -> RankPhases:
     st, ks = _rank_kernels(tl, pid, step)
-    inside = [r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns]
-    got = tuple((n, sum(r.duration_ns for r in inside if r.name == n) / 1e6) for n in phases
-                if any(r.name == n for r in inside))
-    fwd = [r for r in inside if r.name == "forward"]
-    bwd = [r for r in inside if r.name == "backward"]
+    inside = group((r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns),
+                   lambda r: r.name)  # the rank's ranges in its step, by name
+    got = tuple((n, sum(r.duration_ns for r in inside[n]) / 1e6) for n in phases if n in inside)
+    fwd, bwd = inside.get("forward", []), inside.get("backward", [])
 
     def within(r, spans):
         return any(s.start_ns <= r.start_ns <= s.end_ns for s in spans)
 
     issued = tuple((c, len(rs), sum(within(r, fwd) for r in rs), sum(within(r, bwd) for r in rs))
-                   for c in collectives if (rs := [r for r in inside if r.name == c]))
+                   for c in collectives if (rs := inside.get(c)))
     dev = Counter(x.device for x in ks).most_common(1)[0][0] if ks else None
     own = replace(tl, kernels=tuple(ks))
     waited = tuple(CollectiveKernels.of(c, own.waits(dev, c.removeprefix("nccl")))
@@ -252,10 +252,6 @@ def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: s
     srcs = (filed.rel_of(gz),) + ((filed.rel_of(rep),) if rep else ())
     return StepTimeline(case, label, tuple(per_step[step]), f"{fig_rel}/{name}", len(win.kernels),
                         tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None, step)
-
-
-__all__ = ["COMPLETE_SHARE", "LAUNCH_GAP_MS", "CollectiveKernels", "Filed", "RankPhases", "StepTimeline", "filed_runs", "newest_with", "open_gz", "open_timeline",
-           "step_timeline"]
 
 
 # The phases a distributed step's ranks mark (impl.nsys.workloads), in step order.

@@ -8,11 +8,11 @@ import json
 from dataclasses import dataclass
 
 from impl.attention import default_options, flash_torch
-from impl.report.flash_rows import Kernel, kernel, median_ms, pick
+from impl.report.flash_rows import Kernel, kernel, pick, probe_check
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Headline, Ratio, headline, ratio, timers
 from impl.report.runs import files_of, newest_date
-from impl.report.timer_probe import ProbeCheck, check, probe_of
+from impl.report.timer_probe import ProbeCheck
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_FORWARD, P.FLASH_BACKWARD)
@@ -22,8 +22,7 @@ PROBE_TIMES = ("ours bwd two_pass", "ours bwd atomic", "ours fwd+bwd two_pass", 
 
 @dataclass(frozen=True)
 class ProbeShape:
-    shape: str  # b×h×s×d [causal]
-    label: str
+    shape: dict  # as the probe stores it: batch, heads, seq, d, causal and a label
     bwd_two_pass: float  # ms, each backward alone and with its forward
     bwd_atomic: float
     e2e_two_pass: float
@@ -40,8 +39,10 @@ class BackwardProbe:
     folder: str  # the device folder under reports/data/
     path: str  # the probe file, from the repository root
     shapes: tuple[ProbeShape, ...]  # those that timed both variants both ways
-    slower_e2e: int  # shapes where the atomic forward+backward was the slower
-    slower_bwd: int  # the same of the backward alone
+
+    # the shapes where the atomic forward+backward was the slower, and the same of the backward alone
+    slower_e2e = property(lambda self: sum(s.e2e_atomic > s.e2e_two_pass for s in self.shapes))
+    slower_bwd = property(lambda self: sum(s.bwd_atomic > s.bwd_two_pass for s in self.shapes))
 
 
 def _probe(ctx: Context) -> BackwardProbe | None:  # the first GPU device's
@@ -49,12 +50,9 @@ def _probe(ctx: Context) -> BackwardProbe | None:  # the first GPU device's
         path = ctx.reports_dir / "data" / device / "probes" / PROBE
         if path.exists():
             doc = json.loads(path.read_text())
-            shapes = tuple(ProbeShape(f"{s['batch']}×{s['heads']}×{s['seq']}×{s['d']}" + " causal" * bool(s["causal"]),
-                                      s.get("label") or "", *map(r["ms"].get, PROBE_TIMES))
-                           for r in doc["rows"] for s in [r["shape"]] if None not in map(r["ms"].get, PROBE_TIMES))
-            return BackwardProbe(doc["device"], device, f"reports/data/{device}/probes/{PROBE}", shapes,
-                                 sum(s.e2e_atomic > s.e2e_two_pass for s in shapes),
-                                 sum(s.bwd_atomic > s.bwd_two_pass for s in shapes))
+            shapes = tuple(ProbeShape(r["shape"], *map(r["ms"].get, PROBE_TIMES)) for r in doc["rows"]
+                           if None not in map(r["ms"].get, PROBE_TIMES))
+            return BackwardProbe(doc["device"], device, f"reports/data/{device}/probes/{PROBE}", shapes)
     return None
 
 
@@ -62,20 +60,15 @@ def _probe(ctx: Context) -> BackwardProbe | None:  # the first GPU device's
 class Anchor:  # ours against SDPA cuDNN at the leaderboard shape (one device's newest leaderboard rows)
     device: str  # the GPU's name
     date: str
-    forward_ms: float
     forward: Headline  # ours ÷ cuDNN forward: CUDA-event medians, do_bench beside (impl.report.ratio)
-    backward_ms: float | None = None  # forward+backward less the forward, of one run (CUDA-event medians)
-    cudnn_backward_ms: float | None = None
-    backward: Ratio | None = None  # ours ÷ cuDNN of those differences, each side's two spreads summed
+    # ours ÷ cuDNN of the backward, forward+backward less the forward of one run (CUDA-event medians; each side's
+    # spread the sum of its two rows')
+    backward: Ratio | None = None
     backward_do_bench: Ratio | None = None  # the same differences of do_bench's medians, beside (no verdict)
     forward_backward: Headline | None = None  # the forward+backward rows the backward is read from
     sources: tuple[str, ...] = ()  # the leaderboard run files it read
     kernel: Kernel | None = None  # ours' forward row: its dtype and shape (templates/_kernels.md.j2 words it)
     probe: ProbeCheck | None = None  # the forward beside the do_bench-against-events probe at this shape
-
-    @property
-    def forward_vs(self) -> Ratio:
-        return self.forward.ratio
 
 
 def _backward(ours, cudnn, ours2, cudnn2) -> dict:
@@ -87,7 +80,7 @@ def _backward(ours, cudnn, ours2, cudnn2) -> dict:
               for x, y in ((ours2, ours), (cudnn2, cudnn))]
     db = [None if None in (x.do_bench_s, y.do_bench_s) else x.do_bench_s - y.do_bench_s
           for x, y in ((t["o2"], t["o"]), (t["c2"], t["c"]))]
-    return dict(backward_ms=ob * 1e3, cudnn_backward_ms=cb * 1e3, backward=ratio(ob, cb, "cuDNN", *spread),
+    return dict(backward=ratio(ob, cb, "cuDNN", *spread),
                 backward_do_bench=ratio(*db, "cuDNN"), forward_backward=headline(ours2, cudnn2, "cuDNN"))
 
 
@@ -99,9 +92,9 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
         if ours and cudnn:
             back = _backward(ours, cudnn, ours2, cudnn2) if ours2 and cudnn2 else {}
             used, c = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None], kernel(ours)
-            h, tp = headline(ours, cudnn, "cuDNN"), probe_of(ctx.reports_dir, device)
-            pc = check(tp, h, "fwd") if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
-            return Anchor(ours.row.env.device, newest_date(lb), median_ms(ours), h,
+            h = headline(ours, cudnn, "cuDNN")
+            pc = probe_check(ctx.reports_dir, device, ours, h, "fwd")
+            return Anchor(ours.row.env.device, newest_date(lb), h,
                           sources=tuple(files_of(used)) + ((pc.probe.path,) if pc else ()), kernel=c, probe=pc,
                           **back)
     return None
@@ -121,7 +114,7 @@ class FlashAttentionPage:
     def scores(self) -> dict[str, Scored]:  # answered from the code where no GPU row measures it
         a, code = self.anchor, Scored(Kind.CLOSED_FORM)
         fwd = code if a is None else Scored(Kind.MEASURED, a.device, a.date)
-        return {P.FLASH_FORWARD: fwd, P.FLASH_BACKWARD: fwd if a and a.backward_ms is not None else code}
+        return {P.FLASH_FORWARD: fwd, P.FLASH_BACKWARD: fwd if a and a.backward is not None else code}
 
 
 def facts(ctx: Context) -> FlashAttentionPage:

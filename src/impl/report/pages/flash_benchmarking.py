@@ -1,5 +1,6 @@
 """flash_benchmarking: ours against naive attention and the SDPA backends on the first GPU device with rows, and its
-newest run against the previous saved one. Every ratio divides rows of one run."""
+newest run against the previous saved one. Every ratio divides rows of one run. Tables and sections go by dtype
+in name order (bf16, fp16, fp32), the order flash_rows.groups sorts its keys in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, kernel,
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, best_anchor, cell, groups, kernel,
                                     median_ms, not_run, ran, status_label, timers)
 from impl.report.markdown import num
 from impl.report.output import figure_path, write_table_csv
@@ -22,41 +23,34 @@ PROBLEMS = (P.FLASH_BENCHMARKING,)
 PROBLEM = P.FLASH_BENCHMARKING
 SHORT_SEQ = 4096  # up to this length a call is host-bound (NOTES.md): its times follow the host, not the kernels
 DRIFT_BAND = 1.05  # a version changed only beyond this factor on the anchors' own change (the machine's drift)
-DTYPE_ORDER = ["bf16", "fp16", "fp32"]
 
 
 def _impls(rows: list[Bench]) -> list[str]:  # those present, in IMPL_LABELS' order
     return [i for i in IMPL_LABELS if any(kernel(b).impl == i for b in rows)]
 
 
-def _e2e(rows: list[Bench]) -> list[Bench]:
-    return [b for b in rows if kernel(b).mode == "fwd_bwd"]
+def _e2e(rows: list[Bench], measured: bool = False) -> list[Bench]:  # the forward+backward rows (that ran)
+    return [b for b in rows if kernel(b).mode == "fwd_bwd" and (ran(b) or not measured)]
 
 
 @dataclass(frozen=True)
-class Longest:  # per dtype and d, at the longest sequence ours' forward+backward ran; naive at its own longest
-    dtype: str
-    d: int
-    seq: int
-    ours_ms: float
-    ours_tflops: float | None
-    anchor_ms: float | None  # the faster SDPA anchor at that shape
-    anchor: str | None  # its label
-    vs_anchor: Ratio | None
-    naive_seq: int | None
-    naive_ms: float | None
+class Longest:  # per dtype and d, forward+backward rows:
+    ours: Bench  # at the longest sequence ours ran
+    anchor: Bench | None  # the faster SDPA anchor at that shape
+    naive: Bench | None  # naive at its own longest
+
+    k = property(lambda self: kernel(self.ours))  # the dtype, d and sequence
+    anchor_label = property(lambda self: self.anchor and IMPL_LABELS[kernel(self.anchor).impl])
+    vs_anchor = property(lambda self: self.anchor and of_benches(self.ours, self.anchor, "anchor"))
 
 
 def longest(rows: list[Bench]) -> list[Longest]:
     out = []
-    for (dtype, d), g in groups([b for b in _e2e(rows) if ran(b)], "dtype", "d"):
-        o = max((b for b in g if kernel(b).impl == "flash_triton"), key=lambda b: kernel(b).seq, default=None)
-        if o:
-            a = best_anchor([b for b in g if kernel(b).seq == kernel(o).seq])
-            n = max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq, default=None)
-            out.append(Longest(dtype, d, kernel(o).seq, median_ms(o), o.metric(Metric.TFLOPS), a and median_ms(a),
-                               a and IMPL_LABELS[kernel(a).impl], a and of_benches(o, a, "anchor"), n and kernel(n).seq,
-                               n and median_ms(n)))
+    for _, g in groups(_e2e(rows, measured=True), "dtype", "d"):
+        if o := max((b for b in g if kernel(b).impl == "flash_triton"), key=lambda b: kernel(b).seq, default=None):
+            out.append(Longest(o, best_anchor([b for b in g if kernel(b).seq == kernel(o).seq]),
+                               max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq,
+                                   default=None)))
     return out
 
 
@@ -72,9 +66,9 @@ class VsNaive:  # one dtype: ours ÷ naive forward+backward of one run at the lo
 
 
 def vs_naive(rows: list[Bench]) -> tuple[VsNaive, ...]:
-    """Per dtype (DTYPE_ORDER), where ours and naive ran one shape in one run."""
+    """Per dtype, where ours and naive ran one shape in one run."""
     out = []
-    for (dtype,), g in sorted(groups(_e2e(rows), "dtype"), key=lambda kv: DTYPE_ORDER.index(kv[0][0])):
+    for (dtype,), g in groups(_e2e(rows), "dtype"):
         naive = [b for b in g if kernel(b).impl == "naive"]
         ours = [b for b in g if kernel(b).impl == "flash_triton" and ran(b)]
 
@@ -111,26 +105,26 @@ def reach(rows: list[Bench]) -> list[Reach]:
     cells = dict(groups(e2e, "impl", "dtype", "d"))
     dims = sorted({kernel(b).d for b in e2e})
     return [Reach(IMPL_LABELS[i], t, tuple(_reach(cells.get((i, t, d), [])) for d in dims)) for i in _impls(e2e)
-            for t in sorted({kernel(b).dtype for b in e2e}, key=DTYPE_ORDER.index)]
+            for t in sorted({kernel(b).dtype for b in e2e})]
 
 
 @dataclass(frozen=True)
-class Odd:  # a backward that took longer than its forward+backward
-    impl: str  # its label
-    k: Kernel
-    bwd_ms: float
-    e2e_ms: float
+class Odd:  # a backward row that took longer than its forward+backward row
+    bwd: Bench
+    e2e: Bench
     why: str  # "host-bound" (seq ≤ SHORT_SEQ), "within noise" (spreads overlap) or "unexplained"
+
+    k = property(lambda self: kernel(self.bwd))
+    impl = property(lambda self: IMPL_LABELS[self.k.impl])  # its label
 
 
 def odd(rows: list[Bench]) -> list[Odd]:
     out = []
     for (impl, *_, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
         b, e = map({kernel(b).mode: b for b in g}.get, ("bwd", "fwd_bwd"))
-        if b and e and b.stats.median > e.stats.median:
-            noise = None not in (sb := b.spread, se := e.spread) and b.stats.median - sb <= e.stats.median + se
-            out.append(Odd(IMPL_LABELS[impl], kernel(b), median_ms(b), median_ms(e),
-                           "host-bound" if seq <= SHORT_SEQ else "within noise" if noise else "unexplained"))
+        if b and e and b.stats.median > e.stats.median:  # within noise: impl.report.ratio's rule
+            out.append(Odd(b, e, "host-bound" if seq <= SHORT_SEQ
+                           else "within noise" if of_benches(b, e).noise else "unexplained"))
     return out
 
 
@@ -162,61 +156,47 @@ def drift(now_rows: list[Bench], before_rows: list[Bench]) -> list[Drift]:
 
 
 @dataclass(frozen=True)
-class Cell:  # one grid cell: its median, or why it did not run
-    ms: float | None
-    status: str | None  # STATUS_LABELS' (None: it ran)
-
-
-@dataclass(frozen=True)
-class GridTable:  # one dtype and pass of the grid: a row per implementation and d, a column per sequence
+class SeqTable:  # one dtype's table: a row per (implementation or pass, d), a column per sequence
     dtype: str
-    mode: str  # MODE_LABELS'
+    what: str  # a grid table's pass (MODE_LABELS'); a ratio table's anchor: "sdpa" (the cell's faster backend), "naive"
     seqs: tuple[int, ...]
-    rows: tuple[tuple[str, int, tuple[Cell | None, ...]], ...]  # (implementation's label, d, a cell per seq)
+    rows: tuple[tuple[str, int, tuple], ...]  # (label, d, a cell per seq: a Cell, or a Ratio; None: no row)
 
 
-def grid(rows: list[Bench]) -> list[GridTable]:
+def _table(dtype: str, what: str, g: list[Bench], labels: dict[str, str], cell_at) -> list[SeqTable]:
+    """A row (labels[x], d) per x of `labels` and d of `g` with any cell, a cell per sequence (cell_at(x, d, seq))."""
+    seqs = tuple(sorted({kernel(b).seq for b in g}))
+    rows = tuple((label, d, cells) for x, label in labels.items() for d in sorted({kernel(b).d for b in g})
+                 if any(cells := tuple(cell_at(x, d, q) for q in seqs)))
+    return [SeqTable(dtype, what, seqs, rows)] if rows else []
+
+
+def grid(rows: list[Bench]) -> list[SeqTable]:
     """Every cell of the grid (the newest row of each), a table per dtype and pass (issue 45)."""
     out = []
     for (dtype, mode), g in sorted(groups(rows, "dtype", "mode"),
-                                   key=lambda kv: (DTYPE_ORDER.index(kv[0][0]), list(MODE_LABELS).index(kv[0][1]))):
-        seqs = tuple(sorted({kernel(b).seq for b in g}))
+                                   key=lambda kv: (kv[0][0], list(MODE_LABELS).index(kv[0][1]))):
         at = {(kernel(b).impl, kernel(b).d, kernel(b).seq): b for b in g}
-        table = [(IMPL_LABELS[i], d, tuple(None if (b := at.get((i, d, q))) is None else
-                                           Cell(median_ms(b) if ran(b) else None, status_label(b)) for q in seqs))
-                 for i in _impls(g) for d in sorted({kernel(b).d for b in g})
-                 if any(kernel(b).impl == i and kernel(b).d == d for b in g)]
-        out.append(GridTable(dtype, MODE_LABELS[mode], seqs, tuple(table)))
+        out += _table(dtype, MODE_LABELS[mode], g, {i: IMPL_LABELS[i] for i in _impls(g)},
+                      lambda i, d, q: cell(at.get((i, d, q)), median_ms))
     return out
 
 
-@dataclass(frozen=True)
-class RatioTable:  # ours (Triton fwd + Triton bwd) ÷ one anchor per cell, both rows of one run
-    dtype: str
-    anchor: str  # "sdpa" (the faster SDPA backend of the cell) or "naive"
-    seqs: tuple[int, ...]
-    rows: tuple[tuple[str, int, tuple[Ratio | None, ...]], ...]  # (pass label, d, a ratio per seq)
-
-
-def ratio_tables(rows: list[Bench]) -> list[RatioTable]:
-    """Per dtype and anchor kind that ran beside ours in one run: ours ÷ anchor at every shape both ran."""
+def ratio_tables(rows: list[Bench]) -> list[SeqTable]:
+    """Per dtype and anchor kind that ran beside ours in one run: ours (Triton fwd + Triton bwd) ÷ anchor at every
+    shape both ran, both rows of one run."""
     out = []
-    for (dtype,), g in sorted(groups([b for b in rows if ran(b)], "dtype"),
-                              key=lambda kv: DTYPE_ORDER.index(kv[0][0])):
-        seqs = tuple(sorted({kernel(b).seq for b in g}))
+    for (dtype,), g in groups([b for b in rows if ran(b)], "dtype"):
         cells = dict(groups(g, "mode", "d", "seq"))
         for anchor in ("sdpa", "naive"):
-            def one(bs: list[Bench]) -> Ratio | None:
+            def one(m: str, d: int, q: int) -> Ratio | None:
+                bs = cells.get((m, d, q), [])
                 o = next((b for b in bs if kernel(b).impl == "flash_triton"), None)
                 same = [b for b in bs if o is not None and b.run.datetime == o.run.datetime]
                 a = best_anchor(same) if anchor == "sdpa" else next(
                     (b for b in same if kernel(b).impl == "naive"), None)
                 return of_benches(o, a) if o and a else None
-            table = [(MODE_LABELS[m], d, tuple(one(cells.get((m, d, q), [])) for q in seqs))
-                     for m in MODE_LABELS for d in sorted({kernel(b).d for b in g})]
-            table = [r for r in table if any(r[2])]
-            if table:
-                out.append(RatioTable(dtype, anchor, seqs, tuple(table)))
+            out += _table(dtype, anchor, g, MODE_LABELS, one)
     return out
 
 
@@ -233,7 +213,7 @@ def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cel
 
 def plot(rows: list[Bench], path) -> list[str] | None:
     """TFLOP/s of the forward+backward rows by sequence, a panel per d, one legend of the lines drawn (its labels)."""
-    e2e = [b for b in _e2e(rows) if ran(b)]
+    e2e = _e2e(rows, measured=True)
     if not e2e:
         return None
     dtype = min({kernel(b).dtype for b in e2e}, key=lambda t: (t != "bf16", t))  # bf16 where it ran
@@ -279,8 +259,8 @@ class FlashBenchmarkingPage:
     dims: tuple[int, ...] = ()
     dtypes: tuple[str, ...] = ()
     vs_naive: tuple[VsNaive, ...] = ()  # per dtype
-    grid: tuple[GridTable, ...] = ()
-    ratios: tuple[RatioTable, ...] = ()
+    grid: tuple[SeqTable, ...] = ()
+    ratios: tuple[SeqTable, ...] = ()
     longest: tuple[Longest, ...] = ()
     timers: tuple[str, ...] = ()
     autotune: bool | None = None
@@ -298,13 +278,16 @@ class FlashBenchmarkingPage:
     sources: tuple[str, ...] = ()
     cells: int = 0  # the grid's cells with a row (every status)
     oom_cells: int = 0  # of them, those that ran out of memory ("OOM" in the CSV)
-    commits: tuple[str, ...] = ()  # the commits the cells' rows come from (one: one kernel version), oldest run first
     short_seq = SHORT_SEQ  # the constants the words state
     band = DRIFT_BAND
 
     @property
     def headline(self) -> Longest | None:  # bf16 at d 64 where it ran, else the first
-        return next((x for x in self.longest if (x.dtype, x.d) == ("bf16", 64)), (self.longest or [None])[0])
+        return next((x for x in self.longest if (x.k.dtype, x.k.d) == ("bf16", 64)), (self.longest or [None])[0])
+
+    @property
+    def commits(self) -> tuple[str, ...]:  # those the cells' rows come from (one: one kernel version), oldest run first
+        return tuple(dict.fromkeys(r.commit for r in self.runs.runs))
 
     @property
     def unexplained(self) -> bool:
@@ -328,7 +311,7 @@ def _versions(ctx: Context, device: str, rows: list[Bench]) -> tuple[list[Bench]
     runs' rows, the previous runs' rows, the drift of each dtype)."""
     newest, prev, out = [], [], []
     history = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device]
-    for dtype in sorted({kernel(b).dtype for b in rows}, key=DTYPE_ORDER.index):
+    for dtype in sorted({kernel(b).dtype for b in rows}):
         now = of_newest_run([b for b in rows if kernel(b).dtype == dtype], among=_ours(rows, dtype))
         if not now:
             continue
@@ -357,6 +340,5 @@ def facts(ctx: Context) -> FlashBenchmarkingPage:
             odd=tuple(odd(rows)), newest=RunsFacts.of(device, newest),
             previous=RunsFacts.of(device, prev) if prev else None, drift=changes,
             not_run=not_run(rows), sources=files_of(rows + prev), cells=len(rows),
-            oom_cells=sum(status_label(b) == "OOM" for b in rows),
-            commits=tuple(dict.fromkeys(r.commit for r in RunsFacts.of(device, rows).runs)))
+            oom_cells=sum(status_label(b) == "OOM" for b in rows))
     return FlashBenchmarkingPage()

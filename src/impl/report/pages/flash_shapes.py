@@ -12,13 +12,14 @@ from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kerne
 from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Scored
 from impl.report.ratio import med
-from impl.report.rows import Bench, of_newest_run
+from impl.report.rows import Bench, group, of_newest_run
 from impl.report.runs import RunsFacts, files_of
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.FLASH_SHAPES,)
 PROBLEM = P.FLASH_SHAPES
 OURS = ("flash_triton", "flash_triton_compiled")  # eager, compiled
+SIDES = ("eager", "compiled")  # the GridRow fields that hold OURS' rows
 GRID_COLUMNS = ["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)", "ours compiled (ms)",
                 "faster anchor (ms)", "eager / anchor", "compiled / anchor"]  # the CSV grid beside the page
 
@@ -68,15 +69,14 @@ class Summary:  # one (dtype, d, causal, pass): ours' rows measured and left out
         return med(self.compiled)
 
 
-def summary(rows: list[Bench]) -> list[Summary]:
+def summary(cells: list[GridRow]) -> list[Summary]:  # the grid's rows by (dtype, d, causal, pass)
     out = []
-    for (dtype, d, causal, mode), g in groups(rows, "dtype", "d", "causal", "mode"):
-        ours = [(impl, r, best_anchor(s)) for _, s in groups(g, "batch", "heads", "seq") for impl in OURS
-                for r in [next((b for b in s if kernel(b).impl == impl), None)] if r is not None]
-        out.append(Summary(dtype, d, causal, MODE_LABELS[mode], sum(ran(r) for _, r, _ in ours),
-                           sum(not ran(r) for _, r, _ in ours),
-                           *(tuple(r.stats.median / a.stats.median for i, r, a in ours if i == impl and ran(r) and a)
-                             for impl in OURS)))
+    for (dtype, d, causal, mode), g in sorted(group(cells, lambda r: (r.k.dtype, r.k.d, r.k.causal, r.k.mode)).items(),
+                                              key=lambda kv: kv[0]):
+        ours = [b for r in g for b in (r.eager, r.compiled) if b is not None]
+        out.append(Summary(dtype, d, causal, MODE_LABELS[mode], sum(map(ran, ours)), sum(not ran(b) for b in ours),
+                           *(tuple(b.stats.median / r.anchor.stats.median for r in g
+                                   if (b := getattr(r, side)) is not None and ran(b) and r.anchor) for side in SIDES)))
     return out
 
 
@@ -102,34 +102,26 @@ def _plot(rows: list[GridRow], path) -> bool:  # ours ÷ the faster anchor per m
 
 
 @dataclass(frozen=True)
-class HostCall:
-    impl: str
-    mean_us: float
-    stddev_us: float
-    rounds: int
-
-
-@dataclass(frozen=True)
-class HostCostFacts:  # host time per fwd+bwd call of one run at a tiny shape (HostTimer: one call a round, no sync)
-    k: Kernel  # the shape
-    calls: dict[str, HostCall]  # by impl, in row order
+class HostCost:  # host time per fwd+bwd call of one run at a tiny shape (HostTimer: one call a round, no sync)
+    calls: dict[str, Bench]  # the newest run's measured rows by impl, in row order (their mean ± std)
     runs: RunsFacts  # every host-cost row's runs
-    anchor: str | None  # the SDPA backend with the lower host cost
-    eager_vs_anchor: float | None
-    compiled_vs_eager: float | None
+
+    k = property(lambda self: kernel(next(iter(self.calls.values()))))  # the shape
+
+    @property
+    def anchor(self) -> str | None:  # the SDPA backend with the lower host cost
+        return min((i for i in self.calls if i.startswith("sdpa")), key=lambda i: self.calls[i].stats.mean,
+                   default=None)
+
+    def over(self, impl: str, base: str | None) -> float | None:  # impl's mean host time ÷ base's
+        a, b = self.calls.get(impl), self.calls.get(base)
+        return a.stats.mean / b.stats.mean if a and b else None
 
 
-def host_cost_facts(device: str, rows: list[Bench]) -> HostCostFacts | None:  # the newest run's measured ones
+def host_cost(device: str, rows: list[Bench]) -> HostCost | None:  # the newest run's measured ones
     host = [b for b in rows if kernel(b).host]
-    if not (newest := of_newest_run([b for b in host if b.measured])):
-        return None
-    calls = {kernel(b).impl: HostCall(kernel(b).impl, b.stats.mean * 1e6, (b.stats.stddev or 0) * 1e6,
-                                      int(b.stats.rounds or 0)) for b in newest}
-    anchor = min((c for c in calls.values() if c.impl.startswith("sdpa")), key=lambda c: c.mean_us, default=None)
-    eager, compiled = map(calls.get, OURS)
-    return HostCostFacts(kernel(newest[0]), calls, RunsFacts.of(device, host), anchor and anchor.impl,
-                         eager.mean_us / anchor.mean_us if eager and anchor else None,
-                         compiled.mean_us / eager.mean_us if compiled and eager else None)
+    newest = of_newest_run([b for b in host if b.measured])
+    return HostCost({kernel(b).impl: b for b in newest}, RunsFacts.of(device, host)) if newest else None
 
 
 @dataclass(frozen=True)
@@ -140,15 +132,16 @@ class FlashShapesPage:
     budget: int = 0  # rows left out by the file's time budget
     budget_reason: str | None = None
     ratios: tuple[float, ...] = ()  # ours eager ÷ the faster anchor per measured shape-pass, ascending
-    median: float | None = None  # theirs
     timers: tuple[str, ...] = ()
     runs: RunsFacts | None = None
     summary: tuple[Summary, ...] = ()
     grid_link: str = ""
     figure: str | None = None
     not_run: tuple[tuple[str, str], ...] = ()  # (status, reason), each once
-    host: HostCostFacts | None = None
+    host: HostCost | None = None
     sources: tuple[str, ...] = ()
+
+    median = property(lambda self: med(self.ratios))  # of ours eager ÷ the faster anchor
 
     @property
     def scores(self) -> dict[str, Scored]:  # rows without a shape of both ours and an anchor leave it unanswered
@@ -163,10 +156,10 @@ def facts(ctx: Context) -> FlashShapesPage:
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{device}")
         return FlashShapesPage(
             device=device, gpu=fs[0].row.env.device, measured=sum(ran(b) for b in fs),
-            budget=len(cut), budget_reason=cut[0].row.reason if cut else None, ratios=ratios, median=med(ratios),
-            timers=timers(fs), runs=RunsFacts.of(device, fs), summary=tuple(summary(fs)),
+            budget=len(cut), budget_reason=cut[0].row.reason if cut else None, ratios=ratios,
+            timers=timers(fs), runs=RunsFacts.of(device, fs), summary=tuple(summary(cells)),
             grid_link=write_table_csv(ctx.reports_dir, f"flash_shapes-{device}", GRID_COLUMNS,
                                       [r.cells() for r in cells]),
-            figure=rel if _plot(cells, png) else None, not_run=not_run(fs), host=host_cost_facts(device, rows),
+            figure=rel if _plot(cells, png) else None, not_run=not_run(fs), host=host_cost(device, rows),
             sources=files_of(rows))
     return FlashShapesPage()

@@ -7,15 +7,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from impl.bench.row import Metric
 from impl.report import figures
-from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, kernel, median_ms, pick, status_label
+from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, pick, probe_check, status_label
 from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
-from impl.report.ratio import Headline, Timers, headline, timers
+from impl.report.ratio import Headline, headline, timers
 from impl.report.rows import Bench, group
 from impl.report.runs import RunsFacts, files_of
-from impl.report.timer_probe import ProbeCheck, check, probe_of
+from impl.report.timer_probe import ProbeCheck
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.LEADERBOARD,)
@@ -35,47 +34,37 @@ class Correctness:
     def passes(self) -> bool:
         return self.err_out <= self.tol_out and self.err_grad <= self.tol_grad
 
+    @classmethod
+    def of(cls, b: Bench) -> Correctness | None:  # ours' row's relative errors against the test's tolerances
+        err, tol = b.details.get("rel_err") or {}, b.details.get("tol") or {}
+        return cls(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
+                   b.details.get("graph_breaks")) if err and tol else None
+
 
 @dataclass(frozen=True)
-class LeaderboardFacts:
+class LeaderboardFacts:  # ours and cuDNN forward+backward of the device's newest run (their run, metrics: the rows')
     device: str
-    kernel: Kernel  # the shape (dtype, causal, batch, heads, seq, d) of ours' forward+backward row
-    when: str  # the run's UTC time
-    commit: str
+    ours: Bench
+    cudnn: Bench
     headline: Headline  # ours ÷ cuDNN of the CUDA-event medians, do_bench beside (impl.report.ratio)
-    ours_mfu: float | None  # against the datasheet peak, from the event medians
-    cudnn_mfu: float | None
-    correctness: Correctness | None
     probe: ProbeCheck | None = None  # the do_bench-against-events probe at this shape (impl.report.timer_probe)
 
-    @property
-    def ours(self) -> Timers:
-        return self.headline.ours
-
-    @property
-    def cudnn(self) -> Timers:
-        return self.headline.anchor
+    kernel = property(lambda self: kernel(self.ours))  # the shape (dtype, causal, batch, heads, seq, d)
+    correctness = property(lambda self: Correctness.of(self.ours))
 
 
 @dataclass(frozen=True)
-class Line:  # one newest row of the table
-    impl: str
-    label: str  # IMPL_LABELS'
-    compiled: bool  # ours under torch.compile
-    mode: str  # MODE_LABELS'
-    status: str | None  # why it did not run; None: it ran (the other figures are read only then)
-    ms: float | None
-    timers: Timers | None  # its CUDA-event median and do_bench's, with the noise verdict (None: it did not run)
-    tflops: float | None
-    mfu: float | None
-    errors: tuple[float | None, ...]  # relative errors of O, dQ, dK, dV
+class Line:  # one newest row of the table (the template reads its metrics and details)
+    b: Bench
 
-
-def _line(b: Bench) -> Line:
-    c, s, err = kernel(b), status_label(b), b.details.get("rel_err") or {}
-    return Line(c.impl, IMPL_LABELS.get(c.impl, c.impl), bool(b.details.get("compiled")), MODE_LABELS[c.mode], s,
-                None if s else median_ms(b), None if s else timers(b), b.metric(Metric.TFLOPS),
-                b.metric(Metric.MFU), tuple(err.get(k) for k in ("out", "dq", "dk", "dv")))
+    impl = property(lambda self: kernel(self.b).impl)
+    label = property(lambda self: IMPL_LABELS.get(self.impl, self.impl))
+    mode = property(lambda self: MODE_LABELS[kernel(self.b).mode])
+    status = property(lambda self: status_label(self.b))  # why it did not run; None: it ran
+    # its CUDA-event median and do_bench's, with the noise verdict (None: it did not run)
+    timers = property(lambda self: None if self.status else timers(self.b))
+    errors = property(lambda self: tuple((self.b.details.get("rel_err") or {}).get(k)  # of O, dQ, dK, dV
+                                         for k in ("out", "dq", "dk", "dv")))
 
 
 def short_config(text) -> str:
@@ -87,45 +76,37 @@ def short_config(text) -> str:
 
 
 @dataclass(frozen=True)
-class Version:  # one stored run: ours and cuDNN forward+backward of the same run
-    when: str  # UTC, "YYYY-MM-DD HH:MM"
-    commit: str
-    legacy: bool  # the older format: its medians are do_bench's
-    ours_s: float
-    ours_mfu: float | None
-    cudnn_s: float | None
-    cudnn_mfu: float | None
-    picks: tuple[tuple[str, str], ...]  # the autotuner's (kernel, short config) of ours
+class Version:  # one stored run: ours' and cuDNN's forward+backward rows of it
+    ours: Bench
+    cudnn: Bench | None
+
+    run = property(lambda self: self.ours.run)  # its UTC time, commit, format (older: the medians are do_bench's)
+    ours_s = property(lambda self: self.ours.stats.median)
+    cudnn_s = property(lambda self: self.cudnn and self.cudnn.stats.median)
+    over_cudnn = property(lambda self: None if self.cudnn_s is None else self.ours_s / self.cudnn_s)
 
     @property
-    def over_cudnn(self) -> float | None:
-        return None if self.cudnn_s is None else self.ours_s / self.cudnn_s
+    def picks(self) -> tuple[tuple[str, str], ...]:  # the autotuner's (kernel, short config) of ours
+        return tuple((k, short_config(c)) for k, c in (self.ours.details.get("tuned_configs") or {}).items())
 
 
 def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran, oldest first
     runs = group(rows, lambda b: (b.run.datetime, b.run.commit))
-    out = []
-    for (_, commit), g in sorted(runs.items()):
-        ours, cudnn = (pick(g, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
-        if ours is not None:
-            picks = tuple((k, short_config(c)) for k, c in (ours.details.get("tuned_configs") or {}).items())
-            out.append(Version(g[0].run.when, commit, g[0].run.legacy, ours.stats.median,
-                               ours.metric(Metric.MFU), cudnn and cudnn.stats.median,
-                               cudnn and cudnn.metric(Metric.MFU), picks))
-    return out
+    return [Version(o, pick(g, impl=ANCHOR, mode="fwd_bwd")) for _, g in sorted(runs.items(), key=lambda kv: kv[0])
+            if (o := pick(g, impl=OURS, mode="fwd_bwd")) is not None]
 
 
 def _plot(vs: list[Version], path) -> None:
     fig, ax = figures.new(figsize=(8, 4.2))
     for impl, label, times in ((OURS, "ours: torch.compile(FlashAttentionTriton.apply)", [v.ours_s for v in vs]),
                                (ANCHOR, IMPL_LABELS[ANCHOR], [v.cudnn_s for v in vs])):
-        pts = [(i, s * 1e3, v.legacy) for i, (v, s) in enumerate(zip(vs, times)) if s is not None]
+        pts = [(i, s * 1e3, v.run.legacy) for i, (v, s) in enumerate(zip(vs, times)) if s is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=IMPL_COLORS[impl], label=label, lw=1.2)
         for legacy, marker in ((True, "o"), (False, "s")):  # open: the older format's do_bench median
             sel = [p for p in pts if p[2] == legacy]
             ax.plot([p[0] for p in sel], [p[1] for p in sel], marker, color=IMPL_COLORS[impl], ms=5,
                     mfc="none" if legacy else IMPL_COLORS[impl])
-    ax.set_xticks(list(range(len(vs))), [f"{v.when[5:]}\n{v.commit}" for v in vs], fontsize=7, rotation=30,
+    ax.set_xticks(list(range(len(vs))), [f"{v.run.when[5:]}\n{v.run.commit}" for v in vs], fontsize=7, rotation=30,
                   ha="right")
     ax.set(ylabel="forward+backward (ms, median)", title="leaderboard: every stored run (open marker: do_bench median, "
                                                           "older format; filled: CUDA-event median)")
@@ -152,7 +133,7 @@ class LeaderboardPage:
 
     @property
     def noise(self) -> tuple[float, float, int] | None:  # (lowest, highest ours/cuDNN, runs) of the newer format
-        rs = [v.over_cudnn for v in self.versions if not v.legacy and v.cudnn_s is not None]
+        rs = [v.over_cudnn for v in self.versions if not v.run.legacy and v.cudnn_s is not None]
         return (min(rs), max(rs), len(rs)) if len(rs) > 1 else None
 
     @property
@@ -166,18 +147,13 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         ours, cudnn = (pick(lb, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
         if ours is None or cudnn is None:
             continue
-        c = kernel(ours)
-        err, tol = ours.details.get("rel_err") or {}, ours.details.get("tol") or {}
-        right = Correctness(err["out"], max(err[k] for k in ("dq", "dk", "dv") if k in err), tol["out"], tol["grad"],
-                            ours.details.get("graph_breaks")) if err and tol else None
-        h, tp = headline(ours, cudnn, "SDPA cuDNN"), probe_of(ctx.reports_dir, device)
-        pc = check(tp, h, "fwd_bwd") if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
-        answer = LeaderboardFacts(device, c, ours.run.when, ours.run.commit, h,
-                                  ours.metric(Metric.MFU), cudnn.metric(Metric.MFU), right, pc)
+        h = headline(ours, cudnn, "SDPA cuDNN")
+        pc = probe_check(ctx.reports_dir, device, ours, h, "fwd_bwd")
+        answer = LeaderboardFacts(device, ours, cudnn, h, pc)
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
         _plot(vs := versions(rows), png)
-        return LeaderboardPage(answer, tuple(map(_line, lb)), RunsFacts.of(device, lb), tuple(vs),
+        return LeaderboardPage(answer, tuple(map(Line, lb)), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
                                tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ours.row.env.device, rel)
     return LeaderboardPage(None)

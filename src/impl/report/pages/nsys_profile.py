@@ -1,22 +1,22 @@
-"""nsys_profile: one `Profiled` per profiled config of the first GPU device, each edition answered apart
-(2025's sizes, then the 2026 study's cases); (c) reads the forward's own kernel table, as the question asks.
-Beside them, (a)-(e) from Nsight Systems' own tables (cuda_gpu_kern_sum, nvtx_sum, nvtx_kern_sum) of the newest
-filed nsys call (impl.nsys.store), `NsysRow` per profiled case, matched to torch.profiler's row of the same
-edition, size and context where there is one."""
+"""nsys_profile: one `Case` per row of the first GPU device (a size and context, its torch.profiler profile where it
+has one), each edition answered apart (2025's sizes, then the 2026 study's cases); (c) reads the forward's own
+kernel table, as the question asks. Beside them, (a)-(e) from Nsight Systems' own tables (cuda_gpu_kern_sum,
+nvtx_sum, nvtx_kern_sum) of the newest filed nsys call (impl.nsys.store), `NsysRow` per profiled case, matched to
+torch.profiler's row of the same edition, size and context where there is one."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from impl.bench.row import Status
-from impl.model import SizeRef
+from impl.model import SizeRef, size_rank
+from impl.nsys.outputs import CaseRecord
 from impl.nsys.tables import read_kernel_summary, read_nvtx_kernels, read_nvtx_summary
-from impl.workloads.kernels import attention_part_flops, classify_kernel
-from impl.model import size_rank
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import Filed, newest_with
-from impl.report.rows import Bench, SizedView, stat_name
+from impl.report.rows import Bench, SizedView, group, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
+from impl.workloads.kernels import attention_part_flops, classify_kernel
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.NSYS_PROFILE,)
@@ -70,148 +70,41 @@ def forward_non_matmul(nsys: dict) -> ForwardNonMatmul:
 
 
 @dataclass(frozen=True)
-class Profiled:  # one profiled config: its Python timer against the profiler's view of the same forward
-    size: str  # its label (impl.report.rows.size_label)
-    context: int
-    timer_s: float  # pytest-benchmark's time of the same forward (Bench.step_s)
-    timer_std_s: float | None
-    range_ms: float  # the annotated forward range
-    kernel_ms: float  # kernel time inside it
-    top_name: str
-    top_is_matmul: bool
-    top_calls: int  # per forward
-    top_stays: bool  # still on top for forward+backward
-    matmul_fwd: float
-    profiled: str  # what train_share covers: train_step, forward_backward, forward, forward_no_grad
-    train_share: float | None  # matmul share of what was profiled beyond the forward
-    matmul_train: float | None  # the training step's matmul share; None where it was not profiled
-    softmax_time: float  # softmax ÷ (the two attention matmuls), time
-    softmax_flops: float  # the same in FLOPs
-    non_matmul: ForwardNonMatmul
+class Case:
+    """One row (a size and context) and, where it ran, its torch.profiler profile `n` (details["nsys"] as
+    perf/test_nsys_profile.py stores it; the template reads its keys) against the Python timer of the same forward."""
+
+    b: Bench
+
+    n = property(lambda self: self.b.details.get("nsys") if self.b.status is Status.MEASURED else None)
+    size = property(lambda self: _cfg(self.b).size)  # as stored ("xl", "2.7B")
+    label = property(lambda self: _cfg(self.b).size_label)  # impl.report.rows.size_label
+    context = property(lambda self: _cfg(self.b).context)
+    timer_ms = property(lambda self: self.b.step_s * 1e3)  # pytest-benchmark's time of the same forward
+    top_calls = property(lambda self: int(self.n["top_forward"]["calls_per_pass"]))  # the top kernel's, per forward
+    busy = property(lambda self: self.n["forward_kernel_ms"] / self.timer_ms)  # kernel time ÷ the timer
+    range_agrees = property(lambda self: abs(self.n["forward_range_ms"] / self.timer_ms - 1) <= 0.1)  # within 10%
+    softmax_per_flop = property(lambda self: self.n["softmax_to_matmuls_time_ratio"]
+                                / self.n["softmax_to_matmuls_flop_ratio"])
+    non_matmul = property(lambda self: forward_non_matmul(self.n))
+    need_bytes = property(lambda self: (self.b.details.get("memory_need") or {}).get("total"))  # closed-form fp32 step
 
     @property
-    def timer_ms(self) -> float:
-        return self.timer_s * 1e3
+    def status(self) -> str:  # "measured" (profiled), "oom" (or measured without a profile), "left out"
+        return "measured" if self.n else "oom" if self.b.status in (Status.MEASURED, Status.OOM) else "left out"
 
     @property
-    def busy(self) -> float:
-        return self.kernel_ms / self.timer_ms
+    def profiled(self) -> str:  # what the profile covers beyond the forward: train_step, forward_backward, forward...
+        return self.n.get("profiled") or ("forward" if self.n.get("train_oom") else "train_step")
 
     @property
-    def range_agrees(self) -> bool:  # the profiled range within 10% of the Python timer
-        return abs(self.range_ms / self.timer_ms - 1) <= 0.1
+    def matmul_train(self) -> float | None:  # the training step's matmul share; None where it was not profiled
+        return self.n.get("matmul_share_train_step") if self.profiled == "train_step" else None
 
     @property
-    def softmax_per_flop(self) -> float:
-        return self.softmax_time / self.softmax_flops
-
-
-def profiled(b: Bench) -> Profiled:
-    n, c = b.details["nsys"], _cfg(b)
-    top, share = n["top_forward"], n.get("matmul_share_train_step")
-    return Profiled(c.size_label, c.context, b.step_s, b.stats.stddev if b.stats else None, n["forward_range_ms"],
-                    n["forward_kernel_ms"], top["name"], top["category"] == "matmul", int(top["calls_per_pass"]),
-                    bool(n.get("top_stays_on_top")), n["matmul_share_forward"],
-                    n.get("profiled") or ("forward" if n.get("train_oom") else "train_step"), share,
-                    share if (n.get("profiled") or "train_step") == "train_step" else None,
-                    n["softmax_to_matmuls_time_ratio"], n["softmax_to_matmuls_flop_ratio"], forward_non_matmul(n))
-
-
-@dataclass(frozen=True)
-class NsysCase:  # one (size, context) the 2026 study asked for, or its OOM with the closed-form need
-    size: str  # its label
-    context: int
-    measured: bool
-    forward_s: float | None = None  # the Python timer's mean ± std
-    forward_std_s: float | None = None
-    kernel_ms: float | None = None  # the forward's summed kernel time (profiler)
-    top_name: str | None = None
-    top_calls: int | None = None  # per forward pass
-    top_stays: bool | None = None
-    need_bytes: float | None = None  # closed-form fp32 training-step need
-
-
-def nsys_cases(rows: list[Bench]) -> list[NsysCase]:
-    """The cases of `rows` (of nsys_profile), in the order the study lists them."""
-    out = []
-    for b in rows:
-        n, head = b.details.get("nsys"), (_cfg(b).size_label, int(_cfg(b).context))
-        need = (b.details.get("memory_need") or {}).get("total")
-        if not (b.measured and n):
-            out.append(NsysCase(*head, False, need_bytes=need))
-            continue
-        top = n.get("top_forward") or {}
-        calls = top.get("calls_per_pass")
-        out.append(NsysCase(*head, True, b.stats.mean, b.stats.stddev, n.get("forward_kernel_ms"), top.get("name"),
-                            None if calls is None else int(calls), bool(n.get("top_stays_on_top")), need))
-    order = [tuple(c) for c in next((b.details.get("cases") for b in rows if b.details.get("cases")), [])]
-    key = lambda c: (c.size.split(" ")[0], c.context)  # noqa: E731
-    return sorted(out, key=lambda c: order.index(key(c)) if key(c) in order else len(order))
-
-
-@dataclass(frozen=True)
-class ConfigRow:  # a row of the per-config table: a profiled config, or why it has none
-    size: str  # as stored ("xl", "2.7B")
-    context: int
-    status: str  # "measured", "oom" (or measured without a profile), "left out"
-    profile: Profiled | None = None
-
-
-@dataclass(frozen=True)
-class KernelTables:  # the middle profiled config's kernel tables (top rows), (c)'s kernels, (d)'s category shares
-    size: str
-    context: int
-    steps: int  # profiled steps
-    phases: list[tuple[str, list[Kernel]]]  # (phase, its top rows) of PHASES that have rows
-    non_matmul: ForwardNonMatmul
-    categories: list[tuple[str, float, float]]  # (category, share of the forward, of the training step)
-
-
-@dataclass(frozen=True)
-class ProfileTables:
-    kernels_timed: bool  # the timing source: GPU kernels (else CPU ops stand in)
-    steps: list[int]  # recorded steps per config
-    warmup: list[int]  # warm-up steps run through unrecorded ([]: recorded and excluded)
-    parse_s: list[float]  # building each config's tables
-    stat: str  # what the Python timer shows (impl.report.rows.stat_name)
-    rows: list[ConfigRow]
-    kernels: KernelTables | None
-    artifact: str | None  # the kept Chrome trace
-    artifact_skipped: str | None  # why none was kept
-
-
-def _by_context(rows: list[Bench]) -> list[Bench]:
-    return sorted(rows, key=lambda b: (size_rank(_cfg(b).size), _cfg(b).context))
-
-
-def _config_row(b: Bench) -> ConfigRow:
-    c = _cfg(b)
-    if b.status is Status.MEASURED and b.details.get("nsys"):
-        return ConfigRow(c.size, c.context, "measured", profiled(b))
-    return ConfigRow(c.size, c.context, "oom" if b.status in (Status.MEASURED, Status.OOM) else "left out")
-
-
-def _kernel_tables(b: Bench) -> KernelTables:
-    n, cs = b.details["nsys"], b.details["nsys"]["category_share"]
-    return KernelTables(_cfg(b).size, _cfg(b).context, n["steps_profiled"],
-                        [(p, [_kernel(r) for r in n["tables"][p][:TOP_KERNELS]]) for p in PHASES if n["tables"].get(p)],
-                        forward_non_matmul(n), [(c, cs["forward"][c], cs["train step"][c]) for c in cs["forward"]])
-
-
-def profile_tables(rows: list[Bench]) -> ProfileTables:
-    rows = _by_context(rows)
-    ns = [b.details["nsys"] for b in rows if b.details.get("nsys")]
-    return ProfileTables(
-        next((n["timing_source"] for n in ns), "kernels") == "kernels", sorted({n.get("steps_profiled") for n in ns}),
-        sorted({n["warmup_steps"] for n in ns if n.get("warmup_steps") is not None}),
-        [n["parse_s"] for n in ns if n.get("parse_s") is not None], stat_name(rows), [_config_row(b) for b in rows],
-        _kernel_tables([b for b in rows if b.details.get("nsys")][len(ns) // 2]) if ns else None,
-        next((b.details["artifact"] for b in rows if b.details.get("artifact")), None),
-        next((b.details["artifact_skipped"] for b in rows if b.details.get("artifact_skipped")), None))
-
-
-def _profiled(rows: list[Bench]) -> list[Bench]:  # by context
-    return _by_context([b for b in rows if b.status is Status.MEASURED and b.details.get("nsys")])
+    def phases(self) -> list[tuple[str, list[Kernel]]]:  # (phase, its top rows) of PHASES that have rows
+        tables = self.n["tables"]
+        return [(p, [_kernel(r) for r in tables[p][:TOP_KERNELS]]) for p in PHASES if tables.get(p)]
 
 
 # ---- (a)-(e) from Nsight Systems' own tables ------------------------------------------------------------------
@@ -250,7 +143,6 @@ class NsysRow:
     # (c)'s kernels by the readable handle the torch.profiler tables use (Kernel.op)
     non_matmul_ops = property(lambda self: [(Kernel(n, classify_kernel(n), sh, c).op, sh, c)
                                             for n, sh, c in self.non_matmul])
-    softmax_per_flop = property(lambda self: None if self.softmax_time is None else self.softmax_time / self.softmax_flops)
 
 
 def nsys_row(filed: Filed, case) -> NsysRow | None:
@@ -262,11 +154,8 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
     steps = int(a.get("steps") or 2)
     fwd = [k for k in nk if k.range == "forward"]
     fwd_total = sum(k.time.total_ns for k in fwd)
-    by_kernel: dict[str, list] = {}
-    for k in fwd:
-        by_kernel.setdefault(k.kernel, []).append(k)
     ranked = sorted(((sum(x.time.total_ns for x in v), sum(x.kernel_instances for x in v), n)
-                     for n, v in by_kernel.items()), reverse=True)
+                     for n, v in group(fwd, lambda k: k.kernel).items()), reverse=True)
     fwd_range = next((r for r in nsum if r.name == "forward"), None)
     ref = SizeRef(str(a["edition"]), str(a["size"]))
     cfg = ref.config
@@ -296,16 +185,13 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
 class NsysTables:
     filed: Filed
     rows: tuple[NsysRow, ...]  # 2026 first, then by size and context
-    not_profiled: tuple[tuple[str, str], ...]  # (case, status: reason)
+    not_profiled: tuple[CaseRecord, ...]  # the filed cases without a profile or its tables
 
     @property
     def sources(self) -> list[str]:
         # the three tables of every case, named once by their pattern
         return [f"{self.filed.rel}/manifest.json",
                 f"{self.filed.rel}/tables/nsys_profile_*_{{cuda_gpu_kern_sum,nvtx_sum,nvtx_kern_sum}}.csv"]
-
-    def edition(self, e: str) -> list[NsysRow]:
-        return [r for r in self.rows if r.edition == e]
 
     editions = property(lambda self: list(dict.fromkeys(r.edition for r in self.rows)))
 
@@ -329,54 +215,67 @@ def nsys_tables(ctx: Context) -> NsysTables | None:
     filed = newest_with(ctx.reports_dir, "nsys_profile")
     if filed is None:
         return None
-    rows, skipped = [], []
-    for c in filed.cases("nsys_profile"):
-        r = nsys_row(filed, c)
-        if r is None:
-            skipped.append((c.name, f"{c.status}: {c.message or 'no tables'}"))
-        else:
-            rows.append(r)
-    return NsysTables(filed, tuple(rows), tuple(skipped))
+    rows = [(c, nsys_row(filed, c)) for c in filed.cases("nsys_profile")]
+    return NsysTables(filed, tuple(r for _, r in rows if r), tuple(c for c, r in rows if r is None))
 
 
 @dataclass(frozen=True)
 class NsysPage(SourcedFromRuns):
     device: str | None  # the answering GPU device; None: no profiled rows
     scores: dict[str, Scored]
-    answer: list[Profiled] = field(default_factory=list)  # the older edition's configs (or the only edition's)
-    edition: str = "2025"  # its edition
-    answer26: list[Profiled] = field(default_factory=list)  # the 2026 study's, where it ran beside the older edition
-    cases: list[NsysCase] = field(default_factory=list)  # the 2026 study's cases, OOM ones included
-    tables: ProfileTables | None = None  # of the older edition's rows
+    rows: tuple[Case, ...] = ()  # the older edition's (or the only edition's), by size and context
+    cases: tuple[Case, ...] = ()  # the 2026 study's, in its order, where it ran beside the older edition
     runs: RunsFacts | None = None
     nsys: NsysTables | None = None
+
+    answer = property(lambda self: [c for c in self.rows if c.n])  # the profiled ones
+    answer26 = property(lambda self: sorted((c for c in self.cases if c.n), key=_by_context))
+    edition = property(lambda self: _cfg(self.rows[0].b).edition or "2025")  # the answer's
+    stat = property(lambda self: stat_name(c.b for c in self.rows))  # what the Python timer shows
+    middle = property(lambda self: self.answer[len(self.answer) // 2])  # the profiled config whose tables are shown
+
+    def profiles(self, key: str) -> list:  # the answer's profiles' values of `key`, where they have one
+        return [c.n[key] for c in self.answer if c.n.get(key) is not None]
+
+    def detail(self, key: str):  # details[key] of the first of `rows` that has it (the kept Chrome trace)
+        return next((c.b.details[key] for c in self.rows if c.b.details.get(key)), None)
 
     @property
     def sources(self) -> list[str]:
         return sorted(set(super().sources) | set(self.nsys.sources if self.nsys else ()))
 
-    def beside(self, r: NsysRow) -> Profiled | None:
-        """torch.profiler's Profiled row of the same edition, size and context (None: it has none)."""
+    def beside(self, r: NsysRow) -> Case | None:
+        """torch.profiler's profiled row of the same edition, size and context (None: it has none)."""
         pool = (self.answer26 if r.edition == "2026" and self.answer26
                 else self.answer if self.edition == r.edition else [])
-        return next((p for p in pool if (p.size, p.context) == (r.size, r.context)), None)
+        return next((p for p in pool if (p.label, p.context) == (r.size, r.context)), None)
 
     @property
     def nsys_alone(self) -> list[NsysRow]:  # nsys cases without a torch.profiler row of the same config
         return [r for r in (self.nsys.rows if self.nsys else ()) if self.beside(r) is None]
 
 
+def _by_context(c: Case) -> tuple:
+    return size_rank(c.size), c.context
+
+
+def _study_order(rows: list[Bench]) -> list[Bench]:
+    """The 2026 study's rows in the order its `cases` detail lists them (size, context)."""
+    order = [tuple(c) for c in next((b.details.get("cases") for b in rows if b.details.get("cases")), [])]
+    key = lambda b: (_cfg(b).size_label.split(" ")[0], _cfg(b).context)  # noqa: E731
+    return sorted(rows, key=lambda b: order.index(key(b)) if key(b) in order else len(order))
+
+
 def facts(ctx: Context) -> NsysPage:
     found = ctx.rows.per_gpu(PROBLEM)
-    if not found or not _profiled(found[0][1]):
+    device, every = found[0] if found else (None, [])  # the first (one-GPU) device answers
+    older = sorted((Case(b) for b in every if str(_cfg(b).edition) != "2026"), key=_by_context)
+    new = [Case(b) for b in _study_order([b for b in every if str(_cfg(b).edition) == "2026"])]
+    if not any(c.n for c in older):  # only 2026 rows: they answer alone, by size and context
+        older, new = sorted(new, key=_by_context), []
+    if not any(c.n for c in older):
         return NsysPage(None, {PROBLEM: NOT_MEASURED}, nsys=nsys_tables(ctx))
-    device, every = found[0]  # the first (one-GPU) device answers
-    older = [b for b in every if str(_cfg(b).edition) != "2026"]
-    new = [b for b in every if str(_cfg(b).edition) == "2026"]
-    if not _profiled(older):  # only 2026 rows: they answer alone
-        older, new = new, []
-    answer26 = [profiled(b) for b in _profiled(new)]
-    return NsysPage(device, {PROBLEM: Scored(Kind.MEASURED, device, newest_date(new if answer26 else older))},
-                    [profiled(b) for b in _profiled(older)], _cfg(older[0]).edition or "2025", answer26,
-                    nsys_cases(new) if answer26 else [], profile_tables(older), RunsFacts.of(device, every),
-                    nsys_tables(ctx))
+    new = new if any(c.n for c in new) else []
+    date = newest_date([c.b for c in (new or older)])
+    return NsysPage(device, {PROBLEM: Scored(Kind.MEASURED, device, date)}, tuple(older), tuple(new),
+                    RunsFacts.of(device, every), nsys_tables(ctx))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from impl.attention.memory import NaiveAttentionMemory, flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Env, Metric, Status
+from impl.report.flash_rows import Cell, cell, not_run
 from impl.report.pages import Context, Scored
 from impl.report.rows import Bench, View
 from impl.report.runs import RunsFacts, SourcedFromRuns
@@ -46,19 +47,9 @@ class AttentionConfig(View):
 cfg = AttentionConfig.of
 
 
-@dataclass(frozen=True)
-class Cell:
-    value: float | None  # seconds or bytes
-    status: Status | None = None  # None: the row ran
-
-
-def ran(b: Bench | None, value):
+def if_ran(b: Bench | None, value):
     """value(b) where the row ran, else None."""
     return value(b) if b is not None and b.status is Status.MEASURED else None
-
-
-def cell(b: Bench | None, value) -> Cell | None:
-    return None if b is None else Cell(value(b)) if b.status is Status.MEASURED else Cell(None, b.status)
 
 
 def median(b: Bench) -> float | None:
@@ -76,11 +67,6 @@ def before_backward(b: Bench) -> float | None:
 
 def peak(b: Bench) -> float | None:
     return _above_baseline(b, b.row.memory.peak_allocated)
-
-
-def not_run(rows: list[Bench]) -> list[tuple[Status, str]]:
-    return list(dict.fromkeys((b.status, b.row.reason) for b in rows
-                              if b.row.reason and b.status is not Status.MEASURED))
 
 
 def passes(rows: list[Bench], d: int, seq: int) -> tuple[Bench | None, Bench | None]:
@@ -149,7 +135,7 @@ class PytorchAttentionFacts(SourcedFromRuns):
     largest_s: tuple[float | None, float | None] = (None, None)  # its forward and backward seconds
     first_oom: tuple[int, int, str] | None = None  # (d, seq, pass)
     table: tuple[TableRow, ...] = ()
-    not_run: tuple[tuple[Status, str], ...] = ()
+    not_run: tuple[tuple[str, str], ...] = ()  # (status, reason), each once
     accounting: Accounting | None = None
     seed: Seed | None = None
     runs: RunsFacts | None = None
@@ -183,8 +169,8 @@ def facts(ctx: Context) -> PytorchAttentionFacts:
     table = []
     for x, s in shapes(rows):
         f, b = passes(rows, x, s)
-        table.append(TableRow(x, s, cell(f, median), cell(b, median), ran(f, lambda f: f.metric(Metric.TFLOPS)),
-                              cell(b, before_backward), ran(b, peak), naive_attention_memory(batch, s, x, dtype)))
+        table.append(TableRow(x, s, cell(f, median), cell(b, median), if_ran(f, lambda f: f.metric(Metric.TFLOPS)),
+                              cell(b, before_backward), if_ran(b, peak), naive_attention_memory(batch, s, x, dtype)))
     # the accounting's case: the smallest that ran out of memory, else the largest that ran
     x, s = (cfg(ooms[0]).d_model, cfg(ooms[0]).seq) if ooms else (d, seq)
     f, b = passes(rows, x, s)
@@ -196,4 +182,4 @@ def facts(ctx: Context) -> PytorchAttentionFacts:
         device, rows[0].row.env, batch, dtype, max(b.stats.rounds for b in rows if b.stats), (d, seq),
         tuple(median(b) if b else None for b in passes([b for b in rows if b.measured], d, seq)),
         (cfg(ooms[0]).d_model, cfg(ooms[0]).seq, cfg(ooms[0]).mode) if ooms else None, tuple(table),
-        tuple(not_run(rows)), accounting, _seed(rows), RunsFacts.of(device, rows))
+        not_run(rows), accounting, _seed(rows), RunsFacts.of(device, rows))

@@ -10,8 +10,9 @@ from operator import attrgetter
 from impl.bench.row import Metric, Status
 from impl.model import size_rank
 from impl.report.pages import NOT_MEASURED, Context, Scored
-from impl.report.pages.pytorch_attention import Cell, before_backward, cell, median, not_run, passes, ran, shapes
-from impl.report.ratio import Ratio, med, of_benches
+from impl.report.flash_rows import Cell, cell, not_run
+from impl.report.pages.pytorch_attention import before_backward, if_ran, median, passes, shapes
+from impl.report.ratio import Ratio, med, of_benches, ratio
 from impl.report.rows import Bench, View, group, of_newest_run, stat_name
 from impl.report.runs import RunsFacts
 from impl.workloads.compiled import WHY
@@ -48,18 +49,10 @@ def same_run(a: Bench, b: Bench) -> bool:
 # ---- (a) compiled vs eager attention -------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Pair:
-    d: int
-    seq: int
-    mode: str
-    ratio: Ratio | None  # compiled ÷ eager; None: no eager row of the same run, or one did not run
-
-
-@dataclass(frozen=True)
 class Times:  # a configuration's eager and compiled cells (seconds)
     eager: Cell | None
     compiled: Cell | None
-    ratio: float | None  # compiled ÷ eager (below 1: compiled is faster); in (a), rows of one run only
+    ratio: Ratio | None  # compiled ÷ eager (below 1: compiled is faster); in (a) of one run's rows, noise judged
 
 
 @dataclass(frozen=True)
@@ -76,7 +69,7 @@ class AttentionRow:
 
 @dataclass(frozen=True)
 class AttentionFacts:
-    pairs: tuple[Pair, ...]  # every compiled row
+    compiled: int  # compiled rows (every status)
     rows: tuple[AttentionRow, ...]
     backend: str | None
     not_run: tuple  # (status, reason) of compiled rows that did not run
@@ -84,25 +77,24 @@ class AttentionFacts:
     compiled_runs: RunsFacts
     eager_runs: RunsFacts | None  # the eager rows' runs (another run's where not paired)
     runs: RunsFacts  # compiled and eager rows together
-    paired: tuple[Pair, ...]  # the pairs with a same-run ratio
-    longest: tuple[Pair, ...]  # those at the longest sequence paired
-    longest_range: tuple[float, float] | None  # their lowest and highest ratio
 
+    @property
+    def paired(self) -> list[tuple[int, Ratio]]:  # (seq, compiled ÷ eager) of each shape and pass paired in one run
+        return [(r.seq, t.ratio) for r in self.rows for t in (r.forward, r.backward) if t.ratio is not None]
 
-def pairs(compiled: list[Bench], eager: list[Bench]) -> list[Pair]:
-    """Each compiled row with the eager row of the same run and shape, where there is one."""
-    key = lambda b: (_cfg(b).d_model, _cfg(b).seq, _cfg(b).mode)  # noqa: E731
-    out = []
-    for c in compiled:
-        e = next((e for e in eager if same_run(c, e) and key(e) == key(c)), None)
-        ok = e is not None and c.measured and e.measured
-        out.append(Pair(*key(c), of_benches(c, e, "eager") if ok else None))
-    return out
+    @property
+    def longest(self) -> list[tuple[int, Ratio]]:  # those at the longest sequence paired
+        return [p for p in self.paired if p[0] == max(q for q, _ in self.paired)]
+
+    @property
+    def longest_range(self) -> tuple[float, float] | None:  # their lowest and highest ratio
+        values = [r.value for _, r in self.longest]
+        return (min(values), max(values)) if values else None
 
 
 def _pass(e: Bench | None, c: Bench | None) -> Times:
     ok = e is not None and c is not None and e.measured and c.measured and same_run(e, c)
-    return Times(cell(e, median), cell(c, median), c.stats.median / e.stats.median if ok else None)
+    return Times(cell(e, median), cell(c, median), of_benches(c, e, "eager") if ok else None)
 
 
 def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) -> AttentionFacts:
@@ -117,15 +109,11 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
         (cf, cb), (ef, eb) = passes(compiled, d, s), passes(eager, d, s)
         first = next(b for b in compiled if (_cfg(b).d_model, _cfg(b).seq) == (d, s)).details
         rows.append(AttentionRow(d, s, _pass(ef, cf), _pass(eb, cb), first.get("compile_forward_s"),
-                                 first.get("compile_backward_s"), ran(eb, before_backward), ran(cb, before_backward)))
-    ps = tuple(pairs(compiled, eager))
-    paired = tuple(p for p in ps if p.ratio is not None)
-    longest = tuple(p for p in paired if p.seq == max(q.seq for q in paired))
-    values = [p.ratio.value for p in longest]
-    return AttentionFacts(ps, tuple(rows), _cfg(compiled[0]).backend, tuple(not_run(compiled)),
+                                 first.get("compile_backward_s"), if_ran(eb, before_backward),
+                                 if_ran(cb, before_backward)))
+    return AttentionFacts(len(compiled), tuple(rows), _cfg(compiled[0]).backend, not_run(compiled),
                           sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
-                          RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager),
-                          paired, longest, (min(values), max(values)) if values else None)
+                          RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager))
 
 
 # ---- (b) compiled model vs eager -------------------------------------------------------------------
@@ -173,8 +161,7 @@ def mode_ratios(rows: list[Bench]) -> list[ModeRatios]:
 
 
 def _times(eager: Cell | None, compiled: Cell | None) -> Times:
-    e, c = (x.value if x else None for x in (eager, compiled))
-    return Times(eager, compiled, c / e if e and c is not None else None)
+    return Times(eager, compiled, ratio(*(x.value if x else None for x in (compiled, eager))))
 
 
 def _cells(eager: Bench | None, compiled: Bench | None) -> Times:
@@ -253,7 +240,6 @@ class ModelFacts:
     timed_train_step: bool  # the rows have timed training steps (mode train_step); else the column is derived
     optimizer: tuple[tuple[str, Times], ...]  # (size, its optimizer step)
     compiled_what: str | None  # the row's record of what was compiled (regional); None: the whole model
-    why: str  # the code's reason (an older run's stored copy typed its compile times)
     stat: str  # what the times are (rows.stat_name)
     compilations: tuple[Compilation, ...]
     left_out: tuple[LeftOut, ...]
@@ -262,6 +248,7 @@ class ModelFacts:
     runs: RunsFacts
     oom: tuple[OutOfMemory, ...] = ()
     device_bytes: int | None = None  # the GPU's memory (the rows' environment)
+    why = WHY  # the code's reason, never a stored copy (an older run's typed its compile times)
 
 
 def _compilation(b: Bench, rows: list[Bench]) -> Compilation:
@@ -296,7 +283,7 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
     compilations = [_compilation(b, ordered) for b in ordered
                     if _cfg(b).impl == "compiled" and b.details.get("compiled_now")]
     optimizer = tuple((s, _cells(o.get("eager"), o.get("compiled"))) for s, o in opt.items())
-    return ModelFacts(modes, tuple(table), timed, optimizer, what, WHY, stat_name(ordered), tuple(compilations),
+    return ModelFacts(modes, tuple(table), timed, optimizer, what, stat_name(ordered), tuple(compilations),
                       tuple(left_out), tuple((r, tuple(xs)) for r, xs in group(left_out, lambda x: x.reason).items()),
                       tuple(mode_ratios(rows)), RunsFacts.of(device, rows), tuple(out_of_memory(ordered)),
                       next((b.row.env.gpu_memory_bytes for b in ordered if b.row.env.gpu_memory_bytes), None))
