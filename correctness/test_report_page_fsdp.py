@@ -11,6 +11,7 @@ from impl.model.sizes import SizeRef
 from impl.report.pages import Kind, Scored
 from impl.report.pages import fsdp as page
 from impl.report.templating import render_page
+from impl.workloads.variants import FSDPVariant
 from kits.report_rows import assert_snapshot, bench, context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,7 +230,7 @@ def test_committed_runs_headline_is_the_per_block_pair_and_saving_reads_2026_xl(
     h = f.headline_run
     med = {page.cfg(b).variant: b.stats.median for b in ctx.rows.of("fsdp", device=h.device)
            if page.cfg(b).edition == "2026" and b.measured}
-    assert h.device == "h200-141gb-x2" and h.headline.ours == page.LABEL["fsdp_block_bf16"]
+    assert h.device == "h200-141gb-x2" and h.headline.ours == FSDPVariant.FSDP_BLOCK_BF16.label
     assert h.headline.vs_anchor.value == pytest.approx(med["fsdp_block_bf16"] / med["torch_fsdp_bf16"])
     assert (f.saving_run.run.edition, f.saving_run.run.name) == ("2026", "xl")
     (t,) = f.tps

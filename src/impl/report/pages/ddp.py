@@ -17,7 +17,7 @@ from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, ratio
-from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
+from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, size_runs_of
 from impl.report.runs import RunsFacts, device_name, files_of
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
@@ -38,26 +38,10 @@ SINGLE, TORCH, NAIVE = ("single", None), ("torch_ddp", None), ("naive", None)
 STEPS: dict[str, Key] = {P.NAIVE_DDP_BENCHMARKING: NAIVE, P.MINIMAL_DDP_FLAT_BENCHMARKING: ("flat", None),
                          P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: ("individual", None)}
 OURS = ("naive", "flat", "individual", "bucketed")
-VARIANT_LABEL = {v.value: v.label for v in DDPVariant}
+ORDER = [v.value for v in DDPVariant]  # the tables' order
 
 
-@dataclass(frozen=True)
-class DdpConfig(SizedView):
-    context: int = 0
-    batch_per_rank: int = 0
-    world_size: int = 0
-    backend: str = ""
-    variant: str = ""
-    bucket_mb: float | None = None
-    kind: str | None = None  # older files: "trace" rows beside the benchmarks
-
-    key = property(lambda self: (self.variant, self.bucket_mb if self.variant == "bucketed" else None))
-    # as the tables name it: "bucketed 100 MB", "flat (one all-reduce)"
-    label = property(lambda self: f"bucketed {self.bucket_mb:g} MB" if self.variant == "bucketed"
-                     else VARIANT_LABEL.get(self.variant, self.variant))
-
-
-_cfg = DdpConfig.of
+_cfg = DistConfig.of
 
 
 @dataclass(frozen=True)
@@ -120,9 +104,8 @@ def _groups(rows: list[Bench]) -> list[Group]:
     by: dict[tuple[int, int], dict[Key, Bench]] = {}
     for b in rows:
         by.setdefault((int(_cfg(b).context), int(_cfg(b).batch_per_rank)), {})[_cfg(b).key] = b
-    order = list(VARIANT_LABEL)
     return [Group(c, n, tuple(Variant.of(g[k]) for k in sorted(
-        g, key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[1] or 0)))) for (c, n), g in sorted(by.items())]
+        g, key=lambda k: (ORDER.index(k[0]) if k[0] in ORDER else 99, k[1] or 0)))) for (c, n), g in sorted(by.items())]
 
 
 @dataclass(frozen=True)
@@ -349,7 +332,7 @@ class DdpNsys:
 def ddp_nsys(ctx: Context) -> DdpNsys | None:
     def label(a: dict) -> str | None:
         v = a.get("variant")
-        return f"xl ({a['edition']}), {VARIANT_LABEL.get(v, v)}" if v in NSYS_VARIANTS else None
+        return f"xl ({a['edition']}), {DistConfig(variant=v).label}" if v in NSYS_VARIANTS else None
 
     filed, steps = profiled_steps(ctx, "ddp", label, NSYS_COLLECTIVES)
     found = [(a["edition"], a["variant"], t, int(a["context"]), int(a["batch"])) for a, t in steps]

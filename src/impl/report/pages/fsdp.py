@@ -14,17 +14,15 @@ from impl.report.pages import optimizer_sharding as opt_sharding
 from impl.nsys.timeline import RESUME_NS
 from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
+from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
 from impl.report.templating import macros
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
-from impl.workloads.variants import DDPVariant, FSDPVariant
+from impl.workloads.variants import FSDPVariant
 
 PROBLEMS = (P.FSDP, P.FSDP_ACCOUNTING)
 SLUG = "fsdp"
-LABEL = {v.value: v.label for v in FSDPVariant}
-DDP_LABEL = {v.value: v.label for v in DDPVariant}
 OURS = tuple(v.value for v in FSDPVariant if v.ours)  # the rows with an instrumented step
 TP = "tp"  # perf/test_fsdp.py's tensor-parallel rows: the whole global batch on every rank
 # the headline pair by rule, not by the best-looking row: the target configuration, else the nearest, bf16 first
@@ -39,22 +37,6 @@ WORDS = macros("figures.txt.j2")  # the words drawn into the timeline figure
 def _collective(kind: str, phase: str) -> tuple[str, str, float]:
     """(name in the legend, colour, row offset) of a collective in the timeline figure."""
     return (WORDS.collective(kind, phase), *COLLECTIVE.get((kind, phase), ("C7", 0.0)))
-
-
-@dataclass(frozen=True)
-class DistConfig(SizedView):  # what this page reads of an fsdp, ddp, optimizer-sharding or per_rank_memory row's config
-    variant: str = ""
-    context: int = 0
-    batch_per_rank: int = 0
-    world_size: int = 0
-    backend: str = ""
-    dtype: str = ""
-    kind: str | None = None  # older ddp files: "trace" rows beside the benchmarks
-
-    label = property(lambda self: LABEL.get(self.variant, self.variant))
-    # the workload: size, context and global batch (a TP row's ranks all take the whole batch)
-    shape = property(lambda self: (self.size_ref, self.context,
-                                   self.batch_per_rank * (1 if self.variant == TP else self.world_size)))
 
 
 cfg = DistConfig.of
@@ -175,7 +157,8 @@ def _headline(by: dict[str, Bench]) -> Headline | None:
     if (pair := headline_pair(by)) is None:
         return None
     o, a, ddp, fp32 = by[pair[0]], by[pair[1]], by.get("ddp"), by.get("fsdp")
-    return Headline(LABEL[pair[0]], LABEL[pair[1]], o.stats.median, o.stats.stddev, of_benches(o, a, LABEL[pair[1]]),
+    ours, anchor = cfg(o).label, cfg(a).label
+    return Headline(ours, anchor, o.stats.median, o.stats.stddev, of_benches(o, a, anchor),
                     of_benches(fp32, ddp, "our DDP") if ddp is not None and fp32 is not None else None)
 
 
@@ -266,7 +249,7 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
     shape = lambda b: (cfg(b).size_ref, cfg(b).context, cfg(b).batch_per_rank)  # noqa: E731
     return RunFacts(
         run.label(label), device, cfg(rows[0]), [ConfigRow.of(b) for b in rows],
-        [LABEL.get(v, v) for v in grid(P.FSDP, "full").variants if v not in have],
+        [DistConfig(variant=v).label for v in grid(P.FSDP, "full").variants if v not in have],
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
          and (v := opt_sharding.variant(b)).peak],
         [f"{cfg(b).label}: {b.details['timeline_error']}" for b in rows if b.details.get("timeline_error")],
@@ -362,8 +345,7 @@ def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Benc
         if not any(cfg(b).variant == "ddp" for _, _, b in beside):
             beside += _newest_of_shape(ddp, shape, lambda b: cfg(b).variant not in ("single", "bucketed")
                                        and cfg(b).kind != "trace")
-        beside = [Side(b, run.label(device), (DDP_LABEL if b.run.section == "ddp" else LABEL).get(
-            cfg(b).variant, cfg(b).variant), b.run.section, next((of_benches(r.bench, b) for r in measured if (
+        beside = [Side(b, run.label(device), cfg(b).label, b.run.section, next((of_benches(r.bench, b) for r in measured if (
                 r.bench.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None))
             for device, run, b in beside]
         if measured or not_run:

@@ -8,25 +8,14 @@ from dataclasses import dataclass
 from impl.bench.row import Status
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
+from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
-from impl.workloads.variants import ShardVariant
 
 PROBLEMS = (P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
-LABEL = {v.value: v.label for v in ShardVariant}
 # impl.accounting.comm_volume_per_rank's schedule of each variant (predicted_ring_bytes_per_rank's keys)
 VOLUME = dict(none="ddp", sharded="sharded_simple", zero1="zero1", torch_zero="sharded_simple")
 LOG = "correctness-nccl-fsdp-sharding.txt"  # the sharded optimizer's correctness suite over NCCL
-
-
-@dataclass(frozen=True)
-class ShardConfig(SizedView):
-    variant: str = ""
-    context: int = 0
-    batch_per_rank: int = 0
-    world_size: int = 0
-    backend: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,7 +59,7 @@ class Variant:  # a row of the run's two tables and the answer; `not_run`: "stat
     payload_source: str | None = None
     predicted_volume: float | None = None  # ring bytes per rank
 
-    name = property(lambda self: ShardConfig.of(self.row).variant)
+    name = property(lambda self: DistConfig.of(self.row).variant)
     median = property(lambda self: self.row.stats.median)
     stddev = property(lambda self: self.row.stats.stddev)
     # per rank, the largest rank's: optimizer state after the step, peaks before and during it
@@ -86,22 +75,22 @@ class Variant:  # a row of the run's two tables and the answer; `not_run`: "stat
 
 
 def variant(b: Bench) -> Variant:
-    v, d = ShardConfig.of(b).variant, b.details
+    c, d = DistConfig.of(b), b.details
     if b.status is not Status.MEASURED:
-        return Variant(b, LABEL.get(v, v), f"{b.status.value}: {b.row.reason}")
+        return Variant(b, c.label, f"{b.status.value}: {b.row.reason}")
     ranks = tuple(RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
                              m["named_before"]["gradients"], m["named_after"]["optimizer_state"],
                              m["named_before"]["buffers"], m.get("activations"), m.get("other_before"))
                   for k, m in enumerate(d["ranks"]))
-    return Variant(b, LABEL.get(v, v), None, ranks, d["predicted"], b.figure("opt_s") or b.figure("opt_step_s"),
+    return Variant(b, c.label, None, ranks, d["predicted"], b.figure("opt_s") or b.figure("opt_step_s"),
                    d.get("comm_bytes_per_step"), d.get("comm_bytes_source"),  # older files: opt_step_s
-                   d["predicted_ring_bytes_per_rank"][VOLUME.get(v, "ddp")])
+                   d["predicted_ring_bytes_per_rank"][VOLUME.get(c.variant, "ddp")])
 
 
 @dataclass(frozen=True)
 class RunFacts:  # one [edition, size] run of a device's sharding rows
     run: RunLabel
-    config: ShardConfig  # its first row's
+    config: DistConfig  # its first row's
     size: str  # size_label: "xl (2026) = 2.7B (2025)"
     psi: float  # the fp32 gradients' bytes (= the parameters')
     variants: list[Variant]  # every row of the run
@@ -126,7 +115,7 @@ def run_facts(label: str, run) -> RunFacts:
         za, sa = by["zero1"].ranks[0], by["sharded"].ranks[0]
         if None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2:
             z1 = Zero1Activations(za.activations, sa.activations, za.gradients, by["zero1"].row.run.commit)
-    c = ShardConfig.of(run.rows[0])
+    c = DistConfig.of(run.rows[0])
     return RunFacts(run.label(label), c, c.size_label,
                     run.rows[0].details.get("n_params", 0) * 4, variants, by.get("none"), by.get("sharded"),
                     by.get("zero1"), init, z1)
