@@ -119,7 +119,7 @@ def test_the_gap_over_the_floor_is_the_best_of_ours(tmp_path):
 def test_not_run_rows_are_named_and_divide_nothing(tmp_path):
     g = _facts(tmp_path).sections[0].runs[1].largest
     oom = next(v for v in g.variants if v.key == ("bucketed", 10))
-    assert oom.not_run == "oom: CUDA out of memory" and g.get(oom.key) is None
+    assert (oom.b.status, oom.b.row.reason) == (Status.OOM, "CUDA out of memory") and g.get(oom.key) is None
     assert sorted(g.buckets) == [1, 100, 1000] and g.best_bucket == 100
 
 

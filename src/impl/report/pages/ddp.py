@@ -5,7 +5,6 @@ multi-GPU device (impl.bench.test_record, reports/data/<device>/tests/), failure
 also from Nsight Systems (impl.report.pages._nsys)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,9 +15,9 @@ from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
-from impl.report.ratio import Ratio, ratio
-from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, size_runs_of
-from impl.report.runs import RunsFacts, device_name, files_of
+from impl.report.ratio import Ratio, of_benches
+from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, size_runs_of
+from impl.report.runs import RunsFacts, device_name, files_of, gpu_count
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
 
@@ -45,31 +44,22 @@ _cfg = DistConfig.of
 
 
 @dataclass(frozen=True)
-class Variant:  # one row of a context's table; `not_run`: "oom: ..." where it did not run
-    key: Key
-    label: str
-    not_run: str | None
-    step_s: float | None = None  # median
-    step_std: float | None = None
-    spread: float | None = None  # for the noise verdict (ratio.spread)
-    comm_s: float | None = None  # exposed communication, mean over the timed steps
-    comm_share: float | None = None
-    peak: float | None = None  # peak allocated bytes (the largest rank's)
-    grad_bytes: float | None = None
-    n_buckets: int | None = None  # buckets DDPBucketed formed (None in files that did not record it)
+class Variant:
+    """One row of a context's table: the stored row and its config."""
 
-    measured = property(lambda self: self.not_run is None and self.step_s is not None)
+    b: Bench
+    c: DistConfig
 
-    @classmethod
-    def of(cls, b: Bench) -> Variant:
-        c, s = _cfg(b), b.stats
-        if b.status is not Status.MEASURED:
-            return cls(c.key, c.label, f"{b.status.value}: {b.row.reason}")
-        if s is None or s.median is None:
-            return cls(c.key, c.label, None)
-        return cls(c.key, c.label, None, s.median, s.stddev, b.spread, b.figure("comm_s"),
-                   b.figure("comm_share", Metric.COMM_SHARE), b.row.memory.peak_allocated,
-                   b.details.get("grad_bytes"), b.details.get("num_buckets"))
+    of = classmethod(lambda cls, b: cls(b, _cfg(b)))
+    key = property(lambda self: self.c.key)
+    label = property(lambda self: self.c.label)
+    measured = property(lambda self: self.b.measured)
+    step_s = property(lambda self: self.b.stats.median if self.b.stats else None)
+    step_std = property(lambda self: self.b.stats.stddev if self.b.stats else None)
+    comm_s = property(lambda self: self.b.figure("comm_s"))  # exposed communication, mean over the timed steps
+    comm_share = property(lambda self: self.b.figure("comm_share", Metric.COMM_SHARE))
+    peak = property(lambda self: self.b.row.memory.peak_allocated)  # the largest rank's
+    n_buckets = property(lambda self: self.b.details.get("num_buckets"))  # None in files that did not record it
 
 
 @dataclass(frozen=True)
@@ -83,7 +73,7 @@ class Group:  # the rows of one (context, per-rank batch), in table order
 
     def ratio(self, k: Key, ref: Key, name: str = "") -> Ratio | None:  # row k ÷ row ref (medians)
         a, r = self.get(k), self.get(ref)
-        return None if a is None or r is None else ratio(a.step_s, r.step_s, name, a.spread, r.spread)
+        return None if a is None or r is None else of_benches(a.b, r.b, name)
 
     buckets = property(lambda self: {v.key[1]: v for v in self.variants if v.key[0] == "bucketed" and v.measured})
     best_bucket = property(lambda self: min(self.buckets, key=lambda mb: self.buckets[mb].step_s, default=None))
@@ -101,11 +91,11 @@ class Group:  # the rows of one (context, per-rank batch), in table order
 
 
 def _groups(rows: list[Bench]) -> list[Group]:
-    by: dict[tuple[int, int], dict[Key, Bench]] = {}
-    for b in rows:
-        by.setdefault((int(_cfg(b).context), int(_cfg(b).batch_per_rank)), {})[_cfg(b).key] = b
-    return [Group(c, n, tuple(Variant.of(g[k]) for k in sorted(
-        g, key=lambda k: (ORDER.index(k[0]) if k[0] in ORDER else 99, k[1] or 0)))) for (c, n), g in sorted(by.items())]
+    """The rows by (context, per-rank batch), each one row per key (the last), in the tables' order."""
+    by = group(rows, lambda b: (int(_cfg(b).context), int(_cfg(b).batch_per_rank)))
+    order = lambda v: (ORDER.index(v.key[0]) if v.key[0] in ORDER else 99, v.key[1] or 0)  # noqa: E731
+    return [Group(c, n, tuple(sorted({v.key: v for v in map(Variant.of, g)}.values(), key=order)))
+            for (c, n), g in sorted(by.items())]
 
 
 @dataclass(frozen=True)
@@ -227,9 +217,7 @@ class RunFacts:  # one [edition, size] run of one device
     device: str  # folder
     heading: str  # the device as headings name it
     run: RunLabel
-    size: str  # size_label of the run's first row ("xl (2026) = 2.7B (2025)")
-    world: int
-    backend: str
+    config: DistConfig  # the run's first row's: size, ranks, backend
     groups: tuple[Group, ...]  # by context
     figure: str  # the overhead figure's link
     model: BucketModel | None
@@ -253,11 +241,12 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
     _draw_overhead(groups, ctx.fig_dir / f"{name}-overhead-vs-torch-ddp.png",
                    f"{heading}, {named.size_short}, run {named.date}")
     # the bucket model: None without bucketed rows
-    s = next((v.grad_bytes for g in groups for v in g.variants if v.measured and v.grad_bytes), None)
+    s = next((v.b.details["grad_bytes"] for g in groups for v in g.variants
+              if v.measured and v.b.details.get("grad_bytes")), None)
     fit = next((x for x in fits if (x.backend, x.processes) == (c.backend, int(c.world_size))), None)
     with_buckets = tuple(g for g in groups if g.buckets)
     model = BucketModel(s, fit, with_buckets) if with_buckets and s is not None else None
-    return RunFacts(dev, heading, named, c.size_label, int(c.world_size), c.backend, tuple(groups),
+    return RunFacts(dev, heading, named, c, tuple(groups),
                     f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png", model,
                     _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"), fit_files if model and fit else ())
 
@@ -267,12 +256,6 @@ class DeviceSection:
     heading: str
     runs: tuple[RunFacts, ...]  # 2026 first, newest first
     runs_line: RunsFacts
-
-
-def gpu_count(device: str) -> int:
-    """The GPU count a device slug names (`h200-141gb-x2` -> 2; `cpu` -> 0)."""
-    m = re.search(r"-x(\d+)$", device)
-    return int(m.group(1)) if m else 0
 
 
 def _module(node_id: str) -> str:
@@ -344,7 +327,7 @@ def ddp_nsys(ctx: Context) -> DdpNsys | None:
 
 def newest_multi_gpu_tests(reports_dir: Path) -> Tests | None:
     data = Path(reports_dir) / "data"
-    recs = [r for r in load_records(data) if gpu_count(r.device) > 1]
+    recs = [r for r in load_records(data) if (gpu_count(r.device) or 0) > 1]
     if not recs:
         return None
     rec = max(recs, key=lambda r: r.datetime)
