@@ -258,7 +258,7 @@ def _nsys(tmp_path):
 def test_nsys_timelines_count_the_gathers_issued_per_phase(tmp_path):
     _nsys(tmp_path)
     n = page.facts(context(_rows(), tmp_path)).nsys
-    assert [v for v, _ in n.timelines] == ["fsdp_block_bf16", "fsdp"]  # the run order: per block first
+    assert [a["variant"] for a, _ in n.timelines] == ["fsdp_block_bf16", "fsdp"]  # the run order: per block first
     assert (n.context, n.batch, n.kernels) == (512, 4, 0)
     r = n.timelines[0][1].ranks[0]
     assert r.issued == (("ncclAllGather", 3, 2, 1), ("ncclReduceScatter", 1, 0, 1)) and r.phase("backward") == 0.5

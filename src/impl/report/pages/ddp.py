@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from impl import accounting as acc
-from impl.bench.row import Metric, Status
+from impl.bench.row import Metric
 from impl.bench.test_record import TESTS_FOLDER, TestRecord, load_records
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
@@ -287,42 +288,43 @@ NSYS_VARIANTS = ("naive", "individual")  # ddp (b): not overlapped, then overlap
 
 
 @dataclass(frozen=True)
-class DdpNsys:
-    """ddp (b) under Nsight Systems: naive and per-parameter overlapped DDP, each edition's xl (2026 first), the
-    last profiled step of each."""
+class Profiled:
+    """A section's newest Nsight Systems call (impl.report.pages._nsys): each profiled case's workload args and its
+    last measured step, in the page's order; the fsdp page reads its own through the same class."""
 
     filed: Filed
-    context: int
-    batch: int
-    timelines: tuple[tuple[str, str, StepTimeline], ...]  # (edition, variant, timeline)
+    timelines: tuple[tuple[dict, StepTimeline], ...]  # (workload args, timeline)
 
-    complete_share = COMPLETE_SHARE  # the words state it
+    complete_share = COMPLETE_SHARE  # the words state them
     launch_gap_ms = LAUNCH_GAP_MS
-    kernels = property(lambda self: sum(t.kernels for _, _, t in self.timelines))
-
-    def get(self, edition: str, variant: str) -> StepTimeline | None:
-        return next((t for e, v, t in self.timelines if (e, v) == (edition, variant)), None)
-
-    @property
-    def editions(self) -> list[str]:
-        return list(dict.fromkeys(e for e, _, _ in self.timelines))
+    context = property(lambda self: int(self.timelines[0][0]["context"]))  # the first case's
+    batch = property(lambda self: int(self.timelines[0][0]["batch"]))
+    kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
 
     @property
     def sources(self) -> list[str]:
-        return [f"{self.filed.rel}/manifest.json"] + [x for _, _, t in self.timelines for x in t.sources]
+        return [f"{self.filed.rel}/manifest.json"] + [x for _, t in self.timelines for x in t.sources]
+
+    @classmethod
+    def of(cls, ctx: Context, section: str, label, collectives: tuple[str, ...], order) -> Self | None:
+        """`label(args)` names a case's figure (None: not read); `order(args)` sorts the cases."""
+        filed, steps = profiled_steps(ctx, section, label, collectives)
+        return cls(filed, tuple(sorted(steps, key=lambda s: order(s[0])))) if steps else None
+
+
+class DdpNsys(Profiled):
+    """ddp (b): naive and per-parameter overlapped DDP, each edition's xl (2026 first)."""
+
+    def get(self, edition: str, variant: str) -> StepTimeline | None:
+        return next((t for a, t in self.timelines if (a["edition"], a["variant"]) == (edition, variant)), None)
+
+    editions = property(lambda self: list(dict.fromkeys(a["edition"] for a, _ in self.timelines)))
 
 
 def ddp_nsys(ctx: Context) -> DdpNsys | None:
-    def label(a: dict) -> str | None:
-        v = a.get("variant")
-        return f"xl ({a['edition']}), {DistConfig(variant=v).label}" if v in NSYS_VARIANTS else None
-
-    filed, steps = profiled_steps(ctx, "ddp", label, NSYS_COLLECTIVES)
-    found = [(a["edition"], a["variant"], t, int(a["context"]), int(a["batch"])) for a, t in steps]
-    if not found:
-        return None
-    found.sort(key=lambda x: (-int(x[0]), NSYS_VARIANTS.index(x[1])))
-    return DdpNsys(filed, found[0][3], found[0][4], tuple((e, v, t) for e, v, t, _, _ in found))
+    return DdpNsys.of(ctx, "ddp", lambda a: f"xl ({a['edition']}), {DistConfig(variant=a['variant']).label}"
+                      if a.get("variant") in NSYS_VARIANTS else None, NSYS_COLLECTIVES,
+                      lambda a: (-int(a["edition"]), NSYS_VARIANTS.index(a["variant"])))
 
 
 def newest_multi_gpu_tests(reports_dir: Path) -> Tests | None:

@@ -7,12 +7,12 @@ from dataclasses import dataclass, fields
 
 from impl import accounting as acc
 from impl import parallelism_calcs as pc
+from impl.nsys.timeline import RESUME_NS
 from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
-from impl.nsys.timeline import RESUME_NS
-from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
+from impl.report.pages.ddp import Profiled
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
@@ -395,17 +395,9 @@ def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRan
 NSYS_COLLECTIVES = ("ncclAllGather", "ncclReduceScatter")
 
 
-@dataclass(frozen=True)
-class FsdpNsys:
-    """Our FSDP's last profiled step under Nsight Systems, per variant (bf16 per block first)."""
+class FsdpNsys(Profiled):
+    """Our FSDP's cases, bf16 per block first: whether each rank's all-gather kernels came in time."""
 
-    filed: Filed
-    context: int
-    batch: int
-    timelines: tuple[tuple[str, StepTimeline], ...]  # (variant, timeline)
-
-    complete_share = COMPLETE_SHARE  # the words state it
-    launch_gap_ms = LAUNCH_GAP_MS
     resume_us = RESUME_NS / 1e3
     complete = property(lambda self: all(t.complete for _, t in self.timelines))
 
@@ -421,22 +413,12 @@ class FsdpNsys:
     @property
     def backward_whole(self) -> bool:
         return all(r.whole(c) for _, t in self.timelines for r in t.ranks for c, *_ in r.issued)
-    kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
-
-    @property
-    def sources(self) -> list[str]:
-        return [f"{self.filed.rel}/manifest.json"] + [x for _, t in self.timelines for x in t.sources]
 
 
 def fsdp_nsys(ctx: Context) -> FsdpNsys | None:
     order = [v.value for v in FSDPVariant]
-    filed, steps = profiled_steps(ctx, "fsdp", lambda a: f"xl ({a['edition']}), {FSDPVariant(a['variant']).label}"
-                                  if a.get("variant") in order else None, NSYS_COLLECTIVES)
-    found = [(a["variant"], t, int(a["context"]), int(a["batch"])) for a, t in steps]
-    if not found:
-        return None
-    found.sort(key=lambda x: order.index(x[0]))
-    return FsdpNsys(filed, found[0][2], found[0][3], tuple((v, t) for v, t, _, _ in found))
+    return FsdpNsys.of(ctx, "fsdp", lambda a: f"xl ({a['edition']}), {FSDPVariant(a['variant']).label}"
+                       if a.get("variant") in order else None, NSYS_COLLECTIVES, lambda a: order.index(a["variant"]))
 
 
 # ---- the page ------------------------------------------------------------------------------------
