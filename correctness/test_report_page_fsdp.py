@@ -147,8 +147,8 @@ def test_saving_needs_ddp_and_fp32_fsdp_of_one_run_and_reads_the_size_by_edition
 def test_table_rows_oom_cells_and_the_variants_a_run_lacks(f):
     new, old = f.answers
     ddp = next(r for r in new.rows if r.label.startswith("DDPBucketed"))
-    assert (ddp.status, ddp.reason, ddp.step_s) == ("oom", "CUDA out of memory", None)
-    assert [r.label for r in new.rows if r.status == "measured"][0] == "FSDP (ours), bf16 compute, a unit per block"
+    assert (ddp.b.status, ddp.b.row.reason, ddp.step_s) == (Status.OOM, "CUDA out of memory", None)
+    assert [r.label for r in new.rows if r.measured][0] == "FSDP (ours), bf16 compute, a unit per block"
     assert not any("TP" in r.label or r.label == "tp" for r in new.rows)  # TP rows have their own section
     rs1 = "FSDP (ours), bf16 compute, a unit per block, one reduce-scatter in flight"
     assert old.not_yet_run == ["FSDP (ours), bf16 compute, a unit per block", rs1] and new.not_yet_run == [

@@ -45,8 +45,8 @@ _cfg = DistConfig.of
 
 
 @dataclass(frozen=True)
-class Variant:
-    """One row of a context's table: the stored row and its config."""
+class DistRow:
+    """A distributed row as the ddp and fsdp tables read it: the stored row and its config."""
 
     b: Bench
     c: DistConfig
@@ -57,9 +57,11 @@ class Variant:
     measured = property(lambda self: self.b.measured)
     step_s = property(lambda self: self.b.stats.median if self.b.stats else None)
     step_std = property(lambda self: self.b.stats.stddev if self.b.stats else None)
+    spread = property(lambda self: self.b.spread)
     comm_s = property(lambda self: self.b.figure("comm_s"))  # exposed communication, mean over the timed steps
     comm_share = property(lambda self: self.b.figure("comm_share", Metric.COMM_SHARE))
-    peak = property(lambda self: self.b.row.memory.peak_allocated)  # the largest rank's
+    peak = property(lambda self: self.b.row.memory.peak_allocated or self.b.figure("peak_bytes"))  # largest rank's
+    tokens_per_s = property(lambda self: self.b.figure("tokens_per_s", Metric.TOKENS_PER_S))
     n_buckets = property(lambda self: self.b.details.get("num_buckets"))  # None in files that did not record it
 
 
@@ -67,9 +69,9 @@ class Variant:
 class Group:  # the rows of one (context, per-rank batch), in table order
     context: int
     batch: int
-    variants: tuple[Variant, ...]
+    variants: tuple[DistRow, ...]
 
-    def get(self, k: Key) -> Variant | None:
+    def get(self, k: Key) -> DistRow | None:
         return next((v for v in self.variants if v.key == tuple(k) and v.measured), None)
 
     def ratio(self, k: Key, ref: Key, name: str = "") -> Ratio | None:  # row k ÷ row ref (medians)
@@ -95,7 +97,7 @@ def _groups(rows: list[Bench]) -> list[Group]:
     """The rows by (context, per-rank batch), each one row per key (the last), in the tables' order."""
     by = group(rows, lambda b: (int(_cfg(b).context), int(_cfg(b).batch_per_rank)))
     order = lambda v: (ORDER.index(v.key[0]) if v.key[0] in ORDER else 99, v.key[1] or 0)  # noqa: E731
-    return [Group(c, n, tuple(sorted({v.key: v for v in map(Variant.of, g)}.values(), key=order)))
+    return [Group(c, n, tuple(sorted({v.key: v for v in map(DistRow.of, g)}.values(), key=order)))
             for (c, n), g in sorted(by.items())]
 
 

@@ -12,9 +12,9 @@ from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
-from impl.report.pages.ddp import Profiled
+from impl.report.pages.ddp import DistRow, Profiled
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
+from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
 from impl.report.templating import macros
 from impl.workloads.problems import Problem as P, StoredGroup
@@ -49,29 +49,6 @@ def headline_pair(measured_variants) -> tuple[str, str] | None:
 def _pick(cls, stored: dict, **given):
     """A dataclass from `given` and the keys of a stored dict that name its other fields."""
     return cls(**given, **{f.name: stored[f.name] for f in fields(cls) if f.name not in given})
-
-
-@dataclass(frozen=True)
-class ConfigRow:  # a configuration of the run's table; `status` other than measured: a not-run cell with its reason
-    label: str
-    status: str
-    reason: str | None
-    step_s: float | None = None
-    step_std: float | None = None
-    comm_s: float | None = None  # what finish_gradient_synchronization waited
-    payload_bytes: float | None = None  # handed to collectives per step
-    peak_bytes: float | None = None
-    predicted_bytes: float | None = None
-    tokens_per_s: float | None = None
-
-    @classmethod
-    def of(cls, b: Bench) -> ConfigRow:
-        s, head = b.stats, (cfg(b).label, b.status.value, b.row.reason)
-        if b.status is not Status.MEASURED:
-            return cls(*head)
-        return cls(*head, s.median if s else None, s.stddev if s else None, b.figure("comm_s"),
-                   b.figure("bytes_per_step"), b.figure("peak_bytes"), b.figure("predicted_total_bytes"),
-                   b.figure("tokens_per_s", Metric.TOKENS_PER_S))
 
 
 @dataclass(frozen=True)
@@ -167,7 +144,7 @@ class RunFacts:  # one [edition, size] run of a device's fsdp rows (its TP rows 
     run: RunLabel
     device: str  # the device folder
     config: DistConfig  # its first row's: size, context, per-rank batch, ranks, backend
-    rows: list[ConfigRow]
+    rows: list[DistRow]  # the table's, in run order
     not_yet_run: list[str]  # labels of today's grid's variants the run lacks
     sharding: list[opt_sharding.Variant]  # beside, of the same shape
     timeline_errors: list[str]  # "label: error" (older files)
@@ -248,7 +225,7 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
     tl0, tls = with_tl[0].details["timeline"] if with_tl else {}, [_timeline(b) for b in with_tl]
     shape = lambda b: (cfg(b).size_ref, cfg(b).context, cfg(b).batch_per_rank)  # noqa: E731
     return RunFacts(
-        run.label(label), device, cfg(rows[0]), [ConfigRow.of(b) for b in rows],
+        run.label(label), device, cfg(rows[0]), [DistRow.of(b) for b in rows],
         [DistConfig(variant=v).label for v in grid(P.FSDP, "full").variants if v not in have],
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
          and (v := opt_sharding.variant(b)).peak],
@@ -268,36 +245,30 @@ class DeviceSection:
 # ---- tensor parallelism beside DDP and FSDP ------------------------------------------------------
 
 @dataclass(frozen=True)
-class Side:
+class Side(DistRow):
     """A row of the TP section: a TP row, or one of the same model and global batch that shards the batch (DDP,
     FSDP), with the same-run TP row (the same rank count) ÷ it."""
 
-    bench: Bench
-    run: RunLabel
-    label: str = ""
-    section: str = "fsdp"  # the section it was read from ("fsdp", "ddp")
+    run: RunLabel | None = None
     vs_tp: Ratio | None = None
 
     where = property(lambda self: f"{device_short(self.run.device)} ({self.run.device})")  # "2×H200 (h200-141gb-x2)"
-    world = property(lambda self: cfg(self.bench).world_size)
-    step_s = property(lambda self: self.bench.stats.median)
-    spread = property(lambda self: self.bench.spread)
-    peak = property(lambda self: self.bench.row.memory.peak_allocated or self.bench.figure("peak_bytes"))
-    tokens_per_s = property(lambda self: self.bench.metric(Metric.TOKENS_PER_S))
+    world = property(lambda self: self.c.world_size)
+    section = property(lambda self: self.b.run.section)  # the section it was read from ("fsdp", "ddp")
 
 
 class TpRow(Side):
     """One TP row: measured, counted by the ranks ({"calls", "payload_bytes"}), closed form, and predicted (tp_calcs'
     terms from the run's own measured matmul rate and bus bandwidth)."""
 
-    counted = property(lambda self: self.bench.details.get("tp_traffic") or {})
-    predicted = property(lambda self: self.bench.details.get("tp_predicted") or {})
-    bytes_per_value = property(lambda self: BYTES_PER_VALUE[cfg(self.bench).dtype])  # p of the closed form
-    closed_form_calls = property(lambda self: 4 * cfg(self.bench).size_ref.config.num_layers)
+    counted = property(lambda self: self.b.details.get("tp_traffic") or {})
+    predicted = property(lambda self: self.b.details.get("tp_predicted") or {})
+    bytes_per_value = property(lambda self: BYTES_PER_VALUE[self.c.dtype])  # p of the closed form
+    closed_form_calls = property(lambda self: 4 * self.c.size_ref.config.num_layers)
 
     @property
     def closed_form_bytes(self) -> float:
-        (size, context, batch), shape = cfg(self.bench).shape, cfg(self.bench).size_ref.config
+        (size, context, batch), shape = self.c.shape, self.c.size_ref.config
         return pc.tp_step_allreduce_payload(batch * context, shape.d_model, shape.num_layers, self.bytes_per_value)
 
     ring_bytes_per_rank = property(lambda self: pc.ring_all_reduce_bytes(
@@ -315,9 +286,9 @@ class TpFacts:
     not_run: list[TpRow]  # TP rows of a rank count no device measured
     beside: list[Side]
 
-    dtype = property(lambda self: cfg(self.rows[0].bench).dtype if self.rows else "")
+    dtype = property(lambda self: self.rows[0].c.dtype if self.rows else "")
     # an FSDP row (ours or fully_shard) of this model and batch stands beside TP
-    has_fsdp = property(lambda self: any(b.section == "fsdp" and cfg(b.bench).variant != "ddp" for b in self.beside))
+    has_fsdp = property(lambda self: any(b.section == "fsdp" and b.c.variant != "ddp" for b in self.beside))
     # some TP row and some row beside it come from one run (so a ratio exists)
     shared_runs = property(lambda self: any(b.vs_tp is not None for b in self.beside))
     tp_files = property(lambda self: sorted({f for r in self.rows for f in r.run.files}))
@@ -334,20 +305,18 @@ def _newest_of_shape(per_device: list[tuple[str, list[Bench]]], shape: tuple, ke
 def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Bench]]]) -> list[TpFacts]:
     """One TpFacts per TP shape, newest edition first. fsdp, ddp: (device, its rows) of those sections; the ddp
     section's rows stand beside TP only while the fsdp runs have no DDP row of the shape."""
-    tp = [TpRow(b, run.label(device)) for device, rows in fsdp for run in size_runs_of(rows) for b in run.rows
-          if cfg(b).variant == TP and cfg(b).size_ref is not None]
+    tp = [TpRow(b, cfg(b), run.label(device)) for device, rows in fsdp for run in size_runs_of(rows)
+          for b in run.rows if cfg(b).variant == TP and cfg(b).size_ref is not None]
     out = []
-    for shape in dict.fromkeys(cfg(r.bench).shape for r in tp):
-        rows = [r for r in tp if cfg(r.bench).shape == shape]
-        measured = sorted((r for r in rows if r.bench.measured), key=lambda r: (r.world, r.run.device))
-        not_run = [r for r in rows if not r.bench.measured and r.world not in {m.world for m in measured}]
+    for shape, rows in group(tp, lambda r: r.c.shape).items():
+        measured = sorted((r for r in rows if r.measured), key=lambda r: (r.world, r.run.device))
+        not_run = [r for r in rows if not r.measured and r.world not in {m.world for m in measured}]
         beside = _newest_of_shape(fsdp, shape, lambda b: cfg(b).variant != TP)
         if not any(cfg(b).variant == "ddp" for _, _, b in beside):
             beside += _newest_of_shape(ddp, shape, lambda b: cfg(b).variant not in ("single", "bucketed")
                                        and cfg(b).kind != "trace")
-        beside = [Side(b, run.label(device), cfg(b).label, b.run.section, next((of_benches(r.bench, b) for r in measured if (
-                r.bench.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None))
-            for device, run, b in beside]
+        beside = [Side(b, cfg(b), run.label(device), next((of_benches(r.b, b) for r in measured if (
+            r.b.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None)) for device, run, b in beside]
         if measured or not_run:
             out.append(TpFacts((measured or not_run)[0].run.size, *shape[1:], measured, not_run, beside))
     return sorted(out, key=lambda f: -int((f.rows or f.not_run)[0].run.edition))
