@@ -94,7 +94,8 @@ def test_oddities_init_peak_and_zero1_gradients_held_twice(f):
 def test_table_rows_per_rank_and_not_run_variants_named_with_their_reason(f):
     new, _ = f.answers
     none, sharded, zero1, torch_zero = new.variants
-    assert torch_zero.not_run == "needs_hardware: needs 2 GPUs" and torch_zero.ranks == ()
+    t = torch_zero
+    assert (t.b.status, t.b.row.reason, t.ranks) == (Status.NEEDS_HARDWARE, "needs 2 GPUs", ())
     assert [r.rank for r in sharded.ranks] == [0, 1] and sharded.after_peak == 51 * GiB
     assert (sharded.predicted_volume, none.predicted_volume, zero1.predicted_volume) == (12e9, 8e9, 8e9)
     assert sharded.opt_s == pytest.approx(0.115) and sharded.payload_source == "counted"
@@ -128,7 +129,7 @@ def test_committed_2025_run_reads_the_rows_size_and_its_zero1_transient(tmp_path
     f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
     old = next(r for s in f.sections if s.device == X2 for r in s.runs if r.run.edition == "2025")
     assert old.run.size_short == "xl (2025)" and all(x.startswith(f"reports/data/{X2}/") for x in old.run.files)
-    ranks = old.sharded.row.details["ranks"]
+    ranks = old.sharded.b.details["ranks"]
     assert old.sharded.after_peak == max(r["after_peak"] for r in ranks) and old.sharded.state < old.none.state
     assert old.zero1_activations.zero1 - old.zero1_activations.sharded > 0
 

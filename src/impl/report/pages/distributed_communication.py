@@ -117,7 +117,8 @@ class TableRow:  # a row of the device's table: the stored row and its config
     seconds = property(lambda self: per_op(self.b) if self.b.status is Status.MEASURED else None)
     algbw_gbps = property(lambda self: self.b.figure("algbw_GBps", Metric.ALG_BW))
     busbw_gbps = property(lambda self: self.b.figure("busbw_GBps", Metric.BUS_BW))
-    iterations = property(lambda self: self.b.row.timing.iterations if self.b.row.timing else self.b.details.get("inner"))
+    iterations = property(  # per round (older files: details["inner"])
+        lambda self: self.b.row.timing.iterations if self.b.row.timing else self.b.details.get("inner"))
 
 
 @dataclass(frozen=True)

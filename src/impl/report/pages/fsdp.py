@@ -413,7 +413,7 @@ class FsdpPage:
     @property
     def sources(self) -> list[str]:
         return sorted({f for s in self.sections for f in s.source.files}
-                      | {v.row.run.file for s in self.sections for f in s.runs for v in f.sharding}
+                      | {v.b.run.file for s in self.sections for f in s.runs for v in f.sharding}
                       | {f for t in self.tps for f in t.tp_files + t.beside_files}
                       | {f for p in self.per_rank for f in p.source.files}
                       | set(self.nsys.sources if self.nsys else ()))

@@ -48,43 +48,43 @@ class RankMemory:  # one rank of a variant (impl.workloads.dist_steps.sharding's
 
 
 @dataclass(frozen=True)
-class Variant:  # a row of the run's two tables and the answer; `not_run`: "status: reason" where it did not run
-    row: Bench
-    label: str
-    not_run: str | None
-    ranks: tuple[RankMemory, ...] = ()
-    predicted: dict | None = None  # impl.accounting.memory_breakdown's parts: parameters, gradients, ...
-    opt_s: float | None = None  # the optimizer step, slowest rank
-    payload_bytes: float | None = None
-    payload_source: str | None = None
-    predicted_volume: float | None = None  # ring bytes per rank
+class Variant:
+    """A row of the run's two tables and the answer: the stored row, its config and its ranks' memory."""
 
-    name = property(lambda self: DistConfig.of(self.row).variant)
-    median = property(lambda self: self.row.stats.median)
-    stddev = property(lambda self: self.row.stats.stddev)
+    b: Bench
+    c: DistConfig
+    ranks: tuple[RankMemory, ...] = ()  # none where it did not run
+
+    name = property(lambda self: self.c.variant)
+    label = property(lambda self: self.c.label)
+    median = property(lambda self: self.b.stats.median)
+    stddev = property(lambda self: self.b.stats.stddev)
+    predicted = property(lambda self: self.b.details["predicted"])  # memory_breakdown's parts: parameters, ...
+    # the optimizer step, slowest rank (older files: opt_step_s)
+    opt_s = property(lambda self: self.b.figure("opt_s") or self.b.figure("opt_step_s"))
+    payload_bytes = property(lambda self: self.b.details.get("comm_bytes_per_step"))
+    payload_source = property(lambda self: self.b.details.get("comm_bytes_source"))
+    predicted_volume = property(  # ring bytes per rank
+        lambda self: self.b.details["predicted_ring_bytes_per_rank"][VOLUME.get(self.name, "ddp")])
     # per rank, the largest rank's: optimizer state after the step, peaks before and during it
     state = property(lambda self: max(r.optimizer_state for r in self.ranks))
     before_peak = property(lambda self: max(r.before_peak for r in self.ranks))
     after_peak = property(lambda self: None if self.ranks[0].after_peak is None
                           else max(r.after_peak for r in self.ranks))
     peak = property(lambda self: max(self.before_peak, self.after_peak or 0))  # the fsdp page's
-    grad_gb = property(lambda self: self.row.details["n_params"] * 4 / 1e9)  # the fp32 gradients Ψ in GB
+    grad_gb = property(lambda self: self.b.details["n_params"] * 4 / 1e9)  # the fp32 gradients Ψ in GB
 
     def vs(self, other: Variant, name: str) -> Ratio:
-        return of_benches(self.row, other.row, name)
+        return of_benches(self.b, other.b, name)
 
 
 def variant(b: Bench) -> Variant:
-    c, d = DistConfig.of(b), b.details
     if b.status is not Status.MEASURED:
-        return Variant(b, c.label, f"{b.status.value}: {b.row.reason}")
-    ranks = tuple(RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
-                             m["named_before"]["gradients"], m["named_after"]["optimizer_state"],
-                             m["named_before"]["buffers"], m.get("activations"), m.get("other_before"))
-                  for k, m in enumerate(d["ranks"]))
-    return Variant(b, c.label, None, ranks, d["predicted"], b.figure("opt_s") or b.figure("opt_step_s"),
-                   d.get("comm_bytes_per_step"), d.get("comm_bytes_source"),  # older files: opt_step_s
-                   d["predicted_ring_bytes_per_rank"][VOLUME.get(c.variant, "ddp")])
+        return Variant(b, DistConfig.of(b))
+    return Variant(b, DistConfig.of(b), tuple(
+        RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
+                   m["named_before"]["gradients"], m["named_after"]["optimizer_state"], m["named_before"]["buffers"],
+                   m.get("activations"), m.get("other_before")) for k, m in enumerate(b.details["ranks"])))
 
 
 @dataclass(frozen=True)
@@ -106,15 +106,15 @@ class RunFacts:  # one [edition, size] run of a device's sharding rows
 def run_facts(label: str, run) -> RunFacts:
     """The facts of one [edition, size] run (rows.SizeRun)."""
     variants = [variant(b) for b in run.rows]
-    by = {v.name: v for v in variants if v.row.measured}
+    by = {v.name: v for v in variants if v.b.measured}
     init = z1 = None
-    r0 = next(iter(by.values())).row.details["ranks"][0] if by else {}
+    r0 = next(iter(by.values())).b.details["ranks"][0] if by else {}
     if r0.get("init_peak") and r0.get("init_allocated"):
         init = InitPeak(r0["init_peak"], r0["init_allocated"], r0["named_before"]["parameters"])
     if "zero1" in by and "sharded" in by:
         za, sa = by["zero1"].ranks[0], by["sharded"].ranks[0]
         if None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2:
-            z1 = Zero1Activations(za.activations, sa.activations, za.gradients, by["zero1"].row.run.commit)
+            z1 = Zero1Activations(za.activations, sa.activations, za.gradients, by["zero1"].b.run.commit)
     c = DistConfig.of(run.rows[0])
     return RunFacts(run.label(label), c, c.size_label,
                     run.rows[0].details.get("n_params", 0) * 4, variants, by.get("none"), by.get("sharded"),
