@@ -281,8 +281,6 @@ class Tests:
                                                        if _module(f) in DISTRIBUTED_FILES))
     other_failures = property(lambda self: tuple(f for f in self.record.failures
                                                  if _module(f) not in DISTRIBUTED_FILES))
-    counts = property(lambda self: f"{self.record.passed} passed, {self.record.failed} failed"
-                                   + (f", {self.record.errors} errors" if self.record.errors else ""))
 
 
 NSYS_COLLECTIVES = ("ncclAllReduce",)
@@ -358,8 +356,6 @@ class DdpPage:
     score_rows: tuple[tuple[str, Score], ...]  # (problem, its score) of the timed problems answered
     tests: Tests | None = None  # the implementation problems' answer
     nsys: object = None  # ddp (b) in Nsight Systems (impl.report.pages._nsys.DdpNsys), None without data
-
-    passed = property(lambda self: None if self.tests is None else self.tests.counts)
 
     def score(self, problem: str) -> Score | None:
         return next((s for p, s in self.score_rows if p == problem), None)
