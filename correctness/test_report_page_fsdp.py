@@ -128,10 +128,10 @@ def test_headline_pair_is_the_target_configuration_not_the_best_looking_row():
 def test_each_edition_run_answers_apart_newest_edition_first(f):
     assert [(r.run.edition, r.device) for r in f.answers] == [("2026", X2), ("2025", X2)]
     new, old = f.answers
-    assert new.headline.ours == "FSDP (ours), bf16 compute, a unit per block"
+    assert new.headline.ours.label == "FSDP (ours), bf16 compute, a unit per block"
     assert new.headline.vs_anchor.value == pytest.approx(0.30 / 0.40) and new.headline.vs_ddp is None  # DDP OOM
     # against DDP (fp32) the fp32 FSDP row, not the bf16 headline pair: the same precision on both sides
-    assert old.headline.anchor == "torch fully_shard, bf16" and old.headline.vs_ddp.value == pytest.approx(0.74 / 0.76)
+    assert old.headline.anchor.label == "torch fully_shard, bf16" and old.headline.vs_ddp.value == pytest.approx(0.74 / 0.76)
     assert f.headline_run is new and f.headline_devices == f"{X2} + {X4}"  # the TP rows' devices too
 
 
@@ -230,7 +230,7 @@ def test_committed_runs_headline_is_the_per_block_pair_and_saving_reads_2026_xl(
     h = f.headline_run
     med = {page.cfg(b).variant: b.stats.median for b in ctx.rows.of("fsdp", device=h.device)
            if page.cfg(b).edition == "2026" and b.measured}
-    assert h.device == "h200-141gb-x2" and h.headline.ours == FSDPVariant.FSDP_BLOCK_BF16.label
+    assert h.device == "h200-141gb-x2" and h.headline.ours.label == FSDPVariant.FSDP_BLOCK_BF16.label
     assert h.headline.vs_anchor.value == pytest.approx(med["fsdp_block_bf16"] / med["torch_fsdp_bf16"])
     assert (f.saving_run.run.edition, f.saving_run.run.name) == ("2026", "xl")
     (t,) = f.tps

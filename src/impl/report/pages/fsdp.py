@@ -122,10 +122,8 @@ def _saving(by: dict[str, Bench]) -> Saving | None:
 
 @dataclass(frozen=True)
 class Headline:
-    ours: str  # labels
-    anchor: str
-    ours_s: float
-    ours_std: float | None
+    ours: DistRow  # the headline pair (HEADLINE_PAIRS)
+    anchor: DistRow
     vs_anchor: Ratio
     vs_ddp: Ratio | None  # our fp32 FSDP against our DDP (fp32): the same precision, whatever the headline pair's
 
@@ -133,9 +131,8 @@ class Headline:
 def _headline(by: dict[str, Bench]) -> Headline | None:
     if (pair := headline_pair(by)) is None:
         return None
-    o, a, ddp, fp32 = by[pair[0]], by[pair[1]], by.get("ddp"), by.get("fsdp")
-    ours, anchor = cfg(o).label, cfg(a).label
-    return Headline(ours, anchor, o.stats.median, o.stats.stddev, of_benches(o, a, anchor),
+    o, a, ddp, fp32 = *(DistRow.of(by[v]) for v in pair), by.get("ddp"), by.get("fsdp")
+    return Headline(o, a, of_benches(o.b, a.b, a.label),
                     of_benches(fp32, ddp, "our DDP") if ddp is not None and fp32 is not None else None)
 
 
@@ -147,7 +144,6 @@ class RunFacts:  # one [edition, size] run of a device's fsdp rows (its TP rows 
     rows: list[DistRow]  # the table's, in run order
     not_yet_run: list[str]  # labels of today's grid's variants the run lacks
     sharding: list[opt_sharding.Variant]  # beside, of the same shape
-    timeline_errors: list[str]  # "label: error" (older files)
     ran_ours: bool  # one of our configurations ran (so a timeline is expected)
     timelines: list[Timeline]
     timeline_source: str
@@ -229,7 +225,6 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
         [DistConfig(variant=v).label for v in grid(P.FSDP, "full").variants if v not in have],
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
          and (v := opt_sharding.variant(b)).peak],
-        [f"{cfg(b).label}: {b.details['timeline_error']}" for b in rows if b.details.get("timeline_error")],
         bool(ours), tls, tl0.get("source", ""), len(tl0.get("rows", ())), tl0.get("rows_total", 0),
         _draw_timelines(with_tl, tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if with_tl else None,
         _saving(by), _headline(by))

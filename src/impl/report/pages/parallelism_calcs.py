@@ -16,7 +16,6 @@ from impl.report.rows import Rows
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS)
-CALC_PROBLEMS = (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS)
 H100 = "h100-80gb-x1"  # the one-GPU device whose measured C has a row
 
 
@@ -81,12 +80,12 @@ class CalcsFacts:
     tp: pc.ShardedCalcs
     ft: pc.FSDPTPCalcs
     sources: list[str]  # the run files of the measured C and W
-    h100_borrows_w: bool
     ar: pc.Formula = pc.alternate_ring_all_reduce_time
     ring: pc.Formula = pc.ring_all_reduce_time
     fp16: int = pc.FP16
     tp_backward: str = pc.TP_BACKWARD_EQUATIONS
-    scores = {p: Scored(Kind.CLOSED_FORM, "closed form") for p in CALC_PROBLEMS}
+    scores = {p: Scored(Kind.CLOSED_FORM, "closed form") for p in PROBLEMS}
+    h100_borrows_w = property(lambda self: any(d.kind == "h100" for d in self.devices))  # its W is the H200s'
 
     def answers(self, record: str) -> list[pc.Answer]:
         return pc.answers(getattr(self, record))
@@ -107,5 +106,4 @@ def facts(ctx: Context) -> CalcsFacts:
     return CalcsFacts(wl, (*devices, row("tpu", None, tpu)), w, pc.data_parallel_calcs(*a, 4, tpu.C, tpu.W),
                       pc.fsdp_calcs(*a, 4, tpu.C, tpu.W), pc.tp_calcs(*a, 4, tpu.C, tpu.W),
                       pc.fsdp_tp_calcs(*a, 2, 2, tpu.C, tpu.W),
-                      sorted({x.file for x in (w, *(d.peak for d in devices)) if x is not None and x.file}),
-                      any(d.kind == "h100" for d in devices))
+                      sorted({x.file for x in (w, *(d.peak for d in devices)) if x is not None and x.file}))
