@@ -60,9 +60,15 @@ def allreduce_fits(rows: list[Bench]) -> list[Fit]:
 
 
 @dataclass(frozen=True)
-class Point:
-    busbw_gbps: float
-    seconds: float  # per all-reduce
+class TableRow:  # a row of a device's table and of the answer: the stored row and its config
+    b: Bench
+    c: AllReduceConfig
+
+    seconds = property(lambda self: per_op(self.b) if self.b.status is Status.MEASURED else None)
+    algbw_gbps = property(lambda self: self.b.figure("algbw_GBps", Metric.ALG_BW))
+    busbw_gbps = property(lambda self: self.b.figure("busbw_GBps", Metric.BUS_BW))
+    iterations = property(  # per round (older files: details["inner"])
+        lambda self: self.b.row.timing.iterations if self.b.row.timing else self.b.details.get("inner"))
 
 
 @dataclass(frozen=True)
@@ -70,12 +76,12 @@ class CommFacts:  # the answer: one run of one device
     device: str  # named as headings name it
     size_bytes: int  # the largest size NCCL ran
     nccl_procs: int  # the most NCCL processes measured
-    nccl: Point  # at that size and process count
-    gloo_same: Point | None  # Gloo at the same size and process count
+    nccl: TableRow  # at that size and process count
+    gloo_same: TableRow | None  # Gloo at the same size and process count
     gloo_by_procs: list[tuple[int, float]]  # (processes, bus bandwidth GB/s) at that size
     not_run: int
-    nccl_by_procs: list[tuple[int, Point]]  # every NCCL process count at that size
-    smallest: tuple[int, Point] | None  # (bytes, NCCL at nccl_procs) at the smallest size it ran
+    nccl_by_procs: list[tuple[int, TableRow]]  # every NCCL process count at that size
+    smallest: tuple[int, TableRow] | None  # (bytes, NCCL at nccl_procs) at the smallest size it ran
     reasons: tuple[tuple, ...]  # why configurations did not run: (backend, processes, status, reason), each once
     files: tuple[str, ...]
     when: str  # the run, UTC
@@ -84,17 +90,17 @@ class CommFacts:  # the answer: one run of one device
     def gloo_over_nccl(self) -> float | None:
         return None if self.gloo_same is None else self.gloo_same.seconds / self.nccl.seconds
 
-    def algbw_gbps(self, p: Point) -> float:  # bytes / time at the headline size (GB = 1e9 bytes)
+    def algbw_gbps(self, p: TableRow) -> float:  # bytes / time at the headline size (GB = 1e9 bytes)
         return self.size_bytes / p.seconds / 1e9
 
 
 def _run_facts(device: str, rows: list[Bench]) -> CommFacts | None:
     """The device's newest all-reduce run; None unless both backends ran."""
     run = of_newest_run(comm_rows(rows))
-    points: dict[tuple[str, int], dict[int, Point]] = {}
-    for b in run:
-        if b.measured and not missing(bw := b.figure("busbw_GBps", Metric.BUS_BW)):
-            points.setdefault(_cfg(b).key, {})[int(_cfg(b).bytes)] = Point(bw, per_op(b))
+    points: dict[tuple[str, int], dict[int, TableRow]] = {}  # the measured rows by (backend, processes), bytes
+    for r in (TableRow(b, _cfg(b)) for b in run if b.measured):
+        if not missing(r.busbw_gbps):
+            points.setdefault(r.c.key, {})[int(r.c.bytes)] = r
     nccl = max((k for k in points if k[0] == "nccl"), default=None)
     if not (nccl and any(k[0] == "gloo" for k in points)):
         return None
@@ -107,18 +113,6 @@ def _run_facts(device: str, rows: list[Bench]) -> CommFacts | None:
                      [(n, points[k, n][big]) for k, n in at if k == "nccl"],
                      (small, points[nccl][small]) if small != big else None, tuple(reasons),
                      files_of(run), run[0].run.when)
-
-
-@dataclass(frozen=True)
-class TableRow:  # a row of the device's table: the stored row and its config
-    b: Bench
-    c: AllReduceConfig
-
-    seconds = property(lambda self: per_op(self.b) if self.b.status is Status.MEASURED else None)
-    algbw_gbps = property(lambda self: self.b.figure("algbw_GBps", Metric.ALG_BW))
-    busbw_gbps = property(lambda self: self.b.figure("busbw_GBps", Metric.BUS_BW))
-    iterations = property(  # per round (older files: details["inner"])
-        lambda self: self.b.row.timing.iterations if self.b.row.timing else self.b.details.get("inner"))
 
 
 @dataclass(frozen=True)
