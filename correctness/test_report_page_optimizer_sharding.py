@@ -104,7 +104,7 @@ def test_table_rows_per_rank_and_not_run_variants_named_with_their_reason(f):
 
 def test_a_smoke_model_is_told_in_mib(tmp_path):
     (r,) = page.facts(_ctx(tmp_path, [_row("none", 0.01, size="tiny", n_params=1e6)])).answers
-    assert not r.big and r.size == "tiny"
+    assert not r.big and r.config.size_label == "tiny"
 
 
 def test_without_both_rows_of_the_current_edition_the_older_one_scores(tmp_path):

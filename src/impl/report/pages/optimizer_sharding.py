@@ -91,7 +91,6 @@ def variant(b: Bench) -> Variant:
 class RunFacts:  # one [edition, size] run of a device's sharding rows
     run: RunLabel
     config: DistConfig  # its first row's
-    size: str  # size_label: "xl (2026) = 2.7B (2025)"
     psi: float  # the fp32 gradients' bytes (= the parameters')
     variants: list[Variant]  # every row of the run
     none: Variant | None
@@ -115,10 +114,8 @@ def run_facts(label: str, run) -> RunFacts:
         za, sa = by["zero1"].ranks[0], by["sharded"].ranks[0]
         if None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2:
             z1 = Zero1Activations(za.activations, sa.activations, za.gradients, by["zero1"].b.run.commit)
-    c = DistConfig.of(run.rows[0])
-    return RunFacts(run.label(label), c, c.size_label,
-                    run.rows[0].details.get("n_params", 0) * 4, variants, by.get("none"), by.get("sharded"),
-                    by.get("zero1"), init, z1)
+    return RunFacts(run.label(label), DistConfig.of(run.rows[0]), run.rows[0].details.get("n_params", 0) * 4,
+                    variants, by.get("none"), by.get("sharded"), by.get("zero1"), init, z1)
 
 
 @dataclass(frozen=True)
