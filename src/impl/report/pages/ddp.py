@@ -343,7 +343,6 @@ class Score:  # a timed problem's scoreboard row: the current edition's run, its
     run: RunFacts
     group: Group
     key: Key  # the row (the bucketed problem: its fastest bucket)
-    best_ours: str = ""  # the bucketed problem: the fastest of our variants
 
 
 @dataclass(frozen=True)
@@ -355,7 +354,7 @@ class DdpPage:
     bucketed_runs: tuple[RunFacts, ...]
     score_rows: tuple[tuple[str, Score], ...]  # (problem, its score) of the timed problems answered
     tests: Tests | None = None  # the implementation problems' answer
-    nsys: object = None  # ddp (b) in Nsight Systems (impl.report.pages._nsys.DdpNsys), None without data
+    nsys: DdpNsys | None = None  # ddp (b) in Nsight Systems
 
     def score(self, problem: str) -> Score | None:
         return next((s for p, s in self.score_rows if p == problem), None)
@@ -387,7 +386,7 @@ def _score(runs: list[RunFacts], problem: str, current: str) -> Score | None:
         if problem in STEPS and g.get(STEPS[problem]) is not None:
             return Score(f, g, STEPS[problem])
         if problem == P.DDP_BUCKETED_BENCHMARKING and g.best_bucket is not None:
-            return Score(f, g, ("bucketed", g.best_bucket), g.best_ours.label)
+            return Score(f, g, ("bucketed", g.best_bucket))
     return None
 
 
