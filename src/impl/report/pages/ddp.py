@@ -255,10 +255,10 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
 
 
 @dataclass(frozen=True)
-class DeviceSection:
-    heading: str
-    runs: tuple[RunFacts, ...]  # 2026 first, newest first
-    runs_line: RunsFacts
+class DeviceSection:  # a device's part of a distributed page (ddp, fsdp, optimizer_sharding)
+    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
+    runs: tuple  # the page's facts of each [edition, size] run, 2026 first, newest first
+    source: RunsFacts  # the rows it read
 
 
 def _module(node_id: str) -> str:
@@ -372,7 +372,7 @@ class DdpPage:
 
     @property
     def sources(self) -> list[str]:  # the DDP runs, and the all-reduce runs a bucket model's fit read
-        return sorted({f for s in self.sections for f in s.runs_line.files}
+        return sorted({f for s in self.sections for f in s.source.files}
                       | {f for s in self.sections for r in s.runs for f in r.fit_files}
                       | ({self.tests.file} if self.tests else set())
                       | (set(self.nsys.sources) if self.nsys else set()))

@@ -12,7 +12,7 @@ from impl.bench.row import Status
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
-from impl.report.pages.ddp import DistRow, Profiled
+from impl.report.pages.ddp import DeviceSection, DistRow, Profiled
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
@@ -230,13 +230,6 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
         _saving(by), _headline(by))
 
 
-@dataclass(frozen=True)
-class DeviceSection:
-    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
-    runs: list[RunFacts]
-    source: RunsFacts  # the device's fsdp rows but TP's
-
-
 # ---- tensor parallelism beside DDP and FSDP ------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -420,9 +413,8 @@ def facts(ctx: Context) -> FsdpPage:
     for device, rows in fsdp:
         heading = device_name(device, rows[0].row.env.device)
         runs = [f for run in size_runs_of(rows) if (f := run_facts(device, heading, run, shard.get(device, []), ctx))]
-        if runs:
-            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, [b for b in rows
-                                                                              if cfg(b).variant != TP])))
+        if runs:  # the TP rows' runs are named in their own section
+            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, [b for b in rows if cfg(b).variant != TP])))
     found = [f for s in sections for f in s.runs]
     newest = newest_first(found)
     headline_run = next((f for f in newest if f.headline), None)

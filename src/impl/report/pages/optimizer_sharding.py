@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from impl.bench.row import Status
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.pages.ddp import DeviceSection
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name
@@ -119,22 +120,19 @@ def run_facts(label: str, run) -> RunFacts:
 
 
 @dataclass(frozen=True)
-class DeviceSection:
-    device: str  # the device folder
-    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
-    runs: list[RunFacts]
-    source: RunsFacts
-    log_tail: str | None  # the correctness suite's last line over NCCL on this device
+class ShardSection(DeviceSection):
+    log_tail: str | None = None  # the correctness suite's last line over NCCL on this device
 
+    device = property(lambda self: self.source.device)
     passed = property(lambda self: None if self.log_tail is None else self.log_tail.split(" in ")[0])
 
 
 @dataclass(frozen=True)
 class ShardingPage:
     current: str  # the newest edition that poses the accounting problem
-    sections: list[DeviceSection]
+    sections: list[ShardSection]
     answers: list[RunFacts]  # answering order (impl.report.rows.answering)
-    verdict: DeviceSection | None = None  # the device whose correctness log answers optimizer_state_sharding
+    verdict: ShardSection | None = None  # the device whose correctness log answers optimizer_state_sharding
     scored: tuple[str, RunFacts] | None = None  # (device, run): the newest edition's run with both rows
 
     @property
@@ -150,8 +148,8 @@ class ShardingPage:
 
 
 def facts(ctx: Context) -> ShardingPage:
-    sections = [DeviceSection(device, heading, [run_facts(heading, run) for run in size_runs_of(rows)],
-                              RunsFacts.of(device, rows), ctx.log_tail(device, LOG))
+    sections = [ShardSection(heading, [run_facts(heading, run) for run in size_runs_of(rows)],
+                             RunsFacts.of(device, rows), ctx.log_tail(device, LOG))
                 for device, rows in ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
                 for heading in [device_name(device, rows[0].row.env.device)]]
     found = [(s.device, f) for s in sections for f in s.runs]
