@@ -414,7 +414,8 @@ def facts(ctx: Context) -> FsdpPage:
         heading = device_name(device, rows[0].row.env.device)
         runs = [f for run in size_runs_of(rows) if (f := run_facts(device, heading, run, shard.get(device, []), ctx))]
         if runs:  # the TP rows' runs are named in their own section
-            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, [b for b in rows if cfg(b).variant != TP])))
+            tp_aside = [b for b in rows if cfg(b).variant != TP]
+            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, tp_aside)))
     found = [f for s in sections for f in s.runs]
     newest = newest_first(found)
     headline_run = next((f for f in newest if f.headline), None)
