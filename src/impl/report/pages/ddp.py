@@ -218,8 +218,7 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
 @dataclass(frozen=True)
 class RunFacts:  # one [edition, size] run of one device
     device: str  # folder
-    heading: str  # the device as headings name it
-    run: RunLabel
+    run: RunLabel  # its device: as headings name it
     config: DistConfig  # the run's first row's: size, ranks, backend
     groups: tuple[Group, ...]  # by context
     figure: str  # the overhead figure's link
@@ -249,7 +248,7 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
     fit = next((x for x in fits if (x.backend, x.processes) == (c.backend, int(c.world_size))), None)
     with_buckets = tuple(g for g in groups if g.buckets)
     model = BucketModel(s, fit, with_buckets) if with_buckets and s is not None else None
-    return RunFacts(dev, heading, named, c, tuple(groups),
+    return RunFacts(dev, named, c, tuple(groups),
                     f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png", model,
                     _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"), fit_files if model and fit else ())
 
