@@ -69,6 +69,7 @@ class Collective:  # one kind of collective in the instrumented step (a summary 
 @dataclass(frozen=True)
 class Timeline:  # fsdp_accounting (b) for one of our configurations: rank 0's instrumented step (its stored summary)
     label: str
+    recorded: dict  # the row's details["timeline"]: its source, rows (those kept), rows_total, summary
     collectives: list[Collective]
     forward: tuple[int, int]  # all-gathers (in time, waited on)
     backward: tuple[int, int]
@@ -88,7 +89,7 @@ def _timeline(b: Bench) -> Timeline:
     gathers = {g["phase"]: (g["in_time"], g["used"]) for g in reversed(s["groups"]) if g["kind"] == "all_gather"}
     fwd, bwd = gathers.get("forward", (0, 0)), gathers.get("backward", (0, 0))
     worst = lambda w: units[w] if isinstance(w, int) and 0 <= w < len(units) else "–"  # noqa: E731
-    return _pick(Timeline, s, label=cfg(b).label, collectives=[
+    return _pick(Timeline, s, label=cfg(b).label, recorded=b.details["timeline"], collectives=[
         _pick(Collective, g, worst=worst(g["max_stall_unit"]),
               stalled=g["used"] - g["in_time"]) for g in s["groups"]], forward=fwd, backward=bwd,
         all_in_time=fwd[0] == fwd[1] and bwd[0] == bwd[1],
@@ -146,9 +147,6 @@ class RunFacts:  # one [edition, size] run of a device's fsdp rows (its TP rows 
     sharding: list[opt_sharding.Variant]  # beside, of the same shape
     ran_ours: bool  # one of our configurations ran (so a timeline is expected)
     timelines: list[Timeline]
-    timeline_source: str
-    timeline_kept: int  # rows the JSON keeps of the first timeline
-    timeline_total: int
     figure: str | None
     saving: Saving | None
     headline: Headline | None
@@ -218,14 +216,14 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
     have, by = {cfg(b).variant for b in rows}, {cfg(b).variant: b for b in rows if b.measured}
     ours = [b for b in rows if cfg(b).variant in OURS and b.status is Status.MEASURED]
     with_tl = [b for b in ours if b.details.get("timeline")]
-    tl0, tls = with_tl[0].details["timeline"] if with_tl else {}, [_timeline(b) for b in with_tl]
+    tls = [_timeline(b) for b in with_tl]
     shape = lambda b: (cfg(b).size_ref, cfg(b).context, cfg(b).batch_per_rank)  # noqa: E731
     return RunFacts(
         run.label(label), device, cfg(rows[0]), [DistRow.of(b) for b in rows],
         [DistConfig(variant=v).label for v in grid(P.FSDP, "full").variants if v not in have],
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
          and (v := opt_sharding.variant(b)).peak],
-        bool(ours), tls, tl0.get("source", ""), len(tl0.get("rows", ())), tl0.get("rows_total", 0),
+        bool(ours), tls,
         _draw_timelines(with_tl, tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if with_tl else None,
         _saving(by), _headline(by))
 
