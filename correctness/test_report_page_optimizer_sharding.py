@@ -85,7 +85,7 @@ def test_the_scoreboard_reads_the_newest_edition_with_both_rows_and_the_verdict_
 
 def test_oddities_init_peak_and_zero1_gradients_held_twice(f):
     new, old = f.answers
-    assert old.init.peak == 15 * GiB and old.init.params == 7.5 * GiB
+    assert old.init.init_peak == 15 * GiB and old.init.parameters == 7.5 * GiB
     a = old.zero1_activations
     assert (a.zero1, a.sharded, a.grads, a.commit) == (17.5 * GiB, 10 * GiB, 7.5 * GiB, "abcdef12")
     assert new.zero1_activations is None  # the same transient: nothing to explain

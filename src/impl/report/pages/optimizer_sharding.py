@@ -20,13 +20,6 @@ LOG = "correctness-nccl-fsdp-sharding.txt"  # the sharded optimizer's correctnes
 
 
 @dataclass(frozen=True)
-class InitPeak:
-    peak: float
-    allocated: float
-    params: float
-
-
-@dataclass(frozen=True)
 class Zero1Activations:  # ZeRO-1's transient above the simple version's by over half the gradients (a flat buffer)
     zero1: float
     sharded: float
@@ -46,6 +39,7 @@ class RankMemory:  # one rank of a variant (impl.workloads.dist_steps.sharding's
     buffers: float | None
     activations: float | None
     other: float | None
+    init_allocated: float | None = None  # once init is done
 
 
 @dataclass(frozen=True)
@@ -85,7 +79,8 @@ def variant(b: Bench) -> Variant:
     return Variant(b, DistConfig.of(b), tuple(
         RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
                    m["named_before"]["gradients"], m["named_after"]["optimizer_state"], m["named_before"]["buffers"],
-                   m.get("activations"), m.get("other_before")) for k, m in enumerate(b.details["ranks"])))
+                   m.get("activations"), m.get("other_before"), m.get("init_allocated"))
+        for k, m in enumerate(b.details["ranks"])))
 
 
 @dataclass(frozen=True)
@@ -97,7 +92,7 @@ class RunFacts:  # one [edition, size] run of a device's sharding rows
     none: Variant | None
     sharded: Variant | None
     zero1: Variant | None
-    init: InitPeak | None
+    init: RankMemory | None  # the first measured variant's rank 0, where it kept its peak after init
     zero1_activations: Zero1Activations | None
 
     big = property(lambda self: self.psi >= 2**30)  # GiB / GB for the real model sizes, MiB / MB for the smoke model
@@ -107,10 +102,8 @@ def run_facts(label: str, run) -> RunFacts:
     """The facts of one [edition, size] run (rows.SizeRun)."""
     variants = [variant(b) for b in run.rows]
     by = {v.name: v for v in variants if v.b.measured}
-    init = z1 = None
-    r0 = next(iter(by.values())).b.details["ranks"][0] if by else {}
-    if r0.get("init_peak") and r0.get("init_allocated"):
-        init = InitPeak(r0["init_peak"], r0["init_allocated"], r0["named_before"]["parameters"])
+    z1, r0 = None, next(iter(by.values())).ranks[0] if by else None
+    init = r0 if r0 and r0.init_peak and r0.init_allocated else None
     if "zero1" in by and "sharded" in by:
         za, sa = by["zero1"].ranks[0], by["sharded"].ranks[0]
         if None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2:
