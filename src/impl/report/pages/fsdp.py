@@ -7,8 +7,8 @@ from dataclasses import dataclass, fields
 
 from impl import accounting as acc
 from impl import parallelism_calcs as pc
-from impl.nsys.timeline import RESUME_NS
 from impl.bench.row import Status
+from impl.nsys.timeline import RESUME_NS
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
