@@ -102,9 +102,10 @@ class Saving:  # fsdp_accounting (a): DDP's and our fp32 FSDP's measured peaks a
     predicted: acc.FSDPPeakSaving
     ddp_peak: float
     fsdp_peak: float
-    measured: float  # the saving
-    of_predicted: float
-    above_prediction: float  # FSDP's peak above its predicted one
+
+    measured = property(lambda self: self.ddp_peak - self.fsdp_peak)  # the saving
+    of_predicted = property(lambda self: self.measured / self.predicted.saving)
+    above_prediction = property(lambda self: self.fsdp_peak - self.predicted.fsdp_peak)  # FSDP's, above its predicted
 
 
 def _saving(by: dict[str, Bench]) -> Saving | None:
@@ -116,9 +117,7 @@ def _saving(by: dict[str, Bench]) -> Saving | None:
     pred = acc.fsdp_peak_saving(int(fsdp.details["n_params"]), int(cfg(fsdp).world_size),
                                 acc.largest_sharded_layer_numel(shape.d_model, shape.d_ff),
                                 activations=fsdp.details.get("predicted_activations_bytes") or 0.0)
-    ddp_peak, fsdp_peak = ddp.figure("peak_bytes"), fsdp.figure("peak_bytes")
-    return Saving(pred, ddp_peak, fsdp_peak, ddp_peak - fsdp_peak, (ddp_peak - fsdp_peak) / pred.saving,
-                  fsdp_peak - pred.fsdp_peak)
+    return Saving(pred, ddp.figure("peak_bytes"), fsdp.figure("peak_bytes"))
 
 
 @dataclass(frozen=True)
