@@ -347,13 +347,14 @@ class Score:  # a timed problem's scoreboard row: the current edition's run, its
 @dataclass(frozen=True)
 class DdpPage:
     sections: tuple[DeviceSection, ...]
-    steps_current: str  # the newest edition posing the step problems
-    steps_runs: tuple[RunFacts, ...]  # the runs answering them, current edition first
-    bucketed_current: str
+    steps_runs: tuple[RunFacts, ...]  # the runs answering the step problems, current edition first
     bucketed_runs: tuple[RunFacts, ...]
     score_rows: tuple[tuple[str, Score], ...]  # (problem, its score) of the timed problems answered
     tests: Tests | None = None  # the implementation problems' answer
     nsys: DdpNsys | None = None  # ddp (b) in Nsight Systems
+
+    steps_current = current_edition(P.NAIVE_DDP_BENCHMARKING)  # the newest edition posing the three step problems
+    bucketed_current = current_edition(P.DDP_BUCKETED_BENCHMARKING)
 
     def score(self, problem: str) -> Score | None:
         return next((s for p, s in self.score_rows if p == problem), None)
@@ -377,10 +378,10 @@ class DdpPage:
                       | (set(self.nsys.sources) if self.nsys else set()))
 
 
-def _score(runs: list[RunFacts], problem: str, current: str) -> Score | None:
+def _score(runs: list[RunFacts], problem: str) -> Score | None:
     """A timed problem's scoreboard row: the first current-edition run whose largest context has its row."""
     for f in runs:
-        if f.run.edition != current or (g := f.largest) is None:
+        if f.run.edition != current_edition(problem) or (g := f.largest) is None:
             continue
         if problem in STEPS and g.get(STEPS[problem]) is not None:
             return Score(f, g, STEPS[problem])
@@ -397,10 +398,7 @@ def facts(ctx: Context) -> DdpPage:
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
         sections.append(DeviceSection(heading, found, RunsFacts.of(dev, rows)))
     runs = [r for s in sections for r in s.runs]
-    steps_current = current_edition(P.NAIVE_DDP_BENCHMARKING)  # the three step problems share their editions
-    bucketed_current = current_edition(P.DDP_BUCKETED_BENCHMARKING)
-    scores = tuple((p, s) for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING)
-                   if (s := _score(runs, p, bucketed_current if p == P.DDP_BUCKETED_BENCHMARKING else steps_current)))
-    return DdpPage(tuple(sections), steps_current, tuple(answering(runs, P.NAIVE_DDP_BENCHMARKING)), bucketed_current,
+    scores = tuple((p, s) for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING) if (s := _score(runs, p)))
+    return DdpPage(tuple(sections), tuple(answering(runs, P.NAIVE_DDP_BENCHMARKING)),
                    tuple(answering(runs, P.DDP_BUCKETED_BENCHMARKING)), scores,
                    newest_multi_gpu_tests(ctx.reports_dir), ddp_nsys(ctx))

@@ -379,7 +379,6 @@ def fsdp_nsys(ctx: Context) -> FsdpNsys | None:
 
 @dataclass(frozen=True)
 class FsdpPage:
-    current: str  # the edition that poses fsdp
     answers: list[RunFacts]  # answering order (impl.report.rows.answering)
     sections: list[DeviceSection]
     tps: list[TpFacts]
@@ -388,6 +387,8 @@ class FsdpPage:
     headline_run: RunFacts | None = None
     headline_devices: str = "–"  # the fsdp row's devices: the headline run's and the TP rows'
     nsys: FsdpNsys | None = None
+
+    current = current_edition(P.FSDP)  # the edition that poses fsdp
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -423,5 +424,5 @@ def facts(ctx: Context) -> FsdpPage:
         if headline_run else "–"  # the page's fsdp answers read the TP rows' devices too
     per_rank = [p for dev, rows in ctx.rows.per_gpu(StoredGroup.PER_RANK_MEMORY)
                 if (p := per_rank_facts(rows, device_name(dev, rows[0].row.env.device), RunsFacts.of(dev, rows)))]
-    return FsdpPage(current_edition(P.FSDP), answering(found, P.FSDP), sections, tps, per_rank,
+    return FsdpPage(answering(found, P.FSDP), sections, tps, per_rank,
                     next((f for f in newest if f.saving), None), headline_run, devices, fsdp_nsys(ctx))

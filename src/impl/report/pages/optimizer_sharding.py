@@ -122,11 +122,12 @@ class ShardSection(DeviceSection):
 
 @dataclass(frozen=True)
 class ShardingPage:
-    current: str  # the newest edition that poses the accounting problem
     sections: list[ShardSection]
     answers: list[RunFacts]  # answering order (impl.report.rows.answering)
     verdict: ShardSection | None = None  # the device whose correctness log answers optimizer_state_sharding
     scored: tuple[str, RunFacts] | None = None  # (device, run): the newest edition's run with both rows
+
+    current = current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)  # the newest edition that poses it
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -148,6 +149,5 @@ def facts(ctx: Context) -> ShardingPage:
     found = [(s.device, f) for s in sections for f in s.runs]
     scored = next(((d, f) for d, f in newest_first(found, lambda x: x[1].run)
                    if f.none is not None and f.sharded is not None), None)
-    return ShardingPage(current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING), sections,
-                        answering([f for _, f in found], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
+    return ShardingPage(sections, answering([f for _, f in found], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
                         next((s for s in reversed(sections) if s.log_tail), None), scored)
