@@ -318,15 +318,20 @@ class RankVariant:
 
 
 @dataclass(frozen=True)
-class PerRankFacts:  # one rank's closed-form memory per variant, and the DDP rank's measured peak on one GPU
+class PerRankFacts:  # one rank's closed-form memory per variant, and the replicated rank's step on one GPU
     heading: str  # the device, as headings name it
     source: RunsFacts
-    config: DistConfig  # the measured row's (its variant: the one whose rank ran on one GPU)
-    gpu_bytes: int | None
+    row: DistRow  # the measured row (its variant: the one whose rank ran on one GPU), else the first
     variants: list[RankVariant]
-    measured_peak: int | None
-    mean_s: float | None
-    measured_over_closed_form: float | None
+
+    config = property(lambda self: self.row.c)
+    gpu_bytes = property(lambda self: self.row.b.details.get("gpu_memory_bytes"))
+    measured_peak = property(lambda self: self.row.b.row.memory.peak_allocated if self.row.measured else None)
+
+    @property
+    def measured_over_closed_form(self) -> float | None:
+        v = next((v for v in self.variants if v.name == self.config.variant), None)
+        return self.measured_peak / v.total if v and self.measured_peak else None
 
 
 def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRankFacts | None:
@@ -338,10 +343,7 @@ def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRan
     parts = ("parameters", "gradients", "optimizer_state", "activations")
     variants = [RankVariant(n, {p: v.get(p, 0.0) for p in parts}, v["total"], fits.get(n))
                 for n, v in sorted(d["closed_form"].items(), key=lambda kv: (d.get("stages") or {}).get(kv[0], 0))]
-    peak = b.row.memory.peak_allocated if b.measured else None
-    v = next((v for v in variants if v.name == cfg(b).variant), None)
-    return PerRankFacts(heading, source, cfg(b), d.get("gpu_memory_bytes"), variants, peak,
-                        b.stats.mean if b.measured else None, peak / v.total if v and peak else None)
+    return PerRankFacts(heading, source, DistRow.of(b), variants)
 
 
 # ---- fsdp_accounting (b) under Nsight Systems ---------------------------------------------------------------
