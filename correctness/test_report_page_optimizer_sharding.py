@@ -86,9 +86,10 @@ def test_the_scoreboard_reads_the_newest_edition_with_both_rows_and_the_verdict_
 def test_oddities_init_peak_and_zero1_gradients_held_twice(f):
     new, old = f.answers
     assert old.init.init_peak == 15 * GiB and old.init.parameters == 7.5 * GiB
-    a = old.zero1_activations
-    assert (a.zero1, a.sharded, a.grads, a.commit) == (17.5 * GiB, 10 * GiB, 7.5 * GiB, "abcdef12")
-    assert new.zero1_activations is None  # the same transient: nothing to explain
+    za, sa = old.zero1_held_twice
+    assert (za.activations, sa.activations, za.gradients, old.zero1.b.run.commit) == (17.5 * GiB, 10 * GiB, 7.5 * GiB,
+                                                                                      "abcdef12")
+    assert new.zero1_held_twice is None  # the same transient: nothing to explain
 
 
 def test_table_rows_per_rank_and_not_run_variants_named_with_their_reason(f):
@@ -131,7 +132,8 @@ def test_committed_2025_run_reads_the_rows_size_and_its_zero1_transient(tmp_path
     assert old.run.size_short == "xl (2025)" and all(x.startswith(f"reports/data/{X2}/") for x in old.run.files)
     ranks = old.sharded.b.details["ranks"]
     assert old.sharded.after_peak == max(r["after_peak"] for r in ranks) and old.sharded.state < old.none.state
-    assert old.zero1_activations.zero1 - old.zero1_activations.sharded > 0
+    za, sa = old.zero1_held_twice
+    assert za.activations - sa.activations > 0
 
 
 def test_page_words(request, tmp_path):

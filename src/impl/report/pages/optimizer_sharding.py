@@ -20,14 +20,6 @@ LOG = "correctness-nccl-fsdp-sharding.txt"  # the sharded optimizer's correctnes
 
 
 @dataclass(frozen=True)
-class Zero1Activations:  # ZeRO-1's transient above the simple version's by over half the gradients (a flat buffer)
-    zero1: float
-    sharded: float
-    grads: float
-    commit: str  # the ZeRO-1 row's run
-
-
-@dataclass(frozen=True)
 class RankMemory:  # one rank of a variant (impl.workloads.dist_steps.sharding's per-rank record), bytes
     rank: int
     init_peak: float | None
@@ -93,23 +85,28 @@ class RunFacts:  # one [edition, size] run of a device's sharding rows
     sharded: Variant | None
     zero1: Variant | None
     init: RankMemory | None  # the first measured variant's rank 0, where it kept its peak after init
-    zero1_activations: Zero1Activations | None
 
     big = property(lambda self: self.psi >= 2**30)  # GiB / GB for the real model sizes, MiB / MB for the smoke model
+
+    @property
+    def zero1_held_twice(self) -> tuple[RankMemory, RankMemory] | None:
+        """(ZeRO-1's rank 0, the simple version's) where ZeRO-1's transient exceeds the simple one's by over half
+        the gradients: the gradients held twice through backward (an older ZeRO-1's flat buffer)."""
+        if self.zero1 is None or self.sharded is None:
+            return None
+        za, sa = self.zero1.ranks[0], self.sharded.ranks[0]
+        twice = None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2
+        return (za, sa) if twice else None
 
 
 def run_facts(label: str, run) -> RunFacts:
     """The facts of one [edition, size] run (rows.SizeRun)."""
     variants = [variant(b) for b in run.rows]
     by = {v.name: v for v in variants if v.b.measured}
-    z1, r0 = None, next(iter(by.values())).ranks[0] if by else None
+    r0 = next(iter(by.values())).ranks[0] if by else None
     init = r0 if r0 and r0.init_peak and r0.init_allocated else None
-    if "zero1" in by and "sharded" in by:
-        za, sa = by["zero1"].ranks[0], by["sharded"].ranks[0]
-        if None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2:
-            z1 = Zero1Activations(za.activations, sa.activations, za.gradients, by["zero1"].b.run.commit)
     return RunFacts(run.label(label), DistConfig.of(run.rows[0]), run.rows[0].details.get("n_params", 0) * 4,
-                    variants, by.get("none"), by.get("sharded"), by.get("zero1"), init, z1)
+                    variants, by.get("none"), by.get("sharded"), by.get("zero1"), init)
 
 
 @dataclass(frozen=True)
