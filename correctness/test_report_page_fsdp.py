@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from impl.bench.row import Metric, Status
-from impl.model.sizes import SizeRef
 from impl.report.pages import Kind, Scored
 from impl.report.pages import fsdp as page
 from impl.report.templating import render_page

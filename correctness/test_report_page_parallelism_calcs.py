@@ -3,8 +3,6 @@ C and W read from synthetic rows, the index's counting of closed-form answers, a
 a snapshot."""
 from __future__ import annotations
 
-import pytest
-
 from impl import parallelism_calcs as pc
 from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Peaks
