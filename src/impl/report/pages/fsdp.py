@@ -221,7 +221,7 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
         run.label(label), device, cfg(rows[0]), [DistRow.of(b) for b in rows],
         [DistConfig(variant=v).label for v in grid(P.FSDP, "full").variants if v not in have],
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
-         and (v := opt_sharding.variant(b)).peak],
+         and (v := opt_sharding.Variant.of(b)).peak],
         bool(ours), tls,
         _draw_timelines(with_tl, tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if with_tl else None,
         _saving(by), _headline(by))

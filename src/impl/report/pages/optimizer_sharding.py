@@ -64,15 +64,15 @@ class Variant:
     def vs(self, other: Variant, name: str) -> Ratio:
         return of_benches(self.b, other.b, name)
 
-
-def variant(b: Bench) -> Variant:
-    if b.status is not Status.MEASURED:
-        return Variant(b, DistConfig.of(b))
-    return Variant(b, DistConfig.of(b), tuple(
-        RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
-                   m["named_before"]["gradients"], m["named_after"]["optimizer_state"], m["named_before"]["buffers"],
-                   m.get("activations"), m.get("other_before"), m.get("init_allocated"))
-        for k, m in enumerate(b.details["ranks"])))
+    @classmethod
+    def of(cls, b: Bench) -> Variant:
+        if b.status is not Status.MEASURED:
+            return cls(b, DistConfig.of(b))
+        return cls(b, DistConfig.of(b), tuple(
+            RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
+                       m["named_before"]["gradients"], m["named_after"]["optimizer_state"],
+                       m["named_before"]["buffers"], m.get("activations"), m.get("other_before"),
+                       m.get("init_allocated")) for k, m in enumerate(b.details["ranks"])))
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class RunFacts:  # one [edition, size] run of a device's sharding rows
 
 def run_facts(label: str, run) -> RunFacts:
     """The facts of one [edition, size] run (rows.SizeRun)."""
-    variants = [variant(b) for b in run.rows]
+    variants = [Variant.of(b) for b in run.rows]
     by = {v.name: v for v in variants if v.b.measured}
     r0 = next(iter(by.values())).ranks[0] if by else None
     init = r0 if r0 and r0.init_peak and r0.init_allocated else None
