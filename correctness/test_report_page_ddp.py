@@ -119,7 +119,7 @@ def test_the_gap_over_the_floor_is_the_best_of_ours(tmp_path):
 def test_not_run_rows_are_named_and_divide_nothing(tmp_path):
     g = _facts(tmp_path).sections[0].runs[1].largest
     oom = next(v for v in g.variants if v.key == ("bucketed", 10))
-    assert oom.not_run == "oom: CUDA out of memory" and g.get(oom.key) is None
+    assert (oom.b.status, oom.b.row.reason) == (Status.OOM, "CUDA out of memory") and g.get(oom.key) is None
     assert sorted(g.buckets) == [1, 100, 1000] and g.best_bucket == 100
 
 
@@ -129,10 +129,10 @@ def test_scores_read_the_current_editions_largest_context(tmp_path):
     s = f.score(P.NAIVE_DDP_BENCHMARKING)
     assert (s.run, s.group.context, s.key) == (new, 512, ("naive", None))
     b = f.score(P.DDP_BUCKETED_BENCHMARKING)
-    assert (b.run, b.key, b.best_ours) == (old, ("bucketed", 100), "bucketed 100 MB")
+    assert (b.run, b.key, b.group.best_ours.label) == (old, ("bucketed", 100), "bucketed 100 MB")
     assert b.group.ratio(b.key, page.TORCH).value == pytest.approx(0.72 / 0.75)
     assert f.scores[P.DDP_BUCKETED_BENCHMARKING] == Scored(Kind.MEASURED, DEV, "2026-11-22")
-    assert f.scores[P.NAIVE_DDP] == Scored(Kind.MEASURED, DEV, "2026-11-26") and f.passed == "1666 passed, 1 failed"
+    assert f.scores[P.NAIVE_DDP] == Scored(Kind.MEASURED, DEV, "2026-11-26") and f.tests.record.passed == 1666
     assert f.index_figures == [f"figures/ddp-{DEV}-2026-xl-overhead-vs-torch-ddp.png"]  # the first run's
 
 
@@ -145,7 +145,8 @@ def test_the_newest_multi_gpu_record_answers_failures_and_all(tmp_path):
     """The newest record of a two-GPU device, not the newest green one; its failure is not in a distributed file."""
     f = _facts(tmp_path)
     t = f.tests
-    assert (t.device, t.record.commit, t.counts, t.when) == (DEV, "897afeb", "1666 passed, 1 failed", "2026-11-26 09:20")
+    assert (t.device, t.record.commit, t.when) == (DEV, "897afeb", "2026-11-26 09:20")
+    assert (t.record.passed, t.record.failed, t.record.errors) == (1666, 1, 0)
     assert t.distributed_failures == () and t.other_failures == ("correctness.test_training_step::test_fast",)
     assert t.file == f"reports/data/{DEV}/tests/20261126T092043Z_897afeb.json" and t.file in f.sources
 

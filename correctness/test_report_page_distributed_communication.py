@@ -61,8 +61,8 @@ def test_the_run_with_most_nccl_process_counts_answers_and_the_other_is_history(
 
 def test_not_run_rows_are_table_cells_naming_their_reason(tmp_path):
     rows = page.facts(context(_rows(), tmp_path)).sections[0].rows
-    assert [(r.backend, r.processes, r.not_run) for r in rows if r.not_run] == [
-        ("nccl", 6, "needs_hardware: NCCL needs one GPU per rank: 6 ranks, 2 GPU(s) here")]
+    assert [(*r.c.key, r.b.status, r.b.row.reason) for r in rows if r.b.status is not Status.MEASURED] == [
+        ("nccl", 6, Status.NEEDS_HARDWARE, "NCCL needs one GPU per rank: 6 ranks, 2 GPU(s) here")]
 
 
 def test_committed_fits_have_no_negative_per_call_overhead(tmp_path):

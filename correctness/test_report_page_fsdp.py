@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from impl.bench.row import Metric, Status
-from impl.model.sizes import SizeRef
 from impl.report.pages import Kind, Scored
 from impl.report.pages import fsdp as page
 from impl.report.templating import render_page
+from impl.workloads.variants import FSDPVariant
 from kits.report_rows import assert_snapshot, bench, context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,10 +127,10 @@ def test_headline_pair_is_the_target_configuration_not_the_best_looking_row():
 def test_each_edition_run_answers_apart_newest_edition_first(f):
     assert [(r.run.edition, r.device) for r in f.answers] == [("2026", X2), ("2025", X2)]
     new, old = f.answers
-    assert new.headline.ours == "FSDP (ours), bf16 compute, a unit per block"
+    assert new.headline.ours.label == "FSDP (ours), bf16 compute, a unit per block"
     assert new.headline.vs_anchor.value == pytest.approx(0.30 / 0.40) and new.headline.vs_ddp is None  # DDP OOM
     # against DDP (fp32) the fp32 FSDP row, not the bf16 headline pair: the same precision on both sides
-    assert old.headline.anchor == "torch fully_shard, bf16" and old.headline.vs_ddp.value == pytest.approx(0.74 / 0.76)
+    assert old.headline.anchor.label == "torch fully_shard, bf16" and old.headline.vs_ddp.value == pytest.approx(0.74 / 0.76)
     assert f.headline_run is new and f.headline_devices == f"{X2} + {X4}"  # the TP rows' devices too
 
 
@@ -146,8 +146,8 @@ def test_saving_needs_ddp_and_fp32_fsdp_of_one_run_and_reads_the_size_by_edition
 def test_table_rows_oom_cells_and_the_variants_a_run_lacks(f):
     new, old = f.answers
     ddp = next(r for r in new.rows if r.label.startswith("DDPBucketed"))
-    assert (ddp.status, ddp.reason, ddp.step_s) == ("oom", "CUDA out of memory", None)
-    assert [r.label for r in new.rows if r.status == "measured"][0] == "FSDP (ours), bf16 compute, a unit per block"
+    assert (ddp.b.status, ddp.b.row.reason, ddp.step_s) == (Status.OOM, "CUDA out of memory", None)
+    assert [r.label for r in new.rows if r.measured][0] == "FSDP (ours), bf16 compute, a unit per block"
     assert not any("TP" in r.label or r.label == "tp" for r in new.rows)  # TP rows have their own section
     rs1 = "FSDP (ours), bf16 compute, a unit per block, one reduce-scatter in flight"
     assert old.not_yet_run == ["FSDP (ours), bf16 compute, a unit per block", rs1] and new.not_yet_run == [
@@ -229,7 +229,7 @@ def test_committed_runs_headline_is_the_per_block_pair_and_saving_reads_2026_xl(
     h = f.headline_run
     med = {page.cfg(b).variant: b.stats.median for b in ctx.rows.of("fsdp", device=h.device)
            if page.cfg(b).edition == "2026" and b.measured}
-    assert h.device == "h200-141gb-x2" and h.headline.ours == page.LABEL["fsdp_block_bf16"]
+    assert h.device == "h200-141gb-x2" and h.headline.ours.label == FSDPVariant.FSDP_BLOCK_BF16.label
     assert h.headline.vs_anchor.value == pytest.approx(med["fsdp_block_bf16"] / med["torch_fsdp_bf16"])
     assert (f.saving_run.run.edition, f.saving_run.run.name) == ("2026", "xl")
     (t,) = f.tps
@@ -257,7 +257,7 @@ def _nsys(tmp_path):
 def test_nsys_timelines_count_the_gathers_issued_per_phase(tmp_path):
     _nsys(tmp_path)
     n = page.facts(context(_rows(), tmp_path)).nsys
-    assert [v for v, _ in n.timelines] == ["fsdp_block_bf16", "fsdp"]  # the run order: per block first
+    assert [a["variant"] for a, _ in n.timelines] == ["fsdp_block_bf16", "fsdp"]  # the run order: per block first
     assert (n.context, n.batch, n.kernels) == (512, 4, 0)
     r = n.timelines[0][1].ranks[0]
     assert r.issued == (("ncclAllGather", 3, 2, 1), ("ncclReduceScatter", 1, 0, 1)) and r.phase("backward") == 0.5

@@ -85,16 +85,18 @@ def test_the_scoreboard_reads_the_newest_edition_with_both_rows_and_the_verdict_
 
 def test_oddities_init_peak_and_zero1_gradients_held_twice(f):
     new, old = f.answers
-    assert old.init.peak == 15 * GiB and old.init.params == 7.5 * GiB
-    a = old.zero1_activations
-    assert (a.zero1, a.sharded, a.grads, a.commit) == (17.5 * GiB, 10 * GiB, 7.5 * GiB, "abcdef12")
-    assert new.zero1_activations is None  # the same transient: nothing to explain
+    assert old.init.init_peak == 15 * GiB and old.init.parameters == 7.5 * GiB
+    za, sa = old.zero1_held_twice
+    assert (za.activations, sa.activations, za.gradients, old.zero1.b.run.commit) == (17.5 * GiB, 10 * GiB, 7.5 * GiB,
+                                                                                      "abcdef12")
+    assert new.zero1_held_twice is None  # the same transient: nothing to explain
 
 
 def test_table_rows_per_rank_and_not_run_variants_named_with_their_reason(f):
     new, _ = f.answers
     none, sharded, zero1, torch_zero = new.variants
-    assert torch_zero.not_run == "needs_hardware: needs 2 GPUs" and torch_zero.ranks == ()
+    t = torch_zero
+    assert (t.b.status, t.b.row.reason, t.ranks) == (Status.NEEDS_HARDWARE, "needs 2 GPUs", ())
     assert [r.rank for r in sharded.ranks] == [0, 1] and sharded.after_peak == 51 * GiB
     assert (sharded.predicted_volume, none.predicted_volume, zero1.predicted_volume) == (12e9, 8e9, 8e9)
     assert sharded.opt_s == pytest.approx(0.115) and sharded.payload_source == "counted"
@@ -103,7 +105,7 @@ def test_table_rows_per_rank_and_not_run_variants_named_with_their_reason(f):
 
 def test_a_smoke_model_is_told_in_mib(tmp_path):
     (r,) = page.facts(_ctx(tmp_path, [_row("none", 0.01, size="tiny", n_params=1e6)])).answers
-    assert not r.big and r.size == "tiny"
+    assert not r.big and r.config.size_label == "tiny"
 
 
 def test_without_both_rows_of_the_current_edition_the_older_one_scores(tmp_path):
@@ -128,9 +130,10 @@ def test_committed_2025_run_reads_the_rows_size_and_its_zero1_transient(tmp_path
     f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
     old = next(r for s in f.sections if s.device == X2 for r in s.runs if r.run.edition == "2025")
     assert old.run.size_short == "xl (2025)" and all(x.startswith(f"reports/data/{X2}/") for x in old.run.files)
-    ranks = old.sharded.row.details["ranks"]
+    ranks = old.sharded.b.details["ranks"]
     assert old.sharded.after_peak == max(r["after_peak"] for r in ranks) and old.sharded.state < old.none.state
-    assert old.zero1_activations.zero1 - old.zero1_activations.sharded > 0
+    za, sa = old.zero1_held_twice
+    assert za.activations - sa.activations > 0
 
 
 def test_page_words(request, tmp_path):

@@ -13,6 +13,7 @@ from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report.markdown import missing
 from impl.report.ratio import spread
+from impl.workloads.variants import DDPVariant, FSDPVariant, ShardVariant
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -307,6 +308,39 @@ class SizedView(View):
     @property
     def size_label(self) -> str:  # the size's own name where it is in neither table
         return size_label(self.size_ref, self.size)
+
+
+@dataclass(frozen=True)
+class DistConfig(SizedView):
+    """The config of a distributed row (ddp, fsdp, optimizer sharding, per_rank_memory): one view, so that
+    the pages that set these rows side by side read one shape and one label."""
+
+    variant: str = ""
+    context: int = 0
+    batch_per_rank: int = 0
+    world_size: int = 0
+    backend: str = ""
+    dtype: str = ""
+    bucket_mb: float | None = None  # a bucketed DDP row's bucket cap
+    kind: str | None = None  # older ddp files: "trace" rows beside the benchmarks
+
+    @property
+    def key(self) -> tuple[str, float | None]:
+        """The row within its run: the variant, and a bucketed row's bucket size."""
+        return self.variant, self.bucket_mb if self.variant == "bucketed" else None
+
+    @property
+    def label(self) -> str:
+        """The variant as the tables name it (its enum's label; "bucketed 100 MB"; else its own name)."""
+        if self.variant == "bucketed":
+            return f"bucketed {self.bucket_mb:g} MB"
+        return next((v.label for e in (DDPVariant, FSDPVariant, ShardVariant) for v in e if v == self.variant),
+                    self.variant)
+
+    @property
+    def shape(self) -> tuple[SizeRef | None, int, int]:
+        """The workload: size, context and global batch (a TP row's ranks all take the whole batch)."""
+        return self.size_ref, self.context, self.batch_per_rank * (1 if self.variant == "tp" else self.world_size)
 
 
 def of_newest_run(rows: list[Bench], among: list[Bench] | None = None) -> list[Bench]:

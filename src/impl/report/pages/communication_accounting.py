@@ -30,7 +30,7 @@ class AccountingPage:
     xxl: Mapping[str, Any] | None
     bucket_model: Mapping[str, Any] | None
     comm_volumes: Mapping[str, Any] | None
-    files: tuple[str, ...]  # the run files read
+    sources: list[str]  # the run files read
 
     @property
     def no_activations(self) -> Mapping[str, Any]:
@@ -42,14 +42,9 @@ class AccountingPage:
     def scores(self) -> dict[str, Scored]:
         return {PROBLEM: Scored(Kind.CLOSED_FORM, "closed form") if self.xxl else NOT_MEASURED}
 
-    @property
-    def sources(self) -> list[str]:
-        return sorted(self.files)
-
 
 def facts(ctx: Context) -> AccountingPage:
     rows = ctx.rows.of(PROBLEM)
     rows = [b for b in rows if b.run.device == rows[0].run.device]  # the same closed forms wherever they ran
     by = {CaseConfig.of(b).case: b.details["results"] for b in rows}
-    return AccountingPage(by.get("xxl"), by.get("bucket_model"), by.get("comm_volumes"),
-                          files_of(rows))
+    return AccountingPage(by.get("xxl"), by.get("bucket_model"), by.get("comm_volumes"), list(files_of(rows)))

@@ -5,20 +5,20 @@ multi-GPU device (impl.bench.test_record, reports/data/<device>/tests/), failure
 also from Nsight Systems (impl.report.pages._nsys)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from impl import accounting as acc
-from impl.bench.row import Metric, Status
+from impl.bench.row import Metric
 from impl.bench.test_record import TESTS_FOLDER, TestRecord, load_records
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
-from impl.report.ratio import Ratio, ratio
-from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, size_runs_of
-from impl.report.runs import RunsFacts, device_name, files_of
+from impl.report.ratio import Ratio, of_benches
+from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, size_runs_of
+from impl.report.runs import RunsFacts, device_name, files_of, gpu_count
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
 
@@ -38,68 +38,45 @@ SINGLE, TORCH, NAIVE = ("single", None), ("torch_ddp", None), ("naive", None)
 STEPS: dict[str, Key] = {P.NAIVE_DDP_BENCHMARKING: NAIVE, P.MINIMAL_DDP_FLAT_BENCHMARKING: ("flat", None),
                          P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: ("individual", None)}
 OURS = ("naive", "flat", "individual", "bucketed")
-VARIANT_LABEL = {v.value: v.label for v in DDPVariant}
+ORDER = [v.value for v in DDPVariant]  # the tables' order
+
+
+_cfg = DistConfig.of
 
 
 @dataclass(frozen=True)
-class DdpConfig(SizedView):
-    context: int = 0
-    batch_per_rank: int = 0
-    world_size: int = 0
-    backend: str = ""
-    variant: str = ""
-    bucket_mb: float | None = None
-    kind: str | None = None  # older files: "trace" rows beside the benchmarks
+class DistRow:
+    """A distributed row as the ddp and fsdp tables read it: the stored row and its config."""
 
-    key = property(lambda self: (self.variant, self.bucket_mb if self.variant == "bucketed" else None))
-    # as the tables name it: "bucketed 100 MB", "flat (one all-reduce)"
-    label = property(lambda self: f"bucketed {self.bucket_mb:g} MB" if self.variant == "bucketed"
-                     else VARIANT_LABEL.get(self.variant, self.variant))
+    b: Bench
+    c: DistConfig
 
-
-_cfg = DdpConfig.of
-
-
-@dataclass(frozen=True)
-class Variant:  # one row of a context's table; `not_run`: "oom: ..." where it did not run
-    key: Key
-    label: str
-    not_run: str | None
-    step_s: float | None = None  # median
-    step_std: float | None = None
-    spread: float | None = None  # for the noise verdict (ratio.spread)
-    comm_s: float | None = None  # exposed communication, mean over the timed steps
-    comm_share: float | None = None
-    peak: float | None = None  # peak allocated bytes (the largest rank's)
-    grad_bytes: float | None = None
-    n_buckets: int | None = None  # buckets DDPBucketed formed (None in files that did not record it)
-
-    measured = property(lambda self: self.not_run is None and self.step_s is not None)
-
-    @classmethod
-    def of(cls, b: Bench) -> Variant:
-        c, s = _cfg(b), b.stats
-        if b.status is not Status.MEASURED:
-            return cls(c.key, c.label, f"{b.status.value}: {b.row.reason}")
-        if s is None or s.median is None:
-            return cls(c.key, c.label, None)
-        return cls(c.key, c.label, None, s.median, s.stddev, b.spread, b.figure("comm_s"),
-                   b.figure("comm_share", Metric.COMM_SHARE), b.row.memory.peak_allocated,
-                   b.details.get("grad_bytes"), b.details.get("num_buckets"))
+    of = classmethod(lambda cls, b: cls(b, _cfg(b)))
+    key = property(lambda self: self.c.key)
+    label = property(lambda self: self.c.label)
+    measured = property(lambda self: self.b.measured)
+    step_s = property(lambda self: self.b.stats.median if self.b.stats else None)
+    step_std = property(lambda self: self.b.stats.stddev if self.b.stats else None)
+    spread = property(lambda self: self.b.spread)
+    comm_s = property(lambda self: self.b.figure("comm_s"))  # exposed communication, mean over the timed steps
+    comm_share = property(lambda self: self.b.figure("comm_share", Metric.COMM_SHARE))
+    peak = property(lambda self: self.b.row.memory.peak_allocated or self.b.figure("peak_bytes"))  # largest rank's
+    tokens_per_s = property(lambda self: self.b.figure("tokens_per_s", Metric.TOKENS_PER_S))
+    n_buckets = property(lambda self: self.b.details.get("num_buckets"))  # None in files that did not record it
 
 
 @dataclass(frozen=True)
 class Group:  # the rows of one (context, per-rank batch), in table order
     context: int
     batch: int
-    variants: tuple[Variant, ...]
+    variants: tuple[DistRow, ...]
 
-    def get(self, k: Key) -> Variant | None:
+    def get(self, k: Key) -> DistRow | None:
         return next((v for v in self.variants if v.key == tuple(k) and v.measured), None)
 
     def ratio(self, k: Key, ref: Key, name: str = "") -> Ratio | None:  # row k ÷ row ref (medians)
         a, r = self.get(k), self.get(ref)
-        return None if a is None or r is None else ratio(a.step_s, r.step_s, name, a.spread, r.spread)
+        return None if a is None or r is None else of_benches(a.b, r.b, name)
 
     buckets = property(lambda self: {v.key[1]: v for v in self.variants if v.key[0] == "bucketed" and v.measured})
     best_bucket = property(lambda self: min(self.buckets, key=lambda mb: self.buckets[mb].step_s, default=None))
@@ -117,12 +94,11 @@ class Group:  # the rows of one (context, per-rank batch), in table order
 
 
 def _groups(rows: list[Bench]) -> list[Group]:
-    by: dict[tuple[int, int], dict[Key, Bench]] = {}
-    for b in rows:
-        by.setdefault((int(_cfg(b).context), int(_cfg(b).batch_per_rank)), {})[_cfg(b).key] = b
-    order = list(VARIANT_LABEL)
-    return [Group(c, n, tuple(Variant.of(g[k]) for k in sorted(
-        g, key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[1] or 0)))) for (c, n), g in sorted(by.items())]
+    """The rows by (context, per-rank batch), each one row per key (the last), in the tables' order."""
+    by = group(rows, lambda b: (int(_cfg(b).context), int(_cfg(b).batch_per_rank)))
+    order = lambda v: (ORDER.index(v.key[0]) if v.key[0] in ORDER else 99, v.key[1] or 0)  # noqa: E731
+    return [Group(c, n, tuple(sorted({v.key: v for v in map(DistRow.of, g)}.values(), key=order)))
+            for (c, n), g in sorted(by.items())]
 
 
 @dataclass(frozen=True)
@@ -242,11 +218,8 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
 @dataclass(frozen=True)
 class RunFacts:  # one [edition, size] run of one device
     device: str  # folder
-    heading: str  # the device as headings name it
-    run: RunLabel
-    size: str  # size_label of the run's first row ("xl (2026) = 2.7B (2025)")
-    world: int
-    backend: str
+    run: RunLabel  # its device: as headings name it
+    config: DistConfig  # the run's first row's: size, ranks, backend
     groups: tuple[Group, ...]  # by context
     figure: str  # the overhead figure's link
     model: BucketModel | None
@@ -270,26 +243,21 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
     _draw_overhead(groups, ctx.fig_dir / f"{name}-overhead-vs-torch-ddp.png",
                    f"{heading}, {named.size_short}, run {named.date}")
     # the bucket model: None without bucketed rows
-    s = next((v.grad_bytes for g in groups for v in g.variants if v.measured and v.grad_bytes), None)
+    s = next((v.b.details["grad_bytes"] for g in groups for v in g.variants
+              if v.measured and v.b.details.get("grad_bytes")), None)
     fit = next((x for x in fits if (x.backend, x.processes) == (c.backend, int(c.world_size))), None)
     with_buckets = tuple(g for g in groups if g.buckets)
     model = BucketModel(s, fit, with_buckets) if with_buckets and s is not None else None
-    return RunFacts(dev, heading, named, c.size_label, int(c.world_size), c.backend, tuple(groups),
+    return RunFacts(dev, named, c, tuple(groups),
                     f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png", model,
                     _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"), fit_files if model and fit else ())
 
 
 @dataclass(frozen=True)
-class DeviceSection:
-    heading: str
-    runs: tuple[RunFacts, ...]  # 2026 first, newest first
-    runs_line: RunsFacts
-
-
-def gpu_count(device: str) -> int:
-    """The GPU count a device slug names (`h200-141gb-x2` -> 2; `cpu` -> 0)."""
-    m = re.search(r"-x(\d+)$", device)
-    return int(m.group(1)) if m else 0
+class DeviceSection:  # a device's part of a distributed page (ddp, fsdp, optimizer_sharding)
+    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
+    runs: tuple  # the page's facts of each [edition, size] run, 2026 first, newest first
+    source: RunsFacts  # the rows it read
 
 
 def _module(node_id: str) -> str:
@@ -312,8 +280,6 @@ class Tests:
                                                        if _module(f) in DISTRIBUTED_FILES))
     other_failures = property(lambda self: tuple(f for f in self.record.failures
                                                  if _module(f) not in DISTRIBUTED_FILES))
-    counts = property(lambda self: f"{self.record.passed} passed, {self.record.failed} failed"
-                                   + (f", {self.record.errors} errors" if self.record.errors else ""))
 
 
 NSYS_COLLECTIVES = ("ncclAllReduce",)
@@ -321,47 +287,48 @@ NSYS_VARIANTS = ("naive", "individual")  # ddp (b): not overlapped, then overlap
 
 
 @dataclass(frozen=True)
-class DdpNsys:
-    """ddp (b) under Nsight Systems: naive and per-parameter overlapped DDP, each edition's xl (2026 first), the
-    last profiled step of each."""
+class Profiled:
+    """A section's newest Nsight Systems call (impl.report.pages._nsys): each profiled case's workload args and its
+    last measured step, in the page's order; the fsdp page reads its own through the same class."""
 
     filed: Filed
-    context: int
-    batch: int
-    timelines: tuple[tuple[str, str, StepTimeline], ...]  # (edition, variant, timeline)
+    timelines: tuple[tuple[dict, StepTimeline], ...]  # (workload args, timeline)
 
-    complete_share = COMPLETE_SHARE  # the words state it
+    complete_share = COMPLETE_SHARE  # the words state them
     launch_gap_ms = LAUNCH_GAP_MS
-    kernels = property(lambda self: sum(t.kernels for _, _, t in self.timelines))
-
-    def get(self, edition: str, variant: str) -> StepTimeline | None:
-        return next((t for e, v, t in self.timelines if (e, v) == (edition, variant)), None)
-
-    @property
-    def editions(self) -> list[str]:
-        return list(dict.fromkeys(e for e, _, _ in self.timelines))
+    context = property(lambda self: int(self.timelines[0][0]["context"]))  # the first case's
+    batch = property(lambda self: int(self.timelines[0][0]["batch"]))
+    kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
 
     @property
     def sources(self) -> list[str]:
-        return [f"{self.filed.rel}/manifest.json"] + [x for _, _, t in self.timelines for x in t.sources]
+        return [f"{self.filed.rel}/manifest.json"] + [x for _, t in self.timelines for x in t.sources]
+
+    @classmethod
+    def of(cls, ctx: Context, section: str, label, collectives: tuple[str, ...], order) -> Self | None:
+        """`label(args)` names a case's figure (None: not read); `order(args)` sorts the cases."""
+        filed, steps = profiled_steps(ctx, section, label, collectives)
+        return cls(filed, tuple(sorted(steps, key=lambda s: order(s[0])))) if steps else None
+
+
+class DdpNsys(Profiled):
+    """ddp (b): naive and per-parameter overlapped DDP, each edition's xl (2026 first)."""
+
+    def get(self, edition: str, variant: str) -> StepTimeline | None:
+        return next((t for a, t in self.timelines if (a["edition"], a["variant"]) == (edition, variant)), None)
+
+    editions = property(lambda self: list(dict.fromkeys(a["edition"] for a, _ in self.timelines)))
 
 
 def ddp_nsys(ctx: Context) -> DdpNsys | None:
-    def label(a: dict) -> str | None:
-        v = a.get("variant")
-        return f"xl ({a['edition']}), {VARIANT_LABEL.get(v, v)}" if v in NSYS_VARIANTS else None
-
-    filed, steps = profiled_steps(ctx, "ddp", label, NSYS_COLLECTIVES)
-    found = [(a["edition"], a["variant"], t, int(a["context"]), int(a["batch"])) for a, t in steps]
-    if not found:
-        return None
-    found.sort(key=lambda x: (-int(x[0]), NSYS_VARIANTS.index(x[1])))
-    return DdpNsys(filed, found[0][3], found[0][4], tuple((e, v, t) for e, v, t, _, _ in found))
+    return DdpNsys.of(ctx, "ddp", lambda a: f"xl ({a['edition']}), {DistConfig(variant=a['variant']).label}"
+                      if a.get("variant") in NSYS_VARIANTS else None, NSYS_COLLECTIVES,
+                      lambda a: (-int(a["edition"]), NSYS_VARIANTS.index(a["variant"])))
 
 
 def newest_multi_gpu_tests(reports_dir: Path) -> Tests | None:
     data = Path(reports_dir) / "data"
-    recs = [r for r in load_records(data) if gpu_count(r.device) > 1]
+    recs = [r for r in load_records(data) if (gpu_count(r.device) or 0) > 1]
     if not recs:
         return None
     rec = max(recs, key=lambda r: r.datetime)
@@ -375,21 +342,19 @@ class Score:  # a timed problem's scoreboard row: the current edition's run, its
     run: RunFacts
     group: Group
     key: Key  # the row (the bucketed problem: its fastest bucket)
-    best_ours: str = ""  # the bucketed problem: the fastest of our variants
 
 
 @dataclass(frozen=True)
 class DdpPage:
     sections: tuple[DeviceSection, ...]
-    steps_current: str  # the newest edition posing the step problems
-    steps_runs: tuple[RunFacts, ...]  # the runs answering them, current edition first
-    bucketed_current: str
+    steps_runs: tuple[RunFacts, ...]  # the runs answering the step problems, current edition first
     bucketed_runs: tuple[RunFacts, ...]
     score_rows: tuple[tuple[str, Score], ...]  # (problem, its score) of the timed problems answered
     tests: Tests | None = None  # the implementation problems' answer
-    nsys: object = None  # ddp (b) in Nsight Systems (impl.report.pages._nsys.DdpNsys), None without data
+    nsys: DdpNsys | None = None  # ddp (b) in Nsight Systems
 
-    passed = property(lambda self: None if self.tests is None else self.tests.counts)
+    steps_current = current_edition(P.NAIVE_DDP_BENCHMARKING)  # the newest edition posing the three step problems
+    bucketed_current = current_edition(P.DDP_BUCKETED_BENCHMARKING)
 
     def score(self, problem: str) -> Score | None:
         return next((s for p, s in self.score_rows if p == problem), None)
@@ -407,21 +372,21 @@ class DdpPage:
 
     @property
     def sources(self) -> list[str]:  # the DDP runs, and the all-reduce runs a bucket model's fit read
-        return sorted({f for s in self.sections for f in s.runs_line.files}
+        return sorted({f for s in self.sections for f in s.source.files}
                       | {f for s in self.sections for r in s.runs for f in r.fit_files}
                       | ({self.tests.file} if self.tests else set())
                       | (set(self.nsys.sources) if self.nsys else set()))
 
 
-def _score(runs: list[RunFacts], problem: str, current: str) -> Score | None:
+def _score(runs: list[RunFacts], problem: str) -> Score | None:
     """A timed problem's scoreboard row: the first current-edition run whose largest context has its row."""
     for f in runs:
-        if f.run.edition != current or (g := f.largest) is None:
+        if f.run.edition != current_edition(problem) or (g := f.largest) is None:
             continue
         if problem in STEPS and g.get(STEPS[problem]) is not None:
             return Score(f, g, STEPS[problem])
         if problem == P.DDP_BUCKETED_BENCHMARKING and g.best_bucket is not None:
-            return Score(f, g, ("bucketed", g.best_bucket), g.best_ours.label)
+            return Score(f, g, ("bucketed", g.best_bucket))
     return None
 
 
@@ -433,10 +398,7 @@ def facts(ctx: Context) -> DdpPage:
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
         sections.append(DeviceSection(heading, found, RunsFacts.of(dev, rows)))
     runs = [r for s in sections for r in s.runs]
-    steps_current = current_edition(P.NAIVE_DDP_BENCHMARKING)  # the three step problems share their editions
-    bucketed_current = current_edition(P.DDP_BUCKETED_BENCHMARKING)
-    scores = tuple((p, s) for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING)
-                   if (s := _score(runs, p, bucketed_current if p == P.DDP_BUCKETED_BENCHMARKING else steps_current)))
-    return DdpPage(tuple(sections), steps_current, tuple(answering(runs, P.NAIVE_DDP_BENCHMARKING)), bucketed_current,
+    scores = tuple((p, s) for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING) if (s := _score(runs, p)))
+    return DdpPage(tuple(sections), tuple(answering(runs, P.NAIVE_DDP_BENCHMARKING)),
                    tuple(answering(runs, P.DDP_BUCKETED_BENCHMARKING)), scores,
                    newest_multi_gpu_tests(ctx.reports_dir), ddp_nsys(ctx))

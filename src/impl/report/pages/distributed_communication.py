@@ -10,7 +10,7 @@ from impl.bench.row import Metric, Status
 from impl.report import figures
 from impl.report.markdown import missing
 from impl.report.pages import Context, Scored
-from impl.report.rows import Bench, View, of_newest_run
+from impl.report.rows import Bench, View, group, of_newest_run
 from impl.report.runs import RunsFacts, SourcedFromSections, device_name, files_of
 from impl.workloads.problems import Problem as P
 
@@ -53,18 +53,22 @@ class Fit:  # t = o + S/w of one (backend, processes)
 
 def allreduce_fits(rows: list[Bench]) -> list[Fit]:
     """t = o + S/w per (backend, processes) by relative least squares (the absolute fit's intercept goes negative)."""
-    points: dict[tuple[str, int], list] = {}
-    for b in comm_rows(rows):
-        if b.status is Status.MEASURED and not missing(per_op(b)):
-            points.setdefault(_cfg(b).key, []).append((_cfg(b).bytes, per_op(b)))
-    return [Fit(*k, *acc.fit_latency_bandwidth(*zip(*pts), relative=True))
-            for k, pts in sorted(points.items()) if len({s for s, _ in pts}) >= 2]
+    timed = group((b for b in comm_rows(rows) if b.status is Status.MEASURED and not missing(per_op(b))),
+                  lambda b: _cfg(b).key)
+    return [Fit(*k, *acc.fit_latency_bandwidth([_cfg(b).bytes for b in g], list(map(per_op, g)), relative=True))
+            for k, g in sorted(timed.items()) if len({_cfg(b).bytes for b in g}) >= 2]
 
 
 @dataclass(frozen=True)
-class Point:
-    busbw_gbps: float
-    seconds: float  # per all-reduce
+class TableRow:  # a row of a device's table and of the answer: the stored row and its config
+    b: Bench
+    c: AllReduceConfig
+
+    seconds = property(lambda self: per_op(self.b) if self.b.status is Status.MEASURED else None)
+    algbw_gbps = property(lambda self: self.b.figure("algbw_GBps", Metric.ALG_BW))
+    busbw_gbps = property(lambda self: self.b.figure("busbw_GBps", Metric.BUS_BW))
+    iterations = property(  # per round (older files: details["inner"])
+        lambda self: self.b.row.timing.iterations if self.b.row.timing else self.b.details.get("inner"))
 
 
 @dataclass(frozen=True)
@@ -72,13 +76,13 @@ class CommFacts:  # the answer: one run of one device
     device: str  # named as headings name it
     size_bytes: int  # the largest size NCCL ran
     nccl_procs: int  # the most NCCL processes measured
-    nccl: Point  # at that size and process count
-    gloo_same: Point | None  # Gloo at the same size and process count
+    nccl: TableRow  # at that size and process count
+    gloo_same: TableRow | None  # Gloo at the same size and process count
     gloo_by_procs: list[tuple[int, float]]  # (processes, bus bandwidth GB/s) at that size
     not_run: int
-    nccl_by_procs: list[tuple[int, Point]]  # every NCCL process count at that size
-    smallest: tuple[int, Point] | None  # (bytes, NCCL at nccl_procs) at the smallest size it ran
-    reasons: tuple[str, ...]  # why configurations did not run ("nccl, 6 processes: ...")
+    nccl_by_procs: list[tuple[int, TableRow]]  # every NCCL process count at that size
+    smallest: tuple[int, TableRow] | None  # (bytes, NCCL at nccl_procs) at the smallest size it ran
+    reasons: tuple[tuple, ...]  # why configurations did not run: (backend, processes, status, reason), each once
     files: tuple[str, ...]
     when: str  # the run, UTC
 
@@ -86,50 +90,29 @@ class CommFacts:  # the answer: one run of one device
     def gloo_over_nccl(self) -> float | None:
         return None if self.gloo_same is None else self.gloo_same.seconds / self.nccl.seconds
 
-    def algbw_gbps(self, p: Point) -> float:  # bytes / time at the headline size (GB = 1e9 bytes)
+    def algbw_gbps(self, p: TableRow) -> float:  # bytes / time at the headline size (GB = 1e9 bytes)
         return self.size_bytes / p.seconds / 1e9
 
 
 def _run_facts(device: str, rows: list[Bench]) -> CommFacts | None:
     """The device's newest all-reduce run; None unless both backends ran."""
     run = of_newest_run(comm_rows(rows))
-    points: dict[tuple[str, int], dict[int, Point]] = {}
-    for b in run:
-        if b.measured and not missing(bw := b.figure("busbw_GBps", Metric.BUS_BW)):
-            points.setdefault(_cfg(b).key, {})[int(_cfg(b).bytes)] = Point(bw, per_op(b))
+    points: dict[tuple[str, int], dict[int, TableRow]] = {}  # the measured rows by (backend, processes), bytes
+    for r in (TableRow(b, _cfg(b)) for b in run if b.measured):
+        if not missing(r.busbw_gbps):
+            points.setdefault(r.c.key, {})[int(r.c.bytes)] = r
     nccl = max((k for k in points if k[0] == "nccl"), default=None)
     if not (nccl and any(k[0] == "gloo" for k in points)):
         return None
     big, small = max(points[nccl]), min(points[nccl])
     at = sorted(k for k in points if big in points[k])
     not_run = [b for b in run if b.status is not Status.MEASURED]
-    reasons = dict.fromkeys(f"{_cfg(b).backend}, {_cfg(b).key[1]} processes: {b.status.value} ({b.row.reason})"
-                            for b in not_run)
+    reasons = dict.fromkeys((*_cfg(b).key, b.status.value, b.row.reason) for b in not_run)
     return CommFacts(device, big, nccl[1], points[nccl][big], points.get(("gloo", nccl[1]), {}).get(big),
                      [(n, points[k, n][big].busbw_gbps) for k, n in at if k == "gloo"], len(not_run),
                      [(n, points[k, n][big]) for k, n in at if k == "nccl"],
                      (small, points[nccl][small]) if small != big else None, tuple(reasons),
                      files_of(run), run[0].run.when)
-
-
-@dataclass(frozen=True)
-class TableRow:
-    backend: str
-    processes: int
-    bytes: int
-    not_run: str | None  # "unsupported: ..." where the configuration did not run
-    seconds: float | None = None  # per all-reduce
-    algbw_gbps: float | None = None
-    busbw_gbps: float | None = None
-    iterations: int | None = None  # per round
-
-    @classmethod
-    def of(cls, b: Bench) -> TableRow:
-        c, t = _cfg(b), b.row.timing
-        if b.status is not Status.MEASURED:
-            return cls(*c.key, c.bytes, f"{b.status.value}: {b.row.reason}")
-        return cls(*c.key, c.bytes, None, per_op(b), b.figure("algbw_GBps", Metric.ALG_BW),
-                   b.figure("busbw_GBps", Metric.BUS_BW), t.iterations if t else b.details.get("inner"))
 
 
 @dataclass(frozen=True)
@@ -144,8 +127,8 @@ class DeviceSection:
 
 def _draw(rows: list[TableRow], ctx: Context, name: str) -> str | None:
     """The bus bandwidth per size, a line per (backend, processes); its link, None without points."""
-    pts = sorted((r.backend, r.processes, r.bytes, r.busbw_gbps) for r in rows
-                 if r.not_run is None and not missing(r.busbw_gbps))
+    pts = sorted((*r.c.key, r.c.bytes, r.busbw_gbps) for r in rows
+                 if r.b.status is Status.MEASURED and not missing(r.busbw_gbps))
     if not pts:
         return None
     fig, ax = figures.new()
@@ -176,7 +159,7 @@ def facts(ctx: Context) -> CommPage:
     sections, found = [], []
     for device, rows in ctx.rows.per_gpu(PROBLEM):
         ordered = sorted(comm_rows(rows), key=lambda b: (_cfg(b).backend, _cfg(b).world_size, _cfg(b).bytes))
-        table = [TableRow.of(b) for b in ordered]
+        table = [TableRow(b, _cfg(b)) for b in ordered]
         sections.append(DeviceSection(device_name(device, rows[0].row.env.device), table,
                                       sorted({b.details["left_out"] for b in ordered if b.details.get("left_out")}),
                                       _draw(table, ctx, f"{SLUG}-{device}_allreduce_busbw.png"), allreduce_fits(rows),

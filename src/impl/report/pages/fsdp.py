@@ -7,24 +7,22 @@ from dataclasses import dataclass, fields
 
 from impl import accounting as acc
 from impl import parallelism_calcs as pc
-from impl.bench.row import Metric, Status
+from impl.bench.row import Status
+from impl.nsys.timeline import RESUME_NS
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
-from impl.nsys.timeline import RESUME_NS
-from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
+from impl.report.pages.ddp import DeviceSection, DistRow, Profiled
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
+from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
 from impl.report.templating import macros
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
-from impl.workloads.variants import DDPVariant, FSDPVariant
+from impl.workloads.variants import FSDPVariant
 
 PROBLEMS = (P.FSDP, P.FSDP_ACCOUNTING)
 SLUG = "fsdp"
-LABEL = {v.value: v.label for v in FSDPVariant}
-DDP_LABEL = {v.value: v.label for v in DDPVariant}
 OURS = tuple(v.value for v in FSDPVariant if v.ours)  # the rows with an instrumented step
 TP = "tp"  # perf/test_fsdp.py's tensor-parallel rows: the whole global batch on every rank
 # the headline pair by rule, not by the best-looking row: the target configuration, else the nearest, bf16 first
@@ -41,22 +39,6 @@ def _collective(kind: str, phase: str) -> tuple[str, str, float]:
     return (WORDS.collective(kind, phase), *COLLECTIVE.get((kind, phase), ("C7", 0.0)))
 
 
-@dataclass(frozen=True)
-class DistConfig(SizedView):  # what this page reads of an fsdp, ddp, optimizer-sharding or per_rank_memory row's config
-    variant: str = ""
-    context: int = 0
-    batch_per_rank: int = 0
-    world_size: int = 0
-    backend: str = ""
-    dtype: str = ""
-    kind: str | None = None  # older ddp files: "trace" rows beside the benchmarks
-
-    label = property(lambda self: LABEL.get(self.variant, self.variant))
-    # the workload: size, context and global batch (a TP row's ranks all take the whole batch)
-    shape = property(lambda self: (self.size_ref, self.context,
-                                   self.batch_per_rank * (1 if self.variant == TP else self.world_size)))
-
-
 cfg = DistConfig.of
 
 
@@ -67,29 +49,6 @@ def headline_pair(measured_variants) -> tuple[str, str] | None:
 def _pick(cls, stored: dict, **given):
     """A dataclass from `given` and the keys of a stored dict that name its other fields."""
     return cls(**given, **{f.name: stored[f.name] for f in fields(cls) if f.name not in given})
-
-
-@dataclass(frozen=True)
-class ConfigRow:  # a configuration of the run's table; `status` other than measured: a not-run cell with its reason
-    label: str
-    status: str
-    reason: str | None
-    step_s: float | None = None
-    step_std: float | None = None
-    comm_s: float | None = None  # what finish_gradient_synchronization waited
-    payload_bytes: float | None = None  # handed to collectives per step
-    peak_bytes: float | None = None
-    predicted_bytes: float | None = None
-    tokens_per_s: float | None = None
-
-    @classmethod
-    def of(cls, b: Bench) -> ConfigRow:
-        s, head = b.stats, (cfg(b).label, b.status.value, b.row.reason)
-        if b.status is not Status.MEASURED:
-            return cls(*head)
-        return cls(*head, s.median if s else None, s.stddev if s else None, b.figure("comm_s"),
-                   b.figure("bytes_per_step"), b.figure("peak_bytes"), b.figure("predicted_total_bytes"),
-                   b.figure("tokens_per_s", Metric.TOKENS_PER_S))
 
 
 @dataclass(frozen=True)
@@ -110,6 +69,7 @@ class Collective:  # one kind of collective in the instrumented step (a summary 
 @dataclass(frozen=True)
 class Timeline:  # fsdp_accounting (b) for one of our configurations: rank 0's instrumented step (its stored summary)
     label: str
+    recorded: dict  # the row's details["timeline"]: its source, rows (those kept), rows_total, summary
     collectives: list[Collective]
     forward: tuple[int, int]  # all-gathers (in time, waited on)
     backward: tuple[int, int]
@@ -129,7 +89,7 @@ def _timeline(b: Bench) -> Timeline:
     gathers = {g["phase"]: (g["in_time"], g["used"]) for g in reversed(s["groups"]) if g["kind"] == "all_gather"}
     fwd, bwd = gathers.get("forward", (0, 0)), gathers.get("backward", (0, 0))
     worst = lambda w: units[w] if isinstance(w, int) and 0 <= w < len(units) else "–"  # noqa: E731
-    return _pick(Timeline, s, label=cfg(b).label, collectives=[
+    return _pick(Timeline, s, label=cfg(b).label, recorded=b.details["timeline"], collectives=[
         _pick(Collective, g, worst=worst(g["max_stall_unit"]),
               stalled=g["used"] - g["in_time"]) for g in s["groups"]], forward=fwd, backward=bwd,
         all_in_time=fwd[0] == fwd[1] and bwd[0] == bwd[1],
@@ -142,9 +102,10 @@ class Saving:  # fsdp_accounting (a): DDP's and our fp32 FSDP's measured peaks a
     predicted: acc.FSDPPeakSaving
     ddp_peak: float
     fsdp_peak: float
-    measured: float  # the saving
-    of_predicted: float
-    above_prediction: float  # FSDP's peak above its predicted one
+
+    measured = property(lambda self: self.ddp_peak - self.fsdp_peak)  # the saving
+    of_predicted = property(lambda self: self.measured / self.predicted.saving)
+    above_prediction = property(lambda self: self.fsdp_peak - self.predicted.fsdp_peak)  # FSDP's, above its predicted
 
 
 def _saving(by: dict[str, Bench]) -> Saving | None:
@@ -156,17 +117,13 @@ def _saving(by: dict[str, Bench]) -> Saving | None:
     pred = acc.fsdp_peak_saving(int(fsdp.details["n_params"]), int(cfg(fsdp).world_size),
                                 acc.largest_sharded_layer_numel(shape.d_model, shape.d_ff),
                                 activations=fsdp.details.get("predicted_activations_bytes") or 0.0)
-    ddp_peak, fsdp_peak = ddp.figure("peak_bytes"), fsdp.figure("peak_bytes")
-    return Saving(pred, ddp_peak, fsdp_peak, ddp_peak - fsdp_peak, (ddp_peak - fsdp_peak) / pred.saving,
-                  fsdp_peak - pred.fsdp_peak)
+    return Saving(pred, ddp.figure("peak_bytes"), fsdp.figure("peak_bytes"))
 
 
 @dataclass(frozen=True)
 class Headline:
-    ours: str  # labels
-    anchor: str
-    ours_s: float
-    ours_std: float | None
+    ours: DistRow  # the headline pair (HEADLINE_PAIRS)
+    anchor: DistRow
     vs_anchor: Ratio
     vs_ddp: Ratio | None  # our fp32 FSDP against our DDP (fp32): the same precision, whatever the headline pair's
 
@@ -174,8 +131,8 @@ class Headline:
 def _headline(by: dict[str, Bench]) -> Headline | None:
     if (pair := headline_pair(by)) is None:
         return None
-    o, a, ddp, fp32 = by[pair[0]], by[pair[1]], by.get("ddp"), by.get("fsdp")
-    return Headline(LABEL[pair[0]], LABEL[pair[1]], o.stats.median, o.stats.stddev, of_benches(o, a, LABEL[pair[1]]),
+    o, a, ddp, fp32 = *(DistRow.of(by[v]) for v in pair), by.get("ddp"), by.get("fsdp")
+    return Headline(o, a, of_benches(o.b, a.b, a.label),
                     of_benches(fp32, ddp, "our DDP") if ddp is not None and fp32 is not None else None)
 
 
@@ -184,15 +141,11 @@ class RunFacts:  # one [edition, size] run of a device's fsdp rows (its TP rows 
     run: RunLabel
     device: str  # the device folder
     config: DistConfig  # its first row's: size, context, per-rank batch, ranks, backend
-    rows: list[ConfigRow]
+    rows: list[DistRow]  # the table's, in run order
     not_yet_run: list[str]  # labels of today's grid's variants the run lacks
     sharding: list[opt_sharding.Variant]  # beside, of the same shape
-    timeline_errors: list[str]  # "label: error" (older files)
     ran_ours: bool  # one of our configurations ran (so a timeline is expected)
     timelines: list[Timeline]
-    timeline_source: str
-    timeline_kept: int  # rows the JSON keeps of the first timeline
-    timeline_total: int
     figure: str | None
     saving: Saving | None
     headline: Headline | None
@@ -262,59 +215,45 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
     have, by = {cfg(b).variant for b in rows}, {cfg(b).variant: b for b in rows if b.measured}
     ours = [b for b in rows if cfg(b).variant in OURS and b.status is Status.MEASURED]
     with_tl = [b for b in ours if b.details.get("timeline")]
-    tl0, tls = with_tl[0].details["timeline"] if with_tl else {}, [_timeline(b) for b in with_tl]
+    tls = [_timeline(b) for b in with_tl]
     shape = lambda b: (cfg(b).size_ref, cfg(b).context, cfg(b).batch_per_rank)  # noqa: E731
     return RunFacts(
-        run.label(label), device, cfg(rows[0]), [ConfigRow.of(b) for b in rows],
-        [LABEL.get(v, v) for v in grid(P.FSDP, "full").variants if v not in have],
+        run.label(label), device, cfg(rows[0]), [DistRow.of(b) for b in rows],
+        [DistConfig(variant=v).label for v in grid(P.FSDP, "full").variants if v not in have],
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
-         and (v := opt_sharding.variant(b)).peak],
-        [f"{cfg(b).label}: {b.details['timeline_error']}" for b in rows if b.details.get("timeline_error")],
-        bool(ours), tls, tl0.get("source", ""), len(tl0.get("rows", ())), tl0.get("rows_total", 0),
+         and (v := opt_sharding.Variant.of(b)).peak],
+        bool(ours), tls,
         _draw_timelines(with_tl, tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if with_tl else None,
         _saving(by), _headline(by))
-
-
-@dataclass(frozen=True)
-class DeviceSection:
-    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
-    runs: list[RunFacts]
-    source: RunsFacts  # the device's fsdp rows but TP's
 
 
 # ---- tensor parallelism beside DDP and FSDP ------------------------------------------------------
 
 @dataclass(frozen=True)
-class Side:
+class Side(DistRow):
     """A row of the TP section: a TP row, or one of the same model and global batch that shards the batch (DDP,
     FSDP), with the same-run TP row (the same rank count) ÷ it."""
 
-    bench: Bench
-    run: RunLabel
-    label: str = ""
-    section: str = "fsdp"  # the section it was read from ("fsdp", "ddp")
+    run: RunLabel | None = None
     vs_tp: Ratio | None = None
 
     where = property(lambda self: f"{device_short(self.run.device)} ({self.run.device})")  # "2×H200 (h200-141gb-x2)"
-    world = property(lambda self: cfg(self.bench).world_size)
-    step_s = property(lambda self: self.bench.stats.median)
-    spread = property(lambda self: self.bench.spread)
-    peak = property(lambda self: self.bench.row.memory.peak_allocated or self.bench.figure("peak_bytes"))
-    tokens_per_s = property(lambda self: self.bench.metric(Metric.TOKENS_PER_S))
+    world = property(lambda self: self.c.world_size)
+    section = property(lambda self: self.b.run.section)  # the section it was read from ("fsdp", "ddp")
 
 
 class TpRow(Side):
     """One TP row: measured, counted by the ranks ({"calls", "payload_bytes"}), closed form, and predicted (tp_calcs'
     terms from the run's own measured matmul rate and bus bandwidth)."""
 
-    counted = property(lambda self: self.bench.details.get("tp_traffic") or {})
-    predicted = property(lambda self: self.bench.details.get("tp_predicted") or {})
-    bytes_per_value = property(lambda self: BYTES_PER_VALUE[cfg(self.bench).dtype])  # p of the closed form
-    closed_form_calls = property(lambda self: 4 * cfg(self.bench).size_ref.config.num_layers)
+    counted = property(lambda self: self.b.details.get("tp_traffic") or {})
+    predicted = property(lambda self: self.b.details.get("tp_predicted") or {})
+    bytes_per_value = property(lambda self: BYTES_PER_VALUE[self.c.dtype])  # p of the closed form
+    closed_form_calls = property(lambda self: 4 * self.c.size_ref.config.num_layers)
 
     @property
     def closed_form_bytes(self) -> float:
-        (size, context, batch), shape = cfg(self.bench).shape, cfg(self.bench).size_ref.config
+        (size, context, batch), shape = self.c.shape, self.c.size_ref.config
         return pc.tp_step_allreduce_payload(batch * context, shape.d_model, shape.num_layers, self.bytes_per_value)
 
     ring_bytes_per_rank = property(lambda self: pc.ring_all_reduce_bytes(
@@ -332,9 +271,9 @@ class TpFacts:
     not_run: list[TpRow]  # TP rows of a rank count no device measured
     beside: list[Side]
 
-    dtype = property(lambda self: cfg(self.rows[0].bench).dtype if self.rows else "")
+    dtype = property(lambda self: self.rows[0].c.dtype if self.rows else "")
     # an FSDP row (ours or fully_shard) of this model and batch stands beside TP
-    has_fsdp = property(lambda self: any(b.section == "fsdp" and cfg(b.bench).variant != "ddp" for b in self.beside))
+    has_fsdp = property(lambda self: any(b.section == "fsdp" and b.c.variant != "ddp" for b in self.beside))
     # some TP row and some row beside it come from one run (so a ratio exists)
     shared_runs = property(lambda self: any(b.vs_tp is not None for b in self.beside))
     tp_files = property(lambda self: sorted({f for r in self.rows for f in r.run.files}))
@@ -351,21 +290,18 @@ def _newest_of_shape(per_device: list[tuple[str, list[Bench]]], shape: tuple, ke
 def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Bench]]]) -> list[TpFacts]:
     """One TpFacts per TP shape, newest edition first. fsdp, ddp: (device, its rows) of those sections; the ddp
     section's rows stand beside TP only while the fsdp runs have no DDP row of the shape."""
-    tp = [TpRow(b, run.label(device)) for device, rows in fsdp for run in size_runs_of(rows) for b in run.rows
-          if cfg(b).variant == TP and cfg(b).size_ref is not None]
+    tp = [TpRow(b, cfg(b), run.label(device)) for device, rows in fsdp for run in size_runs_of(rows)
+          for b in run.rows if cfg(b).variant == TP and cfg(b).size_ref is not None]
     out = []
-    for shape in dict.fromkeys(cfg(r.bench).shape for r in tp):
-        rows = [r for r in tp if cfg(r.bench).shape == shape]
-        measured = sorted((r for r in rows if r.bench.measured), key=lambda r: (r.world, r.run.device))
-        not_run = [r for r in rows if not r.bench.measured and r.world not in {m.world for m in measured}]
+    for shape, rows in group(tp, lambda r: r.c.shape).items():
+        measured = sorted((r for r in rows if r.measured), key=lambda r: (r.world, r.run.device))
+        not_run = [r for r in rows if not r.measured and r.world not in {m.world for m in measured}]
         beside = _newest_of_shape(fsdp, shape, lambda b: cfg(b).variant != TP)
         if not any(cfg(b).variant == "ddp" for _, _, b in beside):
             beside += _newest_of_shape(ddp, shape, lambda b: cfg(b).variant not in ("single", "bucketed")
                                        and cfg(b).kind != "trace")
-        beside = [Side(b, run.label(device), (DDP_LABEL if b.run.section == "ddp" else LABEL).get(
-            cfg(b).variant, cfg(b).variant), b.run.section, next((of_benches(r.bench, b) for r in measured if (
-                r.bench.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None))
-            for device, run, b in beside]
+        beside = [Side(b, cfg(b), run.label(device), next((of_benches(r.b, b) for r in measured if (
+            r.b.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None)) for device, run, b in beside]
         if measured or not_run:
             out.append(TpFacts((measured or not_run)[0].run.size, *shape[1:], measured, not_run, beside))
     return sorted(out, key=lambda f: -int((f.rows or f.not_run)[0].run.edition))
@@ -382,15 +318,20 @@ class RankVariant:
 
 
 @dataclass(frozen=True)
-class PerRankFacts:  # one rank's closed-form memory per variant, and the DDP rank's measured peak on one GPU
+class PerRankFacts:  # one rank's closed-form memory per variant, and the replicated rank's step on one GPU
     heading: str  # the device, as headings name it
     source: RunsFacts
-    config: DistConfig  # the measured row's (its variant: the one whose rank ran on one GPU)
-    gpu_bytes: int | None
+    row: DistRow  # the measured row (its variant: the one whose rank ran on one GPU), else the first
     variants: list[RankVariant]
-    measured_peak: int | None
-    mean_s: float | None
-    measured_over_closed_form: float | None
+
+    config = property(lambda self: self.row.c)
+    gpu_bytes = property(lambda self: self.row.b.details.get("gpu_memory_bytes"))
+    measured_peak = property(lambda self: self.row.b.row.memory.peak_allocated if self.row.measured else None)
+
+    @property
+    def measured_over_closed_form(self) -> float | None:
+        v = next((v for v in self.variants if v.name == self.config.variant), None)
+        return self.measured_peak / v.total if v and self.measured_peak else None
 
 
 def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRankFacts | None:
@@ -402,10 +343,7 @@ def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRan
     parts = ("parameters", "gradients", "optimizer_state", "activations")
     variants = [RankVariant(n, {p: v.get(p, 0.0) for p in parts}, v["total"], fits.get(n))
                 for n, v in sorted(d["closed_form"].items(), key=lambda kv: (d.get("stages") or {}).get(kv[0], 0))]
-    peak = b.row.memory.peak_allocated if b.measured else None
-    v = next((v for v in variants if v.name == cfg(b).variant), None)
-    return PerRankFacts(heading, source, cfg(b), d.get("gpu_memory_bytes"), variants, peak,
-                        b.stats.mean if b.measured else None, peak / v.total if v and peak else None)
+    return PerRankFacts(heading, source, DistRow.of(b), variants)
 
 
 # ---- fsdp_accounting (b) under Nsight Systems ---------------------------------------------------------------
@@ -413,17 +351,9 @@ def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRan
 NSYS_COLLECTIVES = ("ncclAllGather", "ncclReduceScatter")
 
 
-@dataclass(frozen=True)
-class FsdpNsys:
-    """Our FSDP's last profiled step under Nsight Systems, per variant (bf16 per block first)."""
+class FsdpNsys(Profiled):
+    """Our FSDP's cases, bf16 per block first: whether each rank's all-gather kernels came in time."""
 
-    filed: Filed
-    context: int
-    batch: int
-    timelines: tuple[tuple[str, StepTimeline], ...]  # (variant, timeline)
-
-    complete_share = COMPLETE_SHARE  # the words state it
-    launch_gap_ms = LAUNCH_GAP_MS
     resume_us = RESUME_NS / 1e3
     complete = property(lambda self: all(t.complete for _, t in self.timelines))
 
@@ -439,29 +369,18 @@ class FsdpNsys:
     @property
     def backward_whole(self) -> bool:
         return all(r.whole(c) for _, t in self.timelines for r in t.ranks for c, *_ in r.issued)
-    kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
-
-    @property
-    def sources(self) -> list[str]:
-        return [f"{self.filed.rel}/manifest.json"] + [x for _, t in self.timelines for x in t.sources]
 
 
 def fsdp_nsys(ctx: Context) -> FsdpNsys | None:
     order = [v.value for v in FSDPVariant]
-    filed, steps = profiled_steps(ctx, "fsdp", lambda a: f"xl ({a['edition']}), {FSDPVariant(a['variant']).label}"
-                                  if a.get("variant") in order else None, NSYS_COLLECTIVES)
-    found = [(a["variant"], t, int(a["context"]), int(a["batch"])) for a, t in steps]
-    if not found:
-        return None
-    found.sort(key=lambda x: order.index(x[0]))
-    return FsdpNsys(filed, found[0][2], found[0][3], tuple((v, t) for v, t, _, _ in found))
+    return FsdpNsys.of(ctx, "fsdp", lambda a: f"xl ({a['edition']}), {FSDPVariant(a['variant']).label}"
+                       if a.get("variant") in order else None, NSYS_COLLECTIVES, lambda a: order.index(a["variant"]))
 
 
 # ---- the page ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class FsdpPage:
-    current: str  # the edition that poses fsdp
     answers: list[RunFacts]  # answering order (impl.report.rows.answering)
     sections: list[DeviceSection]
     tps: list[TpFacts]
@@ -470,6 +389,8 @@ class FsdpPage:
     headline_run: RunFacts | None = None
     headline_devices: str = "–"  # the fsdp row's devices: the headline run's and the TP rows'
     nsys: FsdpNsys | None = None
+
+    current = current_edition(P.FSDP)  # the edition that poses fsdp
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -480,7 +401,7 @@ class FsdpPage:
     @property
     def sources(self) -> list[str]:
         return sorted({f for s in self.sections for f in s.source.files}
-                      | {v.row.run.file for s in self.sections for f in s.runs for v in f.sharding}
+                      | {v.b.run.file for s in self.sections for f in s.runs for v in f.sharding}
                       | {f for t in self.tps for f in t.tp_files + t.beside_files}
                       | {f for p in self.per_rank for f in p.source.files}
                       | set(self.nsys.sources if self.nsys else ()))
@@ -492,9 +413,9 @@ def facts(ctx: Context) -> FsdpPage:
     for device, rows in fsdp:
         heading = device_name(device, rows[0].row.env.device)
         runs = [f for run in size_runs_of(rows) if (f := run_facts(device, heading, run, shard.get(device, []), ctx))]
-        if runs:
-            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, [b for b in rows
-                                                                              if cfg(b).variant != TP])))
+        if runs:  # the TP rows' runs are named in their own section
+            tp_aside = [b for b in rows if cfg(b).variant != TP]
+            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, tp_aside)))
     found = [f for s in sections for f in s.runs]
     newest = newest_first(found)
     headline_run = next((f for f in newest if f.headline), None)
@@ -505,5 +426,5 @@ def facts(ctx: Context) -> FsdpPage:
         if headline_run else "–"  # the page's fsdp answers read the TP rows' devices too
     per_rank = [p for dev, rows in ctx.rows.per_gpu(StoredGroup.PER_RANK_MEMORY)
                 if (p := per_rank_facts(rows, device_name(dev, rows[0].row.env.device), RunsFacts.of(dev, rows)))]
-    return FsdpPage(current_edition(P.FSDP), answering(found, P.FSDP), sections, tps, per_rank,
+    return FsdpPage(answering(found, P.FSDP), sections, tps, per_rank,
                     next((f for f in newest if f.saving), None), headline_run, devices, fsdp_nsys(ctx))

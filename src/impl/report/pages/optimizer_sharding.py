@@ -7,41 +7,16 @@ from dataclasses import dataclass
 
 from impl.bench.row import Status
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.pages.ddp import DeviceSection
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, RunLabel, SizedView, answering, current_edition, newest_first, size_runs_of
+from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
-from impl.workloads.variants import ShardVariant
 
 PROBLEMS = (P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
-LABEL = {v.value: v.label for v in ShardVariant}
 # impl.accounting.comm_volume_per_rank's schedule of each variant (predicted_ring_bytes_per_rank's keys)
 VOLUME = dict(none="ddp", sharded="sharded_simple", zero1="zero1", torch_zero="sharded_simple")
 LOG = "correctness-nccl-fsdp-sharding.txt"  # the sharded optimizer's correctness suite over NCCL
-
-
-@dataclass(frozen=True)
-class ShardConfig(SizedView):
-    variant: str = ""
-    context: int = 0
-    batch_per_rank: int = 0
-    world_size: int = 0
-    backend: str = ""
-
-
-@dataclass(frozen=True)
-class InitPeak:
-    peak: float
-    allocated: float
-    params: float
-
-
-@dataclass(frozen=True)
-class Zero1Activations:  # ZeRO-1's transient above the simple version's by over half the gradients (a flat buffer)
-    zero1: float
-    sharded: float
-    grads: float
-    commit: str  # the ZeRO-1 row's run
 
 
 @dataclass(frozen=True)
@@ -56,100 +31,100 @@ class RankMemory:  # one rank of a variant (impl.workloads.dist_steps.sharding's
     buffers: float | None
     activations: float | None
     other: float | None
+    init_allocated: float | None = None  # once init is done
 
 
 @dataclass(frozen=True)
-class Variant:  # a row of the run's two tables and the answer; `not_run`: "status: reason" where it did not run
-    row: Bench
-    label: str
-    not_run: str | None
-    ranks: tuple[RankMemory, ...] = ()
-    predicted: dict | None = None  # impl.accounting.memory_breakdown's parts: parameters, gradients, ...
-    opt_s: float | None = None  # the optimizer step, slowest rank
-    payload_bytes: float | None = None
-    payload_source: str | None = None
-    predicted_volume: float | None = None  # ring bytes per rank
+class Variant:
+    """A row of the run's two tables and the answer: the stored row, its config and its ranks' memory."""
 
-    name = property(lambda self: ShardConfig.of(self.row).variant)
-    median = property(lambda self: self.row.stats.median)
-    stddev = property(lambda self: self.row.stats.stddev)
+    b: Bench
+    c: DistConfig
+    ranks: tuple[RankMemory, ...] = ()  # none where it did not run
+
+    name = property(lambda self: self.c.variant)
+    label = property(lambda self: self.c.label)
+    median = property(lambda self: self.b.stats.median)
+    stddev = property(lambda self: self.b.stats.stddev)
+    predicted = property(lambda self: self.b.details["predicted"])  # memory_breakdown's parts: parameters, ...
+    # the optimizer step, slowest rank (older files: opt_step_s)
+    opt_s = property(lambda self: self.b.figure("opt_s") or self.b.figure("opt_step_s"))
+    payload_bytes = property(lambda self: self.b.details.get("comm_bytes_per_step"))
+    payload_source = property(lambda self: self.b.details.get("comm_bytes_source"))
+    predicted_volume = property(  # ring bytes per rank
+        lambda self: self.b.details["predicted_ring_bytes_per_rank"][VOLUME.get(self.name, "ddp")])
     # per rank, the largest rank's: optimizer state after the step, peaks before and during it
     state = property(lambda self: max(r.optimizer_state for r in self.ranks))
     before_peak = property(lambda self: max(r.before_peak for r in self.ranks))
     after_peak = property(lambda self: None if self.ranks[0].after_peak is None
                           else max(r.after_peak for r in self.ranks))
     peak = property(lambda self: max(self.before_peak, self.after_peak or 0))  # the fsdp page's
-    grad_gb = property(lambda self: self.row.details["n_params"] * 4 / 1e9)  # the fp32 gradients Ψ in GB
+    grad_gb = property(lambda self: self.b.details["n_params"] * 4 / 1e9)  # the fp32 gradients Ψ in GB
 
     def vs(self, other: Variant, name: str) -> Ratio:
-        return of_benches(self.row, other.row, name)
+        return of_benches(self.b, other.b, name)
 
-
-def variant(b: Bench) -> Variant:
-    v, d = ShardConfig.of(b).variant, b.details
-    if b.status is not Status.MEASURED:
-        return Variant(b, LABEL.get(v, v), f"{b.status.value}: {b.row.reason}")
-    ranks = tuple(RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
-                             m["named_before"]["gradients"], m["named_after"]["optimizer_state"],
-                             m["named_before"]["buffers"], m.get("activations"), m.get("other_before"))
-                  for k, m in enumerate(d["ranks"]))
-    return Variant(b, LABEL.get(v, v), None, ranks, d["predicted"], b.figure("opt_s") or b.figure("opt_step_s"),
-                   d.get("comm_bytes_per_step"), d.get("comm_bytes_source"),  # older files: opt_step_s
-                   d["predicted_ring_bytes_per_rank"][VOLUME.get(v, "ddp")])
+    @classmethod
+    def of(cls, b: Bench) -> Variant:
+        if b.status is not Status.MEASURED:
+            return cls(b, DistConfig.of(b))
+        return cls(b, DistConfig.of(b), tuple(
+            RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
+                       m["named_before"]["gradients"], m["named_after"]["optimizer_state"],
+                       m["named_before"]["buffers"], m.get("activations"), m.get("other_before"),
+                       m.get("init_allocated")) for k, m in enumerate(b.details["ranks"])))
 
 
 @dataclass(frozen=True)
 class RunFacts:  # one [edition, size] run of a device's sharding rows
     run: RunLabel
-    config: ShardConfig  # its first row's
-    size: str  # size_label: "xl (2026) = 2.7B (2025)"
+    config: DistConfig  # its first row's
     psi: float  # the fp32 gradients' bytes (= the parameters')
     variants: list[Variant]  # every row of the run
     none: Variant | None
     sharded: Variant | None
     zero1: Variant | None
-    init: InitPeak | None
-    zero1_activations: Zero1Activations | None
+    init: RankMemory | None  # the first measured variant's rank 0, where it kept its peak after init
 
     big = property(lambda self: self.psi >= 2**30)  # GiB / GB for the real model sizes, MiB / MB for the smoke model
+
+    @property
+    def zero1_held_twice(self) -> tuple[RankMemory, RankMemory] | None:
+        """(ZeRO-1's rank 0, the simple version's) where ZeRO-1's transient exceeds the simple one's by over half
+        the gradients: the gradients held twice through backward (an older ZeRO-1's flat buffer)."""
+        if self.zero1 is None or self.sharded is None:
+            return None
+        za, sa = self.zero1.ranks[0], self.sharded.ranks[0]
+        twice = None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2
+        return (za, sa) if twice else None
 
 
 def run_facts(label: str, run) -> RunFacts:
     """The facts of one [edition, size] run (rows.SizeRun)."""
-    variants = [variant(b) for b in run.rows]
-    by = {v.name: v for v in variants if v.row.measured}
-    init = z1 = None
-    r0 = next(iter(by.values())).row.details["ranks"][0] if by else {}
-    if r0.get("init_peak") and r0.get("init_allocated"):
-        init = InitPeak(r0["init_peak"], r0["init_allocated"], r0["named_before"]["parameters"])
-    if "zero1" in by and "sharded" in by:
-        za, sa = by["zero1"].ranks[0], by["sharded"].ranks[0]
-        if None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2:
-            z1 = Zero1Activations(za.activations, sa.activations, za.gradients, by["zero1"].row.run.commit)
-    c = ShardConfig.of(run.rows[0])
-    return RunFacts(run.label(label), c, c.size_label,
-                    run.rows[0].details.get("n_params", 0) * 4, variants, by.get("none"), by.get("sharded"),
-                    by.get("zero1"), init, z1)
+    variants = [Variant.of(b) for b in run.rows]
+    by = {v.name: v for v in variants if v.b.measured}
+    r0 = next(iter(by.values())).ranks[0] if by else None
+    init = r0 if r0 and r0.init_peak and r0.init_allocated else None
+    return RunFacts(run.label(label), DistConfig.of(run.rows[0]), run.rows[0].details.get("n_params", 0) * 4,
+                    variants, by.get("none"), by.get("sharded"), by.get("zero1"), init)
 
 
 @dataclass(frozen=True)
-class DeviceSection:
-    device: str  # the device folder
-    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
-    runs: list[RunFacts]
-    source: RunsFacts
-    log_tail: str | None  # the correctness suite's last line over NCCL on this device
+class ShardSection(DeviceSection):
+    log_tail: str | None = None  # the correctness suite's last line over NCCL on this device
 
+    device = property(lambda self: self.source.device)
     passed = property(lambda self: None if self.log_tail is None else self.log_tail.split(" in ")[0])
 
 
 @dataclass(frozen=True)
 class ShardingPage:
-    current: str  # the newest edition that poses the accounting problem
-    sections: list[DeviceSection]
+    sections: list[ShardSection]
     answers: list[RunFacts]  # answering order (impl.report.rows.answering)
-    verdict: DeviceSection | None = None  # the device whose correctness log answers optimizer_state_sharding
+    verdict: ShardSection | None = None  # the device whose correctness log answers optimizer_state_sharding
     scored: tuple[str, RunFacts] | None = None  # (device, run): the newest edition's run with both rows
+
+    current = current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)  # the newest edition that poses it
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -164,13 +139,12 @@ class ShardingPage:
 
 
 def facts(ctx: Context) -> ShardingPage:
-    sections = [DeviceSection(device, heading, [run_facts(heading, run) for run in size_runs_of(rows)],
-                              RunsFacts.of(device, rows), ctx.log_tail(device, LOG))
+    sections = [ShardSection(heading, [run_facts(heading, run) for run in size_runs_of(rows)],
+                             RunsFacts.of(device, rows), ctx.log_tail(device, LOG))
                 for device, rows in ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
                 for heading in [device_name(device, rows[0].row.env.device)]]
     found = [(s.device, f) for s in sections for f in s.runs]
     scored = next(((d, f) for d, f in newest_first(found, lambda x: x[1].run)
                    if f.none is not None and f.sharded is not None), None)
-    return ShardingPage(current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING), sections,
-                        answering([f for _, f in found], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
+    return ShardingPage(sections, answering([f for _, f in found], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
                         next((s for s in reversed(sections) if s.log_tail), None), scored)

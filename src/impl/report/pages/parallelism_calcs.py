@@ -12,11 +12,10 @@ from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.report.pages import Context, Kind, Scored
 from impl.report.pages.distributed_communication import AllReduceConfig
-from impl.report.rows import Rows
+from impl.report.rows import Bench, Rows
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS)
-CALC_PROBLEMS = (P.ALTERNATE_RING_ALL_REDUCE, P.DATA_PARALLEL_CALCS, P.FSDP_CALCS, P.TP_CALCS, P.FSDP_TP_CALCS)
 H100 = "h100-80gb-x1"  # the one-GPU device whose measured C has a row
 
 
@@ -41,18 +40,10 @@ def nccl_bus_bandwidth(rows: Rows, world_size: int | None = None) -> Bandwidth |
     return max(found, key=lambda w: (w.bytes, w.processes), default=None)
 
 
-@dataclass(frozen=True)
-class Peak:
-    flops: float  # the bf16 matmul peak measured in a device's newest row that carries one
-    date: str
-    section: str
-    file: str
-
-
-def measured_peak(rows: Rows, device: str) -> Peak | None:
-    b = max((b for b in rows.of(device=device) if b.row.peaks is not None), key=lambda b: b.run.datetime,
-            default=None)
-    return b and Peak(b.row.peaks.measured_flops, b.run.date, b.run.section, b.run.file)
+def measured_peak(rows: Rows, device: str) -> Bench | None:
+    """The device's newest row that carries a measured bf16 matmul peak (its row.peaks)."""
+    return max((b for b in rows.of(device=device) if b.row.peaks is not None), key=lambda b: b.run.datetime,
+               default=None)
 
 
 @dataclass(frozen=True)
@@ -68,7 +59,7 @@ class DeviceRow:
     device: str | None  # the device folder (None for TPU v5p)
     figures: pc.DeviceFigures
     bounds: pc.ParallelismBounds
-    peak: Peak | None  # C measured; None: a datasheet's (or communication_accounting's, for TPU v5p)
+    peak: Bench | None  # the row whose peak is C; None: a datasheet's C (or communication_accounting's, for TPU v5p)
 
 
 @dataclass(frozen=True)
@@ -81,12 +72,12 @@ class CalcsFacts:
     tp: pc.ShardedCalcs
     ft: pc.FSDPTPCalcs
     sources: list[str]  # the run files of the measured C and W
-    h100_borrows_w: bool
     ar: pc.Formula = pc.alternate_ring_all_reduce_time
     ring: pc.Formula = pc.ring_all_reduce_time
     fp16: int = pc.FP16
     tp_backward: str = pc.TP_BACKWARD_EQUATIONS
-    scores = {p: Scored(Kind.CLOSED_FORM, "closed form") for p in CALC_PROBLEMS}
+    scores = {p: Scored(Kind.CLOSED_FORM, "closed form") for p in PROBLEMS}
+    h100_borrows_w = property(lambda self: any(d.kind == "h100" for d in self.devices))  # its W is the H200s'
 
     def answers(self, record: str) -> list[pc.Answer]:
         return pc.answers(getattr(self, record))
@@ -99,13 +90,12 @@ def facts(ctx: Context) -> CalcsFacts:
     devices, tpu = [], pc.TPU_V5P_FIGURES
     if w := nccl_bus_bandwidth(ctx.rows):
         if h100 := measured_peak(ctx.rows, H100):
-            devices.append(row("h100", H100, pc.DeviceFigures("h100", C=h100.flops, W=w.bps), h100))
+            devices.append(row("h100", H100, pc.DeviceFigures("h100", C=h100.row.peaks.measured_flops, W=w.bps), h100))
         h200 = measured_peak(ctx.rows, w.device)
-        if C := h200.flops if h200 else datasheet_bf16_flops("H200"):
+        if C := h200.row.peaks.measured_flops if h200 else datasheet_bf16_flops("H200"):
             devices.append(row("h200", w.device, pc.DeviceFigures("h200", C=C, W=w.bps), h200))
     a = (wl.B, wl.D, wl.D_FF)
     return CalcsFacts(wl, (*devices, row("tpu", None, tpu)), w, pc.data_parallel_calcs(*a, 4, tpu.C, tpu.W),
                       pc.fsdp_calcs(*a, 4, tpu.C, tpu.W), pc.tp_calcs(*a, 4, tpu.C, tpu.W),
                       pc.fsdp_tp_calcs(*a, 2, 2, tpu.C, tpu.W),
-                      sorted({x.file for x in (w, *(d.peak for d in devices)) if x is not None and x.file}),
-                      any(d.kind == "h100" for d in devices))
+                      sorted({f for f in (w and w.file, *(d.peak.run.file for d in devices if d.peak)) if f}))
