@@ -252,8 +252,9 @@ def phase_profile_from_kineto(result, steps: int, device_type: str) -> PhaseProf
     prof.unlinked_us = sum(b - a for c, ks in device.items() if c not in op_start for _, a, b in ks)
     prof.blocking = _attribute(intervals, blocking, steps, device_type).kernels
     if cuda:
-        comm = [(t, k, a, b) for t, k, a, b in linked if classify_kernel(k) == "communication"]
-        busy = [(a, b) for _, k, a, b in linked if classify_kernel(k) != "communication"]
+        is_comm = {k: classify_kernel(k) == "communication" for k in {k for _, k, _, _ in linked}}  # once a name
+        comm = [(t, k, a, b) for t, k, a, b in linked if is_comm[k]]
+        busy = [(a, b) for _, k, a, b in linked if not is_comm[k]]
         exposed = exposed_us([(a, b) for _, _, a, b in comm], busy)
         prof.exposed_comm = _attribute(intervals, ((t, k, x) for (t, k, _, _), x in zip(comm, exposed)), steps,
                                        device_type).kernels
