@@ -135,7 +135,7 @@ def test_the_newest_winner_by_part_and_old_rows_without(tmp_path):
     assert s.of.policy == "keep_attention (k 0)" and s.step_ms == 6900.0
     rows_ms = dict(s.rows)
     assert list(rows_ms)[:-2] == [k for k in PARTS if k != "communication"]
-    assert rows_ms["communication not hidden"] == 50.0 and rows_ms["the rest"] == pytest.approx(6900.0 - 5060.0 - 50.0)
+    assert rows_ms["communication exposed"] == 50.0 and rows_ms["rest"] == pytest.approx(6900.0 - 5060.0 - 50.0)
     assert sum(rows_ms.values()) == pytest.approx(s.step_ms)
     assert (s.communication_ms, s.hidden_ms) == (130.0, 80.0)
     assert s.per_layer_ms == pytest.approx(4700.0 / 34) and s.attention_per_layer_ms == pytest.approx(2100.0 / 34)

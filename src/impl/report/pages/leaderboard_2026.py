@@ -193,7 +193,7 @@ class StepParts:
         """(part, ms) summing to the measured step: every compute part, communication not hidden, the rest."""
         compute = [(k, v) for k, v in self.parts_ms.items() if k != "communication"]
         rest = self.step_ms - sum(v for _, v in compute) - self.exposed_total_ms
-        return [*compute, ("communication not hidden", self.exposed_total_ms), ("the rest", rest)]
+        return [*compute, ("communication exposed", self.exposed_total_ms), ("rest", rest)]
 
     @property
     def layers(self) -> int:
