@@ -130,6 +130,27 @@ def test_pointwise_compile_follows_the_eager_step(device):
             assert _rel(q.grad.float(), p.grad.float()) < (2.0**-8 if device == "cpu" else BF16_UPDATE_TOL), n
 
 
+@pytest.mark.parametrize("policy,k,compile", [("every_k", 1, "none"), ("keep_attention", 0, "pointwise")])
+def test_a_profiled_step_names_its_parts(policy, k, compile):
+    """The annotated step (the one rank_breakdown profiles) opens the PARTS ranges: the fused LM head's
+    forward and backward once each and the recompute of each checkpointed block, inside their phases; its
+    breakdown's parts_ms then sum to its kernel time. A timed (unannotated) step opens none of them."""
+    from impl.annotate import PARTS
+    from impl.workloads.kernels import STEP_PARTS, profile_calls, step_breakdown
+
+    built = build_step(StepSpec(**{**SPEC.__dict__, "checkpointing": policy, "checkpoint_k": k, "compile": compile}),
+                       CPU)
+    prof, _ = profile_calls(lambda: built.step(annotated=True), CPU, warmup=1, steps=1)
+    checkpointed = SPEC.num_layers - (k if policy == "keep_attention" else 1)  # every_k: the last segment is plain
+    assert {r: len(prof.range_wall_us.get(r, [])) for r in PARTS} == \
+        {"lm head forward": 1, "lm head backward": 1, "recompute": checkpointed}
+    b = step_breakdown(prof, step_s=1.0)
+    assert tuple(b["parts_ms"]) == STEP_PARTS and b["communication_exposed_ms"] is None  # CPU: no kernels
+    assert sum(b["parts_ms"].values()) == pytest.approx(b["kernel_ms"])
+    assert b["parts_ms"]["lm head forward"] > 0 and b["parts_ms"]["recompute"] > 0
+    timed, _ = profile_calls(built.step, CPU, warmup=0, steps=1)
+    assert not set(PARTS) & set(timed.range_wall_us)
+
 # two ranks against one process: the first step's loss is bitwise the reference's, later ones and
 # the updates differ by the bf16 rounding of each rank's partial gradients (measured: loss 7e-6,
 # updates ≤ 2.3%, 94% of the bf16 weights equal bit for bit)

@@ -83,6 +83,49 @@ def test_phase_attribution_by_launch_time_synthetic():
     assert ans["softmax_to_matmuls_flop_ratio"] == pytest.approx(K.SOFTMAX_FLOPS_PER_ELEMENT / (2 * 2 + 2 * 2))
 
 
+def test_exposed_communication_on_synthetic_intervals():
+    """A communication kernel's exposed time: its span less every other kind of device work (merged over
+    streams) and less what an earlier-starting communication kernel already covered; returned in the
+    order given."""
+    busy = [(8.0, 12.0), (2.0, 4.0), (3.0, 6.0)]  # unsorted, two overlapping: [2, 6] and [8, 12]
+    assert K.exposed_us([(0.0, 10.0)], busy) == [4.0]
+    assert K.exposed_us([(20.0, 30.0), (0.0, 10.0)], busy) == [10.0, 4.0]  # order kept
+    assert K.exposed_us([(0.0, 10.0), (5.0, 15.0), (2.0, 5.0)], []) == [10.0, 5.0, 0.0]  # counted once
+    assert K.exposed_us([(2.0, 6.0), (9.0, 11.0)], busy) == [0.0, 0.0]  # hidden behind compute
+    assert K.exposed_us([(6.0, 8.0)], busy) == [2.0] and K.exposed_us([], busy) == []  # touching edges
+
+
+def test_step_parts_partition_the_phases_and_exposed_communication_per_phase():
+    """step_breakdown's parts_ms: the PARTS ranges nested in forward and backward are taken out of their
+    phase, attention apart, communication on its own; they sum to the kernel time. Its
+    communication_exposed_ms sums each phase's exposed communication kernels."""
+    events = [
+        _evt("forward", 0, 100), _evt("aten::mm", 1, 2, [("gemm", 10.0)]),
+        _evt("flash_fwd", 3, 4, [("_attn_fwd", 6.0)]),
+        _evt("lm head forward", 50, 90), _evt("aten::mm", 51, 52, [("gemm", 20.0)]),
+        _evt("backward", 100, 300), _evt("lm head backward", 101, 110),
+        _evt("aten::mul", 102, 103, [("elementwise_kernel", 1.0)]),
+        _evt("recompute", 120, 150), _evt("aten::mm", 121, 122, [("gemm", 8.0)]),
+        _evt("flash", 123, 124, [("_attn_fwd", 6.0)]),
+        _evt("aten::mm", 160, 161, [("gemm", 16.0)]), _evt("flash_bwd", 170, 171, [("_attn_bwd", 12.0)]),
+        _evt("c10d::allreduce_", 180, 181, [("ncclDevKernel_AllReduce_Sum_bf16", 30.0)]),
+        _evt("optimizer step", 400, 420), _evt("aten::_foreach_add_", 401, 402, [("multi_tensor_apply_kernel", 5.0)]),
+    ]
+    p = K.build_phase_profile(events, steps=1, device_type="cuda")
+    p.exposed_comm = {"backward": {"ncclDevKernel_AllReduce_Sum_bf16": [7.0, 1]}}
+    b = K.step_breakdown(p, step_s=200e-6)
+    assert tuple(b["parts_ms"]) == K.STEP_PARTS
+    assert {k: round(v * 1e3, 6) for k, v in b["parts_ms"].items()} == {
+        "blocks forward": 10.0, "attention forward": 6.0, "lm head forward": 20.0, "recompute": 8.0,
+        "attention recompute": 6.0, "blocks backward": 16.0, "attention backward": 12.0, "lm head backward": 1.0,
+        "optimizer": 5.0, "communication": 30.0}
+    assert sum(b["parts_ms"].values()) == pytest.approx(b["kernel_ms"])
+    assert b["communication_exposed_ms"] == pytest.approx({"forward": 0.0, "backward": 7e-3, "optimizer step": 0.0})
+    # a step that opened no part: no parts_ms (rows of other workloads stay as they were)
+    plain = K.build_phase_profile([e for e in events if e.name not in K.PARTS], steps=1, device_type="cuda")
+    assert "parts_ms" not in K.step_breakdown(plain, step_s=200e-6)
+
+
 def test_profile_steps_tiny_model_cpu():
     """CPU path: ATen ops' self time per phase. The tiny model does 7 matmuls per layer plus the LM
     head per forward, so aten::mm must show exactly that many calls per pass."""

@@ -112,6 +112,28 @@ def test_blocking_runtime_calls_per_phase_synthetic():
     assert out["backward"] == {"cudaFree": dict(ms=pytest.approx(0.002), calls=1)}
 
 
+def test_exposed_communication_from_kernel_intervals_synthetic():
+    """communication_exposed_ms from the trace's device intervals: an all-reduce in backward half under a
+    compute kernel of another stream is exposed for its other half; the optimizer's broadcast with nothing
+    beside it is exposed whole; per phase by its launching op, in ms per step."""
+    us = 1000
+    ev = [
+        _KE("backward", 100 * us, 200 * us),
+        _KE("aten::mm", 110 * us, 111 * us, corr=7),
+        _KE("gemm", 120 * us, 160 * us, device="cuda", linked=7, activity="kernel"),
+        _KE("c10d::allreduce_", 112 * us, 113 * us, corr=8),
+        _KE("ncclDevKernel_AllReduce_Sum_bf16", 150 * us, 170 * us, device="cuda", linked=8, activity="kernel"),
+        _KE("optimizer step", 300 * us, 400 * us),
+        _KE("c10d::broadcast_", 310 * us, 311 * us, corr=9),
+        _KE("ncclDevKernel_Broadcast", 320 * us, 326 * us, device="cuda", linked=9, activity="kernel"),
+    ]
+    p = K.phase_profile_from_kineto(SimpleNamespace(events=lambda: ev, trace_start_ns=lambda: 0), 1, "cuda")
+    assert p.exposed_comm == {"backward": {"ncclDevKernel_AllReduce_Sum_bf16": [10.0, 1]},
+                              "optimizer step": {"ncclDevKernel_Broadcast": [6.0, 1]}}
+    out = K.step_breakdown(p, step_s=0.4)
+    assert out["communication_exposed_ms"] == pytest.approx({"forward": 0.0, "backward": 0.01, "optimizer step": 0.006})
+    assert out["category_ms"]["communication"] == pytest.approx(0.026)
+
 def test_cpu_self_time_folds_same_name_child():
     """As torch's _remove_dup_nodes: a single child of the same name is one call, its self time
     the sum; a child of another name is a call of its own."""

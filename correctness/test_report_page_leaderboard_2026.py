@@ -29,7 +29,16 @@ def _one(layers, seconds, gib, policy="every_k", status=Status.MEASURED, device=
                  metrics={Metric.TOKENS_PER_S: 32768 / seconds, Metric.MFU: 0.4} if ok else {})
 
 
-def _two(policy, k, median_s, do_bench_ms, first_call_s, when="2026-03-03T00:00:00", world=2, breakdown=True):
+# step_breakdown's parts (rows since the nineteenth session): compute 5,060 ms, 130 ms of communication of which
+# 50 not hidden
+PARTS = {"blocks forward": 700.0, "attention forward": 500.0, "lm head forward": 250.0, "recompute": 400.0,
+         "attention recompute": 0.0, "blocks backward": 1500.0, "attention backward": 1600.0, "lm head backward": 10.0,
+         "optimizer": 100.0, "communication": 130.0}
+EXPOSED = {"forward": 0.0, "backward": 20.0, "optimizer step": 30.0}
+
+
+def _two(policy, k, median_s, do_bench_ms, first_call_s, when="2026-03-03T00:00:00", world=2, breakdown=True,
+         parts=False):
     details = dict(ranks=[dict(peak=100 * 2**30), dict(peak=101 * 2**30)],
                    do_bench=dict(warmup_ms=25.0, rep_ms=100.0, return_mode="median", ranks="slowest"))
     ms = median_s * 1e3
@@ -39,6 +48,8 @@ def _two(policy, k, median_s, do_bench_ms, first_call_s, when="2026-03-03T00:00:
             phase_ms={"forward": 1500.0, "backward": ms - 2100.0, "optimizer step": 300.0},
             category_ms={"matmul": ms / 2, "attention": ms / 4, "communication": 100.0, "other": 0.0},
             top=[dict(name="nvjet_gemm", category="matmul", ms=900.0, calls=400.0)])
+        if parts:
+            details["breakdown"].update(parts_ms=dict(PARTS), communication_exposed_ms=dict(EXPOSED))
     b = bench(P, dict(config="8B", layers=34, batch=2, context=32768, checkpointing=policy, k=k, world_size=world),
               median_s, device="h200-141gb-x2", when=when, details=details, peak=101 * 2**30,
               metrics={Metric.DO_BENCH_MS: do_bench_ms, Metric.FIRST_CALL_S: first_call_s, Metric.FLOPS: 3.2e15,
@@ -115,9 +126,28 @@ def test_without_rows_or_a_fit_nothing_is_predicted(tmp_path):
     assert f.fits and f.w is None and f.pred is None
 
 
+def test_the_newest_winner_by_part_and_old_rows_without(tmp_path):
+    """Where the newest winner's row has step_breakdown's parts, the facts give every part, communication
+    not hidden and the rest, summing to the measured step, and the blocks' cost per layer; an older row
+    (no parts_ms) gives none, and the page then says nothing of parts."""
+    rows = _allreduce() + [_two("every_k", 1, 7.5, 7450.0, 60.0), _two("keep_attention", 0, 6.9, 6880.0, 7.0, parts=True)]
+    s = page.facts(context(rows, tmp_path)).multi.parts
+    assert s.of.policy == "keep_attention (k 0)" and s.step_ms == 6900.0
+    rows_ms = dict(s.rows)
+    assert list(rows_ms)[:-2] == [k for k in PARTS if k != "communication"]
+    assert rows_ms["communication exposed"] == 50.0 and rows_ms["rest"] == pytest.approx(6900.0 - 5060.0 - 50.0)
+    assert sum(rows_ms.values()) == pytest.approx(s.step_ms)
+    assert (s.communication_ms, s.hidden_ms) == (130.0, 80.0)
+    assert s.per_layer_ms == pytest.approx(4700.0 / 34) and s.attention_per_layer_ms == pytest.approx(2100.0 / 34)
+    old = page.facts(context(rows[:-1] + [_two("keep_attention", 0, 6.9, 6880.0, 7.0)], tmp_path / "old"))
+    assert old.multi.parts is None
+    assert "part by part" not in render_page("leaderboard_2026.md.j2", f=old)
+
+
 def test_page_words(request, tmp_path):
+    """The newest winner has parts; the other profiled candidate is an older row without them."""
     rows = _line_rows() + [_one(8, None, 0, "none", status=Status.OOM)] + _allreduce() + [
-        _two("every_k", 1, 7.5, 7450.0, 60.0), _two("keep_attention", 0, 6.9, 6880.0, 7.0)]
+        _two("every_k", 1, 7.5, 7450.0, 60.0), _two("keep_attention", 0, 6.9, 6880.0, 7.0, parts=True)]
     assert_snapshot(request, P, render_page("leaderboard_2026.md.j2", f=page.facts(context(rows, tmp_path))))
 
 

@@ -14,6 +14,15 @@ import torch
 
 # The annotated phases of a training step (impl.workloads.kernels attributes kernels to them).
 PHASES = ("forward", "backward", "optimizer step")
+# Parts nested in the phases, opened only while a step is annotated (annotating_parts): the fused LM head +
+# loss's autograd Function (its forward computes the gradients too; its backward only scales them) and
+# activation checkpointing's re-forward in backward (impl.checkpointing).
+PARTS = ("lm head forward", "lm head backward", "recompute")
+
+# A module global, not a ContextVar: backward's parts run on autograd's device threads, which do not see
+# the main thread's context. One step runs at a time in a process.
+_parts_on = False
+_open_parts: set[str] = set()
 
 
 def _nvtx_enabled() -> bool:
@@ -40,4 +49,31 @@ def annotate(name: str) -> Iterator[None]:
         yield
 
 
-__all__ = ["PHASES", "annotate"]
+@contextlib.contextmanager
+def annotating_parts() -> Iterator[None]:
+    """Opens the PARTS ranges (part) inside it: only a profiled step pays for them."""
+    global _parts_on
+    saved, _parts_on = _parts_on, True
+    try:
+        yield
+    finally:
+        _parts_on = saved
+
+
+@contextlib.contextmanager
+def part(name: str) -> Iterator[None]:
+    """annotate(name) inside annotating_parts, else nothing. A part already open is not opened again (a
+    nested checkpoint's recompute): impl.workloads.kernels matches a time to the latest-starting range of
+    a name, which nested ranges of one name would defeat."""
+    if not _parts_on or name in _open_parts:
+        yield
+        return
+    _open_parts.add(name)
+    try:
+        with annotate(name):
+            yield
+    finally:
+        _open_parts.discard(name)
+
+
+__all__ = ["PARTS", "PHASES", "annotate", "annotating_parts", "part"]

@@ -29,6 +29,7 @@ impl.accounting.checkpoint_peak_activation_bytes / checkpoint_block_forwards.
 """
 from __future__ import annotations
 
+import contextlib
 import types
 from contextlib import contextmanager
 from typing import Callable
@@ -36,6 +37,7 @@ from typing import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from impl.annotate import part
 from impl.saved_tensors import saved_tensor_bytes
 
 POLICIES = ("none", "every_k", "nested", "keep_attention")
@@ -77,13 +79,26 @@ class AttentionKeeper:
             self.slot, self.replay = saved
 
 
+@contextmanager
+def _recompute_range():
+    """The re-forward in backward, as a profiled step's "recompute" range (impl.annotate.part: opened on
+    entry, so a checkpoint made outside a profiled step but recomputed inside one is still named)."""
+    with part("recompute"):
+        yield
+
+
+def _recompute_named():
+    """checkpoint's context_fn for the plain policies: nothing around the forward, the range around the recompute."""
+    return contextlib.nullcontext(), _recompute_range()
+
+
 def _keeping_contexts(keepers: list[AttentionKeeper]) -> Callable:
     """checkpoint's context_fn: one fresh slot per checkpoint call, recorded into by its forward
-    and replayed from by its recompute."""
+    and replayed from by its recompute (inside the "recompute" range)."""
     def context_fn():
         slot: list = []
-        return _all(k.recording(slot, replay=False) for k in keepers), _all(k.recording(slot, replay=True)
-                                                                             for k in keepers)
+        return _all(k.recording(slot, replay=False) for k in keepers), _all(
+            [_recompute_range(), *(k.recording(slot, replay=True) for k in keepers)])
     return context_fn
 
 
@@ -106,7 +121,7 @@ def _run_plain(blocks, lo: int, hi: int, x, rope, positions):
 
 
 def _checkpointed(fn: Callable, x: torch.Tensor) -> torch.Tensor:
-    return checkpoint(fn, x, use_reentrant=False)
+    return checkpoint(fn, x, use_reentrant=False, context_fn=_recompute_named)
 
 
 def run_every_k(blocks, x, rope, positions, k: int):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from impl.annotate import part
+
 from .loss import check_reduction
 
 # One chunk's fp32 logits stay within this; with the compute-dtype logits and their gradient a
@@ -45,6 +47,11 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, compute_dtype, rows, reduction="mean"):
+        with part("lm head forward"):  # a profiled step's LM head apart from the blocks (impl.annotate)
+            return FusedLinearCrossEntropy._forward(ctx, hidden, weight, targets, compute_dtype, rows, reduction)
+
+    @staticmethod
+    def _forward(ctx, hidden, weight, targets, compute_dtype, rows, reduction):
         check_reduction(reduction)  # apply() is public too: anything but "mean" must not pass as a sum
         n = hidden.shape[0]
         scale = 1.0 / n if reduction == "mean" else 1.0
@@ -74,8 +81,9 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         grad_h, grad_w = ctx.saved_tensors
-        return (None if grad_h is None else grad_h * grad_out.to(grad_h.dtype),
-                None if grad_w is None else grad_w * grad_out.to(grad_w.dtype), None, None, None, None)
+        with part("lm head backward"):
+            return (None if grad_h is None else grad_h * grad_out.to(grad_h.dtype),
+                    None if grad_w is None else grad_w * grad_out.to(grad_w.dtype), None, None, None, None)
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 import torch
 
 from impl.model import AdamW, cross_entropy
-from impl.annotate import PHASES, annotate
+from impl.annotate import PARTS, PHASES, annotate
 from impl.workloads.steps import autocast_ctx
 from impl.runtime import synchronize
 
 CATEGORIES = ("matmul", "attention", "elementwise", "reduction", "softmax", "copy", "communication", "other")
 ATTENTION_PARTS = ("computing attention scores", "computing softmax", "final matmul")
 WARMUP = "warm-up"
-ANNOTATIONS = (WARMUP, *PHASES, *ATTENTION_PARTS)
+ANNOTATIONS = (WARMUP, *PHASES, *PARTS, *ATTENTION_PARTS)
 
 # Order matters: the first rule that matches wins (a "triton_red_fused_softmax" is a softmax, a
 # cutlass "..._gemm_..._reduce" epilogue is still a matmul, a cuDNN "sdpa_..._flash_..._wgmma" or
@@ -110,6 +110,8 @@ class PhaseProfile:
     # range: range name -> {call name: [time_us, calls]}. A phase whose host range outlasts its kernels
     # is host-bound only if these are small; else it waits (a sync, an allocator cudaMalloc/cudaFree)
     blocking: dict = field(default_factory=dict)
+    # CUDA: per range, each communication kernel's exposed time (exposed_us): range name -> {kernel: [us, calls]}
+    exposed_comm: dict = field(default_factory=dict)
 
     def table(self, phases, top: int | None = None) -> list[dict]:
         """Kernel table over the union of `phases`: name, category, total time (us), calls, share."""
@@ -239,16 +241,56 @@ def phase_profile_from_kineto(result, steps: int, device_type: str) -> PhaseProf
             if _is_range_name(name) or (activity is not None and "annotation" in str(activity(e)).lower()):
                 continue  # the GPU-side copy of a record_function range, not a kernel
             device[e.linked_correlation_id()].append((demangle(name) if name.startswith("_Z") else name,
-                                                      (e.end_ns() - e.start_ns()) / 1e3))
+                                                      (e.start_ns() - t0) / 1e3, (e.end_ns() - t0) / 1e3))
     if cuda:
-        samples = ((op_start[c], k, d) for c, ks in device.items() if c in op_start for k, d in ks)
+        linked = [(op_start[c], k, a, b) for c, ks in device.items() if c in op_start for k, a, b in ks]
+        samples = ((t, k, b - a) for t, k, a, b in linked)
     else:
         samples = _cpu_self_samples(ops)
     intervals = {k: sorted(v) for k, v in intervals.items()}
     prof = _attribute(intervals, samples, steps, device_type)
-    prof.unlinked_us = sum(d for c, ks in device.items() if c not in op_start for _, d in ks)
+    prof.unlinked_us = sum(b - a for c, ks in device.items() if c not in op_start for _, a, b in ks)
     prof.blocking = _attribute(intervals, blocking, steps, device_type).kernels
+    if cuda:
+        is_comm = {k: classify_kernel(k) == "communication" for k in {k for _, k, _, _ in linked}}  # once a name
+        comm = [(t, k, a, b) for t, k, a, b in linked if is_comm[k]]
+        busy = [(a, b) for _, k, a, b in linked if not is_comm[k]]
+        exposed = exposed_us([(a, b) for _, _, a, b in comm], busy)
+        prof.exposed_comm = _attribute(intervals, ((t, k, x) for (t, k, _, _), x in zip(comm, exposed)), steps,
+                                       device_type).kernels
     return prof
+
+
+def exposed_us(comm: list[tuple[float, float]], busy: list[tuple[float, float]]) -> list[float]:
+    """Per communication kernel (start, end), the time in it during which no other device work ran: no
+    `busy` interval (every kernel, copy or memset that is not communication, on any stream) and no
+    earlier-starting communication kernel (so the sum over kernels is the union's exposed time, counted
+    once). A collective overlapped by compute costs the step only what compute loses beside it; an exposed
+    one costs its whole time: the part of communication the step waits for."""
+    merged: list[list[float]] = []
+    for a, b in sorted(busy):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    starts = [a for a, _ in merged]
+    before = [0.0]  # busy time before each merged interval
+    for a, b in merged:
+        before.append(before[-1] + b - a)
+
+    def busy_until(x: float) -> float:
+        i = bisect.bisect_right(starts, x) - 1
+        return 0.0 if i < 0 else before[i] + min(x, merged[i][1]) - merged[i][0]
+
+    out = [0.0] * len(comm)
+    covered = float("-inf")  # the end of the communication kernels already counted
+    for i in sorted(range(len(comm)), key=lambda j: comm[j]):
+        a, b = comm[i]
+        a = max(a, covered)
+        covered = max(covered, b)
+        if b > a:
+            out[i] = (b - a) - (busy_until(b) - busy_until(a))
+    return out
 
 
 def _cpu_self_samples(ops: list):
@@ -487,6 +529,38 @@ def nsys_answers(p: PhaseProfile, *, batch: int, heads: int, seq: int, head_dim:
     return out
 
 
+# step_breakdown's parts_ms: a partition of the phases' kernel time (they sum to kernel_ms). Attention is
+# the attention-kind kernels; the LM head is the fused LM head + loss's Function (impl.annotate.PARTS: its
+# forward computes the logits' gradients too); recompute is checkpointing's re-forward in backward, its
+# attention apart (zero with keep_attention); "blocks" is the rest of the phase (norms, projections, MLP,
+# embedding, the gradient sync's copies); communication every communication kernel, wherever launched.
+STEP_PARTS = ("blocks forward", "attention forward", "lm head forward", "recompute", "attention recompute",
+              "blocks backward", "attention backward", "lm head backward", "optimizer", "communication")
+
+
+def step_parts(p: PhaseProfile) -> dict[str, float]:
+    """STEP_PARTS' kernel time (us, over p.steps), from the ranges' category totals: the PARTS ranges are
+    nested in a phase, so a phase less its parts is the rest."""
+    cat = {r: p.category_us((r,)) for r in (*PHASES, *PARTS)}
+
+    def attn(r: str) -> float:
+        return cat[r]["attention"]
+
+    def comm(r: str) -> float:
+        return cat[r]["communication"]
+
+    def rest(r: str) -> float:  # neither attention nor communication
+        return sum(cat[r].values()) - attn(r) - comm(r)
+
+    fwd, bwd, opt = PHASES
+    lm_f, lm_b, rec = PARTS
+    return {"blocks forward": rest(fwd) - rest(lm_f), "attention forward": attn(fwd) - attn(lm_f),
+            "lm head forward": rest(lm_f) + attn(lm_f), "recompute": rest(rec), "attention recompute": attn(rec),
+            "blocks backward": rest(bwd) - rest(rec) - rest(lm_b),
+            "attention backward": attn(bwd) - attn(rec) - attn(lm_b), "lm head backward": rest(lm_b) + attn(lm_b),
+            "optimizer": rest(opt) + attn(opt), "communication": sum(comm(ph) for ph in PHASES)}
+
+
 def step_breakdown(p: PhaseProfile, step_s: float, top: int = 8) -> dict:
     """Where a training step's time goes, per step, as JSON-ready data (a few KB): kernel time in
     each phase and each category, the `top` kernels with their calls, and the gap between the
@@ -500,16 +574,24 @@ def step_breakdown(p: PhaseProfile, step_s: float, top: int = 8) -> dict:
     (PhaseProfile.blocking), so a phase_host_ms above the phase's kernels reads as waiting or issuing;
     unlinked_kernel_ms: the device time of events that still had no launching op (see
     PhaseProfile.unlinked_us: on the H100 this also counts a record beside the optimizer's
-    kernels, so it is not simply what the tables miss)."""
+    kernels, so it is not simply what the tables miss).
+    parts_ms (where a step opened a PARTS range): STEP_PARTS, which sum to kernel_ms.
+    communication_exposed_ms (CUDA; None on the CPU, where collectives are not kernels): per phase, the
+    communication kernels' time with no other device work beside them (exposed_us)."""
     per_step_ms = 1e3 * p.steps  # totals in us over p.steps steps -> ms per step
     kernel_ms = p.total_us(PHASES) / per_step_ms
-    return {"timing_source": p.timing_source, "steps_profiled": p.steps, "launch_ops": True,
-            "step_ms": step_s * 1e3, "kernel_ms": kernel_ms, "gap_ms": step_s * 1e3 - kernel_ms,
-            "phase_ms": {ph: p.total_us((ph,)) / per_step_ms for ph in PHASES},
-            "phase_host_ms": {ph: sum(p.range_wall_us.get(ph, [])) / per_step_ms for ph in PHASES},
-            "unlinked_kernel_ms": p.unlinked_us / per_step_ms,
-            "blocking_runtime_ms": {ph: {n: dict(ms=t / per_step_ms, calls=c / p.steps) for n, (t, c) in calls.items()}
-                                    for ph, calls in p.blocking.items() if ph in PHASES},
-            "category_ms": {c: t / per_step_ms for c, t in p.category_us(PHASES).items()},
-            "top": [dict(name=r["name"][:160], category=r["category"], ms=r["time_us"] / per_step_ms,
-                         calls=r["calls"] / p.steps) for r in p.table(PHASES, top)]}
+    out = {"timing_source": p.timing_source, "steps_profiled": p.steps, "launch_ops": True,
+           "step_ms": step_s * 1e3, "kernel_ms": kernel_ms, "gap_ms": step_s * 1e3 - kernel_ms,
+           "phase_ms": {ph: p.total_us((ph,)) / per_step_ms for ph in PHASES},
+           "phase_host_ms": {ph: sum(p.range_wall_us.get(ph, [])) / per_step_ms for ph in PHASES},
+           "unlinked_kernel_ms": p.unlinked_us / per_step_ms,
+           "blocking_runtime_ms": {ph: {n: dict(ms=t / per_step_ms, calls=c / p.steps) for n, (t, c) in calls.items()}
+                                   for ph, calls in p.blocking.items() if ph in PHASES},
+           "category_ms": {c: t / per_step_ms for c, t in p.category_us(PHASES).items()},
+           "top": [dict(name=r["name"][:160], category=r["category"], ms=r["time_us"] / per_step_ms,
+                        calls=r["calls"] / p.steps) for r in p.table(PHASES, top)],
+           "communication_exposed_ms": {ph: sum(t for t, _ in p.exposed_comm.get(ph, {}).values()) / per_step_ms
+                                        for ph in PHASES} if p.device_type == "cuda" else None}
+    if any(r in p.range_wall_us for r in PARTS):
+        out["parts_ms"] = {k: v / per_step_ms for k, v in step_parts(p).items()}
+    return out

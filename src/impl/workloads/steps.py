@@ -13,7 +13,7 @@ from impl import accounting as acc
 from impl.model import AdamW, Embedding, Linear, TransformerLM, cross_entropy
 from impl.model.fused_ce import fused_linear_cross_entropy
 from impl.model.loss import check_reduction
-from impl.annotate import PHASES, annotate
+from impl.annotate import PHASES, annotate, annotating_parts
 from impl.workloads.compiled import compile_blocks_in_place
 from impl.workloads.pointwise_compile import compile_pointwise_in_place
 from impl.model import ModelConfig, SizeRef, model_config
@@ -149,8 +149,8 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
     loss: the cross-entropy's reduction over tokens ("mean" or "sum"); after_backward runs between
     the train step's backward and its optimizer step (a data-parallel gradient synchronisation).
     The train step returns its (detached) loss; train_step(annotated=True) runs each phase in its
-    profiler range (impl.annotate.PHASES), for a profiled call: the timed calls go
-    without (no range's host cost in their time)."""
+    profiler range (impl.annotate.PHASES) and its parts in theirs (PARTS: the fused LM head, the
+    recompute), for a profiled call: the timed calls go without (no range's host cost in their time)."""
     device = x.device
     check_reduction(loss)
 
@@ -196,14 +196,15 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
         def train_step(annotated: bool = False):
             phase = annotate if annotated else _no_range
             optimizer.zero_grad(set_to_none=True)
-            with phase(PHASES[0]):
-                loss = loss_fn()
-            with phase(PHASES[1]):
-                loss.backward()
-                if after_backward is not None:
-                    after_backward()
-            with phase(PHASES[2]):
-                optimizer.step()
+            with annotating_parts() if annotated else contextlib.nullcontext():  # impl.annotate.PARTS
+                with phase(PHASES[0]):
+                    loss = loss_fn()
+                with phase(PHASES[1]):
+                    loss.backward()
+                    if after_backward is not None:
+                        after_backward()
+                with phase(PHASES[2]):
+                    optimizer.step()
             return loss.detach()
         return train_step, None
 

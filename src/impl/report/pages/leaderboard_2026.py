@@ -149,6 +149,65 @@ class Breakdown:
     top_of: Candidate  # whose top kernels the page lists
 
 
+# step_breakdown's parts_ms keys (impl.workloads.kernels.STEP_PARTS) of the blocks' compute: with the layers
+# they give the per-layer cost; the template names every part
+BLOCK_PARTS = ("blocks forward", "attention forward", "recompute", "attention recompute", "blocks backward",
+               "attention backward")
+ATTENTION_PARTS = ("attention forward", "attention recompute", "attention backward")
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """A profiled step by part (step_breakdown's parts_ms and communication_exposed_ms, in rows since the
+    nineteenth session; older rows lack them and the page says nothing of parts): the compute parts,
+    communication not hidden behind other kernels, and the rest of the measured step (host, launches, idle)."""
+
+    of: Candidate
+    parts_ms: dict[str, float]  # STEP_PARTS -> ms per step, summing to the kernel time
+    exposed_ms: dict[str, float]  # phase -> communication kernel time with no other kernel beside it
+
+    @classmethod
+    def of_row(cls, c: Candidate) -> StepParts | None:
+        b = c.breakdown or {}
+        parts, exposed = b.get("parts_ms"), b.get("communication_exposed_ms")
+        return cls(c, parts, exposed) if parts and exposed is not None else None
+
+    @property
+    def step_ms(self) -> float:
+        return self.of.breakdown["step_ms"]
+
+    @property
+    def communication_ms(self) -> float:
+        return self.parts_ms.get("communication", 0.0)
+
+    @property
+    def exposed_total_ms(self) -> float:
+        return sum(self.exposed_ms.values())
+
+    @property
+    def hidden_ms(self) -> float:
+        return self.communication_ms - self.exposed_total_ms
+
+    @property
+    def rows(self) -> list[tuple[str, float]]:
+        """(part, ms) summing to the measured step: every compute part, communication not hidden, the rest."""
+        compute = [(k, v) for k, v in self.parts_ms.items() if k != "communication"]
+        rest = self.step_ms - sum(v for _, v in compute) - self.exposed_total_ms
+        return [*compute, ("communication exposed", self.exposed_total_ms), ("rest", rest)]
+
+    @property
+    def layers(self) -> int:
+        return self.of.layers
+
+    @property
+    def per_layer_ms(self) -> float | None:  # None: a row without its layer count
+        return sum(self.parts_ms.get(k, 0.0) for k in BLOCK_PARTS) / self.layers if self.layers else None
+
+    @property
+    def attention_per_layer_ms(self) -> float | None:
+        return sum(self.parts_ms.get(k, 0.0) for k in ATTENTION_PARTS) / self.layers if self.layers else None
+
+
 @dataclass(frozen=True)
 class TwoGpuFacts:
     device: str  # folder
@@ -167,6 +226,7 @@ class TwoGpuFacts:
     files: tuple[str, ...]
     slowest_first_call: Candidate | None
     cold_limit_s: float = COLD_RUN_LIMIT_S
+    parts: StepParts | None = None  # the newest winner's step by part, where its row has them
 
 
 def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
@@ -192,7 +252,7 @@ def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
                        ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest)
                        if gpu_flops and newest.datasheet_flops else None,
                        RunsFacts.of(device, rows), files_of(rows),
-                       max(first_calls, key=lambda c: c.first_call_s, default=None))
+                       max(first_calls, key=lambda c: c.first_call_s, default=None), parts=StepParts.of_row(newest))
 
 
 @dataclass(frozen=True)
