@@ -12,14 +12,13 @@ from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, SizedView, group, size_label, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
-from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.GRADIENT_CHECKPOINTING,)
 PROBLEM = P.GRADIENT_CHECKPOINTING
 SLUG = "gradient_checkpointing"
 STUDY_2026 = "single_level_2026"
-WORDS = macros(f"{SLUG}.md.j2")  # the words drawn into the depth figure
+WORDS = figures.words(SLUG)  # the words drawn into the depth figure
 POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
 ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
@@ -125,13 +124,13 @@ def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
         sel = [r for r in table if r.policy == policy]
         if sel:
             ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30
-                                              for r in sel], "--" + style, label=WORDS.plot_series(policy, False))
+                                              for r in sel], "--" + style, label=WORDS.label("predicted", policy=policy))
             meas = [r for r in sel if r.measured]
             if meas:
                 ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,
-                        label=WORDS.plot_series(policy, True))
+                        label=WORDS.label("measured", policy=policy))
     if ax.lines:
-        ax.set(xlabel=WORDS.plot_x(), ylabel=WORDS.plot_y(), title=WORDS.plot_title())
+        ax.set(xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
         ax.legend(fontsize=8)
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-depth")
         figures.save(fig, path)

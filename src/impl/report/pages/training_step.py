@@ -19,7 +19,7 @@ from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio
 from impl.report.rows import Bench, View, group, stat_name, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, device_short
-from impl.report.templating import environment, macros
+from impl.report.templating import environment
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.TRAINING_STEP,)
@@ -29,7 +29,7 @@ CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce
                 "fast+cudagraphs", "anchor"]
 OURS = ["fast", "fast+cudagraphs"]  # the all-speed-ups configs set against the anchor
 INLINE_ROWS = 20  # a longer ablation goes to a CSV, the page shows its grid
-WORDS = macros(f"{SLUG}.md.j2")  # the words drawn into the ablation figure
+WORDS = figures.words(SLUG)  # the words drawn into the ablation figure
 ABLATION_HEADER = environment().get_template(f"{SLUG}.md.j2").module.ABLATION_HEADER  # the CSV's (and table's) columns
 
 
@@ -259,8 +259,8 @@ def _plot(d: list[Step], path) -> bool:
         cells = [next((s for s in g if s.config == cfg and s.ok), None) for g in gs.values()]
         ax.bar(x + (i - (len(configs) - 1) / 2) * width, [0.0 if r is None else float("nan") if r.tokens_per_s is None
                                                           else r.tokens_per_s for r in cells], width, label=cfg)
-    ax.set_xticks(x, labels=[WORDS.plot_tick(s, c) for s, c in gs])
-    ax.set(ylabel=WORDS.plot_y(), title=WORDS.plot_title())
+    ax.set_xticks(x, labels=[WORDS.label("tick", size=s, context=c) for s, c in gs])
+    ax.set(ylabel=WORDS.y, title=WORDS.title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     figures.save(fig, path)
     return True
