@@ -11,6 +11,7 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.ratio import within_noise
 from impl.report.rows import Bench, SizedView, group, size_label, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, newest_date
 from impl.workloads.problems import Problem as P
@@ -88,7 +89,7 @@ class Cell:  # one row's timing: mean ± std over the timed steps (s), or why it
         return self.std_s / self.mean_s if self.ok and self.std_s is not None else None
 
     def within_noise(self, other: Cell) -> bool:
-        return abs(self.mean_s - other.mean_s) <= (self.std_s or 0.0) + (other.std_s or 0.0)
+        return within_noise(self.mean_s, other.mean_s, self.std_s, other.std_s)
 
 
 @dataclass(frozen=True)

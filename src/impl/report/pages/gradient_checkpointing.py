@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from impl.bench.row import Metric, Status
+from impl.bench.row import Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, SizedView, group, size_label, stat_name
+from impl.report.rows import Bench, RowView, SizedView, group, size_label, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -24,8 +24,8 @@ ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
 
 @dataclass(frozen=True)
-class PolicyRow(SizedView):
-    """One row: its config (rows.View) and the row (`b`, set by policy_row) it reads its measured peak, the
+class PolicyRow(SizedView, RowView):
+    """One row: its config (rows.View) and the row (`b`, rows.RowView) it reads its measured peak, the
     predictions (the hook terms' and the fp32 closed form's, each a step peak and the block stack's activations)
     and its step from."""
 
@@ -38,18 +38,10 @@ class PolicyRow(SizedView):
     dtype: str | None = None
     batch: int | None = None
     context: int | None = None
-    b: Bench | None = field(default=None, repr=False)
 
     name = property(lambda self: self.b.name)
-    status = property(lambda self: self.b.status)
-    reason = property(lambda self: self.b.row.reason)
     peak = property(lambda self: self.b.row.memory.peak_allocated)  # measured peak allocated
-    details = property(lambda self: self.b.details)  # best_k, best_k_rule, ks, terms
-    run = property(lambda self: self.b.run)
-    step_s = property(lambda self: self.b.step_s)
-    std_s = property(lambda self: self.b.stats and self.b.stats.stddev)
     mean_s = property(lambda self: self.b.stats and self.b.stats.mean)
-    tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
     forwards = property(lambda self: self.details.get("measured_block_forwards"))  # counted by forward pre-hooks
     forwards_predicted = property(lambda self: self.details.get("predicted_block_forwards"))
     _hook = property(lambda self: (self.details.get("predicted") or {}).get("hook_terms") or {})
@@ -65,10 +57,6 @@ class PolicyRow(SizedView):
         return ref.config.num_layers if ref else self.num_layers
 
     @property
-    def not_run(self) -> bool:
-        return self.status not in (Status.MEASURED, Status.OOM)
-
-    @property
     def measured(self) -> bool:
         return self.status is Status.MEASURED and self.peak is not None
 
@@ -80,7 +68,7 @@ class PolicyRow(SizedView):
 def policy_row(b: Bench) -> PolicyRow:
     c = PolicyRow.of(b)
     return replace(c, k=None if c.k is None or c.policy == "none" else int(c.k),
-                   layers=None if c.layers is None else int(c.layers), study=c.study or b.details.get("study"), b=b)
+                   layers=None if c.layers is None else int(c.layers), study=c.study or b.details.get("study"))
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages.training_step import newest
-from impl.report.rows import Bench, SizedView, group, size_label
+from impl.report.rows import Bench, RowView, SizedView, group, newest, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
@@ -24,24 +23,20 @@ PROBLEMS = (P.MEMORY_PROFILING,)
 PROBLEM = P.MEMORY_PROFILING
 SLUG = "memory_profiling"
 CASES_2026 = {tuple(c) for c in grid(P.MEMORY_PROFILING, "full").cases_2026}  # (size, context) the 2026 sweep asks
-TIMELINE = figures.words("memory_timeline")  # the words drawn into the timeline figures
 ASKED = size_label(SizeRef("2026", "xl"))
+TIMELINE = figures.words("memory_timeline")  # the words drawn into the timeline figures
 CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf16", "train_step"))
 
 
 @dataclass(frozen=True)
-class MemCase(SizedView):
-    """One row: its config (rows.View) and the row (`b`, set by mem_case) that it reads what it measured from."""
+class MemCase(SizedView, RowView):
+    """One row: its config (rows.View) and the row (`b`) that it reads what it measured from (rows.RowView)."""
 
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None  # forward / train_step / block_probe
     batch: int | None = None
-    b: Bench | None = field(default=None, repr=False)
 
-    status = property(lambda self: self.b.status)
-    details = property(lambda self: self.b.details)
-    run = property(lambda self: self.b.run)
     # peak allocated and reserved, measured rows only
     peak_bytes = property(lambda self: self.b.row.memory.peak_allocated if self.status is Status.MEASURED else None)
     reserved_bytes = property(lambda self: self.b.row.memory.peak_reserved if self.status is Status.MEASURED else None)
@@ -73,8 +68,7 @@ class MemCase(SizedView):
         return self.status is Status.MEASURED and self.peak_bytes is not None
 
 
-def mem_case(b: Bench) -> MemCase:
-    return replace(MemCase.of(b), b=b)
+mem_case = MemCase.of
 
 
 def newest_per_case(rows: list[Bench]) -> list[Bench]:
