@@ -24,10 +24,6 @@ from impl.report.rows import Bench
 from impl.report.markdown import table
 
 
-def _by_name(records: list[Bench]) -> dict[str, Bench]:
-    return {r.name: r for r in records}
-
-
 def newest_fresh(out: Path, section: str) -> Path | None:
     """The newest fresh run of `section` under `out` (make smoke's or make perf's), or None."""
     found = [p for p in (out / "smoke" / f"{section}.json", *out.glob(f"runs/*/{section}.json")) if p.exists()]
@@ -63,7 +59,7 @@ def compare_run(fresh: Path, device: str | None, data_dir: Path) -> tuple[list[l
     if not stored:
         return [], [f"{section}: no committed {device} run to compare with"]
     base, newest_rows = _baseline(stored, device, section)
-    new = _by_name(load_doc(fresh_doc, fresh, device, section))
+    new = {r.name: r for r in load_doc(fresh_doc, fresh, device, section)}
     rows, problems = [], []
     for name in sorted(newest_rows | new.keys()):
         stamp, b = base.get(name, (None, None))

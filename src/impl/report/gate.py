@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:  # BadRunFile and ConfigError included: each names its file
             print(f"gate --bands: {exc}", file=sys.stderr)
             return 1
-        print(f"wrote {len(bands)} bands for {args.device}/{args.section}; largest {max(bands.values(), default=0):.1%}")
+        print(f"wrote {len(bands)} bands for {args.device}/{args.section}; largest {max(bands.values()):.1%}")
         return 0
     try:
         verdict = compare(data_dir)

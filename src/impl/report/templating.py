@@ -42,20 +42,13 @@ def macros(name: str):
     (`macros("cli.txt.j2").some_line(...)`); pages render whole through render_page. A template line
     is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph; a markdown
     table (lines starting "|") keeps its lines."""
-    return _Macros(environment().get_template(name).module)
+    module = environment().get_template(name).module
 
-
-class _Macros:
-    def __init__(self, module):
-        self._module = module
-
-    def __getattr__(self, name):
-        macro = getattr(self._module, name)
-
-        def call(*args, **kwargs) -> str:
-            paragraphs = re.split(r"\n\s*\n", str(macro(*args, **kwargs)).strip())
-            return "\n\n".join(_paragraph(par) for par in paragraphs)
-        return call
+    class Macros:
+        def __getattr__(self, macro):
+            return lambda *args, **kwargs: "\n\n".join(
+                _paragraph(par) for par in re.split(r"\n\s*\n", str(getattr(module, macro)(*args, **kwargs)).strip()))
+    return Macros()
 
 
 def _paragraph(text: str) -> str:

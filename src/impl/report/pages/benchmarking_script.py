@@ -278,7 +278,8 @@ def _plot(e: EditionFacts, device: str, ctx: Context) -> str | None:
             pts = [(r.context, r.train.mean_s * 1e3) for r in e.grid
                    if r.size == size and r.dtype == dtype and r.train is not None and r.train.ok]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}", label=WORDS.label("series", size=size, dtype=dtype))
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}",
+                        label=WORDS.label("series", size=size, dtype=dtype))
     ctxs = sorted({r.context for r in e.grid})
     ax.set(xscale="log", yscale="log", xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
     ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts

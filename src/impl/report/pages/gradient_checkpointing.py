@@ -111,8 +111,8 @@ def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
     for policy, style in (("none", "o"), ("nested", "s")):
         sel = [r for r in table if r.policy == policy]
         if sel:
-            ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30
-                                              for r in sel], "--" + style, label=WORDS.label("predicted", policy=policy))
+            ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30 for r in sel],
+                    "--" + style, label=WORDS.label("predicted", policy=policy))
             meas = [r for r in sel if r.measured]
             if meas:
                 ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,

@@ -569,6 +569,11 @@ class MemoryPage(SourcedFromRuns):
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}
 
 
+def _timeline_title(size: str, mode: str, device: str, date: str, dtype: str | None = None) -> str:
+    words = dict(size=size, mode=mode.replace("_", " "), device=device, date=date, dtype=dtype)
+    return TIMELINE.label("title_dtype", **words) if dtype else TIMELINE.title.format(**words)
+
+
 def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], from_zero: bool = True) -> str | None:
     """A figure of timeline panels; its link, None without panels."""
     if not panels:
@@ -598,13 +603,14 @@ def facts(ctx: Context) -> MemoryPage:
         m26, grid = None, d26 or earlier
     else:
         m26, grid = replace(m26, figures=tuple((mode, link) for mode in ("forward", "train_step") for link in [_draw(
-            ctx, f"{device}-2026-{mode}", TIMELINE.title.format(size=m26.size, mode=mode.replace("_", " "), device=device, date=m26.date),
-            [(TIMELINE.label("panel_dtype", dtype=c.dtype, context=c.context), c.timeline) for c in m26.cases if c.mode == mode and c.timeline],
+            ctx, f"{device}-2026-{mode}", _timeline_title(m26.size, mode, device, m26.date),
+            [(TIMELINE.label("panel_dtype", dtype=c.dtype, context=c.context), c.timeline)
+             for c in m26.cases if c.mode == mode and c.timeline],
             from_zero=False)] if link)), []
     timelines = []
     for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
         g = [c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]
-        link = _draw(ctx, f"{device}-{mode}-{dtype}", TIMELINE.label("title_dtype", size=f.size, dtype=dtype, mode=mode.replace("_", " "), device=device, date=newest_date(g)),
+        link = _draw(ctx, f"{device}-{mode}-{dtype}", _timeline_title(f.size, mode, device, newest_date(g), dtype),
                      [(TIMELINE.label("panel", context=c.context), c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
     return MemoryPage(f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
