@@ -28,9 +28,14 @@ class Words:
 
 
 @cache
+def _words() -> dict[str, Words]:
+    doc = tomllib.loads((Path(__file__).resolve().parent / "templates" / "figures.toml").read_text())
+    return {name: Words(t.pop("title", ""), t.pop("x", ""), t.pop("y", ""), t) for name, t in doc.items()}
+
+
 def words(figure: str) -> Words:
-    table = dict(tomllib.loads((Path(__file__).resolve().parent / "templates" / "figures.toml").read_text())[figure])
-    return Words(table.pop("title", ""), table.pop("x", ""), table.pop("y", ""), table)
+    """The words of one figure (a table of templates/figures.toml, the file read once)."""
+    return _words()[figure]
 
 
 def new(figsize=(7, 4.2)):
