@@ -147,7 +147,7 @@ def test_the_wheel_holds_every_file_the_package_reads(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     data = {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*")
             if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
-    assert "impl/report/templates/cli.txt.j2" in data  # the gate's and compare's words
+    assert "impl/report/templates/figures.toml" in data  # the words drawn into the figures
     assert sorted(data - names) == []
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Requires-Python: >=3.11" in metadata

@@ -16,7 +16,7 @@ from impl.report import pages as pages_package, test_records
 from impl.report.data import load_rows
 from impl.report.index import device_names, index_facts, render_index
 from impl.report.pages import Context, Page
-from impl.report.rows import Bench, Rows
+from impl.report.rows import Bench, Rows, group
 from impl.report.templating import render_page
 from impl.workloads.problems import Problem
 
@@ -110,14 +110,9 @@ def page_of(name: str, facts) -> Page:
 def older_format(rows: list[Bench]) -> list[str]:
     """`device: section, ...` for GPU sections whose newest run is still in the older format (its
     kernel rows' figures are do_bench medians, its statistics from before the bench layer)."""
-    newest: dict[tuple[str, str], Bench] = {}
-    for b in sorted(rows, key=lambda b: b.run.datetime):
-        newest[(b.run.device, b.run.section)] = b
-    old: dict[str, list[str]] = {}
-    for (device, section), b in newest.items():
-        if b.run.legacy and device != "cpu":
-            old.setdefault(device, []).append(section)
-    return [f"{dev}: {', '.join(sorted(old[dev]))}" for dev in sorted(old)]
+    newest = {(b.run.device, b.run.section): b for b in sorted(rows, key=lambda b: b.run.datetime)}
+    old = group(sorted(k for k, b in newest.items() if b.run.legacy and k[0] != "cpu"), lambda k: k[0])
+    return [f"{dev}: {', '.join(section for _, section in keys)}" for dev, keys in old.items()]
 
 
 def index(pages: list[Page], older: list[str] | None = None, names: dict[str, str] | None = None,

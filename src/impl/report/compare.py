@@ -22,13 +22,6 @@ from impl.bench.store import (BadRunFile, RunFile, Suite, check_section, committ
 from impl.report.data import load_doc
 from impl.report.rows import Bench
 from impl.report.markdown import table
-from impl.report.templating import macros
-
-WORDS = macros("cli.txt.j2")
-
-
-def _by_name(records: list[Bench]) -> dict[str, Bench]:
-    return {r.name: r for r in records}
 
 
 def newest_fresh(out: Path, section: str) -> Path | None:
@@ -61,12 +54,12 @@ def compare_run(fresh: Path, device: str | None, data_dir: Path) -> tuple[list[l
         return [], [f"{section}: {exc}"]
     stored, skipped, _ = committed_runs(device, data_dir)
     for why in skipped:
-        print(WORDS.compare_skipped(why), file=sys.stderr)
+        print(f"compare: warning: skipped {why}", file=sys.stderr)
     stored = [(rf, doc) for rf, doc in stored if rf.section == section]
     if not stored:
-        return [], [WORDS.compare_no_baseline(section, device)]
+        return [], [f"{section}: no committed {device} run to compare with"]
     base, newest_rows = _baseline(stored, device, section)
-    new = _by_name(load_doc(fresh_doc, fresh, device, section))
+    new = {r.name: r for r in load_doc(fresh_doc, fresh, device, section)}
     rows, problems = [], []
     for name in sorted(newest_rows | new.keys()):
         stamp, b = base.get(name, (None, None))
@@ -78,15 +71,15 @@ def compare_run(fresh: Path, device: str | None, data_dir: Path) -> tuple[list[l
         rows.append([section, name, b_status, n_status, b_ms, n_ms])
         budget = Status.LEFT_OUT_BY_BUDGET.value
         if b is not None and b_status != n_status and budget not in (b_status, n_status):
-            problems.append(WORDS.compare_changed(section, name, b_status, stamp, n_status))
+            problems.append(f"{section}: {name} was {b_status} in {stamp}, now {n_status}")
     return rows, problems
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help=WORDS.compare_help_runs())
-    ap.add_argument("--out", type=Path, help=WORDS.compare_help_out())
-    ap.add_argument("--device", help=WORDS.compare_help_device())
+    ap.add_argument("runs", nargs="+", help="run files, or with --out section names")
+    ap.add_argument("--out", type=Path, help="take each named section's newest fresh run under this folder")
+    ap.add_argument("--device", help="device slug (default: each run's own)")
     add_repo_arguments(ap)
     args = ap.parse_args(argv)
     repo = repo_from_args(ap, args)
@@ -100,20 +93,21 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             run = newest_fresh(args.out, name)
             if run is None:
-                problems.append(WORDS.compare_no_fresh(name, args.out))
+                problems.append(f"{name}: no fresh run under {args.out} (make smoke or make perf writes one)")
                 continue
         else:
             run = Path(name)
         if not run.exists():
-            problems.append(WORDS.compare_no_run(run))
+            problems.append(f"{run}: no such run")
             continue
         rows, bad = compare_run(run, args.device, repo.data_dir)
         all_rows += rows
         problems += bad
-    print(table(WORDS.compare_header().split("|"), all_rows))
+    print(table(["section", "row", "committed status", "fresh status", "committed median (ms)",
+                 "fresh median (ms)"], all_rows))
     for p in problems:
-        print(WORDS.compare_problem(p), file=sys.stderr)
-    print(WORDS.compare_summary(len(all_rows), len(problems)))
+        print(f"compare: {p}", file=sys.stderr)
+    print(f"compare: {len(all_rows)} rows compared, {len(problems)} problems (a changed status, a missing or bad run)")
     return 1 if problems else 0
 
 

@@ -36,9 +36,7 @@ from impl.bench.store import BadRunFile, read_run, run_identity
 from impl.report.data import Copy, Stored, load_doc, load_stored
 from impl.report.rows import Bench
 from impl.report.markdown import table
-from impl.report.templating import macros
 
-WORDS = macros("cli.txt.j2")
 # The one default: GPU kernel and step rows repeat within a few % (README: measured bands). CPU
 # smoke runs are not judged: on a shared 2-core machine two back-to-back runs moved by up to 120x
 # (NOTES.md, "Bench layer"), so no band separates a regression from the machine's load.
@@ -296,48 +294,51 @@ def write_bands(path: Path, device: str, section: str, bands: dict[str, float]) 
 def render(changes: list[Change]) -> str:
     rows = [[c.device, c.section, c.row, c.old_run, f"{c.old_s * 1e3:.4g}", f"{c.new_s * 1e3:.4g}",
              f"{100 * (c.ratio - 1):+.1f}%", f"±{100 * c.band:.0f}%", c.verdict] for c in changes]
-    return table(WORDS.gate_header().split("|"), rows)
+    return table(["device", "section", "row", "previous run", "previous median (ms)", "newest median (ms)", "change",
+                  "band", "verdict"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=WORDS.gate_description())
+    ap = argparse.ArgumentParser(description="Judge each stored row's newest measurement against its previous one.")
     add_repo_arguments(ap)
-    ap.add_argument("--all", action="store_true", help=WORDS.gate_help_all())
-    ap.add_argument("--bands", nargs="+", type=Path, metavar="RUN", help=WORDS.gate_help_bands())
-    ap.add_argument("--device", help=WORDS.gate_help_device())
-    ap.add_argument("--section", help=WORDS.gate_help_section())
+    ap.add_argument("--all", action="store_true", help="print every compared row, not only changes beyond bands")
+    ap.add_argument("--bands", nargs="+", type=Path, metavar="RUN", help="measure noise bands from identical runs")
+    ap.add_argument("--device", help="with --bands: the device slug")
+    ap.add_argument("--section", help="with --bands: the section")
     args = ap.parse_args(argv)
     data_dir = repo_from_args(ap, args).data_dir
     if args.bands:
         if not (args.device and args.section):
-            ap.error(WORDS.gate_bands_needs())
+            ap.error("--bands needs --device and --section")
         try:
             bands = measure_bands(args.bands, args.device, args.section)
             if not bands:
-                raise ValueError(WORDS.gate_no_bands())
+                raise ValueError("no row is measured in two of these runs: the bands are left as they were")
             write_bands(data_dir.parent / "noise-bands.toml", args.device, args.section, bands)
         except ValueError as exc:  # BadRunFile and ConfigError included: each names its file
-            print(WORDS.gate_bands_error(exc), file=sys.stderr)
+            print(f"gate --bands: {exc}", file=sys.stderr)
             return 1
-        print(WORDS.gate_bands_written(len(bands), args.device, args.section, max(bands.values(), default=0)))
+        print(f"wrote {len(bands)} bands for {args.device}/{args.section}; largest {max(bands.values()):.1%}")
         return 0
     try:
         verdict = compare(data_dir)
     except ConfigError as exc:
-        print(WORDS.gate_error(exc), file=sys.stderr)
+        print(f"gate: {exc}", file=sys.stderr)
         return 1
     changes = verdict.changes
     for exc in verdict.bad_files:
-        print(WORDS.gate_corrupt(exc), file=sys.stderr)
+        print(f"gate: CORRUPT run file {exc}", file=sys.stderr)
     for copy in verdict.copies:
-        print(WORDS.gate_copy(copy), file=sys.stderr)
+        print(f"gate: ignored {copy}", file=sys.stderr)
     shown = changes if args.all else [c for c in changes if c.verdict != "within band"]
-    print(WORDS.gate_summary(len(changes), len({(c.device, c.section) for c in changes})))
+    print(f"gate: {len(changes)} rows compared across {len({(c.device, c.section) for c in changes})} sections")
     if shown:
         print(render(shown))
     bad = [c for c in changes if c.regressed and not c.accepted]
     for c in bad:
-        print(WORDS.gate_regression(c), file=sys.stderr)
+        print(f"gate: REGRESSION {c.device}/{c.section} {c.row}: {c.old_s * 1e3:.4g} -> {c.new_s * 1e3:.4g} ms "
+              f"({100 * (c.ratio - 1):+.1f}%, band ±{100 * c.band:.0f}%); accept it in reports/accepted-changes.toml "
+              "with a reason if intended", file=sys.stderr)
     return 1 if bad or verdict.bad_files else 0
 
 

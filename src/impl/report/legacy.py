@@ -43,20 +43,12 @@ def legacy_row(info: dict[str, Any], group: str | None) -> tuple[Row, float | No
     figure there (its pytest-benchmark stats then timed one placeholder round), else None."""
     status, reason = _status(info)
     env = info.get("env") or {}
-    known = {k: env.get(k) for k in Env.__dataclass_fields__ if k in env}
-    known.setdefault("device", "unknown")
-    known.setdefault("device_type", "cuda" if env.get("cuda") and "cpu" not in str(env.get("device")).lower() else "cpu")
-    known.setdefault("torch", "")
-    known.setdefault("triton", None)
-    known.setdefault("cuda", None)
-    known.setdefault("profile", "")
-    metrics: dict[Metric, float] = {}
-    extra_metrics = {}
-    for k, v in (info.get("metrics") or {}).items():
-        if k in _METRICS and v is not None:
-            metrics[_METRICS[k]] = v
-        else:
-            extra_metrics[k] = v
+    cuda = env.get("cuda") and "cpu" not in str(env.get("device")).lower()
+    known = {"device": "unknown", "device_type": "cuda" if cuda else "cpu", "torch": "", "triton": None, "cuda": None,
+             "profile": "", **{k: env[k] for k in Env.__dataclass_fields__ if k in env}}
+    given = (info.get("metrics") or {}).items()
+    metrics = {_METRICS[k]: v for k, v in given if k in _METRICS and v is not None}
+    extra_metrics = {k: v for k, v in given if not (k in _METRICS and v is not None)}
     peaks = None
     if info.get("peak_flops"):
         datasheet = datasheet_bf16_flops(known["device"]) if known["device_type"] == "cuda" else None

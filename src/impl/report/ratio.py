@@ -39,6 +39,12 @@ def ratio(ours_s, anchor_s, anchor: str = "", ours_spread=None, anchor_spread=No
     return Ratio(float(ours_s), float(anchor_s), anchor, abs(ours_s - anchor_s) <= spread if spread else False)
 
 
+def within_noise(a_s: float, b_s: float, a_std: float | None, b_std: float | None) -> bool:
+    """Two means (or medians) within each other's standard deviation, |a − b| ≤ std_a + std_b (a missing std
+    counts 0): equal times with no std are within noise, where `ratio` (no spread: no verdict) says not."""
+    return abs(a_s - b_s) <= (a_std or 0.0) + (b_std or 0.0)
+
+
 def of_benches(ours, anchor, name: str = "") -> Ratio | None:
     """Ours ÷ anchor of two rows' medians (impl.report.rows.Bench, measured), each with its spread."""
     return ratio(ours.stats.median, anchor.stats.median, name, ours.spread, anchor.spread)

@@ -6,7 +6,7 @@ as 2025's; a row's size label comes from one function, `size_label`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Hashable, Iterable, Self, TypeVar
 
 from impl.bench.row import Metric, Row, Status
@@ -25,6 +25,15 @@ def group(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
     for x in items:
         out.setdefault(key(x), []).append(x)
     return out
+
+
+def newest(items: Iterable[T], key: Callable[[T], Hashable], rank: Callable[[T], Any]) -> list[T]:
+    """Per key, the item of the highest rank (of equal ranks, the first), highest first: the report's one
+    newest-per-key selection (rank by run time, or by (measured, run time))."""
+    out: dict = {}
+    for x in sorted(items, key=rank, reverse=True):
+        out.setdefault(key(x), x)
+    return list(out.values())
 
 
 def size_ref(size: str | None, edition: str | None) -> SizeRef | None:
@@ -292,6 +301,29 @@ class View:
     def of(cls, b: Bench) -> Self:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in b.row.config.items() if k in names})
+
+
+@dataclass(frozen=True)
+class RowView(View):
+    """A view that holds its row (`b`, set by `of`) and reads what the row measured through it, not copied."""
+
+    b: Bench | None = field(default=None, repr=False, kw_only=True)
+
+    status = property(lambda self: self.b.status)
+    reason = property(lambda self: self.b.row.reason)
+    details = property(lambda self: self.b.details)
+    run = property(lambda self: self.b.run)
+    step_s = property(lambda self: self.b.step_s)
+    std_s = property(lambda self: self.b.stats and self.b.stats.stddev)
+    tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
+
+    @classmethod
+    def of(cls, b: Bench) -> Self:
+        return replace(super().of(b), b=b)
+
+    @property
+    def not_run(self) -> bool:
+        return self.status not in (Status.MEASURED, Status.OOM)
 
 
 @dataclass(frozen=True)

@@ -38,24 +38,18 @@ def render_page(name: str, **facts) -> str:
 
 
 def macros(name: str):
-    """The macros of template `name` as functions: the command-line words of the gate and compare
-    (`macros("cli.txt.j2").some_line(...)`); pages render whole through render_page. A template line
+    """The macros of template `name` as functions (`macros("figures.txt.j2").fsdp_step(c)`: pages.fsdp's figure
+    words, the one call left in the report; tests call a page's score macros); pages render whole through
+    render_page, the other figures' words are templates/figures.toml's (impl.report.figures). A template line
     is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph; a markdown
     table (lines starting "|") keeps its lines."""
-    return _Macros(environment().get_template(name).module)
+    module = environment().get_template(name).module
 
-
-class _Macros:
-    def __init__(self, module):
-        self._module = module
-
-    def __getattr__(self, name):
-        macro = getattr(self._module, name)
-
-        def call(*args, **kwargs) -> str:
-            paragraphs = re.split(r"\n\s*\n", str(macro(*args, **kwargs)).strip())
-            return "\n\n".join(_paragraph(par) for par in paragraphs)
-        return call
+    class Macros:
+        def __getattr__(self, macro):
+            return lambda *args, **kwargs: "\n\n".join(
+                _paragraph(par) for par in re.split(r"\n\s*\n", str(getattr(module, macro)(*args, **kwargs)).strip()))
+    return Macros()
 
 
 def _paragraph(text: str) -> str:

@@ -11,16 +11,16 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
+from impl.report.ratio import within_noise
 from impl.report.rows import Bench, SizedView, group, size_label, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, newest_date
-from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
 
 PROBLEMS = (P.BENCHMARKING_SCRIPT,)
 PROBLEM = P.BENCHMARKING_SCRIPT
 SLUG = "benchmarking_script"
-WORDS = macros(f"{SLUG}.md.j2")  # the words drawn into the training-step figure
+WORDS = figures.words(SLUG)  # the words drawn into the training-step figure
 STABLE = 0.05  # a row whose std is under this share of its mean is called stable
 STUDIES = {"main_2026": "main", "warmup_fresh_process": "warmup"}  # 2026's studies answer the same questions
 
@@ -89,7 +89,7 @@ class Cell:  # one row's timing: mean ± std over the timed steps (s), or why it
         return self.std_s / self.mean_s if self.ok and self.std_s is not None else None
 
     def within_noise(self, other: Cell) -> bool:
-        return abs(self.mean_s - other.mean_s) <= (self.std_s or 0.0) + (other.std_s or 0.0)
+        return within_noise(self.mean_s, other.mean_s, self.std_s, other.std_s)
 
 
 @dataclass(frozen=True)
@@ -278,9 +278,10 @@ def _plot(e: EditionFacts, device: str, ctx: Context) -> str | None:
             pts = [(r.context, r.train.mean_s * 1e3) for r in e.grid
                    if r.size == size and r.dtype == dtype and r.train is not None and r.train.ok]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}", label=f"{size} {dtype}")
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{k}",
+                        label=WORDS.label("series", size=size, dtype=dtype))
     ctxs = sorted({r.context for r in e.grid})
-    ax.set(xscale="log", yscale="log", xlabel=WORDS.plot_x(), ylabel=WORDS.plot_y(), title=WORDS.plot_title())
+    ax.set(xscale="log", yscale="log", xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
     ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
     ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -5,28 +5,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from impl.bench.row import Metric, Status
+from impl.bench.row import Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, SizedView, group, size_label, stat_name
+from impl.report.rows import Bench, RowView, SizedView, group, size_label, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
-from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.GRADIENT_CHECKPOINTING,)
 PROBLEM = P.GRADIENT_CHECKPOINTING
 SLUG = "gradient_checkpointing"
 STUDY_2026 = "single_level_2026"
-WORDS = macros(f"{SLUG}.md.j2")  # the words drawn into the depth figure
+WORDS = figures.words(SLUG)  # the words drawn into the depth figure
 POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
 ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
 
 @dataclass(frozen=True)
-class PolicyRow(SizedView):
-    """One row: its config (rows.View) and the row (`b`, set by policy_row) it reads its measured peak, the
+class PolicyRow(SizedView, RowView):
+    """One row: its config (rows.View) and the row (`b`, rows.RowView) it reads its measured peak, the
     predictions (the hook terms' and the fp32 closed form's, each a step peak and the block stack's activations)
     and its step from."""
 
@@ -39,18 +38,10 @@ class PolicyRow(SizedView):
     dtype: str | None = None
     batch: int | None = None
     context: int | None = None
-    b: Bench | None = field(default=None, repr=False)
 
     name = property(lambda self: self.b.name)
-    status = property(lambda self: self.b.status)
-    reason = property(lambda self: self.b.row.reason)
     peak = property(lambda self: self.b.row.memory.peak_allocated)  # measured peak allocated
-    details = property(lambda self: self.b.details)  # best_k, best_k_rule, ks, terms
-    run = property(lambda self: self.b.run)
-    step_s = property(lambda self: self.b.step_s)
-    std_s = property(lambda self: self.b.stats and self.b.stats.stddev)
     mean_s = property(lambda self: self.b.stats and self.b.stats.mean)
-    tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
     forwards = property(lambda self: self.details.get("measured_block_forwards"))  # counted by forward pre-hooks
     forwards_predicted = property(lambda self: self.details.get("predicted_block_forwards"))
     _hook = property(lambda self: (self.details.get("predicted") or {}).get("hook_terms") or {})
@@ -66,10 +57,6 @@ class PolicyRow(SizedView):
         return ref.config.num_layers if ref else self.num_layers
 
     @property
-    def not_run(self) -> bool:
-        return self.status not in (Status.MEASURED, Status.OOM)
-
-    @property
     def measured(self) -> bool:
         return self.status is Status.MEASURED and self.peak is not None
 
@@ -81,7 +68,7 @@ class PolicyRow(SizedView):
 def policy_row(b: Bench) -> PolicyRow:
     c = PolicyRow.of(b)
     return replace(c, k=None if c.k is None or c.policy == "none" else int(c.k),
-                   layers=None if c.layers is None else int(c.layers), study=c.study or b.details.get("study"), b=b)
+                   layers=None if c.layers is None else int(c.layers), study=c.study or b.details.get("study"))
 
 
 @dataclass(frozen=True)
@@ -124,14 +111,14 @@ def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
     for policy, style in (("none", "o"), ("nested", "s")):
         sel = [r for r in table if r.policy == policy]
         if sel:
-            ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30
-                                              for r in sel], "--" + style, label=WORDS.plot_series(policy, False))
+            ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30 for r in sel],
+                    "--" + style, label=WORDS.label("predicted", policy=policy))
             meas = [r for r in sel if r.measured]
             if meas:
                 ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,
-                        label=WORDS.plot_series(policy, True))
+                        label=WORDS.label("measured", policy=policy))
     if ax.lines:
-        ax.set(xlabel=WORDS.plot_x(), ylabel=WORDS.plot_y(), title=WORDS.plot_title())
+        ax.set(xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
         ax.legend(fontsize=8)
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-depth")
         figures.save(fig, path)

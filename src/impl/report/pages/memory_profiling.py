@@ -14,35 +14,29 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with, open_gz
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages.training_step import newest
-from impl.report.rows import Bench, SizedView, group, size_label
+from impl.report.rows import Bench, RowView, SizedView, group, newest, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
-from impl.report.templating import macros
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
 
 PROBLEMS = (P.MEMORY_PROFILING,)
 PROBLEM = P.MEMORY_PROFILING
 SLUG = "memory_profiling"
-WORDS = macros("figures.txt.j2")  # the words drawn into the timeline figures
 CASES_2026 = {tuple(c) for c in grid(P.MEMORY_PROFILING, "full").cases_2026}  # (size, context) the 2026 sweep asks
 ASKED = size_label(SizeRef("2026", "xl"))
+TIMELINE = figures.words("memory_timeline")  # the words drawn into the timeline figures
 CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf16", "train_step"))
 
 
 @dataclass(frozen=True)
-class MemCase(SizedView):
-    """One row: its config (rows.View) and the row (`b`, set by mem_case) that it reads what it measured from."""
+class MemCase(SizedView, RowView):
+    """One row: its config (rows.View) and the row (`b`) that it reads what it measured from (rows.RowView)."""
 
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None  # forward / train_step / block_probe
     batch: int | None = None
-    b: Bench | None = field(default=None, repr=False)
 
-    status = property(lambda self: self.b.status)
-    details = property(lambda self: self.b.details)
-    run = property(lambda self: self.b.run)
     # peak allocated and reserved, measured rows only
     peak_bytes = property(lambda self: self.b.row.memory.peak_allocated if self.status is Status.MEASURED else None)
     reserved_bytes = property(lambda self: self.b.row.memory.peak_reserved if self.status is Status.MEASURED else None)
@@ -74,8 +68,7 @@ class MemCase(SizedView):
         return self.status is Status.MEASURED and self.peak_bytes is not None
 
 
-def mem_case(b: Bench) -> MemCase:
-    return replace(MemCase.of(b), b=b)
+mem_case = MemCase.of
 
 
 def newest_per_case(rows: list[Bench]) -> list[Bench]:
@@ -496,7 +489,7 @@ def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> Non
     for k, name in enumerate([*blocks, "backward"]):
         a, b = trace.range(name)
         ax.axvspan((a - start) / 1e6, (b - start) / 1e6, color=f"C{k + 1}", alpha=0.15, label=name)
-    ax.set(xlabel=WORDS.memory_nsys_x(), ylabel=WORDS.memory_nsys_y())
+    ax.set(xlabel=figures.words("memory_nsys").x, ylabel=figures.words("memory_nsys").y)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     figures.save(fig, path)
@@ -517,7 +510,9 @@ def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
             trace = read_memory(db)
         blocks = [n for n in dict.fromkeys(n for n, _, _ in trace.ranges) if re.fullmatch(r"block \d+", n)]
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"nsys-{c.name}")
-        _draw_memory(trace, blocks, path, WORDS.memory_nsys(size, len(blocks), a, filed.device, filed.when))
+        _draw_memory(trace, blocks, path, figures.words("memory_nsys").title.format(
+            size=size, blocks=len(blocks), context=a["context"], batch=a["batch"], dtype=a["dtype"],
+            device=filed.device, when=filed.when))
         probe = next((p for p in probes if (p.context, p.dtype) == (int(a["context"]), a["dtype"])), None)
         out.append(NsysMemCase(int(a["context"]), a["dtype"], int(a["batch"]),
                                tuple(trace.in_range(n) for n in blocks), trace.in_range("forward"),
@@ -574,6 +569,11 @@ class MemoryPage(SourcedFromRuns):
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}
 
 
+def _timeline_title(size: str, mode: str, device: str, date: str, dtype: str | None = None) -> str:
+    words = dict(size=size, mode=mode.replace("_", " "), device=device, date=date, dtype=dtype)
+    return TIMELINE.label("title_dtype", **words) if dtype else TIMELINE.title.format(**words)
+
+
 def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], from_zero: bool = True) -> str | None:
     """A figure of timeline panels; its link, None without panels."""
     if not panels:
@@ -603,14 +603,15 @@ def facts(ctx: Context) -> MemoryPage:
         m26, grid = None, d26 or earlier
     else:
         m26, grid = replace(m26, figures=tuple((mode, link) for mode in ("forward", "train_step") for link in [_draw(
-            ctx, f"{device}-2026-{mode}", WORDS.memory_active(m26.size, mode, device, m26.date),
-            [(f"{c.dtype}, context {c.context}", c.timeline) for c in m26.cases if c.mode == mode and c.timeline],
+            ctx, f"{device}-2026-{mode}", _timeline_title(m26.size, mode, device, m26.date),
+            [(TIMELINE.label("panel_dtype", dtype=c.dtype, context=c.context), c.timeline)
+             for c in m26.cases if c.mode == mode and c.timeline],
             from_zero=False)] if link)), []
     timelines = []
     for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
         g = [c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]
-        link = _draw(ctx, f"{device}-{mode}-{dtype}", WORDS.memory_active(f.size, mode, device, newest_date(g), dtype),
-                     [(f"context {c.context}", c.timeline) for c in g])
+        link = _draw(ctx, f"{device}-{mode}-{dtype}", _timeline_title(f.size, mode, device, newest_date(g), dtype),
+                     [(TIMELINE.label("panel", context=c.context), c.timeline) for c in g])
         timelines += [(mode, dtype, link)] if link else []
     return MemoryPage(f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],

@@ -5,8 +5,7 @@ templates/training_step.md.j2 holds every word but the ablation's cells (`ablati
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, TypeVar
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,10 +15,10 @@ from impl.report import figures
 from impl.report.markdown import gib, missing, ms, num, pct
 from impl.report.output import write_table_csv
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.ratio import Ratio, ratio
-from impl.report.rows import Bench, View, group, stat_name, timing_text
+from impl.report.ratio import Ratio, ratio, within_noise
+from impl.report.rows import Bench, RowView, View, group, newest, stat_name, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, device_short
-from impl.report.templating import environment, macros
+from impl.report.templating import environment
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.TRAINING_STEP,)
@@ -29,7 +28,7 @@ CONFIG_ORDER = ["fp32", "bf16", "+flash", "+compile", "+fused_adamw", "+fused_ce
                 "fast+cudagraphs", "anchor"]
 OURS = ["fast", "fast+cudagraphs"]  # the all-speed-ups configs set against the anchor
 INLINE_ROWS = 20  # a longer ablation goes to a CSV, the page shows its grid
-WORDS = macros(f"{SLUG}.md.j2")  # the words drawn into the ablation figure
+WORDS = figures.words(SLUG)  # the words drawn into the ablation figure
 ABLATION_HEADER = environment().get_template(f"{SLUG}.md.j2").module.ABLATION_HEADER  # the CSV's (and table's) columns
 
 
@@ -47,24 +46,17 @@ class Settings(View):
 
 
 @dataclass(frozen=True)
-class Step(View):
-    """One row: its config (rows.View), its settings, and the row (`b`, set by step()) it reads its measurement from."""
+class Step(RowView):
+    """One row: its config (rows.View), its settings, and the row (`b`, rows.RowView) it reads its measurement from."""
 
     size: str | None = None
     context: int | None = None
     config: str | None = None
     batch: int | None = None
     settings: Settings | None = None
-    b: Bench | None = field(default=None, repr=False)
 
-    status = property(lambda self: self.b.status)
-    reason = property(lambda self: self.b.row.reason)
-    step_s = property(lambda self: self.b.step_s)
-    std_s = property(lambda self: self.b.stats and self.b.stats.stddev)
-    tokens_per_s = property(lambda self: self.b.metric(Metric.TOKENS_PER_S))
     mfu = property(lambda self: self.b.metric(Metric.MFU))
     mfu_measured = property(lambda self: self.b.metric(Metric.MFU_MEASURED_PEAK))
-    details = property(lambda self: self.b.details)
     datetime = property(lambda self: self.b.run.datetime)
     commit = property(lambda self: self.b.run.commit)
     peaks = property(lambda self: self.b.row.peaks)  # its run's measured matmul peak (MFU's), the datasheet's
@@ -81,10 +73,6 @@ class Step(View):
     @property
     def ok(self) -> bool:
         return self.status is Status.MEASURED and not missing(self.step_s)
-
-    @property
-    def not_run(self) -> bool:
-        return self.status not in (Status.MEASURED, Status.OOM)
 
     @property
     def run(self) -> str:
@@ -116,19 +104,7 @@ def step(b: Bench) -> Step:
     c, x = Step.of(b), Settings.of(b)
     x = replace(x, weights=x.weights or "fp32", compile_backend=None if x.compile == "none" else x.compile_backend,
                 fused_ce=bool(x.fused_ce))
-    return replace(c, context=int(c.context), settings=x, b=b)
-
-
-T = TypeVar("T")
-
-
-def newest(items: Iterable[T], key: Callable, rank: Callable) -> list[T]:
-    """Per key, the item of the highest rank (of equal ranks, the first), highest first: one selection for this
-    page's rows and memory_profiling's cases (it belongs in impl.report.rows, beside `group`)."""
-    out: dict = {}
-    for x in sorted(items, key=rank, reverse=True):
-        out.setdefault(key(x), x)
-    return list(out.values())
+    return replace(c, context=int(c.context), settings=x)
 
 
 def latest(every: list[Step]) -> list[Step]:
@@ -156,7 +132,7 @@ def noise_ratio(ours: Step, ref: Step | None) -> str:
     """ours ÷ ref as "0.64×", "within noise" where medians ± std overlap; "–" unless both ran."""
     if ref is None or not (ours.status is Status.MEASURED and ref.status is Status.MEASURED):
         return "–"
-    if abs(ours.step_s - ref.step_s) <= (ours.std_s or 0.0) + (ref.std_s or 0.0):
+    if within_noise(ours.step_s, ref.step_s, ours.std_s, ref.std_s):
         return "within noise"
     return f"{ours.step_s / ref.step_s:.2f}×"
 
@@ -259,8 +235,8 @@ def _plot(d: list[Step], path) -> bool:
         cells = [next((s for s in g if s.config == cfg and s.ok), None) for g in gs.values()]
         ax.bar(x + (i - (len(configs) - 1) / 2) * width, [0.0 if r is None else float("nan") if r.tokens_per_s is None
                                                           else r.tokens_per_s for r in cells], width, label=cfg)
-    ax.set_xticks(x, labels=[WORDS.plot_tick(s, c) for s, c in gs])
-    ax.set(ylabel=WORDS.plot_y(), title=WORDS.plot_title())
+    ax.set_xticks(x, labels=[WORDS.label("tick", size=s, context=c) for s, c in gs])
+    ax.set(ylabel=WORDS.y, title=WORDS.title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     figures.save(fig, path)
     return True
