@@ -33,10 +33,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .flash_gluon import LOG2E, _descriptor, _mma_layout, _tile_2d, as_4d, check_shared
 from .flash_gluon_bwd import _tma_reduce_add
+from .flash_gluon_common import LOG2E, _descriptor, _mma_layout, _row_stats, _tile_2d, as_4d, check_shared
 
 Tensor = torch.Tensor
 FN = "flash_gluon_backward_ws"
@@ -122,10 +121,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         slot = t % NUM_STAGES
         phase = (t // NUM_STAGES) & 1
         m0 = (j0 + t) * BLOCK_M
-        offs_m = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
-        in_q = offs_m < N_Q
-        lse2 = gl.load(L_base + offs_m, mask=in_q, other=0.0) * 1.4426950408889634
-        delta = gl.load(D_base + offs_m, mask=in_q, other=0.0)
+        offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
         q2 = _tile_2d(q_smem.index(slot), BLOCK_M, BLOCK_D)
         do2 = _tile_2d(do_smem.index(slot), BLOCK_M, BLOCK_D)
         mbarrier.wait(q_ready.index(slot), phase)
@@ -254,12 +250,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     check_shared(shared_bytes(d, q.element_size()), d, "ws backward", FN)
     n_k = k4.shape[2]
     bm, bn = BLOCK_M.value, BLOCK_N.value
-    dq_block = [1, 1, bm, d // 2]
-    dq_desc = TensorDescriptor(dq4, list(dq4.shape), list(dq4.stride()), dq_block,
-                               gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
     sm_scale = 1.0 / math.sqrt(d)
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, bm, 0, d), _descriptor(v4, bm, 0, d),
-            _descriptor(do4, bm, 0, d), dq_desc, _descriptor(dk4, bm, 0, d),
+            _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, bm, 0, d),
             _descriptor(dv4, bm, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
 
@@ -271,9 +264,8 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     """flash_gluon_bwd.flash_gluon_backward's contract at head dim 128 (ValueError otherwise), through
     the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel,
     this kernel, the buffer's cast."""
-    from .flash_gluon import check_device
-    from .flash_gluon_bwd import _PRE_BLOCK_M, validate_backward
-    from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
+    from .flash_gluon_bwd import _preprocess, validate_backward
+    from .flash_gluon_common import check_device
 
     validate_backward(q, k, v, o, do, lse, FN)
     if q.shape[-1] != 128:
@@ -285,10 +277,7 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    dq4 = as_4d(dq32)
-    _attn_bwd_preprocess[(-(-n_q // _PRE_BLOCK_M), B * H)](
-        o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q,
-        HEAD_DIM=d, BLOCK_D=d, D1=0, BLOCK_M=_PRE_BLOCK_M)
+    _preprocess(o4, do4, delta, as_4d(dq32))  # d 128: one head-dim tile
     grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal)
     _attn_bwd_ws_sm90[grid](*args, **opts)
     return dq32.to(q.dtype), dk, dv
