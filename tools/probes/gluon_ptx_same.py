@@ -10,6 +10,7 @@ over shared memory) is saved as its refusal.
 
     PYTHONPATH=src python tools/probes/gluon_ptx_same.py dump DIR [--only SUBSTR] [--jobs N]
     PYTHONPATH=src python tools/probes/gluon_ptx_same.py compare BASE [NEW] [--only SUBSTR] [--jobs N]
+    PYTHONPATH=src python tools/probes/gluon_ptx_same.py diff BASE NEW      (two dumps; compiles nothing)
     PYTHONPATH=src python tools/probes/gluon_ptx_same.py list
 
 Each run compiles into a fresh, empty Triton cache (--cache: reuse Triton's), so nothing is read back
@@ -17,10 +18,16 @@ from a compile of another tree.
 
 `dump` writes DIR/<variant>.ptx and DIR/<variant>.json. `compare` compiles the working tree into NEW (a
 temporary folder when omitted) and compares it with BASE, a `dump` taken before the change: every
-variant's normalised PTX must be identical and its figures equal (the SASS hash included, taken with
-the stack offsets of spill stores and loads masked: ptxas assigns those nondeterministically, see
-_sass_key); exit status 0 when all are, 1 otherwise, with the first differing lines of each differing PTX.
-`dump` also writes DIR/<variant>.sass (the instructions; the raw hash is in the .json, not compared).
+variant's normalised PTX must be identical and its figures equal (registers, stack, local bytes, shared
+memory, warps, setmaxnreg budgets, SASS instruction counts); exit status 0 when all are, 1 otherwise,
+with the first differing lines of each differing PTX. `dump` also writes DIR/<variant>.sass.
+
+The SASS is compared too but only reported: for the kernels that spill (the d 128 one-pass backward,
+the ws backward) ptxas's SASS is not a function of the normalised PTX. The same source compiled from
+two checkouts in other folders (PTX differing only in `.file` names) gave other SASS for 4 of the 61
+variants; the stage-3b PTX compiled three times from one file gave three SASS differing in spill-slot
+offsets (masked by _sass_key); the d 128 one-pass backward's PTX compiled three times from one file
+gave one SASS, but its PTX from another folder another schedule. No kernel without spills varied.
 
 What normalising removes (nothing that can reach the machine code): `.loc` and `.file` lines (source
 positions and file names), the `.section .debug_*` blocks and the `$L__tmp` / `$L__func_*` labels that
@@ -192,9 +199,24 @@ def _sass_key(sass: str) -> str:
     """The SASS with the local-memory offsets of spill stores and loads masked: ptxas (12.x, Triton 3.6's)
     places spilled values in stack slots nondeterministically. The stage-3b backward's PTX, compiled
     three times by the same ptxas with the same flags, gave three SASS that differ only in the
-    [R1+0x..] offsets of their STL/LDL; a kernel without spills compiles to the same SASS every time."""
-    return "\n".join(re.sub(r"\[R1(\+0x[0-9a-f]+)?\]", "[R1+X]", line) if re.search(r"\b(STL|LDL)\b", line) else line
-                     for line in sass.splitlines())
+    [R1+0x..] offsets of their STL/LDL (and so in those instructions' encodings, dropped here too); a
+    kernel without spills compiles to the same SASS every time."""
+    out = []
+    for line in sass.splitlines():
+        if re.search(r"\b(STL|LDL)\b", line):
+            line = re.sub(r"/\*\s*0x[0-9a-f]+\s*\*/", "", re.sub(r"\[R1(\+0x[0-9a-f]+)?\]", "[R1+X]", line))
+        out.append(line.rstrip())
+    return "\n".join(out)
+
+
+def _sass_hash(folder: str, name: str, meta: dict):
+    """The SASS key's hash of a dumped variant: from its saved .sass (so a later _sass_key applies to an
+    older dump), else the one its .json recorded."""
+    path = os.path.join(folder, name + ".sass")
+    if os.path.exists(path):
+        with open(path) as f:
+            return hashlib.sha256(_sass_key(f.read().rstrip("\n")).encode()).hexdigest()
+    return meta.get("sass_sha256")
 
 
 def dump_one(args):
@@ -256,11 +278,11 @@ def normalise(ptx: str) -> str:
     return out
 
 
-_FIGURE_KEYS = ("refused", "num_warps", "shared", "regs", "stack", "local", "partitions", "counts", "sass_sha256")
+_FIGURE_KEYS = ("refused", "num_warps", "shared", "regs", "stack", "local", "partitions", "counts")
 
 
 def compare(base: str, new: str, names) -> int:
-    bad = 0
+    bad = n_sass = 0
     for name in names:
         pb, pn = (os.path.join(x, name + ".json") for x in (base, new))
         if not os.path.exists(pb) or not os.path.exists(pn):
@@ -271,7 +293,13 @@ def compare(base: str, new: str, names) -> int:
             mb = json.load(f)
         with open(pn) as f:
             mn = json.load(f)
+        if "refused" not in mb:
+            mb["sass_sha256"] = _sass_hash(base, name, mb)
+        if "refused" not in mn:
+            mn["sass_sha256"] = _sass_hash(new, name, mn)
         diffs = [f"{k}: {mb.get(k)!r} -> {mn.get(k)!r}" for k in _FIGURE_KEYS if mb.get(k) != mn.get(k)]
+        sass_note = "" if mb.get("sass_sha256") == mn.get("sass_sha256") else \
+            " (SASS differs: ptxas's own variation, see the module's docstring)"
         if "refused" not in mb and "refused" not in mn:
             with open(os.path.join(base, name + ".ptx")) as f:
                 xb = normalise(f.read())
@@ -286,8 +314,10 @@ def compare(base: str, new: str, names) -> int:
         else:
             what = "refused, same message" if "refused" in mb else \
                 f"PTX identical, regs {mn['regs']}, shared {mn['shared']}, warps {mn['num_warps']}, stack {mn['stack']}"
-            print(f"same {name}: {what}")
-    print(f"\n{len(names) - bad} of {len(names)} variants identical; {bad} differ")
+            print(f"same {name}: {what}{sass_note}")
+            n_sass += bool(sass_note)
+    print(f"\n{len(names) - bad} of {len(names)} variants identical; {bad} differ"
+          + (f"; {n_sass} of the identical ones with other SASS (ptxas, not the PTX)" if n_sass else ""))
     return 1 if bad else 0
 
 
@@ -303,7 +333,7 @@ def run_dump(out_dir: str, only: str, jobs: int) -> list:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=("dump", "compare", "list"))
+    ap.add_argument("mode", choices=("dump", "compare", "diff", "list"))
     ap.add_argument("dirs", nargs="*")
     ap.add_argument("--only", default="", help="variants whose name contains this")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -325,6 +355,11 @@ def main(argv=None) -> int:
         names = run_dump(a.dirs[0], a.only, a.jobs)
         print(f"{len(names)} variants in {a.dirs[0]}")
         return 0
+    if a.mode == "diff":  # two existing dumps, nothing compiled
+        if len(a.dirs) != 2:
+            ap.error("diff BASE NEW")
+        names = sorted(f[:-5] for f in os.listdir(a.dirs[1]) if f.endswith(".json") and a.only in f)
+        return compare(a.dirs[0], a.dirs[1], names)
     if len(a.dirs) not in (1, 2):
         ap.error("compare BASE [NEW]")
     base = a.dirs[0]
