@@ -46,8 +46,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_init, warpgroup_mma_wait)
 
-from .flash_gluon_common import (DTYPES, HEAD_DIM_TILES, LOG2E, _barriers, _copy, _invalidate, _issue_ring,
-                                 _key_tiles, _mma_layout, _query_tile, _retire, _tile_2d, as_4d, check_shared, dims,
+from .flash_gluon_common import (DTYPES, HEAD_DIM_TILES, LOG2E, _barriers, _copy, _invalidate, _issue_ring, _key_tiles,
+                                 _mma_layout, _query_tile, _retire, _ring_pair, _tile_2d, as_4d, check_shared, dims,
                                  descriptors, forward_outputs, validate)
 
 Tensor = torch.Tensor
@@ -241,15 +241,13 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
 
     # Shared memory: Q (later O), the K/V ring, one mbarrier for Q and one per slot for K and for V.
     q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], v_desc.layout)
+    k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
     qh_smem = 0
     kh_smem = 0
     vh_smem = 0
     if D1 > 0:
         qh_smem = gl.allocate_shared_memory(dtype, qh_desc.block_type.shape, qh_desc.layout)
-        kh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], kh_desc.layout)
-        vh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], vh_desc.layout)
+        kh_smem, vh_smem = _ring_pair(kh_desc, vh_desc, NUM_STAGES, BLOCK_N, D1)
     q_bar, k_bars, v_bars = _barriers(NUM_STAGES)
 
     mid, n_tiles = _key_tiles(start_m, BLOCK_M, N_K, BLOCK_N, IS_CAUSAL)

@@ -54,8 +54,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .flash_gluon_common import (HEAD_DIM_TILES, LOG2E, _barriers, _check_layout, _copy_pair, _descriptor, _invalidate,
-                                 _issue_ring, _mma_layout, _row_stats, _store_rows, _tile_2d, as_4d, check_device,
-                                 check_shared, dims, validate)
+                                 _issue_ring, _masked_pt, _mma_layout, _ring_pair, _row_stats, _store_rows, _tile_2d,
+                                 as_4d, check_device, check_shared, dims, validate)
 
 if TYPE_CHECKING:
     from .flash_options import FlashOptions
@@ -240,11 +240,7 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         dpt = _t_product(v2, vh2, do_slot, doh_slot, st_zero, BLOCK_M, BLOCK_D, D1)
         # Groups retire in order (one per wgmma): 1 (d 64/128) or 2 (split d) left = dPᵀ's.
         st = warpgroup_mma_wait(num_outstanding=2 if D1 > 0 else 1, deps=(st,))
-        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-        if MASKED:
-            pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
-        if KEY_MASK:
-            pt = gl.where(gl.expand_dims(offs_n < N_K, 1), pt, 0.0)
+        pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         # dV += Pᵀ·dO runs while dSᵀ is formed.
         pt16 = gl.convert_layout(pt.to(dtype), a_layout)
         dv, dv_h, pt16_h = _acc_product(pt16, dv, dv_h, do_slot, doh_slot, BLOCK_M, BLOCK_D, D1)
@@ -314,8 +310,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
 
     k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], do_desc.layout)
+    q_smem, do_smem = _ring_pair(q_desc, do_desc, NUM_STAGES, BLOCK_M, BLOCK_D)
     ds_smem = 0
     dq_smem = 0
     if DQ:
@@ -330,8 +325,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     if D1 > 0:
         kh_smem = gl.allocate_shared_memory(dtype, kh_desc.block_type.shape, kh_desc.layout)
         vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
-        qh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, D1], qh_desc.layout)
-        doh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, D1], doh_desc.layout)
+        qh_smem, doh_smem = _ring_pair(qh_desc, doh_desc, NUM_STAGES, BLOCK_M, D1)
         if DQ:
             dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
     kv_bar, q_bars, do_bars = _barriers(NUM_STAGES)

@@ -35,7 +35,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .flash_gluon_bwd import _tma_reduce_add
-from .flash_gluon_common import LOG2E, _descriptor, _mma_layout, _row_stats, _tile_2d, as_4d, check_shared
+from .flash_gluon_common import (LOG2E, _descriptor, _masked_pt, _mma_layout, _ring_pair, _row_stats, _tile_2d,
+                                 as_4d, check_shared)
 
 Tensor = torch.Tensor
 FN = "flash_gluon_backward_ws"
@@ -129,11 +130,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         mbarrier.wait(do_ready.index(slot), phase)
         dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))
-        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-        if MASKED:
-            pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
-        if KEY_MASK:
-            pt = gl.where(gl.expand_dims(offs_n < N_K, 1), pt, 0.0)
+        pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         pt16 = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(pt16, do2, dv, is_async=True)
         dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
@@ -209,8 +206,7 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     gl.static_assert(BLOCK_D == 128, "head dim 128 only")
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], v_desc.layout)
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], do_desc.layout)
+    q_smem, do_smem = _ring_pair(q_desc, do_desc, NUM_STAGES, BLOCK_M, BLOCK_D)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N // 2, BLOCK_M],
                                         gl.NVMMASharedLayout.get_default_for([BLOCK_N // 2, BLOCK_M], dtype))
     dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, 1, BLOCK_M, BLOCK_D // 2], dq_desc.layout)

@@ -60,6 +60,15 @@ def _tile_2d(smem, ROWS: gl.constexpr, COLS: gl.constexpr):
 
 
 @gluon.jit
+def _ring_pair(a_desc, b_desc, NUM_STAGES: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+    """Shared memory of two rings of NUM_STAGES (1, 1, ROWS, COLS) TMA blocks (K and V, or Q and dO), in
+    a_desc's dtype, each in its descriptor's layout: a's first."""
+    a_smem = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, 1, 1, ROWS, COLS], a_desc.layout)
+    b_smem = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, 1, 1, ROWS, COLS], b_desc.layout)
+    return a_smem, b_smem
+
+
+@gluon.jit
 def _slot(buf, i, D1: gl.constexpr):
     """Slot i of a hi-half ring (0 when there is no hi half, D1 == 0)."""
     view = 0
@@ -201,6 +210,17 @@ def _store_rows(acc, acc_h, smem, smem_h, desc, desc_h, b, h, row0, ROWS: gl.con
     tma.async_copy_shared_to_global(desc, [b, h, row0, 0], smem)
     if D1 > 0:
         tma.async_copy_shared_to_global(desc_h, [b, h, row0, BLOCK_D], smem_h)
+
+
+@gluon.jit
+def _masked_pt(pt, offs_m, offs_n, N_K, MASKED: gl.constexpr, KEY_MASK: gl.constexpr):
+    """The backward's Pᵀ (keys x queries) with its masks: MASKED, the causal one (query before key:
+    0); KEY_MASK, keys past N_K (0: P of a padded key may be inf, a select is needed, not a product)."""
+    if MASKED:
+        pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
+    if KEY_MASK:
+        pt = gl.where(gl.expand_dims(offs_n < N_K, 1), pt, 0.0)
+    return pt
 
 
 @gluon.jit

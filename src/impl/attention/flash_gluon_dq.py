@@ -45,8 +45,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
 
 from .flash_gluon import _pv_async, _qk_async
 from .flash_gluon_common import (LOG2E, _barriers, _copy_pair, _descriptor, _invalidate, _issue_ring, _key_tiles,
-                                 _mma_layout, _query_tile, _retire, _store_rows, _tile_2d, as_4d, check_shared,
-                                 descriptors, dims)
+                                 _mma_layout, _query_tile, _retire, _ring_pair, _store_rows, _tile_2d, as_4d,
+                                 check_shared, descriptors, dims)
 
 Tensor = torch.Tensor
 FN = "flash_gluon_backward"  # the launcher whose contract the checks state (flash_gluon_bwd.FN)
@@ -156,8 +156,7 @@ def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, dq_desc, qh_desc, kh_desc, vh_desc
     # Shared memory: Q (later dQ) and dO, the K/V ring; one mbarrier for Q and dO, one per slot for K and for V.
     q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, do_desc.block_type.shape, do_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], v_desc.layout)
+    k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
     qh_smem = 0
     doh_smem = 0
     kh_smem = 0
@@ -165,8 +164,7 @@ def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, dq_desc, qh_desc, kh_desc, vh_desc
     if D1 > 0:
         qh_smem = gl.allocate_shared_memory(dtype, qh_desc.block_type.shape, qh_desc.layout)
         doh_smem = gl.allocate_shared_memory(dtype, doh_desc.block_type.shape, doh_desc.layout)
-        kh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], kh_desc.layout)
-        vh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], vh_desc.layout)
+        kh_smem, vh_smem = _ring_pair(kh_desc, vh_desc, NUM_STAGES, BLOCK_N, D1)
     q_bar, k_bars, v_bars = _barriers(NUM_STAGES)
 
     # Key tiles [0, mid) unmasked, [mid, n_tiles) masked (the forward's split).

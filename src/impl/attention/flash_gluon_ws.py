@@ -50,8 +50,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .flash_gluon import _online_softmax, _pv_async, _qk_async, _rows, _store_tile
-from .flash_gluon_common import (LOG2E, _copy, _key_tiles, _mma_layout, _retire, _slot, _tile_2d, as_4d, check_shared,
-                                 descriptors, dims, forward_outputs)
+from .flash_gluon_common import (LOG2E, _copy, _key_tiles, _mma_layout, _retire, _ring_pair, _slot, _tile_2d, as_4d,
+                                 check_shared, descriptors, dims, forward_outputs)
 
 Tensor = torch.Tensor
 FN = "flash_gluon_ws_forward"
@@ -323,15 +323,13 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
     + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], v_desc.layout)
+    k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
     qh_smem = 0
     kh_smem = 0
     vh_smem = 0
     if D1 > 0:
         qh_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, D1], qh_desc.layout)
-        kh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], kh_desc.layout)
-        vh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], vh_desc.layout)
+        kh_smem, vh_smem = _ring_pair(kh_desc, vh_desc, NUM_STAGES, BLOCK_N, D1)
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
