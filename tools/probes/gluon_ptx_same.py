@@ -25,9 +25,9 @@ with the first differing lines of each differing PTX. `dump` also writes DIR/<va
 The SASS is compared too but only reported: for the kernels that spill (the d 128 one-pass backward,
 the ws backward) ptxas's SASS is not a function of the normalised PTX. The same source compiled from
 two checkouts in other folders (PTX differing only in `.file` names) gave other SASS for 4 of the 61
-variants; the stage-3b PTX compiled three times from one file gave three SASS differing in spill-slot
-offsets (masked by _sass_key); the d 128 one-pass backward's PTX compiled three times from one file
-gave one SASS, but its PTX from another folder another schedule. No kernel without spills varied.
+variants; the stage-3b PTX, one file compiled twice with Triton's flags, gave two SASS differing in
+spill-slot offsets (masked by _sass_key); the d 128 one-pass backward's PTX compiled three times from one
+file gave one SASS, but its PTX from another folder another schedule. No kernel without spills varied.
 
 What normalising removes (nothing that can reach the machine code): `.loc` and `.file` lines (source
 positions and file names), the `.section .debug_*` blocks and the `$L__tmp` / `$L__func_*` labels that
@@ -197,10 +197,10 @@ def _sass_body(sass: str) -> str:
 
 def _sass_key(sass: str) -> str:
     """The SASS with the local-memory offsets of spill stores and loads masked: ptxas (12.x, Triton 3.6's)
-    places spilled values in stack slots nondeterministically. The stage-3b backward's PTX, compiled
-    three times by the same ptxas with the same flags, gave three SASS that differ only in the
-    [R1+0x..] offsets of their STL/LDL (and so in those instructions' encodings, dropped here too); a
-    kernel without spills compiles to the same SASS every time."""
+    places spilled values in stack slots nondeterministically. The stage-3b backward's PTX, one file
+    compiled twice by the same ptxas with Triton's flags (three times without -lineinfo), gave SASS that
+    differ only in the [R1+0x..] offsets of their STL/LDL (and so in those instructions' encodings,
+    dropped here too); a kernel without spills compiles to the same SASS every time."""
     out = []
     for line in sass.splitlines():
         if re.search(r"\b(STL|LDL)\b", line):

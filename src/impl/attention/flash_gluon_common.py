@@ -3,16 +3,20 @@
 warp-specialized experiment) and flash_gluon_dq (the dQ kernel).
 
 Kernel side (``@gluon.jit``, inlined into each kernel): the wgmma accumulator layout, the rank-4 TMA
-block as a matrix, the TMA copies of a lo/hi head-dim pair onto an mbarrier (one block, two blocks on
-one barrier, a ring slot of two operands), the program's query tile and its key-tile range (which
-tiles need masks), the three-array mbarrier set of the non-specialized kernels, retiring a product
-left in flight, and the epilogue's store of an accumulator through shared memory.
+block as a matrix, the shared memory of a pair of rings, the TMA copies of a lo/hi head-dim pair onto
+an mbarrier (one block, two blocks on one barrier, a ring slot of two operands), the program's query
+tile and its key-tile range (which tiles need masks), the three-array mbarrier set of the
+non-specialized kernels, retiring a product left in flight, the epilogue's store of an accumulator
+through shared memory, and the backwards' per-row lse and D and their Pᵀ masks.
 
 Host side: the head-dim tiles and dtypes, the input checks (shapes, dtypes, TMA's layout rules, the
-device, shared memory) whose messages name the launcher, the 4-D views and the TMA descriptors.
+device, shared memory) whose messages name the launcher, the 4-D views and shapes, the TMA descriptors
+and the forwards' outputs.
 
 Every kernel compiled from these pieces has the PTX it had when each kernel wrote them out itself
 (tools/probes/gluon_ptx_same.py compares; NOTES.md, "Issue 47: one prologue for the Gluon kernels").
+Where a piece is written in an order that looks arbitrary (_issue_ring, _store_rows' scale), that
+order is the one that keeps the PTX: shared-memory allocations and the order of ops reach the PTX.
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   heads fastest: CTAs running at once share the K/V of a few heads in L2, and the long causal tiles
   start first (the short ones fill the tail).
 
-Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding, the epilogue through Q's shared
-memory and the launcher's checks are stage 1's (shared helpers). The first key tile of a tile always
-runs the masked softmax (it has no P·V before it, so it is peeled anyway).
+Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
+memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
+tile of a tile always runs the masked softmax (it has no P·V before it, so it is peeled anyway).
 
 Nothing on the default paths imports this module (a test checks it). Importing it needs triton
 (Gluon) but no GPU; :func:`launch_args` builds a launch for CPU tensors too (the sm_90a compile test).
