@@ -45,16 +45,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_init, warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .flash_configs import SM90_MAX_SHARED
+from .flash_gluon_common import (DTYPES, HEAD_DIM_TILES, LOG2E, _barriers, _copy, _invalidate, _issue_ring, _key_tiles,
+                                 _mma_layout, _query_tile, _retire, _ring_pair, _tile_2d, as_4d, check_shared, dims,
+                                 descriptors, forward_outputs, validate)
 
 Tensor = torch.Tensor
-
-LOG2E = 1.4426950408889634
-#: Head dims this kernel supports, as (lo, hi) tiles; hi 0: one tile.
-HEAD_DIM_TILES = {64: (64, 0), 80: (64, 16), 96: (64, 32), 128: (128, 0)}
-DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 @dataclass(frozen=True)
@@ -97,50 +93,8 @@ def shared_bytes(d: int, config: GluonFwdConfig, itemsize: int = 2) -> int:
 
 
 # ---------------------------------------------------------------------------
-# Layouts
-# ---------------------------------------------------------------------------
-
-@gluon.constexpr_function
-def _mma_layout(num_warps, n):
-    """wgmma accumulator layout of a (16 x num_warps, n) tile: warps stacked along the rows (each
-    warp owns 16 whole rows, so row max and row sum stay inside a warp), instructions m16 n k16.
-    None for n == 0 (no hi tile)."""
-    if n == 0:
-        return None
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16])
-
-
-# ---------------------------------------------------------------------------
 # Kernel helpers
 # ---------------------------------------------------------------------------
-
-@gluon.jit
-def _issue_kv(t, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars,
-              BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Start the TMA loads of key tile t (K and V, lo and hi halves) into slot t % NUM_STAGES; a
-    no-op past the last tile (the copies and the byte counts are predicated, so the ring's phases
-    stay in step without a branch)."""
-    slot = t % NUM_STAGES
-    live = t < n_tiles
-    row = t * BLOCK_N
-    k_bar = k_bars.index(slot)
-    v_bar = v_bars.index(slot)
-    nbytes: gl.constexpr = k_desc.block_type.nbytes + (kh_desc.block_type.nbytes if D1 > 0 else 0)
-    mbarrier.expect(k_bar, nbytes, pred=live)
-    tma.async_copy_global_to_shared(k_desc, [b, h, row, 0], k_bar, k_smem.index(slot), pred=live)
-    if D1 > 0:
-        tma.async_copy_global_to_shared(kh_desc, [b, h, row, BLOCK_D], k_bar, kh_smem.index(slot), pred=live)
-    mbarrier.expect(v_bar, nbytes, pred=live)
-    tma.async_copy_global_to_shared(v_desc, [b, h, row, 0], v_bar, v_smem.index(slot), pred=live)
-    if D1 > 0:
-        tma.async_copy_global_to_shared(vh_desc, [b, h, row, BLOCK_D], v_bar, vh_smem.index(slot), pred=live)
-
-
-@gluon.jit
-def _tile_2d(smem, ROWS: gl.constexpr, COLS: gl.constexpr):
-    """A (1, 1, ROWS, COLS) TMA block as the (ROWS, COLS) matrix wgmma reads."""
-    return smem.reshape([ROWS, COLS])
-
 
 @gluon.jit
 def _qk_async(q2, qh2, k_slot, kh_slot, s_zero, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr):
@@ -231,8 +185,8 @@ def _kv_loop(acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles,
         # Every warp has now waited for its P·V of tile j - 1, so past this barrier that tile's
         # slot is free: refill it with tile j + NUM_STAGES - 1.
         gl.thread_barrier()
-        _issue_kv(j + NUM_STAGES - 1, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem,
-                  vh_smem, k_bars, v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
+        _issue_ring(j + NUM_STAGES - 1, n_tiles, 0, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem,
+                    vh_smem, k_bars, v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
 
         p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, j * BLOCK_N, N_K, qk_scale, MASKED, IS_CAUSAL)
         # The S accumulator's registers are the A operand's: P goes to the tensor cores from registers.
@@ -283,55 +237,24 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     dtype: gl.constexpr = q_desc.dtype
 
-    if IS_CAUSAL:
-        # Causal work grows with the query tile index: the heaviest tiles start first.
-        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        pid_m = gl.program_id(0)
-    pid_bh = gl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    start_m = pid_m * BLOCK_M
+    pid_bh, b, h, start_m = _query_tile(H, BLOCK_M, IS_CAUSAL)
 
     # Shared memory: Q (later O), the K/V ring, one mbarrier for Q and one per slot for K and for V.
     q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], v_desc.layout)
+    k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
     qh_smem = 0
     kh_smem = 0
     vh_smem = 0
     if D1 > 0:
         qh_smem = gl.allocate_shared_memory(dtype, qh_desc.block_type.shape, qh_desc.layout)
-        kh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], kh_desc.layout)
-        vh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], vh_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_bars.index(i), count=1)
-        mbarrier.init(v_bars.index(i), count=1)
-    # The copy engine must see the initialised barriers before the first copy signals one.
-    fence_async_shared()
+        kh_smem, vh_smem = _ring_pair(kh_desc, vh_desc, NUM_STAGES, BLOCK_N, D1)
+    q_bar, k_bars, v_bars = _barriers(NUM_STAGES)
 
-    # Key tiles [0, mid) are full and wholly below the diagonal (no masks); [mid, n_tiles) hold the
-    # diagonal and/or the ragged tail. Tiles above the diagonal are never loaded.
-    n_full = N_K // BLOCK_N
-    if IS_CAUSAL:
-        mid = gl.minimum(start_m // BLOCK_N, n_full)
-        n_tiles = gl.cdiv(gl.minimum(start_m + BLOCK_M, N_K), BLOCK_N)
-    else:
-        mid = n_full
-        n_tiles = gl.cdiv(N_K, BLOCK_N)
-
-    q_bytes: gl.constexpr = q_desc.block_type.nbytes + (qh_desc.block_type.nbytes if D1 > 0 else 0)
-    mbarrier.expect(q_bar, q_bytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar, q_smem)
-    if D1 > 0:
-        tma.async_copy_global_to_shared(qh_desc, [b, h, start_m, BLOCK_D], q_bar, qh_smem)
+    mid, n_tiles = _key_tiles(start_m, BLOCK_M, N_K, BLOCK_N, IS_CAUSAL)
+    _copy(q_desc, qh_desc, start_m, b, h, q_bar, q_smem, qh_smem, BLOCK_D, D1)
     for t in gl.static_range(NUM_STAGES - 1):
-        _issue_kv(t, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars,
-                  v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
+        _issue_ring(t, n_tiles, 0, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars,
+                    v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
 
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
@@ -359,15 +282,8 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
         kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1,
         NUM_STAGES, True, IS_CAUSAL)
     # The last tile's P·V.
-    if D1 > 0:
-        acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_h, p, p_h))
-    else:
-        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
-
-    mbarrier.invalidate(q_bar)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(k_bars.index(i))
-        mbarrier.invalidate(v_bars.index(i))
+    acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
+    _invalidate(q_bar, k_bars, v_bars, NUM_STAGES)
 
     # Epilogue. Every warp is past its last wgmma on Q before any writes O over it.
     gl.thread_barrier()
@@ -379,80 +295,12 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh
 # Host side
 # ---------------------------------------------------------------------------
 
-def _check_layout(name: str, t: Tensor, fn: str) -> None:
-    """TMA's constraints on a (B, H, N, d) operand, each named (with the launcher fn) when it fails."""
-    size = t.element_size()
-    if t.stride(-1) != 1:
-        raise ValueError(f"{fn}: {name} needs unit stride along the head dim (TMA), got strides "
-                         f"{tuple(t.stride())}")
-    if t.data_ptr() % 16:
-        raise ValueError(f"{fn}: {name}'s data must start 16-byte aligned (TMA), got address "
-                         f"{t.data_ptr():#x}")
-    bad = [s for s in t.stride()[:-1] if (s * size) % 16]
-    if bad:
-        raise ValueError(f"{fn}: {name}'s strides must be multiples of 16 bytes (TMA), got strides "
-                         f"{tuple(t.stride())} of {size}-byte elements")
-
-
-def as_4d(x: Tensor) -> Tensor:
-    return x.unsqueeze(1) if x.dim() == 3 else x
-
-
-def validate(q: Tensor, k: Tensor, v: Tensor, fn: str = "flash_gluon_forward") -> None:
-    """Raise ValueError naming the first constraint the inputs break (any device); fn, the launcher
-    whose contract it checks, starts the message."""
-    if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"{fn}: q, k, v must all be (B, H, N, d) or (B, N, d), got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"{fn}: q, k, v must share one dtype of bf16/fp16, got "
-                         f"{q.dtype}, {k.dtype}, {v.dtype}")
-    d = q.shape[-1]
-    if d not in HEAD_DIM_TILES:
-        raise ValueError(f"{fn}: head dim must be one of {sorted(HEAD_DIM_TILES)}, got {d}")
-    if k.shape != v.shape or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != d:
-        raise ValueError(f"{fn}: k and v must be {tuple(q.shape[:-2])} x N_K x {d}, got "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
-    if q.shape[-2] < 1 or k.shape[-2] < 1:
-        raise ValueError(f"{fn}: sequence lengths must be at least 1")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"{fn}: q, k, v on different devices: {q.device}, {k.device}, {v.device}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_layout(name, t, fn)
-
-
-def _descriptor(t: Tensor, rows: int, col0: int, width: int) -> Optional[TensorDescriptor]:
-    """A rank-4 descriptor of blocks (1, 1, rows, width) over the 4-D t (width 0: none)."""
-    if width == 0:
-        return None
-    block = [1, 1, rows, width]
-    layout = gl.NVMMASharedLayout.get_default_for(block, DTYPES[t.dtype])
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
-
-def descriptors(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, rows_q: int, rows_kv: int) -> tuple:
-    """The kernels' eight descriptors over 4-D q, k, v, o: Q, K, V, O lo halves, then the hi halves
-    (None at d 64 and 128), with blocks of rows_q query rows and rows_kv key rows."""
-    lo, hi = HEAD_DIM_TILES[q4.shape[-1]]
-    return tuple(_descriptor(t, rows, col0, width) for col0, width in ((0, lo), (lo, hi))
-                 for t, rows in ((q4, rows_q), (k4, rows_kv), (v4, rows_kv), (o4, rows_q)))
-
-
-def check_shared(nbytes: int, d: int, config, fn: str = "flash_gluon_forward") -> None:
-    """ValueError when a config needs more shared memory than an H100 block may use."""
-    if nbytes > SM90_MAX_SHARED:
-        raise ValueError(f"{fn}: {config} needs {nbytes} bytes of shared memory at head dim {d}, more than the "
-                         f"{SM90_MAX_SHARED} an H100 block may use")
-
-
 def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_causal: bool,
                 config: Optional[GluonFwdConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, positional arguments, launch options) of one forward launch, for tensors on any
     device (the sm_90a compile test builds them from CPU tensors). o and lse contiguous."""
     q4, k4, v4, o4 = as_4d(q), as_4d(k), as_4d(v), as_4d(o)
-    B, H, n_q, d = q4.shape
-    n_k = k4.shape[2]
-    lo, hi = HEAD_DIM_TILES[d]
+    B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     config = config or default_config(d)
     check_shared(shared_bytes(d, config, q.element_size()), d, config)
     bm, bn = config.block_m, config.block_n
@@ -462,16 +310,6 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
     return grid, args, {"num_warps": config.num_warps}
 
 
-def check_device(device: torch.device, fn: str = "flash_gluon_forward") -> None:
-    """RuntimeError off an sm_90 GPU, naming the launcher fn."""
-    if device.type != "cuda":
-        raise RuntimeError(f"{fn} runs on an sm_90 GPU (H100/H200); got a {device.type} tensor")
-    cap = torch.cuda.get_device_capability(device)
-    if cap != (9, 0):
-        raise RuntimeError(f"{fn} is written for sm_90a (wgmma, TMA: H100/H200); "
-                           f"{torch.cuda.get_device_name(device)} is sm_{cap[0]}{cap[1]}")
-
-
 def flash_gluon_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
                         config: Optional[GluonFwdConfig] = None) -> Tuple[Tensor, Tensor]:
     """FlashAttention forward on an sm_90 GPU. q (B, H, N_Q, d) or (B, N_Q, d), k and v (.., N_K, d),
@@ -479,10 +317,7 @@ def flash_gluon_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
     Returns (o, lse): o contiguous in q's shape and dtype, lse fp32 of shape q.shape[:-1], the
     natural-log logsumexp of each query's scaled scores (flash_attention_triton_forward's contract).
     Raises ValueError naming the constraint inputs break, RuntimeError off sm_90."""
-    validate(q, k, v)
-    check_device(q.device)
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    o, lse = forward_outputs(q, k, v, "flash_gluon_forward")
     grid, args, opts = launch_args(q, k, v, o, lse, is_causal, config)
     _attn_fwd_sm90[grid](*args, **opts)
     return o, lse

@@ -52,10 +52,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .flash_gluon import (DTYPES, HEAD_DIM_TILES, LOG2E, _check_layout, _descriptor, _mma_layout, _tile_2d, as_4d,
-                          check_device, check_shared, validate)
+from .flash_gluon_common import (HEAD_DIM_TILES, LOG2E, _barriers, _check_layout, _copy_pair, _descriptor, _invalidate,
+                                 _issue_ring, _masked_pt, _mma_layout, _ring_pair, _row_stats, _store_rows, _tile_2d,
+                                 as_4d, check_device, check_shared, dims, validate)
 
 if TYPE_CHECKING:
     from .flash_options import FlashOptions
@@ -147,27 +147,6 @@ def _dq_layout(num_warps, n):
 
 
 @gluon.jit
-def _issue_q(t, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem, doh_smem, q_bars,
-             do_bars, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Start the TMA loads of the program's t-th query tile (query tile index j0 + t: Q and dO, lo and
-    hi halves) into slot t % NUM_STAGES; predicated off past the last one (n_t)."""
-    slot = t % NUM_STAGES
-    live = t < n_t
-    row = (j0 + t) * BLOCK_M
-    q_bar = q_bars.index(slot)
-    do_bar = do_bars.index(slot)
-    nbytes: gl.constexpr = q_desc.block_type.nbytes + (qh_desc.block_type.nbytes if D1 > 0 else 0)
-    mbarrier.expect(q_bar, nbytes, pred=live)
-    tma.async_copy_global_to_shared(q_desc, [b, h, row, 0], q_bar, q_smem.index(slot), pred=live)
-    if D1 > 0:
-        tma.async_copy_global_to_shared(qh_desc, [b, h, row, BLOCK_D], q_bar, qh_smem.index(slot), pred=live)
-    mbarrier.expect(do_bar, nbytes, pred=live)
-    tma.async_copy_global_to_shared(do_desc, [b, h, row, 0], do_bar, do_smem.index(slot), pred=live)
-    if D1 > 0:
-        tma.async_copy_global_to_shared(doh_desc, [b, h, row, BLOCK_D], do_bar, doh_smem.index(slot), pred=live)
-
-
-@gluon.jit
 def _t_product(a2, ah2, x_slot, xh_slot, zero, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr):
     """Issue A·Xᵀ over d (Sᵀ = K·Qᵀ or dPᵀ = V·dOᵀ): A resident (keys x d), X a ring slot (queries x
     d) read as a permuted view; the hi half chained. Returns the accumulator token."""
@@ -249,11 +228,7 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         slot = t % NUM_STAGES
         phase = (t // NUM_STAGES) & 1
         m0 = (j0 + t) * BLOCK_M
-        offs_m = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
-        in_q = offs_m < N_Q
-        # Rows past N_Q: lse = D = 0 with Q = dO = 0 (zero-filled), so their terms vanish.
-        lse2 = gl.load(L_base + offs_m, mask=in_q, other=0.0) * 1.4426950408889634
-        delta = gl.load(D_base + offs_m, mask=in_q, other=0.0)
+        offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
         q_slot = q_smem.index(slot)
         do_slot = do_smem.index(slot)
         qh_slot = qh_smem.index(slot) if D1 > 0 else 0
@@ -265,11 +240,7 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         dpt = _t_product(v2, vh2, do_slot, doh_slot, st_zero, BLOCK_M, BLOCK_D, D1)
         # Groups retire in order (one per wgmma): 1 (d 64/128) or 2 (split d) left = dPᵀ's.
         st = warpgroup_mma_wait(num_outstanding=2 if D1 > 0 else 1, deps=(st,))
-        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-        if MASKED:
-            pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
-        if KEY_MASK:
-            pt = gl.where(gl.expand_dims(offs_n < N_K, 1), pt, 0.0)
+        pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         # dV += Pᵀ·dO runs while dSᵀ is formed.
         pt16 = gl.convert_layout(pt.to(dtype), a_layout)
         dv, dv_h, pt16_h = _acc_product(pt16, dv, dv_h, do_slot, doh_slot, BLOCK_M, BLOCK_D, D1)
@@ -305,25 +276,9 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         # other orders the last wait before the refill and the next tile's dSᵀ store) frees both.
         gl.thread_barrier()
         # Refill the slot with the tile NUM_STAGES ahead.
-        _issue_q(t + NUM_STAGES, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem,
-                 doh_smem, q_bars, do_bars, BLOCK_M, BLOCK_D, D1, NUM_STAGES)
+        _issue_ring(t + NUM_STAGES, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem,
+                    doh_smem, q_bars, do_bars, BLOCK_M, BLOCK_D, D1, NUM_STAGES)
     return dk, dk_h, dv, dv_h
-
-
-@gluon.jit
-def _store_kv(acc, acc_h, smem, smem_h, desc, desc_h, b, h, n0, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
-              D1: gl.constexpr):
-    """An fp32 (BLOCK_N, d) accumulator into its resident shared-memory tile (free: the caller has
-    passed a barrier after every product that read it), then a TMA store (rows past N dropped)."""
-    dtype: gl.constexpr = desc.dtype
-    smem.reshape([BLOCK_N, BLOCK_D]).store(acc.to(dtype))
-    if D1 > 0:
-        smem_h.reshape([BLOCK_N, D1]).store(acc_h.to(dtype))
-    fence_async_shared()
-    gl.thread_barrier()
-    tma.async_copy_shared_to_global(desc, [b, h, n0, 0], smem)
-    if D1 > 0:
-        tma.async_copy_shared_to_global(desc_h, [b, h, n0, BLOCK_D], smem_h)
 
 
 # ---------------------------------------------------------------------------
@@ -355,8 +310,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
 
     k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], do_desc.layout)
+    q_smem, do_smem = _ring_pair(q_desc, do_desc, NUM_STAGES, BLOCK_M, BLOCK_D)
     ds_smem = 0
     dq_smem = 0
     if DQ:
@@ -371,18 +325,10 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     if D1 > 0:
         kh_smem = gl.allocate_shared_memory(dtype, kh_desc.block_type.shape, kh_desc.layout)
         vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
-        qh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, D1], qh_desc.layout)
-        doh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, D1], doh_desc.layout)
+        qh_smem, doh_smem = _ring_pair(qh_desc, doh_desc, NUM_STAGES, BLOCK_M, D1)
         if DQ:
             dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
-    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    do_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_bar, count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(q_bars.index(i), count=1)
-        mbarrier.init(do_bars.index(i), count=1)
-    fence_async_shared()
+    kv_bar, q_bars, do_bars = _barriers(NUM_STAGES)
 
     # Query tiles j0 + t, t in [0, n_t): causal ones start at the tile holding query n0; the first
     # n_diag hold the diagonal (masked), the rest see the whole key tile.
@@ -396,16 +342,10 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
         n_t = n_m
         n_diag = 0
 
-    kv_bytes: gl.constexpr = 2 * (k_desc.block_type.nbytes + (kh_desc.block_type.nbytes if D1 > 0 else 0))
-    mbarrier.expect(kv_bar, kv_bytes)
-    tma.async_copy_global_to_shared(k_desc, [b, h, n0, 0], kv_bar, k_smem)
-    tma.async_copy_global_to_shared(v_desc, [b, h, n0, 0], kv_bar, v_smem)
-    if D1 > 0:
-        tma.async_copy_global_to_shared(kh_desc, [b, h, n0, BLOCK_D], kv_bar, kh_smem)
-        tma.async_copy_global_to_shared(vh_desc, [b, h, n0, BLOCK_D], kv_bar, vh_smem)
+    _copy_pair(kv_bar, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, b, h, n0, BLOCK_D, D1)
     for t in gl.static_range(NUM_STAGES):
-        _issue_q(t, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem, doh_smem, q_bars,
-                 do_bars, BLOCK_M, BLOCK_D, D1, NUM_STAGES)
+        _issue_ring(t, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem, doh_smem, q_bars,
+                    do_bars, BLOCK_M, BLOCK_D, D1, NUM_STAGES)
 
     dk = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, kv_layout)
     dv = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, kv_layout)
@@ -443,16 +383,13 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False, DQ)
 
-    mbarrier.invalidate(kv_bar)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(q_bars.index(i))
-        mbarrier.invalidate(do_bars.index(i))
+    _invalidate(kv_bar, q_bars, do_bars, NUM_STAGES)
 
     # Epilogue: every warp is past its last product on K and V (the loop's last barrier, or none ran).
     gl.thread_barrier()
-    _store_kv(dk * sm_scale, dk_h * sm_scale if D1 > 0 else 0, k_smem, kh_smem, dk_desc, dkh_desc, b, h, n0,
-              BLOCK_N, BLOCK_D, D1)
-    _store_kv(dv, dv_h, v_smem, vh_smem, dv_desc, dvh_desc, b, h, n0, BLOCK_N, BLOCK_D, D1)
+    _store_rows(dk * sm_scale, dk_h * sm_scale if D1 > 0 else 0, k_smem, kh_smem, dk_desc, dkh_desc, b, h, n0,
+                BLOCK_N, BLOCK_D, D1)
+    _store_rows(dv, dv_h, v_smem, vh_smem, dv_desc, dvh_desc, b, h, n0, BLOCK_N, BLOCK_D, D1)
     tma.store_wait(pendings=0)
 
 
@@ -485,14 +422,7 @@ def _descriptors(q4, k4, v4, do4, dq4, dk4, dv4, rows_q: int, rows_k: int) -> tu
     for col0, width in ((0, lo), (lo, hi)):
         for t, rows in ((q4, rows_q), (k4, rows_k), (v4, rows_k), (do4, rows_q), (dq4, rows_q), (dk4, rows_k),
                         (dv4, rows_k)):
-            if t is None:
-                out.append(None)
-            elif t.dtype == torch.float32:
-                out.append(None if width == 0 else TensorDescriptor(
-                    t, list(t.shape), list(t.stride()), [1, 1, rows, width],
-                    gl.NVMMASharedLayout.get_default_for([1, 1, rows, width], gl.float32)))
-            else:
-                out.append(_descriptor(t, rows, col0, width))
+            out.append(None if t is None else _descriptor(t, rows, col0, width))
     return tuple(out)
 
 
@@ -503,9 +433,7 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     dq32 an fp32 buffer in q's shape, contiguous; dk, dv contiguous."""
     q4, k4, v4, do4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dk, dv))
     dq4 = None if dq32 is None else as_4d(dq32)
-    B, H, n_q, d = q4.shape
-    n_k = k4.shape[2]
-    lo, hi = HEAD_DIM_TILES[d]
+    B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     config = config or default_config(d)
     check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
     if (config.dq == "reduce") != (dq32 is not None):
@@ -519,6 +447,18 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
 
 
 _PRE_BLOCK_M = 64
+
+
+def _preprocess(o4: Tensor, do4: Tensor, delta: Tensor, dq4: Tensor) -> None:
+    """D = rowsum(O·dO) into delta and a zeroed fp32 dQ buffer dq4, by the Triton backward's
+    preprocessing kernel (4-D o, do, dq)."""
+    from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
+
+    B, H, n_q, d = o4.shape
+    lo, hi = HEAD_DIM_TILES[d]
+    _attn_bwd_preprocess[(-(-n_q // _PRE_BLOCK_M), B * H)](
+        o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q,
+        HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M)
 
 
 def _triton_dq(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, do4: Tensor, dq4: Tensor, lse3: Tensor, delta: Tensor,
@@ -562,7 +502,6 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     config = config or default_config(q.shape[-1])
     q4, k4, v4, o4, do4 = (as_4d(t) for t in (q, k, v, o, do))
     B, H, n_q, d = q4.shape
-    lo, hi = HEAD_DIM_TILES[d]
     lse = lse.contiguous()
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
@@ -584,12 +523,8 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
         grid, args, opts = launch_args(q, k, v, do, lse, delta, None, dk, dv, is_causal, config)
         _attn_bwd_sm90[grid](*args, **opts)
         return dq, dk, dv
-    from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
     dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    dq4 = as_4d(dq32)
-    _attn_bwd_preprocess[(-(-n_q // _PRE_BLOCK_M), B * H)](
-        o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q,
-        HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M)
+    _preprocess(o4, do4, delta, as_4d(dq32))
     grid, args, opts = launch_args(q, k, v, do, lse, delta, dq32, dk, dv, is_causal, config)
     _attn_bwd_sm90[grid](*args, **opts)
     return dq32.to(q.dtype), dk, dv

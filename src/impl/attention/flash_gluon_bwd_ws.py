@@ -33,10 +33,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .flash_gluon import LOG2E, _descriptor, _mma_layout, _tile_2d, as_4d, check_shared
 from .flash_gluon_bwd import _tma_reduce_add
+from .flash_gluon_common import (LOG2E, _descriptor, _masked_pt, _mma_layout, _ring_pair, _row_stats, _tile_2d,
+                                 as_4d, check_shared)
 
 Tensor = torch.Tensor
 FN = "flash_gluon_backward_ws"
@@ -122,10 +122,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         slot = t % NUM_STAGES
         phase = (t // NUM_STAGES) & 1
         m0 = (j0 + t) * BLOCK_M
-        offs_m = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
-        in_q = offs_m < N_Q
-        lse2 = gl.load(L_base + offs_m, mask=in_q, other=0.0) * 1.4426950408889634
-        delta = gl.load(D_base + offs_m, mask=in_q, other=0.0)
+        offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
         q2 = _tile_2d(q_smem.index(slot), BLOCK_M, BLOCK_D)
         do2 = _tile_2d(do_smem.index(slot), BLOCK_M, BLOCK_D)
         mbarrier.wait(q_ready.index(slot), phase)
@@ -133,11 +130,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         mbarrier.wait(do_ready.index(slot), phase)
         dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))
-        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-        if MASKED:
-            pt = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), pt, 0.0)
-        if KEY_MASK:
-            pt = gl.where(gl.expand_dims(offs_n < N_K, 1), pt, 0.0)
+        pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         pt16 = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(pt16, do2, dv, is_async=True)
         dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
@@ -213,8 +206,7 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     gl.static_assert(BLOCK_D == 128, "head dim 128 only")
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], v_desc.layout)
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_M, BLOCK_D], do_desc.layout)
+    q_smem, do_smem = _ring_pair(q_desc, do_desc, NUM_STAGES, BLOCK_M, BLOCK_D)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N // 2, BLOCK_M],
                                         gl.NVMMASharedLayout.get_default_for([BLOCK_N // 2, BLOCK_M], dtype))
     dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, 1, BLOCK_M, BLOCK_D // 2], dq_desc.layout)
@@ -254,12 +246,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     check_shared(shared_bytes(d, q.element_size()), d, "ws backward", FN)
     n_k = k4.shape[2]
     bm, bn = BLOCK_M.value, BLOCK_N.value
-    dq_block = [1, 1, bm, d // 2]
-    dq_desc = TensorDescriptor(dq4, list(dq4.shape), list(dq4.stride()), dq_block,
-                               gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
     sm_scale = 1.0 / math.sqrt(d)
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, bm, 0, d), _descriptor(v4, bm, 0, d),
-            _descriptor(do4, bm, 0, d), dq_desc, _descriptor(dk4, bm, 0, d),
+            _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, bm, 0, d),
             _descriptor(dv4, bm, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
 
@@ -271,9 +260,8 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     """flash_gluon_bwd.flash_gluon_backward's contract at head dim 128 (ValueError otherwise), through
     the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel,
     this kernel, the buffer's cast."""
-    from .flash_gluon import check_device
-    from .flash_gluon_bwd import _PRE_BLOCK_M, validate_backward
-    from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
+    from .flash_gluon_bwd import _preprocess, validate_backward
+    from .flash_gluon_common import check_device
 
     validate_backward(q, k, v, o, do, lse, FN)
     if q.shape[-1] != 128:
@@ -285,10 +273,7 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    dq4 = as_4d(dq32)
-    _attn_bwd_preprocess[(-(-n_q // _PRE_BLOCK_M), B * H)](
-        o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q,
-        HEAD_DIM=d, BLOCK_D=d, D1=0, BLOCK_M=_PRE_BLOCK_M)
+    _preprocess(o4, do4, delta, as_4d(dq32))  # d 128: one head-dim tile
     grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal)
     _attn_bwd_ws_sm90[grid](*args, **opts)
     return dq32.to(q.dtype), dk, dv

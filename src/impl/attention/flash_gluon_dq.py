@@ -8,7 +8,7 @@ kernel), then its own dK/dV kernel (``_attn_bwd_sm90`` without the dQ step): the
 * **One program per (query tile, batch·head).** Q and dO of the tile (BLOCK_M rows, 16 per warp) are
   loaded once by TMA and stay in shared memory; the fp32 dQ accumulator stays in registers.
 * **K and V streamed** through a ring of NUM_STAGES slots, one mbarrier per slot for K and one for V
-  (``flash_gluon._issue_kv``, predicated off past the last tile).
+  (``flash_gluon_common._issue_ring``, predicated off past the last tile).
 * **Products per key tile** (3, the two-pass dQ kernel's): S = Q·Kᵀ and dP = dO·Vᵀ from shared memory
   (``_qk_async`` both: Kᵀ and Vᵀ are permuted slot views), P = exp2(S·scale·log2 e − lse·log2 e),
   dS = P∘(dP − D), dQ += dS·K with dS from registers (the S accumulator's layout is the A operand's,
@@ -40,11 +40,13 @@ from typing import Tuple
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma_init,
+from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
 
-from .flash_gluon import (HEAD_DIM_TILES, LOG2E, _descriptor, _issue_kv, _mma_layout, _pv_async, _qk_async, _tile_2d,
-                          as_4d, check_shared, descriptors)
+from .flash_gluon import _pv_async, _qk_async
+from .flash_gluon_common import (LOG2E, _barriers, _copy_pair, _descriptor, _invalidate, _issue_ring, _key_tiles,
+                                 _mma_layout, _query_tile, _retire, _ring_pair, _store_rows, _tile_2d, as_4d,
+                                 check_shared, descriptors, dims)
 
 Tensor = torch.Tensor
 FN = "flash_gluon_backward"  # the launcher whose contract the checks state (flash_gluon_bwd.FN)
@@ -115,8 +117,8 @@ def _k_loop(dq, dq_h, ds, ds_h, q2, qh2, do2, doh2, lse2, delta, offs_m, j_lo, j
         # Every warp has now retired its products on tile j - 1 (dP in iteration j - 1, dQ above), so
         # past this barrier that tile's slot is free: refill it with tile j + NUM_STAGES - 1.
         gl.thread_barrier()
-        _issue_kv(j + NUM_STAGES - 1, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem,
-                  vh_smem, k_bars, v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
+        _issue_ring(j + NUM_STAGES - 1, n_tiles, 0, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem,
+                    vh_smem, k_bars, v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
 
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
         if MASKED:
@@ -149,21 +151,12 @@ def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, dq_desc, qh_desc, kh_desc, vh_desc
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     dtype: gl.constexpr = q_desc.dtype
 
-    if IS_CAUSAL:
-        # Causal work grows with the query tile index: the heaviest tiles start first.
-        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        pid_m = gl.program_id(0)
-    pid_bh = gl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    start_m = pid_m * BLOCK_M
+    pid_bh, b, h, start_m = _query_tile(H, BLOCK_M, IS_CAUSAL)
 
     # Shared memory: Q (later dQ) and dO, the K/V ring; one mbarrier for Q and dO, one per slot for K and for V.
     q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, do_desc.block_type.shape, do_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], v_desc.layout)
+    k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
     qh_smem = 0
     doh_smem = 0
     kh_smem = 0
@@ -171,37 +164,16 @@ def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, dq_desc, qh_desc, kh_desc, vh_desc
     if D1 > 0:
         qh_smem = gl.allocate_shared_memory(dtype, qh_desc.block_type.shape, qh_desc.layout)
         doh_smem = gl.allocate_shared_memory(dtype, doh_desc.block_type.shape, doh_desc.layout)
-        kh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], kh_desc.layout)
-        vh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], vh_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_bars.index(i), count=1)
-        mbarrier.init(v_bars.index(i), count=1)
-    fence_async_shared()
+        kh_smem, vh_smem = _ring_pair(kh_desc, vh_desc, NUM_STAGES, BLOCK_N, D1)
+    q_bar, k_bars, v_bars = _barriers(NUM_STAGES)
 
-    # Key tiles [0, mid) are full and wholly below the diagonal (no masks); [mid, n_tiles) hold the
-    # diagonal and/or the ragged tail; tiles above the diagonal are never loaded (the forward's split).
-    n_full = N_K // BLOCK_N
-    if IS_CAUSAL:
-        mid = gl.minimum(start_m // BLOCK_N, n_full)
-        n_tiles = gl.cdiv(gl.minimum(start_m + BLOCK_M, N_K), BLOCK_N)
-    else:
-        mid = n_full
-        n_tiles = gl.cdiv(N_K, BLOCK_N)
-
-    q_bytes: gl.constexpr = 2 * (q_desc.block_type.nbytes + (qh_desc.block_type.nbytes if D1 > 0 else 0))
-    mbarrier.expect(q_bar, q_bytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar, q_smem)
-    tma.async_copy_global_to_shared(do_desc, [b, h, start_m, 0], q_bar, do_smem)
-    if D1 > 0:
-        tma.async_copy_global_to_shared(qh_desc, [b, h, start_m, BLOCK_D], q_bar, qh_smem)
-        tma.async_copy_global_to_shared(doh_desc, [b, h, start_m, BLOCK_D], q_bar, doh_smem)
+    # Key tiles [0, mid) unmasked, [mid, n_tiles) masked (the forward's split).
+    mid, n_tiles = _key_tiles(start_m, BLOCK_M, N_K, BLOCK_N, IS_CAUSAL)
+    _copy_pair(q_bar, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem, doh_smem, b, h, start_m, BLOCK_D,
+               D1)
     for t in gl.static_range(NUM_STAGES - 1):
-        _issue_kv(t, n_tiles, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars,
-                  v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
+        _issue_ring(t, n_tiles, 0, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars,
+                    v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
 
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
     in_q = offs_m < N_Q
@@ -245,27 +217,12 @@ def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, dq_desc, qh_desc, kh_desc, vh_desc
         k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem, vh_smem, k_bars, v_bars, BLOCK_M, BLOCK_N,
         BLOCK_D, D1, NUM_STAGES, True, IS_CAUSAL)
     # The last tile's dQ product.
-    if D1 > 0:
-        dq, dq_h, ds, ds_h = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dq_h, ds, ds_h))
-    else:
-        dq, ds = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ds))
-
-    mbarrier.invalidate(q_bar)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(k_bars.index(i))
-        mbarrier.invalidate(v_bars.index(i))
+    dq, dq_h, ds, ds_h = _retire(dq, dq_h, ds, ds_h, D1)
+    _invalidate(q_bar, k_bars, v_bars, NUM_STAGES)
 
     # Epilogue: every warp is past its last product on Q before any writes dQ over it.
     gl.thread_barrier()
-    q_smem.reshape([BLOCK_M, BLOCK_D]).store((dq * sm_scale).to(dtype))
-    if D1 > 0:
-        qh_smem.reshape([BLOCK_M, D1]).store((dq_h * sm_scale).to(dtype))
-    # Generic-proxy writes, then the copy engine reads them: fence in every thread, then a barrier.
-    fence_async_shared()
-    gl.thread_barrier()
-    tma.async_copy_shared_to_global(dq_desc, [b, h, start_m, 0], q_smem)
-    if D1 > 0:
-        tma.async_copy_shared_to_global(dqh_desc, [b, h, start_m, BLOCK_D], qh_smem)
+    _store_rows(dq, dq_h, q_smem, qh_smem, dq_desc, dqh_desc, b, h, start_m, BLOCK_M, BLOCK_D, D1, sm_scale)
     tma.store_wait(pendings=0)
 
 
@@ -281,9 +238,7 @@ def dq_launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: 
     layout (the launcher's is contiguous). ValueError (naming flash_gluon_backward) when the tiles need
     more shared memory than an H100 block may use."""
     q4, k4, v4, o4, do4, dq4 = (as_4d(t) for t in (q, k, v, o, do, dq))
-    B, H, n_q, d = q4.shape
-    n_k = k4.shape[2]
-    lo, hi = HEAD_DIM_TILES[d]
+    B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     bm, bn, stages = dq_tiles
     check_shared(dq_shared_bytes(d, dq_tiles, q.element_size()), d, f"the dQ kernel's tiles {tuple(dq_tiles)}", FN)
     sm_scale = 1.0 / math.sqrt(d)

@@ -29,9 +29,9 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   heads fastest: CTAs running at once share the K/V of a few heads in L2, and the long causal tiles
   start first (the short ones fill the tail).
 
-Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding, the epilogue through Q's shared
-memory and the launcher's checks are stage 1's (shared helpers). The first key tile of a tile always
-runs the masked softmax (it has no P·V before it, so it is peeled anyway).
+Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
+memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
+tile of a tile always runs the masked softmax (it has no P·V before it, so it is peeled anyway).
 
 Nothing on the default paths imports this module (a test checks it). Importing it needs triton
 (Gluon) but no GPU; :func:`launch_args` builds a launch for CPU tensors too (the sm_90a compile test).
@@ -49,8 +49,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma_wait)
 
-from .flash_gluon import (HEAD_DIM_TILES, LOG2E, _mma_layout, _online_softmax, _pv_async, _qk_async, _rows,
-                          _store_tile, _tile_2d, as_4d, check_device, check_shared, descriptors, validate)
+from .flash_gluon import _online_softmax, _pv_async, _qk_async, _rows, _store_tile
+from .flash_gluon_common import (LOG2E, _copy, _key_tiles, _mma_layout, _retire, _ring_pair, _slot, _tile_2d, as_4d,
+                                 check_shared, descriptors, dims, forward_outputs)
 
 Tensor = torch.Tensor
 FN = "flash_gluon_ws_forward"
@@ -143,33 +144,8 @@ def _tile_work(t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL
     if IS_CAUSAL:
         i = n_m - 1 - i  # heaviest first
     start = i * (2 * BLOCK_M)
-    n_full = N_K // BLOCK_N
-    if IS_CAUSAL:
-        mid = gl.minimum(start // BLOCK_N, n_full)
-        n_tiles = gl.cdiv(gl.minimum(start + 2 * BLOCK_M, N_K), BLOCK_N)
-    else:
-        mid = n_full
-        n_tiles = gl.cdiv(N_K, BLOCK_N)
+    mid, n_tiles = _key_tiles(start, 2 * BLOCK_M, N_K, BLOCK_N, IS_CAUSAL)
     return start, bh // H, bh % H, bh, mid, n_tiles
-
-
-@gluon.jit
-def _copy(desc, desc_h, coord_row, b, h, bar, dst, dst_h, BLOCK_D: gl.constexpr, D1: gl.constexpr):
-    """TMA of one block (lo and hi halves) onto one barrier, with its byte count."""
-    nbytes: gl.constexpr = desc.block_type.nbytes + (desc_h.block_type.nbytes if D1 > 0 else 0)
-    mbarrier.expect(bar, nbytes)
-    tma.async_copy_global_to_shared(desc, [b, h, coord_row, 0], bar, dst)
-    if D1 > 0:
-        tma.async_copy_global_to_shared(desc_h, [b, h, coord_row, BLOCK_D], bar, dst_h)
-
-
-@gluon.jit
-def _slot(buf, i, D1: gl.constexpr):
-    """Slot i of a ring (0 for a missing hi half)."""
-    view = 0
-    if D1 > 0:
-        view = buf.index(i)
-    return view
 
 
 @gluon.jit
@@ -250,11 +226,9 @@ def _consumer_loop(acc, acc_h, p, l_i, m_i, pos, k, j_lo, j_hi, q2, qh2, offs_m,
         s = warpgroup_mma_wait(num_outstanding=PV_GROUPS, deps=(s, ))
         p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, j * BLOCK_N, N_K, qk_scale, MASKED, IS_CAUSAL)
         p_next = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
+        acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
         if D1 > 0:
-            acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_h, p, p_h))
             acc_h = acc_h * _rows(alpha, acc_h)
-        else:
-            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
         mbarrier.arrive(kv_empty.index(prev))
         acc = acc * _rows(alpha, acc)
         p = p_next
@@ -322,10 +296,7 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, BLOCK_M: gl.c
         acc, acc_h, p_h = _pv_async(p, acc, acc_h, None, v_smem.index(pos % NUM_STAGES),
                                     _slot(vh_smem, pos % NUM_STAGES, D1), BLOCK_N, BLOCK_D, D1)
         _pass_turn(turn, C, PINGPONG)
-        if D1 > 0:
-            acc, acc_h, p, p_h = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_h, p, p_h))
-        else:
-            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+        acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
         mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
         pos += 1
 
@@ -352,15 +323,13 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
     + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, BLOCK_D], v_desc.layout)
+    k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
     qh_smem = 0
     kh_smem = 0
     vh_smem = 0
     if D1 > 0:
         qh_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, D1], qh_desc.layout)
-        kh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], kh_desc.layout)
-        vh_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, D1], vh_desc.layout)
+        kh_smem, vh_smem = _ring_pair(kh_desc, vh_desc, NUM_STAGES, BLOCK_N, D1)
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -405,9 +374,7 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
     """(grid, positional arguments, launch options) of one launch, for tensors on any device (the
     sm_90a compile test builds them from CPU tensors); num_sms sizes a persistent grid."""
     q4, k4, v4, o4 = as_4d(q), as_4d(k), as_4d(v), as_4d(o)
-    B, H, n_q, d = q4.shape
-    n_k = k4.shape[2]
-    lo, hi = HEAD_DIM_TILES[d]
+    B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     config = config or default_config(d)
     check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
     bm, bn = config.block_m, config.block_n
@@ -427,10 +394,7 @@ def flash_gluon_ws_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = Fa
                            config: Optional[GluonWsConfig] = None) -> Tuple[Tensor, Tensor]:
     """flash_gluon_forward's contract (shapes, dtypes, strides, (o, lse), the same ValueError and
     RuntimeError checks) on the warp-specialized kernel."""
-    validate(q, k, v, FN)
-    check_device(q.device, FN)
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    o, lse = forward_outputs(q, k, v, FN)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     grid, args, opts = launch_args(q, k, v, o, lse, is_causal, config, sms)
     _attn_fwd_ws_sm90[grid](*args, **opts)
