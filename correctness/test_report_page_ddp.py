@@ -272,7 +272,7 @@ def test_a_rank_whose_backward_pauses_launching_past_the_bound_is_incomplete():
 def test_the_index_answer_says_not_shown_when_a_distributed_test_failed(tmp_path):
     """The index row of an implementation problem follows the page: a failure in the distributed files at the
     newest multi-GPU record's commit is not "weights match" (2xH200 a4ea09d: test_the_store_outlives_every_rank)."""
-    from impl.report.templating import macros
+    from kits.report_rows import template_macros as macros
 
     recs = ((DEV, "2026-11-26T14:27:42+00:00", "a4ea09d", 10,
              ("correctness.test_distributed::test_the_store_outlives_every_rank",)),)

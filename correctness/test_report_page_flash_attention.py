@@ -11,7 +11,8 @@ from impl.bench.row import Metric, Status
 from impl.report.flash_rows import Kernel
 from impl.report.pages import Kind
 from impl.report.pages import flash_attention as page
-from impl.report.templating import macros, render_page
+from impl.report.templating import render_page
+from kits.report_rows import template_macros as macros
 from kits.report_rows import assert_snapshot, bench, context
 
 ROOT = Path(__file__).resolve().parents[1]

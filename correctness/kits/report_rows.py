@@ -4,11 +4,13 @@ Context a page's facts(ctx) reads. `assert_snapshot` compares a rendered page wi
 under correctness/report_snapshots/ (`pytest --update-snapshots` rewrites the golden files)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
 from impl.report.pages import Context
 from impl.report.rows import Bench, Rows, RunRef, Stats
+from impl.report.templating import _paragraph, environment
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "report_snapshots"
 GPU = Env("NVIDIA H200", "cuda", "2.11.0", "3.6.0", "13.0", "full")
@@ -46,3 +48,16 @@ def assert_snapshot(request, name: str, text: str) -> None:
     assert path.is_file(), f"no snapshot {path}: run pytest with --update-snapshots once and review it"
     expected = path.read_text()
     assert text == expected, f"page {name} differs from {path} (rerun with --update-snapshots if intended)"
+
+
+def template_macros(name: str):
+    """The macros of template `name` as functions, each rendered as a page renders a paragraph (lines joined, a
+    blank line between paragraphs): for tests of one macro's words (a page's score line). The report itself
+    renders whole pages only."""
+    module = environment().get_template(name).module
+
+    class Macros:
+        def __getattr__(self, macro):
+            return lambda *args, **kwargs: "\n\n".join(
+                _paragraph(par) for par in re.split(r"\n\s*\n", str(getattr(module, macro)(*args, **kwargs)).strip()))
+    return Macros()

@@ -32,24 +32,9 @@ def render(name: str, **facts) -> str:
 
 def render_page(name: str, **facts) -> str:
     """A whole page from its template: a template line is a sentence, so each paragraph's lines are
-    joined (as `macros` joins them); a table, a list or a code block keeps its lines."""
+    joined; a table, a list or a code block keeps its lines."""
     paragraphs = re.split(r"\n\s*\n", render(name, **facts))
     return "\n\n".join(p for p in (_paragraph(par) for par in paragraphs) if p) + "\n"
-
-
-def macros(name: str):
-    """The macros of template `name` as functions (`macros("figures.txt.j2").fsdp_step(c)`: pages.fsdp's figure
-    words, the one call left in the report; tests call a page's score macros); pages render whole through
-    render_page, the other figures' words are templates/figures.toml's (impl.report.figures). A template line
-    is a sentence: lines are joined into paragraphs, and a blank line ends a paragraph; a markdown
-    table (lines starting "|") keeps its lines."""
-    module = environment().get_template(name).module
-
-    class Macros:
-        def __getattr__(self, macro):
-            return lambda *args, **kwargs: "\n\n".join(
-                _paragraph(par) for par in re.split(r"\n\s*\n", str(getattr(module, macro)(*args, **kwargs)).strip()))
-    return Macros()
 
 
 def _paragraph(text: str) -> str:

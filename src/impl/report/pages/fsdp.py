@@ -16,7 +16,6 @@ from impl.report.pages.ddp import DeviceSection, DistRow, Profiled
 from impl.report.ratio import Ratio, of_benches
 from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name, device_short
-from impl.report.templating import macros
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
 from impl.workloads.variants import FSDPVariant
@@ -27,16 +26,23 @@ OURS = tuple(v.value for v in FSDPVariant if v.ours)  # the rows with an instrum
 TP = "tp"  # perf/test_fsdp.py's tensor-parallel rows: the whole global batch on every rank
 # the headline pair by rule, not by the best-looking row: the target configuration, else the nearest, bf16 first
 HEADLINE_PAIRS = (("fsdp_block_bf16", "torch_fsdp_bf16"), ("fsdp_bf16", "torch_fsdp_bf16"), ("fsdp", "torch_fsdp"))
-# the timeline's collectives: (colour, row offset in the figure); figures.txt.j2's collective() names them
+# the timeline's collectives: (colour, row offset in the figure); collective_name names them
 COLLECTIVE = {("all_gather", "forward"): ("C0", 0.0), ("all_gather", "backward"): ("C1", 0.0),
               ("reduce_scatter", "backward"): ("C2", 0.35), ("all_reduce", "finish"): ("C7", 0.0)}
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
-WORDS = macros("figures.txt.j2")  # the words drawn into the timeline figure
+WORDS = figures.words("fsdp")  # the words drawn into the timeline figure
+
+
+def collective_name(kind: str, phase: str) -> str:
+    """A collective's name, in the timeline's legend and the page's table (templates/figures.toml)."""
+    names = figures.words("collective")
+    key = f"{kind}_{phase}"
+    return names.label(key) if key in names.labels else names.label("other", kind=kind, phase=phase)
 
 
 def _collective(kind: str, phase: str) -> tuple[str, str, float]:
     """(name in the legend, colour, row offset) of a collective in the timeline figure."""
-    return (WORDS.collective(kind, phase), *COLLECTIVE.get((kind, phase), ("C7", 0.0)))
+    return (collective_name(kind, phase), *COLLECTIVE.get((kind, phase), ("C7", 0.0)))
 
 
 cfg = DistConfig.of
@@ -64,6 +70,10 @@ class Collective:  # one kind of collective in the instrumented step (a summary 
     worst: str  # the weight of the largest stall
     comm_ms: float  # issue -> ready, summed
     stalled: int
+
+    @property
+    def name(self) -> str:
+        return collective_name(self.kind, self.phase)
 
 
 @dataclass(frozen=True)
@@ -161,7 +171,7 @@ def _draw(ax, tl: dict, title: str) -> None:
     shades, seen = {"forward": "C0", "backward": "C1", "finish": "C7"}, set()
     for p in tl["phases"]:  # a step with several forwards shades each, one legend entry per phase name
         ax.axvspan(p["start_ms"], p["end_ms"], color=shades.get(p["name"], "C4"), alpha=0.08, lw=0,
-                   label=None if p["name"] in seen else WORDS.fsdp_phase(p["name"]))
+                   label=None if p["name"] in seen else WORDS.label("phase", phase=p["name"]))
         seen.add(p["name"])
     for kind, phase in sorted({(r["kind"], r["phase"]) for r in rows}):
         g = [r for r in rows if (r["kind"], r["phase"]) == (kind, phase)]
@@ -173,10 +183,10 @@ def _draw(ax, tl: dict, title: str) -> None:
     ax.hlines([r["y"] for r in late], [r["need_ms"] for r in late], [r["ready_ms"] for r in late], color="red", lw=lw)
     for pts, color, stalled, z in ((used, "black", False, 3), (late, "red", True, 4)):
         ax.scatter([r["need_ms"] for r in pts], [r["y"] for r in pts], marker="|", s=max(4.0, lw * 12), color=color,
-                   lw=0.8, label=WORDS.fsdp_needed(stalled), zorder=z)
+                   lw=0.8, label=WORDS.label("needed_stalled" if stalled else "needed"), zorder=z)
     ax.set_ylim(n_calls + 2, -1)
     ax.yaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
-    ax.set(xlabel=WORDS.fsdp_gantt_x(), ylabel=WORDS.fsdp_gantt_y())
+    ax.set(xlabel=WORDS.x, ylabel=WORDS.y)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
@@ -185,23 +195,26 @@ def _draw_timelines(rows: list[Bench], tls: list[Timeline], ctx: Context, name: 
     c = cfg(rows[0])
     fig, axes = figures.plt.subplots(len(rows), 2, figsize=(15, 4.6 * len(rows) + 0.4), squeeze=False,
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
-    fig.suptitle(WORDS.fsdp_step(c), fontsize=11, x=0.01, ha="left")
+    fig.suptitle(WORDS.title.format(size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank,
+                                    world_size=c.world_size), fontsize=11, x=0.01, ha="left")
     for (gantt, slack), b, t in zip(axes, rows, tls):
-        _draw(gantt, b.details["timeline"], f"{WORDS.fsdp_rank(t)}\n{WORDS.fsdp_exposed(t)}")
+        exposed = WORDS.label("exposed", gathers_in_time=t.gathers_in_time, gathers=t.gathers, exposed_ms=t.exposed_ms,
+                              span_ms=t.span_ms)
+        _draw(gantt, b.details["timeline"], f"{WORDS.label('rank', label=t.label)}\n{exposed}")
         # per all-gather, need - ready (below zero its layer waited): readable where the Gantt's bars are too short
         tl = b.details["timeline"]
         rows = [r for r in (dict(zip(tl["columns"], x)) for x in tl["rows"])
                 if r["kind"] == "all_gather" and r["need_ms"] is not None]
         for phase, color in (("forward", "C0"), ("backward", "C1")):
             pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in rows if r["phase"] == phase]
-            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=WORDS.fsdp_gather(phase))
+            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=WORDS.label("gather", phase=phase))
             late = [(c, s) for c, s in pts if s < 0]
             slack.scatter([c for c, _ in late], [s for _, s in late], s=10, facecolors="none", edgecolors="red",
                           lw=0.6)
         slack.axhline(0, color="0.4", lw=0.6)
         slack.xaxis.set_major_locator(figures.plt.MaxNLocator(integer=True))
-        slack.set(xlabel=WORDS.fsdp_slack_x(), ylabel=WORDS.fsdp_slack_y())
-        slack.set_title(WORDS.fsdp_slack_title(), fontsize=9)
+        slack.set(xlabel=WORDS.label("slack_x"), ylabel=WORDS.label("slack_y"))
+        slack.set_title(WORDS.label("slack_title"), fontsize=9)
         slack.legend(fontsize=7, frameon=False)
     figures.save(fig, ctx.fig_dir / name)
     return f"{ctx.fig_rel}/{name}"
