@@ -165,6 +165,8 @@ def test_policy_label_names_every_option_away_from_the_default():
         "keep_attention (k 5), nccl high priority"
     assert policy_label(StepConfig(checkpointing="keep_attention", k=5, nccl_max_ctas=8)) == \
         "keep_attention (k 5), nccl max ctas 8"
+    assert policy_label(StepConfig(checkpointing="keep_attention", k=10, residual="bf16")) == \
+        "keep_attention (k 10), bf16 residual"
 
 
 def test_the_step_in_nsys_names_its_candidate_and_says_a_trace_that_lost_records(tmp_path, request):
@@ -185,3 +187,20 @@ def test_the_step_in_nsys_names_its_candidate_and_says_a_trace_that_lost_records
     assert any(s.endswith("sqlite/leaderboard_2026_keep_attention-3-pointwise-flash_gluon.sqlite.gz")
                for s in f.sources)
     assert "This capture lost kernel records" in render_page("leaderboard_2026.md.j2", f=f)
+
+
+def test_kernels_linked_to_no_op_are_named_beside_the_gap(tmp_path):
+    """A row whose profile has unlinked kernel time (> 5% of the step) says so beside the gap; a flash_gluon row
+    without parts (recorded before the Gluon halves ran inside an op) says its forward attention is among them."""
+    def rows(unlinked, attn_impl):
+        b = _two("keep_attention", 0, 6.9, 6880.0, 7.0)
+        b.details["breakdown"]["unlinked_kernel_ms"] = unlinked
+        b.row.config["attn_impl"] = attn_impl
+        return _allreduce() + [b]
+
+    text = render_page("leaderboard_2026.md.j2", f=page.facts(context(rows(700.0, "flash_gluon"), tmp_path / "a")))
+    assert "linked to no launching op ran 0.70 s" in text and "Gluon forward attention" in text
+    text = render_page("leaderboard_2026.md.j2", f=page.facts(context(rows(700.0, "flash_triton"), tmp_path / "b")))
+    assert "linked to no launching op ran 0.70 s" in text and "Gluon forward attention" not in text
+    text = render_page("leaderboard_2026.md.j2", f=page.facts(context(rows(100.0, "flash_gluon"), tmp_path / "c")))
+    assert "linked to no launching op" not in text

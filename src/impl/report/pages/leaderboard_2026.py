@@ -33,6 +33,7 @@ class StepConfig(View):
     grad_sync: str = "ddp_bucketed"  # StepSpec.grad_sync (rows before it: ddp_bucketed)
     nccl_high_priority: bool = False  # StepSpec's NCCL options (rows before them: NCCL's defaults)
     nccl_max_ctas: int | None = None
+    residual: str = "fp32"  # StepSpec.residual (in the row only where bf16)
     layers: int = 0
     world_size: int | None = None
     batch: int = 0
@@ -44,8 +45,8 @@ _cfg = StepConfig.of
 
 def policy_label(c: StepConfig) -> str:
     """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": a row's checkpointing,
-    compile and attention where not our Triton FlashAttention, allocator, gradient sync and NCCL options
-    where not the defaults."""
+    compile and attention where not our Triton FlashAttention, allocator, gradient sync, NCCL options and
+    residual stream where not the defaults."""
     label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
     label += "" if c.compile == "none" else f", {c.compile} compiled"
     label += "" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}"
@@ -54,6 +55,7 @@ def policy_label(c: StepConfig) -> str:
     for option, value in (("nccl_high_priority", c.nccl_high_priority), ("nccl_max_ctas", c.nccl_max_ctas)):
         if value not in (False, None):  # a StepSpec field's name, and its value where not a flag
             label += ", " + option.replace("_", " ") + ("" if value is True else f" {value}")
+    label += "" if c.residual == "fp32" else f", {c.residual} residual"
     return label
 
 
