@@ -20,7 +20,10 @@ from a compile of another tree.
 temporary folder when omitted) and compares it with BASE, a `dump` taken before the change: every
 variant's normalised PTX must be identical and its figures equal (registers, stack, local bytes, shared
 memory, warps, setmaxnreg budgets, SASS instruction counts); exit status 0 when all are, 1 otherwise,
-with the first differing lines of each differing PTX. `dump` also writes DIR/<variant>.sass.
+with the first differing lines of each differing PTX. A variant of BASE missing from NEW is a difference;
+one only NEW has (a kernel variant added by the change, e.g. stage 3d's dq_stages 2) is listed as new and
+not compared. Config fields added later are left out of the names at their default (_LATER_FIELDS), so
+older dumps keep comparing. `dump` also writes DIR/<variant>.sass.
 
 The SASS is compared too but only reported: for the kernels that spill (the d 128 one-pass backward,
 the ws backward) ptxas's SASS is not a function of the normalised PTX. The same source compiled from
@@ -83,6 +86,10 @@ def _bwd_variants():
             out.append(("bwd", 128, True, "bf16", config))
     for d in (64, 80, 96):
         out.append(("bwd", d, True, "bf16", bwd.GluonBwdConfig(dq="triton")))
+    for d in (64, 80, 96, 128):  # stage 3d: two dQ staging tiles (the candidate covers d 128 causal)
+        for causal in (False, True):
+            out.append(("bwd", d, causal, "bf16", bwd.GluonBwdConfig(dq_stages=2)))
+    out.append(("bwd", 128, True, "bf16", bwd.GluonBwdConfig(num_stages=3, dq_stages=2)))  # refused: dq_stages
     default = bwd.GluonBwdConfig(dq="gluon").dq_tiles
     for d in (64, 80, 96, 128):
         for causal in (False, True):
@@ -98,6 +105,11 @@ def _bwd_variants():
     return out
 
 
+#: Config fields added after dumps were taken, left out of a variant's name at their default value, so that
+#: every variant compiled before the field existed keeps its name (and compares against an older dump).
+_LATER_FIELDS = {"dq_stages": 1}  # GluonBwdConfig, stage 3d
+
+
 def _config_tag(config) -> str:
     if config is None:
         return "fixed"
@@ -105,6 +117,8 @@ def _config_tag(config) -> str:
         return "tiles" + "x".join(map(str, config))
     fields = []
     for k, v in vars(config).items():
+        if k in _LATER_FIELDS and v == _LATER_FIELDS[k]:
+            continue
         if isinstance(v, bool):
             v = int(v)
         elif isinstance(v, tuple):
@@ -281,13 +295,24 @@ def normalise(ptx: str) -> str:
 _FIGURE_KEYS = ("refused", "num_warps", "shared", "regs", "stack", "local", "partitions", "counts")
 
 
-def compare(base: str, new: str, names) -> int:
+def compare(base: str, new: str, names, only: str = "") -> int:
+    """Every variant of BASE (whose name contains `only`) must be in NEW, identical; a variant only NEW has
+    (added since BASE was dumped) is listed as new and not compared."""
     bad = n_sass = 0
+    added = []
+    in_base = sorted(f[:-5] for f in os.listdir(base) if f.endswith(".json") and only in f)
+    for name in [n for n in in_base if n not in names]:
+        print(f"DIFF {name}: missing in new")
+        bad += 1
     for name in names:
         pb, pn = (os.path.join(x, name + ".json") for x in (base, new))
-        if not os.path.exists(pb) or not os.path.exists(pn):
-            print(f"DIFF {name}: missing in {'base' if not os.path.exists(pb) else 'new'}")
+        if not os.path.exists(pn):
+            print(f"DIFF {name}: missing in new")
             bad += 1
+            continue
+        if not os.path.exists(pb):
+            added.append(name)
+            print(f"new  {name}: not in base, not compared")
             continue
         with open(pb) as f:
             mb = json.load(f)
@@ -316,8 +341,10 @@ def compare(base: str, new: str, names) -> int:
                 f"PTX identical, regs {mn['regs']}, shared {mn['shared']}, warps {mn['num_warps']}, stack {mn['stack']}"
             print(f"same {name}: {what}{sass_note}")
             n_sass += bool(sass_note)
-    print(f"\n{len(names) - bad} of {len(names)} variants identical; {bad} differ"
-          + (f"; {n_sass} of the identical ones with other SASS (ptxas, not the PTX)" if n_sass else ""))
+    n_cmp = len(set(names) | set(in_base)) - len(added)
+    print(f"\n{n_cmp - bad} of {n_cmp} variants identical; {bad} differ"
+          + (f"; {n_sass} of the identical ones with other SASS (ptxas, not the PTX)" if n_sass else "")
+          + (f"; {len(added)} new, not in base" if added else ""))
     return 1 if bad else 0
 
 
@@ -359,14 +386,14 @@ def main(argv=None) -> int:
         if len(a.dirs) != 2:
             ap.error("diff BASE NEW")
         names = sorted(f[:-5] for f in os.listdir(a.dirs[1]) if f.endswith(".json") and a.only in f)
-        return compare(a.dirs[0], a.dirs[1], names)
+        return compare(a.dirs[0], a.dirs[1], names, a.only)
     if len(a.dirs) not in (1, 2):
         ap.error("compare BASE [NEW]")
     base = a.dirs[0]
     new = a.dirs[1] if len(a.dirs) == 2 else tempfile.mkdtemp(prefix="gluon_ptx_new_")
     names = run_dump(new, a.only, a.jobs)
     print(f"compiled into {new}")
-    return compare(base, new, names)
+    return compare(base, new, names, a.only)
 
 
 if __name__ == "__main__":

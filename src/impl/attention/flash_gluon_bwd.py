@@ -42,7 +42,7 @@ Nothing on the default paths imports this module (stage 4 wires it in). Importin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Optional, Tuple
 
 import torch
@@ -53,6 +53,7 @@ from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from .flash_configs import SM90_MAX_SHARED
 from .flash_gluon_common import (HEAD_DIM_TILES, LOG2E, _barriers, _check_layout, _copy_pair, _descriptor, _invalidate,
                                  _issue_ring, _masked_pt, _mma_layout, _ring_pair, _row_stats, _store_rows, _tile_2d,
                                  as_4d, check_device, check_shared, dims, validate)
@@ -81,6 +82,11 @@ class GluonBwdConfig:
     #: The Gluon dQ kernel's tiles (dq "gluon" only): block_m query rows per program (16 per warp:
     #: block_m / 16 warps), block_n keys per streamed tile, num_stages K/V slots.
     dq_tiles: Tuple[int, int, int] = (128, 64, 3)
+    #: dq "reduce" only (stage 3d): fp32 dQ staging tiles, used in turn by successive query tiles. 1: one
+    #: tile, and before writing it the loop waits for the previous tile's reduce-add to have read it; 2: the
+    #: wait is for the reduce two tiles back (the last one stays in flight), at one more staging tile of
+    #: block_m x d x 4 bytes of shared memory.
+    dq_stages: int = 1
 
     def __post_init__(self) -> None:
         if self.num_warps not in (4, 8) or self.block_n != 16 * self.num_warps:
@@ -89,6 +95,8 @@ class GluonBwdConfig:
             raise ValueError(f"block_m must be 64 or 128 and divide block_n, num_stages 2..4, got {self}")
         if self.dq not in ("reduce", "triton", "gluon"):
             raise ValueError(f"dq must be 'reduce', 'triton' or 'gluon', got {self}")
+        if self.dq_stages not in (1, 2) or (self.dq_stages > 1 and self.dq != "reduce"):
+            raise ValueError(f"dq_stages must be 1 or 2, and 2 only with dq='reduce', got {self}")
         object.__setattr__(self, "dq_tiles", tuple(self.dq_tiles))  # hashable as a dict key / test id
         bm, bn, stages = self.dq_tiles
         if bm not in (64, 128) or bn not in (64, 128) or not 2 <= stages <= 4:
@@ -96,11 +104,13 @@ class GluonBwdConfig:
 
 
 #: The configs the GPU probe measures and the GPU tests check (those over 227 KB are refused). The
-#: dq "gluon" ones (stage 3c) pair the dK/dV kernel of dq "triton" with two tilings of the dQ kernel.
+#: dq "gluon" ones (stage 3c) pair the dK/dV kernel of dq "triton" with two tilings of the dQ kernel; the
+#: last (stage 3d) is the one-pass kernel with two dQ staging tiles.
 CANDIDATE_CONFIGS = (GluonBwdConfig(64, 128, 8, 2), GluonBwdConfig(64, 128, 8, 3), GluonBwdConfig(64, 64, 4, 2),
                      GluonBwdConfig(64, 64, 4, 3), GluonBwdConfig(64, 128, 8, 2, dq="triton"),
                      GluonBwdConfig(64, 128, 8, 2, dq="gluon"),
-                     GluonBwdConfig(64, 128, 8, 2, dq="gluon", dq_tiles=(128, 128, 2)))
+                     GluonBwdConfig(64, 128, 8, 2, dq="gluon", dq_tiles=(128, 128, 2)),
+                     GluonBwdConfig(64, 128, 8, 2, dq_stages=2))
 
 
 def default_config(d: int) -> GluonBwdConfig:
@@ -113,13 +123,13 @@ def default_config(d: int) -> GluonBwdConfig:
 
 def shared_bytes(d: int, config: GluonBwdConfig, itemsize: int = 2) -> int:
     """Shared memory the dK/dV kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ and the fp32
-    dQ staging tile (dq "reduce" only) and the mbarriers (three allocations, each up to a 16-byte boundary).
+    dQ staging tile(s) (dq "reduce" only: dq_stages of them) and the mbarriers (three allocations, each up to a 16-byte boundary).
     The dQ kernel of dq "gluon": flash_gluon_dq.dq_shared_bytes."""
     kv = 2 * config.block_n * d * itemsize
     ring = config.num_stages * 2 * config.block_m * d * itemsize
     reduce = config.dq == "reduce"
     ds = config.block_n * config.block_m * itemsize if reduce else 0
-    dq = config.block_m * d * 4 if reduce else 0
+    dq = config.dq_stages * config.block_m * d * 4 if reduce else 0
     barriers = 16 + 2 * (-(-8 * config.num_stages // 16) * 16)
     return kv + ring + ds + dq + barriers
 
@@ -186,12 +196,23 @@ def _dq_issue(ds_smem, k2, kh2, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, D1
 
 
 @gluon.jit
-def _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M: gl.constexpr,
-               BLOCK_D: gl.constexpr, D1: gl.constexpr):
+def _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, t, BLOCK_M: gl.constexpr,
+               BLOCK_D: gl.constexpr, D1: gl.constexpr, DQ_STAGES: gl.constexpr):
     """dQ_tile·(1/sqrt d) (fp32, waited for) into the staging tile(s), then added into the fp32 dQ
-    buffer by TMA reduce-add (rows past N_Q dropped). The previous tile's reduce must have read the
-    staging tile first: the issuing thread waits for it and a barrier tells every thread."""
-    tma.store_wait(pendings=0)
+    buffer by TMA reduce-add (rows past N_Q dropped). The reduce that last read the staging tile must
+    be done first: the issuing threads wait for it and a barrier tells every thread.
+
+    DQ_STAGES 1: one staging tile (lo, hi), whose last reader is the previous query tile's reduce:
+    wait for every bulk group. DQ_STAGES 2: tile t uses staging tile t % 2, last read by the reduce of
+    tile t - 2; every thread commits one bulk group per reduce call (the commit is not predicated: one
+    group a tile at d 64 / 128, two at split d), so leaving the last tile's groups pending suffices."""
+    if DQ_STAGES == 1:
+        tma.store_wait(pendings=0)
+    else:
+        tma.store_wait(pendings=(DQ_STAGES - 1) * (2 if D1 > 0 else 1))
+        dq_smem = dq_smem.index(t % DQ_STAGES)
+        if D1 > 0:
+            dqh_smem = dqh_smem.index(t % DQ_STAGES)
     gl.thread_barrier()
     dq_smem.reshape([BLOCK_M, BLOCK_D]).store(dq * sm_scale)
     if D1 > 0:
@@ -209,10 +230,12 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
             k2, kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc,
             q_smem, do_smem, qh_smem, doh_smem, ds_smem, dq_smem, dqh_smem, q_bars, do_bars,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
-            NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr, DQ: gl.constexpr):
+            NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr, DQ: gl.constexpr,
+            DQ_STAGES: gl.constexpr):
     """The key tile's work over its query tiles t in [t_lo, t_hi) (query tile index j0 + t). MASKED:
     the tiles holding the causal diagonal (causal mask); KEY_MASK: the key tile runs past N_K (P of
-    the padded keys set to 0); neither: no mask at all. DQ: also dQ, by TMA reduce-add.
+    the padded keys set to 0); neither: no mask at all. DQ: also dQ, by TMA reduce-add from DQ_STAGES
+    staging tiles used in turn (t counts on across the loop instances, so t % DQ_STAGES alternates).
 
     Why padded keys need a mask although K = V = 0 there: their score is 0, so P = exp(-lse), which
     overflows to inf when a row's lse < -88 (all its scores very negative), and dQ = dS·K would
@@ -266,7 +289,8 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
                                                                        deps=(dq, dq_h, dv, dv_h, pt16, pt16_h))
             else:
                 dq, dv, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv, pt16))
-            _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, BLOCK_M, BLOCK_D, D1)
+            _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, t, BLOCK_M, BLOCK_D, D1,
+                       DQ_STAGES)
         if D1 > 0:
             dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h = warpgroup_mma_wait(
                 num_outstanding=0, deps=(dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h))
@@ -290,10 +314,11 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
                    qh_desc, kh_desc, vh_desc, doh_desc, dqh_desc, dkh_desc, dvh_desc, L, Delta,
                    H, N_Q, N_K, qk_scale, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
-                   IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ: gl.constexpr):
+                   IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ: gl.constexpr, DQ_STAGES: gl.constexpr = 1):
     """Grid (key tiles, B·H). Descriptors are rank 4 over (B, H, N, d) with blocks (1, 1, rows, BLOCK_D)
     (lo) and (1, 1, rows, D1) at column BLOCK_D (hi; None when D1 == 0); dq_desc over the fp32 dQ
-    buffer (None without DQ: dK and dV only). L (natural-log lse) and Delta are (B·H, N_Q) fp32."""
+    buffer (None without DQ: dK and dV only). L (natural-log lse) and Delta are (B·H, N_Q) fp32.
+    DQ_STAGES: the fp32 dQ staging tiles (1 or 2; GluonBwdConfig.dq_stages)."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BLOCK_N == 16 * NW, "each warp owns 16 key rows")
     gl.static_assert(BLOCK_N % BLOCK_M == 0, "query tiles nest in the key tile")
@@ -316,7 +341,10 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     if DQ:
         ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M],
                                             gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
-        dq_smem = gl.allocate_shared_memory(gl.float32, dq_desc.block_type.shape, dq_desc.layout)
+        if DQ_STAGES == 1:
+            dq_smem = gl.allocate_shared_memory(gl.float32, dq_desc.block_type.shape, dq_desc.layout)
+        else:
+            dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_STAGES, 1, 1, BLOCK_M, BLOCK_D], dq_desc.layout)
     kh_smem = 0
     vh_smem = 0
     qh_smem = 0
@@ -327,7 +355,10 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
         vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
         qh_smem, doh_smem = _ring_pair(qh_desc, doh_desc, NUM_STAGES, BLOCK_M, D1)
         if DQ:
-            dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
+            if DQ_STAGES == 1:
+                dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
+            else:
+                dqh_smem = gl.allocate_shared_memory(gl.float32, [DQ_STAGES, 1, 1, BLOCK_M, D1], dqh_desc.layout)
     kv_bar, q_bars, do_bars = _barriers(NUM_STAGES)
 
     # Query tiles j0 + t, t in [0, n_t): causal ones start at the tile holding query n0; the first
@@ -371,17 +402,20 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, 0, n_diag, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
-            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True, DQ)
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True, DQ,
+            DQ_STAGES)
     if n0 + BLOCK_N > N_K:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
-            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True, DQ)
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True, DQ,
+            DQ_STAGES)
     else:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
-            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False, DQ)
+            ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False, DQ,
+            DQ_STAGES)
 
     _invalidate(kv_bar, q_bars, do_bars, NUM_STAGES)
 
@@ -426,6 +460,17 @@ def _descriptors(q4, k4, v4, do4, dq4, dk4, dv4, rows_q: int, rows_k: int) -> tu
     return tuple(out)
 
 
+def check_dq_stages(d: int, config: GluonBwdConfig, itemsize: int = 2) -> None:
+    """ValueError naming dq_stages when the config fits the H100's shared memory with one dQ staging
+    tile but not with config.dq_stages of them (the generic shared-memory refusal covers the rest)."""
+    nbytes = shared_bytes(d, config, itemsize)
+    one = shared_bytes(d, replace(config, dq_stages=1), itemsize)
+    if config.dq_stages > 1 and nbytes > SM90_MAX_SHARED >= one:
+        raise ValueError(f"{FN}: dq_stages={config.dq_stages} needs {nbytes} bytes of shared memory at head dim {d} "
+                         f"({config.dq_stages} fp32 dQ staging tiles of {config.block_m * d * 4} B), more than the "
+                         f"{SM90_MAX_SHARED} an H100 block may use; dq_stages=1 needs {one}: {config}")
+
+
 def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, positional arguments, launch options) of the Gluon kernel's launch, for tensors on any
@@ -435,13 +480,14 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     dq4 = None if dq32 is None else as_4d(dq32)
     B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     config = config or default_config(d)
+    check_dq_stages(d, config, q.element_size())
     check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
     if (config.dq == "reduce") != (dq32 is not None):
         raise ValueError(f"{FN}: dq32 is the fp32 dQ buffer of dq='reduce' and None otherwise; config {config}")
     bm, bn = config.block_m, config.block_n
     sm_scale = 1.0 / math.sqrt(d)
     args = (*_descriptors(q4, k4, v4, do4, dq4, dk4, dv4, bm, bn), lse, delta, H, n_q, n_k, sm_scale * LOG2E,
-            sm_scale, bm, bn, lo, hi, bool(is_causal), config.num_stages, config.dq == "reduce")
+            sm_scale, bm, bn, lo, hi, bool(is_causal), config.num_stages, config.dq == "reduce", config.dq_stages)
     grid = (-(-n_k // bn), B * H)
     return grid, args, {"num_warps": config.num_warps}
 
@@ -530,5 +576,5 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     return dq32.to(q.dtype), dk, dv
 
 
-__all__ = ["CANDIDATE_CONFIGS", "GluonBwdConfig", "default_config", "flash_gluon_backward", "launch_args",
+__all__ = ["CANDIDATE_CONFIGS", "GluonBwdConfig", "check_dq_stages", "default_config", "flash_gluon_backward", "launch_args",
            "shared_bytes", "validate_backward"]
