@@ -50,7 +50,7 @@ STACK_BOUND = {64: 0, 80: 0, 96: 64, 128: 512}
 # The launcher's own launch_args (CPU tensors), triton.compile for sm_90a, cuobjdump of the cubin:
 # registers, stack and local bytes; instruction counts from the SASS; shared memory from the metadata.
 _COMPILE = r"""
-import json, sys, torch
+import json, re, sys, torch
 from impl.attention import flash_gluon_bwd as mod
 
 fn = mod._attn_bwd_sm90
@@ -72,11 +72,18 @@ def add(d, causal, config, label, dtype=torch.bfloat16):
     except ValueError as e:
         rows.append(dict(row, refused=str(e)))
         return
-    rows.append(dict(row, **cubin_figures(ck)))
+    # the bulk-group waits' counts (cp.async.bulk.wait_group.read N): before a dQ staging write, the epilogue
+    waits = sorted({int(n) for n in re.findall(r"cp\.async\.bulk\.wait_group\.read\s+(\d+)", ck.asm["ptx"])})
+    rows.append(dict(row, dq_stages=config.dq_stages, bulk_waits=waits, **cubin_figures(ck)))
 
 for d in (64, 80, 96, 128):
     for causal in (False, True):
         add(d, causal, mod.default_config(d), str(mod.default_config(d)))
+for d in (64, 80, 96, 128):  # stage 3d: two dQ staging tiles (d 128 causal: the candidate below)
+    for causal in (False, True):
+        if (d, causal) != (128, True):
+            add(d, causal, mod.GluonBwdConfig(dq_stages=2), str(mod.GluonBwdConfig(dq_stages=2)))
+add(128, True, mod.GluonBwdConfig(num_stages=3, dq_stages=2), str(mod.GluonBwdConfig(num_stages=3, dq_stages=2)))
 for d in (80, 128):
     add(d, True, mod.default_config(d), str(mod.default_config(d)) + " fp16", torch.float16)
 for config in mod.CANDIDATE_CONFIGS:  # dq "gluon": this kernel is dq "triton"'s (the dQ kernel: test_gluon_dq_...)
@@ -97,10 +104,14 @@ _FIGURES = [("regs", ">4", "{regs:>4}"), ("stack", ">5", "{stack:>5}"), ("shared
 
 def test_gluon_backward_compiles_for_hopper():
     """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), the other
-    candidates at d 128 causal (the one-pass reduce among them) and the dK/dV-only kernel (dq "triton") at d 64/80/96 causal: compiles for sm_90a, no local memory and stack within
+    candidates at d 128 causal (the one-pass reduce among them) and the dK/dV-only kernel (dq "triton") at d 64/80/96
+    causal, the two-staging-tile one-pass kernel (dq_stages 2, stage 3d) at every head dim, causal and full (its
+    3-slot config at d 128 refused, naming dq_stages): compiles for sm_90a, no local memory and stack within
     STACK_BOUND, shared memory what shared_bytes predicts (within the H100's 227 KB), products on
     wgmma (no HMMA), Q/dO/K/V through TMA loads, dK/dV through TMA stores and dQ through the bulk
-    tensor reduce (none in the dK/dV-only kernel)."""
+    tensor reduce (none in the dK/dV-only kernel); the wait before a staging write is for every bulk group
+    (wait_group.read 0) with one staging tile and leaves the last query tile's groups in flight with two (1 at
+    d 64 / 128, 2 at split d: one group per reduce call)."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     rows = json.loads(run_without_interpreter(_COMPILE))
@@ -108,9 +119,12 @@ def test_gluon_backward_compiles_for_hopper():
                                ("TMA ld/st/red", ">13", "{tma_loads:>5}/{tma_stores}/{tma_reduce:<4}"),
                                *_FIGURES[4:]], refused="refused: {predicted} B")
     assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
+    assert sum("dq_stages=2" in r["config"] and "refused" not in r for r in rows) == 8
     for r in rows:
         if "refused" in r:
             assert r["predicted"] > SM90_MAX_SHARED, r
+            if "dq_stages=2" in r["config"]:
+                assert "dq_stages=2 needs" in r["refused"], r
             continue
         assert r["target"] == "sm_90a", r
         assert r["local"] == 0 and r["stack"] <= STACK_BOUND[r["d"]], f"spills: {r}"
@@ -118,6 +132,8 @@ def test_gluon_backward_compiles_for_hopper():
         assert r["predicted"] - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         assert r["hgmma"] > 0 and r["hmma"] == 0, r
         assert r["tma_loads"] > 0 and r["tma_stores"] > 0 and (r["tma_reduce"] > 0) == r["reduce"], r
+        in_flight = (r["dq_stages"] - 1) * (2 if r["d"] in (80, 96) else 1)  # groups a staging wait leaves
+        assert r["bulk_waits"] == sorted({0, in_flight} if r["reduce"] else {0}), r
 
 
 # ----------------------------------------------------------------------------- CPU: refusals, isolation
@@ -195,9 +211,35 @@ def test_gluon_backward_refuses_configs_over_shared_memory():
                         torch.empty_like(q), True, config)
 
 
+@pytest.mark.parametrize("d,num_stages,fits", [(128, 2, True), (128, 3, False), (96, 3, True), (64, 4, True)])
+def test_gluon_backward_dq_stages_refused_by_name_where_a_second_staging_tile_does_not_fit(d, num_stages, fits):
+    """dq_stages 2 adds one fp32 staging tile (block_m x d x 4 B): at d 128 the default 2-slot ring fits
+    (180,264 + 32,768 = 213,032 B), the 3-slot one does not (245,840 B predicted, > 232,448) while it fits with one
+    staging tile: the refusal names dq_stages and what dq_stages=1 needs."""
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    a = _args((1, 2, 40, d))
+    q = a["q"]
+    config = bwd.GluonBwdConfig(64, 128, 8, num_stages, dq_stages=2)
+    assert bwd.shared_bytes(d, config) == bwd.shared_bytes(d, bwd.GluonBwdConfig(64, 128, 8, num_stages)) + 64 * d * 4
+    assert (bwd.shared_bytes(d, config) <= SM90_MAX_SHARED) == fits
+    call = lambda: bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], torch.empty(q.shape),  # noqa: E731
+                                   torch.empty_like(q), torch.empty_like(q), True, config)
+    if fits:
+        grid, args, opts = call()
+        assert args[-1] == 2 and args[-2] is True  # DQ_STAGES after DQ
+        return
+    with pytest.raises(ValueError, match=r"^flash_gluon_backward: dq_stages=2 needs 245840 bytes .* dq_stages=1 "
+                                         r"needs 213072"):
+        call()
+
+
 @pytest.mark.parametrize("fields,match", [(dict(block_n=32), "block_n"), (dict(num_warps=4), "block_n"),
                                           (dict(block_m=32), "block_m"), (dict(num_stages=5), "num_stages"),
-                                          (dict(dq="atomic"), "dq must be")])
+                                          (dict(dq="atomic"), "dq must be"), (dict(dq_stages=3), "dq_stages"),
+                                          (dict(dq_stages=0), "dq_stages"),
+                                          (dict(dq="triton", dq_stages=2), "dq_stages .* only with dq='reduce'"),
+                                          (dict(dq="gluon", dq_stages=2), "dq_stages")])
 def test_gluon_backward_config_refuses_what_it_cannotrun_without_interpreter(fields, match):
     with pytest.raises(ValueError, match=match):
         bwd.GluonBwdConfig(**fields)
@@ -214,6 +256,7 @@ def test_gluon_backward_launch_args():
         assert grid == (8, 6) and opts == {"num_warps": 8}
         assert all(x is not None for x in args[:7]) and all((x is not None) == hi for x in args[7:14])
         assert args[19] == pytest.approx(1.4426950408889634 / math.sqrt(d)) and args[20] == pytest.approx(d ** -0.5)
+        assert args[-2:] == (True, 1)  # DQ (dq "reduce"), DQ_STAGES (one staging tile by default)
 
 
 def test_gluon_backward_passes_options_to_the_triton_dq(monkeypatch):
@@ -313,6 +356,20 @@ def test_gluon_backward_gpu_matches_reference(shape, d, is_causal, dtype):
 
 @gpu
 @needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gluon_backward_gpu_dq_stages2_matches_reference(shape, d, is_causal, dtype):
+    """Stage 3d: the one-pass kernel with two dQ staging tiles used in turn (dq_stages 2), against the same
+    float64 reference as the default one-pass kernel, at every head dim (d 128 too, where one pass is not
+    the default). 1000 queries: 16 query tiles a key tile, so the staging tiles alternate 8 times each."""
+    B, H, n_q, n_k = shape
+    check(*_inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda"), is_causal, config=bwd.GluonBwdConfig(dq_stages=2))
+
+
+@gpu
+@needs_sm90
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -335,7 +392,17 @@ def test_gluon_backward_gpu_pairs_with_the_gluon_forwards(d, is_causal, fwd):
 
 def _config_id(c) -> str:
     dq_tiles = "-" + "x".join(map(str, c.dq_tiles)) if c.dq == "gluon" else ""
-    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}{dq_tiles}"
+    dq_stages = f"-dq-stages{c.dq_stages}" if c.dq_stages > 1 else ""
+    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}{dq_tiles}{dq_stages}"
+
+
+#: The variants the ragged, long and NaN-poisoned tests run besides the default: stage 3c's dQ kernel and
+#: stage 3d's two dQ staging tiles (dq "reduce", at d 128 too).
+EXTRA_VARIANTS = {"dq-gluon": dict(dq="gluon"), "dq-stages2": dict(dq_stages=2)}
+
+
+def _variant_config(name):
+    return None if name == "default" else bwd.GluonBwdConfig(**EXTRA_VARIANTS[name])
 
 
 @gpu
@@ -358,10 +425,10 @@ def test_gluon_backward_gpu_candidate_configs(config, d, is_causal):
 
 @gpu
 @needs_sm90
-@pytest.mark.parametrize("dq", [None, "gluon"], ids=["default", "dq-gluon"])
+@pytest.mark.parametrize("variant", ["default", *EXTRA_VARIANTS])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal, dq):
+def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal, variant):
     """Every score of every row below -100, so lse < -100: a padded key row (K = 0, score 0) would
     get P = exp(-lse) = inf, and dQ = dS·K would take inf·0 = NaN from it unless the ragged key tile
     masks it (n_k = 37 and 200 are not multiples of 128).
@@ -378,7 +445,7 @@ def test_gluon_backward_gpu_ragged_keys_with_very_negative_scores(d, is_causal, 
         k = -13 * direction + torch.randn(1, 2, n_k, d, generator=g)
         v, do = torch.randn(1, 2, n_k, d, generator=g), torch.randn(1, 2, n_q, d, generator=g)
         q, k, v, do = (t.to(device="cuda", dtype=torch.bfloat16) for t in (q, k, v, do))
-        check(q, k, v, do, is_causal, config=bwd.GluonBwdConfig(dq=dq) if dq else None)
+        check(q, k, v, do, is_causal, config=_variant_config(variant))
 
 
 @gpu
@@ -404,18 +471,19 @@ def test_gluon_backward_gpu_strided_and_3d_inputs(d, is_causal):
 
 @gpu
 @needs_sm90
-@pytest.mark.parametrize("dq", [None, "gluon"], ids=["default", "dq-gluon"])
+@pytest.mark.parametrize("variant", ["default", *EXTRA_VARIANTS])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-def test_gluon_backward_gpu_long_sequences_match_triton(is_causal, dq):
+def test_gluon_backward_gpu_long_sequences_match_triton(is_causal, variant):
     """4096 queries and keys at d 128 (64 query tiles per key tile: the ring wraps 32 times, 32
     programs add into each dQ tile; dq "gluon": 64 key tiles per query tile through the dQ kernel's
-    3-slot ring) against the Triton two-pass backward."""
+    3-slot ring; dq-stages2: the two staging tiles alternate 32 times a program) against the Triton two-pass
+    backward."""
     from impl.attention.flash_launch import flash_attention_triton_backward
     from impl.attention.flash_options import FlashOptions
 
     q, k, v, do = _inputs((2, 4, 4096, 128), dtype=torch.bfloat16, device="cuda")
     o, lse = forward("triton", q, k, v, is_causal)
-    got = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, bwd.GluonBwdConfig(dq=dq) if dq else None)
+    got = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, _variant_config(variant))
     want = flash_attention_triton_backward(q, k, v, o, do, lse, is_causal, options=FlashOptions(autotune=False))
     for n, g, w in zip(("dq", "dk", "dv"), got, want[:3]):
         assert rel_err(g, w) < TOL[torch.bfloat16], (n, rel_err(g, w))
@@ -425,7 +493,7 @@ def test_gluon_backward_gpu_long_sequences_match_triton(is_causal, dq):
 @needs_sm90
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [80, 128])
-@pytest.mark.parametrize("dq", ["reduce", "triton", "gluon"])
+@pytest.mark.parametrize("dq", ["reduce", "triton", "gluon", "reduce-stages2"])
 def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
     """Every torch.empty is NaN-poisoned (as test_attention.py does): the launcher's outputs (dK, dV,
     dQ or the fp32 dQ buffer, D) must have every element written or zeroed by a kernel (the ragged key
@@ -442,7 +510,8 @@ def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
         return t
 
     monkeypatch.setattr(torch, "empty", poisoned_empty)
-    dq_, dk, dv = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, bwd.GluonBwdConfig(dq=dq))
+    config = bwd.GluonBwdConfig(dq_stages=2) if dq == "reduce-stages2" else bwd.GluonBwdConfig(dq=dq)
+    dq_, dk, dv = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, config)
     monkeypatch.undo()
     assert torch.isfinite(dq_).all() and torch.isfinite(dk).all() and torch.isfinite(dv).all()
     ref = reference_grads(q, k, v, do, o, is_causal)
