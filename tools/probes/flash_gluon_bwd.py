@@ -12,16 +12,18 @@ forward, one config, unautotuned + flash_gluon_bwd at its default config: its "b
 forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same with stage 3b's
 warp-specialized backward, flash_gluon_bwd_ws, d 128 only), then flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
-Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape) at 1x32x32768x128 and
-4x32x4096x128. Rows of split configs (dq-triton, dq-gluon, and the d 128 default) also time the dQ kernel alone
-("dq_ms"). Each Gluon row records its relative errors of dQ, dK, dV against the
-Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
+Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
+kernel with two dQ staging tiles, stage 3d) at 1x32x32768x128 and 4x32x4096x128; at d 64/80/96, where one pass
+is the default, a dq-stages2 row beside the default's. Rows of split configs (dq-triton, dq-gluon, and the
+d 128 default) also time the dQ kernel alone ("dq_ms"). Each Gluon row records its relative errors of dQ, dK,
+dV against the Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
 "/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms.
 
 A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
 A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row.
 
-    PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--skip-ws] [--dry-run]
+    PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--skip-ws]
+        [--only REGEX ...] [--dry-run]
 writes OUT.json (default $OUT/flash_gluon_bwd.json, else ./flash_gluon_bwd.json) after every row.
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +61,14 @@ def cfg_text(c) -> str:
     if c is None or isinstance(c, str):
         return c or ""
     dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles))}.get(c.dq, "")
+    if c.dq_stages > 1:  # stage 3d: dQ staging tiles used in turn
+        dq += f" dq-stages{c.dq_stages}"
     return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + dq
+
+
+def row_label(spec) -> str:
+    """A row's name as --only matches it and the budget stop lists it: "shape impl config"."""
+    return f"{shape_name(spec['shape'])} {spec['impl']} {cfg_text(spec['config'])}".rstrip()
 
 
 def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
@@ -70,13 +80,19 @@ def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
     return 1.5 + 30 * ms / 1e3 + compile_s + ((0.5 + 10 * 0.4 * ms / 3.5 * 2.5 / 1e3) if split else 0.0)
 
 
-def plan(skip_triton: bool = False, skip_ws: bool = False):
+def plan(skip_triton: bool = False, skip_ws: bool = False, only=()):
+    """The rows in order; `only` (regexes): keep the rows whose row_label matches one of them (none: all).
+    Estimates count a compile only at a key's first kept row."""
+    import re
+
     from impl.attention import flash_gluon_bwd as bwd
 
     rows, compiled = [], set()
 
     def add(s, impl, config=None):
         if skip_triton and impl.startswith("triton"):
+            return
+        if only and not any(re.search(rx, row_label(dict(shape=s, impl=impl, config=config))) for rx in only):
             return
         key = (impl, cfg_text(config), s[3], s[4])
         split = impl.startswith("ws+gluon-bwd") and impl != "ws+gluon-bwd-ws" and \
@@ -99,6 +115,9 @@ def plan(skip_triton: bool = False, skip_ws: bool = False):
     for s in OTHERS:
         for impl in IMPLS:
             add(s, impl)
+            default = bwd.default_config(s[3])
+            if impl == "ws+gluon-bwd" and default.dq == "reduce":  # stage 3d where one pass is the default
+                add(s, impl, replace(default, dq_stages=2))
     return rows
 
 
@@ -248,7 +267,7 @@ def line(r) -> str:
             f"{note}{(r.get('error') or '')[:80]}")
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", default=os.path.join(os.environ.get("OUT", "."), "flash_gluon_bwd.json"))
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no row that would end past this")
@@ -256,8 +275,12 @@ def main() -> None:
     ap.add_argument("--skip-triton", action="store_true",
                     help="leave out our Triton rows (their autotuning costs ~2 min per head dim)")
     ap.add_argument("--skip-ws", action="store_true", help="leave out the stage-3b rows (ws+gluon-bwd-ws)")
-    args = ap.parse_args()
-    specs = plan(args.skip_triton, args.skip_ws)
+    ap.add_argument("--only", action="append", default=[], metavar="REGEX",
+                    help="keep only rows whose 'shape impl config' label matches (repeatable: any of them)")
+    args = ap.parse_args(argv)
+    specs = plan(args.skip_triton, args.skip_ws, tuple(args.only))
+    if not specs:
+        ap.error(f"no row matches --only {args.only}")
     if args.dry_run:
         for s in specs:
             print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{cfg_text(s['config']):<34} est {s['est']:5.1f} s")
@@ -274,7 +297,7 @@ def main() -> None:
     for i, spec in enumerate(specs):
         if time.time() - start + spec["est"] > args.budget_s:
             res["stopped_by_budget"] = True
-            res["left_out"] = [f"{shape_name(s['shape'])} {s['impl']} {cfg_text(s['config'])}" for s in specs[i:]]
+            res["left_out"] = [row_label(s) for s in specs[i:]]
             print(f"budget: stopped after {time.time() - start:.0f} s, {len(specs) - i} rows left out", flush=True)
             break
         if spec["shape"] != shape:

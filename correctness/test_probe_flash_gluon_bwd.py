@@ -1,0 +1,62 @@
+"""tools/probes/flash_gluon_bwd.py (issue 47's do_bench probe of the Gluon backward) on the CPU: its plan, the
+row labels --only selects by, and the dry run (no GPU touched)."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton.experimental.gluon")  # the plan reads flash_gluon_bwd's configs
+
+PROBES = Path(__file__).resolve().parents[1] / "tools" / "probes"
+
+#: The rows stage 3d's GPU call times (NOTES.md, "Stage 3d"): at the two sweep shapes cuDNN, the d 128 default
+#: (the split), the one-pass kernel and its dq_stages 2 variant; at the leaderboard's d 64 shape cuDNN, the
+#: default (one pass) and its dq_stages 2 variant.
+STAGE_3D_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws\+gluon-bwd( 64x128 w8 s2( dq-stages2)?)?)$",
+                 r"^1x16x16384x64 (cudnn|ws\+gluon-bwd( 64x128 w8 s2 dq-stages2)?)$"]
+
+
+@pytest.fixture(scope="module")
+def probe():
+    sys.path.insert(0, str(PROBES))
+    try:
+        import flash_gluon_bwd as probe_module
+        yield probe_module
+    finally:
+        sys.path.remove(str(PROBES))
+
+
+def test_the_plan_has_the_dq_stages2_rows(probe):
+    """The one-pass kernel with two dQ staging tiles beside the one-pass kernel at both sweep shapes, and
+    beside the default (one pass) at d 64/80/96."""
+    labels = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
+    assert len(labels) == len(set(labels))
+    for shape in ("1x32x32768x128", "4x32x4096x128"):
+        assert f"{shape} ws+gluon-bwd 64x128 w8 s2 dq-stages2" in labels
+        assert f"{shape} ws+gluon-bwd 64x128 w8 s2" in labels
+    for shape in ("1x16x16384x64", "4x16x4096x80", "4x16x4096x96"):
+        assert f"{shape} ws+gluon-bwd 64x128 w8 s2 dq-stages2" in labels and f"{shape} ws+gluon-bwd" in labels
+    assert not any("dq-stages2" in x for x in labels if x.startswith(("8x32x2048x128", "4x16x8192x128")))
+
+
+def test_only_keeps_the_matching_rows_in_order(probe):
+    rows = probe.plan(skip_triton=True, only=tuple(STAGE_3D_ONLY))
+    assert [probe.row_label(r) for r in rows] == [
+        "1x32x32768x128 cudnn", "1x32x32768x128 ws+gluon-bwd", "4x32x4096x128 cudnn", "4x32x4096x128 ws+gluon-bwd",
+        "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2", "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 dq-stages2",
+        "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2", "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2 dq-stages2",
+        "1x16x16384x64 cudnn", "1x16x16384x64 ws+gluon-bwd", "1x16x16384x64 ws+gluon-bwd 64x128 w8 s2 dq-stages2"]
+    # the estimate counts a compile at a key's first kept row only
+    assert sum(r["est"] for r in rows) < 200
+
+
+def test_dry_run_prints_the_plan_and_refuses_an_empty_selection(probe, capsys):
+    probe.main(["--dry-run", "--skip-triton", *[a for rx in STAGE_3D_ONLY for a in ("--only", rx)]])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("11 rows, estimate") and sum("dq-stages2" in line for line in out) == 3
+    with pytest.raises(SystemExit):
+        probe.main(["--dry-run", "--only", "no such row"])
+    assert re.search("no row matches", capsys.readouterr().err)
