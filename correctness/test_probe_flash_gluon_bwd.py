@@ -15,8 +15,8 @@ PROBES = Path(__file__).resolve().parents[1] / "tools" / "probes"
 #: The rows stage 3d's GPU call times (NOTES.md, "Stage 3d"): at the two sweep shapes cuDNN, the d 128 default
 #: (the split), the one-pass kernel and its dq_stages 2 variant; at the leaderboard's d 64 shape cuDNN, the
 #: default (one pass) and its dq_stages 2 variant.
-STAGE_3D_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws\+gluon-bwd( 64x128 w8 s2( dq-stages2)?)?)$",
-                 r"^1x16x16384x64 (cudnn|ws\+gluon-bwd( 64x128 w8 s2 dq-stages2)?)$"]
+STAGE_3D_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws[+]gluon-bwd( 64x128 w8 s2( dq-stages2)?)?)$",
+                 r"^1x16x16384x64 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 dq-stages2)?)$"]
 
 
 @pytest.fixture(scope="module")
