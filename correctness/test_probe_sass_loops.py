@@ -1,0 +1,53 @@
+"""tools/probes/sass_loops.py on a made-up SASS listing: loop bodies from backward branches, the mbarrier retry
+blocks after the kernel's end not counted as loops, the counts and positions it reports."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+PROBES = Path(__file__).resolve().parents[1] / "tools" / "probes"
+
+_LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                      /* 0x00000a0000017a02 */
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;  /* 0x0000000000007a02 */
+        /*0020*/               @!P0 BRA 0x0100 ;                               /* 0x0000000000007a02 */
+        /*0030*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ ;   /* 0x0000000000007a02 */
+        /*0040*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR12], R24 ; /* 0x0000000000007a02 */
+        /*0050*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;             /* 0x0000000000007a02 */
+        /*0060*/                   DEPBAR.LE SB0, 0x1 ;                        /* 0x0000000000007a02 */
+        /*0070*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;               /* 0x0000000000007a02 */
+        /*0080*/                   LDL.64 R4, [R1+0x10] ;                      /* 0x0000000000007a02 */
+        /*0090*/              @P1 BRA 0x0010 ;                                 /* 0x0000000000007a02 */
+        /*00a0*/                   EXIT ;                                      /* 0x0000000000007a02 */
+        /*0100*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;  /* 0x0000000000007a02 */
+        /*0110*/               @!P0 BRA 0x0100 ;                               /* 0x0000000000007a02 */
+        /*0120*/                   BRA 0x0030 ;                                /* 0x0000000000007a02 */
+"""
+
+
+@pytest.fixture(scope="module")
+def probe():
+    sys.path.insert(0, str(PROBES))
+    try:
+        import sass_loops
+        yield sass_loops
+    finally:
+        sys.path.remove(str(PROBES))
+
+
+def test_one_loop_and_no_retry_block(probe):
+    ins = probe.parse(_LISTING)
+    assert len(ins) == 14 and ins[3] == (0x30, "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ")
+    assert probe.loops(ins) == [(1, 9)]  # 0x0010 .. the @P1 BRA; not the retry spin nor its BRA 0x0030 back
+
+
+def test_counts_and_positions(probe):
+    ins = probe.parse(_LISTING)
+    c = probe.counts(ins[1:10])
+    assert (c["HGMMA"], c["WG.DEPBAR"], c["DEPBAR SB0"], c["BAR.SYNC"], c["LDL"], c["SYNCS"]) == (2, 1, 1, 1, 1, 1)
+    assert probe.positions(ins[1:10]) == ["0:SYNCS", "2:HGMMAx2", "4:WARPGROUP.DEPBAR.LE gsb0, 0x1",
+                                          "5:DEPBAR.LE SB0, 0x1", "6:BAR.SYNC"]
+    lines = probe.report(_LISTING, verbose=True)
+    assert lines[0].startswith("loop [1..9] 9 instructions: HGMMA 2,") and lines[1].strip().startswith("0:SYNCS |")
