@@ -123,7 +123,8 @@ def default_config(d: int) -> GluonBwdConfig:
 
 def shared_bytes(d: int, config: GluonBwdConfig, itemsize: int = 2) -> int:
     """Shared memory the dK/dV kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ and the fp32
-    dQ staging tile(s) (dq "reduce" only: dq_stages of them) and the mbarriers (three allocations, each up to a 16-byte boundary).
+    dQ staging tile(s) (dq "reduce" only: dq_stages of them) and the mbarriers (three allocations, each up
+    to a 16-byte boundary).
     The dQ kernel of dq "gluon": flash_gluon_dq.dq_shared_bytes."""
     kv = 2 * config.block_n * d * itemsize
     ring = config.num_stages * 2 * config.block_m * d * itemsize
@@ -576,5 +577,5 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     return dq32.to(q.dtype), dk, dv
 
 
-__all__ = ["CANDIDATE_CONFIGS", "GluonBwdConfig", "check_dq_stages", "default_config", "flash_gluon_backward", "launch_args",
-           "shared_bytes", "validate_backward"]
+__all__ = ["CANDIDATE_CONFIGS", "GluonBwdConfig", "check_dq_stages", "default_config", "flash_gluon_backward",
+           "launch_args", "shared_bytes", "validate_backward"]
