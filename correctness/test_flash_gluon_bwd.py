@@ -349,23 +349,14 @@ SHAPES = [(2, 3, 300, 300), (1, 2, 1000, 1000), (2, 2, 200, 333), (1, 3, 257, 12
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gluon_backward_gpu_matches_reference(shape, d, is_causal, dtype):
+@pytest.mark.parametrize("dq_stages", [None, 2], ids=["default", "dq_stages2"])
+def test_gluon_backward_gpu_matches_reference(dq_stages, shape, d, is_causal, dtype):
+    """The default config at each head dim, and stage 3d's one-pass kernel with two dQ staging tiles used in
+    turn (dq_stages 2; at d 128 too, where one pass is not the default), against the same float64 reference.
+    1000 queries: 16 query tiles a key tile, so the staging tiles alternate 8 times each."""
     B, H, n_q, n_k = shape
-    check(*_inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda"), is_causal)
-
-
-@gpu
-@needs_sm90
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", HEAD_DIMS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gluon_backward_gpu_dq_stages2_matches_reference(shape, d, is_causal, dtype):
-    """Stage 3d: the one-pass kernel with two dQ staging tiles used in turn (dq_stages 2), against the same
-    float64 reference as the default one-pass kernel, at every head dim (d 128 too, where one pass is not
-    the default). 1000 queries: 16 query tiles a key tile, so the staging tiles alternate 8 times each."""
-    B, H, n_q, n_k = shape
-    check(*_inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda"), is_causal, config=bwd.GluonBwdConfig(dq_stages=2))
+    config = None if dq_stages is None else bwd.GluonBwdConfig(dq_stages=dq_stages)
+    check(*_inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda"), is_causal, config=config)
 
 
 @gpu

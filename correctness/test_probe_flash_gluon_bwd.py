@@ -3,14 +3,13 @@ row labels --only selects by, and the dry run (no GPU touched)."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
+from kits.probes import probe_module
+
 pytest.importorskip("triton.experimental.gluon")  # the plan reads flash_gluon_bwd's configs
 
-PROBES = Path(__file__).resolve().parents[1] / "tools" / "probes"
 
 #: The rows stage 3d's GPU call times (NOTES.md, "Stage 3d"): at the two sweep shapes cuDNN, the d 128 default
 #: (the split), the one-pass kernel and its dq_stages 2 variant; at the leaderboard's d 64 shape cuDNN, the
@@ -21,12 +20,8 @@ STAGE_3D_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws[+]gluon-bwd( 64x128
 
 @pytest.fixture(scope="module")
 def probe():
-    sys.path.insert(0, str(PROBES))
-    try:
-        import flash_gluon_bwd as probe_module
-        yield probe_module
-    finally:
-        sys.path.remove(str(PROBES))
+    with probe_module("flash_gluon_bwd") as module:
+        yield module
 
 
 def test_the_plan_has_the_dq_stages2_rows(probe):

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-PROBES = Path(__file__).resolve().parents[1] / "tools" / "probes"
+from kits.probes import probe_module
+
 
 
 @pytest.fixture(scope="module")
 def probe():
-    sys.path.insert(0, str(PROBES))  # as when run as a script: flash_ncu beside it
-    try:
-        import flash_ncu_bwd
-        yield flash_ncu_bwd
-    finally:
-        sys.path.remove(str(PROBES))
+    with probe_module("flash_ncu_bwd") as module:
+        yield module
 
 
 def test_defaults_are_the_8b_shape_and_every_variant(probe):

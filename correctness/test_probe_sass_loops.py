@@ -2,12 +2,10 @@
 blocks after the kernel's end not counted as loops, the counts and positions it reports."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-PROBES = Path(__file__).resolve().parents[1] / "tools" / "probes"
+from kits.probes import probe_module
+
 
 _LISTING = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;                      /* 0x00000a0000017a02 */
@@ -29,12 +27,8 @@ _LISTING = """
 
 @pytest.fixture(scope="module")
 def probe():
-    sys.path.insert(0, str(PROBES))
-    try:
-        import sass_loops
-        yield sass_loops
-    finally:
-        sys.path.remove(str(PROBES))
+    with probe_module("sass_loops") as module:
+        yield module
 
 
 def test_one_loop_and_no_retry_block(probe):
