@@ -77,9 +77,14 @@ class TestRecord:
     def green(self) -> bool:
         return self.failed == 0 and self.errors == 0 and self.passed > 0
 
+    @property
+    def commit_label(self) -> str:
+        """The commit as file names and pages show it: 8 hex digits, "+" when the tree was dirty."""
+        return f"{(self.commit or 'nocommit')[:8]}{'+' if self.dirty else ''}"
+
     def stamp(self) -> str:
         when = datetime.fromisoformat(self.datetime)
-        return f"{when:%Y%m%dT%H%M%SZ}_{(self.commit or 'nocommit')[:8]}{'+' if self.dirty else ''}"
+        return f"{when:%Y%m%dT%H%M%SZ}_{self.commit_label}"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -181,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         where = args.out
     else:
         where = store_record(record, repo.data_dir)
-    print(f"test record ({record.device}, {record.commit and record.commit[:8]}{'+' if record.dirty else ''}): "
+    print(f"test record ({record.device}, {record.commit_label}): "
           f"{record.passed} passed, {record.failed} failed, {record.errors} errors, {record.skipped} skipped "
           f"-> {where}")
     return 0 if record.green else 1
