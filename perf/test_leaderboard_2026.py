@@ -8,6 +8,7 @@ two-GPU step from these rows (impl.leaderboard_prediction).
 
 test_leaderboard_2026_two_gpus runs the step itself on two GPUs, one row per checkpointing candidate
 (`-k two_gpus`; smoke: the tiny config on 2 gloo CPU processes). Grid: impl.workloads.sweeps."""
+import time
 from dataclasses import asdict
 
 import pytest
@@ -59,6 +60,7 @@ def test_leaderboard_2026(bench, policy, k, layers):
 # ---- the two-GPU step itself --------------------------------------------------------------------
 
 TWO = G.two_gpus
+RUN_STARTED = time.monotonic()  # the module's import: the run's start, pytest's own start-up aside
 BACKEND = "nccl" if profile_name() == "full" else "gloo"
 
 
@@ -105,12 +107,14 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, cand):
     group = workers.get(ws, BACKEND)
 
     def set_up():
-        init = group.call(rank_setup, spec=spec)
-        return init, max(r.seconds for r in group.call(rank_first_step))
+        return group.call(rank_setup, spec=spec), group.call(rank_first_step)
     got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=row_config, details=details)
     if got is None:
         return
-    init, first_s = got
+    init, first = got
+    first_s = max(r.seconds for r in first)
+    # the handout's "from an empty cache" holds only where the on-disk caches were empty at the first call
+    details["first_call_caches"] = asdict(first[0].caches)
     row, _ = measure_on_ranks(bench, group, rank_step, problem=PROBLEM, config=row_config,
                               round=f"one training step (zero_grad, forward, summed cross-entropy, backward, AdamW "
                                     f"step) on each of {ws} ranks (slowest rank's time)",
@@ -134,6 +138,8 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, cand):
     mem = group.call(rank_peak)
     group.call(rank_teardown)
     row.memory = Memory(peak_allocated=max((m.peak for m in mem if m.peak is not None), default=None))
+    # the handout's 10-minute limit is on the whole run: for the first candidate of a run this is it
+    row.details["run_wall_s"] = time.monotonic() - RUN_STARTED
     row.details.update(ranks=[dict(init_allocated=i.allocated, peak=m.peak) for i, m in zip(init, mem)],
                        peaks_device=asdict(peaks()) if bench.device.type == "cuda" else None)
     bench.save(row)

@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from impl.bench.compile_caches import CompileCaches
 from impl.bench.timers import time_once
 from impl.bench.worker_group import RankState, Timed, timed
 from impl.workloads.rank_memory import Allocated
@@ -289,10 +290,16 @@ def rank_setup(state: StepRankState, spec: StepSpec) -> Allocated:
     return Allocated.read(state.device)
 
 
-def rank_first_step(state: StepRankState) -> Timed:
+@dataclass
+class FirstCall(Timed):
+    caches: CompileCaches  # what the on-disk compile caches held when the call began
+
+
+def rank_first_step(state: StepRankState) -> FirstCall:
     """The first call, from this process's empty autotune cache (compilation, autotuning, optimizer
-    state allocation), timed apart."""
-    return Timed(time_once(state.built.step, state.device))
+    state allocation), timed apart, with what the on-disk caches held before it."""
+    caches = CompileCaches.read()
+    return FirstCall(time_once(state.built.step, state.device), caches)
 
 
 def rank_step(state: StepRankState) -> Timed:

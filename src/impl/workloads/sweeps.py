@@ -480,8 +480,10 @@ _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "e
                # the winner (k 10: 5.85 s) with a bf16 residual stream (the embedding bf16 through its master):
                # its 242 fp32 adds a step (220 ms) at half the bytes, no autocast casts of fp32 norm outputs,
                # checkpointed blocks' saved inputs halved (room for two more plain blocks) (`-k residual_bf16`)
+               # measured (a2220d2): k 10 5.607 s at 112.7 GiB, k 12 5.561 s at 120.3 GiB: each two plain blocks
+               # ~7.5 GiB more and ~46 ms less; k 14 (~128 GiB) and k 16 (~135 GiB, an OOM is a row) follow
                *(StepCandidate("keep_attention", k, "pointwise", "flash_gluon", "expandable_segments",
-                               "reduce_to_owner", nccl_high_priority=True, residual="bf16") for k in (10, 12)))
+                               "reduce_to_owner", nccl_high_priority=True, residual="bf16") for k in (10, 12, 14, 16)))
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),

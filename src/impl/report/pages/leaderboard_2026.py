@@ -73,6 +73,8 @@ class Candidate:
     rounds: int | None
     do_bench_s: float | None  # the handout's timer (the slowest rank's median), where the row has it
     first_call_s: float | None
+    first_call_caches: dict | None  # what the on-disk compile caches held at its first call (newer rows)
+    run_wall_s: float | None  # from the run's start to this row's end (newer rows)
     tokens_per_s: float | None
     row_mfu: float | None  # the row's own MFU metric (of the harness median)
     peak_bytes: float | None  # allocated, the row's process
@@ -91,7 +93,7 @@ class Candidate:
         return cls(policy_label(c), c.layers, b.run.when, b.status,
                    b.row.reason or "", b.stats.median if ok else None, b.stats.iqr if ok else None,
                    b.stats.rounds if ok else None, None if ms is None else ms / 1e3, b.metric(Metric.FIRST_CALL_S),
-                   b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU), b.row.memory.peak_allocated,
+                   d.get("first_call_caches"), d.get("run_wall_s"), b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU), b.row.memory.peak_allocated,
                    b.metric(Metric.FLOPS), peaks.datasheet_flops if peaks else None,
                    peaks.measured_flops if peaks else None,
                    tuple(r["peak"] for r in d.get("ranks") or [] if r.get("peak") is not None), d.get("do_bench") or {},
@@ -100,6 +102,13 @@ class Candidate:
     @property
     def measured(self) -> bool:
         return self.median_s is not None
+
+    @property
+    def from_empty_caches(self) -> bool | None:
+        """Whether its first call began with no compiled Triton kernel or Inductor graph on disk (None: not
+        recorded), the handout's "from an empty PyTorch/Triton cache"."""
+        caches = self.first_call_caches
+        return None if caches is None else caches["triton_files"] == 0 and caches["inductor_files"] == 0
 
     @property
     def step_s(self) -> float:
@@ -226,7 +235,6 @@ class TwoGpuFacts:
     class_best: ClassBest | None
     runs: RunsFacts
     files: tuple[str, ...]
-    slowest_first_call: Candidate | None
     cold_limit_s: float = COLD_RUN_LIMIT_S
     parts: StepParts | None = None  # the newest winner's step by part, where its row has them
 
@@ -253,8 +261,7 @@ def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
                        Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, top) if profiled else None,
                        ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest)
                        if gpu_flops and newest.datasheet_flops else None,
-                       RunsFacts.of(device, rows), files_of(rows),
-                       max(first_calls, key=lambda c: c.first_call_s, default=None), parts=StepParts.of_row(newest))
+                       RunsFacts.of(device, rows), files_of(rows), parts=StepParts.of_row(newest))
 
 
 @dataclass(frozen=True)
