@@ -38,7 +38,7 @@ EXPOSED = {"forward": 0.0, "backward": 20.0, "optimizer step": 30.0}
 
 
 def _two(policy, k, median_s, do_bench_ms, first_call_s, when="2026-03-03T00:00:00", world=2, breakdown=True,
-         parts=False, caches=None, run_wall_s=None):
+         parts=False, caches=None, run_wall_s=None, device="h200-141gb-x2"):
     details = dict(ranks=[dict(peak=100 * 2**30), dict(peak=101 * 2**30)],
                    do_bench=dict(warmup_ms=25.0, rep_ms=100.0, return_mode="median", ranks="slowest"))
     if caches is not None:  # (triton files, inductor files) at the first call, as newer rows record them
@@ -54,7 +54,7 @@ def _two(policy, k, median_s, do_bench_ms, first_call_s, when="2026-03-03T00:00:
         if parts:
             details["breakdown"].update(parts_ms=dict(PARTS), communication_exposed_ms=dict(EXPOSED))
     b = bench(P, dict(config="8B", layers=34, batch=2, context=32768, checkpointing=policy, k=k, world_size=world),
-              median_s, device="h200-141gb-x2", when=when, details=details, peak=101 * 2**30,
+              median_s, device=device, when=when, details=details, peak=101 * 2**30,
               metrics={Metric.DO_BENCH_MS: do_bench_ms, Metric.FIRST_CALL_S: first_call_s, Metric.FLOPS: 3.2e15,
                        Metric.TOKENS_PER_S: 65536 / median_s})
     b.row.peaks = Peaks(800e12, "bfloat16", 8192, 989.4e12)
@@ -121,6 +121,19 @@ def test_the_cold_start_is_claimed_only_from_empty_caches(tmp_path, caches, word
     f = page.facts(context(rows, tmp_path))
     assert f.multi.first_calls[0].from_empty_caches is (None if caches is None else caches == (0, 0))
     assert words in render_page("leaderboard_2026.md.j2", f=f)
+
+
+def test_a_candidate_measured_again_shows_its_earlier_runs(tmp_path):
+    """The table keeps each candidate's newest row; its earlier measured runs on the same device stay on
+    the page as the spread between runs (another device's or an unmeasured row does not count)."""
+    old = _two("keep_attention", 0, 7.0, 6950.0, 7.0, when="2026-03-02T00:00:00")
+    elsewhere = _two("keep_attention", 0, 9.0, 8950.0, 7.0, when="2026-03-01T00:00:00", device="h100-80gb-x2")
+    oom = _two("keep_attention", 0, 7.0, 6950.0, 7.0, when="2026-03-01T12:00:00")
+    oom.row.status = Status.OOM
+    new = _two("keep_attention", 0, 6.9, 6880.0, 7.0)
+    f = page.facts(context(_line_rows() + _allreduce() + [new], tmp_path, history=[elsewhere, oom, old]))
+    assert f.multi.newest.earlier == (("2026-03-02 00:00", pytest.approx(6.95)),)
+    assert "| 6.880 | 6.950 (2026-03-02 00:00) |" in render_page("leaderboard_2026.md.j2", f=f)
 
 
 def test_one_gpu_rows_alone_predict_with_the_two_process_bus_bandwidth(tmp_path):

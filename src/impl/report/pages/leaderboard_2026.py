@@ -4,7 +4,8 @@ datasheets; beside it the one-GPU rows with fewer layers and the two-GPU step pr
 (impl.leaderboard_prediction, priced with parallelism_calcs' W). The template holds every word."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
@@ -86,6 +87,7 @@ class Candidate:
     breakdown: dict | None  # the profiled step (impl.workloads.kernels.step_breakdown)
     gpu: str  # as the row's environment names it, without the vendor: "H200"
     file: str
+    earlier: tuple[tuple[str, float], ...] = ()  # the same candidate's earlier measured runs: (run, step s)
 
     @classmethod
     def of(cls, b: Bench) -> Candidate:
@@ -239,10 +241,14 @@ class TwoGpuFacts:
     parts: StepParts | None = None  # the newest winner's step by part, where its row has them
 
 
-def two_gpu_facts(device: str, rows: list[Bench]) -> TwoGpuFacts | None:
-    """The facts of a device's multi-GPU rows (None where it has no measured one)."""
+def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ()) -> TwoGpuFacts | None:
+    """The facts of a device's multi-GPU rows (None where it has no measured one); `history`, the earlier
+    rows of any device, gives each candidate its earlier runs (the spread between runs)."""
     rows = [b for b in rows if (_cfg(b).world_size or 1) > 1]
-    cands = tuple(Candidate.of(b) for b in rows)
+    earlier = group((b for b in history if b.run.device == device and b.measured), key=lambda b: b.name)
+    cands = tuple(replace(Candidate.of(b), earlier=tuple((c.run_when, c.step_s) for c in map(Candidate.of,
+                                                                                             earlier.get(b.name, ()))))
+                  for b in rows)
     fastest = {w: min((c for c in cands if c.measured and c.run_when == w), key=lambda c: c.step_s)
                for w in sorted({c.run_when for c in cands if c.measured})}
     if not fastest:
@@ -360,7 +366,7 @@ def facts(ctx: Context) -> Leaderboard2026Facts:
     sections = tuple((device_name(d, rows[0].row.env.device), tuple(sorted({b.run.section for b in rows})))
                      for d in ctx.rows.gpu_devices() if not d.endswith("-x1") and (rows := ctx.rows.of(device=d)))
     multi = next((f for d, rows in ctx.rows.per_gpu(PROBLEM) if not d.endswith("-x1")
-                  and (f := two_gpu_facts(d, rows)) is not None), None)
+                  and (f := two_gpu_facts(d, rows, ctx.rows.history)) is not None), None)
     w = nccl_bus_bandwidth(ctx.rows, world_size=WORLD_SIZE)
     one = one_gpu(ctx, None if w is None else w.device)
     fits = one is not None and len({r.layers for r in one.fit_runs}) >= 2
