@@ -14,6 +14,8 @@ import torch
 from impl.workloads.leaderboard_2026 import (BATCH, CONTEXT, GRAD_SYNCS, LEADERBOARD, WORLD_SIZE, StepSpec, build_step,
                                          local_batch, master_weights)
 from impl.workloads.steps import TrainConfig, make_train_step
+from impl.model.fused_ce import chunk_rows, fused_linear_cross_entropy
+from impl.workloads import steps
 from impl.distributed import launch
 from impl.model import MODEL_CONFIGS, MODEL_SIZES, AdamW, TransformerLM, cross_entropy, param_count
 from kits import leaderboard_workers as W
@@ -104,6 +106,32 @@ def test_checkpointing_changes_nothing(policy, k):
             assert torch.equal(p.grad, q.grad), n
     a, b = master_weights(plain), master_weights(ckpt)
     assert all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_the_lm_head_chunk_changes_only_the_sum_order(monkeypatch):
+    """lm_head_chunk_mib sizes the fused LM head's chunks; 1 MiB cuts the tiny step's 128 tokens into
+    several chunks where the default holds them in one. The loss is a sum of the same per-token terms, and
+    the weight gradient a sum over chunks in fp32, so both move by reassociation only."""
+    seen = []
+
+    def spy(*args, rows=None, **kwargs):
+        seen.append(rows)
+        return fused_linear_cross_entropy(*args, rows=rows, **kwargs)
+    monkeypatch.setattr(steps, "fused_linear_cross_entropy", spy)
+    one = build_step(SPEC, CPU)
+    spec = StepSpec(**{**SPEC.__dict__, "lm_head_chunk_mib": 1})
+    rows = chunk_rows(spec.model.vocab_size, 2**20)
+    assert rows < SPEC.batch * SPEC.context <= chunk_rows(spec.model.vocab_size)
+    many = build_step(spec, CPU)
+    for _ in range(2):
+        seen.clear()
+        a, b = one.step(), many.step()
+        assert seen == [chunk_rows(spec.model.vocab_size), rows]
+        assert abs(a.item() - b.item()) <= 1e-5 * abs(a.item())
+        for (n, p), q in zip(one.model.named_parameters(), many.model.parameters()):
+            assert _rel(q.grad, p.grad) < 1e-2, n  # bf16 weight gradients: within their rounding
+    with pytest.raises(ValueError, match="StepSpec.lm_head_chunk_mib must be a positive int"):
+        StepSpec(lm_head_chunk_mib=0)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])

@@ -84,7 +84,8 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, cand):
                     checkpointing=cand.checkpointing, checkpoint_k=cand.k, attn_impl=cand.attn_impl or TWO.attn_impl,
                     compile=cand.compile, allocator=cand.allocator, grad_sync=cand.grad_sync,
                     nccl_high_priority=cand.nccl_high_priority, nccl_max_ctas=cand.nccl_max_ctas,
-                    residual=cand.residual)
+                    residual=cand.residual,
+                    **({} if cand.lm_head_chunk_mib is None else {"lm_head_chunk_mib": cand.lm_head_chunk_mib}))
     row_config = dict(config=spec.config, layers=spec.model.num_layers, batch=spec.batch, context=spec.context,
                       checkpointing=cand.checkpointing, k=cand.k, compile=cand.compile, attn_impl=spec.attn_impl,
                       allocator=cand.allocator, grad_sync=cand.grad_sync, nccl_high_priority=spec.nccl_high_priority,
@@ -94,7 +95,8 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, cand):
                       parallelism="ddp+sharded_optimizer", dtype="bf16", weights=spec.train_config(ws).weights,
                       loss="sum",
                       # only where it is not the default, so earlier rows keep matching their configs
-                      **({"residual": spec.residual} if spec.residual != "fp32" else {}))
+                      **({"residual": spec.residual} if spec.residual != "fp32" else {}),
+                      **({"lm_head_chunk_mib": spec.lm_head_chunk_mib} if cand.lm_head_chunk_mib is not None else {}))
     details = dict(params=spec.model.params)
     if workers.skip(bench, problem=PROBLEM, config=row_config, world_size=ws, backend=BACKEND):
         return

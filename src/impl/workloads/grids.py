@@ -390,8 +390,8 @@ class Leaderboard2026Grid(Rounds):
 @dataclass(frozen=True)
 class StepCandidate:
     """One way to run the two-GPU leaderboard step: impl.workloads.leaderboard_2026.StepSpec's
-    checkpointing, checkpoint_k, compile, attn_impl (None: the grid's), allocator, grad_sync, NCCL options
-    and residual dtype."""
+    checkpointing, checkpoint_k, compile, attn_impl (None: the grid's), allocator, grad_sync, NCCL options,
+    residual dtype and the LM head's chunk (MiB; None: StepSpec's default)."""
 
     checkpointing: str
     k: int | None
@@ -402,6 +402,7 @@ class StepCandidate:
     nccl_high_priority: bool = False
     nccl_max_ctas: int | None = None
     residual: str = "fp32"
+    lm_head_chunk_mib: int | None = None
 
     @property
     def id(self) -> str:  # the test id: "keep_attention-3", "keep_attention-3-pointwise-flash_gluon_ws"
@@ -411,7 +412,8 @@ class StepCandidate:
                         + [self.grad_sync] * (self.grad_sync != "ddp_bucketed")
                         + ["nccl_high_priority"] * self.nccl_high_priority
                         + [f"nccl_max_ctas{self.nccl_max_ctas}"] * (self.nccl_max_ctas is not None)
-                        + [f"residual_{self.residual}"] * (self.residual != "fp32"))
+                        + [f"residual_{self.residual}"] * (self.residual != "fp32")
+                        + [f"lm_head_chunk{self.lm_head_chunk_mib}"] * (self.lm_head_chunk_mib is not None))
 
 
 @dataclass(frozen=True)

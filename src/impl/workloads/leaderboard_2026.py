@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from impl.bench.compile_caches import CompileCaches
+from impl.model.fused_ce import MAX_CHUNK_BYTES
 from impl.bench.timers import time_once
 from impl.bench.worker_group import RankState, Timed, timed
 from impl.workloads.rank_memory import Allocated
@@ -88,6 +89,9 @@ class StepSpec:
                    "bf16": the embedding is bf16 through its master too, so the residual stream, the
                    checkpoints' saved block inputs and their gradients are bf16 (TrainConfig.weights
                    "bf16_residual")
+    lm_head_chunk_mib  the fused LM head's fp32 logits a chunk, MiB (the default is impl.model.fused_ce's
+                   256): at 256, 75 chunks of 441 tokens a rank, each adding its weight
+                   gradient into the fp32 sum (2.5 GB read and written, plus the 1.2 GB bf16 product)
     With either NCCL option, rank_setup runs the step on a process group of its own made with them
     (step_group): NCCL reads its options as it creates a communicator, and a worker's default group
     has had its communicator since it started. NCCL only (nccl_refusal).
@@ -106,6 +110,7 @@ class StepSpec:
     nccl_high_priority: bool = False
     nccl_max_ctas: int | None = None
     residual: str = "fp32"
+    lm_head_chunk_mib: int = MAX_CHUNK_BYTES // 2**20
     lr: float = 1e-4
     weight_decay: float = 0.01
 
@@ -129,6 +134,9 @@ class StepSpec:
         if ctas is not None and (isinstance(ctas, bool) or not isinstance(ctas, int) or not 1 <= ctas <= MAX_NCCL_CTAS):
             raise ValueError(f"StepSpec.nccl_max_ctas must be None or an int in 1..{MAX_NCCL_CTAS} (NCCL's channels), "
                              f"got {ctas!r}")
+        mib = self.lm_head_chunk_mib
+        if isinstance(mib, bool) or not isinstance(mib, int) or mib < 1:
+            raise ValueError(f"StepSpec.lm_head_chunk_mib must be a positive int (MiB), got {mib!r}")
         if self.residual not in RESIDUALS:
             raise ValueError(f"StepSpec.residual must be one of {RESIDUALS}, got {self.residual!r}")
         if self.checkpointing not in POLICIES:
@@ -227,7 +235,8 @@ def build_step(spec: StepSpec, device: torch.device, group=None, seed: int = 0) 
     # traces the same graphs without the C++ compiles that take ~40 s each on the CI machine
     backend = "inductor" if device.type == "cuda" else "aot_eager"
     step, optimizer = make_train_step(spec.train_config(world_size), model, x, y, backend=backend, lr=spec.lr,
-                                      weight_decay=spec.weight_decay, group=group)
+                                      weight_decay=spec.weight_decay, group=group,
+                                      ce_chunk_bytes=spec.lm_head_chunk_mib * 2**20)
     return LeaderboardStep(spec, step, model, optimizer, x, y, rank, world_size)
 
 

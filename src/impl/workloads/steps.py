@@ -11,7 +11,7 @@ import torch
 
 from impl import accounting as acc
 from impl.model import AdamW, Embedding, Linear, TransformerLM, cross_entropy
-from impl.model.fused_ce import fused_linear_cross_entropy
+from impl.model.fused_ce import chunk_rows, fused_linear_cross_entropy
 from impl.model.loss import check_reduction
 from impl.annotate import PHASES, annotate, annotating_parts
 from impl.workloads.compiled import compile_blocks_in_place
@@ -143,9 +143,11 @@ def random_batch(model: TransformerLM, batch: int, context: int, device: torch.d
 
 def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor, dtype: str,
               optimizer: torch.optim.Optimizer | None = None, fused_ce: bool = False, loss: str = "mean",
-              after_backward: Callable[[], None] | None = None) -> tuple[Callable, Callable | None]:
+              after_backward: Callable[[], None] | None = None,
+              ce_rows: int | None = None) -> tuple[Callable, Callable | None]:
     """Returns (fn, setup): fn is timed, setup runs untimed before each call. `model` may be a
-    torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce);
+    torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce), `ce_rows`
+    tokens a chunk (None: its default);
     loss: the cross-entropy's reduction over tokens ("mean" or "sum"); after_backward runs between
     the train step's backward and its optimizer step (a data-parallel gradient synchronisation).
     The train step returns its (detached) loss; train_step(annotated=True) runs each phase in its
@@ -158,7 +160,7 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
         with autocast_ctx(dtype, device):
             if fused_ce:
                 return fused_linear_cross_entropy(model(x, return_hidden=True), model.lm_head.weight, y,
-                                                  reduction=loss)
+                                                  rows=ce_rows, reduction=loss)
             return cross_entropy(model(x), y, reduction=loss)
 
     if mode == "forward":
@@ -443,7 +445,8 @@ def _check_weights(cfg: TrainConfig) -> None:
 
 
 def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
-                    backend: str = "inductor", lr: float = 1e-4, weight_decay: float = 0.01, group=None):
+                    backend: str = "inductor", lr: float = 1e-4, weight_decay: float = 0.01, group=None,
+                    ce_chunk_bytes: int | None = None):
     """(step, optimizer): a full training step of `model` under `cfg`; step() returns the loss.
     Switches the model's attention to cfg.attn_impl and, for compile="blocks", compiles its blocks
     in place: give it a model of its own. The first calls of step() compile. The sequence
@@ -453,8 +456,11 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     largest one. For weights="bf16" the model's Linear weights (and for "bf16_residual" its embedding) become bf16 (the same Parameter
     objects): the optimizer is built on the fp32 model and keeps each weight's fp32 value as
     its master before the cast rounds it (AdamWMaster.cast_params_). `group`: the process group of
-    the data-parallel gradient sync and sharded optimizer (None: the default group)."""
+    the data-parallel gradient sync and sharded optimizer (None: the default group). `ce_chunk_bytes`:
+    with cfg.fused_ce, a chunk's fp32 logits (None: impl.model.fused_ce.MAX_CHUNK_BYTES)."""
     _check_weights(cfg)
+    if ce_chunk_bytes is not None and not cfg.fused_ce:
+        raise ValueError(f"ce_chunk_bytes={ce_chunk_bytes} sizes the fused LM head's chunks; cfg.fused_ce is off")
     if model.config["attn_impl"] != cfg.attn_impl:
         model.set_attention(cfg.attn_impl)
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, group=group)
@@ -473,8 +479,9 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     target = compile_model(model, cfg.compile, backend)
     if cfg.compile.startswith("model"):
         torch._dynamo.maybe_mark_dynamic(x, 1)
+    ce_rows = None if ce_chunk_bytes is None else chunk_rows(model.vocab_size, ce_chunk_bytes)
     step, _ = make_step("train_step", target, x, y, cfg.dtype, optimizer, fused_ce=cfg.fused_ce, loss=cfg.loss,
-                        after_backward=sync)
+                        after_backward=sync, ce_rows=ce_rows)
     if cfg.compile == "model+cudagraphs":
         return _new_graph_step(step), optimizer
     return step, optimizer

@@ -483,7 +483,13 @@ _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "e
                # measured (a2220d2): k 10 5.607 s at 112.7 GiB, k 12 5.561 s at 120.3 GiB: each two plain blocks
                # ~7.5 GiB more and ~46 ms less; k 14 (~128 GiB) and k 16 (~135 GiB, an OOM is a row) follow
                *(StepCandidate("keep_attention", k, "pointwise", "flash_gluon", "expandable_segments",
-                               "reduce_to_owner", nccl_high_priority=True, residual="bf16") for k in (10, 12, 14, 16)))
+                               "reduce_to_owner", nccl_high_priority=True, residual="bf16") for k in (10, 12, 14, 16)),
+               # the fused LM head took 414 ms of k 12's step (its floor ~190): at the default 256 MiB of fp32 logits a
+               # chunk it runs 75 chunks, each adding its bf16 weight-gradient product into the fp32 sum (~7.4 GB of
+               # traffic a chunk, ~120 ms a step); 1 and 2 GiB chunks do that 19 and 10 times (`-k lm_head_chunk`)
+               *(StepCandidate("keep_attention", 12, "pointwise", "flash_gluon", "expandable_segments",
+                               "reduce_to_owner", nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=mib)
+                 for mib in (1024, 2048)))
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
