@@ -54,27 +54,37 @@ import json, re, sys, torch
 from impl.attention import flash_gluon_bwd as mod
 
 fn = mod._attn_bwd_sm90
-from kits.sm90_compile import compile_for_sm90, cubin_figures
+from kits.sm90_compile import compile_for_sm90, cubin_figures, sass_text
 
 def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
-    dq32 = torch.empty(q.shape) if config.dq == "reduce" else None
+    dq32 = torch.empty(q.shape) if config.dq in ("reduce", "atomic") else None
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, dq32, dk, dv, causal, config)
-    return compile_for_sm90(fn, args, opts, divisible=("L", "Delta"))
+    divisible = ("L", "Delta") + (("dq_ptr",) if config.dq == "atomic" else ())
+    return compile_for_sm90(fn, args, opts, divisible=divisible)
 
 rows = []
 def add(d, causal, config, label, dtype=torch.bfloat16):
-    row = dict(d=d, causal=causal, config=label, predicted=mod.shared_bytes(d, config), reduce=config.dq == "reduce")
+    row = dict(d=d, causal=causal, config=label, predicted=mod.shared_bytes(d, config), reduce=config.dq == "reduce",
+               atomic=config.dq == "atomic")
     try:
         ck = compile_sm90(d, causal, config, dtype)
     except ValueError as e:
         rows.append(dict(row, refused=str(e)))
         return
     # the bulk-group waits' counts (cp.async.bulk.wait_group.read N): before a dQ staging write, the epilogue
-    waits = sorted({int(n) for n in re.findall(r"cp\.async\.bulk\.wait_group\.read\s+(\d+)", ck.asm["ptx"])})
-    rows.append(dict(row, dq_stages=config.dq_stages, bulk_waits=waits, **cubin_figures(ck)))
+    ptx = ck.asm["ptx"]
+    waits = sorted({int(n) for n in re.findall(r"cp\.async\.bulk\.wait_group\.read\s+(\d+)", ptx)})
+    # stage 3e: the PTX's global atomics / reductions by form, the bulk reduces, and the SASS's REDG / ATOMG by opcode
+    ptx_atomics = sorted(set(re.findall(r"\b((?:atom|red)\.global[\w.:]*)", ptx)))
+    sass_atomics = {}
+    for op in re.findall(r"\b((?:REDG|ATOMG)(?:\.\w+)*)", sass_text(ck)):
+        sass_atomics[op] = sass_atomics.get(op, 0) + 1
+    rows.append(dict(row, dq_stages=config.dq_stages, bulk_waits=waits, ptx_atomics=ptx_atomics,
+                     bulk_reduce_ptx=len(re.findall(r"cp\.reduce\.async\.bulk", ptx)), sass_atomics=sass_atomics,
+                     redg=sum(sass_atomics.values()), **cubin_figures(ck)))
 
 for d in (64, 80, 96, 128):
     for causal in (False, True):
@@ -84,6 +94,10 @@ for d in (64, 80, 96, 128):  # stage 3d: two dQ staging tiles (d 128 causal: the
         if (d, causal) != (128, True):
             add(d, causal, mod.GluonBwdConfig(dq_stages=2), str(mod.GluonBwdConfig(dq_stages=2)))
 add(128, True, mod.GluonBwdConfig(num_stages=3, dq_stages=2), str(mod.GluonBwdConfig(num_stages=3, dq_stages=2)))
+for d in (64, 80, 96, 128):  # stage 3e: dQ by atomics from registers (d 128 causal: the candidate below)
+    for causal in (False, True):
+        if (d, causal) != (128, True):
+            add(d, causal, mod.GluonBwdConfig(dq="atomic"), str(mod.GluonBwdConfig(dq="atomic")))
 for d in (80, 128):
     add(d, True, mod.default_config(d), str(mod.default_config(d)) + " fp16", torch.float16)
 for config in mod.CANDIDATE_CONFIGS:  # dq "gluon": this kernel is dq "triton"'s (the dQ kernel: test_gluon_dq_...)
@@ -100,6 +114,10 @@ _LEAD = [("d", ">4", "{d:>4}"), ("causal", ">6", "{causal!s:>6}")]
 _FIGURES = [("regs", ">4", "{regs:>4}"), ("stack", ">5", "{stack:>5}"), ("shared B", ">8", "{shared:>8}"),
             ("HGMMA", ">5", "{hgmma:>5}"), ("EX2", ">4", "{ex2:>4}"), ("BAR", ">4", "{bar_sync:>4}"),
             ("STL/LDL", ">7", "{stl:>3}/{ldl:<3}")]
+#: Loop instances of the one-pass kernel: the diagonal, key-mask and mask-free ones (causal); key-mask and
+#: mask-free (full). Stage 3e's dQ adds: in each instance a masked and an unmasked copy (a uniform branch on
+#: the ragged query tile), each of d / 8 REDG.F32x2 a thread (64 x d fp32 over 256 threads, 8 bytes each).
+LOOP_INSTANCES = {False: 2, True: 3}
 
 
 def test_gluon_backward_compiles_for_hopper():
@@ -117,9 +135,10 @@ def test_gluon_backward_compiles_for_hopper():
     rows = json.loads(run_without_interpreter(_COMPILE))
     print_compile_table(rows, [*_LEAD, ("config", "<76", "{config:<76}"), *_FIGURES[:4],
                                ("TMA ld/st/red", ">13", "{tma_loads:>5}/{tma_stores}/{tma_reduce:<4}"),
-                               *_FIGURES[4:]], refused="refused: {predicted} B")
+                               *_FIGURES[4:], ("REDG", ">4", "{redg:>4}")], refused="refused: {predicted} B")
     assert {(r["d"], r["causal"]) for r in rows} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
     assert sum("dq_stages=2" in r["config"] and "refused" not in r for r in rows) == 8
+    assert {(r["d"], r["causal"]) for r in rows if r["atomic"]} == {(d, c) for d in HEAD_DIMS for c in (False, True)}
     for r in rows:
         if "refused" in r:
             assert r["predicted"] > SM90_MAX_SHARED, r
@@ -134,6 +153,16 @@ def test_gluon_backward_compiles_for_hopper():
         assert r["tma_loads"] > 0 and r["tma_stores"] > 0 and (r["tma_reduce"] > 0) == r["reduce"], r
         in_flight = (r["dq_stages"] - 1) * (2 if r["d"] in (80, 96) else 1)  # groups a staging wait leaves
         assert r["bulk_waits"] == sorted({0, in_flight} if r["reduce"] else {0}), r
+        if not r["atomic"]:
+            assert r["ptx_atomics"] == [] and r["redg"] == 0, r
+            continue
+        # stage 3e: vector relaxed atomics in the PTX, all of them REDG.F32x2 in the SASS (results unused), no bulk
+        # reduce, no staging tile (shared_bytes drops it: checked above), only the epilogue's bulk wait
+        assert r["ptx_atomics"] == ["atom.global.gpu.relaxed.add.v2.f32"], r
+        assert r["bulk_reduce_ptx"] == 0 and r["tma_reduce"] == 0, r
+        redg = LOOP_INSTANCES[r["causal"]] * 2 * r["d"] // 8
+        assert r["sass_atomics"] == {"REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU": redg}, r
+        assert r["predicted"] == bwd.shared_bytes(r["d"], bwd.GluonBwdConfig()) - 64 * r["d"] * 4, r
 
 
 # ----------------------------------------------------------------------------- CPU: refusals, isolation
@@ -236,10 +265,12 @@ def test_gluon_backward_dq_stages_refused_by_name_where_a_second_staging_tile_do
 
 @pytest.mark.parametrize("fields,match", [(dict(block_n=32), "block_n"), (dict(num_warps=4), "block_n"),
                                           (dict(block_m=32), "block_m"), (dict(num_stages=5), "num_stages"),
-                                          (dict(dq="atomic"), "dq must be"), (dict(dq_stages=3), "dq_stages"),
+                                          (dict(dq="bulk"), "dq must be"), (dict(dq_stages=3), "dq_stages"),
                                           (dict(dq_stages=0), "dq_stages"),
                                           (dict(dq="triton", dq_stages=2), "dq_stages .* only with dq='reduce'"),
-                                          (dict(dq="gluon", dq_stages=2), "dq_stages")])
+                                          (dict(dq="gluon", dq_stages=2), "dq_stages"),
+                                          (dict(dq="atomic", dq_stages=2), "dq_stages .* only with dq='reduce' "
+                                                                           r"\(dq='atomic' stages nothing\)")])
 def test_gluon_backward_config_refuses_what_it_cannotrun_without_interpreter(fields, match):
     with pytest.raises(ValueError, match=match):
         bwd.GluonBwdConfig(**fields)
@@ -257,6 +288,38 @@ def test_gluon_backward_launch_args():
         assert all(x is not None for x in args[:7]) and all((x is not None) == hi for x in args[7:14])
         assert args[19] == pytest.approx(1.4426950408889634 / math.sqrt(d)) and args[20] == pytest.approx(d ** -0.5)
         assert args[-2:] == (True, 1)  # DQ (dq "reduce"), DQ_STAGES (one staging tile by default)
+
+
+def test_gluon_backward_launch_args_dq_atomic():
+    """dq "atomic" (stage 3e): no dQ descriptor (the lo and hi slots None), the fp32 buffer itself appended as dq_ptr
+    (4-D, the caller's storage) after DQ and DQ_STAGES, then DQ_ATOMIC; shared memory without the staging tile."""
+    for d in (128, 80):
+        a = _args((2, 3, 1000, d))
+        q = a["q"]
+        dq32 = torch.empty(q.shape)
+        grid, args, opts = bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], dq32, torch.empty_like(q),
+                                           torch.empty_like(q), True, bwd.GluonBwdConfig(dq="atomic"))
+        assert grid == (8, 6) and opts == {"num_warps": 8}
+        assert args[4] is None and args[11] is None  # dq_desc, dqh_desc
+        assert args[-4:-2] == (True, 1) and args[-1] is True  # DQ, DQ_STAGES, ..., DQ_ATOMIC
+        assert args[-2].shape == (2, 3, 1000, d) and args[-2].data_ptr() == dq32.data_ptr()
+        assert bwd.shared_bytes(d, bwd.GluonBwdConfig(dq="atomic")) == \
+            bwd.shared_bytes(d, bwd.GluonBwdConfig()) - 64 * d * 4
+
+
+@pytest.mark.parametrize("case,match", [("no buffer", "dq32 is the fp32 dQ buffer of dq='reduce' or 'atomic'"),
+                                        ("strided buffer", "dq='atomic' adds into dq32 by row offsets"),
+                                        ("bf16 buffer", "dq='atomic' adds into dq32 by row offsets")])
+def test_gluon_backward_dq_atomic_refuses_by_name(case, match):
+    """dq "atomic" addresses the buffer as contiguous fp32 rows of q's shape: the launcher refuses anything
+    else, naming dq='atomic'; without a buffer it refuses as dq "reduce" does."""
+    a = _args((1, 2, 40, 64))
+    q = a["q"]
+    dq32 = {"no buffer": None, "strided buffer": torch.empty(1, 40, 2, 64).transpose(1, 2),
+            "bf16 buffer": torch.empty(q.shape, dtype=torch.bfloat16)}[case]
+    with pytest.raises(ValueError, match=f"^flash_gluon_backward: {match}"):
+        bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], dq32, torch.empty_like(q), torch.empty_like(q),
+                        True, bwd.GluonBwdConfig(dq="atomic"))
 
 
 def test_gluon_backward_passes_options_to_the_triton_dq(monkeypatch):
@@ -349,13 +412,16 @@ SHAPES = [(2, 3, 300, 300), (1, 2, 1000, 1000), (2, 2, 200, 333), (1, 3, 257, 12
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("dq_stages", [None, 2], ids=["default", "dq_stages2"])
-def test_gluon_backward_gpu_matches_reference(dq_stages, shape, d, is_causal, dtype):
-    """The default config at each head dim, and stage 3d's one-pass kernel with two dQ staging tiles used in
-    turn (dq_stages 2; at d 128 too, where one pass is not the default), against the same float64 reference.
-    1000 queries: 16 query tiles a key tile, so the staging tiles alternate 8 times each."""
+@pytest.mark.parametrize("fields", [None, dict(dq_stages=2), dict(dq="atomic")],
+                         ids=["default", "dq_stages2", "dq_atomic"])
+def test_gluon_backward_gpu_matches_reference(fields, shape, d, is_causal, dtype):
+    """The default config at each head dim, stage 3d's one-pass kernel with two dQ staging tiles used in
+    turn (dq_stages 2; at d 128 too, where one pass is not the default) and stage 3e's with dQ added by atomics
+    from registers (dq "atomic", every d), against the same float64 reference. 1000 queries: 16 query tiles a
+    key tile, so the staging tiles alternate 8 times each; 300, 200 and 257 queries: a ragged query tile (the masked
+    atomics)."""
     B, H, n_q, n_k = shape
-    config = None if dq_stages is None else bwd.GluonBwdConfig(dq_stages=dq_stages)
+    config = None if fields is None else bwd.GluonBwdConfig(**fields)
     check(*_inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda"), is_causal, config=config)
 
 
@@ -388,8 +454,8 @@ def _config_id(c) -> str:
 
 
 #: The variants the ragged, long and NaN-poisoned tests run besides the default: stage 3c's dQ kernel and
-#: stage 3d's two dQ staging tiles (dq "reduce", at d 128 too).
-EXTRA_VARIANTS = {"dq-gluon": dict(dq="gluon"), "dq-stages2": dict(dq_stages=2)}
+#: stage 3d's two dQ staging tiles (dq "reduce", at d 128 too), stage 3e's dQ by atomics (dq "atomic").
+EXTRA_VARIANTS = {"dq-gluon": dict(dq="gluon"), "dq-stages2": dict(dq_stages=2), "dq-atomic": dict(dq="atomic")}
 
 
 def _variant_config(name):
@@ -484,7 +550,7 @@ def test_gluon_backward_gpu_long_sequences_match_triton(is_causal, variant):
 @needs_sm90
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [80, 128])
-@pytest.mark.parametrize("dq", ["reduce", "triton", "gluon", "reduce-stages2"])
+@pytest.mark.parametrize("dq", ["reduce", "triton", "gluon", "reduce-stages2", "atomic"])
 def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
     """Every torch.empty is NaN-poisoned (as test_attention.py does): the launcher's outputs (dK, dV,
     dQ or the fp32 dQ buffer, D) must have every element written or zeroed by a kernel (the ragged key

@@ -17,6 +17,11 @@ pytest.importorskip("triton.experimental.gluon")  # the plan reads flash_gluon_b
 STAGE_3D_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws[+]gluon-bwd( 64x128 w8 s2( dq-stages2)?)?)$",
                  r"^1x16x16384x64 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 dq-stages2)?)$"]
 
+#: Stage 3e's GPU call (NOTES.md, "Stage 3e"): the same rows with dq "atomic" in place of dq_stages 2 (the one-pass
+#: reduce kernel stays as the same-run baseline).
+STAGE_3E_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws[+]gluon-bwd( 64x128 w8 s2( dq-atomic)?)?)$",
+                 r"^1x16x16384x64 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 dq-atomic)?)$"]
+
 
 @pytest.fixture(scope="module")
 def probe():
@@ -55,3 +60,28 @@ def test_dry_run_prints_the_plan_and_refuses_an_empty_selection(probe, capsys):
     with pytest.raises(SystemExit):
         probe.main(["--dry-run", "--only", "no such row"])
     assert re.search("no row matches", capsys.readouterr().err)
+
+
+def test_the_plan_has_the_dq_atomic_rows(probe):
+    """Stage 3e: the one-pass kernel with dQ by atomics beside the one-pass kernel at both sweep shapes and beside
+    the default (one pass) at d 64/80/96; not at the other d 128 shapes."""
+    labels = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
+    assert len(labels) == len(set(labels))
+    for shape in ("1x32x32768x128", "4x32x4096x128", "1x16x16384x64", "4x16x4096x80", "4x16x4096x96"):
+        assert f"{shape} ws+gluon-bwd 64x128 w8 s2 dq-atomic" in labels
+    assert not any("dq-atomic" in x for x in labels if x.startswith(("8x32x2048x128", "4x16x8192x128")))
+    split = {probe.row_label(r): r["est"] for r in probe.plan(skip_triton=True, only=(r"dq-atomic$",))}
+    assert len(split) == 5
+
+
+def test_only_selects_stage_3e_rows(probe, capsys):
+    rows = probe.plan(skip_triton=True, only=tuple(STAGE_3E_ONLY))
+    assert [probe.row_label(r) for r in rows] == [
+        "1x32x32768x128 cudnn", "1x32x32768x128 ws+gluon-bwd", "4x32x4096x128 cudnn", "4x32x4096x128 ws+gluon-bwd",
+        "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2", "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 dq-atomic",
+        "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2", "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2 dq-atomic",
+        "1x16x16384x64 cudnn", "1x16x16384x64 ws+gluon-bwd", "1x16x16384x64 ws+gluon-bwd 64x128 w8 s2 dq-atomic"]
+    assert sum(r["est"] for r in rows) < 200
+    probe.main(["--dry-run", "--skip-triton", *[a for rx in STAGE_3E_ONLY for a in ("--only", rx)]])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("11 rows, estimate") and sum("dq-atomic" in line for line in out) == 3

@@ -45,3 +45,30 @@ def test_counts_and_positions(probe):
                                           "5:DEPBAR.LE SB0, 0x1", "6:BAR.SYNC"]
     lines = probe.report(_LISTING, verbose=True)
     assert lines[0].startswith("loop [1..9] 9 instructions: HGMMA 2,") and lines[1].strip().startswith("0:SYNCS |")
+
+
+_RED_LISTING = """
+        /*0000*/                   HGMMA.64x128x16.F32.BF16 R88, R212, gdesc[UR28].tnspB, R88, gsb0 ;  /* 0x0 */
+        /*0010*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;             /* 0x0000000000007a02 */
+        /*0020*/                   FMUL R152, R152, R6 ;                       /* 0x0000000000007a02 */
+        /*0030*/                   REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU desc[UR4][R18.64], R152 ;  /* 0x0 */
+        /*0040*/                   FMUL R154, R154, R6 ;                       /* 0x0000000000007a02 */
+        /*0050*/                   REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU desc[UR4][R20.64], R154 ;  /* 0x0 */
+        /*0060*/                   ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU PT, R3, desc[UR4][R2.64], R5 ;  /* 0x0 */
+        /*0070*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;               /* 0x0000000000007a02 */
+        /*0080*/              @P1 BRA 0x0000 ;                                 /* 0x0000000000007a02 */
+"""
+
+
+def test_global_reductions_counted_with_their_width(probe):
+    """Stage 3e: REDG / ATOMG counted, their full opcodes (the width: F32x2 = 8 bytes a thread) on the loop's line,
+    and a run of REDG with no other sync instruction between folded by -v."""
+    ins = probe.parse(_RED_LISTING)
+    assert probe.loops(ins) == [(0, 8)]
+    c = probe.counts(ins)
+    assert (c["REDG"], c["ATOMG"], c["BAR.SYNC"]) == (2, 1, 1)
+    assert probe.atomic_forms(ins) == {"REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU": 2, "ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU": 1}
+    assert probe.positions(ins) == ["0:HGMMA", "1:WARPGROUP.DEPBAR.LE gsb0, 0x1", "3:REDGx2", "6:ATOMG", "7:BAR.SYNC"]
+    line = probe.report(_RED_LISTING)[0]
+    assert "REDG 2, ATOMG 1" in line and line.endswith("; REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU 2; "
+                                                      "ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU 1")

@@ -46,11 +46,26 @@ def partitions(sass: str) -> dict[str, int]:
     return {str(b): r for b, r in sorted(out.items())}
 
 
-def cubin_figures(ck) -> dict:
-    """The figures of `ck`, a kernel triton.compile'd for sm_90a (see the module's docstring)."""
+def _cuobjdump() -> str:
     import triton
 
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def sass_text(ck) -> str:
+    """`cuobjdump -sass` of `ck`'s cubin (Triton's own cuobjdump)."""
+    fd, path = tempfile.mkstemp(suffix=".cubin")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(ck.asm["cubin"])
+        return subprocess.run([_cuobjdump(), "-sass", path], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(path)
+
+
+def cubin_figures(ck) -> dict:
+    """The figures of `ck`, a kernel triton.compile'd for sm_90a (see the module's docstring)."""
+    cuobjdump = _cuobjdump()
     fd, path = tempfile.mkstemp(suffix=".cubin")
     try:
         with os.fdopen(fd, "wb") as f:

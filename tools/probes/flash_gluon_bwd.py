@@ -13,8 +13,9 @@ forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same
 warp-specialized backward, flash_gluon_bwd_ws, d 128 only), then flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
-kernel with two dQ staging tiles, stage 3d) at 1x32x32768x128 and 4x32x4096x128; at d 64/80/96, where one pass
-is the default, a dq-stages2 row beside the default's. Rows of split configs (dq-triton, dq-gluon, and the
+kernel with two dQ staging tiles, stage 3d; dq-atomic: the one-pass kernel adding dQ by atomics from registers,
+stage 3e) at 1x32x32768x128 and 4x32x4096x128; at d 64/80/96, where one pass is the default, a dq-stages2 and a
+dq-atomic row beside the default's. Rows of split configs (dq-triton, dq-gluon, and the
 d 128 default) also time the dQ kernel alone ("dq_ms"). Each Gluon row records its relative errors of dQ, dK,
 dV against the Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
 "/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms.
@@ -60,7 +61,8 @@ def shape_name(s) -> str:
 def cfg_text(c) -> str:
     if c is None or isinstance(c, str):
         return c or ""
-    dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles))}.get(c.dq, "")
+    dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles)),
+          "atomic": " dq-atomic"}.get(c.dq, "")
     if c.dq_stages > 1:  # stage 3d: dQ staging tiles used in turn
         dq += f" dq-stages{c.dq_stages}"
     return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + dq
@@ -96,7 +98,7 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=()):
             return
         key = (impl, cfg_text(config), s[3], s[4])
         split = impl.startswith("ws+gluon-bwd") and impl != "ws+gluon-bwd-ws" and \
-            (config or bwd.default_config(s[3])).dq != "reduce"
+            (config or bwd.default_config(s[3])).dq not in ("reduce", "atomic")
         rows.append(dict(shape=s, impl=impl, config=config, est=est_s(s, impl, key not in compiled, split)))
         compiled.add(key)
 
@@ -116,8 +118,9 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=()):
         for impl in IMPLS:
             add(s, impl)
             default = bwd.default_config(s[3])
-            if impl == "ws+gluon-bwd" and default.dq == "reduce":  # stage 3d where one pass is the default
+            if impl == "ws+gluon-bwd" and default.dq == "reduce":  # stages 3d and 3e where one pass is the default
                 add(s, impl, replace(default, dq_stages=2))
+                add(s, impl, replace(default, dq="atomic"))
     return rows
 
 

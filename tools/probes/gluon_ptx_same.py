@@ -90,6 +90,9 @@ def _bwd_variants():
         for causal in (False, True):
             out.append(("bwd", d, causal, "bf16", bwd.GluonBwdConfig(dq_stages=2)))
     out.append(("bwd", 128, True, "bf16", bwd.GluonBwdConfig(num_stages=3, dq_stages=2)))  # refused: dq_stages
+    for d in (64, 80, 96, 128):  # stage 3e: dQ by atomics from registers
+        for causal in (False, True):
+            out.append(("bwd", d, causal, "bf16", bwd.GluonBwdConfig(dq="atomic")))
     default = bwd.GluonBwdConfig(dq="gluon").dq_tiles
     for d in (64, 80, 96, 128):
         for causal in (False, True):
@@ -165,10 +168,11 @@ def _compile(v):
 
         q, k, v_, do = (torch.randn(2, 3, 1000, d, dtype=dt) for _ in range(4))
         lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
-        dq32 = torch.empty(q.shape) if config.dq == "reduce" else None
+        dq32 = torch.empty(q.shape) if config.dq in ("reduce", "atomic") else None
         dk, dv = torch.empty_like(k), torch.empty_like(v_)
         grid, args, opts = mod.launch_args(q, k, v_, do, lse, delta, dq32, dk, dv, causal, config)
-        return mod._attn_bwd_sm90, compile_for_sm90(mod._attn_bwd_sm90, args, opts, divisible=("L", "Delta"))
+        divisible = ("L", "Delta") + (("dq_ptr",) if config.dq == "atomic" else ())  # the fp32 buffer of stage 3e
+        return mod._attn_bwd_sm90, compile_for_sm90(mod._attn_bwd_sm90, args, opts, divisible=divisible)
     if kind == "dq":
         from impl.attention import flash_gluon_dq as mod
 

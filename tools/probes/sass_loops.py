@@ -4,7 +4,9 @@ Reads SASS listings (the .sass files `tools/probes/gluon_ptx_same.py dump` write
 and prints, per loop body, its length in instructions, the counts of the instructions that matter for the
 Gluon kernels' schedules (HGMMA, WARPGROUP.DEPBAR, BAR.SYNC, DEPBAR.LE SB0 — the bulk-group wait, PTX
 `cp.async.bulk.wait_group.read N` —, UTMAREDG, MEMBAR, fences, STS/STSM, spill LDL/STL, mbarrier SYNCS, TMA loads,
-MUFU.EX2) and, with -v, the position of each sync instruction within the body (runs of HGMMA folded).
+MUFU.EX2, global reductions REDG and atomics ATOMG, the latter two also by their full opcode, whose suffix gives the
+width: `F32x2` = 8 bytes a thread) and, with -v, the position of each sync instruction within the body (runs of
+HGMMA folded; REDG / ATOMG folded when no other sync instruction comes between).
 
 A loop body is the range from a backward branch's target to the branch. Not counted as loops: the mbarrier
 try-wait retry blocks ptxas places after the kernel's end (`@!P BRA <itself>` then `BRA <back into the body>`),
@@ -24,9 +26,10 @@ from typing import Dict, List, Tuple
 KEYS = {"HGMMA": r"\bHGMMA\b", "WG.DEPBAR": r"\bWARPGROUP\.DEPBAR", "BAR.SYNC": r"\bBAR\.SYNC",
         "DEPBAR SB0": r"\bDEPBAR\.LE SB0", "UTMAREDG": r"\bUTMAREDG", "UTMACMDFLUSH": r"\bUTMACMDFLUSH",
         "MEMBAR": r"\bMEMBAR", "FENCE.VIEW.ASYNC.S": r"\bFENCE\.VIEW\.ASYNC\.S", "STS": r"\bSTS\b", "STSM": r"\bSTSM\b",
-        "LDL": r"\bLDL", "STL": r"\bSTL", "SYNCS": r"\bSYNCS", "UTMALDG": r"\bUTMALDG", "MUFU.EX2": r"\bMUFU\.EX2"}
-#: What -v places: the waits, barriers, fences and the bulk copies.
-SYNC = ("HGMMA", "WG.DEPBAR", "BAR.SYNC", "DEPBAR SB0", "UTMAREDG", "MEMBAR", "SYNCS", "UTMALDG")
+        "LDL": r"\bLDL", "STL": r"\bSTL", "SYNCS": r"\bSYNCS", "UTMALDG": r"\bUTMALDG", "MUFU.EX2": r"\bMUFU\.EX2",
+        "REDG": r"\bREDG\b", "ATOMG": r"\bATOMG\b"}
+#: What -v places: the waits, barriers, fences, the bulk copies and the global reductions / atomics (stage 3e).
+SYNC = ("HGMMA", "WG.DEPBAR", "BAR.SYNC", "DEPBAR SB0", "UTMAREDG", "MEMBAR", "SYNCS", "UTMALDG", "REDG", "ATOMG")
 
 Instr = Tuple[int, str]  # (address, text without the encoding comment)
 
@@ -67,13 +70,24 @@ def counts(body: List[Instr]) -> Dict[str, int]:
     return {k: sum(bool(re.search(rx, t)) for _, t in body) for k, rx in KEYS.items()}
 
 
+def atomic_forms(body: List[Instr]) -> Dict[str, int]:
+    """{full opcode: count} of the REDG / ATOMG instructions (e.g. REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU)."""
+    out: Dict[str, int] = {}
+    for _, t in body:
+        m = re.search(r"\b((?:REDG|ATOMG)(?:\.\w+)*)", t)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0) + 1
+    return out
+
+
 def positions(body: List[Instr]) -> List[str]:
-    """'pos:what' of each sync instruction (a run of HGMMA as 'pos:HGMMAxN'); DEPBARs with their operands."""
+    """'pos:what' of each sync instruction (a run of HGMMA as 'pos:HGMMAxN', of REDG with no other sync instruction
+    between as 'pos:REDGxN'); DEPBARs with their operands."""
     out: List[List] = []
     for j, (_, t) in enumerate(body):
         for k in SYNC:
             if re.search(KEYS[k], t):
-                if k == "HGMMA" and out and out[-1][1] == "HGMMA" and out[-1][3] == j - 1:
+                if out and out[-1][1] == k and (k in ("REDG", "ATOMG") or (k == "HGMMA" and out[-1][3] == j - 1)):
                     out[-1][2] += 1
                     out[-1][3] = j
                 else:
@@ -89,7 +103,9 @@ def report(text: str, verbose: bool = False) -> List[str]:
     for lo, hi in loops(ins):
         body = ins[lo:hi + 1]
         c = counts(body)
-        lines.append(f"loop [{lo}..{hi}] {len(body)} instructions: " + ", ".join(f"{k} {v}" for k, v in c.items() if v))
+        forms = "".join(f"; {op} {n}" for op, n in atomic_forms(body).items())
+        lines.append(f"loop [{lo}..{hi}] {len(body)} instructions: " + ", ".join(f"{k} {v}" for k, v in c.items() if v)
+                     + forms)
         if verbose:
             lines.append("    " + " | ".join(positions(body)))
     return lines

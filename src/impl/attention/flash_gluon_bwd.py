@@ -77,7 +77,10 @@ class GluonBwdConfig:
     #: "reduce": dQ in this kernel, added by TMA reduce-add (one pass, 5 products); "triton": this
     #: kernel computes dK and dV only (4 products) and dQ comes from the Triton two-pass backward's
     #: dQ kernel (3 products), the issue's alternative "if that measures faster"; "gluon": dK and dV
-    #: as with "triton", dQ (and D) from the Gluon dQ kernel (flash_gluon_dq, stage 3c, 3 products).
+    #: as with "triton", dQ (and D) from the Gluon dQ kernel (flash_gluon_dq, stage 3c, 3 products);
+    #: "atomic" (stage 3e): one pass as "reduce", but each thread adds its dQ partial straight from the
+    #: wgmma accumulator's registers into the fp32 buffer by relaxed atomic adds (red.global), with no
+    #: staging tile, fence, TMA reduce or bulk-group wait.
     dq: str = "reduce"
     #: The Gluon dQ kernel's tiles (dq "gluon" only): block_m query rows per program (16 per warp:
     #: block_m / 16 warps), block_n keys per streamed tile, num_stages K/V slots.
@@ -93,10 +96,11 @@ class GluonBwdConfig:
             raise ValueError(f"block_n must be 16 x num_warps with 4 or 8 warps, got {self}")
         if self.block_m not in (64, 128) or self.block_n % self.block_m or not 2 <= self.num_stages <= 4:
             raise ValueError(f"block_m must be 64 or 128 and divide block_n, num_stages 2..4, got {self}")
-        if self.dq not in ("reduce", "triton", "gluon"):
-            raise ValueError(f"dq must be 'reduce', 'triton' or 'gluon', got {self}")
+        if self.dq not in ("reduce", "triton", "gluon", "atomic"):
+            raise ValueError(f"dq must be 'reduce', 'triton', 'gluon' or 'atomic', got {self}")
         if self.dq_stages not in (1, 2) or (self.dq_stages > 1 and self.dq != "reduce"):
-            raise ValueError(f"dq_stages must be 1 or 2, and 2 only with dq='reduce', got {self}")
+            raise ValueError(f"dq_stages must be 1 or 2, and 2 only with dq='reduce' (dq='atomic' stages nothing), "
+                             f"got {self}")
         object.__setattr__(self, "dq_tiles", tuple(self.dq_tiles))  # hashable as a dict key / test id
         bm, bn, stages = self.dq_tiles
         if bm not in (64, 128) or bn not in (64, 128) or not 2 <= stages <= 4:
@@ -105,12 +109,12 @@ class GluonBwdConfig:
 
 #: The configs the GPU probe measures and the GPU tests check (those over 227 KB are refused). The
 #: dq "gluon" ones (stage 3c) pair the dK/dV kernel of dq "triton" with two tilings of the dQ kernel; the
-#: last (stage 3d) is the one-pass kernel with two dQ staging tiles.
+#: last two are the one-pass kernel with two dQ staging tiles (stage 3d) and with dQ by atomics (stage 3e).
 CANDIDATE_CONFIGS = (GluonBwdConfig(64, 128, 8, 2), GluonBwdConfig(64, 128, 8, 3), GluonBwdConfig(64, 64, 4, 2),
                      GluonBwdConfig(64, 64, 4, 3), GluonBwdConfig(64, 128, 8, 2, dq="triton"),
                      GluonBwdConfig(64, 128, 8, 2, dq="gluon"),
                      GluonBwdConfig(64, 128, 8, 2, dq="gluon", dq_tiles=(128, 128, 2)),
-                     GluonBwdConfig(64, 128, 8, 2, dq_stages=2))
+                     GluonBwdConfig(64, 128, 8, 2, dq_stages=2), GluonBwdConfig(64, 128, 8, 2, dq="atomic"))
 
 
 def default_config(d: int) -> GluonBwdConfig:
@@ -122,14 +126,14 @@ def default_config(d: int) -> GluonBwdConfig:
 
 
 def shared_bytes(d: int, config: GluonBwdConfig, itemsize: int = 2) -> int:
-    """Shared memory the dK/dV kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ and the fp32
-    dQ staging tile(s) (dq "reduce" only: dq_stages of them) and the mbarriers (three allocations, each up
-    to a 16-byte boundary).
+    """Shared memory the dK/dV kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ (dq "reduce"
+    and "atomic") and the fp32 dQ staging tile(s) (dq "reduce" only: dq_stages of them) and the mbarriers
+    (three allocations, each up to a 16-byte boundary).
     The dQ kernel of dq "gluon": flash_gluon_dq.dq_shared_bytes."""
     kv = 2 * config.block_n * d * itemsize
     ring = config.num_stages * 2 * config.block_m * d * itemsize
     reduce = config.dq == "reduce"
-    ds = config.block_n * config.block_m * itemsize if reduce else 0
+    ds = config.block_n * config.block_m * itemsize if config.dq in ("reduce", "atomic") else 0
     dq = config.dq_stages * config.block_m * d * 4 if reduce else 0
     barriers = 16 + 2 * (-(-8 * config.num_stages // 16) * 16)
     return kv + ring + ds + dq + barriers
@@ -227,16 +231,55 @@ def _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scal
 
 
 @gluon.jit
+def _atomic_rows(dq_base, x, m0, N_Q, C0: gl.constexpr, HEAD_D: gl.constexpr, MASK: gl.constexpr):
+    """x (fp32, BLOCK_M rows x n columns in the dQ accumulator's layout) added at dq_base, rows m0..,
+    columns C0.. of a row-major buffer HEAD_D wide, by relaxed atomic adds whose results are unused
+    (ptxas: REDG); MASK: rows past N_Q dropped."""
+    layout: gl.constexpr = x.type.layout
+    rows = m0 + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = C0 + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, layout))
+    ptrs = dq_base + gl.expand_dims(rows * HEAD_D, 1) + gl.expand_dims(cols, 0)
+    if MASK:
+        gl.atomic_add(ptrs, x, mask=gl.expand_dims(rows < N_Q, 1) & gl.expand_dims(cols < HEAD_D, 0), sem="relaxed")
+    else:
+        gl.atomic_add(ptrs, x, sem="relaxed")
+
+
+@gluon.jit
+def _dq_atomic(dq, dq_h, dq_base, m0, N_Q, sm_scale, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+               D1: gl.constexpr):
+    """dQ_tile·(1/sqrt d) (fp32, waited for) added from the accumulator's registers into the fp32 dQ
+    buffer (dq_base: this (batch, head)'s rows, contiguous, BLOCK_D + D1 columns) by atomic adds
+    (_atomic_rows). Nothing is staged, fenced or waited for: the adds are fire-and-forget and the buffer
+    is read only after the kernel. Only the query tile that runs past N_Q masks (a uniform branch): a
+    predicated atomic costs ptxas a branch around each REDG (BSSY / BRA / BSYNC, ~60 instructions a tile
+    at d 128), which the full tiles skip."""
+    HEAD_D: gl.constexpr = BLOCK_D + D1
+    dq = dq * sm_scale
+    if D1 > 0:
+        dq_h = dq_h * sm_scale
+    if m0 + BLOCK_M <= N_Q:
+        _atomic_rows(dq_base, dq, m0, N_Q, 0, HEAD_D, False)
+        if D1 > 0:
+            _atomic_rows(dq_base, dq_h, m0, N_Q, BLOCK_D, HEAD_D, False)
+    else:
+        _atomic_rows(dq_base, dq, m0, N_Q, 0, HEAD_D, True)
+        if D1 > 0:
+            _atomic_rows(dq_base, dq_h, m0, N_Q, BLOCK_D, HEAD_D, True)
+
+
+@gluon.jit
 def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n,
             k2, kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc,
             q_smem, do_smem, qh_smem, doh_smem, ds_smem, dq_smem, dqh_smem, q_bars, do_bars,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
             NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr, DQ: gl.constexpr,
-            DQ_STAGES: gl.constexpr):
+            DQ_STAGES: gl.constexpr, dq_base=0, DQ_ATOMIC: gl.constexpr = False):
     """The key tile's work over its query tiles t in [t_lo, t_hi) (query tile index j0 + t). MASKED:
     the tiles holding the causal diagonal (causal mask); KEY_MASK: the key tile runs past N_K (P of
     the padded keys set to 0); neither: no mask at all. DQ: also dQ, by TMA reduce-add from DQ_STAGES
-    staging tiles used in turn (t counts on across the loop instances, so t % DQ_STAGES alternates).
+    staging tiles used in turn (t counts on across the loop instances, so t % DQ_STAGES alternates), or with
+    DQ_ATOMIC by atomic adds from registers at dq_base (no staging).
 
     Why padded keys need a mask although K = V = 0 there: their score is 0, so P = exp(-lse), which
     overflows to inf when a row's lse < -88 (all its scores very negative), and dQ = dS·K would
@@ -290,8 +333,11 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
                                                                        deps=(dq, dq_h, dv, dv_h, pt16, pt16_h))
             else:
                 dq, dv, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv, pt16))
-            _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, t, BLOCK_M, BLOCK_D, D1,
-                       DQ_STAGES)
+            if DQ_ATOMIC:
+                _dq_atomic(dq, dq_h, dq_base, m0, N_Q, sm_scale, BLOCK_M, BLOCK_D, D1)
+            else:
+                _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, t, BLOCK_M, BLOCK_D,
+                           D1, DQ_STAGES)
         if D1 > 0:
             dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h = warpgroup_mma_wait(
                 num_outstanding=0, deps=(dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h))
@@ -315,11 +361,14 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
                    qh_desc, kh_desc, vh_desc, doh_desc, dqh_desc, dkh_desc, dvh_desc, L, Delta,
                    H, N_Q, N_K, qk_scale, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
-                   IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ: gl.constexpr, DQ_STAGES: gl.constexpr = 1):
+                   IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ: gl.constexpr, DQ_STAGES: gl.constexpr = 1,
+                   dq_ptr=None, DQ_ATOMIC: gl.constexpr = False):
     """Grid (key tiles, B·H). Descriptors are rank 4 over (B, H, N, d) with blocks (1, 1, rows, BLOCK_D)
     (lo) and (1, 1, rows, D1) at column BLOCK_D (hi; None when D1 == 0); dq_desc over the fp32 dQ
     buffer (None without DQ: dK and dV only). L (natural-log lse) and Delta are (B·H, N_Q) fp32.
-    DQ_STAGES: the fp32 dQ staging tiles (1 or 2; GluonBwdConfig.dq_stages)."""
+    DQ_STAGES: the fp32 dQ staging tiles (1 or 2; GluonBwdConfig.dq_stages). DQ_ATOMIC (dq "atomic"):
+    dq_desc is None and dq_ptr the fp32 dQ buffer itself (contiguous (B, H, N_Q, d)), added into by atomics
+    from registers; no staging tile is allocated."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BLOCK_N == 16 * NW, "each warp owns 16 key rows")
     gl.static_assert(BLOCK_N % BLOCK_M == 0, "query tiles nest in the key tile")
@@ -342,10 +391,11 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     if DQ:
         ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M],
                                             gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
-        if DQ_STAGES == 1:
-            dq_smem = gl.allocate_shared_memory(gl.float32, dq_desc.block_type.shape, dq_desc.layout)
-        else:
-            dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_STAGES, 1, 1, BLOCK_M, BLOCK_D], dq_desc.layout)
+        if not DQ_ATOMIC:
+            if DQ_STAGES == 1:
+                dq_smem = gl.allocate_shared_memory(gl.float32, dq_desc.block_type.shape, dq_desc.layout)
+            else:
+                dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_STAGES, 1, 1, BLOCK_M, BLOCK_D], dq_desc.layout)
     kh_smem = 0
     vh_smem = 0
     qh_smem = 0
@@ -355,7 +405,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
         kh_smem = gl.allocate_shared_memory(dtype, kh_desc.block_type.shape, kh_desc.layout)
         vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
         qh_smem, doh_smem = _ring_pair(qh_desc, doh_desc, NUM_STAGES, BLOCK_M, D1)
-        if DQ:
+        if DQ and not DQ_ATOMIC:
             if DQ_STAGES == 1:
                 dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
             else:
@@ -395,6 +445,9 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     offs_n = n0 + gl.arange(0, BLOCK_N, layout=row_layout)
     L_base = L + pid_bh.to(gl.int64) * N_Q
     D_base = Delta + pid_bh.to(gl.int64) * N_Q
+    dq_base = 0
+    if DQ_ATOMIC:
+        dq_base = dq_ptr + pid_bh.to(gl.int64) * N_Q * (BLOCK_D + D1)
 
     mbarrier.wait(kv_bar, 0)
     # The diagonal tiles (causal only) with every mask; then the rest, with the key mask only in
@@ -404,19 +457,19 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
             dk, dk_h, dv, dv_h, 0, n_diag, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True, DQ,
-            DQ_STAGES)
+            DQ_STAGES, dq_base, DQ_ATOMIC)
     if n0 + BLOCK_N > N_K:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True, DQ,
-            DQ_STAGES)
+            DQ_STAGES, dq_base, DQ_ATOMIC)
     else:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False, DQ,
-            DQ_STAGES)
+            DQ_STAGES, dq_base, DQ_ATOMIC)
 
     _invalidate(kv_bar, q_bars, do_bars, NUM_STAGES)
 
@@ -476,19 +529,29 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, positional arguments, launch options) of the Gluon kernel's launch, for tensors on any
     device (the compile test builds them from CPU tensors). lse, delta contiguous (B·H·N_Q fp32);
-    dq32 an fp32 buffer in q's shape, contiguous; dk, dv contiguous."""
+    dq32 an fp32 buffer in q's shape, contiguous (dq "reduce" and "atomic"; None otherwise); dk, dv
+    contiguous. dq "atomic" appends the buffer (dq_ptr) and DQ_ATOMIC to the arguments; the other modes pass
+    the kernel's defaults for both (None, False) by leaving them out."""
     q4, k4, v4, do4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dk, dv))
     dq4 = None if dq32 is None else as_4d(dq32)
     B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     config = config or default_config(d)
     check_dq_stages(d, config, q.element_size())
     check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
-    if (config.dq == "reduce") != (dq32 is not None):
-        raise ValueError(f"{FN}: dq32 is the fp32 dQ buffer of dq='reduce' and None otherwise; config {config}")
+    atomic = config.dq == "atomic"
+    if (config.dq in ("reduce", "atomic")) != (dq32 is not None):
+        raise ValueError(f"{FN}: dq32 is the fp32 dQ buffer of dq='reduce' or 'atomic' and None otherwise; "
+                         f"config {config}")
+    if atomic and (dq32.dtype != torch.float32 or not dq32.is_contiguous() or dq32.shape != q.shape):
+        raise ValueError(f"{FN}: dq='atomic' adds into dq32 by row offsets: it must be float32, contiguous, in q's "
+                         f"shape {tuple(q.shape)}, got {dq32.dtype} {tuple(dq32.shape)} strides {dq32.stride()}")
     bm, bn = config.block_m, config.block_n
     sm_scale = 1.0 / math.sqrt(d)
-    args = (*_descriptors(q4, k4, v4, do4, dq4, dk4, dv4, bm, bn), lse, delta, H, n_q, n_k, sm_scale * LOG2E,
-            sm_scale, bm, bn, lo, hi, bool(is_causal), config.num_stages, config.dq == "reduce", config.dq_stages)
+    args = (*_descriptors(q4, k4, v4, do4, None if atomic else dq4, dk4, dv4, bm, bn), lse, delta, H, n_q, n_k,
+            sm_scale * LOG2E, sm_scale, bm, bn, lo, hi, bool(is_causal), config.num_stages,
+            config.dq in ("reduce", "atomic"), config.dq_stages)
+    if atomic:
+        args += (dq4, True)  # dq_ptr, DQ_ATOMIC
     grid = (-(-n_k // bn), B * H)
     return grid, args, {"num_warps": config.num_warps}
 
@@ -540,7 +603,8 @@ def flash_gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     naming the constraint inputs break, RuntimeError off sm_90.
 
     config.dq "reduce" (default below d 128): D and a zeroed fp32 dQ buffer from the Triton preprocessing
-    kernel, then this kernel (dK, dV, dQ by reduce-add), then the buffer's cast. "triton": the Triton dQ
+    kernel, then this kernel (dK, dV, dQ by reduce-add), then the buffer's cast; "atomic" the same with dQ
+    added by atomics from registers (stage 3e). "triton": the Triton dQ
     kernel (which writes D), then this kernel for dK and dV. "gluon": the Gluon dQ kernel
     (flash_gluon_dq, which writes D), then this kernel for dK and dV. options (a FlashOptions; None: the
     defaults) reach only the Triton dQ kernel of "triton"."""
