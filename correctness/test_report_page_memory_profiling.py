@@ -119,22 +119,54 @@ def test_2025_facts_phases_peaks_and_named_allocations_come_from_the_rows():
     assert f.largest_rows[0][1].label == (page.SizedAs("fp32", "ffn_hidden"),)
 
 
-def test_2025_facts_without_the_reference_context_answer_at_the_nearest_and_say_so(tmp_path):
-    """No rows at 512: (d) and (e) read the nearest measured context (256), and the page names both."""
+def test_2025_facts_without_rows_at_the_reference_context_name_the_gap_not_another_context(tmp_path):
+    """No rows at 512: (d) and (e) stay at the reference context, each with its gap (no fp32 forward row there);
+    the closed form still answers (d), and 128 and 256 are extra rows only."""
     f = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025((128, 256))])
-    assert f.reference_context == 512 and f.answer_context == 256 and not f.at_reference
-    assert f.residual.context == 256 and [x.context for x in f.residuals] == [128, 256]
-    assert [(x.kind, x.dtype, x.nbytes) for x in f.named] == [("largest", "fp32", 4 * 256 * SMALL.d_ff * 4)]
+    assert f.reference_context == 512 == f.answer_context and f.at_reference
+    assert f.residual is None and f.residual_bytes == 4 * 512 * SMALL.d_model * 4
+    assert f.gaps == (page.Gap("d", "row"), page.Gap("e", "row")) and f.gap("e").row is None
+    assert f.named == [] and f.largest == [] and [x.context for x in f.residuals] == [128, 256]
+    assert {x for x, _ in f.largest_rows} == {128, 256}
     assert page.facts(context(_rows_2025((128, 256)), tmp_path)).facts_2025 == f  # what the page words
-    # without a reference context at all: the shortest
+    # without a reference context at all (an earlier grid's rows): the shortest, and no gaps
     g = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025((128, 256))], reference=None)
-    assert g.answer_context == 128 and g.reference_context is None and not g.at_reference
+    assert g.answer_context == 128 and g.reference_context is None and not g.at_reference and g.gaps == ()
 
 
-def test_2025_facts_read_the_rows_mark_before_the_grids():
-    """Newer runs mark their reference rows (details.reference_context): the mark wins over the grid's 512."""
-    f = page.memory_2025_facts([page.mem_case(b) for b in _rows_2025(marked=True)])
-    assert f.reference_context == 256 and f.answer_context == 256 and f.at_reference and f.residual.context == 256
+def _without_trace(rows):
+    """`rows` with the fp32 forward at 512 as a run before the allocation traces stored it: no snapshot."""
+    return [bench(P, b.row.config, 0.1, device=DEV, when=WHEN_2025, peak=b.row.memory.peak_allocated, details={})
+            if (b.row.config["context"], b.row.config["dtype"], b.row.config["mode"]) == (512, "fp32", "forward")
+            else b for b in rows]
+
+
+def test_a_reference_row_without_its_trace_is_a_gap_that_names_the_row(tmp_path):
+    """The fp32 forward at 512 stored without a snapshot (no other row there has a residual lookup either): both
+    gaps name that row and its run, and (e) still lists the other rows at 512 (bf16 forward, training step). An
+    OOM there is a gap of the measurement."""
+    rows = _without_trace(_rows_2025())
+    f = page.memory_2025_facts([page.mem_case(b) for b in rows])
+    assert f.answer_context == 512 and [(g.part, g.lacks) for g in f.gaps] == [("d", "residual"), ("e", "largest")]
+    g = f.gap("e").row
+    assert (g.context, g.dtype, g.mode) == (512, "fp32", "forward") and g.run.file.endswith(".json")
+    assert [(x.dtype, x.mode) for x in f.named if not x.secondary] == [("bf16", "forward"), ("fp32", "train_step")]
+    oom = [bench(P, b.row.config, device=DEV, when=WHEN_2025, status=Status.OOM, reason="CUDA out of memory")
+           if b.row.config["context"] == 512 and b.row.config["mode"] == "forward" and b.row.config["dtype"] == "fp32"
+           else b for b in rows]
+    h = page.memory_2025_facts([page.mem_case(b) for b in oom])
+    assert [(g.part, g.lacks) for g in h.gaps] == [("d", "measurement"), ("e", "measurement")]
+    assert h.gap("d").row.status is Status.OOM
+
+
+def test_a_row_is_at_the_reference_by_its_mark_else_by_batch_4_at_context_512():
+    """Runs since 2fbd353 mark their rows; earlier rows of the same grid are read by their config."""
+    def at(context, batch=4, **mark):
+        b = bench(P, dict(size="2.7B", context=context, dtype="fp32", mode="forward", batch=batch), 0.1,
+                  device=DEV, details=mark)
+        return page.is_reference(page.mem_case(b))
+    assert page.REFERENCE_BATCH == 4 and at(512) and not at(256) and not at(512, batch=8)
+    assert at(256, reference_context=True) and not at(512, reference_context=False)
 
 
 def _renamed_rows(tmp_path):
@@ -227,7 +259,8 @@ def test_committed_2025_rows_answer_d_and_e_at_the_reference_context(tmp_path):
     f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
     y, m = f.facts_2025, SizeRef("2025", "2.7B").config
     assert y.reference_context == 512 == y.answer_context and y.at_reference and y.residual.context == 512
-    assert y.residual.nbytes == y.batch * 512 * m.d_model * 4 and y.residual.found
+    assert y.residual.nbytes == y.residual_bytes == y.batch * 512 * m.d_model * 4 and y.residual.found
+    assert y.gaps == ()  # the 512 rows have their residual lookup and allocation trace
     top = y.named[0]
     assert (top.dtype, top.mode, top.nbytes) == ("fp32", "forward", y.batch * m.num_heads * 512 * 512 * 4)
     assert page.SizedAs("fp32", "scores") in top.label
@@ -280,11 +313,13 @@ def test_nsys_blocks_leave_their_saved_bytes_beside_torch_profilers_probe(tmp_pa
     assert not page.facts(context(_rows_2025() + _rows_2026(), tmp_path / "off")).nsys.cases[0].agrees
 
 
-@pytest.mark.parametrize("case", ["off_reference", "artifacts"])
+@pytest.mark.parametrize("case", ["missing_reference", "no_trace", "artifacts"])
 def test_page_words_of_2025(request, tmp_path, case):
-    """2025's other wordings: (d) and (e) answered off the reference context (no row there), and the kept
-    snapshots named, the stored one linked."""
-    rows = _rows_2025((128, 256)) if case == "off_reference" else sum(_renamed_rows(tmp_path), [])
+    """2025's other wordings: (d) and (e) without rows at the reference context, or with its fp32 forward stored
+    without a trace (each gap named with the call that records it), and the kept snapshots named, the stored one
+    linked."""
+    rows = {"missing_reference": lambda: _rows_2025((128, 256)), "no_trace": lambda: _without_trace(_rows_2025()),
+            "artifacts": lambda: sum(_renamed_rows(tmp_path), [])}[case]()
     assert_snapshot(request, f"{P}-{case}", render_page(f"{P}.md.j2", f=page.facts(context(rows, tmp_path))))
 
 

@@ -22,7 +22,11 @@ from impl.workloads.sweeps import grid
 PROBLEMS = (P.MEMORY_PROFILING,)
 PROBLEM = P.MEMORY_PROFILING
 SLUG = "memory_profiling"
-CASES_2026 = {tuple(c) for c in grid(P.MEMORY_PROFILING, "full").cases_2026}  # (size, context) the 2026 sweep asks
+GRID = grid(P.MEMORY_PROFILING, "full")
+CASES_2026 = {tuple(c) for c in GRID.cases_2026}  # (size, context) the 2026 sweep asks
+# The 2025 handout asks (d) "at our reference hyperparameters": batch 4 for every model (its §1.1.2), the context
+# left to vary; the suite takes 512, the longest context the problem profiles, as the reference (the grid's).
+REFERENCE_CONTEXT, REFERENCE_BATCH = GRID.reference_context, GRID.batch
 ASKED = size_label(SizeRef("2026", "xl"))
 TIMELINE = figures.words("memory_timeline")  # the words drawn into the timeline figures
 CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf16", "train_step"))
@@ -185,16 +189,6 @@ def largest_of(c: MemCase) -> NamedAllocation | None:
                            c.dtype, c.mode, sites)
 
 
-def nearest(contexts: list[int], reference: int | None) -> int | None:
-    """The reference context where measured, else the measured one nearest it (the shorter on a tie), else
-    (no reference) the shortest."""
-    if not contexts:
-        return None
-    if reference is None:
-        return min(contexts)
-    return min(contexts, key=lambda x: (abs(x - reference), x))
-
-
 def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAllocation], list[tuple[MemCase, list]]]:
     """(e)'s findings at context `at`, and its rows' largest-allocation tables there but the bf16 step's: (row, its
     (bytes, count, tensors of that size, frames) with a stack trace; largest_of counts the others too)."""
@@ -224,6 +218,40 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
     return sorted(named, key=lambda x: (order[(x.dtype, x.mode)], x.secondary)), tables
 
 
+def is_reference(c: MemCase, reference: int | None = REFERENCE_CONTEXT) -> bool:
+    """Whether the row is at the handout's reference hyperparameters: its mark (details.reference_context, runs
+    since 2fbd353), else its config. The rows stored before the mark ran the same grid (2.7B, batch 4, contexts
+    128, 256 and 512), so an unmarked row at batch 4 and the reference context is the reference row."""
+    mark = c.details.get("reference_context")
+    return mark if isinstance(mark, bool) else (c.batch, c.context) == (REFERENCE_BATCH, reference)
+
+
+def reference_of(rows: list[MemCase], default: int | None = REFERENCE_CONTEXT) -> int | None:
+    """The context of the rows at the reference (the mark wins over the grid's), else `default`."""
+    return min((c.context for c in rows if is_reference(c, default)), default=default)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """What (d) ("d": the residual-stream lookup) or (e) ("e": the largest allocations) reads at the reference
+    context and the stored rows lack. `row`: the fp32 forward there, where one is stored; `lacks`: "row" (none
+    stored), "measurement" (stored, not measured: its status says why), "residual" or "largest" (its snapshot has
+    no such record)."""
+
+    part: str
+    lacks: str
+    row: MemCase | None = None
+
+
+def gaps(rows: list[MemCase], at: int, residual_found: bool) -> tuple[Gap, ...]:
+    """(d) and (e)'s gaps at context `at`: (e) reads the fp32 forward's allocation trace; (d) any row's residual
+    lookup (`residual_found`), and where none has one, the fp32 forward is the row that should."""
+    c = next((c for c in rows if (c.context, c.dtype, c.mode) == (at, "fp32", "forward")), None)
+    why = "row" if c is None else "measurement" if c.status is not Status.MEASURED else None
+    needs = (("d", residual_found, "residual"), ("e", why is None and bool(c.largest), "largest"))
+    return tuple(Gap(part, why or what, c) for part, have, what in needs if not have)
+
+
 @dataclass(frozen=True)
 class Memory2025Facts:
     size: str
@@ -235,20 +263,29 @@ class Memory2025Facts:
     optimizer_spikes: list[float]  # per training-step timeline: the optimizer phase's rise
     step_forward_tops: dict[int, float]  # per context: the fp32 training step's forward-phase top
     reference_context: int | None  # the handout's reference context for (d), (e) (the grid's, or the rows' mark)
-    answer_context: int | None  # where (d), (e) are answered: the reference where measured, else the nearest
+    answer_context: int | None  # where (d), (e) are answered: the reference (without one: the shortest measured)
     residuals: list[Residual]  # fp32, one per context (forward rows first), ascending
     named: list[NamedAllocation]  # (e) at answer_context
     largest: list[tuple[MemCase, list]]  # (e)'s tables at answer_context
     largest_rows: list[tuple[int, NamedAllocation]] = field(default_factory=list)  # (context, every row's largest)
     batch: int | None = None
+    gaps: tuple[Gap, ...] = ()  # what (d), (e) lack at the reference context
 
     @property
     def residual(self) -> Residual | None:  # fp32, at answer_context
         return next((r for r in self.residuals if r.context == self.answer_context), None)
 
     @property
+    def residual_bytes(self) -> int:
+        """(d)'s closed form at answer_context: batch × context × d_model × 4 B (fp32)."""
+        return self.batch * self.answer_context * self.model.d_model * 4
+
+    @property
     def at_reference(self) -> bool:
-        return self.reference_context is not None and self.answer_context == self.reference_context
+        return self.reference_context is not None
+
+    def gap(self, part: str) -> Gap | None:
+        return next((g for g in self.gaps if g.part == part), None)
 
     @property
     def timelines(self) -> bool:
@@ -271,17 +308,10 @@ class Memory2025Facts:
         return max(abs(a - b) for a, b in zip(self.series("bf16", "train_step"), self.series("fp32", "train_step")))
 
 
-REFERENCE_CONTEXT = grid(P.MEMORY_PROFILING, "full").reference_context  # the 2025 handout's, for (d) and (e)
-
-
-def reference_of(rows: list[MemCase], default: int | None = REFERENCE_CONTEXT) -> int | None:
-    """The context the rows mark as the reference (details.reference_context, newer runs), else `default`."""
-    return min((c.context for c in rows if c.details.get("reference_context") is True), default=default)
-
-
 def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CONTEXT) -> Memory2025Facts | None:
     """The facts of one size's rows (None without a measured row); (d) and (e) at `reference` (or the context
-    the rows mark) where a forward was measured there, else at the measured context nearest it."""
+    the rows mark), never at another context: what the rows lack there is a gap the page names. Without a
+    reference (an earlier grid's rows) at the shortest measured context."""
     ok = ordered([c for c in rows if c.status is Status.MEASURED])
     if not ok:
         return None
@@ -289,7 +319,7 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
     contexts = sorted(c.context for c in ok if (c.dtype, c.mode) == ("fp32", "train_step"))
     last, m = contexts[-1] if contexts else None, ok[0].size_ref.config
     ref = reference_of(ok, reference)
-    at = nearest(sorted({c.context for c in ok if c.mode == "forward"} or {c.context for c in ok}), ref)
+    at = ref if ref is not None else min({c.context for c in ok if c.mode == "forward"} or {c.context for c in ok})
     # the fp32 residual per context: the fp32 forward's lookup first, then any row's
     by_pref = sorted(ok, key=lambda c: (c.context, c.mode != "forward", c.dtype != "fp32"))
     res: dict[int, Residual] = {}
@@ -304,7 +334,8 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
         tl.get((last, "fp32", "train_step"), {}),
         [v["optimizer"].top - v["optimizer"].start for k, v in tl.items() if k[2] == "train_step" and "optimizer" in v],
         {k[0]: v["forward"].top for k, v in tl.items() if k[1:] == ("fp32", "train_step") and "forward" in v},
-        ref, at, [res[x] for x in sorted(res)], *largest_allocations(ok, at), tops, ok[0].batch)
+        ref, at, [res[x] for x in sorted(res)], *largest_allocations(ok, at), tops, ok[0].batch,
+        gaps(rows, at, at in res) if ref is not None else ())
 
 
 # ---- the 2026 edition's (a)-(f) -----------------------------------------------------------------
