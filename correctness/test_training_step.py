@@ -42,7 +42,7 @@ def _batch(b=3, s=13, seed=1):
     return t[:, :-1], t[:, 1:]
 
 
-def _unfused_and_fused(model, x, y, rows, autocast_dtype=None):
+def _unfused_and_fused(model, x, y, rows, autocast_dtype=None, softmax="torch"):
     """Loss and grads wrt the final hidden states and the LM head weight, both ways."""
     ctx = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else torch.autocast("cpu", enabled=False)
     out = []
@@ -50,7 +50,8 @@ def _unfused_and_fused(model, x, y, rows, autocast_dtype=None):
         with ctx:
             h = model(x, return_hidden=True).detach().requires_grad_()
             w = model.lm_head.weight
-            loss = (fused_linear_cross_entropy(h, w, y, rows=rows) if fused else cross_entropy(model.lm_head(h), y))
+            loss = (fused_linear_cross_entropy(h, w, y, rows=rows, softmax=softmax) if fused
+                    else cross_entropy(model.lm_head(h), y))
         gh, gw = torch.autograd.grad(loss, (h, w))
         out.append((loss.detach(), gh, gw))
     return out
@@ -67,14 +68,19 @@ def test_return_hidden_is_what_the_lm_head_reads():
 # gradient to bf16 the same way; the fused one sums dW per chunk in fp32, the unfused one in one
 # bf16 matmul. Tolerances (loss, gradients) per compute dtype.
 FUSED_CE_TOL = {None: (1e-6, 1e-5), torch.bfloat16: (1e-3, 1e-2)}
+# the softmax kernel on CPU tensors runs only in the Triton interpreter (impl.model.ce_softmax)
+needs_interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                       reason="the Triton softmax on CPU tensors needs TRITON_INTERPRET=1")
 
 
+@pytest.mark.parametrize("softmax", ["torch", pytest.param("triton", marks=needs_interpreter)])
 @pytest.mark.parametrize("autocast_dtype,rows", [(None, 1), (None, 7), (None, 39), (None, None),  # one token per
                                                  (torch.bfloat16, 7), (torch.bfloat16, None)])  # chunk, ragged, one, default
-def test_fused_ce_matches_cross_entropy(autocast_dtype, rows):
+def test_fused_ce_matches_cross_entropy(autocast_dtype, rows, softmax):
+    """Either softmax step (torch ops, or impl.model.ce_softmax's kernel: the Triton interpreter here)."""
     model = _model()
     x, y = _batch()
-    (l0, gh0, gw0), (l1, gh1, gw1) = _unfused_and_fused(model, x, y, rows, autocast_dtype)
+    (l0, gh0, gw0), (l1, gh1, gw1) = _unfused_and_fused(model, x, y, rows, autocast_dtype, softmax)
     loss_tol, grad_tol = FUSED_CE_TOL[autocast_dtype]
     assert l1.dtype == torch.float32 and gh1.dtype == torch.float32 and gw1.dtype == torch.float32
     assert abs(l1.item() - l0.item()) / l0.item() < loss_tol
@@ -125,8 +131,35 @@ def test_fused_ce_without_grad_only_computes_the_loss():
     assert abs(loss.item() - cross_entropy(h @ w.T, t).item()) < 1e-5
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("chunk_mib", [256, 1024])
+def test_triton_softmax_follows_the_torch_softmax_on_the_gpu(chunk_mib):
+    """The 8B step's LM head shape on a GPU (vocab 151,936, bf16 autocast, a few chunks of its rows): the
+    softmax kernel against the torch ops, loss and both gradients within bf16 rounding of each other."""
+    from impl.model.fused_ce import LMHead
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    vocab, d, n = 151_936, 256, 3_000
+    h = torch.randn(n, d, device="cuda", generator=g).requires_grad_()
+    w = (torch.randn(vocab, d, device="cuda", generator=g) / d**0.5).requires_grad_()
+    t = torch.randint(0, vocab, (n,), device="cuda", generator=g)
+    rows = LMHead(chunk_mib * 2**20).rows(vocab)
+    assert rows < n  # several chunks, the last ragged
+    out = {}
+    for softmax in ("torch", "triton"):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fused_linear_cross_entropy(h, w, t, rows=rows, reduction="sum", softmax=softmax)
+        out[softmax] = (loss.detach(), *torch.autograd.grad(loss, (h, w)))
+    (l0, gh0, gw0), (l1, gh1, gw1) = out["torch"], out["triton"]
+    assert abs(l1.item() - l0.item()) / l0.item() < 1e-5
+    assert rel_err(gh1, gh0) < 1e-2 and rel_err(gw1, gw0) < 1e-2
+
+
 def test_fused_ce_bad_input():
     h, w = torch.randn(2, 3, 8), torch.randn(V, 8)
+    with pytest.raises(ValueError, match=r"softmax must be one of \('torch', 'triton'\)"):
+        fused_linear_cross_entropy(h, w, torch.zeros(2, 3, dtype=torch.long), softmax="cuda")
     with pytest.raises(ValueError, match="targets"):
         fused_linear_cross_entropy(h, w, torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="integer"):

@@ -85,6 +85,7 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, cand):
                     compile=cand.compile, allocator=cand.allocator, grad_sync=cand.grad_sync,
                     nccl_high_priority=cand.nccl_high_priority, nccl_max_ctas=cand.nccl_max_ctas,
                     residual=cand.residual,
+                    lm_head_softmax=cand.lm_head_softmax,
                     **({} if cand.lm_head_chunk_mib is None else {"lm_head_chunk_mib": cand.lm_head_chunk_mib}))
     row_config = dict(config=spec.config, layers=spec.model.num_layers, batch=spec.batch, context=spec.context,
                       checkpointing=cand.checkpointing, k=cand.k, compile=cand.compile, attn_impl=spec.attn_impl,
@@ -96,7 +97,8 @@ def test_leaderboard_2026_two_gpus(bench, peaks, workers, cand):
                       loss="sum",
                       # only where it is not the default, so earlier rows keep matching their configs
                       **({"residual": spec.residual} if spec.residual != "fp32" else {}),
-                      **({"lm_head_chunk_mib": spec.lm_head_chunk_mib} if cand.lm_head_chunk_mib is not None else {}))
+                      **({"lm_head_chunk_mib": spec.lm_head_chunk_mib} if cand.lm_head_chunk_mib is not None else {}),
+                      **({"lm_head_softmax": spec.lm_head_softmax} if spec.lm_head_softmax != "torch" else {}))
     details = dict(params=spec.model.params)
     if workers.skip(bench, problem=PROBLEM, config=row_config, world_size=ws, backend=BACKEND):
         return

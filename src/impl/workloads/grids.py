@@ -391,7 +391,7 @@ class Leaderboard2026Grid(Rounds):
 class StepCandidate:
     """One way to run the two-GPU leaderboard step: impl.workloads.leaderboard_2026.StepSpec's
     checkpointing, checkpoint_k, compile, attn_impl (None: the grid's), allocator, grad_sync, NCCL options,
-    residual dtype and the LM head's chunk (MiB; None: StepSpec's default)."""
+    residual dtype and the LM head's chunk (MiB; None: StepSpec's default) and softmax step."""
 
     checkpointing: str
     k: int | None
@@ -403,6 +403,7 @@ class StepCandidate:
     nccl_max_ctas: int | None = None
     residual: str = "fp32"
     lm_head_chunk_mib: int | None = None
+    lm_head_softmax: str = "torch"
 
     @property
     def id(self) -> str:  # the test id: "keep_attention-3", "keep_attention-3-pointwise-flash_gluon_ws"
@@ -413,7 +414,8 @@ class StepCandidate:
                         + ["nccl_high_priority"] * self.nccl_high_priority
                         + [f"nccl_max_ctas{self.nccl_max_ctas}"] * (self.nccl_max_ctas is not None)
                         + [f"residual_{self.residual}"] * (self.residual != "fp32")
-                        + [f"lm_head_chunk{self.lm_head_chunk_mib}"] * (self.lm_head_chunk_mib is not None))
+                        + [f"lm_head_chunk{self.lm_head_chunk_mib}"] * (self.lm_head_chunk_mib is not None)
+                        + [f"lm_head_{self.lm_head_softmax}"] * (self.lm_head_softmax != "torch"))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from impl.bench.compile_caches import CompileCaches
-from impl.model.fused_ce import MAX_CHUNK_BYTES
+from impl.model.fused_ce import MAX_CHUNK_BYTES, SOFTMAXES, LMHead
 from impl.bench.timers import time_once
 from impl.bench.worker_group import RankState, Timed, timed
 from impl.workloads.rank_memory import Allocated
@@ -92,6 +92,8 @@ class StepSpec:
     lm_head_chunk_mib  the fused LM head's fp32 logits a chunk, MiB (the default is impl.model.fused_ce's
                    256): at 256, 75 chunks of 441 tokens a rank, each adding its weight
                    gradient into the fp32 sum (2.5 GB read and written, plus the 1.2 GB bf16 product)
+    lm_head_softmax  its softmax step: "torch" (an fp32 copy of each chunk's logits, ~8 passes over it) or
+                   "triton" (impl.model.ce_softmax: one kernel, the gradient written over the bf16 logits)
     With either NCCL option, rank_setup runs the step on a process group of its own made with them
     (step_group): NCCL reads its options as it creates a communicator, and a worker's default group
     has had its communicator since it started. NCCL only (nccl_refusal).
@@ -111,6 +113,7 @@ class StepSpec:
     nccl_max_ctas: int | None = None
     residual: str = "fp32"
     lm_head_chunk_mib: int = MAX_CHUNK_BYTES // 2**20
+    lm_head_softmax: str = "torch"
     lr: float = 1e-4
     weight_decay: float = 0.01
 
@@ -137,6 +140,8 @@ class StepSpec:
         mib = self.lm_head_chunk_mib
         if isinstance(mib, bool) or not isinstance(mib, int) or mib < 1:
             raise ValueError(f"StepSpec.lm_head_chunk_mib must be a positive int (MiB), got {mib!r}")
+        if self.lm_head_softmax not in SOFTMAXES:
+            raise ValueError(f"StepSpec.lm_head_softmax must be one of {SOFTMAXES}, got {self.lm_head_softmax!r}")
         if self.residual not in RESIDUALS:
             raise ValueError(f"StepSpec.residual must be one of {RESIDUALS}, got {self.residual!r}")
         if self.checkpointing not in POLICIES:
@@ -236,7 +241,7 @@ def build_step(spec: StepSpec, device: torch.device, group=None, seed: int = 0) 
     backend = "inductor" if device.type == "cuda" else "aot_eager"
     step, optimizer = make_train_step(spec.train_config(world_size), model, x, y, backend=backend, lr=spec.lr,
                                       weight_decay=spec.weight_decay, group=group,
-                                      ce_chunk_bytes=spec.lm_head_chunk_mib * 2**20)
+                                      lm_head=LMHead(spec.lm_head_chunk_mib * 2**20, spec.lm_head_softmax))
     return LeaderboardStep(spec, step, model, optimizer, x, y, rank, world_size)
 
 

@@ -11,7 +11,7 @@ import torch
 
 from impl import accounting as acc
 from impl.model import AdamW, Embedding, Linear, TransformerLM, cross_entropy
-from impl.model.fused_ce import chunk_rows, fused_linear_cross_entropy
+from impl.model.fused_ce import LMHead, fused_linear_cross_entropy
 from impl.model.loss import check_reduction
 from impl.annotate import PHASES, annotate, annotating_parts
 from impl.workloads.compiled import compile_blocks_in_place
@@ -144,10 +144,10 @@ def random_batch(model: TransformerLM, batch: int, context: int, device: torch.d
 def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor, dtype: str,
               optimizer: torch.optim.Optimizer | None = None, fused_ce: bool = False, loss: str = "mean",
               after_backward: Callable[[], None] | None = None,
-              ce_rows: int | None = None) -> tuple[Callable, Callable | None]:
+              lm_head: LMHead | None = None) -> tuple[Callable, Callable | None]:
     """Returns (fn, setup): fn is timed, setup runs untimed before each call. `model` may be a
-    torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce), `ce_rows`
-    tokens a chunk (None: its default);
+    torch.compile'd wrapper; fused_ce applies the LM head inside the loss (impl.model.fused_ce), as `lm_head`
+    says (None: LMHead's defaults);
     loss: the cross-entropy's reduction over tokens ("mean" or "sum"); after_backward runs between
     the train step's backward and its optimizer step (a data-parallel gradient synchronisation).
     The train step returns its (detached) loss; train_step(annotated=True) runs each phase in its
@@ -155,12 +155,14 @@ def make_step(mode: str, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
     recompute), for a profiled call: the timed calls go without (no range's host cost in their time)."""
     device = x.device
     check_reduction(loss)
+    lm_head = lm_head or LMHead()
 
     def loss_fn():
         with autocast_ctx(dtype, device):
             if fused_ce:
                 return fused_linear_cross_entropy(model(x, return_hidden=True), model.lm_head.weight, y,
-                                                  rows=ce_rows, reduction=loss)
+                                                  rows=lm_head.rows(model.vocab_size), reduction=loss,
+                                                  softmax=lm_head.softmax)
             return cross_entropy(model(x), y, reduction=loss)
 
     if mode == "forward":
@@ -446,7 +448,7 @@ def _check_weights(cfg: TrainConfig) -> None:
 
 def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: torch.Tensor,
                     backend: str = "inductor", lr: float = 1e-4, weight_decay: float = 0.01, group=None,
-                    ce_chunk_bytes: int | None = None):
+                    lm_head: LMHead | None = None):
     """(step, optimizer): a full training step of `model` under `cfg`; step() returns the loss.
     Switches the model's attention to cfg.attn_impl and, for compile="blocks", compiles its blocks
     in place: give it a model of its own. The first calls of step() compile. The sequence
@@ -456,11 +458,11 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     largest one. For weights="bf16" the model's Linear weights (and for "bf16_residual" its embedding) become bf16 (the same Parameter
     objects): the optimizer is built on the fp32 model and keeps each weight's fp32 value as
     its master before the cast rounds it (AdamWMaster.cast_params_). `group`: the process group of
-    the data-parallel gradient sync and sharded optimizer (None: the default group). `ce_chunk_bytes`:
-    with cfg.fused_ce, a chunk's fp32 logits (None: impl.model.fused_ce.MAX_CHUNK_BYTES)."""
+    the data-parallel gradient sync and sharded optimizer (None: the default group). `lm_head`: how the fused
+    LM head runs (cfg.fused_ce only; None: impl.model.fused_ce.LMHead's defaults)."""
     _check_weights(cfg)
-    if ce_chunk_bytes is not None and not cfg.fused_ce:
-        raise ValueError(f"ce_chunk_bytes={ce_chunk_bytes} sizes the fused LM head's chunks; cfg.fused_ce is off")
+    if lm_head is not None and not cfg.fused_ce:
+        raise ValueError(f"lm_head={lm_head} sets how the fused LM head runs; cfg.fused_ce is off")
     if model.config["attn_impl"] != cfg.attn_impl:
         model.set_attention(cfg.attn_impl)
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, group=group)
@@ -479,9 +481,8 @@ def make_train_step(cfg: TrainConfig, model: TransformerLM, x: torch.Tensor, y: 
     target = compile_model(model, cfg.compile, backend)
     if cfg.compile.startswith("model"):
         torch._dynamo.maybe_mark_dynamic(x, 1)
-    ce_rows = None if ce_chunk_bytes is None else chunk_rows(model.vocab_size, ce_chunk_bytes)
     step, _ = make_step("train_step", target, x, y, cfg.dtype, optimizer, fused_ce=cfg.fused_ce, loss=cfg.loss,
-                        after_backward=sync, ce_rows=ce_rows)
+                        after_backward=sync, lm_head=lm_head)
     if cfg.compile == "model+cudagraphs":
         return _new_graph_step(step), optimizer
     return step, optimizer

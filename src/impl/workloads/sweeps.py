@@ -489,7 +489,11 @@ _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "e
                # traffic a chunk, ~120 ms a step); 1 and 2 GiB chunks do that 19 and 10 times (`-k lm_head_chunk`)
                *(StepCandidate("keep_attention", 12, "pointwise", "flash_gluon", "expandable_segments",
                                "reduce_to_owner", nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=mib)
-                 for mib in (1024, 2048)))
+                 for mib in (1024, 2048)),
+               # and its softmax step in one Triton kernel (impl.model.ce_softmax): the chunk's ~2.3 GB of fp32 passes
+               # become ~0.4 GB of bf16 reads and writes (~30 ms a step), and no fp32 chunk is allocated
+               StepCandidate("keep_attention", 12, "pointwise", "flash_gluon", "expandable_segments", "reduce_to_owner",
+                             nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=1024, lm_head_softmax="triton"))
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
