@@ -42,21 +42,24 @@ def test_the_plan_has_the_dq_stages2_rows(probe):
     assert not any("dq-stages2" in x for x in labels if x.startswith(("8x32x2048x128", "4x16x8192x128")))
 
 
-def test_only_keeps_the_matching_rows_in_order(probe):
-    rows = probe.plan(skip_triton=True, only=tuple(STAGE_3D_ONLY))
+@pytest.mark.parametrize("only, tag", [(STAGE_3D_ONLY, "dq-stages2"), (STAGE_3E_ONLY, "dq-atomic")])
+def test_only_keeps_the_matching_rows_in_order(probe, capsys, only, tag):
+    """Each stage's --only selection (its GPU call's): cuDNN, the default and the one-pass kernel beside its
+    variant at the two d 128 shapes, then at d 64; the dry run prints the same plan."""
+    rows = probe.plan(skip_triton=True, only=tuple(only))
     assert [probe.row_label(r) for r in rows] == [
         "1x32x32768x128 cudnn", "1x32x32768x128 ws+gluon-bwd", "4x32x4096x128 cudnn", "4x32x4096x128 ws+gluon-bwd",
-        "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2", "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 dq-stages2",
-        "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2", "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2 dq-stages2",
-        "1x16x16384x64 cudnn", "1x16x16384x64 ws+gluon-bwd", "1x16x16384x64 ws+gluon-bwd 64x128 w8 s2 dq-stages2"]
+        "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2", f"1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 {tag}",
+        "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2", f"4x32x4096x128 ws+gluon-bwd 64x128 w8 s2 {tag}",
+        "1x16x16384x64 cudnn", "1x16x16384x64 ws+gluon-bwd", f"1x16x16384x64 ws+gluon-bwd 64x128 w8 s2 {tag}"]
     # the estimate counts a compile at a key's first kept row only
     assert sum(r["est"] for r in rows) < 200
-
-
-def test_dry_run_prints_the_plan_and_refuses_an_empty_selection(probe, capsys):
-    probe.main(["--dry-run", "--skip-triton", *[a for rx in STAGE_3D_ONLY for a in ("--only", rx)]])
+    probe.main(["--dry-run", "--skip-triton", *[a for rx in only for a in ("--only", rx)]])
     out = capsys.readouterr().out.splitlines()
-    assert out[-1].startswith("11 rows, estimate") and sum("dq-stages2" in line for line in out) == 3
+    assert out[-1].startswith("11 rows, estimate") and sum(tag in line for line in out) == 3
+
+
+def test_dry_run_refuses_an_empty_selection(probe, capsys):
     with pytest.raises(SystemExit):
         probe.main(["--dry-run", "--only", "no such row"])
     assert re.search("no row matches", capsys.readouterr().err)
@@ -74,14 +77,3 @@ def test_the_plan_has_the_dq_atomic_rows(probe):
     assert len(split) == 5
 
 
-def test_only_selects_stage_3e_rows(probe, capsys):
-    rows = probe.plan(skip_triton=True, only=tuple(STAGE_3E_ONLY))
-    assert [probe.row_label(r) for r in rows] == [
-        "1x32x32768x128 cudnn", "1x32x32768x128 ws+gluon-bwd", "4x32x4096x128 cudnn", "4x32x4096x128 ws+gluon-bwd",
-        "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2", "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 dq-atomic",
-        "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2", "4x32x4096x128 ws+gluon-bwd 64x128 w8 s2 dq-atomic",
-        "1x16x16384x64 cudnn", "1x16x16384x64 ws+gluon-bwd", "1x16x16384x64 ws+gluon-bwd 64x128 w8 s2 dq-atomic"]
-    assert sum(r["est"] for r in rows) < 200
-    probe.main(["--dry-run", "--skip-triton", *[a for rx in STAGE_3E_ONLY for a in ("--only", rx)]])
-    out = capsys.readouterr().out.splitlines()
-    assert out[-1].startswith("11 rows, estimate") and sum("dq-atomic" in line for line in out) == 3
