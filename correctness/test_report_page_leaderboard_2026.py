@@ -199,6 +199,9 @@ def test_policy_label_names_every_option_away_from_the_default():
         "keep_attention (k 5), nccl max ctas 8"
     assert policy_label(StepConfig(checkpointing="keep_attention", k=10, residual="bf16")) == \
         "keep_attention (k 10), bf16 residual"
+    assert policy_label(StepConfig(checkpointing="keep_attention", k=12, lm_head_chunk_mib=1024,
+                                   lm_head_softmax="triton")) == \
+        "keep_attention (k 12), LM head chunks of 1024 MiB, triton softmax"
 
 
 def test_the_step_in_nsys_names_its_candidate_and_says_a_trace_that_lost_records(tmp_path, request):

@@ -35,6 +35,8 @@ class StepConfig(View):
     nccl_high_priority: bool = False  # StepSpec's NCCL options (rows before them: NCCL's defaults)
     nccl_max_ctas: int | None = None
     residual: str = "fp32"  # StepSpec.residual (in the row only where bf16)
+    lm_head_chunk_mib: int | None = None  # StepSpec's LM head (in the row only where a candidate sets them)
+    lm_head_softmax: str = "torch"
     layers: int = 0
     world_size: int | None = None
     batch: int = 0
@@ -46,8 +48,8 @@ _cfg = StepConfig.of
 
 def policy_label(c: StepConfig) -> str:
     """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": a row's checkpointing,
-    compile and attention where not our Triton FlashAttention, allocator, gradient sync, NCCL options and
-    residual stream where not the defaults."""
+    compile and attention where not our Triton FlashAttention, allocator, gradient sync, NCCL options,
+    residual stream and LM head where not the defaults."""
     label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
     label += "" if c.compile == "none" else f", {c.compile} compiled"
     label += "" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}"
@@ -57,6 +59,8 @@ def policy_label(c: StepConfig) -> str:
         if value not in (False, None):  # a StepSpec field's name, and its value where not a flag
             label += ", " + option.replace("_", " ") + ("" if value is True else f" {value}")
     label += "" if c.residual == "fp32" else f", {c.residual} residual"
+    label += "" if c.lm_head_chunk_mib is None else f", LM head chunks of {c.lm_head_chunk_mib} MiB"
+    label += "" if c.lm_head_softmax == "torch" else f", {c.lm_head_softmax} softmax"
     return label
 
 
