@@ -168,6 +168,20 @@ def test_auto_off_cuda_runs_the_triton_kernels_and_records_it():
     assert flash_dispatch._gluon_choice("fwd", bf16, True, FlashOptions(kernels="auto"), lambda: None) is None
 
 
+@needs_triton
+def test_auto_reaches_the_dispatch_through_torch_compile():
+    """The custom ops (torch.compile's boundary) dispatch as the eager call does: off an sm_90 GPU, Triton."""
+    device = "cuda" if HAS_CUDA and not IS_SM90 else "cpu"
+    rec = LaunchRecorder()
+    opts = FlashOptions(autotune=False, kernels="auto", recorder=rec)
+    q, k, v, do = (torch.randn(1, 2, 24, 16, generator=torch.Generator().manual_seed(i)).to(device) for i in range(4))
+    compiled = torch.compile(lambda a, b, c: FlashAttentionTriton.apply(a, b, c, True, opts), fullgraph=True,
+                             backend="aot_eager")
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    compiled(*leaves).backward(do)
+    assert rec.count == 2 and (rec.last["fwd"].kernel, rec.last["bwd"].kernel) == ("triton", "triton")
+
+
 def test_the_kernel_table_keeps_gluon_off_the_default_paths():
     """The table and the dispatch are pure Python until a call picks a Gluon kernel."""
     from kits.sm90_compile import run_without_interpreter
@@ -187,16 +201,17 @@ def _table_keys():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
-@pytest.mark.parametrize("shape", [(2, 3, 300, None), (1, 4, 1029, None)], ids=["2x3x300", "1x4x1029"])
+@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029)], ids=["2x3x300", "1x4x1029"])
 @pytest.mark.parametrize("d, causal", _table_keys(), ids=lambda x: str(x))
 def test_auto_on_sm90_matches_the_reference_and_records_the_table_kernels(d, causal, shape):
     from test_attention import reference, rel_err, tolerance
     dtype = torch.bfloat16
     g = torch.Generator().manual_seed(d)
-    q, k, v, do = (torch.randn(*shape[:3], d, generator=g).to("cuda", dtype) for _ in range(4))
+    q, k, v, do = (torch.randn(*shape, d, generator=g).to("cuda", dtype) for _ in range(4))
     rec = LaunchRecorder()
     qi, ki, vi = (x.clone().requires_grad_(True) for x in (q, k, v))
-    o = FlashAttentionTriton.apply(qi, ki, vi, causal, FlashOptions(kernels="auto", recorder=rec))
+    # autotune off: the Triton halves (where the table has no entry) run one config, as in test_attention
+    o = FlashAttentionTriton.apply(qi, ki, vi, causal, FlashOptions(autotune=False, kernels="auto", recorder=rec))
     o.backward(do)
     ref_o, _, dq, dk, dv = reference(q, k, v, causal, do, o_saved=o)
     tol = tolerance(dtype, "cuda")
@@ -216,10 +231,11 @@ def test_auto_on_sm90_takes_triton_where_the_gluon_launcher_refuses():
     d = _table_keys()[0][0]
     rec = LaunchRecorder()
     q = torch.randn(1, 2, 128, d, device="cuda")
-    FlashAttentionTriton.apply(q, q, q, True, FlashOptions(kernels="auto", recorder=rec))
+    opts = FlashOptions(autotune=False, kernels="auto", recorder=rec)
+    FlashAttentionTriton.apply(q, q, q, True, opts)
     assert rec.last["fwd"].kernel == "triton"
     x = torch.randn(1, 2, 128, 2 * d, device="cuda", dtype=torch.bfloat16)[..., ::2]
-    FlashAttentionTriton.apply(x, x, x, True, FlashOptions(kernels="auto", recorder=rec))
+    FlashAttentionTriton.apply(x, x, x, True, opts)
     assert rec.last["fwd"].kernel == "triton"
 
 
