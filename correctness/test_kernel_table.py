@@ -71,9 +71,9 @@ def test_each_committed_entry_names_a_config_its_kernel_accepts():
 
 @needs_gluon
 def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
-    """A (d, causal) is in the table only where one run timed both kernels and the Gluon config won at every
-    shape that run timed Triton; a wrong or failed row rules its config out; a backward row without
-    config_used (its None config was that commit's default) is not read."""
+    """A (d, causal) is in the table only where a run timed both kernels, and a config only if it won at every
+    shape each run that timed it timed Triton; a wrong or failed row rules its config out; a backward row
+    without config_used (its None config was that commit's default) is not read."""
     def row(shape, impl, config, ms, err=1e-3, wrong=False, error=None, **extra):
         return dict(shape=shape, impl=impl, config=config, ms=ms, bwd=ms, err=err, wrong=wrong, error=error, **extra)
     s1, s2, s3 = [1, 2, 4096, 128, True], [2, 2, 2048, 128, True], [1, 2, 4096, 64, False]
@@ -84,15 +84,26 @@ def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
            row([1, 2, 4096, 80, True], "gluon-ws", "2x64x128 s3 pp", 0.1)]  # no Triton row: no entry
     bwd = [row(s1, "triton", None, 3.0), row(s1, "ws+gluon-bwd", None, 2.0),
            row(s3, "triton", None, 3.0), row(s3, "ws+gluon-bwd", None, 2.0, config_used="64x128 w8 s2")]
+    # A later run that times a new config (no ping-pong) beside Triton at one shape: judged by that run alone.
+    later = [row(s1, "triton", "autotuned", 2.2), row(s1, "gluon-ws", "2x64x128 s3", 1.1),
+             row(s1, "gluon-ws", "2x64x128 s2 pp", 2.5)]  # uncovered in the first run, slower here: out
     probes = tmp_path / "reports" / "data" / "m" / "probes"
     probes.mkdir(parents=True)
-    for name, rows in (("flash_gluon_fwd_x.json", fwd), ("flash_gluon_bwd_x.json", bwd)):
+    for name, rows in (("flash_gluon_fwd_x.json", fwd), ("flash_gluon_bwd_x.json", bwd), ("flash_gluon_fwd_y.json",
+                                                                                            later)):
         (probes / name).write_text(json.dumps(dict(device="GPU", capability=[9, 0], rows=rows)))
     with probe_module("kernel_table") as builder:
         table = builder.build(str(tmp_path))
     assert [(e.direction, e.d, e.causal) for e in table.entries] == [("fwd", 128, True), ("bwd", 64, False)]
     fwd128 = table.entries[0]
-    assert dict(fwd128.config)["num_stages"] == 3
+    assert dict(fwd128.config)["pingpong"] is False  # 1.1 / 2.2 against the default's (1.5 / 2.0 * 0.9 / 1.0)^0.5
+    assert [(m.probe.rsplit("_", 1)[1], m.shape, m.ms, m.triton_ms) for m in fwd128.measured] == [
+        ("y.json", (1, 2, 4096, 128), 1.1, 2.2)]
+    without_later = tmp_path / "later.json"
+    (probes / "flash_gluon_fwd_y.json").rename(without_later)
+    with probe_module("kernel_table") as builder:
+        fwd128 = builder.build(str(tmp_path)).entries[0]
+    assert dict(fwd128.config)["pingpong"] is True and dict(fwd128.config)["num_stages"] == 3
     assert [(m.shape, m.ms, m.triton_ms) for m in fwd128.measured] == [((1, 2, 4096, 128), 1.5, 2.0),
                                                                        ((2, 2, 2048, 128), 0.9, 1.0)]
     assert dict(table.entries[1].config)["dq"] == "reduce"

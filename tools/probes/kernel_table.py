@@ -14,9 +14,11 @@ The rule, per direction and (architecture, head dim, causal, dtype):
 - A Gluon row counts if it was measured (no "error", a time) and is correct: "wrong" false and "err" (its
   relative error against the probe's reference) at most ERR_BOUND. A failed or wrong row anywhere rules its
   config out for that key.
-- A config qualifies if it was measured, correct, at every (run, shape) where the Triton row was, and faster
-  there: the choice must win at every measured shape of the key, else Triton. Of several that qualify, the
-  smallest geometric mean of ms / triton ms wins.
+- A config qualifies if, in every run that timed it at the key, it was measured, correct and faster at every
+  shape where that run timed Triton: the choice must win at every measured shape of the key, else Triton (a
+  sweep config timed at one shape of a run's three does not qualify; a config new in a later run is judged by
+  the runs that timed it). Of several that qualify, the smallest geometric mean of ms / triton ms (each over
+  its own run's Triton time) wins.
 - A config is read from its row's label (``cfg_text`` of the probe) among the kernel's CANDIDATE_CONFIGS and
   default configs; a backward row without "config_used" (runs before that field: its None config was the
   default of that commit, which moved) is not read.
@@ -46,8 +48,8 @@ TRITON_IMPL = "triton"
 PROBE_DTYPE = "bfloat16"  # both probes' inputs
 ERR_BOUND = 2e-2  # the probes' WRONG: the bf16 tolerance of the correctness tests
 RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2) and faster than "
-        "our Triton kernel in the same probe run at every shape where that run timed Triton; of several, the "
-        "least geometric mean of ms / triton ms; no such config, no entry (Triton). Built by "
+        "our Triton kernel, in each probe run that timed it, at every shape where that run timed Triton; of several, "
+        "the least geometric mean of ms / triton ms; no such config, no entry (Triton). Built by "
         "tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
 
 
@@ -116,10 +118,13 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
         # None marks a failed or wrong measurement: it rules the config out at this key.
         gluon[key][cand][where] = (ms, float(row["err"])) if ok else None
     out = []
-    for key, base in sorted(triton.items()):
+    for key, timed in sorted(triton.items()):
         best: Optional[Tuple[float, tuple, list]] = None
         for cand, got in sorted(gluon[key].items()):
-            if any(v is None for v in got.values()) or not all(w in got and got[w][0] < ms for w, ms in base.items()):
+            runs = {p for p, _ in got}
+            base = {w: ms for w, ms in timed.items() if w[0] in runs}  # the Triton rows of the runs that timed it
+            if not base or any(v is None for v in got.values()) or \
+                    not all(w in got and got[w][0] < ms for w, ms in base.items()):
                 continue
             score = math.exp(sum(math.log(got[w][0] / ms) for w, ms in base.items()) / len(base))
             if best is None or score < best[0]:
