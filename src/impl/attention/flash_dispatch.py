@@ -45,7 +45,7 @@ def _gluon_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions
                   accepts: Callable[[], None]) -> Optional[KernelChoice]:
     """The table's entry for this call, or None (Triton). `accepts` raises ValueError where the Gluon
     launcher refuses the inputs (its own checks: dtype, head dim, TMA layout), which means Triton."""
-    if options.kernels != "auto" or not q.is_cuda:
+    if not q.is_cuda:
         return None
     choice = choose(shipped_table(), direction, options.kernels, _capability(q), q.shape[-1], causal,
                     _dtype_name(q.dtype))

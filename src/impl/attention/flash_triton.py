@@ -79,8 +79,8 @@ from typing import Optional
 
 import torch
 
-from .flash_backward import compiled_flash_backward, flash_backward
 from . import flash_dispatch
+from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_configs import _INTERPRETED
 from .flash_launch import (_kernel, _options_key, _options_of, clear_plans,
                            flash_attention_triton_backward, flash_attention_triton_backward_recorded,
