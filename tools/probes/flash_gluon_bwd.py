@@ -18,7 +18,9 @@ stage 3e) at 1x32x32768x128 and 4x32x4096x128; at d 64/80/96, where one pass is 
 dq-atomic row beside the default's. Rows of split configs (dq-triton, dq-gluon, and the
 d 128 default) also time the dQ kernel alone ("dq_ms"). Each Gluon row records its relative errors of dQ, dK,
 dV against the Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
-"/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms.
+"/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms. The "ws+gluon-bwd" and
+"gluon-bwd" rows record "config_used", the config's label also where "config" is None (the default, which moves
+between commits): tools/probes/kernel_table.py takes the backward's configs from it.
 
 A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
 A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row.
@@ -50,6 +52,8 @@ IMPLS = ("cudnn", "sdpa flash", "ws+gluon-bwd", "gluon-bwd", "triton", "triton a
 #: Compiles a row's first call at a (d, causal) pays: the Triton rows autotune (forward 9 configs,
 #: dQ + dK/dV 12, atomic 6), the Gluon rows compile their kernel and the unautotuned Triton
 #: reference (forward, dQ, dK/dV: one config each).
+#: Rows that run flash_gluon_backward at `config`, None meaning its default_config(d).
+GLUON_DEFAULT_IMPLS = ("ws+gluon-bwd", "gluon-bwd")
 COMPILES = {"cudnn": 0, "sdpa flash": 0, "ws+gluon-bwd": 5, "gluon-bwd": 1, "ws+gluon-bwd-ws": 1, "triton": 21,
             "triton atomic": 6}
 
@@ -291,6 +295,8 @@ def main(argv=None) -> None:
         return
     import triton
 
+    from impl.attention import flash_gluon_bwd as gbwd
+
     start, rows = time.time(), []
     res = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
            "torch": torch.__version__, "triton": triton.__version__, "budget_s": args.budget_s,
@@ -310,6 +316,9 @@ def main(argv=None) -> None:
         row = dict(shape=spec["shape"], shape_name=shape_name(spec["shape"]), impl=spec["impl"],
                    config=spec["config"], fwd=None, bwd=None, err=None, wrong=None, error=None)
         row["fwd+bwd"] = None
+        if spec["impl"] in GLUON_DEFAULT_IMPLS:  # the config the row ran, also where it is the default (the
+            # default moves between commits; tools/probes/kernel_table.py reads this)
+            row["config_used"] = cfg_text(spec["config"] or gbwd.default_config(spec["shape"][3]))
         t0 = time.time()
         try:
             row.update(measure(row, tensors, cache))

@@ -502,16 +502,19 @@ def flash_attention_triton_backward_recorded(q: Tensor, k: Tensor, v: Tensor, o:
 # The ops (any device: CUDA tensors, or CPU tensors under the interpreter) take the options as their
 # registered int (_options_key). The fakes give what the launchers return: new contiguous tensors of
 # the input shapes (inputs may be strided), lse fp32.
+# They run FlashAttentionTriton's dispatch (flash_dispatch: options.kernels), imported late: it imports this module.
 def _forward_op_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
                      options_key: int = 0) -> Tuple[Tensor, Tensor]:
-    o, lse, _ = _forward(q, k, v, bool(is_causal), _options_of(options_key))
+    from .flash_dispatch import forward
+    o, lse, _ = forward(q, k, v, bool(is_causal), _options_of(options_key))
     return o, lse
 
 
 def _backward_op_impl(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
                       is_causal: bool = False, variant: Optional[str] = None,
                       options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
-    dq, dk, dv, _ = _backward(q, k, v, o, do, lse, bool(is_causal), _options_of(options_key), variant)
+    from .flash_dispatch import backward
+    dq, dk, dv, _ = backward(q, k, v, o, do, lse, bool(is_causal), _options_of(options_key), variant)
     return dq, dk, dv
 
 

@@ -25,19 +25,22 @@ ConfigShape = Tuple[int, int, int, int]  # (BLOCK_M, BLOCK_N, num_warps, num_sta
 BACKWARD_KINDS = ("triton", "compiled")
 VARIANT_SETTINGS = ("auto", "two_pass", "atomic")
 CONFIG_KERNELS = ("fwd", "kv", "q", "atomic")
+KERNEL_SETTINGS = ("triton", "auto")
 
 
 @dataclass(frozen=True)
 class LaunchRecord:
     """One launcher call: ``kind`` "fwd" or "bwd"; ``configs``: kernel name ("fwd", "dq", "dkdv",
     "atomic") -> str(triton.Config); ``variant``: the backward variant (None for the forward);
-    ``d_tiles``: the head-dim tiling label ("64", "64+16", "128 padded"); ``tma``: descriptors used."""
+    ``d_tiles``: the head-dim tiling label ("64", "64+16", "128 padded"); ``tma``: descriptors used;
+    ``kernel``: which family ran, "triton" or a Gluon kernel of the kernel table ("gluon_ws", "gluon")."""
 
     kind: str
     configs: Tuple[Tuple[str, str], ...]
     d_tiles: str
     tma: bool
     variant: Optional[str] = None
+    kernel: str = "triton"
 
 
 class LaunchRecorder:
@@ -101,6 +104,11 @@ class FlashOptions:
     split_head_dim: tile d 48/80/96 as two power-of-two tiles (default) or pad to the next power.
     direct_launch: after a shape key's first calls, launch the compiled kernels directly (no
         JITFunction.run); False keeps every launch on Triton's ordinary path (tests compare them).
+    kernels: "triton" (our Triton kernels, everywhere) or "auto": FlashAttentionTriton runs the Gluon
+        kernel that impl.attention.kernel_table names for the call's (architecture, head dim, causal,
+        dtype) where the tensors are CUDA on that architecture, the layout suits it and Gluon imports,
+        and the Triton kernels otherwise (the CPU interpreter always). Default "triton" until the GPU
+        suite passes with "auto" (NOTES.md, "Issue 47, stage 4: the kernel table").
     recorder: receives a LaunchRecord per launcher call (not part of equality or hashing).
     """
 
@@ -115,6 +123,7 @@ class FlashOptions:
     configs: Optional[Tuple[Tuple[str, Tuple[ConfigShape, ...]], ...]] = None
     split_head_dim: bool = True
     direct_launch: bool = True
+    kernels: str = "triton"
     recorder: Optional[LaunchRecorder] = field(default=None, compare=False, hash=False, repr=False)
     key: int = field(default=0, init=False, compare=False, hash=False, repr=False)
 
@@ -127,6 +136,8 @@ class FlashOptions:
             raise ValueError(f"unknown flash backward {self.backward!r}; expected one of {BACKWARD_KINDS}")
         if self.variant not in VARIANT_SETTINGS:
             raise ValueError(f"unknown flash backward variant {self.variant!r}; expected one of {VARIANT_SETTINGS}")
+        if self.kernels not in KERNEL_SETTINGS:
+            raise ValueError(f"unknown flash kernels setting {self.kernels!r}; expected one of {KERNEL_SETTINGS}")
         if self.configs is not None:
             if isinstance(self.configs, dict):  # accept a dict, store a hashable tuple
                 object.__setattr__(self, "configs", tuple(sorted(
@@ -167,5 +178,5 @@ def with_configs(options: Optional[FlashOptions] = None, **lists) -> FlashOption
     return replace(options, configs=merged or None)
 
 
-__all__ = ["BACKWARD_KINDS", "CONFIG_KERNELS", "FlashOptions", "LaunchRecord", "LaunchRecorder", "VARIANT_SETTINGS",
+__all__ = ["BACKWARD_KINDS", "CONFIG_KERNELS", "FlashOptions", "KERNEL_SETTINGS", "LaunchRecord", "LaunchRecorder", "VARIANT_SETTINGS",
            "default_options", "options_by_key", "with_configs"]

@@ -46,6 +46,11 @@ Layout / conventions
   (the ``*_recorded`` launchers return it; ``options.recorder`` receives it).
 * The backward implementation is ``options.backward``: ``"triton"`` (default) or ``"compiled"``
   (the ``torch.compile``'d PyTorch backward of :mod:`impl.attention.flash_backward`).
+* ``options.kernels``: ``"triton"`` (default) runs the Triton kernels; ``"auto"`` the Gluon kernel the
+  measured kernel table names for the call's architecture, head dim, causal and dtype where the tensors
+  are CUDA on it (H100/H200) and the Gluon launcher accepts them, else the Triton kernels
+  (:mod:`~impl.attention.flash_dispatch`, :mod:`~impl.attention.kernel_table`). Eager and compiled calls
+  dispatch alike; the launch record's ``kernel`` names what ran.
 * Modules: :mod:`~impl.attention.flash_configs` (autotune lists), :mod:`~impl.attention.flash_kernels`
   (the @triton.jit code), :mod:`~impl.attention.flash_launch` (signatures, plans, launchers, custom
   ops), this module (the autograd Function).
@@ -74,9 +79,10 @@ from typing import Optional
 
 import torch
 
+from . import flash_dispatch
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_configs import _INTERPRETED
-from .flash_launch import (_backward, _forward, _kernel, _options_key, _options_of, clear_plans,
+from .flash_launch import (_kernel, _options_key, _options_of, clear_plans,
                            flash_attention_triton_backward, flash_attention_triton_backward_recorded,
                            flash_attention_triton_forward, flash_attention_triton_forward_recorded,
                            flash_backward_op, flash_forward_op)
@@ -114,7 +120,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         if torch.compiler.is_compiling():
             o, lse = flash_forward_op(q, k, v, is_causal, _options_key(options))
         else:
-            o, lse, _ = _forward(q, k, v, is_causal, options or default_options())
+            o, lse, _ = flash_dispatch.forward(q, k, v, is_causal, options or default_options())
         ctx.save_for_backward(lse, q, k, v, o)
         ctx.is_causal = is_causal
         ctx.options_key = _options_key(options)  # ints and strs on ctx: plain for Dynamo
@@ -129,7 +135,8 @@ class FlashAttentionTriton(torch.autograd.Function):
             if torch.compiler.is_compiling():
                 dq, dk, dv = flash_backward_op(q, k, v, o, do, lse, ctx.is_causal, None, ctx.options_key)
             else:
-                dq, dk, dv, _ = _backward(q, k, v, o, do, lse, ctx.is_causal, _options_of(ctx.options_key))
+                dq, dk, dv, _ = flash_dispatch.backward(q, k, v, o, do, lse, ctx.is_causal,
+                                                        _options_of(ctx.options_key))
         elif kind == "compiled":
             # Being compiled, the PyTorch backward is traced into the outer graph: Dynamo rejects
             # compiled_flash_backward's lazy torch.compile (a cached factory) inside the Function.

@@ -1,0 +1,257 @@
+"""FlashAttentionTriton's kernel table (issue 47, stage 4): built from the committed probes, refused when
+malformed, consulted only under FlashOptions(kernels="auto") on an sm_90 CUDA device.
+
+CPU: the committed table equals the one tools/probes/kernel_table.py builds from reports/data's probes; bad
+entries and settings are refused by name; the pure decision picks the table's Gluon kernel only for a (9, 0)
+CUDA capability with an entry; "auto" on CPU tensors (the interpreter) runs the Triton kernels, bit-identical
+to "triton", and records that. GPU (marked, H100/H200): with "auto" at each (d, causal) the table has an
+entry for, the forward and backward match the float64 reference and the launch records name the kernels the
+table names.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, kernel_table as kt
+from kits.probes import probe_module
+
+HAS_CUDA = torch.cuda.is_available()
+IS_SM90 = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+TRITON_OK = HAS_CUDA or os.environ.get("TRITON_INTERPRET") == "1"
+needs_triton = pytest.mark.skipif(not TRITON_OK, reason="no CUDA and TRITON_INTERPRET != 1")
+
+
+def _gluon_found() -> bool:
+    try:
+        return importlib.util.find_spec("triton.experimental.gluon") is not None
+    except ImportError:
+        return False
+
+
+needs_gluon = pytest.mark.skipif(not _gluon_found(), reason="triton.experimental.gluon is not installed")
+
+GOOD = dict(direction="fwd", arch="sm_90", d=128, causal=True, dtype="bfloat16", kernel="gluon_ws",
+            config={"block_m": 64, "num_stages": 3},
+            measured=[dict(probe="p.json", device="H100", shape=[1, 2, 512, 128], ms=1.0, triton_ms=1.5, err=1e-3)])
+
+
+def _table(*entries) -> kt.KernelTable:
+    return kt.table_from_json({"rule": "test", "entries": list(entries)})
+
+
+# ----------------------------------------------------------------------------- the table and its builder
+
+@needs_gluon
+def test_the_committed_table_is_the_one_the_committed_probes_give():
+    """Rebuilt from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json: after new probes, run
+    `tools/probes/kernel_table.py build` and commit the table with them."""
+    with probe_module("kernel_table") as builder:
+        built = kt.dumps(builder.build())
+        with open(builder.TABLE_PATH) as f:
+            assert f.read() == built
+    assert kt.table_from_json(json.loads(built)) == kt.shipped_table()
+
+
+@needs_gluon
+def test_each_committed_entry_names_a_config_its_kernel_accepts():
+    from impl.attention.flash_gluon_bwd import GluonBwdConfig
+    from impl.attention.flash_gluon_ws import GluonWsConfig
+    configs = {"gluon_ws": GluonWsConfig, "gluon": GluonBwdConfig}
+    assert kt.shipped_table().entries, "the probes gave no entry at all"
+    for e in kt.shipped_table().entries:
+        configs[e.kernel](**dict(e.config))
+        assert all(m.ms < m.triton_ms and m.err <= 2e-2 for m in e.measured), e
+
+
+@needs_gluon
+def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
+    """A (d, causal) is in the table only where a run timed both kernels, and a config only if it won at every
+    shape each run that timed it timed Triton; a wrong or failed row rules its config out; a backward row
+    without config_used (its None config was that commit's default) is not read."""
+    def row(shape, impl, config, ms, err=1e-3, wrong=False, error=None, **extra):
+        return dict(shape=shape, impl=impl, config=config, ms=ms, bwd=ms, err=err, wrong=wrong, error=error, **extra)
+    s1, s2, s3 = [1, 2, 4096, 128, True], [2, 2, 2048, 128, True], [1, 2, 4096, 64, False]
+    fwd = [row(s1, "triton", "autotuned", 2.0), row(s1, "gluon-ws", "2x64x128 s3 pp", 1.5),
+           row(s1, "gluon-ws", "2x64x128 s2 pp", 1.0),  # faster here, but not timed at s2: not a candidate
+           row(s2, "triton", "autotuned", 1.0), row(s2, "gluon-ws", "2x64x128 s3 pp", 0.9),
+           row(s3, "triton", "autotuned", 1.0), row(s3, "gluon-ws", "2x64x128 s3 pp", 0.5, err=0.5, wrong=True),
+           row([1, 2, 4096, 80, True], "gluon-ws", "2x64x128 s3 pp", 0.1)]  # no Triton row: no entry
+    bwd = [row(s1, "triton", None, 3.0), row(s1, "ws+gluon-bwd", None, 2.0),
+           row(s3, "triton", None, 3.0), row(s3, "ws+gluon-bwd", None, 2.0, config_used="64x128 w8 s2")]
+    # A later run that times a new config (no ping-pong) beside Triton at one shape: judged by that run alone.
+    later = [row(s1, "triton", "autotuned", 2.2), row(s1, "gluon-ws", "2x64x128 s3", 1.1),
+             row(s1, "gluon-ws", "2x64x128 s2 pp", 2.5)]  # uncovered in the first run, slower here: out
+    probes = tmp_path / "reports" / "data" / "m" / "probes"
+    probes.mkdir(parents=True)
+    for name, rows in (("flash_gluon_fwd_x.json", fwd), ("flash_gluon_bwd_x.json", bwd), ("flash_gluon_fwd_y.json",
+                                                                                            later)):
+        (probes / name).write_text(json.dumps(dict(device="GPU", capability=[9, 0], rows=rows)))
+    with probe_module("kernel_table") as builder:
+        table = builder.build(str(tmp_path))
+    assert [(e.direction, e.d, e.causal) for e in table.entries] == [("fwd", 128, True), ("bwd", 64, False)]
+    fwd128 = table.entries[0]
+    assert dict(fwd128.config)["pingpong"] is False  # 1.1 / 2.2 against the default's (1.5 / 2.0 * 0.9 / 1.0)^0.5
+    assert [(m.probe.rsplit("_", 1)[1], m.shape, m.ms, m.triton_ms) for m in fwd128.measured] == [
+        ("y.json", (1, 2, 4096, 128), 1.1, 2.2)]
+    without_later = tmp_path / "later.json"
+    (probes / "flash_gluon_fwd_y.json").rename(without_later)
+    with probe_module("kernel_table") as builder:
+        fwd128 = builder.build(str(tmp_path)).entries[0]
+    assert dict(fwd128.config)["pingpong"] is True and dict(fwd128.config)["num_stages"] == 3
+    assert [(m.shape, m.ms, m.triton_ms) for m in fwd128.measured] == [((1, 2, 4096, 128), 1.5, 2.0),
+                                                                       ((2, 2, 2048, 128), 0.9, 1.0)]
+    assert dict(table.entries[1].config)["dq"] == "reduce"
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(kernel="gluon_tlx"), "unknown kernel 'gluon_tlx'"),
+    (dict(kernel="triton"), "unknown kernel 'triton'.*no entry means triton"),
+    (dict(direction="sideways"), "unknown direction 'sideways'"),
+    (dict(direction="bwd"), "unknown kernel 'gluon_ws'"),
+    (dict(arch="sm_100"), "runs on sm_90 only, not sm_100"),
+    (dict(d=112), "head dim must be one of"),
+    (dict(dtype="float32"), "dtype one of"),
+    (dict(measured=[]), "needs measurements"),
+    (dict(measured=[dict(GOOD["measured"][0], ms=2.0)]), "faster than triton"),
+    (dict(speed="fast"), "unknown field"),
+])
+def test_a_bad_table_entry_is_refused_by_name(change, match):
+    with pytest.raises(ValueError, match=match):
+        _table(dict(GOOD, **change))
+
+
+def test_a_table_with_two_entries_for_one_key_is_refused():
+    with pytest.raises(ValueError, match="more than one entry"):
+        _table(GOOD, GOOD)
+
+
+def test_an_unknown_kernels_setting_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown flash kernels setting 'gluon'"):
+        FlashOptions(kernels="gluon")
+    assert FlashOptions().kernels == "triton"  # "auto" becomes the default after its GPU run (NOTES.md)
+
+
+# ----------------------------------------------------------------------------- the decision
+
+def test_the_decision_picks_gluon_only_for_sm90_cuda_with_an_entry():
+    table = _table(GOOD)
+    (entry,) = table.entries
+    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16") is entry
+    misses = [("fwd", "triton", (9, 0), 128, True, "bfloat16"),  # not asked for
+              ("fwd", "auto", None, 128, True, "bfloat16"),  # not a CUDA tensor
+              ("fwd", "auto", (8, 0), 128, True, "bfloat16"), ("fwd", "auto", (10, 0), 128, True, "bfloat16"),
+              ("fwd", "auto", (9, 0), 64, True, "bfloat16"), ("fwd", "auto", (9, 0), 128, False, "bfloat16"),
+              ("fwd", "auto", (9, 0), 128, True, "float16"), ("bwd", "auto", (9, 0), 128, True, "bfloat16")]
+    assert [kt.choose(table, *m) for m in misses] == [None] * len(misses)
+
+
+def test_the_shipped_table_sends_the_d128_causal_bf16_forward_to_gluon_ws():
+    shipped = kt.shipped_table()
+    assert kt.choose(shipped, "fwd", "auto", (9, 0), 128, True, "bfloat16").kernel == "gluon_ws"
+    assert kt.choose(shipped, "fwd", "auto", (8, 0), 128, True, "bfloat16") is None
+
+
+@needs_triton
+def test_auto_off_cuda_runs_the_triton_kernels_and_records_it():
+    """Where the table has no entry (fp32; on a GPU too) or the tensors are off CUDA (the interpreter), "auto"
+    is "triton": the same outputs and gradients bit for bit, and the launch records say triton; CPU tensors
+    stay on Triton also at a (d, causal, dtype) the table sends to Gluon on an H100."""
+    from impl.attention import flash_dispatch
+    device = "cuda" if HAS_CUDA else "cpu"
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(1, 2, 40, 64, generator=g).to(device) for _ in range(4))
+    out = {}
+    for kernels in ("triton", "auto"):
+        rec = LaunchRecorder()
+        opts = FlashOptions(autotune=False, kernels=kernels, recorder=rec)
+        qi, ki, vi = (x.clone().requires_grad_(True) for x in (q, k, v))
+        o = FlashAttentionTriton.apply(qi, ki, vi, True, opts)
+        o.backward(do)
+        out[kernels] = (o, qi.grad, ki.grad, vi.grad)
+        assert (rec.last["fwd"].kernel, rec.last["bwd"].kernel) == ("triton", "triton")
+    assert all(torch.equal(a, b) for a, b in zip(out["triton"], out["auto"]))
+    bf16 = q.cpu().to(torch.bfloat16)  # the shipped table has d 64 causal bf16: still Triton off CUDA
+    assert flash_dispatch._gluon_choice("fwd", bf16, True, FlashOptions(kernels="auto"), lambda: None) is None
+
+
+@needs_triton
+def test_auto_reaches_the_dispatch_through_torch_compile():
+    """The custom ops (torch.compile's boundary) dispatch as the eager call does: fp32, no entry, Triton."""
+    device = "cuda" if HAS_CUDA else "cpu"
+    rec = LaunchRecorder()
+    opts = FlashOptions(autotune=False, kernels="auto", recorder=rec)
+    q, k, v, do = (torch.randn(1, 2, 24, 16, generator=torch.Generator().manual_seed(i)).to(device) for i in range(4))
+    compiled = torch.compile(lambda a, b, c: FlashAttentionTriton.apply(a, b, c, True, opts), fullgraph=True,
+                             backend="aot_eager")
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    compiled(*leaves).backward(do)
+    assert rec.count == 2 and (rec.last["fwd"].kernel, rec.last["bwd"].kernel) == ("triton", "triton")
+
+
+def test_the_kernel_table_keeps_gluon_off_the_default_paths():
+    """The table and the dispatch are pure Python until a call picks a Gluon kernel."""
+    from kits.sm90_compile import run_without_interpreter
+    out = run_without_interpreter(
+        "import sys, impl.attention, impl.attention.flash_triton, impl.attention.flash_dispatch\n"
+        "impl.attention.kernel_table.shipped_table()\n"
+        "print(*(f'impl.attention.{m}' in sys.modules for m in ('flash_gluon_ws', 'flash_gluon_bwd', "
+        "'flash_gluon_common')))")
+    assert out.split() == ["False", "False", "False"]
+
+
+# ----------------------------------------------------------------------------- GPU (unrun until a GPU session)
+
+def _table_keys():
+    return sorted({(e.d, e.causal) for e in kt.shipped_table().entries if e.arch == "sm_90"})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
+@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029)], ids=["2x3x300", "1x4x1029"])
+@pytest.mark.parametrize("d, causal", _table_keys(), ids=lambda x: str(x))
+def test_auto_on_sm90_matches_the_reference_and_records_the_table_kernels(d, causal, shape):
+    from test_attention import reference, rel_err, tolerance
+    dtype = torch.bfloat16
+    g = torch.Generator().manual_seed(d)
+    q, k, v, do = (torch.randn(*shape, d, generator=g).to("cuda", dtype) for _ in range(4))
+    rec = LaunchRecorder()
+    qi, ki, vi = (x.clone().requires_grad_(True) for x in (q, k, v))
+    # autotune off: the Triton halves (where the table has no entry) run one config, as in test_attention
+    o = FlashAttentionTriton.apply(qi, ki, vi, causal, FlashOptions(autotune=False, kernels="auto", recorder=rec))
+    o.backward(do)
+    ref_o, _, dq, dk, dv = reference(q, k, v, causal, do, o_saved=o)
+    tol = tolerance(dtype, "cuda")
+    errs = {name: rel_err(got, ref) for name, got, ref in
+            (("o", o, ref_o), ("dq", qi.grad, dq), ("dk", ki.grad, dk), ("dv", vi.grad, dv))}
+    assert all(e < tol for e in errs.values()), errs
+    table = kt.shipped_table()
+    for direction in ("fwd", "bwd"):
+        entry = table.lookup(direction, "sm_90", d, causal, "bfloat16")
+        assert rec.last[direction].kernel == (entry.kernel if entry else "triton"), direction
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
+def test_auto_on_sm90_takes_triton_where_the_gluon_launcher_refuses():
+    """fp32 and a head-dim stride the TMA cannot take: no Gluon launch, the Triton kernels' result."""
+    d = _table_keys()[0][0]
+    rec = LaunchRecorder()
+    q = torch.randn(1, 2, 128, d, device="cuda")
+    opts = FlashOptions(autotune=False, kernels="auto", recorder=rec)
+    FlashAttentionTriton.apply(q, q, q, True, opts)
+    assert rec.last["fwd"].kernel == "triton"
+    x = torch.randn(1, 2, 128, 2 * d, device="cuda", dtype=torch.bfloat16)[..., ::2]
+    FlashAttentionTriton.apply(x, x, x, True, opts)
+    assert rec.last["fwd"].kernel == "triton"
+
+
+def test_options_with_auto_compare_unequal_to_triton():
+    """kernels is part of the options' value: plans and caches keyed on options keep the two apart."""
+    assert FlashOptions(kernels="auto") != FlashOptions() and dataclasses.replace(
+        FlashOptions(kernels="auto"), kernels="triton") == FlashOptions()

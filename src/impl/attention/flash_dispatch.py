@@ -1,0 +1,102 @@
+"""FlashAttentionTriton's forward and backward under FlashOptions.kernels (issue 47, stage 4).
+
+"triton" runs the Triton launchers of flash_launch, exactly as before. "auto" runs the Gluon kernel the
+kernel table (impl.attention.kernel_table) names for the call where the tensors are CUDA on that kernel's
+architecture, its launcher accepts their dtype, head dim and layout, and Gluon imports; otherwise the
+Triton launchers. Both return what the Triton launchers return, with the LaunchRecord naming the kernel
+(``LaunchRecord.kernel``). The Gluon modules are imported only when a call picks one (they need
+triton.experimental.gluon and are off the default import paths).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from impl.runtime import launch_ctx
+
+from .flash_launch import _backward, _forward, _head_dim_label, _record
+from .flash_options import FlashOptions, LaunchRecord
+from .kernel_table import KernelChoice, choose, shipped_table
+
+Tensor = torch.Tensor
+
+
+@functools.cache
+def gluon_imports() -> bool:
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _capability(t: Tensor) -> Optional[Tuple[int, int]]:
+    return tuple(torch.cuda.get_device_capability(t.device)) if t.is_cuda else None
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _gluon_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions,
+                  accepts: Callable[[], None]) -> Optional[KernelChoice]:
+    """The table's entry for this call, or None (Triton). `accepts` raises ValueError where the Gluon
+    launcher refuses the inputs (its own checks: dtype, head dim, TMA layout), which means Triton."""
+    if not q.is_cuda:
+        return None
+    choice = choose(shipped_table(), direction, options.kernels, _capability(q), q.shape[-1], causal,
+                    _dtype_name(q.dtype))
+    if choice is None or not gluon_imports():
+        return None
+    try:
+        accepts()
+    except ValueError:
+        return None
+    return choice
+
+
+def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions):
+    """(o, lse, LaunchRecord), as flash_launch._forward."""
+    if options.kernels == "triton":
+        return _forward(q, k, v, causal, options)
+
+    def accepts() -> None:
+        from .flash_gluon_common import validate
+        validate(q, k, v, "flash_gluon_ws_forward")
+
+    choice = _gluon_choice("fwd", q, causal, options, accepts)
+    if choice is None:
+        return _forward(q, k, v, causal, options)
+    from .flash_gluon_ws import GluonWsConfig, flash_gluon_ws_forward
+    config = GluonWsConfig(**dict(choice.config))
+    with launch_ctx(q, "impl_flash::flash_gluon_ws_forward"):
+        o, lse = flash_gluon_ws_forward(q, k, v, causal, config)
+    record = LaunchRecord("fwd", (("fwd", repr(config)),), _head_dim_label(q.shape[-1]), True, kernel=choice.kernel)
+    return o, lse, _record(options, record)
+
+
+def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
+             options: FlashOptions, variant: Optional[str] = None):
+    """(dq, dk, dv, LaunchRecord), as flash_launch._backward; `variant` concerns the Triton backward only."""
+    if options.kernels == "triton":
+        return _backward(q, k, v, o, do, lse, causal, options, variant)
+
+    def accepts() -> None:
+        from .flash_gluon_bwd import validate_backward
+        validate_backward(q, k, v, o, do, lse)
+
+    choice = _gluon_choice("bwd", q, causal, options, accepts)
+    if choice is None:
+        return _backward(q, k, v, o, do, lse, causal, options, variant)
+    from .flash_gluon_bwd import GluonBwdConfig, flash_gluon_backward
+    config = GluonBwdConfig(**dict(choice.config))
+    with launch_ctx(q, "impl_flash::flash_gluon_backward"):
+        dq, dk, dv = flash_gluon_backward(q, k, v, o, do, lse, causal, config, options)
+    record = LaunchRecord("bwd", (("bwd", repr(config)),), _head_dim_label(q.shape[-1]), True, kernel=choice.kernel)
+    return dq, dk, dv, _record(options, record)
+
+
+__all__ = ["backward", "forward", "gluon_imports"]

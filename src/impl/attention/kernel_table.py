@@ -1,0 +1,143 @@
+"""Which kernel FlashAttentionTriton runs under FlashOptions(kernels="auto") (issue 47, stage 4).
+
+The table (``kernel_table.json`` beside this module, shipped in the wheel) is written by
+``tools/probes/kernel_table.py build`` from the committed probe results and checked against them by
+``correctness/test_kernel_table.py``: it is never edited by hand. An entry names, for one direction
+("fwd" or "bwd") and one (architecture, head dim, causal, dtype), the Gluon kernel and config that beat
+our Triton kernels in the same probe run at every shape that run measured, each measurement with its
+probe file. A call without an entry runs the Triton kernels (the portable path).
+
+Pure Python: importing this module never touches Triton, Gluon or CUDA.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Dict, Optional, Tuple
+
+#: The Gluon kernels each direction may name, and the one architecture each is written for.
+KERNELS = {"fwd": {"gluon_ws": "sm_90"}, "bwd": {"gluon": "sm_90"}}
+HEAD_DIMS = (64, 80, 96, 128)  # the Gluon kernels' (flash_gluon_common.HEAD_DIM_TILES)
+DTYPES = ("bfloat16", "float16")
+TABLE_FILE = "kernel_table.json"
+
+Config = Tuple[Tuple[str, Any], ...]  # the kernel's config dataclass as (field, value) pairs
+
+
+def arch_name(capability: Tuple[int, int]) -> str:
+    """(9, 0) -> "sm_90"."""
+    return f"sm_{capability[0]}{capability[1]}"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One shape of one probe run where both the Gluon kernel and our Triton kernel were timed."""
+
+    probe: str  # repository path of the probe's JSON
+    device: str
+    shape: Tuple[int, int, int, int]  # batch, heads, sequence, head dim
+    ms: float
+    triton_ms: float
+    err: float  # the probe's relative error of the Gluon kernel's output
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    direction: str
+    arch: str
+    d: int
+    causal: bool
+    dtype: str
+    kernel: str
+    config: Config
+    measured: Tuple[Measured, ...]
+
+    def __post_init__(self) -> None:
+        where = f"kernel table entry {self.direction} {self.arch} d {self.d} causal {self.causal} {self.dtype}"
+        if self.direction not in KERNELS:
+            raise ValueError(f"{where}: unknown direction {self.direction!r}; expected one of {sorted(KERNELS)}")
+        arch = KERNELS[self.direction].get(self.kernel)
+        if arch is None:
+            raise ValueError(f"{where}: unknown kernel {self.kernel!r}; expected one of "
+                             f"{sorted(KERNELS[self.direction])} (no entry means triton)")
+        if self.arch != arch:
+            raise ValueError(f"{where}: kernel {self.kernel!r} runs on {arch} only, not {self.arch}")
+        if self.d not in HEAD_DIMS or self.dtype not in DTYPES or not isinstance(self.causal, bool):
+            raise ValueError(f"{where}: head dim must be one of {HEAD_DIMS}, dtype one of {DTYPES}, causal a bool")
+        if not self.measured or any(m.ms >= m.triton_ms for m in self.measured):
+            raise ValueError(f"{where}: needs measurements, each faster than triton in the same run")
+
+    @property
+    def key(self) -> Tuple[str, str, int, bool, str]:
+        return (self.direction, self.arch, self.d, self.causal, self.dtype)
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    entries: Tuple[KernelChoice, ...]
+    rule: str = ""
+
+    def __post_init__(self) -> None:
+        keys = [e.key for e in self.entries]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            raise ValueError(f"kernel table: more than one entry for {dup}")
+
+    def lookup(self, direction: str, arch: str, d: int, causal: bool, dtype: str) -> Optional[KernelChoice]:
+        return next((e for e in self.entries if e.key == (direction, arch, d, causal, dtype)), None)
+
+
+def choose(table: KernelTable, direction: str, kernels: str, capability: Optional[Tuple[int, int]], d: int,
+           causal: bool, dtype: str) -> Optional[KernelChoice]:
+    """The entry a call runs, None for the Triton kernels. capability: the CUDA device's (major, minor),
+    None for tensors off CUDA. Only kernels="auto" consults the table."""
+    if kernels != "auto" or capability is None:
+        return None
+    return table.lookup(direction, arch_name(capability), d, bool(causal), dtype)
+
+
+# ----------------------------------------------------------------------------- JSON (one format, both ways)
+
+def _tuples(x):
+    return tuple(_tuples(i) for i in x) if isinstance(x, list) else x
+
+
+def table_from_json(data: Dict[str, Any]) -> KernelTable:
+    """Raises ValueError naming the bad entry or field."""
+    entries = []
+    for raw in data.get("entries", ()):
+        raw = dict(raw)
+        try:
+            measured = tuple(Measured(m["probe"], m["device"], tuple(m["shape"]), float(m["ms"]),
+                                      float(m["triton_ms"]), float(m["err"])) for m in raw.pop("measured"))
+            config = tuple((str(k), _tuples(v)) for k, v in sorted(raw.pop("config").items()))
+            entries.append(KernelChoice(measured=measured, config=config, **raw))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"kernel table entry {raw}: missing or unknown field ({e})") from None
+    return KernelTable(tuple(entries), str(data.get("rule", "")))
+
+
+def table_to_json(table: KernelTable) -> Dict[str, Any]:
+    def entry(e: KernelChoice) -> Dict[str, Any]:
+        return dict(direction=e.direction, arch=e.arch, d=e.d, causal=e.causal, dtype=e.dtype, kernel=e.kernel,
+                    config={k: list(v) if isinstance(v, tuple) else v for k, v in e.config},
+                    measured=[dict(probe=m.probe, device=m.device, shape=list(m.shape), ms=m.ms,
+                                   triton_ms=m.triton_ms, err=m.err) for m in e.measured])
+    return {"rule": table.rule, "entries": [entry(e) for e in sorted(table.entries, key=lambda e: e.key)]}
+
+
+def dumps(table: KernelTable) -> str:
+    return json.dumps(table_to_json(table), indent=1) + "\n"
+
+
+@functools.cache
+def shipped_table() -> KernelTable:
+    """The committed table (read once per process)."""
+    return table_from_json(json.loads(resources.files(__package__).joinpath(TABLE_FILE).read_text()))
+
+
+__all__ = ["DTYPES", "HEAD_DIMS", "KERNELS", "KernelChoice", "KernelTable", "Measured", "TABLE_FILE", "arch_name",
+           "choose", "dumps", "shipped_table", "table_from_json", "table_to_json"]

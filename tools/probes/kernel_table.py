@@ -1,0 +1,170 @@
+"""CPU tool (issue 47, stage 4): build FlashAttentionTriton's kernel table from the committed probe results.
+
+    PYTHONPATH=src python tools/probes/kernel_table.py build    (writes src/impl/attention/kernel_table.json)
+    PYTHONPATH=src python tools/probes/kernel_table.py check    (exit 1 if the committed table differs)
+    PYTHONPATH=src python tools/probes/kernel_table.py show     (the entries, one a line)
+
+Sources: every ``reports/data/*/probes/flash_gluon_fwd_*.json`` (forward: "gluon-ws" rows against the
+"triton" row, our autotuned Triton forward, by "ms") and ``flash_gluon_bwd_*.json`` (backward: "ws+gluon-bwd"
+rows against the "triton" row, our Triton backward at its default options, by "bwd"). The probes time bf16
+inputs (their rows carry no dtype); the architecture is the file's "capability".
+
+The rule, per direction and (architecture, head dim, causal, dtype):
+- Only one run's rows are compared with each other (same file: same machine, commit and inputs).
+- A Gluon row counts if it was measured (no "error", a time) and is correct: "wrong" false and "err" (its
+  relative error against the probe's reference) at most ERR_BOUND. A failed or wrong row anywhere rules its
+  config out for that key.
+- A config qualifies if, in every run that timed it at the key, it was measured, correct and faster at every
+  shape where that run timed Triton: the choice must win at every measured shape of the key, else Triton (a
+  sweep config timed at one shape of a run's three does not qualify; a config new in a later run is judged by
+  the runs that timed it). Of several that qualify, the smallest geometric mean of ms / triton ms (each over
+  its own run's Triton time) wins.
+- A config is read from its row's label (``cfg_text`` of the probe) among the kernel's CANDIDATE_CONFIGS and
+  default configs; a backward row without "config_used" (runs before that field: its None config was the
+  default of that commit, which moved) is not read.
+- A key no run measured against Triton has no entry: those calls run Triton.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+from typing import Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from impl.attention import kernel_table as kt  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TABLE_PATH = os.path.join(ROOT, "src", "impl", "attention", kt.TABLE_FILE)
+#: Per direction: probe files, the Gluon impl -> the table's kernel name, the time field.
+SOURCES = {"fwd": ("reports/data/*/probes/flash_gluon_fwd_*.json", {"gluon-ws": "gluon_ws"}, "ms"),
+           "bwd": ("reports/data/*/probes/flash_gluon_bwd_*.json", {"ws+gluon-bwd": "gluon"}, "bwd")}
+TRITON_IMPL = "triton"
+PROBE_DTYPE = "bfloat16"  # both probes' inputs
+ERR_BOUND = 2e-2  # the probes' WRONG: the bf16 tolerance of the correctness tests
+RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2) and faster than "
+        "our Triton kernel, in each probe run that timed it, at every shape where that run timed Triton; of several, "
+        "the least geometric mean of ms / triton ms; no such config, no entry (Triton). Built by "
+        "tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
+
+
+def _labels(direction: str) -> Dict[str, object]:
+    """Probe label -> config object of the direction's Gluon kernel."""
+    if direction == "fwd":
+        from flash_gluon_fwd import cfg_text
+
+        from impl.attention import flash_gluon_ws as mod
+    else:
+        from flash_gluon_bwd import cfg_text
+
+        from impl.attention import flash_gluon_bwd as mod
+    configs = list(mod.CANDIDATE_CONFIGS) + [mod.default_config(d) for d in kt.HEAD_DIMS]
+    return {cfg_text(c): c for c in configs}
+
+
+def _config_pairs(config) -> kt.Config:
+    from dataclasses import asdict
+
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(config).items()))
+
+
+def _rows(direction: str, root: str):
+    """(probe path, device, arch, row) of every row of the direction's probe files, sorted by path."""
+    pattern = SOURCES[direction][0]
+    for path in sorted(glob.glob(os.path.join(root, pattern))):
+        data = json.load(open(path))
+        cap = data.get("capability")
+        if not cap:
+            continue
+        rel = os.path.relpath(path, root)
+        for row in data["rows"]:
+            yield rel, data["device"], kt.arch_name(tuple(cap)), row
+
+
+def _measured(row: dict, field: str) -> Optional[float]:
+    t = row.get(field)
+    return None if row.get("error") or t is None or not math.isfinite(t) else float(t)
+
+
+def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
+    _, impls, field = SOURCES[direction]
+    labels = _labels(direction)
+    triton: Dict[tuple, Dict[tuple, float]] = defaultdict(dict)  # key -> (probe, shape) -> ms
+    gluon: Dict[tuple, Dict[tuple, Dict[tuple, Optional[tuple]]]] = defaultdict(lambda: defaultdict(dict))
+    devices = {}
+    for probe, device, arch, row in _rows(direction, root):
+        b, h, n, d, causal = row["shape"]
+        key = (arch, d, bool(causal), row.get("dtype", PROBE_DTYPE))
+        where = (probe, (b, h, n, d))
+        devices[probe] = device
+        if row["impl"] == TRITON_IMPL and row.get("config") in (None, "autotuned"):
+            ms = _measured(row, field)
+            if ms is not None:
+                triton[key][where] = ms
+            continue
+        if row["impl"] not in impls:
+            continue
+        label = row.get("config_used") if direction == "bwd" else row.get("config")
+        if label not in labels:
+            continue
+        cand = (impls[row["impl"]], label)
+        ms = _measured(row, field)
+        ok = ms is not None and row.get("wrong") is False and row.get("err") is not None and row["err"] <= ERR_BOUND
+        # None marks a failed or wrong measurement: it rules the config out at this key.
+        gluon[key][cand][where] = (ms, float(row["err"])) if ok else None
+    out = []
+    for key, timed in sorted(triton.items()):
+        best: Optional[Tuple[float, tuple, list]] = None
+        for cand, got in sorted(gluon[key].items()):
+            runs = {p for p, _ in got}
+            base = {w: ms for w, ms in timed.items() if w[0] in runs}  # the Triton rows of the runs that timed it
+            if not base or any(v is None for v in got.values()) or \
+                    not all(w in got and got[w][0] < ms for w, ms in base.items()):
+                continue
+            score = math.exp(sum(math.log(got[w][0] / ms) for w, ms in base.items()) / len(base))
+            if best is None or score < best[0]:
+                best = (score, cand, [kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
+                                      for (p, s), ms in sorted(base.items())])
+        if best is not None:
+            (kernel, label), measured = best[1], best[2]
+            arch, d, causal, dtype = key
+            out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[label]),
+                                       tuple(measured)))
+    return out
+
+
+def build(root: str = ROOT) -> kt.KernelTable:
+    return kt.KernelTable(tuple(entries("fwd", root) + entries("bwd", root)), RULE)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", choices=("build", "check", "show"))
+    args = ap.parse_args(argv)
+    table = build()
+    text = kt.dumps(table)
+    if args.command == "build":
+        with open(TABLE_PATH, "w") as f:
+            f.write(text)
+        print(f"wrote {os.path.relpath(TABLE_PATH, ROOT)}: {len(table.entries)} entries")
+    elif args.command == "check":
+        same = os.path.exists(TABLE_PATH) and open(TABLE_PATH).read() == text
+        print("the committed table is up to date" if same else
+              f"{os.path.relpath(TABLE_PATH, ROOT)} differs from the probes: run `kernel_table.py build`")
+        if not same:
+            return 1
+    for e in table.entries if args.command == "show" else ():
+        runs = "; ".join(f"{'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms ({m.device})"
+                         for m in e.measured)
+        print(f"{e.direction} {e.arch} d {e.d} {'causal' if e.causal else 'full'} {e.dtype}: {e.kernel} "
+              f"{dict(e.config)}: {runs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
