@@ -94,12 +94,6 @@ def open_gz(gz: Path) -> Iterator[Path]:
         yield db
 
 
-def open_timeline(gz: Path, kernels_required: bool = False) -> Timeline:
-    """The timeline of a filed export."""
-    with open_gz(gz) as db:
-        return read_timeline(db, kernels_required=kernels_required)
-
-
 @dataclass(frozen=True)
 class CollectiveKernels:
     """One rank's NCCL kernels of one collective in the step, and how long its compute sat waiting for them
@@ -176,7 +170,6 @@ class StepTimeline:
     """One two-GPU case's measured step (the one whose kernel trace is most complete; the last without kernels):
     each rank's phases and kernels, and the figure."""
 
-    case: str
     label: str
     ranks: tuple[RankPhases, ...]
     figure: str
@@ -234,7 +227,8 @@ def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: s
     gz = filed.sqlite(case)
     if gz is None:
         return None
-    tl = open_timeline(gz)
+    with open_gz(gz) as db:
+        tl = read_timeline(db, kernels_required=False)  # an NVTX-only export still has its phases
     steps = tl.measured_steps()
     pids = sorted({r.pid for s in steps for r in tl.named(s)})
     counts = [len(_rank_kernels(tl, pid, s)[1]) for s in steps for pid in pids if tl.named(s, pid)]
@@ -250,7 +244,7 @@ def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: s
                   range_names=(step, *phases, *collectives))
     rep = filed.rep(case)
     srcs = (filed.rel_of(gz),) + ((filed.rel_of(rep),) if rep else ())
-    return StepTimeline(case, label, tuple(per_step[step]), f"{fig_rel}/{name}", len(win.kernels),
+    return StepTimeline(label, tuple(per_step[step]), f"{fig_rel}/{name}", len(win.kernels),
                         tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None, step)
 
 

@@ -16,7 +16,7 @@ from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
-from impl.report.ratio import Ratio, of_benches
+from impl.report.ratio import Ratio, of_benches, within_noise
 from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, size_runs_of
 from impl.report.runs import RunsFacts, device_name, files_of, gpu_count
 from impl.workloads.problems import Problem as P, StoredGroup
@@ -84,9 +84,9 @@ class Group:  # the rows of one (context, per-rank batch), in table order
                                           key=lambda v: v.step_s, default=None))
 
     def ties(self, mb: float) -> list[float]:  # the other buckets whose step's ± 1 std overlaps bucket `mb`'s
-        bk = self.buckets
-        return [x for x in sorted(bk) if x != mb
-                and abs(bk[x].step_s - bk[mb].step_s) <= (bk[x].step_std or 0.0) + (bk[mb].step_std or 0.0)]
+        b = self.buckets
+        return [x for x in sorted(b) if x != mb
+                and within_noise(b[x].step_s, b[mb].step_s, b[x].step_std, b[mb].step_std)]
 
     # the best of ours over the single-GPU floor
     gap_s = property(lambda self: None if self.best_ours is None or self.get(SINGLE) is None

@@ -123,11 +123,6 @@ def groups(steps: list[Step]) -> dict[tuple[str, int], list[Step]]:
     return group(ordered(steps), lambda s: (s.size, s.context))
 
 
-def by_config(steps: list[Step]) -> list[dict[str, Step]]:
-    """Per (size, context), in the page's order: config -> its row."""
-    return [{s.config: s for s in g} for g in groups(steps).values()]
-
-
 def noise_ratio(ours: Step, ref: Step | None) -> str:
     """ours ÷ ref as "0.64×", "within noise" where medians ± std overlap; "–" unless both ran."""
     if ref is None or not (ours.status is Status.MEASURED and ref.status is Status.MEASURED):
@@ -274,7 +269,8 @@ class Section:
 def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     every = [step(b) for b in benches]
     d = latest(every)
-    cells = [ablation_cells(s, next((x for x in g if x.config == "bf16"), None)) for g in groups(d).values() for s in g]
+    by_config = [{s.config: s for s in g} for g in groups(d).values()]  # per (size, context): config -> its row
+    cells = [ablation_cells(s, g.get("bf16")) for g in by_config for s in g.values()]
     ran = [s.b for s in d]
     fig_name = f"{SLUG}-{device}-ablation.png"
     by_run = group(d, lambda s: s.run)
@@ -284,7 +280,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
         else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.b.run.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
-        [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
+        [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
         repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
         RunsFacts.of(device, benches))
