@@ -17,6 +17,7 @@ from impl.nsys.figure import draw_timeline
 from impl.nsys.outputs import MANIFEST, CaseRecord, Manifest, read_manifest
 from impl.nsys.store import FILED, FOLDER, REP, SQLITE, TABLES
 from impl.nsys.timeline import NvtxRange, Overlap, Timeline, read_timeline
+from impl.report import figures
 from impl.report.rows import group
 
 
@@ -242,8 +243,8 @@ def step_timeline(filed: Filed, case: str, label: str, ctx, collectives: Sequenc
     start, end = tl.window(step)
     win = tl.between(start, end)
     name = f"nsys-{case}.png"
-    draw_timeline(win, ctx.fig_dir / name, f"{label}: {step}, both ranks (nsys)", window=(start, end),
-                  range_names=(step, *STEP_PHASES, *collectives))
+    title = figures.words("nsys_step").title.format(label=label, step=step)
+    draw_timeline(win, ctx.fig_dir / name, title, window=(start, end), range_names=(step, *STEP_PHASES, *collectives))
     rep = filed.rel_of(filed.rep(case)) if filed.rep(case) else None
     srcs = (filed.rel_of(gz), rep) if rep else (filed.rel_of(gz),)
     return StepTimeline(label, tuple(per_step[step]), f"{ctx.fig_rel}/{name}", len(win.kernels),

@@ -39,6 +39,8 @@ STEPS: dict[str, Key] = {P.NAIVE_DDP_BENCHMARKING: NAIVE, P.MINIMAL_DDP_FLAT_BEN
                          P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: ("individual", None)}
 OURS = ("naive", "flat", "individual", "bucketed")
 ORDER = [v.value for v in DDPVariant]  # the tables' order
+# the words drawn into the figures (templates/figures.toml)
+TIMELINE_WORDS, OVERHEAD_WORDS = figures.words("ddp_timeline"), figures.words("ddp_overhead")
 
 
 _cfg = DistConfig.of
@@ -154,8 +156,8 @@ def _timeline(rows: list[Bench], ctx: Context, name: str) -> Timeline | None:
         return None
     c, variants = _cfg(traced[0]), {_cfg(b).variant for b in traced}
     tls = [(_cfg(b).label, b.details["timeline"]) for b in traced]
-    _draw_timeline(tls, ctx.fig_dir / name, f"{c.size_label}: one step on rank 0, context {c.context}, per-rank "
-                                            f"batch {c.batch_per_rank}")
+    _draw_timeline(tls, ctx.fig_dir / name, TIMELINE_WORDS.title.format(
+        size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank))
     return Timeline(tls[0][1]["source"], int(c.context), int(c.batch_per_rank),
                     tuple(TimelineRow(lb, tl["span_us"] / 1e6, tl["busy_us"]["compute"] / 1e6,
                                       tl["busy_us"]["communication"] / 1e6, tl["overlap_us"] / 1e6) for lb, tl in tls),
@@ -174,21 +176,22 @@ def _draw_timeline(rows: list, path, title: str) -> None:
             drawn = sum(dur for _, dur in bars)
             ax.broken_barh([(st / 1e3, max(dur / 1e3, 1e-3)) for st, dur in bars], (y - 0.35, 0.7), color=color,
                            alpha=max(0.1, min(1.0, busy / drawn)) if drawn else 1.0)
-            ticks.append(f"{lane}\nbusy {busy / 1e3:.0f} of {drawn / 1e3:.0f} ms drawn")
+            ticks.append(TIMELINE_WORDS.label("lane", lane=lane, busy_ms=busy / 1e3, drawn_ms=drawn / 1e3))
         for k, p in enumerate(tl["phases"]):
             ax.axvspan(p["start_us"] / 1e3, (p["start_us"] + p["dur_us"]) / 1e3, color=f"C{k + 4}", alpha=0.12,
                        label=p["name"])
-        ax.set(yticks=[1, 0], xlabel="ms from step start")
+        ax.set(yticks=[1, 0], xlabel=TIMELINE_WORDS.x)
         ax.set_yticklabels(ticks, fontsize=7)
         ax.set_title(name, fontsize=9, loc="left")
         if k_ax == 0:  # the same phases in every panel: one legend, beside the first
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="phase",
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title=TIMELINE_WORDS.label("phase"),
                       title_fontsize=7)
     figures.save(fig, path)
 
 
 def _draw_overhead(groups: list[Group], path, title: str) -> None:
-    """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std)."""
+    """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std); `title` is
+    OVERHEAD_WORDS.title filled."""
     fig, ax = figures.new(figsize=(8.5, 4.2))
     width, labels = 0.8 / max(len(groups), 1), []
     for k, g in enumerate(groups):
@@ -199,7 +202,7 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
         vals = [100 * (v.step_s / floor.step_s - 1) if v.measured else float("nan") for v in vs]
         errs = [100 * ((v.step_std or 0) + (floor.step_std or 0)) / floor.step_s if v.measured else 0 for v in vs]
         xs = [i + (k - (len(groups) - 1) / 2) * width for i in range(len(vs))]
-        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=f"context {g.context}, per-rank batch {g.batch}",
+        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=OVERHEAD_WORDS.label("series", context=g.context, batch=g.batch),
                       color=f"C{k}")
         for bar, v in zip(bars, vs):
             if v.key == TORCH:
@@ -208,8 +211,7 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
     ax.axhline(0, color="0.3", lw=0.6)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
-    ax.set(ylabel="step time over the single-GPU floor (%)",
-           title=f"DDP overhead, ours vs torch DDP (hatched); ±1 std of both\n{title}")
+    ax.set(ylabel=OVERHEAD_WORDS.y, title=title)
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
     figures.save(fig, path)
@@ -241,7 +243,7 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
     rows = [b for b in run.rows if _cfg(b).kind != "trace"]  # older files: trace rows apart
     groups, c, named, name = _groups(rows), _cfg(rows[0]), run.label(heading), f"{SLUG}-{dev}-{run.id}"
     _draw_overhead(groups, ctx.fig_dir / f"{name}-overhead-vs-torch-ddp.png",
-                   f"{heading}, {named.size_short}, run {named.date}")
+                   OVERHEAD_WORDS.title.format(heading=heading, size=named.size_short, date=named.date))
     # the bucket model: None without bucketed rows
     s = next((v.b.details["grad_bytes"] for g in groups for v in g.variants
               if v.measured and v.b.details.get("grad_bytes")), None)
