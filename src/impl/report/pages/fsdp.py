@@ -67,6 +67,8 @@ class Timeline:
     timed_s: float | None  # the timed (uninstrumented) steps
 
     s = property(lambda self: self.recorded["summary"])
+    # the kept rows (one per collective call), each a fresh dict of the stored columns
+    calls = property(lambda self: [dict(zip(self.recorded["columns"], r)) for r in self.recorded["rows"]])
     # every all-gather waited on was ready in time
     all_in_time = property(lambda self: self.forward[0] == self.forward[1] and self.backward[0] == self.backward[1])
 
@@ -142,15 +144,15 @@ class RunFacts:  # one [edition, size] run of a device's fsdp rows (its TP rows 
     headline: Headline | None
 
 
-def _draw(ax, tl: dict, title: str) -> None:
+def _draw(ax, t: Timeline, title: str) -> None:
     """Gantt of one step on rank 0: a row per layer call, a bar per collective from issue to ready, a tick at need."""
-    rows = [dict(zip(tl["columns"], r)) for r in tl["rows"]]
+    rows = t.calls
     n_calls = max(max((r["call"] for r in rows), default=0) + 1, 1)
     lw = max(0.5, min(5.0, 240 / n_calls))
     for r in rows:
         r["y"] = float(r["call"] if r["call"] >= 0 else n_calls + 1) + _collective(r["kind"], r["phase"])[2]
     shades, seen = {"forward": "C0", "backward": "C1", "finish": "C7"}, set()
-    for p in tl["phases"]:  # a step with several forwards shades each, one legend entry per phase name
+    for p in t.recorded["phases"]:  # a step with several forwards shades each, one legend entry per phase name
         ax.axvspan(p["start_ms"], p["end_ms"], color=shades.get(p["name"], "C4"), alpha=0.08, lw=0,
                    label=None if p["name"] in seen else WORDS.label("phase", phase=p["name"]))
         seen.add(p["name"])
@@ -172,21 +174,17 @@ def _draw(ax, tl: dict, title: str) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
-def _draw_timelines(rows: list[Bench], tls: list[Timeline], ctx: Context, name: str) -> str:
-    c = cfg(rows[0])
-    fig, axes = figures.plt.subplots(len(rows), 2, figsize=(15, 4.6 * len(rows) + 0.4), squeeze=False,
+def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str) -> str:
+    fig, axes = figures.plt.subplots(len(tls), 2, figsize=(15, 4.6 * len(tls) + 0.4), squeeze=False,
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
     fig.suptitle(WORDS.title.format(size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank,
                                     world_size=c.world_size), fontsize=11, x=0.01, ha="left")
-    for (gantt, slack), b, t in zip(axes, rows, tls):
-        exposed = WORDS.label("exposed", **t.s)
-        _draw(gantt, b.details["timeline"], f"{WORDS.label('rank', label=t.label)}\n{exposed}")
+    for (gantt, slack), t in zip(axes, tls):
+        _draw(gantt, t, f"{WORDS.label('rank', label=t.label)}\n{WORDS.label('exposed', **t.s)}")
         # per all-gather, need - ready (below zero its layer waited): readable where the Gantt's bars are too short
-        tl = b.details["timeline"]
-        rows = [r for r in (dict(zip(tl["columns"], x)) for x in tl["rows"])
-                if r["kind"] == "all_gather" and r["need_ms"] is not None]
+        gathers = [r for r in t.calls if r["kind"] == "all_gather" and r["need_ms"] is not None]
         for phase, color in (("forward", "C0"), ("backward", "C1")):
-            pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in rows if r["phase"] == phase]
+            pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in gathers if r["phase"] == phase]
             slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=WORDS.label("gather", phase=phase))
             late = [(c, s) for c, s in pts if s < 0]
             slack.scatter([c for c, _ in late], [s for _, s in late], s=10, facecolors="none", edgecolors="red",
@@ -216,7 +214,7 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
          and (v := opt_sharding.Variant.of(b)).peak],
         bool(ours), tls,
-        _draw_timelines(with_tl, tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if with_tl else None,
+        _draw_timelines(cfg(with_tl[0]), tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if tls else None,
         _saving(by), _headline(by))
 
 
