@@ -351,22 +351,19 @@ class DdpPage:
     sections: tuple[DeviceSection, ...]
     steps_runs: tuple[RunFacts, ...]  # the runs answering the step problems, current edition first
     bucketed_runs: tuple[RunFacts, ...]
-    score_rows: tuple[tuple[str, Score], ...]  # (problem, its score) of the timed problems answered
+    timed: dict[str, Score]  # the timed problems answered: problem -> its scoreboard row
     tests: Tests | None = None  # the implementation problems' answer
     nsys: DdpNsys | None = None  # ddp (b) in Nsight Systems
 
     steps_current = current_edition(P.NAIVE_DDP_BENCHMARKING)  # the newest edition posing the three step problems
     bucketed_current = current_edition(P.DDP_BUCKETED_BENCHMARKING)
 
-    def score(self, problem: str) -> Score | None:
-        return next((s for p, s in self.score_rows if p == problem), None)
-
     @property
     def scores(self) -> dict[str, Scored]:
         out = {p: NOT_MEASURED for p in (*IMPLEMENTED, *STEPS, P.DDP_BUCKETED_BENCHMARKING)}
         if self.tests is not None:
             out.update({p: Scored(Kind.MEASURED, self.tests.device, self.tests.date) for p in IMPLEMENTED})
-        return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.score_rows}
+        return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.timed.items()}
 
     @property
     def index_figures(self) -> list[str]:  # the first run's overhead figure
@@ -400,7 +397,7 @@ def facts(ctx: Context) -> DdpPage:
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
         sections.append(DeviceSection(heading, found, RunsFacts.of(dev, rows)))
     runs = [r for s in sections for r in s.runs]
-    scores = tuple((p, s) for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING) if (s := _score(runs, p)))
+    timed = {p: s for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING) if (s := _score(runs, p))}
     return DdpPage(tuple(sections), tuple(answering(runs, P.NAIVE_DDP_BENCHMARKING)),
-                   tuple(answering(runs, P.DDP_BUCKETED_BENCHMARKING)), scores,
+                   tuple(answering(runs, P.DDP_BUCKETED_BENCHMARKING)), timed,
                    newest_multi_gpu_tests(ctx.reports_dir), ddp_nsys(ctx))
