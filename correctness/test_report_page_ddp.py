@@ -126,9 +126,9 @@ def test_not_run_rows_are_named_and_divide_nothing(tmp_path):
 def test_scores_read_the_current_editions_largest_context(tmp_path):
     f = _facts(tmp_path)
     new, old = f.sections[0].runs
-    s = f.score(P.NAIVE_DDP_BENCHMARKING)
+    s = f.timed[P.NAIVE_DDP_BENCHMARKING]
     assert (s.run, s.group.context, s.key) == (new, 512, ("naive", None))
-    b = f.score(P.DDP_BUCKETED_BENCHMARKING)
+    b = f.timed[P.DDP_BUCKETED_BENCHMARKING]
     assert (b.run, b.key, b.group.best_ours.label) == (old, ("bucketed", 100), "bucketed 100 MB")
     assert b.group.ratio(b.key, page.TORCH).value == pytest.approx(0.72 / 0.75)
     assert f.scores[P.DDP_BUCKETED_BENCHMARKING] == Scored(Kind.MEASURED, DEV, "2026-11-22")

@@ -84,22 +84,22 @@ def test_c_reads_the_forwards_kernels_only():
 
 def test_cases_keep_the_studys_order_top_kernel_calls_and_oom_need(tmp_path):
     got = page.facts(context(_rows(), tmp_path)).cases
-    assert [(c.label, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
+    assert [(c.size_label, c.context) for c in got] == [("medium", 512), ("medium", 2048), ("large", 256)]
     assert (got[0].n["top_forward"]["name"], got[0].top_calls, got[0].b.stats.mean) == (GEMM, 169, pytest.approx(0.059))
     assert got[1].n is None and got[1].need_bytes == 57.6e9 and got[2].top_calls == 72
 
 
 def test_each_edition_answers_from_its_own_profiled_rows(tmp_path):
     f = page.facts(context(_rows(), tmp_path))
-    assert [(c.label, c.context) for c in f.answer] == [("small", 128), ("small", 512), ("large", 128), ("large", 1024)]
-    assert f.edition == "2025" and [(c.label, c.context) for c in f.answer26] == [("medium", 512), ("large", 256)]
-    assert [c.label for c in f.cases] == ["medium", "medium", "large"]
+    assert [(c.size_label, c.context) for c in f.answer] == [("small", 128), ("small", 512), ("large", 128), ("large", 1024)]
+    assert f.edition == "2025" and [(c.size_label, c.context) for c in f.answer26] == [("medium", 512), ("large", 256)]
+    assert [c.size_label for c in f.cases] == ["medium", "medium", "large"]
     s = f.scores[P]
     assert s.kind is Kind.MEASURED and (s.device, s.date) == (DEV, "2026-11-24")
 
 
 def test_kernel_busy_share_and_range_agreement():
-    cs = [page.Case(b) for b in _rows()[:4]]
+    cs = [page.Case.of(b) for b in _rows()[:4]]
     assert [c.busy for c in cs] == pytest.approx([5 / 25, 18 / 27, 31 / 76, 249 / 253])
     assert all(c.range_agrees for c in cs)  # the ranges are 2% over the timer
     assert [c.top_calls for c in cs] == [73, 61, 72, 145]
@@ -115,7 +115,7 @@ def test_only_2026_rows_answer_alone(tmp_path):
 
 def test_the_table_names_oom_and_fallback_rows_and_the_middle_configs_kernels(tmp_path):
     t = page.facts(context(_rows(), tmp_path))
-    assert [(r.size, r.context, r.status) for r in t.rows] == [
+    assert [(r.size, r.context, r.outcome) for r in t.rows] == [
         ("small", 128, "measured"), ("small", 512, "measured"), ("large", 128, "measured"),
         ("large", 1024, "measured"), ("2.7B", 1024, "oom")]
     assert t.rows[3].profiled == "forward_backward" and t.rows[4].n is None and t.stat == "median"
@@ -160,8 +160,8 @@ def test_committed_2026_study_has_three_measured_contexts_per_size_and_no_stale_
     f = page.facts(build.context(ROOT / "reports" / "data", tmp_path))
     by: dict[str, list[int]] = {}
     for c in f.cases:
-        assert c.n, (c.label, c.context)
-        by.setdefault(c.label, []).append(c.context)
+        assert c.n, (c.size_label, c.context)
+        by.setdefault(c.size_label, []).append(c.context)
     assert by == {"medium": [512, 1024, 2048], "large": [256, 512, 1024]}  # so no OOM is named there
 
 
@@ -209,8 +209,8 @@ def test_nsys_tables_answer_a_to_e_and_show_the_autograd_threads_kernels_under_n
     assert r.matmul_forward == pytest.approx(4.0 / 4.61) and r.matmul_step == pytest.approx(10.0 / 10.63)
     assert [n[:30] for n, _, _ in r.non_matmul] == ["void at::native::vectorized_el"]  # Fill is under 1%
     assert r.softmax_time == pytest.approx(0.15) and r.softmax_flops == pytest.approx(5 / (4 * 64))
-    assert (r.backward_range_ms, r.unranged_ms, r.unranged_tids) == (0.01, 3.0, (2,))
-    assert f.beside(r).label == "small" and f.nsys_alone == []
+    assert (r.backward_range_ms, r.unranged_ms) == (0.01, 3.0)
+    assert f.beside(r).size_label == "small" and f.nsys_alone == []
     assert any(s.endswith("manifest.json") and "/nsys/" in s for s in f.sources)
 
 

@@ -106,8 +106,9 @@ def test_b_tables_read_medians_first_calls_reused_graphs_and_budget_cuts(tmp_pat
     (c,) = m.compilations
     assert (c.size, c.graph, c.context, c.first_call_s, c.compile_s, c.reused_at, c.graph_breaks) == \
         ("small", "inference", 128, 10.0, 9.99, (256,), 0)
-    assert m.left_out[0].reason == "time budget exhausted"
-    assert [(x.size, x.context, x.parts) for x in m.left_out] == [("xl", 256, (("forward", "compiled"),))]
+    ((reason, left_out),) = m.left_out_by_reason
+    assert reason == "time budget exhausted"
+    assert [(x.size, x.context, x.parts) for x in left_out] == [("xl", 256, (("forward", "compiled"),))]
     assert [(size, c.ratio.value) for size, c in m.optimizer] == [("small", 2.0)]
 
 

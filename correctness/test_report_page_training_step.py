@@ -70,7 +70,7 @@ def test_each_row_is_its_newest_measurement(tmp_path):
     from one run."""
     old, new, later = _runs()
     s = _facts(tmp_path, later + new[1:], history=old + new[:1]).sections[0]
-    assert _by(s, "bf16").step_s == 0.25 and _by(s, "+flash").step_s == 0.37 and _by(s, "+flash").run == "02-01 07:16"
+    assert _by(s, "bf16").step_s == 0.25 and _by(s, "+flash").step_s == 0.37 and _by(s, "+flash").when == "02-01 07:16"
     assert [(r.run, r.matmul_peak, r.rows) for r in s.runs_table] == [
         ("02-01 07:16", 1e15, 1), ("02-02 14:11", 1e15, 3), ("02-02 14:30", 1e15, 1)]
     assert [(o.config, o.datetime == a.datetime, ratio) for o, a, ratio in s.versus] == [

@@ -17,6 +17,7 @@ from impl.nsys.figure import draw_timeline
 from impl.nsys.outputs import MANIFEST, CaseRecord, Manifest, read_manifest
 from impl.nsys.store import FILED, FOLDER, REP, SQLITE, TABLES
 from impl.nsys.timeline import NvtxRange, Overlap, Timeline, read_timeline
+from impl.report import figures
 from impl.report.rows import group
 
 
@@ -92,12 +93,6 @@ def open_gz(gz: Path) -> Iterator[Path]:
         with gzip.open(gz, "rb") as src, open(db, "wb") as dst:
             shutil.copyfileobj(src, dst)
         yield db
-
-
-def open_timeline(gz: Path, kernels_required: bool = False) -> Timeline:
-    """The timeline of a filed export."""
-    with open_gz(gz) as db:
-        return read_timeline(db, kernels_required=kernels_required)
 
 
 @dataclass(frozen=True)
@@ -176,7 +171,6 @@ class StepTimeline:
     """One two-GPU case's measured step (the one whose kernel trace is most complete; the last without kernels):
     each rank's phases and kernels, and the figure."""
 
-    case: str
     label: str
     ranks: tuple[RankPhases, ...]
     figure: str
@@ -188,6 +182,10 @@ class StepTimeline:
 
     step_ms = property(lambda self: max(r.step_ms for r in self.ranks))
     complete = property(lambda self: bool(self.kernels) and all(r.complete for r in self.ranks))
+
+
+# The phases a distributed step's ranks mark (impl.nsys.workloads), in step order.
+STEP_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
 
 
 def _rank_kernels(tl: Timeline, pid: int, step: str) -> tuple[NvtxRange, list]:
@@ -204,12 +202,11 @@ def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
     return max(b - a for a, b in zip(ts, ts[1:])) / 1e6
 
 
-def _rank_phases(tl: Timeline, rank: int, pid: int, step: str, most: int, phases: Sequence[str],
-                 collectives: Sequence[str]) -> RankPhases:
+def _rank_phases(tl: Timeline, rank: int, pid: int, step: str, most: int, collectives: Sequence[str]) -> RankPhases:
     st, ks = _rank_kernels(tl, pid, step)
     inside = group((r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns),
                    lambda r: r.name)  # the rank's ranges in its step, by name
-    got = tuple((n, sum(r.duration_ns for r in inside[n]) / 1e6) for n in phases if n in inside)
+    got = tuple((n, sum(r.duration_ns for r in inside[n]) / 1e6) for n in STEP_PHASES if n in inside)
     fwd, bwd = inside.get("forward", []), inside.get("backward", [])
 
     def within(r, spans):
@@ -226,36 +223,32 @@ def _rank_phases(tl: Timeline, rank: int, pid: int, step: str, most: int, phases
                       _launch_gap_ms(ks, bwd[0] if bwd and ks else None))
 
 
-def step_timeline(filed: Filed, case: str, label: str, fig_dir: Path, fig_rel: str, *, phases: Sequence[str],
-                  collectives: Sequence[str]) -> StepTimeline | None:
-    """A measured step of `case` from its filed export, drawn into fig_dir; None without one. The step shown: the
+def step_timeline(filed: Filed, case: str, label: str, ctx, collectives: Sequence[str]) -> StepTimeline | None:
+    """A measured step of `case` from its filed export, drawn into ctx.fig_dir; None without one. The step shown: the
     one with the most whole ranks (RankPhases.complete), then whose least complete rank recorded the most kernels,
     then the most in all, the later on a tie."""
     gz = filed.sqlite(case)
     if gz is None:
         return None
-    tl = open_timeline(gz)
+    with open_gz(gz) as db:
+        tl = read_timeline(db, kernels_required=False)  # an NVTX-only export still has its phases
     steps = tl.measured_steps()
     pids = sorted({r.pid for s in steps for r in tl.named(s)})
     counts = [len(_rank_kernels(tl, pid, s)[1]) for s in steps for pid in pids if tl.named(s, pid)]
     most = max(counts, default=0)
-    per_step = {s: [_rank_phases(tl, k, pid, s, most, phases, collectives)
+    per_step = {s: [_rank_phases(tl, k, pid, s, most, collectives)
                     for k, pid in enumerate(sorted({r.pid for r in tl.named(s)}))] for s in steps}
     step = max(steps, key=lambda s: (sum(r.complete for r in per_step[s]), min(r.kernels for r in per_step[s]),
                                      sum(r.kernels for r in per_step[s]), steps.index(s)))
     start, end = tl.window(step)
     win = tl.between(start, end)
     name = f"nsys-{case}.png"
-    draw_timeline(win, fig_dir / name, f"{label}: {step}, both ranks (nsys)", window=(start, end),
-                  range_names=(step, *phases, *collectives))
-    rep = filed.rep(case)
-    srcs = (filed.rel_of(gz),) + ((filed.rel_of(rep),) if rep else ())
-    return StepTimeline(case, label, tuple(per_step[step]), f"{fig_rel}/{name}", len(win.kernels),
-                        tuple(win.overlap()) if win.kernels else (), srcs, filed.rel_of(rep) if rep else None, step)
-
-
-# The phases a distributed step's ranks mark (impl.nsys.workloads), in step order.
-STEP_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
+    title = figures.words("nsys_step").title.format(label=label, step=step)
+    draw_timeline(win, ctx.fig_dir / name, title, window=(start, end), range_names=(step, *STEP_PHASES, *collectives))
+    rep = filed.rel_of(filed.rep(case)) if filed.rep(case) else None
+    srcs = (filed.rel_of(gz), rep) if rep else (filed.rel_of(gz),)
+    return StepTimeline(label, tuple(per_step[step]), f"{ctx.fig_rel}/{name}", len(win.kernels),
+                        tuple(win.overlap()) if win.kernels else (), srcs, rep, step)
 
 
 def profiled_steps(ctx, group: str, label_of: Callable[[dict], str | None],
@@ -270,7 +263,6 @@ def profiled_steps(ctx, group: str, label_of: Callable[[dict], str | None],
         args = c.workload.get("args", {})
         if c.status != "profiled" or (label := label_of(args)) is None:
             continue
-        t = step_timeline(filed, c.name, label, ctx.fig_dir, ctx.fig_rel, phases=STEP_PHASES, collectives=collectives)
-        if t is not None:
+        if (t := step_timeline(filed, c.name, label, ctx, collectives)) is not None:
             found.append((args, t))
     return filed, found

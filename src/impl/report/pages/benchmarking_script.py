@@ -12,7 +12,7 @@ from impl.report import figures
 from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import within_noise
-from impl.report.rows import Bench, SizedView, group, size_label, timing_text
+from impl.report.rows import Bench, RowView, SizedView, group, size_label, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
@@ -26,7 +26,7 @@ STUDIES = {"main_2026": "main", "warmup_fresh_process": "warmup"}  # 2026's stud
 
 
 @dataclass(frozen=True)
-class ScriptConfig(SizedView):
+class ScriptConfig(SizedView, RowView):  # a row's config, holding the row (`b`)
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None
@@ -227,36 +227,37 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
     names = list(EDITION_SIZES[edition])
     sizes = [size_label(SizeRef(edition, n)) for n in names]
     main_rows, warm_rows = ([b for b in rows if _study(b) == s] for s in ("main", "warmup"))
-    by_size = lambda bs: sorted(((b, _cfg(b)) for b in bs),  # noqa: E731  (row, its config), smallest size first
-                                key=lambda x: names.index(x[1].size) if x[1].size in names else len(names))
+
+    def by_size(bs) -> list[ScriptConfig]:  # the rows' views, smallest size first
+        return sorted(map(_cfg, bs), key=lambda c: names.index(c.size) if c.size in names else len(names))
     main = by_size(main_rows)
     if not main:
         return EditionFacts(edition, sizes)
-    key = lambda x: (x[1].size_label, x[1].context, x[1].dtype)  # noqa: E731  (a row and its config)
-    grid = {k: {c.mode: Cell(b) for b, c in g} for k, g in group(main, key).items()}
-    warm = {k: {int(c.warmup): Cell(b) for b, c in g} for k, g in group(by_size(b for b in warm_rows if b.measured),
-                                                                      lambda x: (*key(x), x[1].mode)).items()}
+    key = lambda c: (c.size_label, c.context, c.dtype)  # noqa: E731
+    grid = {k: {c.mode: Cell(c.b) for c in g} for k, g in group(main, key).items()}
+    warm = {k: {int(c.warmup): Cell(c.b) for c in g} for k, g in group(by_size(b for b in warm_rows if b.measured),
+                                                                      lambda c: (*key(c), c.mode)).items()}
     order = {"fp32": 0, "bf16": 1, "fp16": 2}
     grid_rows = sorted((GridRow(*k, {m: v[m] for m in MODES if m in v}) for k, v in grid.items()),
                        key=lambda r: (order.get(r.dtype, 9), sizes.index(r.size) if r.size in sizes else 99, r.context))
     return EditionFacts(
         edition, sizes, grid_rows, [WarmupCase(*k, dict(sorted(v.items())), v[min(v)], v[max(v)])
                                      for k, v in warm.items() if len(v) > 1],
-        _optimizer(main), main[0][1].batch, any(_cfg(b).study == "warmup_fresh_process" for b in rows),
-        [(c.size_label, c.context, c.dtype, c.mode, Cell(b)) for b, c in main if b.status is Status.OOM],
+        _optimizer(main), main[0].batch, any(_cfg(b).study == "warmup_fresh_process" for b in rows),
+        [(c.size_label, c.context, c.dtype, c.mode, Cell(c.b)) for c in main if c.status is Status.OOM],
         *timing_text(main_rows), next((b.row.peaks for b in main_rows if b.row.peaks is not None), None),
         newest_date(main_rows), warm_rows[0].details.get("left_out", "") if warm_rows else "")
 
 
-def _optimizer(main: list[tuple[Bench, ScriptConfig]]) -> list[OptimizerSplit]:
+def _optimizer(main: list[ScriptConfig]) -> list[OptimizerSplit]:
     """Per dtype (fp32, bf16): the largest size with optimizer-step, forward and backward rows at one context."""
-    done = [(b, c) for b, c in main if b.measured]
+    done = [c for c in main if c.b.measured]
     out = []
     for dtype in ("fp32", "bf16"):
-        for b, c in reversed([(b, c) for b, c in done if c.mode == "optimizer_step" and c.dtype == dtype]):
-            same = {o.mode: x.stats.mean for x, o in done if (o.dtype, o.size, o.context) == (dtype, c.size, c.context)}
+        for c in reversed([c for c in done if c.mode == "optimizer_step" and c.dtype == dtype]):
+            same = {o.mode: o.b.stats.mean for o in done if (o.dtype, o.size, o.context) == (dtype, c.size, c.context)}
             if {"forward", "backward"} <= set(same) and (ref := c.size_ref) is not None:
-                out.append(OptimizerSplit(c.size_label, c.context, dtype, same["forward"], same["backward"], b.stats.mean,
+                out.append(OptimizerSplit(c.size_label, c.context, dtype, same["forward"], same["backward"], c.b.stats.mean,
                                           same.get("train_step"), acc.adamw_step_bytes(ref.config.params)))
                 break
     return out

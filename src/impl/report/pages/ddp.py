@@ -16,7 +16,7 @@ from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
-from impl.report.ratio import Ratio, of_benches
+from impl.report.ratio import Ratio, of_benches, within_noise
 from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, size_runs_of
 from impl.report.runs import RunsFacts, device_name, files_of, gpu_count
 from impl.workloads.problems import Problem as P, StoredGroup
@@ -39,6 +39,8 @@ STEPS: dict[str, Key] = {P.NAIVE_DDP_BENCHMARKING: NAIVE, P.MINIMAL_DDP_FLAT_BEN
                          P.DDP_OVERLAP_INDIVIDUAL_PARAMETERS_BENCHMARKING: ("individual", None)}
 OURS = ("naive", "flat", "individual", "bucketed")
 ORDER = [v.value for v in DDPVariant]  # the tables' order
+# the words drawn into the figures (templates/figures.toml)
+TIMELINE_WORDS, OVERHEAD_WORDS = figures.words("ddp_timeline"), figures.words("ddp_overhead")
 
 
 _cfg = DistConfig.of
@@ -84,9 +86,9 @@ class Group:  # the rows of one (context, per-rank batch), in table order
                                           key=lambda v: v.step_s, default=None))
 
     def ties(self, mb: float) -> list[float]:  # the other buckets whose step's ± 1 std overlaps bucket `mb`'s
-        bk = self.buckets
-        return [x for x in sorted(bk) if x != mb
-                and abs(bk[x].step_s - bk[mb].step_s) <= (bk[x].step_std or 0.0) + (bk[mb].step_std or 0.0)]
+        b = self.buckets
+        return [x for x in sorted(b) if x != mb
+                and within_noise(b[x].step_s, b[mb].step_s, b[x].step_std, b[mb].step_std)]
 
     # the best of ours over the single-GPU floor
     gap_s = property(lambda self: None if self.best_ours is None or self.get(SINGLE) is None
@@ -154,8 +156,8 @@ def _timeline(rows: list[Bench], ctx: Context, name: str) -> Timeline | None:
         return None
     c, variants = _cfg(traced[0]), {_cfg(b).variant for b in traced}
     tls = [(_cfg(b).label, b.details["timeline"]) for b in traced]
-    _draw_timeline(tls, ctx.fig_dir / name, f"{c.size_label}: one step on rank 0, context {c.context}, per-rank "
-                                            f"batch {c.batch_per_rank}")
+    _draw_timeline(tls, ctx.fig_dir / name, TIMELINE_WORDS.title.format(
+        size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank))
     return Timeline(tls[0][1]["source"], int(c.context), int(c.batch_per_rank),
                     tuple(TimelineRow(lb, tl["span_us"] / 1e6, tl["busy_us"]["compute"] / 1e6,
                                       tl["busy_us"]["communication"] / 1e6, tl["overlap_us"] / 1e6) for lb, tl in tls),
@@ -174,21 +176,22 @@ def _draw_timeline(rows: list, path, title: str) -> None:
             drawn = sum(dur for _, dur in bars)
             ax.broken_barh([(st / 1e3, max(dur / 1e3, 1e-3)) for st, dur in bars], (y - 0.35, 0.7), color=color,
                            alpha=max(0.1, min(1.0, busy / drawn)) if drawn else 1.0)
-            ticks.append(f"{lane}\nbusy {busy / 1e3:.0f} of {drawn / 1e3:.0f} ms drawn")
+            ticks.append(TIMELINE_WORDS.label("lane", lane=lane, busy_ms=busy / 1e3, drawn_ms=drawn / 1e3))
         for k, p in enumerate(tl["phases"]):
             ax.axvspan(p["start_us"] / 1e3, (p["start_us"] + p["dur_us"]) / 1e3, color=f"C{k + 4}", alpha=0.12,
                        label=p["name"])
-        ax.set(yticks=[1, 0], xlabel="ms from step start")
+        ax.set(yticks=[1, 0], xlabel=TIMELINE_WORDS.x)
         ax.set_yticklabels(ticks, fontsize=7)
         ax.set_title(name, fontsize=9, loc="left")
         if k_ax == 0:  # the same phases in every panel: one legend, beside the first
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="phase",
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title=TIMELINE_WORDS.label("phase"),
                       title_fontsize=7)
     figures.save(fig, path)
 
 
 def _draw_overhead(groups: list[Group], path, title: str) -> None:
-    """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std)."""
+    """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std); `title` is
+    OVERHEAD_WORDS.title filled."""
     fig, ax = figures.new(figsize=(8.5, 4.2))
     width, labels = 0.8 / max(len(groups), 1), []
     for k, g in enumerate(groups):
@@ -199,7 +202,7 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
         vals = [100 * (v.step_s / floor.step_s - 1) if v.measured else float("nan") for v in vs]
         errs = [100 * ((v.step_std or 0) + (floor.step_std or 0)) / floor.step_s if v.measured else 0 for v in vs]
         xs = [i + (k - (len(groups) - 1) / 2) * width for i in range(len(vs))]
-        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=f"context {g.context}, per-rank batch {g.batch}",
+        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=OVERHEAD_WORDS.label("series", context=g.context, batch=g.batch),
                       color=f"C{k}")
         for bar, v in zip(bars, vs):
             if v.key == TORCH:
@@ -208,8 +211,7 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
     ax.axhline(0, color="0.3", lw=0.6)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
-    ax.set(ylabel="step time over the single-GPU floor (%)",
-           title=f"DDP overhead, ours vs torch DDP (hatched); ±1 std of both\n{title}")
+    ax.set(ylabel=OVERHEAD_WORDS.y, title=title)
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
     figures.save(fig, path)
@@ -241,7 +243,7 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
     rows = [b for b in run.rows if _cfg(b).kind != "trace"]  # older files: trace rows apart
     groups, c, named, name = _groups(rows), _cfg(rows[0]), run.label(heading), f"{SLUG}-{dev}-{run.id}"
     _draw_overhead(groups, ctx.fig_dir / f"{name}-overhead-vs-torch-ddp.png",
-                   f"{heading}, {named.size_short}, run {named.date}")
+                   OVERHEAD_WORDS.title.format(heading=heading, size=named.size_short, date=named.date))
     # the bucket model: None without bucketed rows
     s = next((v.b.details["grad_bytes"] for g in groups for v in g.variants
               if v.measured and v.b.details.get("grad_bytes")), None)
@@ -349,22 +351,19 @@ class DdpPage:
     sections: tuple[DeviceSection, ...]
     steps_runs: tuple[RunFacts, ...]  # the runs answering the step problems, current edition first
     bucketed_runs: tuple[RunFacts, ...]
-    score_rows: tuple[tuple[str, Score], ...]  # (problem, its score) of the timed problems answered
+    timed: dict[str, Score]  # the timed problems answered: problem -> its scoreboard row
     tests: Tests | None = None  # the implementation problems' answer
     nsys: DdpNsys | None = None  # ddp (b) in Nsight Systems
 
     steps_current = current_edition(P.NAIVE_DDP_BENCHMARKING)  # the newest edition posing the three step problems
     bucketed_current = current_edition(P.DDP_BUCKETED_BENCHMARKING)
 
-    def score(self, problem: str) -> Score | None:
-        return next((s for p, s in self.score_rows if p == problem), None)
-
     @property
     def scores(self) -> dict[str, Scored]:
         out = {p: NOT_MEASURED for p in (*IMPLEMENTED, *STEPS, P.DDP_BUCKETED_BENCHMARKING)}
         if self.tests is not None:
             out.update({p: Scored(Kind.MEASURED, self.tests.device, self.tests.date) for p in IMPLEMENTED})
-        return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.score_rows}
+        return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.timed.items()}
 
     @property
     def index_figures(self) -> list[str]:  # the first run's overhead figure
@@ -398,7 +397,7 @@ def facts(ctx: Context) -> DdpPage:
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
         sections.append(DeviceSection(heading, found, RunsFacts.of(dev, rows)))
     runs = [r for s in sections for r in s.runs]
-    scores = tuple((p, s) for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING) if (s := _score(runs, p)))
+    timed = {p: s for p in (*STEPS, P.DDP_BUCKETED_BENCHMARKING) if (s := _score(runs, p))}
     return DdpPage(tuple(sections), tuple(answering(runs, P.NAIVE_DDP_BENCHMARKING)),
-                   tuple(answering(runs, P.DDP_BUCKETED_BENCHMARKING)), scores,
+                   tuple(answering(runs, P.DDP_BUCKETED_BENCHMARKING)), timed,
                    newest_multi_gpu_tests(ctx.reports_dir), ddp_nsys(ctx))

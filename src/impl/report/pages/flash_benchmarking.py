@@ -23,6 +23,7 @@ PROBLEMS = (P.FLASH_BENCHMARKING,)
 PROBLEM = P.FLASH_BENCHMARKING
 SHORT_SEQ = 4096  # up to this length a call is host-bound (NOTES.md): its times follow the host, not the kernels
 DRIFT_BAND = 1.05  # a version changed only beyond this factor on the anchors' own change (the machine's drift)
+WORDS = figures.words("flash_benchmarking")  # the words drawn into the TFLOP/s figure
 
 
 def _impls(rows: list[Bench]) -> list[str]:  # those present, in IMPL_LABELS' order
@@ -240,13 +241,12 @@ def plot(rows: list[Bench], path) -> list[str] | None:
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{int(x) // 1024}K" if x >= 1024 else f"{int(x)}"))
         ax.set_yscale("log")
-        ax.set(xlabel="sequence length", ylabel="TFLOP/s", title=f"d = {d}")
+        ax.set(xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.label("panel", d=d))
     ax = fig.add_subplot(gs[nrow, :])  # the legend's own row keeps tight_layout clear of the axis labels
     ax.axis("off")
     legend = ax.legend(list(handles.values()), list(handles), loc="center", ncol=min(3, len(handles)), fontsize=8,
                        frameon=False)
-    fig.suptitle(f"flash_benchmarking: {dtype}, causal, batch {kernel(e2e[0]).batch}, forward+backward "
-                 "(median kernel times)")
+    fig.suptitle(WORDS.title.format(dtype=dtype, batch=kernel(e2e[0]).batch))
     figures.save(fig, path)
     return [t.get_text() for t in legend.get_texts()]
 

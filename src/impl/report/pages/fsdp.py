@@ -3,7 +3,7 @@ the optimizer-sharding rows of the same shape, with one instrumented step's coll
 and FSDP, and the one-GPU per_rank_memory check. Every ratio divides rows of one run."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from impl import accounting as acc
 from impl import parallelism_calcs as pc
@@ -52,59 +52,42 @@ def headline_pair(measured_variants) -> tuple[str, str] | None:
     return next((p for p in HEADLINE_PAIRS if set(p) <= set(measured_variants)), None)
 
 
-def _pick(cls, stored: dict, **given):
-    """A dataclass from `given` and the keys of a stored dict that name its other fields."""
-    return cls(**given, **{f.name: stored[f.name] for f in fields(cls) if f.name not in given})
-
-
 @dataclass(frozen=True)
-class Collective:  # one kind of collective in the instrumented step (a summary group of the stored timeline)
-    kind: str  # all_gather, reduce_scatter, all_reduce
-    phase: str  # forward, backward, finish
-    n: int
-    prefetched: int
-    used: int  # waited on
-    in_time: int
-    stall_ms: float
-    max_stall_ms: float
-    worst: str  # the weight of the largest stall
-    comm_ms: float  # issue -> ready, summed
-    stalled: int
+class Timeline:
+    """fsdp_accounting (b) for one of our configurations: rank 0's instrumented step as its row stored it (`recorded`,
+    details["timeline"]: its source, rows (those kept), rows_total, units and `summary`, whose counts `s` the template
+    and the figure read: gathers, gathers_in_time, gather_stall_ms, exposed_ms, span_ms)."""
 
-    @property
-    def name(self) -> str:
-        return collective_name(self.kind, self.phase)
-
-
-@dataclass(frozen=True)
-class Timeline:  # fsdp_accounting (b) for one of our configurations: rank 0's instrumented step (its stored summary)
     label: str
-    recorded: dict  # the row's details["timeline"]: its source, rows (those kept), rows_total, summary
-    collectives: list[Collective]
+    recorded: dict
     forward: tuple[int, int]  # all-gathers (in time, waited on)
     backward: tuple[int, int]
     rank_exposed_ms: tuple[float, ...]  # per rank, where the row kept them
     step_s: float | None  # the instrumented step
     timed_s: float | None  # the timed (uninstrumented) steps
-    gathers: int
-    gathers_in_time: int
-    gather_stall_ms: float
-    exposed_ms: float  # all collectives' exposed communication
-    span_ms: float
-    all_in_time: bool  # every all-gather waited on was ready in time
+
+    s = property(lambda self: self.recorded["summary"])
+    # the kept rows (one per collective call), each a fresh dict of the stored columns
+    calls = property(lambda self: [dict(zip(self.recorded["columns"], r)) for r in self.recorded["rows"]])
+    # every all-gather waited on was ready in time
+    all_in_time = property(lambda self: self.forward[0] == self.forward[1] and self.backward[0] == self.backward[1])
+
+    @property
+    def collectives(self) -> list[tuple[dict, str, str]]:
+        """Per kind of collective: (its stored summary group, its name, the weight of its largest stall)."""
+        units = self.recorded.get("units") or []
+        return [(g, collective_name(g["kind"], g["phase"]),
+                 units[w] if isinstance(w := g["max_stall_unit"], int) and 0 <= w < len(units) else "–")
+                for g in self.s["groups"]]
 
 
 def _timeline(b: Bench) -> Timeline:
-    s, units = b.details["timeline"]["summary"], b.details["timeline"].get("units") or []
-    gathers = {g["phase"]: (g["in_time"], g["used"]) for g in reversed(s["groups"]) if g["kind"] == "all_gather"}
-    fwd, bwd = gathers.get("forward", (0, 0)), gathers.get("backward", (0, 0))
-    worst = lambda w: units[w] if isinstance(w, int) and 0 <= w < len(units) else "–"  # noqa: E731
-    return _pick(Timeline, s, label=cfg(b).label, recorded=b.details["timeline"], collectives=[
-        _pick(Collective, g, worst=worst(g["max_stall_unit"]),
-              stalled=g["used"] - g["in_time"]) for g in s["groups"]], forward=fwd, backward=bwd,
-        all_in_time=fwd[0] == fwd[1] and bwd[0] == bwd[1],
-        rank_exposed_ms=tuple(x["summary"]["exposed_ms"] for x in b.details.get("timeline_ranks") or []),
-        step_s=b.figure("timeline_step_s"), timed_s=b.figure("worker_step_s") or b.stats.median)
+    tl = b.details["timeline"]
+    gathers = {g["phase"]: (g["in_time"], g["used"]) for g in reversed(tl["summary"]["groups"])
+               if g["kind"] == "all_gather"}
+    return Timeline(cfg(b).label, tl, gathers.get("forward", (0, 0)), gathers.get("backward", (0, 0)),
+                    tuple(x["summary"]["exposed_ms"] for x in b.details.get("timeline_ranks") or []),
+                    b.figure("timeline_step_s"), b.figure("worker_step_s") or b.stats.median)
 
 
 @dataclass(frozen=True)
@@ -161,15 +144,15 @@ class RunFacts:  # one [edition, size] run of a device's fsdp rows (its TP rows 
     headline: Headline | None
 
 
-def _draw(ax, tl: dict, title: str) -> None:
+def _draw(ax, t: Timeline, title: str) -> None:
     """Gantt of one step on rank 0: a row per layer call, a bar per collective from issue to ready, a tick at need."""
-    rows = [dict(zip(tl["columns"], r)) for r in tl["rows"]]
+    rows = t.calls
     n_calls = max(max((r["call"] for r in rows), default=0) + 1, 1)
     lw = max(0.5, min(5.0, 240 / n_calls))
     for r in rows:
         r["y"] = float(r["call"] if r["call"] >= 0 else n_calls + 1) + _collective(r["kind"], r["phase"])[2]
     shades, seen = {"forward": "C0", "backward": "C1", "finish": "C7"}, set()
-    for p in tl["phases"]:  # a step with several forwards shades each, one legend entry per phase name
+    for p in t.recorded["phases"]:  # a step with several forwards shades each, one legend entry per phase name
         ax.axvspan(p["start_ms"], p["end_ms"], color=shades.get(p["name"], "C4"), alpha=0.08, lw=0,
                    label=None if p["name"] in seen else WORDS.label("phase", phase=p["name"]))
         seen.add(p["name"])
@@ -191,22 +174,17 @@ def _draw(ax, tl: dict, title: str) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
-def _draw_timelines(rows: list[Bench], tls: list[Timeline], ctx: Context, name: str) -> str:
-    c = cfg(rows[0])
-    fig, axes = figures.plt.subplots(len(rows), 2, figsize=(15, 4.6 * len(rows) + 0.4), squeeze=False,
+def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str) -> str:
+    fig, axes = figures.plt.subplots(len(tls), 2, figsize=(15, 4.6 * len(tls) + 0.4), squeeze=False,
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
     fig.suptitle(WORDS.title.format(size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank,
                                     world_size=c.world_size), fontsize=11, x=0.01, ha="left")
-    for (gantt, slack), b, t in zip(axes, rows, tls):
-        exposed = WORDS.label("exposed", gathers_in_time=t.gathers_in_time, gathers=t.gathers, exposed_ms=t.exposed_ms,
-                              span_ms=t.span_ms)
-        _draw(gantt, b.details["timeline"], f"{WORDS.label('rank', label=t.label)}\n{exposed}")
+    for (gantt, slack), t in zip(axes, tls):
+        _draw(gantt, t, f"{WORDS.label('rank', label=t.label)}\n{WORDS.label('exposed', **t.s)}")
         # per all-gather, need - ready (below zero its layer waited): readable where the Gantt's bars are too short
-        tl = b.details["timeline"]
-        rows = [r for r in (dict(zip(tl["columns"], x)) for x in tl["rows"])
-                if r["kind"] == "all_gather" and r["need_ms"] is not None]
+        gathers = [r for r in t.calls if r["kind"] == "all_gather" and r["need_ms"] is not None]
         for phase, color in (("forward", "C0"), ("backward", "C1")):
-            pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in rows if r["phase"] == phase]
+            pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in gathers if r["phase"] == phase]
             slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=WORDS.label("gather", phase=phase))
             late = [(c, s) for c, s in pts if s < 0]
             slack.scatter([c for c, _ in late], [s for _, s in late], s=10, facecolors="none", edgecolors="red",
@@ -236,7 +214,7 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
          and (v := opt_sharding.Variant.of(b)).peak],
         bool(ours), tls,
-        _draw_timelines(with_tl, tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if with_tl else None,
+        _draw_timelines(cfg(with_tl[0]), tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if tls else None,
         _saving(by), _headline(by))
 
 

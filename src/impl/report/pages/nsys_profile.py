@@ -14,7 +14,7 @@ from impl.nsys.outputs import CaseRecord
 from impl.nsys.tables import read_kernel_summary, read_nvtx_kernels, read_nvtx_summary
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import Filed, newest_with
-from impl.report.rows import Bench, SizedView, group, stat_name
+from impl.report.rows import RowView, SizedView, group, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.kernels import attention_part_flops, classify_kernel
 from impl.workloads.problems import Problem as P
@@ -24,14 +24,6 @@ PROBLEM = P.NSYS_PROFILE
 PHASES = ("forward", "forward+backward", "optimizer step")  # the kernel tables the page prints
 TOP_KERNELS = 8  # rows of each kernel table
 _OP = re.compile(r"(\w+Functor|\w+_kernel\w*|softmax_warp_forward|Memcpy \w+|\w+_reduce\w*)")
-
-
-@dataclass(frozen=True)
-class NsysConfig(SizedView):
-    context: int | None = None
-
-
-_cfg = NsysConfig.of
 
 
 @dataclass(frozen=True)
@@ -70,28 +62,26 @@ def forward_non_matmul(nsys: dict) -> ForwardNonMatmul:
 
 
 @dataclass(frozen=True)
-class Case:
-    """One row (a size and context) and, where it ran, its torch.profiler profile `n` (details["nsys"] as
-    perf/test_nsys_profile.py stores it; the template reads its keys) against the Python timer of the same forward."""
+class Case(SizedView, RowView):
+    """One row, its size (as stored: "xl", "2.7B"; `size_label`) and context, and, where it ran, its torch.profiler
+    profile `n` (details["nsys"] as perf/test_nsys_profile.py stores it; the template reads its keys) against the
+    Python timer of the same forward."""
 
-    b: Bench
+    context: int | None = None
 
-    n = property(lambda self: self.b.details.get("nsys") if self.b.status is Status.MEASURED else None)
-    size = property(lambda self: _cfg(self.b).size)  # as stored ("xl", "2.7B")
-    label = property(lambda self: _cfg(self.b).size_label)  # impl.report.rows.size_label
-    context = property(lambda self: _cfg(self.b).context)
-    timer_ms = property(lambda self: self.b.step_s * 1e3)  # pytest-benchmark's time of the same forward
+    n = property(lambda self: self.details.get("nsys") if self.status is Status.MEASURED else None)
+    timer_ms = property(lambda self: self.step_s * 1e3)  # pytest-benchmark's time of the same forward
     top_calls = property(lambda self: int(self.n["top_forward"]["calls_per_pass"]))  # the top kernel's, per forward
     busy = property(lambda self: self.n["forward_kernel_ms"] / self.timer_ms)  # kernel time ÷ the timer
     range_agrees = property(lambda self: abs(self.n["forward_range_ms"] / self.timer_ms - 1) <= 0.1)  # within 10%
     softmax_per_flop = property(lambda self: self.n["softmax_to_matmuls_time_ratio"]
                                 / self.n["softmax_to_matmuls_flop_ratio"])
     non_matmul = property(lambda self: forward_non_matmul(self.n))
-    need_bytes = property(lambda self: (self.b.details.get("memory_need") or {}).get("total"))  # closed-form fp32 step
+    need_bytes = property(lambda self: (self.details.get("memory_need") or {}).get("total"))  # closed-form fp32 step
 
     @property
-    def status(self) -> str:  # "measured" (profiled), "oom" (or measured without a profile), "left out"
-        return "measured" if self.n else "oom" if self.b.status in (Status.MEASURED, Status.OOM) else "left out"
+    def outcome(self) -> str:  # "measured" (profiled), "oom" (or measured without a profile), "left out"
+        return "measured" if self.n else "oom" if self.status in (Status.MEASURED, Status.OOM) else "left out"
 
     @property
     def profiled(self) -> str:  # what the profile covers beyond the forward: train_step, forward_backward, forward...
@@ -136,7 +126,6 @@ class NsysRow:
     softmax_flops: float
     backward_range_ms: float  # nvtx_kern_sum's kernels inside "backward", per step
     unranged_ms: float  # its kernels under no range (the autograd thread's), per step
-    unranged_tids: tuple[int, ...]
     step_kernel_ms: float  # every kernel, per step (cuda_gpu_kern_sum)
 
     top_stays = property(lambda self: self.top_forward == self.top_step)
@@ -164,8 +153,6 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
     part = {p: sum(k.time.total_ns for k in nk if k.range == p) for p in ATTENTION}
     scores, softmax, final = ATTENTION
     mm = part[scores] + part[final]
-    main_tids = {k.tid for k in nk if k.range == "forward"}
-    unranged = [k for k in nk if not k.range]
     all_total = sum(k.time.total_ns for k in ksum)
     return NsysRow(
         str(a["edition"]), ref.label, int(a["context"]), (filed.result(case.name) or {}).get("profiled") or "train_step",
@@ -177,8 +164,7 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
               and t / fwd_total > 0.01) if fwd_total else (),
         part[softmax] / mm if mm else None, flops[softmax] / (flops[scores] + flops[final]),
         sum(k.time.total_ns for k in nk if k.range == "backward") / steps / 1e6,
-        sum(k.time.total_ns for k in unranged) / steps / 1e6,
-        tuple(sorted({k.tid for k in unranged} - main_tids)), all_total / steps / 1e6)
+        sum(k.time.total_ns for k in nk if not k.range) / steps / 1e6, all_total / steps / 1e6)
 
 
 @dataclass(frozen=True)
@@ -230,7 +216,7 @@ class NsysPage(SourcedFromRuns):
 
     answer = property(lambda self: [c for c in self.rows if c.n])  # the profiled ones
     answer26 = property(lambda self: sorted((c for c in self.cases if c.n), key=_by_context))
-    edition = property(lambda self: _cfg(self.rows[0].b).edition or "2025")  # the answer's
+    edition = property(lambda self: self.rows[0].edition or "2025")  # the answer's
     stat = property(lambda self: stat_name(c.b for c in self.rows))  # what the Python timer shows
     middle = property(lambda self: self.answer[len(self.answer) // 2])  # the profiled config whose tables are shown
 
@@ -248,7 +234,7 @@ class NsysPage(SourcedFromRuns):
         """torch.profiler's profiled row of the same edition, size and context (None: it has none)."""
         pool = (self.answer26 if r.edition == "2026" and self.answer26
                 else self.answer if self.edition == r.edition else [])
-        return next((p for p in pool if (p.label, p.context) == (r.size, r.context)), None)
+        return next((p for p in pool if (p.size_label, p.context) == (r.size, r.context)), None)
 
     @property
     def nsys_alone(self) -> list[NsysRow]:  # nsys cases without a torch.profiler row of the same config
@@ -259,18 +245,19 @@ def _by_context(c: Case) -> tuple:
     return size_rank(c.size), c.context
 
 
-def _study_order(rows: list[Bench]) -> list[Bench]:
+def _study_order(cases: list[Case]) -> list[Case]:
     """The 2026 study's rows in the order its `cases` detail lists them (size, context)."""
-    order = [tuple(c) for c in next((b.details.get("cases") for b in rows if b.details.get("cases")), [])]
-    key = lambda b: (_cfg(b).size_label.split(" ")[0], _cfg(b).context)  # noqa: E731
-    return sorted(rows, key=lambda b: order.index(key(b)) if key(b) in order else len(order))
+    order = [tuple(c) for c in next((c.details.get("cases") for c in cases if c.details.get("cases")), [])]
+    key = lambda c: (c.size_label.split(" ")[0], c.context)  # noqa: E731
+    return sorted(cases, key=lambda c: order.index(key(c)) if key(c) in order else len(order))
 
 
 def facts(ctx: Context) -> NsysPage:
     found = ctx.rows.per_gpu(PROBLEM)
     device, every = found[0] if found else (None, [])  # the first (one-GPU) device answers
-    older = sorted((Case(b) for b in every if str(_cfg(b).edition) != "2026"), key=_by_context)
-    new = [Case(b) for b in _study_order([b for b in every if str(_cfg(b).edition) == "2026"])]
+    cases = [Case.of(b) for b in every]
+    older = sorted((c for c in cases if str(c.edition) != "2026"), key=_by_context)
+    new = _study_order([c for c in cases if str(c.edition) == "2026"])
     if not any(c.n for c in older):  # only 2026 rows: they answer alone, by size and context
         older, new = sorted(new, key=_by_context), []
     if not any(c.n for c in older):

@@ -242,7 +242,6 @@ class ModelFacts:
     compiled_what: str | None  # the row's record of what was compiled (regional); None: the whole model
     stat: str  # what the times are (rows.stat_name)
     compilations: tuple[Compilation, ...]
-    left_out: tuple[LeftOut, ...]
     left_out_by_reason: tuple[tuple[str | None, tuple[LeftOut, ...]], ...]  # grouped, first appearance first
     answer: tuple[ModeRatios, ...]
     runs: RunsFacts
@@ -284,7 +283,7 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
                     if _cfg(b).impl == "compiled" and b.details.get("compiled_now")]
     optimizer = tuple((s, _cells(o.get("eager"), o.get("compiled"))) for s, o in opt.items())
     return ModelFacts(modes, tuple(table), timed, optimizer, what, stat_name(ordered), tuple(compilations),
-                      tuple(left_out), tuple((r, tuple(xs)) for r, xs in group(left_out, lambda x: x.reason).items()),
+                      tuple((r, tuple(xs)) for r, xs in group(left_out, lambda x: x.reason).items()),
                       tuple(mode_ratios(rows)), RunsFacts.of(device, rows), tuple(out_of_memory(ordered)),
                       next((b.row.env.gpu_memory_bytes for b in ordered if b.row.env.gpu_memory_bytes), None))
 

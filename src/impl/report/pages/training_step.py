@@ -75,8 +75,8 @@ class Step(RowView):
         return self.status is Status.MEASURED and not missing(self.step_s)
 
     @property
-    def run(self) -> str:
-        """The row's run, as its JSON's UTC start time (MM-DD HH:MM)."""
+    def when(self) -> str:
+        """The row's run, as its JSON's UTC start time (MM-DD HH:MM); `run` is the row's RunRef (rows.RowView)."""
         t = self.datetime
         return f"{t[5:10]} {t[11:16]}" if len(t) >= 16 else "–"
 
@@ -123,11 +123,6 @@ def groups(steps: list[Step]) -> dict[tuple[str, int], list[Step]]:
     return group(ordered(steps), lambda s: (s.size, s.context))
 
 
-def by_config(steps: list[Step]) -> list[dict[str, Step]]:
-    """Per (size, context), in the page's order: config -> its row."""
-    return [{s.config: s for s in g} for g in groups(steps).values()]
-
-
 def noise_ratio(ours: Step, ref: Step | None) -> str:
     """ours ÷ ref as "0.64×", "within noise" where medians ± std overlap; "–" unless both ran."""
     if ref is None or not (ours.status is Status.MEASURED and ref.status is Status.MEASURED):
@@ -142,12 +137,12 @@ def ablation_cells(s: Step, base: Step | None) -> list:
     compile: compile_s where the first step compiled, "reused" where it ran an earlier context's graphs."""
     if not s.ok:
         return [s.config, s.size, s.context] + ["–"] * 9 + ["not run" if s.not_run else "OOM" if s.status is Status.OOM
-                                                          else "", s.run, f"`{s.commit or '–'}`"]
+                                                          else "", s.when, f"`{s.commit or '–'}`"]
     d = s.details
     compiled = num(d.get("compile_s"), 2) if d.get("compiled_now") else "reused" if d.get("reused_graph") else "–"
     return [s.config, s.size, s.context, ms(s.step_s, s.std_s), num(s.tokens_per_s, 0), pct(s.mfu), pct(s.mfu_measured),
             "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–",
-            gib(s.b.row.memory.peak_allocated), num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.run, f"`{s.commit or '–'}`"]
+            gib(s.b.row.memory.peak_allocated), num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.when, f"`{s.commit or '–'}`"]
 
 
 # ---- the tables of a device's section ------------------------------------------------------------
@@ -274,17 +269,18 @@ class Section:
 def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     every = [step(b) for b in benches]
     d = latest(every)
-    cells = [ablation_cells(s, next((x for x in g if x.config == "bf16"), None)) for g in groups(d).values() for s in g]
+    by_config = [{s.config: s for s in g} for g in groups(d).values()]  # per (size, context): config -> its row
+    cells = [ablation_cells(s, g.get("bf16")) for g in by_config for s in g.values()]
     ran = [s.b for s in d]
     fig_name = f"{SLUG}-{device}-ablation.png"
-    by_run = group(d, lambda s: s.run)
+    by_run = group(d, lambda s: s.when)
     return Section(
         d, stat_name(ran), *timing_text(ran), legend(d), cells,
         write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) if len(cells) > INLINE_ROWS
         else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.b.run.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
-        [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config(d) if "anchor" in g and g["anchor"].ok
+        [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
         repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
         RunsFacts.of(device, benches))
