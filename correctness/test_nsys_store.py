@@ -8,6 +8,8 @@ import pytest
 from impl.nsys import outputs as O
 from impl.nsys import store as S
 from impl.nsys.tables import NsysOutputError
+from impl.nsys.extract import write_extracts
+from kits.nsys_outputs import write_export
 
 
 def _parts(tmp_path, drop_second=False):
@@ -22,7 +24,7 @@ def _parts(tmp_path, drop_second=False):
             f.csv(r).write_text("x")
         f.result.write_text("{}")
         f.rep.write_bytes(b"rep")
-        f.sqlite.write_bytes(b"SQLite format 3\x00")
+        write_export(f.sqlite)
         O.gzip_file(f.sqlite)
         first += [f.csv(r) for r in O.REPORTS] + [f.result, f.sqlite_gz]
         second.append(f.rep)
@@ -55,6 +57,9 @@ def test_files_tables_all_reports_and_only_the_drawn_exports_and_never_overwrite
     assert len(list((dest / "rep").iterdir())) == 2 and len(list((dest / "tables").iterdir())) == 8
     filed = json.loads((dest / S.FILED).read_text())
     assert filed["not_kept"]["sqlite"] == ["nsys_profile_2025_small_ctx128.sqlite.gz"] and not filed["lost_files"]
+    # what the pages read of the kept export, written as it is filed (a timeline; no memory table in it)
+    assert filed["kept"]["extract"] == ["ddp_2026_xl_naive_ctx128.timeline.json.gz"]
+    assert sorted(p.name for p in (dest / "extract").iterdir()) == filed["kept"]["extract"]
     assert (dest / "manifest.json").exists() and (dest / "log.txt").exists()
     with pytest.raises(NsysOutputError, match="already filed"):
         S.file_outputs(out, data)
@@ -81,6 +86,7 @@ def test_an_export_left_out_is_added_later_from_the_same_parts_only_once(tmp_pat
     assert sorted(p.name for p in (dest / "sqlite").iterdir()) == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
     (added,) = json.loads((dest / S.ADDED).read_text())
     assert added["sqlite"] == ["ddp_2026_xl_naive_ctx128.sqlite.gz"] and added["note"] == "the pages draw it"
+    assert added["extract"] == ["ddp_2026_xl_naive_ctx128.timeline.json.gz"]
     with pytest.raises(NsysOutputError, match="never rewritten"):
         S.add_exports(out, dest, ["ddp_*"])
     with pytest.raises(NsysOutputError, match="no case"):
@@ -88,3 +94,21 @@ def test_an_export_left_out_is_added_later_from_the_same_parts_only_once(tmp_pat
     (out / O.MANIFEST).write_text((out / O.MANIFEST).read_text().replace("abcdef123", "0000000"))
     with pytest.raises(NsysOutputError, match="another call"):
         S.add_exports(out, dest, ["nsys_*"])
+
+
+def test_a_folder_filed_before_extracts_gets_them_once(tmp_path):
+    """Folders filed before impl.nsys.extract existed: `--extract FOLDER` writes the extracts their exports lack
+    (ADDED.json says so), and nothing the second time; an extract is never rewritten."""
+    out, data = _parts(tmp_path), tmp_path / "data"
+    dest = S.file_outputs(out, data, sqlite=["*"])
+    for p in (dest / "extract").iterdir():  # as a folder filed before extracts existed
+        p.unlink()
+    assert S.main(["--extract", str(dest), "--note", "backfill"]) == 0
+    (added,) = json.loads((dest / S.ADDED).read_text())
+    assert added["note"] == "backfill" and added["extract"] == [
+        "ddp_2026_xl_naive_ctx128.timeline.json.gz", "nsys_profile_2025_small_ctx128.timeline.json.gz"]
+    assert S.add_extracts(dest) == [] and len(json.loads((dest / S.ADDED).read_text())) == 1
+    with pytest.raises(NsysOutputError, match="never rewritten"):
+        write_extracts(dest / "sqlite" / "ddp_2026_xl_naive_ctx128.sqlite.gz", dest / "extract")
+    with pytest.raises(SystemExit):
+        S.main([str(out), "--extract", str(dest)])  # folders alone

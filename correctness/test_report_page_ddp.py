@@ -234,7 +234,7 @@ def test_nsys_timelines_read_the_filed_exports(tmp_path):
     assert ind.ranks[0].phase("finish_gradient_synchronization") == pytest.approx(0.02) and len(ind.ranks) == 2
     assert (tmp_path / naive.figure).is_file() and naive.overlap == ()
     assert any(x.endswith("ddp_2026_xl_individual_ctx128.nsys-rep") for x in _facts(tmp_path / "x").sources) is False
-    assert any(x.endswith("sqlite/ddp_2026_xl_naive_ctx128.sqlite.gz") for x in _facts(tmp_path).sources)
+    assert any(x.endswith("extract/ddp_2026_xl_naive_ctx128.timeline.json.gz") for x in _facts(tmp_path).sources)
 
 
 def test_nsys_kernels_per_rank_and_a_rank_with_lost_records_is_incomplete(tmp_path):

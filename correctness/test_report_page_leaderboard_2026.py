@@ -201,7 +201,7 @@ def test_policy_label_names_every_option_away_from_the_default():
         "keep_attention (k 10), bf16 residual"
     assert policy_label(StepConfig(checkpointing="keep_attention", k=12, lm_head_chunk_mib=1024,
                                    lm_head_softmax="triton")) == \
-        "keep_attention (k 12), LM head chunks of 1024 MiB, triton softmax"
+        "keep_attention (k 12), lm_head_chunk 1024 MiB, triton softmax"
 
 
 def test_the_step_in_nsys_names_its_candidate_and_says_a_trace_that_lost_records(tmp_path, request):
@@ -219,7 +219,7 @@ def test_the_step_in_nsys_names_its_candidate_and_says_a_trace_that_lost_records
     t = f.nsys.timeline
     assert f.nsys.policy == "keep_attention (k 3), pointwise compiled, flash_gluon" and t.step == "step 0"
     assert [r.wait("ncclAllReduce").kernels for r in t.ranks] == [1, 1] and not t.complete
-    assert any(s.endswith("sqlite/leaderboard_2026_keep_attention-3-pointwise-flash_gluon.sqlite.gz")
+    assert any(s.endswith("extract/leaderboard_2026_keep_attention-3-pointwise-flash_gluon.timeline.json.gz")
                for s in f.sources)
     assert "This capture lost kernel records" in render_page("leaderboard_2026.md.j2", f=f)
 

@@ -308,7 +308,7 @@ def test_nsys_blocks_leave_their_saved_bytes_beside_torch_profilers_probe(tmp_pa
     (c,) = f.nsys.cases
     assert [b.net for b in c.blocks] == [4669636608] * 3 and c.per_block.allocations == 2
     assert c.torch_saved == 4669636608 and c.agrees and c.backward.net == -3 * 4669636608
-    assert (tmp_path / c.figure).is_file() and any(s.endswith(".sqlite.gz") for s in f.sources)
+    assert (tmp_path / c.figure).is_file() and any(s.endswith(".memory.json.gz") for s in f.sources)
     _filed_nsys(tmp_path / "off", saved=4 * 10**9)
     assert not page.facts(context(_rows_2025() + _rows_2026(), tmp_path / "off")).nsys.cases[0].agrees
 

@@ -120,11 +120,13 @@ NVTX_KERN_SUM = '''"NVTX Range","Style","PID","TID","NVTX Inst","Kern Inst","Tot
 def file_run(data_dir: Path, device: str, stamp: str, cases: list[tuple[str, str, dict, Path | None]],
              commit: str = "abcdef1") -> Path:
     """A filed nsys call as impl.nsys.store lays it out: data_dir/<device>/nsys/<stamp>_<commit>/ with its manifest
-    and FILED.json; `cases`: (name, group, workload args, export or None), each export gzipped under sqlite/ with an
-    empty report under rep/. Returns the folder."""
+    and FILED.json; `cases`: (name, group, workload args, export or None), each export gzipped under sqlite/ with its
+    extracts under extract/ (impl.nsys.extract, what the pages read) and an empty report under rep/. Returns the
+    folder."""
     import gzip
     import json
 
+    from impl.nsys.extract import write_extracts
     from impl.nsys.outputs import CaseRecord, Manifest
 
     folder = data_dir / device / "nsys" / f"{stamp}_{commit}"
@@ -134,6 +136,7 @@ def file_run(data_dir: Path, device: str, stamp: str, cases: list[tuple[str, str
     for name, group, args, export in cases:
         if export is not None:
             (folder / "sqlite" / f"{name}.sqlite.gz").write_bytes(gzip.compress(Path(export).read_bytes()))
+            write_extracts(folder / "sqlite" / f"{name}.sqlite.gz", folder / "extract")
             (folder / "rep" / f"{name}.nsys-rep").write_bytes(b"rep")
         recs.append(CaseRecord(name, group, "profiled", 10.0, sqlite=export is not None, rep=export is not None,
                                workload=dict(status="ok", args=args)))

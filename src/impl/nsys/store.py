@@ -4,6 +4,7 @@ benchmark runs (their `*/*/*.json` glob does not reach these folders), for the r
   manifest.json, log.txt          the run's manifest and log, as the device wrote them
   tables/                         every case's nsys stats CSVs, its workload's result.json and its nsys log
   sqlite/NAME.sqlite.gz           the trimmed exports of the cases a page draws (`--sqlite`)
+  extract/NAME.*.json.gz          what the pages read from each export (impl.nsys.extract), written here
   rep/NAME.nsys-rep               the reports a reader opens in the Nsight Systems GUI (`--rep`, default all)
   FILED.json                      what was filed from where, what was not kept, and what the device lost
 
@@ -14,6 +15,7 @@ yet there, from parts whose manifest.json is byte-identical to the folder's; ADD
   python -m impl.nsys.store PARTS_DIR [--data reports/data] [--device SLUG] [--note TEXT] [--partial]
                                       [--sqlite GLOB ...] [--rep GLOB ...]
   python -m impl.nsys.store PARTS_DIR --into FOLDER --sqlite GLOB ... [--note TEXT]
+  python -m impl.nsys.store --extract FOLDER ...   # the extracts of a folder's exports that it lacks
 
 PARTS_DIR holds the device's manifest.json, log.txt and nsys-*.tar. A part the device did not return fails the
 filing (naming each case's lost files) unless --partial: FILED.json then lists the lost files. --device overrides
@@ -33,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from impl.bench.store import gpu_slug
+from impl.nsys.extract import EXTRACT, TIMELINE_SUFFIX, write_extracts
 from impl.nsys.outputs import MANIFEST, REPORTS, CaseFiles, lost_files, read_manifest, unpack
 from impl.nsys.tables import NsysOutputError
 
@@ -80,7 +83,7 @@ def file_outputs(parts_dir: Path, data_dir: Path, *, device: str | None = None, 
         shutil.copy(parts_dir / MANIFEST, staging / MANIFEST)
         if (parts_dir / "log.txt").is_file():
             shutil.copy(parts_dir / "log.txt", staging / "log.txt")
-        kept: dict[str, list[str]] = {TABLES: [], SQLITE: [], REP: []}
+        kept: dict[str, list[str]] = {TABLES: [], SQLITE: [], REP: [], EXTRACT: []}
         not_kept: dict[str, list[str]] = {SQLITE: [], REP: []}
         for case in manifest.cases:
             f = CaseFiles(work, case.name)
@@ -94,6 +97,8 @@ def file_outputs(parts_dir: Path, data_dir: Path, *, device: str | None = None, 
                 if _matches(case.name, list(patterns)):
                     shutil.copy(p, staging / sub / p.name)
                     kept[sub].append(p.name)
+                    if sub == SQLITE:
+                        kept[EXTRACT] += [x.name for x in write_extracts(p, staging / EXTRACT)]
                 else:
                     not_kept[sub].append(p.name)
         filed = dict(filed_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), device=slug,
@@ -132,13 +137,37 @@ def add_exports(parts_dir: Path, folder: Path, sqlite: list[str], note: str = ""
         if missing:
             raise NsysOutputError(f"{parts_dir}: the parts hold no export of {missing}")
         (folder / SQLITE).mkdir(exist_ok=True)
+        extracts = []
         for n in names:
             shutil.copy(CaseFiles(work, n).sqlite_gz, folder / SQLITE / f"{n}.sqlite.gz")
-    added = json.loads((folder / ADDED).read_text()) if (folder / ADDED).is_file() else []
-    added.append(dict(added_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), source=str(parts_dir),
-                      note=note, sqlite=[f"{n}.sqlite.gz" for n in names]))
-    (folder / ADDED).write_text(json.dumps(added, indent=1) + "\n")
+            extracts += [x.name for x in write_extracts(folder / SQLITE / f"{n}.sqlite.gz", folder / EXTRACT)]
+    _record_added(folder, dict(source=str(parts_dir), note=note, sqlite=[f"{n}.sqlite.gz" for n in names],
+                               extract=extracts))
     return names
+
+
+def _record_added(folder: Path, entry: dict) -> None:
+    """Append `entry`, stamped, to folder/ADDED.json: what was added to a filed folder, when and from where."""
+    added = json.loads((folder / ADDED).read_text()) if (folder / ADDED).is_file() else []
+    added.append(dict(added_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), **entry))
+    (folder / ADDED).write_text(json.dumps(added, indent=1) + "\n")
+
+
+def add_extracts(folder: Path, note: str = "") -> list[str]:
+    """Write the extracts (impl.nsys.extract) of the filed `folder`'s exports that have none yet, for folders
+    filed before extracts existed; the names written (none: nothing to do, nothing recorded). An extract that
+    exists is never rewritten."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        raise NsysOutputError(f"{folder}: no {MANIFEST}; not a filed nsys folder")
+    written = []
+    for gz in sorted((folder / SQLITE).glob("*.sqlite.gz")):
+        if not (folder / EXTRACT / gz.name.replace(".sqlite.gz", TIMELINE_SUFFIX)).exists():
+            written += [x.name for x in write_extracts(gz, folder / EXTRACT)]
+    if written:
+        _record_added(folder, dict(source="the folder's own exports (impl.nsys.store --extract)", note=note,
+                                   extract=written))
+    return written
 
 
 def folder_bytes(path: Path) -> int:
@@ -147,7 +176,7 @@ def folder_bytes(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m impl.nsys.store", description=__doc__.split("\n\n")[0])
-    ap.add_argument("parts_dir", type=Path)
+    ap.add_argument("parts_dir", type=Path, nargs="?")
     ap.add_argument("--data", type=Path, default=Path("reports/data"))
     ap.add_argument("--device")
     ap.add_argument("--note", default="")
@@ -155,7 +184,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sqlite", nargs="*", default=[])
     ap.add_argument("--rep", nargs="*", default=["*"])
     ap.add_argument("--into", type=Path, help="a filed folder: add the --sqlite exports its filing left out")
+    ap.add_argument("--extract", type=Path, nargs="+", metavar="FOLDER",
+                    help="filed folders: write the extracts of their exports that they lack (no PARTS_DIR)")
     a = ap.parse_args(argv)
+    if a.extract:
+        if a.parts_dir is not None:
+            ap.error("--extract works on filed folders alone: give no PARTS_DIR")
+        for folder in a.extract:
+            try:
+                names = add_extracts(folder, a.note)
+            except NsysOutputError as exc:
+                print(exc, file=sys.stderr)
+                return 1
+            print(f"{folder}: {len(names)} extracts written")
+        return 0
+    if a.parts_dir is None:
+        ap.error("PARTS_DIR is required (or --extract FOLDER ...)")
     if a.into is not None:
         try:
             names = add_exports(a.parts_dir, a.into, a.sqlite, a.note)
@@ -183,4 +227,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["ADDED", "FILED", "FOLDER", "add_exports", "device_of", "file_outputs", "folder_bytes", "main", "stamp_of"]
+__all__ = ["ADDED", "FILED", "FOLDER", "add_exports", "add_extracts", "device_of", "file_outputs", "folder_bytes", "main", "stamp_of"]

@@ -1,22 +1,20 @@
 """Nsight Systems outputs as the pages read them: the folders impl.nsys.store files under
-reports/data/<device>/nsys/<started UTC>_<commit>/ (manifest.json, tables/, sqlite/, rep/, FILED.json), and the
-per-rank NVTX phase timelines of the two-GPU cases (ddp (b), fsdp_accounting (b)) drawn from their exports."""
+reports/data/<device>/nsys/<started UTC>_<commit>/ (manifest.json, tables/, extract/, sqlite/, rep/, FILED.json),
+and the per-rank NVTX phase timelines of the two-GPU cases (ddp (b), fsdp_accounting (b)) drawn from their exports'
+extracts (impl.nsys.extract: the report never opens an export's SQLite)."""
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from impl.nsys.figure import draw_timeline
 from impl.nsys.outputs import MANIFEST, CaseRecord, Manifest, read_manifest
-from impl.nsys.store import FILED, FOLDER, REP, SQLITE, TABLES
-from impl.nsys.timeline import NvtxRange, Overlap, Timeline, read_timeline
+from impl.nsys.extract import EXTRACT, MEMORY_SUFFIX, TIMELINE_SUFFIX, read_timeline_extract
+from impl.nsys.store import FILED, FOLDER, REP, TABLES
+from impl.nsys.timeline import NvtxRange, Overlap, Timeline
 from impl.report import figures
 from impl.report.rows import group
 
@@ -56,8 +54,11 @@ class Filed:
         p = self._file(TABLES, f"{case}.result.json")
         return json.loads(p.read_text()) if p else None
 
-    def sqlite(self, case: str) -> Path | None:
-        return self._file(SQLITE, f"{case}.sqlite.gz")
+    def timeline(self, case: str) -> Path | None:  # the export's kernel timeline (impl.nsys.extract)
+        return self._file(EXTRACT, f"{case}{TIMELINE_SUFFIX}")
+
+    def memory(self, case: str) -> Path | None:  # its device-memory trace, for a memory case
+        return self._file(EXTRACT, f"{case}{MEMORY_SUFFIX}")
 
     def rep(self, case: str) -> Path | None:
         return self._file(REP, f"{case}.nsys-rep")
@@ -83,16 +84,6 @@ def newest_with(reports_dir: Path, group: str) -> Filed | None:
     """The newest filed call with a profiled case of `group`."""
     found = [f for f in filed_runs(reports_dir) if any(c.status == "profiled" for c in f.cases(group))]
     return found[-1] if found else None
-
-
-@contextmanager
-def open_gz(gz: Path) -> Iterator[Path]:
-    """A filed export gunzipped to a temporary file for the block's time (the stored file is only read)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / Path(gz).name.removesuffix(".gz")
-        with gzip.open(gz, "rb") as src, open(db, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        yield db
 
 
 @dataclass(frozen=True)
@@ -227,11 +218,10 @@ def step_timeline(filed: Filed, case: str, label: str, ctx, collectives: Sequenc
     """A measured step of `case` from its filed export, drawn into ctx.fig_dir; None without one. The step shown: the
     one with the most whole ranks (RankPhases.complete), then whose least complete rank recorded the most kernels,
     then the most in all, the later on a tie."""
-    gz = filed.sqlite(case)
-    if gz is None:
+    path = filed.timeline(case)
+    if path is None:
         return None
-    with open_gz(gz) as db:
-        tl = read_timeline(db, kernels_required=False)  # an NVTX-only export still has its phases
+    tl = read_timeline_extract(path)  # an NVTX-only export's (no kernels) still has its phases
     steps = tl.measured_steps()
     pids = sorted({r.pid for s in steps for r in tl.named(s)})
     counts = [len(_rank_kernels(tl, pid, s)[1]) for s in steps for pid in pids if tl.named(s, pid)]
@@ -246,7 +236,7 @@ def step_timeline(filed: Filed, case: str, label: str, ctx, collectives: Sequenc
     title = figures.words("nsys_step").title.format(label=label, step=step)
     draw_timeline(win, ctx.fig_dir / name, title, window=(start, end), range_names=(step, *STEP_PHASES, *collectives))
     rep = filed.rel_of(filed.rep(case)) if filed.rep(case) else None
-    srcs = (filed.rel_of(gz), rep) if rep else (filed.rel_of(gz),)
+    srcs = (filed.rel_of(path), rep) if rep else (filed.rel_of(path),)
     return StepTimeline(label, tuple(per_step[step]), f"{ctx.fig_rel}/{name}", len(win.kernels),
                         tuple(win.overlap()) if win.kernels else (), srcs, rep, step)
 

@@ -59,7 +59,7 @@ def policy_label(c: StepConfig) -> str:
         if value not in (False, None):  # a StepSpec field's name, and its value where not a flag
             label += ", " + option.replace("_", " ") + ("" if value is True else f" {value}")
     label += "" if c.residual == "fp32" else f", {c.residual} residual"
-    label += "" if c.lm_head_chunk_mib is None else f", LM head chunks of {c.lm_head_chunk_mib} MiB"
+    label += "" if c.lm_head_chunk_mib is None else f", lm_head_chunk {c.lm_head_chunk_mib} MiB"
     label += "" if c.lm_head_softmax == "torch" else f", {c.lm_head_softmax} softmax"
     return label
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field, fields, replace
 from impl import accounting as acc
 from impl.bench.row import Status
 from impl.model.sizes import ModelConfig, SizeRef, size_rank
-from impl.nsys.memory import MemoryTrace, RangeMemory, read_memory
+from impl.nsys.extract import read_memory_extract
+from impl.nsys.memory import MemoryTrace, RangeMemory
 from impl.report import figures
 from impl.report.output import figure_path
-from impl.report.pages._nsys import Filed, newest_with, open_gz
+from impl.report.pages._nsys import Filed, newest_with
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RowView, SizedView, group, newest, size_label
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
@@ -532,13 +533,12 @@ def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
         return None
     out, size = [], "–"
     for c in filed.cases("memory_profiling"):
-        gz = filed.sqlite(c.name)
-        if c.status != "profiled" or gz is None:
+        extract = filed.memory(c.name)
+        if c.status != "profiled" or extract is None:
             continue
         a = c.workload.get("args", {})
         size = SizeRef(str(a["edition"]), str(a["size"])).label
-        with open_gz(gz) as db:
-            trace = read_memory(db)
+        trace = read_memory_extract(extract)
         blocks = [n for n in dict.fromkeys(n for n, _, _ in trace.ranges) if re.fullmatch(r"block \d+", n)]
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"nsys-{c.name}")
         _draw_memory(trace, blocks, path, figures.words("memory_nsys").title.format(
@@ -547,7 +547,7 @@ def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
         probe = next((p for p in probes if (p.context, p.dtype) == (int(a["context"]), a["dtype"])), None)
         out.append(NsysMemCase(int(a["context"]), a["dtype"], int(a["batch"]),
                                tuple(trace.in_range(n) for n in blocks), trace.in_range("forward"),
-                               trace.in_range("backward"), link, (filed.rel_of(gz),)
+                               trace.in_range("backward"), link, (filed.rel_of(extract),)
                                + ((filed.rel_of(filed.rep(c.name)),) if filed.rep(c.name) else ()),
                                probe.saved_bytes if probe else None))
     return NsysMemory(filed, size, tuple(sorted(out, key=lambda x: x.context))) if out else None
