@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impl.attention.memory import NaiveAttentionMemory, flash_saved_for_backward, naive_attention_memory
+from impl.attention.memory import NaiveAttentionMemory, dtype_bytes, flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Metric, Status
 from impl.report.flash_rows import Cell, cell, not_run
 from impl.report.pages import Context, Scored
@@ -15,7 +15,6 @@ from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.PYTORCH_ATTENTION,)
 PROBLEM = P.PYTORCH_ATTENTION
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # naive_attention's forward passes over the (b, s, s) scores at least this often: QKᵀ writes them, the
 # scaling reads and writes, softmax reads them and writes P, P·V reads P
 NAIVE_FORWARD_PASSES = 6
@@ -150,10 +149,10 @@ def _seed(rows: list[Bench]) -> Seed | None:
         return None
 
     def bps(x: Bench) -> float:  # over its score matrix, at NAIVE_FORWARD_PASSES passes
-        return NAIVE_FORWARD_PASSES * cfg(x).batch * cfg(x).seq ** 2 * DTYPE_BYTES[cfg(x).dtype] / x.stats.median
+        return NAIVE_FORWARD_PASSES * cfg(x).batch * cfg(x).seq ** 2 * dtype_bytes(cfg(x).dtype) / x.stats.median
     c = cfg(f)
     return Seed(s, f.stats.median, b.stats.median, c.batch, c.dtype, bool(f.details.get("tf32")), f.stats.rounds,
-                c.batch * s.seq ** 2 * DTYPE_BYTES[c.dtype], cfg(small).d_model, bps(small), bps(f))
+                c.batch * s.seq ** 2 * dtype_bytes(c.dtype), cfg(small).d_model, bps(small), bps(f))
 
 
 def facts(ctx: Context) -> PytorchAttentionFacts:
