@@ -44,7 +44,7 @@ def test_ratio_is_against_the_faster_anchor_and_budget_cuts_are_counted(tmp_path
     f = page.facts(context(_rows(), tmp_path))
     assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", (0.8, 3.0), 3.0)
     [s] = f.summary
-    assert (s.mode, s.measured, s.left_out, s.eager_median, s.compiled) == ("forward", 3, 1, 3.0, (6.0,))
+    assert (s.mode, s.measured, s.left_out, s.median("eager"), s.compiled) == ("forward", 3, 1, 3.0, (6.0,))
     assert f.not_run == (("OOM", "OOM"), ("left out (budget)", "time budget"))
     assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, "NVIDIA H200", "2026-03-02")
     assert f.figure and (tmp_path / f.figure).exists()

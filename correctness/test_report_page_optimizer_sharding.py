@@ -85,10 +85,10 @@ def test_the_scoreboard_reads_the_newest_edition_with_both_rows_and_the_verdict_
 
 def test_oddities_init_peak_and_zero1_gradients_held_twice(f):
     new, old = f.answers
-    assert old.init.init_peak == 15 * GiB and old.init.parameters == 7.5 * GiB
+    assert old.init["init_peak"] == 15 * GiB and old.init["named_before"]["parameters"] == 7.5 * GiB
     za, sa = old.zero1_held_twice
-    assert (za.activations, sa.activations, za.gradients, old.zero1.b.run.commit) == (17.5 * GiB, 10 * GiB, 7.5 * GiB,
-                                                                                      "abcdef12")
+    assert (za["activations"], sa["activations"], za["named_before"]["gradients"], old.zero1.b.run.commit) == (
+        17.5 * GiB, 10 * GiB, 7.5 * GiB, "abcdef12")
     assert new.zero1_held_twice is None  # the same transient: nothing to explain
 
 
@@ -97,7 +97,7 @@ def test_table_rows_per_rank_and_not_run_variants_named_with_their_reason(f):
     none, sharded, zero1, torch_zero = new.variants
     t = torch_zero
     assert (t.b.status, t.b.row.reason, t.ranks) == (Status.NEEDS_HARDWARE, "needs 2 GPUs", ())
-    assert [r.rank for r in sharded.ranks] == [0, 1] and sharded.after_peak == 51 * GiB
+    assert len(sharded.ranks) == 2 and sharded.after_peak == 51 * GiB
     assert (sharded.predicted_volume, none.predicted_volume, zero1.predicted_volume) == (12e9, 8e9, 8e9)
     assert sharded.opt_s == pytest.approx(0.115) and sharded.payload_source == "counted"
     assert new.big and new.psi == N_PARAMS * 4
@@ -133,7 +133,7 @@ def test_committed_2025_run_reads_the_rows_size_and_its_zero1_transient(tmp_path
     ranks = old.sharded.b.details["ranks"]
     assert old.sharded.after_peak == max(r["after_peak"] for r in ranks) and old.sharded.state < old.none.state
     za, sa = old.zero1_held_twice
-    assert za.activations - sa.activations > 0
+    assert za["activations"] - sa["activations"] > 0
 
 
 def test_page_words(request, tmp_path):

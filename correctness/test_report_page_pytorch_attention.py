@@ -43,8 +43,8 @@ def _grid(oom=(), dims=(16, 64)):
 
 def test_without_oom_the_largest_case_answers_and_is_accounted(tmp_path):
     f = page.facts(context(_grid(), tmp_path))
-    assert f.first_oom is None and f.largest == (64, 16384)
-    assert f.largest_s == pytest.approx((32e-3, 64e-3))
+    assert f.first_oom is None and (f.largest.d, f.largest.seq) == (64, 16384)
+    assert (f.largest.forward.value, f.largest.backward.value) == pytest.approx((32e-3, 64e-3))
     a = f.accounting
     assert (a.d, a.seq, a.oom) == (64, 16384, False)
     assert a.derived == naive_attention_memory(8, 16384, 64, "fp32")
@@ -57,14 +57,14 @@ def test_without_oom_the_largest_case_answers_and_is_accounted(tmp_path):
 
 def test_the_smallest_oom_case_is_named_and_accounted_with_its_own_memory(tmp_path):
     f = page.facts(context(_grid(oom={(16, 16384), (64, 16384)}), tmp_path))
-    assert f.first_oom == (16, 16384, "forward")
-    assert f.largest == (64, 4096)  # the largest case that ran
+    assert (f.first_oom.d_model, f.first_oom.seq, f.first_oom.mode) == (16, 16384, "forward")
+    assert (f.largest.d, f.largest.seq) == (64, 4096)  # the largest case that ran
     a = f.accounting
     assert (a.d, a.seq, a.oom) == (16, 16384, True)
     assert a.derived == naive_attention_memory(8, 16384, 16, "fp32")
     assert a.before_backward.status == "OOM" == a.backward_peak.status
     row = next(r for r in f.table if (r.d, r.seq) == (16, 16384))
-    assert row.forward.status == "OOM" and row.tflops is None and row.backward_peak is None
+    assert row.forward.status == "OOM" and row.tflops is None and row.backward_peak.value is None
     assert f.not_run == (("OOM", "CUDA out of memory"),)
 
 
@@ -83,7 +83,8 @@ def test_times_come_from_the_rows(tmp_path):
     f = page.facts(context(_grid(), tmp_path))
     scaled = [_row(page.cfg(b).d_model, page.cfg(b).seq, page.cfg(b).mode, b.stats.median * 1.37) for b in _grid()]
     g = page.facts(context(scaled, tmp_path))
-    assert g.largest_s == pytest.approx(tuple(x * 1.37 for x in f.largest_s))
+    assert g.largest.forward.value == pytest.approx(f.largest.forward.value * 1.37)
+    assert g.largest.backward.value == pytest.approx(f.largest.backward.value * 1.37)
     assert g.seed.forward_s == pytest.approx(f.seed.forward_s * 1.37)
 
 
@@ -98,12 +99,12 @@ def test_seed_comparison_reads_its_shape_and_the_smallest_d(tmp_path):
 
 def test_the_first_gpu_with_rows_answers(tmp_path):
     rows = _grid() + [_row(16, 4096, "forward", 1.0, device="h200-141gb-x2")]
-    assert page.facts(context(rows, tmp_path)).device == DEVICE
+    assert page.facts(context(rows, tmp_path)).runs.device == DEVICE
 
 
 def test_no_gpu_rows_is_not_measured(tmp_path):
     f = page.facts(context([], tmp_path))
-    assert f.device is None and f.scores[P].kind is Kind.NOT_MEASURED and f.runs is None
+    assert f.scores[P].kind is Kind.NOT_MEASURED and f.runs is None
 
 
 def test_page_words(request, tmp_path):

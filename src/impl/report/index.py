@@ -155,18 +155,9 @@ class IndexFacts:
     def answered(self) -> int:
         return sum(r.answered for r in self.rows)
 
-    @property
-    def measured(self) -> int:
-        return sum(r.measured for r in self.rows)
-
-    @property
-    def closed_form(self) -> int:
-        return sum(r.kind is Kind.CLOSED_FORM for r in self.rows)
-
-    @property
-    def predicted(self) -> int:
-        """Answered by a prediction from other runs: answered, never counted as measured."""
-        return sum(r.kind is Kind.PREDICTED for r in self.rows)
+    def count(self, kind: Kind) -> int:
+        """The rows answered so (a prediction from other runs is answered, never counted as measured)."""
+        return sum(r.kind == kind for r in self.rows)
 
     @property
     def devices(self) -> list[str]:
@@ -192,27 +183,19 @@ def device_names(rows: list[Bench]) -> dict[str, str]:
     return out
 
 
-def _device(text: str, names: dict[str, str]) -> str:
-    return " + ".join(names.get(part, part) for part in text.split(" + "))
-
-
 def _story(page: Page) -> int:
     return STORY.index(page.slug) if page.slug in STORY else len(STORY)
 
 
 def index_facts(pages: list[Page], older: list[str], names: dict[str, str]) -> IndexFacts:
-    scores: dict[str, tuple[Page, Scored]] = {}
-    parts: dict[str, tuple[SubPart, ...]] = {}
-    for page in pages:
-        for name, score in page.scores.items():
-            scores[name] = (page, score)
-        parts.update(sub_parts(page))
+    scores = {name: (page, score) for page in pages for name, score in page.scores.items()}
+    parts = {p: sp for page in pages for p, sp in sub_parts(page).items()}
     rows = []
     for p in Problem:
         page, score = scores.get(p, (None, None))
-        rows.append(IndexRow(p.value, p.edition_tag, page.slug if page else None, score,
-                             _device(score.device, names) if score else "–", page.facts if page else None,
-                             parts.get(p, ())))
+        device = " + ".join(names.get(x, x) for x in score.device.split(" + ")) if score else "–"
+        rows.append(IndexRow(p.value, p.edition_tag, page.slug if page else None, score, device,
+                             page.facts if page else None, parts.get(p, ())))
     figures = [IndexFigure(page.slug, page.facts, path) for page in sorted(pages, key=_story)
                for path in page.index_figures]
     return IndexFacts(rows, older, figures)

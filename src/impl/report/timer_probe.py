@@ -86,18 +86,6 @@ class ProbeCheck:
     ours: Timers | None  # in the probe
     anchor: Timers | None
 
-    @property
-    def event_inside(self) -> bool:
-        return self.interleaved.holds(self.event_ratio)
-
-    @property
-    def do_bench_inside(self) -> bool:
-        return self.interleaved.holds(self.do_bench_ratio)
-
-    def of(self, side: str) -> Timers | None:
-        """The probe's Timers of the headline's `ours` or `anchor` side."""
-        return self.ours if side == "ours" else self.anchor
-
 
 def check(probe: TimerProbe | None, h: Headline | None, mode: str) -> ProbeCheck | None:
     """`h` (a headline of `mode` at the probe's shape: the caller checks the shape) beside the probe."""

@@ -3,7 +3,6 @@ The answer reads one run (the one with the most NCCL process counts); every GPU 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import groupby
 
 from impl import accounting as acc
 from impl.bench.row import Metric, Status
@@ -72,19 +71,21 @@ class TableRow:  # a row of a device's table and of the answer: the stored row a
 
 
 @dataclass(frozen=True)
-class CommFacts:  # the answer: one run of one device
+class CommFacts:  # the answer: one run of one device, at the largest size NCCL ran
     device: str  # named as headings name it
-    size_bytes: int  # the largest size NCCL ran
-    nccl_procs: int  # the most NCCL processes measured
-    nccl: TableRow  # at that size and process count
-    gloo_same: TableRow | None  # Gloo at the same size and process count
-    gloo_by_procs: list[tuple[int, float]]  # (processes, bus bandwidth GB/s) at that size
+    nccl_by_procs: list[TableRow]  # every NCCL process count at that size, the most (the answer's) last
+    gloo_by_procs: list[TableRow]  # every Gloo process count at that size
+    smallest: TableRow | None  # NCCL at the most processes at the smallest size it ran; None: that is the same
     not_run: int
-    nccl_by_procs: list[tuple[int, TableRow]]  # every NCCL process count at that size
-    smallest: tuple[int, TableRow] | None  # (bytes, NCCL at nccl_procs) at the smallest size it ran
     reasons: tuple[tuple, ...]  # why configurations did not run: (backend, processes, status, reason), each once
     files: tuple[str, ...]
     when: str  # the run, UTC
+
+    nccl = property(lambda self: self.nccl_by_procs[-1])
+    nccl_procs = property(lambda self: self.nccl.c.key[1])
+    size_bytes = property(lambda self: int(self.nccl.c.bytes))
+    # Gloo at the same size and process count
+    gloo_same = property(lambda self: next((g for g in self.gloo_by_procs if g.c.key[1] == self.nccl_procs), None))
 
     @property
     def gloo_over_nccl(self) -> float | None:
@@ -105,13 +106,11 @@ def _run_facts(device: str, rows: list[Bench]) -> CommFacts | None:
     if not (nccl and any(k[0] == "gloo" for k in points)):
         return None
     big, small = max(points[nccl]), min(points[nccl])
-    at = sorted(k for k in points if big in points[k])
+    at = [(backend, by[big]) for (backend, _), by in sorted(points.items()) if big in by]
     not_run = [b for b in run if b.status is not Status.MEASURED]
     reasons = dict.fromkeys((*_cfg(b).key, b.status.value, b.row.reason) for b in not_run)
-    return CommFacts(device, big, nccl[1], points[nccl][big], points.get(("gloo", nccl[1]), {}).get(big),
-                     [(n, points[k, n][big].busbw_gbps) for k, n in at if k == "gloo"], len(not_run),
-                     [(n, points[k, n][big]) for k, n in at if k == "nccl"],
-                     (small, points[nccl][small]) if small != big else None, tuple(reasons),
+    return CommFacts(device, [r for k, r in at if k == "nccl"], [r for k, r in at if k == "gloo"],
+                     points[nccl][small] if small != big else None, len(not_run), tuple(reasons),
                      files_of(run), run[0].run.when)
 
 
@@ -132,8 +131,7 @@ def _draw(rows: list[TableRow], ctx: Context, name: str) -> str | None:
     if not pts:
         return None
     fig, ax = figures.new()
-    for (backend, n), g in groupby(pts, key=lambda p: p[:2]):
-        g = list(g)
+    for (backend, n), g in group(pts, lambda p: p[:2]).items():
         ax.plot([p[2] / 2**20 for p in g], [p[3] for p in g], marker="o", ls="-" if backend == "nccl" else "--",
                 label=f"{backend}, {n} processes")
     ax.set(xscale="log", yscale="log", xlabel="buffer size (MB)", ylabel="bus bandwidth (GB/s)",

@@ -11,6 +11,7 @@ from impl.attention import default_options, flash_torch
 from impl.report.flash_rows import Kernel, kernel, pick, probe_check
 from impl.report.pages import Context, Kind, Scored
 from impl.report.ratio import Headline, Ratio, headline, ratio, timers
+from impl.report.rows import Bench
 from impl.report.runs import files_of, newest_date
 from impl.report.timer_probe import ProbeCheck
 from impl.workloads.problems import Problem as P
@@ -71,17 +72,16 @@ class Anchor:  # ours against SDPA cuDNN at the leaderboard shape (one device's 
     probe: ProbeCheck | None = None  # the forward beside the do_bench-against-events probe at this shape
 
 
-def _backward(ours, cudnn, ours2, cudnn2) -> dict:
-    """The backward as forward+backward less the forward, of one run: the CUDA-event medians' ratio (the
-    headline rule; each side's spread the sum of its two rows') and do_bench's beside."""
-    t = {k: timers(b) for k, b in (("o", ours), ("c", cudnn), ("o2", ours2), ("c2", cudnn2))}
-    ob, cb = t["o2"].event_s - t["o"].event_s, t["c2"].event_s - t["c"].event_s
-    spread = [None if None in (x.spread, y.spread) else x.spread + y.spread
-              for x, y in ((ours2, ours), (cudnn2, cudnn))]
-    db = [None if None in (x.do_bench_s, y.do_bench_s) else x.do_bench_s - y.do_bench_s
-          for x, y in ((t["o2"], t["o"]), (t["c2"], t["c"]))]
-    return dict(backward=ratio(ob, cb, "cuDNN", *spread),
-                backward_do_bench=ratio(*db, "cuDNN"), forward_backward=headline(ours2, cudnn2, "cuDNN"))
+def _backward(ours: Bench, cudnn: Bench, ours2: Bench, cudnn2: Bench) -> tuple[Ratio | None, Ratio | None]:
+    """Ours ÷ cuDNN of the backward, forward+backward (`ours2`, `cudnn2`) less the forward of one run: the CUDA-event
+    medians' ratio (the headline rule; each side's spread the sum of its two rows') and do_bench's beside."""
+    def less(x: float | None, y: float | None) -> float | None:
+        return None if None in (x, y) else x - y
+    (o, c), (o2, c2) = map(timers, (ours, cudnn)), map(timers, (ours2, cudnn2))
+    spreads = (None if None in (x.spread, y.spread) else x.spread + y.spread
+               for x, y in ((ours2, ours), (cudnn2, cudnn)))
+    return (ratio(o2.event_s - o.event_s, c2.event_s - c.event_s, "cuDNN", *spreads),
+            ratio(less(o2.do_bench_s, o.do_bench_s), less(c2.do_bench_s, c.do_bench_s), "cuDNN"))
 
 
 def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' and cuDNN's forward
@@ -90,13 +90,14 @@ def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' a
         ours, cudnn, ours2, cudnn2 = (pick(lb, impl=i, mode=m) for m in ("fwd", "fwd_bwd")
                                       for i in ("flash_triton", "sdpa_cudnn"))
         if ours and cudnn:
-            back = _backward(ours, cudnn, ours2, cudnn2) if ours2 and cudnn2 else {}
-            used, c = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None], kernel(ours)
+            both = ours2 is not None and cudnn2 is not None
             h = headline(ours, cudnn, "cuDNN")
             pc = probe_check(ctx.reports_dir, device, ours, h, "fwd")
-            return Anchor(ours.row.env.device, newest_date(lb), h,
-                          sources=tuple(files_of(used)) + ((pc.probe.path,) if pc else ()), kernel=c, probe=pc,
-                          **back)
+            used = [b for b in (ours, cudnn, ours2, cudnn2) if b is not None]
+            backward, backward_do_bench = _backward(ours, cudnn, ours2, cudnn2) if both else (None, None)
+            return Anchor(ours.row.env.device, newest_date(lb), h, backward, backward_do_bench,
+                          headline(ours2, cudnn2, "cuDNN") if both else None,
+                          tuple(files_of(used)) + ((pc.probe.path,) if pc else ()), kernel(ours), pc)
     return None
 
 

@@ -60,13 +60,8 @@ class Summary:  # one (dtype, d, causal, pass): ours' rows measured and left out
     eager: tuple[float, ...]  # per measured shape with an anchor
     compiled: tuple[float, ...]
 
-    @property
-    def eager_median(self) -> float | None:
-        return med(self.eager)
-
-    @property
-    def compiled_median(self) -> float | None:
-        return med(self.compiled)
+    def median(self, side: str) -> float | None:  # of one side's ratios ("eager" or "compiled")
+        return med(getattr(self, side))
 
 
 def summary(cells: list[GridRow]) -> list[Summary]:  # the grid's rows by (dtype, d, causal, pass)

@@ -123,10 +123,10 @@ def facts(ctx: Context) -> MixedPrecisionPage:
     head = next((t for t in reversed(trends) if t.best is not None), None)
     fb = next((t for t in reversed(trends) if t.largest_fb is not None), None)
     score_fb = fb is not None and (head is None or fb.edition > head.edition)  # the newer edition scores
+
+    def scored(answered, rs: list[Bench]) -> Scored:  # measured on the device, at the newest of the rows it read
+        return Scored(Kind.MEASURED, device, newest_date(rs)) if answered else NOT_MEASURED
     script, acc = [b for b in rows if b.problem == SCRIPT], accumulation(rows)
-    scores = {ACCUMULATION: (acc, [b for b in rows if b.problem == ACCUMULATION]),
-              DTYPES: (head or score_fb, of_edition(script, fb.edition) if score_fb else script)}
-    return MixedPrecisionPage(
-        {p: Scored(Kind.MEASURED, device, newest_date(rs)) if ok else NOT_MEASURED
-                 for p, (ok, rs) in scores.items()},
-        acc, dtypes(rows), trends, head, fb, score_fb, RunsFacts.of(device, rows))
+    scores = {ACCUMULATION: scored(acc, [b for b in rows if b.problem == ACCUMULATION]),
+              DTYPES: scored(head or score_fb, of_edition(script, fb.edition) if score_fb else script)}
+    return MixedPrecisionPage(scores, acc, dtypes(rows), trends, head, fb, score_fb, RunsFacts.of(device, rows))

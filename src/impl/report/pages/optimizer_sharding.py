@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impl.bench.row import Status
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages.ddp import DeviceSection
 from impl.report.ratio import Ratio, of_benches
@@ -20,27 +19,12 @@ LOG = "correctness-nccl-fsdp-sharding.txt"  # the sharded optimizer's correctnes
 
 
 @dataclass(frozen=True)
-class RankMemory:  # one rank of a variant (impl.workloads.dist_steps.sharding's per-rank record), bytes
-    rank: int
-    init_peak: float | None
-    before_peak: float | None
-    after_peak: float | None
-    parameters: float | None  # the named tensors directly before the step
-    gradients: float | None
-    optimizer_state: float | None  # directly after the step
-    buffers: float | None
-    activations: float | None
-    other: float | None
-    init_allocated: float | None = None  # once init is done
-
-
-@dataclass(frozen=True)
 class Variant:
-    """A row of the run's two tables and the answer: the stored row, its config and its ranks' memory."""
+    """A row of the run's two tables and the answer: the stored row and its config. Its ranks' memory is read as
+    stored (impl.workloads.dist_steps.sharding's per-rank record, bytes: peaks, named tensors before and after)."""
 
     b: Bench
     c: DistConfig
-    ranks: tuple[RankMemory, ...] = ()  # none where it did not run
 
     name = property(lambda self: self.c.variant)
     label = property(lambda self: self.c.label)
@@ -53,11 +37,12 @@ class Variant:
     payload_source = property(lambda self: self.b.details.get("comm_bytes_source"))
     predicted_volume = property(  # ring bytes per rank
         lambda self: self.b.details["predicted_ring_bytes_per_rank"][VOLUME.get(self.name, "ddp")])
+    ranks = property(lambda self: tuple(self.b.details.get("ranks", ())))  # none where it did not run
     # per rank, the largest rank's: optimizer state after the step, peaks before and during it
-    state = property(lambda self: max(r.optimizer_state for r in self.ranks))
-    before_peak = property(lambda self: max(r.before_peak for r in self.ranks))
-    after_peak = property(lambda self: None if self.ranks[0].after_peak is None
-                          else max(r.after_peak for r in self.ranks))
+    state = property(lambda self: max(r["named_after"]["optimizer_state"] for r in self.ranks))
+    before_peak = property(lambda self: max(r["before_peak"] for r in self.ranks))
+    after_peak = property(lambda self: None if self.ranks[0]["after_peak"] is None
+                          else max(r["after_peak"] for r in self.ranks))
     peak = property(lambda self: max(self.before_peak, self.after_peak or 0))  # the fsdp page's
     grad_gb = property(lambda self: self.b.details["n_params"] * 4 / 1e9)  # the fp32 gradients Ψ in GB
 
@@ -66,13 +51,7 @@ class Variant:
 
     @classmethod
     def of(cls, b: Bench) -> Variant:
-        if b.status is not Status.MEASURED:
-            return cls(b, DistConfig.of(b))
-        return cls(b, DistConfig.of(b), tuple(
-            RankMemory(k, m["init_peak"], m["before_peak"], m["after_peak"], m["named_before"]["parameters"],
-                       m["named_before"]["gradients"], m["named_after"]["optimizer_state"],
-                       m["named_before"]["buffers"], m.get("activations"), m.get("other_before"),
-                       m.get("init_allocated")) for k, m in enumerate(b.details["ranks"])))
+        return cls(b, DistConfig.of(b))
 
 
 @dataclass(frozen=True)
@@ -84,18 +63,19 @@ class RunFacts:  # one [edition, size] run of a device's sharding rows
     none: Variant | None
     sharded: Variant | None
     zero1: Variant | None
-    init: RankMemory | None  # the first measured variant's rank 0, where it kept its peak after init
+    init: dict | None  # the first measured variant's rank 0, where it kept its peak after init
 
     big = property(lambda self: self.psi >= 2**30)  # GiB / GB for the real model sizes, MiB / MB for the smoke model
 
     @property
-    def zero1_held_twice(self) -> tuple[RankMemory, RankMemory] | None:
+    def zero1_held_twice(self) -> tuple[dict, dict] | None:
         """(ZeRO-1's rank 0, the simple version's) where ZeRO-1's transient exceeds the simple one's by over half
         the gradients: the gradients held twice through backward (an older ZeRO-1's flat buffer)."""
         if self.zero1 is None or self.sharded is None:
             return None
         za, sa = self.zero1.ranks[0], self.sharded.ranks[0]
-        twice = None not in (za.activations, sa.activations) and za.activations - sa.activations > za.gradients / 2
+        z, s = za.get("activations"), sa.get("activations")
+        twice = None not in (z, s) and z - s > za["named_before"]["gradients"] / 2
         return (za, sa) if twice else None
 
 
@@ -104,7 +84,7 @@ def run_facts(label: str, run) -> RunFacts:
     variants = [Variant.of(b) for b in run.rows]
     by = {v.name: v for v in variants if v.b.measured}
     r0 = next(iter(by.values())).ranks[0] if by else None
-    init = r0 if r0 and r0.init_peak and r0.init_allocated else None
+    init = r0 if r0 and r0["init_peak"] and r0.get("init_allocated") else None
     return RunFacts(run.label(label), DistConfig.of(run.rows[0]), run.rows[0].details.get("n_params", 0) * 4,
                     variants, by.get("none"), by.get("sharded"), by.get("zero1"), init)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impl.attention.memory import NaiveAttentionMemory, flash_saved_for_backward, naive_attention_memory
-from impl.bench.row import Env, Metric, Status
+from impl.attention.memory import NaiveAttentionMemory, dtype_bytes, flash_saved_for_backward, naive_attention_memory
+from impl.bench.row import Metric, Status
 from impl.report.flash_rows import Cell, cell, not_run
 from impl.report.pages import Context, Scored
 from impl.report.rows import Bench, View
@@ -15,7 +15,6 @@ from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.PYTORCH_ATTENTION,)
 PROBLEM = P.PYTORCH_ATTENTION
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # naive_attention's forward passes over the (b, s, s) scores at least this often: QKᵀ writes them, the
 # scaling reads and writes, softmax reads them and writes P, P·V reads P
 NAIVE_FORWARD_PASSES = 6
@@ -80,28 +79,30 @@ def shapes(rows: list[Bench]) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class TableRow:
+class Case:  # one (d, seq) of the grid: its cells (bytes above the baseline) and the derived memory
     d: int
     seq: int
     forward: Cell | None  # seconds
     backward: Cell | None
     tflops: float | None  # the forward's
     before_backward: Cell | None  # bytes in use before backward (the backward row's)
-    backward_peak: float | None  # bytes
-    derived: NaiveAttentionMemory
+    forward_peak: Cell | None
+    backward_peak: Cell | None
+    derived: NaiveAttentionMemory  # impl.attention.memory's, at the rows' batch and dtype
+
+    @classmethod
+    def of(cls, rows: list[Bench], d: int, seq: int, *more) -> Case:
+        f, b, c = *passes(rows, d, seq), cfg(rows[0])
+        return cls(d, seq, cell(f, median), cell(b, median), if_ran(f, lambda f: f.metric(Metric.TFLOPS)),
+                   cell(b, before_backward), cell(f, peak), cell(b, peak),
+                   naive_attention_memory(c.batch, seq, d, c.dtype), *more)
 
 
 @dataclass(frozen=True)
-class Accounting:  # one case's memory, derived (impl.attention.memory) and measured
-    d: int
-    seq: int
-    oom: bool  # the smallest case that ran out of memory; else the largest case
-    derived: NaiveAttentionMemory
-    half: NaiveAttentionMemory  # the same at half the sequence
+class Accounting(Case):  # the case accounted for: the smallest that ran out of memory, else the largest
+    oom: bool
+    half: NaiveAttentionMemory  # the derived memory at half the sequence
     flash_bytes: int  # what FlashAttention-2 saves for backward instead
-    before_backward: Cell | None
-    forward_peak: Cell | None
-    backward_peak: Cell | None
 
 
 @dataclass(frozen=True)
@@ -126,19 +127,15 @@ class Seed:  # ours against the seed's times at its shape, and the bytes our for
 
 @dataclass(frozen=True)
 class PytorchAttentionFacts(SourcedFromRuns):
-    device: str | None  # None: no GPU rows
-    env: Env | None = None
-    batch: int = 0
-    dtype: str = ""
+    runs: RunsFacts | None  # None: no GPU rows
+    config: AttentionConfig | None = None  # the batch and dtype of the grid (its first row's)
     rounds: int = 0
-    largest: tuple[int, int] = (0, 0)  # (d, seq) of the largest case that ran
-    largest_s: tuple[float | None, float | None] = (None, None)  # its forward and backward seconds
-    first_oom: tuple[int, int, str] | None = None  # (d, seq, pass)
-    table: tuple[TableRow, ...] = ()
+    table: tuple[Case, ...] = ()
+    largest: Case | None = None  # the largest case that ran
+    first_oom: AttentionConfig | None = None  # the first row out of memory, by seq then d
     not_run: tuple[tuple[str, str], ...] = ()  # (status, reason), each once
     accounting: Accounting | None = None
     seed: Seed | None = None
-    runs: RunsFacts | None = None
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -152,10 +149,10 @@ def _seed(rows: list[Bench]) -> Seed | None:
         return None
 
     def bps(x: Bench) -> float:  # over its score matrix, at NAIVE_FORWARD_PASSES passes
-        return NAIVE_FORWARD_PASSES * cfg(x).batch * cfg(x).seq ** 2 * DTYPE_BYTES[cfg(x).dtype] / x.stats.median
+        return NAIVE_FORWARD_PASSES * cfg(x).batch * cfg(x).seq ** 2 * dtype_bytes(cfg(x).dtype) / x.stats.median
     c = cfg(f)
     return Seed(s, f.stats.median, b.stats.median, c.batch, c.dtype, bool(f.details.get("tf32")), f.stats.rounds,
-                c.batch * s.seq ** 2 * DTYPE_BYTES[c.dtype], cfg(small).d_model, bps(small), bps(f))
+                c.batch * s.seq ** 2 * dtype_bytes(c.dtype), cfg(small).d_model, bps(small), bps(f))
 
 
 def facts(ctx: Context) -> PytorchAttentionFacts:
@@ -163,23 +160,13 @@ def facts(ctx: Context) -> PytorchAttentionFacts:
     if not found:
         return PytorchAttentionFacts(None)
     device, rows = found[0]  # the first GPU with rows answers; the others have none for this problem
-    batch, dtype = cfg(rows[0]).batch, cfg(rows[0]).dtype
-    ooms = sorted((b for b in rows if b.status is Status.OOM), key=lambda b: (cfg(b).seq, cfg(b).d_model))
-    d, seq = max((cfg(b).seq, cfg(b).d_model) for b in rows if b.measured)[::-1]
-    table = []
-    for x, s in shapes(rows):
-        f, b = passes(rows, x, s)
-        table.append(TableRow(x, s, cell(f, median), cell(b, median), if_ran(f, lambda f: f.metric(Metric.TFLOPS)),
-                              cell(b, before_backward), if_ran(b, peak), naive_attention_memory(batch, s, x, dtype)))
-    # the accounting's case: the smallest that ran out of memory, else the largest that ran
-    x, s = (cfg(ooms[0]).d_model, cfg(ooms[0]).seq) if ooms else (d, seq)
-    f, b = passes(rows, x, s)
-    accounting = Accounting(x, s, bool(ooms), naive_attention_memory(batch, s, x, dtype),
-                            naive_attention_memory(batch, s // 2, x, dtype),
-                            flash_saved_for_backward(batch, s, x, dtype), cell(b, before_backward), cell(f, peak),
-                            cell(b, peak))
-    return PytorchAttentionFacts(
-        device, rows[0].row.env, batch, dtype, max(b.stats.rounds for b in rows if b.stats), (d, seq),
-        tuple(median(b) if b else None for b in passes([b for b in rows if b.measured], d, seq)),
-        (cfg(ooms[0]).d_model, cfg(ooms[0]).seq, cfg(ooms[0]).mode) if ooms else None, tuple(table),
-        not_run(rows), accounting, _seed(rows), RunsFacts.of(device, rows))
+    c = cfg(rows[0])
+    table = {(d, s): Case.of(rows, d, s) for d, s in shapes(rows)}
+    largest = table[max((cfg(b).seq, cfg(b).d_model) for b in rows if b.measured)[::-1]]
+    ooms = sorted((cfg(b) for b in rows if b.status is Status.OOM), key=lambda x: (x.seq, x.d_model))
+    d, seq = (ooms[0].d_model, ooms[0].seq) if ooms else (largest.d, largest.seq)
+    accounting = Accounting.of(rows, d, seq, bool(ooms), naive_attention_memory(c.batch, seq // 2, d, c.dtype),
+                               flash_saved_for_backward(c.batch, seq, d, c.dtype))
+    return PytorchAttentionFacts(RunsFacts.of(device, rows), c, max(b.stats.rounds for b in rows if b.stats),
+                                 tuple(table.values()), largest, ooms[0] if ooms else None, not_run(rows),
+                                 accounting, _seed(rows))
