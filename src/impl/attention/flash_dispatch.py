@@ -5,7 +5,9 @@ kernel table (impl.attention.kernel_table) names for the call where the tensors 
 architecture, its launcher accepts their dtype, head dim and layout, and Gluon imports; otherwise the
 Triton launchers. Both return what the Triton launchers return, with the LaunchRecord naming the kernel
 (``LaunchRecord.kernel``). The Gluon modules are imported only when a call picks one (they need
-triton.experimental.gluon and are off the default import paths).
+triton.experimental.gluon and are off the default import paths). The custom ops that carry both through
+torch.compile live here too, so compiled calls dispatch as eager ones do (and flash_launch, which this module
+builds on, imports nothing above it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from impl.runtime import launch_ctx
 
-from .flash_launch import _backward, _forward, _head_dim_label, _record
+from .flash_launch import _backward, _forward, _head_dim_label, _options_of, _record
 from .flash_options import FlashOptions, LaunchRecord
 from .kernel_table import KernelChoice, choose, shipped_table
 
@@ -99,4 +101,55 @@ def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor
     return dq, dk, dv, _record(options, record)
 
 
-__all__ = ["backward", "forward", "gluon_imports"]
+# ---------------------------------------------------------------------------
+# Custom ops (the torch.compile boundary)
+# ---------------------------------------------------------------------------
+
+# The ops (any device: CUDA tensors, or CPU tensors under the interpreter) take the options as their
+# registered int (_options_key). The fakes give what the launchers return: new contiguous tensors of
+# the input shapes (inputs may be strided), lse fp32.
+# They run the dispatch above (options.kernels), as the eager calls do.
+def _forward_op_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                     options_key: int = 0) -> Tuple[Tensor, Tensor]:
+    o, lse, _ = forward(q, k, v, bool(is_causal), _options_of(options_key))
+    return o, lse
+
+
+def _backward_op_impl(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                      is_causal: bool = False, variant: Optional[str] = None,
+                      options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    dq, dk, dv, _ = backward(q, k, v, o, do, lse, bool(is_causal), _options_of(options_key), variant)
+    return dq, dk, dv
+
+
+# Defined with torch.library.Library rather than torch.library.custom_op: a custom_op call runs its
+# Python autograd wrapper, a redispatch and an aliasing check of the outputs on every call (about
+# 100 us each of the two ops per compiled fwd+bwd on this CPU, NOTES.md); these ops are only ever
+# called inside a compiled graph (grad mode off there: no autograd kernel is needed), where the
+# dispatcher goes straight to the implementation.
+_LIB = torch.library.Library("impl_flash", "DEF")
+_LIB.define("triton_forward(Tensor q, Tensor k, Tensor v, bool is_causal=False, int options_key=0) -> (Tensor, Tensor)")
+_LIB.define("triton_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor do, Tensor lse, bool is_causal=False, "
+            "str? variant=None, int options_key=0) -> (Tensor, Tensor, Tensor)")
+for _key in ("CUDA", "CPU"):  # CPU: the interpreter
+    _LIB.impl("triton_forward", _forward_op_impl, _key)
+    _LIB.impl("triton_backward", _backward_op_impl, _key)
+
+flash_forward_op = torch.ops.impl_flash.triton_forward.default
+flash_backward_op = torch.ops.impl_flash.triton_backward.default
+
+
+@torch.library.register_fake("impl_flash::triton_forward")
+def _flash_forward_fake(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
+                        options_key: int = 0) -> Tuple[Tensor, Tensor]:
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.register_fake("impl_flash::triton_backward")
+def _flash_backward_fake(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                         is_causal: bool = False, variant: Optional[str] = None,
+                         options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+__all__ = ["backward", "flash_backward_op", "flash_forward_op", "forward", "gluon_imports"]

@@ -17,9 +17,9 @@ microseconds), so it is built in two layers:
   ``direct_launch=False``) a plan's kernels are ordinary JIT calls with the same bound arguments,
   so the CPU tests run the plan logic too.
 
-The two launchers are also registered as torch.library custom ops (at the end): torch.compile keeps
-each as one opaque node (output metadata from its fake), so a graph through FlashAttentionTriton has
-no break and Dynamo never traces the launch path.
+The torch.library custom ops that carry these launchers through torch.compile (one opaque node each,
+output metadata from its fake, so Dynamo never traces the launch path) are registered by
+impl.attention.flash_dispatch, which picks between them and the Gluon kernels (options.kernels).
 """
 
 from __future__ import annotations
@@ -493,56 +493,3 @@ def flash_attention_triton_backward_recorded(q: Tensor, k: Tensor, v: Tensor, o:
                                              options: Optional[FlashOptions] = None):
     """flash_attention_triton_backward returning ``(dq, dk, dv, LaunchRecord)``."""
     return _backward(q, k, v, o, do, lse, bool(is_causal), options or default_options(), variant)
-
-
-# ---------------------------------------------------------------------------
-# Custom ops (the torch.compile boundary)
-# ---------------------------------------------------------------------------
-
-# The ops (any device: CUDA tensors, or CPU tensors under the interpreter) take the options as their
-# registered int (_options_key). The fakes give what the launchers return: new contiguous tensors of
-# the input shapes (inputs may be strided), lse fp32.
-# They run FlashAttentionTriton's dispatch (flash_dispatch: options.kernels), imported late: it imports this module.
-def _forward_op_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
-                     options_key: int = 0) -> Tuple[Tensor, Tensor]:
-    from .flash_dispatch import forward
-    o, lse, _ = forward(q, k, v, bool(is_causal), _options_of(options_key))
-    return o, lse
-
-
-def _backward_op_impl(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
-                      is_causal: bool = False, variant: Optional[str] = None,
-                      options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
-    from .flash_dispatch import backward
-    dq, dk, dv, _ = backward(q, k, v, o, do, lse, bool(is_causal), _options_of(options_key), variant)
-    return dq, dk, dv
-
-
-# Defined with torch.library.Library rather than torch.library.custom_op: a custom_op call runs its
-# Python autograd wrapper, a redispatch and an aliasing check of the outputs on every call (about
-# 100 us each of the two ops per compiled fwd+bwd on this CPU, NOTES.md); these ops are only ever
-# called inside a compiled graph (grad mode off there: no autograd kernel is needed), where the
-# dispatcher goes straight to the implementation.
-_LIB = torch.library.Library("impl_flash", "DEF")
-_LIB.define("triton_forward(Tensor q, Tensor k, Tensor v, bool is_causal=False, int options_key=0) -> (Tensor, Tensor)")
-_LIB.define("triton_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor do, Tensor lse, bool is_causal=False, "
-            "str? variant=None, int options_key=0) -> (Tensor, Tensor, Tensor)")
-for _key in ("CUDA", "CPU"):  # CPU: the interpreter
-    _LIB.impl("triton_forward", _forward_op_impl, _key)
-    _LIB.impl("triton_backward", _backward_op_impl, _key)
-
-flash_forward_op = torch.ops.impl_flash.triton_forward.default
-flash_backward_op = torch.ops.impl_flash.triton_backward.default
-
-
-@torch.library.register_fake("impl_flash::triton_forward")
-def _flash_forward_fake(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
-                        options_key: int = 0) -> Tuple[Tensor, Tensor]:
-    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
-
-
-@torch.library.register_fake("impl_flash::triton_backward")
-def _flash_backward_fake(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
-                         is_causal: bool = False, variant: Optional[str] = None,
-                         options_key: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)

@@ -79,13 +79,14 @@ from typing import Optional
 
 import torch
 
-from . import flash_dispatch
 from .flash_backward import compiled_flash_backward, flash_backward
 from .flash_configs import _INTERPRETED
+from .flash_dispatch import backward as dispatch_backward
+from .flash_dispatch import flash_backward_op, flash_forward_op
+from .flash_dispatch import forward as dispatch_forward
 from .flash_launch import (_kernel, _options_key, _options_of, clear_plans,
                            flash_attention_triton_backward, flash_attention_triton_backward_recorded,
-                           flash_attention_triton_forward, flash_attention_triton_forward_recorded,
-                           flash_backward_op, flash_forward_op)
+                           flash_attention_triton_forward, flash_attention_triton_forward_recorded)
 from .flash_options import BACKWARD_KINDS, FlashOptions, LaunchRecord, LaunchRecorder, default_options, with_configs
 from .flash_torch import validate_inputs
 
@@ -120,7 +121,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         if torch.compiler.is_compiling():
             o, lse = flash_forward_op(q, k, v, is_causal, _options_key(options))
         else:
-            o, lse, _ = flash_dispatch.forward(q, k, v, is_causal, options or default_options())
+            o, lse, _ = dispatch_forward(q, k, v, is_causal, options or default_options())
         ctx.save_for_backward(lse, q, k, v, o)
         ctx.is_causal = is_causal
         ctx.options_key = _options_key(options)  # ints and strs on ctx: plain for Dynamo
@@ -135,8 +136,8 @@ class FlashAttentionTriton(torch.autograd.Function):
             if torch.compiler.is_compiling():
                 dq, dk, dv = flash_backward_op(q, k, v, o, do, lse, ctx.is_causal, None, ctx.options_key)
             else:
-                dq, dk, dv, _ = flash_dispatch.backward(q, k, v, o, do, lse, ctx.is_causal,
-                                                        _options_of(ctx.options_key))
+                dq, dk, dv, _ = dispatch_backward(q, k, v, o, do, lse, ctx.is_causal,
+                                                  _options_of(ctx.options_key))
         elif kind == "compiled":
             # Being compiled, the PyTorch backward is traced into the outer graph: Dynamo rejects
             # compiled_flash_backward's lazy torch.compile (a cached factory) inside the Function.
