@@ -119,33 +119,22 @@ class StepSpec:
 
     def __post_init__(self):
         model_config(self.config)  # a clear ValueError for an unknown name
-        for name in ("num_layers", "batch", "context"):
+        for name in ("num_layers", "batch", "context", "lm_head_chunk_mib"):
             value = getattr(self, name)
             if value is None and name == "num_layers":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"StepSpec.{name} must be a positive int, got {value!r}")
-        if self.compile not in COMPILES:
-            raise ValueError(f"StepSpec.compile must be one of {COMPILES}, got {self.compile!r}")
-        if self.allocator not in ALLOCATORS:
-            raise ValueError(f"StepSpec.allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
-        if self.grad_sync not in GRAD_SYNCS:
-            raise ValueError(f"StepSpec.grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}")
+        for name, allowed in (("compile", COMPILES), ("allocator", ALLOCATORS), ("grad_sync", GRAD_SYNCS),
+                              ("lm_head_softmax", SOFTMAXES), ("residual", RESIDUALS), ("checkpointing", POLICIES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"StepSpec.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not isinstance(self.nccl_high_priority, bool):
             raise ValueError(f"StepSpec.nccl_high_priority must be a bool, got {self.nccl_high_priority!r}")
         ctas = self.nccl_max_ctas
         if ctas is not None and (isinstance(ctas, bool) or not isinstance(ctas, int) or not 1 <= ctas <= MAX_NCCL_CTAS):
             raise ValueError(f"StepSpec.nccl_max_ctas must be None or an int in 1..{MAX_NCCL_CTAS} (NCCL's channels), "
                              f"got {ctas!r}")
-        mib = self.lm_head_chunk_mib
-        if isinstance(mib, bool) or not isinstance(mib, int) or mib < 1:
-            raise ValueError(f"StepSpec.lm_head_chunk_mib must be a positive int (MiB), got {mib!r}")
-        if self.lm_head_softmax not in SOFTMAXES:
-            raise ValueError(f"StepSpec.lm_head_softmax must be one of {SOFTMAXES}, got {self.lm_head_softmax!r}")
-        if self.residual not in RESIDUALS:
-            raise ValueError(f"StepSpec.residual must be one of {RESIDUALS}, got {self.residual!r}")
-        if self.checkpointing not in POLICIES:
-            raise ValueError(f"StepSpec.checkpointing must be one of {POLICIES}, got {self.checkpointing!r}")
         k, least = self.checkpoint_k, TAKES_K.get(self.checkpointing)
         if (least is None) != (k is None) or \
                 (k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < least)):
