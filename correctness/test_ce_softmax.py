@@ -1,11 +1,14 @@
-"""impl.model.ce_softmax: the fused LM head's softmax step in one Triton kernel (the interpreter on the CPU),
-against the torch path's arithmetic on the same compute-dtype logits."""
+"""impl.model.ce_softmax: the fused LM head's softmax step in one Triton kernel (on the GPU where there is one,
+else the interpreter on the CPU), against the torch path's arithmetic on the same compute-dtype logits."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from impl.model.ce_softmax import BLOCK_V, softmax_xent_
+
+# CPU tensors need the interpreter (conftest sets it where there is no GPU); with a GPU the kernel compiles
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _torch_path(z: torch.Tensor, t: torch.Tensor, scale: float):
@@ -22,8 +25,8 @@ def _torch_path(z: torch.Tensor, t: torch.Tensor, scale: float):
 @pytest.mark.parametrize("vocab", [7, 1000, BLOCK_V + 3])  # one tile, several (GPU), a ragged last tile
 def test_losses_and_gradient_follow_the_torch_path(dtype, vocab):
     g = torch.Generator().manual_seed(vocab)
-    z = (torch.randn(5, vocab, generator=g) * 4).to(dtype)
-    t = torch.randint(0, vocab, (5,), generator=g)
+    z = (torch.randn(5, vocab, generator=g) * 4).to(dtype).to(DEVICE)
+    t = torch.randint(0, vocab, (5,), generator=g).to(DEVICE)
     t[0] = vocab - 1  # the last column, in the last (ragged) tile
     want_loss, want_grad = _torch_path(z, t, 0.25)
     got = z.clone()
@@ -35,12 +38,11 @@ def test_losses_and_gradient_follow_the_torch_path(dtype, vocab):
 
 
 def test_loss_only_leaves_the_logits_alone():
-    z = torch.randn(3, 50)
-    before = z.clone()
-    loss = softmax_xent_(z, torch.tensor([0, 49, 7]), 1.0, grad=False)
+    z = torch.randn(3, 50, device=DEVICE)
+    before, t = z.clone(), torch.tensor([0, 49, 7], device=DEVICE)
+    loss = softmax_xent_(z, t, 1.0, grad=False)
     assert torch.equal(z, before)
-    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(before, torch.tensor([0, 49, 7]),
-                                                                      reduction="none"))
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(before, t, reduction="none"))
 
 
 def test_bad_input_is_refused_by_name():

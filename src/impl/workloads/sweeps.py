@@ -493,7 +493,13 @@ _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "e
                # and its softmax step in one Triton kernel (impl.model.ce_softmax): the chunk's ~2.3 GB of fp32 passes
                # become ~0.4 GB of bf16 reads and writes (~30 ms a step), and no fp32 chunk is allocated
                StepCandidate("keep_attention", 12, "pointwise", "flash_gluon", "expandable_segments", "reduce_to_owner",
-                             nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=1024, lm_head_softmax="triton"))
+                             nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=1024, lm_head_softmax="triton"),
+               # measured (2785450): 1 GiB 5.476 s, 2 GiB 5.455, 1 GiB + Triton softmax 5.412 at 120.4 GiB (k 12's
+               # peak): the LM-head gain and the plain blocks' gain together (`-k "lm_head_triton and not
+               # keep_attention-12"`): k 14 and k 16 at 1 GiB, then k 14 at 2 GiB (no fp32 chunk with the kernel)
+               *(StepCandidate("keep_attention", k, "pointwise", "flash_gluon", "expandable_segments", "reduce_to_owner",
+                               nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=mib, lm_head_softmax="triton")
+                 for k, mib in ((14, 1024), (16, 1024), (14, 2048))))
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
