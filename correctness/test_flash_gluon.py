@@ -10,6 +10,7 @@ On an H100 (marked gpu): outputs against a float64 CPU reference and against the
 d 64/80/96/128, causal and full, ragged lengths, batch and heads > 1, bf16 and fp16; strided and 3-D
 inputs give bit-identical results to contiguous 4-D ones; every candidate config is correct.
 """
+import functools
 import json
 import math
 import os
@@ -349,15 +350,26 @@ def test_ws_gpu_schedules_agree_bitwise(d, is_causal):
 
 # ------------------------------- flash_gluon_ws and flash_gluon as model attentions (the 8B step's options)
 
+GLUON_NAMES = ["flash_gluon_ws", "flash_gluon", "flash_gluon_atomic"]
+
+
 def _gluon_halves():
-    """Each Gluon attention name with the (forward, backward) it must pair."""
-    from impl.attention.flash_gluon_bwd import flash_gluon_backward
+    """Each Gluon attention name with the (forward, backward) it must pair; a backward bound to a config
+    as (function, its keywords)."""
+    from impl.attention.flash_gluon_bwd import GluonBwdConfig, flash_gluon_backward
     from impl.attention.flash_launch import flash_attention_triton_backward
-    return {"flash_gluon_ws": (flash_gluon_ws.flash_gluon_ws_forward, flash_attention_triton_backward),
-            "flash_gluon": (flash_gluon_ws.flash_gluon_ws_forward, flash_gluon_backward)}
+    fwd = flash_gluon_ws.flash_gluon_ws_forward
+    return {"flash_gluon_ws": (fwd, flash_attention_triton_backward), "flash_gluon": (fwd, flash_gluon_backward),
+            "flash_gluon_atomic": (fwd, (flash_gluon_backward, {"config": GluonBwdConfig(dq="atomic")}))}
 
 
-@pytest.mark.parametrize("name", ["flash_gluon_ws", "flash_gluon"])
+def _launched(half):
+    """What a half launches: the function, or (function, keywords) of a functools.partial."""
+    f = getattr(half, "half", half)
+    return (f.func, f.keywords) if isinstance(f, functools.partial) else f
+
+
+@pytest.mark.parametrize("name", GLUON_NAMES)
 def test_gluon_attention_pairs_the_ws_forward_with_its_backward(name, monkeypatch):
     """attention_by_name(name): the ws forward's (o, lse) with the Triton backward (flash_gluon_ws) or
     the Gluon backward (flash_gluon), through PrecomputedAttention. On the CPU the wiring is checked
@@ -367,7 +379,7 @@ def test_gluon_attention_pairs_the_ws_forward_with_its_backward(name, monkeypatc
     from impl.attention.flash_torch import flash_forward_torch
 
     halves = A.attention_halves(name)
-    assert tuple(getattr(h, "half", h) for h in halves) == _gluon_halves()[name]
+    assert tuple(_launched(h) for h in halves) == _gluon_halves()[name]
     assert halves[0].op == f"impl_flash::{name}_forward"  # launched inside an op: the profiler links its kernels
     with pytest.raises(RuntimeError, match="flash_gluon_ws_forward runs on an sm_90 GPU"):
         A.attention_by_name(name)(*_qkv((1, 2, 40, 64)), True)
@@ -386,14 +398,14 @@ def test_gluon_attention_pairs_the_ws_forward_with_its_backward(name, monkeypatc
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["flash_gluon_ws", "flash_gluon"])
+@pytest.mark.parametrize("name", GLUON_NAMES)
 @pytest.mark.parametrize("d", (64, 128))
 @pytest.mark.parametrize("causal", (False, True))
 def test_gluon_attention_matches_flash_triton_on_the_gpu(name, d, causal):
     """The ws forward with its backward against our Triton Function: the same outputs and gradients up
     to bf16 rounding (the forwards agree to test_attention.py's tolerance; flash_gluon_ws's backward is
     the same kernel fed the ws forward's o and lse, flash_gluon's the Gluon one, one pass at d 64, dK/dV
-    + the Triton dQ kernel at d 128)."""
+    + the Triton dQ kernel at d 128, flash_gluon_atomic's one pass with dQ added by atomics at both)."""
     import impl.attention as A
 
     qkv = [t.requires_grad_() for t in _qkv((2, 4, 1000, d), device="cuda")]

@@ -6,6 +6,8 @@ Causal masking everywhere is top-left aligned (query ``i`` attends to keys
 
 from __future__ import annotations
 
+import functools
+
 from typing import Callable, Optional
 
 import torch
@@ -35,7 +37,7 @@ except ImportError as _triton_import_error:  # triton is only a dependency on Li
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
-ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "flash_gluon_ws", "flash_gluon", "sdpa")
+ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "flash_gluon_ws", "flash_gluon", "flash_gluon_atomic", "sdpa")
 
 
 def _naive(q, k, v, is_causal=False):
@@ -86,7 +88,7 @@ def _halves_attention(name: str) -> AttentionFn:
 
 _BY_NAME = {"naive": _naive, "flash_torch": _flash_torch, "flash_triton": _flash_triton,
             "flash_gluon_ws": _halves_attention("flash_gluon_ws"), "flash_gluon": _halves_attention("flash_gluon"),
-            "sdpa": _sdpa}
+            "flash_gluon_atomic": _halves_attention("flash_gluon_atomic"), "sdpa": _sdpa}
 
 
 # FlashAttention split in its two halves: forward(q, k, v, is_causal) -> (o, lse) and
@@ -109,8 +111,10 @@ def _launched_as(op: str, half: Callable[..., tuple]) -> Callable[..., tuple]:
 def attention_halves(name: str) -> AttentionHalves:
     """(forward, backward) of a FlashAttention implementation: "flash_torch", "flash_triton",
     "flash_gluon_ws" (issue 47 stage 2's warp-specialized Hopper forward with the Triton backward:
-    its lse is the Triton forward's, natural log, shape q.shape[:-1], fp32) or "flash_gluon" (that
-    forward with stage 3's Gluon backward at its default config; sm_90, bf16/fp16, d 64/80/96/128)."""
+    its lse is the Triton forward's, natural log, shape q.shape[:-1], fp32), "flash_gluon" (that
+    forward with stage 3's Gluon backward at its default config; sm_90, bf16/fp16, d 64/80/96/128) or
+    "flash_gluon_atomic" (the same with the one-pass backward adding dQ by atomics, stage 3e, at every d:
+    a name of its own so the 8B step can run it beside the default before the default changes)."""
     if name == "flash_torch":
         from .flash_torch import flash_forward_torch
         return flash_forward_torch, flash_backward
@@ -118,18 +122,20 @@ def attention_halves(name: str) -> AttentionHalves:
         if flash_triton is None:
             raise ImportError(f"flash_triton needs triton, which failed to import: {_TRITON_ERROR}")
         return flash_triton.flash_attention_triton_forward, flash_triton.flash_attention_triton_backward
-    if name in ("flash_gluon_ws", "flash_gluon"):
+    if name in ("flash_gluon_ws", "flash_gluon", "flash_gluon_atomic"):
         if flash_triton is None:
             raise ImportError(f"{name} needs triton, which failed to import: {_TRITON_ERROR}")
         from .flash_gluon_ws import flash_gluon_ws_forward  # late: Gluon, Hopper only
         if name == "flash_gluon_ws":
             return _launched_as(f"impl_flash::{name}_forward", flash_gluon_ws_forward), \
                 flash_triton.flash_attention_triton_backward
-        from .flash_gluon_bwd import flash_gluon_backward
+        from .flash_gluon_bwd import GluonBwdConfig, flash_gluon_backward
+        backward = flash_gluon_backward if name == "flash_gluon" else \
+            functools.partial(flash_gluon_backward, config=GluonBwdConfig(dq="atomic"))
         return (_launched_as(f"impl_flash::{name}_forward", flash_gluon_ws_forward),
-                _launched_as(f"impl_flash::{name}_backward", flash_gluon_backward))
+                _launched_as(f"impl_flash::{name}_backward", backward))
     raise ValueError(f"attention {name!r} has no separate forward and backward halves (o, lse); "
-                     "expected 'flash_torch', 'flash_triton', 'flash_gluon_ws' or 'flash_gluon'")
+                     "expected 'flash_torch', 'flash_triton', 'flash_gluon_ws', 'flash_gluon' or 'flash_gluon_atomic'")
 
 
 def attention_by_name(name: str, options: Optional[FlashOptions] = None) -> AttentionFn:

@@ -494,6 +494,11 @@ _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "e
                # become ~0.4 GB of bf16 reads and writes (~30 ms a step), and no fp32 chunk is allocated
                StepCandidate("keep_attention", 12, "pointwise", "flash_gluon", "expandable_segments", "reduce_to_owner",
                              nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=1024, lm_head_softmax="triton"),
+               # the same with the attention backward's dQ added by atomics (issue 47 stage 3e, one pass: 5 products
+               # against the default's dK/dV + Triton dQ split, 7): attention backward was 2,056 ms of the step
+               StepCandidate("keep_attention", 12, "pointwise", "flash_gluon_atomic", "expandable_segments",
+                             "reduce_to_owner", nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=1024,
+                             lm_head_softmax="triton"),
                # measured (2785450): 1 GiB 5.476 s, 2 GiB 5.455, 1 GiB + Triton softmax 5.412 at 120.4 GiB (k 12's
                # peak): the LM-head gain and the plain blocks' gain together (`-k "lm_head_triton and not
                # keep_attention-12"`): k 14 and k 16 at 1 GiB, then k 14 at 2 GiB (no fp32 chunk with the kernel)
