@@ -59,8 +59,9 @@ def head(repo: Path, branch: str = BRANCH) -> str | None:
     return out or None
 
 
-def _rel(repo: Path, path: str | Path) -> str:
-    """`path` as the branch stores it: relative to the repository's top, POSIX, no '..'."""
+def relative(repo: Path, path: str | Path) -> str:
+    """`path` (absolute inside the repository, or relative to its top) as the branch stores it: relative to the
+    top, POSIX, no '..'; CapturesError otherwise."""
     p = Path(path)
     if p.is_absolute():
         try:
@@ -76,7 +77,7 @@ def _rel(repo: Path, path: str | Path) -> str:
 def stored(repo: Path, path: str | Path, branch: str = BRANCH) -> str | None:
     """Where `path` (relative to the repository's top, or absolute inside it) is stored on the branch: its git
     object name `<branch>:<path>` (what `git show` takes), or None if the branch or the path is not there."""
-    rel = _rel(repo, path)
+    rel = relative(repo, path)
     if head(repo, branch) is None:
         return None
     kind = _git(repo, "cat-file", "-t", f"refs/heads/{branch}:{rel}", check=False)
@@ -87,7 +88,7 @@ def listed(repo: Path, folder: str | Path, branch: str = BRANCH) -> list[str]:
     """The paths the branch stores under `folder` (relative to the repository's top), sorted; [] if none."""
     if head(repo, branch) is None:
         return []
-    rel = _rel(repo, folder)
+    rel = relative(repo, folder)
     out = _git(repo, "ls-tree", "-r", "--name-only", "-z", f"refs/heads/{branch}", "--", f"{rel}/")
     return sorted(p for p in out.split("\0") if p)
 
@@ -96,7 +97,7 @@ def read_bytes(repo: Path, path: str | Path, branch: str = BRANCH) -> bytes:
     """The stored bytes of `path` on the branch; CapturesError if it is not stored there."""
     if stored(repo, path, branch) is None:
         raise CapturesError(f"{path}: not stored on the '{branch}' branch of {repo}")
-    r = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", f"refs/heads/{branch}:{_rel(repo, path)}"],
+    r = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", f"refs/heads/{branch}:{relative(repo, path)}"],
                        capture_output=True)
     if r.returncode != 0:
         raise CapturesError(f"{path}: git cat-file failed: {r.stderr.decode(errors='replace').strip()}")
@@ -115,7 +116,7 @@ def add_files(repo: Path, files: Mapping[str | Path, Path], message: str, branch
     for dest, src in files.items():
         if not Path(src).is_file():
             raise CapturesError(f"{src}: no such file to add to the '{branch}' branch")
-        entries[_rel(repo, dest)] = Path(src)
+        entries[relative(repo, dest)] = Path(src)
     parent = head(repo, branch)
     taken = [p for p in entries if parent is not None and stored(repo, p, branch)]
     if taken:
@@ -137,4 +138,4 @@ def add_files(repo: Path, files: Mapping[str | Path, Path], message: str, branch
     return commit
 
 
-__all__ = ["BRANCH", "REF", "CapturesError", "add_files", "head", "listed", "read_bytes", "repo_root", "stored"]
+__all__ = ["BRANCH", "REF", "CapturesError", "add_files", "head", "listed", "read_bytes", "relative", "repo_root", "stored"]
