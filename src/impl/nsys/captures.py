@@ -138,4 +138,5 @@ def add_files(repo: Path, files: Mapping[str | Path, Path], message: str, branch
     return commit
 
 
-__all__ = ["BRANCH", "REF", "CapturesError", "add_files", "head", "listed", "read_bytes", "relative", "repo_root", "stored"]
+__all__ = ["BRANCH", "REF", "CapturesError", "add_files", "head", "listed", "read_bytes", "relative", "repo_root",
+           "stored"]
