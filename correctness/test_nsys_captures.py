@@ -93,3 +93,12 @@ def test_a_branch_moved_during_an_add_is_refused(repo, tmp_path, monkeypatch):
         C.add_files(repo, {f"{RUN}/rep/b.nsys-rep": tmp_path / "b"}, "two")
     assert real_head(repo) == first
 
+
+
+def test_mains_tracked_tree_holds_no_captures():
+    """The device tool copies the tracked tree (64 MiB at most): the captures live on the captures branch."""
+    r = subprocess.run(["git", "-C", str(ROOT), "ls-files", "*.nsys-rep", "*.sqlite.gz"], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert r.stdout.split() == []
