@@ -167,3 +167,19 @@ def test_a_folder_filed_before_extracts_gets_them_once(tmp_path):
         write_extracts(_export_of(tmp_path, dest, "ddp_2026_xl_naive_ctx128"), dest / "extract")
     with pytest.raises(SystemExit):
         S.main([str(out), "--extract", str(dest)])  # folders alone
+
+
+def test_a_folder_with_its_exports_in_the_tree_still_gets_extracts(tmp_path, tmp_path_factory):
+    """A folder laid out as before the captures branch (sqlite/ in the folder), outside any git repository:
+    `--extract` reads the folder's own exports."""
+    out, data = _parts(tmp_path), tmp_path / "data"
+    dest = S.file_outputs(out, data, sqlite=["ddp_*"])
+    old = tmp_path_factory.mktemp("old") / dest.name
+    if subprocess.run(["git", "-C", str(old.parent), "rev-parse"], capture_output=True).returncode == 0:
+        pytest.skip("the temporary folder is inside a git repository")
+    (old / "sqlite").mkdir(parents=True)
+    (old / "manifest.json").write_bytes((dest / "manifest.json").read_bytes())
+    case, name = "ddp_2026_xl_naive_ctx128", "ddp_2026_xl_naive_ctx128.timeline.json.gz"
+    _export_of(tmp_path, dest, case).rename(old / "sqlite" / f"{case}.sqlite.gz")
+    assert S.add_extracts(old) == [name]
+    assert (old / "extract" / name).read_bytes() == (dest / "extract" / name).read_bytes()
