@@ -15,8 +15,8 @@ The captures themselves go to the `captures` branch of the repository holding th
                                   git show captures:<folder>/rep/NAME.nsys-rep > NAME.nsys-rep
 
 so the tracked tree stays small (the device tool copies at most 64 MiB of it). FILED.json's "kept" names them and
-its "captures" says which commit of the branch holds them. Folders filed before 2026-11-27 had them in the tree;
-they were moved to the branch at the same paths.
+its "captures" says which commit of the branch holds them. The folders filed before this (2026-11-26) had them in
+the tree; they were moved to the branch at the same paths, same bytes (captures commit 7f02b98).
 
 A folder is never overwritten and stored data is never rewritten: filing into an existing folder fails, and so does
 adding a capture the branch already holds. An export left out at filing (not_kept) can be added later from the same
