@@ -1,15 +1,42 @@
 """Filing a device call's nsys outputs under reports/data/<device>/nsys/<stamp>/ (impl.nsys.store): what is kept,
-the refusal to overwrite, and a missing part named (refused without --partial)."""
+the captures (exports, reports) on the captures branch and not in the folder, the refusal to overwrite, and a missing
+part named (refused without --partial). Each test files into a temporary git repository."""
 import json
+import subprocess
 import tarfile
 
 import pytest
 
+from impl.nsys import captures as C
 from impl.nsys import outputs as O
 from impl.nsys import store as S
 from impl.nsys.tables import NsysOutputError
 from impl.nsys.extract import write_extracts
 from kits.nsys_outputs import write_export
+
+
+@pytest.fixture(autouse=True)
+def repo(tmp_path):
+    """tmp_path as a git repository with one commit on main (the data folder tmp_path/data is inside it)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True)
+    git("init", "-q", "-b", "main"), git("config", "user.name", "t"), git("config", "user.email", "t@example.com")
+    (tmp_path / "README").write_text("x")
+    git("add", "README"), git("commit", "-q", "-m", "first")
+    return tmp_path
+
+
+def _on_branch(repo, dest, sub):
+    """The names the captures branch stores under dest/sub."""
+    return [p.rsplit("/", 1)[1] for p in C.listed(repo, dest / sub)]
+
+
+def _export_of(repo, dest, name):
+    """The export `name` as the captures branch stores it for `dest`, written to a scratch file."""
+    p = repo / "scratch" / f"{name}.sqlite.gz"
+    p.parent.mkdir(exist_ok=True)
+    p.write_bytes(C.read_bytes(repo, dest / "sqlite" / p.name))
+    return p
 
 
 def _parts(tmp_path, drop_second=False):
@@ -49,13 +76,24 @@ def test_device_slug_from_the_manifest():
         S.device_of("H200")
 
 
-def test_files_tables_all_reports_and_only_the_drawn_exports_and_never_overwrites(tmp_path):
+def test_files_tables_all_reports_and_only_the_drawn_exports_and_never_overwrites(tmp_path, repo):
     out, data = _parts(tmp_path), tmp_path / "data"
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout
     dest = S.file_outputs(out, data, sqlite=["ddp_*"])
     assert dest == data / "h200-141gb-x2" / "nsys" / "20261126T090839Z_abcdef12"
-    assert sorted(p.name for p in (dest / "sqlite").iterdir()) == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
-    assert len(list((dest / "rep").iterdir())) == 2 and len(list((dest / "tables").iterdir())) == 8
+    # the captures are on the captures branch, one commit naming the folder, and not in the folder
+    assert _on_branch(repo, dest, "sqlite") == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
+    assert len(_on_branch(repo, dest, "rep")) == 2 and len(list((dest / "tables").iterdir())) == 8
+    assert not (dest / "sqlite").exists() and not (dest / "rep").exists()
+    rel = "data/h200-141gb-x2/nsys/20261126T090839Z_abcdef12"
+    assert C.read_bytes(repo, f"{rel}/rep/ddp_2026_xl_naive_ctx128.nsys-rep") == b"rep"
+    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", C.BRANCH], capture_output=True, text=True)
+    assert log.stdout.splitlines() == [f"captures of {rel}: 3 files (impl.nsys.store)"]
+    # the working tree beyond the new folder, the index and HEAD as they were (the new folder is untracked)
+    after = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout
+    assert after.replace("?? data/\n", "") == status
     filed = json.loads((dest / S.FILED).read_text())
+    assert filed["captures"] == dict(branch="captures", commit=C.head(repo), paths=["sqlite", "rep"])
     assert filed["not_kept"]["sqlite"] == ["nsys_profile_2025_small_ctx128.sqlite.gz"] and not filed["lost_files"]
     # what the pages read of the kept export, written as it is filed (a timeline; no memory table in it)
     assert filed["kept"]["extract"] == ["ddp_2026_xl_naive_ctx128.timeline.json.gz"]
@@ -64,6 +102,17 @@ def test_files_tables_all_reports_and_only_the_drawn_exports_and_never_overwrite
     with pytest.raises(NsysOutputError, match="already filed"):
         S.file_outputs(out, data)
     assert S.main([str(out), "--data", str(data)]) == 1
+
+
+def test_filing_outside_a_git_repository_is_refused(tmp_path_factory):
+    """The captures need a captures branch: a data folder outside any git repository is named."""
+    bare = tmp_path_factory.mktemp("nogit")
+    if subprocess.run(["git", "-C", str(bare), "rev-parse"], capture_output=True).returncode == 0:
+        pytest.skip("the temporary folder is inside a git repository")
+    out = _parts(bare)
+    with pytest.raises(NsysOutputError, match="not inside a git repository"):
+        S.file_outputs(out, bare / "data")
+    assert not (bare / "data").exists()
 
 
 def test_a_missing_part_is_refused_unless_partial_and_then_recorded(tmp_path):
@@ -77,16 +126,21 @@ def test_a_missing_part_is_refused_unless_partial_and_then_recorded(tmp_path):
     assert filed["lost_files"]["nsys_profile_2025_small_ctx128"] == ["nsys_profile_2025_small_ctx128.nsys-rep"]
 
 
-def test_an_export_left_out_is_added_later_from_the_same_parts_only_once(tmp_path):
+def test_an_export_left_out_is_added_later_from_the_same_parts_only_once(tmp_path, repo):
     """2026-11-26's filing kept no export of the two-GPU cases the pages draw: they are added from the same
     call's parts (ADDED.json says so), never from another call's, never over a stored file."""
     out, data = _parts(tmp_path), tmp_path / "data"
     dest = S.file_outputs(out, data, sqlite=[])
+    filed_commit = C.head(repo)
     assert S.add_exports(out, dest, ["ddp_*"], note="the pages draw it") == ["ddp_2026_xl_naive_ctx128"]
-    assert sorted(p.name for p in (dest / "sqlite").iterdir()) == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
+    assert _on_branch(repo, dest, "sqlite") == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
+    assert not (dest / "sqlite").exists()
     (added,) = json.loads((dest / S.ADDED).read_text())
     assert added["sqlite"] == ["ddp_2026_xl_naive_ctx128.sqlite.gz"] and added["note"] == "the pages draw it"
     assert added["extract"] == ["ddp_2026_xl_naive_ctx128.timeline.json.gz"]
+    assert added["captures"]["commit"] == C.head(repo) and C.head(repo) != filed_commit
+    assert subprocess.run(["git", "-C", str(repo), "rev-parse", f"{C.head(repo)}^"], capture_output=True,
+                          text=True).stdout.strip() == filed_commit  # a child of the filing's commit
     with pytest.raises(NsysOutputError, match="never rewritten"):
         S.add_exports(out, dest, ["ddp_*"])
     with pytest.raises(NsysOutputError, match="no case"):
@@ -97,8 +151,9 @@ def test_an_export_left_out_is_added_later_from_the_same_parts_only_once(tmp_pat
 
 
 def test_a_folder_filed_before_extracts_gets_them_once(tmp_path):
-    """Folders filed before impl.nsys.extract existed: `--extract FOLDER` writes the extracts their exports lack
-    (ADDED.json says so), and nothing the second time; an extract is never rewritten."""
+    """Folders filed before impl.nsys.extract existed: `--extract FOLDER` writes the extracts their exports (read
+    from the captures branch) lack (ADDED.json says so), and nothing the second time; an extract is never
+    rewritten."""
     out, data = _parts(tmp_path), tmp_path / "data"
     dest = S.file_outputs(out, data, sqlite=["*"])
     for p in (dest / "extract").iterdir():  # as a folder filed before extracts existed
@@ -109,6 +164,22 @@ def test_a_folder_filed_before_extracts_gets_them_once(tmp_path):
         "ddp_2026_xl_naive_ctx128.timeline.json.gz", "nsys_profile_2025_small_ctx128.timeline.json.gz"]
     assert S.add_extracts(dest) == [] and len(json.loads((dest / S.ADDED).read_text())) == 1
     with pytest.raises(NsysOutputError, match="never rewritten"):
-        write_extracts(dest / "sqlite" / "ddp_2026_xl_naive_ctx128.sqlite.gz", dest / "extract")
+        write_extracts(_export_of(tmp_path, dest, "ddp_2026_xl_naive_ctx128"), dest / "extract")
     with pytest.raises(SystemExit):
         S.main([str(out), "--extract", str(dest)])  # folders alone
+
+
+def test_a_folder_with_its_exports_in_the_tree_still_gets_extracts(tmp_path, tmp_path_factory):
+    """A folder laid out as before the captures branch (sqlite/ in the folder), outside any git repository:
+    `--extract` reads the folder's own exports."""
+    out, data = _parts(tmp_path), tmp_path / "data"
+    dest = S.file_outputs(out, data, sqlite=["ddp_*"])
+    old = tmp_path_factory.mktemp("old") / dest.name
+    if subprocess.run(["git", "-C", str(old.parent), "rev-parse"], capture_output=True).returncode == 0:
+        pytest.skip("the temporary folder is inside a git repository")
+    (old / "sqlite").mkdir(parents=True)
+    (old / "manifest.json").write_bytes((dest / "manifest.json").read_bytes())
+    case, name = "ddp_2026_xl_naive_ctx128", "ddp_2026_xl_naive_ctx128.timeline.json.gz"
+    _export_of(tmp_path, dest, case).rename(old / "sqlite" / f"{case}.sqlite.gz")
+    assert S.add_extracts(old) == [name]
+    assert (old / "extract" / name).read_bytes() == (dest / "extract" / name).read_bytes()

@@ -235,6 +235,10 @@ def test_nsys_timelines_read_the_filed_exports(tmp_path):
     assert (tmp_path / naive.figure).is_file() and naive.overlap == ()
     assert any(x.endswith("ddp_2026_xl_individual_ctx128.nsys-rep") for x in _facts(tmp_path / "x").sources) is False
     assert any(x.endswith("extract/ddp_2026_xl_naive_ctx128.timeline.json.gz") for x in _facts(tmp_path).sources)
+    # the GUI report named where it is kept (the captures branch), from FILED.json alone: the folder holds no rep/
+    rep = f"captures:reports/data/{DEV}/nsys/20261126T090839Z_abcdef1/rep/ddp_2026_xl_naive_ctx128.nsys-rep"
+    assert naive.rep == rep and rep in _facts(tmp_path).sources
+    assert not (tmp_path / "data" / DEV / "nsys" / "20261126T090839Z_abcdef1" / "rep").exists()
 
 
 def test_nsys_kernels_per_rank_and_a_rank_with_lost_records_is_incomplete(tmp_path):

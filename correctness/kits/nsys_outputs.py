@@ -119,30 +119,33 @@ NVTX_KERN_SUM = '''"NVTX Range","Style","PID","TID","NVTX Inst","Kern Inst","Tot
 
 def file_run(data_dir: Path, device: str, stamp: str, cases: list[tuple[str, str, dict, Path | None]],
              commit: str = "abcdef1") -> Path:
-    """A filed nsys call as impl.nsys.store lays it out: data_dir/<device>/nsys/<stamp>_<commit>/ with its manifest
-    and FILED.json; `cases`: (name, group, workload args, export or None), each export gzipped under sqlite/ with its
-    extracts under extract/ (impl.nsys.extract, what the pages read) and an empty report under rep/. Returns the
-    folder."""
+    """A filed nsys call as impl.nsys.store lays it out in the tree: data_dir/<device>/nsys/<stamp>_<commit>/ with
+    its manifest and FILED.json; `cases`: (name, group, workload args, export or None), each export's extracts under
+    extract/ (impl.nsys.extract, what the pages read). The export and its GUI report are named in FILED.json's
+    "kept" only: the store puts them on the captures branch, and the pages never read them. Returns the folder."""
     import gzip
     import json
+    import tempfile
 
     from impl.nsys.extract import write_extracts
     from impl.nsys.outputs import CaseRecord, Manifest
 
     folder = data_dir / device / "nsys" / f"{stamp}_{commit}"
-    for sub in ("tables", "sqlite", "rep"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    recs = []
+    (folder / "tables").mkdir(parents=True, exist_ok=True)
+    recs, kept = [], dict(sqlite=[], rep=[], extract=[])
     for name, group, args, export in cases:
         if export is not None:
-            (folder / "sqlite" / f"{name}.sqlite.gz").write_bytes(gzip.compress(Path(export).read_bytes()))
-            write_extracts(folder / "sqlite" / f"{name}.sqlite.gz", folder / "extract")
-            (folder / "rep" / f"{name}.nsys-rep").write_bytes(b"rep")
+            with tempfile.TemporaryDirectory() as tmp:
+                gz = Path(tmp) / f"{name}.sqlite.gz"
+                gz.write_bytes(gzip.compress(Path(export).read_bytes()))
+                kept["extract"] += [x.name for x in write_extracts(gz, folder / "extract")]
+            kept["sqlite"].append(f"{name}.sqlite.gz")
+            kept["rep"].append(f"{name}.nsys-rep")
         recs.append(CaseRecord(name, group, "profiled", 10.0, sqlite=export is not None, rep=export is not None,
                                workload=dict(status="ok", args=args)))
     m = Manifest("NVIDIA Nsight Systems version 2025.3.1.0", "2x NVIDIA H200", commit, stamp, tuple(recs))
     (folder / "manifest.json").write_text(m.to_json())
-    (folder / "FILED.json").write_text(json.dumps(dict(device=device, note="synthetic", lost_files={})))
+    (folder / "FILED.json").write_text(json.dumps(dict(device=device, note="synthetic", lost_files={}, kept=kept)))
     return folder
 
 

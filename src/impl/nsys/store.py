@@ -3,14 +3,25 @@ benchmark runs (their `*/*/*.json` glob does not reach these folders), for the r
 
   manifest.json, log.txt          the run's manifest and log, as the device wrote them
   tables/                         every case's nsys stats CSVs, its workload's result.json and its nsys log
-  sqlite/NAME.sqlite.gz           the trimmed exports of the cases a page draws (`--sqlite`)
-  extract/NAME.*.json.gz          what the pages read from each export (impl.nsys.extract), written here
-  rep/NAME.nsys-rep               the reports a reader opens in the Nsight Systems GUI (`--rep`, default all)
+  extract/NAME.*.json.gz          what the pages read from each kept export (impl.nsys.extract), written from it
+                                  as it is filed
   FILED.json                      what was filed from where, what was not kept, and what the device lost
 
-A folder is never overwritten and stored data is never rewritten: filing into an existing folder fails.
-An export left out at filing (not_kept) can be added later from the same parts (`--into FOLDER`): only files not
-yet there, from parts whose manifest.json is byte-identical to the folder's; ADDED.json lists each addition.
+The captures themselves go to the `captures` branch of the repository holding the data folder
+(impl.nsys.captures: one commit per filing, never through the working tree), at the paths they would have here:
+
+  sqlite/NAME.sqlite.gz           the trimmed exports of the cases a page draws (`--sqlite`)
+  rep/NAME.nsys-rep               the reports a reader opens in the Nsight Systems GUI (`--rep`, default all):
+                                  git show captures:<folder>/rep/NAME.nsys-rep > NAME.nsys-rep
+
+so the tracked tree stays small (the device tool copies at most 64 MiB of it). FILED.json's "kept" names them and
+its "captures" says which commit of the branch holds them. The folders filed before this (2026-11-26) had them in
+the tree; they were moved to the branch at the same paths, same bytes (captures commit 7f02b98).
+
+A folder is never overwritten and stored data is never rewritten: filing into an existing folder fails, and so does
+adding a capture the branch already holds. An export left out at filing (not_kept) can be added later from the same
+parts (`--into FOLDER`): only exports not yet stored, from parts whose manifest.json is byte-identical to the
+folder's; ADDED.json lists each addition.
 
   python -m impl.nsys.store PARTS_DIR [--data reports/data] [--device SLUG] [--note TEXT] [--partial]
                                       [--sqlite GLOB ...] [--rep GLOB ...]
@@ -35,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from impl.bench.store import gpu_slug
+from impl.nsys import captures
 from impl.nsys.extract import EXTRACT, TIMELINE_SUFFIX, write_extracts
 from impl.nsys.outputs import MANIFEST, REPORTS, CaseFiles, lost_files, read_manifest, unpack
 from impl.nsys.tables import NsysOutputError
@@ -72,14 +84,16 @@ def file_outputs(parts_dir: Path, data_dir: Path, *, device: str | None = None, 
         raise NsysOutputError(f"{dest}: already filed; stored data is never rewritten (remove it by hand only if "
                               f"it was filed wrongly and never committed)")
     lost = lost_files(manifest, parts_dir)
+    repo = _repo(dest)
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work, held = Path(tmp) / "work", Path(tmp) / "captures"  # held: what goes to the captures branch
         unpack(parts_dir, work, partial=partial)  # raises on a missing part unless partial
         staging = dest.with_name(f".{dest.name}.partial")
         if staging.exists():
             shutil.rmtree(staging)
-        for sub in (TABLES, SQLITE, REP):
-            (staging / sub).mkdir(parents=True)
+        (staging / TABLES).mkdir(parents=True)
+        for sub in (SQLITE, REP):
+            (held / sub).mkdir(parents=True)
         shutil.copy(parts_dir / MANIFEST, staging / MANIFEST)
         if (parts_dir / "log.txt").is_file():
             shutil.copy(parts_dir / "log.txt", staging / "log.txt")
@@ -95,7 +109,7 @@ def file_outputs(parts_dir: Path, data_dir: Path, *, device: str | None = None, 
                 if not p.is_file():
                     continue
                 if _matches(case.name, list(patterns)):
-                    shutil.copy(p, staging / sub / p.name)
+                    shutil.copy(p, held / sub / p.name)
                     kept[sub].append(p.name)
                     if sub == SQLITE:
                         kept[EXTRACT] += [x.name for x in write_extracts(p, staging / EXTRACT)]
@@ -107,6 +121,9 @@ def file_outputs(parts_dir: Path, data_dir: Path, *, device: str | None = None, 
                      left_out_on_device=list(manifest.left_out_files), kept=kept,
                      not_kept=not_kept, not_kept_reason="kept only the exports the pages draw and the reports "
                                                         "asked for, to keep the repository small")
+        commit = _store_captures(repo, dest, held, [(SQLITE, kept[SQLITE]), (REP, kept[REP])])
+        if commit:
+            filed["captures"] = dict(branch=captures.BRANCH, commit=commit, paths=[SQLITE, REP])
         (staging / FILED).write_text(json.dumps(filed, indent=1) + "\n")
         dest.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(dest)  # fails if dest appeared meanwhile (a non-empty folder)
@@ -126,24 +143,50 @@ def add_exports(parts_dir: Path, folder: Path, sqlite: list[str], note: str = ""
     names = [c.name for c in manifest.cases if _matches(c.name, list(sqlite))]
     if not names:
         raise NsysOutputError(f"no case of {folder} matches {list(sqlite)}")
-    taken = [n for n in names if (folder / SQLITE / f"{n}.sqlite.gz").exists()]
+    repo = _repo(folder)
+    taken = [n for n in names if (folder / SQLITE / f"{n}.sqlite.gz").exists()
+             or captures.stored(repo, (folder / SQLITE / f"{n}.sqlite.gz").resolve())]
     if taken:
-        raise NsysOutputError(f"{folder / SQLITE}: already holds the exports of {taken}; stored data is never "
-                              "rewritten")
+        raise NsysOutputError(f"{folder / SQLITE}: the exports of {taken} are already stored (in the folder or on "
+                              f"the {captures.BRANCH} branch); stored data is never rewritten")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         unpack(parts_dir, work, partial=True)
         missing = [n for n in names if not CaseFiles(work, n).sqlite_gz.is_file()]
         if missing:
             raise NsysOutputError(f"{parts_dir}: the parts hold no export of {missing}")
-        (folder / SQLITE).mkdir(exist_ok=True)
         extracts = []
         for n in names:
-            shutil.copy(CaseFiles(work, n).sqlite_gz, folder / SQLITE / f"{n}.sqlite.gz")
-            extracts += [x.name for x in write_extracts(folder / SQLITE / f"{n}.sqlite.gz", folder / EXTRACT)]
-    _record_added(folder, dict(source=str(parts_dir), note=note, sqlite=[f"{n}.sqlite.gz" for n in names],
-                               extract=extracts))
+            extracts += [x.name for x in write_extracts(CaseFiles(work, n).sqlite_gz, folder / EXTRACT)]
+        sqlite_names = [f"{n}.sqlite.gz" for n in names]
+        commit = _store_captures(repo, folder, work, [(SQLITE, sqlite_names)], flat=True)
+    _record_added(folder, dict(source=str(parts_dir), note=note, sqlite=sqlite_names, extract=extracts,
+                               captures=dict(branch=captures.BRANCH, commit=commit, paths=[SQLITE])))
     return names
+
+
+def _repo(path: Path) -> Path:
+    """The git repository whose captures branch takes the captures filed under `path`; NsysOutputError if none."""
+    try:
+        return captures.repo_root(path)
+    except captures.CapturesError as exc:
+        raise NsysOutputError(str(exc)) from None
+
+
+def _store_captures(repo: Path, folder: Path, held: Path, names: list[tuple[str, list[str]]],
+                    flat: bool = False) -> str | None:
+    """Add the captures `names` ((subfolder, file names)) of the filed `folder` to the captures branch, at
+    folder/<subfolder>/<name>, from held/<subfolder>/<name> (held/<name> if flat): one commit naming the folder;
+    None if there is nothing to add."""
+    files = {folder / sub / n: (held / n if flat else held / sub / n) for sub, ns in names for n in ns}
+    if not files:
+        return None
+    try:
+        rel = captures.relative(repo, folder.resolve())
+        return captures.add_files(repo, {f.resolve(): src for f, src in files.items()},
+                                  f"captures of {rel}: {len(files)} files (impl.nsys.store)")
+    except captures.CapturesError as exc:
+        raise NsysOutputError(str(exc)) from None
 
 
 def _record_added(folder: Path, entry: dict) -> None:
@@ -160,9 +203,22 @@ def add_extracts(folder: Path, note: str = "") -> list[str]:
     folder = Path(folder)
     if not (folder / MANIFEST).is_file():
         raise NsysOutputError(f"{folder}: no {MANIFEST}; not a filed nsys folder")
+    try:
+        repo = captures.repo_root(folder)
+        on_branch = [p for p in captures.listed(repo, folder.resolve() / SQLITE) if p.endswith(".sqlite.gz")]
+    except captures.CapturesError:  # a folder outside a git repository: its own sqlite/ alone
+        repo, on_branch = None, []
+    exports = {gz.name: gz for gz in (folder / SQLITE).glob("*.sqlite.gz")}  # folders filed before the branch
+    exports.update({Path(p).name: p for p in on_branch if Path(p).name not in exports})
     written = []
-    for gz in sorted((folder / SQLITE).glob("*.sqlite.gz")):
-        if not (folder / EXTRACT / gz.name.replace(".sqlite.gz", TIMELINE_SUFFIX)).exists():
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in sorted(exports):
+            if (folder / EXTRACT / name.replace(".sqlite.gz", TIMELINE_SUFFIX)).exists():
+                continue
+            gz = exports[name]
+            if not isinstance(gz, Path):  # on the captures branch: its bytes, read without a checkout
+                gz = Path(tmp) / name
+                gz.write_bytes(captures.read_bytes(repo, exports[name]))
             written += [x.name for x in write_extracts(gz, folder / EXTRACT)]
     if written:
         _record_added(folder, dict(source="the folder's own exports (impl.nsys.store --extract)", note=note,
@@ -217,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     filed = json.loads((dest / FILED).read_text())
     print(f"filed into {dest} ({folder_bytes(dest) / 1e6:.2f} MB): {len(filed['kept'][TABLES])} tables, "
-          f"{len(filed['kept'][SQLITE])} exports, {len(filed['kept'][REP])} reports")
+          f"{len(filed['kept'][EXTRACT])} extracts; {len(filed['kept'][SQLITE])} exports and "
+          f"{len(filed['kept'][REP])} reports on the {captures.BRANCH} branch")
     if filed["lost_files"]:
         print(f"lost on the device (missing {filed['missing_parts']}): {filed['lost_files']}", file=sys.stderr)
     return 0

@@ -1,6 +1,7 @@
 """Nsight Systems outputs as the pages read them: the folders impl.nsys.store files under
-reports/data/<device>/nsys/<started UTC>_<commit>/ (manifest.json, tables/, extract/, sqlite/, rep/, FILED.json),
-and the per-rank NVTX phase timelines of the two-GPU cases (ddp (b), fsdp_accounting (b)) drawn from their exports'
+reports/data/<device>/nsys/<started UTC>_<commit>/ (manifest.json, tables/, extract/, FILED.json; the captures,
+sqlite/ and rep/, on the captures branch at the same paths, named here from FILED.json and never read), and the
+per-rank NVTX phase timelines of the two-GPU cases (ddp (b), fsdp_accounting (b)) drawn from their exports'
 extracts (impl.nsys.extract: the report never opens an export's SQLite)."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from impl.nsys.captures import BRANCH
 from impl.nsys.figure import draw_timeline
 from impl.nsys.outputs import MANIFEST, CaseRecord, Manifest, read_manifest
 from impl.nsys.extract import EXTRACT, MEMORY_SUFFIX, TIMELINE_SUFFIX, read_timeline_extract
@@ -60,8 +62,21 @@ class Filed:
     def memory(self, case: str) -> Path | None:  # its device-memory trace, for a memory case
         return self._file(EXTRACT, f"{case}{MEMORY_SUFFIX}")
 
-    def rep(self, case: str) -> Path | None:
-        return self._file(REP, f"{case}.nsys-rep")
+    def captured(self, sub: str, name: str) -> str:
+        """Where the capture `name` of subfolder `sub` (rep/, sqlite/) is kept: its git object name on the captures
+        branch (impl.nsys.captures), `captures:reports/data/.../<sub>/<name>`, what `git show` takes."""
+        return f"{BRANCH}:{self.rel}/{sub}/{name}"
+
+    @property
+    def reps(self) -> list[str]:
+        """The GUI reports the filing kept (FILED.json), each as `captured` names it, in the filing's order."""
+        return [self.captured(REP, n) for n in self.filed.get("kept", {}).get(REP, [])]
+
+    def rep(self, case: str) -> str | None:
+        """The case's GUI report as `captured` names it, None if the filing kept none (names only: a clone without
+        the captures branch rebuilds the same pages)."""
+        name = f"{case}.nsys-rep"
+        return self.captured(REP, name) if name in self.filed.get("kept", {}).get(REP, []) else None
 
     def rel_of(self, path: Path) -> str:
         return f"{self.rel}/{Path(path).relative_to(self.folder).as_posix()}"
@@ -167,8 +182,8 @@ class StepTimeline:
     figure: str
     kernels: int  # kernels the export holds in the step's window (0: NVTX only)
     overlap: tuple[Overlap, ...]
-    sources: tuple[str, ...]  # the export and the report files, as sources name them
-    rep: str | None
+    sources: tuple[str, ...]  # the extract and the GUI report, as sources name them
+    rep: str | None  # the GUI report on the captures branch (Filed.rep), None if not kept
     step: str = "step 1"  # the measured step shown
 
     step_ms = property(lambda self: max(r.step_ms for r in self.ranks))
@@ -235,7 +250,7 @@ def step_timeline(filed: Filed, case: str, label: str, ctx, collectives: Sequenc
     name = f"nsys-{case}.png"
     title = figures.words("nsys_step").title.format(label=label, step=step)
     draw_timeline(win, ctx.fig_dir / name, title, window=(start, end), range_names=(step, *STEP_PHASES, *collectives))
-    rep = filed.rel_of(filed.rep(case)) if filed.rep(case) else None
+    rep = filed.rep(case)
     srcs = (filed.rel_of(path), rep) if rep else (filed.rel_of(path),)
     return StepTimeline(label, tuple(per_step[step]), f"{ctx.fig_rel}/{name}", len(win.kernels),
                         tuple(win.overlap()) if win.kernels else (), srcs, rep, step)

@@ -507,6 +507,9 @@ class NsysMemory:
     size: str
     cases: tuple[NsysMemCase, ...]
 
+    # the GUI reports, as the captures branch names them (captures:<path>)
+    reps = property(lambda self: [x for c in self.cases for x in c.files if x.endswith(".nsys-rep")])
+
     @property
     def sources(self) -> list[str]:
         return [f"{self.filed.rel}/manifest.json"] + [x for c in self.cases for x in c.files]
@@ -548,7 +551,7 @@ def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
         out.append(NsysMemCase(int(a["context"]), a["dtype"], int(a["batch"]),
                                tuple(trace.in_range(n) for n in blocks), trace.in_range("forward"),
                                trace.in_range("backward"), link, (filed.rel_of(extract),)
-                               + ((filed.rel_of(filed.rep(c.name)),) if filed.rep(c.name) else ()),
+                               + tuple(x for x in [filed.rep(c.name)] if x),
                                probe.saved_bytes if probe else None))
     return NsysMemory(filed, size, tuple(sorted(out, key=lambda x: x.context))) if out else None
 
