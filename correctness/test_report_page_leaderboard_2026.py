@@ -134,6 +134,38 @@ def test_the_cold_start_is_judged_by_the_whole_run(tmp_path):
             "done (the fastest among them), 650 s after: over the 10 minutes") in text
 
 
+@pytest.mark.parametrize("winner_in_cold_run", [False, True])
+def test_a_later_warm_run_keeps_the_newest_cold_run_on_the_page(tmp_path, winner_in_cold_run):
+    """A later run from warm caches must not hide the newest run from empty caches: the page names it, its
+    whole-run time (superseded rows included), and whether the newest fastest configuration was among its
+    candidates."""
+    cold_day, warm_day = "2026-03-02T00:00:00", "2026-03-03T00:00:00"
+    cold = [_two("keep_attention", 0, 7.0, 6950.0, 70.0, when=cold_day, caches=(0, 0), run_wall_s=160.0),
+            _two("keep_attention", 2, 6.9, 6900.0, 5.0, when=cold_day, caches=(300, 40), run_wall_s=450.0)]
+    warm = [_two("keep_attention", 6, 6.95, 6950.0, 30.0, caches=(400, 0), run_wall_s=150.0),
+            _two("keep_attention", 2 if winner_in_cold_run else 4, 6.8, 6800.0, 5.0, caches=(400, 0),
+                 run_wall_s=300.0)]
+    rows = _line_rows() + _allreduce() + [cold[0]] + warm  # the cold run's k 2 row superseded (when the warm run has k 2)
+    f = page.facts(context(rows, tmp_path, history=[cold[1]]))
+    m = f.multi
+    assert [c.policy for c in m.cold] == ["keep_attention (k 0)", "keep_attention (k 2)"]
+    assert m.cold[-1].run_wall_s == 450.0 and m.cold_has_answer is winner_in_cold_run
+    text = render_page("leaderboard_2026.md.j2", f=f)
+    assert ("The newest run that began from empty compile caches, of 2026-03-02 00:00 UTC (2 candidates), ended its "
+            "first candidate's row 160 s after its start and its last 450 s after: within the 10 minutes.") in text
+    assert ("The fastest configuration above was among its candidates." if winner_in_cold_run else
+            "The fastest configuration above was not among its candidates, so its own cold start is not measured."
+            ) in text
+
+
+def test_the_newest_run_from_empty_caches_is_not_named_twice(tmp_path):
+    rows = _line_rows() + _allreduce() + [_two("keep_attention", 0, 6.9, 6880.0, 70.0, caches=(0, 0),
+                                               run_wall_s=140.0)]
+    f = page.facts(context(rows, tmp_path))
+    assert f.multi.cold == () and "The newest run that began from empty" not in render_page(
+        "leaderboard_2026.md.j2", f=f)
+
+
 def test_a_candidate_measured_again_shows_its_earlier_runs(tmp_path):
     """The table keeps each candidate's newest row; its earlier measured runs on the same device stay on
     the page as the spread between runs (another device's or an unmeasured row does not count)."""

@@ -243,6 +243,22 @@ class TwoGpuFacts:
     files: tuple[str, ...]
     cold_limit_s: float = COLD_RUN_LIMIT_S
     parts: StepParts | None = None  # the newest winner's step by part, where its row has them
+    cold: tuple[Candidate, ...] = ()  # the newest run from empty compile caches, where the newest run is not one
+
+    @property
+    def cold_has_answer(self) -> bool:
+        """Whether the newest run's fastest configuration is among the cold run's candidates."""
+        return any(c.policy == self.newest.policy for c in self.cold)
+
+
+def cold_run(device: str, rows: Sequence[Bench]) -> tuple[Candidate, ...]:
+    """The measured candidates, in run order, of the newest run on `device` that began from empty compile caches
+    (tools/leaderboard_cold.sh), superseded rows included: a later run of the same candidates must not hide it."""
+    every = [Candidate.of(b) for b in rows if b.run.device == device and (_cfg(b).world_size or 1) > 1]
+    runs = group(sorted((c for c in every if c.measured and c.first_call_s is not None),
+                        key=lambda c: c.run_wall_s or 0.0), key=lambda c: c.run_when)
+    cold = [w for w, cs in runs.items() if cs[0].from_empty_caches]
+    return tuple(runs[max(cold)]) if cold else ()
 
 
 def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ()) -> TwoGpuFacts | None:
@@ -266,12 +282,15 @@ def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ())
     gpu_flops = datasheet_bf16_flops(CLASS_BEST_GPU)
     top = answer or (profiled[-1] if profiled else None)
     first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
+    cold = cold_run(device, [*rows, *history])
+    cold = () if not cold or cold[0].run_when == newest.run_when else cold
     return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
                        fastest, newest, run, first_calls, profiled, answer,
                        Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, top) if profiled else None,
                        ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest)
                        if gpu_flops and newest.datasheet_flops else None,
-                       RunsFacts.of(device, rows), files_of(rows), parts=StepParts.of_row(newest))
+                       RunsFacts.of(device, rows), tuple(sorted({*files_of(rows), *(c.file for c in cold)})),
+                       parts=StepParts.of_row(newest), cold=cold)
 
 
 @dataclass(frozen=True)
