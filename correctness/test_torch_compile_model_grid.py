@@ -2,7 +2,9 @@
 edition's 10B included, in an order that lets a budget cut fall last on the largest size, and the rows
 an OOM of the same run already answers (impl.workloads.compiled)."""
 from impl.model import SizeRef
-from impl.workloads.compiled import compile_model_case_id, compile_model_cases, implied_by_oom
+from impl.bench.harness import Budget
+from impl.bench.row import Status
+from impl.workloads.compiled import compile_model_case_id, compile_model_cases, implied_by_oom, not_run_reason
 from impl.workloads.steps import memory_need
 from impl.workloads.sweeps import grid
 
@@ -51,6 +53,18 @@ def test_an_oom_answers_heavier_and_longer_rows_of_the_same_size_and_impl_only()
     opt = {(ten, "compiled"): [("optimizer_step", None)]}
     assert "optimizer step" in implied_by_oom(opt, ten, 128, "train_step", "compiled")
     assert implied_by_oom(opt, ten, 128, "forward_backward", "compiled") is None
+
+
+def test_a_row_an_oom_answers_says_so_even_after_the_budget_ran_out():
+    """The OOM's reason wins over the budget's: it is the truer one (the 10B's fwd+bwd at 512 after the OOM
+    at 128 was recorded "left out by budget" on 2026-11-27)."""
+    ten, spent, fresh = SizeRef("2026", "10B"), Budget(0.0), Budget(3600.0)
+    spent.deadline = 0.0  # ran out long ago
+    ooms = {(ten, "eager"): [("forward_backward", 128)]}
+    status, reason = not_run_reason(ooms, spent, ten, 512, "forward_backward", "eager")
+    assert status is Status.LEFT_OUT and "ran out of memory at context 128" in reason
+    assert not_run_reason(ooms, spent, ten, 512, "forward", "eager") == (Status.LEFT_OUT_BY_BUDGET, spent.reason())
+    assert not_run_reason(ooms, fresh, ten, 512, "forward", "eager") is None
 
 
 def test_closed_form_the_10b_forward_fits_an_h100_and_its_training_does_not():

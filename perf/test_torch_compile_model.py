@@ -26,12 +26,13 @@ forward+backward, training step, eager before compiled. Rows past `budget_s` are
 by budget. An OOM is a row (with the closed-form need, impl.workloads.steps.memory_need, in its
 details) and the sweep goes on; a row that an OOM of the same size and impl already answers (a mode
 that keeps no less alive at a context no shorter: impl.workloads.compiled.implied_by_oom) is recorded
-as left out with that reason instead of being run again (on one H100 the 10B's every training row)."""
+as left out with that reason instead of being run again (on one H100 the 10B's every training row),
+budget or not (impl.workloads.compiled.not_run_reason)."""
 import pytest
 import torch
 
 from impl.workloads.compiled import (WHY, CompiledAdamW, compile_model, compile_model_case_id, compile_model_cases,
-                                     describe, graph_breaks, implied_by_oom, raise_recompile_limit, record_compile_s,
+                                     describe, graph_breaks, not_run_reason, raise_recompile_limit, record_compile_s,
                                      unique_graphs)
 from impl.bench.harness import Budget
 from impl.bench.timers import time_once
@@ -102,12 +103,8 @@ def test_torch_compile_model(bench, size, context, mode, impl):
     details = dict(COMPILED)
     need = memory_need(size, mode if mode != OPTIMIZER else "train_step", G.dtype, batch, context or min(G.contexts))
     details["closed_form_need_bytes"] = need["total"] if mode != OPTIMIZER else (need["total"] - need["activations"])
-    if BUDGET.exhausted():
-        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT_BY_BUDGET, reason=BUDGET.reason(),
-                      details=details)
-        return
-    if reason := implied_by_oom(STATE["ooms"], size, context, mode, impl):
-        bench.not_run(problem=PROBLEM, config=config, status=Status.LEFT_OUT, reason=reason, details=details)
+    if skip := not_run_reason(STATE["ooms"], BUDGET, size, context, mode, impl):
+        bench.not_run(problem=PROBLEM, config=config, status=skip[0], reason=skip[1], details=details)
         return
     model = fn = setup = opt = message = None
     try:

@@ -230,6 +230,17 @@ def compile_model_case_id(size, context, mode, impl) -> str:
     return f"{name}-{context}-{mode}-{impl}"
 
 
+def not_run_reason(ooms: dict, budget, size_key, context: int | None, mode: str,
+                   impl: str) -> tuple[Status, str] | None:
+    """(status, reason) of a row that is not to run, or None: an OOM that already answers it first (the truer
+    reason, and it costs nothing), then the perf file's exhausted `budget` (impl.bench.harness.Budget)."""
+    if reason := implied_by_oom(ooms, size_key, context, mode, impl):
+        return Status.LEFT_OUT, reason
+    if budget.exhausted():
+        return Status.LEFT_OUT_BY_BUDGET, budget.reason()
+    return None
+
+
 def implied_by_oom(ooms: dict, size_key, context: int | None, mode: str, impl: str) -> str | None:
     """Why this row cannot fit, from an OOM this run already hit, or None. `ooms`: {(size_key,
     impl): [(mode, context), ...]} of the rows that ran out of memory. A row is answered when the same
