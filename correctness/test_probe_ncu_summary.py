@@ -1,0 +1,80 @@
+"""tools/probes/ncu_summary.py on made-up ncu exports: the raw page's table a launch (metrics, stall shares) and
+the source page's samples by family, by reason and the long-scoreboard samples by their sources' producer."""
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from kits.probes import probe_module
+
+_RAW = (
+    '"ID","Kernel Name","gpu__time_duration.sum","lts__t_sectors_op_red.sum",'
+    '"l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct","launch__registers_per_thread",'
+    '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",'
+    '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
+    '"smsp__average_warps_issue_stalled_selected_per_issue_active.ratio"\n'
+    '"","","ms","sector","%","register/thread","inst","inst","inst"\n'
+    '"0","_attn_bwd_sm90","66.098400","3,233,808,384","1.859476","255","6","1","1"\n'
+    '"1","bprop","36.139680","3233808384","99.760614","168","1","2","1"\n')
+
+_HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_long_sb","stall_lg",'
+           '"stall_long_sb (Not Issued)"\n')
+_SOURCE = ('"Kernel Name","k0",\n' + _HEADER +
+           '"0x0","      LDL.64 R224, [R1+0xe0]","10","0","0","10","0"\n'
+           '"0x10","      VIADD R10, R15, 0x10","0","0","0","0","0"\n'
+           '"0x20","      R2UR UR8, R225","60","0","60","0","60"\n'
+           '"0x30","@P2   R2UR UR9, R10","20","0","20","0","20"\n'
+           '"0x40","      BAR.SYNC.DEFER_BLOCKING 0x0","10","10","0","0","0"\n'
+           '"Kernel Name","k1",\n' + _HEADER +
+           '"0x0","      WARPGROUP.DEPBAR.LE gsb0, 0x1","5","5","0","0","0"\n')
+
+
+@pytest.fixture(scope="module")
+def probe():
+    with probe_module("ncu_summary") as module:
+        yield module
+
+
+def test_raw_table(probe):
+    lines = probe.raw_table(_RAW, names=["one-pass", "cudnn"])
+    assert len(lines) == 4 and lines[0].startswith("| launch | ms | SM % |")
+    one, cudnn = lines[2], lines[3]
+    assert one.startswith("| one-pass | 66.10 | — |") and "| 3.234 |" in one and "| 1.9 |" in one
+    assert one.endswith("| long_scoreboard 75.0, barrier 12.5, selected 12.5 |")
+    assert "| 99.8 |" in cudnn and "| 168 |" in cudnn and cudnn.endswith("| barrier 50.0, long_scoreboard 25.0, "
+                                                                          "selected 25.0 |")
+
+
+def test_operands_and_producer(probe):
+    assert probe.opcode("@!P1  LDL.64 R2, [R1]") == "LDL.64" and probe.family("WARPGROUP.DEPBAR.LE") == \
+        "WARPGROUP.DEPBAR"
+    assert probe.family("BAR.SYNC.DEFER_BLOCKING") == "BAR" and probe.family("DEPBAR.LE") == "DEPBAR"
+    assert probe.dest_and_sources("LDL.64 R224, [R1+0xe0]") == (["R224", "R225"], ["R1"])
+    assert probe.dest_and_sources("STL [R1+0x110], R2") == ([], ["R1", "R2"])
+    assert probe.dest_and_sources("FADD R164, R164, -R218") == (["R164"], ["R164", "R218"])
+    (_, body), _ = probe.read_source(_SOURCE)
+    assert [probe.producer(body, i) for i in (2, 3, 4)] == ["LDL", "VIADD", ""]
+
+
+def test_source_summary(probe, tmp_path):
+    path = tmp_path / "s.csv.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(_SOURCE)
+    blocks = probe.read_source(probe._open_text(str(path)))
+    assert [b[0] for b in blocks] == ["k0", "k1"] and len(blocks[0][1]) == 5
+    lines = probe.source_summary("one-pass", blocks[0][1], top=3)
+    assert lines[0] == "one-pass: 100 samples"
+    assert lines[1] == "  by family (% of samples): R2UR 80.0, LDL 10.0, BAR 10.0"
+    assert lines[2] == "  by reason: long_sb 80.0, lg 10.0, barrier 10.0"
+    assert lines[4] == "  long_sb by producer of the stalled instruction's sources: LDL 60.0, VIADD 20.0"
+    assert probe.source_summary("k1", blocks[1][1])[1].endswith("WARPGROUP.DEPBAR 100.0")
+
+
+def test_cli(probe, tmp_path, capsys):
+    raw = tmp_path / "raw.csv"
+    raw.write_text(_RAW)
+    assert probe.main(["raw", str(raw), "--names", "a,b"]) == 0
+    assert "| a | 66.10 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        probe.main(["neither", str(raw)])

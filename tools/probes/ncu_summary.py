@@ -1,0 +1,225 @@
+"""CPU probe: short tables from an Nsight Compute run's exports (issue 47's d 128 backward reading).
+
+Two inputs, the ones `flash_ncu_bwd.py`'s prepared command writes:
+- `raw`: `ncu --import R --page raw --csv` (first line the metric names, second the units, then one row a launch):
+  a table a launch of the figures NOTES.md records (duration, SM / L2 / DRAM throughput, tensor pipe, L2 sectors by
+  operation, DRAM bytes, the local-load L1 hit rate, registers, shared memory, occupancy) and the stall reasons as
+  a share of all warp cycles a issued instruction (`smsp__average_warps_issue_stalled_<r>_per_issue_active` over
+  their sum: the WarpStateStats view).
+- `source`: `ncu --import R --page source --print-source sass --csv` (plain or .gz; one block a profiled launch,
+  each opening with a `"Kernel Name",...` line): a block's PC samples by opcode family, by stall reason, the
+  leading (family, reason) pairs, and the long-scoreboard samples split by the producer of the stalled
+  instruction's source registers (the last instruction before it, in address order, that writes one of them:
+  LDL = a spill reload, LDG = a global load, other), which says how much of that stall is spill reloads.
+  The producer search ignores branches (address order, at most `WINDOW` instructions back): a lead, not a proof.
+
+    python tools/probes/ncu_summary.py raw FILE-raw.csv [--names a,b,...]
+    python tools/probes/ncu_summary.py source FILE-source.csv[.gz] [--names a,b,...] [--top N]
+
+`--names` labels the launches in order (default: the kernel names).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import re
+import sys
+from collections import Counter
+from typing import Dict, List, Optional, Sequence, Tuple
+
+#: (label, metric, scale, format) of the raw table, in order.
+RAW_FIELDS = (
+    ("ms", "gpu__time_duration.sum", 1.0, "{:.2f}"),
+    ("SM %", "sm__throughput.avg.pct_of_peak_sustained_elapsed", 1.0, "{:.1f}"),
+    ("L2 %", "lts__throughput.avg.pct_of_peak_sustained_elapsed", 1.0, "{:.1f}"),
+    ("DRAM %", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", 1.0, "{:.1f}"),
+    ("tensor %", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", 1.0, "{:.1f}"),
+    ("red 1e9", "lts__t_sectors_op_red.sum", 1e-9, "{:.3f}"),
+    ("read 1e9", "lts__t_sectors_op_read.sum", 1e-9, "{:.2f}"),
+    ("write 1e9", "lts__t_sectors_op_write.sum", 1e-9, "{:.2f}"),
+    ("DRAM rd GB", "dram__bytes_read.sum", 1.0, "{:.2f}"),
+    ("DRAM wr GB", "dram__bytes_write.sum", 1.0, "{:.2f}"),
+    ("LDL L1 hit %", "l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct", 1.0, "{:.1f}"),
+    ("LDL 1e6", "smsp__sass_inst_executed_op_local_ld.sum", 1e-6, "{:.0f}"),
+    ("regs", "launch__registers_per_thread", 1.0, "{:.0f}"),
+    ("smem KB", "launch__shared_mem_per_block", 1.0, "{:.1f}"),
+    ("carve KB", "launch__shared_mem_config_size", 1.0, "{:.1f}"),
+    ("occ %", "sm__warps_active.avg.pct_of_peak_sustained_active", 1.0, "{:.1f}"),
+)
+STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+#: The SASS families the stall reading names (others keep their first opcode word).
+FAMILIES = (("WARPGROUP.DEPBAR", "WARPGROUP.DEPBAR"), ("WARPGROUP.ARRIVE", "WARPGROUP.ARRIVE"),
+            ("DEPBAR", "DEPBAR"), ("BAR.", "BAR"))
+WINDOW = 400
+#: Opcodes whose first operand is not a destination register.
+NO_DEST = re.compile(r"^(ST|STS|STL|STG|STSM|RED|REDG|BAR|BRA|EXIT|MEMBAR|FENCE|DEPBAR|WARPGROUP|UTMA|SYNCS\.ARRIVE|"
+                     r"HGMMA|ELECT|VOTEU|UTMACMDFLUSH|NOP|WARPSYNC)")
+
+
+def _num(text: str) -> float:
+    text = text.replace(",", "").strip()
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
+
+
+def read_raw(text: str) -> Tuple[List[str], List[Dict[str, str]]]:
+    """(kernel names, one {metric: value} a launch) from the raw page's csv."""
+    rows = list(csv.reader(io.StringIO(text)))
+    header, data = rows[0], [r for r in rows[2:] if r]
+    launches = [dict(zip(header, r)) for r in data]
+    return [d.get("Kernel Name", "?") for d in launches], launches
+
+
+def stall_shares(launch: Dict[str, str]) -> Dict[str, float]:
+    """Stall reason -> % of the warp cycles a issued instruction (the reasons' ratios over their sum)."""
+    ratios = {m.group(1): _num(v) for k, v in launch.items() if (m := STALL_RE.match(k))}
+    ratios = {k: v for k, v in ratios.items() if v == v}
+    total = sum(ratios.values())
+    return {k: 100.0 * v / total for k, v in ratios.items()} if total else {}
+
+
+def raw_table(text: str, names: Optional[Sequence[str]] = None, top: int = 5) -> List[str]:
+    kernels, launches = read_raw(text)
+    names = list(names) if names else kernels
+    lines = ["| launch | " + " | ".join(f[0] for f in RAW_FIELDS) + " | top stalls (% of cycles) |",
+             "|---" * (len(RAW_FIELDS) + 2) + "|"]
+    for name, launch in zip(names, launches):
+        cells = []
+        for _, metric, scale, fmt in RAW_FIELDS:
+            v = _num(launch.get(metric, "nan"))
+            cells.append(fmt.format(v * scale) if v == v else "—")
+        shares = sorted(stall_shares(launch).items(), key=lambda kv: -kv[1])[:top]
+        stalls = ", ".join(f"{k} {v:.1f}" for k, v in shares)
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {stalls} |")
+    return lines
+
+
+def read_source(text: str) -> List[Tuple[str, List[Dict[str, str]]]]:
+    """One (kernel name, rows as {column: value}) a block of the source page's csv."""
+    rows = list(csv.reader(io.StringIO(text)))
+    blocks, i = [], 0
+    while i < len(rows):
+        if rows[i] and rows[i][0] == "Kernel Name":
+            name, header, j = rows[i][1], rows[i + 1], i + 2
+            body = []
+            while j < len(rows) and not (rows[j] and rows[j][0] == "Kernel Name"):
+                if rows[j]:
+                    body.append(dict(zip(header, rows[j])))
+                j += 1
+            blocks.append((name, body))
+            i = j
+        else:
+            i += 1
+    return blocks
+
+
+def opcode(sass: str) -> str:
+    """The opcode with its modifiers, predicate dropped: '@!P1 LDL.64 R2, [R1]' -> 'LDL.64'."""
+    s = re.sub(r"^@!?U?P[T\d]+\s+", "", sass.strip())
+    return s.split()[0] if s else ""
+
+
+def family(op: str) -> str:
+    for prefix, fam in FAMILIES:
+        if op.startswith(prefix):
+            return fam
+    return op.split(".")[0]
+
+
+def _regs(operands: str) -> List[str]:
+    """General registers named in an operand list, R2.64 / 64-bit pairs widened to both halves."""
+    out = []
+    for m in re.finditer(r"\bR(\d+)(\.64)?\b", operands):
+        n = int(m.group(1))
+        out += [f"R{n}", f"R{n + 1}"] if m.group(2) else [f"R{n}"]
+    return out
+
+
+def dest_and_sources(sass: str) -> Tuple[List[str], List[str]]:
+    """(registers written, registers read) of one SASS line, by the usual operand order."""
+    s = re.sub(r"^@!?U?P[T\d]+\s+", "", sass.strip())
+    parts = s.split(None, 1)
+    op, rest = parts[0], (parts[1] if len(parts) > 1 else "")
+    operands = [o.strip() for o in rest.split(",")]
+    if NO_DEST.match(op) or not operands or not re.match(r"^R\d+$", operands[0]):
+        return [], _regs(rest)
+    dest = [operands[0]]
+    if re.search(r"\.64\b|\.128\b", op):  # LDL.64 R2 writes R2, R3 (LDL.128: four)
+        n, width = int(operands[0][1:]), (4 if ".128" in op else 2)
+        dest = [f"R{n + k}" for k in range(width)]
+    return dest, _regs(", ".join(operands[1:]))
+
+
+def producer(body: Sequence[Dict[str, str]], i: int, window: int = WINDOW) -> str:
+    """Family of the last instruction before row i (address order) writing a register row i reads; '' if none."""
+    _, reads = dest_and_sources(body[i]["Source"])
+    if not reads:
+        return ""
+    wanted = set(reads)
+    for j in range(i - 1, max(-1, i - 1 - window), -1):
+        dest, _ = dest_and_sources(body[j]["Source"])
+        if wanted.intersection(dest):
+            return family(opcode(body[j]["Source"]))
+    return ""
+
+
+def source_summary(name: str, body: Sequence[Dict[str, str]], top: int = 10) -> List[str]:
+    samples_col = "Warp Stall Sampling (All Samples)"
+    reasons = [c for c in (body[0] if body else {}) if c.startswith("stall_") and "Not Issued" not in c]
+    total = sum(int(_num(r[samples_col])) for r in body) or 1
+    by_fam, by_reason, pairs, long_sb_by_producer = Counter(), Counter(), Counter(), Counter()
+    for i, r in enumerate(body):
+        fam = family(opcode(r["Source"]))
+        by_fam[fam] += int(_num(r[samples_col]))
+        for c in reasons:
+            v = int(_num(r[c]))
+            if v:
+                by_reason[c[6:]] += v
+                pairs[(fam, c[6:])] += v
+                if c == "stall_long_sb":
+                    long_sb_by_producer[producer(body, i) or "none found"] += v
+
+    def pct(counter: Counter, n: int) -> str:
+        return ", ".join(f"{k if isinstance(k, str) else '/'.join(k)} {100.0 * v / total:.1f}"
+                         for k, v in counter.most_common(n))
+    return [f"{name}: {total} samples",
+            f"  by family (% of samples): {pct(by_fam, top)}",
+            f"  by reason: {pct(by_reason, top)}",
+            f"  family/reason: {pct(pairs, top)}",
+            f"  long_sb by producer of the stalled instruction's sources: {pct(long_sb_by_producer, 5)}"]
+
+
+def _open_text(path: str) -> str:
+    if path.endswith(".gz"):
+        with gzip.open(path, "rt") as fh:
+            return fh.read()
+    with open(path) as fh:
+        return fh.read()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="ncu_summary", description=__doc__.split("\n\n")[0])
+    ap.add_argument("page", choices=("raw", "source"))
+    ap.add_argument("path")
+    ap.add_argument("--names", default="", help="comma-separated labels of the launches, in order")
+    ap.add_argument("--top", type=int, default=10)
+    args = ap.parse_args(argv)
+    names = [n for n in args.names.split(",") if n] or None
+    text = _open_text(args.path)
+    if args.page == "raw":
+        lines = raw_table(text, names, top=min(args.top, 6))
+    else:
+        lines = []
+        for k, (kernel, body) in enumerate(read_source(text)):
+            label = names[k] if names and k < len(names) else kernel
+            lines += source_summary(label, body, args.top)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
