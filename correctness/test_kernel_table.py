@@ -73,7 +73,7 @@ def test_each_committed_entry_names_a_config_its_kernel_accepts():
 def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
     """A (d, causal) is in the table only where a run timed both kernels, and a config only if it won at every
     shape each run that timed it timed Triton; a wrong or failed row rules its config out; a backward row
-    without config_used (its None config was that commit's default) is not read."""
+    without config_used (its None config was that commit's default) is not read, nor a carve-out twin."""
     def row(shape, impl, config, ms, err=1e-3, wrong=False, error=None, **extra):
         return dict(shape=shape, impl=impl, config=config, ms=ms, bwd=ms, err=err, wrong=wrong, error=error, **extra)
     s1, s2, s3 = [1, 2, 4096, 128, True], [2, 2, 2048, 128, True], [1, 2, 4096, 64, False]
@@ -83,7 +83,9 @@ def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
            row(s3, "triton", "autotuned", 1.0), row(s3, "gluon-ws", "2x64x128 s3 pp", 0.5, err=0.5, wrong=True),
            row([1, 2, 4096, 80, True], "gluon-ws", "2x64x128 s3 pp", 0.1)]  # no Triton row: no entry
     bwd = [row(s1, "triton", None, 3.0), row(s1, "ws+gluon-bwd", None, 2.0),
-           row(s3, "triton", None, 3.0), row(s3, "ws+gluon-bwd", None, 2.0, config_used="64x128 w8 s2")]
+           row(s3, "triton", None, 3.0), row(s3, "ws+gluon-bwd", None, 2.0, config_used="64x128 w8 s2"),
+           # the same kernel under another shared-memory carve-out: not what the launcher runs, not read
+           row(s3, "ws+gluon-bwd", None, 5.0, config_used="64x128 w8 s2", carveout=72)]
     # A later run that times a new config (no ping-pong) beside Triton at one shape: judged by that run alone.
     later = [row(s1, "triton", "autotuned", 2.2), row(s1, "gluon-ws", "2x64x128 s3", 1.1),
              row(s1, "gluon-ws", "2x64x128 s2 pp", 2.5)]  # uncovered in the first run, slower here: out

@@ -77,3 +77,24 @@ def test_the_plan_has_the_dq_atomic_rows(probe):
     assert len(split) == 5
 
 
+
+
+def test_carveout_twins_follow_each_ws_gluon_row_only(probe, capsys):
+    """--carveout PCT: after each "ws+gluon-bwd" row, its twin at each percent (no new compile in its estimate);
+    no other impl gets one; --only selects twins by their label; a bad percent is refused by name."""
+    rows = probe.plan(skip_triton=True, carveouts=(72, 86))
+    labels = [probe.row_label(r) for r in rows]
+    plain = [r for r in rows if r["carveout"] is None]
+    assert [probe.row_label(r) for r in plain] == [probe.row_label(r) for r in probe.plan(skip_triton=True)]
+    for i, r in enumerate(rows):
+        if r["carveout"] is None and r["impl"] == "ws+gluon-bwd":
+            assert labels[i + 1:i + 3] == [labels[i] + " carveout72", labels[i] + " carveout86"]
+            assert rows[i + 1]["est"] <= r["est"]
+    assert all(r["impl"] == "ws+gluon-bwd" for r in rows if r["carveout"] is not None)
+    only = probe.plan(skip_triton=True, carveouts=(72,), only=(r"^1x32x32768x128 ws[+]gluon-bwd 64x128 w8 s2 dq-atomic"
+                                                               r"( carveout\d+)?$",))
+    assert [probe.row_label(r) for r in only] == ["1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 dq-atomic",
+                                                  "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 dq-atomic carveout72"]
+    with pytest.raises(SystemExit):
+        probe.main(["--dry-run", "--carveout", "101"])
+    assert "--carveout: carve-out 101: a percent from 0 to 100" in capsys.readouterr().err

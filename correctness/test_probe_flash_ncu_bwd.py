@@ -31,7 +31,8 @@ def test_defaults_are_the_8b_shape_and_every_variant(probe):
 @pytest.mark.parametrize("argv,match", [(["--shape", "1,2,3"], "B,H,N,D"), (["--shape", "a,b,c,d"], "integers"),
                                         (["--variants", "one-pass,atomic"], "unknown"),
                                         (["--shape", "4,32,4096,64"], "head dim 128 only"),
-                                        (["--warmup", "0"], "warmup")])
+                                        (["--warmup", "0"], "warmup"),
+                                        (["--carveout", "101"], "--carveout: carve-out 101: a percent")])
 def test_refuses_bad_arguments(probe, argv, match, capsys):
     with pytest.raises(SystemExit):
         probe.parse_args(argv)
@@ -53,7 +54,7 @@ def test_the_filter_selects_the_backward_kernels_only(probe):
 
 @pytest.mark.parametrize("report", ["bwd", "src"])
 def test_ncu_command_bounds_the_replay_and_round_trips(probe, report):
-    args = probe.parse_args(["--variants", "one-pass,cudnn", "--shape", "4,32,4096,128", "--full"])
+    args = probe.parse_args(["--variants", "one-pass,cudnn", "--shape", "4,32,4096,128", "--full", "--carveout", "72"])
     cmd = probe.ncu_command(args, report)
     words = shlex.split(cmd)
     assert words[0] == "ncu" and f"$OUT/{report}" in cmd
@@ -64,8 +65,8 @@ def test_ncu_command_bounds_the_replay_and_round_trips(probe, report):
     assert [words[i + 1] for i, w in enumerate(words) if w == "--section"] == list(sections)
     assert ("--metrics" in words) == bool(metrics)
     again = probe.parse_args(words[words.index("tools/probes/flash_ncu_bwd.py") + 1:])
-    assert (again.shape, again.full, again.variants, again.warmup) == (args.shape, args.full, args.variants,
-                                                                      args.warmup)
+    assert (again.shape, again.full, again.variants, again.warmup, again.carveout) == (
+        args.shape, args.full, args.variants, args.warmup, 72)
 
 
 def test_refuses_without_an_sm90_gpu(probe, monkeypatch, capsys):

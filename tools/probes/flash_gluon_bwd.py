@@ -21,17 +21,21 @@ dV against the Triton backward's ("err": the largest; > 2e-2 marks the row wrong
 "/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms. The "ws+gluon-bwd" and
 "gluon-bwd" rows record "config_used", the config's label also where "config" is None (the default, which moves
 between commits): tools/probes/kernel_table.py takes the backward's configs from it.
+--carveout PCT (repeatable) adds, after each "ws+gluon-bwd" row, its twin timed with the Gluon backward kernels'
+shared-memory carve-out set to PCT percent (tools/probes/carveout.py; label suffix "carveoutPCT"; the driver's
+default is put back after the row), so the same kernel is timed both ways in one run.
 
 A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
 A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row.
 
     PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--skip-ws]
-        [--only REGEX ...] [--dry-run]
+        [--only REGEX ...] [--carveout PCT ...] [--dry-run]
 writes OUT.json (default $OUT/flash_gluon_bwd.json, else ./flash_gluon_bwd.json) after every row.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -39,6 +43,8 @@ from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
+
+from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probe beside this one (its folder is on sys.path)
 
 # (batch, heads, seq, d, causal)
 TABLE = [(1, 32, 32768, 128, True), (4, 32, 4096, 128, True), (8, 32, 2048, 128, True), (4, 16, 8192, 128, False)]
@@ -74,7 +80,13 @@ def cfg_text(c) -> str:
 
 def row_label(spec) -> str:
     """A row's name as --only matches it and the budget stop lists it: "shape impl config"."""
-    return f"{shape_name(spec['shape'])} {spec['impl']} {cfg_text(spec['config'])}".rstrip()
+    return f"{shape_name(spec['shape'])} {spec['impl']} {config_text(spec)}".rstrip()
+
+
+def config_text(spec) -> str:
+    """The row's config as its label says it: the kernel config, then its carve-out, if any."""
+    carveout = "" if spec.get("carveout") is None else f" carveout{spec['carveout']}"
+    return (cfg_text(spec["config"]) + carveout).strip()
 
 
 def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
@@ -86,9 +98,10 @@ def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
     return 1.5 + 30 * ms / 1e3 + compile_s + ((0.5 + 10 * 0.4 * ms / 3.5 * 2.5 / 1e3) if split else 0.0)
 
 
-def plan(skip_triton: bool = False, skip_ws: bool = False, only=()):
-    """The rows in order; `only` (regexes): keep the rows whose row_label matches one of them (none: all).
-    Estimates count a compile only at a key's first kept row."""
+def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()):
+    """The rows in order; `only` (regexes): keep the rows whose row_label matches one of them (none: all);
+    `carveouts` (percents): a twin of each "ws+gluon-bwd" row per percent, right after it. Estimates count a
+    compile only at a key's first kept row."""
     import re
 
     from impl.attention import flash_gluon_bwd as bwd
@@ -96,14 +109,21 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=()):
     rows, compiled = [], set()
 
     def add(s, impl, config=None):
+        add_row(s, impl, config)
+        if impl == "ws+gluon-bwd":  # the same kernel again, at each carve-out
+            for percent in carveouts:
+                add_row(s, impl, config, percent)
+
+    def add_row(s, impl, config, carveout=None):
         if skip_triton and impl.startswith("triton"):
             return
-        if only and not any(re.search(rx, row_label(dict(shape=s, impl=impl, config=config))) for rx in only):
+        spec = dict(shape=s, impl=impl, config=config, carveout=carveout)
+        if only and not any(re.search(rx, row_label(spec)) for rx in only):
             return
         key = (impl, cfg_text(config), s[3], s[4])
         split = impl.startswith("ws+gluon-bwd") and impl != "ws+gluon-bwd-ws" and \
             (config or bwd.default_config(s[3])).dq not in ("reduce", "atomic")
-        rows.append(dict(shape=s, impl=impl, config=config, est=est_s(s, impl, key not in compiled, split)))
+        rows.append(dict(spec, est=est_s(s, impl, key not in compiled, split)))
         compiled.add(key)
 
     dq_gluon = bwd.GluonBwdConfig(dq="gluon")  # stage 3c: the Gluon dQ kernel, at every d 128 shape
@@ -160,7 +180,7 @@ def _triton(q, k, v, do, causal, variant, options=None):
     return fwd, bwd, both
 
 
-def measure(row, tensors, cache) -> dict:
+def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from impl.attention import flash_gluon_bwd as gbwd
@@ -219,11 +239,16 @@ def measure(row, tensors, cache) -> dict:
         o2, lse2 = fwd()
         return gbwd.flash_gluon_backward(q, k, v, o2, do, lse2, causal, config)
 
-    err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
-    out = {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
-    dq_fn = _dq_only(q, k, v, o, do, lse, causal, config or gbwd.default_config(q.shape[-1]))
-    if dq_fn is not None:  # the dQ kernel alone (Triton's or stage 3c's), from the same o and lse
-        out["dq_ms"] = bench(dq_fn)
+    err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))  # this first call loads the kernels
+    with contextlib.ExitStack() as stack:
+        carved = None if row.get("carveout") is None else \
+            stack.enter_context(loaded.carveout(GLUON_BWD_KERNELS, row["carveout"]))
+        out = {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
+        dq_fn = _dq_only(q, k, v, o, do, lse, causal, config or gbwd.default_config(q.shape[-1]))
+        if dq_fn is not None:  # the dQ kernel alone (Triton's or stage 3c's), from the same o and lse
+            out["dq_ms"] = bench(dq_fn)
+    if carved:
+        out["carveout_kernels"] = carved
     return out
 
 
@@ -268,7 +293,7 @@ def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = ("WRONG " if r.get("wrong") else "") + ("bwd by difference " if r.get("bwd_by") else "")
     note += f"dQ kernel alone {r['dq_ms']:.3f} ms " if r.get("dq_ms") is not None else ""
-    return (f"{r['shape_name']:<22}{r['impl']:<17}{cfg_text(r['config']):<34}{num(r.get('fwd'), '9.3f'):>9}"
+    return (f"{r['shape_name']:<22}{r['impl']:<17}{config_text(r):<34}{num(r.get('fwd'), '9.3f'):>9}"
             f"{num(r.get('bwd'), '9.3f'):>9}{num(r.get('fwd+bwd'), '9.3f'):>9}{num(r.get('tflops'), '6.0f'):>6}"
             f"{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}{num(r.get('err'), '9.1e'):>9}  "
             f"{note}{(r.get('error') or '')[:80]}")
@@ -284,13 +309,20 @@ def main(argv=None) -> None:
     ap.add_argument("--skip-ws", action="store_true", help="leave out the stage-3b rows (ws+gluon-bwd-ws)")
     ap.add_argument("--only", action="append", default=[], metavar="REGEX",
                     help="keep only rows whose 'shape impl config' label matches (repeatable: any of them)")
+    ap.add_argument("--carveout", action="append", default=[], type=int, metavar="PCT",
+                    help="also time each ws+gluon-bwd row with the Gluon backward's shared-memory carve-out at "
+                         "PCT percent (repeatable)")
     args = ap.parse_args(argv)
-    specs = plan(args.skip_triton, args.skip_ws, tuple(args.only))
+    try:
+        carveouts = tuple(check_percent(p) for p in args.carveout)
+    except ValueError as e:
+        ap.error(f"--carveout: {e}")
+    specs = plan(args.skip_triton, args.skip_ws, tuple(args.only), carveouts)
     if not specs:
         ap.error(f"no row matches --only {args.only}")
     if args.dry_run:
         for s in specs:
-            print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{cfg_text(s['config']):<34} est {s['est']:5.1f} s")
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{config_text(s):<34} est {s['est']:5.1f} s")
         print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
         return
     import triton
@@ -302,6 +334,7 @@ def main(argv=None) -> None:
            "torch": torch.__version__, "triton": triton.__version__, "budget_s": args.budget_s,
            "stopped_by_budget": False, "left_out": [], "rows": rows}
     shape, tensors, cache = None, None, {}
+    loaded = Loaded().install() if carveouts else None  # before the first launch: it records every kernel loaded
     print(HEAD, flush=True)
     for i, spec in enumerate(specs):
         if time.time() - start + spec["est"] > args.budget_s:
@@ -314,14 +347,15 @@ def main(argv=None) -> None:
             torch.cuda.empty_cache()
             shape, tensors = spec["shape"], inputs(spec["shape"])
         row = dict(shape=spec["shape"], shape_name=shape_name(spec["shape"]), impl=spec["impl"],
-                   config=spec["config"], fwd=None, bwd=None, err=None, wrong=None, error=None)
+                   config=spec["config"], carveout=spec["carveout"], fwd=None, bwd=None, err=None, wrong=None,
+                   error=None)
         row["fwd+bwd"] = None
         if spec["impl"] in GLUON_DEFAULT_IMPLS:  # the config the row ran, also where it is the default (the
             # default moves between commits; tools/probes/kernel_table.py reads this)
             row["config_used"] = cfg_text(spec["config"] or gbwd.default_config(spec["shape"][3]))
         t0 = time.time()
         try:
-            row.update(measure(row, tensors, cache))
+            row.update(measure(row, tensors, cache, loaded))
         except Exception as e:  # noqa: BLE001 - a failed row is a result; the probe goes on
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         row["s"] = round(time.time() - t0, 1)

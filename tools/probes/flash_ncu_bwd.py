@@ -26,7 +26,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from flash_ncu import profiled, require_gpu  # the probe beside this one (its folder is on sys.path)
+from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probes beside this one (on sys.path)
+from flash_ncu import profiled, require_gpu
 
 PROG = "flash_ncu_bwd"
 SHAPE_8B = (1, 32, 32768, 128)  # the 8B step's attention, where the one-pass kernel missed by 1.56x
@@ -72,8 +73,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS),
                     help=f"comma-separated, launch order kept: {', '.join(BY_NAME)}")
     ap.add_argument("--warmup", type=int, default=2, help="unprofiled calls of each variant first")
+    ap.add_argument("--carveout", type=int, default=None, metavar="PCT",
+                    help="the Gluon backward kernels' shared-memory carve-out, in percent (tools/probes/carveout.py)")
     ap.add_argument("--ncu-command", action="store_true", help="print the ncu commands for these arguments, exit")
     args = ap.parse_args(argv)
+    if args.carveout is not None:
+        try:
+            check_percent(args.carveout)
+        except ValueError as e:
+            ap.error(f"--carveout: {e}")
     try:
         args.shape = tuple(int(x) for x in args.shape.split(","))
     except ValueError:
@@ -105,6 +113,8 @@ def ncu_command(args: argparse.Namespace, report: str = "bwd", out: str = "$OUT"
              "--variants", ",".join(v.name for v in args.variants), "--warmup", str(args.warmup)]
     if args.full:
         probe.append("--full")
+    if args.carveout is not None:
+        probe += ["--carveout", str(args.carveout)]
     cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", f"regex:{KERNEL_REGEX}",
            "--launch-count", str(len(kernels(args.variants)))]
     for s in sections:
@@ -157,7 +167,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print("\n".join(ncu_command(args, report) for report in PROFILES))
         return
     require_gpu(PROG, (9, 0))
+    loaded = Loaded().install() if args.carveout is not None else None  # before the first launch
     fns = _backwards(args)
+    if loaded is not None:  # load every kernel (one call each), then set the carve-out before the range
+        for fn in fns:
+            fn()
+        carved = loaded.set(GLUON_BWD_KERNELS, args.carveout)
+        print(f"{PROG}: carve-out {args.carveout}% on {', '.join(carved)}", flush=True)
     print(f"{PROG}: shape {args.shape} {'full' if args.full else 'causal'}; profiled launches in order: "
           f"{', '.join(kernels(args.variants))}", flush=True)
     profiled(fns, args.warmup)
