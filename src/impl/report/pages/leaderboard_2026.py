@@ -338,7 +338,7 @@ class Leaderboard2026Facts:
 
 def facts(ctx: Context) -> Leaderboard2026Facts:
     sections = tuple((device_name(d, rows[0].row.env.device), tuple(sorted({b.run.section for b in rows})))
-                     for d in ctx.rows.gpu_devices() if not d.endswith("-x1") and (rows := ctx.rows.of(device=d)))
+                     for d, rows in ctx.rows.per_gpu() if not d.endswith("-x1"))
     multi = next((f for d, rows in ctx.rows.per_gpu(PROBLEM) if not d.endswith("-x1")
                   and (f := two_gpu_facts(d, rows, ctx.rows.history)) is not None), None)
     w = nccl_bus_bandwidth(ctx.rows, world_size=WORLD_SIZE)
