@@ -1,8 +1,6 @@
-"""communication_accounting: the XXL model's memory, its FSDP sharding, the TPU v5p compute-bound batch,
-the bucket overhead model and the per-rank communication volumes. Closed forms (impl.accounting, the
-same on every device), read from the rows of perf/test_communication_accounting.py, which carry each
-case's computed tables in details["results"] as stored. templates/communication_accounting.md.j2
-holds every word."""
+"""communication_accounting: impl.accounting's closed forms (the XXL model's memory and sharding, the bucket
+overhead model, the per-rank communication volumes), read from the rows of perf/test_communication_accounting.py,
+which carry each case's tables in details["results"]."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +22,7 @@ class CaseConfig(View):
 
 @dataclass(frozen=True)
 class AccountingPage:
-    """Each case's stored results (impl.accounting's closed forms, as the perf rows carry them); None
-    where the case has no row. Without the xxl case the page says it is not computed."""
+    """Each case's stored results; None where the case has no row (without xxl the page says it is not computed)."""
 
     xxl: Mapping[str, Any] | None
     bucket_model: Mapping[str, Any] | None
@@ -33,14 +30,10 @@ class AccountingPage:
     sources: list[str]  # the run files read
 
     @property
-    def no_activations(self) -> Mapping[str, Any]:
-        """The FSDP row of weights and state alone (T = 0 tokens)."""
-        fsdp = self.xxl["fsdp"]
-        return next((x for x in fsdp if x["tokens"] == 0), fsdp[0])
+    def no_activations(self) -> Mapping[str, Any]:  # the FSDP row of weights and state alone (T = 0 tokens)
+        return next((x for x in self.xxl["fsdp"] if x["tokens"] == 0), self.xxl["fsdp"][0])
 
-    @property
-    def scores(self) -> dict[str, Scored]:
-        return {PROBLEM: Scored(Kind.CLOSED_FORM, "closed form") if self.xxl else NOT_MEASURED}
+    scores = property(lambda self: {PROBLEM: Scored(Kind.CLOSED_FORM, "closed form") if self.xxl else NOT_MEASURED})
 
 
 def facts(ctx: Context) -> AccountingPage:

@@ -1,7 +1,6 @@
-"""The 2025 leaderboard: ours against SDPA cuDNN of one run, headlined by the report's one rule
-(impl.report.ratio.headline: the rows' own CUDA-event medians), do_bench (the handout's timer, §1.3.3) beside it
-with every side where the two timers disagree beyond noise, and every stored run of the device as its
-version history."""
+"""The 2025 leaderboard: ours against SDPA cuDNN of one run, headlined by the rows' own CUDA-event medians
+(impl.report.ratio.headline) with do_bench (the handout's timer, §1.3.3) beside, and every stored run of the
+device as its version history."""
 from __future__ import annotations
 
 import re
@@ -92,7 +91,7 @@ class Version:  # one stored run: ours' and cuDNN's forward+backward rows of it
 
 def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran, oldest first
     runs = group(rows, lambda b: (b.run.datetime, b.run.commit))
-    return [Version(o, pick(g, impl=ANCHOR, mode="fwd_bwd")) for _, g in sorted(runs.items(), key=lambda kv: kv[0])
+    return [Version(o, pick(g, impl=ANCHOR, mode="fwd_bwd")) for _, g in sorted(runs.items())
             if (o := pick(g, impl=OURS, mode="fwd_bwd")) is not None]
 
 
@@ -126,19 +125,13 @@ class LeaderboardPage:
     sources: tuple[str, ...] = ()
     gpu: str = ""  # the device's GPU, as its rows' environment names it
     figure: str | None = None  # the version history's png (the index shows it too)
-
-    @property
-    def index_figures(self) -> tuple[str, ...]:
-        return (self.figure,) if self.figure else ()
+    index_figures = property(lambda self: (self.figure,) if self.figure else ())
+    scores = property(lambda self: {PROBLEM: Scored.of(self.runs)})
 
     @property
     def noise(self) -> tuple[float, float, int] | None:  # (lowest, highest ours/cuDNN, runs) of the newer format
         rs = [v.over_cudnn for v in self.versions if not v.run.legacy and v.cudnn_s is not None]
         return (min(rs), max(rs), len(rs)) if len(rs) > 1 else None
-
-    @property
-    def scores(self) -> dict[str, Scored]:
-        return {PROBLEM: Scored.of(self.runs)}
 
 
 def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest rows have ours and cuDNN

@@ -1,11 +1,10 @@
-"""leaderboard (2026): one 8B training step on two GPUs (SPEC.md), measured on the first multi-GPU device
-with rows (the fastest checkpointing candidate of each run) against the class's best scaled by the
-datasheets; beside it the one-GPU rows with fewer layers and the two-GPU step predicted from them
-(impl.leaderboard_prediction, priced with parallelism_calcs' W). The template holds every word."""
+"""leaderboard (2026): the 8B training step on two GPUs (SPEC.md), each run's fastest checkpointing candidate
+against the class's best scaled by the datasheets, and the step predicted from one-GPU rows with fewer layers
+(impl.leaderboard_prediction, priced with parallelism_calcs' W)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
@@ -13,11 +12,11 @@ from impl.leaderboard_prediction import LayerRun, StepPrediction, predict_step
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
-from impl.report.ratio import Ratio, ratio
+from impl.report.ratio import ratio
 from impl.report.rows import Bench, View, group
 from impl.report.runs import RunsFacts, device_name, files_of, gpu_model, newest_date
 from impl.workloads.leaderboard_2026 import (CLASS_BEST_GPU, CLASS_BEST_GPUS, CLASS_BEST_STEP_S, COLD_RUN_LIMIT_S,
-                                             LEADERBOARD, WORLD_SIZE, StepSpec)
+                                             LEADERBOARD, WORLD_SIZE)
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.LEADERBOARD_2026,)
@@ -47,9 +46,8 @@ _cfg = StepConfig.of
 
 
 def policy_label(c: StepConfig) -> str:
-    """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": a row's checkpointing,
-    compile and attention where not our Triton FlashAttention, allocator, gradient sync, NCCL options,
-    residual stream and LM head where not the defaults."""
+    """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": its checkpointing and every
+    option set away from its default."""
     label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
     label += "" if c.compile == "none" else f", {c.compile} compiled"
     label += "" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}"
@@ -68,46 +66,33 @@ def policy_label(c: StepConfig) -> str:
 class Candidate:
     """One stored row of the step: a checkpointing candidate on several GPUs, or a layer count on one."""
 
-    policy: str  # "none", "every_k (k 1)"
-    layers: int
-    run_when: str  # its run, UTC
-    status: Status
-    reason: str
-    median_s: float | None  # the harness's
-    iqr_s: float | None
-    rounds: int | None
-    do_bench_s: float | None  # the handout's timer (the slowest rank's median), where the row has it
-    first_call_s: float | None
-    first_call_caches: dict | None  # what the on-disk compile caches held at its first call (newer rows)
-    run_wall_s: float | None  # from the run's start to this row's end (newer rows)
-    tokens_per_s: float | None
-    row_mfu: float | None  # the row's own MFU metric (of the harness median)
-    peak_bytes: float | None  # allocated, the row's process
-    flops: float | None  # model FLOPs of one rank's share of the step
-    datasheet_flops: float | None
-    measured_peak_flops: float | None  # the run's measured bf16 matmul peak
-    rank_peaks: tuple[float, ...]
-    do_bench: dict  # its settings (warmup_ms, rep_ms)
-    breakdown: dict | None  # the profiled step (impl.workloads.kernels.step_breakdown)
-    gpu: str  # as the row's environment names it, without the vendor: "H200"
-    file: str
+    b: Bench
     earlier: tuple[tuple[str, float], ...] = ()  # the same candidate's earlier measured runs: (run, step s)
 
-    @classmethod
-    def of(cls, b: Bench) -> Candidate:
-        ok, peaks, d, c, ms = b.measured, b.row.peaks, b.details, _cfg(b), b.metric(Metric.DO_BENCH_MS)
-        return cls(policy_label(c), c.layers, b.run.when, b.status,
-                   b.row.reason or "", b.stats.median if ok else None, b.stats.iqr if ok else None,
-                   b.stats.rounds if ok else None, None if ms is None else ms / 1e3, b.metric(Metric.FIRST_CALL_S),
-                   d.get("first_call_caches"), d.get("run_wall_s"), b.metric(Metric.TOKENS_PER_S), b.metric(Metric.MFU), b.row.memory.peak_allocated,
-                   b.metric(Metric.FLOPS), peaks.datasheet_flops if peaks else None,
-                   peaks.measured_flops if peaks else None,
-                   tuple(r["peak"] for r in d.get("ranks") or [] if r.get("peak") is not None), d.get("do_bench") or {},
-                   d.get("breakdown"), b.row.env.device.removeprefix("NVIDIA ").strip(), b.run.file)
+    policy = property(lambda self: policy_label(_cfg(self.b)))  # "none", "every_k (k 1)"
+    layers = property(lambda self: _cfg(self.b).layers)
+    run_when = property(lambda self: self.b.run.when)  # UTC
+    status = property(lambda self: self.b.status)
+    reason = property(lambda self: self.b.row.reason or "")
+    measured = property(lambda self: self.b.measured)
+    median_s = property(lambda self: self.b.stats.median if self.measured else None)  # the harness's
+    first_call_s = property(lambda self: self.b.metric(Metric.FIRST_CALL_S))
+    first_call_caches = property(lambda self: self.b.details.get("first_call_caches"))  # newer rows
+    run_wall_s = property(lambda self: self.b.details.get("run_wall_s"))  # the run's start to this row's end (newer)
+    flops = property(lambda self: self.b.metric(Metric.FLOPS))  # model FLOPs of one rank's share of the step
+    datasheet_flops = property(lambda self: self.b.row.peaks and self.b.row.peaks.datasheet_flops)
+    measured_peak_flops = property(lambda self: self.b.row.peaks and self.b.row.peaks.measured_flops)  # the run's
+    breakdown = property(lambda self: self.b.details.get("breakdown"))  # impl.workloads.kernels.step_breakdown
+    gpu = property(lambda self: self.b.row.env.device.removeprefix("NVIDIA ").strip())  # "H200"
 
     @property
-    def measured(self) -> bool:
-        return self.median_s is not None
+    def do_bench_s(self) -> float | None:  # the handout's timer (the slowest rank's median), where the row has it
+        ms = self.b.metric(Metric.DO_BENCH_MS)
+        return None if ms is None else ms / 1e3
+
+    @property
+    def rank_peaks(self) -> tuple[float, ...]:
+        return tuple(r["peak"] for r in self.b.details.get("ranks") or [] if r.get("peak") is not None)
 
     @property
     def from_empty_caches(self) -> bool | None:
@@ -120,43 +105,27 @@ class Candidate:
     def step_s(self) -> float:
         return self.do_bench_s if self.do_bench_s is not None else self.median_s
 
-    @property
-    def mfu(self) -> float | None:  # of the datasheet's dense bf16 peak
-        return self.flops / self.step_s / self.datasheet_flops if self.flops and self.datasheet_flops else None
-
-    @property
-    def mfu_measured_peak(self) -> float | None:
-        peak = self.measured_peak_flops
+    def _mfu(self, peak: float | None) -> float | None:
         return self.flops / self.step_s / peak if self.flops and peak else None
+
+    mfu = property(lambda self: self._mfu(self.datasheet_flops))  # of the datasheet's dense bf16 peak
+    mfu_measured_peak = property(lambda self: self._mfu(self.measured_peak_flops))
 
 
 @dataclass(frozen=True)
 class ClassBest:  # the class's best entry against ours, scaled by the GPUs' datasheet dense bf16 peaks
-    step_s: float
-    gpus: int
-    gpu: str
-    gpu_flops: float
     ours: Candidate
+    step_s = CLASS_BEST_STEP_S
+    gpus = CLASS_BEST_GPUS
+    gpu = CLASS_BEST_GPU
+    gpu_flops = datasheet_bf16_flops(CLASS_BEST_GPU)
 
-    @property
-    def scale(self) -> float:  # one of its GPUs' dense bf16 work ÷ one of ours'
-        return self.gpu_flops / self.ours.datasheet_flops
-
-    @property
-    def ratio(self) -> Ratio:
-        return ratio(self.ours.step_s, self.step_s, "the class's best")
-
-    @property
-    def mfu(self) -> float | None:  # with our row's FLOPs per GPU (the same model and batch)
-        return self.ours.flops / self.step_s / self.gpu_flops if self.ours.flops else None
-
-    @property
-    def at_our_peak_s(self) -> float:  # its step on our GPUs at its MFU
-        return self.step_s * self.scale
-
-    @property
-    def ours_at_its_peak_s(self) -> float:
-        return self.ours.step_s / self.scale
+    scale = property(lambda self: self.gpu_flops / self.ours.datasheet_flops)  # one of its GPUs' work ÷ ours'
+    ratio = property(lambda self: ratio(self.ours.step_s, self.step_s, "the class's best"))
+    # with our row's FLOPs per GPU (the same model and batch)
+    mfu = property(lambda self: self.ours.flops / self.step_s / self.gpu_flops if self.ours.flops else None)
+    at_our_peak_s = property(lambda self: self.step_s * self.scale)  # its step on our GPUs at its MFU
+    ours_at_its_peak_s = property(lambda self: self.ours.step_s / self.scale)
 
 
 @dataclass(frozen=True)
@@ -183,6 +152,10 @@ class StepParts:
     parts_ms: dict[str, float]  # STEP_PARTS -> ms per step, summing to the kernel time
     exposed_ms: dict[str, float]  # phase -> communication kernel time with no other kernel beside it
 
+    step_ms = property(lambda self: self.of.breakdown["step_ms"])
+    communication_ms = property(lambda self: self.parts_ms.get("communication", 0.0))
+    hidden_ms = property(lambda self: self.communication_ms - sum(self.exposed_ms.values()))
+
     @classmethod
     def of_row(cls, c: Candidate) -> StepParts | None:
         b = c.breakdown or {}
@@ -190,39 +163,18 @@ class StepParts:
         return cls(c, parts, exposed) if parts and exposed is not None else None
 
     @property
-    def step_ms(self) -> float:
-        return self.of.breakdown["step_ms"]
-
-    @property
-    def communication_ms(self) -> float:
-        return self.parts_ms.get("communication", 0.0)
-
-    @property
-    def exposed_total_ms(self) -> float:
-        return sum(self.exposed_ms.values())
-
-    @property
-    def hidden_ms(self) -> float:
-        return self.communication_ms - self.exposed_total_ms
-
-    @property
     def rows(self) -> list[tuple[str, float]]:
         """(part, ms) summing to the measured step: every compute part, communication not hidden, the rest."""
         compute = [(k, v) for k, v in self.parts_ms.items() if k != "communication"]
-        rest = self.step_ms - sum(v for _, v in compute) - self.exposed_total_ms
-        return [*compute, ("communication exposed", self.exposed_total_ms), ("rest", rest)]
+        exposed = sum(self.exposed_ms.values())
+        rest = self.step_ms - sum(v for _, v in compute) - exposed
+        return [*compute, ("communication exposed", exposed), ("rest", rest)]
 
-    @property
-    def layers(self) -> int:
-        return self.of.layers
+    def _per_layer_ms(self, parts: tuple[str, ...]) -> float | None:  # None: a row without its layer count
+        return sum(self.parts_ms.get(k, 0.0) for k in parts) / self.of.layers if self.of.layers else None
 
-    @property
-    def per_layer_ms(self) -> float | None:  # None: a row without its layer count
-        return sum(self.parts_ms.get(k, 0.0) for k in BLOCK_PARTS) / self.layers if self.layers else None
-
-    @property
-    def attention_per_layer_ms(self) -> float | None:
-        return sum(self.parts_ms.get(k, 0.0) for k in ATTENTION_PARTS) / self.layers if self.layers else None
+    per_layer_ms = property(lambda self: self._per_layer_ms(BLOCK_PARTS))
+    attention_per_layer_ms = property(lambda self: self._per_layer_ms(ATTENTION_PARTS))
 
 
 @dataclass(frozen=True)
@@ -241,20 +193,23 @@ class TwoGpuFacts:
     class_best: ClassBest | None
     runs: RunsFacts
     files: tuple[str, ...]
+    parts: StepParts | None  # the newest winner's step by part, where its row has them
+    cold: tuple[Candidate, ...]  # the newest run from empty compile caches, where the newest run is not one
     cold_limit_s: float = COLD_RUN_LIMIT_S
-    parts: StepParts | None = None  # the newest winner's step by part, where its row has them
-    cold: tuple[Candidate, ...] = ()  # the newest run from empty compile caches, where the newest run is not one
 
     @property
-    def cold_has_answer(self) -> bool:
-        """Whether the newest run's fastest configuration is among the cold run's candidates."""
+    def cold_has_answer(self) -> bool:  # the newest run's fastest configuration is among the cold run's
         return any(c.policy == self.newest.policy for c in self.cold)
+
+
+def _multi(b: Bench) -> bool:
+    return (_cfg(b).world_size or 1) > 1
 
 
 def cold_run(device: str, rows: Sequence[Bench]) -> tuple[Candidate, ...]:
     """The measured candidates, in run order, of the newest run on `device` that began from empty compile caches
     (tools/leaderboard_cold.sh), superseded rows included: a later run of the same candidates must not hide it."""
-    every = [Candidate.of(b) for b in rows if b.run.device == device and (_cfg(b).world_size or 1) > 1]
+    every = [Candidate(b) for b in rows if b.run.device == device and _multi(b)]
     runs = group(sorted((c for c in every if c.measured and c.first_call_s is not None),
                         key=lambda c: c.run_wall_s or 0.0), key=lambda c: c.run_when)
     cold = [w for w, cs in runs.items() if cs[0].from_empty_caches]
@@ -264,11 +219,9 @@ def cold_run(device: str, rows: Sequence[Bench]) -> tuple[Candidate, ...]:
 def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ()) -> TwoGpuFacts | None:
     """The facts of a device's multi-GPU rows (None where it has no measured one); `history`, the earlier
     rows of any device, gives each candidate its earlier runs (the spread between runs)."""
-    rows = [b for b in rows if (_cfg(b).world_size or 1) > 1]
-    earlier = group((b for b in history if b.run.device == device and b.measured), key=lambda b: b.name)
-    cands = tuple(replace(Candidate.of(b), earlier=tuple((c.run_when, c.step_s) for c in map(Candidate.of,
-                                                                                             earlier.get(b.name, ()))))
-                  for b in rows)
+    rows = [b for b in rows if _multi(b)]
+    earlier = group((Candidate(b) for b in history if b.run.device == device and b.measured), key=lambda c: c.b.name)
+    cands = tuple(Candidate(b, tuple((c.run_when, c.step_s) for c in earlier.get(b.name, ()))) for b in rows)
     fastest = {w: min((c for c in cands if c.measured and c.run_when == w), key=lambda c: c.step_s)
                for w in sorted({c.run_when for c in cands if c.measured})}
     if not fastest:
@@ -279,18 +232,16 @@ def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ())
     answer = min((c for c in profiled if c.run_when == newest.run_when), key=lambda c: c.step_s, default=None)
     cats = tuple(k for k in profiled[0].breakdown["category_ms"]
                  if any(c.breakdown["category_ms"].get(k, 0.0) > 0 for c in profiled)) if profiled else ()
-    gpu_flops = datasheet_bf16_flops(CLASS_BEST_GPU)
-    top = answer or (profiled[-1] if profiled else None)
     first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
     cold = cold_run(device, [*rows, *history])
     cold = () if not cold or cold[0].run_when == newest.run_when else cold
     return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
                        fastest, newest, run, first_calls, profiled, answer,
-                       Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, top) if profiled else None,
-                       ClassBest(CLASS_BEST_STEP_S, CLASS_BEST_GPUS, CLASS_BEST_GPU, gpu_flops, newest)
-                       if gpu_flops and newest.datasheet_flops else None,
-                       RunsFacts.of(device, rows), tuple(sorted({*files_of(rows), *(c.file for c in cold)})),
-                       parts=StepParts.of_row(newest), cold=cold)
+                       Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, answer or profiled[-1])
+                       if profiled else None,
+                       ClassBest(newest) if ClassBest.gpu_flops and newest.datasheet_flops else None,
+                       RunsFacts.of(device, rows), tuple(sorted({*files_of(rows), *(c.b.run.file for c in cold)})),
+                       StepParts.of_row(newest), cold)
 
 
 @dataclass(frozen=True)
@@ -311,12 +262,12 @@ def layer_runs(rows: list[Bench]) -> tuple[str, list[LayerRun]]:
     tie: 34 plain layers would not fit): the points the prediction fits. Other k or runs are other models."""
     groups = group([b for b in rows if b.status is Status.MEASURED],
                    lambda b: (_cfg(b).checkpointing, _cfg(b).k or 0, b.run.datetime))
-    best: tuple[str, list[LayerRun]] = ("", [])
-    for (checkpointing, k, _), g in sorted(groups.items(), key=lambda kv: kv[0][0] == "none"):
-        runs = [LayerRun(_cfg(b).layers, b.stats.median, b.row.memory.peak_allocated) for b in g]
-        if len({r.layers for r in runs}) > len({r.layers for r in best[1]}):
-            best = (checkpointing if checkpointing == "none" else f"{checkpointing} (k {k})", runs)
-    return best
+    if not groups:
+        return "", []
+    (checkpointing, k, _), g = max(sorted(groups.items(), key=lambda kv: kv[0][0] == "none"),
+                                   key=lambda kv: len({_cfg(b).layers for b in kv[1]}))  # the first of the most
+    return (checkpointing if checkpointing == "none" else f"{checkpointing} (k {k})",
+            [LayerRun(_cfg(b).layers, b.stats.median, b.row.memory.peak_allocated) for b in g])
 
 
 def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
@@ -329,7 +280,7 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
     rows = sorted(rows, key=lambda b: (_cfg(b).checkpointing, _cfg(b).k is None, _cfg(b).k or 0, _cfg(b).layers))
     fit_policy, runs = layer_runs(rows)
     return OneGpu(device, device_name(device, rows[0].row.env.device), newest_date(rows),
-                  _cfg(rows[0]).batch, _cfg(rows[0]).context, tuple(Candidate.of(b) for b in rows), fit_policy,
+                  _cfg(rows[0]).batch, _cfg(rows[0]).context, tuple(map(Candidate, rows)), fit_policy,
                   tuple(runs), files_of(rows))
 
 
@@ -342,10 +293,10 @@ class StepNsys:
     timeline of both ranks, to see where the compute stream waits and what NCCL overlaps."""
 
     filed: Filed
-    policy: str  # the candidate profiled (policy_label)
     timeline: StepTimeline
     complete_share = COMPLETE_SHARE  # the words state it
     launch_gap_ms = LAUNCH_GAP_MS
+    policy = property(lambda self: self.timeline.label)  # the candidate profiled (policy_label)
 
     @property
     def sources(self) -> list[str]:
@@ -354,17 +305,15 @@ class StepNsys:
 
 def step_nsys(ctx: Context) -> StepNsys | None:
     def label(a: dict) -> str | None:
-        return policy_label(StepConfig(checkpointing=a["checkpointing"], k=a.get("k"), compile=a.get("compile") or "none",
-                                       attn_impl=a.get("attn") or "flash_triton",
+        return policy_label(StepConfig(checkpointing=a["checkpointing"], k=a.get("k"),
+                                       compile=a.get("compile") or "none", attn_impl=a.get("attn") or "flash_triton",
                                        allocator=a.get("allocator") or "default")) if a.get("config") else None
     filed, steps = profiled_steps(ctx, "leaderboard_2026", label, NSYS_COLLECTIVES)
-    return StepNsys(filed, steps[0][1].label, steps[0][1]) if steps else None
+    return StepNsys(filed, steps[0][1]) if steps else None
 
 
 @dataclass(frozen=True)
 class Leaderboard2026Facts:
-    spec: StepSpec
-    world: int  # the ranks the step is built for
     two_gpu_sections: tuple[tuple[str, tuple[str, ...]], ...]  # (device heading, sections) of multi-GPU devices
     multi: TwoGpuFacts | None  # the answer, None: not run on more than one GPU
     one: OneGpu | None
@@ -374,6 +323,8 @@ class Leaderboard2026Facts:
     beside: Candidate | None  # the newest measured multi-GPU candidate of the prediction's policy
     sources: list[str]
     nsys: StepNsys | None = None
+    spec = LEADERBOARD
+    world = WORLD_SIZE  # the ranks the step is built for
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -387,7 +338,7 @@ class Leaderboard2026Facts:
 
 def facts(ctx: Context) -> Leaderboard2026Facts:
     sections = tuple((device_name(d, rows[0].row.env.device), tuple(sorted({b.run.section for b in rows})))
-                     for d in ctx.rows.gpu_devices() if not d.endswith("-x1") and (rows := ctx.rows.of(device=d)))
+                     for d, rows in ctx.rows.per_gpu() if not d.endswith("-x1"))
     multi = next((f for d, rows in ctx.rows.per_gpu(PROBLEM) if not d.endswith("-x1")
                   and (f := two_gpu_facts(d, rows, ctx.rows.history)) is not None), None)
     w = nccl_bus_bandwidth(ctx.rows, world_size=WORLD_SIZE)
@@ -399,5 +350,4 @@ def facts(ctx: Context) -> Leaderboard2026Facts:
     nsys = step_nsys(ctx)
     files = {*(multi.files if multi else []), *(one.files if one else ()), *([w.file] if pred else []),
              *(nsys.sources if nsys else [])}
-    return Leaderboard2026Facts(LEADERBOARD, WORLD_SIZE, sections, multi, one, w, fits, pred, beside, sorted(files),
-                                nsys)
+    return Leaderboard2026Facts(sections, multi, one, w, fits, pred, beside, sorted(files), nsys)

@@ -1,7 +1,6 @@
-"""training_step (perf/test_training_step.py): the full training step ablated, per GPU device: the config legend,
-the ablation (a CSV where long), its runs, ours against the anchor, repeated runs, tokens/s bars and where the
-profiled steps' time goes. Each (size, context, config) shows its newest measurement; the first device answers.
-templates/training_step.md.j2 holds every word but the ablation's cells (`ablation_cells`, shared with its CSV)."""
+"""training_step (perf/test_training_step.py): the full training step ablated, a section per GPU device, each
+(size, context, config) its newest measurement; the first device answers. The ablation's cells are made here
+(`ablation_cells`): its CSV shares them."""
 from __future__ import annotations
 
 import math
@@ -9,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from impl.bench.row import Metric, Peaks, Status
+from impl.bench.row import Metric, Status
 from impl.model import MODEL_SIZES, size_rank
 from impl.report import figures
 from impl.report.markdown import gib, missing, ms, num, pct
@@ -60,6 +59,9 @@ class Step(RowView):
     datetime = property(lambda self: self.b.run.datetime)
     commit = property(lambda self: self.b.run.commit)
     peaks = property(lambda self: self.b.row.peaks)  # its run's measured matmul peak (MFU's), the datasheet's
+    matmul_peak = property(lambda self: self.peaks and self.peaks.measured_flops)
+    profile = property(lambda self: self.details.get("profile"))
+    adamw_master = property(lambda self: str(self.settings.optimizer or "").startswith("adamw_master"))
 
     @property
     def first_step_s(self) -> float | None:
@@ -67,30 +69,18 @@ class Step(RowView):
         return self.details.get("first_step_s") if missing(first) else first
 
     @property
-    def matmul_peak(self) -> float | None:
-        return self.peaks.measured_flops if self.peaks else None
-
-    @property
     def ok(self) -> bool:
         return self.status is Status.MEASURED and not missing(self.step_s)
 
     @property
-    def when(self) -> str:
-        """The row's run, as its JSON's UTC start time (MM-DD HH:MM); `run` is the row's RunRef (rows.RowView)."""
+    def when(self) -> str:  # its run's UTC start, "MM-DD HH:MM"
         t = self.datetime
         return f"{t[5:10]} {t[11:16]}" if len(t) >= 16 else "–"
 
     @property
     def order(self) -> tuple:
-        return size_rank(self.size), self.context, CONFIG_ORDER.index(self.config) if self.config in CONFIG_ORDER else 99
-
-    @property
-    def profile(self) -> dict | None:
-        return self.details.get("profile")
-
-    @property
-    def adamw_master(self) -> bool:
-        return str(self.settings.optimizer or "").startswith("adamw_master")
+        config = CONFIG_ORDER.index(self.config) if self.config in CONFIG_ORDER else 99
+        return size_rank(self.size), self.context, config
 
     @property
     def unattributed(self) -> bool:
@@ -135,14 +125,15 @@ def noise_ratio(ours: Step, ref: Step | None) -> str:
 def ablation_cells(s: Step, base: Step | None) -> list:
     """ABLATION_HEADER's cells of a row (the CSV's and the inline table's); `base`: bf16 of its (size, context).
     compile: compile_s where the first step compiled, "reused" where it ran an earlier context's graphs."""
+    run = [s.when, f"`{s.commit or '–'}`"]
     if not s.ok:
-        return [s.config, s.size, s.context] + ["–"] * 9 + ["not run" if s.not_run else "OOM" if s.status is Status.OOM
-                                                          else "", s.when, f"`{s.commit or '–'}`"]
+        why = "not run" if s.not_run else "OOM" if s.status is Status.OOM else ""
+        return [s.config, s.size, s.context, *["–"] * 9, why, *run]
     d = s.details
     compiled = num(d.get("compile_s"), 2) if d.get("compiled_now") else "reused" if d.get("reused_graph") else "–"
-    return [s.config, s.size, s.context, ms(s.step_s, s.std_s), num(s.tokens_per_s, 0), pct(s.mfu), pct(s.mfu_measured),
-            "1.00×" if s.config == "bf16" else noise_ratio(s, base) if base is not None else "–",
-            gib(s.b.row.memory.peak_allocated), num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", s.when, f"`{s.commit or '–'}`"]
+    return [s.config, s.size, s.context, ms(s.step_s, s.std_s), num(s.tokens_per_s, 0), pct(s.mfu),
+            pct(s.mfu_measured), "1.00×" if s.config == "bf16" else noise_ratio(s, base),
+            gib(s.b.row.memory.peak_allocated), num(s.first_step_s, 2), compiled, d.get("new_graphs", "–"), "", *run]
 
 
 # ---- the tables of a device's section ------------------------------------------------------------
@@ -195,13 +186,8 @@ class TimeSection:
     example: Step | None  # a marked row that ran AdamWMaster (the footnote's example)
     top: list[tuple[Step, dict]]  # OURS' top kernels
 
-    @property
-    def marked(self) -> bool:
-        return any(s.unattributed for s in self.rows)
-
-    @property
-    def failed(self) -> list[Step]:
-        return [s for s in self.rows if "profile_error" in s.details]
+    marked = property(lambda self: any(s.unattributed for s in self.rows))
+    failed = property(lambda self: [s for s in self.rows if "profile_error" in s.details])
 
 
 def time_section(d: list[Step]) -> TimeSection | None:
@@ -252,18 +238,16 @@ class Section:
     figure: str | None
     time: TimeSection | None
     runs: RunsFacts  # its device heads the section
-
-    @property
-    def peaks(self) -> Peaks | None:
-        """The first row's run's measured matmul peak (the method names it where the rows come from one run)."""
-        return next((s.peaks for s in self.rows if s.peaks), None)
+    # the first row's run's peaks: the method names its measured matmul peak where the rows come from one run
+    peaks = property(lambda self: next((s.peaks for s in self.rows if s.peaks), None))
 
     @property
     def grid(self) -> tuple[list[tuple[str, int]], list[tuple[str, list[list | None]]]]:
         """The ablation at a glance: (size, context) columns, and per config its cells of each."""
         cols = list(dict.fromkeys((r[1], r[2]) for r in self.ablation))
         cell = {(r[0], r[1], r[2]): r for r in self.ablation}
-        return cols, [(c, [cell.get((c, *g)) for g in cols]) for c in CONFIG_ORDER if any(r[0] == c for r in self.ablation)]
+        return cols, [(c, [cell.get((c, *g)) for g in cols]) for c in CONFIG_ORDER
+                      if any(r[0] == c for r in self.ablation)]
 
 
 def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
@@ -276,8 +260,8 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     by_run = group(d, lambda s: s.when)
     return Section(
         d, stat_name(ran), *timing_text(ran), legend(d), cells,
-        write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells) if len(cells) > INLINE_ROWS
-        else None,
+        write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells)
+        if len(cells) > INLINE_ROWS else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.b.run.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
         [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config if "anchor" in g and g["anchor"].ok
@@ -333,13 +317,13 @@ class Pair:
 
 @dataclass(frozen=True)
 class TrainingStepPage(SourcedFromSections):  # its sources: its sections' run files
-    measured: bool  # the first device measured a row
-    ablation: Ablation | None
+    ablation: Ablation | None  # None: the first device measured no row
     top_mfu: Step | None  # the highest MFU of ours
     pair: Pair | None
     sections: list[Section]
     index_figures: tuple[str, ...] = ()  # the first device's ablation figure
     ours = OURS
+    measured = property(lambda self: self.ablation is not None)
 
     @property
     def scores(self) -> dict[str, Scored]:
@@ -359,11 +343,11 @@ def facts(ctx: Context) -> TrainingStepPage:
     figs = tuple(s.figure for s in sections if s.figure)[:1]
     ok = [s for s in sections[0].rows if s.ok] if sections else []
     if not ok:
-        return TrainingStepPage(False, None, None, None, sections, figs)
+        return TrainingStepPage(None, None, None, sections, figs)
     ours = [s for s in ok if s.config in OURS]
     mfu = next((k for k in ("mfu", "mfu_measured") if any(getattr(s, k) is not None for s in ours)), None)
     top = max((s for s in ours if getattr(s, mfu) is not None), key=lambda s: getattr(s, mfu)) if mfu else None
     # the section's pairs of ours and the anchor that ran in the same run; the largest (size, context) answers
     same = [(o, a) for o, a, _ in sections[0].versus if o.datetime == a.datetime]
     o, a = max(same, key=lambda p: (MODEL_SIZES[p[0].size].params, p[0].context), default=(None, None))
-    return TrainingStepPage(True, _ablation(ok), top, o and Pair(o, a, vs(o, a, ""), len(same)), sections, figs)
+    return TrainingStepPage(_ablation(ok), top, o and Pair(o, a, vs(o, a, ""), len(same)), sections, figs)
