@@ -88,7 +88,10 @@ class CommFacts:  # the answer: one run of one device, at the largest size NCCL 
     size_bytes = property(lambda self: int(self.nccl.c.bytes))
     # Gloo at the same size and process count
     gloo_same = property(lambda self: next((g for g in self.gloo_by_procs if g.c.key[1] == self.nccl_procs), None))
-    gloo_over_nccl = property(lambda self: self.gloo_same and self.gloo_same.seconds / self.nccl.seconds)
+
+    @property
+    def gloo_over_nccl(self) -> float | None:
+        return None if self.gloo_same is None else self.gloo_same.seconds / self.nccl.seconds
 
     def algbw_gbps(self, p: TableRow) -> float:  # bytes / time at the headline size (GB = 1e9 bytes)
         return self.size_bytes / p.seconds / 1e9
@@ -146,7 +149,9 @@ class CommPage(SourcedFromSections):  # its sources: its sections' run files
     history: list[CommFacts]  # the other devices' runs, kept below
     sections: list[DeviceSection]
 
-    scores = property(lambda self: {PROBLEM: Scored.of(self.answer and self.answer.runs)})
+    @property
+    def scores(self) -> dict[str, Scored]:
+        return {PROBLEM: Scored.of(self.answer and self.answer.runs)}
 
 
 def facts(ctx: Context) -> CommPage:
