@@ -77,7 +77,7 @@ def test_each_variant_reads_its_largest_rank_and_ratios_divide_one_run(f):
 
 
 def test_the_scoreboard_reads_the_newest_edition_with_both_rows_and_the_verdict_its_log(f):
-    assert f.scored[0] == H100 and f.scored[1].run.edition == "2026"
+    assert f.scored.device == H100 and f.scored.run.edition == "2026"
     assert f.verdict.device == X2 and f.verdict.passed == "103 passed"
     assert f.scores == {"optimizer_state_sharding": Scored(Kind.MEASURED, X2),
                         P: Scored(Kind.MEASURED, H100, "2026-11-26")}
@@ -111,7 +111,7 @@ def test_a_smoke_model_is_told_in_mib(tmp_path):
 def test_without_both_rows_of_the_current_edition_the_older_one_scores(tmp_path):
     rows = [b for b in _rows() if not (b.run.device == H100 and b.row.config["variant"] == "sharded")]
     f = page.facts(_ctx(tmp_path, rows))
-    assert f.scored[1].run.edition == "2025" and f.scores[P].date == "2026-11-23"
+    assert f.scored.run.edition == "2025" and f.scores[P].date == "2026-11-23"
     assert f.answers[0].sharded is None
 
 

@@ -1,8 +1,7 @@
-"""naive_ddp … ddp_bucketed_benchmarking: our DDP variants' step against the single-GPU floor and torch DDP, the
-bucket model against the measured buckets, and a profiled step's timeline, per device and [edition, size] run (every
-ratio divides rows of one run); the implementation problems are answered by the newest correctness record of a
-multi-GPU device (impl.bench.test_record, reports/data/<device>/tests/), failures included; the ddp (b) timeline
-also from Nsight Systems (impl.report.pages._nsys)."""
+"""naive_ddp … ddp_bucketed_benchmarking: per device and [edition, size] run (every ratio divides rows of one run),
+our DDP variants' step against the single-GPU floor and torch DDP, the bucket model against the measured buckets and
+a profiled step's timeline (ddp (b) also from Nsight Systems); the implementation problems are answered by the newest
+correctness record of a multi-GPU device (impl.bench.test_record), failures included."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,9 +46,7 @@ _cfg = DistConfig.of
 
 
 @dataclass(frozen=True)
-class DistRow:
-    """A distributed row as the ddp and fsdp tables read it: the stored row and its config."""
-
+class DistRow:  # a distributed row as the ddp, fsdp and optimizer_sharding tables read it
     b: Bench
     c: DistConfig
 
@@ -66,6 +63,9 @@ class DistRow:
     tokens_per_s = property(lambda self: self.b.figure("tokens_per_s", Metric.TOKENS_PER_S))
     n_buckets = property(lambda self: self.b.details.get("num_buckets"))  # None in files that did not record it
 
+    def vs(self, other: DistRow, name: str = "") -> Ratio:  # this row's median ÷ other's
+        return of_benches(self.b, other.b, name)
+
 
 @dataclass(frozen=True)
 class Group:  # the rows of one (context, per-rank batch), in table order
@@ -76,9 +76,9 @@ class Group:  # the rows of one (context, per-rank batch), in table order
     def get(self, k: Key) -> DistRow | None:
         return next((v for v in self.variants if v.key == tuple(k) and v.measured), None)
 
-    def ratio(self, k: Key, ref: Key, name: str = "") -> Ratio | None:  # row k ÷ row ref (medians)
+    def ratio(self, k: Key, ref: Key, name: str = "") -> Ratio | None:  # row k ÷ row ref
         a, r = self.get(k), self.get(ref)
-        return None if a is None or r is None else of_benches(a.b, r.b, name)
+        return None if a is None or r is None else a.vs(r, name)
 
     buckets = property(lambda self: {v.key[1]: v for v in self.variants if v.key[0] == "bucketed" and v.measured})
     best_bucket = property(lambda self: min(self.buckets, key=lambda mb: self.buckets[mb].step_s, default=None))
@@ -184,14 +184,13 @@ def _draw_timeline(rows: list, path, title: str) -> None:
         ax.set_yticklabels(ticks, fontsize=7)
         ax.set_title(name, fontsize=9, loc="left")
         if k_ax == 0:  # the same phases in every panel: one legend, beside the first
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title=TIMELINE_WORDS.label("phase"),
-                      title_fontsize=7)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                      title=TIMELINE_WORDS.label("phase"), title_fontsize=7)
     figures.save(fig, path)
 
 
-def _draw_overhead(groups: list[Group], path, title: str) -> None:
-    """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std); `title` is
-    OVERHEAD_WORDS.title filled."""
+def _draw_overhead(groups: list[Group], ctx: Context, name: str, title: str) -> str:
+    """Step time over the single-GPU floor, per variant and context, torch DDP beside ours (±1 std); its link."""
     fig, ax = figures.new(figsize=(8.5, 4.2))
     width, labels = 0.8 / max(len(groups), 1), []
     for k, g in enumerate(groups):
@@ -202,8 +201,8 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
         vals = [100 * (v.step_s / floor.step_s - 1) if v.measured else float("nan") for v in vs]
         errs = [100 * ((v.step_std or 0) + (floor.step_std or 0)) / floor.step_s if v.measured else 0 for v in vs]
         xs = [i + (k - (len(groups) - 1) / 2) * width for i in range(len(vs))]
-        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, label=OVERHEAD_WORDS.label("series", context=g.context, batch=g.batch),
-                      color=f"C{k}")
+        bars = ax.bar(xs, vals, width, yerr=errs, capsize=2, color=f"C{k}",
+                      label=OVERHEAD_WORDS.label("series", context=g.context, batch=g.batch))
         for bar, v in zip(bars, vs):
             if v.key == TORCH:
                 bar.set_hatch("//")
@@ -214,7 +213,8 @@ def _draw_overhead(groups: list[Group], path, title: str) -> None:
     ax.set(ylabel=OVERHEAD_WORDS.y, title=title)
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
-    figures.save(fig, path)
+    figures.save(fig, ctx.fig_dir / name)
+    return f"{ctx.fig_rel}/{name}"
 
 
 @dataclass(frozen=True)
@@ -242,17 +242,16 @@ class RunFacts:  # one [edition, size] run of one device
 def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[str, ...], ctx: Context) -> RunFacts:
     rows = [b for b in run.rows if _cfg(b).kind != "trace"]  # older files: trace rows apart
     groups, c, named, name = _groups(rows), _cfg(rows[0]), run.label(heading), f"{SLUG}-{dev}-{run.id}"
-    _draw_overhead(groups, ctx.fig_dir / f"{name}-overhead-vs-torch-ddp.png",
-                   OVERHEAD_WORDS.title.format(heading=heading, size=named.size_short, date=named.date))
+    figure = _draw_overhead(groups, ctx, f"{name}-overhead-vs-torch-ddp.png",
+                            OVERHEAD_WORDS.title.format(heading=heading, size=named.size_short, date=named.date))
     # the bucket model: None without bucketed rows
     s = next((v.b.details["grad_bytes"] for g in groups for v in g.variants
               if v.measured and v.b.details.get("grad_bytes")), None)
     fit = next((x for x in fits if (x.backend, x.processes) == (c.backend, int(c.world_size))), None)
     with_buckets = tuple(g for g in groups if g.buckets)
     model = BucketModel(s, fit, with_buckets) if with_buckets and s is not None else None
-    return RunFacts(dev, named, c, tuple(groups),
-                    f"{ctx.fig_rel}/{name}-overhead-vs-torch-ddp.png", model,
-                    _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"), fit_files if model and fit else ())
+    return RunFacts(dev, named, c, tuple(groups), figure, model, _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"),
+                    fit_files if model and fit else ())
 
 
 @dataclass(frozen=True)
@@ -262,26 +261,23 @@ class DeviceSection:  # a device's part of a distributed page (ddp, fsdp, optimi
     source: RunsFacts  # the rows it read
 
 
-def _module(node_id: str) -> str:
-    """`correctness.test_fsdp::test_x[a]` or `correctness/test_fsdp.py::test_x` -> correctness/test_fsdp.py"""
+def _distributed(node_id: str) -> bool:
+    """Whether a failure (`correctness.test_fsdp::test_x[a]` or `correctness/test_fsdp.py::test_x`) is in a
+    DISTRIBUTED_FILES file."""
     mod = node_id.split("::")[0]
-    return mod if mod.endswith(".py") else mod.replace(".", "/") + ".py"
+    return (mod if mod.endswith(".py") else mod.replace(".", "/") + ".py") in DISTRIBUTED_FILES
 
 
 @dataclass(frozen=True)
-class Tests:
-    """The newest correctness record of any multi-GPU device (newest by its datetime, green or not)."""
-
+class Tests:  # the newest correctness record of any multi-GPU device (newest by its datetime, green or not)
     record: TestRecord
     file: str  # the record, as sources name it
 
     device = property(lambda self: self.record.device)
     date = property(lambda self: self.record.datetime[:10])
     when = property(lambda self: self.record.datetime[:16].replace("T", " "))
-    distributed_failures = property(lambda self: tuple(f for f in self.record.failures
-                                                       if _module(f) in DISTRIBUTED_FILES))
-    other_failures = property(lambda self: tuple(f for f in self.record.failures
-                                                 if _module(f) not in DISTRIBUTED_FILES))
+    distributed_failures = property(lambda self: tuple(f for f in self.record.failures if _distributed(f)))
+    other_failures = property(lambda self: tuple(f for f in self.record.failures if not _distributed(f)))
 
 
 NSYS_COLLECTIVES = ("ncclAllReduce",)
@@ -320,6 +316,9 @@ class DdpNsys(Profiled):
         return next((t for a, t in self.timelines if (a["edition"], a["variant"]) == (edition, variant)), None)
 
     editions = property(lambda self: list(dict.fromkeys(a["edition"] for a, _ in self.timelines)))
+
+    def of_edition(self, edition: str) -> list[StepTimeline]:  # its profiled variants, naive first
+        return [t for v in NSYS_VARIANTS if (t := self.get(edition, v))]
 
 
 def ddp_nsys(ctx: Context) -> DdpNsys | None:
@@ -360,10 +359,10 @@ class DdpPage:
 
     @property
     def scores(self) -> dict[str, Scored]:
-        out = {p: NOT_MEASURED for p in (*IMPLEMENTED, *STEPS, P.DDP_BUCKETED_BENCHMARKING)}
-        if self.tests is not None:
-            out.update({p: Scored(Kind.MEASURED, self.tests.device, self.tests.date) for p in IMPLEMENTED})
-        return out | {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.timed.items()}
+        found = {p: Scored(Kind.MEASURED, s.run.device, s.run.run.date) for p, s in self.timed.items()}
+        if t := self.tests:
+            found |= {p: Scored(Kind.MEASURED, t.device, t.date) for p in IMPLEMENTED}
+        return {p: found.get(p, NOT_MEASURED) for p in PROBLEMS}
 
     @property
     def index_figures(self) -> list[str]:  # the first run's overhead figure
@@ -380,12 +379,10 @@ class DdpPage:
 def _score(runs: list[RunFacts], problem: str) -> Score | None:
     """A timed problem's scoreboard row: the first current-edition run whose largest context has its row."""
     for f in runs:
-        if f.run.edition != current_edition(problem) or (g := f.largest) is None:
-            continue
-        if problem in STEPS and g.get(STEPS[problem]) is not None:
-            return Score(f, g, STEPS[problem])
-        if problem == P.DDP_BUCKETED_BENCHMARKING and g.best_bucket is not None:
-            return Score(f, g, ("bucketed", g.best_bucket))
+        if f.run.edition == current_edition(problem) and (g := f.largest) is not None:
+            k = STEPS.get(problem) or ("bucketed", g.best_bucket)  # the bucketed problem: its fastest bucket
+            if g.get(k) is not None:
+                return Score(f, g, k)
     return None
 
 

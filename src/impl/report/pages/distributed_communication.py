@@ -63,6 +63,7 @@ class TableRow:  # a row of a device's table and of the answer: the stored row a
     b: Bench
     c: AllReduceConfig
 
+    of = classmethod(lambda cls, b: cls(b, _cfg(b)))
     seconds = property(lambda self: per_op(self.b) if self.b.status is Status.MEASURED else None)
     algbw_gbps = property(lambda self: self.b.figure("algbw_GBps", Metric.ALG_BW))
     busbw_gbps = property(lambda self: self.b.figure("busbw_GBps", Metric.BUS_BW))
@@ -73,6 +74,7 @@ class TableRow:  # a row of a device's table and of the answer: the stored row a
 @dataclass(frozen=True)
 class CommFacts:  # the answer: one run of one device, at the largest size NCCL ran
     device: str  # named as headings name it
+    runs: RunsFacts  # the device's
     nccl_by_procs: list[TableRow]  # every NCCL process count at that size, the most (the answer's) last
     gloo_by_procs: list[TableRow]  # every Gloo process count at that size
     smallest: TableRow | None  # NCCL at the most processes at the smallest size it ran; None: that is the same
@@ -95,11 +97,21 @@ class CommFacts:  # the answer: one run of one device, at the largest size NCCL 
         return self.size_bytes / p.seconds / 1e9
 
 
-def _run_facts(device: str, rows: list[Bench]) -> CommFacts | None:
-    """The device's newest all-reduce run; None unless both backends ran."""
-    run = of_newest_run(comm_rows(rows))
+@dataclass(frozen=True)
+class DeviceSection:
+    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
+    rows: list[TableRow]
+    left_out: list[str]
+    figure: str | None  # the bus-bandwidth figure's link
+    fits: list[Fit]
+    runs: RunsFacts
+
+
+def _run_facts(s: DeviceSection, rows: list[Bench]) -> CommFacts | None:
+    """The device's newest all-reduce run (of its non-fit `rows`); None unless both backends ran."""
+    run = of_newest_run(rows)
     points: dict[tuple[str, int], dict[int, TableRow]] = {}  # the measured rows by (backend, processes), bytes
-    for r in (TableRow(b, _cfg(b)) for b in run if b.measured):
+    for r in (TableRow.of(b) for b in run if b.measured):
         if not missing(r.busbw_gbps):
             points.setdefault(r.c.key, {})[int(r.c.bytes)] = r
     nccl = max((k for k in points if k[0] == "nccl"), default=None)
@@ -109,19 +121,9 @@ def _run_facts(device: str, rows: list[Bench]) -> CommFacts | None:
     at = [(backend, by[big]) for (backend, _), by in sorted(points.items()) if big in by]
     not_run = [b for b in run if b.status is not Status.MEASURED]
     reasons = dict.fromkeys((*_cfg(b).key, b.status.value, b.row.reason) for b in not_run)
-    return CommFacts(device, [r for k, r in at if k == "nccl"], [r for k, r in at if k == "gloo"],
+    return CommFacts(s.heading, s.runs, [r for k, r in at if k == "nccl"], [r for k, r in at if k == "gloo"],
                      points[nccl][small] if small != big else None, len(not_run), tuple(reasons),
                      files_of(run), run[0].run.when)
-
-
-@dataclass(frozen=True)
-class DeviceSection:
-    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
-    rows: list[TableRow]
-    left_out: list[str]
-    figure: str | None  # the bus-bandwidth figure's link
-    fits: list[Fit]
-    runs: RunsFacts
 
 
 def _draw(rows: list[TableRow], ctx: Context, name: str) -> str | None:
@@ -146,26 +148,24 @@ class CommPage(SourcedFromSections):  # its sources: its sections' run files
     answer: CommFacts | None  # None: no GPU device ran both backends
     history: list[CommFacts]  # the other devices' runs, kept below
     sections: list[DeviceSection]
-    answer_runs: RunsFacts | None = None  # the answering device's
 
     @property
     def scores(self) -> dict[str, Scored]:
-        return {PROBLEM: Scored.of(self.answer_runs)}
+        return {PROBLEM: Scored.of(self.answer and self.answer.runs)}
 
 
 def facts(ctx: Context) -> CommPage:
     sections, found = [], []
     for device, rows in ctx.rows.per_gpu(PROBLEM):
-        ordered = sorted(comm_rows(rows), key=lambda b: (_cfg(b).backend, _cfg(b).world_size, _cfg(b).bytes))
-        table = [TableRow(b, _cfg(b)) for b in ordered]
-        sections.append(DeviceSection(device_name(device, rows[0].row.env.device), table,
-                                      sorted({b.details["left_out"] for b in ordered if b.details.get("left_out")}),
-                                      _draw(table, ctx, f"{SLUG}-{device}_allreduce_busbw.png"), allreduce_fits(rows),
-                                      RunsFacts.of(device, rows)))
-        if f := _run_facts(sections[-1].heading, rows):
-            found.append((sections[-1].runs, f))
-    if not found:
-        return CommPage(None, [], sections)
+        comm = comm_rows(rows)
+        table = sorted(map(TableRow.of, comm), key=lambda r: (r.c.backend, r.c.world_size, r.c.bytes))
+        s = DeviceSection(device_name(device, rows[0].row.env.device), table,
+                          sorted({b.details["left_out"] for b in comm if b.details.get("left_out")}),
+                          _draw(table, ctx, f"{SLUG}-{device}_allreduce_busbw.png"), allreduce_fits(rows),
+                          RunsFacts.of(device, rows))
+        sections.append(s)
+        if f := _run_facts(s, comm):
+            found.append(f)
     # the run that measured the most NCCL process counts answers (the newest on a tie)
-    runs, f = max(found, key=lambda x: (len(x[1].nccl_by_procs), x[1].nccl_procs, x[1].when))
-    return CommPage(f, [o for _, o in found if o is not f], sections, runs)
+    answer = max(found, key=lambda f: (len(f.nccl_by_procs), f.nccl_procs, f.when), default=None)
+    return CommPage(answer, [o for o in found if o is not answer], sections)

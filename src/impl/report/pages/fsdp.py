@@ -29,20 +29,15 @@ HEADLINE_PAIRS = (("fsdp_block_bf16", "torch_fsdp_bf16"), ("fsdp_bf16", "torch_f
 # the timeline's collectives: (colour, row offset in the figure); collective_name names them
 COLLECTIVE = {("all_gather", "forward"): ("C0", 0.0), ("all_gather", "backward"): ("C1", 0.0),
               ("reduce_scatter", "backward"): ("C2", 0.35), ("all_reduce", "finish"): ("C7", 0.0)}
+OTHER = ("C7", 0.0)  # any other collective's
 BYTES_PER_VALUE = {"fp32": 4, "bf16": 2, "fp16": 2}
-WORDS = figures.words("fsdp")  # the words drawn into the timeline figure
+# the words drawn into the timeline figure, and the collectives' names in its legend and the page's table
+WORDS, NAMES = figures.words("fsdp"), figures.words("collective")
 
 
 def collective_name(kind: str, phase: str) -> str:
-    """A collective's name, in the timeline's legend and the page's table (templates/figures.toml)."""
-    names = figures.words("collective")
     key = f"{kind}_{phase}"
-    return names.label(key) if key in names.labels else names.label("other", kind=kind, phase=phase)
-
-
-def _collective(kind: str, phase: str) -> tuple[str, str, float]:
-    """(name in the legend, colour, row offset) of a collective in the timeline figure."""
-    return (collective_name(kind, phase), *COLLECTIVE.get((kind, phase), ("C7", 0.0)))
+    return NAMES.label(key) if key in NAMES.labels else NAMES.label("other", kind=kind, phase=phase)
 
 
 cfg = DistConfig.of
@@ -54,9 +49,8 @@ def headline_pair(measured_variants) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class Timeline:
-    """fsdp_accounting (b) for one of our configurations: rank 0's instrumented step as its row stored it (`recorded`,
-    details["timeline"]: its source, rows (those kept), rows_total, units and `summary`, whose counts `s` the template
-    and the figure read: gathers, gathers_in_time, gather_stall_ms, exposed_ms, span_ms)."""
+    """fsdp_accounting (b) for one of our configurations: rank 0's instrumented step as its row stored it
+    (details["timeline"]: source, rows (those kept), rows_total, units, phases and the `summary` counts `s`)."""
 
     label: str
     recorded: dict
@@ -103,14 +97,14 @@ class Saving:  # fsdp_accounting (a): DDP's and our fp32 FSDP's measured peaks a
 
 def _saving(by: dict[str, Bench]) -> Saving | None:
     ddp, fsdp = by.get("ddp"), by.get("fsdp")
-    if ddp is None or fsdp is None or cfg(fsdp).size_ref is None or None in (ddp.figure("peak_bytes"),
-                                                                            fsdp.figure("peak_bytes")):
+    peaks = [b and b.figure("peak_bytes") for b in (ddp, fsdp)]
+    if None in peaks or cfg(fsdp).size_ref is None:
         return None
     shape = cfg(fsdp).size_ref.config  # by edition: the 2026 xl is the 2025 2.7B
     pred = acc.fsdp_peak_saving(int(fsdp.details["n_params"]), int(cfg(fsdp).world_size),
                                 acc.largest_sharded_layer_numel(shape.d_model, shape.d_ff),
                                 activations=fsdp.details.get("predicted_activations_bytes") or 0.0)
-    return Saving(pred, ddp.figure("peak_bytes"), fsdp.figure("peak_bytes"))
+    return Saving(pred, *peaks)
 
 
 @dataclass(frozen=True)
@@ -125,7 +119,7 @@ def _headline(by: dict[str, Bench]) -> Headline | None:
     if (pair := headline_pair(by)) is None:
         return None
     o, a, ddp, fp32 = *(DistRow.of(by[v]) for v in pair), by.get("ddp"), by.get("fsdp")
-    return Headline(o, a, of_benches(o.b, a.b, a.label),
+    return Headline(o, a, o.vs(a, a.label),
                     of_benches(fp32, ddp, "our DDP") if ddp is not None and fp32 is not None else None)
 
 
@@ -150,7 +144,7 @@ def _draw(ax, t: Timeline, title: str) -> None:
     n_calls = max(max((r["call"] for r in rows), default=0) + 1, 1)
     lw = max(0.5, min(5.0, 240 / n_calls))
     for r in rows:
-        r["y"] = float(r["call"] if r["call"] >= 0 else n_calls + 1) + _collective(r["kind"], r["phase"])[2]
+        r["y"] = float(r["call"] if r["call"] >= 0 else n_calls + 1) + COLLECTIVE.get((r["kind"], r["phase"]), OTHER)[1]
     shades, seen = {"forward": "C0", "backward": "C1", "finish": "C7"}, set()
     for p in t.recorded["phases"]:  # a step with several forwards shades each, one legend entry per phase name
         ax.axvspan(p["start_ms"], p["end_ms"], color=shades.get(p["name"], "C4"), alpha=0.08, lw=0,
@@ -158,9 +152,9 @@ def _draw(ax, t: Timeline, title: str) -> None:
         seen.add(p["name"])
     for kind, phase in sorted({(r["kind"], r["phase"]) for r in rows}):
         g = [r for r in rows if (r["kind"], r["phase"]) == (kind, phase)]
-        name, color, off = _collective(kind, phase)
+        color, off = COLLECTIVE.get((kind, phase), OTHER)
         ax.hlines([r["y"] for r in g], [r["issue_ms"] for r in g], [r["ready_ms"] for r in g], color=color,
-                  lw=lw if off == 0 else lw / 2, label=name)
+                  lw=lw if off == 0 else lw / 2, label=collective_name(kind, phase))
     used = [r for r in rows if r["need_ms"] is not None]
     late = [r for r in used if (r["stall_ms"] or 0) > 0]
     ax.hlines([r["y"] for r in late], [r["need_ms"] for r in late], [r["ready_ms"] for r in late], color="red", lw=lw)
@@ -185,7 +179,8 @@ def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str)
         gathers = [r for r in t.calls if r["kind"] == "all_gather" and r["need_ms"] is not None]
         for phase, color in (("forward", "C0"), ("backward", "C1")):
             pts = [(r["call"], r["need_ms"] - r["ready_ms"]) for r in gathers if r["phase"] == phase]
-            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color, label=WORDS.label("gather", phase=phase))
+            slack.scatter([c for c, _ in pts], [s for _, s in pts], s=6, color=color,
+                          label=WORDS.label("gather", phase=phase))
             late = [(c, s) for c, s in pts if s < 0]
             slack.scatter([c for c, _ in late], [s for _, s in late], s=10, facecolors="none", edgecolors="red",
                           lw=0.6)
@@ -200,7 +195,7 @@ def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str)
 
 def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) -> RunFacts | None:
     """The facts of one [edition, size] run (rows.SizeRun) of a device's fsdp rows; None for TP rows only."""
-    rows = [b for b in run.rows if b.problem == P.FSDP and cfg(b).variant != TP]
+    rows = [b for b in run.rows if cfg(b).variant != TP]
     if not rows:
         return None
     have, by = {cfg(b).variant for b in rows}, {cfg(b).variant: b for b in rows if b.measured}
@@ -293,8 +288,7 @@ def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Benc
                                        and cfg(b).kind != "trace")
         beside = [Side(b, cfg(b), run.label(device), next((of_benches(r.b, b) for r in measured if (
             r.b.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None)) for device, run, b in beside]
-        if measured or not_run:
-            out.append(TpFacts((measured or not_run)[0].run.size, *shape[1:], measured, not_run, beside))
+        out.append(TpFacts((measured or not_run)[0].run.size, *shape[1:], measured, not_run, beside))
     return sorted(out, key=lambda f: -int((f.rows or f.not_run)[0].run.edition))
 
 
@@ -326,7 +320,7 @@ class PerRankFacts:  # one rank's closed-form memory per variant, and the replic
 
 
 def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRankFacts | None:
-    rows = [b for b in rows if b.problem == StoredGroup.PER_RANK_MEMORY and b.details.get("closed_form")]
+    rows = [b for b in rows if b.details.get("closed_form")]
     if not rows:
         return None
     b = next((b for b in rows if b.measured), rows[0])
@@ -346,7 +340,6 @@ class FsdpNsys(Profiled):
     """Our FSDP's cases, bf16 per block first: whether each rank's all-gather kernels came in time."""
 
     resume_us = RESUME_NS / 1e3
-    complete = property(lambda self: all(t.complete for _, t in self.timelines))
 
     @property
     def forward_whole(self) -> bool:  # every rank recorded one kernel per all-gather it issued in forward

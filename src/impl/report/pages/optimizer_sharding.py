@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages.ddp import DeviceSection
-from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
+from impl.report.pages.ddp import DeviceSection, DistRow
+from impl.report.rows import DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 
@@ -18,18 +17,11 @@ VOLUME = dict(none="ddp", sharded="sharded_simple", zero1="zero1", torch_zero="s
 LOG = "correctness-nccl-fsdp-sharding.txt"  # the sharded optimizer's correctness suite over NCCL
 
 
-@dataclass(frozen=True)
-class Variant:
-    """A row of the run's two tables and the answer: the stored row and its config. Its ranks' memory is read as
-    stored (impl.workloads.dist_steps.sharding's per-rank record, bytes: peaks, named tensors before and after)."""
-
-    b: Bench
-    c: DistConfig
+class Variant(DistRow):
+    """A row of the run's two tables and the answer. Its ranks' memory is read as stored
+    (impl.workloads.dist_steps.sharding's per-rank record, bytes: peaks, named tensors before and after)."""
 
     name = property(lambda self: self.c.variant)
-    label = property(lambda self: self.c.label)
-    median = property(lambda self: self.b.stats.median)
-    stddev = property(lambda self: self.b.stats.stddev)
     predicted = property(lambda self: self.b.details["predicted"])  # memory_breakdown's parts: parameters, ...
     # the optimizer step, slowest rank (older files: opt_step_s)
     opt_s = property(lambda self: self.b.figure("opt_s") or self.b.figure("opt_step_s"))
@@ -46,17 +38,11 @@ class Variant:
     peak = property(lambda self: max(self.before_peak, self.after_peak or 0))  # the fsdp page's
     grad_gb = property(lambda self: self.b.details["n_params"] * 4 / 1e9)  # the fp32 gradients Ψ in GB
 
-    def vs(self, other: Variant, name: str) -> Ratio:
-        return of_benches(self.b, other.b, name)
-
-    @classmethod
-    def of(cls, b: Bench) -> Variant:
-        return cls(b, DistConfig.of(b))
-
 
 @dataclass(frozen=True)
 class RunFacts:  # one [edition, size] run of a device's sharding rows
     run: RunLabel
+    device: str  # the device folder
     config: DistConfig  # its first row's
     psi: float  # the fp32 gradients' bytes (= the parameters')
     variants: list[Variant]  # every row of the run
@@ -79,13 +65,13 @@ class RunFacts:  # one [edition, size] run of a device's sharding rows
         return (za, sa) if twice else None
 
 
-def run_facts(label: str, run) -> RunFacts:
+def run_facts(device: str, label: str, run) -> RunFacts:
     """The facts of one [edition, size] run (rows.SizeRun)."""
     variants = [Variant.of(b) for b in run.rows]
-    by = {v.name: v for v in variants if v.b.measured}
+    by = {v.name: v for v in variants if v.measured}
     r0 = next(iter(by.values())).ranks[0] if by else None
     init = r0 if r0 and r0["init_peak"] and r0.get("init_allocated") else None
-    return RunFacts(run.label(label), DistConfig.of(run.rows[0]), run.rows[0].details.get("n_params", 0) * 4,
+    return RunFacts(run.label(label), device, DistConfig.of(run.rows[0]), run.rows[0].details.get("n_params", 0) * 4,
                     variants, by.get("none"), by.get("sharded"), by.get("zero1"), init)
 
 
@@ -102,7 +88,7 @@ class ShardingPage:
     sections: list[ShardSection]
     answers: list[RunFacts]  # answering order (impl.report.rows.answering)
     verdict: ShardSection | None = None  # the device whose correctness log answers optimizer_state_sharding
-    scored: tuple[str, RunFacts] | None = None  # (device, run): the newest edition's run with both rows
+    scored: RunFacts | None = None  # the newest edition's run with both rows
 
     current = current_edition(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)  # the newest edition that poses it
 
@@ -110,7 +96,7 @@ class ShardingPage:
     def scores(self) -> dict[str, Scored]:
         v, s = self.verdict, self.scored
         return {P.OPTIMIZER_STATE_SHARDING: Scored(Kind.MEASURED, v.device) if v else NOT_MEASURED,
-                P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: Scored(Kind.MEASURED, s[0], s[1].run.date) if s
+                P.OPTIMIZER_STATE_SHARDING_ACCOUNTING: Scored(Kind.MEASURED, s.device, s.run.date) if s
                 else NOT_MEASURED}
 
     @property
@@ -119,12 +105,11 @@ class ShardingPage:
 
 
 def facts(ctx: Context) -> ShardingPage:
-    sections = [ShardSection(heading, [run_facts(heading, run) for run in size_runs_of(rows)],
+    sections = [ShardSection(heading, [run_facts(device, heading, run) for run in size_runs_of(rows)],
                              RunsFacts.of(device, rows), ctx.log_tail(device, LOG))
                 for device, rows in ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
                 for heading in [device_name(device, rows[0].row.env.device)]]
-    found = [(s.device, f) for s in sections for f in s.runs]
-    scored = next(((d, f) for d, f in newest_first(found, lambda x: x[1].run)
-                   if f.none is not None and f.sharded is not None), None)
-    return ShardingPage(sections, answering([f for _, f in found], P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
+    found = [f for s in sections for f in s.runs]
+    scored = next((f for f in newest_first(found) if f.none is not None and f.sharded is not None), None)
+    return ShardingPage(sections, answering(found, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),
                         next((s for s in reversed(sections) if s.log_tail), None), scored)
