@@ -243,9 +243,9 @@ def _optimizer(main: list[Cell]) -> list[OptimizerSplit]:
     out = []
     for dtype in ("fp32", "bf16"):
         for c in reversed([c for c in done if c.mode == "optimizer_step" and c.dtype == dtype]):
-            same = {o.mode: o.b.stats.mean for o in done if (o.dtype, o.size, o.context) == (dtype, c.size, c.context)}
+            same = {o.mode: o.mean_s for o in done if (o.dtype, o.size, o.context) == (dtype, c.size, c.context)}
             if {"forward", "backward"} <= set(same) and (ref := c.size_ref) is not None:
-                out.append(OptimizerSplit(c.size_label, c.context, dtype, same["forward"], same["backward"], c.b.stats.mean,
+                out.append(OptimizerSplit(c.size_label, c.context, dtype, same["forward"], same["backward"], c.mean_s,
                                           same.get("train_step"), acc.adamw_step_bytes(ref.config.params)))
                 break
     return out
