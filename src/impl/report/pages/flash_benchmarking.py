@@ -45,14 +45,13 @@ class Longest:  # per dtype and d, forward+backward rows:
     vs_anchor = property(lambda self: self.anchor and of_benches(self.ours, self.anchor, "anchor"))
 
 
+def _at_longest(rows: list[Bench], impl: str) -> Bench | None:
+    return max((b for b in rows if kernel(b).impl == impl), key=lambda b: kernel(b).seq, default=None)
+
+
 def longest(rows: list[Bench]) -> list[Longest]:
-    out = []
-    for _, g in groups(_e2e(rows, measured=True), "dtype", "d"):
-        if o := max((b for b in g if kernel(b).impl == "flash_triton"), key=lambda b: kernel(b).seq, default=None):
-            out.append(Longest(o, best_anchor([b for b in g if kernel(b).seq == kernel(o).seq]),
-                               max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq,
-                                   default=None)))
-    return out
+    return [Longest(o, best_anchor([b for b in g if kernel(b).seq == kernel(o).seq]), _at_longest(g, "naive"))
+            for _, g in groups(_e2e(rows, measured=True), "dtype", "d") if (o := _at_longest(g, "flash_triton"))]
 
 
 @dataclass(frozen=True)
@@ -296,8 +295,8 @@ class FlashBenchmarkingPage:
         return {PROBLEM: Scored.of(self.runs)} if self.headline or self.runs is None else {}
 
 
-def _ours(rows: list[Bench], dtype: str) -> list[Bench]:
-    return [b for b in rows if kernel(b).impl == "flash_triton" and kernel(b).dtype == dtype]
+def _ours(rows: list[Bench]) -> list[Bench]:
+    return [b for b in rows if kernel(b).impl == "flash_triton"]
 
 
 def _versions(ctx: Context, device: str, rows: list[Bench]) -> tuple[list[Bench], list[Bench], tuple[Drift, ...]]:
@@ -305,16 +304,12 @@ def _versions(ctx: Context, device: str, rows: list[Bench]) -> tuple[list[Bench]
     implementations alone compares nothing of ours): (the newest runs' rows, the previous runs', each dtype's drift)."""
     newest, prev, out = [], [], []
     history = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device]
-    for dtype in sorted({kernel(b).dtype for b in rows}):
-        now = of_newest_run([b for b in rows if kernel(b).dtype == dtype], among=_ours(rows, dtype))
-        if not now:
-            continue
-        first = min(b.run.datetime for b in now)
-        older = [b for b in history if kernel(b).dtype == dtype and b.run.datetime < first]
-        before = of_newest_run(older, among=_ours(older, dtype))
-        newest += now
-        prev += before
-        out += drift(now, before)
+    for (dtype,), g in groups(rows, "dtype"):
+        if now := of_newest_run(g, among=_ours(g)):
+            first = min(b.run.datetime for b in now)
+            older = [b for b in history if kernel(b).dtype == dtype and b.run.datetime < first]
+            before = of_newest_run(older, among=_ours(older))
+            newest, prev, out = newest + now, prev + before, out + drift(now, before)
     return newest, prev, tuple(out)
 
 
