@@ -108,10 +108,6 @@ class WarmupCase:
         return None if self.cold.first_s is None else self.cold.first_s / self.warm.mean_s
 
     @property
-    def cold_mean_excess(self) -> float:
-        return self.cold.mean_s / self.warm.mean_s
-
-    @property
     def warmed_in_noise(self) -> bool:  # the means after 1, 2, ... warm-up steps lie within the warm row's spread
         return all(c.within_noise(self.warm) for w, c in self.by_warmup.items() if 0 < w < max(self.by_warmup))
 
@@ -134,10 +130,6 @@ class OptimizerSplit:  # forward, backward and the AdamW step timed apart, besid
     @property
     def optimizer_share(self) -> float:
         return self.optimizer_s / self.parts_s
-
-    @property
-    def optimizer_gbps(self) -> float:
-        return self.floor_bytes / self.optimizer_s / 1e9
 
 
 def _largest(rows: list[GridRow]) -> list[GridRow]:

@@ -146,7 +146,7 @@ def mode_ratios(rows: list[Bench]) -> list[ModeRatios]:
             if pairs:
                 per[size] = med([c.stats.median / e.stats.median for c, e in pairs])
                 ctxs[size] = tuple(sorted({_cfg(c).context for c, _ in pairs}, key=lambda x: (x is None, x or 0)))
-        ends = list(dict.fromkeys(list(per)[:1] + list(per)[-1:]))
+        ends = list(per)[:1] + list(per)[-1:]  # the smallest and the largest size (one where one size has pairs)
         if ends:
             out.append(ModeRatios(mode, {k: per[k] for k in ends}, {k: ctxs[k] for k in ends}))
     return out
