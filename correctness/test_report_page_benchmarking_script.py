@@ -50,6 +50,14 @@ def _grid(device=DEV, when="2026-12-01T00:00:00"):
     return rows
 
 
+def _fresh_warmup():
+    """2026's fresh-process warm-up study of xl: 0, 1 and 2 warm-up steps; the cold row kept its steps' parts."""
+    steps = {"steps": {"forward_s": [0.5, 0.1, 0.1], "backward_s": [0.4, 0.2, 0.2], "optimizer_s": [0.2, 0.05, 0.05]}}
+    return [_b("2026", "xl", "train_step", (first + 0.35 * 9) / 10, "warmup_fresh_process",
+               details=steps if w == 0 else {}, warmup=w, data=[first] + [0.35] * 9)
+            for w, first in ((0, 1.1), (1, 0.36), (2, 0.35))]
+
+
 def test_cells_are_the_rows_mean_and_std_not_their_median():
     """Both handouts ask for the average and standard deviation: every cell is the row's stats mean and
     stddev, not its median."""
@@ -64,14 +72,9 @@ def test_cells_are_the_rows_mean_and_std_not_their_median():
 
 
 def test_2026_oom_rows_carry_their_need_and_fresh_warmup_its_first_step():
-    rows = [b for b in _grid() if page.ScriptConfig.of(b).edition == "2026"]
-    steps = {"steps": {"forward_s": [0.5, 0.1, 0.1], "backward_s": [0.4, 0.2, 0.2], "optimizer_s": [0.2, 0.05, 0.05]}}
-    for w, first in ((0, 1.1), (1, 0.36), (2, 0.35)):
-        rows.append(_b("2026", "xl", "train_step", (first + 0.35 * 9) / 10, "warmup_fresh_process",
-                       details=steps if w == 0 else {}, warmup=w, data=[first] + [0.35] * 9))
-    e26 = page.editions(rows)[1]
-    (size, ctx, dtype, mode, cell), = e26.oom_cells
-    assert (size, mode, cell.need_bytes) == ("10B (2026)", "backward", 154.5e9)
+    e26 = page.editions([b for b in _grid() if page.Cell.of(b).edition == "2026"] + _fresh_warmup())[1]
+    cell, = e26.oom_cells
+    assert (cell.size_label, cell.mode, cell.need_bytes) == ("10B (2026)", "backward", 154.5e9)
     assert e26.fwd_bwd[1].size == "xl (2026) = 2.7B (2025)" and e26.fwd_bwd[1].modes["backward"].mean_s == 0.6
     case, = e26.warmup
     assert e26.fresh_warmup and sorted(case.by_warmup) == [0, 1, 2]
@@ -164,7 +167,7 @@ def test_committed_2026_edition_reads_its_own_studies(committed):
     (e25, e26), _ = committed
     assert e26.sizes == ["small", "medium", "large", "xl (2026) = 2.7B (2025)", "10B (2026)"]
     assert {r.size for r in e26.grid} == set(e26.sizes) and e26.fresh_warmup
-    assert all(c.need_bytes and c.need_bytes > 80e9 for *_, c in e26.oom_cells) and e26.oom_cells
+    assert all(c.need_bytes and c.need_bytes > 80e9 for c in e26.oom_cells) and e26.oom_cells
     assert e26.fwd_bwd[1].size == "xl (2026) = 2.7B (2025)"  # 10B's backward is OOM: the largest size with both
     assert {c.size for c in e26.warmup} >= {"small", "xl (2026) = 2.7B (2025)"}
     assert {o.dtype for o in e25.optimizer} == {"fp32", "bf16"}
@@ -174,9 +177,4 @@ def test_committed_2026_edition_reads_its_own_studies(committed):
 
 
 def test_page_words(request, tmp_path):
-    rows = _grid()
-    steps = {"steps": {"forward_s": [0.5, 0.1, 0.1], "backward_s": [0.4, 0.2, 0.2], "optimizer_s": [0.2, 0.05, 0.05]}}
-    for w, first in ((0, 1.1), (1, 0.36), (2, 0.35)):
-        rows.append(_b("2026", "xl", "train_step", (first + 0.35 * 9) / 10, "warmup_fresh_process",
-                       details=steps if w == 0 else {}, warmup=w, data=[first] + [0.35] * 9))
-    assert_snapshot(request, P, render_page(f"{P}.md.j2", f=page.facts(context(rows, tmp_path))))
+    assert_snapshot(request, P, render_page(f"{P}.md.j2", f=page.facts(context(_grid() + _fresh_warmup(), tmp_path))))

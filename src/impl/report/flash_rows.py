@@ -1,6 +1,5 @@
-"""The kernel rows of the FlashAttention pages, typed: their config view, labels, table cells (the attention pages'
-too), and ours ÷ an anchor of one run (impl.report.ratio). Times are pytest-benchmark medians (do_bench's in older
-files, impl.report.legacy)."""
+"""The kernel rows of the FlashAttention pages, typed: their config view, labels and table cells (the attention pages'
+too). Times are pytest-benchmark medians (do_bench's in older files, impl.report.legacy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

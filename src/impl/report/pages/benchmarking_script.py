@@ -26,7 +26,18 @@ STUDIES = {"main_2026": "main", "warmup_fresh_process": "warmup"}  # 2026's stud
 
 
 @dataclass(frozen=True)
-class ScriptConfig(SizedView, RowView):  # a row's config, holding the row (`b`)
+class Parts:  # a training step's forward, backward and optimizer step (s), where the row kept them
+    forward: float | None = None
+    backward: float | None = None
+    optimizer: float | None = None
+
+
+def _measured(f):  # a Cell's property read from its row where the row was measured, else None
+    return property(lambda self: f(self.b) if self.b.measured else None)
+
+
+@dataclass(frozen=True)
+class Cell(SizedView, RowView):  # one row's config and timing: mean ± std over the timed steps (s), or why none
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None
@@ -34,28 +45,7 @@ class ScriptConfig(SizedView, RowView):  # a row's config, holding the row (`b`)
     warmup: int | None = None
     batch: int | None = None
 
-
-_cfg = ScriptConfig.of
-
-
-@dataclass(frozen=True)
-class Parts:  # a training step's forward, backward and optimizer step (s), where the row kept them
-    forward: float | None = None
-    backward: float | None = None
-    optimizer: float | None = None
-
-
-def _measured(f):
-    """A Cell's property read from its row where the row was measured, else None."""
-    return property(lambda self: f(self.b) if self.b.measured else None)
-
-
-@dataclass(frozen=True)
-class Cell:  # one row's timing: mean ± std over the timed steps (s), or why it has none; read from the row
-    b: Bench = field(repr=False)
-
-    status = property(lambda self: self.b.status)
-    need_bytes = property(lambda self: (self.b.details.get("memory_need") or {}).get("total"))  # the closed form's
+    need_bytes = property(lambda self: (self.details.get("memory_need") or {}).get("total"))  # the closed form's
     mean_s = _measured(lambda b: b.stats.mean)
     std_s = _measured(lambda b: b.stats.stddev)
     first_s = _measured(lambda b: b.stats.data[0] if b.stats.data else None)  # the first timed step
@@ -65,8 +55,7 @@ class Cell:  # one row's timing: mean ± std over the timed steps (s), or why it
     mfu_measured_peak = _measured(lambda b: b.metric(Metric.MFU_MEASURED_PEAK))
 
     @property
-    def steps(self) -> dict[str, list[float]]:
-        """The timed steps' forward, backward and optimizer times (s), where the (measured) row kept them."""
+    def steps(self) -> dict[str, list[float]]:  # the timed steps' forward, backward and optimizer times (s)
         kept = (self.b.details.get("steps") or {}) if self.b.measured else {}
         return {k.removesuffix("_s"): v for k, v in kept.items()
                 if isinstance(v, list) and v and k.removesuffix("_s") in ("forward", "backward", "optimizer")}
@@ -111,16 +100,12 @@ class WarmupCase:
     dtype: str
     mode: str
     by_warmup: dict[int, Cell]  # warm-up steps -> cell
-    cold: Cell  # the fewest warm-up steps
-    warm: Cell  # the most: the reference
+    cold = property(lambda self: self.by_warmup[min(self.by_warmup)])  # the fewest warm-up steps
+    warm = property(lambda self: self.by_warmup[max(self.by_warmup)])  # the most: the reference
 
     @property
     def first_step_excess(self) -> float | None:
         return None if self.cold.first_s is None else self.cold.first_s / self.warm.mean_s
-
-    @property
-    def cold_mean_excess(self) -> float:
-        return self.cold.mean_s / self.warm.mean_s
 
     @property
     def warmed_in_noise(self) -> bool:  # the means after 1, 2, ... warm-up steps lie within the warm row's spread
@@ -146,10 +131,6 @@ class OptimizerSplit:  # forward, backward and the AdamW step timed apart, besid
     def optimizer_share(self) -> float:
         return self.optimizer_s / self.parts_s
 
-    @property
-    def optimizer_gbps(self) -> float:
-        return self.floor_bytes / self.optimizer_s / 1e9
-
 
 def _largest(rows: list[GridRow]) -> list[GridRow]:
     return [r for r in rows if r.size == rows[-1].size]
@@ -164,7 +145,7 @@ class EditionFacts:  # one edition's answers on one device: its sizes (labels) a
     optimizer: list[OptimizerSplit] = field(default_factory=list)
     batch: int | None = None
     fresh_warmup: bool = False  # each warm-up row ran in a fresh process (2026's study)
-    oom_cells: list[tuple[str, int, str, str, Cell]] = field(default_factory=list)  # (size, ctx, dtype, mode, cell)
+    oom_cells: list[Cell] = field(default_factory=list)
     warmup_steps: str = "–"  # "5", or "5–10" where rows differ
     timed_steps: str = "–"
     peak: Peaks | None = None  # the matmul peak measured in the run (MFU's denominator)
@@ -215,12 +196,12 @@ class EditionFacts:  # one edition's answers on one device: its sizes (labels) a
 
 
 def _study(b: Bench) -> str | None:
-    s = _cfg(b).study or b.details.get("study")  # older files kept it in details
+    s = Cell.of(b).study or b.details.get("study")  # older files kept it in details
     return STUDIES.get(s, s)
 
 
 def of_edition(rows: list[Bench], edition: str) -> list[Bench]:
-    return [b for b in rows if str(_cfg(b).edition or "2025") == edition]
+    return [b for b in rows if str(Cell.of(b).edition or "2025") == edition]
 
 
 def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
@@ -228,36 +209,35 @@ def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
     sizes = [size_label(SizeRef(edition, n)) for n in names]
     main_rows, warm_rows = ([b for b in rows if _study(b) == s] for s in ("main", "warmup"))
 
-    def by_size(bs) -> list[ScriptConfig]:  # the rows' views, smallest size first
-        return sorted(map(_cfg, bs), key=lambda c: names.index(c.size) if c.size in names else len(names))
+    def by_size(bs) -> list[Cell]:  # the rows' cells, smallest size first
+        return sorted(map(Cell.of, bs), key=lambda c: names.index(c.size) if c.size in names else len(names))
     main = by_size(main_rows)
     if not main:
         return EditionFacts(edition, sizes)
     key = lambda c: (c.size_label, c.context, c.dtype)  # noqa: E731
-    grid = {k: {c.mode: Cell(c.b) for c in g} for k, g in group(main, key).items()}
-    warm = {k: {int(c.warmup): Cell(c.b) for c in g} for k, g in group(by_size(b for b in warm_rows if b.measured),
-                                                                      lambda c: (*key(c), c.mode)).items()}
+    grid = {k: {c.mode: c for c in g} for k, g in group(main, key).items()}
+    warm = {k: {int(c.warmup): c for c in g} for k, g in group(by_size(b for b in warm_rows if b.measured),
+                                                              lambda c: (*key(c), c.mode)).items()}
     order = {"fp32": 0, "bf16": 1, "fp16": 2}
     grid_rows = sorted((GridRow(*k, {m: v[m] for m in MODES if m in v}) for k, v in grid.items()),
                        key=lambda r: (order.get(r.dtype, 9), sizes.index(r.size) if r.size in sizes else 99, r.context))
     return EditionFacts(
-        edition, sizes, grid_rows, [WarmupCase(*k, dict(sorted(v.items())), v[min(v)], v[max(v)])
-                                     for k, v in warm.items() if len(v) > 1],
-        _optimizer(main), main[0].batch, any(_cfg(b).study == "warmup_fresh_process" for b in rows),
-        [(c.size_label, c.context, c.dtype, c.mode, Cell(c.b)) for c in main if c.status is Status.OOM],
+        edition, sizes, grid_rows, [WarmupCase(*k, dict(sorted(v.items()))) for k, v in warm.items() if len(v) > 1],
+        _optimizer(main), main[0].batch, any(Cell.of(b).study == "warmup_fresh_process" for b in rows),
+        [c for c in main if c.status is Status.OOM],
         *timing_text(main_rows), next((b.row.peaks for b in main_rows if b.row.peaks is not None), None),
         newest_date(main_rows), warm_rows[0].details.get("left_out", "") if warm_rows else "")
 
 
-def _optimizer(main: list[ScriptConfig]) -> list[OptimizerSplit]:
+def _optimizer(main: list[Cell]) -> list[OptimizerSplit]:
     """Per dtype (fp32, bf16): the largest size with optimizer-step, forward and backward rows at one context."""
     done = [c for c in main if c.b.measured]
     out = []
     for dtype in ("fp32", "bf16"):
         for c in reversed([c for c in done if c.mode == "optimizer_step" and c.dtype == dtype]):
-            same = {o.mode: o.b.stats.mean for o in done if (o.dtype, o.size, o.context) == (dtype, c.size, c.context)}
+            same = {o.mode: o.mean_s for o in done if (o.dtype, o.size, o.context) == (dtype, c.size, c.context)}
             if {"forward", "backward"} <= set(same) and (ref := c.size_ref) is not None:
-                out.append(OptimizerSplit(c.size_label, c.context, dtype, same["forward"], same["backward"], c.b.stats.mean,
+                out.append(OptimizerSplit(c.size_label, c.context, dtype, same["forward"], same["backward"], c.mean_s,
                                           same.get("train_step"), acc.adamw_step_bytes(ref.config.params)))
                 break
     return out

@@ -45,14 +45,13 @@ class Longest:  # per dtype and d, forward+backward rows:
     vs_anchor = property(lambda self: self.anchor and of_benches(self.ours, self.anchor, "anchor"))
 
 
+def _at_longest(rows: list[Bench], impl: str) -> Bench | None:
+    return max((b for b in rows if kernel(b).impl == impl), key=lambda b: kernel(b).seq, default=None)
+
+
 def longest(rows: list[Bench]) -> list[Longest]:
-    out = []
-    for _, g in groups(_e2e(rows, measured=True), "dtype", "d"):
-        if o := max((b for b in g if kernel(b).impl == "flash_triton"), key=lambda b: kernel(b).seq, default=None):
-            out.append(Longest(o, best_anchor([b for b in g if kernel(b).seq == kernel(o).seq]),
-                               max((b for b in g if kernel(b).impl == "naive"), key=lambda b: kernel(b).seq,
-                                   default=None)))
-    return out
+    return [Longest(o, best_anchor([b for b in g if kernel(b).seq == kernel(o).seq]), _at_longest(g, "naive"))
+            for _, g in groups(_e2e(rows, measured=True), "dtype", "d") if (o := _at_longest(g, "flash_triton"))]
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,7 @@ class VsNaive:  # one dtype: ours ÷ naive forward+backward of one run at the lo
     stop_reason: str | None  # why naive did not run beyond (its first row beyond naive_max)
 
 
-def vs_naive(rows: list[Bench]) -> tuple[VsNaive, ...]:
-    """Per dtype, where ours and naive ran one shape in one run."""
+def vs_naive(rows: list[Bench]) -> tuple[VsNaive, ...]:  # per dtype where ours and naive ran one shape in one run
     out = []
     for (dtype,), g in groups(_e2e(rows), "dtype"):
         naive = [b for b in g if kernel(b).impl == "naive"]
@@ -165,15 +163,14 @@ class SeqTable:  # one dtype's table: a row per (implementation or pass, d), a c
 
 
 def _table(dtype: str, what: str, g: list[Bench], labels: dict[str, str], cell_at) -> list[SeqTable]:
-    """A row (labels[x], d) per x of `labels` and d of `g` with any cell, a cell per sequence (cell_at(x, d, seq))."""
+    # a row (labels[x], d) per x of `labels` and d of `g` with any cell, a cell per sequence (cell_at(x, d, seq))
     seqs = tuple(sorted({kernel(b).seq for b in g}))
     rows = tuple((label, d, cells) for x, label in labels.items() for d in sorted({kernel(b).d for b in g})
                  if any(cells := tuple(cell_at(x, d, q) for q in seqs)))
     return [SeqTable(dtype, what, seqs, rows)] if rows else []
 
 
-def grid(rows: list[Bench]) -> list[SeqTable]:
-    """Every cell of the grid (the newest row of each), a table per dtype and pass (issue 45)."""
+def grid(rows: list[Bench]) -> list[SeqTable]:  # every cell (its newest row), a table per dtype and pass (issue 45)
     out = []
     for (dtype, mode), g in sorted(groups(rows, "dtype", "mode"),
                                    key=lambda kv: (kv[0][0], list(MODE_LABELS).index(kv[0][1]))):
@@ -183,9 +180,7 @@ def grid(rows: list[Bench]) -> list[SeqTable]:
     return out
 
 
-def ratio_tables(rows: list[Bench]) -> list[SeqTable]:
-    """Per dtype and anchor kind that ran beside ours in one run: ours (Triton fwd + Triton bwd) ÷ anchor at every
-    shape both ran, both rows of one run."""
+def ratio_tables(rows: list[Bench]) -> list[SeqTable]:  # ours ÷ each anchor kind per dtype, both rows of one run
     out = []
     for (dtype,), g in groups([b for b in rows if ran(b)], "dtype"):
         cells = dict(groups(g, "mode", "d", "seq"))
@@ -212,8 +207,7 @@ def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cel
                            ["dtype", "pass", "d", "seq", *(f"{IMPL_LABELS[i]}: ms (TFLOP/s)" for i in impls)], lines)
 
 
-def plot(rows: list[Bench], path) -> list[str] | None:
-    """TFLOP/s of the forward+backward rows by sequence, a panel per d, one legend of the lines drawn (its labels)."""
+def plot(rows: list[Bench], path) -> list[str] | None:  # TFLOP/s of fwd+bwd rows by seq, a panel per d; legend labels
     e2e = _e2e(rows, measured=True)
     if not e2e:
         return None
@@ -231,8 +225,8 @@ def plot(rows: list[Bench], path) -> list[str] | None:
         for impl in _impls(e2e):
             sel = sorted((b for b in e2e if (kernel(b).impl, kernel(b).d) == (impl, d)), key=lambda b: kernel(b).seq)
             if sel:  # ours solid, others dashed
-                tflops = [b.metric(Metric.TFLOPS) for b in sel]
-                (line,) = ax.plot([kernel(b).seq for b in sel], [float("nan") if t is None else t for t in tflops],
+                tflops = [float("nan") if (t := b.metric(Metric.TFLOPS)) is None else t for b in sel]
+                (line,) = ax.plot([kernel(b).seq for b in sel], tflops,
                                   "-o" if impl.startswith("flash_triton") else "--s", ms=3, color=IMPL_COLORS[impl],
                                   label=IMPL_LABELS[impl])
                 handles.setdefault(IMPL_LABELS[impl], line)
@@ -301,26 +295,21 @@ class FlashBenchmarkingPage:
         return {PROBLEM: Scored.of(self.runs)} if self.headline or self.runs is None else {}
 
 
-def _ours(rows: list[Bench], dtype: str) -> list[Bench]:
-    return [b for b in rows if kernel(b).impl == "flash_triton" and kernel(b).dtype == dtype]
+def _ours(rows: list[Bench]) -> list[Bench]:
+    return [b for b in rows if kernel(b).impl == "flash_triton"]
 
 
 def _versions(ctx: Context, device: str, rows: list[Bench]) -> tuple[list[Bench], list[Bench], tuple[Drift, ...]]:
-    """Per dtype, the newest run with our kernel's rows of it and the previous saved run with them (a run of
-    the other implementations alone, the compiled-backward variant's, compares nothing of ours): (the newest
-    runs' rows, the previous runs' rows, the drift of each dtype)."""
+    """Per dtype, the newest run with our kernel's rows and the previous saved run with them (a run of the other
+    implementations alone compares nothing of ours): (the newest runs' rows, the previous runs', each dtype's drift)."""
     newest, prev, out = [], [], []
     history = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device]
-    for dtype in sorted({kernel(b).dtype for b in rows}):
-        now = of_newest_run([b for b in rows if kernel(b).dtype == dtype], among=_ours(rows, dtype))
-        if not now:
-            continue
-        first = min(b.run.datetime for b in now)
-        older = [b for b in history if kernel(b).dtype == dtype and b.run.datetime < first]
-        before = of_newest_run(older, among=_ours(older, dtype))
-        newest += now
-        prev += before
-        out += drift(now, before)
+    for (dtype,), g in groups(rows, "dtype"):
+        if now := of_newest_run(g, among=_ours(g)):
+            first = min(b.run.datetime for b in now)
+            older = [b for b in history if kernel(b).dtype == dtype and b.run.datetime < first]
+            before = of_newest_run(older, among=_ours(older))
+            newest, prev, out = newest + now, prev + before, out + drift(now, before)
     return newest, prev, tuple(out)
 
 

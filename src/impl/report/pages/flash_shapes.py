@@ -1,6 +1,5 @@
 """flash_shapes: ours (eager and under torch.compile) on the attention shapes real models use, against the faster
-SDPA backend of the same run, and what one call costs the host at a tiny shape (the rows with config host=True).
-The first GPU device with rows answers."""
+SDPA backend of the same run, and one call's host cost at a tiny shape (rows with host=True). The first GPU answers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,12 +79,10 @@ def _plot(rows: list[GridRow], path) -> bool:  # ours ÷ the faster anchor per m
     if not meas:
         return False
     fig, ax = figures.new(figsize=(10, 4.8))
-    for impl, label, marker in ((OURS[0], "ours eager / faster anchor", "o"),
-                                (OURS[1], "ours compiled / faster anchor", "s")):
-        pts = [(i, x) for i, r in enumerate(meas)
-               if (x := r.over(r.eager if impl == OURS[0] else r.compiled)) is not None]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=IMPL_COLORS[impl], label=label, ms=5)
+    for side, impl, marker in zip(SIDES, OURS, "os"):
+        if pts := [(i, x) for i, r in enumerate(meas) if (x := r.over(getattr(r, side))) is not None]:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=IMPL_COLORS[impl], ms=5,
+                    label=f"ours {side} / faster anchor")
     ax.axhline(1.0, color="0.4", lw=0.8, ls="--")  # ratios stay within one decade: linear axis
     ax.set_xticks(list(range(len(meas))), [f"{r.k.dtype} d{r.k.d} {'c' if r.k.causal else 'nc'} {r.k.batch}×{r.k.heads}"
                                            f"×{r.k.seq} {'fwd' if r.k.mode == 'fwd' else 'f+b'}" for r in meas],

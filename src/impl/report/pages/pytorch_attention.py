@@ -1,6 +1,5 @@
-"""pytorch_attention: naive attention's time and memory over (d, seq) on the first GPU with rows, the
-first OOM case's memory accounting (impl.attention.memory beside the measured bytes) and our times
-against the course seed's. torch_compile imports the cell helpers. The template holds every word."""
+"""pytorch_attention: naive attention's time and memory over (d, seq) on the first GPU with rows, the first OOM
+case's memory accounting (impl.attention.memory beside the measured bytes) and our times against the course seed's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,8 +45,7 @@ class AttentionConfig(View):
 cfg = AttentionConfig.of
 
 
-def if_ran(b: Bench | None, value):
-    """value(b) where the row ran, else None."""
+def if_ran(b: Bench | None, value):  # value(b) where the row ran, else None
     return value(b) if b is not None and b.status is Status.MEASURED else None
 
 
@@ -68,8 +66,7 @@ def peak(b: Bench) -> float | None:
     return _above_baseline(b, b.row.memory.peak_allocated)
 
 
-def passes(rows: list[Bench], d: int, seq: int) -> tuple[Bench | None, Bench | None]:
-    """The (forward, backward) rows of one (d, seq), the last where a pass has several."""
+def passes(rows: list[Bench], d: int, seq: int) -> tuple[Bench | None, Bench | None]:  # the last of a pass's rows
     by = {cfg(b).mode: b for b in rows if (cfg(b).d_model, cfg(b).seq) == (d, seq)}
     return by.get("forward"), by.get("backward")
 

@@ -1,7 +1,6 @@
-"""torch_compile on the first GPU with rows: (a) compiled naive attention against eager, (b) the compiled
-Transformer and optimizer step against eager, and the compilations. A ratio divides rows of one run
-only (runs since issue 33 time eager beside compiled; older compiled rows sit beside another run's
-pytorch_attention rows, undivided). templates/torch_compile.md.j2 holds every word."""
+"""torch_compile on the first GPU with rows: (a) compiled naive attention against eager, (b) the compiled model and
+optimizer step against eager. A ratio divides rows of one run only (runs since issue 33 time eager beside compiled;
+older compiled rows sit beside another run's pytorch_attention rows, undivided)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ PROBLEMS = (P.TORCH_COMPILE,)
 PROBLEM = P.TORCH_COMPILE
 STEP = attrgetter("step_s")  # (b)'s time of a row (the mean in older-format runs)
 RAN = (Status.MEASURED, Status.OOM)  # any other status: left out
+MODES_B = ("forward", "forward_backward", "optimizer_step", "train_step")  # the answer's modes, where rows have them
+GRID_MODES = ("forward", "forward_backward", "train_step")  # the table's, where the rows have them
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,6 @@ def _at(b: Bench) -> tuple:  # (b)'s (size, context)
 def same_run(a: Bench, b: Bench) -> bool:
     return (a.run.device, a.run.section, a.run.datetime) == (b.run.device, b.run.section, b.run.datetime)
 
-
-# ---- (a) compiled vs eager attention -------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Times:  # a configuration's eager and compiled cells (seconds)
@@ -116,12 +115,6 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
                           RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager))
 
 
-# ---- (b) compiled model vs eager -------------------------------------------------------------------
-
-MODES_B = ("forward", "forward_backward", "optimizer_step", "train_step")  # the answer's modes, where rows have them
-GRID_MODES = ("forward", "forward_backward", "train_step")  # the table's, where the rows have them
-
-
 @dataclass(frozen=True)
 class ModeRatios:
     mode: str
@@ -133,8 +126,7 @@ class ModeRatios:
         vals = list(self.by_size.values())
         return len(vals) == 2 and vals[-1] > vals[0]
 
-    def only_context(self, size: str) -> int | None:
-        """The one context the size's ratio reads, where it reads one only and another size of the mode more."""
+    def only_context(self, size: str) -> int | None:  # its one context, where another size of the mode reads more
         xs = self.contexts.get(size, ())
         wider = any(len(v) > 1 for v in self.contexts.values())
         return xs[0] if len(xs) == 1 and xs[0] is not None and wider else None
@@ -154,7 +146,7 @@ def mode_ratios(rows: list[Bench]) -> list[ModeRatios]:
             if pairs:
                 per[size] = med([c.stats.median / e.stats.median for c, e in pairs])
                 ctxs[size] = tuple(sorted({_cfg(c).context for c, _ in pairs}, key=lambda x: (x is None, x or 0)))
-        ends = list(dict.fromkeys(list(per)[:1] + list(per)[-1:]))
+        ends = list(per)[:1] + list(per)[-1:]  # the smallest and the largest size (one where one size has pairs)
         if ends:
             out.append(ModeRatios(mode, {k: per[k] for k in ends}, {k: ctxs[k] for k in ends}))
     return out
@@ -168,9 +160,7 @@ def _cells(eager: Bench | None, compiled: Bench | None) -> Times:
     return _times(cell(eager, STEP), cell(compiled, STEP))
 
 
-def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:
-    """forward+backward + the size's optimizer step (derived, not timed together; shown only where no timed
-    training-step row exists); None unless both ran."""
+def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:  # fwd+bwd + optimizer step, derived; both ran
     parts = [cell(x, STEP) for x in (fb, opt)]
     return Cell(sum(p.value for p in parts)) if all(p and p.value is not None for p in parts) else None
 
@@ -203,9 +193,7 @@ class LeftOut:
 
 
 @dataclass(frozen=True)
-class OutOfMemory:
-    """The rows of one (size, context, mode) that ran out of memory, with the closed-form need they recorded."""
-
+class OutOfMemory:  # the rows of one (size, context, mode) that ran out of memory
     size: str
     context: int | None  # None: the optimizer step
     mode: str
@@ -218,19 +206,12 @@ class OutOfMemory:
         return self.other_ran.row.memory.peak_allocated if self.other_ran and self.other_ran.row.memory else None
 
 
-def out_of_memory(ordered: list[Bench]) -> list[OutOfMemory]:
-    """The OOM rows grouped per (size, context, mode), in the table's order."""
+def out_of_memory(ordered: list[Bench]) -> list[OutOfMemory]:  # per (size, context, mode), in the table's order
     cells = group((b for b in ordered if _cfg(b).mode in MODES_B), lambda b: (*_at(b), _cfg(b).mode))
-    out = []
-    for (size, context, mode), g in cells.items():
-        oom = [b for b in g if b.status is Status.OOM]
-        if not oom:
-            continue
-        ran = [b for b in g if b.measured]
-        out.append(OutOfMemory(size, context, mode, tuple(_cfg(b).impl for b in oom),
-                               next((b.details["closed_form_need_bytes"] for b in oom
-                                     if b.details.get("closed_form_need_bytes")), None), ran[0] if ran else None))
-    return out
+    return [OutOfMemory(size, context, mode, tuple(_cfg(b).impl for b in oom),
+                        next(filter(None, (b.details.get("closed_form_need_bytes") for b in oom)), None),
+                        next((b for b in g if b.measured), None))
+            for (size, context, mode), g in cells.items() if (oom := [b for b in g if b.status is Status.OOM])]
 
 
 @dataclass(frozen=True)
@@ -273,11 +254,9 @@ def model_facts(device: str, rows: list[Bench]) -> ModelFacts:
                       _times(*(_train_step(sel.get(("forward_backward", i)), opt.get(size, {}).get(i))
                                    for i in ("eager", "compiled"))) if opt and not timed else None)
              for (size, context), sel in cells.items()]
-    left_out = []
-    for (size, context), g in group(ordered, _at).items():
-        if cut := [b for b in g if b.status not in RAN]:
-            parts = () if len(cut) == len(g) else tuple((_cfg(b).mode, _cfg(b).impl) for b in cut)
-            left_out.append(LeftOut(size, context, parts, cut[0].row.reason))
+    left_out = [LeftOut(size, context, () if len(cut) == len(g) else tuple((_cfg(b).mode, _cfg(b).impl) for b in cut),
+                        cut[0].row.reason)
+                for (size, context), g in group(ordered, _at).items() if (cut := [b for b in g if b.status not in RAN])]
     what = next((b.details["compiled_what"] for b in ordered if b.details.get("compiled_what")), None)
     compilations = [_compilation(b, ordered) for b in ordered
                     if _cfg(b).impl == "compiled" and b.details.get("compiled_now")]
