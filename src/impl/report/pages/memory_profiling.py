@@ -558,18 +558,16 @@ class MemoryPage(SourcedFromRuns):
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}
 
 
-def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], from_zero: bool = True) -> str | None:
-    """A figure of timeline panels; its link, None without panels."""
+def _draw(ctx: Context, stem: str, panels: list[tuple[str, dict]], from_zero: bool = True, **words: str) -> str | None:
+    """A figure of timeline panels, titled by `words` (size, mode, device, date, and dtype for one dtype's); its
+    link, None without panels."""
     if not panels:
         return None
     path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, stem)
+    words["mode"] = words["mode"].replace("_", " ")
+    title = TIMELINE.label("title_dtype", **words) if "dtype" in words else TIMELINE.title.format(**words)
     figures.memory_timelines(panels, path, title, from_zero=from_zero)
     return link
-
-
-def _title(size: str, mode: str, device: str, date: str, dtype: str | None = None) -> str:
-    words = dict(size=size, mode=mode.replace("_", " "), device=device, date=date, dtype=dtype)
-    return TIMELINE.label("title_dtype", **words) if dtype else TIMELINE.title.format(**words)
 
 
 def facts(ctx: Context) -> MemoryPage:
@@ -591,16 +589,20 @@ def facts(ctx: Context) -> MemoryPage:
     if m26 is None or not any(c.measured for c in m26.cases):  # the earlier grid's rows stand in
         m26, grid = None, d26 or earlier
     else:
-        links = [(mode, _draw(ctx, f"{device}-2026-{mode}", _title(m26.size, mode, device, m26.date),
-                              [(TIMELINE.label("panel_dtype", dtype=c.dtype, context=c.context), c.timeline)
-                               for c in m26.cases if c.mode == mode and c.timeline], from_zero=False))
-                 for mode in ("forward", "train_step")]
-        m26, grid = replace(m26, figures=tuple((mode, link) for mode, link in links if link)), []
+        drawn = []
+        for mode in ("forward", "train_step"):
+            panels = [(TIMELINE.label("panel_dtype", dtype=c.dtype, context=c.context), c.timeline)
+                      for c in m26.cases if c.mode == mode and c.timeline]
+            link = _draw(ctx, f"{device}-2026-{mode}", panels, False, size=m26.size, mode=mode, device=device,
+                         date=m26.date)
+            drawn += [(mode, link)] if link else []
+        m26, grid = replace(m26, figures=tuple(drawn)), []
     timelines = []
     for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
         g = [c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]
-        link = _draw(ctx, f"{device}-{mode}-{dtype}", _title(f.size, mode, device, newest_date(g), dtype),
-                     [(TIMELINE.label("panel", context=c.context), c.timeline) for c in g])
+        panels = [(TIMELINE.label("panel", context=c.context), c.timeline) for c in g]
+        link = _draw(ctx, f"{device}-{mode}-{dtype}", panels, size=f.size, mode=mode, device=device,
+                     date=newest_date(g), dtype=dtype)
         timelines += [(mode, dtype, link)] if link else []
     return MemoryPage(f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [], peak_rows(rows),
