@@ -1,5 +1,5 @@
-"""gradient_checkpointing (2026): (a) the nested strategy's peak, (b) the best single-level k (study `single_level_2026`,
-xl (2026)); the older `policies` and `depth` studies (the 2025 table's xl) follow as another model's."""
+"""gradient_checkpointing (2026): (a) the nested strategy's peak, (b) the best single-level k (study
+`single_level_2026`, xl (2026)); the older `policies` and `depth` studies (the 2025 table's xl) follow."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -98,13 +98,13 @@ def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
     fig, ax, link = *figures.new(), None  # predicted (dashed) and measured peaks over layers
     for policy, style in (("none", "o"), ("nested", "s")):
         sel = [r for r in table if r.policy == policy]
+        meas = [r for r in sel if r.measured]
         if sel:
-            ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30 for r in sel],
-                    "--" + style, label=WORDS.label("predicted", policy=policy))
-            meas = [r for r in sel if r.measured]
-            if meas:
-                ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,
-                        label=WORDS.label("measured", policy=policy))
+            pred = [float("nan") if r.predicted is None else r.predicted / 2**30 for r in sel]
+            ax.plot([r.layers for r in sel], pred, "--" + style, label=WORDS.label("predicted", policy=policy))
+        if meas:
+            ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,
+                    label=WORDS.label("measured", policy=policy))
     if ax.lines:
         ax.set(xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
         ax.legend(fontsize=8)
