@@ -243,23 +243,18 @@ class Memory2025Facts:
     batch: int | None = None
     gaps: tuple[Gap, ...] = ()  # what (d), (e) lack at the reference context
 
-    @property
-    def residual(self) -> Residual | None:  # fp32, at answer_context
-        return next((r for r in self.residuals if r.context == self.answer_context), None)
-
-    @property
-    def residual_bytes(self) -> int:
-        """(d)'s closed form at answer_context: batch × context × d_model × 4 B (fp32)."""
-        return self.batch * self.answer_context * self.model.d_model * 4
-
+    # fp32 at answer_context: the lookup, and (d)'s closed form batch × context × d_model × 4 B
+    residual = property(lambda self: next((r for r in self.residuals if r.context == self.answer_context), None))
+    residual_bytes = property(lambda self: self.batch * self.answer_context * self.model.d_model * 4)
     at_reference = property(lambda self: self.reference_context is not None)
-
-    def gap(self, part: str) -> Gap | None:
-        return next((g for g in self.gaps if g.part == part), None)
+    bf16 = property(lambda self: all(self.series("bf16", "train_step")) and all(self.series("bf16", "forward")))
 
     @property
     def timelines(self) -> bool:
         return self.forward is not None and {"forward", "backward", "optimizer"} <= set(self.step)
+
+    def gap(self, part: str) -> Gap | None:
+        return next((g for g in self.gaps if g.part == part), None)
 
     def series(self, dtype: str, mode: str) -> list[int | None]:
         """Peaks at each of `contexts` (None where not measured)."""
@@ -267,10 +262,6 @@ class Memory2025Facts:
 
     def measured(self, dtype: str, mode: str) -> list[int]:
         return [p for p in self.series(dtype, mode) if p]
-
-    @property
-    def bf16(self) -> bool:
-        return all(self.series("bf16", "train_step")) and all(self.series("bf16", "forward"))
 
     @property
     def bf16_vs_fp32(self) -> float:
