@@ -29,9 +29,7 @@ class ProbeShape:
     e2e_two_pass: float
     e2e_atomic: float
 
-    @property
-    def atomic_over_two_pass(self) -> float:
-        return self.e2e_atomic / self.e2e_two_pass
+    atomic_over_two_pass = property(lambda self: self.e2e_atomic / self.e2e_two_pass)
 
 
 @dataclass(frozen=True)
@@ -51,8 +49,8 @@ def _probe(ctx: Context) -> BackwardProbe | None:  # the first GPU device's
         path = ctx.reports_dir / "data" / device / "probes" / PROBE
         if path.exists():
             doc = json.loads(path.read_text())
-            shapes = tuple(ProbeShape(r["shape"], *map(r["ms"].get, PROBE_TIMES)) for r in doc["rows"]
-                           if None not in map(r["ms"].get, PROBE_TIMES))
+            times = [(r["shape"], [r["ms"].get(k) for k in PROBE_TIMES]) for r in doc["rows"]]
+            shapes = tuple(ProbeShape(shape, *ms) for shape, ms in times if None not in ms)
             return BackwardProbe(doc["device"], device, f"reports/data/{device}/probes/{PROBE}", shapes)
     return None
 

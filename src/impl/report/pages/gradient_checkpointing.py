@@ -1,6 +1,5 @@
-"""gradient_checkpointing (2026): (a) the nested strategy's measured peak, (b) the best single-level k (study
-`single_level_2026`, xl (2026)); the older `policies` and `depth` studies (the 2025 table's xl) follow, labelled
-as another model. The first GPU device answers; templates/gradient_checkpointing.md.j2 holds every word."""
+"""gradient_checkpointing (2026): (a) the nested strategy's peak, (b) the best single-level k (study
+`single_level_2026`, xl (2026)); the older `policies` and `depth` studies (the 2025 table's xl) follow."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -25,9 +24,7 @@ ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
 
 @dataclass(frozen=True)
 class PolicyRow(SizedView, RowView):
-    """One row: its config (rows.View) and the row (`b`, rows.RowView) it reads its measured peak, the
-    predictions (the hook terms' and the fp32 closed form's, each a step peak and the block stack's activations)
-    and its step from."""
+    """One row: its config, its measured peak and the predictions (the hook terms' and the fp32 closed form's)."""
 
     policy: str | None = None
     k: int | None = None  # None for none and nested
@@ -51,18 +48,9 @@ class PolicyRow(SizedView, RowView):
     closed_form = property(lambda self: self._closed.get("peak"))
     closed_form_activations = property(lambda self: self._closed.get("activations"))
 
-    @property
-    def model_layers(self) -> int | None:
-        ref = self.size_ref
-        return ref.config.num_layers if ref else self.num_layers
-
-    @property
-    def measured(self) -> bool:
-        return self.status is Status.MEASURED and self.peak is not None
-
-    @property
-    def over_predicted(self) -> float | None:
-        return self.peak / self.predicted if self.measured and self.predicted else None
+    model_layers = property(lambda self: self.size_ref.config.num_layers if self.size_ref else self.num_layers)
+    measured = property(lambda self: self.status is Status.MEASURED and self.peak is not None)
+    over_predicted = property(lambda self: self.peak / self.predicted if self.measured and self.predicted else None)
 
 
 def policy_row(b: Bench) -> PolicyRow:
@@ -110,13 +98,13 @@ def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
     fig, ax, link = *figures.new(), None  # predicted (dashed) and measured peaks over layers
     for policy, style in (("none", "o"), ("nested", "s")):
         sel = [r for r in table if r.policy == policy]
+        meas = [r for r in sel if r.measured]
         if sel:
-            ax.plot([r.layers for r in sel], [float("nan") if r.predicted is None else r.predicted / 2**30 for r in sel],
-                    "--" + style, label=WORDS.label("predicted", policy=policy))
-            meas = [r for r in sel if r.measured]
-            if meas:
-                ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,
-                        label=WORDS.label("measured", policy=policy))
+            pred = [float("nan") if r.predicted is None else r.predicted / 2**30 for r in sel]
+            ax.plot([r.layers for r in sel], pred, "--" + style, label=WORDS.label("predicted", policy=policy))
+        if meas:
+            ax.plot([r.layers for r in meas], [r.peak / 2**30 for r in meas], "-" + style,
+                    label=WORDS.label("measured", policy=policy))
     if ax.lines:
         ax.set(xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
         ax.legend(fontsize=8)
@@ -138,20 +126,15 @@ class SingleLevel:
     cases: list[PolicyRow]  # none first, then by k
     date: str
 
+    best = property(lambda self: self.case(self.best_k))
+    confirmed = property(lambda self: self.best is not None and self.measured_lowest is self.best)
+
     def case(self, k: int | None) -> PolicyRow | None:
         return next((c for c in self.cases if c.k == k), None)
 
     @property
-    def best(self) -> PolicyRow | None:
-        return self.case(self.best_k)
-
-    @property
     def measured_lowest(self) -> PolicyRow | None:
         return min((c for c in self.cases if c.measured), key=lambda c: c.peak, default=None)
-
-    @property
-    def confirmed(self) -> bool:
-        return self.best is not None and self.measured_lowest is self.best
 
     @property
     def neighbours(self) -> tuple[PolicyRow | None, PolicyRow | None]:
@@ -179,9 +162,7 @@ class BestK:
     dtype: str
     peaks: list[tuple[int, int]]  # (k, measured peak)
 
-    @property
-    def lowest(self) -> int | None:
-        return min(self.peaks, key=lambda x: x[1])[0] if self.peaks else None
+    lowest = property(lambda self: min(self.peaks, key=lambda x: x[1])[0] if self.peaks else None)
 
 
 @dataclass(frozen=True)
@@ -198,10 +179,8 @@ class CheckpointingPage(SourcedFromRuns):
     runs: RunsFacts | None  # its device answers; None: no GPU rows
     asked: str = ASKED
 
-    @property
-    def note(self) -> bool:
-        """The older rows answer without the 2026 study, and are not the question's size."""
-        return self.single is None and ASKED not in self.older_sizes
+    # the older rows answer without the 2026 study, and are not the question's size
+    note = property(lambda self: self.single is None and ASKED not in self.older_sizes)
 
     @property
     def scores(self) -> dict[str, Scored]:

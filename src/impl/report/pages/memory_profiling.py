@@ -1,6 +1,5 @@
-"""memory_profiling: the 2025 edition's (a)–(e) on one size's rows ((d), (e) at the handout's reference context, the
-grid's reference_context, the other contexts as extra rows) beside the 2026 edition's (a)–(f) on xl (2026)
-at contexts 128 and 2048. The first GPU device answers; templates/memory_profiling.md.j2 holds every word."""
+"""memory_profiling: the 2025 edition's (a)–(e) on one size's rows ((d), (e) at the grid's reference context) beside
+the 2026 edition's (a)–(f) on xl (2026) at contexts 128 and 2048. The first GPU device answers."""
 from __future__ import annotations
 
 import re
@@ -31,55 +30,39 @@ REFERENCE_CONTEXT, REFERENCE_BATCH = GRID.reference_context, GRID.batch
 ASKED = size_label(SizeRef("2026", "xl"))
 TIMELINE = figures.words("memory_timeline")  # the words drawn into the timeline figures
 CELLS = (("fp32", "forward"), ("fp32", "train_step"), ("bf16", "forward"), ("bf16", "train_step"))
+NAMED = {("fp32", "forward"): 0, ("bf16", "forward"): 1, ("fp32", "train_step"): 2}  # (e)'s rows, in its order
 
 
 @dataclass(frozen=True)
 class MemCase(SizedView, RowView):
-    """One row: its config (rows.View) and the row (`b`) that it reads what it measured from (rows.RowView)."""
+    """One row: its config and what it measured (peaks of measured rows only)."""
 
     context: int | None = None
     dtype: str | None = None
     mode: str | None = None  # forward / train_step / block_probe
     batch: int | None = None
 
-    # peak allocated and reserved, measured rows only
     peak_bytes = property(lambda self: self.b.row.memory.peak_allocated if self.status is Status.MEASURED else None)
     reserved_bytes = property(lambda self: self.b.row.memory.peak_reserved if self.status is Status.MEASURED else None)
+    measured = property(lambda self: self.peak_bytes is not None)
+    snapshot = property(lambda self: self.details.get("snapshot") or {})
+    timeline = property(lambda self: self.snapshot.get("timeline"))  # {"x", "y", "markers", "blocks"}
+    largest = property(lambda self: self.snapshot.get("largest") or [])  # allocations by size, with frames
+    traced = property(lambda self: [x for x in self.largest if x.get("frames")])  # with a Python stack trace
 
     @property
     def need_bytes(self) -> int | None:
         """The closed form: the parameters (forward) or the fp32 training step's need."""
-        return (self.details.get("closed_form") or {}).get("param_bytes" if self.mode == "forward"
-                                                            else "train_step_need_bytes")
-
-    @property
-    def snapshot(self) -> dict:
-        return self.details.get("snapshot") or {}
-
-    @property
-    def timeline(self) -> dict | None:  # {"x", "y", "markers", "blocks"}
-        return self.snapshot.get("timeline")
-
-    @property
-    def largest(self) -> list[dict]:  # allocations by size, with frames
-        return list(self.snapshot.get("largest") or [])
-
-    @property
-    def traced(self) -> list[dict]:  # those of `largest` with a Python stack trace
-        return [x for x in self.largest if x.get("frames")]
-
-    @property
-    def measured(self) -> bool:
-        return self.status is Status.MEASURED and self.peak_bytes is not None
+        key = "param_bytes" if self.mode == "forward" else "train_step_need_bytes"
+        return (self.details.get("closed_form") or {}).get(key)
 
 
 mem_case = MemCase.of
 
 
 def newest_per_case(rows: list[Bench]) -> list[Bench]:
-    """Each case's row of the newest run, in the rows' order: a row stored under an older name (before the edition
-    prefix, e.g. `2.7B-512-fp32-forward` against `2025-2.7B-512-fp32-forward`) is the same case (an edition-less
-    row is 2025's), and the newer one answers."""
+    """Each case's row of the newest run, in the rows' order: a row stored before the edition prefix (an
+    edition-less row is 2025's) is the same case as the newer one."""
     def case(b: Bench) -> tuple:
         c = MemCase.of(b)
         return c.size_label, c.context, c.dtype, c.mode
@@ -88,7 +71,6 @@ def newest_per_case(rows: list[Bench]) -> list[Bench]:
 
 
 def ordered(rows: list[MemCase]) -> list[MemCase]:
-    """By size (and its edition), context, dtype and mode."""
     return sorted(rows, key=lambda c: (size_rank(c.size), c.edition or "2025", c.context, c.dtype, c.mode))
 
 
@@ -115,7 +97,6 @@ def residuals_seen(c: MemCase, n: int | None = None) -> list[Residual]:
 
 
 def forward_residuals(rows: list[MemCase]) -> list[Residual]:
-    """Every measured forward row's looked-up residual streams."""
     return [r for c in rows if c.status is Status.MEASURED and c.mode == "forward" for r in residuals_seen(c)]
 
 
@@ -141,7 +122,7 @@ class SizedAs:
     """A model tensor of an allocation's size: its dtype and which tensor (a key of the template's `TENSOR`)."""
 
     dtype: str
-    tensor: str  # ffn_weight, embedding, projection, scores, ffn_hidden, logits, residual
+    tensor: str
 
 
 @dataclass(frozen=True)
@@ -178,8 +159,7 @@ def shape_labels(m: ModelConfig, batch: int, context: int, dtype: str) -> dict[i
 
 
 def largest_of(c: MemCase) -> NamedAllocation | None:
-    """The row's largest allocation size in its recorded step: every allocation of that size (call sites
-    without a stack trace too), and the call sites with one."""
+    """The row's largest allocation size: every allocation of that size, and the call sites with a stack trace."""
     if not c.largest:
         return None
     n = max(x["size"] for x in c.largest)
@@ -192,31 +172,27 @@ def largest_of(c: MemCase) -> NamedAllocation | None:
 
 def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAllocation], list[tuple[MemCase, list]]]:
     """(e)'s findings at context `at`, and its rows' largest-allocation tables there but the bf16 step's: (row, its
-    (bytes, count, tensors of that size, frames) with a stack trace; largest_of counts the others too)."""
+    (bytes, count, tensors of that size, frames) with a stack trace)."""
     tables, named = [], []
     for c in ordered(ok):
-        big = c.traced[:6]
-        if c.context != at or (c.dtype, c.mode) == ("bf16", "train_step") or not big:
+        big, cell = c.traced[:6], (c.dtype, c.mode)
+        if c.context != at or cell == ("bf16", "train_step") or not big:
             continue
         m = c.size_ref.config
         labels = shape_labels(m, c.batch, at, c.dtype)
         tables.append((c, [(x["size"], x["count"], labels.get(x["size"], ()), x["frames"]) for x in big]))
-        top = largest_of(c)
-        if (c.dtype, c.mode) not in (("fp32", "forward"), ("bf16", "forward"), ("fp32", "train_step")):
+        if cell not in NAMED:
             continue
-        named.append(top)
-        ffn = [x for x in big if x["size"] == m.d_model * m.d_ff * 2]
-        opt = [x for x in big if any("optim" in f for f in x["frames"])]
-        for kind, hit, where in (("ffn_copy", ffn, ("bf16", "forward")), ("optimizer", opt, ("fp32", "train_step"))):
-            if (c.dtype, c.mode) != where or not hit:
-                continue
-            if hit[0]["size"] == top.nbytes:  # the largest is it
-                named[-1] = replace(top, kind=kind)
-            else:
-                named.append(NamedAllocation(kind, hit[0]["size"], hit[0]["count"], hit[0]["frames"][0],
-                                             dtype=c.dtype, mode=c.mode, secondary=True))
-    order = {("fp32", "forward"): 0, ("bf16", "forward"): 1, ("fp32", "train_step"): 2}
-    return sorted(named, key=lambda x: (order[(x.dtype, x.mode)], x.secondary)), tables
+        top = largest_of(c)
+        hits = {("bf16", "forward"): ("ffn_copy", [x for x in big if x["size"] == m.d_model * m.d_ff * 2]),
+                ("fp32", "train_step"): ("optimizer", [x for x in big if any("optim" in f for f in x["frames"])])}
+        kind, hit = hits.get(cell, ("largest", []))
+        if hit and hit[0]["size"] == top.nbytes:  # the largest is it
+            named.append(replace(top, kind=kind))
+        else:
+            named += [top] + [NamedAllocation(kind, x["size"], x["count"], x["frames"][0], dtype=c.dtype, mode=c.mode,
+                                              secondary=True) for x in hit[:1]]
+    return sorted(named, key=lambda x: (NAMED[(x.dtype, x.mode)], x.secondary)), tables
 
 
 def is_reference(c: MemCase, reference: int | None = REFERENCE_CONTEXT) -> bool:
@@ -225,11 +201,6 @@ def is_reference(c: MemCase, reference: int | None = REFERENCE_CONTEXT) -> bool:
     128, 256 and 512), so an unmarked row at batch 4 and the reference context is the reference row."""
     mark = c.details.get("reference_context")
     return mark if isinstance(mark, bool) else (c.batch, c.context) == (REFERENCE_BATCH, reference)
-
-
-def reference_of(rows: list[MemCase], default: int | None = REFERENCE_CONTEXT) -> int | None:
-    """The context of the rows at the reference (the mark wins over the grid's), else `default`."""
-    return min((c.context for c in rows if is_reference(c, default)), default=default)
 
 
 @dataclass(frozen=True)
@@ -272,25 +243,18 @@ class Memory2025Facts:
     batch: int | None = None
     gaps: tuple[Gap, ...] = ()  # what (d), (e) lack at the reference context
 
-    @property
-    def residual(self) -> Residual | None:  # fp32, at answer_context
-        return next((r for r in self.residuals if r.context == self.answer_context), None)
-
-    @property
-    def residual_bytes(self) -> int:
-        """(d)'s closed form at answer_context: batch × context × d_model × 4 B (fp32)."""
-        return self.batch * self.answer_context * self.model.d_model * 4
-
-    @property
-    def at_reference(self) -> bool:
-        return self.reference_context is not None
-
-    def gap(self, part: str) -> Gap | None:
-        return next((g for g in self.gaps if g.part == part), None)
+    # fp32 at answer_context: the lookup, and (d)'s closed form batch × context × d_model × 4 B
+    residual = property(lambda self: next((r for r in self.residuals if r.context == self.answer_context), None))
+    residual_bytes = property(lambda self: self.batch * self.answer_context * self.model.d_model * 4)
+    at_reference = property(lambda self: self.reference_context is not None)
+    bf16 = property(lambda self: all(self.series("bf16", "train_step")) and all(self.series("bf16", "forward")))
 
     @property
     def timelines(self) -> bool:
         return self.forward is not None and {"forward", "backward", "optimizer"} <= set(self.step)
+
+    def gap(self, part: str) -> Gap | None:
+        return next((g for g in self.gaps if g.part == part), None)
 
     def series(self, dtype: str, mode: str) -> list[int | None]:
         """Peaks at each of `contexts` (None where not measured)."""
@@ -298,10 +262,6 @@ class Memory2025Facts:
 
     def measured(self, dtype: str, mode: str) -> list[int]:
         return [p for p in self.series(dtype, mode) if p]
-
-    @property
-    def bf16(self) -> bool:
-        return all(self.series("bf16", "train_step")) and all(self.series("bf16", "forward"))
 
     @property
     def bf16_vs_fp32(self) -> float:
@@ -316,15 +276,13 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
     ok = ordered([c for c in rows if c.status is Status.MEASURED])
     if not ok:
         return None
-    tl = {(c.context, c.dtype, c.mode): phase_levels(c.snapshot["timeline"]) for c in ok if c.snapshot.get("timeline")}
+    tl = {(c.context, c.dtype, c.mode): phase_levels(c.timeline) for c in ok if c.timeline}
     contexts = sorted(c.context for c in ok if (c.dtype, c.mode) == ("fp32", "train_step"))
     last, m = contexts[-1] if contexts else None, ok[0].size_ref.config
-    ref = reference_of(ok, reference)
+    ref = min((c.context for c in ok if is_reference(c, reference)), default=reference)  # the mark wins
     at = ref if ref is not None else min({c.context for c in ok if c.mode == "forward"} or {c.context for c in ok})
-    # the fp32 residual per context: the fp32 forward's lookup first, then any row's
-    by_pref = sorted(ok, key=lambda c: (c.context, c.mode != "forward", c.dtype != "fp32"))
-    res: dict[int, Residual] = {}
-    for c in by_pref:
+    res: dict[int, Residual] = {}  # the fp32 residual per context: the fp32 forward's lookup first, then any row's
+    for c in sorted(ok, key=lambda c: (c.context, c.mode != "forward", c.dtype != "fp32")):
         for r in residuals_seen(c, 4):
             res.setdefault(c.context, replace(r, dtype="fp32"))
     tops = [(c.context, t) for c in ok if (c.dtype, c.mode) != ("bf16", "train_step") for t in [largest_of(c)] if t]
@@ -358,21 +316,15 @@ class BlockProbe:
     grad_bytes_expected: int  # 4 B × the block's parameters
     block_params: int
 
-    @property
-    def grad_from_change(self) -> int:  # what a block's backward leaves: its change plus the saved tensors it freed
-        return self.backward_change_bytes[0] + self.saved_bytes
-
-    @property
-    def grad_over_expected(self) -> float:
-        return self.grad_bytes_measured / self.grad_bytes_expected
+    # what a block's backward leaves: its change plus the saved tensors it freed
+    grad_from_change = property(lambda self: self.backward_change_bytes[0] + self.saved_bytes)
+    grad_over_expected = property(lambda self: self.grad_bytes_measured / self.grad_bytes_expected)
 
 
 def _probe(c: MemCase) -> BlockProbe | None:
     m = c.details.get("block_memory")
-    return None if not m else BlockProbe(
-        c.context, c.dtype, c.details.get("block_saved_bytes_closed_form_fp32"),
-        m["top"],
-        **{x.name: m[x.name] for x in fields(BlockProbe)[4:]})
+    return None if not m else BlockProbe(c.context, c.dtype, c.details.get("block_saved_bytes_closed_form_fp32"),
+                                         m["top"], **{x.name: m[x.name] for x in fields(BlockProbe)[4:]})
 
 
 def _residual(c: MemCase) -> Residual | None:
@@ -397,9 +349,7 @@ class Memory2026Facts:
     date: str = "–"  # the newest of its rows' runs
     figures: tuple[tuple[str, str], ...] = ()  # (mode, link) of the timeline figures
 
-    @property
-    def contexts(self) -> list[int]:
-        return sorted({c.context for c in self.cases})
+    contexts = property(lambda self: sorted({c.context for c in self.cases}))
 
     def case(self, context: int, dtype: str, mode: str) -> MemCase | None:
         return next((c for c in self.cases if (c.context, c.dtype, c.mode) == (context, dtype, mode)), None)
@@ -509,10 +459,7 @@ class NsysMemory:
 
     # the GUI reports, as the captures branch names them (captures:<path>)
     reps = property(lambda self: [x for c in self.cases for x in c.files if x.endswith(".nsys-rep")])
-
-    @property
-    def sources(self) -> list[str]:
-        return [f"{self.filed.rel}/manifest.json"] + [x for c in self.cases for x in c.files]
+    sources = property(lambda self: [f"{self.filed.rel}/manifest.json"] + [x for c in self.cases for x in c.files])
 
 
 def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> None:
@@ -530,7 +477,7 @@ def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> Non
     figures.save(fig, path)
 
 
-def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
+def nsys_memory(ctx: Context, probes: list[BlockProbe]) -> NsysMemory | None:
     filed = newest_with(ctx.reports_dir, "memory_profiling")
     if filed is None:
         return None
@@ -540,18 +487,17 @@ def nsys_memory(ctx: Context, probes) -> NsysMemory | None:
         if c.status != "profiled" or extract is None:
             continue
         a = c.workload.get("args", {})
-        size = SizeRef(str(a["edition"]), str(a["size"])).label
+        context, size = int(a["context"]), SizeRef(str(a["edition"]), str(a["size"])).label
         trace = read_memory_extract(extract)
         blocks = [n for n in dict.fromkeys(n for n, _, _ in trace.ranges) if re.fullmatch(r"block \d+", n)]
         path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"nsys-{c.name}")
         _draw_memory(trace, blocks, path, figures.words("memory_nsys").title.format(
             size=size, blocks=len(blocks), context=a["context"], batch=a["batch"], dtype=a["dtype"],
             device=filed.device, when=filed.when))
-        probe = next((p for p in probes if (p.context, p.dtype) == (int(a["context"]), a["dtype"])), None)
-        out.append(NsysMemCase(int(a["context"]), a["dtype"], int(a["batch"]),
-                               tuple(trace.in_range(n) for n in blocks), trace.in_range("forward"),
-                               trace.in_range("backward"), link, (filed.rel_of(extract),)
-                               + tuple(x for x in [filed.rep(c.name)] if x),
+        probe = next((p for p in probes if (p.context, p.dtype) == (context, a["dtype"])), None)
+        out.append(NsysMemCase(context, a["dtype"], int(a["batch"]), tuple(trace.in_range(n) for n in blocks),
+                               trace.in_range("forward"), trace.in_range("backward"), link,
+                               (filed.rel_of(extract), *filter(None, [filed.rep(c.name)])),
                                probe.saved_bytes if probe else None))
     return NsysMemory(filed, size, tuple(sorted(out, key=lambda x: x.context))) if out else None
 
@@ -603,16 +549,14 @@ class MemoryPage(SourcedFromRuns):
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}
 
 
-def _timeline_title(size: str, mode: str, device: str, date: str, dtype: str | None = None) -> str:
-    words = dict(size=size, mode=mode.replace("_", " "), device=device, date=date, dtype=dtype)
-    return TIMELINE.label("title_dtype", **words) if dtype else TIMELINE.title.format(**words)
-
-
-def _draw(ctx: Context, stem: str, title: str, panels: list[tuple[str, dict]], from_zero: bool = True) -> str | None:
-    """A figure of timeline panels; its link, None without panels."""
+def _draw(ctx: Context, stem: str, panels: list[tuple[str, dict]], from_zero: bool = True, **words: str) -> str | None:
+    """A figure of timeline panels, titled by `words` (size, mode, device, date, and dtype for one dtype's); its
+    link, None without panels."""
     if not panels:
         return None
     path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, stem)
+    words["mode"] = words["mode"].replace("_", " ")
+    title = TIMELINE.label("title_dtype", **words) if "dtype" in words else TIMELINE.title.format(**words)
     figures.memory_timelines(panels, path, title, from_zero=from_zero)
     return link
 
@@ -636,20 +580,22 @@ def facts(ctx: Context) -> MemoryPage:
     if m26 is None or not any(c.measured for c in m26.cases):  # the earlier grid's rows stand in
         m26, grid = None, d26 or earlier
     else:
-        m26, grid = replace(m26, figures=tuple((mode, link) for mode in ("forward", "train_step") for link in [_draw(
-            ctx, f"{device}-2026-{mode}", _timeline_title(m26.size, mode, device, m26.date),
-            [(TIMELINE.label("panel_dtype", dtype=c.dtype, context=c.context), c.timeline)
-             for c in m26.cases if c.mode == mode and c.timeline],
-            from_zero=False)] if link)), []
+        drawn = []
+        for mode in ("forward", "train_step"):
+            panels = [(TIMELINE.label("panel_dtype", dtype=c.dtype, context=c.context), c.timeline)
+                      for c in m26.cases if c.mode == mode and c.timeline]
+            link = _draw(ctx, f"{device}-2026-{mode}", panels, False, size=m26.size, mode=mode, device=device,
+                         date=m26.date)
+            drawn += [(mode, link)] if link else []
+        m26, grid = replace(m26, figures=tuple(drawn)), []
     timelines = []
     for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
         g = [c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]
-        link = _draw(ctx, f"{device}-{mode}-{dtype}", _timeline_title(f.size, mode, device, newest_date(g), dtype),
-                     [(TIMELINE.label("panel", context=c.context), c.timeline) for c in g])
+        panels = [(TIMELINE.label("panel", context=c.context), c.timeline) for c in g]
+        link = _draw(ctx, f"{device}-{mode}-{dtype}", panels, size=f.size, mode=mode, device=device,
+                     date=newest_date(g), dtype=dtype)
         timelines += [(mode, dtype, link)] if link else []
     return MemoryPage(f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
-                      sorted({c.size_label for c in earlier}) if not (m26 or d26) else [],
-                      peak_rows(rows),
+                      sorted({c.size_label for c in earlier}) if not (m26 or d26) else [], peak_rows(rows),
                       timelines, forward_residuals(d), snapshots(d, ctx.reports_dir, f.answer_context),
-                      RunsFacts.of(device, every), newest_date(d),
-                      nsys=nsys_memory(ctx, m26.probes if m26 else []))
+                      RunsFacts.of(device, every), newest_date(d), nsys=nsys_memory(ctx, m26.probes if m26 else []))

@@ -22,13 +22,8 @@ class Accumulation:
     values: dict[str, float]  # loop ("fp32 += fp16") -> the sum it reached, as the run stored them
     errors: dict[str, float]  # loop -> |value - exact|
 
-    @property
-    def order(self) -> list[str]:  # the loops by error, smallest first (the ordering the test asserts)
-        return sorted(self.values, key=self.errors.__getitem__)
-
-    @property
-    def worst_over_best(self) -> float:
-        return self.errors[self.order[-1]] / self.errors[self.order[0]]
+    order = property(lambda self: sorted(self.values, key=self.errors.__getitem__))  # by error, smallest first
+    worst_over_best = property(lambda self: self.errors[self.order[-1]] / self.errors[self.order[0]])
 
 
 @dataclass(frozen=True)
@@ -41,9 +36,8 @@ class Dtypes:
     runs: list[dict]  # per autocast run, the dtypes its forward hooks saw (fc1 → ReLU → LayerNorm → fc2)
     formats: dict[str, dict]  # torch.finfo by type name (max, tiny, eps, mantissa_bits); empty where not recorded
 
-    @property
-    def bf16_eps_over_fp16(self) -> float | None:
-        return self.formats["bf16"]["eps"] / self.formats["fp16"]["eps"] if self.formats else None
+    bf16_eps_over_fp16 = property(lambda self: self.formats["bf16"]["eps"] / self.formats["fp16"]["eps"]
+                                  if self.formats else None)
 
 
 @dataclass(frozen=True)
