@@ -158,6 +158,23 @@ def test_a_later_warm_run_keeps_the_newest_cold_run_on_the_page(tmp_path, winner
             ) in text
 
 
+def test_a_run_whose_fastest_was_measured_again_marks_no_other_row_fastest(tmp_path):
+    """The table shows each candidate's newest row; the older run whose fastest candidate ran again later keeps
+    that candidate as its fastest (in history), so none of its remaining rows is marked the fastest of its run."""
+    first, second = "2026-03-02T00:00:00", "2026-03-03T00:00:00"
+    again = _two("keep_attention", 0, 6.9, 6900.0, 5.0, when=first)  # run 1's fastest, superseded by run 2's
+    rows = _line_rows() + _allreduce() + [_two("keep_attention", 2, 7.0, 7000.0, 5.0, when=first),
+                                          _two("keep_attention", 0, 6.8, 6800.0, 5.0, when=second),
+                                          _two("keep_attention", 4, 6.95, 6950.0, 5.0, when=second)]
+    m = page.facts(context(rows, tmp_path, history=[again])).multi
+    assert m.fastest["2026-03-02 00:00"].step_s == pytest.approx(6.9)
+    assert not any(m.fastest["2026-03-02 00:00"] is c for c in m.candidates)
+    assert m.newest.policy == "keep_attention (k 0)" and m.fastest["2026-03-03 00:00"] is m.newest
+    text = render_page("leaderboard_2026.md.j2", f=page.facts(context(rows, tmp_path, history=[again])))
+    k2 = next(line for line in text.splitlines() if line.startswith("| keep_attention (k 2) | 2026-03-02"))
+    assert k2.endswith("|  |")
+
+
 def test_the_newest_run_from_empty_caches_is_not_named_twice(tmp_path):
     rows = _line_rows() + _allreduce() + [_two("keep_attention", 0, 6.9, 6880.0, 70.0, caches=(0, 0),
                                                run_wall_s=140.0)]

@@ -222,7 +222,9 @@ def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ())
     rows = [b for b in rows if _multi(b)]
     earlier = group((Candidate(b) for b in history if b.run.device == device and b.measured), key=lambda c: c.b.name)
     cands = tuple(Candidate(b, tuple((c.run_when, c.step_s) for c in earlier.get(b.name, ()))) for b in rows)
-    fastest = {w: min((c for c in cands if c.measured and c.run_when == w), key=lambda c: c.step_s)
+    # a run's fastest among all its rows: one measured again later (shown under its newer run) still counts
+    superseded = [Candidate(b) for b in history if b.run.device == device and _multi(b) and b.measured]
+    fastest = {w: min((c for c in (*cands, *superseded) if c.measured and c.run_when == w), key=lambda c: c.step_s)
                for w in sorted({c.run_when for c in cands if c.measured})}
     if not fastest:
         return None
