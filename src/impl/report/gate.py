@@ -86,9 +86,9 @@ def read_accepted(path: Path) -> list[Acceptance]:
         raise ConfigError(f"{path}: 'accepted' must be a list of [[accepted]] tables")
     keys = [f.name for f in fields(Acceptance)]
     for i, entry in enumerate(entries, 1):
-        where = f"{path}: [[accepted]] entry {i}" + (f" (row {entry.get('row')!r})" if isinstance(entry, dict) else "")
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: not a table")
+            raise ConfigError(f"{path}: [[accepted]] entry {i}: not a table")
+        where = f"{path}: [[accepted]] entry {i} (row {entry.get('row')!r})"
         if unknown := set(entry) - set(keys):
             raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (keys: {', '.join(keys)})")
         for key in ("device", "section", "row", "reason"):
@@ -209,7 +209,8 @@ def measure_bands(run_paths: list[Path], device: str, section: str) -> dict[str,
     first: dict[str | None, Path] = {}
     for path, doc in docs:
         if (identity := run_identity(doc)) in first:
-            raise ValueError(f"{path} and {first[identity]} are the same run (the same start time): a copy has no spread")
+            raise ValueError(f"{path} and {first[identity]} are the same run (the same start time): "
+                             "a copy has no spread")
         first[identity] = path
     if len(docs) < 2:
         raise ValueError(f"--bands needs at least two different runs of the same code, got {len(docs)}")
