@@ -10,6 +10,7 @@ from impl.bench.row import Status
 from impl.model import SizeRef, size_rank
 from impl.nsys.outputs import CaseRecord
 from impl.nsys.tables import read_kernel_summary, read_nvtx_kernels, read_nvtx_summary
+from impl.report.markdown import missing
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import Filed, newest_with
 from impl.report.rows import RowView, SizedView, group, stat_name
@@ -176,7 +177,7 @@ class NsysTables:
 
     @staticmethod
     def span(values) -> tuple[float, float]:
-        vs = [v for v in values if v is not None and v == v]
+        vs = [v for v in values if not missing(v)]
         return (min(vs), max(vs)) if vs else (float("nan"), float("nan"))
 
     top_matmul = property(lambda self: sum(classify_kernel(r.top_forward) == "matmul" for r in self.rows))
