@@ -1,13 +1,12 @@
-"""`make compare`: each section's newest fresh run (`make smoke`'s out/smoke/<section>.json or `make
-perf`'s out/runs/<run>/<section>.json, whichever is newer) against the committed runs (git's HEAD)
-of the same section on the run's own device, row by row: each row of the fresh run against that
-row's newest committed record, in whichever committed run has it last (a later partial run does
-not hide the others), and each row of the newest committed run that the fresh run lacks. It prints
-each row's median beside the committed one, and fails when the rows themselves changed: a row the
-baseline measured that the fresh run did not measure (gone, OOM, unsupported, left out) or whose
-status changed. A change to or from "left out by budget" is shown, not judged: how many rows fit a
-section's wall-clock budget depends on the machine. Timings are shown, not judged: a smoke run on a
-shared 2-core machine is no timing baseline; `make gate` judges timings of stored runs.
+"""`make compare`: each section's newest fresh run (`make smoke`'s out/smoke/<section>.json or `make perf`'s
+out/runs/<run>/<section>.json, whichever is newer) against the committed runs (git's HEAD) of the same section on
+the run's own device, row by row: each row of the fresh run against that row's newest committed record, in whichever
+committed run has it last (a later partial run does not hide the others), and each row of the newest committed run
+that the fresh run lacks. It prints each row's median beside the committed one, and fails when the rows themselves
+changed: a row the baseline measured that the fresh run did not measure (gone, OOM, unsupported, left out) or whose
+status changed. A change to or from "left out by budget" is shown, not judged: how many rows fit a section's
+wall-clock budget depends on the machine. Timings are shown, not judged: a smoke run on a shared 2-core machine is
+no timing baseline; `make gate` judges timings of stored runs.
 """
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from pathlib import Path
 
 from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.row import Status
-from impl.bench.store import (BadRunFile, RunFile, Suite, check_section, committed_runs, device_problems,
-                              read_run)
+from impl.bench.store import BadRunFile, Suite, check_section, committed_runs, device_problems, read_run
 from impl.report.data import load_doc
 from impl.report.rows import Bench
 from impl.report.markdown import table
@@ -30,20 +28,16 @@ def newest_fresh(out: Path, section: str) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def _baseline(stored: list[tuple[RunFile, dict]], device: str, section: str) -> tuple[dict[str, tuple[str, Bench]], set[str]]:
-    """({row: (run stem, its newest committed record)}, the rows of the newest committed run)."""
-    newest: dict[str, tuple[str, Bench]] = {}
-    for rf, doc in stored:  # oldest first: a later run's record replaces an earlier one's
-        records = load_doc(doc, rf.path, device, section)
-        newest.update((rec.name, (rf.stamp, rec)) for rec in records)
-    return newest, {rec.name for rec in records}  # the last run read is the newest
+def _cells(rec: Bench | None) -> tuple[str, str]:
+    """A record's status and median (ms) as the table shows them: "absent" and "–" without one."""
+    if rec is None:
+        return "absent", "–"
+    return rec.row.status.value, f"{rec.stats.median * 1e3:.4g}" if rec.stats and rec.stats.median else "–"
 
 
 def compare_run(fresh: Path, device: str | None, data_dir: Path) -> tuple[list[list], list[str]]:
-    """(table rows, problems) of one fresh run against the committed runs of its section on
-    `device` (default: the run's own), row by row. A fresh or committed file that is not a whole
-    run of its section and device is named: a bad fresh run is a problem, a bad committed one is
-    skipped with a warning."""
+    """(table rows, problems) of one fresh run against the committed runs of its section on `device` (default: the
+    run's own), row by row; a bad fresh run is a problem, a bad committed one is skipped with a warning."""
     section = fresh.stem
     try:
         fresh_doc = read_run(fresh, section)
@@ -58,19 +52,18 @@ def compare_run(fresh: Path, device: str | None, data_dir: Path) -> tuple[list[l
     stored = [(rf, doc) for rf, doc in stored if rf.section == section]
     if not stored:
         return [], [f"{section}: no committed {device} run to compare with"]
-    base, newest_rows = _baseline(stored, device, section)
+    base: dict[str, tuple[str, Bench]] = {}  # row: (run stem, its newest committed record)
+    for rf, doc in stored:  # oldest first: a later run's record replaces an earlier one's
+        records = load_doc(doc, rf.path, device, section)
+        base.update((rec.name, (rf.stamp, rec)) for rec in records)
+    newest_rows = {rec.name for rec in records}  # the last run read is the newest
     new = {r.name: r for r in load_doc(fresh_doc, fresh, device, section)}
     rows, problems = [], []
     for name in sorted(newest_rows | new.keys()):
         stamp, b = base.get(name, (None, None))
-        n = new.get(name)
-        b_status = b.row.status.value if b else "absent"
-        n_status = n.row.status.value if n else "absent"
-        b_ms = f"{b.stats.median * 1e3:.4g}" if b and b.stats and b.stats.median else "–"
-        n_ms = f"{n.stats.median * 1e3:.4g}" if n and n.stats and n.stats.median else "–"
+        (b_status, b_ms), (n_status, n_ms) = _cells(b), _cells(new.get(name))
         rows.append([section, name, b_status, n_status, b_ms, n_ms])
-        budget = Status.LEFT_OUT_BY_BUDGET.value
-        if b is not None and b_status != n_status and budget not in (b_status, n_status):
+        if b is not None and b_status != n_status and Status.LEFT_OUT_BY_BUDGET.value not in (b_status, n_status):
             problems.append(f"{section}: {name} was {b_status} in {stamp}, now {n_status}")
     return rows, problems
 
@@ -91,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 problems.append(str(exc))
                 continue
-            run = newest_fresh(args.out, name)
-            if run is None:
+            if (run := newest_fresh(args.out, name)) is None:
                 problems.append(f"{name}: no fresh run under {args.out} (make smoke or make perf writes one)")
                 continue
         else:

@@ -1,25 +1,8 @@
-"""The regression gate (`make gate`): each stored row is judged by its own history. For each
-device, section and row, the row's newest measurement (in whichever stored run measured it last)
-is compared, on pytest-benchmark's median, with the row's previous measurement taken with the same
-clock. So a later partial run (`-k`) leaves the other rows judged by their own newest runs, a copy
-of a run is read once (the later file is ignored by name), and a file whose rows are not of its
-folder's section and device fails the gate by name. A row slower by more than its noise band
-fails the gate unless `reports/accepted-changes.toml` accepts it with a reason:
-
-    [[accepted]]
-    device = "h100-80gb-x1"
-    section = "leaderboard"
-    row = "test_leaderboard[flash_triton-fwd_bwd]"
-    run = "20261124T101500Z_abcdef12"   # optional: the run file's stem of the slower measurement; without it, every run
-    reason = "why this row may be slower"
-
-Noise bands (relative, per row) come from repeated identical runs: `python -m impl.report.gate
---bands A.json B.json ...` writes them to `reports/noise-bands.toml`; a row without one uses
-DEFAULT_BAND for its device type. Both files are validated: an error names the file, the entry
-and what is wrong, a value that is not sane (a band above MAX_BAND) or a device, section, row or
-run that no stored run has. A run file that is not a whole run (impl.bench.store.read_run:
-truncated, NaN or negative numbers, failed tests, rows of another section or device...) fails the
-gate by name, so committed corruption is caught.
+"""The regression gate (`make gate`, README step 3): each stored GPU row's newest measurement (in whichever run
+measured it last, so a later `-k` run hides no row) against its previous one timed with the same clock, on
+pytest-benchmark's median. A row slower than its noise band (`--bands`, from identical runs, into
+reports/noise-bands.toml) fails unless an [[accepted]] entry of reports/accepted-changes.toml (device, section,
+row, reason and, optionally, the slower run's stem) accepts it; a run file that is not whole fails by name.
 """
 from __future__ import annotations
 
@@ -33,7 +16,7 @@ from pathlib import Path
 from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.row import Status
 from impl.bench.store import BadRunFile, read_run, run_identity
-from impl.report.data import Copy, Stored, load_doc, load_stored
+from impl.report.data import Copy, load_doc, load_stored
 from impl.report.rows import Bench
 from impl.report.markdown import table
 
@@ -60,13 +43,8 @@ class Change:
     band: float
     accepted: str | None
 
-    @property
-    def ratio(self) -> float:
-        return self.new_s / self.old_s
-
-    @property
-    def regressed(self) -> bool:
-        return self.ratio > 1 + self.band
+    ratio = property(lambda self: self.new_s / self.old_s)
+    regressed = property(lambda self: self.ratio > 1 + self.band)
 
     @property
     def verdict(self) -> str:
@@ -107,11 +85,10 @@ def read_accepted(path: Path) -> list[Acceptance]:
     if not isinstance(entries, list):
         raise ConfigError(f"{path}: 'accepted' must be a list of [[accepted]] tables")
     keys = [f.name for f in fields(Acceptance)]
-    out = []
     for i, entry in enumerate(entries, 1):
-        where = f"{path}: [[accepted]] entry {i}" + (f" (row {entry.get('row')!r})" if isinstance(entry, dict) else "")
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: not a table")
+            raise ConfigError(f"{path}: [[accepted]] entry {i}: not a table")
+        where = f"{path}: [[accepted]] entry {i} (row {entry.get('row')!r})"
         if unknown := set(entry) - set(keys):
             raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (keys: {', '.join(keys)})")
         for key in ("device", "section", "row", "reason"):
@@ -119,8 +96,7 @@ def read_accepted(path: Path) -> list[Acceptance]:
                 raise ConfigError(f"{where}: {key!r} must be a non-empty string, got {entry.get(key)!r}")
         if not isinstance(entry.get("run", ""), str):
             raise ConfigError(f"{where}: 'run' must be a run file's stem (a string), got {entry['run']!r}")
-        out.append(Acceptance(**entry))
-    return out
+    return [Acceptance(**entry) for entry in entries]
 
 
 def read_bands(path: Path) -> dict[str, dict[str, dict[str, float]]]:
@@ -141,8 +117,7 @@ def read_bands(path: Path) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def _clock(rec: Bench) -> str:
-    """Which clock a median came from: rows are compared only with rows timed the same way (an
-    older-format kernel row's figure is a do_bench median, a schema-2 row's its own rounds)."""
+    """Which clock a median came from (an older-format kernel row's is do_bench's, a schema-2 row's its rounds)."""
     return "older format" if rec.run.legacy else rec.row.timing.timer
 
 
@@ -151,31 +126,23 @@ def _measured(records: list[Bench]) -> dict[str, Bench]:
             if r.row.status is Status.MEASURED and r.stats is not None and r.stats.median}
 
 
-@dataclass(frozen=True)
-class Measurement:
-    run: str  # the run file's stem
-    record: Bench
-
-
 @dataclass
 class Histories:
-    """What the stored runs hold, row by row: (device, section) → row → its measurements, oldest
-    first; and (device, section) → row → the runs that have it in any status (what the gate's
-    configuration may name)."""
+    """What the stored runs hold, by (device, section): each row's measurements as (run stem, record), oldest
+    first; and the runs that have each row in any status (what the gate's configuration may name)."""
 
-    measured: dict[tuple[str, str], dict[str, list[Measurement]]] = field(default_factory=dict)
+    measured: dict[tuple[str, str], dict[str, list[tuple[str, Bench]]]] = field(default_factory=dict)
     rows: dict[tuple[str, str], dict[str, set[str]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, stored: Stored) -> Histories:
+    def of(cls, runs) -> Histories:
         out = cls()
-        for run in stored.runs:  # file order: oldest first within a folder
+        for run in runs:  # file order: oldest first within a folder
             where, stamp = (run.file.device, run.file.section), run.file.stamp
-            rows = out.rows.setdefault(where, {})
             for rec in run.rows:
-                rows.setdefault(rec.name, set()).add(stamp)
+                out.rows.setdefault(where, {}).setdefault(rec.name, set()).add(stamp)
             for name, rec in _measured(run.rows).items():
-                out.measured.setdefault(where, {}).setdefault(name, []).append(Measurement(stamp, rec))
+                out.measured.setdefault(where, {}).setdefault(name, []).append((stamp, rec))
         return out
 
     def where_unknown(self, device: str, section: str, row: str | None = None, run: str | None = None) -> str | None:
@@ -196,30 +163,6 @@ class Histories:
         return None
 
 
-def _judged(history: list[Measurement]) -> tuple[Measurement, Measurement] | None:
-    """(previous, newest) of a row's measurements: the newest against the latest earlier one timed
-    with the same clock; None where there is none."""
-    newest = history[-1]
-    prev = next((m for m in reversed(history[:-1]) if _clock(m.record) == _clock(newest.record)), None)
-    return None if prev is None else (prev, newest)
-
-
-def check_accepted(path: Path, entries: list[Acceptance], known: Histories) -> None:
-    """ConfigError naming the entry that names a device, section, row or run no stored run has."""
-    for i, a in enumerate(entries, 1):
-        if why := known.where_unknown(a.device, a.section, a.row, a.run):
-            raise ConfigError(f"{path}: [[accepted]] entry {i} (row {a.row!r}): {why}")
-
-
-def check_bands(path: Path, bands: dict[str, dict[str, dict[str, float]]], known: Histories) -> None:
-    """ConfigError naming the band whose device, section or row no stored run has."""
-    for device, by_section in bands.items():
-        for section, rows in by_section.items():
-            for row in [None, *rows]:
-                if why := known.where_unknown(device, section, row):
-                    raise ConfigError(f"{path}: [{device}.{section}]{f' {row!r}' if row else ''}: {why}")
-
-
 @dataclass
 class Verdict:
     changes: list[Change]
@@ -233,37 +176,41 @@ def compare(data_dir: Path, bands_path: Path | None = None,
     accepted_path = accepted_path or data_dir.parent / "accepted-changes.toml"
     bands, entries = read_bands(bands_path), read_accepted(accepted_path)
     stored = load_stored(data_dir)  # every file is read, CPU ones too: a bad file fails the gate wherever it is
-    known = Histories.of(stored)
-    check_bands(bands_path, bands, known)
-    check_accepted(accepted_path, entries, known)
+    known = Histories.of(stored.runs)
+    for device, by_section in bands.items():  # each band and entry names what a stored run has
+        for section, rows in by_section.items():
+            for row in [None, *rows]:
+                if why := known.where_unknown(device, section, row):
+                    raise ConfigError(f"{bands_path}: [{device}.{section}]{f' {row!r}' if row else ''}: {why}")
+    for i, a in enumerate(entries, 1):
+        if why := known.where_unknown(a.device, a.section, a.row, a.run):
+            raise ConfigError(f"{accepted_path}: [[accepted]] entry {i} (row {a.row!r}): {why}")
     # an entry naming a run accepts the change into that run only; without one, every run of the row
     accepted = {(a.device, a.section, a.row, a.run): a.reason for a in entries}
     changes = []
     for (device, section), rows in sorted(known.measured.items()):
-        if device == "cpu":
-            continue
-        for name, history in sorted(rows.items()):
-            if (pair := _judged(history)) is None:
+        for name, history in sorted(rows.items()) if device != "cpu" else ():
+            new_run, new = history[-1]
+            # the previous measurement is the latest earlier one timed with the same clock
+            prev = next(((run, rec) for run, rec in reversed(history[:-1]) if _clock(rec) == _clock(new)), None)
+            if prev is None:
                 continue
-            prev, newest = pair
             band = bands.get(device, {}).get(section, {}).get(name, DEFAULT_BAND["cuda"])
-            changes.append(Change(device, section, name, prev.run, newest.run, prev.record.stats.median,
-                                  newest.record.stats.median, band,
-                                  accepted.get((device, section, name, newest.run))
+            changes.append(Change(device, section, name, prev[0], new_run, prev[1].stats.median, new.stats.median, band,
+                                  accepted.get((device, section, name, new_run))
                                   or accepted.get((device, section, name, None))))
     return Verdict(changes, stored.bad, stored.copies)
 
 
 def measure_bands(run_paths: list[Path], device: str, section: str) -> dict[str, float]:
-    """Per row measured in two runs or more, BAND_SAFETY × the largest relative spread of the
-    median across identical runs. ValueError for fewer than two runs, two files of one run (a
-    copy has no spread), a run of another device or section (each named), or a band beyond
-    MAX_BAND (the runs were not identical)."""
+    """Per row measured in two runs or more, BAND_SAFETY × the largest relative spread of its median; ValueError
+    for fewer than two runs, a copy, a run of another device or section, or a band beyond MAX_BAND."""
     docs = [(path, read_run(path, section, device)) for path in run_paths]
     first: dict[str | None, Path] = {}
     for path, doc in docs:
         if (identity := run_identity(doc)) in first:
-            raise ValueError(f"{path} and {first[identity]} are the same run (the same start time): a copy has no spread")
+            raise ValueError(f"{path} and {first[identity]} are the same run (the same start time): "
+                             "a copy has no spread")
         first[identity] = path
     if len(docs) < 2:
         raise ValueError(f"--bands needs at least two different runs of the same code, got {len(docs)}")
@@ -289,13 +236,6 @@ def write_bands(path: Path, device: str, section: str, bands: dict[str, float]) 
             lines += [f'"{name}" = {band:.4f}' for name, band in sorted(doc[dev][sec].items())]
             lines.append("")
     path.write_text("\n".join(lines))
-
-
-def render(changes: list[Change]) -> str:
-    rows = [[c.device, c.section, c.row, c.old_run, f"{c.old_s * 1e3:.4g}", f"{c.new_s * 1e3:.4g}",
-             f"{100 * (c.ratio - 1):+.1f}%", f"±{100 * c.band:.0f}%", c.verdict] for c in changes]
-    return table(["device", "section", "row", "previous run", "previous median (ms)", "newest median (ms)", "change",
-                  "band", "verdict"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -333,7 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     shown = changes if args.all else [c for c in changes if c.verdict != "within band"]
     print(f"gate: {len(changes)} rows compared across {len({(c.device, c.section) for c in changes})} sections")
     if shown:
-        print(render(shown))
+        print(table(["device", "section", "row", "previous run", "previous median (ms)", "newest median (ms)", "change",
+                     "band", "verdict"],
+                    [[c.device, c.section, c.row, c.old_run, f"{c.old_s * 1e3:.4g}", f"{c.new_s * 1e3:.4g}",
+                      f"{100 * (c.ratio - 1):+.1f}%", f"±{100 * c.band:.0f}%", c.verdict] for c in shown]))
     bad = [c for c in changes if c.regressed and not c.accepted]
     for c in bad:
         print(f"gate: REGRESSION {c.device}/{c.section} {c.row}: {c.old_s * 1e3:.4g} -> {c.new_s * 1e3:.4g} ms "

@@ -1,8 +1,6 @@
-"""The do_bench-against-CUDA-events probe (tools/probes/do_bench_vs_events.py, issue 45), read for the pages whose
-headline it checks (leaderboard, flash_forward): its interleaved same-run ratio of ours and cuDNN per pass (the
-headline rule's other source: repeats of both sides, with their spread), and each side's do_bench median against
-its own CUDA-event median in the probe, beside the same offsets of the run the page headlines. The headline itself
-stays `impl.report.ratio.headline`'s; this only stands beside it."""
+"""The do_bench-against-CUDA-events probe (tools/probes/do_bench_vs_events.py, issue 45) beside the headlines it checks
+(leaderboard, flash_forward): its interleaved same-run ratio of ours and cuDNN per pass, and each side's do_bench
+median against its own CUDA-event median. The headline itself stays `impl.report.ratio.headline`'s."""
 from __future__ import annotations
 
 import json
@@ -22,8 +20,11 @@ class Spread:
     q3: float
     n: int
 
-    def holds(self, x: float | None) -> bool:
-        """`x` lies within the interquartile range."""
+    @classmethod
+    def of(cls, d: dict) -> Spread:  # a probe row's median and, where it has them, quartiles and count
+        return cls(d["median"], d.get("q1", d["median"]), d.get("q3", d["median"]), d.get("n", 0))
+
+    def holds(self, x: float | None) -> bool:  # `x` lies within the interquartile range
         return x is not None and self.q1 <= x <= self.q3
 
 
@@ -54,12 +55,10 @@ def read(path: Path, rel: str) -> TimerProbe | None:
     """The probe file at `path` (named `rel` on the page); None where it holds no interleaved step."""
     doc = json.loads(path.read_text())
     rows = doc.get("rows") or []
-    inter = {r["mode"]: Spread(r["ratio"]["median"], r["ratio"]["q1"], r["ratio"]["q3"], r["ratio"]["n"])
-             for r in rows if r.get("step") == "interleaved" and r.get("ratio")}
+    inter = {r["mode"]: Spread.of(r["ratio"]) for r in rows if r.get("step") == "interleaved" and r.get("ratio")}
     if not inter:
         return None
-    steps = {(r["step"], r["impl"], r["mode"]): Spread(r["median"], r.get("q1", r["median"]), r.get("q3", r["median"]),
-                                                       r.get("n", 0))
+    steps = {(r["step"], r["impl"], r["mode"]): Spread.of(r)
              for r in rows if r.get("impl") and r.get("mode") and r.get("median") is not None}
     return TimerProbe(rel, doc.get("device", "–"), tuple(doc["shape"]), doc.get("dtype", ""), bool(doc.get("causal")),
                       inter, steps)
@@ -74,9 +73,8 @@ def probe_of(reports_dir: Path, device: str) -> TimerProbe | None:
 
 @dataclass(frozen=True)
 class ProbeCheck:
-    """One headline beside the probe's same pass: the interleaved ratio and whether the run's event ratio and
-    do_bench ratio lie within its IQR; each side's event rounds and do_bench in the probe (`Timers`), to set
-    beside the run's (the headline's own `Timers`)."""
+    """One headline beside the probe's same pass: the interleaved ratio, the run's event and do_bench ratios, and
+    each side's event rounds and do_bench in the probe (`Timers`), to set beside the headline's own."""
 
     probe: TimerProbe
     mode: str

@@ -1,8 +1,6 @@
 """Nsight Systems outputs as the pages read them: the folders impl.nsys.store files under
-reports/data/<device>/nsys/<started UTC>_<commit>/ (manifest.json, tables/, extract/, FILED.json; the captures,
-sqlite/ and rep/, on the captures branch at the same paths, named here from FILED.json and never read), and the
-per-rank NVTX phase timelines of the two-GPU cases (ddp (b), fsdp_accounting (b)) drawn from their exports'
-extracts (impl.nsys.extract: the report never opens an export's SQLite)."""
+reports/data/<device>/nsys/<started UTC>_<commit>/ (the captures themselves are on the captures branch, only named
+here), and the two-GPU cases' per-rank phase timelines from their exports' extracts (never the SQLite)."""
 from __future__ import annotations
 
 import json
@@ -52,10 +50,6 @@ class Filed:
     def table(self, case: str, report: str) -> Path | None:
         return self._file(TABLES, f"{case}_{report}.csv")
 
-    def result(self, case: str) -> dict | None:
-        p = self._file(TABLES, f"{case}.result.json")
-        return json.loads(p.read_text()) if p else None
-
     def timeline(self, case: str) -> Path | None:  # the export's kernel timeline (impl.nsys.extract)
         return self._file(EXTRACT, f"{case}{TIMELINE_SUFFIX}")
 
@@ -63,8 +57,7 @@ class Filed:
         return self._file(EXTRACT, f"{case}{MEMORY_SUFFIX}")
 
     def captured(self, sub: str, name: str) -> str:
-        """Where the capture `name` of subfolder `sub` (rep/, sqlite/) is kept: its git object name on the captures
-        branch (impl.nsys.captures), `captures:reports/data/.../<sub>/<name>`, what `git show` takes."""
+        """The capture's git object name on the captures branch (impl.nsys.captures), what `git show` takes."""
         return f"{BRANCH}:{self.rel}/{sub}/{name}"
 
     @property
@@ -73,10 +66,9 @@ class Filed:
         return [self.captured(REP, n) for n in self.filed.get("kept", {}).get(REP, [])]
 
     def rep(self, case: str) -> str | None:
-        """The case's GUI report as `captured` names it, None if the filing kept none (names only: a clone without
-        the captures branch rebuilds the same pages)."""
-        name = f"{case}.nsys-rep"
-        return self.captured(REP, name) if name in self.filed.get("kept", {}).get(REP, []) else None
+        """The case's kept GUI report, None if none (names only: a clone without the captures branch builds alike)."""
+        name = self.captured(REP, f"{case}.nsys-rep")
+        return name if name in self.reps else None
 
     def rel_of(self, path: Path) -> str:
         return f"{self.rel}/{Path(path).relative_to(self.folder).as_posix()}"
@@ -123,10 +115,8 @@ class CollectiveKernels:
 
 @dataclass(frozen=True)
 class RankPhases:
-    """One rank's phases in one step (NVTX ranges: host time from the call's start to its end; each phase ends in
-    whatever wait its code does, the step itself in a device synchronize), the collectives its NCCL NVTX ranges
-    show it issuing (host calls that enqueue the kernel), and, where the export holds the rank's kernels, what its
-    GPU ran inside the step."""
+    """One rank's phases in one step (NVTX ranges, host time: each ends in whatever wait its code does), the
+    collectives its NCCL ranges show it issuing, and, where the export holds its kernels, what its GPU ran."""
 
     rank: int  # by process start order (the ranks' pids in order)
     step_ms: float
@@ -146,9 +136,8 @@ class RankPhases:
     def wait(self, collective: str) -> CollectiveKernels | None:
         return next((w for w in self.waited if w.collective == collective), None)
 
-    @property
-    def exposed_ms(self) -> float | None:  # NCCL kernel time during which its compute did not run
-        return None if self.overlap is None else (self.overlap.nccl_ns - self.overlap.both_ns) / 1e6
+    exposed_ms = property(lambda self: None if self.overlap is None  # NCCL kernel time its compute did not overlap
+                          else (self.overlap.nccl_ns - self.overlap.both_ns) / 1e6)
 
     @property
     def complete(self) -> bool:
@@ -208,9 +197,9 @@ def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
     return max(b - a for a, b in zip(ts, ts[1:])) / 1e6
 
 
-def _rank_phases(tl: Timeline, rank: int, pid: int, step: str, most: int, collectives: Sequence[str]) -> RankPhases:
-    st, ks = _rank_kernels(tl, pid, step)
-    inside = group((r for r in tl.ranges if r.pid == pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns),
+def _rank_phases(tl: Timeline, rank: int, st: NvtxRange, ks: list, most: int, collectives: Sequence[str]) -> RankPhases:
+    """The rank's phases from its step range `st` and the kernels `ks` it launched inside it (_rank_kernels)."""
+    inside = group((r for r in tl.ranges if r.pid == st.pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns),
                    lambda r: r.name)  # the rank's ranges in its step, by name
     got = tuple((n, sum(r.duration_ns for r in inside[n]) / 1e6) for n in STEP_PHASES if n in inside)
     fwd, bwd = inside.get("forward", []), inside.get("backward", [])
@@ -230,19 +219,17 @@ def _rank_phases(tl: Timeline, rank: int, pid: int, step: str, most: int, collec
 
 
 def step_timeline(filed: Filed, case: str, label: str, ctx, collectives: Sequence[str]) -> StepTimeline | None:
-    """A measured step of `case` from its filed export, drawn into ctx.fig_dir; None without one. The step shown: the
-    one with the most whole ranks (RankPhases.complete), then whose least complete rank recorded the most kernels,
-    then the most in all, the later on a tie."""
+    """A measured step of `case` from its filed export, drawn into ctx.fig_dir; None without one. The step shown has
+    the most whole ranks, then the most kernels in its least complete rank, then in all, the later on a tie."""
     path = filed.timeline(case)
     if path is None:
         return None
     tl = read_timeline_extract(path)  # an NVTX-only export's (no kernels) still has its phases
     steps = tl.measured_steps()
-    pids = sorted({r.pid for s in steps for r in tl.named(s)})
-    counts = [len(_rank_kernels(tl, pid, s)[1]) for s in steps for pid in pids if tl.named(s, pid)]
-    most = max(counts, default=0)
-    per_step = {s: [_rank_phases(tl, k, pid, s, most, collectives)
-                    for k, pid in enumerate(sorted({r.pid for r in tl.named(s)}))] for s in steps}
+    ranks = {s: [_rank_kernels(tl, pid, s) for pid in sorted({r.pid for r in tl.named(s)})] for s in steps}
+    most = max((len(ks) for s in steps for _, ks in ranks[s]), default=0)
+    per_step = {s: [_rank_phases(tl, k, st, ks, most, collectives) for k, (st, ks) in enumerate(ranks[s])]
+                for s in steps}
     step = max(steps, key=lambda s: (sum(r.complete for r in per_step[s]), min(r.kernels for r in per_step[s]),
                                      sum(r.kernels for r in per_step[s]), steps.index(s)))
     start, end = tl.window(step)

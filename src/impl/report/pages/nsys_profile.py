@@ -1,8 +1,6 @@
-"""nsys_profile: one `Case` per row of the first GPU device (a size and context, its torch.profiler profile where it
-has one), each edition answered apart (2025's sizes, then the 2026 study's cases); (c) reads the forward's own
-kernel table, as the question asks. Beside them, (a)-(e) from Nsight Systems' own tables (cuda_gpu_kern_sum,
-nvtx_sum, nvtx_kern_sum) of the newest filed nsys call (impl.nsys.store), `NsysRow` per profiled case, matched to
-torch.profiler's row of the same edition, size and context where there is one."""
+"""nsys_profile: one `Case` per row of the first GPU device (its torch.profiler profile where it has one), each
+edition answered apart; beside them, an `NsysRow` per case of the newest filed nsys call (impl.nsys.store), read
+from Nsight Systems' own tables and matched to torch.profiler's row of the same edition, size and context."""
 from __future__ import annotations
 
 import re
@@ -12,6 +10,7 @@ from impl.bench.row import Status
 from impl.model import SizeRef, size_rank
 from impl.nsys.outputs import CaseRecord
 from impl.nsys.tables import read_kernel_summary, read_nvtx_kernels, read_nvtx_summary
+from impl.report.markdown import missing
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import Filed, newest_with
 from impl.report.rows import RowView, SizedView, group, stat_name
@@ -49,9 +48,7 @@ class ForwardNonMatmul:
     threshold: float  # share of the forward's kernel time counted as non-trivial
     kernels: list[Kernel]  # above it, largest first
 
-    @property
-    def total_share(self) -> float:
-        return sum(k.share for k in self.kernels)
+    total_share = property(lambda self: sum(k.share for k in self.kernels))
 
 
 def forward_non_matmul(nsys: dict) -> ForwardNonMatmul:
@@ -63,9 +60,8 @@ def forward_non_matmul(nsys: dict) -> ForwardNonMatmul:
 
 @dataclass(frozen=True)
 class Case(SizedView, RowView):
-    """One row, its size (as stored: "xl", "2.7B"; `size_label`) and context, and, where it ran, its torch.profiler
-    profile `n` (details["nsys"] as perf/test_nsys_profile.py stores it; the template reads its keys) against the
-    Python timer of the same forward."""
+    """One row and, where it ran, its torch.profiler profile `n` (details["nsys"] as perf/test_nsys_profile.py stores
+    it; the template reads its keys) against the Python timer of the same forward."""
 
     context: int | None = None
 
@@ -104,15 +100,12 @@ ATTENTION = ("computing attention scores", "computing softmax", "final matmul")
 
 @dataclass(frozen=True)
 class NsysRow:
-    """One profiled case of the nsys_profile group, read from its three nsys stats tables. Times per step (the
-    capture holds `steps` measured steps). The forward's kernels are nvtx_kern_sum's rows of range "forward"
-    (launched from the main thread); backward's kernels run on PyTorch's autograd thread, which holds no NVTX range,
-    so nvtx_kern_sum gives the "backward" range (almost) nothing and lists them under no range."""
+    """One profiled case from its three nsys stats tables, times per step. Backward's kernels run on PyTorch's
+    autograd thread, which opens no NVTX range, so nvtx_kern_sum lists them under no range, not under "backward"."""
 
     edition: str
     size: str  # its label
     context: int
-    profiled: str  # what each measured step ran (train_step, or a fallback)
     steps: int
     forward_range_ms: float  # nvtx_sum: the "forward" range (host time), mean
     forward_kernel_ms: float  # nvtx_kern_sum: kernels launched inside "forward", per step
@@ -129,9 +122,14 @@ class NsysRow:
     step_kernel_ms: float  # every kernel, per step (cuda_gpu_kern_sum)
 
     top_stays = property(lambda self: self.top_forward == self.top_step)
+    busy = property(lambda self: self.forward_kernel_ms / self.forward_range_ms)  # (a): kernels ÷ the range
     # (c)'s kernels by the readable handle the torch.profiler tables use (Kernel.op)
     non_matmul_ops = property(lambda self: [(Kernel(n, classify_kernel(n), sh, c).op, sh, c)
                                             for n, sh, c in self.non_matmul])
+
+
+def _ns(kernels) -> float:
+    return sum(k.time.total_ns for k in kernels)
 
 
 def nsys_row(filed: Filed, case) -> NsysRow | None:
@@ -142,29 +140,27 @@ def nsys_row(filed: Filed, case) -> NsysRow | None:
     ksum, nsum, nk = read_kernel_summary(paths[0]), read_nvtx_summary(paths[1]), read_nvtx_kernels(paths[2])
     steps = int(a.get("steps") or 2)
     fwd = [k for k in nk if k.range == "forward"]
-    fwd_total = sum(k.time.total_ns for k in fwd)
-    ranked = sorted(((sum(x.time.total_ns for x in v), sum(x.kernel_instances for x in v), n)
+    fwd_total, all_total = _ns(fwd), _ns(ksum)
+    ranked = sorted(((_ns(v), sum(x.kernel_instances for x in v), n)
                      for n, v in group(fwd, lambda k: k.kernel).items()), reverse=True)
     fwd_range = next((r for r in nsum if r.name == "forward"), None)
     ref = SizeRef(str(a["edition"]), str(a["size"]))
     cfg = ref.config
-    head_dim = cfg.d_model // cfg.num_heads
-    flops = attention_part_flops(1, cfg.num_heads, int(a["context"]), head_dim)
-    part = {p: sum(k.time.total_ns for k in nk if k.range == p) for p in ATTENTION}
+    flops = attention_part_flops(1, cfg.num_heads, int(a["context"]), cfg.d_model // cfg.num_heads)
     scores, softmax, final = ATTENTION
+    part = {p: _ns(k for k in nk if k.range == p) for p in ATTENTION}
     mm = part[scores] + part[final]
-    all_total = sum(k.time.total_ns for k in ksum)
     return NsysRow(
-        str(a["edition"]), ref.label, int(a["context"]), (filed.result(case.name) or {}).get("profiled") or "train_step",
-        steps, (fwd_range.time.avg_ns if fwd_range else float("nan")) / 1e6, fwd_total / steps / 1e6,
+        str(a["edition"]), ref.label, int(a["context"]), steps,
+        (fwd_range.time.avg_ns if fwd_range else float("nan")) / 1e6, fwd_total / steps / 1e6,
         ranked[0][2] if ranked else "–", ranked[0][1] / steps if ranked else 0.0, ksum[0].name if ksum else "–",
         sum(t for t, _, n in ranked if classify_kernel(n) == "matmul") / fwd_total if fwd_total else float("nan"),
-        sum(k.time.total_ns for k in ksum if k.category == "matmul") / all_total if all_total else float("nan"),
+        _ns(k for k in ksum if k.category == "matmul") / all_total if all_total else float("nan"),
         tuple((n, t / fwd_total, c // steps) for t, c, n in ranked if classify_kernel(n) != "matmul"
               and t / fwd_total > 0.01) if fwd_total else (),
         part[softmax] / mm if mm else None, flops[softmax] / (flops[scores] + flops[final]),
-        sum(k.time.total_ns for k in nk if k.range == "backward") / steps / 1e6,
-        sum(k.time.total_ns for k in nk if not k.range) / steps / 1e6, all_total / steps / 1e6)
+        _ns(k for k in nk if k.range == "backward") / steps / 1e6,
+        _ns(k for k in nk if not k.range) / steps / 1e6, all_total / steps / 1e6)
 
 
 @dataclass(frozen=True)
@@ -173,33 +169,24 @@ class NsysTables:
     rows: tuple[NsysRow, ...]  # 2026 first, then by size and context
     not_profiled: tuple[CaseRecord, ...]  # the filed cases without a profile or its tables
 
-    @property
-    def sources(self) -> list[str]:
-        # the three tables of every case, named once by their pattern
-        return [f"{self.filed.rel}/manifest.json",
-                f"{self.filed.rel}/tables/nsys_profile_*_{{cuda_gpu_kern_sum,nvtx_sum,nvtx_kern_sum}}.csv"]
+    sources = property(lambda self: [  # the three tables of every case, named once by their pattern
+        f"{self.filed.rel}/manifest.json",
+        f"{self.filed.rel}/tables/nsys_profile_*_{{cuda_gpu_kern_sum,nvtx_sum,nvtx_kern_sum}}.csv"])
 
     editions = property(lambda self: list(dict.fromkeys(r.edition for r in self.rows)))
 
     @staticmethod
     def span(values) -> tuple[float, float]:
-        vs = [v for v in values if v is not None and v == v]
+        vs = [v for v in values if not missing(v)]
         return (min(vs), max(vs)) if vs else (float("nan"), float("nan"))
-
-    @property
-    def busy(self) -> tuple[NsysRow, NsysRow]:  # (a) the least and the most busy forward range
-        key = lambda r: r.forward_kernel_ms / r.forward_range_ms  # noqa: E731
-        return min(self.rows, key=key), max(self.rows, key=key)
 
     top_matmul = property(lambda self: sum(classify_kernel(r.top_forward) == "matmul" for r in self.rows))
     top_stays = property(lambda self: sum(r.top_stays for r in self.rows))
     backward_ms = property(lambda self: sum(r.backward_range_ms for r in self.rows))
-    unranged_ms = property(lambda self: sum(r.unranged_ms for r in self.rows))
 
 
 def nsys_tables(ctx: Context) -> NsysTables | None:
-    filed = newest_with(ctx.reports_dir, "nsys_profile")
-    if filed is None:
+    if (filed := newest_with(ctx.reports_dir, "nsys_profile")) is None:
         return None
     rows = [(c, nsys_row(filed, c)) for c in filed.cases("nsys_profile")]
     return NsysTables(filed, tuple(r for _, r in rows if r), tuple(c for c, r in rows if r is None))
