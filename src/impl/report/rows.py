@@ -269,6 +269,10 @@ class Rows:
         """(device, its newest rows of `problems`) for each GPU device that has any, one-GPU kinds first."""
         return [(dev, rows) for dev in self.gpu_devices() if (rows := self.of(*problems, device=dev))]
 
+    def first_gpu(self, *problems: str) -> tuple[str, list[Bench]] | None:
+        """The first GPU device with rows of `problems` (a one-GPU kind where one has them) and its rows."""
+        return next(iter(self.per_gpu(*problems)), None)
+
 
 def stat_name(rows: Iterable[Bench]) -> str:
     """What Bench.step_s shows for `rows` (their measured ones, else all), for tables' captions."""

@@ -191,10 +191,9 @@ class CheckpointingPage(SourcedFromRuns):
 
 
 def facts(ctx: Context) -> CheckpointingPage:
-    found = ctx.rows.per_gpu(PROBLEM)
-    if not found:
+    if not (found := ctx.rows.first_gpu(PROBLEM)):
         return CheckpointingPage([], None, None, None, None, None, None, None, [], None)
-    device, benches = found[0]  # the first (one-GPU) device answers
+    device, benches = found
     rows = [policy_row(b) for b in benches]
     pol, dep = [r for r in rows if r.study == "policies"], [r for r in rows if r.study == "depth"]
     ok = [r for r in pol if r.status is Status.MEASURED]

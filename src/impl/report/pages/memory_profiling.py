@@ -562,11 +562,10 @@ def _draw(ctx: Context, stem: str, panels: list[tuple[str, dict]], from_zero: bo
 
 
 def facts(ctx: Context) -> MemoryPage:
-    found = ctx.rows.per_gpu(PROBLEM)
     missing = MemoryPage(None, None, None, [], [], [], [], [], None)
-    if not found:
+    if not (found := ctx.rows.first_gpu(PROBLEM)):
         return missing
-    device, every = found[0]  # the first (one-GPU) device answers
+    device, every = found
     every = newest_per_case(every)
     rows = ordered(map(mem_case, every))
     d26 = [c for c in rows if c.edition == "2026"]
