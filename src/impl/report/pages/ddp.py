@@ -156,15 +156,15 @@ def _timeline(rows: list[Bench], ctx: Context, name: str) -> Timeline | None:
         return None
     c, variants = _cfg(traced[0]), {_cfg(b).variant for b in traced}
     tls = [(_cfg(b).label, b.details["timeline"]) for b in traced]
-    _draw_timeline(tls, ctx.fig_dir / name, TIMELINE_WORDS.title.format(
+    link = _draw_timeline(tls, ctx, name, TIMELINE_WORDS.title.format(
         size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank))
     return Timeline(tls[0][1]["source"], int(c.context), int(c.batch_per_rank),
                     tuple(TimelineRow(lb, tl["span_us"] / 1e6, tl["busy_us"]["compute"] / 1e6,
                                       tl["busy_us"]["communication"] / 1e6, tl["overlap_us"] / 1e6) for lb, tl in tls),
-                    "bucketed" in variants and "individual" not in variants, f"{ctx.fig_rel}/{name}")
+                    "bucketed" in variants and "individual" not in variants, link)
 
 
-def _draw_timeline(rows: list, path, title: str) -> None:
+def _draw_timeline(rows: list, ctx: Context, png: str, title: str) -> str:
     """A panel per variant, a lane each for compute and communication; the stored lanes merge kernels across short
     gaps, so a lane is shaded by its busy share and labelled busy ÷ drawn (a bar never reads busier than the table)."""
     fig, axes = figures.plt.subplots(len(rows), 1, figsize=(9.5, 1.9 * len(rows) + 0.9), squeeze=False)
@@ -186,7 +186,7 @@ def _draw_timeline(rows: list, path, title: str) -> None:
         if k_ax == 0:  # the same phases in every panel: one legend, beside the first
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
                       title=TIMELINE_WORDS.label("phase"), title_fontsize=7)
-    figures.save(fig, path)
+    return ctx.figure(fig, png)
 
 
 def _draw_overhead(groups: list[Group], ctx: Context, name: str, title: str) -> str:
@@ -213,8 +213,7 @@ def _draw_overhead(groups: list[Group], ctx: Context, name: str, title: str) -> 
     ax.set(ylabel=OVERHEAD_WORDS.y, title=title)
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
-    figures.save(fig, ctx.fig_dir / name)
-    return f"{ctx.fig_rel}/{name}"
+    return ctx.figure(fig, name)
 
 
 @dataclass(frozen=True)

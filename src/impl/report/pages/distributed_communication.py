@@ -139,8 +139,7 @@ def _draw(rows: list[TableRow], ctx: Context, name: str) -> str | None:
     ax.set(xscale="log", yscale="log", xlabel="buffer size (MB)", ylabel="bus bandwidth (GB/s)",
            title="all-reduce bus bandwidth")
     ax.legend(fontsize=8)
-    figures.save(fig, ctx.fig_dir / name)
-    return f"{ctx.fig_rel}/{name}"
+    return ctx.figure(fig, name)
 
 
 @dataclass(frozen=True)

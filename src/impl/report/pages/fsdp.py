@@ -189,8 +189,7 @@ def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str)
         slack.set(xlabel=WORDS.label("slack_x"), ylabel=WORDS.label("slack_y"))
         slack.set_title(WORDS.label("slack_title"), fontsize=9)
         slack.legend(fontsize=7, frameon=False)
-    figures.save(fig, ctx.fig_dir / name)
-    return f"{ctx.fig_rel}/{name}"
+    return ctx.figure(fig, name)
 
 
 def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) -> RunFacts | None:

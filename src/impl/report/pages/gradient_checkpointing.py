@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, replace
 from impl.bench.row import Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
-from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RowView, SizedView, group, size_label, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
@@ -108,8 +107,7 @@ def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
     if ax.lines:
         ax.set(xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
         ax.legend(fontsize=8)
-        path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-depth")
-        figures.save(fig, path)
+        link = ctx.figure(fig, f"{SLUG}-{device}-depth.png")
     return Study(rows[0], [(rows[0].dtype, table)], stat_name(rows), _unit(table), figure=link)
 
 

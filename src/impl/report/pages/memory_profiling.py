@@ -11,7 +11,6 @@ from impl.model.sizes import ModelConfig, SizeRef, size_rank
 from impl.nsys.extract import read_memory_extract
 from impl.nsys.memory import MemoryTrace, RangeMemory
 from impl.report import figures
-from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RowView, SizedView, group, newest, size_label
@@ -490,7 +489,7 @@ def nsys_memory(ctx: Context, probes: list[BlockProbe]) -> NsysMemory | None:
         context, size = int(a["context"]), SizeRef(str(a["edition"]), str(a["size"])).label
         trace = read_memory_extract(extract)
         blocks = [n for n in dict.fromkeys(n for n, _, _ in trace.ranges) if re.fullmatch(r"block \d+", n)]
-        path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"nsys-{c.name}")
+        path, link = ctx.figure_file(f"{SLUG}-nsys-{c.name}.png")
         _draw_memory(trace, blocks, path, figures.words("memory_nsys").title.format(
             size=size, blocks=len(blocks), context=a["context"], batch=a["batch"], dtype=a["dtype"],
             device=filed.device, when=filed.when))
@@ -554,7 +553,7 @@ def _draw(ctx: Context, stem: str, panels: list[tuple[str, dict]], from_zero: bo
     link, None without panels."""
     if not panels:
         return None
-    path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, stem)
+    path, link = ctx.figure_file(f"{SLUG}-{stem}.png")
     words["mode"] = words["mode"].replace("_", " ")
     title = TIMELINE.label("title_dtype", **words) if "dtype" in words else TIMELINE.title.format(**words)
     figures.memory_timelines(panels, path, title, from_zero=from_zero)
