@@ -26,10 +26,10 @@ def device_short(device: str) -> str:
     return f"{n}×{name}" if n and n > 1 else name
 
 
-def device_name(device: str, env_device: str) -> str:
-    """A section heading's device: "2× NVIDIA H200 (h200-141gb-x2)" (the GPU's name from a row's env)."""
-    n = gpu_count(device)
-    return f"{n}× {env_device} ({device})" if n else f"{env_device} ({device})"
+def device_name(device: str, rows: list) -> str:
+    """A section heading's device: "2× NVIDIA H200 (h200-141gb-x2)" (the GPU's name from the first Bench row's env)."""
+    n, gpu = gpu_count(device), rows[0].row.env.device
+    return f"{n}× {gpu} ({device})" if n else f"{gpu} ({device})"
 
 
 def files_text(files) -> str:

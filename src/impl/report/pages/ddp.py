@@ -388,7 +388,7 @@ def _score(runs: list[RunFacts], problem: str) -> Score | None:
 def facts(ctx: Context) -> DdpPage:
     sections = []
     for dev, rows in ctx.rows.per_gpu(*ROWS):
-        heading, comm = device_name(dev, rows[0].row.env.device), ctx.rows.of(ALLREDUCE, device=dev)
+        heading, comm = device_name(dev, rows), ctx.rows.of(ALLREDUCE, device=dev)
         fits, fit_files = allreduce_fits(comm), files_of(comm)
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
         sections.append(DeviceSection(heading, found, RunsFacts.of(dev, rows)))

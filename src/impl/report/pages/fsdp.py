@@ -394,7 +394,7 @@ def facts(ctx: Context) -> FsdpPage:
     fsdp, shard = ctx.rows.per_gpu(P.FSDP), dict(ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING))
     sections = []
     for device, rows in fsdp:
-        heading = device_name(device, rows[0].row.env.device)
+        heading = device_name(device, rows)
         runs = [f for run in size_runs_of(rows) if (f := run_facts(device, heading, run, shard.get(device, []), ctx))]
         if runs:  # the TP rows' runs are named in their own section
             tp_aside = [b for b in rows if cfg(b).variant != TP]
@@ -408,6 +408,6 @@ def facts(ctx: Context) -> FsdpPage:
     devices = " + ".join(dict.fromkeys([headline_run.device] + [r.run.device for t in tps for r in t.rows])) \
         if headline_run else "–"  # the page's fsdp answers read the TP rows' devices too
     per_rank = [p for dev, rows in ctx.rows.per_gpu(StoredGroup.PER_RANK_MEMORY)
-                if (p := per_rank_facts(rows, device_name(dev, rows[0].row.env.device), RunsFacts.of(dev, rows)))]
+                if (p := per_rank_facts(rows, device_name(dev, rows), RunsFacts.of(dev, rows)))]
     return FsdpPage(answering(found, P.FSDP), sections, tps, per_rank,
                     next((f for f in newest if f.saving), None), headline_run, devices, fsdp_nsys(ctx))

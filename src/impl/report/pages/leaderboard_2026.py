@@ -237,7 +237,7 @@ def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ())
     first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
     cold = cold_run(device, [*rows, *history])
     cold = () if not cold or cold[0].run_when == newest.run_when else cold
-    return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
+    return TwoGpuFacts(device, device_name(device, rows), int(_cfg(rows[0]).world_size), cands,
                        fastest, newest, run, first_calls, profiled, answer,
                        Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, answer or profiled[-1])
                        if profiled else None,
@@ -281,7 +281,7 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
     device, rows = (same or found)[0]
     rows = sorted(rows, key=lambda b: (_cfg(b).checkpointing, _cfg(b).k is None, _cfg(b).k or 0, _cfg(b).layers))
     fit_policy, runs = layer_runs(rows)
-    return OneGpu(device, device_name(device, rows[0].row.env.device), newest_date(rows),
+    return OneGpu(device, device_name(device, rows), newest_date(rows),
                   _cfg(rows[0]).batch, _cfg(rows[0]).context, tuple(map(Candidate, rows)), fit_policy,
                   tuple(runs), files_of(rows))
 
@@ -339,7 +339,7 @@ class Leaderboard2026Facts:
 
 
 def facts(ctx: Context) -> Leaderboard2026Facts:
-    sections = tuple((device_name(d, rows[0].row.env.device), tuple(sorted({b.run.section for b in rows})))
+    sections = tuple((device_name(d, rows), tuple(sorted({b.run.section for b in rows})))
                      for d, rows in ctx.rows.per_gpu() if not d.endswith("-x1"))
     multi = next((f for d, rows in ctx.rows.per_gpu(PROBLEM) if not d.endswith("-x1")
                   and (f := two_gpu_facts(d, rows, ctx.rows.history)) is not None), None)
