@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
 
 from impl import accounting as acc
 from impl.bench.row import Metric
 from impl.bench.test_record import TESTS_FOLDER, TestRecord, load_records
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
+from impl.report.pages._nsys import Profiled, StepTimeline
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, of_benches, within_noise
 from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, size_runs_of
@@ -281,31 +280,6 @@ class Tests:  # the newest correctness record of any multi-GPU device (newest by
 
 NSYS_COLLECTIVES = ("ncclAllReduce",)
 NSYS_VARIANTS = ("naive", "individual")  # ddp (b): not overlapped, then overlapped
-
-
-@dataclass(frozen=True)
-class Profiled:
-    """A section's newest Nsight Systems call (impl.report.pages._nsys): each profiled case's workload args and its
-    last measured step, in the page's order; the fsdp page reads its own through the same class."""
-
-    filed: Filed
-    timelines: tuple[tuple[dict, StepTimeline], ...]  # (workload args, timeline)
-
-    complete_share = COMPLETE_SHARE  # the words state them
-    launch_gap_ms = LAUNCH_GAP_MS
-    context = property(lambda self: int(self.timelines[0][0]["context"]))  # the first case's
-    batch = property(lambda self: int(self.timelines[0][0]["batch"]))
-    kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
-
-    @property
-    def sources(self) -> list[str]:
-        return [f"{self.filed.rel}/manifest.json"] + [x for _, t in self.timelines for x in t.sources]
-
-    @classmethod
-    def of(cls, ctx: Context, section: str, label, collectives: tuple[str, ...], order) -> Self | None:
-        """`label(args)` names a case's figure (None: not read); `order(args)` sorts the cases."""
-        filed, steps = profiled_steps(ctx, section, label, collectives)
-        return cls(filed, tuple(sorted(steps, key=lambda s: order(s[0])))) if steps else None
 
 
 class DdpNsys(Profiled):
