@@ -83,6 +83,13 @@ class RunsFacts:
         return [f for r in self.runs for f in r.files]
 
 
+@dataclass(frozen=True)
+class DeviceSection:  # a device's part of a distributed page (ddp, fsdp, optimizer_sharding)
+    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
+    runs: tuple  # the page's facts of each [edition, size] run, 2026 first, newest first
+    source: RunsFacts  # the rows it read
+
+
 class SourcedFromRuns:
     """Facts whose sources (the run files the page names) are their `runs`' (a RunsFacts; None: no rows)."""
 

@@ -8,15 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from impl import accounting as acc
-from impl.bench.row import Metric
 from impl.bench.test_record import TESTS_FOLDER, TestRecord, load_records
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import Profiled, StepTimeline
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
-from impl.report.ratio import Ratio, of_benches, within_noise
-from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, size_runs_of
-from impl.report.runs import RunsFacts, device_name, files_of, gpu_count
+from impl.report.ratio import Ratio, within_noise
+from impl.report.rows import Bench, DistConfig, DistRow, RunLabel, answering, current_edition, group, size_runs_of
+from impl.report.runs import DeviceSection, RunsFacts, device_name, files_of, gpu_count
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
 
@@ -42,28 +41,6 @@ TIMELINE_WORDS, OVERHEAD_WORDS = figures.words("ddp_timeline"), figures.words("d
 
 
 _cfg = DistConfig.of
-
-
-@dataclass(frozen=True)
-class DistRow:  # a distributed row as the ddp, fsdp and optimizer_sharding tables read it
-    b: Bench
-    c: DistConfig
-
-    of = classmethod(lambda cls, b: cls(b, _cfg(b)))
-    key = property(lambda self: self.c.key)
-    label = property(lambda self: self.c.label)
-    measured = property(lambda self: self.b.measured)
-    step_s = property(lambda self: self.b.stats.median if self.b.stats else None)
-    step_std = property(lambda self: self.b.stats.stddev if self.b.stats else None)
-    spread = property(lambda self: self.b.spread)
-    comm_s = property(lambda self: self.b.figure("comm_s"))  # exposed communication, mean over the timed steps
-    comm_share = property(lambda self: self.b.figure("comm_share", Metric.COMM_SHARE))
-    peak = property(lambda self: self.b.row.memory.peak_allocated or self.b.figure("peak_bytes"))  # largest rank's
-    tokens_per_s = property(lambda self: self.b.figure("tokens_per_s", Metric.TOKENS_PER_S))
-    n_buckets = property(lambda self: self.b.details.get("num_buckets"))  # None in files that did not record it
-
-    def vs(self, other: DistRow, name: str = "") -> Ratio:  # this row's median ÷ other's
-        return of_benches(self.b, other.b, name)
 
 
 @dataclass(frozen=True)
@@ -250,13 +227,6 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
     model = BucketModel(s, fit, with_buckets) if with_buckets and s is not None else None
     return RunFacts(dev, named, c, tuple(groups), figure, model, _timeline(run.rows, ctx, f"{name}_ddp_timeline.png"),
                     fit_files if model and fit else ())
-
-
-@dataclass(frozen=True)
-class DeviceSection:  # a device's part of a distributed page (ddp, fsdp, optimizer_sharding)
-    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
-    runs: tuple  # the page's facts of each [edition, size] run, 2026 first, newest first
-    source: RunsFacts  # the rows it read
 
 
 def _distributed(node_id: str) -> bool:

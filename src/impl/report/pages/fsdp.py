@@ -13,10 +13,10 @@ from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
 from impl.report.pages._nsys import Profiled
-from impl.report.pages.ddp import DeviceSection, DistRow
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, newest_first, size_runs_of
-from impl.report.runs import RunsFacts, device_name, device_short
+from impl.report.rows import (Bench, DistConfig, DistRow, RunLabel, answering, current_edition, group, newest_first,
+                              size_runs_of)
+from impl.report.runs import DeviceSection, RunsFacts, device_name, device_short
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
 from impl.workloads.variants import FSDPVariant

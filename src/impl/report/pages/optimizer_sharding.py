@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages.ddp import DeviceSection, DistRow
-from impl.report.rows import DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
-from impl.report.runs import RunsFacts, device_name
+from impl.report.rows import DistConfig, DistRow, RunLabel, answering, current_edition, newest_first, size_runs_of
+from impl.report.runs import DeviceSection, RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
