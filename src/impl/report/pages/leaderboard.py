@@ -134,8 +134,7 @@ class LeaderboardPage:
 
 
 def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest rows have ours and cuDNN
-    for device in ctx.rows.gpu_devices():
-        lb = ctx.rows.of(PROBLEM, device=device)
+    for device, lb in ctx.rows.per_gpu(PROBLEM):
         ours, cudnn = (pick(lb, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
         if ours is None or cudnn is None:
             continue

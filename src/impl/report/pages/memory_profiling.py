@@ -461,7 +461,7 @@ class NsysMemory:
     sources = property(lambda self: [f"{self.filed.rel}/manifest.json"] + [x for c in self.cases for x in c.files])
 
 
-def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> None:
+def _draw_memory(ctx: Context, trace: MemoryTrace, blocks: list[str], png: str, title: str) -> str:
     """Bytes live (counted from the first recorded event) over the step, the forward's blocks and backward shaded."""
     start, end = trace.range("step 0") if any(n == "step 0" for n, _, _ in trace.ranges) else trace.range("measured")
     pts = [(t, v) for t, v in trace.live() if start <= t <= end]
@@ -473,7 +473,7 @@ def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> Non
     ax.set(xlabel=figures.words("memory_nsys").x, ylabel=figures.words("memory_nsys").y)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
-    figures.save(fig, path)
+    return ctx.figure(fig, png)
 
 
 def nsys_memory(ctx: Context, probes: list[BlockProbe]) -> NsysMemory | None:
@@ -489,8 +489,7 @@ def nsys_memory(ctx: Context, probes: list[BlockProbe]) -> NsysMemory | None:
         context, size = int(a["context"]), SizeRef(str(a["edition"]), str(a["size"])).label
         trace = read_memory_extract(extract)
         blocks = [n for n in dict.fromkeys(n for n, _, _ in trace.ranges) if re.fullmatch(r"block \d+", n)]
-        path, link = ctx.figure_file(f"{SLUG}-nsys-{c.name}.png")
-        _draw_memory(trace, blocks, path, figures.words("memory_nsys").title.format(
+        link = _draw_memory(ctx, trace, blocks, f"{SLUG}-nsys-{c.name}.png", figures.words("memory_nsys").title.format(
             size=size, blocks=len(blocks), context=a["context"], batch=a["batch"], dtype=a["dtype"],
             device=filed.device, when=filed.when))
         probe = next((p for p in probes if (p.context, p.dtype) == (context, a["dtype"])), None)
