@@ -277,7 +277,7 @@ def test_the_step_in_nsys_names_its_candidate_and_says_a_trace_that_lost_records
     rows = _line_rows() + _allreduce() + [_two("keep_attention", 0, 6.9, 6880.0, 7.0)]
     f = page.facts(context(rows, tmp_path))
     t = f.nsys.timeline
-    assert f.nsys.policy == "keep_attention (k 3), pointwise compiled, flash_gluon" and t.step == "step 0"
+    assert t.label == "keep_attention (k 3), pointwise compiled, flash_gluon" and t.step == "step 0"
     assert [r.wait("ncclAllReduce").kernels for r in t.ranks] == [1, 1] and not t.complete
     assert any(s.endswith("extract/leaderboard_2026_keep_attention-3-pointwise-flash_gluon.timeline.json.gz")
                for s in f.sources)

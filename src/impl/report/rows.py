@@ -12,7 +12,7 @@ from typing import Any, Callable, Hashable, Iterable, Self, TypeVar
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report.markdown import missing
-from impl.report.ratio import spread
+from impl.report.ratio import Ratio, of_benches, spread
 from impl.workloads.variants import DDPVariant, FSDPVariant, ShardVariant
 
 T = TypeVar("T")
@@ -269,6 +269,10 @@ class Rows:
         """(device, its newest rows of `problems`) for each GPU device that has any, one-GPU kinds first."""
         return [(dev, rows) for dev in self.gpu_devices() if (rows := self.of(*problems, device=dev))]
 
+    def first_gpu(self, *problems: str) -> tuple[str, list[Bench]] | None:
+        """The first GPU device with rows of `problems` (a one-GPU kind where one has them) and its rows."""
+        return next(iter(self.per_gpu(*problems)), None)
+
 
 def stat_name(rows: Iterable[Bench]) -> str:
     """What Bench.step_s shows for `rows` (their measured ones, else all), for tables' captions."""
@@ -373,6 +377,28 @@ class DistConfig(SizedView):
     def shape(self) -> tuple[SizeRef | None, int, int]:
         """The workload: size, context and global batch (a TP row's ranks all take the whole batch)."""
         return self.size_ref, self.context, self.batch_per_rank * (1 if self.variant == "tp" else self.world_size)
+
+
+@dataclass(frozen=True)
+class DistRow:  # a distributed row as the ddp, fsdp and optimizer_sharding tables read it
+    b: Bench
+    c: DistConfig
+
+    of = classmethod(lambda cls, b: cls(b, DistConfig.of(b)))
+    key = property(lambda self: self.c.key)
+    label = property(lambda self: self.c.label)
+    measured = property(lambda self: self.b.measured)
+    step_s = property(lambda self: self.b.stats.median if self.b.stats else None)
+    step_std = property(lambda self: self.b.stats.stddev if self.b.stats else None)
+    spread = property(lambda self: self.b.spread)
+    comm_s = property(lambda self: self.b.figure("comm_s"))  # exposed communication, mean over the timed steps
+    comm_share = property(lambda self: self.b.figure("comm_share", Metric.COMM_SHARE))
+    peak = property(lambda self: self.b.row.memory.peak_allocated or self.b.figure("peak_bytes"))  # largest rank's
+    tokens_per_s = property(lambda self: self.b.figure("tokens_per_s", Metric.TOKENS_PER_S))
+    n_buckets = property(lambda self: self.b.details.get("num_buckets"))  # None in files that did not record it
+
+    def vs(self, other: DistRow, name: str = "") -> Ratio:  # this row's median ÷ other's
+        return of_benches(self.b, other.b, name)
 
 
 def of_newest_run(rows: list[Bench], among: list[Bench] | None = None) -> list[Bench]:

@@ -26,10 +26,10 @@ def device_short(device: str) -> str:
     return f"{n}×{name}" if n and n > 1 else name
 
 
-def device_name(device: str, env_device: str) -> str:
-    """A section heading's device: "2× NVIDIA H200 (h200-141gb-x2)" (the GPU's name from a row's env)."""
-    n = gpu_count(device)
-    return f"{n}× {env_device} ({device})" if n else f"{env_device} ({device})"
+def device_name(device: str, rows: list) -> str:
+    """A section heading's device: "2× NVIDIA H200 (h200-141gb-x2)" (the GPU's name from the first Bench row's env)."""
+    n, gpu = gpu_count(device), rows[0].row.env.device
+    return f"{n}× {gpu} ({device})" if n else f"{gpu} ({device})"
 
 
 def files_text(files) -> str:
@@ -81,6 +81,13 @@ class RunsFacts:
     @property
     def files(self) -> list[str]:
         return [f for r in self.runs for f in r.files]
+
+
+@dataclass(frozen=True)
+class DeviceSection:  # a device's part of a distributed page (ddp, fsdp, optimizer_sharding)
+    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
+    runs: tuple  # the page's facts of each [edition, size] run, 2026 first, newest first
+    source: RunsFacts  # the rows it read
 
 
 class SourcedFromRuns:

@@ -13,10 +13,12 @@ modules here by themselves (a helper module's name starts with "_").
 """
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from impl.report import figures
 from impl.report.rows import Rows
 from impl.report.runs import RunsFacts
 from impl.workloads.problems import Problem
@@ -80,3 +82,22 @@ class Context:
         path = self.reports_dir / "data" / device / "logs" / name
         lines = [x.strip() for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
         return lines[-1] if lines else None
+
+    def figure_file(self, name: str) -> tuple[Path, str]:
+        """(file to write, link from the page) of figure reports/figures/<name>."""
+        return self.fig_dir / name, f"{self.fig_rel}/{name}"
+
+    def figure(self, fig, name: str) -> str:
+        """Writes `fig` to reports/figures/<name>; its link from the page."""
+        path, link = self.figure_file(name)
+        figures.save(fig, path)
+        return link
+
+    def table_csv(self, name: str, header: list[str], rows: list[list]) -> str:
+        """Writes a markdown table's cells (code backticks dropped) to reports/data-tables/<name>.csv; its link
+        from the page."""
+        path = self.reports_dir / "data-tables" / f"{name}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows([header, *([str(c).strip("`") for c in r] for r in rows)])
+        return f"[data-tables/{path.name}](data-tables/{path.name})"

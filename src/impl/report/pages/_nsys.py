@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Self
 
 from impl.nsys.captures import BRANCH
 from impl.nsys.figure import draw_timeline
@@ -16,6 +17,7 @@ from impl.nsys.extract import EXTRACT, MEMORY_SUFFIX, TIMELINE_SUFFIX, read_time
 from impl.nsys.store import FILED, FOLDER, REP, TABLES
 from impl.nsys.timeline import NvtxRange, Overlap, Timeline
 from impl.report import figures
+from impl.report.pages import Context
 from impl.report.rows import group
 
 
@@ -218,7 +220,7 @@ def _rank_phases(tl: Timeline, rank: int, st: NvtxRange, ks: list, most: int, co
                       _launch_gap_ms(ks, bwd[0] if bwd and ks else None))
 
 
-def step_timeline(filed: Filed, case: str, label: str, ctx, collectives: Sequence[str]) -> StepTimeline | None:
+def step_timeline(filed: Filed, case: str, label: str, ctx: Context, collectives: Sequence[str]) -> StepTimeline | None:
     """A measured step of `case` from its filed export, drawn into ctx.fig_dir; None without one. The step shown has
     the most whole ranks, then the most kernels in its least complete rank, then in all, the later on a tie."""
     path = filed.timeline(case)
@@ -234,16 +236,16 @@ def step_timeline(filed: Filed, case: str, label: str, ctx, collectives: Sequenc
                                      sum(r.kernels for r in per_step[s]), steps.index(s)))
     start, end = tl.window(step)
     win = tl.between(start, end)
-    name = f"nsys-{case}.png"
     title = figures.words("nsys_step").title.format(label=label, step=step)
-    draw_timeline(win, ctx.fig_dir / name, title, window=(start, end), range_names=(step, *STEP_PHASES, *collectives))
+    png, link = ctx.figure_file(f"nsys-{case}.png")
+    draw_timeline(win, png, title, window=(start, end), range_names=(step, *STEP_PHASES, *collectives))
     rep = filed.rep(case)
     srcs = (filed.rel_of(path), rep) if rep else (filed.rel_of(path),)
-    return StepTimeline(label, tuple(per_step[step]), f"{ctx.fig_rel}/{name}", len(win.kernels),
+    return StepTimeline(label, tuple(per_step[step]), link, len(win.kernels),
                         tuple(win.overlap()) if win.kernels else (), srcs, rep, step)
 
 
-def profiled_steps(ctx, group: str, label_of: Callable[[dict], str | None],
+def profiled_steps(ctx: Context, group: str, label_of: Callable[[dict], str | None],
                    collectives: Sequence[str]) -> tuple[Filed | None, list[tuple[dict, StepTimeline]]]:
     """The newest filed call of `group` and, per profiled case whose workload args `label_of` names
     (None: skipped), its args and last measured step (step_timeline, drawn into ctx.fig_dir)."""
@@ -258,3 +260,28 @@ def profiled_steps(ctx, group: str, label_of: Callable[[dict], str | None],
         if (t := step_timeline(filed, c.name, label, ctx, collectives)) is not None:
             found.append((args, t))
     return filed, found
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """A section's newest Nsight Systems call: each profiled case's workload args and its last measured step, in the
+    page's order (ddp, fsdp and leaderboard_2026 subclass it)."""
+
+    filed: Filed
+    timelines: tuple[tuple[dict, StepTimeline], ...]  # (workload args, timeline)
+
+    complete_share = COMPLETE_SHARE  # the words state them
+    launch_gap_ms = LAUNCH_GAP_MS
+    context = property(lambda self: int(self.timelines[0][0]["context"]))  # the first case's
+    batch = property(lambda self: int(self.timelines[0][0]["batch"]))
+    kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"{self.filed.rel}/manifest.json"] + [x for _, t in self.timelines for x in t.sources]
+
+    @classmethod
+    def of(cls, ctx: Context, section: str, label, collectives: tuple[str, ...], order) -> Self | None:
+        """`label(args)` names a case's figure (None: not read); `order(args)` sorts the cases."""
+        filed, steps = profiled_steps(ctx, section, label, collectives)
+        return cls(filed, tuple(sorted(steps, key=lambda s: order(s[0])))) if steps else None

@@ -9,7 +9,6 @@ from impl import accounting as acc
 from impl.bench.row import Metric, Peaks, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
-from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import within_noise
 from impl.report.rows import Bench, RowView, SizedView, group, size_label, timing_text
@@ -251,8 +250,6 @@ def _plot(e: EditionFacts, device: str, ctx: Context) -> str | None:
     """Training-step mean against context (a colour per size, a line style per dtype); its link, or None."""
     if not any(r.train is not None for r in e.grid):
         return None
-    path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG,
-                             f"{device}-train-step" + ("" if e.edition == "2025" else f"-{e.edition}"))
     fig, ax = figures.new(figsize=(8, 4.2))
     for dtype, style in (("fp32", "-o"), ("bf16", "--s")):
         for k, size in enumerate(dict.fromkeys(r.size for r in e.grid)):
@@ -266,8 +263,7 @@ def _plot(e: EditionFacts, device: str, ctx: Context) -> str | None:
     ax.minorticks_off()  # under a decade of contexts, log minor labels would overprint the contexts
     ax.set_xticks(ctxs, labels=[str(c) for c in ctxs])
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    figures.save(fig, path)
-    return link
+    return ctx.figure(fig, f"{SLUG}-{device}-train-step" + ("" if e.edition == "2025" else f"-{e.edition}") + ".png")
 
 
 @dataclass(frozen=True)

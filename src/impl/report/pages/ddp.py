@@ -6,18 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
 
 from impl import accounting as acc
-from impl.bench.row import Metric
 from impl.bench.test_record import TESTS_FOLDER, TestRecord, load_records
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
+from impl.report.pages._nsys import Profiled, StepTimeline
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
-from impl.report.ratio import Ratio, of_benches, within_noise
-from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, size_runs_of
-from impl.report.runs import RunsFacts, device_name, files_of, gpu_count
+from impl.report.ratio import Ratio, within_noise
+from impl.report.rows import Bench, DistConfig, DistRow, RunLabel, answering, current_edition, group, size_runs_of
+from impl.report.runs import DeviceSection, RunsFacts, device_name, files_of, gpu_count
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
 
@@ -43,28 +41,6 @@ TIMELINE_WORDS, OVERHEAD_WORDS = figures.words("ddp_timeline"), figures.words("d
 
 
 _cfg = DistConfig.of
-
-
-@dataclass(frozen=True)
-class DistRow:  # a distributed row as the ddp, fsdp and optimizer_sharding tables read it
-    b: Bench
-    c: DistConfig
-
-    of = classmethod(lambda cls, b: cls(b, _cfg(b)))
-    key = property(lambda self: self.c.key)
-    label = property(lambda self: self.c.label)
-    measured = property(lambda self: self.b.measured)
-    step_s = property(lambda self: self.b.stats.median if self.b.stats else None)
-    step_std = property(lambda self: self.b.stats.stddev if self.b.stats else None)
-    spread = property(lambda self: self.b.spread)
-    comm_s = property(lambda self: self.b.figure("comm_s"))  # exposed communication, mean over the timed steps
-    comm_share = property(lambda self: self.b.figure("comm_share", Metric.COMM_SHARE))
-    peak = property(lambda self: self.b.row.memory.peak_allocated or self.b.figure("peak_bytes"))  # largest rank's
-    tokens_per_s = property(lambda self: self.b.figure("tokens_per_s", Metric.TOKENS_PER_S))
-    n_buckets = property(lambda self: self.b.details.get("num_buckets"))  # None in files that did not record it
-
-    def vs(self, other: DistRow, name: str = "") -> Ratio:  # this row's median ÷ other's
-        return of_benches(self.b, other.b, name)
 
 
 @dataclass(frozen=True)
@@ -156,15 +132,15 @@ def _timeline(rows: list[Bench], ctx: Context, name: str) -> Timeline | None:
         return None
     c, variants = _cfg(traced[0]), {_cfg(b).variant for b in traced}
     tls = [(_cfg(b).label, b.details["timeline"]) for b in traced]
-    _draw_timeline(tls, ctx.fig_dir / name, TIMELINE_WORDS.title.format(
+    link = _draw_timeline(tls, ctx, name, TIMELINE_WORDS.title.format(
         size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank))
     return Timeline(tls[0][1]["source"], int(c.context), int(c.batch_per_rank),
                     tuple(TimelineRow(lb, tl["span_us"] / 1e6, tl["busy_us"]["compute"] / 1e6,
                                       tl["busy_us"]["communication"] / 1e6, tl["overlap_us"] / 1e6) for lb, tl in tls),
-                    "bucketed" in variants and "individual" not in variants, f"{ctx.fig_rel}/{name}")
+                    "bucketed" in variants and "individual" not in variants, link)
 
 
-def _draw_timeline(rows: list, path, title: str) -> None:
+def _draw_timeline(rows: list, ctx: Context, png: str, title: str) -> str:
     """A panel per variant, a lane each for compute and communication; the stored lanes merge kernels across short
     gaps, so a lane is shaded by its busy share and labelled busy ÷ drawn (a bar never reads busier than the table)."""
     fig, axes = figures.plt.subplots(len(rows), 1, figsize=(9.5, 1.9 * len(rows) + 0.9), squeeze=False)
@@ -186,7 +162,7 @@ def _draw_timeline(rows: list, path, title: str) -> None:
         if k_ax == 0:  # the same phases in every panel: one legend, beside the first
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
                       title=TIMELINE_WORDS.label("phase"), title_fontsize=7)
-    figures.save(fig, path)
+    return ctx.figure(fig, png)
 
 
 def _draw_overhead(groups: list[Group], ctx: Context, name: str, title: str) -> str:
@@ -213,8 +189,7 @@ def _draw_overhead(groups: list[Group], ctx: Context, name: str, title: str) -> 
     ax.set(ylabel=OVERHEAD_WORDS.y, title=title)
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
-    figures.save(fig, ctx.fig_dir / name)
-    return f"{ctx.fig_rel}/{name}"
+    return ctx.figure(fig, name)
 
 
 @dataclass(frozen=True)
@@ -254,13 +229,6 @@ def _run_facts(dev: str, heading: str, run, fits: list[Fit], fit_files: tuple[st
                     fit_files if model and fit else ())
 
 
-@dataclass(frozen=True)
-class DeviceSection:  # a device's part of a distributed page (ddp, fsdp, optimizer_sharding)
-    heading: str  # "2× NVIDIA H200 (h200-141gb-x2)"
-    runs: tuple  # the page's facts of each [edition, size] run, 2026 first, newest first
-    source: RunsFacts  # the rows it read
-
-
 def _distributed(node_id: str) -> bool:
     """Whether a failure (`correctness.test_fsdp::test_x[a]` or `correctness/test_fsdp.py::test_x`) is in a
     DISTRIBUTED_FILES file."""
@@ -282,31 +250,6 @@ class Tests:  # the newest correctness record of any multi-GPU device (newest by
 
 NSYS_COLLECTIVES = ("ncclAllReduce",)
 NSYS_VARIANTS = ("naive", "individual")  # ddp (b): not overlapped, then overlapped
-
-
-@dataclass(frozen=True)
-class Profiled:
-    """A section's newest Nsight Systems call (impl.report.pages._nsys): each profiled case's workload args and its
-    last measured step, in the page's order; the fsdp page reads its own through the same class."""
-
-    filed: Filed
-    timelines: tuple[tuple[dict, StepTimeline], ...]  # (workload args, timeline)
-
-    complete_share = COMPLETE_SHARE  # the words state them
-    launch_gap_ms = LAUNCH_GAP_MS
-    context = property(lambda self: int(self.timelines[0][0]["context"]))  # the first case's
-    batch = property(lambda self: int(self.timelines[0][0]["batch"]))
-    kernels = property(lambda self: sum(t.kernels for _, t in self.timelines))
-
-    @property
-    def sources(self) -> list[str]:
-        return [f"{self.filed.rel}/manifest.json"] + [x for _, t in self.timelines for x in t.sources]
-
-    @classmethod
-    def of(cls, ctx: Context, section: str, label, collectives: tuple[str, ...], order) -> Self | None:
-        """`label(args)` names a case's figure (None: not read); `order(args)` sorts the cases."""
-        filed, steps = profiled_steps(ctx, section, label, collectives)
-        return cls(filed, tuple(sorted(steps, key=lambda s: order(s[0])))) if steps else None
 
 
 class DdpNsys(Profiled):
@@ -389,7 +332,7 @@ def _score(runs: list[RunFacts], problem: str) -> Score | None:
 def facts(ctx: Context) -> DdpPage:
     sections = []
     for dev, rows in ctx.rows.per_gpu(*ROWS):
-        heading, comm = device_name(dev, rows[0].row.env.device), ctx.rows.of(ALLREDUCE, device=dev)
+        heading, comm = device_name(dev, rows), ctx.rows.of(ALLREDUCE, device=dev)
         fits, fit_files = allreduce_fits(comm), files_of(comm)
         found = tuple(_run_facts(dev, heading, run, fits, fit_files, ctx) for run in size_runs_of(rows))
         sections.append(DeviceSection(heading, found, RunsFacts.of(dev, rows)))

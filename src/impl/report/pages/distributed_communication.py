@@ -139,8 +139,7 @@ def _draw(rows: list[TableRow], ctx: Context, name: str) -> str | None:
     ax.set(xscale="log", yscale="log", xlabel="buffer size (MB)", ylabel="bus bandwidth (GB/s)",
            title="all-reduce bus bandwidth")
     ax.legend(fontsize=8)
-    figures.save(fig, ctx.fig_dir / name)
-    return f"{ctx.fig_rel}/{name}"
+    return ctx.figure(fig, name)
 
 
 @dataclass(frozen=True)
@@ -159,7 +158,7 @@ def facts(ctx: Context) -> CommPage:
     for device, rows in ctx.rows.per_gpu(PROBLEM):
         comm = comm_rows(rows)
         table = sorted(map(TableRow.of, comm), key=lambda r: (r.c.backend, r.c.world_size, r.c.bytes))
-        s = DeviceSection(device_name(device, rows[0].row.env.device), table,
+        s = DeviceSection(device_name(device, rows), table,
                           sorted({b.details["left_out"] for b in comm if b.details.get("left_out")}),
                           _draw(table, ctx, f"{SLUG}-{device}_allreduce_busbw.png"), allreduce_fits(rows),
                           RunsFacts.of(device, rows))

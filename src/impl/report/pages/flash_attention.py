@@ -83,8 +83,7 @@ def _backward(ours: Bench, cudnn: Bench, ours2: Bench, cudnn2: Bench) -> tuple[R
 
 
 def _anchor(ctx: Context) -> Anchor | None:  # the first GPU device with ours' and cuDNN's forward
-    for device in ctx.rows.gpu_devices():
-        lb = ctx.rows.of(P.LEADERBOARD, device=device)
+    for device, lb in ctx.rows.per_gpu(P.LEADERBOARD):
         ours, cudnn, ours2, cudnn2 = (pick(lb, impl=i, mode=m) for m in ("fwd", "fwd_bwd")
                                       for i in ("flash_triton", "sdpa_cudnn"))
         if ours and cudnn:

@@ -12,7 +12,6 @@ from impl.report import figures
 from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, best_anchor, cell, groups, kernel,
                                     median_ms, not_run, ran, status_label, timers)
 from impl.report.markdown import num
-from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Scored
 from impl.report.ratio import Ratio, med, of_benches
 from impl.report.rows import Bench, of_newest_run
@@ -203,8 +202,8 @@ def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cel
         return "" if b is None else status_label(b) or f"{median_ms(b):.3f} ({num(b.metric(Metric.TFLOPS), 1)})"
     lines = [[dtype, MODE_LABELS[mode], d, seq, *map(cell, map({kernel(b).impl: b for b in g}.get, impls))]
              for (dtype, mode, d, seq), g in groups(rows, "dtype", "mode", "d", "seq")]
-    return write_table_csv(ctx.reports_dir, f"flash_benchmarking-{device}",
-                           ["dtype", "pass", "d", "seq", *(f"{IMPL_LABELS[i]}: ms (TFLOP/s)" for i in impls)], lines)
+    return ctx.table_csv(f"flash_benchmarking-{device}",
+                         ["dtype", "pass", "d", "seq", *(f"{IMPL_LABELS[i]}: ms (TFLOP/s)" for i in impls)], lines)
 
 
 def plot(rows: list[Bench], path) -> list[str] | None:  # TFLOP/s of fwd+bwd rows by seq, a panel per d; legend labels
@@ -317,7 +316,7 @@ def facts(ctx: Context) -> FlashBenchmarkingPage:
     for device, rows in ctx.rows.per_gpu(PROBLEM):
         ks = [kernel(b) for b in rows]
         newest, prev, changes = _versions(ctx, device, rows)
-        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_benchmarking-{device}")
+        png, rel = ctx.figure_file(f"flash_benchmarking-{device}.png")
         return FlashBenchmarkingPage(
             device=device, batch=ks[0].batch, seqs=(min(k.seq for k in ks), max(k.seq for k in ks)),
             dims=tuple(sorted({k.d for k in ks})), dtypes=tuple(sorted({k.dtype for k in ks})), vs_naive=vs_naive(rows),

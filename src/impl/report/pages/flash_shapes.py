@@ -8,7 +8,6 @@ from impl.bench.row import Status
 from impl.report import figures
 from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, kernel,
                                     median_ms, not_run, ran, status_label, timers)
-from impl.report.output import figure_path, write_table_csv
 from impl.report.pages import Context, Scored
 from impl.report.ratio import med
 from impl.report.rows import Bench, group, of_newest_run
@@ -74,10 +73,10 @@ def summary(cells: list[GridRow]) -> list[Summary]:  # the grid's rows by (dtype
     return out
 
 
-def _plot(rows: list[GridRow], path) -> bool:  # ours ÷ the faster anchor per measured shape; False: nothing to draw
+def _plot(rows: list[GridRow], ctx: Context, name: str) -> str | None:  # ours ÷ the faster anchor per measured shape
     meas = [r for r in rows if r.over(r.eager) is not None]
     if not meas:
-        return False
+        return None
     fig, ax = figures.new(figsize=(10, 4.8))
     for side, impl, marker in zip(SIDES, OURS, "os"):
         if pts := [(i, x) for i, r in enumerate(meas) if (x := r.over(getattr(r, side))) is not None]:
@@ -89,8 +88,7 @@ def _plot(rows: list[GridRow], path) -> bool:  # ours ÷ the faster anchor per m
                   rotation=60, ha="right", fontsize=6)
     ax.set(ylabel="time / faster SDPA anchor (< 1: ours faster)", title="flash_shapes: measured shapes")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    figures.save(fig, path)
-    return True
+    return ctx.figure(fig, name)
 
 
 @dataclass(frozen=True)
@@ -145,13 +143,11 @@ def facts(ctx: Context) -> FlashShapesPage:
         fs = [b for b in rows if kernel(b).host is not True]  # the host-cost rows have a table of their own
         cells, cut = grid(fs), [b for b in fs if b.status is Status.LEFT_OUT_BY_BUDGET]
         ratios = tuple(sorted(x for r in cells if (x := r.over(r.eager)) is not None))
-        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"flash_shapes-{device}")
         return FlashShapesPage(
             device=device, gpu=fs[0].row.env.device, measured=sum(ran(b) for b in fs),
             budget=len(cut), budget_reason=cut[0].row.reason if cut else None, ratios=ratios,
             timers=timers(fs), runs=RunsFacts.of(device, fs), summary=tuple(summary(cells)),
-            grid_link=write_table_csv(ctx.reports_dir, f"flash_shapes-{device}", GRID_COLUMNS,
-                                      [r.cells() for r in cells]),
-            figure=rel if _plot(cells, png) else None, not_run=not_run(fs), host=host_cost(device, rows),
+            grid_link=ctx.table_csv(f"flash_shapes-{device}", GRID_COLUMNS, [r.cells() for r in cells]),
+            figure=_plot(cells, ctx, f"flash_shapes-{device}.png"), not_run=not_run(fs), host=host_cost(device, rows),
             sources=files_of(rows))
     return FlashShapesPage()

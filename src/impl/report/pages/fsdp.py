@@ -12,10 +12,11 @@ from impl.nsys.timeline import RESUME_NS
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
-from impl.report.pages.ddp import DeviceSection, DistRow, Profiled
+from impl.report.pages._nsys import Profiled
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import Bench, DistConfig, RunLabel, answering, current_edition, group, newest_first, size_runs_of
-from impl.report.runs import RunsFacts, device_name, device_short
+from impl.report.rows import (Bench, DistConfig, DistRow, RunLabel, answering, current_edition, group, newest_first,
+                              size_runs_of)
+from impl.report.runs import DeviceSection, RunsFacts, device_name, device_short
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.sweeps import grid
 from impl.workloads.variants import FSDPVariant
@@ -189,8 +190,7 @@ def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str)
         slack.set(xlabel=WORDS.label("slack_x"), ylabel=WORDS.label("slack_y"))
         slack.set_title(WORDS.label("slack_title"), fontsize=9)
         slack.legend(fontsize=7, frameon=False)
-    figures.save(fig, ctx.fig_dir / name)
-    return f"{ctx.fig_rel}/{name}"
+    return ctx.figure(fig, name)
 
 
 def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) -> RunFacts | None:
@@ -395,7 +395,7 @@ def facts(ctx: Context) -> FsdpPage:
     fsdp, shard = ctx.rows.per_gpu(P.FSDP), dict(ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING))
     sections = []
     for device, rows in fsdp:
-        heading = device_name(device, rows[0].row.env.device)
+        heading = device_name(device, rows)
         runs = [f for run in size_runs_of(rows) if (f := run_facts(device, heading, run, shard.get(device, []), ctx))]
         if runs:  # the TP rows' runs are named in their own section
             tp_aside = [b for b in rows if cfg(b).variant != TP]
@@ -409,6 +409,6 @@ def facts(ctx: Context) -> FsdpPage:
     devices = " + ".join(dict.fromkeys([headline_run.device] + [r.run.device for t in tps for r in t.rows])) \
         if headline_run else "–"  # the page's fsdp answers read the TP rows' devices too
     per_rank = [p for dev, rows in ctx.rows.per_gpu(StoredGroup.PER_RANK_MEMORY)
-                if (p := per_rank_facts(rows, device_name(dev, rows[0].row.env.device), RunsFacts.of(dev, rows)))]
+                if (p := per_rank_facts(rows, device_name(dev, rows), RunsFacts.of(dev, rows)))]
     return FsdpPage(answering(found, P.FSDP), sections, tps, per_rank,
                     next((f for f in newest if f.saving), None), headline_run, devices, fsdp_nsys(ctx))

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, replace
 from impl.bench.row import Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
-from impl.report.output import figure_path
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RowView, SizedView, group, size_label, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
@@ -108,8 +107,7 @@ def _depth(rows: list[PolicyRow], ctx: Context, device: str) -> Study | None:
     if ax.lines:
         ax.set(xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
         ax.legend(fontsize=8)
-        path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"{device}-depth")
-        figures.save(fig, path)
+        link = ctx.figure(fig, f"{SLUG}-{device}-depth.png")
     return Study(rows[0], [(rows[0].dtype, table)], stat_name(rows), _unit(table), figure=link)
 
 
@@ -191,10 +189,9 @@ class CheckpointingPage(SourcedFromRuns):
 
 
 def facts(ctx: Context) -> CheckpointingPage:
-    found = ctx.rows.per_gpu(PROBLEM)
-    if not found:
+    if not (found := ctx.rows.first_gpu(PROBLEM)):
         return CheckpointingPage([], None, None, None, None, None, None, None, [], None)
-    device, benches = found[0]  # the first (one-GPU) device answers
+    device, benches = found
     rows = [policy_row(b) for b in benches]
     pol, dep = [r for r in rows if r.study == "policies"], [r for r in rows if r.study == "depth"]
     ok = [r for r in pol if r.status is Status.MEASURED]

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from impl.report import figures
 from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, pick, probe_check, status_label
-from impl.report.output import figure_path
 from impl.report.pages import Context, Scored
 from impl.report.ratio import Headline, headline, timers
 from impl.report.rows import Bench, group
@@ -95,7 +94,7 @@ def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran
             if (o := pick(g, impl=OURS, mode="fwd_bwd")) is not None]
 
 
-def _plot(vs: list[Version], path) -> None:
+def _plot(vs: list[Version], ctx: Context, name: str) -> str:
     fig, ax = figures.new(figsize=(8, 4.2))
     for impl, label, times in ((OURS, "ours: torch.compile(FlashAttentionTriton.apply)", [v.ours_s for v in vs]),
                                (ANCHOR, IMPL_LABELS[ANCHOR], [v.cudnn_s for v in vs])):
@@ -112,7 +111,7 @@ def _plot(vs: list[Version], path) -> None:
     ax.title.set_fontsize(9)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="lower left")
-    figures.save(fig, path)
+    return ctx.figure(fig, name)
 
 
 @dataclass(frozen=True)
@@ -135,8 +134,7 @@ class LeaderboardPage:
 
 
 def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest rows have ours and cuDNN
-    for device in ctx.rows.gpu_devices():
-        lb = ctx.rows.of(PROBLEM, device=device)
+    for device, lb in ctx.rows.per_gpu(PROBLEM):
         ours, cudnn = (pick(lb, impl=i, mode="fwd_bwd") for i in (OURS, ANCHOR))
         if ours is None or cudnn is None:
             continue
@@ -144,8 +142,7 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         pc = probe_check(ctx.reports_dir, device, ours, h, "fwd_bwd")
         answer = LeaderboardFacts(device, ours, cudnn, h, pc)
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
-        png, rel = figure_path(ctx.fig_dir, ctx.fig_rel, f"leaderboard-{device}")
-        _plot(vs := versions(rows), png)
+        rel = _plot(vs := versions(rows), ctx, f"leaderboard-{device}.png")
         return LeaderboardPage(answer, tuple(map(Line, lb)), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
                                tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ours.row.env.device, rel)

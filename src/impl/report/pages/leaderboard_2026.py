@@ -10,7 +10,7 @@ from impl.bench.peaks import datasheet_bf16_flops
 from impl.bench.row import Metric, Status
 from impl.leaderboard_prediction import LayerRun, StepPrediction, predict_step
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages._nsys import COMPLETE_SHARE, LAUNCH_GAP_MS, Filed, StepTimeline, profiled_steps
+from impl.report.pages._nsys import Profiled, profiled_steps
 from impl.report.pages.parallelism_calcs import Bandwidth, nccl_bus_bandwidth
 from impl.report.ratio import ratio
 from impl.report.rows import Bench, View, group
@@ -237,7 +237,7 @@ def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ())
     first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
     cold = cold_run(device, [*rows, *history])
     cold = () if not cold or cold[0].run_when == newest.run_when else cold
-    return TwoGpuFacts(device, device_name(device, rows[0].row.env.device), int(_cfg(rows[0]).world_size), cands,
+    return TwoGpuFacts(device, device_name(device, rows), int(_cfg(rows[0]).world_size), cands,
                        fastest, newest, run, first_calls, profiled, answer,
                        Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, answer or profiled[-1])
                        if profiled else None,
@@ -281,7 +281,7 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
     device, rows = (same or found)[0]
     rows = sorted(rows, key=lambda b: (_cfg(b).checkpointing, _cfg(b).k is None, _cfg(b).k or 0, _cfg(b).layers))
     fit_policy, runs = layer_runs(rows)
-    return OneGpu(device, device_name(device, rows[0].row.env.device), newest_date(rows),
+    return OneGpu(device, device_name(device, rows), newest_date(rows),
                   _cfg(rows[0]).batch, _cfg(rows[0]).context, tuple(map(Candidate, rows)), fit_policy,
                   tuple(runs), files_of(rows))
 
@@ -289,20 +289,11 @@ def one_gpu(ctx: Context, like: str | None) -> OneGpu | None:
 NSYS_COLLECTIVES = ("ncclAllReduce", "ncclBroadcast")  # DDPBucketed's gradient buckets; the sharded states'
 
 
-@dataclass(frozen=True)
-class StepNsys:
-    """The 8B step on two GPUs under Nsight Systems (impl.nsys's leaderboard_2026 case): its measured step's
-    timeline of both ranks, to see where the compute stream waits and what NCCL overlaps."""
+class StepNsys(Profiled):
+    """The 8B step on two GPUs under Nsight Systems (impl.nsys's leaderboard_2026 case): its first case's measured
+    step, both ranks, to see where the compute stream waits and what NCCL overlaps."""
 
-    filed: Filed
-    timeline: StepTimeline
-    complete_share = COMPLETE_SHARE  # the words state it
-    launch_gap_ms = LAUNCH_GAP_MS
-    policy = property(lambda self: self.timeline.label)  # the candidate profiled (policy_label)
-
-    @property
-    def sources(self) -> list[str]:
-        return [f"{self.filed.rel}/manifest.json", *self.timeline.sources]
+    timeline = property(lambda self: self.timelines[0][1])
 
 
 def step_nsys(ctx: Context) -> StepNsys | None:
@@ -311,7 +302,7 @@ def step_nsys(ctx: Context) -> StepNsys | None:
                                        compile=a.get("compile") or "none", attn_impl=a.get("attn") or "flash_triton",
                                        allocator=a.get("allocator") or "default")) if a.get("config") else None
     filed, steps = profiled_steps(ctx, "leaderboard_2026", label, NSYS_COLLECTIVES)
-    return StepNsys(filed, steps[0][1]) if steps else None
+    return StepNsys(filed, tuple(steps[:1])) if steps else None
 
 
 @dataclass(frozen=True)
@@ -339,7 +330,7 @@ class Leaderboard2026Facts:
 
 
 def facts(ctx: Context) -> Leaderboard2026Facts:
-    sections = tuple((device_name(d, rows[0].row.env.device), tuple(sorted({b.run.section for b in rows})))
+    sections = tuple((device_name(d, rows), tuple(sorted({b.run.section for b in rows})))
                      for d, rows in ctx.rows.per_gpu() if not d.endswith("-x1"))
     multi = next((f for d, rows in ctx.rows.per_gpu(PROBLEM) if not d.endswith("-x1")
                   and (f := two_gpu_facts(d, rows, ctx.rows.history)) is not None), None)

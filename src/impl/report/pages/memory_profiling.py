@@ -11,7 +11,6 @@ from impl.model.sizes import ModelConfig, SizeRef, size_rank
 from impl.nsys.extract import read_memory_extract
 from impl.nsys.memory import MemoryTrace, RangeMemory
 from impl.report import figures
-from impl.report.output import figure_path
 from impl.report.pages._nsys import Filed, newest_with
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.rows import Bench, RowView, SizedView, group, newest, size_label
@@ -462,7 +461,7 @@ class NsysMemory:
     sources = property(lambda self: [f"{self.filed.rel}/manifest.json"] + [x for c in self.cases for x in c.files])
 
 
-def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> None:
+def _draw_memory(ctx: Context, trace: MemoryTrace, blocks: list[str], png: str, title: str) -> str:
     """Bytes live (counted from the first recorded event) over the step, the forward's blocks and backward shaded."""
     start, end = trace.range("step 0") if any(n == "step 0" for n, _, _ in trace.ranges) else trace.range("measured")
     pts = [(t, v) for t, v in trace.live() if start <= t <= end]
@@ -474,7 +473,7 @@ def _draw_memory(trace: MemoryTrace, blocks: list[str], path, title: str) -> Non
     ax.set(xlabel=figures.words("memory_nsys").x, ylabel=figures.words("memory_nsys").y)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
-    figures.save(fig, path)
+    return ctx.figure(fig, png)
 
 
 def nsys_memory(ctx: Context, probes: list[BlockProbe]) -> NsysMemory | None:
@@ -490,8 +489,7 @@ def nsys_memory(ctx: Context, probes: list[BlockProbe]) -> NsysMemory | None:
         context, size = int(a["context"]), SizeRef(str(a["edition"]), str(a["size"])).label
         trace = read_memory_extract(extract)
         blocks = [n for n in dict.fromkeys(n for n, _, _ in trace.ranges) if re.fullmatch(r"block \d+", n)]
-        path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, f"nsys-{c.name}")
-        _draw_memory(trace, blocks, path, figures.words("memory_nsys").title.format(
+        link = _draw_memory(ctx, trace, blocks, f"{SLUG}-nsys-{c.name}.png", figures.words("memory_nsys").title.format(
             size=size, blocks=len(blocks), context=a["context"], batch=a["batch"], dtype=a["dtype"],
             device=filed.device, when=filed.when))
         probe = next((p for p in probes if (p.context, p.dtype) == (context, a["dtype"])), None)
@@ -554,7 +552,7 @@ def _draw(ctx: Context, stem: str, panels: list[tuple[str, dict]], from_zero: bo
     link, None without panels."""
     if not panels:
         return None
-    path, link = figure_path(ctx.fig_dir, ctx.fig_rel, SLUG, stem)
+    path, link = ctx.figure_file(f"{SLUG}-{stem}.png")
     words["mode"] = words["mode"].replace("_", " ")
     title = TIMELINE.label("title_dtype", **words) if "dtype" in words else TIMELINE.title.format(**words)
     figures.memory_timelines(panels, path, title, from_zero=from_zero)
@@ -562,11 +560,10 @@ def _draw(ctx: Context, stem: str, panels: list[tuple[str, dict]], from_zero: bo
 
 
 def facts(ctx: Context) -> MemoryPage:
-    found = ctx.rows.per_gpu(PROBLEM)
     missing = MemoryPage(None, None, None, [], [], [], [], [], None)
-    if not found:
+    if not (found := ctx.rows.first_gpu(PROBLEM)):
         return missing
-    device, every = found[0]  # the first (one-GPU) device answers
+    device, every = found
     every = newest_per_case(every)
     rows = ordered(map(mem_case, every))
     d26 = [c for c in rows if c.edition == "2026"]

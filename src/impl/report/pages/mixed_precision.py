@@ -109,10 +109,9 @@ class MixedPrecisionPage(SourcedFromRuns):
 
 
 def facts(ctx: Context) -> MixedPrecisionPage:
-    found = ctx.rows.per_gpu(ACCUMULATION, DTYPES, SCRIPT)
-    if not found:
+    if not (found := ctx.rows.first_gpu(ACCUMULATION, DTYPES, SCRIPT)):
         return MixedPrecisionPage({p: NOT_MEASURED for p in (ACCUMULATION, DTYPES)})
-    device, rows = found[0]
+    device, rows = found
     trends = [bf16_trend(e) for e in editions(rows)]
     head = next((t for t in reversed(trends) if t.best is not None), None)
     fb = next((t for t in reversed(trends) if t.largest_fb is not None), None)

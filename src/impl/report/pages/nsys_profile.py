@@ -240,8 +240,7 @@ def _study_order(cases: list[Case]) -> list[Case]:
 
 
 def facts(ctx: Context) -> NsysPage:
-    found = ctx.rows.per_gpu(PROBLEM)
-    device, every = found[0] if found else (None, [])  # the first (one-GPU) device answers
+    device, every = ctx.rows.first_gpu(PROBLEM) or (None, [])
     cases = [Case.of(b) for b in every]
     older = sorted((c for c in cases if str(c.edition) != "2026"), key=_by_context)
     new = _study_order([c for c in cases if str(c.edition) == "2026"])

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.pages.ddp import DeviceSection, DistRow
-from impl.report.rows import DistConfig, RunLabel, answering, current_edition, newest_first, size_runs_of
-from impl.report.runs import RunsFacts, device_name
+from impl.report.rows import DistConfig, DistRow, RunLabel, answering, current_edition, newest_first, size_runs_of
+from impl.report.runs import DeviceSection, RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 
 PROBLEMS = (P.OPTIMIZER_STATE_SHARDING, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
@@ -108,7 +107,7 @@ def facts(ctx: Context) -> ShardingPage:
     sections = [ShardSection(heading, [run_facts(device, heading, run) for run in size_runs_of(rows)],
                              RunsFacts.of(device, rows), ctx.log_tail(device, LOG))
                 for device, rows in ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING)
-                for heading in [device_name(device, rows[0].row.env.device)]]
+                for heading in [device_name(device, rows)]]
     found = [f for s in sections for f in s.runs]
     scored = next((f for f in newest_first(found) if f.none is not None and f.sharded is not None), None)
     return ShardingPage(sections, answering(found, P.OPTIMIZER_STATE_SHARDING_ACCOUNTING),

@@ -153,10 +153,9 @@ def _seed(rows: list[Bench]) -> Seed | None:
 
 
 def facts(ctx: Context) -> PytorchAttentionFacts:
-    found = ctx.rows.per_gpu(PROBLEM)
-    if not found:
+    if not (found := ctx.rows.first_gpu(PROBLEM)):
         return PytorchAttentionFacts(None)
-    device, rows = found[0]  # the first GPU with rows answers; the others have none for this problem
+    device, rows = found
     c = cfg(rows[0])
     table = {(d, s): Case.of(rows, d, s) for d, s in shapes(rows)}
     largest = table[max((cfg(b).seq, cfg(b).d_model) for b in rows if b.measured)[::-1]]

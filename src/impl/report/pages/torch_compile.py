@@ -285,8 +285,7 @@ class TorchCompileFacts:
 
 
 def facts(ctx: Context) -> TorchCompileFacts:
-    for device in ctx.rows.gpu_devices():
-        rows = ctx.rows.of(PROBLEM, device=device)
+    for device, rows in ctx.rows.per_gpu(PROBLEM):
         # (a) "attention" or (b) "model": a config key of the bench layer's rows, a details key in older ones
         a, m = ([b for b in rows if (b.row.config.get("study") or b.details.get("study")) == s]
                 for s in ("attention", "model"))

@@ -12,7 +12,6 @@ from impl.bench.row import Metric, Status
 from impl.model import MODEL_SIZES, size_rank
 from impl.report import figures
 from impl.report.markdown import gib, missing, ms, num, pct
-from impl.report.output import write_table_csv
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import Ratio, ratio, within_noise
 from impl.report.rows import Bench, RowView, View, group, newest, stat_name, timing_text
@@ -204,12 +203,12 @@ def time_section(d: list[Step]) -> TimeSection | None:
         [(s, k) for s in p if s.config in OURS for k in (s.profile or {}).get("top", [])])
 
 
-def _plot(d: list[Step], path) -> bool:
+def _plot(d: list[Step], ctx: Context, name: str) -> str | None:
     """Tokens/s per config, a group of bars per (size, context); False (nothing drawn) without a measured row."""
     gs = groups(d)
     configs = [c for c in CONFIG_ORDER if any(s.config == c for s in d)]
     if not configs or not any(s.ok for s in d):
-        return False
+        return None
     fig, ax = figures.new(figsize=(8, 4.2))
     width, x = 0.8 / len(configs), np.arange(len(gs))
     for i, cfg in enumerate(configs):
@@ -219,8 +218,7 @@ def _plot(d: list[Step], path) -> bool:
     ax.set_xticks(x, labels=[WORDS.label("tick", size=s, context=c) for s, c in gs])
     ax.set(ylabel=WORDS.y, title=WORDS.title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
-    figures.save(fig, path)
-    return True
+    return ctx.figure(fig, name)
 
 
 @dataclass(frozen=True)
@@ -256,17 +254,16 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     by_config = [{s.config: s for s in g} for g in groups(d).values()]  # per (size, context): config -> its row
     cells = [ablation_cells(s, g.get("bf16")) for g in by_config for s in g.values()]
     ran = [s.b for s in d]
-    fig_name = f"{SLUG}-{device}-ablation.png"
     by_run = group(d, lambda s: s.when)
     return Section(
         d, stat_name(ran), *timing_text(ran), legend(d), cells,
-        write_table_csv(ctx.reports_dir, f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells)
+        ctx.table_csv(f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells)
         if len(cells) > INLINE_ROWS else None,
         [RunRow(run, list(dict.fromkeys(s.commit for s in g)), list(dict.fromkeys(s.b.run.section for s in g)),
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
         [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
-        repeats(every), f"{ctx.fig_rel}/{fig_name}" if _plot(d, ctx.fig_dir / fig_name) else None, time_section(d),
+        repeats(every), _plot(d, ctx, f"{SLUG}-{device}-ablation.png"), time_section(d),
         RunsFacts.of(device, benches))
 
 
