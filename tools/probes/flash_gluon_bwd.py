@@ -240,9 +240,9 @@ def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
         return gbwd.flash_gluon_backward(q, k, v, o2, do, lse2, causal, config)
 
     err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))  # this first call loads the kernels
-    with contextlib.ExitStack() as stack:
-        carved = None if row.get("carveout") is None else \
-            stack.enter_context(loaded.carveout(GLUON_BWD_KERNELS, row["carveout"]))
+    carve = contextlib.nullcontext() if row.get("carveout") is None else \
+        loaded.carveout(GLUON_BWD_KERNELS, row["carveout"])
+    with carve as carved:  # None, or the kernels carved for this row
         out = {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
         dq_fn = _dq_only(q, k, v, o, do, lse, causal, config or gbwd.default_config(q.shape[-1]))
         if dq_fn is not None:  # the dQ kernel alone (Triton's or stage 3c's), from the same o and lse
