@@ -165,6 +165,73 @@ def test_gluon_backward_compiles_for_hopper():
         assert r["predicted"] == bwd.shared_bytes(r["d"], bwd.GluonBwdConfig()) - 64 * r["d"] * 4, r
 
 
+# Stage 4b: the one-pass kernels with rebuilt descriptors (GluonBwdConfig.rebuild), and the plain ones at d 128 for
+# comparison; per kernel its figures and, per loop instance (tools/probes/sass_loops.py), its counts.
+_COMPILE_REBUILD = r"""
+import json, sys, torch
+sys.path.insert(0, "tools/probes")
+import sass_loops
+from impl.attention import flash_gluon_bwd as mod
+from kits.sm90_compile import compile_for_sm90, cubin_figures, sass_text
+
+rows = []
+def add(d, causal, config, dtype=torch.bfloat16):
+    q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                       torch.empty_like(v), causal, config)
+    divisible = ("L", "Delta") + (("dq_ptr",) if config.dq == "atomic" else ())
+    ck = compile_for_sm90(mod._attn_bwd_sm90, args, opts, divisible=divisible)
+    ins = sass_loops.parse(sass_text(ck))
+    loops = [dict(sass_loops.counts(ins[lo:hi + 1]), n=hi - lo + 1) for lo, hi in sass_loops.loops(ins)]
+    rows.append(dict(d=d, causal=causal, dq=config.dq, rebuild=config.rebuild, fp16=dtype == torch.float16,
+                     predicted=mod.shared_bytes(d, config), loops=loops, **cubin_figures(ck)))
+
+for dq in ("reduce", "atomic"):
+    for d in (64, 80, 96, 128):
+        for causal in (False, True):
+            add(d, causal, mod.GluonBwdConfig(dq=dq, rebuild=True))
+    for causal in (False, True):
+        add(128, causal, mod.GluonBwdConfig(dq=dq))
+add(128, True, mod.GluonBwdConfig(rebuild=True), torch.float16)
+print(json.dumps(rows))
+"""
+
+
+def test_gluon_backward_rebuild_compiles_without_spills():
+    """Stage 4b (NOTES.md, "Issue 47, stage 4b"): the one-pass kernel with its resident tiles' descriptors rebuilt
+    each query tile (rebuild), dq "reduce" and "atomic", every head dim, causal and full (bf16; fp16 at d 128
+    causal): no stack, no local memory and no LDL / STL anywhere in the kernel, at most 255 registers, the shared
+    memory of the plain config. At d 128, where the plain kernel spills (stack > 0, LDL / STL in its hot loop), each
+    loop instance keeps the plain one's HGMMA, wgmma waits, CTA barriers, bulk reduces / REDG and exp2 counts (the
+    same schedule), and the hot loop (the last instance) is no longer than the plain one's."""
+    rows = json.loads(run_without_interpreter(_COMPILE_REBUILD))
+    for r in rows:
+        r["hot"] = dict(dict(LDL=0, STL=0), **r["loops"][-1])
+    print_compile_table(rows, [*_LEAD, ("dq", "<6", "{dq:<6}"), ("rebuild", ">7", "{rebuild!s:>7}"),
+                               ("fp16", ">5", "{fp16!s:>5}"), *_FIGURES,
+                               ("hot loop n/LDL/STL", ">18", "{hot[n]:>10}/{hot[LDL]:>3}/{hot[STL]:<3}")],
+                        refused="")
+    assert sum(r["rebuild"] for r in rows) == 17
+    plain = {(r["dq"], r["causal"]): r for r in rows if not r["rebuild"]}
+    for r in rows:
+        assert r["target"] == "sm_90a" and r["regs"] <= 255, r
+        assert r["predicted"] - 16 < r["shared"] <= r["predicted"], r
+        assert len(r["loops"]) == LOOP_INSTANCES[r["causal"]], r
+        if not r["rebuild"]:  # the plain d 128 kernels: today's spills, the reason for stage 4b
+            assert r["stack"] > 0 and r["loops"][-1]["LDL"] > 0 and r["loops"][-1]["STL"] > 0, r
+            continue
+        assert r["stack"] == 0 and r["local"] == 0 and r["stl"] == 0 and r["ldl"] == 0, f"spills: {r}"
+        assert all(lp.get("LDL", 0) == 0 and lp.get("STL", 0) == 0 for lp in r["loops"]), r
+        if r["d"] == 128 and not r["fp16"]:
+            base = plain[(r["dq"], r["causal"])]
+            assert r["shared"] == base["shared"], r
+            for lp, bp in zip(r["loops"], base["loops"]):
+                for key in ("HGMMA", "WG.DEPBAR", "BAR.SYNC", "UTMAREDG", "REDG", "MUFU.EX2", "UTMALDG"):
+                    assert lp.get(key, 0) == bp.get(key, 0), (key, r, base)
+            assert r["loops"][-1]["n"] <= base["loops"][-1]["n"], (r, base)
+
+
 # ----------------------------------------------------------------------------- CPU: refusals, isolation
 
 def _inputs(shape_q, shape_k=None, dtype=torch.bfloat16, device="cpu", seed=0, scale=1.0):
@@ -270,7 +337,9 @@ def test_gluon_backward_dq_stages_refused_by_name_where_a_second_staging_tile_do
                                           (dict(dq="triton", dq_stages=2), "dq_stages .* only with dq='reduce'"),
                                           (dict(dq="gluon", dq_stages=2), "dq_stages"),
                                           (dict(dq="atomic", dq_stages=2), "dq_stages .* only with dq='reduce' "
-                                                                           r"\(dq='atomic' stages nothing\)")])
+                                                                           r"\(dq='atomic' stages nothing\)"),
+                                          (dict(dq="triton", rebuild=True), "rebuild is for the one-pass kernel"),
+                                          (dict(dq="gluon", rebuild=True), "rebuild is for the one-pass kernel")])
 def test_gluon_backward_config_refuses_what_it_cannotrun_without_interpreter(fields, match):
     with pytest.raises(ValueError, match=match):
         bwd.GluonBwdConfig(**fields)
@@ -305,6 +374,35 @@ def test_gluon_backward_launch_args_dq_atomic():
         assert args[-2].shape == (2, 3, 1000, d) and args[-2].data_ptr() == dq32.data_ptr()
         assert bwd.shared_bytes(d, bwd.GluonBwdConfig(dq="atomic")) == \
             bwd.shared_bytes(d, bwd.GluonBwdConfig()) - 64 * d * 4
+
+
+def test_gluon_backward_launch_args_rebuild():
+    """rebuild (stage 4b) appends REBUILD after the kernel's defaults for dq_ptr / DQ_ATOMIC (dq "reduce") or after
+    the buffer and DQ_ATOMIC (dq "atomic"); everything before it is the plain config's; shared memory unchanged (the
+    one-slot rings are the same tiles); 2^30 query rows and more refused by name (the slot index is row >> 30)."""
+    a = _args((2, 3, 1000, 128))
+    q = a["q"]
+    for dq in ("reduce", "atomic"):
+        dq32 = torch.empty(q.shape)
+        plain = bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], dq32, torch.empty_like(q),
+                                torch.empty_like(q), True, bwd.GluonBwdConfig(dq=dq))
+        grid, args, opts = bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], dq32, torch.empty_like(q),
+                                           torch.empty_like(q), True, bwd.GluonBwdConfig(dq=dq, rebuild=True))
+        assert (grid, opts) == plain[::2] and args[-1] is True
+        n = len(plain[1])
+        assert len(args) == n + (3 if dq == "reduce" else 1)
+        for x, y in zip(args[:n], plain[1]):  # the same arguments: scalars equal, tensors / descriptors of one kind
+            assert type(x) is type(y) and (x == y if isinstance(x, (bool, int, float, type(None))) else True), (x, y)
+        if dq == "reduce":
+            assert args[-3:-1] == (None, False)
+        for d in HEAD_DIMS:
+            assert bwd.shared_bytes(d, bwd.GluonBwdConfig(dq=dq, rebuild=True)) == \
+                bwd.shared_bytes(d, bwd.GluonBwdConfig(dq=dq))
+    big = torch.empty(1, 1, 1 << 30, 64, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="rebuild views the resident tiles through slot"):
+        bwd.launch_args(big, big, big, big, torch.empty(1, 1, 1 << 30, device="meta"),
+                        torch.empty(1, 1, 1 << 30, device="meta"), torch.empty(big.shape, device="meta"),
+                        big, big, True, bwd.GluonBwdConfig(rebuild=True))
 
 
 @pytest.mark.parametrize("case,match", [("no buffer", "dq32 is the fp32 dQ buffer of dq='reduce' or 'atomic'"),
@@ -412,12 +510,14 @@ SHAPES = [(2, 3, 300, 300), (1, 2, 1000, 1000), (2, 2, 200, 333), (1, 3, 257, 12
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("fields", [None, dict(dq_stages=2), dict(dq="atomic")],
-                         ids=["default", "dq_stages2", "dq_atomic"])
+@pytest.mark.parametrize("fields", [None, dict(dq_stages=2), dict(dq="atomic"), dict(rebuild=True),
+                                    dict(dq="atomic", rebuild=True)],
+                         ids=["default", "dq_stages2", "dq_atomic", "rebuild", "dq_atomic_rebuild"])
 def test_gluon_backward_gpu_matches_reference(fields, shape, d, is_causal, dtype):
     """The default config at each head dim, stage 3d's one-pass kernel with two dQ staging tiles used in
     turn (dq_stages 2; at d 128 too, where one pass is not the default) and stage 3e's with dQ added by atomics
-    from registers (dq "atomic", every d), against the same float64 reference. 1000 queries: 16 query tiles a
+    from registers (dq "atomic", every d), and stage 4b's one-pass kernels (reduce, atomic) with their resident
+    tiles' descriptors rebuilt each query tile (rebuild), against the same float64 reference. 1000 queries: 16 query tiles a
     key tile, so the staging tiles alternate 8 times each; 300, 200 and 257 queries: a ragged query tile (the masked
     atomics)."""
     B, H, n_q, n_k = shape
@@ -450,12 +550,15 @@ def test_gluon_backward_gpu_pairs_with_the_gluon_forwards(d, is_causal, fwd):
 def _config_id(c) -> str:
     dq_tiles = "-" + "x".join(map(str, c.dq_tiles)) if c.dq == "gluon" else ""
     dq_stages = f"-dq-stages{c.dq_stages}" if c.dq_stages > 1 else ""
-    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}{dq_tiles}{dq_stages}"
+    rebuild = "-rebuild" if c.rebuild else ""
+    return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}{dq_tiles}{dq_stages}{rebuild}"
 
 
 #: The variants the ragged, long and NaN-poisoned tests run besides the default: stage 3c's dQ kernel and
-#: stage 3d's two dQ staging tiles (dq "reduce", at d 128 too), stage 3e's dQ by atomics (dq "atomic").
-EXTRA_VARIANTS = {"dq-gluon": dict(dq="gluon"), "dq-stages2": dict(dq_stages=2), "dq-atomic": dict(dq="atomic")}
+#: stage 3d's two dQ staging tiles (dq "reduce", at d 128 too), stage 3e's dQ by atomics (dq "atomic"), stage 4b's
+#: one-pass kernels with descriptors rebuilt each query tile (rebuild, dq "reduce" and "atomic").
+EXTRA_VARIANTS = {"dq-gluon": dict(dq="gluon"), "dq-stages2": dict(dq_stages=2), "dq-atomic": dict(dq="atomic"),
+                  "rebuild": dict(rebuild=True), "dq-atomic-rebuild": dict(dq="atomic", rebuild=True)}
 
 
 def _variant_config(name):
@@ -550,7 +653,8 @@ def test_gluon_backward_gpu_long_sequences_match_triton(is_causal, variant):
 @needs_sm90
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [80, 128])
-@pytest.mark.parametrize("dq", ["reduce", "triton", "gluon", "reduce-stages2", "atomic"])
+@pytest.mark.parametrize("dq", ["reduce", "triton", "gluon", "reduce-stages2", "atomic", "reduce-rebuild",
+                                "atomic-rebuild"])
 def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
     """Every torch.empty is NaN-poisoned (as test_attention.py does): the launcher's outputs (dK, dV,
     dQ or the fp32 dQ buffer, D) must have every element written or zeroed by a kernel (the ragged key
@@ -567,7 +671,12 @@ def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
         return t
 
     monkeypatch.setattr(torch, "empty", poisoned_empty)
-    config = bwd.GluonBwdConfig(dq_stages=2) if dq == "reduce-stages2" else bwd.GluonBwdConfig(dq=dq)
+    if dq == "reduce-stages2":
+        config = bwd.GluonBwdConfig(dq_stages=2)
+    elif dq.endswith("-rebuild"):
+        config = bwd.GluonBwdConfig(dq=dq[:-len("-rebuild")], rebuild=True)
+    else:
+        config = bwd.GluonBwdConfig(dq=dq)
     dq_, dk, dv = bwd.flash_gluon_backward(q, k, v, o, do, lse, is_causal, config)
     monkeypatch.undo()
     assert torch.isfinite(dq_).all() and torch.isfinite(dk).all() and torch.isfinite(dv).all()

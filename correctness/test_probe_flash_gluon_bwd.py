@@ -22,6 +22,11 @@ STAGE_3D_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws[+]gluon-bwd( 64x128
 STAGE_3E_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws[+]gluon-bwd( 64x128 w8 s2( dq-atomic)?)?)$",
                  r"^1x16x16384x64 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 dq-atomic)?)$"]
 
+#: Stage 4b's GPU call (NOTES.md, "Issue 47, stage 4b"): at the two sweep shapes cuDNN, the d 128 default (the split),
+#: the one-pass reduce and dq-atomic kernels and each one's rebuild twin; at d 64 cuDNN, the default and its rebuild.
+STAGE_4B_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws[+]gluon-bwd( 64x128 w8 s2( dq-atomic)?( rebuild)?)?)$",
+                 r"^1x16x16384x64 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 rebuild)?)$"]
+
 
 @pytest.fixture(scope="module")
 def probe():
@@ -98,3 +103,34 @@ def test_carveout_twins_follow_each_ws_gluon_row_only(probe, capsys):
     with pytest.raises(SystemExit):
         probe.main(["--dry-run", "--carveout", "101"])
     assert "--carveout: carve-out 101: a percent from 0 to 100" in capsys.readouterr().err
+
+
+def test_the_plan_has_the_rebuild_rows(probe):
+    """Stage 4b: the one-pass kernels with rebuilt descriptors beside the one-pass reduce and dq-atomic rows at both
+    sweep shapes, and beside the default (one pass) at d 64/80/96; not at the other d 128 shapes."""
+    labels = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
+    assert len(labels) == len(set(labels))
+    for shape in ("1x32x32768x128", "4x32x4096x128"):
+        i = labels.index(f"{shape} ws+gluon-bwd 64x128 w8 s2 rebuild")
+        assert f"{shape} ws+gluon-bwd 64x128 w8 s2 dq-atomic rebuild" in labels and i > labels.index(
+            f"{shape} ws+gluon-bwd 64x128 w8 s2")
+    for shape in ("1x16x16384x64", "4x16x4096x80", "4x16x4096x96"):
+        assert f"{shape} ws+gluon-bwd 64x128 w8 s2 rebuild" in labels
+    assert not any("rebuild" in x for x in labels if x.startswith(("8x32x2048x128", "4x16x8192x128")))
+    assert len([x for x in labels if x.endswith(" rebuild")]) == 7
+
+
+def test_stage_4b_only_keeps_its_rows_in_order(probe, capsys):
+    """Stage 4b's --only selection: cuDNN and the default at each shape, the one-pass pair and its rebuild twins at
+    the two d 128 shapes, the default's rebuild twin at d 64; the dry run prints the same plan within the budget."""
+    rows = probe.plan(skip_triton=True, only=tuple(STAGE_4B_ONLY))
+    one = "ws+gluon-bwd 64x128 w8 s2"
+    assert [probe.row_label(r) for r in rows] == [
+        "1x32x32768x128 cudnn", "1x32x32768x128 ws+gluon-bwd", "4x32x4096x128 cudnn", "4x32x4096x128 ws+gluon-bwd",
+        *[f"{s} {one}{v}" for s in ("1x32x32768x128", "4x32x4096x128")
+          for v in ("", " dq-atomic", " rebuild", " dq-atomic rebuild")],
+        "1x16x16384x64 cudnn", "1x16x16384x64 ws+gluon-bwd", f"1x16x16384x64 {one} rebuild"]
+    assert sum(r["est"] for r in rows) < 300
+    probe.main(["--dry-run", "--skip-triton", *[a for rx in STAGE_4B_ONLY for a in ("--only", rx)]])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("15 rows, estimate") and sum("rebuild" in line for line in out) == 5

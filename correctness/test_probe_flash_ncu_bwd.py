@@ -21,9 +21,10 @@ def probe():
 def test_defaults_are_the_8b_shape_and_every_variant(probe):
     args = probe.parse_args([])
     assert args.shape == (1, 32, 32768, 128) and not args.full
-    assert [v.name for v in args.variants] == ["one-pass", "one-pass-dq2", "one-pass-atomic", "ws", "split-triton",
-                                               "split-gluon", "cudnn"]
-    assert probe.kernels(args.variants) == ["_attn_bwd_sm90", "_attn_bwd_sm90", "_attn_bwd_sm90", "_attn_bwd_ws_sm90",
+    assert [v.name for v in args.variants] == ["one-pass", "one-pass-dq2", "one-pass-atomic", "one-pass-rebuild", "ws",
+                                               "split-triton", "split-gluon", "cudnn"]
+    assert probe.kernels(args.variants) == ["_attn_bwd_sm90", "_attn_bwd_sm90", "_attn_bwd_sm90", "_attn_bwd_sm90",
+                                            "_attn_bwd_ws_sm90",
                                             "_attn_bwd_dq", "_attn_bwd_sm90", "_attn_bwd_dq_sm90", "_attn_bwd_sm90",
                                             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
 

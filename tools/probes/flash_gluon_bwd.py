@@ -14,8 +14,9 @@ warp-specialized backward, flash_gluon_bwd_ws, d 128 only), then flash_gluon_bwd
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
 kernel with two dQ staging tiles, stage 3d; dq-atomic: the one-pass kernel adding dQ by atomics from registers,
-stage 3e) at 1x32x32768x128 and 4x32x4096x128; at d 64/80/96, where one pass is the default, a dq-stages2 and a
-dq-atomic row beside the default's. Rows of split configs (dq-triton, dq-gluon, and the
+stage 3e; "rebuild" (after the dq part): the one-pass kernel, reduce or dq-atomic, with its resident tiles' wgmma
+descriptors rebuilt each query tile, stage 4b) at 1x32x32768x128 and 4x32x4096x128; at d 64/80/96, where one pass
+is the default, a dq-stages2, a dq-atomic and a rebuild row beside the default's. Rows of split configs (dq-triton, dq-gluon, and the
 d 128 default) also time the dQ kernel alone ("dq_ms"). Each Gluon row records its relative errors of dQ, dK,
 dV against the Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
 "/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms. The "ws+gluon-bwd" and
@@ -75,6 +76,8 @@ def cfg_text(c) -> str:
           "atomic": " dq-atomic"}.get(c.dq, "")
     if c.dq_stages > 1:  # stage 3d: dQ staging tiles used in turn
         dq += f" dq-stages{c.dq_stages}"
+    if c.rebuild:  # stage 4b: the resident tiles' descriptors rebuilt each query tile (no spills at d 128)
+        dq += " rebuild"
     return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + dq
 
 
@@ -145,6 +148,7 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
             if impl == "ws+gluon-bwd" and default.dq == "reduce":  # stages 3d and 3e where one pass is the default
                 add(s, impl, replace(default, dq_stages=2))
                 add(s, impl, replace(default, dq="atomic"))
+                add(s, impl, replace(default, rebuild=True))  # stage 4b
     return rows
 
 

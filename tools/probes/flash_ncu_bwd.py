@@ -7,6 +7,8 @@ from the same q, k, v, dO and the ws forward's o and lse (cuDNN: its own forward
 - one-pass-dq2: the same with dq_stages=2 (stage 3d: two fp32 dQ staging tiles used alternately, the
   wait before a staging write for the reduce two tiles back instead of the last one);
 - one-pass-atomic: the same with dq "atomic" (stage 3e: dQ added from registers by atomics, no staging);
+- one-pass-rebuild: one-pass with rebuild=True (stage 4b: the resident tiles' wgmma descriptors rebuilt each
+  query tile; no stack, no spills at d 128);
 - ws: flash_gluon_backward_ws (stage 3b, warp-specialized one pass);
 - split-triton: the dK/dV-only kernel + the Triton dQ kernel pinned at TRITON_DQ (no autotuning);
 - split-gluon: the same dK/dV kernel + the Gluon dQ kernel (stage 3c) at its default tiles;
@@ -59,6 +61,7 @@ class Variant:
 VARIANTS = (Variant("one-pass", ("_attn_bwd_sm90",)),
             Variant("one-pass-dq2", ("_attn_bwd_sm90",)),
             Variant("one-pass-atomic", ("_attn_bwd_sm90",)),
+            Variant("one-pass-rebuild", ("_attn_bwd_sm90",)),
             Variant("ws", ("_attn_bwd_ws_sm90",), d128_only=True),
             Variant("split-triton", ("_attn_bwd_dq", "_attn_bwd_sm90")),
             Variant("split-gluon", ("_attn_bwd_dq_sm90", "_attn_bwd_sm90")),
@@ -144,6 +147,7 @@ def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:
     configs = {"one-pass": gbwd.GluonBwdConfig(64, 128, 8, 2),
                "one-pass-dq2": gbwd.GluonBwdConfig(64, 128, 8, 2, dq_stages=2),
                "one-pass-atomic": gbwd.GluonBwdConfig(64, 128, 8, 2, dq="atomic"),
+               "one-pass-rebuild": gbwd.GluonBwdConfig(64, 128, 8, 2, rebuild=True),
                "split-triton": gbwd.GluonBwdConfig(64, 128, 8, 2, dq="triton"),
                "split-gluon": gbwd.GluonBwdConfig(64, 128, 8, 2, dq="gluon")}
     qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))

@@ -93,6 +93,11 @@ def _bwd_variants():
     for d in (64, 80, 96, 128):  # stage 3e: dQ by atomics from registers
         for causal in (False, True):
             out.append(("bwd", d, causal, "bf16", bwd.GluonBwdConfig(dq="atomic")))
+    for dq in ("reduce", "atomic"):  # stage 4b: descriptors rebuilt each query tile (no spills at d 128)
+        for d in (64, 80, 96, 128):
+            for causal in (False, True):
+                out.append(("bwd", d, causal, "bf16", bwd.GluonBwdConfig(dq=dq, rebuild=True)))
+    out.append(("bwd", 128, True, "fp16", bwd.GluonBwdConfig(rebuild=True)))
     default = bwd.GluonBwdConfig(dq="gluon").dq_tiles
     for d in (64, 80, 96, 128):
         for causal in (False, True):
@@ -110,7 +115,7 @@ def _bwd_variants():
 
 #: Config fields added after dumps were taken, left out of a variant's name at their default value, so that
 #: every variant compiled before the field existed keeps its name (and compares against an older dump).
-_LATER_FIELDS = {"dq_stages": 1}  # GluonBwdConfig, stage 3d
+_LATER_FIELDS = {"dq_stages": 1, "rebuild": False}  # GluonBwdConfig, stages 3d and 4b
 
 
 def _config_tag(config) -> str:
@@ -296,6 +301,14 @@ def normalise(ptx: str) -> str:
     return out
 
 
+def _without_later_fields(message: str) -> str:
+    """A refusal's text with the config repr's _LATER_FIELDS at their defaults (", rebuild=False") removed, so that a
+    refusal dumped before such a field existed compares equal."""
+    for k, v in _LATER_FIELDS.items():
+        message = message.replace(f", {k}={v!r}", "")
+    return message
+
+
 _FIGURE_KEYS = ("refused", "num_warps", "shared", "regs", "stack", "local", "partitions", "counts")
 
 
@@ -326,6 +339,9 @@ def compare(base: str, new: str, names, only: str = "") -> int:
             mb["sass_sha256"] = _sass_hash(base, name, mb)
         if "refused" not in mn:
             mn["sass_sha256"] = _sass_hash(new, name, mn)
+        for m in (mb, mn):  # a refusal names the config: its later fields at their default left out, as in names
+            if "refused" in m:
+                m["refused"] = _without_later_fields(m["refused"])
         diffs = [f"{k}: {mb.get(k)!r} -> {mn.get(k)!r}" for k in _FIGURE_KEYS if mb.get(k) != mn.get(k)]
         sass_note = "" if mb.get("sass_sha256") == mn.get("sass_sha256") else \
             " (SASS differs: ptxas's own variation, see the module's docstring)"

@@ -90,6 +90,12 @@ class GluonBwdConfig:
     #: wait is for the reduce two tiles back (the last one stays in flight), at one more staging tile of
     #: block_m x d x 4 bytes of shared memory.
     dq_stages: int = 1
+    #: One-pass kernel only (dq "reduce" or "atomic"; stage 4b): rebuild the wgmma shared-memory
+    #: descriptors of the resident K and V and of the dSᵀ tile every query tile, from a view indexed by a
+    #: loop-variant zero, instead of letting the compiler hoist them out of the loop. At d 128 the hoisted
+    #: descriptors (8 k-steps x 64 bits for each of K·Qᵀ, V·dOᵀ and dS·K) are what pushed the kernel past
+    #: 255 registers into spills; rebuilt, they cost a few integer ops a tile and the kernel does not spill.
+    rebuild: bool = False
 
     def __post_init__(self) -> None:
         if self.num_warps not in (4, 8) or self.block_n != 16 * self.num_warps:
@@ -101,6 +107,8 @@ class GluonBwdConfig:
         if self.dq_stages not in (1, 2) or (self.dq_stages > 1 and self.dq != "reduce"):
             raise ValueError(f"dq_stages must be 1 or 2, and 2 only with dq='reduce' (dq='atomic' stages nothing), "
                              f"got {self}")
+        if self.rebuild and self.dq not in ("reduce", "atomic"):
+            raise ValueError(f"rebuild is for the one-pass kernel (dq='reduce' or 'atomic'), got {self}")
         object.__setattr__(self, "dq_tiles", tuple(self.dq_tiles))  # hashable as a dict key / test id
         bm, bn, stages = self.dq_tiles
         if bm not in (64, 128) or bn not in (64, 128) or not 2 <= stages <= 4:
@@ -108,13 +116,15 @@ class GluonBwdConfig:
 
 
 #: The configs the GPU probe measures and the GPU tests check (those over 227 KB are refused). The
-#: dq "gluon" ones (stage 3c) pair the dK/dV kernel of dq "triton" with two tilings of the dQ kernel; the
-#: last two are the one-pass kernel with two dQ staging tiles (stage 3d) and with dQ by atomics (stage 3e).
+#: dq "gluon" ones (stage 3c) pair the dK/dV kernel of dq "triton" with two tilings of the dQ kernel; then
+#: the one-pass kernel with two dQ staging tiles (stage 3d), with dQ by atomics (stage 3e), and the last two
+#: are the one-pass kernels (reduce, atomic) with their descriptors rebuilt each query tile (stage 4b: no spills).
 CANDIDATE_CONFIGS = (GluonBwdConfig(64, 128, 8, 2), GluonBwdConfig(64, 128, 8, 3), GluonBwdConfig(64, 64, 4, 2),
                      GluonBwdConfig(64, 64, 4, 3), GluonBwdConfig(64, 128, 8, 2, dq="triton"),
                      GluonBwdConfig(64, 128, 8, 2, dq="gluon"),
                      GluonBwdConfig(64, 128, 8, 2, dq="gluon", dq_tiles=(128, 128, 2)),
-                     GluonBwdConfig(64, 128, 8, 2, dq_stages=2), GluonBwdConfig(64, 128, 8, 2, dq="atomic"))
+                     GluonBwdConfig(64, 128, 8, 2, dq_stages=2), GluonBwdConfig(64, 128, 8, 2, dq="atomic"),
+                     GluonBwdConfig(64, 128, 8, 2, rebuild=True), GluonBwdConfig(64, 128, 8, 2, dq="atomic", rebuild=True))
 
 
 def default_config(d: int) -> GluonBwdConfig:
@@ -274,12 +284,17 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
             q_smem, do_smem, qh_smem, doh_smem, ds_smem, dq_smem, dqh_smem, q_bars, do_bars,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
             NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr, DQ: gl.constexpr,
-            DQ_STAGES: gl.constexpr, dq_base=0, DQ_ATOMIC: gl.constexpr = False):
+            DQ_STAGES: gl.constexpr, dq_base=0, DQ_ATOMIC: gl.constexpr = False, kv_rings=0,
+            REBUILD: gl.constexpr = False):
     """The key tile's work over its query tiles t in [t_lo, t_hi) (query tile index j0 + t). MASKED:
     the tiles holding the causal diagonal (causal mask); KEY_MASK: the key tile runs past N_K (P of
     the padded keys set to 0); neither: no mask at all. DQ: also dQ, by TMA reduce-add from DQ_STAGES
     staging tiles used in turn (t counts on across the loop instances, so t % DQ_STAGES alternates), or with
-    DQ_ATOMIC by atomic adds from registers at dq_base (no staging).
+    DQ_ATOMIC by atomic adds from registers at dq_base (no staging). REBUILD (stage 4b): kv_rings holds K, V
+    and their hi halves as one-slot rings and ds_smem is a one-slot ring too; each tile views them through
+    slot z = m0 >> 30, which is 0 (query rows are below 2^30, as the launcher checks) but neither provably
+    0 nor loop-invariant to the compiler: their wgmma descriptors are rebuilt each tile (a few integer ops)
+    instead of being hoisted out of the loop and held in registers (24 of 64 bits at d 128, which spilled).
 
     Why padded keys need a mask although K = V = 0 there: their score is 0, so P = exp(-lse), which
     overflows to inf when a row's lse < -88 (all its scores very negative), and dQ = dS·K would
@@ -296,6 +311,14 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         phase = (t // NUM_STAGES) & 1
         m0 = (j0 + t) * BLOCK_M
         offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
+        if REBUILD:
+            z = m0 >> 30
+            k_ring, v_ring, kh_ring, vh_ring = kv_rings
+            k2 = _tile_2d(k_ring.index(z), BLOCK_N, BLOCK_D)
+            v2 = _tile_2d(v_ring.index(z), BLOCK_N, BLOCK_D)
+            if D1 > 0:
+                kh2 = _tile_2d(kh_ring.index(z), BLOCK_N, D1)
+                vh2 = _tile_2d(vh_ring.index(z), BLOCK_N, D1)
         q_slot = q_smem.index(slot)
         do_slot = do_smem.index(slot)
         qh_slot = qh_smem.index(slot) if D1 > 0 else 0
@@ -319,10 +342,11 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         if DQ:
             # Every warp is past the previous tile's dQ product on ds_smem (the barrier ending the
             # last iteration): overwrite it, make it visible to the async proxy, then use it.
-            ds_smem.store(dst16)
+            ds_tile = ds_smem.index(z) if REBUILD else ds_smem
+            ds_tile.store(dst16)
             fence_async_shared()
             gl.thread_barrier()
-            dq, dq_h = _dq_issue(ds_smem, k2, kh2, BLOCK_M, BLOCK_D, D1)
+            dq, dq_h = _dq_issue(ds_tile, k2, kh2, BLOCK_M, BLOCK_D, D1)
         ds16 = gl.convert_layout(dst16, a_layout)
         dk, dk_h, ds16_h = _acc_product(ds16, dk, dk_h, q_slot, qh_slot, BLOCK_M, BLOCK_D, D1)
         if DQ:
@@ -362,13 +386,15 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
                    H, N_Q, N_K, qk_scale, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ: gl.constexpr, DQ_STAGES: gl.constexpr = 1,
-                   dq_ptr=None, DQ_ATOMIC: gl.constexpr = False):
+                   dq_ptr=None, DQ_ATOMIC: gl.constexpr = False, REBUILD: gl.constexpr = False):
     """Grid (key tiles, B·H). Descriptors are rank 4 over (B, H, N, d) with blocks (1, 1, rows, BLOCK_D)
     (lo) and (1, 1, rows, D1) at column BLOCK_D (hi; None when D1 == 0); dq_desc over the fp32 dQ
     buffer (None without DQ: dK and dV only). L (natural-log lse) and Delta are (B·H, N_Q) fp32.
     DQ_STAGES: the fp32 dQ staging tiles (1 or 2; GluonBwdConfig.dq_stages). DQ_ATOMIC (dq "atomic"):
     dq_desc is None and dq_ptr the fp32 dQ buffer itself (contiguous (B, H, N_Q, d)), added into by atomics
-    from registers; no staging tile is allocated."""
+    from registers; no staging tile is allocated. REBUILD (GluonBwdConfig.rebuild, one pass only): K, V
+    (and hi halves) and dSᵀ allocated as one-slot rings, viewed in the loop through a loop-variant zero
+    index so that their wgmma descriptors are rebuilt each tile (_q_loop)."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BLOCK_N == 16 * NW, "each warp owns 16 key rows")
     gl.static_assert(BLOCK_N % BLOCK_M == 0, "query tiles nest in the key tile")
@@ -383,14 +409,25 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     h = pid_bh % H
     n0 = pid_n * BLOCK_N
 
-    k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
+    k_ring = 0
+    v_ring = 0
+    if REBUILD:
+        k_ring, v_ring = _ring_pair(k_desc, v_desc, 1, BLOCK_N, BLOCK_D)
+        k_smem = k_ring.index(0)
+        v_smem = v_ring.index(0)
+    else:
+        k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
     q_smem, do_smem = _ring_pair(q_desc, do_desc, NUM_STAGES, BLOCK_M, BLOCK_D)
     ds_smem = 0
     dq_smem = 0
     if DQ:
-        ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M],
-                                            gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
+        if REBUILD:
+            ds_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_M],
+                                                gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
+        else:
+            ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M],
+                                                gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
         if not DQ_ATOMIC:
             if DQ_STAGES == 1:
                 dq_smem = gl.allocate_shared_memory(gl.float32, dq_desc.block_type.shape, dq_desc.layout)
@@ -398,12 +435,19 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
                 dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_STAGES, 1, 1, BLOCK_M, BLOCK_D], dq_desc.layout)
     kh_smem = 0
     vh_smem = 0
+    kh_ring = 0
+    vh_ring = 0
     qh_smem = 0
     doh_smem = 0
     dqh_smem = 0
     if D1 > 0:
-        kh_smem = gl.allocate_shared_memory(dtype, kh_desc.block_type.shape, kh_desc.layout)
-        vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
+        if REBUILD:
+            kh_ring, vh_ring = _ring_pair(kh_desc, vh_desc, 1, BLOCK_N, D1)
+            kh_smem = kh_ring.index(0)
+            vh_smem = vh_ring.index(0)
+        else:
+            kh_smem = gl.allocate_shared_memory(dtype, kh_desc.block_type.shape, kh_desc.layout)
+            vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
         qh_smem, doh_smem = _ring_pair(qh_desc, doh_desc, NUM_STAGES, BLOCK_M, D1)
         if DQ and not DQ_ATOMIC:
             if DQ_STAGES == 1:
@@ -457,19 +501,19 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
             dk, dk_h, dv, dv_h, 0, n_diag, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True, DQ,
-            DQ_STAGES, dq_base, DQ_ATOMIC)
+            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD)
     if n0 + BLOCK_N > N_K:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True, DQ,
-            DQ_STAGES, dq_base, DQ_ATOMIC)
+            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD)
     else:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False, DQ,
-            DQ_STAGES, dq_base, DQ_ATOMIC)
+            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD)
 
     _invalidate(kv_bar, q_bars, do_bars, NUM_STAGES)
 
@@ -531,7 +575,8 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     device (the compile test builds them from CPU tensors). lse, delta contiguous (B·H·N_Q fp32);
     dq32 an fp32 buffer in q's shape, contiguous (dq "reduce" and "atomic"; None otherwise); dk, dv
     contiguous. dq "atomic" appends the buffer (dq_ptr) and DQ_ATOMIC to the arguments; the other modes pass
-    the kernel's defaults for both (None, False) by leaving them out."""
+    the kernel's defaults for both (None, False) by leaving them out. config.rebuild appends REBUILD (after
+    those defaults where dq is "reduce"); without it the arguments are as before stage 4b."""
     q4, k4, v4, do4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dk, dv))
     dq4 = None if dq32 is None else as_4d(dq32)
     B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
@@ -539,6 +584,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     check_dq_stages(d, config, q.element_size())
     check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
     atomic = config.dq == "atomic"
+    if config.rebuild and n_q >= 1 << 30:
+        raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs fewer "
+                         f"than 2^30 query rows, got {n_q}: {config}")
     if (config.dq in ("reduce", "atomic")) != (dq32 is not None):
         raise ValueError(f"{FN}: dq32 is the fp32 dQ buffer of dq='reduce' or 'atomic' and None otherwise; "
                          f"config {config}")
@@ -552,6 +600,8 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
             config.dq in ("reduce", "atomic"), config.dq_stages)
     if atomic:
         args += (dq4, True)  # dq_ptr, DQ_ATOMIC
+    if config.rebuild:
+        args += (() if atomic else (None, False)) + (True,)  # (dq_ptr, DQ_ATOMIC,) REBUILD
     grid = (-(-n_k // bn), B * H)
     return grid, args, {"num_warps": config.num_warps}
 
