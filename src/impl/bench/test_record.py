@@ -49,7 +49,7 @@ class TestRecord:
     commit: str | None  # SUITE_COMMIT if set (the commit whose tree was sent to a GPU machine), else HEAD
     dirty: bool  # the working tree differed from `commit` (always so for a GPU run without SUITE_COMMIT)
     source_digest: str
-    kernel_digest: str
+    kernel_digest: str  # the kernel files (KERNEL_PATHS), the value records have held from the first
     command: str  # what ran, e.g. "pytest correctness -n 8"
     passed: int
     failed: int
