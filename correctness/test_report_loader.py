@@ -51,6 +51,7 @@ def test_a_current_and_an_older_format_file_load_to_the_one_row_type(tmp_path):
         assert (b.name, b.problem, b.row.config, b.status) == (NAME, "leaderboard", {"impl": "flash_triton"}, Status.MEASURED)
     assert new.run == RunRef(DEVICE, "leaderboard", "2099-01-01T00:00:00+00:00", "abcdef12+", False,
                              f"reports/data/{DEVICE}/leaderboard/20990101T000000Z_abcdef12.json")
+    assert new.run.kernels is None and old.run.kernels is None  # no kernel digest in their commit_info
     assert new.stats == Stats(2.1e-3, 1e-4, 2e-3, 5e-5, 5, [2e-3] * 5)
     # the older format's real figure was do_bench's (its stats timed one placeholder round)
     assert old.run.legacy and old.stats == Stats(1.5e-3, None, 1.5e-3, None, None, None)

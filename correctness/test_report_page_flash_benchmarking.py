@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from impl.bench.kernel_digest import KernelDigest
 from impl.bench.row import Metric, Status
 from impl.report.flash_rows import IMPL_LABELS
 from impl.report.pages import Kind
@@ -16,23 +17,25 @@ NEW, OLD = "2026-03-02T00:00:00", "2026-03-01T00:00:00"
 
 
 def _row(impl, seq, ms=None, mode="fwd_bwd", d=64, dtype="bf16", when=NEW, status=Status.MEASURED, reason=None,
-         iqr_ms=None):
+         iqr_ms=None, **run):
     return bench("flash_benchmarking", dict(impl=impl, mode=mode, batch=1, seq=seq, d=d, dtype=dtype, causal=True),
                  None if ms is None else ms / 1e3, device=DEV, when=when, status=status, reason=reason,
                  iqr=None if iqr_ms is None else iqr_ms / 1e3, metrics={Metric.TFLOPS: 100.0} if ms else {},
-                 details=dict(autotune=True, left_out="naive beyond seq 8192"))
+                 details=dict(autotune=True, left_out="naive beyond seq 8192"), **run)
 
 
-def _grid(when=NEW, scale=1.0):
-    """bf16, d 16 and 64: ours, SDPA cuDNN and flash to seq 16384, naive to 8192 (left out beyond)."""
+def _grid(when=NEW, scale=1.0, **run):
+    """bf16, d 16 and 64: ours, SDPA cuDNN and flash to seq 16384, naive to 8192 (left out beyond). run: the
+    run's commit and kernels (impl.bench.kernel_digest), where a test names them."""
     rows = []
     for d in (16, 64):
         for seq in (1024, 8192, 16384):
-            rows += [_row("flash_triton", seq, seq / 1000 * scale, d=d, when=when),
-                     _row("sdpa_cudnn", seq, seq / 1200, d=d, when=when),
-                     _row("sdpa_flash", seq, seq / 900, d=d, when=when)]
-            rows.append(_row("naive", seq, seq / 100, d=d, when=when) if seq <= 8192 else
-                        _row("naive", seq, d=d, when=when, status=Status.LEFT_OUT, reason="naive beyond seq 8192"))
+            rows += [_row("flash_triton", seq, seq / 1000 * scale, d=d, when=when, **run),
+                     _row("sdpa_cudnn", seq, seq / 1200, d=d, when=when, **run),
+                     _row("sdpa_flash", seq, seq / 900, d=d, when=when, **run)]
+            rows.append(_row("naive", seq, seq / 100, d=d, when=when, **run) if seq <= 8192 else
+                        _row("naive", seq, d=d, when=when, status=Status.LEFT_OUT, reason="naive beyond seq 8192",
+                             **run))
     return rows
 
 
@@ -104,21 +107,33 @@ def _oom():
     return _row("naive", 16384, d=16, dtype="fp32", status=Status.OOM, reason="CUDA out of memory")
 
 
-def _other_commit():  # a cell of an older run of other code
+def _other_commit(**run):  # a cell of an older run (of other code, unless its kernels say otherwise)
     return bench("flash_benchmarking", dict(impl="naive", mode="fwd", batch=1, seq=128, d=16, dtype="fp32",
-                                            causal=True), 1e-3, device=DEV, when=OLD, commit="0123abcd")
+                                            causal=True), 1e-3, device=DEV, when=OLD, **(dict(commit="0123abcd") | run))
 
 
-@pytest.mark.parametrize("case", ["one commit", "stitched"])
+K1, K2 = KernelDigest("1111aaaa2222bbbb", "3333cccc4444dddd"), KernelDigest("5555eeee6666ffff", "3333cccc4444dddd")
+
+
+@pytest.mark.parametrize("case", ["one commit", "stitched", "one version", "two versions"])
 def test_page_words(request, tmp_path, case):
-    """One commit with a compared previous run; and cells stitched from two commits, one out of memory."""
+    """One commit with a compared previous run; cells stitched from two commits, one out of memory; two commits
+    whose runs recorded the same kernels; one commit whose runs recorded different kernels."""
     if case == "one commit":
         rows = _grid() + [_row("flash_triton", 1024, 1.5, mode="bwd")]  # slower than its forward+backward
         f = page.facts(context(rows, tmp_path, history=_grid(OLD, scale=1.25)))
         assert_snapshot(request, "flash_benchmarking", render_page("flash_benchmarking.md.j2", f=f))
-    else:
+    elif case == "stitched":
         f = page.facts(context(_grid() + [_oom(), _other_commit()], tmp_path))
         assert_snapshot(request, "flash_benchmarking-stitched", render_page("flash_benchmarking.md.j2", f=f))
+    else:
+        if case == "one version":  # another commit, the same kernels
+            rows = _grid(kernels=K1) + [_other_commit(kernels=K1)]
+        else:  # one commit with changes, other kernels in each run
+            rows = _grid(commit="abcdef12+", kernels=K1) + [_other_commit(commit="abcdef12+", kernels=K2)]
+        f = page.facts(context(rows, tmp_path))
+        assert_snapshot(request, f"flash_benchmarking-{case.replace(' ', '_')}",
+                        render_page("flash_benchmarking.md.j2", f=f))
 
 
 def test_cells_name_their_commits_and_count_ooms(tmp_path):
@@ -130,6 +145,20 @@ def test_cells_name_their_commits_and_count_ooms(tmp_path):
     two = _grid() + [_other_commit()]
     f = page.facts(context(two, tmp_path))
     assert f.commits == ("0123abcd", "abcdef12") and f.cells == len(two) and f.oom_cells == 0  # oldest run first
+    assert f.versions == f.commits  # runs without a kernel digest: one commit, one version
+
+
+def test_cells_are_one_kernel_version_when_their_runs_recorded_one_kernel_digest(tmp_path):
+    """Runs at two commits with the same kernel digest are one version of the kernels; two runs at one
+    (dirty) commit with different digests are two; a run without one counts by its commit."""
+    f = page.facts(context(_grid(kernels=K1) + [_other_commit(kernels=K1)], tmp_path))
+    assert f.commits == ("0123abcd", "abcdef12") and f.versions == (K1.label,)
+    f = page.facts(context(_grid(commit="abcdef12+", kernels=K1) + [_other_commit(commit="abcdef12+", kernels=K2)],
+                           tmp_path))
+    assert f.commits == ("abcdef12+",) and f.versions == (K2.label, K1.label)  # oldest run first
+    f = page.facts(context(_grid(kernels=K1) + [_other_commit(commit="abcdef12")], tmp_path))
+    assert f.commits == ("abcdef12",) and f.versions == ("abcdef12", K1.label)  # not known to be the same
+    assert f.undigested
 
 
 def test_naive_is_compared_per_dtype_at_its_own_longest(tmp_path):

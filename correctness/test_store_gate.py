@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from impl.bench import runlock, store
+from impl.bench.kernel_digest import KernelDigest, kernel_digest
 from impl.bench.session import BenchSession
 from impl.bench.row import Env, Row, Status, Timing
 from impl.report import compare, gate
@@ -454,15 +455,34 @@ def test_a_run_records_the_sent_commit_when_suite_commit_names_it(monkeypatch):
     config = SimpleNamespace(invocation_params=SimpleNamespace(args=()))
     session = BenchSession(config)
     head = dict(id="93703375edf7cd01b7c543fd4f1f8b3f07dd7889", dirty=True, branch="main")
+    kernels = kernel_digest(Path(__file__).resolve().parents[1]).to_json()  # this checkout's, beside the commit
     monkeypatch.delenv("SUITE_COMMIT", raising=False)
     out = dict(commit_info=dict(head), datetime="2026-11-26T09:04:53+00:00")
     session.pytest_benchmark_update_json(config, [], out)
-    assert out["commit_info"] == head and store.run_stamp(out) == "20261126T090453Z_93703375+"
+    assert out["commit_info"] == dict(head, **kernels) and store.run_stamp(out) == "20261126T090453Z_93703375+"
     monkeypatch.setenv("SUITE_COMMIT", "36ed28e")
     out = dict(commit_info=dict(head), datetime="2026-11-26T09:04:53+00:00")
     session.pytest_benchmark_update_json(config, [], out)
-    assert out["commit_info"] == dict(head, id="36ed28e", dirty=False, source="SUITE_COMMIT", git_head=head["id"])
+    assert out["commit_info"] == dict(head, id="36ed28e", dirty=False, source="SUITE_COMMIT", git_head=head["id"],
+                                      **kernels)
     assert store.run_stamp(out) == "20261126T090453Z_36ed28e"
+
+
+def test_a_run_records_its_kernels_digest_and_the_report_reads_it(tmp_path, monkeypatch):
+    """The kernels a run imported, beside its commit, read back as the rows' RunRef.kernels; a session
+    outside a checkout (kernels None) records none, and its rows read None as older runs' do."""
+    monkeypatch.delenv("SUITE_COMMIT", raising=False)
+    config = SimpleNamespace(invocation_params=SimpleNamespace(args=()))
+    for kernels in (KernelDigest("0123456789abcdef", "fedcba9876543210"), None):
+        session = BenchSession(config)
+        session.kernels = kernels
+        out = dict(commit_info=dict(id="93703375edf7", dirty=False), datetime="2026-11-26T09:04:53+00:00",
+                   machine_info={}, benchmarks=[])
+        session.pytest_benchmark_update_json(config, [], out)
+        out["not_run"] = [dict(name="test_x[a]", row=Row("x", {"a": 1}, Env("cpu", "cpu", "2", None, None, "smoke"),
+                                                          Status.OOM, reason="out of memory").to_json())]
+        [b] = report_data.load_doc(out, tmp_path / "cpu/x/20261126T090453Z_93703375.json", "cpu", "x")
+        assert b.run.kernels == kernels and b.run.commit == "93703375"
 
 
 def test_a_second_run_on_a_device_is_refused_naming_the_first_and_a_stale_lock_is_taken_over(tmp_path):

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from impl.bench import kernel_digest as kd
 from impl.bench import test_record as tr
 from impl.report import test_records
+from kits.kernel_tree import choice, tree
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1" failures="2"
 skipped="3" tests="10" time="12.5"><testcase classname="correctness.test_a" name="test_ok" time="0.1"/>
@@ -17,12 +19,8 @@ skipped="3" tests="10" time="12.5"><testcase classname="correctness.test_a" name
 </testsuite></testsuites>"""
 
 
-def _tree(root: Path, kernel: str = "x = 1\n") -> Path:
-    (root / "src/impl/attention").mkdir(parents=True)
-    (root / "src/impl/model").mkdir(parents=True)
-    (root / "src/impl/attention/k.py").write_text(kernel)
-    (root / "src/impl/model/adamw_master.py").write_text("y = 2\n")
-    return root
+def _tree(root: Path) -> Path:
+    return tree(root, choice())
 
 
 def test_junit_counts_and_failure_names(tmp_path, monkeypatch):
@@ -35,6 +33,7 @@ def test_junit_counts_and_failure_names(tmp_path, monkeypatch):
                             "correctness.test_c::test_setup"]
     assert rec.commit == "0123456789abcdef" and not rec.dirty and not rec.green
     assert rec.duration_s == 12.5 and rec.stamp().endswith("_01234567")
+    assert rec.kernels == kd.kernel_digest(tmp_path / "repo")  # the kernel files and the table's choices
 
 
 @pytest.mark.parametrize("text", ["", "<testsuites><testsuite", "[]", "<html/>"])
@@ -59,7 +58,7 @@ def test_records_are_filed_never_overwritten(tmp_path, monkeypatch):
 def test_index_marks_a_record_whose_kernels_changed(tmp_path):
     root = _tree(tmp_path / "repo")
     data = tmp_path / "data"
-    tested = tr.digest(tr.KERNEL_PATHS, root)
+    tested = kd.digest(kd.KERNEL_PATHS, root)
     base = dict(datetime="2026-11-24T10:00:00+00:00", commit="c0ffee00", dirty=False, source_digest="s",
                 command="pytest correctness", passed=5, failed=0, errors=0, skipped=1, duration_s=1.0)
     tr.store_record(tr.TestRecord(device="h100-80gb-x1", kernel_digest=tested, **base), data)
@@ -69,6 +68,39 @@ def test_index_marks_a_record_whose_kernels_changed(tmp_path):
     assert [t.device for t in test_records.device_tests(data, root)] == ["h100-80gb-x1", "cpu"]  # GPUs first
     (root / "src/impl/attention/k.py").write_text("x = 2\n")  # a kernel edit after the record
     assert test_records.device_tests(data, root)[0].kernels_changed
+
+
+BASE = dict(datetime="2026-11-24T10:00:00+00:00", commit="c0ffee00", dirty=False, source_digest="s",
+            command="pytest correctness", passed=5, failed=0, errors=0, skipped=1, duration_s=1.0)
+
+
+def _stale(root: Path, data: Path) -> dict[str, bool]:
+    return {t.device: t.kernels_changed for t in test_records.device_tests(data, root)}
+
+
+def test_a_change_of_the_tables_choices_leaves_a_record_stale_new_evidence_does_not(tmp_path):
+    root, data = _tree(tmp_path / "repo"), tmp_path / "data"
+    now = kd.kernel_digest(root)
+    tr.store_record(tr.TestRecord(device="h100-80gb-x1", kernel_digest=now.sources, kernel_table_digest=now.table,
+                                  **BASE), data)
+    tr.store_record(tr.TestRecord(device="h200-141gb-x2", kernel_digest=now.sources, **BASE), data)  # an old record
+    assert _stale(root, data) == {"h100-80gb-x1": False, "h200-141gb-x2": False}
+    tree(root, choice(probes=4))  # probes filed, the same choice
+    assert _stale(root, data) == {"h100-80gb-x1": False, "h200-141gb-x2": False}
+    tree(root, choice(num_warps=8))  # the table now runs another config
+    # the old record never recorded the table: judged by its kernel files alone, as when it was filed
+    assert _stale(root, data) == {"h100-80gb-x1": True, "h200-141gb-x2": False}
+    tree(root, choice(num_warps=8), kernel="x = 3\n")
+    assert _stale(root, data) == {"h100-80gb-x1": True, "h200-141gb-x2": True}
+
+
+def test_a_record_filed_before_the_table_digest_loads_without_it(tmp_path):
+    old = dict(BASE, device="cpu", kernel_digest="k", failures=[])  # the fields records had before
+    path = tmp_path / "data/cpu/tests/20261124T100000Z_c0ffee00.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old))
+    [rec] = tr.load_records(tmp_path / "data")
+    assert rec.kernel_table_digest is None and rec.kernels == kd.KernelDigest("k", None)
 
 
 def test_cli_files_a_record_made_elsewhere(tmp_path):

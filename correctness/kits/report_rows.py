@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from impl.bench.kernel_digest import KernelDigest
 from impl.bench.row import Env, Memory, Metric, Row, Status, Timing
 from impl.report.pages import Context
 from impl.report.rows import Bench, Rows, RunRef, Stats
@@ -20,7 +21,8 @@ def bench(problem: str, config: dict, median: float | None = None, *, device: st
           section: str | None = None, when: str = "2026-11-26T04:00:00", commit: str = "abcdef12",
           status: Status = Status.MEASURED, reason: str | None = None, details: dict | None = None,
           metrics: dict[Metric, float] | None = None, peak: int | None = None, env: Env = GPU,
-          iterations: int = 1, iqr: float | None = None, name: str | None = None) -> Bench:
+          iterations: int = 1, iqr: float | None = None, name: str | None = None,
+          kernels: KernelDigest | None = None) -> Bench:
     """One stored row; a measured row gets statistics around `median` (seconds), any other none."""
     section = section or problem
     stamp = when.replace("-", "").replace(":", "")[:13]
@@ -29,7 +31,8 @@ def bench(problem: str, config: dict, median: float | None = None, *, device: st
               else None, Memory(peak, None), dict(metrics or {}), reason=reason, details=dict(details or {}))
     stats = Stats(median, median / 100, median, iqr if iqr is not None else median / 50, 5, [median] * 5) \
         if measured else None
-    run = RunRef(device, section, when, commit, False, f"reports/data/{device}/{section}/{stamp}Z_{commit}.json")
+    run = RunRef(device, section, when, commit, False, f"reports/data/{device}/{section}/{stamp}Z_{commit}.json",
+                 kernels)
     return Bench(name or f"test_{problem}[{'-'.join(map(str, config.values()))}]", row, run, stats)
 
 

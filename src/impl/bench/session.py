@@ -9,6 +9,7 @@ import os
 import pytest
 
 from impl.bench.compare_baseline import write_compare_baseline
+from impl.bench.kernel_digest import running_kernels
 from impl.bench.recorder import Recorder
 from impl.bench.runlock import DeviceBusy, RunLock
 from impl.bench import store
@@ -18,10 +19,13 @@ _DEFAULT_STORAGE = ("file://./.benchmarks", "./.benchmarks", ".benchmarks")
 
 class BenchSession:
     """What one pytest run records beside pytest-benchmark (the recorder), why it stopped early if
-    it did, what `--benchmark-compare` compares with, and the device lock while it holds one."""
+    it did, what `--benchmark-compare` compares with, the device lock while it holds one, and the
+    kernels it imports (impl.bench.kernel_digest; None outside a checkout), digested when pytest
+    configures, before a perf file imports them."""
 
     def __init__(self, config):
         self.config = config
+        self.kernels = running_kernels()
         self.recorder = Recorder(config)
         self.compare_notes: list[str] = []
         self.stop_reason: str | None = None
@@ -100,11 +104,13 @@ class BenchSession:
     def pytest_benchmark_update_json(self, config, benchmarks, output_json):
         """Beside pytest-benchmark's entries: the rows that did not run, and what impl.bench.store
         needs to file the run (its device slug, and whether it was interrupted: such a run is not
-        stored); the commit is SUITE_COMMIT's where set (store.sent_commit)."""
+        stored); the commit is SUITE_COMMIT's where set (store.sent_commit), and beside it the kernels'
+        digests (`kernel_digest`, `kernel_table_digest`: KernelDigest.to_json), which tell runs of one
+        kernel version apart from runs of another at any commit."""
         session = self.session
         stopped = self.stop_reason or (str(session.shouldstop) if session is not None and session.shouldstop else None)
-        output_json["commit_info"] = store.sent_commit(output_json.get("commit_info") or {},
-                                                       os.environ.get("SUITE_COMMIT"))
+        info = store.sent_commit(output_json.get("commit_info") or {}, os.environ.get("SUITE_COMMIT"))
+        output_json["commit_info"] = dict(info, **self.kernels.to_json()) if self.kernels is not None else info
         output_json["not_run"] = [e.to_json() for e in self.recorder.not_run]
         output_json["suite"] = dict(device_slug=store.device_slug(), interrupted=stopped is not None, why=stopped,
                                     args=list(config.invocation_params.args),

@@ -6,15 +6,17 @@ this module turns it into a `TestRecord`; `make test-record` (or `python -m impl
 
     reports/data/<device slug>/tests/<UTC timestamp>_<commit>.json
 
-never overwriting an earlier one. A record names the code it tested by a digest of the files
-(`source_digest`: src/, correctness/, conftest.py; `kernel_digest`: the GPU kernels alone), so the
-report can tell whether the kernels changed after the newest record, also for a run on the GPU
+never overwriting an earlier one. A record names the code it tested by digests read from the
+working tree (`source_digest`: src/, correctness/, conftest.py; `kernel_digest` and
+`kernel_table_digest`: the GPU kernels' files and the kernel table's choices, impl.bench.kernel_digest),
+so the report can tell whether the kernels changed after the newest record, also for a run on the GPU
 machine, whose git HEAD stays the session's first commit while later commits arrive as changes.
+Records filed before `kernel_table_digest` existed load with it None and are judged by their
+`kernel_digest` alone (KernelDigest.changed_since); a stored record is never rewritten.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -24,29 +26,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from impl.bench.kernel_digest import KernelDigest, digest, kernel_digest
 from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.store import device_slug, write_new
 
 TESTS_FOLDER = "tests"  # beside the sections under reports/data/<device>/
-# What a GPU test record vouches for: the Triton kernels and the code that launches them.
-KERNEL_PATHS = ("src/impl/attention", "src/impl/model/adamw_master.py")
 SOURCE_PATHS = ("src", "correctness", "conftest.py", "pyproject.toml")
-
-
-def digest(paths: tuple[str, ...], root: Path) -> str:
-    """sha256 over the .py/.toml files under `paths` (relative to the repository `root`; names and
-    contents, sorted), read from the working tree: the same code gives the same digest on any
-    machine, committed or not."""
-    h = hashlib.sha256()
-    files = []
-    for p in paths:
-        base = root / p
-        files += [base] if base.is_file() else [f for f in base.rglob("*") if f.suffix in (".py", ".toml")]
-    for f in sorted(files, key=lambda f: f.relative_to(root).as_posix()):
-        if "__pycache__" in f.parts:
-            continue
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -64,7 +49,7 @@ class TestRecord:
     commit: str | None  # SUITE_COMMIT if set (the commit whose tree was sent to a GPU machine), else HEAD
     dirty: bool  # the working tree differed from `commit` (always so for a GPU run without SUITE_COMMIT)
     source_digest: str
-    kernel_digest: str
+    kernel_digest: str  # the kernel files (KERNEL_PATHS), the value records have held from the first
     command: str  # what ran, e.g. "pytest correctness -n 8"
     passed: int
     failed: int
@@ -72,6 +57,11 @@ class TestRecord:
     skipped: int
     duration_s: float
     failures: list[str] = field(default_factory=list)  # node ids of failed and errored tests
+    kernel_table_digest: str | None = None  # the kernel table's choices; None in records filed before it was recorded
+
+    @property
+    def kernels(self) -> KernelDigest:
+        return KernelDigest(self.kernel_digest, self.kernel_table_digest)
 
     @property
     def green(self) -> bool:
@@ -129,13 +119,14 @@ def record_from_junit(path: Path, command: str, root: Path, device: str | None =
     """The record of a run of the tests of the repository `root` (its commit and digests)."""
     counts, seconds, failures = parse_junit(path)
     commit, dirty = tested_commit(root)
+    kernels = kernel_digest(root)
     return TestRecord(
         device=device or device_slug(), datetime=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        commit=commit, dirty=dirty, source_digest=digest(SOURCE_PATHS, root), kernel_digest=digest(KERNEL_PATHS, root),
+        commit=commit, dirty=dirty, source_digest=digest(SOURCE_PATHS, root), kernel_digest=kernels.sources,
         command=command,
         passed=counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
         failed=counts["failures"], errors=counts["errors"], skipped=counts["skipped"], duration_s=round(seconds, 1),
-        failures=failures)
+        failures=failures, kernel_table_digest=kernels.table)
 
 
 def store_record(record: TestRecord, data_dir: Path) -> Path:

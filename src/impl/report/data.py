@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from impl.bench.kernel_digest import KernelDigest
 from impl.bench.row import SCHEMA, Row, Status
 from impl.bench.store import BadRunFile, RunFile, read_run, row_number_problems, run_files, run_identity
 from impl.report.legacy import handout_name, legacy_row
@@ -42,8 +43,9 @@ def load_doc(doc: dict, path: Path, device: str | None = None, section: str | No
     """The rows of a run already read (impl.bench.store.read_run or parse_run) from `path`."""
     legacy = "not_run" not in doc and not any((b.get("extra_info") or {}).get("schema") == SCHEMA
                                               for b in doc["benchmarks"])
-    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime") or "",
-                 _commit(doc.get("commit_info") or {}), legacy, run_file_name(path))
+    info = doc.get("commit_info") or {}
+    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime") or "", _commit(info), legacy,
+                 run_file_name(path), KernelDigest.from_json(info))
     rows = [(b["name"], *_measured(b, path)) for b in doc["benchmarks"]]
     rows += [(e["name"], Row.from_json(e["row"]), None) for e in doc.get("not_run", [])]
     return [Bench(name, handout_name(row), run, stats) for name, row, stats in rows]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Hashable, Iterable, Self, TypeVar
 
+from impl.bench.kernel_digest import KernelDigest
 from impl.bench.row import Metric, Row, Status
 from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report.markdown import missing
@@ -178,6 +179,7 @@ class RunRef:
     commit: str
     legacy: bool
     file: str = ""  # reports/data/<device>/<section>/<name>.json
+    kernels: KernelDigest | None = None  # the kernels it ran; None in runs stored before runs recorded them
 
     @property
     def date(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from impl.bench.kernel_digest import KernelDigest
 from impl.bench.row import Env
 from impl.report.rows import group
 
@@ -57,6 +58,13 @@ class RunId:
     rows: int  # how many of the page's rows it holds
     legacy: bool  # the older format
     files: tuple[str, ...]
+    kernels: KernelDigest | None = None  # the kernels it ran (RunRef.kernels); None: not recorded
+
+    @property
+    def version(self) -> str:
+        """Which kernels it ran, as pages name them: their digest where the run recorded it, else its
+        commit (the rule for older runs: one commit, one version of the kernels)."""
+        return self.kernels.label if self.kernels is not None else self.commit
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ class RunsFacts:
         """From Bench rows (impl.report.rows) in load order."""
         by = group(rows, lambda b: (b.run.datetime, b.run.commit))
         runs = tuple(RunId(g[0].run.when, commit, len(g), all(b.run.legacy for b in g),
-                           files_of(g) if all(b.run.file for b in g) else ())
+                           files_of(g) if all(b.run.file for b in g) else (), g[0].run.kernels)
                      for (_, commit), g in sorted(by.items()))
         return cls(device, rows[-1].row.env, runs, newest_date(rows))
 

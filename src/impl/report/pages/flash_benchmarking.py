@@ -279,8 +279,19 @@ class FlashBenchmarkingPage:
         return next((x for x in self.longest if (x.k.dtype, x.k.d) == ("bf16", 64)), (self.longest or [None])[0])
 
     @property
-    def commits(self) -> tuple[str, ...]:  # those the cells' rows come from (one: one kernel version), oldest run first
+    def commits(self) -> tuple[str, ...]:  # those the cells' rows come from, oldest run first
         return tuple(dict.fromkeys(r.commit for r in self.runs.runs))
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """The kernel versions the cells' rows come from (RunId.version), oldest run first: one where every
+        run recorded the same kernel digest, at one commit or several; runs that recorded none count by
+        their commit, as before runs recorded digests (one commit, one version)."""
+        return tuple(dict.fromkeys(r.version for r in self.runs.runs))
+
+    @property
+    def undigested(self) -> bool:  # some run recorded no kernel digest: `versions` names it by its commit
+        return any(r.kernels is None for r in self.runs.runs)
 
     @property
     def unexplained(self) -> bool:
