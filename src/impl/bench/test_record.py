@@ -227,8 +227,8 @@ def merge_records(paths: list[Path]) -> TestRecord:
 
 
 def _summary(record: TestRecord, where: Path) -> str:
-    return (f"test record ({record.device}, {record.commit_label}"
-            f"{f', shard {record.shard}' if record.shard else ''}{f', {record.shards} shards' if record.shards else ''}): "
+    part = f", shard {record.shard}" if record.shard else f", {record.shards} shards" if record.shards else ""
+    return (f"test record ({record.device}, {record.commit_label}{part}): "
             f"{record.passed} passed, {record.failed} failed, {record.errors} errors, {record.skipped} skipped "
             f"-> {where}")
 
