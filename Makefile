@@ -41,14 +41,18 @@ install:
 # pytest's junit XML becomes $(OUT)/tests/record.json (impl.bench.test_record: counts, failures, commit,
 # digests of the code tested) whether the tests pass or not; `make test-record` files it under
 # reports/data/<device>/tests/, where the report's index shows it.
+# SHARD=K/N runs the K-th of N disjoint parts of the suite (pytest --shard, impl.bench.shards) and marks
+# the record as that shard: one device call each, merged with `python -m impl.bench.test_record merge`.
 XDIST ?= $(shell n=$$(nproc); echo $$(( n > 12 ? 12 : (n < 2 ? 1 : n) )))
+SHARD_ARGS = $(if $(SHARD),--shard $(SHARD))
 correctness:
 	@mkdir -p $(OUT)/tests; rm -f $(OUT)/tests/junit.xml $(OUT)/tests/record.json $(OUT)/tests/gpu-cases.jsonl
 	@set +e; SUITE_CASE_LOG=$${SUITE_CASE_LOG:-$(abspath $(OUT))/tests/gpu-cases.jsonl} \
-	  $(PYTEST) correctness -q -n $(XDIST) --dist worksteal --durations=25 --timeout=900 \
+	  $(PYTEST) correctness -q -n $(XDIST) --dist worksteal --durations=25 --timeout=900 $(SHARD_ARGS) \
 	  --junitxml=$(OUT)/tests/junit.xml; rc=$$?; \
 	  PYTHONPATH=src $(PY) -m impl.bench.test_record $(OUT)/tests/junit.xml --out $(OUT)/tests/record.json \
-	    --command "pytest correctness -n $(XDIST) --dist worksteal" || true; exit $$rc
+	    --command "pytest correctness -n $(XDIST) --dist worksteal$(if $(SHARD), --shard $(SHARD))" $(SHARD_ARGS) \
+	    || true; exit $$rc
 
 # Every perf test also runs as a test: the smoke profile, timed for real, into $(OUT)/smoke/.
 smoke: check-sections
@@ -65,7 +69,8 @@ test: correctness
 	@if [ "$(HAS_GPU)" = 1 ]; then echo "smoke and compare: skipped on a GPU machine (CPU profile and baseline)"; \
 	  else $(MAKE) --no-print-directory smoke compare; fi
 
-# The correctness suite's record filed under reports/data/<device>/tests/ (commit it).
+# The correctness suite's record filed under reports/data/<device>/tests/ (commit it). With SHARD the
+# shard's record is made and its filing refused: merge the N shards' records, then file the merge.
 test-record:
 	-@$(MAKE) --no-print-directory correctness
 	PYTHONPATH=src $(PY) -m impl.bench.test_record --file $(OUT)/tests/record.json

@@ -33,6 +33,8 @@ if not torch.cuda.is_available():
     # Triton kernels run on the CPU through the interpreter; set before anything imports triton.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from impl.bench.shards import Shard, select  # noqa: E402
+
 pytest_plugins = ["impl.bench.plugin"]
 
 
@@ -82,7 +84,24 @@ def spread_long_tests(items: list, workers: int) -> list:
     return out + list(rest)
 
 
+def _shard(config) -> Shard | None:
+    text = config.getoption("shard")
+    try:
+        return None if text is None else Shard.parse(text)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_configure(config):
+    _shard(config)  # a bad --shard stops the run before collection (and before xdist starts workers)
+
+
 def pytest_collection_modifyitems(config, items):
+    # This hook runs before pytest's own -k/-m deselection: a test's shard comes from the whole collection.
+    shard = _shard(config)
+    if shard is not None:
+        items[:], dropped = select(items, shard, LONG_FIRST)
+        config.hook.pytest_deselected(items=dropped)
     items[:] = spread_long_tests(items, _WORKERS)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
@@ -97,3 +116,6 @@ def pytest_collection_modifyitems(config, items):
 def pytest_addoption(parser):
     parser.addoption("--update-snapshots", action="store_true", default=False,
                      help="rewrite the report pages' golden files (correctness/report_snapshots/) from this run")
+    parser.addoption("--shard", default=None, metavar="K/N",
+                     help="run only the K-th of N disjoint parts of the collected tests (impl.bench.shards), "
+                          "for a record made in several calls and merged (python -m impl.bench.test_record merge)")

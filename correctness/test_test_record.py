@@ -1,5 +1,6 @@
 """The correctness suite's record (impl.bench.test_record) and the index's view of it."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,104 @@ def test_filing_a_file_that_is_not_a_record_names_the_file(tmp_path, capsys, tex
     assert tr.main(["--file", str(path), "--data-dir", str(tmp_path / "data")]) == 2
     assert capsys.readouterr().err.startswith(f"test_record: {path}: not a test record (")
     assert not (tmp_path / "data").exists()
+
+
+def _shard(k: int, n: int, **changes) -> tr.TestRecord:
+    fields = dict(BASE, device="h100-80gb-x1", kernel_digest="k", kernel_table_digest="t", shard=f"{k}/{n}",
+                  command=f"pytest correctness -n 12 --dist worksteal --shard {k}/{n}",
+                  datetime=f"2026-11-27T0{k}:00:00+00:00", failures=[f"correctness/test_{k}.py::test_x"])
+    return tr.TestRecord(**{**fields, **changes})
+
+
+def _write_records(tmp_path: Path, *records: tr.TestRecord) -> list[Path]:
+    paths = []
+    for i, rec in enumerate(records):
+        paths.append(tmp_path / f"record-{i + 1}.json")
+        paths[-1].write_text(json.dumps(rec.to_json()))
+    return paths
+
+
+def test_a_shard_record_from_junit_says_which_shard(tmp_path, monkeypatch):
+    path = tmp_path / "junit.xml"
+    path.write_text(JUNIT)
+    monkeypatch.setenv("SUITE_COMMIT", "0123456789abcdef")
+    rec = tr.record_from_junit(path, "pytest correctness --shard 2/3", _tree(tmp_path / "repo"), device="cpu",
+                               shard=tr.Shard(2, 3))
+    assert rec.shard == "2/3" and rec.shards is None
+    [back] = _write_records(tmp_path, rec)
+    assert tr.read_record(back) == rec
+
+
+def test_merged_shards_sum_into_one_record(tmp_path):
+    # given out of order: the merge orders them by shard
+    paths = _write_records(tmp_path, _shard(2, 2, passed=7, skipped=0, duration_s=2.25, dirty=True), _shard(1, 2))
+    rec = tr.merge_records(paths)
+    assert (rec.passed, rec.failed, rec.errors, rec.skipped, rec.duration_s) == (12, 0, 0, 1, 3.2)
+    assert rec.failures == ["correctness/test_1.py::test_x", "correctness/test_2.py::test_x"]
+    assert rec.shard is None and rec.shards == 2 and rec.dirty and rec.datetime == "2026-11-27T02:00:00+00:00"
+    assert rec.command == "pytest correctness -n 12 --dist worksteal"
+    assert rec.shard_commands == [_shard(1, 2).command, _shard(2, 2).command]
+    assert (rec.device, rec.commit, rec.kernels) == ("h100-80gb-x1", "c0ffee00", kd.KernelDigest("k", "t"))
+    tr.store_record(rec, tmp_path / "data")  # a merged record files as a whole one
+    assert [r.shards for r in tr.load_records(tmp_path / "data")] == [2]
+
+
+@pytest.mark.parametrize("field, value", [("device", "h200-141gb-x1"), ("commit", "deadbeef"),
+                                          ("source_digest", "s2"), ("kernel_digest", "k2"),
+                                          ("kernel_table_digest", None),
+                                          ("command", "pytest correctness/test_a.py --shard 2/2")])
+def test_a_merge_of_shards_of_different_runs_is_refused_naming_field_and_file(tmp_path, field, value):
+    paths = _write_records(tmp_path, _shard(1, 2), _shard(2, 2, **{field: value}))
+    with pytest.raises(ValueError, match=f"^{re.escape(str(paths[1]))}: field {field} is"):
+        tr.merge_records(paths)
+
+
+@pytest.mark.parametrize("shards, message", [
+    ([(1, 2), (1, 2)], r"record-2.json: field shard 1/2 repeats .*record-1.json"),
+    ([(1, 3), (3, 3)], r"field shard: 2/3 missing"),
+    ([(1, 2), (2, 3)], r"record-2.json: field shard is 2/3, but .*record-1.json is one of 2"),
+    ([(1, 2)], r"field shard: 2/2 missing")])
+def test_a_repeated_missing_or_mixed_shard_is_refused(tmp_path, shards, message):
+    paths = _write_records(tmp_path, *(_shard(k, n) for k, n in shards))
+    with pytest.raises(ValueError, match=message):
+        tr.merge_records(paths)
+
+
+def test_a_whole_record_is_not_a_shard_to_merge(tmp_path):
+    paths = _write_records(tmp_path, _shard(1, 2), _shard(2, 2, shard=None))
+    with pytest.raises(ValueError, match="record-2.json: field shard is None"):
+        tr.merge_records(paths)
+
+
+def test_a_lone_shard_is_never_filed(tmp_path, capsys):
+    with pytest.raises(ValueError, match="shard 1/2 .* merge all 2 shards"):
+        tr.store_record(_shard(1, 2), tmp_path / "data")
+    [path] = _write_records(tmp_path, _shard(2, 2))
+    assert tr.main(["--file", str(path), "--data-dir", str(tmp_path / "data")]) == 2
+    assert "record of shard 2/2" in capsys.readouterr().err and not (tmp_path / "data").exists()
+
+
+def test_cli_merges_shards_then_files_the_merge(tmp_path, capsys):
+    paths = _write_records(tmp_path, _shard(1, 2), _shard(2, 2, failures=[], failed=0))
+    merged = tmp_path / "merged.json"
+    assert tr.main(["merge", *map(str, paths), "--out", str(merged)]) == 0
+    assert "2 shards): 10 passed, 0 failed" in capsys.readouterr().out
+    assert tr.main(["--file", str(merged), "--data-dir", str(tmp_path / "data")]) == 0
+    [rec] = tr.load_records(tmp_path / "data")
+    assert rec == tr.merge_records(paths)
+    assert tr.main(["merge", str(paths[0]), str(paths[0]), "--out", str(tmp_path / "x.json")]) == 2
+    assert "repeats" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+def test_the_index_names_a_merged_records_shards_and_nothing_else_changes(tmp_path):
+    root, data = _tree(tmp_path / "repo"), tmp_path / "data"
+    now = kd.kernel_digest(root)
+    whole = tr.TestRecord(device="h100-80gb-x1", kernel_digest=now.sources, kernel_table_digest=now.table, **BASE)
+    tr.store_record(whole, data)
+    before = test_records.render(test_records.device_tests(data, root))
+    assert "shards" not in before
+    merged = tr.merge_records(_write_records(tmp_path, *(_shard(k, 2, kernel_digest=now.sources,
+                                                                 kernel_table_digest=now.table) for k in (1, 2))))
+    tr.store_record(merged, data)
+    after = test_records.render(test_records.device_tests(data, root))
+    assert "| h100-80gb-x1 (2 shards) | 10 |" in after and '"(N shards)" marks a record merged' in after

@@ -13,6 +13,12 @@ so the report can tell whether the kernels changed after the newest record, also
 machine, whose git HEAD stays the session's first commit while later commits arrive as changes.
 Records filed before `kernel_table_digest` existed load with it None and are judged by their
 `kernel_digest` alone (KernelDigest.changed_since); a stored record is never rewritten.
+
+A suite longer than one device call runs in shards (`make test SHARD=K/N`: pytest --shard,
+impl.bench.shards), each making a record with `shard` "K/N"; `python -m impl.bench.test_record merge
+A.json B.json ... --out M.json` merges shards 1..N of one device, commit and code into one record
+with `shards` N, which files as a whole run does. A lone shard is never filed (store_record says
+why). Records without the shard fields (all made before them) load as whole runs.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from pathlib import Path
 
 from impl.bench.kernel_digest import KernelDigest, digest, kernel_digest
 from impl.bench.repo import add_repo_arguments, repo_from_args
+from impl.bench.shards import Shard
 from impl.bench.store import device_slug, write_new
 
 TESTS_FOLDER = "tests"  # beside the sections under reports/data/<device>/
@@ -58,10 +65,17 @@ class TestRecord:
     duration_s: float
     failures: list[str] = field(default_factory=list)  # node ids of failed and errored tests
     kernel_table_digest: str | None = None  # the kernel table's choices; None in records filed before it was recorded
+    shard: str | None = None  # "K/N" for the K-th of N shards of the suite (impl.bench.shards); None for a whole run
+    shards: int | None = None  # a whole run merged from this many shard records (merge_records); None if run at once
+    shard_commands: list[str] = field(default_factory=list)  # the merged shards' commands, shard 1 first
 
     @property
     def kernels(self) -> KernelDigest:
         return KernelDigest(self.kernel_digest, self.kernel_table_digest)
+
+    @property
+    def part(self) -> Shard | None:
+        return None if self.shard is None else Shard.parse(self.shard)
 
     @property
     def green(self) -> bool:
@@ -115,8 +129,10 @@ def tested_commit(root: Path) -> tuple[str | None, bool]:
     return commit, dirty
 
 
-def record_from_junit(path: Path, command: str, root: Path, device: str | None = None) -> TestRecord:
-    """The record of a run of the tests of the repository `root` (its commit and digests)."""
+def record_from_junit(path: Path, command: str, root: Path, device: str | None = None,
+                      shard: Shard | None = None) -> TestRecord:
+    """The record of a run of the tests of the repository `root` (its commit and digests); `shard`
+    where the run was one shard of the suite (pytest --shard)."""
     counts, seconds, failures = parse_junit(path)
     commit, dirty = tested_commit(root)
     kernels = kernel_digest(root)
@@ -126,11 +142,20 @@ def record_from_junit(path: Path, command: str, root: Path, device: str | None =
         command=command,
         passed=counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
         failed=counts["failures"], errors=counts["errors"], skipped=counts["skipped"], duration_s=round(seconds, 1),
-        failures=failures, kernel_table_digest=kernels.table)
+        failures=failures, kernel_table_digest=kernels.table, shard=None if shard is None else str(shard))
 
 
 def store_record(record: TestRecord, data_dir: Path) -> Path:
-    """File a record under <device>/tests/, atomically and under a name no earlier record has."""
+    """File a record under <device>/tests/, atomically and under a name no earlier record has.
+
+    A lone shard is refused (ValueError): the index shows each device's newest record as the
+    suite's result there, and every filed record means the whole suite, so that neither the index
+    nor any later reader has to tell parts from wholes (or look past a newer part for an older
+    whole). Shards are merged first (merge_records) and the merge is filed."""
+    if record.shard is not None:
+        raise ValueError(f"record of shard {record.shard} ({record.device}, {record.commit_label}) is part of the "
+                         f"suite, not filed: merge all {record.part.count} shards "
+                         "(python -m impl.bench.test_record merge A.json B.json ... --out M.json) and file that")
     folder = data_dir / record.device / TESTS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     return write_new(folder, record.stamp(), record.to_json())
@@ -142,6 +167,7 @@ def read_record(path: Path) -> TestRecord:
     try:
         record = TestRecord.from_json(json.loads(path.read_text()))
         record.stamp()
+        record.part  # noqa: B018 (a shard value that is not K/N is refused here)
         return record
     except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
         raise ValueError(f"{path}: not a test record ({type(exc).__name__}: {exc})") from None
@@ -152,34 +178,111 @@ def load_records(data_dir: Path) -> list[TestRecord]:
     return [read_record(p) for p in sorted(data_dir.glob(f"*/{TESTS_FOLDER}/*.json")) if not p.name.startswith(".")]
 
 
+# What every shard of one merged record must share: the machine and the code it tested.
+SAME_IN_SHARDS = ("device", "commit", "source_digest", "kernel_digest", "kernel_table_digest")
+
+
+def _unsharded_command(record: TestRecord) -> str:
+    return record.command.replace(f" --shard {record.shard}", "")
+
+
+def merge_records(paths: list[Path]) -> TestRecord:
+    """One whole-suite record from the records of shards 1..N of one run (each in exactly one file):
+    counts, seconds and failures summed, `shards` = N, the shards' commands kept, made when the last
+    shard was. ValueError naming the file and the field for a file that is not a shard record, a
+    shard whose device, commit, digests (SAME_IN_SHARDS) or command (less its --shard) differ from
+    the first file's, mixed N, and a shard repeated or missing."""
+    if not paths:
+        raise ValueError("merge: no shard records given")
+    by_index: dict[int, tuple[Path, TestRecord]] = {}
+    first_path, first = paths[0], read_record(paths[0])
+    for path in paths:
+        rec = read_record(path)
+        if rec.part is None:
+            raise ValueError(f"{path}: field shard is None: a whole-suite record, not a shard to merge")
+        if rec.part.count != first.part.count:
+            raise ValueError(f"{path}: field shard is {rec.shard}, but {first_path} is one of {first.part.count}")
+        for name in SAME_IN_SHARDS:
+            if getattr(rec, name) != getattr(first, name):
+                raise ValueError(f"{path}: field {name} is {getattr(rec, name)!r}, "
+                                 f"but {first_path} has {getattr(first, name)!r}")
+        if _unsharded_command(rec) != _unsharded_command(first):
+            raise ValueError(f"{path}: field command is {rec.command!r} (other tests than {first_path}'s "
+                             f"{first.command!r})")
+        if rec.part.index in by_index:
+            raise ValueError(f"{path}: field shard {rec.shard} repeats {by_index[rec.part.index][0]}")
+        by_index[rec.part.index] = (path, rec)
+    count = first.part.count
+    missing = [f"{k}/{count}" for k in range(1, count + 1) if k not in by_index]
+    if missing:
+        raise ValueError(f"merge: field shard: {', '.join(missing)} missing (given: {', '.join(map(str, paths))})")
+    parts = [by_index[k][1] for k in range(1, count + 1)]
+    return TestRecord(
+        device=first.device, datetime=max(r.datetime for r in parts), commit=first.commit,
+        dirty=any(r.dirty for r in parts), source_digest=first.source_digest, kernel_digest=first.kernel_digest,
+        command=_unsharded_command(first), passed=sum(r.passed for r in parts), failed=sum(r.failed for r in parts),
+        errors=sum(r.errors for r in parts), skipped=sum(r.skipped for r in parts),
+        duration_s=round(sum(r.duration_s for r in parts), 1), failures=[f for r in parts for f in r.failures],
+        kernel_table_digest=first.kernel_table_digest, shards=count, shard_commands=[r.command for r in parts])
+
+
+def _summary(record: TestRecord, where: Path) -> str:
+    part = f", shard {record.shard}" if record.shard else f", {record.shards} shards" if record.shards else ""
+    return (f"test record ({record.device}, {record.commit_label}{part}): "
+            f"{record.passed} passed, {record.failed} failed, {record.errors} errors, {record.skipped} skipped "
+            f"-> {where}")
+
+
+def _write(record: TestRecord, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record.to_json(), indent=2))
+
+
+def merge_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m impl.bench.test_record merge",
+                                 description="Merge the records of shards 1..N of one run into one record.")
+    ap.add_argument("records", nargs="+", type=Path, help="the shards' record.json files, each shard once")
+    ap.add_argument("--out", type=Path, required=True, help="write the merged record here (file it with --file)")
+    args = ap.parse_args(argv)
+    try:
+        record = merge_records(args.records)
+    except ValueError as exc:  # each names its file or the missing shards
+        print(f"test_record: {exc}", file=sys.stderr)
+        return 2
+    _write(record, args.out)
+    print(_summary(record, args.out))
+    return 0 if record.green else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Turn pytest's junit XML into a test record, or file one.")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["merge"]:
+        return merge_main(argv[1:])
+    ap = argparse.ArgumentParser(description="Turn pytest's junit XML into a test record, or file one "
+                                             "(`merge A.json B.json ... --out M.json`: merge shard records).")
     ap.add_argument("junit", nargs="?", type=Path, help="pytest --junitxml output")
     ap.add_argument("--command", default="pytest correctness", help="what ran, for the record")
     ap.add_argument("--out", type=Path, help="write the record here (JSON) instead of filing it")
     ap.add_argument("--file", type=Path, help="file an existing record (e.g. one made on the GPU machine)")
+    ap.add_argument("--shard", help="K/N: the junit XML is of shard K of N (pytest --shard)")
     add_repo_arguments(ap)
     args = ap.parse_args(argv)
     repo = repo_from_args(ap, args)
+    if not (args.file or args.junit):
+        ap.error("give a junit XML or --file RECORD.json")
     try:
-        if args.file:
-            record = read_record(args.file)
-        elif args.junit:
-            record = record_from_junit(args.junit, args.command, repo.root)
+        shard = None if args.shard is None else Shard.parse(args.shard)
+        record = read_record(args.file) if args.file else record_from_junit(args.junit, args.command, repo.root,
+                                                                            shard=shard)
+        if args.out:
+            _write(record, args.out)
+            where = args.out
         else:
-            ap.error("give a junit XML or --file RECORD.json")
-    except ValueError as exc:  # each names its file
+            where = store_record(record, repo.data_dir)
+    except ValueError as exc:  # each names its file, the shard value or the lone shard
         print(f"test_record: {exc}", file=sys.stderr)
         return 2
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record.to_json(), indent=2))
-        where = args.out
-    else:
-        where = store_record(record, repo.data_dir)
-    print(f"test record ({record.device}, {record.commit_label}): "
-          f"{record.passed} passed, {record.failed} failed, {record.errors} errors, {record.skipped} skipped "
-          f"-> {where}")
+    print(_summary(record, where))
     return 0 if record.green else 1
 
 
