@@ -44,18 +44,20 @@ SLOW_FILES = {"test_distributed.py", "test_fsdp.py", "test_sharded_optimizer.py"
               "test_parallelism_calcs.py", "test_bench_workers.py"}
 
 
-# The longest tests, longest first (H100 run 19, 2026-11-24, `pytest correctness -n 12 --durations`;
-# the Triton hypothesis test is four shards since). `make correctness` schedules with xdist's
+# The longest tests, longest first (the H100 record at 50a7f58, `make test`, its log's `--durations=25`, then
+# the NCCL record's own long ones). `make correctness` schedules with xdist's
 # worksteal: worker i starts on the i-th of equal contiguous slices of the collection, and idle
 # workers steal from the tails. So the j-th longest test goes to the head of slice j mod workers:
 # they start at once on separate workers, not queued behind each other (as under load scheduling,
 # which dealt them all to one worker in one chunk: run 21, NOTES.md).
-LONG_FIRST = ("test_fast_options_follow_fp32_loss_curve", "test_triton_hypothesis", "test_triton_gpu_autotuned_configs",
-              "test_triton_gpu_split_head_dims_autotuned", "test_fast_cudagraphs_follows_fast",
-              "test_triton_split_head_dim_kernels_compile_for_hopper",
-              "test_triton_fp32_atomic_configs_fit_hopper_shared_memory", "test_overlapped_ddp_ranks_exit_cleanly",
-              "test_two_ranks_equal_one_process_on_the_whole_batch", "test_model_with_flash_triton_matches_naive",
-              "test_triton_gpu_hypothesis", "test_compiled_graphs_serve_every_context")
+LONG_FIRST = ("test_triton_hypothesis", "test_gluon_backward_compiles_for_hopper",
+              "test_triton_options_are_per_call_and_records_name_what_ran", "test_fast_options_follow_fp32_loss_curve",
+              "test_gluon_forward_compiles_for_hopper", "test_triton_gpu_hypothesis", "test_fast_cudagraphs_follows_fast",
+              "test_triton_gpu_split_head_dims_autotuned", "test_gluon_backward_rebuild_compiles_without_spills",
+              "test_triton_gpu_autotuned_configs", "test_triton_fp32_atomic_configs_fit_hopper_shared_memory",
+              "test_triton_split_head_dim_kernels_compile_for_hopper", "test_model_with_flash_triton_matches_naive",
+              "test_overlapped_ddp_ranks_exit_cleanly", "test_two_ranks_equal_one_process_on_the_whole_batch",
+              "test_compiled_graphs_serve_every_context")
 
 
 def _start_rank(item) -> int:
