@@ -141,6 +141,16 @@ def _write_records(tmp_path: Path, *records: tr.TestRecord) -> list[Path]:
     return paths
 
 
+@pytest.mark.parametrize("bad", ["3/2", "0/2", "junk", "1/"])
+def test_a_record_with_a_shard_that_is_not_k_of_n_is_refused_built_or_read(tmp_path, bad):
+    with pytest.raises(ValueError, match=f"--shard must be K/N .*got '{bad}'"):
+        _shard(1, 2, shard=bad)
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(dict(_shard(1, 2).to_json(), shard=bad)))
+    with pytest.raises(ValueError, match=f"{path}: not a test record .*got '{bad}'"):
+        tr.read_record(path)
+
+
 def test_a_shard_record_from_junit_says_which_shard(tmp_path, monkeypatch):
     path = tmp_path / "junit.xml"
     path.write_text(JUNIT)

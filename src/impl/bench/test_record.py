@@ -69,6 +69,9 @@ class TestRecord:
     shards: int | None = None  # a whole run merged from this many shard records (merge_records); None if run at once
     shard_commands: list[str] = field(default_factory=list)  # the merged shards' commands, shard 1 first
 
+    def __post_init__(self) -> None:
+        self.part  # noqa: B018 (a shard that is not "K/N" is refused at construction: ValueError naming it)
+
     @property
     def kernels(self) -> KernelDigest:
         return KernelDigest(self.kernel_digest, self.kernel_table_digest)
@@ -167,7 +170,6 @@ def read_record(path: Path) -> TestRecord:
     try:
         record = TestRecord.from_json(json.loads(path.read_text()))
         record.stamp()
-        record.part  # noqa: B018 (a shard value that is not K/N is refused here)
         return record
     except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
         raise ValueError(f"{path}: not a test record ({type(exc).__name__}: {exc})") from None
