@@ -1,6 +1,7 @@
 """Filing a device call's nsys outputs under reports/data/<device>/nsys/<stamp>/ (impl.nsys.store): what is kept,
-the captures (exports, reports) on the captures branch and not in the folder, the refusal to overwrite, and a missing
-part named (refused without --partial). Each test files into a temporary git repository."""
+the captures (exports, reports) kept in the branch's history and not in the folder, CAPTURES.json naming the commit
+holding each, the refusal to overwrite, and a missing part named (refused without --partial). Each test files into a
+temporary git repository."""
 import json
 import subprocess
 import tarfile
@@ -26,16 +27,26 @@ def repo(tmp_path):
     return tmp_path
 
 
-def _on_branch(repo, dest, sub):
-    """The names the captures branch stores under dest/sub."""
-    return [p.rsplit("/", 1)[1] for p in C.listed(repo, dest / sub)]
+def _git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _recorded(dest, sub):
+    """The names dest/CAPTURES.json records under sub, each checked to be held by the commit it names."""
+    out = []
+    for name, commit in S.recorded_captures(dest).items():
+        if name.startswith(f"{sub}/"):
+            assert C.stored(C.repo_root(dest), (dest / name).resolve(), commit).startswith(f"{commit}:"), name
+            out.append(name.split("/", 1)[1])
+    return out
 
 
 def _export_of(repo, dest, name):
-    """The export `name` as the captures branch stores it for `dest`, written to a scratch file."""
+    """The export `name` as the history keeps it for `dest` (CAPTURES.json's commit), written to a scratch file."""
     p = repo / "scratch" / f"{name}.sqlite.gz"
     p.parent.mkdir(exist_ok=True)
-    p.write_bytes(C.read_bytes(repo, dest / "sqlite" / p.name))
+    commit = S.recorded_captures(dest)[f"sqlite/{p.name}"]
+    p.write_bytes(C.read_bytes(repo, C.spec(commit, C.relative(repo, (dest / "sqlite" / p.name).resolve()))))
     return p
 
 
@@ -78,22 +89,24 @@ def test_device_slug_from_the_manifest():
 
 def test_files_tables_all_reports_and_only_the_drawn_exports_and_never_overwrites(tmp_path, repo):
     out, data = _parts(tmp_path), tmp_path / "data"
-    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout
+    status = _git(repo, "status", "--porcelain")
+    head = _git(repo, "rev-parse", "HEAD")
     dest = S.file_outputs(out, data, sqlite=["ddp_*"])
     assert dest == data / "h200-141gb-x2" / "nsys" / "20261126T090839Z_abcdef12"
-    # the captures are on the captures branch, one commit naming the folder, and not in the folder
-    assert _on_branch(repo, dest, "sqlite") == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
-    assert len(_on_branch(repo, dest, "rep")) == 2 and len(list((dest / "tables").iterdir())) == 8
+    # the captures are in the branch's history, one commit naming the folder, and not in the folder
+    assert _recorded(dest, "sqlite") == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
+    assert len(_recorded(dest, "rep")) == 2 and len(list((dest / "tables").iterdir())) == 8
     assert not (dest / "sqlite").exists() and not (dest / "rep").exists()
     rel = "data/h200-141gb-x2/nsys/20261126T090839Z_abcdef12"
-    assert C.read_bytes(repo, f"{rel}/rep/ddp_2026_xl_naive_ctx128.nsys-rep") == b"rep"
-    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", C.BRANCH], capture_output=True, text=True)
-    assert log.stdout.splitlines() == [f"captures of {rel}: 3 files (impl.nsys.store)"]
-    # the working tree beyond the new folder, the index and HEAD as they were (the new folder is untracked)
-    after = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout
-    assert after.replace("?? data/\n", "") == status
+    kept = _git(repo, "rev-parse", "HEAD^")
+    assert set(S.recorded_captures(dest).values()) == {kept} and _git(repo, "rev-parse", f"{kept}^") == head
+    assert C.read_bytes(repo, f"{kept}:{rel}/rep/ddp_2026_xl_naive_ctx128.nsys-rep") == b"rep"
+    assert _git(repo, "log", "-1", "--format=%s", kept) == f"captures of {rel}: 3 files (impl.nsys.store)"
+    # the working tree beyond the new folder, the index and HEAD's tree as they were (the new folder is untracked)
+    assert _git(repo, "rev-parse", "HEAD^{tree}") == _git(repo, "rev-parse", f"{head}^{{tree}}")
+    assert _git(repo, "status", "--porcelain").replace("?? data/", "").strip() == status
     filed = json.loads((dest / S.FILED).read_text())
-    assert filed["captures"] == dict(branch="captures", commit=C.head(repo), paths=["sqlite", "rep"])
+    assert "captures" not in filed
     assert filed["not_kept"]["sqlite"] == ["nsys_profile_2025_small_ctx128.sqlite.gz"] and not filed["lost_files"]
     # what the pages read of the kept export, written as it is filed (a timeline; no memory table in it)
     assert filed["kept"]["extract"] == ["ddp_2026_xl_naive_ctx128.timeline.json.gz"]
@@ -105,7 +118,7 @@ def test_files_tables_all_reports_and_only_the_drawn_exports_and_never_overwrite
 
 
 def test_filing_outside_a_git_repository_is_refused(tmp_path_factory):
-    """The captures need a captures branch: a data folder outside any git repository is named."""
+    """The captures need a branch's history: a data folder outside any git repository is named."""
     bare = tmp_path_factory.mktemp("nogit")
     if subprocess.run(["git", "-C", str(bare), "rev-parse"], capture_output=True).returncode == 0:
         pytest.skip("the temporary folder is inside a git repository")
@@ -131,18 +144,25 @@ def test_an_export_left_out_is_added_later_from_the_same_parts_only_once(tmp_pat
     call's parts (ADDED.json says so), never from another call's, never over a stored file."""
     out, data = _parts(tmp_path), tmp_path / "data"
     dest = S.file_outputs(out, data, sqlite=[])
-    filed_commit = C.head(repo)
+    filed = S.recorded_captures(dest)
+    assert _recorded(dest, "sqlite") == [] and len(filed) == 2
+    head = _git(repo, "rev-parse", "HEAD")
     assert S.add_exports(out, dest, ["ddp_*"], note="the pages draw it") == ["ddp_2026_xl_naive_ctx128"]
-    assert _on_branch(repo, dest, "sqlite") == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
+    assert _recorded(dest, "sqlite") == ["ddp_2026_xl_naive_ctx128.sqlite.gz"]
     assert not (dest / "sqlite").exists()
     (added,) = json.loads((dest / S.ADDED).read_text())
     assert added["sqlite"] == ["ddp_2026_xl_naive_ctx128.sqlite.gz"] and added["note"] == "the pages draw it"
     assert added["extract"] == ["ddp_2026_xl_naive_ctx128.timeline.json.gz"]
-    assert added["captures"]["commit"] == C.head(repo) and C.head(repo) != filed_commit
-    assert subprocess.run(["git", "-C", str(repo), "rev-parse", f"{C.head(repo)}^"], capture_output=True,
-                          text=True).stdout.strip() == filed_commit  # a child of the filing's commit
+    # the record gains the new commit, a child of the branch as it was; what it recorded stays as it was
+    recorded = S.recorded_captures(dest)
+    assert recorded == {**filed, "sqlite/ddp_2026_xl_naive_ctx128.sqlite.gz": _git(repo, "rev-parse", "HEAD^")}
+    assert _git(repo, "rev-parse", "HEAD^^") == head
     with pytest.raises(NsysOutputError, match="never rewritten"):
         S.add_exports(out, dest, ["ddp_*"])
+    (dest / S.CAPTURES).unlink()  # the history alone still refuses it
+    with pytest.raises(NsysOutputError, match="never rewritten"):
+        S.add_exports(out, dest, ["ddp_*"])
+    (dest / S.CAPTURES).write_text(json.dumps(recorded))
     with pytest.raises(NsysOutputError, match="no case"):
         S.add_exports(out, dest, ["fsdp_*"])
     (out / O.MANIFEST).write_text((out / O.MANIFEST).read_text().replace("abcdef123", "0000000"))
@@ -152,7 +172,7 @@ def test_an_export_left_out_is_added_later_from_the_same_parts_only_once(tmp_pat
 
 def test_a_folder_filed_before_extracts_gets_them_once(tmp_path):
     """Folders filed before impl.nsys.extract existed: `--extract FOLDER` writes the extracts their exports (read
-    from the captures branch) lack (ADDED.json says so), and nothing the second time; an extract is never
+    from the history at the commit CAPTURES.json names) lack (ADDED.json says so), and nothing the second time; an extract is never
     rewritten."""
     out, data = _parts(tmp_path), tmp_path / "data"
     dest = S.file_outputs(out, data, sqlite=["*"])
@@ -170,7 +190,7 @@ def test_a_folder_filed_before_extracts_gets_them_once(tmp_path):
 
 
 def test_a_folder_with_its_exports_in_the_tree_still_gets_extracts(tmp_path, tmp_path_factory):
-    """A folder laid out as before the captures branch (sqlite/ in the folder), outside any git repository:
+    """A folder laid out as before 2026-11-26 (sqlite/ in the folder), outside any git repository:
     `--extract` reads the folder's own exports."""
     out, data = _parts(tmp_path), tmp_path / "data"
     dest = S.file_outputs(out, data, sqlite=["ddp_*"])
@@ -183,3 +203,34 @@ def test_a_folder_with_its_exports_in_the_tree_still_gets_extracts(tmp_path, tmp
     _export_of(tmp_path, dest, case).rename(old / "sqlite" / f"{case}.sqlite.gz")
     assert S.add_extracts(old) == [name]
     assert (old / "extract" / name).read_bytes() == (dest / "extract" / name).read_bytes()
+
+
+def test_a_folder_filed_with_its_captures_in_the_tree_gets_its_record_from_the_history(tmp_path, repo):
+    """Folders whose captures were committed in the tree (before 2026-11-26's move) and then left it: `--record`
+    names, for each capture FILED.json and ADDED.json list, the commit that added it; a capture the history lacks
+    is refused by name, and a recorded name is never rewritten."""
+    out, data = _parts(tmp_path), tmp_path / "data"
+    dest = S.file_outputs(out, data, sqlite=["ddp_*"])
+    recorded = S.recorded_captures(dest)
+    (dest / S.CAPTURES).unlink()
+    assert S.main(["--record", str(dest)]) == 0
+    assert S.recorded_captures(dest) == recorded and S.record_history(dest) == {}
+    (dest / S.CAPTURES).unlink()
+    # a capture committed in the tree by hand, then removed
+    rel = C.relative(repo, (dest / "rep" / "ddp_2026_xl_naive_ctx128.nsys-rep").resolve())
+    filed = json.loads((dest / S.FILED).read_text())
+    filed["kept"]["rep"].append("old.nsys-rep")
+    (dest / S.FILED).write_text(json.dumps(filed))
+    (dest / "rep").mkdir()
+    (dest / "rep" / "old.nsys-rep").write_bytes(b"old")
+    _git(repo, "add", str(dest / "rep" / "old.nsys-rep")), _git(repo, "commit", "-q", "-m", "in the tree")
+    added = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "rm", "-q", str(dest / "rep" / "old.nsys-rep")), _git(repo, "commit", "-q", "-m", "out of it")
+    assert S.record_history(dest) == {**recorded, "rep/old.nsys-rep": added}
+    assert C.read_bytes(repo, C.spec(added, rel.replace("ddp_2026_xl_naive_ctx128", "old"))) == b"old"
+    filed["kept"]["rep"].append("never.nsys-rep")
+    (dest / S.FILED).write_text(json.dumps(filed))
+    with pytest.raises(NsysOutputError, match="never.nsys-rep"):
+        S.record_history(dest)
+    with pytest.raises(NsysOutputError, match="never rewritten"):
+        S._record_captures(dest, {"rep/old.nsys-rep": "0" * 40})

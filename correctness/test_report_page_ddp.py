@@ -11,7 +11,7 @@ from impl.report.pages import Kind, Scored
 from impl.report.pages import ddp as page
 from impl.report.templating import render_page
 from impl.workloads.problems import Problem as P
-from kits.nsys_outputs import file_run, write_export
+from kits.nsys_outputs import CAPTURED, file_run, write_export
 from kits.report_rows import assert_snapshot, bench, context
 
 DEV = "h200-141gb-x2"
@@ -211,9 +211,9 @@ DDP_RANGES = [("step 1", 0, 1000), ("forward", 0, 300), ("backward", 300, 700), 
               ("optimizer step", 900, 1000)]
 
 
-def _nsys(tmp_path):
+def _nsys(tmp_path, captured=CAPTURED):
     """Two filed NVTX-only DDP cases of the 2026 xl: naive issues its all-reduce after backward, the overlapped one
-    inside it."""
+    inside it; their captures kept at the commit `captured` (None: not recorded)."""
     cases = []
     for variant, nccl_at, wait in (("naive", 710, (700, 900)), ("individual", 400, (700, 720))):
         ranges = [r if r[0] != "finish_gradient_synchronization" else (r[0], *wait) for r in DDP_RANGES]
@@ -221,7 +221,7 @@ def _nsys(tmp_path):
         export = write_export(tmp_path / f"{variant}.sqlite", drop_table="CUPTI_ACTIVITY_KIND_KERNEL", ranges=ranges)
         cases.append((f"ddp_2026_xl_{variant}_ctx128", "ddp",
                       dict(edition="2026", size="xl", variant=variant, context=128, batch=2), export))
-    file_run(tmp_path / "data", DEV, "20261126T090839Z", cases)
+    file_run(tmp_path / "data", DEV, "20261126T090839Z", cases, captured=captured)
 
 
 def test_nsys_timelines_read_the_filed_exports(tmp_path):
@@ -235,10 +235,32 @@ def test_nsys_timelines_read_the_filed_exports(tmp_path):
     assert (tmp_path / naive.figure).is_file() and naive.overlap == ()
     assert any(x.endswith("ddp_2026_xl_individual_ctx128.nsys-rep") for x in _facts(tmp_path / "x").sources) is False
     assert any(x.endswith("extract/ddp_2026_xl_naive_ctx128.timeline.json.gz") for x in _facts(tmp_path).sources)
-    # the GUI report named where it is kept (the captures branch), from FILED.json alone: the folder holds no rep/
-    rep = f"captures:reports/data/{DEV}/nsys/20261126T090839Z_abcdef1/rep/ddp_2026_xl_naive_ctx128.nsys-rep"
-    assert naive.rep == rep and rep in _facts(tmp_path).sources
+    # the GUI report named where it is kept (a commit of the history), from the folder's records alone: no rep/
+    rep = f"{CAPTURED[:12]}:reports/data/{DEV}/nsys/20261126T090839Z_abcdef1/rep/ddp_2026_xl_naive_ctx128.nsys-rep"
+    assert str(naive.rep) == rep and naive.rep.commit == CAPTURED and rep in _facts(tmp_path).sources
     assert not (tmp_path / "data" / DEV / "nsys" / "20261126T090839Z_abcdef1" / "rep").exists()
+
+
+def test_a_gui_report_its_folder_does_not_record_is_named_as_possibly_lost(tmp_path):
+    """The pages name a capture's commit from the run folder's CAPTURES.json alone: one the filing kept but the record
+    does not name gets no `git show` (it would be false), only a sentence saying so."""
+    from impl.report.pages._nsys import Capture
+    from impl.report.templating import environment
+    open_captures = environment().get_template("_runs.md.j2").module.open_captures
+    run = f"reports/data/{DEV}/nsys/20261126T090839Z_abcdef1/rep"
+    kept, lost = Capture(f"{run}/a.nsys-rep", CAPTURED), Capture(f"{run}/b.nsys-rep", None)
+    assert str(open_captures([kept, lost])) == (
+        "Open the `.nsys-rep` file in the Nsight Systems GUI; it is kept in this repository's history (commit "
+        f"`{CAPTURED[:12]}`), out of main's tree: `git show {CAPTURED[:12]}:{run}/a.nsys-rep > a.nsys-rep`; "
+        "`b.nsys-rep` was kept by its filing, but the run folder's CAPTURES.json names no commit holding it, so it "
+        "may be lost")
+    assert "git show" not in str(open_captures([lost, lost]))
+    # a folder without the record: the page says so and names the report by its path alone
+    _nsys(tmp_path, captured=None)
+    f = _facts(tmp_path)
+    assert f.nsys.get("2026", "naive").rep.commit is None and f"{run}/ddp_2026_xl_naive_ctx128.nsys-rep" in f.sources
+    page = render_page("ddp.md.j2", f=f)
+    assert "names no commit holding them, so they may be lost" in page and "git show" not in page
 
 
 def test_nsys_kernels_per_rank_and_a_rank_with_lost_records_is_incomplete(tmp_path):

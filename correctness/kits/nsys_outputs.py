@@ -117,12 +117,16 @@ NVTX_KERN_SUM = '''"NVTX Range","Style","PID","TID","NVTX Inst","Kern Inst","Tot
 '''
 
 
+CAPTURED = "c0ffee15" * 5  # the commit a synthetic run folder's CAPTURES.json says holds its captures
+
+
 def file_run(data_dir: Path, device: str, stamp: str, cases: list[tuple[str, str, dict, Path | None]],
-             commit: str = "abcdef1") -> Path:
+             commit: str = "abcdef1", captured: str | None = CAPTURED) -> Path:
     """A filed nsys call as impl.nsys.store lays it out in the tree: data_dir/<device>/nsys/<stamp>_<commit>/ with
     its manifest and FILED.json; `cases`: (name, group, workload args, export or None), each export's extracts under
     extract/ (impl.nsys.extract, what the pages read). The export and its GUI report are named in FILED.json's
-    "kept" only: the store puts them on the captures branch, and the pages never read them. Returns the folder."""
+    "kept" and, with the commit `captured` (None: no record), in CAPTURES.json only: the store keeps them in the
+    branch's history, and the pages never read them. Returns the folder."""
     import gzip
     import json
     import tempfile
@@ -146,6 +150,9 @@ def file_run(data_dir: Path, device: str, stamp: str, cases: list[tuple[str, str
     m = Manifest("NVIDIA Nsight Systems version 2025.3.1.0", "2x NVIDIA H200", commit, stamp, tuple(recs))
     (folder / "manifest.json").write_text(m.to_json())
     (folder / "FILED.json").write_text(json.dumps(dict(device=device, note="synthetic", lost_files={}, kept=kept)))
+    if captured is not None:
+        (folder / "CAPTURES.json").write_text(json.dumps({f"{sub}/{n}": captured for sub in ("sqlite", "rep")
+                                                          for n in kept[sub]}))
     return folder
 
 

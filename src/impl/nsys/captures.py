@@ -1,17 +1,20 @@
-"""The Nsight Systems captures (NAME.nsys-rep, NAME.sqlite.gz) kept out of the tracked tree, on a branch of their own.
+"""The Nsight Systems captures (NAME.nsys-rep, NAME.sqlite.gz) kept in the checked-out branch's history, out of its
+tree.
 
-The branch `captures` holds only capture files, at the paths they would have in the tree
-(reports/data/<device>/nsys/<run>/rep/NAME.nsys-rep, .../sqlite/NAME.sqlite.gz). It is written with git plumbing
-alone, never checked out: each `add_files` call stores the files as blobs (git hash-object -w), builds the new tree
-on a temporary index (the previous captures commit's tree plus the new files), and commits it as a child of the
-previous captures commit (git commit-tree), moving the ref only if nobody moved it meanwhile (git update-ref with
-the old value). The working tree, the index and HEAD are never touched, so main's tracked tree stays small (the
-device tool copies at most 64 MiB of it) while the captures stay one command away:
+Only main survives between sessions here (a branch of their own, `captures`, was lost with its data on
+2026-11-27), so the captures live in main's own history. `add_files` writes two commits with git plumbing alone:
+A = HEAD's tree plus the files at the paths they would have in the tree
+(reports/data/<device>/nsys/<run>/rep/NAME.nsys-rep, .../sqlite/NAME.sqlite.gz), a child of HEAD; then B = HEAD's
+tree again, a child of A, saying the captures leave the tree and are kept at A. The checked-out branch moves from
+HEAD to B only if nobody moved it meanwhile (git update-ref with the old value). B's tree is the old HEAD's, so the
+working tree and the index are not touched (staged changes stay staged), the tracked tree stays small (the device
+tool copies at most 64 MiB of it), and the captures are one command away for as long as the branch's history is:
 
-  git show captures:reports/data/<device>/nsys/<run>/rep/NAME.nsys-rep > NAME.nsys-rep
+  git show <A>:reports/data/<device>/nsys/<run>/rep/NAME.nsys-rep > NAME.nsys-rep
 
-The pages never read these bytes: they read the extracts (impl.nsys.extract) and name the captures by the
-records of their run folder (FILED.json), so a clone of main alone rebuilds them identically.
+The pages never read these bytes nor ask git: they read the extracts (impl.nsys.extract) and name each capture by
+the record of its run folder (CAPTURES.json: {"<subfolder>/<name>": "<commit A>"}, impl.nsys.store), so a shallow
+clone or a tarball of the tree rebuilds them identically.
 """
 from __future__ import annotations
 
@@ -21,13 +24,10 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-BRANCH = "captures"
-REF = f"refs/heads/{BRANCH}"
-
 
 class CapturesError(Exception):
-    """A capture could not be stored or found: not a git repository, a file missing, a path already stored, or the
-    branch moved by someone else during an add."""
+    """A capture could not be stored or found: not a git repository, a detached HEAD, a file missing, a path
+    already stored in the branch's history, or the branch moved by someone else during an add."""
 
 
 def _git(repo: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> str:
@@ -49,19 +49,21 @@ def repo_root(path: Path) -> Path:
         p = p.parent
     r = subprocess.run(["git", "-C", str(p), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
     if r.returncode != 0:
-        raise CapturesError(f"{path}: not inside a git repository (the captures go to its '{BRANCH}' branch)")
+        raise CapturesError(f"{path}: not inside a git repository (the captures go to its branch's history)")
     return Path(r.stdout.strip())
 
 
-def head(repo: Path, branch: str = BRANCH) -> str | None:
-    """The branch's commit, None if it does not exist yet."""
-    out = _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", check=False)
-    return out or None
+def branch(repo: Path) -> str:
+    """The checked-out branch's ref (refs/heads/NAME); CapturesError on a detached HEAD."""
+    ref = _git(repo, "symbolic-ref", "-q", "HEAD", check=False)
+    if not ref.startswith("refs/heads/"):
+        raise CapturesError(f"{repo}: HEAD is detached; check out the branch whose history keeps the captures")
+    return ref
 
 
 def relative(repo: Path, path: str | Path) -> str:
-    """`path` (absolute inside the repository, or relative to its top) as the branch stores it: relative to the
-    top, POSIX, no '..'; CapturesError otherwise."""
+    """`path` (absolute inside the repository, or relative to its top) as a commit's tree names it: relative to
+    the top, POSIX, no '..'; CapturesError otherwise."""
     p = Path(path)
     if p.is_absolute():
         try:
@@ -74,69 +76,70 @@ def relative(repo: Path, path: str | Path) -> str:
     return rel.as_posix()
 
 
-def stored(repo: Path, path: str | Path, branch: str = BRANCH) -> str | None:
-    """Where `path` (relative to the repository's top, or absolute inside it) is stored on the branch: its git
-    object name `<branch>:<path>` (what `git show` takes), or None if the branch or the path is not there."""
+def spec(commit: str, path: str) -> str:
+    """The git object name `<commit>:<path>` (what `git show` takes)."""
+    return f"{commit}:{path}"
+
+
+def _is_blob(repo: Path, name: str) -> bool:
+    return _git(repo, "cat-file", "-t", name, check=False) == "blob"
+
+
+def stored(repo: Path, path: str | Path, rev: str = "HEAD") -> str | None:
+    """Where `path` (relative to the repository's top, or absolute inside it) is kept in `rev`'s history: the
+    `<commit>:<path>` name of the newest commit that added it (and holds it as a file), None if none did."""
     rel = relative(repo, path)
-    if head(repo, branch) is None:
-        return None
-    kind = _git(repo, "cat-file", "-t", f"refs/heads/{branch}:{rel}", check=False)
-    return f"{branch}:{rel}" if kind == "blob" else None
+    commit = _git(repo, "log", "-1", "--diff-filter=A", "--format=%H", rev, "--", rel, check=False)
+    return spec(commit, rel) if commit and _is_blob(repo, spec(commit, rel)) else None
 
 
-def listed(repo: Path, folder: str | Path, branch: str = BRANCH) -> list[str]:
-    """The paths the branch stores under `folder` (relative to the repository's top), sorted; [] if none."""
-    if head(repo, branch) is None:
-        return []
-    rel = relative(repo, folder)
-    out = _git(repo, "ls-tree", "-r", "--name-only", "-z", f"refs/heads/{branch}", "--", f"{rel}/")
-    return sorted(p for p in out.split("\0") if p)
-
-
-def read_bytes(repo: Path, path: str | Path, branch: str = BRANCH) -> bytes:
-    """The stored bytes of `path` on the branch; CapturesError if it is not stored there."""
-    if stored(repo, path, branch) is None:
-        raise CapturesError(f"{path}: not stored on the '{branch}' branch of {repo}")
-    r = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", f"refs/heads/{branch}:{relative(repo, path)}"],
-                       capture_output=True)
+def read_bytes(repo: Path, name: str) -> bytes:
+    """The bytes of the file `name` (`<commit>:<path>`); CapturesError if the repository does not hold it."""
+    if not _is_blob(repo, name):
+        raise CapturesError(f"{name}: not stored in {repo} (a shallow clone lacks older commits)")
+    r = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", name], capture_output=True)
     if r.returncode != 0:
-        raise CapturesError(f"{path}: git cat-file failed: {r.stderr.decode(errors='replace').strip()}")
+        raise CapturesError(f"{name}: git cat-file failed: {r.stderr.decode(errors='replace').strip()}")
     return r.stdout
 
 
-def add_files(repo: Path, files: Mapping[str | Path, Path], message: str, branch: str = BRANCH) -> str:
-    """Store `files` ({path on the branch: local file}) on the branch in one new commit, the branch's first if it
-    does not exist yet, else a child of its current commit; the new commit. Refuses a local file that is missing,
-    a path the branch already stores (stored data is never rewritten), and a branch that moved during the call.
-    The working tree, the index and HEAD are not touched."""
+def add_files(repo: Path, files: Mapping[str | Path, Path], message: str) -> str:
+    """Store `files` ({path in the tree: local file}) in the checked-out branch's history (see the module's doc):
+    commit A (HEAD's tree plus the files, `message`), then B (HEAD's tree, a child of A); the branch moves to B.
+    Returns A. Refuses a detached HEAD, a local file that is missing, a path the branch's history already holds
+    (stored data is never rewritten) and a branch that moved during the call. The working tree and the index are
+    not touched."""
     repo = Path(repo)
     if not files:
         raise CapturesError("no files to add")
+    ref = branch(repo)
     entries = {}
     for dest, src in files.items():
         if not Path(src).is_file():
-            raise CapturesError(f"{src}: no such file to add to the '{branch}' branch")
+            raise CapturesError(f"{src}: no such file to add to the history of {ref}")
         entries[relative(repo, dest)] = Path(src)
-    parent = head(repo, branch)
-    taken = [p for p in entries if parent is not None and stored(repo, p, branch)]
+    head = _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
+    taken = [p for p in entries if _git(repo, "rev-list", "-1", head, "--", p)]
     if taken:
-        raise CapturesError(f"already on the '{branch}' branch (stored data is never rewritten): {taken}")
+        raise CapturesError(f"already in the history of {ref} (stored data is never rewritten): {taken}")
     with tempfile.TemporaryDirectory() as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        if parent is not None:
-            _git(repo, "read-tree", parent, env=env)
+        _git(repo, "read-tree", head, env=env)
         for rel, src in entries.items():
             blob = _git(repo, "hash-object", "-w", "--no-filters", "--", str(src.resolve()))
             _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", env=env)
         tree = _git(repo, "write-tree", env=env)
-    commit = _git(repo, "commit-tree", tree, *(("-p", parent) if parent else ()), "-m", message)
-    r = subprocess.run(["git", "-C", str(repo), "update-ref", "-m", f"{branch}: {message.splitlines()[0]}",
-                        f"refs/heads/{branch}", commit, parent or ""], capture_output=True, text=True)
+    kept = _git(repo, "commit-tree", tree, "-p", head, "-m", message)
+    title = message.splitlines()[0]
+    left = _git(repo, "commit-tree", f"{head}^{{tree}}", "-p", kept, "-m",
+                f"{title}: they leave the tree, kept in history at {kept}\n\n"
+                f"git show {kept}:<path> writes one out (impl.nsys.captures).")
+    r = subprocess.run(["git", "-C", str(repo), "update-ref", "-m", f"captures: {title}", ref, left, head],
+                       capture_output=True, text=True)
     if r.returncode != 0:
-        raise CapturesError(f"refs/heads/{branch} moved while adding (expected {parent or 'no branch'}): "
-                            f"{r.stderr.strip()}; the branch was left as it was; add again")
-    return commit
+        raise CapturesError(f"{ref} moved while adding (expected {head}): {r.stderr.strip()}; the branch was left "
+                            f"as it was; add again")
+    return kept
 
 
-__all__ = ["BRANCH", "REF", "CapturesError", "add_files", "head", "listed", "read_bytes", "relative", "repo_root",
-           "stored"]
+__all__ = ["CapturesError", "add_files", "branch", "read_bytes", "relative", "repo_root", "spec", "stored"]

@@ -6,27 +6,31 @@ benchmark runs (their `*/*/*.json` glob does not reach these folders), for the r
   extract/NAME.*.json.gz          what the pages read from each kept export (impl.nsys.extract), written from it
                                   as it is filed
   FILED.json                      what was filed from where, what was not kept, and what the device lost
+  CAPTURES.json                   where each capture is kept: {"<subfolder>/<name>": "<commit>"}
 
-The captures themselves go to the `captures` branch of the repository holding the data folder
-(impl.nsys.captures: one commit per filing, never through the working tree), at the paths they would have here:
+The captures themselves go to the history of the checked-out branch of the repository holding the data folder
+(impl.nsys.captures: one commit holding them, then one taking them out of the tree again, never through the
+working tree or the index), at the paths they would have here:
 
   sqlite/NAME.sqlite.gz           the trimmed exports of the cases a page draws (`--sqlite`)
   rep/NAME.nsys-rep               the reports a reader opens in the Nsight Systems GUI (`--rep`, default all):
-                                  git show captures:<folder>/rep/NAME.nsys-rep > NAME.nsys-rep
+                                  git show <commit>:<folder>/rep/NAME.nsys-rep > NAME.nsys-rep
 
 so the tracked tree stays small (the device tool copies at most 64 MiB of it). FILED.json's "kept" names them and
-its "captures" says which commit of the branch holds them. The folders filed before this (2026-11-26) had them in
-the tree; they were moved to the branch at the same paths, same bytes (captures commit 7f02b98).
+CAPTURES.json the commit holding each, so the pages name them from files alone. The captures filed before
+2026-11-27 were in main's tree until adc835b; `--record FOLDER` writes their CAPTURES.json from the history (the
+commit that added each, checked to hold it).
 
 A folder is never overwritten and stored data is never rewritten: filing into an existing folder fails, and so does
-adding a capture the branch already holds. An export left out at filing (not_kept) can be added later from the same
-parts (`--into FOLDER`): only exports not yet stored, from parts whose manifest.json is byte-identical to the
-folder's; ADDED.json lists each addition.
+adding a capture the history already holds. An export left out at filing (not_kept) can be added later from the
+same parts (`--into FOLDER`): only exports not yet stored, from parts whose manifest.json is byte-identical to the
+folder's; ADDED.json lists each addition, CAPTURES.json gains its commit.
 
   python -m impl.nsys.store PARTS_DIR [--data reports/data] [--device SLUG] [--note TEXT] [--partial]
                                       [--sqlite GLOB ...] [--rep GLOB ...]
   python -m impl.nsys.store PARTS_DIR --into FOLDER --sqlite GLOB ... [--note TEXT]
   python -m impl.nsys.store --extract FOLDER ...   # the extracts of a folder's exports that it lacks
+  python -m impl.nsys.store --record FOLDER ...    # CAPTURES.json of captures kept in history before it existed
 
 PARTS_DIR holds the device's manifest.json, log.txt and nsys-*.tar. A part the device did not return fails the
 filing (naming each case's lost files) unless --partial: FILED.json then lists the lost files. --device overrides
@@ -55,6 +59,7 @@ FOLDER = "nsys"  # reports/data/<device>/nsys/
 TABLES, SQLITE, REP = "tables", "sqlite", "rep"
 FILED = "FILED.json"
 ADDED = "ADDED.json"
+CAPTURES = "CAPTURES.json"
 
 
 def device_of(manifest_device: str) -> str:
@@ -86,7 +91,7 @@ def file_outputs(parts_dir: Path, data_dir: Path, *, device: str | None = None, 
     lost = lost_files(manifest, parts_dir)
     repo = _repo(dest)
     with tempfile.TemporaryDirectory() as tmp:
-        work, held = Path(tmp) / "work", Path(tmp) / "captures"  # held: what goes to the captures branch
+        work, held = Path(tmp) / "work", Path(tmp) / "captures"  # held: what goes to the history
         unpack(parts_dir, work, partial=partial)  # raises on a missing part unless partial
         staging = dest.with_name(f".{dest.name}.partial")
         if staging.exists():
@@ -121,9 +126,10 @@ def file_outputs(parts_dir: Path, data_dir: Path, *, device: str | None = None, 
                      left_out_on_device=list(manifest.left_out_files), kept=kept,
                      not_kept=not_kept, not_kept_reason="kept only the exports the pages draw and the reports "
                                                         "asked for, to keep the repository small")
-        commit = _store_captures(repo, dest, held, [(SQLITE, kept[SQLITE]), (REP, kept[REP])])
+        names = [(SQLITE, kept[SQLITE]), (REP, kept[REP])]
+        commit = _store_captures(repo, dest, held, names)
         if commit:
-            filed["captures"] = dict(branch=captures.BRANCH, commit=commit, paths=[SQLITE, REP])
+            _record_captures(staging, {f"{sub}/{n}": commit for sub, ns in names for n in ns})
         (staging / FILED).write_text(json.dumps(filed, indent=1) + "\n")
         dest.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(dest)  # fails if dest appeared meanwhile (a non-empty folder)
@@ -144,11 +150,12 @@ def add_exports(parts_dir: Path, folder: Path, sqlite: list[str], note: str = ""
     if not names:
         raise NsysOutputError(f"no case of {folder} matches {list(sqlite)}")
     repo = _repo(folder)
-    taken = [n for n in names if (folder / SQLITE / f"{n}.sqlite.gz").exists()
-             or captures.stored(repo, (folder / SQLITE / f"{n}.sqlite.gz").resolve())]
+    recorded = recorded_captures(folder)
+    taken = [n for n in names if (folder / SQLITE / f"{n}.sqlite.gz").exists() or f"{SQLITE}/{n}.sqlite.gz" in
+             recorded or _stored(repo, folder / SQLITE / f"{n}.sqlite.gz")]
     if taken:
-        raise NsysOutputError(f"{folder / SQLITE}: the exports of {taken} are already stored (in the folder or on "
-                              f"the {captures.BRANCH} branch); stored data is never rewritten")
+        raise NsysOutputError(f"{folder / SQLITE}: the exports of {taken} are already stored (in the folder or in "
+                              f"the history); stored data is never rewritten")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         unpack(parts_dir, work, partial=True)
@@ -160,24 +167,32 @@ def add_exports(parts_dir: Path, folder: Path, sqlite: list[str], note: str = ""
             extracts += [x.name for x in write_extracts(CaseFiles(work, n).sqlite_gz, folder / EXTRACT)]
         sqlite_names = [f"{n}.sqlite.gz" for n in names]
         commit = _store_captures(repo, folder, work, [(SQLITE, sqlite_names)], flat=True)
-    _record_added(folder, dict(source=str(parts_dir), note=note, sqlite=sqlite_names, extract=extracts,
-                               captures=dict(branch=captures.BRANCH, commit=commit, paths=[SQLITE])))
+    _record_captures(folder, {f"{SQLITE}/{n}": commit for n in sqlite_names})
+    _record_added(folder, dict(source=str(parts_dir), note=note, sqlite=sqlite_names, extract=extracts))
     return names
 
 
 def _repo(path: Path) -> Path:
-    """The git repository whose captures branch takes the captures filed under `path`; NsysOutputError if none."""
+    """The git repository whose history takes the captures filed under `path`; NsysOutputError if none."""
     try:
         return captures.repo_root(path)
     except captures.CapturesError as exc:
         raise NsysOutputError(str(exc)) from None
 
 
+def _stored(repo: Path, path: Path) -> str | None:
+    """captures.stored for a path under the data folder; NsysOutputError on a git failure."""
+    try:
+        return captures.stored(repo, path.resolve())
+    except captures.CapturesError as exc:
+        raise NsysOutputError(str(exc)) from None
+
+
 def _store_captures(repo: Path, folder: Path, held: Path, names: list[tuple[str, list[str]]],
                     flat: bool = False) -> str | None:
-    """Add the captures `names` ((subfolder, file names)) of the filed `folder` to the captures branch, at
-    folder/<subfolder>/<name>, from held/<subfolder>/<name> (held/<name> if flat): one commit naming the folder;
-    None if there is nothing to add."""
+    """Add the captures `names` ((subfolder, file names)) of the filed `folder` to the branch's history, at
+    folder/<subfolder>/<name>, from held/<subfolder>/<name> (held/<name> if flat): the commit holding them, its
+    message naming the folder; None if there is nothing to add."""
     files = {folder / sub / n: (held / n if flat else held / sub / n) for sub, ns in names for n in ns}
     if not files:
         return None
@@ -187,6 +202,42 @@ def _store_captures(repo: Path, folder: Path, held: Path, names: list[tuple[str,
                                   f"captures of {rel}: {len(files)} files (impl.nsys.store)")
     except captures.CapturesError as exc:
         raise NsysOutputError(str(exc)) from None
+
+
+def recorded_captures(folder: Path) -> dict[str, str]:
+    """folder/CAPTURES.json: {"<subfolder>/<name>": "<commit>"} for each capture kept in history, {} if none."""
+    p = Path(folder) / CAPTURES
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _record_captures(folder: Path, entries: dict[str, str]) -> None:
+    """Add `entries` to folder/CAPTURES.json (sorted); a name it already records is never rewritten."""
+    recorded = recorded_captures(folder)
+    if taken := sorted(set(entries) & set(recorded)):
+        raise NsysOutputError(f"{folder / CAPTURES} already records {taken}; stored data is never rewritten")
+    (Path(folder) / CAPTURES).write_text(json.dumps(dict(sorted({**recorded, **entries}.items())), indent=1) + "\n")
+
+
+def record_history(folder: Path) -> dict[str, str]:
+    """Write into folder/CAPTURES.json where the branch's history keeps each capture its FILED.json and ADDED.json
+    name that it does not record yet (the commit that added it, checked to hold it as a file): for folders whose
+    captures were in the tree before CAPTURES.json existed. Returns what it added; a capture the history does not
+    hold is refused, naming it."""
+    folder = Path(folder)
+    if not (folder / FILED).is_file():
+        raise NsysOutputError(f"{folder}: no {FILED}; not a filed nsys folder")
+    kept = json.loads((folder / FILED).read_text()).get("kept", {})
+    added = json.loads((folder / ADDED).read_text()) if (folder / ADDED).is_file() else []
+    named = [f"{sub}/{n}" for entry in (kept, *added) for sub in (SQLITE, REP) for n in entry.get(sub, [])]
+    recorded = recorded_captures(folder)
+    repo = _repo(folder)
+    at = {n: _stored(repo, folder / n) for n in dict.fromkeys(named) if n not in recorded}
+    if missing := [n for n, where in at.items() if where is None]:
+        raise NsysOutputError(f"{folder}: the history of {repo} holds no {missing}")
+    found = {n: where.split(":", 1)[0] for n, where in at.items()}
+    if found:
+        _record_captures(folder, found)
+    return found
 
 
 def _record_added(folder: Path, entry: dict) -> None:
@@ -203,22 +254,23 @@ def add_extracts(folder: Path, note: str = "") -> list[str]:
     folder = Path(folder)
     if not (folder / MANIFEST).is_file():
         raise NsysOutputError(f"{folder}: no {MANIFEST}; not a filed nsys folder")
-    try:
-        repo = captures.repo_root(folder)
-        on_branch = [p for p in captures.listed(repo, folder.resolve() / SQLITE) if p.endswith(".sqlite.gz")]
-    except captures.CapturesError:  # a folder outside a git repository: its own sqlite/ alone
-        repo, on_branch = None, []
-    exports = {gz.name: gz for gz in (folder / SQLITE).glob("*.sqlite.gz")}  # folders filed before the branch
-    exports.update({Path(p).name: p for p in on_branch if Path(p).name not in exports})
+    exports: dict[str, Path | str] = {gz.name: gz for gz in (folder / SQLITE).glob("*.sqlite.gz")}  # in the tree
+    exports.update({n.split("/", 1)[1]: commit for n, commit in recorded_captures(folder).items()
+                    if n.startswith(f"{SQLITE}/") and n.split("/", 1)[1] not in exports})  # in history
     written = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in sorted(exports):
             if (folder / EXTRACT / name.replace(".sqlite.gz", TIMELINE_SUFFIX)).exists():
                 continue
             gz = exports[name]
-            if not isinstance(gz, Path):  # on the captures branch: its bytes, read without a checkout
+            if not isinstance(gz, Path):  # kept in history: its bytes, read without a checkout
                 gz = Path(tmp) / name
-                gz.write_bytes(captures.read_bytes(repo, exports[name]))
+                try:
+                    repo = captures.repo_root(folder)
+                    rel = captures.relative(repo, (folder / SQLITE / name).resolve())
+                    gz.write_bytes(captures.read_bytes(repo, captures.spec(exports[name], rel)))
+                except captures.CapturesError as exc:
+                    raise NsysOutputError(str(exc)) from None
             written += [x.name for x in write_extracts(gz, folder / EXTRACT)]
     if written:
         _record_added(folder, dict(source="the folder's own exports (impl.nsys.store --extract)", note=note,
@@ -242,20 +294,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--into", type=Path, help="a filed folder: add the --sqlite exports its filing left out")
     ap.add_argument("--extract", type=Path, nargs="+", metavar="FOLDER",
                     help="filed folders: write the extracts of their exports that they lack (no PARTS_DIR)")
+    ap.add_argument("--record", type=Path, nargs="+", metavar="FOLDER",
+                    help="filed folders: record in CAPTURES.json where the history keeps their captures (no PARTS_DIR)")
     a = ap.parse_args(argv)
-    if a.extract:
+    for folders, act, done, flag in ((a.record, record_history, f"captures recorded in {CAPTURES}", "--record"),
+                                     (a.extract, lambda f: add_extracts(f, a.note), "extracts written", "--extract")):
+        if not folders:
+            continue
         if a.parts_dir is not None:
-            ap.error("--extract works on filed folders alone: give no PARTS_DIR")
-        for folder in a.extract:
+            ap.error(f"{flag} works on filed folders alone: give no PARTS_DIR")
+        for folder in folders:
             try:
-                names = add_extracts(folder, a.note)
+                print(f"{folder}: {len(act(folder))} {done}")
             except NsysOutputError as exc:
                 print(exc, file=sys.stderr)
                 return 1
-            print(f"{folder}: {len(names)} extracts written")
         return 0
     if a.parts_dir is None:
-        ap.error("PARTS_DIR is required (or --extract FOLDER ...)")
+        ap.error("PARTS_DIR is required (or --extract/--record FOLDER ...)")
     if a.into is not None:
         try:
             names = add_exports(a.parts_dir, a.into, a.sqlite, a.note)
@@ -274,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     filed = json.loads((dest / FILED).read_text())
     print(f"filed into {dest} ({folder_bytes(dest) / 1e6:.2f} MB): {len(filed['kept'][TABLES])} tables, "
           f"{len(filed['kept'][EXTRACT])} extracts; {len(filed['kept'][SQLITE])} exports and "
-          f"{len(filed['kept'][REP])} reports on the {captures.BRANCH} branch")
+          f"{len(filed['kept'][REP])} reports kept in history ({CAPTURES})")
     if filed["lost_files"]:
         print(f"lost on the device (missing {filed['missing_parts']}): {filed['lost_files']}", file=sys.stderr)
     return 0
@@ -284,4 +340,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["ADDED", "FILED", "FOLDER", "add_exports", "add_extracts", "device_of", "file_outputs", "folder_bytes", "main", "stamp_of"]
+__all__ = ["ADDED", "CAPTURES", "FILED", "FOLDER", "add_exports", "add_extracts", "device_of", "file_outputs",
+           "folder_bytes", "main", "record_history", "recorded_captures", "stamp_of"]

@@ -1,6 +1,7 @@
 """Nsight Systems outputs as the pages read them: the folders impl.nsys.store files under
-reports/data/<device>/nsys/<started UTC>_<commit>/ (the captures themselves are on the captures branch, only named
-here), and the two-GPU cases' per-rank phase timelines from their exports' extracts (never the SQLite)."""
+reports/data/<device>/nsys/<started UTC>_<commit>/ (the captures themselves are kept in the repository's history,
+only named here, by each folder's CAPTURES.json: no git call), and the two-GPU cases' per-rank phase timelines
+from their exports' extracts (never the SQLite)."""
 from __future__ import annotations
 
 import json
@@ -10,15 +11,33 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Self
 
-from impl.nsys.captures import BRANCH
 from impl.nsys.figure import draw_timeline
 from impl.nsys.outputs import MANIFEST, CaseRecord, Manifest, read_manifest
 from impl.nsys.extract import EXTRACT, MEMORY_SUFFIX, TIMELINE_SUFFIX, read_timeline_extract
-from impl.nsys.store import FILED, FOLDER, REP, TABLES
+from impl.nsys.store import CAPTURES, FILED, FOLDER, REP, TABLES
 from impl.nsys.timeline import NvtxRange, Overlap, Timeline
 from impl.report import figures
 from impl.report.pages import Context
 from impl.report.rows import group
+
+
+SHORT = 12  # hex digits of a commit as the pages name it (unambiguous here: correctness/test_nsys_captures.py)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A capture a filing kept (FILED.json) and the commit of the repository's history holding it, as its run
+    folder's CAPTURES.json records it (None: not recorded, so the pages cannot say where it is)."""
+
+    path: str  # in the tree, reports/data/...
+    commit: str | None
+
+    name = property(lambda self: self.path.rsplit("/", 1)[-1])
+    short = property(lambda self: self.commit[:SHORT] if self.commit else None)
+
+    def __str__(self) -> str:
+        """What `git show` takes (`<commit>:<path>`), the path alone where the commit is not recorded."""
+        return f"{self.short}:{self.path}" if self.commit else self.path
 
 
 @dataclass(frozen=True)
@@ -31,6 +50,7 @@ class Filed:
     rel: str  # the folder as sources name it (reports/data/...)
     manifest: Manifest
     filed: dict  # FILED.json
+    captures: dict  # CAPTURES.json: {"<subfolder>/<name>": "<commit>"}
 
     when = property(lambda self: f"{self.stamp[:4]}-{self.stamp[4:6]}-{self.stamp[6:8]} {self.stamp[9:11]}:"
                                  f"{self.stamp[11:13]}")
@@ -58,19 +78,18 @@ class Filed:
     def memory(self, case: str) -> Path | None:  # its device-memory trace, for a memory case
         return self._file(EXTRACT, f"{case}{MEMORY_SUFFIX}")
 
-    def captured(self, sub: str, name: str) -> str:
-        """The capture's git object name on the captures branch (impl.nsys.captures), what `git show` takes."""
-        return f"{BRANCH}:{self.rel}/{sub}/{name}"
+    def captured(self, sub: str, name: str) -> Capture:
+        """The capture and the commit CAPTURES.json records for it (impl.nsys.captures)."""
+        return Capture(f"{self.rel}/{sub}/{name}", self.captures.get(f"{sub}/{name}"))
 
     @property
-    def reps(self) -> list[str]:
-        """The GUI reports the filing kept (FILED.json), each as `captured` names it, in the filing's order."""
+    def reps(self) -> list[Capture]:
+        """The GUI reports the filing kept (FILED.json), in the filing's order."""
         return [self.captured(REP, n) for n in self.filed.get("kept", {}).get(REP, [])]
 
-    def rep(self, case: str) -> str | None:
-        """The case's kept GUI report, None if none (names only: a clone without the captures branch builds alike)."""
-        name = self.captured(REP, f"{case}.nsys-rep")
-        return name if name in self.reps else None
+    def rep(self, case: str) -> Capture | None:
+        """The case's kept GUI report, None if none (from the folder's records alone: no git call)."""
+        return next((r for r in self.reps if r.name == f"{case}.nsys-rep"), None)
 
     def rel_of(self, path: Path) -> str:
         return f"{self.rel}/{Path(path).relative_to(self.folder).as_posix()}"
@@ -82,10 +101,11 @@ def filed_runs(reports_dir: Path) -> list[Filed]:
     for folder in sorted(Path(reports_dir, "data").glob(f"*/{FOLDER}/*/")):
         if folder.name.startswith(".") or not (folder / MANIFEST).is_file():
             continue
-        filed = json.loads((folder / FILED).read_text()) if (folder / FILED).is_file() else {}
+        filed, kept = (json.loads((folder / f).read_text()) if (folder / f).is_file() else {}
+                       for f in (FILED, CAPTURES))
         device = folder.parent.parent.name
         out.append(Filed(device, folder.name, folder, f"reports/data/{device}/{FOLDER}/{folder.name}",
-                         read_manifest(folder / MANIFEST), filed))
+                         read_manifest(folder / MANIFEST), filed, kept))
     return sorted(out, key=lambda f: f.stamp)
 
 
@@ -174,7 +194,7 @@ class StepTimeline:
     kernels: int  # kernels the export holds in the step's window (0: NVTX only)
     overlap: tuple[Overlap, ...]
     sources: tuple[str, ...]  # the extract and the GUI report, as sources name them
-    rep: str | None  # the GUI report on the captures branch (Filed.rep), None if not kept
+    rep: Capture | None  # the GUI report (Filed.rep), None if not kept
     step: str = "step 1"  # the measured step shown
 
     step_ms = property(lambda self: max(r.step_ms for r in self.ranks))
@@ -240,7 +260,7 @@ def step_timeline(filed: Filed, case: str, label: str, ctx: Context, collectives
     png, link = ctx.figure_file(f"nsys-{case}.png")
     draw_timeline(win, png, title, window=(start, end), range_names=(step, *STEP_PHASES, *collectives))
     rep = filed.rep(case)
-    srcs = (filed.rel_of(path), rep) if rep else (filed.rel_of(path),)
+    srcs = (filed.rel_of(path), str(rep)) if rep else (filed.rel_of(path),)
     return StepTimeline(label, tuple(per_step[step]), link, len(win.kernels),
                         tuple(win.overlap()) if win.kernels else (), srcs, rep, step)
 

@@ -456,8 +456,8 @@ class NsysMemory:
     size: str
     cases: tuple[NsysMemCase, ...]
 
-    # the GUI reports, as the captures branch names them (captures:<path>)
-    reps = property(lambda self: [x for c in self.cases for x in c.files if x.endswith(".nsys-rep")])
+    # the GUI reports its cases name, in the cases' order
+    reps = property(lambda self: [r for c in self.cases for r in self.filed.reps if str(r) in c.files])
     sources = property(lambda self: [f"{self.filed.rel}/manifest.json"] + [x for c in self.cases for x in c.files])
 
 
@@ -495,7 +495,7 @@ def nsys_memory(ctx: Context, probes: list[BlockProbe]) -> NsysMemory | None:
         probe = next((p for p in probes if (p.context, p.dtype) == (context, a["dtype"])), None)
         out.append(NsysMemCase(context, a["dtype"], int(a["batch"]), tuple(trace.in_range(n) for n in blocks),
                                trace.in_range("forward"), trace.in_range("backward"), link,
-                               (filed.rel_of(extract), *filter(None, [filed.rep(c.name)])),
+                               (filed.rel_of(extract), *(str(r) for r in filter(None, [filed.rep(c.name)]))),
                                probe.saved_bytes if probe else None))
     return NsysMemory(filed, size, tuple(sorted(out, key=lambda x: x.context))) if out else None
 
