@@ -279,6 +279,23 @@ def _dq_atomic(dq, dq_h, dq_base, m0, N_Q, sm_scale, BLOCK_M: gl.constexpr, BLOC
 
 
 @gluon.jit
+def _resident_pair(a_desc, b_desc, ROWS: gl.constexpr, COLS: gl.constexpr, REBUILD: gl.constexpr):
+    """Shared memory of the resident K and V (or their hi halves), in a_desc's dtype: (a, b, a_ring, b_ring).
+    REBUILD: one-slot rings, a and b their slot 0, the rings returned for _q_loop's loop-variant views;
+    otherwise plain tiles and the rings 0."""
+    a_ring = 0
+    b_ring = 0
+    if REBUILD:
+        a_ring, b_ring = _ring_pair(a_desc, b_desc, 1, ROWS, COLS)
+        a_smem = a_ring.index(0)
+        b_smem = b_ring.index(0)
+    else:
+        a_smem = gl.allocate_shared_memory(a_desc.dtype, a_desc.block_type.shape, a_desc.layout)
+        b_smem = gl.allocate_shared_memory(a_desc.dtype, b_desc.block_type.shape, b_desc.layout)
+    return a_smem, b_smem, a_ring, b_ring
+
+
+@gluon.jit
 def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n,
             k2, kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc,
             q_smem, do_smem, qh_smem, doh_smem, ds_smem, dq_smem, dqh_smem, q_bars, do_bars,
@@ -409,15 +426,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     h = pid_bh % H
     n0 = pid_n * BLOCK_N
 
-    k_ring = 0
-    v_ring = 0
-    if REBUILD:
-        k_ring, v_ring = _ring_pair(k_desc, v_desc, 1, BLOCK_N, BLOCK_D)
-        k_smem = k_ring.index(0)
-        v_smem = v_ring.index(0)
-    else:
-        k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
-        v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
+    k_smem, v_smem, k_ring, v_ring = _resident_pair(k_desc, v_desc, BLOCK_N, BLOCK_D, REBUILD)
     q_smem, do_smem = _ring_pair(q_desc, do_desc, NUM_STAGES, BLOCK_M, BLOCK_D)
     ds_smem = 0
     dq_smem = 0
@@ -441,13 +450,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     doh_smem = 0
     dqh_smem = 0
     if D1 > 0:
-        if REBUILD:
-            kh_ring, vh_ring = _ring_pair(kh_desc, vh_desc, 1, BLOCK_N, D1)
-            kh_smem = kh_ring.index(0)
-            vh_smem = vh_ring.index(0)
-        else:
-            kh_smem = gl.allocate_shared_memory(dtype, kh_desc.block_type.shape, kh_desc.layout)
-            vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
+        kh_smem, vh_smem, kh_ring, vh_ring = _resident_pair(kh_desc, vh_desc, BLOCK_N, D1, REBUILD)
         qh_smem, doh_smem = _ring_pair(qh_desc, doh_desc, NUM_STAGES, BLOCK_M, D1)
         if DQ and not DQ_ATOMIC:
             if DQ_STAGES == 1:
