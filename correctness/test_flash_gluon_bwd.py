@@ -21,6 +21,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -82,8 +83,9 @@ def add(d, causal, config, label, dtype=torch.bfloat16):
     sass_atomics = {}
     for op in re.findall(r"\b((?:REDG|ATOMG)(?:\.\w+)*)", sass_text(ck)):
         sass_atomics[op] = sass_atomics.get(op, 0) + 1
-    rows.append(dict(row, dq_stages=config.dq_stages, bulk_waits=waits, ptx_atomics=ptx_atomics,
-                     bulk_reduce_ptx=len(re.findall(r"cp\.reduce\.async\.bulk", ptx)), sass_atomics=sass_atomics,
+    rows.append(dict(row, dq_stages=config.dq_stages, prefetch=config.prefetch, bulk_waits=waits,
+                     ptx_atomics=ptx_atomics, bulk_reduce_ptx=len(re.findall(r"cp\.reduce\.async\.bulk", ptx)),
+                     sass_atomics=sass_atomics,
                      redg=sum(sass_atomics.values()), **cubin_figures(ck)))
 
 for d in (64, 80, 96, 128):
@@ -162,13 +164,15 @@ def test_gluon_backward_compiles_for_hopper():
         assert r["bulk_reduce_ptx"] == 0 and r["tma_reduce"] == 0, r
         redg = LOOP_INSTANCES[r["causal"]] * 2 * r["d"] // 8
         assert r["sass_atomics"] == {"REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU": redg}, r
-        assert r["predicted"] == bwd.shared_bytes(r["d"], bwd.GluonBwdConfig()) - 64 * r["d"] * 4, r
+        plain = bwd.GluonBwdConfig(prefetch=r["prefetch"])  # stage 4c: the prefetch's rings in both
+        assert r["predicted"] == bwd.shared_bytes(r["d"], plain) - 64 * r["d"] * 4, r
 
 
-# Stage 4b: the one-pass kernels with rebuilt descriptors (GluonBwdConfig.rebuild), and the plain ones at d 128 for
-# comparison; per kernel its figures and, per loop instance (tools/probes/sass_loops.py), its counts.
-_COMPILE_REBUILD = r"""
-import json, sys, torch
+# Stages 4b and 4c: per kernel its figures and, per loop instance (tools/probes/sass_loops.py), its counts; in the
+# hot loop (the last instance) also its cp.async (LDGSTS) and global loads (LDG), and where its first TMA load
+# (the refill) and first TMA reduce-add sit (instruction index, -1: none).
+_COMPILE_LOOPS = r"""
+import json, re, sys, torch
 sys.path.insert(0, "tools/probes")
 import sass_loops
 from impl.attention import flash_gluon_bwd as mod
@@ -178,15 +182,26 @@ rows = []
 def add(d, causal, config, dtype=torch.bfloat16):
     q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
-    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
-                                       torch.empty_like(v), causal, config)
+    dq32 = torch.empty(q.shape) if config.dq in ("reduce", "atomic") else None
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, dq32, torch.empty_like(k), torch.empty_like(v),
+                                       causal, config)
     divisible = ("L", "Delta") + (("dq_ptr",) if config.dq == "atomic" else ())
     ck = compile_for_sm90(mod._attn_bwd_sm90, args, opts, divisible=divisible)
     ins = sass_loops.parse(sass_text(ck))
-    loops = [dict(sass_loops.counts(ins[lo:hi + 1]), n=hi - lo + 1) for lo, hi in sass_loops.loops(ins)]
+    spans = sass_loops.loops(ins)
+    loops = [dict(sass_loops.counts(ins[lo:hi + 1]), n=hi - lo + 1) for lo, hi in spans]
+    hot = [t for _, t in ins[spans[-1][0]:spans[-1][1] + 1]]
+    first = lambda rx: next((i for i, t in enumerate(hot) if re.search(rx, t)), -1)
     rows.append(dict(d=d, causal=causal, dq=config.dq, rebuild=config.rebuild, fp16=dtype == torch.float16,
-                     predicted=mod.shared_bytes(d, config), loops=loops, **cubin_figures(ck)))
+                     prefetch=config.prefetch, refill_first=config.refill_first, config=str(config),
+                     predicted=mod.shared_bytes(d, config), loops=loops, ldgsts=sum("LDGSTS" in t for t in hot),
+                     ldg=sum(bool(re.match(r"(@!?U?P\w+ )?LDG\b", t)) for t in hot), first_tma_load=first(r"\bUTMALDG"),
+                     first_reduce=first(r"\bUTMAREDG"), **cubin_figures(ck)))
+"""
 
+# Stage 4b: the one-pass kernels with rebuilt descriptors (GluonBwdConfig.rebuild), and the plain ones at d 128 for
+# comparison.
+_COMPILE_REBUILD = _COMPILE_LOOPS + r"""
 for dq in ("reduce", "atomic"):
     for d in (64, 80, 96, 128):
         for causal in (False, True):
@@ -230,6 +245,53 @@ def test_gluon_backward_rebuild_compiles_without_spills():
                 for key in ("HGMMA", "WG.DEPBAR", "BAR.SYNC", "UTMAREDG", "REDG", "MUFU.EX2", "UTMALDG"):
                     assert lp.get(key, 0) == bp.get(key, 0), (key, r, base)
             assert r["loops"][-1]["n"] <= base["loops"][-1]["n"], (r, base)
+
+
+# Stage 4c: the prefetching candidates (and, beside them, the configs they extend) at d 128, causal and full, and
+# the prefetching ones at d 80 (lo and hi halves) causal.
+_COMPILE_PREFETCH = _COMPILE_LOOPS + r"""
+from dataclasses import replace
+for config in mod.CANDIDATE_CONFIGS:
+    if config.prefetch:
+        for causal in (False, True):
+            add(128, causal, config)
+            add(128, causal, replace(config, prefetch=False, refill_first=False))
+        add(80, True, config)
+print(json.dumps(rows))
+"""
+
+
+def test_gluon_backward_prefetch_compiles_without_spills():
+    """Stage 4c (NOTES.md, "Issue 47, stage 4c (redone)"): the candidates with prefetch (split, reduce with and
+    without refill_first, atomic; rebuilt descriptors where one pass) compile for sm_90a with no stack, no local
+    memory and no LDL / STL, at most 255 registers; shared memory is shared_bytes' (the config without them plus the
+    two 2-slot rings, 1 KB at block_m 64); the hot loop copies the next tile's statistics by cp.async (LDGSTS) and
+    loads nothing from global memory by LDG, where the config without prefetch does; refill_first issues the hot
+    loop's refill (its first TMA load) before its dQ reduce-add, the plain order after it."""
+    rows = json.loads(run_without_interpreter(_COMPILE_PREFETCH))
+    for r in rows:
+        r["hot"] = dict(dict(LDL=0, STL=0), **r["loops"][-1])
+        r["label"] = r["dq"] + " rebuild" * r["rebuild"]
+    print_compile_table(rows, [*_LEAD, ("config", "<14", "{label:<14}"), ("pf", ">3", "{prefetch:>3}"),
+                               ("rf", ">3", "{refill_first:>3}"), *_FIGURES,
+                               ("hot n/LDGSTS/LDG", ">16", "{hot[n]:>8}/{ldgsts:>3}/{ldg:<3}"),
+                               ("ld/red", ">7", "{first_tma_load:>3}/{first_reduce:<3}")], refused="")
+    assert sum(r["prefetch"] for r in rows) == 12 and sum(r["refill_first"] for r in rows) == 3
+    plain = {(r["dq"], r["rebuild"], r["causal"]): r for r in rows if not r["prefetch"]}
+    for r in rows:
+        assert r["target"] == "sm_90a" and r["regs"] <= 255, r
+        assert r["predicted"] - 16 < r["shared"] <= r["predicted"], r
+        assert len(r["loops"]) == LOOP_INSTANCES[r["causal"]], r
+        if r["prefetch"]:
+            assert r["stack"] == 0 and r["local"] == 0 and r["stl"] == 0 and r["ldl"] == 0, f"spills: {r}"
+            assert r["ldgsts"] == 2 and r["ldg"] == 0, r  # lse and D of the next tile, one each a thread
+        else:
+            assert r["ldgsts"] == 0 and r["ldg"] > 0, r
+        if r["d"] == 128 and r["prefetch"]:
+            base = plain[(r["dq"], r["rebuild"], r["causal"])]
+            assert r["shared"] == base["shared"] + 1024, (r, base)
+        if r["dq"] == "reduce":
+            assert (r["first_tma_load"] < r["first_reduce"]) == r["refill_first"], r
 
 
 # ----------------------------------------------------------------------------- CPU: refusals, isolation
@@ -339,7 +401,12 @@ def test_gluon_backward_dq_stages_refused_by_name_where_a_second_staging_tile_do
                                           (dict(dq="atomic", dq_stages=2), "dq_stages .* only with dq='reduce' "
                                                                            r"\(dq='atomic' stages nothing\)"),
                                           (dict(dq="triton", rebuild=True), "rebuild is for the one-pass kernel"),
-                                          (dict(dq="gluon", rebuild=True), "rebuild is for the one-pass kernel")])
+                                          (dict(dq="gluon", rebuild=True), "rebuild is for the one-pass kernel"),
+                                          (dict(dq="triton", refill_first=True), "refill_first .* dq='reduce' only"),
+                                          (dict(dq="gluon", refill_first=True), "refill_first .* dq='reduce' only"),
+                                          (dict(dq="atomic", refill_first=True), "refill_first .* dq='reduce' only"),
+                                          (dict(prefetch=1), "prefetch and refill_first must be bools"),
+                                          (dict(refill_first="yes"), "prefetch and refill_first must be bools")])
 def test_gluon_backward_config_refuses_what_it_cannotrun_without_interpreter(fields, match):
     with pytest.raises(ValueError, match=match):
         bwd.GluonBwdConfig(**fields)
@@ -403,6 +470,40 @@ def test_gluon_backward_launch_args_rebuild():
         bwd.launch_args(big, big, big, big, torch.empty(1, 1, 1 << 30, device="meta"),
                         torch.empty(1, 1, 1 << 30, device="meta"), torch.empty(big.shape, device="meta"),
                         big, big, True, bwd.GluonBwdConfig(rebuild=True))
+
+
+@pytest.mark.parametrize("dq", ["reduce", "atomic", "triton", "gluon"])
+def test_gluon_backward_launch_args_prefetch_and_refill_first(dq):
+    """Stage 4c: prefetch appends PREFETCH (refill_first REFILL_FIRST after it) behind the kernel's defaults for the
+    optional arguments before it (dq_ptr, DQ_ATOMIC, REBUILD; dq "atomic": its buffer and True); the arguments before
+    those are the plain config's. shared_bytes adds the two 2-slot fp32 rings (16 x block_m bytes), every head dim."""
+    a = _args((2, 3, 1000, 128))
+    q = a["q"]
+    dq32 = torch.empty(q.shape) if dq in ("reduce", "atomic") else None
+
+    def call(**fields):
+        return bwd.launch_args(q, a["k"], a["v"], a["do"], a["lse"], a["lse"], dq32, torch.empty_like(q),
+                               torch.empty_like(q), True, bwd.GluonBwdConfig(dq=dq, **fields))
+
+    plain = call()
+    assert len(plain[1]) == (31 if dq == "atomic" else 29)  # dq "atomic": + dq_ptr, DQ_ATOMIC
+    grid, args, opts = call(prefetch=True)
+    assert (grid, opts) == plain[::2] and len(args) == 33
+    for x, y in zip(args[:29], plain[1]):  # the same arguments: scalars equal, tensors / descriptors of one kind
+        assert type(x) is type(y) and (x == y if isinstance(x, (bool, int, float, type(None))) else True), (x, y)
+    if dq == "atomic":
+        assert args[29].data_ptr() == dq32.data_ptr() and args[30] is True
+    else:
+        assert args[29] is None and args[30] is False
+    assert args[31:] == (False, True)  # REBUILD at its default, PREFETCH
+    if dq in ("reduce", "atomic"):
+        assert call(rebuild=True, prefetch=True)[1][31:] == (True, True)
+    if dq == "reduce":
+        assert call(rebuild=True, prefetch=True, refill_first=True)[1][31:] == (True, True, True)
+        assert call(refill_first=True)[1][31:] == (False, False, True)  # REBUILD, PREFETCH at their defaults
+    for d in HEAD_DIMS:
+        cfg = bwd.GluonBwdConfig(dq=dq)
+        assert bwd.shared_bytes(d, replace(cfg, prefetch=True)) == bwd.shared_bytes(d, cfg) + 16 * 64
 
 
 @pytest.mark.parametrize("case,match", [("no buffer", "dq32 is the fp32 dQ buffer of dq='reduce' or 'atomic'"),
@@ -511,15 +612,22 @@ SHAPES = [(2, 3, 300, 300), (1, 2, 1000, 1000), (2, 2, 200, 333), (1, 3, 257, 12
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("fields", [None, dict(dq_stages=2), dict(dq="atomic"), dict(rebuild=True),
-                                    dict(dq="atomic", rebuild=True)],
-                         ids=["default", "dq_stages2", "dq_atomic", "rebuild", "dq_atomic_rebuild"])
+                                    dict(dq="atomic", rebuild=True), dict(prefetch=True),
+                                    dict(rebuild=True, prefetch=True, refill_first=True),
+                                    dict(dq="atomic", rebuild=True, prefetch=True), dict(dq="triton", prefetch=True),
+                                    dict(dq="gluon", prefetch=True)],
+                         ids=["default", "dq_stages2", "dq_atomic", "rebuild", "dq_atomic_rebuild", "prefetch",
+                              "rebuild_prefetch_refill_first", "dq_atomic_rebuild_prefetch", "dq_triton_prefetch",
+                              "dq_gluon_prefetch"])
 def test_gluon_backward_gpu_matches_reference(fields, shape, d, is_causal, dtype):
     """The default config at each head dim, stage 3d's one-pass kernel with two dQ staging tiles used in
     turn (dq_stages 2; at d 128 too, where one pass is not the default) and stage 3e's with dQ added by atomics
     from registers (dq "atomic", every d), and stage 4b's one-pass kernels (reduce, atomic) with their resident
-    tiles' descriptors rebuilt each query tile (rebuild), against the same float64 reference. 1000 queries: 16 query tiles a
-    key tile, so the staging tiles alternate 8 times each; 300, 200 and 257 queries: a ragged query tile (the masked
-    atomics)."""
+    tiles' descriptors rebuilt each query tile (rebuild), and stage 4c's row statistics prefetched by cp.async
+    (prefetch, every dq mode; with the refill before the dQ reduce-add, refill_first), against the same float64
+    reference. 1000 queries: 16 query tiles a key tile, so the staging tiles (and the statistics' ring slots)
+    alternate 8 times each; 300, 200 and 257 queries: a ragged query tile (the masked atomics, the zero-filled
+    statistics)."""
     B, H, n_q, n_k = shape
     config = None if fields is None else bwd.GluonBwdConfig(**fields)
     check(*_inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda"), is_causal, config=config)
@@ -551,14 +659,19 @@ def _config_id(c) -> str:
     dq_tiles = "-" + "x".join(map(str, c.dq_tiles)) if c.dq == "gluon" else ""
     dq_stages = f"-dq-stages{c.dq_stages}" if c.dq_stages > 1 else ""
     rebuild = "-rebuild" if c.rebuild else ""
+    rebuild += ("-prefetch" if c.prefetch else "") + ("-refill-first" if c.refill_first else "")  # stage 4c
     return f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}-dq-{c.dq}{dq_tiles}{dq_stages}{rebuild}"
 
 
 #: The variants the ragged, long and NaN-poisoned tests run besides the default: stage 3c's dQ kernel and
 #: stage 3d's two dQ staging tiles (dq "reduce", at d 128 too), stage 3e's dQ by atomics (dq "atomic"), stage 4b's
-#: one-pass kernels with descriptors rebuilt each query tile (rebuild, dq "reduce" and "atomic").
+#: one-pass kernels with descriptors rebuilt each query tile (rebuild, dq "reduce" and "atomic"), stage 4c's row
+#: statistics prefetched (the split, the rebuilt reduce kernel with refill_first, the rebuilt atomic one).
 EXTRA_VARIANTS = {"dq-gluon": dict(dq="gluon"), "dq-stages2": dict(dq_stages=2), "dq-atomic": dict(dq="atomic"),
-                  "rebuild": dict(rebuild=True), "dq-atomic-rebuild": dict(dq="atomic", rebuild=True)}
+                  "rebuild": dict(rebuild=True), "dq-atomic-rebuild": dict(dq="atomic", rebuild=True),
+                  "dq-triton-prefetch": dict(dq="triton", prefetch=True),
+                  "rebuild-prefetch-refill-first": dict(rebuild=True, prefetch=True, refill_first=True),
+                  "dq-atomic-rebuild-prefetch": dict(dq="atomic", rebuild=True, prefetch=True)}
 
 
 def _variant_config(name):
@@ -654,7 +767,8 @@ def test_gluon_backward_gpu_long_sequences_match_triton(is_causal, variant):
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [80, 128])
 @pytest.mark.parametrize("dq", ["reduce", "triton", "gluon", "reduce-stages2", "atomic", "reduce-rebuild",
-                                "atomic-rebuild"])
+                                "atomic-rebuild", "dq-triton-prefetch", "rebuild-prefetch-refill-first",
+                                "dq-atomic-rebuild-prefetch"])
 def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
     """Every torch.empty is NaN-poisoned (as test_attention.py does): the launcher's outputs (dK, dV,
     dQ or the fp32 dQ buffer, D) must have every element written or zeroed by a kernel (the ragged key
@@ -671,7 +785,9 @@ def test_gluon_backward_gpu_writes_every_element(d, is_causal, dq, monkeypatch):
         return t
 
     monkeypatch.setattr(torch, "empty", poisoned_empty)
-    if dq == "reduce-stages2":
+    if dq in EXTRA_VARIANTS:  # stage 4c's
+        config = _variant_config(dq)
+    elif dq == "reduce-stages2":
         config = bwd.GluonBwdConfig(dq_stages=2)
     elif dq.endswith("-rebuild"):
         config = bwd.GluonBwdConfig(dq=dq[:-len("-rebuild")], rebuild=True)

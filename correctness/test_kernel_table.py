@@ -70,6 +70,28 @@ def test_each_committed_entry_names_a_config_its_kernel_accepts():
 
 
 @needs_gluon
+def test_an_entry_from_before_later_config_fields_loads_as_the_same_config():
+    """A bwd entry written before GluonBwdConfig grew dq_stages (3d), rebuild (4b), prefetch and refill_first (4c)
+    loads, round-trips through the JSON form unchanged, and names the config the current table names (each later
+    field at its default, the behaviour the entry was measured with); one that sets the new fields round-trips too."""
+    from impl.attention.flash_gluon_bwd import GluonBwdConfig
+
+    old = {"block_m": 64, "block_n": 128, "dq": "triton", "dq_tiles": [128, 64, 3], "num_stages": 2, "num_warps": 8}
+    entry = dict(direction="bwd", arch="sm_90", d=128, causal=True, dtype="bfloat16", kernel="gluon", config=old,
+                 measured=[dict(probe="p.json", device="H100", shape=[1, 2, 512, 128], ms=1.0, triton_ms=1.5,
+                                err=1e-3)])
+    table = _table(entry)
+    assert kt.table_from_json(kt.table_to_json(table)) == table
+    config = GluonBwdConfig(**dict(table.entries[0].config))
+    assert config == GluonBwdConfig(dq="triton") and not (config.rebuild or config.prefetch or config.refill_first)
+    new = dict(entry, config=dict(old, dq="reduce", dq_stages=1, rebuild=True, prefetch=True, refill_first=True))
+    table = _table(new)
+    assert kt.table_from_json(json.loads(kt.dumps(table))) == table
+    assert GluonBwdConfig(**dict(table.entries[0].config)) == GluonBwdConfig(rebuild=True, prefetch=True,
+                                                                            refill_first=True)
+
+
+@needs_gluon
 def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
     """A (d, causal) is in the table only where a run timed both kernels, and a config only if it won at every
     shape each run that timed it timed Triton; a wrong or failed row rules its config out; a backward row

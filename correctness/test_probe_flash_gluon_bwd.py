@@ -28,6 +28,12 @@ STAGE_4B_ONLY = [r"^(1x32x32768x128|4x32x4096x128) (cudnn|ws[+]gluon-bwd( 64x128
                  r"^1x16x16384x64 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 rebuild)?)$"]
 
 
+#: Stage 4c's GPU call (NOTES.md, "Issue 47, stage 4c (redone)"): at 1x32x32768x128 cuDNN, the default (the split),
+#: the split with the statistics prefetched, the rebuilt one-pass reduce kernel, then with prefetch and with
+#: refill_first too, the rebuilt dq-atomic kernel and its prefetching twin.
+STAGE_4C_ONLY = [r"^1x32x32768x128 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2( dq-triton prefetch| rebuild( prefetch"
+                 r"( refill-first)?)?| dq-atomic rebuild( prefetch)?))?)$"]
+
 @pytest.fixture(scope="module")
 def probe():
     with probe_module("flash_gluon_bwd") as module:
@@ -134,3 +140,25 @@ def test_stage_4b_only_keeps_its_rows_in_order(probe, capsys):
     probe.main(["--dry-run", "--skip-triton", *[a for rx in STAGE_4B_ONLY for a in ("--only", rx)]])
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("15 rows, estimate") and sum("rebuild" in line for line in out) == 5
+
+
+def test_stage_4c_only_keeps_its_rows_in_order_within_one_call(probe, capsys):
+    """Stage 4c's --only selection at 1x32x32768x128 (the stage-4c candidates are the probe's sweep configs, also at
+    4x32x4096x128): cuDNN, the default, the rebuilt one-pass pair and the prefetching configs; the dry run prints
+    the same 8 rows, estimated under 230 s (one device call under 300 s with the start)."""
+    labels = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
+    one = "ws+gluon-bwd 64x128 w8 s2"
+    for shape in ("1x32x32768x128", "4x32x4096x128"):
+        for v in ("dq-triton prefetch", "rebuild prefetch", "rebuild prefetch refill-first",
+                  "dq-atomic rebuild prefetch"):
+            assert f"{shape} {one} {v}" in labels
+    rows = probe.plan(skip_triton=True, skip_ws=True, only=tuple(STAGE_4C_ONLY))
+    s = "1x32x32768x128"
+    assert [probe.row_label(r) for r in rows] == [
+        f"{s} cudnn", f"{s} ws+gluon-bwd",
+        *[f"{s} {one} {v}" for v in ("rebuild", "dq-atomic rebuild", "dq-triton prefetch", "rebuild prefetch",
+                                      "rebuild prefetch refill-first", "dq-atomic rebuild prefetch")]]
+    assert sum(r["est"] for r in rows) < 230
+    probe.main(["--dry-run", "--skip-ws", "--budget-s", "270", *[a for rx in STAGE_4C_ONLY for a in ("--only", rx)]])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("8 rows, estimate") and sum("prefetch" in line for line in out) == 4

@@ -15,7 +15,9 @@ dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-glu
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
 kernel with two dQ staging tiles, stage 3d; dq-atomic: the one-pass kernel adding dQ by atomics from registers,
 stage 3e; "rebuild" (after the dq part): the one-pass kernel, reduce or dq-atomic, with its resident tiles' wgmma
-descriptors rebuilt each query tile, stage 4b) at 1x32x32768x128 and 4x32x4096x128; at d 64/80/96, where one pass
+descriptors rebuilt each query tile, stage 4b; "prefetch": the next query tile's lse and D copied by cp.async
+under the current one, "refill-first": the Q/dO refill before the dQ reduce-add, stage 4c) at 1x32x32768x128 and
+4x32x4096x128; at d 64/80/96, where one pass
 is the default, a dq-stages2, a dq-atomic and a rebuild row beside the default's. Rows of split configs (dq-triton, dq-gluon, and the
 d 128 default) also time the dQ kernel alone ("dq_ms"). Each Gluon row records its relative errors of dQ, dK,
 dV against the Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
@@ -78,6 +80,10 @@ def cfg_text(c) -> str:
         dq += f" dq-stages{c.dq_stages}"
     if c.rebuild:  # stage 4b: the resident tiles' descriptors rebuilt each query tile (no spills at d 128)
         dq += " rebuild"
+    if c.prefetch:  # stage 4c: the next query tile's lse and D copied by cp.async under the current tile
+        dq += " prefetch"
+    if c.refill_first:  # stage 4c: the Q/dO refill before the dQ reduce-add
+        dq += " refill-first"
     return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + dq
 
 

@@ -98,6 +98,9 @@ def _bwd_variants():
             for causal in (False, True):
                 out.append(("bwd", d, causal, "bf16", bwd.GluonBwdConfig(dq=dq, rebuild=True)))
     out.append(("bwd", 128, True, "fp16", bwd.GluonBwdConfig(rebuild=True)))
+    for config in bwd.CANDIDATE_CONFIGS:  # stage 4c: the prefetching candidates also without the causal mask, and at
+        if config.prefetch:  # a split head dim (80: lo and hi halves)
+            out += [("bwd", 128, False, "bf16", config), ("bwd", 80, True, "bf16", config)]
     default = bwd.GluonBwdConfig(dq="gluon").dq_tiles
     for d in (64, 80, 96, 128):
         for causal in (False, True):
@@ -115,7 +118,8 @@ def _bwd_variants():
 
 #: Config fields added after dumps were taken, left out of a variant's name at their default value, so that
 #: every variant compiled before the field existed keeps its name (and compares against an older dump).
-_LATER_FIELDS = {"dq_stages": 1, "rebuild": False}  # GluonBwdConfig, stages 3d and 4b
+#: GluonBwdConfig: stages 3d, 4b, 4c.
+_LATER_FIELDS = {"dq_stages": 1, "rebuild": False, "prefetch": False, "refill_first": False}
 
 
 def _config_tag(config) -> str:

@@ -50,6 +50,7 @@ from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
@@ -96,6 +97,14 @@ class GluonBwdConfig:
     #: descriptors (8 k-steps x 64 bits for each of K·Qᵀ, V·dOᵀ and dS·K) are what pushed the kernel past
     #: 255 registers into spills; rebuilt, they cost a few integer ops a tile and the kernel does not spill.
     rebuild: bool = False
+    #: Stage 4c: the next query tile's row statistics (lse and D, BLOCK_M floats each) are copied by cp.async
+    #: into a two-slot shared-memory ring while the current tile computes, instead of loaded from global
+    #: memory at the head of each tile (their latency then sits before the first exp2). Any dq mode.
+    prefetch: bool = False
+    #: Stage 4c, dq "reduce" only: refill the Q/dO slot (the TMA loads of the tile NUM_STAGES ahead) before
+    #: the current tile's dQ staging and TMA reduce-add instead of after, so the loads start earlier; dK's
+    #: product, which reads the slot, is then waited for before the dQ epilogue rather than under it.
+    refill_first: bool = False
 
     def __post_init__(self) -> None:
         if self.num_warps not in (4, 8) or self.block_n != 16 * self.num_warps:
@@ -109,6 +118,11 @@ class GluonBwdConfig:
                              f"got {self}")
         if self.rebuild and self.dq not in ("reduce", "atomic"):
             raise ValueError(f"rebuild is for the one-pass kernel (dq='reduce' or 'atomic'), got {self}")
+        if not all(isinstance(x, bool) for x in (self.rebuild, self.prefetch, self.refill_first)):
+            raise ValueError(f"rebuild, prefetch and refill_first must be bools, got {self}")
+        if self.refill_first and self.dq != "reduce":
+            raise ValueError(f"refill_first reorders the refill around the dQ TMA reduce-add: dq='reduce' only, got "
+                             f"{self}")
         object.__setattr__(self, "dq_tiles", tuple(self.dq_tiles))  # hashable as a dict key / test id
         bm, bn, stages = self.dq_tiles
         if bm not in (64, 128) or bn not in (64, 128) or not 2 <= stages <= 4:
@@ -118,13 +132,20 @@ class GluonBwdConfig:
 #: The configs the GPU probe measures and the GPU tests check (those over 227 KB are refused). The
 #: dq "gluon" ones (stage 3c) pair the dK/dV kernel of dq "triton" with two tilings of the dQ kernel; then
 #: the one-pass kernel with two dQ staging tiles (stage 3d), with dQ by atomics (stage 3e), and the last two
-#: are the one-pass kernels (reduce, atomic) with their descriptors rebuilt each query tile (stage 4b: no spills).
+#: are the one-pass kernels (reduce, atomic) with their descriptors rebuilt each query tile (stage 4b: no spills);
+#: then stage 4c's: the split with the row statistics prefetched, the rebuilt reduce kernel with them (and with the
+#: refill before the dQ reduce-add), the rebuilt atomic kernel with them.
 CANDIDATE_CONFIGS = (GluonBwdConfig(64, 128, 8, 2), GluonBwdConfig(64, 128, 8, 3), GluonBwdConfig(64, 64, 4, 2),
                      GluonBwdConfig(64, 64, 4, 3), GluonBwdConfig(64, 128, 8, 2, dq="triton"),
                      GluonBwdConfig(64, 128, 8, 2, dq="gluon"),
                      GluonBwdConfig(64, 128, 8, 2, dq="gluon", dq_tiles=(128, 128, 2)),
                      GluonBwdConfig(64, 128, 8, 2, dq_stages=2), GluonBwdConfig(64, 128, 8, 2, dq="atomic"),
-                     GluonBwdConfig(64, 128, 8, 2, rebuild=True), GluonBwdConfig(64, 128, 8, 2, dq="atomic", rebuild=True))
+                     GluonBwdConfig(64, 128, 8, 2, rebuild=True),
+                     GluonBwdConfig(64, 128, 8, 2, dq="atomic", rebuild=True),
+                     GluonBwdConfig(64, 128, 8, 2, dq="triton", prefetch=True),
+                     GluonBwdConfig(64, 128, 8, 2, rebuild=True, prefetch=True),
+                     GluonBwdConfig(64, 128, 8, 2, rebuild=True, prefetch=True, refill_first=True),
+                     GluonBwdConfig(64, 128, 8, 2, dq="atomic", rebuild=True, prefetch=True))
 
 
 def default_config(d: int) -> GluonBwdConfig:
@@ -137,16 +158,18 @@ def default_config(d: int) -> GluonBwdConfig:
 
 def shared_bytes(d: int, config: GluonBwdConfig, itemsize: int = 2) -> int:
     """Shared memory the dK/dV kernel allocates: K and V (later dK and dV), the Q/dO ring, dSᵀ (dq "reduce"
-    and "atomic") and the fp32 dQ staging tile(s) (dq "reduce" only: dq_stages of them) and the mbarriers
-    (three allocations, each up to a 16-byte boundary).
+    and "atomic") and the fp32 dQ staging tile(s) (dq "reduce" only: dq_stages of them), the prefetched
+    row statistics (prefetch: two slots of lse and of D, fp32) and the mbarriers (three allocations, each
+    up to a 16-byte boundary).
     The dQ kernel of dq "gluon": flash_gluon_dq.dq_shared_bytes."""
     kv = 2 * config.block_n * d * itemsize
     ring = config.num_stages * 2 * config.block_m * d * itemsize
     reduce = config.dq == "reduce"
     ds = config.block_n * config.block_m * itemsize if config.dq in ("reduce", "atomic") else 0
     dq = config.dq_stages * config.block_m * d * 4 if reduce else 0
+    stats = 2 * 2 * config.block_m * 4 if config.prefetch else 0
     barriers = 16 + 2 * (-(-8 * config.num_stages // 16) * 16)
-    return kv + ring + ds + dq + barriers
+    return kv + ring + ds + dq + stats + barriers
 
 
 # ---------------------------------------------------------------------------
@@ -279,13 +302,62 @@ def _dq_atomic(dq, dq_h, dq_base, m0, N_Q, sm_scale, BLOCK_M: gl.constexpr, BLOC
 
 
 @gluon.jit
+def _stats_rings(BLOCK_M: gl.constexpr):
+    """Stage 4c's two-slot shared-memory rings of the query tiles' lse and D (fp32, BLOCK_M each)."""
+    layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    lse = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], layout)
+    delta = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], layout)
+    return lse, delta
+
+
+@gluon.jit
+def _stats_issue(L_base, D_base, stats_rings, t, j0, N_Q, BLOCK_M: gl.constexpr):
+    """Start the cp.async copies of query tile j0 + t's lse and D into slot t % 2 (rows past N_Q, and
+    every row of a tile past the last, zero-filled: the copies are masked), one commit group per thread.
+    The slot's previous contents (tile t - 2's) were read before a barrier the caller has passed."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    lse_ring, delta_ring = stats_rings
+    offs = (j0 + t) * BLOCK_M + gl.arange(0, BLOCK_M, layout=layout)
+    in_q = offs < N_Q
+    async_copy.async_copy_global_to_shared(lse_ring.index(t % 2), L_base + offs, mask=in_q)
+    async_copy.async_copy_global_to_shared(delta_ring.index(t % 2), D_base + offs, mask=in_q)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _stat(ring, t, layout: gl.constexpr):
+    """Tile t's lse or D (BLOCK_M fp32 in `layout`) from slot t % 2 of its ring, whose copies every thread
+    waited for before a barrier. Read where it is used: from shared memory the read is short, and neither
+    row vector is held in registers across the products before it (at d 128, 16 registers each)."""
+    return ring.index(t % 2).load(layout)
+
+
+@gluon.jit
+def _resident_pair(a_desc, b_desc, ROWS: gl.constexpr, COLS: gl.constexpr, REBUILD: gl.constexpr):
+    """Shared memory of the resident K and V (or their hi halves), in a_desc's dtype: (a, b, a_ring, b_ring).
+    REBUILD: one-slot rings, a and b their slot 0, the rings returned for _q_loop's loop-variant views;
+    otherwise plain tiles and the rings 0."""
+    a_ring = 0
+    b_ring = 0
+    if REBUILD:
+        a_ring, b_ring = _ring_pair(a_desc, b_desc, 1, ROWS, COLS)
+        a_smem = a_ring.index(0)
+        b_smem = b_ring.index(0)
+    else:
+        a_smem = gl.allocate_shared_memory(a_desc.dtype, a_desc.block_type.shape, a_desc.layout)
+        b_smem = gl.allocate_shared_memory(a_desc.dtype, b_desc.block_type.shape, b_desc.layout)
+    return a_smem, b_smem, a_ring, b_ring
+
+
+@gluon.jit
 def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n,
             k2, kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc,
             q_smem, do_smem, qh_smem, doh_smem, ds_smem, dq_smem, dqh_smem, q_bars, do_bars,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
             NUM_STAGES: gl.constexpr, MASKED: gl.constexpr, KEY_MASK: gl.constexpr, DQ: gl.constexpr,
             DQ_STAGES: gl.constexpr, dq_base=0, DQ_ATOMIC: gl.constexpr = False, kv_rings=0,
-            REBUILD: gl.constexpr = False):
+            REBUILD: gl.constexpr = False, stats_rings=0, PREFETCH: gl.constexpr = False,
+            REFILL_FIRST: gl.constexpr = False):
     """The key tile's work over its query tiles t in [t_lo, t_hi) (query tile index j0 + t). MASKED:
     the tiles holding the causal diagonal (causal mask); KEY_MASK: the key tile runs past N_K (P of
     the padded keys set to 0); neither: no mask at all. DQ: also dQ, by TMA reduce-add from DQ_STAGES
@@ -295,6 +367,10 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
     slot z = m0 >> 30, which is 0 (query rows are below 2^30, as the launcher checks) but neither provably
     0 nor loop-invariant to the compiler: their wgmma descriptors are rebuilt each tile (a few integer ops)
     instead of being hoisted out of the loop and held in registers (24 of 64 bits at d 128, which spilled).
+    PREFETCH (stage 4c): tile t's lse and D come from slot t % 2 of stats_rings (each read where it is used),
+    and tile t + 1's are copied into the other slot under tile t's work (waited for before the barrier that
+    ends the tile). REFILL_FIRST (stage 4c, TMA reduce-add only): the slot's refill is issued before the dQ
+    staging and reduce-add.
 
     Why padded keys need a mask although K = V = 0 there: their score is 0, so P = exp(-lse), which
     overflows to inf when a row's lse < -88 (all its scores very negative), and dQ = dS·K would
@@ -310,7 +386,11 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         slot = t % NUM_STAGES
         phase = (t // NUM_STAGES) & 1
         m0 = (j0 + t) * BLOCK_M
-        offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
+        if PREFETCH:
+            offs_m = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+            _stats_issue(L_base, D_base, stats_rings, t + 1, j0, N_Q, BLOCK_M)
+        else:
+            offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
         if REBUILD:
             z = m0 >> 30
             k_ring, v_ring, kh_ring, vh_ring = kv_rings
@@ -330,6 +410,8 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
         dpt = _t_product(v2, vh2, do_slot, doh_slot, st_zero, BLOCK_M, BLOCK_D, D1)
         # Groups retire in order (one per wgmma): 1 (d 64/128) or 2 (split d) left = dPᵀ's.
         st = warpgroup_mma_wait(num_outstanding=2 if D1 > 0 else 1, deps=(st,))
+        if PREFETCH:
+            lse2 = _stat(stats_rings[0], t, col_layout) * 1.4426950408889634  # as _row_stats scales it
         pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         # dV += Pᵀ·dO runs while dSᵀ is formed.
         pt16 = gl.convert_layout(pt.to(dtype), a_layout)
@@ -338,6 +420,8 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
             dpt, pt16, pt16_h = warpgroup_mma_wait(num_outstanding=2, deps=(dpt, pt16, pt16_h))
         else:
             dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
+        if PREFETCH:
+            delta = _stat(stats_rings[1], t, col_layout)
         dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
         if DQ:
             # Every warp is past the previous tile's dQ product on ds_smem (the barrier ending the
@@ -359,7 +443,7 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
                 dq, dv, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv, pt16))
             if DQ_ATOMIC:
                 _dq_atomic(dq, dq_h, dq_base, m0, N_Q, sm_scale, BLOCK_M, BLOCK_D, D1)
-            else:
+            elif not REFILL_FIRST:
                 _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, t, BLOCK_M, BLOCK_D,
                            D1, DQ_STAGES)
         if D1 > 0:
@@ -367,12 +451,18 @@ def _q_loop(dk, dk_h, dv, dv_h, t_lo, t_hi, n_t, j0, b, h, N_Q, N_K, L_base, D_b
                 num_outstanding=0, deps=(dv, dv_h, dk, dk_h, pt16, pt16_h, ds16, ds16_h))
         else:
             dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt16, ds16))
+        if PREFETCH:
+            async_copy.wait_group(0)  # tile t + 1's statistics: visible to every thread after the barrier
         # Every warp has waited for its products on this slot and on dSᵀ; the barrier below (no
         # other orders the last wait before the refill and the next tile's dSᵀ store) frees both.
         gl.thread_barrier()
         # Refill the slot with the tile NUM_STAGES ahead.
         _issue_ring(t + NUM_STAGES, n_t, j0, b, h, q_desc, do_desc, qh_desc, doh_desc, q_smem, do_smem, qh_smem,
                     doh_smem, q_bars, do_bars, BLOCK_M, BLOCK_D, D1, NUM_STAGES)
+        if REFILL_FIRST:
+            # dQ was waited for above; its staging waits for the previous reduce-add behind its own barriers.
+            _dq_reduce(dq, dq_h, dq_smem, dqh_smem, dq_desc, dqh_desc, b, h, m0, sm_scale, t, BLOCK_M, BLOCK_D, D1,
+                       DQ_STAGES)
     return dk, dk_h, dv, dv_h
 
 
@@ -386,7 +476,8 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
                    H, N_Q, N_K, qk_scale, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ: gl.constexpr, DQ_STAGES: gl.constexpr = 1,
-                   dq_ptr=None, DQ_ATOMIC: gl.constexpr = False, REBUILD: gl.constexpr = False):
+                   dq_ptr=None, DQ_ATOMIC: gl.constexpr = False, REBUILD: gl.constexpr = False,
+                   PREFETCH: gl.constexpr = False, REFILL_FIRST: gl.constexpr = False):
     """Grid (key tiles, B·H). Descriptors are rank 4 over (B, H, N, d) with blocks (1, 1, rows, BLOCK_D)
     (lo) and (1, 1, rows, D1) at column BLOCK_D (hi; None when D1 == 0); dq_desc over the fp32 dQ
     buffer (None without DQ: dK and dV only). L (natural-log lse) and Delta are (B·H, N_Q) fp32.
@@ -394,10 +485,12 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     dq_desc is None and dq_ptr the fp32 dQ buffer itself (contiguous (B, H, N_Q, d)), added into by atomics
     from registers; no staging tile is allocated. REBUILD (GluonBwdConfig.rebuild, one pass only): K, V
     (and hi halves) and dSᵀ allocated as one-slot rings, viewed in the loop through a loop-variant zero
-    index so that their wgmma descriptors are rebuilt each tile (_q_loop)."""
+    index so that their wgmma descriptors are rebuilt each tile (_q_loop). PREFETCH, REFILL_FIRST
+    (GluonBwdConfig.prefetch, .refill_first; stage 4c): see _q_loop."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BLOCK_N == 16 * NW, "each warp owns 16 key rows")
     gl.static_assert(BLOCK_N % BLOCK_M == 0, "query tiles nest in the key tile")
+    gl.static_assert(not REFILL_FIRST or (DQ and not DQ_ATOMIC), "REFILL_FIRST reorders the TMA reduce-add's epilogue")
     kv_layout: gl.constexpr = _mma_layout(NW, BLOCK_D)
     kvh_layout: gl.constexpr = _mma_layout(NW, D1)
     row_layout: gl.constexpr = gl.SliceLayout(1, _mma_layout(NW, BLOCK_M))
@@ -409,15 +502,7 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     h = pid_bh % H
     n0 = pid_n * BLOCK_N
 
-    k_ring = 0
-    v_ring = 0
-    if REBUILD:
-        k_ring, v_ring = _ring_pair(k_desc, v_desc, 1, BLOCK_N, BLOCK_D)
-        k_smem = k_ring.index(0)
-        v_smem = v_ring.index(0)
-    else:
-        k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
-        v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
+    k_smem, v_smem, k_ring, v_ring = _resident_pair(k_desc, v_desc, BLOCK_N, BLOCK_D, REBUILD)
     q_smem, do_smem = _ring_pair(q_desc, do_desc, NUM_STAGES, BLOCK_M, BLOCK_D)
     ds_smem = 0
     dq_smem = 0
@@ -441,19 +526,16 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     doh_smem = 0
     dqh_smem = 0
     if D1 > 0:
-        if REBUILD:
-            kh_ring, vh_ring = _ring_pair(kh_desc, vh_desc, 1, BLOCK_N, D1)
-            kh_smem = kh_ring.index(0)
-            vh_smem = vh_ring.index(0)
-        else:
-            kh_smem = gl.allocate_shared_memory(dtype, kh_desc.block_type.shape, kh_desc.layout)
-            vh_smem = gl.allocate_shared_memory(dtype, vh_desc.block_type.shape, vh_desc.layout)
+        kh_smem, vh_smem, kh_ring, vh_ring = _resident_pair(kh_desc, vh_desc, BLOCK_N, D1, REBUILD)
         qh_smem, doh_smem = _ring_pair(qh_desc, doh_desc, NUM_STAGES, BLOCK_M, D1)
         if DQ and not DQ_ATOMIC:
             if DQ_STAGES == 1:
                 dqh_smem = gl.allocate_shared_memory(gl.float32, dqh_desc.block_type.shape, dqh_desc.layout)
             else:
                 dqh_smem = gl.allocate_shared_memory(gl.float32, [DQ_STAGES, 1, 1, BLOCK_M, D1], dqh_desc.layout)
+    stats_rings = 0
+    if PREFETCH:
+        stats_rings = _stats_rings(BLOCK_M)
     kv_bar, q_bars, do_bars = _barriers(NUM_STAGES)
 
     # Query tiles j0 + t, t in [0, n_t): causal ones start at the tile holding query n0; the first
@@ -492,8 +574,13 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     dq_base = 0
     if DQ_ATOMIC:
         dq_base = dq_ptr + pid_bh.to(gl.int64) * N_Q * (BLOCK_D + D1)
+    if PREFETCH:
+        _stats_issue(L_base, D_base, stats_rings, 0, j0, N_Q, BLOCK_M)
 
     mbarrier.wait(kv_bar, 0)
+    if PREFETCH:
+        async_copy.wait_group(0)  # the first tile's statistics, for every thread after the barrier
+        gl.thread_barrier()
     # The diagonal tiles (causal only) with every mask; then the rest, with the key mask only in
     # the program whose key tile is ragged (a uniform branch: the hot loop carries no mask).
     if IS_CAUSAL:
@@ -501,19 +588,22 @@ def _attn_bwd_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
             dk, dk_h, dv, dv_h, 0, n_diag, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, True, True, DQ,
-            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD)
+            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD, stats_rings, PREFETCH,
+            REFILL_FIRST)
     if n0 + BLOCK_N > N_K:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, True, DQ,
-            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD)
+            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD, stats_rings, PREFETCH,
+            REFILL_FIRST)
     else:
         dk, dk_h, dv, dv_h = _q_loop(
             dk, dk_h, dv, dv_h, n_diag, n_t, n_t, j0, b, h, N_Q, N_K, L_base, D_base, qk_scale, sm_scale, offs_n, k2,
             kh2, v2, vh2, q_desc, do_desc, qh_desc, doh_desc, dq_desc, dqh_desc, q_smem, do_smem, qh_smem, doh_smem,
             ds_smem, dq_smem, dqh_smem, q_bars, do_bars, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, False, False, DQ,
-            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD)
+            DQ_STAGES, dq_base, DQ_ATOMIC, (k_ring, v_ring, kh_ring, vh_ring), REBUILD, stats_rings, PREFETCH,
+            REFILL_FIRST)
 
     _invalidate(kv_bar, q_bars, do_bars, NUM_STAGES)
 
@@ -574,9 +664,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     """(grid, positional arguments, launch options) of the Gluon kernel's launch, for tensors on any
     device (the compile test builds them from CPU tensors). lse, delta contiguous (B·H·N_Q fp32);
     dq32 an fp32 buffer in q's shape, contiguous (dq "reduce" and "atomic"; None otherwise); dk, dv
-    contiguous. dq "atomic" appends the buffer (dq_ptr) and DQ_ATOMIC to the arguments; the other modes pass
-    the kernel's defaults for both (None, False) by leaving them out. config.rebuild appends REBUILD (after
-    those defaults where dq is "reduce"); without it the arguments are as before stage 4b."""
+    contiguous. The kernel's trailing optional arguments (dq_ptr, DQ_ATOMIC, REBUILD, PREFETCH, REFILL_FIRST)
+    are passed up to the last one the config sets (dq "atomic" sets the first two: the buffer, True), so a
+    config without the later options launches exactly as before them."""
     q4, k4, v4, do4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dk, dv))
     dq4 = None if dq32 is None else as_4d(dq32)
     B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
@@ -598,10 +688,12 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     args = (*_descriptors(q4, k4, v4, do4, None if atomic else dq4, dk4, dv4, bm, bn), lse, delta, H, n_q, n_k,
             sm_scale * LOG2E, sm_scale, bm, bn, lo, hi, bool(is_causal), config.num_stages,
             config.dq in ("reduce", "atomic"), config.dq_stages)
-    if atomic:
-        args += (dq4, True)  # dq_ptr, DQ_ATOMIC
-    if config.rebuild:
-        args += (() if atomic else (None, False)) + (True,)  # (dq_ptr, DQ_ATOMIC,) REBUILD
+    # The kernel's optional trailing arguments, passed up to the last one not at its default: a config
+    # without the later options launches with the arguments it had before them.
+    tail = (dq4 if atomic else None, atomic, config.rebuild, config.prefetch, config.refill_first)
+    while tail and (tail[-1] is None or tail[-1] is False):
+        tail = tail[:-1]
+    args += tail  # dq_ptr, DQ_ATOMIC, REBUILD, PREFETCH, REFILL_FIRST
     grid = (-(-n_k // bn), B * H)
     return grid, args, {"num_warps": config.num_warps}
 
