@@ -301,6 +301,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     if d != 128:
         raise ValueError(f"{FN}: head dim 128 only, got {d}")
     check_shared(shared_bytes(d, q.element_size()), d, "ws backward", FN)
+    if config.rebuild and n_q >= 1 << 30:
+        raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
+                         f"fewer than 2^30 query rows, got {n_q}: {config}")
     n_k = k4.shape[2]
     bm, bn = BLOCK_M.value, BLOCK_N.value
     sm_scale = 1.0 / math.sqrt(d)
@@ -308,9 +311,6 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, bm, 0, d),
             _descriptor(dv4, bm, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
     if config.rebuild:
-        if n_q >= 1 << 30:
-            raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
-                             f"fewer than 2^30 query rows, got {n_q}: {config}")
         args += (True,)  # REBUILD
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
 
