@@ -1003,8 +1003,8 @@ from impl.attention import flash_gluon_bwd_ws as mod
 fn = mod._attn_bwd_ws_sm90
 from kits.sm90_compile import compile_for_sm90, cubin_figures
 rows = []
-for config, causal, dtype in [(c, causal, torch.bfloat16) for c in mod.CANDIDATE_CONFIGS for causal in (False, True)] + [
-        (mod.GluonBwdWsConfig(), True, torch.float16)]:
+cases = [(c, causal, torch.bfloat16) for c in mod.CANDIDATE_CONFIGS for causal in (False, True)]
+for config, causal, dtype in cases + [(mod.GluonBwdWsConfig(), True, torch.float16)]:
     q, k, v, do = (torch.randn(2, 3, 1000, 128, dtype=dtype) for _ in range(4))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
@@ -1027,8 +1027,8 @@ def test_ws_backward_compiles_for_hopper():
     rows = json.loads(run_without_interpreter(_COMPILE_WS))
     for r in rows:
         print(f"\nws d 128 causal={r['causal']} rebuild={r['rebuild']} fp16={r['fp16']}: stack {r['stack']} B, "
-              f"STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, UTMAREDG {r['tma_reduce']}, "
-              f"BAR.SYNC {r['bar_sync']}, budget: regs touched {r['partitions']}")
+              f"STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, "
+              f"UTMAREDG {r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, budget: regs touched {r['partitions']}")
         assert r["local"] == 0 and r["stack"] <= 512, r
         assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
         assert all(used <= int(b) for b, used in r["partitions"].items()), r

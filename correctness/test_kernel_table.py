@@ -63,7 +63,8 @@ def _config_classes():
     from impl.attention.flash_gluon_bwd import GluonBwdConfig
     from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
     from impl.attention.flash_gluon_ws import GluonWsConfig
-    return {("fwd", "gluon_ws"): GluonWsConfig, ("bwd", "gluon"): GluonBwdConfig, ("bwd", "gluon_ws"): GluonBwdWsConfig}
+    return {("fwd", "gluon_ws"): GluonWsConfig, ("bwd", "gluon"): GluonBwdConfig,
+            ("bwd", "gluon_ws"): GluonBwdWsConfig}
 
 
 @needs_gluon
