@@ -1119,33 +1119,71 @@ from impl.attention import flash_gluon_bwd_ws as mod
 fn = mod._attn_bwd_ws_sm90
 from kits.sm90_compile import compile_for_sm90, cubin_figures
 rows = []
-for causal in (False, True):
-    q, k, v, do = (torch.randn(2, 3, 1000, 128, dtype=torch.bfloat16) for _ in range(4))
+cases = [(c, causal, torch.bfloat16) for c in mod.CANDIDATE_CONFIGS for causal in (False, True)]
+for config, causal, dtype in cases + [(mod.GluonBwdWsConfig(), True, torch.float16)]:
+    q, k, v, do = (torch.randn(2, 3, 1000, 128, dtype=dtype) for _ in range(4))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
-                                       torch.empty_like(v), causal)
+                                       torch.empty_like(v), causal, config)
     ck = compile_for_sm90(fn, args, opts, divisible=("L", "Delta"))
-    rows.append(dict(causal=causal, predicted=mod.shared_bytes(128), **cubin_figures(ck)))
+    rows.append(dict(causal=causal, rebuild=config.rebuild, fp16=dtype == torch.float16,
+                     predicted=mod.shared_bytes(128), **cubin_figures(ck)))
 print(json.dumps(rows))
 """
 
 
 def test_ws_backward_compiles_for_hopper():
-    """Stage 3b at d 128, full and causal: 12 warps, setmaxnreg budgets 240 (consumers) / 24 (load
-    warp) with no partition past its budget, wgmma only, dQ by reduce, shared memory within its bound;
-    the stack is what the 240-register budget spills (read in NOTES.md), bounded."""
+    """Stages 3b and 4d at d 128, full and causal (and fp16 causal with rebuild): 12 warps, setmaxnreg budgets 240
+    (consumers) / 24 (load warp) with no partition past its budget, wgmma only, dQ by reduce, shared memory within
+    its bound. Stage 3b's kernel (rebuild=False) spills what the 240-register budget cannot hold (read in NOTES.md),
+    bounded; with rebuild (stage 4d) nothing spills: no stack, no local loads or stores, at the same wgmma, ex2,
+    reduce and barrier counts and shared memory."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     rows = json.loads(run_without_interpreter(_COMPILE_WS))
     for r in rows:
-        print(f"\nws d 128 causal={r['causal']}: stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared "
-              f"{r['shared']} B, HGMMA {r['hgmma']}, UTMAREDG {r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, "
-              f"budget: regs touched {r['partitions']}")
+        print(f"\nws d 128 causal={r['causal']} rebuild={r['rebuild']} fp16={r['fp16']}: stack {r['stack']} B, "
+              f"STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, "
+              f"UTMAREDG {r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, budget: regs touched {r['partitions']}")
         assert r["local"] == 0 and r["stack"] <= 512, r
         assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
         assert all(used <= int(b) for b, used in r["partitions"].items()), r
         assert r["hgmma"] > 0 and r["hmma"] == 0 and r["tma_reduce"] > 0, r
         assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+        if r["rebuild"]:
+            assert r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
+    assert sum(r["rebuild"] for r in rows) == 3 and sum(r["stack"] > 0 for r in rows if not r["rebuild"]) == 2
+    plain = {r["causal"]: r for r in rows if not r["rebuild"]}
+    for r in rows:
+        same = ("hgmma", "ex2", "tma_reduce", "bar_sync", "tma_loads", "tma_stores", "shared", "warps")
+        assert {f: r[f] for f in same} == {f: plain[r["causal"]][f] for f in same}, r
+
+
+@pytest.mark.parametrize("rebuild", [1, "yes", None])
+def test_ws_backward_config_refuses_a_rebuild_that_is_not_a_bool(rebuild):
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    with pytest.raises(ValueError, match="^GluonBwdWsConfig: rebuild must be a bool"):
+        ws.GluonBwdWsConfig(rebuild=rebuild)
+
+
+def test_ws_backward_launch_args_rebuild():
+    """rebuild (the default) appends REBUILD and nothing else; rebuild=False gives stage 3b's arguments; 2^30 query
+    rows and more refused by name with rebuild (the slot index is row >> 30)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((1, 2, 40, 128))
+    bufs = (a["lse"], torch.empty(1, 2, 40), torch.empty(1, 2, 40, 128), torch.empty_like(a["k"]),
+            torch.empty_like(a["v"]))
+    grid, plain, opts = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, ws.GluonBwdWsConfig(False))
+    grid2, rebuilt, opts2 = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True)
+    assert (grid, opts) == (grid2, opts2) and len(rebuilt) == len(plain) + 1 and rebuilt[-1] is True
+    assert rebuilt[-2] is True and plain[-1] is True  # IS_CAUSAL, as before
+    huge = torch.empty(1, 1, 1 << 30, 128, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="rebuild views the resident tiles through slot"):
+        ws.launch_args(huge, huge, huge, huge, torch.empty(1, 1, 1 << 30, device="meta"),
+                       torch.empty(1, 1, 1 << 30, device="meta"), torch.empty(huge.shape, device="meta"), huge, huge,
+                       True)
 
 
 def test_ws_backward_refuses_other_head_dims_and_devices():
@@ -1161,10 +1199,11 @@ def test_ws_backward_refuses_other_head_dims_and_devices():
 
 @gpu
 @needs_sm90
+@pytest.mark.parametrize("rebuild", [True, False], ids=["rebuild", "stage3b"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
-def test_ws_backward_gpu_matches_reference(shape, is_causal, monkeypatch):
-    """Stage 3b at d 128 against the float64 reference (every torch.empty NaN-poisoned)."""
+def test_ws_backward_gpu_matches_reference(shape, is_causal, rebuild, monkeypatch):
+    """Stage 3b (rebuild=False) and 4d at d 128 against the float64 reference (every torch.empty NaN-poisoned)."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     B, H, n_q, n_k = shape
@@ -1179,7 +1218,7 @@ def test_ws_backward_gpu_matches_reference(shape, is_causal, monkeypatch):
         return t
 
     monkeypatch.setattr(torch, "empty", poisoned_empty)
-    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal)
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig(rebuild=rebuild))
     monkeypatch.undo()
     assert all(torch.isfinite(g).all() for g in got)
     if n_q > 2000:  # against the Triton backward (the float64 reference is slow there)

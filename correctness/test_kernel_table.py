@@ -58,14 +58,22 @@ def test_the_committed_table_is_the_one_the_committed_probes_give():
     assert kt.table_from_json(json.loads(built)) == kt.shipped_table()
 
 
+def _config_classes():
+    """(direction, kernel) -> the config dataclass its launcher takes."""
+    from impl.attention.flash_gluon_bwd import GluonBwdConfig
+    from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
+    from impl.attention.flash_gluon_ws import GluonWsConfig
+    return {("fwd", "gluon_ws"): GluonWsConfig, ("bwd", "gluon"): GluonBwdConfig,
+            ("bwd", "gluon_ws"): GluonBwdWsConfig}
+
+
 @needs_gluon
 def test_each_committed_entry_names_a_config_its_kernel_accepts():
-    from impl.attention.flash_gluon_bwd import GluonBwdConfig
-    from impl.attention.flash_gluon_ws import GluonWsConfig
-    configs = {"gluon_ws": GluonWsConfig, "gluon": GluonBwdConfig}
+    configs = _config_classes()
+    assert set(configs) == {(d, k) for d, kernels in kt.KERNELS.items() for k in kernels}
     assert kt.shipped_table().entries, "the probes gave no entry at all"
     for e in kt.shipped_table().entries:
-        configs[e.kernel](**dict(e.config))
+        configs[e.direction, e.kernel](**dict(e.config))
         assert all(m.ms < m.triton_ms and m.err <= 2e-2 for m in e.measured), e
 
 
@@ -133,11 +141,56 @@ def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
     assert dict(table.entries[1].config)["dq"] == "reduce"
 
 
+WS_BWD = dict(GOOD, direction="bwd", kernel="gluon_ws", config={"rebuild": True})
+
+
+@needs_gluon
+def test_the_builder_reads_the_ws_backward_rows_as_gluon_ws(tmp_path):
+    """Stage 4d: "ws+gluon-bwd-ws" rows are the table's bwd "gluon_ws", competing with "gluon" by the same rule;
+    their rows from before config_used (stage 3b's) are not read."""
+    def row(shape, impl, ms, config_used=None, config=None):
+        return dict(shape=shape, impl=impl, config=config, bwd=ms, err=1e-3, wrong=False, error=None,
+                    **({} if config_used is None else dict(config_used=config_used)))
+    causal1, causal2, full = [1, 2, 4096, 128, True], [2, 2, 2048, 128, True], [1, 2, 4096, 128, False]
+    split = "64x128 w8 s2 dq-triton"
+    rows = [row(s, impl, ms, used) for s, impl, ms, used in (
+        (causal1, "triton", 3.0, None), (causal1, "ws+gluon-bwd", 2.5, split),
+        (causal1, "ws+gluon-bwd-ws", 2.0, "ws 64x128 s2 rebuild"), (causal1, "ws+gluon-bwd-ws", 2.9, "ws 64x128 s2"),
+        (causal2, "triton", 1.0, None), (causal2, "ws+gluon-bwd", 0.9, split),
+        (causal2, "ws+gluon-bwd-ws", 0.8, "ws 64x128 s2 rebuild"), (causal2, "ws+gluon-bwd-ws", 0.95, "ws 64x128 s2"),
+        (full, "triton", 3.0, None), (full, "ws+gluon-bwd", 2.0, split),
+        (full, "ws+gluon-bwd-ws", 2.6, "ws 64x128 s2 rebuild"))]
+    rows.append(row(full, "ws+gluon-bwd-ws", 0.1))  # stage 3b's row: no config_used, not read
+    probes = tmp_path / "reports" / "data" / "m" / "probes"
+    probes.mkdir(parents=True)
+    (probes / "flash_gluon_bwd_x.json").write_text(json.dumps(dict(device="GPU", capability=[9, 0], rows=rows)))
+    with probe_module("kernel_table") as builder:
+        table = builder.build(str(tmp_path))
+    got = {(e.d, e.causal): (e.kernel, dict(e.config)) for e in table.entries}
+    assert got[128, True] == ("gluon_ws", {"rebuild": True})
+    assert got[128, False][0] == "gluon" and got[128, False][1]["dq"] == "triton"
+    assert [m.ms for m in table.lookup("bwd", "sm_90", 128, True, "bfloat16").measured] == [2.0, 0.8]
+
+
+@needs_gluon
+def test_a_gluon_ws_backward_entry_round_trips_to_its_config():
+    """JSON -> table -> JSON is the identity, and the entry's config is the launcher's typed config."""
+    from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
+    for rebuild in (True, False):
+        raw = {"rule": "test", "entries": [dict(WS_BWD, config={"rebuild": rebuild})]}
+        table = kt.table_from_json(raw)
+        assert kt.table_to_json(table) == raw and kt.table_from_json(json.loads(kt.dumps(table))) == table
+        (entry,) = table.entries
+        assert GluonBwdWsConfig(**dict(entry.config)) == GluonBwdWsConfig(rebuild=rebuild)
+        assert entry.config == tuple(sorted(dataclasses.asdict(GluonBwdWsConfig(rebuild=rebuild)).items()))
+
+
 @pytest.mark.parametrize("change, match", [
     (dict(kernel="gluon_tlx"), "unknown kernel 'gluon_tlx'"),
     (dict(kernel="triton"), "unknown kernel 'triton'.*no entry means triton"),
     (dict(direction="sideways"), "unknown direction 'sideways'"),
-    (dict(direction="bwd"), "unknown kernel 'gluon_ws'"),
+    (dict(direction="bwd", kernel="gluon_tlx"), "unknown kernel 'gluon_tlx'.*'gluon', 'gluon_ws'"),
+    (dict(direction="bwd", d=64, config={"rebuild": True}), "kernel 'gluon_ws' runs at head dims \\(128,\\) only"),
     (dict(arch="sm_100"), "runs on sm_90 only, not sm_100"),
     (dict(d=112), "head dim must be one of"),
     (dict(dtype="float32"), "dtype one of"),
@@ -173,6 +226,44 @@ def test_the_decision_picks_gluon_only_for_sm90_cuda_with_an_entry():
               ("fwd", "auto", (9, 0), 64, True, "bfloat16"), ("fwd", "auto", (9, 0), 128, False, "bfloat16"),
               ("fwd", "auto", (9, 0), 128, True, "float16"), ("bwd", "auto", (9, 0), 128, True, "bfloat16")]
     assert [kt.choose(table, *m) for m in misses] == [None] * len(misses)
+
+
+@needs_gluon
+def test_the_backward_dispatch_runs_the_kernel_its_entry_names(monkeypatch):
+    """A table (synthetic) whose d 128 causal bf16 backward is "gluon_ws" and full is "gluon": on an sm_90 device
+    (the capability stubbed; the launchers stubbed, CPU tensors) each call reaches its own launcher with the
+    entry's typed config and records its kernel; another capability, dtype or head dim, or kernels "triton",
+    chooses nothing (Triton)."""
+    from impl.attention import flash_dispatch, flash_gluon_bwd, flash_gluon_bwd_ws
+    split = {"block_m": 64, "block_n": 128, "dq": "triton", "num_stages": 2, "num_warps": 8}
+    table = _table(WS_BWD, dict(WS_BWD, causal=False, kernel="gluon", config=split))
+    capability = [(9, 0)]
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: table)
+    monkeypatch.setattr(flash_dispatch, "_capability", lambda t: capability[0])
+    calls = []
+
+    def launcher(name):
+        def run(q, k, v, o, do, lse, causal, config, *rest):
+            calls.append((name, causal, config))
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        return run
+
+    monkeypatch.setattr(flash_gluon_bwd_ws, "flash_gluon_backward_ws", launcher("ws"))
+    monkeypatch.setattr(flash_gluon_bwd, "flash_gluon_backward", launcher("gluon"))
+    q, k, v, o, do = (torch.randn(1, 2, 40, 128).to(torch.bfloat16) for _ in range(5))
+    lse = torch.zeros(1, 2, 40)
+    rec = LaunchRecorder()
+    opts = FlashOptions(kernels="auto", recorder=rec)
+    for causal in (True, False):
+        *grads, record = flash_dispatch.backward(q, k, v, o, do, lse, causal, opts)
+        assert record.kernel == rec.last["bwd"].kernel == ("gluon_ws" if causal else "gluon")
+    assert calls == [("ws", True, flash_gluon_bwd_ws.GluonBwdWsConfig(rebuild=True)),
+                     ("gluon", False, flash_gluon_bwd.GluonBwdConfig(dq="triton"))]
+    choice = lambda x, causal=True, o=opts: flash_dispatch._gluon_choice("bwd", x, causal, o, lambda: None)  # noqa
+    assert choice(q).kernel == "gluon_ws"
+    misses = [choice(q.half()), choice(q[..., :64]), choice(q, o=FlashOptions(kernels="triton"))]
+    capability[0] = (8, 0)
+    assert misses + [choice(q)] == [None] * 4
 
 
 def test_the_shipped_table_sends_the_d128_causal_bf16_forward_to_gluon_ws():
@@ -273,6 +364,41 @@ def test_auto_on_sm90_takes_triton_where_the_gluon_launcher_refuses():
     x = torch.randn(1, 2, 128, 2 * d, device="cuda", dtype=torch.bfloat16)[..., ::2]
     FlashAttentionTriton.apply(x, x, x, True, opts)
     assert rec.last["fwd"].kernel == "triton"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)], ids=["2x3x300", "1x4x1029", "1x2x4096"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("rebuild", [True, False], ids=["rebuild", "stage3b"])
+def test_auto_on_sm90_runs_the_ws_backward_where_the_table_names_it(rebuild, causal, shape, dtype, monkeypatch):
+    """Stage 4d through the public path: a table (the shipped one with its d 128 backward entry for this key
+    replaced by "gluon_ws") sends FlashAttentionTriton's backward to the ws kernel; gradients match the float64
+    reference at ragged lengths, and the launch record names gluon_ws."""
+    from test_attention import reference, rel_err, tolerance
+
+    from impl.attention import flash_dispatch
+    from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
+    name = str(dtype).removeprefix("torch.")
+    ws = dict(WS_BWD, causal=causal, dtype=name, config={"rebuild": rebuild})
+    shipped = kt.table_to_json(kt.shipped_table())
+    others = [e for e in shipped["entries"] if (e["direction"], e["d"], e["causal"], e["dtype"]) !=
+              ("bwd", 128, causal, name)]
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: _table(*others, ws))
+    g = torch.Generator().manual_seed(shape[-1])
+    q, k, v, do = (torch.randn(*shape, 128, generator=g).to("cuda", dtype) for _ in range(4))
+    rec = LaunchRecorder()
+    qi, ki, vi = (x.clone().requires_grad_(True) for x in (q, k, v))
+    o = FlashAttentionTriton.apply(qi, ki, vi, causal, FlashOptions(autotune=False, kernels="auto", recorder=rec))
+    o.backward(do)
+    assert rec.last["bwd"].kernel == "gluon_ws"
+    assert rec.last["bwd"].configs == (("bwd", repr(GluonBwdWsConfig(rebuild=rebuild))),)
+    ref_o, _, dq, dk, dv = reference(q, k, v, causal, do, o_saved=o)
+    tol = tolerance(dtype, "cuda")
+    errs = {name: rel_err(got, ref) for name, got, ref in
+            (("o", o, ref_o), ("dq", qi.grad, dq), ("dk", ki.grad, dk), ("dv", vi.grad, dv))}
+    assert all(e < tol for e in errs.values()), errs
 
 
 def test_options_with_auto_compare_unequal_to_triton():

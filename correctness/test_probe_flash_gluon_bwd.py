@@ -113,8 +113,9 @@ def test_carveout_twins_follow_each_ws_gluon_row_only(probe, capsys):
 
 def test_the_plan_has_the_rebuild_rows(probe):
     """Stage 4b: the one-pass kernels with rebuilt descriptors beside the one-pass reduce and dq-atomic rows at both
-    sweep shapes, and beside the default (one pass) at d 64/80/96; not at the other d 128 shapes."""
-    labels = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
+    sweep shapes, and beside the default (one pass) at d 64/80/96; not at the other d 128 shapes (the ws backward's
+    rebuild rows, stage 4d, are at every d 128 table shape: test_the_plan_has_the_ws_backward_candidates)."""
+    labels = [probe.row_label(r) for r in probe.plan(skip_triton=True, skip_ws=True)]
     assert len(labels) == len(set(labels))
     for shape in ("1x32x32768x128", "4x32x4096x128"):
         i = labels.index(f"{shape} ws+gluon-bwd 64x128 w8 s2 rebuild")
@@ -162,3 +163,44 @@ def test_stage_4c_only_keeps_its_rows_in_order_within_one_call(probe, capsys):
     probe.main(["--dry-run", "--skip-ws", "--budget-s", "270", *[a for rx in STAGE_4C_ONLY for a in ("--only", rx)]])
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("8 rows, estimate") and sum("prefetch" in line for line in out) == 4
+
+#: Stage 4d's kernel-table call (NOTES.md, "Issue 47, stage 4d and the ws dispatch (redone)"): at the table's four d
+#: 128 shapes our Triton backward (the table's baseline), the Gluon default (the split) and the ws backward's
+#: candidates; and its 300-s call: at 1x32x32768x128 cuDNN, the split, the one-pass reduce rebuild and the ws rows.
+STAGE_4D_TABLE_ONLY = [r"^(1x32x32768x128|4x32x4096x128|8x32x2048x128|4x16x8192x128 full) "
+                       r"(triton|ws[+]gluon-bwd|ws[+]gluon-bwd-ws ws .*)$"]
+STAGE_4D_ONLY = [r"^1x32x32768x128 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 rebuild)?|ws[+]gluon-bwd-ws ws .*)$"]
+
+
+def test_the_plan_has_the_ws_backward_candidates(probe):
+    """Stage 4d: one "ws+gluon-bwd-ws" row per flash_gluon_bwd_ws.CANDIDATE_CONFIGS (rebuild, then stage 3b's) at each
+    d 128 table shape, after the shape's "gluon-bwd" row; none elsewhere, none with --skip-ws."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    rows = probe.plan(skip_triton=True)
+    labels = [probe.row_label(r) for r in rows]
+    assert len(labels) == len(set(labels))
+    table = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full")
+    want = [f"{s} ws+gluon-bwd-ws {v}" for s in table for v in ("ws 64x128 s2 rebuild", "ws 64x128 s2")]
+    assert [x for x in labels if "ws+gluon-bwd-ws" in x] == want
+    assert [r["config"] for r in rows if r["impl"] == "ws+gluon-bwd-ws"][:2] == list(ws.CANDIDATE_CONFIGS)
+    for s in table:
+        assert labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s2 rebuild") == labels.index(f"{s} gluon-bwd") + 1
+    assert not any("ws+gluon-bwd-ws" in probe.row_label(r) for r in probe.plan(skip_triton=True, skip_ws=True))
+    assert probe.cfg_text(None) == "" and probe.default_config("ws+gluon-bwd-ws", 128) == ws.GluonBwdWsConfig()
+
+
+def test_stage_4d_selections_keep_their_rows_within_their_calls(probe):
+    """The kernel-table call: per table shape the split, the two ws rows and Triton, estimated under its 450-s call;
+    the 300-s call: five rows at 1x32x32768x128."""
+    rows = probe.plan(only=tuple(STAGE_4D_TABLE_ONLY))
+    table = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full")
+    assert [probe.row_label(r) for r in rows] == [
+        x for s in table for x in (f"{s} ws+gluon-bwd", f"{s} ws+gluon-bwd-ws ws 64x128 s2 rebuild",
+                                   f"{s} ws+gluon-bwd-ws ws 64x128 s2", f"{s} triton")]
+    assert sum(r["est"] for r in rows) < 430
+    rows = probe.plan(skip_triton=True, only=tuple(STAGE_4D_ONLY))
+    assert [probe.row_label(r) for r in rows] == [
+        "1x32x32768x128 cudnn", "1x32x32768x128 ws+gluon-bwd", "1x32x32768x128 ws+gluon-bwd-ws ws 64x128 s2 rebuild",
+        "1x32x32768x128 ws+gluon-bwd-ws ws 64x128 s2", "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 rebuild"]
+    assert sum(r["est"] for r in rows) < 250

@@ -9,8 +9,10 @@ head dims 4x16x4096x80 and x96. Per shape, each row times three things with do_b
 Rows: "cudnn" (SDPA cuDNN), "sdpa flash", "triton" (our Triton forward and backward, default options:
 the two-pass backward), "triton atomic" (our single-pass Triton backward), "gluon-bwd" (our Triton
 forward, one config, unautotuned + flash_gluon_bwd at its default config: its "bwd" is the figure), "ws+gluon-bwd" (the stage-2 warp-specialized Gluon
-forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same with stage 3b's
-warp-specialized backward, flash_gluon_bwd_ws, d 128 only), then flash_gluon_bwd's candidate configs (among them
+forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same with the warp-specialized
+backward, flash_gluon_bwd_ws, d 128 only: one row per its CANDIDATE_CONFIGS, labels "ws 64x128 s2 rebuild"
+(stage 4d, its default) and "ws 64x128 s2" (stage 3b's kernel), at every d 128 table shape), then
+flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
 kernel with two dQ staging tiles, stage 3d; dq-atomic: the one-pass kernel adding dQ by atomics from registers,
@@ -21,9 +23,9 @@ under the current one, "refill-first": the Q/dO refill before the dQ reduce-add,
 is the default, a dq-stages2, a dq-atomic and a rebuild row beside the default's. Rows of split configs (dq-triton, dq-gluon, and the
 d 128 default) also time the dQ kernel alone ("dq_ms"). Each Gluon row records its relative errors of dQ, dK,
 dV against the Triton backward's ("err": the largest; > 2e-2 marks the row wrong, its time is kept but flagged).
-"/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms. The "ws+gluon-bwd" and
-"gluon-bwd" rows record "config_used", the config's label also where "config" is None (the default, which moves
-between commits): tools/probes/kernel_table.py takes the backward's configs from it.
+"/cudnn" and "/triton": fwd+bwd ms over that shape's cudnn / triton fwd+bwd ms. The "ws+gluon-bwd",
+"ws+gluon-bwd-ws" and "gluon-bwd" rows record "config_used", the config's label also where "config" is None
+(the default, which moves between commits): tools/probes/kernel_table.py takes the backward's configs from it.
 --carveout PCT (repeatable) adds, after each "ws+gluon-bwd" row, its twin timed with the Gluon backward kernels'
 shared-memory carve-out set to PCT percent (tools/probes/carveout.py; label suffix "carveoutPCT"; the driver's
 default is put back after the row), so the same kernel is timed both ways in one run.
@@ -61,8 +63,9 @@ IMPLS = ("cudnn", "sdpa flash", "ws+gluon-bwd", "gluon-bwd", "triton", "triton a
 #: Compiles a row's first call at a (d, causal) pays: the Triton rows autotune (forward 9 configs,
 #: dQ + dK/dV 12, atomic 6), the Gluon rows compile their kernel and the unautotuned Triton
 #: reference (forward, dQ, dK/dV: one config each).
-#: Rows that run flash_gluon_backward at `config`, None meaning its default_config(d).
-GLUON_DEFAULT_IMPLS = ("ws+gluon-bwd", "gluon-bwd")
+#: Rows that run a Gluon backward at `config`, None meaning its default (default_config below): their label is
+#: recorded as "config_used" (tools/probes/kernel_table.py reads it; "ws+gluon-bwd-ws" is the table's "gluon_ws").
+GLUON_DEFAULT_IMPLS = ("ws+gluon-bwd", "gluon-bwd", "ws+gluon-bwd-ws")
 COMPILES = {"cudnn": 0, "sdpa flash": 0, "ws+gluon-bwd": 5, "gluon-bwd": 1, "ws+gluon-bwd-ws": 1, "triton": 21,
             "triton atomic": 6}
 
@@ -71,9 +74,21 @@ def shape_name(s) -> str:
     return "x".join(map(str, s[:4])) + ("" if s[4] else " full")
 
 
+def default_config(impl: str, d: int):
+    """The config a GLUON_DEFAULT_IMPLS row with config None runs."""
+    if impl == "ws+gluon-bwd-ws":
+        from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
+        return GluonBwdWsConfig()
+    from impl.attention.flash_gluon_bwd import default_config as gluon_default
+    return gluon_default(d)
+
+
 def cfg_text(c) -> str:
     if c is None or isinstance(c, str):
         return c or ""
+    if not hasattr(c, "dq"):  # flash_gluon_bwd_ws.GluonBwdWsConfig: fixed tiles (stage 4d: rebuild)
+        from impl.attention.flash_gluon_bwd_ws import BLOCK_M, BLOCK_N, NUM_STAGES
+        return f"ws {BLOCK_M.value}x{BLOCK_N.value} s{NUM_STAGES.value}" + (" rebuild" if c.rebuild else "")
     dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles)),
           "atomic": " dq-atomic"}.get(c.dq, "")
     if c.dq_stages > 1:  # stage 3d: dQ staging tiles used in turn
@@ -113,7 +128,7 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
     compile only at a key's first kept row."""
     import re
 
-    from impl.attention import flash_gluon_bwd as bwd
+    from impl.attention import flash_gluon_bwd as bwd, flash_gluon_bwd_ws as ws
 
     rows, compiled = [], set()
 
@@ -141,8 +156,9 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
             add(s, impl)
             if impl == "ws+gluon-bwd":
                 add(s, impl, dq_gluon)
-            if impl == "gluon-bwd" and not skip_ws:  # stage 3b, the warp-specialized experiment (d 128 only)
-                add(s, "ws+gluon-bwd-ws")
+            if impl == "gluon-bwd" and not skip_ws:  # the warp-specialized backward (d 128 only), its candidates
+                for c in ws.CANDIDATE_CONFIGS:
+                    add(s, "ws+gluon-bwd-ws", c)
     for s in SWEEP:
         for c in bwd.CANDIDATE_CONFIGS:
             if c != bwd.default_config(s[3]) and c != dq_gluon:
@@ -227,11 +243,12 @@ def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
 
         fwd = lambda: flash_gluon_ws_forward(q, k, v, causal)  # noqa: E731
         o, lse = fwd()
-        bwd = lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal)  # noqa: E731
+        config = row["config"]
+        bwd = lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal, config)  # noqa: E731
 
         def both():
             o2, lse2 = fwd()
-            return flash_gluon_backward_ws(q, k, v, o2, do, lse2, causal)
+            return flash_gluon_backward_ws(q, k, v, o2, do, lse2, causal, config)
 
         err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
         return {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
@@ -337,8 +354,6 @@ def main(argv=None) -> None:
         return
     import triton
 
-    from impl.attention import flash_gluon_bwd as gbwd
-
     start, rows = time.time(), []
     res = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
            "torch": torch.__version__, "triton": triton.__version__, "budget_s": args.budget_s,
@@ -362,7 +377,7 @@ def main(argv=None) -> None:
         row["fwd+bwd"] = None
         if spec["impl"] in GLUON_DEFAULT_IMPLS:  # the config the row ran, also where it is the default (the
             # default moves between commits; tools/probes/kernel_table.py reads this)
-            row["config_used"] = cfg_text(spec["config"] or gbwd.default_config(spec["shape"][3]))
+            row["config_used"] = cfg_text(spec["config"] or default_config(spec["impl"], spec["shape"][3]))
         t0 = time.time()
         try:
             row.update(measure(row, tensors, cache, loaded))

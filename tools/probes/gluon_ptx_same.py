@@ -111,8 +111,12 @@ def _bwd_variants():
             out.append(("dq", 128, True, "bf16", config.dq_tiles))
     out.append(("dq", 128, True, "bf16", (64, 64, 4)))
     out.append(("dq", 128, True, "bf16", (128, 128, 3)))  # refused (shared memory)
-    for causal in (False, True):
-        out.append(("bwdws", 128, causal, "bf16", None))
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    for causal in (False, True):  # stage 3b's kernel ("fixed") and stage 4d's rebuild
+        for config in ws.CANDIDATE_CONFIGS:
+            out.append(("bwdws", 128, causal, "bf16", config))
+    out.append(("bwdws", 128, True, "fp16", ws.GluonBwdWsConfig()))
     return out
 
 
@@ -125,6 +129,8 @@ _LATER_FIELDS = {"dq_stages": 1, "rebuild": False, "prefetch": False, "refill_fi
 def _config_tag(config) -> str:
     if config is None:
         return "fixed"
+    if type(config).__name__ == "GluonBwdWsConfig":  # fixed tiles; "fixed" alone: stage 3b's kernel, as named before
+        return "fixed-rebuild" if config.rebuild else "fixed"
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []
@@ -196,7 +202,7 @@ def _compile(v):
         q, k, v_, do = (torch.randn(2, 3, 1000, d, dtype=dt) for _ in range(4))
         lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
         grid, args, opts = mod.launch_args(q, k, v_, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
-                                           torch.empty_like(v_), causal)
+                                           torch.empty_like(v_), causal, config)
         return mod._attn_bwd_ws_sm90, compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts,
                                                        divisible=("L", "Delta"))
     raise ValueError(kind)

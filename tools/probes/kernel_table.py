@@ -6,7 +6,8 @@
 
 Sources: every ``reports/data/*/probes/flash_gluon_fwd_*.json`` (forward: "gluon-ws" rows against the
 "triton" row, our autotuned Triton forward, by "ms") and ``flash_gluon_bwd_*.json`` (backward: "ws+gluon-bwd"
-rows against the "triton" row, our Triton backward at its default options, by "bwd"). The probes time bf16
+rows, kernel "gluon", and "ws+gluon-bwd-ws" rows, kernel "gluon_ws" (stage 4d), against the "triton" row, our
+Triton backward at its default options, by "bwd"). The probes time bf16
 inputs (their rows carry no dtype); the architecture is the file's "capability".
 
 The rule, per direction and (architecture, head dim, causal, dtype):
@@ -21,7 +22,8 @@ The rule, per direction and (architecture, head dim, causal, dtype):
   its own run's Triton time) wins.
 - A config is read from its row's label (``cfg_text`` of the probe) among the kernel's CANDIDATE_CONFIGS and
   default configs; a backward row without "config_used" (runs before that field: its None config was the
-  default of that commit, which moved) is not read.
+  default of that commit, which moved; the "ws+gluon-bwd-ws" rows before stage 4d) is not read. The backward's
+  two kernels compete as any two configs do.
 - A key no run measured against Triton has no entry: those calls run Triton.
 """
 from __future__ import annotations
@@ -43,7 +45,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TABLE_PATH = os.path.join(ROOT, "src", "impl", "attention", kt.TABLE_FILE)
 #: Per direction: probe files, the Gluon impl -> the table's kernel name, the time field.
 SOURCES = {"fwd": ("reports/data/*/probes/flash_gluon_fwd_*.json", {"gluon-ws": "gluon_ws"}, "ms"),
-           "bwd": ("reports/data/*/probes/flash_gluon_bwd_*.json", {"ws+gluon-bwd": "gluon"}, "bwd")}
+           "bwd": ("reports/data/*/probes/flash_gluon_bwd_*.json", {"ws+gluon-bwd": "gluon",
+                                                                     "ws+gluon-bwd-ws": "gluon_ws"}, "bwd")}
 TRITON_IMPL = "triton"
 PROBE_DTYPE = "bfloat16"  # both probes' inputs
 ERR_BOUND = 2e-2  # the probes' WRONG: the bf16 tolerance of the correctness tests
@@ -53,18 +56,21 @@ RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured corr
         "tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
 
 
-def _labels(direction: str) -> Dict[str, object]:
-    """Probe label -> config object of the direction's Gluon kernel."""
+def _labels(direction: str) -> Dict[str, Dict[str, object]]:
+    """Per table kernel of the direction: probe label -> config object (its CANDIDATE_CONFIGS and defaults;
+    the ws backward's default is its first candidate)."""
     if direction == "fwd":
         from flash_gluon_fwd import cfg_text
 
         from impl.attention import flash_gluon_ws as mod
+        configs = {"gluon_ws": list(mod.CANDIDATE_CONFIGS) + [mod.default_config(d) for d in kt.HEAD_DIMS]}
     else:
         from flash_gluon_bwd import cfg_text
 
-        from impl.attention import flash_gluon_bwd as mod
-    configs = list(mod.CANDIDATE_CONFIGS) + [mod.default_config(d) for d in kt.HEAD_DIMS]
-    return {cfg_text(c): c for c in configs}
+        from impl.attention import flash_gluon_bwd as bwd, flash_gluon_bwd_ws as ws
+        configs = {"gluon": list(bwd.CANDIDATE_CONFIGS) + [bwd.default_config(d) for d in kt.HEAD_DIMS],
+                   "gluon_ws": list(ws.CANDIDATE_CONFIGS)}
+    return {kernel: {cfg_text(c): c for c in cs} for kernel, cs in configs.items()}
 
 
 def _config_pairs(config) -> kt.Config:
@@ -110,9 +116,10 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
         if row["impl"] not in impls or row.get("carveout") is not None:  # a carve-out twin times a launch
             continue  # setting the launchers do not make (flash_gluon_bwd.py --carveout): not a config's time
         label = row.get("config_used") if direction == "bwd" else row.get("config")
-        if label not in labels:
+        kernel = impls[row["impl"]]
+        if label not in labels[kernel]:
             continue
-        cand = (impls[row["impl"]], label)
+        cand = (kernel, label)
         ms = _measured(row, field)
         ok = ms is not None and row.get("wrong") is False and row.get("err") is not None and row["err"] <= ERR_BOUND
         # None marks a failed or wrong measurement: it rules the config out at this key.
@@ -133,7 +140,7 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
         if best is not None:
             (kernel, label), measured = best[1], best[2]
             arch, d, causal, dtype = key
-            out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[label]),
+            out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[kernel][label]),
                                        tuple(measured)))
     return out
 

@@ -46,9 +46,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _gluon_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions,
                   accepts: Callable[[], None]) -> Optional[KernelChoice]:
     """The table's entry for this call, or None (Triton). `accepts` raises ValueError where the Gluon
-    launcher refuses the inputs (its own checks: dtype, head dim, TMA layout), which means Triton."""
-    if not q.is_cuda:
-        return None
+    launcher refuses the inputs (its own checks: dtype, head dim, TMA layout), which means Triton. Off CUDA
+    (no capability) nothing is chosen."""
     choice = choose(shipped_table(), direction, options.kernels, _capability(q), q.shape[-1], causal,
                     _dtype_name(q.dtype))
     if choice is None or not gluon_imports():
@@ -93,10 +92,16 @@ def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor
     choice = _gluon_choice("bwd", q, causal, options, accepts)
     if choice is None:
         return _backward(q, k, v, o, do, lse, causal, options, variant)
-    from .flash_gluon_bwd import GluonBwdConfig, flash_gluon_backward
-    config = GluonBwdConfig(**dict(choice.config))
-    with launch_ctx(q, "impl_flash::flash_gluon_backward"):
-        dq, dk, dv = flash_gluon_backward(q, k, v, o, do, lse, causal, config, options)
+    if choice.kernel == "gluon_ws":  # the table names it at d 128 only (kernel_table.KERNEL_HEAD_DIMS)
+        from .flash_gluon_bwd_ws import GluonBwdWsConfig, flash_gluon_backward_ws
+        config = GluonBwdWsConfig(**dict(choice.config))
+        with launch_ctx(q, "impl_flash::flash_gluon_backward_ws"):
+            dq, dk, dv = flash_gluon_backward_ws(q, k, v, o, do, lse, causal, config)
+    else:
+        from .flash_gluon_bwd import GluonBwdConfig, flash_gluon_backward
+        config = GluonBwdConfig(**dict(choice.config))
+        with launch_ctx(q, "impl_flash::flash_gluon_backward"):
+            dq, dk, dv = flash_gluon_backward(q, k, v, o, do, lse, causal, config, options)
     record = LaunchRecord("bwd", (("bwd", repr(config)),), _head_dim_label(q.shape[-1]), True, kernel=choice.kernel)
     return dq, dk, dv, _record(options, record)
 

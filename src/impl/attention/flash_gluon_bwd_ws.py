@@ -20,12 +20,17 @@ D and the zeroed fp32 dQ buffer come from the Triton preprocessing kernel, as in
 stage 3 (diagonal query tiles masked; the ragged key tile's program with a key mask).
 
 Only head dim 128 (the two dQ halves are 64-column slices of K's 128-byte-swizzled tile) and bf16/fp16.
-Nothing imports this module outside its compile test; it has not run on a GPU.
+
+Stage 4d (``GluonBwdWsConfig.rebuild``, the default): stage 4b's rebuilt descriptors in the consumers, and on
+the diagonal tiles dPᵀ issued after Pᵀ: no spills (stage 3b's kernel, ``rebuild=False``, spilled ~300 B of stack
+under the 240-register budget; it ran 59 ms at 1x32x32768x128 causal on an H100). The kernel table may name
+this kernel for the backward ("gluon_ws", impl.attention.flash_dispatch); no entry does yet.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
@@ -46,6 +51,28 @@ NUM_STAGES = gl.constexpr(2)
 CONSUMER_REGS = gl.constexpr(240)
 LOAD_REGS = gl.constexpr(24)
 WS_CAPTURE_BYTES = 512
+
+
+@dataclass(frozen=True)
+class GluonBwdWsConfig:
+    """The ws backward's options (its tiles are fixed: 128 keys on two consumer warpgroups, 64-row query
+    tiles, NUM_STAGES Q/dO slots).
+
+    rebuild (stage 4d): the consumers rebuild the wgmma shared-memory descriptors of their resident K / V
+    halves and of the dSᵀ halves every query tile (stage 4b's technique, _consumer_loop): under the
+    240-register budget the hoisted ones spilled (stage 3b: ~300 B of stack); rebuilt, nothing spills. The
+    default; False keeps stage 3b's kernel, PTX-identical, as the A/B twin its 59 ms was measured with."""
+
+    rebuild: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rebuild, bool):
+            raise ValueError(f"GluonBwdWsConfig: rebuild must be a bool, got {self.rebuild!r}")
+
+
+#: What the GPU probe (tools/probes/flash_gluon_bwd.py, rows "ws+gluon-bwd-ws") and the GPU tests run: the
+#: default (rebuild) first, then stage 3b's kernel.
+CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False))
 
 
 def shared_bytes(d: int, itemsize: int = 2) -> int:
@@ -91,8 +118,26 @@ def _program(H, N_Q, sched):
 
 
 @gluon.jit
+def _resident_views(k_smem, v_smem, ds_smem, z, C: gl.constexpr, KEYS: gl.constexpr, BLOCK_D: gl.constexpr):
+    """Consumer C's views through slot offset z (0; a loop-variant 0 under REBUILD): its K and V halves, its dQ
+    columns of both K halves (the dQ product over keys is two chained wgmma), both dSᵀ halves (dQ's A) and its
+    own (where it stores)."""
+    HALF: gl.constexpr = BLOCK_D // 2
+    k2 = _tile_2d(k_smem.index(C + z), KEYS, BLOCK_D)
+    v2 = _tile_2d(v_smem.index(C + z), KEYS, BLOCK_D)
+    kq0 = _tile_2d(k_smem.index(z), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
+    kq1 = _tile_2d(k_smem.index(1 + z), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
+    return k2, v2, kq0, kq1, ds_smem.index(z), ds_smem.index(1 + z), ds_smem.index(C + z)
+
+
+@gluon.jit
 def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
-                   MASKED: gl.constexpr, KEY_MASK: gl.constexpr):
+                   MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr):
+    """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
+    and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
+    0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
+    so their wgmma descriptors are rebuilt each tile instead of being hoisted and held (stage 4b's technique,
+    flash_gluon_bwd._q_loop)."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
@@ -110,11 +155,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     pid_bh = gl.program_id(1)
     L_base = L + pid_bh.to(gl.int64) * N_Q
     D_base = Delta + pid_bh.to(gl.int64) * N_Q
-    k2 = _tile_2d(k_smem.index(C), KEYS, BLOCK_D)
-    v2 = _tile_2d(v_smem.index(C), KEYS, BLOCK_D)
-    # This consumer's dQ columns of K, per key half (the product over keys is two chained wgmma).
-    kq0 = _tile_2d(k_smem.index(0), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
-    kq1 = _tile_2d(k_smem.index(1), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
+    k2, v2, kq0, kq1, ds_lo, ds_hi, my_ds = _resident_views(k_smem, v_smem, ds_smem, 0, C, KEYS, BLOCK_D)
     my_dq = dq_smem.index(C)
     offs_n = n0 + C * KEYS + gl.arange(0, KEYS, layout=row_layout)
     st_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout)
@@ -123,30 +164,43 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         phase = (t // NUM_STAGES) & 1
         m0 = (j0 + t) * BLOCK_M
         offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
+        if REBUILD:
+            k2, v2, kq0, kq1, ds_lo, ds_hi, my_ds = _resident_views(k_smem, v_smem, ds_smem, m0 >> 30, C, KEYS,
+                                                                    BLOCK_D)
         q2 = _tile_2d(q_smem.index(slot), BLOCK_M, BLOCK_D)
         do2 = _tile_2d(do_smem.index(slot), BLOCK_M, BLOCK_D)
         mbarrier.wait(q_ready.index(slot), phase)
         st = warpgroup_mma(k2, q2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-        mbarrier.wait(do_ready.index(slot), phase)
-        dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-        st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))
+        # SERIAL (rebuild's diagonal tiles, at most 2 a program): dPᵀ issued after Pᵀ is formed and dV's product
+        # issued, so that its accumulator is not live across the causal mask (with it, that loop instance spilled).
+        SERIAL: gl.constexpr = REBUILD and MASKED
+        if not SERIAL:
+            mbarrier.wait(do_ready.index(slot), phase)
+            dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(num_outstanding=0 if SERIAL else 1, deps=(st,))
         pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         pt16 = gl.convert_layout(pt.to(dtype), a_layout)
+        if SERIAL:
+            mbarrier.wait(do_ready.index(slot), phase)
         dv = warpgroup_mma(pt16, do2, dv, is_async=True)
-        dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
+        if SERIAL:
+            dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+            dpt, pt16, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dpt, pt16, dv))
+        else:
+            dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
         dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
         ds16 = gl.convert_layout(dst16, a_layout)
         dk = warpgroup_mma(ds16, q2, dk, is_async=True)
         # dSᵀ rows of this consumer into the shared tile, once both consumers' dQ products of the
         # previous tile are done with it (a fresh barrier counts phase -1 as complete).
         mbarrier.wait(ds_free, (t & 1) ^ 1)
-        ds_smem.index(C).store(dst16)
+        my_ds.store(dst16)
         fence_async_shared()
         mbarrier.arrive(ds_ready)
         mbarrier.wait(ds_ready, t & 1)
-        dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), kq0, gl.zeros([BLOCK_M, HALF], gl.float32, dq_layout),
+        dq = warpgroup_mma(ds_lo.permute((1, 0)), kq0, gl.zeros([BLOCK_M, HALF], gl.float32, dq_layout),
                            use_acc=False, is_async=True)
-        dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), kq1, dq, is_async=True)
+        dq = warpgroup_mma(ds_hi.permute((1, 0)), kq1, dq, is_async=True)
         dv, dk, dq, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt16, ds16))
         mbarrier.arrive(ds_free)
         mbarrier.arrive(slot_empty.index(slot))
@@ -161,7 +215,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
 
 
 @gluon.jit
-def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr):
+def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
@@ -175,11 +229,12 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr):
     dk = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
-    dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True)
+    dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD)
     if n0 + BLOCK_N > N_K:
-        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True)
+        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD)
     else:
-        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False)
+        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False,
+                                REBUILD)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
     # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete.
     mbarrier.wait(ds_free, (n_t - 1) & 1)
@@ -197,10 +252,10 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr):
 
 @gluon.jit
 def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, L, Delta,
-                      H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr):
+                      H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
     Descriptors rank 4 over (B, H, N, d), blocks of 64 rows (K, V, dK, dV in two halves, one per
-    consumer); dQ (fp32) (1, 1, 64, d / 2)."""
+    consumer); dQ (fp32) (1, 1, 64, d / 2). REBUILD: GluonBwdWsConfig.rebuild (_consumer_loop)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128, "head dim 128 only")
@@ -230,36 +285,42 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     bars = (kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free)
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
-        (_consumer_partition, (descs, smem, bars, sched, 0)),
-        (_consumer_partition, (descs, smem, bars, sched, 1)),
+        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD)),
+        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD)),
         (_load_partition, (descs, smem, bars, sched)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
 
 def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
-                dv: Tensor, is_causal: bool) -> Tuple[tuple, tuple, dict]:
-    """(grid, arguments, options) of one launch, for tensors on any device (the compile test)."""
+                dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
+    """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
+    GluonBwdWsConfig(); rebuild appends REBUILD (without it the arguments are stage 3b's)."""
+    config = config or GluonBwdWsConfig()
     q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
     B, H, n_q, d = q4.shape
     if d != 128:
         raise ValueError(f"{FN}: head dim 128 only, got {d}")
     check_shared(shared_bytes(d, q.element_size()), d, "ws backward", FN)
+    if config.rebuild and n_q >= 1 << 30:
+        raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
+                         f"fewer than 2^30 query rows, got {n_q}: {config}")
     n_k = k4.shape[2]
     bm, bn = BLOCK_M.value, BLOCK_N.value
     sm_scale = 1.0 / math.sqrt(d)
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, bm, 0, d), _descriptor(v4, bm, 0, d),
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, bm, 0, d),
             _descriptor(dv4, bm, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
+    if config.rebuild:
+        args += (True,)  # REBUILD
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
 
 
-
-
 def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
-                            is_causal: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+                            is_causal: bool = False,
+                            config: Optional[GluonBwdWsConfig] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """flash_gluon_bwd.flash_gluon_backward's contract at head dim 128 (ValueError otherwise), through
     the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel,
-    this kernel, the buffer's cast."""
+    this kernel, the buffer's cast. config None: GluonBwdWsConfig() (rebuild)."""
     from .flash_gluon_bwd import _preprocess, validate_backward
     from .flash_gluon_common import check_device
 
@@ -274,9 +335,9 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     _preprocess(o4, do4, delta, as_4d(dq32))  # d 128: one head-dim tile
-    grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal)
+    grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal, config)
     _attn_bwd_ws_sm90[grid](*args, **opts)
     return dq32.to(q.dtype), dk, dv
 
 
-__all__ = ["flash_gluon_backward_ws", "launch_args", "shared_bytes"]
+__all__ = ["CANDIDATE_CONFIGS", "GluonBwdWsConfig", "flash_gluon_backward_ws", "launch_args", "shared_bytes"]

@@ -33,7 +33,8 @@ class LaunchRecord:
     """One launcher call: ``kind`` "fwd" or "bwd"; ``configs``: kernel name ("fwd", "dq", "dkdv",
     "atomic") -> str(triton.Config); ``variant``: the backward variant (None for the forward);
     ``d_tiles``: the head-dim tiling label ("64", "64+16", "128 padded"); ``tma``: descriptors used;
-    ``kernel``: which family ran, "triton" or a Gluon kernel of the kernel table ("gluon_ws", "gluon")."""
+    ``kernel``: which family ran, "triton" or a Gluon kernel of the kernel table ("gluon_ws", "gluon"; the
+    backward's "gluon_ws" is flash_gluon_bwd_ws)."""
 
     kind: str
     configs: Tuple[Tuple[str, str], ...]

@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Dict, Optional, Tuple
 
-#: The Gluon kernels each direction may name, and the one architecture each is written for.
-KERNELS = {"fwd": {"gluon_ws": "sm_90"}, "bwd": {"gluon": "sm_90"}}
+#: The Gluon kernels each direction may name, and the one architecture each is written for. The backward's
+#: "gluon": flash_gluon_bwd (GluonBwdConfig); "gluon_ws": the warp-specialized flash_gluon_bwd_ws (GluonBwdWsConfig).
+KERNELS = {"fwd": {"gluon_ws": "sm_90"}, "bwd": {"gluon": "sm_90", "gluon_ws": "sm_90"}}
 HEAD_DIMS = (64, 80, 96, 128)  # the Gluon kernels' (flash_gluon_common.HEAD_DIM_TILES)
+#: Kernels written for fewer head dims than HEAD_DIMS: (direction, kernel) -> theirs.
+KERNEL_HEAD_DIMS = {("bwd", "gluon_ws"): (128,)}
 DTYPES = ("bfloat16", "float16")
 TABLE_FILE = "kernel_table.json"
 
@@ -67,6 +70,9 @@ class KernelChoice:
             raise ValueError(f"{where}: kernel {self.kernel!r} runs on {arch} only, not {self.arch}")
         if self.d not in HEAD_DIMS or self.dtype not in DTYPES or not isinstance(self.causal, bool):
             raise ValueError(f"{where}: head dim must be one of {HEAD_DIMS}, dtype one of {DTYPES}, causal a bool")
+        dims = KERNEL_HEAD_DIMS.get((self.direction, self.kernel), HEAD_DIMS)
+        if self.d not in dims:
+            raise ValueError(f"{where}: kernel {self.kernel!r} runs at head dims {dims} only")
         if not self.measured or any(m.ms >= m.triton_ms for m in self.measured):
             raise ValueError(f"{where}: needs measurements, each faster than triton in the same run")
 
@@ -139,5 +145,5 @@ def shipped_table() -> KernelTable:
     return table_from_json(json.loads(resources.files(__package__).joinpath(TABLE_FILE).read_text()))
 
 
-__all__ = ["DTYPES", "HEAD_DIMS", "KERNELS", "KernelChoice", "KernelTable", "Measured", "TABLE_FILE", "arch_name",
-           "choose", "dumps", "shipped_table", "table_from_json", "table_to_json"]
+__all__ = ["DTYPES", "HEAD_DIMS", "KERNELS", "KERNEL_HEAD_DIMS", "KernelChoice", "KernelTable", "Measured",
+           "TABLE_FILE", "arch_name", "choose", "dumps", "shipped_table", "table_from_json", "table_to_json"]
