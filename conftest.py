@@ -44,20 +44,27 @@ SLOW_FILES = {"test_distributed.py", "test_fsdp.py", "test_sharded_optimizer.py"
               "test_parallelism_calcs.py", "test_bench_workers.py"}
 
 
-# The longest tests, longest first (the H100 record at 50a7f58, `make test`, its log's `--durations=25`, then
-# the NCCL record's own long ones). `make correctness` schedules with xdist's
-# worksteal: worker i starts on the i-th of equal contiguous slices of the collection, and idle
-# workers steal from the tails. So the j-th longest test goes to the head of slice j mod workers:
-# they start at once on separate workers, not queued behind each other (as under load scheduling,
-# which dealt them all to one worker in one chunk: run 21, NOTES.md).
+# The longest tests, longest first (the two-shard H100 record at 5c685cb, `make test SHARD=K/N`, both logs'
+# `--durations=25`, each function by its longest call; then the NCCL record's own long ones). `make correctness`
+# schedules with xdist's worksteal: worker i starts on the i-th of equal contiguous slices of the collection, and
+# idle workers steal from the tails. So the j-th longest test goes to the head of slice j mod workers: they start
+# at once on separate workers, not queued behind each other (as under load scheduling, which dealt them all to one
+# worker in one chunk: run 21, NOTES.md). With --shard K/N the j-th also starts its dealing at shard j mod N, so
+# the longest alternate between the shards.
 LONG_FIRST = ("test_triton_hypothesis", "test_gluon_backward_compiles_for_hopper",
-              "test_triton_options_are_per_call_and_records_name_what_ran", "test_fast_options_follow_fp32_loss_curve",
-              "test_gluon_forward_compiles_for_hopper", "test_triton_gpu_hypothesis", "test_fast_cudagraphs_follows_fast",
-              "test_triton_gpu_split_head_dims_autotuned", "test_gluon_backward_rebuild_compiles_without_spills",
-              "test_triton_gpu_autotuned_configs", "test_triton_fp32_atomic_configs_fit_hopper_shared_memory",
-              "test_triton_split_head_dim_kernels_compile_for_hopper", "test_model_with_flash_triton_matches_naive",
-              "test_overlapped_ddp_ranks_exit_cleanly", "test_two_ranks_equal_one_process_on_the_whole_batch",
-              "test_compiled_graphs_serve_every_context")
+              "test_triton_options_are_per_call_and_records_name_what_ran", "test_fast_cudagraphs_follows_fast",
+              "test_gluon_backward_rebuild_compiles_without_spills", "test_gluon_forward_compiles_for_hopper",
+              "test_triton_gpu_split_head_dims_autotuned", "test_gluon_backward_prefetch_compiles_without_spills",
+              "test_fast_options_follow_fp32_loss_curve", "test_triton_gpu_autotuned_configs",
+              "test_installed_clis_work_on_the_repository_they_run_in_and_write_nowhere_else",
+              "test_triton_fp32_atomic_configs_fit_hopper_shared_memory",
+              "test_triton_split_head_dim_kernels_compile_for_hopper",
+              "test_gluon_attention_matches_flash_triton_on_the_gpu", "test_triton_gpu_hypothesis",
+              "test_pytest_shards_partition_the_tests_also_under_xdist", "test_ws_backward_compiles_for_hopper",
+              "test_index_has_a_row_per_problem_links_existing_pages_and_stays_small",
+              "test_triton_options_reach_the_launch_through_torch_compile",
+              "test_model_with_flash_triton_matches_naive", "test_overlapped_ddp_ranks_exit_cleanly",
+              "test_two_ranks_equal_one_process_on_the_whole_batch", "test_compiled_graphs_serve_every_context")
 
 
 def _start_rank(item) -> int:
