@@ -418,3 +418,70 @@ def test_gluon_attention_matches_flash_triton_on_the_gpu(name, d, causal):
     assert rel_err(out, expect) < TOL[torch.bfloat16]
     for a, b in zip(qkv, ref):
         assert rel_err(a.grad, b.grad) < TOL[torch.bfloat16]
+
+
+# ------------------------------- flash_auto: the kernel table's choice as a model attention (the 8B step's option)
+
+def test_flash_auto_runs_both_halves_through_the_dispatch_under_kernels_auto(monkeypatch):
+    """attention_by_name("flash_auto"): the forward's (o, lse) and the backward's gradients are what
+    flash_dispatch returns under FlashOptions(kernels="auto"), the table's choice (the launch records dropped);
+    wired here with flash_torch's halves standing in for the dispatch's kernels, so the gradients must equal
+    flash_torch's own Function exactly."""
+    import impl.attention as A
+    from impl.attention import flash_dispatch
+    from impl.attention.flash_torch import flash_forward_torch
+
+    seen = []
+
+    def fake_forward(q, k, v, causal, options):
+        seen.append(("fwd", options.kernels, causal))
+        o, lse = flash_forward_torch(q, k, v, causal)
+        return o, lse, "record"
+
+    def fake_backward(q, k, v, o, do, lse, causal, options):
+        seen.append(("bwd", options.kernels, causal))
+        return (*A.flash_backward(q, k, v, o, do, lse, causal), "record")
+
+    monkeypatch.setattr(flash_dispatch, "forward", fake_forward)
+    monkeypatch.setattr(flash_dispatch, "backward", fake_backward)
+    for causal in (False, True):
+        ours = [t.float().requires_grad_() for t in _qkv((1, 2, 40, 64), seed=5)]
+        ref = [t.detach().clone().requires_grad_() for t in ours]
+        out = A.attention_by_name("flash_auto")(*ours, causal)
+        expect = A.attention_by_name("flash_torch")(*ref, causal)
+        torch.testing.assert_close(out, expect, rtol=0, atol=0)
+        g = torch.randn_like(out)
+        out.backward(g)
+        expect.backward(g)
+        for a, b in zip(ours, ref):
+            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+    assert seen == [("fwd", "auto", False), ("bwd", "auto", False), ("fwd", "auto", True), ("bwd", "auto", True)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", (64, 128))
+@pytest.mark.parametrize("causal", (False, True))
+def test_flash_auto_matches_flash_triton_and_runs_the_tables_backward_on_the_gpu(d, causal, monkeypatch):
+    """flash_auto against our Triton Function (bf16 tolerance), and on sm_90 the backward kernel the committed
+    table names for the call is the one that ran (at d 128 bf16 since 776033e: the ws backward)."""
+    import impl.attention as A
+    from impl.attention import flash_gluon_bwd, flash_gluon_bwd_ws
+    from impl.attention.kernel_table import choose, shipped_table
+
+    ran = []
+    for mod, name in ((flash_gluon_bwd_ws, "flash_gluon_backward_ws"), (flash_gluon_bwd, "flash_gluon_backward")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _real=real, _name=name, **kw: ran.append(_name) or _real(*a, **kw))
+    qkv = [t.requires_grad_() for t in _qkv((2, 4, 1000, d), device="cuda")]
+    ref = [t.detach().clone().requires_grad_() for t in qkv]
+    out = A.attention_by_name("flash_auto")(*qkv, causal)
+    expect = A.attention_by_name("flash_triton")(*ref, causal)
+    g = torch.randn_like(out)
+    out.backward(g)
+    expect.backward(g)
+    assert rel_err(out, expect) < TOL[torch.bfloat16]
+    for a, b in zip(qkv, ref):
+        assert rel_err(a.grad, b.grad) < TOL[torch.bfloat16]
+    choice = choose(shipped_table(), "bwd", "auto", torch.cuda.get_device_capability(), d, causal, "bfloat16")
+    want = {None: [], "gluon": ["flash_gluon_backward"], "gluon_ws": ["flash_gluon_backward_ws"]}
+    assert ran == want[None if choice is None else choice.kernel], (choice, ran)

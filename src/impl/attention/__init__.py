@@ -37,7 +37,8 @@ except ImportError as _triton_import_error:  # triton is only a dependency on Li
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
-ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "flash_gluon_ws", "flash_gluon", "flash_gluon_atomic", "sdpa")
+ATTENTION_NAMES = ("naive", "flash_torch", "flash_triton", "flash_gluon_ws", "flash_gluon", "flash_gluon_atomic",
+                   "flash_auto", "sdpa")
 
 
 def _naive(q, k, v, is_causal=False):
@@ -88,7 +89,8 @@ def _halves_attention(name: str) -> AttentionFn:
 
 _BY_NAME = {"naive": _naive, "flash_torch": _flash_torch, "flash_triton": _flash_triton,
             "flash_gluon_ws": _halves_attention("flash_gluon_ws"), "flash_gluon": _halves_attention("flash_gluon"),
-            "flash_gluon_atomic": _halves_attention("flash_gluon_atomic"), "sdpa": _sdpa}
+            "flash_gluon_atomic": _halves_attention("flash_gluon_atomic"),
+            "flash_auto": _halves_attention("flash_auto"), "sdpa": _sdpa}
 
 
 # FlashAttention split in its two halves: forward(q, k, v, is_causal) -> (o, lse) and
@@ -114,7 +116,10 @@ def attention_halves(name: str) -> AttentionHalves:
     its lse is the Triton forward's, natural log, shape q.shape[:-1], fp32), "flash_gluon" (that
     forward with stage 3's Gluon backward at its default config; sm_90, bf16/fp16, d 64/80/96/128) or
     "flash_gluon_atomic" (the same with the one-pass backward adding dQ by atomics, stage 3e, at every d:
-    a name of its own so the 8B step can run it beside the default before the default changes)."""
+    a name of its own so the 8B step can run it beside the default before the default changes) or "flash_auto"
+    (each half the kernel the kernel table names for the call, as FlashOptions(kernels="auto") gives
+    FlashAttentionTriton: the Gluon kernels where the table has an entry and the launcher accepts the inputs, our
+    Triton kernels elsewhere, the CPU interpreter included; so the 8B step runs what the table picked)."""
     if name == "flash_torch":
         from .flash_torch import flash_forward_torch
         return flash_forward_torch, flash_backward
@@ -134,8 +139,29 @@ def attention_halves(name: str) -> AttentionHalves:
             functools.partial(flash_gluon_backward, config=GluonBwdConfig(dq="atomic"))
         return (_launched_as(f"impl_flash::{name}_forward", flash_gluon_ws_forward),
                 _launched_as(f"impl_flash::{name}_backward", backward))
-    raise ValueError(f"attention {name!r} has no separate forward and backward halves (o, lse); "
-                     "expected 'flash_torch', 'flash_triton', 'flash_gluon_ws', 'flash_gluon' or 'flash_gluon_atomic'")
+    if name == "flash_auto":
+        return _table_halves()
+    raise ValueError(f"attention {name!r} has no separate forward and backward halves (o, lse); expected "
+                     "'flash_torch', 'flash_triton', 'flash_gluon_ws', 'flash_gluon', 'flash_gluon_atomic' or "
+                     "'flash_auto'")
+
+
+def _table_halves() -> AttentionHalves:
+    """flash_auto's halves: flash_dispatch under FlashOptions(kernels="auto"), its launch records dropped. The
+    dispatch opens the Gluon kernels' ops itself, and the Triton launchers run inside theirs."""
+    if flash_triton is None:
+        raise ImportError(f"flash_auto needs triton, which failed to import: {_TRITON_ERROR}")
+    from . import flash_dispatch
+    options = FlashOptions(kernels="auto")
+
+    def forward(q, k, v, is_causal=False):
+        o, lse, _ = flash_dispatch.forward(q, k, v, bool(is_causal), options)
+        return o, lse
+
+    def backward(q, k, v, o, do, lse, is_causal=False):
+        dq, dk, dv, _ = flash_dispatch.backward(q, k, v, o, do, lse, bool(is_causal), options)
+        return dq, dk, dv
+    return forward, backward
 
 
 def attention_by_name(name: str, options: Optional[FlashOptions] = None) -> AttentionFn:

@@ -504,7 +504,14 @@ _LB26_ZERO2 = (StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "e
                # keep_attention-12"`): k 14 and k 16 at 1 GiB, then k 14 at 2 GiB (no fp32 chunk with the kernel)
                *(StepCandidate("keep_attention", k, "pointwise", "flash_gluon", "expandable_segments", "reduce_to_owner",
                                nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=mib, lm_head_softmax="triton")
-                 for k, mib in ((14, 1024), (16, 1024), (14, 2048))))
+                 for k, mib in ((14, 1024), (16, 1024), (14, 2048))),
+               # measured (67a1e16): k 14 at 2 GiB 5.40 s, attention backward 2,081 ms of it (the split, flash_gluon's
+               # fixed default). The same with flash_auto: each attention half the kernel table's choice, at d 128
+               # bf16 since 776033e the ws backward (0.80-0.85x the split at 1x32x32768x128 on an H100; NOTES
+               # "Twenty-fourth session, continued": 5.05 s (4.95-5.20) predicted) (`-k flash_auto`)
+               StepCandidate("keep_attention", 14, "pointwise", "flash_auto", "expandable_segments", "reduce_to_owner",
+                             nccl_high_priority=True, residual="bf16", lm_head_chunk_mib=2048,
+                             lm_head_softmax="triton"))
 _LB26_CANDIDATES = (StepCandidate("every_k", 1), StepCandidate("keep_attention", 0), StepCandidate("keep_attention", 3),
                     StepCandidate("keep_attention", 2), StepCandidate("keep_attention", 5, "pointwise", "flash_gluon"),
                     StepCandidate("keep_attention", 5, "pointwise", "flash_gluon", "expandable_segments"),
