@@ -369,6 +369,22 @@ def _launched(half):
     return (f.func, f.keywords) if isinstance(f, functools.partial) else f
 
 
+def _same_as_flash_torch(A, name: str, seed: int) -> None:
+    """attention_by_name(name), full and causal, gives flash_torch's Function's outputs and gradients exactly
+    (its halves stubbed with flash_torch's by the caller)."""
+    for causal in (False, True):
+        ours = [t.float().requires_grad_() for t in _qkv((1, 2, 40, 64), seed=seed)]
+        ref = [t.detach().clone().requires_grad_() for t in ours]
+        out = A.attention_by_name(name)(*ours, causal)
+        expect = A.attention_by_name("flash_torch")(*ref, causal)
+        torch.testing.assert_close(out, expect, rtol=0, atol=0)
+        g = torch.randn_like(out)
+        out.backward(g)
+        expect.backward(g)
+        for a, b in zip(ours, ref):
+            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("name", GLUON_NAMES)
 def test_gluon_attention_pairs_the_ws_forward_with_its_backward(name, monkeypatch):
     """attention_by_name(name): the ws forward's (o, lse) with the Triton backward (flash_gluon_ws) or
@@ -384,17 +400,7 @@ def test_gluon_attention_pairs_the_ws_forward_with_its_backward(name, monkeypatc
     with pytest.raises(RuntimeError, match="flash_gluon_ws_forward runs on an sm_90 GPU"):
         A.attention_by_name(name)(*_qkv((1, 2, 40, 64)), True)
     monkeypatch.setattr(A, "attention_halves", lambda name: (flash_forward_torch, A.flash_backward))
-    for causal in (False, True):
-        ours = [t.float().requires_grad_() for t in _qkv((1, 2, 40, 64), seed=3)]
-        ref = [t.detach().clone().requires_grad_() for t in ours]
-        out = A.attention_by_name(name)(*ours, causal)
-        expect = A.attention_by_name("flash_torch")(*ref, causal)
-        torch.testing.assert_close(out, expect, rtol=0, atol=0)
-        g = torch.randn_like(out)
-        out.backward(g)
-        expect.backward(g)
-        for a, b in zip(ours, ref):
-            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+    _same_as_flash_torch(A, name, seed=3)
 
 
 @pytest.mark.gpu
@@ -408,6 +414,12 @@ def test_gluon_attention_matches_flash_triton_on_the_gpu(name, d, causal):
     + the Triton dQ kernel at d 128, flash_gluon_atomic's one pass with dQ added by atomics at both)."""
     import impl.attention as A
 
+    _close_to_flash_triton_on_the_gpu(A, name, d, causal)
+
+
+def _close_to_flash_triton_on_the_gpu(A, name: str, d: int, causal: bool) -> None:
+    """attention_by_name(name) against our Triton Function on the GPU at (2, 4, 1000, d) bf16: outputs and
+    gradients within the bf16 tolerance."""
     qkv = [t.requires_grad_() for t in _qkv((2, 4, 1000, d), device="cuda")]
     ref = [t.detach().clone().requires_grad_() for t in qkv]
     out = A.attention_by_name(name)(*qkv, causal)
@@ -444,17 +456,7 @@ def test_flash_auto_runs_both_halves_through_the_dispatch_under_kernels_auto(mon
 
     monkeypatch.setattr(flash_dispatch, "forward", fake_forward)
     monkeypatch.setattr(flash_dispatch, "backward", fake_backward)
-    for causal in (False, True):
-        ours = [t.float().requires_grad_() for t in _qkv((1, 2, 40, 64), seed=5)]
-        ref = [t.detach().clone().requires_grad_() for t in ours]
-        out = A.attention_by_name("flash_auto")(*ours, causal)
-        expect = A.attention_by_name("flash_torch")(*ref, causal)
-        torch.testing.assert_close(out, expect, rtol=0, atol=0)
-        g = torch.randn_like(out)
-        out.backward(g)
-        expect.backward(g)
-        for a, b in zip(ours, ref):
-            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+    _same_as_flash_torch(A, "flash_auto", seed=5)
     assert seen == [("fwd", "auto", False), ("bwd", "auto", False), ("fwd", "auto", True), ("bwd", "auto", True)]
 
 
@@ -472,16 +474,7 @@ def test_flash_auto_matches_flash_triton_and_runs_the_tables_backward_on_the_gpu
     for mod, name in ((flash_gluon_bwd_ws, "flash_gluon_backward_ws"), (flash_gluon_bwd, "flash_gluon_backward")):
         real = getattr(mod, name)
         monkeypatch.setattr(mod, name, lambda *a, _real=real, _name=name, **kw: ran.append(_name) or _real(*a, **kw))
-    qkv = [t.requires_grad_() for t in _qkv((2, 4, 1000, d), device="cuda")]
-    ref = [t.detach().clone().requires_grad_() for t in qkv]
-    out = A.attention_by_name("flash_auto")(*qkv, causal)
-    expect = A.attention_by_name("flash_triton")(*ref, causal)
-    g = torch.randn_like(out)
-    out.backward(g)
-    expect.backward(g)
-    assert rel_err(out, expect) < TOL[torch.bfloat16]
-    for a, b in zip(qkv, ref):
-        assert rel_err(a.grad, b.grad) < TOL[torch.bfloat16]
+    _close_to_flash_triton_on_the_gpu(A, "flash_auto", d, causal)
     choice = choose(shipped_table(), "bwd", "auto", torch.cuda.get_device_capability(), d, causal, "bfloat16")
     want = {None: [], "gluon": ["flash_gluon_backward"], "gluon_ws": ["flash_gluon_backward_ws"]}
     assert ran == want[None if choice is None else choice.kernel], (choice, ran)
