@@ -1126,8 +1126,9 @@ for config, causal, dtype in cases + [(mod.GluonBwdWsConfig(), True, torch.float
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
                                        torch.empty_like(v), causal, config)
     ck = compile_for_sm90(fn, args, opts, divisible=("L", "Delta"))
-    rows.append(dict(causal=causal, rebuild=config.rebuild, fp16=dtype == torch.float16,
-                     predicted=mod.shared_bytes(128), **cubin_figures(ck)))
+    rows.append(dict(causal=causal, rebuild=config.rebuild, stages=config.num_stages, release=config.release_before_dq,
+                     fp16=dtype == torch.float16, predicted=mod.shared_bytes(128, 2, config.num_stages),
+                     **cubin_figures(ck)))
 print(json.dumps(rows))
 """
 
@@ -1137,12 +1138,15 @@ def test_ws_backward_compiles_for_hopper():
     (consumers) / 24 (load warp) with no partition past its budget, wgmma only, dQ by reduce, shared memory within
     its bound. Stage 3b's kernel (rebuild=False) spills what the 240-register budget cannot hold (read in NOTES.md),
     bounded; with rebuild (stage 4d) nothing spills: no stack, no local loads or stores, at the same wgmma, ex2,
-    reduce and barrier counts and shared memory."""
+    reduce and barrier counts and shared memory. Issue 47's ws refill variants (num_stages 3, release_before_dq):
+    no spills either, the same products, ex2 and reduce-adds; a third slot adds 32 KB of shared memory (and its
+    barriers), release_before_dq one wgmma wait a loop instance (read in NOTES.md)."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     rows = json.loads(run_without_interpreter(_COMPILE_WS))
     for r in rows:
-        print(f"\nws d 128 causal={r['causal']} rebuild={r['rebuild']} fp16={r['fp16']}: stack {r['stack']} B, "
+        print(f"\nws d 128 causal={r['causal']} rebuild={r['rebuild']} stages={r['stages']} release={r['release']} "
+              f"fp16={r['fp16']}: stack {r['stack']} B, "
               f"STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, "
               f"UTMAREDG {r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, budget: regs touched {r['partitions']}")
         assert r["local"] == 0 and r["stack"] <= 512, r
@@ -1152,19 +1156,49 @@ def test_ws_backward_compiles_for_hopper():
         assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         if r["rebuild"]:
             assert r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
-    assert sum(r["rebuild"] for r in rows) == 3 and sum(r["stack"] > 0 for r in rows if not r["rebuild"]) == 2
+    assert sum(r["rebuild"] for r in rows) == 9 and sum(r["stack"] > 0 for r in rows if not r["rebuild"]) == 2
     plain = {r["causal"]: r for r in rows if not r["rebuild"]}
     for r in rows:
-        same = ("hgmma", "ex2", "tma_reduce", "bar_sync", "tma_loads", "tma_stores", "shared", "warps")
+        same = ("hgmma", "ex2", "tma_reduce", "tma_loads", "tma_stores", "warps")
         assert {f: r[f] for f in same} == {f: plain[r["causal"]][f] for f in same}, r
+        if r["stages"] == 2 and not r["release"]:
+            assert (r["bar_sync"], r["shared"]) == (plain[r["causal"]]["bar_sync"], plain[r["causal"]]["shared"]), r
+        else:
+            assert r["shared"] == plain[r["causal"]]["shared"] + (r["stages"] - 2) * (32768 + 48), r
 
 
-@pytest.mark.parametrize("rebuild", [1, "yes", None])
-def test_ws_backward_config_refuses_a_rebuild_that_is_not_a_bool(rebuild):
+@pytest.mark.parametrize("field", ["rebuild", "release_before_dq"])
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_ws_backward_config_refuses_a_flag_that_is_not_a_bool(field, value):
     from impl.attention import flash_gluon_bwd_ws as ws
 
-    with pytest.raises(ValueError, match="^GluonBwdWsConfig: rebuild must be a bool"):
-        ws.GluonBwdWsConfig(rebuild=rebuild)
+    with pytest.raises(ValueError, match=f"^GluonBwdWsConfig: {field} must be a bool"):
+        ws.GluonBwdWsConfig(**{field: value})
+
+
+@pytest.mark.parametrize("num_stages", [1, 4, "3", 3.0, True])
+def test_ws_backward_config_refuses_other_ring_depths(num_stages):
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    with pytest.raises(ValueError, match="^GluonBwdWsConfig: num_stages must be 2 or 3"):
+        ws.GluonBwdWsConfig(num_stages=num_stages)
+
+
+def test_ws_backward_launch_args_ws_refill():
+    """Issue 47's ws refill: the trailing (REBUILD, STAGES, EARLY_RELEASE) up to the last one the config sets, so
+    the default launches with its one trailing argument; a third slot's shared memory within the bound."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    a = _args((1, 2, 40, 128))
+    bufs = (a["lse"], torch.empty(1, 2, 40), torch.empty(1, 2, 40, 128), torch.empty_like(a["k"]),
+            torch.empty_like(a["v"]))
+    base = len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, ws.GluonBwdWsConfig(False))[1])
+    tails = {c: ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, c)[1][base:] for c in (
+        ws.GluonBwdWsConfig(), ws.GluonBwdWsConfig(num_stages=3), ws.GluonBwdWsConfig(release_before_dq=True),
+        ws.GluonBwdWsConfig(False, 3, True), ws.GluonBwdWsConfig(False, release_before_dq=True))}
+    assert list(tails.values()) == [(True,), (True, 3), (True, 2, True), (False, 3, True), (False, 2, True)]
+    assert ws.shared_bytes(128) + 2 * 64 * 128 * 2 + 3 * 16 == ws.shared_bytes(128, 2, 3) <= SM90_MAX_SHARED
 
 
 def test_ws_backward_launch_args_rebuild():
@@ -1199,12 +1233,16 @@ def test_ws_backward_refuses_other_head_dims_and_devices():
 
 @gpu
 @needs_sm90
-@pytest.mark.parametrize("rebuild", [True, False], ids=["rebuild", "stage3b"])
+@pytest.mark.parametrize("config", range(5), ids=["rebuild", "stage3b", "release", "s3", "s3-release"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
-def test_ws_backward_gpu_matches_reference(shape, is_causal, rebuild, monkeypatch):
-    """Stage 3b (rebuild=False) and 4d at d 128 against the float64 reference (every torch.empty NaN-poisoned)."""
+def test_ws_backward_gpu_matches_reference(shape, is_causal, config, monkeypatch):
+    """Stage 3b (rebuild=False), 4d and issue 47's ws refill variants (CANDIDATE_CONFIGS, in order) at d 128 against
+    the float64 reference (every torch.empty NaN-poisoned)."""
     from impl.attention import flash_gluon_bwd_ws as ws
+
+    assert len(ws.CANDIDATE_CONFIGS) == 5
+    config = ws.CANDIDATE_CONFIGS[config]
 
     B, H, n_q, n_k = shape
     q, k, v, do = _inputs((B, H, n_q, 128), (B, H, n_k, 128), torch.bfloat16, "cuda")
@@ -1218,7 +1256,7 @@ def test_ws_backward_gpu_matches_reference(shape, is_causal, rebuild, monkeypatc
         return t
 
     monkeypatch.setattr(torch, "empty", poisoned_empty)
-    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig(rebuild=rebuild))
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
     monkeypatch.undo()
     assert all(torch.isfinite(g).all() for g in got)
     if n_q > 2000:  # against the Triton backward (the float64 reference is slow there)

@@ -167,22 +167,28 @@ def test_the_builder_reads_the_ws_backward_rows_as_gluon_ws(tmp_path):
     with probe_module("kernel_table") as builder:
         table = builder.build(str(tmp_path))
     got = {(e.d, e.causal): (e.kernel, dict(e.config)) for e in table.entries}
-    assert got[128, True] == ("gluon_ws", {"rebuild": True})
+    assert got[128, True] == ("gluon_ws", {"rebuild": True, "num_stages": 2, "release_before_dq": False})
     assert got[128, False][0] == "gluon" and got[128, False][1]["dq"] == "triton"
     assert [m.ms for m in table.lookup("bwd", "sm_90", 128, True, "bfloat16").measured] == [2.0, 0.8]
 
 
 @needs_gluon
 def test_a_gluon_ws_backward_entry_round_trips_to_its_config():
-    """JSON -> table -> JSON is the identity, and the entry's config is the launcher's typed config."""
-    from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
-    for rebuild in (True, False):
-        raw = {"rule": "test", "entries": [dict(WS_BWD, config={"rebuild": rebuild})]}
+    """JSON -> table -> JSON is the identity, and the entry's config is the launcher's typed config, for each ws
+    candidate (issue 47's ws refill variants too); an entry from before num_stages / release_before_dq (rebuild
+    alone) loads as the same config with those at their defaults."""
+    from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS, GluonBwdWsConfig
+    for config in CANDIDATE_CONFIGS:
+        raw = {"rule": "test", "entries": [dict(WS_BWD, config=dataclasses.asdict(config))]}
         table = kt.table_from_json(raw)
         assert kt.table_to_json(table) == raw and kt.table_from_json(json.loads(kt.dumps(table))) == table
         (entry,) = table.entries
-        assert GluonBwdWsConfig(**dict(entry.config)) == GluonBwdWsConfig(rebuild=rebuild)
-        assert entry.config == tuple(sorted(dataclasses.asdict(GluonBwdWsConfig(rebuild=rebuild)).items()))
+        assert GluonBwdWsConfig(**dict(entry.config)) == config
+        assert entry.config == tuple(sorted(dataclasses.asdict(config).items()))
+    for rebuild in (True, False):
+        (entry,) = kt.table_from_json({"rule": "test", "entries": [dict(WS_BWD, config={"rebuild": rebuild})]}).entries
+        assert GluonBwdWsConfig(**dict(entry.config)) == GluonBwdWsConfig(rebuild=rebuild, num_stages=2,
+                                                                          release_before_dq=False)
 
 
 @pytest.mark.parametrize("change, match", [
@@ -371,17 +377,20 @@ def test_auto_on_sm90_takes_triton_where_the_gluon_launcher_refuses():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)], ids=["2x3x300", "1x4x1029", "1x2x4096"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("rebuild", [True, False], ids=["rebuild", "stage3b"])
-def test_auto_on_sm90_runs_the_ws_backward_where_the_table_names_it(rebuild, causal, shape, dtype, monkeypatch):
+@pytest.mark.parametrize("config", range(5), ids=["rebuild", "stage3b", "release", "s3", "s3-release"])
+def test_auto_on_sm90_runs_the_ws_backward_where_the_table_names_it(config, causal, shape, dtype, monkeypatch):
     """Stage 4d through the public path: a table (the shipped one with its d 128 backward entry for this key
-    replaced by "gluon_ws") sends FlashAttentionTriton's backward to the ws kernel; gradients match the float64
-    reference at ragged lengths, and the launch record names gluon_ws."""
+    replaced by "gluon_ws" with one of the ws CANDIDATE_CONFIGS, in order: issue 47's ws refill variants too) sends
+    FlashAttentionTriton's backward to the ws kernel; gradients match the float64 reference at ragged lengths, and
+    the launch record names gluon_ws and the config."""
     from test_attention import reference, rel_err, tolerance
 
     from impl.attention import flash_dispatch
-    from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
+    from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS
+    assert len(CANDIDATE_CONFIGS) == 5
+    config = CANDIDATE_CONFIGS[config]
     name = str(dtype).removeprefix("torch.")
-    ws = dict(WS_BWD, causal=causal, dtype=name, config={"rebuild": rebuild})
+    ws = dict(WS_BWD, causal=causal, dtype=name, config=dataclasses.asdict(config))
     shipped = kt.table_to_json(kt.shipped_table())
     others = [e for e in shipped["entries"] if (e["direction"], e["d"], e["causal"], e["dtype"]) !=
               ("bwd", 128, causal, name)]
@@ -393,7 +402,7 @@ def test_auto_on_sm90_runs_the_ws_backward_where_the_table_names_it(rebuild, cau
     o = FlashAttentionTriton.apply(qi, ki, vi, causal, FlashOptions(autotune=False, kernels="auto", recorder=rec))
     o.backward(do)
     assert rec.last["bwd"].kernel == "gluon_ws"
-    assert rec.last["bwd"].configs == (("bwd", repr(GluonBwdWsConfig(rebuild=rebuild))),)
+    assert rec.last["bwd"].configs == (("bwd", repr(config)),)
     ref_o, _, dq, dk, dv = reference(q, k, v, causal, do, o_saved=o)
     tol = tolerance(dtype, "cuda")
     errs = {name: rel_err(got, ref) for name, got, ref in

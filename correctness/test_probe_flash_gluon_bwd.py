@@ -167,13 +167,20 @@ def test_stage_4c_only_keeps_its_rows_in_order_within_one_call(probe, capsys):
 #: Stage 4d's kernel-table call (NOTES.md, "Issue 47, stage 4d and the ws dispatch (redone)"): at the table's four d
 #: 128 shapes our Triton backward (the table's baseline), the Gluon default (the split) and the ws backward's
 #: candidates; and its 300-s call: at 1x32x32768x128 cuDNN, the split, the one-pass reduce rebuild and the ws rows.
+#: (Its commands' "ws .*" meant the two ws candidates of then: since issue 47's ws refill added three, named here.)
 STAGE_4D_TABLE_ONLY = [r"^(1x32x32768x128|4x32x4096x128|8x32x2048x128|4x16x8192x128 full) "
-                       r"(triton|ws[+]gluon-bwd|ws[+]gluon-bwd-ws ws .*)$"]
-STAGE_4D_ONLY = [r"^1x32x32768x128 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 rebuild)?|ws[+]gluon-bwd-ws ws .*)$"]
+                       r"(triton|ws[+]gluon-bwd|ws[+]gluon-bwd-ws ws 64x128 s2( rebuild)?)$"]
+STAGE_4D_ONLY = [r"^1x32x32768x128 (cudnn|ws[+]gluon-bwd( 64x128 w8 s2 rebuild)?|"
+                 r"ws[+]gluon-bwd-ws ws 64x128 s2( rebuild)?)$"]
+#: Issue 47's ws refill call (NOTES.md, "Issue 47, the ws backward's refill"): at the table's four d 128 shapes cuDNN,
+#: the one-pass refill_first config, the ws default and its three refill variants.
+WS_REFILL_ONLY = [r"^(1x32x32768x128|4x32x4096x128|8x32x2048x128|4x16x8192x128 full) (cudnn|ws[+]gluon-bwd 64x128 w8 "
+                  r"s2 rebuild prefetch refill-first|ws[+]gluon-bwd-ws ws 64x128 s[23] rebuild( release-before-dq)?)$"]
 
 
 def test_the_plan_has_the_ws_backward_candidates(probe):
-    """Stage 4d: one "ws+gluon-bwd-ws" row per flash_gluon_bwd_ws.CANDIDATE_CONFIGS (rebuild, then stage 3b's) at each
+    """Stage 4d: one "ws+gluon-bwd-ws" row per flash_gluon_bwd_ws.CANDIDATE_CONFIGS (rebuild, stage 3b's, then issue
+    47's ws refill variants) at each
     d 128 table shape, after the shape's "gluon-bwd" row; none elsewhere, none with --skip-ws."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
@@ -181,9 +188,11 @@ def test_the_plan_has_the_ws_backward_candidates(probe):
     labels = [probe.row_label(r) for r in rows]
     assert len(labels) == len(set(labels))
     table = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full")
-    want = [f"{s} ws+gluon-bwd-ws {v}" for s in table for v in ("ws 64x128 s2 rebuild", "ws 64x128 s2")]
+    want = [f"{s} ws+gluon-bwd-ws {v}" for s in table for v in (
+        "ws 64x128 s2 rebuild", "ws 64x128 s2", "ws 64x128 s2 rebuild release-before-dq", "ws 64x128 s3 rebuild",
+        "ws 64x128 s3 rebuild release-before-dq")]
     assert [x for x in labels if "ws+gluon-bwd-ws" in x] == want
-    assert [r["config"] for r in rows if r["impl"] == "ws+gluon-bwd-ws"][:2] == list(ws.CANDIDATE_CONFIGS)
+    assert [r["config"] for r in rows if r["impl"] == "ws+gluon-bwd-ws"][:5] == list(ws.CANDIDATE_CONFIGS)
     for s in table:
         assert labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s2 rebuild") == labels.index(f"{s} gluon-bwd") + 1
     assert not any("ws+gluon-bwd-ws" in probe.row_label(r) for r in probe.plan(skip_triton=True, skip_ws=True))
@@ -204,3 +213,18 @@ def test_stage_4d_selections_keep_their_rows_within_their_calls(probe):
         "1x32x32768x128 cudnn", "1x32x32768x128 ws+gluon-bwd", "1x32x32768x128 ws+gluon-bwd-ws ws 64x128 s2 rebuild",
         "1x32x32768x128 ws+gluon-bwd-ws ws 64x128 s2", "1x32x32768x128 ws+gluon-bwd 64x128 w8 s2 rebuild"]
     assert sum(r["est"] for r in rows) < 250
+
+
+def test_the_ws_refill_selection_keeps_its_rows_within_its_call(probe):
+    """Issue 47's ws refill call: per table shape cuDNN and the ws default with its three refill variants, and the
+    one-pass refill_first config where the sweep has it (the two causal shapes it was timed at), estimated well
+    under the 300-s call."""
+    rows = probe.plan(only=tuple(WS_REFILL_ONLY))
+    labels = [probe.row_label(r) for r in rows]
+    table = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full")
+    ws = [f"ws+gluon-bwd-ws ws 64x128 {v}" for v in (
+        "s2 rebuild", "s2 rebuild release-before-dq", "s3 rebuild", "s3 rebuild release-before-dq")]
+    refill_first = "ws+gluon-bwd 64x128 w8 s2 rebuild prefetch refill-first"
+    assert sorted(labels) == sorted([f"{s} {x}" for s in table for x in ("cudnn", *ws)]
+                                    + [f"{s} {refill_first}" for s in table[:2]])
+    assert sum(r["est"] for r in rows) < 150

@@ -95,5 +95,8 @@ def compile_for_sm90(fn, args, opts, divisible=()):
             sig[name], const[(i,)] = "constexpr", a
         else:
             sig[name] = mangle_type(a)  # what the runtime specializes a tensor / descriptor / scalar to
+    for i in range(len(args), len(fn.params)):  # trailing constexprs left out: their defaults, as a launch binds them
+        if fn.params[i].is_constexpr and fn.params[i].has_default:
+            sig[fn.arg_names[i]], const[(i,)] = "constexpr", fn.params[i].default
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
     return triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)

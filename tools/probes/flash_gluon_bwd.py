@@ -11,7 +11,9 @@ the two-pass backward), "triton atomic" (our single-pass Triton backward), "gluo
 forward, one config, unautotuned + flash_gluon_bwd at its default config: its "bwd" is the figure), "ws+gluon-bwd" (the stage-2 warp-specialized Gluon
 forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same with the warp-specialized
 backward, flash_gluon_bwd_ws, d 128 only: one row per its CANDIDATE_CONFIGS, labels "ws 64x128 s2 rebuild"
-(stage 4d, its default) and "ws 64x128 s2" (stage 3b's kernel), at every d 128 table shape), then
+(stage 4d, its default), "ws 64x128 s2" (stage 3b's kernel), and issue 47's ws refill variants ("ws 64x128 s2
+rebuild release-before-dq", "ws 64x128 s3 rebuild", "ws 64x128 s3 rebuild release-before-dq"), at every d 128 table
+shape), then
 flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
@@ -87,8 +89,9 @@ def cfg_text(c) -> str:
     if c is None or isinstance(c, str):
         return c or ""
     if not hasattr(c, "dq"):  # flash_gluon_bwd_ws.GluonBwdWsConfig: fixed tiles (stage 4d: rebuild)
-        from impl.attention.flash_gluon_bwd_ws import BLOCK_M, BLOCK_N, NUM_STAGES
-        return f"ws {BLOCK_M.value}x{BLOCK_N.value} s{NUM_STAGES.value}" + (" rebuild" if c.rebuild else "")
+        from impl.attention.flash_gluon_bwd_ws import BLOCK_M, BLOCK_N
+        return (f"ws {BLOCK_M.value}x{BLOCK_N.value} s{c.num_stages}" + (" rebuild" if c.rebuild else "")
+                + (" release-before-dq" if c.release_before_dq else ""))  # issue 47, ws refill
     dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles)),
           "atomic": " dq-atomic"}.get(c.dq, "")
     if c.dq_stages > 1:  # stage 3d: dQ staging tiles used in turn

@@ -130,7 +130,9 @@ def _config_tag(config) -> str:
     if config is None:
         return "fixed"
     if type(config).__name__ == "GluonBwdWsConfig":  # fixed tiles; "fixed" alone: stage 3b's kernel, as named before
-        return "fixed-rebuild" if config.rebuild else "fixed"
+        tag = "fixed-rebuild" if config.rebuild else "fixed"
+        tag += f"-s{config.num_stages}" if config.num_stages != 2 else ""  # issue 47, ws refill: named only when set
+        return tag + ("-release" if config.release_before_dq else "")
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []

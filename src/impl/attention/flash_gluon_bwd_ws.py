@@ -24,7 +24,11 @@ Only head dim 128 (the two dQ halves are 64-column slices of K's 128-byte-swizzl
 Stage 4d (``GluonBwdWsConfig.rebuild``, the default): stage 4b's rebuilt descriptors in the consumers, and on
 the diagonal tiles dPᵀ issued after Pᵀ: no spills (stage 3b's kernel, ``rebuild=False``, spilled ~300 B of stack
 under the 240-register budget; it ran 59 ms at 1x32x32768x128 causal on an H100). The kernel table may name
-this kernel for the backward ("gluon_ws", impl.attention.flash_dispatch); no entry does yet.
+this kernel for the backward ("gluon_ws", impl.attention.flash_dispatch).
+
+Issue 47, ws refill (``num_stages``, ``release_before_dq``; off by default): the one-pass kernel's refill_first has
+no twin here (the load warp refills a slot when both consumers free it, before their dQ epilogue and its bulk
+wait); these two give the refill more lead instead (a third slot; the slot freed before dQ's product retires).
 """
 
 from __future__ import annotations
@@ -56,35 +60,50 @@ WS_CAPTURE_BYTES = 512
 @dataclass(frozen=True)
 class GluonBwdWsConfig:
     """The ws backward's options (its tiles are fixed: 128 keys on two consumer warpgroups, 64-row query
-    tiles, NUM_STAGES Q/dO slots).
+    tiles, num_stages Q/dO slots).
 
     rebuild (stage 4d): the consumers rebuild the wgmma shared-memory descriptors of their resident K / V
     halves and of the dSᵀ halves every query tile (stage 4b's technique, _consumer_loop): under the
     240-register budget the hoisted ones spilled (stage 3b: ~300 B of stack); rebuilt, nothing spills. The
-    default; False keeps stage 3b's kernel, PTX-identical, as the A/B twin its 59 ms was measured with."""
+    default; False keeps stage 3b's kernel, PTX-identical, as the A/B twin its 59 ms was measured with.
+
+    num_stages (issue 47, ws refill): Q/dO ring slots, 2 (the default) or 3 (+32 KB of shared memory: 213,488 B
+    compiled): the load warp refills a slot 2 tiles ahead of its use instead of 1, for when one tile of products
+    does not hide the TMA load's latency (the one-pass kernel's refill_first, 48.3 -> 42.5 ms, says it may not).
+
+    release_before_dq (issue 47, ws refill): each consumer frees its Q/dO slot (slot_empty) as soon as dV's and dK's
+    products, the last readers of Q and dO, have retired, with dQ's two products still in flight, instead of after
+    dQ's; the load warp's refill starts that much earlier. Both off by default (the default kernel PTX-identical)."""
 
     rebuild: bool = True
+    num_stages: int = 2
+    release_before_dq: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.rebuild, bool):
-            raise ValueError(f"GluonBwdWsConfig: rebuild must be a bool, got {self.rebuild!r}")
+        for name in ("rebuild", "release_before_dq"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"GluonBwdWsConfig: {name} must be a bool, got {getattr(self, name)!r}")
+        if type(self.num_stages) is not int or self.num_stages not in (2, 3):
+            raise ValueError(f"GluonBwdWsConfig: num_stages must be 2 or 3 (3 fills shared memory), "
+                             f"got {self.num_stages!r}")
 
 
 #: What the GPU probe (tools/probes/flash_gluon_bwd.py, rows "ws+gluon-bwd-ws") and the GPU tests run: the
-#: default (rebuild) first, then stage 3b's kernel.
-CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False))
+#: default (rebuild) first, then stage 3b's kernel, then the ws refill variants (each with rebuild).
+CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonBwdWsConfig(release_before_dq=True),
+                     GluonBwdWsConfig(num_stages=3), GluonBwdWsConfig(num_stages=3, release_before_dq=True))
 
 
-def shared_bytes(d: int, itemsize: int = 2) -> int:
+def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value) -> int:
     """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves; mbarriers; the ws captures (bound)."""
-    bm, bn, ns = BLOCK_M.value, BLOCK_N.value, NUM_STAGES.value
+    bm, bn, ns = BLOCK_M.value, BLOCK_N.value, num_stages
     return (2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + bm * d * 4 + 16 * 3 + 3 * 16 * ns + WS_CAPTURE_BYTES
 
 
 @gluon.jit
-def _load_partition(descs, smem, bars, sched):
-    """One warp: K and V once, then each query tile's Q and dO into the ring once both consumers have
-    freed the slot."""
+def _load_partition(descs, smem, bars, sched, STAGES: gl.constexpr):
+    """One warp: K and V once, then each query tile's Q and dO into the ring of STAGES slots once both
+    consumers have freed the slot."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
@@ -95,13 +114,28 @@ def _load_partition(descs, smem, bars, sched):
         tma.async_copy_global_to_shared(k_desc, [b, h, n0 + c * BLOCK_M, 0], kv_bar, k_smem.index(c))
         tma.async_copy_global_to_shared(v_desc, [b, h, n0 + c * BLOCK_M, 0], kv_bar, v_smem.index(c))
     for t in range(n_t):
-        slot = t % NUM_STAGES
-        mbarrier.wait(slot_empty.index(slot), ((t // NUM_STAGES) & 1) ^ 1)  # fresh: phase -1 complete
+        slot = t % STAGES
+        mbarrier.wait(slot_empty.index(slot), ((t // STAGES) & 1) ^ 1)  # fresh: phase -1 complete
         row = (j0 + t) * BLOCK_M
         mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, row, 0], q_ready.index(slot), q_smem.index(slot))
         mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(do_desc, [b, h, row, 0], do_ready.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _ring_use(t, STAGES: gl.constexpr):
+    """(slot, phase) of a consumer's ring use t >= 0. 3 slots: one unsigned division (the signed one's sign fix-ups
+    cost the consumers 4 spilled registers in full attention); 2: the mask and shift of the default kernel."""
+    if STAGES == 3:
+        u = t.to(gl.uint32)
+        q = u // STAGES
+        slot = (u - q * STAGES).to(gl.int32)
+        phase = (q & 1).to(gl.int32)
+    else:
+        slot = t % STAGES
+        phase = (t // STAGES) & 1
+    return slot, phase
 
 
 @gluon.jit
@@ -132,12 +166,13 @@ def _resident_views(k_smem, v_smem, ds_smem, z, C: gl.constexpr, KEYS: gl.conste
 
 @gluon.jit
 def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
-                   MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr):
+                   MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
+                   EARLY_RELEASE: gl.constexpr):
     """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
     and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
     0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
     so their wgmma descriptors are rebuilt each tile instead of being hoisted and held (stage 4b's technique,
-    flash_gluon_bwd._q_loop)."""
+    flash_gluon_bwd._q_loop). STAGES: the Q/dO ring's slots; EARLY_RELEASE: GluonBwdWsConfig.release_before_dq."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
@@ -160,8 +195,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     offs_n = n0 + C * KEYS + gl.arange(0, KEYS, layout=row_layout)
     st_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout)
     for t in range(t_lo, t_hi):
-        slot = t % NUM_STAGES
-        phase = (t // NUM_STAGES) & 1
+        slot, phase = _ring_use(t, STAGES)
         m0 = (j0 + t) * BLOCK_M
         offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
         if REBUILD:
@@ -201,9 +235,15 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         dq = warpgroup_mma(ds_lo.permute((1, 0)), kq0, gl.zeros([BLOCK_M, HALF], gl.float32, dq_layout),
                            use_acc=False, is_async=True)
         dq = warpgroup_mma(ds_hi.permute((1, 0)), kq1, dq, is_async=True)
-        dv, dk, dq, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt16, ds16))
-        mbarrier.arrive(ds_free)
-        mbarrier.arrive(slot_empty.index(slot))
+        if EARLY_RELEASE:  # dV's and dK's groups retire (dQ's two stay in flight): Q and dO are read no more
+            dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pt16, ds16))
+            mbarrier.arrive(slot_empty.index(slot))
+            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+            mbarrier.arrive(ds_free)
+        else:
+            dv, dk, dq, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt16, ds16))
+            mbarrier.arrive(ds_free)
+            mbarrier.arrive(slot_empty.index(slot))
         # This consumer's half of dQ: its staging tile is free once its previous reduce has read it.
         tma.store_wait(pendings=0)
         gl.thread_barrier()
@@ -215,7 +255,8 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
 
 
 @gluon.jit
-def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr):
+def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
+                        EARLY_RELEASE: gl.constexpr):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
@@ -229,12 +270,14 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
     dk = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
-    dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD)
+    dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD, STAGES,
+                            EARLY_RELEASE)
     if n0 + BLOCK_N > N_K:
-        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD)
+        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD,
+                                STAGES, EARLY_RELEASE)
     else:
-        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False,
-                                REBUILD)
+        dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False, REBUILD,
+                                STAGES, EARLY_RELEASE)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
     # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete.
     mbarrier.wait(ds_free, (n_t - 1) & 1)
@@ -252,29 +295,31 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
 
 @gluon.jit
 def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, L, Delta,
-                      H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False):
+                      H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False,
+                      STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
     Descriptors rank 4 over (B, H, N, d), blocks of 64 rows (K, V, dK, dV in two halves, one per
-    consumer); dQ (fp32) (1, 1, 64, d / 2). REBUILD: GluonBwdWsConfig.rebuild (_consumer_loop)."""
+    consumer); dQ (fp32) (1, 1, 64, d / 2). REBUILD, STAGES, EARLY_RELEASE: GluonBwdWsConfig's rebuild,
+    num_stages, release_before_dq (_consumer_loop)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128, "head dim 128 only")
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], v_desc.layout)
-    q_smem, do_smem = _ring_pair(q_desc, do_desc, NUM_STAGES, BLOCK_M, BLOCK_D)
+    q_smem, do_smem = _ring_pair(q_desc, do_desc, STAGES, BLOCK_M, BLOCK_D)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N // 2, BLOCK_M],
                                         gl.NVMMASharedLayout.get_default_for([BLOCK_N // 2, BLOCK_M], dtype))
     dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, 1, BLOCK_M, BLOCK_D // 2], dq_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    slot_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    slot_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
     mbarrier.init(ds_ready, count=2)
     mbarrier.init(ds_free, count=2)
-    for i in gl.static_range(NUM_STAGES):
+    for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(slot_empty.index(i), count=2)
@@ -285,22 +330,23 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     bars = (kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free)
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
-        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD)),
-        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD)),
-        (_load_partition, (descs, smem, bars, sched)),
+        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE)),
+        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE)),
+        (_load_partition, (descs, smem, bars, sched, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
 
 def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
-    GluonBwdWsConfig(); rebuild appends REBUILD (without it the arguments are stage 3b's)."""
+    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE are passed up to the last one the config
+    sets (stage 3b's arguments without rebuild; the default's with rebuild alone)."""
     config = config or GluonBwdWsConfig()
     q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
     B, H, n_q, d = q4.shape
     if d != 128:
         raise ValueError(f"{FN}: head dim 128 only, got {d}")
-    check_shared(shared_bytes(d, q.element_size()), d, "ws backward", FN)
+    check_shared(shared_bytes(d, q.element_size(), config.num_stages), d, "ws backward", FN)
     if config.rebuild and n_q >= 1 << 30:
         raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
                          f"fewer than 2^30 query rows, got {n_q}: {config}")
@@ -310,8 +356,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, bm, 0, d), _descriptor(v4, bm, 0, d),
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, bm, 0, d),
             _descriptor(dv4, bm, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
-    if config.rebuild:
-        args += (True,)  # REBUILD
+    later = (config.rebuild, config.num_stages, config.release_before_dq)  # REBUILD, STAGES, EARLY_RELEASE
+    args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, (False, NUM_STAGES.value, False))) if v != off),
+                       default=0)]
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
 
 
