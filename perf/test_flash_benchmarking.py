@@ -28,7 +28,7 @@ their estimates): "bf16 and not compiled_bwd", "fp32 and not compiled_bwd", "bf1
 import pytest
 import torch
 
-from impl.attention import FlashAttentionTriton, FlashOptions, attention_flops, naive_attention
+from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, attention_flops, naive_attention
 from impl.attention.memory import naive_attention_memory
 from impl.workloads.attention import attention_inputs, measure_kernel, sdpa_anchor, sdpa_rejects
 from impl.bench.harness import Budget, set_up_or_oom
@@ -49,9 +49,12 @@ ROUND = {"fwd": "one causal attention forward",
 # would silently fall back to eager after a few sequence lengths.
 _LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
 setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT), 256))
-# Ours, per impl: the Triton backward, or the torch.compile'd PyTorch one; passed per call.
-OPTIONS = {"flash_triton": FlashOptions(backward="triton", autotune=G.autotune),
-           "flash_triton_compiled_bwd": FlashOptions(backward="compiled", autotune=G.autotune)}
+# Ours, per impl: the Triton backward, or the torch.compile'd PyTorch one; passed per call. RECORDER keeps what
+# each call ran (autotune's configs), for the rows' details: a row that moves between grids then says whether
+# autotune picked another config (the 01f39cc grid's d 64 rows could not: NOTES.md, twenty-fourth session).
+RECORDER = LaunchRecorder()
+OPTIONS = {"flash_triton": FlashOptions(backward="triton", autotune=G.autotune, recorder=RECORDER),
+           "flash_triton_compiled_bwd": FlashOptions(backward="compiled", autotune=G.autotune, recorder=RECORDER)}
 
 CASES = [(dt, impl, d, s, m) for dt in G.dtypes for impl in G.impls for d in G.dims for s in G.seqs
          for m in G.modes if not (impl == "flash_triton_compiled_bwd" and m == "fwd")]
@@ -128,6 +131,8 @@ def test_flash_benchmarking(bench, dtype, impl, d, seq, mode):
         details["note"] = "compiled_flash_backward runs the plain PyTorch backward on the CPU (no torch.compile)"
     if impl == "naive":  # its (seq, seq) matrices are the only large leftovers worth collecting
         free_memory()
+    RECORDER.clear()  # so the row's details name this row's launches only, not an earlier row's backward
+
     def set_up():
         q, k, v, do = attention_inputs((batch, seq, d), dtype, device)
         fwd = forward_fn(impl, q, k, v)
@@ -139,6 +144,8 @@ def test_flash_benchmarking(bench, dtype, impl, d, seq, mode):
         return
     fn, first_s = got
     del got
+    if impl.startswith("flash_triton"):
+        details["tuned_configs"] = RECORDER.summary()  # set_up's first call ran (and autotuned) them
     flops = attention_flops(batch, seq, seq, d, is_causal=True, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
                    warmup=G.warmup, rounds=G.rounds, flops=flops, details=details,
