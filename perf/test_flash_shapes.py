@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, attention_flops
-from impl.workloads.attention import (attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor,
-                                      sdpa_rejects)
+from impl.workloads.attention import (attention_inputs, attention_step, launch_kernels, measure_kernel, rel_err,
+                                      sdpa_anchor, sdpa_rejects)
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import HostTimer, time_once
 from impl.bench.row import Metric, Status
@@ -152,7 +152,7 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
     details["rel_err"] = errors
     del got
     if impl in OURS:
-        details["kernels"] = RECORDER.kernels()
+        details["kernels"] = launch_kernels(RECORDER)
         if device.type == "cuda":
             details["tuned_configs"] = RECORDER.summary()
     fn = attention_step(attn, mode, q, k, v, do)
@@ -197,7 +197,7 @@ def test_flash_host_cost(bench, impl):
     details["rel_err"] = {name: rel_err(x, r) for name, x, r in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad),
                                                                      ref[1:])}
     if impl in OURS:
-        details["kernels"] = RECORDER.kernels()
+        details["kernels"] = launch_kernels(RECORDER)
         if device.type == "cuda":
             details["tuned_configs"] = RECORDER.summary()
     bench.measure(problem=PROBLEM, config=config, fn=fn, round="one attention forward and backward (host time)",

@@ -74,11 +74,6 @@ class LaunchRecorder:
                 out["bwd"] = rec.variant
         return out
 
-    def kernels(self) -> dict:
-        """Which kernel family ran the last forward and backward ("triton", "gluon_ws", "gluon"): under
-        kernels="auto" each half is the kernel table's pick, which summary()'s configs do not name."""
-        return {kind: self.last[kind].kernel for kind in ("fwd", "bwd") if kind in self.last}
-
 
 _REGISTRY: Dict[int, "FlashOptions"] = {}
 
