@@ -20,13 +20,14 @@ PROBLEM = P.FLASH_SHAPES
 OURS = ("flash_triton", "flash_triton_compiled", "flash_auto")  # eager, compiled, through the kernel table
 SIDES = ("eager", "compiled", "auto")  # the GridRow fields that hold OURS' rows
 ANCHORS = ("sdpa_cudnn", "sdpa_flash")  # the GridRow fields cudnn, flash (the impl less its "sdpa_")
-BASES = ("anchor", *ANCHORS)  # what a ratio divides by: the faster anchor of the shape, or one SDPA backend
-# the per-backend ratio columns: ours eager and through the kernel table, each ÷ each backend
-PER_BACKEND = tuple((side, base) for side in ("eager", "auto") for base in ANCHORS)
+# what a ratio divides by ("anchor": the faster of ANCHORS at the shape) and the CSV grid's name of each side and base
+NAMES = {"eager": "eager", "compiled": "compiled", "auto": "kernel table", "anchor": "anchor", "sdpa_cudnn": "cuDNN",
+         "sdpa_flash": "flash"}
+PER_BACKEND = tuple((side, base) for side in ("eager", "auto") for base in ANCHORS)  # ours ÷ each backend's columns
 GRID_COLUMNS = ["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)", "ours compiled (ms)",
-                "faster anchor (ms)", "eager / anchor", "compiled / anchor", "ours kernel table (ms)",
-                "SDPA cuDNN (ms)", "SDPA flash (ms)", "eager / cuDNN", "eager / flash", "kernel table / cuDNN",
-                "kernel table / flash"]  # the CSV grid beside the page
+                "faster anchor (ms)", "eager / anchor", "compiled / anchor", f"ours {NAMES['auto']} (ms)",
+                *(f"SDPA {NAMES[b]} (ms)" for b in ANCHORS),
+                *(f"{NAMES[side]} / {NAMES[b]}" for side, b in PER_BACKEND)]  # the CSV grid beside the page
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class GridRow:  # one shape and pass: ours eager, compiled and through the kerne
     flash: Bench | None
     anchor: Bench | None
 
-    def ratio(self, side: str, base: str = "anchor") -> float | None:  # ours (a SIDES field) ÷ a BASES row
+    def ratio(self, side: str, base: str = "anchor") -> float | None:  # ours (a SIDES field) ÷ anchor or a backend
         b, a = getattr(self, side), self.anchor if base == "anchor" else getattr(self, base.removeprefix("sdpa_"))
         r = of_benches(b, a) if b is not None and a is not None and ran(b) and ran(a) else None
         return None if r is None else r.value
@@ -65,7 +66,7 @@ def grid(rows: list[Bench]) -> list[GridRow]:  # dtype, then d descending, causa
 
 
 @dataclass(frozen=True)
-class Summary:  # one (dtype, d, causal, pass): ours' rows measured and left out, ours ÷ each BASES row
+class Summary:  # one (dtype, d, causal, pass): ours' rows measured and left out, ours ÷ the anchor and each backend
     dtype: str
     d: int
     causal: bool
@@ -99,7 +100,7 @@ def _plot(rows: list[GridRow], ctx: Context, name: str) -> str | None:  # ours �
     for side, impl, marker in zip(SIDES, OURS, "os^"):
         if pts := [(i, x) for i, r in enumerate(meas) if (x := r.over(side)) is not None]:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=IMPL_COLORS[impl], ms=5,
-                    label=f"ours {'kernel table' if side == 'auto' else side} / faster anchor")
+                    label=f"ours {NAMES[side]} / faster anchor")
     ax.axhline(1.0, color="0.4", lw=0.8, ls="--")  # ratios stay within one decade: linear axis
     ax.set_xticks(list(range(len(meas))), [f"{r.k.dtype} d{r.k.d} {'c' if r.k.causal else 'nc'} {r.k.batch}×{r.k.heads}"
                                            f"×{r.k.seq} {'fwd' if r.k.mode == 'fwd' else 'f+b'}" for r in meas],
