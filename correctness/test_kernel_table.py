@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, kernel_table as kt
+from impl.workloads.attention import launch_kernels
 from kits.probes import probe_module
 
 HAS_CUDA = torch.cuda.is_available()
@@ -263,6 +264,7 @@ def test_the_backward_dispatch_runs_the_kernel_its_entry_names(monkeypatch):
     for causal in (True, False):
         *grads, record = flash_dispatch.backward(q, k, v, o, do, lse, causal, opts)
         assert record.kernel == rec.last["bwd"].kernel == ("gluon_ws" if causal else "gluon")
+        assert launch_kernels(rec) == {"bwd": record.kernel}  # what the perf rows' details["kernels"] say
     assert calls == [("ws", True, flash_gluon_bwd_ws.GluonBwdWsConfig(rebuild=True)),
                      ("gluon", False, flash_gluon_bwd.GluonBwdConfig(dq="triton"))]
     choice = lambda x, causal=True, o=opts: flash_dispatch._gluon_choice("bwd", x, causal, o, lambda: None)  # noqa
@@ -296,6 +298,7 @@ def test_auto_off_cuda_runs_the_triton_kernels_and_records_it():
         o.backward(do)
         out[kernels] = (o, qi.grad, ki.grad, vi.grad)
         assert (rec.last["fwd"].kernel, rec.last["bwd"].kernel) == ("triton", "triton")
+        assert launch_kernels(rec) == {"fwd": "triton", "bwd": "triton"}
     assert all(torch.equal(a, b) for a, b in zip(out["triton"], out["auto"]))
     bf16 = q.cpu().to(torch.bfloat16)  # the shipped table has d 64 causal bf16: still Triton off CUDA
     assert flash_dispatch._gluon_choice("fwd", bf16, True, FlashOptions(kernels="auto"), lambda: None) is None

@@ -44,7 +44,7 @@ def test_ratio_is_against_the_faster_anchor_and_budget_cuts_are_counted(tmp_path
     f = page.facts(context(_rows(), tmp_path))
     assert (f.measured, f.budget, f.budget_reason, f.ratios, f.median) == (6, 1, "time budget", (0.8, 3.0), 3.0)
     [s] = f.summary
-    assert (s.mode, s.measured, s.left_out, s.median("eager"), s.compiled) == ("forward", 3, 1, 3.0, (6.0,))
+    assert (s.mode, s.measured, s.left_out, s.median("eager"), s.of("compiled")) == ("forward", 3, 1, 3.0, (6.0,))
     assert f.not_run == (("OOM", "OOM"), ("left out (budget)", "time budget"))
     assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, "NVIDIA H200", "2026-03-02")
     assert f.figure and (tmp_path / f.figure).exists()
@@ -59,6 +59,48 @@ def test_grid_csv_names_the_anchor_and_the_left_out_cells(tmp_path):
         ("0.300 (cuDNN backend)", "3.00×", "6.00×")
     cut = grid["4×32×3000"]
     assert (cut["ours compiled (ms)"], cut["eager / anchor"]) == ("left out (budget)", "0.80×")
+    assert list(first) == page.GRID_COLUMNS
+    assert [first[c] for c in ("SDPA cuDNN (ms)", "SDPA flash (ms)", "eager / cuDNN", "eager / flash")] == \
+        ["0.300", "0.450", "3.00×", "2.00×"]
+    assert [cut[c] for c in ("SDPA cuDNN (ms)", "eager / cuDNN", "eager / flash", "ours kernel table (ms)")] == \
+        ["OOM", "–", "0.80×", "–"]
+
+
+def test_ratios_to_each_backend_not_only_the_faster(tmp_path):
+    """Per shape, ours ÷ SDPA cuDNN and ÷ SDPA flash each (a backend that did not run gives none), and the
+    group's medians of each; the faster-anchor ratio stays the headline."""
+    f = page.facts(context(_rows(), tmp_path))
+    assert (f.over("eager", "sdpa_cudnn"), f.over("eager", "sdpa_flash")) == ((3.0,), (0.8, 2.0))
+    [s] = f.summary
+    assert (s.of("eager", "sdpa_cudnn"), s.median("eager", "sdpa_flash")) == ((3.0,), 2.0)
+    assert f.ratios == (0.8, 3.0)  # ÷ the faster anchor: cuDNN at 512, flash at 3000 (cuDNN OOM)
+
+
+def test_flash_auto_rows_present_get_their_columns_and_sentence(tmp_path):
+    """Rows of ours through the kernel table (flash_auto) count as ours and get ratios to each backend."""
+    auto = [_row("flash_auto", 512, 0.6), _row("flash_auto", 3000, status=Status.LEFT_OUT_BY_BUDGET,
+                                                reason="time budget")]
+    f = page.facts(context(_rows() + auto, tmp_path))
+    assert f.auto and f.over("auto") == (2.0,)
+    assert (f.over("auto", "sdpa_cudnn"), f.over("auto", "sdpa_flash")) == ((2.0,), (1.33,))
+    [s] = f.summary
+    assert (s.measured, s.left_out, s.of("auto", "sdpa_flash")) == (4, 2, (0.6 / 0.45,))
+    assert f.ratios == (0.8, 3.0) and f.median == 3.0  # the headline (index) stays ours eager's
+    with open(tmp_path / "data-tables" / f"flash_shapes-{DEV}.csv") as fh:
+        grid = {r["batch×heads×seq"]: r for r in csv.DictReader(fh)}
+    assert [grid["4×32×512"][c] for c in ("ours kernel table (ms)", "kernel table / cuDNN", "kernel table / flash")] \
+        == ["0.600", "2.00×", "1.33×"]
+    assert grid["4×32×3000"]["ours kernel table (ms)"] == "left out (budget)"
+    text = render_page("flash_shapes.md.j2", f=f)
+    assert "kernel table / cuDNN" in text and "2.00× (one shape-pass) SDPA cuDNN's time" in text
+    assert "No run of this device has rows of ours through the kernel table" not in text
+
+
+def test_without_flash_auto_rows_one_sentence_says_so_and_no_column(tmp_path):
+    f = page.facts(context(_rows(), tmp_path))
+    text = render_page("flash_shapes.md.j2", f=f)
+    assert not f.auto and "kernel table /" not in text
+    assert text.count("No run of this device has rows of ours through the kernel table (flash_auto") == 1
 
 
 def test_host_cost_rows_are_their_own_table_from_the_newest_run(tmp_path):
@@ -82,3 +124,9 @@ def test_no_shape_with_an_anchor_leaves_the_problem_unanswered_and_no_rows_not_m
 def test_page_words(request, tmp_path):
     f = page.facts(context(_rows() + _hosts(), tmp_path))
     assert_snapshot(request, "flash_shapes", render_page("flash_shapes.md.j2", f=f))
+
+
+def test_page_words_with_flash_auto(request, tmp_path):
+    auto = [_row("flash_auto", 512, 0.6), _row("flash_auto", 3000, 1.5)]
+    f = page.facts(context(_rows() + auto + _hosts() + [_host("flash_auto", 320, NEW)], tmp_path))
+    assert_snapshot(request, "flash_shapes-kernel_table", render_page("flash_shapes.md.j2", f=f))

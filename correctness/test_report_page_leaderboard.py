@@ -7,7 +7,7 @@ import pytest
 from impl.bench.row import Metric, Status
 from impl.report.pages import Kind
 from impl.report.pages import leaderboard as page
-from impl.report.flash_rows import Kernel
+from impl.report.flash_rows import Kernel, kernel
 from impl.report.templating import render_page
 from kits.report_rows import assert_snapshot, bench, context
 
@@ -76,6 +76,39 @@ def test_not_run_rows_are_lines_naming_their_status(tmp_path):
     assert [(x.impl, x.status, x.timers) for x in f.lines][2] == ("sdpa_flash", "OOM", None)
 
 
+def _line_row(impl, mode, ms, when="2026-03-01T00:00:00", details=None):
+    return bench("leaderboard", dict(impl=impl, mode=mode, **SHAPE), ms / 1e3, device=DEV, when=when,
+                 details=details)
+
+
+def test_every_line_is_divided_by_both_backends_of_its_pass(tmp_path):
+    """Each row over SDPA cuDNN and over SDPA flash of the same pass; a backend that did not run (OOM) or the
+    row itself gives none; the headline stays ours ÷ cuDNN."""
+    rows = _run("2026-03-01T00:00:00", 5.0, 4.0) + [_line_row("flash_triton", "fwd", 1.2), _line_row("sdpa_cudnn",
+                                                    "fwd", 1.0), _line_row("sdpa_flash", "fwd", 1.5)]
+    f = page.facts(context(rows, tmp_path))
+    over = {(x.impl, kernel(x.b).mode): tuple(None if r is None else round(r.value, 2) for r in x.over) for x in f.lines}
+    assert over[("flash_triton", "fwd_bwd")] == (1.25, None)  # flash fwd_bwd OOM
+    assert over[("flash_triton", "fwd")] == (1.2, 0.8)
+    assert over[("sdpa_flash", "fwd")] == (1.5, None) and over[("sdpa_cudnn", "fwd")] == (None, 0.67)
+    assert over[("sdpa_flash", "fwd_bwd")] == (None, None)  # OOM: no ratio
+    assert round(f.answer.headline.ratio.value, 2) == 1.25 and not f.auto
+
+
+def test_flash_auto_rows_are_lines_with_their_ratios_and_the_page_says_which_it_has(tmp_path):
+    auto = [_line_row("flash_auto", "fwd_bwd", 4.4, details=dict(OURS_DETAILS, compiled=False,
+                                                                 kernels={"fwd": "gluon_ws", "bwd": "triton"}))]
+    f = page.facts(context(_run("2026-03-01T00:00:00", 5.0, 4.0) + auto, tmp_path))
+    line = next(x for x in f.lines if x.impl == "flash_auto")
+    assert f.auto and round(line.over[0].value, 2) == 1.1 and line.over[1] is None
+    assert f.answer.ours.row.config["impl"] == "flash_triton"  # the headline stays torch.compile(ours)
+    text = render_page("leaderboard.md.j2", f=f)
+    assert 'FlashAttentionTriton.apply, kernels="auto" (kernel table) | forward+backward | 4.400' in text
+    assert "No run of this device has rows of ours through the kernel table" not in text
+    without = render_page("leaderboard.md.j2", f=page.facts(context(_run("2026-03-01T00:00:00", 5.0, 4.0), tmp_path)))
+    assert without.count("No run of this device has rows of ours through the kernel table (flash_auto") == 1
+
+
 def test_a_device_without_cudnn_is_skipped_and_none_is_not_measured(tmp_path):
     rows = [b for b in _run("2026-03-01T00:00:00", 5.0, 4.0) if b.row.config["impl"] != "sdpa_cudnn"]
     f = page.facts(context(rows, tmp_path))
@@ -90,11 +123,13 @@ def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values()
     assert [page.short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]
 
 
-@pytest.mark.parametrize("case", ["measured", "missing"])
+@pytest.mark.parametrize("case", ["measured", "missing", "kernel_table"])
 def test_page_words(request, tmp_path, case):
     # ours' do_bench inside its band, cuDNN's beyond: the page words both cases
-    rows = _run("2026-03-02T00:00:00", 5.258, 4.474, iqr_ms=0.05, do_bench_ms=(5.174, 5.030)) if case == "measured" \
+    rows = _run("2026-03-02T00:00:00", 5.258, 4.474, iqr_ms=0.05, do_bench_ms=(5.174, 5.030)) if case != "missing" \
         else []
+    if case == "kernel_table":
+        rows += [_line_row("flash_auto", "fwd_bwd", 4.6, when="2026-03-02T00:00:00")]
     f = page.facts(context(rows, tmp_path, history=_run("2026-03-01T00:00:00", 6.0, 4.0, commit="aaaaaaaa")))
     assert_snapshot(request, f"leaderboard-{case}", render_page("leaderboard.md.j2", f=f))
 

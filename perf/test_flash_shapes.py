@@ -3,12 +3,17 @@ the same run. Causal and not, d ∈ {64, 80, 128}, batch × heads ≥ 64 at seq 
 length that is not a tile multiple; forward and forward+backward; for each:
 
   flash_triton           FlashAttentionTriton.apply, eager (autotuned, Triton backward)
+  flash_auto             the same with kernels="auto": each half the Gluon kernel the kernel table
+                         (impl.attention.kernel_table) names for (arch, d, causal, dtype), Triton
+                         otherwise (always on the CPU interpreter); details["kernels"] names what ran
   flash_triton_compiled  torch.compile(FlashAttentionTriton.apply): the path a compiled model pays
   sdpa_cudnn / sdpa_flash  scaled_dot_product_attention restricted to one backend
 
 Kernel rows (kernel=True: CUDA-event timer, rounds of ≥ 1 ms, stats.median is the time; do_bench's
 median beside it as the do_bench_ms cross-check). Every row of one (shape, d, causal, mode, dtype)
-shares its inputs, so ours over the faster anchor is the ratio of two rows' medians.
+shares its inputs, so ours over either anchor is the ratio of two rows' medians. Ours' rows record
+details["tuned_configs"] (GPU: the launch records' configs; a Gluon half gives its config) and
+details["kernels"] (which kernel family ran the forward and the backward), from this row's calls only.
 
 Correctness per row: the first call's output (and input gradients, forward+backward) against SDPA
 in higher precision on the same inputs (fp32 on the GPU, fp64 math on the CPU); ours must stay
@@ -24,15 +29,15 @@ compiled rows where the grid turns compilation off (the CPU smoke: compiling an 
 would time the interpreter; left out), and rows past the grid's budget (left out by budget; the
 grid orders configs so a cut falls on the least asked-for ones).
 """
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, attention_flops
-from impl.workloads.attention import (attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor,
-                                      sdpa_rejects)
+from impl.workloads.attention import (attention_inputs, attention_step, launch_kernels, measure_kernel, rel_err,
+                                      sdpa_anchor, sdpa_rejects)
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import HostTimer, time_once
 from impl.bench.row import Metric, Status
@@ -43,7 +48,7 @@ from impl.runtime import free_memory, profile_name
 PROBLEM = Problem.FLASH_SHAPES
 G = grid(PROBLEM, profile_name())
 BUDGET = Budget(G.budget_s)
-OURS = ("flash_triton", "flash_triton_compiled")
+OURS = ("flash_triton", "flash_auto", "flash_triton_compiled")
 ROUND = {"fwd": "one attention forward (batch × heads × seq × d)",
          "fwd_bwd": "one attention forward and backward, input gradients reset first"}
 
@@ -54,6 +59,7 @@ setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT),
 # Ours: autotuned, Triton backward, passed per call; RECORDER keeps what each call ran.
 RECORDER = LaunchRecorder()
 OPTIONS = FlashOptions(backward="triton", autotune=True, recorder=RECORDER)
+AUTO = replace(OPTIONS, kernels="auto")  # flash_auto: the kernel table's pick per half, else the same Triton path
 
 CASES = [(d, causal, tuple(shape), mode, impl) for d in G.dims for causal in G.causal
          for shape in G.shapes for mode in G.modes for impl in G.impls]
@@ -68,6 +74,8 @@ def _ids(case) -> str:
 def attention_fn(impl: str, causal: bool):
     if impl == "flash_triton":
         return lambda q, k, v: FlashAttentionTriton.apply(q, k, v, causal, OPTIONS)
+    if impl == "flash_auto":
+        return lambda q, k, v: FlashAttentionTriton.apply(q, k, v, causal, AUTO)
     if impl == "flash_triton_compiled":
         if "compiled" not in _STATE:
             _STATE["compiled"] = torch.compile(FlashAttentionTriton.apply)
@@ -128,6 +136,7 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
 
         def first():  # compilation and autotuning happen here; its outputs are what is checked
             q.grad = k.grad = v.grad = None
+            RECORDER.clear()  # the launch records in details are this row's (a fwd row keeps no older bwd)
             out["out"] = attn(q, k, v)
             if mode == "fwd_bwd":
                 out["out"].backward(do)
@@ -142,8 +151,10 @@ def test_flash_shapes(bench, d, causal, shape, mode, impl):
     errors = {name: rel_err(x, r) for name, x, r in zip(("out", "dq", "dk", "dv"), got, ref)}
     details["rel_err"] = errors
     del got
-    if impl in OURS and device.type == "cuda":
-        details["tuned_configs"] = RECORDER.summary()
+    if impl in OURS:
+        details["kernels"] = launch_kernels(RECORDER)
+        if device.type == "cuda":
+            details["tuned_configs"] = RECORDER.summary()
     fn = attention_step(attn, mode, q, k, v, do)
     flops = attention_flops(batch * heads, seq, seq, d, is_causal=causal, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
@@ -175,6 +186,7 @@ def test_flash_host_cost(bench, impl):
     def set_up():
         (q, k, v, do), ref = problem_tensors((batch, heads, seq), d, causal, dtype, device)
         fn = attention_step(attn, "fwd_bwd", q, k, v, do)
+        RECORDER.clear()
         first_s = time_once(fn, device)  # compilation and autotuning happen here
         return fn, first_s, (q, k, v), ref
     got = set_up_or_oom(bench, set_up, problem=PROBLEM, config=config, details=details,
@@ -184,8 +196,10 @@ def test_flash_host_cost(bench, impl):
     fn, first_s, (q, k, v), ref = got
     details["rel_err"] = {name: rel_err(x, r) for name, x, r in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad),
                                                                      ref[1:])}
-    if impl in OURS and device.type == "cuda":
-        details["tuned_configs"] = RECORDER.summary()
+    if impl in OURS:
+        details["kernels"] = launch_kernels(RECORDER)
+        if device.type == "cuda":
+            details["tuned_configs"] = RECORDER.summary()
     bench.measure(problem=PROBLEM, config=config, fn=fn, round="one attention forward and backward (host time)",
                   warmup=HOST.warmup, rounds=HOST.rounds, details=details, clock=HostTimer(),
                   metrics={Metric.FIRST_CALL_S: first_s})

@@ -1,7 +1,10 @@
 """1.3 leaderboard: forward+backward of `torch.compile(FlashAttentionTriton.apply)`, bf16, causal,
 batch 1 × 16 heads × seq 16384 × d 64, next to the anchors run in the same process:
 scaled_dot_product_attention restricted to the flash and to the cuDNN backend (forward+backward
-and forward alone), and the forward alone of ours.
+and forward alone), and the forward alone of ours. flash_auto is ours through the kernel table
+(FlashOptions(kernels="auto"), eager, not compiled): each half the Gluon kernel that
+impl.attention.kernel_table names for (arch, d, causal, dtype), Triton otherwise (always on the CPU
+interpreter); its rows' details["kernels"] name which kernel ran each half.
 
 Kernel rows: CUDA-event timer (impl.bench.timers), stats.median is the kernel time; the
 assignment's `triton.testing.do_bench` median is kept beside it as a cross-check metric.
@@ -10,14 +13,15 @@ precision from the same inputs (fp32 on the GPU, fp64 on the CPU): ours must sta
 dtype's relative-error tolerances (impl.workloads.sweeps), so a fast wrong kernel fails here; the
 anchors' errors are recorded beside ours. TFLOP/s count causal FLOPs as half (attention_flops).
 The CPU smoke runs tiny shapes through the Triton interpreter without torch.compile."""
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, attention_flops
-from impl.workloads.attention import attention_inputs, attention_step, measure_kernel, rel_err, sdpa_anchor
+from impl.workloads.attention import (attention_inputs, attention_step, launch_kernels, measure_kernel, rel_err,
+                                      sdpa_anchor)
 from impl.bench.timers import time_once
 from impl.bench.row import Status
 from impl.workloads.problems import Problem
@@ -26,14 +30,16 @@ from impl.runtime import first_line, free_memory, is_oom, profile_name
 
 PROBLEM = Problem.LEADERBOARD
 G = grid(PROBLEM, profile_name())
-# Ours first (its fwd+bwd row also pays compilation), then the anchors.
-CASES = [("flash_triton", "fwd_bwd"), ("flash_triton", "fwd"), ("sdpa_flash", "fwd_bwd"), ("sdpa_flash", "fwd"),
-         ("sdpa_cudnn", "fwd_bwd"), ("sdpa_cudnn", "fwd")]
+OURS = ("flash_triton", "flash_auto")
+# Ours first (its fwd+bwd row also pays compilation), then ours through the kernel table, then the anchors.
+CASES = [("flash_triton", "fwd_bwd"), ("flash_triton", "fwd"), ("flash_auto", "fwd_bwd"), ("flash_auto", "fwd"),
+         ("sdpa_flash", "fwd_bwd"), ("sdpa_flash", "fwd"), ("sdpa_cudnn", "fwd_bwd"), ("sdpa_cudnn", "fwd")]
 ROUND = {"fwd": "one causal attention forward (16 heads × 16384 × 64 on the GPU)",
          "fwd_bwd": "one causal attention forward and backward, input gradients reset first"}
 _STATE: dict = {}  # the compiled function and the reference, built once per process
 RECORDER = LaunchRecorder()  # what our calls ran (configs, backward variant), for the rows' details
 OPTIONS = FlashOptions(backward="triton", autotune=True, recorder=RECORDER)
+AUTO = replace(OPTIONS, kernels="auto")  # flash_auto: the kernel table's pick per half, else the same Triton path
 
 
 def ours(device):
@@ -61,6 +67,8 @@ def attention_fn(impl, device):
     if impl == "flash_triton":
         fn, _ = ours(device)
         return lambda q, k, v: fn(q, k, v, True)
+    if impl == "flash_auto":
+        return lambda q, k, v: FlashAttentionTriton.apply(q, k, v, True, AUTO)
     return sdpa_anchor(impl, causal=True)
 
 
@@ -80,6 +88,7 @@ def test_leaderboard(bench, impl, mode):
     res = {}
 
     def first():  # compilation (ours) and autotuning happen here; its outputs are what is checked
+        RECORDER.clear()  # the launch records in details are this row's
         res["out"] = attn(q, k, v)
         res["out"].backward(do)
     try:
@@ -88,7 +97,7 @@ def test_leaderboard(bench, impl, mode):
         if is_oom(exc):
             bench.oom(problem=PROBLEM, config=config, exc=exc, details=details)
             return
-        if impl != "flash_triton" and isinstance(exc, RuntimeError):  # an anchor rejects this config
+        if impl not in OURS and isinstance(exc, RuntimeError):  # an anchor rejects this config
             bench.not_run(problem=PROBLEM, config=config, status=Status.UNSUPPORTED, reason=first_line(exc),
                           details=details)
             return
@@ -98,13 +107,15 @@ def test_leaderboard(bench, impl, mode):
     details["rel_err"] = errors
     if impl == "flash_triton" and mode == "fwd_bwd":
         details["graph_breaks"] = sum(torch._dynamo.utils.counters["graph_break"].values())
-    if impl == "flash_triton" and device.type == "cuda":
-        details["tuned_configs"] = RECORDER.summary()
+    if impl in OURS:
+        details["kernels"] = launch_kernels(RECORDER)
+        if device.type == "cuda":
+            details["tuned_configs"] = RECORDER.summary()
     fn = attention_step(attn, mode, q, k, v, do)
     flops = attention_flops(G.batch * G.heads, G.seq, G.seq, G.d, is_causal=True, mode=mode)
     measure_kernel(bench, fn=fn, first_call_s=first_s, problem=PROBLEM, config=config, round=ROUND[mode],
                    warmup=G.warmup, rounds=G.rounds, flops=flops, details=details)
-    if impl == "flash_triton":
+    if impl in OURS:
         tol = G.tol
         assert errors["out"] <= tol.out, f"output relative error {errors['out']:.2e} > {tol.out:.0e}"
         for name in ("dq", "dk", "dv"):

@@ -12,7 +12,8 @@ from impl.report.timer_probe import ProbeCheck, check, probe_of
 IMPL_LABELS = {"flash_triton": "ours (Triton fwd + Triton bwd)",
                "flash_triton_compiled_bwd": "ours (Triton fwd + compiled bwd)",
                "flash_triton_compiled": "torch.compile(ours)", "naive": "naive PyTorch",
-               "sdpa_flash": "SDPA flash backend", "sdpa_cudnn": "SDPA cuDNN backend"}
+               "sdpa_flash": "SDPA flash backend", "sdpa_cudnn": "SDPA cuDNN backend",
+               "flash_auto": "ours (kernel table)"}  # kernels="auto": a Gluon kernel where the table names one
 IMPL_COLORS = {impl: f"C{i}" for i, impl in enumerate(IMPL_LABELS)}  # one colour per implementation in every figure
 MODE_LABELS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
 STATUS_LABELS = {Status.OOM: "OOM", Status.UNSUPPORTED: "unsupported", Status.LEFT_OUT: "left out",

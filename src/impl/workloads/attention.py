@@ -27,6 +27,13 @@ def attention_inputs(shape, dtype: str, device: torch.device, seed: int = 0, gra
     return ([t.requires_grad_() for t in (q, k, v)] if grad else [q, k, v]) + [do]
 
 
+def launch_kernels(recorder) -> dict[str, str]:
+    """Which kernel family ran the last forward and backward an impl.attention.LaunchRecorder saw ("triton", or
+    under kernels="auto" the kernel table's Gluon kernel, "gluon_ws" / "gluon"), for a row's details["kernels"]:
+    the recorder's summary() names each kernel's config, not its family."""
+    return {kind: recorder.last[kind].kernel for kind in ("fwd", "bwd") if kind in recorder.last}
+
+
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     """‖x − ref‖ / ‖ref‖, in the reference's (higher) precision."""
     x = x.detach().to(ref.dtype)

@@ -245,29 +245,34 @@ GRIDS.update({
         "smoke": LeaderboardGrid(batch=1, heads=2, seq=32, d=16, dtype="fp32", compile=False, warmup=1, rounds=10,
                                  tol=Tolerance(out=1e-4, grad=1e-4)),
     },
-    # flash_shapes (issue 24): ours (eager and torch.compile'd) beside SDPA cuDNN and SDPA flash on model
-    # shapes, kernel rows. batch 4 × 32 heads up to seq 4096 (3000: not a tile multiple), 4 × 16 at
-    # 16384 (bf16, d 128: 0.27 GB per tensor, ~3 GB with the fp32 reference). Configs run d-major in the
-    # listed order (128 and 80 first, causal before not), so a budget cut falls on d 64, non-causal.
-    # H100 estimate, cold Triton cache: ~30 s start-up, ~2-3 min of Triton compilation and autotuning
-    # (five seq buckets share four keys, × 3 d × causal), ~1 min of torch.compile recompiles, ~2 min of
-    # rows (~0.3 s a short row, ~1.5 s a 16384 one): ~6-7 min; budget_s 420 with a longest row of
-    # ~20 s keeps one 10-minute command. tol: relative errors against SDPA in fp32 (fp64 on the CPU).
+    # flash_shapes (issue 24): ours (eager, through the kernel table: flash_auto, and torch.compile'd) beside
+    # SDPA cuDNN and SDPA flash on model shapes, kernel rows. batch 4 × 32 heads up to seq 4096 (3000: not a
+    # tile multiple), 4 × 16 at 16384 (bf16, d 128: 0.27 GB per tensor, ~3 GB with the fp32 reference). Configs
+    # run d-major in the listed order (128 and 80 first, causal before not), impls in the listed order within
+    # a config, so a budget cut falls on d 64, non-causal, and within a config on the anchors and the
+    # compiled row before flash_auto (second, after flash_triton, whose first call pays the autotuning).
+    # H100, measured: the whole 4-impl grid in one process ran past budget_s 330 (187 of 288 rows past it at a
+    # cold Triton cache, NOTES.md); split by head dim (`flash_shapes:d128`, 96 rows) it took 360 s of device
+    # time warm. flash_auto adds a fifth of the rows (Gluon kernels take a fixed table config, no autotuning;
+    # ~5-10 s of Gluon compilation per (d, causal, pass)): ~120 rows and ~7-8 min per head dim, past the
+    # budget, so the lead runs pieces by head dim and causal (`flash_shapes:d128 and causal`, 60 rows,
+    # ~4 min). tol: relative errors against SDPA in fp32 (fp64 on the CPU).
     "flash_shapes": {
         "full": FlashShapesGrid(dims=(128, 80, 64), causal=(True, False),
                                 shapes=((4, 32, 512), (4, 32, 1024), (4, 32, 2048), (4, 32, 3000), (4, 32, 4096),
                                         (4, 16, 16384)),
-                                modes=("fwd", "fwd_bwd"), impls=("flash_triton", "flash_triton_compiled", "sdpa_cudnn",
-                                                                 "sdpa_flash"),
+                                modes=("fwd", "fwd_bwd"), impls=("flash_triton", "flash_auto", "flash_triton_compiled",
+                                                                 "sdpa_cudnn", "sdpa_flash"),
                                 dtype="bf16", compile=True, warmup=2, rounds=5, warmup_ms=5, rep_ms=25, budget_s=330,
                                 tol=Tolerance(out=1e-2, grad=2e-2),
                                 # the host-cost row (issue 36): host time per fwd+bwd call at a tiny shape
-                                # (impl.bench.timers.HostTimer), ours eager and compiled beside both SDPA backends
+                                # (impl.bench.timers.HostTimer), ours (eager, flash_auto, compiled) beside both
+                                # SDPA backends
                                 host=HostCost(shape=(1, 1, 128), d=64, causal=True, dtype="bf16", warmup=20,
                                               rounds=200)),
         "smoke": FlashShapesGrid(dims=(16, 20), causal=(True, False), shapes=((1, 2, 32), (1, 2, 24)),
-                                 modes=("fwd", "fwd_bwd"), impls=("flash_triton", "flash_triton_compiled", "sdpa_cudnn",
-                                                                  "sdpa_flash"),
+                                 modes=("fwd", "fwd_bwd"), impls=("flash_triton", "flash_auto", "flash_triton_compiled",
+                                                                  "sdpa_cudnn", "sdpa_flash"),
                                  dtype="fp32", compile=False, warmup=1, rounds=5, warmup_ms=10, rep_ms=40, budget_s=100,
                                  tol=Tolerance(out=1e-4, grad=1e-4),
                                  host=HostCost(shape=(1, 1, 32), d=16, causal=True, dtype="fp32", warmup=1, rounds=5)),

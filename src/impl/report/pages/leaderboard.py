@@ -1,6 +1,7 @@
 """The 2025 leaderboard: ours against SDPA cuDNN of one run, headlined by the rows' own CUDA-event medians
-(impl.report.ratio.headline) with do_bench (the handout's timer, §1.3.3) beside, and every stored run of the
-device as its version history."""
+(impl.report.ratio.headline) with do_bench (the handout's timer, §1.3.3) beside, every row's ratio to each SDPA
+backend (ours through the kernel table, flash_auto, where a run has it), and every stored run of the device as its
+version history."""
 from __future__ import annotations
 
 import re
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from impl.report import figures
 from impl.report.flash_rows import IMPL_COLORS, IMPL_LABELS, MODE_LABELS, kernel, pick, probe_check, status_label
 from impl.report.pages import Context, Scored
-from impl.report.ratio import Headline, headline, timers
+from impl.report.ratio import Headline, Ratio, headline, of_benches, timers
 from impl.report.rows import Bench, group
 from impl.report.runs import RunsFacts, files_of
 from impl.report.timer_probe import ProbeCheck
@@ -18,6 +19,8 @@ from impl.workloads.problems import Problem as P
 PROBLEMS = (P.LEADERBOARD,)
 PROBLEM = P.LEADERBOARD
 OURS, ANCHOR = "flash_triton", "sdpa_cudnn"
+AUTO = "flash_auto"  # ours through the kernel table (FlashOptions(kernels="auto"), eager)
+BACKENDS = ("sdpa_cudnn", "sdpa_flash")  # every line's ratio to each, same pass
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class LeaderboardFacts:  # ours and cuDNN forward+backward of the device's newes
 @dataclass(frozen=True)
 class Line:  # one newest row of the table (the template reads its metrics and details)
     b: Bench
+    backends: tuple[Bench | None, ...] = (None, None)  # BACKENDS' measured rows of the same pass
 
     impl = property(lambda self: kernel(self.b).impl)
     label = property(lambda self: IMPL_LABELS.get(self.impl, self.impl))
@@ -63,6 +67,14 @@ class Line:  # one newest row of the table (the template reads its metrics and d
     timers = property(lambda self: None if self.status else timers(self.b))
     errors = property(lambda self: tuple((self.b.details.get("rel_err") or {}).get(k)  # of O, dQ, dK, dV
                                          for k in ("out", "dq", "dk", "dv")))
+
+    @property
+    def over(self) -> tuple[Ratio | None, ...]:  # its median ÷ each of BACKENDS' (None: either did not run, or itself)
+        return tuple(None if a is None or a is self.b or self.status else of_benches(self.b, a) for a in self.backends)
+
+    @classmethod
+    def of(cls, b: Bench, rows: list[Bench]) -> Line:
+        return cls(b, tuple(pick(rows, impl=i, mode=kernel(b).mode) for i in BACKENDS))
 
 
 def short_config(text) -> str:
@@ -125,6 +137,7 @@ class LeaderboardPage:
     gpu: str = ""  # the device's GPU, as its rows' environment names it
     figure: str | None = None  # the version history's png (the index shows it too)
     index_figures = property(lambda self: (self.figure,) if self.figure else ())
+    auto = property(lambda self: any(x.impl == AUTO for x in self.lines))  # rows of flash_auto (any status)
     scores = property(lambda self: {PROBLEM: Scored.of(self.runs)})
 
     @property
@@ -143,7 +156,7 @@ def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest
         answer = LeaderboardFacts(device, ours, cudnn, h, pc)
         rows = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device] + lb
         rel = _plot(vs := versions(rows), ctx, f"leaderboard-{device}.png")
-        return LeaderboardPage(answer, tuple(map(Line, lb)), RunsFacts.of(device, lb), tuple(vs),
+        return LeaderboardPage(answer, tuple(Line.of(b, lb) for b in lb), RunsFacts.of(device, lb), tuple(vs),
                                tuple(sorted({b.details["note"] for b in lb if b.details.get("note")})),
                                tuple(files_of(rows)) + ((pc.probe.path,) if pc else ()), ours.row.env.device, rel)
     return LeaderboardPage(None)
