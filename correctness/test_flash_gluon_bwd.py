@@ -1119,33 +1119,37 @@ from impl.attention import flash_gluon_bwd_ws as mod
 fn = mod._attn_bwd_ws_sm90
 from kits.sm90_compile import compile_for_sm90, cubin_figures
 rows = []
-cases = [(c, causal, torch.bfloat16) for c in mod.CANDIDATE_CONFIGS for causal in (False, True)]
-for config, causal, dtype in cases + [(mod.GluonBwdWsConfig(), True, torch.float16)]:
-    q, k, v, do = (torch.randn(2, 3, 1000, 128, dtype=dtype) for _ in range(4))
+cases = [(d, c, causal, torch.bfloat16) for d in (128, 64) for c in mod.CANDIDATE_CONFIGS
+         for causal in (False, True)]
+for d, config, causal, dtype in cases + [(d, mod.GluonBwdWsConfig(), True, torch.float16) for d in (128, 64)]:
+    q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
                                        torch.empty_like(v), causal, config)
     ck = compile_for_sm90(fn, args, opts, divisible=("L", "Delta"))
-    rows.append(dict(causal=causal, rebuild=config.rebuild, stages=config.num_stages, release=config.release_before_dq,
-                     fp16=dtype == torch.float16, predicted=mod.shared_bytes(128, 2, config.num_stages),
+    rows.append(dict(d=d, causal=causal, rebuild=config.rebuild, stages=config.num_stages,
+                     release=config.release_before_dq, fp16=dtype == torch.float16,
+                     predicted=mod.shared_bytes(d, 2, config.num_stages),
                      **cubin_figures(ck)))
 print(json.dumps(rows))
 """
 
 
 def test_ws_backward_compiles_for_hopper():
-    """Stages 3b and 4d at d 128, full and causal (and fp16 causal with rebuild): 12 warps, setmaxnreg budgets 240
-    (consumers) / 24 (load warp) with no partition past its budget, wgmma only, dQ by reduce, shared memory within
+    """Stages 3b and 4d at d 128 and 64, full and causal (and fp16 causal with rebuild): 12 warps, setmaxnreg budgets
+    240 (consumers) / 24 (load warp) with no partition past its budget, wgmma only, dQ by reduce, shared memory within
     its bound. Stage 3b's kernel (rebuild=False) spills what the 240-register budget cannot hold (read in NOTES.md),
     bounded; with rebuild (stage 4d) nothing spills: no stack, no local loads or stores, at the same wgmma, ex2,
     reduce and barrier counts and shared memory. Issue 47's ws refill variants (num_stages 3, release_before_dq):
     no spills either, the same products, ex2 and reduce-adds; a third slot adds 32 KB of shared memory (and its
-    barriers), release_before_dq one wgmma wait a loop instance (read in NOTES.md)."""
+    barriers), release_before_dq one wgmma wait a loop instance (read in NOTES.md). Issue 47, ws d 64 (K in a
+    64-byte swizzle, dQ's products at N = 32): the same checks, a third slot 16 KB; stage 3b's kernel does not spill."""
     from impl.attention.flash_configs import SM90_MAX_SHARED
 
     rows = json.loads(run_without_interpreter(_COMPILE_WS))
     for r in rows:
-        print(f"\nws d 128 causal={r['causal']} rebuild={r['rebuild']} stages={r['stages']} release={r['release']} "
+        print(f"\nws d {r['d']} causal={r['causal']} rebuild={r['rebuild']} stages={r['stages']} "
+              f"release={r['release']} "
               f"fp16={r['fp16']}: stack {r['stack']} B, "
               f"STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, "
               f"UTMAREDG {r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, budget: regs touched {r['partitions']}")
@@ -1156,15 +1160,17 @@ def test_ws_backward_compiles_for_hopper():
         assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         if r["rebuild"]:
             assert r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
-    assert sum(r["rebuild"] for r in rows) == 9 and sum(r["stack"] > 0 for r in rows if not r["rebuild"]) == 2
-    plain = {r["causal"]: r for r in rows if not r["rebuild"]}
+    assert sum(r["rebuild"] for r in rows) == 18
+    assert [r["d"] for r in rows if not r["rebuild"] and r["stack"] > 0] == [128, 128]
+    plain = {(r["d"], r["causal"]): r for r in rows if not r["rebuild"]}
     for r in rows:
+        base = plain[r["d"], r["causal"]]
         same = ("hgmma", "ex2", "tma_reduce", "tma_loads", "tma_stores", "warps")
-        assert {f: r[f] for f in same} == {f: plain[r["causal"]][f] for f in same}, r
+        assert {f: r[f] for f in same} == {f: base[f] for f in same}, r
         if r["stages"] == 2 and not r["release"]:
-            assert (r["bar_sync"], r["shared"]) == (plain[r["causal"]]["bar_sync"], plain[r["causal"]]["shared"]), r
-        else:
-            assert r["shared"] == plain[r["causal"]]["shared"] + (r["stages"] - 2) * (32768 + 48), r
+            assert (r["bar_sync"], r["shared"]) == (base["bar_sync"], base["shared"]), r
+        else:  # a slot: a Q and a dO tile of 64 rows, and three barriers
+            assert r["shared"] == base["shared"] + (r["stages"] - 2) * (2 * 64 * r["d"] * 2 + 48), r
 
 
 @pytest.mark.parametrize("field", ["rebuild", "release_before_dq"])
@@ -1220,32 +1226,60 @@ def test_ws_backward_launch_args_rebuild():
                        True)
 
 
-def test_ws_backward_refuses_other_head_dims_and_devices():
+def _ws_bufs(a):
+    """launch_args' lse, D, fp32 dQ, dK, dV for _args' tensors."""
+    return (a["lse"], torch.empty(a["q"].shape[:-1]), torch.empty(a["q"].shape), torch.empty_like(a["k"]),
+            torch.empty_like(a["v"]))
+
+
+@pytest.mark.parametrize("d", [80, 96])
+def test_ws_backward_refuses_other_head_dims(d):
+    """Head dims 128 and 64 only (flash_gluon_bwd_ws.K_SWIZZLE), from the entry point and the launcher alike."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
-    a = _args((1, 2, 40, 64))
-    with pytest.raises(ValueError, match="^flash_gluon_backward_ws: head dim 128 only"):
+    a = _args((1, 2, 40, d))
+    with pytest.raises(ValueError, match=r"^flash_gluon_backward_ws: head dim must be one of \(64, 128\), got "):
         ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True)
-    a = _args((1, 2, 40, 128))
+    bufs = _ws_bufs(a)
+    with pytest.raises(ValueError, match=f"^flash_gluon_backward_ws: head dim must be one of .*, got {d}$"):
+        ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_backward_refuses_other_devices(d):
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((1, 2, 40, d))
     with pytest.raises(RuntimeError, match="^flash_gluon_backward_ws .*sm_90"):
         ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True)
 
 
-@gpu
-@needs_sm90
-@pytest.mark.parametrize("config", range(5), ids=["rebuild", "stage3b", "release", "s3", "s3-release"])
-@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
-def test_ws_backward_gpu_matches_reference(shape, is_causal, config, monkeypatch):
-    """Stage 3b (rebuild=False), 4d and issue 47's ws refill variants (CANDIDATE_CONFIGS, in order) at d 128 against
-    the float64 reference (every torch.empty NaN-poisoned)."""
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_backward_swizzles_k_so_that_a_dq_half_starts_an_atom(d):
+    """Issue 47, ws d 64: a consumer's dQ product reads d / 2 columns of K from column (d / 2)·c, and a wgmma
+    descriptor starts on a swizzle atom, so K's (and dK's, stored through K's tile) swizzle is d / 2 columns wide:
+    64 bytes at d 64, the default 128 at d 128 (its descriptors as before); the other operands keep the default."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((1, 2, 40, d))
+    bufs = _ws_bufs(a)
+    args = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True)[1]
+    q_d, k_d, v_d, do_d, dq_d, dk_d, dv_d = args[:7]
+    assert k_d.layout.swizzle_byte_width == dk_d.layout.swizzle_byte_width == d // 2 * 2
+    assert {x.layout.swizzle_byte_width for x in (q_d, v_d, do_d, dv_d)} == {min(d * 2, 128)}
+    assert dq_d.block_shape == [1, 1, 64, d // 2] and dq_d.layout.swizzle_byte_width == min(d // 2 * 4, 128)
+
+
+def _ws_backward_gpu_check(shape, d, is_causal, config, monkeypatch, dtype=torch.bfloat16):
+    """CANDIDATE_CONFIGS[config] of the ws backward at head dim d against the float64 reference (the Triton backward
+    past 2000 query rows), every torch.empty NaN-poisoned."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     assert len(ws.CANDIDATE_CONFIGS) == 5
     config = ws.CANDIDATE_CONFIGS[config]
 
     B, H, n_q, n_k = shape
-    q, k, v, do = _inputs((B, H, n_q, 128), (B, H, n_k, 128), torch.bfloat16, "cuda")
+    q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
     o, lse = forward("triton", q, k, v, is_causal)
     orig_empty = torch.empty
 
@@ -1267,4 +1301,36 @@ def test_ws_backward_gpu_matches_reference(shape, is_causal, config, monkeypatch
     else:
         want = reference_grads(q, k, v, do, o, is_causal)
     errs = [rel_err(g, w) for g, w in zip(got, want)]
-    assert all(e < TOL[torch.bfloat16] for e in errs), errs
+    assert all(e < TOL[dtype] for e in errs), errs
+
+
+WS_CONFIG_IDS = ["rebuild", "stage3b", "release", "s3", "s3-release"]  # flash_gluon_bwd_ws.CANDIDATE_CONFIGS, in order
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("config", range(5), ids=WS_CONFIG_IDS)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_gpu_matches_reference(shape, is_causal, config, monkeypatch):
+    """Stage 3b (rebuild=False), 4d and issue 47's ws refill variants (CANDIDATE_CONFIGS, in order) at d 128."""
+    _ws_backward_gpu_check(shape, 128, is_causal, config, monkeypatch)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("config", range(5), ids=WS_CONFIG_IDS)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_d64_gpu_matches_reference(shape, is_causal, config, monkeypatch):
+    """Issue 47, ws d 64 (K in a 64-byte swizzle, 32-column dQ halves): every candidate config, the ragged and
+    unequal lengths of SHAPES, full and causal."""
+    _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_ws_backward_d64_gpu_fp16_matches_reference(is_causal, monkeypatch):
+    """Issue 47, ws d 64 in fp16 (its tolerance), the default config, a ragged length."""
+    _ws_backward_gpu_check((1, 3, 257, 129), 64, is_causal, 0, monkeypatch, torch.float16)

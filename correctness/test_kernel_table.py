@@ -174,6 +174,28 @@ def test_the_builder_reads_the_ws_backward_rows_as_gluon_ws(tmp_path):
 
 
 @needs_gluon
+def test_the_builder_makes_a_d64_gluon_ws_backward_entry_from_the_probe_labels(tmp_path):
+    """Issue 47, ws d 64: the probe's d 64 ws rows, labelled by its own cfg_text (one label per candidate, distinct),
+    give a d 64 causal "gluon_ws" entry with the fastest candidate faster than Triton in the run."""
+    from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS
+    with probe_module("flash_gluon_bwd") as probe:
+        labels = [probe.cfg_text(c) for c in CANDIDATE_CONFIGS]
+    assert len(set(labels)) == len(labels) and labels[3] == "ws 64x128 s3 rebuild"
+    shapes = [[1, 16, 16384, 64, True], [4, 32, 4096, 64, True]]
+    rows = [dict(shape=s, impl="triton", config=None, bwd=4.0, err=None, wrong=None, error=None) for s in shapes]
+    rows += [dict(shape=s, impl="ws+gluon-bwd-ws", config=label, config_used=label, bwd=3.0 + 0.1 * abs(i - 3),
+                  err=1e-3, wrong=False, error=None) for s in shapes for i, label in enumerate(labels)]
+    probes = tmp_path / "reports" / "data" / "m" / "probes"
+    probes.mkdir(parents=True)
+    (probes / "flash_gluon_bwd_x.json").write_text(json.dumps(dict(device="GPU", capability=[9, 0], rows=rows)))
+    with probe_module("kernel_table") as builder:
+        table = builder.build(str(tmp_path))
+    (entry,) = table.entries
+    assert (entry.direction, entry.d, entry.causal, entry.kernel) == ("bwd", 64, True, "gluon_ws")
+    assert dict(entry.config) == dataclasses.asdict(CANDIDATE_CONFIGS[3])
+
+
+@needs_gluon
 def test_a_gluon_ws_backward_entry_round_trips_to_its_config():
     """JSON -> table -> JSON is the identity, and the entry's config is the launcher's typed config, for each ws
     candidate (issue 47's ws refill variants too); an entry from before num_stages / release_before_dq (rebuild
@@ -197,7 +219,7 @@ def test_a_gluon_ws_backward_entry_round_trips_to_its_config():
     (dict(kernel="triton"), "unknown kernel 'triton'.*no entry means triton"),
     (dict(direction="sideways"), "unknown direction 'sideways'"),
     (dict(direction="bwd", kernel="gluon_tlx"), "unknown kernel 'gluon_tlx'.*'gluon', 'gluon_ws'"),
-    (dict(direction="bwd", d=64, config={"rebuild": True}), "kernel 'gluon_ws' runs at head dims \\(128,\\) only"),
+    (dict(direction="bwd", d=80, config={"rebuild": True}), "kernel 'gluon_ws' runs at head dims \\(64, 128\\) only"),
     (dict(arch="sm_100"), "runs on sm_90 only, not sm_100"),
     (dict(d=112), "head dim must be one of"),
     (dict(dtype="float32"), "dtype one of"),
@@ -375,17 +397,52 @@ def test_auto_on_sm90_takes_triton_where_the_gluon_launcher_refuses():
     assert rec.last["fwd"].kernel == "triton"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)], ids=["2x3x300", "1x4x1029", "1x2x4096"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("config", range(5), ids=["rebuild", "stage3b", "release", "s3", "s3-release"])
+@needs_gluon
+def test_the_ws_backward_head_dims_are_the_kernels():
+    """Issue 47, ws d 64: the table accepts gluon_ws backward entries at the head dims its launcher accepts."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    assert kt.KERNEL_HEAD_DIMS[("bwd", "gluon_ws")] == ws.HEAD_DIMS == (64, 128)
+    table = _table(*(dict(WS_BWD, d=d) for d in ws.HEAD_DIMS))
+    kernels = [kt.choose(table, "bwd", "auto", (9, 0), d, True, "bfloat16").kernel for d in ws.HEAD_DIMS]
+    assert kernels == ["gluon_ws"] * 2
+
+
+WS_GPU_PARAMS = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)"),
+    pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"]),
+    pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)],
+                            ids=["2x3x300", "1x4x1029", "1x2x4096"]),
+    pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"]),
+    pytest.mark.parametrize("config", range(5), ids=["rebuild", "stage3b", "release", "s3", "s3-release"]),
+]
+
+
+def _gpu_ws_params(test):
+    for mark in reversed(WS_GPU_PARAMS):
+        test = mark(test)
+    return test
+
+
+@_gpu_ws_params
 def test_auto_on_sm90_runs_the_ws_backward_where_the_table_names_it(config, causal, shape, dtype, monkeypatch):
     """Stage 4d through the public path: a table (the shipped one with its d 128 backward entry for this key
     replaced by "gluon_ws" with one of the ws CANDIDATE_CONFIGS, in order: issue 47's ws refill variants too) sends
     FlashAttentionTriton's backward to the ws kernel; gradients match the float64 reference at ragged lengths, and
     the launch record names gluon_ws and the config."""
+    _auto_ws_backward(config, causal, shape, dtype, 128, monkeypatch)
+
+
+@_gpu_ws_params
+def test_auto_on_sm90_runs_the_d64_ws_backward_where_the_table_names_it(config, causal, shape, dtype, monkeypatch):
+    """Issue 47, ws d 64: the same through a table whose d 64 backward entry for this key is "gluon_ws"."""
+    _auto_ws_backward(config, causal, shape, dtype, 64, monkeypatch)
+
+
+def _auto_ws_backward(config, causal, shape, dtype, d, monkeypatch):
+    """FlashAttentionTriton with kernels "auto" under the shipped table whose (bwd, d, causal, dtype) entry is
+    gluon_ws at CANDIDATE_CONFIGS[config]: the record names it, the gradients match the float64 reference."""
     from test_attention import reference, rel_err, tolerance
 
     from impl.attention import flash_dispatch
@@ -393,13 +450,13 @@ def test_auto_on_sm90_runs_the_ws_backward_where_the_table_names_it(config, caus
     assert len(CANDIDATE_CONFIGS) == 5
     config = CANDIDATE_CONFIGS[config]
     name = str(dtype).removeprefix("torch.")
-    ws = dict(WS_BWD, causal=causal, dtype=name, config=dataclasses.asdict(config))
+    ws = dict(WS_BWD, d=d, causal=causal, dtype=name, config=dataclasses.asdict(config))
     shipped = kt.table_to_json(kt.shipped_table())
     others = [e for e in shipped["entries"] if (e["direction"], e["d"], e["causal"], e["dtype"]) !=
-              ("bwd", 128, causal, name)]
+              ("bwd", d, causal, name)]
     monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: _table(*others, ws))
     g = torch.Generator().manual_seed(shape[-1])
-    q, k, v, do = (torch.randn(*shape, 128, generator=g).to("cuda", dtype) for _ in range(4))
+    q, k, v, do = (torch.randn(*shape, d, generator=g).to("cuda", dtype) for _ in range(4))
     rec = LaunchRecorder()
     qi, ki, vi = (x.clone().requires_grad_(True) for x in (q, k, v))
     o = FlashAttentionTriton.apply(qi, ki, vi, causal, FlashOptions(autotune=False, kernels="auto", recorder=rec))

@@ -180,23 +180,52 @@ WS_REFILL_ONLY = [r"^(1x32x32768x128|4x32x4096x128|8x32x2048x128|4x16x8192x128 f
 
 def test_the_plan_has_the_ws_backward_candidates(probe):
     """Stage 4d: one "ws+gluon-bwd-ws" row per flash_gluon_bwd_ws.CANDIDATE_CONFIGS (rebuild, stage 3b's, then issue
-    47's ws refill variants) at each
-    d 128 table shape, after the shape's "gluon-bwd" row; none elsewhere, none with --skip-ws."""
+    47's ws refill variants) at each d 128 table shape and (issue 47, ws d 64) at 1x16x16384x64, after the shape's
+    "gluon-bwd" row, then at the d 64 table shapes between cuDNN and Triton; none at d 80 / 96, none with --skip-ws."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     rows = probe.plan(skip_triton=True)
     labels = [probe.row_label(r) for r in rows]
     assert len(labels) == len(set(labels))
-    table = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full")
-    want = [f"{s} ws+gluon-bwd-ws {v}" for s in table for v in (
+    table = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full", "1x16x16384x64")
+    d64 = ("4x32x4096x64", "4x16x8192x64 full")
+    want = [f"{s} ws+gluon-bwd-ws {v}" for s in table + d64 for v in (
         "ws 64x128 s2 rebuild", "ws 64x128 s2", "ws 64x128 s2 rebuild release-before-dq", "ws 64x128 s3 rebuild",
         "ws 64x128 s3 rebuild release-before-dq")]
     assert [x for x in labels if "ws+gluon-bwd-ws" in x] == want
     assert [r["config"] for r in rows if r["impl"] == "ws+gluon-bwd-ws"][:5] == list(ws.CANDIDATE_CONFIGS)
     for s in table:
         assert labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s2 rebuild") == labels.index(f"{s} gluon-bwd") + 1
+    for s in d64:
+        assert [x for x in labels if x.startswith(s + " ")] == [f"{s} cudnn", *[x for x in want if x.startswith(s)]]
+        assert probe.plan(only=(f"^{s} ",))[-1]["impl"] == "triton"
     assert not any("ws+gluon-bwd-ws" in probe.row_label(r) for r in probe.plan(skip_triton=True, skip_ws=True))
     assert probe.cfg_text(None) == "" and probe.default_config("ws+gluon-bwd-ws", 128) == ws.GluonBwdWsConfig()
+
+
+#: Issue 47, ws d 64 (NOTES.md, "Issue 47, the ws backward at head dim 64"): the lead's call, at the two d 64 causal
+#: shapes cuDNN, the ws default and its refill variants and our Triton backward (the table's baseline); the full
+#: shape in a second call.
+WS_D64_ONLY = [r"^(1x16x16384x64|4x32x4096x64) (cudnn|triton|ws[+]gluon-bwd-ws ws 64x128 s[23] rebuild"
+               r"( release-before-dq)?)$"]
+WS_D64_FULL_ONLY = [r"^4x16x8192x64 full (cudnn|triton|ws[+]gluon-bwd-ws ws 64x128 s[23] rebuild"
+                    r"( release-before-dq)?)$"]
+
+
+def test_the_ws_d64_selections_keep_their_rows_within_their_calls(probe, capsys):
+    """Issue 47, ws d 64: per d 64 causal shape cuDNN, the four rebuild ws rows, then Triton (its autotuning last),
+    under ~170 s of estimate; the full shape's call alike; the d 128 rows' labels unchanged; the dry run prints it."""
+    ws = [f"ws+gluon-bwd-ws ws 64x128 {v}" for v in (
+        "s2 rebuild", "s2 rebuild release-before-dq", "s3 rebuild", "s3 rebuild release-before-dq")]
+    for only, shapes in ((WS_D64_ONLY, ("1x16x16384x64", "4x32x4096x64")), (WS_D64_FULL_ONLY, ("4x16x8192x64 full",))):
+        rows = probe.plan(only=tuple(only))
+        assert [probe.row_label(r) for r in rows] == [f"{s} {x}" for s in shapes for x in ("cudnn", *ws, "triton")]
+        assert sum(r["est"] for r in rows) < 170
+    probe.main(["--dry-run", "--only", WS_D64_ONLY[0]])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("12 rows, estimate") and sum("ws 64x128 s3 rebuild" in line for line in out) == 4
+    d128 = [probe.row_label(r) for r in probe.plan(only=tuple(WS_REFILL_ONLY))]
+    assert all(x.split()[0].endswith("x128") for x in d128) and len(d128) == 4 * 5 + 2
 
 
 def test_stage_4d_selections_keep_their_rows_within_their_calls(probe):

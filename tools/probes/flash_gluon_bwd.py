@@ -10,10 +10,11 @@ Rows: "cudnn" (SDPA cuDNN), "sdpa flash", "triton" (our Triton forward and backw
 the two-pass backward), "triton atomic" (our single-pass Triton backward), "gluon-bwd" (our Triton
 forward, one config, unautotuned + flash_gluon_bwd at its default config: its "bwd" is the figure), "ws+gluon-bwd" (the stage-2 warp-specialized Gluon
 forward + flash_gluon_bwd: the issue's target pair), "ws+gluon-bwd-ws" (the same with the warp-specialized
-backward, flash_gluon_bwd_ws, d 128 only: one row per its CANDIDATE_CONFIGS, labels "ws 64x128 s2 rebuild"
+backward, flash_gluon_bwd_ws, d 128 and 64: one row per its CANDIDATE_CONFIGS, labels "ws 64x128 s2 rebuild"
 (stage 4d, its default), "ws 64x128 s2" (stage 3b's kernel), and issue 47's ws refill variants ("ws 64x128 s2
 rebuild release-before-dq", "ws 64x128 s3 rebuild", "ws 64x128 s3 rebuild release-before-dq"), at every d 128 table
-shape), then
+shape and at 1x16x16384x64; issue 47's ws d 64 adds the d 64 table shapes 4x32x4096x64 and 4x16x8192x64 full with
+cuDNN, the ws rows and Triton only), then
 flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
@@ -56,6 +57,9 @@ from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probe besid
 # (batch, heads, seq, d, causal)
 TABLE = [(1, 32, 32768, 128, True), (4, 32, 4096, 128, True), (8, 32, 2048, 128, True), (4, 16, 8192, 128, False)]
 OTHERS = [(1, 16, 16384, 64, True), (4, 16, 4096, 80, True), (4, 16, 4096, 96, True)]
+#: Issue 47, ws d 64: the d 64 kernel-table shapes beside the leaderboard's (OTHERS[0]): cuDNN, the ws backward's
+#: candidates and our Triton backward only, so that one run can give the table a d 64 causal and a full entry.
+WS_D64 = [(4, 32, 4096, 64, True), (4, 16, 8192, 64, False)]
 SWEEP = [TABLE[0], TABLE[1]]
 WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile (or autotune entry) on the H100's host, roughly
@@ -153,15 +157,19 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
         rows.append(dict(spec, est=est_s(s, impl, key not in compiled, split)))
         compiled.add(key)
 
+    def add_ws(s):  # the warp-specialized backward's candidates where it runs (flash_gluon_bwd_ws.HEAD_DIMS)
+        if not skip_ws and s[3] in ws.HEAD_DIMS:
+            for c in ws.CANDIDATE_CONFIGS:
+                add(s, "ws+gluon-bwd-ws", c)
+
     dq_gluon = bwd.GluonBwdConfig(dq="gluon")  # stage 3c: the Gluon dQ kernel, at every d 128 shape
     for s in TABLE:
         for impl in IMPLS:
             add(s, impl)
             if impl == "ws+gluon-bwd":
                 add(s, impl, dq_gluon)
-            if impl == "gluon-bwd" and not skip_ws:  # the warp-specialized backward (d 128 only), its candidates
-                for c in ws.CANDIDATE_CONFIGS:
-                    add(s, "ws+gluon-bwd-ws", c)
+            if impl == "gluon-bwd":
+                add_ws(s)
     for s in SWEEP:
         for c in bwd.CANDIDATE_CONFIGS:
             if c != bwd.default_config(s[3]) and c != dq_gluon:
@@ -174,6 +182,12 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
                 add(s, impl, replace(default, dq_stages=2))
                 add(s, impl, replace(default, dq="atomic"))
                 add(s, impl, replace(default, rebuild=True))  # stage 4b
+            if impl == "gluon-bwd":
+                add_ws(s)  # issue 47, ws d 64
+    for s in WS_D64:
+        add(s, "cudnn")
+        add_ws(s)
+        add(s, "triton")
     return rows
 
 

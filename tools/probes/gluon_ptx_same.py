@@ -117,6 +117,10 @@ def _bwd_variants():
         for config in ws.CANDIDATE_CONFIGS:
             out.append(("bwdws", 128, causal, "bf16", config))
     out.append(("bwdws", 128, True, "fp16", ws.GluonBwdWsConfig()))
+    for causal in (False, True):  # issue 47, ws d 64: K in a 64-byte swizzle (flash_gluon_bwd_ws.K_SWIZZLE)
+        for config in ws.CANDIDATE_CONFIGS:
+            out.append(("bwdws", 64, causal, "bf16", config))
+    out.append(("bwdws", 64, True, "fp16", ws.GluonBwdWsConfig()))
     return out
 
 

@@ -92,7 +92,7 @@ def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor
     choice = _gluon_choice("bwd", q, causal, options, accepts)
     if choice is None:
         return _backward(q, k, v, o, do, lse, causal, options, variant)
-    if choice.kernel == "gluon_ws":  # the table names it at d 128 only (kernel_table.KERNEL_HEAD_DIMS)
+    if choice.kernel == "gluon_ws":  # the table names it at d 128 and 64 only (kernel_table.KERNEL_HEAD_DIMS)
         from .flash_gluon_bwd_ws import GluonBwdWsConfig, flash_gluon_backward_ws
         config = GluonBwdWsConfig(**dict(choice.config))
         with launch_ctx(q, "impl_flash::flash_gluon_backward_ws"):

@@ -1,4 +1,4 @@
-"""FlashAttention backward for Hopper in Gluon, warp-specialized: issue 47, stage 3b (an experiment; d 128 only).
+"""FlashAttention backward for Hopper in Gluon, warp-specialized: issue 47, stage 3b (head dims 128 and 64).
 
 The stage-3 kernel (:mod:`impl.attention.flash_gluon_bwd`) runs every step in the same 8 warps with CTA
 barriers between them. Here (stage 2's structure, :mod:`impl.attention.flash_gluon_ws`) the work is split
@@ -8,18 +8,32 @@ with ``gl.warp_specialize``:
   (64 rows) of each query tile through a ring of NUM_STAGES slots, each slot with ready barriers for Q
   and for dO and an empty barrier of count 2 (both consumers arrive after their dK / dV products).
 * **Two consumer warpgroups** (the default partition and a 4-warp worker, 240 registers each): consumer
-  c owns keys n0 + 64c … + 63, holds its dK and dV (64 × 128 fp32: 64 + 64 registers) and per query
+  c owns keys n0 + 64c … + 63, holds its dK and dV (64 × d fp32: 64 + 64 registers at d 128) and per query
   tile computes Sᵀ, dPᵀ, Pᵀ, dSᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q as stage 3 does, on its 64 keys.
 * **dQ across the consumers.** dQ_tile = dS·K needs every key's dS: each consumer stores its 64 rows of
   dSᵀ into the shared tile, fences and arrives at ``ds_ready`` (count 2), waits for it, computes dQ for
-  its half of d (64 × 64: the A operand the whole transposed dSᵀ, B its columns of K), and arrives at
+  its half of d (64 × d / 2: the A operand the whole transposed dSᵀ, B its columns of K), and arrives at
   ``ds_free`` (count 2) once that product is done: the next tile's dSᵀ store waits for ``ds_free``.
   Each consumer adds its half through its own fp32 staging tile by TMA reduce-add.
 
 D and the zeroed fp32 dQ buffer come from the Triton preprocessing kernel, as in stage 3. Masks as in
 stage 3 (diagonal query tiles masked; the ragged key tile's program with a key mask).
 
-Only head dim 128 (the two dQ halves are 64-column slices of K's 128-byte-swizzled tile) and bf16/fp16.
+Head dims 128 and 64 (HEAD_DIMS), bf16/fp16. The dQ halves are column slices of K's tile, and a wgmma
+shared-memory descriptor must start on a swizzle atom: at d 128 a 64-column half is a whole 128-byte atom of K's
+default (128-byte) swizzle; at d 64 a half is 32 columns, 64 bytes, so K (and dK, stored through K's tile) get a
+64-byte swizzle there (K_SWIZZLE), whose atoms are 32 columns wide: each consumer's dQ product is N = 32.
+
+Issue 47, ws d 64 (the dQ split's design): of (a) the same column split on a 64-byte-swizzled K, (b) one consumer
+computing the whole 64 × 64 dQ tile on alternate query tiles and (c) larger key tiles, (a) is kept: the kernel
+is unchanged but for K's layout (d 128 PTX-identical) and both consumers keep equal work each tile. Under (b) a
+tile's whole dQ step (two K = 64 products of N = 64, a 16 KB staging store and reduce-add) falls on one consumer,
+on the tile's critical path, and the other's next dSᵀ store still waits at ds_free for it: hiding it needs a second
+dSᵀ buffer and per-parity barriers, a new protocol to prove. (a)'s only costs: dQ's products at N = 32 (dQ is
+one fifth of the products) and K read through a 64-byte swizzle (Sᵀ's A operand, dQ's B). (c): a consumer owning
+128 keys would hold dK and dV (128 × 64 fp32: 64 + 64 registers) and Sᵀ, dPᵀ of 128 × 64 (64 + 64): 256 > 240
+before any operand or address, so not without 32-row query tiles (twice the barriers and statistics a key): not
+built.
 
 Stage 4d (``GluonBwdWsConfig.rebuild``, the default): stage 4b's rebuilt descriptors in the consumers, and on
 the diagonal tiles dPᵀ issued after Pᵀ: no spills (stage 3b's kernel, ``rebuild=False``, spilled ~300 B of stack
@@ -55,6 +69,10 @@ NUM_STAGES = gl.constexpr(2)
 CONSUMER_REGS = gl.constexpr(240)
 LOAD_REGS = gl.constexpr(24)
 WS_CAPTURE_BYTES = 512
+#: Head dims the kernel is written for -> K's (and dK's) shared-memory swizzle in bytes (None: the default, the
+#: widest). A dQ half is d / 2 columns of K; a wgmma descriptor starts on a swizzle atom (module docstring).
+K_SWIZZLE = {64: 64, 128: None}
+HEAD_DIMS = tuple(K_SWIZZLE)
 
 
 @dataclass(frozen=True)
@@ -98,6 +116,12 @@ def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value) 
     """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves; mbarriers; the ws captures (bound)."""
     bm, bn, ns = BLOCK_M.value, BLOCK_N.value, num_stages
     return (2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + bm * d * 4 + 16 * 3 + 3 * 16 * ns + WS_CAPTURE_BYTES
+
+
+def check_head_dim(d: int) -> None:
+    """ValueError unless the kernel is written for head dim d (HEAD_DIMS)."""
+    if d not in K_SWIZZLE:
+        raise ValueError(f"{FN}: head dim must be one of {HEAD_DIMS}, got {d}")
 
 
 @gluon.jit
@@ -303,7 +327,7 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     num_stages, release_before_dq (_consumer_loop)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
-    gl.static_assert(BLOCK_D == 128, "head dim 128 only")
+    gl.static_assert(BLOCK_D == 128 or BLOCK_D == 64, "head dim 128 or 64 (K_SWIZZLE)")
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], v_desc.layout)
     q_smem, do_smem = _ring_pair(q_desc, do_desc, STAGES, BLOCK_M, BLOCK_D)
@@ -344,8 +368,7 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     config = config or GluonBwdWsConfig()
     q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
     B, H, n_q, d = q4.shape
-    if d != 128:
-        raise ValueError(f"{FN}: head dim 128 only, got {d}")
+    check_head_dim(d)
     check_shared(shared_bytes(d, q.element_size(), config.num_stages), d, "ws backward", FN)
     if config.rebuild and n_q >= 1 << 30:
         raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
@@ -353,8 +376,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     n_k = k4.shape[2]
     bm, bn = BLOCK_M.value, BLOCK_N.value
     sm_scale = 1.0 / math.sqrt(d)
-    args = (_descriptor(q4, bm, 0, d), _descriptor(k4, bm, 0, d), _descriptor(v4, bm, 0, d),
-            _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, bm, 0, d),
+    swizzle = K_SWIZZLE[d]  # K's and dK's: dK is stored through K's tile
+    args = (_descriptor(q4, bm, 0, d), _descriptor(k4, bm, 0, d, swizzle), _descriptor(v4, bm, 0, d),
+            _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, bm, 0, d, swizzle),
             _descriptor(dv4, bm, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
     later = (config.rebuild, config.num_stages, config.release_before_dq)  # REBUILD, STAGES, EARLY_RELEASE
     args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, (False, NUM_STAGES.value, False))) if v != off),
@@ -365,15 +389,14 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
 def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
                             is_causal: bool = False,
                             config: Optional[GluonBwdWsConfig] = None) -> Tuple[Tensor, Tensor, Tensor]:
-    """flash_gluon_bwd.flash_gluon_backward's contract at head dim 128 (ValueError otherwise), through
+    """flash_gluon_bwd.flash_gluon_backward's contract at head dims 128 and 64 (ValueError otherwise), through
     the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel,
     this kernel, the buffer's cast. config None: GluonBwdWsConfig() (rebuild)."""
     from .flash_gluon_bwd import _preprocess, validate_backward
     from .flash_gluon_common import check_device
 
     validate_backward(q, k, v, o, do, lse, FN)
-    if q.shape[-1] != 128:
-        raise ValueError(f"{FN}: head dim 128 only, got {q.shape[-1]}")
+    check_head_dim(q.shape[-1])
     check_device(q.device, FN)
     q4, o4, do4 = as_4d(q), as_4d(o), as_4d(do)
     B, H, n_q, d = q4.shape
@@ -381,10 +404,11 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    _preprocess(o4, do4, delta, as_4d(dq32))  # d 128: one head-dim tile
+    _preprocess(o4, do4, delta, as_4d(dq32))  # d 128 and 64: one head-dim tile
     grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal, config)
     _attn_bwd_ws_sm90[grid](*args, **opts)
     return dq32.to(q.dtype), dk, dv
 
 
-__all__ = ["CANDIDATE_CONFIGS", "GluonBwdWsConfig", "flash_gluon_backward_ws", "launch_args", "shared_bytes"]
+__all__ = ["CANDIDATE_CONFIGS", "GluonBwdWsConfig", "HEAD_DIMS", "K_SWIZZLE", "check_head_dim",
+           "flash_gluon_backward_ws", "launch_args", "shared_bytes"]

@@ -307,13 +307,17 @@ def dims(q4: Tensor, k4: Tensor) -> tuple:
     return (B, H, n_q, k4.shape[2], d, *HEAD_DIM_TILES[d])
 
 
-def _descriptor(t: Tensor, rows: int, col0: int, width: int) -> Optional[TensorDescriptor]:
+def _descriptor(t: Tensor, rows: int, col0: int, width: int,
+                swizzle: Optional[int] = None) -> Optional[TensorDescriptor]:
     """A rank-4 descriptor of blocks (1, 1, rows, width) over the 4-D t (bf16, fp16 or fp32; width 0:
-    none). col0, the block's first column, is the kernel's coordinate, not the descriptor's."""
+    none). col0, the block's first column, is the kernel's coordinate, not the descriptor's. swizzle: the
+    shared layout's swizzle width in bytes (None: the widest the block allows)."""
     if width == 0:
         return None
     block = [1, 1, rows, width]
-    layout = gl.NVMMASharedLayout.get_default_for(block, _DESC_DTYPES[t.dtype])
+    dtype = _DESC_DTYPES[t.dtype]
+    layout = (gl.NVMMASharedLayout.get_default_for(block, dtype) if swizzle is None
+              else gl.NVMMASharedLayout(swizzle, dtype.primitive_bitwidth, rank=len(block)))
     return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 KERNELS = {"fwd": {"gluon_ws": "sm_90"}, "bwd": {"gluon": "sm_90", "gluon_ws": "sm_90"}}
 HEAD_DIMS = (64, 80, 96, 128)  # the Gluon kernels' (flash_gluon_common.HEAD_DIM_TILES)
 #: Kernels written for fewer head dims than HEAD_DIMS: (direction, kernel) -> theirs.
-KERNEL_HEAD_DIMS = {("bwd", "gluon_ws"): (128,)}
+KERNEL_HEAD_DIMS = {("bwd", "gluon_ws"): (64, 128)}  # flash_gluon_bwd_ws.HEAD_DIMS (issue 47, ws d 64)
 DTYPES = ("bfloat16", "float16")
 TABLE_FILE = "kernel_table.json"
 
