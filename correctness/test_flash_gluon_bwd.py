@@ -1312,20 +1312,12 @@ WS_CONFIG_IDS = ["rebuild", "stage3b", "release", "s3", "s3-release"]  # flash_g
 @pytest.mark.parametrize("config", range(5), ids=WS_CONFIG_IDS)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
-def test_ws_backward_gpu_matches_reference(shape, is_causal, config, monkeypatch):
-    """Stage 3b (rebuild=False), 4d and issue 47's ws refill variants (CANDIDATE_CONFIGS, in order) at d 128."""
-    _ws_backward_gpu_check(shape, 128, is_causal, config, monkeypatch)
-
-
-@gpu
-@needs_sm90
-@pytest.mark.parametrize("config", range(5), ids=WS_CONFIG_IDS)
-@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
-def test_ws_backward_d64_gpu_matches_reference(shape, is_causal, config, monkeypatch):
-    """Issue 47, ws d 64 (K in a 64-byte swizzle, 32-column dQ halves): every candidate config, the ragged and
-    unequal lengths of SHAPES, full and causal."""
-    _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch)
+@pytest.mark.parametrize("d", [128, 64], ids=["d128", "d64"])
+def test_ws_backward_gpu_matches_reference(d, shape, is_causal, config, monkeypatch):
+    """Stage 3b (rebuild=False), 4d and issue 47's ws refill variants (CANDIDATE_CONFIGS, in order), at d 128 and
+    at d 64 (K in a 64-byte swizzle, 32-column dQ halves), the ragged and unequal lengths of SHAPES, full and
+    causal."""
+    _ws_backward_gpu_check(shape, d, is_causal, config, monkeypatch)
 
 
 @gpu
