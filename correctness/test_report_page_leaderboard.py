@@ -41,7 +41,7 @@ def test_answer_is_ours_over_cudnn_of_the_newest_run_with_every_version(tmp_path
     assert a.correctness.passes and a.correctness.err_grad == 2e-3
     assert [(v.run.commit, round(v.over_cudnn, 2)) for v in f.versions] == [("aaaaaaaa", 1.5), ("bbbbbbbb", 1.25)]
     assert f.versions[0].picks == (("fwd", "64×128 w4 s3"), ("bwd", "two_pass"))
-    assert f.noise == (1.25, 1.5, 2)
+    assert f.noise is None  # two runs of two commits: no run of one code twice, so no noise range
     assert f.index_figures == (f.figure,) == (f"figures/leaderboard-{DEV}.png",) and (tmp_path / f.figure).exists()
     assert f.gpu == "NVIDIA H200"  # the rows' environment names the GPU the index caption names
     assert f.scores[page.PROBLEM] == page.Scored(Kind.MEASURED, DEV, "2026-03-02")
@@ -64,6 +64,13 @@ def test_do_bench_flattering_cudnn_headlines_the_events_and_shows_both_numbers(t
     assert (ours.event_s, ours.do_bench_s, ours.disagrees) == (pytest.approx(5.228e-3), pytest.approx(5.179e-3), False)
     assert (cudnn.event_s, cudnn.do_bench_s, cudnn.disagrees) == (pytest.approx(4.404e-3), pytest.approx(5.122e-3), True)
     assert (h.ratio.ours_s, h.ratio.anchor_s) == (ours.event_s, cudnn.event_s)  # the headline divides the events
+
+
+def test_noise_is_the_spread_of_the_commit_with_most_runs(tmp_path):
+    runs = [_run(f"2026-03-0{i}T00:00:00", ours, 4.0, commit=c)
+            for i, (ours, c) in enumerate([(6.0, "aaaaaaaa"), (4.8, "bbbbbbbb"), (5.2, "bbbbbbbb"), (4.4, "cccccccc")], 1)]
+    f = page.facts(context(runs[-1], tmp_path, history=[b for r in runs[:-1] for b in r]))
+    assert f.noise == (pytest.approx(1.2), pytest.approx(1.3), 2, "bbbbbbbb")  # not 1.1-1.5 across three commits
 
 
 def test_ratio_within_noise_when_spreads_overlap(tmp_path):

@@ -141,9 +141,14 @@ class LeaderboardPage:
     scores = property(lambda self: {PROBLEM: Scored.of(self.runs)})
 
     @property
-    def noise(self) -> tuple[float, float, int] | None:  # (lowest, highest ours/cuDNN, runs) of the newer format
-        rs = [v.over_cudnn for v in self.versions if not v.run.legacy and v.cudnn_s is not None]
-        return (min(rs), max(rs), len(rs)) if len(rs) > 1 else None
+    def noise(self) -> tuple[float, float, int, str] | None:
+        """(lowest, highest ours/cuDNN, runs, commit) of the commit with the most newer-format runs (two or more,
+        the newest such commit on a tie): runs of one code, so their spread is the noise; None without one."""
+        by_commit = group([v for v in self.versions if not v.run.legacy and v.cudnn_s is not None],
+                          lambda v: v.run.commit)
+        runs = max(by_commit.values(), key=lambda g: (len(g), g[-1].run.datetime), default=[])
+        rs = [v.over_cudnn for v in runs]
+        return (min(rs), max(rs), len(rs), runs[0].run.commit) if len(rs) > 1 else None
 
 
 def facts(ctx: Context) -> LeaderboardPage:  # the first GPU device whose newest rows have ours and cuDNN
