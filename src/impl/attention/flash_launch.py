@@ -17,6 +17,11 @@ microseconds), so it is built in two layers:
   ``direct_launch=False``) a plan's kernels are ordinary JIT calls with the same bound arguments,
   so the CPU tests run the plan logic too.
 
+The Gluon kernels' calls under kernels="auto" (impl.attention.flash_dispatch) get plans of the same kind
+(`_logged_plan`): built from what the Gluon launcher logged on a signature's first call (its buffers, each
+compiled kernel with its arguments); a hit launches each as a `_BoundCall`, whose descriptors are the first
+call's rebased onto the call's tensors.
+
 The torch.library custom ops that carry these launchers through torch.compile (one opaque node each,
 output metadata from its fake, so Dynamo never traces the launch path) are registered by
 impl.attention.flash_dispatch, which picks between them and the Gluon kernels (options.kernels).
