@@ -344,7 +344,8 @@ def _gpu_inputs(shape, seed):
 def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch):
     """Forward and forward+backward at d 128 and 64 causal bf16 (the table's Gluon entries), ragged lengths
     included: each call with new tensors; the direct launches are taken and every output equals the
-    launchers' (direct_launch=False) bit for bit; the records name the table's kernel."""
+    launchers' (direct_launch=False) bit for bit but dQ (TMA reduce-adds in no fixed order: close); the records
+    name the table's kernel."""
     from impl.attention import flash_launch
     rec = LaunchRecorder()
     direct = FlashOptions(autotune=False, kernels="auto", recorder=rec)
@@ -359,7 +360,10 @@ def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch):
         for _ in range(2):
             got = _fwd_bwd(q, k, v, do, True, direct)
             for name, x, r in zip(("o", "dq", "dk", "dv"), got, ref):
-                assert torch.equal(x, r), (name, seed)
+                if name == "dq":  # added into by TMA reduce-adds from every key tile, in no fixed order
+                    torch.testing.assert_close(x, r, rtol=1e-2, atol=1e-2)
+                else:
+                    assert torch.equal(x, r), (name, seed)
         with torch.no_grad():
             o_ref = FlashAttentionTriton.apply(q, k, v, True, slow)
             assert torch.equal(FlashAttentionTriton.apply(q, k, v, True, direct), o_ref)
@@ -386,8 +390,9 @@ def test_gpu_a_misaligned_view_is_its_own_signature():
     for _ in range(2):
         got = flash_dispatch.backward(q, k, v, off_o, do, off_lse, True, direct)
         base = flash_dispatch.backward(q, k, v, off_o, do, off_lse, True, slow)
-        for x, y, r in zip(got[:3], base[:3], ref[:3]):
-            assert torch.equal(x, y)
+        for name, x, y, r in zip(("dq", "dk", "dv"), got[:3], base[:3], ref[:3]):
+            assert name == "dq" or torch.equal(x, y), name  # dQ: reduce-adds in no fixed order
+            torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-2)
             torch.testing.assert_close(x, r, rtol=1e-2, atol=1e-2)
 
 
