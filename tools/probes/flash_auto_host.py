@@ -4,8 +4,10 @@ where the twenty-sixth session's flash_shapes rows showed flash_auto 3-4x slower
     PYTHONPATH=src python tools/probes/flash_auto_host.py OUT.json
 Per shape (bf16, causal): host µs per call (flash_host_overhead.host_us: 300 calls after 20 warm-up, no sync
 inside) and device ms (do_bench median) of the forward alone and of forward+backward (grads reset first, as
-flash_shapes does), for kernels "triton" and "auto", and of the Gluon launchers called directly; then cProfile
-of 200 auto fwd+bwd calls (own and cumulative time, top 40 each)."""
+flash_shapes does), for kernels "triton", "auto" (the Gluon call plans: direct launches after a signature's first
+call) and "auto, direct_launch=False" (every call through the Gluon launchers, the path before the plans), and of
+the Gluon launchers called directly; then cProfile of 200 auto fwd+bwd calls (own and cumulative time, top 40
+each). The JSON records which kernels each case ran (its launch records), so a row that fell back to Triton shows."""
 import cProfile
 import io
 import json
@@ -17,7 +19,7 @@ import triton
 from triton.testing import do_bench
 
 from flash_host_overhead import host_us  # the probe beside this one (its folder is on sys.path)
-from impl.attention import FlashAttentionTriton, FlashOptions
+from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder
 from impl.attention.flash_gluon_bwd_ws import flash_gluon_backward_ws
 from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
 
@@ -30,9 +32,11 @@ def cases(shape):
     do = torch.randn(shape, device=dev, dtype=torch.bfloat16)
     with torch.no_grad():
         o, lse = flash_gluon_ws_forward(q, k, v, True)
-    out = {}
-    for kernels in ("triton", "auto"):
-        opts = FlashOptions(kernels=kernels)
+    out, recorders = {}, {}
+    for name, kw in (("triton", {}), ("auto", dict(kernels="auto")),
+                     ("auto, direct_launch=False", dict(kernels="auto", direct_launch=False))):
+        rec = LaunchRecorder()
+        opts = FlashOptions(recorder=rec, **kw)
 
         def fwd(opts=opts):
             with torch.no_grad():
@@ -41,20 +45,26 @@ def cases(shape):
         def fwd_bwd(opts=opts):
             q.grad = k.grad = v.grad = None
             FlashAttentionTriton.apply(q, k, v, True, opts).backward(do)
-        out[f"{kernels} fwd"], out[f"{kernels} fwd+bwd"] = fwd, fwd_bwd
+        out[f"{name} fwd"], out[f"{name} fwd+bwd"] = fwd, fwd_bwd
+        recorders[f"{name} fwd"] = recorders[f"{name} fwd+bwd"] = rec
     out["ws forward launcher"] = lambda: flash_gluon_ws_forward(q.detach(), k.detach(), v.detach(), True)
     out["ws backward launcher"] = lambda: flash_gluon_backward_ws(q.detach(), k.detach(), v.detach(), o, do, lse, True)
-    return out
+    return out, recorders
 
 
 def main(path):
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "dtype": "bf16", "causal": True, "rows": []}
     for shape in SHAPES:
-        fns = cases(shape)
+        fns, recorders = cases(shape)
         for name, fn in fns.items():
+            rec = recorders.get(name)
+            if rec is not None:
+                rec.clear()
             row = {"shape": "x".join(map(str, shape)), "case": name, "host_us": host_us(fn),
                    "device_ms": do_bench(fn, warmup=25, rep=100)}
+            if rec is not None:
+                row["kernels"] = {kind: r.kernel for kind, r in sorted(rec.last.items())}
             res["rows"].append(row)
             print(json.dumps(row), flush=True)
         if shape == SHAPES[0]:

@@ -7,21 +7,26 @@ Triton launchers. Both return what the Triton launchers return, with the LaunchR
 (``LaunchRecord.kernel``). The Gluon modules are imported only when a call picks one (they need
 triton.experimental.gluon and are off the default import paths). The custom ops that carry both through
 torch.compile live here too, so compiled calls dispatch as eager ones do (and flash_launch, which this module
-builds on, imports nothing above it).
+builds on, imports nothing above it). Under "auto" a Gluon call's signature that ran once gets a call plan, as
+flash_launch's Triton calls do ("Gluon call plans" below).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 import torch
 
 from impl.runtime import launch_ctx
 
-from .flash_launch import _backward, _forward, _head_dim_label, _options_of, _record
+from . import flash_launch
+from .flash_launch import _aligned, _backward, _forward, _head_dim_label, _logged_plan, _options_of, _record
 from .flash_options import FlashOptions, LaunchRecord
 from .kernel_table import KernelChoice, choose, shipped_table
+
+if TYPE_CHECKING:
+    from .flash_gluon_common import LaunchLog
 
 Tensor = torch.Tensor
 
@@ -35,47 +40,101 @@ def gluon_imports() -> bool:
     return True
 
 
+@functools.cache
+def _device_capability(device: torch.device) -> Tuple[int, int]:
+    return tuple(torch.cuda.get_device_capability(device))
+
+
 def _capability(t: Tensor) -> Optional[Tuple[int, int]]:
-    return tuple(torch.cuda.get_device_capability(t.device)) if t.is_cuda else None
+    return _device_capability(t.device) if t.is_cuda else None
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _gluon_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions,
-                  accepts: Callable[[], None]) -> Optional[KernelChoice]:
-    """The table's entry for this call, or None (Triton). `accepts` raises ValueError where the Gluon
-    launcher refuses the inputs (its own checks: dtype, head dim, TMA layout), which means Triton. Off CUDA
-    (no capability) nothing is chosen."""
+def _table_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions) -> Optional[KernelChoice]:
+    """The table's entry for this call where Gluon imports, or None (Triton). Off CUDA (no capability) nothing
+    is chosen."""
     choice = choose(shipped_table(), direction, options.kernels, _capability(q), q.shape[-1], causal,
                     _dtype_name(q.dtype))
-    if choice is None or not gluon_imports():
-        return None
+    return choice if choice is not None and gluon_imports() else None
+
+
+def _refuses(accepts: Callable[[], None]) -> bool:
+    """`accepts` raises ValueError where the Gluon launcher refuses the inputs (its own checks: dtype, head dim,
+    TMA layout), which means Triton."""
     try:
         accepts()
     except ValueError:
+        return True
+    return False
+
+
+def _gluon_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions,
+                  accepts: Callable[[], None]) -> Optional[KernelChoice]:
+    """The table's entry for this call, or None (Triton): none in the table, or the launcher refuses the inputs."""
+    choice = _table_choice(direction, q, causal, options)
+    return None if choice is None or _refuses(accepts) else choice
+
+
+# ---------------------------------------------------------------------------
+# Gluon call plans
+# ---------------------------------------------------------------------------
+# A Gluon call's host path once cost 3-4x the Triton path's (NOTES.md: layouts, descriptors, the checks, JIT
+# argument binding per launch), which at small shapes was most of the call. As flash_launch does for Triton, a
+# call *signature* (every input's shape, strides, dtype and device, causal, the options, the table's kernel and
+# config) that ran once through the launcher (its checks, JITFunction.run, which compiles and returns each kernel)
+# gets a plan from the launcher's LaunchLog: its buffers and each compiled kernel with its arguments. A hit with
+# every pointer 16-byte aligned (Triton specializes on it) allocates the buffers, rebases the first call's
+# descriptors onto the call's tensors and launches the kernels directly. The launcher's checks are functions of
+# the signature and alignment, so a hit skips them and an input they refuse never hits (a miss runs them).
+# direct_launch=False: every call through the launcher. The stage-1 backward (kernel "gluon") has no plans: its
+# dq="triton" launches through the Triton autotuner.
+
+def _signature(direction: str, choice: KernelChoice, causal: bool, options: FlashOptions, *tensors: Tensor):
+    """A Gluon call's plan key (None: direct_launch off, no plans)."""
+    if not options.direct_launch:
         return None
-    return choice
+    return (direction, choice.kernel, choice.config, causal, options.key) + tuple(
+        (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+
+
+def _store_plan(sig, inputs: tuple, log: Optional[LaunchLog], record: LaunchRecord) -> None:
+    """Keep the plan of a Gluon launcher call under sig (aligned pointers only: Triton specialized on them)."""
+    if sig is not None and log is not None and _aligned(*inputs):
+        plan = _logged_plan(inputs[0].device, inputs, log, record)
+        if plan is not None:
+            flash_launch._calls[sig] = plan  # the module's: clear_plans() clears both kinds
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions):
     """(o, lse, LaunchRecord), as flash_launch._forward."""
     if options.kernels == "triton":
         return _forward(q, k, v, causal, options)
+    choice = _table_choice("fwd", q, causal, options)
+    if choice is None:
+        return _forward(q, k, v, causal, options)
+    sig = _signature("gluon fwd", choice, causal, options, q, k, v)
+    plan = flash_launch._calls.get(sig) if sig is not None else None
+    if plan is not None and _aligned(q, k, v):
+        o, lse = plan.run((q, k, v))
+        return o, lse, _record(options, plan.record)
 
     def accepts() -> None:
         from .flash_gluon_common import validate
         validate(q, k, v, "flash_gluon_ws_forward")
 
-    choice = _gluon_choice("fwd", q, causal, options, accepts)
-    if choice is None:
+    if _refuses(accepts):
         return _forward(q, k, v, causal, options)
+    from .flash_gluon_common import LaunchLog
     from .flash_gluon_ws import GluonWsConfig, flash_gluon_ws_forward
     config = GluonWsConfig(**dict(choice.config))
+    log = None if sig is None else LaunchLog()
     with launch_ctx(q, "impl_flash::flash_gluon_ws_forward"):
-        o, lse = flash_gluon_ws_forward(q, k, v, causal, config)
+        o, lse = flash_gluon_ws_forward(q, k, v, causal, config, log)
     record = LaunchRecord("fwd", (("fwd", repr(config)),), _head_dim_label(q.shape[-1]), True, kernel=choice.kernel)
+    _store_plan(sig, (q, k, v), log, record)
     return o, lse, _record(options, record)
 
 
@@ -84,25 +143,36 @@ def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor
     """(dq, dk, dv, LaunchRecord), as flash_launch._backward; `variant` concerns the Triton backward only."""
     if options.kernels == "triton":
         return _backward(q, k, v, o, do, lse, causal, options, variant)
+    choice = _table_choice("bwd", q, causal, options)
+    if choice is None:
+        return _backward(q, k, v, o, do, lse, causal, options, variant)
+    sig = _signature("gluon bwd", choice, causal, options, q, k, v, o, do, lse)
+    plan = flash_launch._calls.get(sig) if sig is not None else None
+    if plan is not None and _aligned(q, k, v, o, do, lse):
+        dq, dk, dv = plan.grads((q, k, v, o, do, lse))
+        return dq, dk, dv, _record(options, plan.record)
 
     def accepts() -> None:
         from .flash_gluon_bwd import validate_backward
         validate_backward(q, k, v, o, do, lse)
 
-    choice = _gluon_choice("bwd", q, causal, options, accepts)
-    if choice is None:
+    if _refuses(accepts):
         return _backward(q, k, v, o, do, lse, causal, options, variant)
+    log = None
     if choice.kernel == "gluon_ws":  # the table names it at d 128 and 64 only (kernel_table.KERNEL_HEAD_DIMS)
         from .flash_gluon_bwd_ws import GluonBwdWsConfig, flash_gluon_backward_ws
+        from .flash_gluon_common import LaunchLog
         config = GluonBwdWsConfig(**dict(choice.config))
+        log = None if sig is None else LaunchLog()
         with launch_ctx(q, "impl_flash::flash_gluon_backward_ws"):
-            dq, dk, dv = flash_gluon_backward_ws(q, k, v, o, do, lse, causal, config)
+            dq, dk, dv = flash_gluon_backward_ws(q, k, v, o, do, lse, causal, config, log)
     else:
         from .flash_gluon_bwd import GluonBwdConfig, flash_gluon_backward
         config = GluonBwdConfig(**dict(choice.config))
         with launch_ctx(q, "impl_flash::flash_gluon_backward"):
             dq, dk, dv = flash_gluon_backward(q, k, v, o, do, lse, causal, config, options)
     record = LaunchRecord("bwd", (("bwd", repr(config)),), _head_dim_label(q.shape[-1]), True, kernel=choice.kernel)
+    _store_plan(sig, (q, k, v, o, do, lse), log, record)
     return dq, dk, dv, _record(options, record)
 
 

@@ -55,9 +55,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .flash_configs import SM90_MAX_SHARED
-from .flash_gluon_common import (HEAD_DIM_TILES, LOG2E, _barriers, _check_layout, _copy_pair, _descriptor, _invalidate,
-                                 _issue_ring, _masked_pt, _mma_layout, _ring_pair, _row_stats, _store_rows, _tile_2d,
-                                 as_4d, check_device, check_shared, dims, validate)
+from .flash_gluon_common import (HEAD_DIM_TILES, LOG2E, LaunchLog, _barriers, _check_layout, _copy_pair, _descriptor,
+                                 _invalidate, _issue_ring, _masked_pt, _mma_layout, _ring_pair, _row_stats, _store_rows,
+                                 _tile_2d, as_4d, check_device, check_shared, dims, launch, validate)
 
 if TYPE_CHECKING:
     from .flash_options import FlashOptions
@@ -701,16 +701,16 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
 _PRE_BLOCK_M = 64
 
 
-def _preprocess(o4: Tensor, do4: Tensor, delta: Tensor, dq4: Tensor) -> None:
+def _preprocess(o4: Tensor, do4: Tensor, delta: Tensor, dq4: Tensor, log: Optional[LaunchLog] = None) -> None:
     """D = rowsum(O·dO) into delta and a zeroed fp32 dQ buffer dq4, by the Triton backward's
-    preprocessing kernel (4-D o, do, dq)."""
+    preprocessing kernel (4-D o, do, dq); the launch logged into `log` when one is given."""
     from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
 
     B, H, n_q, d = o4.shape
     lo, hi = HEAD_DIM_TILES[d]
-    _attn_bwd_preprocess[(-(-n_q // _PRE_BLOCK_M), B * H)](
-        o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q,
-        HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M)
+    launch(_attn_bwd_preprocess, (-(-n_q // _PRE_BLOCK_M), B * H),
+           (o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q),
+           dict(HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M), log)
 
 
 def _triton_dq(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, do4: Tensor, dq4: Tensor, lse3: Tensor, delta: Tensor,

@@ -58,8 +58,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .flash_gluon_bwd import _tma_reduce_add
-from .flash_gluon_common import (LOG2E, _descriptor, _masked_pt, _mma_layout, _ring_pair, _row_stats, _tile_2d,
-                                 as_4d, check_shared)
+from .flash_gluon_common import (LOG2E, LaunchLog, _descriptor, _masked_pt, _mma_layout, _ring_pair, _row_stats,
+                                 _tile_2d, as_4d, check_shared, launch)
 
 Tensor = torch.Tensor
 FN = "flash_gluon_backward_ws"
@@ -388,10 +388,12 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
 
 def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
                             is_causal: bool = False,
-                            config: Optional[GluonBwdWsConfig] = None) -> Tuple[Tensor, Tensor, Tensor]:
+                            config: Optional[GluonBwdWsConfig] = None,
+                            log: Optional[LaunchLog] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """flash_gluon_bwd.flash_gluon_backward's contract at head dims 128 and 64 (ValueError otherwise), through
     the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel,
-    this kernel, the buffer's cast. config None: GluonBwdWsConfig() (rebuild)."""
+    this kernel, the buffer's cast. config None: GluonBwdWsConfig() (rebuild). `log` receives the buffers
+    (fp32 dQ, dK, dV, D) and both launches (the call plans of flash_dispatch)."""
     from .flash_gluon_bwd import _preprocess, validate_backward
     from .flash_gluon_common import check_device
 
@@ -404,9 +406,12 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    _preprocess(o4, do4, delta, as_4d(dq32))  # d 128 and 64: one head-dim tile
+    if log is not None:
+        log.buffers.extend((dq32, dk, dv, delta))
+        log.cast = q.dtype
+    _preprocess(o4, do4, delta, as_4d(dq32), log)  # d 128 and 64: one head-dim tile
     grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal, config)
-    _attn_bwd_ws_sm90[grid](*args, **opts)
+    launch(_attn_bwd_ws_sm90, grid, args, opts, log)
     return dq32.to(q.dtype), dk, dv
 
 

@@ -21,6 +21,7 @@ order is the one that keeps the PTX: shared-memory allocations and the order of 
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -315,10 +316,44 @@ def _descriptor(t: Tensor, rows: int, col0: int, width: int,
     if width == 0:
         return None
     block = [1, 1, rows, width]
-    dtype = _DESC_DTYPES[t.dtype]
-    layout = (gl.NVMMASharedLayout.get_default_for(block, dtype) if swizzle is None
-              else gl.NVMMASharedLayout(swizzle, dtype.primitive_bitwidth, rank=len(block)))
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, shared_layout(rows, width, t.dtype, swizzle))
+
+
+def shared_layout(rows: int, width: int, dtype: torch.dtype, swizzle: Optional[int] = None) -> gl.NVMMASharedLayout:
+    """The shared layout of a (1, 1, rows, width) block of dtype (swizzle in bytes; None: the widest the block
+    allows), built once: deriving it (get_default_for) was a tenth of a Gluon call's host time (NOTES.md). The
+    layouts are frozen values, so descriptors may share one."""
+    return _shared_layout(rows, width, dtype, swizzle)
+
+
+@functools.cache  # every argument positional: one key per layout
+def _shared_layout(rows: int, width: int, dtype: torch.dtype, swizzle: Optional[int]) -> gl.NVMMASharedLayout:
+    gl_dtype = _DESC_DTYPES[dtype]
+    block = [1, 1, rows, width]
+    return (gl.NVMMASharedLayout.get_default_for(block, gl_dtype) if swizzle is None
+            else gl.NVMMASharedLayout(swizzle, gl_dtype.primitive_bitwidth, rank=len(block)))
+
+
+class LaunchLog:
+    """What one launcher call allocated and launched, for flash_dispatch's call plans (flash_launch._logged_plan):
+    `buffers`, the tensors it allocated, in order (the forwards' (o, lse); the ws backward's (fp32 dQ, dK, dV, D));
+    `launches`, each kernel launch as (JIT function, grid, arguments, keyword arguments, the compiled kernel
+    JITFunction.run returned); `cast`, the dtype the first buffer is returned in (the backward's fp32 dQ; None: as
+    it is)."""
+
+    __slots__ = ("buffers", "launches", "cast")
+
+    def __init__(self) -> None:
+        self.buffers: list = []
+        self.launches: list = []
+        self.cast: Optional[torch.dtype] = None
+
+
+def launch(fn, grid: tuple, args: tuple, opts: dict, log: Optional[LaunchLog] = None) -> None:
+    """fn[grid](*args, **opts), logged into `log` when one is given."""
+    kernel = fn[grid](*args, **opts)
+    if log is not None:
+        log.launches.append((fn, grid, args, opts, kernel))
 
 
 def descriptors(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, rows_q: int, rows_kv: int) -> tuple:
@@ -329,10 +364,13 @@ def descriptors(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, rows_q: int, row
                  for t, rows in ((q4, rows_q), (k4, rows_kv), (v4, rows_kv), (o4, rows_q)))
 
 
-def forward_outputs(q: Tensor, k: Tensor, v: Tensor, fn: str) -> tuple:
+def forward_outputs(q: Tensor, k: Tensor, v: Tensor, fn: str, log: Optional[LaunchLog] = None) -> tuple:
     """The forwards' checks (ValueError, RuntimeError off sm_90, naming fn) and outputs: (o, lse), o
-    contiguous in q's shape and dtype, lse fp32 of shape q.shape[:-1]."""
+    contiguous in q's shape and dtype, lse fp32 of shape q.shape[:-1] (logged as buffers into `log`)."""
     validate(q, k, v, fn)
     check_device(q.device, fn)
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
-            torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device))
+    out = (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+           torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device))
+    if log is not None:
+        log.buffers.extend(out)
+    return out

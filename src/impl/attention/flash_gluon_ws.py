@@ -50,8 +50,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .flash_gluon import _online_softmax, _pv_async, _qk_async, _rows, _store_tile
-from .flash_gluon_common import (LOG2E, _copy, _key_tiles, _mma_layout, _retire, _ring_pair, _slot, _tile_2d, as_4d,
-                                 check_shared, descriptors, dims, forward_outputs)
+from .flash_gluon_common import (LOG2E, LaunchLog, _copy, _key_tiles, _mma_layout, _retire, _ring_pair, _slot, _tile_2d,
+                                 as_4d, check_shared, descriptors, dims, forward_outputs, launch)
 
 Tensor = torch.Tensor
 FN = "flash_gluon_ws_forward"
@@ -391,13 +391,15 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
 
 
 def flash_gluon_ws_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False,
-                           config: Optional[GluonWsConfig] = None) -> Tuple[Tensor, Tensor]:
+                           config: Optional[GluonWsConfig] = None,
+                           log: Optional[LaunchLog] = None) -> Tuple[Tensor, Tensor]:
     """flash_gluon_forward's contract (shapes, dtypes, strides, (o, lse), the same ValueError and
-    RuntimeError checks) on the warp-specialized kernel."""
-    o, lse = forward_outputs(q, k, v, FN)
+    RuntimeError checks) on the warp-specialized kernel; `log` receives the outputs and the launch (the
+    call plans of flash_dispatch)."""
+    o, lse = forward_outputs(q, k, v, FN, log)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     grid, args, opts = launch_args(q, k, v, o, lse, is_causal, config, sms)
-    _attn_fwd_ws_sm90[grid](*args, **opts)
+    launch(_attn_fwd_ws_sm90, grid, args, opts, log)
     return o, lse
 
 

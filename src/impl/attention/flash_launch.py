@@ -17,6 +17,11 @@ microseconds), so it is built in two layers:
   ``direct_launch=False``) a plan's kernels are ordinary JIT calls with the same bound arguments,
   so the CPU tests run the plan logic too.
 
+The Gluon kernels' calls under kernels="auto" (impl.attention.flash_dispatch) get plans of the same kind
+(`_logged_plan`): built from what the Gluon launcher logged on a signature's first call (its buffers, each
+compiled kernel with its arguments); a hit launches each as a `_BoundCall`, whose descriptors are the first
+call's rebased onto the call's tensors.
+
 The torch.library custom ops that carry these launchers through torch.compile (one opaque node each,
 output metadata from its fake, so Dynamo never traces the launch path) are registered by
 impl.attention.flash_dispatch, which picks between them and the Gluon kernels (options.kernels).
@@ -193,6 +198,79 @@ class _DirectCall:
                    *full)
 
 
+class _BoundCall(_DirectCall):
+    """A _DirectCall whose whole argument list is rebuilt per call from the call's tensors (the Gluon kernels:
+    their descriptors carry the call's addresses and sit among the other arguments). `args`: the first call's
+    arguments, every tensor and descriptor blanked (a plan keeps no tensor alive); `tensors_at`: (argument index,
+    tensor index); `descs_at`: (argument index, tensor index, the first call's descriptor over no tensor)."""
+
+    __slots__ = ("args", "tensors_at", "descs_at")
+
+    def __init__(self, kernel, grid: tuple, args: tuple, tensors_at: tuple, descs_at: tuple) -> None:
+        super().__init__(kernel, grid, ())
+        self.args, self.tensors_at, self.descs_at = args, tensors_at, descs_at
+
+    def __call__(self, tensors: tuple, stream) -> None:
+        args = list(self.args)
+        for i, j in self.tensors_at:
+            args[i] = tensors[j]
+        for i, j, desc in self.descs_at:
+            args[i] = _rebased(desc, tensors[j])
+        _DirectCall.__call__(self, tuple(args), stream)
+
+
+def _is_descriptor(x) -> bool:
+    """A host-side tensor descriptor (Triton's or Gluon's TensorDescriptor): the compiled kernel's launcher
+    reads its base's address, shape, strides and padding (triton 3.6, backends/nvidia/driver.py,
+    make_tensordesc_arg); its block shape and layout are the kernel's specialization, fixed at compile time."""
+    return isinstance(getattr(x, "base", None), torch.Tensor) and hasattr(x, "block_shape")
+
+
+def _rebased(desc, base: Tensor):
+    """A copy of descriptor `desc` over `base`, without its __post_init__ checks: a plan's signature fixes the
+    shape, strides, dtype and alignment the first call's descriptor was checked with."""
+    new = object.__new__(desc.__class__)
+    new.__dict__.update(desc.__dict__)
+    new.base = base
+    return new
+
+
+def _logged_plan(device: torch.device, inputs: tuple, log, record: LaunchRecord) -> Optional["_CallPlan"]:
+    """The plan of a launcher call that logged its buffers and launches (flash_gluon_common.LaunchLog), or None
+    where one cannot be made: a launch without a compiled kernel, no launch, an argument tensor that starts at no
+    input or buffer (a copy, an offset view), or two of those starting at one address (which one is meant is then
+    unknown). Every argument is matched to its tensor by address, so the plan launches each kernel with the
+    first call's arguments but the new call's tensors, and descriptors rebased onto them."""
+    tensors = tuple(inputs) + tuple(log.buffers)
+    where = {t.data_ptr(): j for j, t in enumerate(tensors)}
+    if not log.launches or len(where) != len(tensors):
+        return None
+    calls = []
+    for fn, grid, args, opts, kernel in log.launches:
+        if kernel is None:
+            return None
+        bound = fn.signature.bind(*args, **{k: x for k, x in opts.items() if k in fn.arg_names})
+        bound.apply_defaults()  # JITFunction.run launches with every parameter, defaults included
+        values = list(bound.arguments.values())
+        tensors_at, descs_at = [], []
+        for i, x in enumerate(values):
+            desc = _is_descriptor(x)
+            if not (desc or isinstance(x, torch.Tensor)):
+                continue
+            j = where.get((x.base if desc else x).data_ptr())
+            if j is None:
+                return None
+            if desc:
+                descs_at.append((i, j, _rebased(x, None)))
+            else:
+                tensors_at.append((i, j))
+            values[i] = None
+        calls.append(_BoundCall(kernel, grid, tuple(values), tuple(tensors_at), tuple(descs_at)))
+    every = tuple(range(len(tensors)))
+    return _CallPlan(device, tuple((b.shape, b.dtype) for b in log.buffers), tuple(calls), (every,) * len(calls),
+                     record, False, log.cast)
+
+
 class _JitCall:
     """The same bound arguments launched through JITFunction.run (the interpreter, direct_launch=False)."""
 
@@ -298,6 +376,12 @@ class _CallPlan:
         for call, pick in zip(self.calls, self.pick):
             call(pick(tensors), stream)
 
+    def grads(self, inputs: tuple) -> tuple:
+        """A backward plan's (dq, dk, dv): its first three outputs, dQ cast from its fp32 buffer where `cast`
+        says."""
+        dq, dk, dv, _ = self.run(inputs)
+        return (dq if self.cast is None else dq.to(self.cast)), dk, dv
+
 
 def _current_stream(index: int):
     """The raw CUDA stream Triton launches on (its driver's choice)."""
@@ -389,11 +473,7 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tenso
         shape_key = ShapeKey(q.numel() // (q.shape[-2] * d), q.shape[-2], k.shape[-2], d, q.dtype, causal)
         kind = resolve_backward(shape_key, options, variant)
         return _backward_slow(q, k, v, o, do, lse, causal, options, kind, sig)
-    if plan.cast is None:
-        dq, dk, dv, _ = plan.run((q, k, v, o, do, lse))
-    else:
-        acc, dk, dv, _ = plan.run((q, k, v, o, do, lse))
-        dq = acc.to(plan.cast)
+    dq, dk, dv = plan.grads((q, k, v, o, do, lse))
     _record(options, plan.record)
     return dq, dk, dv, plan.record
 

@@ -93,7 +93,12 @@ class KernelTable:
             raise ValueError(f"kernel table: more than one entry for {dup}")
 
     def lookup(self, direction: str, arch: str, d: int, causal: bool, dtype: str) -> Optional[KernelChoice]:
-        return next((e for e in self.entries if e.key == (direction, arch, d, causal, dtype)), None)
+        return self._index.get((direction, arch, d, causal, dtype))
+
+    @functools.cached_property
+    def _index(self) -> Dict[Tuple[str, str, int, bool, str], KernelChoice]:
+        """key -> entry (each call under kernels="auto" looks one up: a dict, not a scan)."""
+        return {e.key: e for e in self.entries}
 
 
 def choose(table: KernelTable, direction: str, kernels: str, capability: Optional[Tuple[int, int]], d: int,
