@@ -13,7 +13,6 @@ causal, for new tensors, a misaligned view, ragged lengths; bad input after a pl
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import inspect
 import types
 
@@ -21,19 +20,10 @@ import pytest
 import torch
 
 from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, kernel_table as kt
+from kits.gluon import needs_gluon
 
 HAS_CUDA = torch.cuda.is_available()
 IS_SM90 = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
-
-
-def _gluon_found() -> bool:
-    try:
-        return importlib.util.find_spec("triton.experimental.gluon") is not None
-    except ImportError:
-        return False
-
-
-needs_gluon = pytest.mark.skipif(not _gluon_found(), reason="triton.experimental.gluon is not installed")
 
 
 # ----------------------------------------------------------------------------- CPU: stand-in kernels

@@ -11,7 +11,6 @@ table names.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 
@@ -20,6 +19,7 @@ import torch
 
 from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, kernel_table as kt
 from impl.workloads.attention import launch_kernels
+from kits.gluon import needs_gluon
 from kits.probes import probe_module
 
 HAS_CUDA = torch.cuda.is_available()
@@ -27,15 +27,6 @@ IS_SM90 = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
 TRITON_OK = HAS_CUDA or os.environ.get("TRITON_INTERPRET") == "1"
 needs_triton = pytest.mark.skipif(not TRITON_OK, reason="no CUDA and TRITON_INTERPRET != 1")
 
-
-def _gluon_found() -> bool:
-    try:
-        return importlib.util.find_spec("triton.experimental.gluon") is not None
-    except ImportError:
-        return False
-
-
-needs_gluon = pytest.mark.skipif(not _gluon_found(), reason="triton.experimental.gluon is not installed")
 
 GOOD = dict(direction="fwd", arch="sm_90", d=128, causal=True, dtype="bfloat16", kernel="gluon_ws",
             config={"block_m": 64, "num_stages": 3},

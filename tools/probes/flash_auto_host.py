@@ -8,17 +8,14 @@ flash_shapes does), for kernels "triton", "auto" (the Gluon call plans: direct l
 call) and "auto, direct_launch=False" (every call through the Gluon launchers, the path before the plans), and of
 the Gluon launchers called directly; then cProfile of 200 auto fwd+bwd calls (own and cumulative time, top 40
 each). The JSON records which kernels each case ran (its launch records), so a row that fell back to Triton shows."""
-import cProfile
-import io
 import json
-import pstats
 import sys
 
 import torch
 import triton
 from triton.testing import do_bench
 
-from flash_host_overhead import host_us  # the probe beside this one (its folder is on sys.path)
+from flash_host_overhead import cprofile_tables, host_us  # the probe beside this one (its folder is on sys.path)
 from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder
 from impl.attention.flash_gluon_bwd_ws import flash_gluon_backward_ws
 from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
@@ -68,17 +65,9 @@ def main(path):
             res["rows"].append(row)
             print(json.dumps(row), flush=True)
         if shape == SHAPES[0]:
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(200):
-                fns["auto fwd+bwd"]()
-            pr.disable()
-            torch.cuda.synchronize()
-            for key in ("tottime", "cumulative"):
-                s = io.StringIO()
-                pstats.Stats(pr, stream=s).sort_stats(key).print_stats(40)
-                res[f"cprofile_{key}"] = s.getvalue()
-                print(s.getvalue()[:5000], flush=True)
+            res.update(tables := cprofile_tables(fns["auto fwd+bwd"], 200, 40))
+            for text in tables.values():
+                print(text[:5000], flush=True)
     with open(path, "w") as f:
         json.dump(res, f, indent=1)
 

@@ -25,6 +25,26 @@ def host_us(fn, n=300):
     return host
 
 
+def cprofile_tables(fn, n: int, top: int) -> dict:
+    """cProfile of n calls of fn (the device drained after): {"cprofile_tottime": ..., "cprofile_cumulative": ...},
+    each the top `top` functions by own and by cumulative time."""
+    import cProfile
+    import io
+    import pstats
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        fn()
+    pr.disable()
+    torch.cuda.synchronize()
+    out = {}
+    for key in ("tottime", "cumulative"):
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats(key).print_stats(top)
+        out[f"cprofile_{key}"] = s.getvalue()
+    return out
+
+
 def main(path):
     res = {"device": torch.cuda.get_device_name(), "rows": []}
     for shape in ((1, 1, 8192, 64), (1, 1, 512, 16)):

@@ -6,11 +6,8 @@ empty Triton kernel launch (grads accumulating into .grad, and again with them r
 before each call as the flash_shapes host row does), a trivial elementwise fwd+bwd eager and compiled (torch.compile's own
 per-call floor), SDPA's flash and cuDNN backends (and SDPA compiled), ours eager and compiled;
 then cProfile of 300 eager fwd+bwd calls (own time and cumulative time, top 45 each)."""
-import cProfile
 import gc
-import io
 import json
-import pstats
 import sys
 import time
 
@@ -19,7 +16,7 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from flash_host_overhead import host_us  # the probe beside this one (its folder is on sys.path)
+from flash_host_overhead import cprofile_tables, host_us  # the probe beside this one (its folder is on sys.path)
 from impl.attention.flash_triton import FlashAttentionTriton
 
 
@@ -142,17 +139,9 @@ def main(path):
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         res[f"torch_profile {name}"] = table
         print(name, "\n", table, flush=True)
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(300):
-        ours()
-    pr.disable()
-    torch.cuda.synchronize()
-    for key in ("tottime", "cumulative"):
-        s = io.StringIO()
-        pstats.Stats(pr, stream=s).sort_stats(key).print_stats(45)
-        res[f"cprofile_{key}"] = s.getvalue()
-        print(s.getvalue()[:6000])
+    res.update(tables := cprofile_tables(ours, 300, 45))
+    for text in tables.values():
+        print(text[:6000])
     with open(path, "w") as f:
         json.dump(res, f, indent=1)
 
