@@ -237,18 +237,6 @@ def _tile_stat(base, m0, N_Q, BLOCK_M: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
-def _causal_mask(pt, m0, k0, MASKED: gl.constexpr):
-    """Pᵀ (keys k0 .., queries m0 ..) with 0 where the query is before the key (MASKED): tile offsets compared
-    against one scalar, so a thread holds no row offsets (_masked_pt's offs_m, 32 registers at 128 rows)."""
-    if MASKED:
-        layout: gl.constexpr = pt.type.layout
-        cols = gl.arange(0, pt.shape[1], layout=gl.SliceLayout(0, layout))
-        rows = gl.arange(0, pt.shape[0], layout=gl.SliceLayout(1, layout))
-        pt = gl.where(gl.expand_dims(cols, 0) - gl.expand_dims(rows, 1) >= k0 - m0, pt, 0.0)
-    return pt
-
-
-@gluon.jit
 def _dpt_minus_d(v2, do2, st_zero, D_base, m0, N_Q):
     """dPᵀ − D (keys x queries) issued as one async product whose accumulator starts at −D: with 128-row query tiles
     a thread's 32 D values are not held across the product, only its accumulator."""
@@ -298,8 +286,8 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         do2 = _tile_2d(do_smem.index(slot), BLOCK_M, BLOCK_D)
         mbarrier.wait(q_ready.index(slot), phase)
         # WIDE (128-row query tiles, GluonBwdWsConfig.block_m): lse and D folded into the Sᵀ and dPᵀ accumulators,
-        # the causal mask from one scalar (_causal_mask), dSᵀ from the rounded Pᵀ: a thread holds no row statistics,
-        # row offsets or fp32 Pᵀ across the products (each cost 32 registers and spilled; NOTES.md).
+        # dSᵀ from the rounded Pᵀ: a thread holds no row statistics (nor their addresses) or fp32 Pᵀ across the
+        # products (each cost 32 registers or more and spilled; NOTES.md).
         WIDE: gl.constexpr = BLOCK_M > KEYS
         if WIDE:  # Sᵀ − lse / sm_scale, whose exp2(· qk_scale) is P
             lse_s = _tile_stat(L_base, m0, N_Q, BLOCK_M, col_layout) * inv_sm
@@ -317,8 +305,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
                 dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(num_outstanding=0 if SERIAL else 1, deps=(st,))
         if WIDE:
-            pt = _masked_pt(_causal_mask(gl.exp2(st * qk_scale), m0, n0 + C * KEYS, MASKED), offs_m, offs_n, N_K,
-                            False, KEY_MASK)
+            pt = _masked_pt(gl.exp2(st * qk_scale), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         else:
             pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         pt16b = pt.to(dtype)
