@@ -1173,6 +1173,104 @@ def test_ws_backward_compiles_for_hopper():
             assert r["shared"] == base["shared"] + (r["stages"] - 2) * (2 * 64 * r["d"] * 2 + 48), r
 
 
+_COMPILE_WS_M128 = r"""
+import json, torch
+from impl.attention import flash_gluon_bwd_ws as mod
+from kits.sm90_compile import compile_for_sm90, cubin_figures
+rows = []
+for config in (mod.GluonBwdWsConfig(), *mod.TRIAL_CONFIGS):
+    for causal in (False, True):
+        q, k, v, do = (torch.randn(2, 3, 1000, 64, dtype=torch.bfloat16) for _ in range(4))
+        lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+        grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                           torch.empty_like(v), causal, config)
+        ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
+        rows.append(dict(block_m=config.block_m, causal=causal, trial=config in mod.TRIAL_CONFIGS,
+                         predicted=mod.shared_bytes(64, 2, config.num_stages, config.block_m), **cubin_figures(ck)))
+print(json.dumps(rows))
+"""
+
+#: Stack bytes of the 128-row query tiles at d 64 (issue 47, TRIAL_CONFIGS; read in NOTES.md): full attention none,
+#: causal 64 (loop-invariant scalars and the row statistics' base addresses, reloaded a few times a tile).
+WS_M128_STACK = {False: 0, True: 64}
+
+
+def test_ws_backward_128_row_tiles_compile_for_hopper():
+    """Issue 47, ws 128-row query tiles (GluonBwdWsConfig(block_m=128), d 64): 12 warps within the 240 / 24 budgets,
+    wgmma only (Sᵀ and dPᵀ products 64 × 128), dQ by reduce, shared memory 164,496 B predicted (+64 KB + 32 KB: Q
+    and dO slots, dSᵀ and dQ staging twice the rows), its stack within WS_M128_STACK: it is a trial config, not a
+    candidate, while the causal kernel spills."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    rows = json.loads(run_without_interpreter(_COMPILE_WS_M128))
+    base = {r["causal"]: r for r in rows if r["block_m"] == 64}
+    for r in rows:
+        print(f"\nws d 64 block_m={r['block_m']} causal={r['causal']}: regs {r['regs']}, stack {r['stack']} B, "
+              f"STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, ex2 {r['ex2']}, "
+              f"UTMAREDG {r['tma_reduce']}, budget: regs touched {r['partitions']}")
+        assert r["local"] == 0 and r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        assert r["hgmma"] > 0 and r["hmma"] == 0 and r["tma_reduce"] > 0, r
+        assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+        if r["block_m"] == 128:
+            assert r["stack"] <= WS_M128_STACK[r["causal"]], r
+            assert r["predicted"] == 164_496 and r["shared"] == base[r["causal"]]["shared"] + 64 * 1024, r
+        else:
+            assert r["stack"] == 0, r
+    assert [r["stack"] > 0 for r in rows if r["block_m"] == 128] == [False, True]
+    assert ws.GluonBwdWsConfig(block_m=128) in ws.TRIAL_CONFIGS
+    assert all(c.block_m == 64 for c in ws.CANDIDATE_CONFIGS)
+
+
+@pytest.mark.parametrize("block_m", [32, 256, 0, "128", 128.0, True, None])
+def test_ws_backward_config_refuses_other_query_tiles(block_m):
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    with pytest.raises(ValueError, match=r"^GluonBwdWsConfig: block_m must be one of \(64, 128\)"):
+        ws.GluonBwdWsConfig(block_m=block_m)
+
+
+def test_ws_backward_refuses_128_row_tiles_at_d128():
+    """128-row query tiles at d 128: Sᵀ, dPᵀ, dK and dV alone would be 256 of a consumer's 240 registers and the CTA
+    295,568 B of shared memory; refused by the launcher and the entry point, naming the config and the head dim."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    config = ws.GluonBwdWsConfig(block_m=128)
+    assert config.head_dims == (64,) and ws.GluonBwdWsConfig().head_dims == ws.HEAD_DIMS
+    assert ws.shared_bytes(128, 2, 2, 128) == 295_568 > SM90_MAX_SHARED
+    assert ws.shared_bytes(64, 2, 2, 128) == 164_496 and ws.shared_bytes(64) == 98_960
+    a = _args((1, 2, 40, 128))
+    msg = (r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*block_m=128\) runs at head dims \(64,\) only .*"
+           r"got head dim 128$")
+    with pytest.raises(ValueError, match=msg):
+        ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, config)
+    with pytest.raises(ValueError, match=msg):
+        ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True, config)
+
+
+def test_ws_backward_launch_args_128_row_tiles():
+    """block_m 128 passes all four trailing constexprs (REBUILD, STAGES, EARLY_RELEASE, BLOCK_M = 128); Q, dO and dQ
+    blocks of 128 rows, K, V, dK, dV of 64 (a consumer's keys); the candidates launch as before (block_m 64 is the
+    kernel's default, never passed), at the same grid."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((1, 2, 300, 64))
+    bufs = _ws_bufs(a)
+    grid, args, opts = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, ws.GluonBwdWsConfig(block_m=128))
+    grid2, base, opts2 = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, ws.GluonBwdWsConfig(False))
+    assert (grid, opts) == (grid2, opts2) == (((300 + 127) // 128, 2), {"num_warps": 4})
+    assert args[len(base):] == (True, 2, False, 128)
+    q_d, k_d, v_d, do_d, dq_d, dk_d, dv_d = args[:7]
+    assert [x.block_shape[2] for x in (q_d, do_d, dq_d)] == [128] * 3
+    assert [x.block_shape[2] for x in (k_d, v_d, dk_d, dv_d)] == [64] * 4
+    assert dq_d.block_shape == [1, 1, 128, 32]
+    for c in ws.CANDIDATE_CONFIGS:
+        cargs = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, c)[1]
+        assert len(cargs) <= len(base) + 3 and all(x.block_shape[2] == 64 for x in cargs[:7])
+
+
 @pytest.mark.parametrize("field", ["rebuild", "release_before_dq"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_ws_backward_config_refuses_a_flag_that_is_not_a_bool(field, value):
@@ -1271,12 +1369,13 @@ def test_ws_backward_swizzles_k_so_that_a_dq_half_starts_an_atom(d):
 
 
 def _ws_backward_gpu_check(shape, d, is_causal, config, monkeypatch, dtype=torch.bfloat16):
-    """CANDIDATE_CONFIGS[config] of the ws backward at head dim d against the float64 reference (the Triton backward
-    past 2000 query rows), every torch.empty NaN-poisoned."""
+    """CANDIDATE_CONFIGS[config] (or config itself) of the ws backward at head dim d against the float64 reference (the
+    Triton backward past 2000 query rows), every torch.empty NaN-poisoned."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
-    assert len(ws.CANDIDATE_CONFIGS) == 5
-    config = ws.CANDIDATE_CONFIGS[config]
+    if isinstance(config, int):  # an index into CANDIDATE_CONFIGS (the parametrised tests' ids)
+        assert len(ws.CANDIDATE_CONFIGS) == 5
+        config = ws.CANDIDATE_CONFIGS[config]
 
     B, H, n_q, n_k = shape
     q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
@@ -1326,3 +1425,23 @@ def test_ws_backward_gpu_matches_reference(d, shape, is_causal, config, monkeypa
 def test_ws_backward_d64_gpu_fp16_matches_reference(is_causal, monkeypatch):
     """Issue 47, ws d 64 in fp16 (its tolerance), the default config, a ragged length."""
     _ws_backward_gpu_check((1, 3, 257, 129), 64, is_causal, 0, monkeypatch, torch.float16)
+
+
+#: Issue 47, ws 128-row query tiles: SHAPES (ragged, N_Q != N_K both ways), query and key lengths off a multiple of
+#: 128 by one row (a last tile of 1 query, a last key tile of 1 key), keys beyond the queries by more than a tile,
+#: and 2x4x4096.
+WS_M128_SHAPES = SHAPES + [(1, 2, 129, 129), (1, 2, 385, 257), (2, 2, 130, 700), (2, 4, 4096, 4096)]
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", WS_M128_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_d64_m128_gpu_matches_reference(shape, is_causal, dtype, monkeypatch):
+    """Issue 47, ws 128-row query tiles (TRIAL_CONFIGS, d 64): one diagonal tile a key tile, lse and D folded into
+    the Sᵀ / dPᵀ accumulators, dSᵀ from the rounded Pᵀ; against the reference at ragged and unequal lengths."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    (config,) = ws.TRIAL_CONFIGS
+    _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch, dtype)

@@ -168,7 +168,7 @@ def test_the_builder_reads_the_ws_backward_rows_as_gluon_ws(tmp_path):
 def test_the_builder_makes_a_d64_gluon_ws_backward_entry_from_the_probe_labels(tmp_path):
     """Issue 47, ws d 64: the probe's d 64 ws rows, labelled by its own cfg_text (one label per candidate, distinct),
     give a d 64 causal "gluon_ws" entry with the fastest candidate faster than Triton in the run."""
-    from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS
+    from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS, GluonBwdWsConfig
     with probe_module("flash_gluon_bwd") as probe:
         labels = [probe.cfg_text(c) for c in CANDIDATE_CONFIGS]
     assert len(set(labels)) == len(labels) and labels[3] == "ws 64x128 s3 rebuild"
@@ -183,7 +183,21 @@ def test_the_builder_makes_a_d64_gluon_ws_backward_entry_from_the_probe_labels(t
         table = builder.build(str(tmp_path))
     (entry,) = table.entries
     assert (entry.direction, entry.d, entry.causal, entry.kernel) == ("bwd", 64, True, "gluon_ws")
-    assert dict(entry.config) == dataclasses.asdict(CANDIDATE_CONFIGS[3])
+    assert GluonBwdWsConfig(**dict(entry.config)) == CANDIDATE_CONFIGS[3] and "block_m" not in dict(entry.config)
+
+
+@needs_gluon
+def test_the_builder_leaves_later_fields_out_at_their_default():
+    """GluonBwdWsConfig.block_m (issue 47, 128-row query tiles) came after the table's ws entries: an entry names it
+    only when it is not 64, so the entries of the configs from before it are unchanged; 128 is kept."""
+    from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
+    from impl.attention.flash_gluon_ws import GluonWsConfig
+    with probe_module("kernel_table") as builder:
+        assert dict(builder._config_pairs(GluonBwdWsConfig())) == {"rebuild": True, "num_stages": 2,
+                                                                   "release_before_dq": False}
+        wide = dict(builder._config_pairs(GluonBwdWsConfig(block_m=128)))
+        assert wide["block_m"] == 128 and GluonBwdWsConfig(**wide) == GluonBwdWsConfig(block_m=128)
+        assert dict(builder._config_pairs(GluonWsConfig()))["block_m"] == GluonWsConfig().block_m  # the forward's
 
 
 @needs_gluon
@@ -431,15 +445,31 @@ def test_auto_on_sm90_runs_the_d64_ws_backward_where_the_table_names_it(config, 
     _auto_ws_backward(config, causal, shape, dtype, 64, monkeypatch)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)], ids=["2x3x300", "1x4x1029", "1x2x4096"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_auto_on_sm90_runs_the_d64_ws_backward_m128_where_the_table_names_it(causal, shape, dtype, monkeypatch):
+    """Issue 47, ws 128-row query tiles (TRIAL_CONFIGS: never in the shipped table): a d 64 entry naming it (its JSON
+    config with block_m 128) runs it through the public path."""
+    from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS
+
+    (config,) = TRIAL_CONFIGS
+    _auto_ws_backward(config, causal, shape, dtype, 64, monkeypatch)
+
+
 def _auto_ws_backward(config, causal, shape, dtype, d, monkeypatch):
     """FlashAttentionTriton with kernels "auto" under the shipped table whose (bwd, d, causal, dtype) entry is
-    gluon_ws at CANDIDATE_CONFIGS[config]: the record names it, the gradients match the float64 reference."""
+    gluon_ws at CANDIDATE_CONFIGS[config] (or config itself): the record names it, the gradients match the float64
+    reference."""
     from test_attention import reference, rel_err, tolerance
 
     from impl.attention import flash_dispatch
     from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS
-    assert len(CANDIDATE_CONFIGS) == 5
-    config = CANDIDATE_CONFIGS[config]
+    if isinstance(config, int):
+        assert len(CANDIDATE_CONFIGS) == 5
+        config = CANDIDATE_CONFIGS[config]
     name = str(dtype).removeprefix("torch.")
     ws = dict(WS_BWD, d=d, causal=causal, dtype=name, config=dataclasses.asdict(config))
     shipped = kt.table_to_json(kt.shipped_table())

@@ -14,7 +14,9 @@ backward, flash_gluon_bwd_ws, d 128 and 64: one row per its CANDIDATE_CONFIGS, l
 (stage 4d, its default), "ws 64x128 s2" (stage 3b's kernel), and issue 47's ws refill variants ("ws 64x128 s2
 rebuild release-before-dq", "ws 64x128 s3 rebuild", "ws 64x128 s3 rebuild release-before-dq"), at every d 128 table
 shape and at 1x16x16384x64; issue 47's ws d 64 adds the d 64 table shapes 4x32x4096x64 and 4x16x8192x64 full with
-cuDNN, the ws rows and Triton only), then
+cuDNN, the ws rows and Triton only; --ws-trials adds, after them at each shape whose head dim they run at, one row
+per flash_gluon_bwd_ws.TRIAL_CONFIGS: configs that compile with spills, never in the table, e.g. "ws 128x128 s2
+rebuild", issue 47's 128-row query tiles at d 64), then
 flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
@@ -37,7 +39,7 @@ A row starts only while elapsed + its estimate is within --budget-s; the rest ar
 A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row.
 
     PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--skip-ws]
-        [--only REGEX ...] [--carveout PCT ...] [--dry-run]
+        [--ws-trials] [--only REGEX ...] [--carveout PCT ...] [--dry-run]
 writes OUT.json (default $OUT/flash_gluon_bwd.json, else ./flash_gluon_bwd.json) after every row.
 """
 from __future__ import annotations
@@ -92,9 +94,9 @@ def default_config(impl: str, d: int):
 def cfg_text(c) -> str:
     if c is None or isinstance(c, str):
         return c or ""
-    if not hasattr(c, "dq"):  # flash_gluon_bwd_ws.GluonBwdWsConfig: fixed tiles (stage 4d: rebuild)
-        from impl.attention.flash_gluon_bwd_ws import BLOCK_M, BLOCK_N
-        return (f"ws {BLOCK_M.value}x{BLOCK_N.value} s{c.num_stages}" + (" rebuild" if c.rebuild else "")
+    if not hasattr(c, "dq"):  # flash_gluon_bwd_ws.GluonBwdWsConfig: 128-key tiles (stage 4d: rebuild)
+        from impl.attention.flash_gluon_bwd_ws import BLOCK_N
+        return (f"ws {c.block_m}x{BLOCK_N.value} s{c.num_stages}" + (" rebuild" if c.rebuild else "")
                 + (" release-before-dq" if c.release_before_dq else ""))  # issue 47, ws refill
     dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles)),
           "atomic": " dq-atomic"}.get(c.dq, "")
@@ -129,10 +131,10 @@ def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
     return 1.5 + 30 * ms / 1e3 + compile_s + ((0.5 + 10 * 0.4 * ms / 3.5 * 2.5 / 1e3) if split else 0.0)
 
 
-def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()):
+def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=(), ws_trials: bool = False):
     """The rows in order; `only` (regexes): keep the rows whose row_label matches one of them (none: all);
-    `carveouts` (percents): a twin of each "ws+gluon-bwd" row per percent, right after it. Estimates count a
-    compile only at a key's first kept row."""
+    `carveouts` (percents): a twin of each "ws+gluon-bwd" row per percent, right after it; `ws_trials`: the ws
+    backward's TRIAL_CONFIGS after its candidates. Estimates count a compile only at a key's first kept row."""
     import re
 
     from impl.attention import flash_gluon_bwd as bwd, flash_gluon_bwd_ws as ws
@@ -157,10 +159,11 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
         rows.append(dict(spec, est=est_s(s, impl, key not in compiled, split)))
         compiled.add(key)
 
-    def add_ws(s):  # the warp-specialized backward's candidates where it runs (flash_gluon_bwd_ws.HEAD_DIMS)
-        if not skip_ws and s[3] in ws.HEAD_DIMS:
-            for c in ws.CANDIDATE_CONFIGS:
-                add(s, "ws+gluon-bwd-ws", c)
+    def add_ws(s):  # the ws backward's candidates (and trials) where each runs (GluonBwdWsConfig.head_dims)
+        if not skip_ws:
+            for c in ws.CANDIDATE_CONFIGS + (ws.TRIAL_CONFIGS if ws_trials else ()):
+                if s[3] in c.head_dims:
+                    add(s, "ws+gluon-bwd-ws", c)
 
     dq_gluon = bwd.GluonBwdConfig(dq="gluon")  # stage 3c: the Gluon dQ kernel, at every d 128 shape
     for s in TABLE:
@@ -351,6 +354,8 @@ def main(argv=None) -> None:
     ap.add_argument("--skip-triton", action="store_true",
                     help="leave out our Triton rows (their autotuning costs ~2 min per head dim)")
     ap.add_argument("--skip-ws", action="store_true", help="leave out the stage-3b rows (ws+gluon-bwd-ws)")
+    ap.add_argument("--ws-trials", action="store_true",
+                    help="also time the ws backward's TRIAL_CONFIGS (they spill; never in the kernel table)")
     ap.add_argument("--only", action="append", default=[], metavar="REGEX",
                     help="keep only rows whose 'shape impl config' label matches (repeatable: any of them)")
     ap.add_argument("--carveout", action="append", default=[], type=int, metavar="PCT",
@@ -361,7 +366,7 @@ def main(argv=None) -> None:
         carveouts = tuple(check_percent(p) for p in args.carveout)
     except ValueError as e:
         ap.error(f"--carveout: {e}")
-    specs = plan(args.skip_triton, args.skip_ws, tuple(args.only), carveouts)
+    specs = plan(args.skip_triton, args.skip_ws, tuple(args.only), carveouts, args.ws_trials)
     if not specs:
         ap.error(f"no row matches --only {args.only}")
     if args.dry_run:

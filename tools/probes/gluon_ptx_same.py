@@ -121,6 +121,8 @@ def _bwd_variants():
         for config in ws.CANDIDATE_CONFIGS:
             out.append(("bwdws", 64, causal, "bf16", config))
     out.append(("bwdws", 64, True, "fp16", ws.GluonBwdWsConfig()))
+    for causal in (False, True):  # issue 47, ws 128-row query tiles (d 64 only)
+        out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(block_m=128)))
     return out
 
 
@@ -136,7 +138,8 @@ def _config_tag(config) -> str:
     if type(config).__name__ == "GluonBwdWsConfig":  # fixed tiles; "fixed" alone: stage 3b's kernel, as named before
         tag = "fixed-rebuild" if config.rebuild else "fixed"
         tag += f"-s{config.num_stages}" if config.num_stages != 2 else ""  # issue 47, ws refill: named only when set
-        return tag + ("-release" if config.release_before_dq else "")
+        tag += "-release" if config.release_before_dq else ""
+        return tag + (f"-m{config.block_m}" if config.block_m != 64 else "")  # ws 128-row query tiles: when set
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []

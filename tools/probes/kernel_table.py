@@ -73,10 +73,17 @@ def _labels(direction: str) -> Dict[str, Dict[str, object]]:
     return {kernel: {cfg_text(c): c for c in cs} for kernel, cs in configs.items()}
 
 
+#: Config fields added after entries were written, left out of an entry at their default so that the entries of
+#: configs from before them are unchanged (their launcher takes the default): GluonBwdWsConfig.block_m (issue 47).
+_LATER_FIELDS = {"GluonBwdWsConfig": {"block_m": 64}}
+
+
 def _config_pairs(config) -> kt.Config:
     from dataclasses import asdict
 
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(config).items()))
+    later = _LATER_FIELDS.get(type(config).__name__, {})
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(config).items()
+                        if k not in later or v != later[k]))
 
 
 def _rows(direction: str, root: str):

@@ -43,6 +43,16 @@ this kernel for the backward ("gluon_ws", impl.attention.flash_dispatch).
 Issue 47, ws refill (``num_stages``, ``release_before_dq``; off by default): the one-pass kernel's refill_first has
 no twin here (the load warp refills a slot when both consumers free it, before their dQ epilogue and its bulk
 wait); these two give the refill more lead instead (a third slot; the slot freed before dQ's product retires).
+
+Issue 47, ws 128-row query tiles (``block_m=128``, d 64 only; a TRIAL_CONFIGS entry, off by default): the query
+tile's height is the kernel's BLOCK_M constexpr, apart from a consumer's 64 keys (KEYS). At d 64 the products of a
+(query tile, key tile) step are half of d 128's while its fixed costs (ds_ready / ds_free, the dQ staging store and
+reduce-add, the ring's barriers, the row statistics) are not; 128-row tiles pay them once per 128 rows (FA3's
+kBlockM = 128 at d 64). The causal diagonal is one tile (_program). A consumer holds Sᵀ and dPᵀ of 64 × 128 (64 + 64
+registers) beside dK and dV (32 + 32), so the row statistics (32 registers each, with 64-bit addresses per value
+through _row_stats) did not fit: lse and D are folded into the Sᵀ and dPᵀ accumulators, loaded through one address
+(_tile_stat), and dSᵀ is formed from the rounded Pᵀ. Full attention compiles without spills, causal with 64 B of
+stack (NOTES.md): hence a trial config, timed by the probe on request, not a candidate.
 """
 
 from __future__ import annotations
@@ -63,8 +73,11 @@ from .flash_gluon_common import (LOG2E, LaunchLog, _descriptor, _masked_pt, _mma
 
 Tensor = torch.Tensor
 FN = "flash_gluon_backward_ws"
-BLOCK_M = gl.constexpr(64)
 BLOCK_N = gl.constexpr(128)
+#: A consumer's keys (half the key tile): K's, V's, dK's and dV's TMA blocks, the consumers' Sᵀ / dPᵀ rows.
+KEYS = gl.constexpr(64)
+#: Query-tile heights (GluonBwdWsConfig.block_m) -> the head dims they run at: 128 at d 64 only (module docstring).
+BLOCK_M_HEAD_DIMS = {64: (64, 128), 128: (64,)}
 NUM_STAGES = gl.constexpr(2)
 CONSUMER_REGS = gl.constexpr(240)
 LOAD_REGS = gl.constexpr(24)
@@ -77,8 +90,8 @@ HEAD_DIMS = tuple(K_SWIZZLE)
 
 @dataclass(frozen=True)
 class GluonBwdWsConfig:
-    """The ws backward's options (its tiles are fixed: 128 keys on two consumer warpgroups, 64-row query
-    tiles, num_stages Q/dO slots).
+    """The ws backward's options (its key tile is fixed: 128 keys on two consumer warpgroups; query tiles of block_m
+    rows, num_stages Q/dO slots).
 
     rebuild (stage 4d): the consumers rebuild the wgmma shared-memory descriptors of their resident K / V
     halves and of the dSᵀ halves every query tile (stage 4b's technique, _consumer_loop): under the
@@ -91,11 +104,19 @@ class GluonBwdWsConfig:
 
     release_before_dq (issue 47, ws refill): each consumer frees its Q/dO slot (slot_empty) as soon as dV's and dK's
     products, the last readers of Q and dO, have retired, with dQ's two products still in flight, instead of after
-    dQ's; the load warp's refill starts that much earlier. Both off by default (the default kernel PTX-identical)."""
+    dQ's; the load warp's refill starts that much earlier. Both off by default (the default kernel PTX-identical).
+
+    block_m (issue 47, ws 128-row query tiles): the query tile's rows, 64 (the default) or 128 at head dim 64 only
+    (BLOCK_M_HEAD_DIMS; the launcher refuses it at d 128): each (query tile, key tile) step's fixed costs (the
+    ds_ready / ds_free handshakes, the dQ staging store and reduce-add, the ring's barriers, the row statistics) are
+    paid once per 128 query rows instead of per 64, FA3's kBlockM = 128 at d 64. At d 128 a consumer would hold Sᵀ
+    and dPᵀ (64 × 128 fp32: 64 + 64 registers) beside dK and dV (64 × 128: 64 + 64), 256 of its 240, and the CTA
+    295,568 B of shared memory: not possible."""
 
     rebuild: bool = True
     num_stages: int = 2
     release_before_dq: bool = False
+    block_m: int = 64
 
     def __post_init__(self) -> None:
         for name in ("rebuild", "release_before_dq"):
@@ -104,39 +125,54 @@ class GluonBwdWsConfig:
         if type(self.num_stages) is not int or self.num_stages not in (2, 3):
             raise ValueError(f"GluonBwdWsConfig: num_stages must be 2 or 3 (3 fills shared memory), "
                              f"got {self.num_stages!r}")
+        if type(self.block_m) is not int or self.block_m not in BLOCK_M_HEAD_DIMS:
+            raise ValueError(f"GluonBwdWsConfig: block_m must be one of {tuple(BLOCK_M_HEAD_DIMS)} (query rows a "
+                             f"tile), got {self.block_m!r}")
+
+    @property
+    def head_dims(self) -> Tuple[int, ...]:
+        """The head dims this config runs at (HEAD_DIMS, or d 64 alone with 128-row query tiles)."""
+        return BLOCK_M_HEAD_DIMS[self.block_m]
 
 
 #: What the GPU probe (tools/probes/flash_gluon_bwd.py, rows "ws+gluon-bwd-ws") and the GPU tests run: the
 #: default (rebuild) first, then stage 3b's kernel, then the ws refill variants (each with rebuild).
 CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonBwdWsConfig(release_before_dq=True),
                      GluonBwdWsConfig(num_stages=3), GluonBwdWsConfig(num_stages=3, release_before_dq=True))
+#: Configs that run but compile with spills (read in NOTES.md): never a candidate, so never in the kernel table; the
+#: probe times them with --ws-trials and the GPU tests check them. Issue 47, ws 128-row query tiles (d 64 only).
+TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128),)
 
 
-def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value) -> int:
-    """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves; mbarriers; the ws captures (bound)."""
-    bm, bn, ns = BLOCK_M.value, BLOCK_N.value, num_stages
+def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64) -> int:
+    """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves; mbarriers; the ws captures (bound). At d 64: 98,960 B
+    (64-row query tiles), 164,496 B (128-row); at d 128 with 128-row tiles 295,568 B, over the H100's 232,448."""
+    bm, bn, ns = block_m, BLOCK_N.value, num_stages
     return (2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + bm * d * 4 + 16 * 3 + 3 * 16 * ns + WS_CAPTURE_BYTES
 
 
-def check_head_dim(d: int) -> None:
-    """ValueError unless the kernel is written for head dim d (HEAD_DIMS)."""
+def check_head_dim(d: int, config: Optional[GluonBwdWsConfig] = None) -> None:
+    """ValueError unless the kernel is written for head dim d (HEAD_DIMS) and config (None: the default) runs there."""
     if d not in K_SWIZZLE:
         raise ValueError(f"{FN}: head dim must be one of {HEAD_DIMS}, got {d}")
+    if config is not None and d not in config.head_dims:
+        raise ValueError(f"{FN}: {config} runs at head dims {config.head_dims} only ({config.block_m}-row query tiles: "
+                         f"registers and shared memory), got head dim {d}")
 
 
 @gluon.jit
-def _load_partition(descs, smem, bars, sched, STAGES: gl.constexpr):
-    """One warp: K and V once, then each query tile's Q and dO into the ring of STAGES slots once both
-    consumers have freed the slot."""
+def _load_partition(descs, smem, bars, sched, STAGES: gl.constexpr, BLOCK_M: gl.constexpr):
+    """One warp: K and V once, then each query tile's Q and dO (BLOCK_M rows) into the ring of STAGES slots once
+    both consumers have freed the slot."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
-    b, h, n0, j0, n_t, n_diag = _program(H, N_Q, sched)
+    b, h, n0, j0, n_t, n_diag = _program(H, N_Q, sched, BLOCK_M)
     mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
     for c in gl.static_range(2):  # each consumer's 64 keys in their own half (one TMA block each)
-        tma.async_copy_global_to_shared(k_desc, [b, h, n0 + c * BLOCK_M, 0], kv_bar, k_smem.index(c))
-        tma.async_copy_global_to_shared(v_desc, [b, h, n0 + c * BLOCK_M, 0], kv_bar, v_smem.index(c))
+        tma.async_copy_global_to_shared(k_desc, [b, h, n0 + c * KEYS, 0], kv_bar, k_smem.index(c))
+        tma.async_copy_global_to_shared(v_desc, [b, h, n0 + c * KEYS, 0], kv_bar, v_smem.index(c))
     for t in range(n_t):
         slot = t % STAGES
         mbarrier.wait(slot_empty.index(slot), ((t // STAGES) & 1) ^ 1)  # fresh: phase -1 complete
@@ -163,9 +199,12 @@ def _ring_use(t, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _program(H, N_Q, sched):
-    """(b, h, n0, j0, n_t, n_diag) of this program: its key tile and its query tiles j0 + t, t < n_t,
-    the first n_diag of them on the causal diagonal (sched's last entry: 1 causal, 0 full)."""
+def _program(H, N_Q, sched, BLOCK_M: gl.constexpr):
+    """(b, h, n0, j0, n_t, n_diag) of this program: its key tile and its query tiles j0 + t (BLOCK_M rows each),
+    t < n_t, the first n_diag of them on the causal diagonal (sched's last entry: 1 causal, 0 full). Causal, top-left
+    aligned: the first tile holding query n0 is j0 (tiles before see none of the keys); BLOCK_M divides BLOCK_N and
+    n0, so tiles j0 .. j0 + BLOCK_N / BLOCK_M - 1 (2 of 64 rows, 1 of 128) hold a query before some key, the rest
+    none."""
     pid_bh = gl.program_id(1)
     n0 = gl.program_id(0) * BLOCK_N
     n_m = gl.cdiv(N_Q, BLOCK_M)
@@ -189,21 +228,38 @@ def _resident_views(k_smem, v_smem, ds_smem, z, C: gl.constexpr, KEYS: gl.conste
 
 
 @gluon.jit
+def _tile_stat(base, m0, N_Q, BLOCK_M: gl.constexpr, layout: gl.constexpr):
+    """A query tile's row statistic (rows m0 .., 0 past N_Q) from one scalar pointer and constant offsets: a thread's
+    addresses are one register and immediates, not a 64-bit pointer per value (_row_stats's, 64 registers at 128
+    rows)."""
+    idx = gl.arange(0, BLOCK_M, layout=layout)
+    return gl.load(base + m0 + idx, mask=idx < N_Q - m0, other=0.0)
+
+
+@gluon.jit
+def _dpt_minus_d(v2, do2, st_zero, D_base, m0, N_Q):
+    """dPᵀ − D (keys x queries) issued as one async product whose accumulator starts at −D: with 128-row query tiles
+    a thread's 32 D values are not held across the product, only its accumulator."""
+    delta = _tile_stat(D_base, m0, N_Q, st_zero.shape[1], gl.SliceLayout(0, st_zero.type.layout))
+    return warpgroup_mma(v2, do2.permute((1, 0)), st_zero - gl.expand_dims(delta, 0), is_async=True)
+
+
+@gluon.jit
 def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
                    MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
-                   EARLY_RELEASE: gl.constexpr):
+                   EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr):
     """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
     and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
     0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
     so their wgmma descriptors are rebuilt each tile instead of being hoisted and held (stage 4b's technique,
-    flash_gluon_bwd._q_loop). STAGES: the Q/dO ring's slots; EARLY_RELEASE: GluonBwdWsConfig.release_before_dq."""
+    flash_gluon_bwd._q_loop). STAGES: the Q/dO ring's slots; EARLY_RELEASE: GluonBwdWsConfig.release_before_dq;
+    BLOCK_M: the query tile's rows (GluonBwdWsConfig.block_m)."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     HALF: gl.constexpr = BLOCK_D // 2
-    KEYS: gl.constexpr = BLOCK_N // 2
     dtype: gl.constexpr = q_desc.dtype
     st_layout: gl.constexpr = _mma_layout(4, BLOCK_M)
     kv_layout: gl.constexpr = _mma_layout(4, BLOCK_D)
@@ -218,6 +274,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     my_dq = dq_smem.index(C)
     offs_n = n0 + C * KEYS + gl.arange(0, KEYS, layout=row_layout)
     st_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout)
+    inv_sm = 1.0 / sm_scale
     for t in range(t_lo, t_hi):
         slot, phase = _ring_use(t, STAGES)
         m0 = (j0 + t) * BLOCK_M
@@ -228,25 +285,44 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         q2 = _tile_2d(q_smem.index(slot), BLOCK_M, BLOCK_D)
         do2 = _tile_2d(do_smem.index(slot), BLOCK_M, BLOCK_D)
         mbarrier.wait(q_ready.index(slot), phase)
-        st = warpgroup_mma(k2, q2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        # WIDE (128-row query tiles, GluonBwdWsConfig.block_m): lse and D folded into the Sᵀ and dPᵀ accumulators,
+        # dSᵀ from the rounded Pᵀ: a thread holds no row statistics (nor their addresses) or fp32 Pᵀ across the
+        # products (each cost 32 registers or more and spilled; NOTES.md).
+        WIDE: gl.constexpr = BLOCK_M > KEYS
+        if WIDE:  # Sᵀ − lse / sm_scale, whose exp2(· qk_scale) is P
+            lse_s = _tile_stat(L_base, m0, N_Q, BLOCK_M, col_layout) * inv_sm
+            st = warpgroup_mma(k2, q2.permute((1, 0)), st_zero - gl.expand_dims(lse_s, 0), is_async=True)
+        else:
+            st = warpgroup_mma(k2, q2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         # SERIAL (rebuild's diagonal tiles, at most 2 a program): dPᵀ issued after Pᵀ is formed and dV's product
         # issued, so that its accumulator is not live across the causal mask (with it, that loop instance spilled).
-        SERIAL: gl.constexpr = REBUILD and MASKED
+        SERIAL: gl.constexpr = REBUILD and MASKED and not WIDE
         if not SERIAL:
             mbarrier.wait(do_ready.index(slot), phase)
-            dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+            if WIDE:
+                dpt = _dpt_minus_d(v2, do2, st_zero, D_base, m0, N_Q)
+            else:
+                dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(num_outstanding=0 if SERIAL else 1, deps=(st,))
-        pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
-        pt16 = gl.convert_layout(pt.to(dtype), a_layout)
+        if WIDE:
+            pt = _masked_pt(gl.exp2(st * qk_scale), offs_m, offs_n, N_K, MASKED, KEY_MASK)
+        else:
+            pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
+        pt16b = pt.to(dtype)
+        pt16 = gl.convert_layout(pt16b, a_layout)
         if SERIAL:
             mbarrier.wait(do_ready.index(slot), phase)
         dv = warpgroup_mma(pt16, do2, dv, is_async=True)
-        if SERIAL:
-            dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-            dpt, pt16, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dpt, pt16, dv))
-        else:
+        if WIDE:
             dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
-        dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+            dst16 = (pt16b.to(gl.float32) * dpt).to(dtype)
+        else:
+            if SERIAL:
+                dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+                dpt, pt16, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dpt, pt16, dv))
+            else:
+                dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
+            dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
         ds16 = gl.convert_layout(dst16, a_layout)
         dk = warpgroup_mma(ds16, q2, dk, is_async=True)
         # dSᵀ rows of this consumer into the shared tile, once both consumers' dQ products of the
@@ -280,7 +356,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
 
 @gluon.jit
 def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
-                        EARLY_RELEASE: gl.constexpr):
+                        EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
@@ -288,20 +364,19 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
     gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup")
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
-    KEYS: gl.constexpr = BLOCK_N // 2
     kv_layout: gl.constexpr = _mma_layout(4, BLOCK_D)
-    b, h, n0, j0, n_t, n_diag = _program(H, N_Q, sched)
+    b, h, n0, j0, n_t, n_diag = _program(H, N_Q, sched, BLOCK_M)
     dk = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
     dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD, STAGES,
-                            EARLY_RELEASE)
+                            EARLY_RELEASE, BLOCK_M)
     if n0 + BLOCK_N > N_K:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD,
-                                STAGES, EARLY_RELEASE)
+                                STAGES, EARLY_RELEASE, BLOCK_M)
     else:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False, REBUILD,
-                                STAGES, EARLY_RELEASE)
+                                STAGES, EARLY_RELEASE, BLOCK_M)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
     # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete.
     mbarrier.wait(ds_free, (n_t - 1) & 1)
@@ -320,19 +395,20 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
 @gluon.jit
 def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, L, Delta,
                       H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False,
-                      STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False):
+                      STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False, BLOCK_M: gl.constexpr = 64):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
-    Descriptors rank 4 over (B, H, N, d), blocks of 64 rows (K, V, dK, dV in two halves, one per
-    consumer); dQ (fp32) (1, 1, 64, d / 2). REBUILD, STAGES, EARLY_RELEASE: GluonBwdWsConfig's rebuild,
-    num_stages, release_before_dq (_consumer_loop)."""
+    Descriptors rank 4 over (B, H, N, d): K, V, dK, dV blocks of 64 rows (KEYS: two halves, one per consumer),
+    Q and dO blocks of BLOCK_M rows, dQ (fp32) (1, 1, BLOCK_M, d / 2). REBUILD, STAGES, EARLY_RELEASE, BLOCK_M:
+    GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m (_consumer_loop)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128 or BLOCK_D == 64, "head dim 128 or 64 (K_SWIZZLE)")
-    k_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], v_desc.layout)
+    gl.static_assert(q_desc.block_type.shape[2] == BLOCK_M, "Q's blocks are the query tile")
+    k_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, KEYS, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, KEYS, BLOCK_D], v_desc.layout)
     q_smem, do_smem = _ring_pair(q_desc, do_desc, STAGES, BLOCK_M, BLOCK_D)
-    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N // 2, BLOCK_M],
-                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N // 2, BLOCK_M], dtype))
+    ds_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M],
+                                        gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype))
     dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, 1, BLOCK_M, BLOCK_D // 2], dq_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -354,35 +430,36 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     bars = (kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free)
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
-        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE)),
-        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE)),
-        (_load_partition, (descs, smem, bars, sched, STAGES)),
+        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M)),
+        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M)),
+        (_load_partition, (descs, smem, bars, sched, STAGES, BLOCK_M)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
 
 def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
-    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE are passed up to the last one the config
-    sets (stage 3b's arguments without rebuild; the default's with rebuild alone)."""
+    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M are passed up to the last one
+    the config sets (stage 3b's arguments without rebuild; the default's with rebuild alone)."""
     config = config or GluonBwdWsConfig()
     q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
     B, H, n_q, d = q4.shape
-    check_head_dim(d)
-    check_shared(shared_bytes(d, q.element_size(), config.num_stages), d, "ws backward", FN)
+    check_head_dim(d, config)
+    check_shared(shared_bytes(d, q.element_size(), config.num_stages, config.block_m), d, "ws backward", FN)
     if config.rebuild and n_q >= 1 << 30:
         raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
                          f"fewer than 2^30 query rows, got {n_q}: {config}")
     n_k = k4.shape[2]
-    bm, bn = BLOCK_M.value, BLOCK_N.value
+    bm, keys, bn = config.block_m, KEYS.value, BLOCK_N.value
     sm_scale = 1.0 / math.sqrt(d)
     swizzle = K_SWIZZLE[d]  # K's and dK's: dK is stored through K's tile
-    args = (_descriptor(q4, bm, 0, d), _descriptor(k4, bm, 0, d, swizzle), _descriptor(v4, bm, 0, d),
-            _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, bm, 0, d, swizzle),
-            _descriptor(dv4, bm, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
-    later = (config.rebuild, config.num_stages, config.release_before_dq)  # REBUILD, STAGES, EARLY_RELEASE
-    args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, (False, NUM_STAGES.value, False))) if v != off),
-                       default=0)]
+    args = (_descriptor(q4, bm, 0, d), _descriptor(k4, keys, 0, d, swizzle), _descriptor(v4, keys, 0, d),
+            _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, keys, 0, d, swizzle),
+            _descriptor(dv4, keys, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
+    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M against the kernel's defaults for them
+    later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m)
+    args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, (False, NUM_STAGES.value, False, 64)))
+                        if v != off), default=0)]
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
 
 
@@ -398,7 +475,7 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     from .flash_gluon_common import check_device
 
     validate_backward(q, k, v, o, do, lse, FN)
-    check_head_dim(q.shape[-1])
+    check_head_dim(q.shape[-1], config)
     check_device(q.device, FN)
     q4, o4, do4 = as_4d(q), as_4d(o), as_4d(do)
     B, H, n_q, d = q4.shape
@@ -415,5 +492,6 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     return dq32.to(q.dtype), dk, dv
 
 
-__all__ = ["CANDIDATE_CONFIGS", "GluonBwdWsConfig", "HEAD_DIMS", "K_SWIZZLE", "check_head_dim",
+__all__ = ["BLOCK_M_HEAD_DIMS", "CANDIDATE_CONFIGS", "GluonBwdWsConfig", "HEAD_DIMS", "K_SWIZZLE", "KEYS",
+           "TRIAL_CONFIGS", "check_head_dim",
            "flash_gluon_backward_ws", "launch_args", "shared_bytes"]
