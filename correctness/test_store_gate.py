@@ -156,8 +156,11 @@ def _row(status: Status = Status.MEASURED) -> dict:
     return Row(problem="leaderboard", config={}, env=env, status=status, timing=timing).to_json()
 
 
-def _bench(name: str, median: float) -> dict:
-    return dict(name=name, fullname=f"perf/test_leaderboard.py::{name}", group="leaderboard", extra_info=_row(),
+def _bench(name: str, median: float, host_ms: float | None = None) -> dict:
+    row = _row()
+    if host_ms is not None:
+        row["metrics"] = dict(row.get("metrics") or {}, host_ms=host_ms)
+    return dict(name=name, fullname=f"perf/test_leaderboard.py::{name}", group="leaderboard", extra_info=row,
                 stats=dict(median=median, mean=median, min=median, max=median, stddev=0.0, rounds=5, iqr=0.0))
 
 
@@ -809,6 +812,36 @@ def test_each_row_is_judged_against_its_own_previous_measurement(tmp_path):
     changes = {c.row: c for c in gate.compare(data_dir).changes}
     assert changes[A].ratio == pytest.approx(2) and changes[A].regressed
     assert changes[B].old_run == "20980101T000000Z_abcdef12" and not changes[B].regressed
+
+
+def test_a_host_bound_row_is_judged_with_the_host_band_and_named(tmp_path, capsys):
+    """The host's enqueue time (metric host_ms) at 80% of a row's newest median or more: the row times the host,
+    judged within HOST_BOUND_BAND (2.5x); beyond it, or not host-bound now, the kernel band as before."""
+    def doc(medians_hosts, when):
+        d = _run({}, when)
+        d["benchmarks"] = [_bench(n, m, h) for n, (m, h) in medians_hosts.items()]
+        return d
+    data_dir = tmp_path / "data"
+    _file(data_dir, doc({A: (1e-3, 0.9), B: (1e-3, 0.1)}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    _file(data_dir, doc({A: (1.6e-3, 1.5), B: (1.6e-3, 0.1)}, "2098-06-01T00:00:00+00:00"), "20980601T000000Z_abcdef12.json")
+    changes = {c.row: c for c in gate.compare(data_dir).changes}
+    assert changes[A].host_bound and not changes[A].regressed
+    assert changes[A].verdict == "host-bound: within its host band"
+    assert not changes[B].host_bound and changes[B].regressed  # +60%, its device time: a regression
+    assert gate.main(["--data-dir", str(data_dir)]) == 1
+    out, err = capsys.readouterr()
+    assert f"REGRESSION {GPU}/leaderboard {B}" in err and A not in err
+    assert "±10% (host-bound: ±150%)" in out and "host-bound: within its host band" in out
+    # 2.6x: beyond what the host's speed explains, a regression even host-bound
+    _file(data_dir, doc({A: (4.2e-3, 4.0)}, "2098-09-01T00:00:00+00:00"), "20980901T000000Z_abcdef12.json")
+    change = next(c for c in gate.compare(data_dir).changes if c.row == A)
+    assert change.host_bound and change.regressed and change.ratio == pytest.approx(4.2 / 1.6)
+    assert "band ±150%, host-bound" in _gate_errors(data_dir, capsys)
+    # host-bound in the previous measurement only: now the device's time, longer than the previous median, which was
+    # at least the device's then: the kernel band
+    _file(data_dir, doc({A: (8.0e-3, 0.5)}, "2098-12-01T00:00:00+00:00"), "20981201T000000Z_abcdef12.json")
+    change = next(c for c in gate.compare(data_dir).changes if c.row == A)
+    assert not change.host_bound and change.regressed
 
 
 def _config_case(tmp_path, name: str, text: str) -> Path:

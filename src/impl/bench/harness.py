@@ -21,7 +21,7 @@ import torch
 
 from impl.bench.recorder import Recorder
 from impl.bench.row import Env, Memory, Metric, NotRunEntry, Peaks, Row, Status, Timing
-from impl.bench.timers import SyncTimer, make_timer, plan_rounds
+from impl.bench.timers import SyncTimer, host_calls, host_ms, make_timer, plan_rounds
 from impl.runtime import env_info, first_line, free_memory, is_oom, synchronize
 
 T = TypeVar("T")
@@ -171,6 +171,8 @@ class Harness:
         if nbytes:
             row.metrics[Metric.BYTES] = nbytes
             row.metrics[Metric.GBPS] = nbytes / median / 1e9
+        if kernel and here and setup is None and device.type == "cuda":  # is the device waiting on the host?
+            row.metrics[Metric.HOST_MS] = host_ms(fn, device, host_calls(median))
         self.save(row)
         self._recorder.progress(bm.name, row, median)
         return row

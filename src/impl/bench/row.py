@@ -41,6 +41,8 @@ class Metric(str, Enum):
     COMM_SHARE = "comm_share"  # share of a step spent in communication (slowest rank)
     FIRST_CALL_S = "first_call_s"  # the first call (compile, autotune) timed once, not benchmarked
     DO_BENCH_MS = "do_bench_ms"  # triton.testing.do_bench median, a cross-check of stats.median
+    HOST_MS = "host_ms"  # a kernel row's host time to enqueue one call (impl.bench.timers.host_ms): host-bound near
+    # the median, where the row times the host's launch path, not the device
 
 
 @dataclass

@@ -87,6 +87,39 @@ def time_once(fn: Callable, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+# host_ms: enough calls to average the host's launch path, few enough that the device's launch queue never fills
+# (the host would then wait for the device, and the time be the device's), and no more than HOST_BUDGET_S of calls
+# (one at least) at the row's median: a long row cannot be host-bound unless one call's host time is as long.
+HOST_CALLS = 20
+HOST_BUDGET_S = 20e-3
+# A row whose host enqueue time is at least this share of its median keeps the device waiting on the host: its
+# median times the host's launch path (which moved by up to 2.5x between machines, NOTES.md), not its kernels.
+HOST_BOUND_SHARE = 0.8
+
+
+def host_calls(median_s: float) -> int:
+    """How many calls host_ms times for a row whose calls take median_s: HOST_CALLS within HOST_BUDGET_S."""
+    return max(1, min(HOST_CALLS, int(HOST_BUDGET_S / median_s))) if median_s > 0 else HOST_CALLS
+
+
+def host_ms(fn: Callable, device: torch.device, calls: int = HOST_CALLS) -> float:
+    """Milliseconds the host takes to issue one call of `fn`: `calls` back-to-back calls on a drained device, timed
+    by the host clock without waiting for the device (drained again after, untimed)."""
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    synchronize(device)
+    return elapsed / calls * 1e3
+
+
+def host_bound(median_s: float, host_ms_per_call: float | None) -> bool:
+    """Whether a row whose calls take median_s (seconds) and the host host_ms_per_call (ms; None: not measured) to
+    issue is host-bound (HOST_BOUND_SHARE)."""
+    return host_ms_per_call is not None and host_ms_per_call >= HOST_BOUND_SHARE * median_s * 1e3
+
+
 def make_timer(device: torch.device, kernel: bool):
     """CUDA events for kernel rows on a GPU; the synchronised host clock otherwise (a CPU has no
     events, and its host clock is its device clock)."""
