@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 
-from impl.bench.row import Status
+from impl.bench.row import Metric, Status
 from impl.report.pages import Kind
 from impl.report.pages import flash_shapes as page
 from impl.report.templating import render_page
@@ -18,9 +18,9 @@ def _cfg(impl, seq, mode="fwd", **kw):
     return dict(impl=impl, mode=mode, batch=4, heads=32, seq=seq, d=80, causal=True, dtype="bf16") | kw
 
 
-def _row(impl, seq, ms=None, status=Status.MEASURED, reason=None, when=NEW, **kw):
+def _row(impl, seq, ms=None, status=Status.MEASURED, reason=None, when=NEW, host_ms=None, **kw):
     return bench("flash_shapes", _cfg(impl, seq, **kw), None if ms is None else ms / 1e3, device=DEV, when=when,
-                 status=status, reason=reason)
+                 status=status, reason=reason, metrics=None if host_ms is None else {Metric.HOST_MS: host_ms})
 
 
 def _rows():
@@ -96,6 +96,19 @@ def test_flash_auto_rows_present_get_their_columns_and_sentence(tmp_path):
     assert "No run of this device has rows of ours through the kernel table" not in text
 
 
+def test_host_bound_rows_are_counted_and_marked_in_the_grid(tmp_path):
+    """A row whose host time to issue a call (host_ms) is at least 80% of its median times the host: counted, and
+    its cell marked; a row without the metric (stored before it) or under 80% is not."""
+    auto = [_row("flash_auto", 512, 0.6, host_ms=0.55), _row("flash_auto", 3000, 1.5, host_ms=0.4)]
+    f = page.facts(context(_rows() + auto, tmp_path))
+    assert f.host_bound_rows == 1
+    with open(tmp_path / "data-tables" / f"flash_shapes-{DEV}.csv") as fh:
+        grid = {r["batch×heads×seq"]: r for r in csv.DictReader(fh)}
+    assert grid["4×32×512"]["ours kernel table (ms)"] == "0.600 (host)"
+    assert grid["4×32×3000"]["ours kernel table (ms)"] == "1.500" and grid["4×32×512"]["ours eager (ms)"] == "0.900"
+    assert page.facts(context(_rows(), tmp_path)).host_bound_rows == 0
+
+
 def test_without_flash_auto_rows_one_sentence_says_so_and_no_column(tmp_path):
     f = page.facts(context(_rows(), tmp_path))
     text = render_page("flash_shapes.md.j2", f=f)
@@ -127,6 +140,6 @@ def test_page_words(request, tmp_path):
 
 
 def test_page_words_with_flash_auto(request, tmp_path):
-    auto = [_row("flash_auto", 512, 0.6), _row("flash_auto", 3000, 1.5)]
+    auto = [_row("flash_auto", 512, 0.6, host_ms=0.55), _row("flash_auto", 3000, 1.5)]
     f = page.facts(context(_rows() + auto + _hosts() + [_host("flash_auto", 320, NEW)], tmp_path))
     assert_snapshot(request, "flash_shapes-kernel_table", render_page("flash_shapes.md.j2", f=f))

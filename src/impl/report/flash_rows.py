@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impl.bench.row import Status
+from impl.bench.row import Metric, Status
+from impl.bench.timers import host_bound as timers_host_bound
 from impl.report.ratio import Headline
 from impl.report.rows import Bench, View, group
 from impl.report.timer_probe import ProbeCheck, check, probe_of
@@ -39,6 +40,12 @@ kernel = Kernel.of
 
 def ran(b: Bench) -> bool:
     return b.status is Status.MEASURED
+
+
+def host_bound(b: Bench) -> bool:
+    """A measured row whose host time to issue a call (metric host_ms) is most of the call: it times the launch
+    path, not the kernels (impl.bench.timers.host_bound; rows from before the metric: False)."""
+    return ran(b) and b.stats is not None and timers_host_bound(b.stats.median, b.metric(Metric.HOST_MS))
 
 
 def status_label(b: Bench) -> str | None:  # None: it ran

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from impl.bench.row import Status
 from impl.report import figures
-from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, kernel,
-                                    median_ms, not_run, ran, status_label, timers)
+from impl.report.flash_rows import (IMPL_COLORS, IMPL_LABELS, MODE_LABELS, Kernel, best_anchor, groups, host_bound,
+                                    kernel, median_ms, not_run, ran, status_label, timers)
 from impl.report.pages import Context, Scored
 from impl.report.ratio import med, of_benches
 from impl.report.rows import Bench, group, of_newest_run
@@ -28,6 +28,10 @@ GRID_COLUMNS = ["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager
                 "faster anchor (ms)", "eager / anchor", "compiled / anchor", f"ours {NAMES['auto']} (ms)",
                 *(f"SDPA {NAMES[b]} (ms)" for b in ANCHORS),
                 *(f"{NAMES[side]} / {NAMES[b]}" for side, b in PER_BACKEND)]  # the CSV grid beside the page
+
+
+def _ms(b: Bench) -> str:  # a measured row's median, marked where it times the host's launch path
+    return f"{median_ms(b):.3f}" + (" (host)" if host_bound(b) else "")
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class GridRow:  # one shape and pass: ours eager, compiled and through the kerne
 
     def cells(self) -> list:
         k, a = self.k, self.anchor
-        ms = lambda b: "–" if b is None else status_label(b) or f"{median_ms(b):.3f}"  # noqa: E731
+        ms = lambda b: "–" if b is None else status_label(b) or _ms(b)  # noqa: E731
         x = lambda side, base="anchor": "–" if (v := self.over(side, base)) is None else f"{v:.2f}×"  # noqa: E731
         return [k.dtype, k.d, "yes" if k.causal else "no", f"{k.batch}×{k.heads}×{k.seq}", MODE_LABELS[k.mode],
                 ms(self.eager), ms(self.compiled),
@@ -150,6 +154,7 @@ class FlashShapesPage:
     host: HostCost | None = None
     sources: tuple[str, ...] = ()
 
+    host_bound_rows: int = 0  # measured rows that are host-bound (flash_rows.host_bound), "(host)" in the grid
     median = property(lambda self: med(self.ratios))  # of ours eager ÷ the faster anchor
     ratios = property(lambda self: self.over("eager"))  # ours eager ÷ the faster anchor per measured shape-pass
     auto = property(lambda self: any(r.auto is not None for r in self.cells))  # rows of flash_auto (any status)
@@ -175,5 +180,5 @@ def facts(ctx: Context) -> FlashShapesPage:
             timers=timers(fs), runs=RunsFacts.of(device, fs), summary=tuple(summary(cells)), cells=tuple(cells),
             grid_link=ctx.table_csv(f"flash_shapes-{device}", GRID_COLUMNS, [r.cells() for r in cells]),
             figure=_plot(cells, ctx, f"flash_shapes-{device}.png"), not_run=not_run(fs), host=host_cost(device, rows),
-            sources=files_of(rows))
+            sources=files_of(rows), host_bound_rows=sum(host_bound(b) for b in fs))
     return FlashShapesPage()
