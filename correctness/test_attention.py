@@ -772,6 +772,18 @@ class _FakeTuner:
 
 
 @needs_triton
+def test_plans_kept_are_capped_the_oldest_dropped_first(monkeypatch):
+    """A job whose lengths keep changing makes a plan per length: past MAX_PLANS the oldest goes (and a later call of
+    its signature is a miss that rebuilds it), so the plans never grow without bound."""
+    monkeypatch.setattr(flash_launch, "MAX_PLANS", 2)
+    monkeypatch.setattr(flash_launch, "_calls", {})
+    for i in range(3):
+        flash_launch._keep_plan(("fwd", i), f"plan {i}")
+    assert flash_launch._calls == {("fwd", 1): "plan 1", ("fwd", 2): "plan 2"}
+    flash_launch._keep_plan(("fwd", 2), "plan 2 again")  # a signature held: replaced, nothing dropped
+    assert flash_launch._calls == {("fwd", 1): "plan 1", ("fwd", 2): "plan 2 again"}
+
+
 def test_direct_launch_plan_cache_is_keyed_on_everything_that_changes_the_kernel(monkeypatch):
     """The direct-launch path (GPU only) driven on the CPU with stand-in kernels: a shape key's first
     call goes through the autotuner, the second through JITFunction.run (making a plan), the third

@@ -105,7 +105,7 @@ def _store_plan(sig, inputs: tuple, log: Optional[LaunchLog], record: LaunchReco
     if sig is not None and log is not None and _aligned(*inputs):
         plan = _logged_plan(inputs[0].device, inputs, log, record)
         if plan is not None:
-            flash_launch._calls[sig] = plan  # the module's: clear_plans() clears both kinds
+            flash_launch._keep_plan(sig, plan)  # the module's: clear_plans() clears both kinds, MAX_PLANS caps both
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions):

@@ -390,6 +390,16 @@ def _current_stream(index: int):
 
 # signature -> _CallPlan, for forward and backward calls (the signature's first element says which).
 _calls: Dict[tuple, _CallPlan] = {}
+# Plans kept at most: a signature holds shapes, so a job whose lengths keep changing (growing contexts, packed
+# batches) would otherwise keep one plan per length forever. Past it the oldest plan goes (a miss rebuilds it).
+MAX_PLANS = 4096
+
+
+def _keep_plan(sig: tuple, plan: _CallPlan) -> None:
+    """Store `plan` under `sig`, the oldest plan dropped first when MAX_PLANS others are held."""
+    while sig not in _calls and len(_calls) >= MAX_PLANS:
+        del _calls[next(iter(_calls))]
+    _calls[sig] = plan
 
 
 def clear_plans() -> None:
@@ -452,8 +462,8 @@ def _forward_slow(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashO
                                  dict(HEAD_DIM=d, BLOCK_D=block_d, D1=d1, IS_CAUSAL=causal, TMA=tma), options)
     record = _record(options, LaunchRecord("fwd", (("fwd", text),), _tiles_label(d, block_d, d1), tma))
     if call is not None and _plannable((q4, k4, v4), (q, k, v)):
-        _calls[sig] = _CallPlan(q.device, ((q.shape, q.dtype), (q.shape[:-1], torch.float32)), (call,),
-                                ((0, 1, 2, 3, 4),), record, tma)
+        _keep_plan(sig, _CallPlan(q.device, ((q.shape, q.dtype), (q.shape[:-1], torch.float32)), (call,),
+                                ((0, 1, 2, 3, 4),), record, tma))
     return o, lse, record
 
 
@@ -538,7 +548,7 @@ def _backward_slow(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: 
     record = _record(options, LaunchRecord("bwd", configs, _tiles_label(d, block_d, d1), tma, kind))
     if all(c is not None for c in calls) and _plannable((q4, k4, v4, o4, do4), (q, k, v, o, do)) \
             and lse.is_contiguous():
-        _calls[sig] = _CallPlan(q.device, outputs, calls, slots, record, tma, cast)
+        _keep_plan(sig, _CallPlan(q.device, outputs, calls, slots, record, tma, cast))
     return dq, dk, dv, record
 
 
