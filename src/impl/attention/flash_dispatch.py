@@ -20,8 +20,8 @@ import torch
 
 from impl.runtime import launch_ctx
 
-from . import flash_launch
-from .flash_launch import _aligned, _backward, _forward, _head_dim_label, _logged_plan, _options_of, _record
+from .flash_launch import (_aligned, _backward, _forward, _head_dim_label, _keep_plan, _logged_plan, _options_of, _plan,
+                           _record)
 from .flash_options import FlashOptions, LaunchRecord
 from .kernel_table import KernelChoice, choose, shipped_table
 
@@ -105,7 +105,7 @@ def _store_plan(sig, inputs: tuple, log: Optional[LaunchLog], record: LaunchReco
     if sig is not None and log is not None and _aligned(*inputs):
         plan = _logged_plan(inputs[0].device, inputs, log, record)
         if plan is not None:
-            flash_launch._keep_plan(sig, plan)  # the module's: clear_plans() clears both kinds, MAX_PLANS caps both
+            _keep_plan(sig, plan)  # flash_launch's: clear_plans() clears both kinds, MAX_PLANS caps both
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions):
@@ -116,7 +116,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions
     if choice is None:
         return _forward(q, k, v, causal, options)
     sig = _signature("gluon fwd", choice, causal, options, q, k, v)
-    plan = flash_launch._calls.get(sig) if sig is not None else None
+    plan = _plan(sig)
     if plan is not None and _aligned(q, k, v):
         o, lse = plan.run((q, k, v))
         return o, lse, _record(options, plan.record)
@@ -147,7 +147,7 @@ def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor
     if choice is None:
         return _backward(q, k, v, o, do, lse, causal, options, variant)
     sig = _signature("gluon bwd", choice, causal, options, q, k, v, o, do, lse)
-    plan = flash_launch._calls.get(sig) if sig is not None else None
+    plan = _plan(sig)
     if plan is not None and _aligned(q, k, v, o, do, lse):
         dq, dk, dv = plan.grads((q, k, v, o, do, lse))
         return dq, dk, dv, _record(options, plan.record)

@@ -395,6 +395,11 @@ _calls: Dict[tuple, _CallPlan] = {}
 MAX_PLANS = 4096
 
 
+def _plan(sig: Optional[tuple]) -> Optional[_CallPlan]:
+    """The plan kept under `sig` (None: none, or no signature)."""
+    return None if sig is None else _calls.get(sig)
+
+
 def _keep_plan(sig: tuple, plan: _CallPlan) -> None:
     """Store `plan` under `sig`, the oldest plan dropped first when MAX_PLANS others are held."""
     while sig not in _calls and len(_calls) >= MAX_PLANS:
