@@ -16,6 +16,7 @@ from impl.workloads.problems import Problem as P
 PROBLEMS = (P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE,)
 PROBLEM = P.DISTRIBUTED_COMMUNICATION_SINGLE_NODE
 SLUG = "distributed_communication"
+WORDS = figures.words("all_reduce")  # the words drawn into the bus-bandwidth figure
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,8 @@ def _draw(rows: list[TableRow], ctx: Context, name: str) -> str | None:
     fig, ax = figures.new()
     for (backend, n), g in group(pts, lambda p: p[:2]).items():
         ax.plot([p[2] / 2**20 for p in g], [p[3] for p in g], marker="o", ls="-" if backend == "nccl" else "--",
-                label=f"{backend}, {n} processes")
-    ax.set(xscale="log", yscale="log", xlabel="buffer size (MB)", ylabel="bus bandwidth (GB/s)",
-           title="all-reduce bus bandwidth")
+                label=WORDS.label("series", backend=backend, n=n))
+    ax.set(xscale="log", yscale="log", xlabel=WORDS.x, ylabel=WORDS.y, title=WORDS.title)
     ax.legend(fontsize=8)
     return ctx.figure(fig, name)
 

@@ -23,6 +23,7 @@ PROBLEM = P.FLASH_BENCHMARKING
 SHORT_SEQ = 4096  # up to this length a call is host-bound (NOTES.md): its times follow the host, not the kernels
 DRIFT_BAND = 1.05  # a version changed only beyond this factor on the anchors' own change (the machine's drift)
 WORDS = figures.words("flash_benchmarking")  # the words drawn into the TFLOP/s figure
+GRID = figures.words("flash_benchmarking_grid")  # the CSV grid's column words
 
 
 def _impls(rows: list[Bench]) -> list[str]:  # those present, in IMPL_LABELS' order
@@ -203,7 +204,7 @@ def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cel
     lines = [[dtype, MODE_LABELS[mode], d, seq, *map(cell, map({kernel(b).impl: b for b in g}.get, impls))]
              for (dtype, mode, d, seq), g in groups(rows, "dtype", "mode", "d", "seq")]
     return ctx.table_csv(f"flash_benchmarking-{device}",
-                         ["dtype", "pass", "d", "seq", *(f"{IMPL_LABELS[i]}: ms (TFLOP/s)" for i in impls)], lines)
+                         ["dtype", "pass", "d", "seq", *(GRID.label("impl", impl=IMPL_LABELS[i]) for i in impls)], lines)
 
 
 def plot(rows: list[Bench], path) -> list[str] | None:  # TFLOP/s of fwd+bwd rows by seq, a panel per d; legend labels

@@ -24,10 +24,11 @@ ANCHORS = ("sdpa_cudnn", "sdpa_flash")  # the GridRow fields cudnn, flash (the i
 NAMES = {"eager": "eager", "compiled": "compiled", "auto": "kernel table", "anchor": "anchor", "sdpa_cudnn": "cuDNN",
          "sdpa_flash": "flash"}
 PER_BACKEND = tuple((side, base) for side in ("eager", "auto") for base in ANCHORS)  # ours ÷ each backend's columns
-GRID_COLUMNS = ["dtype", "d", "causal", "batch×heads×seq", "pass", "ours eager (ms)", "ours compiled (ms)",
-                "faster anchor (ms)", "eager / anchor", "compiled / anchor", f"ours {NAMES['auto']} (ms)",
-                *(f"SDPA {NAMES[b]} (ms)" for b in ANCHORS),
-                *(f"{NAMES[side]} / {NAMES[b]}" for side, b in PER_BACKEND)]  # the CSV grid beside the page
+WORDS, GRID = figures.words("flash_shapes"), figures.words("flash_shapes_grid")  # the figure's, the CSV grid's words
+GRID_COLUMNS = ["dtype", "d", "causal", "batch×heads×seq", "pass",
+                *(GRID.labels[k] for k in ("eager", "compiled", "anchor", "eager_ratio", "compiled_ratio")),
+                GRID.label("ours", what=NAMES["auto"]), *(GRID.label("sdpa", what=NAMES[b]) for b in ANCHORS),
+                *(GRID.label("ratio", side=NAMES[side], base=NAMES[b]) for side, b in PER_BACKEND)]
 
 
 def _ms(b: Bench) -> str:  # a measured row's median, marked where it times the host's launch path
@@ -104,12 +105,12 @@ def _plot(rows: list[GridRow], ctx: Context, name: str) -> str | None:  # ours �
     for side, impl, marker in zip(SIDES, OURS, "os^"):
         if pts := [(i, x) for i, r in enumerate(meas) if (x := r.over(side)) is not None]:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=IMPL_COLORS[impl], ms=5,
-                    label=f"ours {NAMES[side]} / faster anchor")
+                    label=WORDS.label("series", side=NAMES[side]))
     ax.axhline(1.0, color="0.4", lw=0.8, ls="--")  # ratios stay within one decade: linear axis
     ax.set_xticks(list(range(len(meas))), [f"{r.k.dtype} d{r.k.d} {'c' if r.k.causal else 'nc'} {r.k.batch}×{r.k.heads}"
                                            f"×{r.k.seq} {'fwd' if r.k.mode == 'fwd' else 'f+b'}" for r in meas],
                   rotation=60, ha="right", fontsize=6)
-    ax.set(ylabel="time / faster SDPA anchor (< 1: ours faster)", title="flash_shapes: measured shapes")
+    ax.set(ylabel=WORDS.y, title=WORDS.title)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ctx.figure(fig, name)
 

@@ -21,6 +21,7 @@ PROBLEM = P.LEADERBOARD
 OURS, ANCHOR = "flash_triton", "sdpa_cudnn"
 AUTO = "flash_auto"  # ours through the kernel table (FlashOptions(kernels="auto"), eager)
 BACKENDS = ("sdpa_cudnn", "sdpa_flash")  # every line's ratio to each, same pass
+WORDS = figures.words("leaderboard")  # the words drawn into the version-history figure
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def versions(rows: list[Bench]) -> list[Version]:  # every run in which ours ran
 
 def _plot(vs: list[Version], ctx: Context, name: str) -> str:
     fig, ax = figures.new(figsize=(8, 4.2))
-    for impl, label, times in ((OURS, "ours: torch.compile(FlashAttentionTriton.apply)", [v.ours_s for v in vs]),
+    for impl, label, times in ((OURS, WORDS.labels["ours"], [v.ours_s for v in vs]),
                                (ANCHOR, IMPL_LABELS[ANCHOR], [v.cudnn_s for v in vs])):
         pts = [(i, s * 1e3, v.run.legacy) for i, (v, s) in enumerate(zip(vs, times)) if s is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=IMPL_COLORS[impl], label=label, lw=1.2)
@@ -118,8 +119,7 @@ def _plot(vs: list[Version], ctx: Context, name: str) -> str:
                     mfc="none" if legacy else IMPL_COLORS[impl])
     ax.set_xticks(list(range(len(vs))), [f"{v.run.when[5:]}\n{v.run.commit}" for v in vs], fontsize=7, rotation=30,
                   ha="right")
-    ax.set(ylabel="forward+backward (ms, median)", title="leaderboard: every stored run (open marker: do_bench median, "
-                                                          "older format; filled: CUDA-event median)")
+    ax.set(ylabel=WORDS.y, title=WORDS.title)
     ax.title.set_fontsize(9)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="lower left")
