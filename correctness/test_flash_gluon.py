@@ -71,7 +71,8 @@ for d in (80, 128):  # fp16: the same code on another element type
     config = mod.default_config(d)
     rows.append(dict(d=d, causal=True, config=str(config) + " fp16", predicted=mod.shared_bytes(d, config),
                      **cubin_figures(compile_sm90(d, True, config, torch.float16))))
-for config in mod.CANDIDATE_CONFIGS:  # the probe's sweep, at d 128 causal: each fits, or the launcher refuses it
+# the probe's sweep and the ws trials (the lpt grid), at d 128 causal: each fits, or the launcher refuses it
+for config in mod.CANDIDATE_CONFIGS + getattr(mod, "TRIAL_CONFIGS", ()):
     try:
         ck = compile_sm90(128, True, config)
     except ValueError as e:
@@ -183,7 +184,7 @@ def test_gluon_forward_refuses_configs_over_shared_memory(kernel, config):
 
 @pytest.mark.parametrize("fields,match", [(dict(block_m=128), "spill"), (dict(block_n=32), "block_n"),
                                           (dict(num_stages=5), "num_stages"), (dict(consumer_regs=248), "register"),
-                                          (dict(load_regs=20), "register")])
+                                          (dict(load_regs=20), "register"), (dict(lpt=True, persistent=True), "lpt")])
 def test_ws_config_refuses_what_cannot_compile_cleanly(fields, match):
     with pytest.raises(ValueError, match=match):
         flash_gluon_ws.GluonWsConfig(**fields)
@@ -202,6 +203,22 @@ def test_ws_persistent_grid_and_head_groups():
     assert grid == (20, ) and args[13:16] == (8, 6, 6)  # n_m, n_bh, group: 6 heads x 0.5 MB fit
     assert ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True), num_sms=132)[0] == (tiles, )
     assert ws.group_heads(32768, 128, 32) == 1 and ws.group_heads(4096, 128, 128) == 12
+
+
+def test_ws_lpt_grid_takes_equal_head_groups_for_causal_only():
+    """lpt: the per-tile grid (same size) with the persistent order's head groups, each the largest divisor of
+    B·H within the L2 budget (4x32x4096: 8 of at most 12; 16384 with 64 heads: 2 of 3; a prime head count whose
+    K/V do not fit: 1); full attention keeps group 1. Only the group differs from the default's launch."""
+    ws = flash_gluon_ws
+    assert [ws.lpt_group(n, 128, bh) for n, bh in ((4096, 128), (2048, 128), (16384, 64), (32768, 32))] == [8, 16, 2, 1]
+    assert ws.lpt_group(16384, 128, 7) == 1 and ws.lpt_group(1000, 128, 7) == 7
+    q, k, v = _qkv((2, 3, 1000, 128))
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
+    grid, args, opts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig())
+    lgrid, largs, lopts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(lpt=True))
+    assert lgrid == grid == (2 * 3 * 8, ) and lopts == opts and largs[15] == 6 and args[15] == 1
+    assert largs[9:15] == args[9:15] and largs[16:] == args[16:]  # L .. n_bh, the constexprs
+    assert ws.launch_args(q, k, v, o, lse, False, ws.GluonWsConfig(lpt=True))[1][15] == 1
 
 
 def test_gluon_forward_is_off_the_default_paths():
@@ -290,7 +307,7 @@ def _config_id(c) -> str:
     if isinstance(c, flash_gluon.GluonFwdConfig):
         return f"stage1-{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}"
     return (f"ws-{c.block_m}x{c.block_n}s{c.num_stages}" + ("-pingpong" if c.pingpong else "")
-            + ("-persistent" if c.persistent else ""))
+            + ("-persistent" if c.persistent else "") + ("-lpt" if c.lpt else ""))
 
 
 @gpu
@@ -311,6 +328,26 @@ def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
     o, lse = forward(kernel)(q, k, v, is_causal, config)
     r_o, r_lse = reference(q, k, v, is_causal)
     assert rel_err(o, r_o) < TOL[torch.bfloat16] and rel_err(lse, r_lse) < TOL[torch.bfloat16]
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(1, 2, 129), (2, 2, 1029), (2, 4, 4096)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_gpu_lpt_grid_matches_reference(d, is_causal, shape, dtype):
+    """The lpt grid (flash_gluon_ws.TRIAL_CONFIGS: head groups of 2, 4 and 8 here, ragged query tiles) against
+    the float64 reference, and bit-identical to the default grid: each tile's arithmetic is the same, only the
+    order the tiles run in differs."""
+    ws = flash_gluon_ws
+    (config,) = ws.TRIAL_CONFIGS
+    q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
+    o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, config)
+    r_o, r_lse = reference(q, k, v, is_causal)
+    assert rel_err(o, r_o) < TOL[dtype] and rel_err(lse, r_lse) < TOL[dtype], (rel_err(o, r_o), rel_err(lse, r_lse))
+    o2, lse2 = ws.flash_gluon_ws_forward(q, k, v, is_causal)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
 
 
 @gpu

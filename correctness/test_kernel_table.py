@@ -198,6 +198,8 @@ def test_the_builder_leaves_later_fields_out_at_their_default():
         wide = dict(builder._config_pairs(GluonBwdWsConfig(block_m=128)))
         assert wide["block_m"] == 128 and GluonBwdWsConfig(**wide) == GluonBwdWsConfig(block_m=128)
         assert dict(builder._config_pairs(GluonWsConfig()))["block_m"] == GluonWsConfig().block_m  # the forward's
+        assert "lpt" not in dict(builder._config_pairs(GluonWsConfig()))  # the forward's trial grid order (issue 47)
+        assert GluonWsConfig(**dict(builder._config_pairs(GluonWsConfig(lpt=True)))) == GluonWsConfig(lpt=True)
 
 
 @needs_gluon

@@ -15,7 +15,13 @@ impl.attention.attention_flops; "/cudnn" and "/triton": ms over that row's ms on
 A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
 A failing row (compile, launch) is a row with its error text.
 
+--shapes runs only the given shapes (BxHxNxD, causal; ":full" for full attention), each with the --rows kinds
+(ROWS; default the default plan's per-shape rows), in order, and no sweeps: e.g. the lpt grid trial
+(flash_gluon_ws.TRIAL_CONFIGS) against cuDNN and the default ws grid:
+    --shapes 4x32x4096x128 4x32x2048x128 4x16x16384x128 --rows cudnn ws ws-lpt
+
     PYTHONPATH=src python tools/probes/flash_gluon_fwd.py [OUT.json] [--budget-s S] [--dry-run]
+        [--shapes S [S ...] [--rows R [R ...]]]
 writes OUT.json (default $OUT/flash_gluon_fwd.json, else ./flash_gluon_fwd.json) after every row and
 prints a table. --dry-run prints the plan without touching the GPU.
 """
@@ -38,10 +44,25 @@ MAIN, LEADERBOARD = TABLE[0], TABLE[4]
 WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile on the H100's host, roughly
 TRITON_FWD_CONFIGS = 9  # the forward's autotune list: compiled once per (d, causal), re-timed per sequence bucket
+#: A shape's row kinds, in the order they run; the default plan's shapes take all but the trial grid ("ws-lpt").
+ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt")
+SHAPE_ROWS = ROWS[:-1]
 
 
 def shape_name(s) -> str:
     return "x".join(map(str, s[:4])) + ("" if s[4] else " full")
+
+
+def parse_shape(text: str):
+    """'BxHxNxD' (causal) or 'BxHxNxD:full' -> (B, H, N, D, causal)."""
+    dims, _, mask = text.partition(":")
+    try:
+        b, h, n, d = (int(x) for x in dims.split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be BxHxNxD[:full], got {text!r}") from None
+    if mask not in ("", "full"):
+        raise argparse.ArgumentTypeError(f"shape suffix must be ':full' or nothing, got {text!r}")
+    return (b, h, n, d, mask != "full")
 
 
 def _kernels():
@@ -56,28 +77,43 @@ def launcher(impl):
     return mod.flash_gluon_ws_forward if impl == "gluon-ws" else mod.flash_gluon_forward
 
 
-def plan():
+def plan(shapes=None, kinds=SHAPE_ROWS):
     """Rows in the order they run, most informative first: the issue's d 128 table with both Gluon
     kernels (ws also persistent), the ws and stage-1 candidates at 4x32x4096x128, the leaderboard and
-    split head dims, the stage-1 candidates at the leaderboard shape."""
+    split head dims, the stage-1 candidates at the leaderboard shape. With shapes: only those, each with
+    the given row kinds (ROWS), no sweeps."""
     kernels = _kernels()
     rows, compiled = [], set()
+
+    def triton_est(s) -> float:
+        """The Triton forward's autotune compile, paid by the first row of a (d, causal) that needs it
+        (its own row, or a Gluon row's reference output)."""
+        new = ("triton", s[3], s[4]) not in compiled
+        compiled.add(("triton", s[3], s[4]))
+        return TRITON_FWD_CONFIGS * COMPILE_S * new
 
     def gluon_row(s, impl, c):
         new = (impl, c, s[3], s[4]) not in compiled  # Triton's cache keys on the constexprs, not the grid
         compiled.add((impl, c, s[3], s[4]))
-        rows.append(dict(shape=s, impl=impl, config=c, est=2.0 + COMPILE_S * new))
+        rows.append(dict(shape=s, impl=impl, config=c, est=2.0 + COMPILE_S * new + triton_est(s)))
 
-    def shape_rows(s):
-        for impl in ("cudnn", "sdpa flash"):
-            rows.append(dict(shape=s, impl=impl, config=None, est=2.0))
-        new = ("triton", s[3], s[4]) not in compiled
-        compiled.add(("triton", s[3], s[4]))
-        rows.append(dict(shape=s, impl="triton", config="autotuned", est=6.0 + TRITON_FWD_CONFIGS * COMPILE_S * new))
-        for impl, mod in kernels.items():
-            gluon_row(s, impl, mod.default_config(s[3]))
-        ws = kernels["gluon-ws"].default_config(s[3])
-        gluon_row(s, "gluon-ws", dataclasses.replace(ws, persistent=True))
+    def shape_rows(s, kinds=SHAPE_ROWS):
+        for kind in kinds:
+            if kind in ("cudnn", "sdpa-flash"):
+                rows.append(dict(shape=s, impl=kind.replace("-", " "), config=None, est=2.0))
+            elif kind == "triton":
+                rows.append(dict(shape=s, impl="triton", config="autotuned", est=6.0 + triton_est(s)))
+            elif kind == "gluon":
+                gluon_row(s, "gluon", kernels["gluon"].default_config(s[3]))
+            else:
+                ws = kernels["gluon-ws"].default_config(s[3])
+                extra = {"ws": {}, "ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True}}[kind]
+                gluon_row(s, "gluon-ws", dataclasses.replace(ws, **extra))
+
+    if shapes:
+        for s in shapes:
+            shape_rows(s, kinds)
+        return rows
 
     def sweep(s, impl):
         mod = kernels[impl]
@@ -102,7 +138,7 @@ def cfg_text(c) -> str:
     if hasattr(c, "num_warps"):  # stage 1
         return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}"
     return (f"2x{c.block_m}x{c.block_n} s{c.num_stages}" + (" pp" if c.pingpong else "")
-            + (" persist" if c.persistent else ""))
+            + (" persist" if c.persistent else "") + (" lpt" if getattr(c, "lpt", False) else ""))
 
 
 def bench(fn) -> float:
@@ -174,8 +210,12 @@ def main() -> None:
     ap.add_argument("out", nargs="?", default=os.path.join(os.environ.get("OUT", "."), "flash_gluon_fwd.json"))
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no row that would end past this")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, touch no GPU")
+    ap.add_argument("--shapes", nargs="+", type=parse_shape, help="only these shapes (BxHxNxD[:full]), no sweeps")
+    ap.add_argument("--rows", nargs="+", choices=ROWS, help=f"with --shapes: the row kinds (default {SHAPE_ROWS})")
     args = ap.parse_args()
-    specs = plan()
+    if args.rows and not args.shapes:
+        ap.error("--rows selects the rows of --shapes; give --shapes too")
+    specs = plan(args.shapes, tuple(args.rows or SHAPE_ROWS))
     if args.dry_run:
         for s in specs:
             print(f"{shape_name(s['shape']):<22}{s['impl']:<12}{cfg_text(s['config']):<26} est {s['est']:4.0f} s")

@@ -67,7 +67,7 @@ def _fwd_variants():
                 out.append((tag, d, causal, "bf16", mod.default_config(d)))
         for d in (80, 128):
             out.append((tag, d, True, "fp16", mod.default_config(d)))
-        for config in mod.CANDIDATE_CONFIGS:
+        for config in mod.CANDIDATE_CONFIGS + getattr(mod, "TRIAL_CONFIGS", ()):  # ws: the lpt grid (issue 47)
             out.append((tag, 128, True, "bf16", config))
     return out
 
@@ -129,7 +129,7 @@ def _bwd_variants():
 #: Config fields added after dumps were taken, left out of a variant's name at their default value, so that
 #: every variant compiled before the field existed keeps its name (and compares against an older dump).
 #: GluonBwdConfig: stages 3d, 4b, 4c.
-_LATER_FIELDS = {"dq_stages": 1, "rebuild": False, "prefetch": False, "refill_first": False}
+_LATER_FIELDS = {"dq_stages": 1, "rebuild": False, "prefetch": False, "refill_first": False, "lpt": False}
 
 
 def _config_tag(config) -> str:

@@ -28,6 +28,12 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   ordered in groups of GROUP heads, heaviest causal query tile first inside a group and the group's
   heads fastest: CTAs running at once share the K/V of a few heads in L2, and the long causal tiles
   start first (the short ones fill the tail).
+* **LPT grid** (``lpt``, a trial, off by default). The one-tile-per-program grid walks each head's query tiles
+  heaviest first, then the next head's: a saw of B·H teeth, so the last wave holds the last heads' long tiles
+  and the SMs idle behind them (a list-scheduling model of 4x32x4096x128 causal: 3% of the time, 6% at N 2048).
+  With lpt the causal grid takes the persistent order instead, heads in groups (the largest divisor of B·H
+  whose K/V fit L2_KV_BYTES: equal groups, no short last group), so a group's long tiles start together and
+  the short ones end the grid. Host-side only: the kernel is the default's, GROUP a runtime argument.
 
 Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
 memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
@@ -68,7 +74,8 @@ L2_KV_BYTES = 24 << 20
 class GluonWsConfig:
     """block_m query rows per consumer warpgroup (the CTA tile is 2 x block_m), block_n keys per
     tile, num_stages K/V slots; pingpong: consumers take turns issuing MMAs; persistent: grid of SM
-    count; consumer_regs / load_regs: setmaxnreg budgets of the worker consumer and the load warp."""
+    count; consumer_regs / load_regs: setmaxnreg budgets of the worker consumer and the load warp; lpt:
+    the one-tile-per-program causal grid in equal L2-sized head groups, heaviest tiles first (lpt_group)."""
 
     block_m: int = 64
     block_n: int = 128
@@ -77,6 +84,7 @@ class GluonWsConfig:
     persistent: bool = False
     consumer_regs: int = 240
     load_regs: int = 24
+    lpt: bool = False
 
     def __post_init__(self) -> None:
         # 128 rows per consumer spill under 240 registers (sm_90a compile: 1,064 stack bytes at d 128,
@@ -89,12 +97,17 @@ class GluonWsConfig:
         if any(r % 8 or not 24 <= r <= 256 for r in regs) or 2 * self.consumer_regs + self.load_regs > _REG_POOL:
             raise ValueError(f"register budgets must be multiples of 8 in 24..256 with 2 x consumer + load <= "
                              f"{_REG_POOL} (the default consumer gets the rest), got {self}")
+        if self.lpt and self.persistent:
+            raise ValueError(f"lpt orders the one-tile-per-program grid (persistent has its own head groups), "
+                             f"got {self}")
 
 
 #: Configs the probe times and the GPU tests check (those over shared memory are refused at d 128).
 CANDIDATE_CONFIGS = (GluonWsConfig(), GluonWsConfig(num_stages=2), GluonWsConfig(pingpong=False),
                      GluonWsConfig(persistent=True), GluonWsConfig(persistent=True, num_stages=2),
                      GluonWsConfig(block_n=64, num_stages=4))
+#: Trials, never in the kernel table: the probe times them with --rows ws-lpt, the GPU tests check them.
+TRIAL_CONFIGS = (GluonWsConfig(lpt=True),)
 
 
 def default_config(d: int) -> GluonWsConfig:
@@ -369,6 +382,13 @@ def group_heads(n_k: int, d: int, n_bh: int, itemsize: int = 2) -> int:
     return max(1, min(n_bh, L2_KV_BYTES // (2 * n_k * d * itemsize)))
 
 
+def lpt_group(n_k: int, d: int, n_bh: int, itemsize: int = 2) -> int:
+    """Heads per group of the lpt grid: the largest divisor of n_bh within group_heads, so every group is
+    as long as the others (a short last group ends the grid on a saw of its long tiles again)."""
+    most = group_heads(n_k, d, n_bh, itemsize)
+    return max(g for g in range(1, most + 1) if n_bh % g == 0)
+
+
 def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_causal: bool,
                 config: Optional[GluonWsConfig] = None, num_sms: int = H100_SMS) -> Tuple[tuple, tuple, dict]:
     """(grid, positional arguments, launch options) of one launch, for tensors on any device (the
@@ -382,6 +402,8 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
     n_tiles = n_m * n_bh
     if config.persistent:
         grid, group = (min(num_sms, n_tiles), ), group_heads(n_k, d, n_bh, q.element_size())
+    elif config.lpt and is_causal:  # full attention's tiles are equal: nothing to balance
+        grid, group = (n_tiles, ), lpt_group(n_k, d, n_bh, q.element_size())
     else:
         grid, group = (n_tiles, ), 1  # each head's query tiles in a row, heaviest first: stage 1's order
     args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d), n_m, n_bh, group,
@@ -403,5 +425,5 @@ def flash_gluon_ws_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = Fa
     return o, lse
 
 
-__all__ = ["CANDIDATE_CONFIGS", "GluonWsConfig", "default_config", "flash_gluon_ws_forward", "group_heads",
-           "launch_args", "shared_bytes"]
+__all__ = ["CANDIDATE_CONFIGS", "GluonWsConfig", "TRIAL_CONFIGS", "default_config", "flash_gluon_ws_forward",
+           "group_heads", "launch_args", "lpt_group", "shared_bytes"]
