@@ -214,13 +214,14 @@ def test_the_signature_changes_with_everything_the_launches_depend_on(fake_sm90,
     monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: table)
     assert twice(q, k, v, o, do, lse) == [["direct"] * 3, ["direct"] * 3]  # the first plans are still there
 
-    choice = table.lookup("bwd", "sm_90", 128, True, "bfloat16")
-    sig = lambda *t, c=choice, o=opts: flash_dispatch._signature("gluon bwd", c, True, o, *t)  # noqa: E731
+    choice = table.lookup("bwd", "sm_90", 128, True, "bfloat16", 40)
+    sig = lambda *t, c=choice, o=opts: flash_dispatch._signature("gluon bwd", c.kernel, c.config, True, o,  # noqa
+                                                                 *t)
     base = sig(q, k, v, o, do, lse)
     assert base == sig(*_inputs(seed=3))  # the same layout, other tensors: the same signature
     changed = [sig(q, k.half(), v, o, do, lse), sig(q, k, v, o, do, lse.double()), sig(q, k, v, o[..., :64], do, lse),
                sig(q, k, v, o, do, lse.to("meta")), sig(q, k, v, o, do, lse[..., :20]),
-               sig(q, k, v, o, do, lse, c=table.lookup("bwd", "sm_90", 64, True, "bfloat16")),
+               sig(q, k, v, o, do, lse, c=table.lookup("bwd", "sm_90", 64, True, "bfloat16", 40)),
                sig(q, k, v, o, do, lse, o=FlashOptions(kernels="auto"))]
     assert all(s != base for s in changed) and len(set(changed)) == len(changed)
     assert sig(q, k, v, o, do, lse, o=FlashOptions(kernels="auto", direct_launch=False)) is None

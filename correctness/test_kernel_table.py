@@ -161,7 +161,7 @@ def test_the_builder_reads_the_ws_backward_rows_as_gluon_ws(tmp_path):
     got = {(e.d, e.causal): (e.kernel, dict(e.config)) for e in table.entries}
     assert got[128, True] == ("gluon_ws", {"rebuild": True, "num_stages": 2, "release_before_dq": False})
     assert got[128, False][0] == "gluon" and got[128, False][1]["dq"] == "triton"
-    assert [m.ms for m in table.lookup("bwd", "sm_90", 128, True, "bfloat16").measured] == [2.0, 0.8]
+    assert [m.ms for m in table.lookup("bwd", "sm_90", 128, True, "bfloat16", 4096).measured] == [2.0, 0.8]
 
 
 @needs_gluon
@@ -253,13 +253,13 @@ def test_an_unknown_kernels_setting_is_refused_by_name():
 def test_the_decision_picks_gluon_only_for_sm90_cuda_with_an_entry():
     table = _table(GOOD)
     (entry,) = table.entries
-    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16") is entry
+    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16", 1) is entry  # min_seq 0: any length
     misses = [("fwd", "triton", (9, 0), 128, True, "bfloat16"),  # not asked for
               ("fwd", "auto", None, 128, True, "bfloat16"),  # not a CUDA tensor
               ("fwd", "auto", (8, 0), 128, True, "bfloat16"), ("fwd", "auto", (10, 0), 128, True, "bfloat16"),
               ("fwd", "auto", (9, 0), 64, True, "bfloat16"), ("fwd", "auto", (9, 0), 128, False, "bfloat16"),
               ("fwd", "auto", (9, 0), 128, True, "float16"), ("bwd", "auto", (9, 0), 128, True, "bfloat16")]
-    assert [kt.choose(table, *m) for m in misses] == [None] * len(misses)
+    assert [kt.choose(table, *m, 4096) for m in misses] == [None] * len(misses)
 
 
 @needs_gluon
@@ -294,7 +294,7 @@ def test_the_backward_dispatch_runs_the_kernel_its_entry_names(monkeypatch):
         assert launch_kernels(rec) == {"bwd": record.kernel}  # what the perf rows' details["kernels"] say
     assert calls == [("ws", True, flash_gluon_bwd_ws.GluonBwdWsConfig(rebuild=True)),
                      ("gluon", False, flash_gluon_bwd.GluonBwdConfig(dq="triton"))]
-    choice = lambda x, causal=True, o=opts: flash_dispatch._gluon_choice("bwd", x, causal, o, lambda: None)  # noqa
+    choice = lambda x, causal=True, o=opts: flash_dispatch._gluon_choice("bwd", x, x, causal, o, lambda: None)  # noqa
     assert choice(q).kernel == "gluon_ws"
     misses = [choice(q.half()), choice(q[..., :64]), choice(q, o=FlashOptions(kernels="triton"))]
     capability[0] = (8, 0)
@@ -303,8 +303,8 @@ def test_the_backward_dispatch_runs_the_kernel_its_entry_names(monkeypatch):
 
 def test_the_shipped_table_sends_the_d128_causal_bf16_forward_to_gluon_ws():
     shipped = kt.shipped_table()
-    assert kt.choose(shipped, "fwd", "auto", (9, 0), 128, True, "bfloat16").kernel == "gluon_ws"
-    assert kt.choose(shipped, "fwd", "auto", (8, 0), 128, True, "bfloat16") is None
+    assert kt.choose(shipped, "fwd", "auto", (9, 0), 128, True, "bfloat16", 4096).kernel == "gluon_ws"
+    assert kt.choose(shipped, "fwd", "auto", (8, 0), 128, True, "bfloat16", 4096) is None
 
 
 @needs_triton
@@ -328,7 +328,7 @@ def test_auto_off_cuda_runs_the_triton_kernels_and_records_it():
         assert launch_kernels(rec) == {"fwd": "triton", "bwd": "triton"}
     assert all(torch.equal(a, b) for a, b in zip(out["triton"], out["auto"]))
     bf16 = q.cpu().to(torch.bfloat16)  # the shipped table has d 64 causal bf16: still Triton off CUDA
-    assert flash_dispatch._gluon_choice("fwd", bf16, True, FlashOptions(kernels="auto"), lambda: None) is None
+    assert flash_dispatch._gluon_choice("fwd", bf16, bf16, True, FlashOptions(kernels="auto"), lambda: None) is None
 
 
 @needs_triton
@@ -383,7 +383,7 @@ def test_auto_on_sm90_matches_the_reference_and_records_the_table_kernels(d, cau
     assert all(e < tol for e in errs.values()), errs
     table = kt.shipped_table()
     for direction in ("fwd", "bwd"):
-        entry = table.lookup(direction, "sm_90", d, causal, "bfloat16")
+        entry = table.lookup(direction, "sm_90", d, causal, "bfloat16", shape[2])
         assert rec.last[direction].kernel == (entry.kernel if entry else "triton"), direction
 
 
@@ -409,7 +409,7 @@ def test_the_ws_backward_head_dims_are_the_kernels():
 
     assert kt.KERNEL_HEAD_DIMS[("bwd", "gluon_ws")] == ws.HEAD_DIMS == (64, 128)
     table = _table(*(dict(WS_BWD, d=d) for d in ws.HEAD_DIMS))
-    kernels = [kt.choose(table, "bwd", "auto", (9, 0), d, True, "bfloat16").kernel for d in ws.HEAD_DIMS]
+    kernels = [kt.choose(table, "bwd", "auto", (9, 0), d, True, "bfloat16", 4096).kernel for d in ws.HEAD_DIMS]
     assert kernels == ["gluon_ws"] * 2
 
 

@@ -15,11 +15,15 @@ The rule, per direction and (architecture, head dim, causal, dtype):
 - A Gluon row counts if it was measured (no "error", a time) and is correct: "wrong" false and "err" (its
   relative error against the probe's reference) at most ERR_BOUND. A failed or wrong row anywhere rules its
   config out for that key.
-- A config qualifies if, in every run that timed it at the key, it was measured, correct and faster at every
-  shape where that run timed Triton: the choice must win at every measured shape of the key, else Triton (a
-  sweep config timed at one shape of a run's three does not qualify; a config new in a later run is judged by
-  the runs that timed it). Of several that qualify, the smallest geometric mean of ms / triton ms (each over
-  its own run's Triton time) wins.
+- A config is judged at every shape where a run that timed it at the key timed Triton: it must have been
+  measured and correct there (a sweep config timed at one shape of a run's three does not qualify; a config new
+  in a later run is judged by the runs that timed it). It wins a shape where it was faster than that run's
+  Triton, else loses it (the short shapes of --short: the host launch path and small grids).
+- Its entry holds from a sequence length on (``min_seq``): the shortest measured length above every loss (0,
+  every length, where it lost nowhere), so that it won every measured shape at least that long; no win above
+  its longest loss, no entry. Its losses are kept in the entry (``losses``) so a reader sees what set min_seq.
+- Of several that qualify, the smallest geometric mean over its shapes of the time a call gets, ms / triton ms
+  at or above its min_seq and 1 below (Triton runs there), each over its own run's Triton time, wins.
 - A config is read from its row's label (``cfg_text`` of the probe) among the kernel's CANDIDATE_CONFIGS and
   default configs; a backward row without "config_used" (runs before that field: its None config was the
   default of that commit, which moved; the "ws+gluon-bwd-ws" rows before stage 4d) is not read. The backward's
@@ -50,10 +54,12 @@ SOURCES = {"fwd": ("reports/data/*/probes/flash_gluon_fwd_*.json", {"gluon-ws": 
 TRITON_IMPL = "triton"
 PROBE_DTYPE = "bfloat16"  # both probes' inputs
 ERR_BOUND = 2e-2  # the probes' WRONG: the bf16 tolerance of the correctness tests
-RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2) and faster than "
-        "our Triton kernel, in each probe run that timed it, at every shape where that run timed Triton; of several, "
-        "the least geometric mean of ms / triton ms; no such config, no entry (Triton). Built by "
-        "tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
+RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2), in each probe run "
+        "that timed it, at every shape where that run timed Triton, and faster than our Triton kernel at every such "
+        "shape of sequence length >= its min_seq: the shortest measured length above each measured loss (kept as "
+        "the entry's losses; min_seq left out: 0, every length), with a win there; of several, the least geometric "
+        "mean of ms / triton ms (1 below min_seq); no such config, no entry (Triton). Calls shorter than min_seq run "
+        "Triton. Built by tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
 
 
 def _labels(direction: str) -> Dict[str, Dict[str, object]]:
@@ -104,6 +110,15 @@ def _measured(row: dict, field: str) -> Optional[float]:
     return None if row.get("error") or t is None or not math.isfinite(t) else float(t)
 
 
+def min_seq(wins, losses) -> Optional[int]:
+    """The shortest of the `wins` sequence lengths above every one of `losses` (0: no loss), None: no win above
+    the longest loss (no entry)."""
+    if not losses:
+        return 0
+    above = [n for n in wins if n > max(losses)]
+    return min(above) if above else None
+
+
 def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
     _, impls, field = SOURCES[direction]
     labels = _labels(direction)
@@ -133,22 +148,28 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
         gluon[key][cand][where] = (ms, float(row["err"])) if ok else None
     out = []
     for key, timed in sorted(triton.items()):
-        best: Optional[Tuple[float, tuple, list]] = None
+        best = None
         for cand, got in sorted(gluon[key].items()):
             runs = {p for p, _ in got}
             base = {w: ms for w, ms in timed.items() if w[0] in runs}  # the Triton rows of the runs that timed it
-            if not base or any(v is None for v in got.values()) or \
-                    not all(w in got and got[w][0] < ms for w, ms in base.items()):
+            if not base or any(v is None for v in got.values()) or not all(w in got for w in base):
                 continue
-            score = math.exp(sum(math.log(got[w][0] / ms) for w, ms in base.items()) / len(base))
+            wins = {w for w, ms in base.items() if got[w][0] < ms}
+            floor = min_seq([s[2] for _, s in wins], [s[2] for _, s in set(base) - wins])
+            if floor is None:
+                continue
+            called = [got[w][0] / ms if w[1][2] >= floor else 1.0 for w, ms in base.items()]  # Triton below floor
+            score = math.exp(sum(math.log(r) for r in called) / len(called))
             if best is None or score < best[0]:
-                best = (score, cand, [kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
-                                      for (p, s), ms in sorted(base.items())])
+                runs_of = {flag: [kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
+                                  for (p, s), ms in sorted(base.items()) if ((p, s) in wins) == flag]
+                           for flag in (True, False)}
+                best = (score, cand, floor, runs_of)
         if best is not None:
-            (kernel, label), measured = best[1], best[2]
+            _, (kernel, label), floor, runs_of = best
             arch, d, causal, dtype = key
             out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[kernel][label]),
-                                       tuple(measured)))
+                                       tuple(runs_of[True]), floor, tuple(runs_of[False])))
     return out
 
 
@@ -175,8 +196,9 @@ def main(argv=None) -> int:
     for e in table.entries if args.command == "show" else ():
         runs = "; ".join(f"{'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms ({m.device})"
                          for m in e.measured)
+        lost = "".join(f"; lost {'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms" for m in e.losses)
         print(f"{e.direction} {e.arch} d {e.d} {'causal' if e.causal else 'full'} {e.dtype}: {e.kernel} "
-              f"{dict(e.config)}: {runs}")
+              f"{dict(e.config)} from seq {e.min_seq}: {runs}{lost}")
     return 0
 
 
