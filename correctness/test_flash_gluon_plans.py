@@ -414,3 +414,37 @@ def test_gpu_bad_input_after_a_plan_raises_as_before():
             except Exception as e:  # noqa: BLE001 -- the same type and message either way
                 errors.append((type(e), str(e)))
         assert errors[0] == errors[1], name
+
+
+@needs_gluon
+def test_a_call_shorter_than_the_entrys_min_seq_runs_triton_and_gets_no_gluon_plan(fake_sm90, monkeypatch):
+    """An entry with min_seq 64: calls with min(N_Q, N_K) < 64 (40 x 40, 64 queries x 40 keys) run the Triton
+    launchers (stubbed) every time, with no Gluon launch, plan or signature; 64 x 64 runs the Gluon kernels and
+    gets its plans."""
+    from impl.attention import flash_dispatch, flash_launch
+    log = fake_sm90
+    table = kt.shipped_table()
+    floored = kt.KernelTable(tuple(dataclasses.replace(e, min_seq=64) if e.d == 128 and e.causal else e
+                                   for e in table.entries), table.rule)
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: floored)
+    triton = []
+    monkeypatch.setattr(flash_dispatch, "_forward", lambda *a: triton.append("fwd") or (a[0], a[0][..., 0], None))
+    monkeypatch.setattr(flash_dispatch, "_backward", lambda *a: triton.append("bwd") or (*a[:3], None))
+    signatures = []
+    real_signature = flash_dispatch._signature
+    monkeypatch.setattr(flash_dispatch, "_signature", lambda *a: signatures.append(a[0]) or real_signature(*a))
+    opts = FlashOptions(kernels="auto")
+    short = _inputs()
+    long_q = _inputs((1, 2, 64, 128))
+    mixed = long_q[:1] + short[1:3] + long_q[3:5] + long_q[5:]  # 64 queries, 40 keys
+    for x in (short, mixed):
+        for _ in range(2):
+            _fwd(*x[:3], True, opts)
+            _bwd(*x, True, opts)
+    assert triton == ["fwd", "bwd"] * 4 and _kinds(log) == [] and signatures == []
+    assert not any(key[0].startswith("gluon") for key in flash_launch._calls)
+    for _ in range(2):
+        record = _fwd(*long_q[:3], True, opts)[2]
+        _bwd(*long_q, True, opts)
+    assert record.kernel == "gluon_ws" and _kinds(log) == ["jit"] * 3 + ["direct"] * 3 and len(triton) == 8
+    assert sum(key[0].startswith("gluon") for key in flash_launch._calls) == 2

@@ -133,6 +133,85 @@ def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
     assert dict(table.entries[1].config)["dq"] == "reduce"
 
 
+def _fwd_rows(key_rows, label="2x64x128 s3 pp"):
+    """Forward probe rows: per (d, causal), (seq, gluon ms, triton ms) at 4x32xseq; Triton 1.0 unless given."""
+    rows = []
+    for (d, causal), timings in key_rows.items():
+        for n, ms, *triton in timings:
+            s = [4, 32, n, d, causal]
+            rows += [dict(shape=s, impl="triton", config="autotuned", ms=(triton or [1.0])[0], error=None),
+                     dict(shape=s, impl="gluon-ws", config=label, ms=ms, err=1e-3, wrong=False, error=None)]
+    return rows
+
+
+def _build(tmp_path, **files):
+    probes = tmp_path / "reports" / "data" / "m" / "probes"
+    probes.mkdir(parents=True, exist_ok=True)
+    for name, rows in files.items():
+        (probes / f"{name}.json").write_text(json.dumps(dict(device="GPU", capability=[9, 0], rows=rows)))
+    with probe_module("kernel_table") as builder:
+        return builder.build(str(tmp_path))
+
+
+@needs_gluon
+def test_the_builder_sets_min_seq_above_the_measured_losses(tmp_path):
+    """An entry holds from the shortest measured length above every loss of its config (0: no loss), with a win
+    there; the losses are kept in the entry. Losses at 512 and 1024, wins from 2048: 2048; a loss only at the
+    longest shape: no entry; no loss: 0; a loss above a win (1024 over 512): above the loss, the 512 win kept."""
+    table = _build(tmp_path, flash_gluon_fwd_short=_fwd_rows({
+        (128, True): [(512, 1.2), (1024, 1.0), (2048, 0.9), (4096, 0.8)],  # 1024: a tie is no win
+        (64, True): [(4096, 0.9), (16384, 1.1)],
+        (128, False): [(512, 0.9), (8192, 0.8)],
+        (80, True): [(512, 0.9), (1024, 1.1), (2048, 0.9), (3000, 0.95)]}))
+    got = {(e.d, e.causal): e for e in table.entries}
+    assert sorted(got) == [(80, True), (128, False), (128, True)]
+    assert {k: e.min_seq for k, e in got.items()} == {(80, True): 2048, (128, False): 0, (128, True): 2048}
+    causal = got[128, True]
+    assert [(m.shape[2], m.ms, m.triton_ms) for m in causal.losses] == [(512, 1.2, 1.0), (1024, 1.0, 1.0)]
+    assert [m.shape[2] for m in causal.measured] == [2048, 4096] and causal.losses[0].probe.endswith("short.json")
+    assert [m.shape[2] for m in got[80, True].measured] == [512, 2048, 3000]
+    assert [m.shape[2] for m in got[80, True].losses] == [1024]
+    assert kt.table_from_json(json.loads(kt.dumps(table))) == table
+    assert "min_seq" in table.rule
+
+
+@needs_gluon
+def test_the_builder_prefers_the_config_faster_as_called(tmp_path):
+    """Of two configs, the one whose calls are faster over the key's shapes wins, Triton counted below min_seq:
+    a config 30% faster from 2048 beats one 1% faster everywhere; at 1% faster above, the other."""
+    def rows(gain):
+        short = _fwd_rows({(128, True): [(512, 1.2), (2048, 1 - gain), (4096, 1 - gain)]})
+        return short + [r for r in _fwd_rows({(128, True): [(512, 0.99), (2048, 0.99), (4096, 0.99)]},
+                                             label="2x64x128 s3 pp persist") if r["impl"] != "triton"]
+    (entry,) = _build(tmp_path, flash_gluon_fwd_a=rows(0.3)).entries
+    assert entry.min_seq == 2048 and dict(entry.config)["persistent"] is False
+    (entry,) = _build(tmp_path, flash_gluon_fwd_a=rows(0.01)).entries  # (1 x 0.99 x 0.99)^(1/3) > 0.99
+    assert entry.min_seq == 0 and dict(entry.config)["persistent"] is True
+
+
+def test_min_seq_round_trips_and_is_left_out_at_zero():
+    loss = dict(GOOD["measured"][0], shape=[4, 32, 512, 128], ms=2.0, triton_ms=1.0)
+    win = dict(GOOD["measured"][0], shape=[4, 32, 2048, 128])
+    raw = {"rule": "test", "entries": [dict(GOOD, min_seq=2048, measured=[win], losses=[loss])]}
+    table = kt.table_from_json(raw)
+    (entry,) = table.entries
+    assert entry.min_seq == 2048 and entry.losses[0].shape == (4, 32, 512, 128)
+    assert kt.table_to_json(table) == raw and kt.table_from_json(json.loads(kt.dumps(table))) == table
+    zero = kt.table_to_json(_table(GOOD))["entries"][0]
+    assert "min_seq" not in zero and "losses" not in zero and _table(GOOD).entries[0].min_seq == 0
+    assert list(kt.table_to_json(table)["entries"][0]) == ["direction", "arch", "d", "causal", "dtype", "kernel",
+                                                           "config", "min_seq", "measured", "losses"]
+
+
+def test_the_lookup_holds_the_call_length_against_min_seq():
+    table = _table(dict(GOOD, min_seq=512))
+    (entry,) = table.entries
+    got = [table.lookup("fwd", "sm_90", 128, True, "bfloat16", n) for n in (1, 511, 512, 513, 1 << 20)]
+    assert got == [None, None, entry, entry, entry]
+    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16", 511) is None
+    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16", 512) is entry
+
+
 WS_BWD = dict(GOOD, direction="bwd", kernel="gluon_ws", config={"rebuild": True})
 
 
@@ -231,6 +310,10 @@ def test_a_gluon_ws_backward_entry_round_trips_to_its_config():
     (dict(measured=[]), "needs measurements"),
     (dict(measured=[dict(GOOD["measured"][0], ms=2.0)]), "faster than triton"),
     (dict(speed="fast"), "unknown field"),
+    (dict(min_seq=-1), "min_seq must be an int >= 0"),
+    (dict(min_seq=1024), "needs a measured win at a sequence length >= min_seq 1024"),
+    (dict(min_seq=256, losses=[dict(GOOD["measured"][0], shape=[1, 2, 256, 128], ms=2.0)]), "shorter than min_seq"),
+    (dict(min_seq=512, losses=[dict(GOOD["measured"][0], shape=[1, 2, 256, 128])]), "not faster than triton"),
 ])
 def test_a_bad_table_entry_is_refused_by_name(change, match):
     with pytest.raises(ValueError, match=match):
