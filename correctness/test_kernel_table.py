@@ -189,6 +189,20 @@ def test_the_builder_prefers_the_config_faster_as_called(tmp_path):
     assert entry.min_seq == 0 and dict(entry.config)["persistent"] is True
 
 
+@needs_gluon
+def test_a_config_unmeasured_at_the_keys_short_lengths_holds_from_its_shortest(tmp_path):
+    """A config no run timed as short as another run timed the key holds from its own shortest measured length, not
+    0 (nothing says it wins shorter), and is scored over the same lengths as one that was: Triton (1) below."""
+    def files(persist_ms):
+        short = _fwd_rows({(128, True): [(512, 1.2), (4096, 0.8)]})
+        long = _fwd_rows({(128, True): [(4096, persist_ms)]}, label="2x64x128 s3 pp persist")
+        return dict(flash_gluon_fwd_long=long, flash_gluon_fwd_short=short)
+    (entry,) = _build(tmp_path, **files(0.9)).entries  # (1 x 0.8)^0.5 against (1 x 0.9)^0.5
+    assert (entry.min_seq, dict(entry.config)["persistent"], len(entry.losses)) == (4096, False, 1)
+    (entry,) = _build(tmp_path, **files(0.7)).entries
+    assert (entry.min_seq, dict(entry.config)["persistent"], entry.losses) == (4096, True, ())
+
+
 def test_min_seq_round_trips_and_is_left_out_at_zero():
     loss = dict(GOOD["measured"][0], shape=[4, 32, 512, 128], ms=2.0, triton_ms=1.0)
     win = dict(GOOD["measured"][0], shape=[4, 32, 2048, 128])

@@ -22,8 +22,11 @@ The rule, per direction and (architecture, head dim, causal, dtype):
 - Its entry holds from a sequence length on (``min_seq``): the shortest measured length above every loss (0,
   every length, where it lost nowhere), so that it won every measured shape at least that long; no win above
   its longest loss, no entry. Its losses are kept in the entry (``losses``) so a reader sees what set min_seq.
-- Of several that qualify, the smallest geometric mean over its shapes of the time a call gets, ms / triton ms
-  at or above its min_seq and 1 below (Triton runs there), each over its own run's Triton time, wins.
+  A config without a loss that no run timed as short as some run timed Triton at the key holds from its own
+  shortest measured length (nothing says it wins shorter: --short runs time the table's candidates only).
+- Of several that qualify, the smallest score wins: over every length a run timed Triton at for the key, the
+  geometric mean of what the entry would give a call as ms / triton ms (each over its own run's Triton time):
+  1 below its min_seq (Triton runs), its ratio where measured, else its geometric mean at or above min_seq.
 - A config is read from its row's label (``cfg_text`` of the probe) among the kernel's CANDIDATE_CONFIGS and
   default configs; a backward row without "config_used" (runs before that field: its None config was the
   default of that commit, which moved; the "ws+gluon-bwd-ws" rows before stage 4d) is not read. The backward's
@@ -57,8 +60,9 @@ ERR_BOUND = 2e-2  # the probes' WRONG: the bf16 tolerance of the correctness tes
 RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2), in each probe run "
         "that timed it, at every shape where that run timed Triton, and faster than our Triton kernel at every such "
         "shape of sequence length >= its min_seq: the shortest measured length above each measured loss (kept as "
-        "the entry's losses; min_seq left out: 0, every length), with a win there; of several, the least geometric "
-        "mean of ms / triton ms (1 below min_seq); no such config, no entry (Triton). Calls shorter than min_seq run "
+        "the entry's losses; min_seq left out: 0, every length; no loss but unmeasured at the key's shortest: its "
+        "shortest), with a win there; of several, the least geometric mean over the key's lengths of ms / triton "
+        "ms (1 below min_seq); no such config, no entry (Triton). Calls shorter than min_seq run "
         "Triton. Built by tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
 
 
@@ -85,11 +89,8 @@ _LATER_FIELDS = {"GluonBwdWsConfig": {"block_m": 64}}
 
 
 def _config_pairs(config) -> kt.Config:
-    from dataclasses import asdict
-
     later = _LATER_FIELDS.get(type(config).__name__, {})
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(config).items()
-                        if k not in later or v != later[k]))
+    return tuple((k, v) for k, v in kt.config_pairs(config) if k not in later or v != later[k])
 
 
 def _rows(direction: str, root: str):
@@ -117,6 +118,23 @@ def min_seq(wins, losses) -> Optional[int]:
         return 0
     above = [n for n in wins if n > max(losses)]
     return min(above) if above else None
+
+
+def _geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _called_score(lengths, floor: int, ratios: Dict[tuple, float]) -> float:
+    """A config's rank (less is better): over the key's measured lengths, the geometric mean of what its entry would
+    give a call, as ms / triton ms: 1 below its floor (Triton runs), its ratio where measured (geometric mean of its
+    runs), else its geometric mean at or above the floor. Every candidate is scored over the same lengths, also
+    where the runs that timed it measured fewer of them."""
+    at = defaultdict(list)
+    for (_, s), r in ratios.items():
+        at[s[2]].append(r)
+    where = _geomean(r for n, rs in at.items() if n >= floor for r in rs)
+    return _geomean(1.0 if n < floor else _geomean(at[n]) if n in at else where for n in lengths)
 
 
 def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
@@ -148,6 +166,7 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
         gluon[key][cand][where] = (ms, float(row["err"])) if ok else None
     out = []
     for key, timed in sorted(triton.items()):
+        lengths = sorted({s[2] for _, s in timed})  # every length a run timed Triton at for the key
         best = None
         for cand, got in sorted(gluon[key].items()):
             runs = {p for p, _ in got}
@@ -158,8 +177,9 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
             floor = min_seq([s[2] for _, s in wins], [s[2] for _, s in set(base) - wins])
             if floor is None:
                 continue
-            called = [got[w][0] / ms if w[1][2] >= floor else 1.0 for w, ms in base.items()]  # Triton below floor
-            score = math.exp(sum(math.log(r) for r in called) / len(called))
+            if floor == 0 and min(s[2] for _, s in base) > lengths[0]:  # measured nowhere as short as others were
+                floor = min(s[2] for _, s in base)
+            score = _called_score(lengths, floor, {w: got[w][0] / ms for w, ms in base.items()})
             if best is None or score < best[0]:
                 runs_of = {flag: [kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
                                   for (p, s), ms in sorted(base.items()) if ((p, s) in wins) == flag]

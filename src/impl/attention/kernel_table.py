@@ -32,6 +32,14 @@ TABLE_FILE = "kernel_table.json"
 Config = Tuple[Tuple[str, Any], ...]  # the kernel's config dataclass as (field, value) pairs
 
 
+def config_pairs(config) -> Config:
+    """A launcher's config dataclass as an entry's (field, value) pairs (lists as tuples): what
+    flash_dispatch.gluon_forward / gluon_backward take."""
+    from dataclasses import asdict
+
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(config).items()))
+
+
 def arch_name(capability: Tuple[int, int]) -> str:
     """(9, 0) -> "sm_90"."""
     return f"sm_{capability[0]}{capability[1]}"
@@ -176,4 +184,5 @@ def shipped_table() -> KernelTable:
 
 
 __all__ = ["DTYPES", "HEAD_DIMS", "KERNELS", "KERNEL_HEAD_DIMS", "KernelChoice", "KernelTable", "Measured",
-           "TABLE_FILE", "arch_name", "choose", "dumps", "shipped_table", "table_from_json", "table_to_json"]
+           "TABLE_FILE", "arch_name", "choose", "config_pairs", "dumps", "shipped_table", "table_from_json",
+           "table_to_json"]
