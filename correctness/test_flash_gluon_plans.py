@@ -328,11 +328,21 @@ def _gpu_inputs(shape, seed):
     return [torch.randn(shape, generator=g).to("cuda", torch.bfloat16) for _ in range(4)]
 
 
+@pytest.fixture
+def no_floors(monkeypatch):
+    """The shipped table with every entry's min_seq 0: the GPU plan tests run the Gluon kernels at short lengths,
+    which a measured floor would send to Triton."""
+    from impl.attention import flash_dispatch
+    table = kt.shipped_table()
+    floorless = kt.KernelTable(tuple(dataclasses.replace(e, min_seq=0, losses=()) for e in table.entries), table.rule)
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: floorless)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.parametrize("shape", [(2, 3, 512), (1, 4, 1029), (2, 2, 77)], ids=["2x3x512", "1x4x1029", "2x2x77"])
-def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch):
+def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch, no_floors):
     """Forward and forward+backward at d 128 and 64 causal bf16 (the table's Gluon entries), ragged lengths
     included: each call with new tensors; the direct launches are taken and every output equals the
     launchers' (direct_launch=False) bit for bit but dQ (TMA reduce-adds in no fixed order: close); the records
@@ -365,7 +375,7 @@ def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
-def test_gpu_a_misaligned_view_is_its_own_signature():
+def test_gpu_a_misaligned_view_is_its_own_signature(no_floors):
     """A 16-byte-misaligned o (and lse) after a plan for aligned ones: the launcher's path (other Triton
     specializations of both kernels), the same bits as direct_launch=False, and close to the aligned call's
     (only the loads' vector widths differ)."""
@@ -390,7 +400,7 @@ def test_gpu_a_misaligned_view_is_its_own_signature():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
-def test_gpu_bad_input_after_a_plan_raises_as_before():
+def test_gpu_bad_input_after_a_plan_raises_as_before(no_floors):
     """With plans in place: mismatched k/v shapes and a wrong lse raise what they raise without plans (the
     Triton path's or the launcher's error, whichever answered before)."""
     from impl.attention import flash_dispatch
