@@ -203,6 +203,20 @@ def test_a_config_unmeasured_at_the_keys_short_lengths_holds_from_its_shortest(t
     assert (entry.min_seq, dict(entry.config)["persistent"], entry.losses) == (4096, True, ())
 
 
+@needs_gluon
+def test_a_short_run_of_one_config_does_not_hand_the_key_to_another(tmp_path):
+    """Configs are ranked over the lengths all of them were measured at: a --short run timing only the table's config
+    (a loss at 512, a weak win at 3000) sets its min_seq, while the config the long run ranked second, unmeasured at
+    3000, does not take the key by its long-shape mean standing in there."""
+    long = _fwd_rows({(128, True): [(2048, 0.7), (4096, 0.7)]})
+    long += [r for r in _fwd_rows({(128, True): [(2048, 0.75), (4096, 0.75)]}, label="2x64x128 s3 pp persist")
+             if r["impl"] != "triton"]
+    (entry,) = _build(tmp_path, flash_gluon_fwd_long=long,
+                      flash_gluon_fwd_short=_fwd_rows({(128, True): [(512, 1.2), (3000, 0.95)]})).entries
+    assert (entry.min_seq, dict(entry.config)["persistent"]) == (2048, False)
+    assert [m.shape[2] for m in entry.losses] == [512] and len(entry.measured) == 3
+
+
 def test_min_seq_round_trips_and_is_left_out_at_zero():
     loss = dict(GOOD["measured"][0], shape=[4, 32, 512, 128], ms=2.0, triton_ms=1.0)
     win = dict(GOOD["measured"][0], shape=[4, 32, 2048, 128])

@@ -24,9 +24,10 @@ The rule, per direction and (architecture, head dim, causal, dtype):
   its longest loss, no entry. Its losses are kept in the entry (``losses``) so a reader sees what set min_seq.
   A config without a loss that no run timed as short as some run timed Triton at the key holds from its own
   shortest measured length (nothing says it wins shorter: --short runs time the table's candidates only).
-- Of several that qualify, the smallest score wins: over every length a run timed Triton at for the key, the
-  geometric mean of what the entry would give a call as ms / triton ms (each over its own run's Triton time):
-  1 below its min_seq (Triton runs), its ratio where measured, else its geometric mean at or above min_seq.
+- Of several that qualify, the smallest score wins: over the lengths every one of them was measured at (none:
+  every length a run timed Triton at for the key), the geometric mean of what the entry would give a call as
+  ms / triton ms (each over its own run's Triton time): 1 below its min_seq (Triton runs), its ratio where
+  measured, else its geometric mean at or above min_seq.
 - A config is read from its row's label (``cfg_text`` of the probe) among the kernel's CANDIDATE_CONFIGS and
   default configs; a backward row without "config_used" (runs before that field: its None config was the
   default of that commit, which moved; the "ws+gluon-bwd-ws" rows before stage 4d) is not read. The backward's
@@ -61,8 +62,8 @@ RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured corr
         "that timed it, at every shape where that run timed Triton, and faster than our Triton kernel at every such "
         "shape of sequence length >= its min_seq: the shortest measured length above each measured loss (kept as "
         "the entry's losses; min_seq left out: 0, every length; no loss but unmeasured at the key's shortest: its "
-        "shortest), with a win there; of several, the least geometric mean over the key's lengths of ms / triton "
-        "ms (1 below min_seq); no such config, no entry (Triton). Calls shorter than min_seq run "
+        "shortest), with a win there; of several, the least geometric mean over the lengths all were measured at "
+        "of ms / triton ms (1 below min_seq); no such config, no entry (Triton). Calls shorter than min_seq run "
         "Triton. Built by tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
 
 
@@ -167,7 +168,7 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
     out = []
     for key, timed in sorted(triton.items()):
         lengths = sorted({s[2] for _, s in timed})  # every length a run timed Triton at for the key
-        best = None
+        qualified = []
         for cand, got in sorted(gluon[key].items()):
             runs = {p for p, _ in got}
             base = {w: ms for w, ms in timed.items() if w[0] in runs}  # the Triton rows of the runs that timed it
@@ -179,17 +180,21 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
                 continue
             if floor == 0 and min(s[2] for _, s in base) > lengths[0]:  # measured nowhere as short as others were
                 floor = min(s[2] for _, s in base)
-            score = _called_score(lengths, floor, {w: got[w][0] / ms for w, ms in base.items()})
-            if best is None or score < best[0]:
-                runs_of = {flag: [kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
-                                  for (p, s), ms in sorted(base.items()) if ((p, s) in wins) == flag]
-                           for flag in (True, False)}
-                best = (score, cand, floor, runs_of)
-        if best is not None:
-            _, (kernel, label), floor, runs_of = best
-            arch, d, causal, dtype = key
-            out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[kernel][label]),
-                                       tuple(runs_of[True]), floor, tuple(runs_of[False])))
+            qualified.append((cand, got, base, wins, floor))
+        if not qualified:
+            continue
+        # Scored over the lengths every qualifying config was measured at (else all the key's): a --short run that
+        # times one config sets its floor but does not, by its short ratios alone, hand the key to another.
+        common = sorted(set.intersection(*({s[2] for _, s in q[2]} for q in qualified))) or lengths
+        scores = [_called_score(common, floor, {w: got[w][0] / ms for w, ms in base.items()})
+                  for _, got, base, _, floor in qualified]
+        (kernel, label), got, base, wins, floor = qualified[scores.index(min(scores))]
+        runs_of = {flag: tuple(kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
+                               for (p, s), ms in sorted(base.items()) if ((p, s) in wins) == flag)
+                   for flag in (True, False)}
+        arch, d, causal, dtype = key
+        out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[kernel][label]),
+                                   runs_of[True], floor, runs_of[False]))
     return out
 
 
