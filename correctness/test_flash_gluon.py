@@ -512,6 +512,7 @@ def test_flash_auto_matches_flash_triton_and_runs_the_tables_backward_on_the_gpu
         real = getattr(mod, name)
         monkeypatch.setattr(mod, name, lambda *a, _real=real, _name=name, **kw: ran.append(_name) or _real(*a, **kw))
     _close_to_flash_triton_on_the_gpu(A, "flash_auto", d, causal)
-    choice = choose(shipped_table(), "bwd", "auto", torch.cuda.get_device_capability(), d, causal, "bfloat16")
+    choice = choose(shipped_table(), "bwd", "auto", torch.cuda.get_device_capability(), d, causal, "bfloat16",
+                    1000)  # _close_to_flash_triton_on_the_gpu's length, held against min_seq
     want = {None: [], "gluon": ["flash_gluon_backward"], "gluon_ws": ["flash_gluon_backward_ws"]}
     assert ran == want[None if choice is None else choice.kernel], (choice, ran)

@@ -214,13 +214,14 @@ def test_the_signature_changes_with_everything_the_launches_depend_on(fake_sm90,
     monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: table)
     assert twice(q, k, v, o, do, lse) == [["direct"] * 3, ["direct"] * 3]  # the first plans are still there
 
-    choice = table.lookup("bwd", "sm_90", 128, True, "bfloat16")
-    sig = lambda *t, c=choice, o=opts: flash_dispatch._signature("gluon bwd", c, True, o, *t)  # noqa: E731
+    choice = table.lookup("bwd", "sm_90", 128, True, "bfloat16", 40)
+    sig = lambda *t, c=choice, o=opts: flash_dispatch._signature("gluon bwd", c.kernel, c.config, True, o,  # noqa
+                                                                 *t)
     base = sig(q, k, v, o, do, lse)
     assert base == sig(*_inputs(seed=3))  # the same layout, other tensors: the same signature
     changed = [sig(q, k.half(), v, o, do, lse), sig(q, k, v, o, do, lse.double()), sig(q, k, v, o[..., :64], do, lse),
                sig(q, k, v, o, do, lse.to("meta")), sig(q, k, v, o, do, lse[..., :20]),
-               sig(q, k, v, o, do, lse, c=table.lookup("bwd", "sm_90", 64, True, "bfloat16")),
+               sig(q, k, v, o, do, lse, c=table.lookup("bwd", "sm_90", 64, True, "bfloat16", 40)),
                sig(q, k, v, o, do, lse, o=FlashOptions(kernels="auto"))]
     assert all(s != base for s in changed) and len(set(changed)) == len(changed)
     assert sig(q, k, v, o, do, lse, o=FlashOptions(kernels="auto", direct_launch=False)) is None
@@ -327,11 +328,21 @@ def _gpu_inputs(shape, seed):
     return [torch.randn(shape, generator=g).to("cuda", torch.bfloat16) for _ in range(4)]
 
 
+@pytest.fixture
+def no_floors(monkeypatch):
+    """The shipped table with every entry's min_seq 0: the GPU plan tests run the Gluon kernels at short lengths,
+    which a measured floor would send to Triton."""
+    from impl.attention import flash_dispatch
+    table = kt.shipped_table()
+    floorless = kt.KernelTable(tuple(dataclasses.replace(e, min_seq=0, losses=()) for e in table.entries), table.rule)
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: floorless)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.parametrize("shape", [(2, 3, 512), (1, 4, 1029), (2, 2, 77)], ids=["2x3x512", "1x4x1029", "2x2x77"])
-def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch):
+def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch, no_floors):
     """Forward and forward+backward at d 128 and 64 causal bf16 (the table's Gluon entries), ragged lengths
     included: each call with new tensors; the direct launches are taken and every output equals the
     launchers' (direct_launch=False) bit for bit but dQ (TMA reduce-adds in no fixed order: close); the records
@@ -364,7 +375,7 @@ def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
-def test_gpu_a_misaligned_view_is_its_own_signature():
+def test_gpu_a_misaligned_view_is_its_own_signature(no_floors):
     """A 16-byte-misaligned o (and lse) after a plan for aligned ones: the launcher's path (other Triton
     specializations of both kernels), the same bits as direct_launch=False, and close to the aligned call's
     (only the loads' vector widths differ)."""
@@ -389,7 +400,7 @@ def test_gpu_a_misaligned_view_is_its_own_signature():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
-def test_gpu_bad_input_after_a_plan_raises_as_before():
+def test_gpu_bad_input_after_a_plan_raises_as_before(no_floors):
     """With plans in place: mismatched k/v shapes and a wrong lse raise what they raise without plans (the
     Triton path's or the launcher's error, whichever answered before)."""
     from impl.attention import flash_dispatch
@@ -413,3 +424,37 @@ def test_gpu_bad_input_after_a_plan_raises_as_before():
             except Exception as e:  # noqa: BLE001 -- the same type and message either way
                 errors.append((type(e), str(e)))
         assert errors[0] == errors[1], name
+
+
+@needs_gluon
+def test_a_call_shorter_than_the_entrys_min_seq_runs_triton_and_gets_no_gluon_plan(fake_sm90, monkeypatch):
+    """An entry with min_seq 64: calls with min(N_Q, N_K) < 64 (40 x 40, 64 queries x 40 keys) run the Triton
+    launchers (stubbed) every time, with no Gluon launch, plan or signature; 64 x 64 runs the Gluon kernels and
+    gets its plans."""
+    from impl.attention import flash_dispatch, flash_launch
+    log = fake_sm90
+    table = kt.shipped_table()
+    floored = kt.KernelTable(tuple(dataclasses.replace(e, min_seq=64) if e.d == 128 and e.causal else e
+                                   for e in table.entries), table.rule)
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: floored)
+    triton = []
+    monkeypatch.setattr(flash_dispatch, "_forward", lambda *a: triton.append("fwd") or (a[0], a[0][..., 0], None))
+    monkeypatch.setattr(flash_dispatch, "_backward", lambda *a: triton.append("bwd") or (*a[:3], None))
+    signatures = []
+    real_signature = flash_dispatch._signature
+    monkeypatch.setattr(flash_dispatch, "_signature", lambda *a: signatures.append(a[0]) or real_signature(*a))
+    opts = FlashOptions(kernels="auto")
+    short = _inputs()
+    long_q = _inputs((1, 2, 64, 128))
+    mixed = long_q[:1] + short[1:3] + long_q[3:5] + long_q[5:]  # 64 queries, 40 keys
+    for x in (short, mixed):
+        for _ in range(2):
+            _fwd(*x[:3], True, opts)
+            _bwd(*x, True, opts)
+    assert triton == ["fwd", "bwd"] * 4 and _kinds(log) == [] and signatures == []
+    assert not any(key[0].startswith("gluon") for key in flash_launch._calls)
+    for _ in range(2):
+        record = _fwd(*long_q[:3], True, opts)[2]
+        _bwd(*long_q, True, opts)
+    assert record.kernel == "gluon_ws" and _kinds(log) == ["jit"] * 3 + ["direct"] * 3 and len(triton) == 8
+    assert sum(key[0].startswith("gluon") for key in flash_launch._calls) == 2

@@ -20,6 +20,11 @@ def test_the_table_digest_follows_its_choices_not_their_evidence(tmp_path):
     assert kd.kernel_digest(root).table not in (first.table, None)
     (root / kd.KERNEL_TABLE).write_text(dumps(KernelTable((choice(),), "another rule")))  # prose only
     assert kd.kernel_digest(root) == first
+    tree(root, choice(min_seq=1024, losses=1))  # a measured floor: another choice (short calls run Triton)
+    floored = kd.kernel_digest(root)
+    assert floored.table != first.table
+    tree(root, choice(min_seq=1024, losses=2))  # more losses filed for the same floor: evidence
+    assert kd.kernel_digest(root) == floored
 
 
 def test_the_sources_digest_is_the_kernel_files_and_ignores_the_table(tmp_path):

@@ -133,6 +133,113 @@ def test_the_builder_takes_only_same_run_correct_wins(tmp_path):
     assert dict(table.entries[1].config)["dq"] == "reduce"
 
 
+def _fwd_rows(key_rows, label="2x64x128 s3 pp"):
+    """Forward probe rows: per (d, causal), (seq, gluon ms, triton ms) at 4x32xseq; Triton 1.0 unless given."""
+    rows = []
+    for (d, causal), timings in key_rows.items():
+        for n, ms, *triton in timings:
+            s = [4, 32, n, d, causal]
+            rows += [dict(shape=s, impl="triton", config="autotuned", ms=(triton or [1.0])[0], error=None),
+                     dict(shape=s, impl="gluon-ws", config=label, ms=ms, err=1e-3, wrong=False, error=None)]
+    return rows
+
+
+def _build(tmp_path, **files):
+    probes = tmp_path / "reports" / "data" / "m" / "probes"
+    probes.mkdir(parents=True, exist_ok=True)
+    for name, rows in files.items():
+        (probes / f"{name}.json").write_text(json.dumps(dict(device="GPU", capability=[9, 0], rows=rows)))
+    with probe_module("kernel_table") as builder:
+        return builder.build(str(tmp_path))
+
+
+@needs_gluon
+def test_the_builder_sets_min_seq_above_the_measured_losses(tmp_path):
+    """An entry holds from the shortest measured length above every loss of its config (0: no loss), with a win
+    there; the losses are kept in the entry. Losses at 512 and 1024, wins from 2048: 2048; a loss only at the
+    longest shape: no entry; no loss: 0; a loss above a win (1024 over 512): above the loss, the 512 win kept."""
+    table = _build(tmp_path, flash_gluon_fwd_short=_fwd_rows({
+        (128, True): [(512, 1.2), (1024, 1.0), (2048, 0.9), (4096, 0.8)],  # 1024: a tie is no win
+        (64, True): [(4096, 0.9), (16384, 1.1)],
+        (128, False): [(512, 0.9), (8192, 0.8)],
+        (80, True): [(512, 0.9), (1024, 1.1), (2048, 0.9), (3000, 0.95)]}))
+    got = {(e.d, e.causal): e for e in table.entries}
+    assert sorted(got) == [(80, True), (128, False), (128, True)]
+    assert {k: e.min_seq for k, e in got.items()} == {(80, True): 2048, (128, False): 0, (128, True): 2048}
+    causal = got[128, True]
+    assert [(m.shape[2], m.ms, m.triton_ms) for m in causal.losses] == [(512, 1.2, 1.0), (1024, 1.0, 1.0)]
+    assert [m.shape[2] for m in causal.measured] == [2048, 4096] and causal.losses[0].probe.endswith("short.json")
+    assert [m.shape[2] for m in got[80, True].measured] == [512, 2048, 3000]
+    assert [m.shape[2] for m in got[80, True].losses] == [1024]
+    assert kt.table_from_json(json.loads(kt.dumps(table))) == table
+    assert "min_seq" in table.rule
+
+
+@needs_gluon
+def test_the_builder_prefers_the_config_faster_as_called(tmp_path):
+    """Of two configs, the one whose calls are faster over the key's shapes wins, Triton counted below min_seq:
+    a config 30% faster from 2048 beats one 1% faster everywhere; at 1% faster above, the other."""
+    def rows(gain):
+        short = _fwd_rows({(128, True): [(512, 1.2), (2048, 1 - gain), (4096, 1 - gain)]})
+        return short + [r for r in _fwd_rows({(128, True): [(512, 0.99), (2048, 0.99), (4096, 0.99)]},
+                                             label="2x64x128 s3 pp persist") if r["impl"] != "triton"]
+    (entry,) = _build(tmp_path, flash_gluon_fwd_a=rows(0.3)).entries
+    assert entry.min_seq == 2048 and dict(entry.config)["persistent"] is False
+    (entry,) = _build(tmp_path, flash_gluon_fwd_a=rows(0.01)).entries  # (1 x 0.99 x 0.99)^(1/3) > 0.99
+    assert entry.min_seq == 0 and dict(entry.config)["persistent"] is True
+
+
+@needs_gluon
+def test_a_config_unmeasured_at_the_keys_short_lengths_holds_from_its_shortest(tmp_path):
+    """A config no run timed as short as another run timed the key holds from its own shortest measured length, not
+    0 (nothing says it wins shorter), and is scored over the same lengths as one that was: Triton (1) below."""
+    def files(persist_ms):
+        short = _fwd_rows({(128, True): [(512, 1.2), (4096, 0.8)]})
+        long = _fwd_rows({(128, True): [(4096, persist_ms)]}, label="2x64x128 s3 pp persist")
+        return dict(flash_gluon_fwd_long=long, flash_gluon_fwd_short=short)
+    (entry,) = _build(tmp_path, **files(0.9)).entries  # (1 x 0.8)^0.5 against (1 x 0.9)^0.5
+    assert (entry.min_seq, dict(entry.config)["persistent"], len(entry.losses)) == (4096, False, 1)
+    (entry,) = _build(tmp_path, **files(0.7)).entries
+    assert (entry.min_seq, dict(entry.config)["persistent"], entry.losses) == (4096, True, ())
+
+
+@needs_gluon
+def test_a_short_run_of_one_config_does_not_hand_the_key_to_another(tmp_path):
+    """Configs are ranked over the lengths all of them were measured at: a --short run timing only the table's config
+    (a loss at 512, a weak win at 3000) sets its min_seq, while the config the long run ranked second, unmeasured at
+    3000, does not take the key by its long-shape mean standing in there."""
+    long = _fwd_rows({(128, True): [(2048, 0.7), (4096, 0.7)]})
+    long += [r for r in _fwd_rows({(128, True): [(2048, 0.75), (4096, 0.75)]}, label="2x64x128 s3 pp persist")
+             if r["impl"] != "triton"]
+    (entry,) = _build(tmp_path, flash_gluon_fwd_long=long,
+                      flash_gluon_fwd_short=_fwd_rows({(128, True): [(512, 1.2), (3000, 0.95)]})).entries
+    assert (entry.min_seq, dict(entry.config)["persistent"]) == (2048, False)
+    assert [m.shape[2] for m in entry.losses] == [512] and len(entry.measured) == 3
+
+
+def test_min_seq_round_trips_and_is_left_out_at_zero():
+    loss = dict(GOOD["measured"][0], shape=[4, 32, 512, 128], ms=2.0, triton_ms=1.0)
+    win = dict(GOOD["measured"][0], shape=[4, 32, 2048, 128])
+    raw = {"rule": "test", "entries": [dict(GOOD, min_seq=2048, measured=[win], losses=[loss])]}
+    table = kt.table_from_json(raw)
+    (entry,) = table.entries
+    assert entry.min_seq == 2048 and entry.losses[0].shape == (4, 32, 512, 128)
+    assert kt.table_to_json(table) == raw and kt.table_from_json(json.loads(kt.dumps(table))) == table
+    zero = kt.table_to_json(_table(GOOD))["entries"][0]
+    assert "min_seq" not in zero and "losses" not in zero and _table(GOOD).entries[0].min_seq == 0
+    assert list(kt.table_to_json(table)["entries"][0]) == ["direction", "arch", "d", "causal", "dtype", "kernel",
+                                                           "config", "min_seq", "measured", "losses"]
+
+
+def test_the_lookup_holds_the_call_length_against_min_seq():
+    table = _table(dict(GOOD, min_seq=512))
+    (entry,) = table.entries
+    got = [table.lookup("fwd", "sm_90", 128, True, "bfloat16", n) for n in (1, 511, 512, 513, 1 << 20)]
+    assert got == [None, None, entry, entry, entry]
+    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16", 511) is None
+    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16", 512) is entry
+
+
 WS_BWD = dict(GOOD, direction="bwd", kernel="gluon_ws", config={"rebuild": True})
 
 
@@ -161,7 +268,7 @@ def test_the_builder_reads_the_ws_backward_rows_as_gluon_ws(tmp_path):
     got = {(e.d, e.causal): (e.kernel, dict(e.config)) for e in table.entries}
     assert got[128, True] == ("gluon_ws", {"rebuild": True, "num_stages": 2, "release_before_dq": False})
     assert got[128, False][0] == "gluon" and got[128, False][1]["dq"] == "triton"
-    assert [m.ms for m in table.lookup("bwd", "sm_90", 128, True, "bfloat16").measured] == [2.0, 0.8]
+    assert [m.ms for m in table.lookup("bwd", "sm_90", 128, True, "bfloat16", 4096).measured] == [2.0, 0.8]
 
 
 @needs_gluon
@@ -233,6 +340,10 @@ def test_a_gluon_ws_backward_entry_round_trips_to_its_config():
     (dict(measured=[]), "needs measurements"),
     (dict(measured=[dict(GOOD["measured"][0], ms=2.0)]), "faster than triton"),
     (dict(speed="fast"), "unknown field"),
+    (dict(min_seq=-1), "min_seq must be an int >= 0"),
+    (dict(min_seq=1024), "needs a measured win at a sequence length >= min_seq 1024"),
+    (dict(min_seq=256, losses=[dict(GOOD["measured"][0], shape=[1, 2, 256, 128], ms=2.0)]), "shorter than min_seq"),
+    (dict(min_seq=512, losses=[dict(GOOD["measured"][0], shape=[1, 2, 256, 128])]), "not faster than triton"),
 ])
 def test_a_bad_table_entry_is_refused_by_name(change, match):
     with pytest.raises(ValueError, match=match):
@@ -255,13 +366,13 @@ def test_an_unknown_kernels_setting_is_refused_by_name():
 def test_the_decision_picks_gluon_only_for_sm90_cuda_with_an_entry():
     table = _table(GOOD)
     (entry,) = table.entries
-    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16") is entry
+    assert kt.choose(table, "fwd", "auto", (9, 0), 128, True, "bfloat16", 1) is entry  # min_seq 0: any length
     misses = [("fwd", "triton", (9, 0), 128, True, "bfloat16"),  # not asked for
               ("fwd", "auto", None, 128, True, "bfloat16"),  # not a CUDA tensor
               ("fwd", "auto", (8, 0), 128, True, "bfloat16"), ("fwd", "auto", (10, 0), 128, True, "bfloat16"),
               ("fwd", "auto", (9, 0), 64, True, "bfloat16"), ("fwd", "auto", (9, 0), 128, False, "bfloat16"),
               ("fwd", "auto", (9, 0), 128, True, "float16"), ("bwd", "auto", (9, 0), 128, True, "bfloat16")]
-    assert [kt.choose(table, *m) for m in misses] == [None] * len(misses)
+    assert [kt.choose(table, *m, 4096) for m in misses] == [None] * len(misses)
 
 
 @needs_gluon
@@ -296,7 +407,7 @@ def test_the_backward_dispatch_runs_the_kernel_its_entry_names(monkeypatch):
         assert launch_kernels(rec) == {"bwd": record.kernel}  # what the perf rows' details["kernels"] say
     assert calls == [("ws", True, flash_gluon_bwd_ws.GluonBwdWsConfig(rebuild=True)),
                      ("gluon", False, flash_gluon_bwd.GluonBwdConfig(dq="triton"))]
-    choice = lambda x, causal=True, o=opts: flash_dispatch._gluon_choice("bwd", x, causal, o, lambda: None)  # noqa
+    choice = lambda x, causal=True, o=opts: flash_dispatch._gluon_choice("bwd", x, x, causal, o, lambda: None)  # noqa
     assert choice(q).kernel == "gluon_ws"
     misses = [choice(q.half()), choice(q[..., :64]), choice(q, o=FlashOptions(kernels="triton"))]
     capability[0] = (8, 0)
@@ -305,8 +416,8 @@ def test_the_backward_dispatch_runs_the_kernel_its_entry_names(monkeypatch):
 
 def test_the_shipped_table_sends_the_d128_causal_bf16_forward_to_gluon_ws():
     shipped = kt.shipped_table()
-    assert kt.choose(shipped, "fwd", "auto", (9, 0), 128, True, "bfloat16").kernel == "gluon_ws"
-    assert kt.choose(shipped, "fwd", "auto", (8, 0), 128, True, "bfloat16") is None
+    assert kt.choose(shipped, "fwd", "auto", (9, 0), 128, True, "bfloat16", 4096).kernel == "gluon_ws"
+    assert kt.choose(shipped, "fwd", "auto", (8, 0), 128, True, "bfloat16", 4096) is None
 
 
 @needs_triton
@@ -330,7 +441,7 @@ def test_auto_off_cuda_runs_the_triton_kernels_and_records_it():
         assert launch_kernels(rec) == {"fwd": "triton", "bwd": "triton"}
     assert all(torch.equal(a, b) for a, b in zip(out["triton"], out["auto"]))
     bf16 = q.cpu().to(torch.bfloat16)  # the shipped table has d 64 causal bf16: still Triton off CUDA
-    assert flash_dispatch._gluon_choice("fwd", bf16, True, FlashOptions(kernels="auto"), lambda: None) is None
+    assert flash_dispatch._gluon_choice("fwd", bf16, bf16, True, FlashOptions(kernels="auto"), lambda: None) is None
 
 
 @needs_triton
@@ -366,9 +477,10 @@ def _table_keys():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
-@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029)], ids=["2x3x300", "1x4x1029"])
+@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)], ids=["2x3x300", "1x4x1029", "1x2x4096"])
 @pytest.mark.parametrize("d, causal", _table_keys(), ids=lambda x: str(x))
 def test_auto_on_sm90_matches_the_reference_and_records_the_table_kernels(d, causal, shape):
+    """Each entry's kernel at or above its min_seq, Triton below (1x2x4096: at or above most floors, NOTES.md)."""
     from test_attention import reference, rel_err, tolerance
     dtype = torch.bfloat16
     g = torch.Generator().manual_seed(d)
@@ -385,14 +497,19 @@ def test_auto_on_sm90_matches_the_reference_and_records_the_table_kernels(d, cau
     assert all(e < tol for e in errs.values()), errs
     table = kt.shipped_table()
     for direction in ("fwd", "bwd"):
-        entry = table.lookup(direction, "sm_90", d, causal, "bfloat16")
+        entry = table.lookup(direction, "sm_90", d, causal, "bfloat16", shape[2])
         assert rec.last[direction].kernel == (entry.kernel if entry else "triton"), direction
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
-def test_auto_on_sm90_takes_triton_where_the_gluon_launcher_refuses():
-    """fp32 and a head-dim stride the TMA cannot take: no Gluon launch, the Triton kernels' result."""
+def test_auto_on_sm90_takes_triton_where_the_gluon_launcher_refuses(monkeypatch):
+    """fp32 and a head-dim stride the TMA cannot take: no Gluon launch, the Triton kernels' result (the table's
+    floors set to 0: these short calls would reach the launcher but for them)."""
+    from impl.attention import flash_dispatch
+    shipped = kt.shipped_table()
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: kt.KernelTable(
+        tuple(dataclasses.replace(e, min_seq=0, losses=()) for e in shipped.entries), shipped.rule))
     d = _table_keys()[0][0]
     rec = LaunchRecorder()
     q = torch.randn(1, 2, 128, d, device="cuda")
@@ -411,7 +528,7 @@ def test_the_ws_backward_head_dims_are_the_kernels():
 
     assert kt.KERNEL_HEAD_DIMS[("bwd", "gluon_ws")] == ws.HEAD_DIMS == (64, 128)
     table = _table(*(dict(WS_BWD, d=d) for d in ws.HEAD_DIMS))
-    kernels = [kt.choose(table, "bwd", "auto", (9, 0), d, True, "bfloat16").kernel for d in ws.HEAD_DIMS]
+    kernels = [kt.choose(table, "bwd", "auto", (9, 0), d, True, "bfloat16", 4096).kernel for d in ws.HEAD_DIMS]
     assert kernels == ["gluon_ws"] * 2
 
 

@@ -281,3 +281,47 @@ def test_ws_trials_add_the_128_row_tiles_at_d64_only(probe):
         "cudnn", "ws+gluon-bwd-ws ws 64x128 s2 rebuild", label)]
     assert sum(r["est"] for r in only) < 60
 
+
+
+#: Issue 47, stage 4's min_seq (NOTES.md, "Issue 47, stage 4: the kernel table's min_seq"): the lead's short call,
+#: at d 128 and 64 causal cuDNN, the ws config the table names there and Triton.
+SHORT_ONLY = [r"^4x32x\d+x128 (cudnn|triton|ws[+]gluon-bwd-ws ws 64x128 s3 rebuild release-before-dq)$",
+              r"^4x32x\d+x64 (cudnn|triton|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild)$"]
+
+
+def test_the_short_plan_times_the_ws_candidates_as_called_with_triton_last(probe, capsys):
+    from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS
+    rows = probe.plan(short=True)
+    shapes = [(4, 32, n, d, causal) for n in probe.SHORT_SEQS for d, causal in probe.SHORT_KEYS]
+    assert list(dict.fromkeys(r["shape"] for r in rows)) == shapes and probe.SHORT_SEQS[-1] == 3000
+    for s in shapes:
+        assert [(r["impl"], r["config"]) for r in rows if r["shape"] == s] == [
+            ("cudnn", None), *[("ws+gluon-bwd-ws", c) for c in CANDIDATE_CONFIGS], ("triton", None)]
+    assert all(r["timer"] == "called" for r in rows)
+    assert not any("timer" in r for r in probe.plan())  # the default plan: do_bench, as before
+    rows = probe.plan(short=True, only=tuple(SHORT_ONLY))
+    assert len(rows) == 24 and [probe.row_label(r) for r in rows[3:7]] == [
+        "4x32x512x64 cudnn", "4x32x512x64 ws+gluon-bwd-ws ws 64x128 s2 rebuild", "4x32x512x64 triton",
+        "4x32x1024x128 cudnn"]
+    probe.main(["--dry-run", "--short", *[a for rx in SHORT_ONLY for a in ("--only", rx)]])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("24 rows, estimate")
+
+
+def test_a_short_row_runs_the_ws_kernels_through_the_dispatch(probe, monkeypatch):
+    """The kernels="auto" path once the table named the ws backward (plans included): the forward at its default
+    config, the backward at the row's, as the table's pairs."""
+    from impl.attention import flash_dispatch, flash_gluon_ws
+    from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS
+    from impl.attention.kernel_table import config_pairs
+    calls = []
+    monkeypatch.setattr(flash_dispatch, "gluon_forward", lambda *a: calls.append(a) or ("o", "lse", "record"))
+    monkeypatch.setattr(flash_dispatch, "gluon_backward", lambda *a: calls.append(a) or ("dq", "dk", "dv", "record"))
+
+    class Q:
+        shape = (4, 32, 512, 128)
+    fwd, bwd, both = probe._auto_ws(Q(), "k", "v", "do", True, CANDIDATE_CONFIGS[4])
+    assert bwd() == ("dq", "dk", "dv") and both() == ("dq", "dk", "dv")
+    assert [(c[5], c[6]) for c in calls if len(c) == 7] == [
+        ("gluon_ws", config_pairs(flash_gluon_ws.default_config(128)))] * 2
+    assert [(c[7].kernels, c[8], c[9]) for c in calls if len(c) == 10] == [
+        ("auto", "gluon_ws", config_pairs(CANDIDATE_CONFIGS[4]))] * 2

@@ -6,11 +6,15 @@ from impl.attention.kernel_table import KernelChoice, KernelTable, Measured, dum
 from impl.bench.kernel_digest import KERNEL_TABLE
 
 
-def choice(d: int = 64, num_warps: int = 4, probes: int = 1) -> KernelChoice:
-    """A forward entry of the table: `probes` measurements of the one config (num_warps)."""
+def choice(d: int = 64, num_warps: int = 4, probes: int = 1, min_seq: int = 0, losses: int = 0) -> KernelChoice:
+    """A forward entry of the table: `probes` measurements of the one config (num_warps), holding from min_seq,
+    with `losses` measured losses at 512 (min_seq must then be above 512)."""
     measured = tuple(Measured(f"reports/data/h100-80gb-x1/probes/p{i}.json", "NVIDIA H100", (1, 8, 4096, d), 1.0, 2.0,
                               1e-3) for i in range(probes))
-    return KernelChoice("fwd", "sm_90", d, True, "bfloat16", "gluon_ws", (("num_warps", num_warps),), measured)
+    lost = tuple(Measured(f"reports/data/h100-80gb-x1/probes/s{i}.json", "NVIDIA H100", (4, 32, 512, d), 2.0, 1.0,
+                          1e-3) for i in range(losses))
+    return KernelChoice("fwd", "sm_90", d, True, "bfloat16", "gluon_ws", (("num_warps", num_warps),), measured,
+                        min_seq, lost)
 
 
 def tree(root: Path, *choices: KernelChoice, kernel: str = "x = 1\n") -> Path:

@@ -35,11 +35,19 @@ dV against the Triton backward's ("err": the largest; > 2e-2 marks the row wrong
 shared-memory carve-out set to PCT percent (tools/probes/carveout.py; label suffix "carveoutPCT"; the driver's
 default is put back after the row), so the same kernel is timed both ways in one run.
 
+--short (issue 47, stage 4: the kernel table's min_seq) times, instead of that plan, the short shapes
+4x32x{512,1024,2048,3000} at each (d, causal) of SHORT_KEYS: cuDNN, the ws backward's CANDIDATE_CONFIGS (the
+table's backward kernel at d 128 and 64) and our Triton backward, 3000 last. These rows run the ws forward and
+backward through flash_dispatch.gluon_forward / gluon_backward, the path (call plans included) of a kernels="auto"
+call the table sent to them, and our Triton kernels through flash_launch's, that of a call it did not; all timed
+by called_timer.called_ms (back-to-back calls: host cost included where the host is slower, as users see it;
+do_bench would hide it) and marked "timer": "called".
+
 A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
 A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row.
 
     PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--skip-ws]
-        [--ws-trials] [--only REGEX ...] [--carveout PCT ...] [--dry-run]
+        [--ws-trials] [--only REGEX ...] [--carveout PCT ...] [--short] [--dry-run]
 writes OUT.json (default $OUT/flash_gluon_bwd.json, else ./flash_gluon_bwd.json) after every row.
 """
 from __future__ import annotations
@@ -63,6 +71,9 @@ OTHERS = [(1, 16, 16384, 64, True), (4, 16, 4096, 80, True), (4, 16, 4096, 96, T
 #: candidates and our Triton backward only, so that one run can give the table a d 64 causal and a full entry.
 WS_D64 = [(4, 32, 4096, 64, True), (4, 16, 8192, 64, False)]
 SWEEP = [TABLE[0], TABLE[1]]
+#: --short: the (d, causal) the kernel table has ws backward entries at, and their short lengths.
+SHORT_KEYS = [(128, True), (64, True), (128, False)]
+SHORT_SEQS = [512, 1024, 2048, 3000]  # 3000: not a tile multiple, the last rows (the budget cuts them first)
 WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile (or autotune entry) on the H100's host, roughly
 #: Per shape, in this order: the Gluon rows before our Triton ones, whose first call at a (d, causal)
@@ -131,10 +142,12 @@ def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
     return 1.5 + 30 * ms / 1e3 + compile_s + ((0.5 + 10 * 0.4 * ms / 3.5 * 2.5 / 1e3) if split else 0.0)
 
 
-def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=(), ws_trials: bool = False):
+def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=(), ws_trials: bool = False,
+         short: bool = False):
     """The rows in order; `only` (regexes): keep the rows whose row_label matches one of them (none: all);
     `carveouts` (percents): a twin of each "ws+gluon-bwd" row per percent, right after it; `ws_trials`: the ws
-    backward's TRIAL_CONFIGS after its candidates. Estimates count a compile only at a key's first kept row."""
+    backward's TRIAL_CONFIGS after its candidates; `short`: the --short plan instead. Estimates count a compile
+    only at a key's first kept row."""
     import re
 
     from impl.attention import flash_gluon_bwd as bwd, flash_gluon_bwd_ws as ws
@@ -150,7 +163,7 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
     def add_row(s, impl, config, carveout=None):
         if skip_triton and impl.startswith("triton"):
             return
-        spec = dict(shape=s, impl=impl, config=config, carveout=carveout)
+        spec = dict(shape=s, impl=impl, config=config, carveout=carveout, **(dict(timer="called") if short else {}))
         if only and not any(re.search(rx, row_label(spec)) for rx in only):
             return
         key = (impl, cfg_text(config), s[3], s[4])
@@ -165,6 +178,14 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
                 if s[3] in c.head_dims:
                     add(s, "ws+gluon-bwd-ws", c)
 
+    if short:
+        for n in SHORT_SEQS:
+            for d, causal in SHORT_KEYS:
+                s = (4, 32, n, d, causal)
+                add(s, "cudnn")
+                add_ws(s)
+                add(s, "triton")
+        return rows
     dq_gluon = bwd.GluonBwdConfig(dq="gluon")  # stage 3c: the Gluon dQ kernel, at every d 128 shape
     for s in TABLE:
         for impl in IMPLS:
@@ -226,7 +247,29 @@ def _triton(q, k, v, do, causal, variant, options=None):
     return fwd, bwd, both
 
 
+def _auto_ws(q, k, v, do, causal, config):
+    """(forward, backward from the saved o and lse, both) of the ws kernels as a kernels="auto" call the table sent
+    to them runs them (--short rows): the forward at its default config."""
+    from impl.attention import FlashOptions
+    from impl.attention.flash_dispatch import gluon_backward, gluon_forward
+    from impl.attention.flash_gluon_ws import default_config
+    from impl.attention.kernel_table import config_pairs
+
+    options, fwd_pairs, pairs = FlashOptions(kernels="auto"), config_pairs(default_config(q.shape[-1])), \
+        config_pairs(config)
+    fwd = lambda: gluon_forward(q, k, v, causal, options, "gluon_ws", fwd_pairs)[:2]  # noqa: E731
+    o, lse = fwd()
+    bwd = lambda: gluon_backward(q, k, v, o, do, lse, causal, options, "gluon_ws", pairs)[:3]  # noqa: E731
+
+    def both():
+        o2, lse2 = fwd()
+        return gluon_backward(q, k, v, o2, do, lse2, causal, options, "gluon_ws", pairs)[:3]
+
+    return fwd, bwd, both
+
+
 def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
+    from called_timer import called_ms  # the probe beside this one (its folder is on sys.path)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from impl.attention import flash_gluon_bwd as gbwd
@@ -234,17 +277,19 @@ def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
     q, k, v, do = tensors
     causal = row["shape"][4]
     impl = row["impl"]
+    called = row.get("timer") == "called"
+    bench_ = called_ms if called else bench
     if impl in ("cudnn", "sdpa flash"):
         backend = SDPBackend.CUDNN_ATTENTION if impl == "cudnn" else SDPBackend.FLASH_ATTENTION
         qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
         with sdpa_kernel(backend):
-            fwd_ms = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            fwd_ms = bench_(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
 
             def both():
                 out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
                 return torch.autograd.grad(out, (qg, kg, vg), do)
 
-            both_ms = bench(both)
+            both_ms = bench_(both)
         return {"fwd": fwd_ms, "fwd+bwd": both_ms, "bwd": both_ms - fwd_ms, "bwd_by": "difference"}
     from impl.attention.flash_options import FlashOptions
 
@@ -253,10 +298,14 @@ def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
         cache["ref"] = _triton(q, k, v, do, causal, "two_pass", plain)[1]()
     if impl in ("triton", "triton atomic"):
         fwd, bwd, both = _triton(q, k, v, do, causal, "two_pass" if impl == "triton" else "atomic")
-        out = {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both)}
+        out = {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both)}
         out["err"] = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
         out["wrong"] = out["err"] > WRONG
         return out
+    if impl == "ws+gluon-bwd-ws" and called:
+        fwd, bwd, both = _auto_ws(q, k, v, do, causal, row["config"])
+        err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
+        return {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both), "err": err, "wrong": err > WRONG}
     if impl == "ws+gluon-bwd-ws":
         from impl.attention.flash_gluon_bwd_ws import flash_gluon_backward_ws
         from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
@@ -358,6 +407,8 @@ def main(argv=None) -> None:
                     help="also time the ws backward's TRIAL_CONFIGS (they spill; never in the kernel table)")
     ap.add_argument("--only", action="append", default=[], metavar="REGEX",
                     help="keep only rows whose 'shape impl config' label matches (repeatable: any of them)")
+    ap.add_argument("--short", action="store_true",
+                    help="the short shapes (4x32x512..3000) as called, for the kernel table's min_seq")
     ap.add_argument("--carveout", action="append", default=[], type=int, metavar="PCT",
                     help="also time each ws+gluon-bwd row with the Gluon backward's shared-memory carve-out at "
                          "PCT percent (repeatable)")
@@ -366,7 +417,7 @@ def main(argv=None) -> None:
         carveouts = tuple(check_percent(p) for p in args.carveout)
     except ValueError as e:
         ap.error(f"--carveout: {e}")
-    specs = plan(args.skip_triton, args.skip_ws, tuple(args.only), carveouts, args.ws_trials)
+    specs = plan(args.skip_triton, args.skip_ws, tuple(args.only), carveouts, args.ws_trials, args.short)
     if not specs:
         ap.error(f"no row matches --only {args.only}")
     if args.dry_run:
@@ -397,6 +448,8 @@ def main(argv=None) -> None:
                    config=spec["config"], carveout=spec["carveout"], fwd=None, bwd=None, err=None, wrong=None,
                    error=None)
         row["fwd+bwd"] = None
+        if "timer" in spec:  # --short: timed as called (called_timer), the Gluon kernels through the dispatch
+            row["timer"] = spec["timer"]
         if spec["impl"] in GLUON_DEFAULT_IMPLS:  # the config the row ran, also where it is the default (the
             # default moves between commits; tools/probes/kernel_table.py reads this)
             row["config_used"] = cfg_text(spec["config"] or default_config(spec["impl"], spec["shape"][3]))

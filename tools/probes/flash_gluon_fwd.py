@@ -12,16 +12,25 @@ relative error against the Triton forward's output of the same inputs ("err"; > 
 wrong, its time is kept but flagged). do_bench medians (warmup 25, rep 100); TFLOP/s from
 impl.attention.attention_flops; "/cudnn" and "/triton": ms over that row's ms on the same shape.
 
-A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
-A failing row (compile, launch) is a row with its error text.
+--short (issue 47, stage 4: the kernel table's min_seq) times, instead of that plan, the short shapes
+4x32x{512,1024,2048,3000} at each (d, causal) of SHORT_KEYS: cuDNN, the ws configs the table can name there (the
+two per-shape ones above: a sweep config, timed at one shape, never qualifies) and our Triton forward, 3000
+last. These rows run the Gluon kernel through flash_dispatch.gluon_forward, the path (call plans included) of a
+kernels="auto" call the table sent to it, and our Triton forward through flash_launch's, that of a call it did
+not; both timed by called_timer.called_ms (back-to-back calls: host cost included where the host is slower, as
+users see it; do_bench would hide it) and marked "timer": "called".
 
 --shapes runs only the given shapes (BxHxNxD, causal; ":full" for full attention), each with the --rows kinds
 (ROWS; default the default plan's per-shape rows), in order, and no sweeps: e.g. the lpt grid trial
 (flash_gluon_ws.TRIAL_CONFIGS) against cuDNN and the default ws grid:
     --shapes 4x32x4096x128 4x32x2048x128 4x16x16384x128 --rows cudnn ws ws-lpt
 
-    PYTHONPATH=src python tools/probes/flash_gluon_fwd.py [OUT.json] [--budget-s S] [--dry-run]
-        [--shapes S [S ...] [--rows R [R ...]]]
+A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
+A failing row (compile, launch) is a row with its error text. --only REGEX keeps the rows whose
+"shape impl config" label matches.
+
+    PYTHONPATH=src python tools/probes/flash_gluon_fwd.py [OUT.json] [--budget-s S] [--short] [--only REGEX]
+        [--shapes S [S ...] [--rows R [R ...]]] [--dry-run]
 writes OUT.json (default $OUT/flash_gluon_fwd.json, else ./flash_gluon_fwd.json) after every row and
 prints a table. --dry-run prints the plan without touching the GPU.
 """
@@ -41,16 +50,15 @@ TABLE = [(4, 32, 4096, 128, True), (1, 32, 32768, 128, True), (8, 32, 2048, 128,
          (1, 16, 16384, 64, True)]
 SPLIT = [(4, 16, 4096, 80, True), (4, 16, 4096, 96, True)]
 MAIN, LEADERBOARD = TABLE[0], TABLE[4]
+#: --short: the (d, causal) the kernel table has forward entries at with d 128 and 64, and their short lengths.
+SHORT_KEYS = [(128, True), (64, True), (128, False)]
+SHORT_SEQS = [512, 1024, 2048, 3000]  # 3000: not a tile multiple, the last rows (the budget cuts them first)
 WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile on the H100's host, roughly
 TRITON_FWD_CONFIGS = 9  # the forward's autotune list: compiled once per (d, causal), re-timed per sequence bucket
-#: A shape's row kinds, in the order they run; the default plan's shapes take all but the trial grid ("ws-lpt").
+#: --shapes' row kinds, in the order they run; by default all but the trial grid ("ws-lpt").
 ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt")
 SHAPE_ROWS = ROWS[:-1]
-
-
-def shape_name(s) -> str:
-    return "x".join(map(str, s[:4])) + ("" if s[4] else " full")
 
 
 def parse_shape(text: str):
@@ -65,6 +73,10 @@ def parse_shape(text: str):
     return (b, h, n, d, mask != "full")
 
 
+def shape_name(s) -> str:
+    return "x".join(map(str, s[:4])) + ("" if s[4] else " full")
+
+
 def _kernels():
     """impl name -> the Gluon module whose forward, default_config and CANDIDATE_CONFIGS it times."""
     from impl.attention import flash_gluon, flash_gluon_ws
@@ -77,42 +89,74 @@ def launcher(impl):
     return mod.flash_gluon_ws_forward if impl == "gluon-ws" else mod.flash_gluon_forward
 
 
-def plan(shapes=None, kinds=SHAPE_ROWS):
+def row_label(spec) -> str:
+    """A row's name as --only matches it: "shape impl config"."""
+    return f"{shape_name(spec['shape'])} {spec['impl']} {cfg_text(spec['config'])}".rstrip()
+
+
+def plan(short: bool = False, only=(), shapes=None, kinds=SHAPE_ROWS):
     """Rows in the order they run, most informative first: the issue's d 128 table with both Gluon
     kernels (ws also persistent), the ws and stage-1 candidates at 4x32x4096x128, the leaderboard and
-    split head dims, the stage-1 candidates at the leaderboard shape. With shapes: only those, each with
-    the given row kinds (ROWS), no sweeps."""
+    split head dims, the stage-1 candidates at the leaderboard shape. short: the --short plan instead;
+    only (regexes): the rows whose row_label matches one (none: all); estimates count a compile at a key's
+    first kept row. shapes: only those, each with the row kinds `kinds` (ROWS), no sweeps."""
+    import re
+
     kernels = _kernels()
     rows, compiled = [], set()
 
-    def triton_est(s) -> float:
-        """The Triton forward's autotune compile, paid by the first row of a (d, causal) that needs it
-        (its own row, or a Gluon row's reference output)."""
-        new = ("triton", s[3], s[4]) not in compiled
-        compiled.add(("triton", s[3], s[4]))
-        return TRITON_FWD_CONFIGS * COMPILE_S * new
+    def add(spec, compile_s):
+        if only and not any(re.search(rx, row_label(spec)) for rx in only):
+            return
+        key = (spec["impl"], spec["config"], spec["shape"][3], spec["shape"][4])
+        rows.append(dict(spec, est=spec["est"] + compile_s * (key not in compiled)))
+        compiled.add(key)  # Triton's cache keys on the constexprs, not the grid
 
-    def gluon_row(s, impl, c):
-        new = (impl, c, s[3], s[4]) not in compiled  # Triton's cache keys on the constexprs, not the grid
-        compiled.add((impl, c, s[3], s[4]))
-        rows.append(dict(shape=s, impl=impl, config=c, est=2.0 + COMPILE_S * new + triton_est(s)))
+    def gluon_row(s, impl, c, **extra):
+        add(dict(shape=s, impl=impl, config=c, est=2.0, **extra), COMPILE_S)
 
-    def shape_rows(s, kinds=SHAPE_ROWS):
+    def shape_rows(s, called=False):
+        extra = dict(timer="called") if called else {}
+        for impl in ("cudnn",) if called else ("cudnn", "sdpa flash"):
+            add(dict(shape=s, impl=impl, config=None, est=2.0, **extra), 0.0)
+        triton = dict(shape=s, impl="triton", config="autotuned", est=6.0, **extra)
+        if not called:
+            add(triton, TRITON_FWD_CONFIGS * COMPILE_S)
+        for impl, mod in kernels.items():
+            if not called or impl == "gluon-ws":  # the stage-1 kernel is no table kernel
+                gluon_row(s, impl, mod.default_config(s[3]), **extra)
+        ws = kernels["gluon-ws"].default_config(s[3])
+        gluon_row(s, "gluon-ws", dataclasses.replace(ws, persistent=True), **extra)
+        if called:  # last: a run cut (budget, timeout) inside a shape leaves no Triton row its Gluon rows lack (the
+            add(triton, TRITON_FWD_CONFIGS * COMPILE_S)  # table's builder rules out a config missing a Triton shape)
+
+    def kind_rows(s, kinds):
+        """--shapes: a shape's rows by kind; a Gluon row's reference output needs the Triton forward's compile."""
+        triton = dict(shape=s, impl="triton", config="autotuned", est=6.0)
         for kind in kinds:
             if kind in ("cudnn", "sdpa-flash"):
-                rows.append(dict(shape=s, impl=kind.replace("-", " "), config=None, est=2.0))
+                add(dict(shape=s, impl=kind.replace("-", " "), config=None, est=2.0), 0.0)
             elif kind == "triton":
-                rows.append(dict(shape=s, impl="triton", config="autotuned", est=6.0 + triton_est(s)))
-            elif kind == "gluon":
-                gluon_row(s, "gluon", kernels["gluon"].default_config(s[3]))
+                add(triton, TRITON_FWD_CONFIGS * COMPILE_S)
             else:
+                key = ("triton", "autotuned", s[3], s[4])
+                first_triton = TRITON_FWD_CONFIGS * COMPILE_S * (key not in compiled)
+                compiled.add(key)
                 ws = kernels["gluon-ws"].default_config(s[3])
-                extra = {"ws": {}, "ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True}}[kind]
-                gluon_row(s, "gluon-ws", dataclasses.replace(ws, **extra))
+                c = (kernels["gluon"].default_config(s[3]) if kind == "gluon" else dataclasses.replace(
+                    ws, **{"ws": {}, "ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True}}[kind]))
+                add(dict(shape=s, impl="gluon" if kind == "gluon" else "gluon-ws", config=c, est=2.0),
+                    COMPILE_S + first_triton)
 
     if shapes:
         for s in shapes:
-            shape_rows(s, kinds)
+            kind_rows(s, kinds)
+        return rows
+
+    if short:
+        for n in SHORT_SEQS:
+            for d, causal in SHORT_KEYS:
+                shape_rows((4, 32, n, d, causal), called=True)
         return rows
 
     def sweep(s, impl):
@@ -157,25 +201,37 @@ def rel_err(out, ref) -> float:
     return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
+def auto_forward(config):
+    """The ws forward at config as a kernels="auto" call the table sent to it runs it (--short rows)."""
+    from impl.attention import FlashOptions
+    from impl.attention.flash_dispatch import gluon_forward
+    from impl.attention.kernel_table import config_pairs
+
+    options, pairs = FlashOptions(kernels="auto"), config_pairs(config)
+    return lambda q, k, v, causal, _config: gluon_forward(q, k, v, causal, options, "gluon_ws", pairs)[:2]
+
+
 def measure(row, qkv, cache) -> dict:
+    from called_timer import called_ms  # the probe beside this one (its folder is on sys.path)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from impl.attention.flash_launch import flash_attention_triton_forward
 
     q, k, v = qkv
     causal = row["shape"][4]
+    timer = called_ms if row.get("timer") == "called" else bench
     if row["impl"] in ("cudnn", "sdpa flash"):
         backend = SDPBackend.CUDNN_ATTENTION if row["impl"] == "cudnn" else SDPBackend.FLASH_ATTENTION
         with sdpa_kernel(backend):
-            return {"ms": bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))}
+            return {"ms": timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))}
     if "triton" not in cache:
         cache["triton"] = flash_attention_triton_forward(q, k, v, causal)
     if row["impl"] == "triton":
-        return {"ms": bench(lambda: flash_attention_triton_forward(q, k, v, causal))}
-    fwd = launcher(row["impl"])
+        return {"ms": timer(lambda: flash_attention_triton_forward(q, k, v, causal))}
+    fwd = auto_forward(row["config"]) if row.get("timer") == "called" else launcher(row["impl"])
     o, _ = fwd(q, k, v, causal, row["config"])
     err = rel_err(o, cache["triton"][0])
-    return {"ms": bench(lambda: fwd(q, k, v, causal, row["config"])), "err": err, "wrong": err > WRONG}
+    return {"ms": timer(lambda: fwd(q, k, v, causal, row["config"])), "err": err, "wrong": err > WRONG}
 
 
 def fill_ratios(rows) -> None:
@@ -205,17 +261,25 @@ def line(r) -> str:
             f"{num(r.get('err'), '9.1e'):>9}  {note}{(r.get('error') or '')[:80]}")
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", default=os.path.join(os.environ.get("OUT", "."), "flash_gluon_fwd.json"))
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no row that would end past this")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, touch no GPU")
+    ap.add_argument("--short", action="store_true",
+                    help="the short shapes (4x32x512..3000) as called, for the kernel table's min_seq")
+    ap.add_argument("--only", action="append", default=[], metavar="REGEX",
+                    help="keep only rows whose 'shape impl config' label matches (repeatable: any of them)")
     ap.add_argument("--shapes", nargs="+", type=parse_shape, help="only these shapes (BxHxNxD[:full]), no sweeps")
     ap.add_argument("--rows", nargs="+", choices=ROWS, help=f"with --shapes: the row kinds (default {SHAPE_ROWS})")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.rows and not args.shapes:
         ap.error("--rows selects the rows of --shapes; give --shapes too")
-    specs = plan(args.shapes, tuple(args.rows or SHAPE_ROWS))
+    if args.shapes and args.short:
+        ap.error("--shapes and --short are two plans; give one")
+    specs = plan(args.short, tuple(args.only), args.shapes, tuple(args.rows or SHAPE_ROWS))
+    if not specs:
+        ap.error(f"no row matches --only {args.only}")
     if args.dry_run:
         for s in specs:
             print(f"{shape_name(s['shape']):<22}{s['impl']:<12}{cfg_text(s['config']):<26} est {s['est']:4.0f} s")
@@ -241,6 +305,8 @@ def main() -> None:
             shape, qkv = spec["shape"], inputs(spec["shape"])
         row = dict(shape=spec["shape"], shape_name=shape_name(spec["shape"]), impl=spec["impl"],
                    config=spec["config"], ms=None, err=None, wrong=None, error=None)
+        if "timer" in spec:  # --short: timed as called (called_timer), the Gluon kernel through the dispatch
+            row["timer"] = spec["timer"]
         t0 = time.time()
         try:
             row.update(measure(row, qkv, cache))

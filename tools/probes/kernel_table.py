@@ -15,11 +15,19 @@ The rule, per direction and (architecture, head dim, causal, dtype):
 - A Gluon row counts if it was measured (no "error", a time) and is correct: "wrong" false and "err" (its
   relative error against the probe's reference) at most ERR_BOUND. A failed or wrong row anywhere rules its
   config out for that key.
-- A config qualifies if, in every run that timed it at the key, it was measured, correct and faster at every
-  shape where that run timed Triton: the choice must win at every measured shape of the key, else Triton (a
-  sweep config timed at one shape of a run's three does not qualify; a config new in a later run is judged by
-  the runs that timed it). Of several that qualify, the smallest geometric mean of ms / triton ms (each over
-  its own run's Triton time) wins.
+- A config is judged at every shape where a run that timed it at the key timed Triton: it must have been
+  measured and correct there (a sweep config timed at one shape of a run's three does not qualify; a config new
+  in a later run is judged by the runs that timed it). It wins a shape where it was faster than that run's
+  Triton, else loses it (the short shapes of --short: the host launch path and small grids).
+- Its entry holds from a sequence length on (``min_seq``): the shortest measured length above every loss (0,
+  every length, where it lost nowhere), so that it won every measured shape at least that long; no win above
+  its longest loss, no entry. Its losses are kept in the entry (``losses``) so a reader sees what set min_seq.
+  A config without a loss that no run timed as short as some run timed Triton at the key holds from its own
+  shortest measured length (nothing says it wins shorter: --short runs time the table's candidates only).
+- Of several that qualify, the smallest score wins: over the lengths every one of them was measured at (none:
+  every length a run timed Triton at for the key), the geometric mean of what the entry would give a call as
+  ms / triton ms (each over its own run's Triton time): 1 below its min_seq (Triton runs), its ratio where
+  measured, else its geometric mean at or above min_seq.
 - A config is read from its row's label (``cfg_text`` of the probe) among the kernel's CANDIDATE_CONFIGS and
   default configs; a backward row without "config_used" (runs before that field: its None config was the
   default of that commit, which moved; the "ws+gluon-bwd-ws" rows before stage 4d) is not read. The backward's
@@ -35,7 +43,7 @@ import math
 import os
 import sys
 from collections import defaultdict
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,10 +58,13 @@ SOURCES = {"fwd": ("reports/data/*/probes/flash_gluon_fwd_*.json", {"gluon-ws": 
 TRITON_IMPL = "triton"
 PROBE_DTYPE = "bfloat16"  # both probes' inputs
 ERR_BOUND = 2e-2  # the probes' WRONG: the bf16 tolerance of the correctness tests
-RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2) and faster than "
-        "our Triton kernel, in each probe run that timed it, at every shape where that run timed Triton; of several, "
-        "the least geometric mean of ms / triton ms; no such config, no entry (Triton). Built by "
-        "tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
+RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2), in each probe run "
+        "that timed it, at every shape where that run timed Triton, and faster than our Triton kernel at every such "
+        "shape of sequence length >= its min_seq: the shortest measured length above each measured loss (kept as "
+        "the entry's losses; min_seq left out: 0, every length; no loss but unmeasured at the key's shortest: its "
+        "shortest), with a win there; of several, the least geometric mean over the lengths all were measured at "
+        "of ms / triton ms (1 below min_seq); no such config, no entry (Triton). Calls shorter than min_seq run "
+        "Triton. Built by tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
 
 
 def _labels(direction: str) -> Dict[str, Dict[str, object]]:
@@ -80,11 +91,8 @@ _LATER_FIELDS = {"GluonBwdWsConfig": {"block_m": 64}, "GluonWsConfig": {"lpt": F
 
 
 def _config_pairs(config) -> kt.Config:
-    from dataclasses import asdict
-
     later = _LATER_FIELDS.get(type(config).__name__, {})
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(config).items()
-                        if k not in later or v != later[k]))
+    return tuple((k, v) for k, v in kt.config_pairs(config) if k not in later or v != later[k])
 
 
 def _rows(direction: str, root: str):
@@ -103,6 +111,32 @@ def _rows(direction: str, root: str):
 def _measured(row: dict, field: str) -> Optional[float]:
     t = row.get(field)
     return None if row.get("error") or t is None or not math.isfinite(t) else float(t)
+
+
+def min_seq(wins, losses) -> Optional[int]:
+    """The shortest of the `wins` sequence lengths above every one of `losses` (0: no loss), None: no win above
+    the longest loss (no entry)."""
+    if not losses:
+        return 0
+    above = [n for n in wins if n > max(losses)]
+    return min(above) if above else None
+
+
+def _geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _called_score(lengths, floor: int, ratios: Dict[tuple, float]) -> float:
+    """A config's rank (less is better): over the key's measured lengths, the geometric mean of what its entry would
+    give a call, as ms / triton ms: 1 below its floor (Triton runs), its ratio where measured (geometric mean of its
+    runs), else its geometric mean at or above the floor. Every candidate is scored over the same lengths, also
+    where the runs that timed it measured fewer of them."""
+    at = defaultdict(list)
+    for (_, s), r in ratios.items():
+        at[s[2]].append(r)
+    where = _geomean(r for n, rs in at.items() if n >= floor for r in rs)
+    return _geomean(1.0 if n < floor else _geomean(at[n]) if n in at else where for n in lengths)
 
 
 def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
@@ -134,22 +168,34 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
         gluon[key][cand][where] = (ms, float(row["err"])) if ok else None
     out = []
     for key, timed in sorted(triton.items()):
-        best: Optional[Tuple[float, tuple, list]] = None
+        lengths = sorted({s[2] for _, s in timed})  # every length a run timed Triton at for the key
+        qualified = []
         for cand, got in sorted(gluon[key].items()):
             runs = {p for p, _ in got}
             base = {w: ms for w, ms in timed.items() if w[0] in runs}  # the Triton rows of the runs that timed it
-            if not base or any(v is None for v in got.values()) or \
-                    not all(w in got and got[w][0] < ms for w, ms in base.items()):
+            if not base or any(v is None for v in got.values()) or not all(w in got for w in base):
                 continue
-            score = math.exp(sum(math.log(got[w][0] / ms) for w, ms in base.items()) / len(base))
-            if best is None or score < best[0]:
-                best = (score, cand, [kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
-                                      for (p, s), ms in sorted(base.items())])
-        if best is not None:
-            (kernel, label), measured = best[1], best[2]
-            arch, d, causal, dtype = key
-            out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[kernel][label]),
-                                       tuple(measured)))
+            wins = {w for w, ms in base.items() if got[w][0] < ms}
+            floor = min_seq([s[2] for _, s in wins], [s[2] for _, s in set(base) - wins])
+            if floor is None:
+                continue
+            if floor == 0 and min(s[2] for _, s in base) > lengths[0]:  # measured nowhere as short as others were
+                floor = min(s[2] for _, s in base)
+            qualified.append((cand, got, base, wins, floor))
+        if not qualified:
+            continue
+        # Scored over the lengths every qualifying config was measured at (else all the key's): a --short run that
+        # times one config sets its floor but does not, by its short ratios alone, hand the key to another.
+        common = sorted(set.intersection(*({s[2] for _, s in q[2]} for q in qualified))) or lengths
+        scores = [_called_score(common, floor, {w: got[w][0] / ms for w, ms in base.items()})
+                  for _, got, base, _, floor in qualified]
+        (kernel, label), got, base, wins, floor = qualified[scores.index(min(scores))]
+        runs_of = {flag: tuple(kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
+                               for (p, s), ms in sorted(base.items()) if ((p, s) in wins) == flag)
+                   for flag in (True, False)}
+        arch, d, causal, dtype = key
+        out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[kernel][label]),
+                                   runs_of[True], floor, runs_of[False]))
     return out
 
 
@@ -176,8 +222,9 @@ def main(argv=None) -> int:
     for e in table.entries if args.command == "show" else ():
         runs = "; ".join(f"{'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms ({m.device})"
                          for m in e.measured)
+        lost = "".join(f"; lost {'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms" for m in e.losses)
         print(f"{e.direction} {e.arch} d {e.d} {'causal' if e.causal else 'full'} {e.dtype}: {e.kernel} "
-              f"{dict(e.config)}: {runs}")
+              f"{dict(e.config)} from seq {e.min_seq}: {runs}{lost}")
     return 0
 
 

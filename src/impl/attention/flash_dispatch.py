@@ -23,7 +23,7 @@ from impl.runtime import launch_ctx
 from .flash_launch import (_aligned, _backward, _forward, _head_dim_label, _keep_plan, _logged_plan, _options_of, _plan,
                            _record)
 from .flash_options import FlashOptions, LaunchRecord
-from .kernel_table import KernelChoice, choose, shipped_table
+from .kernel_table import Config, KernelChoice, choose, shipped_table
 
 if TYPE_CHECKING:
     from .flash_gluon_common import LaunchLog
@@ -53,11 +53,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _table_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions) -> Optional[KernelChoice]:
+def _table_choice(direction: str, q: Tensor, k: Tensor, causal: bool, options: FlashOptions) -> Optional[KernelChoice]:
     """The table's entry for this call where Gluon imports, or None (Triton). Off CUDA (no capability) nothing
-    is chosen."""
+    is chosen. The sequence length held against the entry's min_seq is min(N_Q, N_K): the probes measure
+    N_Q == N_K only, and a call at least that long in both is at least as large in each kernel's grid (forward:
+    query tiles; backward: key tiles) and in its loop over the other length as the measured wins; one shorter
+    length (a short grid, or a short loop that the host path and the prologue dominate) is what lost."""
     choice = choose(shipped_table(), direction, options.kernels, _capability(q), q.shape[-1], causal,
-                    _dtype_name(q.dtype))
+                    _dtype_name(q.dtype), min(q.shape[-2], k.shape[-2]))
     return choice if choice is not None and gluon_imports() else None
 
 
@@ -71,10 +74,10 @@ def _refuses(accepts: Callable[[], None]) -> bool:
     return False
 
 
-def _gluon_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions,
+def _gluon_choice(direction: str, q: Tensor, k: Tensor, causal: bool, options: FlashOptions,
                   accepts: Callable[[], None]) -> Optional[KernelChoice]:
     """The table's entry for this call, or None (Triton): none in the table, or the launcher refuses the inputs."""
-    choice = _table_choice(direction, q, causal, options)
+    choice = _table_choice(direction, q, k, causal, options)
     return None if choice is None or _refuses(accepts) else choice
 
 
@@ -92,11 +95,11 @@ def _gluon_choice(direction: str, q: Tensor, causal: bool, options: FlashOptions
 # direct_launch=False: every call through the launcher. The stage-1 backward (kernel "gluon") has no plans: its
 # dq="triton" launches through the Triton autotuner.
 
-def _signature(direction: str, choice: KernelChoice, causal: bool, options: FlashOptions, *tensors: Tensor):
+def _signature(direction: str, kernel: str, config: Config, causal: bool, options: FlashOptions, *tensors: Tensor):
     """A Gluon call's plan key (None: direct_launch off, no plans)."""
     if not options.direct_launch:
         return None
-    return (direction, choice.kernel, choice.config, causal, options.key) + tuple(
+    return (direction, kernel, config, causal, options.key) + tuple(
         (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
 
 
@@ -112,10 +115,18 @@ def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions
     """(o, lse, LaunchRecord), as flash_launch._forward."""
     if options.kernels == "triton":
         return _forward(q, k, v, causal, options)
-    choice = _table_choice("fwd", q, causal, options)
+    choice = _table_choice("fwd", q, k, causal, options)
     if choice is None:
         return _forward(q, k, v, causal, options)
-    sig = _signature("gluon fwd", choice, causal, options, q, k, v)
+    return gluon_forward(q, k, v, causal, options, choice.kernel, choice.config)
+
+
+def gluon_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions, kernel: str,
+                  config: Config):
+    """forward's path once the table named (kernel, config) for the call: its plan, else the launcher (Triton
+    where the launcher refuses the inputs). tools/probes/flash_gluon_fwd.py --short times the kernels through
+    this, the host path a kernels="auto" call takes."""
+    sig = _signature("gluon fwd", kernel, config, causal, options, q, k, v)
     plan = _plan(sig)
     if plan is not None and _aligned(q, k, v):
         o, lse = plan.run((q, k, v))
@@ -129,11 +140,11 @@ def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashOptions
         return _forward(q, k, v, causal, options)
     from .flash_gluon_common import LaunchLog
     from .flash_gluon_ws import GluonWsConfig, flash_gluon_ws_forward
-    config = GluonWsConfig(**dict(choice.config))
+    cfg = GluonWsConfig(**dict(config))
     log = None if sig is None else LaunchLog()
     with launch_ctx(q, "impl_flash::flash_gluon_ws_forward"):
-        o, lse = flash_gluon_ws_forward(q, k, v, causal, config, log)
-    record = LaunchRecord("fwd", (("fwd", repr(config)),), _head_dim_label(q.shape[-1]), True, kernel=choice.kernel)
+        o, lse = flash_gluon_ws_forward(q, k, v, causal, cfg, log)
+    record = LaunchRecord("fwd", (("fwd", repr(cfg)),), _head_dim_label(q.shape[-1]), True, kernel=kernel)
     _store_plan(sig, (q, k, v), log, record)
     return o, lse, _record(options, record)
 
@@ -143,10 +154,17 @@ def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor
     """(dq, dk, dv, LaunchRecord), as flash_launch._backward; `variant` concerns the Triton backward only."""
     if options.kernels == "triton":
         return _backward(q, k, v, o, do, lse, causal, options, variant)
-    choice = _table_choice("bwd", q, causal, options)
+    choice = _table_choice("bwd", q, k, causal, options)
     if choice is None:
         return _backward(q, k, v, o, do, lse, causal, options, variant)
-    sig = _signature("gluon bwd", choice, causal, options, q, k, v, o, do, lse)
+    return gluon_backward(q, k, v, o, do, lse, causal, options, choice.kernel, choice.config, variant)
+
+
+def gluon_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
+                   options: FlashOptions, kernel: str, config: Config, variant: Optional[str] = None):
+    """backward's path once the table named (kernel, config) for the call, as gluon_forward (the Triton
+    backward, at `variant`, where the launcher refuses the inputs; tools/probes/flash_gluon_bwd.py --short)."""
+    sig = _signature("gluon bwd", kernel, config, causal, options, q, k, v, o, do, lse)
     plan = _plan(sig)
     if plan is not None and _aligned(q, k, v, o, do, lse):
         dq, dk, dv = plan.grads((q, k, v, o, do, lse))
@@ -159,19 +177,19 @@ def backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor
     if _refuses(accepts):
         return _backward(q, k, v, o, do, lse, causal, options, variant)
     log = None
-    if choice.kernel == "gluon_ws":  # the table names it at d 128 and 64 only (kernel_table.KERNEL_HEAD_DIMS)
+    if kernel == "gluon_ws":  # the table names it at d 128 and 64 only (kernel_table.KERNEL_HEAD_DIMS)
         from .flash_gluon_bwd_ws import GluonBwdWsConfig, flash_gluon_backward_ws
         from .flash_gluon_common import LaunchLog
-        config = GluonBwdWsConfig(**dict(choice.config))
+        cfg = GluonBwdWsConfig(**dict(config))
         log = None if sig is None else LaunchLog()
         with launch_ctx(q, "impl_flash::flash_gluon_backward_ws"):
-            dq, dk, dv = flash_gluon_backward_ws(q, k, v, o, do, lse, causal, config, log)
+            dq, dk, dv = flash_gluon_backward_ws(q, k, v, o, do, lse, causal, cfg, log)
     else:
         from .flash_gluon_bwd import GluonBwdConfig, flash_gluon_backward
-        config = GluonBwdConfig(**dict(choice.config))
+        cfg = GluonBwdConfig(**dict(config))
         with launch_ctx(q, "impl_flash::flash_gluon_backward"):
-            dq, dk, dv = flash_gluon_backward(q, k, v, o, do, lse, causal, config, options)
-    record = LaunchRecord("bwd", (("bwd", repr(config)),), _head_dim_label(q.shape[-1]), True, kernel=choice.kernel)
+            dq, dk, dv = flash_gluon_backward(q, k, v, o, do, lse, causal, cfg, options)
+    record = LaunchRecord("bwd", (("bwd", repr(cfg)),), _head_dim_label(q.shape[-1]), True, kernel=kernel)
     _store_plan(sig, (q, k, v, o, do, lse), log, record)
     return dq, dk, dv, _record(options, record)
 
@@ -227,4 +245,5 @@ def _flash_backward_fake(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor,
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-__all__ = ["backward", "flash_backward_op", "flash_forward_op", "forward", "gluon_imports"]
+__all__ = ["backward", "flash_backward_op", "flash_forward_op", "forward", "gluon_backward", "gluon_forward",
+           "gluon_imports"]

@@ -4,8 +4,10 @@ The table (``kernel_table.json`` beside this module, shipped in the wheel) is wr
 ``tools/probes/kernel_table.py build`` from the committed probe results and checked against them by
 ``correctness/test_kernel_table.py``: it is never edited by hand. An entry names, for one direction
 ("fwd" or "bwd") and one (architecture, head dim, causal, dtype), the Gluon kernel and config that beat
-our Triton kernels in the same probe run at every shape that run measured, each measurement with its
-probe file. A call without an entry runs the Triton kernels (the portable path).
+our Triton kernels in the same probe run at every shape that run measured with a sequence length of at least
+the entry's ``min_seq``, each measurement with its probe file; the measured losses (shorter shapes: the host
+launch path and small grids) that set ``min_seq`` are kept beside them. A call without an entry, or shorter than
+its ``min_seq``, runs the Triton kernels (the portable path).
 
 Pure Python: importing this module never touches Triton, Gluon or CUDA.
 """
@@ -28,6 +30,14 @@ DTYPES = ("bfloat16", "float16")
 TABLE_FILE = "kernel_table.json"
 
 Config = Tuple[Tuple[str, Any], ...]  # the kernel's config dataclass as (field, value) pairs
+
+
+def config_pairs(config) -> Config:
+    """A launcher's config dataclass as an entry's (field, value) pairs (lists as tuples): what
+    flash_dispatch.gluon_forward / gluon_backward take."""
+    from dataclasses import asdict
+
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(config).items()))
 
 
 def arch_name(capability: Tuple[int, int]) -> str:
@@ -56,7 +66,10 @@ class KernelChoice:
     dtype: str
     kernel: str
     config: Config
-    measured: Tuple[Measured, ...]
+    measured: Tuple[Measured, ...]  # the wins: faster than triton, correct
+    #: The entry applies to calls of sequence length (dispatch: min(N_Q, N_K)) >= min_seq; 0: every length.
+    min_seq: int = 0
+    losses: Tuple[Measured, ...] = ()  # the measured losses (not faster) that set min_seq, each shorter than it
 
     def __post_init__(self) -> None:
         where = f"kernel table entry {self.direction} {self.arch} d {self.d} causal {self.causal} {self.dtype}"
@@ -75,6 +88,13 @@ class KernelChoice:
             raise ValueError(f"{where}: kernel {self.kernel!r} runs at head dims {dims} only")
         if not self.measured or any(m.ms >= m.triton_ms for m in self.measured):
             raise ValueError(f"{where}: needs measurements, each faster than triton in the same run")
+        if not isinstance(self.min_seq, int) or self.min_seq < 0:
+            raise ValueError(f"{where}: min_seq must be an int >= 0, got {self.min_seq!r}")
+        if any(m.ms < m.triton_ms or m.shape[2] >= self.min_seq for m in self.losses):
+            raise ValueError(f"{where}: losses must be not faster than triton and shorter than min_seq "
+                             f"{self.min_seq}")
+        if not any(m.shape[2] >= self.min_seq for m in self.measured):
+            raise ValueError(f"{where}: needs a measured win at a sequence length >= min_seq {self.min_seq}")
 
     @property
     def key(self) -> Tuple[str, str, int, bool, str]:
@@ -92,8 +112,11 @@ class KernelTable:
         if dup:
             raise ValueError(f"kernel table: more than one entry for {dup}")
 
-    def lookup(self, direction: str, arch: str, d: int, causal: bool, dtype: str) -> Optional[KernelChoice]:
-        return self._index.get((direction, arch, d, causal, dtype))
+    def lookup(self, direction: str, arch: str, d: int, causal: bool, dtype: str, n: int) -> Optional[KernelChoice]:
+        """The entry for a call of sequence length n, None below its min_seq (a dict get and one comparison:
+        each call under kernels="auto" runs this)."""
+        e = self._index.get((direction, arch, d, causal, dtype))
+        return e if e is not None and n >= e.min_seq else None
 
     @functools.cached_property
     def _index(self) -> Dict[Tuple[str, str, int, bool, str], KernelChoice]:
@@ -102,12 +125,13 @@ class KernelTable:
 
 
 def choose(table: KernelTable, direction: str, kernels: str, capability: Optional[Tuple[int, int]], d: int,
-           causal: bool, dtype: str) -> Optional[KernelChoice]:
+           causal: bool, dtype: str, n: int) -> Optional[KernelChoice]:
     """The entry a call runs, None for the Triton kernels. capability: the CUDA device's (major, minor),
-    None for tensors off CUDA. Only kernels="auto" consults the table."""
+    None for tensors off CUDA; n: the call's sequence length (flash_dispatch: min(N_Q, N_K)). Only
+    kernels="auto" consults the table."""
     if kernels != "auto" or capability is None:
         return None
-    return table.lookup(direction, arch_name(capability), d, bool(causal), dtype)
+    return table.lookup(direction, arch_name(capability), d, bool(causal), dtype, n)
 
 
 # ----------------------------------------------------------------------------- JSON (one format, both ways)
@@ -122,21 +146,30 @@ def table_from_json(data: Dict[str, Any]) -> KernelTable:
     for raw in data.get("entries", ()):
         raw = dict(raw)
         try:
-            measured = tuple(Measured(m["probe"], m["device"], tuple(m["shape"]), float(m["ms"]),
-                                      float(m["triton_ms"]), float(m["err"])) for m in raw.pop("measured"))
+            measured, losses = (tuple(Measured(m["probe"], m["device"], tuple(m["shape"]), float(m["ms"]),
+                                               float(m["triton_ms"]), float(m["err"])) for m in raw.pop(f, ()))
+                                for f in ("measured", "losses"))
             config = tuple((str(k), _tuples(v)) for k, v in sorted(raw.pop("config").items()))
-            entries.append(KernelChoice(measured=measured, config=config, **raw))
+            entries.append(KernelChoice(measured=measured, losses=losses, config=config, **raw))
         except (KeyError, TypeError) as e:
             raise ValueError(f"kernel table entry {raw}: missing or unknown field ({e})") from None
     return KernelTable(tuple(entries), str(data.get("rule", "")))
 
 
 def table_to_json(table: KernelTable) -> Dict[str, Any]:
+    def runs(ms: Tuple[Measured, ...]) -> list:
+        return [dict(probe=m.probe, device=m.device, shape=list(m.shape), ms=m.ms, triton_ms=m.triton_ms,
+                     err=m.err) for m in ms]
+
     def entry(e: KernelChoice) -> Dict[str, Any]:
-        return dict(direction=e.direction, arch=e.arch, d=e.d, causal=e.causal, dtype=e.dtype, kernel=e.kernel,
-                    config={k: list(v) if isinstance(v, tuple) else v for k, v in e.config},
-                    measured=[dict(probe=m.probe, device=m.device, shape=list(m.shape), ms=m.ms,
-                                   triton_ms=m.triton_ms, err=m.err) for m in e.measured])
+        out = dict(direction=e.direction, arch=e.arch, d=e.d, causal=e.causal, dtype=e.dtype, kernel=e.kernel,
+                   config={k: list(v) if isinstance(v, tuple) else v for k, v in e.config})
+        if e.min_seq:  # left out at 0 (every length), as the losses when none: entries without them unchanged
+            out["min_seq"] = e.min_seq
+        out["measured"] = runs(e.measured)
+        if e.losses:
+            out["losses"] = runs(e.losses)
+        return out
     return {"rule": table.rule, "entries": [entry(e) for e in sorted(table.entries, key=lambda e: e.key)]}
 
 
@@ -151,4 +184,5 @@ def shipped_table() -> KernelTable:
 
 
 __all__ = ["DTYPES", "HEAD_DIMS", "KERNELS", "KERNEL_HEAD_DIMS", "KernelChoice", "KernelTable", "Measured",
-           "TABLE_FILE", "arch_name", "choose", "dumps", "shipped_table", "table_from_json", "table_to_json"]
+           "TABLE_FILE", "arch_name", "choose", "config_pairs", "dumps", "shipped_table", "table_from_json",
+           "table_to_json"]

@@ -9,8 +9,9 @@ machine, committed or not):
 - `sources`: the .py/.toml files under KERNEL_PATHS (the Triton and Gluon kernels and the code that
   launches them);
 - `table`: the kernel table's choices (impl.attention.kernel_table: which kernel and config
-  FlashAttentionTriton runs per direction, arch, head dim, causal, dtype), without each choice's
-  "measured" evidence, which grows as probes are filed while what runs stays the same.
+  FlashAttentionTriton runs per direction, arch, head dim, causal, dtype, from which min_seq), without
+  each choice's "measured" and "losses" evidence, which grows as probes are filed while what runs stays
+  the same.
 
 Records made before the table part existed hold `sources` alone (the same value as then): they are
 judged by it (`KernelDigest.changed_since`).
@@ -27,6 +28,7 @@ from impl.attention.kernel_table import TABLE_FILE, table_from_json, table_to_js
 # What a GPU result vouches for: the Triton kernels and the code that launches them.
 KERNEL_PATHS = ("src/impl/attention", "src/impl/model/adamw_master.py")
 KERNEL_TABLE = f"src/impl/attention/{TABLE_FILE}"  # not a .py/.toml file: `sources` never reads it
+EVIDENCE = ("measured", "losses")  # an entry's probe measurements: not what runs
 
 
 def digest(paths: tuple[str, ...], root: Path) -> str:
@@ -46,8 +48,8 @@ def digest(paths: tuple[str, ...], root: Path) -> str:
 
 
 def table_digest(root: Path) -> str:
-    """sha256 over the kernel table's choices at `root` (each entry's key, kernel and config, in the
-    table's own JSON form, without its "measured" list). A checkout without the table (one older than
+    """sha256 over the kernel table's choices at `root` (each entry's key, kernel, config and min_seq, in
+    the table's own JSON form, without its "measured" and "losses" lists: EVIDENCE). A checkout without the table (one older than
     it) runs the Triton kernels everywhere, as an empty table does, and digests as one. ValueError
     naming the file when it is not a kernel table."""
     path = root / KERNEL_TABLE
@@ -56,7 +58,7 @@ def table_digest(root: Path) -> str:
         entries = table_to_json(table_from_json(raw))["entries"]  # parsed: a malformed entry is refused
     except (ValueError, AttributeError, TypeError) as exc:  # JSONDecodeError is a ValueError
         raise ValueError(f"{path}: not a kernel table ({type(exc).__name__}: {exc})") from None
-    choices = [{k: v for k, v in e.items() if k != "measured"} for e in entries]
+    choices = [{k: v for k, v in e.items() if k not in EVIDENCE} for e in entries]
     return hashlib.sha256(json.dumps(choices, sort_keys=True).encode()).hexdigest()[:16]
 
 
