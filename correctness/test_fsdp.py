@@ -240,7 +240,9 @@ def test_failing_rank_in_fsdp_step_surfaces():
 # 5 of 6 rank-runs (the exit abort itself is too rare to pin in a few launches).
 def test_fsdp_returns_only_after_gloo_released_its_tensors():
     for r in launch(T.collectives_released, WORLD_SIZE, backend="gloo", timeout_s=60):
-        assert r == {"construct": 0, "finish": 0, "gather": 0}
+        # <= 0: the count at the collective includes Released's own C++ hold (dropped by its wait), so -1 when
+        # nothing but Python is left holding the tensor
+        assert set(r) == {"construct", "finish", "gather"} and all(v <= 0 for v in r.values()), r
 
 # ---- timeline (FSDP(record_timeline=True)) ------------------------------------------------------
 # (model, compute dtype, prefetch depth, unit); 3 steps so the last one prefetches (step 0 has no order yet).

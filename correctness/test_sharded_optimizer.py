@@ -6,6 +6,7 @@ once per module (fixture); the tests read its per-configuration results.
 """
 
 import pytest
+import torch
 
 from kits import distributed as T
 from impl.distributed import launch
@@ -129,6 +130,19 @@ def resume_and_balance():
 def test_state_dict_resume_is_identical(resume_and_balance, name, opt_name):
     for per_rank in resume_and_balance:
         assert per_rank["resume"][(name, opt_name)] == 0.0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= WORLD_SIZE, reason="gloo only: NCCL frees its works on its schedule")
+@pytest.mark.parametrize("name", ZERO1_3_RANKS + ["sharded"])
+def test_every_tensor_handed_to_gloo_is_also_held_from_cpp(resume_and_balance, name):
+    # Issue 23 (CI at be3bb2e and 0678db1): torch lowers a tensor's use count before it decrefs the Python
+    # object, so Released's wait could return while gloo's worker still queued for the GIL to do that
+    # decref, and the rank abort at exit. Released now holds each tensor from C++ until its wait: the
+    # worker's drop is never the last but one. Construction (broadcast, agreement all-gathers), two steps.
+    for per_rank in resume_and_balance:
+        holds = per_rank["holds"][name]
+        assert holds["calls"] > 0
+        assert holds["unheld"] == []
 
 
 def test_parameters_balanced_by_size(resume_and_balance):

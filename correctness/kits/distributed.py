@@ -545,13 +545,58 @@ def sharded_balance(rank, world_size, sizes):
     }
 
 
+def _spied_collectives(unheld: list, calls: list):
+    """Patch the collectives the sharded optimizers and their DDP wrappers call (through `dist` and
+    sharded_optimizer's own names) so that each call counts in `calls` and names in `unheld` every CPU
+    tensor argument nothing but its Python object holds (use count 1): gloo's worker dropping such a
+    tensor makes the 2 -> 1 transition, which takes the GIL (issue 23; impl.distributed.release)."""
+    from contextlib import ExitStack
+    from unittest import mock
+
+    import impl.distributed.sharded_optimizer as so
+
+    def spy(name, collective):
+        def call(*args, **kwargs):
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            tensors += [t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, torch.Tensor)]
+            calls.append(name)
+            unheld.extend(f"{name} {tuple(t.shape)}" for t in tensors if not t.is_cuda and t._use_count() < 2)
+            return collective(*args, **kwargs)
+        return call
+
+    stack = ExitStack()
+    for module, names in ((dist, ("all_reduce", "broadcast", "all_gather")),
+                          (so, ("all_gather_single", "reduce_scatter_single"))):
+        for name in names:
+            stack.enter_context(mock.patch.object(module, name, spy(name, getattr(module, name))))
+    return stack
+
+
+def sharded_collective_holds(rank, world_size, sharded_names, steps=2):
+    """Per sharded optimizer: {"calls": collectives issued by construction and `steps` steps (its
+    DDP wrapper's too), "unheld": those tensors handed over with nothing but Python holding them}."""
+    device = _device(rank)
+    out = {}
+    for name in sharded_names:
+        cls, kwargs = OPT_CLASSES["adam"]
+        unheld, calls = [], []
+        with _spied_collectives(unheld, calls):
+            model = make_model("mlp", rank, device)
+            ddp, opt = _make_sharded(name, model, cls, kwargs, _split_groups(model, kwargs["lr"]))
+            for step in range(steps):
+                _train_step("mlp", step, world_size, rank, device, model, opt, ddp)
+        out[name] = {"calls": len(calls), "unheld": unheld}
+    return out
+
+
 def sharded_resume_and_balance(rank, world_size, sharded_names, opt_names, sizes, refusal_cases):
-    """The cheap checks in one launch (process start-up dominates): resume, balance, and the
-    refusals of ranks that disagree."""
+    """The cheap checks in one launch (process start-up dominates): resume, balance, the
+    refusals of ranks that disagree, and the collectives' C++ holds."""
     return {
         "resume": sharded_resume(rank, world_size, sharded_names, opt_names, 5, 5),
         "balance": sharded_balance(rank, world_size, sizes),
         "refusals": refusals(rank, world_size, refusal_cases),
+        "holds": sharded_collective_holds(rank, world_size, sharded_names + ["zero1_all_reduce"]),
     }
 
 

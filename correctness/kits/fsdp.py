@@ -319,7 +319,8 @@ def collectives_released(rank, world_size):
     finish, gather_full_params), has gloo's worker let go of every tensor FSDP handed to an
     all-reduce or a broadcast? (The tensor-to-tensor all-gather and reduce-scatter of gloo hold
     none after their wait.) A tensor the worker still holds when the interpreter shuts down aborts
-    the process. Returns, per call, the largest use count above the one at the collective."""
+    the process. Returns, per call, the largest use count above the one at the collective (that one
+    includes Released's C++ hold, so a released tensor reads -1; 0 where the call issues none)."""
     torch.set_num_threads(1)
     sent: list[tuple[torch.Tensor, int]] = []
 

@@ -4,7 +4,8 @@ ranks exit) until a time limit, and keep every failure whole: the launcher's mes
 wrote to stderr during that launch (the test keeps only the message, and pytest hides the stderr).
     PYTHONPATH=src:correctness python tools/probes/ddp_exit_stress.py OUT.json [SECONDS] [VARIANT ...]
 On a machine with two GPUs the launcher picks NCCL, elsewhere gloo. VARIANT: individual, bucketed
-(default both, alternating)."""
+(default both, alternating), or a sharded optimizer's launch of correctness/test_sharded_optimizer.py (issue 23 in
+CI): sharded, zero1 (2 ranks, ShardedOptimizer / ZeRO-1 ending like that file's 2-rank launch), zero1_3 (3 ranks)."""
 import json
 import os
 import sys
@@ -18,6 +19,15 @@ from impl.distributed.launcher import default_backend
 from kits import distributed as T
 
 
+# variant -> (worker, world size, its args): the last configurations of test_sharded_optimizer.py's launches,
+# whose final collectives are the ones a rank exits after.
+SHARDED = {
+    "sharded": (T.sharded_equivalence, 2, (["sharded"], ["frozen"], ["adamw"], 3, 1)),
+    "zero1": (T.sharded_equivalence, 2, (["zero1_small_buckets"], ["frozen"], ["adamw"], 3, 1)),
+    "zero1_3": (T.sharded_equivalence, 3, (["zero1_all_reduce"], ["frozen"], ["adamw"], 3, 1)),
+}
+
+
 def launch_capturing_stderr(variant: str) -> tuple[str | None, str]:
     """(the launch's error message or None, everything written to fd 2 meanwhile, ranks included:
     spawned ranks inherit the parent's fd 2)."""
@@ -26,7 +36,8 @@ def launch_capturing_stderr(variant: str) -> tuple[str | None, str]:
         sys.stderr.flush()
         os.dup2(log.fileno(), 2)
         try:
-            launch(T.ddp_train_and_exit, 2, args=(variant,), timeout_s=120)
+            fn, world_size, args = SHARDED.get(variant, (T.ddp_train_and_exit, 2, (variant,)))
+            launch(fn, world_size, args=args, timeout_s=120)
             error = None
         except Exception as exc:  # noqa: BLE001 - the probe records every failure
             error = f"{type(exc).__name__}: {exc}"

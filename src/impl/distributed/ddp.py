@@ -51,7 +51,7 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from impl.distributed.agreement import verify_module
-from impl.distributed.release import Released, await_release
+from impl.distributed.release import Released
 
 
 def _sync_device(tensors) -> None:
@@ -192,24 +192,26 @@ class DDPIndividualParameters(_DataParallelBase):
 
     def __init__(self, module: nn.Module, reduce_gradients: bool = True, average: bool = True, group=None):
         super().__init__(module, reduce_gradients, average, group=group)
-        self._pending: list = []
+        self._pending: list = []  # the works of this step's all-reduces
+        self._sent = Released()  # their grads, until gloo's worker let go of them
+        self._sent_bytes = 0
         if reduce_gradients:
             self._register_grad_hooks()
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         # Pre-divide (average=True) so the summed result is already the mean.
         grad = self._prescale(p.grad)
-        count_before = grad._use_count()
-        self._pending.append((dist.all_reduce(grad, async_op=True, group=self.group), grad, count_before))
+        self._sent_bytes += grad.numel() * grad.element_size()
+        self._pending.append(dist.all_reduce(self._sent(grad), async_op=True, group=self.group))
 
     def _finish(self) -> int:
-        for handle, _, _ in self._pending:
+        for handle in self._pending:
             handle.wait()
-        handle = None  # the loop variable would keep the last work alive through await_release
-        sent = [(grad, count_before) for _, grad, count_before in self._pending]
+        handle = None  # the loop variable would keep the last work alive through the release wait
         self._pending.clear()
-        await_release(sent)
-        return sum(grad.numel() * grad.element_size() for grad, _ in sent)
+        self._sent.wait()
+        nbytes, self._sent_bytes = self._sent_bytes, 0
+        return nbytes
 
 
 def plan_buckets(sizes: list[tuple[int, Hashable]], cap_bytes: float) -> list[list[int]]:
@@ -255,7 +257,6 @@ class _Bucket:
         self.ready = [False] * len(self.params)
         self.num_ready = 0
         self.handle = None
-        self.count_before = 0  # the buffer's use count before its all-reduce (see impl.distributed.release)
 
     def holds(self, i: int, grad: torch.Tensor) -> bool:
         """Whether `grad` is parameter i's view of the buffer (left as its grad by the last sync)."""
@@ -303,6 +304,7 @@ class DDPBucketed(_DataParallelBase):
         super().__init__(module, reduce_gradients, average, options=dict(bucket_size_mb=bucket_size_mb), group=group)
         self.bucket_size_bytes = bucket_size_mb * 1024 * 1024
         self.buckets = self._build_buckets()
+        self._sent = Released()  # the buffers of this step's collectives, until gloo's worker let go of them
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         if reduce_gradients:
             self._register_grad_hooks()
@@ -315,7 +317,7 @@ class DDPBucketed(_DataParallelBase):
 
     def _launch(self, bucket: _Bucket) -> None:
         self._prescale(bucket.buffer)
-        bucket.count_before = bucket.buffer._use_count()
+        self._sent(bucket.buffer)
         bucket.handle = self._collective(bucket)
 
     def _collective(self, bucket: _Bucket) -> dist.Work:
@@ -349,7 +351,7 @@ class DDPBucketed(_DataParallelBase):
             bucket.handle.wait()
             bucket.handle = None  # the worker lets go of the buffer only once no handle is left
         # every buffer let go by the backend before its parts become grads (impl.distributed.release)
-        await_release([(b.buffer, b.count_before) for b in sent if b.buffer is not None])
+        self._sent.wait()
         for bucket in sent:
             nbytes += bucket.nbytes
             self._unpack(bucket)

@@ -10,6 +10,14 @@ before, drops its work handles after waiting, then sleeps (the GIL released) unt
 are back: the worker destroyed the work. torch's DDP avoids it by keeping its works in the C++
 reducer, whose buckets have no Python objects.
 
+The count alone is not enough: torch 2.13 lowers a TensorImpl's use count first and only then, on
+the 2 -> 1 transition, decrefs its Python object, taking the GIL (c10/util/intrusive_ptr.h, "PyObject
+preservation"). So a wait that sees the count back may return while the worker still queues for the
+GIL, and a rank that exits then aborts: the likely cause of CI's aborts in the sharded optimizer's
+launches (2 in ~60 runs); tools/probes/release_race.py sees such early returns. ``Released`` therefore
+also holds each CPU tensor from C++ (a ``torch._C.ScriptList``) until its wait: the worker's drop is
+then never the 2 -> 1 one, and the Python object is decref'd by the waiting thread, which has the GIL.
+
 GPU tensors are skipped: NCCL's watchdog frees works on its own schedule; waiting for it would
 stall every step.
 """
@@ -41,8 +49,12 @@ class Released:
 
     def __init__(self):
         self.sent: list[tuple[torch.Tensor, int]] = []
+        self._holds: list = []  # C++ references to the sent tensors, dropped by wait()
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not tensor.is_cuda:
+            # Taken before the count, which then includes it: gloo's worker drops to it, not below.
+            self._holds.append(torch._C.ScriptList([tensor]))
         self.sent.append((tensor, tensor._use_count()))
         return tensor
 
@@ -52,6 +64,7 @@ class Released:
     def wait(self) -> None:
         """Wait for the release of every tensor passed so far, then let go of them."""
         await_release(self.sent)
+        self._holds.clear()  # the last C++ references go here, on this thread, with the GIL
         self.sent.clear()
 
     def __exit__(self, *exc) -> None:
