@@ -129,7 +129,8 @@ def _bwd_variants():
 #: Config fields added after dumps were taken, left out of a variant's name at their default value, so that
 #: every variant compiled before the field existed keeps its name (and compares against an older dump).
 #: GluonBwdConfig: stages 3d, 4b, 4c.
-_LATER_FIELDS = {"dq_stages": 1, "rebuild": False, "prefetch": False, "refill_first": False, "lpt": False}
+_LATER_FIELDS = {"dq_stages": 1, "rebuild": False, "prefetch": False, "refill_first": False, "lpt": False,
+                 "early_q": False}
 
 
 def _config_tag(config) -> str:
