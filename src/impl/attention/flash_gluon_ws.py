@@ -34,6 +34,13 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   With lpt the causal grid takes the persistent order instead, heads in groups (the largest divisor of B·H
   whose K/V fit L2_KV_BYTES: equal groups, no short last group), so a group's long tiles start together and
   the short ones end the grid. Host-side only: the kernel is the default's, GROUP a runtime argument.
+* **Early Q** (``early_q``, a persistent-only trial, off by default). By default a consumer stages O through its
+  Q slot, waits for the TMA store to read it (store_wait) and only then frees the slot (q_empty), and the load
+  warp takes both Q slots before the next tile's first K/V: the next tile's Q and K_0 land a load latency after
+  the later consumer's epilogue. With early_q a consumer frees its Q slot once its last S = Q·Kᵀ has completed
+  (before the last P·V) and stores O straight from its accumulator registers (masked rows, no shared staging, no
+  store_wait), so the next tile's loads run under the last softmax, P·V and epilogue. Same shared memory as the
+  default (3 K/V slots fill it at d 128; a separate O buffer would not fit); the kernel takes O's tensor.
 
 Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
 memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
