@@ -59,7 +59,7 @@ def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     q, k, v = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
     grid, args, opts = mod.launch_args(q, k, v, o, lse, causal, config)
-    return compile_for_sm90(fn, args, opts, divisible=("L",))
+    return compile_for_sm90(fn, args, opts, divisible=("L",) + (("O",) if getattr(config, "early_q", False) else ()))
 
 rows = []
 for d in (64, 80, 96, 128):

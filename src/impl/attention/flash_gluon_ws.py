@@ -178,7 +178,8 @@ def _tile_work(t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL
 def _load_partition(descs, smem, bars, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """One warp: per tile the two query tiles (once their consumers have stored the last tile's O
-    out of them), then every key tile's K and V into the ring (once both consumers freed the slot)."""
+    out of them; early_q: once their last Q·Kᵀ is done), then every key tile's K and V into the ring
+    (once both consumers freed the slot)."""
     q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
