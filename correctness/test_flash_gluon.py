@@ -59,7 +59,7 @@ def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     q, k, v = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
     grid, args, opts = mod.launch_args(q, k, v, o, lse, causal, config)
-    return compile_for_sm90(fn, args, opts, divisible=("L",))
+    return compile_for_sm90(fn, args, opts, divisible=("L",) + (("O",) if getattr(config, "early_q", False) else ()))
 
 rows = []
 for d in (64, 80, 96, 128):
@@ -86,7 +86,7 @@ print(json.dumps(rows))
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_gluon_forward_compiles_for_hopper(kernel):
     """Every head dim, causal and full, at the default config (bf16; fp16 at d 80 and 128), and every
-    probe candidate at d 128:
+    probe candidate and trial at d 128:
     compiles for sm_90a with no spills (no local memory, no stack), within the H100's 227 KB of
     shared memory (stage 1: what shared_bytes predicts, no conversion scratch; ws: at most its bound,
     which adds the warp-specialize captures), its products on wgmma (HGMMA in SASS, no HMMA) and its
@@ -112,7 +112,8 @@ def test_gluon_forward_compiles_for_hopper(kernel):
         assert r["local"] == 0 and r["stack"] == 0, f"spills: {r}"
         assert r["regs"] <= 255, r
         assert r["hgmma"] > 0 and r["hmma"] == 0, r
-        assert r["tma_loads"] > 0 and r["tma_stores"] > 0, r
+        # early_q (a ws trial) stores O from registers: no TMA store
+        assert r["tma_loads"] > 0 and (r["tma_stores"] == 0) == ("early_q=True" in r["config"]), r
         if kernel == "stage1":
             assert r["predicted"] - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
             continue
@@ -184,7 +185,8 @@ def test_gluon_forward_refuses_configs_over_shared_memory(kernel, config):
 
 @pytest.mark.parametrize("fields,match", [(dict(block_m=128), "spill"), (dict(block_n=32), "block_n"),
                                           (dict(num_stages=5), "num_stages"), (dict(consumer_regs=248), "register"),
-                                          (dict(load_regs=20), "register"), (dict(lpt=True, persistent=True), "lpt")])
+                                          (dict(load_regs=20), "register"), (dict(lpt=True, persistent=True), "lpt"),
+                                          (dict(early_q=True), "persistent")])
 def test_ws_config_refuses_what_cannot_compile_cleanly(fields, match):
     with pytest.raises(ValueError, match=match):
         flash_gluon_ws.GluonWsConfig(**fields)
@@ -219,6 +221,22 @@ def test_ws_lpt_grid_takes_equal_head_groups_for_causal_only():
     assert lgrid == grid == (2 * 3 * 8, ) and lopts == opts and largs[15] == 6 and args[15] == 1
     assert largs[9:15] == args[9:15] and largs[16:] == args[16:]  # L .. n_bh, the constexprs
     assert ws.launch_args(q, k, v, o, lse, False, ws.GluonWsConfig(lpt=True))[1][15] == 1
+
+
+def test_ws_early_q_launch_adds_only_the_output_tensor():
+    """early_q (a trial, flash_gluon_ws.TRIAL_CONFIGS): the persistent launch plus the output tensor (O stored
+    from registers, contiguous 4-D) and the EARLY_Q constexpr; every other variant passes None and False."""
+    ws = flash_gluon_ws
+    assert ws.GluonWsConfig(persistent=True, early_q=True) in ws.TRIAL_CONFIGS
+    assert not any(c.early_q for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).early_q
+    q, k, v = _qkv((2, 3, 1000, 128))
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
+    config = ws.GluonWsConfig(persistent=True)
+    grid, args, opts = ws.launch_args(q, k, v, o, lse, True, config)
+    egrid, eargs, eopts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True, early_q=True))
+    assert (egrid, eopts, eargs[8:-2]) == (grid, opts, args[8:-2]) and args[-2:] == (None, False)
+    assert eargs[-2].data_ptr() == o.data_ptr() and eargs[-2].shape == o.shape and eargs[-1] is True
+    assert ws.shared_bytes(128, ws.GluonWsConfig(persistent=True, early_q=True)) == ws.shared_bytes(128, config)
 
 
 def test_gluon_forward_is_off_the_default_paths():
@@ -307,7 +325,7 @@ def _config_id(c) -> str:
     if isinstance(c, flash_gluon.GluonFwdConfig):
         return f"stage1-{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}"
     return (f"ws-{c.block_m}x{c.block_n}s{c.num_stages}" + ("-pingpong" if c.pingpong else "")
-            + ("-persistent" if c.persistent else "") + ("-lpt" if c.lpt else ""))
+            + ("-persistent" if c.persistent else "") + ("-lpt" if c.lpt else "") + ("-early-q" if c.early_q else ""))
 
 
 @gpu
@@ -341,9 +359,30 @@ def test_ws_gpu_lpt_grid_matches_reference(d, is_causal, shape, dtype):
     the float64 reference, and bit-identical to the default grid: each tile's arithmetic is the same, only the
     order the tiles run in differs."""
     ws = flash_gluon_ws
-    (config,) = ws.TRIAL_CONFIGS
+    (config,) = [c for c in ws.TRIAL_CONFIGS if c.lpt]
     q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
     o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, config)
+    r_o, r_lse = reference(q, k, v, is_causal)
+    assert rel_err(o, r_o) < TOL[dtype] and rel_err(lse, r_lse) < TOL[dtype], (rel_err(o, r_o), rel_err(lse, r_lse))
+    o2, lse2 = ws.flash_gluon_ws_forward(q, k, v, is_causal)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(1, 2, 129), (2, 2, 1029), (2, 4, 4096), (4, 8, 2048)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_gpu_early_q_matches_reference(d, is_causal, shape, dtype):
+    """early_q (flash_gluon_ws.TRIAL_CONFIGS: Q's slot refilled while its consumer finishes the tile, O stored from
+    registers with rows past N masked) against the float64 reference, and bit-identical to the default grid (the
+    same arithmetic per tile). 2x4x4096 runs 256 CTA tiles and 4x8x2048 512 on the H100's 132 programs: each
+    program loops 2-4 times, so a Q refilled too early or a lost q_empty phase shows."""
+    ws = flash_gluon_ws
+    q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
+    o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, ws.GluonWsConfig(persistent=True, early_q=True))
     r_o, r_lse = reference(q, k, v, is_causal)
     assert rel_err(o, r_o) < TOL[dtype] and rel_err(lse, r_lse) < TOL[dtype], (rel_err(o, r_o), rel_err(lse, r_lse))
     o2, lse2 = ws.flash_gluon_ws_forward(q, k, v, is_causal)
@@ -375,7 +414,8 @@ def test_ws_gpu_schedules_agree_bitwise(d, is_causal):
     q, k, v = _qkv((2, 5, 1500, d), dtype=torch.bfloat16, device="cuda")
     o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal)
     for config in (ws.GluonWsConfig(pingpong=False), ws.GluonWsConfig(persistent=True),
-                   ws.GluonWsConfig(persistent=True, num_stages=2, pingpong=False)):
+                   ws.GluonWsConfig(persistent=True, num_stages=2, pingpong=False),
+                   ws.GluonWsConfig(persistent=True, early_q=True)):
         o2, lse2 = ws.flash_gluon_ws_forward(q, k, v, is_causal, config)
         assert torch.equal(o, o2) and torch.equal(lse, lse2), config
     # A persistent grid smaller than the tiles, built by hand: 7 programs walk 17 tiles each.
@@ -383,6 +423,11 @@ def test_ws_gpu_schedules_agree_bitwise(d, is_causal):
     grid, args, opts = ws.launch_args(q, k, v, o3, lse3, is_causal, ws.GluonWsConfig(persistent=True), num_sms=7)
     ws._attn_fwd_ws_sm90[grid](*args, **opts)
     assert torch.equal(o, o3) and torch.equal(lse, lse3)
+    o4, lse4 = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda")  # early_q: 7 programs, 17 tiles each
+    grid, args, opts = ws.launch_args(q, k, v, o4, lse4, is_causal, ws.GluonWsConfig(persistent=True, early_q=True),
+                                      num_sms=7)
+    ws._attn_fwd_ws_sm90[grid](*args, **opts)
+    assert torch.equal(o, o4) and torch.equal(lse, lse4)
 
 
 # ------------------------------- flash_gluon_ws and flash_gluon as model attentions (the 8B step's options)

@@ -307,6 +307,9 @@ def test_the_builder_leaves_later_fields_out_at_their_default():
         assert dict(builder._config_pairs(GluonWsConfig()))["block_m"] == GluonWsConfig().block_m  # the forward's
         assert "lpt" not in dict(builder._config_pairs(GluonWsConfig()))  # the forward's trial grid order (issue 47)
         assert GluonWsConfig(**dict(builder._config_pairs(GluonWsConfig(lpt=True)))) == GluonWsConfig(lpt=True)
+        assert "early_q" not in dict(builder._config_pairs(GluonWsConfig()))  # the forward's early-Q trial
+        early = GluonWsConfig(persistent=True, early_q=True)
+        assert GluonWsConfig(**dict(builder._config_pairs(early))) == early
 
 
 @needs_gluon

@@ -87,3 +87,19 @@ def test_a_malformed_shape_is_refused_by_name(probe, text):
     with pytest.raises(argparse.ArgumentTypeError, match="shape"):
         probe.parse_shape(text)
     assert probe.parse_shape("4x32x4096x128:full") == (4, 32, 4096, 128, False)
+
+
+def test_the_early_q_call_times_the_persistent_grid_with_and_without_it(probe):
+    """The early_q trial's GPU call (NOTES.md, "Issue 47, the ws forward's per-CTA fixed cost"): per shape cuDNN, the
+    default ws grid, persistent, persistent with early_q; the default plan (and --rows' default) keeps no trial row."""
+    names = ("4x32x4096x128", "4x32x2048x128", "4x16x16384x128", "4x32x4096x128:full")
+    shapes = [probe.parse_shape(s) for s in names]
+    labels = _labels(probe, probe.plan(shapes=shapes, kinds=("cudnn", "ws", "ws-persistent", "ws-early-q")))
+    assert labels == [f"{s.replace(':full', ' full')} {row}" for s in names
+                      for row in ("cudnn", "gluon-ws 2x64x128 s3 pp", "gluon-ws 2x64x128 s3 pp persist",
+                                  "gluon-ws 2x64x128 s3 pp persist early-q")]
+    assert not any("early-q" in label for label in _labels(probe, probe.plan()) + _labels(probe, probe.plan(shapes)))
+    from impl.attention import flash_gluon_ws
+
+    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-early-q",))]
+    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].early_q and row["config"].persistent

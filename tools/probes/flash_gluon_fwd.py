@@ -24,6 +24,8 @@ users see it; do_bench would hide it) and marked "timer": "called".
 (ROWS; default the default plan's per-shape rows), in order, and no sweeps: e.g. the lpt grid trial
 (flash_gluon_ws.TRIAL_CONFIGS) against cuDNN and the default ws grid:
     --shapes 4x32x4096x128 4x32x2048x128 4x16x16384x128 --rows cudnn ws ws-lpt
+or the persistent grid that frees Q after its last Q·Kᵀ and stores O from registers ("ws-early-q"):
+    --shapes 4x32x4096x128 4x32x2048x128 4x16x16384x128 4x32x4096x128:full --rows cudnn ws ws-persistent ws-early-q
 
 A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
 A failing row (compile, launch) is a row with its error text. --only REGEX keeps the rows whose
@@ -56,9 +58,12 @@ SHORT_SEQS = [512, 1024, 2048, 3000]  # 3000: not a tile multiple, the last rows
 WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile on the H100's host, roughly
 TRITON_FWD_CONFIGS = 9  # the forward's autotune list: compiled once per (d, causal), re-timed per sequence bucket
-#: --shapes' row kinds, in the order they run; by default all but the trial grid ("ws-lpt").
-ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt")
-SHAPE_ROWS = ROWS[:-1]
+#: --shapes' row kinds, in the order they run; by default all but the trials (flash_gluon_ws.TRIAL_CONFIGS): the lpt
+#: grid ("ws-lpt") and the persistent grid that frees Q early and stores O from registers ("ws-early-q").
+ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt", "ws-early-q")
+TRIAL_ROWS = {"ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True},
+              "ws-early-q": {"persistent": True, "early_q": True}}
+SHAPE_ROWS = ROWS[:-2]
 
 
 def parse_shape(text: str):
@@ -144,7 +149,7 @@ def plan(short: bool = False, only=(), shapes=None, kinds=SHAPE_ROWS):
                 compiled.add(key)
                 ws = kernels["gluon-ws"].default_config(s[3])
                 c = (kernels["gluon"].default_config(s[3]) if kind == "gluon" else dataclasses.replace(
-                    ws, **{"ws": {}, "ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True}}[kind]))
+                    ws, **TRIAL_ROWS.get(kind, {})))
                 add(dict(shape=s, impl="gluon" if kind == "gluon" else "gluon-ws", config=c, est=2.0),
                     COMPILE_S + first_triton)
 
@@ -182,7 +187,8 @@ def cfg_text(c) -> str:
     if hasattr(c, "num_warps"):  # stage 1
         return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}"
     return (f"2x{c.block_m}x{c.block_n} s{c.num_stages}" + (" pp" if c.pingpong else "")
-            + (" persist" if c.persistent else "") + (" lpt" if getattr(c, "lpt", False) else ""))
+            + (" persist" if c.persistent else "") + (" lpt" if getattr(c, "lpt", False) else "")
+            + (" early-q" if getattr(c, "early_q", False) else ""))
 
 
 def bench(fn) -> float:

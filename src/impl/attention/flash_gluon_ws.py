@@ -34,6 +34,13 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   With lpt the causal grid takes the persistent order instead, heads in groups (the largest divisor of B·H
   whose K/V fit L2_KV_BYTES: equal groups, no short last group), so a group's long tiles start together and
   the short ones end the grid. Host-side only: the kernel is the default's, GROUP a runtime argument.
+* **Early Q** (``early_q``, a persistent-only trial, off by default). By default a consumer stages O through its
+  Q slot, waits for the TMA store to read it (store_wait) and only then frees the slot (q_empty), and the load
+  warp takes both Q slots before the next tile's first K/V: the next tile's Q and K_0 land a load latency after
+  the later consumer's epilogue. With early_q a consumer frees its Q slot once its last S = Q·Kᵀ has completed
+  (before the last P·V) and stores O straight from its accumulator registers (masked rows, no shared staging, no
+  store_wait), so the next tile's loads run under the last softmax, P·V and epilogue. Same shared memory as the
+  default (3 K/V slots fill it at d 128; a separate O buffer would not fit); the kernel takes O's tensor.
 
 Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
 memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
@@ -75,7 +82,9 @@ class GluonWsConfig:
     """block_m query rows per consumer warpgroup (the CTA tile is 2 x block_m), block_n keys per
     tile, num_stages K/V slots; pingpong: consumers take turns issuing MMAs; persistent: grid of SM
     count; consumer_regs / load_regs: setmaxnreg budgets of the worker consumer and the load warp; lpt:
-    the one-tile-per-program causal grid in equal L2-sized head groups, heaviest tiles first (lpt_group)."""
+    the one-tile-per-program causal grid in equal L2-sized head groups, heaviest tiles first (lpt_group);
+    early_q: each consumer frees its Q slot once its last Q·Kᵀ is done and stores O from registers, so a
+    persistent CTA's next Q and K/V load during the last P·V and the epilogue."""
 
     block_m: int = 64
     block_n: int = 128
@@ -85,6 +94,7 @@ class GluonWsConfig:
     consumer_regs: int = 240
     load_regs: int = 24
     lpt: bool = False
+    early_q: bool = False
 
     def __post_init__(self) -> None:
         # 128 rows per consumer spill under 240 registers (sm_90a compile: 1,064 stack bytes at d 128,
@@ -97,6 +107,9 @@ class GluonWsConfig:
         if any(r % 8 or not 24 <= r <= 256 for r in regs) or 2 * self.consumer_regs + self.load_regs > _REG_POOL:
             raise ValueError(f"register budgets must be multiples of 8 in 24..256 with 2 x consumer + load <= "
                              f"{_REG_POOL} (the default consumer gets the rest), got {self}")
+        if self.early_q and not self.persistent:
+            raise ValueError(f"early_q overlaps a tile's epilogue with the next tile's loads, which only a "
+                             f"persistent CTA has (persistent=True), got {self}")
         if self.lpt and self.persistent:
             raise ValueError(f"lpt orders the one-tile-per-program grid (persistent has its own head groups), "
                              f"got {self}")
@@ -106,8 +119,8 @@ class GluonWsConfig:
 CANDIDATE_CONFIGS = (GluonWsConfig(), GluonWsConfig(num_stages=2), GluonWsConfig(pingpong=False),
                      GluonWsConfig(persistent=True), GluonWsConfig(persistent=True, num_stages=2),
                      GluonWsConfig(block_n=64, num_stages=4))
-#: Trials, never in the kernel table: the probe times them with --rows ws-lpt, the GPU tests check them.
-TRIAL_CONFIGS = (GluonWsConfig(lpt=True),)
+#: Trials, never in the kernel table: the probe times them with --rows ws-lpt / ws-early-q, the GPU tests check them.
+TRIAL_CONFIGS = (GluonWsConfig(lpt=True), GluonWsConfig(persistent=True, early_q=True))
 
 
 def default_config(d: int) -> GluonWsConfig:
@@ -165,7 +178,8 @@ def _tile_work(t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL
 def _load_partition(descs, smem, bars, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """One warp: per tile the two query tiles (once their consumers have stored the last tile's O
-    out of them), then every key tile's K and V into the ring (once both consumers freed the slot)."""
+    out of them; early_q: once their last Q·Kᵀ is done), then every key tile's K and V into the ring
+    (once both consumers freed the slot)."""
     q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
@@ -250,10 +264,12 @@ def _consumer_loop(acc, acc_h, p, l_i, m_i, pos, k, j_lo, j_hi, q2, qh2, offs_m,
 
 
 @gluon.jit
-def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, BLOCK_M: gl.constexpr,
+def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: gl.constexpr,
                         BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
-                        NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """Consumer warpgroup C (4 warps): rows [C·BLOCK_M, (C+1)·BLOCK_M) of each CTA tile."""
+                        NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                        EARLY_Q: gl.constexpr):
+    """Consumer warpgroup C (4 warps): rows [C·BLOCK_M, (C+1)·BLOCK_M) of each CTA tile. EARLY_Q: O
+    (the output tensor) stored from registers, Q's slot freed after the tile's last Q·Kᵀ."""
     q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
@@ -302,6 +318,10 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, BLOCK_M: gl.c
         acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
             acc, acc_h, p, l_i, m_i, pos, k, gl.maximum(mid, 1), n_tiles, q2, qh2, offs_m, N_K, qk_scale, smem,
             bars, C, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, True, IS_CAUSAL)
+        if EARLY_Q:
+            # Every Q·Kᵀ of the tile has completed (each key tile's S was waited for) and O does not go
+            # through Q's slot: the load warp may bring the next tile's Q during the last P·V and the epilogue.
+            mbarrier.arrive(q_empty.index(C))
 
         # The last tile's P·V.
         k = _take_turn(turn, k, C, PINGPONG)
@@ -313,13 +333,40 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, BLOCK_M: gl.c
         mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
         pos += 1
 
-        # O through this consumer's query tile (its last Q·Kᵀ is done); once the store has read it,
-        # the load warp may bring the next tile's Q.
-        _store_tile(acc, acc_h, l_i, m_i, q_smem.index(C), _slot(qh_smem, C, D1), o_desc, oh_desc, L, b, h, bh,
-                    start_m, offs_m, N_Q, BLOCK_D, D1)
-        tma.store_wait(pendings=0)
-        mbarrier.arrive(q_empty.index(C))
+        if EARLY_Q:
+            _store_rows(acc, acc_h, l_i, m_i, O, L, bh, start_m, offs_m, N_Q, BLOCK_M, BLOCK_D, D1)
+        else:
+            # O through this consumer's query tile (its last Q·Kᵀ is done); once the store has read it,
+            # the load warp may bring the next tile's Q.
+            _store_tile(acc, acc_h, l_i, m_i, q_smem.index(C), _slot(qh_smem, C, D1), o_desc, oh_desc, L, b, h,
+                        bh, start_m, offs_m, N_Q, BLOCK_D, D1)
+            tma.store_wait(pendings=0)
+            mbarrier.arrive(q_empty.index(C))
         n_done += 1
+
+
+@gluon.jit
+def _store_rows(acc, acc_h, l_i, m_i, O, L, bh, start_m, offs_m, N_Q, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+                D1: gl.constexpr):
+    """early_q's epilogue: O = acc / l straight from the accumulator registers into the contiguous
+    (B·H, N_Q, BLOCK_D + D1) output (no shared staging, so nothing to wait for before the next tile; rows
+    past N_Q masked), lse by pointer as _store_tile."""
+    inv_l = 1.0 / l_i
+    _store_cols(acc * _rows(inv_l, acc), O, bh, start_m, N_Q, 0, BLOCK_M, BLOCK_D, BLOCK_D + D1)
+    if D1 > 0:
+        _store_cols(acc_h * _rows(inv_l, acc_h), O, bh, start_m, N_Q, BLOCK_D, BLOCK_M, D1, BLOCK_D + D1)
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
+    gl.store(L + bh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+
+
+@gluon.jit
+def _store_cols(x, O, bh, start_m, N_Q, COL0: gl.constexpr, BLOCK_M: gl.constexpr, WIDTH: gl.constexpr,
+                D: gl.constexpr):
+    """Columns [COL0, COL0 + WIDTH) of a BLOCK_M-row O tile (x in its accumulator layout)."""
+    rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, x.type.layout))
+    cols = COL0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, x.type.layout))
+    offs = gl.expand_dims((bh.to(gl.int64) * N_Q + rows) * D, 1) + gl.expand_dims(cols, 0)
+    gl.store(O + offs, x.to(O.dtype.element_ty), mask=gl.expand_dims(rows < N_Q, 1))
 
 
 # ---------------------------------------------------------------------------
@@ -331,9 +378,10 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
                       H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                      CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+                      CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, O, EARLY_Q: gl.constexpr):
     """Grid: tiles (one per program) or SMs (persistent); 4 warps (consumer 0) + a 4-warp consumer
-    + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows."""
+    + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows; O the output tensor
+    when EARLY_Q stores it from registers (else None: through o_desc)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
     k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
@@ -365,10 +413,10 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
     bars = (q_ready, q_empty, k_ready, v_ready, kv_empty, turn)
     sched = (L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP)
     gl.warp_specialize([
-        (_consumer_partition, (descs, smem, bars, sched, 0, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG,
-                               IS_CAUSAL)),
-        (_consumer_partition, (descs, smem, bars, sched, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG,
-                               IS_CAUSAL)),
+        (_consumer_partition, (descs, smem, bars, sched, O, 0, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
+                               PINGPONG, IS_CAUSAL, EARLY_Q)),
+        (_consumer_partition, (descs, smem, bars, sched, O, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
+                               PINGPONG, IS_CAUSAL, EARLY_Q)),
         (_load_partition, (descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -408,7 +456,7 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
         grid, group = (n_tiles, ), 1  # each head's query tiles in a row, heaviest first: stage 1's order
     args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d), n_m, n_bh, group,
             bm, bn, lo, hi, bool(is_causal), config.num_stages, config.pingpong, config.consumer_regs,
-            config.load_regs)
+            config.load_regs, o4 if config.early_q else None, config.early_q)
     return grid, args, {"num_warps": 4}
 
 
