@@ -214,8 +214,14 @@ def _store_tile(acc, acc_h, l_i, m_i, o_smem, oh_smem, o_desc, oh_desc, L, b, h,
     tma.async_copy_shared_to_global(o_desc, [b, h, start_m, 0], o_smem)
     if D1 > 0:
         tma.async_copy_shared_to_global(oh_desc, [b, h, start_m, BLOCK_D], oh_smem)
-    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
-    gl.store(L + pid_bh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+    _store_lse(L, pid_bh, N_Q, offs_m, m_i, l_i)
+
+
+@gluon.jit
+def _store_lse(L, bh, N_Q, offs_m, m_i, l_i):
+    """The rows' natural-log logsumexp (m_i and l_i in base 2) into L (B·H, N_Q), rows past N_Q dropped."""
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+    gl.store(L + bh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
 
 
 # ---------------------------------------------------------------------------

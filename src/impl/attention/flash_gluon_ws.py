@@ -62,7 +62,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma_wait)
 
-from .flash_gluon import _online_softmax, _pv_async, _qk_async, _rows, _store_tile
+from .flash_gluon import _online_softmax, _pv_async, _qk_async, _rows, _store_lse, _store_tile
 from .flash_gluon_common import (LOG2E, LaunchLog, _copy, _key_tiles, _mma_layout, _retire, _ring_pair, _slot, _tile_2d,
                                  as_4d, check_shared, descriptors, dims, forward_outputs, launch)
 
@@ -350,13 +350,12 @@ def _store_rows(acc, acc_h, l_i, m_i, O, L, bh, start_m, offs_m, N_Q, BLOCK_M: g
                 D1: gl.constexpr):
     """early_q's epilogue: O = acc / l straight from the accumulator registers into the contiguous
     (B·H, N_Q, BLOCK_D + D1) output (no shared staging, so nothing to wait for before the next tile; rows
-    past N_Q masked), lse by pointer as _store_tile."""
+    past N_Q masked), lse by _store_lse as _store_tile."""
     inv_l = 1.0 / l_i
     _store_cols(acc * _rows(inv_l, acc), O, bh, start_m, N_Q, 0, BLOCK_M, BLOCK_D, BLOCK_D + D1)
     if D1 > 0:
         _store_cols(acc_h * _rows(inv_l, acc_h), O, bh, start_m, N_Q, BLOCK_D, BLOCK_M, D1, BLOCK_D + D1)
-    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp
-    gl.store(L + bh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+    _store_lse(L, bh, N_Q, offs_m, m_i, l_i)
 
 
 @gluon.jit
