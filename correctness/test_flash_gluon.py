@@ -350,39 +350,21 @@ def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
 
 @gpu
 @needs_sm90
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("shape", [(1, 2, 129), (2, 2, 1029), (2, 4, 4096)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128])
-def test_ws_gpu_lpt_grid_matches_reference(d, is_causal, shape, dtype):
-    """The lpt grid (flash_gluon_ws.TRIAL_CONFIGS: head groups of 2, 4 and 8 here, ragged query tiles) against
-    the float64 reference, and bit-identical to the default grid: each tile's arithmetic is the same, only the
-    order the tiles run in differs."""
-    ws = flash_gluon_ws
-    (config,) = [c for c in ws.TRIAL_CONFIGS if c.lpt]
-    q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
-    o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, config)
-    r_o, r_lse = reference(q, k, v, is_causal)
-    assert rel_err(o, r_o) < TOL[dtype] and rel_err(lse, r_lse) < TOL[dtype], (rel_err(o, r_o), rel_err(lse, r_lse))
-    o2, lse2 = ws.flash_gluon_ws_forward(q, k, v, is_causal)
-    assert torch.equal(o, o2) and torch.equal(lse, lse2)
-
-
-@gpu
-@needs_sm90
+@pytest.mark.parametrize("trial", flash_gluon_ws.TRIAL_CONFIGS, ids=lambda c: "lpt" if c.lpt else "early_q")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [(1, 2, 129), (2, 2, 1029), (2, 4, 4096), (4, 8, 2048)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_ws_gpu_early_q_matches_reference(d, is_causal, shape, dtype):
-    """early_q (flash_gluon_ws.TRIAL_CONFIGS: Q's slot refilled while its consumer finishes the tile, O stored from
-    registers with rows past N masked) against the float64 reference, and bit-identical to the default grid (the
-    same arithmetic per tile). 2x4x4096 runs 256 CTA tiles and 4x8x2048 512 on the H100's 132 programs: each
-    program loops 2-4 times, so a Q refilled too early or a lost q_empty phase shows."""
+def test_ws_gpu_trial_configs_match_reference(d, is_causal, shape, dtype, trial):
+    """Each trial config (flash_gluon_ws.TRIAL_CONFIGS) against the float64 reference, and bit-identical to the
+    default grid (each tile's arithmetic is the same). lpt: head groups of 2, 4 and 8 here, ragged query tiles;
+    early_q: Q's slot refilled while its consumer finishes the tile, O stored from registers with rows past N
+    masked; 2x4x4096 runs 256 CTA tiles and 4x8x2048 512 on the H100's 132 programs, so each persistent program
+    loops 2-4 times and a Q refilled too early or a lost q_empty phase shows."""
     ws = flash_gluon_ws
     q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
-    o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, ws.GluonWsConfig(persistent=True, early_q=True))
+    o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, trial)
     r_o, r_lse = reference(q, k, v, is_causal)
     assert rel_err(o, r_o) < TOL[dtype] and rel_err(lse, r_lse) < TOL[dtype], (rel_err(o, r_o), rel_err(lse, r_lse))
     o2, lse2 = ws.flash_gluon_ws_forward(q, k, v, is_causal)
