@@ -87,10 +87,19 @@ class _Jit:
         return run
 
 
+def _drop_floors(monkeypatch):
+    """The dispatch reads the shipped table with every entry's min_seq 0 (its measured floors send short calls
+    to Triton, and these tests are about the Gluon path at short lengths)."""
+    from impl.attention import flash_dispatch
+    table = kt.shipped_table()
+    floorless = kt.KernelTable(tuple(dataclasses.replace(e, min_seq=0, losses=()) for e in table.entries), table.rule)
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: floorless)
+
+
 @pytest.fixture
 def fake_sm90(monkeypatch):
     """The dispatch on CPU tensors as on an sm_90 device, the Gluon kernels and the Triton preprocessing kernel
-    replaced by stand-ins; an empty plan cache. Returns the launch log."""
+    replaced by stand-ins; an empty plan cache; the table without its length floors. Returns the launch log."""
     from impl.attention import (flash_dispatch, flash_gluon_bwd_ws, flash_gluon_common, flash_gluon_ws,
                                 flash_kernels, flash_launch)
     log = []
@@ -102,6 +111,7 @@ def fake_sm90(monkeypatch):
                             (flash_kernels, "_attn_bwd_preprocess", _preprocess_kernel)):
         monkeypatch.setattr(mod, name, _Jit(getattr(mod, name), name, body, log))
     monkeypatch.setattr(flash_launch, "_calls", {})
+    _drop_floors(monkeypatch)
     return log
 
 
@@ -201,7 +211,7 @@ def test_the_signature_changes_with_everything_the_launches_depend_on(fake_sm90,
     assert twice(q, k, v, o, do, lse, options=FlashOptions(kernels="auto", tma=False)) == [["jit"] * 3,
                                                                                           ["direct"] * 3]
     n = len(flash_launch._calls)
-    table = kt.shipped_table()
+    table = flash_dispatch.shipped_table()  # fake_sm90's, without floors
     other = []
     for e in table.entries:
         if e.key == ("fwd", "sm_90", 128, True, "bfloat16"):
@@ -330,12 +340,8 @@ def _gpu_inputs(shape, seed):
 
 @pytest.fixture
 def no_floors(monkeypatch):
-    """The shipped table with every entry's min_seq 0: the GPU plan tests run the Gluon kernels at short lengths,
-    which a measured floor would send to Triton."""
-    from impl.attention import flash_dispatch
-    table = kt.shipped_table()
-    floorless = kt.KernelTable(tuple(dataclasses.replace(e, min_seq=0, losses=()) for e in table.entries), table.rule)
-    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: floorless)
+    """The GPU plan tests run the Gluon kernels at short lengths, which a measured floor would send to Triton."""
+    _drop_floors(monkeypatch)
 
 
 @pytest.mark.gpu
@@ -433,7 +439,7 @@ def test_a_call_shorter_than_the_entrys_min_seq_runs_triton_and_gets_no_gluon_pl
     gets its plans."""
     from impl.attention import flash_dispatch, flash_launch
     log = fake_sm90
-    table = kt.shipped_table()
+    table = flash_dispatch.shipped_table()  # fake_sm90's, without floors
     floored = kt.KernelTable(tuple(dataclasses.replace(e, min_seq=64) if e.d == 128 and e.causal else e
                                    for e in table.entries), table.rule)
     monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: floored)
