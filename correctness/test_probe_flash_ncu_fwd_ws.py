@@ -17,12 +17,13 @@ def probe():
         yield module
 
 
-def test_defaults_are_the_16k_shape_and_the_two_persistent_variants(probe):
+def test_defaults_are_the_16k_shape_and_the_three_persistent_variants(probe):
     args = probe.parse_args([])
     assert args.shape == (4, 16, 16384, 128) and not args.full and args.time == 0
-    assert args.variants == ("ws-persistent", "ws-early-q")
+    assert args.variants == ("ws-persistent", "ws-o-regs", "ws-early-q")
     from impl.attention.flash_gluon_ws import TRIAL_CONFIGS, GluonWsConfig
     assert GluonWsConfig(**probe.VARIANTS["ws-early-q"]) in TRIAL_CONFIGS
+    assert GluonWsConfig(**probe.VARIANTS["ws-o-regs"]) in TRIAL_CONFIGS
     assert GluonWsConfig(**probe.VARIANTS["ws-persistent"]) == GluonWsConfig(persistent=True)
 
 

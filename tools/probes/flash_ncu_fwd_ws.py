@@ -1,7 +1,8 @@
 """Issue 47: the ws forward's persistent grid with and without early_q, timed interleaved and under Nsight Compute.
 
 early_q measured 15.5% slower than the persistent default at 4x16x16384x128 causal and 6% at 4x32x4096x128 full
-(NOTES.md, "the early_q slowdown"), though its key loops compile to the same SASS. Two uses:
+(NOTES.md, "the early_q slowdown"), though its key loops compile to the same SASS; ws-o-regs splits its two
+changes (the store from registers alone, Q freed late). Two uses:
 - `--time ROUNDS`: do_bench medians of the variants alternated ROUNDS times (no ncu): is the slowdown there
   again, in every round, whichever variant runs first?
 - under ncu (`--ncu-command` prints the two commands, PROFILES): each variant once between cudaProfilerStart/Stop
@@ -24,8 +25,10 @@ from flash_ncu import profiled, require_gpu  # the probe beside this one (on sys
 PROG = "flash_ncu_fwd_ws"
 SHAPE_16K = (4, 16, 16384, 128)  # where early_q lost most (8.908 ms against 7.710)
 KERNEL_REGEX = r"_attn_fwd_ws_sm90"
-#: name -> GluonWsConfig fields: the per-tile grid, the persistent default, the early_q trial.
+#: name -> GluonWsConfig fields: the per-tile grid, the persistent default, early_q's store from registers alone
+#: (o_regs: Q freed late, as the default), the early_q trial (the store and Q freed early).
 VARIANTS: Dict[str, dict] = {"ws": {}, "ws-persistent": {"persistent": True},
+                             "ws-o-regs": {"persistent": True, "o_regs": True},
                              "ws-early-q": {"persistent": True, "early_q": True}}
 #: report name -> (sections, extra metrics). "fwd": L2 sectors and hit rate, DRAM bytes (is the K/V stream
 #: missing L2 more?), the global stores by request and sector (early_q's O from registers), the tensor pipe.
@@ -45,7 +48,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", default=",".join(map(str, SHAPE_16K)), help="B,H,N,D (bf16; default 4,16,16384,128)")
     ap.add_argument("--full", action="store_true", help="full attention (default causal)")
-    ap.add_argument("--variants", default="ws-persistent,ws-early-q",
+    ap.add_argument("--variants", default="ws-persistent,ws-o-regs,ws-early-q",
                     help=f"comma-separated, launch order kept: {', '.join(VARIANTS)}")
     ap.add_argument("--warmup", type=int, default=2, help="unprofiled calls of each variant first")
     ap.add_argument("--time", type=int, default=0, metavar="ROUNDS",
