@@ -59,7 +59,8 @@ def compile_sm90(d, causal, config, dtype=torch.bfloat16):
     q, k, v = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
     grid, args, opts = mod.launch_args(q, k, v, o, lse, causal, config)
-    return compile_for_sm90(fn, args, opts, divisible=("L",) + (("O",) if getattr(config, "early_q", False) else ()))
+    from_regs = getattr(config, "early_q", False) or getattr(config, "o_regs", False)
+    return compile_for_sm90(fn, args, opts, divisible=("L",) + (("O",) if from_regs else ()))
 
 rows = []
 for d in (64, 80, 96, 128):
@@ -112,8 +113,9 @@ def test_gluon_forward_compiles_for_hopper(kernel):
         assert r["local"] == 0 and r["stack"] == 0, f"spills: {r}"
         assert r["regs"] <= 255, r
         assert r["hgmma"] > 0 and r["hmma"] == 0, r
-        # early_q (a ws trial) stores O from registers: no TMA store
-        assert r["tma_loads"] > 0 and (r["tma_stores"] == 0) == ("early_q=True" in r["config"]), r
+        # early_q and o_regs (ws trials) store O from registers: no TMA store
+        from_regs = "early_q=True" in r["config"] or "o_regs=True" in r["config"]
+        assert r["tma_loads"] > 0 and (r["tma_stores"] == 0) == from_regs, r
         if kernel == "stage1":
             assert r["predicted"] - 16 < r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
             continue
@@ -186,7 +188,8 @@ def test_gluon_forward_refuses_configs_over_shared_memory(kernel, config):
 @pytest.mark.parametrize("fields,match", [(dict(block_m=128), "spill"), (dict(block_n=32), "block_n"),
                                           (dict(num_stages=5), "num_stages"), (dict(consumer_regs=248), "register"),
                                           (dict(load_regs=20), "register"), (dict(lpt=True, persistent=True), "lpt"),
-                                          (dict(early_q=True), "persistent")])
+                                          (dict(early_q=True), "persistent"), (dict(o_regs=True), "o_regs"),
+                                          (dict(o_regs=True, early_q=True, persistent=True), "o_regs")])
 def test_ws_config_refuses_what_cannot_compile_cleanly(fields, match):
     with pytest.raises(ValueError, match=match):
         flash_gluon_ws.GluonWsConfig(**fields)
@@ -234,9 +237,14 @@ def test_ws_early_q_launch_adds_only_the_output_tensor():
     config = ws.GluonWsConfig(persistent=True)
     grid, args, opts = ws.launch_args(q, k, v, o, lse, True, config)
     egrid, eargs, eopts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True, early_q=True))
-    assert (egrid, eopts, eargs[8:-2]) == (grid, opts, args[8:-2]) and args[-2:] == (None, False)
-    assert eargs[-2].data_ptr() == o.data_ptr() and eargs[-2].shape == o.shape and eargs[-1] is True
+    assert (egrid, eopts, eargs[8:-3]) == (grid, opts, args[8:-3]) and args[-3:] == (None, False, False)
+    assert eargs[-3].data_ptr() == o.data_ptr() and eargs[-3].shape == o.shape and eargs[-2:] == (True, False)
     assert ws.shared_bytes(128, ws.GluonWsConfig(persistent=True, early_q=True)) == ws.shared_bytes(128, config)
+    # o_regs (early_q's A/B: its store from registers, Q freed late): the same launch, the other constexpr
+    rgrid, rargs, ropts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True, o_regs=True))
+    assert (rgrid, ropts, rargs[:-2]) == (egrid, eopts, eargs[:-2]) and rargs[-2:] == (False, True)
+    assert ws.GluonWsConfig(persistent=True, o_regs=True) in ws.TRIAL_CONFIGS
+    assert not any(c.o_regs for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).o_regs
 
 
 def test_gluon_forward_is_off_the_default_paths():
@@ -325,7 +333,8 @@ def _config_id(c) -> str:
     if isinstance(c, flash_gluon.GluonFwdConfig):
         return f"stage1-{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}"
     return (f"ws-{c.block_m}x{c.block_n}s{c.num_stages}" + ("-pingpong" if c.pingpong else "")
-            + ("-persistent" if c.persistent else "") + ("-lpt" if c.lpt else "") + ("-early-q" if c.early_q else ""))
+            + ("-persistent" if c.persistent else "") + ("-lpt" if c.lpt else "") + ("-early-q" if c.early_q else "")
+            + ("-o-regs" if c.o_regs else ""))
 
 
 @gpu
@@ -350,7 +359,8 @@ def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
 
 @gpu
 @needs_sm90
-@pytest.mark.parametrize("trial", flash_gluon_ws.TRIAL_CONFIGS, ids=lambda c: "lpt" if c.lpt else "early_q")
+@pytest.mark.parametrize("trial", flash_gluon_ws.TRIAL_CONFIGS,
+                         ids=lambda c: "lpt" if c.lpt else "early_q" if c.early_q else "o_regs")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [(1, 2, 129), (2, 2, 1029), (2, 4, 4096), (4, 8, 2048)],
                          ids=lambda s: "x".join(map(str, s)))
@@ -360,8 +370,9 @@ def test_ws_gpu_trial_configs_match_reference(d, is_causal, shape, dtype, trial)
     """Each trial config (flash_gluon_ws.TRIAL_CONFIGS) against the float64 reference, and bit-identical to the
     default grid (each tile's arithmetic is the same). lpt: head groups of 2, 4 and 8 here, ragged query tiles;
     early_q: Q's slot refilled while its consumer finishes the tile, O stored from registers with rows past N
-    masked; 2x4x4096 runs 256 CTA tiles and 4x8x2048 512 on the H100's 132 programs, so each persistent program
-    loops 2-4 times and a Q refilled too early or a lost q_empty phase shows."""
+    masked (o_regs: the same store, Q refilled after it); 2x4x4096 runs 256 CTA tiles and 4x8x2048 512 on the
+    H100's 132 programs, so each persistent program loops 2-4 times and a Q refilled too early or a lost q_empty
+    phase shows."""
     ws = flash_gluon_ws
     q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
     o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, trial)
@@ -397,7 +408,7 @@ def test_ws_gpu_schedules_agree_bitwise(d, is_causal):
     o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal)
     for config in (ws.GluonWsConfig(pingpong=False), ws.GluonWsConfig(persistent=True),
                    ws.GluonWsConfig(persistent=True, num_stages=2, pingpong=False),
-                   ws.GluonWsConfig(persistent=True, early_q=True)):
+                   ws.GluonWsConfig(persistent=True, early_q=True), ws.GluonWsConfig(persistent=True, o_regs=True)):
         o2, lse2 = ws.flash_gluon_ws_forward(q, k, v, is_causal, config)
         assert torch.equal(o, o2) and torch.equal(lse, lse2), config
     # A persistent grid smaller than the tiles, built by hand: 7 programs walk 17 tiles each.
@@ -405,11 +416,11 @@ def test_ws_gpu_schedules_agree_bitwise(d, is_causal):
     grid, args, opts = ws.launch_args(q, k, v, o3, lse3, is_causal, ws.GluonWsConfig(persistent=True), num_sms=7)
     ws._attn_fwd_ws_sm90[grid](*args, **opts)
     assert torch.equal(o, o3) and torch.equal(lse, lse3)
-    o4, lse4 = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda")  # early_q: 7 programs, 17 tiles each
-    grid, args, opts = ws.launch_args(q, k, v, o4, lse4, is_causal, ws.GluonWsConfig(persistent=True, early_q=True),
-                                      num_sms=7)
-    ws._attn_fwd_ws_sm90[grid](*args, **opts)
-    assert torch.equal(o, o4) and torch.equal(lse, lse4)
+    for config in (ws.GluonWsConfig(persistent=True, early_q=True), ws.GluonWsConfig(persistent=True, o_regs=True)):
+        o4, lse4 = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda")  # 7 programs, 17 tiles each
+        grid, args, opts = ws.launch_args(q, k, v, o4, lse4, is_causal, config, num_sms=7)
+        ws._attn_fwd_ws_sm90[grid](*args, **opts)
+        assert torch.equal(o, o4) and torch.equal(lse, lse4), config
 
 
 # ------------------------------- flash_gluon_ws and flash_gluon as model attentions (the 8B step's options)

@@ -310,6 +310,9 @@ def test_the_builder_leaves_later_fields_out_at_their_default():
         assert "early_q" not in dict(builder._config_pairs(GluonWsConfig()))  # the forward's early-Q trial
         early = GluonWsConfig(persistent=True, early_q=True)
         assert GluonWsConfig(**dict(builder._config_pairs(early))) == early
+        assert "o_regs" not in dict(builder._config_pairs(GluonWsConfig()))  # early_q's A/B (its store alone)
+        regs = GluonWsConfig(persistent=True, o_regs=True)
+        assert GluonWsConfig(**dict(builder._config_pairs(regs))) == regs
 
 
 @needs_gluon

@@ -130,7 +130,7 @@ def _bwd_variants():
 #: every variant compiled before the field existed keeps its name (and compares against an older dump).
 #: GluonBwdConfig: stages 3d, 4b, 4c.
 _LATER_FIELDS = {"dq_stages": 1, "rebuild": False, "prefetch": False, "refill_first": False, "lpt": False,
-                 "early_q": False}
+                 "early_q": False, "o_regs": False}
 
 
 def _config_tag(config) -> str:
@@ -187,8 +187,9 @@ def _compile(v):
         q, k, v_ = (torch.randn(2, 3, 1000, d, dtype=dt) for _ in range(3))
         o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
         grid, args, opts = mod.launch_args(q, k, v_, o, lse, causal, config)
-        # early_q's output pointer (stored from registers) is 16-byte aligned at a launch, as L
-        aligned = ("L",) + (("O",) if getattr(config, "early_q", False) else ())
+        # early_q's / o_regs' output pointer (stored from registers) is 16-byte aligned at a launch, as L
+        from_regs = getattr(config, "early_q", False) or getattr(config, "o_regs", False)
+        aligned = ("L",) + (("O",) if from_regs else ())
         return fn, compile_for_sm90(fn, args, opts, divisible=aligned)
     if kind == "bwd":
         from impl.attention import flash_gluon_bwd as mod

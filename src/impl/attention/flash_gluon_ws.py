@@ -41,6 +41,8 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   (before the last P·V) and stores O straight from its accumulator registers (masked rows, no shared staging, no
   store_wait), so the next tile's loads run under the last softmax, P·V and epilogue. Same shared memory as the
   default (3 K/V slots fill it at d 128; a separate O buffer would not fit); the kernel takes O's tensor.
+  **O from registers** (``o_regs``, persistent only, off): early_q's store with the default's late q_empty, the
+  A/B that splits early_q's two changes (it measured slower than the default persistent grid; NOTES.md).
 
 Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
 memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
@@ -84,7 +86,8 @@ class GluonWsConfig:
     count; consumer_regs / load_regs: setmaxnreg budgets of the worker consumer and the load warp; lpt:
     the one-tile-per-program causal grid in equal L2-sized head groups, heaviest tiles first (lpt_group);
     early_q: each consumer frees its Q slot once its last Q·Kᵀ is done and stores O from registers, so a
-    persistent CTA's next Q and K/V load during the last P·V and the epilogue."""
+    persistent CTA's next Q and K/V load during the last P·V and the epilogue; o_regs: early_q's store from
+    registers without its early release of Q (a diagnostic A/B of early_q's two changes)."""
 
     block_m: int = 64
     block_n: int = 128
@@ -95,6 +98,7 @@ class GluonWsConfig:
     load_regs: int = 24
     lpt: bool = False
     early_q: bool = False
+    o_regs: bool = False
 
     def __post_init__(self) -> None:
         # 128 rows per consumer spill under 240 registers (sm_90a compile: 1,064 stack bytes at d 128,
@@ -110,6 +114,9 @@ class GluonWsConfig:
         if self.early_q and not self.persistent:
             raise ValueError(f"early_q overlaps a tile's epilogue with the next tile's loads, which only a "
                              f"persistent CTA has (persistent=True), got {self}")
+        if self.o_regs and (self.early_q or not self.persistent):
+            raise ValueError(f"o_regs is early_q's store from registers with Q freed late, a persistent-only A/B "
+                             f"(persistent=True, early_q=False), got {self}")
         if self.lpt and self.persistent:
             raise ValueError(f"lpt orders the one-tile-per-program grid (persistent has its own head groups), "
                              f"got {self}")
@@ -120,7 +127,8 @@ CANDIDATE_CONFIGS = (GluonWsConfig(), GluonWsConfig(num_stages=2), GluonWsConfig
                      GluonWsConfig(persistent=True), GluonWsConfig(persistent=True, num_stages=2),
                      GluonWsConfig(block_n=64, num_stages=4))
 #: Trials, never in the kernel table: the probe times them with --rows ws-lpt / ws-early-q, the GPU tests check them.
-TRIAL_CONFIGS = (GluonWsConfig(lpt=True), GluonWsConfig(persistent=True, early_q=True))
+TRIAL_CONFIGS = (GluonWsConfig(lpt=True), GluonWsConfig(persistent=True, early_q=True),
+                 GluonWsConfig(persistent=True, o_regs=True))
 
 
 def default_config(d: int) -> GluonWsConfig:
@@ -267,9 +275,10 @@ def _consumer_loop(acc, acc_h, p, l_i, m_i, pos, k, j_lo, j_hi, q2, qh2, offs_m,
 def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: gl.constexpr,
                         BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                         NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                        EARLY_Q: gl.constexpr):
+                        EARLY_Q: gl.constexpr, O_REGS: gl.constexpr):
     """Consumer warpgroup C (4 warps): rows [C·BLOCK_M, (C+1)·BLOCK_M) of each CTA tile. EARLY_Q: O
-    (the output tensor) stored from registers, Q's slot freed after the tile's last Q·Kᵀ."""
+    (the output tensor) stored from registers, Q's slot freed after the tile's last Q·Kᵀ; O_REGS: O stored
+    from registers, Q's slot freed after the store (the default's point)."""
     q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
@@ -333,8 +342,10 @@ def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: g
         mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
         pos += 1
 
-        if EARLY_Q:
+        if EARLY_Q or O_REGS:
             _store_rows(acc, acc_h, l_i, m_i, O, L, bh, start_m, offs_m, N_Q, BLOCK_M, BLOCK_D, D1)
+            if not EARLY_Q:  # o_regs: Q freed where the default frees it (nothing to wait for: no TMA store)
+                mbarrier.arrive(q_empty.index(C))
         else:
             # O through this consumer's query tile (its last Q·Kᵀ is done); once the store has read it,
             # the load warp may bring the next tile's Q.
@@ -377,10 +388,11 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
                       H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                      CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, O, EARLY_Q: gl.constexpr):
+                      CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, O, EARLY_Q: gl.constexpr,
+                      O_REGS: gl.constexpr):
     """Grid: tiles (one per program) or SMs (persistent); 4 warps (consumer 0) + a 4-warp consumer
     + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows; O the output tensor
-    when EARLY_Q stores it from registers (else None: through o_desc)."""
+    when EARLY_Q or O_REGS stores it from registers (else None: through o_desc)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
     k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
@@ -413,9 +425,9 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
     sched = (L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP)
     gl.warp_specialize([
         (_consumer_partition, (descs, smem, bars, sched, O, 0, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
-                               PINGPONG, IS_CAUSAL, EARLY_Q)),
+                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS)),
         (_consumer_partition, (descs, smem, bars, sched, O, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
-                               PINGPONG, IS_CAUSAL, EARLY_Q)),
+                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS)),
         (_load_partition, (descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -455,7 +467,7 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
         grid, group = (n_tiles, ), 1  # each head's query tiles in a row, heaviest first: stage 1's order
     args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d), n_m, n_bh, group,
             bm, bn, lo, hi, bool(is_causal), config.num_stages, config.pingpong, config.consumer_regs,
-            config.load_regs, o4 if config.early_q else None, config.early_q)
+            config.load_regs, o4 if config.early_q or config.o_regs else None, config.early_q, config.o_regs)
     return grid, args, {"num_warps": 4}
 
 
