@@ -86,8 +86,9 @@ def _labels(direction: str) -> Dict[str, Dict[str, object]]:
 
 #: Config fields added after entries were written, left out of an entry at their default so that the entries of
 #: configs from before them are unchanged (their launcher takes the default): GluonBwdWsConfig.block_m and
-#: GluonWsConfig.lpt and .early_q (issue 47).
-_LATER_FIELDS = {"GluonBwdWsConfig": {"block_m": 64}, "GluonWsConfig": {"lpt": False, "early_q": False}}
+#: .dq_own_keys, GluonWsConfig.lpt and .early_q (issue 47).
+_LATER_FIELDS = {"GluonBwdWsConfig": {"block_m": 64, "dq_own_keys": False},
+                 "GluonWsConfig": {"lpt": False, "early_q": False}}
 
 
 def _config_pairs(config) -> kt.Config:
