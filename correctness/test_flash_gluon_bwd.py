@@ -1178,7 +1178,7 @@ import json, torch
 from impl.attention import flash_gluon_bwd_ws as mod
 from kits.sm90_compile import compile_for_sm90, cubin_figures
 rows = []
-for config in (mod.GluonBwdWsConfig(), *mod.TRIAL_CONFIGS):
+for config in (mod.GluonBwdWsConfig(), mod.GluonBwdWsConfig(block_m=128)):
     for causal in (False, True):
         q, k, v, do = (torch.randn(2, 3, 1000, 64, dtype=torch.bfloat16) for _ in range(4))
         lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
@@ -1242,7 +1242,8 @@ def test_ws_backward_refuses_128_row_tiles_at_d128():
     assert ws.shared_bytes(128, 2, 2, 128) == 295_568 > SM90_MAX_SHARED
     assert ws.shared_bytes(64, 2, 2, 128) == 164_496 and ws.shared_bytes(64) == 98_960
     a = _args((1, 2, 40, 128))
-    msg = (r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*block_m=128\) runs at head dims \(64,\) only .*"
+    msg = (r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*block_m=128, dq_own_keys=False\) runs at head dims "
+           r"\(64,\) only \(128-row query tiles: .*"
            r"got head dim 128$")
     with pytest.raises(ValueError, match=msg):
         ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, config)
@@ -1271,7 +1272,109 @@ def test_ws_backward_launch_args_128_row_tiles():
         assert len(cargs) <= len(base) + 3 and all(x.block_shape[2] == 64 for x in cargs[:7])
 
 
-@pytest.mark.parametrize("field", ["rebuild", "release_before_dq"])
+_COMPILE_WS_OWN = r"""
+import json, torch
+from impl.attention import flash_gluon_bwd_ws as mod
+from kits.sm90_compile import compile_for_sm90, cubin_figures
+rows = []
+own = mod.GluonBwdWsConfig(dq_own_keys=True)
+cases = [(c, causal, torch.bfloat16) for c in (mod.GluonBwdWsConfig(), own) for causal in (False, True)]
+cases += [(own, True, torch.float16), (mod.GluonBwdWsConfig(dq_own_keys=True, num_stages=3), True, torch.bfloat16),
+          (mod.GluonBwdWsConfig(dq_own_keys=True, release_before_dq=True), True, torch.bfloat16)]
+for config, causal, dtype in cases:
+    q, k, v, do = (torch.randn(2, 3, 1000, 64, dtype=dtype) for _ in range(4))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                       torch.empty_like(v), causal, config)
+    ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
+    rows.append(dict(own=config.dq_own_keys, causal=causal, stages=config.num_stages, release=config.release_before_dq,
+                     fp16=dtype == torch.float16, predicted=mod.shared_bytes(64, 2, config.num_stages, 64,
+                                                                             config.dq_own_keys),
+                     **cubin_figures(ck)))
+print(json.dumps(rows))
+"""
+
+
+def test_ws_backward_own_key_dq_compiles_for_hopper():
+    """Issue 47, ws dQ over a consumer's own keys (GluonBwdWsConfig(dq_own_keys=True), d 64): 12 warps within the
+    240 / 24 budgets and no spills (full, causal, fp16 causal, with a third slot, with release_before_dq), the same
+    wgmma and ex2 counts as the default (the same 8 m64n32k16 dQ products a consumer, over K = 64), twice its dQ
+    reduce-adds (each consumer adds both 32-column halves of its share), and 16 KB more shared memory (two more fp32
+    staging tiles of 64 x 32)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    rows = json.loads(run_without_interpreter(_COMPILE_WS_OWN))
+    base = {r["causal"]: r for r in rows if not r["own"]}
+    for r in rows:
+        print(f"\nws d 64 own={r['own']} causal={r['causal']} stages={r['stages']} release={r['release']} "
+              f"fp16={r['fp16']}: regs {r['regs']}, stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared "
+              f"{r['shared']} B, HGMMA {r['hgmma']}, ex2 {r['ex2']}, UTMAREDG {r['tma_reduce']}, BAR.SYNC "
+              f"{r['bar_sync']}, budget: regs touched {r['partitions']}")
+        assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
+        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        assert r["hgmma"] > 0 and r["hmma"] == 0 and r["tma_reduce"] > 0, r
+        assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+        b = base[r["causal"]]
+        assert (r["hgmma"], r["ex2"]) == (b["hgmma"], b["ex2"]), r
+        if r["own"]:
+            assert r["tma_reduce"] == 2 * b["tma_reduce"], r
+            slots = (r["stages"] - 2) * (2 * 64 * 64 * 2 + 48)
+            assert r["shared"] - slots == b["shared"] + 2 * 64 * 32 * 4 - 64, r  # the unused dQ handshake's 64 B
+    assert ws.GluonBwdWsConfig(dq_own_keys=True) in ws.TRIAL_CONFIGS
+    assert not any(c.dq_own_keys for c in ws.CANDIDATE_CONFIGS)
+
+
+@pytest.mark.parametrize("fields", [dict(block_m=128), dict(rebuild=False), dict(block_m=128, rebuild=False)],
+                         ids=["m128", "stage3b", "both"])
+def test_ws_backward_config_refuses_own_key_dq_with_wide_tiles_or_without_rebuild(fields):
+    """dq_own_keys adds a 16-register dQ accumulator half: refused where the consumers are already nearer the budget
+    (128-row query tiles: spilling; stage 3b's kernel: 216-226 of 240 registers at d 64)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    got = f"block_m={fields.get('block_m', 64)}, rebuild={fields.get('rebuild', True)}"
+    with pytest.raises(ValueError, match=rf"^GluonBwdWsConfig: dq_own_keys needs block_m=64 and rebuild=True .*{got}$"):
+        ws.GluonBwdWsConfig(dq_own_keys=True, **fields)
+
+
+def test_ws_backward_refuses_own_key_dq_at_d128():
+    """dq_own_keys at d 128: each consumer's share of dQ is 64 × 128 fp32 (two 32-register halves, +32 registers over
+    the default's one half): refused by the launcher and the entry point, naming the config and the head dim."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    config = ws.GluonBwdWsConfig(dq_own_keys=True)
+    assert config.head_dims == ws.DQ_OWN_KEYS_HEAD_DIMS == (64,)
+    a = _args((1, 2, 40, 128))
+    msg = (r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*dq_own_keys=True\) runs at head dims \(64,\) only "
+           r"\(dq_own_keys: registers and shared memory\), got head dim 128$")
+    with pytest.raises(ValueError, match=msg):
+        ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, config)
+    with pytest.raises(ValueError, match=msg):
+        ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True, config)
+
+
+def test_ws_backward_launch_args_own_key_dq():
+    """dq_own_keys passes all five trailing constexprs (REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ = True) with
+    the default's descriptors (dQ blocks of 64 x 32: each consumer adds its share in two 32-column halves) and grid;
+    shared_bytes adds two fp32 staging tiles of 64 x 32; the candidates' arguments are unchanged."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((1, 2, 300, 64))
+    bufs = _ws_bufs(a)
+    config = ws.GluonBwdWsConfig(dq_own_keys=True)
+    grid, args, opts = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, config)
+    grid2, base, opts2 = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, ws.GluonBwdWsConfig(False))
+    assert (grid, opts) == (grid2, opts2) == (((300 + 127) // 128, 2), {"num_warps": 4})
+    assert args[len(base):] == (True, 2, False, 64, True)
+    assert [x.block_shape for x in args[:7]] == [x.block_shape for x in base[:7]]
+    assert args[4].block_shape == [1, 1, 64, 32]
+    assert ws.shared_bytes(64, 2, 2, 64, True) == ws.shared_bytes(64) + 2 * 64 * 32 * 4 == 115_344
+    for c in ws.CANDIDATE_CONFIGS:
+        assert len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, c)[1]) <= len(base) + 3
+
+
+@pytest.mark.parametrize("field", ["rebuild", "release_before_dq", "dq_own_keys"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_ws_backward_config_refuses_a_flag_that_is_not_a_bool(field, value):
     from impl.attention import flash_gluon_bwd_ws as ws
@@ -1443,5 +1546,36 @@ def test_ws_backward_d64_m128_gpu_matches_reference(shape, is_causal, dtype, mon
     the Sᵀ / dPᵀ accumulators, dSᵀ from the rounded Pᵀ; against the reference at ragged and unequal lengths."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
-    (config,) = ws.TRIAL_CONFIGS
+    config = ws.GluonBwdWsConfig(block_m=128)
+    assert config in ws.TRIAL_CONFIGS
     _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch, dtype)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", WS_M128_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_d64_own_keys_gpu_matches_reference(shape, is_causal, dtype, monkeypatch):
+    """Issue 47, ws dQ over a consumer's own keys (TRIAL_CONFIGS, d 64): each consumer adds dS_c·K_c by reduce-add
+    with no dQ handshake; against the reference at ragged and unequal lengths (a last key tile of one key: the
+    second consumer's keys all masked; more keys than queries; 2x4x4096)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    config = ws.GluonBwdWsConfig(dq_own_keys=True)
+    assert config in ws.TRIAL_CONFIGS
+    _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch, dtype)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("fields", [dict(num_stages=3), dict(release_before_dq=True)], ids=["s3", "release"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(1, 3, 257, 129), (2, 2, 130, 700), (2, 4, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_d64_own_keys_ring_variants_gpu_match_reference(shape, is_causal, fields, monkeypatch):
+    """dq_own_keys with a third ring slot, and with the slot freed before dQ's products retire (release_before_dq):
+    the consumers drift apart by up to the ring's depth, so the ring's phases are exercised past one tile of lead."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    _ws_backward_gpu_check(shape, 64, is_causal, ws.GluonBwdWsConfig(dq_own_keys=True, **fields), monkeypatch)

@@ -578,10 +578,25 @@ def test_auto_on_sm90_runs_the_d64_ws_backward_where_the_table_names_it(config, 
 def test_auto_on_sm90_runs_the_d64_ws_backward_m128_where_the_table_names_it(causal, shape, dtype, monkeypatch):
     """Issue 47, ws 128-row query tiles (TRIAL_CONFIGS: never in the shipped table): a d 64 entry naming it (its JSON
     config with block_m 128) runs it through the public path."""
-    from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS
+    from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS, GluonBwdWsConfig
 
-    (config,) = TRIAL_CONFIGS
+    config = GluonBwdWsConfig(block_m=128)
+    assert config in TRIAL_CONFIGS
     _auto_ws_backward(config, causal, shape, dtype, 64, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)")
+@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)], ids=["2x3x300", "1x4x1029", "1x2x4096"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_auto_on_sm90_runs_the_d64_ws_backward_own_keys_where_the_table_names_it(causal, shape, monkeypatch):
+    """Issue 47, ws dQ over a consumer's own keys (TRIAL_CONFIGS: never in the shipped table): a d 64 entry naming it
+    (its JSON config with dq_own_keys) runs it through the public path, bf16."""
+    from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS, GluonBwdWsConfig
+
+    config = GluonBwdWsConfig(dq_own_keys=True)
+    assert config in TRIAL_CONFIGS
+    _auto_ws_backward(config, causal, shape, torch.bfloat16, 64, monkeypatch)
 
 
 def _auto_ws_backward(config, causal, shape, dtype, d, monkeypatch):

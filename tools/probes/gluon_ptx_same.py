@@ -123,6 +123,10 @@ def _bwd_variants():
     out.append(("bwdws", 64, True, "fp16", ws.GluonBwdWsConfig()))
     for causal in (False, True):  # issue 47, ws 128-row query tiles (d 64 only)
         out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(block_m=128)))
+    for causal in (False, True):  # issue 47, ws dQ over a consumer's own keys (d 64 only), and with a third slot
+        out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True)))
+    out.append(("bwdws", 64, True, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, num_stages=3)))
+    out.append(("bwdws", 64, True, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, release_before_dq=True)))
     return out
 
 
@@ -140,7 +144,8 @@ def _config_tag(config) -> str:
         tag = "fixed-rebuild" if config.rebuild else "fixed"
         tag += f"-s{config.num_stages}" if config.num_stages != 2 else ""  # issue 47, ws refill: named only when set
         tag += "-release" if config.release_before_dq else ""
-        return tag + (f"-m{config.block_m}" if config.block_m != 64 else "")  # ws 128-row query tiles: when set
+        tag += f"-m{config.block_m}" if config.block_m != 64 else ""  # ws 128-row query tiles: when set
+        return tag + ("-ownkeys" if config.dq_own_keys else "")  # ws dQ over a consumer's own keys: when set
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []

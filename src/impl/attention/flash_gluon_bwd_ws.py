@@ -53,6 +53,15 @@ registers) beside dK and dV (32 + 32), so the row statistics (32 registers each,
 through _row_stats) did not fit: lse and D are folded into the Sᵀ and dPᵀ accumulators, loaded through one address
 (_tile_stat), and dSᵀ is formed from the rounded Pᵀ. Full attention compiles without spills, causal with 64 B of
 stack (NOTES.md): hence a trial config, timed by the probe on request, not a candidate.
+
+Issue 47, ws dQ over a consumer's own keys (``dq_own_keys``, d 64 only; a TRIAL_CONFIGS entry, off by default):
+dQ_tile = dS·K is a sum over keys, so each consumer may add its own 64 keys' share, dS_c·K_c, instead of its half
+of d over all 128 keys. Neither consumer then reads the other's dSᵀ or K half: the ds_ready / ds_free handshake,
+which holds the two consumers in lockstep each tile (so that their exp2 / dS phases coincide and the tensor core
+idles through them), is gone, and each consumer runs its tiles as far as the Q/dO ring lets it. The products are
+the same instructions (two N = 32 halves of d, K = 64 instead of 128: the same 8 m64n32k16 a consumer); the cost
+is twice the dQ reduce-adds (each consumer adds a whole 64 × 64 fp32 tile: two 32-column staging tiles of its
+own) and one more 16-register accumulator half live across the products (NOTES.md).
 """
 
 from __future__ import annotations
@@ -78,6 +87,8 @@ BLOCK_N = gl.constexpr(128)
 KEYS = gl.constexpr(64)
 #: Query-tile heights (GluonBwdWsConfig.block_m) -> the head dims they run at: 128 at d 64 only (module docstring).
 BLOCK_M_HEAD_DIMS = {64: (64, 128), 128: (64,)}
+#: The head dims GluonBwdWsConfig.dq_own_keys runs at: its two dQ halves are 2 × d / 2 × 64 / 128 fp32 registers.
+DQ_OWN_KEYS_HEAD_DIMS = (64,)
 NUM_STAGES = gl.constexpr(2)
 CONSUMER_REGS = gl.constexpr(240)
 LOAD_REGS = gl.constexpr(24)
@@ -111,15 +122,22 @@ class GluonBwdWsConfig:
     ds_ready / ds_free handshakes, the dQ staging store and reduce-add, the ring's barriers, the row statistics) are
     paid once per 128 query rows instead of per 64, FA3's kBlockM = 128 at d 64. At d 128 a consumer would hold Sᵀ
     and dPᵀ (64 × 128 fp32: 64 + 64 registers) beside dK and dV (64 × 128: 64 + 64), 256 of its 240, and the CTA
-    295,568 B of shared memory: not possible."""
+    295,568 B of shared memory: not possible.
+
+    dq_own_keys (issue 47, ws dQ over a consumer's own keys; d 64, rebuild, block_m 64 only): each consumer adds
+    dS_c·K_c over its 64 keys to dQ (both 32-column halves, by reduce-add) instead of its 32-column half over all
+    128 keys, with no ds_ready / ds_free handshake: the consumers no longer run each tile in lockstep (module
+    docstring). Refused at d 128 (two 64 × 64 fp32 dQ halves, +32 registers, over the budget), with block_m 128 and
+    without rebuild (both nearer the 240-register budget than the +16 it needs)."""
 
     rebuild: bool = True
     num_stages: int = 2
     release_before_dq: bool = False
     block_m: int = 64
+    dq_own_keys: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("rebuild", "release_before_dq"):
+        for name in ("rebuild", "release_before_dq", "dq_own_keys"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdWsConfig: {name} must be a bool, got {getattr(self, name)!r}")
         if type(self.num_stages) is not int or self.num_stages not in (2, 3):
@@ -128,11 +146,15 @@ class GluonBwdWsConfig:
         if type(self.block_m) is not int or self.block_m not in BLOCK_M_HEAD_DIMS:
             raise ValueError(f"GluonBwdWsConfig: block_m must be one of {tuple(BLOCK_M_HEAD_DIMS)} (query rows a "
                              f"tile), got {self.block_m!r}")
+        if self.dq_own_keys and (self.block_m != 64 or not self.rebuild):
+            raise ValueError(f"GluonBwdWsConfig: dq_own_keys needs block_m=64 and rebuild=True (registers: its second "
+                             f"dQ accumulator half does not fit beside the others), got block_m={self.block_m}, "
+                             f"rebuild={self.rebuild}")
 
     @property
     def head_dims(self) -> Tuple[int, ...]:
-        """The head dims this config runs at (HEAD_DIMS, or d 64 alone with 128-row query tiles)."""
-        return BLOCK_M_HEAD_DIMS[self.block_m]
+        """The head dims this config runs at (HEAD_DIMS, or d 64 alone with 128-row query tiles or dq_own_keys)."""
+        return DQ_OWN_KEYS_HEAD_DIMS if self.dq_own_keys else BLOCK_M_HEAD_DIMS[self.block_m]
 
 
 #: What the GPU probe (tools/probes/flash_gluon_bwd.py, rows "ws+gluon-bwd-ws") and the GPU tests run: the
@@ -140,15 +162,19 @@ class GluonBwdWsConfig:
 CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonBwdWsConfig(release_before_dq=True),
                      GluonBwdWsConfig(num_stages=3), GluonBwdWsConfig(num_stages=3, release_before_dq=True))
 #: Configs that run but compile with spills (read in NOTES.md): never a candidate, so never in the kernel table; the
-#: probe times them with --ws-trials and the GPU tests check them. Issue 47, ws 128-row query tiles (d 64 only).
-TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128),)
+#: probe times them with --ws-trials and the GPU tests check them. Issue 47, ws 128-row query tiles (d 64 only);
+#: ws dQ over a consumer's own keys (d 64 only; no spills, but unmeasured: a trial until a GPU run says otherwise).
+TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128), GluonBwdWsConfig(dq_own_keys=True))
 
 
-def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64) -> int:
-    """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves; mbarriers; the ws captures (bound). At d 64: 98,960 B
-    (64-row query tiles), 164,496 B (128-row); at d 128 with 128-row tiles 295,568 B, over the H100's 232,448."""
-    bm, bn, ns = block_m, BLOCK_N.value, num_stages
-    return (2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + bm * d * 4 + 16 * 3 + 3 * 16 * ns + WS_CAPTURE_BYTES
+def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64,
+                 dq_own_keys: bool = False) -> int:
+    """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves (four with dq_own_keys); mbarriers; the ws captures
+    (bound). At d 64: 98,960 B (64-row query tiles), 115,344 B (dq_own_keys), 164,496 B (128-row); at d 128 with
+    128-row tiles 295,568 B, over the H100's 232,448."""
+    bm, bn, ns, nq = block_m, BLOCK_N.value, num_stages, 2 if dq_own_keys else 1
+    return ((2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + nq * bm * d * 4 + 16 * 3 + 3 * 16 * ns
+            + WS_CAPTURE_BYTES)
 
 
 def check_head_dim(d: int, config: Optional[GluonBwdWsConfig] = None) -> None:
@@ -156,7 +182,8 @@ def check_head_dim(d: int, config: Optional[GluonBwdWsConfig] = None) -> None:
     if d not in K_SWIZZLE:
         raise ValueError(f"{FN}: head dim must be one of {HEAD_DIMS}, got {d}")
     if config is not None and d not in config.head_dims:
-        raise ValueError(f"{FN}: {config} runs at head dims {config.head_dims} only ({config.block_m}-row query tiles: "
+        why = "dq_own_keys" if config.dq_own_keys else f"{config.block_m}-row query tiles"
+        raise ValueError(f"{FN}: {config} runs at head dims {config.head_dims} only ({why}: "
                          f"registers and shared memory), got head dim {d}")
 
 
@@ -245,15 +272,50 @@ def _dpt_minus_d(v2, do2, st_zero, D_base, m0, N_Q):
 
 
 @gluon.jit
+def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, dq_smem, slot_free, dq_desc, b, h, m0, sm_scale,
+                 C: gl.constexpr, EARLY_RELEASE: gl.constexpr):
+    """GluonBwdWsConfig.dq_own_keys: consumer C's share of the tile's dQ, dS_c·K_c over its own 64 keys (both halves
+    of d, N = d / 2 as K's 64-byte swizzle allows), added by reduce-add through its own two staging tiles; nothing
+    waits for the other consumer. Frees the Q/dO slot (slot_free) and returns dV and dK with their products
+    retired. Its dSᵀ tile is free for the next tile's store once the products retire: the warpgroup barrier after
+    the staging wait orders every warp's product wait before any warp's next store."""
+    BLOCK_M: gl.constexpr = dst16.shape[1]
+    HALF: gl.constexpr = k2.shape[1] // 2
+    my_ds.store(dst16)
+    fence_async_shared()
+    gl.thread_barrier()  # every warp's dSᵀ rows are written before the warpgroup's products read them
+    zero = gl.zeros([BLOCK_M, HALF], gl.float32, _mma_layout(4, HALF))
+    ds_q = my_ds.permute((1, 0))
+    lo = warpgroup_mma(ds_q, k2.slice(0, HALF, dim=1), zero, use_acc=False, is_async=True)
+    hi = warpgroup_mma(ds_q, k2.slice(HALF, HALF, dim=1), zero, use_acc=False, is_async=True)
+    if EARLY_RELEASE:  # dV's and dK's groups retire (dQ's two stay in flight): Q and dO are read no more
+        dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pt16, ds16))
+        mbarrier.arrive(slot_free)
+        lo, hi = warpgroup_mma_wait(num_outstanding=0, deps=(lo, hi))
+    else:
+        dv, dk, lo, hi, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, lo, hi, pt16, ds16))
+        mbarrier.arrive(slot_free)
+    tma.store_wait(pendings=0)  # this consumer's staging tiles: its previous reduce-adds have read them
+    gl.thread_barrier()
+    dq_smem.index(2 * C).reshape([BLOCK_M, HALF]).store(lo * sm_scale)
+    dq_smem.index(2 * C + 1).reshape([BLOCK_M, HALF]).store(hi * sm_scale)
+    fence_async_shared()
+    gl.thread_barrier()
+    _tma_reduce_add(dq_desc, [b, h, m0, 0], dq_smem.index(2 * C))
+    _tma_reduce_add(dq_desc, [b, h, m0, HALF], dq_smem.index(2 * C + 1))
+    return dv, dk
+
+
+@gluon.jit
 def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
                    MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
-                   EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr):
+                   EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr = False):
     """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
     and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
     0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
     so their wgmma descriptors are rebuilt each tile instead of being hoisted and held (stage 4b's technique,
     flash_gluon_bwd._q_loop). STAGES: the Q/dO ring's slots; EARLY_RELEASE: GluonBwdWsConfig.release_before_dq;
-    BLOCK_M: the query tile's rows (GluonBwdWsConfig.block_m)."""
+    BLOCK_M: the query tile's rows (GluonBwdWsConfig.block_m); OWN_DQ: GluonBwdWsConfig.dq_own_keys (_own_dq_tile)."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
@@ -325,38 +387,42 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
             dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
         ds16 = gl.convert_layout(dst16, a_layout)
         dk = warpgroup_mma(ds16, q2, dk, is_async=True)
-        # dSᵀ rows of this consumer into the shared tile, once both consumers' dQ products of the
-        # previous tile are done with it (a fresh barrier counts phase -1 as complete).
-        mbarrier.wait(ds_free, (t & 1) ^ 1)
-        my_ds.store(dst16)
-        fence_async_shared()
-        mbarrier.arrive(ds_ready)
-        mbarrier.wait(ds_ready, t & 1)
-        dq = warpgroup_mma(ds_lo.permute((1, 0)), kq0, gl.zeros([BLOCK_M, HALF], gl.float32, dq_layout),
-                           use_acc=False, is_async=True)
-        dq = warpgroup_mma(ds_hi.permute((1, 0)), kq1, dq, is_async=True)
-        if EARLY_RELEASE:  # dV's and dK's groups retire (dQ's two stay in flight): Q and dO are read no more
-            dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pt16, ds16))
-            mbarrier.arrive(slot_empty.index(slot))
-            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
-            mbarrier.arrive(ds_free)
+        if OWN_DQ:
+            dv, dk = _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, dq_smem, slot_empty.index(slot), dq_desc,
+                                  b, h, m0, sm_scale, C, EARLY_RELEASE)
         else:
-            dv, dk, dq, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt16, ds16))
-            mbarrier.arrive(ds_free)
-            mbarrier.arrive(slot_empty.index(slot))
-        # This consumer's half of dQ: its staging tile is free once its previous reduce has read it.
-        tma.store_wait(pendings=0)
-        gl.thread_barrier()
-        my_dq.reshape([BLOCK_M, HALF]).store(dq * sm_scale)
-        fence_async_shared()
-        gl.thread_barrier()
-        _tma_reduce_add(dq_desc, [b, h, m0, C * HALF], my_dq)
+            # dSᵀ rows of this consumer into the shared tile, once both consumers' dQ products of the
+            # previous tile are done with it (a fresh barrier counts phase -1 as complete).
+            mbarrier.wait(ds_free, (t & 1) ^ 1)
+            my_ds.store(dst16)
+            fence_async_shared()
+            mbarrier.arrive(ds_ready)
+            mbarrier.wait(ds_ready, t & 1)
+            dq = warpgroup_mma(ds_lo.permute((1, 0)), kq0, gl.zeros([BLOCK_M, HALF], gl.float32, dq_layout),
+                               use_acc=False, is_async=True)
+            dq = warpgroup_mma(ds_hi.permute((1, 0)), kq1, dq, is_async=True)
+            if EARLY_RELEASE:  # dV's and dK's groups retire (dQ's two stay in flight): Q and dO are read no more
+                dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pt16, ds16))
+                mbarrier.arrive(slot_empty.index(slot))
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+                mbarrier.arrive(ds_free)
+            else:
+                dv, dk, dq, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt16, ds16))
+                mbarrier.arrive(ds_free)
+                mbarrier.arrive(slot_empty.index(slot))
+            # This consumer's half of dQ: its staging tile is free once its previous reduce has read it.
+            tma.store_wait(pendings=0)
+            gl.thread_barrier()
+            my_dq.reshape([BLOCK_M, HALF]).store(dq * sm_scale)
+            fence_async_shared()
+            gl.thread_barrier()
+            _tma_reduce_add(dq_desc, [b, h, m0, C * HALF], my_dq)
     return dk, dv
 
 
 @gluon.jit
 def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
-                        EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr):
+                        EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
@@ -370,16 +436,18 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
     dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD, STAGES,
-                            EARLY_RELEASE, BLOCK_M)
+                            EARLY_RELEASE, BLOCK_M, OWN_DQ)
     if n0 + BLOCK_N > N_K:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ)
     else:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
-    # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete.
-    mbarrier.wait(ds_free, (n_t - 1) & 1)
+    # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete. OWN_DQ: only this consumer's
+    # products read its K half, and they have retired.
+    if not OWN_DQ:
+        mbarrier.wait(ds_free, (n_t - 1) & 1)
     dtype: gl.constexpr = q_desc.dtype
     rows_k = k_smem.index(C)
     rows_v = v_smem.index(C)
@@ -395,11 +463,12 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
 @gluon.jit
 def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, L, Delta,
                       H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False,
-                      STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False, BLOCK_M: gl.constexpr = 64):
+                      STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False, BLOCK_M: gl.constexpr = 64,
+                      OWN_DQ: gl.constexpr = False):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
     Descriptors rank 4 over (B, H, N, d): K, V, dK, dV blocks of 64 rows (KEYS: two halves, one per consumer),
-    Q and dO blocks of BLOCK_M rows, dQ (fp32) (1, 1, BLOCK_M, d / 2). REBUILD, STAGES, EARLY_RELEASE, BLOCK_M:
-    GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m (_consumer_loop)."""
+    Q and dO blocks of BLOCK_M rows, dQ (fp32) (1, 1, BLOCK_M, d / 2). REBUILD, STAGES, EARLY_RELEASE, BLOCK_M,
+    OWN_DQ: GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m, dq_own_keys (_consumer_loop)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128 or BLOCK_D == 64, "head dim 128 or 64 (K_SWIZZLE)")
@@ -409,7 +478,8 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     q_smem, do_smem = _ring_pair(q_desc, do_desc, STAGES, BLOCK_M, BLOCK_D)
     ds_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M],
                                         gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype))
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, 1, BLOCK_M, BLOCK_D // 2], dq_desc.layout)
+    DQ_TILES: gl.constexpr = 4 if OWN_DQ else 2  # a consumer's dQ half, or (OWN_DQ) both halves of its share
+    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_TILES, 1, 1, BLOCK_M, BLOCK_D // 2], dq_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -430,8 +500,8 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     bars = (kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free)
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
-        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M)),
-        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M)),
+        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ)),
+        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ)),
         (_load_partition, (descs, smem, bars, sched, STAGES, BLOCK_M)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -439,13 +509,14 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
 def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
-    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M are passed up to the last one
-    the config sets (stage 3b's arguments without rebuild; the default's with rebuild alone)."""
+    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ are passed up to the
+    last one the config sets (stage 3b's arguments without rebuild; the default's with rebuild alone)."""
     config = config or GluonBwdWsConfig()
     q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
     B, H, n_q, d = q4.shape
     check_head_dim(d, config)
-    check_shared(shared_bytes(d, q.element_size(), config.num_stages, config.block_m), d, "ws backward", FN)
+    check_shared(shared_bytes(d, q.element_size(), config.num_stages, config.block_m, config.dq_own_keys), d,
+                 "ws backward", FN)
     if config.rebuild and n_q >= 1 << 30:
         raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
                          f"fewer than 2^30 query rows, got {n_q}: {config}")
@@ -456,9 +527,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, keys, 0, d, swizzle), _descriptor(v4, keys, 0, d),
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, keys, 0, d, swizzle),
             _descriptor(dv4, keys, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
-    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M against the kernel's defaults for them
-    later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m)
-    args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, (False, NUM_STAGES.value, False, 64)))
+    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ against the kernel's defaults for them
+    later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m, config.dq_own_keys)
+    args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, (False, NUM_STAGES.value, False, 64, False)))
                         if v != off), default=0)]
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
 
@@ -492,6 +563,7 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     return dq32.to(q.dtype), dk, dv
 
 
-__all__ = ["BLOCK_M_HEAD_DIMS", "CANDIDATE_CONFIGS", "GluonBwdWsConfig", "HEAD_DIMS", "K_SWIZZLE", "KEYS",
+__all__ = ["BLOCK_M_HEAD_DIMS", "CANDIDATE_CONFIGS", "DQ_OWN_KEYS_HEAD_DIMS", "GluonBwdWsConfig", "HEAD_DIMS",
+           "K_SWIZZLE", "KEYS",
            "TRIAL_CONFIGS", "check_head_dim",
            "flash_gluon_backward_ws", "launch_args", "shared_bytes"]
