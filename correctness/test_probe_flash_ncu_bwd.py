@@ -31,7 +31,9 @@ def test_defaults_are_the_8b_shape_and_every_variant(probe):
 
 @pytest.mark.parametrize("argv,match", [(["--shape", "1,2,3"], "B,H,N,D"), (["--shape", "a,b,c,d"], "integers"),
                                         (["--variants", "one-pass,atomic"], "unknown"),
-                                        (["--shape", "4,32,4096,64"], "head dim 128 only"),
+                                        (["--shape", "4,32,4096,80", "--variants", "ws"],
+                                         "ws runs at head dims 64, 128 only, not 80"),
+                                        (["--variants", "ws-own-keys"], "ws-own-keys runs at head dims 64 only, not 128"),
                                         (["--warmup", "0"], "warmup"),
                                         (["--carveout", "101"], "--carveout: carve-out 101: a percent")])
 def test_refuses_bad_arguments(probe, argv, match, capsys):
@@ -83,3 +85,11 @@ def test_refuses_without_an_sm90_gpu(probe, monkeypatch, capsys):
     probe.main(["--ncu-command"])  # needs no GPU
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("ncu ") for line in lines)
+
+
+def test_d64_takes_the_ws_backward_and_its_own_keys_trial(probe):
+    """At d 64 the ws backward (the kernel table's config there) and the dq_own_keys trial profile side by side."""
+    args = probe.parse_args(["--shape", "1,16,16384,64", "--variants", "ws,ws-own-keys,cudnn"])
+    assert probe.kernels(args.variants) == ["_attn_bwd_ws_sm90", "_attn_bwd_ws_sm90",
+                                            "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
+    assert "ws,ws-own-keys,cudnn" in probe.ncu_command(args)

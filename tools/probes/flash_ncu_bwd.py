@@ -1,4 +1,4 @@
-"""Issue 47: the d 128 backward kernels under Nsight Compute, one invocation, fixed configs.
+"""Issue 47: the d 128 (and d 64) backward kernels under Nsight Compute, one invocation, fixed configs.
 
 Between cudaProfilerStart/Stop (flash_ncu.profiled: every compile, cuDNN plan and the pinned Triton
 config's first launch happen in the warm-up before it) each chosen variant runs its backward once,
@@ -9,7 +9,8 @@ from the same q, k, v, dO and the ws forward's o and lse (cuDNN: its own forward
 - one-pass-atomic: the same with dq "atomic" (stage 3e: dQ added from registers by atomics, no staging);
 - one-pass-rebuild: one-pass with rebuild=True (stage 4b: the resident tiles' wgmma descriptors rebuilt each
   query tile; no stack, no spills at d 128);
-- ws: flash_gluon_backward_ws (stage 3b, warp-specialized one pass);
+- ws: flash_gluon_backward_ws (stage 3b, warp-specialized one pass; its default config, the kernel table's at d 64);
+- ws-own-keys: the same with dq_own_keys (d 64 only: each consumer adds dQ over its own 64 keys, no handshake);
 - split-triton: the dK/dV-only kernel + the Triton dQ kernel pinned at TRITON_DQ (no autotuning);
 - split-gluon: the same dK/dV kernel + the Gluon dQ kernel (stage 3c) at its default tiles;
 - cudnn: SDPA cuDNN's backward (autograd.grad with the graph retained).
@@ -55,25 +56,28 @@ PROFILES = {
 class Variant:
     name: str
     kernels: Tuple[str, ...]  # the launches KERNEL_REGEX selects, in order
-    d128_only: bool = False
+    head_dims: Optional[Tuple[int, ...]] = None  # the head dims it runs at (None: any the probe takes)
 
 
 VARIANTS = (Variant("one-pass", ("_attn_bwd_sm90",)),
             Variant("one-pass-dq2", ("_attn_bwd_sm90",)),
             Variant("one-pass-atomic", ("_attn_bwd_sm90",)),
             Variant("one-pass-rebuild", ("_attn_bwd_sm90",)),
-            Variant("ws", ("_attn_bwd_ws_sm90",), d128_only=True),
+            Variant("ws", ("_attn_bwd_ws_sm90",), head_dims=(64, 128)),
+            Variant("ws-own-keys", ("_attn_bwd_ws_sm90",), head_dims=(64,)),
             Variant("split-triton", ("_attn_bwd_dq", "_attn_bwd_sm90")),
             Variant("split-gluon", ("_attn_bwd_dq_sm90", "_attn_bwd_sm90")),
             Variant("cudnn", ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop",)))
 BY_NAME = {v.name: v for v in VARIANTS}
+#: --variants' default: every variant that runs at the default shape's head dim (128).
+DEFAULT_VARIANTS = tuple(v.name for v in VARIANTS if v.head_dims is None or SHAPE_8B[3] in v.head_dims)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", default=",".join(map(str, SHAPE_8B)), help="B,H,N,D (bf16; default the 8B step's)")
     ap.add_argument("--full", action="store_true", help="full attention (default causal)")
-    ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS),
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help=f"comma-separated, launch order kept: {', '.join(BY_NAME)}")
     ap.add_argument("--warmup", type=int, default=2, help="unprofiled calls of each variant first")
     ap.add_argument("--carveout", type=int, default=None, metavar="PCT",
@@ -96,8 +100,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if unknown or not names:
         ap.error(f"--variants: unknown {unknown} (known: {', '.join(BY_NAME)})")
     args.variants = tuple(BY_NAME[n] for n in names)
-    if args.shape[3] != 128 and any(v.d128_only for v in args.variants):
-        ap.error("--variants: ws runs at head dim 128 only")
+    for v in args.variants:
+        if v.head_dims is not None and args.shape[3] not in v.head_dims:
+            ap.error(f"--variants: {v.name} runs at head dims {', '.join(map(str, v.head_dims))} only, "
+                     f"not {args.shape[3]}")
     if args.warmup < 1:
         ap.error("--warmup must be >= 1 (the first call compiles)")
     return args
@@ -135,7 +141,7 @@ def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from impl.attention import flash_gluon_bwd as gbwd
-    from impl.attention.flash_gluon_bwd_ws import flash_gluon_backward_ws
+    from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig, flash_gluon_backward_ws
     from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
     from impl.attention.flash_options import FlashOptions, with_configs
 
@@ -160,7 +166,10 @@ def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:
     def ours(config):
         return lambda: gbwd.flash_gluon_backward(q, k, v, o, do, lse, causal, config, pinned)
 
-    fns = {"ws": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal), "cudnn": cudnn}
+    fns = {"ws": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal),
+           "ws-own-keys": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal,
+                                                          GluonBwdWsConfig(dq_own_keys=True)),
+           "cudnn": cudnn}
     fns.update({name: ours(c) for name, c in configs.items()})
     return [fns[var.name] for var in args.variants]
 
