@@ -1,12 +1,12 @@
 """tools/probes/flash_gluon_bwd.py (issue 47's do_bench probe of the Gluon backward) on the CPU: its plan, the
-row labels --only selects by, and the dry run (no GPU touched)."""
+row labels --only selects by, and the dry run (no GPU touched); --rounds with a faked measure."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from kits.probes import probe_module
+from kits.probes import probe_module, run_faked
 
 pytest.importorskip("triton.experimental.gluon")  # the plan reads flash_gluon_bwd's configs
 
@@ -334,3 +334,43 @@ def test_a_short_row_runs_the_ws_kernels_through_the_dispatch(probe, monkeypatch
         ("gluon_ws", config_pairs(flash_gluon_ws.default_config(128)))] * 2
     assert [(c[7].kernels, c[8], c[9]) for c in calls if len(c) == 10] == [
         ("auto", "gluon_ws", config_pairs(CANDIDATE_CONFIGS[4]))] * 2
+
+
+#: Two rows at one shape: cuDNN (its bwd a difference) and the ws backward's default.
+ROUNDS_ONLY = [r"^4x32x4096x128 (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild)$"]
+
+
+def test_rounds_below_one_are_refused_by_name(probe, capsys):
+    with pytest.raises(SystemExit):
+        probe.main(["--dry-run", "--rounds", "0"])
+    assert "argument --rounds: must be >= 1" in capsys.readouterr().err
+
+
+def test_one_round_is_the_plan_as_before_and_rounds_add_the_timings_without_compiles(probe, capsys):
+    argv = ["--dry-run", "--skip-triton", "--only", ROUNDS_ONLY[0]]
+    probe.main(argv)
+    before = capsys.readouterr().out
+    probe.main([*argv, "--rounds", "1"])
+    assert capsys.readouterr().out == before and before.splitlines()[-1].endswith("; budget 420 s")
+    rows = probe.plan(skip_triton=True, only=tuple(ROUNDS_ONLY))
+    later = sum(probe.est_s(r["shape"], r["impl"], False) for r in rows)
+    assert later < sum(r["est"] for r in rows)  # the first round pays the ws row's compile
+    probe.main([*argv, "--rounds", "3"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[:-1] == before.splitlines()[:-1]
+    assert out[-1].startswith(f"2 rows, estimate {sum(r['est'] for r in rows) + 2 * later:.0f} s (3 rounds")
+
+
+def test_rounds_reverse_the_order_and_report_each_quantitys_median(probe, monkeypatch, tmp_path):
+    cudnn, ws = "4x32x4096x128 cudnn", "4x32x4096x128 ws+gluon-bwd-ws ws 64x128 s2 rebuild"
+    times = {cudnn: [dict(fwd=1.0, bwd=2.0, **{"fwd+bwd": 3.0}), dict(fwd=1.2, bwd=2.6, **{"fwd+bwd": 3.8}),
+                     dict(fwd=1.1, bwd=2.3, **{"fwd+bwd": 3.4})],
+             ws: [dict(fwd=1.0, bwd=3.0, **{"fwd+bwd": 4.0}), dict(fwd=0.9, bwd=2.9, **{"fwd+bwd": 3.8}),
+                  dict(fwd=1.3, bwd=3.1, **{"fwd+bwd": 4.4})]}
+    res, order = run_faked(monkeypatch, probe, ["--only", ROUNDS_ONLY[0], "--rounds", "3"], tmp_path / "bwd.json",
+                           times)
+    assert order == [cudnn, ws, ws, cudnn, cudnn, ws] and res["rounds"] == 3
+    c, w = res["rows"]
+    assert c["fwd+bwd_rounds"] == [3.0, 3.8, 3.4] and c["fwd+bwd"] == 3.4 and c["bwd"] == 2.3 and c["rounds"] == 3
+    assert (w["fwd"], w["bwd"], w["fwd+bwd"]) == (1.0, 3.0, 4.0) and w["/cudnn"] == pytest.approx(4.0 / 3.4)
+    assert "dq_ms_rounds" not in w  # no dQ kernel timed alone

@@ -1,13 +1,14 @@
 """tools/probes/flash_gluon_fwd.py (issue 47's probe of the Gluon forwards) on the CPU: its --short plan (the
 kernel table's min_seq), the --only selection of the lead's call, that the short rows run the kernels=auto
-path; --shapes / --rows select the rows a trial's GPU call times, and the default plan has no trial rows."""
+path; --shapes / --rows select the rows a trial's GPU call times, and the default plan has no trial rows; --rounds
+(rows timed again in rounds, the order reversed every other one, medians reported) with a faked measure."""
 from __future__ import annotations
 
 import argparse
 
 import pytest
 
-from kits.probes import probe_module
+from kits.probes import probe_module, run_faked
 
 pytest.importorskip("triton.experimental.gluon")  # the plan reads flash_gluon_ws's configs
 
@@ -103,3 +104,70 @@ def test_the_early_q_call_times_the_persistent_grid_with_and_without_it(probe):
 
     (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-early-q",))]
     assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].early_q and row["config"].persistent
+
+
+#: The early_q A/B's call (NOTES.md, "Probe rounds"): each shape's rows timed in 5 rounds.
+EARLY_Q_AB = ["--shapes", "4x16x16384x128", "4x32x4096x128:full", "--rows", "cudnn", "ws-persistent", "ws-early-q"]
+
+
+def test_rounds_below_one_are_refused_by_name(probe, capsys):
+    for bad in ("0", "-1", "x"):
+        with pytest.raises(SystemExit):
+            probe.main(["--dry-run", *EARLY_Q_AB, "--rounds", bad])
+        assert "argument --rounds:" in capsys.readouterr().err
+
+
+def test_one_round_is_the_plan_as_before_and_rounds_add_their_estimate(probe, capsys):
+    probe.main(["--dry-run", *EARLY_Q_AB])
+    before = capsys.readouterr().out
+    probe.main(["--dry-run", *EARLY_Q_AB, "--rounds", "1"])
+    assert capsys.readouterr().out == before
+    assert before.splitlines()[-1] == "6 rows, estimate 122 s; budget 420 s"
+    probe.main(["--dry-run", *EARLY_Q_AB, "--rounds", "5"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[:-1] == before.splitlines()[:-1]  # the same rows; 4 later rounds of 6 rows at RETIME_S each
+    assert out[-1] == "6 rows, estimate 170 s (5 rounds: the first 122 s, each later one 12 s); budget 420 s"
+
+
+def _early_q_times(shape, cudnn, persistent, early_q):
+    return {f"{shape} cudnn": [{"ms": x} for x in cudnn],
+            f"{shape} gluon-ws 2x64x128 s3 pp persist": [{"ms": x} for x in persistent],
+            f"{shape} gluon-ws 2x64x128 s3 pp persist early-q": [{"ms": x} for x in early_q]}
+
+
+def test_rounds_reverse_the_order_and_report_medians_and_their_ratios(probe, monkeypatch, tmp_path, capsys):
+    times = {**_early_q_times("4x16x16384x128", [1.0, 3.0, 2.0], [2.0, 2.2, 9.0], [3.0, 2.4, 2.2]),
+             **_early_q_times("4x32x4096x128 full", [1.0] * 3, [1.5] * 3, [1.6] * 3)}
+    res, order = run_faked(monkeypatch, probe, [*EARLY_Q_AB, "--rounds", "3"], tmp_path / "fwd.json", times)
+    labels = list(times)
+    assert order == labels[:3] + labels[:3][::-1] + labels[:3] + labels[3:] + labels[3:][::-1] + labels[3:]
+    assert res["rounds"] == 3 and not res["stopped_by_budget"]
+    cudnn, persistent, early_q = res["rows"][:3]
+    assert (cudnn["ms"], cudnn["ms_rounds"], cudnn["rounds"]) == (2.0, [1.0, 3.0, 2.0], 3)
+    assert persistent["ms"] == 2.2 and persistent["/cudnn"] == pytest.approx(1.1)  # median over median
+    assert early_q["ms"] == 2.4 and early_q["ms_rounds"] == [3.0, 2.4, 2.2]
+    out = capsys.readouterr().out
+    assert "medians over 3 rounds" in out and "4x16x16384x128: 3 of 3 rounds (medians)" in out
+
+
+def test_one_round_writes_the_json_as_before(probe, monkeypatch, tmp_path):
+    times = {**_early_q_times("4x16x16384x128", [1.0], [2.0], [3.0]),
+             **_early_q_times("4x32x4096x128 full", [1.0], [1.5], [1.6])}
+    res, order = run_faked(monkeypatch, probe, EARLY_Q_AB, tmp_path / "fwd.json", times)
+    assert order == list(times) and "rounds" not in res
+    assert set(res["rows"][1]) == {"shape", "shape_name", "impl", "config", "ms", "err", "wrong", "error", "s",
+                                   "tflops", "/cudnn", "/triton"} and res["rows"][1]["/cudnn"] == 2.0
+
+
+def test_a_round_past_the_budget_stops_the_run_between_whole_rounds(probe, monkeypatch, tmp_path):
+    """cuDNN and SDPA flash (2 s estimates, no compile) at two shapes, 5 s a fake timing, budget 20 s: the first
+    shape's round 2 (4 s) starts at 10 s, its round 3 would end past 20 s: the run stops, the second shape left
+    out."""
+    argv = ["--shapes", "4x32x4096x128", "4x32x2048x128", "--rows", "cudnn", "sdpa-flash", "--rounds", "3",
+            "--budget-s", "20"]
+    times = {f"{s} {impl}": [{"ms": 1.0}, {"ms": 2.0}] for s in ("4x32x4096x128", "4x32x2048x128")
+             for impl in ("cudnn", "sdpa flash")}
+    res, order = run_faked(monkeypatch, probe, argv, tmp_path / "fwd.json", times, step_s=5.0)
+    assert len(order) == 4 and res["stopped_by_budget"] and res["rounds_cut"] == "4x32x4096x128: 2 of 3"
+    assert res["left_out"] == ["4x32x2048x128 cudnn", "4x32x2048x128 sdpa flash"]
+    assert [(r["rounds"], r["ms"]) for r in res["rows"]] == [(2, 1.5), (2, 1.5)]

@@ -44,11 +44,22 @@ call the table sent to them, and our Triton kernels through flash_launch's, that
 by called_timer.called_ms (back-to-back calls: host cost included where the host is slower, as users see it;
 do_bench would hide it) and marked "timer": "called".
 
-A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
-A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row.
+--rounds R (default 1: each row timed once, as before): per shape (a run of consecutive rows of one shape, as the
+plan orders them), its rows are measured once as above (compiles, the error check, the first timings), then timed
+R-1 more times with the same timers (and carve-out), the row order reversed every other round (tools/probes/
+rounds.py), so that no row always runs last. A row's "fwd", "bwd", "fwd+bwd" (and "dq_ms") are then the medians of
+their "<quantity>_rounds" lists (in the order measured; cuDNN's "bwd" each round's difference; "rounds": how many),
+/cudnn and /triton ratios of medians, and the JSON's top-level "rounds" says R.
+
+A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out. A later round
+starts only whole, if its estimate (retime_s: the rows' timings, no compiles) fits; if it does not, the run stops
+there ("rounds_cut": the shape and the rounds done), the shape's rows keeping the medians of the rounds they have.
+The dry run's estimate counts the later rounds.
+A failing row (compile, launch, a hang cut by the caller's timeout) leaves its error text / no row (one failing in a
+later round: "round N: ...", its earlier rounds kept).
 
     PYTHONPATH=src python tools/probes/flash_gluon_bwd.py [OUT.json] [--budget-s S] [--skip-triton] [--skip-ws]
-        [--ws-trials] [--only REGEX ...] [--carveout PCT ...] [--short] [--dry-run]
+        [--ws-trials] [--only REGEX ...] [--carveout PCT ...] [--short] [--rounds R] [--dry-run]
 writes OUT.json (default $OUT/flash_gluon_bwd.json, else ./flash_gluon_bwd.json) after every row.
 """
 from __future__ import annotations
@@ -64,6 +75,7 @@ import torch
 import torch.nn.functional as F
 
 from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probe beside this one (its folder is on sys.path)
+from rounds import ShapeRounds, check_rounds, note, plan_line  # the module beside this one
 
 # (batch, heads, seq, d, causal)
 TABLE = [(1, 32, 32768, 128, True), (4, 32, 4096, 128, True), (8, 32, 2048, 128, True), (4, 16, 8192, 128, False)]
@@ -86,6 +98,9 @@ IMPLS = ("cudnn", "sdpa flash", "ws+gluon-bwd", "gluon-bwd", "triton", "triton a
 #: Rows that run a Gluon backward at `config`, None meaning its default (default_config below): their label is
 #: recorded as "config_used" (tools/probes/kernel_table.py reads it; "ws+gluon-bwd-ws" is the table's "gluon_ws").
 GLUON_DEFAULT_IMPLS = ("ws+gluon-bwd", "gluon-bwd", "ws+gluon-bwd-ws")
+#: What a row times (--rounds: each one's per-round list "<quantity>_rounds" and its median; cuDNN's "bwd" is each
+#: round's difference); "dq_ms" only at split configs.
+TIMED = ("fwd", "bwd", "fwd+bwd", "dq_ms")
 COMPILES = {"cudnn": 0, "sdpa flash": 0, "ws+gluon-bwd": 5, "gluon-bwd": 1, "ws+gluon-bwd-ws": 1, "triton": 21,
             "triton atomic": 6}
 
@@ -144,6 +159,20 @@ def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
     return 1.5 + 30 * ms / 1e3 + compile_s + ((0.5 + 10 * 0.4 * ms / 3.5 * 2.5 / 1e3) if split else 0.0)
 
 
+def is_split(spec) -> bool:
+    """A ws+gluon-bwd row whose dQ is a separate kernel (it also times the dQ kernel alone)."""
+    from impl.attention import flash_gluon_bwd as bwd
+
+    impl, d = spec["impl"], spec["shape"][3]
+    return impl.startswith("ws+gluon-bwd") and impl != "ws+gluon-bwd-ws" and \
+        (spec["config"] or bwd.default_config(d)).dq not in ("reduce", "atomic")
+
+
+def retime_s(spec) -> float:
+    """A later round's estimate of a row: its timings again, no compile."""
+    return est_s(spec["shape"], spec["impl"], False, is_split(spec))
+
+
 def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=(), ws_trials: bool = False,
          short: bool = False):
     """The rows in order; `only` (regexes): keep the rows whose row_label matches one of them (none: all);
@@ -169,9 +198,7 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
         if only and not any(re.search(rx, row_label(spec)) for rx in only):
             return
         key = (impl, cfg_text(config), s[3], s[4])
-        split = impl.startswith("ws+gluon-bwd") and impl != "ws+gluon-bwd-ws" and \
-            (config or bwd.default_config(s[3])).dq not in ("reduce", "atomic")
-        rows.append(dict(spec, est=est_s(s, impl, key not in compiled, split)))
+        rows.append(dict(spec, est=est_s(s, impl, key not in compiled, is_split(spec))))
         compiled.add(key)
 
     def add_ws(s):  # the ws backward's candidates (and trials) where each runs (GluonBwdWsConfig.head_dims)
@@ -270,7 +297,9 @@ def _auto_ws(q, k, v, do, causal, config):
     return fwd, bwd, both
 
 
-def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
+def measure(row, tensors, cache, loaded: Loaded | None = None):
+    """(the row's fields, its first timings included; what times it again: its TIMED quantities, the same timer
+    and carve-out)."""
     from called_timer import called_ms  # the probe beside this one (its folder is on sys.path)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -284,15 +313,18 @@ def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
     if impl in ("cudnn", "sdpa flash"):
         backend = SDPBackend.CUDNN_ATTENTION if impl == "cudnn" else SDPBackend.FLASH_ATTENTION
         qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
-        with sdpa_kernel(backend):
-            fwd_ms = bench_(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
 
-            def both():
-                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-                return torch.autograd.grad(out, (qg, kg, vg), do)
+        def both():
+            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+            return torch.autograd.grad(out, (qg, kg, vg), do)
 
-            both_ms = bench_(both)
-        return {"fwd": fwd_ms, "fwd+bwd": both_ms, "bwd": both_ms - fwd_ms, "bwd_by": "difference"}
+        def again():
+            with sdpa_kernel(backend):
+                fwd_ms = bench_(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                both_ms = bench_(both)
+            return {"fwd": fwd_ms, "fwd+bwd": both_ms, "bwd": both_ms - fwd_ms}
+
+        return {**again(), "bwd_by": "difference"}, again
     from impl.attention.flash_options import FlashOptions
 
     plain = FlashOptions(autotune=False)  # one config per kernel: a reference, not a baseline
@@ -300,14 +332,16 @@ def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
         cache["ref"] = _triton(q, k, v, do, causal, "two_pass", plain)[1]()
     if impl in ("triton", "triton atomic"):
         fwd, bwd, both = _triton(q, k, v, do, causal, "two_pass" if impl == "triton" else "atomic")
-        out = {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both)}
+        again = lambda: {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both)}  # noqa: E731
+        out = again()
         out["err"] = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
         out["wrong"] = out["err"] > WRONG
-        return out
+        return out, again
     if impl == "ws+gluon-bwd-ws" and called:
         fwd, bwd, both = _auto_ws(q, k, v, do, causal, row["config"])
         err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
-        return {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both), "err": err, "wrong": err > WRONG}
+        again = lambda: {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both)}  # noqa: E731
+        return {**again(), "err": err, "wrong": err > WRONG}, again
     if impl == "ws+gluon-bwd-ws":
         from impl.attention.flash_gluon_bwd_ws import flash_gluon_backward_ws
         from impl.attention.flash_gluon_ws import flash_gluon_ws_forward
@@ -322,7 +356,8 @@ def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
             return flash_gluon_backward_ws(q, k, v, o2, do, lse2, causal, config)
 
         err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
-        return {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
+        again = lambda: {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both)}  # noqa: E731
+        return {**again(), "err": err, "wrong": err > WRONG}, again
     if impl == "gluon-bwd":
         from impl.attention.flash_launch import flash_attention_triton_forward as forward
         fwd = lambda: forward(q, k, v, causal, options=plain)  # noqa: E731 - its fwd ms is not the baseline
@@ -338,16 +373,23 @@ def measure(row, tensors, cache, loaded: Loaded | None = None) -> dict:
         return gbwd.flash_gluon_backward(q, k, v, o2, do, lse2, causal, config)
 
     err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))  # this first call loads the kernels
-    carve = contextlib.nullcontext() if row.get("carveout") is None else \
-        loaded.carveout(GLUON_BWD_KERNELS, row["carveout"])
-    with carve as carved:  # None, or the kernels carved for this row
-        out = {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both), "err": err, "wrong": err > WRONG}
-        dq_fn = _dq_only(q, k, v, o, do, lse, causal, config or gbwd.default_config(q.shape[-1]))
-        if dq_fn is not None:  # the dQ kernel alone (Triton's or stage 3c's), from the same o and lse
-            out["dq_ms"] = bench(dq_fn)
+    dq_fn = _dq_only(q, k, v, o, do, lse, causal, config or gbwd.default_config(q.shape[-1]))
+    carved = []
+
+    def again():
+        carve = contextlib.nullcontext() if row.get("carveout") is None else \
+            loaded.carveout(GLUON_BWD_KERNELS, row["carveout"])
+        with carve as names:  # None, or the kernels carved for this row
+            times = {"fwd": bench(fwd), "bwd": bench(bwd), "fwd+bwd": bench(both)}
+            if dq_fn is not None:  # the dQ kernel alone (Triton's or stage 3c's), from the same o and lse
+                times["dq_ms"] = bench(dq_fn)
+        carved[:] = names or []
+        return times
+
+    out = {**again(), "err": err, "wrong": err > WRONG}
     if carved:
-        out["carveout_kernels"] = carved
-    return out
+        out["carveout_kernels"] = list(carved)
+    return out, again
 
 
 def _dq_only(q, k, v, o, do, lse, causal, config):
@@ -414,6 +456,9 @@ def main(argv=None) -> None:
     ap.add_argument("--carveout", action="append", default=[], type=int, metavar="PCT",
                     help="also time each ws+gluon-bwd row with the Gluon backward's shared-memory carve-out at "
                          "PCT percent (repeatable)")
+    ap.add_argument("--rounds", type=check_rounds, default=1, metavar="R",
+                    help="per shape, time every row R times in all, the order reversed every other round; report "
+                         "the medians (default 1: one timing each)")
     args = ap.parse_args(argv)
     try:
         carveouts = tuple(check_percent(p) for p in args.carveout)
@@ -425,7 +470,8 @@ def main(argv=None) -> None:
     if args.dry_run:
         for s in specs:
             print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{config_text(s):<34} est {s['est']:5.1f} s")
-        print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
+        print(plan_line(len(specs), sum(s["est"] for s in specs), sum(map(retime_s, specs)), args.rounds,
+                        args.budget_s))
         return
     import triton
 
@@ -433,10 +479,41 @@ def main(argv=None) -> None:
     res = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
            "torch": torch.__version__, "triton": triton.__version__, "budget_s": args.budget_s,
            "stopped_by_budget": False, "left_out": [], "rows": rows}
+    if args.rounds > 1:
+        res["rounds"] = args.rounds  # each row's TIMED quantities: the medians of their "<quantity>_rounds"
     shape, tensors, cache = None, None, {}
+    later = ShapeRounds(args.rounds, TIMED)
     loaded = Loaded().install() if carveouts else None  # before the first launch: it records every kernel loaded
+
+    def dump():
+        res["seconds"] = time.time() - start
+        json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
+
+    def end_shape(rest) -> bool:
+        """The last shape's later rounds, its rows printed again with their medians; False: a round did not fit
+        the budget (the run stops there, as between rows)."""
+        measured = later.measured
+        if not measured:
+            return True
+        done = later.finish(lambda est: time.time() - start + est <= args.budget_s)
+        fill_ratios(rows)
+        print(f"{measured[0]['shape_name']}: {done} of {args.rounds} rounds (medians)", flush=True)
+        print("\n".join(line(r) for r in measured), flush=True)
+        dump()
+        if done == args.rounds:
+            return True
+        res["stopped_by_budget"], res["rounds_cut"] = True, f"{measured[0]['shape_name']}: {done} of {args.rounds}"
+        res["left_out"] = res["left_out"] or [row_label(s) for s in rest]
+        print(f"budget: stopped after {time.time() - start:.0f} s, {done} of {args.rounds} rounds, {len(rest)} rows "
+              "left out", flush=True)
+        return False
+
     print(HEAD, flush=True)
+    if note(args.rounds):
+        print(note(args.rounds), flush=True)
     for i, spec in enumerate(specs):
+        if spec["shape"] != shape and not end_shape(specs[i:]):
+            break
         if time.time() - start + spec["est"] > args.budget_s:
             res["stopped_by_budget"] = True
             res["left_out"] = [row_label(s) for s in specs[i:]]
@@ -457,18 +534,21 @@ def main(argv=None) -> None:
             row["config_used"] = cfg_text(spec["config"] or default_config(spec["impl"], spec["shape"][3]))
         t0 = time.time()
         try:
-            row.update(measure(row, tensors, cache, loaded))
+            out, again = measure(row, tensors, cache, loaded)
+            row.update(out)
+            later.add(row, again, retime_s(spec))
         except Exception as e:  # noqa: BLE001 - a failed row is a result; the probe goes on
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         row["s"] = round(time.time() - t0, 1)
         rows.append(row)
         fill_ratios(rows)
         print(line(row), flush=True)
-        res["seconds"] = time.time() - start
-        json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
-    res["seconds"] = time.time() - start
-    json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
+        dump()
+    end_shape([])  # the last shape's (or, after a budget stop, the cut shape's) rounds
+    dump()
     print(HEAD)
+    if note(args.rounds):
+        print(note(args.rounds))
     print("\n".join(line(r) for r in rows))
     print(f"{res['seconds']:.0f} s; {res['device']}, torch {res['torch']}, triton {res['triton']}"
           + (f"; budget stop, {len(res['left_out'])} rows left out" if res["stopped_by_budget"] else ""))

@@ -27,12 +27,22 @@ users see it; do_bench would hide it) and marked "timer": "called".
 or the persistent grid that frees Q after its last Q·Kᵀ and stores O from registers ("ws-early-q"):
     --shapes 4x32x4096x128 4x32x2048x128 4x16x16384x128 4x32x4096x128:full --rows cudnn ws ws-persistent ws-early-q
 
-A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out.
-A failing row (compile, launch) is a row with its error text. --only REGEX keeps the rows whose
-"shape impl config" label matches.
+--rounds R (default 1: each row timed once, as before): per shape, its rows are measured once as above (compiles,
+the error check, the first timing), then timed R-1 more times with the same timer, the row order reversed every
+other round (tools/probes/rounds.py), so that no row always runs last (NOTES.md, "Issue 47, the early_q slowdown",
+hypothesis 1: order / clock drift). A row's "ms" is then the median of its "ms_rounds" (in the order measured;
+"rounds": how many), /cudnn and /triton are ratios of medians, and the JSON's top-level "rounds" says R. An A/B:
+    --shapes 4x16x16384x128 4x32x4096x128:full --rows cudnn ws-persistent ws-early-q --rounds 5
+
+A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out. A later round
+starts only whole, if its estimate fits (a partial round would time some rows more often, in one order); if it does
+not, the run stops there ("rounds_cut": the shape and the rounds done), the shape's rows keeping the medians of the
+rounds they have. The dry run's estimate counts the later rounds (RETIME_S a row each).
+A failing row (compile, launch) is a row with its error text (one failing in a later round: "round N: ...", its
+earlier rounds kept). --only REGEX keeps the rows whose "shape impl config" label matches.
 
     PYTHONPATH=src python tools/probes/flash_gluon_fwd.py [OUT.json] [--budget-s S] [--short] [--only REGEX]
-        [--shapes S [S ...] [--rows R [R ...]]] [--dry-run]
+        [--shapes S [S ...] [--rows R [R ...]]] [--rounds R] [--dry-run]
 writes OUT.json (default $OUT/flash_gluon_fwd.json, else ./flash_gluon_fwd.json) after every row and
 prints a table. --dry-run prints the plan without touching the GPU.
 """
@@ -46,6 +56,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from rounds import ShapeRounds, check_rounds, note, plan_line  # the module beside this one (on sys.path)
 
 # (batch, heads, seq, d, causal)
 TABLE = [(4, 32, 4096, 128, True), (1, 32, 32768, 128, True), (8, 32, 2048, 128, True), (4, 16, 8192, 128, False),
@@ -64,6 +76,8 @@ ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt
 TRIAL_ROWS = {"ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True},
               "ws-early-q": {"persistent": True, "early_q": True}}
 SHAPE_ROWS = ROWS[:-2]
+TIMED = ("ms",)  # the quantity a row times (--rounds: its per-round list "ms_rounds", its median "ms")
+RETIME_S = 2.0  # one more do_bench (or called_ms) of a compiled row, roughly: a later round's estimate a row
 
 
 def parse_shape(text: str):
@@ -217,7 +231,8 @@ def auto_forward(config):
     return lambda q, k, v, causal, _config: gluon_forward(q, k, v, causal, options, "gluon_ws", pairs)[:2]
 
 
-def measure(row, qkv, cache) -> dict:
+def measure(row, qkv, cache):
+    """(the row's fields, its first timing included; what times it again: {"ms": ...} with the same timer)."""
     from called_timer import called_ms  # the probe beside this one (its folder is on sys.path)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -228,16 +243,22 @@ def measure(row, qkv, cache) -> dict:
     timer = called_ms if row.get("timer") == "called" else bench
     if row["impl"] in ("cudnn", "sdpa flash"):
         backend = SDPBackend.CUDNN_ATTENTION if row["impl"] == "cudnn" else SDPBackend.FLASH_ATTENTION
-        with sdpa_kernel(backend):
-            return {"ms": timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))}
+
+        def again():
+            with sdpa_kernel(backend):
+                return {"ms": timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))}
+
+        return again(), again
     if "triton" not in cache:
         cache["triton"] = flash_attention_triton_forward(q, k, v, causal)
     if row["impl"] == "triton":
-        return {"ms": timer(lambda: flash_attention_triton_forward(q, k, v, causal))}
+        again = lambda: {"ms": timer(lambda: flash_attention_triton_forward(q, k, v, causal))}  # noqa: E731
+        return again(), again
     fwd = auto_forward(row["config"]) if row.get("timer") == "called" else launcher(row["impl"])
     o, _ = fwd(q, k, v, causal, row["config"])
     err = rel_err(o, cache["triton"][0])
-    return {"ms": timer(lambda: fwd(q, k, v, causal, row["config"])), "err": err, "wrong": err > WRONG}
+    again = lambda: {"ms": timer(lambda: fwd(q, k, v, causal, row["config"]))}  # noqa: E731
+    return {**again(), "err": err, "wrong": err > WRONG}, again
 
 
 def fill_ratios(rows) -> None:
@@ -278,6 +299,9 @@ def main(argv=None) -> None:
                     help="keep only rows whose 'shape impl config' label matches (repeatable: any of them)")
     ap.add_argument("--shapes", nargs="+", type=parse_shape, help="only these shapes (BxHxNxD[:full]), no sweeps")
     ap.add_argument("--rows", nargs="+", choices=ROWS, help=f"with --shapes: the row kinds (default {SHAPE_ROWS})")
+    ap.add_argument("--rounds", type=check_rounds, default=1, metavar="R",
+                    help="per shape, time every row R times in all, the order reversed every other round; report "
+                         "the medians (default 1: one timing each)")
     args = ap.parse_args(argv)
     if args.rows and not args.shapes:
         ap.error("--rows selects the rows of --shapes; give --shapes too")
@@ -289,7 +313,7 @@ def main(argv=None) -> None:
     if args.dry_run:
         for s in specs:
             print(f"{shape_name(s['shape']):<22}{s['impl']:<12}{cfg_text(s['config']):<26} est {s['est']:4.0f} s")
-        print(f"{len(specs)} rows, estimate {sum(s['est'] for s in specs):.0f} s; budget {args.budget_s:.0f} s")
+        print(plan_line(len(specs), sum(s["est"] for s in specs), RETIME_S * len(specs), args.rounds, args.budget_s))
         return
     import triton
 
@@ -297,9 +321,40 @@ def main(argv=None) -> None:
     res = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
            "torch": torch.__version__, "triton": triton.__version__, "budget_s": args.budget_s,
            "stopped_by_budget": False, "left_out": [], "rows": rows}
+    if args.rounds > 1:
+        res["rounds"] = args.rounds  # each row's "ms": the median of its "ms_rounds"
     shape, qkv, cache = None, None, {}
+    later = ShapeRounds(args.rounds, TIMED)
+
+    def dump():
+        res["seconds"] = time.time() - start
+        json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
+
+    def end_shape(rest) -> bool:
+        """The last shape's later rounds, its rows printed again with their medians; False: a round did not fit
+        the budget (the run stops there, as between rows)."""
+        measured = later.measured
+        if not measured:
+            return True
+        done = later.finish(lambda est: time.time() - start + est <= args.budget_s)
+        fill_ratios(rows)
+        print(f"{measured[0]['shape_name']}: {done} of {args.rounds} rounds (medians)", flush=True)
+        print("\n".join(line(r) for r in measured), flush=True)
+        dump()
+        if done == args.rounds:
+            return True
+        res["stopped_by_budget"], res["rounds_cut"] = True, f"{measured[0]['shape_name']}: {done} of {args.rounds}"
+        res["left_out"] = res["left_out"] or [row_label(s) for s in rest]
+        print(f"budget: stopped after {time.time() - start:.0f} s, {done} of {args.rounds} rounds, {len(rest)} rows "
+              "left out", flush=True)
+        return False
+
     print(HEAD, flush=True)
+    if note(args.rounds):
+        print(note(args.rounds), flush=True)
     for i, spec in enumerate(specs):
+        if spec["shape"] != shape and not end_shape(specs[i:]):
+            break
         if time.time() - start + spec["est"] > args.budget_s:
             res["stopped_by_budget"] = True
             res["left_out"] = [f"{shape_name(s['shape'])} {s['impl']} {cfg_text(s['config'])}" for s in specs[i:]]
@@ -315,18 +370,21 @@ def main(argv=None) -> None:
             row["timer"] = spec["timer"]
         t0 = time.time()
         try:
-            row.update(measure(row, qkv, cache))
+            out, again = measure(row, qkv, cache)
+            row.update(out)
+            later.add(row, again, RETIME_S)
         except Exception as e:  # noqa: BLE001 - a failed row is a result; the probe goes on
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         row["s"] = round(time.time() - t0, 1)
         rows.append(row)
         fill_ratios(rows)
         print(line(row), flush=True)
-        res["seconds"] = time.time() - start
-        json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
-    res["seconds"] = time.time() - start
-    json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
+        dump()
+    end_shape([])  # the last shape's (or, after a budget stop, the cut shape's) rounds
+    dump()
     print(HEAD)
+    if note(args.rounds):
+        print(note(args.rounds))
     print("\n".join(line(r) for r in rows))
     print(f"{res['seconds']:.0f} s; {res['device']}, torch {res['torch']}, triton {res['triton']}"
           + (f"; budget stop, {len(res['left_out'])} rows left out" if res["stopped_by_budget"] else ""))

@@ -21,6 +21,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Sequence
 
 from flash_ncu import profiled, require_gpu  # the probe beside this one (on sys.path)
+from rounds import time_rounds  # the variants alternated, the order reversed every other round
 
 PROG = "flash_ncu_fwd_ws"
 SHAPE_16K = (4, 16, 16384, 128)  # where early_q lost most (8.908 ms against 7.710)
@@ -104,16 +105,6 @@ def _forwards(args: argparse.Namespace) -> List[Callable[[], object]]:
         return lambda: flash_gluon_ws_forward(q, k, v, causal, config)
 
     return [fwd(GluonWsConfig(**VARIANTS[name])) for name in args.variants]
-
-
-def time_rounds(names: Sequence[str], fns: Sequence[Callable[[], object]], rounds: int, bench) -> Dict[str, list]:
-    """bench(fn) (ms) of every variant, `rounds` times, the order reversed every other round."""
-    out: Dict[str, list] = {n: [] for n in names}
-    for r in range(rounds):
-        order = list(zip(names, fns))
-        for name, fn in (order if r % 2 == 0 else order[::-1]):
-            out[name].append(bench(fn))
-    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
