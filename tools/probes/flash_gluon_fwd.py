@@ -26,13 +26,14 @@ users see it; do_bench would hide it) and marked "timer": "called".
     --shapes 4x32x4096x128 4x32x2048x128 4x16x16384x128 --rows cudnn ws ws-lpt
 or the persistent grid that frees Q after its last Q·Kᵀ and stores O from registers ("ws-early-q"):
     --shapes 4x32x4096x128 4x32x2048x128 4x16x16384x128 4x32x4096x128:full --rows cudnn ws ws-persistent ws-early-q
+("ws-o-regs": its store from registers with Q freed where the default frees it, the A/B of its two changes).
 
 --rounds R (default 1: each row timed once, as before): per shape, its rows are measured once as above (compiles,
 the error check, the first timing), then timed R-1 more times with the same timer, the row order reversed every
 other round (tools/probes/rounds.py), so that no row always runs last (NOTES.md, "Issue 47, the early_q slowdown",
 hypothesis 1: order / clock drift). A row's "ms" is then the median of its "ms_rounds" (in the order measured;
 "rounds": how many), /cudnn and /triton are ratios of medians, and the JSON's top-level "rounds" says R. An A/B:
-    --shapes 4x16x16384x128 4x32x4096x128:full --rows cudnn ws-persistent ws-early-q --rounds 5
+    --shapes 4x16x16384x128 4x32x4096x128:full --rows cudnn ws-persistent ws-o-regs ws-early-q --rounds 5
 
 A row starts only while elapsed + its estimate is within --budget-s; the rest are listed as left out. A later round
 starts only whole, if its estimate fits (a partial round would time some rows more often, in one order); if it does
@@ -70,12 +71,13 @@ SHORT_SEQS = [512, 1024, 2048, 3000]  # 3000: not a tile multiple, the last rows
 WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile on the H100's host, roughly
 TRITON_FWD_CONFIGS = 9  # the forward's autotune list: compiled once per (d, causal), re-timed per sequence bucket
-#: --shapes' row kinds, in the order they run; by default all but the trials (flash_gluon_ws.TRIAL_CONFIGS): the lpt
-#: grid ("ws-lpt") and the persistent grid that frees Q early and stores O from registers ("ws-early-q").
-ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt", "ws-early-q")
+#: --shapes' row kinds, in the order they run; by default all but the trials (flash_gluon_ws.TRIAL_CONFIGS, ROWS'
+#: last three): the lpt grid ("ws-lpt"), the persistent grid that frees Q early and stores O from registers
+#: ("ws-early-q"), and its A/B that stores O from registers with Q freed late ("ws-o-regs").
+ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt", "ws-early-q", "ws-o-regs")
 TRIAL_ROWS = {"ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True},
-              "ws-early-q": {"persistent": True, "early_q": True}}
-SHAPE_ROWS = ROWS[:-2]
+              "ws-early-q": {"persistent": True, "early_q": True}, "ws-o-regs": {"persistent": True, "o_regs": True}}
+SHAPE_ROWS = ROWS[:-3]
 TIMED = ("ms",)  # the quantity a row times (--rounds: its per-round list "ms_rounds", its median "ms")
 RETIME_S = 2.0  # one more do_bench (or called_ms) of a compiled row, roughly: a later round's estimate a row
 
@@ -202,7 +204,7 @@ def cfg_text(c) -> str:
         return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}"
     return (f"2x{c.block_m}x{c.block_n} s{c.num_stages}" + (" pp" if c.pingpong else "")
             + (" persist" if c.persistent else "") + (" lpt" if getattr(c, "lpt", False) else "")
-            + (" early-q" if getattr(c, "early_q", False) else ""))
+            + (" early-q" if getattr(c, "early_q", False) else "") + (" o-regs" if getattr(c, "o_regs", False) else ""))
 
 
 def bench(fn) -> float:
