@@ -62,6 +62,11 @@ idles through them), is gone, and each consumer runs its tiles as far as the Q/d
 the same instructions (two N = 32 halves of d, K = 64 instead of 128: the same 8 m64n32k16 a consumer); the cost
 is twice the dQ reduce-adds (each consumer adds a whole 64 × 64 fp32 tile: two 32-column staging tiles of its
 own) and one more 16-register accumulator half live across the products (NOTES.md).
+
+Issue 47, ws ping-pong (``pingpong``, with dq_own_keys; a TRIAL_CONFIGS entry, off by default): the own-keys
+consumers take turns issuing their products, two issue groups a query tile (Sᵀ and dPᵀ; dV, dK and dQ), through
+flash_gluon_ws's turn mbarriers, so that each one's exp2 / dS and staging phases get the other's products by
+construction instead of by drift (_consumer_loop: the protocol and why it cannot deadlock).
 """
 
 from __future__ import annotations
