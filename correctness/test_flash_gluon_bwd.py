@@ -1242,7 +1242,7 @@ def test_ws_backward_refuses_128_row_tiles_at_d128():
     assert ws.shared_bytes(128, 2, 2, 128) == 295_568 > SM90_MAX_SHARED
     assert ws.shared_bytes(64, 2, 2, 128) == 164_496 and ws.shared_bytes(64) == 98_960
     a = _args((1, 2, 40, 128))
-    msg = (r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*block_m=128, dq_own_keys=False\) runs at head dims "
+    msg = (r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*block_m=128, dq_own_keys=False, .*\) runs at head dims "
            r"\(64,\) only \(128-row query tiles: .*"
            r"got head dim 128$")
     with pytest.raises(ValueError, match=msg):
@@ -1326,6 +1326,86 @@ def test_ws_backward_own_key_dq_compiles_for_hopper():
     assert not any(c.dq_own_keys for c in ws.CANDIDATE_CONFIGS)
 
 
+_COMPILE_WS_PINGPONG = r"""
+import json, re, torch
+from impl.attention import flash_gluon_bwd_ws as mod
+from kits.sm90_compile import compile_for_sm90, cubin_figures
+rows = []
+Cfg = mod.GluonBwdWsConfig
+cases = [(Cfg(dq_own_keys=True, pingpong=p), causal, torch.bfloat16) for p in (False, True)
+         for causal in (False, True)]
+cases += [(Cfg(dq_own_keys=True, pingpong=True), True, torch.float16),
+          (Cfg(dq_own_keys=True, pingpong=True, num_stages=3), True, torch.bfloat16),
+          (Cfg(dq_own_keys=True, pingpong=True, release_before_dq=True), True, torch.bfloat16)]
+for config, causal, dtype in cases:
+    q, k, v, do = (torch.randn(2, 3, 1000, 64, dtype=dtype) for _ in range(4))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                       torch.empty_like(v), causal, config)
+    ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
+    rows.append(dict(pp=config.pingpong, causal=causal, stages=config.num_stages, release=config.release_before_dq,
+                     fp16=dtype == torch.float16, arrives=len(re.findall(r"\bmbarrier\.arrive", ck.asm["ptx"])),
+                     predicted=mod.shared_bytes(64, 2, config.num_stages, 64, True, config.pingpong),
+                     **cubin_figures(ck)))
+print(json.dumps(rows))
+"""
+
+
+def test_ws_backward_own_key_dq_pingpong_compiles_for_hopper():
+    """Issue 47, ws ping-pong of the own-keys consumers (GluonBwdWsConfig(dq_own_keys=True, pingpong=True), d 64):
+    12 warps within the 240 / 24 budgets and no spills (full, causal, fp16 causal, a third slot, release_before_dq),
+    the own-keys kernel's wgmma, ex2 and reduce-add counts (the same products, only their issue order differs), the
+    turn passes in the PTX (more mbarrier arrives), and 32 B more shared memory (the two turn mbarriers)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    rows = json.loads(run_without_interpreter(_COMPILE_WS_PINGPONG))
+    own = {r["causal"]: r for r in rows if not r["pp"]}
+    for r in rows:
+        print(f"\nws d 64 own keys pingpong={r['pp']} causal={r['causal']} stages={r['stages']} release="
+              f"{r['release']} fp16={r['fp16']}: regs {r['regs']}, stack {r['stack']} B, STL/LDL "
+              f"{r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, ex2 {r['ex2']}, UTMAREDG "
+              f"{r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, PTX mbarrier arrives {r['arrives']}, budget: regs touched {r['partitions']}")
+        assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
+        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+        o = own[r["causal"]]
+        assert (r["hgmma"], r["ex2"], r["tma_reduce"]) == (o["hgmma"], o["ex2"], o["tma_reduce"]), r
+        if r["pp"]:
+            assert r["arrives"] > o["arrives"], r
+            slots = (r["stages"] - 2) * (2 * 64 * 64 * 2 + 48)
+            assert r["shared"] - slots == o["shared"] + 32, r
+    assert ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True) in ws.TRIAL_CONFIGS
+    assert not any(c.pingpong for c in ws.CANDIDATE_CONFIGS)
+
+
+@pytest.mark.parametrize("fields", [dict(), dict(block_m=128, rebuild=False)], ids=["default", "m128-stage3b"])
+def test_ws_backward_config_refuses_pingpong_without_own_key_dq(fields):
+    """The turns hand the tensor core between consumers free of the dQ handshake: pingpong needs dq_own_keys."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    msg = r"^GluonBwdWsConfig: pingpong needs dq_own_keys=True .*got dq_own_keys=False$"
+    with pytest.raises(ValueError, match=msg):
+        ws.GluonBwdWsConfig(pingpong=True, **fields)
+
+
+def test_ws_backward_launch_args_own_key_dq_pingpong():
+    """pingpong passes all six trailing constexprs (..., OWN_DQ, PINGPONG = True) with own-keys' descriptors and grid;
+    shared_bytes adds the two turn mbarriers; own-keys' arguments are unchanged (five trailing)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((1, 2, 300, 64))
+    bufs = _ws_bufs(a)
+    grid, args, opts = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True,
+                                      ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True))
+    grid2, own, opts2 = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True,
+                                       ws.GluonBwdWsConfig(dq_own_keys=True))
+    assert (grid, opts) == (grid2, opts2)
+    assert args[:len(own)] == own and args[len(own):] == (True,) and own[-5:] == (True, 2, False, 64, True)
+    assert ws.shared_bytes(64, 2, 2, 64, True, True) == ws.shared_bytes(64, 2, 2, 64, True) + 32 == 115_376
+
+
 @pytest.mark.parametrize("fields", [dict(block_m=128), dict(rebuild=False), dict(block_m=128, rebuild=False)],
                          ids=["m128", "stage3b", "both"])
 def test_ws_backward_config_refuses_own_key_dq_with_wide_tiles_or_without_rebuild(fields):
@@ -1338,15 +1418,18 @@ def test_ws_backward_config_refuses_own_key_dq_with_wide_tiles_or_without_rebuil
         ws.GluonBwdWsConfig(dq_own_keys=True, **fields)
 
 
-def test_ws_backward_refuses_own_key_dq_at_d128():
+@pytest.mark.parametrize("pingpong", [False, True], ids=["own", "pingpong"])
+def test_ws_backward_refuses_own_key_dq_at_d128(pingpong):
     """dq_own_keys at d 128: each consumer's share of dQ is 64 × 128 fp32 (two 32-register halves, +32 registers over
-    the default's one half): refused by the launcher and the entry point, naming the config and the head dim."""
+    the default's one half): refused by the launcher and the entry point, naming the config and the head dim; with
+    the ping-pong too."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
-    config = ws.GluonBwdWsConfig(dq_own_keys=True)
+    config = ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=pingpong)
     assert config.head_dims == ws.DQ_OWN_KEYS_HEAD_DIMS == (64,)
     a = _args((1, 2, 40, 128))
-    msg = (r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*dq_own_keys=True\) runs at head dims \(64,\) only "
+    msg = (rf"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*dq_own_keys=True, pingpong={pingpong}\) runs at head dims "
+           r"\(64,\) only "
            r"\(dq_own_keys: registers and shared memory\), got head dim 128$")
     with pytest.raises(ValueError, match=msg):
         ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, config)
@@ -1374,7 +1457,7 @@ def test_ws_backward_launch_args_own_key_dq():
         assert len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, c)[1]) <= len(base) + 3
 
 
-@pytest.mark.parametrize("field", ["rebuild", "release_before_dq", "dq_own_keys"])
+@pytest.mark.parametrize("field", ["rebuild", "release_before_dq", "dq_own_keys", "pingpong"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_ws_backward_config_refuses_a_flag_that_is_not_a_bool(field, value):
     from impl.attention import flash_gluon_bwd_ws as ws
@@ -1565,6 +1648,44 @@ def test_ws_backward_d64_own_keys_gpu_matches_reference(shape, is_causal, dtype,
     config = ws.GluonBwdWsConfig(dq_own_keys=True)
     assert config in ws.TRIAL_CONFIGS
     _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch, dtype)
+
+
+#: Issue 47, ws ping-pong: both consumers of a program run the same query tiles (their trip counts are the program's,
+#: never a consumer's), so besides WS_M128_SHAPES these lengths pin the turns where the two consumers' work differs:
+#: a last key tile whose second consumer's keys are all masked (192 = 128 + 64) or 8 of 64 live (200), and programs
+#: with no query tile at all (causal, keys past the queries: no turn taken), beside long alternations (4096).
+WS_PINGPONG_SHAPES = WS_M128_SHAPES + [(1, 2, 300, 192), (2, 2, 333, 200)]
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)  # a turn protocol that hangs fails here, not at the session's limit
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", WS_PINGPONG_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_d64_own_keys_pingpong_gpu_matches_reference(shape, is_causal, dtype, monkeypatch):
+    """Issue 47, ws ping-pong (TRIAL_CONFIGS, d 64): the own-keys consumers take turns issuing their products (two
+    turns a tile); against the reference at ragged and unequal lengths (WS_PINGPONG_SHAPES)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    config = ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True)
+    assert config in ws.TRIAL_CONFIGS
+    _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch, dtype)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fields", [dict(num_stages=3), dict(release_before_dq=True)], ids=["s3", "release"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(1, 3, 257, 129), (2, 2, 130, 700), (2, 4, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_d64_own_keys_pingpong_ring_variants_gpu_match_reference(shape, is_causal, fields, monkeypatch):
+    """pingpong with a third ring slot and with release_before_dq: the turns beside a deeper or earlier-freed ring."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    _ws_backward_gpu_check(shape, 64, is_causal, ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True, **fields),
+                           monkeypatch)
 
 
 @gpu

@@ -313,6 +313,11 @@ def test_the_builder_leaves_later_fields_out_at_their_default():
         assert "o_regs" not in dict(builder._config_pairs(GluonWsConfig()))  # early_q's A/B (its store alone)
         regs = GluonWsConfig(persistent=True, o_regs=True)
         assert GluonWsConfig(**dict(builder._config_pairs(regs))) == regs
+        own = GluonBwdWsConfig(dq_own_keys=True)  # issue 47, ws own-keys dQ and its ping-pong: named only when set
+        assert "pingpong" not in dict(builder._config_pairs(own))
+        pp = GluonBwdWsConfig(dq_own_keys=True, pingpong=True)
+        assert dict(builder._config_pairs(pp))["pingpong"] is True
+        assert GluonBwdWsConfig(**dict(builder._config_pairs(pp))) == pp
 
 
 @needs_gluon
@@ -595,6 +600,22 @@ def test_auto_on_sm90_runs_the_d64_ws_backward_own_keys_where_the_table_names_it
     from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS, GluonBwdWsConfig
 
     config = GluonBwdWsConfig(dq_own_keys=True)
+    assert config in TRIAL_CONFIGS
+    _auto_ws_backward(config, causal, shape, torch.bfloat16, 64, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)")
+@pytest.mark.timeout(120)  # a turn protocol that hangs fails here
+@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)], ids=["2x3x300", "1x4x1029", "1x2x4096"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_auto_on_sm90_runs_the_d64_ws_backward_own_keys_pingpong_where_the_table_names_it(causal, shape,
+                                                                                          monkeypatch):
+    """Issue 47, ws ping-pong (TRIAL_CONFIGS): a d 64 entry whose JSON config has dq_own_keys and pingpong runs it
+    through the public path, bf16."""
+    from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS, GluonBwdWsConfig
+
+    config = GluonBwdWsConfig(dq_own_keys=True, pingpong=True)
     assert config in TRIAL_CONFIGS
     _auto_ws_backward(config, causal, shape, torch.bfloat16, 64, monkeypatch)
 

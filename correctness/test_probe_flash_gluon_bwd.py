@@ -260,9 +260,10 @@ def test_the_ws_refill_selection_keeps_its_rows_within_its_call(probe):
 
 
 def test_ws_trials_add_the_128_row_tiles_at_d64_only(probe):
-    """Issue 47, ws 128-row query tiles and ws dQ over a consumer's own keys: --ws-trials adds a "ws 128x128 s2
-    rebuild" and a "ws 64x128 s2 rebuild dq-own-keys" row (flash_gluon_bwd_ws.TRIAL_CONFIGS, in order) after the ws
-    candidates at each d 64 shape, none at d 128; without it the plan is unchanged."""
+    """Issue 47, ws 128-row query tiles, ws dQ over a consumer's own keys and its ping-pong: --ws-trials adds a "ws
+    128x128 s2 rebuild", a "ws 64x128 s2 rebuild dq-own-keys" and a "... dq-own-keys pingpong" row
+    (flash_gluon_bwd_ws.TRIAL_CONFIGS, in order) after the ws candidates at each d 64 shape, none at d 128; without
+    it the plan is unchanged."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     plain = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
@@ -270,14 +271,23 @@ def test_ws_trials_add_the_128_row_tiles_at_d64_only(probe):
     labels = [probe.row_label(r) for r in rows]
     label = "ws+gluon-bwd-ws ws 128x128 s2 rebuild"
     own = "ws+gluon-bwd-ws ws 64x128 s2 rebuild dq-own-keys"
+    pp = own + " pingpong"
     shapes = ("1x16x16384x64", "4x32x4096x64", "4x16x8192x64 full")
-    assert [x for x in labels if x not in plain] == [f"{s} {x}" for s in shapes for x in (label, own)]
+    assert [x for x in labels if x not in plain] == [f"{s} {x}" for s in shapes for x in (label, own, pp)]
     for s in shapes:
         assert labels.index(f"{s} {label}") == labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s3 rebuild "
                                                             "release-before-dq") + 1
         assert labels.index(f"{s} {own}") == labels.index(f"{s} {label}") + 1
+        assert labels.index(f"{s} {pp}") == labels.index(f"{s} {own}") + 1
     assert [r["config"] for r in rows if r["config"] in ws.TRIAL_CONFIGS] == list(ws.TRIAL_CONFIGS) * 3
-    assert ws.TRIAL_CONFIGS == (ws.GluonBwdWsConfig(block_m=128), ws.GluonBwdWsConfig(dq_own_keys=True))
+    assert ws.TRIAL_CONFIGS == (ws.GluonBwdWsConfig(block_m=128), ws.GluonBwdWsConfig(dq_own_keys=True),
+                                ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True))
+    # the device command's selection (NOTES.md): cuDNN, the default, own-keys and its ping-pong at each shape
+    regex = (r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild"
+             r"( dq-own-keys( pingpong)?)?)$")
+    both = probe.plan(ws_trials=True, only=(regex,))
+    assert [probe.row_label(r) for r in both] == [f"{s} {x}" for s in shapes for x in (
+        "cudnn", "ws+gluon-bwd-ws ws 64x128 s2 rebuild", own, pp)]
     assert "ws 128x128" not in " ".join(plain)
     only = probe.plan(ws_trials=True, only=(r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws "
                                             r"ws (64|128)x128 s2 rebuild)$",))

@@ -127,6 +127,8 @@ def _bwd_variants():
         out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True)))
     out.append(("bwdws", 64, True, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, num_stages=3)))
     out.append(("bwdws", 64, True, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, release_before_dq=True)))
+    for causal in (False, True):  # issue 47, ws ping-pong of the own-keys consumers (d 64 only)
+        out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True)))
     return out
 
 
@@ -145,7 +147,8 @@ def _config_tag(config) -> str:
         tag += f"-s{config.num_stages}" if config.num_stages != 2 else ""  # issue 47, ws refill: named only when set
         tag += "-release" if config.release_before_dq else ""
         tag += f"-m{config.block_m}" if config.block_m != 64 else ""  # ws 128-row query tiles: when set
-        return tag + ("-ownkeys" if config.dq_own_keys else "")  # ws dQ over a consumer's own keys: when set
+        tag += "-ownkeys" if config.dq_own_keys else ""  # ws dQ over a consumer's own keys: when set
+        return tag + ("-pingpong" if config.pingpong else "")  # and the consumers' ping-pong
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []

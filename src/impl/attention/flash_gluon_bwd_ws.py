@@ -62,6 +62,11 @@ idles through them), is gone, and each consumer runs its tiles as far as the Q/d
 the same instructions (two N = 32 halves of d, K = 64 instead of 128: the same 8 m64n32k16 a consumer); the cost
 is twice the dQ reduce-adds (each consumer adds a whole 64 × 64 fp32 tile: two 32-column staging tiles of its
 own) and one more 16-register accumulator half live across the products (NOTES.md).
+
+Issue 47, ws ping-pong (``pingpong``, with dq_own_keys; a TRIAL_CONFIGS entry, off by default): the own-keys
+consumers take turns issuing their products, two issue groups a query tile (Sᵀ and dPᵀ; dV, dK and dQ), through
+flash_gluon_ws's turn mbarriers, so that each one's exp2 / dS and staging phases get the other's products by
+construction instead of by drift (_consumer_loop: the protocol and why it cannot deadlock).
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .flash_gluon_bwd import _tma_reduce_add
+from .flash_gluon_ws import _pass_turn, _take_turn
 from .flash_gluon_common import (LOG2E, LaunchLog, _descriptor, _masked_pt, _mma_layout, _ring_pair, _row_stats,
                                  _tile_2d, as_4d, check_shared, launch)
 
@@ -128,16 +134,22 @@ class GluonBwdWsConfig:
     dS_c·K_c over its 64 keys to dQ (both 32-column halves, by reduce-add) instead of its 32-column half over all
     128 keys, with no ds_ready / ds_free handshake: the consumers no longer run each tile in lockstep (module
     docstring). Refused at d 128 (two 64 × 64 fp32 dQ halves, +32 registers, over the budget), with block_m 128 and
-    without rebuild (both nearer the 240-register budget than the +16 it needs)."""
+    without rebuild (both nearer the 240-register budget than the +16 it needs).
+
+    pingpong (issue 47, ws ping-pong of the own-keys consumers; needs dq_own_keys): the two consumers take turns
+    issuing their products, two issue groups a query tile (Sᵀ and dPᵀ; then dV, dK and dQ once dSᵀ is formed and
+    stored), handing the turn over through a pair of mbarriers after each group (flash_gluon_ws's ping-pong): each
+    consumer's exp2 / dS and dQ staging then run under the other's products instead of beside its own (_turn)."""
 
     rebuild: bool = True
     num_stages: int = 2
     release_before_dq: bool = False
     block_m: int = 64
     dq_own_keys: bool = False
+    pingpong: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("rebuild", "release_before_dq", "dq_own_keys"):
+        for name in ("rebuild", "release_before_dq", "dq_own_keys", "pingpong"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdWsConfig: {name} must be a bool, got {getattr(self, name)!r}")
         if type(self.num_stages) is not int or self.num_stages not in (2, 3):
@@ -150,6 +162,10 @@ class GluonBwdWsConfig:
             raise ValueError(f"GluonBwdWsConfig: dq_own_keys needs block_m=64 and rebuild=True (registers: its second "
                              f"dQ accumulator half does not fit beside the others), got block_m={self.block_m}, "
                              f"rebuild={self.rebuild}")
+        if self.pingpong and not self.dq_own_keys:
+            raise ValueError("GluonBwdWsConfig: pingpong needs dq_own_keys=True (the turns hand the tensor core "
+                             "between consumers that no ds_ready / ds_free handshake holds in lockstep), got "
+                             "dq_own_keys=False")
 
     @property
     def head_dims(self) -> Tuple[int, ...]:
@@ -163,18 +179,20 @@ CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonB
                      GluonBwdWsConfig(num_stages=3), GluonBwdWsConfig(num_stages=3, release_before_dq=True))
 #: Configs that run but compile with spills (read in NOTES.md): never a candidate, so never in the kernel table; the
 #: probe times them with --ws-trials and the GPU tests check them. Issue 47, ws 128-row query tiles (d 64 only);
-#: ws dQ over a consumer's own keys (d 64 only; no spills, but unmeasured: a trial until a GPU run says otherwise).
-TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128), GluonBwdWsConfig(dq_own_keys=True))
+#: ws dQ over a consumer's own keys (d 64 only; no spills, but unmeasured: a trial until a GPU run says otherwise),
+#: alone and with the consumers' ping-pong.
+TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128), GluonBwdWsConfig(dq_own_keys=True),
+                 GluonBwdWsConfig(dq_own_keys=True, pingpong=True))
 
 
 def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64,
-                 dq_own_keys: bool = False) -> int:
-    """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves (four with dq_own_keys); mbarriers; the ws captures
-    (bound). At d 64: 98,960 B (64-row query tiles), 115,344 B (dq_own_keys), 164,496 B (128-row); at d 128 with
-    128-row tiles 295,568 B, over the H100's 232,448."""
+                 dq_own_keys: bool = False, pingpong: bool = False) -> int:
+    """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves (four with dq_own_keys); mbarriers (two more, the
+    turns, with pingpong); the ws captures (bound). At d 64: 98,960 B (64-row query tiles), 115,344 B (dq_own_keys),
+    115,376 B (and pingpong), 164,496 B (128-row); at d 128 with 128-row tiles 295,568 B, over the H100's 232,448."""
     bm, bn, ns, nq = block_m, BLOCK_N.value, num_stages, 2 if dq_own_keys else 1
-    return ((2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + nq * bm * d * 4 + 16 * 3 + 3 * 16 * ns
-            + WS_CAPTURE_BYTES)
+    return ((2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + nq * bm * d * 4 + 16 * (3 + 2 * pingpong)
+            + 3 * 16 * ns + WS_CAPTURE_BYTES)
 
 
 def check_head_dim(d: int, config: Optional[GluonBwdWsConfig] = None) -> None:
@@ -193,7 +211,7 @@ def _load_partition(descs, smem, bars, sched, STAGES: gl.constexpr, BLOCK_M: gl.
     both consumers have freed the slot."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
-    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
+    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free, turn = bars
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
     b, h, n0, j0, n_t, n_diag = _program(H, N_Q, sched, BLOCK_M)
     mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
@@ -272,13 +290,14 @@ def _dpt_minus_d(v2, do2, st_zero, D_base, m0, N_Q):
 
 
 @gluon.jit
-def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, dq_smem, slot_free, dq_desc, b, h, m0, sm_scale,
-                 C: gl.constexpr, EARLY_RELEASE: gl.constexpr):
+def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, q2, do2, dq_smem, slot_free, dq_desc, b, h, m0, sm_scale, turn,
+                 C: gl.constexpr, EARLY_RELEASE: gl.constexpr, PINGPONG: gl.constexpr):
     """GluonBwdWsConfig.dq_own_keys: consumer C's share of the tile's dQ, dS_c·K_c over its own 64 keys (both halves
     of d, N = d / 2 as K's 64-byte swizzle allows), added by reduce-add through its own two staging tiles; nothing
     waits for the other consumer. Frees the Q/dO slot (slot_free) and returns dV and dK with their products
     retired. Its dSᵀ tile is free for the next tile's store once the products retire: the warpgroup barrier after
-    the staging wait orders every warp's product wait before any warp's next store."""
+    the staging wait orders every warp's product wait before any warp's next store. PINGPONG: dV's and dK's products
+    are issued here too, with dQ's, in the tile's second turn (_consumer_loop)."""
     BLOCK_M: gl.constexpr = dst16.shape[1]
     HALF: gl.constexpr = k2.shape[1] // 2
     my_ds.store(dst16)
@@ -286,8 +305,13 @@ def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, dq_smem, slot_free, dq_de
     gl.thread_barrier()  # every warp's dSᵀ rows are written before the warpgroup's products read them
     zero = gl.zeros([BLOCK_M, HALF], gl.float32, _mma_layout(4, HALF))
     ds_q = my_ds.permute((1, 0))
+    if PINGPONG:
+        _take_turn(turn, 1, C, PINGPONG)
+        dv = warpgroup_mma(pt16, do2, dv, is_async=True)
+        dk = warpgroup_mma(ds16, q2, dk, is_async=True)
     lo = warpgroup_mma(ds_q, k2.slice(0, HALF, dim=1), zero, use_acc=False, is_async=True)
     hi = warpgroup_mma(ds_q, k2.slice(HALF, HALF, dim=1), zero, use_acc=False, is_async=True)
+    _pass_turn(turn, C, PINGPONG)
     if EARLY_RELEASE:  # dV's and dK's groups retire (dQ's two stay in flight): Q and dO are read no more
         dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pt16, ds16))
         mbarrier.arrive(slot_free)
@@ -309,16 +333,27 @@ def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, dq_smem, slot_free, dq_de
 @gluon.jit
 def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
                    MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
-                   EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr = False):
+                   EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr = False,
+                   PINGPONG: gl.constexpr = False):
     """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
     and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
     0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
     so their wgmma descriptors are rebuilt each tile instead of being hoisted and held (stage 4b's technique,
     flash_gluon_bwd._q_loop). STAGES: the Q/dO ring's slots; EARLY_RELEASE: GluonBwdWsConfig.release_before_dq;
-    BLOCK_M: the query tile's rows (GluonBwdWsConfig.block_m); OWN_DQ: GluonBwdWsConfig.dq_own_keys (_own_dq_tile)."""
+    BLOCK_M: the query tile's rows (GluonBwdWsConfig.block_m); OWN_DQ: GluonBwdWsConfig.dq_own_keys (_own_dq_tile).
+
+    PINGPONG (GluonBwdWsConfig.pingpong, with OWN_DQ): two turns a tile, taken strictly in alternation (consumer 0
+    first; flash_gluon_ws._take_turn): the first issues Sᵀ and dPᵀ, the second (_own_dq_tile) dV, dK and dQ once
+    dSᵀ is formed and stored; each turn is passed on right after its issues and taken only once its operands have
+    landed, so a turn is held only while issuing. Both consumers run the same tiles t (n_t and n_diag are the
+    program's, and so is KEY_MASK), two turns each, so the alternation holds to the last tile, whose final pass
+    nobody waits for; a turn's parity is fixed by its place in the tile, so nothing is carried across tiles.
+    No deadlock with the ring: a consumer arrives at slot_empty(t) after its second turn of t without waiting on
+    anything, and the load of tile t + STAGES needs only both slot_empty(t) arrivals, which precede the turns of
+    t + 1 that the other waits for. The diagonal tiles (SERIAL) issue dPᵀ after Pᵀ, out of turn (registers)."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
-    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
+    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free, turn = bars
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     HALF: gl.constexpr = BLOCK_D // 2
@@ -346,7 +381,14 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
                                                                     BLOCK_D)
         q2 = _tile_2d(q_smem.index(slot), BLOCK_M, BLOCK_D)
         do2 = _tile_2d(do_smem.index(slot), BLOCK_M, BLOCK_D)
+        # SERIAL (rebuild's diagonal tiles, at most 2 a program): dPᵀ issued after Pᵀ is formed and dV's product
+        # issued, so that its accumulator is not live across the causal mask (with it, that loop instance spilled).
+        SERIAL: gl.constexpr = REBUILD and MASKED and BLOCK_M == KEYS
         mbarrier.wait(q_ready.index(slot), phase)
+        if PINGPONG:  # the tile's first turn, taken with its operands in
+            if not SERIAL:
+                mbarrier.wait(do_ready.index(slot), phase)
+            _take_turn(turn, 0, C, PINGPONG)
         # WIDE (128-row query tiles, GluonBwdWsConfig.block_m): lse and D folded into the Sᵀ and dPᵀ accumulators,
         # dSᵀ from the rounded Pᵀ: a thread holds no row statistics (nor their addresses) or fp32 Pᵀ across the
         # products (each cost 32 registers or more and spilled; NOTES.md).
@@ -356,15 +398,14 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
             st = warpgroup_mma(k2, q2.permute((1, 0)), st_zero - gl.expand_dims(lse_s, 0), is_async=True)
         else:
             st = warpgroup_mma(k2, q2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-        # SERIAL (rebuild's diagonal tiles, at most 2 a program): dPᵀ issued after Pᵀ is formed and dV's product
-        # issued, so that its accumulator is not live across the causal mask (with it, that loop instance spilled).
-        SERIAL: gl.constexpr = REBUILD and MASKED and not WIDE
         if not SERIAL:
-            mbarrier.wait(do_ready.index(slot), phase)
+            if not PINGPONG:
+                mbarrier.wait(do_ready.index(slot), phase)
             if WIDE:
                 dpt = _dpt_minus_d(v2, do2, st_zero, D_base, m0, N_Q)
             else:
                 dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        _pass_turn(turn, C, PINGPONG)
         st = warpgroup_mma_wait(num_outstanding=0 if SERIAL else 1, deps=(st,))
         if WIDE:
             pt = _masked_pt(gl.exp2(st * qk_scale), offs_m, offs_n, N_K, MASKED, KEY_MASK)
@@ -374,22 +415,30 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         pt16 = gl.convert_layout(pt16b, a_layout)
         if SERIAL:
             mbarrier.wait(do_ready.index(slot), phase)
-        dv = warpgroup_mma(pt16, do2, dv, is_async=True)
+        if PINGPONG:  # dV's product waits for the second turn (_own_dq_tile)
+            if SERIAL:
+                dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+            dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
+        else:
+            dv = warpgroup_mma(pt16, do2, dv, is_async=True)
         if WIDE:
             dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
             dst16 = (pt16b.to(gl.float32) * dpt).to(dtype)
         else:
-            if SERIAL:
+            if PINGPONG:
+                pass
+            elif SERIAL:
                 dpt = warpgroup_mma(v2, do2.permute((1, 0)), st_zero, use_acc=False, is_async=True)
                 dpt, pt16, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dpt, pt16, dv))
             else:
                 dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
             dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
         ds16 = gl.convert_layout(dst16, a_layout)
-        dk = warpgroup_mma(ds16, q2, dk, is_async=True)
+        if not PINGPONG:
+            dk = warpgroup_mma(ds16, q2, dk, is_async=True)
         if OWN_DQ:
-            dv, dk = _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, dq_smem, slot_empty.index(slot), dq_desc,
-                                  b, h, m0, sm_scale, C, EARLY_RELEASE)
+            dv, dk = _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, q2, do2, dq_smem, slot_empty.index(slot),
+                                  dq_desc, b, h, m0, sm_scale, turn, C, EARLY_RELEASE, PINGPONG)
         else:
             # dSᵀ rows of this consumer into the shared tile, once both consumers' dQ products of the
             # previous tile are done with it (a fresh barrier counts phase -1 as complete).
@@ -422,11 +471,12 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
 
 @gluon.jit
 def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
-                        EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr):
+                        EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr,
+                        PINGPONG: gl.constexpr):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
-    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free = bars
+    kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free, turn = bars
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
     gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup")
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
@@ -436,13 +486,13 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
     dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD, STAGES,
-                            EARLY_RELEASE, BLOCK_M, OWN_DQ)
+                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG)
     if n0 + BLOCK_N > N_K:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG)
     else:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
     # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete. OWN_DQ: only this consumer's
     # products read its K half, and they have retired.
@@ -464,11 +514,12 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
 def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, L, Delta,
                       H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False,
                       STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False, BLOCK_M: gl.constexpr = 64,
-                      OWN_DQ: gl.constexpr = False):
+                      OWN_DQ: gl.constexpr = False, PINGPONG: gl.constexpr = False):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
     Descriptors rank 4 over (B, H, N, d): K, V, dK, dV blocks of 64 rows (KEYS: two halves, one per consumer),
     Q and dO blocks of BLOCK_M rows, dQ (fp32) (1, 1, BLOCK_M, d / 2). REBUILD, STAGES, EARLY_RELEASE, BLOCK_M,
-    OWN_DQ: GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m, dq_own_keys (_consumer_loop)."""
+    OWN_DQ, PINGPONG: GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m, dq_own_keys, pingpong
+    (_consumer_loop)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128 or BLOCK_D == 64, "head dim 128 or 64 (K_SWIZZLE)")
@@ -497,11 +548,19 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
 
     descs = (q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc)
     smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
-    bars = (kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free)
+    turn = ds_free  # unused without PINGPONG
+    if PINGPONG:  # consumer C waits on turn[C], the other arrives (flash_gluon_ws._take_turn)
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for c in gl.static_range(2):
+            mbarrier.init(turn.index(c), count=1)
+        fence_async_shared()
+    bars = (kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free, turn)
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
-        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ)),
-        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ)),
+        (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
+                               PINGPONG)),
+        (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
+                               PINGPONG)),
         (_load_partition, (descs, smem, bars, sched, STAGES, BLOCK_M)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -509,14 +568,14 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
 def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
-    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ are passed up to the
-    last one the config sets (stage 3b's arguments without rebuild; the default's with rebuild alone)."""
+    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG are passed up
+    to the last one the config sets (stage 3b's arguments without rebuild; the default's with rebuild alone)."""
     config = config or GluonBwdWsConfig()
     q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
     B, H, n_q, d = q4.shape
     check_head_dim(d, config)
-    check_shared(shared_bytes(d, q.element_size(), config.num_stages, config.block_m, config.dq_own_keys), d,
-                 "ws backward", FN)
+    check_shared(shared_bytes(d, q.element_size(), config.num_stages, config.block_m, config.dq_own_keys,
+                              config.pingpong), d, "ws backward", FN)
     if config.rebuild and n_q >= 1 << 30:
         raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
                          f"fewer than 2^30 query rows, got {n_q}: {config}")
@@ -527,9 +586,11 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, keys, 0, d, swizzle), _descriptor(v4, keys, 0, d),
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, keys, 0, d, swizzle),
             _descriptor(dv4, keys, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
-    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ against the kernel's defaults for them
-    later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m, config.dq_own_keys)
-    args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, (False, NUM_STAGES.value, False, 64, False)))
+    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG against the kernel's defaults for them
+    later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m, config.dq_own_keys,
+             config.pingpong)
+    defaults = (False, NUM_STAGES.value, False, 64, False, False)
+    args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, defaults))
                         if v != off), default=0)]
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
 
