@@ -75,7 +75,7 @@ import torch
 import torch.nn.functional as F
 
 from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probe beside this one (its folder is on sys.path)
-from rounds import ShapeRounds, check_rounds, note, plan_line  # the module beside this one
+from rounds import ShapeRounds, check_rounds, close_shape, note, plan_line  # the module beside this one
 
 # (batch, heads, seq, d, causal)
 TABLE = [(1, 32, 32768, 128, True), (4, 32, 4096, 128, True), (8, 32, 2048, 128, True), (4, 16, 8192, 128, False)]
@@ -491,23 +491,8 @@ def main(argv=None) -> None:
         json.dump(res, open(args.out, "w"), indent=1, default=cfg_text)
 
     def end_shape(rest) -> bool:
-        """The last shape's later rounds, its rows printed again with their medians; False: a round did not fit
-        the budget (the run stops there, as between rows)."""
-        measured = later.measured
-        if not measured:
-            return True
-        done = later.finish(lambda est: time.time() - start + est <= args.budget_s)
-        fill_ratios(rows)
-        print(f"{measured[0]['shape_name']}: {done} of {args.rounds} rounds (medians)", flush=True)
-        print("\n".join(line(r) for r in measured), flush=True)
-        dump()
-        if done == args.rounds:
-            return True
-        res["stopped_by_budget"], res["rounds_cut"] = True, f"{measured[0]['shape_name']}: {done} of {args.rounds}"
-        res["left_out"] = res["left_out"] or [row_label(s) for s in rest]
-        print(f"budget: stopped after {time.time() - start:.0f} s, {done} of {args.rounds} rounds, {len(rest)} rows "
-              "left out", flush=True)
-        return False
+        return close_shape(later, res, rest, lambda: time.time() - start, args.budget_s, lambda: fill_ratios(rows),
+                           line, row_label, dump)
 
     print(HEAD, flush=True)
     if note(args.rounds):

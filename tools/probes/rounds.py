@@ -109,6 +109,30 @@ class ShapeRounds:
         return done
 
 
+def close_shape(later: ShapeRounds, res: dict, rest: Sequence[dict], elapsed: Callable[[], float], budget_s: float,
+                refresh: Callable[[], None], line: Callable[[dict], str], label: Callable[[dict], str],
+                dump: Callable[[], None]) -> bool:
+    """A probe's shape ends: its later rounds (each only if it fits budget_s after elapsed()), the ratios refreshed,
+    its rows printed again with their medians, the JSON dumped. False: a round did not fit, so the run stops there,
+    as a budget stop between rows does (res: stopped_by_budget, rounds_cut, and the `rest` rows' labels left_out)."""
+    measured = later.measured
+    if not measured:
+        return True
+    done = later.finish(lambda est: elapsed() + est <= budget_s)
+    refresh()
+    name = measured[0]["shape_name"]
+    print(f"{name}: {done} of {later.rounds} rounds (medians)", flush=True)
+    print("\n".join(line(r) for r in measured), flush=True)
+    dump()
+    if done == later.rounds:
+        return True
+    res["stopped_by_budget"], res["rounds_cut"] = True, f"{name}: {done} of {later.rounds}"
+    res["left_out"] = res["left_out"] or [label(s) for s in rest]
+    print(f"budget: stopped after {elapsed():.0f} s, {done} of {later.rounds} rounds, {len(rest)} rows left out",
+          flush=True)
+    return False
+
+
 def plan_line(n_rows: int, first_s: float, later_s: float, rounds: int, budget_s: float) -> str:
     """The dry run's last line: rows and the estimate (first round's compiles and timings, then each later round's
     timings), the budget. rounds 1: the line as before --rounds."""
