@@ -4,9 +4,11 @@ Compute's pipe utilisation (issue 10: is each kernel tensor-core, MUFU or issue 
     ncu --profile-from-start off --section ComputeWorkloadAnalysis ... python tools/probes/flash_ncu.py FWD KV Q
 FWD/KV/Q: tile configs as "BLOCK_M,BLOCK_N,warps,stages".
 
-`require_gpu` and `profiled` are shared with flash_ncu_bwd.py (issue 47's backward kernels)."""
+`require_gpu`, `profiled` and the argument parsers `shape_arg` / `variants_arg` are shared with flash_ncu_bwd.py and
+flash_ncu_fwd_ws.py (issue 47's Gluon kernels)."""
+import argparse
 import sys
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -20,6 +22,26 @@ def require_gpu(prog: str, capability: Optional[Tuple[int, int]] = None) -> None
     if capability is not None and tuple(got) != tuple(capability):
         sys.exit(f"{prog}: needs compute capability {capability[0]}.{capability[1]}, found {got[0]}.{got[1]} "
                  f"({torch.cuda.get_device_name()})")
+
+
+def shape_arg(ap: argparse.ArgumentParser, text: str) -> Tuple[int, int, int, int]:
+    """--shape "B,H,N,D" as four ints, else ap.error naming what was given."""
+    try:
+        shape = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        ap.error(f"--shape must be B,H,N,D integers, got {text!r}")
+    if len(shape) != 4:
+        ap.error(f"--shape must be B,H,N,D, got {shape}")
+    return shape
+
+
+def variants_arg(ap: argparse.ArgumentParser, text: str, known: Collection[str]) -> List[str]:
+    """--variants "a,b,...": the names in order, else ap.error naming the unknown ones and the known."""
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        ap.error(f"--variants: unknown {unknown} (known: {', '.join(known)})")
+    return names
 
 
 def profiled(fns: Sequence[Callable[[], object]], warmup: int = 3) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probes beside this one (on sys.path)
-from flash_ncu import profiled, require_gpu
+from flash_ncu import profiled, require_gpu, shape_arg, variants_arg
 
 PROG = "flash_ncu_bwd"
 SHAPE_8B = (1, 32, 32768, 128)  # the 8B step's attention, where the one-pass kernel missed by 1.56x
@@ -89,17 +89,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             check_percent(args.carveout)
         except ValueError as e:
             ap.error(f"--carveout: {e}")
-    try:
-        args.shape = tuple(int(x) for x in args.shape.split(","))
-    except ValueError:
-        ap.error(f"--shape must be B,H,N,D integers, got {args.shape!r}")
-    if len(args.shape) != 4:
-        ap.error(f"--shape must be B,H,N,D, got {args.shape}")
-    names = [n for n in args.variants.split(",") if n]
-    unknown = [n for n in names if n not in BY_NAME]
-    if unknown or not names:
-        ap.error(f"--variants: unknown {unknown} (known: {', '.join(BY_NAME)})")
-    args.variants = tuple(BY_NAME[n] for n in names)
+    args.shape = shape_arg(ap, args.shape)
+    args.variants = tuple(BY_NAME[n] for n in variants_arg(ap, args.variants, BY_NAME))
     for v in args.variants:
         if v.head_dims is not None and args.shape[3] not in v.head_dims:
             ap.error(f"--variants: {v.name} runs at head dims {', '.join(map(str, v.head_dims))} only, "

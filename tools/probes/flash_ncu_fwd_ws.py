@@ -20,7 +20,7 @@ import statistics
 import sys
 from typing import Callable, Dict, List, Optional, Sequence
 
-from flash_ncu import profiled, require_gpu  # the probe beside this one (on sys.path)
+from flash_ncu import profiled, require_gpu, shape_arg, variants_arg  # the probe beside this one (on sys.path)
 from rounds import time_rounds  # the variants alternated, the order reversed every other round
 
 PROG = "flash_ncu_fwd_ws"
@@ -57,17 +57,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                          "every other round)")
     ap.add_argument("--ncu-command", action="store_true", help="print the ncu commands for these arguments, exit")
     args = ap.parse_args(argv)
-    try:
-        args.shape = tuple(int(x) for x in args.shape.split(","))
-    except ValueError:
-        ap.error(f"--shape must be B,H,N,D integers, got {args.shape!r}")
-    if len(args.shape) != 4:
-        ap.error(f"--shape must be B,H,N,D, got {args.shape}")
-    names = [n for n in args.variants.split(",") if n]
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown or not names:
-        ap.error(f"--variants: unknown {unknown} (known: {', '.join(VARIANTS)})")
-    args.variants = tuple(names)
+    args.shape = shape_arg(ap, args.shape)
+    args.variants = tuple(variants_arg(ap, args.variants, VARIANTS))
     if args.warmup < 1:
         ap.error("--warmup must be >= 1 (the first call compiles)")
     if args.time < 0:
