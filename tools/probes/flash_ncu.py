@@ -4,9 +4,10 @@ Compute's pipe utilisation (issue 10: is each kernel tensor-core, MUFU or issue 
     ncu --profile-from-start off --section ComputeWorkloadAnalysis ... python tools/probes/flash_ncu.py FWD KV Q
 FWD/KV/Q: tile configs as "BLOCK_M,BLOCK_N,warps,stages".
 
-`require_gpu`, `profiled` and the argument parsers `shape_arg` / `variants_arg` are shared with flash_ncu_bwd.py and
-flash_ncu_fwd_ws.py (issue 47's Gluon kernels)."""
+`require_gpu`, `profiled`, `ncu_line` and the argument parsers `shape_arg` / `variants_arg` are shared with
+flash_ncu_bwd.py and flash_ncu_fwd_ws.py (issue 47's Gluon kernels)."""
 import argparse
+import shlex
 import sys
 from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
@@ -42,6 +43,20 @@ def variants_arg(ap: argparse.ArgumentParser, text: str, known: Collection[str])
     if unknown or not names:
         ap.error(f"--variants: unknown {unknown} (known: {', '.join(known)})")
     return names
+
+
+def ncu_line(probe: List[str], kernel_regex: str, launches: int, sections: Sequence[str], metrics: Sequence[str],
+             report: str, out: str, python: str) -> str:
+    """The ncu command that profiles `probe` (its argv) into `out`/`report`.ncu-rep: clocks left alone
+    (METHOD.md), one profiler range, the kernels kernel_regex matches, at most `launches` of them."""
+    cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", f"regex:{kernel_regex}",
+           "--launch-count", str(launches)]
+    for s in sections:
+        cmd += ["--section", s]
+    if metrics:
+        cmd += ["--metrics", ",".join(metrics)]
+    cmd += ["-f", "--export", f"{out}/{report}", python] + probe
+    return " ".join(a if a.startswith(out) else shlex.quote(a) for a in cmd)  # $OUT expands in the shell
 
 
 def profiled(fns: Sequence[Callable[[], object]], warmup: int = 3) -> None:

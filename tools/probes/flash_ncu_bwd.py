@@ -24,13 +24,12 @@ commands (PROFILES: the counters, then the per-instruction sampling).
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probes beside this one (on sys.path)
-from flash_ncu import profiled, require_gpu, shape_arg, variants_arg
+from flash_ncu import ncu_line, profiled, require_gpu, shape_arg, variants_arg
 
 PROG = "flash_ncu_bwd"
 SHAPE_8B = (1, 32, 32768, 128)  # the 8B step's attention, where the one-pass kernel missed by 1.56x
@@ -115,14 +114,7 @@ def ncu_command(args: argparse.Namespace, report: str = "bwd", out: str = "$OUT"
         probe.append("--full")
     if args.carveout is not None:
         probe += ["--carveout", str(args.carveout)]
-    cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", f"regex:{KERNEL_REGEX}",
-           "--launch-count", str(len(kernels(args.variants)))]
-    for s in sections:
-        cmd += ["--section", s]
-    if metrics:
-        cmd += ["--metrics", ",".join(metrics)]
-    cmd += ["-f", "--export", f"{out}/{report}", python] + probe
-    return " ".join(a if a.startswith(out) else shlex.quote(a) for a in cmd)  # $OUT expands in the shell
+    return ncu_line(probe, KERNEL_REGEX, len(kernels(args.variants)), sections, metrics, report, out, python)
 
 
 def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:

@@ -15,12 +15,11 @@ changes (the store from registers alone, Q freed late). Two uses:
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 from typing import Callable, Dict, List, Optional, Sequence
 
-from flash_ncu import profiled, require_gpu, shape_arg, variants_arg  # the probe beside this one (on sys.path)
+from flash_ncu import ncu_line, profiled, require_gpu, shape_arg, variants_arg  # the probe beside this one
 from rounds import time_rounds  # the variants alternated, the order reversed every other round
 
 PROG = "flash_ncu_fwd_ws"
@@ -72,14 +71,7 @@ def ncu_command(args: argparse.Namespace, report: str = "fwd", out: str = "$OUT"
     sections, metrics = PROFILES[report]
     probe = ["tools/probes/flash_ncu_fwd_ws.py", "--shape", ",".join(map(str, args.shape)),
              "--variants", ",".join(args.variants), "--warmup", str(args.warmup)] + (["--full"] if args.full else [])
-    cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", f"regex:{KERNEL_REGEX}",
-           "--launch-count", str(len(args.variants))]
-    for s in sections:
-        cmd += ["--section", s]
-    if metrics:
-        cmd += ["--metrics", ",".join(metrics)]
-    cmd += ["-f", "--export", f"{out}/{report}", python] + probe
-    return " ".join(a if a.startswith(out) else shlex.quote(a) for a in cmd)  # $OUT expands in the shell
+    return ncu_line(probe, KERNEL_REGEX, len(args.variants), sections, metrics, report, out, python)
 
 
 def _forwards(args: argparse.Namespace) -> List[Callable[[], object]]:
