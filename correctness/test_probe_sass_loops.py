@@ -72,3 +72,23 @@ def test_global_reductions_counted_with_their_width(probe):
     line = probe.report(_RED_LISTING)[0]
     assert "REDG 2, ATOMG 1" in line and line.endswith("; REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU 2; "
                                                       "ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU 1")
+
+
+_LDG_LISTING = """
+        /*0000*/               @!P4 LDG.E R61, desc[UR54][R18.64] ;          /* 0x0000000000007a02 */
+        /*0010*/                   LDG.E R17, desc[UR54][R20.64] ;            /* 0x0000000000007a02 */
+        /*0020*/                   LDG.E R30, desc[UR54][R20.64+0x4] ;        /* 0x0000000000007a02 */
+        /*0030*/                   WARPGROUP.ARRIVE ;                         /* 0x0000000000007a02 */
+        /*0040*/                   FMUL R61, R61, 1.4426950216293334961 ;     /* 0x0000000000007a02 */
+        /*0050*/                   MOV R30, RZ ;                              /* 0x0000000000007a02 */
+        /*0060*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR24], RZ, gsb0 ; /* 0x0000000000007a02 */
+        /*0070*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;            /* 0x0000000000007a02 */
+        /*0080*/                   FADD R57, R24, -R17 ;                      /* 0x0000000000007a02 */
+        /*0090*/                   FFMA R58, R25, UR45, -R61 ;                /* 0x0000000000007a02 */
+"""
+
+
+def test_ldg_readers_first_reader_and_the_mma_wait_between(probe):
+    # R61's first reader is the FMUL before the wait (its later FFMA reads the product, not the load); R17's the FADD
+    # after it; R30 is overwritten before any read, so it has no reader.
+    assert probe.ldg_readers(probe.parse(_LDG_LISTING)) == {("FMUL", False): 1, ("FADD", True): 1}

@@ -12,7 +12,12 @@ A loop body is the range from a backward branch's target to the branch. Not coun
 try-wait retry blocks ptxas places after the kernel's end (`@!P BRA <itself>` then `BRA <back into the body>`),
 whose back jumps would otherwise span most of the kernel.
 
-    python tools/probes/sass_loops.py [-v] FILE.sass [FILE.sass ...]
+    python tools/probes/sass_loops.py [-v] [--ldg] FILE.sass [FILE.sass ...]
+
+--ldg adds, per file, the first reader of each global load's (LDG's) destination register, by opcode and by whether a
+warpgroup MMA wait (WARPGROUP.DEPBAR) lies between. A reader with none between waits out the load's latency with no
+MMA's to overlap it, and holds back every instruction after it, MMA issues included (NOTES.md, "Twenty-ninth
+session": the ws backward's lse FMUL, 9.5% of its samples).
 
 Used for NOTES.md's "What the codegen shows" and "Stage 3d" (the one-pass backward's hot loop: the causal kernel's
 loop instances are the diagonal, key-mask and mask-free ones, in that order).
@@ -97,6 +102,33 @@ def positions(body: List[Instr]) -> List[str]:
     return [f"{p}:{w}" + (f"x{n}" if n > 1 else "") for p, w, n, _ in out]
 
 
+_GUARD = re.compile(r"^@!?U?P\w+\s+")
+_STORE_LIKE = ("ST", "RED", "ATOM", "HGMMA")  # instructions whose first register operand is read, not written
+
+
+def ldg_readers(ins: List[Instr]) -> Dict[Tuple[str, bool], int]:
+    """{(opcode, after a WARPGROUP.DEPBAR): count} over the LDGs' destination registers' first readers. A register
+    written again before any read is dropped."""
+    pending: Dict[str, int] = {}  # register -> index of the LDG that writes it
+    out: Dict[Tuple[str, bool], int] = {}
+    for i, (_, text) in enumerate(ins):
+        body = _GUARD.sub("", text)
+        op = body.split()[0] if body else ""
+        regs = re.findall(r"\bR(\d+)\b", body)
+        if op.startswith("LDG") and regs:
+            pending[regs[0]] = i
+            continue
+        writes = not op.startswith(_STORE_LIKE) and bool(regs)
+        for r in set(regs[1:] if writes else regs):
+            if r in pending:
+                j = pending.pop(r)
+                after = any(t.startswith("WARPGROUP.DEPBAR") for _, t in ins[j + 1:i])
+                out[(op, after)] = out.get((op, after), 0) + 1
+        if writes:
+            pending.pop(regs[0], None)
+    return out
+
+
 def report(text: str, verbose: bool = False) -> List[str]:
     ins = parse(text)
     lines = []
@@ -113,16 +145,21 @@ def report(text: str, verbose: bool = False) -> List[str]:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = "-v" in argv
-    files = [a for a in argv if a != "-v"]
+    verbose, ldg = "-v" in argv, "--ldg" in argv
+    files = [a for a in argv if a not in ("-v", "--ldg")]
     if not files:
         print(__doc__.split("\n\n")[-2].strip(), file=sys.stderr)
         return 2
     for path in files:
         print(path)
         with open(path) as f:
-            for line in report(f.read(), verbose):
-                print("  " + line)
+            text = f.read()
+        for line in report(text, verbose):
+            print("  " + line)
+        if ldg:
+            readers = sorted(ldg_readers(parse(text)).items())
+            print("  LDG first readers: " + (", ".join(f"{op} {'after' if after else 'before'} a WG.DEPBAR {n}"
+                                                       for (op, after), n in readers) or "none"))
     return 0
 
 
