@@ -36,11 +36,18 @@ def test_refuses_bad_arguments(probe, argv, match, capsys):
     assert re.search(match, capsys.readouterr().err)
 
 
-def test_the_filter_selects_the_ws_forward_only(probe):
+def test_the_filter_selects_the_ws_forward_and_cudnns_forward_only(probe):
     rx = re.compile(probe.KERNEL_REGEX)
     assert rx.search("_attn_fwd_ws_sm90")
-    for name in ("_attn_fwd_sm90", "_attn_fwd", "_attn_bwd_ws_sm90", "vectorized_elementwise_kernel"):
+    assert rx.search("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x128x128_4x1x1_kernel0_0")
+    for name in ("_attn_fwd_sm90", "_attn_fwd", "_attn_bwd_ws_sm90", "vectorized_elementwise_kernel",
+                 "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0"):
         assert not rx.search(name), name
+
+
+def test_cudnn_is_a_variant_beside_ours(probe):
+    args = probe.parse_args(["--variants", "ws,cudnn", "--shape", "4,32,4096,128"])
+    assert args.variants == ("ws", "cudnn") and "cudnn" not in probe.VARIANTS
 
 
 @pytest.mark.parametrize("report", ["fwd", "src"])

@@ -2,7 +2,8 @@
 
 early_q measured 15.5% slower than the persistent default at 4x16x16384x128 causal and 6% at 4x32x4096x128 full
 (NOTES.md, "the early_q slowdown"), though its key loops compile to the same SASS; ws-o-regs splits its two
-changes (the store from registers alone, Q freed late). Two uses:
+changes (the store from registers alone, Q freed late). `cudnn` (SDPA cuDNN's forward on the same q, k, v) is the
+anchor to profile beside them: where do its warps stall that ours do not? Two uses:
 - `--time ROUNDS`: do_bench medians of the variants alternated ROUNDS times (no ncu): is the slowdown there
   again, in every round, whichever variant runs first?
 - under ncu (`--ncu-command` prints the two commands, PROFILES): each variant once between cudaProfilerStart/Stop
@@ -24,7 +25,8 @@ from rounds import time_rounds  # the variants alternated, the order reversed ev
 
 PROG = "flash_ncu_fwd_ws"
 SHAPE_16K = (4, 16, 16384, 128)  # where early_q lost most (8.908 ms against 7.710)
-KERNEL_REGEX = r"_attn_fwd_ws_sm90"
+CUDNN = "cudnn"
+KERNEL_REGEX = r"_attn_fwd_ws_sm90|sdpa_sm90_flash_fprop"  # ours; cuDNN's (cudnn_generated_fort_native_sdpa_sm90_...)
 #: name -> GluonWsConfig fields: the per-tile grid, the persistent default, early_q's store from registers alone
 #: (o_regs: Q freed late, as the default), the early_q trial (the store and Q freed early).
 VARIANTS: Dict[str, dict] = {"ws": {}, "ws-persistent": {"persistent": True},
@@ -49,7 +51,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--shape", default=",".join(map(str, SHAPE_16K)), help="B,H,N,D (bf16; default 4,16,16384,128)")
     ap.add_argument("--full", action="store_true", help="full attention (default causal)")
     ap.add_argument("--variants", default="ws-persistent,ws-o-regs,ws-early-q",
-                    help=f"comma-separated, launch order kept: {', '.join(VARIANTS)}")
+                    help=f"comma-separated, launch order kept: {', '.join(VARIANTS)}, {CUDNN}")
     ap.add_argument("--warmup", type=int, default=2, help="unprofiled calls of each variant first")
     ap.add_argument("--time", type=int, default=0, metavar="ROUNDS",
                     help="no profiling: do_bench medians, the variants alternated ROUNDS times (the order reversed "
@@ -57,7 +59,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--ncu-command", action="store_true", help="print the ncu commands for these arguments, exit")
     args = ap.parse_args(argv)
     args.shape = shape_arg(ap, args.shape)
-    args.variants = tuple(variants_arg(ap, args.variants, VARIANTS))
+    args.variants = tuple(variants_arg(ap, args.variants, (*VARIANTS, CUDNN)))
     if args.warmup < 1:
         ap.error("--warmup must be >= 1 (the first call compiles)")
     if args.time < 0:
@@ -77,6 +79,8 @@ def ncu_command(args: argparse.Namespace, report: str = "fwd", out: str = "$OUT"
 def _forwards(args: argparse.Namespace) -> List[Callable[[], object]]:
     """One callable a variant, all on the same q, k, v (GPU tensors built here)."""
     import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from impl.attention.flash_gluon_ws import GluonWsConfig, flash_gluon_ws_forward
 
@@ -87,7 +91,11 @@ def _forwards(args: argparse.Namespace) -> List[Callable[[], object]]:
     def fwd(config):
         return lambda: flash_gluon_ws_forward(q, k, v, causal, config)
 
-    return [fwd(GluonWsConfig(**VARIANTS[name])) for name in args.variants]
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return [cudnn if name == CUDNN else fwd(GluonWsConfig(**VARIANTS[name])) for name in args.variants]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
