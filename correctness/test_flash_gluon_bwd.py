@@ -1483,8 +1483,8 @@ print(json.dumps(rows))
 """
 
 
-#: Stack bytes of the prescaled-lse trial by head dim (read in NOTES.md): none at d 64; at d 128 one 4-byte slot, stored
-#: and reloaded once in each of two loop instances' exponent block (the consumers touch 238 of their 240 registers).
+#: Stack bytes of the prescaled-lse trial by head dim (read in NOTES.md): none at d 64; at d 128 one 4-byte slot,
+#: stored and reloaded once in each of two loop instances' exponent block (the consumers touch 238 of 240 registers).
 WS_PRESCALED_STACK = {64: 0, 128: 8}
 
 
