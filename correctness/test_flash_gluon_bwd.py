@@ -1459,9 +1459,11 @@ def test_ws_backward_launch_args_own_key_dq():
 
 
 _COMPILE_WS_PRESCALED = r"""
-import json, torch
+import json, sys, torch
+sys.path.insert(0, "tools/probes")
+import sass_loops
 from impl.attention import flash_gluon_bwd_ws as mod
-from kits.sm90_compile import compile_for_sm90, cubin_figures, ldg_first_uses, sass_text
+from kits.sm90_compile import compile_for_sm90, cubin_figures, sass_text
 Cfg = mod.GluonBwdWsConfig
 cases = [(d, Cfg(prescaled_lse=p), causal, torch.bfloat16) for d in (128, 64) for causal in (False, True)
          for p in (False, True)]
@@ -1475,10 +1477,10 @@ for d, config, causal, dtype in cases:
     grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
                                        torch.empty_like(v), causal, config)
     ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
-    uses = ldg_first_uses(sass_text(ck))
+    readers = sass_loops.ldg_readers(sass_loops.parse(sass_text(ck)))  # {(opcode, after an MMA wait): count}
     rows.append(dict(d=d, causal=causal, own=config.dq_own_keys, pp=config.pingpong, plse=config.prescaled_lse,
-                     fp16=dtype == torch.float16, ldg_uses=len(uses), ldg_early=sum(not u[1] for u in uses),
-                     **cubin_figures(ck)))
+                     fp16=dtype == torch.float16, ldg_uses=sum(readers.values()),
+                     ldg_early=sum(n for (_, after), n in readers.items() if not after), **cubin_figures(ck)))
 print(json.dumps(rows))
 """
 

@@ -100,27 +100,3 @@ def compile_for_sm90(fn, args, opts, divisible=()):
             sig[fn.arg_names[i]], const[(i,)] = "constexpr", fn.params[i].default
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
     return triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
-
-
-def ldg_first_uses(sass: str) -> list[tuple[str, bool]]:
-    """Each global load's (LDG's) result, by its first reader in the SASS's order (branches not followed): (that
-    reader's opcode, whether a wgmma wait, WARPGROUP.DEPBAR, lies between them). A reader before any wait is one that
-    ptxas placed ahead of the products it could have run under (issue 47, ws prescaled lse: NOTES.md). Stores, wgmma,
-    reductions, atomics and barriers read every register they name; other instructions all but the first (their
-    destination); a MOV onto a pending register ends its wait unread."""
-    ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*?)\s*;", sass)
-    pending, out = {}, []
-    for i, text in enumerate(ins):
-        body = re.sub(r"^@!?U?P\w+\s+", "", text)
-        op = body.split()[0] if body else ""
-        regs = re.findall(r"\bR(\d+)\b", body)
-        if op.startswith("LDG"):
-            pending[regs[0]] = i
-            continue
-        reads = regs if op.startswith(("ST", "HGMMA", "RED", "ATOM", "BAR", "SYNCS")) else regs[1:]
-        for r in sorted(set(reads) & pending.keys()):
-            j = pending.pop(r)
-            out.append((op, any(t.startswith("WARPGROUP.DEPBAR") for t in ins[j:i])))
-        if op.startswith(("MOV", "IMAD.MOV")) and regs and regs[0] in pending:
-            pending.pop(regs[0])
-    return out
