@@ -74,8 +74,9 @@ log2 e, stalled on the long scoreboard of lse's global load: ptxas places it (or
 negation of ``st * qk_scale - lse2``) after the tile's WARPGROUP.ARRIVE, before its wgmma issue, so each tile's
 products wait for a global load's latency. The preprocessing launch (flash_kernels._attn_bwd_preprocess, beside D)
 writes −lse·log2 e instead, and P's exponent adds it (_p_exponent): the load's first consumer is then the FFMA after
-the product's wait. Bitwise the default's results: fp32(lse·−log2 e) is the default's lse2 negated, an exact
-operation, which ptxas folds into the same FFMA.
+the product's wait. Bitwise the default's results (dQ up to its reduce-adds' order, which varies from run to run for
+both): fp32(lse·−log2 e) is the default's lse2 negated, an exact operation, which ptxas folds into the same FFMA. No
+spills at d 64; at d 128 (consumers at 238 of 240 registers) one 4-byte stack slot (NOTES.md).
 """
 
 from __future__ import annotations
