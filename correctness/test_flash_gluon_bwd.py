@@ -20,6 +20,7 @@ outputs, strided and 3-D inputs bit-identical, 4096-long sequences).
 import json
 import math
 import os
+import subprocess
 import sys
 from dataclasses import replace
 
@@ -1428,8 +1429,8 @@ def test_ws_backward_refuses_own_key_dq_at_d128(pingpong):
     config = ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=pingpong)
     assert config.head_dims == ws.DQ_OWN_KEYS_HEAD_DIMS == (64,)
     a = _args((1, 2, 40, 128))
-    msg = (rf"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*dq_own_keys=True, pingpong={pingpong}\) runs at head dims "
-           r"\(64,\) only "
+    msg = (rf"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*dq_own_keys=True, pingpong={pingpong}(, .*)?\) runs at "
+           r"head dims \(64,\) only "
            r"\(dq_own_keys: registers and shared memory\), got head dim 128$")
     with pytest.raises(ValueError, match=msg):
         ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, config)
@@ -1457,7 +1458,155 @@ def test_ws_backward_launch_args_own_key_dq():
         assert len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, c)[1]) <= len(base) + 3
 
 
-@pytest.mark.parametrize("field", ["rebuild", "release_before_dq", "dq_own_keys", "pingpong"])
+_COMPILE_WS_PRESCALED = r"""
+import json, sys, torch
+sys.path.insert(0, "tools/probes")
+import sass_loops
+from impl.attention import flash_gluon_bwd_ws as mod
+from kits.sm90_compile import compile_for_sm90, cubin_figures, sass_text
+Cfg = mod.GluonBwdWsConfig
+cases = [(d, Cfg(prescaled_lse=p), causal, torch.bfloat16) for d in (128, 64) for causal in (False, True)
+         for p in (False, True)]
+cases += [(64, Cfg(dq_own_keys=True, prescaled_lse=p), True, torch.bfloat16) for p in (False, True)]
+cases += [(64, Cfg(prescaled_lse=True), True, torch.float16),
+          (64, Cfg(dq_own_keys=True, pingpong=True, prescaled_lse=True), True, torch.bfloat16)]
+rows = []
+for d, config, causal, dtype in cases:
+    q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                       torch.empty_like(v), causal, config)
+    ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
+    readers = sass_loops.ldg_readers(sass_loops.parse(sass_text(ck)))  # {(opcode, after an MMA wait): count}
+    rows.append(dict(d=d, causal=causal, own=config.dq_own_keys, pp=config.pingpong, plse=config.prescaled_lse,
+                     fp16=dtype == torch.float16, ldg_uses=sum(readers.values()),
+                     ldg_early=sum(n for (_, after), n in readers.items() if not after), **cubin_figures(ck)))
+print(json.dumps(rows))
+"""
+
+
+#: Stack bytes of the prescaled-lse trial by head dim (read in NOTES.md): none at d 64; at d 128 one 4-byte slot,
+#: stored and reloaded once in each of two loop instances' exponent block (the consumers touch 238 of 240 registers).
+WS_PRESCALED_STACK = {64: 0, 128: 8}
+
+
+def test_ws_backward_prescaled_lse_compiles_for_hopper():
+    """Issue 47, ws prescaled lse (GluonBwdWsConfig(prescaled_lse=True); NOTES.md): at d 128 and 64, full and causal,
+    with own-keys dQ, its ping-pong and in fp16, 12 warps within the 240 / 24 budgets, no spills at d 64 (at d 128 a
+    bounded one, WS_PRESCALED_STACK), and the default's (or own-keys') registers, shared memory, wgmma, ex2 and
+    reduce-add counts: only where the loaded statistic is used changes. The point of it: every global load's result
+    (lse's and D's) is first used after a wgmma wait (WARPGROUP.DEPBAR), none before the tile's products are issued
+    (the default's FMUL by log2 e is)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    rows = json.loads(run_without_interpreter(_COMPILE_WS_PRESCALED))
+    base = {(r["d"], r["causal"], r["own"], r["pp"]): r for r in rows if not r["plse"]}
+    for r in rows:
+        print(f"\nws d {r['d']} prescaled_lse={r['plse']} causal={r['causal']} own={r['own']} pp={r['pp']} "
+              f"fp16={r['fp16']}: regs {r['regs']}, stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared "
+              f"{r['shared']} B, HGMMA {r['hgmma']}, ex2 {r['ex2']}, UTMAREDG {r['tma_reduce']}, LDG results first "
+              f"used before a wgmma wait {r['ldg_early']} of {r['ldg_uses']}, budget: regs touched {r['partitions']}")
+        bound = WS_PRESCALED_STACK[r["d"]] if r["plse"] else 0
+        assert r["local"] == 0 and r["stack"] <= bound and r["stl"] <= bound // 4 and r["ldl"] <= bound // 4, r
+        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        if r["plse"]:
+            assert r["ldg_uses"] > 0 and r["ldg_early"] == 0, r
+            b = base.get((r["d"], r["causal"], r["own"], r["pp"]))
+            if b is not None and not r["fp16"]:
+                same = ("regs", "shared", "hgmma", "ex2", "tma_reduce", "tma_loads", "tma_stores", "bar_sync")
+                assert {f: r[f] for f in same} == {f: b[f] for f in same}, (r, b)
+        else:
+            assert r["ldg_early"] > 0, r  # the stall the trial removes
+    assert ws.GluonBwdWsConfig(prescaled_lse=True) in ws.TRIAL_CONFIGS
+    assert ws.GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True) in ws.TRIAL_CONFIGS
+    assert not any(c.prescaled_lse for c in ws.CANDIDATE_CONFIGS)
+
+
+@pytest.mark.parametrize("fields", [dict(block_m=128), dict(block_m=128, rebuild=False)], ids=["m128", "m128-stage3b"])
+def test_ws_backward_config_refuses_prescaled_lse_with_128_row_tiles(fields):
+    """128-row query tiles fold lse / sm_scale into Sᵀ's accumulator (_tile_stat): no row statistic to prescale."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    msg = r"^GluonBwdWsConfig: prescaled_lse needs block_m=64 \(128-row query tiles fold lse .*got block_m=128$"
+    with pytest.raises(ValueError, match=msg):
+        ws.GluonBwdWsConfig(prescaled_lse=True, **fields)
+
+
+def test_ws_backward_prescaled_lse_runs_where_its_base_config_runs():
+    """prescaled_lse changes no head dim: d 128 and 64 alone, d 64 with dq_own_keys (and its ping-pong)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    assert ws.GluonBwdWsConfig(prescaled_lse=True).head_dims == ws.HEAD_DIMS == (64, 128)
+    for fields in (dict(dq_own_keys=True), dict(dq_own_keys=True, pingpong=True)):
+        assert ws.GluonBwdWsConfig(prescaled_lse=True, **fields).head_dims == (64,)
+    assert ws.GluonBwdWsConfig(rebuild=False, prescaled_lse=True).head_dims == (64, 128)
+
+
+def test_ws_backward_launch_args_prescaled_lse():
+    """prescaled_lse passes all seven trailing constexprs (..., PINGPONG, PRESCALED_LSE = True) with the base config's
+    descriptors, grid and shared memory; every other config's arguments are unchanged (at most six trailing)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    for d, fields in ((128, {}), (64, {}), (64, dict(dq_own_keys=True)), (64, dict(dq_own_keys=True, pingpong=True))):
+        a = _args((1, 2, 300, d))
+        bufs = _ws_bufs(a)
+        grid, args, opts = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True,
+                                          ws.GluonBwdWsConfig(prescaled_lse=True, **fields))
+        grid2, base, opts2 = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True,
+                                            ws.GluonBwdWsConfig(**fields))
+        plain = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, ws.GluonBwdWsConfig(False))[1]
+        assert (grid, opts) == (grid2, opts2)
+        assert args[:len(base)] == base and args[len(plain):] == (True, 2, False, 64) + (
+            fields.get("dq_own_keys", False), fields.get("pingpong", False), True), fields
+    for c in ws.CANDIDATE_CONFIGS + tuple(c for c in ws.TRIAL_CONFIGS if not c.prescaled_lse):
+        d = c.head_dims[0]
+        a = _args((1, 2, 300, d))
+        plain = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, ws.GluonBwdWsConfig(False))[1]
+        assert len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, c)[1]) <= len(plain) + 6
+
+
+_PRESCALED_PREPROCESS = r"""
+import torch
+from impl.attention import flash_gluon_bwd as bwd
+from impl.attention.flash_gluon_common import LOG2E
+for B, H, n_q, d in ((2, 3, 100, 64), (1, 2, 257, 128)):
+    g = torch.Generator().manual_seed(n_q)
+    o, do = (torch.randn(B, H, n_q, d, generator=g).to(torch.bfloat16) for _ in range(2))
+    lse = torch.randn(B, H, n_q, generator=g) * 30
+    lse[0, 0, :3] = torch.tensor([0.0, -0.0, 1e-30])
+    runs = []
+    for scaled in (False, True):
+        delta, nl2 = torch.full((B, H, n_q), float("nan")), torch.full((B, H, n_q), float("nan"))
+        dq = torch.full((B, H, n_q, d), float("nan"))
+        bwd._preprocess(o, do, delta, dq, None, lse if scaled else None, nl2 if scaled else None)
+        runs.append((delta, dq, nl2))
+    (delta0, dq0, untouched), (delta1, dq1, nl2) = runs
+    assert torch.equal(delta0, delta1) and torch.equal(dq0, dq1) and not dq1.any(), "D or dQ changed"
+    assert untouched.isnan().all(), "NL2 written without lse"
+    assert torch.equal(nl2, lse * -LOG2E), (nl2 - lse * -LOG2E).abs().max()
+try:
+    bwd._preprocess(o, do, delta, dq, None, lse, None)
+except ValueError as e:
+    assert str(e).startswith("_preprocess: lse and nl2 go together"), e
+else:
+    raise AssertionError("lse without nl2 accepted")
+print("ok")
+"""
+
+
+def test_ws_backward_prescaled_lse_preprocess_writes_the_scaled_lse_interpreted():
+    """The preprocessing launch (flash_kernels._attn_bwd_preprocess, under TRITON_INTERPRET=1 on the CPU) with lse and
+    a buffer writes −lse·log2 e bitwise as torch's lse * -LOG2E (fp32: the default kernel's lse2 negated), every row
+    of ragged lengths, and D and the zeroed dQ buffer as without them; without them it writes nothing more."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, "-c", _PRESCALED_PREPROCESS], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("field", ["rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_ws_backward_config_refuses_a_flag_that_is_not_a_bool(field, value):
     from impl.attention import flash_gluon_bwd_ws as ws
@@ -1700,3 +1849,75 @@ def test_ws_backward_d64_own_keys_ring_variants_gpu_match_reference(shape, is_ca
     from impl.attention import flash_gluon_bwd_ws as ws
 
     _ws_backward_gpu_check(shape, 64, is_causal, ws.GluonBwdWsConfig(dq_own_keys=True, **fields), monkeypatch)
+
+
+#: Issue 47, ws prescaled lse: ragged query lengths (a last tile of 1000 - 960 = 40 rows; 4096 + 17), unequal lengths
+#: both ways, and keys within two key tiles (200) under long and ragged queries, where dQ is deterministic (below).
+WS_PRESCALED_SHAPES = [(1, 2, 1000, 1000), (1, 2, 4113, 4113), (1, 3, 257, 129), (2, 2, 130, 700), (1, 2, 4113, 200)]
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", WS_PRESCALED_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("d", [128, 64], ids=["d128", "d64"])
+def test_ws_backward_prescaled_lse_gpu_bitwise_equals_the_default(d, shape, is_causal, dtype):
+    """Issue 47, ws prescaled lse (TRIAL_CONFIGS): −lse·log2 e from the preprocessing launch, added in P's exponent,
+    gives the default's bits: dK and dV (each one program's, in a fixed order) always; dQ where its fp32 reduce-adds
+    cannot reorder (at most two an element, n_k <= 256: a + b == b + a), elsewhere within one rounding of the cast
+    (the reduce-adds' order varies between runs, the default's against itself too)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    config = ws.GluonBwdWsConfig(prescaled_lse=True)
+    assert config in ws.TRIAL_CONFIGS
+    B, H, n_q, n_k = shape
+    q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
+    o, lse = forward("triton", q, k, v, is_causal)
+    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig())
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), "dK or dV differ"
+    if n_k <= 2 * ws.BLOCK_N.value:
+        assert torch.equal(got[0], want[0]), "dQ differs"
+    else:
+        ulp = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[dtype]
+        torch.testing.assert_close(got[0], want[0], rtol=ulp, atol=1e-5 * want[0].abs().max().item())
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pingpong", [False, True], ids=["own", "pingpong"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(1, 3, 257, 129), (2, 2, 130, 700), (1, 2, 4113, 4113)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_d64_own_keys_prescaled_lse_gpu_bitwise_equals_own_keys(shape, is_causal, pingpong):
+    """prescaled_lse with own-keys dQ (and its ping-pong) at d 64 against the same config without it: dK and dV
+    bitwise, dQ bitwise where each element gets at most two reduce-adds (n_k <= 128), else within a rounding."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    base = ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=pingpong)
+    B, H, n_q, n_k = shape
+    q, k, v, do = _inputs((B, H, n_q, 64), (B, H, n_k, 64), torch.bfloat16, "cuda")
+    o, lse = forward("triton", q, k, v, is_causal)
+    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, base)
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, replace(base, prescaled_lse=True))
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), "dK or dV differ"
+    if n_k <= ws.BLOCK_N.value:
+        assert torch.equal(got[0], want[0]), "dQ differs"
+    else:
+        torch.testing.assert_close(got[0], want[0], rtol=2.0 ** -7, atol=1e-5 * want[0].abs().max().item())
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [128, 64], ids=["d128", "d64"])
+def test_ws_backward_prescaled_lse_gpu_matches_reference(d, is_causal, monkeypatch):
+    """prescaled_lse against the float64 reference with every torch.empty NaN-poisoned (the −lse·log2 e buffer: each
+    row the kernel reads written by the preprocessing launch), a ragged length."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    _ws_backward_gpu_check((1, 3, 257, 129), d, is_causal, ws.GluonBwdWsConfig(prescaled_lse=True), monkeypatch)

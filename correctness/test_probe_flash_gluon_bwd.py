@@ -259,11 +259,12 @@ def test_the_ws_refill_selection_keeps_its_rows_within_its_call(probe):
     assert sum(r["est"] for r in rows) < 150
 
 
-def test_ws_trials_add_the_128_row_tiles_at_d64_only(probe):
-    """Issue 47, ws 128-row query tiles, ws dQ over a consumer's own keys and its ping-pong: --ws-trials adds a "ws
-    128x128 s2 rebuild", a "ws 64x128 s2 rebuild dq-own-keys" and a "... dq-own-keys pingpong" row
-    (flash_gluon_bwd_ws.TRIAL_CONFIGS, in order) after the ws candidates at each d 64 shape, none at d 128; without
-    it the plan is unchanged."""
+def test_ws_trials_add_each_trial_at_the_head_dims_it_runs_at(probe):
+    """Issue 47, ws 128-row query tiles, ws dQ over a consumer's own keys, its ping-pong and the prescaled lse:
+    --ws-trials adds a "ws 128x128 s2 rebuild", a "ws 64x128 s2 rebuild dq-own-keys", a "... dq-own-keys pingpong",
+    a "ws 64x128 s2 rebuild prescaled-lse" and a "... dq-own-keys prescaled-lse" row (flash_gluon_bwd_ws.TRIAL_CONFIGS,
+    in order) after the ws candidates at each d 64 shape, and the prescaled-lse row alone at each d 128 table shape;
+    without it the plan is unchanged."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     plain = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
@@ -272,16 +273,27 @@ def test_ws_trials_add_the_128_row_tiles_at_d64_only(probe):
     label = "ws+gluon-bwd-ws ws 128x128 s2 rebuild"
     own = "ws+gluon-bwd-ws ws 64x128 s2 rebuild dq-own-keys"
     pp = own + " pingpong"
+    plse = "ws+gluon-bwd-ws ws 64x128 s2 rebuild prescaled-lse"
+    own_plse = own + " prescaled-lse"
     shapes = ("1x16x16384x64", "4x32x4096x64", "4x16x8192x64 full")
-    assert [x for x in labels if x not in plain] == [f"{s} {x}" for s in shapes for x in (label, own, pp)]
+    d128 = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full")
+    assert [x for x in labels if x not in plain] == [f"{s} {plse}" for s in d128] + [
+        f"{s} {x}" for s in shapes for x in (label, own, pp, plse, own_plse)]
     for s in shapes:
         assert labels.index(f"{s} {label}") == labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s3 rebuild "
                                                             "release-before-dq") + 1
         assert labels.index(f"{s} {own}") == labels.index(f"{s} {label}") + 1
         assert labels.index(f"{s} {pp}") == labels.index(f"{s} {own}") + 1
-    assert [r["config"] for r in rows if r["config"] in ws.TRIAL_CONFIGS] == list(ws.TRIAL_CONFIGS) * 3
+        assert labels.index(f"{s} {own_plse}") == labels.index(f"{s} {plse}") + 1 == labels.index(f"{s} {pp}") + 2
+    for s in d128:
+        assert labels.index(f"{s} {plse}") == labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s3 rebuild "
+                                                           "release-before-dq") + 1
+    assert [r["config"] for r in rows if r["config"] in ws.TRIAL_CONFIGS] == [ws.TRIAL_CONFIGS[3]] * 4 + list(
+        ws.TRIAL_CONFIGS) * 3
     assert ws.TRIAL_CONFIGS == (ws.GluonBwdWsConfig(block_m=128), ws.GluonBwdWsConfig(dq_own_keys=True),
-                                ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True))
+                                ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True),
+                                ws.GluonBwdWsConfig(prescaled_lse=True),
+                                ws.GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True))
     # the device command's selection (NOTES.md): cuDNN, the default, own-keys and its ping-pong at each shape
     regex = (r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild"
              r"( dq-own-keys( pingpong)?)?)$")
@@ -384,3 +396,23 @@ def test_rounds_reverse_the_order_and_report_each_quantitys_median(probe, monkey
     assert c["fwd+bwd_rounds"] == [3.0, 3.8, 3.4] and c["fwd+bwd"] == 3.4 and c["bwd"] == 2.3 and c["rounds"] == 3
     assert (w["fwd"], w["bwd"], w["fwd+bwd"]) == (1.0, 3.0, 4.0) and w["/cudnn"] == pytest.approx(4.0 / 3.4)
     assert "dq_ms_rounds" not in w  # no dQ kernel timed alone
+
+
+#: Issue 47, ws prescaled lse (NOTES.md): the device command's selection, cuDNN, the ws default and the trial at the
+#: three d 64 shapes and at 4x32x4096x128.
+WS_PRESCALED_ONLY = [r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full|4x32x4096x128) (cudnn|ws[+]gluon-bwd-ws ws "
+                     r"64x128 s2 rebuild( prescaled-lse)?)$"]
+
+
+def test_the_ws_prescaled_lse_selection_keeps_its_rows_within_its_call(probe, capsys):
+    """The prescaled-lse call: per shape cuDNN, the default and the trial (12 rows, the d 128 shape first as the plan
+    orders it), 4 rounds estimated under the probe's 120-s budget; the dry run prints them."""
+    rows = probe.plan(ws_trials=True, only=tuple(WS_PRESCALED_ONLY))
+    shapes = ("4x32x4096x128", "1x16x16384x64", "4x32x4096x64", "4x16x8192x64 full")
+    assert [probe.row_label(r) for r in rows] == [f"{s} {x}" for s in shapes for x in (
+        "cudnn", "ws+gluon-bwd-ws ws 64x128 s2 rebuild", "ws+gluon-bwd-ws ws 64x128 s2 rebuild prescaled-lse")]
+    probe.main(["x.json", "--dry-run", "--ws-trials", "--rounds", "4", "--budget-s", "120",
+                "--only", WS_PRESCALED_ONLY[0]])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("12 rows, estimate") and int(out[-1].split()[3]) < 120, out[-1]
+    assert sum(line.rstrip().split(" est ")[0].endswith("prescaled-lse") for line in out) == 4

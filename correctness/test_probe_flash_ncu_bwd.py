@@ -34,6 +34,8 @@ def test_defaults_are_the_8b_shape_and_every_variant(probe):
                                         (["--shape", "4,32,4096,80", "--variants", "ws"],
                                          "ws runs at head dims 64, 128 only, not 80"),
                                         (["--variants", "ws-own-keys"], "ws-own-keys runs at head dims 64 only, not 128"),
+                                        (["--shape", "4,32,4096,80", "--variants", "ws-prescaled-lse"],
+                                         "ws-prescaled-lse runs at head dims 64, 128 only, not 80"),
                                         (["--warmup", "0"], "warmup"),
                                         (["--carveout", "101"], "--carveout: carve-out 101: a percent")])
 def test_refuses_bad_arguments(probe, argv, match, capsys):
@@ -93,3 +95,14 @@ def test_d64_takes_the_ws_backward_and_its_own_keys_trial(probe):
     assert probe.kernels(args.variants) == ["_attn_bwd_ws_sm90", "_attn_bwd_ws_sm90",
                                             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
     assert "ws,ws-own-keys,cudnn" in probe.ncu_command(args)
+
+
+@pytest.mark.parametrize("shape", ["1,16,16384,64", "4,32,4096,128"])
+def test_the_prescaled_lse_trial_profiles_when_named_at_d64_and_d128(probe, shape):
+    """Issue 47, ws prescaled lse: ws-prescaled-lse (a TRIAL_CONFIGS entry) profiles the ws kernel beside the default
+    at d 64 and 128 when --variants names it; never among the defaults (test_defaults_...)."""
+    args = probe.parse_args(["--shape", shape, "--variants", "ws,ws-prescaled-lse,cudnn"])
+    assert probe.kernels(args.variants) == ["_attn_bwd_ws_sm90", "_attn_bwd_ws_sm90",
+                                            "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
+    assert "ws,ws-prescaled-lse,cudnn" in probe.ncu_command(args)
+    assert "ws-prescaled-lse" not in probe.DEFAULT_VARIANTS and probe.BY_NAME["ws-prescaled-lse"].trial

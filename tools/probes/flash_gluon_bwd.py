@@ -17,7 +17,9 @@ shape and at 1x16x16384x64; issue 47's ws d 64 adds the d 64 table shapes 4x32x4
 cuDNN, the ws rows and Triton only; --ws-trials adds, after them at each shape whose head dim they run at, one row
 per flash_gluon_bwd_ws.TRIAL_CONFIGS: configs never in the table, "ws 128x128 s2 rebuild" (issue 47's 128-row
 query tiles at d 64, which spill), "ws 64x128 s2 rebuild dq-own-keys" (each consumer's dQ over its own keys, d 64)
-and "ws 64x128 s2 rebuild dq-own-keys pingpong" (the same with the consumers taking turns to issue products), then
+and "ws 64x128 s2 rebuild dq-own-keys pingpong" (the same with the consumers taking turns to issue products), "ws
+64x128 s2 rebuild prescaled-lse" (−lse·log2 e from the preprocessing launch; d 128 and 64) and "ws 64x128 s2 rebuild
+dq-own-keys prescaled-lse" (d 64), then
 flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
@@ -126,7 +128,8 @@ def cfg_text(c) -> str:
         return (f"ws {c.block_m}x{BLOCK_N.value} s{c.num_stages}" + (" rebuild" if c.rebuild else "")
                 + (" release-before-dq" if c.release_before_dq else "")  # issue 47, ws refill
                 + (" dq-own-keys" if c.dq_own_keys else "")  # issue 47, ws dQ over a consumer's own keys
-                + (" pingpong" if c.pingpong else ""))  # and the consumers' ping-pong
+                + (" pingpong" if c.pingpong else "")  # and the consumers' ping-pong
+                + (" prescaled-lse" if c.prescaled_lse else ""))  # issue 47, ws prescaled lse
     dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles)),
           "atomic": " dq-atomic"}.get(c.dq, "")
     if c.dq_stages > 1:  # stage 3d: dQ staging tiles used in turn

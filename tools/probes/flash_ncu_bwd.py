@@ -11,6 +11,7 @@ from the same q, k, v, dO and the ws forward's o and lse (cuDNN: its own forward
   query tile; no stack, no spills at d 128);
 - ws: flash_gluon_backward_ws (stage 3b, warp-specialized one pass; its default config, the kernel table's at d 64);
 - ws-own-keys: the same with dq_own_keys (d 64 only: each consumer adds dQ over its own 64 keys, no handshake);
+- ws-prescaled-lse: ws with prescaled_lse (−lse·log2 e from the preprocessing launch; a trial: only when named);
 - split-triton: the dK/dV-only kernel + the Triton dQ kernel pinned at TRITON_DQ (no autotuning);
 - split-gluon: the same dK/dV kernel + the Gluon dQ kernel (stage 3c) at its default tiles;
 - cudnn: SDPA cuDNN's backward (autograd.grad with the graph retained).
@@ -56,6 +57,7 @@ class Variant:
     name: str
     kernels: Tuple[str, ...]  # the launches KERNEL_REGEX selects, in order
     head_dims: Optional[Tuple[int, ...]] = None  # the head dims it runs at (None: any the probe takes)
+    trial: bool = False  # profiled only when --variants names it (a TRIAL_CONFIGS entry)
 
 
 VARIANTS = (Variant("one-pass", ("_attn_bwd_sm90",)),
@@ -64,12 +66,14 @@ VARIANTS = (Variant("one-pass", ("_attn_bwd_sm90",)),
             Variant("one-pass-rebuild", ("_attn_bwd_sm90",)),
             Variant("ws", ("_attn_bwd_ws_sm90",), head_dims=(64, 128)),
             Variant("ws-own-keys", ("_attn_bwd_ws_sm90",), head_dims=(64,)),
+            Variant("ws-prescaled-lse", ("_attn_bwd_ws_sm90",), head_dims=(64, 128), trial=True),
             Variant("split-triton", ("_attn_bwd_dq", "_attn_bwd_sm90")),
             Variant("split-gluon", ("_attn_bwd_dq_sm90", "_attn_bwd_sm90")),
             Variant("cudnn", ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop",)))
 BY_NAME = {v.name: v for v in VARIANTS}
-#: --variants' default: every variant that runs at the default shape's head dim (128).
-DEFAULT_VARIANTS = tuple(v.name for v in VARIANTS if v.head_dims is None or SHAPE_8B[3] in v.head_dims)
+#: --variants' default: every variant that runs at the default shape's head dim (128), trials left out.
+DEFAULT_VARIANTS = tuple(v.name for v in VARIANTS
+                         if not v.trial and (v.head_dims is None or SHAPE_8B[3] in v.head_dims))
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -152,6 +156,8 @@ def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:
     fns = {"ws": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal),
            "ws-own-keys": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal,
                                                           GluonBwdWsConfig(dq_own_keys=True)),
+           "ws-prescaled-lse": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal,
+                                                               GluonBwdWsConfig(prescaled_lse=True)),
            "cudnn": cudnn}
     fns.update({name: ours(c) for name, c in configs.items()})
     return [fns[var.name] for var in args.variants]

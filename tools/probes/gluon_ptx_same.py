@@ -129,6 +129,12 @@ def _bwd_variants():
     out.append(("bwdws", 64, True, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, release_before_dq=True)))
     for causal in (False, True):  # issue 47, ws ping-pong of the own-keys consumers (d 64 only)
         out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True)))
+    for d in (128, 64):  # issue 47, ws prescaled lse (64-row tiles), and with own-keys dQ (d 64)
+        for causal in (False, True):
+            out.append(("bwdws", d, causal, "bf16", ws.GluonBwdWsConfig(prescaled_lse=True)))
+    out.append(("bwdws", 64, True, "fp16", ws.GluonBwdWsConfig(prescaled_lse=True)))
+    for causal in (False, True):
+        out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True)))
     return out
 
 
@@ -148,7 +154,8 @@ def _config_tag(config) -> str:
         tag += "-release" if config.release_before_dq else ""
         tag += f"-m{config.block_m}" if config.block_m != 64 else ""  # ws 128-row query tiles: when set
         tag += "-ownkeys" if config.dq_own_keys else ""  # ws dQ over a consumer's own keys: when set
-        return tag + ("-pingpong" if config.pingpong else "")  # and the consumers' ping-pong
+        tag += "-pingpong" if config.pingpong else ""  # and the consumers' ping-pong
+        return tag + ("-prescaled-lse" if config.prescaled_lse else "")  # ws prescaled lse: when set
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []

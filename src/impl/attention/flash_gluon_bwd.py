@@ -701,16 +701,23 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
 _PRE_BLOCK_M = 64
 
 
-def _preprocess(o4: Tensor, do4: Tensor, delta: Tensor, dq4: Tensor, log: Optional[LaunchLog] = None) -> None:
+def _preprocess(o4: Tensor, do4: Tensor, delta: Tensor, dq4: Tensor, log: Optional[LaunchLog] = None,
+                lse: Optional[Tensor] = None, nl2: Optional[Tensor] = None) -> None:
     """D = rowsum(O·dO) into delta and a zeroed fp32 dQ buffer dq4, by the Triton backward's
-    preprocessing kernel (4-D o, do, dq); the launch logged into `log` when one is given."""
+    preprocessing kernel (4-D o, do, dq); the launch logged into `log` when one is given. With nl2 (and lse, both
+    contiguous fp32 of B·H·n_q values): −lse·log2 e into nl2 in the same launch (flash_gluon_bwd_ws's
+    prescaled_lse); None leaves the kernel's L and NL2 at None, the launch it always was."""
     from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
 
     B, H, n_q, d = o4.shape
     lo, hi = HEAD_DIM_TILES[d]
+    if (lse is None) != (nl2 is None):
+        raise ValueError(f"_preprocess: lse and nl2 go together (−lse·log2 e from lse), got lse "
+                         f"{'None' if lse is None else 'a tensor'} and nl2 {'None' if nl2 is None else 'a tensor'}")
+    scaled = {} if nl2 is None else dict(L=lse, NL2=nl2)
     launch(_attn_bwd_preprocess, (-(-n_q // _PRE_BLOCK_M), B * H),
            (o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q),
-           dict(HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M), log)
+           dict(HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M, **scaled), log)
 
 
 def _triton_dq(q4: Tensor, k4: Tensor, v4: Tensor, o4: Tensor, do4: Tensor, dq4: Tensor, lse3: Tensor, delta: Tensor,

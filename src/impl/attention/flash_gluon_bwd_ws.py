@@ -67,6 +67,16 @@ Issue 47, ws ping-pong (``pingpong``, with dq_own_keys; a TRIAL_CONFIGS entry, o
 consumers take turns issuing their products, two issue groups a query tile (Sᵀ and dPᵀ; dV, dK and dQ), through
 flash_gluon_ws's turn mbarriers, so that each one's exp2 / dS and staging phases get the other's products by
 construction instead of by drift (_consumer_loop: the protocol and why it cannot deadlock).
+
+Issue 47, ws prescaled lse (``prescaled_lse``, 64-row query tiles, d 128 and 64; a TRIAL_CONFIGS entry, off by
+default): ncu's PC sampling of the default at 1x16x16384x64 causal put 9.5% of all warp samples on the FMUL of lse by
+log2 e, stalled on the long scoreboard of lse's global load: ptxas places it (or, with lse loaded already scaled, the
+negation of ``st * qk_scale - lse2``) after the tile's WARPGROUP.ARRIVE, before its wgmma issue, so each tile's
+products wait for a global load's latency. The preprocessing launch (flash_kernels._attn_bwd_preprocess, beside D)
+writes −lse·log2 e instead, and P's exponent adds it (_p_exponent): the load's first consumer is then the FFMA after
+the product's wait. Bitwise the default's results (dQ up to its reduce-adds' order, which varies from run to run for
+both): fp32(lse·−log2 e) is the default's lse2 negated, an exact operation, which ptxas folds into the same FFMA. No
+spills at d 64; at d 128 (consumers at 238 of 240 registers) one 4-byte stack slot (NOTES.md).
 """
 
 from __future__ import annotations
@@ -139,7 +149,12 @@ class GluonBwdWsConfig:
     pingpong (issue 47, ws ping-pong of the own-keys consumers; needs dq_own_keys): the two consumers take turns
     issuing their products, two issue groups a query tile (Sᵀ and dPᵀ; then dV, dK and dQ once dSᵀ is formed and
     stored), handing the turn over through a pair of mbarriers after each group (flash_gluon_ws's ping-pong): each
-    consumer's exp2 / dS and dQ staging then run under the other's products instead of beside its own (_turn)."""
+    consumer's exp2 / dS and dQ staging then run under the other's products instead of beside its own (_turn).
+
+    prescaled_lse (issue 47, ws prescaled lse; 64-row query tiles only): the kernel reads −lse·log2 e, written by the
+    preprocessing launch beside D, instead of lse, and adds it in P's exponent: nothing of the load is used before
+    the tile's products are issued (module docstring). Bitwise the default's results. Refused with block_m=128,
+    whose tiles fold lse / sm_scale into Sᵀ's accumulator instead (_tile_stat)."""
 
     rebuild: bool = True
     num_stages: int = 2
@@ -147,9 +162,10 @@ class GluonBwdWsConfig:
     block_m: int = 64
     dq_own_keys: bool = False
     pingpong: bool = False
+    prescaled_lse: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("rebuild", "release_before_dq", "dq_own_keys", "pingpong"):
+        for name in ("rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdWsConfig: {name} must be a bool, got {getattr(self, name)!r}")
         if type(self.num_stages) is not int or self.num_stages not in (2, 3):
@@ -166,6 +182,9 @@ class GluonBwdWsConfig:
             raise ValueError("GluonBwdWsConfig: pingpong needs dq_own_keys=True (the turns hand the tensor core "
                              "between consumers that no ds_ready / ds_free handshake holds in lockstep), got "
                              "dq_own_keys=False")
+        if self.prescaled_lse and self.block_m != 64:
+            raise ValueError(f"GluonBwdWsConfig: prescaled_lse needs block_m=64 ({self.block_m}-row query tiles fold "
+                             f"lse into Sᵀ's accumulator: no row statistic to prescale), got block_m={self.block_m}")
 
     @property
     def head_dims(self) -> Tuple[int, ...]:
@@ -180,9 +199,10 @@ CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonB
 #: Configs that run but compile with spills (read in NOTES.md): never a candidate, so never in the kernel table; the
 #: probe times them with --ws-trials and the GPU tests check them. Issue 47, ws 128-row query tiles (d 64 only);
 #: ws dQ over a consumer's own keys (d 64 only; no spills, but unmeasured: a trial until a GPU run says otherwise),
-#: alone and with the consumers' ping-pong.
+#: alone and with the consumers' ping-pong; the prescaled lse (d 128 and 64), alone and with own-keys dQ (d 64).
 TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128), GluonBwdWsConfig(dq_own_keys=True),
-                 GluonBwdWsConfig(dq_own_keys=True, pingpong=True))
+                 GluonBwdWsConfig(dq_own_keys=True, pingpong=True), GluonBwdWsConfig(prescaled_lse=True),
+                 GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True))
 
 
 def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64,
@@ -290,6 +310,18 @@ def _dpt_minus_d(v2, do2, st_zero, D_base, m0, N_Q):
 
 
 @gluon.jit
+def _p_exponent(st, qk_scale, lse2, PRESCALED_LSE: gl.constexpr):
+    """exp2's argument for Pᵀ (keys x queries) at 64-row tiles: Sᵀ·qk_scale − lse·log2 e, lse2 as _row_stats loaded
+    it. PRESCALED_LSE (GluonBwdWsConfig.prescaled_lse): lse2 is −lse·log2 e, added, so that no multiply or negation
+    of the loaded value is left for ptxas to hoist before the tile's products (module docstring)."""
+    if PRESCALED_LSE:
+        x = st * qk_scale + gl.expand_dims(lse2, 0)
+    else:
+        x = st * qk_scale - gl.expand_dims(lse2, 0)
+    return x
+
+
+@gluon.jit
 def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, q2, do2, dq_smem, slot_free, dq_desc, b, h, m0, sm_scale, turn,
                  C: gl.constexpr, EARLY_RELEASE: gl.constexpr, PINGPONG: gl.constexpr):
     """GluonBwdWsConfig.dq_own_keys: consumer C's share of the tile's dQ, dS_c·K_c over its own 64 keys (both halves
@@ -334,13 +366,14 @@ def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, q2, do2, dq_smem, slot_fr
 def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
                    MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
                    EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr = False,
-                   PINGPONG: gl.constexpr = False):
+                   PINGPONG: gl.constexpr = False, PRESCALED_LSE: gl.constexpr = False):
     """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
     and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
     0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
     so their wgmma descriptors are rebuilt each tile instead of being hoisted and held (stage 4b's technique,
     flash_gluon_bwd._q_loop). STAGES: the Q/dO ring's slots; EARLY_RELEASE: GluonBwdWsConfig.release_before_dq;
-    BLOCK_M: the query tile's rows (GluonBwdWsConfig.block_m); OWN_DQ: GluonBwdWsConfig.dq_own_keys (_own_dq_tile).
+    BLOCK_M: the query tile's rows (GluonBwdWsConfig.block_m); OWN_DQ: GluonBwdWsConfig.dq_own_keys (_own_dq_tile);
+    PRESCALED_LSE: GluonBwdWsConfig.prescaled_lse (L holds −lse·log2 e; _p_exponent).
 
     PINGPONG (GluonBwdWsConfig.pingpong, with OWN_DQ): two turns a tile, taken strictly in alternation (consumer 0
     first; flash_gluon_ws._take_turn): the first issues Sᵀ and dPᵀ, the second (_own_dq_tile) dV, dK and dQ once
@@ -375,7 +408,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     for t in range(t_lo, t_hi):
         slot, phase = _ring_use(t, STAGES)
         m0 = (j0 + t) * BLOCK_M
-        offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout)
+        offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout, PRESCALED_LSE)
         if REBUILD:
             k2, v2, kq0, kq1, ds_lo, ds_hi, my_ds = _resident_views(k_smem, v_smem, ds_smem, m0 >> 30, C, KEYS,
                                                                     BLOCK_D)
@@ -410,7 +443,8 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         if WIDE:
             pt = _masked_pt(gl.exp2(st * qk_scale), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         else:
-            pt = _masked_pt(gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0)), offs_m, offs_n, N_K, MASKED, KEY_MASK)
+            pt = _masked_pt(gl.exp2(_p_exponent(st, qk_scale, lse2, PRESCALED_LSE)), offs_m, offs_n, N_K, MASKED,
+                            KEY_MASK)
         pt16b = pt.to(dtype)
         pt16 = gl.convert_layout(pt16b, a_layout)
         if SERIAL:
@@ -472,7 +506,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
 @gluon.jit
 def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
                         EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr,
-                        PINGPONG: gl.constexpr):
+                        PINGPONG: gl.constexpr, PRESCALED_LSE: gl.constexpr):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
@@ -486,13 +520,13 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
     dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD, STAGES,
-                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG)
+                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE)
     if n0 + BLOCK_N > N_K:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE)
     else:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
     # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete. OWN_DQ: only this consumer's
     # products read its K half, and they have retired.
@@ -514,12 +548,13 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
 def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, L, Delta,
                       H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False,
                       STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False, BLOCK_M: gl.constexpr = 64,
-                      OWN_DQ: gl.constexpr = False, PINGPONG: gl.constexpr = False):
+                      OWN_DQ: gl.constexpr = False, PINGPONG: gl.constexpr = False,
+                      PRESCALED_LSE: gl.constexpr = False):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
     Descriptors rank 4 over (B, H, N, d): K, V, dK, dV blocks of 64 rows (KEYS: two halves, one per consumer),
     Q and dO blocks of BLOCK_M rows, dQ (fp32) (1, 1, BLOCK_M, d / 2). REBUILD, STAGES, EARLY_RELEASE, BLOCK_M,
-    OWN_DQ, PINGPONG: GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m, dq_own_keys, pingpong
-    (_consumer_loop)."""
+    OWN_DQ, PINGPONG, PRESCALED_LSE: GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m, dq_own_keys,
+    pingpong, prescaled_lse (_consumer_loop; with PRESCALED_LSE, L is −lse·log2 e)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128 or BLOCK_D == 64, "head dim 128 or 64 (K_SWIZZLE)")
@@ -558,9 +593,9 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
         (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
-                               PINGPONG)),
+                               PINGPONG, PRESCALED_LSE)),
         (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
-                               PINGPONG)),
+                               PINGPONG, PRESCALED_LSE)),
         (_load_partition, (descs, smem, bars, sched, STAGES, BLOCK_M)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -568,8 +603,9 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
 def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
-    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG are passed up
-    to the last one the config sets (stage 3b's arguments without rebuild; the default's with rebuild alone)."""
+    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE
+    are passed up to the last one the config sets (stage 3b's arguments without rebuild; the default's with rebuild
+    alone). lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote."""
     config = config or GluonBwdWsConfig()
     q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
     B, H, n_q, d = q4.shape
@@ -586,10 +622,10 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, keys, 0, d, swizzle), _descriptor(v4, keys, 0, d),
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, keys, 0, d, swizzle),
             _descriptor(dv4, keys, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
-    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG against the kernel's defaults for them
+    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE against the kernel's defaults for them
     later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m, config.dq_own_keys,
-             config.pingpong)
-    defaults = (False, NUM_STAGES.value, False, 64, False, False)
+             config.pingpong, config.prescaled_lse)
+    defaults = (False, NUM_STAGES.value, False, 64, False, False, False)
     args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, defaults))
                         if v != off), default=0)]
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
@@ -600,13 +636,15 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
                             config: Optional[GluonBwdWsConfig] = None,
                             log: Optional[LaunchLog] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """flash_gluon_bwd.flash_gluon_backward's contract at head dims 128 and 64 (ValueError otherwise), through
-    the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel,
-    this kernel, the buffer's cast. config None: GluonBwdWsConfig() (rebuild). `log` receives the buffers
-    (fp32 dQ, dK, dV, D) and both launches (the call plans of flash_dispatch)."""
+    the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel (and with
+    prescaled_lse −lse·log2 e), this kernel, the buffer's cast. config None: GluonBwdWsConfig() (rebuild). `log`
+    receives the buffers (fp32 dQ, dK, dV, D; −lse·log2 e last with prescaled_lse) and both launches (the call plans
+    of flash_dispatch)."""
     from .flash_gluon_bwd import _preprocess, validate_backward
     from .flash_gluon_common import check_device
 
     validate_backward(q, k, v, o, do, lse, FN)
+    config = config or GluonBwdWsConfig()
     check_head_dim(q.shape[-1], config)
     check_device(q.device, FN)
     q4, o4, do4 = as_4d(q), as_4d(o), as_4d(do)
@@ -615,11 +653,14 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    lse = lse.contiguous()
+    nl2 = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device) if config.prescaled_lse else None
     if log is not None:
-        log.buffers.extend((dq32, dk, dv, delta))
+        log.buffers.extend((dq32, dk, dv, delta) + ((nl2,) if config.prescaled_lse else ()))
         log.cast = q.dtype
-    _preprocess(o4, do4, delta, as_4d(dq32), log)  # d 128 and 64: one head-dim tile
-    grid, args, opts = launch_args(q, k, v, do, lse.contiguous(), delta, dq32, dk, dv, is_causal, config)
+    _preprocess(o4, do4, delta, as_4d(dq32), log, lse if config.prescaled_lse else None, nl2)  # d 128, 64: one tile
+    grid, args, opts = launch_args(q, k, v, do, nl2 if config.prescaled_lse else lse, delta, dq32, dk, dv, is_causal,
+                                   config)
     launch(_attn_bwd_ws_sm90, grid, args, opts, log)
     return dq32.to(q.dtype), dk, dv
 

@@ -229,12 +229,16 @@ def _masked_pt(pt, offs_m, offs_n, N_K, MASKED: gl.constexpr, KEY_MASK: gl.const
 
 
 @gluon.jit
-def _row_stats(L_base, D_base, m0, N_Q, BLOCK_M: gl.constexpr, layout: gl.constexpr):
+def _row_stats(L_base, D_base, m0, N_Q, BLOCK_M: gl.constexpr, layout: gl.constexpr,
+               PRESCALED: gl.constexpr = False):
     """The backward's per-query-row inputs of rows m0 .. m0 + BLOCK_M (in `layout`): (offs_m, lse·log2 e,
-    D); rows past N_Q read as lse = D = 0 (with Q = dO = 0, zero-filled, their terms vanish)."""
+    D); rows past N_Q read as lse = D = 0 (with Q = dO = 0, zero-filled, their terms vanish). PRESCALED: L holds
+    −lse·log2 e already (flash_gluon_bwd_ws's prescaled_lse), returned as loaded, with no multiply."""
     offs_m = m0 + gl.arange(0, BLOCK_M, layout=layout)
     in_q = offs_m < N_Q
-    lse2 = gl.load(L_base + offs_m, mask=in_q, other=0.0) * 1.4426950408889634
+    lse2 = gl.load(L_base + offs_m, mask=in_q, other=0.0)
+    if not PRESCALED:
+        lse2 = lse2 * 1.4426950408889634
     delta = gl.load(D_base + offs_m, mask=in_q, other=0.0)
     return offs_m, lse2, delta
 

@@ -327,8 +327,9 @@ def _plain_call(fn, grid: tuple, tensors: tuple, ints: tuple, constexprs: dict, 
         call(tensors, None)
         return call
     compiled = fn[grid](*tensors, *ints, **constexprs)
-    names = fn.arg_names
-    tail = tuple(constexprs[n] for n in names[len(tensors) + len(ints):])
+    # the launcher takes every parameter: those after the ints from constexprs, or their defaults (the
+    # preprocessing's L and NL2, None: flash_gluon_bwd_ws's prescaled_lse alone passes them)
+    tail = tuple(constexprs.get(p.name, p.default) for p in fn.params[len(tensors) + len(ints):])
     return None if compiled is None else _DirectCall(compiled, grid, ints + tail)
 
 
