@@ -1605,8 +1605,202 @@ def test_ws_backward_prescaled_lse_preprocess_writes_the_scaled_lse_interpreted(
                          timeout=600, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr[-3000:]
 
+_COMPILE_WS_STATS = r"""
+import json, re, sys, torch
+sys.path.insert(0, "tools/probes")
+import sass_loops
+from impl.attention import flash_gluon_bwd_ws as mod
+from kits.sm90_compile import compile_for_sm90, cubin_figures, sass_text
+Cfg = mod.GluonBwdWsConfig
+cases = [(d, Cfg(prescaled_lse=True, stats_smem=s), causal, torch.bfloat16) for d in (128, 64)
+         for causal in (False, True) for s in (False, True)]
+cases += [(64, Cfg(prescaled_lse=True, stats_smem=True), True, torch.float16),
+          (128, Cfg(prescaled_lse=True, stats_smem=True, num_stages=3), True, torch.bfloat16)]
+rows = []
+for d, config, causal, dtype in cases:
+    q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])  # rows of 1000 fp32: 16-byte multiples
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                       torch.empty_like(v), causal, config)
+    ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
+    sass = sass_text(ck)
+    readers = sass_loops.ldg_readers(sass_loops.parse(sass))  # {(opcode, after an MMA wait): count}
+    rows.append(dict(d=d, causal=causal, stats=config.stats_smem, stages=config.num_stages, fp16=dtype == torch.float16,
+                     ldg=len(re.findall(r"\bLDG\b", sass)), ldg_uses=sum(readers.values()),
+                     predicted=mod.shared_bytes(d, 2, config.num_stages, 64, False, False, config.stats_smem),
+                     **cubin_figures(ck)))
+print(json.dumps(rows))
+"""
 
-@pytest.mark.parametrize("field", ["rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse"])
+
+def test_ws_backward_stats_smem_compiles_for_hopper():
+    """Issue 47, ws stats in shared memory (GluonBwdWsConfig(prescaled_lse=True, stats_smem=True); NOTES.md): at d 128
+    and 64, full and causal (and fp16, and d 128 with three ring slots), 12 warps within the 240 / 24 budgets, no
+    stack and no spills anywhere (the prescaled trial spills 8 B at d 128), no global load at all (the statistics
+    come by TMA: two more UTMALDG in the load warp's loop), the prescaled trial's wgmma, ex2, reduce-add and barrier
+    counts, and 2 · 64 fp32 of shared memory more per ring slot (within shared_bytes and the H100's limit)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    rows = json.loads(run_without_interpreter(_COMPILE_WS_STATS))
+    base = {(r["d"], r["causal"]): r for r in rows if not r["stats"]}
+    for r in rows:
+        print(f"\nws d {r['d']} stats_smem={r['stats']} causal={r['causal']} s{r['stages']} fp16={r['fp16']}: "
+              f"regs {r['regs']}, stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B "
+              f"(bound {r['predicted']}), HGMMA {r['hgmma']}, ex2 {r['ex2']}, UTMALDG {r['tma_loads']}, UTMAREDG "
+              f"{r['tma_reduce']}, LDG {r['ldg']}, budget: regs touched {r['partitions']}")
+        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
+        if not r["stats"]:
+            assert r["ldg"] > 0 and r["stack"] <= WS_PRESCALED_STACK[r["d"]], r  # the trial it is measured against
+            continue
+        assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
+        assert r["ldg"] == 0 and r["ldg_uses"] == 0, r
+        b = base[(r["d"], r["causal"])]
+        if r["stages"] == 2 and not r["fp16"]:
+            same = ("regs", "hgmma", "ex2", "tma_reduce", "bar_sync")
+            assert {f: r[f] for f in same} == {f: b[f] for f in same}, (r, b)
+            assert r["tma_loads"] > b["tma_loads"], (r, b)
+            assert 2 * 2 * 64 * 4 <= r["shared"] - b["shared"] <= 2 * 2 * 64 * 4 + 128, (r, b)
+    assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True) in ws.TRIAL_CONFIGS
+    assert not any(c.stats_smem for c in ws.CANDIDATE_CONFIGS)
+
+
+@pytest.mark.parametrize("fields", [dict(), dict(block_m=128), dict(dq_own_keys=True)], ids=["default", "m128", "own"])
+def test_ws_backward_config_refuses_stats_smem_without_prescaled_lse(fields):
+    """The TMA copies need 16-byte row strides, which only the launcher's own buffers are guaranteed: D and
+    −lse·log2 e (prescaled_lse), not the caller's lse. Named by both fields."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    msg = r"^GluonBwdWsConfig: stats_smem needs prescaled_lse=True \(.*\), got prescaled_lse=False$"
+    with pytest.raises(ValueError, match=msg):
+        ws.GluonBwdWsConfig(stats_smem=True, **fields)
+    with pytest.raises(ValueError, match=r"^GluonBwdWsConfig: prescaled_lse needs block_m=64"):
+        ws.GluonBwdWsConfig(stats_smem=True, prescaled_lse=True, block_m=128)
+
+
+def test_ws_backward_stats_smem_runs_where_prescaled_lse_runs():
+    """stats_smem changes no head dim: d 128 and 64 alone, d 64 with dq_own_keys (and its ping-pong); three ring slots
+    fit at d 128 too (213,488 + 1,536 B)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+    from impl.attention.flash_configs import SM90_MAX_SHARED
+
+    assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True).head_dims == (64, 128)
+    for fields in (dict(dq_own_keys=True), dict(dq_own_keys=True, pingpong=True)):
+        assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, **fields).head_dims == (64,)
+    for ns in (2, 3):
+        assert ws.shared_bytes(128, 2, ns, stats_smem=True) == ws.shared_bytes(128, 2, ns) + ns * 2 * 64 * 4
+    assert ws.shared_bytes(128, 2, 3, stats_smem=True) <= SM90_MAX_SHARED
+
+
+def _stats_bufs(a, rows=None):
+    """launch_args' −lse·log2 e, D, fp32 dQ, dK, dV with the statistics as flash_gluon_backward_ws allocates them under
+    stats_smem: (B, H, n_q) views of (B, H, rows) buffers (rows: stats_stride(n_q))."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    B, H, n_q = a["q"].shape[:-1]
+    rows = rows or ws.stats_stride(n_q)
+    nl2, delta = (torch.zeros(B, H, rows)[..., :n_q] for _ in range(2))
+    return (nl2, delta, torch.empty(a["q"].shape), torch.empty_like(a["k"]), torch.empty_like(a["v"]))
+
+
+def test_ws_backward_launch_args_stats_smem():
+    """stats_smem passes all eight trailing constexprs (..., PRESCALED_LSE, STATS_SMEM = True) with the prescaled
+    config's other arguments but the statistics, which are rank-2 TMA descriptors over (B·H, n_q) (TMA zero-fills the
+    rows past n_q) with the buffers' padded row stride, (1, 64) blocks and the unswizzled layout; every other config's
+    arguments are unchanged (at most seven trailing). stats_stride rounds n_q up to 4."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    assert [ws.stats_stride(n) for n in (1, 4, 130, 257, 1000, 4113)] == [4, 4, 132, 260, 1000, 4116]
+    for d, n_q, fields in ((128, 301, {}), (64, 257, {}), (64, 300, dict(dq_own_keys=True, pingpong=True))):
+        a = _args((2, 3, n_q, d))
+        bufs = _stats_bufs(a)
+        config = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, **fields)
+        grid, args, opts = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, config)
+        grid2, base, opts2 = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True,
+                                            ws.GluonBwdWsConfig(prescaled_lse=True, **fields))
+        assert (grid, opts) == (grid2, opts2) and args[len(base):] == (True,)
+        assert args[:7] == base[:7] and args[9:len(base)] == base[9:]
+        rows = ws.stats_stride(n_q)
+        for desc, t in zip(args[7:9], bufs[:2]):
+            assert desc.base is t and list(desc.shape) == [6, n_q] and list(desc.strides) == [rows, 1]
+            assert list(desc.block_shape) == [1, 64] and desc.layout == ws.STATS_LAYOUT
+            assert desc.layout.swizzle_byte_width == 0 and desc.layout.rank == 2
+    for c in ws.CANDIDATE_CONFIGS + tuple(c for c in ws.TRIAL_CONFIGS if not c.stats_smem):
+        a = _args((1, 2, 300, c.head_dims[0]))
+        plain = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, ws.GluonBwdWsConfig(False))[1]
+        assert len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, c)[1]) <= len(plain) + 7
+
+
+@pytest.mark.parametrize("case", ["row stride 301", "heads not packed", "fp16"])
+def test_ws_backward_stats_smem_refuses_statistics_tma_cannot_read(case):
+    """The launcher names what TMA cannot take in a statistic: rows not 16 bytes apart (the caller's own (B, H, 301)
+    lse), heads not packed, another dtype."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((2, 3, 301, 64))
+    nl2, delta, *rest = _stats_bufs(a)
+    if case == "row stride 301":
+        nl2 = torch.zeros(2, 3, 301)
+    elif case == "heads not packed":
+        nl2 = torch.zeros(2, 4, 304)[:, :3, :301]
+    else:
+        nl2 = nl2.half()
+    msg = (r"^flash_gluon_backward_ws: stats_smem reads −lse·log2 e by TMA: it must be fp32 \(B, H, n_q\) with unit "
+           r"stride along n_q, rows a multiple of 4 elements apart \(16 bytes\), heads packed and its data 16-byte "
+           r"aligned, got ")
+    with pytest.raises(ValueError, match=msg):
+        ws.launch_args(a["q"], a["k"], a["v"], a["do"], nl2, delta, *rest, True,
+                       ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True))
+
+
+_STATS_PREPROCESS = r"""
+import torch
+from impl.attention import flash_gluon_bwd as bwd
+from impl.attention.flash_gluon_bwd_ws import stats_stride
+from impl.attention.flash_gluon_common import LOG2E
+for B, H, n_q, d in ((2, 3, 101, 64), (1, 2, 257, 128)):
+    g = torch.Generator().manual_seed(n_q)
+    o, do = (torch.randn(B, H, n_q, d, generator=g).to(torch.bfloat16) for _ in range(2))
+    lse = torch.randn(B, H, n_q, generator=g) * 30
+    delta0, nl20 = torch.full((B, H, n_q), float("nan")), torch.full((B, H, n_q), float("nan"))
+    dq0 = torch.full((B, H, n_q, d), float("nan"))
+    bwd._preprocess(o, do, delta0, dq0, None, lse, nl20)
+    rows = stats_stride(n_q)
+    assert rows > n_q and rows % 4 == 0
+    delta, nl2 = torch.full((B, H, rows), float("nan")), torch.full((B, H, rows), float("nan"))
+    dq = torch.full((B, H, n_q, d), float("nan"))
+    bwd._preprocess(o, do, delta, dq, None, lse, nl2, rows)
+    assert torch.equal(delta[..., :n_q], delta0) and torch.equal(dq, dq0) and not dq.any(), "D or dQ changed"
+    assert torch.equal(nl2[..., :n_q], lse * -LOG2E) and torch.equal(nl2[..., :n_q], nl20)
+    assert delta[..., n_q:].isnan().all() and nl2[..., n_q:].isnan().all(), "a padding column written"
+for bad in (dict(lse=None, nl2=None, stats_stride=104), dict(lse=lse, nl2=nl2, stats_stride=n_q - 1),
+            dict(lse=lse, nl2=nl2, stats_stride=float(rows))):
+    try:
+        bwd._preprocess(o, do, delta, dq, None, **bad)
+    except ValueError as e:
+        assert str(e).startswith("_preprocess: stats_stride needs nl2 and an int of at least n_q"), e
+    else:
+        raise AssertionError(f"accepted {bad['stats_stride']!r}")
+print("ok")
+"""
+
+
+def test_ws_backward_stats_smem_preprocess_writes_padded_rows_interpreted():
+    """The preprocessing launch with a row stride (flash_kernels._attn_bwd_preprocess's STATS_STRIDE, under
+    TRITON_INTERPRET=1 on the CPU) writes D and −lse·log2 e into the first n_q columns of each padded row, bitwise as
+    without it (lse's rows stay n_q apart), the padding untouched, dQ zeroed as before; a stride without nl2, below
+    n_q or not an int is refused."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, "-c", _STATS_PREPROCESS], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("field", ["rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse",
+                                   "stats_smem"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_ws_backward_config_refuses_a_flag_that_is_not_a_bool(field, value):
     from impl.attention import flash_gluon_bwd_ws as ws
@@ -1921,3 +2115,51 @@ def test_ws_backward_prescaled_lse_gpu_matches_reference(d, is_causal, monkeypat
     from impl.attention import flash_gluon_bwd_ws as ws
 
     _ws_backward_gpu_check((1, 3, 257, 129), d, is_causal, ws.GluonBwdWsConfig(prescaled_lse=True), monkeypatch)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", WS_PRESCALED_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("d", [128, 64], ids=["d128", "d64"])
+def test_ws_backward_stats_smem_gpu_bitwise_equals_prescaled_lse(d, shape, is_causal, dtype):
+    """Issue 47, ws stats in shared memory (TRIAL_CONFIGS): the row statistics copied by the load warp's TMA into the
+    Q/dO ring and read from shared memory are the values the prescaled trial loads from global memory (rows past
+    n_q zero-filled as its masked loads read them; n_q of 1000, 4113, 257 and 130: padded rows of 1000, 4116, 260, 132
+    fp32), so dK and dV are its bits; dQ where its reduce-adds cannot reorder (n_k <= 256), else within a rounding."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    config = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
+    assert config in ws.TRIAL_CONFIGS
+    B, H, n_q, n_k = shape
+    q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
+    o, lse = forward("triton", q, k, v, is_causal)
+    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig(prescaled_lse=True))
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), "dK or dV differ"
+    if n_k <= 2 * ws.BLOCK_N.value:
+        assert torch.equal(got[0], want[0]), "dQ differs"
+    else:
+        ulp = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[dtype]
+        torch.testing.assert_close(got[0], want[0], rtol=ulp, atol=1e-5 * want[0].abs().max().item())
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d,fields", [(128, {}), (64, {}), (128, dict(num_stages=3)),
+                                      (64, dict(dq_own_keys=True, pingpong=True)), (64, dict(release_before_dq=True))],
+                         ids=["d128", "d64", "d128-s3", "d64-own-pingpong", "d64-release"])
+def test_ws_backward_stats_smem_gpu_matches_reference(d, fields, is_causal, monkeypatch):
+    """stats_smem against the float64 reference with every torch.empty NaN-poisoned (the padded statistics' buffers:
+    their padding columns, 257 -> 260, are never read, TMA zero-fills past n_q), a ragged length; with a third ring
+    slot (d 128), own-keys dQ and its ping-pong, and the slot freed before dQ's products retire (the statistics are
+    read before every path's release)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    config = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, **fields)
+    _ws_backward_gpu_check((1, 3, 257, 129), d, is_causal, config, monkeypatch)
+    _ws_backward_gpu_check((2, 2, 130, 700), d, is_causal, config, monkeypatch)

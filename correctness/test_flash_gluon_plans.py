@@ -34,15 +34,32 @@ def _fwd_kernel(a):
     a["L"].copy_(q.float().sum(-1) - k.float().sum(-1))
 
 
+def _rows(t, shape, stride):
+    """The (B, H, n_q) statistic in t whose rows lie `stride` apart (the preprocessing kernel's STATS_STRIDE)."""
+    return t.as_strided(shape, (shape[1] * stride, stride, 1))
+
+
 def _preprocess_kernel(a):
-    a["Delta"].copy_((a["O"].float() * a["DO"].float()).sum(-1))
+    delta = (a["O"].float() * a["DO"].float()).sum(-1)
+    stride = a["STATS_STRIDE"] or a["N_Q"]  # the ws backward's stats_smem: padded rows
+    _rows(a["Delta"], delta.shape, stride).copy_(delta)
+    if a["NL2"] is not None:  # its prescaled_lse: −lse·log2 e beside D
+        _rows(a["NL2"], delta.shape, stride).copy_(a["L"] * -1.4426950408889634)
     a["DQ"].zero_()
+
+
+def _stat(x, shape):
+    """A row statistic the ws backward reads: a tensor, or (stats_smem) a TMA descriptor over (B·H, n_q) rows of its
+    base, read through the descriptor's shape and strides as TMA would (a plan's base is the buffer it allocated)."""
+    if hasattr(x, "block_shape"):
+        x = x.base.as_strided(tuple(x.shape), tuple(x.strides))
+    return x.reshape(shape)
 
 
 def _bwd_kernel(a):
     q, k, v, do, dq, dk, dv = (a[n].base for n in ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "dk_desc",
                                                    "dv_desc"))
-    dq.add_(q.float() * a["L"][..., None] + a["Delta"][..., None])
+    dq.add_(q.float() * _stat(a["L"], q.shape[:-1])[..., None] + _stat(a["Delta"], q.shape[:-1])[..., None])
     dk.copy_(k + 2 * do)
     dv.copy_(3 * v - do + a["N_Q"])
 
@@ -167,6 +184,40 @@ def test_a_plan_hit_launches_the_compiled_kernels_with_the_slow_paths_outputs_an
         assert hit_b[3] == ref_b[3] == first_b[3] and hit_b[3] is first_b[3] and rec.last["bwd"] is first_b[3]
         assert hit_b[0].dtype == q.dtype and hit_b[1].dtype == k.dtype
     assert _same(_fwd(q, k, v, True, opts)[:2], first[:2])  # and the first call's own outputs
+
+
+@needs_gluon
+@pytest.mark.parametrize("stats_smem", [False, True], ids=["prescaled_lse", "stats_smem"])
+def test_a_prescaled_or_stats_smem_plan_gives_the_launchers_outputs(fake_sm90, monkeypatch, stats_smem):
+    """Issue 47, ws prescaled lse and ws stats in shared memory: a table entry naming GluonBwdWsConfig(prescaled_lse=
+    True[, stats_smem=True]) at d 128 causal; the plan has a fifth buffer (−lse·log2 e), and a hit returns the
+    gradients (its first three outputs). With stats_smem the launcher logs the (B, H, 44) statistics' buffers whole
+    (41 query rows, rows padded to 4), so the plan allocates them in that shape and rebases the kernel's (B·H, 41)
+    descriptors of row stride 44 onto them; the stand-ins write and read the statistics at that stride (the
+    preprocessing kernel's STATS_STRIDE, TMA's strides), and a hit gives the launcher's outputs, new tensors too."""
+    from impl.attention import flash_dispatch
+    from impl.attention.flash_gluon_bwd_ws import GluonBwdWsConfig
+    log = fake_sm90
+    config = GluonBwdWsConfig(prescaled_lse=True, stats_smem=stats_smem)
+    table = flash_dispatch.shipped_table()  # fake_sm90's, without floors
+    key = ("bwd", "sm_90", 128, True, "bfloat16")
+    entries = tuple(dataclasses.replace(e, config=tuple(sorted(dataclasses.asdict(config).items())))
+                    if e.key == key else e for e in table.entries)
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: kt.KernelTable(entries, table.rule))
+    opts = FlashOptions(kernels="auto")
+    slow = dataclasses.replace(opts, direct_launch=False)
+    first = _bwd(*_inputs((1, 2, 41, 128)), True, opts)
+    assert _kinds(log) == ["jit", "jit"] and first[3].configs == (("bwd", repr(config)),)
+    for seed in (0, 1):
+        x = _inputs((1, 2, 41, 128), seed)
+        ref = _bwd(*x, True, slow)
+        assert _kinds(log) == ["jit", "jit"]
+        hit = _bwd(*x, True, opts)
+        assert _kinds(log) == ["direct", "direct"]
+        assert _same(hit[:3], ref[:3]), seed
+        q, lse = x[0], x[5]
+        want = q.float() * (lse * -1.4426950408889634)[..., None] + (x[3].float() * x[4].float()).sum(-1)[..., None]
+        assert torch.equal(ref[0], want.to(q.dtype)), seed  # what the stand-ins compute, through the padded rows
 
 
 @needs_gluon

@@ -322,13 +322,17 @@ def test_the_builder_leaves_later_fields_out_at_their_default():
         for plse in (GluonBwdWsConfig(prescaled_lse=True), GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True)):
             assert dict(builder._config_pairs(plse))["prescaled_lse"] is True
             assert GluonBwdWsConfig(**dict(builder._config_pairs(plse))) == plse
+            assert "stats_smem" not in dict(builder._config_pairs(plse))  # issue 47, ws stats_smem: only when set
+        stats = GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
+        assert dict(builder._config_pairs(stats))["stats_smem"] is True
+        assert GluonBwdWsConfig(**dict(builder._config_pairs(stats))) == stats
 
 
 @needs_gluon
 def test_a_gluon_ws_backward_entry_round_trips_to_its_config():
     """JSON -> table -> JSON is the identity, and the entry's config is the launcher's typed config, for each ws
-    candidate (issue 47's ws refill variants too) and the prescaled-lse trials; an entry from before num_stages /
-    release_before_dq (rebuild alone) loads as the same config with those at their defaults."""
+    candidate (issue 47's ws refill variants too) and the prescaled-lse trials (stats_smem too); an entry from before
+    num_stages / release_before_dq (rebuild alone) loads as the same config with those at their defaults."""
     from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS, TRIAL_CONFIGS, GluonBwdWsConfig
     for config in CANDIDATE_CONFIGS + tuple(c for c in TRIAL_CONFIGS if c.prescaled_lse):
         raw = {"rule": "test", "entries": [dict(WS_BWD, config=dataclasses.asdict(config))]}
@@ -639,6 +643,24 @@ def test_auto_on_sm90_runs_the_ws_backward_prescaled_lse_where_the_table_names_i
     config = GluonBwdWsConfig(prescaled_lse=True)
     assert config in TRIAL_CONFIGS
     _auto_ws_backward(config, causal, shape, torch.bfloat16, d, monkeypatch)
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shape", [(2, 3, 301), (1, 2, 4096)], ids=["2x3x301", "1x2x4096"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128], ids=["d64", "d128"])
+def test_auto_on_sm90_runs_the_ws_backward_stats_smem_where_the_table_names_it(d, causal, shape, monkeypatch):
+    """Issue 47, ws stats in shared memory (TRIAL_CONFIGS): an entry whose JSON config has stats_smem runs it through
+    the public path (the padded statistics' buffers among the launcher's: 301 query rows in rows of 304), bf16; the
+    second call through the call plan (its buffers allocated in the launcher's padded shapes)."""
+    from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS, GluonBwdWsConfig
+
+    config = GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
+    assert config in TRIAL_CONFIGS
+    for _ in range(2):
+        _auto_ws_backward(config, causal, shape, torch.bfloat16, d, monkeypatch)
+
 
 def _auto_ws_backward(config, causal, shape, dtype, d, monkeypatch):
     """FlashAttentionTriton with kernels "auto" under the shipped table whose (bwd, d, causal, dtype) entry is

@@ -36,6 +36,8 @@ def test_defaults_are_the_8b_shape_and_every_variant(probe):
                                         (["--variants", "ws-own-keys"], "ws-own-keys runs at head dims 64 only, not 128"),
                                         (["--shape", "4,32,4096,80", "--variants", "ws-prescaled-lse"],
                                          "ws-prescaled-lse runs at head dims 64, 128 only, not 80"),
+                                        (["--shape", "4,32,4096,80", "--variants", "ws-stats-smem"],
+                                         "ws-stats-smem runs at head dims 64, 128 only, not 80"),
                                         (["--warmup", "0"], "warmup"),
                                         (["--carveout", "101"], "--carveout: carve-out 101: a percent")])
 def test_refuses_bad_arguments(probe, argv, match, capsys):
@@ -106,3 +108,14 @@ def test_the_prescaled_lse_trial_profiles_when_named_at_d64_and_d128(probe, shap
                                             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
     assert "ws,ws-prescaled-lse,cudnn" in probe.ncu_command(args)
     assert "ws-prescaled-lse" not in probe.DEFAULT_VARIANTS and probe.BY_NAME["ws-prescaled-lse"].trial
+
+
+@pytest.mark.parametrize("shape", ["1,16,16384,64", "4,32,4096,128"])
+def test_the_stats_smem_trial_profiles_when_named_at_d64_and_d128(probe, shape):
+    """Issue 47, ws stats in shared memory: ws-stats-smem (a TRIAL_CONFIGS entry, with prescaled_lse) profiles the ws
+    kernel beside the default and the prescaled trial when --variants names it; never among the defaults."""
+    args = probe.parse_args(["--shape", shape, "--variants", "ws,ws-prescaled-lse,ws-stats-smem,cudnn"])
+    assert probe.kernels(args.variants) == ["_attn_bwd_ws_sm90"] * 3 + [
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
+    assert "ws,ws-prescaled-lse,ws-stats-smem,cudnn" in probe.ncu_command(args)
+    assert "ws-stats-smem" not in probe.DEFAULT_VARIANTS and probe.BY_NAME["ws-stats-smem"].trial

@@ -12,6 +12,7 @@ from the same q, k, v, dO and the ws forward's o and lse (cuDNN: its own forward
 - ws: flash_gluon_backward_ws (stage 3b, warp-specialized one pass; its default config, the kernel table's at d 64);
 - ws-own-keys: the same with dq_own_keys (d 64 only: each consumer adds dQ over its own 64 keys, no handshake);
 - ws-prescaled-lse: ws with prescaled_lse (−lse·log2 e from the preprocessing launch; a trial: only when named);
+- ws-stats-smem: ws-prescaled-lse with stats_smem (the row statistics through the load warp's TMA ring; a trial);
 - split-triton: the dK/dV-only kernel + the Triton dQ kernel pinned at TRITON_DQ (no autotuning);
 - split-gluon: the same dK/dV kernel + the Gluon dQ kernel (stage 3c) at its default tiles;
 - cudnn: SDPA cuDNN's backward (autograd.grad with the graph retained).
@@ -67,6 +68,7 @@ VARIANTS = (Variant("one-pass", ("_attn_bwd_sm90",)),
             Variant("ws", ("_attn_bwd_ws_sm90",), head_dims=(64, 128)),
             Variant("ws-own-keys", ("_attn_bwd_ws_sm90",), head_dims=(64,)),
             Variant("ws-prescaled-lse", ("_attn_bwd_ws_sm90",), head_dims=(64, 128), trial=True),
+            Variant("ws-stats-smem", ("_attn_bwd_ws_sm90",), head_dims=(64, 128), trial=True),
             Variant("split-triton", ("_attn_bwd_dq", "_attn_bwd_sm90")),
             Variant("split-gluon", ("_attn_bwd_dq_sm90", "_attn_bwd_sm90")),
             Variant("cudnn", ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop",)))
@@ -158,6 +160,8 @@ def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:
                                                           GluonBwdWsConfig(dq_own_keys=True)),
            "ws-prescaled-lse": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal,
                                                                GluonBwdWsConfig(prescaled_lse=True)),
+           "ws-stats-smem": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal,
+                                                            GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)),
            "cudnn": cudnn}
     fns.update({name: ours(c) for name, c in configs.items()})
     return [fns[var.name] for var in args.variants]

@@ -135,6 +135,13 @@ def _bwd_variants():
     out.append(("bwdws", 64, True, "fp16", ws.GluonBwdWsConfig(prescaled_lse=True)))
     for causal in (False, True):
         out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True)))
+    for d in (128, 64):  # issue 47, ws stats in shared memory (with the prescaled lse)
+        for causal in (False, True):
+            out.append(("bwdws", d, causal, "bf16", ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)))
+    out.append(("bwdws", 64, True, "fp16", ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)))
+    out.append(("bwdws", 128, True, "bf16", ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, num_stages=3)))
+    out.append(("bwdws", 64, True, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True, prescaled_lse=True,
+                                                                 stats_smem=True)))
     return out
 
 
@@ -155,7 +162,8 @@ def _config_tag(config) -> str:
         tag += f"-m{config.block_m}" if config.block_m != 64 else ""  # ws 128-row query tiles: when set
         tag += "-ownkeys" if config.dq_own_keys else ""  # ws dQ over a consumer's own keys: when set
         tag += "-pingpong" if config.pingpong else ""  # and the consumers' ping-pong
-        return tag + ("-prescaled-lse" if config.prescaled_lse else "")  # ws prescaled lse: when set
+        tag += "-prescaled-lse" if config.prescaled_lse else ""  # ws prescaled lse: when set
+        return tag + ("-stats-smem" if config.stats_smem else "")  # ws stats in shared memory: when set
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []

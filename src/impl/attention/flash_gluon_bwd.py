@@ -702,11 +702,13 @@ _PRE_BLOCK_M = 64
 
 
 def _preprocess(o4: Tensor, do4: Tensor, delta: Tensor, dq4: Tensor, log: Optional[LaunchLog] = None,
-                lse: Optional[Tensor] = None, nl2: Optional[Tensor] = None) -> None:
+                lse: Optional[Tensor] = None, nl2: Optional[Tensor] = None, stats_stride: Optional[int] = None) -> None:
     """D = rowsum(O·dO) into delta and a zeroed fp32 dQ buffer dq4, by the Triton backward's
     preprocessing kernel (4-D o, do, dq); the launch logged into `log` when one is given. With nl2 (and lse, both
     contiguous fp32 of B·H·n_q values): −lse·log2 e into nl2 in the same launch (flash_gluon_bwd_ws's
-    prescaled_lse); None leaves the kernel's L and NL2 at None, the launch it always was."""
+    prescaled_lse); None leaves the kernel's L and NL2 at None, the launch it always was. stats_stride (with nl2
+    only; None: n_q): delta's and nl2's row stride, B·H rows of it each (flash_gluon_bwd_ws's stats_smem: rows of
+    16-byte multiples for its TMA descriptors); lse's stays n_q."""
     from .flash_kernels import _attn_bwd_preprocess  # triton.jit: imported only where it runs
 
     B, H, n_q, d = o4.shape
@@ -714,7 +716,12 @@ def _preprocess(o4: Tensor, do4: Tensor, delta: Tensor, dq4: Tensor, log: Option
     if (lse is None) != (nl2 is None):
         raise ValueError(f"_preprocess: lse and nl2 go together (−lse·log2 e from lse), got lse "
                          f"{'None' if lse is None else 'a tensor'} and nl2 {'None' if nl2 is None else 'a tensor'}")
+    if stats_stride is not None and (nl2 is None or type(stats_stride) is not int or stats_stride < n_q):
+        raise ValueError(f"_preprocess: stats_stride needs nl2 and an int of at least n_q = {n_q}, got "
+                         f"{stats_stride!r} with nl2 {'None' if nl2 is None else 'a tensor'}")
     scaled = {} if nl2 is None else dict(L=lse, NL2=nl2)
+    if stats_stride is not None:
+        scaled["STATS_STRIDE"] = stats_stride
     launch(_attn_bwd_preprocess, (-(-n_q // _PRE_BLOCK_M), B * H),
            (o4, do4, delta, dq4, *o4.stride(), *do4.stride(), *dq4.stride(), H, n_q),
            dict(HEAD_DIM=d, BLOCK_D=lo, D1=hi, BLOCK_M=_PRE_BLOCK_M, **scaled), log)

@@ -77,6 +77,16 @@ writes −lse·log2 e instead, and P's exponent adds it (_p_exponent): the load'
 the product's wait. Bitwise the default's results (dQ up to its reduce-adds' order, which varies from run to run for
 both): fp32(lse·−log2 e) is the default's lse2 negated, an exact operation, which ptxas folds into the same FFMA. No
 spills at d 64; at d 128 (consumers at 238 of 240 registers) one 4-byte stack slot (NOTES.md).
+
+Issue 47, ws stats in shared memory (``stats_smem``, with prescaled_lse; a TRIAL_CONFIGS entry, off by default): FA3's
+producer loads LSE and dPsum. The load warp copies each query tile's −lse·log2 e row and D row (BLOCK_M fp32 each) by
+TMA into that tile's Q/dO ring slot, on the slot's Q and dO barriers (their expected bytes include them); the consumers
+read each from shared memory right where it is used (_ring_stat: before the exponent, before dPᵀ − D), so the consumer
+loop has no global load and holds neither statistic across the tile's products: d 128 compiles without the prescaled
+trial's stack slot. TMA wants 16-byte row strides: the launcher allocates both buffers with rows padded to a multiple
+of 4 (stats_stride; the preprocessing launch writes them at that stride) and describes them as (B·H, n_q), so TMA
+zero-fills the rows past n_q as the masked loads did. The slot is freed after both statistics are read (each
+consumer's release follows a warpgroup-wide wgmma or barrier that orders every warp's reads before it).
 """
 
 from __future__ import annotations
@@ -90,6 +100,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .flash_gluon_bwd import _tma_reduce_add
 from .flash_gluon_ws import _pass_turn, _take_turn
@@ -113,6 +124,11 @@ WS_CAPTURE_BYTES = 512
 #: widest). A dQ half is d / 2 columns of K; a wgmma descriptor starts on a swizzle atom (module docstring).
 K_SWIZZLE = {64: 64, 128: None}
 HEAD_DIMS = tuple(K_SWIZZLE)
+#: GluonBwdWsConfig.stats_smem: the row statistics' buffers have rows of a multiple of this many fp32 (TMA's 16-byte
+#: row strides), and their (1, block_m) TMA blocks lie unswizzled in the ring: a row as it is in memory, which the
+#: consumers read in any layout (_ring_stat).
+STATS_ALIGN = 4
+STATS_LAYOUT = gl.NVMMASharedLayout(0, 32)
 
 
 @dataclass(frozen=True)
@@ -154,7 +170,14 @@ class GluonBwdWsConfig:
     prescaled_lse (issue 47, ws prescaled lse; 64-row query tiles only): the kernel reads −lse·log2 e, written by the
     preprocessing launch beside D, instead of lse, and adds it in P's exponent: nothing of the load is used before
     the tile's products are issued (module docstring). Bitwise the default's results. Refused with block_m=128,
-    whose tiles fold lse / sm_scale into Sᵀ's accumulator instead (_tile_stat)."""
+    whose tiles fold lse / sm_scale into Sᵀ's accumulator instead (_tile_stat).
+
+    stats_smem (issue 47, ws stats in shared memory; needs prescaled_lse): the load warp copies each query tile's
+    −lse·log2 e and D rows by TMA into its Q/dO ring slot (on the slot's Q and dO barriers), and the consumers read
+    them from shared memory where they are used (_ring_stat): no global load in the consumer loop, no row statistic
+    held in registers across the products. TMA needs 16-byte row strides, so both buffers are the launcher's own,
+    rows padded to a multiple of 4 (STATS_ALIGN): D always is, −lse·log2 e only with prescaled_lse (the caller's lse
+    is not). +2 · 64 · 4 B of shared memory per ring slot. Bitwise prescaled_lse's results."""
 
     rebuild: bool = True
     num_stages: int = 2
@@ -163,9 +186,10 @@ class GluonBwdWsConfig:
     dq_own_keys: bool = False
     pingpong: bool = False
     prescaled_lse: bool = False
+    stats_smem: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse"):
+        for name in ("rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse", "stats_smem"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdWsConfig: {name} must be a bool, got {getattr(self, name)!r}")
         if type(self.num_stages) is not int or self.num_stages not in (2, 3):
@@ -185,6 +209,10 @@ class GluonBwdWsConfig:
         if self.prescaled_lse and self.block_m != 64:
             raise ValueError(f"GluonBwdWsConfig: prescaled_lse needs block_m=64 ({self.block_m}-row query tiles fold "
                              f"lse into Sᵀ's accumulator: no row statistic to prescale), got block_m={self.block_m}")
+        if self.stats_smem and not self.prescaled_lse:
+            raise ValueError("GluonBwdWsConfig: stats_smem needs prescaled_lse=True (the load warp's TMA copies need "
+                             "row statistics in buffers of 16-byte row strides, which the launcher allocates: D and "
+                             "−lse·log2 e, not the caller's lse), got prescaled_lse=False")
 
     @property
     def head_dims(self) -> Tuple[int, ...]:
@@ -199,20 +227,23 @@ CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonB
 #: Configs that run but compile with spills (read in NOTES.md): never a candidate, so never in the kernel table; the
 #: probe times them with --ws-trials and the GPU tests check them. Issue 47, ws 128-row query tiles (d 64 only);
 #: ws dQ over a consumer's own keys (d 64 only; no spills, but unmeasured: a trial until a GPU run says otherwise),
-#: alone and with the consumers' ping-pong; the prescaled lse (d 128 and 64), alone and with own-keys dQ (d 64).
+#: alone and with the consumers' ping-pong; the prescaled lse (d 128 and 64), alone and with own-keys dQ (d 64), and
+#: with the row statistics through the load warp's ring (stats_smem; d 128 and 64).
 TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128), GluonBwdWsConfig(dq_own_keys=True),
                  GluonBwdWsConfig(dq_own_keys=True, pingpong=True), GluonBwdWsConfig(prescaled_lse=True),
-                 GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True))
+                 GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True),
+                 GluonBwdWsConfig(prescaled_lse=True, stats_smem=True))
 
 
 def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64,
-                 dq_own_keys: bool = False, pingpong: bool = False) -> int:
+                 dq_own_keys: bool = False, pingpong: bool = False, stats_smem: bool = False) -> int:
     """K, V; the Q/dO ring; dSᵀ; two fp32 dQ staging halves (four with dq_own_keys); mbarriers (two more, the
-    turns, with pingpong); the ws captures (bound). At d 64: 98,960 B (64-row query tiles), 115,344 B (dq_own_keys),
-    115,376 B (and pingpong), 164,496 B (128-row); at d 128 with 128-row tiles 295,568 B, over the H100's 232,448."""
+    turns, with pingpong); with stats_smem a row of −lse·log2 e and one of D (block_m fp32 each) per ring slot; the
+    ws captures (bound). At d 64: 98,960 B (64-row query tiles), 115,344 B (dq_own_keys), 115,376 B (and pingpong),
+    164,496 B (128-row); at d 128 with 128-row tiles 295,568 B, over the H100's 232,448."""
     bm, bn, ns, nq = block_m, BLOCK_N.value, num_stages, 2 if dq_own_keys else 1
     return ((2 * bn * d + ns * 2 * bm * d + bn * bm) * itemsize + nq * bm * d * 4 + 16 * (3 + 2 * pingpong)
-            + 3 * 16 * ns + WS_CAPTURE_BYTES)
+            + 3 * 16 * ns + stats_smem * ns * 2 * bm * 4 + WS_CAPTURE_BYTES)
 
 
 def check_head_dim(d: int, config: Optional[GluonBwdWsConfig] = None) -> None:
@@ -226,14 +257,19 @@ def check_head_dim(d: int, config: Optional[GluonBwdWsConfig] = None) -> None:
 
 
 @gluon.jit
-def _load_partition(descs, smem, bars, sched, STAGES: gl.constexpr, BLOCK_M: gl.constexpr):
+def _load_partition(descs, smem, bars, sched, STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
+                    STATS_SMEM: gl.constexpr = False):
     """One warp: K and V once, then each query tile's Q and dO (BLOCK_M rows) into the ring of STAGES slots once
-    both consumers have freed the slot."""
+    both consumers have freed the slot. STATS_SMEM (GluonBwdWsConfig.stats_smem): with the tile's −lse·log2 e row
+    (L's descriptor) on Q's barrier and its D row (Delta's) on dO's, each into the slot's row of its ring; rows past
+    N_Q are zero-filled by TMA, as the masked loads of _row_stats read them."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
-    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
+    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, nl2_smem, d_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free, turn = bars
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
     b, h, n0, j0, n_t, n_diag = _program(H, N_Q, sched, BLOCK_M)
+    q_bytes: gl.constexpr = q_desc.block_type.nbytes + (L.block_type.nbytes if STATS_SMEM else 0)
+    do_bytes: gl.constexpr = do_desc.block_type.nbytes + (Delta.block_type.nbytes if STATS_SMEM else 0)
     mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
     for c in gl.static_range(2):  # each consumer's 64 keys in their own half (one TMA block each)
         tma.async_copy_global_to_shared(k_desc, [b, h, n0 + c * KEYS, 0], kv_bar, k_smem.index(c))
@@ -242,10 +278,15 @@ def _load_partition(descs, smem, bars, sched, STAGES: gl.constexpr, BLOCK_M: gl.
         slot = t % STAGES
         mbarrier.wait(slot_empty.index(slot), ((t // STAGES) & 1) ^ 1)  # fresh: phase -1 complete
         row = (j0 + t) * BLOCK_M
-        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+        mbarrier.expect(q_ready.index(slot), q_bytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, row, 0], q_ready.index(slot), q_smem.index(slot))
-        mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+        if STATS_SMEM:  # the statistics' descriptors are over (B·H, N_Q)
+            tma.async_copy_global_to_shared(L, [gl.program_id(1), row], q_ready.index(slot), nl2_smem.index(slot))
+        mbarrier.expect(do_ready.index(slot), do_bytes)
         tma.async_copy_global_to_shared(do_desc, [b, h, row, 0], do_ready.index(slot), do_smem.index(slot))
+        if STATS_SMEM:
+            tma.async_copy_global_to_shared(Delta, [gl.program_id(1), row], do_ready.index(slot),
+                                            d_smem.index(slot))
 
 
 @gluon.jit
@@ -322,6 +363,14 @@ def _p_exponent(st, qk_scale, lse2, PRESCALED_LSE: gl.constexpr):
 
 
 @gluon.jit
+def _ring_stat(ring, slot, layout: gl.constexpr):
+    """GluonBwdWsConfig.stats_smem: a query tile's row statistic (BLOCK_M fp32; rows past N_Q zero-filled by TMA) from
+    its ring slot's row, in `layout`. Read where it is used, after the product it follows: neither statistic is then
+    loaded from global memory nor held in registers across the tile's products (16 registers each at 64 rows)."""
+    return ring.index(slot).reshape([ring.shape[2]]).load(layout)
+
+
+@gluon.jit
 def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, q2, do2, dq_smem, slot_free, dq_desc, b, h, m0, sm_scale, turn,
                  C: gl.constexpr, EARLY_RELEASE: gl.constexpr, PINGPONG: gl.constexpr):
     """GluonBwdWsConfig.dq_own_keys: consumer C's share of the tile's dQ, dS_c·K_c over its own 64 keys (both halves
@@ -366,14 +415,17 @@ def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, q2, do2, dq_smem, slot_fr
 def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
                    MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
                    EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr = False,
-                   PINGPONG: gl.constexpr = False, PRESCALED_LSE: gl.constexpr = False):
+                   PINGPONG: gl.constexpr = False, PRESCALED_LSE: gl.constexpr = False,
+                   STATS_SMEM: gl.constexpr = False):
     """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
     and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
     0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
     so their wgmma descriptors are rebuilt each tile instead of being hoisted and held (stage 4b's technique,
     flash_gluon_bwd._q_loop). STAGES: the Q/dO ring's slots; EARLY_RELEASE: GluonBwdWsConfig.release_before_dq;
     BLOCK_M: the query tile's rows (GluonBwdWsConfig.block_m); OWN_DQ: GluonBwdWsConfig.dq_own_keys (_own_dq_tile);
-    PRESCALED_LSE: GluonBwdWsConfig.prescaled_lse (L holds −lse·log2 e; _p_exponent).
+    PRESCALED_LSE: GluonBwdWsConfig.prescaled_lse (L holds −lse·log2 e; _p_exponent). STATS_SMEM:
+    GluonBwdWsConfig.stats_smem (L and Delta are TMA descriptors; the load warp copies a tile's rows into its Q/dO
+    slot, read here by _ring_stat right before the exponent and dSᵀ, after the waits on Q's and dO's barriers).
 
     PINGPONG (GluonBwdWsConfig.pingpong, with OWN_DQ): two turns a tile, taken strictly in alternation (consumer 0
     first; flash_gluon_ws._take_turn): the first issues Sᵀ and dPᵀ, the second (_own_dq_tile) dV, dK and dQ once
@@ -385,7 +437,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     anything, and the load of tile t + STAGES needs only both slot_empty(t) arrivals, which precede the turns of
     t + 1 that the other waits for. The diagonal tiles (SERIAL) issue dPᵀ after Pᵀ, out of turn (registers)."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
-    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
+    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, nl2_smem, d_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free, turn = bars
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
@@ -398,8 +450,12 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     col_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
     row_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
     pid_bh = gl.program_id(1)
-    L_base = L + pid_bh.to(gl.int64) * N_Q
-    D_base = Delta + pid_bh.to(gl.int64) * N_Q
+    if STATS_SMEM:  # L and Delta are descriptors: the statistics come through the ring
+        L_base = 0
+        D_base = 0
+    else:
+        L_base = L + pid_bh.to(gl.int64) * N_Q
+        D_base = Delta + pid_bh.to(gl.int64) * N_Q
     k2, v2, kq0, kq1, ds_lo, ds_hi, my_ds = _resident_views(k_smem, v_smem, ds_smem, 0, C, KEYS, BLOCK_D)
     my_dq = dq_smem.index(C)
     offs_n = n0 + C * KEYS + gl.arange(0, KEYS, layout=row_layout)
@@ -408,7 +464,10 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     for t in range(t_lo, t_hi):
         slot, phase = _ring_use(t, STAGES)
         m0 = (j0 + t) * BLOCK_M
-        offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout, PRESCALED_LSE)
+        if STATS_SMEM:
+            offs_m = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        else:
+            offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout, PRESCALED_LSE)
         if REBUILD:
             k2, v2, kq0, kq1, ds_lo, ds_hi, my_ds = _resident_views(k_smem, v_smem, ds_smem, m0 >> 30, C, KEYS,
                                                                     BLOCK_D)
@@ -443,6 +502,8 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         if WIDE:
             pt = _masked_pt(gl.exp2(st * qk_scale), offs_m, offs_n, N_K, MASKED, KEY_MASK)
         else:
+            if STATS_SMEM:
+                lse2 = _ring_stat(nl2_smem, slot, col_layout)
             pt = _masked_pt(gl.exp2(_p_exponent(st, qk_scale, lse2, PRESCALED_LSE)), offs_m, offs_n, N_K, MASKED,
                             KEY_MASK)
         pt16b = pt.to(dtype)
@@ -466,6 +527,8 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
                 dpt, pt16, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dpt, pt16, dv))
             else:
                 dpt, pt16 = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, pt16))
+            if STATS_SMEM:
+                delta = _ring_stat(d_smem, slot, col_layout)
             dst16 = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
         ds16 = gl.convert_layout(dst16, a_layout)
         if not PINGPONG:
@@ -506,10 +569,10 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
 @gluon.jit
 def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
                         EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr,
-                        PINGPONG: gl.constexpr, PRESCALED_LSE: gl.constexpr):
+                        PINGPONG: gl.constexpr, PRESCALED_LSE: gl.constexpr, STATS_SMEM: gl.constexpr):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
-    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
+    k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, nl2_smem, d_smem = smem
     kv_bar, q_ready, do_ready, slot_empty, ds_ready, ds_free, turn = bars
     L, Delta, H, N_Q, N_K, qk_scale, sm_scale, causal = sched
     gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup")
@@ -520,13 +583,13 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
     dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD, STAGES,
-                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE)
+                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM)
     if n0 + BLOCK_N > N_K:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM)
     else:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
     # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete. OWN_DQ: only this consumer's
     # products read its K half, and they have retired.
@@ -549,12 +612,13 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
                       H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False,
                       STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False, BLOCK_M: gl.constexpr = 64,
                       OWN_DQ: gl.constexpr = False, PINGPONG: gl.constexpr = False,
-                      PRESCALED_LSE: gl.constexpr = False):
+                      PRESCALED_LSE: gl.constexpr = False, STATS_SMEM: gl.constexpr = False):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
     Descriptors rank 4 over (B, H, N, d): K, V, dK, dV blocks of 64 rows (KEYS: two halves, one per consumer),
     Q and dO blocks of BLOCK_M rows, dQ (fp32) (1, 1, BLOCK_M, d / 2). REBUILD, STAGES, EARLY_RELEASE, BLOCK_M,
-    OWN_DQ, PINGPONG, PRESCALED_LSE: GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m, dq_own_keys,
-    pingpong, prescaled_lse (_consumer_loop; with PRESCALED_LSE, L is −lse·log2 e)."""
+    OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM: GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m,
+    dq_own_keys, pingpong, prescaled_lse, stats_smem (_consumer_loop; with PRESCALED_LSE, L is −lse·log2 e; with
+    STATS_SMEM, L and Delta are rank-2 descriptors over (B·H, N_Q) of (1, BLOCK_M) blocks)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128 or BLOCK_D == 64, "head dim 128 or 64 (K_SWIZZLE)")
@@ -566,6 +630,11 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
                                         gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype))
     DQ_TILES: gl.constexpr = 4 if OWN_DQ else 2  # a consumer's dQ half, or (OWN_DQ) both halves of its share
     dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_TILES, 1, 1, BLOCK_M, BLOCK_D // 2], dq_desc.layout)
+    nl2_smem = ds_smem  # unused without STATS_SMEM
+    d_smem = ds_smem
+    if STATS_SMEM:  # a row of −lse·log2 e and one of D per Q/dO slot, each in its descriptor's (unswizzled) layout
+        nl2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], L.layout)
+        d_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], Delta.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -582,7 +651,7 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     fence_async_shared()
 
     descs = (q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc)
-    smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
+    smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, nl2_smem, d_smem)
     turn = ds_free  # unused without PINGPONG
     if PINGPONG:  # consumer C waits on turn[C], the other arrives (flash_gluon_ws._take_turn)
         turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -593,25 +662,47 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
         (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
-                               PINGPONG, PRESCALED_LSE)),
+                               PINGPONG, PRESCALED_LSE, STATS_SMEM)),
         (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
-                               PINGPONG, PRESCALED_LSE)),
-        (_load_partition, (descs, smem, bars, sched, STAGES, BLOCK_M)),
+                               PINGPONG, PRESCALED_LSE, STATS_SMEM)),
+        (_load_partition, (descs, smem, bars, sched, STAGES, BLOCK_M, STATS_SMEM)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
+
+
+def stats_stride(n_q: int) -> int:
+    """The row stride (fp32 elements) of GluonBwdWsConfig.stats_smem's row-statistic buffers: n_q rounded up to
+    STATS_ALIGN, so that each (batch, head) row starts 16-byte aligned (TMA)."""
+    return -(-n_q // STATS_ALIGN) * STATS_ALIGN
+
+
+def _stats_descriptor(t: Tensor, name: str, block_m: int) -> TensorDescriptor:
+    """stats_smem's TMA descriptor over the row statistic t, (B, H, n_q) fp32 with unit stride along the rows, a row
+    stride of a multiple of STATS_ALIGN and heads packed (a view of the launcher's (B, H, stats_stride(n_q))
+    buffer): shape (B·H, n_q), so that TMA zero-fills the rows past n_q; blocks (1, block_m)."""
+    B, H, n_q = t.shape
+    r = t.stride(1)
+    if (t.dtype != torch.float32 or t.stride(2) != 1 or r % STATS_ALIGN or r < n_q or t.stride(0) != H * r
+            or t.data_ptr() % 16):
+        raise ValueError(f"{FN}: stats_smem reads {name} by TMA: it must be fp32 (B, H, n_q) with unit stride along "
+                         f"n_q, rows a multiple of {STATS_ALIGN} elements apart (16 bytes), heads packed and its data "
+                         f"16-byte aligned, got {t.dtype} of strides {tuple(t.stride())} at {t.data_ptr():#x}")
+    return TensorDescriptor(t, [B * H, n_q], [r, 1], [1, block_m], STATS_LAYOUT)
 
 
 def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta: Tensor, dq32: Tensor, dk: Tensor,
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
-    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE
-    are passed up to the last one the config sets (stage 3b's arguments without rebuild; the default's with rebuild
-    alone). lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote."""
+    GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE,
+    STATS_SMEM are passed up to the last one the config sets (stage 3b's arguments without rebuild; the default's with
+    rebuild alone). lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote.
+    With config.stats_smem lse and delta ((B, H, n_q) views whose rows lie 16 bytes apart: _stats_descriptor) are
+    passed as TMA descriptors."""
     config = config or GluonBwdWsConfig()
     q4, k4, v4, do4, dq4, dk4, dv4 = (as_4d(t) for t in (q, k, v, do, dq32, dk, dv))
     B, H, n_q, d = q4.shape
     check_head_dim(d, config)
     check_shared(shared_bytes(d, q.element_size(), config.num_stages, config.block_m, config.dq_own_keys,
-                              config.pingpong), d, "ws backward", FN)
+                              config.pingpong, config.stats_smem), d, "ws backward", FN)
     if config.rebuild and n_q >= 1 << 30:
         raise ValueError(f"{FN}: rebuild views the resident tiles through slot (query row >> 30), so it needs "
                          f"fewer than 2^30 query rows, got {n_q}: {config}")
@@ -619,13 +710,16 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     bm, keys, bn = config.block_m, KEYS.value, BLOCK_N.value
     sm_scale = 1.0 / math.sqrt(d)
     swizzle = K_SWIZZLE[d]  # K's and dK's: dK is stored through K's tile
+    stats = (lse, delta)
+    if config.stats_smem:
+        stats = (_stats_descriptor(lse, "−lse·log2 e", bm), _stats_descriptor(delta, "delta", bm))
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, keys, 0, d, swizzle), _descriptor(v4, keys, 0, d),
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, keys, 0, d, swizzle),
-            _descriptor(dv4, keys, 0, d), lse, delta, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
-    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE against the kernel's defaults for them
+            _descriptor(dv4, keys, 0, d), *stats, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
+    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM against the kernel's defaults
     later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m, config.dq_own_keys,
-             config.pingpong, config.prescaled_lse)
-    defaults = (False, NUM_STAGES.value, False, 64, False, False, False)
+             config.pingpong, config.prescaled_lse, config.stats_smem)
+    defaults = (False, NUM_STAGES.value, False, 64, False, False, False, False)
     args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, defaults))
                         if v != off), default=0)]
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
@@ -639,7 +733,8 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     the warp-specialized kernel: D and the zeroed fp32 dQ buffer from the Triton preprocessing kernel (and with
     prescaled_lse −lse·log2 e), this kernel, the buffer's cast. config None: GluonBwdWsConfig() (rebuild). `log`
     receives the buffers (fp32 dQ, dK, dV, D; −lse·log2 e last with prescaled_lse) and both launches (the call plans
-    of flash_dispatch)."""
+    of flash_dispatch). With stats_smem D and −lse·log2 e are (B, H, stats_stride(n_q)) buffers (logged whole), the
+    kernel reading their first n_q columns."""
     from .flash_gluon_bwd import _preprocess, validate_backward
     from .flash_gluon_common import check_device
 
@@ -652,20 +747,24 @@ def flash_gluon_backward_ws(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tens
     dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
-    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    rows = stats_stride(n_q) if config.stats_smem else n_q  # TMA's 16-byte row strides
+    delta = torch.empty((B, H, rows), dtype=torch.float32, device=q.device)
     lse = lse.contiguous()
-    nl2 = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device) if config.prescaled_lse else None
+    nl2 = torch.empty((B, H, rows), dtype=torch.float32, device=q.device) if config.prescaled_lse else None
     if log is not None:
         log.buffers.extend((dq32, dk, dv, delta) + ((nl2,) if config.prescaled_lse else ()))
         log.cast = q.dtype
-    _preprocess(o4, do4, delta, as_4d(dq32), log, lse if config.prescaled_lse else None, nl2)  # d 128, 64: one tile
-    grid, args, opts = launch_args(q, k, v, do, nl2 if config.prescaled_lse else lse, delta, dq32, dk, dv, is_causal,
-                                   config)
+    _preprocess(o4, do4, delta, as_4d(dq32), log, lse if config.prescaled_lse else None, nl2,  # d 128, 64: one tile
+                rows if config.stats_smem else None)
+    stats = (nl2 if config.prescaled_lse else lse, delta)
+    if config.stats_smem:
+        stats = tuple(t[..., :n_q] for t in stats)
+    grid, args, opts = launch_args(q, k, v, do, *stats, dq32, dk, dv, is_causal, config)
     launch(_attn_bwd_ws_sm90, grid, args, opts, log)
     return dq32.to(q.dtype), dk, dv
 
 
 __all__ = ["BLOCK_M_HEAD_DIMS", "CANDIDATE_CONFIGS", "DQ_OWN_KEYS_HEAD_DIMS", "GluonBwdWsConfig", "HEAD_DIMS",
-           "K_SWIZZLE", "KEYS",
+           "K_SWIZZLE", "KEYS", "STATS_ALIGN",
            "TRIAL_CONFIGS", "check_head_dim",
-           "flash_gluon_backward_ws", "launch_args", "shared_bytes"]
+           "flash_gluon_backward_ws", "launch_args", "shared_bytes", "stats_stride"]

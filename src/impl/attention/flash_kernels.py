@@ -321,11 +321,13 @@ def _attn_bwd_preprocess(O, DO, Delta, DQ,
                          stride_dqb, stride_dqh, stride_dqs, stride_dqd,
                          H, N_Q,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D1: tl.constexpr, BLOCK_M: tl.constexpr,
-                         L=None, NL2=None):
+                         L=None, NL2=None, STATS_STRIDE=None):
     """Delta = rowsum(O * dO) in fp32, shape (B*H, N_Q), and zeros into the single-pass backward's
     fp32 dQ accumulator DQ (one launch for both: no separate memset). With L (the logsumexp) and NL2 given (both
     (B*H, N_Q) fp32; None, a constexpr to Triton, everywhere else): NL2 = -L·log2 e, the ws backward's prescaled
-    row statistic (flash_gluon_bwd_ws, GluonBwdWsConfig.prescaled_lse)."""
+    row statistic (flash_gluon_bwd_ws, GluonBwdWsConfig.prescaled_lse). STATS_STRIDE (None: N_Q): the row stride of
+    Delta and NL2 (L's stays N_Q), a multiple of 4 for the ws backward's TMA descriptors over them
+    (GluonBwdWsConfig.stats_smem); None, a constexpr, leaves every other launch's code as it was."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
@@ -334,10 +336,15 @@ def _attn_bwd_preprocess(O, DO, Delta, DQ,
     o = _load_pair(O + b * stride_ob + h * stride_oh, offs_m, N_Q, stride_os, stride_od, True, HEAD_DIM, BLOCK_D, D1)
     do = _load_pair(DO + b * stride_dob + h * stride_doh, offs_m, N_Q, stride_dos, stride_dod, True,
                     HEAD_DIM, BLOCK_D, D1)
-    tl.store(Delta + pid_bh.to(tl.int64) * N_Q + offs_m, _rowsum_product(o, do, D1), mask=offs_m < N_Q)
+    if STATS_STRIDE is None:
+        stats_row = pid_bh.to(tl.int64) * N_Q
+    else:
+        stats_row = pid_bh.to(tl.int64) * STATS_STRIDE
+    tl.store(Delta + stats_row + offs_m, _rowsum_product(o, do, D1), mask=offs_m < N_Q)
     if NL2 is not None:  # fp32 lse times fp32(-LOG2E), flash_gluon_common's: the bits of torch's lse * -LOG2E
         rows = pid_bh.to(tl.int64) * N_Q + offs_m
-        tl.store(NL2 + rows, tl.load(L + rows, mask=offs_m < N_Q) * -1.4426950408889634, mask=offs_m < N_Q)
+        out = NL2 + rows if STATS_STRIDE is None else NL2 + stats_row + offs_m
+        tl.store(out, tl.load(L + rows, mask=offs_m < N_Q) * -1.4426950408889634, mask=offs_m < N_Q)
     _store_pair(DQ + b * stride_dqb + h * stride_dqh, _zeros_pair(BLOCK_M, BLOCK_D, D1), offs_m, N_Q,
                 stride_dqs, stride_dqd, HEAD_DIM, BLOCK_D, D1)
 

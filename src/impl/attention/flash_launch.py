@@ -378,9 +378,9 @@ class _CallPlan:
             call(pick(tensors), stream)
 
     def grads(self, inputs: tuple) -> tuple:
-        """A backward plan's (dq, dk, dv): its first three outputs, dQ cast from its fp32 buffer where `cast`
-        says."""
-        dq, dk, dv, _ = self.run(inputs)
+        """A backward plan's (dq, dk, dv): its first three outputs (the rest: D, and the ws backward's −lse·log2 e
+        with prescaled_lse), dQ cast from its fp32 buffer where `cast` says."""
+        dq, dk, dv = self.run(inputs)[:3]
         return (dq if self.cast is None else dq.to(self.cast)), dk, dv
 
 
