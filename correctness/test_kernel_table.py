@@ -632,31 +632,20 @@ def test_auto_on_sm90_runs_the_d64_ws_backward_own_keys_pingpong_where_the_table
 @pytest.mark.gpu
 @pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)")
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("shape", [(2, 3, 300), (1, 2, 4096)], ids=["2x3x300", "1x2x4096"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128], ids=["d64", "d128"])
-def test_auto_on_sm90_runs_the_ws_backward_prescaled_lse_where_the_table_names_it(d, causal, shape, monkeypatch):
-    """Issue 47, ws prescaled lse (TRIAL_CONFIGS): an entry whose JSON config has prescaled_lse runs it through the
-    public path (the preprocessing launch's −lse·log2 e buffer among the launcher's), bf16."""
-    from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS, GluonBwdWsConfig
-
-    config = GluonBwdWsConfig(prescaled_lse=True)
-    assert config in TRIAL_CONFIGS
-    _auto_ws_backward(config, causal, shape, torch.bfloat16, d, monkeypatch)
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not IS_SM90, reason="the ws backward runs on sm_90 (H100/H200)")
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("shape", [(2, 3, 301), (1, 2, 4096)], ids=["2x3x301", "1x2x4096"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128], ids=["d64", "d128"])
-def test_auto_on_sm90_runs_the_ws_backward_stats_smem_where_the_table_names_it(d, causal, shape, monkeypatch):
-    """Issue 47, ws stats in shared memory (TRIAL_CONFIGS): an entry whose JSON config has stats_smem runs it through
-    the public path (the padded statistics' buffers among the launcher's: 301 query rows in rows of 304), bf16; the
-    second call through the call plan (its buffers allocated in the launcher's padded shapes)."""
+@pytest.mark.parametrize("fields", [dict(prescaled_lse=True), dict(prescaled_lse=True, stats_smem=True)],
+                         ids=["prescaled_lse", "stats_smem"])
+def test_auto_on_sm90_runs_the_ws_backward_statistics_trials_where_the_table_names_them(fields, d, causal, shape,
+                                                                                        monkeypatch):
+    """Issue 47, ws prescaled lse and ws stats in shared memory (TRIAL_CONFIGS): an entry whose JSON config has
+    prescaled_lse (and stats_smem) runs it through the public path, bf16: the preprocessing launch's −lse·log2 e
+    buffer among the launcher's (stats_smem: both statistics padded, 301 query rows in rows of 304); called twice,
+    the second through the call plan (a backward plan with a fifth buffer, its buffers in the launcher's shapes)."""
     from impl.attention.flash_gluon_bwd_ws import TRIAL_CONFIGS, GluonBwdWsConfig
 
-    config = GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
+    config = GluonBwdWsConfig(**fields)
     assert config in TRIAL_CONFIGS
     for _ in range(2):
         _auto_ws_backward(config, causal, shape, torch.bfloat16, d, monkeypatch)
