@@ -1242,14 +1242,8 @@ def test_ws_backward_refuses_128_row_tiles_at_d128():
     assert config.head_dims == (64,) and ws.GluonBwdWsConfig().head_dims == ws.HEAD_DIMS
     assert ws.shared_bytes(128, 2, 2, 128) == 295_568 > SM90_MAX_SHARED
     assert ws.shared_bytes(64, 2, 2, 128) == 164_496 and ws.shared_bytes(64) == 98_960
-    a = _args((1, 2, 40, 128))
-    msg = (r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*block_m=128, dq_own_keys=False, .*\) runs at head dims "
-           r"\(64,\) only \(128-row query tiles: .*"
-           r"got head dim 128$")
-    with pytest.raises(ValueError, match=msg):
-        ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, config)
-    with pytest.raises(ValueError, match=msg):
-        ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True, config)
+    _assert_refused_at_d128(config, r"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*block_m=128, dq_own_keys=False, "
+                                    r".*\) runs at head dims \(64,\) only \(128-row query tiles: .*got head dim 128$")
 
 
 def test_ws_backward_launch_args_128_row_tiles():
@@ -1428,14 +1422,9 @@ def test_ws_backward_refuses_own_key_dq_at_d128(pingpong):
 
     config = ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=pingpong)
     assert config.head_dims == ws.DQ_OWN_KEYS_HEAD_DIMS == (64,)
-    a = _args((1, 2, 40, 128))
-    msg = (rf"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*dq_own_keys=True, pingpong={pingpong}(, .*)?\) runs at "
-           r"head dims \(64,\) only "
-           r"\(dq_own_keys: registers and shared memory\), got head dim 128$")
-    with pytest.raises(ValueError, match=msg):
-        ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, config)
-    with pytest.raises(ValueError, match=msg):
-        ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True, config)
+    _assert_refused_at_d128(config, rf"^flash_gluon_backward_ws: GluonBwdWsConfig\(.*dq_own_keys=True, "
+                                    rf"pingpong={pingpong}(, .*)?\) runs at head dims \(64,\) only "
+                                    r"\(dq_own_keys: registers and shared memory\), got head dim 128$")
 
 
 def test_ws_backward_launch_args_own_key_dq():
@@ -1857,6 +1846,17 @@ def _ws_bufs(a):
     """launch_args' lse, D, fp32 dQ, dK, dV for _args' tensors."""
     return (a["lse"], torch.empty(a["q"].shape[:-1]), torch.empty(a["q"].shape), torch.empty_like(a["k"]),
             torch.empty_like(a["v"]))
+
+
+def _assert_refused_at_d128(config, msg: str) -> None:
+    """The ws launcher and its entry point both refuse `config` at head dim 128 with a ValueError matching `msg`."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((1, 2, 40, 128))
+    with pytest.raises(ValueError, match=msg):
+        ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, config)
+    with pytest.raises(ValueError, match=msg):
+        ws.flash_gluon_backward_ws(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], True, config)
 
 
 @pytest.mark.parametrize("d", [80, 96])
