@@ -46,6 +46,19 @@ def test_raw_table(probe):
                                                                           "selected 25.0 |")
 
 
+def test_raw_table_converts_the_units_ncu_chose(probe):
+    """ncu scales each metric per run (a 0.93-ms launch is "929.25 us", 0.4 GB "402.81 Mbyte"): the table shows
+    the header's units whatever the export's, and names a unit it does not know instead of printing a figure 1000×
+    off."""
+    raw = ('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","launch__shared_mem_per_block"\n'
+           '"","","{t}","{b}","byte/block"\n"0","k","929.25","402.81","236339"\n')
+    row = probe.raw_table(raw.format(t="us", b="Mbyte"))[2]
+    assert row.startswith("| k | 0.93 |") and "| 0.403 |" in row and "| 236.3 |" in row
+    assert probe.raw_table(raw.format(t="ms", b="Gbyte"))[2].startswith("| k | 929.25 |")
+    with pytest.raises(ValueError, match=r"gpu__time_duration.sum in unit 'hours'"):
+        probe.raw_table(raw.format(t="hours", b="Mbyte"))
+
+
 def test_operands_and_producer(probe):
     assert probe.opcode("@!P1  LDL.64 R2, [R1]") == "LDL.64" and probe.family("WARPGROUP.DEPBAR.LE") == \
         "WARPGROUP.DEPBAR"

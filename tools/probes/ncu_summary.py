@@ -29,7 +29,8 @@ import sys
 from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
-#: (label, metric, scale, format) of the raw table, in order.
+#: (label, metric, scale, format) of the raw table, in order. A metric in UNIT_SCALES is first brought to the
+#: label's unit from the one its units row names (ncu picks us, ms, Mbyte, Gbyte... per run).
 RAW_FIELDS = (
     ("ms", "gpu__time_duration.sum", 1.0, "{:.2f}"),
     ("SM %", "sm__throughput.avg.pct_of_peak_sustained_elapsed", 1.0, "{:.1f}"),
@@ -39,8 +40,8 @@ RAW_FIELDS = (
     ("red 1e9", "lts__t_sectors_op_red.sum", 1e-9, "{:.3f}"),
     ("read 1e9", "lts__t_sectors_op_read.sum", 1e-9, "{:.2f}"),
     ("write 1e9", "lts__t_sectors_op_write.sum", 1e-9, "{:.2f}"),
-    ("DRAM rd GB", "dram__bytes_read.sum", 1.0, "{:.2f}"),
-    ("DRAM wr GB", "dram__bytes_write.sum", 1.0, "{:.2f}"),
+    ("DRAM rd GB", "dram__bytes_read.sum", 1.0, "{:.3f}"),
+    ("DRAM wr GB", "dram__bytes_write.sum", 1.0, "{:.3f}"),
     ("LDL L1 hit %", "l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct", 1.0, "{:.1f}"),
     ("LDL 1e6", "smsp__sass_inst_executed_op_local_ld.sum", 1e-6, "{:.0f}"),
     ("regs", "launch__registers_per_thread", 1.0, "{:.0f}"),
@@ -48,6 +49,14 @@ RAW_FIELDS = (
     ("carve KB", "launch__shared_mem_config_size", 1.0, "{:.1f}"),
     ("occ %", "sm__warps_active.avg.pct_of_peak_sustained_active", 1.0, "{:.1f}"),
 )
+_TIME_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3,
+            "second": 1e3}
+_BYTES_GB = {"byte": 1e-9, "Kbyte": 1e-6, "Mbyte": 1e-3, "Gbyte": 1.0, "Tbyte": 1e3}
+_BYTES_KB = {"byte/block": 1e-3, "Kbyte/block": 1.0, "Mbyte/block": 1e3, "byte": 1e-3, "Kbyte": 1.0, "Mbyte": 1e3}
+#: metric -> {unit in the export's units row: factor to the RAW_FIELDS label's unit}.
+UNIT_SCALES = {"gpu__time_duration.sum": _TIME_MS, "dram__bytes_read.sum": _BYTES_GB,
+               "dram__bytes_write.sum": _BYTES_GB, "launch__shared_mem_per_block": _BYTES_KB,
+               "launch__shared_mem_config_size": _BYTES_KB}
 STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 #: The SASS families the stall reading names (others keep their first opcode word).
 FAMILIES = (("WARPGROUP.DEPBAR", "WARPGROUP.DEPBAR"), ("WARPGROUP.ARRIVE", "WARPGROUP.ARRIVE"),
@@ -66,12 +75,23 @@ def _num(text: str) -> float:
         return float("nan")
 
 
-def read_raw(text: str) -> Tuple[List[str], List[Dict[str, str]]]:
-    """(kernel names, one {metric: value} a launch) from the raw page's csv."""
+def read_raw(text: str) -> Tuple[List[str], List[Dict[str, str]], Dict[str, str]]:
+    """(kernel names, one {metric: value} a launch, {metric: unit}) from the raw page's csv."""
     rows = list(csv.reader(io.StringIO(text)))
-    header, data = rows[0], [r for r in rows[2:] if r]
+    header, units, data = rows[0], rows[1], [r for r in rows[2:] if r]
     launches = [dict(zip(header, r)) for r in data]
-    return [d.get("Kernel Name", "?") for d in launches], launches
+    return [d.get("Kernel Name", "?") for d in launches], launches, dict(zip(header, units))
+
+
+def unit_factor(metric: str, unit: str) -> float:
+    """What multiplies `metric`'s value in `unit` into its RAW_FIELDS label's unit (1 for unconverted metrics);
+    ValueError naming both for a unit the table does not know, rather than a figure off by 1000."""
+    scales = UNIT_SCALES.get(metric)
+    if scales is None:
+        return 1.0
+    if unit not in scales:
+        raise ValueError(f"ncu_summary: {metric} in unit {unit!r}, not one of {sorted(scales)}")
+    return scales[unit]
 
 
 def stall_shares(launch: Dict[str, str]) -> Dict[str, float]:
@@ -83,7 +103,7 @@ def stall_shares(launch: Dict[str, str]) -> Dict[str, float]:
 
 
 def raw_table(text: str, names: Optional[Sequence[str]] = None, top: int = 5) -> List[str]:
-    kernels, launches = read_raw(text)
+    kernels, launches, units = read_raw(text)
     names = list(names) if names else kernels
     lines = ["| launch | " + " | ".join(f[0] for f in RAW_FIELDS) + " | top stalls (% of cycles) |",
              "|---" * (len(RAW_FIELDS) + 2) + "|"]
@@ -91,7 +111,7 @@ def raw_table(text: str, names: Optional[Sequence[str]] = None, top: int = 5) ->
         cells = []
         for _, metric, scale, fmt in RAW_FIELDS:
             v = _num(launch.get(metric, "nan"))
-            cells.append(fmt.format(v * scale) if v == v else "—")
+            cells.append(fmt.format(v * scale * unit_factor(metric, units.get(metric, ""))) if v == v else "—")
         shares = sorted(stall_shares(launch).items(), key=lambda kv: -kv[1])[:top]
         stalls = ", ".join(f"{k} {v:.1f}" for k, v in shares)
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {stalls} |")
