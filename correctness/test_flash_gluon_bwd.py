@@ -32,6 +32,7 @@ pytest.importorskip("triton.experimental.gluon")  # triton is a dependency on Li
 
 from impl.attention import flash_gluon_bwd as bwd  # noqa: E402
 from kits.compile_table import print_compile_table  # noqa: E402
+from kits.gluon import WS_BWD_CANDIDATE_IDS  # noqa: E402
 from kits.sm90_compile import run_without_interpreter  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1121,7 +1122,7 @@ fn = mod._attn_bwd_ws_sm90
 from kits.sm90_compile import compile_for_sm90, cubin_figures
 rows = []
 cases = [(d, c, causal, torch.bfloat16) for d in (128, 64) for c in mod.CANDIDATE_CONFIGS
-         for causal in (False, True)]
+         for causal in (False, True) if not c.stats_smem]  # those: _COMPILE_WS_STATS
 for d, config, causal, dtype in cases + [(d, mod.GluonBwdWsConfig(), True, torch.float16) for d in (128, 64)]:
     q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
     lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
@@ -1262,7 +1263,7 @@ def test_ws_backward_launch_args_128_row_tiles():
     assert [x.block_shape[2] for x in (q_d, do_d, dq_d)] == [128] * 3
     assert [x.block_shape[2] for x in (k_d, v_d, dk_d, dv_d)] == [64] * 4
     assert dq_d.block_shape == [1, 1, 128, 32]
-    for c in ws.CANDIDATE_CONFIGS:
+    for c in (c for c in ws.CANDIDATE_CONFIGS if not c.prescaled_lse):  # the statistics' candidates: 4 more
         cargs = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, c)[1]
         assert len(cargs) <= len(base) + 3 and all(x.block_shape[2] == 64 for x in cargs[:7])
 
@@ -1443,7 +1444,7 @@ def test_ws_backward_launch_args_own_key_dq():
     assert [x.block_shape for x in args[:7]] == [x.block_shape for x in base[:7]]
     assert args[4].block_shape == [1, 1, 64, 32]
     assert ws.shared_bytes(64, 2, 2, 64, True) == ws.shared_bytes(64) + 2 * 64 * 32 * 4 == 115_344
-    for c in ws.CANDIDATE_CONFIGS:
+    for c in (c for c in ws.CANDIDATE_CONFIGS if not c.prescaled_lse):  # the statistics' candidates: 4 more
         assert len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, c)[1]) <= len(base) + 3
 
 
@@ -1509,7 +1510,7 @@ def test_ws_backward_prescaled_lse_compiles_for_hopper():
             assert r["ldg_early"] > 0, r  # the stall the trial removes
     assert ws.GluonBwdWsConfig(prescaled_lse=True) in ws.TRIAL_CONFIGS
     assert ws.GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True) in ws.TRIAL_CONFIGS
-    assert not any(c.prescaled_lse for c in ws.CANDIDATE_CONFIGS)
+    assert all(c.stats_smem for c in ws.CANDIDATE_CONFIGS if c.prescaled_lse)  # prescaled alone measured slower
 
 
 @pytest.mark.parametrize("fields", [dict(block_m=128), dict(block_m=128, rebuild=False)], ids=["m128", "m128-stage3b"])
@@ -1548,7 +1549,7 @@ def test_ws_backward_launch_args_prescaled_lse():
         assert (grid, opts) == (grid2, opts2)
         assert args[:len(base)] == base and args[len(plain):] == (True, 2, False, 64) + (
             fields.get("dq_own_keys", False), fields.get("pingpong", False), True), fields
-    for c in ws.CANDIDATE_CONFIGS + tuple(c for c in ws.TRIAL_CONFIGS if not c.prescaled_lse):
+    for c in tuple(c for c in ws.CANDIDATE_CONFIGS + ws.TRIAL_CONFIGS if not c.prescaled_lse):
         d = c.head_dims[0]
         a = _args((1, 2, 300, d))
         plain = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, ws.GluonBwdWsConfig(False))[1]
@@ -1603,8 +1604,9 @@ from kits.sm90_compile import compile_for_sm90, cubin_figures, sass_text
 Cfg = mod.GluonBwdWsConfig
 cases = [(d, Cfg(prescaled_lse=True, stats_smem=s), causal, torch.bfloat16) for d in (128, 64)
          for causal in (False, True) for s in (False, True)]
-cases += [(64, Cfg(prescaled_lse=True, stats_smem=True), True, torch.float16),
-          (128, Cfg(prescaled_lse=True, stats_smem=True, num_stages=3), True, torch.bfloat16)]
+cases += [(64, Cfg(prescaled_lse=True, stats_smem=True), True, torch.float16)]
+cases += [(d, c, causal, torch.bfloat16) for c in mod.CANDIDATE_CONFIGS if c.stats_smem and c.num_stages == 3
+          for d, causal in ((128, True), (128, False), (64, True))]  # the three-slot candidates
 rows = []
 for d, config, causal, dtype in cases:
     q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=dtype) for _ in range(4))
@@ -1614,7 +1616,8 @@ for d, config, causal, dtype in cases:
     ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
     sass = sass_text(ck)
     readers = sass_loops.ldg_readers(sass_loops.parse(sass))  # {(opcode, after an MMA wait): count}
-    rows.append(dict(d=d, causal=causal, stats=config.stats_smem, stages=config.num_stages, fp16=dtype == torch.float16,
+    rows.append(dict(d=d, causal=causal, stats=config.stats_smem, stages=config.num_stages,
+                     release=config.release_before_dq, fp16=dtype == torch.float16,
                      ldg=len(re.findall(r"\bLDG\b", sass)), ldg_uses=sum(readers.values()),
                      predicted=mod.shared_bytes(d, 2, config.num_stages, 64, False, False, config.stats_smem),
                      **cubin_figures(ck)))
@@ -1624,7 +1627,8 @@ print(json.dumps(rows))
 
 def test_ws_backward_stats_smem_compiles_for_hopper():
     """Issue 47, ws stats in shared memory (GluonBwdWsConfig(prescaled_lse=True, stats_smem=True); NOTES.md): at d 128
-    and 64, full and causal (and fp16, and d 128 with three ring slots), 12 warps within the 240 / 24 budgets, no
+    and 64, full and causal (and fp16, and the three-slot candidates, with and without release_before_dq, at d 128
+    and at d 64 causal), 12 warps within the 240 / 24 budgets, no
     stack and no spills anywhere (the prescaled trial spills 8 B at d 128), no global load at all (the statistics
     come by TMA: two more UTMALDG in the load warp's loop), the prescaled trial's wgmma, ex2, reduce-add and barrier
     counts, and 2 · 64 fp32 of shared memory more per ring slot (within shared_bytes and the H100's limit)."""
@@ -1634,7 +1638,8 @@ def test_ws_backward_stats_smem_compiles_for_hopper():
     rows = json.loads(run_without_interpreter(_COMPILE_WS_STATS))
     base = {(r["d"], r["causal"]): r for r in rows if not r["stats"]}
     for r in rows:
-        print(f"\nws d {r['d']} stats_smem={r['stats']} causal={r['causal']} s{r['stages']} fp16={r['fp16']}: "
+        print(f"\nws d {r['d']} stats_smem={r['stats']} causal={r['causal']} s{r['stages']} release={r['release']} "
+              f"fp16={r['fp16']}: "
               f"regs {r['regs']}, stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B "
               f"(bound {r['predicted']}), HGMMA {r['hgmma']}, ex2 {r['ex2']}, UTMALDG {r['tma_loads']}, UTMAREDG "
               f"{r['tma_reduce']}, LDG {r['ldg']}, budget: regs touched {r['partitions']}")
@@ -1652,8 +1657,9 @@ def test_ws_backward_stats_smem_compiles_for_hopper():
             assert {f: r[f] for f in same} == {f: b[f] for f in same}, (r, b)
             assert r["tma_loads"] > b["tma_loads"], (r, b)
             assert 2 * 2 * 64 * 4 <= r["shared"] - b["shared"] <= 2 * 2 * 64 * 4 + 128, (r, b)
-    assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True) in ws.TRIAL_CONFIGS
-    assert not any(c.stats_smem for c in ws.CANDIDATE_CONFIGS)
+    assert sum(r["stats"] for r in rows) == 4 + 1 + 2 * 3
+    assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True) in ws.CANDIDATE_CONFIGS
+    assert not any(c.stats_smem for c in ws.TRIAL_CONFIGS)
 
 
 @pytest.mark.parametrize("fields", [dict(), dict(block_m=128), dict(dq_own_keys=True)], ids=["default", "m128", "own"])
@@ -1716,7 +1722,7 @@ def test_ws_backward_launch_args_stats_smem():
             assert desc.base is t and list(desc.shape) == [6, n_q] and list(desc.strides) == [rows, 1]
             assert list(desc.block_shape) == [1, 64] and desc.layout == ws.STATS_LAYOUT
             assert desc.layout.swizzle_byte_width == 0 and desc.layout.rank == 2
-    for c in ws.CANDIDATE_CONFIGS + tuple(c for c in ws.TRIAL_CONFIGS if not c.stats_smem):
+    for c in tuple(c for c in ws.CANDIDATE_CONFIGS + ws.TRIAL_CONFIGS if not c.stats_smem):
         a = _args((1, 2, 300, c.head_dims[0]))
         plain = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, ws.GluonBwdWsConfig(False))[1]
         assert len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, c)[1]) <= len(plain) + 7
@@ -1903,7 +1909,7 @@ def _ws_backward_gpu_check(shape, d, is_causal, config, monkeypatch, dtype=torch
     from impl.attention import flash_gluon_bwd_ws as ws
 
     if isinstance(config, int):  # an index into CANDIDATE_CONFIGS (the parametrised tests' ids)
-        assert len(ws.CANDIDATE_CONFIGS) == 5
+        assert len(ws.CANDIDATE_CONFIGS) == len(WS_BWD_CANDIDATE_IDS)
         config = ws.CANDIDATE_CONFIGS[config]
 
     B, H, n_q, n_k = shape
@@ -1932,19 +1938,27 @@ def _ws_backward_gpu_check(shape, d, is_causal, config, monkeypatch, dtype=torch
     assert all(e < TOL[dtype] for e in errs), errs
 
 
-WS_CONFIG_IDS = ["rebuild", "stage3b", "release", "s3", "s3-release"]  # flash_gluon_bwd_ws.CANDIDATE_CONFIGS, in order
+def test_ws_backward_candidate_ids_name_their_configs():
+    """The GPU tests' ids (kits.gluon.WS_BWD_CANDIDATE_IDS, by index) say what each CANDIDATE_CONFIGS entry runs."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    assert len(WS_BWD_CANDIDATE_IDS) == len(ws.CANDIDATE_CONFIGS)
+    for name, c in zip(WS_BWD_CANDIDATE_IDS, ws.CANDIDATE_CONFIGS):
+        assert (name == "stage3b") == (not c.rebuild) and ("release" in name) == c.release_before_dq, name
+        assert ("s3" in name) == (c.num_stages == 3) and name.startswith("stats") == c.stats_smem == c.prescaled_lse
+        assert c.block_m == 64 and not c.dq_own_keys, name
 
 
 @gpu
 @needs_sm90
-@pytest.mark.parametrize("config", range(5), ids=WS_CONFIG_IDS)
+@pytest.mark.parametrize("config", range(len(WS_BWD_CANDIDATE_IDS)), ids=WS_BWD_CANDIDATE_IDS)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES + [(2, 4, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("d", [128, 64], ids=["d128", "d64"])
 def test_ws_backward_gpu_matches_reference(d, shape, is_causal, config, monkeypatch):
-    """Stage 3b (rebuild=False), 4d and issue 47's ws refill variants (CANDIDATE_CONFIGS, in order), at d 128 and
-    at d 64 (K in a 64-byte swizzle, 32-column dQ halves), the ragged and unequal lengths of SHAPES, full and
-    causal."""
+    """Stage 3b (rebuild=False), 4d, issue 47's ws refill variants and the row statistics through the ring
+    (CANDIDATE_CONFIGS, in order), at d 128 and at d 64 (K in a 64-byte swizzle, 32-column dQ halves), the ragged
+    and unequal lengths of SHAPES, full and causal."""
     _ws_backward_gpu_check(shape, d, is_causal, config, monkeypatch)
 
 

@@ -19,7 +19,7 @@ import torch
 
 from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, kernel_table as kt
 from impl.workloads.attention import launch_kernels
-from kits.gluon import needs_gluon
+from kits.gluon import WS_BWD_CANDIDATE_IDS, needs_gluon
 from kits.probes import probe_module
 
 HAS_CUDA = torch.cuda.is_available()
@@ -558,7 +558,7 @@ WS_GPU_PARAMS = [
     pytest.mark.parametrize("shape", [(2, 3, 300), (1, 4, 1029), (1, 2, 4096)],
                             ids=["2x3x300", "1x4x1029", "1x2x4096"]),
     pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"]),
-    pytest.mark.parametrize("config", range(5), ids=["rebuild", "stage3b", "release", "s3", "s3-release"]),
+    pytest.mark.parametrize("config", range(len(WS_BWD_CANDIDATE_IDS)), ids=WS_BWD_CANDIDATE_IDS),
 ]
 
 
@@ -660,7 +660,7 @@ def _auto_ws_backward(config, causal, shape, dtype, d, monkeypatch):
     from impl.attention import flash_dispatch
     from impl.attention.flash_gluon_bwd_ws import CANDIDATE_CONFIGS
     if isinstance(config, int):
-        assert len(CANDIDATE_CONFIGS) == 5
+        assert len(CANDIDATE_CONFIGS) == len(WS_BWD_CANDIDATE_IDS)
         config = CANDIDATE_CONFIGS[config]
     name = str(dtype).removeprefix("torch.")
     ws = dict(WS_BWD, d=d, causal=causal, dtype=name, config=dataclasses.asdict(config))

@@ -180,7 +180,7 @@ WS_REFILL_ONLY = [r"^(1x32x32768x128|4x32x4096x128|8x32x2048x128|4x16x8192x128 f
 
 def test_the_plan_has_the_ws_backward_candidates(probe):
     """Stage 4d: one "ws+gluon-bwd-ws" row per flash_gluon_bwd_ws.CANDIDATE_CONFIGS (rebuild, stage 3b's, then issue
-    47's ws refill variants) at each d 128 table shape and (issue 47, ws d 64) at 1x16x16384x64, after the shape's
+    47's ws refill variants, then the row statistics through the ring with two and three slots) at each d 128 table shape and (issue 47, ws d 64) at 1x16x16384x64, after the shape's
     "gluon-bwd" row, then at the d 64 table shapes between cuDNN and Triton; none at d 80 / 96, none with --skip-ws."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
@@ -191,9 +191,12 @@ def test_the_plan_has_the_ws_backward_candidates(probe):
     d64 = ("4x32x4096x64", "4x16x8192x64 full")
     want = [f"{s} ws+gluon-bwd-ws {v}" for s in table + d64 for v in (
         "ws 64x128 s2 rebuild", "ws 64x128 s2", "ws 64x128 s2 rebuild release-before-dq", "ws 64x128 s3 rebuild",
-        "ws 64x128 s3 rebuild release-before-dq")]
+        "ws 64x128 s3 rebuild release-before-dq", "ws 64x128 s2 rebuild prescaled-lse stats-smem",
+        "ws 64x128 s3 rebuild prescaled-lse stats-smem", "ws 64x128 s3 rebuild release-before-dq prescaled-lse "
+        "stats-smem")]
     assert [x for x in labels if "ws+gluon-bwd-ws" in x] == want
-    assert [r["config"] for r in rows if r["impl"] == "ws+gluon-bwd-ws"][:5] == list(ws.CANDIDATE_CONFIGS)
+    n = len(ws.CANDIDATE_CONFIGS)
+    assert [r["config"] for r in rows if r["impl"] == "ws+gluon-bwd-ws"][:n] == list(ws.CANDIDATE_CONFIGS)
     for s in table:
         assert labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s2 rebuild") == labels.index(f"{s} gluon-bwd") + 1
     for s in d64:
@@ -262,9 +265,9 @@ def test_the_ws_refill_selection_keeps_its_rows_within_its_call(probe):
 def test_ws_trials_add_each_trial_at_the_head_dims_it_runs_at(probe):
     """Issue 47, ws 128-row query tiles, ws dQ over a consumer's own keys, its ping-pong and the prescaled lse:
     --ws-trials adds a "ws 128x128 s2 rebuild", a "ws 64x128 s2 rebuild dq-own-keys", a "... dq-own-keys pingpong",
-    a "ws 64x128 s2 rebuild prescaled-lse", a "... dq-own-keys prescaled-lse" and a "... prescaled-lse stats-smem" row
-    (flash_gluon_bwd_ws.TRIAL_CONFIGS, in order) after the ws candidates at each d 64 shape, and the prescaled-lse and
-    stats-smem rows alone at each d 128 table shape; without it the plan is unchanged."""
+    a "ws 64x128 s2 rebuild prescaled-lse" and a "... dq-own-keys prescaled-lse" row (flash_gluon_bwd_ws.TRIAL_CONFIGS,
+    in order) after the ws candidates at each d 64 shape, and the prescaled-lse row alone at each d 128 table shape;
+    without it the plan is unchanged."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     plain = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
@@ -275,30 +278,24 @@ def test_ws_trials_add_each_trial_at_the_head_dims_it_runs_at(probe):
     pp = own + " pingpong"
     plse = "ws+gluon-bwd-ws ws 64x128 s2 rebuild prescaled-lse"
     own_plse = own + " prescaled-lse"
-    stats = plse + " stats-smem"
+    last = "ws+gluon-bwd-ws ws 64x128 s3 rebuild release-before-dq prescaled-lse stats-smem"  # the last candidate
     shapes = ("1x16x16384x64", "4x32x4096x64", "4x16x8192x64 full")
     d128 = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full")
-    assert [x for x in labels if x not in plain] == [f"{s} {x}" for s in d128 for x in (plse, stats)] + [
-        f"{s} {x}" for s in shapes for x in (label, own, pp, plse, own_plse, stats)]
+    assert [x for x in labels if x not in plain] == [f"{s} {plse}" for s in d128] + [
+        f"{s} {x}" for s in shapes for x in (label, own, pp, plse, own_plse)]
     for s in shapes:
-        assert labels.index(f"{s} {label}") == labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s3 rebuild "
-                                                            "release-before-dq") + 1
+        assert labels.index(f"{s} {label}") == labels.index(f"{s} {last}") + 1
         assert labels.index(f"{s} {own}") == labels.index(f"{s} {label}") + 1
         assert labels.index(f"{s} {pp}") == labels.index(f"{s} {own}") + 1
         assert labels.index(f"{s} {own_plse}") == labels.index(f"{s} {plse}") + 1 == labels.index(f"{s} {pp}") + 2
-        assert labels.index(f"{s} {stats}") == labels.index(f"{s} {own_plse}") + 1
     for s in d128:
-        assert labels.index(f"{s} {plse}") == labels.index(f"{s} ws+gluon-bwd-ws ws 64x128 s3 rebuild "
-                                                           "release-before-dq") + 1
-        assert labels.index(f"{s} {stats}") == labels.index(f"{s} {plse}") + 1
-    assert [r["config"] for r in rows if r["config"] in ws.TRIAL_CONFIGS] == [ws.TRIAL_CONFIGS[3],
-                                                                             ws.TRIAL_CONFIGS[5]] * 4 + list(
+        assert labels.index(f"{s} {plse}") == labels.index(f"{s} {last}") + 1
+    assert [r["config"] for r in rows if r["config"] in ws.TRIAL_CONFIGS] == [ws.TRIAL_CONFIGS[3]] * 4 + list(
         ws.TRIAL_CONFIGS) * 3
     assert ws.TRIAL_CONFIGS == (ws.GluonBwdWsConfig(block_m=128), ws.GluonBwdWsConfig(dq_own_keys=True),
                                 ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True),
                                 ws.GluonBwdWsConfig(prescaled_lse=True),
-                                ws.GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True),
-                                ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True))
+                                ws.GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True))
     # the device command's selection (NOTES.md): cuDNN, the default, own-keys and its ping-pong at each shape
     regex = (r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild"
              r"( dq-own-keys( pingpong)?)?)$")
@@ -423,23 +420,36 @@ def test_the_ws_prescaled_lse_selection_keeps_its_rows_within_its_call(probe, ca
     assert sum(line.rstrip().split(" est ")[0].endswith("prescaled-lse") for line in out) == 4
 
 
-#: Issue 47, ws stats in shared memory (NOTES.md): the device command's selection, cuDNN, the ws default, the prescaled
-#: trial and the stats-smem trial at the three d 64 shapes and at 4x32x4096x128 (1x32x32768x128 left out: its rows
-#: alone would take 30 s a round).
-WS_STATS_ONLY = [r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full|4x32x4096x128) (cudnn|ws[+]gluon-bwd-ws ws "
-                 r"64x128 s2 rebuild( prescaled-lse( stats-smem)?)?)$"]
+#: Issue 47, the statistics' candidates in the kernel table (NOTES.md): the two long calls' selections, cuDNN, Triton,
+#: the table's ws configs (s2 rebuild; s3 rebuild, with and without release-before-dq) and the three statistics
+#: candidates at the d 128 table shapes, then at the d 64 ones; and the short call's: Triton and the statistics
+#: candidates at every SHORT_KEYS key.
+_WS_TABLE_ROWS = (r"(cudnn|triton|ws[+]gluon-bwd-ws ws 64x128 (s2 rebuild|s3 rebuild( release-before-dq)?)"
+                  r"( prescaled-lse stats-smem)?)$")
+WS_TABLE_D128_ONLY = r"^(1x32x32768x128|4x32x4096x128|8x32x2048x128|4x16x8192x128 full) " + _WS_TABLE_ROWS
+WS_TABLE_D64_ONLY = r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) " + _WS_TABLE_ROWS
+WS_TABLE_SHORT_ONLY = (r"^4x32x\d+x(128|64)( full)? (triton|ws[+]gluon-bwd-ws ws 64x128 (s2 rebuild|s3 rebuild"
+                       r"( release-before-dq)?) prescaled-lse stats-smem)$")
 
 
-def test_the_ws_stats_smem_selection_keeps_its_rows_within_its_call(probe, capsys):
-    """The stats-smem call: per shape cuDNN, the default, the prescaled trial and the stats-smem trial (16 rows, the
-    d 128 shape first as the plan orders it); the first round estimated within the probe's 118-s budget, the later
-    rounds cut by it where they no longer fit (rounds_cut); the dry run prints them."""
-    rows = probe.plan(ws_trials=True, only=tuple(WS_STATS_ONLY))
-    shapes = ("4x32x4096x128", "1x16x16384x64", "4x32x4096x64", "4x16x8192x64 full")
-    ws = "ws+gluon-bwd-ws ws 64x128 s2 rebuild"
-    assert [probe.row_label(r) for r in rows] == [f"{s} {x}" for s in shapes for x in (
-        "cudnn", ws, ws + " prescaled-lse", ws + " prescaled-lse stats-smem")]
-    probe.main(["x.json", "--dry-run", "--ws-trials", "--rounds", "5", "--budget-s", "118", "--only", WS_STATS_ONLY[0]])
-    out = capsys.readouterr().out.splitlines()
-    assert out[-1].startswith("16 rows, estimate") and "the first 72 s" in out[-1], out[-1]
-    assert sum(line.rstrip().split(" est ")[0].endswith("stats-smem") for line in out) == 4
+def test_the_ws_table_calls_select_the_table_configs_beside_the_statistics_candidates(probe, capsys):
+    """The long calls: per shape cuDNN, the three table configs, the three statistics candidates and Triton (8 rows;
+    not stage 3b's kernel nor s2 release-before-dq, which no table entry names); the short call: at each of the 16
+    short shapes (d 64 full too) the three statistics candidates and Triton, as called; the dry runs print them."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    stats = [c for c in ws.CANDIDATE_CONFIGS if c.stats_smem]
+    table = [ws.GluonBwdWsConfig(), ws.GluonBwdWsConfig(num_stages=3),
+             ws.GluonBwdWsConfig(num_stages=3, release_before_dq=True)]
+    for regex, n_shapes in ((WS_TABLE_D128_ONLY, 4), (WS_TABLE_D64_ONLY, 3)):
+        rows = probe.plan(only=(regex,))
+        assert len(rows) == 8 * n_shapes and len({r["shape"] for r in rows}) == n_shapes
+        for s in {r["shape"] for r in rows}:
+            got = [(r["impl"], r["config"]) for r in rows if r["shape"] == s]
+            assert sorted(map(str, got)) == sorted(map(str, [("cudnn", None), ("triton", None)] + [
+                ("ws+gluon-bwd-ws", c) for c in table + stats])), s
+    rows = probe.plan(short=True, only=(WS_TABLE_SHORT_ONLY,))
+    assert len(rows) == 4 * 16 and (4, 32, 512, 64, False) in {r["shape"] for r in rows}
+    assert all(r["config"] in stats or r["impl"] == "triton" for r in rows)
+    probe.main(["x.json", "--dry-run", "--short", "--only", WS_TABLE_SHORT_ONLY])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("64 rows, estimate")

@@ -15,3 +15,7 @@ def gluon_found() -> bool:
 
 
 needs_gluon = pytest.mark.skipif(not gluon_found(), reason="triton.experimental.gluon is not installed")
+
+#: flash_gluon_bwd_ws.CANDIDATE_CONFIGS' test ids, in order: the GPU tests parametrise by index into it (the configs
+#: themselves need Gluon at collection); test_flash_gluon_bwd pins each id against its config's fields.
+WS_BWD_CANDIDATE_IDS = ("rebuild", "stage3b", "release", "s3", "s3-release", "stats", "stats-s3", "stats-s3-release")

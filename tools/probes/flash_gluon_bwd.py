@@ -87,8 +87,9 @@ OTHERS = [(1, 16, 16384, 64, True), (4, 16, 4096, 80, True), (4, 16, 4096, 96, T
 #: candidates and our Triton backward only, so that one run can give the table a d 64 causal and a full entry.
 WS_D64 = [(4, 32, 4096, 64, True), (4, 16, 8192, 64, False)]
 SWEEP = [TABLE[0], TABLE[1]]
-#: --short: the (d, causal) the kernel table has ws backward entries at, and their short lengths.
-SHORT_KEYS = [(128, True), (64, True), (128, False)]
+#: --short: the (d, causal) the kernel table has ws backward entries at (and d 64 full, where none measured yet),
+#: and their short lengths.
+SHORT_KEYS = [(128, True), (64, True), (128, False), (64, False)]
 SHORT_SEQS = [512, 1024, 2048, 3000]  # 3000: not a tile multiple, the last rows (the budget cuts them first)
 WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile (or autotune entry) on the H100's host, roughly

@@ -78,7 +78,8 @@ the product's wait. Bitwise the default's results (dQ up to its reduce-adds' ord
 both): fp32(lse·−log2 e) is the default's lse2 negated, an exact operation, which ptxas folds into the same FFMA. No
 spills at d 64; at d 128 (consumers at 238 of 240 registers) one 4-byte stack slot (NOTES.md).
 
-Issue 47, ws stats in shared memory (``stats_smem``, with prescaled_lse; a TRIAL_CONFIGS entry, off by default): FA3's
+Issue 47, ws stats in shared memory (``stats_smem``, with prescaled_lse; CANDIDATE_CONFIGS entries with two and
+three ring slots, which the kernel table may name; off in the default config): FA3's
 producer loads LSE and dPsum. The load warp copies each query tile's −lse·log2 e row and D row (BLOCK_M fp32 each) by
 TMA into that tile's Q/dO ring slot, on the slot's Q and dO barriers (their expected bytes include them); the consumers
 read each from shared memory right where it is used (_ring_stat: before the exponent, before dPᵀ − D), so the consumer
@@ -220,19 +221,24 @@ class GluonBwdWsConfig:
         return DQ_OWN_KEYS_HEAD_DIMS if self.dq_own_keys else BLOCK_M_HEAD_DIMS[self.block_m]
 
 
-#: What the GPU probe (tools/probes/flash_gluon_bwd.py, rows "ws+gluon-bwd-ws") and the GPU tests run: the
-#: default (rebuild) first, then stage 3b's kernel, then the ws refill variants (each with rebuild).
+#: What the GPU probe (tools/probes/flash_gluon_bwd.py, rows "ws+gluon-bwd-ws") and the GPU tests run, and what the
+#: kernel table may name: the default (rebuild) first, then stage 3b's kernel, then the ws refill variants (each with
+#: rebuild); then the row statistics through the ring (stats_smem, 0.93-0.99x the default's backward in every round
+#: at four shapes, H100, NOTES.md) with two and three slots, the table's refill variants with it.
+_STATS = dict(prescaled_lse=True, stats_smem=True)
 CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonBwdWsConfig(release_before_dq=True),
-                     GluonBwdWsConfig(num_stages=3), GluonBwdWsConfig(num_stages=3, release_before_dq=True))
+                     GluonBwdWsConfig(num_stages=3), GluonBwdWsConfig(num_stages=3, release_before_dq=True),
+                     GluonBwdWsConfig(**_STATS), GluonBwdWsConfig(num_stages=3, **_STATS),
+                     GluonBwdWsConfig(num_stages=3, release_before_dq=True, **_STATS))
 #: Configs that run but compile with spills (read in NOTES.md): never a candidate, so never in the kernel table; the
 #: probe times them with --ws-trials and the GPU tests check them. Issue 47, ws 128-row query tiles (d 64 only);
 #: ws dQ over a consumer's own keys (d 64 only; no spills, but unmeasured: a trial until a GPU run says otherwise),
-#: alone and with the consumers' ping-pong; the prescaled lse (d 128 and 64), alone and with own-keys dQ (d 64), and
-#: with the row statistics through the load warp's ring (stats_smem; d 128 and 64).
+#: alone and with the consumers' ping-pong; the prescaled lse (d 128 and 64; alone 1.02-1.07x the default's
+#: backward), alone and with own-keys dQ (d 64). (The prescaled lse with the row statistics through the ring is a
+#: candidate.)
 TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128), GluonBwdWsConfig(dq_own_keys=True),
                  GluonBwdWsConfig(dq_own_keys=True, pingpong=True), GluonBwdWsConfig(prescaled_lse=True),
-                 GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True),
-                 GluonBwdWsConfig(prescaled_lse=True, stats_smem=True))
+                 GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True))
 
 
 def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64,
