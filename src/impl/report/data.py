@@ -1,10 +1,7 @@
-"""The report's one loader: a stored pytest-benchmark run file → a list of impl.report.rows.Bench, the
-report's one row type, read once (the pages, `make gate` and `make compare` all read rows from here).
-
-A row is the benchmark row as the bench layer wrote it (impl.bench.row.Row, its config untouched), the
-pytest-benchmark statistics that measured it (None for rows that did not run: they come from the file's
-`not_run` list) and the run it came from (RunRef). Older-format files, and rows stored under an older
-group name, are read through impl.report.legacy, the one adapter; a stored file is never rewritten.
+"""The report's one loader: a stored pytest-benchmark run file → a list of impl.report.rows.Bench, read once
+(the pages, `make gate` and `make compare` all read rows from here). A row that did not run (the file's `not_run`
+list) has no statistics. Older-format files, and rows stored under an older group name, are read through
+impl.report.legacy, the one adapter; a stored file is never rewritten.
 """
 from __future__ import annotations
 
@@ -93,9 +90,8 @@ class Copy:
 
 @dataclass
 class Stored:
-    """Every stored run file read once: the whole runs in their folders, oldest first within each
-    (device, section); the files that are not whole runs or not runs of their folder's device and
-    section; the copies of a run already read, each kept out so a run counts once."""
+    """Every stored run file read once: the whole runs (oldest first within a folder), the bad files, and the
+    copies of a run already read (kept out so a run counts once)."""
 
     runs: list[StoredRun]
     bad: list[BadRunFile]

@@ -15,8 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 @dataclass(frozen=True)
 class Words:
-    """One figure's words (a table of templates/figures.toml): title and axis labels, and its other
-    str.format strings by name (`w.label("tick", size=s, context=c)`)."""
+    """One figure's words: title, axis labels and other str.format strings (`w.label("tick", size=s)`)."""
 
     title: str = ""
     x: str = ""

@@ -137,8 +137,7 @@ class IndexRow:
 
 @dataclass(frozen=True)
 class IndexFigure:
-    """A page's figure shown on the index: its page's slug and facts (the page template's
-    `index_caption(f, path)` macro words its caption) and its png path relative to reports/."""
+    """A page's figure on the index (its template's `index_caption(f, path)` words the caption)."""
 
     slug: str
     facts: object
@@ -202,6 +201,5 @@ def index_facts(pages: list[Page], older: list[str], names: dict[str, str]) -> I
 
 
 def render_index(facts: IndexFacts, tests: str = "") -> str:
-    """The index; `tests`: the correctness records' section (impl.report.test_records), placed after the
-    scoreboard."""
+    """The index; `tests`: the correctness records' section (impl.report.test_records)."""
     return render("index.md.j2", f=facts, tests=tests) + "\n"
