@@ -85,8 +85,3 @@ def memory_timelines(panels: list[tuple[str, dict]], path: Path, title: str, fro
     axes[0][0].set_ylabel(words("memory_timeline").y)
     fig.suptitle(title, fontsize=10)
     save(fig, path)
-
-
-def memory_timeline(data: dict, path: Path, title: str) -> None:
-    """PNG of one timeline_data dict."""
-    memory_timelines([(title, data)], path, title)
