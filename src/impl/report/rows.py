@@ -47,11 +47,13 @@ def size_ref(size: str | None, edition: str | None) -> SizeRef | None:
 @dataclass(frozen=True)
 class SizeRun:
     """The rows of one model size (edition and name) that came from one stored run: the unit a
-    distributed page answers from, so that every ratio it prints divides rows of one run and size."""
+    distributed page answers from, so that every ratio it prints divides rows of one run and size. As an answer
+    names it (`label`, templates/_editions.md.j2), it carries the device."""
 
     size: SizeRef | None
     datetime: str
     rows: tuple[Bench, ...] = field(compare=False)
+    device: str = ""  # as the answer names it: a heading, or the device folder
 
     @property
     def edition(self) -> str:
@@ -68,8 +70,8 @@ class SizeRun:
         return f"{self.size.name} ({self.edition}): d_model {c.d_model}, {c.num_layers} layers, {params} params"
 
     @property
-    def files(self) -> list[str]:
-        return sorted({b.run.file for b in self.rows})
+    def files(self) -> tuple[str, ...]:
+        return tuple(sorted({b.run.file for b in self.rows}))
 
     @property
     def date(self) -> str:
@@ -84,24 +86,11 @@ class SizeRun:
         """For figure names: "2026-xl"."""
         return f"{self.edition}-{self.size.name}" if self.size is not None else "nosize"
 
-    def label(self, device: str) -> RunLabel:
-        short = f"{self.size.name} ({self.edition})" if self.size is not None else "–"
-        return RunLabel(device, self.described, short, self.edition, self.when, self.date, tuple(self.files),
-                        self.size.name if self.size is not None else "–")
+    name = property(lambda self: self.size.name if self.size is not None else "–")  # in its edition: "xl"
+    size_short = property(lambda self: f"{self.name} ({self.edition})" if self.size is not None else "–")
 
-
-@dataclass(frozen=True)
-class RunLabel:
-    """How an answer names the rows it read (templates/_editions.md.j2 words it)."""
-
-    device: str
-    size: str  # "xl (2026): d_model 2560, 32 layers, 3.4B params"
-    size_short: str  # "xl (2026)"
-    edition: str
-    when: str  # "2026-11-26 04:04"
-    date: str
-    files: tuple[str, ...]
-    name: str = "–"  # the size's name in its edition: "xl"
+    def label(self, device: str) -> SizeRun:
+        return replace(self, device=device)
 
 
 def newest_first(items, label=lambda x: x.run):
@@ -116,7 +105,7 @@ def current_edition(problem) -> str:
 
 
 def answering(facts: list, problem) -> list:
-    """The facts (each with `.run`, a RunLabel) that answer `problem`, newest edition first (older editions' as
+    """The facts (each with `.run`, a labelled SizeRun) that answer `problem`, newest edition first (older editions' as
     history); a newer edition's rows never answer an older edition's problem."""
     current = int(current_edition(problem))
     return sorted((f for f in facts if f.run is not None and int(f.run.edition) <= current),
