@@ -23,12 +23,6 @@ def run_file_name(path: str | Path) -> str:
     return "/".join(("reports", "data", *Path(path).parts[-3:]))
 
 
-def _commit(info: dict) -> str:
-    """The run's commit, short, with "+" where its tree had changes: on the lent GPU machine git's
-    HEAD stays the commit the session started at and later commits arrive as changes to it."""
-    return (info.get("id") or "")[:8] + ("+" if info.get("dirty") else "")
-
-
 def load_file(path: Path, device: str | None = None, section: str | None = None) -> list[Bench]:
     """One run file's rows; BadRunFile (naming the file and each bad row) for a file that is not a
     whole run (impl.bench.store.read_run: truncated, empty, failed tests, NaN stats...) or, where
@@ -41,7 +35,9 @@ def load_doc(doc: dict, path: Path, device: str | None = None, section: str | No
     legacy = "not_run" not in doc and not any((b.get("extra_info") or {}).get("schema") == SCHEMA
                                               for b in doc["benchmarks"])
     info = doc.get("commit_info") or {}
-    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime") or "", _commit(info), legacy,
+    # the commit, short, "+" where its tree had changes (on the lent GPU machine later commits arrive as changes)
+    commit = (info.get("id") or "")[:8] + ("+" if info.get("dirty") else "")
+    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime") or "", commit, legacy,
                  run_file_name(path), KernelDigest.from_json(info))
     rows = [(b["name"], *_measured(b, path)) for b in doc["benchmarks"]]
     rows += [(e["name"], Row.from_json(e["row"]), None) for e in doc.get("not_run", [])]
