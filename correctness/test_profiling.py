@@ -247,9 +247,9 @@ def test_match_and_largest_allocations():
 def test_render_timeline(tmp_path):
     t = M.timeline_data(_snapshot(), ["forward", "backward"])
     path = tmp_path / "t.png"
-    from impl.report.figures import memory_timeline
+    from impl.report.figures import memory_timelines
 
-    memory_timeline(t, path, "synthetic")
+    memory_timelines([("synthetic", t)], path, "synthetic")
     assert path.stat().st_size > 1000 and path.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -109,7 +109,7 @@ def test_size_runs_split_by_edition_size_and_run_2026_first_and_name_their_files
                                                                    ("2025", "2026-01-01", 1)]
     assert groups[0].described == "xl (2026): d_model 2560, 32 layers, 3.4B params"
     assert groups[-1].described == "xl (2025): d_model 1600, 48 layers, 2.0B params"
-    assert groups[1].files == ["reports/data/gpu-x2/ddp/20260102T0000Z_abc.json"]
+    assert groups[1].files == ("reports/data/gpu-x2/ddp/20260102T0000Z_abc.json",)
 
 
 def test_facts_sourced_from_sections_name_each_run_file_once_sorted():

@@ -42,8 +42,7 @@ def page_order(modules: list[ModuleType], problems: tuple = tuple(Problem)) -> l
 
 @cache
 def page_modules() -> tuple[ModuleType, ...]:
-    """Every page module of impl.report.pages (each module there but the "_"-named helpers), imported
-    and checked, in page_order."""
+    """Every page module of impl.report.pages but the "_"-named helpers, imported and checked, in page_order."""
     modules = []
     for info in pkgutil.iter_modules(pages_package.__path__):
         if info.name.startswith("_"):
@@ -82,8 +81,7 @@ def slugs() -> dict[Problem, str]:
 
 
 def collect(ctx: Context) -> list[Page]:
-    """Every page, built from its module's facts(ctx), in page order; PageBuildError naming the page
-    where its facts or its template raise."""
+    """Every page, built from its module's facts(ctx), in page order."""
     return [built(m, ctx) for m in page_modules()]
 
 
@@ -101,8 +99,7 @@ def built(module: ModuleType, ctx: Context) -> Page:
 
 
 def page_of(name: str, facts) -> Page:
-    """The page `name` rendered whole by templates/<name>.md.j2 from its facts (most pages' facts
-    have no `index_figures`: they show none on the index)."""
+    """The page `name` rendered whole by templates/<name>.md.j2 from its facts."""
     return Page(name, page_problems()[name], render_page(f"{name}.md.j2", f=facts), dict(facts.scores),
                 tuple(getattr(facts, "index_figures", ())), facts)
 

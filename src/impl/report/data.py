@@ -1,10 +1,7 @@
-"""The report's one loader: a stored pytest-benchmark run file → a list of impl.report.rows.Bench, the
-report's one row type, read once (the pages, `make gate` and `make compare` all read rows from here).
-
-A row is the benchmark row as the bench layer wrote it (impl.bench.row.Row, its config untouched), the
-pytest-benchmark statistics that measured it (None for rows that did not run: they come from the file's
-`not_run` list) and the run it came from (RunRef). Older-format files, and rows stored under an older
-group name, are read through impl.report.legacy, the one adapter; a stored file is never rewritten.
+"""The report's one loader: a stored pytest-benchmark run file → a list of impl.report.rows.Bench, read once
+(the pages, `make gate` and `make compare` all read rows from here). A row that did not run (the file's `not_run`
+list) has no statistics. Older-format files, and rows stored under an older group name, are read through
+impl.report.legacy, the one adapter; a stored file is never rewritten.
 """
 from __future__ import annotations
 
@@ -26,12 +23,6 @@ def run_file_name(path: str | Path) -> str:
     return "/".join(("reports", "data", *Path(path).parts[-3:]))
 
 
-def _commit(info: dict) -> str:
-    """The run's commit, short, with "+" where its tree had changes: on the lent GPU machine git's
-    HEAD stays the commit the session started at and later commits arrive as changes to it."""
-    return (info.get("id") or "")[:8] + ("+" if info.get("dirty") else "")
-
-
 def load_file(path: Path, device: str | None = None, section: str | None = None) -> list[Bench]:
     """One run file's rows; BadRunFile (naming the file and each bad row) for a file that is not a
     whole run (impl.bench.store.read_run: truncated, empty, failed tests, NaN stats...) or, where
@@ -44,7 +35,9 @@ def load_doc(doc: dict, path: Path, device: str | None = None, section: str | No
     legacy = "not_run" not in doc and not any((b.get("extra_info") or {}).get("schema") == SCHEMA
                                               for b in doc["benchmarks"])
     info = doc.get("commit_info") or {}
-    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime") or "", _commit(info), legacy,
+    # the commit, short, "+" where its tree had changes (on the lent GPU machine later commits arrive as changes)
+    commit = (info.get("id") or "")[:8] + ("+" if info.get("dirty") else "")
+    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime") or "", commit, legacy,
                  run_file_name(path), KernelDigest.from_json(info))
     rows = [(b["name"], *_measured(b, path)) for b in doc["benchmarks"]]
     rows += [(e["name"], Row.from_json(e["row"]), None) for e in doc.get("not_run", [])]
@@ -93,9 +86,8 @@ class Copy:
 
 @dataclass
 class Stored:
-    """Every stored run file read once: the whole runs in their folders, oldest first within each
-    (device, section); the files that are not whole runs or not runs of their folder's device and
-    section; the copies of a run already read, each kept out so a run counts once."""
+    """Every stored run file read once: the whole runs (oldest first within a folder), the bad files, and the
+    copies of a run already read (kept out so a run counts once)."""
 
     runs: list[StoredRun]
     bad: list[BadRunFile]

@@ -15,8 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 @dataclass(frozen=True)
 class Words:
-    """One figure's words (a table of templates/figures.toml): title and axis labels, and its other
-    str.format strings by name (`w.label("tick", size=s, context=c)`)."""
+    """One figure's words: title, axis labels and other str.format strings (`w.label("tick", size=s)`)."""
 
     title: str = ""
     x: str = ""
@@ -86,8 +85,3 @@ def memory_timelines(panels: list[tuple[str, dict]], path: Path, title: str, fro
     axes[0][0].set_ylabel(words("memory_timeline").y)
     fig.suptitle(title, fontsize=10)
     save(fig, path)
-
-
-def memory_timeline(data: dict, path: Path, title: str) -> None:
-    """PNG of one timeline_data dict."""
-    memory_timelines([(title, data)], path, title)

@@ -132,10 +132,6 @@ def _clock(rec: Bench) -> str:
     return "older format" if rec.run.legacy else rec.row.timing.timer
 
 
-def _host_bound(rec: Bench) -> bool:
-    return host_bound(rec.stats.median, rec.metric(Metric.HOST_MS))
-
-
 def _measured(records: list[Bench]) -> dict[str, Bench]:
     return {r.name: r for r in records
             if r.row.status is Status.MEASURED and r.stats is not None and r.stats.median}
@@ -214,7 +210,7 @@ def compare(data_dir: Path, bands_path: Path | None = None,
             changes.append(Change(device, section, name, prev[0], new_run, prev[1].stats.median, new.stats.median, band,
                                   accepted.get((device, section, name, new_run))
                                   or accepted.get((device, section, name, None)),
-                                  _host_bound(new)))
+                                  host_bound(new.stats.median, new.metric(Metric.HOST_MS))))
     return Verdict(changes, stored.bad, stored.copies)
 
 

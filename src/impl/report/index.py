@@ -32,12 +32,8 @@ def github_anchor(text: str) -> str:
     removed (Ruby's /[^\\p{Word}\\- ]/), each space a hyphen. `text` is the heading as rendered: a link
     counts by its text."""
     text = _LINK.sub(r"\1", text).lower()
-    return "".join(c for c in text if c in "- " or _word(unicodedata.category(c))).replace(" ", "-")
-
-
-def _word(category: str) -> bool:
-    """Of Ruby's \\p{Word}: a letter, a mark, a decimal digit or connector punctuation."""
-    return category[0] in "LM" or category in ("Nd", "Pc")
+    return "".join(c for c in text for cat in [unicodedata.category(c)]
+                   if c in "- " or cat[0] in "LM" or cat in ("Nd", "Pc")).replace(" ", "-")
 
 
 def headings(text: str) -> list[tuple[int, str, str]]:
@@ -60,11 +56,6 @@ def headings(text: str) -> list[tuple[int, str, str]]:
         seen[base] = n + 1
         out.append((len(m.group(1)), m.group(2), f"{base}-{n}" if n else base))
     return out
-
-
-def is_question(heading: str) -> bool:
-    """A page's question headings are worded as the handout's sub-questions: they end in "?" or "."."""
-    return heading.rstrip().endswith(("?", "."))
 
 
 @dataclass(frozen=True)
@@ -101,7 +92,7 @@ def sub_parts(page: Page) -> dict[Problem, tuple[SubPart, ...]]:
     for level, text, anchor in headings(page.text):
         if level != 2:
             continue
-        if not is_question(text):
+        if not text.rstrip().endswith(("?", ".")):  # worded as the handout's sub-questions, a question ends so
             break
         current = _named(text, page.problems) or current
         if current is not None:
@@ -137,8 +128,7 @@ class IndexRow:
 
 @dataclass(frozen=True)
 class IndexFigure:
-    """A page's figure shown on the index: its page's slug and facts (the page template's
-    `index_caption(f, path)` macro words its caption) and its png path relative to reports/."""
+    """A page's figure on the index (its template's `index_caption(f, path)` words the caption)."""
 
     slug: str
     facts: object
@@ -183,10 +173,6 @@ def device_names(rows: list[Bench]) -> dict[str, str]:
     return out
 
 
-def _story(page: Page) -> int:
-    return STORY.index(page.slug) if page.slug in STORY else len(STORY)
-
-
 def index_facts(pages: list[Page], older: list[str], names: dict[str, str]) -> IndexFacts:
     scores = {name: (page, score) for page in pages for name, score in page.scores.items()}
     parts = {p: sp for page in pages for p, sp in sub_parts(page).items()}
@@ -196,12 +182,11 @@ def index_facts(pages: list[Page], older: list[str], names: dict[str, str]) -> I
         device = " + ".join(names.get(x, x) for x in score.device.split(" + ")) if score else "–"
         rows.append(IndexRow(p.value, p.edition_tag, page.slug if page else None, score, device,
                              page.facts if page else None, parts.get(p, ())))
-    figures = [IndexFigure(page.slug, page.facts, path) for page in sorted(pages, key=_story)
-               for path in page.index_figures]
+    story = sorted(pages, key=lambda page: STORY.index(page.slug) if page.slug in STORY else len(STORY))
+    figures = [IndexFigure(page.slug, page.facts, path) for page in story for path in page.index_figures]
     return IndexFacts(rows, older, figures)
 
 
 def render_index(facts: IndexFacts, tests: str = "") -> str:
-    """The index; `tests`: the correctness records' section (impl.report.test_records), placed after the
-    scoreboard."""
+    """The index; `tests`: the correctness records' section (impl.report.test_records)."""
     return render("index.md.j2", f=facts, tests=tests) + "\n"

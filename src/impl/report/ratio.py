@@ -70,18 +70,10 @@ PRIMARY = "CUDA-event medians"  # what a headline divides: each row's own rounds
 
 @dataclass(frozen=True)
 class Timers:
-    """One implementation's row under the suite's primary timer and under do_bench, in one run (seconds).
-
-    `event_s` is the row's median over its timed rounds (CUDA events around back-to-back calls;
-    do_bench's median in an older-format run, `legacy`); `do_bench_s` is triton.testing.do_bench's median
-    kept beside it as a cross-check; `band` is the band of the row's ordinary rounds.
-
-    **Beyond noise.** do_bench and the events disagree beyond noise when do_bench's median lies outside
-    `band`: median ± 2·IQR of the row's own rounds. That is Tukey's fences (q1 − 1.5·IQR, q3 + 1.5·IQR,
-    the rounds pytest-benchmark does not count as outliers) for rounds spread evenly about their median:
-    no ordinary round of the primary timer reads as far as do_bench did. A row that kept no IQR uses
-    median ± 3·stddev (the same fences for normally spread rounds). Without either there is no band and
-    no verdict."""
+    """One row's CUDA-event median (`event_s`; do_bench's in an older-format run) and do_bench's median beside it,
+    in one run (seconds). They disagree beyond noise where do_bench lies outside `band`: median ± 2·IQR of the
+    row's own rounds (Tukey's fences, for rounds spread evenly about their median: no ordinary round reads as far),
+    else ± 3·stddev (the same fences for normally spread rounds); without either, no verdict."""
 
     event_s: float
     do_bench_s: float | None = None
@@ -117,12 +109,8 @@ def timers(b) -> Timers:
 
 @dataclass(frozen=True)
 class Headline:
-    """A headline ratio by the report's one rule: ours ÷ anchor of the suite's primary measurement (each
-    row's CUDA-event median) of the same run, with its noise verdict (`Ratio`). do_bench's ratio of the same
-    run stands beside it (`do_bench`), never in its place: a headline must not pick the kindest timer.
-    `disagreements` names each side whose do_bench median lies beyond noise of its own rounds (`Timers`),
-    which the page must say with both numbers. (The rule's other source, interleaved repeats of both sides
-    with their spread, applies where a row stores such repeats; no stored row does yet.)"""
+    """A headline ratio by the module's one rule (`ratio`), do_bench's of the same run beside it, never in its
+    place (a headline must not pick the kindest timer), and the sides whose timers disagree (`disagreements`)."""
 
     ratio: Ratio
     ours: Timers

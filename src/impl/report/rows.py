@@ -1,8 +1,5 @@
-"""The report's one row type: `Bench`, one stored benchmark row with its run (`RunRef`) and statistics
-(`Stats`), as impl.report.data loads it, and `Rows` (each row's newest, and every earlier one).
-A page reads a row's config through its own typed view (a `View`: a frozen dataclass of the keys it reads).
-Sizes are `SizeRef`s (edition, name): rows stored before the 2026 table carry no `edition` and read
-as 2025's; a row's size label comes from one function, `size_label`.
+"""The report's one row type, `Bench` (a stored row with its `RunRef` and `Stats`), `Rows` (each row's newest, and
+every earlier one), the typed views a page reads a row's config through (`View`), and the shared selections.
 """
 from __future__ import annotations
 
@@ -47,29 +44,16 @@ def size_ref(size: str | None, edition: str | None) -> SizeRef | None:
         return None
 
 
-def size_label(ref: SizeRef | None, fallback: str = "–") -> str:
-    """The one label of a size across the report: "small", "xl (2025)", "xl (2026) = 2.7B (2025)"."""
-    return ref.label if ref is not None else fallback
-
-
-def size_described(ref: SizeRef | None, fallback: str = "–") -> str:
-    """A size with its edition and dimensions, as the distributed answers name it:
-    "xl (2026): d_model 2560, 32 layers, 3.4B params"."""
-    if ref is None:
-        return fallback
-    c = ref.config
-    params = f"{c.params / 1e9:.1f}B" if c.params >= 1e9 else f"{c.params / 1e6:.1f}M"
-    return f"{ref.name} ({ref.edition}): d_model {c.d_model}, {c.num_layers} layers, {params} params"
-
-
 @dataclass(frozen=True)
 class SizeRun:
     """The rows of one model size (edition and name) that came from one stored run: the unit a
-    distributed page answers from, so that every ratio it prints divides rows of one run and size."""
+    distributed page answers from, so that every ratio it prints divides rows of one run and size. As an answer
+    names it (`label`, templates/_editions.md.j2), it carries the device."""
 
     size: SizeRef | None
     datetime: str
     rows: tuple[Bench, ...] = field(compare=False)
+    device: str = ""  # as the answer names it: a heading, or the device folder
 
     @property
     def edition(self) -> str:
@@ -77,11 +61,17 @@ class SizeRun:
 
     @property
     def described(self) -> str:
-        return size_described(self.size)
+        """The size with its edition and dimensions, as the distributed answers name it:
+        "xl (2026): d_model 2560, 32 layers, 3.4B params"."""
+        if self.size is None:
+            return "–"
+        c = self.size.config
+        params = f"{c.params / 1e9:.1f}B" if c.params >= 1e9 else f"{c.params / 1e6:.1f}M"
+        return f"{self.size.name} ({self.edition}): d_model {c.d_model}, {c.num_layers} layers, {params} params"
 
     @property
-    def files(self) -> list[str]:
-        return sorted({b.run.file for b in self.rows})
+    def files(self) -> tuple[str, ...]:
+        return tuple(sorted({b.run.file for b in self.rows}))
 
     @property
     def date(self) -> str:
@@ -96,25 +86,11 @@ class SizeRun:
         """For figure names: "2026-xl"."""
         return f"{self.edition}-{self.size.name}" if self.size is not None else "nosize"
 
-    def label(self, device: str) -> RunLabel:
-        short = f"{self.size.name} ({self.edition})" if self.size is not None else "–"
-        return RunLabel(device, self.described, short, self.edition, self.when, self.date, tuple(self.files),
-                        self.size.name if self.size is not None else "–")
+    name = property(lambda self: self.size.name if self.size is not None else "–")  # in its edition: "xl"
+    size_short = property(lambda self: f"{self.name} ({self.edition})" if self.size is not None else "–")
 
-
-@dataclass(frozen=True)
-class RunLabel:
-    """How an answer names the rows it read: the device, the size with its edition and dimensions, the
-    run (UTC) and its files (templates/_editions.md.j2 words it)."""
-
-    device: str
-    size: str  # "xl (2026): d_model 2560, 32 layers, 3.4B params"
-    size_short: str  # "xl (2026)"
-    edition: str
-    when: str  # "2026-11-26 04:04"
-    date: str
-    files: tuple[str, ...]
-    name: str = "–"  # the size's name in its edition: "xl"
+    def label(self, device: str) -> SizeRun:
+        return replace(self, device=device)
 
 
 def newest_first(items, label=lambda x: x.run):
@@ -124,16 +100,13 @@ def newest_first(items, label=lambda x: x.run):
 
 
 def current_edition(problem) -> str:
-    """The newest edition that poses a problem (impl.workloads.problems.Problem): its rows answer,
-    an older edition's rows are kept as history."""
+    """The newest edition that poses a problem: its rows answer, an older edition's are history."""
     return max(str(e) for e in problem.editions)
 
 
 def answering(facts: list, problem) -> list:
-    """The facts (each with `.run`, a RunLabel) that answer `problem`: its current edition's, then older
-    editions' rows as history (a 2026-only problem's 2025-size rows included); a newer edition's rows
-    never answer an older edition's problem. Newest edition first (a stable sort keeps devices and
-    runs in their order)."""
+    """The facts (each with `.run`, a labelled SizeRun) that answer `problem`, newest edition first (older editions' as
+    history); a newer edition's rows never answer an older edition's problem."""
     current = int(current_edition(problem))
     return sorted((f for f in facts if f.run is not None and int(f.run.edition) <= current),
                   key=lambda f: -int(f.run.edition))
@@ -251,8 +224,7 @@ class Rows:
 
     @classmethod
     def loaded(cls, rows: list[Bench]) -> Rows:
-        """Stored rows (oldest run first) split into each row's newest and every earlier one: a row is a
-        (device, benchmark name), and the last seen is the newest."""
+        """Stored rows (oldest run first) split by (device, benchmark name) into the last seen and the rest."""
         newest = {(b.run.device, b.name): b for b in rows}
         keep = {id(b) for b in newest.values()}
         return cls(tuple(newest.values()), tuple(b for b in rows if id(b) not in keep))
@@ -300,8 +272,7 @@ def timing_text(rows: Iterable[Bench]) -> tuple[str, str]:
 
 
 class View:
-    """Base of a page's typed view of a row's config (a frozen dataclass of the keys it reads, each with
-    a default): no catch-all config class; a key the view does not declare is not read."""
+    """A page's typed view of a row's config: a frozen dataclass of the keys it reads, each with a default."""
 
     @classmethod
     def of(cls, b: Bench) -> Self:
@@ -344,8 +315,8 @@ class SizedView(View):
         return size_ref(self.size, self.edition)
 
     @property
-    def size_label(self) -> str:  # the size's own name where it is in neither table
-        return size_label(self.size_ref, self.size)
+    def size_label(self) -> str:  # SizeRef.label ("xl (2026) = 2.7B (2025)"); its own name where in neither table
+        return self.size_ref.label if self.size_ref is not None else self.size
 
 
 @dataclass(frozen=True)

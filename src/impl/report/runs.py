@@ -62,15 +62,13 @@ class RunId:
 
     @property
     def version(self) -> str:
-        """Which kernels it ran, as pages name them: their digest where the run recorded it, else its
-        commit (the rule for older runs: one commit, one version of the kernels)."""
+        """Which kernels it ran: their digest where recorded, else its commit (one commit, one version)."""
         return self.kernels.label if self.kernels is not None else self.commit
 
 
 @dataclass(frozen=True)
 class RunsFacts:
-    """Which machine and runs a section's rows come from: the device folder, the newest row's
-    environment, each run oldest first, and the newest run's UTC date."""
+    """Which machine and runs a section's rows come from (runs oldest first)."""
 
     device: str
     env: Env

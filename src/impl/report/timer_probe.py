@@ -39,8 +39,7 @@ class TimerProbe:
     steps: dict[tuple[str, str, str], Spread]  # (step, impl, mode) -> the step's times (ms)
 
     def timers(self, impl: str, mode: str) -> Timers | None:
-        """One side's event rounds and do_bench in the probe, as the headline rule reads a row (`ratio.Timers`:
-        do_bench beyond noise where outside the event median ± 2·IQR)."""
+        """One side's event rounds and do_bench in the probe, read as the headline rule reads a row (`ratio.Timers`)."""
         ev, db = self.steps.get(("events", impl, mode)), self.steps.get(("do_bench", impl, mode))
         if ev is None:
             return None
@@ -73,8 +72,7 @@ def probe_of(reports_dir: Path, device: str) -> TimerProbe | None:
 
 @dataclass(frozen=True)
 class ProbeCheck:
-    """One headline beside the probe's same pass: the interleaved ratio, the run's event and do_bench ratios, and
-    each side's event rounds and do_bench in the probe (`Timers`), to set beside the headline's own."""
+    """One headline's ratios beside the probe's same pass (its interleaved ratio, each side's `Timers` in the probe)."""
 
     probe: TimerProbe
     mode: str

@@ -1,15 +1,7 @@
-"""The report as pages: `reports/README.md` is an index (one scoreboard row per problem of both
-course editions, then the few figures that tell the story); each problem has its page
-`reports/<slug>.md` that opens with its questions answered, then tables, figures and method.
-
-A page is two files: `pages/<slug>.py` declares the problems it answers (`PROBLEMS`, members of
-impl.workloads.problems.Problem) and has `facts(ctx) -> <PageFacts>` (a frozen dataclass holding every
-number, table row and figure path the page shows, its `scores` for the index, and `index_figures` (png
-paths) where the index shows some of its figures); `templates/<slug>.md.j2` renders the whole page from it in
-one call, and words the index's scoreboard rows through its `score_answer`, `score_headline` and `score_vs`
-macros (and the captions of its index figures through `index_caption`).
-Every number comes from `ctx.rows` (the stored rows), never typed. impl.report.build finds the page
-modules here by themselves (a helper module's name starts with "_").
+"""The report's pages: one per problem (`reports/<slug>.md`), each two files, `pages/<slug>.py` (its `PROBLEMS` and
+`facts(ctx)`: every number, table row and figure path the page shows, its `scores` and any `index_figures`) and
+`templates/<slug>.md.j2` (every word, and the index's score and caption macros). A helper module's name starts
+with "_"; impl.report.build finds the rest by themselves.
 """
 from __future__ import annotations
 
@@ -35,9 +27,8 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True)
 class Scored:
-    """A page's scoreboard row of one problem: the kind of answer, its device and run date. Its words
-    are the page template's `score_answer`, `score_headline` and `score_vs` macros, called with the
-    page's facts and the problem by the index template."""
+    """A page's scoreboard row of one problem: the kind of answer, its device and run date (worded by the page
+    template's `score_*` macros)."""
 
     kind: Kind
     device: str = "–"
@@ -55,9 +46,7 @@ NOT_MEASURED = Scored(Kind.NOT_MEASURED)
 
 @dataclass(frozen=True)
 class Page:
-    """A built page: its slug, the problems it answers, its text (rendered whole by its template), its
-    scoreboard rows and index figures, and the facts they were rendered from (the index words its
-    scores from them)."""
+    """A built page, and the facts it was rendered from (the index words its scores from them)."""
 
     slug: str
     problems: tuple[Problem, ...]
@@ -69,8 +58,7 @@ class Page:
 
 @dataclass
 class Context:
-    """What a page module reads: the stored rows (each benchmark's newest row, and every earlier one)
-    and where figures and CSVs go."""
+    """What a page module reads: the stored rows, and where figures and CSVs go."""
 
     reports_dir: Path
     fig_dir: Path  # reports/figures
@@ -94,8 +82,7 @@ class Context:
         return link
 
     def table_csv(self, name: str, header: list[str], rows: list[list]) -> str:
-        """Writes a markdown table's cells (code backticks dropped) to reports/data-tables/<name>.csv; its link
-        from the page."""
+        """Writes a table's cells (code backticks dropped) to reports/data-tables/<name>.csv; its link."""
         path = self.reports_dir / "data-tables" / f"{name}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as f:

@@ -95,24 +95,19 @@ class Filed:
         return f"{self.rel}/{Path(path).relative_to(self.folder).as_posix()}"
 
 
-def filed_runs(reports_dir: Path) -> list[Filed]:
-    """Every filed nsys call under reports_dir/data, oldest first (by stamp)."""
-    out = []
+def newest_with(reports_dir: Path, group: str) -> Filed | None:
+    """The newest filed nsys call under reports_dir/data (by stamp) with a profiled case of `group`."""
+    found = []
     for folder in sorted(Path(reports_dir, "data").glob(f"*/{FOLDER}/*/")):
         if folder.name.startswith(".") or not (folder / MANIFEST).is_file():
             continue
         filed, kept = (json.loads((folder / f).read_text()) if (folder / f).is_file() else {}
                        for f in (FILED, CAPTURES))
         device = folder.parent.parent.name
-        out.append(Filed(device, folder.name, folder, f"reports/data/{device}/{FOLDER}/{folder.name}",
-                         read_manifest(folder / MANIFEST), filed, kept))
-    return sorted(out, key=lambda f: f.stamp)
-
-
-def newest_with(reports_dir: Path, group: str) -> Filed | None:
-    """The newest filed call with a profiled case of `group`."""
-    found = [f for f in filed_runs(reports_dir) if any(c.status == "profiled" for c in f.cases(group))]
-    return found[-1] if found else None
+        f = Filed(device, folder.name, folder, f"reports/data/{device}/{FOLDER}/{folder.name}",
+                  read_manifest(folder / MANIFEST), filed, kept)
+        found += [f] if any(c.status == "profiled" for c in f.cases(group)) else []
+    return sorted(found, key=lambda f: f.stamp)[-1] if found else None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from impl.model.sizes import EDITION_SIZES, SizeRef
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.ratio import within_noise
-from impl.report.rows import Bench, RowView, SizedView, group, size_label, timing_text
+from impl.report.rows import Bench, RowView, SizedView, group, timing_text
 from impl.report.runs import RunsFacts, SourcedFromSections, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import MODES
@@ -205,7 +205,7 @@ def of_edition(rows: list[Bench], edition: str) -> list[Bench]:
 
 def edition_facts(edition: str, rows: list[Bench]) -> EditionFacts:
     names = list(EDITION_SIZES[edition])
-    sizes = [size_label(SizeRef(edition, n)) for n in names]
+    sizes = [SizeRef(edition, n).label for n in names]
     main_rows, warm_rows = ([b for b in rows if _study(b) == s] for s in ("main", "warmup"))
 
     def by_size(bs) -> list[Cell]:  # the rows' cells, smallest size first

@@ -14,7 +14,7 @@ from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages._nsys import Profiled, StepTimeline
 from impl.report.pages.distributed_communication import PROBLEM as ALLREDUCE, Fit, allreduce_fits
 from impl.report.ratio import Ratio, within_noise
-from impl.report.rows import Bench, DistConfig, DistRow, RunLabel, answering, current_edition, group, size_runs_of
+from impl.report.rows import Bench, DistConfig, DistRow, SizeRun, answering, current_edition, group, size_runs_of
 from impl.report.runs import DeviceSection, RunsFacts, device_name, files_of, gpu_count
 from impl.workloads.problems import Problem as P, StoredGroup
 from impl.workloads.variants import DDPVariant
@@ -195,7 +195,7 @@ def _draw_overhead(groups: list[Group], ctx: Context, name: str, title: str) -> 
 @dataclass(frozen=True)
 class RunFacts:  # one [edition, size] run of one device
     device: str  # folder
-    run: RunLabel  # its device: as headings name it
+    run: SizeRun  # its device: as headings name it
     config: DistConfig  # the run's first row's: size, ranks, backend
     groups: tuple[Group, ...]  # by context
     figure: str  # the overhead figure's link

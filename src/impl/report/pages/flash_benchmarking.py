@@ -285,9 +285,7 @@ class FlashBenchmarkingPage:
 
     @property
     def versions(self) -> tuple[str, ...]:
-        """The kernel versions the cells' rows come from (RunId.version), oldest run first: one where every
-        run recorded the same kernel digest, at one commit or several; runs that recorded none count by
-        their commit, as before runs recorded digests (one commit, one version)."""
+        """The kernel versions the cells' rows come from (RunId.version), oldest run first."""
         return tuple(dict.fromkeys(r.version for r in self.runs.runs))
 
     @property

@@ -14,7 +14,7 @@ from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
 from impl.report.pages import optimizer_sharding as opt_sharding
 from impl.report.pages._nsys import Profiled
 from impl.report.ratio import Ratio, of_benches
-from impl.report.rows import (Bench, DistConfig, DistRow, RunLabel, answering, current_edition, group, newest_first,
+from impl.report.rows import (Bench, DistConfig, DistRow, SizeRun, answering, current_edition, group, newest_first,
                               size_runs_of)
 from impl.report.runs import DeviceSection, RunsFacts, device_name, device_short
 from impl.workloads.problems import Problem as P, StoredGroup
@@ -126,7 +126,7 @@ def _headline(by: dict[str, Bench]) -> Headline | None:
 
 @dataclass(frozen=True)
 class RunFacts:  # one [edition, size] run of a device's fsdp rows (its TP rows aside)
-    run: RunLabel
+    run: SizeRun
     device: str  # the device folder
     config: DistConfig  # its first row's: size, context, per-rank batch, ranks, backend
     rows: list[DistRow]  # the table's, in run order
@@ -220,7 +220,7 @@ class Side(DistRow):
     """A row of the TP section: a TP row, or one of the same model and global batch that shards the batch (DDP,
     FSDP), with the same-run TP row (the same rank count) ÷ it."""
 
-    run: RunLabel | None = None
+    run: SizeRun | None = None
     vs_tp: Ratio | None = None
 
     where = property(lambda self: f"{device_short(self.run.device)} ({self.run.device})")  # "2×H200 (h200-141gb-x2)"
@@ -288,7 +288,7 @@ def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Benc
                                        and cfg(b).kind != "trace")
         beside = [Side(b, cfg(b), run.label(device), next((of_benches(r.b, b) for r in measured if (
             r.b.run.datetime, r.world) == (b.run.datetime, cfg(b).world_size)), None)) for device, run, b in beside]
-        out.append(TpFacts((measured or not_run)[0].run.size, *shape[1:], measured, not_run, beside))
+        out.append(TpFacts((measured or not_run)[0].run.described, *shape[1:], measured, not_run, beside))
     return sorted(out, key=lambda f: -int((f.rows or f.not_run)[0].run.edition))
 
 

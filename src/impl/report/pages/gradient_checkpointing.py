@@ -8,7 +8,7 @@ from impl.bench.row import Status
 from impl.model.sizes import SizeRef
 from impl.report import figures
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, RowView, SizedView, group, size_label, stat_name
+from impl.report.rows import Bench, RowView, SizedView, group, stat_name
 from impl.report.runs import RunsFacts, SourcedFromRuns, newest_date
 from impl.workloads.problems import Problem as P
 
@@ -18,7 +18,7 @@ SLUG = "gradient_checkpointing"
 STUDY_2026 = "single_level_2026"
 WORDS = figures.words(SLUG)  # the words drawn into the depth figure
 POLICY_ORDER = {"none": 0, "nested": 1, "every_k": 2}
-ASKED = size_label(SizeRef("2026", "xl"))  # the size (b) asks about
+ASKED = SizeRef("2026", "xl").label  # the size (b) asks about
 
 
 @dataclass(frozen=True)

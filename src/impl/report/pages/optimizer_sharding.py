@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import DistConfig, DistRow, RunLabel, answering, current_edition, newest_first, size_runs_of
+from impl.report.rows import DistConfig, DistRow, SizeRun, answering, current_edition, newest_first, size_runs_of
 from impl.report.runs import DeviceSection, RunsFacts, device_name
 from impl.workloads.problems import Problem as P
 
@@ -40,7 +40,7 @@ class Variant(DistRow):
 
 @dataclass(frozen=True)
 class RunFacts:  # one [edition, size] run of a device's sharding rows
-    run: RunLabel
+    run: SizeRun
     device: str  # the device folder
     config: DistConfig  # its first row's
     psi: float  # the fp32 gradients' bytes (= the parameters')
