@@ -2142,14 +2142,15 @@ def test_ws_backward_prescaled_lse_gpu_matches_reference(d, is_causal, monkeypat
 @pytest.mark.parametrize("shape", WS_PRESCALED_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("d", [128, 64], ids=["d128", "d64"])
 def test_ws_backward_stats_smem_gpu_bitwise_equals_prescaled_lse(d, shape, is_causal, dtype):
-    """Issue 47, ws stats in shared memory (TRIAL_CONFIGS): the row statistics copied by the load warp's TMA into the
-    Q/dO ring and read from shared memory are the values the prescaled trial loads from global memory (rows past
-    n_q zero-filled as its masked loads read them; n_q of 1000, 4113, 257 and 130: padded rows of 1000, 4116, 260, 132
-    fp32), so dK and dV are its bits; dQ where its reduce-adds cannot reorder (n_k <= 256), else within a rounding."""
+    """Issue 47, ws stats in shared memory (CANDIDATE_CONFIGS): the row statistics copied by the load warp's TMA
+    into the Q/dO ring and read from shared memory are the values the prescaled trial loads from global memory (rows
+    past n_q zero-filled as its masked loads read them; n_q of 1000, 4113, 257 and 130: padded rows of 1000, 4116,
+    260, 132 fp32), so dK and dV are its bits; dQ where its reduce-adds cannot reorder (n_k <= 256), else within a
+    rounding."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     config = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
-    assert config in ws.TRIAL_CONFIGS
+    assert config in ws.CANDIDATE_CONFIGS
     B, H, n_q, n_k = shape
     q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
     o, lse = forward("triton", q, k, v, is_causal)

@@ -180,8 +180,9 @@ WS_REFILL_ONLY = [r"^(1x32x32768x128|4x32x4096x128|8x32x2048x128|4x16x8192x128 f
 
 def test_the_plan_has_the_ws_backward_candidates(probe):
     """Stage 4d: one "ws+gluon-bwd-ws" row per flash_gluon_bwd_ws.CANDIDATE_CONFIGS (rebuild, stage 3b's, then issue
-    47's ws refill variants, then the row statistics through the ring with two and three slots) at each d 128 table shape and (issue 47, ws d 64) at 1x16x16384x64, after the shape's
-    "gluon-bwd" row, then at the d 64 table shapes between cuDNN and Triton; none at d 80 / 96, none with --skip-ws."""
+    47's ws refill variants, then the row statistics through the ring with two and three slots) at each d 128 table
+    shape and (issue 47, ws d 64) at 1x16x16384x64, after the shape's "gluon-bwd" row, then at the d 64 table shapes
+    between cuDNN and Triton; none at d 80 / 96, none with --skip-ws."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     rows = probe.plan(skip_triton=True)

@@ -112,7 +112,7 @@ def test_the_prescaled_lse_trial_profiles_when_named_at_d64_and_d128(probe, shap
 
 @pytest.mark.parametrize("shape", ["1,16,16384,64", "4,32,4096,128"])
 def test_the_stats_smem_trial_profiles_when_named_at_d64_and_d128(probe, shape):
-    """Issue 47, ws stats in shared memory: ws-stats-smem (a TRIAL_CONFIGS entry, with prescaled_lse) profiles the ws
+    """Issue 47, ws stats in shared memory: ws-stats-smem (with prescaled_lse) profiles the ws
     kernel beside the default and the prescaled trial when --variants names it; never among the defaults."""
     args = probe.parse_args(["--shape", shape, "--variants", "ws,ws-prescaled-lse,ws-stats-smem,cudnn"])
     assert probe.kernels(args.variants) == ["_attn_bwd_ws_sm90"] * 3 + [

@@ -12,7 +12,8 @@ from the same q, k, v, dO and the ws forward's o and lse (cuDNN: its own forward
 - ws: flash_gluon_backward_ws (stage 3b, warp-specialized one pass; its default config, the kernel table's at d 64);
 - ws-own-keys: the same with dq_own_keys (d 64 only: each consumer adds dQ over its own 64 keys, no handshake);
 - ws-prescaled-lse: ws with prescaled_lse (−lse·log2 e from the preprocessing launch; a trial: only when named);
-- ws-stats-smem: ws-prescaled-lse with stats_smem (the row statistics through the load warp's TMA ring; a trial);
+- ws-stats-smem: ws-prescaled-lse with stats_smem (the row statistics through the load warp's TMA ring; a
+  candidate);
 - split-triton: the dK/dV-only kernel + the Triton dQ kernel pinned at TRITON_DQ (no autotuning);
 - split-gluon: the same dK/dV kernel + the Gluon dQ kernel (stage 3c) at its default tiles;
 - cudnn: SDPA cuDNN's backward (autograd.grad with the graph retained).
