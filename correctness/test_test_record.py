@@ -20,6 +20,10 @@ skipped="3" tests="10" time="12.5"><testcase classname="correctness.test_a" name
 </testsuite></testsuites>"""
 
 
+#: A commit of this repository, for the records filed with --file (check_commit_known refuses any other).
+HEAD = tr._git(Path(__file__).resolve().parents[1], "rev-parse", "HEAD") or "c0ffee00"
+
+
 def _tree(root: Path) -> Path:
     return tree(root, choice())
 
@@ -71,7 +75,7 @@ def test_index_marks_a_record_whose_kernels_changed(tmp_path):
     assert test_records.device_tests(data, root)[0].kernels_changed
 
 
-BASE = dict(datetime="2026-11-24T10:00:00+00:00", commit="c0ffee00", dirty=False, source_digest="s",
+BASE = dict(datetime="2026-11-24T10:00:00+00:00", commit=HEAD, dirty=False, source_digest="s",
             command="pytest correctness", passed=5, failed=0, errors=0, skipped=1, duration_s=1.0)
 
 
@@ -105,7 +109,7 @@ def test_a_record_filed_before_the_table_digest_loads_without_it(tmp_path):
 
 
 def test_cli_files_a_record_made_elsewhere(tmp_path):
-    rec = tr.TestRecord(device="h100-80gb-x1", datetime="2026-11-24T10:00:00+00:00", commit="c0ffee00", dirty=True,
+    rec = tr.TestRecord(device="h100-80gb-x1", datetime="2026-11-24T10:00:00+00:00", commit=HEAD, dirty=True,
                         source_digest="s", kernel_digest="k", command="make test", passed=3, failed=1, errors=0,
                         skipped=0, duration_s=2.0, failures=["t::x"])
     path = tmp_path / "record.json"
@@ -115,6 +119,19 @@ def test_cli_files_a_record_made_elsewhere(tmp_path):
     assert out.returncode == 1, out.stderr  # filed, and the exit status says it was red
     assert "3 passed, 1 failed" in out.stdout
     assert len(list((tmp_path / "data/h100-80gb-x1/tests").glob("*.json"))) == 1
+
+
+@pytest.mark.parametrize("commit", ["0ef2165a4b7fabdc5a3dc02ee7a8b8e81af2a6c8", None])
+def test_filing_a_record_of_a_commit_this_repository_lacks_is_refused_naming_both(tmp_path, capsys, commit):
+    """A record made on a GPU machine names its commit by SUITE_COMMIT, typed by hand: one this repository does not
+    have (a typo, as in the thirtieth session) is refused, naming the file and the commit, and nothing is filed."""
+    [path] = _write_records(tmp_path, tr.TestRecord(**{**BASE, "device": "h100-80gb-x1", "kernel_digest": "k",
+                                                       "commit": commit}))
+    assert tr.main(["--file", str(path), "--data-dir", str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"test_record: {path}: commit {commit!r} is not a commit of ") and "SUITE_COMMIT" in err
+    assert not (tmp_path / "data").exists()
+    assert tr.main(["--file", str(path), "--out", str(tmp_path / "copy.json")]) == 0  # only filing checks
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"benchmarks": []}', '{"device": "cpu"}'])
@@ -171,7 +188,7 @@ def test_merged_shards_sum_into_one_record(tmp_path):
     assert rec.shard is None and rec.shards == 2 and rec.dirty and rec.datetime == "2026-11-27T02:00:00+00:00"
     assert rec.command == "pytest correctness -n 12 --dist worksteal"
     assert rec.shard_commands == [_shard(1, 2).command, _shard(2, 2).command]
-    assert (rec.device, rec.commit, rec.kernels) == ("h100-80gb-x1", "c0ffee00", kd.KernelDigest("k", "t"))
+    assert (rec.device, rec.commit, rec.kernels) == ("h100-80gb-x1", HEAD, kd.KernelDigest("k", "t"))
     tr.store_record(rec, tmp_path / "data")  # a merged record files as a whole one
     assert [r.shards for r in tr.load_records(tmp_path / "data")] == [2]
 

@@ -164,6 +164,17 @@ def store_record(record: TestRecord, data_dir: Path) -> Path:
     return write_new(folder, record.stamp(), record.to_json())
 
 
+def check_commit_known(record: TestRecord, root: Path, path: Path) -> None:
+    """ValueError naming the file unless the record's commit is a commit of the repository at `root`: a record filed
+    from elsewhere names its commit by hand (SUITE_COMMIT), and a mistyped one would file a result for code nobody
+    can check out. Outside a git clone nothing can be checked."""
+    if _git(root, "rev-parse", "--git-dir") is None:
+        return
+    if record.commit is None or _git(root, "cat-file", "-t", f"{record.commit}^{{commit}}") != "commit":
+        raise ValueError(f"{path}: commit {record.commit!r} is not a commit of {root} (a mistyped SUITE_COMMIT?); "
+                         f"its source_digest {record.source_digest} says which tree it tested")
+
+
 def read_record(path: Path) -> TestRecord:
     """The record in `path`; ValueError naming the file when it is not one (another JSON, a run
     file, a record without a valid datetime, which its file name needs)."""
@@ -276,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         shard = None if args.shard is None else Shard.parse(args.shard)
         record = read_record(args.file) if args.file else record_from_junit(args.junit, args.command, repo.root,
                                                                             shard=shard)
+        if args.file and not args.out:
+            check_commit_known(record, repo.root, args.file)
         if args.out:
             _write(record, args.out)
             where = args.out
