@@ -204,7 +204,9 @@ def test_installed_clis_work_on_the_repository_they_run_in_and_write_nowhere_els
                 "--section", "leaderboard", "--root", str(repo))
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list((repo / "reports/data/cpu/leaderboard").glob("2099*.json"))) == 1
-    record = dict(device="cpu", datetime="2099-01-01T00:00:00+00:00", commit="c0ffee00", dirty=False,
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.strip()  # test_record --file refuses a commit the repository lacks
+    record = dict(device="cpu", datetime="2099-01-01T00:00:00+00:00", commit=head, dirty=False,
                   source_digest="s", kernel_digest="k", command="pytest correctness", passed=3, failed=0, errors=0,
                   skipped=0, duration_s=1.0, failures=[])
     (repo / "out" / "record.json").write_text(json.dumps(record))
