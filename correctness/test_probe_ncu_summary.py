@@ -1,5 +1,6 @@
 """tools/probes/ncu_summary.py on made-up ncu exports: the raw page's table a launch (metrics, stall shares) and
-the source page's samples by family, by reason and the long-scoreboard samples by their sources' producer."""
+the source page's samples by family, by reason and the long-scoreboard samples by their sources' producer, and its
+instruction mix a unit of work."""
 from __future__ import annotations
 
 import gzip
@@ -82,6 +83,41 @@ def test_source_summary(probe, tmp_path):
     assert lines[2] == "  by reason: long_sb 80.0, lg 10.0, barrier 10.0"
     assert lines[4] == "  long_sb by producer of the stalled instruction's sources: LDL 60.0, VIADD 20.0"
     assert probe.source_summary("k1", blocks[1][1])[1].endswith("WARPGROUP.DEPBAR 100.0")
+
+
+_MIX_HEADER = '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"\n'
+_MIX = ('"Kernel Name","ours",\n' + _MIX_HEADER +
+        '"0x0","      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR36], RZ, !UPT","10","32"\n'
+        '"0x10","      MUFU.EX2 R7, R33","30","132"\n'
+        '"0x20","      PRMT R152, R152, 0x5432, R152","20","70"\n'
+        '"0x30","@P0   BRA 0x10","40","6"\n'
+        '"Kernel Name","theirs",\n' + _MIX_HEADER +
+        '"0x0","      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR24], RZ, !UPT","50","64"\n'
+        '"0x10","      MUFU.EX2 R13, R17","25","264"\n'
+        '"0x20","      FMUL.FTZ R17, R24, UR21","25","256"\n')
+
+
+def test_mix_table_counts_a_unit_of_work(probe, tmp_path, capsys):
+    """Executed instructions by family over a unit of work (HGMMA:16: ours ran 2 units, theirs 4), samples in %;
+    a malformed unit or one a launch never ran is refused by name."""
+    blocks = probe.read_source(_MIX)
+    lines = probe.mix_table(blocks, "HGMMA:16")
+    assert lines[0] == "| family | ours a unit | ours % samples | theirs a unit | theirs % samples |"
+    assert lines[2] == "| units | 2 |  | 4 |  |"
+    rows = {line.split(" | ")[0][2:]: line for line in lines[3:]}
+    assert rows["HGMMA"] == "| HGMMA | 16.0 | 10.0 | 16.0 | 50.0 |"
+    assert rows["MUFU"] == "| MUFU | 66.0 | 30.0 | 66.0 | 25.0 |"
+    assert rows["PRMT"] == "| PRMT | 35.0 | 20.0 | 0.0 | 0.0 |" and rows["FMUL"].endswith("| 64.0 | 25.0 |")
+    assert rows["BRA"] == "| BRA | 3.0 | 40.0 | 0.0 | 0.0 |"
+    assert rows["all"] == "| all | 120.0 | 100.0 | 146.0 | 100.0 |"
+    with pytest.raises(ValueError, match="FAMILY:N"):
+        probe.mix_table(blocks, "HGMMA")
+    with pytest.raises(ValueError, match="launch theirs executed no PRMT"):
+        probe.mix_table(blocks, "PRMT:32")
+    path = tmp_path / "mix.csv"
+    path.write_text(_MIX)
+    assert probe.main(["mix", str(path), "--names", "a,b", "--unit", "MUFU:66"]) == 0
+    assert "| units | 2 |  | 4 |  |" in capsys.readouterr().out
 
 
 def test_cli(probe, tmp_path, capsys):

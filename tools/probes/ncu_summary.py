@@ -15,6 +15,12 @@ Two inputs, the ones `flash_ncu_bwd.py`'s prepared command writes:
 
     python tools/probes/ncu_summary.py raw FILE-raw.csv [--names a,b,...]
     python tools/probes/ncu_summary.py source FILE-source.csv[.gz] [--names a,b,...] [--top N]
+    python tools/probes/ncu_summary.py mix FILE-source.csv[.gz] [--names a,b,...] [--unit HGMMA:16]
+
+- `mix` (the source page too): each launch's executed warp instructions by opcode family (the "Instructions
+  Executed" column), a unit of work (--unit FAMILY:N: N of FAMILY's instructions a unit; HGMMA:16 = one 64x128 key
+  tile of a d 128 consumer warp, 8 for Q·Kᵀ and 8 for P·V) and each family's share of the PC samples: where two
+  kernels' instruction counts a unit of work differ, and where their samples sit.
 
 `--names` labels the launches in order (default: the kernel names).
 """
@@ -213,6 +219,53 @@ def source_summary(name: str, body: Sequence[Dict[str, str]], top: int = 10) -> 
             f"  long_sb by producer of the stalled instruction's sources: {pct(long_sb_by_producer, 5)}"]
 
 
+#: The families `mix` lists first (the online softmax's and the MMAs'); the others follow by count.
+MIX_FAMILIES = ("HGMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "MUFU", "FMNMX", "FADD", "FMUL", "FFMA", "F2FP",
+                "PRMT", "FSEL", "SHFL")
+
+
+def instruction_mix(body: Sequence[Dict[str, str]]) -> Tuple[Counter, Counter]:
+    """(executed warp instructions by family, PC samples by family) of one launch's source rows."""
+    executed, samples = Counter(), Counter()
+    for r in body:
+        fam = family(opcode(r["Source"]))
+        executed[fam] += int(_num(r.get("Instructions Executed", "0")))
+        samples[fam] += int(_num(r["Warp Stall Sampling (All Samples)"]))
+    return executed, samples
+
+
+def mix_table(blocks: Sequence[Tuple[str, Sequence[Dict[str, str]]]], unit: str = "HGMMA:16",
+              top: int = 20) -> List[str]:
+    """A row a family: per launch, its executed instructions a unit of work (unit 'FAMILY:N') and its % of the
+    samples. ValueError naming the unit when it is malformed or a launch ran none of its family."""
+    fam, _, n = unit.partition(":")
+    try:
+        per = float(n)
+    except ValueError:
+        raise ValueError(f"ncu_summary: --unit must be FAMILY:N, got {unit!r}") from None
+    mixes = [(name, *instruction_mix(body)) for name, body in blocks]
+    units = []
+    for name, executed, _ in mixes:
+        if not executed[fam]:
+            raise ValueError(f"ncu_summary: launch {name} executed no {fam} (--unit {unit})")
+        units.append(executed[fam] / per)
+    others = Counter()
+    for _, executed, _ in mixes:
+        others.update({k: v for k, v in executed.items() if k not in MIX_FAMILIES})
+    families = list(MIX_FAMILIES) + [k for k, _ in others.most_common(max(0, top - len(MIX_FAMILIES)))]
+    lines = ["| family | " + " | ".join(f"{name} a unit | {name} % samples" for name, _, _ in mixes) + " |",
+             "|---" * (1 + 2 * len(mixes)) + "|",
+             "| units | " + " | ".join(f"{u:.0f} | " for u in units) + " |"]
+    for f in families + ["all"]:
+        cells = []
+        for (_, executed, samples), u in zip(mixes, units):
+            ex = sum(executed.values()) if f == "all" else executed[f]
+            sm = sum(samples.values()) if f == "all" else samples[f]
+            cells.append(f"{ex / u:.1f} | {100.0 * sm / (sum(samples.values()) or 1):.1f}")
+        lines.append(f"| {f} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _open_text(path: str) -> str:
     if path.endswith(".gz"):
         with gzip.open(path, "rt") as fh:
@@ -223,15 +276,20 @@ def _open_text(path: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="ncu_summary", description=__doc__.split("\n\n")[0])
-    ap.add_argument("page", choices=("raw", "source"))
+    ap.add_argument("page", choices=("raw", "source", "mix"))
     ap.add_argument("path")
     ap.add_argument("--names", default="", help="comma-separated labels of the launches, in order")
     ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--unit", default="HGMMA:16", help="mix: FAMILY:N, N of FAMILY's instructions a unit of work")
     args = ap.parse_args(argv)
     names = [n for n in args.names.split(",") if n] or None
     text = _open_text(args.path)
     if args.page == "raw":
         lines = raw_table(text, names, top=min(args.top, 6))
+    elif args.page == "mix":
+        blocks = read_source(text)
+        labels = [names[k] if names and k < len(names) else kernel for k, (kernel, _) in enumerate(blocks)]
+        lines = mix_table([(label, body) for label, (_, body) in zip(labels, blocks)], args.unit, args.top)
     else:
         lines = []
         for k, (kernel, body) in enumerate(read_source(text)):

@@ -111,6 +111,14 @@ def _online_softmax(s, m_i, l_i, offs_m, n0, N_K, qk_scale, MASKED: gl.constexpr
     """One key tile's step of the base-2 online softmax: returns (P in fp32, alpha, l, m) with alpha
     the factor that rescales what was accumulated against the old max. MASKED: bounds (keys from n0
     past N_K) and causal masks; otherwise no mask at all."""
+    s, m_new = _softmax_max(s, m_i, offs_m, n0, N_K, qk_scale, MASKED, IS_CAUSAL)
+    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED)
+    return p32, alpha, l_i, m_new
+
+
+@gluon.jit
+def _softmax_max(s, m_i, offs_m, n0, N_K, qk_scale, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """_online_softmax's first half: (S as _softmax_exp takes it, the new row max)."""
     if MASKED:
         offs_n = n0 + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
         valid = gl.expand_dims(offs_n < N_K, 0)
@@ -120,15 +128,23 @@ def _online_softmax(s, m_i, l_i, offs_m, n0, N_K, qk_scale, MASKED: gl.constexpr
         # the mask value and exp2 of a masked score is exactly 0.
         s = gl.where(valid, s * qk_scale, -1.0e6)
         m_new = gl.maximum(m_i, gl.max(s, 1))
-        s = s - gl.expand_dims(m_new, 1)
     else:
         # The scale folds into the max and into one multiply-add per score.
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    return s, m_new
+
+
+@gluon.jit
+def _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED: gl.constexpr):
+    """_online_softmax's second half: (P in fp32, alpha, l) from _softmax_max's S and max."""
+    if MASKED:
+        s = s - gl.expand_dims(m_new, 1)
+    else:
         s = s * qk_scale - gl.expand_dims(m_new, 1)
     p32 = gl.exp2(s)
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p32, 1)
-    return p32, alpha, l_i, m_new
+    return p32, alpha, l_i
 
 
 @gluon.jit

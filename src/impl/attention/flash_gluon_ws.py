@@ -43,6 +43,10 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   default (3 K/V slots fill it at d 128; a separate O buffer would not fit); the kernel takes O's tensor.
   **O from registers** (``o_regs``, persistent only, off): early_q's store with the default's late q_empty, the
   A/B that splits early_q's two changes (it measured slower than the default persistent grid; NOTES.md).
+* **Rotated loop** (``rotate``, a trial, off by default, head dims 64 and 128): the same MMAs, turns and waits, the
+  consumer loop cut between a key tile's row max and its exponentials (_rotated_tile), so P is packed in the step
+  that issues its P·V; the default's back-edge carries P as 16-bit halves, re-paired by 32 PRMT a warp and tile
+  inside the turn (issue 47's ncu of the d 128 forward).
 
 Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
 memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
@@ -64,7 +68,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma_wait)
 
-from .flash_gluon import _online_softmax, _pv_async, _qk_async, _rows, _store_lse, _store_tile
+from .flash_gluon import (_online_softmax, _pv_async, _qk_async, _rows, _softmax_exp, _softmax_max, _store_lse,
+                          _store_tile)
 from .flash_gluon_common import (LOG2E, LaunchLog, _copy, _key_tiles, _mma_layout, _retire, _ring_pair, _slot, _tile_2d,
                                  as_4d, check_shared, descriptors, dims, forward_outputs, launch)
 
@@ -87,7 +92,8 @@ class GluonWsConfig:
     the one-tile-per-program causal grid in equal L2-sized head groups, heaviest tiles first (lpt_group);
     early_q: each consumer frees its Q slot once its last Q·Kᵀ is done and stores O from registers, so a
     persistent CTA's next Q and K/V load during the last P·V and the epilogue; o_regs: early_q's store from
-    registers without its early release of Q (a diagnostic A/B of early_q's two changes)."""
+    registers without its early release of Q (a diagnostic A/B of early_q's two changes); rotate: the consumer loop
+    cut after the MMA issue, so P is packed for its wgmma in the step that computes it (head dims 64 and 128)."""
 
     block_m: int = 64
     block_n: int = 128
@@ -99,6 +105,7 @@ class GluonWsConfig:
     lpt: bool = False
     early_q: bool = False
     o_regs: bool = False
+    rotate: bool = False
 
     def __post_init__(self) -> None:
         # 128 rows per consumer spill under 240 registers (sm_90a compile: 1,064 stack bytes at d 128,
@@ -128,7 +135,7 @@ CANDIDATE_CONFIGS = (GluonWsConfig(), GluonWsConfig(num_stages=2), GluonWsConfig
                      GluonWsConfig(block_n=64, num_stages=4))
 #: Trials, never in the kernel table: the probe times them with --rows ws-lpt / ws-early-q, the GPU tests check them.
 TRIAL_CONFIGS = (GluonWsConfig(lpt=True), GluonWsConfig(persistent=True, early_q=True),
-                 GluonWsConfig(persistent=True, o_regs=True))
+                 GluonWsConfig(persistent=True, o_regs=True), GluonWsConfig(rotate=True))
 
 
 def default_config(d: int) -> GluonWsConfig:
@@ -272,13 +279,115 @@ def _consumer_loop(acc, acc_h, p, l_i, m_i, pos, k, j_lo, j_hi, q2, qh2, offs_m,
 
 
 @gluon.jit
+def _rotated_step(acc, l_i, m_i, s, m_new, pos, k, j, q2, s_zero, offs_m, N_K, qk_scale, smem, bars, C: gl.constexpr,
+                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                  MASKED: gl.constexpr, MASKED_NEXT: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """rotate's step for key tile j (ring position pos), entered with S_j's row max taken (s, m_new: _softmax_max's)
+    and O retired: S_j's exponentials, P_j packed and O rescaled; (turn) S_{j+1} and P_j·V_j issued; S_{j+1}'s row
+    max while that P·V runs; the P·V retired and its slot freed. MASKED, MASKED_NEXT: tile j's and j + 1's masks."""
+    q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
+    q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED)
+    p = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
+    acc = acc * _rows(alpha, acc)
+    k = _take_turn(turn, k, C, PINGPONG)
+    _wait_ring(k_ready, pos + 1, NUM_STAGES)
+    s = _qk_async(q2, 0, k_smem.index((pos + 1) % NUM_STAGES), 0, s_zero, BLOCK_N, BLOCK_D, 0)
+    _wait_ring(v_ready, pos, NUM_STAGES)
+    acc, acc_h, p_h = _pv_async(p, acc, 0, None, v_smem.index(pos % NUM_STAGES), 0, BLOCK_N, BLOCK_D, 0)
+    _pass_turn(turn, C, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+    s, m_next = _softmax_max(s, m_new, offs_m, (j + 1) * BLOCK_N, N_K, qk_scale, MASKED_NEXT, IS_CAUSAL)
+    acc, acc_h, p, p_h = _retire(acc, 0, p, 0, 0)
+    mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
+    return acc, l_i, m_new, s, m_next, pos + 1, k
+
+
+@gluon.jit
+def _rotated_loop(acc, l_i, m_i, s, m_new, pos, k, j_lo, j_hi, q2, s_zero, offs_m, N_K, qk_scale, smem, bars,
+                  C: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  PINGPONG: gl.constexpr, MASKED: gl.constexpr, MASKED_NEXT: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    for j in range(j_lo, j_hi):
+        acc, l_i, m_i, s, m_new, pos, k = _rotated_step(acc, l_i, m_i, s, m_new, pos, k, j, q2, s_zero, offs_m, N_K,
+                                                        qk_scale, smem, bars, C, BLOCK_N, BLOCK_D, NUM_STAGES,
+                                                        PINGPONG, MASKED, MASKED_NEXT, IS_CAUSAL)
+    return acc, l_i, m_i, s, m_new, pos, k
+
+
+@gluon.jit
+def _rotated_tile(q2, offs_m, mid, n_tiles, pos, k, N_K, qk_scale, smem, bars, C: gl.constexpr,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr, EARLY_Q: gl.constexpr):
+    """rotate (a trial, D1 == 0 only): one CTA tile's key tiles with the default's MMAs, turns and waits in the
+    same order, the loop cut between a tile's row max and its exponentials instead of before the MMA issue. The
+    default carries P across its back-edge as 16-bit halves and ptxas re-pairs them for the wgmma with 32 PRMT a
+    warp and key tile, issued while the consumer holds the turn (ncu at d 128: 3.2% of the PC samples); here P is
+    packed in the step that issues its P·V, as in stage 1 (no PRMT), and only S (after its max) and the retired O
+    cross the back-edge (O in flight across it makes ptxas serialise every wgmma for want of registers). Masks
+    as the default's, plus the last tile always: the default's arithmetic, except where the default leaves the last
+    tile unmasked (full attention, keys a multiple of BLOCK_N: P the same up to a rounding). Returns O (not
+    normalised), l, m and the ring position and turn count after the tile."""
+    q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
+    q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
+    s_layout: gl.constexpr = _mma_layout(4, BLOCK_N)
+    o_layout: gl.constexpr = _mma_layout(4, BLOCK_D)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    k = _take_turn(turn, k, C, PINGPONG)
+    _wait_ring(k_ready, pos, NUM_STAGES)
+    s = _qk_async(q2, 0, k_smem.index(pos % NUM_STAGES), 0, s_zero, BLOCK_N, BLOCK_D, 0)
+    _pass_turn(turn, C, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+    acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
+    # Masks as the default's (tile 0, the tiles from mid) and on the last tile (exact for an unmasked one too), so
+    # that the exponentials after the loops have one form: tiles [1, mid2) unmasked.
+    last = n_tiles - 1
+    mid2 = gl.minimum(mid, last)
+    s, m_new = _softmax_max(s, m_i, offs_m, 0, N_K, qk_scale, True, IS_CAUSAL)
+    # Steps by (tile j's mask, tile j + 1's): tile 0 when tile 1 is unmasked, unmasked pairs, the step crossing
+    # mid2, masked pairs.
+    c = (mid2 >= 2).to(gl.int32)
+    a = gl.maximum(mid2 - 1, c)
+    b = a + c
+    acc, l_i, m_i, s, m_new, pos, k = _rotated_loop(acc, l_i, m_i, s, m_new, pos, k, 0, c, q2, s_zero, offs_m, N_K,
+                                                    qk_scale, smem, bars, C, BLOCK_N, BLOCK_D, NUM_STAGES, PINGPONG,
+                                                    True, False, IS_CAUSAL)
+    acc, l_i, m_i, s, m_new, pos, k = _rotated_loop(acc, l_i, m_i, s, m_new, pos, k, c, a, q2, s_zero, offs_m, N_K,
+                                                    qk_scale, smem, bars, C, BLOCK_N, BLOCK_D, NUM_STAGES, PINGPONG,
+                                                    False, False, IS_CAUSAL)
+    acc, l_i, m_i, s, m_new, pos, k = _rotated_loop(acc, l_i, m_i, s, m_new, pos, k, a, b, q2, s_zero, offs_m, N_K,
+                                                    qk_scale, smem, bars, C, BLOCK_N, BLOCK_D, NUM_STAGES, PINGPONG,
+                                                    False, True, IS_CAUSAL)
+    acc, l_i, m_i, s, m_new, pos, k = _rotated_loop(acc, l_i, m_i, s, m_new, pos, k, b, last, q2, s_zero, offs_m,
+                                                    N_K, qk_scale, smem, bars, C, BLOCK_N, BLOCK_D, NUM_STAGES,
+                                                    PINGPONG, True, True, IS_CAUSAL)
+    # The last key tile: its exponentials, then its P·V alone.
+    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, True)
+    p = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
+    acc = acc * _rows(alpha, acc)
+    if EARLY_Q:  # every Q·Kᵀ of the tile has completed
+        mbarrier.arrive(q_empty.index(C))
+    k = _take_turn(turn, k, C, PINGPONG)
+    _wait_ring(v_ready, pos, NUM_STAGES)
+    acc, acc_h, p_h = _pv_async(p, acc, 0, None, v_smem.index(pos % NUM_STAGES), 0, BLOCK_N, BLOCK_D, 0)
+    _pass_turn(turn, C, PINGPONG)
+    acc, acc_h, p, p_h = _retire(acc, 0, p, 0, 0)
+    mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
+    return acc, l_i, m_new, pos + 1, k
+
+
+@gluon.jit
 def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: gl.constexpr,
                         BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                         NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                        EARLY_Q: gl.constexpr, O_REGS: gl.constexpr):
+                        EARLY_Q: gl.constexpr, O_REGS: gl.constexpr, ROTATE: gl.constexpr):
     """Consumer warpgroup C (4 warps): rows [C·BLOCK_M, (C+1)·BLOCK_M) of each CTA tile. EARLY_Q: O
     (the output tensor) stored from registers, Q's slot freed after the tile's last Q·Kᵀ; O_REGS: O stored
-    from registers, Q's slot freed after the store (the default's point)."""
+    from registers, Q's slot freed after the store (the default's point); ROTATE: _rotated_tile's loop."""
     q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
@@ -305,42 +414,48 @@ def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: g
         if D1 > 0:
             qh2 = _tile_2d(qh_smem.index(C), BLOCK_M, D1)
 
-        # Key tile 0: S only (no P·V before it), always through the masked softmax.
-        k = _take_turn(turn, k, C, PINGPONG)
-        _wait_ring(k_ready, pos, NUM_STAGES)
-        s = _qk_async(q2, qh2, k_smem.index(pos % NUM_STAGES), _slot(kh_smem, pos % NUM_STAGES, D1), s_zero,
-                      BLOCK_N, BLOCK_D, D1)
-        _pass_turn(turn, C, PINGPONG)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
-        l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
-        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, 0, N_K, qk_scale, True, IS_CAUSAL)
-        p = gl.convert_layout(p32.to(dtype), p_layout)
-        acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
-        acc_h = 0
-        if D1 > 0:
-            acc_h = gl.zeros([BLOCK_M, D1], gl.float32, oh_layout)
+        if ROTATE:
+            acc, l_i, m_i, pos, k = _rotated_tile(q2, offs_m, mid, n_tiles, pos, k, N_K, qk_scale, smem, bars, C,
+                                                  BLOCK_M, BLOCK_N, BLOCK_D, NUM_STAGES, PINGPONG, IS_CAUSAL,
+                                                  EARLY_Q)
+            acc_h = 0
+        else:
+            # Key tile 0: S only (no P·V before it), always through the masked softmax.
+            k = _take_turn(turn, k, C, PINGPONG)
+            _wait_ring(k_ready, pos, NUM_STAGES)
+            s = _qk_async(q2, qh2, k_smem.index(pos % NUM_STAGES), _slot(kh_smem, pos % NUM_STAGES, D1), s_zero,
+                          BLOCK_N, BLOCK_D, D1)
+            _pass_turn(turn, C, PINGPONG)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+            l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+            p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, 0, N_K, qk_scale, True, IS_CAUSAL)
+            p = gl.convert_layout(p32.to(dtype), p_layout)
+            acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
+            acc_h = 0
+            if D1 > 0:
+                acc_h = gl.zeros([BLOCK_M, D1], gl.float32, oh_layout)
 
-        acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
-            acc, acc_h, p, l_i, m_i, pos, k, 1, mid, q2, qh2, offs_m, N_K, qk_scale, smem, bars, C, BLOCK_M,
-            BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, False, IS_CAUSAL)
-        acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
-            acc, acc_h, p, l_i, m_i, pos, k, gl.maximum(mid, 1), n_tiles, q2, qh2, offs_m, N_K, qk_scale, smem,
-            bars, C, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, True, IS_CAUSAL)
-        if EARLY_Q:
-            # Every Q·Kᵀ of the tile has completed (each key tile's S was waited for) and O does not go
-            # through Q's slot: the load warp may bring the next tile's Q during the last P·V and the epilogue.
-            mbarrier.arrive(q_empty.index(C))
+            acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
+                acc, acc_h, p, l_i, m_i, pos, k, 1, mid, q2, qh2, offs_m, N_K, qk_scale, smem, bars, C, BLOCK_M,
+                BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, False, IS_CAUSAL)
+            acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
+                acc, acc_h, p, l_i, m_i, pos, k, gl.maximum(mid, 1), n_tiles, q2, qh2, offs_m, N_K, qk_scale, smem,
+                bars, C, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, True, IS_CAUSAL)
+            if EARLY_Q:
+                # Every Q·Kᵀ of the tile has completed (each key tile's S was waited for) and O does not go
+                # through Q's slot: the load warp may bring the next tile's Q during the last P·V and the epilogue.
+                mbarrier.arrive(q_empty.index(C))
 
-        # The last tile's P·V.
-        k = _take_turn(turn, k, C, PINGPONG)
-        _wait_ring(v_ready, pos, NUM_STAGES)
-        acc, acc_h, p_h = _pv_async(p, acc, acc_h, None, v_smem.index(pos % NUM_STAGES),
-                                    _slot(vh_smem, pos % NUM_STAGES, D1), BLOCK_N, BLOCK_D, D1)
-        _pass_turn(turn, C, PINGPONG)
-        acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
-        mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
-        pos += 1
+            # The last tile's P·V.
+            k = _take_turn(turn, k, C, PINGPONG)
+            _wait_ring(v_ready, pos, NUM_STAGES)
+            acc, acc_h, p_h = _pv_async(p, acc, acc_h, None, v_smem.index(pos % NUM_STAGES),
+                                        _slot(vh_smem, pos % NUM_STAGES, D1), BLOCK_N, BLOCK_D, D1)
+            _pass_turn(turn, C, PINGPONG)
+            acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
+            mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
+            pos += 1
 
         if EARLY_Q or O_REGS:
             _store_rows(acc, acc_h, l_i, m_i, O, L, bh, start_m, offs_m, N_Q, BLOCK_M, BLOCK_D, D1)
@@ -389,7 +504,7 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, O, EARLY_Q: gl.constexpr,
-                      O_REGS: gl.constexpr):
+                      O_REGS: gl.constexpr, ROTATE: gl.constexpr):
     """Grid: tiles (one per program) or SMs (persistent); 4 warps (consumer 0) + a 4-warp consumer
     + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows; O the output tensor
     when EARLY_Q or O_REGS stores it from registers (else None: through o_desc)."""
@@ -425,9 +540,9 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
     sched = (L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP)
     gl.warp_specialize([
         (_consumer_partition, (descs, smem, bars, sched, O, 0, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
-                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS)),
+                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE)),
         (_consumer_partition, (descs, smem, bars, sched, O, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
-                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS)),
+                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE)),
         (_load_partition, (descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -455,6 +570,8 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
     q4, k4, v4, o4 = as_4d(q), as_4d(k), as_4d(v), as_4d(o)
     B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     config = config or default_config(d)
+    if config.rotate and hi:
+        raise ValueError(f"{FN}: rotate covers head dims without a hi half (64, 128), got d {d} ({config})")
     check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
     bm, bn = config.block_m, config.block_n
     n_m, n_bh = -(-n_q // (2 * bm)), B * H
@@ -467,7 +584,8 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
         grid, group = (n_tiles, ), 1  # each head's query tiles in a row, heaviest first: stage 1's order
     args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d), n_m, n_bh, group,
             bm, bn, lo, hi, bool(is_causal), config.num_stages, config.pingpong, config.consumer_regs,
-            config.load_regs, o4 if config.early_q or config.o_regs else None, config.early_q, config.o_regs)
+            config.load_regs, o4 if config.early_q or config.o_regs else None, config.early_q, config.o_regs,
+            config.rotate)
     return grid, args, {"num_warps": 4}
 
 
