@@ -2076,6 +2076,12 @@ def _assert_same_gradients(got, want, dq_exact: bool, dtype) -> None:
 WS_PRESCALED_SHAPES = [(1, 2, 1000, 1000), (1, 2, 4113, 4113), (1, 3, 257, 129), (2, 2, 130, 700), (1, 2, 4113, 200)]
 
 
+#: Issue 47's row-statistics configs, each with the config whose bits it must give: the prescaled lse (a trial)
+#: against the default; the statistics through the ring (a candidate) against the prescaled lse.
+WS_STATISTICS_PAIRS = {"prescaled_lse": (dict(prescaled_lse=True), dict()),
+                       "stats_smem": (dict(prescaled_lse=True, stats_smem=True), dict(prescaled_lse=True))}
+
+
 @gpu
 @needs_sm90
 @pytest.mark.timeout(120)
@@ -2083,19 +2089,24 @@ WS_PRESCALED_SHAPES = [(1, 2, 1000, 1000), (1, 2, 4113, 4113), (1, 3, 257, 129),
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", WS_PRESCALED_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("d", [128, 64], ids=["d128", "d64"])
-def test_ws_backward_prescaled_lse_gpu_bitwise_equals_the_default(d, shape, is_causal, dtype):
-    """Issue 47, ws prescaled lse (TRIAL_CONFIGS): −lse·log2 e from the preprocessing launch, added in P's exponent,
-    gives the default's bits: dK and dV (each one program's, in a fixed order) always; dQ where its fp32 reduce-adds
-    cannot reorder (at most two an element, n_k <= 256: a + b == b + a), elsewhere within one rounding of the cast
-    (the reduce-adds' order varies between runs, the default's against itself too)."""
+@pytest.mark.parametrize("pair", list(WS_STATISTICS_PAIRS))
+def test_ws_backward_statistics_configs_gpu_give_their_bases_bits(pair, d, shape, is_causal, dtype):
+    """Issue 47, ws prescaled lse: −lse·log2 e from the preprocessing launch, added in P's exponent, gives the
+    default's bits. Issue 47, ws stats in shared memory: the row statistics copied by the load warp's TMA into the
+    Q/dO ring and read from shared memory are the values the prescaled trial loads from global memory (rows past n_q
+    zero-filled as its masked loads read them; n_q of 1000, 4113, 257 and 130: padded rows of 1000, 4116, 260, 132
+    fp32), so it gives the prescaled trial's bits. Bits: dK and dV (each one program's, in a fixed order) always; dQ
+    where its fp32 reduce-adds cannot reorder (at most two an element, n_k <= 256: a + b == b + a), elsewhere within
+    one rounding of the cast (the reduce-adds' order varies between runs, the default's against itself too)."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
-    config = ws.GluonBwdWsConfig(prescaled_lse=True)
-    assert config in ws.TRIAL_CONFIGS
+    fields, base = WS_STATISTICS_PAIRS[pair]
+    config = ws.GluonBwdWsConfig(**fields)
+    assert config in (ws.CANDIDATE_CONFIGS if config.stats_smem else ws.TRIAL_CONFIGS)
     B, H, n_q, n_k = shape
     q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
     o, lse = forward("triton", q, k, v, is_causal)
-    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig())
+    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig(**base))
     got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
     _assert_same_gradients(got, want, n_k <= 2 * ws.BLOCK_N.value, dtype)
 
@@ -2132,31 +2143,6 @@ def test_ws_backward_prescaled_lse_gpu_matches_reference(d, is_causal, monkeypat
     from impl.attention import flash_gluon_bwd_ws as ws
 
     _ws_backward_gpu_check((1, 3, 257, 129), d, is_causal, ws.GluonBwdWsConfig(prescaled_lse=True), monkeypatch)
-
-
-@gpu
-@needs_sm90
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", WS_PRESCALED_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("d", [128, 64], ids=["d128", "d64"])
-def test_ws_backward_stats_smem_gpu_bitwise_equals_prescaled_lse(d, shape, is_causal, dtype):
-    """Issue 47, ws stats in shared memory (CANDIDATE_CONFIGS): the row statistics copied by the load warp's TMA
-    into the Q/dO ring and read from shared memory are the values the prescaled trial loads from global memory (rows
-    past n_q zero-filled as its masked loads read them; n_q of 1000, 4113, 257 and 130: padded rows of 1000, 4116,
-    260, 132 fp32), so dK and dV are its bits; dQ where its reduce-adds cannot reorder (n_k <= 256), else within a
-    rounding."""
-    from impl.attention import flash_gluon_bwd_ws as ws
-
-    config = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
-    assert config in ws.CANDIDATE_CONFIGS
-    B, H, n_q, n_k = shape
-    q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
-    o, lse = forward("triton", q, k, v, is_causal)
-    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig(prescaled_lse=True))
-    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
-    _assert_same_gradients(got, want, n_k <= 2 * ws.BLOCK_N.value, dtype)
 
 
 @gpu
