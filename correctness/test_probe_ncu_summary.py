@@ -127,3 +127,6 @@ def test_cli(probe, tmp_path, capsys):
     assert "| a | 66.10 |" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         probe.main(["neither", str(raw)])
+    raw.write_text(_RAW.replace('"","","ms"', '"","","hours"'))  # a unit the table does not know: named, exit 2
+    assert probe.main(["raw", str(raw)]) == 2
+    assert "gpu__time_duration.sum in unit 'hours'" in capsys.readouterr().err

@@ -274,6 +274,11 @@ def _open_text(path: str) -> str:
         return fh.read()
 
 
+def _labelled(blocks, names: Optional[Sequence[str]]) -> List[Tuple[str, Sequence[Dict[str, str]]]]:
+    """The source page's (kernel, rows) blocks with each kernel name replaced by its --names label, where given."""
+    return [(names[k] if names and k < len(names) else kernel, body) for k, (kernel, body) in enumerate(blocks)]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="ncu_summary", description=__doc__.split("\n\n")[0])
     ap.add_argument("page", choices=("raw", "source", "mix"))
@@ -284,17 +289,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     names = [n for n in args.names.split(",") if n] or None
     text = _open_text(args.path)
-    if args.page == "raw":
-        lines = raw_table(text, names, top=min(args.top, 6))
-    elif args.page == "mix":
-        blocks = read_source(text)
-        labels = [names[k] if names and k < len(names) else kernel for k, (kernel, _) in enumerate(blocks)]
-        lines = mix_table([(label, body) for label, (_, body) in zip(labels, blocks)], args.unit, args.top)
-    else:
-        lines = []
-        for k, (kernel, body) in enumerate(read_source(text)):
-            label = names[k] if names and k < len(names) else kernel
-            lines += source_summary(label, body, args.top)
+    try:
+        if args.page == "raw":
+            lines = raw_table(text, names, top=min(args.top, 6))
+        elif args.page == "mix":
+            lines = mix_table(_labelled(read_source(text), names), args.unit, args.top)
+        else:
+            lines = [line for label, body in _labelled(read_source(text), names)
+                     for line in source_summary(label, body, args.top)]
+    except ValueError as exc:  # an unknown unit, a malformed --unit: each names itself
+        print(exc, file=sys.stderr)
+        return 2
     print("\n".join(lines))
     return 0
 
