@@ -10,6 +10,7 @@ On an H100 (marked gpu): outputs against a float64 CPU reference and against the
 d 64/80/96/128, causal and full, ragged lengths, batch and heads > 1, bf16 and fp16; strided and 3-D
 inputs give bit-identical results to contiguous 4-D ones; every candidate config is correct.
 """
+import dataclasses
 import functools
 import json
 import math
@@ -237,12 +238,13 @@ def test_ws_early_q_launch_adds_only_the_output_tensor():
     config = ws.GluonWsConfig(persistent=True)
     grid, args, opts = ws.launch_args(q, k, v, o, lse, True, config)
     egrid, eargs, eopts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True, early_q=True))
-    assert (egrid, eopts, eargs[8:-4]) == (grid, opts, args[8:-4]) and args[-4:] == (None, False, False, False)
-    assert eargs[-4].data_ptr() == o.data_ptr() and eargs[-4].shape == o.shape and eargs[-3:] == (True, False, False)
+    assert (egrid, eopts, eargs[8:-5]) == (grid, opts, args[8:-5]) and args[-5:] == (None, False, False, False, False)
+    assert eargs[-5].data_ptr() == o.data_ptr() and eargs[-5].shape == o.shape and eargs[-4:] == (True, False, False,
+                                                                                                  False)
     assert ws.shared_bytes(128, ws.GluonWsConfig(persistent=True, early_q=True)) == ws.shared_bytes(128, config)
     # o_regs (early_q's A/B: its store from registers, Q freed late): the same launch, the other constexpr
     rgrid, rargs, ropts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True, o_regs=True))
-    assert (rgrid, ropts, rargs[:-3]) == (egrid, eopts, eargs[:-3]) and rargs[-3:] == (False, True, False)
+    assert (rgrid, ropts, rargs[:-4]) == (egrid, eopts, eargs[:-4]) and rargs[-4:] == (False, True, False, False)
     assert ws.GluonWsConfig(persistent=True, o_regs=True) in ws.TRIAL_CONFIGS
     assert not any(c.o_regs for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).o_regs
 
@@ -259,11 +261,35 @@ def test_ws_rotate_launch_differs_only_in_its_constexpr_and_refuses_a_hi_half():
         o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
         grid, args, opts = ws.launch_args(q, k, v, o, lse, True)
         rgrid, rargs, ropts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(rotate=True))
-        assert (rgrid, ropts, rargs[8:-1]) == (grid, opts, args[8:-1]) and (args[-1], rargs[-1]) == (False, True)
+        assert (rgrid, ropts, rargs[8:-2]) == (grid, opts, args[8:-2]) and (args[-2:], rargs[-2:]) == ((False, False),
+                                                                                                      (True, False))
     for d in (80, 96):
         q, k, v = _qkv((1, 2, 40, d))
         with pytest.raises(ValueError, match="rotate"):
             ws.launch_args(q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1]), True, ws.GluonWsConfig(rotate=True))
+
+
+def test_ws_lazy_sum_launch_differs_only_in_its_constexpr_and_refuses_a_hi_half():
+    """lazy_sum (a trial, flash_gluon_ws.TRIAL_CONFIGS): the default's launch (and the persistent one's) with the
+    LAZY_SUM constexpr set, at d 64 and 128; d 80 and 96 are refused naming lazy_sum (the trial's GPU tests cover 64
+    and 128 only), and so is lazy_sum with rotate (which has its own loop)."""
+    ws = flash_gluon_ws
+    assert ws.GluonWsConfig(lazy_sum=True) in ws.TRIAL_CONFIGS
+    assert not any(c.lazy_sum for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).lazy_sum
+    for d in (64, 128):
+        q, k, v = _qkv((2, 3, 1000, d))
+        o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
+        for base in (ws.GluonWsConfig(), ws.GluonWsConfig(persistent=True)):
+            grid, args, opts = ws.launch_args(q, k, v, o, lse, True, base)
+            lgrid, largs, lopts = ws.launch_args(q, k, v, o, lse, True, dataclasses.replace(base, lazy_sum=True))
+            assert (lgrid, lopts, largs[8:-1]) == (grid, opts, args[8:-1]) and (args[-1], largs[-1]) == (False, True)
+    for d in (80, 96):
+        q, k, v = _qkv((1, 2, 40, d))
+        with pytest.raises(ValueError, match="lazy_sum"):
+            ws.launch_args(q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1]), True,
+                           ws.GluonWsConfig(lazy_sum=True))
+    with pytest.raises(ValueError, match="lazy_sum"):
+        ws.GluonWsConfig(rotate=True, lazy_sum=True)
 
 def test_gluon_forward_is_off_the_default_paths():
     """Issue 47 wires the kernel in at stage 4: until then importing the attention package, the Triton
@@ -379,7 +405,7 @@ def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
 @needs_sm90
 @pytest.mark.parametrize("trial", flash_gluon_ws.TRIAL_CONFIGS,
                          ids=lambda c: ("lpt" if c.lpt else "early_q" if c.early_q else "o_regs" if c.o_regs
-                                        else "rotate"))
+                                        else "rotate" if c.rotate else "lazy_sum"))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [(1, 2, 129), (2, 2, 1029), (2, 4, 4096), (4, 8, 2048)],
                          ids=lambda s: "x".join(map(str, s)))
@@ -392,7 +418,10 @@ def test_ws_gpu_trial_configs_match_reference(d, is_causal, shape, dtype, trial)
     masked (o_regs: the same store, Q refilled after it); 2x4x4096 runs 256 CTA tiles and 4x8x2048 512 on the
     H100's 132 programs, so each persistent program loops 2-4 times and a Q refilled too early or a lost q_empty
     phase shows. rotate: the default's arithmetic, bit-identical except where the default leaves the last key tile
-    unmasked (full attention, keys a multiple of 128): rotate masks it, P the same up to a rounding."""
+    unmasked (full attention, keys a multiple of 128): rotate masks it, P the same up to a rounding. lazy_sum: l
+    summed in another order (per thread across the key tiles, then across the quad), so l differs from the
+    default's by fp32 roundings (relative ~1e-6): lse within 1e-5 (log l), O (acc / l, then rounded to bf16 or fp16)
+    within one unit in the last place of the default's (rtol the dtype's eps), no wider."""
     ws = flash_gluon_ws
     q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
     o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, trial)
@@ -402,6 +431,9 @@ def test_ws_gpu_trial_configs_match_reference(d, is_causal, shape, dtype, trial)
     if trial.rotate and not is_causal and shape[2] % 128 == 0:
         assert rel_err(o, o2) < 1e-2, rel_err(o, o2)
         torch.testing.assert_close(lse, lse2, rtol=1e-5, atol=1e-5)
+    elif trial.lazy_sum:
+        torch.testing.assert_close(lse, lse2, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(o, o2, rtol=torch.finfo(dtype).eps, atol=1e-5)
     else:
         assert torch.equal(o, o2) and torch.equal(lse, lse2)
 

@@ -72,15 +72,16 @@ WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile on the H100's host, roughly
 TRITON_FWD_CONFIGS = 9  # the forward's autotune list: compiled once per (d, causal), re-timed per sequence bucket
 #: --shapes' row kinds, in the order they run; by default all but the trials (flash_gluon_ws.TRIAL_CONFIGS, ROWS'
-#: last four): the lpt grid ("ws-lpt"), the persistent grid that frees Q early and stores O from registers
-#: ("ws-early-q"), its A/B that stores O from registers with Q freed late ("ws-o-regs"), and the rotated consumer
-#: loop ("ws-rotate": P packed where its P·V is issued, no PRMT).
+#: last five): the lpt grid ("ws-lpt"), the persistent grid that frees Q early and stores O from registers
+#: ("ws-early-q"), its A/B that stores O from registers with Q freed late ("ws-o-regs"), the rotated consumer
+#: loop ("ws-rotate": P packed where its P·V is issued, no PRMT) and the per-thread row sums ("ws-lazy-sum": no
+#: quad shuffle of l per key tile).
 ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt", "ws-early-q", "ws-o-regs",
-        "ws-rotate")
+        "ws-rotate", "ws-lazy-sum")
 TRIAL_ROWS = {"ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True},
               "ws-early-q": {"persistent": True, "early_q": True}, "ws-o-regs": {"persistent": True, "o_regs": True},
-              "ws-rotate": {"rotate": True}}
-SHAPE_ROWS = ROWS[:-4]
+              "ws-rotate": {"rotate": True}, "ws-lazy-sum": {"lazy_sum": True}}
+SHAPE_ROWS = ROWS[:-5]
 TIMED = ("ms",)  # the quantity a row times (--rounds: its per-round list "ms_rounds", its median "ms")
 RETIME_S = 2.0  # one more do_bench (or called_ms) of a compiled row, roughly: a later round's estimate a row
 
@@ -208,7 +209,8 @@ def cfg_text(c) -> str:
     return (f"2x{c.block_m}x{c.block_n} s{c.num_stages}" + (" pp" if c.pingpong else "")
             + (" persist" if c.persistent else "") + (" lpt" if getattr(c, "lpt", False) else "")
             + (" early-q" if getattr(c, "early_q", False) else "") + (" o-regs" if getattr(c, "o_regs", False) else "")
-            + (" rotate" if getattr(c, "rotate", False) else ""))
+            + (" rotate" if getattr(c, "rotate", False) else "")
+            + (" lazy-sum" if getattr(c, "lazy_sum", False) else ""))
 
 
 def bench(fn) -> float:

@@ -107,12 +107,13 @@ def _qk_async(q2, qh2, k_slot, kh_slot, s_zero, BLOCK_N: gl.constexpr, BLOCK_D: 
 
 
 @gluon.jit
-def _online_softmax(s, m_i, l_i, offs_m, n0, N_K, qk_scale, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def _online_softmax(s, m_i, l_i, offs_m, n0, N_K, qk_scale, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                    LAZY_SUM: gl.constexpr):
     """One key tile's step of the base-2 online softmax: returns (P in fp32, alpha, l, m) with alpha
     the factor that rescales what was accumulated against the old max. MASKED: bounds (keys from n0
-    past N_K) and causal masks; otherwise no mask at all."""
+    past N_K) and causal masks; otherwise no mask at all. LAZY_SUM: l per thread (_row_sum)."""
     s, m_new = _softmax_max(s, m_i, offs_m, n0, N_K, qk_scale, MASKED, IS_CAUSAL)
-    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED)
+    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED, LAZY_SUM)
     return p32, alpha, l_i, m_new
 
 
@@ -135,7 +136,7 @@ def _softmax_max(s, m_i, offs_m, n0, N_K, qk_scale, MASKED: gl.constexpr, IS_CAU
 
 
 @gluon.jit
-def _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED: gl.constexpr):
+def _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED: gl.constexpr, LAZY_SUM: gl.constexpr):
     """_online_softmax's second half: (P in fp32, alpha, l) from _softmax_max's S and max."""
     if MASKED:
         s = s - gl.expand_dims(m_new, 1)
@@ -143,8 +144,34 @@ def _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED: gl.constexpr):
         s = s * qk_scale - gl.expand_dims(m_new, 1)
     p32 = gl.exp2(s)
     alpha = gl.exp2(m_i - m_new)
-    l_i = l_i * alpha + gl.sum(p32, 1)
+    l_i = _row_sum(l_i, p32, alpha, LAZY_SUM)
     return p32, alpha, l_i
+
+
+@gluon.jit
+def _row_sum(l_i, p32, alpha, LAZY_SUM: gl.constexpr):
+    """l = alpha·l + P's row sums. LAZY_SUM (a ws trial): l is per thread, (rows, 8) from _lazy_parts, updated
+    with no shuffle; _lazy_total sums it across the quad once, after the last key tile (FA3's way)."""
+    if LAZY_SUM:
+        part = _lazy_parts(p32)
+        l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, part.type.layout)), 1) + part
+    else:
+        l_i = l_i * alpha + gl.sum(p32, 1)
+    return l_i
+
+
+@gluon.jit
+def _lazy_parts(x):
+    """x's row sums as each thread holds them, (rows, 8): a wgmma accumulator row's column c is in lane c / 2 % 4
+    of its quad, register c % 2 and c / 8 (the 8-column groups), so summing the groups (axis 1 of
+    (rows, cols / 8, 8)) stays in the thread's registers."""
+    return gl.sum(gl.reshape(x, [x.shape[0], x.shape[1] // 8, 8]), 1)
+
+
+@gluon.jit
+def _lazy_total(l_i, row_layout: gl.constexpr):
+    """_row_sum's per-thread l (LAZY_SUM) summed across each row's quad, in row_layout (the S rows')."""
+    return gl.convert_layout(gl.sum(l_i, 1), row_layout)
 
 
 @gluon.jit
@@ -204,7 +231,8 @@ def _kv_loop(acc, acc_h, p, p_h, l_i, m_i, q2, qh2, offs_m, j_lo, j_hi, n_tiles,
         _issue_ring(j + NUM_STAGES - 1, n_tiles, 0, b, h, k_desc, v_desc, kh_desc, vh_desc, k_smem, v_smem, kh_smem,
                     vh_smem, k_bars, v_bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
 
-        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, j * BLOCK_N, N_K, qk_scale, MASKED, IS_CAUSAL)
+        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, j * BLOCK_N, N_K, qk_scale, MASKED, IS_CAUSAL,
+                                               False)
         # The S accumulator's registers are the A operand's: P goes to the tensor cores from registers.
         p = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
         mbarrier.wait(v_bars.index(slot), phase)

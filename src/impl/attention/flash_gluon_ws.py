@@ -47,6 +47,10 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   consumer loop cut between a key tile's row max and its exponentials (_rotated_tile), so P is packed in the step
   that issues its P·V; the default's back-edge carries P as 16-bit halves, re-paired by 32 PRMT a warp and tile
   inside the turn (issue 47's ncu of the d 128 forward).
+* **Lazy row sum** (``lazy_sum``, a trial, off by default, head dims 64 and 128): l kept per thread across the key
+  tiles (l = alpha·l + the thread's partial sums: no quad shuffle per tile) and summed across the quad once before
+  the epilogue (FA3's and cuDNN's way). Another summation order: l, O and lse differ from the default's by a
+  rounding.
 
 Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
 memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
@@ -68,8 +72,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma_wait)
 
-from .flash_gluon import (_online_softmax, _pv_async, _qk_async, _rows, _softmax_exp, _softmax_max, _store_lse,
-                          _store_tile)
+from .flash_gluon import (_lazy_parts, _lazy_total, _online_softmax, _pv_async, _qk_async, _rows, _softmax_exp,
+                          _softmax_max, _store_lse, _store_tile)
 from .flash_gluon_common import (LOG2E, LaunchLog, _copy, _key_tiles, _mma_layout, _retire, _ring_pair, _slot, _tile_2d,
                                  as_4d, check_shared, descriptors, dims, forward_outputs, launch)
 
@@ -93,7 +97,8 @@ class GluonWsConfig:
     early_q: each consumer frees its Q slot once its last Q·Kᵀ is done and stores O from registers, so a
     persistent CTA's next Q and K/V load during the last P·V and the epilogue; o_regs: early_q's store from
     registers without its early release of Q (a diagnostic A/B of early_q's two changes); rotate: the consumer loop
-    cut after the MMA issue, so P is packed for its wgmma in the step that computes it (head dims 64 and 128)."""
+    cut after the MMA issue, so P is packed for its wgmma in the step that computes it (head dims 64 and 128);
+    lazy_sum: per-thread row sums, summed across the quad once per CTA tile (head dims 64 and 128)."""
 
     block_m: int = 64
     block_n: int = 128
@@ -106,6 +111,7 @@ class GluonWsConfig:
     early_q: bool = False
     o_regs: bool = False
     rotate: bool = False
+    lazy_sum: bool = False
 
     def __post_init__(self) -> None:
         # 128 rows per consumer spill under 240 registers (sm_90a compile: 1,064 stack bytes at d 128,
@@ -127,6 +133,8 @@ class GluonWsConfig:
         if self.lpt and self.persistent:
             raise ValueError(f"lpt orders the one-tile-per-program grid (persistent has its own head groups), "
                              f"got {self}")
+        if self.rotate and self.lazy_sum:
+            raise ValueError(f"lazy_sum changes the default consumer loop, not rotate's (rotate=False), got {self}")
 
 
 #: Configs the probe times and the GPU tests check (those over shared memory are refused at d 128).
@@ -135,7 +143,8 @@ CANDIDATE_CONFIGS = (GluonWsConfig(), GluonWsConfig(num_stages=2), GluonWsConfig
                      GluonWsConfig(block_n=64, num_stages=4))
 #: Trials, never in the kernel table: the probe times them with --rows ws-lpt / ws-early-q, the GPU tests check them.
 TRIAL_CONFIGS = (GluonWsConfig(lpt=True), GluonWsConfig(persistent=True, early_q=True),
-                 GluonWsConfig(persistent=True, o_regs=True), GluonWsConfig(rotate=True))
+                 GluonWsConfig(persistent=True, o_regs=True), GluonWsConfig(rotate=True),
+                 GluonWsConfig(lazy_sum=True))
 
 
 def default_config(d: int) -> GluonWsConfig:
@@ -243,11 +252,11 @@ def _wait_ring(bar_array, pos, NUM_STAGES: gl.constexpr):
 def _consumer_loop(acc, acc_h, p, l_i, m_i, pos, k, j_lo, j_hi, q2, qh2, offs_m, N_K, qk_scale, smem, bars,
                    C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
                    D1: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
-                   IS_CAUSAL: gl.constexpr):
+                   IS_CAUSAL: gl.constexpr, LAZY_SUM: gl.constexpr):
     """Key tiles [j_lo, j_hi). On entry the previous tile's P (p) is computed but its P·V not issued;
     pos is that tile's ring position. Each iteration: (turn) issue S_j, then P_{j-1}·V_{j-1};
     (pass turn) wait for S_j only, softmax of S_j while the P·V runs; wait for the P·V, free its
-    slot, rescale O."""
+    slot, rescale O. LAZY_SUM: l per thread (_row_sum)."""
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
     s_layout: gl.constexpr = _mma_layout(4, BLOCK_N)
@@ -266,7 +275,8 @@ def _consumer_loop(acc, acc_h, p, l_i, m_i, pos, k, j_lo, j_hi, q2, qh2, offs_m,
                                     BLOCK_D, D1)
         _pass_turn(turn, C, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=PV_GROUPS, deps=(s, ))
-        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, j * BLOCK_N, N_K, qk_scale, MASKED, IS_CAUSAL)
+        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, j * BLOCK_N, N_K, qk_scale, MASKED, IS_CAUSAL,
+                                               LAZY_SUM)
         p_next = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
         acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
         if D1 > 0:
@@ -288,7 +298,7 @@ def _rotated_step(acc, l_i, m_i, s, m_new, pos, k, j, q2, s_zero, offs_m, N_K, q
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
-    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED)
+    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, MASKED, False)
     p = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
     acc = acc * _rows(alpha, acc)
     k = _take_turn(turn, k, C, PINGPONG)
@@ -366,7 +376,7 @@ def _rotated_tile(q2, offs_m, mid, n_tiles, pos, k, N_K, qk_scale, smem, bars, C
                                                     N_K, qk_scale, smem, bars, C, BLOCK_N, BLOCK_D, NUM_STAGES,
                                                     PINGPONG, True, True, IS_CAUSAL)
     # The last key tile: its exponentials, then its P·V alone.
-    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, True)
+    p32, alpha, l_i = _softmax_exp(s, m_i, m_new, l_i, qk_scale, True, False)
     p = gl.convert_layout(p32.to(k_smem.dtype), p_layout)
     acc = acc * _rows(alpha, acc)
     if EARLY_Q:  # every Q·Kᵀ of the tile has completed
@@ -384,10 +394,12 @@ def _rotated_tile(q2, offs_m, mid, n_tiles, pos, k, N_K, qk_scale, smem, bars, C
 def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: gl.constexpr,
                         BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                         NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                        EARLY_Q: gl.constexpr, O_REGS: gl.constexpr, ROTATE: gl.constexpr):
+                        EARLY_Q: gl.constexpr, O_REGS: gl.constexpr, ROTATE: gl.constexpr,
+                        LAZY_SUM: gl.constexpr):
     """Consumer warpgroup C (4 warps): rows [C·BLOCK_M, (C+1)·BLOCK_M) of each CTA tile. EARLY_Q: O
     (the output tensor) stored from registers, Q's slot freed after the tile's last Q·Kᵀ; O_REGS: O stored
-    from registers, Q's slot freed after the store (the default's point); ROTATE: _rotated_tile's loop."""
+    from registers, Q's slot freed after the store (the default's point); ROTATE: _rotated_tile's loop;
+    LAZY_SUM: l per thread (_row_sum) until after the tile's last P·V, then summed across the quad."""
     q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
@@ -428,8 +440,11 @@ def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: g
             _pass_turn(turn, C, PINGPONG)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
-            l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
-            p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, 0, N_K, qk_scale, True, IS_CAUSAL)
+            if LAZY_SUM:
+                l_i = gl.zeros_like(_lazy_parts(s_zero))
+            else:
+                l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+            p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, 0, N_K, qk_scale, True, IS_CAUSAL, LAZY_SUM)
             p = gl.convert_layout(p32.to(dtype), p_layout)
             acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
             acc_h = 0
@@ -438,10 +453,10 @@ def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: g
 
             acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
                 acc, acc_h, p, l_i, m_i, pos, k, 1, mid, q2, qh2, offs_m, N_K, qk_scale, smem, bars, C, BLOCK_M,
-                BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, False, IS_CAUSAL)
+                BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, False, IS_CAUSAL, LAZY_SUM)
             acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
                 acc, acc_h, p, l_i, m_i, pos, k, gl.maximum(mid, 1), n_tiles, q2, qh2, offs_m, N_K, qk_scale, smem,
-                bars, C, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, True, IS_CAUSAL)
+                bars, C, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, True, IS_CAUSAL, LAZY_SUM)
             if EARLY_Q:
                 # Every Q·Kᵀ of the tile has completed (each key tile's S was waited for) and O does not go
                 # through Q's slot: the load warp may bring the next tile's Q during the last P·V and the epilogue.
@@ -456,6 +471,8 @@ def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: g
             acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
             mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
             pos += 1
+            if LAZY_SUM:
+                l_i = _lazy_total(l_i, row_layout)
 
         if EARLY_Q or O_REGS:
             _store_rows(acc, acc_h, l_i, m_i, O, L, bh, start_m, offs_m, N_Q, BLOCK_M, BLOCK_D, D1)
@@ -504,7 +521,7 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, O, EARLY_Q: gl.constexpr,
-                      O_REGS: gl.constexpr, ROTATE: gl.constexpr):
+                      O_REGS: gl.constexpr, ROTATE: gl.constexpr, LAZY_SUM: gl.constexpr):
     """Grid: tiles (one per program) or SMs (persistent); 4 warps (consumer 0) + a 4-warp consumer
     + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows; O the output tensor
     when EARLY_Q or O_REGS stores it from registers (else None: through o_desc)."""
@@ -540,9 +557,9 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
     sched = (L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP)
     gl.warp_specialize([
         (_consumer_partition, (descs, smem, bars, sched, O, 0, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
-                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE)),
+                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM)),
         (_consumer_partition, (descs, smem, bars, sched, O, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
-                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE)),
+                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM)),
         (_load_partition, (descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -570,8 +587,9 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
     q4, k4, v4, o4 = as_4d(q), as_4d(k), as_4d(v), as_4d(o)
     B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     config = config or default_config(d)
-    if config.rotate and hi:
-        raise ValueError(f"{FN}: rotate covers head dims without a hi half (64, 128), got d {d} ({config})")
+    for name in ("rotate", "lazy_sum"):
+        if getattr(config, name) and hi:
+            raise ValueError(f"{FN}: {name} covers head dims without a hi half (64, 128), got d {d} ({config})")
     check_shared(shared_bytes(d, config, q.element_size()), d, config, FN)
     bm, bn = config.block_m, config.block_n
     n_m, n_bh = -(-n_q // (2 * bm)), B * H
@@ -585,7 +603,7 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
     args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d), n_m, n_bh, group,
             bm, bn, lo, hi, bool(is_causal), config.num_stages, config.pingpong, config.consumer_regs,
             config.load_regs, o4 if config.early_q or config.o_regs else None, config.early_q, config.o_regs,
-            config.rotate)
+            config.rotate, config.lazy_sum)
     return grid, args, {"num_warps": 4}
 
 
