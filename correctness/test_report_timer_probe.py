@@ -11,6 +11,7 @@ import pytest
 from impl.bench.row import Metric
 from impl.report import timer_probe as tp
 from impl.report.pages import flash_attention, leaderboard
+from impl.report.ratio import headline
 from impl.report.templating import render_page
 from kits.report_rows import bench, context
 
@@ -23,21 +24,33 @@ def _step(step, impl, mode, median, iqr=0.0):
     return dict(step=step, impl=impl, mode=mode, median=median, q1=median - iqr / 2, q3=median + iqr / 2, n=30)
 
 
-def _probe_file(reports: Path, name="do_bench_vs_events_abc1234.json", shape=(1, 16, 16384, 64), fwd_bwd=1.167):
+def _probe_file(reports: Path, name="do_bench_vs_events_abc1234.json", shape=(1, 16, 16384, 64), fwd_bwd=1.167,
+                ours=None, modes=("fwd_bwd", "fwd")):
     """ours 5.4 ms (events) and 5.2 (do_bench), cuDNN 4.55 and 4.68: both within noise; interleaved fwd+bwd
-    `fwd_bwd` (IQR ± 0.03), forward 0.998."""
-    rows = [dict(step="setup:flash_triton", impl="flash_triton", mode=None),
-            _step("events", "flash_triton", "fwd_bwd", 5.4, 0.2), _step("do_bench", "flash_triton", "fwd_bwd", 5.2),
+    `fwd_bwd` (IQR ± 0.03), forward 0.998. `ours`: the probe's --ours (None: a file from before the option, which
+    names none and timed flash_triton); `modes`: the modes it ran."""
+    impl = ours or "flash_triton"
+    rows = [dict(step="setup:" + impl, impl=impl, mode=None),
+            _step("events", impl, "fwd_bwd", 5.4, 0.2), _step("do_bench", impl, "fwd_bwd", 5.2),
             _step("events", "sdpa_cudnn", "fwd_bwd", 4.55, 0.3), _step("do_bench", "sdpa_cudnn", "fwd_bwd", 4.68),
-            _step("events", "flash_triton", "fwd", 1.37, 0.03), _step("do_bench", "flash_triton", "fwd", 1.32),
+            _step("events", impl, "fwd", 1.37, 0.03), _step("do_bench", impl, "fwd", 1.32),
             _step("events", "sdpa_cudnn", "fwd", 1.31, 0.02), _step("do_bench", "sdpa_cudnn", "fwd", 1.26),
             dict(step="interleaved", impl=None, mode="fwd_bwd",
                  ratio=dict(median=fwd_bwd, q1=fwd_bwd - 0.03, q3=fwd_bwd + 0.03, n=20)),
             dict(step="interleaved", impl=None, mode="fwd", ratio=dict(median=0.998, q1=0.99, q3=1.016, n=20))]
+    rows = [r for r in rows if r["mode"] is None or r["mode"] in modes]
+    doc = dict(device="NVIDIA H100 80GB HBM3", shape=list(shape), dtype="bf16", causal=True, rows=rows)
+    if ours is not None:
+        doc.update(ours=ours, modes=list(modes))
     path = reports / "data" / DEV / "probes" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(device="NVIDIA H100 80GB HBM3", shape=list(shape), dtype="bf16", causal=True,
-                                    rows=rows)))
+    path.write_text(json.dumps(doc))
+
+
+def _headline():  # flash_auto's fwd+bwd against cuDNN's, events only
+    ours, cudnn = (bench("leaderboard", dict(impl=i, mode="fwd_bwd", **SHAPE), ms, device=DEV, iqr=0.05e-3)
+                   for i, ms in (("flash_auto", 4.6e-3), ("sdpa_cudnn", 4.5e-3)))
+    return headline(ours, cudnn, "SDPA cuDNN")
 
 
 def _leaderboard_rows(ours_ms=5.228, cudnn_ms=4.404, do_bench=(5.179, 5.122)):
@@ -51,14 +64,43 @@ def _leaderboard_rows(ours_ms=5.228, cudnn_ms=4.404, do_bench=(5.179, 5.122)):
 
 def test_the_probe_reads_interleaved_ratios_and_each_sides_timers(tmp_path):
     _probe_file(tmp_path)
-    p = tp.probe_of(tmp_path, DEV)
+    p = tp.probe_of(tmp_path, DEV, "flash_triton", "fwd_bwd", **SHAPE)
     assert p.path == f"reports/data/{DEV}/probes/do_bench_vs_events_abc1234.json" and p.at(**SHAPE)
+    assert p.ours == "flash_triton"  # a file from before --ours timed the compiled Triton path
     assert not p.at(**dict(SHAPE, seq=8192)) and not p.at(**dict(SHAPE, causal=False))
     assert (p.interleaved["fwd_bwd"].median, p.interleaved["fwd"].n) == (1.167, 20)
     t = p.timers("sdpa_cudnn", "fwd_bwd")
     assert t.event_s == pytest.approx(4.55e-3) and t.do_bench_over_event == pytest.approx(4.68 / 4.55)
     assert t.band == pytest.approx((4.55e-3 - 0.6e-3, 4.55e-3 + 0.6e-3)) and not t.disagrees
-    assert tp.probe_of(tmp_path, "h200-141gb-x2") is None
+    assert tp.probe_of(tmp_path, "h200-141gb-x2", "flash_triton", "fwd_bwd", **SHAPE) is None
+
+
+def test_a_probe_is_read_only_for_its_own_impl_shape_and_mode(tmp_path):
+    """Newer files (by name) of flash_auto at the leaderboard shape, of flash_triton at another shape and of
+    flash_triton's forward alone are never read as the compiled-Triton fwd+bwd headline's probe: the older file that
+    names no impl (flash_triton) at the shape is; flash_auto's headline reads flash_auto's file, its timers ours'."""
+    _probe_file(tmp_path, "do_bench_vs_events_0000000.json")
+    _probe_file(tmp_path, "do_bench_vs_events_fffffff-auto-1x16x16384x64.json", ours="flash_auto", fwd_bwd=1.03)
+    _probe_file(tmp_path, "do_bench_vs_events_fffffff-triton-4x32x4096x128.json", ours="flash_triton",
+                shape=(4, 32, 4096, 128), fwd_bwd=1.5)
+    _probe_file(tmp_path, "do_bench_vs_events_fffffff-triton-fwd.json", ours="flash_triton", modes=("fwd",))
+    triton = tp.probe_of(tmp_path, DEV, "flash_triton", "fwd_bwd", **SHAPE)
+    assert triton.path.endswith("do_bench_vs_events_0000000.json") and triton.interleaved["fwd_bwd"].median == 1.167
+    assert tp.probe_of(tmp_path, DEV, "flash_triton", "fwd", **SHAPE).path.endswith("triton-fwd.json")
+    auto = tp.probe_of(tmp_path, DEV, "flash_auto", "fwd_bwd", **SHAPE)
+    assert auto.path.endswith("auto-1x16x16384x64.json") and auto.interleaved["fwd_bwd"].median == 1.03
+    assert tp.check(auto, _headline(), "fwd_bwd").ours.event_s == pytest.approx(5.4e-3)  # read as flash_auto's rows
+    assert tp.probe_of(tmp_path, DEV, "flash_auto", "fwd_bwd", **dict(SHAPE, seq=4096, d=128, batch=4)) is None
+    wide = tp.probe_of(tmp_path, DEV, "flash_triton", "fwd_bwd", **dict(SHAPE, batch=4, heads=32, seq=4096, d=128))
+    assert wide.interleaved["fwd_bwd"].median == 1.5
+
+
+def test_a_flash_auto_probe_is_not_set_beside_the_compiled_triton_headline(tmp_path):
+    """The only probe at the leaderboard shape timed flash_auto: the leaderboard (compiled Triton's headline) and
+    flash_forward set none beside theirs."""
+    _probe_file(tmp_path, "do_bench_vs_events_fffffff-auto-1x16x16384x64.json", ours="flash_auto")
+    ctx = context(_leaderboard_rows(), tmp_path)
+    assert leaderboard.facts(ctx).answer.probe is None and flash_attention.facts(ctx).anchor.probe is None
 
 
 def test_the_leaderboard_sets_the_probe_beside_its_headline_which_stays_the_events(tmp_path):

@@ -29,15 +29,15 @@ compiled rows where the grid turns compilation off (the CPU smoke: compiling an 
 would time the interpreter; left out), and rows past the grid's budget (left out by budget; the
 grid orders configs so a cut falls on the least asked-for ones).
 """
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, attention_flops
-from impl.workloads.attention import (attention_inputs, attention_step, launch_kernels, measure_kernel, rel_err,
-                                      sdpa_anchor, sdpa_rejects)
+from impl.attention import FlashAttentionTriton, LaunchRecorder, attention_flops
+from impl.workloads.attention import (attention_inputs, attention_step, flash_options, launch_kernels, measure_kernel,
+                                      rel_err, sdpa_anchor, sdpa_rejects)
 from impl.bench.harness import Budget, set_up_or_oom
 from impl.bench.timers import HostTimer, time_once
 from impl.bench.row import Metric, Status
@@ -58,8 +58,8 @@ _LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") e
 setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT), 256))
 # Ours: autotuned, Triton backward, passed per call; RECORDER keeps what each call ran.
 RECORDER = LaunchRecorder()
-OPTIONS = FlashOptions(backward="triton", autotune=True, recorder=RECORDER)
-AUTO = replace(OPTIONS, kernels="auto")  # flash_auto: the kernel table's pick per half, else the same Triton path
+OPTIONS = flash_options("flash_triton", RECORDER)
+AUTO = flash_options("flash_auto", RECORDER)  # the kernel table's pick per half, else the same Triton path
 
 CASES = [(d, causal, tuple(shape), mode, impl) for d in G.dims for causal in G.causal
          for shape in G.shapes for mode in G.modes for impl in G.impls]

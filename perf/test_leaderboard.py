@@ -13,15 +13,15 @@ precision from the same inputs (fp32 on the GPU, fp64 on the CPU): ours must sta
 dtype's relative-error tolerances (impl.workloads.sweeps), so a fast wrong kernel fails here; the
 anchors' errors are recorded beside ours. TFLOP/s count causal FLOPs as half (attention_flops).
 The CPU smoke runs tiny shapes through the Triton interpreter without torch.compile."""
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder, attention_flops
-from impl.workloads.attention import (attention_inputs, attention_step, launch_kernels, measure_kernel, rel_err,
-                                      sdpa_anchor)
+from impl.attention import FlashAttentionTriton, LaunchRecorder, attention_flops
+from impl.workloads.attention import (attention_inputs, attention_step, flash_options, launch_kernels, measure_kernel,
+                                      rel_err, sdpa_anchor)
 from impl.bench.timers import time_once
 from impl.bench.row import Status
 from impl.workloads.problems import Problem
@@ -38,8 +38,8 @@ ROUND = {"fwd": "one causal attention forward (16 heads × 16384 × 64 on the GP
          "fwd_bwd": "one causal attention forward and backward, input gradients reset first"}
 _STATE: dict = {}  # the compiled function and the reference, built once per process
 RECORDER = LaunchRecorder()  # what our calls ran (configs, backward variant), for the rows' details
-OPTIONS = FlashOptions(backward="triton", autotune=True, recorder=RECORDER)
-AUTO = replace(OPTIONS, kernels="auto")  # flash_auto: the kernel table's pick per half, else the same Triton path
+OPTIONS = flash_options("flash_triton", RECORDER)
+AUTO = flash_options("flash_auto", RECORDER)  # the kernel table's pick per half, else the same Triton path
 
 
 def ours(device):

@@ -6,6 +6,15 @@ do_bench against CUDA events", has the hypotheses this tells apart.)
 The two callables are the leaderboard's own (perf/test_leaderboard.py): torch.compile(FlashAttentionTriton.apply)
 with FlashOptions(backward="triton", autotune=True) and SDPA restricted to the cuDNN backend, at bf16, causal,
 1×16×16384×64, forward and forward+backward (input gradients reset first: impl.workloads.attention.attention_step).
+Options (issue 47; the defaults are the run above): --ours flash_auto times the leaderboard's other row of ours,
+FlashAttentionTriton.apply eager under FlashOptions(kernels="auto") (impl.workloads.attention.flash_options: the
+Gluon kernels the kernel table names) in place of the compiled Triton path; --shape BxHxNxD another causal shape;
+--modes a comma-separated subset of fwd_bwd, fwd and bwd, in run order. "bwd" times the backward alone through
+autograd: one forward runs at setup and every call walks its saved graph again (retain_graph), so the public
+path's backward (autograd, the backward's preprocessing, the dQ cast) is timed without the forward. (Under
+torch.compile AOTAutograd may refuse retain_graph for a backward with donated buffers: the mode is then left out
+with its error, the others kept.) The JSON records ours, shape and modes; impl.report.timer_probe sets a probe
+beside a headline only where both match.
 Each (impl, mode) is timed by these methods on one warm process (run order: METHODS, do_bench_fresh first):
 
   events          the suite's timer: rounds of k back-to-back calls between two CUDA events (k: a round >= 25 ms),
@@ -46,9 +55,11 @@ Reading it (NOTES.md, hypotheses H1-H6):
      temperature and power are recorded before and after every step.
 
     PYTHONPATH=src python tools/probes/do_bench_vs_events.py OUT.json [--budget-s 420] [--dry-run]
-writes OUT.json after every measurement ({"device", "plan", "rows": [...], "left_out": [...]}); a method is
-started only while the elapsed time plus its estimate is within --budget-s. --dry-run prints the plan and
-writes it without touching the GPU.
+        [--ours flash_triton|flash_auto] [--shape 1x16x16384x64] [--modes fwd_bwd,fwd]
+writes OUT.json after every measurement ({"device", "ours", "shape", "modes", "plan", "rows": [...],
+"left_out": [...]}); a method is started only while the elapsed time plus its estimate is within --budget-s (the
+estimates are an H100's at the leaderboard shape, about twice what the 2fbd353 run took; the process's start,
+~15 s, is outside them). --dry-run prints the plan and its estimate and writes them without touching the GPU.
 """
 from __future__ import annotations
 
@@ -59,32 +70,78 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-SHAPE = (1, 16, 16384, 64)  # batch, heads, seq, d: the leaderboard's (2025)
+from impl.workloads.attention import FLASH_IMPLS, STEP_MODES
+
+SHAPE = (1, 16, 16384, 64)  # batch, heads, seq, d: the leaderboard's (2025), the default
 DTYPE = "bf16"
-IMPLS = ("flash_triton", "sdpa_cudnn")
-MODES = ("fwd_bwd", "fwd")
+OURS, ANCHOR = "flash_triton", "sdpa_cudnn"  # --ours' default (one of FLASH_IMPLS) and the anchor
+MODES = ("fwd_bwd", "fwd")  # --modes' default; any of STEP_MODES ("bwd": the backward alone through autograd)
 # the suite's order first (its rounds, then do_bench right after them), then the variants
 METHODS = ("events", "do_bench", "events_barrier", "events_flush", "alone", "do_bench_after_alone", "do_bench_noflush",
            "do_bench_spin", "do_bench_long")
 ROUNDS, ROUND_MS, INTERLEAVED = 30, 25.0, 20
-# seconds each step is expected to take on an H100 (ours' first call compiles and autotunes: 29 s in the run)
-ESTIMATE_S = {"setup:flash_triton": 60.0, "setup:sdpa_cudnn": 5.0, "do_bench_fresh": 1.0, "do_bench_after_alone": 1.0,
-              "events": 2.0, "events_barrier": 4.0, "events_flush": 4.0, "alone": 1.0,
+# seconds each step is expected to take on an H100 (ours' first call compiles and autotunes: 29 s in the run;
+# 39.5 s at 2fbd353). flash_auto's first calls compile the Gluon kernels the table names, no autotuning (5.6 s for
+# the leaderboard's fwd+bwd row at 026db39, after flash_triton's in the same process); a half the table names no
+# kernel for autotunes Triton's, hence 20 s.
+ESTIMATE_S = {"setup:flash_triton": 60.0, "setup:flash_auto": 20.0, "setup:sdpa_cudnn": 5.0, "do_bench_fresh": 1.0,
+              "do_bench_after_alone": 1.0, "events": 2.0, "events_barrier": 4.0, "events_flush": 4.0, "alone": 1.0,
               "do_bench": 1.0, "do_bench_noflush": 1.0, "do_bench_spin": 1.0, "do_bench_long": 3.0, "interleaved": 3.0}
 
 
-def plan() -> list[tuple[str, str | None, str | None]]:
-    """(step, impl, mode) in the order they run: each implementation's setup, its methods for both modes, then
+@dataclass(frozen=True)
+class Config:
+    """What one run times: ours (`flash_triton`: the compiled Triton path; `flash_auto`: eager, the kernel table's
+    kernels) beside SDPA cuDNN, at `shape` (causal, DTYPE), in `modes`."""
+
+    ours: str = OURS
+    shape: tuple[int, int, int, int] = SHAPE
+    modes: tuple[str, ...] = MODES
+
+    @property
+    def impls(self) -> tuple[str, str]:
+        return self.ours, ANCHOR
+
+    def record(self) -> dict:  # the JSON's fields (the report matches a probe to a headline by ours and shape)
+        return dict(ours=self.ours, shape=list(self.shape), modes=list(self.modes), dtype=DTYPE, causal=True)
+
+
+def parse_shape(text: str) -> tuple[int, int, int, int]:
+    """"BxHxNxD" -> (batch, heads, seq, d), each a positive integer."""
+    parts = text.lower().split("x")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected BxHxNxD, four positive integers "
+                                         "(batch, heads, seq, d), e.g. 1x16x16384x64")
+    return tuple(int(p) for p in parts)  # type: ignore[return-value]
+
+
+def parse_modes(text: str) -> tuple[str, ...]:
+    """"fwd_bwd,fwd" -> ("fwd_bwd", "fwd"): a comma-separated subset of STEP_MODES, in the order given."""
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in modes if m not in STEP_MODES]
+    if not modes or bad or len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"--modes {text!r}: expected distinct modes among {', '.join(STEP_MODES)}, "
+                                         f"comma-separated{f' (unknown: {bad})' if bad else ''}")
+    return modes
+
+
+def plan(cfg: Config = Config()) -> list[tuple[str, str | None, str | None]]:
+    """(step, impl, mode) in the order they run: each implementation's setup, its methods for every mode, then
     the interleaved repeats of each mode (both implementations are set up by then)."""
     steps: list[tuple[str, str | None, str | None]] = []
-    for impl in IMPLS:
+    for impl in cfg.impls:
         steps.append((f"setup:{impl}", impl, None))
-        steps += [("do_bench_fresh", impl, mode) for mode in MODES]  # before any timed rounds of the process' impl
-        steps += [(m, impl, mode) for mode in MODES for m in METHODS]
-    steps += [("interleaved", None, mode) for mode in MODES]
+        steps += [("do_bench_fresh", impl, mode) for mode in cfg.modes]  # before any timed rounds of the impl
+        steps += [(m, impl, mode) for mode in cfg.modes for m in METHODS]
+    steps += [("interleaved", None, mode) for mode in cfg.modes]
     return steps
+
+
+def estimate_s(steps) -> float:
+    return sum(ESTIMATE_S[s[0]] for s in steps)
 
 
 def quartiles(xs: list[float]) -> dict:
@@ -96,13 +153,13 @@ def quartiles(xs: list[float]) -> dict:
 
 
 class Probe:
-    def __init__(self, out: Path, budget_s: float):
+    def __init__(self, out: Path, budget_s: float, cfg: Config = Config()):
         import torch
 
-        self.torch, self.out, self.budget_s, self.t0 = torch, out, budget_s, time.time()
+        self.torch, self.out, self.budget_s, self.cfg, self.t0 = torch, out, budget_s, cfg, time.time()
         self.device = torch.device("cuda")
-        self.doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, shape=SHAPE, dtype=DTYPE,
-                        causal=True, budget_s=budget_s, plan=[list(s) for s in plan()], rows=[], left_out=[])
+        self.doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, **cfg.record(),
+                        budget_s=budget_s, plan=[list(s) for s in plan(cfg)], rows=[], left_out=[])
         self.fns: dict = {}  # (impl, mode) -> callable
         self.cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device=self.device)  # do_bench's size
         self.tiny = torch.empty(1, dtype=torch.int, device=self.device)
@@ -157,26 +214,36 @@ class Probe:
 
     # --- setup ---------------------------------------------------------------------------------------------
     def setup(self, impl: str) -> dict:
+        """The leaderboard's callable of `impl` (perf/test_leaderboard.py: flash_triton compiled, flash_auto eager,
+        both with impl.workloads.attention.flash_options) and each mode's first call; a mode whose first call
+        fails is left out with its error, the others kept."""
         import torch
 
-        from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder
-        from impl.workloads.attention import attention_inputs, attention_step, sdpa_anchor
+        from impl.attention import FlashAttentionTriton, LaunchRecorder
+        from impl.workloads.attention import (attention_inputs, attention_step, flash_options, launch_kernels,
+                                              sdpa_anchor)
 
-        if impl == "flash_triton":
+        recorder = None
+        if impl in FLASH_IMPLS:
             recorder = LaunchRecorder()
-            options = FlashOptions(backward="triton", autotune=True, recorder=recorder)
-            apply = torch.compile(FlashAttentionTriton.apply)
+            options = flash_options(impl, recorder)
+            apply = torch.compile(FlashAttentionTriton.apply) if impl == "flash_triton" else FlashAttentionTriton.apply
             attn = lambda q, k, v: apply(q, k, v, True, options)  # noqa: E731
         else:
-            recorder, attn = None, sdpa_anchor(impl, causal=True)
-        q, k, v, do = attention_inputs(SHAPE, DTYPE, self.device)
-        t = time.perf_counter()
-        for mode in MODES:
-            fn = attention_step(attn, mode, q, k, v, do)
-            fn()  # compile and autotune (ours), cuDNN's plan
-            self.fns[(impl, mode)] = fn
+            attn = sdpa_anchor(impl, causal=True)
+        q, k, v, do = attention_inputs(self.cfg.shape, DTYPE, self.device)
+        t, errors = time.perf_counter(), {}
+        for mode in self.cfg.modes:
+            try:
+                fn = attention_step(attn, mode, q, k, v, do)
+                fn()  # compile and autotune (ours), cuDNN's plan
+                self.fns[(impl, mode)] = fn
+            except Exception as exc:  # noqa: BLE001 - the mode's steps are left out as not set up
+                errors[mode] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                torch.cuda.empty_cache()
         self.sync()
-        return dict(first_calls_s=time.perf_counter() - t, tuned=recorder.summary() if recorder else None)
+        return dict(first_calls_s=time.perf_counter() - t, tuned=recorder.summary() if recorder else None,
+                    kernels=launch_kernels(recorder) if recorder else None, mode_errors=errors)
 
     # --- methods (ms per call) -----------------------------------------------------------------------------
     def per_call_k(self, fn) -> int:
@@ -307,7 +374,7 @@ class Probe:
         return quartiles(xs)
 
     def interleaved(self, mode: str) -> dict:
-        ours, cudnn = self.fns[("flash_triton", mode)], self.fns[("sdpa_cudnn", mode)]
+        ours, cudnn = (self.fns[(impl, mode)] for impl in self.cfg.impls)
         k = min(self.per_call_k(ours), self.per_call_k(cudnn))
         ratios, pairs = [], []
         for i in range(INTERLEAVED):
@@ -319,7 +386,7 @@ class Probe:
 
     # --- the run -------------------------------------------------------------------------------------------
     def run(self) -> None:
-        for step, impl, mode in plan():
+        for step, impl, mode in plan(self.cfg):
             elapsed = time.time() - self.t0
             if elapsed + ESTIMATE_S[step] > self.budget_s:
                 self.doc["left_out"].append(dict(step=step, impl=impl, mode=mode, why="budget"))
@@ -329,7 +396,7 @@ class Probe:
                 if step.startswith("setup:"):
                     row.update(self.setup(impl))
                 elif step == "interleaved":
-                    if not all((i, mode) in self.fns for i in IMPLS):
+                    if not all((i, mode) in self.fns for i in self.cfg.impls):
                         self.doc["left_out"].append(dict(step=step, mode=mode, why="an implementation is not set up"))
                         continue
                     row.update(self.interleaved(mode))
@@ -387,27 +454,41 @@ def summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", default=os.path.join(os.environ.get("OUT", "."), "do_bench_vs_events.json"))
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no step whose estimate would pass this")
     ap.add_argument("--dry-run", action="store_true", help="print and write the plan only")
+    ap.add_argument("--ours", choices=FLASH_IMPLS, default=OURS,
+                    help="flash_triton: torch.compile'd FlashAttentionTriton.apply (default); flash_auto: eager, "
+                         "FlashOptions(kernels='auto') (both the leaderboard's rows' options)")
+    ap.add_argument("--shape", type=parse_shape, default=SHAPE, help="BxHxNxD, causal (default 1x16x16384x64)")
+    ap.add_argument("--modes", type=parse_modes, default=MODES,
+                    help=f"comma-separated, in run order, among {','.join(STEP_MODES)} (default fwd_bwd,fwd)")
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    args.config = Config(args.ours, tuple(args.shape), tuple(args.modes))
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cfg, out = args.config, Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.dry_run:
-        steps = plan()
+        steps = plan(cfg)
+        print(f"ours {cfg.ours}, shape {'x'.join(map(str, cfg.shape))}, modes {','.join(cfg.modes)}")
         for s in steps:
             print(*[x or "" for x in s], ESTIMATE_S[s[0]], sep="\t")
-        print(f"{len(steps)} steps, estimate {sum(ESTIMATE_S[s[0]] for s in steps):.0f} s")
-        out.write_text(json.dumps(dict(plan=[list(s) for s in steps], dry_run=True), indent=1))
+        print(f"{len(steps)} steps, estimate {estimate_s(steps):.0f} s (budget {args.budget_s:.0f} s)")
+        out.write_text(json.dumps(dict(cfg.record(), plan=[list(s) for s in steps], estimate_s=estimate_s(steps),
+                                       dry_run=True), indent=1))
         return 0
     import torch
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU (use --dry-run here)", file=sys.stderr)
         return 2
-    Probe(out, args.budget_s).run()
+    Probe(out, args.budget_s, cfg).run()
     return 0
 
 

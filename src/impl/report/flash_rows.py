@@ -85,9 +85,11 @@ def not_run(rows: list[Bench]) -> tuple[tuple[str, str], ...]:  # (status, reaso
 
 
 def probe_check(reports_dir, device: str, ours: Bench, h: Headline, mode: str) -> ProbeCheck | None:
-    """`h` beside the device's do_bench-against-events probe (impl.report.timer_probe), where it timed ours' shape."""
-    tp, c = probe_of(reports_dir, device), kernel(ours)
-    return check(tp, h, mode) if tp and tp.at(c.batch, c.heads, c.seq, c.d, c.dtype, c.causal) else None
+    """`h` beside the device's do_bench-against-events probe (impl.report.timer_probe), where one timed ours' impl in
+    `mode` at ours' shape."""
+    c = kernel(ours)
+    shape = dict(batch=c.batch, heads=c.heads, seq=c.seq, d=c.d, dtype=c.dtype, causal=c.causal)
+    return check(probe_of(reports_dir, device, c.impl, mode, **shape), h, mode)
 
 
 def timers(rows: list[Bench]) -> tuple[str, ...]:  # the clocks: timing records', or older files' `timer` detail

@@ -10,7 +10,9 @@ from pathlib import Path
 from impl.report.ratio import Headline, Timers, band
 
 PATTERN = "do_bench_vs_events*.json"  # under reports/data/<device>/probes/
-OURS, ANCHOR = "flash_triton", "sdpa_cudnn"  # the probe's names of the leaderboard's two callables
+# the probe's names of the leaderboard's callables: ours (its --ours; files from before the option timed the compiled
+# Triton path and name none) and the anchor
+OURS, ANCHOR = "flash_triton", "sdpa_cudnn"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Spread:
 class TimerProbe:
     path: str  # the probe file, from the repository root
     device: str  # the GPU's name, as the probe gives it
+    ours: str  # which of ours it timed beside the anchor ("flash_triton", "flash_auto")
     shape: tuple[int, int, int, int]  # batch, heads, seq, d
     dtype: str
     causal: bool
@@ -49,6 +52,12 @@ class TimerProbe:
     def at(self, batch: int, heads: int, seq: int, d: int, dtype: str, causal: bool) -> bool:
         return self.shape == (batch, heads, seq, d) and self.dtype == dtype and self.causal == bool(causal)
 
+    def matches(self, impl: str, mode: str, batch: int, heads: int, seq: int, d: int, dtype: str,
+                causal: bool) -> bool:
+        """It timed `impl` as ours in `mode` (interleaved) at this shape: the only probe a headline of `impl` there
+        may stand beside."""
+        return self.ours == impl and mode in self.interleaved and self.at(batch, heads, seq, d, dtype, causal)
+
 
 def read(path: Path, rel: str) -> TimerProbe | None:
     """The probe file at `path` (named `rel` on the page); None where it holds no interleaved step."""
@@ -59,15 +68,21 @@ def read(path: Path, rel: str) -> TimerProbe | None:
         return None
     steps = {(r["step"], r["impl"], r["mode"]): Spread.of(r)
              for r in rows if r.get("impl") and r.get("mode") and r.get("median") is not None}
-    return TimerProbe(rel, doc.get("device", "–"), tuple(doc["shape"]), doc.get("dtype", ""), bool(doc.get("causal")),
-                      inter, steps)
+    return TimerProbe(rel, doc.get("device", "–"), doc.get("ours", OURS), tuple(doc["shape"]), doc.get("dtype", ""),
+                      bool(doc.get("causal")), inter, steps)
 
 
-def probe_of(reports_dir: Path, device: str) -> TimerProbe | None:
-    """The device folder's probe (the last file by name where there are several), None without one."""
+def probe_of(reports_dir: Path, device: str, impl: str, mode: str, *, batch: int, heads: int, seq: int, d: int,
+             dtype: str, causal: bool) -> TimerProbe | None:
+    """The device folder's probe of `impl` as ours in `mode` at this shape (`TimerProbe.matches`; the last such file
+    by name where there are several), None without one: a probe of another of ours, mode or shape is never read as
+    this one's (files from before the probe's --ours timed flash_triton)."""
     folder = reports_dir / "data" / device / "probes"
-    files = sorted(folder.glob(PATTERN)) if folder.is_dir() else []
-    return read(files[-1], f"reports/data/{device}/probes/{files[-1].name}") if files else None
+    for f in sorted(folder.glob(PATTERN), reverse=True) if folder.is_dir() else ():
+        p = read(f, f"reports/data/{device}/probes/{f.name}")
+        if p is not None and p.matches(impl, mode, batch, heads, seq, d, dtype, causal):
+            return p
+    return None
 
 
 @dataclass(frozen=True)
@@ -88,4 +103,4 @@ def check(probe: TimerProbe | None, h: Headline | None, mode: str) -> ProbeCheck
     if probe is None or h is None or mode not in probe.interleaved:
         return None
     return ProbeCheck(probe, mode, probe.interleaved[mode], h.ratio.value, h.do_bench.value if h.do_bench else None,
-                      probe.timers(OURS, mode), probe.timers(ANCHOR, mode))
+                      probe.timers(probe.ours, mode), probe.timers(ANCHOR, mode))

@@ -108,16 +108,42 @@ def run_attention_passes(bench: Harness, *, problem: str, config: dict, attn: Ca
 __all__ = ["allocated_bytes", "attention_inputs", "do_bench_ms", "rel_err", "run_attention_passes"]
 
 
+STEP_MODES = ("fwd", "fwd_bwd", "bwd")  # attention_step's
+
+
 def attention_step(attn: Callable, mode: str, q, k, v, do) -> Callable:
-    """The call a kernel row times: the forward, or forward and backward with the input gradients
-    reset first (so no round adds into the previous round's gradients)."""
+    """The call a kernel row times: the forward ("fwd"), forward and backward ("fwd_bwd"), or the backward
+    alone through autograd ("bwd": one forward runs here, each call walks its saved graph again, retain_graph);
+    the input gradients reset first (so no round adds into the previous round's gradients)."""
+    if mode not in STEP_MODES:
+        raise ValueError(f"attention_step: mode {mode!r} is none of {STEP_MODES}")
     if mode == "fwd":
         return lambda: attn(q, k, v)
+    out = attn(q, k, v) if mode == "bwd" else None
 
     def fwd_bwd():
         q.grad = k.grad = v.grad = None
         attn(q, k, v).backward(do)
-    return fwd_bwd
+
+    def bwd():
+        q.grad = k.grad = v.grad = None
+        out.backward(do, retain_graph=True)
+    return bwd if mode == "bwd" else fwd_bwd
+
+
+FLASH_IMPLS = ("flash_triton", "flash_auto")  # flash_options'
+
+
+def flash_options(impl: str, recorder=None):
+    """Ours' FlashOptions as the attention perf files run them (leaderboard, flash_shapes; eager or under
+    torch.compile): autotuned, Triton backward; "flash_auto" the same under kernels="auto" (each half the kernel
+    table's pick, else the same Triton path). `recorder`: an impl.attention.LaunchRecorder, or None."""
+    from impl.attention import FlashOptions
+
+    if impl not in FLASH_IMPLS:
+        raise ValueError(f"flash_options: impl {impl!r} is none of {FLASH_IMPLS}")
+    return FlashOptions(backward="triton", autotune=True, recorder=recorder,
+                        kernels="auto" if impl == "flash_auto" else "triton")
 
 
 def measure_kernel(bench, *, fn: Callable, first_call_s: float, do_bench_warmup_ms: int = 25,
