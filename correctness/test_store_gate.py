@@ -1028,6 +1028,11 @@ def test_a_stored_run_is_packed_the_same_bytes_every_time(tmp_path):
     # gzip's header: no file name (FLG 0), mtime 0, the fixed level's XFL (2: best); the text is the plain form's
     assert raw[:10] == bytes([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 2, 0xFF])
     assert gzip.decompress(raw) == json.dumps(_run({A: 1e-3}), indent=2).encode()
+    # a packed run given to the store (its section from its name) is filed as the same bytes
+    again = tmp_path / "leaderboard-again.json.gz"
+    again.write_bytes(raw)
+    assert store.main([str(again), "--data-dir", str(tmp_path / "c")]) == 0
+    assert (tmp_path / "c" / GPU / "leaderboard" / one.name).read_bytes() == raw
 
 
 def _plant_data(data_dir: Path) -> dict[str, bytes]:

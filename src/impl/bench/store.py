@@ -691,7 +691,8 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for run in args.runs:
         try:
-            dest = store_run(run, args.section or run.stem.split("-")[0], repo.data_dir, args.device, repo.perf_dir)
+            section = args.section or (run_stem(run) or run.stem).split("-")[0]
+            dest = store_run(run, section, repo.data_dir, args.device, repo.perf_dir)
             print(f"stored {run} -> {dest}")
         except ValueError as exc:  # BadRunFile included: it names the file and each row
             print(f"store: {exc}; not stored", file=sys.stderr)
