@@ -1,6 +1,6 @@
 # The only commands a user needs. Each sets the environment up first (tools/setup.sh).
 #   make perf     benchmark suite (smoke profile on a CPU, full on a GPU): each section's run becomes a
-#                 new file reports/data/<device>/<section>/<UTC time>_<commit>.json, then the report
+#                 new file reports/data/<device>/<section>/<UTC time>_<commit>.json.gz, then the report
 #   make test     correctness tests + the perf suite's smoke profile, then the diff against the CPU baseline
 #   make test-record  the correctness tests, their record filed under reports/data/<device>/tests/
 #   make report   rebuild reports/ from reports/data/** only

@@ -211,7 +211,7 @@ def test_two_ranks_equal_one_process_on_the_whole_batch(backend, grad_sync):
     changes the bf16 kernels' blocking, so every loss is held to the bf16 step bound, and bf16 weights
     are not compared bit for bit. Either gradient sync: all-reduced, or reduced to each owner only
     (then a rank holds only its own parameters' grads)."""
-    # reduce-to-owner runs as the fastest measured step does (leaderboard_2026/20261126T193942Z_a2220d25.json):
+    # reduce-to-owner runs as the fastest measured step does (leaderboard_2026/20261126T193942Z_a2220d25.json.gz):
     # with the bf16 residual stream (a bf16 embedding gradient in the bf16 buckets), and on NCCL with NCCL's
     # stream at high priority; the all-reduced case keeps the fp32 residual
     hp = backend == "nccl" and grad_sync == "reduce_to_owner"

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import torch
 
+from impl.bench.store import read_run_text
 from impl.model import SizeRef
 from impl.workloads.kernels import TWO_GRAPHS_CAUSE, oom_vs_closed_form, timer_forward_loss
 from impl.workloads.steps import build_model, chosen_2026_cases, fallback_2026_cases, memory_need, random_batch
 from impl.workloads.sweeps import grid
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "reports/data/h100-80gb-x1/nsys_profile/20261124T153423Z_a2b3c0b2+.json"
+RUN = ROOT / "reports/data/h100-80gb-x1/nsys_profile/20261124T153423Z_a2b3c0b2+.json.gz"
 H100 = 85_017_493_504
 
 
@@ -40,7 +41,7 @@ def test_timer_forward_returns_the_loss_without_its_graph():
 def test_the_first_runs_peaks_are_two_forward_graphs_not_one_step():
     """Every measured 2026 row of the first H100 run peaked at parameters + 2 x activations (closed form)
     within 2%, and the medium@2048 OOM is that figure above the device, while one step fits."""
-    run = json.loads(RUN.read_text())
+    run = json.loads(read_run_text(RUN))
     for b in run["benchmarks"]:
         c = b["extra_info"]["config"]
         need = memory_need(SizeRef("2026", c["size"]), "train_step", "fp32", c["batch"], c["context"])

@@ -38,7 +38,8 @@ def _tree(folder: Path, skip: tuple[str, ...] = ("__pycache__",)) -> dict[str, b
 
 
 def _newest(device: str, section: str, n: int = 1) -> list[Path]:
-    runs = sorted((ROOT / "reports" / "data" / device / section).glob("2*.json"))
+    runs = [rf.path for rf in store.run_files(ROOT / "reports" / "data")
+            if (rf.device, rf.section) == (device, section)]
     if len(runs) < n:
         pytest.skip(f"fewer than {n} committed {device}/{section} runs")
     return runs[-n:]
@@ -64,7 +65,7 @@ def _small_repo(root: Path) -> Path:
     _git(root, "init", "-q")
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "a small repository")
-    fresh = json.loads(_newest("cpu", "leaderboard")[0].read_text())
+    fresh = json.loads(store.read_run_text(_newest("cpu", "leaderboard")[0]))
     fresh["datetime"] = "2099-01-01T00:00:00+00:00"
     (root / "out" / "smoke").mkdir(parents=True)
     (root / "out" / "smoke" / "leaderboard.json").write_text(json.dumps(fresh))
@@ -203,7 +204,7 @@ def test_installed_clis_work_on_the_repository_they_run_in_and_write_nowhere_els
     done = _run(venv, tmp_path, "-m", "impl.bench.store", str(repo / "out/smoke/leaderboard.json"),
                 "--section", "leaderboard", "--root", str(repo))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert len(list((repo / "reports/data/cpu/leaderboard").glob("2099*.json"))) == 1
+    assert len(list((repo / "reports/data/cpu/leaderboard").glob("2099*.json.gz"))) == 1  # stored packed
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
                           timeout=60).stdout.strip()  # test_record --file refuses a commit the repository lacks
     record = dict(device="cpu", datetime="2099-01-01T00:00:00+00:00", commit=head, dirty=False,

@@ -1,6 +1,7 @@
 """Histories and the regression gate (impl.bench.store, impl.report.gate, impl.report.compare) on
 copies of committed runs in a temporary data folder, and (issue 35) every way a history could lie:
 wrong baselines, lost runs, bad data trusted, unchecked commands and files."""
+import gzip
 import json
 import math
 import re
@@ -32,14 +33,19 @@ OURS = "test_leaderboard[flash_triton-fwd_bwd]"
 
 def _newest_schema2(device: str, section: str) -> Path:
     runs = [rf.path for rf in store.run_files(DATA) if rf.device == device and rf.section == section
-            and any(b.get("extra_info", {}).get("schema") == 2 for b in json.loads(rf.path.read_text())["benchmarks"])]
+            and any(b.get("extra_info", {}).get("schema") == 2 for b in _doc(rf.path)["benchmarks"])]
     if not runs:
         pytest.skip(f"no schema-2 {device}/{section} run committed")
     return runs[-1]
 
 
+def _doc(path: Path) -> dict:
+    """A stored run's document, either form (impl.bench.store.read_run_text)."""
+    return json.loads(store.read_run_text(path))
+
+
 def _later_copy(src: Path, slower: dict[str, float], datetime: str) -> dict:
-    doc = json.loads(src.read_text())
+    doc = _doc(src)
     doc["datetime"] = datetime
     for b in doc["benchmarks"]:
         for k in ("min", "max", "mean", "median"):
@@ -72,7 +78,7 @@ def test_gate_fails_on_a_30_percent_slower_row_and_accepts_it_with_a_reason(h100
     assert err.count("REGRESSION") == 1  # the other rows are unchanged
     (data_dir.parent / "accepted-changes.toml").write_text(
         f'[[accepted]]\ndevice = "h100-80gb-x1"\nsection = "leaderboard"\nrow = "{OURS}"\n'
-        f'run = "{dest.stem}"\nreason = "a test of the gate"\n')
+        f'run = "{store.run_stem(dest)}"\nreason = "a test of the gate"\n')
     assert gate.main(["--data-dir", str(data_dir)]) == 0
     assert "accepted: a test of the gate" in capsys.readouterr().out
 
@@ -82,7 +88,7 @@ def test_gate_acceptance_for_another_run_does_not_carry_over(h100_leaderboard, t
     _store(_later_copy(src, {OURS: 1.3}, "2099-01-01T00:00:00+00:00"), tmp_path, data_dir)
     (data_dir.parent / "accepted-changes.toml").write_text(
         f'[[accepted]]\ndevice = "h100-80gb-x1"\nsection = "leaderboard"\nrow = "{OURS}"\n'
-        f'run = "{src.stem}"\nreason = "an older change"\n')
+        f'run = "{store.run_stem(src)}"\nreason = "an older change"\n')
     verdict = gate.compare(data_dir)
     assert [c.row for c in verdict.changes if c.regressed and not c.accepted] == [OURS]
 
@@ -92,7 +98,7 @@ def test_gate_within_band_and_measured_bands(h100_leaderboard, tmp_path):
     _store(_later_copy(src, {OURS: 1.01}, "2099-01-01T00:00:00+00:00"), tmp_path, data_dir)
     changes = gate.compare(data_dir).changes
     assert {c.row for c in changes} >= {OURS} and not any(c.regressed for c in changes)
-    runs = sorted((data_dir / "h100-80gb-x1" / "leaderboard").glob("*.json"))
+    runs = [rf.path for rf in store.run_files(data_dir)]
     bands = gate.measure_bands(runs, "h100-80gb-x1", "leaderboard")
     assert bands[OURS] == pytest.approx(max(gate.MIN_BAND, gate.BAND_SAFETY * 0.01))
     gate.write_bands(data_dir.parent / "noise-bands.toml", "h100-80gb-x1", "leaderboard", {OURS: 0.005})
@@ -102,7 +108,7 @@ def test_gate_within_band_and_measured_bands(h100_leaderboard, tmp_path):
 
 def test_store_never_overwrites_and_refuses_interrupted_runs(h100_leaderboard, tmp_path):
     data_dir, src = h100_leaderboard
-    doc = json.loads(src.read_text())
+    doc = _doc(src)
     doc["datetime"] = "2099-01-01T00:00:00.000001+00:00"
     first = _store(doc, tmp_path, data_dir)
     before = sorted(p.name for p in (data_dir / "h100-80gb-x1" / "leaderboard").iterdir())
@@ -115,7 +121,7 @@ def test_store_never_overwrites_and_refuses_interrupted_runs(h100_leaderboard, t
     # another run stamped in the same second is kept, under a name that sorts after the first
     doc["suite"], doc["datetime"] = {}, "2099-01-01T00:00:00.000002+00:00"
     second = _store(doc, tmp_path, data_dir)
-    assert second.name.startswith(first.stem + "_") and sorted([second, first]) == [first, second]
+    assert second.name.startswith(store.run_stem(first) + "_") and sorted([second, first]) == [first, second]
     assert [rf.path for rf in store.run_files(data_dir)][-2:] == [first, second]
 
 
@@ -134,14 +140,14 @@ def test_compare_fails_when_a_row_changes_status(tmp_path):
     (data_dir / "cpu" / "leaderboard").mkdir(parents=True)
     shutil.copy(src, data_dir / "cpu" / "leaderboard" / src.name)
     fresh = tmp_path / "leaderboard.json"
-    doc = json.loads(src.read_text())
+    doc = _doc(src)
     fresh.write_text(json.dumps(doc))
     rows, problems = compare.compare_run(fresh, "cpu", data_dir)
     assert rows and not problems
     gone = doc["benchmarks"].pop(0)["name"]
     fresh.write_text(json.dumps(doc))
     rows, problems = compare.compare_run(fresh, "cpu", data_dir)
-    assert problems == [f"leaderboard: {gone} was measured in {src.stem}, now absent"]
+    assert problems == [f"leaderboard: {gone} was measured in {store.run_stem(src)}, now absent"]
 
 
 # --- Issue 35: histories that cannot lie. A small synthetic run of the `leaderboard` section. ---
@@ -173,10 +179,14 @@ def _run(medians: dict[str, float], when: str = "2099-01-01T00:00:00+00:00", **s
 A, B = "test_leaderboard[flash_triton-fwd]", "test_leaderboard[flash_triton-fwd_bwd]"
 
 
-def _file(data_dir: Path, doc, name: str = "20990101T000000Z_abcdef12.json", device: str = GPU) -> Path:
-    path = data_dir / device / "leaderboard" / name
+def _file(data_dir: Path, doc, name: str = "20990101T000000Z_abcdef12.json", device: str = GPU,
+          packed: bool = False) -> Path:
+    """A run file planted as is: doc (a document, text or bytes) plain, or packed as the store packs
+    (name + ".gz")."""
+    path = data_dir / device / "leaderboard" / (name + ".gz" if packed else name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    raw = doc if isinstance(doc, bytes) else (doc if isinstance(doc, str) else json.dumps(doc)).encode()
+    path.write_bytes(store.encode_run(raw) if packed else raw)
     return path
 
 
@@ -259,12 +269,25 @@ LOAD_ONLY = {  # files the store would file elsewhere or cannot tell (the loader
 }
 
 
-@pytest.mark.parametrize("case", list(BAD_FILES) + list(LOAD_ONLY))
-def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, tmp_path, capsys):
-    text, words = (BAD_FILES | LOAD_ONLY)[case]
+# packed files that are not whole gzip (planted as these bytes under a .json.gz name)
+_WHOLE_GZ = store.encode_run(json.dumps(_run({A: 1e-3})).encode())
+BAD_PACKED = {
+    "not gzip": (b'{"benchmarks": []}', "unreadable (BadGzipFile"),
+    "truncated gzip": (_WHOLE_GZ[:len(_WHOLE_GZ) // 2], "unreadable (EOFError"),
+    "a bad gzip checksum": (_WHOLE_GZ[:-8] + bytes(8), "unreadable (BadGzipFile: CRC check failed"),
+    "gzip of bytes that are not UTF-8": (store.encode_run(b"\xff\xfe{}"), "unreadable (UnicodeDecodeError"),
+}
+
+
+@pytest.mark.parametrize("case,packed", [(c, False) for c in list(BAD_FILES) + list(LOAD_ONLY)]
+                         + [(c, True) for c in list(BAD_FILES) + list(LOAD_ONLY)] + [(c, None) for c in BAD_PACKED])
+def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, packed, tmp_path, capsys):
+    """Each bad file, plain or packed (`.json.gz`: the same text gzipped, or bytes that are not whole gzip)."""
+    text, words = (BAD_FILES | LOAD_ONLY | BAD_PACKED)[case]
     data_dir = tmp_path / "data"
     good = _file(data_dir, _run({A: 1e-3, B: 2e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
-    bad = _file(data_dir, text)
+    bad = _file(data_dir, text, "20990101T000000Z_abcdef12.json" + (".gz" if packed is None else ""),
+                packed=bool(packed))
     with pytest.raises(store.BadRunFile, match=re.escape(words)) as exc:
         report_data.load_file(bad, GPU, "leaderboard")
     assert str(bad) in str(exc.value)
@@ -720,7 +743,7 @@ def test_concurrent_stores_of_distinct_runs_stamped_in_one_second_all_land(tmp_p
     assert len(set(dests)) == n
     assert sorted(p.name for p in dests[0].parent.iterdir()) == sorted(p.name for p in dests)  # no leftovers
     for run, dest in zip(runs, dests):  # each success names the file that holds its run
-        assert json.loads(dest.read_text()) == json.loads(run.read_text())
+        assert _doc(dest) == json.loads(run.read_text())
 
 
 def test_concurrent_stores_of_one_run_keep_one_file(tmp_path, monkeypatch):
@@ -948,3 +971,112 @@ def test_the_report_warns_once_of_a_skipped_file(tmp_path, capsys):
     bad = _file(data_dir, "{")
     build.context(data_dir, tmp_path / "reports")
     assert capsys.readouterr().err.count(f"warning: skipped {bad}") == 1
+
+
+# --- packed runs: new runs are stored as .json.gz; plain .json ones (filed before) read the same way ---
+
+def test_a_plain_and_a_packed_run_read_alike_by_every_reader(tmp_path):
+    data_dir = tmp_path / "reports" / "data"
+    old = _file(data_dir, _run({A: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    new = _file(data_dir, _run({A: 2e-3}), packed=True)
+    assert new.name == "20990101T000000Z_abcdef12.json.gz"
+    assert [(rf.path, rf.stamp) for rf in store.run_files(data_dir)] == [(old, "20980101T000000Z_abcdef12"),
+                                                                          (new, "20990101T000000Z_abcdef12")]
+    assert store.read_run(new, "leaderboard", GPU) == _run({A: 2e-3})
+    files = [r.run.file for r in report_data.load_rows(data_dir)]
+    assert files == [report_data.run_file_name(old), report_data.run_file_name(new)] and files[1].endswith(".json.gz")
+    assert [c.new_run for c in gate.compare(data_dir).changes] == ["20990101T000000Z_abcdef12"]
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "runs in both forms")
+    runs, skipped, _ = store.committed_runs(GPU, data_dir)
+    assert [(rf.path, doc) for rf, doc in runs] == [(old, store.read_run(old)), (new, store.read_run(new))]
+    assert not skipped and store.committed_baseline(GPU, data_dir).doc["benchmarks"][0]["stats"]["median"] == 2e-3
+
+
+def test_one_run_name_in_both_forms_is_refused_naming_both(tmp_path, capsys):
+    data_dir = tmp_path / "reports" / "data"
+    plain = _file(data_dir, _run({A: 1e-3}))
+    packed = _file(data_dir, _run({A: 1e-3}), packed=True)
+    for path in (plain, packed):
+        words = f"{path}: one run name in both forms, {path.name} and {store.twin(path).name}"
+        with pytest.raises(store.BadRunFile, match=re.escape(words)):
+            store.read_run(path)
+    assert gate.main(["--data-dir", str(data_dir)]) == 1
+    err = capsys.readouterr().err
+    assert f"CORRUPT run file {plain}: " in err and f"CORRUPT run file {packed}: " in err
+    assert report_data.load_rows(data_dir) == []  # neither is picked
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "a run in both forms")
+    runs, skipped, _ = store.committed_runs(GPU, data_dir)
+    assert runs == [] and len(skipped) == 2 and all(plain.name in s and packed.name in s for s in skipped)
+    with pytest.raises(ValueError, match=re.escape(packed.name)):  # the migration will not pack it over the other
+        store.pack_file(plain)
+    # the store never claims a name whose other form is there: this run lands under the next name
+    other = tmp_path / "leaderboard.json"
+    other.write_text(json.dumps(_run({A: 1e-3}, "2099-01-01T00:00:00.5+00:00")))
+    assert store.store_run(other, "leaderboard", data_dir, GPU).name == "20990101T000000Z_abcdef12_2.json.gz"
+
+
+def test_a_stored_run_is_packed_the_same_bytes_every_time(tmp_path):
+    run = tmp_path / "leaderboard.json"
+    run.write_text(json.dumps(_run({A: 1e-3})))
+    one, two = (store.store_run(run, "leaderboard", tmp_path / d, GPU) for d in ("a", "b"))
+    raw = one.read_bytes()
+    assert one.name == two.name == "20990101T000000Z_abcdef12.json.gz" and raw == two.read_bytes()
+    # gzip's header: no file name (FLG 0), mtime 0, the fixed level's XFL (2: best); the text is the plain form's
+    assert raw[:10] == bytes([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 2, 0xFF])
+    assert gzip.decompress(raw) == json.dumps(_run({A: 1e-3}), indent=2).encode()
+    # a packed run given to the store (its section from its name) is filed as the same bytes
+    again = tmp_path / "leaderboard-again.json.gz"
+    again.write_bytes(raw)
+    assert store.main([str(again), "--data-dir", str(tmp_path / "c")]) == 0
+    assert (tmp_path / "c" / GPU / "leaderboard" / one.name).read_bytes() == raw
+
+
+def _plant_data(data_dir: Path) -> dict[str, bytes]:
+    """Two plain runs, a probe, a log and a test record (only the runs are packed); their bytes."""
+    _file(data_dir, _run({A: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    _file(data_dir, json.dumps(_run({A: 2e-3}), indent=1) + "\n")
+    for other in ("probes/p.json", "logs/x.json", "tests/20990101T000000Z_abcdef12.json"):
+        (data_dir / GPU / other).parent.mkdir(parents=True, exist_ok=True)
+        (data_dir / GPU / other).write_text("{}")
+    return _tree(data_dir)
+
+
+def test_compress_packs_each_plain_run_in_place_to_its_exact_bytes(tmp_path, capsys):
+    data_dir = tmp_path / "data"
+    before = _plant_data(data_dir)
+    rows = report_data.load_rows(data_dir)
+    args = ["compress", "--data-dir", str(data_dir)]
+    assert store.main([*args, "--dry-run"]) == 0 and _tree(data_dir) == before
+    assert "would pack 2 runs" in capsys.readouterr().out
+    assert store.main([*args, "--min-kib", "1000"]) == 0 and _tree(data_dir) == before  # none that large
+    assert store.main(args) == 0
+    out = capsys.readouterr().out
+    assert f"packed {GPU}/leaderboard/20990101T000000Z_abcdef12.json: " in out and "packed 2 runs" in out
+    after = _tree(data_dir)
+    runs = [k for k in before if "/leaderboard/" in k]
+    assert sorted(after) == sorted([k for k in before if k not in runs] + [k + ".gz" for k in runs])
+    assert all(gzip.decompress(after[k + ".gz"]) == before[k] for k in runs)
+    assert all(after[k] == before[k] for k in before if k not in runs)  # probes, logs, tests as they were
+    assert [replace(r, run=replace(r.run, file=r.run.file.removesuffix(".gz"))) for r in
+            report_data.load_rows(data_dir)] == rows  # the same rows, their files named with .gz
+    assert store.main(args) == 0 and _tree(data_dir) == after  # nothing left to pack
+
+
+def test_compress_refuses_a_packed_copy_that_does_not_unpack_to_the_file(tmp_path, monkeypatch, capsys):
+    data_dir = tmp_path / "data"
+    before = _plant_data(data_dir)
+    real = store.encode_run
+    monkeypatch.setattr(store, "encode_run", lambda raw: real(raw.replace(b"0.002", b"0.003")))
+    newer = data_dir / GPU / "leaderboard" / "20990101T000000Z_abcdef12.json"
+    with pytest.raises(ValueError, match=re.escape(f"{newer}: its packed copy unpacks to")):
+        store.pack_file(newer)
+    assert _tree(data_dir) == before  # no .gz, no partial file, the original as it was
+    assert store.main(["compress", "--data-dir", str(data_dir)]) == 1
+    assert f"store compress: {newer}: its packed copy" in capsys.readouterr().err
+    packed_first = f"{GPU}/leaderboard/20980101T000000Z_abcdef12.json"  # unchanged by the edit: packed
+    assert _tree(data_dir) == {(k + ".gz" if k == packed_first else k): (real(v) if k == packed_first else v)
+                               for k, v in before.items()}

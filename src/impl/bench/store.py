@@ -1,6 +1,6 @@
 """Benchmark histories: each run of a section is its own file, never overwritten.
 
-    reports/data/<device slug>/<section>/<UTC timestamp>_<commit>.json
+    reports/data/<device slug>/<section>/<UTC timestamp>_<commit>.json.gz
 
 The slug names the GPU model, its memory and the GPU count (`h100-80gb-x1`, `h200-141gb-x2`;
 `cpu` for any CPU), so a one-GPU run never lands beside two-GPU data. pytest writes a run's JSON
@@ -15,18 +15,26 @@ env.device_type), and not filed before. A refused run stays where pytest wrote i
 reports/ is left as it was. The same checks (`read_run`, given the folder's section and
 device) are the only way run files are read, by the store, the report's loader, the gate and the
 committed baseline of `--benchmark-compare`.
+
+A run is stored gzip-compressed (`.json.gz`, the same bytes for the same run: encode_run); runs filed
+before that are plain `.json` until `python -m impl.bench.store compress` packs them in place (each
+checked to unpack to its file's exact bytes). read_run_text reads either; one run in both forms is an
+error naming both files, never a silent pick.
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import json
 import math
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +45,8 @@ NOT_RUNS = ("probes", "logs", "tests", "history", "repeats")  # folders beside t
 # (tests: test records; repeats: impl.bench.repeat's summaries)
 STAT_KEYS = ("median", "mean", "min", "max")  # seconds per call: each finite and > 0 (the median required)
 _SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")  # a device folder's name (gpu_slug, "cpu")
+PLAIN, PACKED = ".json", ".json.gz"  # a stored run's name ends in one: plain (filed before packing), gzip
+GZIP_LEVEL = 9  # fixed, with mtime 0 and no file name in the header: one run text, one file's bytes
 
 # GPU memory as marketed, where the device name does not say it (the H200 reports "NVIDIA H200").
 _MARKETED_GB = {"h200": 141, "h100": 80, "a100": 80}
@@ -88,25 +98,40 @@ class RunFile:
 
     @property
     def stamp(self) -> str:
-        return self.path.stem
+        return run_stem(self.path)
+
+
+def run_stem(path: str | Path) -> str | None:
+    """`<stamp>` of a run file's name `<stamp>.json.gz` or `<stamp>.json`; None for another name."""
+    name = Path(path).name
+    suffix = next((s for s in (PACKED, PLAIN) if name.endswith(s)), None)
+    return name[:-len(suffix)] if suffix and len(name) > len(suffix) else None
+
+
+def twin(path: Path) -> Path:
+    """The other form's name of a run file: X.json for X.json.gz and X.json.gz for X.json."""
+    return path.with_name(path.name.removesuffix(".gz") if path.name.endswith(PACKED) else path.name + ".gz")
+
+
+def _both_forms(path: Path) -> BadRunFile:
+    return BadRunFile(str(path), [f"one run name in both forms, {path.name} and {twin(path).name}: "
+                                  "keep the one that is whole and remove the other"])
 
 
 def _run_path(parts: tuple[str, ...]) -> tuple[str, str] | None:
-    """(device, section) of a path `<device>/<section>/<name>.json` under the data folder, or None
-    for what is not a run: probes and logs, and dot files (the store's own `.partial-*` leftovers)."""
-    if len(parts) != 3 or parts[1] in NOT_RUNS or parts[2].startswith(".") or not parts[2].endswith(".json"):
+    """(device, section) of a path `<device>/<section>/<name>.json[.gz]` under the data folder, or
+    None for what is not a run: probes and logs, and dot files (the store's own `.partial-*` leftovers)."""
+    if len(parts) != 3 or parts[1] in NOT_RUNS or parts[2].startswith(".") or run_stem(parts[2]) is None:
         return None
     return parts[0], parts[1]
 
 
 def run_files(data_dir: Path) -> list[RunFile]:
-    """Every stored run, oldest first within each (device, section)."""
-    out = []
-    for path in sorted(data_dir.glob("*/*/*.json")):
-        where = _run_path(path.relative_to(data_dir).parts)
-        if where is not None:
-            out.append(RunFile(*where, path))
-    return out
+    """Every stored run file, either form, oldest first within each (device, section); both forms of
+    one name are listed (read_run_text refuses each, naming both)."""
+    found = (RunFile(*where, path) for path in data_dir.glob("*/*/*")
+             if (where := _run_path(path.relative_to(data_dir).parts)) is not None and path.is_file())
+    return sorted(found, key=lambda rf: (rf.device, rf.section, rf.stamp, rf.path.name))
 
 
 def sections(perf_dir: Path) -> list[str]:
@@ -357,24 +382,55 @@ def parse_run(text: str, where: str, section: str | None = None, device: str | N
     return doc
 
 
+def encode_run(text: bytes) -> bytes:
+    """A run file's bytes as stored: gzip at GZIP_LEVEL with a header of its own (no file name, mtime 0,
+    OS "unknown": gzip.compress's varies with the Python version and the OS), so the same run gives
+    the same bytes (with one zlib)."""
+    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)  # a raw deflate stream
+    header = bytes([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 2 if GZIP_LEVEL == 9 else 0, 0xFF])  # XFL 2: the best level
+    return header + packer.compress(text) + packer.flush() + struct.pack("<II", zlib.crc32(text), len(text) % 2**32)
+
+
+def decode_run(raw: bytes, where: str) -> str:
+    """A run file's bytes -> its JSON text, unpacked where `where` ends in .gz; BadRunFile naming it
+    for a .gz that is not whole gzip (truncated, corrupt) or text that is not UTF-8."""
+    try:
+        return (gzip.decompress(raw) if where.endswith(".gz") else raw).decode()
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:  # BadGzipFile is an OSError
+        raise BadRunFile(where, [f"unreadable ({type(exc).__name__}: {exc})"]) from None
+
+
+def read_run_text(path: Path) -> str:
+    """The one reader of a run file's text, either form (`.json`, `.json.gz`). BadRunFile naming
+    the file where it cannot be read and, for a run name, where its other form lies beside it
+    (both named: neither is picked)."""
+    if run_stem(path) is not None and twin(path).exists():
+        raise _both_forms(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadRunFile(str(path), [f"unreadable: {exc}"]) from None
+    return decode_run(raw, str(path))
+
+
 def read_run(path: Path, section: str | None = None, device: str | None = None) -> dict:
     """The one reader of run files (the store, the report's loader, the gate, the committed
-    baseline); `section` and `device` where the file is filed or found."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadRunFile(str(path), [f"unreadable: {exc}"]) from None
-    return parse_run(text, str(path), section, device)
+    baseline), either form; `section` and `device` where the file is filed or found."""
+    return parse_run(read_run_text(path), str(path), section, device)
 
 
-def _write_partial(folder: Path, doc: dict) -> Path:
-    """doc written whole beside its final name as `.partial-*` (which run_files skips), readable by
+def _json_bytes(doc: dict) -> bytes:
+    return json.dumps(doc, indent=2).encode()
+
+
+def _write_partial(folder: Path, data: bytes) -> Path:
+    """data written whole beside its final name as `.partial-*` (which run_files skips), readable by
     all like the committed files (mkstemp makes it 0600); removed if writing fails."""
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-")
     try:
         os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -384,7 +440,7 @@ def _write_partial(folder: Path, doc: dict) -> Path:
 def write_atomically(dest: Path, doc: dict) -> None:
     """Replaces dest, a reader seeing the old file or the whole new one: for what is rewritten on
     purpose (--benchmark-compare's baseline); runs and records are filed by write_new."""
-    tmp = _write_partial(dest.parent, doc)
+    tmp = _write_partial(dest.parent, _json_bytes(doc))
     try:
         os.replace(tmp, dest)
     finally:
@@ -392,46 +448,56 @@ def write_atomically(dest: Path, doc: dict) -> None:
 
 
 def _claim_number(path: Path, stamp: str) -> int | None:
-    """n of a name write_new claims: 1 for `<stamp>.json`, n for `<stamp>_<n>.json`, else None."""
-    if not path.stem.startswith(stamp):
+    """n of a name write_new claims: 1 for `<stamp>.json[.gz]`, n for `<stamp>_<n>.json[.gz]`, else None."""
+    stem = run_stem(path)
+    if stem is None or not stem.startswith(stamp):
         return None
-    rest = path.stem[len(stamp):]
+    rest = stem[len(stamp):]
     if not rest:
         return 1
     return int(rest[1:]) if rest[0] == "_" and rest[1:].isdigit() else None
 
 
-def write_new(folder: Path, stamp: str, doc: dict) -> Path:
-    """Writes doc as a new file, `<stamp>.json` or where taken `<stamp>_2.json`, `_3`..., and returns
-    it. The file is written whole first, then hard-linked to the name: a link fails where the name
-    exists, so two writers at once never share a file (a rename would silently replace the other's)
-    and a reader never sees a partial one."""
-    tmp = _write_partial(folder, doc)
-    try:
-        n = 1
-        while True:
-            dest = folder / (f"{stamp}.json" if n == 1 else f"{stamp}_{n}.json")
-            try:
+def _link_new(tmp: Path, folder: Path, stamp: str, suffix: str) -> Path:
+    """Links tmp to the first free name `<stamp><suffix>`, `<stamp>_2<suffix>`...: a link fails where
+    the name exists, so two writers at once never share a file; a name whose other form (twin) is
+    there is taken too."""
+    n = 1
+    while True:
+        dest = folder / (f"{stamp}{suffix}" if n == 1 else f"{stamp}_{n}{suffix}")
+        try:
+            if not twin(dest).exists():
                 os.link(tmp, dest)
                 return dest
-            except FileExistsError:
-                n += 1
+        except FileExistsError:
+            pass
+        n += 1
+
+
+def write_new(folder: Path, stamp: str, doc: dict, packed: bool = False) -> Path:
+    """Writes doc as a new file, `<stamp>.json` (`.json.gz` if packed: encode_run) or where taken
+    `<stamp>_2.json`, `_3`..., and returns it. The file is written whole first, then hard-linked to
+    the name (a rename would silently replace another writer's), so a reader never sees a partial one."""
+    tmp = _write_partial(folder, encode_run(_json_bytes(doc)) if packed else _json_bytes(doc))
+    try:
+        return _link_new(tmp, folder, stamp, PACKED if packed else PLAIN)
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def _filed_before(dest: Path, stamp: str, doc: dict) -> Path | None:
-    """A file claimed before dest that holds the same run (run_identity), if any. Only earlier
-    claims count: of two stores of one run at once, the first claim stays and the second yields."""
+    """A file claimed before dest that holds the same run (run_identity), if any, in either form.
+    Only earlier claims count: of two stores of one run at once, the first claim stays and the
+    second yields."""
     mine = _claim_number(dest, stamp)
-    for path in sorted(dest.parent.glob(f"{glob.escape(stamp)}*.json")):
+    for path in sorted(dest.parent.glob(f"{glob.escape(stamp)}*")):
         n = _claim_number(path, stamp)
         if n is None or n >= mine:
             continue
         try:
-            if run_identity(json.loads(path.read_text())) == run_identity(doc):
+            if run_identity(json.loads(read_run_text(path))) == run_identity(doc):
                 return path
-        except (OSError, ValueError, AttributeError):
+        except (ValueError, AttributeError):  # BadRunFile and JSONDecodeError are ValueErrors
             continue
     return None
 
@@ -454,7 +520,7 @@ def store_run(run_json: Path, section: str, data_dir: Path, device: str | None =
         raise ValueError(f"{run_json}: {folder} is outside {data_dir}")
     folder.mkdir(parents=True, exist_ok=True)
     stamp = run_stamp(doc)
-    dest = write_new(folder, stamp, doc)
+    dest = write_new(folder, stamp, doc, packed=True)
     if (before := _filed_before(dest, stamp, doc)) is not None:
         dest.unlink()
         raise ValueError(f"{run_json}: the same run is already stored as {before}")
@@ -473,8 +539,8 @@ class Baseline:
 
 @dataclass(frozen=True)
 class CommittedFile:
-    parts: tuple[str, ...]  # the path under the data folder: <device>/<section>/<name>.json for a run
-    text: str
+    parts: tuple[str, ...]  # the path under the data folder: <device>/<section>/<name>.json[.gz] for a run
+    data: bytes  # as stored (decode_run gives a run's text)
 
 
 def committed_files(data_dir: Path) -> tuple[list[CommittedFile], str]:
@@ -489,8 +555,8 @@ def committed_files(data_dir: Path) -> tuple[list[CommittedFile], str]:
         rel = data_dir.resolve().relative_to(top.resolve()).as_posix()
         names = git(top, "ls-tree", "-r", "--name-only", "-z", "HEAD", "--", rel).decode().split("\0")
     except (OSError, subprocess.CalledProcessError, ValueError):
-        files = sorted(data_dir.glob("*/*/*.json"))
-        return ([CommittedFile(p.relative_to(data_dir).parts, p.read_text(errors="replace")) for p in files],
+        files = [rf.path for rf in run_files(data_dir)]
+        return ([CommittedFile(p.relative_to(data_dir).parts, p.read_bytes()) for p in files],
                 f"{data_dir} (the working tree: not a git checkout with a HEAD)")
     names = sorted(n for n in names if n)
     # one `git cat-file --batch` for all files: its output is "<sha> blob <size>\n<bytes>\n" each
@@ -499,8 +565,7 @@ def committed_files(data_dir: Path) -> tuple[list[CommittedFile], str]:
     for n in names:
         header_end = out.index(b"\n", pos)
         size = int(out[pos:header_end].split()[2])
-        files.append(CommittedFile(Path(n).relative_to(rel).parts,
-                                   out[header_end + 1:header_end + 1 + size].decode(errors="replace")))
+        files.append(CommittedFile(Path(n).relative_to(rel).parts, out[header_end + 1:header_end + 1 + size]))
         pos = header_end + 1 + size + 1
     return files, f"git HEAD:{rel}"
 
@@ -509,16 +574,21 @@ def committed_runs(device: str, data_dir: Path) -> tuple[list[tuple[RunFile, dic
     """(the committed runs of `device`, oldest first within a section, as (file, document); the
     files skipped as not whole runs, each named with why; where they were read from)."""
     files, source = committed_files(data_dir)
+    names = {f.parts for f in files}
     runs, skipped = [], []
     for f in files:
         where = _run_path(f.parts)
         if where is None or where[0] != device:
             continue
+        name = "/".join(f.parts)
         try:
+            if (*f.parts[:-1], twin(Path(f.parts[-1])).name) in names:
+                raise _both_forms(Path(name))
             runs.append((RunFile(*where, data_dir.joinpath(*f.parts)),
-                         parse_run(f.text, "/".join(f.parts), section=where[1], device=where[0])))
+                         parse_run(decode_run(f.data, name), name, section=where[1], device=where[0])))
         except BadRunFile as exc:
             skipped.append(str(exc))
+    runs.sort(key=lambda run: (run[0].section, run[0].stamp))  # oldest first, whatever the files' forms
     return runs, skipped, source
 
 
@@ -543,8 +613,75 @@ def committed_baseline(device: str, data_dir: Path) -> Baseline:
                     source, skipped)
 
 
+@dataclass(frozen=True)
+class Packed:
+    """One run file compress_runs packed (or, in a dry run, would pack): its path and sizes."""
+
+    path: Path  # the plain file it was
+    before: int  # bytes
+    after: int
+
+
+def pack_file(path: Path) -> Path:
+    """Packs one plain run file in place as `<name>.gz` (encode_run of its exact bytes) and removes the
+    original; ValueError naming it, with the original left as it was, where the packed file is there
+    already or does not unpack to the original's exact bytes (read back from disk before anything is
+    removed)."""
+    if twin(path).exists():
+        raise _both_forms(path)
+    raw = path.read_bytes()
+    tmp = _write_partial(path.parent, encode_run(raw))
+    try:
+        if (back := gzip.decompress(tmp.read_bytes())) != raw:
+            raise ValueError(f"{path}: its packed copy unpacks to {len(back)} bytes that differ from the file's "
+                             f"{len(raw)}; left as it was")
+        os.link(tmp, twin(path))  # fails where the name exists: nothing is replaced
+    finally:
+        tmp.unlink(missing_ok=True)
+    path.unlink()
+    return twin(path)
+
+
+def compress_runs(data_dir: Path, min_bytes: int = 0, dry_run: bool = False) -> list[Packed]:
+    """Every plain run file (run_files: the sections' folders only, never probes, logs, tests or
+    repeats) of at least min_bytes packed in place by pack_file, or in a dry run only sized."""
+    done = []
+    for rf in run_files(data_dir):
+        if rf.path.name.endswith(PACKED) or (size := rf.path.stat().st_size) < min_bytes:
+            continue
+        after = len(encode_run(rf.path.read_bytes())) if dry_run else pack_file(rf.path).stat().st_size
+        done.append(Packed(rf.path, size, after))
+    return done
+
+
+def compress_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m impl.bench.store compress",
+                                 description="Pack the stored plain .json runs in place as .json.gz, each checked "
+                                             "to unpack to its file's exact bytes before the file is removed.")
+    ap.add_argument("--min-kib", type=float, default=0.0, help="only files of at least this many KiB (default: all)")
+    ap.add_argument("--dry-run", action="store_true", help="print what would be packed and its sizes; change nothing")
+    add_repo_arguments(ap)
+    args = ap.parse_args(argv)
+    repo = repo_from_args(ap, args)
+    try:
+        done = compress_runs(repo.data_dir, int(args.min_kib * 1024), args.dry_run)
+    except ValueError as exc:  # BadRunFile included: each names its file; those packed before it stay packed
+        print(f"store compress: {exc}", file=sys.stderr)
+        return 1
+    verb = "would pack" if args.dry_run else "packed"
+    for p in done:
+        print(f"{verb} {p.path.relative_to(repo.data_dir)}: {p.before / 1024:.1f} -> {p.after / 1024:.1f} KiB")
+    before, after = sum(p.before for p in done), sum(p.after for p in done)
+    print(f"store compress: {verb} {len(done)} runs, {before / 2**20:.2f} -> {after / 2**20:.2f} MiB")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compress"]:
+        return compress_main(argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + " (`compress`: pack the plain "
+                                 "stored runs in place; `compress --help`)")
     ap.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark JSON of finished runs")
     ap.add_argument("--section", help="section name (default: the JSON file's stem up to its first '-')")
     ap.add_argument("--device", help="device slug (default: the run's own)")
@@ -554,7 +691,8 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for run in args.runs:
         try:
-            dest = store_run(run, args.section or run.stem.split("-")[0], repo.data_dir, args.device, repo.perf_dir)
+            section = args.section or (run_stem(run) or run.stem).split("-")[0]
+            dest = store_run(run, section, repo.data_dir, args.device, repo.perf_dir)
             print(f"stored {run} -> {dest}")
         except ValueError as exc:  # BadRunFile included: it names the file and each row
             print(f"store: {exc}; not stored", file=sys.stderr)

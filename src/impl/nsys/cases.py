@@ -31,7 +31,7 @@ GROUPS = ("nsys_profile", "memory_profiling", "ddp", "fsdp", "leaderboard_2026")
 MEASURED = "measured"  # the NVTX range a single-GPU case's capture starts at
 DDP_VARIANTS = (DDPVariant.NAIVE, DDPVariant.INDIVIDUAL)  # ddp (b): not overlapped against overlapped
 FSDP_VARIANTS = (FSDPVariant.FSDP, FSDPVariant.FSDP_BLOCK_BF16)
-# The fastest two-GPU 8B candidate measured (2xH200, leaderboard_2026/20261126T120418Z_8876506.json: 6.136 s)
+# The fastest two-GPU 8B candidate measured (2xH200, leaderboard_2026/20261126T120418Z_8876506.json.gz: 6.136 s)
 LEADERBOARD_CANDIDATE = StepCandidate("keep_attention", 3, "pointwise", "flash_gluon")
 
 

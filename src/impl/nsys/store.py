@@ -1,5 +1,5 @@
 """Filing one device call's nsys outputs under reports/data/<device>/nsys/<started UTC>_<commit>/, beside the
-benchmark runs (their `*/*/*.json` glob does not reach these folders), for the report to read:
+benchmark runs (their `*/*/*.json[.gz]` listing does not reach these folders), for the report to read:
 
   manifest.json, log.txt          the run's manifest and log, as the device wrote them
   tables/                         every case's nsys stats CSVs, its workload's result.json and its nsys log

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.row import Status
-from impl.bench.store import BadRunFile, Suite, check_section, committed_runs, device_problems, read_run
+from impl.bench.store import BadRunFile, Suite, check_section, committed_runs, device_problems, read_run, run_stem
 from impl.report.data import load_doc
 from impl.report.rows import Bench
 from impl.report.markdown import table
@@ -38,7 +38,7 @@ def _cells(rec: Bench | None) -> tuple[str, str]:
 def compare_run(fresh: Path, device: str | None, data_dir: Path) -> tuple[list[list], list[str]]:
     """(table rows, problems) of one fresh run against the committed runs of its section on `device` (default: the
     run's own), row by row; a bad fresh run is a problem, a bad committed one is skipped with a warning."""
-    section = fresh.stem
+    section = run_stem(fresh) or fresh.stem
     try:
         fresh_doc = read_run(fresh, section)
         device = device or Suite.from_json(fresh_doc).device_slug or "cpu"

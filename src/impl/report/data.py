@@ -11,7 +11,8 @@ from pathlib import Path
 
 from impl.bench.kernel_digest import KernelDigest
 from impl.bench.row import SCHEMA, Row, Status
-from impl.bench.store import BadRunFile, RunFile, read_run, row_number_problems, run_files, run_identity
+from impl.bench.store import (BadRunFile, RunFile, read_run, row_number_problems, run_files, run_identity,
+                              run_stem)
 from impl.report.legacy import handout_name, legacy_row
 from impl.report.rows import Bench, RunRef, Stats
 
@@ -19,7 +20,8 @@ _UNREADABLE = (AttributeError, KeyError, TypeError, ValueError)  # an older-form
 
 
 def run_file_name(path: str | Path) -> str:
-    """A stored run's path under the repository (impl.bench.store's layout <device>/<section>/<name>.json)."""
+    """A stored run's path under the repository (impl.bench.store's layout <device>/<section>/<name>.json.gz,
+    or .json for one filed before runs were packed)."""
     return "/".join(("reports", "data", *Path(path).parts[-3:]))
 
 
@@ -37,8 +39,8 @@ def load_doc(doc: dict, path: Path, device: str | None = None, section: str | No
     info = doc.get("commit_info") or {}
     # the commit, short, "+" where its tree had changes (on the lent GPU machine later commits arrive as changes)
     commit = (info.get("id") or "")[:8] + ("+" if info.get("dirty") else "")
-    run = RunRef(device or path.parent.name, section or path.stem, doc.get("datetime") or "", commit, legacy,
-                 run_file_name(path), KernelDigest.from_json(info))
+    run = RunRef(device or path.parent.name, section or run_stem(path) or path.stem, doc.get("datetime") or "", commit,
+                 legacy, run_file_name(path), KernelDigest.from_json(info))
     rows = [(b["name"], *_measured(b, path)) for b in doc["benchmarks"]]
     rows += [(e["name"], Row.from_json(e["row"]), None) for e in doc.get("not_run", [])]
     return [Bench(name, handout_name(row), run, stats) for name, row, stats in rows]

@@ -151,7 +151,7 @@ class RunRef:
     datetime: str  # the run's start, ISO UTC (pytest-benchmark's); "" where the file has none
     commit: str
     legacy: bool
-    file: str = ""  # reports/data/<device>/<section>/<name>.json
+    file: str = ""  # reports/data/<device>/<section>/<name>.json.gz (.json: filed before packing)
     kernels: KernelDigest | None = None  # the kernels it ran; None in runs stored before runs recorded them
 
     @property

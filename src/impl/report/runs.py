@@ -34,7 +34,7 @@ def device_name(device: str, rows: list) -> str:
 
 
 def files_text(files) -> str:
-    """Run files as the report names them: "`reports/data/<device>/<section>/<name>.json`, ..."."""
+    """Run files as the report names them: "`reports/data/<device>/<section>/<name>.json.gz`, ..."."""
     return ", ".join(f"`{f}`" for f in files)
 
 

@@ -464,12 +464,12 @@ _LB26_POLICIES = (("every_k", 1), ("none", None))
 # and with stage 3's Gluon backward too (flash_gluon: dK/dV in Gluon, dQ from the Triton dQ kernel at d 128):
 # ~64.8 -> ~51 ms a layer backward by the H100 probe's ratio, ~0.47 s a step more. It runs first of the
 # pointwise candidates (`-k "two_gpus and pointwise"`), the best predicted, so a budget stop cuts the others.
-# Measured (2xH200, 2026-11-26, leaderboard_2026/20261126T120418Z_8876506.json): 6.136 s do_bench, peak
+# Measured (2xH200, 2026-11-26, leaderboard_2026/20261126T120418Z_8876506.json.gz): 6.136 s do_bench, peak
 # 115.6 GiB a rank: room for more plain blocks (~8.4 GB each, ~25 ms of recompute saved each): k 5 (~131
 # GiB predicted) and k 4 after it (`-k "two_gpus and flash_gluon and not ws"`; an OOM is a row). Its forward's
 # host range (1.50 s) outlasts its kernels (1.18 s): k 5 with expandable segments, second, tests whether
 # the allocator's cudaMalloc/cudaFree is what the host waits for (the breakdown's blocking_runtime_ms says).
-# k 5 with expandable segments measured 6.12 s (leaderboard_2026/20261126T143432Z_a4ea09d.json), its 171 bf16
+# k 5 with expandable segments measured 6.12 s (leaderboard_2026/20261126T143432Z_a4ea09d.json.gz), its 171 bf16
 # all-reduces' kernels resident 6.7 ms each where the transfer needs ~0.3 ms, attention backward ~20% slower
 # beside them: the same step with NCCL on a high-priority stream, then with NCCL capped at 8 CTAs (SMs; 24 by
 # default here) a collective (`-k "two_gpus and expandable_segments"` runs the three; NOTES "eighteenth session").
