@@ -249,47 +249,32 @@ def test_ws_early_q_launch_adds_only_the_output_tensor():
     assert not any(c.o_regs for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).o_regs
 
 
-
-def test_ws_rotate_launch_differs_only_in_its_constexpr_and_refuses_a_hi_half():
-    """rotate (a trial, flash_gluon_ws.TRIAL_CONFIGS): the default's launch with the ROTATE constexpr set, at d 64
-    and 128; d 80 and 96 (a hi half, which the rotated loop does not carry) are refused naming rotate."""
+@pytest.mark.parametrize("field", ["rotate", "lazy_sum"])
+def test_ws_loop_trial_launch_differs_only_in_its_constexpr_and_refuses_a_hi_half(field):
+    """rotate and lazy_sum (trials, flash_gluon_ws.TRIAL_CONFIGS): the default's launch (lazy_sum: and the
+    persistent one's) with the field's one constexpr set, at d 64 and 128; d 80 and 96 (a hi half, which neither
+    loop carries) are refused naming the field, and so is lazy_sum with rotate (which has its own loop)."""
     ws = flash_gluon_ws
-    assert ws.GluonWsConfig(rotate=True) in ws.TRIAL_CONFIGS
-    assert not any(c.rotate for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).rotate
+    assert ws.GluonWsConfig(**{field: True}) in ws.TRIAL_CONFIGS
+    assert not any(getattr(c, field) for c in ws.CANDIDATE_CONFIGS) and not getattr(ws.default_config(128), field)
+    bases = (ws.GluonWsConfig(),) + ((ws.GluonWsConfig(persistent=True),) if field == "lazy_sum" else ())
     for d in (64, 128):
         q, k, v = _qkv((2, 3, 1000, d))
         o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
-        grid, args, opts = ws.launch_args(q, k, v, o, lse, True)
-        rgrid, rargs, ropts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(rotate=True))
-        assert (rgrid, ropts, rargs[8:-2]) == (grid, opts, args[8:-2]) and (args[-2:], rargs[-2:]) == ((False, False),
-                                                                                                      (True, False))
-    for d in (80, 96):
-        q, k, v = _qkv((1, 2, 40, d))
-        with pytest.raises(ValueError, match="rotate"):
-            ws.launch_args(q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1]), True, ws.GluonWsConfig(rotate=True))
-
-
-def test_ws_lazy_sum_launch_differs_only_in_its_constexpr_and_refuses_a_hi_half():
-    """lazy_sum (a trial, flash_gluon_ws.TRIAL_CONFIGS): the default's launch (and the persistent one's) with the
-    LAZY_SUM constexpr set, at d 64 and 128; d 80 and 96 are refused naming lazy_sum (the trial's GPU tests cover 64
-    and 128 only), and so is lazy_sum with rotate (which has its own loop)."""
-    ws = flash_gluon_ws
-    assert ws.GluonWsConfig(lazy_sum=True) in ws.TRIAL_CONFIGS
-    assert not any(c.lazy_sum for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).lazy_sum
-    for d in (64, 128):
-        q, k, v = _qkv((2, 3, 1000, d))
-        o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
-        for base in (ws.GluonWsConfig(), ws.GluonWsConfig(persistent=True)):
+        for base in bases:
             grid, args, opts = ws.launch_args(q, k, v, o, lse, True, base)
-            lgrid, largs, lopts = ws.launch_args(q, k, v, o, lse, True, dataclasses.replace(base, lazy_sum=True))
-            assert (lgrid, lopts, largs[8:-1]) == (grid, opts, args[8:-1]) and (args[-1], largs[-1]) == (False, True)
+            tgrid, targs, topts = ws.launch_args(q, k, v, o, lse, True, dataclasses.replace(base, **{field: True}))
+            changed = [i for i, (x, y) in enumerate(zip(args[8:], targs[8:]), 8) if x is not y and x != y]
+            assert (tgrid, topts, len(targs)) == (grid, opts, len(args)) and len(changed) == 1
+            assert (args[changed[0]], targs[changed[0]]) == (False, True)
     for d in (80, 96):
         q, k, v = _qkv((1, 2, 40, d))
-        with pytest.raises(ValueError, match="lazy_sum"):
+        with pytest.raises(ValueError, match=field):
             ws.launch_args(q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1]), True,
-                           ws.GluonWsConfig(lazy_sum=True))
+                           ws.GluonWsConfig(**{field: True}))
     with pytest.raises(ValueError, match="lazy_sum"):
         ws.GluonWsConfig(rotate=True, lazy_sum=True)
+
 
 def test_gluon_forward_is_off_the_default_paths():
     """Issue 47 wires the kernel in at stage 4: until then importing the attention package, the Triton
