@@ -291,7 +291,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("path")
     ap.add_argument("--names", default="", help="comma-separated labels of the launches, in order")
     ap.add_argument("--top", type=int, default=10)
-    ap.add_argument("--unit", default="HGMMA:16", help="mix: FAMILY:N, N of FAMILY's instructions a unit of work; or one a launch, comma-separated")
+    ap.add_argument("--unit", default="HGMMA:16",
+                    help="mix: FAMILY:N, N of FAMILY's instructions a unit of work; or one a launch, comma-separated")
     args = ap.parse_args(argv)
     names = [n for n in args.names.split(",") if n] or None
     text = _open_text(args.path)

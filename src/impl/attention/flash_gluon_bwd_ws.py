@@ -773,8 +773,8 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
     GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE,
-    STATS_SMEM, DQ_ONE are passed up to the last one the config sets (stage 3b's arguments without rebuild; the default's with
-    rebuild alone). lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote.
+    STATS_SMEM, DQ_ONE are passed up to the last one the config sets (stage 3b's arguments without rebuild; the
+    default's with rebuild alone). K and dK get K_SWIZZLE's swizzle, or the default one with dq_one_consumer. lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote.
     With config.stats_smem lse and delta ((B, H, n_q) views whose rows lie 16 bytes apart: _stats_descriptor) are
     passed as TMA descriptors."""
     config = config or GluonBwdWsConfig()
