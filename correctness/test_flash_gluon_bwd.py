@@ -1659,7 +1659,7 @@ def test_ws_backward_stats_smem_compiles_for_hopper():
             assert 2 * 2 * 64 * 4 <= r["shared"] - b["shared"] <= 2 * 2 * 64 * 4 + 128, (r, b)
     assert sum(r["stats"] for r in rows) == 4 + 1 + 2 * 3
     assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True) in ws.CANDIDATE_CONFIGS
-    assert not any(c.stats_smem for c in ws.TRIAL_CONFIGS)
+    assert not any(c.stats_smem for c in ws.TRIAL_CONFIGS if not c.dq_one_consumer)  # its trial: dq_one_consumer
 
 
 @pytest.mark.parametrize("fields", [dict(), dict(block_m=128), dict(dq_own_keys=True)], ids=["default", "m128", "own"])
@@ -1726,6 +1726,101 @@ def test_ws_backward_launch_args_stats_smem():
         a = _args((1, 2, 300, c.head_dims[0]))
         plain = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, ws.GluonBwdWsConfig(False))[1]
         assert len(ws.launch_args(a["q"], a["k"], a["v"], a["do"], *_ws_bufs(a), True, c)[1]) <= len(plain) + 7
+
+
+_COMPILE_WS_DQ_ONE = r"""
+import json, re, sys, torch
+sys.path.insert(0, "tools/probes")
+import sass_loops
+from impl.attention import flash_gluon_bwd_ws as mod
+from kits.sm90_compile import compile_for_sm90, cubin_figures, sass_text
+Cfg = mod.GluonBwdWsConfig
+stats = dict(prescaled_lse=True, stats_smem=True)
+cases = [(Cfg(**stats), True), (Cfg(dq_one_consumer=True, **stats), True), (Cfg(dq_one_consumer=True, **stats), False),
+         (Cfg(dq_one_consumer=True, release_before_dq=True, **stats), True)]
+rows = []
+for config, causal in cases:
+    q, k, v, do = (torch.randn(2, 3, 1000, 64, dtype=torch.bfloat16) for _ in range(4))
+    lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+    grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                       torch.empty_like(v), causal, config)
+    ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
+    sass = sass_text(ck)
+    ins = sass_loops.parse(sass)
+    loops = [sass_loops.counts(ins[lo:hi + 1]) for lo, hi in sass_loops.loops(ins)]
+    tiles = [c for c in loops if c["HGMMA"] in (16, 24) and c["MUFU.EX2"] == 32]  # the consumers' query-tile loops
+    rows.append(dict(one=config.dq_one_consumer, causal=causal, release=config.release_before_dq,
+                     hgmma_shapes=sorted(set(re.findall(r"HGMMA\.(\d+x\d+x\d+)", sass))),
+                     tiles=[(c["HGMMA"], c["UTMAREDG"], c["STS"]) for c in tiles],
+                     predicted=mod.shared_bytes(64, 2, config.num_stages, 64, False, False, True), **cubin_figures(ck)))
+print(json.dumps(rows))
+"""
+
+
+def test_ws_backward_dq_one_consumer_compiles_for_hopper():
+    """Issue 47, ws dQ by one consumer (GluonBwdWsConfig(dq_one_consumer=True) with the statistics through the ring;
+    NOTES.md): at d 64, full and causal (and with release_before_dq), within the 240 / 24 budgets, no stack and no
+    spills; every HGMMA is m64n64k16 (the split's dQ halves are m64n32k16); each query-tile loop instance of the dQ
+    consumer has 24 HGMMA, 2 reduce-adds and 16 STS (its whole 64 × 64 fp32 tile), the other's 16 HGMMA and none;
+    in all 5/6 of the split's HGMMA and as many reduce-adds, the same shared memory."""
+    rows = json.loads(run_without_interpreter(_COMPILE_WS_DQ_ONE))
+    base = next(r for r in rows if not r["one"])
+    for r in rows:
+        r["tiles"] = [tuple(t) for t in r["tiles"]]  # (HGMMA, UTMAREDG, STS) a loop instance, lists in JSON
+        print(f"\nws d 64 dq_one_consumer={r['one']} causal={r['causal']} release={r['release']}: regs {r['regs']}, "
+              f"stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B (bound {r['predicted']}), "
+              f"HGMMA {r['hgmma']} {r['hgmma_shapes']}, UTMAREDG {r['tma_reduce']}, loops (HGMMA, UTMAREDG, STS) "
+              f"{r['tiles']}, regs touched {r['partitions']}")
+        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
+        assert r["shared"] <= r["predicted"], r
+        if not r["one"]:
+            assert "64x32x16" in r["hgmma_shapes"] and all(t == (24, 1, 8) for t in r["tiles"]), r
+            continue
+        assert r["hgmma_shapes"] == ["64x64x16"] and r["shared"] == base["shared"], r
+        assert sorted(set(r["tiles"])) == [(16, 0, 0), (24, 2, 16)], r
+        assert sum(t[0] == 24 for t in r["tiles"]) == sum(t[0] == 16 for t in r["tiles"]), r
+        if r["causal"]:
+            assert 6 * r["hgmma"] == 5 * base["hgmma"] and r["tma_reduce"] == base["tma_reduce"], (r, base)
+
+
+@pytest.mark.parametrize("fields", [dict(block_m=128), dict(rebuild=False), dict(dq_own_keys=True)],
+                         ids=["m128", "stage3b", "own"])
+def test_ws_backward_config_refuses_dq_one_consumer_beside_another_dq_split(fields):
+    """dq_one_consumer replaces the default's dQ split: refused with 128-row tiles, stage 3b's kernel and own-keys dQ,
+    naming the three fields; not a bool refused; d 64 only (d 128 refused by the launcher and the entry point)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    msg = (r"^GluonBwdWsConfig: dq_one_consumer needs block_m=64, rebuild=True and dq_own_keys=False \(.*\), got "
+           r"block_m=\d+, rebuild=(True|False), dq_own_keys=(True|False)$")
+    with pytest.raises(ValueError, match=msg):
+        ws.GluonBwdWsConfig(dq_one_consumer=True, **fields)
+    with pytest.raises(ValueError, match="dq_one_consumer must be a bool"):
+        ws.GluonBwdWsConfig(dq_one_consumer=1)
+    config = ws.GluonBwdWsConfig(dq_one_consumer=True, prescaled_lse=True, stats_smem=True)
+    assert config.head_dims == (64,) and config in ws.TRIAL_CONFIGS and config not in ws.CANDIDATE_CONFIGS
+    _assert_refused_at_d128(config, "runs at head dims \\(64,\\) only")
+
+
+def test_ws_backward_launch_args_dq_one_consumer():
+    """dq_one_consumer passes all nine trailing constexprs (..., STATS_SMEM, DQ_ONE = True) and K's and dK's
+    descriptors in the default (128-byte) swizzle, its dQ product being N = 64 over all of K's columns; every other
+    argument is the statistics-through-the-ring config's (K and dK at the split's 64-byte swizzle there)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    a = _args((2, 3, 257, 64))
+    bufs = _stats_bufs(a)
+    stats = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
+    for fields in (dict(), dict(release_before_dq=True, num_stages=3)):
+        grid, args, opts = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True,
+                                          replace(stats, dq_one_consumer=True, **fields))
+        grid2, base, opts2 = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, replace(stats, **fields))
+        assert (grid, opts) == (grid2, opts2) and args[len(base):] == (True,) and base[-2:] == (True, True)
+        assert [i for i, (x, y) in enumerate(zip(args, base)) if x is not y and x != y] == [1, 5]
+        for i in (1, 5):  # K, dK
+            assert args[i].layout.swizzle_byte_width == 128 and base[i].layout.swizzle_byte_width == 64
+            assert args[i].base is base[i].base and args[i].block_shape == base[i].block_shape
 
 
 @pytest.mark.parametrize("case", ["row stride 301", "heads not packed", "fp16"])
@@ -2109,6 +2204,56 @@ def test_ws_backward_statistics_configs_gpu_give_their_bases_bits(pair, d, shape
     want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig(**base))
     got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
     _assert_same_gradients(got, want, n_k <= 2 * ws.BLOCK_N.value, dtype)
+
+
+#: Issue 47, ws dQ by one consumer: beside WS_PRESCALED_SHAPES' ragged lengths, a last key tile whose second
+#: consumer's keys are all masked (192) or 8 of 64 live (200) (the dQ consumer still adds the tile's whole dQ), and
+#: programs with no query tile (causal, keys past the queries).
+WS_DQ_ONE_SHAPES = WS_PRESCALED_SHAPES + [(1, 2, 300, 192), (2, 2, 333, 200)]
+#: Its rings: two slots (bf16 and fp16), release_before_dq and three slots (bf16).
+WS_DQ_ONE_RINGS = {"s2-bf16": (dict(), torch.bfloat16), "s2-fp16": (dict(), torch.float16),
+                   "release": (dict(release_before_dq=True), torch.bfloat16),
+                   "s3": (dict(num_stages=3), torch.bfloat16)}
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)  # a handshake that hangs fails here, not at the session's limit
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", WS_DQ_ONE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("ring", list(WS_DQ_ONE_RINGS))
+def test_ws_backward_dq_one_consumer_gpu_gives_the_splits_bits(ring, shape, is_causal):
+    """Issue 47, ws dQ by one consumer (TRIAL_CONFIGS, d 64): consumer 1 computes each tile's whole dQ (N = 64, K in
+    the 128-byte swizzle), consumer 0 none. dK and dV are each consumer's own products, unchanged: bitwise the
+    statistics-through-the-ring config's with the same ring (two slots, release_before_dq, three slots); dQ within
+    one rounding of the cast (the reduce-adds' order varies between runs)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    fields, dtype = WS_DQ_ONE_RINGS[ring]
+    base = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, **fields)
+    config = replace(base, dq_one_consumer=True)
+    assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, dq_one_consumer=True) in ws.TRIAL_CONFIGS
+    B, H, n_q, n_k = shape
+    q, k, v, do = _inputs((B, H, n_q, 64), (B, H, n_k, 64), dtype, "cuda")
+    o, lse = forward("triton", q, k, v, is_causal)
+    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, base)
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
+    _assert_same_gradients(got, want, False, dtype)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(1, 3, 257, 129), (2, 2, 130, 700), (1, 2, 300, 192), (2, 2, 333, 200)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_ws_backward_dq_one_consumer_gpu_matches_reference(shape, is_causal, monkeypatch):
+    """The dQ-by-one-consumer trial against the float64 reference, every torch.empty NaN-poisoned (a staging half or
+    a dQ row left unwritten shows)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    config = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, dq_one_consumer=True)
+    _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch)
 
 
 @gpu

@@ -326,6 +326,10 @@ def test_the_builder_leaves_later_fields_out_at_their_default():
         stats = GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
         assert dict(builder._config_pairs(stats))["stats_smem"] is True
         assert GluonBwdWsConfig(**dict(builder._config_pairs(stats))) == stats
+        assert "dq_one_consumer" not in dict(builder._config_pairs(stats))  # issue 47, ws dQ by one consumer
+        one = GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, dq_one_consumer=True)
+        assert dict(builder._config_pairs(one))["dq_one_consumer"] is True
+        assert GluonBwdWsConfig(**dict(builder._config_pairs(one))) == one
 
 
 @needs_gluon

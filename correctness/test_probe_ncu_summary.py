@@ -99,7 +99,8 @@ _MIX = ('"Kernel Name","ours",\n' + _MIX_HEADER +
 
 def test_mix_table_counts_a_unit_of_work(probe, tmp_path, capsys):
     """Executed instructions by family over a unit of work (HGMMA:16: ours ran 2 units, theirs 4), samples in %;
-    a malformed unit or one a launch never ran is refused by name."""
+    a unit a launch (comma-separated); a malformed unit, a count of units not the launches', or one a launch never
+    ran is refused by name."""
     blocks = probe.read_source(_MIX)
     lines = probe.mix_table(blocks, "HGMMA:16")
     assert lines[0] == "| family | ours a unit | ours % samples | theirs a unit | theirs % samples |"
@@ -114,6 +115,12 @@ def test_mix_table_counts_a_unit_of_work(probe, tmp_path, capsys):
         probe.mix_table(blocks, "HGMMA")
     with pytest.raises(ValueError, match="launch theirs executed no PRMT"):
         probe.mix_table(blocks, "PRMT:32")
+    per_launch = probe.mix_table(blocks, "HGMMA:16,HGMMA:32")  # theirs: a unit of 32 HGMMA, 2 units
+    assert per_launch[2] == "| units | 2 |  | 2 |  |" and "| MUFU | 66.0 | 30.0 | 132.0 | 25.0 |" in per_launch
+    with pytest.raises(ValueError, match="gives 3 units for 2 launches"):
+        probe.mix_table(blocks, "HGMMA:16,HGMMA:16,HGMMA:16")
+    with pytest.raises(ValueError, match="launch theirs executed no PRMT"):
+        probe.mix_table(blocks, "HGMMA:16,PRMT:32")
     path = tmp_path / "mix.csv"
     path.write_text(_MIX)
     assert probe.main(["mix", str(path), "--names", "a,b", "--unit", "MUFU:66"]) == 0

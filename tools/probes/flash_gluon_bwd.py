@@ -132,7 +132,8 @@ def cfg_text(c) -> str:
                 + (" dq-own-keys" if c.dq_own_keys else "")  # issue 47, ws dQ over a consumer's own keys
                 + (" pingpong" if c.pingpong else "")  # and the consumers' ping-pong
                 + (" prescaled-lse" if c.prescaled_lse else "")  # issue 47, ws prescaled lse
-                + (" stats-smem" if c.stats_smem else ""))  # and the row statistics through the load warp's ring
+                + (" stats-smem" if c.stats_smem else "")  # and the row statistics through the load warp's ring
+                + (" dq-one" if c.dq_one_consumer else ""))  # issue 47, ws dQ by one consumer
     dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles)),
           "atomic": " dq-atomic"}.get(c.dq, "")
     if c.dq_stages > 1:  # stage 3d: dQ staging tiles used in turn

@@ -142,6 +142,9 @@ def _bwd_variants():
     out.append(("bwdws", 128, True, "bf16", ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, num_stages=3)))
     out.append(("bwdws", 64, True, "bf16", ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True, prescaled_lse=True,
                                                                  stats_smem=True)))
+    for causal in (False, True):  # issue 47, ws dQ by one consumer (d 64 only), with the statistics through the ring
+        out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True,
+                                                                     dq_one_consumer=True)))
     return out
 
 
@@ -163,7 +166,8 @@ def _config_tag(config) -> str:
         tag += "-ownkeys" if config.dq_own_keys else ""  # ws dQ over a consumer's own keys: when set
         tag += "-pingpong" if config.pingpong else ""  # and the consumers' ping-pong
         tag += "-prescaled-lse" if config.prescaled_lse else ""  # ws prescaled lse: when set
-        return tag + ("-stats-smem" if config.stats_smem else "")  # ws stats in shared memory: when set
+        tag += "-stats-smem" if config.stats_smem else ""  # ws stats in shared memory: when set
+        return tag + ("-dq-one" if config.dq_one_consumer else "")  # ws dQ by one consumer: when set
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []

@@ -89,7 +89,7 @@ def _labels(direction: str) -> Dict[str, Dict[str, object]]:
 #: .dq_own_keys, .pingpong, .prescaled_lse, .stats_smem, GluonWsConfig.lpt, .early_q, .o_regs, .rotate and
 #: .lazy_sum (issue 47).
 _LATER_FIELDS = {"GluonBwdWsConfig": {"block_m": 64, "dq_own_keys": False, "pingpong": False, "prescaled_lse": False,
-                                      "stats_smem": False},
+                                      "stats_smem": False, "dq_one_consumer": False},
                  "GluonWsConfig": {"lpt": False, "early_q": False, "o_regs": False, "rotate": False,
                                    "lazy_sum": False}}
 

@@ -19,8 +19,9 @@ Two inputs, the ones `flash_ncu_bwd.py`'s prepared command writes:
 
 - `mix` (the source page too): each launch's executed warp instructions by opcode family (the "Instructions
   Executed" column), a unit of work (--unit FAMILY:N: N of FAMILY's instructions a unit; HGMMA:16 = one 64x128 key
-  tile of a d 128 consumer warp, 8 for Q·Kᵀ and 8 for P·V) and each family's share of the PC samples: where two
-  kernels' instruction counts a unit of work differ, and where their samples sit.
+  tile of a d 128 consumer warp, 8 for Q·Kᵀ and 8 for P·V; or one a launch, comma-separated, as HGMMA:24,HGMMA:20
+  for the d 64 backward's (64-query, 64-key) step of a consumer warp, ours and cuDNN's) and each family's share of
+  the PC samples: where two kernels' instruction counts a unit of work differ, and where their samples sit.
 
 `--names` labels the launches in order (default: the kernel names).
 """
@@ -237,15 +238,20 @@ def instruction_mix(body: Sequence[Dict[str, str]]) -> Tuple[Counter, Counter]:
 def mix_table(blocks: Sequence[Tuple[str, Sequence[Dict[str, str]]]], unit: str = "HGMMA:16",
               top: int = 20) -> List[str]:
     """A row a family: per launch, its executed instructions a unit of work (unit 'FAMILY:N') and its % of the
-    samples. ValueError naming the unit when it is malformed or a launch ran none of its family."""
-    fam, _, n = unit.partition(":")
-    try:
-        per = float(n)
-    except ValueError:
-        raise ValueError(f"ncu_summary: --unit must be FAMILY:N, got {unit!r}") from None
+    samples. One unit for every launch, or a comma-separated unit a launch, in order (kernels whose MMAs differ in
+    shape: the d 64 backward's step is 24 HGMMA in ours, 20 in cuDNN's). ValueError naming the unit when it is
+    malformed, when their number is not the launches', or a launch ran none of its family."""
+    parts = unit.split(",")
+    if len(parts) not in (1, len(blocks)):
+        raise ValueError(f"ncu_summary: --unit {unit!r} gives {len(parts)} units for {len(blocks)} launches")
     mixes = [(name, *instruction_mix(body)) for name, body in blocks]
     units = []
-    for name, executed, _ in mixes:
+    for (name, executed, _), one in zip(mixes, parts * len(blocks) if len(parts) == 1 else parts):
+        fam, _, n = one.partition(":")
+        try:
+            per = float(n)
+        except ValueError:
+            raise ValueError(f"ncu_summary: --unit must be FAMILY:N, got {one!r}") from None
         if not executed[fam]:
             raise ValueError(f"ncu_summary: launch {name} executed no {fam} (--unit {unit})")
         units.append(executed[fam] / per)
@@ -285,7 +291,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("path")
     ap.add_argument("--names", default="", help="comma-separated labels of the launches, in order")
     ap.add_argument("--top", type=int, default=10)
-    ap.add_argument("--unit", default="HGMMA:16", help="mix: FAMILY:N, N of FAMILY's instructions a unit of work")
+    ap.add_argument("--unit", default="HGMMA:16",
+                    help="mix: FAMILY:N, N of FAMILY's instructions a unit of work; or one a launch, comma-separated")
     args = ap.parse_args(argv)
     names = [n for n in args.names.split(",") if n] or None
     text = _open_text(args.path)

@@ -178,7 +178,15 @@ class GluonBwdWsConfig:
     them from shared memory where they are used (_ring_stat): no global load in the consumer loop, no row statistic
     held in registers across the products. TMA needs 16-byte row strides, so both buffers are the launcher's own,
     rows padded to a multiple of 4 (STATS_ALIGN): D always is, −lse·log2 e only with prescaled_lse (the caller's lse
-    is not). +2 · 64 · 4 B of shared memory per ring slot. Bitwise prescaled_lse's results."""
+    is not). +2 · 64 · 4 B of shared memory per ring slot. Bitwise prescaled_lse's results.
+
+    dq_one_consumer (issue 47, ws dQ by one consumer; d 64, rebuild, block_m 64, not dq_own_keys): consumer 1 computes
+    each tile's whole 64 × 64 dQ (two K = 64 products of N = 64 over both dSᵀ halves; K in the default 128-byte
+    swizzle) and adds it through both staging halves; consumer 0 computes none and goes on to its next tile
+    (_one_dq_tile). cuDNN's d 64 backward does this: its shared operands a tile are 32 KB instead of the split's 48
+    (two N = 32 products each re-reading the whole dSᵀ), 4 HGMMA fewer a step and warp, and one consumer's dQ
+    staging and reduce-add instead of two (NOTES.md). dK and dV bitwise the split's; dQ's tile sums are the same
+    products in the same order."""
 
     rebuild: bool = True
     num_stages: int = 2
@@ -188,9 +196,11 @@ class GluonBwdWsConfig:
     pingpong: bool = False
     prescaled_lse: bool = False
     stats_smem: bool = False
+    dq_one_consumer: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse", "stats_smem"):
+        for name in ("rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse", "stats_smem",
+                     "dq_one_consumer"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdWsConfig: {name} must be a bool, got {getattr(self, name)!r}")
         if type(self.num_stages) is not int or self.num_stages not in (2, 3):
@@ -214,11 +224,18 @@ class GluonBwdWsConfig:
             raise ValueError("GluonBwdWsConfig: stats_smem needs prescaled_lse=True (the load warp's TMA copies need "
                              "row statistics in buffers of 16-byte row strides, which the launcher allocates: D and "
                              "−lse·log2 e, not the caller's lse), got prescaled_lse=False")
+        if self.dq_one_consumer and (self.block_m != 64 or not self.rebuild or self.dq_own_keys):
+            raise ValueError(f"GluonBwdWsConfig: dq_one_consumer needs block_m=64, rebuild=True and "
+                             f"dq_own_keys=False (it changes the shared dQ split those replace or lack), got "
+                             f"block_m={self.block_m}, rebuild={self.rebuild}, dq_own_keys={self.dq_own_keys}")
 
     @property
     def head_dims(self) -> Tuple[int, ...]:
-        """The head dims this config runs at (HEAD_DIMS, or d 64 alone with 128-row query tiles or dq_own_keys)."""
-        return DQ_OWN_KEYS_HEAD_DIMS if self.dq_own_keys else BLOCK_M_HEAD_DIMS[self.block_m]
+        """The head dims this config runs at (HEAD_DIMS, or d 64 alone with 128-row query tiles, dq_own_keys or
+        dq_one_consumer)."""
+        if self.dq_own_keys or self.dq_one_consumer:
+            return DQ_OWN_KEYS_HEAD_DIMS
+        return BLOCK_M_HEAD_DIMS[self.block_m]
 
 
 #: What the GPU probe (tools/probes/flash_gluon_bwd.py, rows "ws+gluon-bwd-ws") and the GPU tests run, and what the
@@ -235,10 +252,12 @@ CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonB
 #: ws dQ over a consumer's own keys (d 64 only; no spills, but unmeasured: a trial until a GPU run says otherwise),
 #: alone and with the consumers' ping-pong; the prescaled lse (d 128 and 64; alone 1.02-1.07x the default's
 #: backward), alone and with own-keys dQ (d 64). (The prescaled lse with the row statistics through the ring is a
-#: candidate.)
+#: candidate.) The whole dQ by one consumer (d 64; unmeasured) beside the table's d 64 entry, the statistics through
+#: the ring with two slots.
 TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128), GluonBwdWsConfig(dq_own_keys=True),
                  GluonBwdWsConfig(dq_own_keys=True, pingpong=True), GluonBwdWsConfig(prescaled_lse=True),
-                 GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True))
+                 GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True),
+                 GluonBwdWsConfig(dq_one_consumer=True, **_STATS))
 
 
 def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64,
@@ -327,15 +346,20 @@ def _program(H, N_Q, sched, BLOCK_M: gl.constexpr):
 
 
 @gluon.jit
-def _resident_views(k_smem, v_smem, ds_smem, z, C: gl.constexpr, KEYS: gl.constexpr, BLOCK_D: gl.constexpr):
+def _resident_views(k_smem, v_smem, ds_smem, z, C: gl.constexpr, KEYS: gl.constexpr, BLOCK_D: gl.constexpr,
+                    DQ_ONE: gl.constexpr = False):
     """Consumer C's views through slot offset z (0; a loop-variant 0 under REBUILD): its K and V halves, its dQ
-    columns of both K halves (the dQ product over keys is two chained wgmma), both dSᵀ halves (dQ's A) and its
-    own (where it stores)."""
+    columns of both K halves (the dQ product over keys is two chained wgmma; DQ_ONE: all of their columns), both
+    dSᵀ halves (dQ's A) and its own (where it stores)."""
     HALF: gl.constexpr = BLOCK_D // 2
     k2 = _tile_2d(k_smem.index(C + z), KEYS, BLOCK_D)
     v2 = _tile_2d(v_smem.index(C + z), KEYS, BLOCK_D)
-    kq0 = _tile_2d(k_smem.index(z), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
-    kq1 = _tile_2d(k_smem.index(1 + z), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
+    if DQ_ONE:
+        kq0 = _tile_2d(k_smem.index(z), KEYS, BLOCK_D)
+        kq1 = _tile_2d(k_smem.index(1 + z), KEYS, BLOCK_D)
+    else:
+        kq0 = _tile_2d(k_smem.index(z), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
+        kq1 = _tile_2d(k_smem.index(1 + z), KEYS, BLOCK_D).slice(C * HALF, HALF, dim=1)
     return k2, v2, kq0, kq1, ds_smem.index(z), ds_smem.index(1 + z), ds_smem.index(C + z)
 
 
@@ -418,11 +442,54 @@ def _own_dq_tile(dv, dk, pt16, ds16, dst16, my_ds, k2, q2, do2, dq_smem, slot_fr
 
 
 @gluon.jit
+def _one_dq_tile(dv, dk, pt16, ds16, ds_lo, ds_hi, kq0, kq1, dq_smem, slot_free, ds_free, ds_ready, t, dq_desc, b, h,
+                 m0, sm_scale, C: gl.constexpr, EARLY_RELEASE: gl.constexpr):
+    """GluonBwdWsConfig.dq_one_consumer, after consumer C's dSᵀ rows are stored and ds_ready arrived at: consumer 1
+    computes the tile's whole dQ (64 × d, N = d: kq0 / kq1 are all of K's columns) and adds it through both staging
+    halves; consumer 0 only retires its dV and dK products and frees the slot, waiting for nothing of the other's.
+    ds_free counts consumer 1's arrival alone (the launch's init): consumer 0's next dSᵀ store still waits for this
+    tile's dQ product to have read its rows, but its next Sᵀ, dPᵀ, exponentials and dV run under that product (cuDNN's
+    d 64 backward: one consumer warpgroup does every tile's dQ, NOTES.md)."""
+    if C == 0:
+        dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt16, ds16))
+        mbarrier.arrive(slot_free)
+    else:
+        BLOCK_M: gl.constexpr = ds_lo.shape[1]
+        BLOCK_D: gl.constexpr = kq0.shape[1]
+        HALF: gl.constexpr = BLOCK_D // 2
+        mbarrier.wait(ds_ready, t & 1)
+        dq = warpgroup_mma(ds_lo.permute((1, 0)), kq0,
+                           gl.zeros([BLOCK_M, BLOCK_D], gl.float32, _mma_layout(4, BLOCK_D)), use_acc=False,
+                           is_async=True)
+        dq = warpgroup_mma(ds_hi.permute((1, 0)), kq1, dq, is_async=True)
+        if EARLY_RELEASE:  # dV's and dK's groups retire (dQ's two stay in flight): Q and dO are read no more
+            dv, dk, pt16, ds16 = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pt16, ds16))
+            mbarrier.arrive(slot_free)
+            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+            mbarrier.arrive(ds_free)
+        else:
+            dv, dk, dq, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt16, ds16))
+            mbarrier.arrive(ds_free)
+            mbarrier.arrive(slot_free)
+        # The staging halves: free once this consumer's previous reduce-adds have read them.
+        lo, hi = gl.split(gl.permute(gl.reshape(dq * sm_scale, [BLOCK_M, 2, HALF]), (0, 2, 1)))
+        tma.store_wait(pendings=0)
+        gl.thread_barrier()
+        dq_smem.index(0).reshape([BLOCK_M, HALF]).store(lo)
+        dq_smem.index(1).reshape([BLOCK_M, HALF]).store(hi)
+        fence_async_shared()
+        gl.thread_barrier()
+        _tma_reduce_add(dq_desc, [b, h, m0, 0], dq_smem.index(0))
+        _tma_reduce_add(dq_desc, [b, h, m0, HALF], dq_smem.index(1))
+    return dv, dk
+
+
+@gluon.jit
 def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, smem, bars, sched,
                    MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
                    EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr = False,
                    PINGPONG: gl.constexpr = False, PRESCALED_LSE: gl.constexpr = False,
-                   STATS_SMEM: gl.constexpr = False):
+                   STATS_SMEM: gl.constexpr = False, DQ_ONE: gl.constexpr = False):
     """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
     and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
     0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
@@ -432,6 +499,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     PRESCALED_LSE: GluonBwdWsConfig.prescaled_lse (L holds −lse·log2 e; _p_exponent). STATS_SMEM:
     GluonBwdWsConfig.stats_smem (L and Delta are TMA descriptors; the load warp copies a tile's rows into its Q/dO
     slot, read here by _ring_stat right before the exponent and dSᵀ, after the waits on Q's and dO's barriers).
+    DQ_ONE: GluonBwdWsConfig.dq_one_consumer (_one_dq_tile).
 
     PINGPONG (GluonBwdWsConfig.pingpong, with OWN_DQ): two turns a tile, taken strictly in alternation (consumer 0
     first; flash_gluon_ws._take_turn): the first issues Sᵀ and dPᵀ, the second (_own_dq_tile) dV, dK and dQ once
@@ -462,7 +530,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     else:
         L_base = L + pid_bh.to(gl.int64) * N_Q
         D_base = Delta + pid_bh.to(gl.int64) * N_Q
-    k2, v2, kq0, kq1, ds_lo, ds_hi, my_ds = _resident_views(k_smem, v_smem, ds_smem, 0, C, KEYS, BLOCK_D)
+    k2, v2, kq0, kq1, ds_lo, ds_hi, my_ds = _resident_views(k_smem, v_smem, ds_smem, 0, C, KEYS, BLOCK_D, DQ_ONE)
     my_dq = dq_smem.index(C)
     offs_n = n0 + C * KEYS + gl.arange(0, KEYS, layout=row_layout)
     st_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout)
@@ -476,7 +544,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
             offs_m, lse2, delta = _row_stats(L_base, D_base, m0, N_Q, BLOCK_M, col_layout, PRESCALED_LSE)
         if REBUILD:
             k2, v2, kq0, kq1, ds_lo, ds_hi, my_ds = _resident_views(k_smem, v_smem, ds_smem, m0 >> 30, C, KEYS,
-                                                                    BLOCK_D)
+                                                                    BLOCK_D, DQ_ONE)
         q2 = _tile_2d(q_smem.index(slot), BLOCK_M, BLOCK_D)
         do2 = _tile_2d(do_smem.index(slot), BLOCK_M, BLOCK_D)
         # SERIAL (rebuild's diagonal tiles, at most 2 a program): dPᵀ issued after Pᵀ is formed and dV's product
@@ -549,6 +617,10 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
             my_ds.store(dst16)
             fence_async_shared()
             mbarrier.arrive(ds_ready)
+        if DQ_ONE:
+            dv, dk = _one_dq_tile(dv, dk, pt16, ds16, ds_lo, ds_hi, kq0, kq1, dq_smem, slot_empty.index(slot), ds_free,
+                                  ds_ready, t, dq_desc, b, h, m0, sm_scale, C, EARLY_RELEASE)
+        elif not OWN_DQ:
             mbarrier.wait(ds_ready, t & 1)
             dq = warpgroup_mma(ds_lo.permute((1, 0)), kq0, gl.zeros([BLOCK_M, HALF], gl.float32, dq_layout),
                                use_acc=False, is_async=True)
@@ -575,7 +647,8 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
 @gluon.jit
 def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
                         EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr,
-                        PINGPONG: gl.constexpr, PRESCALED_LSE: gl.constexpr, STATS_SMEM: gl.constexpr):
+                        PINGPONG: gl.constexpr, PRESCALED_LSE: gl.constexpr, STATS_SMEM: gl.constexpr,
+                        DQ_ONE: gl.constexpr = False):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, nl2_smem, d_smem = smem
@@ -589,13 +662,13 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
     dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD, STAGES,
-                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM)
+                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)
     if n0 + BLOCK_N > N_K:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)
     else:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
     # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete. OWN_DQ: only this consumer's
     # products read its K half, and they have retired.
@@ -618,13 +691,14 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
                       H, N_Q, N_K, qk_scale, sm_scale, IS_CAUSAL: gl.constexpr, REBUILD: gl.constexpr = False,
                       STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False, BLOCK_M: gl.constexpr = 64,
                       OWN_DQ: gl.constexpr = False, PINGPONG: gl.constexpr = False,
-                      PRESCALED_LSE: gl.constexpr = False, STATS_SMEM: gl.constexpr = False):
+                      PRESCALED_LSE: gl.constexpr = False, STATS_SMEM: gl.constexpr = False,
+                      DQ_ONE: gl.constexpr = False):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
     Descriptors rank 4 over (B, H, N, d): K, V, dK, dV blocks of 64 rows (KEYS: two halves, one per consumer),
     Q and dO blocks of BLOCK_M rows, dQ (fp32) (1, 1, BLOCK_M, d / 2). REBUILD, STAGES, EARLY_RELEASE, BLOCK_M,
-    OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM: GluonBwdWsConfig's rebuild, num_stages, release_before_dq, block_m,
-    dq_own_keys, pingpong, prescaled_lse, stats_smem (_consumer_loop; with PRESCALED_LSE, L is −lse·log2 e; with
-    STATS_SMEM, L and Delta are rank-2 descriptors over (B·H, N_Q) of (1, BLOCK_M) blocks)."""
+    OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE: GluonBwdWsConfig's rebuild, num_stages, release_before_dq,
+    block_m, dq_own_keys, pingpong, prescaled_lse, stats_smem, dq_one_consumer (_consumer_loop; with PRESCALED_LSE, L
+    is −lse·log2 e; with STATS_SMEM, L and Delta are rank-2 descriptors over (B·H, N_Q) of (1, BLOCK_M) blocks)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128 or BLOCK_D == 64, "head dim 128 or 64 (K_SWIZZLE)")
@@ -649,7 +723,7 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     slot_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
     mbarrier.init(ds_ready, count=2)
-    mbarrier.init(ds_free, count=2)
+    mbarrier.init(ds_free, count=1 if DQ_ONE else 2)  # the readers of the dSᵀ tile: dQ's products
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
@@ -668,9 +742,9 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
         (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
-                               PINGPONG, PRESCALED_LSE, STATS_SMEM)),
+                               PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)),
         (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
-                               PINGPONG, PRESCALED_LSE, STATS_SMEM)),
+                               PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)),
         (_load_partition, (descs, smem, bars, sched, STAGES, BLOCK_M, STATS_SMEM)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -699,8 +773,8 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
     GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE,
-    STATS_SMEM are passed up to the last one the config sets (stage 3b's arguments without rebuild; the default's with
-    rebuild alone). lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote.
+    STATS_SMEM, DQ_ONE are passed up to the last one the config sets (stage 3b's arguments without rebuild; the
+    default's with rebuild alone). K and dK get K_SWIZZLE's swizzle, or the default one with dq_one_consumer. lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote.
     With config.stats_smem lse and delta ((B, H, n_q) views whose rows lie 16 bytes apart: _stats_descriptor) are
     passed as TMA descriptors."""
     config = config or GluonBwdWsConfig()
@@ -715,17 +789,18 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     n_k = k4.shape[2]
     bm, keys, bn = config.block_m, KEYS.value, BLOCK_N.value
     sm_scale = 1.0 / math.sqrt(d)
-    swizzle = K_SWIZZLE[d]  # K's and dK's: dK is stored through K's tile
+    swizzle = None if config.dq_one_consumer else K_SWIZZLE[d]  # K's and dK's: dK is stored through K's tile
     stats = (lse, delta)
     if config.stats_smem:
         stats = (_stats_descriptor(lse, "−lse·log2 e", bm), _stats_descriptor(delta, "delta", bm))
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, keys, 0, d, swizzle), _descriptor(v4, keys, 0, d),
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, keys, 0, d, swizzle),
             _descriptor(dv4, keys, 0, d), *stats, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
-    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM against the kernel's defaults
+    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE against the
+    # kernel's defaults
     later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m, config.dq_own_keys,
-             config.pingpong, config.prescaled_lse, config.stats_smem)
-    defaults = (False, NUM_STAGES.value, False, 64, False, False, False, False)
+             config.pingpong, config.prescaled_lse, config.stats_smem, config.dq_one_consumer)
+    defaults = (False, NUM_STAGES.value, False, 64, False, False, False, False, False)
     args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, defaults))
                         if v != off), default=0)]
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
