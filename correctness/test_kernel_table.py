@@ -692,3 +692,59 @@ def test_options_with_auto_compare_unequal_to_triton():
     """kernels is part of the options' value: plans and caches keyed on options keep the two apart."""
     assert FlashOptions(kernels="auto") != FlashOptions() and dataclasses.replace(
         FlashOptions(kernels="auto"), kernels="triton") == FlashOptions()
+
+
+def _public_bwd_rows(timings, kernel="gluon_ws"):
+    """Backward --short rows at 4x32xseq d 128 causal: (seq, ws bwd, Triton bwd, ws public, Triton public), the
+    public times left out where None; the ws row's public call ran `kernel` for the backward."""
+    label, rows = "ws 64x128 s3 rebuild release-before-dq prescaled-lse stats-smem", []
+    for n, bwd, triton_bwd, public, triton_public in timings:
+        s = [4, 32, n, 128, True]
+        rows += [dict(shape=s, impl="triton", config=None, bwd=triton_bwd, err=1e-3, wrong=False, error=None,
+                      timer="called", **({} if triton_public is None else dict(
+                          public_fwd_bwd=triton_public, public_kernels={"fwd": "triton", "bwd": "triton"}))),
+                 dict(shape=s, impl="ws+gluon-bwd-ws", config=label, config_used=label, bwd=bwd, err=1e-3,
+                      wrong=False, error=None, timer="called", **({} if public is None else dict(
+                          public_fwd_bwd=public, public_kernels={"fwd": "triton", "bwd": kernel})))]
+    return rows
+
+
+@needs_gluon
+def test_the_builder_judges_a_length_by_the_public_call_where_both_rows_have_it(tmp_path):
+    """Issue 47's public call (tools/probes/public_call.py): 1024, a win by the backward alone (0.8 vs 1.0) but a
+    loss as FlashAttentionTriton.apply calls it (1.1 vs 1.0), is a loss, which moves min_seq from 1024 to 2048; the
+    entry's measurements are the public times and say so, as the rule does. A run without the field (before it)
+    builds as before; a ws row whose public call ran Triton (its launcher refused) is judged by its own time."""
+    timings = [(512, 1.2, 1.0, 1.3, 1.0), (1024, 0.8, 1.0, 1.1, 1.0), (2048, 0.7, 1.0, 0.9, 1.0)]
+    with probe_module("kernel_table") as builder:
+        (entry,) = _build(tmp_path / "public", flash_gluon_bwd_p=_public_bwd_rows(timings)).entries
+        assert entry.min_seq == 2048
+        assert [(m.shape[2], m.ms, m.triton_ms, m.quantity) for m in entry.losses] == [
+            (512, 1.3, 1.0, "public_fwd_bwd"), (1024, 1.1, 1.0, "public_fwd_bwd")]
+        assert [(m.shape[2], m.ms, m.quantity) for m in entry.measured] == [(2048, 0.9, "public_fwd_bwd")]
+        table = _build(tmp_path / "public")
+        assert table.rule == builder.RULE + builder.RULE_PUBLIC
+        assert kt.table_from_json(json.loads(kt.dumps(table))) == table
+        assert json.loads(kt.dumps(table))["entries"][0]["losses"][1]["quantity"] == "public_fwd_bwd"
+        old = [(n, bwd, triton, None, None) for n, bwd, triton, _, _ in timings]
+        (entry,) = (table := _build(tmp_path / "old", flash_gluon_bwd_o=_public_bwd_rows(old))).entries
+        assert entry.min_seq == 1024 and table.rule == builder.RULE
+        assert [(m.shape[2], m.ms, m.quantity) for m in entry.losses] == [(512, 1.2, "")]
+        assert "quantity" not in json.dumps(kt.table_to_json(table))  # old runs: the table's format as before
+        refused = _public_bwd_rows(timings, kernel="triton")
+        (entry,) = _build(tmp_path / "refused", flash_gluon_bwd_r=refused).entries
+        assert entry.min_seq == 1024 and {m.quantity for m in entry.measured + entry.losses} == {""}
+        judged = {}
+        builder.build(str(tmp_path / "public"), judged)
+        assert judged == {"public_fwd_bwd": 3} and "public_fwd_bwd (the public call as called): 3" in \
+            builder.judged_text(judged)
+
+
+@needs_gluon
+def test_the_builder_prints_which_quantity_judged_the_committed_table(capsys):
+    """The committed runs predate the public call: every shape by the probes' own field, and check stays clean."""
+    with probe_module("kernel_table") as builder:
+        judged = {}
+        assert kt.dumps(builder.build(judged=judged)) == open(builder.TABLE_PATH).read()
+        assert judged.get("public_fwd_bwd", 0) == 0 and judged[""] > 0
+        assert builder.main(["check"]) == 0

@@ -39,7 +39,8 @@ def test_the_leads_short_call_fits_its_estimate(probe, capsys):
     rows = probe.plan(short=True, only=tuple(SHORT_ONLY))
     assert [probe.row_label(r) for r in rows[:3]] == ["4x32x512x128 cudnn", "4x32x512x128 gluon-ws 2x64x128 s3 pp",
                                                       "4x32x512x128 triton autotuned"]
-    assert len(rows) == 24 and sum(r["est"] for r in rows) <= 180  # compiles at 5 s each: ~2x the H100's
+    # compiles at 5 s each (~2x the H100's), the public call's Triton backward autotune (12 configs) once per key
+    assert len(rows) == 24 and sum(r["est"] for r in rows) <= 330
     probe.main(["--dry-run", "--short", "--only", SHORT_ONLY[0]])
     assert capsys.readouterr().out.splitlines()[-1].startswith("24 rows, estimate")
     with pytest.raises(SystemExit):

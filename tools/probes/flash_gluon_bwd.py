@@ -45,7 +45,10 @@ table's backward kernel at d 128 and 64) and our Triton backward, 3000 last. The
 backward through flash_dispatch.gluon_forward / gluon_backward, the path (call plans included) of a kernels="auto"
 call the table sent to them, and our Triton kernels through flash_launch's, that of a call it did not; all timed
 by called_timer.called_ms (back-to-back calls: host cost included where the host is slower, as users see it;
-do_bench would hide it) and marked "timer": "called".
+do_bench would hide it) and marked "timer": "called". The ws and Triton rows also time the public call as called
+(tools/probes/public_call.py): FlashAttentionTriton.apply forward+backward ("public_fwd_bwd"), the kernel table
+holding just the row's backward entry (Triton: none), so the forward is Triton's in both; "public_kernels": the
+kernel each half ran. kernel_table.py judges a length by public_fwd_bwd where a row has it.
 
 --rounds R (default 1: each row timed once, as before): per shape (a run of consecutive rows of one shape, as the
 plan orders them), its rows are measured once as above (compiles, the error check, the first timings), then timed
@@ -104,7 +107,9 @@ IMPLS = ("cudnn", "sdpa flash", "ws+gluon-bwd", "gluon-bwd", "triton", "triton a
 GLUON_DEFAULT_IMPLS = ("ws+gluon-bwd", "gluon-bwd", "ws+gluon-bwd-ws")
 #: What a row times (--rounds: each one's per-round list "<quantity>_rounds" and its median; cuDNN's "bwd" is each
 #: round's difference); "dq_ms" only at split configs.
-TIMED = ("fwd", "bwd", "fwd+bwd", "dq_ms")
+TIMED = ("fwd", "bwd", "fwd+bwd", "dq_ms", "public_fwd_bwd")
+PUBLIC_IMPLS = ("ws+gluon-bwd-ws", "triton")  # the --short rows that also time the public call (public_call.py)
+PUBLIC_S = 1.0  # a row's public call: one called_ms and a recorded call
 COMPILES = {"cudnn": 0, "sdpa flash": 0, "ws+gluon-bwd": 5, "gluon-bwd": 1, "ws+gluon-bwd-ws": 1, "triton": 21,
             "triton atomic": 6}
 
@@ -167,6 +172,16 @@ def est_s(s, impl, new_compile: bool, split: bool = False) -> float:
     return 1.5 + 30 * ms / 1e3 + compile_s + ((0.5 + 10 * 0.4 * ms / 3.5 * 2.5 / 1e3) if split else 0.0)
 
 
+def times_public(spec) -> bool:
+    """A --short row of the table's kernel or Triton: it also times the public call (public_call.py)."""
+    return spec.get("timer") == "called" and spec["impl"] in PUBLIC_IMPLS
+
+
+def public_s(spec) -> float:
+    """A --short row's public call's estimate, else 0."""
+    return PUBLIC_S * times_public(spec)
+
+
 def is_split(spec) -> bool:
     """A ws+gluon-bwd row whose dQ is a separate kernel (it also times the dQ kernel alone)."""
     from impl.attention import flash_gluon_bwd as bwd
@@ -178,7 +193,7 @@ def is_split(spec) -> bool:
 
 def retime_s(spec) -> float:
     """A later round's estimate of a row: its timings again, no compile."""
-    return est_s(spec["shape"], spec["impl"], False, is_split(spec))
+    return est_s(spec["shape"], spec["impl"], False, is_split(spec)) + public_s(spec)
 
 
 def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=(), ws_trials: bool = False,
@@ -206,7 +221,7 @@ def plan(skip_triton: bool = False, skip_ws: bool = False, only=(), carveouts=()
         if only and not any(re.search(rx, row_label(spec)) for rx in only):
             return
         key = (impl, cfg_text(config), s[3], s[4])
-        rows.append(dict(spec, est=est_s(s, impl, key not in compiled, is_split(spec))))
+        rows.append(dict(spec, est=est_s(s, impl, key not in compiled, is_split(spec)) + public_s(spec)))
         compiled.add(key)
 
     def add_ws(s):  # the ws backward's candidates (and trials) where each runs (GluonBwdWsConfig.head_dims)
@@ -305,6 +320,30 @@ def _auto_ws(q, k, v, do, causal, config):
     return fwd, bwd, both
 
 
+def public_timer(row, tensors):
+    """What times a --short ws or Triton row's public call (public_call.time_public: forward+backward, the table
+    holding just the row's backward entry, min_seq 0; Triton: none), filling row["public_kernels"] once; None for
+    other rows."""
+    if not times_public(row):
+        return None
+    from called_timer import called_ms
+    from public_call import only_entry_table, time_public
+
+    from impl.attention.kernel_table import arch_name
+
+    _, _, _, d, causal = row["shape"]
+    kernel = "gluon_ws" if row["impl"] == "ws+gluon-bwd-ws" else None
+    table = only_entry_table("bwd", kernel, row["config"], arch_name(torch.cuda.get_device_capability()), d, causal,
+                             "bfloat16")  # inputs()'
+    kernels = row.setdefault("public_kernels", {})
+    return lambda: time_public(called_ms, table, *tensors, causal, kernels=None if kernels else kernels)
+
+
+def with_public(again, public):
+    """again() and, where the row times the public call, its quantities too."""
+    return again if public is None else (lambda: {**again(), **public()})
+
+
 def measure(row, tensors, cache, loaded: Loaded | None = None):
     """(the row's fields, its first timings included; what times it again: its TIMED quantities, the same timer
     and carve-out)."""
@@ -338,9 +377,10 @@ def measure(row, tensors, cache, loaded: Loaded | None = None):
     plain = FlashOptions(autotune=False)  # one config per kernel: a reference, not a baseline
     if "ref" not in cache:  # the Triton two-pass backward's gradients: every other row is checked against them
         cache["ref"] = _triton(q, k, v, do, causal, "two_pass", plain)[1]()
+    public = public_timer(row, tensors)
     if impl in ("triton", "triton atomic"):
         fwd, bwd, both = _triton(q, k, v, do, causal, "two_pass" if impl == "triton" else "atomic")
-        again = lambda: {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both)}  # noqa: E731
+        again = with_public(lambda: {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both)}, public)
         out = again()
         out["err"] = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
         out["wrong"] = out["err"] > WRONG
@@ -348,7 +388,7 @@ def measure(row, tensors, cache, loaded: Loaded | None = None):
     if impl == "ws+gluon-bwd-ws" and called:
         fwd, bwd, both = _auto_ws(q, k, v, do, causal, row["config"])
         err = max(rel_err(g, r) for g, r in zip(bwd(), cache["ref"]))
-        again = lambda: {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both)}  # noqa: E731
+        again = with_public(lambda: {"fwd": bench_(fwd), "bwd": bench_(bwd), "fwd+bwd": bench_(both)}, public)
         return {**again(), "err": err, "wrong": err > WRONG}, again
     if impl == "ws+gluon-bwd-ws":
         from impl.attention.flash_gluon_bwd_ws import flash_gluon_backward_ws
@@ -441,6 +481,7 @@ def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = ("WRONG " if r.get("wrong") else "") + ("bwd by difference " if r.get("bwd_by") else "")
     note += f"dQ kernel alone {r['dq_ms']:.3f} ms " if r.get("dq_ms") is not None else ""
+    note += f"public f+b {r['public_fwd_bwd']:.3f} ms " if r.get("public_fwd_bwd") is not None else ""
     return (f"{r['shape_name']:<22}{r['impl']:<17}{config_text(r):<34}{num(r.get('fwd'), '9.3f'):>9}"
             f"{num(r.get('bwd'), '9.3f'):>9}{num(r.get('fwd+bwd'), '9.3f'):>9}{num(r.get('tflops'), '6.0f'):>6}"
             f"{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}{num(r.get('err'), '9.1e'):>9}  "
@@ -477,7 +518,8 @@ def main(argv=None) -> None:
         ap.error(f"no row matches --only {args.only}")
     if args.dry_run:
         for s in specs:
-            print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{config_text(s):<34} est {s['est']:5.1f} s")
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<17}{config_text(s):<34} est {s['est']:5.1f} s"
+                  + ("  + public call" if times_public(s) else ""))
         print(plan_line(len(specs), sum(s["est"] for s in specs), sum(map(retime_s, specs)), args.rounds,
                         args.budget_s))
         return

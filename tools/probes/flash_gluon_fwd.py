@@ -18,7 +18,11 @@ two per-shape ones above: a sweep config, timed at one shape, never qualifies) a
 last. These rows run the Gluon kernel through flash_dispatch.gluon_forward, the path (call plans included) of a
 kernels="auto" call the table sent to it, and our Triton forward through flash_launch's, that of a call it did
 not; both timed by called_timer.called_ms (back-to-back calls: host cost included where the host is slower, as
-users see it; do_bench would hide it) and marked "timer": "called".
+users see it; do_bench would hide it) and marked "timer": "called". The Gluon and Triton rows also time the public
+call as called (tools/probes/public_call.py): FlashAttentionTriton.apply forward+backward ("public_fwd_bwd") and
+its forward alone ("public_fwd"), the kernel table holding just the row's forward entry (Triton: none), so the
+backward is Triton's in both; "public_kernels": the kernel each half ran. kernel_table.py judges a length by
+public_fwd_bwd where a row has it.
 
 --shapes runs only the given shapes (BxHxNxD, causal; ":full" for full attention), each with the --rows kinds
 (ROWS; default the default plan's per-shape rows), in order, and no sweeps: e.g. the lpt grid trial
@@ -82,8 +86,15 @@ TRIAL_ROWS = {"ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True},
               "ws-early-q": {"persistent": True, "early_q": True}, "ws-o-regs": {"persistent": True, "o_regs": True},
               "ws-rotate": {"rotate": True}, "ws-lazy-sum": {"lazy_sum": True}}
 SHAPE_ROWS = ROWS[:-5]
-TIMED = ("ms",)  # the quantity a row times (--rounds: its per-round list "ms_rounds", its median "ms")
+#: The quantities a row times (the public call's: --short rows; --rounds: each one's per-round list
+#: "<quantity>_rounds", its median "<quantity>").
+TIMED = ("ms", "public_fwd_bwd", "public_fwd")
 RETIME_S = 2.0  # one more do_bench (or called_ms) of a compiled row, roughly: a later round's estimate a row
+PUBLIC_S = 1.5  # --short: a row's public_call timings (two called_ms and a recorded call)
+#: The public call's backward is our autotuned Triton backward (dQ and dK/dV configs): compiled once per (d, causal)
+#: by the first --short row that times the public call there.
+TRITON_BWD_CONFIGS = 12
+PROBE_DTYPE = "bfloat16"  # inputs()'
 
 
 def parse_shape(text: str):
@@ -134,8 +145,13 @@ def plan(short: bool = False, only=(), shapes=None, kinds=SHAPE_ROWS):
         if only and not any(re.search(rx, row_label(spec)) for rx in only):
             return
         key = (spec["impl"], spec["config"], spec["shape"][3], spec["shape"][4])
-        rows.append(dict(spec, est=spec["est"] + compile_s * (key not in compiled)))
+        public = times_public(spec)
+        bwd_key = ("public backward", spec["shape"][3], spec["shape"][4])
+        rows.append(dict(spec, est=spec["est"] + compile_s * (key not in compiled) + public * (
+            PUBLIC_S + TRITON_BWD_CONFIGS * COMPILE_S * (bwd_key not in compiled))))
         compiled.add(key)  # Triton's cache keys on the constexprs, not the grid
+        if public:
+            compiled.add(bwd_key)
 
     def gluon_row(s, impl, c, **extra):
         add(dict(shape=s, impl=impl, config=c, est=2.0, **extra), COMPILE_S)
@@ -239,6 +255,44 @@ def auto_forward(config):
     return lambda q, k, v, causal, _config: gluon_forward(q, k, v, causal, options, "gluon_ws", pairs)[:2]
 
 
+PUBLIC_IMPLS = ("gluon-ws", "triton")  # the --short rows that also time the public call
+
+
+def times_public(spec) -> bool:
+    """A --short row of the table's kernel or Triton: it also times the public call (public_call.py)."""
+    return spec.get("timer") == "called" and spec["impl"] in PUBLIC_IMPLS
+
+
+def public_timer(row, qkv, cache):
+    """What times a --short Gluon or Triton row's public call (public_call.time_public: forward+backward and the
+    forward alone, the table holding just the row's forward entry, min_seq 0; Triton: none), filling
+    row["public_kernels"] once; None for other rows."""
+    if not times_public(row):
+        return None
+    from called_timer import called_ms
+    from public_call import PUBLIC, PUBLIC_FWD, only_entry_table, time_public
+
+    from impl.attention.kernel_table import arch_name
+
+    q = qkv[0]
+    _, _, _, d, causal = row["shape"]
+    if "do" not in cache:
+        cache["do"] = torch.randn(q.shape, device=q.device, dtype=q.dtype,
+                                  generator=torch.Generator(device=q.device).manual_seed(1))
+    kernel = "gluon_ws" if row["impl"] == "gluon-ws" else None
+    table = only_entry_table("fwd", kernel, row["config"], arch_name(torch.cuda.get_device_capability()), d, causal,
+                             PROBE_DTYPE)
+    kernels = row.setdefault("public_kernels", {})
+    modes = (("fwd_bwd", PUBLIC), ("fwd", PUBLIC_FWD))
+    return lambda: time_public(called_ms, table, *qkv, cache["do"], causal, modes,
+                               kernels=None if kernels else kernels)
+
+
+def with_public(again, public):
+    """again() and, where the row times the public call, its quantities too."""
+    return again if public is None else (lambda: {**again(), **public()})
+
+
 def measure(row, qkv, cache):
     """(the row's fields, its first timing included; what times it again: {"ms": ...} with the same timer)."""
     from called_timer import called_ms  # the probe beside this one (its folder is on sys.path)
@@ -259,13 +313,14 @@ def measure(row, qkv, cache):
         return again(), again
     if "triton" not in cache:
         cache["triton"] = flash_attention_triton_forward(q, k, v, causal)
+    public = public_timer(row, qkv, cache)
     if row["impl"] == "triton":
-        again = lambda: {"ms": timer(lambda: flash_attention_triton_forward(q, k, v, causal))}  # noqa: E731
+        again = with_public(lambda: {"ms": timer(lambda: flash_attention_triton_forward(q, k, v, causal))}, public)
         return again(), again
     fwd = auto_forward(row["config"]) if row.get("timer") == "called" else launcher(row["impl"])
     o, _ = fwd(q, k, v, causal, row["config"])
     err = rel_err(o, cache["triton"][0])
-    again = lambda: {"ms": timer(lambda: fwd(q, k, v, causal, row["config"]))}  # noqa: E731
+    again = with_public(lambda: {"ms": timer(lambda: fwd(q, k, v, causal, row["config"]))}, public)
     return {**again(), "err": err, "wrong": err > WRONG}, again
 
 
@@ -291,6 +346,7 @@ HEAD = f"{'shape':<22}{'impl':<12}{'config':<26}{'ms':>9}{'TF/s':>7}{'/cudnn':>8
 def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = "WRONG " if r.get("wrong") else ""
+    note += f"public f+b {r['public_fwd_bwd']:.3f} ms " if r.get("public_fwd_bwd") is not None else ""
     return (f"{r['shape_name']:<22}{r['impl']:<12}{cfg_text(r['config']):<26}{num(r.get('ms'), '9.3f'):>9}"
             f"{num(r.get('tflops'), '7.0f'):>7}{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}"
             f"{num(r.get('err'), '9.1e'):>9}  {note}{(r.get('error') or '')[:80]}")
@@ -320,7 +376,8 @@ def main(argv=None) -> None:
         ap.error(f"no row matches --only {args.only}")
     if args.dry_run:
         for s in specs:
-            print(f"{shape_name(s['shape']):<22}{s['impl']:<12}{cfg_text(s['config']):<26} est {s['est']:4.0f} s")
+            print(f"{shape_name(s['shape']):<22}{s['impl']:<12}{cfg_text(s['config']):<26} est {s['est']:4.0f} s"
+                  + ("  + public call" if times_public(s) else ""))
         print(plan_line(len(specs), sum(s["est"] for s in specs), RETIME_S * len(specs), args.rounds, args.budget_s))
         return
     import triton

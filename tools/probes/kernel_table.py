@@ -18,7 +18,12 @@ The rule, per direction and (architecture, head dim, causal, dtype):
 - A config is judged at every shape where a run that timed it at the key timed Triton: it must have been
   measured and correct there (a sweep config timed at one shape of a run's three does not qualify; a config new
   in a later run is judged by the runs that timed it). It wins a shape where it was faster than that run's
-  Triton, else loses it (the short shapes of --short: the host launch path and small grids).
+  Triton, else loses it (the short shapes of --short: the host launch path and small grids). Faster by PUBLIC
+  where both rows have it (the --short rows since issue 47's public call, tools/probes/public_call.py:
+  FlashAttentionTriton.apply forward+backward as called, the table holding just the row's entry for the
+  direction, so the other half is Triton's in both; the Gluon row's only where its "public_kernels" says the
+  candidate ran), else by the direction's time field (runs before that field keep their meaning). The entry's
+  measurements say which (``quantity``), and the score's ratios are the same ones.
 - Its entry holds from a sequence length on (``min_seq``): the shortest measured length above every loss (0,
   every length, where it lost nowhere), so that it won every measured shape at least that long; no win above
   its longest loss, no entry. Its losses are kept in the entry (``losses``) so a reader sees what set min_seq.
@@ -56,6 +61,7 @@ SOURCES = {"fwd": ("reports/data/*/probes/flash_gluon_fwd_*.json", {"gluon-ws": 
            "bwd": ("reports/data/*/probes/flash_gluon_bwd_*.json", {"ws+gluon-bwd": "gluon",
                                                                      "ws+gluon-bwd-ws": "gluon_ws"}, "bwd")}
 TRITON_IMPL = "triton"
+PUBLIC = "public_fwd_bwd"  # tools/probes/public_call.py's quantity: the public call as called
 PROBE_DTYPE = "bfloat16"  # both probes' inputs
 ERR_BOUND = 2e-2  # the probes' WRONG: the bf16 tolerance of the correctness tests
 RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2), in each probe run "
@@ -65,6 +71,10 @@ RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured corr
         "shortest), with a win there; of several, the least geometric mean over the lengths all were measured at "
         "of ms / triton ms (1 below min_seq); no such config, no entry (Triton). Calls shorter than min_seq run "
         "Triton. Built by tools/probes/kernel_table.py from reports/data/*/probes/flash_gluon_{fwd,bwd}_*.json.")
+#: Added to RULE once some shape was judged by PUBLIC (a table built from runs before it keeps RULE's text).
+RULE_PUBLIC = (" Faster means by public_fwd_bwd (FlashAttentionTriton.apply forward+backward as called, the other "
+               "half Triton's) where both rows of a shape have it (the measurement's quantity), else by the probe's "
+               "time of the half alone.")
 
 
 def _labels(direction: str) -> Dict[str, Dict[str, object]]:
@@ -117,6 +127,22 @@ def _measured(row: dict, field: str) -> Optional[float]:
     return None if row.get("error") or t is None or not math.isfinite(t) else float(t)
 
 
+def _public(row: dict, kernel: Optional[str], direction: str) -> Optional[float]:
+    """The row's PUBLIC time where measured (a Gluon row's only where the public call ran `kernel` for the
+    direction: a launcher refusing the inputs would have timed Triton), else None."""
+    if kernel is not None and row.get("public_kernels", {}).get(direction) != kernel:
+        return None
+    return _measured(row, PUBLIC)
+
+
+def _judged(gluon_row: tuple, triton_row: tuple) -> tuple:
+    """(ms, triton ms, quantity) a shape is judged by: PUBLIC where both rows have it, else the time field."""
+    (ms, _, public), (triton_ms, triton_public) = gluon_row, triton_row
+    if public is not None and triton_public is not None:
+        return public, triton_public, PUBLIC
+    return ms, triton_ms, ""
+
+
 def min_seq(wins, losses) -> Optional[int]:
     """The shortest of the `wins` sequence lengths above every one of `losses` (0: no loss), None: no win above
     the longest loss (no entry)."""
@@ -143,10 +169,11 @@ def _called_score(lengths, floor: int, ratios: Dict[tuple, float]) -> float:
     return _geomean(1.0 if n < floor else _geomean(at[n]) if n in at else where for n in lengths)
 
 
-def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
+def entries(direction: str, root: str = ROOT, judged: Optional[Dict[str, int]] = None) -> List[kt.KernelChoice]:
+    """judged (a dict): counts per quantity ("" the time field) of the shapes the entries were judged at."""
     _, impls, field = SOURCES[direction]
     labels = _labels(direction)
-    triton: Dict[tuple, Dict[tuple, float]] = defaultdict(dict)  # key -> (probe, shape) -> ms
+    triton: Dict[tuple, Dict[tuple, tuple]] = defaultdict(dict)  # key -> (probe, shape) -> (ms, public ms)
     gluon: Dict[tuple, Dict[tuple, Dict[tuple, Optional[tuple]]]] = defaultdict(lambda: defaultdict(dict))
     devices = {}
     for probe, device, arch, row in _rows(direction, root):
@@ -157,7 +184,7 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
         if row["impl"] == TRITON_IMPL and row.get("config") in (None, "autotuned"):
             ms = _measured(row, field)
             if ms is not None:
-                triton[key][where] = ms
+                triton[key][where] = (ms, _public(row, None, direction))
             continue
         if row["impl"] not in impls or row.get("carveout") is not None:  # a carve-out twin times a launch
             continue  # setting the launchers do not make (flash_gluon_bwd.py --carveout): not a config's time
@@ -169,7 +196,7 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
         ms = _measured(row, field)
         ok = ms is not None and row.get("wrong") is False and row.get("err") is not None and row["err"] <= ERR_BOUND
         # None marks a failed or wrong measurement: it rules the config out at this key.
-        gluon[key][cand][where] = (ms, float(row["err"])) if ok else None
+        gluon[key][cand][where] = (ms, float(row["err"]), _public(row, kernel, direction)) if ok else None
     out = []
     for key, timed in sorted(triton.items()):
         lengths = sorted({s[2] for _, s in timed})  # every length a run timed Triton at for the key
@@ -179,44 +206,59 @@ def entries(direction: str, root: str = ROOT) -> List[kt.KernelChoice]:
             base = {w: ms for w, ms in timed.items() if w[0] in runs}  # the Triton rows of the runs that timed it
             if not base or any(v is None for v in got.values()) or not all(w in got for w in base):
                 continue
-            wins = {w for w, ms in base.items() if got[w][0] < ms}
+            times = {w: _judged(got[w], t) for w, t in base.items()}  # (ms, triton ms, quantity)
+            wins = {w for w, (ms, triton_ms, _) in times.items() if ms < triton_ms}
             floor = min_seq([s[2] for _, s in wins], [s[2] for _, s in set(base) - wins])
             if floor is None:
                 continue
             if floor == 0 and min(s[2] for _, s in base) > lengths[0]:  # measured nowhere as short as others were
                 floor = min(s[2] for _, s in base)
-            qualified.append((cand, got, base, wins, floor))
+            qualified.append((cand, got, times, wins, floor))
         if not qualified:
             continue
         # Scored over the lengths every qualifying config was measured at (else all the key's): a --short run that
         # times one config sets its floor but does not, by its short ratios alone, hand the key to another.
         common = sorted(set.intersection(*({s[2] for _, s in q[2]} for q in qualified))) or lengths
-        scores = [_called_score(common, floor, {w: got[w][0] / ms for w, ms in base.items()})
-                  for _, got, base, _, floor in qualified]
-        (kernel, label), got, base, wins, floor = qualified[scores.index(min(scores))]
-        runs_of = {flag: tuple(kt.Measured(p, devices[p], s, got[(p, s)][0], ms, got[(p, s)][1])
-                               for (p, s), ms in sorted(base.items()) if ((p, s) in wins) == flag)
+        scores = [_called_score(common, floor, {w: ms / triton_ms for w, (ms, triton_ms, _) in times.items()})
+                  for _, got, times, _, floor in qualified]
+        (kernel, label), got, times, wins, floor = qualified[scores.index(min(scores))]
+        runs_of = {flag: tuple(kt.Measured(p, devices[p], s, ms, triton_ms, got[(p, s)][1], quantity)
+                               for (p, s), (ms, triton_ms, quantity) in sorted(times.items())
+                               if ((p, s) in wins) == flag)
                    for flag in (True, False)}
+        if judged is not None:
+            for _, _, quantity in times.values():
+                judged[quantity] = judged.get(quantity, 0) + 1
         arch, d, causal, dtype = key
         out.append(kt.KernelChoice(direction, arch, d, causal, dtype, kernel, _config_pairs(labels[kernel][label]),
                                    runs_of[True], floor, runs_of[False]))
     return out
 
 
-def build(root: str = ROOT) -> kt.KernelTable:
-    return kt.KernelTable(tuple(entries("fwd", root) + entries("bwd", root)), RULE)
+def build(root: str = ROOT, judged: Optional[Dict[str, int]] = None) -> kt.KernelTable:
+    """judged: as entries' (both directions)."""
+    judged = {} if judged is None else judged
+    found = entries("fwd", root, judged) + entries("bwd", root, judged)
+    return kt.KernelTable(tuple(found), RULE + (RULE_PUBLIC if judged.get(PUBLIC) else ""))
+
+
+def judged_text(judged: Dict[str, int]) -> str:
+    """build's printed reasons: how many of the entries' shapes each quantity judged."""
+    return (f"entries' shapes judged by {PUBLIC} (the public call as called): {judged.get(PUBLIC, 0)}; by the "
+            f"probes' own time field (runs before {PUBLIC}, which keep their meaning): {judged.get('', 0)}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=("build", "check", "show"))
     args = ap.parse_args(argv)
-    table = build()
+    judged: Dict[str, int] = {}
+    table = build(judged=judged)
     text = kt.dumps(table)
     if args.command == "build":
         with open(TABLE_PATH, "w") as f:
             f.write(text)
-        print(f"wrote {os.path.relpath(TABLE_PATH, ROOT)}: {len(table.entries)} entries")
+        print(f"wrote {os.path.relpath(TABLE_PATH, ROOT)}: {len(table.entries)} entries; {judged_text(judged)}")
     elif args.command == "check":
         same = os.path.exists(TABLE_PATH) and open(TABLE_PATH).read() == text
         print("the committed table is up to date" if same else
@@ -224,9 +266,10 @@ def main(argv=None) -> int:
         if not same:
             return 1
     for e in table.entries if args.command == "show" else ():
-        runs = "; ".join(f"{'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms ({m.device})"
-                         for m in e.measured)
-        lost = "".join(f"; lost {'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms" for m in e.losses)
+        runs = "; ".join(f"{'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms ({m.device}"
+                         + (f", {m.quantity})" if m.quantity else ")") for m in e.measured)
+        lost = "".join(f"; lost {'x'.join(map(str, m.shape))} {m.ms:.3f} vs {m.triton_ms:.3f} ms"
+                       + (f" {m.quantity}" if m.quantity else "") for m in e.losses)
         print(f"{e.direction} {e.arch} d {e.d} {'causal' if e.causal else 'full'} {e.dtype}: {e.kernel} "
               f"{dict(e.config)} from seq {e.min_seq}: {runs}{lost}")
     return 0

@@ -55,6 +55,9 @@ class Measured:
     ms: float
     triton_ms: float
     err: float  # the probe's relative error of the Gluon kernel's output
+    #: What ms and triton_ms time: "" the probe's own quantity for the direction (the half alone), or the probe
+    #: row's field they are ("public_fwd_bwd": FlashAttentionTriton.apply forward+backward as called).
+    quantity: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,8 @@ def table_from_json(data: Dict[str, Any]) -> KernelTable:
         raw = dict(raw)
         try:
             measured, losses = (tuple(Measured(m["probe"], m["device"], tuple(m["shape"]), float(m["ms"]),
-                                               float(m["triton_ms"]), float(m["err"])) for m in raw.pop(f, ()))
+                                               float(m["triton_ms"]), float(m["err"]), str(m.get("quantity", "")))
+                                      for m in raw.pop(f, ()))
                                 for f in ("measured", "losses"))
             config = tuple((str(k), _tuples(v)) for k, v in sorted(raw.pop("config").items()))
             entries.append(KernelChoice(measured=measured, losses=losses, config=config, **raw))
@@ -159,7 +163,7 @@ def table_from_json(data: Dict[str, Any]) -> KernelTable:
 def table_to_json(table: KernelTable) -> Dict[str, Any]:
     def runs(ms: Tuple[Measured, ...]) -> list:
         return [dict(probe=m.probe, device=m.device, shape=list(m.shape), ms=m.ms, triton_ms=m.triton_ms,
-                     err=m.err) for m in ms]
+                     err=m.err, **({"quantity": m.quantity} if m.quantity else {})) for m in ms]
 
     def entry(e: KernelChoice) -> Dict[str, Any]:
         out = dict(direction=e.direction, arch=e.arch, d=e.d, causal=e.causal, dtype=e.dtype, kernel=e.kernel,
