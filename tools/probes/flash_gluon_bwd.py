@@ -81,6 +81,7 @@ import torch
 import torch.nn.functional as F
 
 from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probe beside this one (its folder is on sys.path)
+from public_call import PUBLIC  # the module beside this one
 from rounds import ShapeRounds, check_rounds, close_shape, note, plan_line  # the module beside this one
 
 # (batch, heads, seq, d, causal)
@@ -107,7 +108,7 @@ IMPLS = ("cudnn", "sdpa flash", "ws+gluon-bwd", "gluon-bwd", "triton", "triton a
 GLUON_DEFAULT_IMPLS = ("ws+gluon-bwd", "gluon-bwd", "ws+gluon-bwd-ws")
 #: What a row times (--rounds: each one's per-round list "<quantity>_rounds" and its median; cuDNN's "bwd" is each
 #: round's difference); "dq_ms" only at split configs.
-TIMED = ("fwd", "bwd", "fwd+bwd", "dq_ms", "public_fwd_bwd")
+TIMED = ("fwd", "bwd", "fwd+bwd", "dq_ms", PUBLIC)
 PUBLIC_IMPLS = ("ws+gluon-bwd-ws", "triton")  # the --short rows that also time the public call (public_call.py)
 PUBLIC_S = 1.0  # a row's public call: one called_ms and a recorded call
 COMPILES = {"cudnn": 0, "sdpa flash": 0, "ws+gluon-bwd": 5, "gluon-bwd": 1, "ws+gluon-bwd-ws": 1, "triton": 21,
@@ -481,7 +482,7 @@ def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = ("WRONG " if r.get("wrong") else "") + ("bwd by difference " if r.get("bwd_by") else "")
     note += f"dQ kernel alone {r['dq_ms']:.3f} ms " if r.get("dq_ms") is not None else ""
-    note += f"public f+b {r['public_fwd_bwd']:.3f} ms " if r.get("public_fwd_bwd") is not None else ""
+    note += f"public f+b {r[PUBLIC]:.3f} ms " if r.get(PUBLIC) is not None else ""
     return (f"{r['shape_name']:<22}{r['impl']:<17}{config_text(r):<34}{num(r.get('fwd'), '9.3f'):>9}"
             f"{num(r.get('bwd'), '9.3f'):>9}{num(r.get('fwd+bwd'), '9.3f'):>9}{num(r.get('tflops'), '6.0f'):>6}"
             f"{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}{num(r.get('err'), '9.1e'):>9}  "

@@ -62,6 +62,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from public_call import PUBLIC, PUBLIC_FWD  # the module beside this one
 from rounds import ShapeRounds, check_rounds, close_shape, note, plan_line  # the module beside this one (on sys.path)
 
 # (batch, heads, seq, d, causal)
@@ -88,7 +89,7 @@ TRIAL_ROWS = {"ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True},
 SHAPE_ROWS = ROWS[:-5]
 #: The quantities a row times (the public call's: --short rows; --rounds: each one's per-round list
 #: "<quantity>_rounds", its median "<quantity>").
-TIMED = ("ms", "public_fwd_bwd", "public_fwd")
+TIMED = ("ms", PUBLIC, PUBLIC_FWD)
 RETIME_S = 2.0  # one more do_bench (or called_ms) of a compiled row, roughly: a later round's estimate a row
 PUBLIC_S = 1.5  # --short: a row's public_call timings (two called_ms and a recorded call)
 #: The public call's backward is our autotuned Triton backward (dQ and dK/dV configs): compiled once per (d, causal)
@@ -270,7 +271,7 @@ def public_timer(row, qkv, cache):
     if not times_public(row):
         return None
     from called_timer import called_ms
-    from public_call import PUBLIC, PUBLIC_FWD, only_entry_table, time_public
+    from public_call import only_entry_table, time_public
 
     from impl.attention.kernel_table import arch_name
 
@@ -346,7 +347,7 @@ HEAD = f"{'shape':<22}{'impl':<12}{'config':<26}{'ms':>9}{'TF/s':>7}{'/cudnn':>8
 def line(r) -> str:
     num = (lambda x, f: f"{x:{f}}" if x is not None else "-")
     note = "WRONG " if r.get("wrong") else ""
-    note += f"public f+b {r['public_fwd_bwd']:.3f} ms " if r.get("public_fwd_bwd") is not None else ""
+    note += f"public f+b {r[PUBLIC]:.3f} ms " if r.get(PUBLIC) is not None else ""
     return (f"{r['shape_name']:<22}{r['impl']:<12}{cfg_text(r['config']):<26}{num(r.get('ms'), '9.3f'):>9}"
             f"{num(r.get('tflops'), '7.0f'):>7}{num(r.get('/cudnn'), '8.3f'):>8}{num(r.get('/triton'), '8.3f'):>8}"
             f"{num(r.get('err'), '9.1e'):>9}  {note}{(r.get('error') or '')[:80]}")

@@ -53,6 +53,7 @@ from typing import Dict, List, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from impl.attention import kernel_table as kt  # noqa: E402
+from public_call import PUBLIC  # noqa: E402  (the module beside this one: the public call's quantity)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TABLE_PATH = os.path.join(ROOT, "src", "impl", "attention", kt.TABLE_FILE)
@@ -61,7 +62,6 @@ SOURCES = {"fwd": ("reports/data/*/probes/flash_gluon_fwd_*.json", {"gluon-ws": 
            "bwd": ("reports/data/*/probes/flash_gluon_bwd_*.json", {"ws+gluon-bwd": "gluon",
                                                                      "ws+gluon-bwd-ws": "gluon_ws"}, "bwd")}
 TRITON_IMPL = "triton"
-PUBLIC = "public_fwd_bwd"  # tools/probes/public_call.py's quantity: the public call as called
 PROBE_DTYPE = "bfloat16"  # both probes' inputs
 ERR_BOUND = 2e-2  # the probes' WRONG: the bf16 tolerance of the correctness tests
 RULE = ("per (direction, arch, d, causal, dtype): the Gluon config measured correct (err <= 2e-2), in each probe run "
