@@ -14,6 +14,7 @@ from impl.attention import FlashAttentionTriton, FlashOptions, LaunchRecorder  #
 from impl.workloads.attention import STEP_MODES, attention_inputs, attention_step, flash_options  # noqa: E402
 
 CPU = torch.device("cpu")
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # without a GPU ours runs in the interpreter
 
 
 @pytest.mark.parametrize("impl", ["flash_triton", "flash_auto"])
@@ -25,7 +26,7 @@ def test_bwd_walks_the_saved_graph_again_with_fwd_bwds_gradients(impl):
     def attn(q, k, v):
         forwards.append(1)
         return FlashAttentionTriton.apply(q, k, v, True, options)
-    q, k, v, do = attention_inputs((1, 2, 32, 16), "fp32", CPU)
+    q, k, v, do = attention_inputs((1, 2, 32, 16), "fp32", DEVICE)
     attention_step(attn, "fwd_bwd", q, k, v, do)()
     want = [t.grad.clone() for t in (q, k, v)]
     bwd = attention_step(attn, "bwd", q, k, v, do)
