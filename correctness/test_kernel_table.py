@@ -742,9 +742,10 @@ def test_the_builder_judges_a_length_by_the_public_call_where_both_rows_have_it(
 
 @needs_gluon
 def test_the_builder_prints_which_quantity_judged_the_committed_table(capsys):
-    """The committed runs predate the public call: every shape by the probes' own field, and check stays clean."""
+    """The committed runs mix both kinds: the eca0b29 short runs judged by the public call, the older ones by the
+    probes' own field; the rebuild is the committed table, and check stays clean."""
     with probe_module("kernel_table") as builder:
         judged = {}
         assert kt.dumps(builder.build(judged=judged)) == open(builder.TABLE_PATH).read()
-        assert judged.get("public_fwd_bwd", 0) == 0 and judged[""] > 0
+        assert judged.get("public_fwd_bwd", 0) > 0 and judged[""] > 0
         assert builder.main(["check"]) == 0
