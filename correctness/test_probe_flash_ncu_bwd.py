@@ -76,6 +76,17 @@ def test_ncu_command_bounds_the_replay_and_round_trips(probe, report):
         args.shape, args.full, args.variants, args.warmup, 72)
 
 
+def test_ncu_command_flushes_the_caches_unless_told_to_keep_them_warm(probe):
+    """ncu's own default (--cache-control all, unsaid: the earlier commands unchanged) or --cache-control none: L2 as
+    the previous kernel left it, the suite's back-to-back rounds."""
+    assert "--cache-control" not in shlex.split(probe.ncu_command(probe.parse_args([]), "bwd"))
+    words = shlex.split(probe.ncu_command(probe.parse_args(["--cache-control", "none"]), "bwd"))
+    assert words[words.index("--cache-control") + 1] == "none"
+    assert words.index("--cache-control") < words.index("tools/probes/flash_ncu_bwd.py")  # ncu's, not the probe's
+    with pytest.raises(ValueError, match="cache_control 'some'"):
+        probe.ncu_line([], "x", 1, [], [], "r", "$OUT", "python3", cache_control="some")
+
+
 def test_refuses_without_an_sm90_gpu(probe, monkeypatch, capsys):
     """No GPU, or another one: a message, before any tensor or kernel."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

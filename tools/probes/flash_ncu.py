@@ -45,12 +45,20 @@ def variants_arg(ap: argparse.ArgumentParser, text: str, known: Collection[str])
     return names
 
 
+CACHE_CONTROLS = ("all", "none")  # ncu's --cache-control
+
+
 def ncu_line(probe: List[str], kernel_regex: str, launches: int, sections: Sequence[str], metrics: Sequence[str],
-             report: str, out: str, python: str) -> str:
+             report: str, out: str, python: str, cache_control: str = "all") -> str:
     """The ncu command that profiles `probe` (its argv) into `out`/`report`.ncu-rep: clocks left alone
-    (METHOD.md), one profiler range, the kernels kernel_regex matches, at most `launches` of them."""
+    (METHOD.md), one profiler range, the kernels kernel_regex matches, at most `launches` of them. cache_control
+    "all" (ncu's default, left unsaid): caches flushed before every profiled kernel and replay pass, do_bench's cold
+    L2; "none": L2 as the previous kernel left it, the suite's back-to-back rounds (path_kernels.py: the leaderboard's
+    backward is 1.10x cuDNN's warm, ~1.01-1.04x cold)."""
+    if cache_control not in CACHE_CONTROLS:
+        raise ValueError(f"cache_control {cache_control!r}: expected one of {CACHE_CONTROLS}")
     cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", f"regex:{kernel_regex}",
-           "--launch-count", str(launches)]
+           "--launch-count", str(launches)] + (["--cache-control", cache_control] if cache_control != "all" else [])
     for s in sections:
         cmd += ["--section", s]
     if metrics:

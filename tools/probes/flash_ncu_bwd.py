@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from carveout import GLUON_BWD_KERNELS, Loaded, check_percent  # the probes beside this one (on sys.path)
-from flash_ncu import ncu_line, profiled, require_gpu, shape_arg, variants_arg
+from flash_ncu import CACHE_CONTROLS, ncu_line, profiled, require_gpu, shape_arg, variants_arg
 
 PROG = "flash_ncu_bwd"
 SHAPE_8B = (1, 32, 32768, 128)  # the 8B step's attention, where the one-pass kernel missed by 1.56x
@@ -88,6 +88,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=2, help="unprofiled calls of each variant first")
     ap.add_argument("--carveout", type=int, default=None, metavar="PCT",
                     help="the Gluon backward kernels' shared-memory carve-out, in percent (tools/probes/carveout.py)")
+    ap.add_argument("--cache-control", choices=CACHE_CONTROLS, default="all",
+                    help="ncu's --cache-control in the printed commands: all (flushed, ncu's default) or none (warm)")
     ap.add_argument("--ncu-command", action="store_true", help="print the ncu commands for these arguments, exit")
     args = ap.parse_args(argv)
     if args.carveout is not None:
@@ -121,7 +123,8 @@ def ncu_command(args: argparse.Namespace, report: str = "bwd", out: str = "$OUT"
         probe.append("--full")
     if args.carveout is not None:
         probe += ["--carveout", str(args.carveout)]
-    return ncu_line(probe, KERNEL_REGEX, len(kernels(args.variants)), sections, metrics, report, out, python)
+    return ncu_line(probe, KERNEL_REGEX, len(kernels(args.variants)), sections, metrics, report, out, python,
+                    args.cache_control)
 
 
 def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:

@@ -20,7 +20,8 @@ import statistics
 import sys
 from typing import Callable, Dict, List, Optional, Sequence
 
-from flash_ncu import ncu_line, profiled, require_gpu, shape_arg, variants_arg  # the probe beside this one
+# the probe beside this one
+from flash_ncu import CACHE_CONTROLS, ncu_line, profiled, require_gpu, shape_arg, variants_arg
 from rounds import time_rounds  # the variants alternated, the order reversed every other round
 
 PROG = "flash_ncu_fwd_ws"
@@ -58,6 +59,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--time", type=int, default=0, metavar="ROUNDS",
                     help="no profiling: do_bench medians, the variants alternated ROUNDS times (the order reversed "
                          "every other round)")
+    ap.add_argument("--cache-control", choices=CACHE_CONTROLS, default="all",
+                    help="ncu's --cache-control in the printed commands: all (flushed, ncu's default) or none (warm)")
     ap.add_argument("--ncu-command", action="store_true", help="print the ncu commands for these arguments, exit")
     args = ap.parse_args(argv)
     args.shape = shape_arg(ap, args.shape)
@@ -75,7 +78,8 @@ def ncu_command(args: argparse.Namespace, report: str = "fwd", out: str = "$OUT"
     sections, metrics = PROFILES[report]
     probe = ["tools/probes/flash_ncu_fwd_ws.py", "--shape", ",".join(map(str, args.shape)),
              "--variants", ",".join(args.variants), "--warmup", str(args.warmup)] + (["--full"] if args.full else [])
-    return ncu_line(probe, KERNEL_REGEX, len(args.variants), sections, metrics, report, out, python)
+    return ncu_line(probe, KERNEL_REGEX, len(args.variants), sections, metrics, report, out, python,
+                    args.cache_control)
 
 
 def _forwards(args: argparse.Namespace) -> List[Callable[[], object]]:
