@@ -11,9 +11,9 @@ def test_a_warm_window_sums_kernels_per_call_and_spans_the_window():
     with probe_module("path_kernels") as pk:
         K = pk.KernelTime
         w = pk.summarise("ours", 2, [K("main", 0, 1000), K("prep", 1000, 1500), K("main", 2000, 3000)])
-        other = pk.summarise("ours", 2, [K("main", 0, 3000)])
+        other = pk.summarise("ours", 2, [K("main", 0, 3000)], gpu=(1800.0, 690.0))
         m = pk.medians([w, other, w])["ours"]
-    assert m["sum_ms"] == 1.25 and m["kernels"]["main"] == {"ms": 1.0, "launches": 1.0}
+    assert m["sum_ms"] == 1.25 and m["clock_mhz"] == 1800.0  # the windows that sampled it and m["kernels"]["main"] == {"ms": 1.0, "launches": 1.0}
     assert m["kernels"]["prep"] == {"ms": 0.25, "launches": 0.5}  # a window without the kernel counts 0
     assert w.kernel_ms == {"main": 1.0, "prep": 0.25} and w.launches == {"main": 1.0, "prep": 0.5}
     assert w.sum_ms == 1.25 and w.span_ms == 1.5  # 3 ms from the first start to the last end, over 2 calls

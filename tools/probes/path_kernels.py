@@ -58,9 +58,12 @@ class Window:
     launches: dict[str, float]
     sum_ms: float
     span_ms: float
+    clock_mhz: float | None = None  # the SM clock and the board's power sampled while the window's calls ran (NVML)
+    power_w: float | None = None
 
 
-def summarise(impl: str, calls: int, kernels: list[KernelTime], flush: frozenset[str] = frozenset()) -> Window:
+def summarise(impl: str, calls: int, kernels: list[KernelTime], flush: frozenset[str] = frozenset(),
+              gpu: tuple[float | None, float | None] = (None, None)) -> Window:
     """A window's kernels -> per-call figures. With `flush` (the flush's kernel names) each call was preceded by one
     flush: those are left out and the span is summed per call (flush to flush); refuses an empty window and a flush
     count other than `calls` (a call launching a kernel named like the flush would be misread)."""
@@ -84,7 +87,7 @@ def summarise(impl: str, calls: int, kernels: list[KernelTime], flush: frozenset
     segments += [current] if current else []
     span = sum(max(k.end_us for k in seg) - min(k.start_us for k in seg) for seg in segments) / 1e3
     return Window(impl, calls, {k: v / calls for k, v in ms.items()}, {k: v / calls for k, v in n.items()},
-                  sum(ms.values()) / calls, span / calls)
+                  sum(ms.values()) / calls, span / calls, *gpu)
 
 
 def medians(windows: list[Window]) -> dict:
@@ -94,8 +97,10 @@ def medians(windows: list[Window]) -> dict:
         ws = [w for w in windows if w.impl == impl]
         names = sorted({k for w in ws for k in w.kernel_ms}, key=lambda k: -statistics.median(
             w.kernel_ms.get(k, 0.0) for w in ws))
+        clocks = [w.clock_mhz for w in ws if w.clock_mhz is not None]
         out[impl] = dict(sum_ms=statistics.median(w.sum_ms for w in ws),
                          span_ms=statistics.median(w.span_ms for w in ws),
+                         clock_mhz=statistics.median(clocks) if clocks else None,
                          kernels={k: dict(ms=statistics.median(w.kernel_ms.get(k, 0.0) for w in ws),
                                           launches=statistics.median(w.launches.get(k, 0) for w in ws))
                                   for k in names})
@@ -111,7 +116,20 @@ def parse_l2(text: str) -> tuple[str, ...]:
     return states
 
 
-def profile_window(fn, calls: int, flush=None) -> list[KernelTime]:
+def gpu_sample() -> tuple[float | None, float | None]:
+    """The SM clock (MHz) and board power (W) now, through torch's NVML wrappers; None where unavailable. An H100 at
+    its 700 W cap lowers its clock: the timer probe (ffd9816) read cuDNN's steps at ~1,670-1,870 MHz against ours'
+    ~1,840-1,960, run one after the other, so a ratio of times is one of clocks too unless the windows interleave."""
+    import torch
+
+    try:
+        return float(torch.cuda.clock_rate()), torch.cuda.power_draw() / 1e3
+    except Exception:  # noqa: BLE001 - pynvml missing or the query unsupported
+        return None, None
+
+
+def profile_window(fn, calls: int, flush=None) -> tuple[list[KernelTime], tuple[float | None, float | None]]:
+    """The window's kernels, and gpu_sample() taken once every call is enqueued (the device still busy with them)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -121,9 +139,10 @@ def profile_window(fn, calls: int, flush=None) -> list[KernelTime]:
             if flush is not None:
                 flush()
             fn()
+        gpu = gpu_sample()
         torch.cuda.synchronize()
     return [KernelTime(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-            if e.device_type == torch.autograd.DeviceType.CUDA]
+            if e.device_type == torch.autograd.DeviceType.CUDA], gpu
 
 
 def callables(shape, modes):
@@ -145,7 +164,8 @@ def table(doc: dict) -> str:
         lines.append(f"== {run['shape']} {run['mode']} L2 {run.get('l2', 'warm')}")  # eca0b29's runs: warm
         m = run["medians"]
         for impl, r in m.items():
-            lines.append(f"  {impl:11s} sum {r['sum_ms']:.4f} ms  span {r['span_ms']:.4f} ms")
+            clock = f"  {r['clock_mhz']:.0f} MHz" if r.get("clock_mhz") else ""
+            lines.append(f"  {impl:11s} sum {r['sum_ms']:.4f} ms  span {r['span_ms']:.4f} ms{clock}")
             for name, kr in r["kernels"].items():
                 lines.append(f"      {kr['ms']:.4f} ms x{kr['launches']:.1f}  {name[:110]}")
         a, b = m["flash_auto"], m["sdpa_cudnn"]
@@ -170,7 +190,7 @@ def main(argv=None) -> int:
     cache = torch.zeros(FLUSH_BYTES // 4, dtype=torch.int, device="cuda")
     flush = lambda: cache.add_(1)  # noqa: E731 - evicts L2 as do_bench's zero_ does; zero_ may run as a memset,
     # a kernel name cuDNN's own calls launch too
-    flush_names = frozenset(k.name for k in profile_window(lambda: None, 3, flush))
+    flush_names = frozenset(k.name for k in profile_window(lambda: None, 3, flush)[0])
     doc["flush_kernels"] = sorted(flush_names)
     for shape in args.shapes:
         fns = callables(shape, args.modes)
@@ -183,8 +203,8 @@ def main(argv=None) -> int:
                 windows = []
                 for w in range(args.windows):
                     for impl in (IMPLS if w % 2 == 0 else IMPLS[::-1]):
-                        kernels = profile_window(fns[(impl, mode)], args.calls, flush if cold else None)
-                        windows.append(summarise(impl, args.calls, kernels, flush_names if cold else frozenset()))
+                        kernels, gpu = profile_window(fns[(impl, mode)], args.calls, flush if cold else None)
+                        windows.append(summarise(impl, args.calls, kernels, flush_names if cold else frozenset(), gpu))
                 doc["runs"].append(dict(shape="x".join(map(str, shape)), mode=mode, l2=l2, medians=medians(windows),
                                         windows=[asdict(w) for w in windows]))
                 args.out.write_text(json.dumps(doc, indent=1))
