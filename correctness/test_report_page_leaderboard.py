@@ -83,9 +83,9 @@ def test_not_run_rows_are_lines_naming_their_status(tmp_path):
     assert [(x.impl, x.status, x.timers) for x in f.lines][2] == ("sdpa_flash", "OOM", None)
 
 
-def _line_row(impl, mode, ms, when="2026-03-01T00:00:00", details=None):
+def _line_row(impl, mode, ms, when="2026-03-01T00:00:00", details=None, commit="abcdef12"):
     return bench("leaderboard", dict(impl=impl, mode=mode, **SHAPE), ms / 1e3, device=DEV, when=when,
-                 details=details)
+                 details=details, commit=commit)
 
 
 def test_every_line_is_divided_by_both_backends_of_its_pass(tmp_path):
@@ -103,17 +103,38 @@ def test_every_line_is_divided_by_both_backends_of_its_pass(tmp_path):
 
 
 def test_flash_auto_rows_are_lines_with_their_ratios_and_the_page_says_which_it_has(tmp_path):
-    auto = [_line_row("flash_auto", "fwd_bwd", 4.4, details=dict(OURS_DETAILS, compiled=False,
+    auto = [_line_row("flash_auto", "fwd_bwd", 4.4, details=dict(OURS_DETAILS, compiled=False, graph_breaks=None,
                                                                  kernels={"fwd": "gluon_ws", "bwd": "triton"}))]
     f = page.facts(context(_run("2026-03-01T00:00:00", 5.0, 4.0) + auto, tmp_path))
     line = next(x for x in f.lines if x.impl == "flash_auto")
     assert f.auto and round(line.over[0].value, 2) == 1.1 and line.over[1] is None
-    assert f.answer.ours.row.config["impl"] == "flash_triton"  # the headline stays torch.compile(ours)
     text = render_page("leaderboard.md.j2", f=f)
     assert 'FlashAttentionTriton.apply, kernels="auto" (kernel table) | forward+backward | 4.400' in text
+    assert "through the kernel table, not compiled" in text and "graph breaks" not in text  # eager: none to count
     assert "No run of this device has rows of ours through the kernel table" not in text
     without = render_page("leaderboard.md.j2", f=page.facts(context(_run("2026-03-01T00:00:00", 5.0, 4.0), tmp_path)))
     assert without.count("No run of this device has rows of ours through the kernel table (flash_auto") == 1
+
+
+def test_ours_is_the_faster_of_our_rows_in_the_headline_and_in_every_version(tmp_path):
+    """A leaderboard entry is one's best: per run, the faster forward+backward of flash_triton and flash_auto (a run
+    without flash_auto: flash_triton); the page names which, compiled or not."""
+    compiled_auto = dict(OURS_DETAILS, compiled=True)
+    old = _run("2026-03-01T00:00:00", 5.0, 4.0, commit="aaaaaaaa")  # no flash_auto yet
+    slower = _run("2026-03-02T00:00:00", 5.0, 4.0, commit="bbbbbbbb") + [
+        _line_row("flash_auto", "fwd_bwd", 5.5, when="2026-03-02T00:00:00", details=compiled_auto, commit="bbbbbbbb")]
+    newest = _run("2026-03-03T00:00:00", 5.0, 4.0, commit="cccccccc") + [
+        _line_row("flash_auto", "fwd_bwd", 4.2, when="2026-03-03T00:00:00", details=compiled_auto, commit="cccccccc")]
+    f = page.facts(context(newest, tmp_path, history=old + slower))
+    assert f.answer.kernel.impl == "flash_auto" and round(f.answer.headline.ratio.value, 2) == 1.05
+    assert [(v.run.commit, v.impl, round(v.over_cudnn, 2)) for v in f.versions] == [
+        ("aaaaaaaa", "flash_triton", 1.25), ("bbbbbbbb", "flash_triton", 1.25), ("cccccccc", "flash_auto", 1.05)]
+    text = render_page("leaderboard.md.j2", f=f)
+    assert ('Ours, the faster forward+backward of our two rows (the Triton kernels, and the kernel table\'s picks), '
+            'is torch.compile(FlashAttentionTriton.apply), kernels="auto" (kernel table).') in text
+    assert "through the kernel table, compiled as the Triton row is" in text
+    assert "graph breaks under torch.compile: 0" in text
+    assert "| `cccccccc` | CUDA-event median (the row's own) | kernel table | 4.200 |" in text
 
 
 def test_a_device_without_cudnn_is_skipped_and_none_is_not_measured(tmp_path):
@@ -124,10 +145,12 @@ def test_a_device_without_cudnn_is_skipped_and_none_is_not_measured(tmp_path):
 
 def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values():
     """The page lists a launch record's entries: kernel configs abbreviated, the rest (tiling label,
-    variant, the tma flag) as they are."""
+    variant, the tma flag) as they are; a Gluon config without its options that are off."""
     assert page.short_config("BLOCK_M: 64, BLOCK_N: 128, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None") \
         == "64×128 w4 s3"
     assert [page.short_config(x) for x in ("64+16", "two_pass", True, None)] == ["64+16", "two_pass", "True", "None"]
+    assert page.short_config("GluonWsConfig(block_m=64, lpt=False, pingpong=True, rotate=False)") \
+        == "GluonWsConfig(block_m=64, pingpong=True)"  # the trials that are off left out
 
 
 @pytest.mark.parametrize("case", ["measured", "missing", "kernel_table"])
