@@ -105,9 +105,6 @@ def run_attention_passes(bench: Harness, *, problem: str, config: dict, attn: Ca
     return row
 
 
-__all__ = ["allocated_bytes", "attention_inputs", "do_bench_ms", "rel_err", "run_attention_passes"]
-
-
 STEP_MODES = ("fwd", "fwd_bwd", "bwd")  # attention_step's
 
 
@@ -180,3 +177,8 @@ def sdpa_anchor(impl: str, causal: bool) -> Callable:
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     return sdpa
+
+
+__all__ = ["FLASH_IMPLS", "PASS_ROUNDS", "STEP_MODES", "allocated_bytes", "attention_inputs", "attention_step",
+           "do_bench_ms", "flash_options", "launch_kernels", "measure_kernel", "rel_err", "run_attention_passes",
+           "sdpa_anchor", "sdpa_rejects"]
