@@ -282,8 +282,8 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
     # the fp32 residual per context: the fp32 forward's lookup, else any row's (the last one written wins)
     res = {c.context: replace(r, dtype="fp32")
            for c in sorted(ok, key=lambda c: (c.mode == "forward", c.dtype == "fp32")) for r in residuals_seen(c, 4)}
-    tops = [(c.context, t) for c in ok if (c.dtype, c.mode) != ("bf16", "train_step") for t in [largest_of(c)] if t]
-    tops.sort(key=lambda x: (x[0], x[1].mode != "forward", x[1].dtype != "fp32"))
+    tops = sorted(((c.context, t) for c in ok if (c.dtype, c.mode) != ("bf16", "train_step") and (t := largest_of(c))),
+                  key=lambda x: (x[0], x[1].mode != "forward", x[1].dtype != "fp32"))
     return Memory2025Facts(
         ok[0].size_label, m, contexts,
         {(c.context, c.dtype, c.mode): c.peak_bytes for c in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
