@@ -326,16 +326,22 @@ def _probe(c: MemCase) -> BlockProbe | None:
 
 @dataclass(frozen=True)
 class Memory2026Facts:
-    size: str
-    batch: int
-    params: int
-    cases: list[MemCase]  # forward and train_step rows
-    residuals: list[Residual]  # fp32 forward rows, by context
-    probes: list[BlockProbe]
-    date: str = "–"  # the newest of its rows' runs
+    rows: list[MemCase]  # the 2026 edition's
     figures: tuple[tuple[str, str], ...] = ()  # (mode, link) of the timeline figures
 
+    size = property(lambda self: self.rows[0].size_label)
+    batch = property(lambda self: int(self.rows[0].batch))
+    params = property(lambda self: self.rows[0].size_ref.config.params)
+    date = property(lambda self: newest_date(self.rows))  # the newest of its rows' runs
+    cases = property(lambda self: sorted((c for c in self.rows if c.mode in ("forward", "train_step")),
+                                         key=lambda c: (c.context, c.dtype != "fp32", c.mode)))
     contexts = property(lambda self: sorted({c.context for c in self.cases}))
+    # the fp32 forwards' residual streams, by context: the 2026 rows derive its size (details) and look it up
+    residuals = property(lambda self: sorted(
+        (Residual.of(c, int(der["bytes_per_elem"])) for c in self.rows if (c.mode, c.dtype) == ("forward", "fp32")
+         and (der := c.details.get("residual_derivation"))), key=lambda r: r.context))
+    probes = property(lambda self: sorted(filter(None, (_probe(c) for c in self.rows if c.mode == "block_probe")),
+                                          key=lambda p: (p.context, p.dtype)))
 
     def case(self, context: int, dtype: str, mode: str) -> MemCase | None:
         return next((c for c in self.cases if (c.context, c.dtype, c.mode) == (context, dtype, mode)), None)
@@ -359,17 +365,7 @@ class Memory2026Facts:
 
 def memory_2026_facts(rows: list[MemCase]) -> Memory2026Facts | None:
     rows = [c for c in rows if str(c.edition) == "2026"]
-    if not rows:
-        return None
-    return Memory2026Facts(
-        rows[0].size_label, int(rows[0].batch), rows[0].size_ref.config.params,
-        sorted((c for c in rows if c.mode in ("forward", "train_step")),
-               key=lambda c: (c.context, c.dtype != "fp32", c.mode)),
-        # the 2026 rows derive the residual stream's size (details) and look it up
-        sorted((Residual.of(c, int(der["bytes_per_elem"])) for c in rows if (c.mode, c.dtype) == ("forward", "fp32")
-                and (der := c.details.get("residual_derivation"))), key=lambda r: r.context),
-        sorted(filter(None, (_probe(c) for c in rows if c.mode == "block_probe")), key=lambda p: (p.context, p.dtype)),
-        newest_date(rows))
+    return Memory2026Facts(rows) if rows else None
 
 
 # ---- the 2026 questions without 2026 measurements: an earlier grid's rows at those contexts --------
