@@ -13,7 +13,7 @@ from impl.nsys.memory import MemoryTrace, RangeMemory
 from impl.report import figures
 from impl.report.pages._nsys import Filed, newest_with
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, RowView, SizedView, group, newest
+from impl.report.rows import RowView, SizedView, group, newest
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
