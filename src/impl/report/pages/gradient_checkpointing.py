@@ -85,7 +85,7 @@ def _policies(rows: list[PolicyRow]) -> Study | None:
 
     def terms(rs):
         return next((r.details["terms"] for r in rs if "terms" in r.details), {})
-    table = [(d, sorted(rs, key=lambda r: POLICY_ORDER[r.policy] * 10_000 + (r.k or 0))) for d, rs in by.items()]
+    table = [(d, sorted(rs, key=lambda r: (POLICY_ORDER[r.policy], r.k or 0))) for d, rs in by.items()]
     return Study(rows[0], table, stat_name(rows), _unit(rows), terms(rows).get("closed_form_fp32"),
                  {d: h for d, rs in by.items() if (h := terms(rs).get("hook_terms"))})
 

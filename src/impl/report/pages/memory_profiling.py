@@ -13,7 +13,7 @@ from impl.nsys.memory import MemoryTrace, RangeMemory
 from impl.report import figures
 from impl.report.pages._nsys import Filed, newest_with
 from impl.report.pages import NOT_MEASURED, Context, Kind, Scored
-from impl.report.rows import Bench, RowView, SizedView, group, newest
+from impl.report.rows import RowView, SizedView, group, newest
 from impl.report.runs import RunsFacts, SourcedFromRuns, device_short, newest_date
 from impl.workloads.problems import Problem as P
 from impl.workloads.sweeps import grid
@@ -48,6 +48,7 @@ class MemCase(SizedView, RowView):
     timeline = property(lambda self: self.snapshot.get("timeline"))  # {"x", "y", "markers", "blocks"}
     largest = property(lambda self: self.snapshot.get("largest") or [])  # allocations by size, with frames
     traced = property(lambda self: [x for x in self.largest if x.get("frames")])  # with a Python stack trace
+    labels = property(lambda self: shape_labels(self.size_ref.config, self.batch, self.context, self.dtype))
 
     @property
     def need_bytes(self) -> int | None:
@@ -59,14 +60,11 @@ class MemCase(SizedView, RowView):
 mem_case = MemCase.of
 
 
-def newest_per_case(rows: list[Bench]) -> list[Bench]:
+def newest_per_case(rows: list[MemCase]) -> list[MemCase]:
     """Each case's row of the newest run, in the rows' order: a row stored before the edition prefix (an
     edition-less row is 2025's) is the same case as the newer one."""
-    def case(b: Bench) -> tuple:
-        c = MemCase.of(b)
-        return c.size_label, c.context, c.dtype, c.mode
-    keep = {id(b) for b in newest(rows, case, lambda b: b.run.datetime)}
-    return [b for b in rows if id(b) in keep]
+    keep = {id(c) for c in newest(rows, lambda c: (c.size_label, c.context, c.dtype, c.mode), lambda c: c.run.datetime)}
+    return [c for c in rows if id(c) in keep]
 
 
 def ordered(rows: list[MemCase]) -> list[MemCase]:
@@ -82,17 +80,23 @@ class Residual:
     batch: int
     context: int
     d_model: int
-    nbytes: int
-    found: bool | None
+    found: bool | None  # None: not looked up
     count: int | None
-    made_at: str | None
+    made_at: str  # its first frame
+
+    nbytes = property(lambda self: self.batch * self.context * self.d_model * self.bytes_per_elem)
+
+    @classmethod
+    def of(cls, c: MemCase, n: int) -> Residual:
+        """The row's residual stream of `n` bytes per element, and its lookup in the row's snapshot."""
+        x = (c.snapshot.get("residual") or {}).get(str(n)) or {}
+        return cls(c.dtype, n, c.batch, c.context, c.size_ref.config.d_model, x.get("found"), x.get("count"),
+                   (x.get("frames") or ["–"])[0])
 
 
 def residuals_seen(c: MemCase, n: int | None = None) -> list[Residual]:
     """The row's looked-up residual streams (of `n` bytes per element where given)."""
-    return [Residual(c.dtype, int(k), c.batch, c.context, c.size_ref.config.d_model, x["bytes"], x["found"], x["count"],
-                     (x["frames"] or ["–"])[0]) for k, x in (c.snapshot.get("residual") or {}).items()
-            if n in (None, int(k))]
+    return [Residual.of(c, int(k)) for k in c.snapshot.get("residual") or {} if n in (None, int(k))]
 
 
 def forward_residuals(rows: list[MemCase]) -> list[Residual]:
@@ -164,9 +168,8 @@ def largest_of(c: MemCase) -> NamedAllocation | None:
     n = max(x["size"] for x in c.largest)
     same = [x for x in c.largest if x["size"] == n]
     sites = tuple((x["frames"][0], x["count"]) for x in same if x["frames"])
-    label = shape_labels(c.size_ref.config, c.batch, c.context, c.dtype).get(n, ())
-    return NamedAllocation("largest", n, sum(x["count"] for x in same), sites[0][0] if sites else "", label,
-                           c.dtype, c.mode, sites)
+    return NamedAllocation("largest", n, sum(x["count"] for x in same), sites[0][0] if sites else "",
+                           c.labels.get(n, ()), c.dtype, c.mode, sites)
 
 
 def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAllocation], list[tuple[MemCase, list]]]:
@@ -174,14 +177,10 @@ def largest_allocations(ok: list[MemCase], at: int | None) -> tuple[list[NamedAl
     (bytes, count, tensors of that size, frames) with a stack trace)."""
     tables, named = [], []
     for c in ordered(ok):
-        big, cell = c.traced[:6], (c.dtype, c.mode)
-        if c.context != at or cell == ("bf16", "train_step") or not big:
+        big, cell, m = c.traced[:6], (c.dtype, c.mode), c.size_ref.config
+        if c.context != at or cell not in NAMED or not big:
             continue
-        m = c.size_ref.config
-        labels = shape_labels(m, c.batch, at, c.dtype)
-        tables.append((c, [(x["size"], x["count"], labels.get(x["size"], ()), x["frames"]) for x in big]))
-        if cell not in NAMED:
-            continue
+        tables.append((c, [(x["size"], x["count"], c.labels.get(x["size"], ()), x["frames"]) for x in big]))
         top = largest_of(c)
         hits = {("bf16", "forward"): ("ffn_copy", [x for x in big if x["size"] == m.d_model * m.d_ff * 2]),
                 ("fp32", "train_step"): ("optimizer", [x for x in big if any("optim" in f for f in x["frames"])])}
@@ -280,12 +279,11 @@ def memory_2025_facts(rows: list[MemCase], reference: int | None = REFERENCE_CON
     last, m = contexts[-1] if contexts else None, ok[0].size_ref.config
     ref = min((c.context for c in ok if is_reference(c, reference)), default=reference)  # the mark wins
     at = ref if ref is not None else min({c.context for c in ok if c.mode == "forward"} or {c.context for c in ok})
-    res: dict[int, Residual] = {}  # the fp32 residual per context: the fp32 forward's lookup first, then any row's
-    for c in sorted(ok, key=lambda c: (c.context, c.mode != "forward", c.dtype != "fp32")):
-        for r in residuals_seen(c, 4):
-            res.setdefault(c.context, replace(r, dtype="fp32"))
-    tops = [(c.context, t) for c in ok if (c.dtype, c.mode) != ("bf16", "train_step") for t in [largest_of(c)] if t]
-    tops.sort(key=lambda x: (x[0], x[1].mode != "forward", x[1].dtype != "fp32"))
+    # the fp32 residual per context: the fp32 forward's lookup, else any row's (the last one written wins)
+    res = {c.context: replace(r, dtype="fp32")
+           for c in sorted(ok, key=lambda c: (c.mode == "forward", c.dtype == "fp32")) for r in residuals_seen(c, 4)}
+    tops = sorted(((c.context, t) for c in ok if (c.dtype, c.mode) != ("bf16", "train_step") and (t := largest_of(c))),
+                  key=lambda x: (x[0], x[1].mode != "forward", x[1].dtype != "fp32"))
     return Memory2025Facts(
         ok[0].size_label, m, contexts,
         {(c.context, c.dtype, c.mode): c.peak_bytes for c in ok}, tl.get((last, "fp32", "forward"), {}).get("forward"),
@@ -326,29 +324,24 @@ def _probe(c: MemCase) -> BlockProbe | None:
                                          m["top"], **{x.name: m[x.name] for x in fields(BlockProbe)[4:]})
 
 
-def _residual(c: MemCase) -> Residual | None:
-    """The 2026 rows derive the residual stream's size (details) and look it up."""
-    der = c.details.get("residual_derivation")
-    if not der:
-        return None
-    n, batch, d, ctx = int(der["bytes_per_elem"]), int(der["batch"]), int(der["d_model"]), int(c.context)
-    x = (c.snapshot.get("residual") or {}).get(str(n)) or {}
-    return Residual(c.dtype, n, batch, ctx, d, batch * ctx * d * n, x.get("found"), x.get("count"),
-                    (x.get("frames") or [None])[0])
-
-
 @dataclass(frozen=True)
 class Memory2026Facts:
-    size: str
-    batch: int
-    params: int
-    cases: list[MemCase]  # forward and train_step rows
-    residuals: list[Residual]  # fp32 forward rows, by context
-    probes: list[BlockProbe]
-    date: str = "–"  # the newest of its rows' runs
+    rows: list[MemCase]  # the 2026 edition's
     figures: tuple[tuple[str, str], ...] = ()  # (mode, link) of the timeline figures
 
+    size = property(lambda self: self.rows[0].size_label)
+    batch = property(lambda self: int(self.rows[0].batch))
+    params = property(lambda self: self.rows[0].size_ref.config.params)
+    date = property(lambda self: newest_date(self.rows))  # the newest of its rows' runs
+    cases = property(lambda self: sorted((c for c in self.rows if c.mode in ("forward", "train_step")),
+                                         key=lambda c: (c.context, c.dtype != "fp32", c.mode)))
     contexts = property(lambda self: sorted({c.context for c in self.cases}))
+    # the fp32 forwards' residual streams, by context: the 2026 rows derive its size (details) and look it up
+    residuals = property(lambda self: sorted(
+        (Residual.of(c, int(der["bytes_per_elem"])) for c in self.rows if (c.mode, c.dtype) == ("forward", "fp32")
+         and (der := c.details.get("residual_derivation"))), key=lambda r: r.context))
+    probes = property(lambda self: sorted(filter(None, (_probe(c) for c in self.rows if c.mode == "block_probe")),
+                                          key=lambda p: (p.context, p.dtype)))
 
     def case(self, context: int, dtype: str, mode: str) -> MemCase | None:
         return next((c for c in self.cases if (c.context, c.dtype, c.mode) == (context, dtype, mode)), None)
@@ -372,16 +365,7 @@ class Memory2026Facts:
 
 def memory_2026_facts(rows: list[MemCase]) -> Memory2026Facts | None:
     rows = [c for c in rows if str(c.edition) == "2026"]
-    if not rows:
-        return None
-    return Memory2026Facts(
-        rows[0].size_label, int(rows[0].batch), rows[0].size_ref.config.params,
-        sorted((c for c in rows if c.mode in ("forward", "train_step")),
-               key=lambda c: (c.context, c.dtype != "fp32", c.mode)),
-        sorted(filter(None, (_residual(c) for c in rows if (c.mode, c.dtype) == ("forward", "fp32"))),
-               key=lambda r: r.context),
-        sorted(filter(None, (_probe(c) for c in rows if c.mode == "block_probe")), key=lambda p: (p.context, p.dtype)),
-        newest_date(rows))
+    return Memory2026Facts(rows) if rows else None
 
 
 # ---- the 2026 questions without 2026 measurements: an earlier grid's rows at those contexts --------
@@ -547,9 +531,10 @@ class MemoryPage(SourcedFromRuns):
                                 self.facts_2026.date if self.facts_2026 else self.date_2025)}
 
 
-def _draw(ctx: Context, stem: str, panels: list[tuple[str, dict]], from_zero: bool = True, **words: str) -> str | None:
-    """A figure of timeline panels, titled by `words` (size, mode, device, date, and dtype for one dtype's); its
-    link, None without panels."""
+def _draw(ctx: Context, stem: str, cases: list[MemCase], panel: str, from_zero: bool = True, **words) -> str | None:
+    """A figure of the cases' timelines, a panel each (TIMELINE's `panel` label), titled by `words` (size, mode,
+    device, date, and dtype for one dtype's); its link, None without a timeline."""
+    panels = [(TIMELINE.label(panel, dtype=c.dtype, context=c.context), c.timeline) for c in cases if c.timeline]
     if not panels:
         return None
     path, link = ctx.figure_file(f"{SLUG}-{stem}.png")
@@ -563,36 +548,28 @@ def facts(ctx: Context) -> MemoryPage:
     missing = MemoryPage(None, None, None, [], [], [], [], [], None)
     if not (found := ctx.rows.first_gpu(PROBLEM)):
         return missing
-    device, every = found
-    every = newest_per_case(every)
-    rows = ordered(map(mem_case, every))
+    device, cases = found[0], newest_per_case([mem_case(b) for b in found[1]])
+    rows = ordered(cases)
     d26 = [c for c in rows if c.edition == "2026"]
     # 2025 rows at the 2026 contexts are another grid's (the 2025 table's xl): kept apart from (a)–(e)
     earlier = [c for c in rows if c.edition != "2026" and (c.size, c.context) in CASES_2026]
     d = [c for c in rows if c.edition != "2026" and (c.size, c.context) not in CASES_2026]
-    f = memory_2025_facts(d)
-    if f is None:
+    if (f := memory_2025_facts(d)) is None:
         return missing
     m26 = memory_2026_facts(d26)
     if m26 is None or not any(c.measured for c in m26.cases):  # the earlier grid's rows stand in
         m26, grid = None, d26 or earlier
     else:
-        drawn = []
-        for mode in ("forward", "train_step"):
-            panels = [(TIMELINE.label("panel_dtype", dtype=c.dtype, context=c.context), c.timeline)
-                      for c in m26.cases if c.mode == mode and c.timeline]
-            link = _draw(ctx, f"{device}-2026-{mode}", panels, False, size=m26.size, mode=mode, device=device,
-                         date=m26.date)
-            drawn += [(mode, link)] if link else []
+        drawn = [(mode, link) for mode in ("forward", "train_step")
+                 if (link := _draw(ctx, f"{device}-2026-{mode}", [c for c in m26.cases if c.mode == mode],
+                                   "panel_dtype", False, size=m26.size, mode=mode, device=device, date=m26.date))]
         m26, grid = replace(m26, figures=tuple(drawn)), []
-    timelines = []
-    for mode, dtype in (("forward", "fp32"), ("forward", "bf16"), ("train_step", "fp32"), ("train_step", "bf16")):
-        g = [c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]
-        panels = [(TIMELINE.label("panel", context=c.context), c.timeline) for c in g]
-        link = _draw(ctx, f"{device}-{mode}-{dtype}", panels, size=f.size, mode=mode, device=device,
-                     date=newest_date(g), dtype=dtype)
-        timelines += [(mode, dtype, link)] if link else []
+    timelines = [(mode, dtype, link) for mode in ("forward", "train_step") for dtype in ("fp32", "bf16")
+                 for g in [[c for c in d if (c.mode, c.dtype) == (mode, dtype) and c.timeline]]
+                 if (link := _draw(ctx, f"{device}-{mode}-{dtype}", g, "panel", size=f.size, mode=mode,
+                                   device=device, date=newest_date(g), dtype=dtype))]
     return MemoryPage(f, m26, _earlier_grid(grid, bool(d26)) if grid else None,
                       sorted({c.size_label for c in earlier}) if not (m26 or d26) else [], peak_rows(rows),
                       timelines, forward_residuals(d), snapshots(d, ctx.reports_dir, f.answer_context),
-                      RunsFacts.of(device, every), newest_date(d), nsys=nsys_memory(ctx, m26.probes if m26 else []))
+                      RunsFacts.of(device, [c.b for c in cases]), newest_date(d),
+                      nsys=nsys_memory(ctx, m26.probes if m26 else []))

@@ -61,6 +61,7 @@ class Step(RowView):
     matmul_peak = property(lambda self: self.peaks and self.peaks.measured_flops)
     profile = property(lambda self: self.details.get("profile"))
     adamw_master = property(lambda self: str(self.settings.optimizer or "").startswith("adamw_master"))
+    when = property(lambda self: self.b.run.when[5:] or "–")  # its run's UTC start, "MM-DD HH:MM"
 
     @property
     def first_step_s(self) -> float | None:
@@ -70,11 +71,6 @@ class Step(RowView):
     @property
     def ok(self) -> bool:
         return self.status is Status.MEASURED and not missing(self.step_s)
-
-    @property
-    def when(self) -> str:  # its run's UTC start, "MM-DD HH:MM"
-        t = self.datetime
-        return f"{t[5:10]} {t[11:16]}" if len(t) >= 16 else "–"
 
     @property
     def order(self) -> tuple:
@@ -174,33 +170,25 @@ def repeats(every: list[Step]) -> list[tuple[Step, float | None]]:
 
 @dataclass(frozen=True)
 class TimeSection:
-    """Where the time of the profiled steps goes (a folded part of the section)."""
+    """Where the time of the profiled steps goes (a folded part of the section); its columns are the first
+    profile's."""
 
     rows: list[Step]  # profiled, or whose profile failed
-    phases: list[str]
-    categories: list[str]  # those with time in any profile, in the JSON's order
-    host: bool  # some profile has host time per phase
-    warmup: object
-    kernels: bool  # timed from GPU kernels (else CPU ops)
-    example: Step | None  # a marked row that ran AdamWMaster (the footnote's example)
-    top: list[tuple[Step, dict]]  # OURS' top kernels
 
+    profiles = property(lambda self: [s.profile for s in self.rows if s.profile])
+    first = property(lambda self: (self.profiles or [{}])[0])
+    phases = property(lambda self: list(self.first.get("phase_ms", {})))
+    categories = property(lambda self: [c for c in self.first.get("category_ms", {})  # with time in any profile
+                                        if any(p["category_ms"].get(c, 0.0) > 0 for p in self.profiles)])
+    host = property(lambda self: any("phase_host_ms" in p for p in self.profiles))  # host time per phase
+    warmup = property(lambda self: self.first.get("warmup_steps", "–"))
+    kernels = property(lambda self: self.first.get("timing_source") == "kernels")  # else CPU ops
+    # a marked row that ran AdamWMaster (the footnote's example)
+    example = property(lambda self: next((s for s in self.rows if s.unattributed and s.adamw_master), None))
+    top = property(lambda self: [(s, k) for s in self.rows if s.config in OURS  # ours' top kernels
+                                 for k in (s.profile or {}).get("top", [])])
     marked = property(lambda self: any(s.unattributed for s in self.rows))
     failed = property(lambda self: [s for s in self.rows if "profile_error" in s.details])
-
-
-def time_section(d: list[Step]) -> TimeSection | None:
-    p = [s for s in ordered(d) if "profile" in s.details or "profile_error" in s.details]
-    if not p:
-        return None
-    profiles = [s.profile for s in p if s.profile]
-    first = profiles[0] if profiles else {}
-    return TimeSection(
-        p, list(first.get("phase_ms", {})),
-        [c for c in first.get("category_ms", {}) if any(pr["category_ms"].get(c, 0.0) > 0 for pr in profiles)],
-        any("phase_host_ms" in pr for pr in profiles), first.get("warmup_steps", "–"),
-        first.get("timing_source") == "kernels", next((s for s in p if s.unattributed and s.adamw_master), None),
-        [(s, k) for s in p if s.config in OURS for k in (s.profile or {}).get("top", [])])
 
 
 def _plot(d: list[Step], ctx: Context, name: str) -> str | None:
@@ -255,6 +243,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
     cells = [ablation_cells(s, g.get("bf16")) for g in by_config for s in g.values()]
     ran = [s.b for s in d]
     by_run = group(d, lambda s: s.when)
+    profiled = [s for s in ordered(d) if "profile" in s.details or "profile_error" in s.details]
     return Section(
         d, stat_name(ran), *timing_text(ran), legend(d), cells,
         ctx.table_csv(f"{SLUG}-{device}-ablation", ABLATION_HEADER, cells)
@@ -263,7 +252,7 @@ def _section(ctx: Context, device: str, benches: list[Bench]) -> Section:
                 next((s.matmul_peak for s in g if s.matmul_peak), None), len(g)) for run, g in sorted(by_run.items())],
         [(g[o], g["anchor"], noise_ratio(g[o], g["anchor"])) for g in by_config if "anchor" in g and g["anchor"].ok
          for o in OURS if o in g and g[o].ok],
-        repeats(every), _plot(d, ctx, f"{SLUG}-{device}-ablation.png"), time_section(d),
+        repeats(every), _plot(d, ctx, f"{SLUG}-{device}-ablation.png"), TimeSection(profiled) if profiled else None,
         RunsFacts.of(device, benches))
 
 
