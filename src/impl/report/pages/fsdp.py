@@ -164,7 +164,8 @@ def _draw(ax, t: Timeline, title: str) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
-def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str) -> str:
+def _draw_timelines(tls: list[Timeline], ctx: Context, name: str) -> str:
+    c = cfg(tls[0].b)
     fig, axes = figures.plt.subplots(len(tls), 2, figsize=(15, 4.6 * len(tls) + 0.4), squeeze=False,
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
     fig.suptitle(WORDS.title.format(size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank,
@@ -188,15 +189,12 @@ def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str)
     return ctx.figure(fig, name)
 
 
-def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) -> RunFacts | None:
-    """The facts of one [edition, size] run (rows.SizeRun) of a device's fsdp rows; None for TP rows only."""
-    rows = [b for b in run.rows if cfg(b).variant != TP]
-    if not rows:
-        return None
+def run_facts(device: str, label: str, run: SizeRun, shard: list[Bench], ctx: Context) -> RunFacts:
+    """The facts of one [edition, size] run of a device's fsdp rows (its TP rows aside)."""
+    rows = run.rows
     have, by = {cfg(b).variant for b in rows}, {cfg(b).variant: b for b in rows if b.measured}
     ours = [b for b in rows if cfg(b).variant in OURS and b.status is Status.MEASURED]
-    with_tl = [b for b in ours if b.details.get("timeline")]
-    tls = [Timeline(b) for b in with_tl]
+    tls = [Timeline(b) for b in ours if b.details.get("timeline")]
     shape = lambda b: (cfg(b).size_ref, cfg(b).context, cfg(b).batch_per_rank)  # noqa: E731
     return RunFacts(
         run.label(label), device, cfg(rows[0]), [DistRow.of(b) for b in rows],
@@ -204,7 +202,7 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
          and (v := opt_sharding.Variant.of(b)).peak],
         bool(ours), tls,
-        _draw_timelines(cfg(with_tl[0]), tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if tls else None,
+        _draw_timelines(tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if tls else None,
         _saving(by), _headline(by))
 
 
@@ -387,11 +385,9 @@ def facts(ctx: Context) -> FsdpPage:
     fsdp, shard = ctx.rows.per_gpu(P.FSDP), dict(ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING))
     sections = []
     for device, rows in fsdp:
-        heading = device_name(device, rows)
-        runs = [f for run in size_runs_of(rows) if (f := run_facts(device, heading, run, shard.get(device, []), ctx))]
-        if runs:  # the TP rows' runs are named in their own section
-            tp_aside = [b for b in rows if cfg(b).variant != TP]
-            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, tp_aside)))
+        heading, rows = device_name(device, rows), [b for b in rows if cfg(b).variant != TP]  # TP: its own section
+        if runs := [run_facts(device, heading, run, shard.get(device, []), ctx) for run in size_runs_of(rows)]:
+            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, rows)))
     found = [f for s in sections for f in s.runs]
     newest = newest_first(found)
     headline_run = next((f for f in newest if f.headline), None)

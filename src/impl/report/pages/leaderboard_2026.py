@@ -48,18 +48,17 @@ _cfg = StepConfig.of
 def policy_label(c: StepConfig) -> str:
     """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": its checkpointing and every
     option set away from its default."""
-    label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
-    label += "" if c.compile == "none" else f", {c.compile} compiled"
-    label += "" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}"
-    label += "" if c.allocator == "default" else f", {c.allocator.replace('_', ' ')}"
-    label += "" if c.grad_sync == "ddp_bucketed" else f", {c.grad_sync.replace('_', ' ')}"
-    for option, value in (("nccl_high_priority", c.nccl_high_priority), ("nccl_max_ctas", c.nccl_max_ctas)):
-        if value not in (False, None):  # a StepSpec field's name, and its value where not a flag
-            label += ", " + option.replace("_", " ") + ("" if value is True else f" {value}")
-    label += "" if c.residual == "fp32" else f", {c.residual} residual"
-    label += "" if c.lm_head_chunk_mib is None else f", lm_head_chunk {c.lm_head_chunk_mib} MiB"
-    label += "" if c.lm_head_softmax == "torch" else f", {c.lm_head_softmax} softmax"
-    return label
+    nccl = [name.replace("_", " ") + ("" if value is True else f" {value}")  # a StepSpec field's name, its value
+            for name in ("nccl_high_priority", "nccl_max_ctas") if (value := getattr(c, name)) not in (False, None)]
+    options = (c.compile != "none" and f"{c.compile} compiled",
+               c.attn_impl not in ("flash_triton", "flash_torch") and c.attn_impl,
+               c.allocator != "default" and c.allocator.replace("_", " "),
+               c.grad_sync != "ddp_bucketed" and c.grad_sync.replace("_", " "),
+               *nccl,
+               c.residual != "fp32" and f"{c.residual} residual",
+               c.lm_head_chunk_mib is not None and f"lm_head_chunk {c.lm_head_chunk_mib} MiB",
+               c.lm_head_softmax != "torch" and f"{c.lm_head_softmax} softmax")
+    return c.checkpointing + ("" if c.k is None else f" (k {c.k})") + "".join(f", {o}" for o in options if o)
 
 
 @dataclass(frozen=True)
