@@ -183,22 +183,30 @@ class TwoGpuFacts:
     world: int
     candidates: tuple[Candidate, ...]  # every candidate's newest row, in run order
     fastest: dict[str, Candidate]  # run (UTC) -> its fastest measured candidate
-    newest: Candidate  # the newest run's fastest: the answer
-    newest_run: tuple[Candidate, ...]  # the candidates of its run
-    first_calls: tuple[Candidate, ...]  # the newest run's, in run order
-    profiled: tuple[Candidate, ...]
-    answer_profile: Candidate | None  # the newest run's fastest profiled candidate
-    breakdown: Breakdown | None
-    class_best: ClassBest | None
     runs: RunsFacts
     files: tuple[str, ...]
-    parts: StepParts | None  # the newest winner's step by part, where its row has them
     cold: tuple[Candidate, ...]  # the newest run from empty compile caches, where the newest run is not one
     cold_limit_s: float = COLD_RUN_LIMIT_S
 
+    newest = property(lambda self: self.fastest[max(self.fastest)])  # the newest run's fastest: the answer
+    newest_run = property(lambda self: tuple(c for c in self.candidates if c.run_when == self.newest.run_when))
+    first_calls = property(lambda self: tuple(c for c in self.newest_run if c.measured and c.first_call_s is not None))
+    profiled = property(lambda self: tuple(c for c in self.candidates if c.measured and c.breakdown))
+    answer_profile = property(lambda self: min((c for c in self.profiled if c.run_when == self.newest.run_when),
+                                               key=lambda c: c.step_s, default=None))  # its run's fastest profiled
+    parts = property(lambda self: StepParts.of_row(self.newest))  # the answer's step by part, where its row has them
+    class_best = property(lambda self: ClassBest(self.newest) if ClassBest.gpu_flops and self.newest.datasheet_flops
+                          else None)
+    # the newest run's fastest configuration is among the cold run's
+    cold_has_answer = property(lambda self: any(c.policy == self.newest.policy for c in self.cold))
+
     @property
-    def cold_has_answer(self) -> bool:  # the newest run's fastest configuration is among the cold run's
-        return any(c.policy == self.newest.policy for c in self.cold)
+    def breakdown(self) -> Breakdown | None:  # the categories with time in any profiled candidate
+        if not (p := self.profiled):
+            return None
+        cats = tuple(k for k in p[0].breakdown["category_ms"]
+                     if any(c.breakdown["category_ms"].get(k, 0.0) > 0 for c in p))
+        return Breakdown(tuple(p[0].breakdown["phase_ms"]), cats, self.answer_profile or p[-1])
 
 
 def _multi(b: Bench) -> bool:
@@ -228,21 +236,11 @@ def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ())
     if not fastest:
         return None
     newest = fastest[max(fastest)]
-    run = tuple(c for c in cands if c.run_when == newest.run_when)
-    profiled = tuple(c for c in cands if c.measured and c.breakdown)
-    answer = min((c for c in profiled if c.run_when == newest.run_when), key=lambda c: c.step_s, default=None)
-    cats = tuple(k for k in profiled[0].breakdown["category_ms"]
-                 if any(c.breakdown["category_ms"].get(k, 0.0) > 0 for c in profiled)) if profiled else ()
-    first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
     cold = cold_run(device, [*rows, *history])
     cold = () if not cold or cold[0].run_when == newest.run_when else cold
-    return TwoGpuFacts(device, device_name(device, rows), int(_cfg(rows[0]).world_size), cands,
-                       fastest, newest, run, first_calls, profiled, answer,
-                       Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, answer or profiled[-1])
-                       if profiled else None,
-                       ClassBest(newest) if ClassBest.gpu_flops and newest.datasheet_flops else None,
-                       RunsFacts.of(device, rows), tuple(sorted({*files_of(rows), *(c.b.run.file for c in cold)})),
-                       StepParts.of_row(newest), cold)
+    files = tuple(sorted({*files_of(rows), *(c.b.run.file for c in cold)}))
+    return TwoGpuFacts(device, device_name(device, rows), int(_cfg(rows[0]).world_size), cands, fastest,
+                       RunsFacts.of(device, rows), files, cold)
 
 
 @dataclass(frozen=True)
