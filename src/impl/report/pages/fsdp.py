@@ -331,18 +331,13 @@ class FsdpNsys(Profiled):
 
     resume_us = RESUME_NS / 1e3
 
-    @property
-    def forward_whole(self) -> bool:  # every rank recorded one kernel per all-gather it issued in forward
-        return all(r.whole("ncclAllGather", "forward") for _, t in self.timelines for r in t.ranks)
-
-    @property
-    def forward_in_time(self) -> bool:  # no rank's compute waited for a forward all-gather kernel
-        return all((w := r.wait("ncclAllGather")) is not None and w.forward_waited == 0
-                   for _, t in self.timelines for r in t.ranks)
-
-    @property
-    def backward_whole(self) -> bool:
-        return all(r.whole(c) for _, t in self.timelines for r in t.ranks for c, *_ in r.issued)
+    ranks = property(lambda self: [r for _, t in self.timelines for r in t.ranks])  # every case's
+    # every rank recorded one kernel per all-gather it issued in forward; and per collective it issued
+    forward_whole = property(lambda self: all(r.whole("ncclAllGather", "forward") for r in self.ranks))
+    backward_whole = property(lambda self: all(r.whole(c) for r in self.ranks for c, *_ in r.issued))
+    # no rank's compute waited for a forward all-gather kernel
+    forward_in_time = property(lambda self: all((w := r.wait("ncclAllGather")) is not None and w.forward_waited == 0
+                                                for r in self.ranks))
 
 
 def fsdp_nsys(ctx: Context) -> FsdpNsys | None:

@@ -83,15 +83,11 @@ class Candidate:
     measured_peak_flops = property(lambda self: self.b.row.peaks and self.b.row.peaks.measured_flops)  # the run's
     breakdown = property(lambda self: self.b.details.get("breakdown"))  # impl.workloads.kernels.step_breakdown
     gpu = property(lambda self: self.b.row.env.device.removeprefix("NVIDIA ").strip())  # "H200"
-
-    @property
-    def do_bench_s(self) -> float | None:  # the handout's timer (the slowest rank's median), where the row has it
-        ms = self.b.metric(Metric.DO_BENCH_MS)
-        return None if ms is None else ms / 1e3
-
-    @property
-    def rank_peaks(self) -> tuple[float, ...]:
-        return tuple(r["peak"] for r in self.b.details.get("ranks") or [] if r.get("peak") is not None)
+    # the handout's timer (the slowest rank's median), where the row has it
+    do_bench_s = property(lambda self: None if (ms := self.b.metric(Metric.DO_BENCH_MS)) is None else ms / 1e3)
+    step_s = property(lambda self: self.median_s if self.do_bench_s is None else self.do_bench_s)
+    rank_peaks = property(lambda self: tuple(r["peak"] for r in self.b.details.get("ranks") or []
+                                             if r.get("peak") is not None))
 
     @property
     def from_empty_caches(self) -> bool | None:
@@ -99,10 +95,6 @@ class Candidate:
         recorded), the handout's "from an empty PyTorch/Triton cache"."""
         caches = self.first_call_caches
         return None if caches is None else caches["triton_files"] == 0 and caches["inductor_files"] == 0
-
-    @property
-    def step_s(self) -> float:
-        return self.do_bench_s if self.do_bench_s is not None else self.median_s
 
     def _mfu(self, peak: float | None) -> float | None:
         return self.flops / self.step_s / peak if self.flops and peak else None
