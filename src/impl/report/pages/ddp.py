@@ -53,8 +53,7 @@ class Group:  # the rows of one (context, per-rank batch), in table order
         return next((v for v in self.variants if v.key == tuple(k) and v.measured), None)
 
     def ratio(self, k: Key, ref: Key, name: str = "") -> Ratio | None:  # row k ÷ row ref
-        a, r = self.get(k), self.get(ref)
-        return None if a is None or r is None else a.vs(r, name)
+        return (a := self.get(k)) and (r := self.get(ref)) and a.vs(r, name)
 
     buckets = property(lambda self: {v.key[1]: v for v in self.variants if v.key[0] == "bucketed" and v.measured})
     best_bucket = property(lambda self: min(self.buckets, key=lambda mb: self.buckets[mb].step_s, default=None))
@@ -106,13 +105,14 @@ class BucketModel:
 
 
 @dataclass(frozen=True)
-class TimelineRow:
+class TimelineRow:  # one traced variant's profiled step as its row stored it (details["timeline"], µs)
     label: str
-    span_s: float
-    compute_s: float
-    comm_s: float
-    overlap_s: float
+    tl: dict
 
+    span_s = property(lambda self: self.tl["span_us"] / 1e6)
+    compute_s = property(lambda self: self.tl["busy_us"]["compute"] / 1e6)
+    comm_s = property(lambda self: self.tl["busy_us"]["communication"] / 1e6)
+    overlap_s = property(lambda self: self.tl["overlap_us"] / 1e6)
     overlap_share = property(lambda self: self.overlap_s / self.comm_s if self.comm_s else None)
 
 
@@ -131,21 +131,18 @@ def _timeline(rows: list[Bench], ctx: Context, name: str) -> Timeline | None:
     if not traced:
         return None
     c, variants = _cfg(traced[0]), {_cfg(b).variant for b in traced}
-    tls = [(_cfg(b).label, b.details["timeline"]) for b in traced]
-    link = _draw_timeline(tls, ctx, name, TIMELINE_WORDS.title.format(
-        size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank))
-    return Timeline(tls[0][1]["source"], int(c.context), int(c.batch_per_rank),
-                    tuple(TimelineRow(lb, tl["span_us"] / 1e6, tl["busy_us"]["compute"] / 1e6,
-                                      tl["busy_us"]["communication"] / 1e6, tl["overlap_us"] / 1e6) for lb, tl in tls),
-                    "bucketed" in variants and "individual" not in variants, link)
+    tls = tuple(TimelineRow(_cfg(b).label, b.details["timeline"]) for b in traced)
+    title = TIMELINE_WORDS.title.format(size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank)
+    return Timeline(tls[0].tl["source"], int(c.context), int(c.batch_per_rank), tls,
+                    "bucketed" in variants and "individual" not in variants, _draw_timeline(tls, ctx, name, title))
 
 
-def _draw_timeline(rows: list, ctx: Context, png: str, title: str) -> str:
+def _draw_timeline(rows: tuple[TimelineRow, ...], ctx: Context, png: str, title: str) -> str:
     """A panel per variant, a lane each for compute and communication; the stored lanes merge kernels across short
     gaps, so a lane is shaded by its busy share and labelled busy ÷ drawn (a bar never reads busier than the table)."""
     fig, axes = figures.plt.subplots(len(rows), 1, figsize=(9.5, 1.9 * len(rows) + 0.9), squeeze=False)
     fig.suptitle(title, fontsize=10, x=0.02, ha="left")
-    for k_ax, (ax, (name, tl)) in enumerate(zip(axes[:, 0], rows)):
+    for k_ax, (ax, (name, tl)) in enumerate(zip(axes[:, 0], ((r.label, r.tl) for r in rows))):
         ticks = []
         for y, lane, color in ((1, "compute", "C0"), (0, "communication", "C3")):
             bars, busy = tl["lanes"][lane], tl["busy_us"][lane]
@@ -272,10 +269,10 @@ def ddp_nsys(ctx: Context) -> DdpNsys | None:
 
 def newest_multi_gpu_tests(reports_dir: Path) -> Tests | None:
     data = Path(reports_dir) / "data"
-    recs = [r for r in load_records(data) if (gpu_count(r.device) or 0) > 1]
-    if not recs:
+    multi = (r for r in load_records(data) if (gpu_count(r.device) or 0) > 1)
+    rec = max(multi, key=lambda r: r.datetime, default=None)
+    if rec is None:
         return None
-    rec = max(recs, key=lambda r: r.datetime)
     found = sorted((data / rec.device / TESTS_FOLDER).glob(f"{rec.stamp()}*.json"))
     name = found[0].name if found else f"{rec.stamp()}.json"
     return Tests(rec, f"reports/data/{rec.device}/{TESTS_FOLDER}/{name}")

@@ -53,19 +53,25 @@ class Timeline:
     """fsdp_accounting (b) for one of our configurations: rank 0's instrumented step as its row stored it
     (details["timeline"]: source, rows (those kept), rows_total, units, phases and the `summary` counts `s`)."""
 
-    label: str
-    recorded: dict
-    forward: tuple[int, int]  # all-gathers (in time, waited on)
-    backward: tuple[int, int]
-    rank_exposed_ms: tuple[float, ...]  # per rank, where the row kept them
-    step_s: float | None  # the instrumented step
-    timed_s: float | None  # the timed (uninstrumented) steps
+    b: Bench
 
+    label = property(lambda self: cfg(self.b).label)
+    recorded = property(lambda self: self.b.details["timeline"])
     s = property(lambda self: self.recorded["summary"])
     # the kept rows (one per collective call), each a fresh dict of the stored columns
     calls = property(lambda self: [dict(zip(self.recorded["columns"], r)) for r in self.recorded["rows"]])
+    forward = property(lambda self: self._gathers("forward"))
+    backward = property(lambda self: self._gathers("backward"))
     # every all-gather waited on was ready in time
     all_in_time = property(lambda self: self.forward[0] == self.forward[1] and self.backward[0] == self.backward[1])
+    rank_exposed_ms = property(lambda self: tuple(x["summary"]["exposed_ms"]
+                                                  for x in self.b.details.get("timeline_ranks") or []))  # per rank
+    step_s = property(lambda self: self.b.figure("timeline_step_s"))  # the instrumented step
+    timed_s = property(lambda self: self.b.figure("worker_step_s") or self.b.stats.median)  # the timed steps
+
+    def _gathers(self, phase: str) -> tuple[int, int]:  # the phase's all-gathers: (in time, waited on)
+        return next(((g["in_time"], g["used"]) for g in self.s["groups"]
+                     if (g["kind"], g["phase"]) == ("all_gather", phase)), (0, 0))
 
     @property
     def collectives(self) -> list[tuple[dict, str, str]]:
@@ -74,15 +80,6 @@ class Timeline:
         return [(g, collective_name(g["kind"], g["phase"]),
                  units[w] if isinstance(w := g["max_stall_unit"], int) and 0 <= w < len(units) else "–")
                 for g in self.s["groups"]]
-
-
-def _timeline(b: Bench) -> Timeline:
-    tl = b.details["timeline"]
-    gathers = {g["phase"]: (g["in_time"], g["used"]) for g in reversed(tl["summary"]["groups"])
-               if g["kind"] == "all_gather"}
-    return Timeline(cfg(b).label, tl, gathers.get("forward", (0, 0)), gathers.get("backward", (0, 0)),
-                    tuple(x["summary"]["exposed_ms"] for x in b.details.get("timeline_ranks") or []),
-                    b.figure("timeline_step_s"), b.figure("worker_step_s") or b.stats.median)
 
 
 @dataclass(frozen=True)
@@ -119,9 +116,8 @@ class Headline:
 def _headline(by: dict[str, Bench]) -> Headline | None:
     if (pair := headline_pair(by)) is None:
         return None
-    o, a, ddp, fp32 = *(DistRow.of(by[v]) for v in pair), by.get("ddp"), by.get("fsdp")
-    return Headline(o, a, o.vs(a, a.label),
-                    of_benches(fp32, ddp, "our DDP") if ddp is not None and fp32 is not None else None)
+    (o, a), ddp, fp32 = (DistRow.of(by[v]) for v in pair), by.get("ddp"), by.get("fsdp")
+    return Headline(o, a, o.vs(a, a.label), ddp and fp32 and of_benches(fp32, ddp, "our DDP"))
 
 
 @dataclass(frozen=True)
@@ -151,8 +147,7 @@ def _draw(ax, t: Timeline, title: str) -> None:
         ax.axvspan(p["start_ms"], p["end_ms"], color=shades.get(p["name"], "C4"), alpha=0.08, lw=0,
                    label=None if p["name"] in seen else WORDS.label("phase", phase=p["name"]))
         seen.add(p["name"])
-    for kind, phase in sorted({(r["kind"], r["phase"]) for r in rows}):
-        g = [r for r in rows if (r["kind"], r["phase"]) == (kind, phase)]
+    for (kind, phase), g in sorted(group(rows, lambda r: (r["kind"], r["phase"])).items()):
         color, off = COLLECTIVE.get((kind, phase), OTHER)
         ax.hlines([r["y"] for r in g], [r["issue_ms"] for r in g], [r["ready_ms"] for r in g], color=color,
                   lw=lw if off == 0 else lw / 2, label=collective_name(kind, phase))
@@ -169,7 +164,8 @@ def _draw(ax, t: Timeline, title: str) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
-def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str) -> str:
+def _draw_timelines(tls: list[Timeline], ctx: Context, name: str) -> str:
+    c = cfg(tls[0].b)
     fig, axes = figures.plt.subplots(len(tls), 2, figsize=(15, 4.6 * len(tls) + 0.4), squeeze=False,
                                      gridspec_kw=dict(width_ratios=[2.2, 1]))
     fig.suptitle(WORDS.title.format(size_label=c.size_label, context=c.context, batch_per_rank=c.batch_per_rank,
@@ -193,15 +189,12 @@ def _draw_timelines(c: DistConfig, tls: list[Timeline], ctx: Context, name: str)
     return ctx.figure(fig, name)
 
 
-def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) -> RunFacts | None:
-    """The facts of one [edition, size] run (rows.SizeRun) of a device's fsdp rows; None for TP rows only."""
-    rows = [b for b in run.rows if cfg(b).variant != TP]
-    if not rows:
-        return None
+def run_facts(device: str, label: str, run: SizeRun, shard: list[Bench], ctx: Context) -> RunFacts:
+    """The facts of one [edition, size] run of a device's fsdp rows (its TP rows aside)."""
+    rows = run.rows
     have, by = {cfg(b).variant for b in rows}, {cfg(b).variant: b for b in rows if b.measured}
     ours = [b for b in rows if cfg(b).variant in OURS and b.status is Status.MEASURED]
-    with_tl = [b for b in ours if b.details.get("timeline")]
-    tls = [_timeline(b) for b in with_tl]
+    tls = [Timeline(b) for b in ours if b.details.get("timeline")]
     shape = lambda b: (cfg(b).size_ref, cfg(b).context, cfg(b).batch_per_rank)  # noqa: E731
     return RunFacts(
         run.label(label), device, cfg(rows[0]), [DistRow.of(b) for b in rows],
@@ -209,7 +202,7 @@ def run_facts(device: str, label: str, run, shard: list[Bench], ctx: Context) ->
         [v for b in shard if shape(b) == shape(rows[0]) and b.status is Status.MEASURED and b.details.get("ranks")
          and (v := opt_sharding.Variant.of(b)).peak],
         bool(ours), tls,
-        _draw_timelines(cfg(with_tl[0]), tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if tls else None,
+        _draw_timelines(tls, ctx, f"{SLUG}-{device}-{run.id}_fsdp_timeline.png") if tls else None,
         _saving(by), _headline(by))
 
 
@@ -235,12 +228,10 @@ class TpRow(Side):
     counted = property(lambda self: self.b.details.get("tp_traffic") or {})
     predicted = property(lambda self: self.b.details.get("tp_predicted") or {})
     bytes_per_value = property(lambda self: BYTES_PER_VALUE[self.c.dtype])  # p of the closed form
-    closed_form_calls = property(lambda self: 4 * self.c.size_ref.config.num_layers)
-
-    @property
-    def closed_form_bytes(self) -> float:
-        (size, context, batch), shape = self.c.shape, self.c.size_ref.config
-        return pc.tp_step_allreduce_payload(batch * context, shape.d_model, shape.num_layers, self.bytes_per_value)
+    model = property(lambda self: self.c.size_ref.config)
+    closed_form_calls = property(lambda self: 4 * self.model.num_layers)
+    closed_form_bytes = property(lambda self: pc.tp_step_allreduce_payload(
+        self.c.shape[2] * self.c.context, self.model.d_model, self.model.num_layers, self.bytes_per_value))
 
     ring_bytes_per_rank = property(lambda self: pc.ring_all_reduce_bytes(
         self.counted.get("payload_bytes", self.closed_form_bytes), self.world))
@@ -297,7 +288,7 @@ def tp_facts(fsdp: list[tuple[str, list[Bench]]], ddp: list[tuple[str, list[Benc
 @dataclass(frozen=True)
 class RankVariant:
     name: str  # ddp / sharded_optimizer / fsdp
-    parts: dict[str, float]  # parameters, gradients, optimizer_state, activations -> bytes
+    parts: dict[str, float]  # the stored closed form: parameters, gradients, optimizer_state, activations -> bytes
     total: float
     fits: bool | None  # this GPU
 
@@ -325,8 +316,7 @@ def per_rank_facts(rows: list[Bench], heading: str, source: RunsFacts) -> PerRan
         return None
     b = next((b for b in rows if b.measured), rows[0])
     d, fits = b.details, b.details.get("fits_this_gpu") or {}
-    parts = ("parameters", "gradients", "optimizer_state", "activations")
-    variants = [RankVariant(n, {p: v.get(p, 0.0) for p in parts}, v["total"], fits.get(n))
+    variants = [RankVariant(n, v, v["total"], fits.get(n))
                 for n, v in sorted(d["closed_form"].items(), key=lambda kv: (d.get("stages") or {}).get(kv[0], 0))]
     return PerRankFacts(heading, source, DistRow.of(b), variants)
 
@@ -341,18 +331,13 @@ class FsdpNsys(Profiled):
 
     resume_us = RESUME_NS / 1e3
 
-    @property
-    def forward_whole(self) -> bool:  # every rank recorded one kernel per all-gather it issued in forward
-        return all(r.whole("ncclAllGather", "forward") for _, t in self.timelines for r in t.ranks)
-
-    @property
-    def forward_in_time(self) -> bool:  # no rank's compute waited for a forward all-gather kernel
-        return all((w := r.wait("ncclAllGather")) is not None and w.forward_waited == 0
-                   for _, t in self.timelines for r in t.ranks)
-
-    @property
-    def backward_whole(self) -> bool:
-        return all(r.whole(c) for _, t in self.timelines for r in t.ranks for c, *_ in r.issued)
+    ranks = property(lambda self: [r for _, t in self.timelines for r in t.ranks])  # every case's
+    # every rank recorded one kernel per all-gather it issued in forward; and per collective it issued
+    forward_whole = property(lambda self: all(r.whole("ncclAllGather", "forward") for r in self.ranks))
+    backward_whole = property(lambda self: all(r.whole(c) for r in self.ranks for c, *_ in r.issued))
+    # no rank's compute waited for a forward all-gather kernel
+    forward_in_time = property(lambda self: all((w := r.wait("ncclAllGather")) is not None and w.forward_waited == 0
+                                                for r in self.ranks))
 
 
 def fsdp_nsys(ctx: Context) -> FsdpNsys | None:
@@ -395,11 +380,9 @@ def facts(ctx: Context) -> FsdpPage:
     fsdp, shard = ctx.rows.per_gpu(P.FSDP), dict(ctx.rows.per_gpu(P.OPTIMIZER_STATE_SHARDING_ACCOUNTING))
     sections = []
     for device, rows in fsdp:
-        heading = device_name(device, rows)
-        runs = [f for run in size_runs_of(rows) if (f := run_facts(device, heading, run, shard.get(device, []), ctx))]
-        if runs:  # the TP rows' runs are named in their own section
-            tp_aside = [b for b in rows if cfg(b).variant != TP]
-            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, tp_aside)))
+        heading, rows = device_name(device, rows), [b for b in rows if cfg(b).variant != TP]  # TP: its own section
+        if runs := [run_facts(device, heading, run, shard.get(device, []), ctx) for run in size_runs_of(rows)]:
+            sections.append(DeviceSection(heading, runs, RunsFacts.of(device, rows)))
     found = [f for s in sections for f in s.runs]
     newest = newest_first(found)
     headline_run = next((f for f in newest if f.headline), None)

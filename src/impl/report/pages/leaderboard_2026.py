@@ -48,18 +48,17 @@ _cfg = StepConfig.of
 def policy_label(c: StepConfig) -> str:
     """"every_k (k 1)", "keep_attention (k 3), pointwise compiled, flash_gluon_ws": its checkpointing and every
     option set away from its default."""
-    label = c.checkpointing + ("" if c.k is None else f" (k {c.k})")
-    label += "" if c.compile == "none" else f", {c.compile} compiled"
-    label += "" if c.attn_impl in ("flash_triton", "flash_torch") else f", {c.attn_impl}"
-    label += "" if c.allocator == "default" else f", {c.allocator.replace('_', ' ')}"
-    label += "" if c.grad_sync == "ddp_bucketed" else f", {c.grad_sync.replace('_', ' ')}"
-    for option, value in (("nccl_high_priority", c.nccl_high_priority), ("nccl_max_ctas", c.nccl_max_ctas)):
-        if value not in (False, None):  # a StepSpec field's name, and its value where not a flag
-            label += ", " + option.replace("_", " ") + ("" if value is True else f" {value}")
-    label += "" if c.residual == "fp32" else f", {c.residual} residual"
-    label += "" if c.lm_head_chunk_mib is None else f", lm_head_chunk {c.lm_head_chunk_mib} MiB"
-    label += "" if c.lm_head_softmax == "torch" else f", {c.lm_head_softmax} softmax"
-    return label
+    nccl = [name.replace("_", " ") + ("" if value is True else f" {value}")  # a StepSpec field's name, its value
+            for name in ("nccl_high_priority", "nccl_max_ctas") if (value := getattr(c, name)) not in (False, None)]
+    options = (c.compile != "none" and f"{c.compile} compiled",
+               c.attn_impl not in ("flash_triton", "flash_torch") and c.attn_impl,
+               c.allocator != "default" and c.allocator.replace("_", " "),
+               c.grad_sync != "ddp_bucketed" and c.grad_sync.replace("_", " "),
+               *nccl,
+               c.residual != "fp32" and f"{c.residual} residual",
+               c.lm_head_chunk_mib is not None and f"lm_head_chunk {c.lm_head_chunk_mib} MiB",
+               c.lm_head_softmax != "torch" and f"{c.lm_head_softmax} softmax")
+    return c.checkpointing + ("" if c.k is None else f" (k {c.k})") + "".join(f", {o}" for o in options if o)
 
 
 @dataclass(frozen=True)
@@ -84,15 +83,11 @@ class Candidate:
     measured_peak_flops = property(lambda self: self.b.row.peaks and self.b.row.peaks.measured_flops)  # the run's
     breakdown = property(lambda self: self.b.details.get("breakdown"))  # impl.workloads.kernels.step_breakdown
     gpu = property(lambda self: self.b.row.env.device.removeprefix("NVIDIA ").strip())  # "H200"
-
-    @property
-    def do_bench_s(self) -> float | None:  # the handout's timer (the slowest rank's median), where the row has it
-        ms = self.b.metric(Metric.DO_BENCH_MS)
-        return None if ms is None else ms / 1e3
-
-    @property
-    def rank_peaks(self) -> tuple[float, ...]:
-        return tuple(r["peak"] for r in self.b.details.get("ranks") or [] if r.get("peak") is not None)
+    # the handout's timer (the slowest rank's median), where the row has it
+    do_bench_s = property(lambda self: None if (ms := self.b.metric(Metric.DO_BENCH_MS)) is None else ms / 1e3)
+    step_s = property(lambda self: self.median_s if self.do_bench_s is None else self.do_bench_s)
+    rank_peaks = property(lambda self: tuple(r["peak"] for r in self.b.details.get("ranks") or []
+                                             if r.get("peak") is not None))
 
     @property
     def from_empty_caches(self) -> bool | None:
@@ -100,10 +95,6 @@ class Candidate:
         recorded), the handout's "from an empty PyTorch/Triton cache"."""
         caches = self.first_call_caches
         return None if caches is None else caches["triton_files"] == 0 and caches["inductor_files"] == 0
-
-    @property
-    def step_s(self) -> float:
-        return self.do_bench_s if self.do_bench_s is not None else self.median_s
 
     def _mfu(self, peak: float | None) -> float | None:
         return self.flops / self.step_s / peak if self.flops and peak else None
@@ -184,22 +175,30 @@ class TwoGpuFacts:
     world: int
     candidates: tuple[Candidate, ...]  # every candidate's newest row, in run order
     fastest: dict[str, Candidate]  # run (UTC) -> its fastest measured candidate
-    newest: Candidate  # the newest run's fastest: the answer
-    newest_run: tuple[Candidate, ...]  # the candidates of its run
-    first_calls: tuple[Candidate, ...]  # the newest run's, in run order
-    profiled: tuple[Candidate, ...]
-    answer_profile: Candidate | None  # the newest run's fastest profiled candidate
-    breakdown: Breakdown | None
-    class_best: ClassBest | None
     runs: RunsFacts
     files: tuple[str, ...]
-    parts: StepParts | None  # the newest winner's step by part, where its row has them
     cold: tuple[Candidate, ...]  # the newest run from empty compile caches, where the newest run is not one
     cold_limit_s: float = COLD_RUN_LIMIT_S
 
+    newest = property(lambda self: self.fastest[max(self.fastest)])  # the newest run's fastest: the answer
+    newest_run = property(lambda self: tuple(c for c in self.candidates if c.run_when == self.newest.run_when))
+    first_calls = property(lambda self: tuple(c for c in self.newest_run if c.measured and c.first_call_s is not None))
+    profiled = property(lambda self: tuple(c for c in self.candidates if c.measured and c.breakdown))
+    answer_profile = property(lambda self: min((c for c in self.profiled if c.run_when == self.newest.run_when),
+                                               key=lambda c: c.step_s, default=None))  # its run's fastest profiled
+    parts = property(lambda self: StepParts.of_row(self.newest))  # the answer's step by part, where its row has them
+    class_best = property(lambda self: ClassBest(self.newest) if ClassBest.gpu_flops and self.newest.datasheet_flops
+                          else None)
+    # the newest run's fastest configuration is among the cold run's
+    cold_has_answer = property(lambda self: any(c.policy == self.newest.policy for c in self.cold))
+
     @property
-    def cold_has_answer(self) -> bool:  # the newest run's fastest configuration is among the cold run's
-        return any(c.policy == self.newest.policy for c in self.cold)
+    def breakdown(self) -> Breakdown | None:  # the categories with time in any profiled candidate
+        if not (p := self.profiled):
+            return None
+        cats = tuple(k for k in p[0].breakdown["category_ms"]
+                     if any(c.breakdown["category_ms"].get(k, 0.0) > 0 for c in p))
+        return Breakdown(tuple(p[0].breakdown["phase_ms"]), cats, self.answer_profile or p[-1])
 
 
 def _multi(b: Bench) -> bool:
@@ -229,21 +228,11 @@ def two_gpu_facts(device: str, rows: list[Bench], history: Sequence[Bench] = ())
     if not fastest:
         return None
     newest = fastest[max(fastest)]
-    run = tuple(c for c in cands if c.run_when == newest.run_when)
-    profiled = tuple(c for c in cands if c.measured and c.breakdown)
-    answer = min((c for c in profiled if c.run_when == newest.run_when), key=lambda c: c.step_s, default=None)
-    cats = tuple(k for k in profiled[0].breakdown["category_ms"]
-                 if any(c.breakdown["category_ms"].get(k, 0.0) > 0 for c in profiled)) if profiled else ()
-    first_calls = tuple(c for c in run if c.measured and c.first_call_s is not None)
     cold = cold_run(device, [*rows, *history])
     cold = () if not cold or cold[0].run_when == newest.run_when else cold
-    return TwoGpuFacts(device, device_name(device, rows), int(_cfg(rows[0]).world_size), cands,
-                       fastest, newest, run, first_calls, profiled, answer,
-                       Breakdown(tuple(profiled[0].breakdown["phase_ms"]), cats, answer or profiled[-1])
-                       if profiled else None,
-                       ClassBest(newest) if ClassBest.gpu_flops and newest.datasheet_flops else None,
-                       RunsFacts.of(device, rows), tuple(sorted({*files_of(rows), *(c.b.run.file for c in cold)})),
-                       StepParts.of_row(newest), cold)
+    files = tuple(sorted({*files_of(rows), *(c.b.run.file for c in cold)}))
+    return TwoGpuFacts(device, device_name(device, rows), int(_cfg(rows[0]).world_size), cands, fastest,
+                       RunsFacts.of(device, rows), files, cold)
 
 
 @dataclass(frozen=True)
