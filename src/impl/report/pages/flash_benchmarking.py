@@ -189,9 +189,12 @@ def _vs(rows: list[Bench], anchor: str) -> Ratio | None:  # ours ÷ "sdpa" (the 
 
 
 def ratio_tables(rows: list[Bench]) -> list[SeqTable]:  # ours ÷ each anchor kind per dtype, both rows of one run
-    cells = groups([b for b in rows if ran(b)], "dtype", "mode", "d", "seq")
-    return [t for dtype in dict.fromkeys(k[0] for k, _ in cells) for anchor in ("sdpa", "naive")
-            for t in _table(dtype, anchor, {k[1:]: _vs(g, anchor) for k, g in cells if k[0] == dtype}, MODE_LABELS)]
+    out = []
+    for (dtype,), g in groups([b for b in rows if ran(b)], "dtype"):
+        cells = groups(g, "mode", "d", "seq")
+        for anchor in ("sdpa", "naive"):
+            out += _table(dtype, anchor, {k: _vs(bs, anchor) for k, bs in cells}, MODE_LABELS)
+    return out
 
 
 def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cell: "ms (TFLOP/s)" or why not run
