@@ -204,8 +204,8 @@ def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cel
         return "" if b is None else status_label(b) or f"{median_ms(b):.3f} ({num(b.metric(Metric.TFLOPS), 1)})"
     lines = [[dtype, MODE_LABELS[mode], d, seq, *map(text, map({kernel(b).impl: b for b in g}.get, impls))]
              for (dtype, mode, d, seq), g in groups(rows, "dtype", "mode", "d", "seq")]
-    return ctx.table_csv(f"flash_benchmarking-{device}",
-                         ["dtype", "pass", "d", "seq", *(GRID.label("impl", impl=IMPL_LABELS[i]) for i in impls)], lines)
+    header = ["dtype", "pass", "d", "seq", *(GRID.label("impl", impl=IMPL_LABELS[i]) for i in impls)]
+    return ctx.table_csv(f"flash_benchmarking-{device}", header, lines)
 
 
 def plot(rows: list[Bench], path) -> list[str] | None:  # TFLOP/s of fwd+bwd rows by seq, a panel per d; legend labels
