@@ -34,6 +34,10 @@ def _e2e(rows: list[Bench], measured: bool = False) -> list[Bench]:  # the forwa
     return [b for b in rows if kernel(b).mode == "fwd_bwd" and (ran(b) or not measured)]
 
 
+def _of(rows: list[Bench], impl: str) -> list[Bench]:
+    return [b for b in rows if kernel(b).impl == impl]
+
+
 @dataclass(frozen=True)
 class Longest:  # per dtype and d, forward+backward rows:
     ours: Bench  # at the longest sequence ours ran
@@ -46,7 +50,7 @@ class Longest:  # per dtype and d, forward+backward rows:
 
 
 def _at_longest(rows: list[Bench], impl: str) -> Bench | None:
-    return max((b for b in rows if kernel(b).impl == impl), key=lambda b: kernel(b).seq, default=None)
+    return max(_of(rows, impl), key=lambda b: kernel(b).seq, default=None)
 
 
 def longest(rows: list[Bench]) -> list[Longest]:
@@ -65,23 +69,21 @@ class VsNaive:  # one dtype: ours ÷ naive forward+backward of one run at the lo
     stop_reason: str | None  # why naive did not run beyond (its first row beyond naive_max)
 
 
+def _shape_run(b: Bench) -> tuple:  # a pair divides rows of one shape and one run
+    return kernel(b).d, kernel(b).seq, b.run.datetime
+
+
 def vs_naive(rows: list[Bench]) -> tuple[VsNaive, ...]:  # per dtype where ours and naive ran one shape in one run
     out = []
     for (dtype,), g in groups(_e2e(rows), "dtype"):
-        naive = [b for b in g if kernel(b).impl == "naive"]
-        ours = [b for b in g if kernel(b).impl == "flash_triton" and ran(b)]
-
-        def key(b: Bench) -> tuple:  # a pair is of one shape and one run
-            return kernel(b).d, kernel(b).seq, b.run.datetime
-        pairs = [(o, n) for o in ours for n in naive if ran(n) and key(o) == key(n)]
-        if not pairs:
-            continue
-        top = max(kernel(o).seq for o, _ in pairs)
-        sp = sorted(o.stats.median / n.stats.median for o, n in pairs if kernel(o).seq == top)
-        naive_max = max(kernel(b).seq for b in naive if ran(b))
-        out.append(VsNaive(dtype, top, sp[0], sp[-1], max(kernel(b).seq for b in ours), naive_max,
-                           next((b.row.reason for b in sorted(naive, key=lambda b: kernel(b).seq)
-                                 if not ran(b) and kernel(b).seq > naive_max), None)))
+        naive = sorted(_of(g, "naive"), key=lambda b: kernel(b).seq)
+        ours = [b for b in _of(g, "flash_triton") if ran(b)]
+        if pairs := [(o, n) for o in ours for n in naive if ran(n) and _shape_run(o) == _shape_run(n)]:
+            top = max(kernel(o).seq for o, _ in pairs)
+            over = sorted(o.stats.median / n.stats.median for o, n in pairs if kernel(o).seq == top)
+            naive_max = max(kernel(b).seq for b in naive if ran(b))
+            stop = next((b.row.reason for b in naive if not ran(b) and kernel(b).seq > naive_max), None)
+            out.append(VsNaive(dtype, top, over[0], over[-1], max(kernel(b).seq for b in ours), naive_max, stop))
     return tuple(out)
 
 
@@ -119,7 +121,7 @@ class Odd:  # a backward row that took longer than its forward+backward row
 
 def odd(rows: list[Bench]) -> list[Odd]:
     out = []
-    for (impl, *_, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
+    for (*_, seq), g in groups([b for b in rows if ran(b)], "impl", "dtype", "d", "seq"):
         b, e = map({kernel(b).mode: b for b in g}.get, ("bwd", "fwd_bwd"))
         if b and e and b.stats.median > e.stats.median:  # within noise: impl.report.ratio's rule
             out.append(Odd(b, e, "host-bound" if seq <= SHORT_SEQ
@@ -162,49 +164,48 @@ class SeqTable:  # one dtype's table: a row per (implementation or pass, d), a c
     rows: tuple[tuple[str, int, tuple], ...]  # (label, d, a cell per seq: a Cell, or a Ratio; None: no row)
 
 
-def _table(dtype: str, what: str, g: list[Bench], labels: dict[str, str], cell_at) -> list[SeqTable]:
-    # a row (labels[x], d) per x of `labels` and d of `g` with any cell, a cell per sequence (cell_at(x, d, seq))
-    seqs = tuple(sorted({kernel(b).seq for b in g}))
-    rows = tuple((label, d, cells) for x, label in labels.items() for d in sorted({kernel(b).d for b in g})
-                 if any(cells := tuple(cell_at(x, d, q) for q in seqs)))
-    return [SeqTable(dtype, what, seqs, rows)] if rows else []
+def _table(dtype: str, what: str, cells: dict[tuple, object], labels: dict[str, str]) -> list[SeqTable]:
+    # cells by (x, d, seq): a row (labels[x], d) per x of `labels` and d with any cell, a column per sequence
+    seqs, dims = (sorted({key[i] for key in cells}) for i in (2, 1))
+    rows = tuple((label, d, cs) for x, label in labels.items() for d in dims
+                 if any(cs := tuple(cells.get((x, d, q)) for q in seqs)))
+    return [SeqTable(dtype, what, tuple(seqs), rows)] if rows else []
 
 
 def grid(rows: list[Bench]) -> list[SeqTable]:  # every cell (its newest row), a table per dtype and pass (issue 45)
     out = []
     for (dtype, mode), g in sorted(groups(rows, "dtype", "mode"),
                                    key=lambda kv: (kv[0][0], list(MODE_LABELS).index(kv[0][1]))):
-        at = {(kernel(b).impl, kernel(b).d, kernel(b).seq): b for b in g}
-        out += _table(dtype, MODE_LABELS[mode], g, {i: IMPL_LABELS[i] for i in _impls(g)},
-                      lambda i, d, q: cell(at.get((i, d, q)), median_ms))
+        cells = {(kernel(b).impl, kernel(b).d, kernel(b).seq): cell(b, median_ms) for b in g}
+        out += _table(dtype, MODE_LABELS[mode], cells, IMPL_LABELS)
     return out
+
+
+def _vs(rows: list[Bench], anchor: str) -> Ratio | None:  # ours ÷ "sdpa" (the faster backend) or "naive", one run
+    o = next(iter(_of(rows, "flash_triton")), None)
+    same = [b for b in rows if o is not None and b.run.datetime == o.run.datetime]
+    a = best_anchor(same) if anchor == "sdpa" else next(iter(_of(same, "naive")), None)
+    return of_benches(o, a) if o and a else None
 
 
 def ratio_tables(rows: list[Bench]) -> list[SeqTable]:  # ours ÷ each anchor kind per dtype, both rows of one run
     out = []
     for (dtype,), g in groups([b for b in rows if ran(b)], "dtype"):
-        cells = dict(groups(g, "mode", "d", "seq"))
+        cells = groups(g, "mode", "d", "seq")
         for anchor in ("sdpa", "naive"):
-            def one(m: str, d: int, q: int) -> Ratio | None:
-                bs = cells.get((m, d, q), [])
-                o = next((b for b in bs if kernel(b).impl == "flash_triton"), None)
-                same = [b for b in bs if o is not None and b.run.datetime == o.run.datetime]
-                a = best_anchor(same) if anchor == "sdpa" else next(
-                    (b for b in same if kernel(b).impl == "naive"), None)
-                return of_benches(o, a) if o and a else None
-            out += _table(dtype, anchor, g, MODE_LABELS, one)
+            out += _table(dtype, anchor, {k: _vs(bs, anchor) for k, bs in cells}, MODE_LABELS)
     return out
 
 
 def _grid_csv(ctx: Context, device: str, rows: list[Bench]) -> str:  # every cell: "ms (TFLOP/s)" or why not run
     impls = _impls(rows)
 
-    def cell(b: Bench | None) -> str:
+    def text(b: Bench | None) -> str:
         return "" if b is None else status_label(b) or f"{median_ms(b):.3f} ({num(b.metric(Metric.TFLOPS), 1)})"
-    lines = [[dtype, MODE_LABELS[mode], d, seq, *map(cell, map({kernel(b).impl: b for b in g}.get, impls))]
+    lines = [[dtype, MODE_LABELS[mode], d, seq, *map(text, map({kernel(b).impl: b for b in g}.get, impls))]
              for (dtype, mode, d, seq), g in groups(rows, "dtype", "mode", "d", "seq")]
-    return ctx.table_csv(f"flash_benchmarking-{device}",
-                         ["dtype", "pass", "d", "seq", *(GRID.label("impl", impl=IMPL_LABELS[i]) for i in impls)], lines)
+    header = ["dtype", "pass", "d", "seq", *(GRID.label("impl", impl=IMPL_LABELS[i]) for i in impls)]
+    return ctx.table_csv(f"flash_benchmarking-{device}", header, lines)
 
 
 def plot(rows: list[Bench], path) -> list[str] | None:  # TFLOP/s of fwd+bwd rows by seq, a panel per d; legend labels
@@ -275,26 +276,16 @@ class FlashBenchmarkingPage:
     short_seq = SHORT_SEQ  # the constants the words state
     band = DRIFT_BAND
 
+    # the commits and the kernel versions (RunId.version) the cells' rows come from, oldest run first; undigested:
+    # some run recorded no kernel digest (`versions` names it by its commit)
+    commits = property(lambda self: tuple(dict.fromkeys(r.commit for r in self.runs.runs)))
+    versions = property(lambda self: tuple(dict.fromkeys(r.version for r in self.runs.runs)))
+    undigested = property(lambda self: any(r.kernels is None for r in self.runs.runs))
+    unexplained = property(lambda self: any(x.why == "unexplained" for x in self.odd))
+
     @property
     def headline(self) -> Longest | None:  # bf16 at d 64 where it ran, else the first
         return next((x for x in self.longest if (x.k.dtype, x.k.d) == ("bf16", 64)), (self.longest or [None])[0])
-
-    @property
-    def commits(self) -> tuple[str, ...]:  # those the cells' rows come from, oldest run first
-        return tuple(dict.fromkeys(r.commit for r in self.runs.runs))
-
-    @property
-    def versions(self) -> tuple[str, ...]:
-        """The kernel versions the cells' rows come from (RunId.version), oldest run first."""
-        return tuple(dict.fromkeys(r.version for r in self.runs.runs))
-
-    @property
-    def undigested(self) -> bool:  # some run recorded no kernel digest: `versions` names it by its commit
-        return any(r.kernels is None for r in self.runs.runs)
-
-    @property
-    def unexplained(self) -> bool:
-        return any(x.why == "unexplained" for x in self.odd)
 
     def changes(self, change: int) -> int:
         return sum(x.change == change for x in self.drift)
@@ -304,28 +295,23 @@ class FlashBenchmarkingPage:
         return {PROBLEM: Scored.of(self.runs)} if self.headline or self.runs is None else {}
 
 
-def _ours(rows: list[Bench]) -> list[Bench]:
-    return [b for b in rows if kernel(b).impl == "flash_triton"]
-
-
-def _versions(ctx: Context, device: str, rows: list[Bench]) -> tuple[list[Bench], list[Bench], tuple[Drift, ...]]:
+def _versions(ctx: Context, device: str, rows: list[Bench]) -> tuple[list[Bench], list[Bench]]:
     """Per dtype, the newest run with our kernel's rows and the previous saved run with them (a run of the other
-    implementations alone compares nothing of ours): (the newest runs' rows, the previous runs', each dtype's drift)."""
-    newest, prev, out = [], [], []
+    implementations alone compares nothing of ours): (the newest runs' rows, the previous runs')."""
+    newest, prev = [], []
     history = [b for b in ctx.rows.history if b.problem == PROBLEM and b.run.device == device]
     for (dtype,), g in groups(rows, "dtype"):
-        if now := of_newest_run(g, among=_ours(g)):
+        if now := of_newest_run(g, among=_of(g, "flash_triton")):
             first = min(b.run.datetime for b in now)
             older = [b for b in history if kernel(b).dtype == dtype and b.run.datetime < first]
-            before = of_newest_run(older, among=_ours(older))
-            newest, prev, out = newest + now, prev + before, out + drift(now, before)
-    return newest, prev, tuple(out)
+            newest, prev = newest + now, prev + of_newest_run(older, among=_of(older, "flash_triton"))
+    return newest, prev
 
 
 def facts(ctx: Context) -> FlashBenchmarkingPage:
     for device, rows in ctx.rows.per_gpu(PROBLEM):
         ks = [kernel(b) for b in rows]
-        newest, prev, changes = _versions(ctx, device, rows)
+        newest, prev = _versions(ctx, device, rows)
         png, rel = ctx.figure_file(f"flash_benchmarking-{device}.png")
         return FlashBenchmarkingPage(
             device=device, batch=ks[0].batch, seqs=(min(k.seq for k in ks), max(k.seq for k in ks)),
@@ -336,7 +322,7 @@ def facts(ctx: Context) -> FlashBenchmarkingPage:
             figure=rel if plot(rows, png) else None, runs=RunsFacts.of(device, rows),
             reach_dims=tuple(sorted({k.d for k in ks if k.mode == "fwd_bwd"})), reach=tuple(reach(rows)),
             odd=tuple(odd(rows)), newest=RunsFacts.of(device, newest),
-            previous=RunsFacts.of(device, prev) if prev else None, drift=changes,
+            previous=RunsFacts.of(device, prev) if prev else None, drift=tuple(drift(newest, prev)),
             not_run=not_run(rows), sources=files_of(rows + prev), cells=len(rows),
             oom_cells=sum(status_label(b) == "OOM" for b in rows))
     return FlashBenchmarkingPage()

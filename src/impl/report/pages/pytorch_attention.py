@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from impl.attention.memory import NaiveAttentionMemory, dtype_bytes, flash_saved_for_backward, naive_attention_memory
 from impl.bench.row import Metric, Status
-from impl.report.flash_rows import Cell, cell, not_run
+from impl.report.flash_rows import Cell, cell, not_run, ran
 from impl.report.pages import Context, Scored
 from impl.report.rows import Bench, View
 from impl.report.runs import RunsFacts, SourcedFromRuns
@@ -46,7 +46,7 @@ cfg = AttentionConfig.of
 
 
 def if_ran(b: Bench | None, value):  # value(b) where the row ran, else None
-    return value(b) if b is not None and b.status is Status.MEASURED else None
+    return value(b) if b is not None and ran(b) else None
 
 
 def median(b: Bench) -> float | None:

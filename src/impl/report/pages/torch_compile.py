@@ -8,11 +8,11 @@ from operator import attrgetter
 
 from impl.bench.row import Metric, Status
 from impl.model import size_rank
-from impl.report.pages import NOT_MEASURED, Context, Scored
-from impl.report.flash_rows import Cell, cell, not_run
-from impl.report.pages.pytorch_attention import before_backward, if_ran, median, passes, shapes
+from impl.report.pages import Context, Scored
+from impl.report.flash_rows import Cell, cell, not_run, ran
+from impl.report.pages.pytorch_attention import AttentionConfig, before_backward, if_ran, median, passes, shapes
 from impl.report.ratio import Ratio, med, of_benches, ratio
-from impl.report.rows import Bench, View, group, of_newest_run, stat_name
+from impl.report.rows import Bench, group, of_newest_run, stat_name
 from impl.report.runs import RunsFacts
 from impl.workloads.compiled import WHY
 from impl.workloads.problems import Problem as P
@@ -26,10 +26,7 @@ GRID_MODES = ("forward", "forward_backward", "train_step")  # the table's, where
 
 
 @dataclass(frozen=True)
-class CompileConfig(View):
-    d_model: int | None = None
-    seq: int | None = None
-    mode: str = ""
+class CompileConfig(AttentionConfig):  # (a)'s d_model, seq and pass as pytorch_attention's, (b)'s mode, and:
     impl: str = ""  # "compiled" or "eager"
     backend: str | None = None
     size: str | None = None  # (b)
@@ -111,7 +108,7 @@ def attention_facts(device: str, compiled: list[Bench], attention: list[Bench]) 
                                  first.get("compile_backward_s"), if_ran(eb, before_backward),
                                  if_ran(cb, before_backward)))
     return AttentionFacts(len(compiled), tuple(rows), _cfg(compiled[0]).backend, not_run(compiled),
-                          sum(b.status is not Status.MEASURED for b in compiled), RunsFacts.of(device, compiled),
+                          sum(not ran(b) for b in compiled), RunsFacts.of(device, compiled),
                           RunsFacts.of(device, eager) if eager else None, RunsFacts.of(device, compiled + eager))
 
 
@@ -161,8 +158,8 @@ def _cells(eager: Bench | None, compiled: Bench | None) -> Times:
 
 
 def _train_step(fb: Bench | None, opt: Bench | None) -> Cell | None:  # fwd+bwd + optimizer step, derived; both ran
-    parts = [cell(x, STEP) for x in (fb, opt)]
-    return Cell(sum(p.value for p in parts)) if all(p and p.value is not None for p in parts) else None
+    steps = [x.step_s if x is not None and ran(x) else None for x in (fb, opt)]
+    return None if None in steps else Cell(sum(steps))
 
 
 @dataclass(frozen=True)
@@ -274,10 +271,9 @@ class TorchCompileFacts:
     model: ModelFacts | None = None
 
     @property
-    def scores(self) -> dict[str, Scored]:
-        if self.device is None:
-            return {PROBLEM: NOT_MEASURED}
-        return {PROBLEM: Scored.of(self.attention.compiled_runs)} if self.attention else {}
+    def scores(self) -> dict[str, Scored]:  # not measured without a GPU device; (b)'s rows alone leave it unanswered
+        a = self.attention
+        return {PROBLEM: Scored.of(a.compiled_runs if a else None)} if a or self.device is None else {}
 
     @property
     def sources(self) -> list[str]:
