@@ -189,11 +189,6 @@ class StepTimeline:
 STEP_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
 
 
-def _rank_kernels(tl: Timeline, pid: int, step: str) -> tuple[NvtxRange, list]:
-    """The rank's step range and the kernels it launched inside it (the step open at the launch)."""
-    return tl.named(step, pid)[-1], [k for k in tl.kernels if k.pid == pid and step in k.ranges]
-
-
 def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
     """The longest stretch of `span` (host time) in which none of `kernels` was launched (ms; None: no span)."""
     if span is None:
@@ -204,7 +199,7 @@ def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
 
 
 def _rank_phases(tl: Timeline, rank: int, st: NvtxRange, ks: list, most: int, collectives: Sequence[str]) -> RankPhases:
-    """The rank's phases from its step range `st` and the kernels `ks` it launched inside it (_rank_kernels)."""
+    """The rank's phases from its step range `st` and the kernels `ks` it launched inside it."""
     inside = group((r for r in tl.ranges if r.pid == st.pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns),
                    lambda r: r.name)  # the rank's ranges in its step, by name
     got = tuple((n, sum(r.duration_ns for r in inside[n]) / 1e6) for n in STEP_PHASES if n in inside)
@@ -232,7 +227,9 @@ def step_timeline(filed: Filed, case: str, label: str, ctx: Context, collectives
         return None
     tl = read_timeline_extract(path)  # an NVTX-only export's (no kernels) still has its phases
     steps = tl.measured_steps()
-    ranks = {s: [_rank_kernels(tl, pid, s) for pid in sorted({r.pid for r in tl.named(s)})] for s in steps}
+    # per step, each rank's step range and the kernels it launched inside it (the step open at the launch)
+    ranks = {s: [(tl.named(s, pid)[-1], [k for k in tl.kernels if k.pid == pid and s in k.ranges])
+                 for pid in sorted({r.pid for r in tl.named(s)})] for s in steps}
     most = max((len(ks) for s in steps for _, ks in ranks[s]), default=0)
     per_step = {s: [_rank_phases(tl, k, st, ks, most, collectives) for k, (st, ks) in enumerate(ranks[s])]
                 for s in steps}
@@ -253,11 +250,8 @@ def profiled_steps(ctx: Context, group: str, label_of: Callable[[dict], str | No
                    collectives: Sequence[str]) -> tuple[Filed | None, list[tuple[dict, StepTimeline]]]:
     """The newest filed call of `group` and, per profiled case whose workload args `label_of` names
     (None: skipped), its args and last measured step (step_timeline, drawn into ctx.fig_dir)."""
-    filed = newest_with(ctx.reports_dir, group)
-    if filed is None:
-        return None, []
-    found = []
-    for c in filed.cases(group):
+    filed, found = newest_with(ctx.reports_dir, group), []
+    for c in filed.cases(group) if filed else []:
         args = c.workload.get("args", {})
         if c.status == "profiled" and (label := label_of(args)) is not None:
             t = step_timeline(filed, c.name, label, ctx, collectives)
