@@ -42,32 +42,32 @@ class Capture:
 
 @dataclass(frozen=True)
 class Filed:
-    """One filed device call."""
+    """One filed device call: its folder reports/data/<device>/nsys/<started UTC>_<commit>/ and the records there."""
 
-    device: str
-    stamp: str  # <started UTC>_<commit>
     folder: Path
-    rel: str  # the folder as sources name it (reports/data/...)
     manifest: Manifest
     filed: dict  # FILED.json
     captures: dict  # CAPTURES.json: {"<subfolder>/<name>": "<commit>"}
 
+    device = property(lambda self: self.folder.parent.parent.name)
+    stamp = property(lambda self: self.folder.name)  # <started UTC>_<commit>
+    rel = property(lambda self: f"reports/data/{self.device}/{FOLDER}/{self.stamp}")  # as sources name the folder
     when = property(lambda self: f"{self.stamp[:4]}-{self.stamp[4:6]}-{self.stamp[6:8]} {self.stamp[9:11]}:"
                                  f"{self.stamp[11:13]}")
-    date = property(lambda self: self.when[:10])
     commit = property(lambda self: self.manifest.commit)
     note = property(lambda self: self.filed.get("note", ""))
     lost = property(lambda self: self.filed.get("lost_files", {}))
 
-    def case(self, name: str) -> CaseRecord | None:
-        return next((c for c in self.manifest.cases if c.name == name), None)
+    @classmethod
+    def read(cls, folder: Path) -> Filed:
+        records = (json.loads((folder / f).read_text()) if (folder / f).is_file() else {} for f in (FILED, CAPTURES))
+        return cls(folder, read_manifest(folder / MANIFEST), *records)
 
     def cases(self, group: str) -> list[CaseRecord]:
         return [c for c in self.manifest.cases if c.group == group]
 
     def _file(self, sub: str, name: str) -> Path | None:
-        p = self.folder / sub / name
-        return p if p.is_file() else None
+        return p if (p := self.folder / sub / name).is_file() else None
 
     def table(self, case: str, report: str) -> Path | None:
         return self._file(TABLES, f"{case}_{report}.csv")
@@ -78,14 +78,12 @@ class Filed:
     def memory(self, case: str) -> Path | None:  # its device-memory trace, for a memory case
         return self._file(EXTRACT, f"{case}{MEMORY_SUFFIX}")
 
-    def captured(self, sub: str, name: str) -> Capture:
-        """The capture and the commit CAPTURES.json records for it (impl.nsys.captures)."""
-        return Capture(f"{self.rel}/{sub}/{name}", self.captures.get(f"{sub}/{name}"))
-
     @property
     def reps(self) -> list[Capture]:
-        """The GUI reports the filing kept (FILED.json), in the filing's order."""
-        return [self.captured(REP, n) for n in self.filed.get("kept", {}).get(REP, [])]
+        """The GUI reports the filing kept (FILED.json), in the filing's order, each with the commit CAPTURES.json
+        records for it (impl.nsys.captures)."""
+        return [Capture(f"{self.rel}/{REP}/{n}", self.captures.get(f"{REP}/{n}"))
+                for n in self.filed.get("kept", {}).get(REP, [])]
 
     def rep(self, case: str) -> Capture | None:
         """The case's kept GUI report, None if none (from the folder's records alone: no git call)."""
@@ -97,17 +95,10 @@ class Filed:
 
 def newest_with(reports_dir: Path, group: str) -> Filed | None:
     """The newest filed nsys call under reports_dir/data (by stamp) with a profiled case of `group`."""
-    found = []
-    for folder in sorted(Path(reports_dir, "data").glob(f"*/{FOLDER}/*/")):
-        if folder.name.startswith(".") or not (folder / MANIFEST).is_file():
-            continue
-        filed, kept = (json.loads((folder / f).read_text()) if (folder / f).is_file() else {}
-                       for f in (FILED, CAPTURES))
-        device = folder.parent.parent.name
-        f = Filed(device, folder.name, folder, f"reports/data/{device}/{FOLDER}/{folder.name}",
-                  read_manifest(folder / MANIFEST), filed, kept)
-        found += [f] if any(c.status == "profiled" for c in f.cases(group)) else []
-    return sorted(found, key=lambda f: f.stamp)[-1] if found else None
+    folders = [p for p in sorted(Path(reports_dir, "data").glob(f"*/{FOLDER}/*/"))
+               if not p.name.startswith(".") and (p / MANIFEST).is_file()]
+    found = [f for f in map(Filed.read, folders) if any(c.status == "profiled" for c in f.cases(group))]
+    return max(found, key=lambda f: (f.stamp, f.folder), default=None)
 
 
 @dataclass(frozen=True)
@@ -167,9 +158,7 @@ class RankPhases:
     def whole(self, collective: str, phase: str | None = None) -> bool:
         """One kernel recorded per call of `collective` issued (inside `phase`: "forward" only, or the whole step)."""
         i, w = next((x for x in self.issued if x[0] == collective), None), self.wait(collective)
-        if i is None or w is None:
-            return False
-        return w.forward == i[2] if phase == "forward" else w.kernels == i[1]
+        return i is not None and w is not None and (w.forward == i[2] if phase == "forward" else w.kernels == i[1])
 
 
 COMPLETE_SHARE = 0.99  # RankPhases.complete: the share of the most kernels a measured step recorded
@@ -200,11 +189,6 @@ class StepTimeline:
 STEP_PHASES = ("forward", "backward", "finish_gradient_synchronization", "optimizer step")
 
 
-def _rank_kernels(tl: Timeline, pid: int, step: str) -> tuple[NvtxRange, list]:
-    """The rank's step range and the kernels it launched inside it (the step open at the launch)."""
-    return tl.named(step, pid)[-1], [k for k in tl.kernels if k.pid == pid and step in k.ranges]
-
-
 def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
     """The longest stretch of `span` (host time) in which none of `kernels` was launched (ms; None: no span)."""
     if span is None:
@@ -215,7 +199,7 @@ def _launch_gap_ms(kernels: list, span: NvtxRange | None) -> float | None:
 
 
 def _rank_phases(tl: Timeline, rank: int, st: NvtxRange, ks: list, most: int, collectives: Sequence[str]) -> RankPhases:
-    """The rank's phases from its step range `st` and the kernels `ks` it launched inside it (_rank_kernels)."""
+    """The rank's phases from its step range `st` and the kernels `ks` it launched inside it."""
     inside = group((r for r in tl.ranges if r.pid == st.pid and r.start_ns >= st.start_ns and r.end_ns <= st.end_ns),
                    lambda r: r.name)  # the rank's ranges in its step, by name
     got = tuple((n, sum(r.duration_ns for r in inside[n]) / 1e6) for n in STEP_PHASES if n in inside)
@@ -243,7 +227,9 @@ def step_timeline(filed: Filed, case: str, label: str, ctx: Context, collectives
         return None
     tl = read_timeline_extract(path)  # an NVTX-only export's (no kernels) still has its phases
     steps = tl.measured_steps()
-    ranks = {s: [_rank_kernels(tl, pid, s) for pid in sorted({r.pid for r in tl.named(s)})] for s in steps}
+    # per step, each rank's step range and the kernels it launched inside it (the step open at the launch)
+    ranks = {s: [(tl.named(s, pid)[-1], [k for k in tl.kernels if k.pid == pid and s in k.ranges])
+                 for pid in sorted({r.pid for r in tl.named(s)})] for s in steps}
     most = max((len(ks) for s in steps for _, ks in ranks[s]), default=0)
     per_step = {s: [_rank_phases(tl, k, st, ks, most, collectives) for k, (st, ks) in enumerate(ranks[s])]
                 for s in steps}
@@ -264,16 +250,12 @@ def profiled_steps(ctx: Context, group: str, label_of: Callable[[dict], str | No
                    collectives: Sequence[str]) -> tuple[Filed | None, list[tuple[dict, StepTimeline]]]:
     """The newest filed call of `group` and, per profiled case whose workload args `label_of` names
     (None: skipped), its args and last measured step (step_timeline, drawn into ctx.fig_dir)."""
-    filed = newest_with(ctx.reports_dir, group)
-    if filed is None:
-        return None, []
-    found = []
-    for c in filed.cases(group):
+    filed, found = newest_with(ctx.reports_dir, group), []
+    for c in filed.cases(group) if filed else []:
         args = c.workload.get("args", {})
-        if c.status != "profiled" or (label := label_of(args)) is None:
-            continue
-        if (t := step_timeline(filed, c.name, label, ctx, collectives)) is not None:
-            found.append((args, t))
+        if c.status == "profiled" and (label := label_of(args)) is not None:
+            t = step_timeline(filed, c.name, label, ctx, collectives)
+            found += [(args, t)] if t is not None else []
     return filed, found
 
 

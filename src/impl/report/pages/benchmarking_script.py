@@ -68,13 +68,8 @@ class Cell(SizedView, RowView):  # one row's config and timing: mean ± std over
         later = {k: sum(v[1:]) / len(v[1:]) for k, v in self.steps.items() if len(v) > 1}
         return Parts(**later) if later else None
 
-    @property
-    def ok(self) -> bool:
-        return self.status is Status.MEASURED and self.mean_s is not None
-
-    @property
-    def rel_std(self) -> float | None:
-        return self.std_s / self.mean_s if self.ok and self.std_s is not None else None
+    ok = property(lambda self: self.status is Status.MEASURED and self.mean_s is not None)
+    rel_std = property(lambda self: self.std_s / self.mean_s if self.ok and self.std_s is not None else None)
 
     def within_noise(self, other: Cell) -> bool:
         return within_noise(self.mean_s, other.mean_s, self.std_s, other.std_s)
@@ -87,9 +82,7 @@ class GridRow:
     dtype: str
     modes: dict[str, Cell]
 
-    @property
-    def train(self) -> Cell | None:
-        return self.modes.get("train_step")
+    train = property(lambda self: self.modes.get("train_step"))
 
 
 @dataclass(frozen=True)
@@ -101,10 +94,8 @@ class WarmupCase:
     by_warmup: dict[int, Cell]  # warm-up steps -> cell
     cold = property(lambda self: self.by_warmup[min(self.by_warmup)])  # the fewest warm-up steps
     warm = property(lambda self: self.by_warmup[max(self.by_warmup)])  # the most: the reference
-
-    @property
-    def first_step_excess(self) -> float | None:
-        return None if self.cold.first_s is None else self.cold.first_s / self.warm.mean_s
+    first_step_excess = property(  # the coldest row's first timed step over the warm row's mean
+        lambda self: None if self.cold.first_s is None else self.cold.first_s / self.warm.mean_s)
 
     @property
     def warmed_in_noise(self) -> bool:  # the means after 1, 2, ... warm-up steps lie within the warm row's spread
@@ -122,13 +113,8 @@ class OptimizerSplit:  # forward, backward and the AdamW step timed apart, besid
     train_s: float | None  # None: the 2026 grid times only the parts
     floor_bytes: int  # the AdamW step's least memory traffic (fp32 state)
 
-    @property
-    def parts_s(self) -> float:
-        return self.forward_s + self.backward_s + self.optimizer_s
-
-    @property
-    def optimizer_share(self) -> float:
-        return self.optimizer_s / self.parts_s
+    parts_s = property(lambda self: self.forward_s + self.backward_s + self.optimizer_s)
+    optimizer_share = property(lambda self: self.optimizer_s / self.parts_s)
 
 
 def _largest(rows: list[GridRow]) -> list[GridRow]:
@@ -159,10 +145,7 @@ class EditionFacts:  # one edition's answers on one device: its sizes (labels) a
         return [(d, [m for m in MODES if any(m in r.modes for r in rows)], rows, any(r.train is not None for r in rows))
                 for d, rows in group(self.grid, lambda r: r.dtype).items()]
 
-    @property
-    def warmup_parts(self) -> bool:
-        return any(x.first_parts for c in self.warmup for x in c.by_warmup.values())
-
+    warmup_parts = property(lambda self: any(x.first_parts for c in self.warmup for x in c.by_warmup.values()))
     stable_share = STABLE  # the page names the threshold it counts by
 
     @property

@@ -33,14 +33,12 @@ class Kernel:
     calls: int
     time_us: float | None = None
 
+    of = classmethod(lambda cls, r: cls(r["name"], r["category"], r["share"], int(r["calls"]), r.get("time_us")))
+
     @property
     def op(self) -> str:  # a readable handle: the functor or kernel the long name is built around
         found = [m for m in _OP.findall(self.name) if m not in ("elementwise_kernel", "vectorized_elementwise_kernel")]
         return found[-1] if found else self.name[:40]
-
-
-def _kernel(r: dict) -> Kernel:
-    return Kernel(r["name"], r["category"], r["share"], int(r["calls"]), r.get("time_us"))
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,7 @@ class ForwardNonMatmul:
 
 def forward_non_matmul(nsys: dict) -> ForwardNonMatmul:
     threshold = nsys.get("nontrivial_threshold", 0.01)
-    ks = [_kernel(r) for r in (nsys.get("tables") or {}).get("forward") or []
+    ks = [Kernel.of(r) for r in (nsys.get("tables") or {}).get("forward") or []
           if r["category"] != "matmul" and r["share"] >= threshold]
     return ForwardNonMatmul(threshold, sorted(ks, key=lambda k: -k.share))
 
@@ -90,7 +88,7 @@ class Case(SizedView, RowView):
     @property
     def phases(self) -> list[tuple[str, list[Kernel]]]:  # (phase, its top rows) of PHASES that have rows
         tables = self.n["tables"]
-        return [(p, [_kernel(r) for r in tables[p][:TOP_KERNELS]]) for p in PHASES if tables.get(p)]
+        return [(p, [Kernel.of(r) for r in tables[p][:TOP_KERNELS]]) for p in PHASES if tables.get(p)]
 
 
 # ---- (a)-(e) from Nsight Systems' own tables ------------------------------------------------------------------
