@@ -48,7 +48,7 @@ class Metric(str, Enum):
     # so two rows timed one after the other may have run at different clocks: their ratio is partly one of clocks.
     # Absent on a CPU, where NVML cannot be read, and in rows from before them.
     SM_CLOCK_MHZ = "sm_clock_mhz"
-    POWER_W = "power_w"  # board power, watts
+    POWER_W = "power_w"  # board power, watts (NVML's: on an H100 a trailing 1 s average, which spans earlier rounds)
 
 
 @dataclass
