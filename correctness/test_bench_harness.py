@@ -3,6 +3,7 @@ only after the half-built objects are gone (their memory is what the next rows n
 caller names unsupported (an SDPA backend refusing a config) becomes an unsupported row. A perf
 file's Budget starts with the file's first test, not at its import."""
 import gc
+import os
 import subprocess
 import sys
 import weakref
@@ -152,3 +153,124 @@ def test_a_budget_made_outside_a_test_file_starts_at_its_first_check():
     budget = Budget(60)
     assert budget.deadline is None
     assert not budget.exhausted() and budget.deadline is not None
+
+
+# Kernel rows through the real harness and pytest-benchmark (not under xdist, which disables benchmarks), on a
+# faked CUDA device: the clock and power sampled during the rounds are stored as their medians; a failing NVML
+# leaves them out of an otherwise whole row; a CPU kernel row never samples.
+GPU_STATE_FILE = """
+import contextlib
+import statistics
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from impl.bench.row import Metric, Status
+
+LOG = []
+CLOCKS = [1900, 1560, 1875, 1740, 1965, 1600, 1800] * 4
+POWERS_MW = [700_000, 640_000, 699_000, 650_000, 705_000, 680_000, 690_000] * 4
+
+
+class FakeEvent:
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        self.t = time.perf_counter()
+        LOG.append("record")
+
+    def synchronize(self):
+        LOG.append("sync")
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+def nvml(name, values):
+    answers = iter(values)
+
+    def read(device=None):
+        LOG.append(name)
+        if not values:
+            raise ModuleNotFoundError("nvidia-ml-py does not seem to be installed")
+        return next(answers)
+    return read
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    c = torch.cuda
+    for name, fake in dict(Event=FakeEvent, device=lambda d: contextlib.nullcontext(), synchronize=lambda d=None: None,
+                           reset_peak_memory_stats=lambda d=None: None, max_memory_allocated=lambda d=None: 1,
+                           max_memory_reserved=lambda d=None: 1, get_device_name=lambda d=None: "Fake H100",
+                           device_count=lambda: 1,
+                           get_device_properties=lambda d=None: SimpleNamespace(multi_processor_count=132,
+                                                                                total_memory=80 << 30)).items():
+        monkeypatch.setattr(c, name, fake)
+    return torch.device("cuda", 0)
+
+
+def measure(bench, device):
+    bench.device = device
+    LOG.clear()
+
+    def fn():
+        LOG.append("call")
+        time.sleep(2e-3)
+    return bench.measure(problem="p", config={}, fn=fn, round="one call", kernel=True, warmup=2, rounds=5,
+                         metrics={Metric.FIRST_CALL_S: 0.5})
+
+
+def test_kernel_row_stores_the_median_clock_and_power_of_its_rounds(bench, cuda, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "clock_rate", nvml("clock", CLOCKS))
+    monkeypatch.setattr(torch.cuda, "power_draw", nvml("power", POWERS_MW))
+    row = measure(bench, cuda)
+    rounds = row.timing.rounds
+    assert row.timing.timer == "CudaEventTimer" and row.timing.iterations > 1
+    at = [i for i, e in enumerate(LOG) if e == "clock"]
+    assert len(at) == rounds  # one sample a round, each after the round's calls and end event, before its wait
+    assert all(LOG[i - 2:i + 3] == ["call", "record", "clock", "power", "sync"] for i in at)
+    assert row.metrics[Metric.SM_CLOCK_MHZ] == statistics.median(CLOCKS[:rounds])
+    assert row.metrics[Metric.POWER_W] == statistics.median(POWERS_MW[:rounds]) / 1e3
+
+
+def test_failing_nvml_leaves_the_metrics_out_and_the_row_whole(bench, cuda, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "clock_rate", nvml("clock", []))
+    monkeypatch.setattr(torch.cuda, "power_draw", nvml("power", []))
+    row = measure(bench, cuda)
+    assert LOG.count("clock") == row.timing.rounds  # asked, and refused
+    assert row.status is Status.MEASURED and bench.benchmark.stats.stats.median > 0
+    assert set(row.metrics) == {Metric.FIRST_CALL_S, Metric.HOST_MS}
+
+
+def test_cpu_kernel_row_has_no_gpu_state(bench, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "clock_rate", nvml("clock", CLOCKS))
+    row = measure(bench, torch.device("cpu"))
+    assert row.timing.timer == "SyncTimer" and "clock" not in LOG
+    assert Metric.SM_CLOCK_MHZ not in row.metrics and Metric.POWER_W not in row.metrics
+"""
+
+
+def test_kernel_rows_record_the_gpu_state_of_their_rounds(tmp_path):
+    import json
+
+    from impl.bench.row import Metric, Row
+    from impl.bench.store import run_problems
+
+    (tmp_path / "test_gpu_state.py").write_text(GPU_STATE_FILE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # else no timing under xdist
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "impl.bench.plugin", "-p", "no:cacheprovider", "-q",
+                           "test_gpu_state.py", "--benchmark-json=run.json"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "3 passed" in done.stdout
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run_problems(run) == []  # the store accepts the new metrics
+    rows = {b["name"]: Row.from_json(b["extra_info"]) for b in run["benchmarks"]}
+    clocked = rows.pop("test_kernel_row_stores_the_median_clock_and_power_of_its_rounds")
+    assert 1560 <= clocked.metric(Metric.SM_CLOCK_MHZ) <= 1965 and 640 <= clocked.metric(Metric.POWER_W) <= 705
+    assert len(rows) == 2 and all(r.metric(Metric.SM_CLOCK_MHZ) is r.metric(Metric.POWER_W) is None
+                                  for r in rows.values())

@@ -8,7 +8,8 @@ measure():
      looped to ≥ 1 ms a round).
   2. pytest-benchmark pedantic with the row's timer (SyncTimer, or CudaEventTimer for kernel rows
      on a GPU) and no warm-up of its own; its stats are the measurement.
-  3. Metrics from stats.median: TFLOP/s, both MFUs (impl.bench.row.Metric), tokens/s, GB/s.
+  3. Metrics from stats.median: TFLOP/s, both MFUs (impl.bench.row.Metric), tokens/s, GB/s; a kernel row on a
+     GPU also its host enqueue time and the SM clock and board power sampled during its rounds.
 An OOM anywhere turns the row into a not-run row with status OOM; the benchmark entry is then
 dropped from the JSON (pytest-benchmark omits entries with has_error).
 """
@@ -21,7 +22,7 @@ import torch
 
 from impl.bench.recorder import Recorder
 from impl.bench.row import Env, Memory, Metric, NotRunEntry, Peaks, Row, Status, Timing
-from impl.bench.timers import SyncTimer, host_calls, host_ms, make_timer, plan_rounds
+from impl.bench.timers import CudaEventTimer, SyncTimer, host_calls, host_ms, make_timer, plan_rounds
 from impl.runtime import env_info, first_line, free_memory, is_oom, synchronize
 
 T = TypeVar("T")
@@ -130,7 +131,7 @@ class Harness:
         row = Row(problem=problem, config=dict(config), env=self.env(), status=Status.MEASURED,
                   metrics=dict(metrics or {}), details=dict(details or {}))
         reset_peak_memory(device)
-        timer = make_timer(device, kernel) if here else clock
+        timer = make_timer(device, kernel, sample_gpu=True) if here else clock
         clock = SyncTimer(device) if here else clock
         call_s = None
         try:
@@ -173,6 +174,10 @@ class Harness:
             row.metrics[Metric.GBPS] = nbytes / median / 1e9
         if kernel and here and setup is None and device.type == "cuda":  # is the device waiting on the host?
             row.metrics[Metric.HOST_MS] = host_ms(fn, device, host_calls(median))
+        if isinstance(timer, CudaEventTimer):  # the clock and power the rounds ran at (None: NVML unreadable)
+            for metric, value in zip((Metric.SM_CLOCK_MHZ, Metric.POWER_W), timer.gpu_median()):
+                if value is not None:
+                    row.metrics[metric] = value
         self.save(row)
         self._recorder.progress(bm.name, row, median)
         return row

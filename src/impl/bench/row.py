@@ -43,6 +43,12 @@ class Metric(str, Enum):
     DO_BENCH_MS = "do_bench_ms"  # triton.testing.do_bench median, a cross-check of stats.median
     HOST_MS = "host_ms"  # a kernel row's host time to enqueue one call (impl.bench.timers.host_ms): host-bound near
     # the median, where the row times the host's launch path, not the device
+    # A kernel row's GPU state while its timed rounds ran: the median of one NVML sample per round, taken while the
+    # device runs the round's calls (impl.bench.timers.CudaEventTimer). An H100 at its 700 W cap moves its SM clock,
+    # so two rows timed one after the other may have run at different clocks: their ratio is partly one of clocks.
+    # Absent on a CPU, where NVML cannot be read, and in rows from before them.
+    SM_CLOCK_MHZ = "sm_clock_mhz"
+    POWER_W = "power_w"  # board power, watts (NVML's: on an H100 a trailing 1 s average, which spans earlier rounds)
 
 
 @dataclass

@@ -9,12 +9,14 @@ clock here first waits for the device:
 - `CudaEventTimer`: a CUDA event recorded on the current stream and waited for; the time
   between two events is device time. For kernel-level rows (attention kernels, collectives),
   with enough iterations per round that a round is at least `MIN_KERNEL_ROUND_S` (≥ 1 ms, as
-  the bench layer's contract asks, and long enough to pipeline the host's launches).
+  the bench layer's contract asks, and long enough to pipeline the host's launches). With
+  `sample_gpu` it also samples the SM clock and board power once per round (`gpu_sample`).
 - `HostTimer`: the host clock alone, no synchronisation: the host's cost per call (host-cost rows).
 """
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -55,15 +57,48 @@ class HostTimer:
         return time.perf_counter()
 
 
+def _nvml(query: Callable, device: torch.device, scale: float) -> float | None:
+    try:
+        value = float(query(device)) * scale
+    except Exception:  # noqa: BLE001 - pynvml missing, no driver, or the query unsupported on this board
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _median(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def gpu_sample(device: torch.device) -> tuple[float | None, float | None]:
+    """The SM clock (MHz) and board power (W) of `device` now, through torch's NVML wrappers (pynvml); each None
+    where it cannot be read (a CPU, pynvml missing, the query unsupported), never an error or a made-up number.
+    Why: an H100 at its 700 W cap moves its SM clock, and rows timed one after another can run at different clocks
+    (the timer probe at ffd9816: ~1,740-1,965 MHz around our steps, ~1,560-1,875 around cuDNN's, run later)."""
+    if device.type != "cuda":
+        return None, None
+    return _nvml(torch.cuda.clock_rate, device, 1.0), _nvml(torch.cuda.power_draw, device, 1e-3)  # power_draw: mW
+
+
 class CudaEventTimer:
-    """Seconds of device time since construction, read from CUDA events."""
+    """Seconds of device time since construction, read from CUDA events.
+
+    `sample_gpu`: pytest-benchmark's pedantic runner reads the timer in pairs, before and after each round; each
+    second (end-of-round) read takes a `gpu_sample` after recording the round's end event and before waiting for it,
+    so the host samples while the device still runs the round's enqueued calls (a round is >= MIN_KERNEL_ROUND_S of
+    them). The sample is outside the timed interval: the end event is already queued behind the calls, and the
+    device's time to it does not depend on when the host waits. Its cost (two NVML queries, the first of a process
+    also initialising NVML) is host time; only where it outlasts the round's queued work does the device idle, and
+    then after the end event, between rounds, like the round's own synchronisation. `gpu_median()`: the medians."""
 
     __name__ = "CudaEventTimer"
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, sample_gpu: bool = False):
         if device.type != "cuda":
             raise ValueError(f"CudaEventTimer needs a CUDA device, got {device}")
         self.device = device
+        self.samples: list[tuple[float | None, float | None]] | None = [] if sample_gpu else None
+        self._reads = 0
         with torch.cuda.device(device):
             self._origin = torch.cuda.Event(enable_timing=True)
             self._origin.record()
@@ -73,8 +108,16 @@ class CudaEventTimer:
         with torch.cuda.device(self.device):
             event = torch.cuda.Event(enable_timing=True)
             event.record()
+            self._reads += 1
+            if self.samples is not None and self._reads % 2 == 0:  # a round's end: its calls are still running
+                self.samples.append(gpu_sample(self.device))
             event.synchronize()
         return self._origin.elapsed_time(event) / 1e3
+
+    def gpu_median(self) -> tuple[float | None, float | None]:
+        """The median SM clock (MHz) and board power (W) over the rounds' samples; None where none was read."""
+        samples = self.samples or []
+        return _median([clock for clock, _ in samples]), _median([power for _, power in samples])
 
 
 def time_once(fn: Callable, device: torch.device) -> float:
@@ -120,10 +163,10 @@ def host_bound(median_s: float, host_ms_per_call: float | None) -> bool:
     return host_ms_per_call is not None and host_ms_per_call >= HOST_BOUND_SHARE * median_s * 1e3
 
 
-def make_timer(device: torch.device, kernel: bool):
-    """CUDA events for kernel rows on a GPU; the synchronised host clock otherwise (a CPU has no
-    events, and its host clock is its device clock)."""
-    return CudaEventTimer(device) if kernel and device.type == "cuda" else SyncTimer(device)
+def make_timer(device: torch.device, kernel: bool, sample_gpu: bool = False):
+    """CUDA events for kernel rows on a GPU (`sample_gpu`: CudaEventTimer's); the synchronised host clock otherwise
+    (a CPU has no events, and its host clock is its device clock)."""
+    return CudaEventTimer(device, sample_gpu) if kernel and device.type == "cuda" else SyncTimer(device)
 
 
 @dataclass(frozen=True)
