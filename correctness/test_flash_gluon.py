@@ -238,15 +238,47 @@ def test_ws_early_q_launch_adds_only_the_output_tensor():
     config = ws.GluonWsConfig(persistent=True)
     grid, args, opts = ws.launch_args(q, k, v, o, lse, True, config)
     egrid, eargs, eopts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True, early_q=True))
-    assert (egrid, eopts, eargs[8:-5]) == (grid, opts, args[8:-5]) and args[-5:] == (None, False, False, False, False)
-    assert eargs[-5].data_ptr() == o.data_ptr() and eargs[-5].shape == o.shape and eargs[-4:] == (True, False, False,
-                                                                                                  False)
+    assert (egrid, eopts, eargs[8:-11]) == (grid, opts, args[8:-11]) and args[-11:-6] == (None, False, False, False,
+                                                                                          False)
+    assert eargs[-11].data_ptr() == o.data_ptr() and eargs[-11].shape == o.shape and eargs[-10:-6] == (True, False,
+                                                                                                      False, False)
+    assert args[-6:] == eargs[-6:] == PREFETCH_OFF
     assert ws.shared_bytes(128, ws.GluonWsConfig(persistent=True, early_q=True)) == ws.shared_bytes(128, config)
     # o_regs (early_q's A/B: its store from registers, Q freed late): the same launch, the other constexpr
     rgrid, rargs, ropts = ws.launch_args(q, k, v, o, lse, True, ws.GluonWsConfig(persistent=True, o_regs=True))
-    assert (rgrid, ropts, rargs[:-4]) == (egrid, eopts, eargs[:-4]) and rargs[-4:] == (False, True, False, False)
+    assert (rgrid, ropts, rargs[:-10]) == (egrid, eopts, eargs[:-10]) and rargs[-10:-6] == (False, True, False, False)
     assert ws.GluonWsConfig(persistent=True, o_regs=True) in ws.TRIAL_CONFIGS
     assert not any(c.o_regs for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).o_regs
+
+
+#: The ws kernel's last six arguments when prefetch_q is off: QP, its three strides, AHEAD (None: constexpr, not in
+#: the PTX) and PREFETCH_Q.
+PREFETCH_OFF = (None, None, None, None, None, False)
+
+
+def test_ws_prefetch_q_launch_adds_q_its_strides_and_the_distance():
+    """prefetch_q (a trial, flash_gluon_ws.TRIAL_CONFIGS): the default's launch (and the persistent one's) plus the
+    4-D query tensor, its batch / head / row strides, AHEAD (the SM count on the one-tile grid, the grid size when
+    persistent: the CTA's next tile) and the PREFETCH_Q constexpr, at every head dim (the prefetch covers a row's
+    lo and hi halves); every other variant passes PREFETCH_OFF, and 3-D inputs their 4-D view's strides."""
+    ws = flash_gluon_ws
+    assert ws.GluonWsConfig(prefetch_q=True) in ws.TRIAL_CONFIGS
+    assert not any(c.prefetch_q for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).prefetch_q
+    for d in (64, 80, 96, 128):
+        q, k, v = _qkv((2, 3, 1000, d))
+        o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
+        for base, ahead in ((ws.GluonWsConfig(), 20), (ws.GluonWsConfig(persistent=True), 20),
+                            (ws.GluonWsConfig(persistent=True), 132)):
+            grid, args, opts = ws.launch_args(q, k, v, o, lse, True, base, num_sms=ahead)
+            pgrid, pargs, popts = ws.launch_args(q, k, v, o, lse, True, dataclasses.replace(base, prefetch_q=True),
+                                                 num_sms=ahead)
+            assert (pgrid, popts, pargs[8:-6]) == (grid, opts, args[8:-6]) and args[-6:] == PREFETCH_OFF
+            assert pargs[-6].data_ptr() == q.data_ptr() and pargs[-5:-2] == q.stride()[:3]
+            assert pargs[-2:] == (grid[0] if base.persistent else ahead, True)
+    q, k, v = _qkv((3, 1000, 128))  # (B, N, d): one head
+    args = ws.launch_args(q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1]), True,
+                          ws.GluonWsConfig(prefetch_q=True))[1]
+    assert tuple(args[-6].shape) == (3, 1, 1000, 128) and args[-5:-2] == q.unsqueeze(1).stride()[:3]
 
 
 @pytest.mark.parametrize("field", ["rotate", "lazy_sum"])
@@ -390,7 +422,7 @@ def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
 @needs_sm90
 @pytest.mark.parametrize("trial", flash_gluon_ws.TRIAL_CONFIGS,
                          ids=lambda c: ("lpt" if c.lpt else "early_q" if c.early_q else "o_regs" if c.o_regs
-                                        else "rotate" if c.rotate else "lazy_sum"))
+                                        else "rotate" if c.rotate else "lazy_sum" if c.lazy_sum else "prefetch_q"))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [(1, 2, 129), (2, 2, 1029), (2, 4, 4096), (4, 8, 2048)],
                          ids=lambda s: "x".join(map(str, s)))
@@ -406,7 +438,9 @@ def test_ws_gpu_trial_configs_match_reference(d, is_causal, shape, dtype, trial)
     unmasked (full attention, keys a multiple of 128): rotate masks it, P the same up to a rounding. lazy_sum: l
     summed in another order (per thread across the key tiles, then across the quad), so l differs from the
     default's by fp32 roundings (relative ~1e-6): lse within 1e-5 (log l), O (acc / l, then rounded to bf16 or fp16)
-    within one unit in the last place of the default's (rtol the dtype's eps), no wider."""
+    within one unit in the last place of the default's (rtol the dtype's eps), no wider. prefetch_q: the default's
+    arithmetic (an L2 prefetch moves no data), bit-identical; at 4x8x2048 (512 CTA tiles) the first 380 prefetch a
+    tile 132 ahead and the last 132 skip (their targets fall past the grid); rows past N clamped at 1029."""
     ws = flash_gluon_ws
     q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
     o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, trial)

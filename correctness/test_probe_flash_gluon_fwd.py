@@ -114,7 +114,11 @@ def test_the_early_q_call_times_the_persistent_grid_with_and_without_it(probe):
     (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-lazy-sum",))]
     assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].lazy_sum and not row["config"].rotate
     assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp lazy-sum"]
-    assert not any(k in probe.SHAPE_ROWS for k in ("ws-lpt", "ws-early-q", "ws-o-regs", "ws-rotate", "ws-lazy-sum"))
+    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-prefetch-q",))]
+    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].prefetch_q and not row["config"].persistent
+    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp prefetch-q"]
+    assert not any(k in probe.SHAPE_ROWS for k in ("ws-lpt", "ws-early-q", "ws-o-regs", "ws-rotate", "ws-lazy-sum",
+                                                   "ws-prefetch-q"))
 
 
 #: The early_q A/B's call (NOTES.md, "Probe rounds"): each shape's rows timed in 5 rounds.

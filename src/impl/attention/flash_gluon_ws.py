@@ -51,6 +51,12 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   tiles (l = alpha·l + the thread's partial sums: no quad shuffle per tile) and summed across the quad once before
   the epilogue (FA3's and cuDNN's way). Another summation order: l, O and lse differ from the default's by a
   rounding.
+* **Q prefetched into L2** (``prefetch_q``, a trial, off by default): after issuing its tile's first K/V copies,
+  the load warp prefetches into L2 (``prefetch.global.L2``, every 128-byte line) the Q rows of tile t + AHEAD
+  (the SM count on the one-tile-per-program grid: about the tile that starts when one now running ends; the grid
+  size when persistent: the CTA's own next tile), so that tile's Q TMA reads L2, not DRAM. Each CTA tile waits
+  ~1.1 us for its Q (ncu of 4x32x4096x128 causal, NOTES.md "short sequences"), a fixed cost the persistent
+  cuDNN kernel does not pay. Values unchanged (a prefetch moves no data into registers or shared memory).
 
 Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
 memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
@@ -98,7 +104,8 @@ class GluonWsConfig:
     persistent CTA's next Q and K/V load during the last P·V and the epilogue; o_regs: early_q's store from
     registers without its early release of Q (a diagnostic A/B of early_q's two changes); rotate: the consumer loop
     cut after the MMA issue, so P is packed for its wgmma in the step that computes it (head dims 64 and 128);
-    lazy_sum: per-thread row sums, summed across the quad once per CTA tile (head dims 64 and 128)."""
+    lazy_sum: per-thread row sums, summed across the quad once per CTA tile (head dims 64 and 128); prefetch_q:
+    the load warp prefetches a later CTA tile's Q into L2 (one SM count of tiles ahead; persistent: its next)."""
 
     block_m: int = 64
     block_n: int = 128
@@ -112,6 +119,7 @@ class GluonWsConfig:
     o_regs: bool = False
     rotate: bool = False
     lazy_sum: bool = False
+    prefetch_q: bool = False
 
     def __post_init__(self) -> None:
         # 128 rows per consumer spill under 240 registers (sm_90a compile: 1,064 stack bytes at d 128,
@@ -144,7 +152,7 @@ CANDIDATE_CONFIGS = (GluonWsConfig(), GluonWsConfig(num_stages=2), GluonWsConfig
 #: Trials, never in the kernel table: the probe times them with --rows ws-lpt / ws-early-q, the GPU tests check them.
 TRIAL_CONFIGS = (GluonWsConfig(lpt=True), GluonWsConfig(persistent=True, early_q=True),
                  GluonWsConfig(persistent=True, o_regs=True), GluonWsConfig(rotate=True),
-                 GluonWsConfig(lazy_sum=True))
+                 GluonWsConfig(lazy_sum=True), GluonWsConfig(prefetch_q=True))
 
 
 def default_config(d: int) -> GluonWsConfig:
@@ -199,11 +207,31 @@ def _tile_work(t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL
 
 
 @gluon.jit
+def _prefetch_q_l2(QP, q_strides, b, h, start, N_Q, ROWS: gl.constexpr, D: gl.constexpr):
+    """prefetch.global.L2 of every 128-byte line of rows [start, start + ROWS) of Q[b, h] (D elements a row;
+    rows past N_Q clamped to the last), 32 rows at a time: one warp, a line or two a lane each step (the load
+    warp's 24 registers)."""
+    sb, sh, sn = q_strides
+    PER_LINE: gl.constexpr = 1024 // QP.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
+    LINES: gl.constexpr = (D + PER_LINE - 1) // PER_LINE  # 1 at d 64, 2 at 80 / 96 / 128
+    layout: gl.constexpr = gl.BlockedLayout([1, LINES], [32, 1], [1, 1], [1, 0])
+    base = QP + (b.to(gl.int64) * sb + h.to(gl.int64) * sh)
+    cols = gl.expand_dims(gl.arange(0, LINES, layout=gl.SliceLayout(0, layout)) * PER_LINE, 0)
+    for r0 in gl.static_range(0, ROWS, 32):
+        rows = gl.minimum(start + r0 + gl.arange(0, 32, layout=gl.SliceLayout(1, layout)), N_Q - 1)
+        ptrs = base + gl.expand_dims(rows.to(gl.int64) * sn, 1) + cols
+        gl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
+
+@gluon.jit
 def _load_partition(descs, smem, bars, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+                    BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                    prefetch, PREFETCH_Q: gl.constexpr):
     """One warp: per tile the two query tiles (once their consumers have stored the last tile's O
     out of them; early_q: once their last Q·Kᵀ is done), then every key tile's K and V into the ring
-    (once both consumers freed the slot)."""
+    (once both consumers freed the slot). PREFETCH_Q: after the first K/V copies, tile t + AHEAD's Q
+    into L2 (prefetch = (Q, its strides, AHEAD))."""
     q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
@@ -224,6 +252,11 @@ def _load_partition(descs, smem, bars, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl
                   _slot(kh_smem, slot, D1), BLOCK_D, D1)
             _copy(v_desc, vh_desc, j * BLOCK_N, b, h, v_ready.index(slot), v_smem.index(slot),
                   _slot(vh_smem, slot, D1), BLOCK_D, D1)
+            if PREFETCH_Q:  # after K_0 / V_0: the consumers' first wait is not delayed
+                QP, q_strides, AHEAD = prefetch
+                if (j == 0) & (t + AHEAD < n_tiles_all):
+                    start2, b2, h2, bh2, mid2, n2 = _tile_work(t + AHEAD, sched, BLOCK_M, BLOCK_N, IS_CAUSAL)
+                    _prefetch_q_l2(QP, q_strides, b2, h2, start2, sched[2], 2 * BLOCK_M, BLOCK_D + D1)
             pos += 1
         n_done += 1
 
@@ -521,10 +554,13 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, O, EARLY_Q: gl.constexpr,
-                      O_REGS: gl.constexpr, ROTATE: gl.constexpr, LAZY_SUM: gl.constexpr):
+                      O_REGS: gl.constexpr, ROTATE: gl.constexpr, LAZY_SUM: gl.constexpr,
+                      QP, Q_SB, Q_SH, Q_SN, AHEAD, PREFETCH_Q: gl.constexpr):
     """Grid: tiles (one per program) or SMs (persistent); 4 warps (consumer 0) + a 4-warp consumer
     + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows; O the output tensor
-    when EARLY_Q or O_REGS stores it from registers (else None: through o_desc)."""
+    when EARLY_Q or O_REGS stores it from registers (else None: through o_desc). PREFETCH_Q: QP the 4-D
+    query tensor, Q_SB / Q_SH / Q_SN its batch, head and row strides, AHEAD how many tiles ahead the load
+    warp prefetches Q into L2 (all None otherwise)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
     k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
@@ -560,7 +596,8 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
                                PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM)),
         (_consumer_partition, (descs, smem, bars, sched, O, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
                                PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM)),
-        (_load_partition, (descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL)),
+        (_load_partition, (descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL,
+                           (QP, (Q_SB, Q_SH, Q_SN), AHEAD), PREFETCH_Q)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
 
@@ -604,6 +641,10 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
             bm, bn, lo, hi, bool(is_causal), config.num_stages, config.pingpong, config.consumer_regs,
             config.load_regs, o4 if config.early_q or config.o_regs else None, config.early_q, config.o_regs,
             config.rotate, config.lazy_sum)
+    if config.prefetch_q:  # the persistent CTA's next tile, or about the one starting when a running one ends
+        args += (q4, *q4.stride()[:3], grid[0] if config.persistent else num_sms, True)
+    else:
+        args += (None, None, None, None, None, False)
     return grid, args, {"num_warps": 4}
 
 
