@@ -18,14 +18,17 @@ OURS_DETAILS = dict(compiled=True, rel_err=dict(out=1e-3, dq=2e-3, dk=2e-3, dv=2
                                                    "bwd": "two_pass"})
 
 
-def _run(when, ours_ms, cudnn_ms, iqr_ms=0.02, do_bench_ms=None, commit="abcdef12", device=DEV):
-    def row(impl, mode, ms, db, details=None):
-        metrics = {Metric.TFLOPS: 300.0, Metric.MFU: 0.3} | ({Metric.DO_BENCH_MS: db} if db else {})
+def _run(when, ours_ms, cudnn_ms, iqr_ms=0.02, do_bench_ms=None, commit="abcdef12", device=DEV, clocks=None):
+    """`clocks`: ((MHz, W) of ours, of cuDNN), the SM clock and power each row's rounds ran at; None: not recorded."""
+    def row(impl, mode, ms, db, clock, details=None):
+        metrics = {Metric.TFLOPS: 300.0, Metric.MFU: 0.3} | ({Metric.DO_BENCH_MS: db} if db else {}) \
+            | (dict(zip((Metric.SM_CLOCK_MHZ, Metric.POWER_W), clock)) if clock else {})
         return bench("leaderboard", dict(impl=impl, mode=mode, **SHAPE), ms / 1e3, device=device, when=when,
                      commit=commit, iqr=iqr_ms / 1e3, metrics=metrics, details=details)
     ours_db, cudnn_db = do_bench_ms or (None, None)
-    return [row("flash_triton", "fwd_bwd", ours_ms, ours_db, OURS_DETAILS),
-            row("sdpa_cudnn", "fwd_bwd", cudnn_ms, cudnn_db),
+    ours_clock, cudnn_clock = clocks or (None, None)
+    return [row("flash_triton", "fwd_bwd", ours_ms, ours_db, ours_clock, OURS_DETAILS),
+            row("sdpa_cudnn", "fwd_bwd", cudnn_ms, cudnn_db, cudnn_clock),
             bench("leaderboard", dict(impl="sdpa_flash", mode="fwd_bwd", **SHAPE), None, device=device, when=when,
                   commit=commit, status=Status.OOM, reason="CUDA out of memory")]
 
@@ -153,11 +156,13 @@ def test_short_config_abbreviates_configs_and_keeps_other_launch_record_values()
         == "GluonWsConfig(block_m=64, pingpong=True)"  # the trials that are off left out
 
 
-@pytest.mark.parametrize("case", ["measured", "missing", "kernel_table"])
+@pytest.mark.parametrize("case", ["measured", "missing", "kernel_table", "clocks"])
 def test_page_words(request, tmp_path, case):
-    # ours' do_bench inside its band, cuDNN's beyond: the page words both cases
-    rows = _run("2026-03-02T00:00:00", 5.258, 4.474, iqr_ms=0.05, do_bench_ms=(5.174, 5.030)) if case != "missing" \
-        else []
+    # ours' do_bench inside its band, cuDNN's beyond: the page words both cases; "clocks": the rows recorded the SM
+    # clock and power their rounds ran at, 8.7% apart (the H100 at its power cap): the page words both and warns
+    clocks = ((1870.0, 690.0), (1720.0, 698.0)) if case == "clocks" else None
+    rows = _run("2026-03-02T00:00:00", 5.258, 4.474, iqr_ms=0.05, do_bench_ms=(5.174, 5.030), clocks=clocks) \
+        if case != "missing" else []
     if case == "kernel_table":
         rows += [_line_row("flash_auto", "fwd_bwd", 4.6, when="2026-03-02T00:00:00")]
     f = page.facts(context(rows, tmp_path, history=_run("2026-03-01T00:00:00", 6.0, 4.0, commit="aaaaaaaa")))

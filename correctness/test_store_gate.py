@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from impl.bench import runlock, store
 from impl.bench.kernel_digest import KernelDigest, kernel_digest
 from impl.bench.session import BenchSession
-from impl.bench.row import Env, Row, Status, Timing
+from impl.bench.row import Env, Metric, Row, Status, Timing
 from impl.report import compare, gate
 from impl.report import data as report_data
 
@@ -865,6 +865,26 @@ def test_a_host_bound_row_is_judged_with_the_host_band_and_named(tmp_path, capsy
     _file(data_dir, doc({A: (8.0e-3, 0.5)}, "2098-12-01T00:00:00+00:00"), "20981201T000000Z_abcdef12.json")
     change = next(c for c in gate.compare(data_dir).changes if c.row == A)
     assert not change.host_bound and change.regressed
+
+
+def test_rows_with_the_sm_clock_and_power_are_read_and_judged_as_any_row(tmp_path, capsys):
+    """Kernel rows record the SM clock and board power their rounds ran at (Metric.SM_CLOCK_MHZ, POWER_W); a run
+    with them after one without is read by the loader and judged by the gate on its medians alone, as any row."""
+    def doc(medians, when, clock=None):
+        d = _run(medians, when)
+        for b in d["benchmarks"]:
+            b["extra_info"]["metrics"] = dict(b["extra_info"].get("metrics") or {}, **(clock or {}))
+        return d
+    data_dir = tmp_path / "data"
+    _file(data_dir, doc({A: 1e-3, B: 1e-3}, "2098-01-01T00:00:00+00:00"), "20980101T000000Z_abcdef12.json")
+    new = _file(data_dir, doc({A: 1.02e-3, B: 1.3e-3}, "2099-01-01T00:00:00+00:00",
+                              dict(sm_clock_mhz=1720.0, power_w=698.5)))
+    rows = [r for r in report_data.load_rows(data_dir) if r.run.file == report_data.run_file_name(new)]
+    assert len(rows) == 2
+    assert {(r.metric(Metric.SM_CLOCK_MHZ), r.metric(Metric.POWER_W)) for r in rows} == {(1720.0, 698.5)}
+    changes = {c.row: c for c in gate.compare(data_dir).changes}
+    assert not changes[A].regressed and changes[B].regressed
+    assert f"REGRESSION {GPU}/leaderboard {B}" in _gate_errors(data_dir, capsys)
 
 
 def _config_case(tmp_path, name: str, text: str) -> Path:

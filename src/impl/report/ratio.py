@@ -4,7 +4,8 @@ median, the standard deviation where a row kept no IQR).
 
 A headline ratio follows one rule, written once here (`headline`, issue 45): it divides the suite's primary
 measurement, each row's CUDA-event median of the same run; do_bench's figures stand beside it, and a side
-whose do_bench median lies beyond the noise of its own rounds (`Timers`) is named with both numbers."""
+whose do_bench median lies beyond the noise of its own rounds (`Timers`) is named with both numbers. Where both rows
+recorded the SM clock their rounds ran at (`Clocks`), the headline carries both clocks and the ratio at equal clocks."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -107,6 +108,60 @@ def timers(b) -> Timers:
     return Timers(s.median, None if db is None else db / 1e3, band(s.median, s.stddev, s.iqr), b.run.legacy)
 
 
+# --- The clocks beside a headline: an H100 at its 700 W cap moves its SM clock, and the suite times rows one after
+# the other, so a ratio of two rows' medians is partly one of clocks (impl.bench.row.Metric.SM_CLOCK_MHZ). ---------
+
+CLOCK_GAP = 0.03  # two sides' clocks further apart than this: the headline mixes clock and kernel, and says so
+
+
+@dataclass(frozen=True)
+class Clock:
+    """One row's GPU state over its timed rounds: the median of its per-round NVML samples of the SM clock (MHz)
+    and of the board power (W; None where the row has the clock but not the power)."""
+
+    mhz: float
+    watts: float | None = None
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """Both sides' clocks of a headline. `scale` turns its ratio into the ratio at equal clocks (`Headline.
+    at_equal_clocks`): an estimate that holds for a compute-bound kernel, whose time scales as 1 / clock."""
+
+    ours: Clock
+    anchor: Clock
+    limit = CLOCK_GAP  # not a field: the templates name the threshold
+
+    @property
+    def scale(self) -> float:
+        """Ours' time at the anchor's clock over ours' time at its own: ours' clock ÷ the anchor's."""
+        return self.ours.mhz / self.anchor.mhz
+
+    @property
+    def gap(self) -> float:
+        """How far apart the two clocks are: the higher over the lower, less 1 (symmetric in the sides)."""
+        return max(self.scale, 1 / self.scale) - 1
+
+    @property
+    def differ(self) -> bool:
+        return self.gap > self.limit
+
+
+def clock(b) -> Clock | None:
+    """The `Clock` of a row (impl.report.rows.Bench); None where it recorded no SM clock (older runs, a CPU, NVML
+    failed)."""
+    from impl.bench.row import Metric  # the bench layer's names; ratio.py stays importable by rows.py
+
+    mhz, watts = b.metric(Metric.SM_CLOCK_MHZ), b.metric(Metric.POWER_W)
+    return None if missing(mhz) or mhz <= 0 else Clock(float(mhz), None if missing(watts) else float(watts))
+
+
+def clocks(ours, anchor) -> Clocks | None:
+    """Both rows' clocks, None unless both recorded one."""
+    o, a = clock(ours), clock(anchor)
+    return None if o is None or a is None else Clocks(o, a)
+
+
 @dataclass(frozen=True)
 class Headline:
     """A headline ratio by the module's one rule (`ratio`), do_bench's of the same run beside it, never in its
@@ -116,6 +171,13 @@ class Headline:
     ours: Timers
     anchor: Timers
     ours_name: str = "ours"
+    clocks: Clocks | None = None  # both sides' SM clock and power, where both rows recorded the clock
+
+    @property
+    def at_equal_clocks(self) -> float | None:
+        """The ratio were ours timed at the anchor's clock (`Clocks.scale`: an estimate for a compute-bound kernel);
+        None without both clocks."""
+        return None if self.clocks is None else self.ratio.value * self.clocks.scale
 
     @property
     def do_bench(self) -> Ratio | None:
@@ -137,6 +199,7 @@ class Headline:
 
 def headline(ours, anchor, name: str, ours_name: str = "ours") -> Headline | None:
     """The headline of two measured rows (impl.report.rows.Bench) of one run: ours ÷ anchor of their
-    primary-timer medians (`of_benches`), do_bench beside; None unless both have medians."""
+    primary-timer medians (`of_benches`), do_bench and both sides' clocks (`clocks`) beside; None unless both have
+    medians."""
     r = of_benches(ours, anchor, name)
-    return None if r is None else Headline(r, timers(ours), timers(anchor), ours_name)
+    return None if r is None else Headline(r, timers(ours), timers(anchor), ours_name, clocks(ours, anchor))
