@@ -281,6 +281,36 @@ def test_ws_prefetch_q_launch_adds_q_its_strides_and_the_distance():
     assert tuple(args[-6].shape) == (3, 1, 1000, 128) and args[-5:-2] == q.unsqueeze(1).stride()[:3]
 
 
+def test_ws_dynamic_launch_adds_a_fresh_zeroed_counter():
+    """dynamic (a trial, flash_gluon_ws.TRIAL_CONFIGS, alone and with prefetch_q): the persistent launch with its two
+    arguments before O changed: COUNTER, a fresh zeroed int32 a launch (the CTAs' atomic adds start from 0 each
+    call), and the DYNAMIC constexpr; every other variant passes (None, False). Shared memory: 16 B more (the two
+    tile index words). A one-tile-per-program grid is refused naming the field (no CTA takes a second tile)."""
+    ws = flash_gluon_ws
+    assert ws.GluonWsConfig(persistent=True, dynamic=True) in ws.TRIAL_CONFIGS
+    assert ws.GluonWsConfig(persistent=True, dynamic=True, prefetch_q=True) in ws.TRIAL_CONFIGS
+    assert not any(c.dynamic for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).dynamic
+    with pytest.raises(ValueError, match="dynamic.*persistent=True"):
+        ws.GluonWsConfig(dynamic=True)
+    base, dyn = ws.GluonWsConfig(persistent=True), ws.GluonWsConfig(persistent=True, dynamic=True)
+    assert ws.shared_bytes(128, dyn) == ws.shared_bytes(128, base) + 16
+    for d in (64, 80, 96, 128):
+        q, k, v = _qkv((2, 3, 1000, d))
+        o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
+        grid, args, opts = ws.launch_args(q, k, v, o, lse, True, base, num_sms=5)
+        dgrid, dargs, dopts = ws.launch_args(q, k, v, o, lse, True, dyn, num_sms=5)
+        changed = [i for i, (x, y) in enumerate(zip(args[8:], dargs[8:]), 8)
+                   if x is not y and (isinstance(y, torch.Tensor) or x != y)]
+        assert (dgrid, dopts, len(dargs)) == (grid, opts, len(args)) and grid == (5, )
+        i = changed[0]
+        assert changed == [i, i + 1] and args[i:i + 2] == (None, False) and dargs[i + 1] is True, changed
+        counter = dargs[i]
+        assert counter.dtype == torch.int32 and tuple(counter.shape) == (1, ) and counter.item() == 0
+        again = ws.launch_args(q, k, v, o, lse, True, dyn, num_sms=5)[1][i]
+        assert again.data_ptr() != counter.data_ptr() and again.item() == 0  # a fresh counter a launch
+        assert args[-6:] == dargs[-6:] == PREFETCH_OFF
+
+
 @pytest.mark.parametrize("field", ["rotate", "lazy_sum"])
 def test_ws_loop_trial_launch_differs_only_in_its_constexpr_and_refuses_a_hi_half(field):
     """rotate and lazy_sum (trials, flash_gluon_ws.TRIAL_CONFIGS): the default's launch (lazy_sum: and the
@@ -422,7 +452,9 @@ def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
 @needs_sm90
 @pytest.mark.parametrize("trial", flash_gluon_ws.TRIAL_CONFIGS,
                          ids=lambda c: ("lpt" if c.lpt else "early_q" if c.early_q else "o_regs" if c.o_regs
-                                        else "rotate" if c.rotate else "lazy_sum" if c.lazy_sum else "prefetch_q"))
+                                        else "rotate" if c.rotate else "lazy_sum" if c.lazy_sum
+                                        else "dynamic_pq" if c.dynamic and c.prefetch_q else "dynamic" if c.dynamic
+                                        else "prefetch_q"))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [(1, 2, 129), (2, 2, 1029), (2, 4, 4096), (4, 8, 2048)],
                          ids=lambda s: "x".join(map(str, s)))
@@ -440,7 +472,9 @@ def test_ws_gpu_trial_configs_match_reference(d, is_causal, shape, dtype, trial)
     default's by fp32 roundings (relative ~1e-6): lse within 1e-5 (log l), O (acc / l, then rounded to bf16 or fp16)
     within one unit in the last place of the default's (rtol the dtype's eps), no wider. prefetch_q: the default's
     arithmetic (an L2 prefetch moves no data), bit-identical; at 4x8x2048 (512 CTA tiles) the first 380 prefetch a
-    tile 132 ahead and the last 132 skip (their targets fall past the grid); rows past N clamped at 1029."""
+    tile 132 ahead and the last 132 skip (their targets fall past the grid); rows past N clamped at 1029. dynamic
+    (and with prefetch_q): the default's arithmetic on tiles taken from the counter, bit-identical; 2 and 36 tiles
+    (fewer than the grid of 132: only the closing atomics), 256 and 512 (the counter hands out 124 and 380)."""
     ws = flash_gluon_ws
     q, k, v = _qkv((*shape, d), dtype=dtype, device="cuda")
     o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal, trial)
@@ -455,6 +489,33 @@ def test_ws_gpu_trial_configs_match_reference(d, is_causal, shape, dtype, trial)
         torch.testing.assert_close(o, o2, rtol=torch.finfo(dtype).eps, atol=1e-5)
     else:
         assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.parametrize("config", [dict(), dict(prefetch_q=True), dict(early_q=True), dict(num_stages=2)],
+                         ids=["dynamic", "dynamic_pq", "dynamic_early_q", "dynamic_s2"])
+@pytest.mark.parametrize("sms", [7, 50])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [80, 128])
+def test_ws_gpu_dynamic_takes_every_tile_once(d, is_causal, sms, config):
+    """dynamic on a hand-sized persistent grid (7 or 50 programs over 2 x 5 heads x 1500 rows: 120 CTA tiles,
+    ragged, not a multiple of the grid, so the counter hands out 113 or 70 and the CTAs take unequal counts):
+    outputs filled with NaN first are bit-identical to the default grid's (a tile skipped or taken twice by two
+    CTAs racing shows), and the counter ends at the tile count (each CTA's atomic add past the last tile included:
+    120 - grid taken + grid closing). With prefetch_q, early_q (Q freed before the epilogue, the index word rewritten
+    under it) and 2 slots (fewer K/V copies ahead of Q); d 80 (a hi half: two copies a tile) and 128; d 64 is in
+    test_ws_gpu_trial_configs_match_reference."""
+    ws = flash_gluon_ws
+    q, k, v = _qkv((2, 5, 1500, d), dtype=torch.bfloat16, device="cuda")
+    o, lse = ws.flash_gluon_ws_forward(q, k, v, is_causal)
+    o2, lse2 = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device="cuda")
+    grid, args, opts = ws.launch_args(q, k, v, o2, lse2, is_causal,
+                                      ws.GluonWsConfig(persistent=True, dynamic=True, **config), num_sms=sms)
+    ws._attn_fwd_ws_sm90[grid](*args, **opts)
+    (counter, ) = [a for a in args if isinstance(a, torch.Tensor) and a.dtype == torch.int32]
+    assert grid == (sms, ) and counter.item() == 2 * 5 * 12, counter.item()
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
 
 
 @gpu

@@ -117,8 +117,14 @@ def test_the_early_q_call_times_the_persistent_grid_with_and_without_it(probe):
     (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-prefetch-q",))]
     assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].prefetch_q and not row["config"].persistent
     assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp prefetch-q"]
+    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-dynamic",))]
+    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].dynamic and row["config"].persistent
+    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp persist dynamic"]
+    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-dynamic-pq",))]
+    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].dynamic and row["config"].prefetch_q
+    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp persist prefetch-q dynamic"]
     assert not any(k in probe.SHAPE_ROWS for k in ("ws-lpt", "ws-early-q", "ws-o-regs", "ws-rotate", "ws-lazy-sum",
-                                                   "ws-prefetch-q"))
+                                                   "ws-prefetch-q", "ws-dynamic", "ws-dynamic-pq"))
 
 
 #: The early_q A/B's call (NOTES.md, "Probe rounds"): each shape's rows timed in 5 rounds.

@@ -27,6 +27,7 @@ def test_defaults_are_the_16k_shape_and_the_three_persistent_variants(probe):
     assert GluonWsConfig(**probe.VARIANTS["ws-rotate"]) in TRIAL_CONFIGS
     assert GluonWsConfig(**probe.VARIANTS["ws-lazy-sum"]) in TRIAL_CONFIGS
     assert GluonWsConfig(**probe.VARIANTS["ws-prefetch-q"]) in TRIAL_CONFIGS
+    assert GluonWsConfig(**probe.VARIANTS["ws-dynamic"]) in TRIAL_CONFIGS
     assert GluonWsConfig(**probe.VARIANTS["ws-persistent"]) == GluonWsConfig(persistent=True)
 
 

@@ -77,16 +77,19 @@ WRONG = 2e-2  # bf16 tolerance of the correctness tests
 COMPILE_S = 5.0  # a new compile on the H100's host, roughly
 TRITON_FWD_CONFIGS = 9  # the forward's autotune list: compiled once per (d, causal), re-timed per sequence bucket
 #: --shapes' row kinds, in the order they run; by default all but the trials (flash_gluon_ws.TRIAL_CONFIGS, ROWS'
-#: last six): the lpt grid ("ws-lpt"), the persistent grid that frees Q early and stores O from registers
+#: last eight): the lpt grid ("ws-lpt"), the persistent grid that frees Q early and stores O from registers
 #: ("ws-early-q"), its A/B that stores O from registers with Q freed late ("ws-o-regs"), the rotated consumer
 #: loop ("ws-rotate": P packed where its P·V is issued, no PRMT), the per-thread row sums ("ws-lazy-sum": no
-#: quad shuffle of l per key tile) and a later tile's Q prefetched into L2 ("ws-prefetch-q").
+#: quad shuffle of l per key tile), a later tile's Q prefetched into L2 ("ws-prefetch-q"), and the persistent grid
+#: whose tiles come from an atomic counter ("ws-dynamic"; "ws-dynamic-pq": with its next tile's Q prefetched).
 ROWS = ("cudnn", "sdpa-flash", "triton", "gluon", "ws", "ws-persistent", "ws-lpt", "ws-early-q", "ws-o-regs",
-        "ws-rotate", "ws-lazy-sum", "ws-prefetch-q")
+        "ws-rotate", "ws-lazy-sum", "ws-prefetch-q", "ws-dynamic", "ws-dynamic-pq")
 TRIAL_ROWS = {"ws-persistent": {"persistent": True}, "ws-lpt": {"lpt": True},
               "ws-early-q": {"persistent": True, "early_q": True}, "ws-o-regs": {"persistent": True, "o_regs": True},
-              "ws-rotate": {"rotate": True}, "ws-lazy-sum": {"lazy_sum": True}, "ws-prefetch-q": {"prefetch_q": True}}
-SHAPE_ROWS = ROWS[:-6]
+              "ws-rotate": {"rotate": True}, "ws-lazy-sum": {"lazy_sum": True}, "ws-prefetch-q": {"prefetch_q": True},
+              "ws-dynamic": {"persistent": True, "dynamic": True},
+              "ws-dynamic-pq": {"persistent": True, "dynamic": True, "prefetch_q": True}}
+SHAPE_ROWS = ROWS[:-8]
 #: The quantities a row times (the public call's: --short rows; --rounds: each one's per-round list
 #: "<quantity>_rounds", its median "<quantity>").
 TIMED = ("ms", PUBLIC, PUBLIC_FWD)
@@ -228,7 +231,8 @@ def cfg_text(c) -> str:
             + (" early-q" if getattr(c, "early_q", False) else "") + (" o-regs" if getattr(c, "o_regs", False) else "")
             + (" rotate" if getattr(c, "rotate", False) else "")
             + (" lazy-sum" if getattr(c, "lazy_sum", False) else "")
-            + (" prefetch-q" if getattr(c, "prefetch_q", False) else ""))
+            + (" prefetch-q" if getattr(c, "prefetch_q", False) else "")
+            + (" dynamic" if getattr(c, "dynamic", False) else ""))
 
 
 def bench(fn) -> float:

@@ -31,11 +31,13 @@ KERNEL_REGEX = r"_attn_fwd_ws_sm90|sdpa_sm90_flash_fprop"  # ours; cuDNN's (cudn
 #: name -> GluonWsConfig fields: the per-tile grid, the persistent default, early_q's store from registers alone
 #: (o_regs: Q freed late, as the default), the early_q trial (the store and Q freed early), the rotated loop (no PRMT),
 #: the per-thread row sums (lazy_sum: no quad shuffle of l per key tile), a later tile's Q prefetched into L2
-#: (prefetch_q: its Q wait, the short shapes' largest fixed cost a CTA tile).
+#: (prefetch_q: its Q wait, the short shapes' largest fixed cost a CTA tile), the persistent grid on an atomic tile
+#: counter (dynamic: the next tile's loads under the last one's epilogue).
 VARIANTS: Dict[str, dict] = {"ws": {}, "ws-persistent": {"persistent": True},
                              "ws-o-regs": {"persistent": True, "o_regs": True},
                              "ws-early-q": {"persistent": True, "early_q": True}, "ws-rotate": {"rotate": True},
-                             "ws-lazy-sum": {"lazy_sum": True}, "ws-prefetch-q": {"prefetch_q": True}}
+                             "ws-lazy-sum": {"lazy_sum": True}, "ws-prefetch-q": {"prefetch_q": True},
+                             "ws-dynamic": {"persistent": True, "dynamic": True}}
 #: report name -> (sections, extra metrics). "fwd": L2 sectors and hit rate, DRAM bytes (is the K/V stream
 #: missing L2 more?), the global stores by request and sector (early_q's O from registers), the tensor pipe.
 #: "src": per-instruction stalls (which mbarrier wait of the key loop grows: k_ready, v_ready or the turn).

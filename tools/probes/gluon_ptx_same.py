@@ -152,7 +152,8 @@ def _bwd_variants():
 #: every variant compiled before the field existed keeps its name (and compares against an older dump).
 #: GluonBwdConfig: stages 3d, 4b, 4c.
 _LATER_FIELDS = {"dq_stages": 1, "rebuild": False, "prefetch": False, "refill_first": False, "lpt": False,
-                 "early_q": False, "o_regs": False, "rotate": False, "lazy_sum": False, "prefetch_q": False}
+                 "early_q": False, "o_regs": False, "rotate": False, "lazy_sum": False, "prefetch_q": False,
+                 "dynamic": False}
 
 
 def _config_tag(config) -> str:

@@ -97,11 +97,11 @@ def _labels(direction: str) -> Dict[str, Dict[str, object]]:
 #: Config fields added after entries were written, left out of an entry at their default so that the entries of
 #: configs from before them are unchanged (their launcher takes the default): GluonBwdWsConfig.block_m and
 #: .dq_own_keys, .pingpong, .prescaled_lse, .stats_smem, GluonWsConfig.lpt, .early_q, .o_regs, .rotate,
-#: .lazy_sum and .prefetch_q (issue 47).
+#: .lazy_sum, .prefetch_q and .dynamic (issue 47).
 _LATER_FIELDS = {"GluonBwdWsConfig": {"block_m": 64, "dq_own_keys": False, "pingpong": False, "prescaled_lse": False,
                                       "stats_smem": False, "dq_one_consumer": False},
                  "GluonWsConfig": {"lpt": False, "early_q": False, "o_regs": False, "rotate": False,
-                                   "lazy_sum": False, "prefetch_q": False}}
+                                   "lazy_sum": False, "prefetch_q": False, "dynamic": False}}
 
 
 def _config_pairs(config) -> kt.Config:

@@ -57,6 +57,15 @@ with ``gl.warp_specialize`` into partitions that synchronise only through mbarri
   size when persistent: the CTA's own next tile), so that tile's Q TMA reads L2, not DRAM. Each CTA tile waits
   ~1.1 us for its Q (ncu of 4x32x4096x128 causal, NOTES.md "short sequences"), a fixed cost the persistent
   cuDNN kernel does not pay. Values unchanged (a prefetch moves no data into registers or shared memory).
+* **Dynamic tiles** (``dynamic``, a persistent-only trial, off by default): cuDNN's scheduler. The static stride
+  above hands CTA i the tiles i, i + grid, ... whatever they cost (the one-tile grid's block scheduler is greedy;
+  this is not), and its load warp waits for both consumers' epilogues before the next tile's first copy. With
+  dynamic the load warp takes each next tile from a global int32 counter (an atomic add; the launcher zeroes a
+  fresh one a launch), in the same order (heaviest first in a head group: greedy over it leaves the lightest tiles
+  for the tail), writes it to each consumer's index word in shared memory before the arrive of that consumer's Q
+  (q_ready publishes it), and issues the tile's first NUM_STAGES K/V copies before its Q: their slots are freed
+  by the previous tile's key tiles, so they load under its epilogue. An index past the end and a plain q_ready
+  arrive end the consumers. With prefetch_q it prefetches the next tile's Q into L2 as soon as it has its index.
 
 Masks, head-dim split (80 = 64 + 16, 96 = 64 + 32), scale folding and the epilogue through Q's shared
 memory are stage 1's; the launcher's checks are flash_gluon_common's (both forwards'). The first key
@@ -105,7 +114,9 @@ class GluonWsConfig:
     registers without its early release of Q (a diagnostic A/B of early_q's two changes); rotate: the consumer loop
     cut after the MMA issue, so P is packed for its wgmma in the step that computes it (head dims 64 and 128);
     lazy_sum: per-thread row sums, summed across the quad once per CTA tile (head dims 64 and 128); prefetch_q:
-    the load warp prefetches a later CTA tile's Q into L2 (one SM count of tiles ahead; persistent: its next)."""
+    the load warp prefetches a later CTA tile's Q into L2 (one SM count of tiles ahead; persistent: its next);
+    dynamic: a persistent CTA takes each next tile from a global atomic counter, and its load warp issues the next
+    tile's first K/V before its Q (both under the last tile's epilogue where the slots allow)."""
 
     block_m: int = 64
     block_n: int = 128
@@ -120,6 +131,7 @@ class GluonWsConfig:
     rotate: bool = False
     lazy_sum: bool = False
     prefetch_q: bool = False
+    dynamic: bool = False
 
     def __post_init__(self) -> None:
         # 128 rows per consumer spill under 240 registers (sm_90a compile: 1,064 stack bytes at d 128,
@@ -132,6 +144,8 @@ class GluonWsConfig:
         if any(r % 8 or not 24 <= r <= 256 for r in regs) or 2 * self.consumer_regs + self.load_regs > _REG_POOL:
             raise ValueError(f"register budgets must be multiples of 8 in 24..256 with 2 x consumer + load <= "
                              f"{_REG_POOL} (the default consumer gets the rest), got {self}")
+        if self.dynamic and not self.persistent:
+            raise ValueError(f"dynamic schedules a persistent grid's tiles (persistent=True), got {self}")
         if self.early_q and not self.persistent:
             raise ValueError(f"early_q overlaps a tile's epilogue with the next tile's loads, which only a "
                              f"persistent CTA has (persistent=True), got {self}")
@@ -152,7 +166,9 @@ CANDIDATE_CONFIGS = (GluonWsConfig(), GluonWsConfig(num_stages=2), GluonWsConfig
 #: Trials, never in the kernel table: the probe times them with --rows ws-lpt / ws-early-q, the GPU tests check them.
 TRIAL_CONFIGS = (GluonWsConfig(lpt=True), GluonWsConfig(persistent=True, early_q=True),
                  GluonWsConfig(persistent=True, o_regs=True), GluonWsConfig(rotate=True),
-                 GluonWsConfig(lazy_sum=True), GluonWsConfig(prefetch_q=True))
+                 GluonWsConfig(lazy_sum=True), GluonWsConfig(prefetch_q=True),
+                 GluonWsConfig(persistent=True, dynamic=True),
+                 GluonWsConfig(persistent=True, dynamic=True, prefetch_q=True))
 
 
 def default_config(d: int) -> GluonWsConfig:
@@ -174,7 +190,8 @@ def shared_bytes(d: int, config: GluonWsConfig, itemsize: int = 2) -> int:
     q = 2 * config.block_m * d * itemsize
     ring = config.num_stages * 2 * config.block_n * d * itemsize
     barriers = 3 * 16 + 3 * (-(-8 * config.num_stages // 16) * 16)
-    return q + ring + barriers + WS_CAPTURE_BYTES
+    tile_words = 16 if config.dynamic else 0  # dynamic's two tile indices
+    return q + ring + barriers + tile_words + WS_CAPTURE_BYTES
 
 
 # ---------------------------------------------------------------------------
@@ -225,9 +242,22 @@ def _prefetch_q_l2(QP, q_strides, b, h, start, N_Q, ROWS: gl.constexpr, D: gl.co
 
 
 @gluon.jit
-def _load_partition(descs, smem, bars, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _load_partition(descs, smem, bars, sched, dyn, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                    prefetch, PREFETCH_Q: gl.constexpr):
+                    prefetch, PREFETCH_Q: gl.constexpr, DYNAMIC: gl.constexpr):
+    """The load warp: the counter's tiles (DYNAMIC: _dynamic_load_partition) or the grid-stride ones."""
+    if DYNAMIC:
+        _dynamic_load_partition(descs, smem, bars, sched, dyn, prefetch, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
+                                IS_CAUSAL, PREFETCH_Q)
+    else:
+        _static_load_partition(descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL,
+                               prefetch, PREFETCH_Q)
+
+
+@gluon.jit
+def _static_load_partition(descs, smem, bars, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                           BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr,
+                           IS_CAUSAL: gl.constexpr, prefetch, PREFETCH_Q: gl.constexpr):
     """One warp: per tile the two query tiles (once their consumers have stored the last tile's O
     out of them; early_q: once their last Q·Kᵀ is done), then every key tile's K and V into the ring
     (once both consumers freed the slot). PREFETCH_Q: after the first K/V copies, tile t + AHEAD's Q
@@ -246,19 +276,86 @@ def _load_partition(descs, smem, bars, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl
             _copy(q_desc, qh_desc, start + c * BLOCK_M, b, h, q_ready.index(c), q_smem.index(c),
                   _slot(qh_smem, c, D1), BLOCK_D, D1)
         for j in range(n_tiles):
-            slot = pos % NUM_STAGES
-            mbarrier.wait(kv_empty.index(slot), ((pos // NUM_STAGES) & 1) ^ 1)
-            _copy(k_desc, kh_desc, j * BLOCK_N, b, h, k_ready.index(slot), k_smem.index(slot),
-                  _slot(kh_smem, slot, D1), BLOCK_D, D1)
-            _copy(v_desc, vh_desc, j * BLOCK_N, b, h, v_ready.index(slot), v_smem.index(slot),
-                  _slot(vh_smem, slot, D1), BLOCK_D, D1)
+            pos = _load_kv(j, pos, b, h, descs, smem, bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
             if PREFETCH_Q:  # after K_0 / V_0: the consumers' first wait is not delayed
                 QP, q_strides, AHEAD = prefetch
                 if (j == 0) & (t + AHEAD < n_tiles_all):
                     start2, b2, h2, bh2, mid2, n2 = _tile_work(t + AHEAD, sched, BLOCK_M, BLOCK_N, IS_CAUSAL)
                     _prefetch_q_l2(QP, q_strides, b2, h2, start2, sched[2], 2 * BLOCK_M, BLOCK_D + D1)
-            pos += 1
         n_done += 1
+
+
+@gluon.jit
+def _load_kv(j, pos, b, h, descs, smem, bars, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
+             NUM_STAGES: gl.constexpr):
+    """Key tile j's K and V into ring position pos, once both consumers freed its slot. Returns pos + 1."""
+    q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
+    q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
+    q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
+    slot = pos % NUM_STAGES
+    mbarrier.wait(kv_empty.index(slot), ((pos // NUM_STAGES) & 1) ^ 1)
+    _copy(k_desc, kh_desc, j * BLOCK_N, b, h, k_ready.index(slot), k_smem.index(slot),
+          _slot(kh_smem, slot, D1), BLOCK_D, D1)
+    _copy(v_desc, vh_desc, j * BLOCK_N, b, h, v_ready.index(slot), v_smem.index(slot),
+          _slot(vh_smem, slot, D1), BLOCK_D, D1)
+    return pos + 1
+
+
+@gluon.jit
+def _hand_tile(tile_smem, c: gl.constexpr, t, q_ready, SIGNAL: gl.constexpr):
+    """dynamic: tile index t into consumer c's index word (its q_empty was waited for: it has read the last one).
+    The warp barrier orders every lane's store before the arrive that publishes it: the expect of Q's copy (a
+    release; q_ready then completes with the copy) or, with SIGNAL (no tile left), a plain arrive."""
+    tile_smem.index(c).store(gl.full([1], t, gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
+    gl.thread_barrier()
+    if SIGNAL:
+        mbarrier.arrive(q_ready.index(c))
+
+
+@gluon.jit
+def _dynamic_load_partition(descs, smem, bars, sched, dyn, prefetch, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                            BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr,
+                            IS_CAUSAL: gl.constexpr, PREFETCH_Q: gl.constexpr):
+    """dynamic (a trial): the load warp of a persistent CTA whose tiles come from a global counter (dyn = (the
+    int32 counter, zeroed by the launcher; the two consumers' index words)): its first tile is program_id, each
+    next one num_programs + an atomic add, taken once the tile's last K/V copy is issued (its latency under the
+    consumers' last key tiles). Per tile after the first: its first min(n_tiles, NUM_STAGES) K/V copies (their slots
+    are freed by the previous tile's key tiles, so they load under its epilogue), then each consumer's tile index and
+    Q (once it has stored its last O), then the rest of the K/V. After the last tile, an index past the end and a
+    plain arrive on q_ready end both consumers. PREFETCH_Q: the next tile's Q into L2 as soon as its index is known.
+    Deadlock-free: the copies ahead of Q wait only for slots of earlier tiles, whose Q was issued."""
+    q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc, oh_desc = descs
+    q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
+    q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
+    counter, tile_smem = dyn
+    n_tiles_all = sched[5] * sched[6]
+    pos = 0
+    n_done = 0
+    t = gl.program_id(0)
+    while t < n_tiles_all:
+        start, b, h, bh, mid, n_tiles = _tile_work(t, sched, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        # Copies whose slots the previous tile frees (no wait on this tile's Q). None on the first tile: the ring is
+        # empty, and K/V issued ahead would queue Q behind 2 x NUM_STAGES blocks at the SM's ingress.
+        n_first = gl.minimum(n_tiles, gl.minimum(n_done, 1) * NUM_STAGES)
+        for j in range(n_first):
+            pos = _load_kv(j, pos, b, h, descs, smem, bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
+        for c in gl.static_range(2):
+            mbarrier.wait(q_empty.index(c), (n_done & 1) ^ 1)
+            _hand_tile(tile_smem, c, t, q_ready, False)
+            _copy(q_desc, qh_desc, start + c * BLOCK_M, b, h, q_ready.index(c), q_smem.index(c),
+                  _slot(qh_smem, c, D1), BLOCK_D, D1)
+        for j in range(n_first, n_tiles):
+            pos = _load_kv(j, pos, b, h, descs, smem, bars, BLOCK_N, BLOCK_D, D1, NUM_STAGES)
+        t = gl.num_programs(0) + gl.atomic_add(counter, 1, sem="relaxed")  # the index carries no data
+        if PREFETCH_Q:
+            QP, q_strides, AHEAD = prefetch
+            if t < n_tiles_all:
+                start2, b2, h2, bh2, mid2, n2 = _tile_work(t, sched, BLOCK_M, BLOCK_N, IS_CAUSAL)
+                _prefetch_q_l2(QP, q_strides, b2, h2, start2, sched[2], 2 * BLOCK_M, BLOCK_D + D1)
+        n_done += 1
+    for c in gl.static_range(2):
+        mbarrier.wait(q_empty.index(c), (n_done & 1) ^ 1)
+        _hand_tile(tile_smem, c, t, q_ready, True)
 
 
 @gluon.jit
@@ -424,12 +521,55 @@ def _rotated_tile(q2, offs_m, mid, n_tiles, pos, k, N_K, qk_scale, smem, bars, C
 
 
 @gluon.jit
-def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: gl.constexpr,
+def _consumer_partition(descs, smem, bars, sched, O, dyn, C: gl.constexpr, BLOCK_M: gl.constexpr,
                         BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                         NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr,
                         EARLY_Q: gl.constexpr, O_REGS: gl.constexpr, ROTATE: gl.constexpr,
-                        LAZY_SUM: gl.constexpr):
-    """Consumer warpgroup C (4 warps): rows [C·BLOCK_M, (C+1)·BLOCK_M) of each CTA tile. EARLY_Q: O
+                        LAZY_SUM: gl.constexpr, DYNAMIC: gl.constexpr):
+    """Consumer warpgroup C (4 warps): rows [C·BLOCK_M, (C+1)·BLOCK_M) of each CTA tile (_consumer_tile).
+    DYNAMIC: the tiles the load warp took from the counter, each index read from C's word of dyn's once its Q
+    has landed (q_ready), until an index past the end."""
+    q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
+    L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP = sched
+    gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup")
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, _mma_layout(4, BLOCK_N))
+
+    pos = 0  # ring position of the key tile in hand
+    k = 0  # this consumer's MMA issue groups so far (the ping-pong turns)
+    n_done = 0
+    if DYNAMIC:
+        t = _taken_tile(dyn, q_ready, C, n_done)
+        while t < n_m * n_bh:
+            pos, k = _consumer_tile(t, n_done, pos, k, s_zero, descs, smem, bars, sched, O, C, BLOCK_M, BLOCK_N,
+                                    BLOCK_D, D1, NUM_STAGES, PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM,
+                                    False)
+            n_done += 1
+            t = _taken_tile(dyn, q_ready, C, n_done)
+    else:
+        for t in range(gl.program_id(0), n_m * n_bh, gl.num_programs(0)):
+            pos, k = _consumer_tile(t, n_done, pos, k, s_zero, descs, smem, bars, sched, O, C, BLOCK_M, BLOCK_N,
+                                    BLOCK_D, D1, NUM_STAGES, PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM,
+                                    True)
+            n_done += 1
+
+
+@gluon.jit
+def _taken_tile(dyn, q_ready, C: gl.constexpr, n_done):
+    """dynamic: consumer C's next tile index, once q_ready's phase n_done has completed (the load warp wrote the
+    word before the arrive that completes it)."""
+    counter, tile_smem = dyn
+    mbarrier.wait(q_ready.index(C), n_done & 1)
+    word = tile_smem.index(C).load(gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+    return gl.max(word, axis=0)
+
+
+@gluon.jit
+def _consumer_tile(t, n_done, pos, k, s_zero, descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr, NUM_STAGES: gl.constexpr,
+                   PINGPONG: gl.constexpr, IS_CAUSAL: gl.constexpr, EARLY_Q: gl.constexpr, O_REGS: gl.constexpr,
+                   ROTATE: gl.constexpr, LAZY_SUM: gl.constexpr, WAIT_Q: gl.constexpr):
+    """Consumer C's rows of CTA tile t (its n_done-th; pos, k: ring position and turn count on entry; returned
+    after the tile). WAIT_Q: wait here for its Q (dynamic waited before, to read t). EARLY_Q: O
     (the output tensor) stored from registers, Q's slot freed after the tile's last Q·Kᵀ; O_REGS: O stored
     from registers, Q's slot freed after the store (the default's point); ROTATE: _rotated_tile's loop;
     LAZY_SUM: l per thread (_row_sum) until after the tile's last P·V, then summed across the quad."""
@@ -437,88 +577,82 @@ def _consumer_partition(descs, smem, bars, sched, O, C: gl.constexpr, BLOCK_M: g
     q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem = smem
     q_ready, q_empty, k_ready, v_ready, kv_empty, turn = bars
     L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP = sched
-    gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup")
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = _mma_layout(4, BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(4, BLOCK_D)
     oh_layout: gl.constexpr = _mma_layout(4, D1)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-
-    pos = 0  # ring position of the key tile in hand
-    k = 0  # this consumer's MMA issue groups so far (the ping-pong turns)
-    n_done = 0
-    for t in range(gl.program_id(0), n_m * n_bh, gl.num_programs(0)):
-        start, b, h, bh, mid, n_tiles = _tile_work(t, sched, BLOCK_M, BLOCK_N, IS_CAUSAL)
-        start_m = start + C * BLOCK_M
-        offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+    start, b, h, bh, mid, n_tiles = _tile_work(t, sched, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    start_m = start + C * BLOCK_M
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+    if WAIT_Q:
         mbarrier.wait(q_ready.index(C), n_done & 1)
-        q2 = _tile_2d(q_smem.index(C), BLOCK_M, BLOCK_D)
-        qh2 = 0
+    q2 = _tile_2d(q_smem.index(C), BLOCK_M, BLOCK_D)
+    qh2 = 0
+    if D1 > 0:
+        qh2 = _tile_2d(qh_smem.index(C), BLOCK_M, D1)
+
+    if ROTATE:
+        acc, l_i, m_i, pos, k = _rotated_tile(q2, offs_m, mid, n_tiles, pos, k, N_K, qk_scale, smem, bars, C,
+                                              BLOCK_M, BLOCK_N, BLOCK_D, NUM_STAGES, PINGPONG, IS_CAUSAL,
+                                              EARLY_Q)
+        acc_h = 0
+    else:
+        # Key tile 0: S only (no P·V before it), always through the masked softmax.
+        k = _take_turn(turn, k, C, PINGPONG)
+        _wait_ring(k_ready, pos, NUM_STAGES)
+        s = _qk_async(q2, qh2, k_smem.index(pos % NUM_STAGES), _slot(kh_smem, pos % NUM_STAGES, D1), s_zero,
+                      BLOCK_N, BLOCK_D, D1)
+        _pass_turn(turn, C, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+        if LAZY_SUM:
+            l_i = gl.zeros_like(_lazy_parts(s_zero))
+        else:
+            l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+        p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, 0, N_K, qk_scale, True, IS_CAUSAL, LAZY_SUM)
+        p = gl.convert_layout(p32.to(dtype), p_layout)
+        acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
+        acc_h = 0
         if D1 > 0:
-            qh2 = _tile_2d(qh_smem.index(C), BLOCK_M, D1)
+            acc_h = gl.zeros([BLOCK_M, D1], gl.float32, oh_layout)
 
-        if ROTATE:
-            acc, l_i, m_i, pos, k = _rotated_tile(q2, offs_m, mid, n_tiles, pos, k, N_K, qk_scale, smem, bars, C,
-                                                  BLOCK_M, BLOCK_N, BLOCK_D, NUM_STAGES, PINGPONG, IS_CAUSAL,
-                                                  EARLY_Q)
-            acc_h = 0
-        else:
-            # Key tile 0: S only (no P·V before it), always through the masked softmax.
-            k = _take_turn(turn, k, C, PINGPONG)
-            _wait_ring(k_ready, pos, NUM_STAGES)
-            s = _qk_async(q2, qh2, k_smem.index(pos % NUM_STAGES), _slot(kh_smem, pos % NUM_STAGES, D1), s_zero,
-                          BLOCK_N, BLOCK_D, D1)
-            _pass_turn(turn, C, PINGPONG)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
-            if LAZY_SUM:
-                l_i = gl.zeros_like(_lazy_parts(s_zero))
-            else:
-                l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
-            p32, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, offs_m, 0, N_K, qk_scale, True, IS_CAUSAL, LAZY_SUM)
-            p = gl.convert_layout(p32.to(dtype), p_layout)
-            acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
-            acc_h = 0
-            if D1 > 0:
-                acc_h = gl.zeros([BLOCK_M, D1], gl.float32, oh_layout)
-
-            acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
-                acc, acc_h, p, l_i, m_i, pos, k, 1, mid, q2, qh2, offs_m, N_K, qk_scale, smem, bars, C, BLOCK_M,
-                BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, False, IS_CAUSAL, LAZY_SUM)
-            acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
-                acc, acc_h, p, l_i, m_i, pos, k, gl.maximum(mid, 1), n_tiles, q2, qh2, offs_m, N_K, qk_scale, smem,
-                bars, C, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, True, IS_CAUSAL, LAZY_SUM)
-            if EARLY_Q:
-                # Every Q·Kᵀ of the tile has completed (each key tile's S was waited for) and O does not go
-                # through Q's slot: the load warp may bring the next tile's Q during the last P·V and the epilogue.
-                mbarrier.arrive(q_empty.index(C))
-
-            # The last tile's P·V.
-            k = _take_turn(turn, k, C, PINGPONG)
-            _wait_ring(v_ready, pos, NUM_STAGES)
-            acc, acc_h, p_h = _pv_async(p, acc, acc_h, None, v_smem.index(pos % NUM_STAGES),
-                                        _slot(vh_smem, pos % NUM_STAGES, D1), BLOCK_N, BLOCK_D, D1)
-            _pass_turn(turn, C, PINGPONG)
-            acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
-            mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
-            pos += 1
-            if LAZY_SUM:
-                l_i = _lazy_total(l_i, row_layout)
-
-        if EARLY_Q or O_REGS:
-            _store_rows(acc, acc_h, l_i, m_i, O, L, bh, start_m, offs_m, N_Q, BLOCK_M, BLOCK_D, D1)
-            if not EARLY_Q:  # o_regs: Q freed where the default frees it (nothing to wait for: no TMA store)
-                mbarrier.arrive(q_empty.index(C))
-        else:
-            # O through this consumer's query tile (its last Q·Kᵀ is done); once the store has read it,
-            # the load warp may bring the next tile's Q.
-            _store_tile(acc, acc_h, l_i, m_i, q_smem.index(C), _slot(qh_smem, C, D1), o_desc, oh_desc, L, b, h,
-                        bh, start_m, offs_m, N_Q, BLOCK_D, D1)
-            tma.store_wait(pendings=0)
+        acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
+            acc, acc_h, p, l_i, m_i, pos, k, 1, mid, q2, qh2, offs_m, N_K, qk_scale, smem, bars, C, BLOCK_M,
+            BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, False, IS_CAUSAL, LAZY_SUM)
+        acc, acc_h, p, l_i, m_i, pos, k = _consumer_loop(
+            acc, acc_h, p, l_i, m_i, pos, k, gl.maximum(mid, 1), n_tiles, q2, qh2, offs_m, N_K, qk_scale, smem,
+            bars, C, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, PINGPONG, True, IS_CAUSAL, LAZY_SUM)
+        if EARLY_Q:
+            # Every Q·Kᵀ of the tile has completed (each key tile's S was waited for) and O does not go
+            # through Q's slot: the load warp may bring the next tile's Q during the last P·V and the epilogue.
             mbarrier.arrive(q_empty.index(C))
-        n_done += 1
+
+        # The last tile's P·V.
+        k = _take_turn(turn, k, C, PINGPONG)
+        _wait_ring(v_ready, pos, NUM_STAGES)
+        acc, acc_h, p_h = _pv_async(p, acc, acc_h, None, v_smem.index(pos % NUM_STAGES),
+                                    _slot(vh_smem, pos % NUM_STAGES, D1), BLOCK_N, BLOCK_D, D1)
+        _pass_turn(turn, C, PINGPONG)
+        acc, acc_h, p, p_h = _retire(acc, acc_h, p, p_h, D1)
+        mbarrier.arrive(kv_empty.index(pos % NUM_STAGES))
+        pos += 1
+        if LAZY_SUM:
+            l_i = _lazy_total(l_i, row_layout)
+
+    if EARLY_Q or O_REGS:
+        _store_rows(acc, acc_h, l_i, m_i, O, L, bh, start_m, offs_m, N_Q, BLOCK_M, BLOCK_D, D1)
+        if not EARLY_Q:  # o_regs: Q freed where the default frees it (nothing to wait for: no TMA store)
+            mbarrier.arrive(q_empty.index(C))
+    else:
+        # O through this consumer's query tile (its last Q·Kᵀ is done); once the store has read it,
+        # the load warp may bring the next tile's Q.
+        _store_tile(acc, acc_h, l_i, m_i, q_smem.index(C), _slot(qh_smem, C, D1), o_desc, oh_desc, L, b, h,
+                    bh, start_m, offs_m, N_Q, BLOCK_D, D1)
+        tma.store_wait(pendings=0)
+        mbarrier.arrive(q_empty.index(C))
+    return pos, k
 
 
 @gluon.jit
@@ -553,14 +687,16 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
                       H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, D1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                      CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, O, EARLY_Q: gl.constexpr,
+                      CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, COUNTER, DYNAMIC: gl.constexpr,
+                      O, EARLY_Q: gl.constexpr,
                       O_REGS: gl.constexpr, ROTATE: gl.constexpr, LAZY_SUM: gl.constexpr,
                       QP, Q_SB, Q_SH, Q_SN, AHEAD, PREFETCH_Q: gl.constexpr):
     """Grid: tiles (one per program) or SMs (persistent); 4 warps (consumer 0) + a 4-warp consumer
     + a load warp. Descriptors as stage 1's, Q and O blocks of BLOCK_M rows; O the output tensor
     when EARLY_Q or O_REGS stores it from registers (else None: through o_desc). PREFETCH_Q: QP the 4-D
     query tensor, Q_SB / Q_SH / Q_SN its batch, head and row strides, AHEAD how many tiles ahead the load
-    warp prefetches Q into L2 (all None otherwise)."""
+    warp prefetches Q into L2 (all None otherwise). DYNAMIC: COUNTER a zeroed int32 the persistent CTAs take
+    their tiles from (_dynamic_load_partition; else None)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, BLOCK_D], q_desc.layout)
     k_smem, v_smem = _ring_pair(k_desc, v_desc, NUM_STAGES, BLOCK_N, BLOCK_D)
@@ -576,6 +712,9 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    tile_smem = 0
+    if DYNAMIC:  # each consumer's next tile index, written by the load warp (under q_empty / q_ready)
+        tile_smem = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     for c in gl.static_range(2):
         mbarrier.init(q_ready.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
@@ -591,13 +730,14 @@ def _attn_fwd_ws_sm90(q_desc, k_desc, v_desc, o_desc, qh_desc, kh_desc, vh_desc,
     smem = (q_smem, k_smem, v_smem, qh_smem, kh_smem, vh_smem)
     bars = (q_ready, q_empty, k_ready, v_ready, kv_empty, turn)
     sched = (L, H, N_Q, N_K, qk_scale, n_m, n_bh, GROUP)
+    dyn = (COUNTER, tile_smem)
     gl.warp_specialize([
-        (_consumer_partition, (descs, smem, bars, sched, O, 0, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
-                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM)),
-        (_consumer_partition, (descs, smem, bars, sched, O, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
-                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM)),
-        (_load_partition, (descs, smem, bars, sched, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL,
-                           (QP, (Q_SB, Q_SH, Q_SN), AHEAD), PREFETCH_Q)),
+        (_consumer_partition, (descs, smem, bars, sched, O, dyn, 0, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
+                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM, DYNAMIC)),
+        (_consumer_partition, (descs, smem, bars, sched, O, dyn, 1, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES,
+                               PINGPONG, IS_CAUSAL, EARLY_Q, O_REGS, ROTATE, LAZY_SUM, DYNAMIC)),
+        (_load_partition, (descs, smem, bars, sched, dyn, BLOCK_M, BLOCK_N, BLOCK_D, D1, NUM_STAGES, IS_CAUSAL,
+                           (QP, (Q_SB, Q_SH, Q_SN), AHEAD), PREFETCH_Q, DYNAMIC)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
 
@@ -615,6 +755,12 @@ def lpt_group(n_k: int, d: int, n_bh: int, itemsize: int = 2) -> int:
     as long as the others (a short last group ends the grid on a saw of its long tiles again)."""
     most = group_heads(n_k, d, n_bh, itemsize)
     return max(g for g in range(1, most + 1) if n_bh % g == 0)
+
+
+def _counter(config: GluonWsConfig, device: torch.device) -> tuple:
+    """(COUNTER, DYNAMIC): dynamic's tile counter, a fresh zeroed int32 a launch (a fill kernel before it: ~2 us
+    of stream time, no sync), or (None, False)."""
+    return (torch.zeros(1, dtype=torch.int32, device=device), True) if config.dynamic else (None, False)
 
 
 def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_causal: bool,
@@ -639,9 +785,10 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
         grid, group = (n_tiles, ), 1  # each head's query tiles in a row, heaviest first: stage 1's order
     args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d), n_m, n_bh, group,
             bm, bn, lo, hi, bool(is_causal), config.num_stages, config.pingpong, config.consumer_regs,
-            config.load_regs, o4 if config.early_q or config.o_regs else None, config.early_q, config.o_regs,
-            config.rotate, config.lazy_sum)
-    if config.prefetch_q:  # the persistent CTA's next tile, or about the one starting when a running one ends
+            config.load_regs, *_counter(config, q.device), o4 if config.early_q or config.o_regs else None,
+            config.early_q, config.o_regs, config.rotate, config.lazy_sum)
+    if config.prefetch_q:  # the persistent CTA's next tile (dynamic: taken from the counter), or about the one
+        # starting when a running one ends
         args += (q4, *q4.stride()[:3], grid[0] if config.persistent else num_sms, True)
     else:
         args += (None, None, None, None, None, False)
