@@ -116,21 +116,12 @@ def parse_l2(text: str) -> tuple[str, ...]:
     return states
 
 
-def gpu_sample() -> tuple[float | None, float | None]:
-    """The SM clock (MHz) and board power (W) now, through torch's NVML wrappers; None where unavailable. An H100 at
-    its 700 W cap lowers its clock: the timer probe (ffd9816) read cuDNN's steps at ~1,670-1,870 MHz against ours'
-    ~1,840-1,960, run one after the other, so a ratio of times is one of clocks too unless the windows interleave."""
-    import torch
-
-    try:
-        return float(torch.cuda.clock_rate()), torch.cuda.power_draw() / 1e3
-    except Exception:  # noqa: BLE001 - pynvml missing or the query unsupported
-        return None, None
-
-
 def profile_window(fn, calls: int, flush=None) -> tuple[list[KernelTime], tuple[float | None, float | None]]:
-    """The window's kernels, and gpu_sample() taken once every call is enqueued (the device still busy with them)."""
+    """The window's kernels, and the SM clock and board power (impl.bench.timers.gpu_sample) sampled once every call
+    is enqueued (the device still busy with them)."""
     import torch
+
+    from impl.bench.timers import gpu_sample
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -139,7 +130,7 @@ def profile_window(fn, calls: int, flush=None) -> tuple[list[KernelTime], tuple[
             if flush is not None:
                 flush()
             fn()
-        gpu = gpu_sample()
+        gpu = gpu_sample(torch.device("cuda"))  # an H100 at its 700 W cap moves its clock (NOTES.md)
         torch.cuda.synchronize()
     return [KernelTime(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
             if e.device_type == torch.autograd.DeviceType.CUDA], gpu
