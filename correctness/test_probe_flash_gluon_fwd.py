@@ -101,30 +101,31 @@ def test_the_early_q_call_times_the_persistent_grid_with_and_without_it(probe):
                       for row in ("cudnn", "gluon-ws 2x64x128 s3 pp", "gluon-ws 2x64x128 s3 pp persist",
                                   "gluon-ws 2x64x128 s3 pp persist early-q")]
     assert not any("early-q" in label for label in _labels(probe, probe.plan()) + _labels(probe, probe.plan(shapes)))
-    from impl.attention import flash_gluon_ws
-
-    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-early-q",))]
-    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].early_q and row["config"].persistent
-    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-o-regs",))]
-    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].o_regs and not row["config"].early_q
-    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp persist o-regs"]
-    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-rotate",))]
-    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].rotate and not row["config"].persistent
-    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp rotate"]
-    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-lazy-sum",))]
-    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].lazy_sum and not row["config"].rotate
-    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp lazy-sum"]
-    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-prefetch-q",))]
-    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].prefetch_q and not row["config"].persistent
-    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp prefetch-q"]
-    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-dynamic",))]
-    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].dynamic and row["config"].persistent
-    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp persist dynamic"]
-    (row,) = [r for r in probe.plan(shapes=shapes[:1], kinds=("ws-dynamic-pq",))]
-    assert row["config"] in flash_gluon_ws.TRIAL_CONFIGS and row["config"].dynamic and row["config"].prefetch_q
-    assert _labels(probe, [row]) == ["4x32x4096x128 gluon-ws 2x64x128 s3 pp persist prefetch-q dynamic"]
     assert not any(k in probe.SHAPE_ROWS for k in ("ws-lpt", "ws-early-q", "ws-o-regs", "ws-rotate", "ws-lazy-sum",
                                                    "ws-prefetch-q", "ws-dynamic", "ws-dynamic-pq"))
+
+
+#: Each trial row of the forward probe: its kind, the config flags it must have set and clear, its label at 4x32x4096.
+TRIAL_ROWS = [
+    ("ws-early-q", ("early_q", "persistent"), (), "persist early-q"),
+    ("ws-o-regs", ("o_regs",), ("early_q",), "persist o-regs"),
+    ("ws-rotate", ("rotate",), ("persistent",), "rotate"),
+    ("ws-lazy-sum", ("lazy_sum",), ("rotate",), "lazy-sum"),
+    ("ws-prefetch-q", ("prefetch_q",), ("persistent",), "prefetch-q"),
+    ("ws-dynamic", ("dynamic", "persistent"), (), "persist dynamic"),
+    ("ws-dynamic-pq", ("dynamic", "prefetch_q"), (), "persist prefetch-q dynamic"),
+]
+
+
+@pytest.mark.parametrize("kind,on,off,label", TRIAL_ROWS, ids=[t[0] for t in TRIAL_ROWS])
+def test_each_trial_row_times_its_trial_config(probe, kind, on, off, label):
+    from impl.attention import flash_gluon_ws
+
+    (row,) = probe.plan(shapes=[probe.parse_shape("4x32x4096x128")], kinds=(kind,))
+    cfg = row["config"]
+    assert cfg in flash_gluon_ws.TRIAL_CONFIGS
+    assert all(getattr(cfg, f) for f in on) and not any(getattr(cfg, f) for f in off), cfg
+    assert _labels(probe, [row]) == [f"4x32x4096x128 gluon-ws 2x64x128 s3 pp {label}"]
 
 
 #: The early_q A/B's call (NOTES.md, "Probe rounds"): each shape's rows timed in 5 rounds.
