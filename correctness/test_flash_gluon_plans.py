@@ -221,6 +221,42 @@ def test_a_prescaled_or_stats_smem_plan_gives_the_launchers_outputs(fake_sm90, m
 
 
 @needs_gluon
+def test_a_dynamic_forward_gets_a_plan_that_zeroes_a_fresh_counter_each_call(fake_sm90, monkeypatch):
+    """Issue 47, dynamic: the ws forward's tile counter is a buffer of the launch (LaunchLog.zeroed), so a table
+    entry naming GluonWsConfig(persistent=True, dynamic=True) gets a plan (the counter's address once matched no
+    input or buffer: no plan, every call took the launcher's host path, 0.2-0.5 ms on the H200), and each hit
+    launches with a counter reading 0 although the stand-in counts into it, as the CTAs do."""
+    from impl.attention import flash_dispatch, flash_gluon_ws, flash_launch
+    log = fake_sm90
+    config = flash_gluon_ws.GluonWsConfig(persistent=True, dynamic=True)
+    table = flash_dispatch.shipped_table()  # fake_sm90's, without floors
+    key = ("fwd", "sm_90", 128, True, "bfloat16")
+    entries = tuple(dataclasses.replace(e, config=kt.config_pairs(config)) if e.key == key else e
+                    for e in table.entries)
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: kt.KernelTable(entries, table.rule))
+    read = []
+
+    def counting(a):
+        read.append(int(a["COUNTER"].item()))
+        a["COUNTER"].add_(7)
+        _fwd_kernel(a)
+
+    monkeypatch.setattr(flash_gluon_ws._attn_fwd_ws_sm90, "body", counting)
+    opts = FlashOptions(kernels="auto")
+    slow = dataclasses.replace(opts, direct_launch=False)
+    first = _fwd(*_inputs()[:3], True, opts)
+    assert _kinds(log) == ["jit"] and first[2].configs == (("fwd", repr(config)),)
+    (plan,) = [p for sig, p in flash_launch._calls.items() if sig[0] == "gluon fwd"]
+    assert plan.zeroed == (2,) and plan.outputs[2] == (torch.Size([1]), torch.int32)
+    for seed in (0, 1, 2):
+        x = _inputs(seed=seed)[:3]
+        ref, hit, again = _fwd(*x, True, slow), _fwd(*x, True, opts), _fwd(*x, True, opts)
+        assert _kinds(log) == ["jit", "direct", "direct"]
+        assert _same(hit[:2], ref[:2]) and _same(again[:2], ref[:2]) and len(hit) == 3, seed
+    assert read == [0] * 10
+
+
+@needs_gluon
 def test_a_plan_keeps_no_tensor_of_the_call_that_made_it(fake_sm90):
     from impl.attention import flash_launch
     q, k, v, o, do, lse = _inputs()
@@ -428,6 +464,34 @@ def test_gpu_plan_hits_give_the_launchers_bits(d, shape, monkeypatch, no_floors)
             assert torch.equal(FlashAttentionTriton.apply(q, k, v, True, direct), o_ref)
         assert rec.last["fwd"].kernel == "gluon_ws" and rec.last["bwd"].kernel == "gluon_ws"
     assert hits, "no plan hit"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="the table's Gluon kernels run on sm_90 (H100/H200)")
+@pytest.mark.parametrize("d", [128, 64])
+def test_gpu_a_dynamic_forward_plan_gives_the_launchers_bits_call_after_call(d, monkeypatch, no_floors):
+    """The dynamic forward (a table entry naming it at d causal) through its plan: each hit zeroes a fresh tile
+    counter, so call after call (a counter left at its end would end every CTA after its first tile) the output
+    equals the launcher's (direct_launch=False) bit for bit, at more CTA tiles (2x8x2048: 256) than programs."""
+    from impl.attention import flash_dispatch, flash_gluon_ws, flash_launch
+    config = flash_gluon_ws.GluonWsConfig(persistent=True, dynamic=True)
+    table = flash_dispatch.shipped_table()
+    key = ("fwd", "sm_90", d, True, "bfloat16")
+    entries = tuple(dataclasses.replace(e, config=kt.config_pairs(config)) if e.key == key else e
+                    for e in table.entries)
+    monkeypatch.setattr(flash_dispatch, "shipped_table", lambda: kt.KernelTable(entries, table.rule))
+    hits = []
+    real = flash_launch._BoundCall.__call__
+    monkeypatch.setattr(flash_launch._BoundCall, "__call__", lambda self, *a: (hits.append(1), real(self, *a))[1])
+    direct = FlashOptions(kernels="auto")
+    slow = dataclasses.replace(direct, direct_launch=False)
+    with torch.no_grad():
+        for seed in range(2):
+            q, k, v, _ = _gpu_inputs((2, 8, 2048, d), seed)
+            ref = FlashAttentionTriton.apply(q, k, v, True, slow)
+            for _ in range(3):
+                assert torch.equal(FlashAttentionTriton.apply(q, k, v, True, direct), ref), seed
+    assert len(hits) >= 5, "the dynamic forward took no plan"
 
 
 @pytest.mark.gpu

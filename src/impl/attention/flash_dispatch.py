@@ -129,7 +129,7 @@ def gluon_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, options: FlashO
     sig = _signature("gluon fwd", kernel, config, causal, options, q, k, v)
     plan = _plan(sig)
     if plan is not None and _aligned(q, k, v):
-        o, lse = plan.run((q, k, v))
+        o, lse = plan.run((q, k, v))[:2]  # (dynamic's counter follows them)
         return o, lse, _record(options, plan.record)
 
     def accepts() -> None:

@@ -343,14 +343,22 @@ class LaunchLog:
     `buffers`, the tensors it allocated, in order (the forwards' (o, lse); the ws backward's (fp32 dQ, dK, dV, D));
     `launches`, each kernel launch as (JIT function, grid, arguments, keyword arguments, the compiled kernel
     JITFunction.run returned); `cast`, the dtype the first buffer is returned in (the backward's fp32 dQ; None: as
-    it is)."""
+    it is); `zeroed`, the indices of buffers a launch needs zeroed (the ws forward's dynamic tile counter), which a
+    plan zeroes each call."""
 
-    __slots__ = ("buffers", "launches", "cast")
+    __slots__ = ("buffers", "launches", "cast", "zeroed")
 
     def __init__(self) -> None:
         self.buffers: list = []
         self.launches: list = []
         self.cast: Optional[torch.dtype] = None
+        self.zeroed: list = []
+
+    def add_zeroed(self, t: torch.Tensor) -> torch.Tensor:
+        """Log t (a zeroed buffer the launch counts in) as a buffer a plan allocates zeroed again each call."""
+        self.zeroed.append(len(self.buffers))
+        self.buffers.append(t)
+        return t
 
 
 def launch(fn, grid: tuple, args: tuple, opts: dict, log: Optional[LaunchLog] = None) -> None:

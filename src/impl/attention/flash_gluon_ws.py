@@ -757,16 +757,22 @@ def lpt_group(n_k: int, d: int, n_bh: int, itemsize: int = 2) -> int:
     return max(g for g in range(1, most + 1) if n_bh % g == 0)
 
 
-def _counter(config: GluonWsConfig, device: torch.device) -> tuple:
+def _counter(config: GluonWsConfig, device: torch.device, log: Optional[LaunchLog] = None) -> tuple:
     """(COUNTER, DYNAMIC): dynamic's tile counter, a fresh zeroed int32 a launch (a fill kernel before it: ~2 us
-    of stream time, no sync), or (None, False)."""
-    return (torch.zeros(1, dtype=torch.int32, device=device), True) if config.dynamic else (None, False)
+    of stream time, no sync), or (None, False). Logged as a zeroed buffer: without it no call plan matched the
+    counter's address, so every kernels="auto" call took the launcher's host path (0.2-0.5 ms a call)."""
+    if not config.dynamic:
+        return None, False
+    counter = torch.zeros(1, dtype=torch.int32, device=device)
+    return (counter if log is None else log.add_zeroed(counter)), True
 
 
 def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_causal: bool,
-                config: Optional[GluonWsConfig] = None, num_sms: int = H100_SMS) -> Tuple[tuple, tuple, dict]:
+                config: Optional[GluonWsConfig] = None, num_sms: int = H100_SMS,
+                log: Optional[LaunchLog] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, positional arguments, launch options) of one launch, for tensors on any device (the
-    sm_90a compile test builds them from CPU tensors); num_sms sizes a persistent grid."""
+    sm_90a compile test builds them from CPU tensors); num_sms sizes a persistent grid; `log` receives the
+    buffers the launch allocates (dynamic's counter)."""
     q4, k4, v4, o4 = as_4d(q), as_4d(k), as_4d(v), as_4d(o)
     B, H, n_q, n_k, d, lo, hi = dims(q4, k4)
     config = config or default_config(d)
@@ -785,7 +791,7 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, is_caus
         grid, group = (n_tiles, ), 1  # each head's query tiles in a row, heaviest first: stage 1's order
     args = (*descriptors(q4, k4, v4, o4, bm, bn), lse, H, n_q, n_k, LOG2E / math.sqrt(d), n_m, n_bh, group,
             bm, bn, lo, hi, bool(is_causal), config.num_stages, config.pingpong, config.consumer_regs,
-            config.load_regs, *_counter(config, q.device), o4 if config.early_q or config.o_regs else None,
+            config.load_regs, *_counter(config, q.device, log), o4 if config.early_q or config.o_regs else None,
             config.early_q, config.o_regs, config.rotate, config.lazy_sum)
     if config.prefetch_q:  # the persistent CTA's next tile (dynamic: taken from the counter), or about the one
         # starting when a running one ends
@@ -803,7 +809,7 @@ def flash_gluon_ws_forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = Fa
     call plans of flash_dispatch)."""
     o, lse = forward_outputs(q, k, v, FN, log)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    grid, args, opts = launch_args(q, k, v, o, lse, is_causal, config, sms)
+    grid, args, opts = launch_args(q, k, v, o, lse, is_causal, config, sms, log)
     launch(_attn_fwd_ws_sm90, grid, args, opts, log)
     return o, lse
 

@@ -268,7 +268,7 @@ def _logged_plan(device: torch.device, inputs: tuple, log, record: LaunchRecord)
         calls.append(_BoundCall(kernel, grid, tuple(values), tuple(tensors_at), tuple(descs_at)))
     every = tuple(range(len(tensors)))
     return _CallPlan(device, tuple((b.shape, b.dtype) for b in log.buffers), tuple(calls), (every,) * len(calls),
-                     record, False, log.cast)
+                     record, False, log.cast, tuple(log.zeroed))
 
 
 class _JitCall:
@@ -346,19 +346,22 @@ class _CallPlan:
     """What one signature's call does after its first calls: allocate `outputs` (shape, dtype) and run
     `calls` in order, each on its slice of the call's tensors (`slots`: indices into inputs +
     outputs); `record` is the call's LaunchRecord (a backward plan's names its variant); a backward
-    plan also keeps the dtype dQ is cast to (the atomic variant)."""
+    plan also keeps the dtype dQ is cast to (the atomic variant); `zeroed`: the outputs zeroed before the launches
+    (a Gluon launcher's LaunchLog.zeroed: the ws forward's dynamic tile counter)."""
 
-    __slots__ = ("device", "outputs", "calls", "pick", "record", "tma", "cast")
+    __slots__ = ("device", "outputs", "calls", "pick", "record", "tma", "cast", "zeroed")
 
     def __init__(self, device: torch.device, outputs: tuple, calls: tuple, slots: tuple, record: LaunchRecord,
-                 tma: bool, cast: Optional[torch.dtype] = None) -> None:
+                 tma: bool, cast: Optional[torch.dtype] = None, zeroed: tuple = ()) -> None:
         self.device, self.outputs, self.calls = device, outputs, calls
         self.pick = tuple(itemgetter(*s) for s in slots)  # every slot tuple has >= 2 indices: a tuple back
-        self.record, self.tma, self.cast = record, tma, cast
+        self.record, self.tma, self.cast, self.zeroed = record, tma, cast, zeroed
 
     def run(self, inputs: tuple) -> tuple:
         device = self.device
         outs = tuple([torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs])
+        for i in self.zeroed:
+            outs[i].zero_()
         tensors = inputs + outs
         if device.type == "cuda":
             index = device.index
