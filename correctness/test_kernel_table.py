@@ -217,6 +217,35 @@ def test_a_short_run_of_one_config_does_not_hand_the_key_to_another(tmp_path):
     assert [m.shape[2] for m in entry.losses] == [512] and len(entry.measured) == 3
 
 
+@needs_gluon
+def test_set_aside_rows_are_skipped_and_each_names_a_stored_row(tmp_path, monkeypatch):
+    """kernel_table.SET_ASIDE: the rows of a run that timed a defect of the path since fixed are not read (run a's
+    loss at 512 would set the config's floor; run b's rows stand); each committed key names a probe file and a row
+    in it, so none goes stale silently."""
+    from impl.attention import flash_gluon_ws
+    dyn = "2x64x128 s3 pp persist dynamic"
+    probes = tmp_path / "reports" / "data" / "m" / "probes"
+    probes.mkdir(parents=True)
+    for name, timings in (("a", [(512, 1.2)]), ("b", [(512, 0.9), (2048, 0.9)])):
+        rows = _fwd_rows({(128, True): timings}, label=dyn)
+        (probes / f"flash_gluon_fwd_{name}.json").write_text(json.dumps(dict(device="GPU", capability=[9, 0],
+                                                                              rows=rows)))
+    with probe_module("kernel_table") as builder:
+        committed = dict(builder.SET_ASIDE)
+        config = flash_gluon_ws.GluonWsConfig(persistent=True, dynamic=True)
+        monkeypatch.setattr(builder, "_labels", lambda direction: {"gluon_ws": {dyn: config}})  # as if a candidate
+        (before,) = builder.build(str(tmp_path)).entries
+        monkeypatch.setattr(builder, "SET_ASIDE", {("reports/data/m/probes/flash_gluon_fwd_a.json", "gluon-ws", dyn):
+                                                   "why"})
+        (after,) = builder.build(str(tmp_path)).entries
+    assert (before.min_seq, [m.shape[2] for m in before.losses]) == (2048, [512])
+    assert (after.min_seq, after.losses, dict(after.config)["dynamic"]) == (0, (), True)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for (probe, impl, label), why in committed.items():
+        stored = json.load(open(os.path.join(repo, probe)))["rows"]
+        assert why and any(r["impl"] == impl and r.get("config") == label for r in stored), probe
+
+
 def test_min_seq_round_trips_and_is_left_out_at_zero():
     loss = dict(GOOD["measured"][0], shape=[4, 32, 512, 128], ms=2.0, triton_ms=1.0)
     win = dict(GOOD["measured"][0], shape=[4, 32, 2048, 128])
