@@ -1,6 +1,7 @@
 """tools/gpu_lanes.sh on the CPU, with a stand-in nvidia-smi listing two GPUs: each command runs at once with its own
 CUDA_VISIBLE_DEVICES, LANE and LANE_OUT; a lane past LANE_TIMEOUT is stopped and its rc (124) kept; every lane's
-output and files come back packed in one lanes.tgz; more commands than GPUs, or none, are refused by name."""
+output and files come back packed in one lanes.tgz; more commands than GPUs, or none, or an OUT holding an earlier
+run's lanes, are refused by name."""
 from __future__ import annotations
 
 import os
@@ -40,6 +41,10 @@ def test_lanes_run_at_once_on_their_own_gpu_and_come_back_packed(two_gpus):
         read = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
     assert read["lanes/0/who.txt"] == "0 0\n"
     assert "lane 0 rc=0" in read["lanes/lane0.txt"]
+    again = _run(two_gpus, "true")
+    assert again.returncode == 2 and "holds an earlier run's lanes" in again.stderr
+    with tarfile.open(out / "lanes.tgz") as tar:
+        assert "lanes/0/who.txt" in tar.getnames()  # the first run's archive as it was
     assert "lane 1 rc=124" in read["lanes/lane1.txt"] and read["lanes/lane1.txt"].count("gone-on") == 1  # its command line only
 
 

@@ -11,6 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:=out/lanes}" "${LANE_TIMEOUT:=560}"
 [[ $# -ge 1 ]] || { echo "gpu_lanes.sh: no command given (one per GPU)" >&2; exit 2; }
+# an earlier run's files are kept: a second run into the same OUT is refused, not packed over them
+[[ ! -e "$OUT/lanes.tgz" && ! -e "$OUT/lanes" ]] || { echo "gpu_lanes.sh: $OUT holds an earlier run's lanes" >&2; exit 2; }
 if command -v nvidia-smi >/dev/null; then
   gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
   (( $# <= gpus )) || { echo "gpu_lanes.sh: $# commands for $gpus GPU(s)" >&2; exit 2; }
