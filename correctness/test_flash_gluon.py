@@ -282,14 +282,15 @@ def test_ws_prefetch_q_launch_adds_q_its_strides_and_the_distance():
 
 
 def test_ws_dynamic_launch_adds_a_fresh_zeroed_counter():
-    """dynamic (a trial, flash_gluon_ws.TRIAL_CONFIGS, alone and with prefetch_q): the persistent launch with its two
+    """dynamic (a table candidate, flash_gluon_ws.CANDIDATE_CONFIGS; with prefetch_q a trial): the persistent launch
+    with its two
     arguments before O changed: COUNTER, a fresh zeroed int32 a launch (the CTAs' atomic adds start from 0 each
     call), and the DYNAMIC constexpr; every other variant passes (None, False). Shared memory: 16 B more (the two
     tile index words). A one-tile-per-program grid is refused naming the field (no CTA takes a second tile)."""
     ws = flash_gluon_ws
-    assert ws.GluonWsConfig(persistent=True, dynamic=True) in ws.TRIAL_CONFIGS
+    assert ws.GluonWsConfig(persistent=True, dynamic=True) in ws.CANDIDATE_CONFIGS
     assert ws.GluonWsConfig(persistent=True, dynamic=True, prefetch_q=True) in ws.TRIAL_CONFIGS
-    assert not any(c.dynamic for c in ws.CANDIDATE_CONFIGS) and not ws.default_config(128).dynamic
+    assert not ws.default_config(128).dynamic
     with pytest.raises(ValueError, match="dynamic.*persistent=True"):
         ws.GluonWsConfig(dynamic=True)
     base, dyn = ws.GluonWsConfig(persistent=True), ws.GluonWsConfig(persistent=True, dynamic=True)
@@ -450,7 +451,8 @@ def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
 
 @gpu
 @needs_sm90
-@pytest.mark.parametrize("trial", flash_gluon_ws.TRIAL_CONFIGS,
+@pytest.mark.parametrize("trial", flash_gluon_ws.TRIAL_CONFIGS + tuple(c for c in flash_gluon_ws.CANDIDATE_CONFIGS
+                                                                   if c.dynamic),
                          ids=lambda c: ("lpt" if c.lpt else "early_q" if c.early_q else "o_regs" if c.o_regs
                                         else "rotate" if c.rotate else "lazy_sum" if c.lazy_sum
                                         else "dynamic_pq" if c.dynamic and c.prefetch_q else "dynamic" if c.dynamic
@@ -461,7 +463,8 @@ def test_gluon_gpu_candidate_configs(kernel, config, d, is_causal):
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_ws_gpu_trial_configs_match_reference(d, is_causal, shape, dtype, trial):
-    """Each trial config (flash_gluon_ws.TRIAL_CONFIGS) against the float64 reference, and bit-identical to the
+    """Each trial config (flash_gluon_ws.TRIAL_CONFIGS, and the dynamic candidate, once a trial) against the float64
+    reference, and bit-identical to the
     default grid (each tile's arithmetic is the same). lpt: head groups of 2, 4 and 8 here, ragged query tiles;
     early_q: Q's slot refilled while its consumer finishes the tile, O stored from registers with rows past N
     masked (o_regs: the same store, Q refilled after it); 2x4x4096 runs 256 CTA tiles and 4x8x2048 512 on the

@@ -30,7 +30,7 @@ def test_the_short_plan_times_the_table_candidates_as_called_with_triton_last(pr
     for s in shapes:
         assert [(r["impl"], probe.cfg_text(r["config"])) for r in rows if r["shape"] == s] == [
             ("cudnn", ""), ("gluon-ws", "2x64x128 s3 pp"), ("gluon-ws", "2x64x128 s3 pp persist"),
-            ("triton", "autotuned")]
+            ("gluon-ws", "2x64x128 s3 pp persist dynamic"), ("triton", "autotuned")]
     assert all(r["timer"] == "called" for r in rows)
     assert not any("timer" in r for r in probe.plan())  # the default plan: do_bench, as before
 
@@ -105,7 +105,7 @@ def test_the_early_q_call_times_the_persistent_grid_with_and_without_it(probe):
                                                    "ws-prefetch-q", "ws-dynamic", "ws-dynamic-pq"))
 
 
-#: Each trial row of the forward probe: its kind, the config flags it must have set and clear, its label at 4x32x4096.
+#: Each trial row of the forward probe (ws-dynamic's config now a table candidate): its kind, the config flags it must have set and clear, its label at 4x32x4096.
 TRIAL_ROWS = [
     ("ws-early-q", ("early_q", "persistent"), (), "persist early-q"),
     ("ws-o-regs", ("o_regs",), ("early_q",), "persist o-regs"),
@@ -123,7 +123,7 @@ def test_each_trial_row_times_its_trial_config(probe, kind, on, off, label):
 
     (row,) = probe.plan(shapes=[probe.parse_shape("4x32x4096x128")], kinds=(kind,))
     cfg = row["config"]
-    assert cfg in flash_gluon_ws.TRIAL_CONFIGS
+    assert cfg in flash_gluon_ws.TRIAL_CONFIGS + flash_gluon_ws.CANDIDATE_CONFIGS  # dynamic: a candidate since 9a30e6b
     assert all(getattr(cfg, f) for f in on) and not any(getattr(cfg, f) for f in off), cfg
     assert _labels(probe, [row]) == [f"4x32x4096x128 gluon-ws 2x64x128 s3 pp {label}"]
 

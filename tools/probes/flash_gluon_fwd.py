@@ -171,7 +171,8 @@ def plan(short: bool = False, only=(), shapes=None, kinds=SHAPE_ROWS):
             if not called or impl == "gluon-ws":  # the stage-1 kernel is no table kernel
                 gluon_row(s, impl, mod.default_config(s[3]), **extra)
         ws = kernels["gluon-ws"].default_config(s[3])
-        gluon_row(s, "gluon-ws", dataclasses.replace(ws, persistent=True), **extra)
+        for table_config in (dict(persistent=True), dict(persistent=True, dynamic=True)):
+            gluon_row(s, "gluon-ws", dataclasses.replace(ws, **table_config), **extra)
         if called:  # last: a run cut (budget, timeout) inside a shape leaves no Triton row its Gluon rows lack (the
             add(triton, TRITON_FWD_CONFIGS * COMPILE_S)  # table's builder rules out a config missing a Triton shape)
 
