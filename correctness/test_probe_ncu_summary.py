@@ -127,6 +127,15 @@ def test_mix_table_counts_a_unit_of_work(probe, tmp_path, capsys):
     assert "| units | 2 |  | 4 |  |" in capsys.readouterr().out
 
 
+def test_mix_table_reads_an_export_without_pc_sampling(probe):
+    """A report taken without source-level sampling exports counts only: the mix still counts, samples read 0."""
+    counts_only = ('"Kernel Name","ours",\n"Address","Source","Instructions Executed"\n'
+                   '"0x0","      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR36], RZ, !UPT","32"\n'
+                   '"0x10","      MUFU.EX2 R7, R33","132"\n')
+    rows = {line.split(" | ")[0][2:]: line for line in probe.mix_table(probe.read_source(counts_only))[3:]}
+    assert rows["MUFU"] == "| MUFU | 66.0 | 0.0 |" and rows["all"] == "| all | 82.0 | 0.0 |"
+
+
 def test_cli(probe, tmp_path, capsys):
     raw = tmp_path / "raw.csv"
     raw.write_text(_RAW)

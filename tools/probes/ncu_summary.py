@@ -231,7 +231,8 @@ def instruction_mix(body: Sequence[Dict[str, str]]) -> Tuple[Counter, Counter]:
     for r in body:
         fam = family(opcode(r["Source"]))
         executed[fam] += int(_num(r.get("Instructions Executed", "0")))
-        samples[fam] += int(_num(r["Warp Stall Sampling (All Samples)"]))
+        # An export of a run without source-level sampling has no such column: counts only, samples 0.
+        samples[fam] += int(_num(r.get("Warp Stall Sampling (All Samples)", "0")))
     return executed, samples
 
 
