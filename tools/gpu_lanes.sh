@@ -7,6 +7,9 @@
 # $OUT/lanes.tgz: the device tool returns at most 8 files, so many lanes' files come back as one.
 #   [LANE_TIMEOUT=560] tools/gpu_lanes.sh 'command on GPU 0' 'command on GPU 1' ...
 # In a command, $LANE ($k) and $LANE_OUT are set; quote the commands so they expand there.
+# Timed perf runs do not share a machine: the suite's timing lock is one per device slug, so a second
+# lane's `pytest perf` is refused while another lane times (its host load would be in their timings).
+# Lanes suit the record's shards and the probes, which take no lock.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:=out/lanes}" "${LANE_TIMEOUT:=560}"
