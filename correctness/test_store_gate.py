@@ -298,6 +298,25 @@ def test_each_bad_run_file_is_named_by_the_loader_gate_report_and_compare(case, 
     assert f"warning: skipped {bad}" in capsys.readouterr().err
 
 
+def test_the_store_refuses_a_suite_commit_its_repository_lacks(tmp_path):
+    """A run whose commit came from SUITE_COMMIT (typed for a GPU machine) is filed only where the repository
+    holding the data folder has that commit; outside a clone nothing can be checked, and it is filed."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                                  "-m", "c"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    head = store.git_output(repo, "rev-parse", "HEAD")
+    doc = _doc(_newest_schema2("h100-80gb-x1", "leaderboard"))
+    doc["commit_info"] = dict(doc.get("commit_info") or {}, id="deadbee", dirty=False, source="SUITE_COMMIT")
+    with pytest.raises(ValueError, match="SUITE_COMMIT 'deadbee' is not a commit"):
+        _store(doc, tmp_path, repo / "data")
+    assert not (repo / "data").exists()
+    assert _store(doc, tmp_path, tmp_path / "elsewhere").exists()  # no clone: nothing to check against
+    doc["commit_info"]["id"] = head[:7]
+    assert _store(doc, tmp_path, repo / "data").name.endswith(f"_{head[:7]}.json.gz")
+
+
 @pytest.mark.parametrize("case", BAD_FILES)
 def test_the_store_refuses_each_bad_run_and_writes_nothing(case, tmp_path):
     text, words = BAD_FILES[case]

@@ -21,7 +21,7 @@ skipped="3" tests="10" time="12.5"><testcase classname="correctness.test_a" name
 
 
 #: A commit of this repository, for the records filed with --file (check_commit_known refuses any other).
-HEAD = tr._git(Path(__file__).resolve().parents[1], "rev-parse", "HEAD") or "c0ffee00"
+HEAD = tr.git_output(Path(__file__).resolve().parents[1], "rev-parse", "HEAD") or "c0ffee00"
 
 
 def _tree(root: Path) -> Path:

@@ -80,6 +80,25 @@ def sent_commit(info: dict, suite_commit: str | None) -> dict:
     return dict(info, id=suite_commit, dirty=False, source="SUITE_COMMIT", git_head=info.get("id"))
 
 
+def git_output(where: Path, *args: str) -> str | None:
+    """`git -C where ARGS`'s stdout, stripped; None where git fails, is missing or takes over 30 s."""
+    try:
+        out = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def commit_unknown(where: Path, commit: str | None) -> bool:
+    """True when `where` is in a git clone that has no commit `commit` (None, or a mistyped SUITE_COMMIT: a result
+    filed for code nobody can check out); False where it names one, or outside a clone, where nothing can be
+    checked. `where` need not exist yet (a data folder about to be made): its nearest existing folder is asked."""
+    where = next(p for p in (Path(where).absolute(), *Path(where).absolute().parents) if p.is_dir())
+    if git_output(where, "rev-parse", "--git-dir") is None:
+        return False
+    return commit is None or git_output(where, "cat-file", "-t", f"{commit}^{{commit}}") != "commit"
+
+
 def run_stamp(doc: dict) -> str:
     """`<UTC timestamp>_<commit>` of a pytest-benchmark JSON: its `datetime` and commit_info
     (`+` marks a tree with uncommitted changes, as on the GPU machine, whose HEAD stays the
@@ -507,7 +526,8 @@ def store_run(run_json: Path, section: str, data_dir: Path, device: str | None =
     """File one finished run; returns its new path. Raises ValueError (naming the run and what is
     wrong) for an unknown section (perf_dir's; default: the repository run in) or device, a run
     that is not whole (read_run), one that is not from `device` (device_problems: the device given
-    against the run's own) or one filed before, leaving data_dir as it was."""
+    against the run's own), one whose SUITE_COMMIT this repository lacks (commit_unknown) or one filed
+    before, leaving data_dir as it was."""
     check_section(section, perf_dir or find_repo().perf_dir)
     doc = read_run(run_json, section)
     device = device or Suite.from_json(doc).device_slug or device_slug()
@@ -515,6 +535,10 @@ def store_run(run_json: Path, section: str, data_dir: Path, device: str | None =
         raise ValueError(f"{run_json}: device {device!r} is not a device folder name (like h100-80gb-x1 or cpu)")
     if problems := device_problems(doc, device):
         raise BadRunFile(str(run_json), problems)
+    info = doc.get("commit_info") or {}
+    if info.get("source") == "SUITE_COMMIT" and commit_unknown(data_dir, info.get("id")):
+        raise ValueError(f"{run_json}: its SUITE_COMMIT {info.get('id')!r} is not a commit of the repository holding "
+                         f"{data_dir} (mistyped?); the run is not filed")
     folder = data_dir / device / section
     if not folder.resolve().is_relative_to(data_dir.resolve()):  # belt and braces: names are checked above
         raise ValueError(f"{run_json}: {folder} is outside {data_dir}")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
@@ -35,18 +34,10 @@ from pathlib import Path
 from impl.bench.kernel_digest import KernelDigest, digest, kernel_digest
 from impl.bench.repo import add_repo_arguments, repo_from_args
 from impl.bench.shards import Shard
-from impl.bench.store import device_slug, write_new
+from impl.bench.store import commit_unknown, device_slug, git_output, write_new
 
 TESTS_FOLDER = "tests"  # beside the sections under reports/data/<device>/
 SOURCE_PATHS = ("src", "correctness", "conftest.py", "pyproject.toml")
-
-
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
 
 
 @dataclass
@@ -127,8 +118,8 @@ def tested_commit(root: Path) -> tuple[str | None, bool]:
     """(commit, dirty) of the code a run tested: SUITE_COMMIT where set (the commit whose tree was
     sent to a GPU machine, whose own HEAD is the session's first commit), else git's HEAD, dirty
     when the tested paths differ from it."""
-    commit = os.environ.get("SUITE_COMMIT") or _git(root, "rev-parse", "HEAD")
-    dirty = not os.environ.get("SUITE_COMMIT") and bool(_git(root, "status", "--porcelain", "--", *SOURCE_PATHS))
+    commit = os.environ.get("SUITE_COMMIT") or git_output(root, "rev-parse", "HEAD")
+    dirty = not os.environ.get("SUITE_COMMIT") and bool(git_output(root, "status", "--porcelain", "--", *SOURCE_PATHS))
     return commit, dirty
 
 
@@ -168,9 +159,7 @@ def check_commit_known(record: TestRecord, root: Path, path: Path) -> None:
     """ValueError naming the file unless the record's commit is a commit of the repository at `root`: a record filed
     from elsewhere names its commit by hand (SUITE_COMMIT), and a mistyped one would file a result for code nobody
     can check out. Outside a git clone nothing can be checked."""
-    if _git(root, "rev-parse", "--git-dir") is None:
-        return
-    if record.commit is None or _git(root, "cat-file", "-t", f"{record.commit}^{{commit}}") != "commit":
+    if commit_unknown(root, record.commit):
         raise ValueError(f"{path}: commit {record.commit!r} is not a commit of {root} (a mistyped SUITE_COMMIT?); "
                          f"its source_digest {record.source_digest} says which tree it tested")
 
