@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Callable
 
 from impl.bench.repo import add_repo_arguments, repo_from_args
-from impl.bench.store import write_atomically, write_new
-from impl.bench.test_record import SOURCE_PATHS, _git, digest, parse_junit, tested_commit
+from impl.bench.store import git_output, write_atomically, write_new
+from impl.bench.test_record import SOURCE_PATHS, digest, parse_junit, tested_commit
 
 FILES = ("correctness/test_distributed.py", "correctness/test_sharded_optimizer.py", "correctness/test_fsdp.py",
          "correctness/test_tensor_parallel.py")
@@ -414,7 +414,7 @@ def tally(summaries: list[tuple[Path, dict]], since: str | None = None,
 
 def git_is_after(root: Path) -> Callable[[str, str], bool | None]:
     def is_after(since: str, commit: str) -> bool | None:
-        if any(_git(root, "cat-file", "-e", f"{c}^{{commit}}") is None for c in (since, commit)):
+        if any(git_output(root, "cat-file", "-e", f"{c}^{{commit}}") is None for c in (since, commit)):
             return None
         out = subprocess.run(["git", "merge-base", "--is-ancestor", since, commit], cwd=root, capture_output=True)
         return out.returncode == 0
