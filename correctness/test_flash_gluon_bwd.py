@@ -1659,7 +1659,8 @@ def test_ws_backward_stats_smem_compiles_for_hopper():
             assert 2 * 2 * 64 * 4 <= r["shared"] - b["shared"] <= 2 * 2 * 64 * 4 + 128, (r, b)
     assert sum(r["stats"] for r in rows) == 4 + 1 + 2 * 3
     assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True) in ws.CANDIDATE_CONFIGS
-    assert not any(c.stats_smem for c in ws.TRIAL_CONFIGS if not c.dq_one_consumer)  # its trial: dq_one_consumer
+    # its trials: dq_one_consumer and lean_sync
+    assert not any(c.stats_smem for c in ws.TRIAL_CONFIGS if not (c.dq_one_consumer or c.lean_sync))
 
 
 @pytest.mark.parametrize("fields", [dict(), dict(block_m=128), dict(dq_own_keys=True)], ids=["default", "m128", "own"])
@@ -1823,6 +1824,104 @@ def test_ws_backward_launch_args_dq_one_consumer():
             assert args[i].base is base[i].base and args[i].block_shape == base[i].block_shape
 
 
+_COMPILE_WS_LEAN = r"""
+import json, sys, torch
+sys.path.insert(0, "tools/probes")
+import sass_loops
+from impl.attention import flash_gluon_bwd_ws as mod
+from kits.sm90_compile import compile_for_sm90, cubin_figures, sass_text
+Cfg = mod.GluonBwdWsConfig
+stats = dict(prescaled_lse=True, stats_smem=True)
+cases = [(64, True, {}), (64, False, {}), (64, True, dict(num_stages=3)), (128, True, {})]
+rows = []
+for d, causal, fields in cases:
+    for lean in (False, True):
+        config = Cfg(lean_sync=lean, **stats, **fields)
+        q, k, v, do = (torch.randn(2, 3, 1000, d, dtype=torch.bfloat16) for _ in range(4))
+        lse, delta = torch.empty(q.shape[:-1]), torch.empty(q.shape[:-1])
+        grid, args, opts = mod.launch_args(q, k, v, do, lse, delta, torch.empty(q.shape), torch.empty_like(k),
+                                           torch.empty_like(v), causal, config)
+        ck = compile_for_sm90(mod._attn_bwd_ws_sm90, args, opts, divisible=("L", "Delta"))
+        ins = sass_loops.parse(sass_text(ck))
+        loops = [sass_loops.counts(ins[lo:hi + 1]) for lo, hi in sass_loops.loops(ins)]
+        tiles = [c for c in loops if c["HGMMA"] > 0 and c["MUFU.EX2"] == 32]  # the consumers' query-tile loops
+        rows.append(dict(d=d, causal=causal, stages=config.num_stages, lean=lean, tiles=tiles, **cubin_figures(ck)))
+print(json.dumps(rows))
+"""
+
+
+def test_ws_backward_lean_sync_compiles_for_hopper():
+    """Issue 47, the d 64 backward's handshakes (GluonBwdWsConfig(lean_sync=True) with the statistics through the
+    ring; NOTES.md): at d 64 full and causal, with a third slot and at d 128, within the 240 / 24 budgets with the
+    registers its base config touches, no stack and no spills; every consumer query-tile loop instance has one
+    BAR.SYNC and one SYNCS (ds_free's arrive) fewer than its base's and the same HGMMA, waits, fences, stores and
+    reduce-adds; one mbarrier less of shared memory."""
+    rows = json.loads(run_without_interpreter(_COMPILE_WS_LEAN))
+    base = {(r["d"], r["causal"], r["stages"]): r for r in rows if not r["lean"]}
+    for r in rows:
+        print(f"\nws d {r['d']} causal={r['causal']} s{r['stages']} lean_sync={r['lean']}: regs {r['regs']}, stack "
+              f"{r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, BAR.SYNC {r['bar_sync']}, "
+              f"loops (BAR.SYNC, SYNCS) {[(t['BAR.SYNC'], t['SYNCS']) for t in r['tiles']]}, regs touched "
+              f"{r['partitions']}")
+        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
+        if not r["lean"]:
+            continue
+        b = base[r["d"], r["causal"], r["stages"]]
+        same = ("partitions", "hgmma", "ex2", "tma_loads", "tma_reduce", "tma_stores")
+        assert {f: r[f] for f in same} == {f: b[f] for f in same}, (r, b)
+        assert r["shared"] < b["shared"] and r["bar_sync"] < b["bar_sync"], (r, b)
+        assert len(r["tiles"]) == len(b["tiles"]) >= 4, (r, b)
+        for t, u in zip(r["tiles"], b["tiles"]):
+            assert (t["BAR.SYNC"], t["SYNCS"]) == (u["BAR.SYNC"] - 1, u["SYNCS"] - 1), (t, u)
+            assert {k: n for k, n in t.items() if k not in ("BAR.SYNC", "SYNCS")} == {
+                k: n for k, n in u.items() if k not in ("BAR.SYNC", "SYNCS")}, (t, u)
+    assert sum(r["lean"] for r in rows) == 4
+
+
+@pytest.mark.parametrize("fields", [dict(block_m=128), dict(dq_own_keys=True), dict(dq_own_keys=True, pingpong=True),
+                                    dict(dq_one_consumer=True), dict(release_before_dq=True)],
+                         ids=["m128", "own", "pingpong", "dq-one", "release"])
+def test_ws_backward_config_refuses_lean_sync_beside_another_dq_split_or_release(fields):
+    """lean_sync stands slot_empty in for ds_free, which holds only where both consumers free the slot after dQ's
+    products in the default split: refused with 128-row tiles, own-keys dQ (and its ping-pong), dQ by one consumer and
+    the slot freed before dQ, naming each conflicting field with its value; not a bool refused. Stage 3b's kernel, a
+    third slot and the statistics' options are not in the way, nor is d 128."""
+    import re
+
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    named = ", ".join(f"{k}={v!r}" for k, v in fields.items())
+    msg = r"^GluonBwdWsConfig: lean_sync needs the default dQ split \(.*\), got " + re.escape(named) + "$"
+    with pytest.raises(ValueError, match=msg):
+        ws.GluonBwdWsConfig(lean_sync=True, **fields)
+    with pytest.raises(ValueError, match="^GluonBwdWsConfig: lean_sync must be a bool"):
+        ws.GluonBwdWsConfig(lean_sync=1)
+    for ok in (dict(), dict(rebuild=False), dict(num_stages=3), dict(prescaled_lse=True, stats_smem=True)):
+        assert ws.GluonBwdWsConfig(lean_sync=True, **ok).head_dims == (64, 128)
+    config = ws.GluonBwdWsConfig(lean_sync=True, prescaled_lse=True, stats_smem=True)
+    assert config in ws.TRIAL_CONFIGS and config not in ws.CANDIDATE_CONFIGS
+    assert not any(c.lean_sync for c in ws.CANDIDATE_CONFIGS) and not ws.GluonBwdWsConfig().lean_sync
+
+
+def test_ws_backward_launch_args_lean_sync():
+    """lean_sync passes all ten trailing constexprs (REBUILD .. DQ_ONE as its base config sets them or the kernel's
+    defaults, then LEAN_SYNC = True); every argument its base config passes is the same."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    for d, fields in ((64, dict(prescaled_lse=True, stats_smem=True)), (64, dict(num_stages=3)), (128, {})):
+        a = _args((2, 3, 257, d))
+        bufs = _stats_bufs(a) if fields.get("stats_smem") else _ws_bufs(a)
+        c = ws.GluonBwdWsConfig(**fields)
+        grid, args, opts = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, replace(c, lean_sync=True))
+        grid2, base, opts2 = ws.launch_args(a["q"], a["k"], a["v"], a["do"], *bufs, True, c)
+        assert (grid, opts) == (grid2, opts2) and len(args) == 15 + 10, len(args)
+        assert [i for i, (x, y) in enumerate(zip(args, base)) if x is not y and x != y] == []
+        assert args[15:] == (c.rebuild, c.num_stages, c.release_before_dq, c.block_m, c.dq_own_keys, c.pingpong,
+                             c.prescaled_lse, c.stats_smem, c.dq_one_consumer, True), args[15:]
+
+
 @pytest.mark.parametrize("case", ["row stride 301", "heads not packed", "fp16"])
 def test_ws_backward_stats_smem_refuses_statistics_tma_cannot_read(case):
     """The launcher names what TMA cannot take in a statistic: rows not 16 bytes apart (the caller's own (B, H, 301)
@@ -1890,7 +1989,7 @@ def test_ws_backward_stats_smem_preprocess_writes_padded_rows_interpreted():
 
 
 @pytest.mark.parametrize("field", ["rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse",
-                                   "stats_smem"])
+                                   "stats_smem", "lean_sync"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_ws_backward_config_refuses_a_flag_that_is_not_a_bool(field, value):
     from impl.attention import flash_gluon_bwd_ws as ws
@@ -2254,6 +2353,53 @@ def test_ws_backward_dq_one_consumer_gpu_matches_reference(shape, is_causal, mon
 
     config = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, dq_one_consumer=True)
     _ws_backward_gpu_check(shape, 64, is_causal, config, monkeypatch)
+
+
+#: Issue 47, the d 64 backward's handshakes: lean_sync's rings on the table's d 64 config (the statistics through the
+#: ring): two slots (bf16 and fp16) and three (bf16).
+WS_LEAN_RINGS = {"s2-bf16": (dict(), torch.bfloat16), "s2-fp16": (dict(), torch.float16),
+                 "s3": (dict(num_stages=3), torch.bfloat16)}
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)  # a handshake that hangs fails here, not at the session's limit
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", WS_DQ_ONE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("ring", list(WS_LEAN_RINGS))
+def test_ws_backward_lean_sync_gpu_gives_its_bases_bits(ring, shape, is_causal):
+    """Issue 47, the d 64 backward's handshakes (TRIAL_CONFIGS, lean_sync): no ds_free, the dSᵀ store waiting on the
+    previous tile's slot_empty instead (its parity over many tiles: 4113 query rows; programs with no query tile: keys
+    past the queries, causal). The same products in the same order: dK and dV bitwise the config's without it, dQ
+    bitwise where its reduce-adds cannot reorder (n_k <= 256), else within one rounding of the cast."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    fields, dtype = WS_LEAN_RINGS[ring]
+    base = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, **fields)
+    config = replace(base, lean_sync=True)
+    assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, lean_sync=True) in ws.TRIAL_CONFIGS
+    B, H, n_q, n_k = shape
+    q, k, v, do = _inputs((B, H, n_q, 64), (B, H, n_k, 64), dtype, "cuda")
+    o, lse = forward("triton", q, k, v, is_causal)
+    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, base)
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
+    _assert_same_gradients(got, want, n_k <= 2 * ws.BLOCK_N.value, dtype)
+
+
+@gpu
+@needs_sm90
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d,shape", [(64, (1, 3, 257, 129)), (64, (2, 2, 130, 700)), (64, (1, 2, 300, 192)),
+                                     (64, (2, 2, 333, 200)), (128, (1, 3, 257, 129)), (128, (2, 2, 130, 700))],
+                         ids=lambda x: f"d{x}" if isinstance(x, int) else "x".join(map(str, x)))
+def test_ws_backward_lean_sync_gpu_matches_reference(d, shape, is_causal, monkeypatch):
+    """The lean_sync trial against the float64 reference, every torch.empty NaN-poisoned, at d 64 (ragged lengths, a
+    last key tile with 8 or no live keys in its second half) and at d 128 (where it runs too, off the table)."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    config = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, lean_sync=True)
+    _ws_backward_gpu_check(shape, d, is_causal, config, monkeypatch)
 
 
 @gpu

@@ -359,6 +359,10 @@ def test_the_builder_leaves_later_fields_out_at_their_default():
         one = GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, dq_one_consumer=True)
         assert dict(builder._config_pairs(one))["dq_one_consumer"] is True
         assert GluonBwdWsConfig(**dict(builder._config_pairs(one))) == one
+        assert "lean_sync" not in dict(builder._config_pairs(stats))  # issue 47, the d 64 backward's handshakes
+        lean = GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, lean_sync=True)
+        assert dict(builder._config_pairs(lean))["lean_sync"] is True
+        assert GluonBwdWsConfig(**dict(builder._config_pairs(lean))) == lean
 
 
 @needs_gluon

@@ -265,12 +265,12 @@ def test_the_ws_refill_selection_keeps_its_rows_within_its_call(probe):
 
 
 def test_ws_trials_add_each_trial_at_the_head_dims_it_runs_at(probe):
-    """Issue 47, ws 128-row query tiles, ws dQ over a consumer's own keys, its ping-pong, the prescaled lse and the
-    dQ by one consumer: --ws-trials adds a "ws 128x128 s2 rebuild", a "ws 64x128 s2 rebuild dq-own-keys", a "...
-    dq-own-keys pingpong", a "ws 64x128 s2 rebuild prescaled-lse", a "... dq-own-keys prescaled-lse" and a "ws 64x128
-    s2 rebuild prescaled-lse stats-smem dq-one" row (flash_gluon_bwd_ws.TRIAL_CONFIGS, in order) after the ws
-    candidates at each d 64 shape, and the prescaled-lse row alone at each d 128 table shape;
-    without it the plan is unchanged."""
+    """Issue 47, ws 128-row query tiles, ws dQ over a consumer's own keys, its ping-pong, the prescaled lse, the
+    dQ by one consumer and the handshakes without ds_free: --ws-trials adds a "ws 128x128 s2 rebuild", a "ws 64x128 s2
+    rebuild dq-own-keys", a "... dq-own-keys pingpong", a "ws 64x128 s2 rebuild prescaled-lse", a "... dq-own-keys
+    prescaled-lse", a "ws 64x128 s2 rebuild prescaled-lse stats-smem dq-one" and a "... stats-smem lean-sync" row
+    (flash_gluon_bwd_ws.TRIAL_CONFIGS, in order) after the ws candidates at each d 64 shape, and the prescaled-lse and
+    lean-sync rows at each d 128 table shape; without it the plan is unchanged."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
     plain = [probe.row_label(r) for r in probe.plan(skip_triton=True)]
@@ -282,26 +282,29 @@ def test_ws_trials_add_each_trial_at_the_head_dims_it_runs_at(probe):
     plse = "ws+gluon-bwd-ws ws 64x128 s2 rebuild prescaled-lse"
     own_plse = own + " prescaled-lse"
     dq_one = "ws+gluon-bwd-ws ws 64x128 s2 rebuild prescaled-lse stats-smem dq-one"
+    lean = "ws+gluon-bwd-ws ws 64x128 s2 rebuild prescaled-lse stats-smem lean-sync"
     last = "ws+gluon-bwd-ws ws 64x128 s3 rebuild release-before-dq prescaled-lse stats-smem"  # the last candidate
     shapes = ("1x16x16384x64", "4x32x4096x64", "4x16x8192x64 full")
     d128 = ("1x32x32768x128", "4x32x4096x128", "8x32x2048x128", "4x16x8192x128 full")
-    assert [x for x in labels if x not in plain] == [f"{s} {plse}" for s in d128] + [
-        f"{s} {x}" for s in shapes for x in (label, own, pp, plse, own_plse, dq_one)]
+    assert [x for x in labels if x not in plain] == [f"{s} {x}" for s in d128 for x in (plse, lean)] + [
+        f"{s} {x}" for s in shapes for x in (label, own, pp, plse, own_plse, dq_one, lean)]
     for s in shapes:
         assert labels.index(f"{s} {label}") == labels.index(f"{s} {last}") + 1
         assert labels.index(f"{s} {own}") == labels.index(f"{s} {label}") + 1
         assert labels.index(f"{s} {pp}") == labels.index(f"{s} {own}") + 1
         assert labels.index(f"{s} {own_plse}") == labels.index(f"{s} {plse}") + 1 == labels.index(f"{s} {pp}") + 2
         assert labels.index(f"{s} {dq_one}") == labels.index(f"{s} {own_plse}") + 1
+        assert labels.index(f"{s} {lean}") == labels.index(f"{s} {dq_one}") + 1
     for s in d128:
-        assert labels.index(f"{s} {plse}") == labels.index(f"{s} {last}") + 1
-    assert [r["config"] for r in rows if r["config"] in ws.TRIAL_CONFIGS] == [ws.TRIAL_CONFIGS[3]] * 4 + list(
-        ws.TRIAL_CONFIGS) * 3
+        assert labels.index(f"{s} {lean}") == labels.index(f"{s} {plse}") + 1 == labels.index(f"{s} {last}") + 2
+    assert [r["config"] for r in rows if r["config"] in ws.TRIAL_CONFIGS] == [
+        ws.TRIAL_CONFIGS[3], ws.TRIAL_CONFIGS[6]] * 4 + list(ws.TRIAL_CONFIGS) * 3
     assert ws.TRIAL_CONFIGS == (ws.GluonBwdWsConfig(block_m=128), ws.GluonBwdWsConfig(dq_own_keys=True),
                                 ws.GluonBwdWsConfig(dq_own_keys=True, pingpong=True),
                                 ws.GluonBwdWsConfig(prescaled_lse=True),
                                 ws.GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True),
-                                ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, dq_one_consumer=True))
+                                ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, dq_one_consumer=True),
+                                ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, lean_sync=True))
     # the device command's selection (NOTES.md): cuDNN, the default, own-keys and its ping-pong at each shape
     regex = (r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild"
              r"( dq-own-keys( pingpong)?)?)$")
@@ -479,5 +482,27 @@ def test_the_ws_dq_one_selection_keeps_its_rows_within_its_call(probe, capsys):
         assert len({r["shape"] for r in rows[3 * k:3 * k + 3]}) == 1
     assert len(rows) == 9
     probe.main(["x.json", "--dry-run", "--ws-trials", "--rounds", "5", "--budget-s", "160", "--only", WS_DQ_ONE_ONLY])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("9 rows, estimate") and int(out[-1].split()[3]) < 160, out[-1]
+
+
+#: Issue 47, the d 64 backward's handshakes (NOTES.md): the device command's selection, cuDNN, the table's d 64 config
+#: (the statistics through the ring, two slots) and the lean_sync trial at the three d 64 shapes.
+WS_LEAN_ONLY = (r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild "
+                r"prescaled-lse stats-smem( lean-sync)?)$")
+
+
+def test_the_ws_lean_sync_selection_keeps_its_rows_within_its_call(probe, capsys):
+    """--ws-trials with WS_LEAN_ONLY: the 9 rows (cuDNN, the table's config and the trial, each shape), the trial
+    right after its base; the dry run's 5 rounds fit the call's 160-s budget."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    rows = probe.plan(ws_trials=True, only=(WS_LEAN_ONLY,))
+    base = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
+    for k in range(3):
+        assert [r["config"] for r in rows[3 * k:3 * k + 3]] == [None, base, replace(base, lean_sync=True)]
+        assert len({r["shape"] for r in rows[3 * k:3 * k + 3]}) == 1
+    assert len(rows) == 9
+    probe.main(["x.json", "--dry-run", "--ws-trials", "--rounds", "5", "--budget-s", "160", "--only", WS_LEAN_ONLY])
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("9 rows, estimate") and int(out[-1].split()[3]) < 160, out[-1]

@@ -130,3 +130,15 @@ def test_the_stats_smem_trial_profiles_when_named_at_d64_and_d128(probe, shape):
         "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
     assert "ws,ws-prescaled-lse,ws-stats-smem,cudnn" in probe.ncu_command(args)
     assert "ws-stats-smem" not in probe.DEFAULT_VARIANTS and probe.BY_NAME["ws-stats-smem"].trial
+
+
+def test_the_lean_sync_trial_profiles_when_named_beside_the_table_config(probe):
+    """Issue 47, the d 64 backward's handshakes: ws-lean-sync (the statistics through the ring with lean_sync, a
+    TRIAL_CONFIGS entry) profiles the ws kernel beside the table's d 64 config and cuDNN when --variants names it, at d
+    64 and 128 (not 80); never among the defaults."""
+    args = probe.parse_args(["--shape", "1,16,16384,64", "--variants", "ws-stats-smem,ws-lean-sync,cudnn"])
+    assert probe.kernels(args.variants) == ["_attn_bwd_ws_sm90"] * 2 + [
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"]
+    assert "ws-stats-smem,ws-lean-sync,cudnn" in probe.ncu_command(args)
+    assert "ws-lean-sync" not in probe.DEFAULT_VARIANTS and probe.BY_NAME["ws-lean-sync"].trial
+    assert probe.BY_NAME["ws-lean-sync"].head_dims == (64, 128)

@@ -19,8 +19,9 @@ per flash_gluon_bwd_ws.TRIAL_CONFIGS: configs never in the table, "ws 128x128 s2
 query tiles at d 64, which spill), "ws 64x128 s2 rebuild dq-own-keys" (each consumer's dQ over its own keys, d 64)
 and "ws 64x128 s2 rebuild dq-own-keys pingpong" (the same with the consumers taking turns to issue products), "ws
 64x128 s2 rebuild prescaled-lse" (−lse·log2 e from the preprocessing launch; d 128 and 64), "ws 64x128 s2 rebuild
-dq-own-keys prescaled-lse" (d 64) and "ws 64x128 s2 rebuild prescaled-lse stats-smem" (the row statistics copied by
-the load warp's TMA into the Q/dO ring, read from shared memory; d 128 and 64), then
+dq-own-keys prescaled-lse" (d 64), "ws 64x128 s2 rebuild prescaled-lse stats-smem dq-one" (consumer 1 computing
+each tile's whole dQ; d 64) and "ws 64x128 s2 rebuild prescaled-lse stats-smem lean-sync" (the dSᵀ handshake
+without ds_free: the store waits on the previous tile's slot_empty; d 128 and 64), then
 flash_gluon_bwd's candidate configs (among them
 dq-triton: the Gluon kernel for dK/dV only, dQ from the Triton dQ kernel; dq-gluon: the same with stage 3c's
 Gluon dQ kernel, whose default tiles also get a row at every d 128 table shape; dq-stages2: the one-pass
@@ -139,7 +140,8 @@ def cfg_text(c) -> str:
                 + (" pingpong" if c.pingpong else "")  # and the consumers' ping-pong
                 + (" prescaled-lse" if c.prescaled_lse else "")  # issue 47, ws prescaled lse
                 + (" stats-smem" if c.stats_smem else "")  # and the row statistics through the load warp's ring
-                + (" dq-one" if c.dq_one_consumer else ""))  # issue 47, ws dQ by one consumer
+                + (" dq-one" if c.dq_one_consumer else "")  # issue 47, ws dQ by one consumer
+                + (" lean-sync" if c.lean_sync else ""))  # issue 47, the d 64 backward's handshakes (no ds_free)
     dq = {"triton": " dq-triton", "gluon": " dq-gluon " + "x".join(map(str, c.dq_tiles)),
           "atomic": " dq-atomic"}.get(c.dq, "")
     if c.dq_stages > 1:  # stage 3d: dQ staging tiles used in turn

@@ -14,6 +14,8 @@ from the same q, k, v, dO and the ws forward's o and lse (cuDNN: its own forward
 - ws-prescaled-lse: ws with prescaled_lse (−lse·log2 e from the preprocessing launch; a trial: only when named);
 - ws-stats-smem: ws-prescaled-lse with stats_smem (the row statistics through the load warp's TMA ring; a
   candidate);
+- ws-lean-sync: ws-stats-smem with lean_sync (no ds_free: the dSᵀ store waits on the previous tile's slot_empty; a
+  trial: only when named);
 - split-triton: the dK/dV-only kernel + the Triton dQ kernel pinned at TRITON_DQ (no autotuning);
 - split-gluon: the same dK/dV kernel + the Gluon dQ kernel (stage 3c) at its default tiles;
 - cudnn: SDPA cuDNN's backward (autograd.grad with the graph retained).
@@ -70,6 +72,7 @@ VARIANTS = (Variant("one-pass", ("_attn_bwd_sm90",)),
             Variant("ws-own-keys", ("_attn_bwd_ws_sm90",), head_dims=(64,)),
             Variant("ws-prescaled-lse", ("_attn_bwd_ws_sm90",), head_dims=(64, 128), trial=True),
             Variant("ws-stats-smem", ("_attn_bwd_ws_sm90",), head_dims=(64, 128), trial=True),
+            Variant("ws-lean-sync", ("_attn_bwd_ws_sm90",), head_dims=(64, 128), trial=True),
             Variant("split-triton", ("_attn_bwd_dq", "_attn_bwd_sm90")),
             Variant("split-gluon", ("_attn_bwd_dq_sm90", "_attn_bwd_sm90")),
             Variant("cudnn", ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop",)))
@@ -166,6 +169,9 @@ def _backwards(args: argparse.Namespace) -> List[Callable[[], object]]:
                                                                GluonBwdWsConfig(prescaled_lse=True)),
            "ws-stats-smem": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal,
                                                             GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)),
+           "ws-lean-sync": lambda: flash_gluon_backward_ws(q, k, v, o, do, lse, causal,
+                                                           GluonBwdWsConfig(prescaled_lse=True, stats_smem=True,
+                                                                            lean_sync=True)),
            "cudnn": cudnn}
     fns.update({name: ours(c) for name, c in configs.items()})
     return [fns[var.name] for var in args.variants]

@@ -145,6 +145,11 @@ def _bwd_variants():
     for causal in (False, True):  # issue 47, ws dQ by one consumer (d 64 only), with the statistics through the ring
         out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True,
                                                                      dq_one_consumer=True)))
+    lean = dict(prescaled_lse=True, stats_smem=True, lean_sync=True)  # issue 47, the d 64 backward's handshakes:
+    for causal in (False, True):  # lean_sync on the table's d 64 config, and with a third slot, and at d 128
+        out.append(("bwdws", 64, causal, "bf16", ws.GluonBwdWsConfig(**lean)))
+    out.append(("bwdws", 64, True, "bf16", ws.GluonBwdWsConfig(num_stages=3, **lean)))
+    out.append(("bwdws", 128, True, "bf16", ws.GluonBwdWsConfig(**lean)))
     return out
 
 
@@ -168,7 +173,8 @@ def _config_tag(config) -> str:
         tag += "-pingpong" if config.pingpong else ""  # and the consumers' ping-pong
         tag += "-prescaled-lse" if config.prescaled_lse else ""  # ws prescaled lse: when set
         tag += "-stats-smem" if config.stats_smem else ""  # ws stats in shared memory: when set
-        return tag + ("-dq-one" if config.dq_one_consumer else "")  # ws dQ by one consumer: when set
+        tag += "-dq-one" if config.dq_one_consumer else ""  # ws dQ by one consumer: when set
+        return tag + ("-lean-sync" if config.lean_sync else "")  # the d 64 backward's handshakes: when set
     if isinstance(config, tuple):
         return "tiles" + "x".join(map(str, config))
     fields = []

@@ -103,10 +103,10 @@ def _labels(direction: str) -> Dict[str, Dict[str, object]]:
 
 #: Config fields added after entries were written, left out of an entry at their default so that the entries of
 #: configs from before them are unchanged (their launcher takes the default): GluonBwdWsConfig.block_m and
-#: .dq_own_keys, .pingpong, .prescaled_lse, .stats_smem, GluonWsConfig.lpt, .early_q, .o_regs, .rotate,
-#: .lazy_sum, .prefetch_q and .dynamic (issue 47).
+#: .dq_own_keys, .pingpong, .prescaled_lse, .stats_smem, .dq_one_consumer, .lean_sync, GluonWsConfig.lpt, .early_q,
+#: .o_regs, .rotate, .lazy_sum, .prefetch_q and .dynamic (issue 47).
 _LATER_FIELDS = {"GluonBwdWsConfig": {"block_m": 64, "dq_own_keys": False, "pingpong": False, "prescaled_lse": False,
-                                      "stats_smem": False, "dq_one_consumer": False},
+                                      "stats_smem": False, "dq_one_consumer": False, "lean_sync": False},
                  "GluonWsConfig": {"lpt": False, "early_q": False, "o_regs": False, "rotate": False,
                                    "lazy_sum": False, "prefetch_q": False, "dynamic": False}}
 

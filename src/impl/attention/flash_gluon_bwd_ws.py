@@ -88,6 +88,12 @@ trial's stack slot. TMA wants 16-byte row strides: the launcher allocates both b
 of 4 (stats_stride; the preprocessing launch writes them at that stride) and describes them as (B·H, n_q), so TMA
 zero-fills the rows past n_q as the masked loads did. The slot is freed after both statistics are read (each
 consumer's release follows a warpgroup-wide wgmma or barrier that orders every warp's reads before it).
+
+Issue 47, the d 64 backward's handshakes (``lean_sync``, the default dQ split only; a TRIAL_CONFIGS entry with
+stats_smem, off by default): no ds_free. In the default split both consumers arrive at ds_free and at the tile's
+slot_empty together, after dQ's products, so the next dSᵀ store waits on the previous tile's slot_empty completion
+instead (_ds_rows_free, with the parity argument): one single-thread arrive fewer a consumer and query tile, and with
+it the warpgroup bar.sync Triton 3.6 puts before each (NOTES.md).
 """
 
 from __future__ import annotations
@@ -186,7 +192,18 @@ class GluonBwdWsConfig:
     (_one_dq_tile). cuDNN's d 64 backward does this: its shared operands a tile are 32 KB instead of the split's 48
     (two N = 32 products each re-reading the whole dSᵀ), 4 HGMMA fewer a step and warp, and one consumer's dQ
     staging and reduce-add instead of two (NOTES.md). dK and dV bitwise the split's; dQ's tile sums are the same
-    products in the same order."""
+    products in the same order.
+
+    lean_sync (issue 47, the d 64 backward's handshakes; the default dQ split only: refused with block_m=128,
+    dq_own_keys, pingpong, dq_one_consumer and release_before_dq): no ds_free. Each consumer arrives at ds_free and
+    at its Q/dO slot's slot_empty (count 2) at the same point, after dQ's products, so the slot's completion for a
+    tile is ds_free's: the next tile's dSᵀ store (and dK's store over K) waits on it instead (_ds_rows_free: the
+    parity argument). In Triton 3.6 an mbarrier arrive is one thread's, behind a warpgroup bar.sync: one arrive
+    fewer is one bar.sync fewer a consumer and query tile (6 -> 5, NOTES.md), where ncu put the default's barrier
+    stalls at 33.5% of its warp cycles at 1x16x16384x64 causal (cuDNN 21.6%). Not built: ds_ready split per
+    consumer into two allocations, meant to drop the bar.sync membar puts between the arrive and the wait; Triton
+    3.6's membar puts one between any arrive and a later wait, whatever the allocation (NOTES.md). The same products
+    in the same order: dK and dV bitwise the config's without it, dQ up to its reduce-adds' order."""
 
     rebuild: bool = True
     num_stages: int = 2
@@ -197,10 +214,11 @@ class GluonBwdWsConfig:
     prescaled_lse: bool = False
     stats_smem: bool = False
     dq_one_consumer: bool = False
+    lean_sync: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rebuild", "release_before_dq", "dq_own_keys", "pingpong", "prescaled_lse", "stats_smem",
-                     "dq_one_consumer"):
+                     "dq_one_consumer", "lean_sync"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdWsConfig: {name} must be a bool, got {getattr(self, name)!r}")
         if type(self.num_stages) is not int or self.num_stages not in (2, 3):
@@ -228,6 +246,15 @@ class GluonBwdWsConfig:
             raise ValueError(f"GluonBwdWsConfig: dq_one_consumer needs block_m=64, rebuild=True and "
                              f"dq_own_keys=False (it changes the shared dQ split those replace or lack), got "
                              f"block_m={self.block_m}, rebuild={self.rebuild}, dq_own_keys={self.dq_own_keys}")
+        if self.lean_sync:
+            conflicts = [f"{name}={getattr(self, name)!r}" for name, off in (
+                ("block_m", 64), ("dq_own_keys", False), ("pingpong", False), ("dq_one_consumer", False),
+                ("release_before_dq", False)) if getattr(self, name) != off]
+            if conflicts:
+                raise ValueError(f"GluonBwdWsConfig: lean_sync needs the default dQ split (block_m=64, dq_own_keys, "
+                                 f"pingpong, dq_one_consumer and release_before_dq False: its slot_empty wait stands "
+                                 f"for ds_free only where both consumers free the slot after dQ's products), got "
+                                 f"{', '.join(conflicts)}")
 
     @property
     def head_dims(self) -> Tuple[int, ...]:
@@ -253,11 +280,11 @@ CANDIDATE_CONFIGS = (GluonBwdWsConfig(), GluonBwdWsConfig(rebuild=False), GluonB
 #: alone and with the consumers' ping-pong; the prescaled lse (d 128 and 64; alone 1.02-1.07x the default's
 #: backward), alone and with own-keys dQ (d 64). (The prescaled lse with the row statistics through the ring is a
 #: candidate.) The whole dQ by one consumer (d 64; unmeasured) beside the table's d 64 entry, the statistics through
-#: the ring with two slots.
+#: the ring with two slots. The dSᵀ handshake without ds_free (lean_sync; unmeasured) on that same entry.
 TRIAL_CONFIGS = (GluonBwdWsConfig(block_m=128), GluonBwdWsConfig(dq_own_keys=True),
                  GluonBwdWsConfig(dq_own_keys=True, pingpong=True), GluonBwdWsConfig(prescaled_lse=True),
                  GluonBwdWsConfig(dq_own_keys=True, prescaled_lse=True),
-                 GluonBwdWsConfig(dq_one_consumer=True, **_STATS))
+                 GluonBwdWsConfig(dq_one_consumer=True, **_STATS), GluonBwdWsConfig(lean_sync=True, **_STATS))
 
 
 def shared_bytes(d: int, itemsize: int = 2, num_stages: int = NUM_STAGES.value, block_m: int = 64,
@@ -327,6 +354,21 @@ def _ring_use(t, STAGES: gl.constexpr):
         slot = t % STAGES
         phase = (t // STAGES) & 1
     return slot, phase
+
+
+@gluon.jit
+def _ds_rows_free(slot_empty, t, STAGES: gl.constexpr):
+    """GluonBwdWsConfig.lean_sync's stand-in for ds_free: returns once both consumers' dQ products of tile t - 1 have
+    retired (t = 0: at once), before tile t's dSᵀ store (t = n_t: before dK overwrites K). Each consumer arrives at
+    slot_empty for ring use t - 1 right after those products (release_before_dq, which arrives before them, is
+    refused), so that completion of the slot (count 2) is ds_free's of tile t - 1: the wait is the load warp's before
+    it refills the slot for use t - 1 + STAGES (_load_partition; t = 0: slot STAGES - 1, phase -1, complete).
+    Parity: the slot's completions so far are neither (i) past use t - 1's (use t - 1 + STAGES's needs this consumer's
+    own arrival at tile t - 1 + STAGES >= t) nor (ii) short of use t - 1 - STAGES's (that needed the other consumer's
+    arrival, made before it stored its dSᵀ rows of tile t - 1 and arrived at its ds_ready, which this consumer waited
+    for at tile t - 1): so the parity names use t - 1's completion alone."""
+    slot, phase = _ring_use(t + STAGES - 1, STAGES)
+    mbarrier.wait(slot_empty.index(slot), phase ^ 1)
 
 
 @gluon.jit
@@ -489,7 +531,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
                    MASKED: gl.constexpr, KEY_MASK: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
                    EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr = False,
                    PINGPONG: gl.constexpr = False, PRESCALED_LSE: gl.constexpr = False,
-                   STATS_SMEM: gl.constexpr = False, DQ_ONE: gl.constexpr = False):
+                   STATS_SMEM: gl.constexpr = False, DQ_ONE: gl.constexpr = False, LEAN_SYNC: gl.constexpr = False):
     """Consumer C's query tiles t in [t_lo, t_hi). REBUILD (stage 4d, GluonBwdWsConfig.rebuild): the resident K
     and V halves and the dSᵀ halves are viewed each tile through slot C + z (and z, 1 + z), z = m0 >> 30, which is
     0 (the launcher refuses 2^30 query rows or more) but neither provably 0 nor loop-invariant to the compiler,
@@ -499,7 +541,8 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
     PRESCALED_LSE: GluonBwdWsConfig.prescaled_lse (L holds −lse·log2 e; _p_exponent). STATS_SMEM:
     GluonBwdWsConfig.stats_smem (L and Delta are TMA descriptors; the load warp copies a tile's rows into its Q/dO
     slot, read here by _ring_stat right before the exponent and dSᵀ, after the waits on Q's and dO's barriers).
-    DQ_ONE: GluonBwdWsConfig.dq_one_consumer (_one_dq_tile).
+    DQ_ONE: GluonBwdWsConfig.dq_one_consumer (_one_dq_tile). LEAN_SYNC: GluonBwdWsConfig.lean_sync (no ds_free: the
+    dSᵀ store waits on the previous tile's slot_empty, _ds_rows_free).
 
     PINGPONG (GluonBwdWsConfig.pingpong, with OWN_DQ): two turns a tile, taken strictly in alternation (consumer 0
     first; flash_gluon_ws._take_turn): the first issues Sᵀ and dPᵀ, the second (_own_dq_tile) dV, dK and dQ once
@@ -613,7 +656,10 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
         else:
             # dSᵀ rows of this consumer into the shared tile, once both consumers' dQ products of the
             # previous tile are done with it (a fresh barrier counts phase -1 as complete).
-            mbarrier.wait(ds_free, (t & 1) ^ 1)
+            if LEAN_SYNC:
+                _ds_rows_free(slot_empty, t, STAGES)
+            else:
+                mbarrier.wait(ds_free, (t & 1) ^ 1)
             my_ds.store(dst16)
             fence_async_shared()
             mbarrier.arrive(ds_ready)
@@ -632,7 +678,8 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
                 mbarrier.arrive(ds_free)
             else:
                 dv, dk, dq, pt16, ds16 = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt16, ds16))
-                mbarrier.arrive(ds_free)
+                if not LEAN_SYNC:  # LEAN_SYNC: slot_empty's arrival stands for it (_ds_rows_free)
+                    mbarrier.arrive(ds_free)
                 mbarrier.arrive(slot_empty.index(slot))
             # This consumer's half of dQ: its staging tile is free once its previous reduce has read it.
             tma.store_wait(pendings=0)
@@ -648,7 +695,7 @@ def _consumer_loop(dk, dv, t_lo, t_hi, j0, b, h, n0, C: gl.constexpr, descs, sme
 def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.constexpr, STAGES: gl.constexpr,
                         EARLY_RELEASE: gl.constexpr, BLOCK_M: gl.constexpr, OWN_DQ: gl.constexpr,
                         PINGPONG: gl.constexpr, PRESCALED_LSE: gl.constexpr, STATS_SMEM: gl.constexpr,
-                        DQ_ONE: gl.constexpr = False):
+                        DQ_ONE: gl.constexpr = False, LEAN_SYNC: gl.constexpr = False):
     """Consumer warpgroup C: keys n0 + 64C … + 63 of the program's key tile."""
     q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, nl2_smem, d_smem = smem
@@ -662,17 +709,22 @@ def _consumer_partition(descs, smem, bars, sched, C: gl.constexpr, REBUILD: gl.c
     dv = gl.zeros([KEYS, BLOCK_D], gl.float32, kv_layout)
     mbarrier.wait(kv_bar, 0)
     dk, dv = _consumer_loop(dk, dv, 0, n_diag, j0, b, h, n0, C, descs, smem, bars, sched, True, True, REBUILD, STAGES,
-                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)
+                            EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE,
+                            LEAN_SYNC)
     if n0 + BLOCK_N > N_K:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, True, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE,
+                                LEAN_SYNC)
     else:
         dk, dv = _consumer_loop(dk, dv, n_diag, n_t, j0, b, h, n0, C, descs, smem, bars, sched, False, False, REBUILD,
-                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)
+                                STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE,
+                                LEAN_SYNC)
     # K is read by both consumers' dQ products until the last tile's ds_free completes (n_t tiles:
     # phase (n_t - 1) & 1); with no tile, the fresh barrier's phase 1 is complete. OWN_DQ: only this consumer's
-    # products read its K half, and they have retired.
-    if not OWN_DQ:
+    # products read its K half, and they have retired. LEAN_SYNC: the same wait through slot_empty (_ds_rows_free).
+    if LEAN_SYNC:
+        _ds_rows_free(slot_empty, n_t, STAGES)
+    elif not OWN_DQ:
         mbarrier.wait(ds_free, (n_t - 1) & 1)
     dtype: gl.constexpr = q_desc.dtype
     rows_k = k_smem.index(C)
@@ -692,13 +744,14 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
                       STAGES: gl.constexpr = 2, EARLY_RELEASE: gl.constexpr = False, BLOCK_M: gl.constexpr = 64,
                       OWN_DQ: gl.constexpr = False, PINGPONG: gl.constexpr = False,
                       PRESCALED_LSE: gl.constexpr = False, STATS_SMEM: gl.constexpr = False,
-                      DQ_ONE: gl.constexpr = False):
+                      DQ_ONE: gl.constexpr = False, LEAN_SYNC: gl.constexpr = False):
     """Grid (key tiles of 128, B·H); 4 warps (consumer 0) + a 4-warp consumer + a load warp.
     Descriptors rank 4 over (B, H, N, d): K, V, dK, dV blocks of 64 rows (KEYS: two halves, one per consumer),
     Q and dO blocks of BLOCK_M rows, dQ (fp32) (1, 1, BLOCK_M, d / 2). REBUILD, STAGES, EARLY_RELEASE, BLOCK_M,
-    OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE: GluonBwdWsConfig's rebuild, num_stages, release_before_dq,
-    block_m, dq_own_keys, pingpong, prescaled_lse, stats_smem, dq_one_consumer (_consumer_loop; with PRESCALED_LSE, L
-    is −lse·log2 e; with STATS_SMEM, L and Delta are rank-2 descriptors over (B·H, N_Q) of (1, BLOCK_M) blocks)."""
+    OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE, LEAN_SYNC: GluonBwdWsConfig's rebuild, num_stages,
+    release_before_dq, block_m, dq_own_keys, pingpong, prescaled_lse, stats_smem, dq_one_consumer, lean_sync
+    (_consumer_loop; with PRESCALED_LSE, L is −lse·log2 e; with STATS_SMEM, L and Delta are rank-2 descriptors over
+    (B·H, N_Q) of (1, BLOCK_M) blocks)."""
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     gl.static_assert(BLOCK_D == 128 or BLOCK_D == 64, "head dim 128 or 64 (K_SWIZZLE)")
@@ -717,13 +770,17 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
         d_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], Delta.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    if LEAN_SYNC:  # no ds_free: slot_empty stands for it (_ds_rows_free)
+        ds_free = kv_bar  # unused
+    else:
+        ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     slot_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
     mbarrier.init(ds_ready, count=2)
-    mbarrier.init(ds_free, count=1 if DQ_ONE else 2)  # the readers of the dSᵀ tile: dQ's products
+    if not LEAN_SYNC:
+        mbarrier.init(ds_free, count=1 if DQ_ONE else 2)  # the readers of the dSᵀ tile: dQ's products
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
@@ -742,9 +799,9 @@ def _attn_bwd_ws_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc
     sched = (L, Delta, H, N_Q, N_K, qk_scale, sm_scale, 1 if IS_CAUSAL else 0)
     gl.warp_specialize([
         (_consumer_partition, (descs, smem, bars, sched, 0, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
-                               PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)),
+                               PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE, LEAN_SYNC)),
         (_consumer_partition, (descs, smem, bars, sched, 1, REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ,
-                               PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE)),
+                               PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE, LEAN_SYNC)),
         (_load_partition, (descs, smem, bars, sched, STAGES, BLOCK_M, STATS_SMEM)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
@@ -773,8 +830,8 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
                 dv: Tensor, is_causal: bool, config: Optional[GluonBwdWsConfig] = None) -> Tuple[tuple, tuple, dict]:
     """(grid, arguments, options) of one launch, for tensors on any device (the compile test). config None:
     GluonBwdWsConfig(); the optional trailing REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE,
-    STATS_SMEM, DQ_ONE are passed up to the last one the config sets (stage 3b's arguments without rebuild; the
-    default's with rebuild alone). K and dK get K_SWIZZLE's swizzle, or the default one with dq_one_consumer. lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote.
+    STATS_SMEM, DQ_ONE, LEAN_SYNC are passed up to the last one the config sets (stage 3b's arguments without rebuild;
+    the default's with rebuild alone). K and dK get K_SWIZZLE's swizzle, or the default one with dq_one_consumer. lse: the logsumexp, or with config.prescaled_lse the −lse·log2 e the preprocessing launch wrote.
     With config.stats_smem lse and delta ((B, H, n_q) views whose rows lie 16 bytes apart: _stats_descriptor) are
     passed as TMA descriptors."""
     config = config or GluonBwdWsConfig()
@@ -796,11 +853,11 @@ def launch_args(q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, delta:
     args = (_descriptor(q4, bm, 0, d), _descriptor(k4, keys, 0, d, swizzle), _descriptor(v4, keys, 0, d),
             _descriptor(do4, bm, 0, d), _descriptor(dq4, bm, 0, d // 2), _descriptor(dk4, keys, 0, d, swizzle),
             _descriptor(dv4, keys, 0, d), *stats, H, n_q, n_k, sm_scale * LOG2E, sm_scale, bool(is_causal))
-    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE against the
-    # kernel's defaults
+    # REBUILD, STAGES, EARLY_RELEASE, BLOCK_M, OWN_DQ, PINGPONG, PRESCALED_LSE, STATS_SMEM, DQ_ONE, LEAN_SYNC against
+    # the kernel's defaults
     later = (config.rebuild, config.num_stages, config.release_before_dq, config.block_m, config.dq_own_keys,
-             config.pingpong, config.prescaled_lse, config.stats_smem, config.dq_one_consumer)
-    defaults = (False, NUM_STAGES.value, False, 64, False, False, False, False, False)
+             config.pingpong, config.prescaled_lse, config.stats_smem, config.dq_one_consumer, config.lean_sync)
+    defaults = (False, NUM_STAGES.value, False, 64, False, False, False, False, False, False)
     args += later[:max((i + 1 for i, (v, off) in enumerate(zip(later, defaults))
                         if v != off), default=0)]
     return (-(-n_k // bn), B * H), args, {"num_warps": 4}
