@@ -2265,6 +2265,19 @@ def _assert_same_gradients(got, want, dq_exact: bool, dtype) -> None:
         torch.testing.assert_close(got[0], want[0], rtol=ulp, atol=1e-5 * want[0].abs().max().item())
 
 
+def _assert_config_gives_bases_bits(config, base, shape, d: int, is_causal: bool, dtype, dq_exact: bool) -> None:
+    """The ws backward under `config` against `base` on one set of GPU inputs (B, H, n_q, n_k = shape; Triton's
+    forward): _assert_same_gradients."""
+    from impl.attention import flash_gluon_bwd_ws as ws
+
+    B, H, n_q, n_k = shape
+    q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
+    o, lse = forward("triton", q, k, v, is_causal)
+    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, base)
+    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
+    _assert_same_gradients(got, want, dq_exact, dtype)
+
+
 #: Issue 47, ws prescaled lse: ragged query lengths (a last tile of 1000 - 960 = 40 rows; 4096 + 17), unequal lengths
 #: both ways, and keys within two key tiles (200) under long and ragged queries, where dQ is deterministic (below).
 WS_PRESCALED_SHAPES = [(1, 2, 1000, 1000), (1, 2, 4113, 4113), (1, 3, 257, 129), (2, 2, 130, 700), (1, 2, 4113, 200)]
@@ -2297,12 +2310,8 @@ def test_ws_backward_statistics_configs_gpu_give_their_bases_bits(pair, d, shape
     fields, base = WS_STATISTICS_PAIRS[pair]
     config = ws.GluonBwdWsConfig(**fields)
     assert config in (ws.CANDIDATE_CONFIGS if config.stats_smem else ws.TRIAL_CONFIGS)
-    B, H, n_q, n_k = shape
-    q, k, v, do = _inputs((B, H, n_q, d), (B, H, n_k, d), dtype, "cuda")
-    o, lse = forward("triton", q, k, v, is_causal)
-    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, ws.GluonBwdWsConfig(**base))
-    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
-    _assert_same_gradients(got, want, n_k <= 2 * ws.BLOCK_N.value, dtype)
+    _assert_config_gives_bases_bits(config, ws.GluonBwdWsConfig(**base), shape, d, is_causal, dtype,
+                                    shape[3] <= 2 * ws.BLOCK_N.value)
 
 
 #: Issue 47, ws dQ by one consumer: beside WS_PRESCALED_SHAPES' ragged lengths, a last key tile whose second
@@ -2332,12 +2341,7 @@ def test_ws_backward_dq_one_consumer_gpu_gives_the_splits_bits(ring, shape, is_c
     base = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, **fields)
     config = replace(base, dq_one_consumer=True)
     assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, dq_one_consumer=True) in ws.TRIAL_CONFIGS
-    B, H, n_q, n_k = shape
-    q, k, v, do = _inputs((B, H, n_q, 64), (B, H, n_k, 64), dtype, "cuda")
-    o, lse = forward("triton", q, k, v, is_causal)
-    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, base)
-    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
-    _assert_same_gradients(got, want, False, dtype)
+    _assert_config_gives_bases_bits(config, base, shape, 64, is_causal, dtype, False)
 
 
 @gpu
@@ -2378,12 +2382,7 @@ def test_ws_backward_lean_sync_gpu_gives_its_bases_bits(ring, shape, is_causal):
     base = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, **fields)
     config = replace(base, lean_sync=True)
     assert ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True, lean_sync=True) in ws.TRIAL_CONFIGS
-    B, H, n_q, n_k = shape
-    q, k, v, do = _inputs((B, H, n_q, 64), (B, H, n_k, 64), dtype, "cuda")
-    o, lse = forward("triton", q, k, v, is_causal)
-    want = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, base)
-    got = ws.flash_gluon_backward_ws(q, k, v, o, do, lse, is_causal, config)
-    _assert_same_gradients(got, want, n_k <= 2 * ws.BLOCK_N.value, dtype)
+    _assert_config_gives_bases_bits(config, base, shape, 64, is_causal, dtype, shape[3] <= 2 * ws.BLOCK_N.value)
 
 
 @gpu

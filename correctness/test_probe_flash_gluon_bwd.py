@@ -464,45 +464,28 @@ def test_the_ws_table_calls_select_the_table_configs_beside_the_statistics_candi
     assert capsys.readouterr().out.splitlines()[-1].startswith("64 rows, estimate")
 
 
-#: Issue 47, ws dQ by one consumer (NOTES.md): the device command's selection, cuDNN, the table's d 64 config (the
-#: statistics through the ring, two slots) and the trial at the three d 64 shapes.
-WS_DQ_ONE_ONLY = (r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild "
-                  r"prescaled-lse stats-smem( dq-one)?)$")
+#: Issue 47's d 64 backward trials on the table's d 64 config (the statistics through the ring, two slots), each with
+#: its device command's selection (NOTES.md): cuDNN, that config and the trial at the three d 64 shapes. dq_one: ws
+#: dQ by one consumer; lean_sync: the handshakes without ds_free.
+WS_D64_TRIAL_ONLY = {
+    field: (r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild "
+            rf"prescaled-lse stats-smem( {label})?)$")
+    for field, label in (("dq_one_consumer", "dq-one"), ("lean_sync", "lean-sync"))}
 
 
-def test_the_ws_dq_one_selection_keeps_its_rows_within_its_call(probe, capsys):
-    """--ws-trials with WS_DQ_ONE_ONLY: the 9 rows (cuDNN, the table's config and the trial, each shape), the trial
-    right after its base; the dry run's 5 rounds fit the call's 160-s budget."""
+@pytest.mark.parametrize("field", list(WS_D64_TRIAL_ONLY))
+def test_a_d64_trial_selection_keeps_its_rows_within_its_call(probe, capsys, field):
+    """--ws-trials with the trial's selection: the 9 rows (cuDNN, the table's config and the trial, each shape), the
+    trial right after its base; the dry run's 5 rounds fit the call's 160-s budget."""
     from impl.attention import flash_gluon_bwd_ws as ws
 
-    rows = probe.plan(ws_trials=True, only=(WS_DQ_ONE_ONLY,))
+    only = WS_D64_TRIAL_ONLY[field]
+    rows = probe.plan(ws_trials=True, only=(only,))
     base = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
     for k in range(3):
-        assert [r["config"] for r in rows[3 * k:3 * k + 3]] == [None, base, replace(base, dq_one_consumer=True)]
+        assert [r["config"] for r in rows[3 * k:3 * k + 3]] == [None, base, replace(base, **{field: True})]
         assert len({r["shape"] for r in rows[3 * k:3 * k + 3]}) == 1
     assert len(rows) == 9
-    probe.main(["x.json", "--dry-run", "--ws-trials", "--rounds", "5", "--budget-s", "160", "--only", WS_DQ_ONE_ONLY])
-    out = capsys.readouterr().out.splitlines()
-    assert out[-1].startswith("9 rows, estimate") and int(out[-1].split()[3]) < 160, out[-1]
-
-
-#: Issue 47, the d 64 backward's handshakes (NOTES.md): the device command's selection, cuDNN, the table's d 64 config
-#: (the statistics through the ring, two slots) and the lean_sync trial at the three d 64 shapes.
-WS_LEAN_ONLY = (r"^(1x16x16384x64|4x32x4096x64|4x16x8192x64 full) (cudnn|ws[+]gluon-bwd-ws ws 64x128 s2 rebuild "
-                r"prescaled-lse stats-smem( lean-sync)?)$")
-
-
-def test_the_ws_lean_sync_selection_keeps_its_rows_within_its_call(probe, capsys):
-    """--ws-trials with WS_LEAN_ONLY: the 9 rows (cuDNN, the table's config and the trial, each shape), the trial
-    right after its base; the dry run's 5 rounds fit the call's 160-s budget."""
-    from impl.attention import flash_gluon_bwd_ws as ws
-
-    rows = probe.plan(ws_trials=True, only=(WS_LEAN_ONLY,))
-    base = ws.GluonBwdWsConfig(prescaled_lse=True, stats_smem=True)
-    for k in range(3):
-        assert [r["config"] for r in rows[3 * k:3 * k + 3]] == [None, base, replace(base, lean_sync=True)]
-        assert len({r["shape"] for r in rows[3 * k:3 * k + 3]}) == 1
-    assert len(rows) == 9
-    probe.main(["x.json", "--dry-run", "--ws-trials", "--rounds", "5", "--budget-s", "160", "--only", WS_LEAN_ONLY])
+    probe.main(["x.json", "--dry-run", "--ws-trials", "--rounds", "5", "--budget-s", "160", "--only", only])
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("9 rows, estimate") and int(out[-1].split()[3]) < 160, out[-1]
