@@ -1137,6 +1137,13 @@ print(json.dumps(rows))
 """
 
 
+def _assert_ws_partitions_fit(r: dict) -> None:
+    """A ws backward compile row (the compile probes' JSON): 12 warps, the consumers' 240 and the load warp's 24
+    setmaxnreg budgets among its partitions, and no partition touching more registers than its budget."""
+    assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
+    assert all(used <= int(b) for b, used in r["partitions"].items()), r
+
+
 def test_ws_backward_compiles_for_hopper():
     """Stages 3b and 4d at d 128 and 64, full and causal (and fp16 causal with rebuild): 12 warps, setmaxnreg budgets
     240 (consumers) / 24 (load warp) with no partition past its budget, wgmma only, dQ by reduce, shared memory within
@@ -1156,8 +1163,7 @@ def test_ws_backward_compiles_for_hopper():
               f"STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, "
               f"UTMAREDG {r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, budget: regs touched {r['partitions']}")
         assert r["local"] == 0 and r["stack"] <= 512, r
-        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
-        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        _assert_ws_partitions_fit(r)
         assert r["hgmma"] > 0 and r["hmma"] == 0 and r["tma_reduce"] > 0, r
         assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         if r["rebuild"]:
@@ -1308,8 +1314,7 @@ def test_ws_backward_own_key_dq_compiles_for_hopper():
               f"{r['shared']} B, HGMMA {r['hgmma']}, ex2 {r['ex2']}, UTMAREDG {r['tma_reduce']}, BAR.SYNC "
               f"{r['bar_sync']}, budget: regs touched {r['partitions']}")
         assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
-        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
-        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        _assert_ws_partitions_fit(r)
         assert r["hgmma"] > 0 and r["hmma"] == 0 and r["tma_reduce"] > 0, r
         assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         b = base[r["causal"]]
@@ -1363,8 +1368,7 @@ def test_ws_backward_own_key_dq_pingpong_compiles_for_hopper():
               f"{r['stl']}/{r['ldl']}, shared {r['shared']} B, HGMMA {r['hgmma']}, ex2 {r['ex2']}, UTMAREDG "
               f"{r['tma_reduce']}, BAR.SYNC {r['bar_sync']}, PTX mbarrier arrives {r['arrives']}, budget: regs touched {r['partitions']}")
         assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
-        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
-        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        _assert_ws_partitions_fit(r)
         assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         o = own[r["causal"]]
         assert (r["hgmma"], r["ex2"], r["tma_reduce"]) == (o["hgmma"], o["ex2"], o["tma_reduce"]), r
@@ -1498,8 +1502,7 @@ def test_ws_backward_prescaled_lse_compiles_for_hopper():
               f"used before a wgmma wait {r['ldg_early']} of {r['ldg_uses']}, budget: regs touched {r['partitions']}")
         bound = WS_PRESCALED_STACK[r["d"]] if r["plse"] else 0
         assert r["local"] == 0 and r["stack"] <= bound and r["stl"] <= bound // 4 and r["ldl"] <= bound // 4, r
-        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
-        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        _assert_ws_partitions_fit(r)
         if r["plse"]:
             assert r["ldg_uses"] > 0 and r["ldg_early"] == 0, r
             b = base.get((r["d"], r["causal"], r["own"], r["pp"]))
@@ -1643,8 +1646,7 @@ def test_ws_backward_stats_smem_compiles_for_hopper():
               f"regs {r['regs']}, stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B "
               f"(bound {r['predicted']}), HGMMA {r['hgmma']}, ex2 {r['ex2']}, UTMALDG {r['tma_loads']}, UTMAREDG "
               f"{r['tma_reduce']}, LDG {r['ldg']}, budget: regs touched {r['partitions']}")
-        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
-        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        _assert_ws_partitions_fit(r)
         assert r["shared"] <= r["predicted"] <= SM90_MAX_SHARED, r
         if not r["stats"]:
             assert r["ldg"] > 0 and r["stack"] <= WS_PRESCALED_STACK[r["d"]], r  # the trial it is measured against
@@ -1772,8 +1774,7 @@ def test_ws_backward_dq_one_consumer_compiles_for_hopper():
               f"stack {r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B (bound {r['predicted']}), "
               f"HGMMA {r['hgmma']} {r['hgmma_shapes']}, UTMAREDG {r['tma_reduce']}, loops (HGMMA, UTMAREDG, STS) "
               f"{r['tiles']}, regs touched {r['partitions']}")
-        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
-        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        _assert_ws_partitions_fit(r)
         assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
         assert r["shared"] <= r["predicted"], r
         if not r["one"]:
@@ -1863,8 +1864,7 @@ def test_ws_backward_lean_sync_compiles_for_hopper():
               f"{r['stack']} B, STL/LDL {r['stl']}/{r['ldl']}, shared {r['shared']} B, BAR.SYNC {r['bar_sync']}, "
               f"loops (BAR.SYNC, SYNCS) {[(t['BAR.SYNC'], t['SYNCS']) for t in r['tiles']]}, regs touched "
               f"{r['partitions']}")
-        assert r["warps"] == 12 and {240, 24} <= {int(b) for b in r["partitions"]}, r
-        assert all(used <= int(b) for b, used in r["partitions"].items()), r
+        _assert_ws_partitions_fit(r)
         assert r["local"] == 0 and r["stack"] == 0 and r["stl"] == 0 and r["ldl"] == 0, r
         if not r["lean"]:
             continue
