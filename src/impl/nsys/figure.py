@@ -100,13 +100,16 @@ def draw_timeline(tl: Timeline, path: Path, title: str, *, window: tuple[int, in
             y += 1
             continue
         depth = max((lv for _, lv in block), default=0) + 1
-        for r, lv in block:
+        bars: dict[tuple[float, str], list[tuple[float, float]]] = {}  # one collection a row and colour: thousands
+        for r, lv in block:                                              # of ranges drew in seconds one by one
             colour = colour_of.setdefault(r.name, _RANGE_COLOURS[len(colour_of) % len(_RANGE_COLOURS)])
             row_y = y + (depth - 1 - lv)  # outermost range on top
             x0, w = ms(max(r.start_ns, start)), ms(min(r.end_ns, end)) - ms(max(r.start_ns, start))
-            ax.broken_barh([(x0, max(w, gap))], (row_y + 0.1, 0.8), color=colour, alpha=0.55, lw=0.5, edgecolor="0.3")
+            bars.setdefault((row_y, colour), []).append((x0, max(w, gap)))
             if w > span_ms / 25:  # label ranges wide enough to hold their name
                 ax.text(x0 + w / 2, row_y + 0.5, r.name, ha="center", va="center", fontsize=7, clip_on=True)
+        for (row_y, colour), xs in bars.items():
+            ax.broken_barh(xs, (row_y + 0.1, 0.8), color=colour, alpha=0.55, lw=0.5, edgecolor="0.3")
         ticks.append(y + depth / 2)
         labels.append(label)
         y += depth
